@@ -1,0 +1,5 @@
+import sys
+
+from lineage.cli import main
+
+sys.exit(main())

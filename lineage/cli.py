@@ -1,0 +1,83 @@
+"""The `klineage` command line.
+
+Every sub-command lives in its own module under `lineage/commands/` and is imported only when it
+is invoked, so `klineage --help` stays fast and a GPU library is never imported by a command that
+does not need it. Expected failures (`KLineageError`) become one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from kir.errors import KLineageError
+
+# command name -> (module under lineage.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "anchors": ("anchors", "List the anchors of a kernel file, optionally filtered by a query."),
+    "diff": ("diff", "Structured (GumTree-style) diff of two kernels."),
+    "gate": ("gate", "Run the compile / correctness / profile gate on a kernel."),
+    "cases": ("cases", "List the workloads (cases) and their expert kernels."),
+    "bench": ("bench", "Benchmark the expert kernels against their vendor references on the GPU."),
+    "passes": ("passes", "List the optimization passes and their declarations."),
+    "deps": ("deps", "The pass-dependency graph, optionally for one kernel."),
+    "induce": ("induce", "Induce a lineage from an expert kernel by guided de-optimization."),
+    "show": ("show", "Summarize a lineage directory."),
+    "export": ("export", "Export a lineage as GraphML, DOT or node-link JSON."),
+    "report": ("report", "Write the HTML report of a lineage."),
+    "skills": ("skills", "List or retrieve SkillCards from a library."),
+    "optimize": ("optimize", "Optimize a kernel with admitted SkillCards under the gate."),
+    "demo": ("demo", "The main job: induce the gemm expert's lineage and write its report."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module_name, help_text = COMMANDS[cmd_name]
+        try:
+            module = importlib.import_module(f"lineage.commands.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"lineage.commands.{module_name}":
+                raise
+
+            @click.command(cmd_name, help=help_text + " (not available in this build)")
+            def unavailable() -> None:
+                raise KLineageError(f"command '{cmd_name}' is not available in this build")
+
+            return unavailable
+        return module.command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="klineage")
+def cli() -> None:
+    """KLineage: learn when a GPU-kernel optimization is sound."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cli.main(args=argv, prog_name="klineage", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("klineage: aborted", err=True)
+        return 130
+    except click.ClickException as exc:  # usage errors: bad option, missing argument
+        click.echo(f"klineage: error: {exc.format_message()}", err=True)
+        return 2
+    except KLineageError as exc:
+        click.echo(f"klineage: error: {exc}", err=True)
+        return 2
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except SystemExit as exc:  # a command chose its exit code (e.g. gate: 1 = rejected)
+        return int(exc.code or 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
