@@ -1,0 +1,347 @@
+"""The lineage DAG: kernel states linked by forward transitions.
+
+A `Lineage` wraps a `networkx.DiGraph` with two node types. A *state* node is one kernel version,
+identified by the hash of its source, so that lineages of several experts (and several orders
+of one expert) merge where they reach the same kernel. A *transition* node is one validated
+forward step; edges run ``state -> transition -> state``. The node attributes are the on-disk
+format (networkx node-link JSON) and are documented in docs/INTERFACES.md ("lineage").
+
+Writes are atomic (temp file + fsync + rename), so a killed process leaves either the previous
+file or the new one, never a torn one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from kir.errors import BadInputError
+
+FORMAT_VERSION = 1
+
+
+def content_hash(source: str) -> str:
+    """The 16-hex-digit content hash that names a state."""
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
+
+
+def state_id(source: str) -> str:
+    return f"s:{content_hash(source)}"
+
+
+@dataclass(frozen=True, slots=True)
+class KernelState:
+    """One kernel version as recorded in a lineage."""
+
+    source: str
+    language: str
+    case: str
+    tier: str
+    anchors: tuple[str, ...] = ()
+    features: tuple[Mapping[str, str], ...] = ()
+    verdict: Mapping[str, Any] | None = None
+    timing: Mapping[str, Any] | None = None
+    roles: frozenset[str] = frozenset()
+
+    @property
+    def id(self) -> str:
+        return state_id(self.source)
+
+    @property
+    def hash(self) -> str:
+        return content_hash(self.source)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One validated forward step ``src -> dst`` (the inverse of an accepted de-optimization)."""
+
+    src: str
+    dst: str
+    pass_name: str
+    category: str
+    anchor: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    diff: tuple[Mapping[str, Any], ...] = ()
+    preconditions: tuple[Mapping[str, Any], ...] = ()
+    src_verdict: Mapping[str, Any] | None = None
+    dst_verdict: Mapping[str, Any] | None = None
+    profile_delta: Mapping[str, Any] | None = None
+    backward: Mapping[str, Any] | None = None
+    rederived_by: str = "deterministic"
+    case: str = ""
+    language: str = ""
+    platform: str = "cuda"
+    expert: str = ""
+    step: int = 0
+
+    @property
+    def id(self) -> str:
+        return f"t:{self.src[2:]}:{self.dst[2:]}:{self.pass_name}"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, frozenset, set)):
+        items = [_jsonable(v) for v in value]
+        return sorted(items) if isinstance(value, (frozenset, set)) else items
+    return value
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` so that readers see the old or the new content, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+class Lineage:
+    """A lineage DAG. States are deduplicated by content hash; edges state->transition->state."""
+
+    def __init__(self, graph: nx.DiGraph | None = None) -> None:
+        self.graph: nx.DiGraph = graph if graph is not None else nx.DiGraph()
+        g = self.graph.graph
+        g.setdefault("format", FORMAT_VERSION)
+        g.setdefault("cases", [])
+        g.setdefault("experts", [])
+        g.setdefault("rejected", [])
+        g.setdefault("runs", [])
+
+    # ---- construction -------------------------------------------------------------------
+    def add_state(self, state: KernelState) -> str:
+        """Add `state` (or merge it into the node of the same content) and return its id."""
+        sid = state.id
+        attrs = {
+            "type": "state",
+            "hash": state.hash,
+            "language": state.language,
+            "source": state.source,
+            "anchors": list(state.anchors),
+            "features": [dict(f) for f in state.features],
+            "verdict": _jsonable(state.verdict) if state.verdict is not None else None,
+            "timing": _jsonable(state.timing) if state.timing is not None else None,
+            "roles": sorted(state.roles),
+            "case": state.case,
+            "tier": state.tier,
+        }
+        if sid in self.graph:
+            node = self.graph.nodes[sid]
+            node["roles"] = sorted(set(node.get("roles", [])) | set(state.roles))
+            for key in ("verdict", "timing"):
+                if node.get(key) is None and attrs[key] is not None:
+                    node[key] = attrs[key]
+            for key in ("anchors", "features"):
+                if not node.get(key) and attrs[key]:
+                    node[key] = attrs[key]
+        else:
+            self.graph.add_node(sid, **attrs)
+        if state.case and state.case not in self.graph.graph["cases"]:
+            self.graph.graph["cases"].append(state.case)
+        return sid
+
+    def add_transition(self, t: Transition) -> str:
+        for end in (t.src, t.dst):
+            if end not in self.graph or self.graph.nodes[end].get("type") != "state":
+                raise KeyError(f"transition end {end} is not a state of this lineage")
+        tid = t.id
+        attrs = {
+            "type": "transition",
+            "pass": t.pass_name,
+            "category": t.category,
+            "options": _jsonable(t.options),
+            "anchor": t.anchor,
+            "diff": _jsonable(t.diff),
+            "preconditions": _jsonable(t.preconditions),
+            "src_verdict": _jsonable(t.src_verdict),
+            "dst_verdict": _jsonable(t.dst_verdict),
+            "profile_delta": _jsonable(t.profile_delta),
+            "backward": _jsonable(t.backward),
+            "rederived_by": t.rederived_by,
+            "case": t.case,
+            "language": t.language,
+            "platform": t.platform,
+            "expert": t.expert,
+            "step": t.step,
+        }
+        if tid not in self.graph:
+            self.graph.add_node(tid, **attrs)
+            self.graph.add_edge(t.src, tid)
+            self.graph.add_edge(tid, t.dst)
+        if t.expert and t.expert not in self.graph.graph["experts"]:
+            self.graph.graph["experts"].append(t.expert)
+        return tid
+
+    def record_rejection(self, state: str, pass_name: str, anchor: str, stage: str,
+                         failure_kind: str | None, reason: str, **extra: Any) -> None:
+        """Keep a rejected attempt as risk evidence for `pass_name`."""
+        record = {"state": state, "pass": pass_name, "anchor": anchor, "stage": stage,
+                  "failure_kind": failure_kind, "reason": reason}
+        record.update(_jsonable(extra))
+        if record not in self.graph.graph["rejected"]:
+            self.graph.graph["rejected"].append(record)
+
+    def add_run(self, record: Mapping[str, Any]) -> None:
+        self.graph.graph["runs"].append(_jsonable(record))
+
+    # ---- queries ------------------------------------------------------------------------
+    def states(self) -> list[str]:
+        return [n for n, d in self.graph.nodes(data=True) if d.get("type") == "state"]
+
+    def transitions(self) -> list[str]:
+        return [n for n, d in self.graph.nodes(data=True) if d.get("type") == "transition"]
+
+    def node(self, node_id: str) -> Mapping[str, Any]:
+        return self.graph.nodes[node_id]
+
+    def transitions_of(self, pass_name: str) -> list[str]:
+        return [t for t in self.transitions() if self.graph.nodes[t]["pass"] == pass_name]
+
+    def successors(self, state: str) -> Iterator[tuple[str, str]]:
+        """(transition, next state) pairs leaving `state`."""
+        for t in self.graph.successors(state):
+            for s in self.graph.successors(t):
+                yield t, s
+
+    def roles(self, role: str) -> list[str]:
+        return [s for s in self.states() if role in self.graph.nodes[s].get("roles", ())]
+
+    def path_to_expert(self, state: str, expert: str | None = None) -> list[str]:
+        """The node path (states and transitions) from `state` to an expert state.
+
+        With no `expert` given, the nearest state with role ``expert`` is used. Raises KeyError
+        when no expert is reachable.
+        """
+        if state not in self.graph:
+            raise KeyError(state)
+        targets = [expert] if expert else self.roles("expert")
+        best: list[str] | None = None
+        for target in targets:
+            try:
+                path = nx.shortest_path(self.graph, state, target)
+            except (nx.NetworkXNoPath, nx.NodeNotFound):
+                continue
+            if best is None or len(path) < len(best):
+                best = path
+        if best is None:
+            raise KeyError(f"no expert reachable from {state}")
+        return best
+
+    def frontier(self) -> list[str]:
+        """States with no incoming transition: the most simplified kernels reached so far."""
+        return [s for s in self.states() if self.graph.in_degree(s) == 0]
+
+    def prior_actions(self, state: str) -> list[str]:
+        """Passes applied on every forward path from a root to `state`, earliest first."""
+        actions: list[str] = []
+        for node in nx.ancestors(self.graph, state):
+            if self.graph.nodes[node].get("type") == "transition":
+                actions.append(node)
+        actions.sort(key=lambda t: -int(self.graph.nodes[t].get("step", 0)))
+        seen: list[str] = []
+        for t in actions:
+            name = self.graph.nodes[t]["pass"]
+            if name not in seen:
+                seen.append(name)
+        return seen
+
+    def rejections_of(self, pass_name: str) -> list[Mapping[str, Any]]:
+        return [r for r in self.graph.graph["rejected"] if r["pass"] == pass_name]
+
+    # ---- persistence --------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return nx.node_link_data(self.graph, edges="edges")
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        atomic_write_text(Path(path), json.dumps(self.to_json(), indent=1, sort_keys=False))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Lineage":
+        if not isinstance(data, Mapping) or "nodes" not in data:
+            raise BadInputError("not a lineage: node-link JSON with 'nodes' expected")
+        key = "edges" if "edges" in data else "links"
+        graph = nx.node_link_graph(data, directed=True, multigraph=False, edges=key)
+        for node, attrs in graph.nodes(data=True):
+            if attrs.get("type") not in ("state", "transition"):
+                raise BadInputError(f"lineage node {node!r} has no type state/transition")
+        return cls(graph)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "Lineage":
+        p = Path(path)
+        if p.is_dir():
+            p = p / "lineage.json"
+        if not p.is_file():
+            raise BadInputError(f"{p}: no such lineage file")
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise BadInputError(f"{p}: not a lineage JSON file ({exc})") from None
+        return cls.from_json(data)
+
+    def merge(self, other: "Lineage") -> None:
+        """Merge `other` into this lineage (states by content hash, transitions by id)."""
+        for node, attrs in other.graph.nodes(data=True):
+            if node not in self.graph:
+                self.graph.add_node(node, **attrs)
+            elif attrs.get("type") == "state":
+                mine = self.graph.nodes[node]
+                mine["roles"] = sorted(set(mine.get("roles", [])) | set(attrs.get("roles", [])))
+        self.graph.add_edges_from(other.graph.edges())
+        for key in ("cases", "experts"):
+            for v in other.graph.graph.get(key, []):
+                if v not in self.graph.graph[key]:
+                    self.graph.graph[key].append(v)
+        for key in ("rejected", "runs"):
+            for v in other.graph.graph.get(key, []):
+                if v not in self.graph.graph[key]:
+                    self.graph.graph[key].append(v)
+
+    def summary(self) -> dict[str, Any]:
+        roots = self.roles("naive") or self.frontier()
+        return {
+            "states": len(self.states()),
+            "transitions": len(self.transitions()),
+            "rejected": len(self.graph.graph["rejected"]),
+            "cases": list(self.graph.graph["cases"]),
+            "experts": list(self.graph.graph["experts"]),
+            "roots": roots,
+            "expert_states": self.roles("expert"),
+            "runs": list(self.graph.graph["runs"]),
+        }
+
+
+def iter_forward_chain(lineage: Lineage, root: str) -> Iterable[tuple[str, str, str]]:
+    """Walk the first forward path from `root`: yields (state, transition, next_state)."""
+    current = root
+    seen = {root}
+    while True:
+        nxt = next(iter(lineage.successors(current)), None)
+        if nxt is None or nxt[1] in seen:
+            return
+        yield current, nxt[0], nxt[1]
+        current = nxt[1]
+        seen.add(current)
