@@ -1,0 +1,80 @@
+"""The lazy pass registry: pass name -> a loader of its class.
+
+`get_all_passes()` imports nothing but this table; a pass's module is imported when its loader
+is called, so listing names stays cheap and never touches a GPU library.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+
+from kir.errors import BadInputError
+from passes.base import Pass, parse_pass_spec
+
+# name -> (module, class). Order: Triton, CUDA, algorithmic (the order `klineage passes` lists).
+_TABLE: dict[str, tuple[str, str]] = {
+    # Triton
+    "tile-sizes": ("passes.triton.launch", "TileSizes"),
+    "num-warps": ("passes.triton.launch", "NumWarps"),
+    "software-pipelining": ("passes.triton.launch", "SoftwarePipelining"),
+    "autotune": ("passes.triton.autotune", "Autotune"),
+    "grouped-ordering": ("passes.triton.ordering", "GroupedOrdering"),
+    "persistent-grid": ("passes.triton.ordering", "PersistentGrid"),
+    "tensor-core-dot": ("passes.triton.compute", "TensorCoreDot"),
+    "exp2-fold": ("passes.triton.compute", "Exp2Fold"),
+    "even-k-fast-path": ("passes.triton.masking", "EvenKFastPath"),
+    "causal-block-skip": ("passes.triton.masking", "CausalBlockSkip"),
+    "tma-descriptors": ("passes.triton.tma", "TmaDescriptors"),
+    # CUDA C++
+    "vectorize-global": ("passes.cuda.memory", "VectorizeGlobal"),
+    "smem-staging": ("passes.cuda.memory", "SmemStaging"),
+    "restrict-readonly": ("passes.cuda.memory", "RestrictReadonly"),
+    "pragma-unroll": ("passes.cuda.annotations", "PragmaUnroll"),
+    "launch-bounds": ("passes.cuda.annotations", "LaunchBounds"),
+    "warp-shuffle-reduce": ("passes.cuda.reduction", "WarpShuffleReduce"),
+    "cp-async-pipeline": ("passes.cuda.pipeline", "CpAsyncPipeline"),
+    # algorithmic intents (detection only; the LLM rewriter performs them)
+    "radix-select": ("passes.algorithmic", "RadixSelect"),
+    "gemm-phase-decomposition": ("passes.algorithmic", "GemmPhaseDecomposition"),
+    "mma-intrinsics": ("passes.algorithmic", "MmaIntrinsics"),
+    "wgmma": ("passes.algorithmic", "Wgmma"),
+    "warp-specialization": ("passes.algorithmic", "WarpSpecialization"),
+}
+
+
+def _loader(module: str, cls: str) -> Callable[[], type[Pass]]:
+    def load() -> type[Pass]:
+        return getattr(importlib.import_module(module), cls)
+
+    load.__name__ = f"load_{cls}"
+    return load
+
+
+@functools.cache
+def get_all_passes() -> dict[str, Callable[[], type[Pass]]]:
+    """Every registered pass name -> a function returning its class (imported on call)."""
+    return {name: _loader(module, cls) for name, (module, cls) in _TABLE.items()}
+
+
+def get_pass(name: str) -> type[Pass]:
+    """The class of the pass called `name`; BadInputError if there is none."""
+    loaders = get_all_passes()
+    if name not in loaders:
+        import difflib  # noqa: PLC0415
+
+        close = difflib.get_close_matches(name, loaders, n=3)
+        hint = f" (did you mean: {', '.join(close)}?)" if close else ""
+        raise BadInputError(f"unknown pass '{name}'{hint}; `klineage passes` lists them")
+    return loaders[name]()
+
+
+def pass_from_spec(spec: str) -> Pass:
+    """An instance from `"name{key=value,...}"`; BadInputError for an unknown name or option."""
+    name, options = parse_pass_spec(spec)
+    return get_pass(name).from_options(options)
+
+
+def all_pass_classes() -> list[type[Pass]]:
+    """Every pass class, in registry order (imports every pass module)."""
+    return [load() for load in get_all_passes().values()]
