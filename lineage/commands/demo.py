@@ -1,0 +1,22 @@
+"""`klineage demo`: the main job — induce the gemm expert's lineage and write its report."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from lineage.commands.induce import run_induction
+
+EXPERT = Path(__file__).resolve().parents[2] / "experts" / "gemm" / "gemm_triton.py"
+
+
+@click.command("demo")
+@click.option("--tier", type=click.Choice(["interpret", "device", "auto"]), default="interpret",
+              show_default=True)
+@click.option("--out", default="out/demo", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def command(tier: str, out: str, as_json: bool) -> None:
+    """Induce the gemm expert's lineage (interpret tier on a CPU, device tier with timings on a
+    GPU) into OUT and write OUT/report.html."""
+    run_induction(str(EXPERT), "gemm", tier, out, width=1, max_steps=32, max_rejections=40,
+                  resume=False, as_json=as_json)

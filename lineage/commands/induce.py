@@ -1,0 +1,61 @@
+"""`klineage induce KERNEL --case NAME`: guided de-optimization of an expert into a lineage."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from lineage.commands._common import Progress, emit_json
+
+
+def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_steps: int,
+                  max_rejections: int, resume: bool, as_json: bool, library: str | None = None,
+                  quiet: bool = False) -> dict:
+    from lineage.induce import induce
+    from lineage.report import write_report
+
+    with Progress(f"inducing {Path(kernel).name} ({case})", enabled=not quiet) as progress:
+        result = induce(kernel, case, tier=tier, out=out, width=width, max_steps=max_steps,
+                        max_rejections=max_rejections, resume=resume, progress=progress)
+    report = write_report(result.lineage, Path(out))
+    summary = result.to_json()
+    summary["report"] = str(report)
+    if library:
+        from lineage.skills import Library, lift
+
+        lib = Library.open(library, create=True)
+        cards = lift(result.lineage)
+        lib.add_all(cards)
+        summary["library"] = {"path": library, "cards": len(cards)}
+    if as_json:
+        emit_json(summary)
+    else:
+        term = summary["termination"]
+        click.echo(f"lineage of {kernel} ({case}, {result.lineage.node(result.expert)['tier']} tier): "
+                   f"{summary['states']} states, {summary['transitions']} transitions, "
+                   f"{summary['rejected']} rejected attempts; termination: {term}; "
+                   f"{result.steps} steps from the expert to {result.root}")
+        click.echo(f"wrote {Path(out) / 'lineage.json'} and {report}")
+    return summary
+
+
+@click.command("induce")
+@click.argument("kernel", type=click.Path(dir_okay=False))
+@click.option("--case", "case", required=True, help="Case name (see `klineage cases`).")
+@click.option("--tier", type=click.Choice(["static", "interpret", "device", "auto"]), default="auto",
+              show_default=True, help="Gate tier used to validate every state.")
+@click.option("--out", "out", default="out/lineage", show_default=True, help="Output directory.")
+@click.option("--width", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="Alternative de-optimization orders to explore (branches of the DAG).")
+@click.option("--max-steps", type=click.IntRange(1, 200), default=32, show_default=True)
+@click.option("--max-rejections", type=click.IntRange(0, 1000), default=40, show_default=True)
+@click.option("--resume", is_flag=True, help="Continue an interrupted induction in --out.")
+@click.option("--library", default=None, help="Add the lineage's lifted SkillCards to this library.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def command(kernel: str, case: str, tier: str, out: str, width: int, max_steps: int,
+            max_rejections: int, resume: bool, library: str | None, as_json: bool) -> None:
+    """Induce the lineage of an expert KERNEL for case NAME; writes OUT/lineage.json and OUT/report.html.
+
+    JSON: {"out", "states", "transitions", "rejected", "termination", "root", "expert", "steps", "report"}.
+    """
+    run_induction(kernel, case, tier, out, width, max_steps, max_rejections, resume, as_json, library)

@@ -1,0 +1,407 @@
+"""Guided de-optimization (paper §3.2): walk an expert kernel backward under the gate.
+
+Starting at the expert K*, each step lists the optimizations present in the current state
+(`Pass.sites`), orders them by the pass-dependency graph (what depends on others is removed
+first; the order is a soft prior), and tries de-optimizations in that order. A de-optimized
+candidate that passes the gate becomes the predecessor state; the forward edit is then
+*re-derived* on the predecessor with the pass's `optimize` (given the options the
+de-optimization recorded) and the transition is kept only if the re-derived kernel reaches the
+successor's verdict. Rejections are kept as risk evidence. The lineage is written atomically
+after every accepted step, and `resume=True` replays recorded outcomes instead of re-running
+them, so an interrupted induction loses at most the step in flight.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anchors
+import kir
+from kir.errors import BadInputError
+from lineage.graph import KernelState, Lineage, Transition, state_id
+
+# A forward transition that makes the kernel slower than this factor (device tier) is rejected.
+SLOWER_MARGIN = 0.97
+# A re-derived forward kernel must reach the successor's time within this factor.
+REDERIVE_MARGIN = 0.90
+
+ProgressFn = Callable[[str, Mapping[str, Any]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class InductionResult:
+    out: Path
+    lineage: Lineage
+    states: int
+    transitions: int
+    rejected: int
+    terminations: tuple[str, ...]
+    root: str
+    expert: str
+    steps: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "out": str(self.out),
+            "states": self.states,
+            "transitions": self.transitions,
+            "rejected": self.rejected,
+            "termination": self.terminations[0] if len(self.terminations) == 1 else list(self.terminations),
+            "root": self.root,
+            "expert": self.expert,
+            "steps": self.steps,
+        }
+
+
+@dataclass
+class _Branch:
+    index: int
+    current: str
+    steps: int = 0
+    rejections: int = 0
+    termination: str | None = None
+    path: list[str] = field(default_factory=list)
+
+
+def _jsonable(obj: Any) -> Any:
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    to_json = getattr(obj, "to_json", None)
+    if callable(to_json):
+        return to_json()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "value"):
+        return _jsonable(obj.value)
+    return str(obj)
+
+
+class Inducer:
+    """Runs guided de-optimization for one expert kernel into one lineage directory."""
+
+    def __init__(self, expert: str | Path, case: str, *, tier: str = "interpret",
+                 out: str | Path = "out/lineage", width: int = 1, max_steps: int = 32,
+                 max_rejections: int = 40, resume: bool = False,
+                 progress: ProgressFn | None = None, rewriter: Any = None,
+                 gate_timeout: float | None = None) -> None:
+        self.expert_path = Path(expert)
+        if not self.expert_path.is_file():
+            raise BadInputError(f"{expert}: no such kernel file")
+        if width < 1 or max_steps < 1 or max_rejections < 0:
+            raise BadInputError("--width and --max-steps must be >= 1, rejection limit >= 0")
+        import gate  # lazy: torch
+
+        self._gate = gate
+        self.case = gate.load_case(case)
+        self.case_name = self.case.name
+        self.tier = self._resolve_tier(tier)
+        self.out = Path(out)
+        self.width = width
+        self.max_steps = max_steps
+        self.max_rejections = max_rejections
+        self.resume = resume
+        self.progress = progress or (lambda event, data: None)
+        self.rewriter = rewriter
+        self.gate_timeout = gate_timeout
+        self.ir = kir.parse_file(self.expert_path)
+        self.language = str(getattr(self.ir.language, "value", self.ir.language))
+        self.lineage_path = self.out / "lineage.json"
+        if resume and self.lineage_path.exists():
+            self.lineage = Lineage.load(self.lineage_path)
+        else:
+            self.lineage = Lineage()
+        from passes import PassContext, PassGraph, get_all_passes
+
+        self._registry = {name: load() for name, load in get_all_passes().items()}
+        self._graph = PassGraph.from_registry()
+        self.ctx = PassContext.for_case(self.case_name, tier="interpret" if self.tier == "interpret" else "device")
+        self._irs: dict[str, kir.KernelIR] = {}
+
+    # ---- gate ---------------------------------------------------------------------------
+    def _resolve_tier(self, tier: str) -> str:
+        tier = str(getattr(tier, "value", tier))
+        if tier not in ("static", "interpret", "device", "auto"):
+            raise BadInputError(f"unknown tier {tier!r} (static|interpret|device|auto)")
+        if tier == "auto":
+            return "device" if self._gate.gpu_available() else "interpret"
+        return tier
+
+    def _gate_source(self, source: str) -> Any:
+        kwargs: dict[str, Any] = {"path": self.expert_path}
+        if self.gate_timeout is not None:
+            kwargs["timeout"] = self.gate_timeout
+        return self._gate.check(source, self.language, self.case, self.tier, **kwargs)
+
+    @staticmethod
+    def _ms(verdict: Any) -> float | None:
+        timing = getattr(verdict, "timing", None)
+        if timing is None:
+            return None
+        value = timing.get("candidate_ms") if isinstance(timing, Mapping) else getattr(timing, "candidate_ms", None)
+        return float(value) if value else None
+
+    @staticmethod
+    def _timing_json(verdict: Any) -> dict[str, Any] | None:
+        timing = getattr(verdict, "timing", None)
+        return _jsonable(timing) if timing is not None else None
+
+    # ---- pass plumbing --------------------------------------------------------------------
+    def _ir_of(self, sid: str) -> kir.KernelIR:
+        if sid not in self._irs:
+            source = self.lineage.node(sid)["source"]
+            self._irs[sid] = kir.parse(source, language=self.language, path=str(self.expert_path))
+        return self._irs[sid]
+
+    def present_sites(self, ir: kir.KernelIR) -> list[tuple[Any, Any]]:
+        """(pass instance, site) for every deterministic optimization present in `ir`, in
+        de-optimization order (reverse dependency order; a soft prior)."""
+        index = anchors.build_index(ir)
+        found: list[tuple[Any, Any]] = []
+        for p in self._registry.values():
+            if self.language not in p.languages or not p.deterministic:
+                continue
+            for site in p.sites(ir, index):
+                if site.present:
+                    found.append((p, site))
+        order = self._graph.deopt_order(sorted({p.name for p, _ in found}))
+        rank = {name: i for i, name in enumerate(order)}
+        found.sort(key=lambda ps: (rank.get(ps[0].name, len(rank)), ps[1].span))
+        return found
+
+    def _features(self, ir: kir.KernelIR) -> tuple[dict[str, str], ...]:
+        return tuple({"pass": p.name, "anchor": s.anchor} for p, s in self.present_sites(ir))
+
+    def _state(self, source: str, ir: kir.KernelIR, verdict: Any, roles: frozenset[str]) -> KernelState:
+        index = anchors.build_index(ir)
+        return KernelState(
+            source=source, language=self.language, case=self.case_name, tier=self.tier,
+            anchors=tuple(str(a.id) for a in index.anchors), features=self._features(ir),
+            verdict=_jsonable(verdict) if verdict is not None else None,
+            timing=self._timing_json(verdict), roles=roles)
+
+    def _forward_site(self, p: Any, pred_ir: kir.KernelIR, backward_site: Any) -> Any | None:
+        """The optimization site in the predecessor that corresponds to the removed one."""
+        index = anchors.build_index(pred_ir)
+        candidates = [s for s in p.sites(pred_ir, index) if not s.present]
+        if not candidates:
+            return None
+        for s in candidates:
+            if s.anchor == backward_site.anchor:
+                return s
+        start = backward_site.span[0]
+        return min(candidates, key=lambda s: abs(s.span[0] - start))
+
+    # ---- recorded outcomes (resume) -----------------------------------------------------
+    def _recorded(self, current: str, pass_name: str, anchor: str) -> tuple[str, str] | None:
+        """A previously recorded outcome of de-optimizing `pass_name@anchor` at `current`:
+        ("accepted", predecessor id) or ("rejected", reason)."""
+        for t in self.lineage.graph.predecessors(current) if current in self.lineage.graph else ():
+            attrs = self.lineage.node(t)
+            back = attrs.get("backward") or {}
+            if back.get("pass") == pass_name and back.get("anchor") == anchor:
+                return "accepted", next(iter(self.lineage.graph.predecessors(t)))
+        for r in self.lineage.graph.graph["rejected"]:
+            if r["state"] == current and r["pass"] == pass_name and r["anchor"] == anchor:
+                return "rejected", r["reason"]
+        return None
+
+    # ---- one step ---------------------------------------------------------------------------
+    def _try(self, branch: _Branch, p: Any, site: Any) -> str | None:
+        """Try one de-optimization at the branch's current state; return the predecessor id
+        when accepted, else None (the rejection is recorded)."""
+        current = branch.current
+        cur_attrs = self.lineage.node(current)
+        cur_ir = self._ir_of(current)
+
+        def reject(stage: str, kind: str | None, reason: str) -> None:
+            branch.rejections += 1
+            self.lineage.record_rejection(current, p.name, site.anchor, stage, kind, reason,
+                                          case=self.case_name, tier=self.tier)
+            self.progress("rejected", {"pass": p.name, "anchor": site.anchor, "stage": stage,
+                                       "reason": reason})
+
+        back = p.deoptimize(cur_ir, site, self.ctx)
+        if not back.ok:
+            reason = getattr(back, "reason", None) or getattr(back, "error", "refused")
+            reject("precondition" if hasattr(back, "facts") else "rewrite",
+                   "precondition" if hasattr(back, "facts") else "rewrite-failed", str(reason))
+            return None
+        pred_src = back.ir.unparse()
+        if state_id(pred_src) == current or state_id(pred_src) in self.lineage.graph and \
+                nx_has_path(self.lineage, current, state_id(pred_src)):
+            reject("rewrite", "no-progress", "de-optimization produced an existing successor state")
+            return None
+        self.progress("gate", {"pass": p.name, "anchor": site.anchor})
+        pred_verdict = self._gate_source(pred_src)
+        if not pred_verdict.ok:
+            kind = getattr(pred_verdict.failure_kind, "value", pred_verdict.failure_kind)
+            reject(str(getattr(pred_verdict, "stage", "gate")), kind, str(pred_verdict.reason))
+            return None
+        pred_ms, cur_ms = self._ms(pred_verdict), (cur_attrs.get("timing") or {}).get("candidate_ms")
+        if pred_ms and cur_ms and cur_ms > pred_ms / SLOWER_MARGIN:
+            reject("profile", "slower", f"forward step would slow the kernel: {pred_ms:.4f} ms -> {cur_ms:.4f} ms")
+            return None
+
+        # Re-derive the forward edit on the predecessor (not a textual reversal).
+        forward_pass = p.with_options(back.options) if back.options else p
+        fsite = self._forward_site(forward_pass, back.ir, site)
+        if fsite is None:
+            reject("rederive", "no-site", "the pass finds no optimization site in the predecessor")
+            return None
+        fwd = forward_pass.optimize(back.ir, fsite, self.ctx)
+        if not fwd.ok and self.rewriter is not None:
+            fwd = self.rewriter.rewrite(back.ir, fsite, forward_pass, self.ctx)
+        if not fwd.ok:
+            reject("rederive", "rewrite-failed", str(getattr(fwd, "reason", None) or getattr(fwd, "error", "")))
+            return None
+        fwd_src = fwd.ir.unparse()
+        if state_id(fwd_src) == current:
+            fwd_verdict = cur_attrs.get("verdict")
+            exact = True
+        else:
+            verdict = self._gate_source(fwd_src)
+            exact = False
+            fwd_ms = self._ms(verdict)
+            if not verdict.ok:
+                reject("rederive", str(getattr(verdict.failure_kind, "value", verdict.failure_kind)),
+                       f"re-derived forward kernel fails the gate: {verdict.reason}")
+                return None
+            if fwd_ms and cur_ms and fwd_ms * REDERIVE_MARGIN > cur_ms:
+                reject("rederive", "slower", f"re-derived forward kernel {fwd_ms:.4f} ms does not reach "
+                                             f"the successor's {cur_ms:.4f} ms")
+                return None
+            fwd_verdict = _jsonable(verdict)
+
+        pred_id = self.lineage.add_state(self._state(pred_src, back.ir, pred_verdict, frozenset()))
+        self._irs[pred_id] = back.ir
+        script = kir.diff(back.ir, fwd.ir)
+        actions = _jsonable(getattr(script, "actions", script))
+        delta = None
+        if pred_ms and cur_ms:
+            delta = {"src_ms": pred_ms, "dst_ms": cur_ms, "ratio": pred_ms / cur_ms}
+        self.lineage.add_transition(Transition(
+            src=pred_id, dst=current, pass_name=p.name,
+            category=str(getattr(p.category, "value", p.category)), anchor=fsite.anchor,
+            options=_jsonable(back.options) or {}, diff=tuple(actions) if isinstance(actions, list) else (),
+            preconditions=tuple(_jsonable(list(fwd.preconditions) + list(back.preconditions))),
+            src_verdict={"ok": True, "tier": self.tier, "ms": pred_ms},
+            dst_verdict={"ok": True, "tier": self.tier, "ms": cur_ms, "rederived_exact": exact,
+                         "verdict": fwd_verdict if not exact else None},
+            profile_delta=delta,
+            backward={"pass": p.name, "anchor": site.anchor, "options": _jsonable(back.options)},
+            rederived_by="llm" if getattr(fwd, "by_llm", False) else "deterministic",
+            case=self.case_name, language=self.language, platform="cuda",
+            expert=str(self.expert_path), step=branch.steps + 1))
+        self.progress("accepted", {"pass": p.name, "anchor": site.anchor, "state": pred_id,
+                                   "exact": exact})
+        return pred_id
+
+    # ---- the walk ---------------------------------------------------------------------------
+    def run(self) -> InductionResult:
+        expert_src = self.ir.unparse()
+        expert_id = state_id(expert_src)
+        if expert_id not in self.lineage.graph or not self.lineage.node(expert_id).get("verdict"):
+            self.progress("gate", {"pass": "(expert)", "anchor": ""})
+            verdict = self._gate_source(expert_src)
+            if not verdict.ok:
+                raise BadInputError(f"the expert kernel fails the gate at the {self.tier} tier: "
+                                    f"{getattr(verdict.failure_kind, 'value', verdict.failure_kind)}: {verdict.reason}")
+            self.lineage.add_state(self._state(expert_src, self.ir, verdict, frozenset({"expert"})))
+        else:
+            self.lineage.node(expert_id)["roles"] = sorted(set(self.lineage.node(expert_id)["roles"]) | {"expert"})
+        if str(self.expert_path) not in self.lineage.graph.graph["experts"]:
+            self.lineage.graph.graph["experts"].append(str(self.expert_path))
+        self._irs[expert_id] = self.ir
+        self.lineage.save(self.lineage_path)
+
+        branches: list[_Branch] = []
+        for b in range(self.width):
+            branch = _Branch(index=b, current=expert_id, path=[expert_id])
+            self._walk(branch)
+            branches.append(branch)
+            self.lineage.add_run({"expert": str(self.expert_path), "case": self.case_name, "tier": self.tier,
+                                  "branch": b, "termination": branch.termination, "steps": branch.steps,
+                                  "width": self.width, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            self.lineage.save(self.lineage_path)
+        root = max(branches, key=lambda br: br.steps).current
+        return InductionResult(out=self.out, lineage=self.lineage, states=len(self.lineage.states()),
+                               transitions=len(self.lineage.transitions()),
+                               rejected=len(self.lineage.graph.graph["rejected"]),
+                               terminations=tuple(br.termination or "unknown" for br in branches),
+                               root=root, expert=expert_id, steps=max(br.steps for br in branches))
+
+    def _walk(self, branch: _Branch) -> None:
+        while True:
+            if branch.steps >= self.max_steps:
+                branch.termination = "max-steps"
+                return
+            ir = self._ir_of(branch.current)
+            candidates = self.present_sites(ir)
+            if not candidates:
+                branch.termination = "naive"
+                self._mark_naive(branch.current)
+                return
+            if branch.steps == 0 and branch.index:
+                # Alternative orders: branch b starts with the b-th candidate (soft prior).
+                k = branch.index % len(candidates)
+                candidates = candidates[k:] + candidates[:k]
+            moved = False
+            for p, site in candidates:
+                if branch.rejections >= self.max_rejections:
+                    branch.termination = "max-rejections"
+                    return
+                recorded = self._recorded(branch.current, p.name, site.anchor)
+                if recorded is not None:
+                    outcome, value = recorded
+                    if outcome == "rejected":
+                        continue
+                    pred = value
+                else:
+                    pred = self._try(branch, p, site)
+                    self.lineage.save(self.lineage_path)
+                    if pred is None:
+                        continue
+                branch.steps += 1
+                branch.current = pred
+                branch.path.append(pred)
+                self.progress("step", {"branch": branch.index, "steps": branch.steps, "state": pred})
+                moved = True
+                break
+            if not moved:
+                branch.termination = "exhausted"
+                self._mark_naive(branch.current, exhausted=True)
+                return
+
+    def _mark_naive(self, sid: str, exhausted: bool = False) -> None:
+        node = self.lineage.node(sid)
+        roles = set(node.get("roles", []))
+        if "expert" in roles:
+            return
+        roles.add("root")
+        if not exhausted:
+            roles.add("naive")
+        node["roles"] = sorted(roles)
+        self.lineage.save(self.lineage_path)
+
+
+def nx_has_path(lineage: Lineage, a: str, b: str) -> bool:
+    import networkx as nx
+
+    return nx.has_path(lineage.graph, a, b) if a in lineage.graph and b in lineage.graph else False
+
+
+def induce(expert: str | Path, case: str, **kwargs: Any) -> InductionResult:
+    """Induce (or extend, with `resume=True`) the lineage of `expert` for `case`; see `Inducer`."""
+    return Inducer(expert, case, **kwargs).run()
+
+
+def naive_features(lineage: Lineage, sid: str) -> Sequence[Mapping[str, str]]:
+    return lineage.node(sid).get("features", [])
