@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: demo test gpu-test bench clean setup
+.PHONY: demo test gpu-test bench clean setup sysdeps
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,10 +19,19 @@ $(STAMP): pyproject.toml Makefile
 
 setup: $(STAMP)
 
+# Headless Chromium (report rendering test) and Graphviz (DAG pictures), where apt is usable.
+# Best effort: without them the report falls back to its built-in layout and the browser test skips.
+sysdeps:
+	@if ! command -v chromium >/dev/null || ! command -v dot >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium graphviz >/dev/null) \
+	      || echo "warning: could not install chromium/graphviz"; \
+	  else echo "note: chromium/graphviz not installed (need root + apt)"; fi; fi
+
 demo: $(STAMP)
 	$(BIN)/klineage demo
 
-test: $(STAMP)
+test: $(STAMP) sysdeps
 	$(BIN)/python -m pytest -q -m "not gpu" -p no:cacheprovider; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
