@@ -1,0 +1,133 @@
+"""Expert Triton kernel for `topk`: radix select of the k-th largest key, then a sort of k.
+
+One program owns one row, held in registers. The floats are mapped to unsigned keys whose
+integer order is the float order, and the k-th largest key is found digit by digit, most
+significant first: each pass histograms one RADIX_BITS-wide digit of the keys that still match
+the prefix found so far (a coarse histogram, then refinements), and picks the bin in which the
+k-th largest falls. With the threshold key T known, the k winners (every key > T, then the first
+keys == T in index order) are compacted by one prefix sum and sorted descending; only those k
+elements are ever sorted, never the row.
+
+Expert decisions, each a plain Triton construct: the radix width RADIX_BITS and the warp count
+are autotuned; the histogram is tl.histogram; the two counts the compaction needs come from one
+scan of a packed int32; the compaction writes (key, index) packed into one int64 into the
+indices output, which doubles as scratch, and the k-element sort runs on those packed words.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _configs() -> list[triton.Config]:
+    return [
+        triton.Config({"RADIX_BITS": bits}, num_warps=warps)
+        for bits, warps in [(8, 4), (8, 8), (8, 16), (4, 4), (4, 8), (4, 16)]
+    ]
+
+
+def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
+    """Interpreting on a CPU: keep one config so the interpret tier runs in seconds."""
+    if _INTERPRET:
+        return [triton.Config({"RADIX_BITS": 8}, num_warps=4)]
+    return configs
+
+
+@triton.jit
+def _ordered_key(x):
+    """float32 -> int32 whose signed order is the float order (negative floats flipped)."""
+    bits = x.to(tl.int32, bitcast=True)
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
+@triton.jit
+def _key_to_float(key):
+    """Inverse of _ordered_key."""
+    bits = key ^ ((key >> 31) & 0x7FFFFFFF)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.autotune(
+    configs=_configs(),
+    key=["L", "K"],
+    prune_configs_by={"early_config_prune": _prune},
+)
+@triton.jit
+def topk_radix_kernel(
+    x_ptr, values_ptr, indices_ptr,
+    L, K,
+    stride_xb, stride_vb, stride_ib,
+    BLOCK_L: tl.constexpr, BLOCK_K: tl.constexpr, RADIX_BITS: tl.constexpr,
+):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_L)
+    valid = offs < L
+    x = tl.load(x_ptr + row * stride_xb + offs, mask=valid, other=0.0)
+    skey = _ordered_key(x)
+    # Unsigned view of the same order; digits are taken from it most significant first.
+    ukey = skey.to(tl.uint32, bitcast=True) ^ 0x80000000
+
+    NUM_BINS: tl.constexpr = 1 << RADIX_BITS
+    bins = tl.arange(0, NUM_BINS)
+    prefix = tl.zeros((), dtype=tl.uint32)  # high digits of the threshold found so far
+    remaining = K  # how many winners are still to be found inside the current prefix
+    for p in tl.static_range(32 // RADIX_BITS):
+        shift = 32 - RADIX_BITS * (p + 1)
+        digit = ((ukey >> shift) & (NUM_BINS - 1)).to(tl.int32)
+        if p == 0:
+            live = valid
+        else:
+            live = valid & ((ukey >> (shift + RADIX_BITS)) == prefix)
+        hist = tl.histogram(digit, NUM_BINS, mask=live)
+        at_least = tl.cumsum(hist, 0, reverse=True)  # live keys with digit >= bin
+        chosen = tl.max(tl.where(at_least >= remaining, bins, -1), 0)
+        above = tl.sum(tl.where(bins == chosen, at_least - hist, 0), 0)
+        remaining = remaining - above
+        prefix = (prefix << RADIX_BITS) | chosen.to(tl.uint32)
+
+    # Winners: keys above the threshold, and the first `remaining` keys equal to it. One scan of
+    # (above << 0) + (equal << 16) yields both running counts (L < 65536 is checked on the host).
+    above_t = valid & (ukey > prefix)
+    equal_t = valid & (ukey == prefix)
+    counts = tl.cumsum(above_t.to(tl.int32) + (equal_t.to(tl.int32) << 16), 0)
+    n_above = counts & 0xFFFF
+    n_equal = counts >> 16
+    take = above_t | (equal_t & (n_equal <= remaining))
+    pos = n_above + tl.minimum(n_equal, remaining) - 1
+    packed = (skey.to(tl.int64) << 32) | offs.to(tl.int64)
+    idx_row = indices_ptr + row * stride_ib
+    tl.store(idx_row + pos, packed, mask=take)
+    # The compacted words were written by other threads of this program.
+    tl.debug_barrier()
+
+    offs_k = tl.arange(0, BLOCK_K)
+    in_k = offs_k < K
+    low = tl.full((BLOCK_K,), -9223372036854775808, dtype=tl.int64)
+    words = tl.load(idx_row + offs_k, mask=in_k, other=low)
+    words = tl.sort(words, descending=True)
+    tl.store(values_ptr + row * stride_vb + offs_k, _key_to_float((words >> 32).to(tl.int32)), mask=in_k)
+    tl.store(idx_row + offs_k, words & 0xFFFFFFFF, mask=in_k)
+
+
+def run(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.topk(x, k, dim=-1) for a 2-D float32 x: (values, int64 indices), sorted descending."""
+    if x.dim() != 2 or x.dtype != torch.float32:
+        raise ValueError("expects a 2-D float32 tensor")
+    b, length = x.shape
+    if not 0 < k <= length < 65536:
+        raise ValueError(f"need 0 < k <= L < 65536, got k={k}, L={length}")
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    values = torch.empty((b, k), device=x.device, dtype=x.dtype)
+    indices = torch.empty((b, k), device=x.device, dtype=torch.int64)
+    topk_radix_kernel[(b,)](
+        x, values, indices,
+        length, k,
+        x.stride(0), values.stride(0), indices.stride(0),
+        BLOCK_L=triton.next_power_of_2(length), BLOCK_K=triton.next_power_of_2(k),
+    )
+    return values, indices
