@@ -1,0 +1,387 @@
+"""The immutable, lossless kernel IR shared by the CUDA and Triton back-ends.
+
+A `KernelIR` keeps the exact source text plus a pre-order table of nodes. Node ids are pre-order
+indices, so a node's descendants are the contiguous id range `(id, end_id)`. Nodes are stored
+column-wise and materialized as `Node` values on first access: building the table is the hot
+path of parsing, and most callers touch only a few nodes.
+
+Positions are byte offsets into the UTF-8 source, `end` exclusive; lines are 1-indexed.
+"""
+from __future__ import annotations
+
+import bisect
+import enum
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, overload
+
+from kir.errors import BadInputError
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class Language(str, enum.Enum):
+    """Surface language of a kernel file."""
+
+    CUDA = "cuda"
+    TRITON = "triton"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Span:
+    """A half-open byte range `[start, end)` into the UTF-8 source."""
+
+    start: int
+    end: int
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    def contains(self, other: Span) -> bool:
+        """True when `other` lies inside this span (an empty span at the end counts)."""
+        return self.start <= other.start and other.end <= self.end
+
+    def overlaps(self, other: Span) -> bool:
+        """True when the two spans share at least one byte."""
+        return self.start < other.end and other.start < self.end
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One node of a `KernelIR`. `id` is its pre-order index; `parent` is None for the root."""
+
+    id: int
+    kind: str
+    grammar_type: str
+    name: str | None
+    span: Span
+    line: int
+    parent: int | None
+    children: tuple[int, ...]
+    attrs: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """Replace the bytes of `span` with `replacement` (an insertion when the span is empty)."""
+
+    span: Span
+    replacement: str
+
+
+@dataclass(slots=True)
+class Columns:
+    """Column-wise node table a back-end fills in pre-order (internal to `kir`)."""
+
+    kinds: list[str] = field(default_factory=list)
+    gtypes: list[str] = field(default_factory=list)
+    names: list[str | None] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)  # -1 for the root
+    attrs: dict[int, Mapping[str, Any]] = field(default_factory=dict)
+
+    def add(
+        self,
+        kind: str,
+        gtype: str,
+        name: str | None,
+        start: int,
+        end: int,
+        parent: int,
+        attrs: Mapping[str, Any] | None = None,
+    ) -> int:
+        nid = len(self.kinds)
+        self.kinds.append(kind)
+        self.gtypes.append(gtype)
+        self.names.append(name)
+        self.starts.append(start)
+        self.ends.append(end)
+        self.parents.append(parent)
+        if attrs:
+            self.attrs[nid] = MappingProxyType(dict(attrs))
+        return nid
+
+
+class _NodeView(Sequence[Node]):
+    """Read-only sequence of a KernelIR's nodes, materialized lazily."""
+
+    __slots__ = ("_ir",)
+
+    def __init__(self, ir: KernelIR) -> None:
+        self._ir = ir
+
+    def __len__(self) -> int:
+        return len(self._ir._cols.kinds)
+
+    @overload
+    def __getitem__(self, i: int) -> Node: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Node]: ...
+    def __getitem__(self, i: int | slice) -> Node | Sequence[Node]:
+        if isinstance(i, slice):
+            return [self._ir.node(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        return self._ir.node(i)
+
+    def __iter__(self) -> Iterator[Node]:
+        node = self._ir.node
+        for i in range(len(self)):
+            yield node(i)
+
+
+class KernelIR:
+    """An immutable parse of one kernel source in one language.
+
+    Callers may rely on: `unparse()` returns the input text byte for byte; node ids are
+    pre-order indices (root is 0) and stay valid for the life of this object; `apply(edits)`
+    returns a new KernelIR and leaves this one untouched; `error_nodes` counts tree-sitter
+    ERROR/MISSING nodes (always 0 for Triton, which refuses to parse invalid Python).
+    """
+
+    __slots__ = (
+        "language", "text", "source", "path", "error_nodes", "_cols", "_children", "_nodes",
+        "_line_starts", "_subtree_end", "_cache",
+    )
+
+    def __init__(
+        self,
+        language: Language,
+        text: str,
+        source: bytes,
+        path: str | None,
+        cols: Columns,
+        error_nodes: int = 0,
+    ) -> None:
+        self.language = language
+        self.text = text
+        self.source = source
+        self.path = path
+        self.error_nodes = error_nodes
+        self._cols = cols
+        n = len(cols.kinds)
+        children: list[list[int]] = [[] for _ in range(n)]
+        parents = cols.parents
+        for i in range(1, n):
+            children[parents[i]].append(i)
+        self._children = children
+        self._nodes: list[Node | None] = [None] * n
+        self._line_starts: list[int] | None = None
+        self._subtree_end: list[int] | None = None
+        self._cache: dict[str, Any] = {}  # lazily computed derived tables (hashes, ...)
+
+    # -- whole-source views -------------------------------------------------------------
+    def unparse(self) -> str:
+        """The source text, exactly as parsed."""
+        return self.text
+
+    @property
+    def nodes(self) -> Sequence[Node]:
+        """All nodes in pre-order (`nodes[i].id == i`)."""
+        return _NodeView(self)
+
+    @property
+    def root(self) -> Node:
+        return self.node(0)
+
+    def __len__(self) -> int:
+        return len(self._cols.kinds)
+
+    def __repr__(self) -> str:
+        return f"KernelIR({self.language.value}, {self.path or '<string>'}, {len(self)} nodes)"
+
+    # -- node access ----------------------------------------------------------------------
+    def node(self, nid: int) -> Node:
+        """The node with pre-order id `nid`."""
+        got = self._nodes[nid]
+        if got is None:
+            c = self._cols
+            parent = c.parents[nid]
+            got = Node(
+                nid,
+                c.kinds[nid],
+                c.gtypes[nid],
+                c.names[nid],
+                Span(c.starts[nid], c.ends[nid]),
+                self.line_of(c.starts[nid]),
+                None if parent < 0 else parent,
+                tuple(self._children[nid]),
+                c.attrs.get(nid, _EMPTY),
+            )
+            self._nodes[nid] = got
+        return got
+
+    def kind_of(self, nid: int) -> str:
+        return self._cols.kinds[nid]
+
+    def name_of(self, nid: int) -> str | None:
+        return self._cols.names[nid]
+
+    def grammar_type_of(self, nid: int) -> str:
+        return self._cols.gtypes[nid]
+
+    def span_of(self, nid: int) -> Span:
+        return Span(self._cols.starts[nid], self._cols.ends[nid])
+
+    def parent_of(self, nid: int) -> int | None:
+        p = self._cols.parents[nid]
+        return None if p < 0 else p
+
+    def children_of(self, nid: int) -> Sequence[int]:
+        return self._children[nid]
+
+    def attrs_of(self, nid: int) -> Mapping[str, Any]:
+        return self._cols.attrs.get(nid, _EMPTY)
+
+    def subtree_end(self, nid: int) -> int:
+        """One past the last pre-order id inside `nid`'s subtree."""
+        ends = self._subtree_end
+        if ends is None:
+            n = len(self)
+            ends = list(range(1, n + 1))
+            parents = self._cols.parents
+            for i in range(n - 1, 0, -1):
+                p = parents[i]
+                if ends[i] > ends[p]:
+                    ends[p] = ends[i]
+            self._subtree_end = ends
+        return ends[nid]
+
+    def node_text(self, node: Node | int) -> str:
+        """The exact source text of a node."""
+        nid = node if isinstance(node, int) else node.id
+        return self.source[self._cols.starts[nid] : self._cols.ends[nid]].decode("utf-8")
+
+    def line_of(self, offset: int) -> int:
+        """1-indexed line holding byte `offset`."""
+        starts = self._line_starts
+        if starts is None:
+            starts = [0]
+            src = self.source
+            i = src.find(b"\n")
+            while i >= 0:
+                starts.append(i + 1)
+                i = src.find(b"\n", i + 1)
+            self._line_starts = starts
+        return bisect.bisect_right(starts, offset)
+
+    def walk(self, start: Node | int = 0) -> Iterator[Node]:
+        """Nodes of the subtree rooted at `start`, in pre-order."""
+        sid = start if isinstance(start, int) else start.id
+        for i in range(sid, self.subtree_end(sid)):
+            yield self.node(i)
+
+    def find(self, kind: str | Iterable[str] | None = None, name: str | None = None) -> list[Node]:
+        """Nodes with the given kind (or any of several) and/or name, in pre-order."""
+        kinds = {kind} if isinstance(kind, str) else (set(kind) if kind is not None else None)
+        c = self._cols
+        return [
+            self.node(i)
+            for i in range(len(c.kinds))
+            if (kinds is None or c.kinds[i] in kinds) and (name is None or c.names[i] == name)
+        ]
+
+    def ancestors(self, node: Node | int) -> Iterator[int]:
+        """Ids of the proper ancestors of a node, nearest first."""
+        nid = node if isinstance(node, int) else node.id
+        parents = self._cols.parents
+        p = parents[nid]
+        while p >= 0:
+            yield p
+            p = parents[p]
+
+    # -- edits ----------------------------------------------------------------------------
+    def apply(self, edits: Iterable[Edit]) -> KernelIR:
+        """Apply span edits (reverse offset order) and parse the result in the same language.
+
+        Raises `BadInputError` for overlapping or out-of-range edits and `ParseError` when the
+        new text does not parse. This IR is not changed.
+        """
+        new_source = apply_edits(self.source, edits)
+        from kir.parse import parse  # parse imports this module
+
+        return parse(new_source.decode("utf-8"), language=self.language, path=self.path)
+
+
+def apply_edits(source: bytes, edits: Iterable[Edit]) -> bytes:
+    """New source bytes with `edits` applied; edits must not overlap (insertions may touch)."""
+    ordered = sorted(edits, key=lambda e: (e.span.start, e.span.end))
+    prev_end = 0
+    for e in ordered:
+        if e.span.start < 0 or e.span.end > len(source) or e.span.start > e.span.end:
+            raise BadInputError(f"edit span {e.span.start}..{e.span.end} is outside the source")
+        if e.span.start < prev_end:
+            raise BadInputError(f"edits overlap at byte {e.span.start}")
+        prev_end = e.span.end
+    out = source
+    # reverse order keeps the offsets of the edits not yet applied valid
+    for e in reversed(ordered):
+        out = out[: e.span.start] + e.replacement.encode("utf-8") + out[e.span.end :]
+    return out
+
+
+def _type_code(gtype: str, _codes: dict[str, int] = {}) -> int:  # noqa: B006 - memo
+    code = _codes.get(gtype)
+    if code is None:
+        code = _codes[gtype] = zlib.crc32(gtype.encode())
+    return code
+
+
+def structure_hashes(ir: KernelIR) -> list[int]:
+    """Per node, a hash of the subtree's shape (grammar types only, labels excluded).
+
+    Deterministic across processes (built from CRC32s and tuples of ints, which Python hashes
+    without a per-process salt), so it can be stored.
+    """
+    return _hashes(ir)[0]
+
+
+def label_hashes(ir: KernelIR) -> list[int]:
+    """Per node, a hash of the subtree including labels (leaf text, operator names)."""
+    return _hashes(ir)[1]
+
+
+def _hashes(ir: KernelIR) -> tuple[list[int], list[int]]:
+    got = ir._cache.get("hashes")
+    if got is None:
+        c = ir._cols
+        src = ir.source
+        children = ir._children
+        n = len(c.gtypes)
+        shape = [0] * n
+        label = [0] * n
+        for i in range(n - 1, -1, -1):
+            ch = children[i]
+            code = _type_code(c.gtypes[i])
+            if ch:
+                shape[i] = hash((code, *[shape[k] for k in ch]))
+                name = c.names[i]
+                own = zlib.crc32(name.encode()) if name else 0
+                label[i] = hash((code, own, *[label[k] for k in ch]))
+            else:
+                shape[i] = code
+                label[i] = hash((code, zlib.crc32(src[c.starts[i] : c.ends[i]])))
+        got = ir._cache["hashes"] = (shape, label)
+    return got
+
+
+def labels(ir: KernelIR) -> list[str]:
+    """Per node, the label a diff compares: leaf text, else the node's name (or "")."""
+    got = ir._cache.get("labels")
+    if got is None:
+        c = ir._cols
+        src = ir.source
+        children = ir._children
+        got = [
+            (src[c.starts[i]:c.ends[i]].decode("utf-8", "replace") if not children[i]
+             else (c.names[i] or ""))
+            for i in range(len(c.gtypes))
+        ]
+        ir._cache["labels"] = got
+    return got

@@ -1,0 +1,199 @@
+"""Triton / Python back-end: libcst -> `Columns`, byte spans from libcst position metadata.
+
+Whitespace, comments and operator tokens are not IR nodes (their bytes stay covered by the
+enclosing node's span); an operator is kept as the `name` of its expression so that a diff still
+sees `a + b` -> `a * b`. A function's span starts at its first decorator, so deleting or moving
+the node moves its decorators with it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import libcst as cst
+from libcst import _nodes as _cst_nodes
+from libcst.metadata import ByteSpanPositionProvider, MetadataWrapper
+
+from kir import kinds as K
+from kir.errors import ParseError
+from kir.ir import Columns
+
+KERNEL_DECORATORS = frozenset({"triton.jit", "jit", "triton.autotune", "autotune",
+                               "triton.heuristics", "heuristics", "triton.language.jit"})
+_TL = ("tl.", "triton.language.")
+_CONSTEXPR = frozenset({"tl.constexpr", "triton.language.constexpr", "constexpr"})
+_LOOPS = {"For": "for", "While": "while"}
+
+
+def dotted(expr: cst.CSTNode | None) -> str | None:
+    """`a.b.c` for a Name/Attribute chain, else None."""
+    parts: list[str] = []
+    while isinstance(expr, cst.Attribute):
+        parts.append(expr.attr.value)
+        expr = expr.value
+    if isinstance(expr, cst.Name):
+        parts.append(expr.value)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _target_name(expr: cst.CSTNode) -> str | None:
+    """What an assignment writes: `acc`, `self.x`, `a,b`, `buf` for `buf[i]`."""
+    if isinstance(expr, (cst.Tuple, cst.List)):
+        names = [_target_name(e.value) for e in expr.elements]
+        return ",".join(n or "?" for n in names)
+    while isinstance(expr, cst.Subscript):
+        expr = expr.value
+    return dotted(expr)
+
+
+def call_kind(callee: str) -> str:
+    """Normalized kind of a Triton call from its dotted callee."""
+    prefix, _, last = callee.rpartition(".")
+    if callee.startswith(_TL):
+        if last in ("dot", "dot_scaled"):
+            return K.DOT
+        if last == "debug_barrier":
+            return K.BARRIER
+        if last in ("load", "store"):
+            return K.LOAD if last == "load" else K.STORE
+    elif last in ("load", "store") and "desc" in prefix.lower():
+        # tensor-descriptor (TMA) methods: `a_desc.load([m, k])`
+        return K.LOAD if last == "load" else K.STORE
+    return K.CALL
+
+
+@functools.cache
+def _child_fields(cls: type) -> tuple[str, ...]:
+    """Fields of a libcst node class that can hold IR-relevant child nodes."""
+    skip = {"whitespace", "lpar", "rpar", "leading_lines", "lines_after_decorators", "header",
+            "footer", "comma", "semicolon", "equal", "star", "colon", "dot", "lbracket", "rbracket",
+            "lbrace", "rbrace"}
+    return tuple(
+        f.name for f in dataclasses.fields(cls)
+        if not f.name.startswith("whitespace") and f.name not in skip
+    )
+
+
+_SKIP_MODULES = (_cst_nodes.whitespace.__name__, _cst_nodes.op.__name__)
+
+
+@functools.cache
+def _is_trivia(cls: type) -> bool:
+    return cls.__module__ in _SKIP_MODULES
+
+
+def _children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    for fname in _child_fields(type(node)):
+        value = getattr(node, fname)
+        if isinstance(value, cst.CSTNode):
+            if not _is_trivia(type(value)):
+                yield value
+        elif isinstance(value, (tuple, list)):
+            for v in value:
+                if isinstance(v, cst.CSTNode) and not _is_trivia(type(v)):
+                    yield v
+
+
+def _classify(node: cst.CSTNode, t: str) -> tuple[str, str | None, dict[str, Any] | None]:
+    if t == "Name":
+        return K.NAME, node.value, None  # type: ignore[attr-defined]
+    if t in ("Integer", "Float", "Imaginary", "SimpleString", "ConcatenatedString",
+             "FormattedString"):
+        return K.LITERAL, None, None
+    if t == "Call":
+        func = node.func  # type: ignore[attr-defined]
+        kw = tuple(a.keyword.value for a in node.args if a.keyword is not None)  # type: ignore[attr-defined]
+        if isinstance(func, cst.Subscript):
+            target = dotted(func.value)
+            if target is not None:
+                return K.LAUNCH, target, {"callee": target, "keywords": kw}
+        callee = dotted(func)
+        if callee is None:
+            return K.CALL, None, {"callee": None, "keywords": kw}
+        return call_kind(callee), callee, {"callee": callee, "keywords": kw}
+    if t in _LOOPS:
+        attrs: dict[str, Any] = {"flavor": _LOOPS[t]}
+        if t == "For":
+            it = node.iter  # type: ignore[attr-defined]
+            attrs["iterator"] = dotted(it.func) if isinstance(it, cst.Call) else None
+            attrs["target"] = _target_name(node.target)  # type: ignore[attr-defined]
+        return K.LOOP, None, attrs
+    if t == "If":
+        return K.BRANCH, None, {"flavor": "if"}
+    if t in ("Assign", "AnnAssign", "AugAssign"):
+        if t == "Assign":
+            names = [_target_name(tg.target) for tg in node.targets]  # type: ignore[attr-defined]
+            name = ",".join(n or "?" for n in names)
+            op = "="
+        else:
+            name = _target_name(node.target)  # type: ignore[attr-defined]
+            op = type(node.operator).__name__ if t == "AugAssign" else "="  # type: ignore[attr-defined]
+        return K.ASSIGN, name, {"op": op}
+    if t == "FunctionDef":
+        decos = tuple(
+            dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "?"
+            for d in node.decorators  # type: ignore[attr-defined]
+        )
+        kind = K.KERNEL if any(d in KERNEL_DECORATORS for d in decos) else K.FUNCTION
+        return kind, node.name.value, {"decorators": decos}  # type: ignore[attr-defined]
+    if t == "Decorator":
+        d = node.decorator  # type: ignore[attr-defined]
+        return K.DECORATOR, dotted(d.func if isinstance(d, cst.Call) else d), None
+    if t == "Param":
+        ann = node.annotation  # type: ignore[attr-defined]
+        ann_name = dotted(ann.annotation) if ann is not None else None
+        kind = K.CONSTEXPR_PARAM if ann_name in _CONSTEXPR else K.PARAM
+        return kind, node.name.value, {"annotation": ann_name}  # type: ignore[attr-defined]
+    if t == "Return":
+        return K.RETURN, None, None
+    if t == "ClassDef":
+        return K.CLASS, node.name.value, None  # type: ignore[attr-defined]
+    if t in ("Import", "ImportFrom"):
+        return K.IMPORT, None, None
+    if t in ("BinaryOperation", "BooleanOperation", "UnaryOperation"):
+        return K.OTHER, type(node.operator).__name__, None  # type: ignore[attr-defined]
+    if t == "ComparisonTarget":
+        return K.OTHER, type(node.operator).__name__, None  # type: ignore[attr-defined]
+    if t == "Attribute":
+        return K.OTHER, None, None
+    if t == "Module":
+        return K.MODULE, None, None
+    return K.OTHER, None, None
+
+
+def build(text: str, source: bytes) -> Columns:
+    """Parse Python/Triton text; raises `ParseError` on a syntax error."""
+    try:
+        module = cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        raise ParseError(
+            f"Python syntax error at line {exc.raw_line}, column {exc.raw_column}: "
+            f"{exc.message}") from None
+    except RecursionError:
+        raise ParseError("Python source nests too deeply to parse") from None
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(ByteSpanPositionProvider)
+    cols = Columns()
+    add = cols.add
+    # explicit stack: kernels can nest deeply enough to hit Python's recursion limit otherwise
+    stack: list[tuple[cst.CSTNode, int]] = [(module, -1)]
+    while stack:
+        node, parent = stack.pop()
+        t = type(node).__name__
+        kind, name, attrs = _classify(node, t)
+        if parent < 0:
+            start, end = 0, len(source)
+        else:
+            pos = positions[node]
+            start, end = pos.start, pos.start + pos.length
+            if t in ("FunctionDef", "ClassDef") and node.decorators:  # type: ignore[attr-defined]
+                start = positions[node.decorators[0]].start  # type: ignore[attr-defined]
+        nid = add(kind, t, name, start, end, parent, attrs)
+        kids = list(_children(node))
+        if len(kids) > 1:
+            # dataclass field order is not always source order (e.g. FunctionDef.decorators)
+            kids.sort(key=lambda k: positions[k].start)
+        stack.extend((k, nid) for k in reversed(kids))
+    return cols
