@@ -1,0 +1,135 @@
+"""The gemm experts: Triton at the interpret tier (CPU), CUDA at the static tier (NVRTC, CPU),
+both at the real shape on a GPU (`-m gpu`)."""
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from experts.gemm import case
+
+GEMM_DIR = Path(__file__).resolve().parents[1] / "experts" / "gemm"
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.float() - ref.float()).norm() / ref.float().norm())
+
+
+@pytest.fixture()
+def interpreted_triton(monkeypatch: pytest.MonkeyPatch):
+    """gemm_triton imported with the Triton interpreter on (it reads TRITON_INTERPRET at import)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import experts.gemm.gemm_triton as module
+
+    module = importlib.reload(module)
+    yield module
+    monkeypatch.delenv("TRITON_INTERPRET")
+    importlib.reload(module)
+
+
+def test_case_declares_both_experts_and_they_exist() -> None:
+    assert case.EXPERTS == [("gemm_triton.py", "triton"), ("gemm_cuda.cu", "cuda")]
+    for filename, _ in case.EXPERTS:
+        assert (GEMM_DIR / filename).is_file()
+    assert (GEMM_DIR / "gemm_cuda.py").is_file()
+
+
+@pytest.mark.parametrize("shape", [
+    case.SMALL_SHAPES["default"],
+    {"M": 50, "N": 70, "K": 40, "dtype": "fp16"},    # not a multiple of any tile: masked path
+    {"M": 33, "N": 64, "K": 96, "dtype": "fp32"},
+])
+def test_triton_matches_reference_in_the_interpreter(interpreted_triton, shape: dict) -> None:
+    a, b = case.make_inputs(shape, seed=0, device="cpu")
+    out = interpreted_triton.run(a, b)
+    ref = case.reference(a, b)
+    assert out.shape == ref.shape and out.dtype == a.dtype
+    assert _rel_err(out, ref) <= case.TOLERANCE[shape["dtype"]]
+
+
+def test_triton_rejects_mismatched_operands(interpreted_triton) -> None:
+    with pytest.raises(ValueError):
+        interpreted_triton.run(torch.ones(4, 8), torch.ones(4, 8))
+
+
+def test_triton_expert_constructs_are_visible() -> None:
+    text = (GEMM_DIR / "gemm_triton.py").read_text()
+    for construct in ("@triton.autotune", "@triton.heuristics", "EVEN_K", "GROUP_M", "num_stages=",
+                      "tl.dot(", "BLOCK_K: tl.constexpr", "make_tensor_descriptor", "NUM_SMS"):
+        assert construct in text, construct
+
+
+def test_triton_through_the_gate_interpret_tier() -> None:
+    gate = pytest.importorskip("gate")
+    if not hasattr(gate, "check_file"):
+        pytest.skip("gate.check_file not available yet")
+    verdict = gate.check_file(GEMM_DIR / "gemm_triton.py", gate.load_case("gemm"), tier=gate.Tier.INTERPRET)
+    assert verdict.ok, verdict.reason
+
+
+def test_cuda_compiles_for_sm90a_with_the_expert_instructions() -> None:
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from experts.gemm import gemm_cuda
+
+    compiled = gemm_cuda.compile_kernels(arch="sm_90a")
+    ptx = compiled.ptx
+    for instr in ("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16",
+                  "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
+                  "cp.async.bulk.tensor.2d", "mbarrier.try_wait", "setmaxnreg",
+                  "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                  "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+                  "ldmatrix.sync.aligned.m8n8.x4.trans", "cp.async.cg.shared.global"):
+        assert instr in ptx, instr
+    resources = compiled.resources()
+    for kernel in ("gemm_wgmma_bf16", "gemm_wgmma_fp16", "gemm_mma_bf16", "gemm_mma_fp16"):
+        assert resources[kernel]["spill_stores"] == 0, kernel
+    # Four warpgroups' worth of accumulators must fit without serializing the wgmma pipeline.
+    assert "C7515" not in compiled.log
+
+
+def test_cuda_host_rejects_shapes_it_cannot_run() -> None:
+    from experts.gemm import gemm_cuda
+
+    a = torch.zeros(16, 12, dtype=torch.float16)
+    b = torch.zeros(12, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match="multiples of 8"):
+        gemm_cuda.run(a, b)
+    with pytest.raises(ValueError, match="bf16 or fp16"):
+        gemm_cuda.run(torch.zeros(16, 16), torch.zeros(16, 16))
+
+
+def test_cuda_through_the_gate_static_tier() -> None:
+    gate = pytest.importorskip("gate")
+    if not hasattr(gate, "check_file"):
+        pytest.skip("gate.check_file not available yet")
+    verdict = gate.check_file(GEMM_DIR / "gemm_cuda.cu", gate.load_case("gemm"), tier=gate.Tier.STATIC)
+    assert verdict.ok, verdict.reason
+
+
+def _gpu() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("interpreter on")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["triton", "cuda_wgmma", "cuda_mma"])
+@pytest.mark.parametrize("shape", [case.SHAPES["default"], {"M": 1000, "N": 1032, "K": 520, "dtype": "bf16"},
+                                   {"M": 200, "N": 264, "K": 136, "dtype": "fp16"}])
+def test_experts_on_the_gpu(kernel: str, shape: dict) -> None:
+    _gpu()
+    from experts.gemm import gemm_cuda, gemm_triton
+
+    if kernel.startswith("cuda_wgmma") and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma kernel is sm_90a only")
+    fn = {"triton": gemm_triton.run,
+          "cuda_wgmma": lambda a, b: gemm_cuda.matmul(a, b, "wgmma"),
+          "cuda_mma": lambda a, b: gemm_cuda.matmul(a, b, "mma")}[kernel]
+    for seed in (0, 1):
+        a, b = case.make_inputs(shape, seed, "cuda")
+        out = fn(a, b)
+        assert _rel_err(out, a.float() @ b.float()) <= case.TOLERANCE[shape["dtype"]]
