@@ -1,0 +1,1 @@
+"""Passes over Triton kernels (Python source with `@triton.jit` functions)."""

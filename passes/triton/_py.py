@@ -1,0 +1,185 @@
+"""Finding Triton constructs in Python source with byte positions (Python's `ast`).
+
+The rules of the Triton passes match on `ast` nodes (exact, position-carrying, and the
+same on Python 3.11 and 3.12) and edit bytes of the IR's source. `ast` column offsets are UTF-8
+byte offsets, so spans here are byte spans of `KernelIR.source`.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from passes._source import ByteEdit
+
+if TYPE_CHECKING:
+    from kir import KernelIR
+
+JIT_NAMES = frozenset({"triton.jit", "jit", "tl.jit", "triton.language.jit"})
+
+
+def dotted(expr: ast.AST) -> str:
+    """`tl.math.exp2` for an Attribute chain / Name; "" for anything else."""
+    parts: list[str] = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if isinstance(expr, ast.Name):
+        parts.append(expr.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def callee(call: ast.AST) -> str:
+    return dotted(call.func) if isinstance(call, ast.Call) else ""
+
+
+class PyModule:
+    """A parsed Triton module with byte spans for its nodes."""
+
+    def __init__(self, ir: KernelIR) -> None:
+        self.ir = ir
+        self.source: bytes = ir.source
+        self.tree = ast.parse(ir.text)
+        self._lines = [0]
+        for i, byte in enumerate(self.source):
+            if byte == 10:
+                self._lines.append(i + 1)
+        parents: dict[ast.AST, ast.AST] = {}
+        for node in ast.walk(self.tree):
+            for child in ast.iter_child_nodes(node):
+                parents[child] = node
+        self.parents = parents
+
+    # -- positions ----------------------------------------------------------------------
+    def start(self, node: ast.AST) -> int:
+        return self._lines[node.lineno - 1] + node.col_offset
+
+    def end(self, node: ast.AST) -> int:
+        return self._lines[node.end_lineno - 1] + node.end_col_offset
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return self.start(node), self.end(node)
+
+    def text(self, node: ast.AST) -> str:
+        return self.source[self.start(node):self.end(node)].decode("utf-8")
+
+    def stmt_span(self, node: ast.stmt) -> tuple[int, int]:
+        """The statement with its decorators (for a def) and its whole lines."""
+        first = node.decorator_list[0] if getattr(node, "decorator_list", None) else node
+        start = self._lines[first.lineno - 1]
+        end = self._lines[node.end_lineno] if node.end_lineno < len(self._lines) else len(self.source)
+        return start, end
+
+    # -- kernels and launches -----------------------------------------------------------
+    def functions(self) -> list[ast.FunctionDef]:
+        return [n for n in ast.walk(self.tree) if isinstance(n, ast.FunctionDef)]
+
+    def kernels(self) -> list[ast.FunctionDef]:
+        """Functions decorated with `triton.jit` (bare or called)."""
+        return [f for f in self.functions() if any(_decorator_name(d) in JIT_NAMES
+                                                   for d in f.decorator_list)]
+
+    def decorator(self, fn: ast.FunctionDef, suffix: str) -> ast.expr | None:
+        for dec in fn.decorator_list:
+            if _decorator_name(dec).split(".")[-1] == suffix:
+                return dec
+        return None
+
+    def launches(self, kernel: str) -> list[ast.Call]:
+        """Calls `kernel[grid](...)` anywhere in the module."""
+        return [n for n in ast.walk(self.tree)
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)
+                and dotted(n.func.value) == kernel]
+
+    def calls(self, root: ast.AST, names: set[str] | frozenset[str]) -> list[ast.Call]:
+        """Calls under `root` whose callee's dotted name is in `names`, in source order."""
+        found = [n for n in ast.walk(root) if isinstance(n, ast.Call) and callee(n) in names]
+        return sorted(found, key=self.start)
+
+    def enclosing(self, node: ast.AST, kind: type | tuple[type, ...]) -> ast.AST | None:
+        cur = self.parents.get(node)
+        while cur is not None and not isinstance(cur, kind):
+            cur = self.parents.get(cur)
+        return cur
+
+    def kernel_of(self, node: ast.AST) -> ast.FunctionDef | None:
+        kernels = set(map(id, self.kernels()))
+        cur = self.parents.get(node)
+        while cur is not None:
+            if isinstance(cur, ast.FunctionDef) and id(cur) in kernels:
+                return cur
+            cur = self.parents.get(cur)
+        return None
+
+    # -- argument lists -----------------------------------------------------------------
+    @staticmethod
+    def arguments(call: ast.Call) -> list[ast.AST]:
+        """Positional and keyword arguments in source order."""
+        items: list[ast.AST] = [*call.args, *call.keywords]
+        return sorted(items, key=lambda n: (n.lineno, n.col_offset))
+
+    @staticmethod
+    def keyword(call: ast.Call, name: str) -> ast.keyword | None:
+        return next((k for k in call.keywords if k.arg == name), None)
+
+    def remove_argument(self, call: ast.Call, node: ast.AST) -> ByteEdit:
+        """Delete one argument with the separator before it (or after it when first)."""
+        items = self.arguments(call)
+        i = items.index(node)
+        if i > 0:
+            return ByteEdit(self.end(items[i - 1]), self.end(node), "")
+        if len(items) > 1:
+            return ByteEdit(self.start(node), self.start(items[1]), "")
+        return ByteEdit(self.start(node), self.end(node), "")
+
+    def insert_argument(self, call: ast.Call, position: int, text: str) -> ByteEdit:
+        """Insert `text` as the argument at `position` (clamped to the argument count)."""
+        items = self.arguments(call)
+        position = max(0, min(position, len(items)))
+        if position > 0:
+            at = self.end(items[position - 1])
+            return ByteEdit(at, at, ", " + text)
+        if items:
+            at = self.start(items[0])
+            return ByteEdit(at, at, text + ", ")
+        at = self.end(call) - 1  # just before the closing parenthesis
+        return ByteEdit(at, at, text)
+
+
+def _decorator_name(dec: ast.expr) -> str:
+    return dotted(dec.func) if isinstance(dec, ast.Call) else dotted(dec)
+
+
+def literal_int(node: ast.AST | None) -> int | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    return None
+
+
+def names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def walk_stmts(body: list[ast.stmt]) -> Iterator[list[ast.stmt]]:
+    """Every statement list (block) under `body`, `body` first."""
+    yield body
+    for stmt in body:
+        for attr in ("body", "orelse", "finalbody"):
+            block = getattr(stmt, attr, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                yield from walk_stmts(block)
+        for handler in getattr(stmt, "handlers", []) or []:
+            yield from walk_stmts(handler.body)
+
+
+def normalized(text: str) -> str:
+    """The formatting-free form of Python source (its AST dump): equal for programs that
+    differ only in whitespace, comments, trailing commas or parentheses."""
+    return _dump(text)
+
+
+@functools.lru_cache(maxsize=64)
+def _dump(text: str) -> str:
+    return ast.dump(ast.parse(text))

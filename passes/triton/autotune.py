@@ -1,0 +1,237 @@
+"""Autotuning of a Triton kernel: a config list searched at launch <-> one pinned config.
+
+De-optimization keeps the first config (the one an expert lists first is its best guess):
+- a literal config list: the `@triton.autotune(...)` decorator is removed and the first config's
+  values become keyword arguments of every launch of the kernel;
+- a config list built by code (`configs=_configs()`): it is pinned to its first element
+  (`configs=_configs()[:1]`), since its values are only known when the module runs.
+Optimization restores the recorded decorator (or removes the pin); without a recorded
+decorator it builds a standard Hopper config list around the pinned launch values.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from passes._source import ByteEdit, finish, indent_of, line_start, make_site
+from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
+from passes.triton._py import PyModule, callee, literal_int
+from passes.triton.launch import CONFIG_NAMES, TRITON, tile_name
+
+if TYPE_CHECKING:
+    from anchors import AnchorIndex
+    from kir import KernelIR
+
+LAUNCH_META = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+# (num_warps, num_stages) variants the default Hopper list tries around the pinned config.
+HOPPER_VARIANTS = ((4, 3), (8, 3), (4, 4), (8, 4))
+
+
+def _is_pin(expr: ast.AST) -> bool:
+    """`E[:1]`: a config list pinned to its first element."""
+    return (isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Slice)
+            and expr.slice.lower is None and expr.slice.step is None
+            and literal_int(expr.slice.upper) == 1)
+
+
+def _literal_configs(expr: ast.AST) -> list[ast.Call] | None:
+    if isinstance(expr, ast.List) and expr.elts and all(
+            isinstance(e, ast.Call) and callee(e) in CONFIG_NAMES for e in expr.elts):
+        return list(expr.elts)
+    return None
+
+
+def _config_values(mod: PyModule, config: ast.Call) -> list[tuple[str, str]] | None:
+    """(name, value source) of a literal `triton.Config({...}, num_warps=..)`, or None."""
+    if not config.args or not isinstance(config.args[0], ast.Dict):
+        return None
+    values: list[tuple[str, str]] = []
+    for key, val in zip(config.args[0].keys, config.args[0].values):
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+            return None
+        values.append((key.value, mod.text(val)))
+    for kw in config.keywords:
+        if kw.arg in LAUNCH_META:
+            values.append((kw.arg, mod.text(kw.value)))
+        elif kw.arg is not None and kw.arg != "pre_hook":
+            return None
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class Autotune(Pass):
+    """`@triton.autotune` over a config list <-> one pinned config."""
+
+    decorator: str = ""
+    """The exact decorator text to restore (recorded by a de-optimization); empty: build the
+    default Hopper config list."""
+    index: int = 0
+    """Position of the autotune decorator in the kernel's decorator list."""
+    pinned: str = ""
+    """How the config was pinned: "slice" (`configs=E[:1]`) or the comma-separated launch
+    keywords the de-optimization added."""
+
+    name: ClassVar[str] = "autotune"
+    category: ClassVar[Category] = Category.EXPRESSION
+    summary: ClassVar[str] = "autotune over a config list <-> one pinned config"
+    requires: ClassVar[tuple[str, ...]] = ("tiled",)
+    provides: ClassVar[tuple[str, ...]] = ("autotuned",)
+    languages: ClassVar[tuple[str, ...]] = TRITON
+    platforms: ClassVar[tuple[str, ...]] = ("*",)
+    preconditions: ClassVar[tuple[str, ...]] = ("launches >= 1",)
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        mod = PyModule(ir)
+        out: list[Site] = []
+        for kernel in mod.kernels():
+            dec = mod.decorator(kernel, "autotune")
+            locus = mod.span(kernel)
+            launches = mod.launches(kernel.name)
+            span = (min([mod.stmt_span(kernel)[0], *(mod.start(c) for c in launches)]),
+                    max([mod.end(kernel), *(mod.end(c) for c in launches)]))
+            detail = {"kernel": kernel.name, "launches": len(launches)}
+            if dec is None:
+                pinned = [kw.arg for c in launches for kw in c.keywords
+                          if kw.arg and (tile_name(kw.arg) or kw.arg in LAUNCH_META)]
+                if pinned:
+                    out.append(make_site(self.name, ir, index, span, False,
+                                         {**detail, "pinned": sorted(set(pinned))}, locus))
+                continue
+            configs = self._configs_kw(dec)
+            if configs is None:
+                continue
+            if _is_pin(configs.value):
+                out.append(make_site(self.name, ir, index, span, False,
+                                     {**detail, "pinned": "slice"}, locus))
+                continue
+            literal = _literal_configs(configs.value)
+            if literal is not None and len(literal) <= 1:
+                continue  # one config: nothing is tuned
+            detail["configs"] = len(literal) if literal is not None else "computed"
+            out.append(make_site(self.name, ir, index, span, True, detail, locus))
+        return out
+
+    @staticmethod
+    def _configs_kw(dec: ast.expr) -> ast.keyword | None:
+        if not isinstance(dec, ast.Call):
+            return None
+        kw = next((k for k in dec.keywords if k.arg == "configs"), None)
+        if kw is None and dec.args:
+            return ast.keyword(arg="configs", value=dec.args[0])
+        return kw
+
+    def _kernel(self, mod: PyModule, site: Site) -> ast.FunctionDef | None:
+        name = site.detail.get("kernel")
+        return next((k for k in mod.kernels() if k.name == name), None)
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        mod = PyModule(ir)
+        kernel = self._kernel(mod, site)
+        dec = mod.decorator(kernel, "autotune") if kernel is not None else None
+        configs = self._configs_kw(dec) if dec is not None else None
+        if configs is None:
+            return Skipped("no autotune decorator with a config list at the site",
+                           {"site": site.anchor})
+        launches = mod.launches(kernel.name)
+        results, skip = self.check(ctx, {"launches": len(launches)})
+        if skip:
+            return skip
+        literal = _literal_configs(configs.value)
+        values = _config_values(mod, literal[0]) if literal else None
+        if values is None:  # computed list: pin its first element in place
+            end = mod.end(configs.value)
+            return finish(ir, site, [ByteEdit(end, end, "[:1]")],
+                          options={"pinned": "slice"}, preconditions=results)
+        names = {n for n, _ in values}
+        for call in launches:
+            clash = names & {kw.arg for kw in call.keywords}
+            if clash:
+                return Skipped("a launch already passes a tuned parameter",
+                               {"kernel": kernel.name, "parameters": sorted(clash)})
+        start = line_start(mod.source, mod.start(dec))
+        dec_index = kernel.decorator_list.index(dec)
+        following = (kernel.decorator_list[dec_index + 1]
+                     if dec_index + 1 < len(kernel.decorator_list) else kernel)
+        end = line_start(mod.source, mod.start(following))
+        removed = mod.source[start:end].decode("utf-8")
+        pins = ", ".join(f"{n}={v}" for n, v in values)
+        edits = [ByteEdit(start, end, "")]
+        for call in launches:
+            edits.append(mod.insert_argument(call, len(mod.arguments(call)), pins))
+        return finish(ir, site, edits, preconditions=results, options={
+            "decorator": removed, "index": dec_index, "pinned": ",".join(n for n, _ in values)})
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        mod = PyModule(ir)
+        kernel = self._kernel(mod, site)
+        if kernel is None:
+            return Skipped("no kernel at the site", {"site": site.anchor})
+        dec = mod.decorator(kernel, "autotune")
+        if dec is not None:
+            configs = self._configs_kw(dec)
+            if configs is None or not _is_pin(configs.value):
+                return Skipped("the kernel is already autotuned", {"kernel": kernel.name})
+            value = configs.value
+            return finish(ir, site, [ByteEdit(mod.end(value.value), mod.end(value), "")])
+        launches = mod.launches(kernel.name)
+        if not launches:
+            return Skipped("the kernel is never launched in this module", {"kernel": kernel.name})
+        if self.decorator:
+            names = [n for n in self.pinned.split(",") if n]
+            text = self.decorator
+        else:
+            names, text = self._default_decorator(mod, kernel, launches)
+            if not names:
+                return Skipped("no pinned tile sizes to tune", {"kernel": kernel.name})
+        edits = []
+        for call in launches:
+            for kw in call.keywords:
+                if kw.arg in names:
+                    edits.append(mod.remove_argument(call, kw))
+        position = min(self.index, len(kernel.decorator_list))
+        anchor_node = kernel.decorator_list[position] if position < len(kernel.decorator_list) else kernel
+        at = line_start(mod.source, mod.start(anchor_node))
+        edits.append(ByteEdit(at, at, text))
+        return finish(ir, site, _merge_removals(edits))
+
+    def _default_decorator(self, mod: PyModule, kernel: ast.FunctionDef,
+                           launches: list[ast.Call]) -> tuple[list[str], str]:
+        pinned: dict[str, str] = {}
+        for kw in launches[0].keywords:
+            if kw.arg and tile_name(kw.arg) and literal_int(kw.value) is not None:
+                pinned[kw.arg] = mod.text(kw.value)
+            elif kw.arg in ("num_warps", "num_stages") and literal_int(kw.value) is not None:
+                pinned[kw.arg] = mod.text(kw.value)
+        tiles = {k: v for k, v in pinned.items() if k not in LAUNCH_META}
+        if not tiles:
+            return [], ""
+        first = (int(pinned.get("num_warps", 4)), int(pinned.get("num_stages", 3)))
+        variants = [first] + [v for v in HOPPER_VARIANTS if v != first]
+        meta = "{" + ", ".join(f'"{k}": {v}' for k, v in tiles.items()) + "}"
+        indent = indent_of(mod.source, mod.start(kernel))
+        lines = [f"{indent}    triton.Config({meta}, num_warps={w}, num_stages={s}),"
+                 for w, s in variants]
+        constexprs = {a.arg for a in kernel.args.args if _is_constexpr(a)}
+        keys = [a.arg for a in kernel.args.args
+                if a.arg not in constexprs and a.arg.isupper() and len(a.arg) <= 2]
+        text = (f"{indent}@triton.autotune(configs=[\n" + "\n".join(lines) + "\n"
+                f"{indent}], key={keys!r})\n")
+        return list(pinned), text
+
+
+def _is_constexpr(arg: ast.arg) -> bool:
+    return arg.annotation is not None and "constexpr" in ast.dump(arg.annotation)
+
+
+def _merge_removals(edits: list[ByteEdit]) -> list[ByteEdit]:
+    """Adjacent argument removals of one call can touch: merge them so they do not overlap."""
+    edits = sorted(edits, key=lambda e: (e.start, e.end))
+    merged: list[ByteEdit] = []
+    for e in edits:
+        if merged and e.start < merged[-1].end and not e.text and not merged[-1].text:
+            last = merged.pop()
+            merged.append(ByteEdit(last.start, max(last.end, e.end), ""))
+        else:
+            merged.append(e)
+    return merged

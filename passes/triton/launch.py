@@ -1,0 +1,306 @@
+"""Launch-parameter passes of Triton kernels: tile sizes, warps, software pipelining.
+
+Their values live in three places, all handled alike: keyword arguments of a launch
+(`kernel[grid](..., BLOCK_M=128, num_warps=8)`), entries of `triton.Config({...}, num_warps=8,
+num_stages=3)` (in any config list, literal or built by a function), and, for pipelining,
+`tl.range(..., num_stages=3)` loops inside a kernel. A site is one literal value.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from passes._source import ByteEdit, finish, make_site
+from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
+from passes.triton._py import PyModule, callee, literal_int
+
+if TYPE_CHECKING:
+    from anchors import AnchorIndex
+    from kir import KernelIR
+
+TRITON: tuple[str, ...] = ("triton",)
+CONFIG_NAMES = frozenset({"triton.Config", "Config"})
+RANGE_NAMES = frozenset({"tl.range", "triton.language.range"})
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A call that carries launch parameters: a kernel launch or a `triton.Config`."""
+
+    call: ast.Call
+    kind: str  # "launch" | "config"
+    kernel: ast.FunctionDef | None  # the launched kernel (launch holders)
+
+
+def holders(mod: PyModule) -> list[Holder]:
+    """Every launch of a jit kernel and every `triton.Config(...)` call, in source order."""
+    found: list[Holder] = []
+    for kernel in mod.kernels():
+        found.extend(Holder(call, "launch", kernel) for call in mod.launches(kernel.name))
+    found.extend(Holder(call, "config", None) for call in mod.calls(mod.tree, CONFIG_NAMES))
+    return sorted(found, key=lambda h: mod.start(h.call))
+
+
+def autotuned(mod: PyModule, kernel: ast.FunctionDef | None) -> bool:
+    return kernel is not None and mod.decorator(kernel, "autotune") is not None
+
+
+def tile_name(name: str) -> bool:
+    """Names the tile-size pass treats as tile sizes (`BLOCK_M`, `BLOCK_SIZE_K`, `TILE_N`)."""
+    upper = name.upper()
+    return name.isupper() and ("BLOCK" in upper or "TILE" in upper)
+
+
+def _value_edit(mod: PyModule, node: ast.AST, value: int) -> ByteEdit:
+    start, end = mod.span(node)
+    return ByteEdit(start, end, str(value))
+
+
+def _find_site(mod: PyModule, site: Site) -> ast.AST | None:
+    """The literal node the site was built on (by its recorded byte span)."""
+    want = tuple(site.detail.get("value_span", ()))
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Constant) and hasattr(node, "lineno") and mod.span(node) == want:
+            return node
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TileSizes(Pass):
+    """Tile sizes (block constexprs): de-optimization halves a tile, optimization doubles it
+    (or sets the recorded size)."""
+
+    value: int = 0
+    """The tile size to set; 0 = twice the current size (optimize) / half of it (deoptimize)."""
+    floor: int = 16
+    """The smallest tile a de-optimization produces (tl.dot needs 16)."""
+    cap: int = 256
+    """The largest tile an optimization without a recorded size produces."""
+
+    name: ClassVar[str] = "tile-sizes"
+    category: ClassVar[Category] = Category.STAGING
+    summary: ClassVar[str] = "grow/shrink BLOCK_* tile constexprs (launch kwargs, configs, defaults)"
+    provides: ClassVar[tuple[str, ...]] = ("tiled",)
+    languages: ClassVar[tuple[str, ...]] = TRITON
+    platforms: ClassVar[tuple[str, ...]] = ("*",)
+    preconditions: ClassVar[tuple[str, ...]] = ("pow2(tile)", "tile >= 16")
+
+    def _literals(self, mod: PyModule) -> list[tuple[str, ast.Constant, ast.AST]]:
+        """(tile name, its int literal, the construct holding it)."""
+        found: list[tuple[str, ast.Constant, ast.AST]] = []
+        for holder in holders(mod):
+            call = holder.call
+            if holder.kind == "config" and call.args and isinstance(call.args[0], ast.Dict):
+                for key, val in zip(call.args[0].keys, call.args[0].values):
+                    if (isinstance(key, ast.Constant) and isinstance(key.value, str)
+                            and tile_name(key.value) and literal_int(val) is not None):
+                        found.append((key.value, val, call))
+            elif holder.kind == "launch":
+                for kw in call.keywords:
+                    if kw.arg and tile_name(kw.arg) and literal_int(kw.value) is not None:
+                        found.append((kw.arg, kw.value, call))
+        for kernel in mod.kernels():
+            args = kernel.args
+            defaults = args.defaults
+            params = args.args[len(args.args) - len(defaults):]
+            for param, default in zip(params, defaults):
+                if tile_name(param.arg) and literal_int(default) is not None:
+                    found.append((param.arg, default, kernel))
+        return found
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        mod = PyModule(ir)
+        out: list[Site] = []
+        for name, lit, holder in self._literals(mod):
+            value = lit.value
+            span = mod.span(lit)
+            detail = {"tile": name, "size": value, "value_span": list(span)}
+            if value > self.floor:
+                out.append(make_site(self.name, ir, index, span, True, detail, mod.span(holder)))
+            if value < self.cap:
+                out.append(make_site(self.name, ir, index, span, False, detail, mod.span(holder)))
+        return out
+
+    def _resize(self, ir: KernelIR, site: Site, ctx: PassContext | None, grow: bool) -> PassResult:
+        mod = PyModule(ir)
+        node = _find_site(mod, site)
+        if node is None:
+            return Skipped("the tile literal is not at the site", {"site": site.anchor})
+        current = node.value
+        target = self.value or (current * 2 if grow else current // 2)
+        if not grow:
+            target = max(target, self.floor)
+        facts = {"tile": target, site.detail.get("tile", "tile"): target}
+        results, skip = self.check(ctx, facts)
+        if skip:
+            return skip
+        if target == current:
+            return Skipped(f"{site.detail.get('tile')} is already {current}", {"tile": current})
+        return finish(ir, site, [_value_edit(mod, node, target)], options={"value": current},
+                      preconditions=results)
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        return self._resize(ir, site, ctx, grow=False)
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        return self._resize(ir, site, ctx, grow=True)
+
+
+# ---------------------------------------------------------------------------------------------
+class _KeywordPass(Pass):
+    """A launch keyword (`num_warps`, `num_stages`) found in launches and configs."""
+
+    __slots__ = ()
+    keyword_name: ClassVar[str] = ""
+
+    def _holders(self, mod: PyModule) -> list[Holder]:
+        # a launch of an autotuned kernel cannot carry meta-parameters its configs set
+        return [h for h in holders(mod) if not (h.kind == "launch" and autotuned(mod, h.kernel))]
+
+    def _site_of(self, ir: KernelIR, index: AnchorIndex | None, mod: PyModule, call: ast.Call,
+                 present: bool, detail: dict) -> Site:
+        detail = {"holder": callee(call) or mod.text(call.func), **detail}
+        return make_site(self.name, ir, index, mod.span(call), present, detail)
+
+    def _holder_at(self, mod: PyModule, site: Site) -> ast.Call | None:
+        for node in ast.walk(mod.tree):
+            if isinstance(node, ast.Call) and mod.span(node) == tuple(site.span):
+                return node
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class NumWarps(_KeywordPass):
+    """Warps per program: de-optimization drops an explicit `num_warps` (Triton's default of 4
+    applies), optimization sets it (at the recorded argument position)."""
+
+    value: int = 8
+    """The number of warps an optimization sets."""
+    position: int = -1
+    """Where the keyword goes in the argument list (-1: last)."""
+
+    name: ClassVar[str] = "num-warps"
+    category: ClassVar[Category] = Category.COMPUTE
+    summary: ClassVar[str] = "explicit num_warps on launches / configs"
+    keyword_name: ClassVar[str] = "num_warps"
+    requires: ClassVar[tuple[str, ...]] = ("tiled",)
+    provides: ClassVar[tuple[str, ...]] = ("warps-tuned",)
+    languages: ClassVar[tuple[str, ...]] = TRITON
+    platforms: ClassVar[tuple[str, ...]] = ("*",)
+    preconditions: ClassVar[tuple[str, ...]] = ("pow2(num_warps) and num_warps <= 32",)
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        mod = PyModule(ir)
+        out: list[Site] = []
+        for holder in self._holders(mod):
+            kw = mod.keyword(holder.call, "num_warps")
+            value = literal_int(kw.value) if kw is not None else None
+            if kw is None:
+                out.append(self._site_of(ir, index, mod, holder.call, False, {}))
+            elif value is not None and value != 4:
+                out.append(self._site_of(ir, index, mod, holder.call, True, {"num_warps": value}))
+        return out
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        mod = PyModule(ir)
+        call = self._holder_at(mod, site)
+        kw = mod.keyword(call, "num_warps") if call is not None else None
+        if kw is None or literal_int(kw.value) is None:
+            return Skipped("no literal num_warps at the site", {"site": site.anchor})
+        position = mod.arguments(call).index(kw)
+        return finish(ir, site, [mod.remove_argument(call, kw)],
+                      options={"value": kw.value.value, "position": position})
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        mod = PyModule(ir)
+        call = self._holder_at(mod, site)
+        if call is None:
+            return Skipped("no launch or config at the site", {"site": site.anchor})
+        if mod.keyword(call, "num_warps") is not None:
+            return Skipped("num_warps is already set", {"site": site.anchor})
+        results, skip = self.check(ctx, {"num_warps": self.value})
+        if skip:
+            return skip
+        position = self.position if self.position >= 0 else len(mod.arguments(call))
+        edit = mod.insert_argument(call, position, f"num_warps={self.value}")
+        return finish(ir, site, [edit], options={}, preconditions=results)
+
+
+@dataclass(frozen=True, slots=True)
+class SoftwarePipelining(_KeywordPass):
+    """Software pipelining depth: de-optimization sets `num_stages=1` (no prefetch) on a
+    launch, a config or a `tl.range` loop; optimization restores the recorded depth, or turns
+    a kernel loop over loads into `tl.range(..., num_stages=stages)`."""
+
+    stages: int = 3
+    """The pipeline depth an optimization sets."""
+
+    name: ClassVar[str] = "software-pipelining"
+    category: ClassVar[Category] = Category.STAGING
+    summary: ClassVar[str] = "num_stages on launches / configs / tl.range loops"
+    keyword_name: ClassVar[str] = "num_stages"
+    requires: ClassVar[tuple[str, ...]] = ("tiled",)
+    provides: ClassVar[tuple[str, ...]] = ("pipelined",)
+    languages: ClassVar[tuple[str, ...]] = TRITON
+    platforms: ClassVar[tuple[str, ...]] = ("cuda",)
+    preconditions: ClassVar[tuple[str, ...]] = ("stages <= 1 or arch >= sm_80",)
+
+    def _calls(self, mod: PyModule) -> list[ast.Call]:
+        calls = [h.call for h in self._holders(mod)]
+        for kernel in mod.kernels():
+            calls.extend(mod.calls(kernel, RANGE_NAMES))
+        return calls
+
+    def _loops(self, mod: PyModule) -> list[ast.For]:
+        """Kernel loops over plain `range(...)` whose body loads memory."""
+        out = []
+        for kernel in mod.kernels():
+            for node in ast.walk(kernel):
+                if (isinstance(node, ast.For) and isinstance(node.iter, ast.Call)
+                        and callee(node.iter) == "range"
+                        and any(callee(c) in {"tl.load"} or callee(c).endswith(".load")
+                                for c in ast.walk(node) if isinstance(c, ast.Call))):
+                    out.append(node)
+        return out
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        mod = PyModule(ir)
+        out: list[Site] = []
+        for call in self._calls(mod):
+            kw = mod.keyword(call, "num_stages")
+            value = literal_int(kw.value) if kw is not None else None
+            if value is None:
+                continue
+            detail = {"num_stages": value, "value_span": list(mod.span(kw.value))}
+            out.append(self._site_of(ir, index, mod, call, value > 1, detail))
+        for loop in self._loops(mod):
+            out.append(make_site(self.name, ir, index, mod.span(loop.iter), False,
+                                 {"loop": mod.text(loop.target)}, mod.span(loop)))
+        return out
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        mod = PyModule(ir)
+        node = _find_site(mod, site)
+        if node is None or literal_int(node) is None or node.value <= 1:
+            return Skipped("no pipelined num_stages at the site", {"site": site.anchor})
+        return finish(ir, site, [_value_edit(mod, node, 1)], options={"stages": node.value})
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        mod = PyModule(ir)
+        results, skip = self.check(ctx, {"stages": self.stages})
+        if skip:
+            return skip
+        node = _find_site(mod, site)
+        if node is not None:
+            if node.value == self.stages:
+                return Skipped(f"num_stages is already {self.stages}", {"num_stages": node.value})
+            return finish(ir, site, [_value_edit(mod, node, self.stages)], preconditions=results)
+        call = self._holder_at(mod, site)
+        if call is None or callee(call) != "range":
+            return Skipped("no loop or num_stages at the site", {"site": site.anchor})
+        start, _ = mod.span(call.func)
+        edits = [ByteEdit(start, mod.end(call.func), "tl.range"),
+                 mod.insert_argument(call, len(mod.arguments(call)), f"num_stages={self.stages}")]
+        return finish(ir, site, edits, preconditions=results)
