@@ -1,0 +1,64 @@
+"""The `fmha` workload: fused multi-head attention forward, softmax(Q K^T / sqrt(d)) V.
+
+A case module is plain data plus three functions; it imports torch and nothing of KLineage.
+See docs/INTERFACES.md ("Case modules") for the contract every case follows. Tensors are laid
+out as scaled_dot_product_attention takes them: (batch, heads, seq, head_dim).
+"""
+from __future__ import annotations
+
+import torch
+
+NAME = "fmha"
+DESCRIPTION = "multi-head attention forward (flash attention), causal and non-causal"
+PLATFORM = "cuda"
+REFERENCE_NAME = "torch scaled_dot_product_attention, flash back-end"
+
+SHAPES = {
+    "causal": {"B": 8, "H": 64, "S": 2048, "D": 128, "causal": True, "dtype": "fp16"},
+    "noncausal": {"B": 8, "H": 64, "S": 2048, "D": 128, "causal": False, "dtype": "fp16"},
+}
+# Sequence lengths that are not multiples of any tile, so the masked paths are exercised.
+SMALL_SHAPES = {
+    "causal": {"B": 1, "H": 2, "S": 100, "D": 64, "causal": True, "dtype": "fp16"},
+    "noncausal": {"B": 1, "H": 2, "S": 72, "D": 64, "causal": False, "dtype": "fp16"},
+}
+
+TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3, "fp32": 1e-4}
+
+EXPERTS = [("fmha_triton.py", "triton")]
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def make_inputs(shape: dict, seed: int, device: str) -> tuple:
+    """(q, k, v, causal): three (B, H, S, D) tensors of standard normals and the causal flag."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    dt = _DTYPES[shape["dtype"]]
+    dims = (shape["B"], shape["H"], shape["S"], shape["D"])
+    q, k, v = (torch.randn(dims, generator=g).to(device=device, dtype=dt) for _ in range(3))
+    return (q, k, v, bool(shape["causal"]))
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """SDPA with the flash back-end on a GPU; the fp32 math path on a CPU (small shapes only)."""
+    import torch.nn.functional as F
+
+    if q.device.type == "cpu":
+        out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+        return out.to(q.dtype)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def flops(shape: dict) -> float:
+    """Two matrix products of 2*S*S*D each per head; causal attention does half of them."""
+    full = 4.0 * shape["B"] * shape["H"] * shape["S"] * shape["S"] * shape["D"]
+    return full / 2.0 if shape["causal"] else full
+
+
+def bytes_moved(shape: dict) -> float:
+    """Q, K, V read once and O written once."""
+    size = {"bf16": 2, "fp16": 2, "fp32": 4}[shape["dtype"]]
+    return float(4 * size * shape["B"] * shape["H"] * shape["S"] * shape["D"])
