@@ -1,0 +1,165 @@
+"""Benchmark the conv2d Triton expert against cuDNN (torch.nn.functional.conv2d, channels-last).
+
+Standalone (needs only torch, triton and this repository on disk); run on a CUDA machine:
+
+    python3 bench/bench_conv2d.py --json bench/results/conv2d.json --md bench/results/conv2d.md
+
+It checks correctness first (3 seeds, against an fp32 convolution of the same fp16 inputs, for
+the expert and for cuDNN alike), then times with triton.testing.do_bench (median, L2 flushed
+before every repetition) the expert and the reference in this one process, reports every
+autotuned config's time, and the two floors: FLOPs over the measured bf16 matrix rate and bytes
+over the measured device-to-device copy bandwidth.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+import triton
+from triton.testing import do_bench
+
+ROOT = Path(__file__).resolve().parents[1]
+CASE_DIR = ROOT / "experts" / "conv2d"
+
+
+def load_module(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def median_ms(fn) -> float:
+    return float(do_bench(fn, warmup=50, rep=300, return_mode="median"))
+
+
+def measure_ceilings() -> dict[str, float]:
+    """Copy bandwidth (bytes read + written per second) and bf16 dense matrix rate, measured."""
+    src = torch.empty(1 << 28, dtype=torch.float32, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    copy_ms = median_ms(lambda: dst.copy_(src))
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    mm_ms = median_ms(lambda: a @ b)
+    return {
+        "copy_bytes_per_s": 2 * src.numel() * 4 / (copy_ms * 1e-3),
+        "matrix_flop_per_s": 2 * 8192**3 / (mm_ms * 1e-3),
+    }
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref.double()).norm() / ref.double().norm())
+
+
+def config_timings(kernel) -> list[dict]:
+    """Every autotuned config with its median time (ms), fastest first."""
+    rows = []
+    for cfg, t in getattr(kernel, "configs_timings", {}).items():
+        ms = t[0] if isinstance(t, (list, tuple)) else t
+        rows.append({"config": str(cfg), "ms": float(ms)})
+    return sorted(rows, key=lambda r: r["ms"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--md", type=Path, help="write a markdown table here")
+    args = ap.parse_args(argv)
+
+    case = load_module(CASE_DIR / "case.py")
+    expert = load_module(CASE_DIR / "conv2d_triton.py")
+    shape = case.SHAPES["default"]
+    tol = case.TOLERANCE[shape["dtype"]]
+
+    # The exact reference is a true fp32 convolution, not TF32 (cuDNN's default for fp32).
+    torch.backends.cudnn.allow_tf32 = False
+    checks = []
+    for seed in (0, 1, 2):
+        x, w = case.make_inputs(shape, seed, "cuda")
+        exact = F.conv2d(x.float(), w.float(), padding=(w.shape[2] // 2, w.shape[3] // 2))
+        out = expert.run(x, w)
+        ref = case.reference(x, w)
+        checks.append({"seed": seed, "expert_err": rel_err(out, exact), "cudnn_err": rel_err(ref, exact),
+                       "shape_ok": tuple(out.shape) == tuple(ref.shape)})
+    correct = all(c["shape_ok"] and c["expert_err"] <= tol for c in checks)
+
+    x, w = case.make_inputs(shape, 0, "cuda")
+    pad = (w.shape[2] // 2, w.shape[3] // 2)
+    timings: dict[str, float] = {}
+    torch.backends.cudnn.benchmark = False
+    timings["cudnn_nhwc_default"] = median_ms(lambda: case.reference(x, w))
+    torch.backends.cudnn.benchmark = True
+    timings["cudnn_nhwc_benchmark"] = median_ms(lambda: case.reference(x, w))
+    xn, wn = x.contiguous(), w.contiguous()
+    timings["cudnn_nchw_benchmark"] = median_ms(lambda: F.conv2d(xn, wn, padding=pad))
+    torch.backends.cudnn.benchmark = False
+    timings["triton_expert"] = median_ms(lambda: expert.run(x, w))
+    timings["triton_expert_repeat"] = median_ms(lambda: expert.run(x, w))
+    reference_ms = min(timings["cudnn_nhwc_default"], timings["cudnn_nhwc_benchmark"])
+
+    ceilings = measure_ceilings()
+    flop_floor_ms = case.flops(shape) / ceilings["matrix_flop_per_s"] * 1e3
+    byte_floor_ms = case.bytes_moved(shape) / ceilings["copy_bytes_per_s"] * 1e3
+    floor_ms = max(flop_floor_ms, byte_floor_ms)
+    result = {
+        "case": "conv2d",
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "command": "python3 bench/bench_conv2d.py " + " ".join(sys.argv[1:]),
+        "shape": shape,
+        "correct": correct,
+        "checks": checks,
+        "timings_ms": timings,
+        "reference_ms": reference_ms,
+        "expert_ms": timings["triton_expert"],
+        "speedup": reference_ms / timings["triton_expert"],
+        "ceilings": ceilings,
+        "flop_floor_ms": flop_floor_ms,
+        "byte_floor_ms": byte_floor_ms,
+        "fraction_of_floor": floor_ms / timings["triton_expert"],
+        "best_config": str(getattr(expert.conv2d_nhwc_kernel, "best_config", None)),
+        "configs": config_timings(expert.conv2d_nhwc_kernel),
+    }
+
+    lines = [
+        f"# conv2d on {result['gpu']} (torch {result['torch']}, triton {result['triton']})",
+        "",
+        f"`{result['command']}`; shape {shape}; do_bench median, L2 flushed.",
+        "",
+        "| variant | ms | vs best cuDNN |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {k} | {v:.4f} | {reference_ms / v:.2f}x |" for k, v in timings.items()]
+    lines += [
+        "",
+        f"correct: {correct} (max expert err {max(c['expert_err'] for c in checks):.2e}, "
+        f"cuDNN err {max(c['cudnn_err'] for c in checks):.2e}, tolerance {tol})",
+        f"floors: FLOPs {flop_floor_ms * 1e3:.2f} us at {ceilings['matrix_flop_per_s'] / 1e12:.0f} TFLOP/s; "
+        f"bytes {byte_floor_ms * 1e3:.2f} us at {ceilings['copy_bytes_per_s'] / 1e12:.2f} TB/s; "
+        f"expert at {result['fraction_of_floor']:.2f} of the floor",
+        f"best config: {result['best_config']}",
+        "",
+        "| config | ms |",
+        "|---|---|",
+    ]
+    lines += [f"| {r['config']} | {r['ms']:.4f} |" for r in result["configs"]]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.md:
+        args.md.parent.mkdir(parents=True, exist_ok=True)
+        args.md.write_text(text)
+    return 0 if correct else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
