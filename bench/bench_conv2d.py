@@ -66,6 +66,16 @@ def config_timings(kernel) -> list[dict]:
     return sorted(rows, key=lambda r: r["ms"])
 
 
+def emit(result: dict, lines: list[str], json_path: Path | None, md_path: Path | None) -> None:
+    """Print the markdown report and write it and the JSON result where asked."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    for path, content in ((json_path, json.dumps(result, indent=2) + "\n"), (md_path, text)):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the results here")
@@ -150,14 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|",
     ]
     lines += [f"| {r['config']} | {r['ms']:.4f} |" for r in result["configs"]]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    if args.md:
-        args.md.parent.mkdir(parents=True, exist_ok=True)
-        args.md.write_text(text)
+    emit(result, lines, args.json, args.md)
     return 0 if correct else 1
 
 

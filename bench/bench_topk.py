@@ -13,7 +13,6 @@ with the two floors (bytes over the measured copy bandwidth; selection has no ma
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_conv2d import config_timings, load_module, measure_ceilings, median_ms  # noqa: E402
+from bench_conv2d import config_timings, emit, load_module, measure_ceilings, median_ms  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE_DIR = ROOT / "experts" / "topk"
@@ -111,14 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|",
     ]
     lines += [f"| {r['config']} | {r['ms']:.4f} |" for r in result["configs"]]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    if args.md:
-        args.md.parent.mkdir(parents=True, exist_ok=True)
-        args.md.write_text(text)
+    emit(result, lines, args.json, args.md)
     return 0 if correct else 1
 
 
