@@ -163,14 +163,12 @@ class GroupedOrdering(Pass):
             if leaked:
                 return Skipped("the swizzle's intermediates are used later", {"names": leaked})
             indent = indent_of(mod.source, start)
-            first = shape.block[shape.first]
             m_name = next(_target(s) for s in shape.block[shape.first:shape.last + 1]
                           if _PID_M.match(_target(s) or ""))
             n_name = next(_target(s) for s in shape.block[shape.first:shape.last + 1]
                           if _PID_N.match(_target(s) or ""))
             text = (f"{indent}{m_name} = {shape.pid} // {shape.num_pid_n}\n"
                     f"{indent}{n_name} = {shape.pid} % {shape.num_pid_n}\n")
-            del first
             return finish(ir, site, [ByteEdit(start, end, text)],
                           options={"code": mod.source[start:end].decode("utf-8")})
         return Skipped("no grouped ordering at the site", {"site": site.anchor})

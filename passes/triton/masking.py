@@ -1,0 +1,285 @@
+"""Masking passes of Triton kernels: the unmasked even-K fast path and causal block skipping.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
+from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
+from passes.triton._py import PyModule, callee, literal_int, names_in, walk_stmts
+from passes.triton.launch import TRITON, holders, tile_name
+
+if TYPE_CHECKING:
+    from anchors import AnchorIndex
+    from kir import KernelIR
+
+LOADS = frozenset({"tl.load", "triton.language.load"})
+
+
+def _constexprs(kernel: ast.FunctionDef) -> set[str]:
+    return {a.arg for a in kernel.args.args
+            if a.annotation is not None and "constexpr" in ast.dump(a.annotation)}
+
+
+def _loads(node: ast.AST) -> list[ast.Call]:
+    return [n for n in ast.walk(node) if isinstance(n, ast.Call) and callee(n) in LOADS]
+
+
+def _masked(call: ast.Call) -> bool:
+    return any(k.arg == "mask" for k in call.keywords) or len(call.args) > 1
+
+
+def _mask(call: ast.Call) -> ast.AST | None:
+    kw = next((k.value for k in call.keywords if k.arg == "mask"), None)
+    return kw if kw is not None else (call.args[1] if len(call.args) > 1 else None)
+
+
+def _block_text(mod: PyModule, stmts: list[ast.stmt]) -> tuple[int, int, str]:
+    start = line_start(mod.source, mod.start(stmts[0]))
+    end = line_end(mod.source, mod.end(stmts[-1]) - 1)
+    return start, end, mod.source[start:end].decode("utf-8")
+
+
+def _reindent(text: str, old: str, new: str) -> str:
+    return "".join(new + line[len(old):] if line.startswith(old) else line
+                   for line in text.splitlines(keepends=True))
+
+
+def _tile_value(mod: PyModule, name: str) -> int | None:
+    """The first literal value bound to tile constexpr `name` (config, launch or default)."""
+    for holder in holders(mod):
+        call = holder.call
+        if holder.kind == "config" and call.args and isinstance(call.args[0], ast.Dict):
+            for key, val in zip(call.args[0].keys, call.args[0].values):
+                if isinstance(key, ast.Constant) and key.value == name and literal_int(val):
+                    return literal_int(val)
+        for kw in call.keywords:
+            if kw.arg == name and literal_int(kw.value):
+                return literal_int(kw.value)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class EvenKFastPath(Pass):
+    """Unmasked loads when K is a multiple of BLOCK_K (`if EVEN_K:` fast path) <-> always
+    masked loads."""
+
+    code: str = ""
+    """The exact `if EVEN_K: ... else: ...` statement to restore (recorded by a
+    de-optimization); empty: build it from the masked loads."""
+
+    name: ClassVar[str] = "even-k-fast-path"
+    category: ClassVar[Category] = Category.EXPRESSION
+    summary: ClassVar[str] = "mask-free K-loop loads guarded by K % BLOCK_K == 0 <-> masked loads"
+    requires: ClassVar[tuple[str, ...]] = ("tiled",)
+    provides: ClassVar[tuple[str, ...]] = ("even-k",)
+    conflicts: ClassVar[tuple[str, ...]] = ()
+    languages: ClassVar[tuple[str, ...]] = TRITON
+    platforms: ClassVar[tuple[str, ...]] = ("*",)
+    preconditions: ClassVar[tuple[str, ...]] = ("K % BLOCK_K == 0 or guarded",)
+
+    def _fast_paths(self, mod: PyModule) -> list[tuple[ast.FunctionDef, ast.If]]:
+        """`if FLAG:` (FLAG a constexpr) in a kernel loop: unmasked loads, else masked ones."""
+        out = []
+        for kernel in mod.kernels():
+            flags = _constexprs(kernel)
+            for node in ast.walk(kernel):
+                if not (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+                        and node.test.id in flags and node.orelse
+                        and mod.enclosing(node, ast.For) is not None):
+                    continue
+                fast, slow = _loads(ast.Module(node.body, [])), _loads(ast.Module(node.orelse, []))
+                if fast and slow and not any(map(_masked, fast)) and all(map(_masked, slow)):
+                    out.append((kernel, node))
+        return out
+
+    def _masked_runs(self, mod: PyModule) -> list[tuple[ast.FunctionDef, ast.For, list[ast.stmt]]]:
+        """Runs of `x = tl.load(..., mask=<K-only mask>)` statements directly in a kernel loop."""
+        out = []
+        for kernel in mod.kernels():
+            for loop in (n for n in ast.walk(kernel) if isinstance(n, ast.For)):
+                loop_var = loop.target.id if isinstance(loop.target, ast.Name) else ""
+                run: list[ast.stmt] = []
+                for stmt in [*loop.body, None]:
+                    ok = (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)
+                          and callee(stmt.value) in LOADS and _masked(stmt.value)
+                          and _k_only(_mask(stmt.value), loop_var))
+                    if ok:
+                        run.append(stmt)
+                    elif run:
+                        out.append((kernel, loop, run))
+                        run = []
+        return out
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        mod = PyModule(ir)
+        out = []
+        for kernel, node in self._fast_paths(mod):
+            start, end, _ = _block_text(mod, [node])
+            out.append(make_site(self.name, ir, index, (start, end), True,
+                                 {"kernel": kernel.name, "flag": node.test.id}, mod.span(node)))
+        for kernel, _loop, run in self._masked_runs(mod):
+            start, end, _ = _block_text(mod, run)
+            out.append(make_site(self.name, ir, index, (start, end), False,
+                                 {"kernel": kernel.name, "loads": len(run)},
+                                 (mod.start(run[0]), mod.end(run[-1]))))
+        return out
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        mod = PyModule(ir)
+        for _kernel, node in self._fast_paths(mod):
+            start, end, text = _block_text(mod, [node])
+            if (start, end) != tuple(site.span):
+                continue
+            _, _, slow = _block_text(mod, node.orelse)
+            outer = indent_of(mod.source, mod.start(node))
+            inner = indent_of(mod.source, mod.start(node.orelse[0]))
+            return finish(ir, site, [ByteEdit(start, end, _reindent(slow, inner, outer))],
+                          options={"code": text})
+        return Skipped("no even-K fast path at the site", {"site": site.anchor})
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        mod = PyModule(ir)
+        for kernel, loop, run in self._masked_runs(mod):
+            start, end, text = _block_text(mod, run)
+            if (start, end) != tuple(site.span):
+                continue
+            if self.code:
+                return finish(ir, site, [ByteEdit(start, end, self.code)])
+            flags = [f for f in _constexprs(kernel) if "EVEN" in f.upper()]
+            block = next((n for n in names_in(_mask(run[0].value)) if tile_name(n)), None)
+            facts = {"guarded": bool(flags)}
+            if block is not None and _tile_value(mod, block) is not None:
+                facts["BLOCK_K"] = _tile_value(mod, block)
+            results, skip = self.check(ctx, facts)
+            if skip:
+                return skip
+            if not flags and results[0].value is not True:
+                return Skipped("dropping the masks needs K % BLOCK_K == 0 to be known true",
+                               dict(results[0].facts) | {"missing": list(results[0].missing)})
+            indent = indent_of(mod.source, start)
+            fast = "".join(
+                f"{indent}{mod.text(s.targets[0])} = tl.load({mod.text(s.value.args[0])})\n"
+                for s in run)
+            if flags:
+                body = _reindent(text, indent, indent + "    ")
+                new = (f"{indent}if {flags[0]}:\n{_reindent(fast, indent, indent + '    ')}"
+                       f"{indent}else:\n{body}")
+            else:
+                new = fast
+            return finish(ir, site, [ByteEdit(start, end, new)], preconditions=results)
+        return Skipped("no masked K-loop loads at the site", {"site": site.anchor})
+
+
+def _k_only(mask: ast.AST | None, loop_var: str) -> bool:
+    """A mask that bounds only the K dimension (every name K-ish or the loop variable)."""
+    if mask is None:
+        return False
+    names = names_in(mask) - {"tl", loop_var}
+    return bool(names) and all("k" in n.lower() for n in names)
+
+
+# ---------------------------------------------------------------------------------------------
+def _causal(name: str) -> bool:
+    return "causal" in name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class CausalBlockSkip(Pass):
+    """Causal attention that skips key blocks above the diagonal <-> one loop over every key
+    block with the causal mask applied."""
+
+    code: str = ""
+    """The exact causal statement(s) to restore (recorded by a de-optimization)."""
+
+    name: ClassVar[str] = "causal-block-skip"
+    category: ClassVar[Category] = Category.ALGORITHMIC
+    summary: ClassVar[str] = "skip fully masked causal key blocks <-> mask every block"
+    requires: ClassVar[tuple[str, ...]] = ("tiled",)
+    provides: ClassVar[tuple[str, ...]] = ("causal-skip",)
+    languages: ClassVar[tuple[str, ...]] = TRITON
+    platforms: ClassVar[tuple[str, ...]] = ("*",)
+
+    @staticmethod
+    def _call_of(stmt: ast.stmt) -> ast.Call | None:
+        value = getattr(stmt, "value", None)
+        return value if isinstance(value, ast.Call) else None
+
+    def _staged(self, mod: PyModule) -> list[tuple[ast.If, int, int]]:
+        """`if CAUSAL:` with two calls of one function (off-diagonal blocks, then the masked
+        diagonal block) and an `else:` with one call: (the if, lo index, hi index)."""
+        out = []
+        for kernel in mod.kernels():
+            for node in ast.walk(kernel):
+                if not (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+                        and _causal(node.test.id) and len(node.body) == 2 and len(node.orelse) == 1):
+                    continue
+                c1, c2, ce = (self._call_of(s) for s in (*node.body, *node.orelse))
+                if not (c1 and c2 and ce and callee(c1) == callee(c2) == callee(ce)
+                        and len(c1.args) == len(c2.args) == len(ce.args)):
+                    continue
+                texts = [[mod.text(a) for a in c.args] for c in (c1, c2, ce)]
+                pairs = [(lo, hi) for hi in range(len(c1.args)) for lo in range(len(c1.args))
+                         if lo + 1 == hi and texts[0][hi] == texts[1][lo]
+                         and texts[0][hi] != texts[0][lo]]
+                if pairs:
+                    out.append((node, *pairs[0]))
+        return out
+
+    def _ifexp(self, mod: PyModule) -> list[ast.AST]:
+        """`A if CAUSAL else B` bounds (conditional expressions on a causal flag)."""
+        return [n for k in mod.kernels() for n in ast.walk(k)
+                if isinstance(n, ast.IfExp) and any(_causal(x) for x in names_in(n.test))]
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        mod = PyModule(ir)
+        out = []
+        for node, _lo, _hi in self._staged(mod):
+            start, end, _ = _block_text(mod, node.body)
+            out.append(make_site(self.name, ir, index, (start, end), True,
+                                 {"form": "staged"}, mod.span(node)))
+        for node in self._ifexp(mod):
+            out.append(make_site(self.name, ir, index, mod.span(node), True, {"form": "ifexp"}))
+        for kernel in mod.kernels():  # a causal branch with one full-range call
+            for node in ast.walk(kernel):
+                if (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+                        and _causal(node.test.id) and len(node.body) == 1 and node.orelse
+                        and self._call_of(node.body[0]) is not None):
+                    start, end, _ = _block_text(mod, node.body)
+                    out.append(make_site(self.name, ir, index, (start, end), False,
+                                         {"form": "staged"}, mod.span(node)))
+        return out
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        mod = PyModule(ir)
+        if site.detail.get("form") == "ifexp":
+            node = next((n for n in self._ifexp(mod) if mod.span(n) == tuple(site.span)), None)
+            if node is None:
+                return Skipped("no causal bound at the site", {"site": site.anchor})
+            return finish(ir, site, [ByteEdit(*mod.span(node), mod.text(node.orelse))],
+                          options={"code": mod.text(node)})
+        for node, lo, hi in self._staged(mod):
+            start, end, text = _block_text(mod, node.body)
+            if (start, end) != tuple(site.span):
+                continue
+            c1, c2, ce = (self._call_of(s) for s in (*node.body, *node.orelse))
+            stmt = node.body[1]
+            edits_in = sorted([(c2.args[lo], mod.text(c1.args[lo])), (c2.args[hi], mod.text(ce.args[hi]))],
+                              key=lambda p: mod.start(p[0]))
+            s0 = line_start(mod.source, mod.start(stmt))
+            s1 = line_end(mod.source, mod.end(stmt) - 1)
+            chunk = mod.source[s0:s1]
+            for arg, new in reversed(edits_in):
+                a, b = mod.start(arg) - s0, mod.end(arg) - s0
+                chunk = chunk[:a] + new.encode("utf-8") + chunk[b:]
+            return finish(ir, site, [ByteEdit(start, end, chunk.decode("utf-8"))],
+                          options={"code": text})
+        return Skipped("no causal block skipping at the site", {"site": site.anchor})
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        if not self.code:
+            return Skipped("restoring causal block skipping needs the recorded bounds "
+                           "(which blocks lie below the diagonal is kernel-specific)", {})
+        return finish(ir, site, [ByteEdit(*site.span, self.code)])
