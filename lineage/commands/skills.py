@@ -1,0 +1,72 @@
+"""`klineage skills LIBRARY [--target KERNEL --case NAME]`: list or retrieve SkillCards."""
+from __future__ import annotations
+
+import click
+
+from lineage.commands._common import emit_json
+
+
+@click.command("skills")
+@click.argument("library")
+@click.option("--target", "target", default=None, type=click.Path(dir_okay=False),
+              help="Retrieve the admitted cards for this kernel (needs --case).")
+@click.option("--case", "case", default=None, help="Case of the target kernel.")
+@click.option("--platform", default="cuda", show_default=True, help="Platform of the target.")
+@click.option("-k", "k", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="Per-dimension top-k of retrieval.")
+@click.option("--add", "add", multiple=True, type=click.Path(),
+              help="First lift this lineage (directory or lineage.json) into the library "
+                   "(created if missing); repeatable.")
+@click.option("--markdown", is_flag=True, help="Print the cards as readable markdown.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def command(library: str, target: str | None, case: str | None, platform: str, k: int,
+            add: tuple[str, ...], markdown: bool, as_json: bool) -> None:
+    """List the SkillCards of LIBRARY, or with --target retrieve the admitted cards that fit it.
+
+    JSON: {"skills": [{"id", "intent", "pass", "admitted", "scope", "effect", "preconditions",
+    "evidence", "risk"}]}; with --target each skill also has "score", "similarity" (per
+    dimension: case, language, platform, prior_actions) and "via" (the dimensions whose top-k
+    it made), in rank order, and the JSON has "target" and "skipped" ({id: reason}).
+    """
+    from kir.errors import BadInputError
+    from lineage.graph import Lineage
+    from lineage.retrieval import Retriever, target_from_kernel
+    from lineage.skills import Library, lift
+
+    if target is not None and case is None:
+        raise BadInputError("--target needs --case NAME")
+    lib = Library.open(library, create=bool(add))
+    for lineage_path in add:
+        lib.add_all(lift(Lineage.load(lineage_path)))
+    if target is None:
+        cards = lib.cards()
+        if as_json:
+            emit_json({"skills": [c.summary_json() for c in cards]})
+        elif markdown:
+            click.echo("\n".join(c.to_markdown() for c in cards))
+        else:
+            click.echo(f"{len(cards)} SkillCard(s) in {library} "
+                       f"({sum(c.admitted for c in cards)} admitted)")
+            for c in cards:
+                click.echo(f"  {'+' if c.admitted else '?'} {c.id:42s} {_effect(c)}  "
+                           f"{len(c.evidence)} evidence  cases {','.join(c.scope.get('cases', []))}")
+        return
+    result = Retriever(lib, k=k).retrieve(target_from_kernel(target, case, platform))
+    if as_json:
+        emit_json({"target": result.target.to_json(),
+                   "skills": [r.to_json() for r in result.cards],
+                   "skipped": dict(result.skipped)})
+    elif markdown:
+        click.echo("\n".join(r.card.to_markdown() for r in result.cards))
+    else:
+        click.echo(f"{len(result.cards)} admitted SkillCard(s) for {target} ({case}); "
+                   f"{len(result.skipped)} skipped")
+        for r in result.cards:
+            click.echo(f"  {r.score:4.2f} {r.card.id:42s} {_effect(r.card)}  via {','.join(r.via)}")
+        for cid, why in result.skipped.items():
+            click.echo(f"  skipped {cid}: {why}")
+
+
+def _effect(card: object) -> str:
+    summary = getattr(card, "speedup", None)
+    return f"{summary['geomean']:.2f}x" if summary else "untimed"

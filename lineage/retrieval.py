@@ -1,0 +1,239 @@
+"""Scope-conditioned retrieval of SkillCards (paper §3.4).
+
+Given a target T = (case, language, platform, features present in the kernel), the `Retriever`
+returns the union of the per-dimension top-k *admitted* cards — one ranking per dimension of
+scope: case (C), language (L), platform (P) and prior actions (D) — using each card's
+*verified* scope (its evidence plus its successful trials). The union is then filtered against
+the target's features:
+
+- a card whose pass is already present at the locus where the card would put it is skipped;
+- a card that conflicts with a feature the target has is skipped;
+- a card whose `requires` are neither present in the target nor provided by another retrieved
+  card is skipped.
+
+What is left is ranked by scope similarity (the sum of the four similarities, each in [0, 1]),
+then by measured effect (geometric-mean speedup), then by id. Skipped cards are reported with
+the reason, so a user sees why a card did not come back.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kir.errors import BadInputError
+from lineage.skills import Library, SkillCard, locus_signature
+
+if TYPE_CHECKING:
+    from kir import KernelIR
+
+DIMENSIONS = ("case", "language", "platform", "prior_actions")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What retrieval conditions on. `features` are `{"pass", "anchor"}` records of the
+    optimizations present in the target kernel (as `Pass.sites` finds them)."""
+
+    language: str
+    case: str | None = None
+    platform: str = "cuda"
+    features: tuple[Mapping[str, str], ...] = ()
+
+    @property
+    def present_passes(self) -> frozenset[str]:
+        return frozenset(str(f.get("pass")) for f in self.features)
+
+    def provided(self, declarations: Mapping[str, Mapping[str, Any]] | None = None) -> frozenset[str]:
+        """Feature names the target has: its present passes and what those passes provide."""
+        names = set(self.present_passes)
+        for name in self.present_passes:
+            names.update((declarations or {}).get(name, {}).get("provides", ()))
+        return frozenset(names)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"case": self.case, "language": self.language, "platform": self.platform,
+                "features": [dict(f) for f in self.features]}
+
+
+def kernel_features(ir: KernelIR) -> tuple[dict[str, str], ...]:
+    """The optimizations present in `ir`: one `{"pass", "anchor"}` per present site of every
+    registered pass of the kernel's language (pass modules that do not import are skipped)."""
+    import anchors  # noqa: PLC0415
+
+    from passes import get_all_passes  # noqa: PLC0415
+
+    language = str(getattr(ir.language, "value", ir.language))
+    index = anchors.build_index(ir)
+    found: list[dict[str, str]] = []
+    for name, load in get_all_passes().items():
+        try:
+            cls = load()
+        except ImportError:
+            continue
+        if cls.languages and language not in cls.languages:
+            continue
+        for site in cls().sites(ir, index):
+            if site.present:
+                found.append({"pass": name, "anchor": site.anchor})
+    return tuple(found)
+
+
+def target_from_kernel(path: str | Path, case: str | None = None, platform: str = "cuda") -> Target:
+    """The retrieval target of a kernel file; raises BadInputError if it does not parse."""
+    import kir  # noqa: PLC0415
+
+    file = Path(path)
+    if not file.is_file():
+        raise BadInputError(f"{path}: no such kernel file")
+    ir = kir.parse_file(file)
+    return Target(language=str(getattr(ir.language, "value", ir.language)), case=case,
+                  platform=platform, features=kernel_features(ir))
+
+
+def pass_declarations(names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """`Pass.declaration()` of each registered name (missing or unimportable ones left out)."""
+    from passes import get_all_passes  # noqa: PLC0415
+
+    registry = get_all_passes()
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        try:
+            out[name] = registry[name]().declaration()
+        except (KeyError, ImportError):
+            continue
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieved:
+    """One retrieved card: its similarity per dimension, the dimensions whose top-k it made,
+    and the ranking score (sum of similarities)."""
+
+    card: SkillCard
+    similarity: Mapping[str, float]
+    via: tuple[str, ...]
+    score: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.card.summary_json(), "score": round(self.score, 6),
+                "similarity": {k: round(v, 6) for k, v in self.similarity.items()},
+                "via": list(self.via)}
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieval:
+    """The ranked cards and the cards skipped by the feature filter (id -> reason)."""
+
+    target: Target
+    cards: tuple[Retrieved, ...]
+    skipped: Mapping[str, str] = field(default_factory=dict)
+
+
+def verified_scope(card: SkillCard) -> dict[str, list[str]]:
+    """The card's scope widened by its successful trials (the scope it was *shown* to hold in)."""
+    scope = {key: list(card.scope.get(key) or []) for key in ("cases", "languages", "platforms")}
+    for trial in card.verification:
+        if trial.ok and trial.case and trial.case not in scope["cases"]:
+            scope["cases"].append(trial.case)
+    return scope
+
+
+def similarity(card: SkillCard, target: Target) -> dict[str, float]:
+    """Per-dimension similarity of a card's verified scope to the target, each in [0, 1]."""
+    scope = verified_scope(card)
+    prior = set(card.scope.get("prior_actions") or [])
+    present = set(target.present_passes)
+    return {
+        "case": 1.0 if target.case is not None and target.case in scope["cases"] else 0.0,
+        "language": 1.0 if target.language in scope["languages"] else 0.0,
+        "platform": 1.0 if target.platform in (scope["platforms"] or ["cuda"]) else 0.0,
+        # The share of the prior actions every piece of evidence had that the target has too
+        # (the prior-action state the skill was shown to need); 1 when it needed none.
+        "prior_actions": len(prior & present) / len(prior) if prior else 1.0,
+    }
+
+
+class Retriever:
+    """Retrieves admitted cards for a target; `k` is the per-dimension top-k."""
+
+    def __init__(self, cards: Library | Sequence[SkillCard], *, k: int = 5,
+                 declarations: Mapping[str, Mapping[str, Any]] | None = None,
+                 include_hypotheses: bool = False) -> None:
+        if k < 1:
+            raise BadInputError("retrieval top-k must be >= 1")
+        all_cards = cards.cards() if isinstance(cards, Library) else list(cards)
+        self.cards = [c for c in all_cards if c.admitted or include_hypotheses]
+        self.k = k
+        self._declarations = declarations
+
+    def _decls(self, names: Iterable[str]) -> Mapping[str, Mapping[str, Any]]:
+        if self._declarations is None:
+            self._declarations = pass_declarations(set(names))
+        return self._declarations
+
+    def retrieve(self, target: Target) -> Retrieval:
+        sims = {c.id: similarity(c, target) for c in self.cards}
+        by_id = {c.id: c for c in self.cards}
+        via: dict[str, list[str]] = {}
+        for dim in DIMENSIONS:
+            ranked = sorted((c for c in self.cards if sims[c.id][dim] > 0),
+                            key=lambda c: (-sims[c.id][dim], -c.effect_score, c.id))
+            for card in ranked[: self.k]:
+                via.setdefault(card.id, []).append(dim)
+        kept, skipped = self._filter([by_id[i] for i in via], target)
+        results = [Retrieved(c, sims[c.id], tuple(via[c.id]), sum(sims[c.id].values()))
+                   for c in kept]
+        results.sort(key=lambda r: (-round(r.score, 9), -r.card.effect_score, r.card.id))
+        return Retrieval(target, tuple(results), skipped)
+
+    def _filter(self, cards: list[SkillCard], target: Target
+                ) -> tuple[list[SkillCard], dict[str, str]]:
+        decls = self._decls({c.pass_name for c in self.cards} | set(target.present_passes))
+        provided = target.provided(decls)
+        present_loci: dict[str, set[str]] = {}
+        for f in target.features:
+            present_loci.setdefault(str(f.get("pass")), set()).add(locus_signature(f.get("anchor", "")))
+        skipped: dict[str, str] = {}
+        candidates: list[SkillCard] = []
+        for card in cards:
+            here = present_loci.get(card.pass_name, set())
+            where = set(card.anchor.get("present_loci") or [])
+            if here and (not where or here & where):
+                skipped[card.id] = (f"already present: {card.pass_name} at "
+                                    f"{', '.join(sorted(here & where or here))}")
+                continue
+            clash = sorted(set(card.conflicts) & provided)
+            if clash:
+                skipped[card.id] = f"conflicts with present {', '.join(clash)}"
+                continue
+            candidates.append(card)
+        # Requirements may be met by the target or by another candidate (applied first); drop
+        # unmet cards until a fixpoint, since dropping one may strand another.
+        while True:
+            unmet: dict[str, list[str]] = {}
+            for card in candidates:
+                # A card cannot meet its own requirement: count only the target and the others.
+                others = set(provided)
+                for other in candidates:
+                    if other.id != card.id:
+                        others.add(other.pass_name)
+                        others.update(other.provides)
+                unmet[card.id] = sorted(set(card.requires) - others)
+            dropped = [c for c in candidates if unmet[c.id]]
+            if not dropped:
+                return candidates, skipped
+            for card in dropped:
+                skipped[card.id] = f"requires {', '.join(unmet[card.id])}, not present"
+            candidates = [c for c in candidates if not unmet[c.id]]
+
+
+def effect_range(card: SkillCard) -> tuple[float, float] | None:
+    """(min, max) of the card's measured speedups, or None when it was never timed."""
+    summary = card.speedup
+    if not summary:
+        return None
+    low, high = float(summary["min"]), float(summary["max"])
+    return (low, high) if math.isfinite(low) and math.isfinite(high) else None

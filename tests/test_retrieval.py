@@ -1,0 +1,145 @@
+"""Retrieval: per-dimension top-k of admitted cards, feature filter, ranking, the CLI."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from lineage.graph import Lineage
+from lineage.retrieval import Retriever, Target, similarity, target_from_kernel
+from lineage.skills import Library, SkillCard, Trial, lift
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "lineages"
+DECLS = {
+    "tensor-core-dot": {"requires": ["tiled"], "provides": ["tensor-core"]},
+    "software-pipelining": {"requires": ["tiled"], "provides": ["pipelined"]},
+    "autotune": {"requires": ["tiled"], "provides": ["autotuned"]},
+    "tile-sizes": {"requires": [], "provides": ["tiled"]},
+}
+
+
+def _cards(admit: bool = True) -> dict[str, SkillCard]:
+    lin = Lineage.load(DATA / "gemm.json")
+    lin.merge(Lineage.load(DATA / "conv2d.json"))
+    cards = {c.pass_name: c for c in lift(lin)}
+    if admit:
+        cards = {k: c.with_trial(Trial("topk:s:0", "topk", "interpret", True))
+                 for k, c in cards.items()}
+    return cards
+
+
+def _naive_target(case: str = "gemm", extra: tuple = ()) -> Target:
+    return Target(language="triton", case=case,
+                  features=({"pass": "tile-sizes", "anchor": "triton:k/param:BLOCK_M[0]"},) + extra)
+
+
+def _ids(result: object) -> list[str]:
+    return [r.card.pass_name for r in result.cards]
+
+
+def test_only_admitted_cards_are_retrieved() -> None:
+    hypotheses = list(_cards(admit=False).values())
+    assert Retriever(hypotheses, declarations=DECLS).retrieve(_naive_target()).cards == ()
+    mixed = hypotheses[:1] + [c for c in _cards().values() if c.id != hypotheses[0].id]
+    got = _ids(Retriever(mixed, declarations=DECLS).retrieve(_naive_target()))
+    assert hypotheses[0].pass_name not in got and len(got) == 2
+
+
+def test_ranking_is_scope_similarity_then_measured_effect() -> None:
+    result = Retriever(list(_cards().values()), declarations=DECLS).retrieve(_naive_target())
+    # All three share case, language and platform; on a naive target, prior actions decide:
+    # tensor-core-dot needs none (Jaccard 1), the others had earlier steps before them.
+    assert _ids(result) == ["tensor-core-dot", "software-pipelining", "autotune"]
+    top = result.cards[0]
+    assert top.similarity == {"case": 1.0, "language": 1.0, "platform": 1.0, "prior_actions": 1.0}
+    # With tensor-core-dot present, pipelining (whose evidence had it) ranks above autotune.
+    target = _naive_target(extra=({"pass": "tensor-core-dot",
+                                   "anchor": "triton:k/for[0]/call:tl.dot[0]"},))
+    ranked = Retriever(list(_cards().values()), declarations=DECLS).retrieve(target)
+    assert _ids(ranked)[0] == "software-pipelining"
+
+
+def test_verified_scope_counts_successful_trials_only() -> None:
+    card = _cards(admit=False)["tensor-core-dot"]
+    topk = Target(language="triton", case="topk")
+    assert similarity(card, topk)["case"] == 0.0
+    failed = card.with_trial(Trial("topk:s:1", "topk", "interpret", False, "mismatch"))
+    assert similarity(failed, topk)["case"] == 0.0
+    assert similarity(failed.with_trial(Trial("topk:s:2", "topk", "interpret", True)),
+                      topk)["case"] == 1.0
+
+
+def test_union_of_per_dimension_top_k() -> None:
+    cards = _cards()
+    # A CUDA card of another case and platform: no case, language or platform match, but the
+    # only one whose prior actions the target has.
+    other = dataclasses.replace(cards["autotune"], id="autotune.cuda.x", language="cuda",
+                                scope={"cases": ["conv2d"], "languages": ["cuda"],
+                                       "platforms": ["rocm"], "prior_actions": ["launch-bounds"]},
+                                anchor={**cards["autotune"].anchor, "present_loci": ["x"]})
+    target = _naive_target(case="gemm", extra=({"pass": "launch-bounds", "anchor": "c:k"},))
+    got = Retriever([cards["software-pipelining"], cards["autotune"], other], k=1,
+                    declarations=DECLS).retrieve(target)
+    via = {r.card.pass_name if r.card is not other else "other": r.via for r in got.cards}
+    assert via["other"] == ("prior_actions",)
+    # k=1 per dimension: pipelining (1.25x) beats autotune (1.11x) on case/language/platform.
+    assert via["software-pipelining"] == ("case", "language", "platform")
+    assert "autotune" not in via
+    assert _ids(Retriever([cards["software-pipelining"], cards["autotune"], other], k=2,
+                          declarations=DECLS).retrieve(target))[:2] == ["software-pipelining",
+                                                                        "autotune"]
+
+
+def test_feature_filter_present_conflicts_and_requires() -> None:
+    cards = _cards()
+    present = _naive_target(extra=({"pass": "tensor-core-dot",
+                                    "anchor": "triton:k/for[0]/call:tl.dot[0]"},))
+    result = Retriever(list(cards.values()), declarations=DECLS).retrieve(present)
+    assert "tensor-core-dot" not in _ids(result)
+    assert result.skipped[cards["tensor-core-dot"].id].startswith("already present")
+    # A conflicting feature in the target removes the card.
+    clash = dataclasses.replace(cards["autotune"], conflicts=("persistent",))
+    decls = {**DECLS, "persistent-grid": {"provides": ["persistent"]}}
+    target = _naive_target(extra=({"pass": "persistent-grid", "anchor": "triton:k"},))
+    result = Retriever([clash], declarations=decls).retrieve(target)
+    assert result.cards == () and "conflicts with present persistent" in result.skipped[clash.id]
+    # Requirements: unmet -> skipped; met by another retrieved card -> kept.
+    bare = Target(language="triton", case="gemm")
+    alone = Retriever([cards["software-pipelining"]], declarations=DECLS).retrieve(bare)
+    assert alone.cards == () and "requires tiled" in alone.skipped[cards["software-pipelining"].id]
+    tiler = dataclasses.replace(cards["autotune"], id="tile-sizes.triton.x", pass_name="tile-sizes",
+                                requires=(), provides=("tiled",))
+    both = Retriever([cards["software-pipelining"], tiler], declarations=DECLS).retrieve(bare)
+    assert set(_ids(both)) == {"software-pipelining", "tile-sizes"}
+
+
+def test_target_from_a_real_kernel_skips_what_it_already_has(tmp_path: Path) -> None:
+    target = target_from_kernel(ROOT / "experts" / "gemm" / "gemm_triton.py", "gemm")
+    assert "tensor-core-dot" in target.present_passes
+    result = Retriever(list(_cards().values())).retrieve(target)
+    assert _cards()["tensor-core-dot"].id in result.skipped
+
+
+def test_skills_command_with_a_target(tmp_path: Path) -> None:
+    lib = Library.open(tmp_path / "lib", create=True)
+    for card in _cards().values():
+        lib.put(card)
+    naive = Lineage.load(DATA / "gemm.json")
+    kernel = tmp_path / "naive.py"
+    kernel.write_text(naive.node(naive.roles("naive")[0])["source"])
+    proc = subprocess.run([sys.executable, "-m", "lineage", "skills", str(tmp_path / "lib"),
+                           "--target", str(kernel), "--case", "gemm", "--json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["target"]["case"] == "gemm" and data["skills"]
+    assert data["skills"][0]["pass"] == "tensor-core-dot"
+    assert {"id", "intent", "pass", "admitted", "scope", "effect", "preconditions", "evidence",
+            "risk", "score", "similarity", "via"} <= set(data["skills"][0])
+    no_case = subprocess.run([sys.executable, "-m", "lineage", "skills", str(tmp_path / "lib"),
+                              "--target", str(kernel)], cwd=ROOT, capture_output=True, text=True,
+                             timeout=300)
+    assert no_case.returncode == 2 and "--case" in no_case.stderr
