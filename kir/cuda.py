@@ -23,6 +23,8 @@ _LITERALS = frozenset({"number_literal", "string_literal", "char_literal", "true
                        "null", "nullptr", "raw_string_literal", "concatenated_string"})
 _NAMES = frozenset({"identifier", "field_identifier", "type_identifier", "namespace_identifier",
                     "primitive_type"})
+_OPERATOR_EXPRS = frozenset({"binary_expression", "unary_expression", "update_expression",
+                             "pointer_expression", "field_expression"})
 _CLASSES = frozenset({"struct_specifier", "class_specifier", "union_specifier"})
 
 # callee (last `::`/`.` component) -> kind; recognizable memory traffic, tensor-core math, barriers
@@ -169,6 +171,10 @@ def _classify(
         if decl is not None and decl.type == "init_declarator":
             return K.ASSIGN, name, None
         return K.DECL, name, None
+    if t in _OPERATOR_EXPRS:
+        # the operator token is anonymous; keep it as the name so a diff sees `+` -> `*`
+        op = node.child_by_field_name("operator")
+        return K.OTHER, _text(src, op) if op is not None else None, None
     if t == "assignment_expression":
         op = node.child_by_field_name("operator")
         return K.ASSIGN, _base_name(src, node.child_by_field_name("left")), {
