@@ -102,10 +102,21 @@ def finish(ir: KernelIR, site: Site, edits: Sequence[ByteEdit], *,
         new_ir = ir.apply(kedits)
     except KLineageError as exc:
         return Failed(f"the rewritten kernel does not parse: {exc}")
-    if new_ir.error_nodes > ir.error_nodes:
-        return Failed(f"the rewritten kernel has {new_ir.error_nodes - ir.error_nodes} new "
-                      "syntax error(s)")
+    grown = _hard_errors(new_ir) - _hard_errors(ir)
+    if grown > 0:
+        return Failed(f"the rewritten kernel has {grown} new syntax error(s)")
     return Applied(kedits, new_ir, dict(options or {}), tuple(preconditions))
+
+
+def _hard_errors(ir: KernelIR) -> int:
+    """Tree-sitter ERROR nodes that cover text. Zero-width MISSING nodes are left out: the CUDA
+    grammar reports them around preprocessor lines inside statements (e.g. a `#pragma unroll`
+    in an unbraced loop body), which compilers accept."""
+    if not ir.error_nodes:
+        return 0
+    from kir import kinds  # noqa: PLC0415
+
+    return sum(1 for node in ir.find(kind=kinds.ERROR) if node.span.end > node.span.start)
 
 
 def line_start(source: bytes, pos: int) -> int:
@@ -126,3 +137,14 @@ def indent_of(source: bytes, pos: int) -> str:
     while end < len(source) and source[end:end + 1] in (b" ", b"\t"):
         end += 1
     return source[start:end].decode("utf-8")
+
+
+def restore_recorded(ir: KernelIR, site: Site, before: str, after: str) -> Applied | Failed | None:
+    """Replace the one occurrence of `after` (what a de-optimization wrote) inside the site's
+    region with `before` (what it replaced). None when `after` is not there exactly once."""
+    region = ir.source[site.span[0]:site.span[1]]
+    needle = after.encode("utf-8")
+    if not needle or region.count(needle) != 1:
+        return None
+    at = site.span[0] + region.find(needle)
+    return finish(ir, site, [ByteEdit(at, at + len(needle), before)])

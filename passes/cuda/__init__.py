@@ -1,0 +1,1 @@
+"""Passes over CUDA C++ kernels (`.cu` text)."""

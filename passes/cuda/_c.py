@@ -1,0 +1,227 @@
+"""Finding CUDA C++ constructs in source text.
+
+The CUDA rules match on a *code view* of the text: comments and string/char literals are blanked
+(same length, newlines kept) so a pattern never fires inside them, while offsets stay those of
+the real text. Inline-asm strings are read from the real text where a rule needs them.
+Offsets here are character offsets of `KernelIR.text`; `Offsets` turns them into byte offsets.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from passes._source import ByteEdit, Offsets
+
+if TYPE_CHECKING:
+    from kir import KernelIR
+
+_PAIRS = {"(": ")", "[": "]", "{": "}"}
+
+
+def code_view(text: str) -> str:
+    """`text` with comments and string/char literals replaced by spaces (newlines kept)."""
+    out = list(text)
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            j = min(j + 1, n)
+            if c == "'" and j - i > 8:  # not a char literal (a digit separator): leave it
+                i += 1
+                continue
+            for k in range(i + 1, j - 1):
+                if out[k] != "\n":
+                    out[k] = " "
+            i = j
+            continue
+        else:
+            i += 1
+            continue
+        for k in range(i, j):
+            if out[k] != "\n":
+                out[k] = " "
+        i = j
+    return "".join(out)
+
+
+class CSource:
+    """The text of a CUDA IR with its code view and byte-offset conversion."""
+
+    def __init__(self, ir: KernelIR) -> None:
+        self.ir = ir
+        self.text: str = ir.text
+        self.code = code_view(self.text)
+        self.offsets = Offsets(self.text)
+
+    def b(self, char: int) -> int:
+        return self.offsets.byte(char)
+
+    def edit(self, start: int, end: int, text: str) -> ByteEdit:
+        return ByteEdit(self.b(start), self.b(end), text)
+
+    def bspan(self, start: int, end: int) -> tuple[int, int]:
+        return self.b(start), self.b(end)
+
+    def close(self, open_at: int) -> int:
+        """Index just past the bracket matching the one at `open_at` (len(text) if none)."""
+        opener = self.code[open_at]
+        closer = _PAIRS[opener]
+        depth = 0
+        for i in range(open_at, len(self.code)):
+            ch = self.code[i]
+            if ch == opener:
+                depth += 1
+            elif ch == closer:
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+        return len(self.code)
+
+    def statement_end(self, start: int) -> int:
+        """Index just past the `;` ending the statement that starts at `start` (brackets
+        balanced)."""
+        depth = 0
+        for i in range(start, len(self.code)):
+            ch = self.code[i]
+            if ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                depth -= 1
+                if depth < 0:
+                    return i
+            elif ch == ";" and depth == 0:
+                return i + 1
+        return len(self.code)
+
+    def statement_start(self, pos: int) -> int:
+        """Start of the statement holding `pos`: just after the previous `;`, `{` or `}` at
+        the same nesting level (skipping whitespace)."""
+        depth = 0
+        i = pos - 1
+        while i >= 0:
+            ch = self.code[i]
+            if ch in ")]":
+                depth += 1
+            elif ch in "([":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif ch in ";{}" and depth == 0:
+                break
+            i -= 1
+        j = i + 1
+        while j < pos and self.code[j].isspace():
+            j += 1
+        return j
+
+    def line_start(self, pos: int) -> int:
+        return self.text.rfind("\n", 0, pos) + 1
+
+    def line_end(self, pos: int) -> int:
+        nl = self.text.find("\n", pos)
+        return len(self.text) if nl < 0 else nl + 1
+
+    def indent(self, pos: int) -> str:
+        start = self.line_start(pos)
+        end = start
+        while end < len(self.text) and self.text[end] in " \t":
+            end += 1
+        return self.text[start:end]
+
+    def functions(self) -> list[Function]:
+        """Function definitions (`__global__` / `__device__` ones and plain ones) with bodies."""
+        out = []
+        for m in _FUNC.finditer(self.code):
+            name_start = m.start("name")
+            paren = m.end() - 1
+            params_end = self.close(paren)
+            j = params_end
+            while j < len(self.code) and (self.code[j].isspace()):
+                j += 1
+            # skip trailing qualifiers (const, noexcept) before the body
+            tail = re.match(r"(?:\s*(?:const|noexcept|override)\b)*\s*", self.code[j:])
+            j += tail.end() if tail else 0
+            if j >= len(self.code) or self.code[j] != "{":
+                continue
+            body_end = self.close(j)
+            head_start = self.line_start(m.start())
+            before = self.code[max(0, name_start - 400):name_start]
+            head = re.split(r"[;{}]", before)[-1]
+            out.append(Function(m.group("name"), head_start, name_start, paren, params_end, j,
+                                body_end, "__global__" in head))
+        return out
+
+    def function_at(self, pos: int) -> Function | None:
+        inside = [f for f in self.functions() if f.body_start <= pos < f.body_end]
+        return min(inside, key=lambda f: f.body_end - f.body_start) if inside else None
+
+    def args(self, open_at: int) -> list[tuple[int, int]]:
+        """(start, end) of each top-level argument between the bracket at `open_at` and its
+        match."""
+        end = self.close(open_at) - 1
+        out, depth, start = [], 0, open_at + 1
+        for i in range(open_at + 1, end):
+            ch = self.code[i]
+            if ch in "([{":
+                depth += 1
+            elif ch in ")]}":
+                depth -= 1
+            elif ch == "," and depth == 0:
+                out.append(_trim(self.text, start, i))
+                start = i + 1
+        if self.text[open_at + 1:end].strip():
+            out.append(_trim(self.text, start, end))
+        return out
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+@dataclass(frozen=True, slots=True)
+class Function:
+    """A function definition: positions of its name, parameter list and body braces."""
+
+    name: str
+    start: int        # start of the line holding the declaration's name
+    name_start: int
+    params_start: int  # the '('
+    params_end: int    # just past the ')'
+    body_start: int    # the '{'
+    body_end: int      # just past the '}'
+    is_kernel: bool
+
+
+_FUNC = re.compile(r"(?<![\w.>])(?P<name>[A-Za-z_]\w*)\s*\(", re.M)
+_KEYWORDS = frozenset({"if", "for", "while", "switch", "return", "sizeof", "catch", "decltype",
+                       "static_assert", "alignof", "__launch_bounds__", "asm", "defined"})
+
+
+def functions(src: CSource) -> list[Function]:
+    return [f for f in src.functions() if f.name not in _KEYWORDS]
+
+
+def find_iter(pattern: re.Pattern[str], src: CSource, start: int = 0, end: int | None = None
+              ) -> Iterator[re.Match[str]]:
+    """Matches of `pattern` on the code view (never inside comments or strings)."""
+    return pattern.finditer(src.code, start, len(src.code) if end is None else end)
+
+
+def tokens(text: str) -> list[str]:
+    """Whitespace-insensitive tokens of C++ text (identifiers, numbers, punctuation)."""
+    return re.findall(r"\w+|\S", text)

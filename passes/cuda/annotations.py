@@ -1,0 +1,181 @@
+"""Compiler-annotation passes of CUDA kernels: `#pragma unroll` and `__launch_bounds__`."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from passes._source import ByteEdit, finish, make_site
+from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
+from passes.cuda._c import CSource, find_iter, functions
+
+if TYPE_CHECKING:
+    from anchors import AnchorIndex
+    from kir import KernelIR
+
+CUDA: tuple[str, ...] = ("cuda",)
+
+_PRAGMA = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*\n", re.M)
+_FOR = re.compile(r"\bfor\s*\(")
+# a compile-time bound: literals, ALL_CAPS names (macros, constexprs, template parameters)
+_CONST_BOUND = re.compile(r"^[\sA-Z0-9_+\-*/%()<>]*$")
+
+
+def _next_code_line(src: CSource, pos: int) -> int:
+    """Index of the first non-blank character at or after `pos`."""
+    while pos < len(src.code) and src.code[pos].isspace():
+        pos += 1
+    return pos
+
+
+@dataclass(frozen=True, slots=True)
+class PragmaUnroll(Pass):
+    """`#pragma unroll` before a loop with a compile-time trip count."""
+
+    text: str = ""
+    """The exact pragma line to restore (recorded by a de-optimization, without the newline);
+    empty: `#pragma unroll` at the loop's indentation."""
+
+    name: ClassVar[str] = "pragma-unroll"
+    category: ClassVar[Category] = Category.EXPRESSION
+    summary: ClassVar[str] = "#pragma unroll on constant-trip-count loops"
+    languages: ClassVar[tuple[str, ...]] = CUDA
+    platforms: ClassVar[tuple[str, ...]] = ("*",)
+    preconditions: ClassVar[tuple[str, ...]] = ("constant_trip_count",)
+
+    def _constant_loops(self, src: CSource) -> list[tuple[int, int]]:
+        """(for start, header end) of loops whose condition bound is a compile-time constant."""
+        out = []
+        for m in find_iter(_FOR, src):
+            paren = m.end() - 1
+            end = src.close(paren)
+            parts = src.code[paren + 1:end - 1].split(";")
+            if len(parts) != 3:
+                continue
+            cond = re.match(r"\s*\w+\s*(<=|<|>=|>|!=)\s*(.+?)\s*$", parts[1], re.S)
+            if cond and _CONST_BOUND.match(cond.group(2)):
+                out.append((m.start(), end))
+        return out
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        src = CSource(ir)
+        out = []
+        pragma_targets = set()
+        for m in find_iter(_PRAGMA, src):
+            target = _next_code_line(src, m.end())
+            pragma_targets.add(target)
+            if not src.code.startswith("for", target):
+                continue
+            header_end = src.close(src.code.index("(", target))
+            out.append(make_site(self.name, ir, index, src.bspan(m.start(), m.end()), True,
+                                 {"pragma": src.text[m.start():m.end()].strip()},
+                                 src.bspan(target, header_end)))
+        for start, end in self._constant_loops(src):
+            if start in pragma_targets or src.function_at(start) is None:
+                continue
+            line = src.line_start(start)
+            out.append(make_site(self.name, ir, index, src.bspan(line, end), False,
+                                 {"loop": " ".join(src.text[start:end].split())},
+                                 src.bspan(start, end)))
+        return out
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        src = CSource(ir)
+        for m in find_iter(_PRAGMA, src):
+            if src.bspan(m.start(), m.end()) == tuple(site.span):
+                return finish(ir, site, [src.edit(m.start(), m.end(), "")],
+                              options={"text": src.text[m.start():m.end()].rstrip("\n")})
+        return Skipped("no #pragma unroll at the site", {"site": site.anchor})
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        src = CSource(ir)
+        for start, end in self._constant_loops(src):
+            line = src.line_start(start)
+            if src.bspan(line, end) != tuple(site.span):
+                continue
+            results, skip = self.check(ctx, {"constant_trip_count": True})
+            if skip:
+                return skip
+            text = self.text or f"{src.indent(start)}#pragma unroll"
+            return finish(ir, site, [src.edit(line, line, text + "\n")], preconditions=results)
+        return Skipped("no constant-trip-count loop at the site", {"site": site.anchor})
+
+
+_BOUNDS = re.compile(r"__launch_bounds__\s*\(")
+_THREADS = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w*THREADS\w*)[ \t]+(\S[^\n]*)$", re.M)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchBounds(Pass):
+    """`__launch_bounds__(max threads[, min blocks])` on a `__global__` function."""
+
+    bounds: str = ""
+    """The bounds to set (recorded by a de-optimization, e.g. `256, 2`); empty: the block size
+    from the facts (`block_threads`) or a `#define ...THREADS...` macro."""
+    sep: str = " "
+    """The whitespace between the annotation and the function name."""
+
+    name: ClassVar[str] = "launch-bounds"
+    category: ClassVar[Category] = Category.COMPUTE
+    summary: ClassVar[str] = "__launch_bounds__ register budget for the block size"
+    languages: ClassVar[tuple[str, ...]] = CUDA
+    platforms: ClassVar[tuple[str, ...]] = ("cuda",)
+    preconditions: ClassVar[tuple[str, ...]] = ("block_threads <= bound",)
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        src = CSource(ir)
+        out = []
+        kernels = [f for f in functions(src) if f.is_kernel]
+        for m in find_iter(_BOUNDS, src):
+            end = src.close(m.end() - 1)
+            fn = next((f for f in kernels if m.start() < f.name_start < m.start() + 400), None)
+            locus = src.bspan(fn.start, fn.params_end) if fn else src.bspan(m.start(), end)
+            out.append(make_site(self.name, ir, index, src.bspan(m.start(), _skip_ws(src, end)),
+                                 True, {"bounds": src.text[m.end():end - 1],
+                                        "kernel": fn.name if fn else None}, locus))
+        for fn in kernels:
+            head = src.code[fn.start - 200 if fn.start > 200 else 0:fn.name_start]
+            if "__launch_bounds__" in re.split(r"[;}]", head)[-1]:
+                continue
+            out.append(make_site(self.name, ir, index, src.bspan(fn.name_start, fn.name_start),
+                                 False, {"kernel": fn.name}, src.bspan(fn.start, fn.params_end)))
+        return out
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        src = CSource(ir)
+        for m in find_iter(_BOUNDS, src):
+            end = src.close(m.end() - 1)
+            stop = _skip_ws(src, end)
+            if src.bspan(m.start(), stop) != tuple(site.span):
+                continue
+            return finish(ir, site, [src.edit(m.start(), stop, "")], options={
+                "bounds": src.text[m.end():end - 1], "sep": src.text[end:stop] or " "})
+        return Skipped("no __launch_bounds__ at the site", {"site": site.anchor})
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        src = CSource(ir)
+        bounds = self.bounds
+        if not bounds:
+            facts = dict(ctx.facts) if ctx is not None else {}
+            if "block_threads" in facts:
+                bounds = str(facts["block_threads"])
+            else:
+                macro = _THREADS.search(src.text)
+                if macro is None:
+                    return Skipped("the block size is unknown: record it or give the fact "
+                                   "block_threads", {"kernel": site.detail.get("kernel")})
+                bounds = macro.group(1)
+        first = bounds.split(",")[0].strip()
+        facts = {"bound": int(first)} if first.isdigit() else {}
+        results, skip = self.check(ctx, facts)
+        if skip:
+            return skip
+        at = site.span[0]
+        text = f"__launch_bounds__({bounds}){self.sep}"
+        return finish(ir, site, [ByteEdit(at, at, text)], preconditions=results)
+
+
+def _skip_ws(src: CSource, pos: int) -> int:
+    while pos < len(src.text) and src.text[pos] in " \t\n":
+        pos += 1
+    return pos
