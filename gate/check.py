@@ -1,0 +1,226 @@
+"""`gate.check`: parse, then run a candidate at a tier in a fresh worker, with a verdict cache."""
+from __future__ import annotations
+
+import ast
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from gate.cache import VerdictCache, cache_key
+from gate.cases import Case, load_case
+from gate.runner import supervise
+from gate.verdict import FailureKind, Tier, Verdict, reject
+from gate.worker import Job
+from kir.errors import BadInputError
+
+GATE_VERSION = "1"  # bump when a change to the gate could change a verdict
+DEFAULT_TIMEOUT_S = {Tier.STATIC: 300.0, Tier.INTERPRET: 300.0, Tier.DEVICE: 300.0}
+# One device-tier run at a time per process: concurrent runs on one GPU would skew each
+# other's timings.
+_DEVICE_LOCK = threading.Lock()
+_UNCACHED = {FailureKind.TIMEOUT, FailureKind.INTERNAL, FailureKind.UNSUPPORTED, FailureKind.CRASH,
+             FailureKind.OUT_OF_MEMORY}
+
+
+def gpu_present() -> bool:
+    """A CUDA GPU is visible (without importing torch unless the caller already did)."""
+    if os.environ.get("KLINEAGE_GATE_NO_GPU") == "1":
+        return False
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return bool(torch.cuda.is_available())
+    return any(Path(p).exists() for p in ("/dev/nvidia0", "/dev/nvidiactl")) and _gpu_name() != ""
+
+
+@lru_cache(maxsize=1)
+def _gpu_name() -> str:
+    tool = shutil.which("nvidia-smi")
+    if tool is None:
+        return ""
+    try:
+        out = subprocess.run([tool, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.strip().splitlines()[0] if out.strip() else ""
+
+
+def resolve_tier(tier: Tier | str, language: str) -> tuple[Tier, tuple[str, ...]]:
+    """The concrete tier to run, and flags explaining a change (CUDA stops at static on a CPU)."""
+    try:
+        t = Tier(tier)
+    except ValueError:
+        raise BadInputError(f"unknown tier '{tier}' (static, interpret, device, auto)") from None
+    if t is Tier.AUTO:
+        t = Tier.DEVICE if gpu_present() else Tier.INTERPRET
+    if t is Tier.INTERPRET and language == "cuda":
+        return Tier.STATIC, ("cuda kernels have no interpreter: gated at the static tier",)
+    return t, ()
+
+
+@lru_cache(maxsize=1)
+def _toolchain() -> str:
+    versions = []
+    for dist in ("torch", "triton", "cuda-bindings", "cuda-python", "nvidia-cuda-nvrtc", "numpy"):
+        try:
+            versions.append(f"{dist}={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{dist}=-")
+    return ";".join(versions + [f"python={sys.version_info[:3]}"])
+
+
+def _language(language: Any) -> str:
+    value = getattr(language, "value", language)
+    if value not in ("triton", "cuda"):
+        raise BadInputError(f"unknown kernel language '{language}' (triton or cuda)")
+    return str(value)
+
+
+def _parse(source: str, language: str, path: Path | None, tier: Tier) -> Verdict | None:
+    """None when the source parses; a rejecting verdict otherwise."""
+    try:
+        import kir
+        from kir.errors import ParseError
+    except ImportError:  # the foundation not installed: fall back to Python's own parser
+        kir = None  # type: ignore[assignment]
+    if kir is not None and hasattr(kir, "parse"):
+        try:
+            kir.parse(source, language, path)
+        except ParseError as exc:
+            return reject(tier, "parse", FailureKind.PARSE_ERROR, str(exc))
+        return None
+    if language == "triton":
+        try:
+            ast.parse(source)
+        except SyntaxError as exc:
+            return reject(tier, "parse", FailureKind.PARSE_ERROR, f"{exc.msg} (line {exc.lineno})")
+    return None
+
+
+def _host_text(host: str | Path | None, path: Path | None) -> tuple[str, str]:
+    """(host module text, its stem) of a CUDA candidate."""
+    if host is None:
+        if path is None:
+            raise BadInputError("a CUDA candidate needs its host module: pass host= or path=")
+        host = path.with_suffix(".py")
+    if isinstance(host, Path) or (isinstance(host, str) and "\n" not in host and host.endswith(".py")):
+        p = Path(host)
+        if not p.is_file():
+            raise BadInputError(f"CUDA host module {p} not found (a .py beside the .cu)")
+        return p.read_text(), p.stem
+    return str(host), path.stem if path is not None else "candidate"
+
+
+def check(source: str, language: Any, case: Case | str | Path, tier: Tier | str = Tier.AUTO, *,
+          path: str | Path | None = None, host: str | Path | None = None,
+          timeout: float | None = None, cache: bool = True) -> Verdict:
+    """Gate kernel source text against a case at a tier; see docs/INTERFACES.md ("gate").
+
+    `path` (where the text came from) names the scratch module and, for CUDA, locates the host
+    module (`path.with_suffix(".py")`) unless `host` (its text or path) is given. The same
+    candidate at the same tier on the same platform and toolchain gets the cached verdict
+    (`cached=True`); timeouts, crashes and gate faults are never cached. Raises
+    `BadInputError` for an unknown case, tier or language and a missing host module.
+    """
+    lang = _language(language)
+    the_case = case if isinstance(case, Case) else load_case(case)
+    run_tier, flags = resolve_tier(tier, lang)
+    src_path = Path(path).resolve() if path is not None else None
+    host_text, stem = _host_text(host, src_path) if lang == "cuda" else ("", src_path.stem if src_path else "candidate")
+    key = cache_key([GATE_VERSION, source, host_text, lang, the_case.digest(), run_tier.value,
+                     the_case.platform, _toolchain(), _gpu_name() if run_tier is Tier.DEVICE else "cpu"])
+    store = VerdictCache() if cache else None
+    if store is not None and (hit := store.get(key)) is not None:
+        return hit
+    verdict = _parse(source, lang, src_path, run_tier)
+    if verdict is None:
+        verdict = _run(source, lang, the_case, run_tier, stem, host_text, src_path,
+                       timeout if timeout is not None else DEFAULT_TIMEOUT_S[run_tier])
+    if flags:
+        verdict = replace(verdict, flags=verdict.flags + flags)
+    if store is not None and verdict.failure_kind not in _UNCACHED:
+        store.put(key, verdict)
+    return verdict
+
+
+def _run(source: str, lang: str, case: Case, tier: Tier, stem: str, host_text: str,
+         src_path: Path | None, timeout: float) -> Verdict:
+    scratch = Path(tempfile.mkdtemp(prefix="klineage-gate-")).resolve()
+    try:
+        if lang == "cuda":
+            cu = scratch / f"{stem}.cu"
+            cu.write_text(source)
+            module = scratch / f"{stem}.py"
+            module.write_text(host_text)
+        else:
+            cu = None
+            module = scratch / f"{stem}.py"
+            module.write_text(source)
+        base = random.SystemRandom().randrange(1, 2**30)  # fresh seeds: nothing to memorize
+        job = Job(tier=tier.value, language=lang, module_path=str(module),
+                  cu_path=str(cu) if cu else None, scratch=str(scratch),
+                  origin_dir=str(src_path.parent) if src_path else None,
+                  case_path=str(case.path), seeds=(base, base + 1, base + 2),
+                  extra_seed=base + 3, reverify_seed=base + 4)
+        if tier is Tier.DEVICE:
+            with _DEVICE_LOCK:
+                return supervise(job, case, tier, timeout)
+        return supervise(job, case, tier, timeout)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def check_file(path: str | Path, case: Case | str | Path, tier: Tier | str = Tier.AUTO, *,
+               timeout: float | None = None, cache: bool = True) -> Verdict:
+    """Gate a kernel file: a Triton `.py`, or a CUDA `.cu` with its host `.py` beside it."""
+    p = Path(path)
+    if not p.is_file():
+        raise BadInputError(f"{p}: no such kernel file")
+    if p.suffix == ".cu":
+        lang = "cuda"
+    elif p.suffix == ".py":
+        lang = "triton"
+    else:
+        raise BadInputError(f"{p}: a kernel is a Triton .py or a CUDA .cu file")
+    try:
+        text = p.read_text()
+    except UnicodeDecodeError:
+        raise BadInputError(f"{p}: not UTF-8 text") from None
+    return check(text, lang, case, tier, path=p, timeout=timeout, cache=cache)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRequest:
+    """One candidate for `check_many` (the arguments of `check`)."""
+
+    source: str
+    language: str
+    case: Case | str
+    tier: Tier | str = Tier.AUTO
+    path: str | None = None
+    host: str | None = None
+    timeout: float | None = None
+    cache: bool = True
+
+
+def check_many(requests: Sequence[CheckRequest], jobs: int | None = None) -> list[Verdict]:
+    """Gate independent candidates concurrently (each in its own worker), in request order."""
+    workers = jobs or max(1, min(len(requests), os.cpu_count() or 1))
+
+    def one(r: CheckRequest) -> Verdict:
+        return check(r.source, r.language, r.case, r.tier, path=r.path, host=r.host,
+                     timeout=r.timeout, cache=r.cache)
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(one, requests))

@@ -1,0 +1,294 @@
+"""Anti-cheat instruments installed in the gate's worker process before candidate code loads.
+
+Imported only inside a worker (it imports torch). What it provides:
+- `Captured`: the torch functions the worker uses after the candidate is imported, taken
+  before, so a candidate that rebinds `torch.Tensor.cpu` or `torch.equal` cannot change them;
+- `TamperWatch`: identities of the functions a candidate could patch to fool a check or a timer
+  (torch, numpy, time, builtins, triton's launch and bench paths, CUDA driver launch calls, the
+  gate's own modules); `changed()` names the ones rebound since the snapshot;
+- `LaunchMonitor`: hooks the Triton JIT launch path (`JITFunction.run`, the interpreter's
+  `InterpretedFunction.run`) and `cuda.bindings.driver.cuLaunchKernel[Ex]` to count launches of
+  the candidate's own kernels, check their stream, and suppress them (knockout);
+- `OpTrace`: a torch dispatch mode that records every compute op the candidate runs (allocation,
+  views and copies are allowed), notes calls made from inside the case's reference, and fills
+  each tensor the candidate allocates with poison (NaN for floats).
+"""
+from __future__ import annotations
+
+import builtins
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+import torch._dynamo  # noqa: F401  (a dispatch mode imports it lazily, rebinding torch.manual_seed:
+#                        import it before the tamper snapshot so that is not taken for tampering)
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+@dataclass(frozen=True, slots=True)
+class Captured:
+    """Functions the worker calls after candidate import, bound before it."""
+
+    clone: Callable[..., Any]
+    cpu: Callable[..., Any]
+    contiguous: Callable[..., Any]
+    view: Callable[..., Any]
+    numpy: Callable[..., Any]
+    fill_: Callable[..., Any]
+    equal: Callable[..., bool]
+    tensor_type: type
+    synchronize: Callable[[], None] | None
+    current_stream: Callable[[], Any] | None
+    perf_counter: Callable[[], float]
+
+    @staticmethod
+    def take() -> Captured:
+        cuda = torch.cuda.is_available()
+        return Captured(
+            clone=torch.Tensor.clone, cpu=torch.Tensor.cpu, contiguous=torch.Tensor.contiguous,
+            view=torch.Tensor.view, numpy=torch.Tensor.numpy, fill_=torch.Tensor.fill_,
+            equal=torch.equal, tensor_type=torch.Tensor,
+            synchronize=torch.cuda.synchronize if cuda else None,
+            current_stream=torch.cuda.current_stream if cuda else None,
+            perf_counter=time.perf_counter,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Tampering
+
+def _watched_modules() -> list[tuple[str, Any]]:
+    owners: list[tuple[str, Any]] = [
+        ("torch", torch), ("torch.Tensor", torch.Tensor), ("torch._C.TensorBase", torch._C.TensorBase),
+        ("torch.linalg", torch.linalg), ("torch.nn.functional", torch.nn.functional),
+        ("torch.testing", torch.testing), ("torch.cuda", torch.cuda),
+        ("torch.cuda.Event", torch.cuda.Event), ("torch.cuda.Stream", torch.cuda.Stream),
+        ("time", time), ("builtins", builtins),
+    ]
+    for name in ("numpy", "numpy.linalg", "numpy.testing", "triton", "triton.testing",
+                 "triton.runtime.jit", "triton.runtime.autotuner", "triton.runtime.interpreter",
+                 "multiprocessing.connection", "pickle", "cuda.bindings.driver"):
+        module = sys.modules.get(name)
+        if module is not None:
+            owners.append((name, module))
+    jit = sys.modules.get("triton.runtime.jit")
+    if jit is not None:
+        owners.append(("triton.runtime.jit.JITFunction", jit.JITFunction))
+    autotuner = sys.modules.get("triton.runtime.autotuner")
+    if autotuner is not None:
+        owners += [("triton.Autotuner", autotuner.Autotuner), ("triton.Heuristics", autotuner.Heuristics)]
+    interp = sys.modules.get("triton.runtime.interpreter")
+    if interp is not None:
+        owners.append(("triton.InterpretedFunction", interp.InterpretedFunction))
+    conn = sys.modules.get("multiprocessing.connection")
+    if conn is not None:
+        owners.append(("Connection", conn.Connection))
+    owners += [(name, mod) for name, mod in list(sys.modules.items())
+               if name == "gate" or name.startswith("gate.")]
+    return owners
+
+
+def _entries(owner: Any) -> Iterable[tuple[str, Any]]:
+    try:
+        items = list(vars(owner).items())
+    except TypeError:
+        return []
+    return [(k, v) for k, v in items if callable(v) or isinstance(v, (ModuleType, type, staticmethod,
+                                                                      classmethod, property))]
+
+
+class TamperWatch:
+    """Identity snapshot of watched functions; `changed()` lists what was rebound or removed."""
+
+    def __init__(self) -> None:
+        self._owners = _watched_modules()
+        self._ids = {(name, key): id(value) for name, owner in self._owners
+                     for key, value in _entries(owner)}
+        self._keep = [value for _, owner in self._owners for _, value in _entries(owner)]
+        self._modules = {name: id(mod) for name, mod in self._owners if isinstance(mod, ModuleType)}
+
+    def changed(self) -> list[str]:
+        out = []
+        for name, owner in self._owners:
+            current = dict(_entries(owner))
+            for (owner_name, key), ident in self._ids.items():
+                if owner_name != name:
+                    continue
+                value = current.get(key)
+                if value is None or id(value) != ident:
+                    out.append(f"{name}.{key}")
+        for name, ident in self._modules.items():
+            if id(sys.modules.get(name)) != ident:
+                out.append(f"sys.modules[{name!r}]")
+        return sorted(set(out))
+
+
+# ---------------------------------------------------------------------------------------------
+# Launches
+
+class LaunchSuppressed(RuntimeError):
+    """Raised by a suppressed launch in `raise` mode (the fault-injection run)."""
+
+
+@dataclass(slots=True)
+class LaunchMonitor:
+    """Counts and optionally suppresses launches of kernels defined under `candidate_dir`.
+
+    `mode` is "run" (launch), "silent" (skip the launch, as if it did nothing) or "raise"
+    (raise `LaunchSuppressed`). CUDA driver launches are all the candidate's: the gate and the
+    reference never call the driver directly.
+    """
+
+    candidate_dir: str
+    mode: str = "run"
+    launches: int = 0
+    side_stream: list[str] = field(default_factory=list)
+    gate_stream: int | None = None
+    _restore: list[tuple[Any, str, Any]] = field(default_factory=list)
+
+    def reset(self, mode: str = "run") -> None:
+        self.mode, self.launches = mode, 0
+        self.side_stream.clear()
+
+    def owns(self, fn: Any) -> bool:
+        code = getattr(fn, "__code__", None)
+        return code is not None and str(Path(code.co_filename).resolve()).startswith(self.candidate_dir)
+
+    def _on_launch(self, what: str, stream: int | None) -> None:
+        self.launches += 1
+        if self.gate_stream is not None and stream is not None and stream != self.gate_stream:
+            self.side_stream.append(f"{what} on stream {stream:#x}, gate stream {self.gate_stream:#x}")
+        if self.mode == "raise":
+            raise LaunchSuppressed(f"launch of {what} suppressed by the gate")
+
+    def _patch(self, owner: Any, name: str, new: Any) -> None:
+        self._restore.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, new)
+
+    def install_triton(self) -> None:
+        import triton.runtime.jit as jit
+
+        classes = [jit.JITFunction]
+        if "triton.runtime.interpreter" in sys.modules or _interpreting():
+            import triton.runtime.interpreter as interp
+
+            classes.append(interp.InterpretedFunction)
+        for cls in classes:
+            self._patch(cls, "run", self._wrap_triton(cls.run))
+
+    def _wrap_triton(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        monitor = self
+
+        def run(jit_self: Any, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("warmup") or not monitor.owns(getattr(jit_self, "fn", None)):
+                return original(jit_self, *args, **kwargs)
+            stream = None
+            if monitor.gate_stream is not None:
+                stream = int(torch.cuda.current_stream().cuda_stream)
+            monitor._on_launch(getattr(jit_self.fn, "__name__", "kernel"), stream)
+            if monitor.mode == "silent":
+                return None
+            return original(jit_self, *args, **kwargs)
+
+        return run
+
+    def install_cuda(self) -> None:
+        try:
+            from cuda.bindings import driver
+        except ImportError:
+            return
+        ok = driver.CUresult.CUDA_SUCCESS
+        monitor = self
+
+        def wrap(original: Callable[..., Any], stream_of: Callable[[tuple[Any, ...]], Any]) -> Any:
+            def launch(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    stream = int(stream_of(args))
+                except (TypeError, ValueError, IndexError, AttributeError):
+                    stream = None
+                monitor._on_launch(f"{original.__name__}", stream)
+                if monitor.mode == "silent":
+                    return (ok,)
+                return original(*args, **kwargs)
+
+            launch.__name__ = original.__name__
+            return launch
+
+        if hasattr(driver, "cuLaunchKernel"):
+            self._patch(driver, "cuLaunchKernel", wrap(driver.cuLaunchKernel, lambda a: a[8]))
+        if hasattr(driver, "cuLaunchKernelEx"):
+            self._patch(driver, "cuLaunchKernelEx", wrap(driver.cuLaunchKernelEx, lambda a: a[0].hStream))
+
+
+def _interpreting() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+# ---------------------------------------------------------------------------------------------
+# The torch op trace
+
+ALLOC_OPS = frozenset({"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided"})
+ALLOWED_OPS = ALLOC_OPS | frozenset({
+    # other factories and fills: no information about the inputs flows into them
+    "zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like",
+    "new_full", "scalar_tensor", "arange", "fill_", "zero_",
+    # views and aliasing
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "t", "transpose",
+    "permute", "expand", "slice", "select", "unsqueeze", "squeeze", "unbind", "split",
+    "split_with_sizes", "chunk", "narrow", "alias", "detach", "unfold", "view_as_real",
+    "view_as_complex", "diagonal", "movedim", "lift_fresh", "set_", "resolve_conj",
+    "resolve_neg", "_conj", "_neg_view",
+    # copies (into the candidate's own buffers) and scalar reads
+    "copy_", "_to_copy", "clone", "lift_fresh_copy", "_copy_from", "_copy_from_and_resize",
+    "_local_scalar_dense", "record_stream", "is_pinned", "_has_compatible_shallow_copy_type",
+    "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
+})
+
+
+class OpTrace(TorchDispatchMode):
+    """Records the torch ops run while active. `violations` holds compute ops (op names);
+    `reference_calls` the ops that ran inside the case's reference function. With `poison`,
+    every tensor from an allocation op is filled with NaN (floats) or the dtype's minimum."""
+
+    def __init__(self, reference_code: tuple[str, str], poison: bool) -> None:
+        super().__init__()
+        self.reference_code = reference_code
+        self.poison = poison
+        self.violations: list[str] = []
+        self.reference_calls: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = func.overloadpacket.__name__
+        out = func(*args, **(kwargs or {}))
+        if name not in ALLOWED_OPS:
+            self.violations.append(name)
+            if self._inside_reference():
+                self.reference_calls.append(name)
+        elif self.poison and name in ALLOC_OPS and isinstance(out, torch.Tensor) and out.numel():
+            poison_(out)
+        return out
+
+    def _inside_reference(self) -> bool:
+        frame = sys._getframe(2)
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == self.reference_code[1] and \
+                    str(Path(code.co_filename).resolve()) == self.reference_code[0]:
+                return True
+            frame = frame.f_back
+        return False
+
+
+def poison_(t: torch.Tensor) -> None:
+    """Fill `t` with a value no correct kernel leaves behind: NaN, or the dtype's minimum."""
+    if t.is_floating_point() or t.is_complex():
+        t.fill_(float("nan"))
+    elif t.dtype != torch.bool:
+        t.fill_(torch.iinfo(t.dtype).min)

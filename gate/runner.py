@@ -1,0 +1,228 @@
+"""The parent side of a gate run: start the worker, enforce its time limit, judge what it sends.
+
+Workers start from a fork server that has imported torch and nothing else (never candidate
+code, never CUDA), so each candidate gets a fresh process with a clean CUDA context for a
+fraction of a cold start; `KLINEAGE_GATE_START=spawn` starts each from scratch instead.
+A hang, a signal, `os._exit` or the OOM killer end only the worker; the verdict says which.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gate import compare as cmp
+from gate.cases import Case
+from gate.verdict import (Correctness, Facts, CompileFacts, FailureKind, SeedResult, Tier, Timing,
+                          VariantTiming, Verdict, reject)
+from gate.worker import (PHASE_FAULT, PHASE_KNOCKOUT, PHASE_REVERIFY, PHASE_SEED, PHASE_TIMED, Job,
+                         main as worker_main)
+
+STARTUP_TIMEOUT_S = 180.0
+SPEEDUP_FLAG = 10.0
+_CONTEXT: Any = None
+
+
+def _context() -> Any:
+    global _CONTEXT
+    if _CONTEXT is None:
+        method = os.environ.get("KLINEAGE_GATE_START", "forkserver")
+        if method not in multiprocessing.get_all_start_methods():
+            method = "spawn"
+        ctx = multiprocessing.get_context(method)
+        if method == "forkserver":
+            # torch._dynamo (which imports triton) is what a dispatch mode loads on first use;
+            # Triton reads TRITON_INTERPRET when a kernel is decorated, so importing it here
+            # does not fix the tier of later workers.
+            ctx.set_forkserver_preload(["torch", "numpy", "gate.worker", "gate.guards"])
+        _CONTEXT = ctx
+    return _CONTEXT
+
+
+@dataclass(slots=True)
+class _Judge:
+    """Accumulates the worker's messages into a verdict."""
+
+    case: Case
+    tier: Tier
+    case_compare: Any = None
+    refs: dict[tuple[str, str, int], tuple[Any, Any]] = field(default_factory=dict)
+    results: list[SeedResult] = field(default_factory=list)
+    ref_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
+    cand_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
+    facts: Facts | None = None
+    stage: str = "import"
+    verdict: Verdict | None = None
+
+    def _shape(self, variant: str) -> Mapping[str, Any]:
+        table = self.case.shapes if self.tier is Tier.DEVICE else self.case.small_shapes
+        return table[variant]
+
+    def _fail(self, kind: FailureKind, stage: str, reason: str) -> None:
+        self.verdict = reject(self.tier, stage, kind, reason, facts=self.facts,
+                              correctness=self._correctness() if self.results else None)
+
+    def _correctness(self) -> Correctness:
+        seeds = tuple(sorted({r.seed for r in self.results}))
+        errs = [r.rel_err for r in self.results]
+        return Correctness(seeds, max(errs) if errs else 0.0, tuple(self.results))
+
+    def handle(self, msg: tuple[Any, ...]) -> bool:
+        """Digest one message; True when the run is decided (see `verdict`) or finished."""
+        kind = msg[0]
+        if kind == "ref":
+            _, variant, phase, seed, outputs, inputs = msg
+            self.refs[(variant, phase, seed)] = (outputs, inputs)
+        elif kind == "refs_done":
+            self._check_case()
+        elif kind == "ref_ms":
+            self.ref_ms[msg[1]] = (msg[2], msg[3])
+        elif kind == "cand_ms":
+            self.cand_ms[msg[1]] = (msg[2], msg[3])
+        elif kind == "facts":
+            self.facts = Facts(tuple(CompileFacts.from_json(c) for c in msg[1]))
+            self.stage = "compile"
+        elif kind == "out":
+            self._judge_out(*msg[1:])
+        elif kind == "reject":
+            self._fail(FailureKind(msg[1]), msg[2], msg[3])
+        elif kind == "done":
+            self._finish()
+        return self.verdict is not None
+
+    def _check_case(self) -> None:
+        by_variant: dict[str, list[Any]] = {}
+        for (variant, phase, _), (outputs, _) in self.refs.items():
+            if phase == PHASE_SEED:
+                by_variant.setdefault(variant, []).append(outputs)
+        for variant, outs in by_variant.items():
+            if all(cmp.all_zero(o) for o in outs):
+                self._fail(FailureKind.BAD_CASE, "correctness",
+                           f"the reference output of {variant} is all zeros for every seed: "
+                           f"the case cannot tell a kernel from one that writes zeros")
+            elif len(outs) > 1 and all(cmp.same_payload(outs[0], o) for o in outs[1:]):
+                self._fail(FailureKind.BAD_CASE, "correctness",
+                           f"the reference output of {variant} does not depend on the inputs")
+
+    def _judge_out(self, variant: str, phase: str, seed: int, outputs: Any, launches: int) -> None:
+        ref_phase = PHASE_SEED if phase in (PHASE_KNOCKOUT, PHASE_FAULT) else phase
+        ref_outputs, inputs = self.refs[(variant, ref_phase, seed)]
+        dtype = str(self._shape(variant).get("dtype", ""))
+        outcome = cmp.compare(outputs, ref_outputs, tolerance=self.case.tolerance_for(dtype),
+                              low_tolerance=cmp.lower_precision_tolerance(dtype, dict(self.case.tolerance)),
+                              case_compare=self.case_compare, inputs=inputs)
+        if phase in (PHASE_KNOCKOUT, PHASE_FAULT):
+            self.stage = "anti_cheat"
+            if outcome.ok:
+                how = "with its kernel launches skipped" if phase == PHASE_KNOCKOUT else \
+                    "when its kernel launches fail"
+                self._fail(FailureKind.FALLBACK, "anti_cheat",
+                           f"the output still matches the reference {how} (error "
+                           f"{outcome.rel_err:.3g}): the answer comes from somewhere other than "
+                           f"the candidate's kernel")
+            return
+        self.stage = "timing" if phase in (PHASE_TIMED, PHASE_REVERIFY) and self.tier is Tier.DEVICE \
+            else "correctness"
+        self.results.append(SeedResult(variant, seed, outcome.rel_err, phase))
+        if not outcome.ok:
+            assert outcome.kind is not None and outcome.reason is not None
+            kind, reason = outcome.kind, outcome.reason
+            if phase == PHASE_TIMED and kind in (FailureKind.WRONG_OUTPUT, FailureKind.NAN_OUTPUT):
+                kind = FailureKind.STALE_OUTPUT
+                reason = f"after the timed/repeated runs on fresh inputs: {reason}"
+            self._fail(kind, self.stage, f"{variant}/{phase} seed {seed}: {reason}")
+
+    def _finish(self) -> None:
+        if self.tier is Tier.STATIC:
+            self.verdict = Verdict(True, self.tier, "compile", facts=self.facts)
+            return
+        flags: list[str] = []
+        timing = None
+        if self.tier is Tier.DEVICE and self.cand_ms:
+            variants = tuple(VariantTiming(v, self.cand_ms[v][0], self.ref_ms[v][0]) for v in self.cand_ms)
+            timing = Timing(sum(v.candidate_ms for v in variants), sum(v.reference_ms for v in variants),
+                            variants)
+            if timing.speedup > SPEEDUP_FLAG:
+                walls = [self.ref_ms[v][1] / self.cand_ms[v][1] for v in self.cand_ms if self.cand_ms[v][1] > 0]
+                wall = math.prod(walls) ** (1 / len(walls)) if walls else float("nan")
+                flags.append(f"speedup {timing.speedup:.1f}x > {SPEEDUP_FLAG:g}x: re-verified on fresh "
+                             f"inputs; wall-clock speedup {wall:.1f}x")
+        stage = "timing" if self.tier is Tier.DEVICE else "correctness"
+        self.verdict = Verdict(True, self.tier, stage, facts=self.facts, correctness=self._correctness(),
+                               timing=timing, flags=tuple(flags))
+
+
+def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
+    """Run `job` in a fresh worker under `timeout` seconds (after start-up) and judge it."""
+    judge = _Judge(case, tier, case_compare=case.module().compare if case.has_compare else None)
+    ctx = _context()
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=worker_main, args=(child, job), daemon=True)
+    proc.start()
+    child.close()
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    started = False
+    try:
+        while judge.verdict is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                what = "candidate" if started else "worker start-up"
+                judge._fail(FailureKind.TIMEOUT, judge.stage,
+                            f"{what} exceeded its time limit ({timeout if started else STARTUP_TIMEOUT_S:g} s)")
+                break
+            try:
+                ready = parent.poll(min(remaining, 0.25))
+                msg = parent.recv() if ready else None
+            except (EOFError, OSError):
+                msg = None
+                ready = True
+            if msg is not None:
+                if msg[0] == "ready" and not started:
+                    started = True
+                    deadline = time.monotonic() + timeout
+                if judge.handle(msg) or msg[0] == "done":
+                    break
+            elif ready or not proc.is_alive():
+                proc.join(5)
+                _died(judge, proc.exitcode)
+                break
+    finally:
+        _end(proc)
+        parent.close()
+    if judge.verdict is None:  # "done" arrived without a decision: cannot happen, but never lie
+        return reject(tier, judge.stage, FailureKind.INTERNAL, "the worker finished without a verdict")
+    return judge.verdict
+
+
+def _died(judge: _Judge, code: int | None) -> None:
+    if code is not None and code < 0:
+        sig = -code
+        name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
+        if sig == signal.SIGKILL:
+            judge._fail(FailureKind.OUT_OF_MEMORY, judge.stage,
+                        "the worker was killed by SIGKILL, most likely by the out-of-memory killer")
+        else:
+            judge._fail(FailureKind.CRASH, judge.stage, f"the worker died of {name}")
+    else:
+        judge._fail(FailureKind.CRASH, judge.stage,
+                    f"the worker exited with code {code} before finishing (os._exit or sys.exit "
+                    f"in candidate code?)")
+
+
+def _end(proc: Any) -> None:
+    """Stop the worker and anything it started (its own process group)."""
+    if proc.pid is None:
+        return
+    try:
+        # The worker leads its own group (os.setpgrp at start); a group with its pid exists
+        # only while the worker or a child it left behind is alive.
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        if proc.is_alive():
+            proc.kill()
+    proc.join(10)

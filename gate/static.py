@@ -1,0 +1,297 @@
+"""The static tier, inside the worker: compile for sm_90a on any machine and read the artifacts.
+
+Triton: the candidate's `run` is called once per shape variant of the case (real shapes, inputs
+on the CPU) with its kernels' launch path replaced by a recorder, so every launch yields the
+kernel, its arguments and options; an autotuned kernel yields one launch per configuration.
+Each distinct launch becomes `triton.compile(ASTSource(fn, signature, constexprs, attrs),
+target=GPUTarget("cuda", 90, 32), options)`, the signature and divisibility attributes derived
+the way Triton's JIT derives them. Compiles run in parallel in forked processes, one per core.
+
+CUDA: the candidate `.cu` text is compiled with NVRTC for sm_90a (`experts.cudahost`), with the
+`-D` defines the host module's optional `static_defines(shape) -> dict` gives for each variant.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import os
+import time
+from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from gate import facts
+from gate.verdict import CompileFacts, FailureKind
+from gate.worker import Channel, Job, describe, import_candidate
+
+TARGET_ARCH = 90
+TARGET_NAME = "sm_90a"
+_OPTION_KEYS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion",
+                "launch_cooperative_grid", "launch_pdl", "max_num_imprecise_acc_default")
+
+
+@dataclass(frozen=True, slots=True)
+class _TritonCompile:
+    fn: Any
+    variant: str
+    signature: Mapping[str, str]
+    constexprs: Mapping[str, Any]
+    attrs: Mapping[tuple[int, ...], Any]
+    options: Mapping[str, Any]
+
+    def key(self) -> str:
+        return repr((id(self.fn), sorted(self.signature.items()), sorted(self.constexprs.items(), key=str),
+                     sorted(self.attrs.items(), key=str), sorted(self.options.items())))
+
+    def config(self) -> dict[str, Any]:
+        cfg: dict[str, Any] = {"variant": self.variant}
+        cfg.update({k: v for k, v in self.constexprs.items() if isinstance(v, (int, float, bool, str))})
+        cfg.update(self.options)
+        return cfg
+
+
+# Filled before the compile pool forks; children read it instead of unpickling JIT functions.
+_PENDING: list[_TritonCompile] = []
+
+
+def run_static(chan: Channel, job: Job) -> None:
+    chan.send("ready", {"device": "static", "pid": os.getpid()})
+    if job.language == "cuda":
+        compiles = _cuda_facts(chan, job)
+    else:
+        compiles = _triton_facts(chan, job)
+    chan.send("facts", [c.to_json() for c in compiles])
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton
+
+def _specialize(value: Any, backend: Any, specialize: bool, align: bool) -> tuple[str, Any]:
+    """(signature type, attribute key) of one runtime argument, as Triton's JIT computes it."""
+    try:
+        from triton._C.libtriton import native_specialize_impl
+        from triton.backends.compiler import BaseBackend
+
+        return native_specialize_impl(BaseBackend, value, False, specialize, align)
+    except ImportError:
+        pass
+    from triton.runtime.jit import mangle_type  # older Triton: Python specialization
+
+    ty = mangle_type(value, specialize)
+    key = None
+    if hasattr(value, "data_ptr"):
+        key = "D" if align and value.data_ptr() % 16 == 0 else ""
+    elif isinstance(value, int) and not isinstance(value, bool) and specialize:
+        key = "D" if value % 16 == 0 else ""
+    return ty, key
+
+
+def _launch_to_compile(jit_fn: Any, variant: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                       backend: Any) -> _TritonCompile:
+    params = jit_fn.params
+    names = [p.name for p in params]
+    options = {k: kwargs.pop(k) for k in list(kwargs) if k not in names}
+    bound = inspect.signature(jit_fn.fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    signature: dict[str, str] = {}
+    constexprs: dict[str, Any] = {}
+    attrs: dict[tuple[int, ...], Any] = {}
+    for i, p in enumerate(params):
+        value = bound.arguments[p.name]
+        if p.is_constexpr:
+            signature[p.name] = "constexpr"
+            constexprs[p.name] = value
+            continue
+        ty, key = _specialize(value, backend, not p.do_not_specialize,
+                              not p.do_not_specialize_on_alignment)
+        if ty == "constexpr":  # e.g. an int equal to 1, or None
+            signature[p.name] = "constexpr"
+            constexprs[p.name] = key
+            continue
+        annotation = getattr(p, "annotation_type", "")
+        signature[p.name] = annotation or ty
+        if isinstance(key, str) and key:
+            attrs[(i,)] = backend.parse_attr(key)
+    keep = {k: v for k, v in options.items() if k in _OPTION_KEYS and v is not None}
+    return _TritonCompile(jit_fn, variant, MappingProxyType(signature), MappingProxyType(constexprs),
+                          MappingProxyType(attrs), MappingProxyType(keep))
+
+
+def _record_launches(chan: Channel, job: Job) -> list[_TritonCompile]:
+    import torch
+    import triton.runtime.autotuner as autotuner
+    import triton.runtime.jit as jit
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+
+    from gate.cases import import_case_module
+
+    backend = make_backend(GPUTarget("cuda", TARGET_ARCH, 32))
+    scratch = str(Path(job.scratch).resolve())
+    seen: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
+
+    def owns(fn: Any) -> bool:
+        code = getattr(getattr(fn, "fn", None), "__code__", None)
+        return code is not None and str(Path(code.co_filename).resolve()).startswith(scratch)
+
+    def jit_run(self: Any, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> None:
+        if owns(self):
+            seen.append((self, args, dict(kwargs)))
+        return None
+
+    def autotune_run(self: Any, *args: Any, **kwargs: Any) -> None:
+        # One recorded launch per configuration (through any heuristics wrapped inside).
+        for config in self.configs:
+            self.fn.run(*args, **kwargs, **config.all_kwargs())
+        return None
+
+    jit.JITFunction.run = jit_run  # type: ignore[method-assign]
+    autotuner.Autotuner.run = autotune_run  # type: ignore[method-assign]
+    _cpu_shims(torch)
+    module = import_candidate(chan, job, stage="compile")
+    case = import_case_module(Path(job.case_path))
+    pending: list[_TritonCompile] = []
+    for variant, shape in case.SHAPES.items():
+        before = len(seen)
+        try:
+            with torch.no_grad():
+                module.run(*case.make_inputs(dict(shape), 0, "cpu"))
+        except Exception as exc:
+            if len(seen) == before:
+                chan.reject(FailureKind.COMPILE_ERROR, "compile",
+                            f"could not trace `run` on the CPU for {variant} to find its kernels' "
+                            f"arguments: {describe(exc)}")
+        for fn, args, kwargs in seen[before:]:
+            pending.append(_launch_to_compile(fn, variant, args, kwargs, backend))
+    if not pending:
+        chan.reject(FailureKind.NO_LAUNCH, "compile", "`run` launched none of the module's kernels")
+    unique: dict[str, _TritonCompile] = {}
+    for c in pending:
+        unique.setdefault(c.key(), c)
+    return list(unique.values())
+
+
+def _cpu_shims(torch: Any) -> None:
+    """Device queries a host function may make, answered for the sm_90a target on a CPU."""
+    if torch.cuda.is_available():
+        return
+    from types import SimpleNamespace
+
+    props = SimpleNamespace(name="static target sm_90a", major=9, minor=0, multi_processor_count=132,
+                            total_memory=80 * 2**30, L2_cache_size=50 * 2**20,
+                            shared_memory_per_block_optin=227 * 1024, warp_size=32)
+    torch.cuda.get_device_properties = lambda *a, **k: props
+    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+
+
+def _compile_one(index: int) -> dict[str, Any] | str:
+    """Compile `_PENDING[index]` (in a forked child); CompileFacts as JSON, or an error text."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    c = _PENDING[index]
+    t0 = time.perf_counter()
+    log = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(log):
+            src = ASTSource(c.fn, dict(c.signature), dict(c.constexprs), dict(c.attrs))
+            kernel = triton.compile(src, target=GPUTarget("cuda", TARGET_ARCH, 32), options=dict(c.options))
+    except Exception as exc:
+        return f"{c.fn.__name__} {c.config()}: {describe(exc, 1500)}"
+    spent = time.perf_counter() - t0
+    asm = kernel.asm
+    name = kernel.metadata.name
+    cub = facts.cubin_kernels(asm["cubin"]).get(name) if "cubin" in asm else None
+    spills = _ptxas_spills(log.getvalue(), name)
+    return CompileFacts(
+        kernel=name, config=c.config(),
+        registers=cub.registers if cub else None,
+        shared_bytes=int(getattr(kernel.metadata, "shared", 0) or 0) + (cub.static_shared_bytes if cub else 0),
+        local_bytes=(cub.frame_bytes or 0) if cub else 0,
+        spill_stores=spills[0] if spills else None, spill_loads=spills[1] if spills else None,
+        instructions=facts.ptx_instruction_counts(asm.get("ptx", "")),
+        sass=facts.sass_counts(asm["cubin"]) if "cubin" in asm else None,
+        compile_s=spent,
+    ).to_json()
+
+
+def _ptxas_spills(log: str, name: str) -> tuple[int, int] | None:
+    from experts.cudahost import ptxas_resources
+
+    res = ptxas_resources(log).get(name)
+    if not res or "spill_stores" not in res:
+        return None
+    return res["spill_stores"], res["spill_loads"]
+
+
+def _triton_facts(chan: Channel, job: Job) -> list[CompileFacts]:
+    # Triton deletes ptxas' report unless asked to print it; the compile captures the print.
+    os.environ.setdefault("TRITON_DUMP_PTXAS_LOG", "1")
+    compiles = _record_launches(chan, job)
+    _PENDING[:] = compiles
+    workers = max(1, min(len(compiles), os.cpu_count() or 1))
+    if workers == 1:
+        results = [_compile_one(i) for i in range(len(compiles))]
+    else:
+        import multiprocessing
+
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            results = list(pool.map(_compile_one, range(len(compiles))))
+    errors = [r for r in results if isinstance(r, str)]
+    if errors:
+        chan.reject(FailureKind.COMPILE_ERROR, "compile",
+                    f"{len(errors)} of {len(results)} compiles for {TARGET_NAME} failed; first: {errors[0]}")
+    return [CompileFacts.from_json(r) for r in results if isinstance(r, dict)]
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA
+
+def _cuda_facts(chan: Channel, job: Job) -> list[CompileFacts]:
+    from experts import cudahost
+
+    from gate.cases import import_case_module
+
+    assert job.cu_path is not None
+    text = Path(job.cu_path).read_text()
+    host = import_candidate(chan, job, stage="compile")
+    case = import_case_module(Path(job.case_path))
+    defines_of = getattr(host, "static_defines", None)
+    variants: dict[str, dict[str, Any]] = {}
+    for variant, shape in case.SHAPES.items():
+        defines = dict(defines_of(dict(shape))) if callable(defines_of) else {}
+        if defines not in variants.values():
+            variants[variant] = defines
+    out: list[CompileFacts] = []
+    for variant, defines in variants.items():
+        t0 = time.perf_counter()
+        try:
+            compiled = cudahost.compile_source(text, name=Path(job.cu_path).name, arch=TARGET_NAME,
+                                               defines=defines)
+        except cudahost.CompileError as exc:
+            chan.reject(FailureKind.COMPILE_ERROR, "compile",
+                        f"NVRTC ({TARGET_NAME}): {describe(exc, 2000)}")
+        spent = time.perf_counter() - t0
+        resources = cudahost.ptxas_resources(compiled.log)
+        shared = facts.ptxas_shared(compiled.log)
+        cubin = facts.cubin_kernels(compiled.cubin) if compiled.cubin else {}
+        sass = facts.sass_counts(compiled.cubin) if compiled.cubin else None
+        counts = facts.ptx_instruction_counts(compiled.ptx)
+        for name in facts.ptx_entries(compiled.ptx):
+            res = resources.get(name, {})
+            cub = cubin.get(name)
+            out.append(CompileFacts(
+                kernel=name, config={"variant": variant, **defines},
+                registers=res.get("registers", cub.registers if cub else None),
+                shared_bytes=shared.get(name, cub.static_shared_bytes if cub else 0),
+                local_bytes=res.get("stack_bytes", (cub.frame_bytes or 0) if cub else 0),
+                spill_stores=res.get("spill_stores"), spill_loads=res.get("spill_loads"),
+                instructions=counts, sass=sass, compile_s=spent))
+    if not out:
+        chan.reject(FailureKind.COMPILE_ERROR, "compile", "the .cu file defines no kernel (.entry)")
+    return out

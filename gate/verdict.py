@@ -1,0 +1,276 @@
+"""The values the gate returns: tiers, failure kinds, facts, correctness, timing and verdicts.
+
+Everything here is a frozen value that round-trips through JSON (`to_json` / `from_json`); the
+JSON form is what `klineage gate --json` prints and what the verdict cache stores. Nothing here
+imports torch, triton or CUDA.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+from typing import Any
+
+
+class Tier(str, Enum):
+    """How far the gate goes. `auto` resolves to `device` on a GPU machine, else `interpret`."""
+
+    STATIC = "static"        # parse + compile for sm_90a on any CPU, facts from the artifacts
+    INTERPRET = "interpret"  # Triton interpreter at the case's small shapes, 3 seeds
+    DEVICE = "device"        # real shapes on the GPU, 3 seeds, then timing
+    AUTO = "auto"
+
+
+class FailureKind(str, Enum):
+    """Why a candidate was rejected. The value is the JSON spelling."""
+
+    PARSE_ERROR = "parse_error"
+    COMPILE_ERROR = "compile_error"
+    IMPORT_ERROR = "import_error"          # the module does not import or has no `run`
+    RUNTIME_ERROR = "runtime_error"        # `run` raised
+    SHAPE_MISMATCH = "shape_mismatch"      # output count, shape or dtype differs from the reference
+    BAD_OUTPUT = "bad_output"              # not a plain strided tensor (lazy, subclass, wrong device)
+    NAN_OUTPUT = "nan_output"              # NaN/inf where the reference is finite (poison included)
+    WRONG_OUTPUT = "wrong_output"          # relative-norm error over the tolerance
+    PRECISION_DOWNGRADE = "precision_downgrade"  # error typical of a lower precision than the case's
+    NO_LAUNCH = "no_launch"                # none of the candidate's own kernels launched
+    FALLBACK = "fallback"                  # the answer does not come from the candidate's kernel
+    TORCH_COMPUTE = "torch_compute"        # a torch compute op ran while the candidate ran
+    REFERENCE_CALL = "reference_call"      # the candidate called the case's reference
+    TAMPERING = "tampering"                # the candidate patched torch, timers, triton or the gate
+    INPUT_MUTATION = "input_mutation"      # the candidate wrote into its inputs
+    SIDE_STREAM = "side_stream"            # a launch outside the stream the gate times
+    STALE_OUTPUT = "stale_output"          # output wrong after the timed runs (re-validation)
+    TIMEOUT = "timeout"
+    CRASH = "crash"                        # the worker died: signal, os._exit, killed
+    OUT_OF_MEMORY = "out_of_memory"
+    ILLEGAL_ADDRESS = "illegal_address"    # CUDA illegal / misaligned address
+    BAD_CASE = "bad_case"                  # the case cannot tell a kernel from a constant
+    UNSUPPORTED = "unsupported"            # the tier cannot run here (no GPU, CUDA on the interpreter)
+    INTERNAL = "internal"                  # a fault of the gate itself, never cached
+
+
+@dataclass(frozen=True, slots=True)
+class CompileFacts:
+    """What one compile (one kernel, one configuration) says about itself.
+
+    `registers` and `local_bytes` come from the cubin's `.nv.info` attributes; `shared_bytes` is
+    static shared memory (`.nv.shared.<kernel>`) plus Triton's dynamic `metadata.shared`;
+    `spill_stores` / `spill_loads` (bytes) come from the ptxas report and are None where the
+    toolchain did not give one. `instructions` counts PTX instruction classes (see
+    `gate.facts.PTX_CLASSES`); `sass` counts SASS opcode classes when a disassembler was found.
+    """
+
+    kernel: str
+    config: Mapping[str, Any]
+    registers: int | None
+    shared_bytes: int
+    local_bytes: int
+    spill_stores: int | None
+    spill_loads: int | None
+    instructions: Mapping[str, int]
+    sass: Mapping[str, int] | None = None
+    compile_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel, "config": dict(self.config), "registers": self.registers,
+            "shared_bytes": self.shared_bytes, "local_bytes": self.local_bytes,
+            "spill_stores": self.spill_stores, "spill_loads": self.spill_loads,
+            "instructions": dict(self.instructions),
+            "sass": dict(self.sass) if self.sass is not None else None,
+            "compile_s": round(self.compile_s, 4),
+        }
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> CompileFacts:
+        return CompileFacts(
+            kernel=d["kernel"], config=MappingProxyType(dict(d["config"])),
+            registers=d["registers"], shared_bytes=d["shared_bytes"], local_bytes=d["local_bytes"],
+            spill_stores=d["spill_stores"], spill_loads=d["spill_loads"],
+            instructions=MappingProxyType(dict(d["instructions"])),
+            sass=MappingProxyType(dict(d["sass"])) if d.get("sass") is not None else None,
+            compile_s=float(d.get("compile_s", 0.0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """Facts of every compile of a candidate (each kernel x configuration x shape variant)."""
+
+    compiles: tuple[CompileFacts, ...]
+    target: str = "sm_90a"
+
+    @property
+    def max_registers(self) -> int | None:
+        regs = [c.registers for c in self.compiles if c.registers is not None]
+        return max(regs) if regs else None
+
+    @property
+    def max_shared_bytes(self) -> int:
+        return max((c.shared_bytes for c in self.compiles), default=0)
+
+    @property
+    def spills(self) -> bool:
+        """True when any compile spilled or uses local memory (a stack frame)."""
+        return any((c.spill_stores or 0) + (c.spill_loads or 0) + c.local_bytes > 0
+                   for c in self.compiles)
+
+    @property
+    def instruction_classes(self) -> tuple[str, ...]:
+        """Instruction classes (PTX) present in at least one compile, sorted."""
+        return tuple(sorted({k for c in self.compiles for k, v in c.instructions.items() if v}))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "max_registers": self.max_registers,
+            "max_shared_bytes": self.max_shared_bytes,
+            "spills": self.spills,
+            "instruction_classes": list(self.instruction_classes),
+            "compiles": [c.to_json() for c in self.compiles],
+        }
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> Facts:
+        return Facts(tuple(CompileFacts.from_json(c) for c in d["compiles"]),
+                     d.get("target", "sm_90a"))
+
+
+@dataclass(frozen=True, slots=True)
+class SeedResult:
+    """Relative-norm error of one output check (`phase`: seed, timed or repeat)."""
+
+    variant: str
+    seed: int
+    rel_err: float
+    phase: str = "seed"
+
+
+@dataclass(frozen=True, slots=True)
+class Correctness:
+    seeds: tuple[int, ...]
+    max_rel_err: float
+    results: tuple[SeedResult, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seeds": list(self.seeds),
+            "max_rel_err": _finite_or_none(self.max_rel_err),
+            "results": [{"variant": r.variant, "seed": r.seed, "phase": r.phase,
+                         "rel_err": _finite_or_none(r.rel_err)} for r in self.results],
+        }
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> Correctness:
+        def num(x: Any) -> float:
+            return float("inf") if x is None else float(x)
+
+        return Correctness(
+            tuple(d["seeds"]), num(d["max_rel_err"]),
+            tuple(SeedResult(r["variant"], r["seed"], num(r["rel_err"]), r.get("phase", "seed"))
+                  for r in d.get("results", ())))
+
+
+@dataclass(frozen=True, slots=True)
+class VariantTiming:
+    variant: str
+    candidate_ms: float
+    reference_ms: float
+
+    @property
+    def speedup(self) -> float:
+        return self.reference_ms / self.candidate_ms if self.candidate_ms > 0 else float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Median times (ms) over the case's shape variants, summed; speedup = reference / candidate.
+
+    Both are timed with `triton.testing.do_bench` (25 ms warm-up, 100 ms of repetitions, L2
+    flushed, median) in the same worker process, the reference before any candidate code loads.
+    """
+
+    candidate_ms: float
+    reference_ms: float
+    variants: tuple[VariantTiming, ...] = ()
+
+    @property
+    def speedup(self) -> float:
+        return self.reference_ms / self.candidate_ms if self.candidate_ms > 0 else float("inf")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "candidate_ms": self.candidate_ms, "reference_ms": self.reference_ms,
+            "speedup": _finite_or_none(self.speedup),
+            "variants": [{"variant": v.variant, "candidate_ms": v.candidate_ms,
+                          "reference_ms": v.reference_ms, "speedup": _finite_or_none(v.speedup)}
+                         for v in self.variants],
+        }
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> Timing:
+        return Timing(float(d["candidate_ms"]), float(d["reference_ms"]),
+                      tuple(VariantTiming(v["variant"], float(v["candidate_ms"]),
+                                          float(v["reference_ms"])) for v in d.get("variants", ())))
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The gate's answer for one candidate at one tier.
+
+    `stage` is the last stage reached: parse, compile, import, correctness, anti_cheat, timing.
+    `facts`, `correctness` and `timing` are None where the tier did not reach them. `flags`
+    holds findings that do not reject (e.g. "speedup>10x: re-verified"). `cached` says the
+    verdict came from the cache; it is not part of the JSON.
+    """
+
+    ok: bool
+    tier: Tier
+    stage: str
+    failure_kind: FailureKind | None = None
+    reason: str | None = None
+    facts: Facts | None = None
+    correctness: Correctness | None = None
+    timing: Timing | None = None
+    flags: tuple[str, ...] = ()
+    cached: bool = field(default=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented JSON form (`klineage gate --json`)."""
+        out: dict[str, Any] = {
+            "ok": self.ok, "tier": self.tier.value, "stage": self.stage,
+            "failure_kind": self.failure_kind.value if self.failure_kind else None,
+            "reason": self.reason,
+        }
+        if self.facts is not None:
+            out["facts"] = self.facts.to_json()
+        if self.correctness is not None:
+            out["correctness"] = self.correctness.to_json()
+        if self.timing is not None:
+            out["timing"] = self.timing.to_json()
+        out["flags"] = list(self.flags)
+        return out
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any], *, cached: bool = False) -> Verdict:
+        return Verdict(
+            ok=bool(d["ok"]), tier=Tier(d["tier"]), stage=d["stage"],
+            failure_kind=FailureKind(d["failure_kind"]) if d.get("failure_kind") else None,
+            reason=d.get("reason"),
+            facts=Facts.from_json(d["facts"]) if d.get("facts") else None,
+            correctness=Correctness.from_json(d["correctness"]) if d.get("correctness") else None,
+            timing=Timing.from_json(d["timing"]) if d.get("timing") else None,
+            flags=tuple(d.get("flags", ())), cached=cached,
+        )
+
+
+def reject(tier: Tier, stage: str, kind: FailureKind, reason: str, **parts: Any) -> Verdict:
+    """A rejecting verdict (shorthand used throughout the gate)."""
+    return Verdict(False, tier, stage, kind, reason, **parts)
+
+
+def _finite_or_none(x: float) -> float | None:
+    # JSON has no NaN/inf; an unmeasurable error or speedup is written as null.
+    return x if x == x and x not in (float("inf"), float("-inf")) else None

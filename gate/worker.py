@@ -1,0 +1,425 @@
+"""The gate's worker: one fresh process per candidate and tier, supervised by `gate.runner`.
+
+The worker reports to its parent over a pipe; the parent compares and decides. Order inside
+the worker matters: the case's inputs and reference outputs (and, on the device, the
+reference's timing) are made and sent *before* any candidate code is imported; then the
+launch hooks and the tamper snapshot go in, then the candidate loads. Messages (tuples):
+
+    ("ready", info)                                   after imports
+    ("ref", variant, phase, seed, outputs, inputs)    reference result (inputs only for cases
+                                                       with their own compare)
+    ("refs_done",)
+    ("ref_ms", variant, ms, wall_ms)                  device tier
+    ("out", variant, phase, seed, outputs, launches)  a candidate call; phase is seed |
+                                                       knockout | fault | timed | reverify
+    ("cand_ms", variant, ms, wall_ms)                 device tier
+    ("facts", [CompileFacts json])                    static tier
+    ("reject", failure kind, stage, reason)
+    ("done",)
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gate.verdict import FailureKind
+
+PHASE_SEED, PHASE_KNOCKOUT, PHASE_FAULT, PHASE_TIMED, PHASE_REVERIFY = (
+    "seed", "knockout", "fault", "timed", "reverify")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What one worker does. Paths are absolute; `module_path` is the candidate (Triton) or the
+    CUDA host module, copied into the scratch folder `scratch` beside `cu_path`."""
+
+    tier: str
+    language: str
+    module_path: str
+    cu_path: str | None
+    scratch: str
+    origin_dir: str | None
+    case_path: str
+    seeds: tuple[int, ...]
+    extra_seed: int
+    reverify_seed: int
+    repeat_calls: int = 2
+    speedup_reverify: float = 10.0
+
+
+class Stop(Exception):
+    """Ends the worker with a rejection already sent."""
+
+
+class Channel:
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def send(self, *msg: Any) -> None:
+        self.conn.send(msg)
+
+    def reject(self, kind: FailureKind, stage: str, reason: str) -> None:
+        self.send("reject", kind.value, stage, reason)
+        raise Stop
+
+
+def classify(exc: BaseException) -> FailureKind:
+    """Failure kind of an exception raised by candidate code or by the device."""
+    text = f"{type(exc).__name__}: {exc}".lower()
+    if isinstance(exc, MemoryError) or "out of memory" in text or "outofmemory" in text \
+            or "can't allocate memory" in text or "cannot allocate memory" in text:
+        return FailureKind.OUT_OF_MEMORY
+    if "illegal memory access" in text or "illegal_address" in text or "misaligned address" in text \
+            or "illegal address" in text:
+        return FailureKind.ILLEGAL_ADDRESS
+    if "compilationerror" in text or "compiletimeassertion" in text or "ptxas" in text:
+        return FailureKind.COMPILE_ERROR
+    return FailureKind.RUNTIME_ERROR
+
+
+def describe(exc: BaseException, limit: int = 600) -> str:
+    msg = f"{type(exc).__name__}: {exc}"
+    return msg if len(msg) <= limit else msg[:limit] + "..."
+
+
+def main(conn: Any, job: Job) -> None:
+    """Process entry point (multiprocessing target)."""
+    # Candidate prints go to stderr: the parent's stdout may carry JSON (klineage gate --json).
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    try:
+        os.setpgrp()  # own process group: the parent can end the candidate's children too
+    except OSError:
+        pass
+    if job.tier == "interpret":
+        os.environ["TRITON_INTERPRET"] = "1"
+    chan = Channel(conn)
+    try:
+        if job.tier == "static":
+            from gate import static
+
+            static.run_static(chan, job)
+        else:
+            _run(chan, job)
+        chan.send("done")
+    except Stop:
+        pass
+    except BaseException as exc:  # a fault of the gate or the case, not a candidate verdict
+        try:
+            chan.send("reject", FailureKind.INTERNAL.value, "internal",
+                      describe(exc) + "\n" + traceback.format_exc(limit=8))
+        except (OSError, ValueError):
+            pass
+    finally:
+        conn.close()
+
+
+def import_candidate(chan: Channel, job: Job, stage: str = "import") -> Any:
+    """Import the candidate module from the scratch folder; reject on failure."""
+    scratch = str(Path(job.scratch).resolve())
+    sys.path.insert(0, scratch)
+    if job.origin_dir:
+        sys.path.append(job.origin_dir)
+    name = "klineage_candidate_" + Path(job.module_path).stem
+    spec = importlib.util.spec_from_file_location(name, job.module_path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SystemExit as exc:
+        chan.reject(FailureKind.IMPORT_ERROR, stage, f"the module called sys.exit({exc.code}) on import")
+    except BaseException as exc:
+        kind = classify(exc)
+        chan.reject(FailureKind.IMPORT_ERROR if kind is FailureKind.RUNTIME_ERROR else kind, stage,
+                    f"importing the candidate raised {describe(exc)}")
+    if not callable(getattr(module, "run", None)):
+        chan.reject(FailureKind.IMPORT_ERROR, stage, "the module defines no callable `run`")
+    return module
+
+
+# ---------------------------------------------------------------------------------------------
+# interpret / device tiers
+
+class _Runner:
+    """State of one interpret/device run inside the worker."""
+
+    def __init__(self, chan: Channel, job: Job) -> None:
+        import torch
+
+        from gate import guards
+        from gate.cases import import_case_module
+
+        self.chan, self.job, self.torch, self.guards = chan, job, torch, guards
+        self.device = "cuda" if job.tier == "device" else "cpu"
+        if self.device == "cuda" and not torch.cuda.is_available():
+            chan.reject(FailureKind.UNSUPPORTED, "import", "the device tier needs a CUDA GPU; none is visible")
+        try:
+            self.case = import_case_module(Path(job.case_path))
+        except Exception as exc:
+            chan.reject(FailureKind.BAD_CASE, "import", f"the case module does not import: {describe(exc)}")
+        self.shapes = self.case.SHAPES if self.device == "cuda" else self.case.SMALL_SHAPES
+        self.cap = guards.Captured.take()
+        self.do_bench = None
+        if job.language == "triton" or self.device == "cuda":
+            import triton  # noqa: F401  (imported before the candidate so its hooks can go in)
+            import triton.testing
+
+            self.do_bench = triton.testing.do_bench
+        ref = self.case.reference
+        self.reference_code = (str(Path(ref.__code__.co_filename).resolve()), ref.__code__.co_name)
+        self.originals: dict[tuple[str, str, int], tuple[Any, ...]] = {}
+        self.monitor: Any = None
+        self.watch: Any = None
+        self.run_fn: Any = None
+
+    # -- helpers -------------------------------------------------------------------------
+    def sync(self) -> None:
+        if self.cap.synchronize is not None:
+            self.cap.synchronize()
+
+    def clone_inputs(self, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(self.cap.clone(x) if type(x) is self.cap.tensor_type else x for x in inputs)
+
+    def encode(self, values: Any) -> list[Any]:
+        from gate.transport import encode_all
+
+        return encode_all(values, self.cap)
+
+    def bench(self, fn: Any) -> tuple[float, float]:
+        """(median ms by do_bench with L2 flush, mean wall-clock ms of 10 synchronized calls)."""
+        ms = float(self.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+        self.sync()
+        t0 = self.cap.perf_counter()
+        for _ in range(10):
+            fn()
+        self.sync()
+        return ms, (self.cap.perf_counter() - t0) * 100.0
+
+    # -- reference phase -----------------------------------------------------------------
+    def plan(self) -> list[tuple[str, str, int]]:
+        extra = [(PHASE_TIMED, self.job.extra_seed)]
+        if self.device == "cuda":
+            extra.append((PHASE_REVERIFY, self.job.reverify_seed))
+        return [(variant, phase, seed) for variant in self.shapes
+                for phase, seed in [(PHASE_SEED, s) for s in self.job.seeds] + extra]
+
+    def references(self) -> None:
+        torch = self.torch
+        with_inputs = hasattr(self.case, "compare")
+        for variant, phase, seed in self.plan():
+            shape = dict(self.shapes[variant])
+            try:
+                inputs = tuple(self.case.make_inputs(shape, seed, self.device))
+                with torch.no_grad():
+                    ref = self.case.reference(*self.clone_inputs(inputs))
+                self.sync()
+            except Exception as exc:
+                self.chan.reject(FailureKind.BAD_CASE, "correctness",
+                                 f"the case's reference failed on {variant}: {describe(exc)}")
+            self.chan.send("ref", variant, phase, seed, self.encode(ref),
+                           self.encode(inputs) if with_inputs else None)
+            # The reference's answer must not survive where a candidate could find it.
+            for t in ref if isinstance(ref, (tuple, list)) else (ref,):
+                if isinstance(t, torch.Tensor):
+                    self.guards.poison_(t)
+            del ref
+            self.originals[(variant, phase, seed)] = inputs
+        self.chan.send("refs_done")
+        if self.device == "cuda":
+            for variant in self.shapes:
+                timed = self.clone_inputs(self.originals[(variant, PHASE_TIMED, self.job.extra_seed)])
+                ms, wall = self.bench(lambda: self.case.reference(*timed))
+                self.chan.send("ref_ms", variant, ms, wall)
+            self._poison_cached_memory()
+
+    def _poison_cached_memory(self) -> None:
+        torch = self.torch
+        free = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+        if free >= 4:
+            block = torch.empty(free // 4, dtype=torch.float32, device="cuda")
+            self.guards.poison_(block)
+            self.sync()
+            del block
+
+    # -- candidate -----------------------------------------------------------------------
+    def load_candidate(self) -> None:
+        guards = self.guards
+        self.monitor = guards.LaunchMonitor(candidate_dir=str(Path(self.job.scratch).resolve()))
+        if self.job.language == "triton":
+            self.monitor.install_triton()
+        if self.device == "cuda":
+            self.monitor.install_cuda()
+            self.monitor.gate_stream = int(self.cap.current_stream().cuda_stream)
+        self.watch = guards.TamperWatch()
+        module = import_candidate(self.chan, self.job)
+        self.check_tamper("import")
+        self.run_fn = module.run
+
+    def check_tamper(self, stage: str) -> None:
+        changed = self.watch.changed()
+        if changed:
+            shown = ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else "")
+            self.chan.reject(FailureKind.TAMPERING, stage,
+                             f"candidate code replaced {shown}: the gate does not trust a run "
+                             f"after its checks, timers or torch were patched")
+
+    def call(self, inputs: tuple[Any, ...], mode: str, poison: bool = True) -> dict[str, Any]:
+        """One traced call of the candidate on `inputs` (already cloned)."""
+        trace = self.guards.OpTrace(self.reference_code, poison)
+        self.monitor.reset(mode)
+        out, exc = None, None
+        try:
+            with trace:
+                out = self.run_fn(*inputs)
+            self.sync()
+        except BaseException as e:  # SystemExit too: a candidate may not end the worker
+            exc = e
+        return {"out": out, "exc": exc, "trace": trace, "launches": self.monitor.launches,
+                "side": list(self.monitor.side_stream)}
+
+    def check_call(self, res: dict[str, Any], inputs: tuple[Any, ...], original: tuple[Any, ...],
+                   stage: str, what: str) -> None:
+        chan, trace = self.chan, res["trace"]
+        if res["exc"] is not None:
+            exc = res["exc"]
+            chan.reject(classify(exc), stage, f"run raised on {what}: {describe(exc)}")
+        if trace.reference_calls:
+            chan.reject(FailureKind.REFERENCE_CALL, "anti_cheat",
+                        f"the candidate called the case's reference on {what} "
+                        f"({', '.join(sorted(set(trace.reference_calls)))})")
+        if trace.violations:
+            chan.reject(FailureKind.TORCH_COMPUTE, "anti_cheat",
+                        f"torch compute ops ran inside the candidate on {what}: "
+                        f"{', '.join(sorted(set(trace.violations)))} (only allocation, views and "
+                        f"copies are allowed; the answer must come from the candidate's kernels)")
+        self.check_tamper("anti_cheat")
+        if res["side"]:
+            chan.reject(FailureKind.SIDE_STREAM, "anti_cheat",
+                        f"launch outside the gate's stream on {what}: {res['side'][0]}")
+        if res["launches"] == 0:
+            chan.reject(FailureKind.NO_LAUNCH, "anti_cheat",
+                        f"none of the candidate's own kernels launched on {what}")
+        self.check_inputs(inputs, original, what)
+        self.check_output_types(res["out"], what)
+
+    def check_inputs(self, inputs: tuple[Any, ...], original: tuple[Any, ...], what: str) -> None:
+        for i, (x, o) in enumerate(zip(inputs, original)):
+            if type(o) is self.cap.tensor_type and not self.cap.equal(x, o):
+                self.chan.reject(FailureKind.INPUT_MUTATION, "anti_cheat",
+                                 f"the candidate wrote into input {i} on {what}")
+
+    def check_output_types(self, out: Any, what: str) -> None:
+        items = out if isinstance(out, (tuple, list)) else (out,)
+        for i, t in enumerate(items):
+            if isinstance(t, self.torch.Tensor) and type(t) is not self.cap.tensor_type:
+                self.chan.reject(FailureKind.BAD_OUTPUT, "anti_cheat",
+                                 f"output {i} on {what} is a {type(t).__name__}, a tensor subclass "
+                                 f"(lazy or self-modifying); a plain torch.Tensor is required")
+            if type(t) is self.cap.tensor_type:
+                if t.device.type != self.device or t.layout != self.torch.strided:
+                    self.chan.reject(FailureKind.BAD_OUTPUT, "anti_cheat",
+                                     f"output {i} on {what} is a {t.layout} tensor on {t.device}, "
+                                     f"expected a strided tensor on {self.device}")
+
+    def send_out(self, variant: str, phase: str, seed: int, res: dict[str, Any]) -> None:
+        self.chan.send("out", variant, phase, seed, self.encode(res["out"]), res["launches"])
+
+    # -- phases --------------------------------------------------------------------------
+    def correctness(self) -> None:
+        for variant, phase, seed in self.plan():
+            if phase != PHASE_SEED:
+                continue
+            original = self.originals[(variant, phase, seed)]
+            inputs = self.clone_inputs(original)
+            res = self.call(inputs, "run")
+            self.check_call(res, inputs, original, "correctness", f"{variant}/seed {seed}")
+            self.send_out(variant, phase, seed, res)
+
+    def knockout(self) -> None:
+        variant = next(iter(self.shapes))
+        seed = self.job.seeds[0]
+        original = self.originals[(variant, PHASE_SEED, seed)]
+        for mode, phase in (("silent", PHASE_KNOCKOUT), ("raise", PHASE_FAULT)):
+            inputs = self.clone_inputs(original)
+            res = self.call(inputs, mode)
+            trace = res["trace"]
+            if trace.violations:
+                when = "are skipped" if mode == "silent" else "fail"
+                self.chan.reject(FailureKind.FALLBACK, "anti_cheat",
+                                 f"when its kernel launches {when}, the candidate computes with "
+                                 f"torch instead ({', '.join(sorted(set(trace.violations)))})")
+            self.check_tamper("anti_cheat")
+            if res["exc"] is None:
+                self.check_inputs(inputs, original, f"the {phase} run")
+                self.check_output_types(res["out"], f"the {phase} run")
+                self.send_out(variant, phase, seed, res)
+
+    def repeat(self) -> None:
+        """Interpret tier: a few more calls on fresh inputs, the last one re-validated."""
+        for variant in self.shapes:
+            original = self.originals[(variant, PHASE_TIMED, self.job.extra_seed)]
+            inputs = self.clone_inputs(original)
+            res: dict[str, Any] = {}
+            for _ in range(max(1, self.job.repeat_calls)):
+                res = self.call(inputs, "run")
+                self.check_call(res, inputs, original, "correctness", f"{variant}/repeated runs")
+            self.send_out(variant, PHASE_TIMED, self.job.extra_seed, res)
+
+    def timing(self) -> None:
+        for variant in self.shapes:
+            original = self.originals[(variant, PHASE_TIMED, self.job.extra_seed)]
+            inputs = self.clone_inputs(original)
+            trace = self.guards.OpTrace(self.reference_code, poison=False)
+            last: list[Any] = [None]
+            launches_before = 0
+            calls = [0]
+
+            def fn() -> None:
+                with trace:
+                    last[0] = self.run_fn(*inputs)
+                calls[0] += 1
+
+            self.monitor.reset("run")
+            try:
+                ms, wall = self.bench(fn)
+            except BaseException as exc:
+                self.chan.reject(classify(exc), "timing", f"run raised while timed: {describe(exc)}")
+            res = {"out": last[0], "exc": None, "trace": trace,
+                   "launches": self.monitor.launches - launches_before,
+                   "side": list(self.monitor.side_stream)}
+            self.check_call(res, inputs, original, "timing", f"{variant}/timed runs")
+            if res["launches"] < calls[0]:
+                self.chan.reject(FailureKind.FALLBACK, "timing",
+                                 f"{calls[0]} timed calls launched only {res['launches']} kernels: "
+                                 f"the candidate skips its kernel when timed")
+            self.chan.send("cand_ms", variant, ms, wall)
+            self.send_out(variant, PHASE_TIMED, self.job.extra_seed, res)
+
+    def reverify(self) -> None:
+        """Device tier: one more fresh-input check, always (the parent flags >10x speedups)."""
+        for variant in self.shapes:
+            original = self.originals[(variant, PHASE_REVERIFY, self.job.reverify_seed)]
+            inputs = self.clone_inputs(original)
+            res = self.call(inputs, "run")
+            self.check_call(res, inputs, original, "timing", f"{variant}/re-verification")
+            self.send_out(variant, PHASE_REVERIFY, self.job.reverify_seed, res)
+
+
+def _run(chan: Channel, job: Job) -> None:
+    runner = _Runner(chan, job)
+    chan.send("ready", {"device": runner.device, "pid": os.getpid()})
+    runner.references()
+    runner.load_candidate()
+    runner.correctness()
+    runner.knockout()
+    if runner.device == "cuda":
+        runner.timing()
+        runner.reverify()
+    else:
+        runner.repeat()
