@@ -1,0 +1,422 @@
+"""Memory-access passes of CUDA kernels: vectorized global access, shared-memory staging and
+`__restrict__` (read-only, non-aliased) pointers.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from passes._source import ByteEdit, finish, make_site, restore_recorded
+from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
+from passes.cuda._c import CSource, find_iter, functions
+from passes.cuda.annotations import CUDA
+
+if TYPE_CHECKING:
+    from anchors import AnchorIndex
+    from kir import KernelIR
+
+# vector type -> (scalar type, component names, bytes)
+VECTORS: dict[str, tuple[str, str, int]] = {
+    "float4": ("float", "xyzw", 16), "int4": ("int", "xyzw", 16),
+    "uint4": ("unsigned int", "xyzw", 16), "double2": ("double", "xy", 16),
+    "float2": ("float", "xy", 8), "int2": ("int", "xy", 8), "uint2": ("unsigned int", "xy", 8),
+}
+_VEC = "|".join(VECTORS)
+_CAST = re.compile(rf"reinterpret_cast\s*<\s*(const\s+)?({_VEC})\s*\*\s*>\s*\(")
+_VEC_PTR_DECL = re.compile(rf"\b(?:const\s+)?({_VEC})\s*\*\s*(?:const\s+)?(?:__restrict__\s+)?(\w+)\s*[=;,)]")
+_LDG = re.compile(r"__ldg\s*\(")
+_CANON_LOAD = re.compile(rf"\bmake_({_VEC})\s*\(\s*reinterpret_cast\s*<\s*const ")
+_CANON_STORE = re.compile(rf"\{{ const ({_VEC}) kl_v = ")
+
+
+@dataclass(frozen=True, slots=True)
+class _Access:
+    start: int
+    end: int       # the access expression (or the whole statement for a store)
+    vec: str
+    address: str   # source of the vector address expression
+    store_value: str | None = None
+
+
+def _is_assignment(src: CSource, pos: int) -> bool:
+    rest = src.code[pos:pos + 3].lstrip()
+    return rest.startswith("=") and not rest.startswith("==")
+
+
+def _accesses(src: CSource) -> list[_Access]:
+    """Vector loads and stores through `reinterpret_cast<VEC*>` or VEC pointer variables."""
+    found: list[_Access] = []
+    taken: list[tuple[int, int]] = []
+
+    def add(access: _Access) -> None:
+        if any(a <= access.start < b or access.start <= a < access.end for a, b in taken):
+            return
+        taken.append((access.start, access.end))
+        found.append(access)
+
+    def finish_access(start: int, end: int, vec: str, address: str) -> None:
+        if _is_assignment(src, end):
+            eq = src.code.index("=", end)
+            stmt_end = src.statement_end(eq + 1)
+            value = src.text[eq + 1:stmt_end - 1].strip()
+            add(_Access(start, stmt_end, vec, address, value))
+        else:
+            add(_Access(start, end, vec, address))
+
+    for m in find_iter(_LDG, src):  # __ldg(vector address)
+        end = src.close(m.end() - 1)
+        inner = src.text[m.end():end - 1].strip()
+        vec = _vector_of(src, inner, m.start())
+        if vec:
+            add(_Access(m.start(), end, vec, inner))
+    for m in find_iter(_CAST, src):
+        cast_end = src.close(m.end() - 1)
+        cast = src.text[m.start():cast_end]
+        vec = m.group(2)
+        before = src.code[:m.start()].rstrip()
+        if before.endswith("*") and not before.endswith("**"):  # *reinterpret_cast<VEC*>(p)
+            star = len(before) - 1
+            prev = before[:-1].rstrip()
+            if prev and (prev[-1].isalnum() or prev[-1] in ")]_"):
+                continue  # a multiplication, not a dereference
+            finish_access(star, cast_end, vec, cast)
+        elif src.code[cast_end:cast_end + 1] == "[":
+            close = src.close(cast_end)
+            index = src.text[cast_end + 1:close - 1]
+            finish_access(m.start(), close, vec, f"{cast} + ({index})")
+    pointers = _vector_pointers(src)
+    for name, vec in pointers.items():
+        for m in re.finditer(rf"(?<![\w.>]){re.escape(name)}\s*\[", src.code):
+            close = src.close(m.end() - 1)
+            index = src.text[m.end():close - 1]
+            finish_access(m.start(), close, vec, f"{name} + ({index})")
+    return sorted(found, key=lambda a: a.start)
+
+
+def _vector_pointers(src: CSource) -> dict[str, str]:
+    return {m.group(2): m.group(1) for m in find_iter(_VEC_PTR_DECL, src)}
+
+
+def _vector_of(src: CSource, expr: str, pos: int) -> str | None:
+    m = _CAST.match(expr)
+    if m:
+        return m.group(2)
+    head = re.match(r"\(?\s*(\w+)", expr)
+    if head:
+        return _vector_pointers(src).get(head.group(1))
+    return None
+
+
+def _scalarize(access: _Access) -> str:
+    scalar, comps, _ = VECTORS[access.vec]
+    if access.store_value is None:
+        parts = ", ".join(f"reinterpret_cast<const {scalar}*>({access.address})[{i}]"
+                          for i in range(len(comps)))
+        return f"make_{access.vec}({parts})"
+    stores = " ".join(f"reinterpret_cast<{scalar}*>({access.address})[{i}] = kl_v.{c};"
+                      for i, c in enumerate(comps))
+    return f"{{ const {access.vec} kl_v = {access.store_value}; {stores} }}"
+
+
+@dataclass(frozen=True, slots=True)
+class VectorizeGlobal(Pass):
+    """128-bit (and 64-bit) vector loads/stores (`float4`, `uint4`, ...) <-> one scalar access
+    per component (the same bytes, 4-byte words)."""
+
+    before: str = ""
+    """The exact vector access to restore (recorded by a de-optimization)."""
+    after: str = ""
+    """What the de-optimization wrote in its place."""
+
+    name: ClassVar[str] = "vectorize-global"
+    category: ClassVar[Category] = Category.STAGING
+    summary: ClassVar[str] = "float4/uint4 vector global access <-> scalar components"
+    languages: ClassVar[tuple[str, ...]] = CUDA
+    platforms: ClassVar[tuple[str, ...]] = ("*",)
+    preconditions: ClassVar[tuple[str, ...]] = ("align % vector_bytes == 0",)
+
+    def _canonical(self, src: CSource) -> list[tuple[int, int, str]]:
+        """(start, end, vectorized text) of scalarized accesses in the canonical form."""
+        out = []
+        for m in find_iter(_CANON_LOAD, src):
+            paren = src.code.index("(", m.start())
+            end = src.close(paren)
+            vec = m.group(1)
+            scalar, comps, _ = VECTORS[vec]
+            args = [src.text[a:b] for a, b in src.args(paren)]
+            addr = _common_address(args, f"reinterpret_cast<const {scalar}*>", len(comps))
+            if addr is not None:
+                out.append((m.start(), end, f"*reinterpret_cast<const {vec}*>({addr})"))
+        for m in find_iter(_CANON_STORE, src):
+            end = src.close(m.start())
+            vec = m.group(1)
+            scalar, comps, _ = VECTORS[vec]
+            body = src.text[m.end():end - 1]
+            value_end = _top_level_semicolon(body)
+            value = body[:value_end].strip()
+            addrs = re.findall(rf"reinterpret_cast<{re.escape(scalar)}\*>\((.*?)\)\[\d\] = kl_v\.[xyzw];",
+                               body[value_end + 1:])
+            if len(addrs) == len(comps) and len(set(addrs)) == 1:
+                out.append((m.start(), end, f"*reinterpret_cast<{vec}*>({addrs[0]}) = {value};"))
+        return out
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        src = CSource(ir)
+        out = [make_site(self.name, ir, index, src.bspan(a.start, a.end), True,
+                         {"vector": a.vec, "store": a.store_value is not None})
+               for a in _accesses(src)]
+        out += [make_site(self.name, ir, index, src.bspan(s, e), False, {"vectorized": text})
+                for s, e, text in self._canonical(src)]
+        return out
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        src = CSource(ir)
+        for access in _accesses(src):
+            if src.bspan(access.start, access.end) == tuple(site.span):
+                text = _scalarize(access)
+                return finish(ir, site, [src.edit(access.start, access.end, text)], options={
+                    "before": src.text[access.start:access.end], "after": text})
+        return Skipped("no vector access at the site", {"site": site.anchor})
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        src = CSource(ir)
+        if self.before:
+            done = restore_recorded(ir, site, self.before, self.after)
+            if done is not None:
+                return done
+        for start, end, text in self._canonical(src):
+            if src.bspan(start, end) != tuple(site.span):
+                continue
+            vec = re.search(rf"({_VEC})", text).group(1)
+            results, skip = self.check(ctx, {"vector_bytes": VECTORS[vec][2]})
+            if skip:
+                return skip
+            return finish(ir, site, [src.edit(start, end, text)], preconditions=results)
+        return Skipped("no scalarized vector access at the site", {"site": site.anchor})
+
+
+def _common_address(args: list[str], cast: str, count: int) -> str | None:
+    if len(args) != count:
+        return None
+    addrs = set()
+    for i, arg in enumerate(args):
+        m = re.fullmatch(rf"{re.escape(cast)}\((.*)\)\[{i}\]", arg.strip(), re.S)
+        if m is None:
+            return None
+        addrs.add(m.group(1))
+    return addrs.pop() if len(addrs) == 1 else None
+
+
+def _top_level_semicolon(text: str) -> int:
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == ";" and depth == 0:
+            return i
+    return len(text)
+
+
+# ---------------------------------------------------------------------------------------------
+_SHARED_DECL = re.compile(r"__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?[\w:<> ]+?\s+(\w+)\s*((?:\[[^\]]+\])+)\s*;")
+_ASSIGNED = r"(?<![\w.])(?:{names})\s*(?:[-+*/%&|^]?=(?!=)|\+\+|--)|(?:\+\+|--)\s*(?:{names})\b"
+
+
+@dataclass(frozen=True, slots=True)
+class _Staging:
+    array: str
+    fill_start: int
+    fill_end: int
+    rhs: str
+    indices: list[str]      # the fill's index variables (simple identifiers)
+    reads: list[tuple[int, int, list[str]]]  # (start, end, index texts) of reads after the fill
+
+
+@dataclass(frozen=True, slots=True)
+class SmemStaging(Pass):
+    """A tile staged in shared memory (`As[ty][tx] = A[...]; __syncthreads(); ... As[i][k]`)
+    <-> every read going to global memory directly."""
+
+    before: str = ""
+    """The exact staged region to restore (recorded by a de-optimization)."""
+    after: str = ""
+    """What the de-optimization wrote in its place."""
+
+    name: ClassVar[str] = "smem-staging"
+    category: ClassVar[Category] = Category.STAGING
+    summary: ClassVar[str] = "stage global tiles in shared memory <-> read global memory directly"
+    provides: ClassVar[tuple[str, ...]] = ("smem-staged",)
+    languages: ClassVar[tuple[str, ...]] = CUDA
+    platforms: ClassVar[tuple[str, ...]] = ("*",)
+
+    def _stagings(self, src: CSource) -> list[_Staging]:
+        out = []
+        for decl in find_iter(_SHARED_DECL, src):
+            array = decl.group(1)
+            dims = decl.group(2).count("[")
+            fn = src.function_at(decl.start())
+            if fn is None:
+                continue
+            pattern = re.compile(rf"(?<![\w.]){array}\s*" + r"\[([^\[\]]+)\]\s*" * dims)
+            uses = [m for m in pattern.finditer(src.code, decl.end(), fn.body_end)]
+            fills = [m for m in uses if _is_assignment(src, m.end())]
+            if len(fills) != 1:
+                continue
+            fill = fills[0]
+            indices = [g.strip() for g in fill.groups()]
+            if not all(re.fullmatch(r"[A-Za-z_]\w*", i) for i in indices):
+                continue
+            eq = src.code.index("=", fill.end())
+            stmt_end = src.statement_end(eq + 1)
+            rhs = src.text[eq + 1:stmt_end - 1].strip()
+            reads = [(m.start(), m.end(), [g.strip() for g in m.groups()])
+                     for m in uses if m.start() > stmt_end]
+            if not reads or any(m.start() < fill.start() for m in uses):
+                continue
+            # a staged copy of global memory: the fill reads a pointer parameter, every other
+            # use is a plain read (no address taken, no atomics), and a barrier separates them
+            pointers = {name for name, _ in _pointer_params(src, fn)}
+            if not any(re.search(rf"(?<![\w.]){re.escape(p)}\s*\[", rhs) for p in pointers):
+                continue
+            if any(src.code[:m.start()].rstrip().endswith("&") or _is_assignment(src, m.end())
+                   for m in uses if m is not fill):
+                continue
+            if "__syncthreads" not in src.code[stmt_end:reads[0][0]]:
+                continue
+            # the fill's other inputs must not change between the fill and the reads
+            others = set(re.findall(r"[A-Za-z_]\w*", rhs)) - set(indices)
+            between = src.code[stmt_end:reads[-1][1]]
+            if others and re.search(_ASSIGNED.format(names="|".join(map(re.escape, others))), between):
+                continue
+            out.append(_Staging(array, fill.start(), stmt_end, rhs, indices, reads))
+        return out
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        src = CSource(ir)
+        out = [make_site(self.name, ir, index, src.bspan(s.fill_start, s.reads[-1][1]), True,
+                         {"array": s.array, "reads": len(s.reads)}) for s in self._stagings(src)]
+        for decl in find_iter(_SHARED_DECL, src):  # a declared tile nobody uses
+            fn = src.function_at(decl.start())
+            if fn is not None and not re.search(rf"(?<![\w.]){decl.group(1)}\b",
+                                                src.code[decl.end():fn.body_end]):
+                out.append(make_site(self.name, ir, index, src.bspan(decl.start(), fn.body_end),
+                                     False, {"array": decl.group(1)},
+                                     src.bspan(decl.start(), decl.end())))
+        return out
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        src = CSource(ir)
+        for s in self._stagings(src):
+            start, end = s.fill_start, s.reads[-1][1]
+            if src.bspan(start, end) != tuple(site.span):
+                continue
+            changes = [(s.fill_start, s.fill_end, "")] + [
+                (r_start, r_end, "(" + _substitute(s.rhs, s.indices, idx) + ")")
+                for r_start, r_end, idx in s.reads]
+            after = src.text[start:end]
+            for c_start, c_end, text in sorted(changes, reverse=True):
+                after = after[:c_start - start] + text + after[c_end - start:]
+            return finish(ir, site, [src.edit(*c) for c in changes],
+                          options={"before": src.text[start:end], "after": after})
+        return Skipped("no shared-memory staging at the site", {"site": site.anchor})
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        if not self.before:
+            return Skipped("staging a tile needs the recorded fill (which global elements the "
+                           "block shares is kernel-specific)", {"array": site.detail.get("array")})
+        done = restore_recorded(ir, site, self.before, self.after)
+        if done is None:
+            return Skipped("the recorded direct reads are not at the site", {"site": site.anchor})
+        return done
+
+
+def _substitute(expr: str, names: list[str], values: list[str]) -> str:
+    table = dict(zip(names, values))
+    return re.sub(r"(?<![\w.])([A-Za-z_]\w*)\b",
+                  lambda m: f"({table[m.group(1)]})" if m.group(1) in table else m.group(1), expr)
+
+
+# ---------------------------------------------------------------------------------------------
+_RESTRICT = re.compile(r"\b__restrict__\b\s*")
+
+
+@dataclass(frozen=True, slots=True)
+class RestrictReadonly(Pass):
+    """`__restrict__` pointer parameters (no aliasing: read-only loads may use the
+    non-coherent cache)."""
+
+    params: str = ""
+    """Comma-separated parameters to qualify (recorded by a de-optimization); empty: every
+    pointer parameter."""
+
+    name: ClassVar[str] = "restrict-readonly"
+    category: ClassVar[Category] = Category.EXPRESSION
+    summary: ClassVar[str] = "__restrict__ on non-aliasing pointer parameters"
+    languages: ClassVar[tuple[str, ...]] = CUDA
+    platforms: ClassVar[tuple[str, ...]] = ("*",)
+    preconditions: ClassVar[tuple[str, ...]] = ("not aliased",)
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        src = CSource(ir)
+        out = []
+        for fn in functions(src):
+            params = src.code[fn.params_start:fn.params_end]
+            span = src.bspan(fn.params_start, fn.params_end)
+            locus = src.bspan(fn.start, fn.params_end)
+            if "__restrict__" in params:
+                out.append(make_site(self.name, ir, index, span, True,
+                                     {"function": fn.name, "params": _restricted(src, fn)}, locus))
+            elif _pointer_params(src, fn):
+                out.append(make_site(self.name, ir, index, span, False, {"function": fn.name}, locus))
+        return out
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        src = CSource(ir)
+        fn = next((f for f in functions(src) if src.bspan(f.params_start, f.params_end) == tuple(site.span)), None)
+        if fn is None or "__restrict__" not in src.code[fn.params_start:fn.params_end]:
+            return Skipped("no __restrict__ parameters at the site", {"site": site.anchor})
+        edits = [src.edit(m.start(), m.end(), "")
+                 for m in _RESTRICT.finditer(src.code, fn.params_start, fn.params_end)]
+        return finish(ir, site, edits, options={"params": ",".join(_restricted(src, fn))})
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        src = CSource(ir)
+        fn = next((f for f in functions(src) if src.bspan(f.params_start, f.params_end) == tuple(site.span)), None)
+        if fn is None:
+            return Skipped("no function at the site", {"site": site.anchor})
+        results, skip = self.check(ctx)
+        if skip:
+            return skip
+        wanted = [p for p in self.params.split(",") if p]
+        edits = []
+        for name, name_at in _pointer_params(src, fn):
+            if (not wanted or name in wanted) and "__restrict__" not in src.code[fn.params_start:name_at].split(",")[-1]:
+                edits.append(ByteEdit(src.b(name_at), src.b(name_at), "__restrict__ "))
+        if not edits:
+            return Skipped("no pointer parameter to qualify", {"function": fn.name})
+        return finish(ir, site, edits, preconditions=results)
+
+
+def _pointer_params(src: CSource, fn) -> list[tuple[str, int]]:  # noqa: ANN001
+    """(name, offset of the name) of the function's pointer parameters."""
+    out = []
+    for start, end in src.args(fn.params_start):
+        text = src.code[start:end]
+        m = re.search(r"\*\s*(?:const\s+)?(?:__restrict__\s+)?(\w+)\s*$", text)
+        if m:
+            out.append((m.group(1), start + m.start(1)))
+    return out
+
+
+def _restricted(src: CSource, fn) -> list[str]:  # noqa: ANN001
+    out = []
+    for start, end in src.args(fn.params_start):
+        text = src.code[start:end]
+        if "__restrict__" in text:
+            m = re.search(r"(\w+)\s*$", text)
+            if m:
+                out.append(m.group(1))
+    return out
