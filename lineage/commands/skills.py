@@ -17,16 +17,25 @@ from lineage.commands._common import emit_json
 @click.option("--add", "add", multiple=True, type=click.Path(),
               help="First lift this lineage (directory or lineage.json) into the library "
                    "(created if missing); repeatable.")
+@click.option("--admit", "admit_from", multiple=True, type=click.Path(),
+              help="Run roundtrip admission of the library's hypotheses on held-out states of "
+                   "these lineages (repeatable) before listing.")
+@click.option("--tier", type=click.Choice(["static", "interpret", "device", "auto"]),
+              default="auto", show_default=True, help="Gate tier of admission trials.")
+@click.option("--max-trials", type=click.IntRange(1, 50), default=2, show_default=True,
+              help="Held-out contexts tried per card in admission.")
 @click.option("--markdown", is_flag=True, help="Print the cards as readable markdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def command(library: str, target: str | None, case: str | None, platform: str, k: int,
-            add: tuple[str, ...], markdown: bool, as_json: bool) -> None:
+            add: tuple[str, ...], admit_from: tuple[str, ...], tier: str, max_trials: int,
+            markdown: bool, as_json: bool) -> None:
     """List the SkillCards of LIBRARY, or with --target retrieve the admitted cards that fit it.
 
     JSON: {"skills": [{"id", "intent", "pass", "admitted", "scope", "effect", "preconditions",
     "evidence", "risk"}]}; with --target each skill also has "score", "similarity" (per
     dimension: case, language, platform, prior_actions) and "via" (the dimensions whose top-k
-    it made), in rank order, and the JSON has "target" and "skipped" ({id: reason}).
+    it made), in rank order, and the JSON has "target" and "skipped" ({id: reason}). With
+    --admit the JSON also has "admission": {"admitted", "rejected", "untried", "trials"}.
     """
     from kir.errors import BadInputError
     from lineage.graph import Lineage
@@ -38,10 +47,24 @@ def command(library: str, target: str | None, case: str | None, platform: str, k
     lib = Library.open(library, create=bool(add))
     for lineage_path in add:
         lib.add_all(lift(Lineage.load(lineage_path)))
+    admission = None
+    if admit_from:
+        from lineage.admission import admit
+        from lineage.commands._common import Progress
+
+        lineages = [Lineage.load(p) for p in admit_from]
+        with Progress("admitting SkillCards", enabled=not as_json) as progress:
+            admission = admit(lib, lineages, tier=tier, max_trials=max_trials,
+                              progress=progress).to_json()
+        if not as_json:
+            click.echo(f"admission: {len(admission['admitted'])} admitted, "
+                       f"{len(admission['rejected'])} not admitted, {len(admission['untried'])} "
+                       f"without a held-out context ({admission['trials']} trials)")
     if target is None:
         cards = lib.cards()
         if as_json:
-            emit_json({"skills": [c.summary_json() for c in cards]})
+            emit_json({"skills": [c.summary_json() for c in cards],
+                       **({"admission": admission} if admission is not None else {})})
         elif markdown:
             click.echo("\n".join(c.to_markdown() for c in cards))
         else:
@@ -55,7 +78,8 @@ def command(library: str, target: str | None, case: str | None, platform: str, k
     if as_json:
         emit_json({"target": result.target.to_json(),
                    "skills": [r.to_json() for r in result.cards],
-                   "skipped": dict(result.skipped)})
+                   "skipped": dict(result.skipped),
+                   **({"admission": admission} if admission is not None else {})})
     elif markdown:
         click.echo("\n".join(r.card.to_markdown() for r in result.cards))
     else:

@@ -1,0 +1,218 @@
+"""Roundtrip admission of SkillCards (paper §3.3, "Roundtrip admission").
+
+A lifted card is a hypothesis. It is admitted only after a *trial* in a context absent from its
+source lineage — a state of another case, or a state of a lineage its evidence did not come
+from — in which materializing the card (`lineage.optimize.materialize`) gives a kernel that
+passes the gate and reproduces the card's declared effect:
+
+- interpret / static tier (no timing): the candidate passes the gate and the pass's
+  optimization is present at more sites than before (the feature appears);
+- device tier: the candidate passes the gate and its speedup over the context state is at
+  least the card's smallest measured speedup times (1 - `slack`) — and above 1 when the card
+  only ever sped kernels up. A card that was never timed is held to the interpret rule.
+
+Every trial, successful or not, is appended to the card's verification log and the card is
+written back to the library at once (so an interrupted admission keeps what it learned).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kir.errors import BadInputError
+from lineage.graph import Lineage
+from lineage.optimize import materialize, resolve_tier
+from lineage.skills import Library, SkillCard, Trial
+
+ProgressFn = Callable[[str, Mapping[str, Any]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """A held-out state a card may be tried on."""
+
+    case: str
+    state: str
+    source: str
+    language: str
+    path: str
+    """The kernel file whose lineage holds the state (names the gate's scratch module; for
+    CUDA it locates the host module)."""
+    timing_ms: float | None = None
+    tier: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.case}:{self.state}"
+
+
+def held_out_contexts(card: SkillCard, lineages: Sequence[Lineage]) -> list[Context]:
+    """States where `card` may be tried: same language, not among its source states, in a
+    lineage its evidence did not come from or of a case outside its scope, and without the
+    card's pass already present. Other cases first, then other lineages; within each, states
+    nearest the naive root first (most room for the card)."""
+    sources = {(s.get("case", ""), s.get("expert", "")) for s in card.sources}
+    experts = {expert for _, expert in sources if expert}
+    cases = set(card.scope.get("cases") or [])
+    own = set(card.source_states)
+    found: list[tuple[int, int, Context]] = []
+    for lineage in lineages:
+        lineage_experts = set(lineage.graph.graph.get("experts") or [])
+        foreign_lineage = not (lineage_experts & experts) if lineage_experts else True
+        for sid in lineage.states():
+            node = lineage.node(sid)
+            if sid in own or node.get("language") != card.language:
+                continue
+            case = str(node.get("case", ""))
+            if case in cases and not foreign_lineage:
+                continue
+            if any(f.get("pass") == card.pass_name for f in node.get("features") or ()):
+                continue
+            expert = _expert_of(lineage, sid)
+            timing = node.get("timing") or {}
+            depth = _depth_from_root(lineage, sid)
+            found.append((0 if case not in cases else 1, depth, Context(
+                case=case, state=sid, source=str(node.get("source", "")),
+                language=str(node.get("language", "")), path=expert,
+                timing_ms=timing.get("candidate_ms"), tier=str(node.get("tier", "")))))
+    found.sort(key=lambda item: (item[0], item[1], item[2].state))
+    return [ctx for _, _, ctx in found]
+
+
+def _expert_of(lineage: Lineage, state: str) -> str:
+    for neighbour in list(lineage.graph.successors(state)) + list(lineage.graph.predecessors(state)):
+        expert = lineage.node(neighbour).get("expert")
+        if expert:
+            return str(expert)
+    experts = lineage.graph.graph.get("experts") or []
+    return str(experts[0]) if experts else ""
+
+
+def _depth_from_root(lineage: Lineage, state: str) -> int:
+    """Forward steps from the nearest root (a state with no incoming transition)."""
+    depth, current, seen = 0, state, {state}
+    while True:
+        preds = [p for t in lineage.graph.predecessors(current) for p in lineage.graph.predecessors(t)]
+        preds = [p for p in preds if p not in seen]
+        if not preds:
+            return depth
+        current = preds[0]
+        seen.add(current)
+        depth += 1
+
+
+def trial(card: SkillCard, context: Context, *, tier: str, rewriter: Any,
+          slack: float = 0.25, gate_timeout: float | None = None,
+          check_fn: Callable[..., Any] | None = None) -> Trial:
+    """Materialize `card` on `context` and judge it (see module docstring). Never raises for
+    a failed trial: the reason is in the returned `Trial`. `check_fn` replaces `gate.check`
+    (same signature)."""
+    import gate  # noqa: PLC0415
+    import kir  # noqa: PLC0415
+
+    from lineage.optimize import _feature_appears  # noqa: PLC0415
+    from passes.base import PassContext  # noqa: PLC0415
+
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+    def result(ok: bool, reason: str, speedup: float | None = None, by: str = "") -> Trial:
+        return Trial(context.label, context.case, tier, ok, reason, speedup, by, at)
+
+    try:
+        the_case = gate.load_case(context.case)
+    except BadInputError as exc:
+        return result(False, f"context case unavailable: {exc}")
+    ir = kir.parse(context.source, language=context.language,
+                   path=context.path or None)
+    ctx = PassContext.for_case(the_case.name, tier="interpret" if tier != "device" else "device")
+    made = materialize(card, ir, rewriter, ctx)
+    if not made.ok:
+        return result(False, "not materialized: " + ("; ".join(made.refusals) or "no site"))
+    kwargs: dict[str, Any] = {"path": Path(context.path)} if context.path else {}
+    if gate_timeout is not None:
+        kwargs["timeout"] = gate_timeout
+    check = check_fn or gate.check
+    verdict = check(made.ir.unparse(), context.language, the_case, tier, **kwargs)
+    if not verdict.ok:
+        kind = getattr(verdict.failure_kind, "value", verdict.failure_kind)
+        return result(False, f"gate: {kind}: {verdict.reason}", by=made.rewriter)
+    summary = card.speedup
+    if tier == "device" and summary:
+        before = context.timing_ms if context.tier == "device" else None
+        if before is None:
+            base = check(context.source, context.language, the_case, tier, **kwargs)
+            before = base.timing.candidate_ms if base.ok and base.timing else None
+        after = verdict.timing.candidate_ms if verdict.timing else None
+        if not before or not after:
+            return result(False, "no timing to compare", by=made.rewriter)
+        speedup = before / after
+        floor = float(summary["min"]) * (1.0 - slack)
+        if float(summary["min"]) > 1.0:
+            floor = max(floor, 1.0)
+        if speedup < floor:
+            return result(False, f"speedup {speedup:.3f}x below the card's range "
+                                 f"(min {float(summary['min']):.3f}x, floor {floor:.3f}x)",
+                          speedup, made.rewriter)
+        return result(True, f"speedup {speedup:.3f}x at {made.site.anchor}", speedup, made.rewriter)
+    if not _feature_appears(card.pass_name, ir, made.ir):
+        return result(False, f"passes the gate but {card.pass_name} does not appear",
+                      by=made.rewriter)
+    return result(True, f"passes the {tier} gate; {card.pass_name} appears at {made.site.anchor}",
+                  by=made.rewriter)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionReport:
+    admitted: tuple[str, ...]
+    rejected: tuple[str, ...]
+    untried: tuple[str, ...]
+    trials: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"admitted": list(self.admitted), "rejected": list(self.rejected),
+                "untried": list(self.untried), "trials": self.trials}
+
+
+def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpret",
+          max_trials: int = 2, rewriter: Any = None, slack: float = 0.25,
+          gate_timeout: float | None = None, progress: ProgressFn | None = None,
+          retry_admitted: bool = False, check_fn: Callable[..., Any] | None = None
+          ) -> AdmissionReport:
+    """Try every hypothesis of `library` on up to `max_trials` held-out contexts from
+    `lineages` until one trial succeeds; each trial is logged on the card and the card is
+    stored at once. Cards already admitted are skipped unless `retry_admitted`."""
+    from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
+
+    say = progress or (lambda event, data: None)
+    the_rewriter = rewriter if rewriter is not None else DeterministicRewriter()
+    admitted, rejected, untried = [], [], []
+    trials = 0
+    for card in library.cards():
+        if card.admitted and not retry_admitted:
+            continue
+        contexts = held_out_contexts(card, lineages)
+        if not contexts:
+            untried.append(card.id)
+            say("untried", {"card": card.id})
+            continue
+        for context in contexts[:max_trials]:
+            run_tier = resolve_tier(tier, context.language)
+            say("trial", {"card": card.id, "context": context.label})
+            outcome = trial(card, context, tier=run_tier, rewriter=the_rewriter, slack=slack,
+                            gate_timeout=gate_timeout, check_fn=check_fn)
+            trials += 1
+            card = library.put(card.with_trial(outcome))
+            say("admitted" if outcome.ok else "failed", {"card": card.id,
+                                                         "reason": outcome.reason})
+            if outcome.ok:
+                break
+        (admitted if card.admitted else rejected).append(card.id)
+    return AdmissionReport(tuple(admitted), tuple(rejected), tuple(untried), trials)
+
+
+def load_lineages(paths: Sequence[str | Path]) -> list[Lineage]:
+    """Lineages from directories or lineage.json files (BadInputError for a bad one)."""
+    return [Lineage.load(p) for p in paths]

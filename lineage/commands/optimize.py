@@ -1,0 +1,53 @@
+"""`klineage optimize TARGET --case NAME --library DIR`: apply admitted SkillCards under the gate."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from lineage.commands._common import Progress, emit_json
+
+
+@click.command("optimize")
+@click.argument("target", type=click.Path(dir_okay=False))
+@click.option("--case", "case", required=True, help="Case name (see `klineage cases`).")
+@click.option("--library", "library", required=True, help="SkillCard library directory.")
+@click.option("--budget-steps", type=click.IntRange(0, 1000), default=8, show_default=True,
+              help="Most candidates to gate.")
+@click.option("--budget-usd", type=click.FloatRange(0, None), default=1.0, show_default=True,
+              help="Most USD the LLM rewriter may spend (used only with ANTHROPIC_API_KEY).")
+@click.option("--tier", type=click.Choice(["static", "interpret", "device", "auto"]), default="auto",
+              show_default=True, help="Gate tier for every candidate.")
+@click.option("-k", "k", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="Per-dimension top-k of retrieval.")
+@click.option("--out", "out", default="out/optimize", show_default=True, help="Output directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def command(target: str, case: str, library: str, budget_steps: int, budget_usd: float,
+            tier: str, k: int, out: str, as_json: bool) -> None:
+    """Optimize TARGET (any kernel that passes the gate) with the admitted cards of LIBRARY.
+
+    Writes OUT/best.<ext>, OUT/lineage.json (the run as a lineage) and OUT/result.json. The best
+    kernel always passed the gate. JSON: {"best": {"path", "verdict"}, "applied": [{"card",
+    "pass", "anchor", "rewriter", "ms", "speedup"}], "rejected": [{"card", "pass", "anchor",
+    "rewriter", "stage", "reason"}], "spent_usd", "lineage", "start_ms", "best_ms", "speedup",
+    "termination", "notes"}.
+    """
+    from lineage.optimize import optimize
+
+    with Progress(f"optimizing {Path(target).name} ({case})", enabled=not as_json) as progress:
+        result = optimize(target, case, library, budget_steps=budget_steps, budget_usd=budget_usd,
+                          tier=tier, out=out, k=k, progress=progress)
+    if as_json:
+        emit_json(result.to_json())
+        return
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+    data = result.to_json()
+    gain = f", {data['speedup']:.2f}x over the start" if data["speedup"] else ""
+    click.echo(f"{len(result.applied)} card(s) applied, {len(result.rejected)} rejected "
+               f"({result.termination}); spent ${result.spent_usd:.4f}{gain}")
+    for step in result.applied:
+        click.echo(f"  + {step.card} at {step.anchor} ({step.rewriter})")
+    for step in result.rejected:
+        click.echo(f"  - {step.card}: {step.stage}: {step.reason[:160]}")
+    click.echo(f"best kernel: {result.best_path}; lineage: {result.lineage_path}")

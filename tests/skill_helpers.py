@@ -1,0 +1,56 @@
+"""Shared helpers of the admission / optimize tests (not a conftest: imported explicitly)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gate import FailureKind, Tier, Timing, Verdict
+from lineage.graph import Lineage
+from lineage.skills import Library, SkillCard, Trial, lift
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "lineages"
+
+
+def lineage(name: str) -> Lineage:
+    return Lineage.load(DATA / f"{name}.json")
+
+
+def naive_source(name: str) -> str:
+    lin = lineage(name)
+    return lin.node(lin.roles("naive")[0])["source"]
+
+
+def gemm_cards(admitted: bool) -> dict[str, SkillCard]:
+    cards = {c.pass_name: c for c in lift(lineage("gemm"))}
+    if admitted:
+        cards = {k: c.with_trial(Trial("topk:s:0", "topk", "interpret", True)) for k, c in cards.items()}
+    return cards
+
+
+def library(tmp: Path, admitted: bool) -> Library:
+    lib = Library.open(tmp / "lib", create=True)
+    for card in gemm_cards(admitted).values():
+        lib.put(card)
+    return lib
+
+
+class ScriptedGate:
+    """Stands in for `gate.check`: a source passes unless `fails(source)`; its time is
+    `ms(source)`. Records every source it was asked about."""
+
+    def __init__(self, fails: Callable[[str], bool] = lambda s: False,
+                 ms: Callable[[str], float | None] = lambda s: None) -> None:
+        self.fails, self.ms = fails, ms
+        self.seen: list[str] = []
+
+    def __call__(self, source: str, language: Any, case: Any, tier: Any, **kw: Any) -> Verdict:
+        self.seen.append(source)
+        tier = Tier(str(getattr(tier, "value", tier)))
+        if self.fails(source):
+            return Verdict(False, tier, "correctness", FailureKind.WRONG_OUTPUT,
+                           "max rel err 0.3 > 0.005")
+        ms = self.ms(source)
+        return Verdict(True, tier, "timing" if ms else "correctness",
+                       timing=Timing(ms, 1.0) if ms else None)

@@ -1,0 +1,107 @@
+"""The optimize loop: retrieval -> materialization -> gate -> keep the best, recorded as a lineage.
+
+The loop tests script the gate's verdicts (`check_fn`) to pin down what the loop does with
+each outcome; materialization runs the real passes on real kernel text.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kir.errors import BadInputError
+from lineage.graph import Lineage
+from lineage.optimize import materialize, optimize
+from passes.rewriter import DeterministicRewriter
+import kir
+from skill_helpers import ROOT, ScriptedGate, gemm_cards, library, naive_source
+
+
+def _target(tmp_path: Path) -> Path:
+    path = tmp_path / "naive.py"
+    path.write_text(naive_source("gemm"))
+    return path
+
+
+def test_materialize_runs_the_pass_rule_at_the_cards_site() -> None:
+    cards = gemm_cards(admitted=True)
+    ir = kir.parse(naive_source("gemm"), language="triton")
+    made = materialize(cards["software-pipelining"], ir, DeterministicRewriter())
+    assert made.ok and made.rewriter == "deterministic"
+    assert made.site.anchor == "triton:matmul_kernel/for[0]"
+    assert "num_stages" in made.ir.unparse() and "num_stages" not in ir.unparse()
+    none = materialize(cards["tensor-core-dot"], kir.parse(naive_source("gemm").replace(
+        "tl.sum(", "tl.max("), language="triton"), DeterministicRewriter())
+    assert not none.ok and none.refusals
+
+
+def test_optimize_never_keeps_a_candidate_that_fails_the_gate(tmp_path: Path) -> None:
+    lib = library(tmp_path, admitted=True)
+    # The pipelined K loop (tl.range) fails the gate.
+    gate = ScriptedGate(fails=lambda s: "tl.range(" in s)
+    result = optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "out",
+                      rewriter=DeterministicRewriter(), check_fn=gate)
+    best = result.best_path.read_text()
+    assert "tl.range(" not in best and "@triton.autotune" in best
+    assert [s.pass_name for s in result.applied] == ["autotune"]
+    failed = [s for s in result.rejected if s.pass_name == "software-pipelining"]
+    assert failed and failed[0].stage == "correctness" and "wrong_output" in failed[0].reason
+    assert result.best_verdict["ok"] is True and result.termination == "exhausted"
+    # Every gated source that was kept passed; the failing ones were all gated and dropped.
+    assert any("tl.range(" in s for s in gate.seen)
+    # The run is a lineage: start (root) -> kept state, rejections kept as risk.
+    lin = Lineage.load(result.lineage_path)
+    assert len(lin.states()) == 2 and len(lin.transitions()) == 1
+    (t,) = lin.transitions()
+    assert lin.node(t)["pass"] == "autotune" and lin.node(t)["rederived_by"] == "deterministic"
+    assert lin.roles("root") and "best" in lin.node(lin.roles("best")[0])["roles"]
+    assert any(r["pass"] == "software-pipelining" for r in lin.graph.graph["rejected"])
+    saved = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert saved["best"]["path"] == str(result.best_path) and saved["spent_usd"] == 0
+
+
+def test_device_tier_keeps_the_fastest_passing_kernel(tmp_path: Path) -> None:
+    lib = library(tmp_path, admitted=True)
+
+    def ms(source: str) -> float:
+        return 10.0 - 2.0 * ("tl.range(" in source) - 1.0 * ("autotune" in source)
+
+    # Pipelining alone is fastest (8 ms), then both (7 ms) fails the gate: best is 8 ms.
+    gate = ScriptedGate(fails=lambda s: "tl.range(" in s and "autotune" in s, ms=ms)
+    result = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "out",
+                      rewriter=DeterministicRewriter(), check_fn=gate)
+    assert result.start_ms == 10.0 and result.best_ms == 8.0
+    assert [s.pass_name for s in result.applied] == ["software-pipelining"]
+    assert result.applied[0].speedup == pytest.approx(1.25)
+    assert "autotune" not in result.best_path.read_text()
+    # A candidate that passes but is slower is not kept either.
+    slower = ScriptedGate(ms=lambda s: 10.0 + ("tl.range(" in s) + ("autotune" in s))
+    again = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "o2",
+                     rewriter=DeterministicRewriter(), check_fn=slower)
+    assert again.applied == () and {s.stage for s in again.rejected} >= {"profile"}
+    assert again.best_path.read_text() == naive_source("gemm")
+
+
+def test_budget_steps_bound_the_gated_candidates(tmp_path: Path) -> None:
+    lib = library(tmp_path, admitted=True)
+    gate = ScriptedGate(fails=lambda s: True if len(gate.seen) > 1 else False)
+    result = optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "out",
+                      budget_steps=1, rewriter=DeterministicRewriter(), check_fn=gate)
+    assert len(gate.seen) == 2  # the start kernel and one candidate
+    assert result.termination == "budget-steps"
+
+
+def test_bad_inputs(tmp_path: Path) -> None:
+    lib = library(tmp_path, admitted=True)
+    with pytest.raises(BadInputError, match="no such kernel"):
+        optimize(tmp_path / "nope.py", "gemm", lib, tier="interpret")
+    with pytest.raises(BadInputError, match="fails the gate"):
+        optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "o",
+                 check_fn=ScriptedGate(fails=lambda s: True))
+    proc = subprocess.run([sys.executable, "-m", "lineage", "optimize", str(_target(tmp_path)),
+                           "--case", "gemm", "--library", str(tmp_path / "missing"), "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "no such SkillCard library" in proc.stderr
