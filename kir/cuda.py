@@ -51,6 +51,18 @@ _ASM_STORE = re.compile(r"^(st\.|stmatrix|red\.|atom\.)")
 _MNEMONIC = re.compile(r"[A-Za-z_][\w.:]*")
 
 
+# CUDA attribute macros the tree-sitter grammar does not know. They are blanked (same byte
+# length, newlines kept) in the bytes handed to tree-sitter, so offsets into the real source
+# stay exact; their arguments are read back from the real source into the function's attrs.
+_MASKED = re.compile(rb"\b(__align__|__cluster_dims__|__maxnreg__)\s*\([^()]*\)")
+_CLUSTER = re.compile(r"__cluster_dims__\s*\(([^()]*)\)")
+_MAXNREG = re.compile(r"__maxnreg__\s*\(([^()]*)\)")
+
+
+def _blank(match: re.Match[bytes]) -> bytes:
+    return re.sub(rb"[^\n]", b" ", match.group(0))
+
+
 @functools.cache
 def _parser() -> tree_sitter.Parser:
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_cuda.language()))
@@ -159,6 +171,14 @@ def _classify(
         lb = next((c for c in node.named_children if c.type == "launch_bounds"), None)
         if lb is not None:
             attrs["launch_bounds"] = tuple(_text(src, a) for a in lb.named_children)
+        body = node.child_by_field_name("body")
+        head = src[node.start_byte : body.start_byte if body is not None else node.end_byte]
+        if b"__cluster_dims__" in head or b"__maxnreg__" in head:
+            head_text = head.decode("utf-8", "replace")
+            for key, pattern in (("cluster_dims", _CLUSTER), ("maxnreg", _MAXNREG)):
+                found = pattern.search(head_text)
+                if found:
+                    attrs[key] = tuple(a.strip() for a in found.group(1).split(","))
         return (K.KERNEL if "__global__" in quals else K.FUNCTION), name, attrs
     if t == "declaration":
         quals = [_text(src, c) for c in node.named_children if c.type == "type_qualifier"]
@@ -221,7 +241,8 @@ def _classify(
 
 def build(source: bytes) -> tuple[Columns, int]:
     """Parse CUDA C++ bytes; returns the node table and the number of ERROR/MISSING nodes."""
-    tree = _parser().parse(source)
+    masked = _MASKED.sub(_blank, source) if b"__" in source else source
+    tree = _parser().parse(masked)
     cols = Columns()
     add = cols.add
     errors = 0
