@@ -348,7 +348,16 @@ def _attempt(card: SkillCard, run: _Run, rewriter: Any, ctx: Any, check: Callabl
 
 
 def _feature_appears(pass_name: str, before: Any, after: Any) -> bool:
-    """The pass is present at more sites after the rewrite than before."""
+    """The pass is present at more sites after the rewrite than before. A card whose pass has
+    no detector (no importable pass module: an intent only the LLM performs) cannot be
+    checked this way; for it the gate alone decides."""
+    from passes.registry import get_pass  # noqa: PLC0415
+
+    try:
+        get_pass(pass_name)
+    except (BadInputError, ImportError):
+        return True
+
     def count(ir: Any) -> int:
         return sum(1 for f in kernel_features(ir) if f["pass"] == pass_name)
     return count(after) > count(before)

@@ -105,3 +105,66 @@ def test_bad_inputs(tmp_path: Path) -> None:
                            "--case", "gemm", "--library", str(tmp_path / "missing"), "--json"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "no such SkillCard library" in proc.stderr
+
+
+def _llm_card(tmp_path: Path):
+    import dataclasses
+
+    from lineage.skills import Library
+
+    base = gemm_cards(admitted=True)["tensor-core-dot"]
+    card = dataclasses.replace(base, id="fma-rewrite.triton.0001", pass_name="fma-rewrite",
+                               requires=(), provides=(), options={}, intent="fold the scale",
+                               anchor={"query": 'kernel >> call[name="tl.store"]',
+                                       "locus": "call:tl.store", "present_loci": []})
+    lib = Library.open(tmp_path / "llmlib", create=True)
+    lib.put(card)
+    return lib
+
+
+def test_optimize_materializes_a_rule_less_card_with_the_llm_rewriter(tmp_path: Path) -> None:
+    from test_llm_rewriter import Mock, _message, _reply
+
+    from passes.llm_rewriter import LLMConfig
+    from passes.rewriter import ChainRewriter
+
+    lib = _llm_card(tmp_path)
+    source = naive_source("gemm")
+    store = next(line for line in source.splitlines(keepends=True) if "tl.store(" in line)
+    new_store = store.replace("acc.to(tl.float16)", "acc.to(c_ptr.dtype.element_ty)")
+    mock = Mock(_message(_reply(new_store)))
+    llm, _ = mock.rewriter(LLMConfig(budget_usd=1.0))
+    result = optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "out",
+                      rewriter=ChainRewriter((DeterministicRewriter(), llm)),
+                      check_fn=ScriptedGate())
+    assert [(s.pass_name, s.rewriter) for s in result.applied] == [("fma-rewrite", "llm")]
+    assert "c_ptr.dtype.element_ty" in result.best_path.read_text()
+    assert result.spent_usd == pytest.approx(llm.spent_usd) and result.spent_usd > 0
+    # The library travelled as the cached prefix; the card's carrier in the prompt.
+    body = mock.requests[0]
+    assert "fold the scale" in body["system"][-1]["text"] or "fold the scale" in body["messages"][0]["content"]
+    lin = Lineage.load(result.lineage_path)
+    assert [lin.node(t)["rederived_by"] for t in lin.transitions()] == ["llm"]
+
+
+def test_an_llm_reply_outside_the_region_is_rejected_and_kept_as_risk(tmp_path: Path) -> None:
+    from test_llm_rewriter import Mock, _message, _reply
+
+    from passes.rewriter import ChainRewriter
+
+    lib = _llm_card(tmp_path)
+    source = naive_source("gemm")
+    lines = source.splitlines(keepends=True)
+    i = next(n for n, line in enumerate(lines) if "tl.store(" in line)
+    # The reply re-emits the line before the store (outside the region).
+    mock = Mock(_message(_reply(lines[i - 1] + lines[i].replace("tl.float16", "tl.float32"))))
+    llm, _ = mock.rewriter()
+    result = optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "out",
+                      rewriter=ChainRewriter((DeterministicRewriter(), llm)),
+                      check_fn=ScriptedGate())
+    assert result.applied == ()
+    (rejected,) = result.rejected
+    assert rejected.stage == "materialize" and "outside the region" in rejected.reason
+    assert result.best_path.read_text() == source
+    risk = Lineage.load(result.lineage_path).graph.graph["rejected"]
+    assert "outside the region" in risk[0]["reason"]
