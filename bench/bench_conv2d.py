@@ -16,6 +16,8 @@ import argparse
 import importlib.util
 import json
 import sys
+import tempfile
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -37,6 +39,36 @@ def load_module(path: Path) -> ModuleType:
 
 def median_ms(fn) -> float:
     return float(do_bench(fn, warmup=50, rep=300, return_mode="median"))
+
+
+def graph_ms(fn) -> float | None:
+    """Median time of `fn` replayed from a CUDA graph: the GPU time, with the host's launch
+    work (Python, argument binding) out of the picture. None when `fn` cannot be captured."""
+    try:
+        fn()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        return median_ms(graph.replay)
+    except Exception:  # noqa: BLE001 - capture is a diagnostic; any failure means "not capturable"
+        return None
+
+
+def back_to_back_us(fn, calls: int = 300) -> float:
+    """Wall time per call of `calls` calls issued back to back: the host's launch cost per call
+    when it exceeds the GPU time (do_bench hides host time only up to its L2-flush time)."""
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def time_variant(fn) -> dict[str, float | None]:
+    return {"ms": median_ms(fn), "graph_ms": graph_ms(fn), "back_to_back_us": back_to_back_us(fn)}
 
 
 def measure_ceilings() -> dict[str, float]:
@@ -76,14 +108,39 @@ def emit(result: dict, lines: list[str], json_path: Path | None, md_path: Path |
             path.write_text(content)
 
 
+# Source-level variants of the expert timed beside it (exploration: kept only if they win).
+A_LOAD = "a = tl.load(a_ptrs, mask=row_ok[:, None], other=0.0)"
+B_LOAD = "b = tl.load(b_ptrs)"
+VARIANTS = {
+    "a_via_l1": [(A_LOAD, A_LOAD[:-1] + ', cache_modifier=".ca")')],
+    "ab_via_l1": [(A_LOAD, A_LOAD[:-1] + ', cache_modifier=".ca")'), (B_LOAD, B_LOAD[:-1] + ', cache_modifier=".ca")')],
+}
+
+
+def load_variant(source: str, edits: list[tuple[str, str]], folder: Path, name: str) -> ModuleType:
+    for old, new in edits:
+        if old not in source:
+            raise ValueError(f"variant {name}: {old!r} not in the expert")
+        source = source.replace(old, new)
+    path = folder / f"conv2d_{name}.py"
+    path.write_text(source)
+    return load_module(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--md", type=Path, help="write a markdown table here")
+    ap.add_argument("--no-variants", action="store_true", help="time the expert only")
     args = ap.parse_args(argv)
 
     case = load_module(CASE_DIR / "case.py")
-    expert = load_module(CASE_DIR / "conv2d_triton.py")
+    expert_path = CASE_DIR / "conv2d_triton.py"
+    modules = {"triton_expert": load_module(expert_path)}
+    scratch = Path(tempfile.mkdtemp(prefix="bench_conv2d_"))
+    if not args.no_variants:
+        for name, edits in VARIANTS.items():
+            modules[f"triton_{name}"] = load_variant(expert_path.read_text(), edits, scratch, name)
     shape = case.SHAPES["default"]
     tol = case.TOLERANCE[shape["dtype"]]
 
@@ -93,30 +150,34 @@ def main(argv: list[str] | None = None) -> int:
     for seed in (0, 1, 2):
         x, w = case.make_inputs(shape, seed, "cuda")
         exact = F.conv2d(x.float(), w.float(), padding=(w.shape[2] // 2, w.shape[3] // 2))
-        out = expert.run(x, w)
         ref = case.reference(x, w)
-        checks.append({"seed": seed, "expert_err": rel_err(out, exact), "cudnn_err": rel_err(ref, exact),
-                       "shape_ok": tuple(out.shape) == tuple(ref.shape)})
-    correct = all(c["shape_ok"] and c["expert_err"] <= tol for c in checks)
+        for name, module in modules.items():
+            out = module.run(x, w)
+            checks.append({"seed": seed, "variant": name, "err": rel_err(out, exact),
+                           "cudnn_err": rel_err(ref, exact), "shape_ok": tuple(out.shape) == tuple(ref.shape)})
+    correct = all(c["shape_ok"] and c["err"] <= tol for c in checks)
 
     x, w = case.make_inputs(shape, 0, "cuda")
     pad = (w.shape[2] // 2, w.shape[3] // 2)
-    timings: dict[str, float] = {}
+    timings: dict[str, dict] = {}
     torch.backends.cudnn.benchmark = False
-    timings["cudnn_nhwc_default"] = median_ms(lambda: case.reference(x, w))
+    timings["cudnn_nhwc_default"] = time_variant(lambda: case.reference(x, w))
     torch.backends.cudnn.benchmark = True
-    timings["cudnn_nhwc_benchmark"] = median_ms(lambda: case.reference(x, w))
+    timings["cudnn_nhwc_benchmark"] = time_variant(lambda: case.reference(x, w))
     xn, wn = x.contiguous(), w.contiguous()
-    timings["cudnn_nchw_benchmark"] = median_ms(lambda: F.conv2d(xn, wn, padding=pad))
+    timings["cudnn_nchw_benchmark"] = time_variant(lambda: F.conv2d(xn, wn, padding=pad))
     torch.backends.cudnn.benchmark = False
-    timings["triton_expert"] = median_ms(lambda: expert.run(x, w))
-    timings["triton_expert_repeat"] = median_ms(lambda: expert.run(x, w))
-    reference_ms = min(timings["cudnn_nhwc_default"], timings["cudnn_nhwc_benchmark"])
+    for name, module in modules.items():
+        timings[name] = time_variant(lambda module=module: module.run(x, w))
+    timings["triton_expert_repeat"] = time_variant(lambda: modules["triton_expert"].run(x, w))
+    reference_ms = min(timings["cudnn_nhwc_default"]["ms"], timings["cudnn_nhwc_benchmark"]["ms"])
+    expert_ms = timings["triton_expert"]["ms"]
 
     ceilings = measure_ceilings()
     flop_floor_ms = case.flops(shape) / ceilings["matrix_flop_per_s"] * 1e3
     byte_floor_ms = case.bytes_moved(shape) / ceilings["copy_bytes_per_s"] * 1e3
     floor_ms = max(flop_floor_ms, byte_floor_ms)
+    kernel = modules["triton_expert"].conv2d_nhwc_kernel
     result = {
         "case": "conv2d",
         "gpu": torch.cuda.get_device_name(),
@@ -126,40 +187,42 @@ def main(argv: list[str] | None = None) -> int:
         "shape": shape,
         "correct": correct,
         "checks": checks,
-        "timings_ms": timings,
+        "timings": timings,
         "reference_ms": reference_ms,
-        "expert_ms": timings["triton_expert"],
-        "speedup": reference_ms / timings["triton_expert"],
+        "expert_ms": expert_ms,
+        "speedup": reference_ms / expert_ms,
         "ceilings": ceilings,
         "flop_floor_ms": flop_floor_ms,
         "byte_floor_ms": byte_floor_ms,
-        "fraction_of_floor": floor_ms / timings["triton_expert"],
-        "best_config": str(getattr(expert.conv2d_nhwc_kernel, "best_config", None)),
-        "configs": config_timings(expert.conv2d_nhwc_kernel),
+        "fraction_of_floor": floor_ms / expert_ms,
+        "best_config": str(getattr(kernel, "best_config", None)),
+        "configs": {name: config_timings(m.conv2d_nhwc_kernel) for name, m in modules.items()},
     }
 
     lines = [
         f"# conv2d on {result['gpu']} (torch {result['torch']}, triton {result['triton']})",
         "",
-        f"`{result['command']}`; shape {shape}; do_bench median, L2 flushed.",
+        f"`{result['command']}`; shape {shape}. ms: do_bench median, L2 flushed; graph ms: the same",
+        "replayed from a CUDA graph (GPU time only); b2b us: wall time per call issued back to back.",
         "",
-        "| variant | ms | vs best cuDNN |",
-        "|---|---|---|",
+        "| variant | ms | vs best cuDNN | graph ms | b2b us |",
+        "|---|---|---|---|---|",
     ]
-    lines += [f"| {k} | {v:.4f} | {reference_ms / v:.2f}x |" for k, v in timings.items()]
+    for name, t in timings.items():
+        g = "-" if t["graph_ms"] is None else f"{t['graph_ms']:.4f}"
+        lines.append(f"| {name} | {t['ms']:.4f} | {reference_ms / t['ms']:.2f}x | {g} | {t['back_to_back_us']:.1f} |")
     lines += [
         "",
-        f"correct: {correct} (max expert err {max(c['expert_err'] for c in checks):.2e}, "
+        f"correct: {correct} (max expert err {max(c['err'] for c in checks):.2e}, "
         f"cuDNN err {max(c['cudnn_err'] for c in checks):.2e}, tolerance {tol})",
         f"floors: FLOPs {flop_floor_ms * 1e3:.2f} us at {ceilings['matrix_flop_per_s'] / 1e12:.0f} TFLOP/s; "
         f"bytes {byte_floor_ms * 1e3:.2f} us at {ceilings['copy_bytes_per_s'] / 1e12:.2f} TB/s; "
         f"expert at {result['fraction_of_floor']:.2f} of the floor",
         f"best config: {result['best_config']}",
-        "",
-        "| config | ms |",
-        "|---|---|",
     ]
-    lines += [f"| {r['config']} | {r['ms']:.4f} |" for r in result["configs"]]
+    for name, rows in result["configs"].items():
+        lines += ["", f"| {name} config | ms |", "|---|---|"]
+        lines += [f"| {r['config']} | {r['ms']:.4f} |" for r in rows]
     emit(result, lines, args.json, args.md)
     return 0 if correct else 1
 

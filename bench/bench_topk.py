@@ -20,7 +20,7 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_conv2d import config_timings, emit, load_module, measure_ceilings, median_ms  # noqa: E402
+from bench_conv2d import config_timings, emit, load_module, measure_ceilings, time_variant  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE_DIR = ROOT / "experts" / "topk"
@@ -56,20 +56,20 @@ def main(argv: list[str] | None = None) -> int:
     correct = not bad
 
     x, k = case.make_inputs(shape, 0, "cuda")
-    timings: dict[str, float] = {
-        "torch_topk_sorted": median_ms(lambda: torch.topk(x, k, dim=-1, sorted=True)),
-        "torch_topk_unsorted": median_ms(lambda: torch.topk(x, k, dim=-1, sorted=False)),
+    timings: dict[str, dict] = {
+        "torch_topk_sorted": time_variant(lambda: torch.topk(x, k, dim=-1, sorted=True)),
+        "torch_topk_unsorted": time_variant(lambda: torch.topk(x, k, dim=-1, sorted=False)),
     }
     for name, fn in variants.items():
-        timings[name] = median_ms(lambda fn=fn: fn(x, k))
-    timings["triton_expert_repeat"] = median_ms(lambda: triton_expert.run(x, k))
-    timings["cuda_expert_repeat"] = median_ms(lambda: cuda_expert.run(x, k))
-    reference_ms = timings["torch_topk_sorted"]
+        timings[name] = time_variant(lambda fn=fn: fn(x, k))
+    timings["triton_expert_repeat"] = time_variant(lambda: triton_expert.run(x, k))
+    timings["cuda_expert_repeat"] = time_variant(lambda: cuda_expert.run(x, k))
+    reference_ms = timings["torch_topk_sorted"]["ms"]
 
     ceilings = measure_ceilings()
     byte_floor_ms = case.bytes_moved(shape) / ceilings["copy_bytes_per_s"] * 1e3
-    experts = {name: {"ms": timings[name], "speedup": reference_ms / timings[name],
-                      "fraction_of_floor": byte_floor_ms / timings[name]}
+    experts = {name: {"ms": timings[name]["ms"], "speedup": reference_ms / timings[name]["ms"],
+                      "fraction_of_floor": byte_floor_ms / timings[name]["ms"]}
                for name in ("triton_expert", "cuda_expert")}
     result = {
         "case": "topk",
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         "correct": correct,
         "failed_checks": bad,
         "checks": checks,
-        "timings_ms": timings,
+        "timings": timings,
         "reference_ms": reference_ms,
         "experts": experts,
         "ceilings": ceilings,
@@ -93,12 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"# topk on {result['gpu']} (torch {result['torch']}, triton {result['triton']})",
         "",
-        f"`{result['command']}`; shape {shape}; do_bench median, L2 flushed.",
+        f"`{result['command']}`; shape {shape}. ms: do_bench median, L2 flushed; graph ms: the same",
+        "replayed from a CUDA graph (GPU time only); b2b us: wall time per call issued back to back.",
         "",
-        "| variant | ms | vs torch.topk |",
-        "|---|---|---|",
+        "| variant | ms | vs torch.topk | graph ms | b2b us |",
+        "|---|---|---|---|---|",
     ]
-    lines += [f"| {k} | {v:.4f} | {reference_ms / v:.2f}x |" for k, v in timings.items()]
+    for name, t in timings.items():
+        g = "-" if t["graph_ms"] is None else f"{t['graph_ms']:.4f}"
+        lines.append(f"| {name} | {t['ms']:.4f} | {reference_ms / t['ms']:.2f}x | {g} | {t['back_to_back_us']:.1f} |")
     lines += [
         "",
         f"correct: {correct} ({len(checks)} checks under case.compare, tolerance {tol}; failed: {bad})",

@@ -2,7 +2,9 @@
 
 Compiles the `.cu` with NVRTC through `experts.cudahost` (once per row length, k and block
 size: they are compile-time constants of the kernel) and launches one thread block per row on
-torch's current stream. Torch only allocates the outputs and provides pointers.
+torch's current stream. Torch only allocates the outputs and provides pointers. The loaded
+kernel is kept per shape in this module, so a repeated call costs one launch and no hashing
+of the source (the `.cu` is read when a shape is first launched).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from experts import cudahost
 _SOURCE_PATH = Path(__file__).with_suffix(".cu")
 KERNEL = "topk_radix_select"
 MAX_KPOW2 = 4096  # the sort buffer is static shared memory: 8 bytes per slot
+_FUNCTIONS: dict[tuple[int, int, int, bool, int], object] = {}
 
 
 def _next_pow2(n: int) -> int:
@@ -55,8 +58,10 @@ def launch(x: torch.Tensor, k: int, threads: int = 512) -> tuple[torch.Tensor, t
     if x.stride(-1) != 1:
         x = x.contiguous()
     vec = length % 4 == 0 and x.stride(0) % 4 == 0 and x.data_ptr() % 16 == 0
-    compiled = compile_for(length, k, threads, vec)
-    func = cudahost.get_function(compiled, KERNEL)
+    key = (length, k, threads, vec, x.device.index or 0)
+    func = _FUNCTIONS.get(key)
+    if func is None:
+        func = _FUNCTIONS[key] = cudahost.get_function(compile_for(length, k, threads, vec), KERNEL)
     values = torch.empty((rows, k), device=x.device, dtype=x.dtype)
     indices = torch.empty((rows, k), device=x.device, dtype=torch.int64)
     if rows:
