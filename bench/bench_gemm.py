@@ -74,6 +74,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="bench/results/gemm.json")
     parser.add_argument("--only", default="", help="comma-separated variants (cublas always runs)")
+    parser.add_argument("--once", default="", help="run this variant once at the case shape and exit (profilers)")
+    parser.add_argument("--cubin", default="", help="write the CUDA expert's cubin here")
     parser.add_argument("--wgmma-defines", default="", help="NAME=VALUE,... for gemm_cuda.cu")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -91,12 +93,21 @@ def main() -> int:
         # Ordered so that a kernel that faults (and poisons the CUDA context) runs last.
         "cuda_mma": lambda a, b: gemm_cuda.matmul(a, b, "mma"),
         "cuda_wgmma": lambda a, b: gemm_cuda.matmul(a, b, "wgmma", defines or None),
+        "cuda_wgmma_per_tile": lambda a, b: gemm_cuda.matmul(a, b, "wgmma", defines or None, persistent=False),
     }
     # Alternative B-descriptor offsets, checked only for correctness diagnostics.
     alt = {"WG_B_LBO": 1024, "WG_B_SBO": 64 * 128}
     if "cuda_wgmma_swapped" in args.only:
         variants["cuda_wgmma_swapped"] = lambda a, b: gemm_cuda.matmul(a, b, "wgmma", alt)
 
+    if args.cubin:
+        compiled = gemm_cuda.compile_kernels(defines=defines or None)
+        Path(args.cubin).write_bytes(compiled.cubin or b"")
+    if args.once:
+        a, b = case.make_inputs(shape, 0, "cuda")
+        variants[args.once](a, b)
+        torch.cuda.synchronize()
+        return 0
     if args.only:
         keep = {"cublas", *args.only.split(",")}
         variants = {k: v for k, v in variants.items() if k in keep}
@@ -143,9 +154,9 @@ def main() -> int:
         if ref_ms and row.get("ms"):
             row["speedup"] = ref_ms / row["ms"]
             row["fraction_of_floor"] = floor_ms / row["ms"]
-    for kern in (gemm_triton.matmul_kernel, gemm_triton.matmul_tma_persistent):
-        cfg = getattr(kern, "best_config", None)
-        result.setdefault("triton_best_configs", {})[kern.fn.__name__] = str(cfg)
+    for label, kern in (("matmul_kernel", gemm_triton.matmul_kernel),
+                        ("matmul_kernel_tma_persistent", gemm_triton.matmul_kernel_tma_persistent)):
+        result.setdefault("triton_best_configs", {})[label] = str(getattr(kern, "best_config", None))
     try:
         compiled = gemm_cuda.compile_kernels()
         result["cuda_resources"] = compiled.resources()

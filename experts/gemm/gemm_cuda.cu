@@ -55,7 +55,14 @@ __device__ __forceinline__ void tile_coords(int pid, int num_m, int num_n, int& 
 #define WG_BM 128
 #define WG_BN 256
 #define WG_BK 64
+#ifndef WG_STAGES
 #define WG_STAGES 4
+#endif
+// wgmma groups left in flight before a consumer releases a stage (1: overlap the next k-tile's
+// issue with this one's tensor-core work; 0: release as soon as the stage is consumed).
+#ifndef WG_WAIT_DEPTH
+#define WG_WAIT_DEPTH 1
+#endif
 #define WG_CONSUMERS 2
 #define WG_THREADS (128 * (WG_CONSUMERS + 1))
 #define WG_A_BYTES (WG_BM * WG_BK * 2)                 // 16 KiB
@@ -176,9 +183,8 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap* map_a, const TmaMa
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
 
-  int tm, tn;
-  tile_coords(blockIdx.x, (M + WG_BM - 1) / WG_BM, (N + WG_BN - 1) / WG_BN, tm, tn);
-  const int m0 = tm * WG_BM, n0 = tn * WG_BN;
+  const int num_m = (M + WG_BM - 1) / WG_BM, num_n = (N + WG_BN - 1) / WG_BN;
+  const int num_tiles = num_m * num_n;
   const int k_tiles = (K + WG_BK - 1) / WG_BK;
 
   if (threadIdx.x == 0) {
@@ -191,71 +197,91 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap* map_a, const TmaMa
   }
   __syncthreads();
 
+  // Tiles are dealt round-robin over the grid: a grid of one block per tile is the classic
+  // launch; a grid of one block per SM is persistent, and the producer then prefetches the
+  // next tile's first stages while the consumers run this tile's epilogue. The ring position
+  // `it` (stage it % STAGES, phase (it / STAGES) & 1) runs on across tiles.
   if (wg == 0) {
     // Producer warpgroup: needs few registers; give them to the consumers.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (tid == 0) {
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        const int s = kt % WG_STAGES;
-        if (kt >= WG_STAGES) mbar_wait(bars + 8 * (WG_STAGES + s), ((kt / WG_STAGES) + 1) & 1);
-        const u32 full = bars + 8 * s;
-        const u32 sa = base + s * WG_STAGE_BYTES;
-        const u32 sb = sa + WG_A_BYTES;
-        mbar_expect_tx(full, WG_STAGE_BYTES);
-        tma_load_2d(sa, map_a, kt * WG_BK, m0, full);
+      int it = 0;
+      for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+        int tm, tn;
+        tile_coords(tile, num_m, num_n, tm, tn);
+        const int m0 = tm * WG_BM, n0 = tn * WG_BN;
+        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+          const int s = it % WG_STAGES;
+          if (it >= WG_STAGES) mbar_wait(bars + 8 * (WG_STAGES + s), ((it / WG_STAGES) + 1) & 1);
+          const u32 full = bars + 8 * s;
+          const u32 sa = base + s * WG_STAGE_BYTES;
+          const u32 sb = sa + WG_A_BYTES;
+          mbar_expect_tx(full, WG_STAGE_BYTES);
+          tma_load_2d(sa, map_a, kt * WG_BK, m0, full);
 #pragma unroll
-        for (int a = 0; a < WG_BN / WG_B_ATOM; ++a) {
-          tma_load_2d(sb + a * (WG_BK * 128), map_b, n0 + a * WG_B_ATOM, kt * WG_BK, full);
+          for (int a = 0; a < WG_BN / WG_B_ATOM; ++a) {
+            tma_load_2d(sb + a * (WG_BK * 128), map_b, n0 + a * WG_B_ATOM, kt * WG_BK, full);
+          }
         }
       }
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int cw = wg - 1;  // consumer index: rows cw*64 .. cw*64+63 of the tile
-    // No zero fill: the first wgmma runs with scale-d = 0 (D = A*B), so no ordinary instruction
-    // writes the accumulators inside the wgmma pipeline (that would serialize it).
-    float acc[128];
-
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      const int s = kt % WG_STAGES;
-      mbar_wait(bars + 8 * s, (kt / WG_STAGES) & 1);
-      const u32 sa = base + s * WG_STAGE_BYTES + cw * (64 * 128);
-      const u32 sb = base + s * WG_STAGE_BYTES + WG_A_BYTES;
-#pragma unroll
-      for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < WG_BK / 16; ++kk) {
-        // A (K-major): a k16 step is 32 bytes along the swizzled 128-byte row.
-        // B (N-major): a k16 step is 16 rows of 128 bytes.
-        const u64 da = wgmma_desc(sa + kk * 32, 16, 1024);
-        const u64 db = wgmma_desc(sb + kk * 16 * 128, WG_B_LBO, WG_B_SBO);
-        wgmma_64x256x16<BF16>(acc, da, db, (kt > 0 || kk > 0) ? 1u : 0u);
-      }
-      wgmma_commit();
-#pragma unroll
-      for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
-      // Keep one wgmma group in flight; the previous one has retired, so its stage is free.
-      wgmma_wait<1>();
-      if (kt > 0 && (tid % 32) == 0) mbar_arrive(bars + 8 * (WG_STAGES + (kt - 1) % WG_STAGES));
-    }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
-
-    // Accumulator layout of m64nNk16: warp w owns rows 16w..16w+15; value 4j+{0,1} sits at
-    // (row lane/4, cols 8j + 2(lane%4) + {0,1}), value 4j+{2,3} eight rows further down.
     const int warp = tid / 32, lane = tid % 32;
-    const int row0 = m0 + cw * 64 + warp * 16 + lane / 4;
-    const int col0 = n0 + 2 * (lane % 4);
+    // No zero fill: the first wgmma of a tile runs with scale-d = 0 (D = A*B), so no ordinary
+    // instruction writes the accumulators inside the wgmma pipeline (that would serialize it).
+    float acc[128];
+    int it = 0;
+    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      int tm, tn;
+      tile_coords(tile, num_m, num_n, tm, tn);
+      const int m0 = tm * WG_BM, n0 = tn * WG_BN;
+      for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+        const int s = it % WG_STAGES;
+        mbar_wait(bars + 8 * s, (it / WG_STAGES) & 1);
+        const u32 sa = base + s * WG_STAGE_BYTES + cw * (64 * 128);
+        const u32 sb = base + s * WG_STAGE_BYTES + WG_A_BYTES;
 #pragma unroll
-    for (int j = 0; j < WG_BN / 8; ++j) {
-      const int col = col0 + 8 * j;
-      if (col < N) {
-        if (row0 < M)
-          *reinterpret_cast<u32*>(C + static_cast<long long>(row0) * N + col) = pack2<BF16>(acc[4 * j], acc[4 * j + 1]);
-        if (row0 + 8 < M)
-          *reinterpret_cast<u32*>(C + static_cast<long long>(row0 + 8) * N + col) = pack2<BF16>(acc[4 * j + 2], acc[4 * j + 3]);
+        for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < WG_BK / 16; ++kk) {
+          // A (K-major): a k16 step is 32 bytes along the swizzled 128-byte row.
+          // B (N-major): a k16 step is 16 rows of 128 bytes.
+          const u64 da = wgmma_desc(sa + kk * 32, 16, 1024);
+          const u64 db = wgmma_desc(sb + kk * 16 * 128, WG_B_LBO, WG_B_SBO);
+          wgmma_64x256x16<BF16>(acc, da, db, (kt > 0 || kk > 0) ? 1u : 0u);
+        }
+        wgmma_commit();
+#pragma unroll
+        for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
+        // Keep WG_WAIT_DEPTH groups in flight; older groups have retired, so their stage is free.
+        wgmma_wait<WG_WAIT_DEPTH>();
+        if (kt >= WG_WAIT_DEPTH && lane == 0)
+          mbar_arrive(bars + 8 * (WG_STAGES + (it - WG_WAIT_DEPTH) % WG_STAGES));
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < 128; ++i) fence_operand(acc[i]);
+      // Release the stages still held by the last WG_WAIT_DEPTH groups of this tile.
+#pragma unroll
+      for (int d = WG_WAIT_DEPTH; d > 0; --d)
+        if (k_tiles >= d && lane == 0) mbar_arrive(bars + 8 * (WG_STAGES + (it - d) % WG_STAGES));
+
+      // Accumulator layout of m64nNk16: warp w owns rows 16w..16w+15; value 4j+{0,1} sits at
+      // (row lane/4, cols 8j + 2(lane%4) + {0,1}), value 4j+{2,3} eight rows further down.
+      const int row0 = m0 + cw * 64 + warp * 16 + lane / 4;
+      const int col0 = n0 + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < WG_BN / 8; ++j) {
+        const int col = col0 + 8 * j;
+        if (col < N) {
+          if (row0 < M)
+            *reinterpret_cast<u32*>(C + static_cast<long long>(row0) * N + col) = pack2<BF16>(acc[4 * j], acc[4 * j + 1]);
+          if (row0 + 8 < M)
+            *reinterpret_cast<u32*>(C + static_cast<long long>(row0 + 8) * N + col) = pack2<BF16>(acc[4 * j + 2], acc[4 * j + 3]);
+        }
       }
     }
   }

@@ -9,6 +9,7 @@ output and to hand over pointers and the current stream.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -21,9 +22,11 @@ SOURCE_PATH = Path(__file__).with_suffix(".cu")
 # Launch geometry; must match the #defines of gemm_cuda.cu.
 WG_BM, WG_BN, WG_BK, WG_THREADS = 128, 256, 64, 384
 WG_STAGES, WG_A_BYTES, WG_B_BYTES = 4, 128 * 64 * 2, 64 * 256 * 2
-WG_SMEM_BYTES = WG_STAGES * (WG_A_BYTES + WG_B_BYTES) + 2 * WG_STAGES * 8 + 1024
 MS_BM, MS_BN, MS_BK, MS_STAGES, MS_THREADS = 128, 128, 32, 4, 256
 MS_SMEM_BYTES = MS_STAGES * (MS_BM * (MS_BK + 8) + MS_BK * (MS_BN + 8)) * 2
+
+# Launch the wgmma kernel persistently (one block per SM); chosen from bench/results/gemm.md.
+PERSISTENT = True
 
 _SUFFIX = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
@@ -54,6 +57,31 @@ def compile_kernels(arch: str | None = None, defines: dict[str, str | int] | Non
                                       arch=arch, defines=defines)
 
 
+# Host work per call must stay far below the ~0.2 ms kernel, or the GPU waits on Python:
+# kernels, device properties and tensor maps are looked up once and then reused.
+_KERNELS: dict[tuple, tuple[Any, int]] = {}
+_TENSOR_MAPS: dict[tuple, Any] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def _device_info(index: int) -> tuple[tuple[int, int], int]:
+    """(compute capability, SM count) of a CUDA device."""
+    props = torch.cuda.get_device_properties(index)
+    return (props.major, props.minor), props.multi_processor_count
+
+
+def _kernel(name: str, smem: int, defines: dict[str, str | int] | None) -> Any:
+    """The loaded kernel `name`, allowed `smem` bytes of dynamic shared memory (once)."""
+    key = (name, smem, tuple(sorted((defines or {}).items())))
+    hit = _KERNELS.get(key)
+    if hit is None:
+        host = _cudahost()
+        func = host.get_function(compile_kernels(defines=defines), name)
+        host.set_dynamic_shared(func, smem)
+        hit = _KERNELS[key] = (func, smem)
+    return hit[0]
+
+
 def _check(a: torch.Tensor, b: torch.Tensor) -> None:
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"expected A (M, K) and B (K, N), got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -67,7 +95,14 @@ def _check(a: torch.Tensor, b: torch.Tensor) -> None:
 
 def _tensor_map(t: torch.Tensor, box_inner: int, box_outer: int) -> Any:
     """A 2-D TMA descriptor of row-major `t` with a (box_outer x box_inner) box, 128-byte
-    swizzle, zero fill outside the tensor."""
+    swizzle, zero fill outside the tensor. A descriptor holds only the address, sizes, strides
+    and box, so one cached under those stays valid for any tensor that has them."""
+    key = (t.data_ptr(), tuple(t.shape), t.stride(0), t.dtype, box_inner, box_outer)
+    hit = _TENSOR_MAPS.get(key)
+    if hit is not None:
+        return hit
+    if len(_TENSOR_MAPS) > 256:
+        _TENSOR_MAPS.clear()
     from cuda.bindings import driver as drv
 
     u32, u64 = drv.cuuint32_t, drv.cuuint64_t
@@ -84,6 +119,7 @@ def _tensor_map(t: torch.Tensor, box_inner: int, box_outer: int) -> Any:
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     if int(err) != 0:
         raise _cudahost().CudaError(f"cuTensorMapEncodeTiled failed: {err}")
+    _TENSOR_MAPS[key] = tmap
     return tmap
 
 
@@ -92,9 +128,10 @@ def _cdiv(x: int, y: int) -> int:
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, kernel: str = "auto",
-           defines: dict[str, str | int] | None = None) -> torch.Tensor:
+           defines: dict[str, str | int] | None = None, persistent: bool = PERSISTENT) -> torch.Tensor:
     """C = A @ B with the chosen kernel: "wgmma" (sm_90a only), "mma", or "auto" (wgmma on
-    compute capability 9.0, else mma). `defines` override the .cu's tuning macros."""
+    compute capability 9.0, else mma). `defines` override the .cu's tuning macros;
+    `persistent` launches the wgmma kernel with one block per SM instead of one per tile."""
     _check(a, b)
     a = a.contiguous()
     b = b.contiguous()
@@ -102,20 +139,22 @@ def matmul(a: torch.Tensor, b: torch.Tensor, kernel: str = "auto",
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    capability, num_sms = _device_info(a.device.index if a.device.index is not None else torch.cuda.current_device())
     if kernel == "auto":
-        kernel = "wgmma" if torch.cuda.get_device_capability(a.device) == (9, 0) else "mma"
-    compiled = compile_kernels(defines=defines)
+        kernel = "wgmma" if capability == (9, 0) else "mma"
     stream = torch.cuda.current_stream(a.device)
     if kernel == "wgmma":
-        func = host.get_function(compiled, f"gemm_wgmma_{_SUFFIX[a.dtype]}")
-        host.set_dynamic_shared(func, WG_SMEM_BYTES)
+        stages = int((defines or {}).get("WG_STAGES", WG_STAGES))
+        smem = stages * (WG_A_BYTES + WG_B_BYTES) + 2 * stages * 8 + 1024
+        func = _kernel(f"gemm_wgmma_{_SUFFIX[a.dtype]}", smem, defines)
         map_a = _tensor_map(a, WG_BK, WG_BM)   # A tile: BM rows x BK (128 bytes) columns
         map_b = _tensor_map(b, 64, WG_BK)      # B atom: BK rows x 64 (128 bytes) columns
         grid = _cdiv(M, WG_BM) * _cdiv(N, WG_BN)
-        host.launch(func, grid, WG_THREADS, WG_SMEM_BYTES, [map_a, map_b, c, M, N, K], stream)
+        if persistent:
+            grid = min(grid, num_sms)
+        host.launch(func, grid, WG_THREADS, smem, [map_a, map_b, c, M, N, K], stream)
     elif kernel == "mma":
-        func = host.get_function(compiled, f"gemm_mma_{_SUFFIX[a.dtype]}")
-        host.set_dynamic_shared(func, MS_SMEM_BYTES)
+        func = _kernel(f"gemm_mma_{_SUFFIX[a.dtype]}", MS_SMEM_BYTES, defines)
         grid = _cdiv(M, MS_BM) * _cdiv(N, MS_BN)
         host.launch(func, grid, MS_THREADS, MS_SMEM_BYTES, [a, b, c, M, N, K], stream)
     else:

@@ -10,6 +10,7 @@ tensor-core `tl.dot` accumulating in fp32.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -104,6 +105,8 @@ def _tma_configs() -> list[triton.Config]:
         (128, 256, 64, 8, 3),
         (128, 256, 64, 8, 4),
         (256, 128, 64, 8, 3),
+        (256, 128, 64, 8, 4),
+        (128, 256, 128, 8, 2),
         (128, 128, 64, 8, 4),
     ]
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
@@ -155,9 +158,20 @@ def _tma_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
     return torch.empty(size, device="cuda", dtype=torch.int8)
 
 
+@functools.lru_cache(maxsize=None)
+def _device_info(index: int) -> tuple[int, int]:
+    """(compute capability major, SM count) of a CUDA device; run() is on the timed path."""
+    props = torch.cuda.get_device_properties(index)
+    return props.major, props.multi_processor_count
+
+
+def _device_index(t: torch.Tensor) -> int:
+    return t.device.index if t.device.index is not None else torch.cuda.current_device()
+
+
 def _use_tma(a: torch.Tensor, b: torch.Tensor) -> bool:
     """TMA needs Hopper or newer and 16-byte aligned row strides and base addresses."""
-    if INTERPRET or a.device.type != "cuda" or torch.cuda.get_device_capability(a.device)[0] < 9:
+    if INTERPRET or a.device.type != "cuda" or _device_info(_device_index(a))[0] < 9:
         return False
     esize = a.element_size()
     return (a.shape[1] * esize) % 16 == 0 and (b.shape[1] * esize) % 16 == 0 and \
@@ -197,7 +211,7 @@ def matmul_tma_persistent(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     N = b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     triton.set_allocator(_tma_scratch)
-    num_sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+    num_sms = _device_info(_device_index(a))[1]
 
     def grid(meta: dict) -> tuple[int]:
         tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])

@@ -1,0 +1,214 @@
+"""`klineage bench`: the expert kernels against their vendor references, on the GPU.
+
+Each expert of each selected case goes through the gate's device tier (correctness at three
+seeds, then `do_bench` medians of expert and reference in one worker process). Every row gets
+two floors from the GPU's measured ceilings: FLOPs over the bf16 matrix rate (cuBLAS at
+8192^3) and bytes over the device-to-device copy bandwidth; the floor is the larger one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kir.errors import BadInputError, KLineageError
+from lineage.commands._common import emit_json
+
+# Used only when the ceilings cannot be measured (figures measured on this project's GPUs).
+NOMINAL_CEILINGS = {"matrix_tflops": 790.0, "copy_tbs": 3.0}
+
+
+@dataclass(frozen=True, slots=True)
+class BenchRow:
+    """One (case, shape variant, expert) measurement. Times in ms; None where not reached."""
+
+    case: str
+    variant: str
+    expert: str
+    language: str
+    ok: bool
+    expert_ms: float | None
+    reference_ms: float | None
+    speedup: float | None
+    flop_floor_ms: float
+    byte_floor_ms: float
+    floor_ms: float
+    fraction_of_floor: float | None
+    reason: str | None
+
+
+def _gpu_visible() -> bool:
+    """A CUDA GPU torch can use (KLINEAGE_GATE_NO_GPU=1 hides it, as it does from the gate)."""
+    if os.environ.get("KLINEAGE_GATE_NO_GPU") == "1":
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def measure_ceilings() -> dict[str, float]:
+    """bf16 dense matrix rate (TFLOP/s, cuBLAS 8192^3 on random data) and copy bandwidth
+    (TB/s, bytes read plus written) of the current GPU, medians of `do_bench`."""
+    import torch
+    import triton.testing
+
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    ms = triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=50, rep=200, return_mode="median")
+    tflops = 2 * n**3 / (ms * 1e-3) / 1e12
+    del a, b
+    x = torch.randn(512 * 1024 * 1024, device="cuda")  # 2 GiB of fp32
+    y = torch.empty_like(x)
+    ms = triton.testing.do_bench(lambda: y.copy_(x), warmup=20, rep=100, return_mode="median")
+    tbs = 2 * x.numel() * 4 / (ms * 1e-3) / 1e12
+    del x, y
+    torch.cuda.empty_cache()
+    return {"matrix_tflops": tflops, "copy_tbs": tbs}
+
+
+def floors_ms(module: Any, shape: dict[str, Any], ceilings: dict[str, float]) -> tuple[float, float]:
+    """(FLOP floor, byte floor) in ms of one shape, from the case module's flops/bytes_moved."""
+    flop = float(module.flops(shape)) / (ceilings["matrix_tflops"] * 1e12) * 1e3
+    byte = float(module.bytes_moved(shape)) / (ceilings["copy_tbs"] * 1e12) * 1e3
+    return flop, byte
+
+
+def rows_for_verdict(case: Any, expert: str, language: str, verdict: Any,
+                     ceilings: dict[str, float]) -> list[BenchRow]:
+    """One row per shape variant of `case` for one expert's device verdict."""
+    module = case.module()
+    timed = {}
+    if verdict.timing is not None:
+        timed = {v.variant: v for v in verdict.timing.variants}
+    rows = []
+    for variant, shape in case.shapes.items():
+        flop, byte = floors_ms(module, dict(shape), ceilings)
+        floor = max(flop, byte)
+        t = timed.get(variant)
+        if t is None and verdict.timing is not None and len(case.shapes) == 1:
+            t_ms, r_ms = verdict.timing.candidate_ms, verdict.timing.reference_ms
+        elif t is not None:
+            t_ms, r_ms = t.candidate_ms, t.reference_ms
+        else:
+            t_ms = r_ms = None
+        rows.append(BenchRow(
+            case=case.name, variant=variant, expert=expert, language=language,
+            ok=bool(verdict.ok), expert_ms=t_ms, reference_ms=r_ms,
+            speedup=(r_ms / t_ms) if t_ms and r_ms else None,
+            flop_floor_ms=flop, byte_floor_ms=byte, floor_ms=floor,
+            fraction_of_floor=(floor / t_ms) if t_ms else None,
+            reason=verdict.reason))
+    return rows
+
+
+def geomean(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v and v > 0]
+    if not vals:
+        return None
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def table_lines(rows: list[BenchRow]) -> list[str]:
+    """The results as a markdown table."""
+    lines = ["| case | variant | expert | expert ms | reference ms | speedup | floor ms | fraction of floor | ok |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r.case} | {r.variant} | {r.expert} | {_fmt(r.expert_ms, '.4f')} | "
+                     f"{_fmt(r.reference_ms, '.4f')} | {_fmt(r.speedup, '.3f')} | {r.floor_ms:.4f} | "
+                     f"{_fmt(r.fraction_of_floor, '.3f')} | {'yes' if r.ok else 'no: ' + (r.reason or '')[:80]} |")
+    return lines
+
+
+def write_results(out_dir: Path, result: dict[str, Any], rows: list[BenchRow]) -> None:
+    """bench/results/experts.json (the --json form) and experts.md (the table and how it was made)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / "experts.json.tmp"
+    tmp.write_text(json.dumps(result, indent=2))
+    os.replace(tmp, out_dir / "experts.json")
+    c = result["ceilings"]
+    md = [f"# Expert kernels vs vendor references on {result['gpu']}", "",
+          f"Command: `{result['command']}`", "",
+          f"Ceilings ({result['ceilings_source']}): bf16 matrix {c['matrix_tflops']:.0f} TFLOP/s, "
+          f"copy {c['copy_tbs']:.2f} TB/s. Floor = max(FLOPs / matrix rate, bytes / copy bandwidth); "
+          "fraction of floor = floor / expert time.", "",
+          *table_lines(rows), "",
+          f"Geometric mean speedup over the Triton case-variants: {_fmt(result['geomean_triton_speedup'], '.3f')}"
+          f" ({result['triton_case_variants']} case-variants).", ""]
+    (out_dir / "experts.md").write_text("\n".join(md))
+
+
+@click.command("bench")
+@click.option("--case", "case_name", default="all", show_default=True,
+              help="A case name (see `klineage cases`) or 'all'.")
+@click.option("--out", "out_dir", default="bench/results", show_default=True,
+              help="Folder for experts.json and experts.md.")
+@click.option("--nominal-ceilings", is_flag=True,
+              help="Use nominal ceilings (790 TFLOP/s, 3.0 TB/s) instead of measuring them.")
+@click.option("--timeout", type=float, default=None, help="Seconds per gate run (gate default if unset).")
+@click.option("--json", "as_json", is_flag=True, help="Print the documented JSON form.")
+def command(case_name: str, out_dir: str, nominal_ceilings: bool, timeout: float | None, as_json: bool) -> None:
+    """Benchmark every expert of CASE (or all cases) against its vendor reference on the GPU.
+
+    Needs a CUDA GPU: without one it exits with code 2. Writes OUT/experts.json and
+    OUT/experts.md. JSON: {"gpu", "command", "ceilings": {"matrix_tflops", "copy_tbs"},
+    "ceilings_source", "rows": [{"case", "variant", "expert", "language", "ok", "expert_ms",
+    "reference_ms", "speedup", "flop_floor_ms", "byte_floor_ms", "floor_ms",
+    "fraction_of_floor", "reason"}], "geomean_triton_speedup", "triton_case_variants"}.
+    """
+    import gate
+
+    names = gate.list_cases() if case_name == "all" else [case_name]
+    if case_name != "all" and case_name not in gate.list_cases():
+        raise BadInputError(f"unknown case '{case_name}' (known: {', '.join(gate.list_cases())})")
+    if not _gpu_visible():
+        raise KLineageError("bench needs a CUDA GPU and none is visible here; run it on the GPU machine "
+                            "(`klineage cases` lists the experts without one)")
+    import torch
+
+    gpu = torch.cuda.get_device_name(0)
+    if nominal_ceilings:
+        ceilings, source = dict(NOMINAL_CEILINGS), "nominal"
+    else:
+        ceilings, source = measure_ceilings(), "measured"
+
+    rows: list[BenchRow] = []
+    for name in names:
+        case = gate.load_case(name)
+        for path, language in case.expert_paths():
+            if not as_json:
+                click.echo(f"gating {name}: {path.name} ({language}) ...", err=True)
+            verdict = gate.check_file(path, case, tier=gate.Tier.DEVICE, timeout=timeout)
+            rows.extend(rows_for_verdict(case, path.name, language, verdict, ceilings))
+
+    triton_speedups = [r.speedup for r in rows if r.language == "triton" and r.speedup]
+    result = {
+        "gpu": gpu, "command": "klineage bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else []),
+        "ceilings": ceilings, "ceilings_source": source,
+        "rows": [asdict(r) for r in rows],
+        "geomean_triton_speedup": geomean(triton_speedups),
+        "triton_case_variants": len(triton_speedups),
+    }
+    result["command"] = result["command"].strip()
+    write_results(Path(out_dir), result, rows)
+    if as_json:
+        emit_json(result)
+        return
+    click.echo(f"GPU: {gpu}; ceilings ({source}): {ceilings['matrix_tflops']:.0f} TFLOP/s, "
+               f"{ceilings['copy_tbs']:.2f} TB/s")
+    for line in table_lines(rows):
+        click.echo(line)
+    click.echo(f"geometric mean speedup (Triton case-variants): "
+               f"{_fmt(result['geomean_triton_speedup'], '.3f')}")

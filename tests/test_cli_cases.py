@@ -1,0 +1,108 @@
+"""`klineage cases` and `klineage bench` (the parts that run without a GPU)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from lineage.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cases_json_lists_gemm_with_its_experts(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    code, out, _ = _run(capsys, "cases", "--json")
+    assert code == 0
+    cases = {c["name"]: c for c in json.loads(out)["cases"]}
+    gemm = cases["gemm"]
+    assert gemm["reference"] == "cuBLAS via torch.matmul"
+    assert gemm["platform"] == "cuda"
+    assert gemm["shapes"]["default"] == {"M": 4096, "N": 4096, "K": 4096, "dtype": "bf16"}
+    assert gemm["small_shapes"]["default"]["dtype"] == "fp16"
+    assert gemm["tolerance"]["bf16"] == pytest.approx(1e-2)
+    assert gemm["experts"] == [{"path": "experts/gemm/gemm_triton.py", "language": "triton"},
+                               {"path": "experts/gemm/gemm_cuda.cu", "language": "cuda"}]
+    for case in cases.values():
+        assert set(case) == {"name", "description", "reference", "platform", "shapes", "small_shapes",
+                             "tolerance", "experts"}
+        for expert in case["experts"]:
+            assert (REPO / expert["path"]).is_file(), expert
+
+
+def test_cases_text_names_every_case_and_expert(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    code, out, _ = _run(capsys, "cases")
+    assert code == 0
+    assert "gemm: dense matrix product" in out
+    assert "expert (cuda): experts/gemm/gemm_cuda.cu" in out
+    assert "shape default: M=4096 N=4096 K=4096 dtype=bf16" in out
+
+
+def test_bench_without_gpu_exits_2_with_a_clear_message(capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    monkeypatch.setenv("KLINEAGE_GATE_NO_GPU", "1")
+    code, out, err = _run(capsys, "bench", "--case", "gemm", "--out", str(tmp_path))
+    assert code == 2
+    assert "needs a CUDA GPU" in err and "Traceback" not in err
+    assert not (tmp_path / "experts.json").exists()
+
+
+def test_bench_unknown_case_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, "bench", "--case", "no-such-case")
+    assert code == 2
+    assert "unknown case 'no-such-case'" in err
+
+
+def test_bench_rows_floors_and_results_files(tmp_path: Path) -> None:
+    import gate
+    from lineage.commands import bench
+
+    case = gate.load_case("gemm")
+    ceilings = {"matrix_tflops": 800.0, "copy_tbs": 4.0}
+    timing = SimpleNamespace(candidate_ms=0.2, reference_ms=0.19,
+                             variants=(SimpleNamespace(variant="default", candidate_ms=0.2, reference_ms=0.19),))
+    verdict = SimpleNamespace(ok=True, timing=timing, reason=None)
+    rows = bench.rows_for_verdict(case, "gemm_triton.py", "triton", verdict, ceilings)
+    assert len(rows) == 1
+    row = rows[0]
+    flop_floor = 2 * 4096**3 / 800e12 * 1e3
+    byte_floor = 3 * 4096 * 4096 * 2 / 4e12 * 1e3
+    assert row.flop_floor_ms == pytest.approx(flop_floor)
+    assert row.byte_floor_ms == pytest.approx(byte_floor)
+    assert row.floor_ms == pytest.approx(max(flop_floor, byte_floor))
+    assert row.speedup == pytest.approx(0.95)
+    assert row.fraction_of_floor == pytest.approx(flop_floor / 0.2)
+
+    failed = SimpleNamespace(ok=False, timing=None, reason="compile error")
+    bad = bench.rows_for_verdict(case, "gemm_cuda.cu", "cuda", failed, ceilings)[0]
+    assert bad.expert_ms is None and bad.speedup is None and not bad.ok
+
+    result = {"gpu": "Test GPU", "command": "klineage bench --case gemm", "ceilings": ceilings,
+              "ceilings_source": "measured", "rows": [], "geomean_triton_speedup": bench.geomean([0.95]),
+              "triton_case_variants": 1}
+    bench.write_results(tmp_path, result, [row, bad])
+    assert json.loads((tmp_path / "experts.json").read_text())["gpu"] == "Test GPU"
+    md = (tmp_path / "experts.md").read_text()
+    assert "Test GPU" in md and "klineage bench --case gemm" in md
+    assert "| gemm | default | gemm_triton.py | 0.2000 | 0.1900 | 0.950 |" in md
+    assert "no: compile error" in md
+    assert "0.950" in md.split("Geometric mean")[1]
+
+
+def test_geomean_ignores_missing_values() -> None:
+    from lineage.commands import bench
+
+    assert bench.geomean([1.0, 4.0, None, 0.0]) == pytest.approx(2.0)
+    assert bench.geomean([]) is None
