@@ -31,7 +31,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from kir.errors import BadInputError
+from kir.errors import BadInputError, KLineageError
 from lineage.graph import Lineage, atomic_write_text
 
 CARD_FORMAT = 1
@@ -320,7 +320,7 @@ def anchor_kinds(source: str, language: str, anchor_id: str) -> list[str] | None
         while current is not None:
             chain.append(str(current.kind))
             current = index.get(current.parent) if current.parent is not None else None
-    except Exception:  # noqa: BLE001 — a hand-written state may not parse: fall back to labels
+    except (KLineageError, KeyError, ValueError):  # a state that does not parse: use labels
         return None
     chain.reverse()
     if chain and chain[0] == "module" and not str(anchor_id).split("/")[0].endswith("@module"):
@@ -462,15 +462,26 @@ def _ratio(attrs: Mapping[str, Any], src: Mapping[str, Any], dst: Mapping[str, A
 
 
 def _static_deltas(src: Mapping[str, Any], dst: Mapping[str, Any]) -> dict[str, float]:
-    """dst - src for every numeric static fact both states' verdicts report."""
-    a = ((src.get("verdict") or {}).get("facts") or {})
-    b = ((dst.get("verdict") or {}).get("facts") or {})
+    """dst - src for every numeric static fact both states' verdicts report: the top-level
+    facts (e.g. `max_registers`, `max_shared_bytes`) and the instruction counts of every
+    compile, summed per class (`instructions.<class>`)."""
+    a, b = _numeric_facts(src), _numeric_facts(dst)
+    return {fact: b[fact] - a[fact] for fact in b if fact in a}
+
+
+def _numeric_facts(state: Mapping[str, Any]) -> dict[str, float]:
+    facts = (state.get("verdict") or {}).get("facts") or {}
     out: dict[str, float] = {}
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        for fact, value in b.items():
-            old = a.get(fact)
-            if _is_number(value) and _is_number(old):
-                out[str(fact)] = float(value) - float(old)
+    if not isinstance(facts, Mapping):
+        return out
+    for name, value in facts.items():
+        if _is_number(value):
+            out[str(name)] = float(value)
+    for compiled in facts.get("compiles") or ():
+        for cls, count in ((compiled or {}).get("instructions") or {}).items():
+            if _is_number(count):
+                key = f"instructions.{cls}"
+                out[key] = out.get(key, 0.0) + float(count)
     return out
 
 
@@ -480,7 +491,7 @@ def _prior_actions(lineage: Lineage, state: str) -> set[str]:
     found = {str(f.get("pass")) for f in node.get("features") or () if f.get("pass")}
     try:
         found |= set(lineage.prior_actions(state))
-    except Exception:  # noqa: BLE001 — a hand-written lineage may lack what prior_actions needs
+    except (KeyError, TypeError, ValueError):  # a hand-written lineage may lack a step number
         pass
     return found
 

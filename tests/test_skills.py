@@ -44,7 +44,8 @@ def test_lift_makes_one_card_per_pass_and_locus_with_measured_fields() -> None:
     assert dot.locus == "for/call:tl.sum" and not dot.admitted
     # Effect: the forward speedup 40 ms -> 5 ms, and static deltas from the verdict facts.
     assert dot.speedup["n"] == 1 and dot.speedup["median"] == pytest.approx(8.0)
-    assert dot.effect["static"]["registers"]["median_delta"] == 32
+    assert dot.effect["static"]["max_registers"]["median_delta"] == 32
+    assert dot.effect["static"]["instructions.mma"]["median_delta"] == 8
     assert dot.effect["tier"] == "device"
     # Carrier: before/after snippet of the changed lines.
     assert "tl.sum(" in dot.carrier["before"] and "tl.dot(a, b, acc)" in dot.carrier["after"]

@@ -98,6 +98,16 @@ def _features(source: str) -> list[dict[str, str]]:
     return found
 
 
+def _facts(registers: int, shared: int, mma: int) -> dict:
+    """Static facts in the shape of `gate.Facts.to_json()`."""
+    return {"target": "sm_90a", "max_registers": registers, "max_shared_bytes": shared,
+            "spills": False, "instruction_classes": ["mma"] if mma else [],
+            "compiles": [{"kernel": "matmul_kernel", "config": {}, "registers": registers,
+                          "shared_bytes": shared, "local_bytes": 0, "spill_stores": 0,
+                          "spill_loads": 0, "instructions": {"mma": mma, "ld.global": 4},
+                          "sass": None, "compile_s": 0.5}]}
+
+
 def _state(lin: Lineage, source: str, case: str, tier: str, ms: float | None, facts: dict,
            roles: frozenset[str]) -> str:
     ir = kir.parse(source, language="triton")
@@ -132,13 +142,13 @@ def _step(lin: Lineage, src: str, dst: str, pass_name: str, category: str, ancho
 def gemm() -> Lineage:
     lin = Lineage()
     expert = "experts/gemm/gemm_triton.py"
-    s0 = _state(lin, GEMM_NAIVE, "gemm", "device", 40.0, {"registers": 64, "shared_mem": 0},
+    s0 = _state(lin, GEMM_NAIVE, "gemm", "device", 40.0, _facts(64, 0, 0),
                 frozenset({"naive", "root"}))
-    s1 = _state(lin, GEMM_DOT, "gemm", "device", 5.0, {"registers": 96, "shared_mem": 16384},
+    s1 = _state(lin, GEMM_DOT, "gemm", "device", 5.0, _facts(96, 16384, 8),
                 frozenset())
-    s2 = _state(lin, GEMM_PIPE, "gemm", "device", 4.0, {"registers": 104, "shared_mem": 49152},
+    s2 = _state(lin, GEMM_PIPE, "gemm", "device", 4.0, _facts(104, 49152, 8),
                 frozenset())
-    s3 = _state(lin, GEMM_EXPERT, "gemm", "device", 3.6, {"registers": 128, "shared_mem": 98304},
+    s3 = _state(lin, GEMM_EXPERT, "gemm", "device", 3.6, _facts(128, 98304, 16),
                 frozenset({"expert"}))
     pre = ({"expr": "dtype in {fp16, bf16}", "value": True, "facts": {"dtype": "fp16"}},
            {"expr": "BLOCK_K >= 16", "value": True, "facts": {"BLOCK_K": 32}})
