@@ -28,29 +28,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from experts.gemm import case, gemm_cuda, gemm_triton  # noqa: E402
+from lineage.commands.bench import measure_ceilings  # noqa: E402
 
 Fn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.float() - ref).norm() / ref.norm())
-
-
-def measure_ceilings() -> dict[str, float]:
-    """bf16 matrix rate (cuBLAS, 8192^3, random data) and copy bandwidth (bytes read+written)."""
-    n = 8192
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    ms = triton.testing.do_bench(lambda: torch.matmul(a, b), warmup=50, rep=200, return_mode="median")
-    tflops = 2 * n**3 / (ms * 1e-3) / 1e12
-    del a, b
-    x = torch.empty(2 * 1024**3 // 2, device="cuda", dtype=torch.bfloat16).normal_()
-    y = torch.empty_like(x)
-    ms_copy = triton.testing.do_bench(lambda: y.copy_(x), warmup=20, rep=100, return_mode="median")
-    tbs = 2 * x.numel() * 2 / (ms_copy * 1e-3) / 1e12
-    del x, y
-    torch.cuda.empty_cache()
-    return {"matrix_tflops": tflops, "copy_tbs": tbs}
 
 
 def check(fn: Fn, shape: dict, seeds: tuple[int, ...]) -> float:
@@ -94,6 +78,8 @@ def main() -> int:
         "cuda_mma": lambda a, b: gemm_cuda.matmul(a, b, "mma"),
         "cuda_wgmma": lambda a, b: gemm_cuda.matmul(a, b, "wgmma", defines or None),
         "cuda_wgmma_per_tile": lambda a, b: gemm_cuda.matmul(a, b, "wgmma", defines or None, persistent=False),
+        "cuda_wgmma_depth0": lambda a, b: gemm_cuda.matmul(a, b, "wgmma", {"WG_WAIT_DEPTH": 0}),
+        "cuda_wgmma_stages3": lambda a, b: gemm_cuda.matmul(a, b, "wgmma", {"WG_STAGES": 3}),
     }
     # Alternative B-descriptor offsets, checked only for correctness diagnostics.
     alt = {"WG_B_LBO": 1024, "WG_B_SBO": 64 * 128}

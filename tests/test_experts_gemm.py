@@ -66,7 +66,7 @@ def test_triton_through_the_gate_interpret_tier() -> None:
     gate = pytest.importorskip("gate")
     if not hasattr(gate, "check_file"):
         pytest.skip("gate.check_file not available yet")
-    verdict = gate.check_file(GEMM_DIR / "gemm_triton.py", gate.load_case("gemm"), tier=gate.Tier.INTERPRET)
+    verdict = gate.check_file(GEMM_DIR / "gemm_triton.py", gate.load_case("gemm"), tier=gate.Tier.INTERPRET, cache=False)
     assert verdict.ok, verdict.reason
 
 
@@ -105,7 +105,7 @@ def test_cuda_through_the_gate_static_tier() -> None:
     gate = pytest.importorskip("gate")
     if not hasattr(gate, "check_file"):
         pytest.skip("gate.check_file not available yet")
-    verdict = gate.check_file(GEMM_DIR / "gemm_cuda.cu", gate.load_case("gemm"), tier=gate.Tier.STATIC)
+    verdict = gate.check_file(GEMM_DIR / "gemm_cuda.cu", gate.load_case("gemm"), tier=gate.Tier.STATIC, cache=False)
     assert verdict.ok, verdict.reason
 
 
