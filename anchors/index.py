@@ -183,9 +183,10 @@ class AnchorIndex:
 
         `anchor` is an `Anchor` of the old index or an id (then `old_index` supplies its kind,
         hash and position; without it only an exact id match can be found). Exact id with the
-        same kind wins; else a same-kind anchor with the same structure hash, preferring one
-        in the same scope and nearest in relative position, that does not already resolve
-        exactly to an old anchor; else gone.
+        same kind wins; else a same-kind anchor with the same structure hash that does not
+        already resolve exactly to an old anchor; among those, one with the same path below
+        its scope (a renamed function), else the same step, else the same scope, else the
+        nearest relative rank; else gone.
         """
         if isinstance(anchor, str):
             aid = AnchorId(anchor)
@@ -203,12 +204,20 @@ class AnchorIndex:
                      if (o := old_index.get(a.id)) is None or o.kind != a.kind]
         if not cands:
             return Resolution("gone", aid, None)
-        old_scope = aid.split("/", 1)[0]
-        old_size = len(old_index.ir.source) if old_index is not None else len(self.ir.source)
-        old_rel = old.span.start / max(1, old_size)
-        size = max(1, len(self.ir.source))
-        best = min(cands, key=lambda a: (a.id.split("/", 1)[0] != old_scope,
-                                         abs(a.span.start / size - old_rel)))
+        old_scope, _, old_path = aid.partition("/")
+        old_n = len(old_index) if old_index is not None else len(self)
+        old_pos = old_index._order.get(aid, 0) if old_index is not None else 0
+        old_rank = old_pos / max(1, old_n)
+        n = max(1, len(self))
+
+        def closeness(a: Anchor) -> tuple[bool, bool, bool, float]:
+            # same path below the scope (a renamed function), same step (a moved statement),
+            # same scope, then nearest relative rank in pre-order
+            scope, _, path = a.id.partition("/")
+            return (path != old_path, a.step != old.step, scope != old_scope,
+                    abs(self._order[a.id] / n - old_rank))
+
+        best = min(cands, key=closeness)
         return Resolution("hash", aid, best)
 
     def to_json(self, anchors: Sequence[Anchor] | None = None) -> list[dict[str, object]]:

@@ -155,7 +155,12 @@ def _classify(
             name_node = fn.child_by_field_name("name")
             callee = _text(src, name_node) if name_node is not None else callee
         callee = "".join(callee.split())
-        attrs: dict[str, Any] = {"callee": callee}
+        attrs: dict[str, Any] = {}
+        if "<" in callee and "operator" not in callee:
+            # `ns::kernel<Shape, 3>` is a call of `ns::kernel`; the arguments stay in attrs
+            callee, targs = callee.split("<", 1)
+            attrs["template_args"] = "<" + targs
+        attrs["callee"] = callee
         if any(c.type == "kernel_call_syntax" for c in node.children):
             return K.LAUNCH, callee, attrs
         return call_kind(callee), callee, attrs

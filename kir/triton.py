@@ -279,4 +279,13 @@ def _build(text: str, source: bytes) -> Columns:
             # dataclass field order is not always source order (e.g. FunctionDef.decorators)
             kids.sort(key=lambda k: positions[id(k)][0])
         stack.extend((k, nid) for k in reversed(kids))
+    # libcst's syntactic spans can be narrower than the children (a Param spans only its
+    # name, not `: tl.constexpr`); widen parents so every span contains its subtree
+    starts, ends, parents = cols.starts, cols.ends, cols.parents
+    for i in range(len(starts) - 1, 0, -1):
+        p = parents[i]
+        if starts[i] < starts[p]:
+            starts[p] = starts[i]
+        if ends[i] > ends[p]:
+            ends[p] = ends[i]
     return cols
