@@ -127,6 +127,11 @@ class TensorCoreDot(Pass):
             return skip
         whole, call, acc = found
         if self.call:
+            recorded = ast.parse(self.call, mode="eval").body
+            has_acc = isinstance(recorded, ast.Call) and (
+                len(recorded.args) > 2 or any(k.arg == "acc" for k in recorded.keywords))
+            if not has_acc:  # `x + dot(a, b)`: only the product was the dot
+                whole = call
             text = self.call
         else:
             prod = call.args[0]
@@ -150,6 +155,9 @@ def _log2e_names(mod: PyModule) -> set[str]:
 
 
 def _is_log2e_literal(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call) and callee(node) in ("tl.constexpr", "triton.language.constexpr") \
+            and len(node.args) == 1:
+        node = node.args[0]  # LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
     return (isinstance(node, ast.Constant) and isinstance(node.value, float)
             and math.isclose(node.value, LOG2E, rel_tol=1e-6))
 
