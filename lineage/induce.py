@@ -120,7 +120,7 @@ class Inducer:
             self.lineage = Lineage()
         from passes import PassContext, PassGraph, get_all_passes
 
-        self._registry = {name: load() for name, load in get_all_passes().items()}
+        self._registry = {name: load()() for name, load in get_all_passes().items()}
         self._graph = PassGraph.from_registry()
         self.ctx = PassContext.for_case(self.case_name, tier="interpret" if self.tier == "interpret" else "device")
         self._irs: dict[str, kir.KernelIR] = {}

@@ -1,0 +1,115 @@
+"""Guided de-optimization end to end at the interpret tier (Triton interpreter on the CPU)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lineage.graph import Lineage
+
+ROOT = Path(__file__).resolve().parents[1]
+GEMM = ROOT / "experts" / "gemm" / "gemm_triton.py"
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["KLINEAGE_CACHE_DIR"] = str(tmp_path / "cache")
+    return env
+
+
+def _klineage(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lineage", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def gemm_lineage(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    tmp = tmp_path_factory.mktemp("gemm")
+    out = tmp / "lin"
+    proc = _klineage("induce", str(GEMM), "--case", "gemm", "--tier", "interpret", "--out", str(out),
+                     "--json", env=_env(tmp))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, json.loads(proc.stdout)
+
+
+def test_gemm_lineage_reaches_a_naive_root(gemm_lineage: tuple[Path, dict]) -> None:
+    out, summary = gemm_lineage
+    assert set(summary) >= {"out", "states", "transitions", "rejected", "termination", "root", "expert"}
+    assert summary["transitions"] >= 5, summary
+    assert summary["termination"] == "naive", summary
+    lin = Lineage.load(out)
+    root = lin.node(summary["root"])
+    assert "naive" in root["roles"]
+    # The naive root has no tensor cores, no pipelining and no autotuning left.
+    left = {f["pass"] for f in root["features"]}
+    assert not left & {"tensor-core-dot", "software-pipelining", "autotune"}, left
+    assert "tl.dot" not in root["source"] and "@triton.autotune" not in root["source"]
+    # Every state on the chain passed the gate; every transition has a structured diff.
+    path = lin.path_to_expert(summary["root"])
+    assert path[-1] == summary["expert"]
+    for node in path:
+        attrs = lin.node(node)
+        if attrs["type"] == "state":
+            assert attrs["verdict"]["ok"] is True
+        else:
+            assert attrs["diff"], attrs["pass"]
+            assert attrs["backward"]["pass"] == attrs["pass"]
+    assert (out / "report.html").is_file()
+
+
+def test_show_export_report_commands(gemm_lineage: tuple[Path, dict], tmp_path: Path) -> None:
+    out, summary = gemm_lineage
+    env = _env(tmp_path)
+    show = _klineage("show", str(out), "--json", env=env)
+    assert show.returncode == 0, show.stderr
+    data = json.loads(show.stdout)
+    assert data["transitions"] == summary["transitions"]
+    assert len(data["chain"]) == summary["transitions"] + 1
+    for fmt in ("graphml", "dot", "json"):
+        proc = _klineage("export", str(out), "--format", fmt, "-o", str(tmp_path / f"l.{fmt}"), env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / f"l.{fmt}").stat().st_size > 100
+    rep = _klineage("report", str(out), "--json", env=env)
+    assert rep.returncode == 0 and json.loads(rep.stdout)["report"].endswith("report.html")
+    bad = _klineage("show", str(tmp_path / "nope"), env=env)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_kill_9_then_resume_finishes_the_same_lineage(gemm_lineage: tuple[Path, dict], tmp_path: Path) -> None:
+    _, full = gemm_lineage
+    out = tmp_path / "lin"
+    env = _env(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "lineage", "induce", str(GEMM), "--case", "gemm",
+                             "--tier", "interpret", "--out", str(out), "--json"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    killed_at = None
+    while time.time() < deadline and proc.poll() is None:
+        path = out / "lineage.json"
+        if path.exists():
+            try:
+                n = sum(1 for n in json.loads(path.read_text())["nodes"] if n["type"] == "transition")
+            except (json.JSONDecodeError, KeyError):
+                n = 0  # must never happen: writes are atomic
+                raise
+            if n >= 2:
+                proc.send_signal(signal.SIGKILL)
+                killed_at = n
+                break
+        time.sleep(0.05)
+    proc.wait(timeout=30)
+    assert killed_at is not None, "induction finished before it could be killed"
+    partial = Lineage.load(out)  # the file a killed run leaves is a whole lineage
+    assert len(partial.transitions()) >= 2
+    resumed = _klineage("induce", str(GEMM), "--case", "gemm", "--tier", "interpret", "--out", str(out),
+                        "--resume", "--json", env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = json.loads(resumed.stdout)
+    assert summary["termination"] == "naive"
+    assert summary["root"] == full["root"] and summary["transitions"] == full["transitions"]
