@@ -24,7 +24,7 @@ from bench_conv2d import config_timings, emit, load_module, measure_ceilings, ti
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE_DIR = ROOT / "experts" / "topk"
-CUDA_BLOCKS = (128, 256, 512, 1024)
+CUDA_BLOCKS = (256, 512, 1024)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,9 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     shape = case.SHAPES["default"]
     tol = case.TOLERANCE[shape["dtype"]]
 
+    def cuda_variant(threads: int, **switches: bool):
+        return lambda x, k: cuda_expert.launch(x, k, threads, **switches)
+
     variants = {"triton_expert": triton_expert.run, "cuda_expert": cuda_expert.run}
     for threads in CUDA_BLOCKS:
-        variants[f"cuda_{threads}_threads"] = (lambda t: lambda x, k: cuda_expert.launch(x, k, t))(threads)
+        variants[f"cuda_{threads}_threads"] = cuda_variant(threads)
+    # Each compile-time switch of the CUDA kernel turned off alone, then all of them.
+    for name in cuda_expert.SWITCHES:
+        variants[f"cuda_512_no_{name}"] = cuda_variant(512, **{name: False})
+    variants["cuda_512_no_switches"] = cuda_variant(512, **{name: False for name in cuda_expert.SWITCHES})
 
     checks = []
     inputs = [("seed0", case.make_inputs(shape, 0, "cuda")), ("seed1", case.make_inputs(shape, 1, "cuda")),

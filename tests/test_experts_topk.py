@@ -130,6 +130,15 @@ def test_cuda_expert_compiles_scalar_path_for_odd_lengths() -> None:
     assert host.defines(small["L"], small["K"], 256, False)["TOPK_KPOW2"] == 64
 
 
+def test_cuda_expert_switches_change_the_code_and_unknown_ones_are_refused() -> None:
+    host = _cuda_host()
+    shape = CASE.SHAPES["default"]
+    plain = host.compile_for(shape["L"], shape["K"], 512, arch="sm_90a", aggregate=False)
+    assert "match.any.sync" not in plain.ptx and "atom.shared.add" in plain.ptx
+    with pytest.raises(ValueError):
+        host.defines(shape["L"], shape["K"], 512, True, unrolled=True)
+
+
 # ---- on a GPU ----------------------------------------------------------------------------------
 
 @pytest.mark.gpu

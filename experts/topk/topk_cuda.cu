@@ -5,9 +5,10 @@
 // significant digit first, each build a shared-memory histogram of the keys that still match
 // the threshold prefix (warp-aggregated with __match_any_sync, so the many equal top digits of
 // real data cost one shared atomic per warp, not one per thread) and pick the bin holding the
-// k-th largest key with a warp-shuffle suffix scan. The k winners are then compacted into
-// shared memory by one block-wide scan and sorted descending by a bitonic network over k
-// (rounded up to a power of two) elements only.
+// k-th largest key with a warp-shuffle suffix scan; the passes stop early once every key left
+// in the chosen bin is a winner. The k winners are then compacted into shared memory by one
+// block-wide scan and sorted descending by a bitonic network over k (rounded up to a power of
+// two) elements only, whose stages within a warp's segment need only a warp barrier.
 //
 // Compile-time shape (the host passes them as -D defines):
 //   TOPK_THREADS  threads per block (a multiple of 32, at most 1024)
@@ -15,6 +16,10 @@
 //                 when TOPK_VEC)
 //   TOPK_KPOW2    k rounded up to a power of two (the sort width; at most 4096)
 //   TOPK_VEC      1: the row is read as float4 (L % 4 == 0 and 16-byte aligned rows)
+//   TOPK_AGGREGATE 1: histogram atomics are warp-aggregated with __match_any_sync;
+//                 0: one shared atomic per key
+//   TOPK_EARLY_EXIT 1: stop the radix passes once the chosen bin holds only winners
+//   TOPK_WARP_SYNC 1: warp barriers between the sort stages that stay inside a warp
 
 #ifndef TOPK_THREADS
 #define TOPK_THREADS 256
@@ -27,6 +32,15 @@
 #endif
 #ifndef TOPK_VEC
 #define TOPK_VEC 1
+#endif
+#ifndef TOPK_AGGREGATE
+#define TOPK_AGGREGATE 1
+#endif
+#ifndef TOPK_EARLY_EXIT
+#define TOPK_EARLY_EXIT 1
+#endif
+#ifndef TOPK_WARP_SYNC
+#define TOPK_WARP_SYNC 1
 #endif
 
 #define RADIX_BITS 8
@@ -96,6 +110,7 @@ topk_radix_select(const float* __restrict__ x, float* __restrict__ values,
     __shared__ unsigned int warp_sums[NUM_WARPS];
     __shared__ unsigned int s_prefix;
     __shared__ int s_remaining;
+    __shared__ int s_settled;  // every live key in the chosen bin is a winner
     __shared__ u64 cand[TOPK_KPOW2];
 
     const int lane = threadIdx.x & 31;
@@ -126,6 +141,7 @@ topk_radix_select(const float* __restrict__ x, float* __restrict__ values,
     // ---- radix select: find the k-th largest key T, digit by digit ----
     unsigned int prefix = 0;  // digits of T found so far
     int remaining = K;        // winners still to find among keys matching `prefix`
+    int cut = 0;              // keys are compared to T by their bits from `cut` up (set per pass)
 #pragma unroll
     for (int pass = 0; pass < 32 / RADIX_BITS; ++pass) {
         const int shift = 32 - RADIX_BITS * (pass + 1);
@@ -136,12 +152,16 @@ topk_radix_select(const float* __restrict__ x, float* __restrict__ values,
             bool live = item_index(i) < L;
             if (pass > 0) live = live && ((key[i] >> (shift + RADIX_BITS)) == prefix);
             const unsigned int digit = (key[i] >> shift) & (RADIX_BINS - 1);
+#if TOPK_AGGREGATE
             const unsigned int live_mask = __ballot_sync(FULL_MASK, live);
             if (live) {
                 // One atomic per distinct digit in the warp.
                 const unsigned int peers = __match_any_sync(live_mask, digit);
                 if (lane == __ffs(peers) - 1) atomicAdd(&hist[digit], (unsigned int)__popc(peers));
             }
+#else
+            if (live) atomicAdd(&hist[digit], 1u);
+#endif
         }
         __syncthreads();
         if (threadIdx.x < 32) {
@@ -169,22 +189,29 @@ topk_radix_select(const float* __restrict__ x, float* __restrict__ values,
                 if (above < (unsigned int)remaining && at_least >= (unsigned int)remaining) {
                     s_prefix = (prefix << RADIX_BITS) | (unsigned int)(lane * PER_LANE + j);
                     s_remaining = remaining - (int)above;
+                    s_settled = c[j] == (unsigned int)remaining - above;
                 }
             }
         }
         __syncthreads();
         prefix = s_prefix;
         remaining = s_remaining;
+        cut = shift;
+#if TOPK_EARLY_EXIT
+        if (s_settled) break;  // the same for the whole block: read after the barrier
+#endif
     }
 
     // ---- compaction: keys > T, then the first `remaining` keys == T (in scan order) ----
+    // T is `prefix`, compared with the bits of each key above `cut` (all 32 bits unless the
+    // passes stopped early, when every key equal to T on those bits is a winner).
     const unsigned int threshold = prefix;
     unsigned int n_above = 0, n_equal = 0;
 #pragma unroll
     for (int i = 0; i < TOPK_ITEMS; ++i) {
         const bool ok = item_index(i) < L;
-        n_above += (ok && key[i] > threshold);
-        n_equal += (ok && key[i] == threshold);
+        n_above += (ok && (key[i] >> cut) > threshold);
+        n_equal += (ok && (key[i] >> cut) == threshold);
     }
     // Both counts in one scan (each < 65536: the host checks L < 65536).
     const unsigned int before = block_exclusive_scan(n_above | (n_equal << 16), warp_sums);
@@ -195,11 +222,11 @@ topk_radix_select(const float* __restrict__ x, float* __restrict__ values,
         const int idx = item_index(i);
         if (idx >= L) continue;
         const u64 word = ((u64)key[i] << 32) | (unsigned int)idx;
-        if (key[i] > threshold) {
+        if ((key[i] >> cut) > threshold) {
             const unsigned int taken_equal = min(equal_seen, (unsigned int)remaining);
             cand[above_pos + taken_equal] = word;
             ++above_pos;
-        } else if (key[i] == threshold) {
+        } else if ((key[i] >> cut) == threshold) {
             if (equal_seen < (unsigned int)remaining) cand[above_pos + equal_seen] = word;
             ++equal_seen;
         }
@@ -223,7 +250,19 @@ topk_radix_select(const float* __restrict__ x, float* __restrict__ values,
                     cand[hi] = a;
                 }
             }
+            // For strides up to 32, the pairs of the pair indices one warp handles lie in
+            // 64-element segments that only this warp touches, so between two such stages a
+            // warp barrier suffices; any wider stage (or the end) needs the block barrier.
+#if TOPK_WARP_SYNC
+            const unsigned int next = stride > 1 ? stride >> 1 : size;
+            if (stride > 32 || next > 32 || (size == TOPK_KPOW2 && stride == 1)) {
+                __syncthreads();
+            } else {
+                __syncwarp();
+            }
+#else
             __syncthreads();
+#endif
         }
     }
 
