@@ -59,7 +59,8 @@ def transition_label(attrs: dict[str, Any]) -> str:
 
 
 def to_dot(lineage: Lineage) -> str:
-    lines = ["digraph lineage {", "  rankdir=TB;", '  node [fontname="Helvetica", fontsize=10];']
+    # Lineages are long chains with occasional branches: left-to-right reads like a timeline.
+    lines = ["digraph lineage {", "  rankdir=LR;", '  node [fontname="Helvetica", fontsize=10];']
     for node, attrs in lineage.graph.nodes(data=True):
         if attrs["type"] == "state":
             roles = attrs.get("roles", [])

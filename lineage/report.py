@@ -132,7 +132,7 @@ def plot_svg(lineage: Lineage) -> tuple[str, str]:
     else:
         ys = list(range(len(chain)))
         title, ylabel = "step index from the naive root (no device timings)", "step"
-    w, h, pad = 720, 300, 50
+    w, h, pad = 720, 340, 70
     ymax = max(ys) if max(ys) > 0 else 1
     n = max(len(ys) - 1, 1)
     pts = [(pad + i * (w - 2 * pad) / n, h - pad - (y / ymax) * (h - 2 * pad)) for i, y in enumerate(ys)]
@@ -162,7 +162,7 @@ def _text_diff(before: str, after: str) -> str:
     return "\n".join(out) or "(no textual change)"
 
 
-def _transition_section(lineage: Lineage, tid: str) -> str:
+def _transition_section(lineage: Lineage, tid: str, forward_index: int | None) -> str:
     g = lineage.graph
     t = g.nodes[tid]
     src = next(iter(g.predecessors(tid)))
@@ -176,8 +176,10 @@ def _transition_section(lineage: Lineage, tid: str) -> str:
     act_rows = "".join(
         f"<tr><td>{_esc(a.get('action'))}</td><td><code>{_esc(a.get('anchor'))}</code></td><td>{_esc(a.get('kind'))}</td></tr>"
         for a in t.get("diff", [])) or "<tr><td colspan=3 class='muted'>no structural change</td></tr>"
+    heading = (f"forward step {forward_index}" if forward_index is not None
+               else f"branch transition (de-optimization step {t.get('step')})")
     return (
-        f'<details class="transition" id="{_esc(tid)}"><summary>step {t.get("step")}: '
+        f'<details class="transition" id="{_esc(tid)}"><summary>{_esc(heading)}: '
         f'<code>{_esc(t["pass"])}</code> at <code>{_esc(t.get("anchor"))}</code> — {_esc(effect)}</summary>'
         f'<p>category: {_esc(t.get("category"))}; options: <code>{_esc(t.get("options"))}</code>; '
         f're-derived by: {_esc(t.get("rederived_by"))}; from <code>{_esc(src)}</code> to <code>{_esc(dst)}</code></p>'
@@ -194,14 +196,18 @@ def render(lineage: Lineage, title: str = "KLineage report") -> str:
     svg = svg or layered_svg(lineage)
     plot, plot_title = plot_svg(lineage)
     chain = _chain_from_root(lineage)
-    ordered = [t for _, t in chain if t] + sorted(
-        set(lineage.transitions()) - {t for _, t in chain if t},
+    main = [t for _, t in chain if t]
+    ordered = main + sorted(
+        set(lineage.transitions()) - set(main),
         key=lambda t: (lineage.graph.nodes[t].get("expert", ""), -lineage.graph.nodes[t].get("step", 0)))
     rejected = "".join(
         f"<tr><td><code>{_esc(r['pass'])}</code></td><td><code>{_esc(r.get('anchor'))}</code></td>"
         f"<td>{_esc(r.get('stage'))}</td><td>{_esc(r.get('failure_kind'))}</td><td>{_esc(r.get('reason'))[:300]}</td></tr>"
         for r in lineage.graph.graph["rejected"]) or "<tr><td colspan=5 class='muted'>none</td></tr>"
-    runs = "".join(f"<li>{_esc(r)}</li>" for r in s["runs"])
+    runs = "".join(
+        f"<li>{_esc(r.get('expert'))} ({_esc(r.get('case'))}, {_esc(r.get('tier'))} tier, branch "
+        f"{_esc(r.get('branch'))}): {_esc(r.get('steps'))} steps, termination <b>{_esc(r.get('termination'))}</b></li>"
+        for r in s["runs"])
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{_esc(title)}</title><style>{_CSS}</style></head>
 <body>
@@ -219,7 +225,7 @@ def render(lineage: Lineage, title: str = "KLineage report") -> str:
 <h2>{_esc(plot_title)}</h2>
 <div class="plot">{plot}</div>
 <h2>Forward transitions</h2>
-{"".join(_transition_section(lineage, t) for t in ordered)}
+{"".join(_transition_section(lineage, t, i + 1 if i < len(main) else None) for i, t in enumerate(ordered))}
 <h2>Rejected de-optimizations (risk evidence)</h2>
 <table class="acts"><tr><th>pass</th><th>anchor</th><th>stage</th><th>failure</th><th>reason</th></tr>{rejected}</table>
 </body></html>
