@@ -54,6 +54,34 @@ def check(fn: Fn, shape: dict, seeds: tuple[int, ...]) -> float:
     return worst
 
 
+def markdown(result: dict) -> str:
+    """The results as markdown: GPU, command, ceilings, floors and one row per variant."""
+    c = result["ceilings"]
+    shape = result["shape"]
+    lines = [
+        f"# gemm: experts vs cuBLAS on {result['gpu']}", "",
+        f"Command: `{result['command']}` (torch {result['torch']}, triton {result['triton']}).", "",
+        f"Shape M={shape['M']} N={shape['N']} K={shape['K']} {shape['dtype']}. Measured ceilings: bf16 matrix "
+        f"{c['matrix_tflops']:.0f} TFLOP/s (cuBLAS 8192^3), copy {c['copy_tbs']:.2f} TB/s. "
+        f"Floor = max(FLOPs / matrix rate, bytes / copy bandwidth) = {result['floor_ms']:.4f} ms "
+        "(the FLOP term; the byte term is ~0.024 ms).", "",
+        "Errors are ||out - ref|| / ||ref|| against an fp32 product of the same inputs (worst of 3 seeds; "
+        "`ragged` is M=1000 N=1032 K=520 bf16). Times are `do_bench` medians, two runs.", "",
+        "| variant | err | err ragged | ms | ms (again) | TFLOP/s | x cuBLAS | fraction of floor |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, row in result["variants"].items():
+        if "error" in row:
+            lines.append(f"| {name} | error: {row['error'][:100]} | | | | | | |")
+            continue
+        lines.append(f"| {name} | {row['err']:.2e} | {row['err_ragged']:.2e} | {row.get('ms', float('nan')):.4f} | "
+                     f"{row.get('ms_repeat', float('nan')):.4f} | {row.get('tflops', float('nan')):.1f} | "
+                     f"{row.get('speedup', float('nan')):.3f} | {row.get('fraction_of_floor', float('nan')):.3f} |")
+    lines += ["", f"Triton autotune picks: {result.get('triton_best_configs')}", "",
+              f"CUDA kernels (ptxas): {result.get('cuda_resources')}", ""]
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="bench/results/gemm.json")
@@ -61,7 +89,12 @@ def main() -> int:
     parser.add_argument("--once", default="", help="run this variant once at the case shape and exit (profilers)")
     parser.add_argument("--cubin", default="", help="write the CUDA expert's cubin here")
     parser.add_argument("--wgmma-defines", default="", help="NAME=VALUE,... for gemm_cuda.cu")
+    parser.add_argument("--render", default="", help="write the markdown of an existing JSON result and exit")
     args = parser.parse_args()
+    if args.render:
+        src = Path(args.render)
+        src.with_suffix(".md").write_text(markdown(json.loads(src.read_text())))
+        return 0
     torch.backends.cuda.matmul.allow_tf32 = False
     defines = dict(kv.split("=", 1) for kv in args.wgmma_defines.split(",") if kv)
 
@@ -150,6 +183,7 @@ def main() -> int:
         result["cuda_resources"] = f"{exc}"
 
     out.write_text(json.dumps(result, indent=2))
+    out.with_suffix(".md").write_text(markdown(result))
     print(f"GPU {result['gpu']}  matrix {ceil['matrix_tflops']:.0f} TFLOP/s  copy {ceil['copy_tbs']:.2f} TB/s"
           f"  floor {floor_ms:.4f} ms")
     print(f"{'variant':24} {'err':>9} {'ragged':>9} {'ms':>8} {'ms2':>8} {'TFLOP/s':>8} {'x cuBLAS':>8}")
