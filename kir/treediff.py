@@ -7,7 +7,8 @@ matched (Dice >= 0.5), with a recovery pass over their unmatched children (same 
 and label, or the only child of that type), (3) an edit script: update (a matched node whose
 label changed), move (a matched node under a different parent or out of order among its
 siblings), delete / insert, simplified to one action per maximal unmatched subtree. Every
-action names the anchor it touches (`anchors.AnchorIndex.enclosing`).
+action names the anchor it touches: the node's own anchor, else the first anchor inside the
+node, else the anchor enclosing it (for an update, always the enclosing one).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from kir.ir import KernelIR, Span, label_hashes, labels, structure_hashes
 
 MIN_HEIGHT = 2  # GumTree's default: single leaves are matched only bottom-up
 MIN_DICE = 0.5
+CONTEXT_PENALTY = 0.25  # Dice handicap when the enclosing anchor steps differ
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +103,18 @@ def _heights(ir: KernelIR) -> list[int]:
     return h
 
 
+def _contexts(ir: KernelIR, index: Any) -> list[str]:
+    """Per node, the step of its own or nearest enclosing anchor (`assign:acc`, `for`...)."""
+    parents = ir._cols.parents
+    ctx = [""] * len(ir)
+    for i in range(len(ir)):
+        a = index.of_node(i)
+        ctx[i] = a.step if a is not None else (ctx[parents[i]] if i else "")
+    return ctx
+
+
 class _Matcher:
-    def __init__(self, a: KernelIR, b: KernelIR) -> None:
+    def __init__(self, a: KernelIR, b: KernelIR, ctx_a: list[str], ctx_b: list[str]) -> None:
         self.a, self.b = a, b
         self.na, self.nb = len(a), len(b)
         self.m: dict[int, int] = {}
@@ -112,6 +124,7 @@ class _Matcher:
         self.ha, self.hb = _heights(a), _heights(b)
         self.ga, self.gb = a._cols.gtypes, b._cols.gtypes
         self.pa, self.pb = a._cols.parents, b._cols.parents
+        self.ca, self.cb = ctx_a, ctx_b
 
     def link(self, s: int, d: int) -> None:
         self.m[s] = d
@@ -156,8 +169,8 @@ class _Matcher:
                     for d in dsts:
                         ps, pd = self.pa[s], self.pb[d]
                         parents_linked = ps >= 0 and self.m.get(ps) == pd
-                        pairs.append((self.lha[s] != self.lhb[d], not parents_linked,
-                                      abs(s * rel_a - d * rel_b), s, d))
+                        pairs.append((self.lha[s] != self.lhb[d], self.ca[s] != self.cb[d],
+                                      not parents_linked, abs(s * rel_a - d * rel_b), s, d))
                 pairs.sort()
                 for *_, s, d in pairs:
                     if s not in self.m and d not in self.rm:
@@ -186,6 +199,9 @@ class _Matcher:
                         dend = b.subtree_end(d)
                         common = sum(1 for x in mapped if d < x < dend)
                         dice = 2.0 * common / ((end - s - 1) + (dend - d - 1))
+                        if self.ca[s] != self.cb[d]:
+                            # a statement about another variable must look much more alike
+                            dice -= CONTEXT_PENALTY
                         if dice > best_dice:
                             best, best_dice = d, dice
                     d = self.pb[d]
@@ -211,12 +227,28 @@ class _Matcher:
                     self.link(c, e)
                     del sb[k]
                     break
-        left = [c for c in sa if c not in self.m]
-        for c in left:  # the only unmatched child of its type on both sides
+        left = [c for c in sa if c not in self.m and not self.a.children_of(c)]
+        for c in left:  # the only unmatched leaf of its type on both sides
             ta = [x for x in left if self.ga[x] == self.ga[c] and x not in self.m]
-            tb = [e for e in sb if self.gb[e] == self.ga[c] and e not in self.rm]
+            tb = [e for e in sb if self.gb[e] == self.ga[c] and e not in self.rm
+                  and not self.b.children_of(e)]
             if len(ta) == 1 and len(tb) == 1:
                 self.link(c, tb[0])
+
+
+def _drop_orphan_moves(mt: _Matcher) -> None:
+    """Unmatch pieces that would move from deleted code straight into inserted code.
+
+    A small subtree shared by a deleted statement and an inserted one (`k + offs_k`) is a
+    GumTree move, but for a reader it is part of the delete and the insert: dropping such
+    mappings (pre-order, so whole pieces go) simplifies the script to subtree actions.
+    """
+    pa, pb, m, rm = mt.pa, mt.pb, mt.m, mt.rm
+    for s in range(1, mt.na):
+        d = m.get(s)
+        if d is not None and d > 0 and pa[s] not in m and pb[d] not in rm:
+            del m[s]
+            del rm[d]
 
 
 def _lis_keep(seq: Sequence[int]) -> set[int]:
@@ -249,17 +281,28 @@ def diff(old: KernelIR, new: KernelIR) -> EditScript:
 
     if old.language is not new.language:
         raise BadInputError(f"cannot diff {old.language.value} against {new.language.value}")
-    mt = _Matcher(old, new)
+    ia, ib = build_index(old), build_index(new)
+    mt = _Matcher(old, new, _contexts(old, ia), _contexts(new, ib))
     mt.top_down()
     mt.bottom_up()
+    _drop_orphan_moves(mt)
     m, rm = mt.m, mt.rm
-    ia, ib = build_index(old), build_index(new)
     la, lb = labels(old), labels(new)
+
+    def touched(index: Any, ir: KernelIR, nid: int) -> str:
+        # the node's own anchor, else the first anchored node inside it (a statement line
+        # holding `y = ...` touches `assign:y`), else the anchor enclosing it
+        for x in range(nid, ir.subtree_end(nid)):
+            a = index.of_node(x)
+            if a is not None:
+                return a.id
+        return index.enclosing(nid).id
 
     def make(cls: type[Action], s: int | None, d: int | None, **kw: Any) -> Action:
         ir, nid = (old, s) if s is not None else (new, d)
         assert nid is not None
-        anchor = (ia if s is not None else ib).enclosing(nid).id
+        index = ia if s is not None else ib
+        anchor = touched(index, ir, nid) if cls is not Update else index.enclosing(nid).id
         return cls(
             anchor, ir.kind_of(nid), ir.grammar_type_of(nid), ir.name_of(nid),
             old.span_of(s) if s is not None else None, new.span_of(d) if d is not None else None,
@@ -286,7 +329,7 @@ def diff(old: KernelIR, new: KernelIR) -> EditScript:
                 Update, s, d, new_anchor=ib.enclosing(d).id, old_text=la[s], new_text=lb[d])))
         if ps >= 0 and m.get(ps) != mt.pb[d]:
             out.append((old.span_of(s).start, 2, make(
-                Move, s, d, new_anchor=ib.enclosing(d).id, old_text=old.node_text(s),
+                Move, s, d, new_anchor=touched(ib, new, d), old_text=old.node_text(s),
                 new_text=new.node_text(d))))
     # moves among siblings of one matched parent: keep the longest run already in order
     for s, d in m.items():
@@ -297,7 +340,7 @@ def diff(old: KernelIR, new: KernelIR) -> EditScript:
         for i, c in enumerate(kids):
             if i not in keep:
                 out.append((old.span_of(c).start, 2, make(
-                    Move, c, m[c], new_anchor=ib.enclosing(m[c]).id,
+                    Move, c, m[c], new_anchor=touched(ib, new, m[c]),
                     old_text=old.node_text(c), new_text=new.node_text(m[c]))))
     for d in range(len(new)):
         if d in rm:

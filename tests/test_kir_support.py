@@ -27,13 +27,15 @@ def real_triton_files(limit: int = 40) -> list[Path]:
     return found[:limit]
 
 
-def real_cuda_headers(limit: int = 60) -> list[Path]:
-    """CUDA/C++ headers installed from PyPI (ATen .cuh, nvidia-* include dirs)."""
+def real_cuda_headers(per_dir: int = 25) -> list[Path]:
+    """CUDA/C++ headers installed from PyPI (ATen .cuh, nvidia-* include dirs), at most
+    `per_dir` from each folder, `.cuh` (device code) first."""
     found: list[Path] = []
-    for rel in ("torch/include/ATen/cuda", "torch/include/ATen/native/cuda",
+    for rel in ("torch/include/ATen/native/cuda", "torch/include/ATen/cuda",
                 "torch/include/c10/cuda", "nvidia/cuda_nvrtc/include", "nvidia/cu13/include"):
         d = SITE / rel
         if d.is_dir():
-            found += sorted(p for p in d.rglob("*") if p.suffix in (".cuh", ".h", ".hpp")
-                            and p.stat().st_size > 200)
-    return found[:limit]
+            files = sorted((p for p in d.rglob("*") if p.suffix in (".cuh", ".h", ".hpp")
+                            and p.stat().st_size > 200), key=lambda p: (p.suffix != ".cuh", p))
+            found += files[:per_dir]
+    return found
