@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from passes.base import (Applied, Category, Failed, Pass, PassContext, PassResult, Site,
                          Skipped, parse_pass_spec)
-from passes.registry import all_pass_classes, get_all_passes, get_pass, pass_from_spec
+from passes.registry import (all_pass_classes, get_all_passes, get_pass, pass_from_spec,
+                             present_sites)
 
 __all__ = [
     "Applied", "Category", "Failed", "Pass", "PassContext", "PassGraph", "PassResult", "Site",
     "Skipped", "all_pass_classes", "get_all_passes", "get_pass", "parse_pass_spec",
-    "pass_from_spec",
+    "pass_from_spec", "present_sites",
 ]
 
 

@@ -148,6 +148,8 @@ class Wgmma(_Intent):
     """Hopper warpgroup MMA (`wgmma.mma_async`) from shared-memory descriptors."""
 
     name: ClassVar[str] = "wgmma"
+    # replaces the warp-level mma.sync of a kernel's main loop
+    conflicts: ClassVar[tuple[str, ...]] = ("mma-intrinsics",)
     category: ClassVar[Category] = Category.COMPUTE
     summary: ClassVar[str] = "warpgroup-level async MMA on Hopper"
     requires: ClassVar[tuple[str, ...]] = ("smem-staged",)

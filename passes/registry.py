@@ -8,9 +8,14 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kir.errors import BadInputError
-from passes.base import Pass, parse_pass_spec
+from passes.base import Pass, Site, parse_pass_spec
+
+if TYPE_CHECKING:
+    from anchors import AnchorIndex
+    from kir import KernelIR
 
 # name -> (module, class). Order: Triton, CUDA, algorithmic (the order `klineage passes` lists).
 _TABLE: dict[str, tuple[str, str]] = {
@@ -73,6 +78,21 @@ def pass_from_spec(spec: str) -> Pass:
     """An instance from `"name{key=value,...}"`; BadInputError for an unknown name or option."""
     name, options = parse_pass_spec(spec)
     return get_pass(name).from_options(options)
+
+
+def present_sites(ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+    """Every site where a registered pass of the IR's language is present, in registry order
+    then source order (the `features` of a lineage state)."""
+    if index is None:
+        import anchors  # noqa: PLC0415
+
+        index = anchors.build_index(ir)
+    lang = str(getattr(ir.language, "value", ir.language))
+    found: list[Site] = []
+    for cls in all_pass_classes():
+        if lang in cls.languages:
+            found.extend(s for s in cls().sites(ir, index) if s.present)
+    return found
 
 
 def all_pass_classes() -> list[type[Pass]]:

@@ -6,7 +6,8 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
+from passes._source import (ByteEdit, finish, indent_of, line_end, line_start, make_site,
+                            restore_recorded)
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, literal_int, names_in, walk_stmts
 from passes.triton.launch import TRITON, holders, tile_name
@@ -193,6 +194,8 @@ class CausalBlockSkip(Pass):
 
     code: str = ""
     """The exact causal statement(s) to restore (recorded by a de-optimization)."""
+    after: str = ""
+    """What the de-optimization wrote in their place."""
 
     name: ClassVar[str] = "causal-block-skip"
     category: ClassVar[Category] = Category.ALGORITHMIC
@@ -241,25 +244,31 @@ class CausalBlockSkip(Pass):
             out.append(make_site(self.name, ir, index, (start, end), True,
                                  {"form": "staged"}, mod.span(node)))
         for node in self._ifexp(mod):
-            out.append(make_site(self.name, ir, index, mod.span(node), True, {"form": "ifexp"}))
-        for kernel in mod.kernels():  # a causal branch with one full-range call
-            for node in ast.walk(kernel):
-                if (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
-                        and _causal(node.test.id) and len(node.body) == 1 and node.orelse
-                        and self._call_of(node.body[0]) is not None):
-                    start, end, _ = _block_text(mod, node.body)
-                    out.append(make_site(self.name, ir, index, (start, end), False,
-                                         {"form": "staged"}, mod.span(node)))
+            stmt = mod.enclosing(node, ast.stmt)
+            start, end, _ = _block_text(mod, [stmt])
+            out.append(make_site(self.name, ir, index, (start, end), True, {"form": "ifexp"},
+                                 mod.span(node)))
+        # kernels with a causal flag: a recorded skip can be restored there
+        for kernel in mod.kernels():
+            if any(_causal(a.arg) for a in kernel.args.args):
+                out.append(make_site(self.name, ir, index, mod.stmt_span(kernel), False,
+                                     {"kernel": kernel.name}, mod.span(kernel)))
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         mod = PyModule(ir)
         if site.detail.get("form") == "ifexp":
-            node = next((n for n in self._ifexp(mod) if mod.span(n) == tuple(site.span)), None)
-            if node is None:
-                return Skipped("no causal bound at the site", {"site": site.anchor})
-            return finish(ir, site, [ByteEdit(*mod.span(node), mod.text(node.orelse))],
-                          options={"code": mod.text(node)})
+            for node in self._ifexp(mod):
+                stmt = mod.enclosing(node, ast.stmt)
+                start, end, text = _block_text(mod, [stmt])
+                if (start, end) != tuple(site.span):
+                    continue
+                a, b = mod.start(node) - start, mod.end(node) - start
+                chunk = mod.source[start:end]
+                after = (chunk[:a] + mod.text(node.orelse).encode("utf-8") + chunk[b:]).decode("utf-8")
+                return finish(ir, site, [ByteEdit(start, end, after)],
+                              options={"code": text, "after": after})
+            return Skipped("no causal bound at the site", {"site": site.anchor})
         for node, lo, hi in self._staged(mod):
             start, end, text = _block_text(mod, node.body)
             if (start, end) != tuple(site.span):
@@ -274,12 +283,16 @@ class CausalBlockSkip(Pass):
             for arg, new in reversed(edits_in):
                 a, b = mod.start(arg) - s0, mod.end(arg) - s0
                 chunk = chunk[:a] + new.encode("utf-8") + chunk[b:]
-            return finish(ir, site, [ByteEdit(start, end, chunk.decode("utf-8"))],
-                          options={"code": text})
+            after = chunk.decode("utf-8")
+            return finish(ir, site, [ByteEdit(start, end, after)],
+                          options={"code": text, "after": after})
         return Skipped("no causal block skipping at the site", {"site": site.anchor})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         if not self.code:
             return Skipped("restoring causal block skipping needs the recorded bounds "
                            "(which blocks lie below the diagonal is kernel-specific)", {})
-        return finish(ir, site, [ByteEdit(*site.span, self.code)])
+        done = restore_recorded(ir, site, self.code, self.after)
+        if done is None:
+            return Skipped("the recorded full-range loop is not at the site", {"site": site.anchor})
+        return done

@@ -69,6 +69,8 @@ class TmaDescriptors(Pass):
     summary: ClassVar[str] = "tl.make_tensor_descriptor loads/stores (TMA) <-> masked pointer access"
     requires: ClassVar[tuple[str, ...]] = ("tiled",)
     provides: ClassVar[tuple[str, ...]] = ("tma",)
+    # descriptor loads have no masks: the even-K mask-free path no longer applies to them
+    conflicts: ClassVar[tuple[str, ...]] = ("even-k",)
     languages: ClassVar[tuple[str, ...]] = TRITON
     platforms: ClassVar[tuple[str, ...]] = ("cuda",)
     preconditions: ClassVar[tuple[str, ...]] = ("arch >= sm_90", "allocator")
