@@ -106,3 +106,31 @@ def test_geomean_ignores_missing_values() -> None:
 
     assert bench.geomean([1.0, 4.0, None, 0.0]) == pytest.approx(2.0)
     assert bench.geomean([]) is None
+
+
+def test_bench_keeps_rows_of_cases_benched_earlier_on_the_same_gpu(tmp_path: Path) -> None:
+    from lineage.commands import bench
+
+    def row(case: str, language: str, speedup: float) -> bench.BenchRow:
+        return bench.BenchRow(case=case, variant="default", expert=f"{case}.py", language=language, ok=True,
+                              expert_ms=1.0, reference_ms=speedup, speedup=speedup, flop_floor_ms=0.5,
+                              byte_floor_ms=0.1, floor_ms=0.5, fraction_of_floor=0.5, reason=None)
+
+    ceilings = {"matrix_tflops": 800.0, "copy_tbs": 4.0}
+    first = [row("topk", "triton", 4.0), row("gemm", "triton", 0.5)]
+    bench.write_results(tmp_path, bench.build_result("GPU A", "klineage bench --case all", ["klineage bench --case all"],
+                                                     ceilings, "measured", first), first)
+
+    kept, commands = bench.earlier_results(tmp_path, "GPU A", {"gemm"})
+    assert [r.case for r in kept] == ["topk"] and kept[0].speedup == 4.0
+    assert commands == ["klineage bench --case all"]
+    assert bench.earlier_results(tmp_path, "GPU B", {"gemm"}) == ([], [])
+
+    merged = kept + [row("gemm", "triton", 1.0)]
+    result = bench.build_result("GPU A", "klineage bench --case gemm",
+                                commands + ["klineage bench --case gemm"], ceilings, "measured", merged)
+    assert result["geomean_triton_speedup"] == pytest.approx(2.0)
+    assert result["triton_case_variants"] == 2
+    bench.write_results(tmp_path, result, merged)
+    md = (tmp_path / "experts.md").read_text()
+    assert "`klineage bench --case all`; `klineage bench --case gemm`" in md

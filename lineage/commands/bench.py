@@ -117,6 +117,37 @@ def geomean(values: list[float | None]) -> float | None:
     return math.exp(sum(math.log(v) for v in vals) / len(vals))
 
 
+def build_result(gpu: str, command: str, commands: list[str], ceilings: dict[str, float], source: str,
+                 rows: list[BenchRow]) -> dict[str, Any]:
+    """The documented JSON form of a bench run (see `command`'s help)."""
+    triton_speedups = [r.speedup for r in rows if r.language == "triton" and r.speedup]
+    return {
+        "gpu": gpu, "command": command, "commands": commands,
+        "ceilings": ceilings, "ceilings_source": source,
+        "rows": [asdict(r) for r in rows],
+        "geomean_triton_speedup": geomean(list(triton_speedups)),
+        "triton_case_variants": len(triton_speedups),
+    }
+
+
+def earlier_results(out_dir: Path, gpu: str, replaced: set[str]) -> tuple[list[BenchRow], list[str]]:
+    """Rows of cases not re-run now, from OUT/experts.json of an earlier run on the same GPU
+    (so that benching one case at a time builds up the full table), and that run's commands."""
+    path = out_dir / "experts.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return [], []
+    if not isinstance(data, dict) or data.get("gpu") != gpu:
+        return [], []
+    try:
+        kept = [BenchRow(**r) for r in data.get("rows", []) if r.get("case") not in replaced]
+    except TypeError:  # rows of another format: start afresh
+        return [], []
+    commands = data.get("commands") or ([data["command"]] if data.get("command") else [])
+    return kept, [str(c) for c in commands] if kept else []
+
+
 def _fmt(x: float | None, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
@@ -139,9 +170,10 @@ def write_results(out_dir: Path, result: dict[str, Any], rows: list[BenchRow]) -
     tmp.write_text(json.dumps(result, indent=2))
     os.replace(tmp, out_dir / "experts.json")
     c = result["ceilings"]
+    commands = result.get("commands") or [result["command"]]
     md = [f"# Expert kernels vs vendor references on {result['gpu']}", "",
-          f"Command: `{result['command']}`", "",
-          f"Ceilings ({result['ceilings_source']}): bf16 matrix {c['matrix_tflops']:.0f} TFLOP/s, "
+          "Command" + ("s" if len(commands) > 1 else "") + ": " + "; ".join(f"`{c}`" for c in commands), "",
+          f"Ceilings ({result['ceilings_source']}, latest run): bf16 matrix {c['matrix_tflops']:.0f} TFLOP/s, "
           f"copy {c['copy_tbs']:.2f} TB/s. Floor = max(FLOPs / matrix rate, bytes / copy bandwidth); "
           "fraction of floor = floor / expert time.", "",
           *table_lines(rows), "",
@@ -158,12 +190,17 @@ def write_results(out_dir: Path, result: dict[str, Any], rows: list[BenchRow]) -
 @click.option("--nominal-ceilings", is_flag=True,
               help="Use nominal ceilings (790 TFLOP/s, 3.0 TB/s) instead of measuring them.")
 @click.option("--timeout", type=float, default=None, help="Seconds per gate run (gate default if unset).")
+@click.option("--fresh", is_flag=True,
+              help="Drop the rows of other cases already in OUT/experts.json (kept by default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the documented JSON form.")
-def command(case_name: str, out_dir: str, nominal_ceilings: bool, timeout: float | None, as_json: bool) -> None:
+def command(case_name: str, out_dir: str, nominal_ceilings: bool, timeout: float | None, fresh: bool,
+            as_json: bool) -> None:
     """Benchmark every expert of CASE (or all cases) against its vendor reference on the GPU.
 
     Needs a CUDA GPU: without one it exits with code 2. Writes OUT/experts.json and
-    OUT/experts.md. JSON: {"gpu", "command", "ceilings": {"matrix_tflops", "copy_tbs"},
+    OUT/experts.md; rows of cases not benched now are kept from an earlier run on the same GPU
+    (unless --fresh), so one case per run builds the whole table. JSON: {"gpu", "command",
+    "commands" (every run whose rows are in the table), "ceilings": {"matrix_tflops", "copy_tbs"},
     "ceilings_source", "rows": [{"case", "variant", "expert", "language", "ok", "expert_ms",
     "reference_ms", "speedup", "flop_floor_ms", "byte_floor_ms", "floor_ms",
     "fraction_of_floor", "reason"}], "geomean_triton_speedup", "triton_case_variants"}.
@@ -190,18 +227,17 @@ def command(case_name: str, out_dir: str, nominal_ceilings: bool, timeout: float
         for path, language in case.expert_paths():
             if not as_json:
                 click.echo(f"gating {name}: {path.name} ({language}) ...", err=True)
-            verdict = gate.check_file(path, case, tier=gate.Tier.DEVICE, timeout=timeout)
+            # A benchmark measures now: no verdict (and timing) from the gate's cache.
+            verdict = gate.check_file(path, case, tier=gate.Tier.DEVICE, timeout=timeout, cache=False)
             rows.extend(rows_for_verdict(case, path.name, language, verdict, ceilings))
 
-    triton_speedups = [r.speedup for r in rows if r.language == "triton" and r.speedup]
-    result = {
-        "gpu": gpu, "command": "klineage bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else []),
-        "ceilings": ceilings, "ceilings_source": source,
-        "rows": [asdict(r) for r in rows],
-        "geomean_triton_speedup": geomean(triton_speedups),
-        "triton_case_variants": len(triton_speedups),
-    }
-    result["command"] = result["command"].strip()
+    command_text = ("klineage bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else [])).strip()
+    commands = [command_text]
+    if not fresh:
+        earlier_rows, earlier_commands = earlier_results(Path(out_dir), gpu, set(names))
+        rows = sorted(earlier_rows + rows, key=lambda r: r.case)  # stable: expert order kept
+        commands = [c for c in earlier_commands if c != command_text] + commands
+    result = build_result(gpu, command_text, commands, ceilings, source, rows)
     write_results(Path(out_dir), result, rows)
     if as_json:
         emit_json(result)
