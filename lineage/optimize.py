@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from kir.errors import BadInputError
 from lineage.graph import KernelState, Lineage, Transition, atomic_write_text, state_id
-from lineage.retrieval import Retriever, Target, kernel_features
+from lineage.retrieval import Retriever, Target, kernel_features, kernel_sites
 from lineage.skills import Library, SkillCard, locus_signature
 
 if TYPE_CHECKING:
@@ -260,8 +260,9 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     retriever = Retriever(admitted, k=k)
     termination = "budget-steps"
     while run.gated < budget_steps:
+        present, open_ = kernel_sites(run.ir)
         found = retriever.retrieve(Target(language, the_case.name, the_case.platform,
-                                          kernel_features(run.ir)))
+                                          present, open_))
         fresh = [r.card for r in found.cards if (run.state, r.card.id) not in run.tried]
         if not fresh:
             termination = "exhausted"

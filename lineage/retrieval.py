@@ -17,7 +17,6 @@ the reason, so a user sees why a card did not come back.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +40,10 @@ class Target:
     case: str | None = None
     platform: str = "cuda"
     features: tuple[Mapping[str, str], ...] = ()
+    open_sites: tuple[Mapping[str, str], ...] = ()
+    """`{"pass", "anchor"}` of the places where a pass could still be applied (its
+    `present=False` sites): a card whose pass is present at its locus is still retrieved when
+    the target has such an open site at the card's locus (e.g. a second kernel in the file)."""
 
     @property
     def present_passes(self) -> frozenset[str]:
@@ -55,19 +58,27 @@ class Target:
 
     def to_json(self) -> dict[str, Any]:
         return {"case": self.case, "language": self.language, "platform": self.platform,
-                "features": [dict(f) for f in self.features]}
+                "features": [dict(f) for f in self.features],
+                "open_sites": [dict(f) for f in self.open_sites]}
 
 
 def kernel_features(ir: KernelIR) -> tuple[dict[str, str], ...]:
     """The optimizations present in `ir`: one `{"pass", "anchor"}` per present site of every
     registered pass of the kernel's language (pass modules that do not import are skipped)."""
+    return kernel_sites(ir)[0]
+
+
+def kernel_sites(ir: KernelIR) -> tuple[tuple[dict[str, str], ...], tuple[dict[str, str], ...]]:
+    """(present, open): `{"pass", "anchor"}` of every site of every registered pass of the
+    kernel's language, split by `Site.present` (duplicates removed, order kept)."""
     import anchors  # noqa: PLC0415
 
     from passes import get_all_passes  # noqa: PLC0415
 
     language = str(getattr(ir.language, "value", ir.language))
     index = anchors.build_index(ir)
-    found: list[dict[str, str]] = []
+    present: list[dict[str, str]] = []
+    open_: list[dict[str, str]] = []
     for name, load in get_all_passes().items():
         try:
             cls = load()
@@ -76,9 +87,11 @@ def kernel_features(ir: KernelIR) -> tuple[dict[str, str], ...]:
         if cls.languages and language not in cls.languages:
             continue
         for site in cls().sites(ir, index):
-            if site.present:
-                found.append({"pass": name, "anchor": site.anchor})
-    return tuple(found)
+            record = {"pass": name, "anchor": site.anchor}
+            bucket = present if site.present else open_
+            if record not in bucket:
+                bucket.append(record)
+    return tuple(present), tuple(open_)
 
 
 def target_from_kernel(path: str | Path, case: str | None = None, platform: str = "cuda") -> Target:
@@ -89,8 +102,9 @@ def target_from_kernel(path: str | Path, case: str | None = None, platform: str 
     if not file.is_file():
         raise BadInputError(f"{path}: no such kernel file")
     ir = kir.parse_file(file)
+    present, open_ = kernel_sites(ir)
     return Target(language=str(getattr(ir.language, "value", ir.language)), case=case,
-                  platform=platform, features=kernel_features(ir))
+                  platform=platform, features=present, open_sites=open_)
 
 
 def pass_declarations(names: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -193,15 +207,15 @@ class Retriever:
                 ) -> tuple[list[SkillCard], dict[str, str]]:
         decls = self._decls({c.pass_name for c in self.cards} | set(target.present_passes))
         provided = target.provided(decls)
-        present_loci: dict[str, set[str]] = {}
-        for f in target.features:
-            present_loci.setdefault(str(f.get("pass")), set()).add(locus_signature(f.get("anchor", "")))
+        present_loci = _loci(target.features)
+        open_loci = _loci(target.open_sites)
         skipped: dict[str, str] = {}
         candidates: list[SkillCard] = []
         for card in cards:
             here = present_loci.get(card.pass_name, set())
             where = set(card.anchor.get("present_loci") or [])
-            if here and (not where or here & where):
+            still_open = card.locus in open_loci.get(card.pass_name, set())
+            if here and (not where or here & where) and not still_open:
                 skipped[card.id] = (f"already present: {card.pass_name} at "
                                     f"{', '.join(sorted(here & where or here))}")
                 continue
@@ -230,10 +244,9 @@ class Retriever:
             candidates = [c for c in candidates if not unmet[c.id]]
 
 
-def effect_range(card: SkillCard) -> tuple[float, float] | None:
-    """(min, max) of the card's measured speedups, or None when it was never timed."""
-    summary = card.speedup
-    if not summary:
-        return None
-    low, high = float(summary["min"]), float(summary["max"])
-    return (low, high) if math.isfinite(low) and math.isfinite(high) else None
+def _loci(records: Iterable[Mapping[str, str]]) -> dict[str, set[str]]:
+    """pass name -> locus signatures of its records."""
+    out: dict[str, set[str]] = {}
+    for f in records:
+        out.setdefault(str(f.get("pass")), set()).add(locus_signature(f.get("anchor", "")))
+    return out

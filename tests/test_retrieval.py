@@ -100,6 +100,11 @@ def test_feature_filter_present_conflicts_and_requires() -> None:
     result = Retriever(list(cards.values()), declarations=DECLS).retrieve(present)
     assert "tensor-core-dot" not in _ids(result)
     assert result.skipped[cards["tensor-core-dot"].id].startswith("already present")
+    # ... unless the target still has an open site at the card's locus (another kernel).
+    reopened = dataclasses.replace(present, open_sites=(
+        {"pass": "tensor-core-dot", "anchor": "triton:k2/for[0]/call:tl.sum[0]"},))
+    again = Retriever(list(cards.values()), declarations=DECLS).retrieve(reopened)
+    assert "tensor-core-dot" in _ids(again)
     # A conflicting feature in the target removes the card.
     clash = dataclasses.replace(cards["autotune"], conflicts=("persistent",))
     decls = {**DECLS, "persistent-grid": {"provides": ["persistent"]}}
