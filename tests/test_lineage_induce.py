@@ -113,3 +113,32 @@ def test_kill_9_then_resume_finishes_the_same_lineage(gemm_lineage: tuple[Path, 
     summary = json.loads(resumed.stdout)
     assert summary["termination"] == "naive"
     assert summary["root"] == full["root"] and summary["transitions"] == full["transitions"]
+
+
+def test_width_two_explores_another_order_and_merges_states(tmp_path: Path) -> None:
+    kernel = ROOT / "experts" / "examples" / "matmul_tiled.py"
+    out = tmp_path / "lin"
+    proc = _klineage("induce", str(kernel), "--case", "gemm", "--tier", "interpret", "--out", str(out),
+                     "--width", "2", "--json", env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    lin = Lineage.load(out)
+    assert len(lin.graph.graph["runs"]) == 2
+    expert = summary["expert"]
+    first_steps = {lin.node(t)["pass"] for t in lin.graph.predecessors(expert)}
+    assert len(first_steps) == 2, first_steps  # two branches left the expert by different passes
+    # Both orders remove the same three optimizations, so they meet again: fewer states than
+    # two separate chains would have.
+    assert len(lin.roles("naive")) == 1
+    assert len(lin.states()) < 2 * 3 + 1
+    assert summary["termination"] == ["naive", "naive"]
+
+
+def test_induce_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    for args in (["induce", str(tmp_path / "missing.py"), "--case", "gemm"],
+                 ["induce", str(GEMM), "--case", "no-such-case", "--tier", "interpret"],
+                 ["induce", str(GEMM), "--case", "gemm", "--width", "0"]):
+        proc = _klineage(*args, "--out", str(tmp_path / "o"), env=env)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
