@@ -7,6 +7,8 @@
 //   ring guarded by mbarriers; two consumer warpgroups run wgmma (64x256x16 per instruction)
 //   straight from shared memory and release each stage once its wgmma group has retired.
 //   setmaxnreg moves registers from the producer to the consumers' 128-float accumulators.
+//   Launched with one block per SM, each block walks several tiles (persistent), so the
+//   producer fills the next tile's stages while the consumers store this one.
 // - gemm_mma_{bf16,fp16} (sm_80+, any shape with K, N multiples of 8): cp.async multi-stage
 //   pipeline with 128-bit copies into padded shared tiles, ldmatrix fragment loads and
 //   mma.sync m16n8k16 tensor-core instructions.
@@ -69,8 +71,9 @@ __device__ __forceinline__ void tile_coords(int pid, int num_m, int num_n, int& 
 #define WG_B_BYTES (WG_BK * WG_BN * 2)                 // 32 KiB
 #define WG_STAGE_BYTES (WG_A_BYTES + WG_B_BYTES)
 #define WG_B_ATOM 64                                   // N-columns per 128-byte swizzle atom
-// Dynamic shared memory: the stage ring, the 2*STAGES mbarriers, and slack to align to 1024 B
-// (the 128-byte swizzle pattern repeats every 1024 B and TMA/wgmma assume that alignment).
+// Dynamic shared memory (the host computes the same sum): the stage ring, the 2*STAGES
+// mbarriers, and slack to align the ring to 1024 B (the 128-byte swizzle pattern repeats every
+// 1024 B and TMA/wgmma assume that alignment).
 #define WG_SMEM_BYTES (WG_STAGES * WG_STAGE_BYTES + 2 * WG_STAGES * 8 + 1024)
 
 // B's descriptor offsets (N-major, 128-byte swizzle): the leading offset steps between 64-wide

@@ -44,8 +44,9 @@ def _cudahost() -> Any:
         if not path.is_file():
             raise
         spec = importlib.util.spec_from_file_location("klineage_cudahost", path)
+        if spec is None or spec.loader is None:
+            raise
         module = importlib.util.module_from_spec(spec)
-        assert spec.loader is not None
         spec.loader.exec_module(module)
         sys.modules[name] = module
         return module
