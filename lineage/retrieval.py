@@ -3,13 +3,14 @@
 Given a target T = (case, language, platform, features present in the kernel), the `Retriever`
 returns the union of the per-dimension top-k *admitted* cards — one ranking per dimension of
 scope: case (C), language (L), platform (P) and prior actions (D) — using each card's
-*verified* scope (its evidence plus its successful trials). The union is then filtered against
-the target's features:
+*verified* scope (its evidence plus its successful trials), filtered against the target's
+features:
 
-- a card whose pass is already present at the locus where the card would put it is skipped;
-- a card that conflicts with a feature the target has is skipped;
+- a card whose pass is already present at the locus where the card would put it (and has no
+  open site left at the card's locus) is skipped, and so is a card that conflicts with a
+  feature the target has — both *before* the top-k, so they take no place in it;
 - a card whose `requires` are neither present in the target nor provided by another retrieved
-  card is skipped.
+  card is skipped (after the union, since another retrieved card may provide them).
 
 What is left is ranked by scope similarity (the sum of the four similarities, each in [0, 1]),
 then by measured effect (geometric-mean speedup), then by id. Skipped cards are reported with
@@ -189,29 +190,33 @@ class Retriever:
         return self._declarations
 
     def retrieve(self, target: Target) -> Retrieval:
-        sims = {c.id: similarity(c, target) for c in self.cards}
-        by_id = {c.id: c for c in self.cards}
+        decls = self._decls({c.pass_name for c in self.cards} | set(target.present_passes))
+        provided = target.provided(decls)
+        # What the target already has (or conflicts with) is set aside first, so it does not
+        # take the top-k places of cards that can still act.
+        pool, skipped = self._applicable(target, provided)
+        sims = {c.id: similarity(c, target) for c in pool}
+        by_id = {c.id: c for c in pool}
         via: dict[str, list[str]] = {}
         for dim in DIMENSIONS:
-            ranked = sorted((c for c in self.cards if sims[c.id][dim] > 0),
+            ranked = sorted((c for c in pool if sims[c.id][dim] > 0),
                             key=lambda c: (-sims[c.id][dim], -c.effect_score, c.id))
             for card in ranked[: self.k]:
                 via.setdefault(card.id, []).append(dim)
-        kept, skipped = self._filter([by_id[i] for i in via], target)
+        kept = self._requirements_met([by_id[i] for i in via], provided, skipped)
         results = [Retrieved(c, sims[c.id], tuple(via[c.id]), sum(sims[c.id].values()))
                    for c in kept]
         results.sort(key=lambda r: (-round(r.score, 9), -r.card.effect_score, r.card.id))
         return Retrieval(target, tuple(results), skipped)
 
-    def _filter(self, cards: list[SkillCard], target: Target
-                ) -> tuple[list[SkillCard], dict[str, str]]:
-        decls = self._decls({c.pass_name for c in self.cards} | set(target.present_passes))
-        provided = target.provided(decls)
+    def _applicable(self, target: Target, provided: frozenset[str]
+                    ) -> tuple[list[SkillCard], dict[str, str]]:
+        """The cards neither present at their locus in the target nor in conflict with it."""
         present_loci = _loci(target.features)
         open_loci = _loci(target.open_sites)
         skipped: dict[str, str] = {}
         candidates: list[SkillCard] = []
-        for card in cards:
+        for card in self.cards:
             here = present_loci.get(card.pass_name, set())
             where = set(card.anchor.get("present_loci") or [])
             still_open = card.locus in open_loci.get(card.pass_name, set())
@@ -224,8 +229,14 @@ class Retriever:
                 skipped[card.id] = f"conflicts with present {', '.join(clash)}"
                 continue
             candidates.append(card)
-        # Requirements may be met by the target or by another candidate (applied first); drop
-        # unmet cards until a fixpoint, since dropping one may strand another.
+        return candidates, skipped
+
+    @staticmethod
+    def _requirements_met(candidates: list[SkillCard], provided: frozenset[str],
+                          skipped: dict[str, str]) -> list[SkillCard]:
+        """Requirements may be met by the target or by another retrieved card (applied first);
+        unmet cards are dropped (reason in `skipped`) until a fixpoint, since dropping one may
+        strand another."""
         while True:
             unmet: dict[str, list[str]] = {}
             for card in candidates:
@@ -238,7 +249,7 @@ class Retriever:
                 unmet[card.id] = sorted(set(card.requires) - others)
             dropped = [c for c in candidates if unmet[c.id]]
             if not dropped:
-                return candidates, skipped
+                return candidates
             for card in dropped:
                 skipped[card.id] = f"requires {', '.join(unmet[card.id])}, not present"
             candidates = [c for c in candidates if not unmet[c.id]]
