@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kir import cuda, triton
 from kir.errors import BadInputError, ParseError
 from kir.ir import Columns, KernelIR, Language
 from kir.kinds import ANCHORED
@@ -66,10 +65,16 @@ def parse(
     if "\x00" in text:
         raise BadInputError(f"{path or 'source'}: binary data (NUL bytes) is not kernel source")
     where = str(path) if path is not None else None
+    # back-ends load on first use: importing libcst alone takes half a second, and
+    # `kir.errors` (imported by every CLI command) must stay cheap
     if lang is Language.CUDA:
+        from kir import cuda
+
         cols, errors = cuda.build(data)
         _check_cuda_errors(cols, errors, data, where)
         return KernelIR(lang, text, data, where, cols, errors)
+    from kir import triton
+
     cols = triton.build(text, data)
     return KernelIR(lang, text, data, where, cols, 0)
 
