@@ -106,24 +106,40 @@ class CSource:
 
     def statement_start(self, pos: int) -> int:
         """Start of the statement holding `pos`: just after the previous `;`, `{` or `}` at
-        the same nesting level (skipping whitespace)."""
+        the same nesting level, or after the `)` of a `for`/`if`/`while` header or an `else`
+        whose unbraced body it is; preprocessor lines in front are not part of it."""
         depth = 0
+        closing = -1
         i = pos - 1
         while i >= 0:
             ch = self.code[i]
             if ch in ")]":
+                if depth == 0:
+                    closing = i
                 depth += 1
             elif ch in "([":
                 if depth == 0:
                     break
                 depth -= 1
+                if depth == 0 and ch == "(" and re.search(r"\b(for|if|while|switch)\s*$",
+                                                          self.code[max(0, i - 12):i]):
+                    i = closing
+                    break
             elif ch in ";{}" and depth == 0:
                 break
             i -= 1
         j = i + 1
-        while j < pos and self.code[j].isspace():
-            j += 1
-        return j
+        while True:
+            while j < pos and self.code[j].isspace():
+                j += 1
+            if self.code.startswith("#", j):  # a preprocessor line: skip it
+                j = self.line_end(j)
+                continue
+            word = re.match(r"(else|do)\b", self.code[j:j + 5])
+            if word:
+                j += word.end()
+                continue
+            return j
 
     def line_start(self, pos: int) -> int:
         return self.text.rfind("\n", 0, pos) + 1

@@ -296,7 +296,7 @@ class SmemStaging(Pass):
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         src = CSource(ir)
-        out = [make_site(self.name, ir, index, src.bspan(s.fill_start, s.reads[-1][1]), True,
+        out = [make_site(self.name, ir, index, src.bspan(src.line_start(s.fill_start), s.reads[-1][1]), True,
                          {"array": s.array, "reads": len(s.reads)}) for s in self._stagings(src)]
         for decl in find_iter(_SHARED_DECL, src):  # a declared tile nobody uses
             fn = src.function_at(decl.start())
@@ -310,10 +310,14 @@ class SmemStaging(Pass):
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         src = CSource(ir)
         for s in self._stagings(src):
-            start, end = s.fill_start, s.reads[-1][1]
+            start, end = src.line_start(s.fill_start), s.reads[-1][1]
             if src.bspan(start, end) != tuple(site.span):
                 continue
-            changes = [(s.fill_start, s.fill_end, "")] + [
+            fill_start, fill_end = s.fill_start, s.fill_end
+            line_a, line_b = src.line_start(fill_start), src.line_end(fill_end)
+            if not src.text[line_a:fill_start].strip() and not src.text[fill_end:line_b].strip():
+                fill_start, fill_end = line_a, line_b  # the fill had its own line: drop it
+            changes = [(fill_start, fill_end, "")] + [
                 (r_start, r_end, "(" + _substitute(s.rhs, s.indices, idx) + ")")
                 for r_start, r_end, idx in s.reads]
             after = src.text[start:end]

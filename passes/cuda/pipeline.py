@@ -87,7 +87,7 @@ class CpAsyncPipeline(Pass):
                 except (IndexError, ValueError):
                     ops.append(_Op(m.start(), stmt_end, None, "cp.async operands not understood"))
                     continue
-                ops.append(_Op(m.start(), stmt_end, _byte_copy(d, None, s, size, v) + ";"))
+                ops.append(_Op(m.start(), stmt_end, _byte_copy(d, None, s, size, v)))
             elif _SYNC_ONLY.search(template):
                 ops.append(_Op(m.start(), stmt_end, _BARRIER))
             elif "cp.async" in template and "bulk" not in template:

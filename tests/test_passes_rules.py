@@ -1,0 +1,154 @@
+"""Before/after pairs of every deterministic pass on small kernels of our own.
+
+`tests/data/passes/<kernel>` is the *before*; `tests/data/passes/expected/<kernel>.<pass>` is
+the kernel after de-optimizing the pass's first site. Each pair checks the de-optimization
+text, that re-applying the pass with the recorded options gives the kernel back, and what the
+pass does without recorded options (its defaults).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import kir
+from passes import Applied, PassContext, Skipped, get_pass
+from passes.roundtrip import forward_site, normalized
+
+DATA = Path(__file__).parent / "data" / "passes"
+PAIRS = sorted((DATA / "expected").iterdir())
+CTX = PassContext(facts={"arch": "sm_90", "dtype": "fp16", "K": 128, "M": 64, "N": 64})
+
+# pass -> what optimizing the de-optimized kernel without recorded options gives:
+# "same" (the kernel back), "applied" (a valid, different optimization), "either" (same where
+# the default equals the expert's value, e.g. num_stages=3) or "skipped"
+DEFAULTS = {
+    "tile-sizes": "same", "num-warps": "either", "software-pipelining": "either",
+    "autotune": "applied", "grouped-ordering": "same", "tensor-core-dot": "same",
+    "exp2-fold": "applied", "even-k-fast-path": "same", "tma-descriptors": "applied",
+    "causal-block-skip": "skipped", "persistent-grid": "skipped", "vectorize-global": "applied",
+    "smem-staging": "skipped", "pragma-unroll": "same", "launch-bounds": "same",
+    "warp-shuffle-reduce": "skipped", "cp-async-pipeline": "skipped", "restrict-readonly": "same",
+}
+
+
+def _split(path: Path) -> tuple[Path, str]:
+    kernel, pass_name = path.name.split(".")[:2]
+    return DATA / (kernel + path.suffix), pass_name
+
+
+@pytest.mark.parametrize("expected", PAIRS, ids=lambda p: p.name)
+def test_deoptimize_gives_the_expected_kernel(expected: Path) -> None:
+    before, pass_name = _split(expected)
+    ir = kir.parse_file(before)
+    p = get_pass(pass_name)()
+    site = next(s for s in p.sites(ir) if s.present)
+    result = p.deoptimize(ir, site, CTX)
+    assert isinstance(result, Applied), result
+    assert result.ir.text == expected.read_text()
+    # every edit stays inside the site's region
+    assert all(site.span[0] <= e.span.start <= e.span.end <= site.span[1] for e in result.edits)
+
+
+@pytest.mark.parametrize("expected", PAIRS, ids=lambda p: p.name)
+def test_optimize_with_recorded_options_restores_the_kernel(expected: Path) -> None:
+    before, pass_name = _split(expected)
+    ir = kir.parse_file(before)
+    p = get_pass(pass_name)()
+    site = next(s for s in p.sites(ir) if s.present)
+    back = p.deoptimize(ir, site, CTX)
+    forward = p.with_options(back.options)
+    deopt_ir = kir.parse_file(expected)
+    fsite = forward_site(forward, deopt_ir, site)
+    assert fsite is not None
+    result = forward.optimize(deopt_ir, fsite, CTX)
+    assert isinstance(result, Applied), result
+    lang = ir.language.value
+    assert normalized(result.ir.text, lang) == normalized(ir.text, lang)
+
+
+@pytest.mark.parametrize("expected", PAIRS, ids=lambda p: p.name)
+def test_optimize_without_options_uses_the_defaults(expected: Path) -> None:
+    before, pass_name = _split(expected)
+    ir = kir.parse_file(before)
+    p = get_pass(pass_name)()
+    deopt_ir = kir.parse_file(expected)
+    site = next(s for s in p.sites(ir) if s.present)
+    fsite = forward_site(p, deopt_ir, site)
+    assert fsite is not None
+    result = p.optimize(deopt_ir, fsite, CTX)
+    lang = ir.language.value
+    want = DEFAULTS[pass_name]
+    if want == "skipped":
+        assert isinstance(result, Skipped) and result.reason
+        return
+    assert isinstance(result, Applied), result
+    same = normalized(result.ir.text, lang) == normalized(ir.text, lang)
+    assert want == "either" or same is (want == "same")
+
+
+def test_autotune_default_builds_a_config_list_around_the_pinned_values() -> None:
+    ir = kir.parse_file(DATA / "mm_pinned.py")
+    p = get_pass("autotune")()
+    site = next(s for s in p.sites(ir) if not s.present)
+    result = p.optimize(ir, site, CTX)
+    assert isinstance(result, Applied)
+    text = result.ir.text
+    assert text.count("triton.Config(") == 4
+    assert 'triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=8, num_stages=3)' in text
+    assert "key=['M', 'N', 'K']" in text
+    assert "BLOCK_M=32" not in text.split("def run")[1]  # the launch no longer pins them
+
+
+def test_computed_config_lists_are_pinned_by_slicing() -> None:
+    ir = kir.parse_file(Path(__file__).parent.parent / "experts" / "gemm" / "gemm_triton.py")
+    p = get_pass("autotune")()
+    site = next(s for s in p.sites(ir) if s.present)
+    result = p.deoptimize(ir, site)
+    assert isinstance(result, Applied) and result.options == {"pinned": "slice"}
+    assert "configs=_configs()[:1]" in result.ir.text
+
+
+def test_tile_sizes_stop_at_the_floor() -> None:
+    ir = kir.parse_file(DATA / "mm_pinned.py")
+    p = get_pass("tile-sizes")()
+    sizes = {(s.detail["tile"], s.present) for s in p.sites(ir)}
+    assert ("BLOCK_K", True) in sizes
+    small = get_pass("tile-sizes").from_options({"floor": 32})
+    assert not any(s.present for s in small.sites(ir))
+
+
+def test_even_k_without_flag_needs_known_divisibility() -> None:
+    ir = kir.parse_file(DATA / "expected" / "mm_autotuned.even-k-fast-path.py")
+    text = ir.text.replace("GROUP_M: tl.constexpr, EVEN_K: tl.constexpr", "GROUP_M: tl.constexpr")
+    ir = kir.parse(text, language="triton")
+    p = get_pass("even-k-fast-path")()
+    site = next(s for s in p.sites(ir) if not s.present)
+    unknown = p.optimize(ir, site, PassContext(facts={}))
+    assert isinstance(unknown, Skipped) and "known true" in unknown.reason
+    ragged = p.optimize(ir, site, PassContext(facts={"K": 100}))
+    assert isinstance(ragged, Skipped) and ragged.facts["K"] == 100
+    even = p.optimize(ir, site, PassContext(facts={"K": 128}))
+    assert isinstance(even, Applied) and "mask=" not in even.ir.text.split("for k in")[1].split("acc =")[0]
+
+
+def test_refusals_say_why() -> None:
+    ir = kir.parse_file(DATA / "mm_persistent_tma.py")
+    p = get_pass("persistent-grid")()
+    site = next(s for s in p.sites(ir) if s.present)
+    # a value computed in the tile loop and read after it: one tile per program would change it
+    text = ir.text.replace("        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))\n",
+                           "        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))\n"
+                           "    tl.device_assert(acc.shape[0] > 0)\n")
+    carried = kir.parse(text, language="triton")
+    site = next(s for s in p.sites(carried) if s.present)
+    result = p.deoptimize(carried, site)
+    assert isinstance(result, Skipped) and result.facts == {"names": ["acc"]}
+
+
+@pytest.mark.parametrize("expected", [p for p in PAIRS if p.suffix == ".cu"], ids=lambda p: p.name)
+def test_deoptimized_cuda_still_compiles(expected: Path) -> None:
+    from experts import cudahost
+
+    compiled = cudahost.compile_source(expected.read_text(), name=expected.name, arch="sm_90")
+    assert compiled.ptx
