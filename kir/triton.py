@@ -244,6 +244,8 @@ def build(text: str, source: bytes) -> Columns:
     gc.disable()
     try:
         return _build(text, source)
+    except RecursionError:  # libcst's parser and code generator recurse per nesting level
+        raise ParseError("Python source nests too deeply to parse") from None
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -256,9 +258,11 @@ def _build(text: str, source: bytes) -> Columns:
         raise ParseError(
             f"Python syntax error at line {exc.raw_line}, column {exc.raw_column}: "
             f"{exc.message}") from None
-    except RecursionError:
-        raise ParseError("Python source nests too deeply to parse") from None
     positions = byte_spans(module, len(source) == len(text))
+    if text.startswith("\ufeff"):
+        # libcst drops a UTF-8 byte-order mark from its code generation: shift past it
+        bom = len("\ufeff".encode())
+        positions = {k: (a + bom, b + bom) for k, (a, b) in positions.items()}
     cols = Columns()
     add = cols.add
     # explicit stack: kernels can nest deeply enough to hit Python's recursion limit otherwise

@@ -208,3 +208,20 @@ def test_triton_spans_match_libcst_provider():
         for node, span in ref.items():
             if not isinstance(node, cst.Module):  # the module span is set to the whole file
                 assert got[id(node)] == (span.start, span.start + span.length)
+
+
+@pytest.mark.parametrize("prefix, newline", [("\ufeff", "\n"), ("", "\r\n"), ("", "\n")])
+def test_bom_and_crlf_keep_spans_exact(prefix, newline):
+    src = prefix + newline.join(["import triton", "@triton.jit", "def k(x):",
+                                 "    y = tl.load(x)  # é", "    return y", ""])
+    ir = kir.parse(src, "triton")
+    assert ir.unparse() == src
+    (kernel,) = ir.find(K.KERNEL)
+    assert ir.node_text(kernel).startswith("@triton.jit")
+    assert ir.node_text(ir.find(K.LOAD)[0]) == "tl.load(x)"
+    assert ir.find(K.LOAD)[0].line == 4
+
+
+def test_pathologically_deep_nesting_is_a_parse_error_not_a_crash():
+    with pytest.raises(ParseError, match="nests too deeply"):
+        kir.parse("x = " + "-" * 5000 + "1\n", "triton")
