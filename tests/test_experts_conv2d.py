@@ -112,6 +112,15 @@ def test_compiles_to_wgmma_with_cp_async_pipeline_for_sm90() -> None:
     assert "cp.async" in done.stdout
 
 
+def test_gate_passes_the_expert_at_the_interpret_tier() -> None:
+    import gate
+
+    verdict = gate.check_file(CASE_DIR / "conv2d_triton.py", "conv2d", "interpret", cache=False)
+    assert verdict.ok, verdict.reason
+    assert verdict.tier == gate.Tier.INTERPRET
+    assert verdict.correctness.max_rel_err <= CASE.TOLERANCE["fp16"]
+
+
 @pytest.mark.gpu
 def test_expert_matches_cudnn_at_real_shape() -> None:
     if not torch.cuda.is_available():

@@ -85,6 +85,20 @@ def test_interpreted_triton_expert_matches_torch_topk(interpreted: ModuleType, v
         assert CASE.compare(out, CASE.reference(*inputs), inputs) <= TOL
 
 
+@pytest.mark.parametrize("bits,early_exit", [(4, True), (4, False), (2, False), (8, False)])
+def test_interpreted_triton_expert_every_tuning_choice(interpreted: ModuleType, bits: int, early_exit: bool) -> None:
+    # The interpret tier keeps one config; the device tier may pick any other, so each code
+    # path (radix width, the early-exit while loop or all passes unrolled) is checked here.
+    triton = pytest.importorskip("triton")
+    kernel = interpreted.topk_radix_kernel
+    kernel.early_config_prune = lambda configs, named_args, **kw: [
+        triton.Config({"RADIX_BITS": bits, "EARLY_EXIT": early_exit}, num_warps=4)]
+    for variant in sorted(CASE.SMALL_SHAPES):
+        inputs = _small(variant, 3)
+        assert CASE.compare(interpreted.run(*inputs), CASE.reference(*inputs), inputs) <= TOL
+    assert kernel.best_config.kwargs == {"RADIX_BITS": bits, "EARLY_EXIT": early_exit}
+
+
 @pytest.mark.parametrize("length,k", [(5, 1), (64, 64), (1000, 3)])
 def test_interpreted_triton_expert_edge_sizes(interpreted: ModuleType, length: int, k: int) -> None:
     inputs = CASE.make_inputs({"B": 2, "L": length, "K": k, "dtype": "fp32"}, 7, "cpu")
@@ -137,6 +151,28 @@ def test_cuda_expert_switches_change_the_code_and_unknown_ones_are_refused() -> 
     assert "match.any.sync" not in plain.ptx and "atom.shared.add" in plain.ptx
     with pytest.raises(ValueError):
         host.defines(shape["L"], shape["K"], 512, True, unrolled=True)
+
+
+# ---- through the gate -------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_gate_passes_the_triton_expert_at_the_interpret_tier() -> None:
+    import gate
+
+    verdict = gate.check_file(CASE_DIR / "topk_triton.py", "topk", "interpret", cache=False)
+    assert verdict.ok, verdict.reason
+    assert verdict.tier == gate.Tier.INTERPRET
+    assert verdict.correctness.max_rel_err == 0.0  # selection is exact
+
+
+def test_gate_passes_the_cuda_expert_at_the_static_tier() -> None:
+    pytest.importorskip("cuda.bindings.nvrtc")
+    import gate
+
+    verdict = gate.check_file(CASE_DIR / "topk_cuda.cu", "topk", "static", cache=False)
+    assert verdict.ok, verdict.reason
+    assert verdict.tier == gate.Tier.STATIC
+    assert not verdict.facts.spills
 
 
 # ---- on a GPU ----------------------------------------------------------------------------------

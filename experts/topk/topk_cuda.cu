@@ -22,10 +22,10 @@
 //   TOPK_WARP_SYNC 1: warp barriers between the sort stages that stay inside a warp
 
 #ifndef TOPK_THREADS
-#define TOPK_THREADS 256
+#define TOPK_THREADS 512
 #endif
 #ifndef TOPK_ITEMS
-#define TOPK_ITEMS 16
+#define TOPK_ITEMS 8
 #endif
 #ifndef TOPK_KPOW2
 #define TOPK_KPOW2 512

@@ -8,8 +8,9 @@ k-th largest falls. With the threshold key T known, the k winners (every key > T
 keys == T in index order) are compacted by one prefix sum and sorted descending; only those k
 elements are ever sorted, never the row.
 
-Expert decisions, each a plain Triton construct: the radix width RADIX_BITS and the warp count
-are autotuned; the histogram is tl.histogram; the two counts the compaction needs come from one
+Expert decisions, each a plain Triton construct: the radix width RADIX_BITS, the warp count and
+EARLY_EXIT (a while loop that stops refining once the chosen bin holds only winners, instead of
+all 32/RADIX_BITS passes) are autotuned; the histogram is tl.histogram; the two counts the compaction needs come from one
 scan of a packed int32; the compaction writes (key, index) packed into one int64 into the
 indices output, which doubles as scratch, and the k-element sort runs on those packed words.
 """
@@ -26,15 +27,16 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 def _configs() -> list[triton.Config]:
     return [
-        triton.Config({"RADIX_BITS": bits}, num_warps=warps)
-        for bits, warps in [(8, 8), (8, 16), (4, 8), (4, 16), (4, 32), (2, 16)]
+        triton.Config({"RADIX_BITS": bits, "EARLY_EXIT": early}, num_warps=warps)
+        for bits, warps in [(8, 8), (8, 16), (4, 8), (4, 16), (4, 32)]
+        for early in (True, False)
     ]
 
 
 def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
     """Interpreting on a CPU: keep one config so the interpret tier runs in seconds."""
     if _INTERPRET:
-        return [triton.Config({"RADIX_BITS": 8}, num_warps=4)]
+        return [triton.Config({"RADIX_BITS": 8, "EARLY_EXIT": True}, num_warps=4)]
     return configs
 
 
@@ -52,6 +54,29 @@ def _key_to_float(key):
     return bits.to(tl.float32, bitcast=True)
 
 
+@triton.jit
+def _radix_pass(ukey, valid, prefix, remaining, cut, RADIX_BITS: tl.constexpr):
+    """One refinement: histogram the digit at bit `cut` of the live keys (those whose bits above
+    the digit equal `prefix`), pick the bin holding the `remaining`-th largest.
+
+    Returns the extended prefix, the winners still to find inside it, and whether every live
+    key in the chosen bin is a winner (then no further digit is needed).
+    """
+    NUM_BINS: tl.constexpr = 1 << RADIX_BITS
+    bins = tl.arange(0, NUM_BINS)
+    high = ukey >> cut
+    digit = (high & (NUM_BINS - 1)).to(tl.int32)
+    # Two shifts, each under 32 bits: on the first pass (prefix 0) every key is live.
+    live = valid & ((high >> RADIX_BITS) == prefix)
+    hist = tl.histogram(digit, NUM_BINS, mask=live)
+    at_least = tl.cumsum(hist, 0, reverse=True)  # live keys with digit >= bin
+    chosen = tl.max(tl.where(at_least >= remaining, bins, -1), 0)
+    above = tl.sum(tl.where(bins == chosen, at_least - hist, 0), 0)
+    in_bin = tl.sum(tl.where(bins == chosen, hist, 0), 0)
+    remaining = remaining - above
+    return (prefix << RADIX_BITS) | chosen.to(tl.uint32), remaining, in_bin == remaining
+
+
 @triton.autotune(
     configs=_configs(),
     key=["L", "K"],
@@ -62,6 +87,7 @@ def topk_radix_kernel(
     x_ptr, values_ptr, indices_ptr,
     L, K,
     BLOCK_L: tl.constexpr, BLOCK_K: tl.constexpr, RADIX_BITS: tl.constexpr,
+    EARLY_EXIT: tl.constexpr,
 ):
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK_L)
@@ -71,28 +97,26 @@ def topk_radix_kernel(
     # Unsigned view of the same order; digits are taken from it most significant first.
     ukey = skey.to(tl.uint32, bitcast=True) ^ 0x80000000
 
-    NUM_BINS: tl.constexpr = 1 << RADIX_BITS
-    bins = tl.arange(0, NUM_BINS)
-    prefix = tl.zeros((), dtype=tl.uint32)  # high digits of the threshold found so far
-    remaining = K  # how many winners are still to be found inside the current prefix
-    for p in tl.static_range(32 // RADIX_BITS):
-        shift = 32 - RADIX_BITS * (p + 1)
-        digit = ((ukey >> shift) & (NUM_BINS - 1)).to(tl.int32)
-        if p == 0:
-            live = valid
-        else:
-            live = valid & ((ukey >> (shift + RADIX_BITS)) == prefix)
-        hist = tl.histogram(digit, NUM_BINS, mask=live)
-        at_least = tl.cumsum(hist, 0, reverse=True)  # live keys with digit >= bin
-        chosen = tl.max(tl.where(at_least >= remaining, bins, -1), 0)
-        above = tl.sum(tl.where(bins == chosen, at_least - hist, 0), 0)
-        remaining = remaining - above
-        prefix = (prefix << RADIX_BITS) | chosen.to(tl.uint32)
+    # Threshold search, most significant digit first: `prefix` holds the digits found so far
+    # (the bits of the k-th largest key from `cut` up) and `remaining` the winners still to
+    # find among the keys that match it.
+    cut = tl.full((), 32 - RADIX_BITS, tl.int32)
+    prefix, remaining, settled = _radix_pass(ukey, valid, tl.zeros((), dtype=tl.uint32), K, cut, RADIX_BITS)
+    if EARLY_EXIT:
+        # Stop as soon as the chosen bin holds only winners (typical data: a few passes).
+        while (cut > 0) & (settled == 0):
+            cut -= RADIX_BITS
+            prefix, remaining, settled = _radix_pass(ukey, valid, prefix, remaining, cut, RADIX_BITS)
+    else:
+        for _ in tl.static_range(32 // RADIX_BITS - 1):
+            cut -= RADIX_BITS
+            prefix, remaining, settled = _radix_pass(ukey, valid, prefix, remaining, cut, RADIX_BITS)
 
-    # Winners: keys above the threshold, and the first `remaining` keys equal to it. One scan of
-    # (above << 0) + (equal << 16) yields both running counts (L < 65536 is checked on the host).
-    above_t = valid & (ukey > prefix)
-    equal_t = valid & (ukey == prefix)
+    # Winners: keys above the threshold, and the first `remaining` keys equal to it (on the bits
+    # from `cut` up). One scan of above + (equal << 16) yields both running counts (L < 65536 is
+    # checked on the host).
+    above_t = valid & ((ukey >> cut) > prefix)
+    equal_t = valid & ((ukey >> cut) == prefix)
     counts = tl.cumsum(above_t.to(tl.int32) + (equal_t.to(tl.int32) << 16), 0)
     n_above = counts & 0xFFFF
     n_equal = counts >> 16
