@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     ceilings = measure_ceilings()
     flop_floor_ms = case.flops(shape) / ceilings["matrix_flop_per_s"] * 1e3
     byte_floor_ms = case.bytes_moved(shape) / ceilings["copy_bytes_per_s"] * 1e3
-    kernels = {"wy": expert._gdn_wy_kernel, "state": expert._gdn_state_kernel,
+    kernels = {"kkt_solve": expert._gdn_kkt_solve_kernel, "wy": expert._gdn_wy_kernel,
+               "state": expert._gdn_state_kernel,
                "output": expert._gdn_output_kernel}
     result = {
         "case": "gdn", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,

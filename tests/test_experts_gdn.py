@@ -80,7 +80,7 @@ def test_triton_matches_reference_in_the_interpreter(interpreted_triton, shape: 
 def test_triton_expert_constructs_are_visible() -> None:
     text = (GDN_DIR / "gdn_triton.py").read_text()
     for construct in ("@triton.autotune", "num_stages=", "BV: tl.constexpr", "BT: tl.constexpr",
-                      "tl.dot(", "tl.float32", "_solve_unit_lower", "tl.cumsum"):
+                      "tl.dot(", "tl.float32", "_solve_unit_lower", "tl.cumsum", "exp2", "LOG2E"):
         assert construct in text, construct
 
 

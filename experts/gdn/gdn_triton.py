@@ -2,15 +2,16 @@
 
 `run(q, k, v, g, beta)` takes the layout of experts/gdn/case.py (q, k: (B, T, H, K); v:
 (B, T, HV, V); g, beta: (B, T, HV)) and returns o, (B, T, HV, V) in v's dtype. It is the chunked
-phase decomposition with chunk 64, in three kernels:
-  1. `_gdn_wy_kernel`, one program per (chunk, value head): in-chunk cumulative log decay gc
-     (base 2: log2(e) is folded in so every decay is an exp2), A = beta K K^T * decay (strictly
-     lower), (I + A)^-1 by 16x16 diagonal blocks (forward substitution) merged by block
-     products, and the WY factors w = (I + A)^-1 (beta 2^gc K), u = (I + A)^-1 (beta V).
-  2. `_gdn_state_kernel`, one program per (value head, V tile), walking the chunks in order:
+phase decomposition with chunk 64, in four kernels:
+  1. `_gdn_kkt_solve_kernel`, one program per (chunk, value head): in-chunk cumulative log
+     decay gc (base 2: log2(e) is folded in so every decay is an exp2), A = beta K K^T * decay
+     (strictly lower), and X = (I + A)^-1 by 16x16 diagonal blocks (forward substitution in
+     registers) merged by block products.
+  2. `_gdn_wy_kernel`, same grid: the WY factors w = X (beta 2^gc K), u = X (beta V).
+  3. `_gdn_state_kernel`, one program per (value head, V tile), walking the chunks in order:
      delta = u - w S, S <- 2^{gc_last} S + K^T (2^{gc_last - gc} delta); it stores each
      chunk's entry state S and delta.
-  3. `_gdn_output_kernel`, one program per (chunk, value head, V tile):
+  4. `_gdn_output_kernel`, one program per (chunk, value head, V tile):
      o = scale (Q S 2^gc + (Q K^T * decay, causal) delta).
 Every matrix product is `tl.dot` with an fp32 accumulator; tiles, warps and pipeline depth are
 autotuned constexprs.
@@ -28,25 +29,32 @@ CHUNK = 64
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 
 
+def _solve_configs() -> list[triton.Config]:
+    if _INTERPRET:
+        return [triton.Config({"BD": 16}, num_warps=4, num_stages=1)]
+    # BD: width of the K column slices of K K^T; 16 x 16 substitutions favour few warps.
+    shapes = [(32, 1), (32, 2), (64, 2), (32, 4)]
+    return [triton.Config({"BD": bd}, num_warps=w, num_stages=1) for bd, w in shapes]
+
+
 def _wy_configs() -> list[triton.Config]:
     if _INTERPRET:
-        return [triton.Config({"BD": 32}, num_warps=4, num_stages=1)]
-    # BD: width of the K / V column slices; 16 x 16 substitutions favour few warps.
-    shapes = [(32, 2), (32, 4), (64, 4)]
-    return [triton.Config({"BD": bd}, num_warps=w, num_stages=1) for bd, w in shapes]
+        return [triton.Config({"BD": 16}, num_warps=4, num_stages=1)]
+    shapes = [(32, 4, 2), (32, 4, 3), (64, 4, 3), (64, 8, 2), (128, 8, 2)]
+    return [triton.Config({"BD": bd}, num_warps=w, num_stages=st) for bd, w, st in shapes]
 
 
 def _state_configs() -> list[triton.Config]:
     if _INTERPRET:
         return [triton.Config({"BV": 16}, num_warps=4, num_stages=1)]
-    shapes = [(32, 4, 2), (32, 4, 3), (64, 4, 2), (64, 4, 3)]
+    shapes = [(32, 4, 3), (32, 4, 4), (64, 4, 2), (64, 4, 3), (64, 4, 4)]
     return [triton.Config({"BV": bv}, num_warps=w, num_stages=s) for bv, w, s in shapes]
 
 
 def _output_configs() -> list[triton.Config]:
     if _INTERPRET:
         return [triton.Config({"BV": 16}, num_warps=4, num_stages=1)]
-    shapes = [(32, 4, 2), (64, 4, 2), (64, 4, 3), (128, 8, 2)]
+    shapes = [(64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 8, 3)]
     return [triton.Config({"BV": bv}, num_warps=w, num_stages=s) for bv, w, s in shapes]
 
 
@@ -88,13 +96,11 @@ def _gate_block(a, beta_i, gc_i, gc_j, DIAGONAL: tl.constexpr, BC: tl.constexpr)
 
 
 @triton.jit
-def _lower_product(x00, x10, x11, x20, x21, x22, x30, x31, x32, x33, y0, y1, y2, y3):
-    """The four row blocks of X Y for block lower-triangular X (tensor cores, fp32 sums)."""
-    r0 = tl.dot(x00, y0)
-    r1 = tl.dot(x11, y1, tl.dot(x10, y0))
-    r2 = tl.dot(x22, y2, tl.dot(x21, y1, tl.dot(x20, y0)))
-    r3 = tl.dot(x33, y3, tl.dot(x32, y2, tl.dot(x31, y1, tl.dot(x30, y0))))
-    return r0, r1, r2, r3
+def _store_block(base, row0, col0, T, stride_t, x):
+    rows = row0 + tl.arange(0, 16)
+    cols = col0 + tl.arange(0, 16)
+    tl.store(base + rows[:, None] * stride_t + cols[None, :], x.to(base.dtype.element_ty),
+             mask=rows[:, None] < T)
 
 
 @triton.jit
@@ -105,14 +111,6 @@ def _load_rows(base, t0, T, stride_t, offs_d, D):
 
 
 @triton.jit
-def _store_rows(base, t0, T, stride_t, offs_d, D, x):
-    rows = t0 + tl.arange(0, 16)
-    mask = (rows[:, None] < T) & (offs_d[None, :] < D)
-    tl.store(base + rows[:, None] * stride_t + offs_d[None, :], x.to(base.dtype.element_ty),
-             mask=mask)
-
-
-@triton.jit
 def _load_gates(g_ptr, beta_ptr, t0, T, stride_t):
     rows = t0 + tl.arange(0, 16)
     g = tl.load(g_ptr + rows * stride_t, mask=rows < T, other=0.0).to(tl.float32)
@@ -120,20 +118,18 @@ def _load_gates(g_ptr, beta_ptr, t0, T, stride_t):
     return g, beta
 
 
-@triton.autotune(configs=_wy_configs(), key=["K", "V", "HV"])
+@triton.autotune(configs=_solve_configs(), key=["K", "HV"])
 @triton.jit
-def _gdn_wy_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, gc_ptr, T,
-                   H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                   BC: tl.constexpr, BD: tl.constexpr):
+def _gdn_kkt_solve_kernel(k_ptr, g_ptr, beta_ptr, gc_ptr, x_ptr, T,
+                          H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+                          BC: tl.constexpr, BD: tl.constexpr):
+    """gc (cumulative log2 decay) and X = (I + A)^-1, one chunk of one value head per program."""
     i_t = tl.program_id(0)
     i_bh = tl.program_id(1)
     i_b, i_hv = i_bh // HV, i_bh % HV
     i_h = i_hv // (HV // H)
     t0 = i_t * 4 * BC
     k_base = k_ptr + i_b * T * H * K + i_h * K
-    v_base = v_ptr + i_b * T * HV * V + i_hv * V
-    w_base = w_ptr + i_b * T * HV * K + i_hv * K
-    u_base = u_ptr + i_b * T * HV * V + i_hv * V
     gate = i_b * T * HV + i_hv
 
     # The chunk of 64 tokens as four 16-row sub-blocks: the 16 x 16 diagonal blocks of A are
@@ -203,38 +199,57 @@ def _gdn_wy_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, gc_ptr, T,
     x30 = -tl.dot(x33, tl.dot(a30, x00, input_precision="ieee")
                   + tl.dot(a31, x10, input_precision="ieee")
                   + tl.dot(a32, x20, input_precision="ieee"), input_precision="ieee")
-    dt = k_ptr.dtype.element_ty
-    x00, x10, x11, x20, x21 = x00.to(dt), x10.to(dt), x11.to(dt), x20.to(dt), x21.to(dt)
-    x22, x30, x31, x32, x33 = x22.to(dt), x30.to(dt), x31.to(dt), x32.to(dt), x33.to(dt)
+    # Store X = (I + A)^-1 as 64 x 64 per chunk; blocks above the diagonal are never stored.
+    x_base = x_ptr + i_b * T * HV * 4 * BC + i_hv * 4 * BC
+    _store_block(x_base, t0, 0, T, HV * 4 * BC, x00)
+    _store_block(x_base, t0 + BC, 0, T, HV * 4 * BC, x10)
+    _store_block(x_base, t0 + BC, BC, T, HV * 4 * BC, x11)
+    _store_block(x_base, t0 + 2 * BC, 0, T, HV * 4 * BC, x20)
+    _store_block(x_base, t0 + 2 * BC, BC, T, HV * 4 * BC, x21)
+    _store_block(x_base, t0 + 2 * BC, 2 * BC, T, HV * 4 * BC, x22)
+    _store_block(x_base, t0 + 3 * BC, 0, T, HV * 4 * BC, x30)
+    _store_block(x_base, t0 + 3 * BC, BC, T, HV * 4 * BC, x31)
+    _store_block(x_base, t0 + 3 * BC, 2 * BC, T, HV * 4 * BC, x32)
+    _store_block(x_base, t0 + 3 * BC, 3 * BC, T, HV * 4 * BC, x33)
 
-    # w = X (beta 2^gc K), slice by slice: tensor cores in the input dtype, fp32 sums.
-    s0, s1, s2, s3 = b0 * tl.math.exp2(c0), b1 * tl.math.exp2(c1), b2 * tl.math.exp2(c2), \
-        b3 * tl.math.exp2(c3)
-    for d0 in range(0, K, BD):
+
+@triton.autotune(configs=_wy_configs(), key=["K", "V", "HV"])
+@triton.jit
+def _gdn_wy_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, x_ptr, w_ptr, u_ptr, T,
+                   H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                   BT: tl.constexpr, BD: tl.constexpr):
+    """w = X (beta 2^gc K) and u = X (beta V), one chunk of one value head per program."""
+    i_t = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    i_b, i_hv = i_bh // HV, i_bh % HV
+    i_h = i_hv // (HV // H)
+    offs_t = tl.arange(0, BT)
+    rows = i_t * BT + offs_t
+    mask_t = rows < T
+    gate = i_b * T * HV + i_hv + rows * HV
+    beta = tl.load(beta_ptr + gate, mask=mask_t, other=0.0).to(tl.float32)
+    gc = tl.load(gc_ptr + gate, mask=mask_t, other=0.0)
+    # Only the 16 x 16 blocks on and below the diagonal were written.
+    stored = (offs_t[None, :] // 16) <= (offs_t[:, None] // 16)
+    x = tl.load(x_ptr + (i_b * T * HV + i_hv) * BT + rows[:, None] * HV * BT + offs_t[None, :],
+                mask=mask_t[:, None] & stored, other=0.0)
+    k_rows = k_ptr + i_b * T * H * K + i_h * K + rows[:, None] * H * K
+    w_rows = w_ptr + i_b * T * HV * K + i_hv * K + rows[:, None] * HV * K
+    scale_k = beta * tl.math.exp2(gc)
+    for d0 in tl.range(0, K, BD):
         offs = d0 + tl.arange(0, BD)
-        w0, w1, w2, w3 = _lower_product(
-            x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
-            (_load_rows(k_base, t0, T, H * K, offs, K) * s0[:, None]).to(dt),
-            (_load_rows(k_base, t0 + BC, T, H * K, offs, K) * s1[:, None]).to(dt),
-            (_load_rows(k_base, t0 + 2 * BC, T, H * K, offs, K) * s2[:, None]).to(dt),
-            (_load_rows(k_base, t0 + 3 * BC, T, H * K, offs, K) * s3[:, None]).to(dt))
-        _store_rows(w_base, t0, T, HV * K, offs, K, w0)
-        _store_rows(w_base, t0 + BC, T, HV * K, offs, K, w1)
-        _store_rows(w_base, t0 + 2 * BC, T, HV * K, offs, K, w2)
-        _store_rows(w_base, t0 + 3 * BC, T, HV * K, offs, K, w3)
-    # u = X (beta V).
-    for d0 in range(0, V, BD):
+        mask = mask_t[:, None] & (offs[None, :] < K)
+        kb = tl.load(k_rows + offs[None, :], mask=mask, other=0.0) * scale_k[:, None]
+        w = tl.dot(x, kb.to(x.dtype))
+        tl.store(w_rows + offs[None, :], w.to(w_ptr.dtype.element_ty), mask=mask)
+    v_rows = v_ptr + i_b * T * HV * V + i_hv * V + rows[:, None] * HV * V
+    u_rows = u_ptr + i_b * T * HV * V + i_hv * V + rows[:, None] * HV * V
+    for d0 in tl.range(0, V, BD):
         offs = d0 + tl.arange(0, BD)
-        u0, u1, u2, u3 = _lower_product(
-            x00, x10, x11, x20, x21, x22, x30, x31, x32, x33,
-            (_load_rows(v_base, t0, T, HV * V, offs, V) * b0[:, None]).to(dt),
-            (_load_rows(v_base, t0 + BC, T, HV * V, offs, V) * b1[:, None]).to(dt),
-            (_load_rows(v_base, t0 + 2 * BC, T, HV * V, offs, V) * b2[:, None]).to(dt),
-            (_load_rows(v_base, t0 + 3 * BC, T, HV * V, offs, V) * b3[:, None]).to(dt))
-        _store_rows(u_base, t0, T, HV * V, offs, V, u0)
-        _store_rows(u_base, t0 + BC, T, HV * V, offs, V, u1)
-        _store_rows(u_base, t0 + 2 * BC, T, HV * V, offs, V, u2)
-        _store_rows(u_base, t0 + 3 * BC, T, HV * V, offs, V, u3)
+        mask = mask_t[:, None] & (offs[None, :] < V)
+        vb = tl.load(v_rows + offs[None, :], mask=mask, other=0.0) * beta[:, None]
+        u = tl.dot(x, vb.to(x.dtype))
+        tl.store(u_rows + offs[None, :], u.to(u_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.autotune(configs=_state_configs(), key=["K", "V", "HV"])
@@ -353,7 +368,10 @@ def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
     delta = torch.empty_like(u)
     o = torch.empty_like(v)
     dims = dict(H=heads, HV=heads_v, K=dk, V=dv)
-    _gdn_wy_kernel[(nt, batch * heads_v)](k, v, g, beta, w, u, gc, seq, **dims, BC=CHUNK // 4)
+    x = torch.empty(batch, seq, heads_v, CHUNK, device=q.device, dtype=k.dtype)
+    _gdn_kkt_solve_kernel[(nt, batch * heads_v)](k, g, beta, gc, x, seq, H=heads, HV=heads_v,
+                                                 K=dk, BC=CHUNK // 4)
+    _gdn_wy_kernel[(nt, batch * heads_v)](k, v, beta, gc, x, w, u, seq, **dims, BT=CHUNK)
     _gdn_state_kernel[lambda m: (triton.cdiv(dv, m["BV"]), batch * heads_v)](
         k, w, u, gc, h, delta, seq, nt, **dims, BT=CHUNK, BKH=min(bk, 64))
     _gdn_output_kernel[lambda m: (triton.cdiv(dv, m["BV"]), nt, batch * heads_v)](
