@@ -2,18 +2,18 @@
 
 Public API (docs/INTERFACES.md, "gate"): `Tier`, `FailureKind`, `Verdict`, `Facts`,
 `CompileFacts`, `Correctness`, `Timing`, `Case`, `load_case`, `list_cases`, `check`,
-`check_file`, `check_many`, `CheckRequest`. Importing `gate` imports neither torch nor
+`check_file`, `check_many`, `CheckRequest`, `gpu_available`, `resolve_tier`. Importing `gate` imports neither torch nor
 triton: candidates run in worker processes, and the parent compares with numpy.
 """
 from __future__ import annotations
 
 from gate.cases import Case, list_cases, load_case
-from gate.check import CheckRequest, check, check_file, check_many
+from gate.check import CheckRequest, check, check_file, check_many, gpu_available, resolve_tier
 from gate.verdict import (CompileFacts, Correctness, Facts, FailureKind, SeedResult, Tier, Timing,
                           VariantTiming, Verdict)
 
 __all__ = [
     "Case", "CheckRequest", "CompileFacts", "Correctness", "Facts", "FailureKind", "SeedResult",
     "Tier", "Timing", "VariantTiming", "Verdict", "check", "check_file", "check_many",
-    "list_cases", "load_case",
+    "gpu_available", "list_cases", "load_case", "resolve_tier",
 ]

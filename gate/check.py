@@ -33,7 +33,7 @@ _UNCACHED = {FailureKind.TIMEOUT, FailureKind.INTERNAL, FailureKind.UNSUPPORTED,
              FailureKind.OUT_OF_MEMORY}
 
 
-def gpu_present() -> bool:
+def gpu_available() -> bool:
     """A CUDA GPU is visible (without importing torch unless the caller already did)."""
     if os.environ.get("KLINEAGE_GATE_NO_GPU") == "1":
         return False
@@ -63,7 +63,7 @@ def resolve_tier(tier: Tier | str, language: str) -> tuple[Tier, tuple[str, ...]
     except ValueError:
         raise BadInputError(f"unknown tier '{tier}' (static, interpret, device, auto)") from None
     if t is Tier.AUTO:
-        t = Tier.DEVICE if gpu_present() else Tier.INTERPRET
+        t = Tier.DEVICE if gpu_available() else Tier.INTERPRET
     if t is Tier.INTERPRET and language == "cuda":
         return Tier.STATIC, ("cuda kernels have no interpreter: gated at the static tier",)
     return t, ()

@@ -25,8 +25,6 @@ from types import ModuleType
 from typing import Any
 
 import torch
-import torch._dynamo  # noqa: F401  (a dispatch mode imports it lazily, rebinding torch.manual_seed:
-#                        import it before the tamper snapshot so that is not taken for tampering)
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
@@ -256,6 +254,13 @@ class OpTrace(TorchDispatchMode):
     """Records the torch ops run while active. `violations` holds compute ops (op names);
     `reference_calls` the ops that ran inside the case's reference function. With `poison`,
     every tensor from an allocation op is filled with NaN (floats) or the dtype's minimum."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Otherwise torch wraps __torch_dispatch__ in a dynamo guard whose first call imports
+        # torch._dynamo: seconds per worker, plus triton before TRITON_INTERPRET is honoured,
+        # plus a rebinding of torch.manual_seed that the tamper watch would report.
+        return False
 
     def __init__(self, reference_code: tuple[str, str], poison: bool) -> None:
         super().__init__()

@@ -11,6 +11,8 @@ import math
 import multiprocessing
 import os
 import signal
+import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,10 +38,9 @@ def _context() -> Any:
             method = "spawn"
         ctx = multiprocessing.get_context(method)
         if method == "forkserver":
-            # torch._dynamo (which imports triton) is what a dispatch mode loads on first use;
-            # Triton reads TRITON_INTERPRET when a kernel is decorated, so importing it here
-            # does not fix the tier of later workers.
-            ctx.set_forkserver_preload(["torch", "numpy", "gate.worker", "gate.guards"])
+            # Not triton: its standard library is decorated when triton.language is imported,
+            # and an interpret-tier worker must import it after setting TRITON_INTERPRET.
+            ctx.set_forkserver_preload(["torch", "numpy", "gate.worker"])
         _CONTEXT = ctx
     return _CONTEXT
 
@@ -78,6 +79,8 @@ class _Judge:
         if kind == "ref":
             _, variant, phase, seed, outputs, inputs = msg
             self.refs[(variant, phase, seed)] = (outputs, inputs)
+        elif kind == "stage":
+            self.stage = msg[1]
         elif kind == "refs_done":
             self._check_case()
         elif kind == "ref_ms":
@@ -163,7 +166,7 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
     ctx = _context()
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=worker_main, args=(child, job), daemon=True)
-    proc.start()
+    _start(proc)
     child.close()
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     started = False
@@ -197,6 +200,31 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
     if judge.verdict is None:  # "done" arrived without a decision: cannot happen, but never lie
         return reject(tier, judge.stage, FailureKind.INTERNAL, "the worker finished without a verdict")
     return judge.verdict
+
+
+_START_LOCK = threading.Lock()
+
+
+def _start(proc: Any) -> None:
+    """Start a worker without re-running the caller's __main__ script in it.
+
+    spawn/forkserver children normally re-import the parent's main module, which re-runs a
+    plain script that calls `gate.check` at top level (and so recurses). The worker's target
+    lives in `gate.worker`, so the main module is hidden while the child is prepared.
+    """
+    main = sys.modules.get("__main__")
+    with _START_LOCK:
+        saved_file = main.__dict__.pop("__file__", None) if main is not None else None
+        saved_spec = getattr(main, "__spec__", None)
+        try:
+            if main is not None:
+                main.__spec__ = None
+            proc.start()
+        finally:
+            if main is not None:
+                main.__spec__ = saved_spec
+                if saved_file is not None:
+                    main.__file__ = saved_file
 
 
 def _died(judge: _Judge, code: int | None) -> None:

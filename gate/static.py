@@ -15,10 +15,10 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import json
 import os
 import time
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -220,6 +220,56 @@ def _compile_one(index: int) -> dict[str, Any] | str:
     ).to_json()
 
 
+def _prewarm(compiles: list[_TritonCompile]) -> None:
+    """Compute once, before forking, the hashes every compile needs (Triton hashes its whole
+    installation for its cache key): otherwise each child pays for it again."""
+    for where in ("triton.runtime.cache", "triton.compiler.compiler"):
+        try:
+            module = __import__(where, fromlist=["triton_key"])
+            module.triton_key()
+            break
+        except (ImportError, AttributeError):
+            continue
+    for c in compiles:
+        getattr(c.fn, "cache_key", None)
+
+
+def _fork_map(n: int, workers: int) -> list[dict[str, Any] | str]:
+    """`_compile_one` over range(n) in `workers` forked children (round-robin), in order.
+
+    Plain fork, not a multiprocessing pool: the worker may not have children of its own
+    through multiprocessing, and the children need only what is already in memory.
+    """
+    chunks = [list(range(i, n, workers)) for i in range(workers)]
+    running = []
+    for chunk in chunks:
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: compile its share, write JSON, leave without cleanup handlers
+            os.close(read_fd)
+            try:
+                data = json.dumps([_compile_one(i) for i in chunk]).encode()
+            except BaseException as exc:
+                data = json.dumps([f"compile process failed: {describe(exc)}"] * len(chunk)).encode()
+            with os.fdopen(write_fd, "wb") as f:
+                f.write(data)
+            os._exit(0)
+        os.close(write_fd)
+        running.append((pid, read_fd, chunk))
+    results: list[dict[str, Any] | str] = ["compile process died"] * n
+    for pid, read_fd, chunk in running:
+        with os.fdopen(read_fd, "rb") as f:
+            data = f.read()
+        _, status = os.waitpid(pid, 0)
+        if data:
+            for i, res in zip(chunk, json.loads(data)):
+                results[i] = res
+        else:
+            for i in chunk:
+                results[i] = f"compile process died (status {status})"
+    return results
+
+
 def _ptxas_spills(log: str, name: str) -> tuple[int, int] | None:
     from experts.cudahost import ptxas_resources
 
@@ -234,14 +284,12 @@ def _triton_facts(chan: Channel, job: Job) -> list[CompileFacts]:
     os.environ.setdefault("TRITON_DUMP_PTXAS_LOG", "1")
     compiles = _record_launches(chan, job)
     _PENDING[:] = compiles
+    _prewarm(compiles)
     workers = max(1, min(len(compiles), os.cpu_count() or 1))
     if workers == 1:
         results = [_compile_one(i) for i in range(len(compiles))]
     else:
-        import multiprocessing
-
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            results = list(pool.map(_compile_one, range(len(compiles))))
+        results = _fork_map(len(compiles), workers)
     errors = [r for r in results if isinstance(r, str)]
     if errors:
         chan.reject(FailureKind.COMPILE_ERROR, "compile",

@@ -6,6 +6,7 @@ reference's timing) are made and sent *before* any candidate code is imported; t
 launch hooks and the tamper snapshot go in, then the candidate loads. Messages (tuples):
 
     ("ready", info)                                   after imports
+    ("stage", name)                                   entering correctness / anti_cheat / timing
     ("ref", variant, phase, seed, outputs, inputs)    reference result (inputs only for cases
                                                        with their own compare)
     ("refs_done",)
@@ -92,6 +93,7 @@ def main(conn: Any, job: Job) -> None:
     # Candidate prints go to stderr: the parent's stdout may carry JSON (klineage gate --json).
     sys.stdout.flush()
     os.dup2(2, 1)
+    sys.stdout = sys.stderr
     try:
         os.setpgrp()  # own process group: the parent can end the candidate's children too
     except OSError:
@@ -116,6 +118,7 @@ def main(conn: Any, job: Job) -> None:
         except (OSError, ValueError):
             pass
     finally:
+        sys.stderr.flush()  # the process ends with os._exit: nothing else flushes it
         conn.close()
 
 
@@ -332,6 +335,7 @@ class _Runner:
 
     # -- phases --------------------------------------------------------------------------
     def correctness(self) -> None:
+        self.chan.send("stage", "correctness")
         for variant, phase, seed in self.plan():
             if phase != PHASE_SEED:
                 continue
@@ -342,6 +346,7 @@ class _Runner:
             self.send_out(variant, phase, seed, res)
 
     def knockout(self) -> None:
+        self.chan.send("stage", "anti_cheat")
         variant = next(iter(self.shapes))
         seed = self.job.seeds[0]
         original = self.originals[(variant, PHASE_SEED, seed)]
@@ -362,6 +367,7 @@ class _Runner:
 
     def repeat(self) -> None:
         """Interpret tier: a few more calls on fresh inputs, the last one re-validated."""
+        self.chan.send("stage", "correctness")
         for variant in self.shapes:
             original = self.originals[(variant, PHASE_TIMED, self.job.extra_seed)]
             inputs = self.clone_inputs(original)
@@ -372,6 +378,7 @@ class _Runner:
             self.send_out(variant, PHASE_TIMED, self.job.extra_seed, res)
 
     def timing(self) -> None:
+        self.chan.send("stage", "timing")
         for variant in self.shapes:
             original = self.originals[(variant, PHASE_TIMED, self.job.extra_seed)]
             inputs = self.clone_inputs(original)

@@ -1,0 +1,18 @@
+"""Cheat: launches a kernel that writes only half the output, hoping the rest of the buffer
+still holds the reference's answer from memory it freed."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def half_kernel(x_ptr, y_ptr, out_ptr, a, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n // 2
+    tl.store(out_ptr + offs, a * tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def run(a, x, y):
+    out = torch.empty_like(x)
+    half_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, a, x.numel(), BLOCK=1024)
+    return out

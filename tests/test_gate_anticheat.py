@@ -1,0 +1,80 @@
+"""Every anti-cheat check of the gate rejects its own cheat kernel (tests/data/cheats/).
+
+These run at the interpret tier on the CPU: the Triton-side checks (launch counting through
+the interpreter's launch path, knockout, the torch op trace, tampering, poisoning, fresh
+inputs, re-validation, output types, precision) are the same code the device tier runs.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import gate
+from gate import FailureKind, Tier
+
+DATA = Path(__file__).parent / "data"
+CHEATS = DATA / "cheats"
+SAXPY = DATA / "cases" / "saxpy"
+
+
+def _gate(name: str, case: str | Path = SAXPY, **kwargs: object) -> gate.Verdict:
+    return gate.check_file(CHEATS / f"{name}.py", case, Tier.INTERPRET, cache=False, timeout=60, **kwargs)
+
+
+def test_the_honest_kernel_passes_every_check() -> None:
+    verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False)
+    assert verdict.ok, verdict.reason
+    assert verdict.correctness is not None and verdict.correctness.max_rel_err < 1e-6
+    phases = [r.phase for r in verdict.correctness.results]
+    assert phases.count("seed") == 3 and "timed" in phases
+    assert len(set(verdict.correctness.seeds)) == 4  # a fresh seed for every check
+
+
+@pytest.mark.parametrize(
+    ("cheat", "kind"),
+    [
+        ("no_launch", FailureKind.NO_LAUNCH),             # own kernel must launch
+        ("knockout_numpy", FailureKind.FALLBACK),         # knockout: answer from elsewhere
+        ("torch_fallback", FailureKind.TORCH_COMPUTE),    # torch compute while it runs
+        ("try_except", FailureKind.FALLBACK),             # try/except returning torch's answer
+        ("tamper_compare", FailureKind.TAMPERING),        # allclose / norms / assert_close
+        ("tamper_timer", FailureKind.TAMPERING),          # do_bench / synchronize / timers
+        ("tamper_gate", FailureKind.TAMPERING),           # the gate's own modules
+        ("tamper_during_run", FailureKind.TAMPERING),     # patching after the import check
+        ("mutate_input", FailureKind.INPUT_MUTATION),     # writes into its inputs
+        ("no_write", FailureKind.NAN_OUTPUT),             # leaves poisoned output unwritten
+        ("cache_outputs", FailureKind.WRONG_OUTPUT),      # replays an earlier answer
+        ("lazy_after_warmup", FailureKind.STALE_OUTPUT),  # stops working after the checks
+        ("lazy_output", FailureKind.BAD_OUTPUT),          # tensor subclass output
+        ("precision", FailureKind.PRECISION_DOWNGRADE),   # fp32 case computed in fp16
+    ],
+)
+def test_cheat_is_rejected(cheat: str, kind: FailureKind) -> None:
+    verdict = _gate(cheat)
+    assert not verdict.ok
+    assert verdict.failure_kind is kind, (verdict.failure_kind, verdict.reason)
+    assert verdict.reason
+
+
+def test_tampering_names_what_was_patched() -> None:
+    verdict = _gate("tamper_timer")
+    assert "triton.testing.do_bench" in verdict.reason
+    assert "torch.cuda.synchronize" in verdict.reason
+
+
+def test_a_call_of_the_reference_is_named_as_such() -> None:
+    verdict = _gate("reference_call", case="gemm")
+    assert verdict.failure_kind is FailureKind.REFERENCE_CALL, verdict.reason
+
+
+def test_all_zeros_fails_even_when_the_answer_is_tiny() -> None:
+    # |out - ref| is below 1e-28 everywhere: an absolute tolerance would accept zeros.
+    verdict = _gate("zeros", case=DATA / "cases" / "tiny")
+    assert verdict.failure_kind is FailureKind.WRONG_OUTPUT
+    assert verdict.correctness is not None and verdict.correctness.max_rel_err == pytest.approx(1.0)
+
+
+def test_an_input_independent_case_is_refused() -> None:
+    verdict = _gate("zeros", case=DATA / "cases" / "constant")
+    assert verdict.failure_kind is FailureKind.BAD_CASE

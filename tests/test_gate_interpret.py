@@ -1,0 +1,123 @@
+"""The interpret tier on the CPU, the verdict JSON and the `klineage gate` command."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import gate
+from gate import FailureKind, Tier, Verdict
+
+ROOT = Path(__file__).parent.parent
+DATA = Path(__file__).parent / "data"
+SAXPY = DATA / "cases" / "saxpy"
+MATMUL = DATA / "cases" / "matmul_triton.py"
+
+
+@dataclass(frozen=True)
+class _Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _cli(*args: str, cache_dir: Path, capsys: pytest.CaptureFixture[str],
+         monkeypatch: pytest.MonkeyPatch) -> _Run:
+    """`klineage gate ARGS` in this process (the gate's workers are processes anyway)."""
+    from lineage.cli import main
+
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(cache_dir))
+    capsys.readouterr()
+    code = main(["gate", *args])
+    out = capsys.readouterr()
+    return _Run(code, out.out, out.err)
+
+
+def test_a_simple_matmul_passes_the_gemm_case_at_small_shapes() -> None:
+    verdict = gate.check_file(MATMUL, "gemm", Tier.INTERPRET, cache=False)
+    assert verdict.ok, verdict.reason
+    assert verdict.correctness.max_rel_err < 5e-3  # fp16 tolerance of the gemm case
+
+
+def test_a_wrong_matmul_is_rejected_with_its_error(tmp_path: Path) -> None:
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(MATMUL.read_text().replace("acc += tl.dot(a, b)", "acc += tl.dot(a, b) * 1.01"))
+    verdict = gate.check_file(wrong, "gemm", Tier.INTERPRET, cache=False)
+    assert verdict.failure_kind is FailureKind.WRONG_OUTPUT
+    assert 5e-3 < verdict.correctness.max_rel_err < 2e-2
+
+
+def test_verdict_json_round_trips() -> None:
+    verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False)
+    data = verdict.to_json()
+    assert set(data) >= {"ok", "tier", "stage", "failure_kind", "reason", "correctness"}
+    assert "timing" not in data and "facts" not in data  # not reached at this tier
+    assert Verdict.from_json(json.loads(json.dumps(data))) == verdict
+
+
+def test_an_unknown_case_or_tier_is_bad_input() -> None:
+    from kir.errors import BadInputError
+
+    with pytest.raises(BadInputError):
+        gate.load_case("no-such-case")
+    with pytest.raises(BadInputError):
+        gate.check("x = 1", "triton", SAXPY, "warp-speed")
+
+
+def test_device_tier_without_a_gpu_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.DEVICE, cache=False)
+    if verdict.ok:
+        pytest.skip("a GPU is present")
+    assert verdict.failure_kind is FailureKind.UNSUPPORTED
+
+
+def test_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    run = {"cache_dir": tmp_path, "capsys": capsys, "monkeypatch": monkeypatch}
+    ok = _cli(str(SAXPY / "saxpy_triton.py"), "--case", str(SAXPY), "--tier", "interpret", "--json", **run)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    data = json.loads(ok.stdout)
+    assert data["ok"] is True and data["tier"] == "interpret" and data["failure_kind"] is None
+    assert len(data["correctness"]["seeds"]) == 4
+    rejected = _cli(str(DATA / "cheats" / "torch_fallback.py"), "--case", str(SAXPY), "--tier", "interpret",
+                    "--json", **run)
+    assert rejected.returncode == 1
+    assert json.loads(rejected.stdout)["failure_kind"] == "torch_compute"
+    bad = _cli(str(SAXPY / "saxpy_triton.py"), "--case", "no-such-case", **run)
+    assert bad.returncode == 2 and bad.stderr.startswith("klineage: error:") and "Traceback" not in bad.stderr
+    missing = _cli(str(tmp_path / "nope.py"), "--case", "gemm", **run)
+    assert missing.returncode == 2
+
+
+def test_cli_in_a_fresh_process_prints_only_json(tmp_path: Path) -> None:
+    # Candidate output (prints, warnings) goes to stderr, never into the JSON on stdout.
+    noisy = tmp_path / "noisy.py"
+    noisy.write_text((SAXPY / "saxpy_triton.py").read_text().replace(
+        "    out = torch.empty_like(x)", "    print('noise from the candidate')\n    out = torch.empty_like(x)"))
+    env = {"KLINEAGE_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "lineage", "gate", str(noisy),
+                          "--case", str(SAXPY), "--tier", "interpret", "--json"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout)["ok"] is True
+    assert "noise from the candidate" in out.stderr
+
+
+def test_cli_text_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _cli(str(DATA / "cheats" / "mutate_input.py"), "--case", str(SAXPY), "--tier", "interpret",
+               cache_dir=tmp_path, capsys=capsys, monkeypatch=monkeypatch)
+    assert out.returncode == 1
+    assert out.stdout.startswith("REJECTED") and "input_mutation" in out.stdout
+
+
+def test_check_many_keeps_request_order() -> None:
+    reqs = [gate.CheckRequest((DATA / "cheats" / n).read_text(), "triton", str(SAXPY), "interpret",
+                              cache=False)
+            for n in ("mutate_input.py", "no_write.py")]
+    kinds = [v.failure_kind for v in gate.check_many(reqs, jobs=2)]
+    assert kinds == [FailureKind.INPUT_MUTATION, FailureKind.NAN_OUTPUT]

@@ -1,0 +1,99 @@
+"""The static tier: compile for sm_90a on a CPU and read facts off the artifacts."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import gate
+from gate import FailureKind, Tier
+from gate import facts as gate_facts
+
+DATA = Path(__file__).parent / "data"
+SAXPY = DATA / "cases" / "saxpy"
+MATMUL = DATA / "cases" / "matmul_triton.py"
+
+
+def test_ptx_instruction_classes_are_counted() -> None:
+    ptx = "\n".join([
+        "\twgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%f1}, %rd1, %rd2, 1, 1, 1, 0, 1;",
+        "\t@%p1 ld.global.v4.b32 { %r1, %r2, %r3, %r4 }, [ %rd1 + 0 ];",
+        "\tld.global.v2.f32 {%f1, %f2}, [%rd3];",  # 64-bit: not a 128-bit load
+        "\tcp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {%r2, %r3}], [%r4];",
+        "\tcp.async.cg.shared.global [ %r5 + 0 ], [ %rd5 + 0 ], 0x10, %r6;",
+        "\tshfl.sync.bfly.b32 %r7, %r8, 16, 31, -1;",
+        "\tldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1, %r2, %r3, %r4}, [%r9];",
+        "\tst.local.u32 [%rd9], %r1;",
+    ])
+    counts = gate_facts.ptx_instruction_counts(ptx)
+    assert counts["wgmma"] == 1 and counts["tma"] == 1 and counts["cp_async"] == 1
+    assert counts["vec128_load"] == 1 and counts["shuffle"] == 1 and counts["ldmatrix"] == 1
+    assert counts["local_memory"] == 1 and counts["mma"] == 0
+
+
+def test_cubin_resources_match_the_ptxas_report() -> None:
+    from experts import cudahost
+
+    src = ('extern "C" __global__ void k(const float* x, float* y) {'
+           ' __shared__ float buf[512]; buf[threadIdx.x] = x[threadIdx.x]; __syncthreads();'
+           ' y[threadIdx.x] = buf[511 - threadIdx.x]; }')
+    compiled = cudahost.compile_source(src, name="k.cu", arch="sm_90a")
+    kernels = gate_facts.cubin_kernels(compiled.cubin)
+    report = cudahost.ptxas_resources(compiled.log)["k"]
+    assert kernels["k"].registers == report["registers"]
+    assert kernels["k"].static_shared_bytes == 2048 == gate_facts.ptxas_shared(compiled.log)["k"]
+    assert kernels["k"].frame_bytes == report["stack_bytes"]
+
+
+def test_static_facts_of_a_vectorised_triton_kernel() -> None:
+    verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.STATIC, cache=False)
+    assert verdict.ok, verdict.reason
+    assert verdict.stage == "compile" and verdict.correctness is None
+    (c,) = verdict.facts.compiles
+    assert c.kernel == "saxpy_kernel" and c.config["BLOCK"] == 1024
+    assert c.registers and c.registers > 0
+    assert c.instructions["vec128_load"] > 0  # 16-byte aligned pointers: 128-bit loads
+    assert not verdict.facts.spills
+
+
+@pytest.mark.slow
+def test_every_autotune_config_of_a_matmul_is_compiled_with_hopper_facts() -> None:
+    verdict = gate.check_file(MATMUL, "gemm", Tier.STATIC, cache=False)
+    assert verdict.ok, verdict.reason
+    configs = {(c.config["BM"], c.config["BN"], c.config["BK"]) for c in verdict.facts.compiles}
+    assert configs == {(128, 128, 64), (128, 64, 64), (64, 128, 64), (64, 64, 32)}
+    assert "wgmma" in verdict.facts.instruction_classes
+    big = next(c for c in verdict.facts.compiles if c.config["BM"] == 128 and c.config["BN"] == 128)
+    small = next(c for c in verdict.facts.compiles if c.config["BM"] == 64 and c.config["BN"] == 64)
+    assert big.shared_bytes > small.shared_bytes > 0
+
+
+def test_cuda_kernels_compile_with_nvrtc_and_stop_at_static_on_a_cpu() -> None:
+    verdict = gate.check_file(SAXPY / "saxpy_cuda.cu", SAXPY, Tier.INTERPRET, cache=False)
+    assert verdict.ok, verdict.reason
+    assert verdict.tier is Tier.STATIC
+    assert any("static" in f for f in verdict.flags)
+    assert [c.kernel for c in verdict.facts.compiles] == ["saxpy"]
+
+
+def test_a_compile_error_is_a_verdict(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text((SAXPY / "saxpy_triton.py").read_text().replace("a * x + y", "a * x + undefined_name"))
+    verdict = gate.check_file(bad, SAXPY, Tier.STATIC, cache=False)
+    assert verdict.failure_kind is FailureKind.COMPILE_ERROR
+    assert "undefined_name" in verdict.reason
+
+
+def test_cuda_compile_error_names_the_line(tmp_path: Path) -> None:
+    (tmp_path / "saxpy_cuda.cu").write_text((SAXPY / "saxpy_cuda.cu").read_text().replace("a * x[i]", "a * z[i]"))
+    (tmp_path / "saxpy_cuda.py").write_text((SAXPY / "saxpy_cuda.py").read_text())
+    verdict = gate.check_file(tmp_path / "saxpy_cuda.cu", SAXPY, Tier.STATIC, cache=False)
+    assert verdict.failure_kind is FailureKind.COMPILE_ERROR
+    assert '"z"' in verdict.reason or "z" in verdict.reason
+
+
+def test_a_parse_error_stops_at_the_parse_stage(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.py"
+    bad.write_text("def run(a, x, y:\n    return x\n")
+    verdict = gate.check_file(bad, SAXPY, Tier.STATIC, cache=False)
+    assert verdict.failure_kind is FailureKind.PARSE_ERROR and verdict.stage == "parse"
