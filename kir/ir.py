@@ -159,22 +159,26 @@ class KernelIR:
         cols: Columns,
         error_nodes: int = 0,
     ) -> None:
-        self.language = language
-        self.text = text
-        self.source = source
-        self.path = path
-        self.error_nodes = error_nodes
-        self._cols = cols
         n = len(cols.kinds)
         children: list[list[int]] = [[] for _ in range(n)]
         parents = cols.parents
         for i in range(1, n):
             children[parents[i]].append(i)
-        self._children = children
-        self._nodes: list[Node | None] = [None] * n
-        self._line_starts: list[int] | None = None
-        self._subtree_end: list[int] | None = None
-        self._cache: dict[str, Any] = {}  # lazily computed derived tables (hashes, ...)
+        init = object.__setattr__  # the public attributes are read-only after construction
+        init(self, "language", language)
+        init(self, "text", text)
+        init(self, "source", source)
+        init(self, "path", path)
+        init(self, "error_nodes", error_nodes)
+        init(self, "_cols", cols)
+        init(self, "_children", children)
+        init(self, "_nodes", [None] * n)
+        init(self, "_line_starts", None)
+        init(self, "_subtree_end", None)
+        init(self, "_cache", {})  # lazily computed derived tables (hashes, labels)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"KernelIR is immutable (cannot set {name!r}); use apply(edits)")
 
     # -- whole-source views -------------------------------------------------------------
     def unparse(self) -> str:
@@ -250,7 +254,7 @@ class KernelIR:
                 p = parents[i]
                 if ends[i] > ends[p]:
                     ends[p] = ends[i]
-            self._subtree_end = ends
+            object.__setattr__(self, "_subtree_end", ends)
         return ends[nid]
 
     def node_text(self, node: Node | int) -> str:
@@ -268,7 +272,7 @@ class KernelIR:
             while i >= 0:
                 starts.append(i + 1)
                 i = src.find(b"\n", i + 1)
-            self._line_starts = starts
+            object.__setattr__(self, "_line_starts", starts)
         return bisect.bisect_right(starts, offset)
 
     def walk(self, start: Node | int = 0) -> Iterator[Node]:

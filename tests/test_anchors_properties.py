@@ -7,99 +7,14 @@ old anchor resolves in the new state (exact, else by structure hash) or is repor
 """
 from __future__ import annotations
 
-import functools
-import os
-from dataclasses import dataclass
-
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import anchors
 import kir
 from kir import kinds as K
-from test_kir_support import CORPUS
-
-SETTINGS = settings(max_examples=int(os.environ.get("KLINEAGE_HYPOTHESIS_EXAMPLES", "60")), deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
-
-
-@functools.cache
-def _state(path: str) -> tuple[kir.KernelIR, anchors.AnchorIndex]:
-    ir = kir.parse_file(path)
-    return ir, anchors.build_index(ir)
-
-
-@dataclass(frozen=True)
-class GeneratedEdit:
-    edit: kir.Edit
-    node: int  # IR node the edit sits in (old state)
-    kind: str  # insert | literal | delete | rename
-    new_name: str | None = None
-
-
-def _container(index: anchors.AnchorIndex, nid: int) -> anchors.Anchor:
-    a = index.enclosing(nid)
-    while a.kind not in K.CONTAINERS:
-        a = index.get(a.parent)
-    return a
-
-
-def _line_start(src: bytes, offset: int) -> int:
-    return src.rfind(b"\n", 0, offset) + 1
-
-
-def _sites(ir: kir.KernelIR) -> dict[str, list[int]]:
-    """Node ids where each edit kind can be made without breaking the syntax."""
-    in_body = {n.id for f in ir.find([K.KERNEL, K.FUNCTION]) for n in ir.walk(f)}
-    if ir.language is kir.Language.TRITON:
-        stmts = [n.id for n in ir.nodes if n.grammar_type == "SimpleStatementLine"
-                 and n.id in in_body]
-        deletable = [s for s in stmts
-                     if len(ir.children_of(ir.parent_of(s))) > 1
-                     and ir.source[_line_start(ir.source, ir.span_of(s).start):
-                                   ir.span_of(s).start].strip() == b""]
-        literals = [n.id for n in ir.nodes if n.grammar_type == "Integer"]
-        funcs = [n.id for n in ir.find([K.KERNEL, K.FUNCTION])
-                 if ir.kind_of(ir.parent_of(n.id)) == K.MODULE]
-        return {"insert": stmts, "literal": literals, "delete": deletable, "rename": funcs}
-    blocks = [n.id for n in ir.nodes if n.grammar_type == "compound_statement"
-              and n.id in in_body]
-    literals = [n.id for n in ir.nodes if n.grammar_type == "number_literal"
-                and n.id in in_body]
-    stmts = [n.id for n in ir.nodes if n.grammar_type == "expression_statement"
-             and ir.grammar_type_of(ir.parent_of(n.id)) == "compound_statement"]
-    return {"insert": blocks, "literal": literals, "delete": stmts, "rename": []}
-
-
-@st.composite
-def edits(draw) -> tuple[str, GeneratedEdit]:  # type: ignore[no-untyped-def]
-    path = str(draw(st.sampled_from(CORPUS)))
-    ir, _ = _state(path)
-    sites = _sites(ir)
-    kind = draw(st.sampled_from([k for k, v in sites.items() if v]))
-    nid = draw(st.sampled_from(sites[kind]))
-    span = ir.span_of(nid)
-    value = draw(st.integers(0, 999))
-    if kind == "insert" and ir.language is kir.Language.TRITON:
-        indent = span.start - _line_start(ir.source, span.start)
-        text = f"tmp_{value} = {value}\n" + " " * indent
-        return path, GeneratedEdit(kir.Edit(kir.Span(span.start, span.start), text), nid, kind)
-    if kind == "insert":  # right after the `{` of a CUDA block
-        at = span.start + 1
-        return path, GeneratedEdit(kir.Edit(kir.Span(at, at), f" int tmp_{value} = {value};"),
-                                   nid, kind)
-    if kind == "literal":
-        return path, GeneratedEdit(kir.Edit(span, str(value)), nid, kind)
-    if kind == "delete":
-        if ir.language is kir.Language.TRITON:  # the whole line, newline included
-            start = _line_start(ir.source, span.start)
-            end = ir.source.index(b"\n", span.end - 1) + 1 if b"\n" in ir.source[span.end - 1:] \
-                else span.end
-            return path, GeneratedEdit(kir.Edit(kir.Span(start, end), ""), nid, kind)
-        return path, GeneratedEdit(kir.Edit(span, ";"), nid, kind)
-    name_node = next(c for c in ir.children_of(nid) if ir.grammar_type_of(c) == "Name")
-    new_name = f"renamed_{value}"
-    return path, GeneratedEdit(kir.Edit(ir.span_of(name_node), new_name), nid, kind, new_name)
+from test_kir_support import (CORPUS, HYPOTHESIS_SETTINGS as SETTINGS, container_of,
+                              line_start, edit_sites, parsed_state, edits)
 
 
 def _outside(index: anchors.AnchorIndex, container: anchors.Anchor) -> dict[str, tuple]:
@@ -112,7 +27,7 @@ def _outside(index: anchors.AnchorIndex, container: anchors.Anchor) -> dict[str,
 @given(edits())
 def test_edit_properties(case):
     path, gen = case
-    old_ir, old_index = _state(path)
+    old_ir, old_index = parsed_state(path)
     new_ir = old_ir.apply([gen.edit])
     new_index = anchors.build_index(new_ir)
 
@@ -123,7 +38,7 @@ def test_edit_properties(case):
     ids = [a.id for a in new_index]
     assert len(ids) == len(set(ids))
 
-    container = _container(old_index, gen.node)
+    container = container_of(old_index, gen.node)
     if gen.kind == "rename":  # the edit touches the function's own id: its parent is the scope
         container = old_index.get(container.parent)
     old_out, new_out = _outside(old_index, container), _outside(new_index, container)
@@ -163,13 +78,13 @@ def test_edit_properties(case):
 @SETTINGS
 @given(st.sampled_from(CORPUS), st.integers(1, 3))
 def test_sequences_of_insertions_keep_all_ids(path, n):
-    ir, index = _state(str(path))
+    ir, index = parsed_state(str(path))
     cur = ir
     for k in range(n):
-        sites = _sites(cur)["insert"]
+        sites = edit_sites(cur)["insert"]
         span = cur.span_of(sites[(k * 7919) % len(sites)])
         if cur.language is kir.Language.TRITON:
-            indent = span.start - _line_start(cur.source, span.start)
+            indent = span.start - line_start(cur.source, span.start)
             edit = kir.Edit(kir.Span(span.start, span.start), f"tmp_{k} = {k}\n" + " " * indent)
         else:
             edit = kir.Edit(kir.Span(span.start + 1, span.start + 1), f" int tmp_{k} = {k};")
