@@ -64,7 +64,10 @@ class Resolution:
 
 
 def _clean(name: str | None) -> str | None:
-    return _UNSAFE.sub("_", name) if name else name
+    # `/` and `[..]` delimit id steps and indices; `operator[]` keeps a readable name
+    if not name:
+        return name
+    return _UNSAFE.sub("_", name.replace("operator[]", "operator_subscript"))
 
 
 def step_of(ir: KernelIR, nid: int) -> str:

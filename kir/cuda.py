@@ -59,8 +59,42 @@ _CLUSTER = re.compile(r"__cluster_dims__\s*\(([^()]*)\)")
 _MAXNREG = re.compile(r"__maxnreg__\s*\(([^()]*)\)")
 
 
+# Project qualifier macros (CUTLASS_HOST_DEVICE, C10_DEVICE, CUTE_HOST_DEVICE, ...) read as a
+# type to the grammar and derail the declaration after them; they are blanked the same way
+# (not on preprocessor lines, where they are being defined) and kept in the function's attrs.
+_QUALIFIER_MACRO = re.compile(
+    rb"\b[A-Z][A-Z0-9_]*_(?:DEVICE|HOST|INLINE|FORCEINLINE|GLOBAL)\b(?=[ \t\n]+[A-Za-z_:])")
+
+
 def _blank(match: re.Match[bytes]) -> bytes:
     return re.sub(rb"[^\n]", b" ", match.group(0))
+
+
+def _blank_qualifier(match: re.Match[bytes]) -> bytes:
+    src = match.string
+    line = src[src.rfind(b"\n", 0, match.start()) + 1 : match.start()]
+    if line.lstrip().startswith(b"#"):
+        return match.group(0)
+    return b" " * len(match.group(0))
+
+
+_MACRO_PREFIX = re.compile(
+    rb"(?:\b[A-Z][A-Z0-9_]*_(?:DEVICE|HOST|INLINE|FORCEINLINE|GLOBAL)[ \t\n]+)+$")
+
+
+def _macro_prefix(source: bytes, start: int) -> bytes:
+    """Blanked qualifier macros right before a function (they belong to its span)."""
+    if start == 0 or source[start - 1] not in b" \t\n":
+        return b""
+    found = _MACRO_PREFIX.search(source, max(0, start - 256), start)
+    return found.group(0) if found else b""
+
+
+def mask_for_grammar(source: bytes) -> bytes:
+    """`source` with the constructs the grammar does not know blanked (same length)."""
+    if b"__" in source:
+        source = _MASKED.sub(_blank, source)
+    return _QUALIFIER_MACRO.sub(_blank_qualifier, source)
 
 
 @functools.cache
@@ -172,12 +206,23 @@ def _classify(
         quals = tuple(c.type for c in node.children
                       if not c.is_named and c.type.startswith("__"))
         name = _declarator_name(src, node.child_by_field_name("declarator"))
+        if name and " " in name and "operator" not in name:
+            # an unknown macro or type before the name was read as part of it
+            name = name.split()[-1]
         attrs = {"qualifiers": quals}
         lb = next((c for c in node.named_children if c.type == "launch_bounds"), None)
         if lb is not None:
             attrs["launch_bounds"] = tuple(_text(src, a) for a in lb.named_children)
         body = node.child_by_field_name("body")
         head = src[node.start_byte : body.start_byte if body is not None else node.end_byte]
+        prefix = _macro_prefix(src, node.start_byte)
+        macros = tuple(m.decode() for m in _QUALIFIER_MACRO.findall(
+            src[node.start_byte - len(prefix) : node.start_byte] + head))
+        if macros:
+            attrs["macros"] = macros
+            if any(m.endswith("_GLOBAL") for m in macros):
+                quals = (*quals, "__global__")
+                attrs["qualifiers"] = quals
         if b"__cluster_dims__" in head or b"__maxnreg__" in head:
             head_text = head.decode("utf-8", "replace")
             for key, pattern in (("cluster_dims", _CLUSTER), ("maxnreg", _MAXNREG)):
@@ -246,8 +291,7 @@ def _classify(
 
 def build(source: bytes) -> tuple[Columns, int]:
     """Parse CUDA C++ bytes; returns the node table and the number of ERROR/MISSING nodes."""
-    masked = _MASKED.sub(_blank, source) if b"__" in source else source
-    tree = _parser().parse(masked)
+    tree = _parser().parse(mask_for_grammar(source))
     cols = Columns()
     add = cols.add
     errors = 0
@@ -267,7 +311,10 @@ def build(source: bytes) -> tuple[Columns, int]:
             if t == "ERROR":
                 errors += 1
             kind, name, attrs = _classify(source, node, t, in_tparams)
-            nid = add(kind, t, name, node.start_byte, node.end_byte, parent, attrs)
+            start = node.start_byte
+            if t == "function_definition":
+                start -= len(_macro_prefix(source, start))
+            nid = add(kind, t, name, start, node.end_byte, parent, attrs)
         if cursor.goto_first_child():
             stack.append((nid, t == "template_parameter_list" or (
                 in_tparams and t not in ("parameter_list", "template_argument_list"))))

@@ -225,3 +225,18 @@ def test_bom_and_crlf_keep_spans_exact(prefix, newline):
 def test_pathologically_deep_nesting_is_a_parse_error_not_a_crash():
     with pytest.raises(ParseError, match="nests too deeply"):
         kir.parse("x = " + "-" * 1000 + "1\n", "triton")
+
+
+def test_cutlass_style_qualifier_macros_are_recovered():
+    ir = kir.parse_file(KERNELS / "epilogue_macros.h")
+    assert ir.error_nodes == 0
+    (kernel,) = ir.find(K.KERNEL)
+    assert kernel.name == "apply_epilogue"
+    assert kernel.attrs["macros"] == ("KLT_GLOBAL",)
+    assert kernel.attrs["launch_bounds"] == ("256",)
+    assert ir.node_text(kernel).startswith("KLT_GLOBAL void")  # the macro is in the span
+    ops = [f for f in ir.find(K.FUNCTION) if f.name == "operator()"]
+    assert ops and ops[0].attrs["macros"] == ("KLT_DEVICE",)
+    # a value macro that merely contains DEVICE is left alone
+    (tiles,) = [n for n in ir.find(K.ASSIGN) if n.name == "tiles"]
+    assert ir.node_text(tiles) == "int tiles = KLT_MAX_DEVICE_TILES;"
