@@ -17,8 +17,8 @@ from experts import cudahost
 _SOURCE_PATH = Path(__file__).with_suffix(".cu")
 KERNEL = "topk_radix_select"
 MAX_KPOW2 = 4096  # the sort buffer is static shared memory: 8 bytes per slot
-# Compile-time switches of the kernel (see the .cu), all on by default; the benchmark times
-# each one off to check that it pays.
+# Compile-time switches of the kernel (see the .cu for each default); the benchmark times each
+# one off to check that it pays.
 SWITCHES = {"aggregate": "TOPK_AGGREGATE", "early_exit": "TOPK_EARLY_EXIT", "warp_sync": "TOPK_WARP_SYNC"}
 _FUNCTIONS: dict[tuple, object] = {}
 
