@@ -144,7 +144,8 @@ def run(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     n, c, h, wd = x.shape
     f, c_w, r, s = w.shape
     if c_w != c or r % 2 == 0 or s % 2 == 0:
-        raise ValueError(f"need matching channels and an odd filter, got x {tuple(x.shape)}, w {tuple(w.shape)}")
+        raise ValueError(
+            f"need matching channels and an odd filter, got x {tuple(x.shape)}, w {tuple(w.shape)}")
     # No-ops for the case's inputs, which are channels-last already.
     x = x.contiguous(memory_format=torch.channels_last)
     w = w.contiguous(memory_format=torch.channels_last)

@@ -10,9 +10,10 @@ elements are ever sorted, never the row.
 
 Expert decisions, each a plain Triton construct: the radix width RADIX_BITS, the warp count and
 EARLY_EXIT (a while loop that stops refining once the chosen bin holds only winners, instead of
-all 32/RADIX_BITS passes) are autotuned; the histogram is tl.histogram; the two counts the compaction needs come from one
-scan of a packed int32; the compaction writes (key, index) packed into one int64 into the
-indices output, which doubles as scratch, and the k-element sort runs on those packed words.
+all 32/RADIX_BITS passes) are autotuned; the histogram is tl.histogram; the two counts the
+compaction needs come from one scan of a packed int32; the compaction writes (key, index)
+packed into one int64 into the indices output, which doubles as scratch, and the k-element
+sort runs on those packed words.
 """
 from __future__ import annotations
 
