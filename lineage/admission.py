@@ -6,7 +6,8 @@ from — in which materializing the card (`lineage.optimize.materialize`) gives 
 passes the gate and reproduces the card's declared effect:
 
 - interpret / static tier (no timing): the candidate passes the gate and the pass's
-  optimization is present at more sites than before (the feature appears);
+  optimization appears (more sites where it is present, or fewer where it could still be
+  applied; `lineage.optimize.feature_appears`);
 - device tier: the candidate passes the gate and its speedup over the context state is at
   least the card's smallest measured speedup times (1 - `slack`) — and above 1 when the card
   only ever sped kernels up. A card that was never timed is held to the interpret rule.
@@ -113,7 +114,7 @@ def trial(card: SkillCard, context: Context, *, tier: str, rewriter: Any,
     import gate  # noqa: PLC0415
     import kir  # noqa: PLC0415
 
-    from lineage.optimize import _feature_appears  # noqa: PLC0415
+    from lineage.optimize import feature_appears  # noqa: PLC0415
     from passes.base import PassContext  # noqa: PLC0415
 
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -157,7 +158,7 @@ def trial(card: SkillCard, context: Context, *, tier: str, rewriter: Any,
                                  f"(min {float(summary['min']):.3f}x, floor {floor:.3f}x)",
                           speedup, made.rewriter)
         return result(True, f"speedup {speedup:.3f}x at {made.site.anchor}", speedup, made.rewriter)
-    if not _feature_appears(card.pass_name, ir, made.ir):
+    if not feature_appears(card.pass_name, ir, made.ir):
         return result(False, f"passes the gate but {card.pass_name} does not appear",
                       by=made.rewriter)
     return result(True, f"passes the {tier} gate; {card.pass_name} appears at {made.site.anchor}",

@@ -8,9 +8,9 @@ deterministic rule first, then the LLM rewriter when one is configured — to pe
 `optimize(target, case, library)` starts from any kernel that passes the gate, retrieves
 admitted cards for it, materializes them one at a time, gates every candidate and keeps a
 candidate only when it passes the gate *and* improves the kernel (device tier: faster than the
-current best; interpret tier, which has no timing: the card's optimization appears in the
-kernel). After each kept candidate the target's features change, so cards are retrieved
-again. The run is recorded as a new lineage (`lineage.graph.Lineage`): the start state (role
+current best; interpret tier, which has no timing: the card's pass finds more sites where its
+optimization is present, or fewer where it could still be applied). After each kept candidate the target's features change, so cards are retrieved
+again (a card rejected `MAX_CARD_FAILURES` times in the run is not tried again). The run is recorded as a new lineage (`lineage.graph.Lineage`): the start state (role
 `root`), every kept state and the forward transitions between them, and every rejected
 candidate as risk evidence. It never returns a kernel that failed the gate: the best kernel is
 the start kernel or a kept candidate, and both passed.
@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,8 @@ ProgressFn = Callable[[str, Mapping[str, Any]], None]
 MIN_GAIN = 1.01
 # Sites tried per card and kernel (the card's own locus first).
 MAX_SITES = 3
+# A card rejected this many times in one run is not retrieved again in that run.
+MAX_CARD_FAILURES = 2
 
 
 # -- materialization ------------------------------------------------------------------------------
@@ -104,7 +107,13 @@ class _CardView:
 
 def materialize(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                 ctx: PassContext | None = None, *, max_sites: int = MAX_SITES) -> Materialized:
-    """Perform `card` on `ir` at its first site that a back-end takes (see module docstring)."""
+    """Perform `card` on `ir` at its first site that a back-end takes (see module docstring).
+
+    A deterministic back-end tries the card's recorded option variants for the site in turn
+    (`SkillCard.option_candidates`): a variant whose edit re-inserts a line the kernel already
+    has was most likely applied at another site already (e.g. the same TMA descriptor), so the
+    next variant is preferred and that result is kept only as a last resort. The LLM back-end
+    is asked once per site, with the card's options for it."""
     from passes.base import Applied  # noqa: PLC0415
     from passes.registry import get_pass  # noqa: PLC0415
 
@@ -112,25 +121,56 @@ def materialize(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     if not sites:
         return Materialized(card, None, None, refusals=(f"no site for {card.pass_name}",))
     try:
-        options = _known_options(get_pass(card.pass_name), card.options)
+        cls: Any = get_pass(card.pass_name)
     except (BadInputError, ImportError):
-        options = dict(card.options)
-    view = _CardView(card, card.pass_name, options)
+        cls = None
     # A chain is unwrapped here so the result names the back-end that performed the edit.
     backends = tuple(getattr(rewriter, "backends", None) or (rewriter,))
+    old_lines = _significant_lines(ir.unparse())
     refusals: list[str] = []
+    fallback: Materialized | None = None
     for site in sites[:max_sites]:
         for backend in backends:
-            try:
-                result: PassResult = backend.rewrite(ir, site, view, ctx)
-            except BadInputError as exc:  # unknown pass or options the pass rejects
-                refusals.append(f"{backend.name} at {site.anchor}: {exc}")
-                continue
-            if isinstance(result, Applied):
-                return Materialized(card, result.ir, site, str(backend.name), tuple(refusals))
-            why = getattr(result, "reason", None) or getattr(result, "error", "")
-            refusals.append(f"{backend.name} at {site.anchor}: {why}")
+            variants = card.option_candidates(site.anchor)
+            if backend.name == "llm":
+                variants = variants[:1]
+            for options in variants:
+                view = _CardView(card, card.pass_name,
+                                 _known_options(cls, options) if cls is not None else options)
+                try:
+                    result: PassResult = backend.rewrite(ir, site, view, ctx)
+                except BadInputError as exc:  # unknown pass or options the pass rejects
+                    refusals.append(f"{backend.name} at {site.anchor}: {exc}")
+                    continue
+                if not isinstance(result, Applied):
+                    why = getattr(result, "reason", None) or getattr(result, "error", "")
+                    refusals.append(f"{backend.name} at {site.anchor}: {why}")
+                    continue
+                made = Materialized(card, result.ir, site, str(backend.name), tuple(refusals))
+                repeated = [ln for ln in _inserted_lines(ir.unparse(), result.ir.unparse())
+                            if ln in old_lines]
+                if not repeated:
+                    return made
+                fallback = fallback or made
+    if fallback is not None:
+        return fallback
     return Materialized(card, None, None, refusals=tuple(refusals))
+
+
+def _significant_lines(text: str) -> set[str]:
+    return {ln.strip() for ln in text.splitlines() if len(ln.strip()) >= 12}
+
+
+def _inserted_lines(before: str, after: str) -> list[str]:
+    """Stripped non-trivial lines the edit inserted (difflib over lines)."""
+    import difflib  # noqa: PLC0415
+
+    a, b = before.splitlines(), after.splitlines()
+    out: list[str] = []
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if tag in ("insert", "replace"):
+            out += [ln.strip() for ln in b[j1:j2] if len(ln.strip()) >= 12]
+    return out
 
 
 # -- the optimize loop ----------------------------------------------------------------------------
@@ -263,7 +303,9 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
         present, open_ = kernel_sites(run.ir)
         found = retriever.retrieve(Target(language, the_case.name, the_case.platform,
                                           present, open_))
-        fresh = [r.card for r in found.cards if (run.state, r.card.id) not in run.tried]
+        failures = Counter(step.card for step in run.rejected)
+        fresh = [r.card for r in found.cards if (run.state, r.card.id) not in run.tried
+                 and failures[r.card.id] < MAX_CARD_FAILURES]
         if not fresh:
             termination = "exhausted"
             break
@@ -327,7 +369,7 @@ def _attempt(card: SkillCard, run: _Run, rewriter: Any, ctx: Any, check: Callabl
     if tier == "device":
         if ms is None or (run.ms is not None and ms * MIN_GAIN > run.ms):
             return reject("profile", f"not faster: {run.ms} ms -> {ms} ms", made.site.anchor)
-    elif not _feature_appears(card.pass_name, run.ir, made.ir):
+    elif not feature_appears(card.pass_name, run.ir, made.ir):
         return reject("effect", f"{card.pass_name} is not present after the rewrite",
                       made.site.anchor)
     new_state = lineage.add_state(_state(source, made.ir, language, case, tier, verdict, frozenset()))
@@ -348,20 +390,27 @@ def _attempt(card: SkillCard, run: _Run, rewriter: Any, ctx: Any, check: Callabl
     return True
 
 
-def _feature_appears(pass_name: str, before: Any, after: Any) -> bool:
-    """The pass is present at more sites after the rewrite than before. A card whose pass has
-    no detector (no importable pass module: an intent only the LLM performs) cannot be
-    checked this way; for it the gate alone decides."""
+def feature_appears(pass_name: str, before: Any, after: Any) -> bool:
+    """The rewrite moved the kernel toward the pass: it has more sites where the optimization
+    is present, or fewer where it could still be applied (a tile grown at an anchor that
+    already counted as present). A card whose pass has no detector (no importable pass
+    module: an intent only the LLM performs) cannot be checked this way; for it the gate
+    alone decides."""
+    import anchors  # noqa: PLC0415
+
     from passes.registry import get_pass  # noqa: PLC0415
 
     try:
-        get_pass(pass_name)
+        the_pass = get_pass(pass_name)()
     except (BadInputError, ImportError):
         return True
 
-    def count(ir: Any) -> int:
-        return sum(1 for f in kernel_features(ir) if f["pass"] == pass_name)
-    return count(after) > count(before)
+    def counts(ir: Any) -> tuple[int, int]:
+        sites = the_pass.sites(ir, anchors.build_index(ir))
+        return sum(s.present for s in sites), sum(not s.present for s in sites)
+
+    (present_0, open_0), (present_1, open_1) = counts(before), counts(after)
+    return present_1 > present_0 or open_1 < open_0
 
 
 def _state(source: str, ir: Any, language: str, case: str, tier: str, verdict: Any,
@@ -410,5 +459,5 @@ def _spent(rewriter: Any) -> float:
     return total
 
 
-__all__ = ["Materialized", "OptimizeResult", "Step", "card_sites", "materialize", "optimize",
+__all__ = ["Materialized", "OptimizeResult", "Step", "card_sites", "feature_appears", "materialize", "optimize",
            "resolve_tier"]

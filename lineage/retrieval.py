@@ -224,12 +224,32 @@ class Retriever:
                 skipped[card.id] = (f"already present: {card.pass_name} at "
                                     f"{', '.join(sorted(here & where or here))}")
                 continue
-            clash = sorted(set(card.conflicts) & provided)
+            clash = self._clash(card, target, provided)
             if clash:
                 skipped[card.id] = f"conflicts with present {', '.join(clash)}"
                 continue
             candidates.append(card)
         return candidates, skipped
+
+    def _clash(self, card: SkillCard, target: Target, provided: frozenset[str]) -> list[str]:
+        """The target's features the card conflicts with. Conflicts are per kernel: when the
+        target lists open sites of the card's pass, a card is free if one of the kernels
+        (anchor scopes) holding such a site has none of the conflicting features."""
+        scopes = {_scope(f.get("anchor", "")) for f in target.open_sites
+                  if f.get("pass") == card.pass_name}
+        everywhere = sorted(set(card.conflicts) & provided)
+        if not everywhere or not scopes:
+            return everywhere
+        decls = self._declarations or {}
+        per_scope: list[list[str]] = []
+        for scope in scopes:
+            names: set[str] = set()
+            for f in target.features:
+                if _scope(f.get("anchor", "")) == scope:
+                    names.add(str(f.get("pass")))
+                    names.update(decls.get(str(f.get("pass")), {}).get("provides", ()))
+            per_scope.append(sorted(set(card.conflicts) & names))
+        return min(per_scope, key=len)
 
     @staticmethod
     def _requirements_met(candidates: list[SkillCard], provided: frozenset[str],
@@ -253,6 +273,11 @@ class Retriever:
             for card in dropped:
                 skipped[card.id] = f"requires {', '.join(unmet[card.id])}, not present"
             candidates = [c for c in candidates if not unmet[c.id]]
+
+
+def _scope(anchor_id: str) -> str:
+    """The top-level scope (kernel or function) of an anchor id: its first path step."""
+    return str(anchor_id).split("/", 1)[0]
 
 
 def _loci(records: Iterable[Mapping[str, str]]) -> dict[str, set[str]]:

@@ -94,6 +94,9 @@ class SkillCard:
     - `scope`: `{"cases", "languages", "platforms", "prior_actions"}`.
     - `requires`, `provides`, `conflicts`: the pass's declarations at lift time.
     - `verification`: the trials; `admitted`: True once one trial succeeded.
+    - `variants`: `[{"anchor", "options"}]`, the options each piece of evidence recorded at its
+      anchor (a card whose sites differ only in a recorded name or value, e.g. one TMA
+      descriptor per operand); `options_for(anchor)` picks the one for a site.
     """
 
     id: str
@@ -117,6 +120,7 @@ class SkillCard:
     conflicts: tuple[str, ...] = ()
     verification: tuple[Trial, ...] = ()
     admitted: bool = False
+    variants: tuple[Mapping[str, Any], ...] = ()
 
     # -- derived ---------------------------------------------------------------------------
     @property
@@ -129,6 +133,34 @@ class SkillCard:
         """Geometric-mean speedup of the evidence (1.0 when untimed) — for ranking."""
         summary = self.speedup
         return float(summary["geomean"]) if summary else 1.0
+
+    def options_for(self, anchor_id: str) -> Mapping[str, Any]:
+        """The recorded options for a site: the variant recorded at this very anchor, else the
+        first at the same locus signature, else the card's options."""
+        for variant in self.variants:
+            if variant.get("anchor") == anchor_id:
+                return dict(variant.get("options") or {})
+        locus = locus_signature(anchor_id)
+        for variant in self.variants:
+            if locus_signature(str(variant.get("anchor", ""))) == locus:
+                return dict(variant.get("options") or {})
+        return dict(self.options)
+
+    def option_candidates(self, anchor_id: str) -> list[dict[str, Any]]:
+        """Every recorded option set, the best fit for the site first: variants recorded at
+        this anchor, then at the same locus signature, then the card's options, then the rest."""
+        locus = locus_signature(anchor_id)
+        ranked = sorted(self.variants, key=lambda v: (
+            v.get("anchor") != anchor_id, locus_signature(str(v.get("anchor", ""))) != locus))
+        out: list[dict[str, Any]] = []
+        exact = [dict(v.get("options") or {}) for v in ranked
+                 if locus_signature(str(v.get("anchor", ""))) == locus]
+        rest = [dict(v.get("options") or {}) for v in ranked
+                if locus_signature(str(v.get("anchor", ""))) != locus]
+        for options in exact + [dict(self.options)] + rest:
+            if options not in out:
+                out.append(options)
+        return out
 
     def with_trial(self, trial: Trial) -> SkillCard:
         """This card with `trial` appended to its log; a successful trial admits it."""
@@ -159,6 +191,7 @@ class SkillCard:
                 for key in ("examples", "present_loci")}},
             verification=trials,
             admitted=self.admitted or other.admitted,
+            variants=tuple(_union_dicts(self.variants, other.variants)),
         )
 
     # -- serialization ---------------------------------------------------------------------
@@ -174,7 +207,7 @@ class SkillCard:
             "requires": list(self.requires), "provides": list(self.provides),
             "conflicts": list(self.conflicts),
             "verification": [t.to_json() for t in self.verification],
-            "admitted": self.admitted,
+            "admitted": self.admitted, "variants": _plain(self.variants),
         }
 
     @staticmethod
@@ -196,7 +229,8 @@ class SkillCard:
                 provides=tuple(data.get("provides") or ()),
                 conflicts=tuple(data.get("conflicts") or ()),
                 verification=tuple(Trial.from_json(t) for t in data.get("verification") or ()),
-                admitted=bool(data.get("admitted", False)))
+                admitted=bool(data.get("admitted", False)),
+                variants=tuple(data.get("variants") or ()))
         except (KeyError, TypeError, ValueError) as exc:
             raise BadInputError(f"not a SkillCard: {exc}") from None
 
@@ -217,7 +251,9 @@ class SkillCard:
                  f"**Intent.** {self.intent}", "",
                  f"**Pass.** `{self.pass_name}` ({self.category})"
                  + (f" with options `{json.dumps(_plain(self.options), sort_keys=True)}`"
-                    if self.options else ""), "",
+                    if self.options else "")
+                 + (f"; {len(self.variants)} recorded option variants" if len(self.variants) > 1
+                    else ""), "",
                  f"**Anchor.** query `{self.anchor.get('query', '')}` (locus `{self.locus}`); "
                  f"seen at {', '.join(f'`{a}`' for a in self.anchor.get('examples', [])[:3])}", ""]
         lines += ["**Carrier.**", "", "Before:", "", f"{fence}{lang}",
@@ -328,9 +364,10 @@ def anchor_kinds(source: str, language: str, anchor_id: str) -> list[str] | None
     return chain or None
 
 
-def card_id(pass_name: str, language: str, locus: str) -> str:
-    """Stable, filesystem-safe id: ``<pass>.<language>.<8 hex of the locus>``."""
-    digest = hashlib.sha256(f"{pass_name}|{language}|{locus}".encode()).hexdigest()[:8]
+def card_id(pass_name: str, language: str, locus: str, prior: Iterable[str] = ()) -> str:
+    """Stable, filesystem-safe id: ``<pass>.<language>.<8 hex of locus and prior actions>``."""
+    context = ",".join(sorted(prior))
+    digest = hashlib.sha256(f"{pass_name}|{language}|{locus}|{context}".encode()).hexdigest()[:8]
     return f"{pass_name}.{language}.{digest}"
 
 
@@ -338,16 +375,20 @@ def lift(lineage: Lineage, *, declarations: Mapping[str, Mapping[str, Any]] | No
          ) -> list[SkillCard]:
     """Lift the forward transitions of `lineage` into SkillCard hypotheses.
 
-    Transitions are grouped by (pass, language, locus signature); each group is one card.
-    `declarations` (pass name -> `Pass.declaration()`-like dict) default to the registry's; a
+    Transitions are grouped by intent and context — (pass, language, locus signature, prior
+    actions: the passes already applied in the source state) — and each group is one card: the
+    same intent at the same locus after different prior actions (e.g. grouped ordering before
+    and after a persistent loop was introduced) is two skills. `declarations` (pass name -> `Pass.declaration()`-like dict) default to the registry's; a
     pass the registry does not know still gets a card (with empty declarations).
     Cards come back sorted by id.
     """
-    groups: dict[tuple[str, str, str], list[str]] = {}
+    groups: dict[tuple[str, str, str, tuple[str, ...]], list[str]] = {}
     for tid in lineage.transitions():
         attrs = lineage.node(tid)
-        key = (str(attrs.get("pass", "")), str(attrs.get("language", "")),
-               locus_signature(attrs.get("anchor", "")))
+        name = str(attrs.get("pass", ""))
+        src, _ = _ends(lineage, tid)
+        key = (name, str(attrs.get("language", "")), locus_signature(attrs.get("anchor", "")),
+               tuple(sorted(_prior_actions(lineage, src) - {name})))
         groups.setdefault(key, []).append(tid)
     decls = dict(declarations) if declarations is not None else _registry_declarations(
         {k[0] for k in groups})
@@ -356,9 +397,9 @@ def lift(lineage: Lineage, *, declarations: Mapping[str, Mapping[str, Any]] | No
     return sorted(cards, key=lambda c: c.id)
 
 
-def _lift_group(lineage: Lineage, key: tuple[str, str, str], tids: list[str],
+def _lift_group(lineage: Lineage, key: tuple[str, str, str, tuple[str, ...]], tids: list[str],
                 decl: Mapping[str, Any]) -> SkillCard:
-    pass_name, language, locus = key
+    pass_name, language, locus, prior_key = key
     samples: dict[str, float] = {}
     statics: dict[str, list[float]] = {}
     tiers: set[str] = set()
@@ -395,7 +436,7 @@ def _lift_group(lineage: Lineage, key: tuple[str, str, str], tids: list[str],
     summary = str(decl.get("summary") or "").strip()
     intent = (f"{summary} " if summary else f"apply `{pass_name}` ") + f"at `{locus}` ({language})"
     return SkillCard(
-        id=card_id(pass_name, language, locus), intent=intent, pass_name=pass_name,
+        id=card_id(pass_name, language, locus, prior_key), intent=intent, pass_name=pass_name,
         category=str(best_attrs.get("category") or decl.get("category") or ""),
         language=language, locus=locus, options=dict(best_attrs.get("options") or {}),
         anchor={"query": anchor_query(locus, anchor_kinds(lineage.node(src).get("source", ""),
@@ -413,6 +454,9 @@ def _lift_group(lineage: Lineage, key: tuple[str, str, str], tids: list[str],
                "prior_actions": sorted(prior or ())},
         requires=tuple(decl.get("requires") or ()), provides=tuple(decl.get("provides") or ()),
         conflicts=tuple(decl.get("conflicts") or ()),
+        variants=tuple(_union_dicts([], [{"anchor": str(lineage.node(t).get("anchor", "")),
+                                          "options": dict(lineage.node(t).get("options") or {})}
+                                         for t in tids])),
     )
 
 
