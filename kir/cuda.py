@@ -54,7 +54,9 @@ _MNEMONIC = re.compile(r"[A-Za-z_][\w.:]*")
 # CUDA attribute macros the tree-sitter grammar does not know. They are blanked (same byte
 # length, newlines kept) in the bytes handed to tree-sitter, so offsets into the real source
 # stay exact; their arguments are read back from the real source into the function's attrs.
-_MASKED = re.compile(rb"\b(__align__|__cluster_dims__|__maxnreg__)\s*\([^()]*\)")
+_MASKED = re.compile(rb"\b(__align__|__cluster_dims__|__maxnreg__|"
+                     rb"[A-Z][A-Z0-9_]*LAUNCH_BOUNDS[A-Z0-9_]*)\s*\([^()]*\)")
+_LAUNCH_BOUNDS_MACRO = re.compile(r"\b[A-Z][A-Z0-9_]*LAUNCH_BOUNDS[A-Z0-9_]*\s*\(([^()]*)\)")
 _CLUSTER = re.compile(r"__cluster_dims__\s*\(([^()]*)\)")
 _MAXNREG = re.compile(r"__maxnreg__\s*\(([^()]*)\)")
 
@@ -79,7 +81,8 @@ def _blank_qualifier(match: re.Match[bytes]) -> bytes:
 
 
 _MACRO_PREFIX = re.compile(
-    rb"(?:\b[A-Z][A-Z0-9_]*_(?:DEVICE|HOST|INLINE|FORCEINLINE|GLOBAL)[ \t\n]+)+$")
+    rb"(?:(?:\b[A-Z][A-Z0-9_]*_(?:DEVICE|HOST|INLINE|FORCEINLINE|GLOBAL)|"
+    rb"\b[A-Z][A-Z0-9_]*LAUNCH_BOUNDS[A-Z0-9_]*\s*\([^()]*\))[ \t\n]+)+$")
 
 
 def _macro_prefix(source: bytes, start: int) -> bytes:
@@ -92,7 +95,7 @@ def _macro_prefix(source: bytes, start: int) -> bytes:
 
 def mask_for_grammar(source: bytes) -> bytes:
     """`source` with the constructs the grammar does not know blanked (same length)."""
-    if b"__" in source:
+    if b"__" in source or b"LAUNCH_BOUNDS" in source:
         source = _MASKED.sub(_blank, source)
     return _QUALIFIER_MACRO.sub(_blank_qualifier, source)
 
@@ -216,8 +219,11 @@ def _classify(
         body = node.child_by_field_name("body")
         head = src[node.start_byte : body.start_byte if body is not None else node.end_byte]
         prefix = _macro_prefix(src, node.start_byte)
-        macros = tuple(m.decode() for m in _QUALIFIER_MACRO.findall(
-            src[node.start_byte - len(prefix) : node.start_byte] + head))
+        head = prefix + head
+        macros = tuple(m.decode() for m in _QUALIFIER_MACRO.findall(head))
+        lb_macro = _LAUNCH_BOUNDS_MACRO.search(head.decode("utf-8", "replace"))
+        if lb_macro and "launch_bounds" not in attrs:
+            attrs["launch_bounds"] = tuple(a.strip() for a in lb_macro.group(1).split(","))
         if macros:
             attrs["macros"] = macros
             if any(m.endswith("_GLOBAL") for m in macros):

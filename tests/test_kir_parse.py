@@ -240,3 +240,13 @@ def test_cutlass_style_qualifier_macros_are_recovered():
     # a value macro that merely contains DEVICE is left alone
     (tiles,) = [n for n in ir.find(K.ASSIGN) if n.name == "tiles"]
     assert ir.node_text(tiles) == "int tiles = KLT_MAX_DEVICE_TILES;"
+
+
+def test_launch_bounds_macro_is_read_back():
+    src = ("template <int nt, typename R>\nC10_LAUNCH_BOUNDS_2(nt, 4)\n"
+           "__global__ void reduce_kernel(R reduction) {\n  reduction.run();\n}\n")
+    ir = kir.parse(src, "cuda")
+    assert ir.error_nodes == 0
+    (kernel,) = ir.find(K.KERNEL)
+    assert kernel.attrs["launch_bounds"] == ("nt", "4")
+    assert ir.node_text(kernel).startswith("C10_LAUNCH_BOUNDS_2(nt, 4)\n__global__")
