@@ -112,6 +112,7 @@ def test_compiles_to_wgmma_with_cp_async_pipeline_for_sm90() -> None:
     assert "cp.async" in done.stdout
 
 
+@pytest.mark.slow
 def test_gate_passes_the_expert_at_the_interpret_tier() -> None:
     import gate
 
