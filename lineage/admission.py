@@ -17,6 +17,7 @@ written back to the library at once (so an interrupted admission keeps what it l
 """
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,8 @@ from typing import Any
 
 from kir.errors import BadInputError
 from lineage.graph import Lineage
-from lineage.optimize import materialize, resolve_tier
+from lineage.optimize import (CANDIDATES_PER_CARD, feature_appears, materializations,
+                              resolve_tier)
 from lineage.skills import Library, SkillCard, Trial
 
 ProgressFn = Callable[[str, Mapping[str, Any]], None]
@@ -108,13 +110,14 @@ def _depth_from_root(lineage: Lineage, state: str) -> int:
 def trial(card: SkillCard, context: Context, *, tier: str, rewriter: Any,
           slack: float = 0.25, gate_timeout: float | None = None,
           check_fn: Callable[..., Any] | None = None) -> Trial:
-    """Materialize `card` on `context` and judge it (see module docstring). Never raises for
-    a failed trial: the reason is in the returned `Trial`. `check_fn` replaces `gate.check`
-    (same signature)."""
+    """Materialize `card` on `context` and judge it (see module docstring). Up to
+    `CANDIDATES_PER_CARD` materializations are gated (recorded options, then the pass's
+    defaults); the first that passes the gate is judged. Never raises for a failed trial: the
+    reason is in the returned `Trial` (the first candidate's failure when none passed).
+    `check_fn` replaces `gate.check` (same signature)."""
     import gate  # noqa: PLC0415
     import kir  # noqa: PLC0415
 
-    from lineage.optimize import feature_appears  # noqa: PLC0415
     from passes.base import PassContext  # noqa: PLC0415
 
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -126,25 +129,36 @@ def trial(card: SkillCard, context: Context, *, tier: str, rewriter: Any,
         the_case = gate.load_case(context.case)
     except BadInputError as exc:
         return result(False, f"context case unavailable: {exc}")
-    ir = kir.parse(context.source, language=context.language,
-                   path=context.path or None)
+    ir = kir.parse(context.source, language=context.language, path=context.path or None)
     ctx = PassContext.for_case(the_case.name, tier="interpret" if tier != "device" else "device")
-    made = materialize(card, ir, rewriter, ctx)
-    if not made.ok:
-        return result(False, "not materialized: " + ("; ".join(made.refusals) or "no site"))
     kwargs: dict[str, Any] = {"path": Path(context.path)} if context.path else {}
     if gate_timeout is not None:
         kwargs["timeout"] = gate_timeout
     check = check_fn or gate.check
-    verdict = check(made.ir.unparse(), context.language, the_case, tier, **kwargs)
-    if not verdict.ok:
-        kind = getattr(verdict.failure_kind, "value", verdict.failure_kind)
-        return result(False, f"gate: {kind}: {verdict.reason}", by=made.rewriter)
+    first_failure: Trial | None = None
+    for made in itertools.islice(materializations(card, ir, rewriter, ctx), CANDIDATES_PER_CARD):
+        if not made.ok or made.ir is None or made.site is None:
+            return first_failure or result(
+                False, "not materialized: " + ("; ".join(made.refusals) or "no site"))
+        verdict = check(made.ir.unparse(), context.language, the_case, tier, **kwargs)
+        if not verdict.ok:
+            kind = getattr(verdict.failure_kind, "value", verdict.failure_kind)
+            first_failure = first_failure or result(False, f"gate: {kind}: {verdict.reason}",
+                                                    by=made.rewriter)
+            continue
+        return _judge(card, context, ir, made, verdict, tier, slack, result,
+                      lambda: check(context.source, context.language, the_case, tier, **kwargs))
+    return first_failure or result(False, "not materialized")
+
+
+def _judge(card: SkillCard, context: Context, ir: Any, made: Any, verdict: Any, tier: str,
+           slack: float, result: Callable[..., Trial], baseline: Callable[[], Any]) -> Trial:
+    """Whether a candidate that passed the gate reproduces the card's effect."""
     summary = card.speedup
     if tier == "device" and summary:
         before = context.timing_ms if context.tier == "device" else None
         if before is None:
-            base = check(context.source, context.language, the_case, tier, **kwargs)
+            base = baseline()
             before = base.timing.candidate_ms if base.ok and base.timing else None
         after = verdict.timing.candidate_ms if verdict.timing else None
         if not before or not after:

@@ -17,17 +17,18 @@ the start kernel or a kept candidate, and both passed.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kir.errors import BadInputError
-from lineage.graph import KernelState, Lineage, Transition, atomic_write_text, state_id
+from lineage.graph import KernelState, Lineage, Transition, atomic_write_text
 from lineage.retrieval import Retriever, Target, kernel_features, kernel_sites
 from lineage.skills import Library, SkillCard, locus_signature
 
@@ -43,6 +44,8 @@ MIN_GAIN = 1.01
 MAX_SITES = 3
 # A card rejected this many times in one run is not retrieved again in that run.
 MAX_CARD_FAILURES = 2
+# Materializations of one card gated on one kernel (recorded options, then pass defaults).
+CANDIDATES_PER_CARD = 2
 
 
 # -- materialization ------------------------------------------------------------------------------
@@ -107,33 +110,47 @@ class _CardView:
 
 def materialize(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                 ctx: PassContext | None = None, *, max_sites: int = MAX_SITES) -> Materialized:
-    """Perform `card` on `ir` at its first site that a back-end takes (see module docstring).
+    """Perform `card` on `ir` at its first site that a back-end takes: the first of
+    `materializations` (see there), or a `Materialized` without IR and with the refusals."""
+    return next(iter(materializations(card, ir, rewriter, ctx, max_sites=max_sites)))
 
-    A deterministic back-end tries the card's recorded option variants for the site in turn
-    (`SkillCard.option_candidates`): a variant whose edit re-inserts a line the kernel already
-    has was most likely applied at another site already (e.g. the same TMA descriptor), so the
-    next variant is preferred and that result is kept only as a last resort. The LLM back-end
-    is asked once per site, with the card's options for it."""
+
+def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
+                     ctx: PassContext | None = None, *, max_sites: int = MAX_SITES
+                     ) -> Iterator[Materialized]:
+    """Distinct candidate materializations of `card` on `ir`, best first; the last item has
+    no IR (it carries every refusal) when nothing else came out.
+
+    Order: for each site (the card's locus first), each back-end (a chain is unwrapped so a
+    result names the back-end that made it): a deterministic back-end tries the card's recorded
+    option variants for the site (`SkillCard.option_candidates`) and then the pass's defaults
+    (a recorded value may name what only the source kernel has, e.g. its accumulator); the LLM
+    back-end is asked once per site. A candidate whose edit re-inserts a line the kernel already
+    has (most likely a variant already applied at another site, e.g. the same TMA descriptor)
+    comes after the others. Callers gate candidates in this order and may stop at the first
+    that passes."""
     from passes.base import Applied  # noqa: PLC0415
     from passes.registry import get_pass  # noqa: PLC0415
 
     sites = card_sites(card, ir)
     if not sites:
-        return Materialized(card, None, None, refusals=(f"no site for {card.pass_name}",))
+        yield Materialized(card, None, None, refusals=(f"no site for {card.pass_name}",))
+        return
     try:
         cls: Any = get_pass(card.pass_name)
     except (BadInputError, ImportError):
         cls = None
-    # A chain is unwrapped here so the result names the back-end that performed the edit.
     backends = tuple(getattr(rewriter, "backends", None) or (rewriter,))
-    old_lines = _significant_lines(ir.unparse())
+    source = ir.unparse()
+    old_lines = _significant_lines(source)
     refusals: list[str] = []
-    fallback: Materialized | None = None
+    seen: set[str] = {source}
+    repeats: list[Materialized] = []
+    produced = False
     for site in sites[:max_sites]:
         for backend in backends:
             variants = card.option_candidates(site.anchor)
-            if backend.name == "llm":
-                variants = variants[:1]
+            variants = variants[:1] if backend.name == "llm" else variants + [{}]
             for options in variants:
                 view = _CardView(card, card.pass_name,
                                  _known_options(cls, options) if cls is not None else options)
@@ -146,15 +163,21 @@ def materialize(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                     why = getattr(result, "reason", None) or getattr(result, "error", "")
                     refusals.append(f"{backend.name} at {site.anchor}: {why}")
                     continue
+                text = result.ir.unparse()
+                if text in seen:
+                    continue
+                seen.add(text)
                 made = Materialized(card, result.ir, site, str(backend.name), tuple(refusals))
-                repeated = [ln for ln in _inserted_lines(ir.unparse(), result.ir.unparse())
-                            if ln in old_lines]
-                if not repeated:
-                    return made
-                fallback = fallback or made
-    if fallback is not None:
-        return fallback
-    return Materialized(card, None, None, refusals=tuple(refusals))
+                if any(ln in old_lines for ln in _inserted_lines(source, text)):
+                    repeats.append(made)
+                    continue
+                produced = True
+                yield made
+    for made in repeats:
+        produced = True
+        yield made
+    if not produced:
+        yield Materialized(card, None, None, refusals=tuple(refusals))
 
 
 def _significant_lines(text: str) -> set[str]:
@@ -315,7 +338,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
                 break
             run.tried.add((run.state, card.id))
             kept = _attempt(card, run, rewriter, ctx, check, lineage, language, the_case.name,
-                            run_tier, str(path), say)
+                            run_tier, str(path), say, budget_steps)
             if kept:
                 break
         if not kept and run.gated < budget_steps:
@@ -343,9 +366,24 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
 
 def _attempt(card: SkillCard, run: _Run, rewriter: Any, ctx: Any, check: Callable[[str], Any],
              lineage: Lineage, language: str, case: str, tier: str, expert: str,
-             say: ProgressFn) -> bool:
-    """Materialize and gate one card on the run's current kernel; keep it when it improves."""
-    made = materialize(card, run.ir, rewriter, ctx)
+             say: ProgressFn, budget_steps: int) -> bool:
+    """Materialize and gate one card on the run's current kernel (up to
+    `CANDIDATES_PER_CARD` materializations); keep the first that improves it."""
+    for made in itertools.islice(materializations(card, run.ir, rewriter, ctx),
+                                 CANDIDATES_PER_CARD):
+        if run.gated >= budget_steps:
+            return False
+        if _attempt_one(card, made, run, check, lineage, language, case, tier, expert, say):
+            return True
+        if not made.ok:
+            return False
+    return False
+
+
+def _attempt_one(card: SkillCard, made: Materialized, run: _Run, check: Callable[[str], Any],
+                 lineage: Lineage, language: str, case: str, tier: str, expert: str,
+                 say: ProgressFn) -> bool:
+    """Gate one materialization; keep it when it improves the kernel (module docstring)."""
 
     def reject(stage: str, reason: str, anchor: str = "") -> bool:
         step = Step(card.id, card.pass_name, anchor, False, stage, reason, rewriter=made.rewriter)
@@ -358,8 +396,6 @@ def _attempt(card: SkillCard, run: _Run, rewriter: Any, ctx: Any, check: Callabl
     if not made.ok or made.site is None:
         return reject("materialize", "; ".join(made.refusals) or "no site")
     source = made.ir.unparse()
-    if state_id(source) == run.state:
-        return reject("materialize", "the rewrite changed nothing", made.site.anchor)
     run.gated += 1
     say("gate", {"card": card.id, "anchor": made.site.anchor})
     verdict = check(source)
@@ -459,5 +495,5 @@ def _spent(rewriter: Any) -> float:
     return total
 
 
-__all__ = ["Materialized", "OptimizeResult", "Step", "card_sites", "feature_appears", "materialize", "optimize",
-           "resolve_tier"]
+__all__ = ["Materialized", "OptimizeResult", "Step", "card_sites", "feature_appears", "materialize",
+           "materializations", "optimize", "resolve_tier"]
