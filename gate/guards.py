@@ -145,6 +145,7 @@ class LaunchMonitor:
     candidate_dir: str
     mode: str = "run"
     launches: int = 0
+    tuning: int = 0
     side_stream: list[str] = field(default_factory=list)
     gate_stream: int | None = None
     _restore: list[tuple[Any, str, Any]] = field(default_factory=list)
@@ -178,6 +179,28 @@ class LaunchMonitor:
             classes.append(interp.InterpretedFunction)
         for cls in classes:
             self._patch(cls, "run", self._wrap_triton(cls.run))
+        import triton.runtime.autotuner as autotuner
+
+        if hasattr(autotuner.Autotuner, "_bench"):
+            self._patch(autotuner.Autotuner, "_bench", self._wrap_bench(autotuner.Autotuner._bench))
+
+    def _wrap_bench(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Autotuning: Triton's own benchmarking is not the candidate's computation, so the op
+        trace pauses during it (it may use torch for its statistics). The interpreter cannot
+        time configurations at all: there every configuration ties and the first one runs."""
+        monitor = self
+        interpreting = _interpreting()
+
+        def bench(tuner: Any, *args: Any, **kwargs: Any) -> Any:
+            if interpreting:
+                return [1.0, 1.0, 1.0]
+            monitor.tuning += 1
+            try:
+                return original(tuner, *args, **kwargs)
+            finally:
+                monitor.tuning -= 1
+
+        return bench
 
     def _wrap_triton(self, original: Callable[..., Any]) -> Callable[..., Any]:
         monitor = self
@@ -262,16 +285,20 @@ class OpTrace(TorchDispatchMode):
         # plus a rebinding of torch.manual_seed that the tamper watch would report.
         return False
 
-    def __init__(self, reference_code: tuple[str, str], poison: bool) -> None:
+    def __init__(self, reference_code: tuple[str, str], poison: bool,
+                 paused: Callable[[], bool] = lambda: False) -> None:
         super().__init__()
         self.reference_code = reference_code
         self.poison = poison
+        self.paused = paused
         self.violations: list[str] = []
         self.reference_calls: list[str] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         name = func.overloadpacket.__name__
         out = func(*args, **(kwargs or {}))
+        if self.paused():
+            return out
         if name not in ALLOWED_OPS:
             self.violations.append(name)
             if self._inside_reference():

@@ -56,6 +56,7 @@ class _Judge:
     results: list[SeedResult] = field(default_factory=list)
     ref_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
     cand_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
+    timed_s: float = 0.0
     facts: Facts | None = None
     stage: str = "import"
     verdict: Verdict | None = None
@@ -85,8 +86,10 @@ class _Judge:
             self._check_case()
         elif kind == "ref_ms":
             self.ref_ms[msg[1]] = (msg[2], msg[3])
+            self.timed_s = max(self.timed_s, msg[4])
         elif kind == "cand_ms":
             self.cand_ms[msg[1]] = (msg[2], msg[3])
+            self.timed_s = max(self.timed_s, msg[4])
         elif kind == "facts":
             self.facts = Facts(tuple(CompileFacts.from_json(c) for c in msg[1]))
             self.stage = "compile"
@@ -135,9 +138,11 @@ class _Judge:
         if not outcome.ok:
             assert outcome.kind is not None and outcome.reason is not None
             kind, reason = outcome.kind, outcome.reason
-            if phase == PHASE_TIMED and kind in (FailureKind.WRONG_OUTPUT, FailureKind.NAN_OUTPUT):
+            if phase in (PHASE_TIMED, PHASE_REVERIFY) and kind in (FailureKind.WRONG_OUTPUT,
+                                                                   FailureKind.NAN_OUTPUT):
+                # Right during the checks, wrong once timed: the kind that matters is "stale".
                 kind = FailureKind.STALE_OUTPUT
-                reason = f"after the timed/repeated runs on fresh inputs: {reason}"
+                reason = f"after the timed/repeated runs, on fresh inputs: {reason}"
             self._fail(kind, self.stage, f"{variant}/{phase} seed {seed}: {reason}")
 
     def _finish(self) -> None:
@@ -149,7 +154,7 @@ class _Judge:
         if self.tier is Tier.DEVICE and self.cand_ms:
             variants = tuple(VariantTiming(v, self.cand_ms[v][0], self.ref_ms[v][0]) for v in self.cand_ms)
             timing = Timing(sum(v.candidate_ms for v in variants), sum(v.reference_ms for v in variants),
-                            variants)
+                            variants, timed_s=self.timed_s)
             if timing.speedup > SPEEDUP_FLAG:
                 walls = [self.ref_ms[v][1] / self.cand_ms[v][1] for v in self.cand_ms if self.cand_ms[v][1] > 0]
                 wall = math.prod(walls) ** (1 / len(walls)) if walls else float("nan")

@@ -7,6 +7,8 @@ Each distinct launch becomes `triton.compile(ASTSource(fn, signature, constexprs
 target=GPUTarget("cuda", 90, 32), options)`, the signature and divisibility attributes derived
 the way Triton's JIT derives them. Compiles run in parallel in forked processes, one per core.
 
+SASS opcode counts (nvdisasm) are added when `KLINEAGE_GATE_SASS=1` is set.
+
 CUDA: the candidate `.cu` text is compiled with NVRTC for sm_90a (`experts.cudahost`), with the
 `-D` defines the host module's optional `static_defines(shape) -> dict` gives for each variant.
 """
@@ -215,7 +217,7 @@ def _compile_one(index: int) -> dict[str, Any] | str:
         local_bytes=(cub.frame_bytes or 0) if cub else 0,
         spill_stores=spills[0] if spills else None, spill_loads=spills[1] if spills else None,
         instructions=facts.ptx_instruction_counts(asm.get("ptx", "")),
-        sass=facts.sass_counts(asm["cubin"]) if "cubin" in asm else None,
+        sass=facts.sass_counts(asm["cubin"]) if "cubin" in asm and _want_sass() else None,
         compile_s=spent,
     ).to_json()
 
@@ -268,6 +270,11 @@ def _fork_map(n: int, workers: int) -> list[dict[str, Any] | str]:
             for i in chunk:
                 results[i] = f"compile process died (status {status})"
     return results
+
+
+def _want_sass() -> bool:
+    # Disassembly costs about a second per compile: opt in with KLINEAGE_GATE_SASS=1.
+    return os.environ.get("KLINEAGE_GATE_SASS") == "1"
 
 
 def _ptxas_spills(log: str, name: str) -> tuple[int, int] | None:
@@ -328,7 +335,7 @@ def _cuda_facts(chan: Channel, job: Job) -> list[CompileFacts]:
         resources = cudahost.ptxas_resources(compiled.log)
         shared = facts.ptxas_shared(compiled.log)
         cubin = facts.cubin_kernels(compiled.cubin) if compiled.cubin else {}
-        sass = facts.sass_counts(compiled.cubin) if compiled.cubin else None
+        sass = facts.sass_counts(compiled.cubin) if compiled.cubin and _want_sass() else None
         counts = facts.ptx_instruction_counts(compiled.ptx)
         for name in facts.ptx_entries(compiled.ptx):
             res = resources.get(name, {})

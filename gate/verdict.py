@@ -195,6 +195,7 @@ class Timing:
     candidate_ms: float
     reference_ms: float
     variants: tuple[VariantTiming, ...] = ()
+    timed_s: float = 0.0  # wall seconds the worker spent in timed runs (not gate overhead)
 
     @property
     def speedup(self) -> float:
@@ -203,7 +204,7 @@ class Timing:
     def to_json(self) -> dict[str, Any]:
         return {
             "candidate_ms": self.candidate_ms, "reference_ms": self.reference_ms,
-            "speedup": _finite_or_none(self.speedup),
+            "speedup": _finite_or_none(self.speedup), "timed_s": round(self.timed_s, 3),
             "variants": [{"variant": v.variant, "candidate_ms": v.candidate_ms,
                           "reference_ms": v.reference_ms, "speedup": _finite_or_none(v.speedup)}
                          for v in self.variants],
@@ -213,7 +214,8 @@ class Timing:
     def from_json(d: Mapping[str, Any]) -> Timing:
         return Timing(float(d["candidate_ms"]), float(d["reference_ms"]),
                       tuple(VariantTiming(v["variant"], float(v["candidate_ms"]),
-                                          float(v["reference_ms"])) for v in d.get("variants", ())))
+                                          float(v["reference_ms"])) for v in d.get("variants", ())),
+                      float(d.get("timed_s", 0.0)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,11 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
     ("ref", variant, phase, seed, outputs, inputs)    reference result (inputs only for cases
                                                        with their own compare)
     ("refs_done",)
-    ("ref_ms", variant, ms, wall_ms)                  device tier
+    ("ref_ms", variant, ms, wall_ms, timed_s)         device tier (timed_s: seconds spent timing
+                                                       so far in this worker)
     ("out", variant, phase, seed, outputs, launches)  a candidate call; phase is seed |
                                                        knockout | fault | timed | reverify
-    ("cand_ms", variant, ms, wall_ms)                 device tier
+    ("cand_ms", variant, ms, wall_ms, timed_s)        device tier
     ("facts", [CompileFacts json])                    static tier
     ("reject", failure kind, stage, reason)
     ("done",)
@@ -177,6 +178,7 @@ class _Runner:
         ref = self.case.reference
         self.reference_code = (str(Path(ref.__code__.co_filename).resolve()), ref.__code__.co_name)
         self.originals: dict[tuple[str, str, int], tuple[Any, ...]] = {}
+        self.timed_s = 0.0  # seconds spent inside timed runs (the rest is the gate's overhead)
         self.monitor: Any = None
         self.watch: Any = None
         self.run_fn: Any = None
@@ -196,13 +198,16 @@ class _Runner:
 
     def bench(self, fn: Any) -> tuple[float, float]:
         """(median ms by do_bench with L2 flush, mean wall-clock ms of 10 synchronized calls)."""
+        start = self.cap.perf_counter()
         ms = float(self.do_bench(fn, warmup=25, rep=100, return_mode="median"))
         self.sync()
         t0 = self.cap.perf_counter()
         for _ in range(10):
             fn()
         self.sync()
-        return ms, (self.cap.perf_counter() - t0) * 100.0
+        end = self.cap.perf_counter()
+        self.timed_s += end - start
+        return ms, (end - t0) * 100.0
 
     # -- reference phase -----------------------------------------------------------------
     def plan(self) -> list[tuple[str, str, int]]:
@@ -238,7 +243,7 @@ class _Runner:
             for variant in self.shapes:
                 timed = self.clone_inputs(self.originals[(variant, PHASE_TIMED, self.job.extra_seed)])
                 ms, wall = self.bench(lambda: self.case.reference(*timed))
-                self.chan.send("ref_ms", variant, ms, wall)
+                self.chan.send("ref_ms", variant, ms, wall, self.timed_s)
             self._poison_cached_memory()
 
     def _poison_cached_memory(self) -> None:
@@ -272,9 +277,12 @@ class _Runner:
                              f"candidate code replaced {shown}: the gate does not trust a run "
                              f"after its checks, timers or torch were patched")
 
+    def _tuning(self) -> bool:
+        return self.monitor.tuning > 0
+
     def call(self, inputs: tuple[Any, ...], mode: str, poison: bool = True) -> dict[str, Any]:
         """One traced call of the candidate on `inputs` (already cloned)."""
-        trace = self.guards.OpTrace(self.reference_code, poison)
+        trace = self.guards.OpTrace(self.reference_code, poison, self._tuning)
         self.monitor.reset(mode)
         out, exc = None, None
         try:
@@ -382,7 +390,7 @@ class _Runner:
         for variant in self.shapes:
             original = self.originals[(variant, PHASE_TIMED, self.job.extra_seed)]
             inputs = self.clone_inputs(original)
-            trace = self.guards.OpTrace(self.reference_code, poison=False)
+            trace = self.guards.OpTrace(self.reference_code, poison=False, paused=self._tuning)
             last: list[Any] = [None]
             launches_before = 0
             calls = [0]
@@ -405,7 +413,7 @@ class _Runner:
                 self.chan.reject(FailureKind.FALLBACK, "timing",
                                  f"{calls[0]} timed calls launched only {res['launches']} kernels: "
                                  f"the candidate skips its kernel when timed")
-            self.chan.send("cand_ms", variant, ms, wall)
+            self.chan.send("cand_ms", variant, ms, wall, self.timed_s)
             self.send_out(variant, PHASE_TIMED, self.job.extra_seed, res)
 
     def reverify(self) -> None:

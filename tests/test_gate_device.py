@@ -1,0 +1,85 @@
+"""The device tier on a GPU (make gpu-test): correctness, timing and the checks only a GPU shows.
+
+Each test gates one kernel at real shapes in a fresh worker; run with `-m gpu` on the device
+machine (Triton 3.6 there, Triton 3.9 in CI's interpret-tier tests).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import gate
+from gate import FailureKind, Tier
+
+pytestmark = pytest.mark.gpu
+
+DATA = Path(__file__).parent / "data"
+SAXPY = DATA / "cases" / "saxpy"
+CHEATS = DATA / "cheats"
+
+
+def _device(path: Path, case: str | Path = SAXPY, timeout: float = 120) -> gate.Verdict:
+    return gate.check_file(path, case, Tier.DEVICE, cache=False, timeout=timeout)
+
+
+def test_honest_triton_kernel_is_timed_against_the_reference() -> None:
+    verdict = _device(SAXPY / "saxpy_triton.py")
+    assert verdict.ok, verdict.reason
+    assert verdict.stage == "timing"
+    t = verdict.timing
+    assert t is not None and t.candidate_ms > 0 and t.reference_ms > 0
+    assert t.speedup == pytest.approx(t.reference_ms / t.candidate_ms)
+    phases = {r.phase for r in verdict.correctness.results}
+    assert phases == {"seed", "timed", "reverify"}  # re-validated after timing, fresh inputs
+
+
+def test_honest_cuda_kernel_passes_through_cuLaunchKernel() -> None:
+    verdict = _device(SAXPY / "saxpy_cuda.cu")
+    assert verdict.ok, verdict.reason
+    assert verdict.timing is not None
+
+
+def test_simple_matmul_passes_the_gemm_case_at_real_shapes() -> None:
+    verdict = _device(DATA / "cases" / "matmul_triton.py", "gemm", timeout=300)
+    assert verdict.ok, verdict.reason  # autotuning inside the traced call is not torch compute
+    assert verdict.timing.candidate_ms > 0
+
+
+@pytest.mark.parametrize(
+    ("cheat", "kind"),
+    [
+        ("side_stream.py", FailureKind.SIDE_STREAM),
+        ("illegal_address.py", FailureKind.ILLEGAL_ADDRESS),
+        ("cuda_no_launch.cu", FailureKind.NO_LAUNCH),       # cuLaunchKernel counted
+        ("cuda_knockout.cu", FailureKind.FALLBACK),         # cuLaunchKernel suppressed
+        ("lazy_after_warmup.py", FailureKind.STALE_OUTPUT),  # re-validation after timing
+        ("tamper_timer.py", FailureKind.TAMPERING),
+        ("oom.py", FailureKind.OUT_OF_MEMORY),
+        ("knockout_numpy.py", FailureKind.FALLBACK),
+    ],
+)
+def test_device_cheat_is_rejected(cheat: str, kind: FailureKind) -> None:
+    verdict = _device(CHEATS / cheat)
+    assert verdict.failure_kind is kind, (verdict.failure_kind, verdict.reason)
+
+
+def test_gpu_hang_times_out_and_the_gpu_stays_usable() -> None:
+    verdict = _device(CHEATS / "hang_gpu.py", timeout=20)
+    assert verdict.failure_kind is FailureKind.TIMEOUT
+    after = _device(SAXPY / "saxpy_triton.py")
+    assert after.ok, after.reason
+
+
+def test_a_large_speedup_is_flagged_and_reverified() -> None:
+    verdict = _device(SAXPY / "saxpy_triton.py", DATA / "cases" / "slowref")
+    assert verdict.ok, verdict.reason
+    assert verdict.timing.speedup > 10
+    assert any("re-verified" in f for f in verdict.flags)
+
+
+def test_static_tier_on_this_triton_version() -> None:
+    verdict = gate.check_file(DATA / "cases" / "matmul_triton.py", "gemm", Tier.STATIC, cache=False)
+    assert verdict.ok, verdict.reason
+    assert "wgmma" in verdict.facts.instruction_classes
+    assert len(verdict.facts.compiles) == 4
