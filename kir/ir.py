@@ -343,35 +343,37 @@ def structure_hashes(ir: KernelIR) -> list[int]:
     Deterministic across processes (built from CRC32s and tuples of ints, which Python hashes
     without a per-process salt), so it can be stored.
     """
-    return _hashes(ir)[0]
+    got = ir._cache.get("shape")
+    if got is None:
+        gtypes = ir._cols.gtypes
+        children = ir._children
+        got = [0] * len(gtypes)
+        for i in range(len(gtypes) - 1, -1, -1):
+            ch = children[i]
+            code = _type_code(gtypes[i])
+            got[i] = hash((code, *[got[k] for k in ch])) if ch else code
+        ir._cache["shape"] = got
+    return got
 
 
 def label_hashes(ir: KernelIR) -> list[int]:
     """Per node, a hash of the subtree including labels (leaf text, operator names)."""
-    return _hashes(ir)[1]
-
-
-def _hashes(ir: KernelIR) -> tuple[list[int], list[int]]:
-    got = ir._cache.get("hashes")
+    got = ir._cache.get("label")
     if got is None:
         c = ir._cols
         src = ir.source
         children = ir._children
-        n = len(c.gtypes)
-        shape = [0] * n
-        label = [0] * n
-        for i in range(n - 1, -1, -1):
+        got = [0] * len(c.gtypes)
+        for i in range(len(c.gtypes) - 1, -1, -1):
             ch = children[i]
             code = _type_code(c.gtypes[i])
             if ch:
-                shape[i] = hash((code, *[shape[k] for k in ch]))
                 name = c.names[i]
                 own = zlib.crc32(name.encode()) if name else 0
-                label[i] = hash((code, own, *[label[k] for k in ch]))
+                got[i] = hash((code, own, *[got[k] for k in ch]))
             else:
-                shape[i] = code
-                label[i] = hash((code, zlib.crc32(src[c.starts[i] : c.ends[i]])))
-        got = ir._cache["hashes"] = (shape, label)
+                got[i] = hash((code, zlib.crc32(src[c.starts[i] : c.ends[i]])))
+        ir._cache["label"] = got
     return got
 
 
