@@ -1,7 +1,7 @@
 """Gate benchmark: how long the gate itself takes, per tier.
 
     .venv/bin/python bench/bench_gate.py [--parts static,interpret,device] [--label NAME]
-                                         [--results DIR]
+                                         [--results DIR] [--device-kernels matmul,expert]
 
 - static: the static gate of one Triton kernel with 4 autotune configurations
   (tests/data/cases/matmul_triton.py against the gemm case: 4 compiles for sm_90a in parallel,
@@ -83,10 +83,10 @@ def bench_interpret() -> list[dict[str, Any]]:
     return out
 
 
-def bench_device() -> list[dict[str, Any]]:
+def bench_device(kernels: set[str]) -> list[dict[str, Any]]:
     out = []
-    for label, path in (("simple matmul", MATMUL), ("gemm Triton expert", GEMM_EXPERT)):
-        if not path.is_file():
+    for key, label, path in (("matmul", "simple matmul", MATMUL), ("expert", "gemm Triton expert", GEMM_EXPERT)):
+        if key not in kernels or not path.is_file():
             continue
         _timed(path, "gemm", Tier.DEVICE)  # compile and autotune once: Triton's cache is then warm
         wall, verdict = _timed(path, "gemm", Tier.DEVICE)
@@ -141,6 +141,8 @@ def main() -> int:
     parser.add_argument("--parts", default="static,interpret,device")
     parser.add_argument("--label", default=None)
     parser.add_argument("--results", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--device-kernels", default="matmul,expert",
+                        help="which gemm kernels the device part gates: matmul, expert")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     machine = _machine()
@@ -155,7 +157,7 @@ def main() -> int:
         measures += bench_interpret()
     if "device" in parts:
         if gate.gpu_available():
-            measures += bench_device()
+            measures += bench_device(set(args.device_kernels.split(",")))
         else:
             print("no GPU: device part skipped", file=sys.stderr)
     label = args.label or f"{machine['cpus']} CPUs, {machine['gpu'] or 'no GPU'}"

@@ -66,6 +66,8 @@ class _Judge:
         return table[variant]
 
     def _fail(self, kind: FailureKind, stage: str, reason: str) -> None:
+        if self.verdict is not None:  # the first rejection stands
+            return
         self.verdict = reject(self.tier, stage, kind, reason, facts=self.facts,
                               correctness=self._correctness() if self.results else None)
 
@@ -76,6 +78,8 @@ class _Judge:
 
     def handle(self, msg: tuple[Any, ...]) -> bool:
         """Digest one message; True when the run is decided (see `verdict`) or finished."""
+        if self.verdict is not None:
+            return True
         kind = msg[0]
         if kind == "ref":
             _, variant, phase, seed, outputs, inputs = msg
