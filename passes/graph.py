@@ -171,7 +171,7 @@ class PassGraph:
         for name, decl in self.declarations.items():
             style = ', style=filled, fillcolor="#cde8cd"' if name in have else ""
             label = f"{name}\\n[{decl.category}]" if decl.category else name
-            lines.append(f"  {json.dumps(name)} [label={json.dumps(label)}{style}];")
+            lines.append(f"  {json.dumps(name)} [label={_dot_label(label)}{style}];")
         for edge in self.to_json()["edges"]:
             lines.append(f"  {json.dumps(edge['from'])} -> {json.dumps(edge['to'])} "
                          f"[label={json.dumps(edge['feature'])}];")
@@ -180,3 +180,8 @@ class PassGraph:
                          "[dir=none, style=dashed, color=red];")
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+
+def _dot_label(text: str) -> str:
+    """A quoted DOT string; `\\n` escapes in `text` stay DOT line breaks."""
+    return '"' + text.replace('"', '\\"') + '"'

@@ -61,3 +61,43 @@ def roundtrip(the_pass: Pass, ir: KernelIR, site: Site, ctx: PassContext | None 
     lang = str(getattr(ir.language, "value", ir.language))
     same = isinstance(fwd, Applied) and normalized(fwd.ir.text, lang) == normalized(ir.text, lang)
     return RoundTrip(back, fwd, same)
+
+
+def deoptimize_all(ir: KernelIR, ctx: PassContext | None = None, *, max_steps: int = 200,
+                   passes: list[str] | None = None) -> tuple[KernelIR, list[tuple[str, str]]]:
+    """Remove every deterministic optimization the passes find, one site at a time in the
+    pass graph's de-optimization order, until none is left (or `max_steps`). Returns the
+    de-optimized IR and the (pass, anchor) steps taken. Sites a pass refuses are left."""
+    from passes.graph import PassGraph  # noqa: PLC0415
+    from passes.registry import get_pass  # noqa: PLC0415
+
+    graph = PassGraph.from_registry()
+    lang = str(getattr(ir.language, "value", ir.language))
+    names = passes if passes is not None else [n for n in graph.optimization_order()
+                                               if lang in get_pass(n).languages
+                                               and get_pass(n).deterministic]
+    steps: list[tuple[str, str]] = []
+    refused: set[tuple[str, str, tuple[int, int]]] = set()
+    import anchors  # noqa: PLC0415
+
+    while len(steps) < max_steps:
+        present = []
+        index = anchors.build_index(ir)
+        for name in names:
+            p = get_pass(name)()
+            present += [(p, s) for s in p.sites(ir, index) if s.present
+                        and (name, s.anchor, tuple(s.span)) not in refused]
+        if not present:
+            break
+        rank = {n: i for i, n in enumerate(graph.deopt_order(p.name for p, _ in present))}
+        present.sort(key=lambda ps: (rank[ps[0].name], ps[1].span))
+        for p, site in present:
+            result = p.deoptimize(ir, site, ctx)
+            if isinstance(result, Applied):
+                ir = result.ir
+                steps.append((p.name, site.anchor))
+                break
+            refused.add((p.name, site.anchor, tuple(site.span)))
+        else:
+            break
+    return ir, steps

@@ -1,0 +1,91 @@
+"""The passes on the expert kernels: detection, the round trip on every expert where a pass
+applies, and the gate on fully de-optimized experts (interpret tier for Triton, static compile
+for CUDA)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import anchors
+import kir
+from passes import PassContext, get_pass
+from passes.registry import present_sites
+from passes.roundtrip import deoptimize_all, roundtrip
+
+EXPERTS = Path(__file__).parent.parent / "experts"
+
+# expert -> the deterministic passes present in it (and the intents detected)
+FOUND = {
+    "gemm/gemm_triton.py": {"autotune", "tile-sizes", "grouped-ordering", "persistent-grid",
+                            "tensor-core-dot", "even-k-fast-path", "tma-descriptors"},
+    "conv2d/conv2d_triton.py": {"autotune", "tile-sizes", "grouped-ordering", "tensor-core-dot"},
+    "fmha/fmha_triton.py": {"autotune", "tile-sizes", "tensor-core-dot", "exp2-fold",
+                            "causal-block-skip"},
+    "gdn/gdn_triton.py": {"autotune", "tensor-core-dot", "gemm-phase-decomposition"},
+    "topk/topk_triton.py": {"autotune", "radix-select"},
+    "gemm/gemm_cuda.cu": {"restrict-readonly", "pragma-unroll", "launch-bounds",
+                          "cp-async-pipeline", "mma-intrinsics", "wgmma", "warp-specialization"},
+    "topk/topk_cuda.cu": {"vectorize-global", "restrict-readonly", "pragma-unroll",
+                          "launch-bounds", "warp-shuffle-reduce", "radix-select"},
+}
+CASES = [(expert, name) for expert, names in FOUND.items() for name in sorted(names)
+         if get_pass(name).deterministic]
+SITES_PER_PASS = 3  # the first sites of each pass: enough to cover its forms, fast in CI
+
+
+def _ir(expert: str) -> kir.KernelIR:
+    path = EXPERTS / expert
+    if not path.exists():
+        pytest.skip(f"{expert} is not in this checkout")
+    return kir.parse_file(path)
+
+
+@pytest.mark.parametrize("expert", sorted(FOUND))
+def test_passes_find_their_constructs_in_the_experts(expert: str) -> None:
+    ir = _ir(expert)
+    assert {s.pass_name for s in present_sites(ir)} == FOUND[expert]
+
+
+@pytest.mark.parametrize("expert, pass_name", CASES, ids=[f"{e}:{p}" for e, p in CASES])
+def test_roundtrip_on_expert(expert: str, pass_name: str) -> None:
+    ir = _ir(expert)
+    p = get_pass(pass_name)()
+    ctx = PassContext(facts={"arch": "sm_90", "dtype": "bf16"})
+    sites = [s for s in p.sites(ir, anchors.build_index(ir)) if s.present]
+    assert sites
+    for site in sites[:SITES_PER_PASS]:
+        trip = roundtrip(p, ir, site, ctx)
+        assert trip.backward.ok, trip.backward
+        assert trip.backward.ir.text != ir.text
+        assert trip.same, trip.forward
+
+
+TRITON_CASES = [("gemm", "gemm/gemm_triton.py"), ("conv2d", "conv2d/conv2d_triton.py"),
+                ("fmha", "fmha/fmha_triton.py"), ("gdn", "gdn/gdn_triton.py"),
+                ("topk", "topk/topk_triton.py")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, expert", TRITON_CASES, ids=[c for c, _ in TRITON_CASES])
+def test_deoptimized_triton_expert_still_computes_the_case(case: str, expert: str) -> None:
+    gate = pytest.importorskip("gate")
+    ir = _ir(expert)
+    naive, steps = deoptimize_all(ir, max_steps=4 if case == "gdn" else 10)
+    assert steps and naive.text != ir.text
+    verdict = gate.check(naive.text, "triton", case, tier="interpret",
+                         path=str(EXPERTS / expert), cache=False)
+    assert verdict.ok, (steps, verdict.stage, verdict.reason)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, expert", [("gemm", "gemm/gemm_cuda.cu"), ("topk", "topk/topk_cuda.cu")],
+                         ids=["gemm", "topk"])
+def test_deoptimized_cuda_expert_still_compiles(case: str, expert: str) -> None:
+    gate = pytest.importorskip("gate")
+    ir = _ir(expert)
+    naive, steps = deoptimize_all(ir)
+    assert {name for name, _ in steps} == {n for n in FOUND[expert] if get_pass(n).deterministic}
+    verdict = gate.check(naive.text, "cuda", case, tier="static", path=str(EXPERTS / expert),
+                         cache=False)
+    assert verdict.ok, (verdict.stage, verdict.reason)
