@@ -46,14 +46,14 @@ def _wy_configs() -> list[triton.Config]:
 
 def _state_configs() -> list[triton.Config]:
     if _INTERPRET:
-        return [triton.Config({"BV": 16}, num_warps=4, num_stages=1)]
+        return [triton.Config({"BV": 32}, num_warps=4, num_stages=1)]
     shapes = [(32, 4, 3), (32, 4, 4), (64, 4, 2), (64, 4, 3), (64, 4, 4)]
     return [triton.Config({"BV": bv}, num_warps=w, num_stages=s) for bv, w, s in shapes]
 
 
 def _output_configs() -> list[triton.Config]:
     if _INTERPRET:
-        return [triton.Config({"BV": 16}, num_warps=4, num_stages=1)]
+        return [triton.Config({"BV": 32}, num_warps=4, num_stages=1)]
     shapes = [(64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 8, 3)]
     return [triton.Config({"BV": bv}, num_warps=w, num_stages=s) for bv, w, s in shapes]
 
