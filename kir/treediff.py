@@ -227,12 +227,14 @@ class _Matcher:
                     self.link(c, e)
                     del sb[k]
                     break
-        left = [c for c in sa if c not in self.m and not self.a.children_of(c)]
-        for c in left:  # the only unmatched leaf of its type on both sides
+        left = [c for c in sa if c not in self.m]
+        for c in left:
+            # the only unmatched child of its type on both sides, when one of the two is a
+            # leaf: a renamed identifier, or an empty block `{}` that gained statements
             ta = [x for x in left if self.ga[x] == self.ga[c] and x not in self.m]
-            tb = [e for e in sb if self.gb[e] == self.ga[c] and e not in self.rm
-                  and not self.b.children_of(e)]
-            if len(ta) == 1 and len(tb) == 1:
+            tb = [e for e in sb if self.gb[e] == self.ga[c] and e not in self.rm]
+            if len(ta) == 1 and len(tb) == 1 and (
+                    not self.a.children_of(c) or not self.b.children_of(tb[0])):
                 self.link(c, tb[0])
 
 
@@ -320,8 +322,11 @@ def diff(old: KernelIR, new: KernelIR) -> EditScript:
             out.append((old.span_of(s).start, 0, make(
                 Delete, s, None, subtree=whole, old_text=old.node_text(s))))
             continue
-        if not new.children_of(d) and not old.children_of(s):
+        leaf_s, leaf_d = not old.children_of(s), not new.children_of(d)
+        if leaf_s and leaf_d:
             changed = la[s] != lb[d]
+        elif leaf_s or leaf_d:  # `{}` <-> `{...}`: the inserted/deleted children say it all
+            changed = False
         else:  # containers carry a label only when it is their own operator
             changed = old.kind_of(s) == K.OTHER and la[s] != lb[d]
         if changed:
