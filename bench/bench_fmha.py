@@ -40,13 +40,13 @@ def median_ms(fn) -> float:
     return float(do_bench(fn, warmup=50, rep=300, return_mode="median"))
 
 
-def measure_ceilings() -> dict[str, float]:
-    """Copy bandwidth (bytes read + written per second) and fp16 dense matrix rate, measured."""
+def measure_ceilings(dtype: torch.dtype = torch.float16) -> dict[str, float]:
+    """Copy bandwidth (bytes read + written per second) and dense matrix rate in `dtype`."""
     src = torch.empty(1 << 28, dtype=torch.float32, device="cuda").normal_()
     dst = torch.empty_like(src)
     copy_ms = median_ms(lambda: dst.copy_(src))
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    a = torch.randn(8192, 8192, device="cuda", dtype=dtype)
+    b = torch.randn(8192, 8192, device="cuda", dtype=dtype)
     mm_ms = median_ms(lambda: a @ b)
     return {
         "copy_bytes_per_s": 2 * src.numel() * 4 / (copy_ms * 1e-3),

@@ -15,56 +15,18 @@ measured bf16 matrix rate and bytes over the measured copy bandwidth.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import torch
 import triton
-from triton.testing import do_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 CASE_DIR = ROOT / "experts" / "gdn"
-
-
-def load_module(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def median_ms(fn) -> float:
-    return float(do_bench(fn, warmup=50, rep=300, return_mode="median"))
-
-
-def measure_ceilings() -> dict[str, float]:
-    """Copy bandwidth (bytes read + written per second) and bf16 dense matrix rate, measured."""
-    src = torch.empty(1 << 28, dtype=torch.float32, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    copy_ms = median_ms(lambda: dst.copy_(src))
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    mm_ms = median_ms(lambda: a @ b)
-    return {
-        "copy_bytes_per_s": 2 * src.numel() * 4 / (copy_ms * 1e-3),
-        "matrix_flop_per_s": 2 * 8192**3 / (mm_ms * 1e-3),
-    }
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((out.double() - ref.double()).norm() / ref.double().norm())
-
-
-def config_timings(kernel) -> list[dict]:
-    """Every autotuned config with its median time (ms), fastest first."""
-    rows = []
-    for cfg, t in getattr(kernel, "configs_timings", {}).items():
-        ms = t[0] if isinstance(t, (list, tuple)) else t
-        rows.append({"config": str(cfg), "ms": float(ms)})
-    return sorted(rows, key=lambda r: r["ms"])
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_fmha import (  # noqa: E402  (the sibling script holds the shared timing helpers)
+    config_timings, load_module, measure_ceilings, median_ms, rel_err)
 
 
 def kernel_breakdown(fn, iters: int = 10) -> dict[str, float]:
@@ -139,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         reference_ms = timings["pytorch_chunked_fp32"]
     expert_ms = min(timings["triton_expert"], timings["triton_expert_repeat"])
 
-    ceilings = measure_ceilings()
+    ceilings = measure_ceilings(torch.bfloat16)
     flop_floor_ms = case.flops(shape) / ceilings["matrix_flop_per_s"] * 1e3
     byte_floor_ms = case.bytes_moved(shape) / ceilings["copy_bytes_per_s"] * 1e3
     kernels = {"kkt_solve": expert._gdn_kkt_solve_kernel, "wy": expert._gdn_wy_kernel,
