@@ -60,6 +60,15 @@ def test_causal_flag_changes_the_result(interpreted_triton) -> None:
     assert _rel_err(causal, full) > 0.1
 
 
+def test_triton_rejects_unsupported_shapes(interpreted_triton) -> None:
+    q = torch.zeros(1, 1, 8, 48)
+    with pytest.raises(ValueError):
+        interpreted_triton.run(q, q, q, False)
+    with pytest.raises(ValueError):
+        interpreted_triton.run(torch.zeros(1, 1, 8, 32), torch.zeros(1, 1, 9, 32),
+                               torch.zeros(1, 1, 9, 32), False)
+
+
 def test_triton_expert_constructs_are_visible() -> None:
     text = (FMHA_DIR / "fmha_triton.py").read_text()
     for construct in ("@triton.autotune", "@triton.heuristics", "EVEN_N", "num_stages=",

@@ -77,6 +77,15 @@ def test_triton_matches_reference_in_the_interpreter(interpreted_triton, shape: 
     assert _rel_err(out, ref) <= case.TOLERANCE[shape["dtype"]]
 
 
+def test_triton_rejects_inputs_outside_the_layout(interpreted_triton) -> None:
+    shape = {"B": 1, "T": 8, "H": 2, "HV": 3, "K": 16, "V": 16, "dtype": "fp32"}
+    with pytest.raises(ValueError):   # 3 value heads cannot share 2 query/key heads evenly
+        interpreted_triton.run(*case.make_inputs(shape, seed=0, device="cpu"))
+    q, k, v, g, beta = case.make_inputs(dict(shape, HV=4, K=256), seed=0, device="cpu")
+    with pytest.raises(ValueError):
+        interpreted_triton.run(q, k, v, g, beta)
+
+
 def test_triton_expert_constructs_are_visible() -> None:
     text = (GDN_DIR / "gdn_triton.py").read_text()
     for construct in ("@triton.autotune", "num_stages=", "BV: tl.constexpr", "BT: tl.constexpr",

@@ -125,8 +125,16 @@ def _descriptor(x: torch.Tensor) -> TensorDescriptor:
 
 
 def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
-    """Attention over (B, H, S, D) tensors; the result has q's shape and dtype."""
+    """Attention over (B, H, S, D) tensors; the result has q's shape and dtype.
+
+    Raises ValueError unless k and v have q's shape and D is a power of two from 16 to 256.
+    """
+    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(f"q, k, v must share one (B, H, S, D) shape, got {q.shape}, {k.shape}, "
+                         f"{v.shape}")
     batch, heads, seq_len, head_dim = q.shape
+    if head_dim not in (16, 32, 64, 128, 256):
+        raise ValueError(f"head dim {head_dim} is not a power of two from 16 to 256")
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     o = torch.empty_like(q)
     descs = [_descriptor(t) for t in (q, k, v, o)]

@@ -353,9 +353,17 @@ def _gdn_output_kernel(q_ptr, k_ptr, gc_ptr, h_ptr, d_ptr, o_ptr, T, NT, scale,
 
 def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
         beta: torch.Tensor) -> torch.Tensor:
-    """Chunked gated delta rule forward; o has v's shape and dtype."""
+    """Chunked gated delta rule forward; o has v's shape and dtype.
+
+    Raises ValueError when the shapes disagree with the case layout, when HV is not a multiple
+    of H, or when K > 128.
+    """
     batch, seq, heads, dk = q.shape
     heads_v, dv = v.shape[2], v.shape[3]
+    if (k.shape != q.shape or v.shape[:2] != q.shape[:2] or heads_v % heads
+            or g.shape != v.shape[:3] or beta.shape != v.shape[:3]):
+        raise ValueError(f"shapes do not fit the gdn layout: q {q.shape}, k {k.shape}, "
+                         f"v {v.shape}, g {g.shape}, beta {beta.shape}")
     q, k, v, g, beta = (t.contiguous() for t in (q, k, v, g, beta))
     nt = triton.cdiv(seq, CHUNK)
     if dk > 128:
