@@ -102,7 +102,7 @@ def test_feature_filter_present_conflicts_and_requires() -> None:
     assert result.skipped[cards["tensor-core-dot"].id].startswith("already present")
     # ... unless the target still has an open site at the card's locus (another kernel).
     reopened = dataclasses.replace(present, open_sites=(
-        {"pass": "tensor-core-dot", "anchor": "triton:k2/for[0]/call:tl.sum[0]"},))
+        {"pass": "tensor-core-dot", "anchor": "triton:k2/for[0]/assign:acc[0]"},))
     again = Retriever(list(cards.values()), declarations=DECLS).retrieve(reopened)
     assert "tensor-core-dot" in _ids(again)
     # A conflicting feature in the target removes the card.

@@ -32,6 +32,7 @@ def _by_pass(cards: list[SkillCard]) -> dict[str, SkillCard]:
 
 def test_locus_signature_drops_kernel_name_and_indices() -> None:
     assert locus_signature("triton:matmul_kernel/for[0]/call:tl.dot[1]") == "for/call:tl.dot"
+    assert locus_signature("triton:matmul_kernel/for[0]/assign:acc[0]") == "for/assign:acc"
     assert locus_signature("triton:matmul_kernel") == "kernel"
     assert locus_signature("triton:@module/assign:X[0]") == "@module/assign:X"
 
@@ -41,7 +42,7 @@ def test_lift_makes_one_card_per_pass_and_locus_with_measured_fields() -> None:
     cards = _by_pass(lift(lin))
     assert set(cards) == {"tensor-core-dot", "software-pipelining", "autotune"}
     dot = cards["tensor-core-dot"]
-    assert dot.locus == "for/call:tl.sum" and not dot.admitted
+    assert dot.locus == "for/assign:acc" and not dot.admitted
     # Effect: the forward speedup 40 ms -> 5 ms, and static deltas from the verdict facts.
     assert dot.speedup["n"] == 1 and dot.speedup["median"] == pytest.approx(8.0)
     assert dot.effect["static"]["max_registers"]["median_delta"] == 32
@@ -54,7 +55,8 @@ def test_lift_makes_one_card_per_pass_and_locus_with_measured_fields() -> None:
     assert [r["reason"] for r in dot.risk] == ["fp16 accumulate exceeds tolerance"]
     assert cards["software-pipelining"].risk[0]["failure_kind"] == "resources"
     # Scope: what was applied before (the expert order is autotune last).
-    assert cards["autotune"].scope["prior_actions"] == ["software-pipelining", "tensor-core-dot"]
+    assert cards["autotune"].scope["prior_actions"] == ["software-pipelining", "tensor-core-dot",
+                                                    "tile-sizes"]
     assert dot.scope["cases"] == ["gemm"] and dot.scope["languages"] == ["triton"]
     assert {p["expr"] for p in dot.preconditions} == {"dtype in {fp16, bf16}", "BLOCK_K >= 16"}
     assert len(dot.evidence) == 1 and dot.evidence[0] in lin.transitions()
