@@ -11,7 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lineage.admission import admit, held_out_contexts, trial
+from lineage.graph import Lineage
+from lineage.skills import Library
 from passes.rewriter import DeterministicRewriter
 from skill_helpers import DATA, ROOT, ScriptedGate, gemm_cards, library, lineage
 
@@ -85,3 +89,22 @@ def test_skills_command_admission_without_held_out_context(tmp_path: Path) -> No
     # Its own lineage holds no held-out state: nothing may be admitted from it.
     assert data["admission"]["trials"] == 0 and len(data["admission"]["untried"]) == 3
     assert not any(s["admitted"] for s in data["skills"])
+
+
+@pytest.mark.slow
+def test_real_gate_admits_a_gemm_card_on_an_induced_conv2d_lineage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """conv2d_induced.json was written by `klineage induce experts/conv2d/conv2d_triton.py
+    --case conv2d --tier interpret`. The gemm fixture's tensor-core-dot card, never seen on
+    conv2d, is materialized on its naive root and passes the real interpret-tier gate."""
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
+    lib = Library.open(tmp_path / "lib", create=True)
+    card = lib.put(gemm_cards(admitted=False)["tensor-core-dot"])
+    induced = Lineage.load(DATA / "conv2d_induced.json")
+    report = admit(lib, [induced], tier="interpret", max_trials=1,
+                   rewriter=DeterministicRewriter())
+    stored = lib.get(card.id)
+    (t,) = stored.verification
+    assert report.admitted == (card.id,) and stored.admitted, t.reason
+    assert t.case == "conv2d" and t.context == f"conv2d:{induced.roles('naive')[0]}"
+    assert "tensor-core-dot appears" in t.reason

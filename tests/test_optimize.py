@@ -189,3 +189,42 @@ def test_roundtrip_with_the_real_gate_from_the_naive_root(tmp_path: Path, monkey
     assert again.ok, again.reason
     lin = Lineage.load(result.lineage_path)
     assert all(lin.node(s)["verdict"]["ok"] for s in lin.states())
+
+
+def test_a_card_rejected_twice_is_not_tried_again(tmp_path: Path) -> None:
+    lib = library(tmp_path, admitted=True)
+    gate = ScriptedGate(fails=lambda s: "tl.range(" in s)
+    result = optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "out",
+                      budget_steps=30, rewriter=DeterministicRewriter(), check_fn=gate)
+    failed = [s for s in result.rejected if s.pass_name == "software-pipelining"]
+    assert 1 <= len(failed) <= 2 and result.termination == "exhausted"
+
+
+def test_materialize_prefers_a_variant_that_does_not_repeat_an_applied_one() -> None:
+    from passes.base import Applied, Skipped
+
+    class Recorder:
+        """A back-end inserting `decl` from the options above the site (like a TMA pass)."""
+
+        name = "deterministic"
+
+        def rewrite(self, ir, site, card, ctx=None, *, direction="optimize"):
+            if "decl" not in card.options:
+                return Skipped("no recorded declaration")
+            line = f"    {card.options['decl']} = tl.make_descriptor_for_test()\n"
+            start = ir.source.rfind(b"\n    for ", 0, site.span[0]) + 1  # above the loop
+            edit = kir.Edit(kir.Span(start, start), line)
+            return Applied((edit,), ir.apply([edit]))
+
+    import dataclasses
+
+    source = naive_source("gemm").replace("    rk = tl.arange(0, BLOCK_K)\n",
+                                          "    rk = tl.arange(0, BLOCK_K)\n"
+                                          "    a_desc = tl.make_descriptor_for_test()\n")
+    # A pass name without a rule module: options reach the back-end unfiltered.
+    card = dataclasses.replace(gemm_cards(admitted=True)["tensor-core-dot"], pass_name="desc-test",
+                               options={"decl": "a_desc"},
+                               variants=({"anchor": "x", "options": {"decl": "a_desc"}},
+                                         {"anchor": "y", "options": {"decl": "b_desc"}}))
+    made = materialize(card, kir.parse(source, language="triton"), Recorder())
+    assert made.ok and "b_desc = tl.make_descriptor_for_test()" in made.ir.unparse()

@@ -148,3 +148,19 @@ def test_skills_command_with_a_target(tmp_path: Path) -> None:
                               "--target", str(kernel)], cwd=ROOT, capture_output=True, text=True,
                              timeout=300)
     assert no_case.returncode == 2 and "--case" in no_case.stderr
+
+
+def test_conflicts_are_judged_per_kernel() -> None:
+    card = dataclasses.replace(_cards()["autotune"], conflicts=("even-k",),
+                               anchor={**_cards()["autotune"].anchor, "present_loci": ["zzz"]})
+    decls = {**DECLS, "even-k-fast-path": {"provides": ["even-k"]}}
+    features = ({"pass": "tile-sizes", "anchor": "triton:k1/param:BLOCK_M[0]"},
+                {"pass": "even-k-fast-path", "anchor": "triton:k1/for[0]/if[0]"})
+    # The card can act in k2, which has no even-k path: kept.
+    free = Target(language="triton", case="gemm", features=features,
+                  open_sites=({"pass": "autotune", "anchor": "triton:k2"},))
+    assert _ids(Retriever([card], declarations=decls).retrieve(free)) == ["autotune"]
+    # Its only open site is in k1, next to the even-k path: skipped.
+    blocked = dataclasses.replace(free, open_sites=({"pass": "autotune", "anchor": "triton:k1"},))
+    result = Retriever([card], declarations=decls).retrieve(blocked)
+    assert result.cards == () and "conflicts with present even-k" in result.skipped[card.id]

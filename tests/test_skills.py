@@ -162,3 +162,30 @@ def test_skills_command_lists_cards_as_json(tmp_path: Path) -> None:
     bad = _klineage("skills", str(tmp_path / "none"))
     assert bad.returncode == 2 and bad.stderr.startswith("klineage: error:")
     assert "Traceback" not in bad.stderr
+
+
+def test_same_locus_after_different_prior_actions_is_two_cards() -> None:
+    merged = _gemm()
+    conv = _conv()
+    # Strip conv2d's launch feature: its steps then ran without tile-sizes applied before.
+    for sid in conv.states():
+        node = conv.graph.nodes[sid]
+        node["features"] = [f for f in node["features"] if f["pass"] != "tile-sizes"]
+    merged.merge(conv)
+    dots = [c for c in lift(merged) if c.pass_name == "tensor-core-dot"]
+    assert len(dots) == 2
+    assert sorted(tuple(c.scope["prior_actions"]) for c in dots) == [(), ("tile-sizes",)]
+    assert len({c.id for c in dots}) == 2
+
+
+def test_option_candidates_put_the_sites_own_variant_first() -> None:
+    card = SkillCard(id="x.triton.1", intent="", pass_name="x", category="", language="triton",
+                     locus="for/call:tl.load", options={"desc": "a"},
+                     variants=({"anchor": "triton:k/for[0]/call:tl.load[0]", "options": {"desc": "a"}},
+                               {"anchor": "triton:k/for[0]/call:tl.load[1]", "options": {"desc": "b"}},
+                               {"anchor": "triton:k/call:tl.store[0]", "options": {"desc": "c"}}))
+    assert card.option_candidates("triton:k/for[0]/call:tl.load[1]") == [
+        {"desc": "b"}, {"desc": "a"}, {"desc": "c"}]
+    # Another kernel: same locus first, then the card's options, then the rest.
+    assert card.option_candidates("triton:other/call:tl.store[0]")[0] == {"desc": "c"}
+    assert card.options_for("triton:k/for[0]/call:tl.load[1]") == {"desc": "b"}
