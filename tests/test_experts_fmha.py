@@ -77,6 +77,7 @@ def test_triton_expert_constructs_are_visible() -> None:
         assert construct in text, construct
 
 
+@pytest.mark.slow
 def test_triton_through_the_gate_interpret_tier() -> None:
     gate = pytest.importorskip("gate")
     if not hasattr(gate, "check_file"):
