@@ -32,6 +32,11 @@ DEFAULTS = {
 }
 
 
+def _first_site(p, ir):  # noqa: ANN001, ANN202
+    """The first present site the pass de-optimizes (some sites are refused, see below)."""
+    return next(s for s in p.sites(ir) if s.present and p.deoptimize(ir, s, CTX).ok)
+
+
 def _split(path: Path) -> tuple[Path, str]:
     kernel, pass_name = path.name.split(".")[:2]
     return DATA / (kernel + path.suffix), pass_name
@@ -42,7 +47,7 @@ def test_deoptimize_gives_the_expected_kernel(expected: Path) -> None:
     before, pass_name = _split(expected)
     ir = kir.parse_file(before)
     p = get_pass(pass_name)()
-    site = next(s for s in p.sites(ir) if s.present)
+    site = _first_site(p, ir)
     result = p.deoptimize(ir, site, CTX)
     assert isinstance(result, Applied), result
     assert result.ir.text == expected.read_text()
@@ -55,7 +60,7 @@ def test_optimize_with_recorded_options_restores_the_kernel(expected: Path) -> N
     before, pass_name = _split(expected)
     ir = kir.parse_file(before)
     p = get_pass(pass_name)()
-    site = next(s for s in p.sites(ir) if s.present)
+    site = _first_site(p, ir)
     back = p.deoptimize(ir, site, CTX)
     forward = p.with_options(back.options)
     deopt_ir = kir.parse_file(expected)
@@ -73,7 +78,7 @@ def test_optimize_without_options_uses_the_defaults(expected: Path) -> None:
     ir = kir.parse_file(before)
     p = get_pass(pass_name)()
     deopt_ir = kir.parse_file(expected)
-    site = next(s for s in p.sites(ir) if s.present)
+    site = _first_site(p, ir)
     fsite = forward_site(p, deopt_ir, site)
     assert fsite is not None
     result = p.optimize(deopt_ir, fsite, CTX)
@@ -118,6 +123,16 @@ def test_tile_sizes_stop_at_the_floor() -> None:
     assert not any(s.present for s in small.sites(ir))
 
 
+def test_tiles_of_a_fixed_host_grid_are_not_resized() -> None:
+    # mm_pinned launches cdiv(M, 32) * cdiv(N, 32) programs whatever BLOCK_M/BLOCK_N are
+    ir = kir.parse_file(DATA / "mm_pinned.py")
+    p = get_pass("tile-sizes")()
+    results = {s.detail["tile"]: p.deoptimize(ir, s) for s in p.sites(ir) if s.present}
+    assert isinstance(results["BLOCK_M"], Skipped) and "grid" in results["BLOCK_M"].reason
+    assert isinstance(results["BLOCK_N"], Skipped)
+    assert isinstance(results["BLOCK_K"], Applied)  # the K step does not map programs
+
+
 def test_even_k_without_flag_needs_known_divisibility() -> None:
     ir = kir.parse_file(DATA / "expected" / "mm_autotuned.even-k-fast-path.py")
     text = ir.text.replace("GROUP_M: tl.constexpr, EVEN_K: tl.constexpr", "GROUP_M: tl.constexpr")
@@ -152,3 +167,18 @@ def test_deoptimized_cuda_still_compiles(expected: Path) -> None:
 
     compiled = cudahost.compile_source(expected.read_text(), name=expected.name, arch="sm_90")
     assert compiled.ptx
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["mm_autotuned.py", "mm_pinned.py"])
+def test_deoptimized_own_kernels_still_compute_gemm(kernel: str) -> None:
+    gate = pytest.importorskip("gate")
+    from passes.roundtrip import deoptimize_all
+
+    ir = kir.parse_file(DATA / kernel)
+    naive, steps = deoptimize_all(ir)
+    removed = {name for name, _ in steps}
+    assert {"tensor-core-dot", "tile-sizes"} <= removed
+    verdict = gate.check(naive.text, "triton", "gemm", tier="interpret", path=str(DATA / kernel),
+                         cache=False)
+    assert verdict.ok, (steps, verdict.stage, verdict.reason)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, literal_int
+from passes.triton._py import PyModule, callee, dotted, literal_int, names_in
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -128,6 +128,10 @@ class TileSizes(Pass):
         node = _find_site(mod, site)
         if node is None:
             return Skipped("the tile literal is not at the site", {"site": site.anchor})
+        holder = next((h for n, lit, h in self._literals(mod) if lit is node), None)
+        refusal = _grid_refusal(mod, holder, site.detail.get("tile", ""))
+        if refusal is not None:
+            return refusal
         current = node.value
         target = self.value or (current * 2 if grow else current // 2)
         if not grow:
@@ -146,6 +150,78 @@ class TileSizes(Pass):
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         return self._resize(ir, site, ctx, grow=True)
+
+
+def _grid_refusal(mod: PyModule, holder: ast.AST | None, tile: str) -> Skipped | None:
+    """Resizing a tile that maps programs to output tiles needs a launch grid computed from
+    the same tile (`grid = lambda meta: (cdiv(M, meta["BLOCK_M"]), ...)`); a grid fixed on
+    the host would leave tiles unwritten or write out of bounds."""
+    if isinstance(holder, ast.Call) and isinstance(holder.func, ast.Subscript):
+        kernel = next((k for k in mod.kernels() if k.name == dotted(holder.func.value)), None)
+        launches = [holder]
+    elif isinstance(holder, ast.FunctionDef):
+        kernel, launches = holder, mod.launches(holder.name)
+    else:
+        return None  # a config entry: the autotuned launch computes its grid from meta
+    if kernel is None or tile not in _grid_tiles(kernel):
+        return None
+    for launch in launches:
+        if not _grid_reads(mod, launch, tile):
+            return Skipped(f"the launch grid does not derive from {tile}: resizing it would "
+                           "change which output tiles the programs cover",
+                           {"tile": tile, "grid": mod.text(launch.func.slice)})
+    return None
+
+
+def _grid_tiles(kernel: ast.FunctionDef) -> set[str]:
+    """Tile names that take part in mapping program ids to output tiles."""
+    assigns = [n for n in ast.walk(kernel) if isinstance(n, ast.Assign)]
+    pid = {t.id for a in assigns for t in a.targets if isinstance(t, ast.Name)
+           and callee(a.value) in ("tl.program_id", "triton.language.program_id")}
+    # index arithmetic only: tensors loaded or computed from the indices do not count
+    scalar = [a for a in assigns if not any(isinstance(c, ast.Call) and (
+        callee(c).endswith(".load") or callee(c) in ("tl.load", "tl.dot")) for c in ast.walk(a.value))]
+    changed = True
+    while changed:
+        changed = False
+        for a in scalar:
+            targets = {t.id for t in a.targets if isinstance(t, ast.Name)}
+            if names_in(a.value) & pid and not targets <= pid:
+                pid |= targets
+                changed = True
+    tiles: set[str] = set()
+    derived: dict[str, set[str]] = {}  # tile counts: `num_pid_n = tl.cdiv(N, BLOCK_N)`
+    for a in assigns:
+        if callee(a.value).endswith("cdiv"):
+            for t in a.targets:
+                if isinstance(t, ast.Name):
+                    derived[t.id] = {n for n in names_in(a.value) if tile_name(n)}
+    for a in scalar:
+        used = names_in(a.value)
+        if used & pid or any(isinstance(t, ast.Name) and t.id in pid for t in a.targets):
+            for n in used:
+                if tile_name(n):
+                    tiles.add(n)
+                tiles |= derived.get(n, set())
+    return tiles
+
+
+def _grid_reads(mod: PyModule, launch: ast.Call, tile: str) -> bool:
+    """Whether the launch grid is computed from the launch's meta-parameter `tile`."""
+    grid = launch.func.slice
+    if isinstance(grid, ast.Name):
+        host = mod.enclosing(launch, ast.FunctionDef) or mod.tree
+        for node in ast.walk(host):
+            if isinstance(node, ast.FunctionDef) and node.name == grid.id:
+                grid = node
+                break
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == grid.id
+                                                    for t in node.targets):
+                grid = node.value
+                break
+    if not isinstance(grid, (ast.Lambda, ast.FunctionDef)):
+        return False
+    return any(isinstance(n, ast.Constant) and n.value == tile for n in ast.walk(grid))
 
 
 # ---------------------------------------------------------------------------------------------
