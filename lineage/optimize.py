@@ -7,13 +7,15 @@ deterministic rule first, then the LLM rewriter when one is configured — to pe
 
 `optimize(target, case, library)` starts from any kernel that passes the gate, retrieves
 admitted cards for it, materializes them one at a time, gates every candidate and keeps a
-candidate only when it passes the gate *and* improves the kernel (device tier: faster than the
-current best; interpret tier, which has no timing: the card's pass finds more sites where its
-optimization is present, or fewer where it could still be applied). After each kept candidate the target's features change, so cards are retrieved
-again (a card rejected `MAX_CARD_FAILURES` times in the run is not tried again). The run is recorded as a new lineage (`lineage.graph.Lineage`): the start state (role
-`root`), every kept state and the forward transitions between them, and every rejected
-candidate as risk evidence. It never returns a kernel that failed the gate: the best kernel is
-the start kernel or a kept candidate, and both passed.
+candidate only when it passes the gate *and* improves the kernel (device tier: faster than
+the current best; interpret tier, which has no timing: the card's pass finds more sites where
+its optimization is present, or fewer where it could still be applied). After each kept
+candidate the target's features change, so cards are retrieved again (a card rejected
+`MAX_CARD_FAILURES` times in the run is not tried again). The run is recorded as a new lineage
+(`lineage.graph.Lineage`, saved after every gated candidate): the start state (role `root`),
+every kept state and the forward transitions between them, and every rejected candidate as
+risk evidence. It never returns a kernel that failed the gate: the best kernel is the start
+kernel or a kept candidate, and both passed.
 """
 from __future__ import annotations
 
@@ -59,6 +61,8 @@ class Materialized:
     site: Site | None
     rewriter: str = ""
     refusals: tuple[str, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The options the back-end was given (a recorded variant, or {} for the pass defaults)."""
 
     @property
     def ok(self) -> bool:
@@ -167,7 +171,8 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                 if text in seen:
                     continue
                 seen.add(text)
-                made = Materialized(card, result.ir, site, str(backend.name), tuple(refusals))
+                made = Materialized(card, result.ir, site, str(backend.name), tuple(refusals),
+                                    dict(view.options))
                 if any(ln in old_lines for ln in _inserted_lines(source, text)):
                     repeats.append(made)
                     continue
@@ -339,6 +344,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
             run.tried.add((run.state, card.id))
             kept = _attempt(card, run, rewriter, ctx, check, lineage, language, the_case.name,
                             run_tier, str(path), say, budget_steps)
+            lineage.save(out_dir / "lineage.json")  # an interrupted run keeps what it learned
             if kept:
                 break
         if not kept and run.gated < budget_steps:
@@ -412,7 +418,7 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, check: Callable
     delta = {"src_ms": run.ms, "dst_ms": ms, "ratio": run.ms / ms} if run.ms and ms else None
     lineage.add_transition(Transition(
         src=run.state, dst=new_state, pass_name=card.pass_name, category=card.category,
-        anchor=made.site.anchor, options=dict(card.options), diff=(),
+        anchor=made.site.anchor, options=dict(made.options), diff=_diff_actions(run.ir, made.ir),
         src_verdict={"ok": True, "tier": tier, "ms": run.ms},
         dst_verdict={"ok": True, "tier": tier, "ms": ms}, profile_delta=delta,
         backward=None, rederived_by="llm" if made.rewriter == "llm" else "deterministic",
@@ -424,6 +430,14 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, check: Callable
     say("accepted", {"card": card.id, "anchor": made.site.anchor, "ms": ms})
     run.source, run.ir, run.state, run.verdict, run.ms = source, made.ir, new_state, verdict, ms
     return True
+
+
+def _diff_actions(old: Any, new: Any) -> tuple[Mapping[str, Any], ...]:
+    """The structured diff of a kept step, as `klineage diff --json` lists its actions."""
+    import kir  # noqa: PLC0415
+
+    script = kir.diff(old, new)
+    return tuple(action.to_json() for action in script.actions)
 
 
 def feature_appears(pass_name: str, before: Any, after: Any) -> bool:

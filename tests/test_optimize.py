@@ -57,6 +57,7 @@ def test_optimize_never_keeps_a_candidate_that_fails_the_gate(tmp_path: Path) ->
     assert len(lin.states()) == 3 and len(lin.transitions()) == 2
     assert {lin.node(t)["pass"] for t in lin.transitions()} == {"tensor-core-dot", "autotune"}
     assert {lin.node(t)["rederived_by"] for t in lin.transitions()} == {"deterministic"}
+    assert all(lin.node(t)["diff"] for t in lin.transitions())  # structured diff of each step
     assert lin.roles("root") and "best" in lin.node(lin.roles("best")[0])["roles"]
     assert any(r["pass"] == "software-pipelining" for r in lin.graph.graph["rejected"])
     saved = json.loads((tmp_path / "out" / "result.json").read_text())
