@@ -23,10 +23,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
+import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from kir.errors import BadInputError
@@ -47,11 +47,11 @@ class Category(str, enum.Enum):
     ALGORITHMIC = "algorithmic"
 
 
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
+_EMPTY: Mapping[str, Any] = types.MappingProxyType({})
 
 
 def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return MappingProxyType(dict(mapping or {}))
+    return types.MappingProxyType(dict(mapping or {}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +292,7 @@ def _spec_value(value: Any) -> str:
 def _coerce(pass_name: str, key: str, value: Any, kind: Any) -> Any:
     """Convert an option value (possibly a string from a pass spec) to the field's type."""
     origin = typing.get_origin(kind)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(kind) if a is not type(None)]
         if value is None or (isinstance(value, str) and value.lower() == "none"):
             return None

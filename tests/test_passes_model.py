@@ -122,3 +122,15 @@ def test_algorithmic_intents_are_detected_not_rewritten() -> None:
     site = next(s for s in p.sites(ir) if s.present)
     assert p.deoptimize(ir, site).reason == "needs the LLM rewriter"
     assert p.optimize(ir, site, PassContext(facts={"dtype": "fp32"})).reason == "needs the LLM rewriter"
+
+
+def test_passes_import_no_gpu_library() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, passes; from passes.registry import all_pass_classes; all_pass_classes(); "
+            "import passes.graph, passes.rewriter, passes.roundtrip; "
+            "print(sorted(m for m in ('torch', 'triton', 'cuda', 'gate') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parent.parent)
+    assert out.stdout.strip() == "[]"

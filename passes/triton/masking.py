@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar
 from passes._source import (ByteEdit, finish, indent_of, line_end, line_start, make_site,
                             restore_recorded)
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, literal_int, names_in, walk_stmts
+from passes.triton._py import PyModule, callee, literal_int, names_in
 from passes.triton.launch import TRITON, holders, tile_name
 
 if TYPE_CHECKING:
