@@ -69,19 +69,28 @@ class Materialized:
         return self.ir is not None
 
 
-def card_sites(card: SkillCard, ir: KernelIR) -> list[Site]:
-    """Where `card` can act on `ir`: the pass's optimization sites (`present=False`), those at
-    the card's locus signature first; without an importable pass, the anchor query's matches."""
-    import anchors  # noqa: PLC0415
-
-    from passes.base import Site  # noqa: PLC0415
+def _rule(card: SkillCard, ir: KernelIR) -> Any:
+    """The card's pass class when it has a rule for the kernel's language, else None."""
     from passes.registry import get_pass  # noqa: PLC0415
 
-    index = anchors.build_index(ir)
     try:
         cls = get_pass(card.pass_name)
     except (BadInputError, ImportError):
-        cls = None
+        return None
+    language = str(getattr(ir.language, "value", ir.language))
+    return cls if not cls.languages or language in cls.languages else None
+
+
+def card_sites(card: SkillCard, ir: KernelIR) -> list[Site]:
+    """Where `card` can act on `ir`: the pass's optimization sites (`present=False`), those at
+    the card's locus signature first; when the pass has no rule for the kernel's language (or
+    no importable module), the matches of the card's anchor query (for the LLM rewriter)."""
+    import anchors  # noqa: PLC0415
+
+    from passes.base import Site  # noqa: PLC0415
+
+    index = anchors.build_index(ir)
+    cls = _rule(card, ir)
     if cls is not None:
         sites = [s for s in cls.from_options(_known_options(cls, card.options)).sites(ir, index)
                  if not s.present]
@@ -134,17 +143,15 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     comes after the others. Callers gate candidates in this order and may stop at the first
     that passes."""
     from passes.base import Applied  # noqa: PLC0415
-    from passes.registry import get_pass  # noqa: PLC0415
 
     sites = card_sites(card, ir)
     if not sites:
         yield Materialized(card, None, None, refusals=(f"no site for {card.pass_name}",))
         return
-    try:
-        cls: Any = get_pass(card.pass_name)
-    except (BadInputError, ImportError):
-        cls = None
+    cls = _rule(card, ir)
     backends = tuple(getattr(rewriter, "backends", None) or (rewriter,))
+    if cls is None:  # no rule for this language: only a back-end that is not a rule may act
+        backends = tuple(b for b in backends if b.name != "deterministic")
     source = ir.unparse()
     old_lines = _significant_lines(source)
     refusals: list[str] = []
