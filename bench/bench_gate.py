@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import statistics
@@ -45,6 +46,18 @@ GEMM_EXPERT = ROOT / "experts/gemm/gemm_triton.py"
 SAXPY = ROOT / "tests/data/cases/saxpy"
 
 
+_PHASES: list[str] = []
+
+
+class _PhaseLog(logging.Handler):
+    """Collects the worker's phase durations that gate.runner logs at debug level."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg.startswith("worker phase"):
+            name, seconds = record.args  # type: ignore[misc]
+            _PHASES.append(f"{name} {seconds:.2f}s")
+
+
 def _timed(path: Path, case: str | Path, tier: Tier) -> tuple[float, gate.Verdict]:
     t0 = time.perf_counter()
     verdict = gate.check_file(path, case, tier, cache=False, timeout=600)
@@ -54,7 +67,7 @@ def _timed(path: Path, case: str | Path, tier: Tier) -> tuple[float, gate.Verdic
 def _measure(name: str, seconds: float, goal: float, verdict: gate.Verdict, note: str = "") -> dict[str, Any]:
     return {"measure": name, "seconds": round(seconds, 3), "goal_s": goal, "met": seconds < goal,
             "verdict_ok": verdict.ok, "failure": verdict.failure_kind.value if verdict.failure_kind else None,
-            "note": note}
+            "reason": (verdict.reason or "")[:300], "note": note}
 
 
 def bench_static() -> list[dict[str, Any]]:
@@ -89,13 +102,15 @@ def bench_device(kernels: set[str]) -> list[dict[str, Any]]:
         if key not in kernels or not path.is_file():
             continue
         _timed(path, "gemm", Tier.DEVICE)  # compile and autotune once: Triton's cache is then warm
+        _PHASES.clear()
         wall, verdict = _timed(path, "gemm", Tier.DEVICE)
         timed = verdict.timing.timed_s if verdict.timing else 0.0
         note = ""
         if verdict.timing:
             t = verdict.timing
             note = (f"wall {wall:.2f} s, timed runs {timed:.2f} s; candidate {t.candidate_ms:.4f} ms, "
-                    f"reference {t.reference_ms:.4f} ms, speedup {t.speedup:.3f}")
+                    f"reference {t.reference_ms:.4f} ms, speedup {t.speedup:.3f}; worker phases: "
+                    + ", ".join(_PHASES))
         out.append(_measure(f"device overhead, gemm 4096^3 bf16, {label} (warm Triton cache)",
                             wall - timed, 5.0, verdict, note))
     return out
@@ -130,7 +145,7 @@ def _write(results_dir: Path, label: str, run: dict[str, Any]) -> None:
                   f"triton {m['triton']}; first gate in a fresh process {r['first_gate_s']} s.", "",
                   "| measure | seconds | goal | met | verdict | note |", "|---|---|---|---|---|---|"]
         for x in r["measures"]:
-            verdict = "ok" if x["verdict_ok"] else f"rejected ({x['failure']})"
+            verdict = "ok" if x["verdict_ok"] else f"rejected ({x['failure']}: {x.get('reason', '')})"
             lines.append(f"| {x['measure']} | {x['seconds']} | < {x['goal_s']} s | {x['met']} | {verdict} | {x['note']} |")
         lines.append("")
     (results_dir / "gate.md").write_text("\n".join(lines))
@@ -145,6 +160,9 @@ def main() -> int:
                         help="which gemm kernels the device part gates: matmul, expert")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
+    runner_log = logging.getLogger("gate.runner")
+    runner_log.setLevel(logging.DEBUG)
+    runner_log.addHandler(_PhaseLog())
     machine = _machine()
     t0 = time.perf_counter()
     first = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False)

@@ -7,6 +7,7 @@ A hang, a signal, `os._exit` or the OOM killer end only the worker; the verdict 
 """
 from __future__ import annotations
 
+import logging
 import math
 import multiprocessing
 import os
@@ -25,6 +26,7 @@ from gate.verdict import (Correctness, Facts, CompileFacts, FailureKind, SeedRes
 from gate.worker import (PHASE_FAULT, PHASE_KNOCKOUT, PHASE_REVERIFY, PHASE_SEED, PHASE_TIMED, Job,
                          main as worker_main)
 
+_LOG = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 180.0
 SPEEDUP_FLAG = 10.0
 _CONTEXT: Any = None
@@ -86,6 +88,8 @@ class _Judge:
             self.refs[(variant, phase, seed)] = (outputs, inputs)
         elif kind == "stage":
             self.stage = msg[1]
+        elif kind == "mark":
+            _LOG.debug("worker phase %s: %.3f s", msg[1], msg[2])
         elif kind == "refs_done":
             self._check_case()
         elif kind == "ref_ms":

@@ -7,6 +7,7 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
 
     ("ready", info)                                   after imports
     ("stage", name)                                   entering correctness / anti_cheat / timing
+    ("mark", phase, seconds)                          a phase's duration (logged by the parent)
     ("ref", variant, phase, seed, outputs, inputs)    reference result (inputs only for cases
                                                        with their own compare)
     ("refs_done",)
@@ -427,14 +428,15 @@ class _Runner:
 
 
 def _run(chan: Channel, job: Job) -> None:
+    import time
+
+    start = time.perf_counter()
     runner = _Runner(chan, job)
     chan.send("ready", {"device": runner.device, "pid": os.getpid()})
-    runner.references()
-    runner.load_candidate()
-    runner.correctness()
-    runner.knockout()
-    if runner.device == "cuda":
-        runner.timing()
-        runner.reverify()
-    else:
-        runner.repeat()
+    phases = [runner.references, runner.load_candidate, runner.correctness, runner.knockout]
+    phases += [runner.timing, runner.reverify] if runner.device == "cuda" else [runner.repeat]
+    chan.send("mark", "start-up", time.perf_counter() - start)
+    for phase in phases:
+        t0 = time.perf_counter()
+        phase()
+        chan.send("mark", phase.__name__, time.perf_counter() - t0)

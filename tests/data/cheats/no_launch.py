@@ -13,4 +13,5 @@ def saxpy_kernel(x_ptr, y_ptr, out_ptr, a, n, BLOCK: tl.constexpr):
 
 
 def run(a, x, y):
-    return torch.from_numpy(np.float32(a) * x.numpy() + y.numpy())
+    host = np.float32(a) * x.cpu().numpy() + y.cpu().numpy()  # copies only: allowed ops
+    return torch.from_numpy(host).to(x.device)
