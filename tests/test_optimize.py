@@ -207,7 +207,7 @@ def test_materialize_prefers_a_variant_that_does_not_repeat_an_applied_one() -> 
     class Recorder:
         """A back-end inserting `decl` from the options above the site (like a TMA pass)."""
 
-        name = "deterministic"
+        name = "recorder"
 
         def rewrite(self, ir, site, card, ctx=None, *, direction="optimize"):
             if "decl" not in card.options:
