@@ -182,3 +182,24 @@ def test_deoptimized_own_kernels_still_compute_gemm(kernel: str) -> None:
     verdict = gate.check(naive.text, "triton", "gemm", tier="interpret", path=str(DATA / kernel),
                          cache=False)
     assert verdict.ok, (steps, verdict.stage, verdict.reason)
+
+
+def test_persistent_grid_refuses_a_stale_host_tile_count() -> None:
+    # the host counts 64x64 tiles; after shrinking BLOCK_M the kernel has twice as many
+    text = (DATA / "mm_persistent_tma.py").read_text().replace("BLOCK_M=64", "BLOCK_M=32")
+    ir = kir.parse(text, language="triton")
+    p = get_pass("persistent-grid")()
+    site = next(s for s in p.sites(ir) if s.present)
+    result = p.deoptimize(ir, site)
+    assert isinstance(result, Skipped)
+    assert result.facts == {"host_sizes": [64, 64], "kernel_sizes": [32, 64]}
+
+
+def test_autotune_with_a_pre_hook_is_pinned_by_slicing() -> None:
+    text = (DATA / "mm_autotuned.py").read_text().replace(
+        "num_warps=4, num_stages=2)", "num_warps=4, num_stages=2, pre_hook=None)")
+    ir = kir.parse(text, language="triton")
+    p = get_pass("autotune")()
+    result = p.deoptimize(ir, next(s for s in p.sites(ir) if s.present))
+    assert isinstance(result, Applied) and result.options == {"pinned": "slice"}
+    assert "], key=" not in result.ir.text or "][:1], key=" in result.ir.text

@@ -54,7 +54,7 @@ def _config_values(mod: PyModule, config: ast.Call) -> list[tuple[str, str]] | N
     for kw in config.keywords:
         if kw.arg in LAUNCH_META:
             values.append((kw.arg, mod.text(kw.value)))
-        elif kw.arg is not None and kw.arg != "pre_hook":
+        else:  # a pre_hook (or anything else) cannot become a launch keyword: pin by slicing
             return None
     return values
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, names_in, walk_stmts
+from passes.triton._py import PyModule, callee, literal_int, names_in, walk_stmts
 from passes.triton.launch import TRITON
 
 if TYPE_CHECKING:
@@ -19,6 +19,23 @@ if TYPE_CHECKING:
 
 _PID_M = re.compile(r"^pid_?m$", re.I)
 _PID_N = re.compile(r"^pid_?n$", re.I)
+
+
+def _cdivs(mod: PyModule, expr: ast.AST) -> list[ast.Call]:
+    """`cdiv` calls in `expr` and in the assignments (same function) of the names it uses."""
+    scope = mod.enclosing(expr, ast.FunctionDef)
+    seen: set[str] = set()
+    todo, calls = [expr], []
+    while todo:
+        node = todo.pop()
+        calls += [c for c in ast.walk(node) if isinstance(c, ast.Call) and callee(c).endswith("cdiv")]
+        for name in names_in(node) - seen:
+            seen.add(name)
+            for stmt in ast.walk(scope) if scope is not None else []:
+                if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name
+                                                        for t in stmt.targets):
+                    todo.append(stmt.value)
+    return calls
 
 
 def _target(stmt: ast.stmt) -> str | None:
@@ -299,6 +316,31 @@ class PersistentGrid(Pass):
                         return node, b
         return None
 
+    def _stale_tile_count(self, mod: PyModule, found: _Persistent, kept: ast.AST) -> Skipped | None:
+        """One tile per program needs the host's tile count to match the kernel's: where the
+        host divides by literal tile sizes, they must be the sizes the launch passes for the
+        tiles the kernel counts (`tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)`)."""
+        host_sizes = sorted(literal_int(c.args[1]) for c in _cdivs(mod, kept) if len(c.args) == 2
+                            and literal_int(c.args[1]) is not None)
+        if not host_sizes:
+            return None  # computed from meta-parameters: consistent by construction
+        bound = found.loop.iter.args[1]
+        counted = [c.args[1].id for c in _cdivs(mod, bound)
+                   if len(c.args) == 2 and isinstance(c.args[1], ast.Name)]
+        launch_values: dict[str, int] = {}
+        for launch in mod.launches(found.kernel.name):
+            for kw in launch.keywords:
+                if kw.arg and literal_int(kw.value) is not None:
+                    launch_values[kw.arg] = literal_int(kw.value)
+        if not counted or any(name not in launch_values for name in counted):
+            return None  # the kernel's tile sizes are not literal at the launch: nothing to compare
+        kernel_sizes = sorted(launch_values[name] for name in counted)
+        if host_sizes != kernel_sizes:
+            return Skipped("the host counts tiles of other sizes than the kernel: one tile per "
+                           "program would leave tiles out",
+                           {"host_sizes": host_sizes, "kernel_sizes": kernel_sizes})
+        return None
+
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         mod = PyModule(ir)
         out = []
@@ -348,6 +390,9 @@ class PersistentGrid(Pass):
         if cap is None:
             return Skipped("cannot find the host grid capped by the SM count",
                            {"kernel": found.kernel.name})
+        stale = self._stale_tile_count(mod, found, cap[1])
+        if stale is not None:
+            return stale
         header_start = line_start(mod.source, mod.start(loop))
         body_start = line_start(mod.source, mod.start(loop.body[0]))
         header = mod.source[header_start:body_start].decode("utf-8")
