@@ -25,7 +25,7 @@ from kir import kinds as K
 from kir.ir import KernelIR, Language, Span, structure_hashes
 
 if TYPE_CHECKING:
-    from anchors.query import Match
+    from anchors.query import AnchorQuery, Match
 
 AnchorId = NewType("AnchorId", str)
 
@@ -175,8 +175,9 @@ class AnchorIndex:
         """Rank of the anchor in the index (pre-order)."""
         return self._order[AnchorId(anchor_id)]
 
-    def query(self, q: str) -> list[Match]:
-        """Anchors matching an anchor query (grammar: grammars/anchor_query.lark)."""
+    def query(self, q: str | AnchorQuery) -> list[Match]:
+        """Anchors matching an anchor query (grammar: grammars/anchor_query.lark), in
+        pre-order, each at most once. Raises `QueryError` for a bad query."""
         from anchors.query import run_query
 
         return run_query(self, q)
