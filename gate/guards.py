@@ -148,7 +148,6 @@ class LaunchMonitor:
     tuning: int = 0
     side_stream: list[str] = field(default_factory=list)
     gate_stream: int | None = None
-    _restore: list[tuple[Any, str, Any]] = field(default_factory=list)
 
     def reset(self, mode: str = "run") -> None:
         self.mode, self.launches = mode, 0
@@ -165,8 +164,9 @@ class LaunchMonitor:
         if self.mode == "raise":
             raise LaunchSuppressed(f"launch of {what} suppressed by the gate")
 
-    def _patch(self, owner: Any, name: str, new: Any) -> None:
-        self._restore.append((owner, name, getattr(owner, name)))
+    @staticmethod
+    def _patch(owner: Any, name: str, new: Any) -> None:
+        # For the worker's lifetime: the process ends with the candidate, nothing to undo.
         setattr(owner, name, new)
 
     def install_triton(self) -> None:

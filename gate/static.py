@@ -1,7 +1,8 @@
 """The static tier, inside the worker: compile for sm_90a on any machine and read the artifacts.
 
-Triton: the candidate's `run` is called once per shape variant of the case (real shapes, inputs
-on the CPU) with its kernels' launch path replaced by a recorder, so every launch yields the
+Triton: the candidate's `run` is called once per shape variant of the case (real shapes; inputs
+on the GPU where there is one, else on the CPU, so host code that branches on the device type
+shows its CPU path there) with its kernels' launch path replaced by a recorder, so every launch yields the
 kernel, its arguments and options; an autotuned kernel yields one launch per configuration.
 Each distinct launch becomes `triton.compile(ASTSource(fn, signature, constexprs, attrs),
 target=GPUTarget("cuda", 90, 32), options)`, the signature and divisibility attributes derived
@@ -134,21 +135,33 @@ def _record_launches(chan: Channel, job: Job) -> list[_TritonCompile]:
 
     backend = make_backend(GPUTarget("cuda", TARGET_ARCH, 32))
     scratch = str(Path(job.scratch).resolve())
-    seen: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
+    pending: list[_TritonCompile] = []
+    variant = [""]
 
     def owns(fn: Any) -> bool:
         code = getattr(getattr(fn, "fn", None), "__code__", None)
         return code is not None and str(Path(code.co_filename).resolve()).startswith(scratch)
 
     def jit_run(self: Any, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> None:
+        # Specialize now: a config's pre_hook may have just reshaped a tensor descriptor that
+        # the next config's pre_hook reshapes again.
         if owns(self):
-            seen.append((self, args, dict(kwargs)))
+            pending.append(_launch_to_compile(self, variant[0], args, dict(kwargs), backend))
         return None
 
     def autotune_run(self: Any, *args: Any, **kwargs: Any) -> None:
-        # One recorded launch per configuration (through any heuristics wrapped inside).
-        for config in self.configs:
+        # One recorded launch per configuration the autotuner would try (after its pruning),
+        # through any heuristics wrapped inside, each after the config's pre_hook.
+        self.nargs = dict(zip(self.arg_names, args))
+        try:
+            configs = self.prune_configs(kwargs) if len(self.configs) > 1 else self.configs
+        except Exception:  # a pruning function that needs the GPU: compile them all
+            configs = self.configs
+        for config in configs:
+            if config.pre_hook is not None:
+                config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
             self.fn.run(*args, **kwargs, **config.all_kwargs())
+        self.nargs = None
         return None
 
     jit.JITFunction.run = jit_run  # type: ignore[method-assign]
@@ -156,19 +169,20 @@ def _record_launches(chan: Channel, job: Job) -> list[_TritonCompile]:
     _cpu_shims(torch)
     module = import_candidate(chan, job, stage="compile")
     case = import_case_module(Path(job.case_path))
-    pending: list[_TritonCompile] = []
-    for variant, shape in case.SHAPES.items():
-        before = len(seen)
+    # Host code may branch on the device (a TMA path only for CUDA tensors): trace it with
+    # GPU inputs where there is a GPU. Nothing launches either way.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for name, shape in case.SHAPES.items():
+        variant[0] = name
+        before = len(pending)
         try:
             with torch.no_grad():
-                module.run(*case.make_inputs(dict(shape), 0, "cpu"))
+                module.run(*case.make_inputs(dict(shape), 0, device))
         except Exception as exc:
-            if len(seen) == before:
+            if len(pending) == before:
                 chan.reject(FailureKind.COMPILE_ERROR, "compile",
-                            f"could not trace `run` on the CPU for {variant} to find its kernels' "
+                            f"could not trace `run` ({device} inputs) for {name} to find its kernels' "
                             f"arguments: {describe(exc)}")
-        for fn, args, kwargs in seen[before:]:
-            pending.append(_launch_to_compile(fn, variant, args, kwargs, backend))
     if not pending:
         chan.reject(FailureKind.NO_LAUNCH, "compile", "`run` launched none of the module's kernels")
     unique: dict[str, _TritonCompile] = {}

@@ -190,6 +190,9 @@ class Timing:
 
     Both are timed with `triton.testing.do_bench` (25 ms warm-up, 100 ms of repetitions, L2
     flushed, median) in the same worker process, the reference before any candidate code loads.
+    The candidate's timed calls stay under the gate's op trace and launch hooks (a few
+    microseconds of host time per call; it cannot switch to a cheaper path when unobserved),
+    so for launch-bound kernels the speedup is slightly pessimistic.
     """
 
     candidate_ms: float

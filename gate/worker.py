@@ -52,7 +52,6 @@ class Job:
     extra_seed: int
     reverify_seed: int
     repeat_calls: int = 2
-    speedup_reverify: float = 10.0
 
 
 class Stop(Exception):
@@ -393,7 +392,6 @@ class _Runner:
             inputs = self.clone_inputs(original)
             trace = self.guards.OpTrace(self.reference_code, poison=False, paused=self._tuning)
             last: list[Any] = [None]
-            launches_before = 0
             calls = [0]
 
             def fn() -> None:
@@ -407,7 +405,7 @@ class _Runner:
             except BaseException as exc:
                 self.chan.reject(classify(exc), "timing", f"run raised while timed: {describe(exc)}")
             res = {"out": last[0], "exc": None, "trace": trace,
-                   "launches": self.monitor.launches - launches_before,
+                   "launches": self.monitor.launches,
                    "side": list(self.monitor.side_stream)}
             self.check_call(res, inputs, original, "timing", f"{variant}/timed runs")
             if res["launches"] < calls[0]:

@@ -97,3 +97,12 @@ def test_a_parse_error_stops_at_the_parse_stage(tmp_path: Path) -> None:
     bad.write_text("def run(a, x, y:\n    return x\n")
     verdict = gate.check_file(bad, SAXPY, Tier.STATIC, cache=False)
     assert verdict.failure_kind is FailureKind.PARSE_ERROR and verdict.stage == "parse"
+
+
+def test_each_config_is_specialized_after_its_pre_hook() -> None:
+    # The configs' pre_hooks reshape the tensor descriptors: BLOCK 256 must not be compiled
+    # with the 512-element block the last pre_hook left behind.
+    verdict = gate.check_file(SAXPY / "saxpy_desc_triton.py", SAXPY, Tier.STATIC, cache=False)
+    assert verdict.ok, verdict.reason
+    assert sorted(c.config["BLOCK"] for c in verdict.facts.compiles) == [256, 512]
+    assert "tma" in verdict.facts.instruction_classes
