@@ -1,8 +1,9 @@
 """GumTree-style structured diff between two `KernelIR`s of one language.
 
 Three steps, as in GumTree: (1) top-down matching of isomorphic subtrees by label-free
-structure hash (largest first; ties broken by equal text, then by matched parents, then by
-relative position), (2) bottom-up matching of containers whose descendants are mostly
+structure hash (largest first; among several candidates the pair with the most equal labels
+wins, then the same enclosing anchor step, matched parents, nearest position; subtrees of
+height <= 2 need equal text or the same enclosing anchor step), (2) bottom-up matching of containers whose descendants are mostly
 matched (Dice >= 0.5), with a recovery pass over their unmatched children (same grammar type
 and label, or the only child of that type), (3) an edit script: update (a matched node whose
 label changed), move (a matched node under a different parent or out of order among its
@@ -23,6 +24,7 @@ from kir.ir import KernelIR, Span, label_hashes, labels, structure_hashes
 MIN_HEIGHT = 2  # GumTree's default: single leaves are matched only bottom-up
 MIN_DICE = 0.5
 CONTEXT_PENALTY = 0.25  # Dice handicap when the enclosing anchor steps differ
+SMALL_HEIGHT = 2  # subtrees this low are matched top-down only with equal text or context
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +127,7 @@ class _Matcher:
         self.ga, self.gb = a._cols.gtypes, b._cols.gtypes
         self.pa, self.pb = a._cols.parents, b._cols.parents
         self.ca, self.cb = ctx_a, ctx_b
+        self.la, self.lb = labels(a), labels(b)
 
     def link(self, s: int, d: int) -> None:
         self.m[s] = d
@@ -146,7 +149,6 @@ class _Matcher:
         for i, h in enumerate(self.hb):
             if h >= MIN_HEIGHT:
                 by_h_b.setdefault(h, []).append(i)
-        rel_a, rel_b = 1.0 / max(1, self.na), 1.0 / max(1, self.nb)
         # largest subtrees first; a node is a candidate only while its parent is unmatched
         for h in sorted(set(by_h_a) & set(by_h_b), reverse=True):
             groups: dict[int, tuple[list[int], list[int]]] = {}
@@ -161,20 +163,33 @@ class _Matcher:
             for srcs, dsts in groups.values():
                 if not dsts:
                     continue
-                if len(srcs) == 1 and len(dsts) == 1:
-                    self.link_subtree(srcs[0], dsts[0])
-                    continue
                 pairs = []
                 for s in srcs:
                     for d in dsts:
+                        same = self.same_labels(s, d)
+                        size = self.a.subtree_end(s) - s
+                        if h <= SMALL_HEIGHT and same < size and self.ca[s] != self.cb[d]:
+                            # a tiny shape like `name=name` matches all over the file; only
+                            # trust it with equal text or within the same anchor
+                            continue
                         ps, pd = self.pa[s], self.pb[d]
                         parents_linked = ps >= 0 and self.m.get(ps) == pd
-                        pairs.append((self.lha[s] != self.lhb[d], self.ca[s] != self.cb[d],
-                                      not parents_linked, abs(s * rel_a - d * rel_b), s, d))
+                        # nodes before an edit keep their ids, nodes after it keep their
+                        # distance to the end: the smaller of the two offsets is the distance
+                        offset = min(abs(s - d), abs((self.na - s) - (self.nb - d)))
+                        pairs.append((-same / size, self.ca[s] != self.cb[d],
+                                      not parents_linked, offset, s, d))
                 pairs.sort()
                 for *_, s, d in pairs:
                     if s not in self.m and d not in self.rm:
                         self.link_subtree(s, d)
+
+    def same_labels(self, s: int, d: int) -> int:
+        """Equal labels between two same-shape subtrees (their pre-orders line up)."""
+        if self.lha[s] == self.lhb[d]:
+            return self.a.subtree_end(s) - s
+        la, lb = self.la, self.lb
+        return sum(1 for k in range(self.a.subtree_end(s) - s) if la[s + k] == lb[d + k])
 
     # -- step 2 ---------------------------------------------------------------------------
     def bottom_up(self) -> None:
