@@ -19,9 +19,17 @@ import kir
 @click.option("--query", "-q", "query", default=None, help="Anchor query, e.g. 'kernel >> loop > call[name=tl.dot]'.")
 @click.option("--language", "-l", type=click.Choice(["cuda", "triton"]), default=None,
               help="Override the language detected from the suffix.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (stable format, see module doc).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (format below).")
 def command(file: str, query: str | None, language: str | None, as_json: bool) -> None:
-    """List the anchors of a kernel file, optionally filtered by a query."""
+    """List the anchors of a kernel file, optionally filtered by a query.
+
+    \b
+    --json prints {"file", "language", "error_nodes", "anchors": [
+      {"id", "kind", "grammar_type", "name", "span": [start, end], "line", "parent"}, ...]}
+    (byte offsets, end exclusive; lines from 1); with --query only the matches, each with
+    "captures": {label: anchor id} when the query captures. A CUDA file with syntax errors
+    is anchored where tree-sitter recovered; error_nodes says how many it met.
+    """
     ir = kir.parse_file(file, language=language)
     index = anchors.build_index(ir)
     if query is not None:

@@ -27,9 +27,18 @@ def _short(text: str | None, width: int = 60) -> str:
 @click.argument("new", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--language", "-l", type=click.Choice(["cuda", "triton"]), default=None,
               help="Override the language detected from the suffixes.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (stable format, see module doc).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (format below).")
 def command(old: str, new: str, language: str | None, as_json: bool) -> None:
-    """Structured (GumTree-style) diff of two kernels."""
+    """Structured (GumTree-style) diff of two kernels.
+
+    \b
+    --json prints {"old", "new", "language", "actions": [{"action", "anchor", "kind",
+      "grammar_type", "name", "new_anchor", "subtree", "src_span", "dst_span", "src_line",
+      "dst_line", "old", "new"}, ...]}
+    action is insert, delete, update or move; anchor is an anchor id of OLD (of NEW for an
+    insert); new_anchor is the anchor in NEW (update/move) or, for an insert, the anchor of
+    OLD where the new code lands; old/new hold the changed labels or the source text.
+    """
     a = kir.parse_file(old, language=language)
     b = kir.parse_file(new, language=language)
     script = kir.diff(a, b)
