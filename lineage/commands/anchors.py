@@ -19,7 +19,7 @@ import kir
 @click.option("--query", "-q", "query", default=None, help="Anchor query, e.g. 'kernel >> loop > call[name=tl.dot]'.")
 @click.option("--language", "-l", type=click.Choice(["cuda", "triton"]), default=None,
               help="Override the language detected from the suffix.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (format below).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (format above).")
 def command(file: str, query: str | None, language: str | None, as_json: bool) -> None:
     """List the anchors of a kernel file, optionally filtered by a query.
 

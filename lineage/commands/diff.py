@@ -27,7 +27,7 @@ def _short(text: str | None, width: int = 60) -> str:
 @click.argument("new", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--language", "-l", type=click.Choice(["cuda", "triton"]), default=None,
               help="Override the language detected from the suffixes.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (format below).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (format above).")
 def command(old: str, new: str, language: str | None, as_json: bool) -> None:
     """Structured (GumTree-style) diff of two kernels.
 
