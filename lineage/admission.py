@@ -198,7 +198,9 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
           ) -> AdmissionReport:
     """Try every hypothesis of `library` on up to `max_trials` held-out contexts from
     `lineages` until one trial succeeds; each trial is logged on the card and the card is
-    stored at once. Cards already admitted are skipped unless `retry_admitted`."""
+    stored at once. A held-out state where the card finds no site at all is passed over (it
+    says nothing about the card); a card with no held-out state where it has a site is
+    reported `untried`. Cards already admitted are skipped unless `retry_admitted`."""
     from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
 
     say = progress or (lambda event, data: None)
@@ -208,7 +210,7 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
     for card in library.cards():
         if card.admitted and not retry_admitted:
             continue
-        contexts = held_out_contexts(card, lineages)
+        contexts = [c for c in held_out_contexts(card, lineages) if _has_site(card, c)]
         if not contexts:
             untried.append(card.id)
             say("untried", {"card": card.id})
@@ -226,6 +228,18 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
                 break
         (admitted if card.admitted else rejected).append(card.id)
     return AdmissionReport(tuple(admitted), tuple(rejected), tuple(untried), trials)
+
+
+def _has_site(card: SkillCard, context: Context) -> bool:
+    import kir  # noqa: PLC0415
+
+    from lineage.optimize import card_sites  # noqa: PLC0415
+
+    try:
+        ir = kir.parse(context.source, language=context.language, path=context.path or None)
+    except BadInputError:
+        return False
+    return bool(card_sites(card, ir))
 
 
 def load_lineages(paths: Sequence[str | Path]) -> list[Lineage]:

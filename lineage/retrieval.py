@@ -51,10 +51,18 @@ class Target:
         return frozenset(str(f.get("pass")) for f in self.features)
 
     def provided(self, declarations: Mapping[str, Mapping[str, Any]] | None = None) -> frozenset[str]:
-        """Feature names the target has: its present passes and what those passes provide."""
+        """Feature names the target has: its present passes and what those passes provide,
+        and what a *root* pass (one that requires nothing) provides where it has an open site:
+        such a pass tunes a construct the kernel already has (tile-sizes can grow the tiles of
+        a kernel whose tiles sit at their floor, so the kernel is `tiled`)."""
+        decls = declarations or {}
         names = set(self.present_passes)
         for name in self.present_passes:
-            names.update((declarations or {}).get(name, {}).get("provides", ()))
+            names.update(decls.get(name, {}).get("provides", ()))
+        for site in self.open_sites:
+            decl = decls.get(str(site.get("pass")), {})
+            if decl and not decl.get("requires"):
+                names.update(decl.get("provides", ()))
         return frozenset(names)
 
     def to_json(self) -> dict[str, Any]:
@@ -182,15 +190,21 @@ class Retriever:
         all_cards = cards.cards() if isinstance(cards, Library) else list(cards)
         self.cards = [c for c in all_cards if c.admitted or include_hypotheses]
         self.k = k
-        self._declarations = declarations
+        self._given = declarations
+        self._fetched: dict[str, Mapping[str, Any]] = {}
 
     def _decls(self, names: Iterable[str]) -> Mapping[str, Mapping[str, Any]]:
-        if self._declarations is None:
-            self._declarations = pass_declarations(set(names))
-        return self._declarations
+        """Declarations given to the constructor, else the registry's (fetched as needed)."""
+        if self._given is not None:
+            return self._given
+        missing = set(names) - set(self._fetched)
+        if missing:
+            self._fetched.update(pass_declarations(missing))
+        return self._fetched
 
     def retrieve(self, target: Target) -> Retrieval:
-        decls = self._decls({c.pass_name for c in self.cards} | set(target.present_passes))
+        decls = self._decls({c.pass_name for c in self.cards} | set(target.present_passes)
+                            | {str(f.get("pass")) for f in target.open_sites})
         provided = target.provided(decls)
         # What the target already has (or conflicts with) is set aside first, so it does not
         # take the top-k places of cards that can still act.
@@ -240,7 +254,7 @@ class Retriever:
         everywhere = sorted(set(card.conflicts) & provided)
         if not everywhere or not scopes:
             return everywhere
-        decls = self._declarations or {}
+        decls = self._given if self._given is not None else self._fetched
         per_scope: list[list[str]] = []
         for scope in scopes:
             names: set[str] = set()

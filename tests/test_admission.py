@@ -108,3 +108,15 @@ def test_real_gate_admits_a_gemm_card_on_an_induced_conv2d_lineage(
     assert report.admitted == (card.id,) and stored.admitted, t.reason
     assert t.case == "conv2d" and t.context == f"conv2d:{induced.roles('naive')[0]}"
     assert "tensor-core-dot appears" in t.reason
+
+
+def test_a_card_without_a_site_in_any_held_out_state_is_untried(tmp_path: Path) -> None:
+    import dataclasses
+
+    lib = Library.open(tmp_path / "lib", create=True)
+    card = lib.put(dataclasses.replace(gemm_cards(admitted=False)["autotune"],
+                                       id="persistent-grid.triton.x", pass_name="persistent-grid"))
+    report = admit(lib, [lineage("conv2d")], tier="interpret", rewriter=DeterministicRewriter(),
+                   check_fn=ScriptedGate())
+    assert report.untried == (card.id,) and report.trials == 0
+    assert lib.get(card.id).verification == ()

@@ -164,3 +164,18 @@ def test_conflicts_are_judged_per_kernel() -> None:
     blocked = dataclasses.replace(free, open_sites=({"pass": "autotune", "anchor": "triton:k1"},))
     result = Retriever([card], declarations=decls).retrieve(blocked)
     assert result.cards == () and "conflicts with present even-k" in result.skipped[card.id]
+
+
+def test_an_open_site_of_a_root_pass_meets_a_requirement() -> None:
+    # tile-sizes requires nothing; its open site (tiles at their floor) shows the kernel is
+    # tiled, so a card requiring `tiled` is retrieved on a naive kernel.
+    naive = Target(language="triton", case="gemm",
+                   open_sites=({"pass": "tile-sizes", "anchor": "triton:run/launch:k[0]"},))
+    got = Retriever([_cards()["tensor-core-dot"]], declarations=DECLS).retrieve(naive)
+    assert _ids(got) == ["tensor-core-dot"]
+    # An open site of a pass that itself has requirements meets nothing.
+    piped = Target(language="triton", case="gemm",
+                   open_sites=({"pass": "software-pipelining", "anchor": "triton:k/for[0]"},))
+    none = Retriever([_cards()["tensor-core-dot"]], declarations={
+        **DECLS, "software-pipelining": {"requires": ["tiled"], "provides": ["tiled"]}}).retrieve(piped)
+    assert none.cards == ()
