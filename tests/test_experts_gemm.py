@@ -39,7 +39,7 @@ def test_case_declares_both_experts_and_they_exist() -> None:
 
 @pytest.mark.parametrize("shape", [
     case.SMALL_SHAPES["default"],
-    {"M": 50, "N": 70, "K": 40, "dtype": "fp16"},    # not a multiple of any tile: masked path
+    {"M": 50, "N": 72, "K": 40, "dtype": "fp16"},    # one partial tile in each dimension
     {"M": 33, "N": 64, "K": 96, "dtype": "fp32"},
 ])
 def test_triton_matches_reference_in_the_interpreter(interpreted_triton, shape: dict) -> None:
@@ -55,9 +55,31 @@ def test_triton_rejects_mismatched_operands(interpreted_triton) -> None:
         interpreted_triton.run(torch.ones(4, 8), torch.ones(4, 8))
 
 
+def test_triton_rejects_rows_a_tensor_descriptor_cannot_address(interpreted_triton) -> None:
+    # N = 70 fp16 elements is 140 bytes per row of B and C: not a multiple of 16.
+    a, b = case.make_inputs({"M": 50, "N": 70, "K": 40, "dtype": "fp16"}, seed=0, device="cpu")
+    with pytest.raises(ValueError, match="16 bytes"):
+        interpreted_triton.run(a, b)
+
+
+def test_triton_interpreter_runs_the_first_config_only(interpreted_triton) -> None:
+    kernel = interpreted_triton.matmul_kernel_tma_persistent
+    a, b = case.make_inputs(case.SMALL_SHAPES["default"], seed=0, device="cpu")
+    interpreted_triton.run(a, b)
+    first = kernel.configs[0]
+    assert first.kwargs["BLOCK_M"] == 128 and first.kwargs["BLOCK_N"] == 256 and first.num_stages == 3
+    assert kernel.best_config.kwargs == first.kwargs
+    # The small shape covers the device's code paths: >= 2 tiles per dimension, a K-loop of >= 2
+    # steps and more tiles than persistent programs.
+    m, n, k = (case.SMALL_SHAPES["default"][d] for d in "MNK")
+    tiles_m, tiles_n = -(-m // first.kwargs["BLOCK_M"]), -(-n // first.kwargs["BLOCK_N"])
+    assert tiles_m >= 2 and tiles_n >= 2 and k // first.kwargs["BLOCK_K"] >= 2
+    assert tiles_m * tiles_n > interpreted_triton.CPU_PROGRAMS
+
+
 def test_triton_expert_constructs_are_visible() -> None:
     text = (GEMM_DIR / "gemm_triton.py").read_text()
-    for construct in ("@triton.autotune", "@triton.heuristics", "EVEN_K", "GROUP_M", "num_stages=",
+    for construct in ("@triton.autotune", "GROUP_M", "num_stages=", "tl.range(", "set_allocator",
                       "tl.dot(", "BLOCK_K: tl.constexpr", "make_tensor_descriptor", "NUM_SMS"):
         assert construct in text, construct
 
