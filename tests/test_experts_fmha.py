@@ -38,8 +38,8 @@ def test_case_declares_the_expert_and_both_variants() -> None:
 
 @pytest.mark.parametrize("shape", [
     *case.SMALL_SHAPES.values(),
-    {"B": 2, "H": 1, "S": 64, "D": 32, "causal": True, "dtype": "fp16"},   # whole tiles only
-    {"B": 1, "H": 3, "S": 37, "D": 64, "causal": False, "dtype": "fp32"},
+    {"B": 2, "H": 1, "S": 256, "D": 32, "causal": True, "dtype": "fp16"},  # whole tiles only
+    {"B": 1, "H": 3, "S": 37, "D": 64, "causal": False, "dtype": "fp32"},  # one partial tile
 ])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_triton_matches_reference_in_the_interpreter(interpreted_triton, shape: dict,
@@ -67,6 +67,23 @@ def test_triton_rejects_unsupported_shapes(interpreted_triton) -> None:
     with pytest.raises(ValueError):
         interpreted_triton.run(torch.zeros(1, 1, 8, 32), torch.zeros(1, 1, 9, 32),
                                torch.zeros(1, 1, 9, 32), False)
+
+
+def test_interpreter_runs_the_best_measured_config_only(interpreted_triton) -> None:
+    # bench/results/fmha.md: 128 x 128 / 8 warps / 3 stages is the fastest over both variants.
+    configs = interpreted_triton._attn_fwd.configs
+    assert len(configs) == 8
+    assert configs[0].kwargs == {"BLOCK_M": 128, "BLOCK_N": 128}
+    assert (configs[0].num_warps, configs[0].num_stages) == (8, 3)
+    assert interpreted_triton._prune(configs, {}) == configs[:1]
+
+
+def test_small_shapes_exercise_several_tiles_per_variant() -> None:
+    # Two query blocks and two key-loop iterations of the first (128-row) config at least.
+    for shape in case.SMALL_SHAPES.values():
+        assert shape["S"] > 2 * 128 if shape["causal"] else shape["S"] >= 2 * 128
+        assert shape["B"] * shape["H"] >= 2
+    assert case.SMALL_SHAPES["noncausal"]["S"] % 128 == 0  # EVEN_N, as at the real shapes
 
 
 def test_triton_expert_constructs_are_visible() -> None:
