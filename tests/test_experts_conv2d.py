@@ -135,3 +135,19 @@ def test_expert_matches_cudnn_at_real_shape() -> None:
         out = module.run(x, w)
         assert out.shape == exact.shape
         assert _rel_err(out, exact) <= CASE.TOLERANCE["fp16"]
+
+
+def test_interpreter_runs_the_best_config_over_several_tiles(interpreted: ModuleType) -> None:
+    # The interpreter must run the config a pinned kernel runs on the device (the first,
+    # best-measured one), on small shapes that still give >= 2 tiles in M and in F.
+    kernel = interpreted.conv2d_nhwc_kernel
+    first = kernel.configs[0]
+    assert (first.kwargs["BLOCK_M"], first.kwargs["BLOCK_N"], first.kwargs["BLOCK_K"],
+            first.num_warps, first.num_stages) == (64, 128, 64, 4, 3)
+    for shape in CASE.SMALL_SHAPES.values():
+        interpreted.run(*CASE.make_inputs(shape, 0, "cpu"))
+        assert kernel.best_config.kwargs == first.kwargs
+        assert shape["N"] * shape["H"] * shape["W"] > first.kwargs["BLOCK_M"]
+        assert shape["F"] > first.kwargs["BLOCK_N"]
+    assert any(s["C"] % first.kwargs["BLOCK_K"] == 0 and s["F"] % first.kwargs["BLOCK_N"] == 0
+               for s in CASE.SMALL_SHAPES.values())

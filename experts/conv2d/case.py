@@ -21,9 +21,13 @@ REFERENCE_NAME = "cuDNN via torch.nn.functional.conv2d (channels-last)"
 SHAPES = {
     "default": {"N": 8, "C": 64, "H": 56, "W": 56, "F": 128, "R": 3, "S": 3, "dtype": "fp16"},
 }
-# Deliberately not multiples of any tile (C=24, F=40, 7x7 image), so the masked paths run too.
+# Sized for the expert's first (interpreted) config, 64x128x64 tiles, so every code path the
+# device runs is exercised: "default" is not a multiple of any tile (C=72, F=136, 7x7 image: the
+# masked paths, two channel blocks per tap, the second partial); "even" divides every tile (the
+# unmasked paths the real shape takes). Both have two tiles in M and in F.
 SMALL_SHAPES = {
-    "default": {"N": 2, "C": 24, "H": 7, "W": 7, "F": 40, "R": 3, "S": 3, "dtype": "fp16"},
+    "default": {"N": 2, "C": 72, "H": 7, "W": 7, "F": 136, "R": 3, "S": 3, "dtype": "fp16"},
+    "even": {"N": 2, "C": 64, "H": 8, "W": 8, "F": 256, "R": 3, "S": 3, "dtype": "fp16"},
 }
 
 # Relative-norm error ||out - ref|| / ||ref|| allowed, by output dtype. K = C*R*S terms are
