@@ -99,6 +99,17 @@ def test_interpreted_triton_expert_every_tuning_choice(interpreted: ModuleType, 
     assert kernel.best_config.kwargs == {"RADIX_BITS": bits, "EARLY_EXIT": early_exit}
 
 
+def test_interpreter_runs_the_best_measured_config(interpreted: ModuleType) -> None:
+    # Unpatched, the interpreter tries only the first config: the one measured fastest on the
+    # device (bench/results/topk.md), which a pinned (de-autotuned) kernel would run there.
+    kernel = interpreted.topk_radix_kernel
+    first = kernel.configs[0]
+    assert first.kwargs == {"RADIX_BITS": 4, "EARLY_EXIT": True} and first.num_warps == 16
+    inputs = _small("default", 0)
+    assert CASE.compare(interpreted.run(*inputs), CASE.reference(*inputs), inputs) <= TOL
+    assert kernel.best_config is first
+
+
 @pytest.mark.parametrize("length,k", [(5, 1), (64, 64), (1000, 3)])
 def test_interpreted_triton_expert_edge_sizes(interpreted: ModuleType, length: int, k: int) -> None:
     inputs = CASE.make_inputs({"B": 2, "L": length, "K": k, "dtype": "fp32"}, 7, "cpu")
