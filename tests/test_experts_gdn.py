@@ -43,7 +43,7 @@ def test_chunked_reference_matches_the_recurrence(shape: dict) -> None:
 
 
 def test_recurrence_depends_on_every_input() -> None:
-    shape = case.SMALL_SHAPES["default"]
+    shape = {"B": 1, "T": 100, "H": 1, "HV": 2, "K": 32, "V": 32, "dtype": "fp32"}
     base = case.make_inputs(shape, seed=0, device="cpu")
     out = case.recurrent_reference(*base)
     for i in range(5):
@@ -84,6 +84,25 @@ def test_triton_rejects_inputs_outside_the_layout(interpreted_triton) -> None:
     q, k, v, g, beta = case.make_inputs(dict(shape, HV=4, K=256), seed=0, device="cpu")
     with pytest.raises(ValueError):
         interpreted_triton.run(q, k, v, g, beta)
+
+
+def test_interpreter_runs_each_kernels_best_measured_config_only(interpreted_triton) -> None:
+    # The winners of bench/results/gdn.md, listed first so a pinned kernel runs them.
+    best = {"_gdn_kkt_solve_kernel": ({"BD": 32}, 1, 1), "_gdn_wy_kernel": ({"BD": 128}, 8, 2),
+            "_gdn_state_kernel": ({"BV": 64}, 4, 4), "_gdn_output_kernel": ({"BV": 64}, 4, 3)}
+    for name, (kwargs, warps, stages) in best.items():
+        configs = getattr(interpreted_triton, name).configs
+        assert len(configs) >= 4, name
+        assert (configs[0].kwargs, configs[0].num_warps, configs[0].num_stages) == (
+            kwargs, warps, stages), name
+    assert interpreted_triton._prune(configs, {}) == configs[:1]
+
+
+def test_small_shape_exercises_every_device_path() -> None:
+    small, real = case.SMALL_SHAPES["default"], case.SHAPES["default"]
+    assert small["T"] > case.CHUNK                      # two chunks: the state carries over
+    assert small["K"] == real["K"] and small["V"] >= 2 * 64   # both state halves, two V tiles
+    assert small["HV"] > small["H"]                     # value heads share a key head
 
 
 def test_triton_expert_constructs_are_visible() -> None:

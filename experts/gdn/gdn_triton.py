@@ -29,33 +29,9 @@ CHUNK = 64
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 
 
-def _solve_configs() -> list[triton.Config]:
-    if _INTERPRET:
-        return [triton.Config({"BD": 16}, num_warps=4, num_stages=1)]
-    # BD: width of the K column slices of K K^T; 16 x 16 substitutions favour few warps.
-    shapes = [(32, 1), (32, 2), (64, 2), (32, 4)]
-    return [triton.Config({"BD": bd}, num_warps=w, num_stages=1) for bd, w in shapes]
-
-
-def _wy_configs() -> list[triton.Config]:
-    if _INTERPRET:
-        return [triton.Config({"BD": 16}, num_warps=4, num_stages=1)]
-    shapes = [(32, 4, 2), (32, 4, 3), (64, 4, 3), (64, 8, 2), (128, 8, 2)]
-    return [triton.Config({"BD": bd}, num_warps=w, num_stages=st) for bd, w, st in shapes]
-
-
-def _state_configs() -> list[triton.Config]:
-    if _INTERPRET:
-        return [triton.Config({"BV": 32}, num_warps=4, num_stages=1)]
-    shapes = [(32, 4, 3), (32, 4, 4), (64, 4, 2), (64, 4, 3), (64, 4, 4)]
-    return [triton.Config({"BV": bv}, num_warps=w, num_stages=s) for bv, w, s in shapes]
-
-
-def _output_configs() -> list[triton.Config]:
-    if _INTERPRET:
-        return [triton.Config({"BV": 32}, num_warps=4, num_stages=1)]
-    shapes = [(64, 4, 2), (64, 4, 3), (64, 8, 2), (128, 8, 3)]
-    return [triton.Config({"BV": bv}, num_warps=w, num_stages=s) for bv, w, s in shapes]
+def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
+    # The interpreter runs the first config only: exactly what a pinned kernel runs on the device.
+    return configs[:1] if _INTERPRET else configs
 
 
 @triton.jit
@@ -118,7 +94,14 @@ def _load_gates(g_ptr, beta_ptr, t0, T, stride_t):
     return g, beta
 
 
-@triton.autotune(configs=_solve_configs(), key=["K", "HV"])
+# Configs measured on an H200 (bench/results/gdn.md), best first, for every kernel below.
+# BD: width of the K column slices of K K^T; 16 x 16 substitutions favour few warps.
+@triton.autotune(configs=[
+    triton.Config({"BD": 32}, num_warps=1, num_stages=1),
+    triton.Config({"BD": 64}, num_warps=2, num_stages=1),
+    triton.Config({"BD": 32}, num_warps=2, num_stages=1),
+    triton.Config({"BD": 32}, num_warps=4, num_stages=1),
+], key=["K", "HV"], prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _gdn_kkt_solve_kernel(k_ptr, g_ptr, beta_ptr, gc_ptr, x_ptr, T,
                           H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
@@ -213,7 +196,13 @@ def _gdn_kkt_solve_kernel(k_ptr, g_ptr, beta_ptr, gc_ptr, x_ptr, T,
     _store_block(x_base, t0 + 3 * BC, 3 * BC, T, HV * 4 * BC, x33)
 
 
-@triton.autotune(configs=_wy_configs(), key=["K", "V", "HV"])
+@triton.autotune(configs=[
+    triton.Config({"BD": 128}, num_warps=8, num_stages=2),
+    triton.Config({"BD": 64}, num_warps=4, num_stages=3),
+    triton.Config({"BD": 32}, num_warps=4, num_stages=3),
+    triton.Config({"BD": 64}, num_warps=8, num_stages=2),
+    triton.Config({"BD": 32}, num_warps=4, num_stages=2),
+], key=["K", "V", "HV"], prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _gdn_wy_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, x_ptr, w_ptr, u_ptr, T,
                    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
@@ -252,7 +241,13 @@ def _gdn_wy_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, x_ptr, w_ptr, u_ptr, T,
         tl.store(u_rows + offs[None, :], u.to(u_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.autotune(configs=_state_configs(), key=["K", "V", "HV"])
+@triton.autotune(configs=[
+    triton.Config({"BV": 64}, num_warps=4, num_stages=4),
+    triton.Config({"BV": 64}, num_warps=4, num_stages=3),
+    triton.Config({"BV": 32}, num_warps=4, num_stages=3),
+    triton.Config({"BV": 32}, num_warps=4, num_stages=4),
+    triton.Config({"BV": 64}, num_warps=4, num_stages=2),
+], key=["K", "V", "HV"], prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _gdn_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, h_ptr, d_ptr, T, NT,
                       H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
@@ -314,7 +309,12 @@ def _gdn_state_kernel(k_ptr, w_ptr, u_ptr, gc_ptr, h_ptr, d_ptr, T, NT,
             state2 = tl.dot(k2, delta, state2 * decay)
 
 
-@triton.autotune(configs=_output_configs(), key=["K", "V", "HV"])
+@triton.autotune(configs=[
+    triton.Config({"BV": 64}, num_warps=4, num_stages=3),
+    triton.Config({"BV": 64}, num_warps=4, num_stages=2),
+    triton.Config({"BV": 128}, num_warps=8, num_stages=3),
+    triton.Config({"BV": 64}, num_warps=8, num_stages=2),
+], key=["K", "V", "HV"], prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _gdn_output_kernel(q_ptr, k_ptr, gc_ptr, h_ptr, d_ptr, o_ptr, T, NT, scale,
                        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
