@@ -33,8 +33,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-# Workers inherit the environment of the gate's fork server, which starts with the first gate:
-# the cold-cache measurement needs its own Triton cache from the start.
+# The cold-cache measurement needs a Triton cache of its own (workers take this environment).
 _TRITON_CACHE = tempfile.mkdtemp(prefix="bench-gate-triton-")
 os.environ["TRITON_CACHE_DIR"] = _TRITON_CACHE
 

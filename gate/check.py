@@ -172,7 +172,7 @@ def _run(source: str, lang: str, case: Case, tier: Tier, stem: str, host_text: s
                   cu_path=str(cu) if cu else None, scratch=str(scratch),
                   origin_dir=str(src_path.parent) if src_path else None,
                   case_path=str(case.path), seeds=(base, base + 1, base + 2),
-                  extra_seed=base + 3, reverify_seed=base + 4)
+                  extra_seed=base + 3, reverify_seed=base + 4, env=tuple(os.environ.items()))
         if tier is Tier.DEVICE:
             with _DEVICE_LOCK:
                 return supervise(job, case, tier, timeout)

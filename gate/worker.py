@@ -52,6 +52,7 @@ class Job:
     extra_seed: int
     reverify_seed: int
     repeat_calls: int = 2
+    env: tuple[tuple[str, str], ...] = ()  # the caller's environment when it asked for the run
 
 
 class Stop(Exception):
@@ -99,6 +100,12 @@ def main(conn: Any, job: Job) -> None:
         os.setpgrp()  # own process group: the parent can end the candidate's children too
     except OSError:
         pass
+    # A fork-server child inherits the server's environment from when it started: use the
+    # caller's current one instead, and let the tier alone decide whether Triton interprets.
+    if job.env:
+        os.environ.clear()
+        os.environ.update(dict(job.env))
+    os.environ.pop("TRITON_INTERPRET", None)
     if job.tier == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"
     chan = Channel(conn)

@@ -106,3 +106,16 @@ def test_each_config_is_specialized_after_its_pre_hook() -> None:
     assert verdict.ok, verdict.reason
     assert sorted(c.config["BLOCK"] for c in verdict.facts.compiles) == [256, 512]
     assert "tma" in verdict.facts.instruction_classes
+
+
+def test_workers_take_the_callers_environment_but_the_tier_decides_interpretation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A caller that has TRITON_INTERPRET=1 set (tests do) still gets real sm_90a compiles, and
+    # a variable set after the gate's fork server started (SASS opt-in) reaches the worker.
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("KLINEAGE_GATE_SASS", "1")
+    verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.STATIC, cache=False)
+    assert verdict.ok, verdict.reason
+    sass = verdict.facts.compiles[0].sass
+    if gate_facts.find_disassembler() is not None:
+        assert sass is not None and sass["LDG128"] > 0
