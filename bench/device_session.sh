@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One session on a GPU machine: the GPU test suite, the expert benchmark against the vendor
+# libraries, and device-tier lineages of the experts, all in one call.
+#
+#   bash bench/device_session.sh OUTDIR [STAGES] [CASES]
+#
+# STAGES is a comma list of gpu-test,bench,lineages (default: all three); CASES the experts whose
+# lineages to induce (default: gemm,conv2d,topk,fmha,gdn). Lineages go to OUTDIR/lineages.tgz,
+# the benchmark to OUTDIR/experts.{json,md}, the test log to OUTDIR/gpu-tests.log. Each stage has
+# its own time box so that one slow stage cannot starve the others. Where Python packages are
+# missing on the machine, wheels in .whl/ are installed into /tmp/site first.
+set -u
+OUTDIR=${1:?usage: device_session.sh OUTDIR [STAGES] [CASES]}
+STAGES=${2:-gpu-test,bench,lineages}
+CASES=${3:-gemm,conv2d,topk,fmha,gdn}
+LINEAGE_BOX=${LINEAGE_BOX:-150}   # seconds per expert lineage
+MAX_STEPS=${MAX_STEPS:-16}
+mkdir -p "$OUTDIR"
+export PYTHONUNBUFFERED=1 KLINEAGE_CACHE_DIR=${KLINEAGE_CACHE_DIR:-/tmp/klineage-cache}
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 3
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUTDIR/gpu.txt"
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' | tee -a "$OUTDIR/gpu.txt"
+
+has() { case ",$STAGES," in *",$1,"*) return 0;; esac; return 1; }
+
+if has gpu-test; then
+  echo "== gpu tests"
+  timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -x --timeout=120 2>&1 \
+    | tee "$OUTDIR/gpu-tests.log" | tail -25
+fi
+
+if has bench; then
+  echo "== expert benchmark"
+  timeout 300 python3 -m lineage bench --case all --fresh --out "$OUTDIR" 2>&1 | tail -30
+fi
+
+if has lineages; then
+  mkdir -p "$OUTDIR/lin"
+  IFS=, read -ra list <<<"$CASES"
+  for case in "${list[@]}"; do
+    kernel=$(ls experts/$case/${case}_triton.py)
+    echo "== device lineage: $case"
+    start=$(date +%s)
+    timeout "$LINEAGE_BOX" python3 -m lineage induce "$kernel" --case "$case" --tier device \
+      --max-steps "$MAX_STEPS" --out "$OUTDIR/lin/$case" --json > "$OUTDIR/lin/$case.json" \
+      2> "$OUTDIR/lin/$case.log"
+    rc=$?
+    echo "$case: rc=$rc in $(( $(date +%s) - start )) s"; tail -c 600 "$OUTDIR/lin/$case.json"
+    if [ $rc -ne 0 ]; then tail -5 "$OUTDIR/lin/$case.log"; fi
+  done
+  tar czf "$OUTDIR/lineages.tgz" -C "$OUTDIR" lin && rm -rf "$OUTDIR/lin"
+fi
