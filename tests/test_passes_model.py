@@ -88,8 +88,14 @@ def test_precondition_failure_skips_with_the_deciding_facts() -> None:
 
 
 def test_context_for_case_reads_the_case_shape() -> None:
+    import gate
+
+    shape = next(iter(gate.load_case("gemm").small_shapes.values()))
     ctx = PassContext.for_case("gemm", tier="interpret", arch="sm_90")
-    assert ctx.facts["K"] == 128 and ctx.facts["dtype"] == "fp16" and ctx.facts["arch"] == "sm_90"
+    assert ctx.facts["K"] == shape["K"] and ctx.facts["dtype"] == shape["dtype"]
+    assert ctx.facts["arch"] == "sm_90" and ctx.case == "gemm"
+    device = PassContext.for_case("gemm", tier="device")
+    assert device.facts["M"] == next(iter(gate.load_case("gemm").shapes.values()))["M"]
     with pytest.raises(BadInputError):
         PassContext.for_case("gemm", variant="nope")
 

@@ -34,7 +34,7 @@ class PragmaUnroll(Pass):
 
     text: str = ""
     """The exact pragma line to restore (recorded by a de-optimization, without the newline);
-    empty: `#pragma unroll` at the loop's indentation."""
+    empty: `#pragma unroll` at the loop's indentation (loops with a constant trip count only)."""
 
     name: ClassVar[str] = "pragma-unroll"
     category: ClassVar[Category] = Category.EXPRESSION
@@ -43,8 +43,9 @@ class PragmaUnroll(Pass):
     platforms: ClassVar[tuple[str, ...]] = ("*",)
     preconditions: ClassVar[tuple[str, ...]] = ("constant_trip_count",)
 
-    def _constant_loops(self, src: CSource) -> list[tuple[int, int]]:
-        """(for start, header end) of loops whose condition bound is a compile-time constant."""
+    def _loops(self, src: CSource) -> list[tuple[int, int, bool]]:
+        """(for start, header end, constant trip count) of the `for` loops: constant when the
+        condition's bound is a literal or an ALL_CAPS name (macro, constexpr, template)."""
         out = []
         for m in find_iter(_FOR, src):
             paren = m.end() - 1
@@ -53,8 +54,7 @@ class PragmaUnroll(Pass):
             if len(parts) != 3:
                 continue
             cond = re.match(r"\s*\w+\s*(<=|<|>=|>|!=)\s*(.+?)\s*$", parts[1], re.S)
-            if cond and _CONST_BOUND.match(cond.group(2)):
-                out.append((m.start(), end))
+            out.append((m.start(), end, bool(cond and _CONST_BOUND.match(cond.group(2)))))
         return out
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
@@ -70,13 +70,13 @@ class PragmaUnroll(Pass):
             out.append(make_site(self.name, ir, index, src.bspan(m.start(), m.end()), True,
                                  {"pragma": src.text[m.start():m.end()].strip()},
                                  src.bspan(target, header_end)))
-        for start, end in self._constant_loops(src):
+        for start, end, constant in self._loops(src):
             if start in pragma_targets or src.function_at(start) is None:
                 continue
             line = src.line_start(start)
             out.append(make_site(self.name, ir, index, src.bspan(line, end), False,
-                                 {"loop": " ".join(src.text[start:end].split())},
-                                 src.bspan(start, end)))
+                                 {"loop": " ".join(src.text[start:end].split()),
+                                  "constant_trip_count": constant}, src.bspan(start, end)))
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -89,11 +89,12 @@ class PragmaUnroll(Pass):
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         src = CSource(ir)
-        for start, end in self._constant_loops(src):
+        for start, end, constant in self._loops(src):
             line = src.line_start(start)
             if src.bspan(line, end) != tuple(site.span):
                 continue
-            results, skip = self.check(ctx, {"constant_trip_count": True})
+            # a recorded pragma (e.g. `#pragma unroll 4`) was valid on this loop as it is
+            results, skip = self.check(ctx, {"constant_trip_count": constant or bool(self.text)})
             if skip:
                 return skip
             text = self.text or f"{src.indent(start)}#pragma unroll"
@@ -113,7 +114,10 @@ class LaunchBounds(Pass):
     """The bounds to set (recorded by a de-optimization, e.g. `256, 2`); empty: the block size
     from the facts (`block_threads`) or a `#define ...THREADS...` macro."""
     sep: str = " "
-    """The whitespace between the annotation and the function name."""
+    """The whitespace between the annotation and what follows it."""
+    follows: str = ""
+    """The word the annotation stood in front of (recorded; e.g. `__global__` or the
+    function's name); empty: in front of the function's name."""
 
     name: ClassVar[str] = "launch-bounds"
     category: ClassVar[Category] = Category.COMPUTE
@@ -137,7 +141,8 @@ class LaunchBounds(Pass):
             head = src.code[fn.start - 200 if fn.start > 200 else 0:fn.name_start]
             if "__launch_bounds__" in re.split(r"[;}]", head)[-1]:
                 continue
-            out.append(make_site(self.name, ir, index, src.bspan(fn.name_start, fn.name_start),
+            out.append(make_site(self.name, ir, index, src.bspan(_head_start(src, fn.name_start),
+                                                                 fn.name_start),
                                  False, {"kernel": fn.name}, src.bspan(fn.start, fn.params_end)))
         return out
 
@@ -148,8 +153,10 @@ class LaunchBounds(Pass):
             stop = _skip_ws(src, end)
             if src.bspan(m.start(), stop) != tuple(site.span):
                 continue
+            follows = re.match(r"\w+", src.code[stop:])
             return finish(ir, site, [src.edit(m.start(), stop, "")], options={
-                "bounds": src.text[m.end():end - 1], "sep": src.text[end:stop] or " "})
+                "bounds": src.text[m.end():end - 1], "sep": src.text[end:stop] or " ",
+                "follows": follows.group(0) if follows else ""})
         return Skipped("no __launch_bounds__ at the site", {"site": site.anchor})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -170,9 +177,27 @@ class LaunchBounds(Pass):
         results, skip = self.check(ctx, facts)
         if skip:
             return skip
-        at = site.span[0]
+        at = site.span[1]  # in front of the function's name
+        if self.follows:  # or in front of the word it preceded (e.g. `__global__`)
+            head = ir.source[site.span[0]:site.span[1]]
+            hits = list(re.finditer(rb"\b" + re.escape(self.follows.encode()) + rb"\b", head))
+            if hits:
+                at = site.span[0] + hits[-1].start()
         text = f"__launch_bounds__({bounds}){self.sep}"
         return finish(ir, site, [ByteEdit(at, at, text)], preconditions=results)
+
+
+def _head_start(src: CSource, name_start: int) -> int:
+    """Start of a function declaration's head (after the previous `;`, `{`, `}` or
+    preprocessor line), so the head's qualifiers are inside the site."""
+    lo = max(0, name_start - 400)
+    head = src.code[lo:name_start]
+    cut = max(head.rfind(";"), head.rfind("{"), head.rfind("}"))
+    pre = max((m.end() for m in re.finditer(r"^[ \t]*#[^\n]*\n", head, re.M)), default=-1)
+    start = lo + max(cut + 1, pre, 0)
+    while start < name_start and src.code[start].isspace():
+        start += 1
+    return start
 
 
 def _skip_ws(src: CSource, pos: int) -> int:

@@ -1,10 +1,11 @@
 """Autotuning of a Triton kernel: a config list searched at launch <-> one pinned config.
 
 De-optimization keeps the first config (the one an expert lists first is its best guess):
-- a literal config list: the `@triton.autotune(...)` decorator is removed and the first config's
-  values become keyword arguments of every launch of the kernel;
-- a config list built by code (`configs=_configs()`): it is pinned to its first element
-  (`configs=_configs()[:1]`), since its values are only known when the module runs.
+- a literal config list of plain values, with the kernel launched in the module: the
+  `@triton.autotune(...)` decorator is removed and the first config's values become keyword
+  arguments of every launch of the kernel;
+- otherwise (a list built by code such as `configs=_configs()`, a config with a `pre_hook`, a
+  kernel launched elsewhere): the list is pinned to its first element (`configs=E[:1]`).
 Optimization restores the recorded decorator (or removes the pin); without a recorded
 decorator it builds a standard Hopper config list around the pinned launch values.
 """
@@ -134,15 +135,14 @@ class Autotune(Pass):
             return Skipped("no autotune decorator with a config list at the site",
                            {"site": site.anchor})
         launches = mod.launches(kernel.name)
+        literal = _literal_configs(configs.value)
+        values = _config_values(mod, literal[0]) if literal else None
+        if values is None or not launches:  # pin the first config in place
+            end = mod.end(configs.value)
+            return finish(ir, site, [ByteEdit(end, end, "[:1]")], options={"pinned": "slice"})
         results, skip = self.check(ctx, {"launches": len(launches)})
         if skip:
             return skip
-        literal = _literal_configs(configs.value)
-        values = _config_values(mod, literal[0]) if literal else None
-        if values is None:  # computed list: pin its first element in place
-            end = mod.end(configs.value)
-            return finish(ir, site, [ByteEdit(end, end, "[:1]")],
-                          options={"pinned": "slice"}, preconditions=results)
         names = {n for n, _ in values}
         for call in launches:
             clash = names & {kw.arg for kw in call.keywords}

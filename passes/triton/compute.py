@@ -85,7 +85,11 @@ class TensorCoreDot(Pass):
                         and _slice_pattern(prod.left) == "a" and _slice_pattern(prod.right) == "b"):
                     continue
                 parent = mod.parents.get(call)
-                if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add) and parent.right is call:
+                cast = mod.parents.get(parent) if isinstance(parent, ast.Attribute) else None
+                if (isinstance(parent, ast.Attribute) and parent.attr == "to"
+                        and isinstance(cast, ast.Call) and cast.func is parent):
+                    out.append((cast, call, None))  # `tl.sum(...).to(out_dtype)`
+                elif isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add) and parent.right is call:
                     out.append((parent, call, parent.left))
                 else:
                     out.append((call, call, None))
@@ -137,7 +141,10 @@ class TensorCoreDot(Pass):
             prod = call.args[0]
             a = _strip_f32(mod, prod.left.value)
             b = _strip_f32(mod, prod.right.value)
-            text = f"tl.dot({a}, {b}, {mod.text(acc)})" if acc is not None else f"tl.dot({a}, {b})"
+            cast = whole if isinstance(whole, ast.Call) and whole is not call else None
+            out_dtype = f", out_dtype={mod.text(cast.args[0])}" if cast is not None else ""
+            text = (f"tl.dot({a}, {b}, {mod.text(acc)})" if acc is not None
+                    else f"tl.dot({a}, {b}{out_dtype})")
         return finish(ir, site, [ByteEdit(*mod.span(whole), text)], preconditions=results)
 
 

@@ -119,8 +119,7 @@ class TileSizes(Pass):
             detail = {"tile": name, "size": value, "value_span": list(span)}
             if value > self.floor:
                 out.append(make_site(self.name, ir, index, span, True, detail, mod.span(holder)))
-            if value < self.cap:
-                out.append(make_site(self.name, ir, index, span, False, detail, mod.span(holder)))
+            out.append(make_site(self.name, ir, index, span, False, detail, mod.span(holder)))
         return out
 
     def _resize(self, ir: KernelIR, site: Site, ctx: PassContext | None, grow: bool) -> PassResult:
@@ -136,6 +135,9 @@ class TileSizes(Pass):
         target = self.value or (current * 2 if grow else current // 2)
         if not grow:
             target = max(target, self.floor)
+        elif not self.value and target > self.cap:
+            return Skipped(f"{site.detail.get('tile')} is {current}: doubling it passes the cap "
+                           f"{self.cap}", {"tile": current, "cap": self.cap})
         facts = {"tile": target, site.detail.get("tile", "tile"): target}
         results, skip = self.check(ctx, facts)
         if skip:

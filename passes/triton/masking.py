@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -70,6 +71,8 @@ class EvenKFastPath(Pass):
     code: str = ""
     """The exact `if EVEN_K: ... else: ...` statement to restore (recorded by a
     de-optimization); empty: build it from the masked loads."""
+    after: str = ""
+    """The masked statements the de-optimization left in its place."""
 
     name: ClassVar[str] = "even-k-fast-path"
     category: ClassVar[Category] = Category.EXPRESSION
@@ -82,17 +85,19 @@ class EvenKFastPath(Pass):
     preconditions: ClassVar[tuple[str, ...]] = ("K % BLOCK_K == 0 or guarded",)
 
     def _fast_paths(self, mod: PyModule) -> list[tuple[ast.FunctionDef, ast.If]]:
-        """`if FLAG:` (FLAG a constexpr) in a kernel loop: unmasked loads, else masked ones."""
+        """`if EVEN_K:` (a constexpr flag named for divisibility) in a kernel loop whose two
+        branches are the same statements except that the else-branch masks its loads."""
         out = []
         for kernel in mod.kernels():
-            flags = _constexprs(kernel)
+            flags = {f for f in _constexprs(kernel) if _DIVISIBILITY.search(f.upper())}
             for node in ast.walk(kernel):
                 if not (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
                         and node.test.id in flags and node.orelse
                         and mod.enclosing(node, ast.For) is not None):
                     continue
                 fast, slow = _loads(ast.Module(node.body, [])), _loads(ast.Module(node.orelse, []))
-                if fast and slow and not any(map(_masked, fast)) and all(map(_masked, slow)):
+                if (fast and slow and not any(map(_masked, fast)) and all(map(_masked, slow))
+                        and _unmasked_dump(node.body) == _unmasked_dump(node.orelse)):
                     out.append((kernel, node))
         return out
 
@@ -126,6 +131,10 @@ class EvenKFastPath(Pass):
             out.append(make_site(self.name, ir, index, (start, end), False,
                                  {"kernel": kernel.name, "loads": len(run)},
                                  (mod.start(run[0]), mod.end(run[-1]))))
+        for kernel in mod.kernels():  # a kernel keeping its flag: a recorded path can return
+            if any(_DIVISIBILITY.search(f.upper()) for f in _constexprs(kernel)):
+                out.append(make_site(self.name, ir, index, mod.stmt_span(kernel), False,
+                                     {"kernel": kernel.name, "form": "recorded"}, mod.span(kernel)))
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -137,12 +146,17 @@ class EvenKFastPath(Pass):
             _, _, slow = _block_text(mod, node.orelse)
             outer = indent_of(mod.source, mod.start(node))
             inner = indent_of(mod.source, mod.start(node.orelse[0]))
-            return finish(ir, site, [ByteEdit(start, end, _reindent(slow, inner, outer))],
-                          options={"code": text})
+            after = _reindent(slow, inner, outer)
+            return finish(ir, site, [ByteEdit(start, end, after)],
+                          options={"code": text, "after": after})
         return Skipped("no even-K fast path at the site", {"site": site.anchor})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         mod = PyModule(ir)
+        if self.code and self.after:
+            done = restore_recorded(ir, site, self.code, self.after)
+            if done is not None:
+                return done
         for kernel, loop, run in self._masked_runs(mod):
             start, end, text = _block_text(mod, run)
             if (start, end) != tuple(site.span):
@@ -172,6 +186,20 @@ class EvenKFastPath(Pass):
                 new = fast
             return finish(ir, site, [ByteEdit(start, end, new)], preconditions=results)
         return Skipped("no masked K-loop loads at the site", {"site": site.anchor})
+
+
+_DIVISIBILITY = re.compile(r"EVEN|DIVISIBLE|NO_MASK|UNMASKED")
+
+
+def _unmasked_dump(stmts: list[ast.stmt]) -> str:
+    """The statements' AST with `mask=` / `other=` of their loads dropped."""
+    import copy  # noqa: PLC0415
+
+    tree = copy.deepcopy(ast.Module(body=stmts, type_ignores=[]))
+    for call in _loads(tree):
+        call.keywords = [k for k in call.keywords if k.arg not in ("mask", "other")]
+        call.args = call.args[:1]
+    return ast.dump(tree)
 
 
 def _k_only(mask: ast.AST | None, loop_var: str) -> bool:
