@@ -187,17 +187,32 @@ class Inducer:
             verdict=_jsonable(verdict) if verdict is not None else None,
             timing=self._timing_json(verdict), roles=roles)
 
-    def _forward_site(self, p: Any, pred_ir: kir.KernelIR, backward_site: Any) -> Any | None:
-        """The optimization site in the predecessor that corresponds to the removed one."""
+    def _forward_site(self, p: Any, pred_ir: kir.KernelIR, backward_site: Any,
+                      options: Mapping[str, Any] | None = None) -> Any | None:
+        """The optimization site in the predecessor that corresponds to the removed one.
+
+        Several sites of one pass may share an anchor (the tiles of one config) or a span start
+        (the loads of one kernel), so candidates are ranked by: no identifying detail that
+        contradicts the removed site (e.g. another tile name), the same anchor, identifying
+        details in common, names the de-optimization recorded in its options (e.g. the base
+        pointer of a removed descriptor), and finally nearness in the source.
+        """
         index = anchors.build_index(pred_ir)
         candidates = [s for s in p.sites(pred_ir, index) if not s.present]
         if not candidates:
             return None
-        for s in candidates:
-            if s.anchor == backward_site.anchor:
-                return s
-        start = backward_site.span[0]
-        return min(candidates, key=lambda s: abs(s.span[0] - start))
+        back = {k: v for k, v in backward_site.detail.items() if isinstance(v, str)}
+        recorded = repr(_jsonable(options)) if options else ""
+
+        def rank(s: Any) -> tuple:
+            mine = {k: v for k, v in s.detail.items() if isinstance(v, str)}
+            contradicts = sum(1 for k, v in mine.items() if k in back and back[k] != v)
+            common = sum(1 for k, v in mine.items() if back.get(k) == v)
+            mentioned = sum(1 for v in mine.values() if len(v) > 2 and v in recorded)
+            return (-contradicts, s.anchor == backward_site.anchor, common, mentioned,
+                    -abs(s.span[0] - backward_site.span[0]))
+
+        return max(candidates, key=rank)
 
     # ---- recorded outcomes (resume) -----------------------------------------------------
     def _recorded(self, current: str, pass_name: str, anchor: str) -> tuple[str, str] | None:
@@ -212,6 +227,13 @@ class Inducer:
             if r["state"] == current and r["pass"] == pass_name and r["anchor"] == anchor:
                 return "rejected", r["reason"]
         return None
+
+    def _rejection_counts(self) -> dict[tuple[str, str], int]:
+        counts: dict[tuple[str, str], int] = {}
+        for r in self.lineage.graph.graph["rejected"]:
+            key = (r["pass"], r["anchor"])
+            counts[key] = counts.get(key, 0) + 1
+        return counts
 
     # ---- one step ---------------------------------------------------------------------------
     def _try(self, branch: _Branch, p: Any, site: Any) -> str | None:
@@ -252,7 +274,7 @@ class Inducer:
 
         # Re-derive the forward edit on the predecessor (not a textual reversal).
         forward_pass = p.with_options(back.options) if back.options else p
-        fsite = self._forward_site(forward_pass, back.ir, site)
+        fsite = self._forward_site(forward_pass, back.ir, site, back.options)
         if fsite is None:
             reject("rederive", "no-site", "the pass finds no optimization site in the predecessor")
             return None
@@ -353,6 +375,11 @@ class Inducer:
                 # Alternative orders: branch b starts with the b-th candidate (soft prior).
                 k = branch.index % len(candidates)
                 candidates = candidates[k:] + candidates[:k]
+            # A de-optimization rejected at an earlier state is retried only after the others:
+            # what failed (e.g. removing tensor cores at large tiles) may pass once other
+            # optimizations are gone, but should not cost a gate run at every step.
+            failures = self._rejection_counts()
+            candidates.sort(key=lambda ps: failures.get((ps[0].name, ps[1].anchor), 0))
             moved = False
             for p, site in candidates:
                 if branch.rejections >= self.max_rejections:
