@@ -134,8 +134,8 @@ class TensorCoreDot(Pass):
             recorded = ast.parse(self.call, mode="eval").body
             has_acc = isinstance(recorded, ast.Call) and (
                 len(recorded.args) > 2 or any(k.arg == "acc" for k in recorded.keywords))
-            if not has_acc:  # `x + dot(a, b)`: only the product was the dot
-                whole = call
+            if not has_acc and isinstance(whole, ast.BinOp):  # `x + dot(a, b)`: only the
+                whole = call                                       # product was the dot
             text = self.call
         else:
             prod = call.args[0]
