@@ -5,8 +5,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import anthropic
 import pytest
+
+anthropic = pytest.importorskip("anthropic")
 
 import kir
 from lineage.skills import SkillCard

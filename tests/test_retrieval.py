@@ -122,10 +122,16 @@ def test_feature_filter_present_conflicts_and_requires() -> None:
 
 
 def test_target_from_a_real_kernel_skips_what_it_already_has(tmp_path: Path) -> None:
-    target = target_from_kernel(ROOT / "experts" / "gemm" / "gemm_triton.py", "gemm")
-    assert "tensor-core-dot" in target.present_passes
+    # The gemm fixture's expert state: tensor cores, pipelining and autotuning are all there.
+    lin = Lineage.load(DATA / "gemm.json")
+    kernel = tmp_path / "expert.py"
+    kernel.write_text(lin.node(lin.roles("expert")[0])["source"])
+    target = target_from_kernel(kernel, "gemm")
+    assert {"tensor-core-dot", "software-pipelining", "autotune"} <= target.present_passes
     result = Retriever(list(_cards().values())).retrieve(target)
-    assert _cards()["tensor-core-dot"].id in result.skipped
+    assert result.cards == ()
+    assert all(why.startswith("already present") for why in result.skipped.values())
+    assert set(result.skipped) == {c.id for c in _cards().values()}
 
 
 def test_skills_command_with_a_target(tmp_path: Path) -> None:
