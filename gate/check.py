@@ -24,7 +24,7 @@ from gate.verdict import FailureKind, Tier, Verdict, reject
 from gate.worker import Job
 from kir.errors import BadInputError
 
-GATE_VERSION = "1"  # bump when a change to the gate could change a verdict
+GATE_VERSION = "2"  # bump when a change to the gate could change a verdict
 DEFAULT_TIMEOUT_S = {Tier.STATIC: 300.0, Tier.INTERPRET: 300.0, Tier.DEVICE: 300.0}
 # One device-tier run at a time per process: concurrent runs on one GPU would skew each
 # other's timings.

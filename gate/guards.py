@@ -148,6 +148,7 @@ class LaunchMonitor:
     tuning: int = 0
     side_stream: list[str] = field(default_factory=list)
     gate_stream: int | None = None
+    _owned: dict[str, bool] = field(default_factory=dict)
 
     def reset(self, mode: str = "run") -> None:
         self.mode, self.launches = mode, 0
@@ -155,7 +156,14 @@ class LaunchMonitor:
 
     def owns(self, fn: Any) -> bool:
         code = getattr(fn, "__code__", None)
-        return code is not None and str(Path(code.co_filename).resolve()).startswith(self.candidate_dir)
+        if code is None:
+            return False
+        # Resolving a path is a system call; launches are hot (timed), file names are few.
+        owned = self._owned.get(code.co_filename)
+        if owned is None:
+            owned = str(Path(code.co_filename).resolve()).startswith(self.candidate_dir)
+            self._owned[code.co_filename] = owned
+        return owned
 
     def _on_launch(self, what: str, stream: int | None) -> None:
         self.launches += 1

@@ -236,7 +236,7 @@ class Inducer:
         return counts
 
     # ---- one step ---------------------------------------------------------------------------
-    def _try(self, branch: _Branch, p: Any, site: Any) -> str | None:
+    def _try(self, branch: _Branch, p: Any, site: Any, allow_slower: bool = False) -> str | None:
         """Try one de-optimization at the branch's current state; return the predecessor id
         when accepted, else None (the rejection is recorded)."""
         current = branch.current
@@ -268,7 +268,8 @@ class Inducer:
             reject(str(getattr(pred_verdict, "stage", "gate")), kind, str(pred_verdict.reason))
             return None
         pred_ms, cur_ms = self._ms(pred_verdict), (cur_attrs.get("timing") or {}).get("candidate_ms")
-        if pred_ms and cur_ms and cur_ms > pred_ms / SLOWER_MARGIN:
+        regression = bool(pred_ms and cur_ms and cur_ms > pred_ms / SLOWER_MARGIN)
+        if regression and not allow_slower:
             reject("profile", "slower", f"forward step would slow the kernel: {pred_ms:.4f} ms -> {cur_ms:.4f} ms")
             return None
 
@@ -316,7 +317,8 @@ class Inducer:
             preconditions=tuple(_jsonable(list(fwd.preconditions) + list(back.preconditions))),
             src_verdict={"ok": True, "tier": self.tier, "ms": pred_ms},
             dst_verdict={"ok": True, "tier": self.tier, "ms": cur_ms, "rederived_exact": exact,
-                         "verdict": fwd_verdict if not exact else None},
+                         "verdict": fwd_verdict if not exact else None,
+                         "profile_regression": regression},
             profile_delta=delta,
             backward={"pass": p.name, "anchor": site.anchor, "options": _jsonable(back.options)},
             rederived_by="llm" if getattr(fwd, "by_llm", False) else "deterministic",
@@ -403,9 +405,32 @@ class Inducer:
                 moved = True
                 break
             if not moved:
+                # Every de-optimization left was rejected here. Those rejected only because the
+                # forward step measured slower (the expert's choices interact: big tiles pay only
+                # with many warps) still pass compile and correctness; take the first of them, in
+                # order, as a transition flagged `profile_regression` rather than stop short of naive.
+                pred = self._retry_slower(branch, candidates)
+                if pred is not None:
+                    branch.steps += 1
+                    branch.current = pred
+                    branch.path.append(pred)
+                    self.progress("step", {"branch": branch.index, "steps": branch.steps, "state": pred})
+                    continue
                 branch.termination = "exhausted"
                 self._mark_naive(branch.current, exhausted=True)
                 return
+
+    def _retry_slower(self, branch: _Branch, candidates: list[tuple[Any, Any]]) -> str | None:
+        slower = {(r["pass"], r["anchor"]): r for r in self.lineage.graph.graph["rejected"]
+                  if r["state"] == branch.current and r.get("failure_kind") == "slower"}
+        for p, site in candidates:
+            if (p.name, site.anchor) not in slower:
+                continue
+            pred = self._try(branch, p, site, allow_slower=True)
+            self.lineage.save(self.lineage_path)
+            if pred is not None:
+                return pred
+        return None
 
     def _mark_naive(self, sid: str, exhausted: bool = False) -> None:
         node = self.lineage.node(sid)
