@@ -7,7 +7,7 @@
 # STAGES is a comma list of gpu-test,bench,lineages (default: all three); CASES the experts whose
 # lineages to induce (default: gemm,conv2d,topk,fmha,gdn). Lineages go to OUTDIR/lineages.tgz,
 # the benchmark to OUTDIR/experts.{json,md}, the test log to OUTDIR/gpu-tests.log. Each stage has
-# its own time box so that one slow stage cannot starve the others. Where Python packages are
+# its own time box so that one slow stage cannot starve the others; the GPU tests run last. Where Python packages are
 # missing on the machine, wheels in .whl/ are installed into /tmp/site first.
 set -u
 OUTDIR=${1:?usage: device_session.sh OUTDIR [STAGES] [CASES]}
@@ -29,12 +29,6 @@ python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", tr
 
 has() { case ",$STAGES," in *",$1,"*) return 0;; esac; return 1; }
 
-if has gpu-test; then
-  echo "== gpu tests"
-  timeout 300 python3 -m pytest -q -m gpu -p no:cacheprovider -x --timeout=120 2>&1 \
-    | tee "$OUTDIR/gpu-tests.log" | tail -25
-fi
-
 if has bench; then
   echo "== expert benchmark"
   timeout 300 python3 -m lineage bench --case all --fresh --out "$OUTDIR" 2>&1 | tail -30
@@ -55,4 +49,10 @@ if has lineages; then
     if [ $rc -ne 0 ]; then tail -5 "$OUTDIR/lin/$case.log"; fi
   done
   tar czf "$OUTDIR/lineages.tgz" -C "$OUTDIR" lin && rm -rf "$OUTDIR/lin"
+fi
+
+if has gpu-test; then
+  echo "== gpu tests"
+  timeout "${GPU_TEST_BOX:-300}" python3 -m pytest -q -m gpu -p no:cacheprovider --timeout=90 ${GPU_TESTS:-} 2>&1 \
+    | tee "$OUTDIR/gpu-tests.log" | tail -25
 fi
