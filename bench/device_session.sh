@@ -41,7 +41,8 @@ if has lineages; then
     kernel=$(ls experts/$case/${case}_triton.py)
     echo "== device lineage: $case"
     start=$(date +%s)
-    timeout "$LINEAGE_BOX" python3 -m lineage induce "$kernel" --case "$case" --tier device \
+    box_var="LINEAGE_BOX_$case"; box=${!box_var:-$LINEAGE_BOX}   # e.g. LINEAGE_BOX_gemm=200
+    timeout "$box" python3 -m lineage induce "$kernel" --case "$case" --tier device \
       --max-steps "$MAX_STEPS" --out "$OUTDIR/lin/$case" --json > "$OUTDIR/lin/$case.json" \
       2> "$OUTDIR/lin/$case.log"
     rc=$?
