@@ -88,7 +88,9 @@ class TensorCoreDot(Pass):
                 cast = mod.parents.get(parent) if isinstance(parent, ast.Attribute) else None
                 if (isinstance(parent, ast.Attribute) and parent.attr == "to"
                         and isinstance(cast, ast.Call) and cast.func is parent):
-                    out.append((cast, call, None))  # `tl.sum(...).to(out_dtype)`
+                    # `tl.sum(...).to(T)`: a de-optimized out_dtype, or the kernel's own cast;
+                    # the site covers it, `optimize` decides (the recorded call says which)
+                    out.append((cast, call, None))
                 elif isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add) and parent.right is call:
                     out.append((parent, call, parent.left))
                 else:
@@ -132,19 +134,19 @@ class TensorCoreDot(Pass):
         whole, call, acc = found
         if self.call:
             recorded = ast.parse(self.call, mode="eval").body
-            has_acc = isinstance(recorded, ast.Call) and (
-                len(recorded.args) > 2 or any(k.arg == "acc" for k in recorded.keywords))
-            if not has_acc and isinstance(whole, ast.BinOp):  # `x + dot(a, b)`: only the
-                whole = call                                       # product was the dot
+            keywords = {k.arg for k in getattr(recorded, "keywords", [])}
+            has_acc = isinstance(recorded, ast.Call) and (len(recorded.args) > 2 or "acc" in keywords)
+            if not has_acc and (isinstance(whole, ast.BinOp)  # `x + dot(a, b)`: only the product
+                                or "out_dtype" not in keywords):  # `.to(T)` is the kernel's own
+                whole = call
             text = self.call
         else:
             prod = call.args[0]
             a = _strip_f32(mod, prod.left.value)
             b = _strip_f32(mod, prod.right.value)
-            cast = whole if isinstance(whole, ast.Call) and whole is not call else None
-            out_dtype = f", out_dtype={mod.text(cast.args[0])}" if cast is not None else ""
-            text = (f"tl.dot({a}, {b}, {mod.text(acc)})" if acc is not None
-                    else f"tl.dot({a}, {b}{out_dtype})")
+            if acc is None:
+                whole = call  # a `.to(T)` after the product stays a cast of the dot
+            text = f"tl.dot({a}, {b}, {mod.text(acc)})" if acc is not None else f"tl.dot({a}, {b})"
         return finish(ir, site, [ByteEdit(*mod.span(whole), text)], preconditions=results)
 
 
