@@ -105,8 +105,6 @@ def main() -> int:
     variants: dict[str, Fn] = {
         "cublas": torch.matmul,
         "triton": gemm_triton.run,
-        "triton_tiled": gemm_triton.matmul_tiled,
-        "triton_tma_persistent": gemm_triton.matmul_tma_persistent,
         # Ordered so that a kernel that faults (and poisons the CUDA context) runs last.
         "cuda_mma": lambda a, b: gemm_cuda.matmul(a, b, "mma"),
         "cuda_wgmma": lambda a, b: gemm_cuda.matmul(a, b, "wgmma", defines or None),
@@ -173,9 +171,9 @@ def main() -> int:
         if ref_ms and row.get("ms"):
             row["speedup"] = ref_ms / row["ms"]
             row["fraction_of_floor"] = floor_ms / row["ms"]
-    for label, kern in (("matmul_kernel", gemm_triton.matmul_kernel),
-                        ("matmul_kernel_tma_persistent", gemm_triton.matmul_kernel_tma_persistent)):
-        result.setdefault("triton_best_configs", {})[label] = str(getattr(kern, "best_config", None))
+    kern = gemm_triton.matmul_kernel_tma_persistent
+    result.setdefault("triton_best_configs", {})["matmul_kernel_tma_persistent"] = \
+        str(getattr(kern, "best_config", None))
     try:
         compiled = gemm_cuda.compile_kernels()
         result["cuda_resources"] = compiled.resources()
