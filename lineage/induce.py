@@ -280,8 +280,10 @@ class Inducer:
             reject("rederive", "no-site", "the pass finds no optimization site in the predecessor")
             return None
         fwd = forward_pass.optimize(back.ir, fsite, self.ctx)
+        rederived_by = "deterministic"
         if not fwd.ok and self.rewriter is not None:
             fwd = self.rewriter.rewrite(back.ir, fsite, forward_pass, self.ctx)
+            rederived_by = "llm"
         if not fwd.ok:
             reject("rederive", "rewrite-failed", str(getattr(fwd, "reason", None) or getattr(fwd, "error", "")))
             return None
@@ -321,7 +323,7 @@ class Inducer:
                          "profile_regression": regression},
             profile_delta=delta,
             backward={"pass": p.name, "anchor": site.anchor, "options": _jsonable(back.options)},
-            rederived_by="llm" if getattr(fwd, "by_llm", False) else "deterministic",
+            rederived_by=rederived_by,
             case=self.case_name, language=self.language, platform="cuda",
             expert=str(self.expert_path), step=branch.steps + 1))
         self.progress("accepted", {"pass": p.name, "anchor": site.anchor, "state": pred_id,
