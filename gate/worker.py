@@ -397,54 +397,46 @@ class _Runner:
         for variant in self.shapes:
             original = self.originals[(variant, PHASE_TIMED, self.job.extra_seed)]
             inputs = self.clone_inputs(original)
-            trace = self.guards.OpTrace(self.reference_code, poison=False, paused=self._tuning)
-            last: list[Any] = [None]
-            calls = [0]
-
-            def fn() -> None:
-                with trace:
-                    last[0] = self.run_fn(*inputs)
-                calls[0] += 1
-
-            self.monitor.reset("run")
-            try:
-                ms, wall = self.bench(fn)
-            except BaseException as exc:
-                self.chan.reject(classify(exc), "timing", f"run raised while timed: {describe(exc)}")
-            res = {"out": last[0], "exc": None, "trace": trace,
-                   "launches": self.monitor.launches,
-                   "side": list(self.monitor.side_stream)}
-            self.check_call(res, inputs, original, "timing", f"{variant}/timed runs")
-            if res["launches"] < calls[0]:
-                self.chan.reject(FailureKind.FALLBACK, "timing",
-                                 f"{calls[0]} timed calls launched only {res['launches']} kernels: "
-                                 f"the candidate skips its kernel when timed")
-            # The figure reported is taken without the op trace: its Python dispatch costs tens
-            # of microseconds per torch op, which would swamp kernels of a few microseconds and
-            # is not paid by the reference either. The traced runs above vouch for what the
-            # candidate does when timed; these runs are held to the same launch count, stream
-            # and input checks, and their last output is the one re-validated by the parent.
-            bare_calls = [0]
-
-            def bare() -> None:
-                last[0] = self.run_fn(*inputs)
-                bare_calls[0] += 1
-
-            self.monitor.reset("run")
-            try:
-                ms, wall = self.bench(bare)
-            except BaseException as exc:
-                self.chan.reject(classify(exc), "timing", f"run raised while timed: {describe(exc)}")
-            untraced = self.guards.OpTrace(self.reference_code, poison=False, paused=self._tuning)
-            res = {"out": last[0], "exc": None, "trace": untraced,
-                   "launches": self.monitor.launches, "side": list(self.monitor.side_stream)}
-            self.check_call(res, inputs, original, "timing", f"{variant}/untraced timed runs")
-            if res["launches"] < bare_calls[0]:
-                self.chan.reject(FailureKind.FALLBACK, "timing",
-                                 f"{bare_calls[0]} timed calls launched only {res['launches']} "
-                                 f"kernels: the candidate skips its kernel when timed")
+            # Timed twice. The reported figure comes from the untraced runs: the op trace's
+            # Python dispatch costs tens of microseconds per torch op, which would swamp kernels
+            # of a few microseconds and is not paid by the reference either. The traced runs
+            # vouch for what the candidate does when timed; both are held to the launch count,
+            # stream and input checks, and the untraced runs' last output is re-validated by
+            # the parent.
+            self.timed_runs(inputs, original, traced=True, what=f"{variant}/timed runs")
+            ms, wall, res = self.timed_runs(inputs, original, traced=False,
+                                            what=f"{variant}/untraced timed runs")
             self.chan.send("cand_ms", variant, ms, wall, self.timed_s)
             self.send_out(variant, PHASE_TIMED, self.job.extra_seed, res)
+
+    def timed_runs(self, inputs: tuple[Any, ...], original: tuple[Any, ...], *, traced: bool,
+                   what: str) -> tuple[float, float, dict[str, Any]]:
+        """Bench the candidate on `inputs` and check the timed calls; (ms, wall ms, result)."""
+        trace = self.guards.OpTrace(self.reference_code, poison=False, paused=self._tuning)
+        last: list[Any] = [None]
+        calls = [0]
+
+        def fn() -> None:
+            if traced:
+                with trace:
+                    last[0] = self.run_fn(*inputs)
+            else:
+                last[0] = self.run_fn(*inputs)
+            calls[0] += 1
+
+        self.monitor.reset("run")
+        try:
+            ms, wall = self.bench(fn)
+        except BaseException as exc:
+            self.chan.reject(classify(exc), "timing", f"run raised while timed: {describe(exc)}")
+        res = {"out": last[0], "exc": None, "trace": trace,
+               "launches": self.monitor.launches, "side": list(self.monitor.side_stream)}
+        self.check_call(res, inputs, original, "timing", what)
+        if res["launches"] < calls[0]:
+            self.chan.reject(FailureKind.FALLBACK, "timing",
+                             f"{calls[0]} timed calls launched only {res['launches']} kernels: "
+                             f"the candidate skips its kernel when timed")
+        return ms, wall, res
 
     def reverify(self) -> None:
         """Device tier: one more fresh-input check, always (the parent flags >10x speedups)."""

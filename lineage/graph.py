@@ -11,11 +11,12 @@ file or the new one, never a torn one.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,13 +88,25 @@ class Transition:
         return f"t:{self.src[2:]}:{self.dst[2:]}:{self.pass_name}"
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, frozenset, set)):
-        items = [_jsonable(v) for v in value]
-        return sorted(items) if isinstance(value, (frozenset, set)) else items
-    return value
+def jsonable(obj: Any) -> Any:
+    """`obj` as JSON data: mappings, sequences and dataclasses recursively, objects with a
+    `to_json()` through it, enums by value, sets as sorted lists, anything else as its str."""
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    to_json = getattr(obj, "to_json", None)
+    if callable(to_json):
+        return to_json()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, set | frozenset):
+        return sorted(jsonable(v) for v in obj)
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "value"):
+        return jsonable(obj.value)
+    return str(obj)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -142,8 +155,8 @@ class Lineage:
             "source": state.source,
             "anchors": list(state.anchors),
             "features": [dict(f) for f in state.features],
-            "verdict": _jsonable(state.verdict) if state.verdict is not None else None,
-            "timing": _jsonable(state.timing) if state.timing is not None else None,
+            "verdict": jsonable(state.verdict) if state.verdict is not None else None,
+            "timing": jsonable(state.timing) if state.timing is not None else None,
             "roles": sorted(state.roles),
             "case": state.case,
             "tier": state.tier,
@@ -172,14 +185,14 @@ class Lineage:
             "type": "transition",
             "pass": t.pass_name,
             "category": t.category,
-            "options": _jsonable(t.options),
+            "options": jsonable(t.options),
             "anchor": t.anchor,
-            "diff": _jsonable(t.diff),
-            "preconditions": _jsonable(t.preconditions),
-            "src_verdict": _jsonable(t.src_verdict),
-            "dst_verdict": _jsonable(t.dst_verdict),
-            "profile_delta": _jsonable(t.profile_delta),
-            "backward": _jsonable(t.backward),
+            "diff": jsonable(t.diff),
+            "preconditions": jsonable(t.preconditions),
+            "src_verdict": jsonable(t.src_verdict),
+            "dst_verdict": jsonable(t.dst_verdict),
+            "profile_delta": jsonable(t.profile_delta),
+            "backward": jsonable(t.backward),
             "rederived_by": t.rederived_by,
             "case": t.case,
             "language": t.language,
@@ -200,12 +213,12 @@ class Lineage:
         """Keep a rejected attempt as risk evidence for `pass_name`."""
         record = {"state": state, "pass": pass_name, "anchor": anchor, "stage": stage,
                   "failure_kind": failure_kind, "reason": reason}
-        record.update(_jsonable(extra))
+        record.update(jsonable(extra))
         if record not in self.graph.graph["rejected"]:
             self.graph.graph["rejected"].append(record)
 
     def add_run(self, record: Mapping[str, Any]) -> None:
-        self.graph.graph["runs"].append(_jsonable(record))
+        self.graph.graph["runs"].append(jsonable(record))
 
     # ---- queries ------------------------------------------------------------------------
     def states(self) -> list[str]:
@@ -267,6 +280,30 @@ class Lineage:
             if name not in seen:
                 seen.append(name)
         return seen
+
+    def main_chain(self) -> list[tuple[str, str | None]]:
+        """The longest forward path from a naive root (else a frontier state) to an expert, as
+        [(state, transition into it)], the root first with None. Empty when there is none."""
+        best: list[str] = []
+        experts = set(self.roles("expert"))
+        for root in self.roles("naive") or self.frontier():
+            for expert in experts:
+                try:
+                    for path in nx.all_simple_paths(self.graph, root, expert, cutoff=200):
+                        if len(path) > len(best):
+                            best = path
+                except nx.NodeNotFound:
+                    continue
+        if not best:
+            return []
+        chain: list[tuple[str, str | None]] = [(best[0], None)]
+        for i in range(1, len(best) - 1, 2):
+            chain.append((best[i + 1], best[i]))
+        return chain
+
+    def reaches(self, a: str, b: str) -> bool:
+        """Whether a forward path leads from node `a` to node `b`."""
+        return a in self.graph and b in self.graph and nx.has_path(self.graph, a, b)
 
     def rejections_of(self, pass_name: str) -> list[Mapping[str, Any]]:
         return [r for r in self.graph.graph["rejected"] if r["pass"] == pass_name]
@@ -333,15 +370,3 @@ class Lineage:
             "runs": list(self.graph.graph["runs"]),
         }
 
-
-def iter_forward_chain(lineage: Lineage, root: str) -> Iterable[tuple[str, str, str]]:
-    """Walk the first forward path from `root`: yields (state, transition, next_state)."""
-    current = root
-    seen = {root}
-    while True:
-        nxt = next(iter(lineage.successors(current)), None)
-        if nxt is None or nxt[1] in seen:
-            return
-        yield current, nxt[0], nxt[1]
-        current = nxt[1]
-        seen.add(current)

@@ -12,9 +12,8 @@ them, so an interrupted induction loses at most the step in flight.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import anchors
 import kir
 from kir.errors import BadInputError
-from lineage.graph import KernelState, Lineage, Transition, state_id
+from lineage.graph import KernelState, Lineage, Transition, jsonable, state_id
 
 # A forward transition that makes the kernel slower than this factor (device tier) is rejected.
 SLOWER_MARGIN = 0.97
@@ -65,23 +64,6 @@ class _Branch:
     rejections: int = 0
     termination: str | None = None
     path: list[str] = field(default_factory=list)
-
-
-def _jsonable(obj: Any) -> Any:
-    if obj is None or isinstance(obj, bool | int | float | str):
-        return obj
-    to_json = getattr(obj, "to_json", None)
-    if callable(to_json):
-        return to_json()
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple | set | frozenset):
-        return [_jsonable(v) for v in obj]
-    if hasattr(obj, "value"):
-        return _jsonable(obj.value)
-    return str(obj)
 
 
 class Inducer:
@@ -151,7 +133,7 @@ class Inducer:
     @staticmethod
     def _timing_json(verdict: Any) -> dict[str, Any] | None:
         timing = getattr(verdict, "timing", None)
-        return _jsonable(timing) if timing is not None else None
+        return jsonable(timing) if timing is not None else None
 
     # ---- pass plumbing --------------------------------------------------------------------
     def _ir_of(self, sid: str) -> kir.KernelIR:
@@ -184,7 +166,7 @@ class Inducer:
         return KernelState(
             source=source, language=self.language, case=self.case_name, tier=self.tier,
             anchors=tuple(str(a.id) for a in index.anchors), features=self._features(ir),
-            verdict=_jsonable(verdict) if verdict is not None else None,
+            verdict=jsonable(verdict) if verdict is not None else None,
             timing=self._timing_json(verdict), roles=roles)
 
     def _forward_site(self, p: Any, pred_ir: kir.KernelIR, backward_site: Any,
@@ -202,7 +184,7 @@ class Inducer:
         if not candidates:
             return None
         back = {k: v for k, v in backward_site.detail.items() if isinstance(v, str)}
-        recorded = repr(_jsonable(options)) if options else ""
+        recorded = repr(jsonable(options)) if options else ""
 
         def rank(s: Any) -> tuple:
             mine = {k: v for k, v in s.detail.items() if isinstance(v, str)}
@@ -257,8 +239,7 @@ class Inducer:
                    "precondition" if hasattr(back, "facts") else "rewrite-failed", str(reason))
             return None
         pred_src = back.ir.unparse()
-        if state_id(pred_src) == current or state_id(pred_src) in self.lineage.graph and \
-                nx_has_path(self.lineage, current, state_id(pred_src)):
+        if state_id(pred_src) == current or self.lineage.reaches(current, state_id(pred_src)):
             reject("rewrite", "no-progress", "de-optimization produced an existing successor state")
             return None
         self.progress("gate", {"pass": p.name, "anchor": site.anchor})
@@ -303,26 +284,26 @@ class Inducer:
                 reject("rederive", "slower", f"re-derived forward kernel {fwd_ms:.4f} ms does not reach "
                                              f"the successor's {cur_ms:.4f} ms")
                 return None
-            fwd_verdict = _jsonable(verdict)
+            fwd_verdict = jsonable(verdict)
 
         pred_id = self.lineage.add_state(self._state(pred_src, back.ir, pred_verdict, frozenset()))
         self._irs[pred_id] = back.ir
         script = kir.diff(back.ir, fwd.ir)
-        actions = _jsonable(getattr(script, "actions", script))
+        actions = jsonable(getattr(script, "actions", script))
         delta = None
         if pred_ms and cur_ms:
             delta = {"src_ms": pred_ms, "dst_ms": cur_ms, "ratio": pred_ms / cur_ms}
         self.lineage.add_transition(Transition(
             src=pred_id, dst=current, pass_name=p.name,
             category=str(getattr(p.category, "value", p.category)), anchor=fsite.anchor,
-            options=_jsonable(back.options) or {}, diff=tuple(actions) if isinstance(actions, list) else (),
-            preconditions=tuple(_jsonable(list(fwd.preconditions) + list(back.preconditions))),
+            options=jsonable(back.options) or {}, diff=tuple(actions) if isinstance(actions, list) else (),
+            preconditions=tuple(jsonable(list(fwd.preconditions) + list(back.preconditions))),
             src_verdict={"ok": True, "tier": self.tier, "ms": pred_ms},
             dst_verdict={"ok": True, "tier": self.tier, "ms": cur_ms, "rederived_exact": exact,
                          "verdict": fwd_verdict if not exact else None,
                          "profile_regression": regression},
             profile_delta=delta,
-            backward={"pass": p.name, "anchor": site.anchor, "options": _jsonable(back.options)},
+            backward={"pass": p.name, "anchor": site.anchor, "options": jsonable(back.options)},
             rederived_by=rederived_by,
             case=self.case_name, language=self.language, platform="cuda",
             expert=str(self.expert_path), step=branch.steps + 1))
@@ -446,16 +427,7 @@ class Inducer:
         self.lineage.save(self.lineage_path)
 
 
-def nx_has_path(lineage: Lineage, a: str, b: str) -> bool:
-    import networkx as nx
-
-    return nx.has_path(lineage.graph, a, b) if a in lineage.graph and b in lineage.graph else False
-
-
 def induce(expert: str | Path, case: str, **kwargs: Any) -> InductionResult:
     """Induce (or extend, with `resume=True`) the lineage of `expert` for `case`; see `Inducer`."""
     return Inducer(expert, case, **kwargs).run()
 
-
-def naive_features(lineage: Lineage, sid: str) -> Sequence[Mapping[str, str]]:
-    return lineage.node(sid).get("features", [])

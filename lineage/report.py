@@ -97,30 +97,9 @@ def layered_svg(lineage: Lineage) -> str:
     return "".join(parts)
 
 
-def _chain_from_root(lineage: Lineage) -> list[tuple[str, str | None]]:
-    """The longest forward path from a naive root to an expert: [(state, transition-into-it)]."""
-    g = lineage.graph
-    best: list[str] = []
-    experts = set(lineage.roles("expert"))
-    for root in lineage.roles("naive") or lineage.frontier():
-        for expert in experts:
-            try:
-                for path in nx.all_simple_paths(g, root, expert, cutoff=200):
-                    if len(path) > len(best):
-                        best = path
-            except nx.NodeNotFound:
-                continue
-    if not best:
-        return []
-    chain: list[tuple[str, str | None]] = [(best[0], None)]
-    for i in range(1, len(best) - 1, 2):
-        chain.append((best[i + 1], best[i]))
-    return chain
-
-
 def plot_svg(lineage: Lineage) -> tuple[str, str]:
     """Speedup over the naive root along the main chain (device), else step index. (svg, title)"""
-    chain = _chain_from_root(lineage)
+    chain = lineage.main_chain()
     if not chain:
         return "<p class='muted'>no forward chain from a naive root to the expert yet</p>", "progress"
     g = lineage.graph
@@ -195,7 +174,7 @@ def render(lineage: Lineage, title: str = "KLineage report") -> str:
     engine = "Graphviz" if svg else "built-in layout"
     svg = svg or layered_svg(lineage)
     plot, plot_title = plot_svg(lineage)
-    chain = _chain_from_root(lineage)
+    chain = lineage.main_chain()
     main = [t for _, t in chain if t]
     ordered = main + sorted(
         set(lineage.transitions()) - set(main),

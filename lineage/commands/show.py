@@ -16,12 +16,11 @@ def command(directory: str, as_json: bool) -> None:
     "runs", "chain": [{"state", "pass", "anchor", "ms"}]}.
     """
     from lineage.graph import Lineage
-    from lineage.report import _chain_from_root
 
     lin = Lineage.load(lineage_dir(directory))
     summary = lin.summary()
     chain = []
-    for sid, tid in _chain_from_root(lin):
+    for sid, tid in lin.main_chain():
         t = lin.node(tid) if tid else {}
         chain.append({"state": sid, "pass": t.get("pass"), "anchor": t.get("anchor"),
                       "ms": (lin.node(sid).get("timing") or {}).get("candidate_ms")})
