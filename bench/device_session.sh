@@ -5,7 +5,8 @@
 #   bash bench/device_session.sh OUTDIR [STAGES] [CASES]
 #
 # STAGES is a comma list of gpu-test,bench,lineages (default: all three); CASES the experts whose
-# lineages to induce (default: gemm,conv2d,topk,fmha,gdn). Lineages go to OUTDIR/lineages.tgz,
+# lineages to induce (default: gemm,conv2d,topk,fmha,gdn); GPUS (env, default 0) the GPUs the
+# lineages are spread over, e.g. GPUS=0,1. Lineages go to OUTDIR/lineages.tgz,
 # the benchmark to OUTDIR/experts.{json,md}, the test log to OUTDIR/gpu-tests.log. Each stage has
 # its own time box so that one slow stage cannot starve the others; the GPU tests run last. Where Python packages are
 # missing on the machine, wheels in .whl/ are installed into /tmp/site first.
@@ -37,18 +38,31 @@ fi
 if has lineages; then
   mkdir -p "$OUTDIR/lin"
   IFS=, read -ra list <<<"$CASES"
-  for case in "${list[@]}"; do
+  IFS=, read -ra gpus <<<"${GPUS:-0}"
+  # One queue per GPU (round-robin over the cases), the queues run side by side: each
+  # induction has its GPU to itself, so its timings are as clean as on a one-GPU machine.
+  induce_one() {
+    local case=$1 gpu=$2 kernel box_var box start rc
     kernel=$(ls experts/$case/${case}_triton.py)
-    echo "== device lineage: $case"
-    start=$(date +%s)
     box_var="LINEAGE_BOX_$case"; box=${!box_var:-$LINEAGE_BOX}   # e.g. LINEAGE_BOX_gemm=200
-    timeout "$box" python3 -m lineage induce "$kernel" --case "$case" --tier device \
+    start=$(date +%s)
+    CUDA_VISIBLE_DEVICES=$gpu KLINEAGE_CACHE_DIR=$KLINEAGE_CACHE_DIR/gpu$gpu \
+      timeout "$box" python3 -m lineage induce "$kernel" --case "$case" --tier device \
       --max-steps "$MAX_STEPS" --out "$OUTDIR/lin/$case" --json > "$OUTDIR/lin/$case.json" \
       2> "$OUTDIR/lin/$case.log"
     rc=$?
-    echo "$case: rc=$rc in $(( $(date +%s) - start )) s"; tail -c 600 "$OUTDIR/lin/$case.json"
+    echo "== device lineage $case (gpu $gpu): rc=$rc in $(( $(date +%s) - start )) s"
+    tail -c 600 "$OUTDIR/lin/$case.json"; echo
     if [ $rc -ne 0 ]; then tail -5 "$OUTDIR/lin/$case.log"; fi
+  }
+  for g in "${!gpus[@]}"; do
+    (
+      for i in "${!list[@]}"; do
+        if [ $(( i % ${#gpus[@]} )) -eq "$g" ]; then induce_one "${list[$i]}" "${gpus[$g]}"; fi
+      done
+    ) &
   done
+  wait
   tar czf "$OUTDIR/lineages.tgz" -C "$OUTDIR" lin && rm -rf "$OUTDIR/lin"
 fi
 
