@@ -23,6 +23,12 @@ _TABLE: dict[str, tuple[str, str]] = {
     "tile-sizes": ("passes.triton.launch", "TileSizes"),
     "num-warps": ("passes.triton.launch", "NumWarps"),
     "software-pipelining": ("passes.triton.launch", "SoftwarePipelining"),
+    # selection / scan / histogram constructs; listed before autotune so that a flag or width
+    # the autotuner searches is pinned (autotune removed) before these passes remove it
+    "radix-width": ("passes.triton.selection", "RadixWidth"),
+    "histogram-primitive": ("passes.triton.selection", "HistogramPrimitive"),
+    "scan-fusion": ("passes.triton.selection", "ScanFusion"),
+    "early-exit": ("passes.triton.selection", "EarlyExit"),
     "autotune": ("passes.triton.autotune", "Autotune"),
     "grouped-ordering": ("passes.triton.ordering", "GroupedOrdering"),
     "persistent-grid": ("passes.triton.ordering", "PersistentGrid"),
