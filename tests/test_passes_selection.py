@@ -56,6 +56,7 @@ def test_round_trip_on_the_pinned_expert_gives_the_same_text(pinned: kir.KernelI
     assert trip.forward.ir.text == pinned.text  # byte for byte, comments included
 
 
+@pytest.mark.slow  # one interpret-tier gate of the 31-pass (1-bit) radix select: ~20 s
 def test_deoptimized_chain_passes_the_gate_and_reoptimizes(pinned: kir.KernelIR) -> None:
     """Every selection de-optimization in sequence (early exit, packed scan, histogram, the
     width 4 -> 2 -> 1): the result still computes top-k at the interpret tier (both small
@@ -222,3 +223,13 @@ def test_early_exit_keeps_a_flag_used_elsewhere(pinned: kir.KernelIR) -> None:
     p = get_pass("early-exit")()
     result = p.deoptimize(ir, _present(ir, "early-exit")[0], CTX)
     assert isinstance(result, Skipped) and "used outside" in result.reason
+
+
+def test_histogram_forward_records_whether_the_values_fit_the_bins(pinned: kir.KernelIR) -> None:
+    p = get_pass("histogram-primitive")()
+    site = _present(pinned, "histogram-primitive")[0]
+    back = p.deoptimize(pinned, site, CTX)
+    fwd = p.optimize(back.ir, forward_site(p, back.ir, site), CTX)
+    assert isinstance(fwd, Applied)
+    # the topk digit is `(high & (NUM_BINS - 1))`: provably a bin index
+    assert {r.expr: r.value for r in fwd.preconditions}["values_in_range == true"] is True

@@ -6,8 +6,8 @@ Four rules, each a construct a selection kernel's author chooses on purpose:
 - `scan-fusion`: one `tl.cumsum` over a packed `a + (b << S)` whose result is split with
   `& (2**S - 1)` and `>> S` <-> two separate cumsums;
 - `early-exit`: `if FLAG:` (a constexpr flag) running a convergence `while` loop, with a
-  fixed-trip loop as its `else:` <-> only the fixed-trip loop, the flag gone from the
-  signature and the launches;
+  fixed-trip `tl.static_range` loop as its `else:` <-> only the fixed-trip loop, the flag gone
+  from the signature and the launches;
 - `radix-width`: the digit width of a radix pass (`RADIX_BITS`-style constexpr at a launch or
   as a parameter default) doubled <-> halved, while it divides the key width.
 
@@ -40,8 +40,7 @@ HISTOGRAM_NAMES = frozenset({"tl.histogram", "triton.language.histogram"})
 SUM_NAMES = frozenset({"tl.sum", "triton.language.sum"})
 ARANGE_NAMES = frozenset({"tl.arange", "triton.language.arange"})
 CUMSUM_NAMES = frozenset({"tl.cumsum", "triton.language.cumsum"})
-FIXED_LOOP_NAMES = frozenset({"tl.static_range", "triton.language.static_range", "range",
-                              "tl.range", "triton.language.range"})
+STATIC_RANGE_NAMES = frozenset({"tl.static_range", "triton.language.static_range"})
 
 
 def _marks(node: ast.AST) -> str:
@@ -60,11 +59,14 @@ def _marks(node: ast.AST) -> str:
     return out
 
 
+_INT_TYPE = re.compile(r"(tl|triton\.language)\.u?int(8|16|32|64)")
+
+
 def _is_int_cast(node: ast.AST) -> bool:
     """`e.to(tl.int32)` (any integer type): the shape of an indicator or a count."""
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
             and node.func.attr == "to" and bool(node.args)
-            and re.fullmatch(r"(tl|triton\.language)\.u?int(8|16|32|64)", ast.unparse(node.args[0])) is not None)
+            and _INT_TYPE.fullmatch(ast.unparse(node.args[0])) is not None)
 
 
 def _constexpr_params(fn: ast.FunctionDef) -> list[ast.arg]:
@@ -107,7 +109,9 @@ class HistogramPrimitive(Pass):
     platforms: ClassVar[tuple[str, ...]] = ("*",)
     # tl.arange (the bins of the compare form) takes power-of-two lengths only; the bins are a
     # fact only where N is a literal (a constexpr computed in the kernel is unknown here).
-    preconditions: ClassVar[tuple[str, ...]] = ("pow2(num_bins)",)
+    # tl.histogram counts values in [0, N) only where they are there (the compare form drops
+    # the others): `values_in_range` is known where x is `e & (N - 1)` or `e % N`.
+    preconditions: ClassVar[tuple[str, ...]] = ("pow2(num_bins)", "values_in_range == true")
 
     def _primitives(self, mod: PyModule) -> list[ast.Call]:
         return [c for k in mod.kernels() for c in mod.calls(k, HISTOGRAM_NAMES)
@@ -189,7 +193,10 @@ class HistogramPrimitive(Pass):
         found = next((h for h in self._compares(mod) if mod.span(h.whole) == tuple(site.span)), None)
         if found is None:
             return Skipped("no compare-and-reduce histogram at the site", {"site": site.anchor})
-        results, skip = self.check(ctx, self._facts(found.bins))
+        facts: dict[str, int | bool] = dict(self._facts(found.bins))
+        if _in_range(mod, found.values, found.bins):
+            facts["values_in_range"] = True
+        results, skip = self.check(ctx, facts)
         if skip:
             return skip
         text = f"tl.histogram({mod.text(found.values)}, {mod.text(found.bins)}"
@@ -197,6 +204,30 @@ class HistogramPrimitive(Pass):
         if self.call and _same_histogram(self.call, text):
             text = self.call  # the recorded spelling (e.g. a keyword num_bins=)
         return finish(ir, site, [ByteEdit(*mod.span(found.whole), text)], preconditions=results)
+
+
+def _in_range(mod: PyModule, values: ast.AST, bins: ast.AST) -> bool:
+    """Whether `values` is provably in [0, bins): `e & (bins - 1)` or `e % bins` (maybe cast),
+    directly or as the one assignment of the name it is."""
+    if isinstance(values, ast.Name):
+        fn = mod.enclosing(values, ast.FunctionDef)
+        assigns = [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1
+                   and _is_name(n.targets[0], values.id)] if fn is not None else []
+        if len(assigns) != 1:
+            return False
+        values = assigns[0]
+    while (isinstance(values, ast.Call) and isinstance(values.func, ast.Attribute)
+           and values.func.attr == "to"):
+        values = values.func.value
+    if not isinstance(values, ast.BinOp):
+        return False
+    n = ast.dump(bins)
+    if isinstance(values.op, ast.Mod):
+        return ast.dump(values.right) == n
+    right = values.right
+    return (isinstance(values.op, ast.BitAnd) and isinstance(right, ast.BinOp)
+            and isinstance(right.op, ast.Sub) and ast.dump(right.left) == n
+            and literal_int(right.right) == 1)
 
 
 def _values_and_bins(left: ast.AST, right: ast.AST) -> tuple[ast.AST, ast.AST] | None:
@@ -338,8 +369,6 @@ class ScanFusion(Pass):
         facts = {"shift": self.shift, "low_limit": 1 << self.shift,
                  "high_limit": 1 << max(31 - self.shift, 0),
                  "int_casts": _is_int_cast(low_call.args[0]) and _is_int_cast(high_call.args[0])}
-        if ctx is not None and "scan_len" in ctx.facts:
-            facts["scan_len"] = ctx.facts["scan_len"]
         results, skip = self.check(ctx, facts)
         if skip:
             return skip
@@ -399,7 +428,8 @@ def _packed_at(mod: PyModule, fn: ast.FunctionDef, block: list[ast.stmt], i: int
             return None
         op, left, right = stmt.value.op, stmt.value.left, stmt.value.right
         if isinstance(op, ast.BitAnd):
-            lit = literal_int(right) if _is_name(left, packed) else literal_int(left) if _is_name(right, packed) else None
+            lit = (literal_int(right) if _is_name(left, packed)
+                   else literal_int(left) if _is_name(right, packed) else None)
             if lit == (1 << shift) - 1:
                 targets["low"] = stmt.targets[0].id
         elif isinstance(op, ast.RShift) and _is_name(left, packed) and literal_int(right) == shift:
@@ -457,8 +487,6 @@ class EarlyExit(Pass):
     provides: ClassVar[tuple[str, ...]] = ("early-exit",)
     languages: ClassVar[tuple[str, ...]] = TRITON
     platforms: ClassVar[tuple[str, ...]] = ("*",)
-    # the fixed-trip branch must be a whole statement list the kernel can run alone
-    preconditions: ClassVar[tuple[str, ...]] = ("fallback_loops >= 1",)
 
     def _guarded(self, mod: PyModule) -> list[_Guarded]:
         out = []
@@ -481,10 +509,11 @@ class EarlyExit(Pass):
         return any(isinstance(n, ast.Constant) and n.value == g.flag for n in ast.walk(dec))
 
     def _fallbacks(self, mod: PyModule) -> list[tuple[ast.FunctionDef, ast.For]]:
-        """Fixed-trip loops of kernels outside a guarded branch: where an exit can go."""
+        """Unrolled fixed-trip loops (`tl.static_range`) of kernels outside a guarded branch:
+        where a convergence exit can go. Runtime `range` loops (a K loop) are not offered."""
         guarded = {id(s) for g in self._guarded(mod) for s in ast.walk(g.branch)}
         return [(k, loop) for k in mod.kernels() for loop in ast.walk(k)
-                if isinstance(loop, ast.For) and id(loop) not in guarded and _fixed_loops([loop])]
+                if id(loop) not in guarded and _fixed_loops([loop])]
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         mod = PyModule(ir)
@@ -503,9 +532,6 @@ class EarlyExit(Pass):
         if found is None or self._tuned_flag(mod, found):
             return Skipped("no untuned constexpr-guarded convergence loop at the site", {"site": site.anchor})
         kernel, branch, flag = found.kernel, found.branch, found.flag
-        results, skip = self.check(ctx, {"fallback_loops": len(_fixed_loops(branch.orelse))})
-        if skip:
-            return skip
         uses = [n for n in ast.walk(kernel) if isinstance(n, ast.Name) and n.id == flag]
         if len(uses) != 1:
             return Skipped(f"{flag} is used outside the guarded loop", {"flag": flag, "uses": len(uses)})
@@ -524,15 +550,15 @@ class EarlyExit(Pass):
         body = mod.source[line_start(mod.source, mod.start(branch.orelse[0])):
                           line_end(mod.source, mod.end(branch.orelse[-1]) - 1)].decode("utf-8")
         after = textwrap.indent(textwrap.dedent(body), indent_of(mod.source, start))
-        edits = [ByteEdit(start, end, after), _remove_param(mod, kernel, p_index)]
+        removal = _remove_param(mod, kernel, p_index)
+        param_text = mod.source[removal.start:removal.end].decode("utf-8")  # with its separator
+        edits = [ByteEdit(start, end, after), removal]
         position = -1
         for call, kw in zip(launches, kws):
             if kw is not None:
                 position = mod.arguments(call).index(kw)
                 edits.append(mod.remove_argument(call, kw))
-        removal = _remove_param(mod, kernel, p_index)
-        param_text = mod.source[removal.start:removal.end].decode("utf-8")  # with its separator
-        return finish(ir, site, sorted(edits, key=lambda e: e.start), preconditions=results, options={
+        return finish(ir, site, sorted(edits, key=lambda e: e.start), options={
             "flag": flag, "code": code, "after": after, "param": param_text, "param_index": p_index,
             "value": values.pop() if values else "", "position": position})
 
@@ -551,20 +577,18 @@ class EarlyExit(Pass):
         if not needle or region.count(needle) != 1:
             return Skipped("the recorded fixed-trip loop is not in the kernel", {"kernel": kernel.name})
         at = mod.start(kernel) + region.find(needle)
-        results, skip = self.check(ctx, {"fallback_loops": 1})
-        if skip:
-            return skip
-        edits = [ByteEdit(at, at + len(needle), self.code), _insert_param(mod, kernel, self.param_index, self.param)]
+        edits = [ByteEdit(at, at + len(needle), self.code),
+                 _insert_param(mod, kernel, self.param_index, self.param)]
         if self.value:
             for call in mod.launches(kernel.name):
                 position = self.position if self.position >= 0 else len(mod.arguments(call))
                 edits.append(mod.insert_argument(call, position, f"{self.flag}={self.value}"))
-        return finish(ir, site, sorted(edits, key=lambda e: e.start), preconditions=results)
+        return finish(ir, site, sorted(edits, key=lambda e: e.start))
 
 
 def _fixed_loops(body: list[ast.stmt]) -> list[ast.For]:
     return [s for s in body if isinstance(s, ast.For) and isinstance(s.iter, ast.Call)
-            and callee(s.iter) in FIXED_LOOP_NAMES]
+            and callee(s.iter) in STATIC_RANGE_NAMES]
 
 
 def _default_of(fn: ast.FunctionDef, i: int) -> ast.expr | None:
@@ -607,7 +631,8 @@ def _insert_param(mod: PyModule, fn: ast.FunctionDef, i: int, text: str) -> Byte
 
 
 # ---------------------------------------------------------------------------------------------
-_RADIX = re.compile(r"^(?:[A-Z0-9]+_)?(?:RADIX|DIGIT)(?:_?(?:BITS|WIDTH))?$|^BITS_PER_(?:PASS|DIGIT|STEP|ROUND)$")
+_RADIX = re.compile(r"^(?:[A-Z0-9]+_)?(?:RADIX|DIGIT)(?:_?(?:BITS|WIDTH))?$"
+                    r"|^BITS_PER_(?:PASS|DIGIT|STEP|ROUND)$")
 KEY_WIDTHS = (8, 16, 32, 64)
 
 
