@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, ClassVar
 from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site, restore_recorded
 from passes.base import Applied, Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, literal_int, names_in, walk_stmts
-from passes.triton.compute import _paren
 from passes.triton.launch import TRITON, autotuned
 from passes.triton.ordering import _lines_span
 
@@ -41,6 +40,15 @@ SUM_NAMES = frozenset({"tl.sum", "triton.language.sum"})
 ARANGE_NAMES = frozenset({"tl.arange", "triton.language.arange"})
 CUMSUM_NAMES = frozenset({"tl.cumsum", "triton.language.cumsum"})
 STATIC_RANGE_NAMES = frozenset({"tl.static_range", "triton.language.static_range"})
+
+
+_ATOMS = (ast.Name, ast.Call, ast.Attribute, ast.Subscript, ast.Constant)
+
+
+def _atom(mod: PyModule, node: ast.AST) -> str:
+    """Source of `node`, parenthesized unless it is an atom, so that `x[:, None]` or `x << S`
+    applies to all of it."""
+    return mod.text(node) if isinstance(node, _ATOMS) else f"({mod.text(node)})"
 
 
 def _marks(node: ast.AST) -> str:
@@ -181,9 +189,9 @@ class HistogramPrimitive(Pass):
         results, skip = self.check(ctx, self._facts(bins))
         if skip:
             return skip
-        hit = f"{_paren(mod, values)}[:, None] == tl.arange(0, {mod.text(bins)})[None, :]"
+        hit = f"{_atom(mod, values)}[:, None] == tl.arange(0, {mod.text(bins)})[None, :]"
         if mask is not None:
-            hit = f"({hit}) & {_paren(mod, mask)}[:, None]"
+            hit = f"({hit}) & {_atom(mod, mask)}[:, None]"
         text = f"tl.sum(({hit}).to(tl.int32), 0)"
         return finish(ir, site, [ByteEdit(*mod.span(call), text)], options={"call": mod.text(call)},
                       preconditions=results)
@@ -385,8 +393,8 @@ class ScanFusion(Pass):
         taken = names_in(mod.enclosing(first, ast.FunctionDef) or mod.tree)
         if packed in taken:
             return Skipped(f"the name {packed!r} is already used in the kernel", {"packed": packed})
-        text = (f"{indent}{packed} = {scan}({_paren(mod, low_call.args[0])} + "
-                f"({_paren(mod, high_call.args[0])} << {self.shift}){rest})\n"
+        text = (f"{indent}{packed} = {scan}({_atom(mod, low_call.args[0])} + "
+                f"({_atom(mod, high_call.args[0])} << {self.shift}){rest})\n"
                 f"{indent}{low_t} = {packed} & {hex((1 << self.shift) - 1)}\n"
                 f"{indent}{high_t} = {packed} >> {self.shift}\n")
         return finish(ir, site, [ByteEdit(start, end, text)], preconditions=results)
