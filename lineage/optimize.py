@@ -16,21 +16,41 @@ candidate the target's features change, so cards are retrieved again (a card rej
 every kept state and the forward transitions between them, and every rejected candidate as
 risk evidence. It never returns a kernel that failed the gate: the best kernel is the start
 kernel or a kept candidate, and both passed.
+
+Gates are the loop's cost (seconds each on the device), so it spends them carefully:
+
+- a card with no site, or whose rewrite the rule refuses, is refused before the gate;
+- a candidate whose source was already gated in this run (reached again along another path)
+  reuses that verdict instead of being gated again, and is not counted against the budget;
+- two-step gains (device tier): a candidate that passes the gate but is not `MIN_GAIN` faster
+  than the best is kept aside as a *stepping stone* (e.g. larger tiles that only pay once the
+  warps or the autotuner follow). When a round of retrieved cards yields no improvement, the
+  loop continues from the fastest stone (at most `MAX_STONE_DEPTH` stones in a row, each
+  within `STONE_SLACK` of the best time); a candidate found from a stone is kept only when it
+  beats the best kernel, so the result is never worse than without the lookahead. The stone
+  states are in the recorded lineage (role `stone`) with their transitions.
+
+`seed` makes trials differ for a reason: retrieval ranks cards by scope similarity and then by
+measured effect; cards whose similarity is equal and whose effect lies within `EFFECT_TIE` of
+each other are *equally ranked* (the effect difference is within timing noise), and a non-zero
+seed permutes each such group (a fixed permutation per seed and per retrieval round). Seed 0
+keeps retrieval's deterministic order.
 """
 from __future__ import annotations
 
 import itertools
 import json
+import random
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kir.errors import BadInputError
-from lineage.graph import KernelState, Lineage, Transition, atomic_write_text
+from lineage.graph import KernelState, Lineage, Transition, atomic_write_text, state_id
 from lineage.retrieval import Retriever, Target, kernel_features, kernel_sites
 from lineage.skills import Library, SkillCard, locus_signature
 
@@ -48,6 +68,12 @@ MAX_SITES = 3
 MAX_CARD_FAILURES = 2
 # Materializations of one card gated on one kernel (recorded options, then pass defaults).
 CANDIDATES_PER_CARD = 2
+# Stepping stones (passing, not faster candidates) the device loop may walk through in a row.
+MAX_STONE_DEPTH = 2
+# A stone may be at most this much slower than the best kernel (a gross slowdown is no stone).
+STONE_SLACK = 4.0
+# Effect scores within this relative distance count as equal ranks (a seed may reorder them).
+EFFECT_TIE = 0.05
 
 
 # -- materialization ------------------------------------------------------------------------------
@@ -245,6 +271,9 @@ class OptimizeResult:
     best_ms: float | None
     termination: str
     notes: tuple[str, ...] = ()
+    gated: int = 0
+    """Candidates gated (the start kernel not counted; reused verdicts not counted)."""
+    seed: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"best": {"path": str(self.best_path), "verdict": dict(self.best_verdict)},
@@ -254,33 +283,95 @@ class OptimizeResult:
                 "start_ms": self.start_ms, "best_ms": self.best_ms,
                 "speedup": (self.start_ms / self.best_ms
                             if self.start_ms and self.best_ms else None),
-                "termination": self.termination, "notes": list(self.notes)}
+                "termination": self.termination, "notes": list(self.notes),
+                "gated": self.gated, "seed": self.seed}
 
 
-@dataclass
-class _Run:
-    """Mutable state of one optimize run."""
+@dataclass(frozen=True, slots=True)
+class _Kernel:
+    """One kernel the run holds: its text, IR, lineage state, verdict and time."""
 
     source: str
     ir: Any
     state: str
     verdict: Any
     ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Stone:
+    """A candidate that passed the gate without beating the best (device tier)."""
+
+    kernel: _Kernel
+    card: SkillCard
+    made: Materialized
+
+
+@dataclass
+class _Run:
+    """Mutable state of one optimize run: `current` is the kernel cards are applied to, `best`
+    the fastest that passed (they differ only while the loop walks through stepping stones)."""
+
+    current: _Kernel
+    best: _Kernel
     tried: set[tuple[str, str]] = field(default_factory=set)
+    chain: list[Step] = field(default_factory=list)
+    """The kept steps from the start kernel to `current` (stones included)."""
     applied: list[Step] = field(default_factory=list)
+    """The kept steps from the start kernel to `best`."""
     rejected: list[Step] = field(default_factory=list)
     gated: int = 0
+    verdicts: dict[str, Any] = field(default_factory=dict)
+    """Source text -> verdict of every candidate gated in this run."""
+    stones: list[_Stone] = field(default_factory=list)
+    """Stepping stones found since the last improvement, not yet walked to."""
+    stone_depth: int = 0
+    reused: int = 0
+    """Candidates answered from `verdicts` (not gated again)."""
+
+
+def seeded_order(found: Sequence[Any], seed: int, round_: int = 0) -> list[Any]:
+    """Retrieved cards (`Retrieved`, in retrieval's rank order) with each group of equally
+    ranked cards permuted by `seed` (module docstring); seed 0 returns them unchanged. The
+    permutation depends only on (seed, round_, the group's card ids), so a rerun with the same
+    seed takes the same path."""
+    items = list(found)
+    if seed == 0 or len(items) < 2:
+        return items
+    groups: list[list[Any]] = []
+    for item in items:
+        if groups and _same_rank(groups[-1][0], item):
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    out: list[Any] = []
+    for group in groups:
+        ids = ",".join(sorted(g.card.id for g in group))
+        random.Random(f"{seed}:{round_}:{ids}").shuffle(group)
+        out += group
+    return out
+
+
+def _same_rank(head: Any, item: Any) -> bool:
+    if round(head.score, 9) != round(item.score, 9):
+        return False
+    a, b = head.card.effect_score, item.card.effect_score
+    return abs(a - b) <= EFFECT_TIE * max(a, b)
 
 
 def optimize(target: str | Path, case: str, library: str | Path | Library, *,
              budget_steps: int = 8, budget_usd: float = 1.0, tier: str = "auto",
              out: str | Path = "out/optimize", k: int = 5, rewriter: Rewriter | None = None,
              progress: ProgressFn | None = None, gate_timeout: float | None = None,
-             check_fn: Callable[..., Any] | None = None) -> OptimizeResult:
+             check_fn: Callable[..., Any] | None = None, seed: int = 0,
+             deadline: float | None = None) -> OptimizeResult:
     """Optimize the kernel file `target` for `case` with the admitted cards of `library`.
 
     `budget_steps` bounds the gated candidates, `budget_usd` the LLM spend (used when no
     `rewriter` is given: deterministic rules, then the LLM when `ANTHROPIC_API_KEY` is set).
+    `seed` permutes equally ranked cards (module docstring; 0 = retrieval's order).
+    `deadline` (a `time.monotonic()` value) stops the loop before a gate that would start
+    after it (termination "time-box"; the best kernel so far is returned as usual).
     Writes OUT/best.<ext> (CUDA: with its host module), OUT/lineage.json and OUT/result.json.
     Raises BadInputError for a missing target, an unknown case or tier, a missing library,
     or a target that fails the gate (there is nothing correct to start from). `check_fn`
@@ -294,6 +385,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     say = progress or (lambda event, data: None)
     if budget_steps < 0 or budget_usd < 0:
         raise BadInputError("--budget-steps and --budget-usd must be >= 0")
+    if seed < 0:
+        raise BadInputError("--seed must be >= 0")
     path = Path(target)
     if not path.is_file():
         raise BadInputError(f"{target}: no such kernel file")
@@ -330,112 +423,176 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     lineage = Lineage()
     start = lineage.add_state(_state(start_src, ir, language, the_case.name, run_tier, verdict,
                                      frozenset({"root"})))
-    run = _Run(start_src, ir, start, verdict, _ms(verdict))
-    start_ms = run.ms
+    first = _Kernel(start_src, ir, start, verdict, _ms(verdict))
+    run = _Run(first, first, verdicts={start_src: verdict})
+    job = _Job(rewriter, ctx, check, lineage, language, the_case.name, run_tier, str(path), say,
+               budget_steps, deadline)
     retriever = Retriever(admitted, k=k)
     termination = "budget-steps"
+    rounds = 0
     while run.gated < budget_steps:
-        present, open_ = kernel_sites(run.ir)
+        if job.out_of_time():
+            termination = "time-box"
+            break
+        present, open_ = kernel_sites(run.current.ir)
         found = retriever.retrieve(Target(language, the_case.name, the_case.platform,
                                           present, open_))
         failures = Counter(step.card for step in run.rejected)
-        fresh = [r.card for r in found.cards if (run.state, r.card.id) not in run.tried
+        ordered = seeded_order(found.cards, seed, rounds)
+        rounds += 1
+        fresh = [r.card for r in ordered if (run.current.state, r.card.id) not in run.tried
                  and failures[r.card.id] < MAX_CARD_FAILURES]
-        if not fresh:
-            termination = "exhausted"
-            break
         kept = False
         for card in fresh:
-            if run.gated >= budget_steps:
+            if run.gated >= budget_steps or job.out_of_time():
                 break
-            run.tried.add((run.state, card.id))
-            kept = _attempt(card, run, rewriter, ctx, check, lineage, language, the_case.name,
-                            run_tier, str(path), say, budget_steps)
+            run.tried.add((run.current.state, card.id))
+            kept = _attempt(card, run, job)
             lineage.save(out_dir / "lineage.json")  # an interrupted run keeps what it learned
             if kept:
                 break
-        if not kept and run.gated < budget_steps:
+        if kept or run.gated >= budget_steps or job.out_of_time():
+            continue
+        if not _walk_to_stone(run, job):
             termination = "exhausted"
             break
     spent = _spent(rewriter)
+    best = run.best
     best_path = out_dir / f"best{path.suffix}"
-    atomic_write_text(best_path, run.source)
+    atomic_write_text(best_path, best.source)
     if language == "cuda" and path.with_suffix(".py").is_file():
         shutil.copyfile(path.with_suffix(".py"), best_path.with_suffix(".py"))
-    node = lineage.node(run.state)
+    node = lineage.node(best.state)
     node["roles"] = sorted(set(node.get("roles", [])) | {"best"})
     lineage.add_run({"target": str(path), "case": the_case.name, "tier": run_tier,
                      "termination": termination, "steps": run.gated, "kept": len(run.applied),
+                     "reused_verdicts": run.reused, "seed": seed,
                      "spent_usd": spent, "kind": "optimize",
                      "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     lineage_path = out_dir / "lineage.json"
     lineage.save(lineage_path)
-    result = OptimizeResult(best_path, _verdict_json(run.verdict), tuple(run.applied),
-                            tuple(run.rejected), spent, lineage_path, start_ms, run.ms,
-                            termination, tuple(notes))
+    result = OptimizeResult(best_path, _verdict_json(best.verdict), tuple(run.applied),
+                            tuple(run.rejected), spent, lineage_path, first.ms, best.ms,
+                            termination, tuple(notes), gated=run.gated, seed=seed)
     atomic_write_text(out_dir / "result.json", json.dumps(result.to_json(), indent=1) + "\n")
     return result
 
 
-def _attempt(card: SkillCard, run: _Run, rewriter: Any, ctx: Any, check: Callable[[str], Any],
-             lineage: Lineage, language: str, case: str, tier: str, expert: str,
-             say: ProgressFn, budget_steps: int) -> bool:
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """What every attempt of one run shares."""
+
+    rewriter: Any
+    ctx: Any
+    check: Callable[[str], Any]
+    lineage: Lineage
+    language: str
+    case: str
+    tier: str
+    expert: str
+    say: ProgressFn
+    budget_steps: int
+    deadline: float | None = None
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     """Materialize and gate one card on the run's current kernel (up to
     `CANDIDATES_PER_CARD` materializations); keep the first that improves it."""
-    for made in itertools.islice(materializations(card, run.ir, rewriter, ctx),
+    for made in itertools.islice(materializations(card, run.current.ir, job.rewriter, job.ctx),
                                  CANDIDATES_PER_CARD):
-        if run.gated >= budget_steps:
+        if run.gated >= job.budget_steps or job.out_of_time():
             return False
-        if _attempt_one(card, made, run, check, lineage, language, case, tier, expert, say):
+        if _attempt_one(card, made, run, job):
             return True
         if not made.ok:
             return False
     return False
 
 
-def _attempt_one(card: SkillCard, made: Materialized, run: _Run, check: Callable[[str], Any],
-                 lineage: Lineage, language: str, case: str, tier: str, expert: str,
-                 say: ProgressFn) -> bool:
+def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> bool:
     """Gate one materialization; keep it when it improves the kernel (module docstring)."""
+    current = run.current
 
     def reject(stage: str, reason: str, anchor: str = "") -> bool:
         step = Step(card.id, card.pass_name, anchor, False, stage, reason, rewriter=made.rewriter)
         run.rejected.append(step)
-        lineage.record_rejection(run.state, card.pass_name, anchor, stage, None, reason,
-                                 card=card.id, case=case, tier=tier)
-        say("rejected", {"card": card.id, "stage": stage, "reason": reason})
+        job.lineage.record_rejection(current.state, card.pass_name, anchor, stage, None, reason,
+                                     card=card.id, case=job.case, tier=job.tier)
+        job.say("rejected", {"card": card.id, "stage": stage, "reason": reason})
         return False
 
     if not made.ok or made.site is None:
         return reject("materialize", "; ".join(made.refusals) or "no site")
     source = made.ir.unparse()
-    run.gated += 1
-    say("gate", {"card": card.id, "anchor": made.site.anchor})
-    verdict = check(source)
+    verdict = run.verdicts.get(source)
+    if verdict is None:
+        run.gated += 1
+        job.say("gate", {"card": card.id, "anchor": made.site.anchor})
+        verdict = job.check(source)
+        run.verdicts[source] = verdict
+    else:
+        # Reached again along another path: the same text gets the same verdict.
+        run.reused += 1
+        if job.lineage.graph.has_node(state_id(source)):
+            return reject("repeat", "this kernel is already in the run", made.site.anchor)
     if not verdict.ok:
         return reject(str(verdict.stage), f"{_kind(verdict)}: {verdict.reason}", made.site.anchor)
     ms = _ms(verdict)
-    if tier == "device":
-        if ms is None or (run.ms is not None and ms * MIN_GAIN > run.ms):
-            return reject("profile", f"not faster: {run.ms} ms -> {ms} ms", made.site.anchor)
-    elif not feature_appears(card.pass_name, run.ir, made.ir):
+    kernel = _Kernel(source, made.ir, "", verdict, ms)
+    if job.tier == "device":
+        best_ms = run.best.ms
+        if ms is None or (best_ms is not None and ms * MIN_GAIN > best_ms):
+            if ms is not None and best_ms is not None and ms <= best_ms * STONE_SLACK:
+                run.stones.append(_Stone(kernel, card, made))
+            return reject("profile", f"not faster: {best_ms} ms -> {ms} ms", made.site.anchor)
+    elif not feature_appears(card.pass_name, current.ir, made.ir):
         return reject("effect", f"{card.pass_name} is not present after the rewrite",
                       made.site.anchor)
-    new_state = lineage.add_state(_state(source, made.ir, language, case, tier, verdict, frozenset()))
-    delta = {"src_ms": run.ms, "dst_ms": ms, "ratio": run.ms / ms} if run.ms and ms else None
-    lineage.add_transition(Transition(
-        src=run.state, dst=new_state, pass_name=card.pass_name, category=card.category,
-        anchor=made.site.anchor, options=dict(made.options), diff=_diff_actions(run.ir, made.ir),
-        src_verdict={"ok": True, "tier": tier, "ms": run.ms},
-        dst_verdict={"ok": True, "tier": tier, "ms": ms}, profile_delta=delta,
+    kernel = _advance(run, job, card, made, kernel, frozenset())
+    run.best, run.applied, run.stones, run.stone_depth = kernel, list(run.chain), [], 0
+    job.say("accepted", {"card": card.id, "anchor": made.site.anchor, "ms": ms})
+    return True
+
+
+def _advance(run: _Run, job: _Job, card: SkillCard, made: Materialized, kernel: _Kernel,
+             roles: frozenset[str]) -> _Kernel:
+    """Record the step current -> kernel in the lineage and the run's chain; make it current."""
+    current = run.current
+    new_state = job.lineage.add_state(_state(kernel.source, kernel.ir, job.language, job.case,
+                                             job.tier, kernel.verdict, roles))
+    ms = kernel.ms
+    delta = ({"src_ms": current.ms, "dst_ms": ms, "ratio": current.ms / ms}
+             if current.ms and ms else None)
+    job.lineage.add_transition(Transition(
+        src=current.state, dst=new_state, pass_name=card.pass_name, category=card.category,
+        anchor=made.site.anchor if made.site else "", options=dict(made.options),
+        diff=_diff_actions(current.ir, made.ir),
+        src_verdict={"ok": True, "tier": job.tier, "ms": current.ms},
+        dst_verdict={"ok": True, "tier": job.tier, "ms": ms}, profile_delta=delta,
         backward=None, rederived_by="llm" if made.rewriter == "llm" else "deterministic",
-        case=case, language=language, platform="cuda", expert=expert,
-        step=len(run.applied) + 1))
-    step = Step(card.id, card.pass_name, made.site.anchor, True, ms=ms,
-                speedup=delta["ratio"] if delta else None, rewriter=made.rewriter)
-    run.applied.append(step)
-    say("accepted", {"card": card.id, "anchor": made.site.anchor, "ms": ms})
-    run.source, run.ir, run.state, run.verdict, run.ms = source, made.ir, new_state, verdict, ms
+        case=job.case, language=job.language, platform="cuda", expert=job.expert,
+        step=len(run.chain) + 1))
+    run.chain.append(Step(card.id, card.pass_name, made.site.anchor if made.site else "", True,
+                            ms=ms, speedup=delta["ratio"] if delta else None,
+                            rewriter=made.rewriter))
+    moved = _Kernel(kernel.source, kernel.ir, new_state, kernel.verdict, ms)
+    run.current = moved
+    return moved
+
+
+def _walk_to_stone(run: _Run, job: _Job) -> bool:
+    """Continue from the fastest stepping stone (device tier; module docstring); False when
+    there is none left to walk to."""
+    if run.stone_depth >= MAX_STONE_DEPTH or not run.stones:
+        return False
+    stone = min(run.stones, key=lambda s: (s.kernel.ms or float("inf")))
+    run.stones = []
+    run.stone_depth += 1
+    _advance(run, job, stone.card, stone.made, stone.kernel, frozenset({"stone"}))
+    job.say("stone", {"card": stone.card.id, "ms": stone.kernel.ms})
     return True
 
 
@@ -517,4 +674,4 @@ def _spent(rewriter: Any) -> float:
 
 
 __all__ = ["Materialized", "OptimizeResult", "Step", "card_sites", "feature_appears", "materialize",
-           "materializations", "optimize", "resolve_tier"]
+           "materializations", "optimize", "resolve_tier", "seeded_order"]

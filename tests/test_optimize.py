@@ -229,3 +229,92 @@ def test_materialize_prefers_a_variant_that_does_not_repeat_an_applied_one() -> 
                                          {"anchor": "y", "options": {"decl": "b_desc"}}))
     made = materialize(card, kir.parse(source, language="triton"), Recorder())
     assert made.ok and "b_desc = tl.make_descriptor_for_test()" in made.ir.unparse()
+
+
+def test_seed_zero_keeps_the_order_and_a_seed_permutes_only_equal_ranks() -> None:
+    from types import SimpleNamespace
+
+    from lineage.optimize import seeded_order
+
+    def item(cid: str, score: float, effect: float) -> SimpleNamespace:
+        return SimpleNamespace(score=score, card=SimpleNamespace(id=cid, effect_score=effect))
+
+    # Ranked as retrieval ranks: two tied groups (a-d, within 5% effect; f-h) around a
+    # clearly better-measured card e.
+    found = [item("a", 4.0, 2.00), item("b", 4.0, 1.98), item("c", 4.0, 1.96),
+             item("d", 4.0, 1.95), item("e", 4.0, 1.50), item("f", 3.0, 1.0),
+             item("g", 3.0, 1.0), item("h", 3.0, 1.0)]
+    ids = lambda xs: [x.card.id for x in xs]  # noqa: E731
+    assert ids(seeded_order(found, 0)) == list("abcdefgh")
+    orders = {tuple(ids(seeded_order(found, seed))) for seed in range(1, 9)}
+    assert len(orders) > 1  # seeds explore different orders ...
+    for order in orders:  # ... but never across ranks
+        assert set(order[:4]) == set("abcd") and order[4] == "e" and set(order[5:]) == set("fgh")
+    assert seeded_order(found, 3) == seeded_order(found, 3)  # a seed is reproducible
+
+
+def test_optimize_seeds_change_the_path_not_the_guarantees(tmp_path: Path) -> None:
+    import dataclasses
+
+    from lineage.skills import Library
+
+    # Untimed cards with the same scope are equally ranked: only a seed orders them.
+    lib = Library.open(tmp_path / "tied", create=True)
+    for card in gemm_cards(admitted=True).values():
+        lib.put(dataclasses.replace(card, effect={}, scope={**card.scope, "prior_actions": []}))
+    paths = {}
+    for seed in range(4):
+        gate = ScriptedGate()
+        result = optimize(_target(tmp_path), "gemm", lib, tier="interpret",
+                          out=tmp_path / f"o{seed}", rewriter=DeterministicRewriter(),
+                          check_fn=gate, seed=seed)
+        assert result.seed == seed and json.loads(
+            (tmp_path / f"o{seed}" / "result.json").read_text())["seed"] == seed
+        # Whatever the order, every card that acts is applied once.
+        assert sorted(s.pass_name for s in result.applied) == [
+            "autotune", "software-pipelining", "tensor-core-dot"]
+        paths[seed] = [s.pass_name for s in result.applied]
+    assert len({tuple(p) for p in paths.values()}) > 1
+    again = optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "again",
+                     rewriter=DeterministicRewriter(), check_fn=ScriptedGate(), seed=2)
+    assert [s.pass_name for s in again.applied] == paths[2]
+    with pytest.raises(BadInputError, match="seed"):
+        optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "bad",
+                 rewriter=DeterministicRewriter(), check_fn=ScriptedGate(), seed=-1)
+
+
+def test_a_two_step_gain_is_found_through_a_stepping_stone(tmp_path: Path) -> None:
+    """Device tier: neither the tensor-core dot nor autotuning is faster alone, together they
+    halve the time. The loop walks through a passing, not faster, candidate and keeps the pair;
+    no source is gated twice."""
+    lib = library(tmp_path, admitted=True)
+
+    def ms(source: str) -> float:
+        return 5.0 if "tl.dot(" in source and "@triton.autotune" in source else 10.0
+
+    gate = ScriptedGate(ms=ms)
+    result = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "out",
+                      rewriter=DeterministicRewriter(), check_fn=gate, budget_steps=20)
+    assert result.start_ms == 10.0 and result.best_ms == 5.0
+    assert {"tensor-core-dot", "autotune"} <= {s.pass_name for s in result.applied}
+    best = result.best_path.read_text()
+    assert "tl.dot(" in best and "@triton.autotune" in best
+    assert len(gate.seen) == len(set(gate.seen)) and result.gated == len(gate.seen) - 1
+    lin = Lineage.load(result.lineage_path)
+    assert any("stone" in lin.node(s)["roles"] for s in lin.states())
+    # Without a two-step gain the stones do not make the result worse than the start.
+    flat = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "flat",
+                    rewriter=DeterministicRewriter(), check_fn=ScriptedGate(ms=lambda s: 10.0),
+                    budget_steps=20)
+    assert flat.applied == () and flat.best_path.read_text() == naive_source("gemm")
+
+
+def test_the_time_box_stops_the_loop_before_the_next_gate(tmp_path: Path) -> None:
+    import time
+
+    lib = library(tmp_path, admitted=True)
+    gate = ScriptedGate()
+    result = optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "out",
+                      rewriter=DeterministicRewriter(), check_fn=gate,
+                      deadline=time.monotonic())
+    assert result.termination == "time-box" and len(gate.seen) == 1 and result.applied == ()

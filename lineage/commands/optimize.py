@@ -20,23 +20,27 @@ from lineage.commands._common import Progress, emit_json
               show_default=True, help="Gate tier for every candidate.")
 @click.option("-k", "k", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Per-dimension top-k of retrieval.")
+@click.option("--seed", type=click.IntRange(0, None), default=0, show_default=True,
+              help="Permute equally ranked cards (same scope similarity, effect within 5%) "
+                   "with this seed; 0 keeps retrieval's order.")
 @click.option("--out", "out", default="out/optimize", show_default=True, help="Output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def command(target: str, case: str, library: str, budget_steps: int, budget_usd: float,
-            tier: str, k: int, out: str, as_json: bool) -> None:
+            tier: str, k: int, seed: int, out: str, as_json: bool) -> None:
     """Optimize TARGET (any kernel that passes the gate) with the admitted cards of LIBRARY.
 
     Writes OUT/best.<ext>, OUT/lineage.json (the run as a lineage) and OUT/result.json. The best
     kernel always passed the gate. JSON: {"best": {"path", "verdict"}, "applied": [{"card",
     "pass", "anchor", "rewriter", "ms", "speedup"}], "rejected": [{"card", "pass", "anchor",
     "rewriter", "stage", "reason"}], "spent_usd", "lineage", "start_ms", "best_ms", "speedup",
-    "termination", "notes"}.
+    "termination", "notes", "gated", "seed"}. "gated" counts the candidates that went to the gate
+    (a candidate reached again along another path reuses its verdict and is not counted).
     """
     from lineage.optimize import optimize
 
     with Progress(f"optimizing {Path(target).name} ({case})", enabled=not as_json) as progress:
         result = optimize(target, case, library, budget_steps=budget_steps, budget_usd=budget_usd,
-                          tier=tier, out=out, k=k, progress=progress)
+                          tier=tier, out=out, k=k, progress=progress, seed=seed)
     if as_json:
         emit_json(result.to_json())
         return
@@ -45,7 +49,7 @@ def command(target: str, case: str, library: str, budget_steps: int, budget_usd:
     data = result.to_json()
     gain = f", {data['speedup']:.2f}x over the start" if data["speedup"] else ""
     click.echo(f"{len(result.applied)} card(s) applied, {len(result.rejected)} rejected "
-               f"({result.termination}); spent ${result.spent_usd:.4f}{gain}")
+               f"({result.termination}, {result.gated} gated); spent ${result.spent_usd:.4f}{gain}")
     for step in result.applied:
         click.echo(f"  + {step.card} at {step.anchor} ({step.rewriter})")
     for step in result.rejected:

@@ -1,0 +1,440 @@
+"""Roundtrip recovery and leave-one-out transfer of SkillCards (issue 7).
+
+    python3 bench/roundtrip.py [LINEAGE ...] --out DIR [--tier interpret|device]
+        [--cases gemm,conv2d] [--trials 5] [--budget-steps 24] [--box 240]
+        [--gpus 0,1 | --jobs N] [--only roundtrip|loo] [--admit-tier interpret]
+        [--libraries DIR]
+
+LINEAGE: lineage directories or lineage.json files (default:
+bench/results/lineages/device/*/lineage.json); each contributes the lineage of one case.
+
+1. Libraries. `all`: the cards lifted from every lineage, admitted by roundtrip trials on
+   held-out states of those lineages (`lineage.admission.admit` at --admit-tier).
+   `loo-<case>`: the same without that case's lineage (lifted and admitted without it).
+   A library whose admission finished holds `admission.json` and is reused as it is (so a
+   library admitted on a CPU and committed can be used for device trials: --libraries).
+2. Roundtrip: per case and trial t (seed t; seed 0 is the deterministic order), start from
+   the naive root of the case's lineage (role naive/root; else its least optimized state) and
+   `optimize` with library `all` at --tier. Leave-one-out: per case, one run (seed 0) with
+   library `loo-<case>`.
+3. Every run is its own process (one per GPU with --gpus, CUDA_VISIBLE_DEVICES set), with a
+   fresh gate cache (KLINEAGE_CACHE_DIR inside its folder: no verdict is shared between runs),
+   and gates the case's expert first, in the same process and tier, to measure expert_ms.
+   Its record is written to OUT/runs/<run>/run.json when it ends; a rerun skips runs that
+   have one. A run stops starting gates after --box seconds and is killed 120 s later.
+4. OUT/roundtrip.json (every record) and OUT/roundtrip.md (the tables).
+
+Figures: device tier: fraction of expert = expert_ms / best_ms (1.0 = as fast as the expert),
+speedup = start_ms / best_ms. Interpret tier (no timing): "passes recovered" = the share of
+the passes the lineage removed from the expert whose present sites in the best kernel are at
+least as many as in the expert (a structural proxy; not a performance figure).
+Progress goes to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from queue import Empty, Queue
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DEFAULT_LINEAGES = "bench/results/lineages/device/*/lineage.json"
+# Seconds a run may go on after its box before it is killed (a gate already started finishes).
+KILL_GRACE_S = 120
+
+
+def say(message: str) -> None:
+    print(f"[roundtrip {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- lineages and libraries ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class CaseLineage:
+    case: str
+    path: Path
+    root_state: str
+    expert_state: str
+    expert_path: str
+
+
+def load_case_lineages(paths: Sequence[str]) -> dict[str, CaseLineage]:
+    """case -> its lineage (the first given for a case wins)."""
+    from lineage.graph import Lineage
+
+    out: dict[str, CaseLineage] = {}
+    for raw in paths:
+        path = Path(raw)
+        file = path / "lineage.json" if path.is_dir() else path
+        lin = Lineage.load(file)
+        experts = [s for s in lin.states() if "expert" in (lin.node(s).get("roles") or [])]
+        if not experts:
+            raise SystemExit(f"{file}: no state with role expert")
+        expert = experts[0]
+        case = str(lin.node(expert).get("case", ""))
+        out.setdefault(case, CaseLineage(case, file, naive_root(lin), expert,
+                                         str((lin.graph.graph.get("experts") or [""])[0])))
+    return out
+
+
+def naive_root(lin: Any) -> str:
+    """The state with role naive (else root); else the state farthest from the expert (a
+    lineage stopped by its time box has no naive root: its least optimized state stands in)."""
+    for role in ("naive", "root"):
+        found = [s for s in lin.states() if role in (lin.node(s).get("roles") or [])]
+        if found:
+            return found[0]
+    return max(lin.states(), key=lambda s: (len(lin.path_to_expert(s) or ()), s))
+
+
+def build_library(name: str, lineages: list[CaseLineage], libraries: Path, tier: str,
+                  max_trials: int) -> Path:
+    """Lift and admit one library (skipped when its admission.json exists)."""
+    from lineage.admission import admit
+    from lineage.graph import Lineage
+    from lineage.skills import Library, lift
+
+    folder = libraries / name
+    done = folder / "admission.json"
+    if done.is_file():
+        say(f"library {name}: reusing {folder}")
+        return folder
+    lins = [Lineage.load(c.path) for c in lineages]
+    lib = Library.open(folder, create=True)
+    for lin in lins:
+        lib.add_all(lift(lin))
+    say(f"library {name}: {len(lib.ids())} cards from {', '.join(c.case for c in lineages)}; "
+        f"admitting at the {tier} tier")
+    # Admission verdicts may be shared (they are not trials of the benchmark): one cache.
+    os.environ["KLINEAGE_CACHE_DIR"] = str(libraries / "admission-cache")
+    started = time.monotonic()
+    report = admit(lib, lins, tier=tier, max_trials=max_trials,
+                   progress=lambda event, data: say(f"  {name} {event} {data.get('card', '')}"
+                                                    + (f": {data['reason'][:100]}"
+                                                       if event == "failed" else "")))
+    record = {**report.to_json(), "tier": tier, "lineages": [str(c.path) for c in lineages],
+              "cards": len(lib.ids()), "wall_s": round(time.monotonic() - started, 1)}
+    (done.parent / "admission.json.tmp").write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(done.parent / "admission.json.tmp", done)
+    say(f"library {name}: {len(report.admitted)} admitted, {len(report.rejected)} not, "
+        f"{len(report.untried)} untried")
+    return folder
+
+
+# -- one run (child process) ------------------------------------------------------------------
+def run_one(spec: dict[str, Any]) -> dict[str, Any]:
+    """One optimize run as the spec says; returns its record (also written to run.json)."""
+    import gate
+    from lineage.graph import Lineage
+    from lineage.optimize import optimize
+    from lineage.retrieval import kernel_sites
+    from passes.rewriter import DeterministicRewriter
+
+    folder = Path(spec["dir"])
+    started = time.monotonic()
+    lin = Lineage.load(spec["lineage"])
+    root = lin.node(spec["root_state"])
+    expert = lin.node(spec["expert_state"])
+    start_path = folder / "start.py"
+    start_path.write_text(root["source"])
+    expert_path = folder / "expert.py"
+    expert_path.write_text(expert["source"])
+    say(f"{spec['name']}: gating the expert ({spec['tier']})")
+    ev = gate.check(expert["source"], expert["language"], spec["case"], spec["tier"],
+                    path=expert_path)
+    expert_ms = _ms(ev)
+    say(f"{spec['name']}: expert {'ok' if ev.ok else 'FAILS'} {expert_ms} ms; optimizing")
+    result = optimize(start_path, spec["case"], spec["library"], tier=spec["tier"],
+                      budget_steps=spec["budget_steps"], out=folder / "optimize",
+                      rewriter=DeterministicRewriter(), seed=spec["seed"],
+                      deadline=started + spec["box"],
+                      progress=lambda event, data: say(
+                          f"{spec['name']}: {event} {data.get('card', '')} "
+                          f"{data.get('ms') or ''}{data.get('reason', '')[:90]}"))
+    best_source = result.best_path.read_text()
+    removed = sorted({str(lin.node(t).get("pass")) for t in lin.transitions()})
+    recovered = passes_recovered(removed, expert["source"], best_source, kernel_sites)
+    record = {
+        "name": spec["name"], "kind": spec["kind"], "case": spec["case"], "trial": spec["trial"],
+        "seed": spec["seed"], "tier": spec["tier"], "library": spec["library"],
+        "expert_ok": bool(ev.ok), "expert_ms": expert_ms,
+        "start_ms": result.start_ms, "best_ms": result.best_ms,
+        "fraction_of_expert": (expert_ms / result.best_ms
+                               if expert_ms and result.best_ms else None),
+        "speedup": (result.start_ms / result.best_ms
+                    if result.start_ms and result.best_ms else None),
+        "reached_gate": bool(result.best_verdict.get("ok")),
+        "improved": bool(result.applied),
+        "applied": [s.pass_name for s in result.applied],
+        "rejected": len(result.rejected), "gated": result.gated,
+        "termination": result.termination,
+        "passes_removed": removed, "passes_recovered": recovered,
+        "recovered_fraction": (len(recovered) / len(removed)) if removed else None,
+        "wall_s": round(time.monotonic() - started, 1),
+        "gpu": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+    }
+    _write_json(folder / "run.json", record)
+    return record
+
+
+def passes_recovered(removed: Sequence[str], expert_src: str, best_src: str,
+                     sites_fn: Any) -> list[str]:
+    """The removed passes whose present sites in the best kernel are at least as many as in
+    the expert (the interpret tier's structural measure of recovery)."""
+    import kir
+
+    def counts(source: str) -> dict[str, int]:
+        present, _ = sites_fn(kir.parse(source, language="triton"))
+        out: dict[str, int] = {}
+        for f in present:
+            out[f["pass"]] = out.get(f["pass"], 0) + 1
+        return out
+
+    want, have = counts(expert_src), counts(best_src)
+    return [p for p in removed if have.get(p, 0) >= max(1, want.get(p, 0))]
+
+
+def _ms(verdict: Any) -> float | None:
+    timing = getattr(verdict, "timing", None)
+    value = getattr(timing, "candidate_ms", None) if timing is not None else None
+    return float(value) if value else None
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+# -- scheduling ---------------------------------------------------------------------------------
+def launch(spec: dict[str, Any], gpu: str | None) -> dict[str, Any]:
+    """Run one spec in a child process with a fresh gate cache; a record even if it dies."""
+    folder = Path(spec["dir"])
+    if folder.exists():  # an unfinished earlier attempt: start clean (fresh cache included)
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    env = dict(os.environ, KLINEAGE_CACHE_DIR=str(folder / "cache"))
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    (folder / "spec.json").write_text(json.dumps(spec, indent=1))
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--run-spec", str(folder / "spec.json")]
+    started = time.monotonic()
+    with open(folder / "log.txt", "w") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=str(ROOT), start_new_session=True)
+        try:
+            rc = proc.wait(timeout=spec["box"] + KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group only
+            proc.wait()
+            rc = -9
+    if (folder / "run.json").is_file():
+        return json.loads((folder / "run.json").read_text())
+    record = {**{k: spec[k] for k in ("name", "kind", "case", "trial", "seed", "tier", "library")},
+              "error": f"run ended without a record (rc {rc}); see {folder / 'log.txt'}",
+              "wall_s": round(time.monotonic() - started, 1), "partial": partial_best(folder)}
+    _write_json(folder / "run.json", record)
+    return record
+
+
+def partial_best(folder: Path) -> dict[str, Any] | None:
+    """The fastest passing state of a killed run's saved lineage (None if there is none)."""
+    path = folder / "optimize" / "lineage.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    times = [((n.get("timing") or {}).get("candidate_ms"), n["id"]) for n in data.get("nodes", [])
+             if n.get("type") == "state" and (n.get("verdict") or {}).get("ok")]
+    times = [t for t in times if t[0]]
+    return {"best_ms": min(times)[0], "states": len(times)} if times else None
+
+
+def schedule(specs: list[dict[str, Any]], slots: list[str | None]) -> list[dict[str, Any]]:
+    """Run the specs over the slots (one process per slot at a time)."""
+    queue: Queue[dict[str, Any]] = Queue()
+    for spec in specs:
+        queue.put(spec)
+    records: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def worker(slot: str | None) -> None:
+        while True:
+            try:
+                spec = queue.get_nowait()
+            except Empty:
+                return
+            say(f"start {spec['name']}" + (f" on GPU {slot}" if slot is not None else ""))
+            record = launch(spec, slot)
+            with lock:
+                records.append(record)
+            say(f"done {spec['name']}: {summary(record)}")
+
+    threads = [threading.Thread(target=worker, args=(slot,)) for slot in slots]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return records
+
+
+def summary(record: dict[str, Any]) -> str:
+    if "error" in record:
+        return record["error"]
+    frac = record.get("fraction_of_expert")
+    return (f"{record['termination']}, {record['gated']} gated, best {record['best_ms']} ms"
+            + (f", {frac:.3f} of expert" if frac else "")
+            + f", passes recovered {len(record['passes_recovered'])}/"
+              f"{len(record['passes_removed'])}, {record['wall_s']} s")
+
+
+# -- tables -------------------------------------------------------------------------------------
+def tables(records: list[dict[str, Any]], tier: str) -> str:
+    timed = tier == "device"
+    rt = [r for r in records if r.get("kind") == "roundtrip"]
+    loo = [r for r in records if r.get("kind") == "loo"]
+    lines = [f"# SkillCard roundtrip and leave-one-out ({tier} tier)", ""]
+    if timed:
+        lines += ["Cells: fraction of expert = expert_ms / best_ms, both measured in the same run "
+                  "process at the device tier (>= 0.95 is the goal).", ""]
+    else:
+        lines += ["Cells: passes recovered = share of the passes the lineage removed from the "
+                  "expert that are back in the best kernel (at least as many present sites as "
+                  "the expert). The interpret tier has no timing, so fraction of expert is not "
+                  "measured here.", ""]
+    cases = sorted({r["case"] for r in rt})
+    trials = sorted({int(r["trial"]) for r in rt})
+    if rt:
+        lines += ["## Roundtrip (case x trial)", "",
+                  "| case | " + " | ".join(f"trial {t} (seed {t})" for t in trials)
+                  + " | min | gated per trial |",
+                  "|---|" + "---:|" * (len(trials) + 2)]
+        for case in cases:
+            cells, values, gates = [], [], []
+            for t in trials:
+                r = next((x for x in rt if x["case"] == case and int(x["trial"]) == t), None)
+                value = None if r is None or "error" in r else (
+                    r.get("fraction_of_expert") if timed else r.get("recovered_fraction"))
+                cells.append("—" if r is None else ("error" if "error" in r else _fmt(value)))
+                if value is not None:
+                    values.append(value)
+                if r is not None and "gated" in r:
+                    gates.append(str(r["gated"]))
+            lines.append(f"| {case} | " + " | ".join(cells) + f" | {_fmt(min(values) if values else None)}"
+                         f" | {', '.join(gates)} |")
+        if timed:
+            ok = sum(1 for r in rt if (r.get("fraction_of_expert") or 0) >= 0.95)
+            lines += ["", f"Trials at >= 95% of the expert: {ok}/{len(rt)}."]
+        lines.append("")
+    if loo:
+        lines += ["## Leave-one-out (library without the case's lineage)", "",
+                  "| case | reached the gate | start ms | best ms | speedup over start | "
+                  "fraction of expert | passes recovered | applied | gated |",
+                  "|---|---|---:|---:|---:|---:|---:|---|---:|"]
+        for r in sorted(loo, key=lambda x: x["case"]):
+            if "error" in r:
+                lines.append(f"| {r['case']} | error | | | | | | {r['error'][:60]} | |")
+                continue
+            lines.append(
+                f"| {r['case']} | {'y' if r['reached_gate'] else 'n'} | {_fmt(r['start_ms'])} | "
+                f"{_fmt(r['best_ms'])} | {_fmt(r['speedup'])} | {_fmt(r['fraction_of_expert'])} | "
+                f"{len(r['passes_recovered'])}/{len(r['passes_removed'])} | "
+                f"{', '.join(r['applied']) or '—'} | {r['gated']} |")
+        improved = sum(1 for r in loo if r.get("improved"))
+        lines += ["", f"Reached the gate: {sum(1 for r in loo if r.get('reached_gate'))}/{len(loo)}; "
+                      f"improved on their start: {improved}/{len(loo)}."]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+# -- main ---------------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("lineages", nargs="*", help=f"lineage dirs/files (default {DEFAULT_LINEAGES})")
+    ap.add_argument("--out", default="bench/results/roundtrip/run", help="output folder")
+    ap.add_argument("--libraries", default=None,
+                    help="folder of the admitted libraries (default OUT/libraries)")
+    ap.add_argument("--tier", default="interpret", choices=["interpret", "device", "auto"])
+    ap.add_argument("--admit-tier", default="interpret", choices=["interpret", "device", "auto"])
+    ap.add_argument("--admit-max-trials", type=int, default=2)
+    ap.add_argument("--cases", default="", help="comma-separated cases (default: every lineage's)")
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--budget-steps", type=int, default=24)
+    ap.add_argument("--box", type=float, default=600.0, help="seconds per run")
+    ap.add_argument("--gpus", default="", help="e.g. 0,1: one run per GPU at a time")
+    ap.add_argument("--jobs", type=int, default=1, help="parallel runs without --gpus")
+    ap.add_argument("--only", choices=["roundtrip", "loo"], default=None)
+    ap.add_argument("--run-spec", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.run_spec:
+        run_one(json.loads(Path(args.run_spec).read_text()))
+        return 0
+    import glob
+
+    paths = args.lineages or sorted(glob.glob(str(ROOT / DEFAULT_LINEAGES)))
+    lineages = load_case_lineages(paths)
+    cases = [c for c in args.cases.split(",") if c] or sorted(lineages)
+    unknown = [c for c in cases if c not in lineages]
+    if unknown:
+        raise SystemExit(f"no lineage for case(s) {', '.join(unknown)}")
+    out = Path(args.out).resolve()
+    libraries = Path(args.libraries).resolve() if args.libraries else out / "libraries"
+    runs = out / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    all_lineages = [lineages[c] for c in sorted(lineages)]
+
+    specs: list[dict[str, Any]] = []
+
+    def spec(kind: str, case: str, trial: int, library: Path) -> dict[str, Any]:
+        c = lineages[case]
+        name = f"{kind}-{case}-{trial}"
+        return {"name": name, "kind": kind, "case": case, "trial": trial, "seed": trial,
+                "tier": args.tier, "library": str(library), "lineage": str(c.path),
+                "root_state": c.root_state, "expert_state": c.expert_state,
+                "budget_steps": args.budget_steps, "box": args.box, "dir": str(runs / name)}
+
+    if args.only in (None, "roundtrip"):
+        full = build_library("all", all_lineages, libraries, args.admit_tier, args.admit_max_trials)
+        specs += [spec("roundtrip", c, t, full) for c in cases for t in range(args.trials)]
+    if args.only in (None, "loo"):
+        for case in cases:
+            rest = [c for c in all_lineages if c.case != case]
+            lib = build_library(f"loo-{case}", rest, libraries, args.admit_tier,
+                                args.admit_max_trials)
+            specs.append(spec("loo", case, 0, lib))
+    done = [s for s in specs if (Path(s["dir"]) / "run.json").is_file()
+            and "error" not in json.loads((Path(s["dir"]) / "run.json").read_text())]
+    todo = [s for s in specs if s not in done]
+    say(f"{len(specs)} runs, {len(done)} already done, {len(todo)} to run")
+    slots: list[str | None] = ([g.strip() for g in args.gpus.split(",") if g.strip()]
+                               if args.gpus else [None] * max(1, args.jobs))
+    schedule(todo, slots)
+    records = [json.loads((Path(s["dir"]) / "run.json").read_text()) for s in specs
+               if (Path(s["dir"]) / "run.json").is_file()]
+    tier = records[0]["tier"] if records else args.tier
+    _write_json(out / "roundtrip.json", {"tier": tier, "cases": cases, "runs": records})
+    (out / "roundtrip.md").write_text(tables(records, tier))
+    say(f"wrote {out / 'roundtrip.md'}")
+    print((out / "roundtrip.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
