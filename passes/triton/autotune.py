@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 from passes._source import ByteEdit, finish, indent_of, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, literal_int
-from passes.triton.launch import CONFIG_NAMES, TRITON, tile_name
+from passes.triton.launch import CONFIG_NAMES, TRITON, comment_above, slice_keep, tile_name
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -31,9 +31,7 @@ HOPPER_VARIANTS = ((4, 3), (8, 3), (4, 4), (8, 4))
 
 def _is_pin(expr: ast.AST) -> bool:
     """`E[:1]`: a config list pinned to its first element."""
-    return (isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Slice)
-            and expr.slice.lower is None and expr.slice.step is None
-            and literal_int(expr.slice.upper) == 1)
+    return slice_keep(expr) == 1
 
 
 def _literal_configs(expr: ast.AST) -> list[ast.Call] | None:
@@ -72,6 +70,9 @@ class Autotune(Pass):
     pinned: str = ""
     """How the config was pinned: "slice" (`configs=E[:1]`) or the comma-separated launch
     keywords the de-optimization added."""
+    comment: str = ""
+    """The comment lines above the decorator that a slice pin dropped (recorded; they explain
+    the tuned list), restored above the decorator."""
 
     name: ClassVar[str] = "autotune"
     category: ClassVar[Category] = Category.EXPRESSION
@@ -89,7 +90,9 @@ class Autotune(Pass):
             dec = mod.decorator(kernel, "autotune")
             locus = mod.span(kernel)
             launches = mod.launches(kernel.name)
-            span = (min([mod.stmt_span(kernel)[0], *(mod.start(c) for c in launches)]),
+            # the comment explaining the decorator goes and comes back with it
+            first = comment_above(mod.source, mod.stmt_span(kernel)[0])
+            span = (min([first, *(mod.start(c) for c in launches)]),
                     max([mod.end(kernel), *(mod.end(c) for c in launches)]))
             detail = {"kernel": kernel.name, "launches": len(launches)}
             if dec is None:
@@ -137,9 +140,16 @@ class Autotune(Pass):
         launches = mod.launches(kernel.name)
         literal = _literal_configs(configs.value)
         values = _config_values(mod, literal[0]) if literal else None
+        top = mod.stmt_span(kernel)[0]
+        comment_start = comment_above(mod.source, top)
         if values is None or not launches:  # pin the first config in place
             end = mod.end(configs.value)
-            return finish(ir, site, [ByteEdit(end, end, "[:1]")], options={"pinned": "slice"})
+            edits = [ByteEdit(end, end, "[:1]")]
+            options = {"pinned": "slice"}
+            if comment_start < top:  # it describes the list that no longer runs
+                edits.insert(0, ByteEdit(comment_start, top, ""))
+                options["comment"] = mod.source[comment_start:top].decode("utf-8")
+            return finish(ir, site, edits, options=options)
         results, skip = self.check(ctx, {"launches": len(launches)})
         if skip:
             return skip
@@ -149,8 +159,8 @@ class Autotune(Pass):
             if clash:
                 return Skipped("a launch already passes a tuned parameter",
                                {"kernel": kernel.name, "parameters": sorted(clash)})
-        start = line_start(mod.source, mod.start(dec))
         dec_index = kernel.decorator_list.index(dec)
+        start = comment_start if dec_index == 0 else line_start(mod.source, mod.start(dec))
         following = (kernel.decorator_list[dec_index + 1]
                      if dec_index + 1 < len(kernel.decorator_list) else kernel)
         end = line_start(mod.source, mod.start(following))
@@ -173,7 +183,11 @@ class Autotune(Pass):
             if configs is None or not _is_pin(configs.value):
                 return Skipped("the kernel is already autotuned", {"kernel": kernel.name})
             value = configs.value
-            return finish(ir, site, [ByteEdit(mod.end(value.value), mod.end(value), "")])
+            edits = [ByteEdit(mod.end(value.value), mod.end(value), "")]
+            if self.comment:
+                at = mod.stmt_span(kernel)[0]
+                edits.insert(0, ByteEdit(at, at, self.comment))
+            return finish(ir, site, edits)
         launches = mod.launches(kernel.name)
         if not launches:
             return Skipped("the kernel is never launched in this module", {"kernel": kernel.name})

@@ -11,7 +11,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from passes._source import ByteEdit, finish, make_site
+from passes._source import ByteEdit, finish, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, dotted, literal_int, names_in
 
@@ -34,16 +34,61 @@ class Holder:
 
 
 def holders(mod: PyModule) -> list[Holder]:
-    """Every launch of a jit kernel and every `triton.Config(...)` call, in source order."""
+    """Every launch of a jit kernel and every `triton.Config(...)` call that can run, in
+    source order. Configs that a slice of their literal list cuts off (`[c0, c1, c2][:1]`, an
+    autotune list pinned to its first config) never run on any tier, so they are left out:
+    editing them would change nothing the gate can see."""
     found: list[Holder] = []
     for kernel in mod.kernels():
         found.extend(Holder(call, "launch", kernel) for call in mod.launches(kernel.name))
-    found.extend(Holder(call, "config", None) for call in mod.calls(mod.tree, CONFIG_NAMES))
+    dead = cut_off_configs(mod)
+    found.extend(Holder(call, "config", None) for call in mod.calls(mod.tree, CONFIG_NAMES)
+                 if id(call) not in dead)
     return sorted(found, key=lambda h: mod.start(h.call))
+
+
+def slice_keep(expr: ast.AST) -> int | None:
+    """How many leading elements `E[:n]` (or `E[0:n]`) keeps: n for a literal n >= 0, else None."""
+    if not (isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Slice)):
+        return None
+    part = expr.slice
+    if part.step is not None or not (part.lower is None or literal_int(part.lower) == 0):
+        return None
+    keep = literal_int(part.upper)
+    return keep if keep is not None and keep >= 0 else None
+
+
+def cut_off_configs(mod: PyModule) -> set[int]:
+    """`id()`s of the `triton.Config` calls a literal-list slice drops (`[c0, c1][:1]` -> c1)."""
+    dead: set[int] = set()
+    for node in ast.walk(mod.tree):
+        keep = slice_keep(node)
+        if keep is None or not isinstance(node.value, ast.List):
+            continue
+        dead.update(id(e) for e in node.value.elts[keep:]
+                    if isinstance(e, ast.Call) and callee(e) in CONFIG_NAMES)
+    return dead
 
 
 def autotuned(mod: PyModule, kernel: ast.FunctionDef | None) -> bool:
     return kernel is not None and mod.decorator(kernel, "autotune") is not None
+
+
+def comment_above(source: bytes, pos: int) -> int:
+    """Start of the comment lines directly above the line holding `pos` (no blank line between,
+    same indentation), or that line's start when there are none. A rewrite that removes the
+    construct such a comment explains takes the comment with it, so the result does not read as
+    if the removed code were still there."""
+    start = line_start(source, pos)
+    line = source[start:line_end(source, start)]
+    indent = line[:len(line) - len(line.lstrip(b" \t"))]
+    while start > 0:
+        above = line_start(source, start - 1)
+        line = source[above:start]
+        if not (line.startswith(indent + b"#") and not line[len(indent):].startswith(b"#!")):
+            break
+        start = above
+    return start
 
 
 def tile_name(name: str) -> bool:

@@ -11,7 +11,7 @@ from passes._source import (ByteEdit, finish, indent_of, line_end, line_start, m
                             restore_recorded)
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, literal_int, names_in
-from passes.triton.launch import TRITON, holders, tile_name
+from passes.triton.launch import TRITON, comment_above, holders, tile_name
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -38,8 +38,13 @@ def _mask(call: ast.Call) -> ast.AST | None:
     return kw if kw is not None else (call.args[1] if len(call.args) > 1 else None)
 
 
-def _block_text(mod: PyModule, stmts: list[ast.stmt]) -> tuple[int, int, str]:
+def _block_text(mod: PyModule, stmts: list[ast.stmt], *, comment: bool = False
+                ) -> tuple[int, int, str]:
+    """(start, end, text) of the whole lines of `stmts`; with `comment`, from the comment lines
+    directly above the first statement."""
     start = line_start(mod.source, mod.start(stmts[0]))
+    if comment:
+        start = comment_above(mod.source, start)
     end = line_end(mod.source, mod.end(stmts[-1]) - 1)
     return start, end, mod.source[start:end].decode("utf-8")
 
@@ -267,13 +272,14 @@ class CausalBlockSkip(Pass):
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         mod = PyModule(ir)
         out = []
+        # A comment above a bound explains the skipping: it is part of what the rewrite removes.
         for node, _lo, _hi in self._staged(mod):
-            start, end, _ = _block_text(mod, node.body)
+            start, end, _ = _block_text(mod, node.body, comment=True)
             out.append(make_site(self.name, ir, index, (start, end), True,
                                  {"form": "staged"}, mod.span(node)))
         for node in self._ifexp(mod):
             stmt = mod.enclosing(node, ast.stmt)
-            start, end, _ = _block_text(mod, [stmt])
+            start, end, _ = _block_text(mod, [stmt], comment=True)
             out.append(make_site(self.name, ir, index, (start, end), True, {"form": "ifexp"},
                                  mod.span(node)))
         # kernels with a causal flag: a recorded skip can be restored there
@@ -288,17 +294,18 @@ class CausalBlockSkip(Pass):
         if site.detail.get("form") == "ifexp":
             for node in self._ifexp(mod):
                 stmt = mod.enclosing(node, ast.stmt)
-                start, end, text = _block_text(mod, [stmt])
+                start, end, text = _block_text(mod, [stmt], comment=True)
                 if (start, end) != tuple(site.span):
                     continue
-                a, b = mod.start(node) - start, mod.end(node) - start
-                chunk = mod.source[start:end]
+                s0 = line_start(mod.source, mod.start(stmt))
+                a, b = mod.start(node) - s0, mod.end(node) - s0
+                chunk = mod.source[s0:end]
                 after = (chunk[:a] + mod.text(node.orelse).encode("utf-8") + chunk[b:]).decode("utf-8")
                 return finish(ir, site, [ByteEdit(start, end, after)],
                               options={"code": text, "after": after})
             return Skipped("no causal bound at the site", {"site": site.anchor})
         for node, lo, hi in self._staged(mod):
-            start, end, text = _block_text(mod, node.body)
+            start, end, text = _block_text(mod, node.body, comment=True)
             if (start, end) != tuple(site.span):
                 continue
             c1, c2, ce = (self._call_of(s) for s in (*node.body, *node.orelse))

@@ -10,13 +10,14 @@ descriptor accesses.
 from __future__ import annotations
 
 import ast
+import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee
-from passes.triton.launch import TRITON
+from passes.triton.launch import TRITON, comment_above
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -116,8 +117,10 @@ class TmaDescriptors(Pass):
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         mod = PyModule(ir)
         out = []
-        for d in self._descriptors(mod):
-            span = (line_start(mod.source, mod.start(d.assign)), mod.end(d.uses[-1]))
+        every = self._descriptors(mod)
+        for d in every:
+            lo, hi = _decl_lines(mod, d, every)
+            span = (lo, max(hi, mod.end(d.uses[-1])))
             out.append(make_site(self.name, ir, index, span, True,
                                  {"kernel": d.kernel.name, "descriptor": d.name, "uses": len(d.uses)},
                                  mod.span(d.assign)))
@@ -137,8 +140,7 @@ class TmaDescriptors(Pass):
                   and d.name == site.detail.get("descriptor")), None)
         if d is None:
             return Skipped("no tensor descriptor at the site", {"site": site.anchor})
-        start = line_start(mod.source, mod.start(d.assign))
-        end = line_end(mod.source, mod.end(d.assign) - 1)
+        start, end = _decl_lines(mod, d, self._descriptors(mod))
         edits = [ByteEdit(start, end, "")]
         for use in d.uses:
             offs = _pair(use.args[0])
@@ -185,6 +187,12 @@ class TmaDescriptors(Pass):
         if not found:
             return Skipped("no canonical pointer access at the site", {"site": site.anchor})
         base, _, _, strides, blocks, shape, _ = found[0]
+        if self.decl:
+            recorded = _decl_base(self.decl)
+            if recorded != ast.unparse(ast.parse(base.strip(), mode="eval")):  # restoring it here would re-point another tensor's accesses
+                return Skipped(f"the recorded descriptor is over {recorded or 'an unreadable base'}, "
+                               f"the site's accesses are over {base}",
+                               {"recorded_base": recorded, "base": base})
         name = self.desc_name or (base[:-4] if base.endswith("_ptr") else base) + "_desc"
         edits = []
         for _, call, offsets, _, _, _, value in found:
@@ -206,6 +214,40 @@ class TmaDescriptors(Pass):
         at = line_start(mod.source, mod.start(anchor_stmt))
         edits.append(ByteEdit(at, at, decl))
         return finish(ir, site, sorted(edits, key=lambda e: e.start), preconditions=results)
+
+
+def _decl_lines(mod: PyModule, d: _Descriptor, every: list[_Descriptor]) -> tuple[int, int]:
+    """The bytes a de-optimization removes for `d`'s assignment: its lines; for the last of a
+    run of descriptor assignments also the comment above the run (it speaks of descriptors
+    that are then all gone) and, where the run stood apart (first in the body or after a blank
+    line), the blank lines after it, so that the rest of the kernel reads as before and the
+    recorded text restores byte for byte at the next statement."""
+    src = mod.source
+    start = line_start(src, mod.start(d.assign))
+    end = line_end(src, mod.end(d.assign) - 1)
+    assigns = {line_start(src, mod.start(o.assign)) for o in every if o.kernel is d.kernel}
+    if end in assigns:  # more descriptors follow: the comment still speaks of them
+        return start, end
+    start = comment_above(src, start)
+    before = src[line_start(src, start - 1):start].strip() if start else b""
+    if not before or before.endswith(b":"):
+        while end < len(src) and not src[end:line_end(src, end)].strip():
+            end = line_end(src, end)
+    return start, end
+
+
+def _decl_base(decl: str) -> str | None:
+    """The base pointer (source text) of a recorded `d = tl.make_tensor_descriptor(base, ...)`
+    line, or None when the text is not such an assignment."""
+    try:
+        tree = ast.parse(textwrap.dedent(decl))
+    except SyntaxError:
+        return None
+    stmt = tree.body[0] if len(tree.body) == 1 else None
+    if not (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call)
+            and callee(stmt.value) in MAKE and stmt.value.args):
+        return None
+    return ast.unparse(stmt.value.args[0])
 
 
 def _index_kind(node: ast.AST) -> str:
