@@ -21,7 +21,10 @@ bench/results/lineages/device/*/lineage.json); each contributes the lineage of o
    fresh gate cache (KLINEAGE_CACHE_DIR inside its folder: no verdict is shared between runs),
    and gates the case's expert first, in the same process and tier, to measure expert_ms.
    Its record is written to OUT/runs/<run>/run.json when it ends; a rerun skips runs that
-   have one. A run stops starting gates after --box seconds and is killed 120 s later.
+   have one (a run that ended without a record is redone). A run stops starting gates after
+   --box seconds and is killed --grace seconds later (its saved lineage's fastest state is
+   kept in the record as "partial"). --wall bounds the whole command: no run starts after it
+   and each run's box is cut to what is left, so a device call ends inside its time limit.
 4. OUT/roundtrip.json (every record) and OUT/roundtrip.md (the tables).
 
 Figures: device tier: fraction of expert = expert_ms / best_ms (1.0 = as fast as the expert),
@@ -52,8 +55,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 DEFAULT_LINEAGES = "bench/results/lineages/device/*/lineage.json"
-# Seconds a run may go on after its box before it is killed (a gate already started finishes).
-KILL_GRACE_S = 120
 
 
 def say(message: str) -> None:
@@ -235,7 +236,7 @@ def launch(spec: dict[str, Any], gpu: str | None) -> dict[str, Any]:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 cwd=str(ROOT), start_new_session=True)
         try:
-            rc = proc.wait(timeout=spec["box"] + KILL_GRACE_S)
+            rc = proc.wait(timeout=spec["box"] + spec["grace"])
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group only
             proc.wait()
@@ -261,8 +262,10 @@ def partial_best(folder: Path) -> dict[str, Any] | None:
     return {"best_ms": min(times)[0], "states": len(times)} if times else None
 
 
-def schedule(specs: list[dict[str, Any]], slots: list[str | None]) -> list[dict[str, Any]]:
-    """Run the specs over the slots (one process per slot at a time)."""
+def schedule(specs: list[dict[str, Any]], slots: list[str | None], end: float | None = None
+             ) -> list[dict[str, Any]]:
+    """Run the specs over the slots (one process per slot at a time); with `end` (a
+    `time.monotonic()` value) no run starts within `grace` + 30 s of it and boxes are cut."""
     queue: Queue[dict[str, Any]] = Queue()
     for spec in specs:
         queue.put(spec)
@@ -275,6 +278,12 @@ def schedule(specs: list[dict[str, Any]], slots: list[str | None]) -> list[dict[
                 spec = queue.get_nowait()
             except Empty:
                 return
+            if end is not None:
+                left = end - time.monotonic() - spec["grace"]
+                if left < 30:
+                    say(f"skip {spec['name']}: the --wall budget is spent (rerun to resume)")
+                    continue
+                spec = {**spec, "box": min(spec["box"], left)}
             say(f"start {spec['name']}" + (f" on GPU {slot}" if slot is not None else ""))
             record = launch(spec, slot)
             with lock:
@@ -377,6 +386,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--budget-steps", type=int, default=24)
     ap.add_argument("--box", type=float, default=600.0, help="seconds per run")
+    ap.add_argument("--grace", type=float, default=120.0,
+                    help="seconds a run may take past its box to finish its last gate")
+    ap.add_argument("--wall", type=float, default=None,
+                    help="seconds for the whole command (admission included)")
     ap.add_argument("--gpus", default="", help="e.g. 0,1: one run per GPU at a time")
     ap.add_argument("--jobs", type=int, default=1, help="parallel runs without --gpus")
     ap.add_argument("--only", choices=["roundtrip", "loo"], default=None)
@@ -386,6 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.run_spec:
         run_one(json.loads(Path(args.run_spec).read_text()))
         return 0
+    end = time.monotonic() + args.wall if args.wall else None
     import glob
 
     paths = args.lineages or sorted(glob.glob(str(ROOT / DEFAULT_LINEAGES)))
@@ -408,7 +422,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return {"name": name, "kind": kind, "case": case, "trial": trial, "seed": trial,
                 "tier": args.tier, "library": str(library), "lineage": str(c.path),
                 "root_state": c.root_state, "expert_state": c.expert_state,
-                "budget_steps": args.budget_steps, "box": args.box, "dir": str(runs / name)}
+                "budget_steps": args.budget_steps, "box": args.box, "grace": args.grace,
+                "dir": str(runs / name)}
 
     if args.only in (None, "roundtrip"):
         full = build_library("all", all_lineages, libraries, args.admit_tier, args.admit_max_trials)
@@ -425,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     say(f"{len(specs)} runs, {len(done)} already done, {len(todo)} to run")
     slots: list[str | None] = ([g.strip() for g in args.gpus.split(",") if g.strip()]
                                if args.gpus else [None] * max(1, args.jobs))
-    schedule(todo, slots)
+    schedule(todo, slots, end)
     records = [json.loads((Path(s["dir"]) / "run.json").read_text()) for s in specs
                if (Path(s["dir"]) / "run.json").is_file()]
     tier = records[0]["tier"] if records else args.tier

@@ -6,8 +6,8 @@ scope: case (C), language (L), platform (P) and prior actions (D) — using each
 *verified* scope (its evidence plus its successful trials), filtered against the target's
 features:
 
-- a card whose pass is already present at the locus where the card would put it (and has no
-  open site left at the card's locus) is skipped, and so is a card that conflicts with a
+- a card whose pass is already present at the locus where the card would put it, or for the
+  whole kernel (and has no open site left at the card's locus), is skipped, and so is a card that conflicts with a
   feature the target has — both *before* the top-k, so they take no place in it;
 - a card whose `requires` are neither present in the target nor provided by another retrieved
   card is skipped (after the union, since another retrieved card may provide them).
@@ -234,9 +234,10 @@ class Retriever:
             here = present_loci.get(card.pass_name, set())
             where = set(card.anchor.get("present_loci") or [])
             still_open = card.locus in open_loci.get(card.pass_name, set())
-            if here and (not where or here & where) and not still_open:
+            covered = _covered(where, here)
+            if here and (not where or covered) and not still_open:
                 skipped[card.id] = (f"already present: {card.pass_name} at "
-                                    f"{', '.join(sorted(here & where or here))}")
+                                    f"{', '.join(sorted(covered or here))}")
                 continue
             clash = self._clash(card, target, provided)
             if clash:
@@ -292,6 +293,15 @@ class Retriever:
 def _scope(anchor_id: str) -> str:
     """The top-level scope (kernel or function) of an anchor id: its first path step."""
     return str(anchor_id).split("/", 1)[0]
+
+
+def _covered(where: set[str], here: set[str]) -> set[str]:
+    """The loci of `where` at which the pass is present: the same locus, or any locus when the
+    pass is present for a whole kernel (a kernel-level site, locus ``kernel``, stands for every
+    construct inside it)."""
+    if "kernel" in here:
+        return set(where) | {"kernel"}
+    return set(where) & here
 
 
 def _loci(records: Iterable[Mapping[str, str]]) -> dict[str, set[str]]:

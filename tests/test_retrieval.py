@@ -185,3 +185,15 @@ def test_an_open_site_of_a_root_pass_meets_a_requirement() -> None:
     none = Retriever([_cards()["tensor-core-dot"]], declarations={
         **DECLS, "software-pipelining": {"requires": ["tiled"], "provides": ["tiled"]}}).retrieve(piped)
     assert none.cards == ()
+
+
+def test_a_pass_present_for_the_whole_kernel_covers_the_cards_locus() -> None:
+    card = _cards()["tensor-core-dot"]
+    assert card.anchor["present_loci"] and "kernel" not in card.anchor["present_loci"]
+    whole = _naive_target(extra=({"pass": "tensor-core-dot", "anchor": "triton:k"},))
+    result = Retriever([card], declarations=DECLS).retrieve(whole)
+    assert result.cards == () and result.skipped[card.id].startswith("already present")
+    # Present only at an unrelated locus: the card still comes back.
+    elsewhere = _naive_target(extra=({"pass": "tensor-core-dot",
+                                      "anchor": "triton:k/if[0]/assign:z[0]"},))
+    assert _ids(Retriever([card], declarations=DECLS).retrieve(elsewhere)) == ["tensor-core-dot"]
