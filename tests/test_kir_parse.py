@@ -198,7 +198,7 @@ def test_triton_spans_match_libcst_provider():
     import libcst as cst
     from libcst.metadata import ByteSpanPositionProvider, MetadataWrapper
 
-    from kir.triton import byte_spans
+    from kir.triton_cst import byte_spans
 
     for path in TRITON_CORPUS:
         text = path.read_text()
