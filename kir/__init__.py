@@ -1,4 +1,5 @@
-"""Kernel IR: one immutable, lossless view over CUDA C++ (tree-sitter) and Triton (libcst).
+"""Kernel IR: one immutable, lossless view over CUDA C++ (tree-sitter) and Triton (Python
+source in libcst's node shapes, built from Python's `ast`).
 
 No GPU library is imported here. See docs/INTERFACES.md for the contract.
 """

@@ -65,8 +65,9 @@ def parse(
     if "\x00" in text:
         raise BadInputError(f"{path or 'source'}: binary data (NUL bytes) is not kernel source")
     where = str(path) if path is not None else None
-    # back-ends load on first use: importing libcst alone takes half a second, and
-    # `kir.errors` (imported by every CLI command) must stay cheap
+    # back-ends load on first use: tree-sitter's grammar takes a while to load, and
+    # `kir.errors` (imported by every CLI command) must stay cheap; libcst loads only for the
+    # rare Python construct `kir.triton` leaves to it
     if lang is Language.CUDA:
         from kir import cuda
 

@@ -17,6 +17,7 @@ two nested `BooleanOperation`s, `"a" "b"` a `ConcatenatedString`, `elif` a neste
 from __future__ import annotations
 
 import ast
+import gc
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -66,7 +67,9 @@ _CMP: dict[type, str] = {
 # one pass over the source: comments, string literals (skipped) and parentheses (matched)
 _STRING = (rb"[A-Za-z]{0,3}(?:'''(?:[^'\\]|\\.|'(?!''))*'''|\"\"\"(?:[^\"\\]|\\.|\"(?!\"\"))*\"\"\""
            rb"|'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\")")
-_SCAN = re.compile(rb"(#[^\r\n]*)|" + _STRING + rb"|([()])", re.S)
+# (a string's prefix letters need no skipping: outside strings only parentheses count)
+_SCAN = re.compile(rb"(#[^\r\n]*)|" + _STRING.removeprefix(rb"[A-Za-z]{0,3}") + rb"|([()])",
+                   re.S)
 _STRING_AT = re.compile(_STRING, re.S)
 _IDENT_END = re.compile(rb"[\w\x80-\xff]*")
 _WS = frozenset(b" \t\f\r\n\\")
@@ -686,10 +689,16 @@ class _Builder:
         if a.kwarg is not None:
             start, cursor = self.param(a.kwarg, None, "**", nid)
             mark(start)
+        # the last parameter owns the whitespace (and a trailing comma) before `)` or `:`;
+        # empty parameters sit after the def's `(` whitespace, or right after `lambda`
+        if close < 0 and first >= 0:
+            close = self.next_sig(cursor)
+            if src[close] == _COMMA:
+                close = self.next_sig(close + 1)
         if first < 0:
-            first = cursor = self.next_sig(after)
-        elif close >= 0:
-            cursor = close  # the last parameter owns the whitespace before `)`
+            first = cursor = self.next_sig(after) if close >= 0 else after
+        else:
+            cursor = close
         cols.starts[nid] = first
         cols.ends[nid] = cursor
 
@@ -757,11 +766,29 @@ class _Builder:
             i += 1
         return i < n and src[i] not in b"\r\n#"
 
+    def end_of(self, st: Any) -> int:
+        """Where a statement ends for libcst: a compound statement at the end of its last
+        simple statement (ast's own end of an `except` clause can run one byte long)."""
+        while True:
+            t = type(st)
+            if t is ast.If or t is ast.For or t is ast.AsyncFor or t is ast.While:
+                st = (st.orelse or st.body)[-1]
+            elif t is ast.Try:
+                last = st.finalbody or st.orelse or (st.handlers[-1].body if st.handlers
+                                                     else st.body)
+                st = last[-1]
+            elif t is ast.Match:
+                st = st.cases[-1].body[-1]
+            elif t in _BLOCK_ONLY:
+                st = st.body[-1]
+            else:
+                return self.span(st)[1]
+
     def block(self, body: list[Any], parent: int) -> int:
         """An `IndentedBlock`, or a `SimpleStatementSuite` after `:` on the header line;
         returns its end."""
         s = self.span(body[0])[0]
-        e = self.span(body[-1])[1]
+        e = self.end_of(body[-1])
         src = self.src
         i = s - 1
         while i >= 0 and src[i] in _HSPACE:
@@ -777,7 +804,7 @@ class _Builder:
     def orelse(self, body: list[Any], after: int, parent: int) -> None:
         """An `Else` clause whose `else` keyword follows byte `after`."""
         kw = self.keyword_at(after, b"else")
-        nid = self.add(K.OTHER, "Else", None, kw, self.span(body[-1])[1], parent)
+        nid = self.add(K.OTHER, "Else", None, kw, self.end_of(body[-1]), parent)
         self.block(body, nid)
 
     def decorators(self, decos: list[Any], parent: int) -> None:
@@ -794,7 +821,7 @@ class _Builder:
         return s + 5
 
     def _funcdef(self, n: ast.FunctionDef | ast.AsyncFunctionDef, parent: int) -> None:
-        s, e = self.span(n)
+        s, e = self.span(n)[0], self.end_of(n)
         decos = tuple(self.dotted(d.func if type(d) is ast.Call else d) or "?"
                       for d in n.decorator_list)
         kind = K.KERNEL if any(d in KERNEL_DECORATORS for d in decos) else K.FUNCTION
@@ -822,7 +849,7 @@ class _Builder:
         self.block(n.body, nid)
 
     def _classdef(self, n: ast.ClassDef, parent: int) -> None:
-        s, e = self.span(n)
+        s, e = self.span(n)[0], self.end_of(n)
         if getattr(n, "type_params", None):
             raise _Unsupported("type parameters")
         start = self.prev_sig(self.full(n.decorator_list[0])[0]) if n.decorator_list else s
@@ -838,7 +865,7 @@ class _Builder:
         self.block(n.body, nid)
 
     def _if(self, n: ast.If, parent: int) -> None:
-        s, e = self.span(n)
+        s, e = self.span(n)[0], self.end_of(n)
         nid = self.add(K.BRANCH, "If", None, s, e, parent, _IF)
         self.expr(n.test, nid)
         end = self.block(n.body, nid)
@@ -851,7 +878,7 @@ class _Builder:
                 self.orelse(n.orelse, end, nid)
 
     def _for(self, n: ast.For | ast.AsyncFor, parent: int) -> None:
-        s, e = self.span(n)
+        s, e = self.span(n)[0], self.end_of(n)
         it = n.iter
         attrs = {"flavor": "for",
                  "iterator": self.dotted(it.func) if type(it) is ast.Call else None,
@@ -866,7 +893,7 @@ class _Builder:
             self.orelse(n.orelse, end, nid)
 
     def _while(self, n: ast.While, parent: int) -> None:
-        s, e = self.span(n)
+        s, e = self.span(n)[0], self.end_of(n)
         nid = self.add(K.LOOP, "While", None, s, e, parent, _WHILE)
         self.expr(n.test, nid)
         end = self.block(n.body, nid)
@@ -874,7 +901,7 @@ class _Builder:
             self.orelse(n.orelse, end, nid)
 
     def _with(self, n: ast.With | ast.AsyncWith, parent: int) -> None:
-        s, e = self.span(n)
+        s, e = self.span(n)[0], self.end_of(n)
         nid = self.add(K.OTHER, "With", None, s, e, parent)
         kw = s
         if type(n) is ast.AsyncWith:
@@ -899,13 +926,12 @@ class _Builder:
         self.block(n.body, nid)
 
     def _try(self, n: ast.Try, parent: int) -> None:
-        s, e = self.span(n)
+        s, e = self.span(n)[0], self.end_of(n)
         nid = self.add(K.OTHER, "Try", None, s, e, parent)
         end = self.block(n.body, nid)
         add = self.add
         for h in n.handlers:
-            hs, he = self.span(h)
-            hid = add(K.OTHER, "ExceptHandler", None, hs, he, nid)
+            hid = add(K.OTHER, "ExceptHandler", None, self.span(h)[0], self.end_of(h), nid)
             if h.type is not None:
                 self.expr(h.type, hid)
                 if h.name is not None:
@@ -917,21 +943,21 @@ class _Builder:
             end = self.block(h.body, hid)
         if n.orelse:
             self.orelse(n.orelse, end, nid)
-            end = self.span(n.orelse[-1])[1]
+            end = self.end_of(n.orelse[-1])
         if n.finalbody:
             kw = self.keyword_at(end, b"finally")
-            fid = add(K.OTHER, "Finally", None, kw, self.span(n.finalbody[-1])[1], nid)
+            fid = add(K.OTHER, "Finally", None, kw, self.end_of(n.finalbody[-1]), nid)
             self.block(n.finalbody, fid)
 
     # -- match statements ------------------------------------------------------------------
     def _match(self, n: ast.Match, parent: int) -> None:
-        s, e = self.span(n)
+        s, e = self.span(n)[0], self.end_of(n)
         nid = self.add(K.OTHER, "Match", None, s, e, parent)
         self.expr(n.subject, nid)
         end = self.next_sig(self.full(n.subject)[1]) + 1  # after the `:`
         for case in n.cases:
             kw = self.keyword_at(end, b"case")
-            cid = self.add(K.OTHER, "MatchCase", None, kw, self.span(case.body[-1])[1], nid)
+            cid = self.add(K.OTHER, "MatchCase", None, kw, self.end_of(case.body[-1]), nid)
             self.pattern(case.pattern, cid)
             if case.guard is not None:
                 self.expr(case.guard, cid)
@@ -979,11 +1005,12 @@ class _Builder:
                 ke = self.prev_sig(self.prev_sig(self.full(sub)[0])) + 1  # before `=`
                 name = self.ident(key, ke - len(key))
                 keys.append((ke - len(name.encode()), ke, name))
-            self.sequence_elements(p.patterns, nid, keys[0][0] if keys else -1)
+            own = self.next_sig(self.full(p.cls)[1])  # the class pattern's `(`
+            self.sequence_elements(p.patterns, nid, keys[0][0] if keys else -1, own)
             for i, ((ks, ke, name), sub) in enumerate(zip(keys, kws)):
                 nxt = keys[i + 1][0] if i + 1 < len(keys) else -1
                 el = add(K.OTHER, "MatchKeywordElement", None, ks,
-                         self.comma_end(self.full(sub)[1], nxt), nid)
+                         self.comma_end(self.full(sub, own)[1], nxt), nid)
                 add(K.NAME, "Name", name, ks, ke, el)
                 self.pattern(sub, el)
         elif t is ast.MatchMapping:
@@ -1005,11 +1032,13 @@ class _Builder:
         else:
             raise _Unsupported(t.__name__)
 
-    def sequence_elements(self, pats: list[Any], parent: int, then: int = -1) -> None:
+    def sequence_elements(self, pats: list[Any], parent: int, then: int = -1,
+                          own: int = -1) -> None:
         """`MatchSequenceElement`s (and `MatchStar`s), each owning the comma after it;
-        `then` is where the node after the last one starts (-1: none)."""
+        `then` is where the node after the last one starts (-1: none), `own` the parent's
+        `(`."""
         for i, sub in enumerate(pats):
-            nxt = self.full(pats[i + 1])[0] if i + 1 < len(pats) else then
+            nxt = self.full(pats[i + 1], own)[0] if i + 1 < len(pats) else then
             if type(sub) is ast.MatchStar:
                 s, e = self.span(sub)
                 nid = self.add(K.OTHER, "MatchStar", None, s, self.comma_end(e, nxt), parent)
@@ -1017,7 +1046,7 @@ class _Builder:
                     name = self.ident(sub.name, e - len(sub.name))
                     self.add(K.NAME, "Name", name, e - len(name.encode()), e, nid)
                 continue
-            a, b = self.full(sub)
+            a, b = self.full(sub, own)
             el = self.add(K.OTHER, "MatchSequenceElement", None, a, self.comma_end(b, nxt),
                           parent)
             self.pattern(sub, el)
@@ -1175,6 +1204,8 @@ class _Unsupported(Exception):
     """A construct this builder does not rebuild: `build` hands the text to libcst."""
 
 
+_BLOCK_ONLY = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.With,
+                         ast.AsyncWith, ast.ExceptHandler})
 _IF = {"flavor": "if"}
 _WHILE = {"flavor": "while"}
 _ASSIGN_OP = {"op": "="}
@@ -1189,6 +1220,18 @@ _Builder.simple = frozenset({  # type: ignore[attr-defined]
 def build(text: str, source: bytes) -> Columns:
     """Parse Python/Triton text into libcst's node table; raises `ParseError` on a syntax
     error. Constructs this builder does not rebuild go through `kir.triton_cst` (same table)."""
+    # the ast and the table are many small acyclic objects: the cyclic GC would rescan them
+    # again and again while they grow (measured: about a sixth of the parse time)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _build(text, source)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _build(text: str, source: bytes) -> Columns:
     body = text[1:] if text.startswith("\ufeff") else text
     try:
         tree = ast.parse(body)
@@ -1198,14 +1241,13 @@ def build(text: str, source: bytes) -> Columns:
     except (RecursionError, MemoryError):
         raise ParseError("Python source nests too deeply to parse") from None
     try:
-        cols = build_from_ast(tree, text, source)
+        return build_from_ast(tree, text, source)
     except _Unsupported:
         from kir import triton_cst
 
         return triton_cst.build(text, source)
     except RecursionError:
         raise ParseError("Python source nests too deeply to parse") from None
-    return cols
 
 
 def build_from_ast(tree: ast.Module, text: str, source: bytes) -> Columns:
