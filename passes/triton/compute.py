@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import ast
+import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from kir.errors import BadInputError
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee
+from passes.triton._py import PyModule, callee, dotted
 from passes.triton.launch import TRITON
 
 if TYPE_CHECKING:
@@ -17,22 +20,108 @@ if TYPE_CHECKING:
     from kir import KernelIR
 
 DOT_NAMES = frozenset({"tl.dot", "triton.language.dot"})
+SUM_NAMES = frozenset({"tl.sum", "triton.language.sum"})
 EXP2_NAMES = frozenset({"tl.exp2", "tl.math.exp2", "triton.language.exp2"})
 EXP_NAMES = frozenset({"tl.exp", "tl.math.exp", "triton.language.exp"})
 LOG2E = 1.4426950408889634
 _F32 = ".to(tl.float32)"
 
 
-def _paren(mod: PyModule, node: ast.AST) -> str:
-    """Source of `node`, parenthesized unless it is an atom (name, call, attribute, subscript)."""
-    text = mod.text(node)
-    if isinstance(node, (ast.Name, ast.Call, ast.Attribute, ast.Subscript, ast.Constant)):
-        return text
-    return f"({text})"
+def _snippet(text: str) -> tuple[PyModule, ast.expr]:
+    """One recorded expression (e.g. a `tl.dot(...)` call) parsed on its own: a recorded call
+    renders to the same text here as inside its kernel. Raises `ParseError` on bad text."""
+    from kir import parse  # noqa: PLC0415 — kir is only needed for recorded options
+
+    # The parentheses make a multi-line argument list (as recorded) one valid expression.
+    mod = PyModule(parse(f"(\n{text}\n)\n", language="triton"))
+    stmt = mod.tree.body[0] if len(mod.tree.body) == 1 else None
+    if not isinstance(stmt, ast.Expr):
+        raise BadInputError(f"recorded expression {text!r} is not one expression")
+    return mod, stmt.value
+
+
+def _render(src: PyModule, node: ast.AST, rewrite: Callable[[ast.AST], str | None]) -> str:
+    """The source of `node` with `node` itself, or else every outermost descendant, that
+    `rewrite` gives a text for replaced by that text (`rewrite` may render inside itself, so
+    nested dots compose)."""
+    whole = rewrite(node)
+    if whole is not None:
+        return whole
+    edits: list[tuple[int, int, str]] = []
+    todo = list(ast.iter_child_nodes(node))
+    while todo:
+        child = todo.pop()
+        if not hasattr(child, "lineno"):
+            continue  # operators and contexts carry no position and hold no dot
+        text = rewrite(child)
+        if text is None:
+            todo.extend(ast.iter_child_nodes(child))
+        else:
+            edits.append((*src.span(child), text))
+    base = src.start(node)
+    out = src.text(node).encode("utf-8")
+    for start, end, text in sorted(edits, reverse=True):
+        out = out[:start - base] + text.encode("utf-8") + out[end - base:]
+    return out.decode("utf-8")
+
+
+_ATOMS = (ast.Name, ast.Call, ast.Attribute, ast.Subscript, ast.Constant)
+
+
+def _paren(src: PyModule, node: ast.AST, text: str | None = None) -> str:
+    """`text` (default: the source of `node`), parenthesized unless it is an atom (name, call,
+    attribute, subscript, constant). A rendered text is judged as written, not as `node` was:
+    a nested dot with an accumulator renders as a sum."""
+    if text is None or text == src.text(node):
+        return src.text(node) if isinstance(node, _ATOMS) else f"({src.text(node)})"
+    parsed = ast.parse(f"(\n{text}\n)", mode="eval").body
+    return text if isinstance(parsed, _ATOMS) else f"({text})"
+
+
+# Parents in which `acc + product` needs no parentheses: the value of a statement, an argument.
+_LOOSE_PARENTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr, ast.keyword,
+                  ast.Tuple, ast.List)
+
+
+def _dot_args(call: ast.Call) -> tuple[ast.AST, ast.AST, ast.AST | None, ast.AST | None]:
+    """(a, b, acc or None, out_dtype or None) of a `tl.dot` call."""
+    acc = call.args[2] if len(call.args) > 2 else next(
+        (k.value for k in call.keywords if k.arg == "acc"), None)
+    out_dtype = next((k.value for k in call.keywords if k.arg == "out_dtype"), None)
+    return call.args[0], call.args[1], acc, out_dtype
+
+
+def _is_dot(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and callee(node) in DOT_NAMES and len(node.args) >= 2
+
+
+def _deopt_text(src: PyModule, call: ast.Call, nested: bool = True) -> str:
+    """The broadcast-multiply form of `call`; with `nested`, dots in its operands de-optimized
+    too (without, they stay dots).
+
+    `tl.dot(a, b, acc)` becomes `acc + tl.sum(a[:, :, None] * b[None, :, :], axis=1)` in fp32
+    (parenthesized where an operator around the call would bind tighter than `+`); a recorded
+    `out_dtype` without an accumulator becomes a `.to(T)` cast. Keywords that only steer the
+    tensor-core instruction (`input_precision`, `allow_tf32`, `max_num_imprecise_acc`) are
+    dropped: the fp32 product is exact."""
+    def inner(node: ast.AST) -> str | None:
+        return _deopt_text(src, node) if nested and _is_dot(node) else None
+
+    a, b, acc, out_dtype = _dot_args(call)
+    product = (f"tl.sum({_paren(src, a, _render(src, a, inner))}{_F32}[:, :, None] * "
+               f"{_paren(src, b, _render(src, b, inner))}{_F32}[None, :, :], axis=1)")
+    if out_dtype is not None and acc is None:
+        product = f"{product}.to({src.text(out_dtype)})"
+    if acc is None:
+        return product
+    text = f"{_paren(src, acc, _render(src, acc, inner))} + {product}"
+    parent = src.parents.get(call)
+    loose = isinstance(parent, _LOOSE_PARENTS) or (isinstance(parent, ast.Call) and call in parent.args)
+    return text if loose else f"({text})"
 
 
 def _slice_pattern(node: ast.AST) -> str:
-    """"MKx" for `x[:, :, None]`, "xKN" for `x[None, :, :]`, "" otherwise."""
+    """"a" for `x[:, :, None]`, "b" for `x[None, :, :]`, "" otherwise."""
     if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple)
             and len(node.slice.elts) == 3):
         return ""
@@ -42,22 +131,59 @@ def _slice_pattern(node: ast.AST) -> str:
     return {"::x": "a", "x::": "b"}.get(marks, "")
 
 
-def _strip_f32(mod: PyModule, node: ast.AST) -> str:
+def _strip_f32(node: ast.AST) -> ast.AST:
     """The operand of a de-optimized product without its `.to(tl.float32)` cast."""
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "to" and len(node.args) == 1
-            and mod.text(node.args[0]) == "tl.float32" and not node.keywords):
-        inner = node.func.value
-        return mod.text(inner)
-    return _paren(mod, node)
+            and node.func.attr == "to" and len(node.args) == 1 and not node.keywords
+            and dotted(node.args[0]) in ("tl.float32", "triton.language.float32")):
+        return node.func.value
+    return node
+
+
+def _product_call(node: ast.AST) -> bool:
+    """`tl.sum(x[:, :, None] * y[None, :, :], axis=1)`: a de-optimized dot."""
+    if not (isinstance(node, ast.Call) and callee(node) in SUM_NAMES and node.args):
+        return False
+    axis = next((k.value for k in node.keywords if k.arg == "axis"),
+                node.args[1] if len(node.args) > 1 else None)
+    prod = node.args[0]
+    return (isinstance(axis, ast.Constant) and axis.value == 1
+            and isinstance(prod, ast.BinOp) and isinstance(prod.op, ast.Mult)
+            and _slice_pattern(prod.left) == "a" and _slice_pattern(prod.right) == "b")
+
+
+@dataclass(frozen=True, slots=True)
+class _Product:
+    """A de-optimized dot found in a kernel: the whole expression a restore may replace (the
+    `tl.sum` call, `acc + tl.sum(...)`, or `tl.sum(...).to(T)`), the call, the accumulator."""
+
+    whole: ast.AST
+    call: ast.Call
+    acc: ast.AST | None
+    kernel: ast.FunctionDef
 
 
 @dataclass(frozen=True, slots=True)
 class TensorCoreDot(Pass):
-    """`tl.dot` (tensor cores) <-> a broadcast multiply reduced with `tl.sum` in fp32."""
+    """`tl.dot` (tensor cores) <-> a broadcast multiply reduced with `tl.sum` in fp32.
+
+    A site is one jit function with all its dots (`granularity="kernel"`, the default): one
+    step removes, or restores, the tensor cores of a whole kernel, so a kernel of many dots is
+    one lineage transition. `granularity="call"` keeps one site per `tl.dot` call.
+    """
 
     call: str = ""
-    """The exact `tl.dot(...)` expression to restore (recorded by a de-optimization)."""
+    """The exact `tl.dot(...)` expression to restore at one product (recorded by a per-call
+    de-optimization)."""
+    calls: str = ""
+    """A JSON list of the exact outermost `tl.dot(...)` expressions of one kernel, in source
+    order (recorded by a kernel-wide de-optimization); `optimize` restores each at the product
+    it became and refuses when the kernel does not hold them all."""
+    granularity: str = "kernel"
+    """"kernel": one site per jit function covering all its dots; "call": one site per dot."""
+    max_product_elems: int = 1 << 20
+    """The largest broadcast product (M x K x N elements) a de-optimization writes: Triton
+    refuses to compile a tensor of more than 2**20 elements."""
 
     name: ClassVar[str] = "tensor-core-dot"
     category: ClassVar[Category] = Category.COMPUTE
@@ -69,85 +195,205 @@ class TensorCoreDot(Pass):
     preconditions: ClassVar[tuple[str, ...]] = (
         "arch >= sm_70", "dtype in {fp16, bf16, fp32, fp8, fp8e4m3, fp8e5m2, int8}")
 
-    def _dots(self, mod: PyModule) -> list[ast.Call]:
-        return [c for k in mod.kernels() for c in mod.calls(k, DOT_NAMES) if len(c.args) >= 2]
+    # -- finding dots and products ------------------------------------------------------
+    @staticmethod
+    def _dots(mod: PyModule, kernel: ast.FunctionDef) -> list[ast.Call]:
+        return [c for c in mod.calls(kernel, DOT_NAMES) if len(c.args) >= 2]
 
-    def _products(self, mod: PyModule) -> list[tuple[ast.AST, ast.Call, ast.AST | None]]:
-        """(whole expression, the tl.sum call, the accumulator or None) of de-optimized dots."""
+    @staticmethod
+    def _outermost(mod: PyModule, nodes: list[ast.AST]) -> list[ast.AST]:
+        """The nodes not inside another of `nodes`, in source order."""
+        inside = set()
+        for node in nodes:
+            inside.update(id(n) for n in ast.walk(node) if n is not node)
+        return sorted((n for n in nodes if id(n) not in inside), key=mod.start)
+
+    def _products(self, mod: PyModule, kernel: ast.FunctionDef) -> list[_Product]:
+        """The de-optimized dots of a kernel, in source order."""
         out = []
-        for kernel in mod.kernels():
-            for call in mod.calls(kernel, frozenset({"tl.sum"})):
-                axis = next((k.value for k in call.keywords if k.arg == "axis"),
-                            call.args[1] if len(call.args) > 1 else None)
-                prod = call.args[0] if call.args else None
-                if not (isinstance(axis, ast.Constant) and axis.value == 1
-                        and isinstance(prod, ast.BinOp) and isinstance(prod.op, ast.Mult)
-                        and _slice_pattern(prod.left) == "a" and _slice_pattern(prod.right) == "b"):
-                    continue
-                parent = mod.parents.get(call)
-                cast = mod.parents.get(parent) if isinstance(parent, ast.Attribute) else None
-                if (isinstance(parent, ast.Attribute) and parent.attr == "to"
-                        and isinstance(cast, ast.Call) and cast.func is parent):
-                    # `tl.sum(...).to(T)`: a de-optimized out_dtype, or the kernel's own cast;
-                    # the site covers it, `optimize` decides (the recorded call says which)
-                    out.append((cast, call, None))
-                elif isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add) and parent.right is call:
-                    out.append((parent, call, parent.left))
-                else:
-                    out.append((call, call, None))
+        for call in mod.calls(kernel, SUM_NAMES):
+            if not _product_call(call):
+                continue
+            parent = mod.parents.get(call)
+            cast = mod.parents.get(parent) if isinstance(parent, ast.Attribute) else None
+            if (isinstance(parent, ast.Attribute) and parent.attr == "to"
+                    and isinstance(cast, ast.Call) and cast.func is parent):
+                # `tl.sum(...).to(T)`: a de-optimized out_dtype, or the kernel's own cast;
+                # the recorded call (if any) says which
+                out.append(_Product(cast, call, None, kernel))
+            elif (isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add)
+                  and parent.right is call and not any(_product_call(n) for n in ast.walk(parent.left))):
+                # `acc + product`: maybe an accumulator (a recorded call says; the default
+                # folds only a plain name). A left side holding products is a sum of dots
+                # (`dot(a, b) + dot(c, d)` de-optimized), each product on its own.
+                out.append(_Product(parent, call, parent.left, kernel))
+            else:
+                out.append(_Product(call, call, None, kernel))
         return out
 
+    @staticmethod
+    def _operands(product: _Product) -> tuple[ast.AST, ast.AST]:
+        prod = product.call.args[0]
+        return _strip_f32(prod.left.value), _strip_f32(prod.right.value)
+
+    def _kernel_at(self, mod: PyModule, site: Site) -> ast.FunctionDef | None:
+        name = site.detail.get("kernel")
+        return next((k for k in mod.kernels() if k.name == name
+                     and mod.span(k)[0] <= site.span[0] < mod.span(k)[1]), None)
+
+    # -- sites --------------------------------------------------------------------------
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         mod = PyModule(ir)
-        out = [make_site(self.name, ir, index, mod.span(c), True,
-                         {"a": mod.text(c.args[0]), "b": mod.text(c.args[1])}) for c in self._dots(mod)]
-        out += [make_site(self.name, ir, index, mod.span(whole), False,
-                          {"accumulates": acc is not None}) for whole, _, acc in self._products(mod)]
+        if self.granularity == "call":
+            return self._call_sites(ir, index, mod)
+        out = []
+        for kernel in mod.kernels():
+            span = mod.span(kernel)
+            dots = self._dots(mod, kernel)
+            if dots:
+                out.append(make_site(self.name, ir, index, span, True, {
+                    "kernel": kernel.name, "dots": len(dots),
+                    "outermost": len(self._outermost(mod, dots))}))
+            products = self._products(mod, kernel)
+            if products:
+                out.append(make_site(self.name, ir, index, span, False,
+                                     {"kernel": kernel.name, "products": len(products)}))
         return out
 
+    def _call_sites(self, ir: KernelIR, index: AnchorIndex | None, mod: PyModule) -> list[Site]:
+        out = []
+        for kernel in mod.kernels():
+            out += [make_site(self.name, ir, index, mod.span(c), True,
+                              {"kernel": kernel.name, "a": mod.text(c.args[0]),
+                               "b": mod.text(c.args[1])}) for c in self._dots(mod, kernel)]
+            for product in self._products(mod, kernel):
+                a, b = self._operands(product)
+                # the operands identify the product: `x + tl.sum(...)` shares its start with a
+                # product x before it, so the position alone cannot tell them apart
+                out.append(make_site(self.name, ir, index, mod.span(product.whole), False, {
+                    "kernel": kernel.name, "a": mod.text(a), "b": mod.text(b),
+                    "accumulates": product.acc is not None}, mod.span(product.call)))
+        return out
+
+    # -- de-optimization ----------------------------------------------------------------
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         mod = PyModule(ir)
-        call = next((c for c in self._dots(mod) if mod.span(c) == tuple(site.span)), None)
-        if call is None:
-            return Skipped("no tl.dot at the site", {"site": site.anchor})
-        acc = call.args[2] if len(call.args) > 2 else next(
-            (k.value for k in call.keywords if k.arg == "acc"), None)
-        out_dtype = next((k.value for k in call.keywords if k.arg == "out_dtype"), None)
-        a, b = call.args[0], call.args[1]
-        product = (f"tl.sum({_paren(mod, a)}{_F32}[:, :, None] * "
-                   f"{_paren(mod, b)}{_F32}[None, :, :], axis=1)")
-        if out_dtype is not None and acc is None:
-            product = f"{product}.to({mod.text(out_dtype)})"
-        text = f"{_paren(mod, acc)} + {product}" if acc is not None else product
-        return finish(ir, site, [ByteEdit(*mod.span(call), text)],
-                      options={"call": mod.text(call)})
+        if "dots" not in site.detail:
+            call = next((c for k in mod.kernels() for c in self._dots(mod, k)
+                         if mod.span(c) == tuple(site.span)), None)
+            if call is None:
+                return Skipped("no tl.dot at the site", {"site": site.anchor})
+            return finish(ir, site, [ByteEdit(*mod.span(call), _deopt_text(mod, call, nested=False))],
+                          options={"call": mod.text(call), "granularity": "call"})
+        kernel = self._kernel_at(mod, site)
+        dots = self._dots(mod, kernel) if kernel is not None else []
+        if not dots:
+            return Skipped("no tl.dot in the kernel at the site", {"site": site.anchor})
+        outer = self._outermost(mod, dots)
+        return finish(ir, site, [ByteEdit(*mod.span(c), _deopt_text(mod, c)) for c in outer],
+                      options={"calls": json.dumps([mod.text(c) for c in outer])})
 
+    # -- optimization -------------------------------------------------------------------
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         mod = PyModule(ir)
-        found = next(((w, c, acc) for w, c, acc in self._products(mod)
-                      if mod.span(w) == tuple(site.span)), None)
+        if "products" not in site.detail:
+            return self._optimize_call(ir, mod, site, ctx)
+        kernel = self._kernel_at(mod, site)
+        products = self._products(mod, kernel) if kernel is not None else []
+        if not products:
+            return Skipped("no broadcast-multiply reduction in the kernel at the site",
+                           {"site": site.anchor})
+        results, skip = self.check(ctx)
+        if skip:
+            return skip
+        recorded = self._recorded_calls()
+        if recorded is None:
+            edits = self._default_edits(mod, products)
+        else:
+            edits = self._recorded_edits(mod, kernel, recorded)
+            if isinstance(edits, Skipped):
+                return edits
+        return finish(ir, site, edits, preconditions=results)
+
+    def _optimize_call(self, ir: KernelIR, mod: PyModule, site: Site,
+                       ctx: PassContext | None) -> PassResult:
+        """Restore the one product at a per-call site: the recorded call, else the default."""
+        found = next((p for k in mod.kernels() for p in self._products(mod, k)
+                      if mod.span(p.whole) == tuple(site.span)
+                      and all(site.detail.get(key, text) == text for key, text in
+                              zip(("a", "b"), map(mod.text, self._operands(p))))), None)
         if found is None:
             return Skipped("no broadcast-multiply reduction at the site", {"site": site.anchor})
         results, skip = self.check(ctx)
         if skip:
             return skip
-        whole, call, acc = found
-        if self.call:
-            recorded = ast.parse(self.call, mode="eval").body
-            keywords = {k.arg for k in getattr(recorded, "keywords", [])}
-            has_acc = isinstance(recorded, ast.Call) and (len(recorded.args) > 2 or "acc" in keywords)
-            if not has_acc and (isinstance(whole, ast.BinOp)  # `x + dot(a, b)`: only the product
-                                or "out_dtype" not in keywords):  # `.to(T)` is the kernel's own
-                whole = call
-            text = self.call
-        else:
-            prod = call.args[0]
-            a = _strip_f32(mod, prod.left.value)
-            b = _strip_f32(mod, prod.right.value)
-            if acc is None:
-                whole = call  # a `.to(T)` after the product stays a cast of the dot
-            text = f"tl.dot({a}, {b}, {mod.text(acc)})" if acc is not None else f"tl.dot({a}, {b})"
-        return finish(ir, site, [ByteEdit(*mod.span(whole), text)], preconditions=results)
+        if not self.call:
+            return finish(ir, site, self._default_edits(mod, [found]), preconditions=results)
+        recorded = ast.parse(self.call, mode="eval").body
+        keywords = {k.arg for k in getattr(recorded, "keywords", [])}
+        has_acc = isinstance(recorded, ast.Call) and (len(recorded.args) > 2 or "acc" in keywords)
+        whole = found.whole
+        if not has_acc and (isinstance(whole, ast.BinOp)  # `x + dot(a, b)`: only the product
+                            or "out_dtype" not in keywords):  # `.to(T)` is the kernel's own
+            whole = found.call
+        return finish(ir, site, [ByteEdit(*mod.span(whole), self.call)], preconditions=results)
+
+    def _recorded_calls(self) -> list[str] | None:
+        if self.calls:
+            calls = json.loads(self.calls)
+            if not (isinstance(calls, list) and all(isinstance(c, str) for c in calls)):
+                raise BadInputError("tensor-core-dot: option 'calls' must be a JSON list of strings")
+            return calls
+        return [self.call] if self.call else None
+
+    def _recorded_edits(self, mod: PyModule, kernel: ast.FunctionDef,
+                        recorded: list[str]) -> list[ByteEdit] | Skipped:
+        """Each recorded call replaces the first expression after the previous one that is
+        (up to formatting) what de-optimizing that call wrote."""
+        candidates = sorted((n for n in ast.walk(kernel) if isinstance(n, (ast.Call, ast.BinOp))),
+                            key=lambda n: (mod.start(n), -mod.end(n)))
+        edits, pos = [], mod.start(kernel)
+        for text in recorded:
+            snippet, call = _snippet(text)
+            if not _is_dot(call):
+                raise BadInputError(f"tensor-core-dot: recorded call {text!r} is not a tl.dot call")
+            want = ast.dump(ast.parse(_deopt_text(snippet, call), mode="eval").body)
+            found = next((n for n in candidates if mod.start(n) >= pos and ast.dump(n) == want), None)
+            if found is None:
+                return Skipped("the kernel does not hold the recorded de-optimized products",
+                               {"call": text})
+            edits.append(ByteEdit(*mod.span(found), text))
+            pos = mod.end(found)
+        return edits
+
+    def _default_edits(self, mod: PyModule, products: list[_Product]) -> list[ByteEdit]:
+        """`tl.dot(a, b[, acc])` for every product (an `x + product` accumulates into x), with
+        the fp32 casts of the operands dropped; products nested in operands compose."""
+        by_whole = {id(p.whole): p for p in products}
+        # a product nested in another's operand is reached through its cast-stripped call
+        by_call = {id(p.call): p for p in products if p.acc is None}
+
+        def restore(node: ast.AST) -> str | None:
+            product = by_whole.get(id(node)) or by_call.get(id(node))
+            if product is None:
+                return None
+            a, b = self._operands(product)
+            args = [_render(mod, a, restore), _render(mod, b, restore)]
+            if product.acc is not None and isinstance(product.acc, ast.Name):
+                args.append(mod.text(product.acc))
+            elif product.acc is not None:
+                # `x * s + product` is a sum, not obviously an accumulator: the dot stays a
+                # term (Triton folds `dot + c` into the accumulator where it pays)
+                acc = _paren(mod, product.acc, _render(mod, product.acc, restore))
+                return f"{acc} + tl.dot({', '.join(args)})"
+            text = f"tl.dot({', '.join(args)})"
+            if node is product.whole and product.whole is not product.call and product.acc is None:
+                # `tl.sum(...).to(T)`: the cast stays a cast of the dot
+                return f"{text}.{mod.text(product.whole)[mod.end(product.call) - mod.start(node) + 1:]}"
+            return text
+
+        outer = self._outermost(mod, [p.whole for p in products])
+        return [ByteEdit(*mod.span(w), _render(mod, w, restore)) for w in outer]
 
 
 # ---------------------------------------------------------------------------------------------
