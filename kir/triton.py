@@ -74,7 +74,7 @@ _STRING_AT = re.compile(_STRING, re.S)
 _IDENT_END = re.compile(rb"[\w\x80-\xff]*")
 _WS = frozenset(b" \t\f\r\n\\")
 _HSPACE = frozenset(b" \t\f\\")
-_OPEN, _CLOSE, _COMMA, _STAR = ord("("), ord(")"), ord(","), ord("*")
+_OPEN, _COMMA = ord("("), ord(",")
 
 
 class _Builder:
@@ -84,9 +84,7 @@ class _Builder:
         self.src = src
         self.cols = Columns()
         self.add = self.cols.add
-        bom = 3 if text.startswith("\ufeff") else 0
-        self.bom = bom
-        ls = [bom]
+        ls = [3 if text.startswith("\ufeff") else 0]  # ast columns start after a BOM
         find = src.find
         i = find(b"\n")
         while i >= 0:
@@ -158,10 +156,10 @@ class _Builder:
         comment_end = self.comment_end
         i -= 1
         while i >= 0:
-            if src[i] in _WS:
-                i -= 1
-            elif i + 1 in comment_end:
+            if i + 1 in comment_end:  # before the whitespace test: `# x  ` ends in spaces
                 i = comment_end[i + 1] - 1
+            elif src[i] in _WS:
+                i -= 1
             else:
                 return i
         return -1

@@ -196,6 +196,8 @@ match command.split():
     case _:
         pass
 ''',
+    "comments ending in spaces inside brackets": (
+        "y = [(  # c  \n    a), f((  # d \t\n  b  # e  \n  ))]\n"),
     "non-ASCII text and CRLF": 'x = "é"  # ü\r\ny = f"{x}ß" + z\r\n',
     "byte-order mark": '\ufeffimport triton\n@triton.jit\ndef k(x):\n    return x\n',
 }
