@@ -55,12 +55,14 @@ def corpus(dirs: list[Path]) -> dict[str, list[tuple[Path, str]]]:
     return out
 
 
-def throughput(files: list[tuple[Path, str]], lang: str) -> dict[str, object]:
+def throughput(files: list[tuple[Path, str]], lang: str, runs: int = 3) -> dict[str, object]:
+    """Parse + anchor-index MB/s over the corpus: the median of `runs` passes (each pass's
+    figure is kept in `mb_per_s_runs`)."""
     total = 0
-    best = float("inf")
     anchors_n = 0
     skipped = 0
-    for _ in range(3):  # best of 3 runs over the corpus: the machine is shared
+    times: list[float] = []
+    for _ in range(runs):
         t0 = time.process_time()
         total = anchors_n = skipped = 0
         for path, text in files:
@@ -71,10 +73,12 @@ def throughput(files: list[tuple[Path, str]], lang: str) -> dict[str, object]:
                 continue
             anchors_n += len(anchors.build_index(ir))
             total += len(ir.source)
-        best = min(best, time.process_time() - t0)
+        times.append(time.process_time() - t0)
+    median = statistics.median(times)
     return {"files": len(files) - skipped, "skipped_unparsable": skipped, "bytes": total,
-            "anchors": anchors_n, "seconds": round(best, 4),
-            "mb_per_s": round(total / 1e6 / best, 3) if best else None}
+            "anchors": anchors_n, "seconds": round(median, 4),
+            "mb_per_s": round(total / 1e6 / median, 3) if median else None,
+            "mb_per_s_runs": [round(total / 1e6 / t, 3) if t else None for t in times]}
 
 
 def parse_floors(files: list[tuple[Path, str]]) -> dict[str, float]:
@@ -200,13 +204,13 @@ def main(argv: list[str]) -> int:
     md = f"""# Parse / anchor / query / diff benchmark
 
 Command: `.venv/bin/python {results['command'].removeprefix('python ').strip()}` (pinned to one
-CPU core; CPU time, so other load on the machine does not count; throughput is the best of 3
-passes over the corpus, query and diff are medians). Python {results['python']}.
+CPU core; CPU time, so other load on the machine does not count; throughput is the median of
+3 passes over the corpus, query and diff are medians). Python {results['python']}.
 
 | measure | value | goal | met |
 |---|---|---|---|
 | CUDA parse + anchor index | {c['mb_per_s']} MB/s ({c['files']} files, {c['bytes']} B, {c['anchors']} anchors) | >= 1 MB/s | {goals['cuda_mb_per_s>=1']} |
-| Triton parse + anchor index | {t['mb_per_s']} MB/s ({t['files']} files, {t['bytes']} B, {t['anchors']} anchors) | >= 0.5 MB/s | {goals['triton_mb_per_s>=0.5']} |
+| Triton parse + anchor index | {t['mb_per_s']} MB/s ({t['files']} files, {t['bytes']} B, {t['anchors']} anchors; passes: {', '.join(map(str, t['mb_per_s_runs']))}) | >= 0.5 MB/s | {goals['triton_mb_per_s>=0.5']} |
 | (Python `ast.parse` alone, same files) | {t['ast_parse_only_mb_per_s']} MB/s | | |
 | (libcst `parse_module` alone, same files) | {t['libcst_parse_only_mb_per_s']} MB/s | | |
 | query `{q['query']}` over {q['lines']} lines ({q['anchors']} anchors, {q['matches']} matches) | {q['ms_median']} ms | < 5 ms | {goals['query_ms<5']} |

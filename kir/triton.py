@@ -71,6 +71,7 @@ _STRING = (rb"[A-Za-z]{0,3}(?:'''(?:[^'\\]|\\.|'(?!''))*'''|\"\"\"(?:[^\"\\]|\\.
 _SCAN = re.compile(rb"(#[^\r\n]*)|" + _STRING.removeprefix(rb"[A-Za-z]{0,3}") + rb"|([()])",
                    re.S)
 _STRING_AT = re.compile(_STRING, re.S)
+_NEWLINE = re.compile(rb"\r\n?|\n")
 _IDENT_END = re.compile(rb"[\w\x80-\xff]*")
 _WS = frozenset(b" \t\f\r\n\\")
 _HSPACE = frozenset(b" \t\f\\")
@@ -85,12 +86,15 @@ class _Builder:
         self.cols = Columns()
         self.add = self.cols.add
         ls = [3 if text.startswith("\ufeff") else 0]  # ast columns start after a BOM
-        find = src.find
-        i = find(b"\n")
-        while i >= 0:
-            ls.append(i + 1)
-            i = find(b"\n", i + 1)
-        self.ls = ls
+        if b"\r" in src:  # Python also breaks lines at a lone carriage return
+            ls += [m.end() for m in _NEWLINE.finditer(src)]
+        else:
+            find = src.find
+            i = find(b"\n")
+            while i >= 0:
+                ls.append(i + 1)
+                i = find(b"\n", i + 1)
+        self.ls = ls  # byte offset of each line's start (ast lines are 1-based)
         self.match: dict[int, int] = {}  # parenthesis position -> its partner's position
         self.comment_end: dict[int, int] = {}  # end of a comment -> its start
         self._scan(0, len(src))

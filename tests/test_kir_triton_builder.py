@@ -199,6 +199,8 @@ match command.split():
     "comments ending in spaces inside brackets": (
         "y = [(  # c  \n    a), f((  # d \t\n  b  # e  \n  ))]\n"),
     "non-ASCII text and CRLF": 'x = "é"  # ü\r\ny = f"{x}ß" + z\r\n',
+    "lone carriage returns": "x = 1\ry = (2,\r 3)\rz = '''a\rb'''\r",
+    "empty and comment-only modules": "# c\n\n",
     "byte-order mark": '\ufeffimport triton\n@triton.jit\ndef k(x):\n    return x\n',
 }
 
@@ -217,6 +219,16 @@ def test_constructs_left_to_libcst_still_parse_to_its_table(src: str) -> None:
         ast_table(src)
     ir = kir.parse(src, "triton")
     assert _plain(ir._cols) == table(src)
+    assert ir.unparse() == src
+
+
+def test_spans_are_exact_where_libcst_miscounts() -> None:
+    # libcst shifts spans after a form feed in the indentation and after `except (...) :`
+    # (its code generation drops the space); the ast-built spans stay on the source bytes
+    src = "\x0cx = 1\ntry:\n    pass\nexcept (A, B) :\n    pass\n"
+    ir = kir.parse(src, "triton")
+    assert ir.node_text(ir.find("assign")[0]) == "x = 1"
+    assert [ir.node_text(n) for n in ir.nodes if n.grammar_type == "Pass"] == ["pass"] * 2
     assert ir.unparse() == src
 
 
