@@ -5,7 +5,10 @@ De-optimization keeps the first config (the one an expert lists first is its bes
   `@triton.autotune(...)` decorator is removed and the first config's values become keyword
   arguments of every launch of the kernel;
 - otherwise (a list built by code such as `configs=_configs()`, a config with a `pre_hook`, a
-  kernel launched elsewhere): the list is pinned to its first element (`configs=E[:1]`).
+  kernel launched elsewhere): the list is pinned to its first element (`configs=E[:1]`); the
+  configs after it then offer no launch-parameter sites (they never run).
+Either way the comment lines directly above the decorator (they explain the tuned list) are
+removed with it and restored by the forward step.
 Optimization restores the recorded decorator (or removes the pin); without a recorded
 decorator it builds a standard Hopper config list around the pinned launch values.
 """
@@ -140,13 +143,15 @@ class Autotune(Pass):
         launches = mod.launches(kernel.name)
         literal = _literal_configs(configs.value)
         values = _config_values(mod, literal[0]) if literal else None
+        dec_index = kernel.decorator_list.index(dec)
         top = mod.stmt_span(kernel)[0]
-        comment_start = comment_above(mod.source, top)
+        # a comment right above the autotune decorator describes the tuned list
+        comment_start = comment_above(mod.source, top) if dec_index == 0 else top
         if values is None or not launches:  # pin the first config in place
             end = mod.end(configs.value)
             edits = [ByteEdit(end, end, "[:1]")]
             options = {"pinned": "slice"}
-            if comment_start < top:  # it describes the list that no longer runs
+            if comment_start < top:  # the list it describes no longer runs
                 edits.insert(0, ByteEdit(comment_start, top, ""))
                 options["comment"] = mod.source[comment_start:top].decode("utf-8")
             return finish(ir, site, edits, options=options)
@@ -159,7 +164,6 @@ class Autotune(Pass):
             if clash:
                 return Skipped("a launch already passes a tuned parameter",
                                {"kernel": kernel.name, "parameters": sorted(clash)})
-        dec_index = kernel.decorator_list.index(dec)
         start = comment_start if dec_index == 0 else line_start(mod.source, mod.start(dec))
         following = (kernel.decorator_list[dec_index + 1]
                      if dec_index + 1 < len(kernel.decorator_list) else kernel)

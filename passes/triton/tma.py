@@ -5,7 +5,8 @@ De-optimization replaces every `desc.load([o0, o1])` / `desc.store([o0, o1], v)`
 block_shape=[b0, b1])` with a masked pointer access that reads the same box (out-of-bounds
 elements read as zero and are not written, as with TMA), and removes the descriptor.
 Optimization turns such pointer accesses (the de-optimization's canonical form) back into
-descriptor accesses.
+descriptor accesses; given a recorded descriptor line it refuses accesses over another base.
+Removing the last of a run of descriptor assignments also removes the comment above the run.
 """
 from __future__ import annotations
 
