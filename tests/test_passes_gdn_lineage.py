@@ -161,3 +161,52 @@ def test_recorded_calls_of_another_kernel_are_refused_and_the_defaults_still_app
     assert isinstance(refused, Skipped) and "recorded" in refused.reason
     default = p.optimize(naive, fsite, CTX)
     assert isinstance(default, Applied) and "acc = tl.dot(a, b, acc)" in default.ir.text
+
+
+MM = HEAD + '''def mm(a_ptr, b_ptr, c_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    om = tl.arange(0, BLOCK_M)
+    on = tl.arange(0, BLOCK_N)
+    ok = tl.arange(0, BLOCK_K)
+    a = tl.load(a_ptr + om[:, None] * BLOCK_K + ok[None, :])
+    b = tl.load(b_ptr + ok[:, None] * BLOCK_N + on[None, :])
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + om[:, None] * BLOCK_N + on[None, :], acc)
+
+
+def run(a, b, c):
+    mm[(1,)](a, b, c, BLOCK_M=128, BLOCK_N=128, BLOCK_K=SIZE)
+'''
+
+
+def test_a_product_too_large_to_compile_is_refused_by_the_precondition() -> None:
+    p = _dot()
+    small = kir.parse(MM.replace("SIZE", "64"), language="triton")
+    fits = p.deoptimize(small, _present(p, small)[0], CTX)
+    assert isinstance(fits, Applied)
+    assert [r.facts["product_elems"] for r in fits.preconditions] == [128 * 64 * 128]
+    large = kir.parse(MM.replace("SIZE", "128"), language="triton")
+    refused = p.deoptimize(large, _present(p, large)[0], CTX)
+    assert isinstance(refused, Skipped) and "product_elems" in refused.reason
+    assert refused.facts["product_elems"] == 128 * 128 * 128 > refused.facts["max_product_elems"]
+
+
+def test_gdn_products_are_sized_from_the_autotune_configs_and_the_case_shape() -> None:
+    ir = _gdn()
+    p = _dot()
+    site = next(s for s in _present(p, ir) if s.detail["kernel"] == "_gdn_wy_kernel")
+    ctx = PassContext.for_case("gdn", tier="device")  # K = V = 128
+    back = p.deoptimize(ir, site, ctx)
+    assert isinstance(back, Applied)
+    # x (BT x BT) times a BD-wide slice of K, the largest config's BD = 128
+    assert [r.facts.get("product_elems") for r in back.preconditions] == [64 * 64 * 128]
+
+
+def test_a_removed_persistent_loop_takes_its_comment_along_and_brings_it_back() -> None:
+    expert = kir.parse_file(Path(__file__).parent.parent / "experts" / "gemm" / "gemm_triton.py")
+    p = get_pass("persistent-grid")()
+    site = next(s for s in p.sites(expert) if s.present)
+    trip = roundtrip(p, expert, site, CTX)
+    assert isinstance(trip.backward, Applied), trip.backward
+    assert "# Persistent grid" in expert.text and "# Persistent grid" not in trip.backward.ir.text
+    assert trip.same and "# Persistent grid" in trip.forward.ir.text

@@ -5,9 +5,9 @@ from __future__ import annotations
 import ast
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kir.errors import BadInputError
 from passes._source import ByteEdit, finish, make_site
@@ -18,6 +18,8 @@ from passes.triton.launch import TRITON
 if TYPE_CHECKING:
     from anchors import AnchorIndex
     from kir import KernelIR
+
+    from passes.precondition import PreconditionResult
 
 DOT_NAMES = frozenset({"tl.dot", "triton.language.dot"})
 SUM_NAMES = frozenset({"tl.sum", "triton.language.sum"})
@@ -77,6 +79,9 @@ def _paren(src: PyModule, node: ast.AST, text: str | None = None) -> str:
     parsed = ast.parse(f"(\n{text}\n)", mode="eval").body
     return text if isinstance(parsed, _ATOMS) else f"({text})"
 
+
+# The de-optimization's own precondition (the declared ones admit the optimization).
+_FITS = "product_elems <= max_product_elems"
 
 # Parents in which `acc + product` needs no parentheses: the value of a statement, an argument.
 _LOOSE_PARENTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr, ast.keyword,
@@ -150,6 +155,186 @@ def _product_call(node: ast.AST) -> bool:
     return (isinstance(axis, ast.Constant) and axis.value == 1
             and isinstance(prod, ast.BinOp) and isinstance(prod.op, ast.Mult)
             and _slice_pattern(prod.left) == "a" and _slice_pattern(prod.right) == "b")
+
+
+# ---------------------------------------------------------------------------------------------
+# How large a broadcast product gets: tile shapes inferred per launch configuration.
+Shape = tuple[int | None, ...]
+_ELEMENTWISE = frozenset({"tl.where", "tl.maximum", "tl.minimum", "tl.exp", "tl.exp2", "tl.log",
+                          "tl.log2", "tl.abs", "tl.sqrt", "tl.sigmoid", "tl.math.exp2",
+                          "tl.math.exp", "tl.math.log2", "tl.fma", "tl.math.fma"})
+_SCALARS = frozenset({"tl.program_id", "tl.num_programs", "tl.cdiv", "triton.cdiv", "min", "max",
+                      "triton.language.program_id", "triton.language.num_programs"})
+_REDUCTIONS = frozenset({"tl.sum", "tl.max", "tl.min", "tl.cumsum", "tl.argmax", "tl.argmin"})
+
+
+def _int_value(expr: ast.AST, values: dict[str, int]) -> int | None:
+    """An integer expression over known names (+ - * // % <<, min, max); None if unknown."""
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+        return expr.value
+    if isinstance(expr, ast.Name):
+        return values.get(expr.id)
+    if isinstance(expr, ast.BinOp):
+        left, right = _int_value(expr.left, values), _int_value(expr.right, values)
+        if left is None or right is None:
+            return None
+        ops = {ast.Add: lambda: left + right, ast.Sub: lambda: left - right,
+               ast.Mult: lambda: left * right, ast.LShift: lambda: left << right,
+               ast.FloorDiv: lambda: left // right if right else None,
+               ast.Mod: lambda: left % right if right else None}
+        op = ops.get(type(expr.op))
+        return op() if op is not None else None
+    if isinstance(expr, ast.Call) and callee(expr) in ("min", "max") and expr.args and not expr.keywords:
+        args = [_int_value(a, values) for a in expr.args]
+        return None if None in args else (min(args) if callee(expr) == "min" else max(args))
+    return None
+
+
+def _broadcast(*shapes: Shape | None) -> Shape | None:
+    if any(s is None for s in shapes):
+        return None
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[int | None] = []
+    for i in range(rank):
+        dims = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0} - {1}
+        out.append(None if len(dims) > 1 or None in dims else (dims.pop() if dims else 1))
+    return tuple(out)
+
+
+def _shape(expr: ast.AST, env: dict[str, Shape], values: dict[str, int]) -> Shape | None:
+    """The block shape of a Triton expression (scalars: `()`); None where not inferred
+    (e.g. the result of a helper function)."""
+    if isinstance(expr, ast.Constant):
+        return ()
+    if isinstance(expr, ast.Name):
+        return () if expr.id in values else env.get(expr.id)
+    if isinstance(expr, (ast.BinOp, ast.BoolOp, ast.Compare)):
+        parts = ([expr.left, expr.right] if isinstance(expr, ast.BinOp) else
+                 expr.values if isinstance(expr, ast.BoolOp) else [expr.left, *expr.comparators])
+        return _broadcast(*(_shape(p, env, values) for p in parts))
+    if isinstance(expr, ast.UnaryOp):
+        return _shape(expr.operand, env, values)
+    if isinstance(expr, ast.IfExp):
+        return _broadcast(_shape(expr.body, env, values), _shape(expr.orelse, env, values))
+    if isinstance(expr, ast.Subscript):
+        base = _shape(expr.value, env, values)
+        items = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+        if base is None:
+            return None
+        out, rest = [], list(base)
+        for item in items:
+            if isinstance(item, ast.Constant) and item.value is None:
+                out.append(1)
+            elif isinstance(item, ast.Slice) and rest:
+                out.append(rest.pop(0))
+            else:
+                return None
+        return tuple(out + rest)
+    if not isinstance(expr, ast.Call):
+        return None
+    name = callee(expr)
+    args = expr.args
+    if name in _SCALARS:
+        return ()
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr == "to":
+        return _shape(expr.func.value, env, values)
+    if name in ("tl.arange", "triton.language.arange") and len(args) == 2:
+        lo, hi = _int_value(args[0], values), _int_value(args[1], values)
+        return (hi - lo,) if lo is not None and hi is not None else (None,)
+    if name in ("tl.zeros", "tl.full") and args and isinstance(args[0], (ast.List, ast.Tuple)):
+        return tuple(_int_value(d, values) for d in args[0].elts)
+    if name in ("tl.load",) and args:
+        return _shape(args[0], env, values)
+    if name in ("tl.trans",) and len(args) == 1:
+        inner = _shape(args[0], env, values)
+        return tuple(reversed(inner)) if inner is not None else None
+    if name in DOT_NAMES and len(args) >= 2:
+        a, b = _shape(args[0], env, values), _shape(args[1], env, values)
+        return (a[0], b[-1]) if a and b and len(a) == 2 and len(b) == 2 else None
+    if name in _REDUCTIONS and args:
+        inner = _shape(args[0], env, values)
+        axis = next((k.value for k in expr.keywords if k.arg == "axis"), args[1] if len(args) > 1 else None)
+        at = _int_value(axis, values) if axis is not None else None
+        if inner is None or at is None or not -len(inner) <= at < len(inner):
+            return None if axis is not None else ()
+        return inner[:at % len(inner)] + inner[at % len(inner) + 1:]
+    if name in _ELEMENTWISE:
+        return _broadcast(*(_shape(a, env, values) for a in args))
+    return None
+
+
+def _constexpr_bindings(mod: PyModule, kernel: ast.FunctionDef,
+                        facts: Mapping[str, Any]) -> list[dict[str, int]]:
+    """The integer constexpr values the kernel compiles with, one table per autotune config:
+    module constants, then launch keywords, then each config's values; a name still unbound
+    takes the case fact of the same name (the case's shape dims name the kernel's, e.g. K)."""
+    module: dict[str, int] = {}
+    for stmt in mod.tree.body:
+        target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+        if isinstance(target, ast.Name) and (value := _int_value(stmt.value, module)) is not None:
+            module[target.id] = value
+    params = [a.arg for a in kernel.args.args]
+    base: dict[str, int] = {}
+    for param, default in zip(params[len(params) - len(kernel.args.defaults):], kernel.args.defaults):
+        if (value := _int_value(default, module)) is not None:
+            base[param] = value
+    for launch in mod.launches(kernel.name):
+        for kw in launch.keywords:
+            if kw.arg in params and (value := _int_value(kw.value, module)) is not None:
+                base[kw.arg] = value
+    for param in params:
+        if param not in base and isinstance(facts.get(param), int):
+            base[param] = int(facts[param])
+    configs: list[dict[str, int]] = []
+    dec = mod.decorator(kernel, "autotune")
+    listed = next((k.value for k in dec.keywords if k.arg == "configs"), None) \
+        if isinstance(dec, ast.Call) else None
+    for config in listed.elts if isinstance(listed, ast.List) else []:
+        table = config.args[0] if isinstance(config, ast.Call) and config.args else None
+        if isinstance(table, ast.Dict):
+            configs.append({key.value: value for key, node in zip(table.keys, table.values)
+                            if isinstance(key, ast.Constant) and isinstance(key.value, str)
+                            and (value := _int_value(node, module)) is not None})
+    return [{**base, **config} for config in configs] or [base]
+
+
+def _product_elems(mod: PyModule, kernel: ast.FunctionDef, dots: list[ast.Call],
+                   facts: Mapping[str, Any]) -> int | None:
+    """The largest M x K x N broadcast product the kernel's `dots` become, over its launch
+    configurations; None when no dot's operand shapes could be inferred."""
+    largest = None
+    wanted = {id(d) for d in dots}
+    for values in _constexpr_bindings(mod, kernel, facts):
+        env: dict[str, Shape] = {a.arg: () for a in kernel.args.args if a.arg not in values}
+        for node in _statements(kernel.body):
+            for call in (n for n in ast.walk(node) if id(n) in wanted) if not isinstance(
+                    node, (ast.For, ast.While, ast.If)) else ():
+                a, b = _shape(call.args[0], env, values), _shape(call.args[1], env, values)
+                if a and b and len(a) == 2 and len(b) == 2 and None not in (*a, b[-1]):
+                    elems = a[0] * a[1] * b[-1]
+                    largest = elems if largest is None else max(largest, elems)
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0], node.value
+                pairs = (list(zip(target.elts, value.elts)) if isinstance(target, ast.Tuple)
+                         and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts)
+                         else [(target, value)])
+                for t, v in pairs:
+                    if isinstance(t, ast.Name):
+                        shape = _shape(v, env, values)
+                        env[t.id] = shape if shape is not None else env.get(t.id)  # keep a known shape
+            elif isinstance(node, ast.For) and isinstance(node.target, ast.Name):
+                env[node.target.id] = ()
+    return largest
+
+
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement under `body` in source order (a loop's body once, after its header)."""
+    for stmt in body:
+        yield stmt
+        for attr in ("body", "orelse"):
+            block = getattr(stmt, attr, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                yield from _statements(block)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,15 +468,39 @@ class TensorCoreDot(Pass):
                          if mod.span(c) == tuple(site.span)), None)
             if call is None:
                 return Skipped("no tl.dot at the site", {"site": site.anchor})
+            results, skip = self._fits(mod, mod.kernel_of(call), [call], ctx)
+            if skip:
+                return skip
             return finish(ir, site, [ByteEdit(*mod.span(call), _deopt_text(mod, call, nested=False))],
-                          options={"call": mod.text(call), "granularity": "call"})
+                          options={"call": mod.text(call), "granularity": "call"},
+                          preconditions=results)
         kernel = self._kernel_at(mod, site)
         dots = self._dots(mod, kernel) if kernel is not None else []
         if not dots:
             return Skipped("no tl.dot in the kernel at the site", {"site": site.anchor})
+        results, skip = self._fits(mod, kernel, dots, ctx)
+        if skip:
+            return skip
         outer = self._outermost(mod, dots)
         return finish(ir, site, [ByteEdit(*mod.span(c), _deopt_text(mod, c)) for c in outer],
-                      options={"calls": json.dumps([mod.text(c) for c in outer])})
+                      options={"calls": json.dumps([mod.text(c) for c in outer])},
+                      preconditions=results)
+
+    def _fits(self, mod: PyModule, kernel: ast.FunctionDef, dots: list[ast.Call],
+              ctx: PassContext | None) -> tuple[list[PreconditionResult], Skipped | None]:
+        """The broadcast products must stay within what Triton compiles (`max_product_elems`);
+        unknown (not refused) where the operand shapes cannot be inferred statically."""
+        from passes.precondition import evaluate  # noqa: PLC0415 — avoids an import cycle
+
+        facts: dict[str, Any] = {"max_product_elems": self.max_product_elems}
+        elems = _product_elems(mod, kernel, dots, ctx.facts if ctx is not None else {})
+        if elems is not None:
+            facts["product_elems"] = elems
+        result = evaluate(_FITS, facts)
+        if result.value is False:
+            return [result], Skipped(f"precondition failed: {_FITS} (a broadcast product of "
+                                     f"{elems} elements does not compile)", result.facts)
+        return [result], None
 
     # -- optimization -------------------------------------------------------------------
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:

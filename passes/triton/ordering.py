@@ -48,6 +48,19 @@ def _kernel_named(mod: PyModule, name: str) -> ast.FunctionDef | None:
     return next((k for k in mod.kernels() if k.name == name), None)
 
 
+def _comment_start(source: bytes, start: int) -> int:
+    """The start of the comment lines directly above the line starting at `start` (at its
+    indentation), or `start`: they describe that statement and go when it goes."""
+    indent = indent_of(source, start).encode("utf-8")
+    while start > 0:
+        above = line_start(source, start - 1)
+        line = source[above:start]
+        if not (line.startswith(indent) and line[len(indent):].startswith(b"#")):
+            break
+        start = above
+    return start
+
+
 def _lines_span(mod: PyModule, first: ast.stmt, last: ast.stmt) -> tuple[int, int]:
     return line_start(mod.source, mod.start(first)), line_end(mod.source, mod.end(last) - 1)
 
@@ -346,7 +359,7 @@ class PersistentGrid(Pass):
         out = []
         for found in self._loops(mod):
             cap = self._host_cap(mod, found)
-            lo = line_start(mod.source, mod.start(found.loop))
+            lo = _comment_start(mod.source, line_start(mod.source, mod.start(found.loop)))
             hi = mod.end(found.loop)
             if cap is not None:
                 lo, hi = min(lo, mod.start(cap[0])), max(hi, mod.end(cap[0]))
@@ -393,7 +406,8 @@ class PersistentGrid(Pass):
         stale = self._stale_tile_count(mod, found, cap[1])
         if stale is not None:
             return stale
-        header_start = line_start(mod.source, mod.start(loop))
+        # the loop's own comment lines go with its header (and come back with it)
+        header_start = _comment_start(mod.source, line_start(mod.source, mod.start(loop)))
         body_start = line_start(mod.source, mod.start(loop.body[0]))
         header = mod.source[header_start:body_start].decode("utf-8")
         outer = indent_of(mod.source, mod.start(loop))
