@@ -2,8 +2,8 @@
 
     python3 bench/roundtrip.py [LINEAGE ...] --out DIR [--tier interpret|device]
         [--cases gemm,conv2d] [--trials 5] [--budget-steps 24] [--box 240]
-        [--gpus 0,1 | --jobs N] [--only roundtrip|loo] [--admit-tier interpret]
-        [--libraries DIR]
+        [--case-box gemm=240] [--grace 120] [--wall 560] [--gpus 0,1 | --jobs N]
+        [--only roundtrip|loo] [--admit-tier interpret] [--libraries DIR]
 
 LINEAGE: lineage directories or lineage.json files (default:
 bench/results/lineages/device/*/lineage.json); each contributes the lineage of one case.
@@ -386,6 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--budget-steps", type=int, default=24)
     ap.add_argument("--box", type=float, default=600.0, help="seconds per run")
+    ap.add_argument("--case-box", default="",
+                    help="per-case --box, e.g. gemm=240,conv2d=150 (others: --box)")
     ap.add_argument("--grace", type=float, default=120.0,
                     help="seconds a run may take past its box to finish its last gate")
     ap.add_argument("--wall", type=float, default=None,
@@ -413,6 +415,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     all_lineages = [lineages[c] for c in sorted(lineages)]
+    try:
+        boxes = {k: float(v) for k, v in (item.split("=") for item in args.case_box.split(",") if item)}
+    except ValueError:
+        raise SystemExit(f"--case-box: expected case=seconds,..., got {args.case_box!r}") from None
 
     specs: list[dict[str, Any]] = []
 
@@ -422,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return {"name": name, "kind": kind, "case": case, "trial": trial, "seed": trial,
                 "tier": args.tier, "library": str(library), "lineage": str(c.path),
                 "root_state": c.root_state, "expert_state": c.expert_state,
-                "budget_steps": args.budget_steps, "box": args.box, "grace": args.grace,
+                "budget_steps": args.budget_steps, "box": boxes.get(case, args.box), "grace": args.grace,
                 "dir": str(runs / name)}
 
     if args.only in (None, "roundtrip"):

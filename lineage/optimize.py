@@ -11,7 +11,8 @@ candidate only when it passes the gate *and* improves the kernel (device tier: f
 the current best; interpret tier, which has no timing: the card's pass finds more sites where
 its optimization is present, or fewer where it could still be applied). After each kept
 candidate the target's features change, so cards are retrieved again (a card rejected
-`MAX_CARD_FAILURES` times in the run is not tried again). The run is recorded as a new lineage
+`MAX_CARD_FAILURES` times in the run is not tried again; a refusal for a kernel already in
+the run does not count). The run is recorded as a new lineage
 (`lineage.graph.Lineage`, saved after every gated candidate): the start state (role `root`),
 every kept state and the forward transitions between them, and every rejected candidate as
 risk evidence. It never returns a kernel that failed the gate: the best kernel is the start
@@ -20,8 +21,13 @@ kernel or a kept candidate, and both passed.
 Gates are the loop's cost (seconds each on the device), so it spends them carefully:
 
 - a card with no site, or whose rewrite the rule refuses, is refused before the gate;
-- a candidate whose source was already gated in this run (reached again along another path)
-  reuses that verdict instead of being gated again, and is not counted against the budget;
+- a candidate that is already a state of the run (e.g. a recorded tile size smaller than the
+  current one) is dropped before the gate; one whose source was already gated in this run
+  (reached again along another path) reuses that verdict instead of being gated again, and
+  is not counted against the budget;
+- a card is kept at most as many times in a run as it has evidence transitions (the lineages
+  never needed it more often; a tile card with recorded sizes could otherwise shuffle sizes
+  between tiles without end);
 - two-step gains (device tier): a candidate that passes the gate but is not `MIN_GAIN` faster
   than the best is kept aside as a *stepping stone* (e.g. larger tiles that only pay once the
   warps or the autotuner follow). When a round of retrieved cards yields no improvement, the
@@ -437,11 +443,13 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
         present, open_ = kernel_sites(run.current.ir)
         found = retriever.retrieve(Target(language, the_case.name, the_case.platform,
                                           present, open_))
-        failures = Counter(step.card for step in run.rejected)
+        failures = Counter(step.card for step in run.rejected if step.stage != "repeat")
+        uses = Counter(step.card for step in run.chain)
         ordered = seeded_order(found.cards, seed, rounds)
         rounds += 1
         fresh = [r.card for r in ordered if (run.current.state, r.card.id) not in run.tried
-                 and failures[r.card.id] < MAX_CARD_FAILURES]
+                 and failures[r.card.id] < MAX_CARD_FAILURES
+                 and uses[r.card.id] < max(1, len(r.card.evidence))]
         kept = False
         for card in fresh:
             if run.gated >= budget_steps or job.out_of_time():
@@ -501,8 +509,11 @@ class _Job:
 def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     """Materialize and gate one card on the run's current kernel (up to
     `CANDIDATES_PER_CARD` materializations); keep the first that improves it."""
-    for made in itertools.islice(materializations(card, run.current.ir, job.rewriter, job.ctx),
-                                 CANDIDATES_PER_CARD):
+    # A candidate that is already a state of the run (a recorded tile size smaller than the
+    # current one takes the kernel back a step) can teach nothing: it takes no candidate slot.
+    fresh = (m for m in materializations(card, run.current.ir, job.rewriter, job.ctx)
+             if m.ir is None or not job.lineage.graph.has_node(state_id(m.ir.unparse())))
+    for made in itertools.islice(fresh, CANDIDATES_PER_CARD):
         if run.gated >= job.budget_steps or job.out_of_time():
             return False
         if _attempt_one(card, made, run, job):
