@@ -3,7 +3,7 @@
     python3 bench/roundtrip.py [LINEAGE ...] --out DIR [--tier interpret|device]
         [--cases gemm,conv2d] [--trials 5] [--budget-steps 24] [--box 240]
         [--case-box gemm=240] [--grace 120] [--wall 560] [--gpus 0,1 | --jobs N]
-        [--only roundtrip|loo] [--admit-tier interpret] [--libraries DIR]
+        [--only roundtrip|loo] [--admit-tier interpret] [--libraries DIR] [--libraries-only]
 
 LINEAGE: lineage directories or lineage.json files (default:
 bench/results/lineages/device/*/lineage.json); each contributes the lineage of one case.
@@ -220,6 +220,23 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 # -- scheduling ---------------------------------------------------------------------------------
+# Run processes now alive: each runs in its own session, so a killed scheduler must end them
+# itself (else they would go on writing into folders a rerun starts afresh).
+_LIVE: set[subprocess.Popen[bytes]] = set()
+_STOP = threading.Event()
+
+
+def _end_live_runs(signum: int = 0, frame: Any = None) -> None:
+    _STOP.set()
+    for proc in list(_LIVE):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if signum:
+        raise SystemExit(128 + signum)
+
+
 def launch(spec: dict[str, Any], gpu: str | None) -> dict[str, Any]:
     """Run one spec in a child process with a fresh gate cache; a record even if it dies."""
     folder = Path(spec["dir"])
@@ -235,12 +252,15 @@ def launch(spec: dict[str, Any], gpu: str | None) -> dict[str, Any]:
     with open(folder / "log.txt", "w") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 cwd=str(ROOT), start_new_session=True)
+        _LIVE.add(proc)
         try:
             rc = proc.wait(timeout=spec["box"] + spec["grace"])
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group only
             proc.wait()
             rc = -9
+        finally:
+            _LIVE.discard(proc)
     if (folder / "run.json").is_file():
         return json.loads((folder / "run.json").read_text())
     record = {**{k: spec[k] for k in ("name", "kind", "case", "trial", "seed", "tier", "library")},
@@ -278,6 +298,8 @@ def schedule(specs: list[dict[str, Any]], slots: list[str | None], end: float | 
                 spec = queue.get_nowait()
             except Empty:
                 return
+            if _STOP.is_set():
+                return
             if end is not None:
                 left = end - time.monotonic() - spec["grace"]
                 if left < 30:
@@ -290,7 +312,7 @@ def schedule(specs: list[dict[str, Any]], slots: list[str | None], end: float | 
                 records.append(record)
             say(f"done {spec['name']}: {summary(record)}")
 
-    threads = [threading.Thread(target=worker, args=(slot,)) for slot in slots]
+    threads = [threading.Thread(target=worker, args=(slot,), daemon=True) for slot in slots]
     for t in threads:
         t.start()
     for t in threads:
@@ -395,6 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--gpus", default="", help="e.g. 0,1: one run per GPU at a time")
     ap.add_argument("--jobs", type=int, default=1, help="parallel runs without --gpus")
     ap.add_argument("--only", choices=["roundtrip", "loo"], default=None)
+    ap.add_argument("--libraries-only", action="store_true",
+                    help="lift and admit the libraries the other options call for, run nothing")
     ap.add_argument("--run-spec", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
@@ -440,13 +464,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             lib = build_library(f"loo-{case}", rest, libraries, args.admit_tier,
                                 args.admit_max_trials)
             specs.append(spec("loo", case, 0, lib))
+    if args.libraries_only:
+        say(f"libraries ready under {libraries}")
+        return 0
     done = [s for s in specs if (Path(s["dir"]) / "run.json").is_file()
             and "error" not in json.loads((Path(s["dir"]) / "run.json").read_text())]
     todo = [s for s in specs if s not in done]
     say(f"{len(specs)} runs, {len(done)} already done, {len(todo)} to run")
     slots: list[str | None] = ([g.strip() for g in args.gpus.split(",") if g.strip()]
                                if args.gpus else [None] * max(1, args.jobs))
-    schedule(todo, slots, end)
+    signal.signal(signal.SIGTERM, _end_live_runs)
+    try:
+        schedule(todo, slots, end)
+    finally:
+        _end_live_runs()
     records = [json.loads((Path(s["dir"]) / "run.json").read_text()) for s in specs
                if (Path(s["dir"]) / "run.json").is_file()]
     tier = records[0]["tier"] if records else args.tier
