@@ -673,14 +673,14 @@ class RadixWidth(Pass):
         out = []
         for kernel in mod.kernels():
             names = {a.arg for a in _constexpr_params(kernel) if _RADIX.match(a.arg) and a.arg in shifts}
-            if not names:
-                continue
+            if autotuned(mod, kernel):
+                # a launch cannot pass what the configs set, and a config overrides a default
+                dec = mod.decorator(kernel, "autotune")
+                names -= {n.value for n in ast.walk(dec) if isinstance(n, ast.Constant)}
             for i, param in enumerate(kernel.args.args):
                 default = _default_of(kernel, i)
                 if param.arg in names and literal_int(default) is not None:
                     out.append((param.arg, default, kernel, kernel))
-            if autotuned(mod, kernel):
-                continue
             for call in mod.launches(kernel.name):
                 for kw in call.keywords:
                     if kw.arg in names and literal_int(kw.value) is not None:
