@@ -671,7 +671,8 @@ class _Builder:
                 slash = self.next_sig(self.next_sig(cursor) + 1)
                 mark(slash)
                 nxt = self.next_sig(slash + 1)
-                end = self.next_sig(nxt + 1) if src[nxt] == _COMMA else slash + 1
+                # the slash owns the whitespace up to the next parameter, or up to `)`
+                end = self.next_sig(nxt + 1) if src[nxt] == _COMMA else nxt
                 self.add(K.OTHER, "ParamSlash", None, slash, end, nid)
                 cursor = slash + 1
         if a.vararg is not None:

@@ -95,6 +95,8 @@ def h3(a, # c
   ): pass
 def h4(a ): pass
 def h5(): pass
+def h6(self, x=1, /
+    ) -> None: pass
 f = lambda: 0
 g = lambda q, *, r=1: q
 ''',
