@@ -10,6 +10,7 @@ import ast
 import hashlib
 import importlib.util
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,9 @@ from typing import Any
 from kir.errors import BadInputError
 
 EXPERTS_DIR = Path(__file__).resolve().parent.parent / "experts"
+# Case modules are imported from the gate's checker threads (check_many); reentrant because a
+# case module may itself load another case.
+_IMPORT_LOCK = threading.RLock()
 _REQUIRED = ("NAME", "SHAPES", "SMALL_SHAPES", "TOLERANCE")
 _FUNCTIONS = ("make_inputs", "reference")
 
@@ -65,22 +69,24 @@ class Case:
 
 
 def import_case_module(path: Path) -> ModuleType:
-    """Import a case.py by path under a private module name, once per process."""
+    """Import a case.py by path under a private module name, once per process (thread-safe: a
+    second thread waits for the first to finish executing the module, never sees it half-loaded)."""
     path = path.resolve()
     name = "klineage_case_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise BadInputError(f"{path}: cannot be imported as a case module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception:
-        del sys.modules[name]
-        raise
-    return module
+    with _IMPORT_LOCK:
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise BadInputError(f"{path}: cannot be imported as a case module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception:
+            del sys.modules[name]
+            raise
+        return module
 
 
 def _resolve(name_or_path: str | Path) -> Path:

@@ -16,7 +16,8 @@ from passes.rewriter import ChainRewriter, DeterministicRewriter, Rewriter, reso
 DATA = Path(__file__).parent / "data" / "passes"
 TRITON_RULES = {"autotune", "tile-sizes", "num-warps", "software-pipelining", "grouped-ordering",
                 "tensor-core-dot", "even-k-fast-path", "tma-descriptors", "exp2-fold",
-                "causal-block-skip", "persistent-grid"}
+                "causal-block-skip", "persistent-grid", "radix-width", "histogram-primitive",
+                "scan-fusion", "early-exit"}
 CUDA_RULES = {"vectorize-global", "smem-staging", "pragma-unroll", "launch-bounds",
               "warp-shuffle-reduce", "cp-async-pipeline", "restrict-readonly"}
 
