@@ -352,10 +352,11 @@ def structure_hashes(ir: KernelIR) -> list[int]:
     if got is None:
         gtypes = ir._cols.gtypes
         children = ir._children
+        codes = {g: _type_code(g) for g in set(gtypes)}
         got = [0] * len(gtypes)
         for i in range(len(gtypes) - 1, -1, -1):
             ch = children[i]
-            code = _type_code(gtypes[i])
+            code = codes[gtypes[i]]
             got[i] = hash((code, *[got[k] for k in ch])) if ch else code
         ir._cache["shape"] = got
     return got
@@ -368,10 +369,11 @@ def label_hashes(ir: KernelIR) -> list[int]:
         c = ir._cols
         src = ir.source
         children = ir._children
+        codes = {g: _type_code(g) for g in set(c.gtypes)}
         got = [0] * len(c.gtypes)
         for i in range(len(c.gtypes) - 1, -1, -1):
             ch = children[i]
-            code = _type_code(c.gtypes[i])
+            code = codes[c.gtypes[i]]
             if ch:
                 name = c.names[i]
                 own = zlib.crc32(name.encode()) if name else 0

@@ -13,6 +13,7 @@ node, else the anchor enclosing it (for an update, always the enclosing one).
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -188,8 +189,8 @@ class _Matcher:
         """Equal labels between two same-shape subtrees (their pre-orders line up)."""
         if self.lha[s] == self.lhb[d]:
             return self.a.subtree_end(s) - s
-        la, lb = self.la, self.lb
-        return sum(1 for k in range(self.a.subtree_end(s) - s) if la[s + k] == lb[d + k])
+        n = self.a.subtree_end(s) - s
+        return sum(map(operator.eq, self.la[s:s + n], self.lb[d:d + n]))
 
     # -- step 2 ---------------------------------------------------------------------------
     def bottom_up(self) -> None:
