@@ -25,7 +25,7 @@ def attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, N_CTX, sm_scale,
         p = tl.exp(qk - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
         v = tl.load(v_ptr + cols[:, None] * D + offs_d[None, :], mask=cols[:, None] < N_CTX, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.sum(p.to(v.dtype).to(tl.float32)[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
         l_i = l_i * alpha + tl.sum(p, 1)
         m_i = m_new
     tl.store(o_ptr + offs_m[:, None] * D + offs_d[None, :], acc / l_i[:, None], mask=offs_m[:, None] < N_CTX)
