@@ -83,6 +83,7 @@ class _Builder:
 
     def __init__(self, text: str, src: bytes) -> None:
         self.src = src
+        self.ascii = len(src) == len(text)  # identifiers are then exactly as ast has them
         self.cols = Columns()
         self.add = self.cols.add
         ls = [3 if text.startswith("\ufeff") else 0]  # ast columns start after a BOM
@@ -224,8 +225,9 @@ class _Builder:
         return self.src[s:e].decode("utf-8")
 
     def ident(self, name: str, start: int) -> str:
-        """An identifier as written (ast normalizes non-ASCII identifiers to NFKC)."""
-        if name.isascii():
+        """An identifier as written (ast normalizes non-ASCII identifiers to NFKC, and an
+        NFKC form can be ASCII: `𝔘𝔫𝔦` is `Uni`)."""
+        if self.ascii:
             return name
         return self.text(start, self.ident_end(start))
 
@@ -240,10 +242,10 @@ class _Builder:
         """`a.b.c` for a Name/Attribute chain, else None."""
         parts: list[str] = []
         while type(n) is ast.Attribute:
-            parts.append(n.attr if n.attr.isascii() else self._attr_text(n))
+            parts.append(n.attr if self.ascii else self._attr_text(n))
             n = n.value
         if type(n) is ast.Name:
-            parts.append(n.id if n.id.isascii() else self.ident(n.id, self.span(n)[0]))
+            parts.append(n.id if self.ascii else self.ident(n.id, self.span(n)[0]))
             return ".".join(reversed(parts))
         if type(n) is ast.Constant and (n.value is None or type(n.value) is bool):
             parts.append(repr(n.value))  # a Name to libcst
@@ -251,12 +253,17 @@ class _Builder:
         return None
 
     def _attr_text(self, n: ast.Attribute) -> str:
-        e = self.span(n)[1]
+        return self.name_before(self.span(n)[1], n.attr)[1]
+
+    def name_before(self, e: int, name: str) -> tuple[int, str]:
+        """Start and text of identifier `name` (as ast has it) ending at byte `e`."""
+        if self.ascii:
+            return e - len(name), name
         s = e
         src = self.src
         while s and (src[s - 1] >= 0x80 or chr(src[s - 1]).isalnum() or src[s - 1] == 95):
             s -= 1
-        return self.text(s, e)
+        return s, self.text(s, e)
 
     def target_name(self, n: Any) -> str | None:
         """What an assignment writes: `acc`, `self.x`, `a,b`, `buf` for `buf[i]`."""
@@ -271,7 +278,7 @@ class _Builder:
 
     def _name(self, n: ast.Name, parent: int) -> None:
         s, e = self.span(n)
-        name = n.id if n.id.isascii() else self.text(s, e)
+        name = n.id if self.ascii else self.text(s, e)
         self.add(K.NAME, "Name", name, s, e, parent)
 
     def _constant(self, n: ast.Constant, parent: int) -> None:
@@ -296,7 +303,7 @@ class _Builder:
         s, e = self.span(n)
         nid = self.add(K.OTHER, "Attribute", None, s, e, parent)
         self.expr(n.value, nid)
-        if n.attr.isascii():
+        if self.ascii:
             self.add(K.NAME, "Name", n.attr, e - len(n.attr), e, nid)
         else:
             name = self._attr_text(n)
@@ -982,8 +989,8 @@ class _Builder:
             if p.pattern is not None:
                 self.pattern(p.pattern, nid)
             if p.name is not None:
-                name = self.ident(p.name, e - len(p.name))
-                add(K.NAME, "Name", name, e - len(name.encode()), e, nid)
+                at, name = self.name_before(e, p.name)
+                add(K.NAME, "Name", name, at, e, nid)
         elif t is ast.MatchOr:
             nid = add(K.OTHER, "MatchOr", None, s, e, parent)
             pats = p.patterns
@@ -1006,8 +1013,8 @@ class _Builder:
             keys: list[tuple[int, int, str]] = []
             for key, sub in zip(p.kwd_attrs, kws):
                 ke = self.prev_sig(self.prev_sig(self.full(sub)[0])) + 1  # before `=`
-                name = self.ident(key, ke - len(key))
-                keys.append((ke - len(name.encode()), ke, name))
+                ks, name = self.name_before(ke, key)
+                keys.append((ks, ke, name))
             own = self.next_sig(self.full(p.cls)[1])  # the class pattern's `(`
             self.sequence_elements(p.patterns, nid, keys[0][0] if keys else -1, own)
             for i, ((ks, ke, name), sub) in enumerate(zip(keys, kws)):
@@ -1020,7 +1027,7 @@ class _Builder:
             nid = add(K.OTHER, "MatchMapping", None, s, e, parent)
             rest_at = -1
             if p.rest is not None:
-                rest_at = self.prev_sig(e - 1) + 1 - len(p.rest.encode())
+                rest_at = self.name_before(self.prev_sig(e - 1) + 1, p.rest)[0]
             for i, (key, sub) in enumerate(zip(p.keys, p.patterns)):
                 b = self.full(sub)[1]
                 nxt = self.full(p.keys[i + 1])[0] if i + 1 < len(p.keys) else (
@@ -1046,8 +1053,8 @@ class _Builder:
                 s, e = self.span(sub)
                 nid = self.add(K.OTHER, "MatchStar", None, s, self.comma_end(e, nxt), parent)
                 if sub.name is not None:
-                    name = self.ident(sub.name, e - len(sub.name))
-                    self.add(K.NAME, "Name", name, e - len(name.encode()), e, nid)
+                    at, name = self.name_before(e, sub.name)
+                    self.add(K.NAME, "Name", name, at, e, nid)
                 continue
             a, b = self.full(sub, own)
             el = self.add(K.OTHER, "MatchSequenceElement", None, a, self.comma_end(b, nxt),
@@ -1184,8 +1191,8 @@ class _Builder:
             aid = add(K.OTHER, "ImportAlias", None, s, e, parent)
             ne = self.dotted_name(s, al.name, aid)
             if al.asname is not None:
-                text = self.ident(al.asname, e - len(al.asname))
-                add(K.NAME, "Name", text, e - len(text.encode()), e,
+                at, text = self.name_before(e, al.asname)
+                add(K.NAME, "Name", text, at, e,
                     add(K.OTHER, "AsName", None, ne, e, aid))
 
     def _import(self, n: ast.Import, parent: int) -> None:

@@ -201,6 +201,7 @@ match command.split():
     "comments ending in spaces inside brackets": (
         "y = [(  # c  \n    a), f((  # d \t\n  b  # e  \n  ))]\n"),
     "non-ASCII text and CRLF": 'x = "é"  # ü\r\ny = f"{x}ß" + z\r\n',
+    "identifiers NFKC maps to ASCII": "𝔘𝔫𝔦 = ﬃ.ｘ(ｋ=1)\ndef ｆ(ａ, *ｂ): global ｇ\nimport ｍ.ｎ as ｏ\n",
     "lone carriage returns": "x = 1\ry = (2,\r 3)\rz = '''a\rb'''\r",
     "empty and comment-only modules": "# c\n\n",
     "byte-order mark": '\ufeffimport triton\n@triton.jit\ndef k(x):\n    return x\n',
