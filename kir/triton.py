@@ -1229,7 +1229,8 @@ _Builder.simple = frozenset({  # type: ignore[attr-defined]
 
 def build(text: str, source: bytes) -> Columns:
     """Parse Python/Triton text into libcst's node table; raises `ParseError` on a syntax
-    error. Constructs this builder does not rebuild go through `kir.triton_cst` (same table)."""
+    error. Text Python's parser refuses, and constructs this builder does not rebuild, go
+    through `kir.triton_cst` (same table, same errors)."""
     # the ast and the table are many small acyclic objects: the cyclic GC would rescan them
     # again and again while they grow (measured: about a sixth of the parse time)
     gc_was_enabled = gc.isenabled()
@@ -1245,18 +1246,14 @@ def _build(text: str, source: bytes) -> Columns:
     body = text[1:] if text.startswith("\ufeff") else text
     try:
         tree = ast.parse(body)
-    except SyntaxError as exc:
-        raise ParseError(f"Python syntax error at line {exc.lineno}, column "
-                         f"{(exc.offset or 1) - 1}: {exc.msg}") from None
-    except (RecursionError, MemoryError):
-        raise ParseError("Python source nests too deeply to parse") from None
-    try:
         return build_from_ast(tree, text, source)
-    except _Unsupported:
+    except (SyntaxError, _Unsupported):
+        # libcst decides what parses (it also reads syntax newer than this Python's, e.g.
+        # PEP 695 on 3.11) and words the syntax errors, as before this builder existed
         from kir import triton_cst
 
         return triton_cst.build(text, source)
-    except RecursionError:
+    except (RecursionError, MemoryError):
         raise ParseError("Python source nests too deeply to parse") from None
 
 
