@@ -77,6 +77,20 @@ _WS = frozenset(b" \t\f\r\n\\")
 _HSPACE = frozenset(b" \t\f\\")
 _OPEN, _COMMA = ord("("), ord(",")
 
+#: statements libcst puts in a SimpleStatementLine
+_SIMPLE = frozenset({
+    ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Raise, ast.Assert,
+    ast.Delete, ast.Pass, ast.Break, ast.Continue, ast.Global, ast.Nonlocal, ast.Import,
+    ast.ImportFrom,
+})
+
+#: compound statements whose last clause is their body
+_BLOCK_ONLY = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.With,
+                         ast.AsyncWith, ast.ExceptHandler})
+_IF = {"flavor": "if"}
+_WHILE = {"flavor": "while"}
+_ASSIGN_OP = {"op": "="}
+
 
 class _Builder:
     """Builds the node table of one module; one instance per parse."""
@@ -745,7 +759,7 @@ class _Builder:
         """Statements of a module or block: compound ones, and simple ones grouped into
         `SimpleStatementLine`s (several when joined by `;`)."""
         i, n = 0, len(body)
-        simple = self.simple
+        simple = _SIMPLE
         while i < n:
             st = body[i]
             if type(st) not in simple:
@@ -1212,19 +1226,6 @@ class _Builder:
 
 class _Unsupported(Exception):
     """A construct this builder does not rebuild: `build` hands the text to libcst."""
-
-
-_BLOCK_ONLY = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.With,
-                         ast.AsyncWith, ast.ExceptHandler})
-_IF = {"flavor": "if"}
-_WHILE = {"flavor": "while"}
-_ASSIGN_OP = {"op": "="}
-
-_Builder.simple = frozenset({  # type: ignore[attr-defined]
-    ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Raise, ast.Assert,
-    ast.Delete, ast.Pass, ast.Break, ast.Continue, ast.Global, ast.Nonlocal, ast.Import,
-    ast.ImportFrom,
-})
 
 
 def build(text: str, source: bytes) -> Columns:
