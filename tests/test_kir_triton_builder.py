@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -17,15 +18,16 @@ from hypothesis import strategies as st
 import anchors
 import kir
 from kir import triton, triton_cst
+from kir.ir import Columns
 from test_kir_support import ROOT, SITE, TRITON_CORPUS, real_triton_files
 
 
-def table(text: str) -> list[object]:
+def table(text: str) -> list[Any]:
     """The libcst-built table, as plain values."""
     return _plain(triton_cst.build(text, text.encode()))
 
 
-def ast_table(text: str) -> list[object]:
+def ast_table(text: str) -> list[Any]:
     """The ast-built table, without the libcst fallback (a construct it left to libcst
     raises)."""
     import ast
@@ -34,9 +36,9 @@ def ast_table(text: str) -> list[object]:
     return _plain(triton.build_from_ast(ast.parse(body), text, text.encode()))
 
 
-def _plain(cols: object) -> list[object]:
-    return [cols.kinds, cols.gtypes, cols.names, cols.starts, cols.ends, cols.parents,  # type: ignore[attr-defined]
-            {k: dict(v) for k, v in cols.attrs.items()}]  # type: ignore[attr-defined]
+def _plain(cols: Columns) -> list[Any]:
+    return [cols.kinds, cols.gtypes, cols.names, cols.starts, cols.ends, cols.parents,
+            {k: dict(v) for k, v in cols.attrs.items()}]
 
 
 def first_difference(text: str) -> str | None:
@@ -45,12 +47,12 @@ def first_difference(text: str) -> str | None:
     if want == got:
         return None
     src = text.encode()
-    for i in range(min(len(want[0]), len(got[0]))):  # type: ignore[arg-type]
-        a = [c[i] for c in want[:6]] + [want[6].get(i)]  # type: ignore[index, union-attr]
-        b = [c[i] for c in got[:6]] + [got[6].get(i)]  # type: ignore[index, union-attr]
+    for i in range(min(len(want[0]), len(got[0]))):
+        a = [c[i] for c in want[:6]] + [want[6].get(i)]
+        b = [c[i] for c in got[:6]] + [got[6].get(i)]
         if a != b:
             return f"node {i}: libcst {a} {src[a[3]:a[4]]!r} / ast {b} {src[b[3]:b[4]]!r}"
-    return f"{len(want[0])} nodes from libcst, {len(got[0])} from ast"  # type: ignore[arg-type]
+    return f"{len(want[0])} nodes from libcst, {len(got[0])} from ast"
 
 
 def _python_files() -> list[Path]:
