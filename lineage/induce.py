@@ -25,6 +25,9 @@ from lineage.graph import KernelState, Lineage, Transition, jsonable, state_id
 
 # A forward transition that makes the kernel slower than this factor (device tier) is rejected.
 SLOWER_MARGIN = 0.97
+# Passes whose removal cheapens every later device-tier gate; tried first there (see
+# Inducer._cheap_gates_first).
+DEVICE_FIRST = ("autotune",)
 # A re-derived forward kernel must reach the successor's time within this factor.
 REDERIVE_MARGIN = 0.90
 
@@ -154,9 +157,22 @@ class Inducer:
                 if site.present:
                     found.append((p, site))
         order = self._graph.deopt_order(sorted({p.name for p, _ in found}))
+        if self.tier == "device":
+            order = self._cheap_gates_first(order)
         rank = {name: i for i, name in enumerate(order)}
         found.sort(key=lambda ps: (rank.get(ps[0].name, len(rank)), ps[1].span))
         return found
+
+    def _cheap_gates_first(self, order: list[str]) -> list[str]:
+        """At the device tier every gated candidate is autotuned over its whole config list
+        (each config compiled and timed at the real shapes, per shape variant), so removing
+        the autotuner first makes every later gate run one config: fmha's gate drops from
+        minutes to seconds. The order is a soft prior; this keeps it valid, because no pass
+        requires what the autotuner provides."""
+        moved = [name for name in order if name in DEVICE_FIRST
+                 and not any(set(self._registry[name].provides) & set(self._registry[other].requires)
+                             for other in order if other != name)]
+        return moved + [name for name in order if name not in moved]
 
     def _features(self, ir: kir.KernelIR) -> tuple[dict[str, str], ...]:
         return tuple({"pass": p.name, "anchor": s.anchor} for p, s in self.present_sites(ir))

@@ -150,3 +150,21 @@ def test_induce_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
         proc = _klineage(*args, "--out", str(tmp_path / "o"), env=env)
         assert proc.returncode == 2, (args, proc.stderr)
         assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+
+
+def test_device_tier_removes_the_autotuner_first(tmp_path: Path) -> None:
+    # Every device-tier gate autotunes the candidate over its config list; with the autotuner
+    # removed first, every later gate compiles and times one config. The interpret tier (which
+    # runs one config anyway) keeps the dependency order.
+    import kir
+    from lineage.induce import Inducer
+
+    fmha = ROOT / "experts" / "fmha" / "fmha_triton.py"
+    inducer = Inducer(fmha, "fmha", tier="interpret", out=tmp_path / "lin")
+    ir = kir.parse_file(fmha)
+    interpret_order = [p.name for p, _ in inducer.present_sites(ir)]
+    inducer.tier = "device"
+    device_order = [p.name for p, _ in inducer.present_sites(ir)]
+    assert interpret_order[0] != "autotune" and "autotune" in interpret_order
+    assert device_order[0] == "autotune"
+    assert sorted(device_order) == sorted(interpret_order)
