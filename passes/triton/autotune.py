@@ -15,6 +15,7 @@ decorator it builds a standard Hopper config list around the pinned launch value
 from __future__ import annotations
 
 import ast
+import builtins
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -197,7 +198,10 @@ class Autotune(Pass):
             return Skipped("the kernel is never launched in this module", {"kernel": kernel.name})
         if self.decorator:
             names = [n for n in self.pinned.split(",") if n]
-            text = self.decorator
+            fitted = _fit_decorator(self.decorator, mod, kernel)
+            if isinstance(fitted, Skipped):
+                return fitted
+            text = fitted
         else:
             names, text = self._default_decorator(mod, kernel, launches)
             if not names:
@@ -236,6 +240,80 @@ class Autotune(Pass):
         text = (f"{indent}@triton.autotune(configs=[\n" + "\n".join(lines) + "\n"
                 f"{indent}], key={keys!r})\n")
         return list(pinned), text
+
+
+def _module_names(mod: PyModule) -> set[str]:
+    """Names bound at module level (defs, classes, assignments, imports) and builtins."""
+    bound = set(dir(builtins))
+    for node in mod.tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return bound
+
+
+def _fit_decorator(text: str, mod: PyModule, kernel: ast.FunctionDef) -> str | Skipped:
+    """A recorded autotune decorator, fitted to `kernel` in `mod` (a card carries it from
+    another module): keyword arguments that name helpers this module lacks (a
+    `prune_configs_by` hook, say) are dropped, as they only narrow the search; `key` keeps the
+    kernel's own argument names. Refused when a config sets a parameter the kernel lacks.
+    The text comes back unchanged when it already fits (the lineage's own forward step)."""
+    lines = text.splitlines(keepends=True)
+    start = text.index("@")
+    expr_src = text[start + 1:].rstrip()
+    try:
+        expr = ast.parse(expr_src, mode="eval").body
+    except SyntaxError:
+        return Skipped("the recorded decorator does not parse", {"decorator": lines[0].strip()})
+    if not isinstance(expr, ast.Call):
+        return Skipped("the recorded decorator is not a call", {"decorator": lines[0].strip()})
+    params = {a.arg for a in kernel.args.args + kernel.args.kwonlyargs}
+    data = expr_src.encode()
+    offsets = [0]
+    for line in expr_src.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(line.encode()))
+
+    def span(node: ast.AST) -> tuple[int, int]:
+        return (offsets[node.lineno - 1] + node.col_offset,
+                offsets[node.end_lineno - 1] + node.end_col_offset)
+
+    configs = next((kw.value for kw in expr.keywords if kw.arg == "configs"), None)
+    for config in (configs.elts if isinstance(configs, ast.List) else []):
+        meta = config.args[0] if isinstance(config, ast.Call) and config.args else None
+        if isinstance(meta, ast.Dict):
+            unknown = [k.value for k in meta.keys if isinstance(k, ast.Constant) and k.value not in params]
+            if unknown:
+                return Skipped("the recorded configs set parameters the kernel does not have",
+                               {"kernel": kernel.name, "unknown": ",".join(map(str, unknown))})
+    bound = _module_names(mod)
+    edits: list[tuple[int, int, bytes]] = []
+    for kw in expr.keywords:
+        if kw.arg == "configs":
+            continue
+        if kw.arg == "key" and isinstance(kw.value, (ast.List, ast.Tuple)):
+            keep = [e for e in kw.value.elts if isinstance(e, ast.Constant) and e.value in params]
+            if len(keep) != len(kw.value.elts):
+                a, b = span(kw.value)
+                edits.append((a, b, repr([e.value for e in keep]).encode()))
+            continue
+        missing = {n.id for n in ast.walk(kw.value) if isinstance(n, ast.Name)} - bound
+        if missing:
+            a, b = span(kw)
+            # take the comma (and the blank space) before the keyword with it
+            while a > 0 and data[a - 1:a] in (b" ", b"\n", b"\t"):
+                a -= 1
+            if data[a - 1:a] == b",":
+                a -= 1
+            edits.append((a, b, b""))
+    if not edits:
+        return text
+    for a, b, new in sorted(edits, reverse=True):
+        data = data[:a] + new + data[b:]
+    return text[:start + 1] + data.decode() + "\n"
 
 
 def _is_constexpr(arg: ast.arg) -> bool:
