@@ -9,7 +9,9 @@
 # lineages are spread over, e.g. GPUS=0,1. Lineages go to OUTDIR/lineages.tgz,
 # the benchmark to OUTDIR/experts.{json,md}, the test log to OUTDIR/gpu-tests.log. Each stage has
 # its own time box so that one slow stage cannot starve the others; the GPU tests run last. Where Python packages are
-# missing on the machine, wheels in .whl/ are installed into /tmp/site first.
+# missing on the machine, wheels in .whl/ are installed into /tmp/site first. RESUME (env) names
+# a folder of earlier lineages (RESUME/<case>/lineage.json): a case found there continues that
+# lineage (klineage induce --resume) instead of starting from the expert.
 set -u
 OUTDIR=${1:?usage: device_session.sh OUTDIR [STAGES] [CASES]}
 STAGES=${2:-gpu-test,bench,lineages}
@@ -42,13 +44,17 @@ if has lineages; then
   # One queue per GPU (round-robin over the cases), the queues run side by side: each
   # induction has its GPU to itself, so its timings are as clean as on a one-GPU machine.
   induce_one() {
-    local case=$1 gpu=$2 kernel box_var box start rc
+    local case=$1 gpu=$2 kernel box_var box start rc resume=()
     kernel=$(ls experts/$case/${case}_triton.py)
+    if [ -n "${RESUME:-}" ] && [ -f "$RESUME/$case/lineage.json" ]; then
+      mkdir -p "$OUTDIR/lin/$case" && cp "$RESUME/$case/lineage.json" "$OUTDIR/lin/$case/"
+      resume=(--resume)
+    fi
     box_var="LINEAGE_BOX_$case"; box=${!box_var:-$LINEAGE_BOX}   # e.g. LINEAGE_BOX_gemm=200
     start=$(date +%s)
     CUDA_VISIBLE_DEVICES=$gpu KLINEAGE_CACHE_DIR=$KLINEAGE_CACHE_DIR/gpu$gpu \
       timeout "$box" python3 -m lineage induce "$kernel" --case "$case" --tier device \
-      --max-steps "$MAX_STEPS" --out "$OUTDIR/lin/$case" --json > "$OUTDIR/lin/$case.json" \
+      --max-steps "$MAX_STEPS" --out "$OUTDIR/lin/$case" "${resume[@]}" --json > "$OUTDIR/lin/$case.json" \
       2> "$OUTDIR/lin/$case.log"
     rc=$?
     echo "== device lineage $case (gpu $gpu): rc=$rc in $(( $(date +%s) - start )) s"

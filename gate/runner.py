@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gate import compare as cmp
@@ -62,6 +62,8 @@ class _Judge:
     facts: Facts | None = None
     stage: str = "import"
     verdict: Verdict | None = None
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    compare_s: float = 0.0  # the parent's own time decoding and comparing outputs
 
     def _shape(self, variant: str) -> Mapping[str, Any]:
         table = self.case.shapes if self.tier is Tier.DEVICE else self.case.small_shapes
@@ -89,6 +91,7 @@ class _Judge:
         elif kind == "stage":
             self.stage = msg[1]
         elif kind == "mark":
+            self.phases.append((str(msg[1]), float(msg[2])))
             _LOG.debug("worker phase %s: %.3f s", msg[1], msg[2])
         elif kind == "refs_done":
             self._check_case()
@@ -127,9 +130,11 @@ class _Judge:
         ref_phase = PHASE_SEED if phase in (PHASE_KNOCKOUT, PHASE_FAULT) else phase
         ref_outputs, inputs = self.refs[(variant, ref_phase, seed)]
         dtype = str(self._shape(variant).get("dtype", ""))
+        t0 = time.perf_counter()
         outcome = cmp.compare(outputs, ref_outputs, tolerance=self.case.tolerance_for(dtype),
                               low_tolerance=cmp.lower_precision_tolerance(dtype, dict(self.case.tolerance)),
                               case_compare=self.case_compare, inputs=inputs)
+        self.compare_s += time.perf_counter() - t0
         if phase in (PHASE_KNOCKOUT, PHASE_FAULT):
             self.stage = "anti_cheat"
             if outcome.ok:
@@ -179,6 +184,7 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
     ctx = _context()
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=worker_main, args=(child, job), daemon=True)
+    spawn_t0 = time.perf_counter()
     _start(proc)
     child.close()
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -200,6 +206,7 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
             if msg is not None:
                 if msg[0] == "ready" and not started:
                     started = True
+                    judge.phases.append(("spawn", time.perf_counter() - spawn_t0))
                     deadline = time.monotonic() + timeout
                 if judge.handle(msg) or msg[0] == "done":
                     break
@@ -212,7 +219,8 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
         parent.close()
     if judge.verdict is None:  # "done" arrived without a decision: cannot happen, but never lie
         return reject(tier, judge.stage, FailureKind.INTERNAL, "the worker finished without a verdict")
-    return judge.verdict
+    phases = judge.phases + ([("compare (parent)", judge.compare_s)] if judge.compare_s else [])
+    return replace(judge.verdict, phases=tuple(phases))
 
 
 _START_LOCK = threading.Lock()

@@ -241,6 +241,9 @@ class Verdict:
     timing: Timing | None = None
     flags: tuple[str, ...] = ()
     cached: bool = field(default=False, compare=False)
+    # Wall seconds of the worker's phases (start-up, references, load_candidate, correctness,
+    # knockout, timing/repeat, reverify) in the order run: where a gate's time went.
+    phases: tuple[tuple[str, float], ...] = field(default=(), compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """The documented JSON form (`klineage gate --json`)."""
@@ -256,6 +259,8 @@ class Verdict:
         if self.timing is not None:
             out["timing"] = self.timing.to_json()
         out["flags"] = list(self.flags)
+        if self.phases:
+            out["phases"] = {name: round(sec, 3) for name, sec in self.phases}
         return out
 
     @staticmethod
@@ -268,6 +273,7 @@ class Verdict:
             correctness=Correctness.from_json(d["correctness"]) if d.get("correctness") else None,
             timing=Timing.from_json(d["timing"]) if d.get("timing") else None,
             flags=tuple(d.get("flags", ())), cached=cached,
+            phases=tuple((str(k), float(v)) for k, v in (d.get("phases") or {}).items()),
         )
 
 

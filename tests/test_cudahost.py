@@ -114,5 +114,7 @@ def test_saxpy_runs_on_the_gpu() -> None:
     func = cudahost.get_function(cudahost.compile_source(SAXPY), "saxpy")
     cudahost.launch(func, (n + 127) // 128, 128, 0, [y, x, 3.0, n], torch.cuda.current_stream())
     torch.cuda.synchronize()
-    assert torch.allclose(y, expect)
+    # NVRTC contracts a * x + y into one fused multiply-add (one rounding); torch rounds twice,
+    # so elements near zero differ by an ulp of the product (seen: 9.5e-7).
+    torch.testing.assert_close(y, expect, rtol=1e-6, atol=4e-6)
     assert cudahost.function_attributes(func)["registers"] > 0

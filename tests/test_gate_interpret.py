@@ -59,6 +59,42 @@ def test_verdict_json_round_trips() -> None:
     assert Verdict.from_json(json.loads(json.dumps(data))) == verdict
 
 
+def test_a_verdict_says_where_the_gate_spent_its_time() -> None:
+    verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False)
+    phases = dict(verdict.phases)
+    # the worker's phases in the order run, after its start
+    assert list(phases)[:2] == ["spawn", "start-up"]
+    assert {"references", "load_candidate", "correctness", "knockout", "repeat"} <= set(phases)
+    assert all(sec >= 0 for sec in phases.values())
+    data = json.loads(json.dumps(verdict.to_json()))
+    assert list(data["phases"]) == list(phases)
+    assert dict(Verdict.from_json(data).phases) == pytest.approx(phases, abs=1e-3)
+
+
+def test_the_threaded_norm_matches_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from gate import compare
+
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal(300_001).astype(np.float16)
+    out = (ref + rng.standard_normal(ref.size).astype(np.float16) * 1e-3).astype(np.float16)
+    monkeypatch.setattr(compare, "_THREADS", 1)
+    serial = compare.relative_error(out, ref)
+    monkeypatch.setattr(compare, "_THREADS", 4)
+    monkeypatch.setattr(compare, "_PER_THREAD", 50_000)
+    assert compare.relative_error(out, ref) == pytest.approx(serial, rel=1e-12)
+    assert 1e-4 < serial < 1e-2
+    holed = out.copy()
+    holed[-3] = np.nan  # in the last thread's share: the output is unwritten there
+    assert np.isnan(compare.relative_error(holed, ref))
+    inf_ref, inf_out = ref.copy(), out.copy()
+    inf_ref[7], inf_out[7] = np.inf, np.inf  # matched inf in the reference: exact path, finite error
+    assert compare.relative_error(inf_out, inf_ref) == pytest.approx(serial, rel=1e-2)
+    inf_out[7] = 1.0
+    assert compare.relative_error(inf_out, inf_ref) == float("inf")
+
+
 def test_an_unknown_case_or_tier_is_bad_input() -> None:
     from kir.errors import BadInputError
 
