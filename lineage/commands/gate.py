@@ -51,8 +51,10 @@ def command(kernel: str, case: str, tier: str, timeout: float | None, no_cache: 
     "config", "registers", "shared_bytes", "local_bytes", "spill_stores", "spill_loads",
     "instructions", "sass", "compile_s"}]}, "correctness": {"seeds", "max_rel_err", "results":
     [{"variant", "seed", "phase", "rel_err"}]}, "timing": {"candidate_ms", "reference_ms",
-    "speedup", "variants": [...]}, "flags": [...]}; facts, correctness and timing are absent
-    where the tier did not reach them; failure_kind and reason are null when ok.
+    "speedup", "variants": [...]}, "flags": [...], "phases": {"spawn": s, "start-up": s, ...}};
+    facts, correctness and timing are absent where the tier did not reach them; phases (wall
+    seconds of the gate's phases, in run order) where a worker ran; failure_kind and reason are
+    null when ok.
     """
     import gate
 
