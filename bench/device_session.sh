@@ -4,14 +4,17 @@
 #
 #   bash bench/device_session.sh OUTDIR [STAGES] [CASES]
 #
-# STAGES is a comma list of gpu-test,bench,lineages (default: all three); CASES the experts whose
+# STAGES is a comma list of gpu-test,bench,lineages,heldout (default: the first three); CASES the experts whose
 # lineages to induce (default: gemm,conv2d,topk,fmha,gdn); GPUS (env, default 0) the GPUs the
 # lineages are spread over, e.g. GPUS=0,1. Lineages go to OUTDIR/lineages.tgz,
 # the benchmark to OUTDIR/experts.{json,md}, the test log to OUTDIR/gpu-tests.log. Each stage has
 # its own time box so that one slow stage cannot starve the others; the GPU tests run last. Where Python packages are
 # missing on the machine, wheels in .whl/ are installed into /tmp/site first. RESUME (env) names
 # a folder of earlier lineages (RESUME/<case>/lineage.json): a case found there continues that
-# lineage (klineage induce --resume) instead of starting from the expert.
+# lineage (klineage induce --resume) instead of starting from the expert. The heldout stage
+# induces each case's held-out lineage for admission: the orders that start with the expert's
+# 2nd, 3rd, ... optimization (--first-branch 1, up to HELDOUT_WIDTH of them, HELDOUT_STEPS steps
+# each), to OUTDIR/heldout.tgz; give them to bench/roundtrip.py --held-out.
 set -u
 OUTDIR=${1:?usage: device_session.sh OUTDIR [STAGES] [CASES]}
 STAGES=${2:-gpu-test,bench,lineages}
@@ -70,6 +73,21 @@ if has lineages; then
   done
   wait
   tar czf "$OUTDIR/lineages.tgz" -C "$OUTDIR" lin && rm -rf "$OUTDIR/lin"
+fi
+
+if has heldout; then
+  mkdir -p "$OUTDIR/heldout"
+  IFS=, read -ra list <<<"$CASES"
+  for case in "${list[@]}"; do
+    box_var="HELDOUT_BOX_$case"; box=${!box_var:-${HELDOUT_BOX:-240}}
+    start=$(date +%s)
+    timeout "$box" python3 -m lineage induce "experts/$case/${case}_triton.py" --case "$case" \
+      --tier device --first-branch 1 --width "${HELDOUT_WIDTH:-16}" --max-steps "${HELDOUT_STEPS:-1}" \
+      --out "$OUTDIR/heldout/$case" --json > "$OUTDIR/heldout/$case.json" 2> "$OUTDIR/heldout/$case.log"
+    echo "== held-out lineage $case: rc=$? in $(( $(date +%s) - start )) s"
+    tail -c 400 "$OUTDIR/heldout/$case.json"; echo
+  done
+  tar czf "$OUTDIR/heldout.tgz" -C "$OUTDIR" heldout && rm -rf "$OUTDIR/heldout"
 fi
 
 if has gpu-test; then

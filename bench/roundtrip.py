@@ -4,7 +4,7 @@
         [--cases gemm,conv2d] [--trials 5] [--budget-steps 24] [--box 240]
         [--case-box gemm=240] [--grace 120] [--wall 560] [--gpus 0,1 | --jobs N]
         [--only roundtrip|loo] [--admit-tier interpret] [--libraries DIR] [--libraries-only]
-        [--tables-only]
+        [--tables-only] [--held-out LINEAGE,...]
 
 LINEAGE: lineage directories or lineage.json files (default:
 bench/results/lineages/device/*/lineage.json); each contributes the lineage of one case.
@@ -12,6 +12,10 @@ bench/results/lineages/device/*/lineage.json); each contributes the lineage of o
 1. Libraries. `all`: the cards lifted from every lineage, admitted by roundtrip trials on
    held-out states of those lineages (`lineage.admission.admit` at --admit-tier).
    `loo-<case>`: the same without that case's lineage (lifted and admitted without it).
+   With --held-out, admission also tries cards on the states of those lineages (induced
+   for admission and never lifted: e.g. each expert again with `klineage induce
+   --first-branch 1`), so a pass that occurs in one case's lineage only can still meet a
+   held-out state; `loo-<case>` does not see that case's held-out lineage either.
    A library whose admission finished holds `admission.json` and is reused as it is (so a
    library admitted on a CPU and committed can be used for device trials: --libraries).
 2. Roundtrip: per case and trial t (seed t; seed 0 is the deterministic order), start from
@@ -104,9 +108,25 @@ def naive_root(lin: Any) -> str:
     return max(lin.states(), key=lambda s: (len(lin.path_to_expert(s) or ()), s))
 
 
+def load_held_out(paths: Sequence[str]) -> list[tuple[str, Path]]:
+    """(case, lineage.json) of each held-out lineage (the case of its expert state)."""
+    from lineage.graph import Lineage
+
+    out = []
+    for raw in paths:
+        file = Path(raw) / "lineage.json" if Path(raw).is_dir() else Path(raw)
+        lin = Lineage.load(file)
+        cases = {str(lin.node(s).get("case", "")) for s in lin.states()}
+        if len(cases) != 1:
+            raise SystemExit(f"{file}: a held-out lineage holds one case, found {sorted(cases)}")
+        out.append((cases.pop(), file))
+    return out
+
+
 def build_library(name: str, lineages: list[CaseLineage], libraries: Path, tier: str,
-                  max_trials: int) -> Path:
-    """Lift and admit one library (skipped when its admission.json exists)."""
+                  max_trials: int, held_out: Sequence[tuple[str, Path]] = ()) -> Path:
+    """Lift and admit one library (skipped when its admission.json exists); `held_out`
+    lineages give admission contexts and are not lifted."""
     from lineage.admission import admit
     from lineage.graph import Lineage
     from lineage.skills import Library, lift
@@ -126,10 +146,12 @@ def build_library(name: str, lineages: list[CaseLineage], libraries: Path, tier:
     os.environ["KLINEAGE_CACHE_DIR"] = str(libraries / "admission-cache")
     started = time.monotonic()
     report = admit(lib, lins, tier=tier, max_trials=max_trials,
+                   held_out=[Lineage.load(path) for _, path in held_out],
                    progress=lambda event, data: say(f"  {name} {event} {data.get('card', '')}"
                                                     + (f": {data['reason'][:100]}"
                                                        if event == "failed" else "")))
     record = {**report.to_json(), "tier": tier, "lineages": [str(c.path) for c in lineages],
+              "held_out": [str(path) for _, path in held_out],
               "cards": len(lib.ids()), "wall_s": round(time.monotonic() - started, 1)}
     (done.parent / "admission.json.tmp").write_text(json.dumps(record, indent=1) + "\n")
     os.replace(done.parent / "admission.json.tmp", done)
@@ -449,6 +471,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tier", default="interpret", choices=["interpret", "device", "auto"])
     ap.add_argument("--admit-tier", default="interpret", choices=["interpret", "device", "auto"])
     ap.add_argument("--admit-max-trials", type=int, default=2)
+    ap.add_argument("--held-out", default="",
+                    help="comma-separated held-out lineages (dirs or lineage.json: induced for "
+                         "admission, e.g. klineage induce --first-branch 1, and not lifted); "
+                         "loo-<case> leaves out that case's too")
     ap.add_argument("--cases", default="", help="comma-separated cases (default: every lineage's)")
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--budget-steps", type=int, default=24)
@@ -489,6 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     all_lineages = [lineages[c] for c in sorted(lineages)]
+    held_out = load_held_out([p for p in args.held_out.split(",") if p])
     try:
         boxes = {k: float(v) for k, v in (item.split("=") for item in args.case_box.split(",") if item)}
     except ValueError:
@@ -506,13 +533,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "dir": str(runs / name)}
 
     if args.only in (None, "roundtrip"):
-        full = build_library("all", all_lineages, libraries, args.admit_tier, args.admit_max_trials)
+        full = build_library("all", all_lineages, libraries, args.admit_tier, args.admit_max_trials,
+                             held_out)
         specs += [spec("roundtrip", c, t, full) for c in cases for t in range(args.trials)]
     if args.only in (None, "loo"):
         for case in cases:
             rest = [c for c in all_lineages if c.case != case]
             lib = build_library(f"loo-{case}", rest, libraries, args.admit_tier,
-                                args.admit_max_trials)
+                                args.admit_max_trials, [h for h in held_out if h[0] != case])
             specs.append(spec("loo", case, 0, lib))
     if args.libraries_only:
         say(f"libraries ready under {libraries}")

@@ -1,8 +1,10 @@
 """Roundtrip admission of SkillCards (paper §3.3, "Roundtrip admission").
 
 A lifted card is a hypothesis. It is admitted only after a *trial* in a context absent from its
-source lineage — a state of another case, or a state of a lineage its evidence did not come
-from — in which materializing the card (`lineage.optimize.materialize`) gives a kernel that
+source lineage — a state of another case, a state of a lineage its evidence did not come
+from, or a state of a *held-out lineage* (one induced for the purpose and not lifted, e.g. the
+same expert de-optimized in another order: `klineage induce --first-branch 1`) that holds none
+of the card's evidence and is no state of its source lineages — in which materializing the card (`lineage.optimize.materialize`) gives a kernel that
 passes the gate and reproduces the card's declared effect:
 
 - interpret / static tier (no timing): the candidate passes the gate and the pass's
@@ -52,22 +54,36 @@ class Context:
         return f"{self.case}:{self.state}"
 
 
-def held_out_contexts(card: SkillCard, lineages: Sequence[Lineage]) -> list[Context]:
-    """States where `card` may be tried: same language, not among its source states, in a
-    lineage its evidence did not come from or of a case outside its scope, and without the
-    card's pass already present. Other cases first, then other lineages; within each, states
-    nearest the naive root first (most room for the card)."""
+def held_out_contexts(card: SkillCard, lineages: Sequence[Lineage],
+                      held_out: Sequence[Lineage] = ()) -> list[Context]:
+    """States where `card` may be tried: same language, not among its source states, and
+    without the card's pass already present, taken from (1) `lineages` of a case outside the
+    card's scope or whose experts its evidence did not come from, and (2) `held_out` lineages
+    that hold none of the card's evidence transitions, leaving out every state of a lineage
+    in `lineages` that the card's evidence did come from. Other cases first, then the rest;
+    within each, states nearest the naive root first (most room for the card)."""
     sources = {(s.get("case", ""), s.get("expert", "")) for s in card.sources}
     experts = {expert for _, expert in sources if expert}
     cases = set(card.scope.get("cases") or [])
     own = set(card.source_states)
-    found: list[tuple[int, int, Context]] = []
+    evidence = set(card.evidence)
+    source_states: set[str] = set()
     for lineage in lineages:
-        lineage_experts = set(lineage.graph.graph.get("experts") or [])
-        foreign_lineage = not (lineage_experts & experts) if lineage_experts else True
+        if _foreign(lineage, experts):
+            continue
+        source_states.update(lineage.states())
+    found: list[tuple[int, int, Context]] = []
+    for lineage, held in [(lin, False) for lin in lineages] + [(lin, True) for lin in held_out]:
+        if held:
+            if evidence & set(lineage.transitions()):
+                continue
+            skip = own | source_states
+        else:
+            skip = own
+        foreign_lineage = held or _foreign(lineage, experts)
         for sid in lineage.states():
             node = lineage.node(sid)
-            if sid in own or node.get("language") != card.language:
+            if sid in skip or node.get("language") != card.language:
                 continue
             case = str(node.get("case", ""))
             if case in cases and not foreign_lineage:
@@ -82,7 +98,16 @@ def held_out_contexts(card: SkillCard, lineages: Sequence[Lineage]) -> list[Cont
                 language=str(node.get("language", "")), path=expert,
                 timing_ms=timing.get("candidate_ms"), tier=str(node.get("tier", "")))))
     found.sort(key=lambda item: (item[0], item[1], item[2].state))
-    return [ctx for _, _, ctx in found]
+    unique: dict[str, Context] = {}
+    for _, _, ctx in found:  # a state in two given lineages is one context
+        unique.setdefault(ctx.state, ctx)
+    return list(unique.values())
+
+
+def _foreign(lineage: Lineage, experts: set[str]) -> bool:
+    """The lineage's experts are none of those the card's evidence came from."""
+    lineage_experts = set(lineage.graph.graph.get("experts") or [])
+    return not (lineage_experts & experts) if lineage_experts else True
 
 
 def _expert_of(lineage: Lineage, state: str) -> str:
@@ -194,10 +219,10 @@ class AdmissionReport:
 def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpret",
           max_trials: int = 2, rewriter: Any = None, slack: float = 0.25,
           gate_timeout: float | None = None, progress: ProgressFn | None = None,
-          retry_admitted: bool = False, check_fn: Callable[..., Any] | None = None
-          ) -> AdmissionReport:
+          retry_admitted: bool = False, check_fn: Callable[..., Any] | None = None,
+          held_out: Sequence[Lineage] = ()) -> AdmissionReport:
     """Try every hypothesis of `library` on up to `max_trials` held-out contexts from
-    `lineages` until one trial succeeds; each trial is logged on the card and the card is
+    `lineages` and the `held_out` lineages (see `held_out_contexts`) until one trial succeeds; each trial is logged on the card and the card is
     stored at once. A held-out state where the card finds no site at all is passed over (it
     says nothing about the card); a card with no held-out state where it has a site is
     reported `untried`. Cards already admitted are skipped unless `retry_admitted`."""
@@ -210,7 +235,7 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
     for card in library.cards():
         if card.admitted and not retry_admitted:
             continue
-        contexts = [c for c in held_out_contexts(card, lineages) if _has_site(card, c)]
+        contexts = [c for c in held_out_contexts(card, lineages, held_out) if _has_site(card, c)]
         if not contexts:
             untried.append(card.id)
             say("untried", {"card": card.id})

@@ -76,12 +76,13 @@ class Inducer:
                  out: str | Path = "out/lineage", width: int = 1, max_steps: int = 32,
                  max_rejections: int = 40, resume: bool = False,
                  progress: ProgressFn | None = None, rewriter: Any = None,
-                 gate_timeout: float | None = None) -> None:
+                 gate_timeout: float | None = None, first_branch: int = 0) -> None:
         self.expert_path = Path(expert)
         if not self.expert_path.is_file():
             raise BadInputError(f"{expert}: no such kernel file")
-        if width < 1 or max_steps < 1 or max_rejections < 0:
-            raise BadInputError("--width and --max-steps must be >= 1, rejection limit >= 0")
+        if width < 1 or max_steps < 1 or max_rejections < 0 or first_branch < 0:
+            raise BadInputError("--width and --max-steps must be >= 1, rejection limit and "
+                                "--first-branch >= 0")
         import gate  # lazy: torch
 
         self._gate = gate
@@ -90,6 +91,10 @@ class Inducer:
         self.tier = self._resolve_tier(tier)
         self.out = Path(out)
         self.width = width
+        # Branch b starts with the b-th present site (see _walk); a lineage induced from
+        # branch 1 on shares no first step with the default order, so its states can serve as
+        # held-out contexts for cards lifted from the default lineage (lineage.admission).
+        self.first_branch = first_branch
         self.max_steps = max_steps
         self.max_rejections = max_rejections
         self.resume = resume
@@ -345,8 +350,14 @@ class Inducer:
         self._irs[expert_id] = self.ir
         self.lineage.save(self.lineage_path)
 
+        # Branch b starts with the b-th of the expert's present sites; past the last one the
+        # orders would repeat, so the branches stop there.
+        starts = max(1, len(self.present_sites(self.ir)))
+        if self.first_branch >= starts:
+            raise BadInputError(f"--first-branch {self.first_branch}: the expert offers {starts} "
+                                f"optimization(s) to start from (branches 0-{starts - 1})")
         branches: list[_Branch] = []
-        for b in range(self.width):
+        for b in range(self.first_branch, min(self.first_branch + self.width, starts)):
             branch = _Branch(index=b, current=expert_id, path=[expert_id])
             self._walk(branch)
             branches.append(branch)

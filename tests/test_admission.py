@@ -120,3 +120,89 @@ def test_a_card_without_a_site_in_any_held_out_state_is_untried(tmp_path: Path) 
                    check_fn=ScriptedGate())
     assert report.untried == (card.id,) and report.trials == 0
     assert lib.get(card.id).verification == ()
+
+
+def _induce_branch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first_branch: int,
+                   width: int = 1) -> Lineage:
+    """The gemm fixture's expert induced again, every candidate passing a scripted gate,
+    exploring only the order that starts with the `first_branch`-th present optimization."""
+    import gate
+    from lineage.induce import induce
+
+    gemm = lineage("gemm")
+    expert = tmp_path / f"branch{first_branch}x{width}" / "gemm_triton.py"
+    expert.parent.mkdir(parents=True)
+    expert.write_text(gemm.node(gemm.roles("expert")[0])["source"])
+    monkeypatch.setattr(gate, "check", ScriptedGate())
+    result = induce(expert, "gemm", tier="interpret", out=expert.parent / "out",
+                    first_branch=first_branch, width=width, max_steps=8)
+    return result.lineage
+
+
+def _last_step(lin: Lineage) -> set[str]:
+    """The passes of the forward steps that end at the expert."""
+    return {lin.node(t)["pass"] for t in lin.graph.predecessors(lin.roles("expert")[0])}
+
+
+def _two_orders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Lineage, Lineage]:
+    """(a lineage whose first de-optimization differs from the fixture's, one whose first
+    de-optimization is the fixture's): branches 0 and 1 of the gemm fixture's expert."""
+    branches = [_induce_branch(tmp_path, monkeypatch, b) for b in (0, 1)]
+    source = _last_step(lineage("gemm"))
+    other = [b for b in branches if _last_step(b) != source]
+    same = [b for b in branches if _last_step(b) == source]
+    assert other and same, [sorted(_last_step(b)) for b in branches]
+    return other[0], same[0]
+
+
+def test_a_held_out_lineage_of_another_order_gives_contexts_its_source_lineage_lacks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = lineage("gemm")
+    cards = gemm_cards(admitted=False)
+    other, _ = _two_orders(tmp_path, monkeypatch)
+    # Without a held-out lineage, the gemm-only cards have nowhere to be tried.
+    assert all(held_out_contexts(c, [source]) == [] for c in cards.values())
+    for name, card in cards.items():
+        for ctx in held_out_contexts(card, [source], held_out=[other]):
+            assert ctx.state not in set(source.states())  # never a state of the source lineage
+            assert ctx.state in set(other.states())
+            node = other.node(ctx.state)
+            assert not any(f.get("pass") == name for f in node.get("features") or ())
+    # The other order removes another optimization first: some card meets a fresh state.
+    assert any(held_out_contexts(c, [source], held_out=[other]) for c in cards.values())
+
+
+def test_a_held_out_lineage_holding_a_cards_evidence_is_not_held_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lineage.skills import lift
+
+    source = _induce_branch(tmp_path, monkeypatch, first_branch=1)
+    both = _induce_branch(tmp_path, monkeypatch, first_branch=0, width=2)  # holds branch 1 too
+    only_zero = _induce_branch(tmp_path, monkeypatch, first_branch=0)
+    cards = lift(source)
+    sharing = [c for c in cards if set(c.evidence) & set(both.transitions())]
+    assert sharing and len(sharing) == len(cards)  # branch 1's whole walk is in `both`
+    assert all(held_out_contexts(c, [source], held_out=[both]) == [] for c in cards)
+    # The lineage of branch 0 alone shares no first step with branch 1: contexts exist.
+    assert any(held_out_contexts(c, [source], held_out=[only_zero]) for c in cards)
+
+
+def test_admit_with_a_held_out_lineage_and_the_cli_guard(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = library(tmp_path, admitted=False)
+    other, _ = _two_orders(tmp_path, monkeypatch)
+    without = admit(lib, [lineage("gemm")], tier="interpret", rewriter=DeterministicRewriter(),
+                    check_fn=ScriptedGate())
+    assert without.admitted == () and without.trials == 0
+    report = admit(lib, [lineage("gemm")], tier="interpret", rewriter=DeterministicRewriter(),
+                   check_fn=ScriptedGate(), held_out=[other])
+    assert report.admitted and report.trials >= len(report.admitted)
+    for card_id in report.admitted:
+        (t,) = lib.get(card_id).verification
+        assert t.ok and t.context.split(":", 1)[1] in set(other.states())
+        assert t.context.split(":", 1)[1] not in set(lineage("gemm").states())
+    proc = subprocess.run([sys.executable, "-m", "lineage", "skills", str(tmp_path / "lib"),
+                           "--held-out", str(DATA / "gemm.json")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "--held-out needs --admit" in proc.stderr
+    assert proc.stderr.count("\n") == 1

@@ -20,6 +20,11 @@ from lineage.commands._common import emit_json
 @click.option("--admit", "admit_from", multiple=True, type=click.Path(),
               help="Run roundtrip admission of the library's hypotheses on held-out states of "
                    "these lineages (repeatable) before listing.")
+@click.option("--held-out", "held_out", multiple=True, type=click.Path(),
+              help="With --admit: a held-out lineage (induced for admission, not lifted, e.g. "
+                   "klineage induce --first-branch 1); its states that are no state of a card's "
+                   "source lineage, in a lineage holding none of the card's evidence, are "
+                   "contexts too (repeatable).")
 @click.option("--tier", type=click.Choice(["static", "interpret", "device", "auto"]),
               default="auto", show_default=True, help="Gate tier of admission trials.")
 @click.option("--max-trials", type=click.IntRange(1, 50), default=2, show_default=True,
@@ -27,8 +32,8 @@ from lineage.commands._common import emit_json
 @click.option("--markdown", is_flag=True, help="Print the cards as readable markdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def command(library: str, target: str | None, case: str | None, platform: str, k: int,
-            add: tuple[str, ...], admit_from: tuple[str, ...], tier: str, max_trials: int,
-            markdown: bool, as_json: bool) -> None:
+            add: tuple[str, ...], admit_from: tuple[str, ...], held_out: tuple[str, ...], tier: str,
+            max_trials: int, markdown: bool, as_json: bool) -> None:
     """List the SkillCards of LIBRARY, or with --target retrieve the admitted cards that fit it.
 
     JSON: {"skills": [{"id", "intent", "pass", "admitted", "scope", "effect", "preconditions",
@@ -44,6 +49,8 @@ def command(library: str, target: str | None, case: str | None, platform: str, k
 
     if target is not None and case is None:
         raise BadInputError("--target needs --case NAME")
+    if held_out and not admit_from:
+        raise BadInputError("--held-out needs --admit LINEAGE (the lineages the cards came from)")
     lib = Library.open(library, create=bool(add))
     for lineage_path in add:
         lib.add_all(lift(Lineage.load(lineage_path)))
@@ -54,8 +61,8 @@ def command(library: str, target: str | None, case: str | None, platform: str, k
 
         lineages = [Lineage.load(p) for p in admit_from]
         with Progress("admitting SkillCards", enabled=not as_json) as progress:
-            admission = admit(lib, lineages, tier=tier, max_trials=max_trials,
-                              progress=progress).to_json()
+            admission = admit(lib, lineages, tier=tier, max_trials=max_trials, progress=progress,
+                              held_out=[Lineage.load(p) for p in held_out]).to_json()
         if not as_json:
             click.echo(f"admission: {len(admission['admitted'])} admitted, "
                        f"{len(admission['rejected'])} not admitted, {len(admission['untried'])} "
