@@ -1,10 +1,11 @@
 """Parse + anchor-index throughput, query latency and diff latency (one CPU core).
 
-    .venv/bin/python bench/bench_parse.py [DIR ...]
+    .venv/bin/python bench/bench_parse.py [DIR ...] [--out DIR]
 
 Without DIRs the corpus is tests/data/kernels/, experts/ and, when installed, the real Triton
 modules of the venv (triton/language, torch/_inductor/kernel) and the CUDA headers shipped in
-torch/include (ATen .cuh files). Writes bench/results/parse.json and bench/results/parse.md.
+torch/include (ATen .cuh files). Writes parse.json and parse.md to --out (default
+bench/results).
 Goals: >= 1 MB/s CUDA, >= 0.5 MB/s Triton, query over a 2,000-line file < 5 ms, diff of two
 500-line kernels < 100 ms.
 """
@@ -156,11 +157,20 @@ def kernel_{i}(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.
 
 
 def main(argv: list[str]) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dirs", nargs="*", type=Path, help="corpus folders (default: see above)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/results", help="results folder")
+    args = ap.parse_args(argv)
+    missing = [str(d) for d in args.dirs if not d.is_dir()]
+    if missing:
+        ap.error(f"not a folder: {', '.join(missing)}")
     try:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as the goal says
     except (AttributeError, OSError):
         pass
-    dirs = [Path(a) for a in argv] or default_dirs()
+    dirs = list(args.dirs) or default_dirs()
     files = corpus(dirs)
     results: dict[str, object] = {
         "command": "python bench/bench_parse.py " + " ".join(argv),
@@ -197,7 +207,8 @@ def main(argv: list[str]) -> int:
         "diff_ms<100": results["diff"]["ms_median"] < 100,  # type: ignore[index]
     }
     results["goals_met"] = goals
-    out = ROOT / "bench/results"
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "parse.json").write_text(json.dumps(results, indent=1) + "\n")
     c, t, q, d = results["cuda"], results["triton"], results["query"], results["diff"]
