@@ -76,7 +76,8 @@ class Inducer:
                  out: str | Path = "out/lineage", width: int = 1, max_steps: int = 32,
                  max_rejections: int = 40, resume: bool = False,
                  progress: ProgressFn | None = None, rewriter: Any = None,
-                 gate_timeout: float | None = None, first_branch: int = 0) -> None:
+                 gate_timeout: float | None = None, first_branch: int = 0,
+                 pass_specs: tuple[str, ...] = ()) -> None:
         self.expert_path = Path(expert)
         if not self.expert_path.is_file():
             raise BadInputError(f"{expert}: no such kernel file")
@@ -111,6 +112,14 @@ class Inducer:
         from passes import PassContext, PassGraph, get_all_passes
 
         self._registry = {name: load()() for name, load in get_all_passes().items()}
+        # "name{key=value}" specs replace a pass's default options for this induction (e.g.
+        # tile-sizes{floor=32}: the interpreter runs tiny tiles slowly).
+        from passes.registry import pass_from_spec
+
+        self.pass_specs = tuple(pass_specs)
+        for spec in self.pass_specs:
+            configured = pass_from_spec(spec)
+            self._registry[configured.name] = configured
         self._graph = PassGraph.from_registry()
         self.ctx = PassContext.for_case(self.case_name, tier="interpret" if self.tier == "interpret" else "device")
         self._irs: dict[str, kir.KernelIR] = {}
@@ -363,7 +372,7 @@ class Inducer:
             branches.append(branch)
             self.lineage.add_run({"expert": str(self.expert_path), "case": self.case_name, "tier": self.tier,
                                   "branch": b, "termination": branch.termination, "steps": branch.steps,
-                                  "width": self.width, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                                  "width": self.width, "passes": list(self.pass_specs), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
             self.lineage.save(self.lineage_path)
         root = max(branches, key=lambda br: br.steps).current
         return InductionResult(out=self.out, lineage=self.lineage, states=len(self.lineage.states()),

@@ -15,6 +15,8 @@ from lineage.graph import Lineage
 
 ROOT = Path(__file__).resolve().parents[1]
 GEMM = ROOT / "experts" / "gemm" / "gemm_triton.py"
+# As `klineage demo` does on a CPU: the interpreter takes minutes per gate at 16-wide tiles.
+FLOOR32 = ("--pass", "tile-sizes{floor=32}")
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -35,7 +37,7 @@ def gemm_lineage(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, 
     out = tmp / "lin"
     env = _env(tmp)
     proc = _klineage("induce", str(GEMM), "--case", "gemm", "--tier", "interpret", "--out", str(out),
-                     "--json", env=env)
+                     *FLOOR32, "--json", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, json.loads(proc.stdout), env
 
@@ -48,6 +50,7 @@ def test_gemm_lineage_reaches_a_naive_root(gemm_lineage: tuple[Path, dict, dict]
     lin = Lineage.load(out)
     root = lin.node(summary["root"])
     assert "naive" in root["roles"]
+    assert {r["passes"][0] for r in lin.graph.graph["runs"]} == {"tile-sizes{floor=32}"}
     # The naive root has no tensor cores, no pipelining and no autotuning left.
     left = {f["pass"] for f in root["features"]}
     assert not left & {"tensor-core-dot", "software-pipelining", "autotune"}, left
@@ -94,7 +97,7 @@ def test_kill_9_then_resume_finishes_the_same_lineage(gemm_lineage: tuple[Path, 
     _, full, env = gemm_lineage
     out = tmp_path / "lin"
     proc = subprocess.Popen([sys.executable, "-m", "lineage", "induce", str(GEMM), "--case", "gemm",
-                             "--tier", "interpret", "--out", str(out), "--json"],
+                             "--tier", "interpret", "--out", str(out), *FLOOR32, "--json"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     killed_at = None
@@ -116,7 +119,7 @@ def test_kill_9_then_resume_finishes_the_same_lineage(gemm_lineage: tuple[Path, 
     partial = Lineage.load(out)  # the file a killed run leaves is a whole lineage
     assert len(partial.transitions()) >= 2
     resumed = _klineage("induce", str(GEMM), "--case", "gemm", "--tier", "interpret", "--out", str(out),
-                        "--resume", "--json", env=env)
+                        *FLOOR32, "--resume", "--json", env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads(resumed.stdout)
     assert summary["termination"] == "naive"
