@@ -4,8 +4,9 @@ A lifted card is a hypothesis. It is admitted only after a *trial* in a context 
 source lineage — a state of another case, a state of a lineage its evidence did not come
 from, or a state of a *held-out lineage* (one induced for the purpose and not lifted, e.g. the
 same expert de-optimized in another order: `klineage induce --first-branch 1`) that holds none
-of the card's evidence and is no state of its source lineages — in which materializing the card (`lineage.optimize.materialize`) gives a kernel that
-passes the gate and reproduces the card's declared effect:
+of the card's evidence and is no state of its source lineages — in which materializing the
+card (`lineage.optimize.materialize`) gives a kernel that passes the gate and reproduces the
+card's declared effect:
 
 - interpret / static tier (no timing): the candidate passes the gate and the pass's
   optimization appears (more sites where it is present, or fewer where it could still be
@@ -222,8 +223,8 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
           retry_admitted: bool = False, check_fn: Callable[..., Any] | None = None,
           held_out: Sequence[Lineage] = ()) -> AdmissionReport:
     """Try every hypothesis of `library` on up to `max_trials` held-out contexts from
-    `lineages` and the `held_out` lineages (see `held_out_contexts`) until one trial succeeds; each trial is logged on the card and the card is
-    stored at once. A held-out state where the card finds no site at all is passed over (it
+    `lineages` and the `held_out` lineages (see `held_out_contexts`) until one trial succeeds;
+    each trial is logged on the card and the card is stored at once. A held-out state where the card finds no site at all is passed over (it
     says nothing about the card); a card with no held-out state where it has a site is
     reported `untried`. Cards already admitted are skipped unless `retry_admitted`."""
     from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
