@@ -224,9 +224,9 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
           held_out: Sequence[Lineage] = ()) -> AdmissionReport:
     """Try every hypothesis of `library` on up to `max_trials` held-out contexts from
     `lineages` and the `held_out` lineages (see `held_out_contexts`) until one trial succeeds;
-    each trial is logged on the card and the card is stored at once. A held-out state where the card finds no site at all is passed over (it
-    says nothing about the card); a card with no held-out state where it has a site is
-    reported `untried`. Cards already admitted are skipped unless `retry_admitted`."""
+    each trial is logged on the card and the card is stored at once. A held-out state where
+    the card finds no site at all is passed over (it says nothing about the card); a card with
+    no held-out state where it has a site is reported `untried`. Cards already admitted are skipped unless `retry_admitted`."""
     from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
 
     say = progress or (lambda event, data: None)

@@ -372,7 +372,8 @@ class Inducer:
             branches.append(branch)
             self.lineage.add_run({"expert": str(self.expert_path), "case": self.case_name, "tier": self.tier,
                                   "branch": b, "termination": branch.termination, "steps": branch.steps,
-                                  "width": self.width, "passes": list(self.pass_specs), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                                  "width": self.width, "passes": list(self.pass_specs),
+                                  "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
             self.lineage.save(self.lineage_path)
         root = max(branches, key=lambda br: br.steps).current
         return InductionResult(out=self.out, lineage=self.lineage, states=len(self.lineage.states()),
