@@ -10,7 +10,6 @@ the process rather than on the kernel.
 """
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -27,14 +26,12 @@ def main(argv: list[str]) -> int:
     import torch
     import triton.testing
 
-    from gate.cases import load_case
+    from gate.cases import import_case_module, load_case
 
     case = load_case(case_name)
     module = case.module()
     expert = next(p for p, lang in case.expert_paths() if lang == "triton")
-    spec = importlib.util.spec_from_file_location("autotune_probe_expert", expert)
-    kernel = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(kernel)
+    kernel = import_case_module(expert)  # any module by path, under a private name
     variant = next(iter(module.SHAPES))
     inputs = module.make_inputs(dict(module.SHAPES[variant]), seed, "cuda")
     kernel.run(*inputs)

@@ -34,19 +34,16 @@ def _targets(specs: list[str]) -> list[tuple[str, str, str, Path]]:
         expert = next(p for p, lang in case.expert_paths() if lang == "triton")
         out.append((case_name, "expert", expert.read_text(), expert))
         if rest:
+            from lineage.graph import Lineage
+            from roundtrip import naive_root
+
             lineage_path, _, role = rest.partition(":")
-            role = role or "root"
-            data = json.loads(Path(lineage_path).read_text())
-            states = [n for n in data["nodes"] if n.get("type") == "state"]
-            chosen = [n for n in states if role in (n.get("roles") or [])]
-            if not chosen and role == "root":  # a lineage cut short: its least optimized state
-                has_pred = {e["target"] for e in data["edges"]} & {n["id"] for n in data["nodes"]
-                                                                   if n.get("type") == "transition"}
-                dst = {e["target"] for e in data["edges"] if e["source"] in has_pred}
-                chosen = [n for n in states if n["id"] not in dst]
+            lin = Lineage.load(lineage_path)
+            # root: the naive root, else the state farthest from the expert (bench/roundtrip.py)
+            chosen = [naive_root(lin)] if (role or "root") == "root" else lin.roles(role)
             if not chosen:
                 raise SystemExit(f"{lineage_path}: no state with role {role!r}")
-            out.append((case_name, role, chosen[0]["source"], expert))
+            out.append((case_name, role or "root", lin.node(chosen[0])["source"], expert))
     return out
 
 

@@ -77,6 +77,8 @@ class CaseLineage:
     root_state: str
     expert_state: str
     expert_path: str
+    expert_ms: float | None = None
+    """The expert's device time recorded in the lineage (None where it has none)."""
 
 
 def load_case_lineages(paths: Sequence[str]) -> dict[str, CaseLineage]:
@@ -93,8 +95,10 @@ def load_case_lineages(paths: Sequence[str]) -> dict[str, CaseLineage]:
             raise SystemExit(f"{file}: no state with role expert")
         expert = experts[0]
         case = str(lin.node(expert).get("case", ""))
+        timing = lin.node(expert).get("timing") or {}
         out.setdefault(case, CaseLineage(case, file, naive_root(lin), expert,
-                                         str((lin.graph.graph.get("experts") or [""])[0])))
+                                         str((lin.graph.graph.get("experts") or [""])[0]),
+                                         timing.get("candidate_ms")))
     return out
 
 
@@ -432,25 +436,13 @@ def tables(records: list[dict[str, Any]], tier: str,
     return "\n".join(lines) + "\n"
 
 
-def lineage_expert_times(lineages: dict[str, CaseLineage]) -> dict[str, float]:
-    """case -> the expert's device time recorded in its lineage (cases without one left out)."""
-    from lineage.graph import Lineage
-
-    out: dict[str, float] = {}
-    for case, c in lineages.items():
-        timing = Lineage.load(c.path).node(c.expert_state).get("timing") or {}
-        if timing.get("candidate_ms"):
-            out[case] = float(timing["candidate_ms"])
-    return out
-
-
 def write_tables(out: Path, lineages: dict[str, CaseLineage], fallback_tier: str) -> str:
     """Write OUT/roundtrip.json and OUT/roundtrip.md from every run record in OUT/runs."""
     records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*/run.json"))]
     tier = records[0]["tier"] if records else fallback_tier
     _write_json(out / "roundtrip.json", {"tier": tier, "cases": sorted({r["case"] for r in records}),
                                          "runs": records})
-    text = tables(records, tier, lineage_expert_times(lineages))
+    text = tables(records, tier, {case: float(c.expert_ms) for case, c in lineages.items() if c.expert_ms})
     (out / "roundtrip.md").write_text(text)
     return text
 
