@@ -4,7 +4,7 @@
 #
 #   bash bench/device_session.sh OUTDIR [STAGES] [CASES]
 #
-# STAGES is a comma list of gpu-test,bench,lineages,heldout (default: the first three); CASES the experts whose
+# STAGES is a comma list of gpu-test,bench,lineages,heldout,roundtrip (default: the first three); CASES the experts whose
 # lineages to induce (default: gemm,conv2d,topk,fmha,gdn); GPUS (env, default 0) the GPUs the
 # lineages are spread over, e.g. GPUS=0,1. Lineages go to OUTDIR/lineages.tgz,
 # the benchmark to OUTDIR/experts.{json,md}, the test log to OUTDIR/gpu-tests.log. Each stage has
@@ -14,7 +14,9 @@
 # lineage (klineage induce --resume) instead of starting from the expert. The heldout stage
 # induces each case's held-out lineage for admission: the orders that start with the expert's
 # 2nd, 3rd, ... optimization (--first-branch 1, up to HELDOUT_WIDTH of them, HELDOUT_STEPS steps
-# each), to OUTDIR/heldout.tgz; give them to bench/roundtrip.py --held-out.
+# each), to OUTDIR/heldout.tgz; give them to bench/roundtrip.py --held-out. The roundtrip stage
+# runs `bench/roundtrip.py --out $RT $ROUNDTRIP_ARGS` (RT, env: a folder carried from call to
+# call, default .rt/device) and packs RT without its gate caches to OUTDIR/roundtrip.tgz.
 set -u
 OUTDIR=${1:?usage: device_session.sh OUTDIR [STAGES] [CASES]}
 STAGES=${2:-gpu-test,bench,lineages}
@@ -88,6 +90,17 @@ if has heldout; then
     tail -c 400 "$OUTDIR/heldout/$case.json"; echo
   done
   tar czf "$OUTDIR/heldout.tgz" -C "$OUTDIR" heldout && rm -rf "$OUTDIR/heldout"
+fi
+
+if has roundtrip; then
+  RT=${RT:-.rt/device}
+  mkdir -p "$RT"
+  echo "== roundtrip: bench/roundtrip.py --out $RT ${ROUNDTRIP_ARGS:-}"
+  # shellcheck disable=SC2086  # ROUNDTRIP_ARGS is a list of options
+  python3 bench/roundtrip.py --out "$RT" ${ROUNDTRIP_ARGS:-} 2> "$OUTDIR/roundtrip.log" | tail -60
+  echo "roundtrip rc=${PIPESTATUS[0]}"
+  grep -E "library|admitted|start |done " "$OUTDIR/roundtrip.log" | tail -60
+  tar czf "$OUTDIR/roundtrip.tgz" --exclude='*/cache' --exclude='*/optimize/best*' -C "$(dirname "$RT")" "$(basename "$RT")"
 fi
 
 if has gpu-test; then

@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from gate import gpulock
 from gate.cache import VerdictCache, cache_key
 from gate.cases import Case, load_case
 from gate.runner import supervise
@@ -26,8 +27,9 @@ from kir.errors import BadInputError
 
 GATE_VERSION = "2"  # bump when a change to the gate could change a verdict
 DEFAULT_TIMEOUT_S = {Tier.STATIC: 300.0, Tier.INTERPRET: 300.0, Tier.DEVICE: 300.0}
-# One device-tier run at a time per process: concurrent runs on one GPU would skew each
-# other's timings.
+# Device-tier gates may run side by side: each worker takes its GPU's readers-writer lock
+# (`gate.gpulock`: exclusive while it times). With that lock switched off
+# (KLINEAGE_GPU_LOCK=off), one device-tier run at a time per process.
 _DEVICE_LOCK = threading.Lock()
 _UNCACHED = {FailureKind.TIMEOUT, FailureKind.INTERNAL, FailureKind.UNSUPPORTED, FailureKind.CRASH,
              FailureKind.OUT_OF_MEMORY}
@@ -173,7 +175,7 @@ def _run(source: str, lang: str, case: Case, tier: Tier, stem: str, host_text: s
                   origin_dir=str(src_path.parent) if src_path else None,
                   case_path=str(case.path), seeds=(base, base + 1, base + 2),
                   extra_seed=base + 3, reverify_seed=base + 4, env=tuple(os.environ.items()))
-        if tier is Tier.DEVICE:
+        if tier is Tier.DEVICE and gpulock.lock_path("any") is None:
             with _DEVICE_LOCK:
                 return supervise(job, case, tier, timeout)
         return supervise(job, case, tier, timeout)

@@ -22,6 +22,7 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -163,7 +164,7 @@ class _Runner:
     def __init__(self, chan: Channel, job: Job) -> None:
         import torch
 
-        from gate import guards
+        from gate import gpulock, guards
         from gate.cases import import_case_module
 
         self.chan, self.job, self.torch, self.guards = chan, job, torch, guards
@@ -177,6 +178,10 @@ class _Runner:
         self.shapes = self.case.SHAPES if self.device == "cuda" else self.case.SMALL_SHAPES
         self.cap = guards.Captured.take()
         self.do_bench = None
+        # Shared around kernel runs, exclusive around timed ones (other gates may share the GPU).
+        self.lock: Any = gpulock.NoLock()
+        if self.device == "cuda":
+            self.lock = gpulock.for_current_device(torch)
         if job.language == "triton" or self.device == "cuda":
             import triton  # noqa: F401  (imported before the candidate so its hooks can go in)
             import triton.testing
@@ -205,14 +210,15 @@ class _Runner:
 
     def bench(self, fn: Any) -> tuple[float, float]:
         """(median ms by do_bench with L2 flush, mean wall-clock ms of 10 synchronized calls)."""
-        start = self.cap.perf_counter()
-        ms = float(self.do_bench(fn, warmup=25, rep=100, return_mode="median"))
-        self.sync()
-        t0 = self.cap.perf_counter()
-        for _ in range(10):
-            fn()
-        self.sync()
-        end = self.cap.perf_counter()
+        with self.lock.exclusive():
+            start = self.cap.perf_counter()
+            ms = float(self.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+            self.sync()
+            t0 = self.cap.perf_counter()
+            for _ in range(10):
+                fn()
+            self.sync()
+            end = self.cap.perf_counter()
         self.timed_s += end - start
         return ms, (end - t0) * 100.0
 
@@ -459,5 +465,9 @@ def _run(chan: Channel, job: Job) -> None:
     chan.send("mark", "start-up", time.perf_counter() - start)
     for phase in phases:
         t0 = time.perf_counter()
-        phase()
+        # Importing the candidate runs no kernel (compilers run on the CPU): no lock held.
+        with runner.lock.shared() if phase != runner.load_candidate else contextlib.nullcontext():
+            phase()
         chan.send("mark", phase.__name__, time.perf_counter() - t0)
+    if runner.lock.waited_s:
+        chan.send("mark", "gpu lock wait", runner.lock.waited_s)

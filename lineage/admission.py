@@ -11,9 +11,17 @@ card's declared effect:
 - interpret / static tier (no timing): the candidate passes the gate and the pass's
   optimization appears (more sites where it is present, or fewer where it could still be
   applied; `lineage.optimize.feature_appears`);
-- device tier: the candidate passes the gate and its speedup over the context state is at
-  least the card's smallest measured speedup times (1 - `slack`) — and above 1 when the card
-  only ever sped kernels up. A card that was never timed is held to the interpret rule.
+- device tier: the candidate passes the gate and its speedup over the context state shows
+  the card's effect. A card that only ever sped kernels up must speed the context up by more
+  than timing noise (`MIN_GAIN`); its recorded magnitudes belong to the states it was lifted
+  from (a tile card that gave 2.3x on a naive kernel gives less on a tuned one), so they are
+  required only with `magnitude=True` (then at least the smallest recorded speedup times
+  (1 - `slack`)). Any other card must not fall below its smallest recorded speedup times
+  (1 - `slack`). A card that was never timed is held to the interpret rule.
+
+Contexts are tried in order (see `held_out_contexts`); with `jobs` > 1 several cards are
+tried at once (device-tier gates share the GPU through `gate.gpulock`, which keeps their
+timings apart).
 
 Every trial, successful or not, is appended to the card's verification log and the card is
 written back to the library at once (so an interrupted admission keeps what it learned).
@@ -21,16 +29,18 @@ written back to the library at once (so an interrupted admission keeps what it l
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kir.errors import BadInputError
 from lineage.graph import Lineage
-from lineage.optimize import (CANDIDATES_PER_CARD, feature_appears, materializations,
-                              resolve_tier)
+from lineage.optimize import (CANDIDATES_PER_CARD, MIN_GAIN, feature_appears,
+                              materializations, resolve_tier)
 from lineage.skills import Library, SkillCard, Trial
 
 ProgressFn = Callable[[str, Mapping[str, Any]], None]
@@ -57,12 +67,14 @@ class Context:
 
 def held_out_contexts(card: SkillCard, lineages: Sequence[Lineage],
                       held_out: Sequence[Lineage] = ()) -> list[Context]:
-    """States where `card` may be tried: same language, not among its source states, and
-    without the card's pass already present, taken from (1) `lineages` of a case outside the
+    """States where `card` may be tried: same language and not among its source states, taken
+    from (1) `lineages` of a case outside the
     card's scope or whose experts its evidence did not come from, and (2) `held_out` lineages
     that hold none of the card's evidence transitions, leaving out every state of a lineage
     in `lineages` that the card's evidence did come from. Other cases first, then the rest;
-    within each, states nearest the naive root first (most room for the card)."""
+    within each, states without the card's pass before those that have it somewhere (where
+    only another locus can take the card), and states nearest the naive root first (most
+    room for the card)."""
     sources = {(s.get("case", ""), s.get("expert", "")) for s in card.sources}
     experts = {expert for _, expert in sources if expert}
     cases = set(card.scope.get("cases") or [])
@@ -73,7 +85,7 @@ def held_out_contexts(card: SkillCard, lineages: Sequence[Lineage],
         if _foreign(lineage, experts):
             continue
         source_states.update(lineage.states())
-    found: list[tuple[int, int, Context]] = []
+    found: list[tuple[int, int, int, Context]] = []
     for lineage, held in [(lin, False) for lin in lineages] + [(lin, True) for lin in held_out]:
         if held:
             if evidence & set(lineage.transitions()):
@@ -89,18 +101,19 @@ def held_out_contexts(card: SkillCard, lineages: Sequence[Lineage],
             case = str(node.get("case", ""))
             if case in cases and not foreign_lineage:
                 continue
-            if any(f.get("pass") == card.pass_name for f in node.get("features") or ()):
-                continue
+            # The pass already present elsewhere in the state: still a context (the card may
+            # have an open site there), after the states without it.
+            present = any(f.get("pass") == card.pass_name for f in node.get("features") or ())
             expert = _expert_of(lineage, sid)
             timing = node.get("timing") or {}
             depth = _depth_from_root(lineage, sid)
-            found.append((0 if case not in cases else 1, depth, Context(
+            found.append((0 if case not in cases else 1, int(present), depth, Context(
                 case=case, state=sid, source=str(node.get("source", "")),
                 language=str(node.get("language", "")), path=expert,
                 timing_ms=timing.get("candidate_ms"), tier=str(node.get("tier", "")))))
-    found.sort(key=lambda item: (item[0], item[1], item[2].state))
+    found.sort(key=lambda item: (item[0], item[1], item[2], item[3].state))
     unique: dict[str, Context] = {}
-    for _, _, ctx in found:  # a state in two given lineages is one context
+    for *_, ctx in found:  # a state in two given lineages is one context
         unique.setdefault(ctx.state, ctx)
     return list(unique.values())
 
@@ -135,7 +148,7 @@ def _depth_from_root(lineage: Lineage, state: str) -> int:
 
 def trial(card: SkillCard, context: Context, *, tier: str, rewriter: Any,
           slack: float = 0.25, gate_timeout: float | None = None,
-          check_fn: Callable[..., Any] | None = None) -> Trial:
+          check_fn: Callable[..., Any] | None = None, magnitude: bool = False) -> Trial:
     """Materialize `card` on `context` and judge it (see module docstring). Up to
     `CANDIDATES_PER_CARD` materializations are gated (recorded options, then the pass's
     defaults); the first that passes the gate is judged. Never raises for a failed trial: the
@@ -173,12 +186,26 @@ def trial(card: SkillCard, context: Context, *, tier: str, rewriter: Any,
                                                     by=made.rewriter)
             continue
         return _judge(card, context, ir, made, verdict, tier, slack, result,
-                      lambda: check(context.source, context.language, the_case, tier, **kwargs))
+                      lambda: check(context.source, context.language, the_case, tier, **kwargs),
+                      magnitude)
     return first_failure or result(False, "not materialized")
 
 
+def effect_floor(summary: Mapping[str, Any], slack: float, magnitude: bool = False) -> float:
+    """The least speedup a device trial must show (module docstring): a card that only ever
+    sped kernels up must speed the context up by more than timing noise (`MIN_GAIN`), and with
+    `magnitude` also reach its smallest recorded speedup less `slack`; any other card must
+    not fall below its smallest recorded speedup less `slack`."""
+    low = float(summary["min"])
+    floor = low * (1.0 - slack)
+    if low > 1.0:
+        floor = max(floor, MIN_GAIN) if magnitude else MIN_GAIN
+    return floor
+
+
 def _judge(card: SkillCard, context: Context, ir: Any, made: Any, verdict: Any, tier: str,
-           slack: float, result: Callable[..., Trial], baseline: Callable[[], Any]) -> Trial:
+           slack: float, result: Callable[..., Trial], baseline: Callable[[], Any],
+           magnitude: bool = False) -> Trial:
     """Whether a candidate that passed the gate reproduces the card's effect."""
     summary = card.speedup
     if tier == "device" and summary:
@@ -190,9 +217,7 @@ def _judge(card: SkillCard, context: Context, ir: Any, made: Any, verdict: Any, 
         if not before or not after:
             return result(False, "no timing to compare", by=made.rewriter)
         speedup = before / after
-        floor = float(summary["min"]) * (1.0 - slack)
-        if float(summary["min"]) > 1.0:
-            floor = max(floor, 1.0)
+        floor = effect_floor(summary, slack, magnitude)
         if speedup < floor:
             return result(False, f"speedup {speedup:.3f}x below the card's range "
                                  f"(min {float(summary['min']):.3f}x, floor {floor:.3f}x)",
@@ -221,39 +246,68 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
           max_trials: int = 2, rewriter: Any = None, slack: float = 0.25,
           gate_timeout: float | None = None, progress: ProgressFn | None = None,
           retry_admitted: bool = False, check_fn: Callable[..., Any] | None = None,
-          held_out: Sequence[Lineage] = ()) -> AdmissionReport:
+          held_out: Sequence[Lineage] = (), magnitude: bool = False,
+          jobs: int = 1) -> AdmissionReport:
     """Try every hypothesis of `library` on up to `max_trials` held-out contexts from
     `lineages` and the `held_out` lineages (see `held_out_contexts`) until one trial succeeds;
     each trial is logged on the card and the card is stored at once. A held-out state where
     the card finds no site at all is passed over (it says nothing about the card); a card with
-    no held-out state where it has a site is reported `untried`. Cards already admitted are skipped unless `retry_admitted`."""
+    no held-out state where it has a site is reported `untried`. Cards already admitted are
+    skipped unless `retry_admitted`. `jobs` cards are tried at once: their gates run side by
+    side, everything else (materialization, the library's files) one card at a time."""
     from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
 
+    if jobs < 1:
+        raise BadInputError("jobs must be >= 1")
     say = progress or (lambda event, data: None)
     the_rewriter = rewriter if rewriter is not None else DeterministicRewriter()
-    admitted, rejected, untried = [], [], []
-    trials = 0
-    for card in library.cards():
-        if card.admitted and not retry_admitted:
-            continue
-        contexts = [c for c in held_out_contexts(card, lineages, held_out) if _has_site(card, c)]
-        if not contexts:
-            untried.append(card.id)
-            say("untried", {"card": card.id})
-            continue
-        for context in contexts[:max_trials]:
-            run_tier = resolve_tier(tier, context.language)
-            say("trial", {"card": card.id, "context": context.label})
-            outcome = trial(card, context, tier=run_tier, rewriter=the_rewriter, slack=slack,
-                            gate_timeout=gate_timeout, check_fn=check_fn)
-            trials += 1
-            card = library.put(card.with_trial(outcome))
-            say("admitted" if outcome.ok else "failed", {"card": card.id,
-                                                         "reason": outcome.reason})
-            if outcome.ok:
-                break
-        (admitted if card.admitted else rejected).append(card.id)
-    return AdmissionReport(tuple(admitted), tuple(rejected), tuple(untried), trials)
+    check = check_fn
+    if check is None:
+        import gate  # noqa: PLC0415
+
+        check = gate.check
+    cpu = threading.Lock()  # held by a card's thread except while its gate runs
+
+    def gated(*args: Any, **kwargs: Any) -> Any:
+        cpu.release()
+        try:
+            return check(*args, **kwargs)
+        finally:
+            cpu.acquire()
+
+    def one(card: SkillCard) -> tuple[str, int]:
+        """(outcome: admitted | rejected | untried, trials run) for one card."""
+        with cpu:
+            contexts = [c for c in held_out_contexts(card, lineages, held_out)
+                        if _has_site(card, c)]
+            if not contexts:
+                say("untried", {"card": card.id})
+                return "untried", 0
+            count = 0
+            for context in contexts[:max_trials]:
+                run_tier = resolve_tier(tier, context.language)
+                say("trial", {"card": card.id, "context": context.label})
+                outcome = trial(card, context, tier=run_tier, rewriter=the_rewriter, slack=slack,
+                                gate_timeout=gate_timeout, check_fn=gated, magnitude=magnitude)
+                count += 1
+                card = library.put(card.with_trial(outcome))
+                say("admitted" if outcome.ok else "failed", {"card": card.id,
+                                                             "reason": outcome.reason})
+                if outcome.ok:
+                    break
+            return ("admitted" if card.admitted else "rejected"), count
+
+    todo = [c for c in library.cards() if retry_admitted or not c.admitted]
+    if jobs == 1:
+        outcomes = [one(card) for card in todo]
+    else:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            outcomes = list(pool.map(one, todo))
+    kinds: dict[str, list[str]] = {"admitted": [], "rejected": [], "untried": []}
+    for card, (kind, _) in zip(todo, outcomes):
+        kinds[kind].append(card.id)
+    return AdmissionReport(tuple(kinds["admitted"]), tuple(kinds["rejected"]),
+                           tuple(kinds["untried"]), sum(n for _, n in outcomes))
 
 
 def _has_site(card: SkillCard, context: Context) -> bool:

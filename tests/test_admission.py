@@ -10,9 +10,11 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from kir.errors import BadInputError
 from lineage.admission import admit, held_out_contexts, trial
 from lineage.graph import Lineage
 from lineage.skills import Library
@@ -20,16 +22,17 @@ from passes.rewriter import DeterministicRewriter
 from skill_helpers import DATA, ROOT, ScriptedGate, gemm_cards, library, lineage
 
 
-def test_held_out_contexts_exclude_the_source_lineage_and_present_features() -> None:
+def test_held_out_contexts_exclude_the_source_lineage_and_order_present_features_last() -> None:
     cards = gemm_cards(admitted=False)
     assert held_out_contexts(cards["autotune"], [lineage("gemm")]) == []
     contexts = held_out_contexts(cards["software-pipelining"], [lineage("gemm"), lineage("conv2d")])
     assert contexts and all(c.case == "conv2d" for c in contexts)
-    # The conv2d expert already pipelines its loop: only states without the feature remain,
-    # the naive root first.
+    # The conv2d expert already pipelines its loop: states without the feature come first,
+    # the naive root first; those that pipeline somewhere come after all of them.
     conv = lineage("conv2d")
     assert contexts[0].state == conv.roles("naive")[0]
-    assert all("num_stages" not in c.source for c in contexts)
+    has = ["num_stages" in c.source for c in contexts]
+    assert not has[0] and any(has) and has == sorted(has)
 
 
 def test_interpret_trial_needs_the_gate_and_the_feature(tmp_path: Path) -> None:
@@ -52,6 +55,64 @@ def test_device_trial_must_reproduce_the_measured_speedup() -> None:
     slow = ScriptedGate(ms=lambda s: 10.5 if "tl.range(" in s else 10.0)
     bad = trial(card, context, tier="device", rewriter=DeterministicRewriter(), check_fn=slow)
     assert not bad.ok and "below the card's range" in bad.reason and bad.speedup < 1
+
+
+def test_device_rule_asks_for_a_speedup_and_the_magnitude_only_on_request() -> None:
+    from lineage.admission import effect_floor
+
+    assert effect_floor({"min": 2.7}, 0.25) == pytest.approx(1.01)
+    assert effect_floor({"min": 2.7}, 0.25, magnitude=True) == pytest.approx(2.025)
+    assert effect_floor({"min": 1.005}, 0.25, magnitude=True) == pytest.approx(1.01)
+    assert effect_floor({"min": 0.98}, 0.25) == pytest.approx(0.735)
+    card = gemm_cards(admitted=False)["software-pipelining"]  # measured 1.25x on gemm
+    (context, *_) = held_out_contexts(card, [lineage("conv2d")])
+    modest = ScriptedGate(ms=lambda s: 9.5 if "tl.range(" in s else 10.0)  # 1.053x
+    assert trial(card, context, tier="device", rewriter=DeterministicRewriter(),
+                 check_fn=modest).ok
+    strict = trial(card, context, tier="device", rewriter=DeterministicRewriter(),
+                   check_fn=modest, magnitude=True, slack=0.05)  # floor 1.1875x
+    assert not strict.ok and "below the card's range" in strict.reason
+    noise = ScriptedGate(ms=lambda s: 9.95 if "tl.range(" in s else 10.0)  # 1.005x: noise
+    assert not trial(card, context, tier="device", rewriter=DeterministicRewriter(),
+                     check_fn=noise).ok
+
+
+def test_admission_with_parallel_jobs_matches_one_at_a_time(tmp_path: Path) -> None:
+    import threading
+    import time as _time
+
+    def run(jobs: int, folder: Path) -> tuple[Any, Library, int]:
+        lib = library(folder, admitted=False)
+        lock = threading.Lock()
+        live, peak = [0], [0]
+        inner = ScriptedGate(fails=lambda s: "num_warps" in s)
+
+        def gate(*args: Any, **kwargs: Any) -> Any:
+            with lock:
+                live[0] += 1
+                peak[0] = max(peak[0], live[0])
+            _time.sleep(1.5)  # a gate takes time: the others' gates run meanwhile
+            try:
+                with lock:
+                    return inner(*args, **kwargs)
+            finally:
+                with lock:
+                    live[0] -= 1
+
+        report = admit(lib, [lineage("gemm"), lineage("conv2d")], tier="interpret",
+                       rewriter=DeterministicRewriter(), check_fn=gate, jobs=jobs)
+        return report, lib, peak[0]
+
+    one, lib_one, peak_one = run(1, tmp_path / "one")
+    three, lib_three, peak_three = run(3, tmp_path / "three")
+    assert peak_one == 1 and peak_three > 1  # gates overlapped only with jobs > 1
+    assert sorted(one.admitted) == sorted(three.admitted) and one.admitted
+    assert sorted(one.rejected) == sorted(three.rejected)
+    assert one.trials == three.trials
+    assert ({c.id: len(c.verification) for c in lib_one.cards()}
+            == {c.id: len(c.verification) for c in lib_three.cards()})
+    with pytest.raises(BadInputError):
+        admit(lib_one, [lineage("gemm")], jobs=0)
 
 
 def test_admit_logs_every_trial_and_stores_the_cards(tmp_path: Path) -> None:
@@ -163,11 +224,13 @@ def test_a_held_out_lineage_of_another_order_gives_contexts_its_source_lineage_l
     # Without a held-out lineage, the gemm-only cards have nowhere to be tried.
     assert all(held_out_contexts(c, [source]) == [] for c in cards.values())
     for name, card in cards.items():
+        has = []
         for ctx in held_out_contexts(card, [source], held_out=[other]):
             assert ctx.state not in set(source.states())  # never a state of the source lineage
             assert ctx.state in set(other.states())
             node = other.node(ctx.state)
-            assert not any(f.get("pass") == name for f in node.get("features") or ())
+            has.append(any(f.get("pass") == name for f in node.get("features") or ()))
+        assert has == sorted(has)  # states without the card's pass first
     # The other order removes another optimization first: some card meets a fresh state.
     assert any(held_out_contexts(c, [source], held_out=[other]) for c in cards.values())
 

@@ -83,3 +83,20 @@ def test_static_tier_on_this_triton_version() -> None:
     assert verdict.ok, verdict.reason
     assert "wgmma" in verdict.facts.instruction_classes
     assert len(verdict.facts.compiles) == 4
+
+
+def test_gates_side_by_side_time_alone() -> None:
+    """Three gates of one kernel at once on one GPU: each times under the GPU's exclusive lock
+    (gate.gpulock), so their times match a gate run alone, and some of them waited for it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    kernel = DATA / "cases" / "matmul_triton.py"
+    alone = _device(kernel, "gemm", timeout=300)
+    assert alone.ok, alone.reason
+    with ThreadPoolExecutor(3) as pool:
+        together = list(pool.map(lambda _: _device(kernel, "gemm", timeout=300), range(3)))
+    assert all(v.ok for v in together), [v.reason for v in together]
+    for v in together:
+        assert v.timing.candidate_ms == pytest.approx(alone.timing.candidate_ms, rel=0.15)
+        assert v.timing.reference_ms == pytest.approx(alone.timing.reference_ms, rel=0.15)
+    assert any(dict(v.phases).get("gpu lock wait", 0.0) > 0.05 for v in together)

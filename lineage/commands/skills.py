@@ -29,11 +29,17 @@ from lineage.commands._common import emit_json
               default="auto", show_default=True, help="Gate tier of admission trials.")
 @click.option("--max-trials", type=click.IntRange(1, 50), default=2, show_default=True,
               help="Held-out contexts tried per card in admission.")
+@click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Cards tried at once in admission (device-tier gates share the GPU: each "
+                   "times alone, see gate.gpulock).")
+@click.option("--magnitude", is_flag=True,
+              help="Device-tier admission also requires the card's smallest recorded speedup "
+                   "(less 25%%), not only a speedup above timing noise.")
 @click.option("--markdown", is_flag=True, help="Print the cards as readable markdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def command(library: str, target: str | None, case: str | None, platform: str, k: int,
             add: tuple[str, ...], admit_from: tuple[str, ...], held_out: tuple[str, ...], tier: str,
-            max_trials: int, markdown: bool, as_json: bool) -> None:
+            max_trials: int, jobs: int, magnitude: bool, markdown: bool, as_json: bool) -> None:
     """List the SkillCards of LIBRARY, or with --target retrieve the admitted cards that fit it.
 
     JSON: {"skills": [{"id", "intent", "pass", "admitted", "scope", "effect", "preconditions",
@@ -62,7 +68,8 @@ def command(library: str, target: str | None, case: str | None, platform: str, k
         lineages = [Lineage.load(p) for p in admit_from]
         with Progress("admitting SkillCards", enabled=not as_json) as progress:
             admission = admit(lib, lineages, tier=tier, max_trials=max_trials, progress=progress,
-                              held_out=[Lineage.load(p) for p in held_out]).to_json()
+                              held_out=[Lineage.load(p) for p in held_out], jobs=jobs,
+                              magnitude=magnitude).to_json()
         if not as_json:
             click.echo(f"admission: {len(admission['admitted'])} admitted, "
                        f"{len(admission['rejected'])} not admitted, {len(admission['untried'])} "
