@@ -16,7 +16,7 @@
 # 2nd, 3rd, ... optimization (--first-branch 1, up to HELDOUT_WIDTH of them, HELDOUT_STEPS steps
 # each), to OUTDIR/heldout.tgz; give them to bench/roundtrip.py --held-out. The roundtrip stage
 # runs `bench/roundtrip.py --out $RT $ROUNDTRIP_ARGS` (RT, env: a folder carried from call to
-# call, default .rt/device) and packs RT without its gate caches to OUTDIR/roundtrip.tgz.
+# call, default .rt/device; ROUNDTRIP_BOX seconds at most, default 540) and packs RT without its gate caches to OUTDIR/roundtrip.tgz.
 set -u
 OUTDIR=${1:?usage: device_session.sh OUTDIR [STAGES] [CASES]}
 STAGES=${2:-gpu-test,bench,lineages}
@@ -97,7 +97,7 @@ if has roundtrip; then
   mkdir -p "$RT"
   echo "== roundtrip: bench/roundtrip.py --out $RT ${ROUNDTRIP_ARGS:-}"
   # shellcheck disable=SC2086  # ROUNDTRIP_ARGS is a list of options
-  python3 bench/roundtrip.py --out "$RT" ${ROUNDTRIP_ARGS:-} 2> "$OUTDIR/roundtrip.log" | tail -60
+  timeout "${ROUNDTRIP_BOX:-540}" python3 bench/roundtrip.py --out "$RT" ${ROUNDTRIP_ARGS:-} 2> "$OUTDIR/roundtrip.log" | tail -60
   echo "roundtrip rc=${PIPESTATUS[0]}"
   grep -E "library|admitted|start |done " "$OUTDIR/roundtrip.log" | tail -60
   tar czf "$OUTDIR/roundtrip.tgz" --exclude='*/cache' --exclude='*/optimize/best*' -C "$(dirname "$RT")" "$(basename "$RT")"
