@@ -97,8 +97,11 @@ if has roundtrip; then
   mkdir -p "$RT"
   echo "== roundtrip: bench/roundtrip.py --out $RT ${ROUNDTRIP_ARGS:-}"
   # shellcheck disable=SC2086  # ROUNDTRIP_ARGS is a list of options
-  timeout "${ROUNDTRIP_BOX:-540}" python3 bench/roundtrip.py --out "$RT" ${ROUNDTRIP_ARGS:-} 2> "$OUTDIR/roundtrip.log" | tail -60
-  echo "roundtrip rc=${PIPESTATUS[0]}"
+  # No pipe: gate workers that outlive a killed run must not hold this script's output open.
+  timeout -k 10 "${ROUNDTRIP_BOX:-540}" python3 bench/roundtrip.py --out "$RT" ${ROUNDTRIP_ARGS:-} \
+    > "$OUTDIR/roundtrip.out" 2> "$OUTDIR/roundtrip.log" < /dev/null
+  echo "roundtrip rc=$?"
+  tail -60 "$OUTDIR/roundtrip.out"
   grep -E "library|admitted|start |done " "$OUTDIR/roundtrip.log" | tail -60
   tar czf "$OUTDIR/roundtrip.tgz" --exclude='*/cache' --exclude='*/optimize/best*' -C "$(dirname "$RT")" "$(basename "$RT")"
 fi

@@ -131,9 +131,11 @@ def load_held_out(paths: Sequence[str]) -> list[tuple[str, Path]]:
 
 def build_library(name: str, lineages: list[CaseLineage], libraries: Path, tier: str,
                   max_trials: int, held_out: Sequence[tuple[str, Path]] = (),
-                  jobs: int = 1) -> Path:
+                  jobs: int = 1, deadline: float | None = None) -> Path | None:
     """Lift and admit one library (skipped when its admission.json exists); `held_out`
-    lineages give admission contexts and are not lifted."""
+    lineages give admission contexts and are not lifted. None when `deadline` (a
+    `time.monotonic()` value) came before every card was tried: a rerun goes on from the
+    cards' logs (admission.json is written only when admission is complete)."""
     from lineage.admission import admit
     from lineage.graph import Lineage
     from lineage.skills import Library, lift
@@ -154,9 +156,14 @@ def build_library(name: str, lineages: list[CaseLineage], libraries: Path, tier:
     started = time.monotonic()
     report = admit(lib, lins, tier=tier, max_trials=max_trials,
                    held_out=[Lineage.load(path) for _, path in held_out], jobs=jobs,
+                   deadline=deadline,
                    progress=lambda event, data: say(f"  {name} {event} {data.get('card', '')}"
                                                     + (f": {data['reason'][:100]}"
                                                        if event == "failed" else "")))
+    if report.pending:
+        say(f"library {name}: {len(report.pending)} cards not yet tried (time is up); "
+            f"rerun to go on")
+        return None
     record = {**report.to_json(), "tier": tier, "lineages": [str(c.path) for c in lineages],
               "held_out": [str(path) for _, path in held_out],
               "cards": len(lib.ids()), "wall_s": round(time.monotonic() - started, 1)}
@@ -532,19 +539,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Run order: every case's first trial, then leave-one-out, then the other trials (a call
     # cut short by --wall has the widest table; later trials find the kernels compiled).
     later: list[dict[str, Any]] = []
+    # Admission stops starting trials early enough for those in flight to end inside --wall.
+    admit_by = end - 2 * args.grace - 60 if end is not None else None
+    unfinished: list[str] = []
     if args.only in (None, "roundtrip"):
         full = build_library("all", all_lineages, libraries, args.admit_tier, args.admit_max_trials,
-                             held_out, args.admit_jobs)
-        specs += [spec("roundtrip", c, 0, full) for c in cases if args.trials > 0]
-        later = [spec("roundtrip", c, t, full) for t in range(1, args.trials) for c in cases]
+                             held_out, args.admit_jobs, admit_by)
+        if full is None:
+            unfinished.append("all")
+        else:
+            specs += [spec("roundtrip", c, 0, full) for c in cases if args.trials > 0]
+            later = [spec("roundtrip", c, t, full) for t in range(1, args.trials) for c in cases]
     if args.only in (None, "loo"):
         for case in cases:
             rest = [c for c in all_lineages if c.case != case]
             lib = build_library(f"loo-{case}", rest, libraries, args.admit_tier,
                                 args.admit_max_trials, [h for h in held_out if h[0] != case],
-                                args.admit_jobs)
-            specs.append(spec("loo", case, 0, lib))
+                                args.admit_jobs, admit_by)
+            if lib is None:
+                unfinished.append(f"loo-{case}")
+            else:
+                specs.append(spec("loo", case, 0, lib))
     specs += later
+    if unfinished:
+        say(f"admission unfinished for {', '.join(unfinished)}: rerun to go on")
     if args.libraries_only:
         say(f"libraries ready under {libraries}")
         return 0

@@ -4,8 +4,10 @@ Gates are processes, and several may run on one GPU at once (admission trials an
 runs in parallel: compilation is CPU work, and most of a gate is compilation). Their timings
 must not overlap other work on that GPU, so the worker takes a readers-writer lock per GPU:
 
-- *shared* around the phases that run kernels without timing them (reference outputs,
-  correctness, knock-out, re-verification): any number of gates at once;
+- *shared* around each untimed kernel run (the case's inputs and reference outputs, every
+  call of the candidate but its first): any number of gates at once. The candidate's first
+  call compiles it (seconds of CPU, an autotuner's configurations too) and holds no lock, so
+  a gate waiting to time is not held up by another gate's compiler;
 - *exclusive* around every timed measurement (`do_bench` of the reference and of the
   candidate): no other gate's kernels run meanwhile.
 

@@ -179,6 +179,7 @@ class _Runner:
         self.cap = guards.Captured.take()
         self.do_bench = None
         # Shared around kernel runs, exclusive around timed ones (other gates may share the GPU).
+        self.calls = 0  # candidate calls made (the first one compiles)
         self.lock: Any = gpulock.NoLock()
         if self.device == "cuda":
             self.lock = gpulock.for_current_device(torch)
@@ -236,10 +237,11 @@ class _Runner:
         for variant, phase, seed in self.plan():
             shape = dict(self.shapes[variant])
             try:
-                inputs = tuple(self.case.make_inputs(shape, seed, self.device))
-                with torch.no_grad():
-                    ref = self.case.reference(*self.clone_inputs(inputs))
-                self.sync()
+                with self.lock.shared():
+                    inputs = tuple(self.case.make_inputs(shape, seed, self.device))
+                    with torch.no_grad():
+                        ref = self.case.reference(*self.clone_inputs(inputs))
+                    self.sync()
             except Exception as exc:
                 self.chan.reject(FailureKind.BAD_CASE, "correctness",
                                  f"the case's reference failed on {variant}: {describe(exc)}")
@@ -298,10 +300,13 @@ class _Runner:
         trace = self.guards.OpTrace(self.reference_code, poison, self._tuning)
         self.monitor.reset(mode)
         out, exc = None, None
+        # The first call compiles (CPU work, seconds): it runs without the GPU's shared lock so
+        # that a gate waiting to time is not held up by another's compiler.
+        first, self.calls = self.calls == 0, self.calls + 1
         try:
-            with trace:
+            with trace, (contextlib.nullcontext() if first else self.lock.shared()):
                 out = self.run_fn(*inputs)
-            self.sync()
+                self.sync()
         except BaseException as e:  # SystemExit too: a candidate may not end the worker
             exc = e
         return {"out": out, "exc": exc, "trace": trace, "launches": self.monitor.launches,
@@ -465,9 +470,7 @@ def _run(chan: Channel, job: Job) -> None:
     chan.send("mark", "start-up", time.perf_counter() - start)
     for phase in phases:
         t0 = time.perf_counter()
-        # Importing the candidate runs no kernel (compilers run on the CPU): no lock held.
-        with runner.lock.shared() if phase != runner.load_candidate else contextlib.nullcontext():
-            phase()
+        phase()
         chan.send("mark", phase.__name__, time.perf_counter() - t0)
     if runner.lock.waited_s:
         chan.send("mark", "gpu lock wait", runner.lock.waited_s)

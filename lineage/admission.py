@@ -236,10 +236,13 @@ class AdmissionReport:
     rejected: tuple[str, ...]
     untried: tuple[str, ...]
     trials: int
+    pending: tuple[str, ...] = ()
+    """Cards not tried because the deadline came first."""
 
     def to_json(self) -> dict[str, Any]:
         return {"admitted": list(self.admitted), "rejected": list(self.rejected),
-                "untried": list(self.untried), "trials": self.trials}
+                "untried": list(self.untried), "trials": self.trials,
+                "pending": list(self.pending)}
 
 
 def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpret",
@@ -247,14 +250,16 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
           gate_timeout: float | None = None, progress: ProgressFn | None = None,
           retry_admitted: bool = False, check_fn: Callable[..., Any] | None = None,
           held_out: Sequence[Lineage] = (), magnitude: bool = False,
-          jobs: int = 1) -> AdmissionReport:
+          jobs: int = 1, deadline: float | None = None) -> AdmissionReport:
     """Try every hypothesis of `library` on up to `max_trials` held-out contexts from
     `lineages` and the `held_out` lineages (see `held_out_contexts`) until one trial succeeds;
     each trial is logged on the card and the card is stored at once. A held-out state where
     the card finds no site at all is passed over (it says nothing about the card); a card with
     no held-out state where it has a site is reported `untried`. Cards already admitted are
     skipped unless `retry_admitted`. `jobs` cards are tried at once: their gates run side by
-    side, everything else (materialization, the library's files) one card at a time."""
+    side, everything else (materialization, the library's files) one card at a time. No card
+    starts after `deadline` (a `time.monotonic()` value): those left are reported `pending`,
+    and a later call takes them up (the cards tried so far keep their logs)."""
     from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
 
     if jobs < 1:
@@ -278,13 +283,19 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
     def one(card: SkillCard) -> tuple[str, int]:
         """(outcome: admitted | rejected | untried, trials run) for one card."""
         with cpu:
-            contexts = [c for c in held_out_contexts(card, lineages, held_out)
-                        if _has_site(card, c)]
+            if deadline is not None and time.monotonic() >= deadline:
+                return "pending", 0
+            contexts: list[Context] = []
+            for context in held_out_contexts(card, lineages, held_out):
+                if _has_site(card, context):  # parses the state: only as many as are tried
+                    contexts.append(context)
+                    if len(contexts) >= max_trials:
+                        break
             if not contexts:
                 say("untried", {"card": card.id})
                 return "untried", 0
             count = 0
-            for context in contexts[:max_trials]:
+            for context in contexts:
                 run_tier = resolve_tier(tier, context.language)
                 say("trial", {"card": card.id, "context": context.label})
                 outcome = trial(card, context, tier=run_tier, rewriter=the_rewriter, slack=slack,
@@ -303,11 +314,12 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
     else:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             outcomes = list(pool.map(one, todo))
-    kinds: dict[str, list[str]] = {"admitted": [], "rejected": [], "untried": []}
+    kinds: dict[str, list[str]] = {"admitted": [], "rejected": [], "untried": [], "pending": []}
     for card, (kind, _) in zip(todo, outcomes):
         kinds[kind].append(card.id)
     return AdmissionReport(tuple(kinds["admitted"]), tuple(kinds["rejected"]),
-                           tuple(kinds["untried"]), sum(n for _, n in outcomes))
+                           tuple(kinds["untried"]), sum(n for _, n in outcomes),
+                           tuple(kinds["pending"]))
 
 
 def _has_site(card: SkillCard, context: Context) -> bool:

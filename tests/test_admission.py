@@ -269,3 +269,17 @@ def test_admit_with_a_held_out_lineage_and_the_cli_guard(tmp_path: Path,
                           text=True, timeout=120)
     assert proc.returncode == 2 and "--held-out needs --admit" in proc.stderr
     assert proc.stderr.count("\n") == 1
+
+
+def test_admission_past_its_deadline_leaves_cards_pending(tmp_path: Path) -> None:
+    import time as _time
+
+    lib = library(tmp_path, admitted=False)
+    gate = ScriptedGate()
+    report = admit(lib, [lineage("gemm"), lineage("conv2d")], tier="interpret",
+                   rewriter=DeterministicRewriter(), check_fn=gate,
+                   deadline=_time.monotonic() - 1)
+    assert report.trials == 0 and gate.seen == []
+    assert sorted(report.pending) == sorted(c.id for c in lib.cards())
+    assert report.to_json()["pending"] == list(report.pending)
+    assert not any(c.verification for c in lib.cards())
