@@ -4,14 +4,15 @@
         [--cases gemm,conv2d] [--trials 5] [--budget-steps 24] [--box 240]
         [--case-box gemm=240] [--grace 120] [--wall 560] [--gpus 0,1 | --jobs N]
         [--only roundtrip|loo] [--admit-tier interpret] [--libraries DIR] [--libraries-only]
-        [--tables-only] [--held-out LINEAGE,...]
+        [--tables-only] [--held-out LINEAGE,...] [--loo-from-all] [--admit-jobs N]
 
 LINEAGE: lineage directories or lineage.json files (default:
 bench/results/lineages/device/*/lineage.json); each contributes the lineage of one case.
 
 1. Libraries. `all`: the cards lifted from every lineage, admitted by roundtrip trials on
    held-out states of those lineages (`lineage.admission.admit` at --admit-tier).
-   `loo-<case>`: the same without that case's lineage (lifted and admitted without it).
+   `loo-<case>`: the same without that case's lineage (lifted and admitted without it; with
+   --loo-from-all, made from `all`'s trials on other cases' states, see derive_loo_library).
    With --held-out, admission also tries cards on the states of those lineages (induced
    for admission and never lifted: e.g. each expert again with `klineage induce
    --first-branch 1`), so a pass that occurs in one case's lineage only can still meet a
@@ -171,6 +172,49 @@ def build_library(name: str, lineages: list[CaseLineage], libraries: Path, tier:
     os.replace(done.parent / "admission.json.tmp", done)
     say(f"library {name}: {len(report.admitted)} admitted, {len(report.rejected)} not, "
         f"{len(report.untried)} untried")
+    return folder
+
+
+def derive_loo_library(case: str, lineages: list[CaseLineage], all_folder: Path,
+                       libraries: Path) -> Path:
+    """`loo-<case>` from the trials already run for library `all`, without new trials: the
+    cards lifted from the other cases' lineages, each keeping only its trials on states of
+    other cases (a trial on a state of `case`, its held-out lineages included, would let the
+    left-out case shape the library); a card is admitted when one of those succeeded. A card
+    whose only successful trial was on `case` is not admitted (stricter than admitting it
+    afresh, which could have tried another context)."""
+    import dataclasses
+
+    from lineage.graph import Lineage
+    from lineage.skills import Library, lift
+
+    name = f"loo-{case}"
+    folder = libraries / name
+    done = folder / "admission.json"
+    if done.is_file():
+        say(f"library {name}: reusing {folder}")
+        return folder
+    if not (all_folder / "admission.json").is_file():
+        raise SystemExit(f"--loo-from-all: {all_folder} has no finished admission")
+    source = Library.open(all_folder)
+    known = set(source.ids())
+    lib = Library.open(folder, create=True)
+    for c in lineages:
+        for card in lift(Lineage.load(c.path)):
+            trials = (tuple(t for t in source.get(card.id).verification if t.case != case)
+                      if card.id in known else ())
+            lib.add(dataclasses.replace(card, verification=trials,
+                                        admitted=any(t.ok for t in trials)))
+    cards = lib.cards()
+    record = {"derived_from": str(all_folder), "left_out": case,
+              "admitted": [c.id for c in cards if c.admitted],
+              "rejected": [c.id for c in cards if not c.admitted and c.verification],
+              "untried": [c.id for c in cards if not c.verification],
+              "trials": sum(len(c.verification) for c in cards),
+              "lineages": [str(c.path) for c in lineages], "cards": len(cards)}
+    _write_json(done, record)
+    say(f"library {name}: {len(record['admitted'])} admitted of {len(cards)} (derived from "
+        f"{all_folder.name}'s trials outside {case})")
     return folder
 
 
@@ -479,6 +523,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="comma-separated held-out lineages (dirs or lineage.json: induced for "
                          "admission, e.g. klineage induce --first-branch 1, and not lifted); "
                          "loo-<case> leaves out that case's too")
+    ap.add_argument("--loo-from-all", action="store_true",
+                    help="make each loo-<case> library from library all's admission trials on "
+                         "other cases' states instead of admitting it afresh")
     ap.add_argument("--cases", default="", help="comma-separated cases (default: every lineage's)")
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--budget-steps", type=int, default=24)
@@ -553,9 +600,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.only in (None, "loo"):
         for case in cases:
             rest = [c for c in all_lineages if c.case != case]
-            lib = build_library(f"loo-{case}", rest, libraries, args.admit_tier,
-                                args.admit_max_trials, [h for h in held_out if h[0] != case],
-                                args.admit_jobs, admit_by)
+            if args.loo_from_all:
+                lib = derive_loo_library(case, rest, libraries / "all", libraries)
+            else:
+                lib = build_library(f"loo-{case}", rest, libraries, args.admit_tier,
+                                    args.admit_max_trials, [h for h in held_out if h[0] != case],
+                                    args.admit_jobs, admit_by)
             if lib is None:
                 unfinished.append(f"loo-{case}")
             else:
