@@ -12,7 +12,9 @@ the current best; interpret tier, which has no timing: the card's pass finds mor
 its optimization is present, or fewer where it could still be applied). After each kept
 candidate the target's features change, so cards are retrieved again (a card rejected
 `MAX_CARD_FAILURES` times in the run is not tried again; a refusal for a kernel already in
-the run does not count). The run is recorded as a new lineage
+the run does not count). Cards the current kernel cannot use again (tried on it, failed out,
+or kept as often as they have evidence) are excluded before retrieval takes its top-k, so
+lower-ranked cards come up once the top ones are spent. The run is recorded as a new lineage
 (`lineage.graph.Lineage`, saved after every gated candidate): the start state (role `root`),
 every kept state and the forward transitions between them, and every rejected candidate as
 risk evidence. It never returns a kernel that failed the gate: the best kernel is the start
@@ -441,15 +443,18 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
             termination = "time-box"
             break
         present, open_ = kernel_sites(run.current.ir)
-        found = retriever.retrieve(Target(language, the_case.name, the_case.platform,
-                                          present, open_))
         failures = Counter(step.card for step in run.rejected if step.stage != "repeat")
         uses = Counter(step.card for step in run.chain)
+        # Cards this kernel cannot use again are left out before retrieval's top-k, so that
+        # the next-ranked cards get their turn.
+        spent = {c.id for c in admitted
+                 if (run.current.state, c.id) in run.tried or failures[c.id] >= MAX_CARD_FAILURES
+                 or uses[c.id] >= max(1, len(c.evidence))}
+        found = retriever.retrieve(Target(language, the_case.name, the_case.platform,
+                                          present, open_), exclude=spent)
         ordered = seeded_order(found.cards, seed, rounds)
         rounds += 1
-        fresh = [r.card for r in ordered if (run.current.state, r.card.id) not in run.tried
-                 and failures[r.card.id] < MAX_CARD_FAILURES
-                 and uses[r.card.id] < max(1, len(r.card.evidence))]
+        fresh = [r.card for r in ordered if r.card.id not in spent]
         kept = False
         for card in fresh:
             if run.gated >= budget_steps or job.out_of_time():
@@ -460,6 +465,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
             if kept:
                 break
         if kept or run.gated >= budget_steps or job.out_of_time():
+            continue
+        if fresh:  # the cards tried this round are now excluded: others may come up
             continue
         if not _walk_to_stone(run, job):
             termination = "exhausted"

@@ -18,7 +18,7 @@ the reason, so a user sees why a card did not come back.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -202,13 +202,21 @@ class Retriever:
             self._fetched.update(pass_declarations(missing))
         return self._fetched
 
-    def retrieve(self, target: Target) -> Retrieval:
+    def retrieve(self, target: Target, exclude: Collection[str] = ()) -> Retrieval:
+        """The admitted cards for `target` (class docstring); the ids in `exclude` (e.g. cards
+        a caller already tried on this kernel) are set aside before the top-k is taken, so
+        the next-ranked cards take their places."""
         decls = self._decls({c.pass_name for c in self.cards} | set(target.present_passes)
                             | {str(f.get("pass")) for f in target.open_sites})
         provided = target.provided(decls)
         # What the target already has (or conflicts with) is set aside first, so it does not
         # take the top-k places of cards that can still act.
         pool, skipped = self._applicable(target, provided)
+        if exclude:
+            excluded = set(exclude)
+            skipped.update({c.id: "excluded by the caller (already tried)" for c in pool
+                            if c.id in excluded})
+            pool = [c for c in pool if c.id not in excluded]
         sims = {c.id: similarity(c, target) for c in pool}
         by_id = {c.id: c for c in pool}
         via: dict[str, list[str]] = {}

@@ -318,3 +318,16 @@ def test_the_time_box_stops_the_loop_before_the_next_gate(tmp_path: Path) -> Non
                       rewriter=DeterministicRewriter(), check_fn=gate,
                       deadline=time.monotonic())
     assert result.termination == "time-box" and len(gate.seen) == 1 and result.applied == ()
+
+
+def test_a_spent_card_makes_room_for_the_next_ranked_card(tmp_path: Path) -> None:
+    """With k=1 only the best-ranked card makes retrieval's top-k; once it has failed out,
+    the loop retrieves again without it and the next card is tried."""
+    lib = library(tmp_path, admitted=True)
+    gate = ScriptedGate(fails=lambda s: "tl.range(" in s)  # pipelining always fails
+    result = optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "out",
+                      budget_steps=30, rewriter=DeterministicRewriter(), check_fn=gate, k=1)
+    assert [s.pass_name for s in result.rejected] == ["software-pipelining"] * 2
+    # autotune ranks below pipelining: it is retrieved only once pipelining is spent.
+    assert [s.pass_name for s in result.applied] == ["tensor-core-dot", "autotune"]
+    assert result.termination == "exhausted"

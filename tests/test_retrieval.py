@@ -197,3 +197,15 @@ def test_a_pass_present_for_the_whole_kernel_covers_the_cards_locus() -> None:
     elsewhere = _naive_target(extra=({"pass": "tensor-core-dot",
                                       "anchor": "triton:k/if[0]/assign:z[0]"},))
     assert _ids(Retriever([card], declarations=DECLS).retrieve(elsewhere)) == ["tensor-core-dot"]
+
+
+def test_excluded_cards_give_their_top_k_places_to_the_next_ranked() -> None:
+    cards = _cards()
+    pool = [cards["software-pipelining"], cards["autotune"]]
+    target = _naive_target(case="gemm")
+    first = Retriever(pool, k=1, declarations=DECLS).retrieve(target)
+    assert _ids(first) == ["software-pipelining"]  # k=1: autotune never makes the top-k
+    again = Retriever(pool, k=1, declarations=DECLS).retrieve(
+        target, exclude={cards["software-pipelining"].id})
+    assert _ids(again) == ["autotune"]
+    assert "already tried" in again.skipped[cards["software-pipelining"].id]
