@@ -103,7 +103,8 @@ if has roundtrip; then
   echo "roundtrip rc=$?"
   tail -60 "$OUTDIR/roundtrip.out"
   grep -E "library|admitted|start |done " "$OUTDIR/roundtrip.log" | tail -60
-  tar czf "$OUTDIR/roundtrip.tgz" --exclude='*/cache' --exclude='*/optimize/best*' -C "$(dirname "$RT")" "$(basename "$RT")"
+  tar czf "$OUTDIR/roundtrip.tgz" --exclude='*/cache' --exclude='*/optimize/best*' \
+    --exclude='*/runs/*/expert.py' --exclude='*/runs/*/start.py' -C "$(dirname "$RT")" "$(basename "$RT")"
 fi
 
 if has gpu-test; then

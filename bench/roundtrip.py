@@ -168,8 +168,7 @@ def build_library(name: str, lineages: list[CaseLineage], libraries: Path, tier:
     record = {**report.to_json(), "tier": tier, "lineages": [str(c.path) for c in lineages],
               "held_out": [str(path) for _, path in held_out],
               "cards": len(lib.ids()), "wall_s": round(time.monotonic() - started, 1)}
-    (done.parent / "admission.json.tmp").write_text(json.dumps(record, indent=1) + "\n")
-    os.replace(done.parent / "admission.json.tmp", done)
+    _write_json(done, record)
     say(f"library {name}: {len(report.admitted)} admitted, {len(report.rejected)} not, "
         f"{len(report.untried)} untried")
     return folder

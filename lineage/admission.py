@@ -281,7 +281,7 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
             cpu.acquire()
 
     def one(card: SkillCard) -> tuple[str, int]:
-        """(outcome: admitted | rejected | untried, trials run) for one card."""
+        """(outcome: admitted | rejected | untried | pending, trials run) for one card."""
         with cpu:
             if deadline is not None and time.monotonic() >= deadline:
                 return "pending", 0

@@ -452,9 +452,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
                  or uses[c.id] >= max(1, len(c.evidence))}
         found = retriever.retrieve(Target(language, the_case.name, the_case.platform,
                                           present, open_), exclude=spent)
-        ordered = seeded_order(found.cards, seed, rounds)
+        fresh = [r.card for r in seeded_order(found.cards, seed, rounds)]
         rounds += 1
-        fresh = [r.card for r in ordered if r.card.id not in spent]
         kept = False
         for card in fresh:
             if run.gated >= budget_steps or job.out_of_time():
