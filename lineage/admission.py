@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -215,7 +215,8 @@ def _judge(card: SkillCard, context: Context, ir: Any, made: Any, verdict: Any, 
             before = base.timing.candidate_ms if base.ok and base.timing else None
         after = verdict.timing.candidate_ms if verdict.timing else None
         if not before or not after:
-            return result(False, "no timing to compare", by=made.rewriter)
+            why = "the context state has no timing" if not before else "the candidate has no timing"
+            return result(False, f"no timing to compare: {why}", by=made.rewriter)
         speedup = before / after
         floor = effect_floor(summary, slack, magnitude)
         if speedup < floor:
@@ -254,9 +255,10 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
     """Try every hypothesis of `library` on up to `max_trials` held-out contexts from
     `lineages` and the `held_out` lineages (see `held_out_contexts`) until one trial succeeds;
     each trial is logged on the card and the card is stored at once. A held-out state where
-    the card finds no site at all is passed over (it says nothing about the card); a card with
-    no held-out state where it has a site is reported `untried`. Cards already admitted are
-    skipped unless `retry_admitted`. `jobs` cards are tried at once: their gates run side by
+    the card does not materialize is passed over (it says nothing about the card); states
+    that take one of the card's recorded variants come before those that take only the pass's
+    defaults; a card with no held-out state where it materializes is reported `untried`.
+    Cards already admitted are skipped unless `retry_admitted`. `jobs` cards are tried at once: their gates run side by
     side, everything else (materialization, the library's files) one card at a time. No card
     starts after `deadline` (a `time.monotonic()` value): those left are reported `pending`,
     and a later call takes them up (the cards tried so far keep their logs)."""
@@ -272,6 +274,7 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
 
         check = gate.check
     cpu = threading.Lock()  # held by a card's thread except while its gate runs
+    parsed: dict[str, Any] = {}  # state id -> its KernelIR (or None), shared by the cards
 
     def gated(*args: Any, **kwargs: Any) -> Any:
         cpu.release()
@@ -285,12 +288,8 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
         with cpu:
             if deadline is not None and time.monotonic() >= deadline:
                 return "pending", 0
-            contexts: list[Context] = []
-            for context in held_out_contexts(card, lineages, held_out):
-                if _has_site(card, context):  # parses the state: only as many as are tried
-                    contexts.append(context)
-                    if len(contexts) >= max_trials:
-                        break
+            contexts = _trial_contexts(card, held_out_contexts(card, lineages, held_out),
+                                       max_trials, the_rewriter, parsed, tier)
             if not contexts:
                 say("untried", {"card": card.id})
                 return "untried", 0
@@ -322,16 +321,72 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
                            tuple(kinds["pending"]))
 
 
-def _has_site(card: SkillCard, context: Context) -> bool:
+def _trial_contexts(card: SkillCard, contexts: Sequence[Context], max_trials: int,
+                    rewriter: Any, parsed: dict[str, Any], tier: str) -> list[Context]:
+    """Up to `max_trials` of `contexts` (in their order) on which `card` materializes; those
+    that take one of the card's recorded variants (its carrier: what the lineage knows) before
+    those that take only the pass's defaults (which say little about the card). A context with
+    no candidate at all is passed over: it would spend a trial and say nothing. Scans lazily:
+    it stops at the `max_trials`-th context that takes a recorded variant."""
+    recorded: list[Context] = []
+    defaults: list[Context] = []
+    for context in contexts:
+        kind = _materializes(card, context, rewriter, parsed, resolve_tier(tier, context.language))
+        if kind == "recorded":
+            recorded.append(context)
+            if len(recorded) >= max_trials:
+                break
+        elif kind == "defaults":
+            defaults.append(context)
+    return (recorded + defaults)[:max_trials]
+
+
+def _materializes(card: SkillCard, context: Context, rewriter: Any,
+                  parsed: dict[str, Any], tier: str) -> str:
+    """"recorded" when a recorded variant of `card` materializes on the context's state,
+    "defaults" when only the pass's defaults (or an LLM back-end) do, "" when nothing does."""
     import kir  # noqa: PLC0415
 
-    from lineage.optimize import card_sites  # noqa: PLC0415
+    from passes.base import PassContext  # noqa: PLC0415
 
+    if context.state not in parsed:
+        try:
+            parsed[context.state] = kir.parse(context.source, language=context.language,
+                                              path=context.path or None)
+        except BadInputError:
+            parsed[context.state] = None
+    ir = parsed[context.state]
+    if ir is None:
+        return ""
     try:
-        ir = kir.parse(context.source, language=context.language, path=context.path or None)
+        ctx = PassContext.for_case(context.case, tier="device" if tier == "device" else "interpret")
     except BadInputError:
-        return False
-    return bool(card_sites(card, ir))
+        return ""
+    from lineage.optimize import card_sites  # noqa: PLC0415
+    from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
+
+    # The scan asks the rules only (an LLM back-end would be paid for every state scanned).
+    rule = DeterministicRewriter()
+    kind = ""
+    recorded: list[str] = []
+    for made in itertools.islice(materializations(card, ir, rule, ctx), CANDIDATES_PER_CARD):
+        if not made.ok or made.ir is None:
+            break
+        kind = "defaults"
+        if made.options:
+            recorded.append(made.ir.unparse())
+    if recorded:
+        # A recorded variant counts only where it makes something the defaults do not (a
+        # rule may ignore options that do not fit the kernel and do its default rewrite).
+        bare = replace(card, options={}, variants=())
+        defaults = {m.ir.unparse() for m in itertools.islice(
+            materializations(bare, ir, rule, ctx), CANDIDATES_PER_CARD) if m.ir is not None}
+        if any(text not in defaults for text in recorded):
+            return "recorded"
+    backends = tuple(getattr(rewriter, "backends", None) or (rewriter,))
+    if not kind and any(getattr(b, "name", "") != "deterministic" for b in backends):
+        kind = "defaults" if card_sites(card, ir) else ""
+    return kind
 
 
 def load_lineages(paths: Sequence[str | Path]) -> list[Lineage]:

@@ -27,6 +27,8 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   current one) is dropped before the gate; one whose source was already gated in this run
   (reached again along another path) reuses that verdict instead of being gated again, and
   is not counted against the budget;
+- a card's sites whose detail a recorded variant names (the tile a tile step resized) come
+  before the card's other sites;
 - a card is kept at most as many times in a run as it has evidence transitions (the lineages
   never needed it more often; a tile card with recorded sizes could otherwise shuffle sizes
   between tiles without end);
@@ -128,13 +130,27 @@ def card_sites(card: SkillCard, ir: KernelIR) -> list[Site]:
     if cls is not None:
         sites = [s for s in cls.from_options(_known_options(cls, card.options)).sites(ir, index)
                  if not s.present]
-        sites.sort(key=lambda s: (locus_signature(s.anchor) != card.locus, s.span))
+        sites.sort(key=lambda s: (locus_signature(s.anchor) != card.locus,
+                                  not _fits_recorded(card, s), s.span))
         return sites
     query = str(card.anchor.get("query") or "")
     if not query:
         return []
     return [Site(card.pass_name, str(m.anchor.id), False, {"query": query},
                  (m.anchor.span.start, m.anchor.span.end)) for m in index.query(query)]
+
+
+def _fits_recorded(card: SkillCard, site: Site) -> bool:
+    """Whether a recorded variant of `card` names this site's detail (e.g. the tile the
+    recorded step resized: option `tile` = the site's `tile`); True when none names any."""
+    named = False
+    for variant in (*card.variants, {"options": card.options}):
+        options = variant.get("options") or {}
+        shared = [k for k in options if k in site.detail]
+        named = named or bool(shared)
+        if shared and all(options[k] == site.detail[k] for k in shared):
+            return True
+    return not named
 
 
 def _known_options(cls: Any, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -438,7 +438,7 @@ def _lift_group(lineage: Lineage, key: tuple[str, str, str, tuple[str, ...]], ti
     return SkillCard(
         id=card_id(pass_name, language, locus, prior_key), intent=intent, pass_name=pass_name,
         category=str(best_attrs.get("category") or decl.get("category") or ""),
-        language=language, locus=locus, options=dict(best_attrs.get("options") or {}),
+        language=language, locus=locus, options=_step_options(lineage, best, pass_name),
         anchor={"query": anchor_query(locus, anchor_kinds(lineage.node(src).get("source", ""),
                                                            language, str(best_attrs.get("anchor")))),
                 "locus": locus, "examples": examples, "present_loci": present_loci},
@@ -455,9 +455,25 @@ def _lift_group(lineage: Lineage, key: tuple[str, str, str, tuple[str, ...]], ti
         requires=tuple(decl.get("requires") or ()), provides=tuple(decl.get("provides") or ()),
         conflicts=tuple(decl.get("conflicts") or ()),
         variants=tuple(_union_dicts([], [{"anchor": str(lineage.node(t).get("anchor", "")),
-                                          "options": dict(lineage.node(t).get("options") or {})}
+                                          "options": _step_options(lineage, t, pass_name)}
                                          for t in tids])),
     )
+
+
+def _step_options(lineage: Lineage, tid: str, pass_name: str) -> dict[str, Any]:
+    """The options of transition `tid` as its pass needs them to perform the step again
+    (`Pass.recorded_options`: an older record may lack what the pass now records)."""
+    from passes.registry import get_pass  # noqa: PLC0415
+
+    attrs = lineage.node(tid)
+    options = dict(attrs.get("options") or {})
+    try:
+        cls = get_pass(pass_name)
+    except (BadInputError, ImportError):
+        return options
+    src, _ = _ends(lineage, tid)
+    return cls.recorded_options(options, str(lineage.node(src).get("source", "")),
+                                list(attrs.get("diff") or ()))
 
 
 def _new_feature_loci(src: Mapping[str, Any], dst: Mapping[str, Any], pass_name: str) -> list[str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import re
 import types
 import typing
@@ -208,6 +209,14 @@ class Pass:
         """Apply the optimization at `site` with this instance's options."""
         raise NotImplementedError
 
+    @classmethod
+    def recorded_options(cls, options: Mapping[str, Any], before: str,
+                         diff: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The options a recorded forward step needs to be performed again: `options` as the
+        lineage holds them, completed from the step's source text `before` and its structured
+        `diff` where an older record left something out (the default adds nothing)."""
+        return dict(options)
+
     # -- declarations and options -------------------------------------------------------
     @classmethod
     def declaration(cls) -> dict[str, Any]:
@@ -227,9 +236,7 @@ class Pass:
     @classmethod
     def option_fields(cls) -> dict[str, tuple[type, str]]:
         """Option name -> (type, docstring) for every option field of the pass."""
-        hints = typing.get_type_hints(cls)
-        docs = _field_docs(cls)
-        return {f.name: (hints[f.name], docs.get(f.name, "")) for f in dataclasses.fields(cls)}
+        return dict(_option_fields(cls))
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None = None) -> Pass:
@@ -318,6 +325,15 @@ def _coerce(pass_name: str, key: str, value: Any, kind: Any) -> Any:
         raise BadInputError(f"pass '{pass_name}': option '{key}' expects "
                             f"{getattr(kind, '__name__', kind)}, got {value!r}") from None
     return value
+
+
+@functools.cache
+def _option_fields(cls: type) -> Mapping[str, tuple[type, str]]:
+    """`Pass.option_fields` of a class, computed once (reading the docs parses its source)."""
+    hints = typing.get_type_hints(cls)
+    docs = _field_docs(cls)
+    return types.MappingProxyType(
+        {f.name: (hints[f.name], docs.get(f.name, "")) for f in dataclasses.fields(cls)})
 
 
 def _field_docs(cls: type) -> dict[str, str]:

@@ -283,3 +283,34 @@ def test_admission_past_its_deadline_leaves_cards_pending(tmp_path: Path) -> Non
     assert sorted(report.pending) == sorted(c.id for c in lib.cards())
     assert report.to_json()["pending"] == list(report.pending)
     assert not any(c.verification for c in lib.cards())
+
+
+def test_trial_contexts_skip_states_the_card_cannot_act_on_and_prefer_its_recorded_steps() -> None:
+    from dataclasses import replace
+
+    from lineage.admission import Context, _trial_contexts
+    from lineage.skills import lift
+
+    lin = lineage("conv2d_induced")
+    card = next(c for c in lift(lin) if c.pass_name == "tile-sizes")
+    step = {"value": 64, "tile": "BLOCK_M"}  # a recorded size the default doubling misses
+    card = replace(card, options=step, variants=({"anchor": card.variants[0]["anchor"],
+                                                  "options": step},))
+    root, expert = lin.roles("naive")[0], lin.roles("expert")[0]
+    assert '"BLOCK_M": 16' in lin.node(root)["source"]
+    assert '"BLOCK_M": 32' in lin.node(expert)["source"]  # doubling it is the recorded step
+
+    def ctx(state: str, source: str) -> Context:
+        return Context("conv2d", state, source, "triton", "")
+
+    bare = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+            "def k(x_ptr):\n    tl.store(x_ptr, 1.0)\n")
+    contexts = [ctx("s:bare", bare), ctx(expert, lin.node(expert)["source"]),
+                ctx(root, lin.node(root)["source"])]
+    # the bare kernel has no tile: passed over; on the expert the recorded step is what the
+    # pass's default does anyway, so the root (where only the card's record makes 64) is first
+    chosen = _trial_contexts(card, contexts, 2, DeterministicRewriter(), {}, "interpret")
+    assert [c.state for c in chosen] == [root, expert]
+    assert [c.state for c in _trial_contexts(card, contexts, 1, DeterministicRewriter(), {},
+                                             "interpret")] == [root]
+    assert _trial_contexts(card, contexts[:1], 2, DeterministicRewriter(), {}, "interpret") == []

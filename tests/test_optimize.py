@@ -331,3 +331,28 @@ def test_a_spent_card_makes_room_for_the_next_ranked_card(tmp_path: Path) -> Non
     # autotune ranks below pipelining: it is retrieved only once pipelining is spent.
     assert [s.pass_name for s in result.applied] == ["tensor-core-dot", "autotune"]
     assert result.termination == "exhausted"
+
+
+def test_a_tile_card_acts_first_on_the_tile_its_steps_resized() -> None:
+    from dataclasses import replace
+
+    from lineage.optimize import card_sites, materializations
+    from passes.base import PassContext
+    from skill_helpers import lineage
+    from lineage.skills import lift
+
+    lin = lineage("conv2d_induced")
+    card = next(c for c in lift(lin) if c.pass_name == "tile-sizes")
+    assert {v["options"].get("tile") for v in card.variants} == {"BLOCK_M"}  # read off the diff
+    ir = kir.parse(naive_source("conv2d_induced"), language="triton")
+    n_card = replace(card, options={"value": 64, "tile": "BLOCK_N"},
+                     variants=({"anchor": card.variants[0]["anchor"],
+                                "options": {"value": 64, "tile": "BLOCK_N"}},))
+    assert card_sites(n_card, ir)[0].detail["tile"] == "BLOCK_N"
+    assert card_sites(card, ir)[0].detail["tile"] == "BLOCK_M"
+    made = next(materializations(n_card, ir, DeterministicRewriter(),
+                                 PassContext.for_case("conv2d", tier="interpret")))
+    assert made.ok and made.site.detail["tile"] == "BLOCK_N" and made.options["tile"] == "BLOCK_N"
+    changed = [(a, b) for a, b in zip(ir.unparse().splitlines(), made.ir.unparse().splitlines())
+               if a != b]
+    assert len(changed) == 1 and '"BLOCK_N": 64' in changed[0][1]

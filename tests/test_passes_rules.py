@@ -125,6 +125,34 @@ def test_tile_sizes_stop_at_the_floor() -> None:
     assert not any(s.present for s in small.sites(ir))
 
 
+def test_a_tile_step_records_its_tile_and_is_performed_on_that_tile_only() -> None:
+    ir = kir.parse_file(DATA / "mm_pinned.py")
+    p = get_pass("tile-sizes")()
+    k_site = next(s for s in p.sites(ir) if s.present and s.detail["tile"] == "BLOCK_K")
+    back = p.deoptimize(ir, k_site)
+    assert isinstance(back, Applied) and back.options["tile"] == "BLOCK_K"
+    forward = p.with_options(back.options)
+    sites = {s.detail["tile"]: s for s in forward.sites(back.ir) if not s.present}
+    refused = forward.optimize(back.ir, sites["BLOCK_M"])
+    assert isinstance(refused, Skipped) and "resized BLOCK_K, not BLOCK_M" in refused.reason
+    again = forward.optimize(back.ir, sites["BLOCK_K"])
+    assert isinstance(again, Applied) and again.ir.text == ir.text
+
+
+def test_older_tile_records_get_their_tile_from_the_edited_literal() -> None:
+    cls = get_pass("tile-sizes")
+    for before, name in [("k[grid](a, BLOCK_M=16, BLOCK_N=16)", "BLOCK_N"),
+                         ('triton.Config({"BLOCK_M": 16, "BLOCK_K": 16})', "BLOCK_K"),
+                         ("def k(x, BLOCK_N: tl.constexpr = 16):", "BLOCK_N")]:
+        at = before.rindex("16")
+        diff = [{"action": "update", "src_span": [at, at + 2], "old": "16", "new": "32"}]
+        assert cls.recorded_options({"value": 32}, before, diff) == {"value": 32, "tile": name}
+    # a recorded tile is kept; a step the literal does not name stays as it was
+    assert cls.recorded_options({"value": 32, "tile": "X_BLOCK"}, "BLOCK_M=16", []) == {
+        "value": 32, "tile": "X_BLOCK"}
+    assert cls.recorded_options({"value": 32}, "f(16)", [{"src_span": [2, 4]}]) == {"value": 32}
+
+
 def test_tiles_of_a_fixed_host_grid_are_not_resized() -> None:
     # mm_pinned launches cdiv(M, 32) * cdiv(N, 32) programs whatever BLOCK_M/BLOCK_N are
     ir = kir.parse_file(DATA / "mm_pinned.py")

@@ -8,8 +8,10 @@ num_stages=3)` (in any config list, literal or built by a function), and, for pi
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from passes._source import ByteEdit, finish, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
@@ -91,6 +93,10 @@ def comment_above(source: bytes, pos: int) -> int:
     return start
 
 
+# The name a literal is bound to, read backwards from the literal: `X=`, `"X": `, `X: T = `.
+_NAME_BEFORE = re.compile(r"""["']?([A-Za-z_]\w*)["']?\s*(?::\s*[\w.]+\s*)?[:=]\s*$""")
+
+
 def tile_name(name: str) -> bool:
     """Names the tile-size pass treats as tile sizes (`BLOCK_M`, `BLOCK_SIZE_K`, `TILE_N`)."""
     upper = name.upper()
@@ -123,6 +129,8 @@ class TileSizes(Pass):
     """The smallest tile a de-optimization produces (tl.dot needs 16)."""
     cap: int = 256
     """The largest tile an optimization without a recorded size produces."""
+    tile: str = ""
+    """The tile constexpr the recorded step resized (`BLOCK_N`); '' = any tile."""
 
     name: ClassVar[str] = "tile-sizes"
     category: ClassVar[Category] = Category.STAGING
@@ -172,8 +180,12 @@ class TileSizes(Pass):
         node = _find_site(mod, site)
         if node is None:
             return Skipped("the tile literal is not at the site", {"site": site.anchor})
+        name = str(site.detail.get("tile", ""))
+        if self.tile and name != self.tile:
+            return Skipped(f"the recorded step resized {self.tile}, not {name}",
+                           {"tile": name, "recorded": self.tile})
         holder = next((h for n, lit, h in self._literals(mod) if lit is node), None)
-        refusal = _grid_refusal(mod, holder, site.detail.get("tile", ""))
+        refusal = _grid_refusal(mod, holder, name)
         if refusal is not None:
             return refusal
         current = node.value
@@ -189,8 +201,25 @@ class TileSizes(Pass):
             return skip
         if target == current:
             return Skipped(f"{site.detail.get('tile')} is already {current}", {"tile": current})
-        return finish(ir, site, [_value_edit(mod, node, target)], options={"value": current},
+        return finish(ir, site, [_value_edit(mod, node, target)],
+                      options={"value": current, "tile": name} if name else {"value": current},
                       preconditions=results)
+
+    @classmethod
+    def recorded_options(cls, options: Mapping[str, Any], before: str,
+                         diff: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Older lineages recorded only the size: the tile is the name written before the
+        edited literal (`BLOCK_N=64`, `"BLOCK_N": 64`, `BLOCK_N: tl.constexpr = 64`)."""
+        out = dict(options)
+        if out.get("tile") or len(diff) != 1:
+            return out
+        span = diff[0].get("src_span")
+        if not span:
+            return out
+        m = _NAME_BEFORE.search(before[max(0, int(span[0]) - 64):int(span[0])])
+        if m and tile_name(m.group(1)):
+            out["tile"] = m.group(1)
+        return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         return self._resize(ir, site, ctx, grow=False)
