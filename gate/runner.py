@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gate import compare as cmp
+from gate import gpulock
 from gate.cases import Case
 from gate.verdict import (Correctness, Facts, CompileFacts, FailureKind, SeedResult, Tier, Timing,
                           VariantTiming, Verdict, reject)
@@ -64,6 +65,13 @@ class _Judge:
     verdict: Verdict | None = None
     phases: list[tuple[str, float]] = field(default_factory=list)
     compare_s: float = 0.0  # the parent's own time decoding and comparing outputs
+    gpu_lock: Any = field(default_factory=gpulock.NoLock)
+    """The worker's GPU lock, held shared while comparing: no gate times a kernel while a
+    parent's comparisons load the CPU."""
+
+    def use_gpu_lock(self, path: str | None) -> None:
+        if path:
+            self.gpu_lock = gpulock.GpuLock(path)
 
     def _shape(self, variant: str) -> Mapping[str, Any]:
         table = self.case.shapes if self.tier is Tier.DEVICE else self.case.small_shapes
@@ -131,9 +139,11 @@ class _Judge:
         ref_outputs, inputs = self.refs[(variant, ref_phase, seed)]
         dtype = str(self._shape(variant).get("dtype", ""))
         t0 = time.perf_counter()
-        outcome = cmp.compare(outputs, ref_outputs, tolerance=self.case.tolerance_for(dtype),
-                              low_tolerance=cmp.lower_precision_tolerance(dtype, dict(self.case.tolerance)),
-                              case_compare=self.case_compare, inputs=inputs)
+        with self.gpu_lock.shared():
+            outcome = cmp.compare(outputs, ref_outputs, tolerance=self.case.tolerance_for(dtype),
+                                  low_tolerance=cmp.lower_precision_tolerance(
+                                      dtype, dict(self.case.tolerance)),
+                                  case_compare=self.case_compare, inputs=inputs)
         self.compare_s += time.perf_counter() - t0
         if phase in (PHASE_KNOCKOUT, PHASE_FAULT):
             self.stage = "anti_cheat"
@@ -182,7 +192,7 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
     """Run `job` in a fresh worker under `timeout` seconds (after start-up) and judge it."""
     judge = _Judge(case, tier, case_compare=case.module().compare if case.has_compare else None)
     ctx = _context()
-    parent, child = ctx.Pipe(duplex=False)
+    parent, child = ctx.Pipe(duplex=True)  # the worker asks before timing (`wait_quiet`)
     proc = ctx.Process(target=worker_main, args=(child, job), daemon=True)
     spawn_t0 = time.perf_counter()
     _start(proc)
@@ -208,6 +218,10 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
                     started = True
                     judge.phases.append(("spawn", time.perf_counter() - spawn_t0))
                     deadline = time.monotonic() + timeout
+                    judge.use_gpu_lock((msg[1] or {}).get("gpu_lock"))
+                if msg[0] == "quiet":  # every output sent before it has been judged
+                    parent.send(("go",))
+                    continue
                 if judge.handle(msg) or msg[0] == "done":
                     break
             elif ready or not proc.is_alive():
@@ -217,6 +231,7 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
     finally:
         _end(proc)
         parent.close()
+        judge.gpu_lock.close()
     if judge.verdict is None:  # "done" arrived without a decision: cannot happen, but never lie
         return reject(tier, judge.stage, FailureKind.INTERNAL, "the worker finished without a verdict")
     phases = judge.phases + ([("compare (parent)", judge.compare_s)] if judge.compare_s else [])

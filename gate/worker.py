@@ -5,7 +5,12 @@ the worker matters: the case's inputs and reference outputs (and, on the device,
 reference's timing) are made and sent *before* any candidate code is imported; then the
 launch hooks and the tamper snapshot go in, then the candidate loads. Messages (tuples):
 
-    ("ready", info)                                   after imports
+    ("ready", info)                                   after imports (info: device, pid, the
+                                                       GPU lock's path)
+    ("quiet",)                                        before each timed measurement: the parent
+                                                       answers ("go",) once it has judged every
+                                                       output sent before (the one message the
+                                                       parent sends)
     ("stage", name)                                   entering correctness / anti_cheat / timing
     ("mark", phase, seconds)                          a phase's duration (logged by the parent)
     ("ref", variant, phase, seed, outputs, inputs)    reference result (inputs only for cases
@@ -60,12 +65,32 @@ class Stop(Exception):
     """Ends the worker with a rejection already sent."""
 
 
+# How long a worker waits for the parent's go-ahead before timing anyway (the parent answers
+# as soon as it has judged what it was sent; it kills a worker that overruns its time limit).
+QUIET_WAIT_S = 120.0
+
+
 class Channel:
     def __init__(self, conn: Any) -> None:
         self.conn = conn
+        self.quiet_s = 0.0
+        """Seconds spent waiting for the parent's go-ahead (`wait_quiet`)."""
 
     def send(self, *msg: Any) -> None:
         self.conn.send(msg)
+
+    def wait_quiet(self) -> None:
+        """Ask the parent to finish judging the outputs sent so far and wait for its answer:
+        its comparisons are CPU work (torch on every core) that would slow a timed kernel's
+        launches. A parent that does not answer (an older one) is waited for at most
+        `QUIET_WAIT_S`."""
+        import time  # noqa: PLC0415
+
+        t0 = time.perf_counter()
+        self.send("quiet")
+        if self.conn.poll(QUIET_WAIT_S):
+            self.conn.recv()
+        self.quiet_s += time.perf_counter() - t0
 
     def reject(self, kind: FailureKind, stage: str, reason: str) -> None:
         self.send("reject", kind.value, stage, reason)
@@ -210,7 +235,10 @@ class _Runner:
         return encode_all(values, self.cap)
 
     def bench(self, fn: Any) -> tuple[float, float]:
-        """(median ms by do_bench with L2 flush, mean wall-clock ms of 10 synchronized calls)."""
+        """(median ms by do_bench with L2 flush, mean wall-clock ms of 10 synchronized calls).
+        Timed once the parent has judged everything sent so far (`Channel.wait_quiet`) and
+        with the GPU to itself (`gate.gpulock`)."""
+        self.chan.wait_quiet()
         with self.lock.exclusive():
             start = self.cap.perf_counter()
             ms = float(self.do_bench(fn, warmup=25, rep=100, return_mode="median"))
@@ -464,7 +492,9 @@ def _run(chan: Channel, job: Job) -> None:
 
     start = time.perf_counter()
     runner = _Runner(chan, job)
-    chan.send("ready", {"device": runner.device, "pid": os.getpid()})
+    lock_file = getattr(runner.lock, "path", None)
+    chan.send("ready", {"device": runner.device, "pid": os.getpid(),
+                        "gpu_lock": str(lock_file) if lock_file else None})
     phases = [runner.references, runner.load_candidate, runner.correctness, runner.knockout]
     phases += [runner.timing, runner.reverify] if runner.device == "cuda" else [runner.repeat]
     chan.send("mark", "start-up", time.perf_counter() - start)
@@ -474,3 +504,5 @@ def _run(chan: Channel, job: Job) -> None:
         chan.send("mark", phase.__name__, time.perf_counter() - t0)
     if runner.lock.waited_s:
         chan.send("mark", "gpu lock wait", runner.lock.waited_s)
+    if chan.quiet_s:
+        chan.send("mark", "parent compare wait", chan.quiet_s)

@@ -32,6 +32,8 @@ def test_honest_triton_kernel_is_timed_against_the_reference() -> None:
     assert t.speedup == pytest.approx(t.reference_ms / t.candidate_ms)
     phases = {r.phase for r in verdict.correctness.results}
     assert phases == {"seed", "timed", "reverify"}  # re-validated after timing, fresh inputs
+    # every measurement waited for the parent to finish judging the outputs sent before it
+    assert dict(verdict.phases).get("parent compare wait", 0.0) > 0.0
 
 
 def test_honest_cuda_kernel_passes_through_cuLaunchKernel() -> None:

@@ -82,3 +82,33 @@ def test_lock_path_honours_the_environment(monkeypatch, tmp_path):
     assert lock_path("GPU-a/b").name == "klineage-gpu-GPU-a_b.lock"
     with NoLock().exclusive(), NoLock().shared():
         pass
+
+
+def test_a_worker_times_only_once_its_parent_has_judged_what_it_sent() -> None:
+    import multiprocessing
+    import threading
+
+    from gate.worker import Channel
+
+    parent, child = multiprocessing.Pipe(duplex=True)
+    chan = Channel(child)
+    seen: list[tuple] = []
+
+    def parent_side() -> None:
+        while True:
+            msg = parent.recv()
+            seen.append(msg)
+            if msg[0] == "quiet":
+                time.sleep(0.2)  # still comparing what came before
+                parent.send(("go",))
+                return
+
+    judge = threading.Thread(target=parent_side)
+    judge.start()
+    chan.send("out", 1)
+    t0 = time.perf_counter()
+    chan.wait_quiet()
+    waited = time.perf_counter() - t0
+    judge.join()
+    assert seen == [("out", 1), ("quiet",)]
+    assert waited >= 0.2 and chan.quiet_s >= 0.2
