@@ -189,10 +189,12 @@ class Timing:
     """Median times (ms) over the case's shape variants, summed; speedup = reference / candidate.
 
     Both are timed with `triton.testing.do_bench` (25 ms warm-up, 100 ms of repetitions, L2
-    flushed, median) in the same worker process, the reference before any candidate code loads.
-    The candidate's timed calls stay under the gate's op trace and launch hooks (a few
-    microseconds of host time per call; it cannot switch to a cheaper path when unobserved),
-    so for launch-bound kernels the speedup is slightly pessimistic.
+    flushed, median) in the same worker process, the reference before any candidate code loads,
+    each once the parent has judged the outputs sent before and with the GPU to itself. The L2
+    flush between timed calls also keeps the GPU busy for a few times the host's time to issue
+    one call (`gate.worker._Runner.gpu_lead`), so that the host's launch overhead is not timed.
+    The candidate is timed twice, under the gate's op trace and without it; the figure is the
+    untraced one (the traced calls vouch for what the candidate does when timed).
     """
 
     candidate_ms: float

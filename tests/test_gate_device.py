@@ -102,3 +102,14 @@ def test_gates_side_by_side_time_alone() -> None:
         assert v.timing.candidate_ms == pytest.approx(alone.timing.candidate_ms, rel=0.15)
         assert v.timing.reference_ms == pytest.approx(alone.timing.reference_ms, rel=0.15)
     assert any(dict(v.phases).get("gpu lock wait", 0.0) > 0.05 for v in together)
+
+
+def test_the_host_time_to_launch_a_kernel_is_not_timed() -> None:
+    """300 us of Python before each launch of a ~50 us kernel: do_bench alone would time the
+    host (the GPU idles between its start event and the late kernel); the gate's GPU lead
+    keeps the host ahead, so the kernel times as it does behind a fast host."""
+    fast = _device(SAXPY / "saxpy_triton.py")
+    slow = _device(SAXPY / "saxpy_slow_host.py")
+    assert fast.ok and slow.ok, (fast.reason, slow.reason)
+    assert slow.timing.candidate_ms < 0.2  # well under the 0.3 ms the host takes per call
+    assert slow.timing.candidate_ms == pytest.approx(fast.timing.candidate_ms, rel=0.3)
