@@ -44,6 +44,14 @@ from lineage.optimize import (CANDIDATES_PER_CARD, MIN_GAIN, feature_appears,
 from lineage.skills import Library, SkillCard, Trial
 
 ProgressFn = Callable[[str, Mapping[str, Any]], None]
+# States scanned beyond max_trials, tried only in place of trials that said nothing.
+SPARE_CONTEXTS = 2
+
+
+# Why a device trial says nothing about the card: the held-out state itself has no device time
+# (an interpret-tier state that fails the device gate). Such a trial is logged and another
+# state is tried in its place.
+NO_BASELINE = "the context state has no timing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +223,7 @@ def _judge(card: SkillCard, context: Context, ir: Any, made: Any, verdict: Any, 
             before = base.timing.candidate_ms if base.ok and base.timing else None
         after = verdict.timing.candidate_ms if verdict.timing else None
         if not before or not after:
-            why = "the context state has no timing" if not before else "the candidate has no timing"
+            why = NO_BASELINE if not before else "the candidate has no timing"
             return result(False, f"no timing to compare: {why}", by=made.rewriter)
         speedup = before / after
         floor = effect_floor(summary, slack, magnitude)
@@ -257,7 +265,9 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
     each trial is logged on the card and the card is stored at once. A held-out state where
     the card does not materialize is passed over (it says nothing about the card); states
     that take one of the card's recorded variants come before those that take only the pass's
-    defaults; a card with no held-out state where it materializes is reported `untried`.
+    defaults; a card with no held-out state where it materializes is reported `untried`. A
+    device trial on a state that has no device time itself (`NO_BASELINE`) is logged and does
+    not count: another state (up to `SPARE_CONTEXTS` more) is tried in its place.
     Cards already admitted are skipped unless `retry_admitted`. `jobs` cards are tried at once: their gates run side by
     side, everything else (materialization, the library's files) one card at a time. No card
     starts after `deadline` (a `time.monotonic()` value): those left are reported `pending`,
@@ -288,18 +298,22 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
         with cpu:
             if deadline is not None and time.monotonic() >= deadline:
                 return "pending", 0
+            # A few states beyond max_trials stand by for trials that say nothing (NO_BASELINE).
             contexts = _trial_contexts(card, held_out_contexts(card, lineages, held_out),
-                                       max_trials, the_rewriter, parsed, tier)
+                                       max_trials + SPARE_CONTEXTS, the_rewriter, parsed, tier)
             if not contexts:
                 say("untried", {"card": card.id})
                 return "untried", 0
-            count = 0
+            count = informative = 0
             for context in contexts:
+                if informative >= max_trials:
+                    break
                 run_tier = resolve_tier(tier, context.language)
                 say("trial", {"card": card.id, "context": context.label})
                 outcome = trial(card, context, tier=run_tier, rewriter=the_rewriter, slack=slack,
                                 gate_timeout=gate_timeout, check_fn=gated, magnitude=magnitude)
                 count += 1
+                informative += not outcome.reason.endswith(NO_BASELINE)
                 card = library.put(card.with_trial(outcome))
                 say("admitted" if outcome.ok else "failed", {"card": card.id,
                                                              "reason": outcome.reason})

@@ -314,3 +314,20 @@ def test_trial_contexts_skip_states_the_card_cannot_act_on_and_prefer_its_record
     assert [c.state for c in _trial_contexts(card, contexts, 1, DeterministicRewriter(), {},
                                              "interpret")] == [root]
     assert _trial_contexts(card, contexts[:1], 2, DeterministicRewriter(), {}, "interpret") == []
+
+
+def test_a_trial_on_a_state_without_device_time_is_logged_and_another_state_tried(
+        tmp_path: Path) -> None:
+    from lineage.admission import NO_BASELINE
+
+    lib = library(tmp_path, admitted=False)
+    card = next(c for c in lib.cards() if c.pass_name == "software-pipelining")
+    first, second, *_ = held_out_contexts(card, [lineage("conv2d")])
+    # the first state itself fails the device gate: no time to compare the candidate with
+    gate = ScriptedGate(fails=lambda s: s == first.source,
+                        ms=lambda s: 8.0 if "tl.range(" in s else 10.0)
+    admit(lib, [lineage("conv2d")], tier="device", max_trials=1, check_fn=gate)
+    logged = next(c for c in lib.cards() if c.id == card.id).verification
+    assert [t.context for t in logged] == [first.label, second.label]
+    assert logged[0].reason.endswith(NO_BASELINE) and not logged[0].ok
+    assert logged[1].ok and logged[1].speedup == pytest.approx(1.25)
