@@ -71,7 +71,10 @@ class _Judge:
 
     def use_gpu_lock(self, path: str | None) -> None:
         if path:
-            self.gpu_lock = gpulock.GpuLock(path)
+            try:
+                self.gpu_lock = gpulock.GpuLock(path)
+            except OSError as exc:  # the comparisons then run unlocked; the verdict is the same
+                _LOG.warning("gpu lock %s unavailable to the parent: %s", path, exc)
 
     def _shape(self, variant: str) -> Mapping[str, Any]:
         table = self.case.shapes if self.tier is Tier.DEVICE else self.case.small_shapes
