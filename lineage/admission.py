@@ -76,10 +76,10 @@ class Context:
 def held_out_contexts(card: SkillCard, lineages: Sequence[Lineage],
                       held_out: Sequence[Lineage] = ()) -> list[Context]:
     """States where `card` may be tried: same language and not among its source states, taken
-    from (1) `lineages` of a case outside the
-    card's scope or whose experts its evidence did not come from, and (2) `held_out` lineages
-    that hold none of the card's evidence transitions, leaving out every state of a lineage
-    in `lineages` that the card's evidence did come from. Other cases first, then the rest;
+    from (1) `lineages` of a case outside the card's scope or whose experts its evidence did
+    not come from, and (2) `held_out` lineages that hold none of the card's evidence
+    transitions, leaving out every state of a lineage in `lineages` that the card's evidence
+    did come from. Other cases first, then the rest;
     within each, states without the card's pass before those that have it somewhere (where
     only another locus can take the card), and states nearest the naive root first (most
     room for the card)."""
@@ -267,10 +267,10 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
     that take one of the card's recorded variants come before those that take only the pass's
     defaults; a card with no held-out state where it materializes is reported `untried`. A
     device trial on a state that has no device time itself (`NO_BASELINE`) is logged and does
-    not count: another state (up to `SPARE_CONTEXTS` more) is tried in its place.
-    Cards already admitted are skipped unless `retry_admitted`. `jobs` cards are tried at once: their gates run side by
-    side, everything else (materialization, the library's files) one card at a time. No card
-    starts after `deadline` (a `time.monotonic()` value): those left are reported `pending`,
+    not count: another state (up to `SPARE_CONTEXTS` more) is tried in its place. Cards
+    already admitted are skipped unless `retry_admitted`. `jobs` cards are tried at once: their
+    gates run side by side, everything else (materialization, the library's files) one card at
+    a time. No card starts after `deadline` (a `time.monotonic()` value): those left are reported `pending`,
     and a later call takes them up (the cards tried so far keep their logs)."""
     from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
 

@@ -1,5 +1,8 @@
 """The saxpy kernel behind a slow host path: 300 us of Python before each launch (a heavy
-wrapper or dispatcher). The gate times the kernel, not the host: see gate.worker's gpu_lead."""
+wrapper or dispatcher). The gate times the kernel, not the host: see gate.worker's gpu_lead.
+
+The kernel is the one in saxpy_triton.py, written out again: the gate counts only launches of
+kernels defined in the candidate's own file, so importing it would fail as "no launch"."""
 import time
 
 import torch
