@@ -218,13 +218,19 @@ def _judge(card: SkillCard, context: Context, ir: Any, made: Any, verdict: Any, 
     summary = card.speedup
     if tier == "device" and summary:
         before = context.timing_ms if context.tier == "device" else None
+        base_failed = ""
         if before is None:
             base = baseline()
             before = base.timing.candidate_ms if base.ok and base.timing else None
+            if not base.ok:  # why the context state itself has no time (it fails this gate)
+                kind = getattr(base.failure_kind, "value", base.failure_kind)
+                base_failed = f" (at the {tier} tier it fails the gate: {kind}: " \
+                              f"{str(base.reason).splitlines()[0][:160] if base.reason else ''})"
         after = verdict.timing.candidate_ms if verdict.timing else None
         if not before or not after:
             why = NO_BASELINE if not before else "the candidate has no timing"
-            return result(False, f"no timing to compare: {why}", by=made.rewriter)
+            return result(False, f"no timing to compare: {why}{base_failed if not before else ''}",
+                          by=made.rewriter)
         speedup = before / after
         floor = effect_floor(summary, slack, magnitude)
         if speedup < floor:
@@ -313,7 +319,7 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
                 outcome = trial(card, context, tier=run_tier, rewriter=the_rewriter, slack=slack,
                                 gate_timeout=gate_timeout, check_fn=gated, magnitude=magnitude)
                 count += 1
-                informative += not outcome.reason.endswith(NO_BASELINE)
+                informative += NO_BASELINE not in outcome.reason
                 card = library.put(card.with_trial(outcome))
                 say("admitted" if outcome.ok else "failed", {"card": card.id,
                                                              "reason": outcome.reason})

@@ -29,9 +29,10 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   is not counted against the budget;
 - a card's sites whose detail a recorded variant names (the tile a tile step resized) come
   before the card's other sites;
-- a card is kept at most as many times in a run as it has evidence transitions (the lineages
-  never needed it more often; a tile card with recorded sizes could otherwise shuffle sizes
-  between tiles without end);
+- a card is kept at most as many times per kernel of the file (`kernel_of` its anchor) as it
+  has evidence transitions (the lineages never needed it more often; a tile card with recorded
+  sizes could otherwise shuffle sizes between tiles without end); a file of several kernels
+  (gdn has four) may take it once in each;
 - two-step gains (device tier): a candidate that passes the gate but is not `MIN_GAIN` faster
   than the best is kept aside as a *stepping stone* (e.g. larger tiles that only pay once the
   warps or the autotuner follow). When a round of retrieved cards yields no improvement, the
@@ -179,8 +180,8 @@ def materialize(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
 
 
 def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
-                     ctx: PassContext | None = None, *, max_sites: int = MAX_SITES
-                     ) -> Iterator[Materialized]:
+                     ctx: PassContext | None = None, *, max_sites: int = MAX_SITES,
+                     skip_site: Callable[[Site], bool] | None = None) -> Iterator[Materialized]:
     """Distinct candidate materializations of `card` on `ir`, best first; the last item has
     no IR (it carries every refusal) when nothing else came out.
 
@@ -191,10 +192,10 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     back-end is asked once per site. A candidate whose edit re-inserts a line the kernel already
     has (most likely a variant already applied at another site, e.g. the same TMA descriptor)
     comes after the others. Callers gate candidates in this order and may stop at the first
-    that passes."""
+    that passes. Sites for which `skip_site` returns True are left out (before `max_sites`)."""
     from passes.base import Applied  # noqa: PLC0415
 
-    sites = card_sites(card, ir)
+    sites = [s for s in card_sites(card, ir) if skip_site is None or not skip_site(s)]
     if not sites:
         yield Materialized(card, None, None, refusals=(f"no site for {card.pass_name}",))
         return
@@ -460,12 +461,11 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
             break
         present, open_ = kernel_sites(run.current.ir)
         failures = Counter(step.card for step in run.rejected if step.stage != "repeat")
-        uses = Counter(step.card for step in run.chain)
         # Cards this kernel cannot use again are left out before retrieval's top-k, so that
         # the next-ranked cards get their turn.
         spent = {c.id for c in admitted
                  if (run.current.state, c.id) in run.tried or failures[c.id] >= MAX_CARD_FAILURES
-                 or uses[c.id] >= max(1, len(c.evidence))}
+                 or _used_up(c, run)}
         found = retriever.retrieve(Target(language, the_case.name, the_case.platform,
                                           present, open_), exclude=spent)
         fresh = [r.card for r in seeded_order(found.cards, seed, rounds)]
@@ -528,12 +528,39 @@ class _Job:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
 
+def kernel_of(anchor: str) -> str:
+    """The kernel (or function) of the file an anchor lies in: the launched kernel of a
+    `.../launch:NAME[i]` anchor, else the first segment of the anchor's path."""
+    path = str(anchor).split(":", 1)[1] if ":" in str(anchor) else str(anchor)
+    for segment in path.split("/"):
+        if segment.startswith("launch:"):
+            return segment[len("launch:"):].split("[", 1)[0]
+    return path.split("/", 1)[0]
+
+
+def _full_kernels(card: SkillCard, run: _Run) -> set[str]:
+    """The kernels of the file on which the run has kept `card` as often as it has evidence."""
+    limit = max(1, len(card.evidence))
+    uses = Counter(kernel_of(step.anchor) for step in run.chain if step.card == card.id)
+    return {kernel for kernel, n in uses.items() if n >= limit}
+
+
+def _used_up(card: SkillCard, run: _Run) -> bool:
+    """Whether every site `card` has on the current kernel lies in a kernel it is used up on."""
+    full = _full_kernels(card, run)
+    if not full:
+        return False
+    return all(kernel_of(site.anchor) in full for site in card_sites(card, run.current.ir))
+
+
 def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     """Materialize and gate one card on the run's current kernel (up to
     `CANDIDATES_PER_CARD` materializations); keep the first that improves it."""
     # A candidate that is already a state of the run (a recorded tile size smaller than the
     # current one takes the kernel back a step) can teach nothing: it takes no candidate slot.
-    fresh = (m for m in materializations(card, run.current.ir, job.rewriter, job.ctx)
+    full = _full_kernels(card, run)
+    fresh = (m for m in materializations(card, run.current.ir, job.rewriter, job.ctx,
+                                         skip_site=lambda s: kernel_of(s.anchor) in full)
              if m.ir is None or not job.lineage.graph.has_node(state_id(m.ir.unparse())))
     for made in itertools.islice(fresh, CANDIDATES_PER_CARD):
         if run.gated >= job.budget_steps or job.out_of_time():
@@ -706,5 +733,5 @@ def _spent(rewriter: Any) -> float:
     return total
 
 
-__all__ = ["Materialized", "OptimizeResult", "Step", "card_sites", "feature_appears", "materialize",
-           "materializations", "optimize", "resolve_tier", "seeded_order"]
+__all__ = ["Materialized", "OptimizeResult", "Step", "card_sites", "feature_appears", "kernel_of",
+           "materialize", "materializations", "optimize", "resolve_tier", "seeded_order"]

@@ -164,13 +164,26 @@ def verified_scope(card: SkillCard) -> dict[str, list[str]]:
     return scope
 
 
+# Case similarity of a card shown to hold in the target's case by a trial only: one
+# materialization is weaker evidence than the lineage steps the card was lifted from, so a card
+# lifted from the target case's own lineage ranks above one that was only tried there.
+TRIAL_CASE_SIMILARITY = 0.5
+
+
 def similarity(card: SkillCard, target: Target) -> dict[str, float]:
-    """Per-dimension similarity of a card's verified scope to the target, each in [0, 1]."""
+    """Per-dimension similarity of a card's verified scope to the target, each in [0, 1]
+    (case: 1 when the card's evidence came from the target's case, `TRIAL_CASE_SIMILARITY`
+    when only a successful trial did)."""
     scope = verified_scope(card)
     prior = set(card.scope.get("prior_actions") or [])
     present = set(target.present_passes)
+    case = 0.0
+    if target.case is not None and target.case in (card.scope.get("cases") or ()):
+        case = 1.0
+    elif target.case is not None and target.case in scope["cases"]:
+        case = TRIAL_CASE_SIMILARITY
     return {
-        "case": 1.0 if target.case is not None and target.case in scope["cases"] else 0.0,
+        "case": case,
         "language": 1.0 if target.language in scope["languages"] else 0.0,
         "platform": 1.0 if target.platform in (scope["platforms"] or ["cuda"]) else 0.0,
         # The share of the prior actions every piece of evidence had that the target has too

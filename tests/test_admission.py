@@ -329,5 +329,7 @@ def test_a_trial_on_a_state_without_device_time_is_logged_and_another_state_trie
     admit(lib, [lineage("conv2d")], tier="device", max_trials=1, check_fn=gate)
     logged = next(c for c in lib.cards() if c.id == card.id).verification
     assert [t.context for t in logged] == [first.label, second.label]
-    assert logged[0].reason.endswith(NO_BASELINE) and not logged[0].ok
+    assert NO_BASELINE in logged[0].reason and not logged[0].ok
+    # ... and the log says why the state has none (its own verdict at that tier)
+    assert "fails the gate: wrong_output: max rel err" in logged[0].reason
     assert logged[1].ok and logged[1].speedup == pytest.approx(1.25)

@@ -356,3 +356,33 @@ def test_a_tile_card_acts_first_on_the_tile_its_steps_resized() -> None:
     changed = [(a, b) for a, b in zip(ir.unparse().splitlines(), made.ir.unparse().splitlines())
                if a != b]
     assert len(changed) == 1 and '"BLOCK_N": 64' in changed[0][1]
+
+
+def test_a_card_used_up_on_one_kernel_still_acts_on_another_kernel_of_the_file() -> None:
+    """A card is kept at most as often as it has evidence *per kernel* of the file (gdn's
+    file has four kernels that each take the tensor-core card once)."""
+    from lineage.optimize import _full_kernels, _Kernel, _Run, _used_up, kernel_of, Step
+    from lineage.optimize import card_sites, materializations
+
+    assert kernel_of("triton:run/launch:_gdn_wy_kernel[0]") == "_gdn_wy_kernel"
+    assert kernel_of("triton:matmul_kernel/for[0]/assign:acc[0]") == "matmul_kernel"
+    assert kernel_of("triton:_attn_fwd") == "_attn_fwd"
+    card = gemm_cards(admitted=True)["tensor-core-dot"]
+    assert len(card.evidence) == 1
+    naive = naive_source("gemm")
+    kernel = naive[naive.index("@triton.jit"):naive.index("def run(")]
+    two = naive.replace("def run(", kernel.replace("matmul_kernel", "matmul_kernel_b") + "def run(")
+    ir = kir.parse(two, language="triton")
+    assert {kernel_of(s.anchor) for s in card_sites(card, ir)} == {"matmul_kernel", "matmul_kernel_b"}
+    start = _Kernel(two, ir, "s:0", None, None)
+    run = _Run(start, start)
+    assert not _used_up(card, run)
+    run.chain.append(Step(card.id, card.pass_name, "triton:matmul_kernel/for[0]/assign:acc[0]", True))
+    assert _full_kernels(card, run) == {"matmul_kernel"}
+    assert not _used_up(card, run)  # matmul_kernel_b still has a site
+    full = _full_kernels(card, run)
+    made = next(materializations(card, ir, DeterministicRewriter(),
+                                 skip_site=lambda s: kernel_of(s.anchor) in full))
+    assert made.ok and kernel_of(made.site.anchor) == "matmul_kernel_b"
+    run.chain.append(Step(card.id, card.pass_name, "triton:matmul_kernel_b/for[0]/assign:acc[0]", True))
+    assert _used_up(card, run)

@@ -8,7 +8,13 @@ import sys
 from pathlib import Path
 
 from lineage.graph import Lineage
-from lineage.retrieval import Retriever, Target, similarity, target_from_kernel
+from lineage.retrieval import (
+    TRIAL_CASE_SIMILARITY,
+    Retriever,
+    Target,
+    similarity,
+    target_from_kernel,
+)
 from lineage.skills import Library, SkillCard, Trial, lift
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,8 +74,10 @@ def test_verified_scope_counts_successful_trials_only() -> None:
     assert similarity(card, topk)["case"] == 0.0
     failed = card.with_trial(Trial("topk:s:1", "topk", "interpret", False, "mismatch"))
     assert similarity(failed, topk)["case"] == 0.0
-    assert similarity(failed.with_trial(Trial("topk:s:2", "topk", "interpret", True)),
-                      topk)["case"] == 1.0
+    shown = failed.with_trial(Trial("topk:s:2", "topk", "interpret", True))
+    assert similarity(shown, topk)["case"] == TRIAL_CASE_SIMILARITY
+    # The card's own case (its evidence) counts more than a case it was only tried in.
+    assert similarity(shown, Target(language="triton", case="gemm"))["case"] == 1.0
 
 
 def test_union_of_per_dimension_top_k() -> None:
