@@ -365,10 +365,12 @@ def partial_best(folder: Path) -> dict[str, Any] | None:
     return {"best_ms": min(times)[0], "states": len(times)} if times else None
 
 
-def schedule(specs: list[dict[str, Any]], slots: list[str | None], end: float | None = None
-             ) -> list[dict[str, Any]]:
+def schedule(specs: list[dict[str, Any]], slots: list[str | None], end: float | None = None,
+             min_share: float = 0.0) -> list[dict[str, Any]]:
     """Run the specs over the slots (one process per slot at a time); with `end` (a
-    `time.monotonic()` value) no run starts within `grace` + 30 s of it and boxes are cut."""
+    `time.monotonic()` value) no run starts within `grace` + 30 s of it, nor with less than
+    `min_share` of its box left (a run cut short measures the call's end, not the method:
+    it is left for a rerun), and boxes are cut to what is left."""
     queue: Queue[dict[str, Any]] = Queue()
     for spec in specs:
         queue.put(spec)
@@ -385,7 +387,7 @@ def schedule(specs: list[dict[str, Any]], slots: list[str | None], end: float | 
                 return
             if end is not None:
                 left = end - time.monotonic() - spec["grace"]
-                if left < 30:
+                if left < max(30.0, min_share * spec["box"]):
                     say(f"skip {spec['name']}: the --wall budget is spent (rerun to resume)")
                     continue
                 spec = {**spec, "box": min(spec["box"], left)}
@@ -535,6 +537,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="seconds a run may take past its box to finish its last gate")
     ap.add_argument("--wall", type=float, default=None,
                     help="seconds for the whole command (admission included)")
+    ap.add_argument("--min-box-share", type=float, default=0.0,
+                    help="with --wall: start a run only with at least this share of its box "
+                         "left (else a rerun does it), e.g. 0.9")
     ap.add_argument("--gpus", default="", help="e.g. 0,1: one run per GPU at a time")
     ap.add_argument("--jobs", type=int, default=1, help="parallel runs without --gpus")
     ap.add_argument("--only", choices=["roundtrip", "loo"], default=None)
@@ -623,7 +628,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                if args.gpus else [None] * max(1, args.jobs))
     signal.signal(signal.SIGTERM, _end_live_runs)
     try:
-        schedule(todo, slots, end)
+        schedule(todo, slots, end, args.min_box_share)
     finally:
         _end_live_runs()
     text = write_tables(out, lineages, args.tier)
