@@ -12,7 +12,8 @@ the current best; interpret tier, which has no timing: the card's pass finds mor
 its optimization is present, or fewer where it could still be applied). After each kept
 candidate the target's features change, so cards are retrieved again (a card rejected
 `MAX_CARD_FAILURES` times in the run is not tried again; a refusal for a kernel already in
-the run does not count). Cards the current kernel cannot use again (tried on it, failed out,
+the run does not count, nor does a card that could not be materialized on a kernel: that costs
+no gate, and a later kernel may give it a site). Cards the current kernel cannot use again (tried on it, failed out,
 or kept as often as they have evidence) are excluded before retrieval takes its top-k, so
 lower-ranked cards come up once the top ones are spent. The run is recorded as a new lineage
 (`lineage.graph.Lineage`, saved after every gated candidate): the start state (role `root`),
@@ -40,6 +41,12 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   within `STONE_SLACK` of the best time); a candidate found from a stone is kept only when it
   beats the best kernel, so the result is never worse than without the lookahead. The stone
   states are in the recorded lineage (role `stone`) with their transitions.
+- enabling steps (device tier): a stone at most `ENABLER_SLACK` slower than the best that gives
+  a card of another pass a materialization the current kernel does not have (gemm's grouped
+  tile order is what persistent-grid's recorded loop body needs) is walked to at once, within
+  the same `MAX_STONE_DEPTH`: before, a later improvement cleared it from the stones and the
+  card that needed it never got a site. Whether a card materializes is asked of the
+  deterministic rules only (no LLM call).
 
 `seed` makes trials differ for a reason: retrieval ranks cards by scope similarity and then by
 measured effect; cards whose similarity is equal and whose effect lies within `EFFECT_TIE` of
@@ -83,6 +90,8 @@ CANDIDATES_PER_CARD = 2
 MAX_STONE_DEPTH = 2
 # A stone may be at most this much slower than the best kernel (a gross slowdown is no stone).
 STONE_SLACK = 4.0
+# A stone that enables another pass's card may be at most this much slower than the best.
+ENABLER_SLACK = 1.03
 # Effect scores within this relative distance count as equal ranks (a seed may reorder them).
 EFFECT_TIE = 0.05
 
@@ -353,6 +362,8 @@ class _Run:
     stone_depth: int = 0
     reused: int = 0
     """Candidates answered from `verdicts` (not gated again)."""
+    blocked: dict[str, frozenset[str]] = field(default_factory=dict)
+    """State -> ids of the cards that have no materialization on it (asked on demand)."""
 
 
 def seeded_order(found: Sequence[Any], seed: int, round_: int = 0) -> list[Any]:
@@ -451,7 +462,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     first = _Kernel(start_src, ir, start, verdict, _ms(verdict))
     run = _Run(first, first, verdicts={start_src: verdict})
     job = _Job(rewriter, ctx, check, lineage, language, the_case.name, run_tier, str(path), say,
-               budget_steps, deadline)
+               budget_steps, deadline, tuple(admitted))
     retriever = Retriever(admitted, k=k)
     termination = "budget-steps"
     rounds = 0
@@ -460,7 +471,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
             termination = "time-box"
             break
         present, open_ = kernel_sites(run.current.ir)
-        failures = Counter(step.card for step in run.rejected if step.stage != "repeat")
+        failures = _failures(run)
         # Cards this kernel cannot use again are left out before retrieval's top-k, so that
         # the next-ranked cards get their turn.
         spent = {c.id for c in admitted
@@ -523,9 +534,16 @@ class _Job:
     say: ProgressFn
     budget_steps: int
     deadline: float | None = None
+    cards: tuple[SkillCard, ...] = ()
+    """The library's admitted cards (enabling steps ask which of them a candidate unlocks)."""
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+def _failures(run: _Run) -> Counter[str]:
+    """Card id -> gated rejections in the run (refusals to materialize and repeats left out)."""
+    return Counter(step.card for step in run.rejected if step.stage not in ("repeat", "materialize"))
 
 
 def kernel_of(anchor: str) -> str:
@@ -605,9 +623,18 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
     if job.tier == "device":
         best_ms = run.best.ms
         if ms is None or (best_ms is not None and ms * MIN_GAIN > best_ms):
+            stone = None
             if ms is not None and best_ms is not None and ms <= best_ms * STONE_SLACK:
-                run.stones.append(_Stone(kernel, card, made))
-            return reject("profile", f"not faster: {best_ms} ms -> {ms} ms", made.site.anchor)
+                stone = _Stone(kernel, card, made)
+                run.stones.append(stone)
+            reject("profile", f"not faster: {best_ms} ms -> {ms} ms", made.site.anchor)
+            if (stone is not None and ms <= best_ms * ENABLER_SLACK
+                    and run.stone_depth < MAX_STONE_DEPTH):
+                unlocked = _unlocked(card, made.ir, run, job)
+                if unlocked:
+                    _step_onto(run, job, stone, unlocks=unlocked)
+                    return True
+            return False
     elif not feature_appears(card.pass_name, current.ir, made.ir):
         return reject("effect", f"{card.pass_name} is not present after the rewrite",
                       made.site.anchor)
@@ -648,12 +675,37 @@ def _walk_to_stone(run: _Run, job: _Job) -> bool:
     there is none left to walk to."""
     if run.stone_depth >= MAX_STONE_DEPTH or not run.stones:
         return False
-    stone = min(run.stones, key=lambda s: (s.kernel.ms or float("inf")))
+    _step_onto(run, job, min(run.stones, key=lambda s: (s.kernel.ms or float("inf"))))
+    return True
+
+
+def _step_onto(run: _Run, job: _Job, stone: _Stone, unlocks: Sequence[str] = ()) -> None:
+    """Make `stone` the current kernel (the best stays where it is)."""
     run.stones = []
     run.stone_depth += 1
     _advance(run, job, stone.card, stone.made, stone.kernel, frozenset({"stone"}))
-    job.say("stone", {"card": stone.card.id, "ms": stone.kernel.ms})
-    return True
+    job.say("stone", {"card": stone.card.id, "ms": stone.kernel.ms,
+                      **({"unlocks": ",".join(unlocks)} if unlocks else {})})
+
+
+def _materializes(card: SkillCard, ir: Any, ctx: Any) -> bool:
+    from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
+
+    return next(iter(materializations(card, ir, DeterministicRewriter(), ctx))).ok
+
+
+def _unlocked(card: SkillCard, ir: Any, run: _Run, job: _Job) -> list[str]:
+    """Ids of the cards of passes other than `card`'s that have no materialization on the
+    current kernel and have one on `ir` (cards failed out of the run or used up left aside)."""
+    failures = _failures(run)
+    candidates = [c for c in job.cards if c.pass_name != card.pass_name
+                  and failures[c.id] < MAX_CARD_FAILURES and not _full_kernels(c, run)]
+    state = run.current.state
+    if state not in run.blocked:
+        run.blocked[state] = frozenset(c.id for c in job.cards
+                                       if not _materializes(c, run.current.ir, job.ctx))
+    return [c.id for c in candidates
+            if c.id in run.blocked[state] and _materializes(c, ir, job.ctx)]
 
 
 def _diff_actions(old: Any, new: Any) -> tuple[Mapping[str, Any], ...]:

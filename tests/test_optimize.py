@@ -386,3 +386,46 @@ def test_a_card_used_up_on_one_kernel_still_acts_on_another_kernel_of_the_file()
     assert made.ok and kernel_of(made.site.anchor) == "matmul_kernel_b"
     run.chain.append(Step(card.id, card.pass_name, "triton:matmul_kernel_b/for[0]/assign:acc[0]", True))
     assert _used_up(card, run)
+
+
+def test_a_neutral_step_that_gives_another_card_its_site_is_walked_to_at_once(
+        tmp_path: Path) -> None:
+    """gemm's grouped tile order is neutral on its own, but persistent-grid's recorded loop
+    body needs it. The loop steps onto the grouped kernel at once: left among the stones, it
+    would be cleared by the TMA card's improvements and fail out after two tries."""
+    from dataclasses import replace
+
+    from lineage.skills import Library, Trial, lift
+
+    lin = Lineage.load(ROOT / "bench/results/lineages/device/gemm/lineage.json")
+    wanted = ("grouped-ordering", "persistent-grid", "tma-descriptors")
+    cards = [c for c in lift(lin) if c.pass_name in wanted[:2]
+             or (c.pass_name == wanted[2] and len(c.evidence) == 2)]  # the two TMA loads
+    # TMA ranks last (a case it was only tried in), so it improves the kernel after grouped
+    # ordering has been tried in each round.
+    cards = [replace(c, scope={**c.scope, "cases": ["conv2d"]}) if c.pass_name == wanted[2] else c
+             for c in cards]
+    cards = [c.with_trial(Trial("gemm:s:0", "gemm", "device", True, speedup=1.0)) for c in cards]
+    assert sorted(c.pass_name for c in cards) == sorted(wanted)
+    grouped_t = next(t for t in lin.transitions() if lin.node(t)["pass"] == "grouped-ordering")
+    target = tmp_path / "gemm_start.py"
+    start = lin.node(next(lin.graph.predecessors(grouped_t)))["source"]
+    target.write_text(start)
+
+    def ms(source: str) -> float:
+        grouped, persistent = "group_id = " in source, "for tile_id in tl.range(" in source
+        tma = source.count("tl.make_tensor_descriptor(") - start.count("tl.make_tensor_descriptor(")
+        return (1.005 if grouped else 1.0) * (0.8 if persistent else 1.0) * 0.9 ** tma
+
+    lib = Library.open(tmp_path / "lib", create=True)
+    for card in cards:
+        lib.put(card)
+    result = optimize(target, "gemm", lib, tier="device", out=tmp_path / "out",
+                      rewriter=DeterministicRewriter(), check_fn=ScriptedGate(ms=ms))
+    passes = [s.pass_name for s in result.applied]
+    assert passes[:2] == ["grouped-ordering", "persistent-grid"], passes
+    assert result.best_ms < 0.81 * result.start_ms
+    assert [s.stage for s in result.rejected if s.pass_name == "grouped-ordering"] == ["profile"]
+    steps = Lineage.load(result.lineage_path)
+    stone = [s for s in steps.states() if "stone" in (steps.node(s).get("roles") or [])]
+    assert len(stone) == 1 and "group_id = " in steps.node(stone[0])["source"]
