@@ -222,15 +222,15 @@ def _judge(card: SkillCard, context: Context, ir: Any, made: Any, verdict: Any, 
         if before is None:
             base = baseline()
             before = base.timing.candidate_ms if base.ok and base.timing else None
-            if not base.ok:  # why the context state itself has no time (it fails this gate)
+            if not base.ok:  # why the context state itself has no time: it fails this gate
                 kind = getattr(base.failure_kind, "value", base.failure_kind)
+                first = str(base.reason or "").splitlines()[:1]
                 base_failed = f" (at the {tier} tier it fails the gate: {kind}: " \
-                              f"{str(base.reason).splitlines()[0][:160] if base.reason else ''})"
+                              f"{first[0][:160] if first else ''})"
         after = verdict.timing.candidate_ms if verdict.timing else None
         if not before or not after:
-            why = NO_BASELINE if not before else "the candidate has no timing"
-            return result(False, f"no timing to compare: {why}{base_failed if not before else ''}",
-                          by=made.rewriter)
+            why = NO_BASELINE + base_failed if not before else "the candidate has no timing"
+            return result(False, f"no timing to compare: {why}", by=made.rewriter)
         speedup = before / after
         floor = effect_floor(summary, slack, magnitude)
         if speedup < floor:

@@ -13,9 +13,9 @@ its optimization is present, or fewer where it could still be applied). After ea
 candidate the target's features change, so cards are retrieved again (a card rejected
 `MAX_CARD_FAILURES` times in the run is not tried again; a refusal for a kernel already in
 the run does not count, nor does a card that could not be materialized on a kernel: that costs
-no gate, and a later kernel may give it a site). Cards the current kernel cannot use again (tried on it, failed out,
-or kept as often as they have evidence) are excluded before retrieval takes its top-k, so
-lower-ranked cards come up once the top ones are spent. The run is recorded as a new lineage
+no gate, and a later kernel may give it a site). Cards the current kernel cannot use again
+(tried on it, failed out, or kept as often as they have evidence) are excluded before
+retrieval takes its top-k, so lower-ranked cards come up once the top ones are spent. The run is recorded as a new lineage
 (`lineage.graph.Lineage`, saved after every gated candidate): the start state (role `root`),
 every kept state and the forward transitions between them, and every rejected candidate as
 risk evidence. It never returns a kernel that failed the gate: the best kernel is the start

@@ -12,7 +12,8 @@ features:
 - a card whose `requires` are neither present in the target nor provided by another retrieved
   card is skipped (after the union, since another retrieved card may provide them).
 
-What is left is ranked by scope similarity (the sum of the four similarities, each in [0, 1]),
+What is left is ranked by scope similarity (the sum of the four similarities, each in [0, 1];
+a case the card was only shown to hold in by an admission trial counts half of its own case),
 then by measured effect (geometric-mean speedup), then by id. Skipped cards are reported with
 the reason, so a user sees why a card did not come back.
 """
