@@ -112,8 +112,24 @@ def classify(exc: BaseException) -> FailureKind:
 
 
 def describe(exc: BaseException, limit: int = 600) -> str:
+    """`Type: message` of `exc`, at most about `limit` characters. When it was raised from
+    another exception, the innermost one is appended ("caused by ..."): Triton's
+    CompilationError of a nested call names only the call site, its cause says what failed."""
     msg = f"{type(exc).__name__}: {exc}"
-    return msg if len(msg) <= limit else msg[:limit] + "..."
+    root, seen = exc, {id(exc)}
+    while True:
+        nxt = root.__cause__ or (None if root.__suppress_context__ else root.__context__)
+        if nxt is None or id(nxt) in seen:
+            break
+        seen.add(id(nxt))
+        root = nxt
+    if root is exc:
+        return msg if len(msg) <= limit else msg[:limit] + "..."
+    cause = f"{type(root).__name__}: {root}"
+    cause = cause if len(cause) <= limit // 2 else cause[:limit // 2] + "..."
+    room = max(120, limit - len(cause))
+    head = msg if len(msg) <= room else msg[:room] + "..."
+    return f"{head}\ncaused by {cause}"
 
 
 def main(conn: Any, job: Job) -> None:

@@ -84,6 +84,21 @@ def test_a_compile_error_is_a_verdict(tmp_path: Path) -> None:
     assert "undefined_name" in verdict.reason
 
 
+def test_a_compile_error_in_a_called_function_names_its_cause(tmp_path: Path) -> None:
+    """Triton reports a failure inside a called @triton.jit function at the call site only;
+    the verdict carries what failed there (the compile error's innermost cause)."""
+    text = (SAXPY / "saxpy_triton.py").read_text()
+    helper = ("@triton.jit\ndef _widen(v, BLOCK: tl.constexpr):\n"
+              "    return tl.reshape(v, (BLOCK * 2,))\n\n\n@triton.jit\ndef saxpy_kernel(")
+    bad = tmp_path / "bad.py"
+    bad.write_text(text.replace("@triton.jit\ndef saxpy_kernel(", helper)
+                   .replace("a * x + y,", "_widen(a * x + y, BLOCK),"))
+    verdict = gate.check_file(bad, SAXPY, Tier.STATIC, cache=False)
+    assert verdict.failure_kind is FailureKind.COMPILE_ERROR
+    assert "_widen(" in verdict.reason  # the call site
+    assert "\ncaused by ValueError: reshape" in verdict.reason  # what failed in _widen
+
+
 def test_cuda_compile_error_names_the_line(tmp_path: Path) -> None:
     (tmp_path / "saxpy_cuda.cu").write_text((SAXPY / "saxpy_cuda.cu").read_text().replace("a * x[i]", "a * z[i]"))
     (tmp_path / "saxpy_cuda.py").write_text((SAXPY / "saxpy_cuda.py").read_text())
