@@ -1,0 +1,44 @@
+"""bench/roundtrip.py's scheduler: what a device call starts with the time it has left."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module() -> Any:
+    spec = importlib.util.spec_from_file_location("_roundtrip_bench", ROOT / "bench" / "roundtrip.py")
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_run_without_its_share_of_the_box_is_left_for_the_next_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rt = _module()
+    started: list[dict[str, Any]] = []
+
+    def launch(spec: dict[str, Any], gpu: str | None) -> dict[str, Any]:
+        started.append(spec)
+        return {"error": "not run in this test"}
+
+    monkeypatch.setattr(rt, "launch", launch)
+    monkeypatch.setattr(rt, "say", lambda message: None)
+    specs = [{"name": "long", "box": 200.0, "grace": 0.0},
+             {"name": "short", "box": 50.0, "grace": 0.0}]
+    end = time.monotonic() + 100.0
+    rt.schedule(specs, [None], end, min_share=0.9)
+    # 100 s left: "long" would get half of its box (skipped), "short" all of its own.
+    assert [s["name"] for s in started] == ["short"] and started[0]["box"] == 50.0
+    started.clear()
+    rt.schedule(specs, [None], time.monotonic() + 100.0)  # without a share: cut to what is left
+    assert [s["name"] for s in started] == ["long", "short"]
+    assert 95.0 <= started[0]["box"] <= 100.0
