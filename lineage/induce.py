@@ -77,7 +77,7 @@ class Inducer:
                  max_rejections: int = 40, resume: bool = False,
                  progress: ProgressFn | None = None, rewriter: Any = None,
                  gate_timeout: float | None = None, first_branch: int = 0,
-                 pass_specs: tuple[str, ...] = ()) -> None:
+                 pass_specs: tuple[str, ...] = (), compile_check: bool = False) -> None:
         self.expert_path = Path(expert)
         if not self.expert_path.is_file():
             raise BadInputError(f"{expert}: no such kernel file")
@@ -96,6 +96,11 @@ class Inducer:
         # branch 1 on shares no first step with the default order, so its states can serve as
         # held-out contexts for cards lifted from the default lineage (lineage.admission).
         self.first_branch = first_branch
+        # Interpret tier: compile every state for the GPU first (the static tier, at the
+        # case's device shapes). The interpreter runs the small shapes and has no block-size
+        # limit, so a de-optimization can pass it and still fail every device compile (fmha's
+        # tensor-core removal at 128 x 128 tiles and D = 128: a 2M-element broadcast).
+        self.compile_check = compile_check
         self.max_steps = max_steps
         self.max_rejections = max_rejections
         self.resume = resume
@@ -137,6 +142,10 @@ class Inducer:
         kwargs: dict[str, Any] = {"path": self.expert_path}
         if self.gate_timeout is not None:
             kwargs["timeout"] = self.gate_timeout
+        if self.compile_check and self.tier == "interpret":
+            compiled = self._gate.check(source, self.language, self.case, "static", **kwargs)
+            if not compiled.ok:
+                return compiled
         return self._gate.check(source, self.language, self.case, self.tier, **kwargs)
 
     @staticmethod
@@ -373,6 +382,7 @@ class Inducer:
             self.lineage.add_run({"expert": str(self.expert_path), "case": self.case_name, "tier": self.tier,
                                   "branch": b, "termination": branch.termination, "steps": branch.steps,
                                   "width": self.width, "passes": list(self.pass_specs),
+                                  "compile_check": self.compile_check,
                                   "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
             self.lineage.save(self.lineage_path)
         root = max(branches, key=lambda br: br.steps).current

@@ -171,3 +171,40 @@ def test_device_tier_removes_the_autotuner_first(tmp_path: Path) -> None:
     assert interpret_order[0] != "autotune" and "autotune" in interpret_order
     assert device_order[0] == "autotune"
     assert sorted(device_order) == sorted(interpret_order)
+
+
+def test_compile_check_rejects_what_the_gpu_compile_refuses(tmp_path: Path) -> None:
+    """With --compile-check an interpret-tier induction gates each state at the static tier
+    first (the GPU compile at the case's device shapes) and keeps only what compiles there.
+    A stand-in gate refuses to compile any state without tensor cores, as the GPU compile
+    refuses fmha's tensor-core removal at D = 128."""
+    from gate import FailureKind, Tier, Verdict
+    from lineage.induce import Inducer
+
+    class StandInGate:
+        def __init__(self) -> None:
+            self.tiers: list[str] = []
+
+        def check(self, source: str, language: str, case: object, tier: str, **kw: object) -> Verdict:
+            self.tiers.append(tier)
+            if tier == "static" and "tl.dot(" not in source:
+                return Verdict(False, Tier.STATIC, "compile", FailureKind.COMPILE_ERROR,
+                               "numel (2097152) exceeds triton maximum tensor numel (1048576)")
+            return Verdict(True, Tier(tier), "correctness")
+
+    def induce(check: bool, out: str) -> tuple[Lineage, list[str]]:
+        inducer = Inducer(GEMM, "gemm", tier="interpret", out=tmp_path / out, max_steps=40,
+                          compile_check=check, pass_specs=("tile-sizes{floor=32}",))
+        gate = StandInGate()
+        inducer._gate = gate
+        return inducer.run().lineage, gate.tiers
+
+    checked, tiers = induce(True, "checked")
+    assert "static" in tiers and "interpret" in tiers
+    assert all("tl.dot(" in checked.node(s)["source"] for s in checked.states())
+    refused = [r for r in checked.graph.graph["rejected"] if r["pass"] == "tensor-core-dot"]
+    assert any(r["stage"] == "compile" and "maximum tensor numel" in r["reason"] for r in refused)
+    assert checked.graph.graph["runs"][0]["compile_check"] is True
+    plain, tiers = induce(False, "plain")
+    assert set(tiers) == {"interpret"}
+    assert any("tl.dot(" not in plain.node(s)["source"] for s in plain.states())

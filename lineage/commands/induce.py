@@ -11,14 +11,15 @@ from lineage.commands._common import Progress, emit_json
 def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_steps: int,
                   max_rejections: int, resume: bool, as_json: bool, library: str | None = None,
                   quiet: bool = False, first_branch: int = 0,
-                  pass_specs: tuple[str, ...] = ()) -> dict:
+                  pass_specs: tuple[str, ...] = (), compile_check: bool = False) -> dict:
     from lineage.induce import induce
     from lineage.report import write_report
 
     with Progress(f"inducing {Path(kernel).name} ({case})", enabled=not quiet) as progress:
         result = induce(kernel, case, tier=tier, out=out, width=width, max_steps=max_steps,
                         max_rejections=max_rejections, resume=resume, progress=progress,
-                        first_branch=first_branch, pass_specs=pass_specs)
+                        first_branch=first_branch, pass_specs=pass_specs,
+                        compile_check=compile_check)
     report = write_report(result.lineage, Path(out))
     summary = result.to_json()
     summary["report"] = str(report)
@@ -56,17 +57,21 @@ def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_s
 @click.option("--pass", "pass_specs", multiple=True, metavar="SPEC",
               help="Options of one pass for this induction, as name{key=value,...} (e.g. "
                    "'tile-sizes{floor=32}': smallest tile the de-optimization makes); repeatable.")
+@click.option("--compile-check", is_flag=True,
+              help="Interpret tier: also compile every state for the GPU at the case's device "
+                   "shapes (the static tier; no GPU needed) and reject what does not compile. "
+                   "The interpreter runs small shapes and has no block-size limit.")
 @click.option("--max-steps", type=click.IntRange(1, 200), default=32, show_default=True)
 @click.option("--max-rejections", type=click.IntRange(0, 1000), default=40, show_default=True)
 @click.option("--resume", is_flag=True, help="Continue an interrupted induction in --out.")
 @click.option("--library", default=None, help="Add the lineage's lifted SkillCards to this library.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def command(kernel: str, case: str, tier: str, out: str, width: int, first_branch: int,
-            pass_specs: tuple[str, ...], max_steps: int, max_rejections: int, resume: bool,
-            library: str | None, as_json: bool) -> None:
+            pass_specs: tuple[str, ...], compile_check: bool, max_steps: int, max_rejections: int,
+            resume: bool, library: str | None, as_json: bool) -> None:
     """Induce the lineage of an expert KERNEL for case NAME; writes OUT/lineage.json and OUT/report.html.
 
     JSON: {"out", "states", "transitions", "rejected", "termination", "root", "expert", "steps", "report"}.
     """
     run_induction(kernel, case, tier, out, width, max_steps, max_rejections, resume, as_json, library,
-                  first_branch=first_branch, pass_specs=pass_specs)
+                  first_branch=first_branch, pass_specs=pass_specs, compile_check=compile_check)
