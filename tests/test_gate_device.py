@@ -113,3 +113,15 @@ def test_the_host_time_to_launch_a_kernel_is_not_timed() -> None:
     assert fast.ok and slow.ok, (fast.reason, slow.reason)
     assert slow.timing.candidate_ms < 0.2  # well under the 0.3 ms the host takes per call
     assert slow.timing.candidate_ms == pytest.approx(fast.timing.candidate_ms, rel=0.3)
+
+
+def test_an_autotuner_times_its_configurations_as_the_gate_times_the_candidate() -> None:
+    """The candidate's own autotuner: its fast kernel sits behind 600 us of host work per
+    launch, its slow kernel launches at once. The gate times every configuration behind the
+    GPU lead and with the GPU to itself, so the autotuner keeps the fast kernel: the candidate
+    times like plain saxpy. Triton's plain do_bench would time the host and keep the slow one."""
+    fast = _device(SAXPY / "saxpy_triton.py")
+    tuned = _device(SAXPY / "saxpy_autotune_slow_host.py")
+    assert fast.ok and tuned.ok, (fast.reason, tuned.reason)
+    assert dict(tuned.phases).get("autotune timing", 0.0) > 0.0
+    assert tuned.timing.candidate_ms == pytest.approx(fast.timing.candidate_ms, rel=0.3)
