@@ -9,7 +9,8 @@ must not overlap other work on that GPU, so the worker takes a readers-writer lo
   call compiles it (seconds of CPU, an autotuner's configurations too) and holds no lock, so
   a gate waiting to time is not held up by another gate's compiler;
 - *exclusive* around every timed measurement (`do_bench` of the reference and of the
-  candidate): no other gate's kernels run meanwhile.
+  candidate, and the candidate's autotuner timing each of its compiled configurations):
+  no other gate's kernels run meanwhile.
 
 The lock is two `flock` files. A writer queues on the turnstile file and keeps it while it
 waits for the exclusive lock, so readers that arrive later wait behind it (writer preference:
