@@ -49,9 +49,11 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   deterministic rules only (no LLM call).
 - revisits (device tier): a card whose last gated candidate passed and was at most
   `NEAR_MISS` slower than the best (a tie within timing noise, not evidence against it) is
-  tried once more on each later best kernel, when nothing else is left to try. Its failures
-  still count against retrieval (`MAX_CARD_FAILURES`), so a revisit never comes before a card
-  that has not been tried. Why: topk's scan fusion measured 1.04x slower after the early exit
+  tried once more on each later best kernel, when nothing else is left to try: no card is
+  retrieved and no stepping stone is left (the loop goes back to the best kernel first).
+  Revisits therefore only act where the loop would otherwise have ended, and a kept one must
+  beat the best: they never make a run's result worse. Their failures still count against
+  retrieval (`MAX_CARD_FAILURES`). Why: topk's scan fusion measured 1.04x slower after the early exit
   and was failed out, yet with the autotuner that came next it is 8% faster than without.
 
 `seed` makes trials differ for a reason: retrieval ranks cards by scope similarity and then by
@@ -508,9 +510,9 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
             continue
         if fresh:  # the cards tried this round are now excluded: others may come up
             continue
-        if _revisit(run, job, admitted, lambda: lineage.save(out_dir / "lineage.json")):
+        if _walk_to_stone(run, job):
             continue
-        if not _walk_to_stone(run, job):
+        if not _revisit(run, job, admitted, lambda: lineage.save(out_dir / "lineage.json")):
             termination = "exhausted"
             break
     spent = _spent(rewriter)
@@ -572,19 +574,23 @@ def kernel_of(anchor: str) -> str:
     return path.split("/", 1)[0]
 
 
-def _full_kernels(card: SkillCard, run: _Run) -> set[str]:
-    """The kernels of the file on which the run has kept `card` as often as it has evidence."""
+def _full_kernels(card: SkillCard, run: _Run, best: bool = False) -> set[str]:
+    """The kernels of the file on which the run has kept `card` as often as it has evidence
+    (on the way to the current kernel, or to the best one with `best`)."""
     limit = max(1, len(card.evidence))
-    uses = Counter(kernel_of(step.anchor) for step in run.chain if step.card == card.id)
+    steps = run.applied if best else run.chain
+    uses = Counter(kernel_of(step.anchor) for step in steps if step.card == card.id)
     return {kernel for kernel, n in uses.items() if n >= limit}
 
 
-def _used_up(card: SkillCard, run: _Run) -> bool:
-    """Whether every site `card` has on the current kernel lies in a kernel it is used up on."""
-    full = _full_kernels(card, run)
+def _used_up(card: SkillCard, run: _Run, best: bool = False) -> bool:
+    """Whether every site `card` has on the current kernel (the best one with `best`) lies in
+    a kernel it is used up on."""
+    full = _full_kernels(card, run, best)
     if not full:
         return False
-    return all(kernel_of(site.anchor) in full for site in card_sites(card, run.current.ir))
+    kernel = run.best if best else run.current
+    return all(kernel_of(site.anchor) in full for site in card_sites(card, kernel.ir))
 
 
 def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
@@ -689,18 +695,17 @@ def _advance(run: _Run, job: _Job, card: SkillCard, made: Materialized, kernel: 
 
 
 def _revisits(run: _Run, admitted: Sequence[SkillCard]) -> list[SkillCard]:
-    """Cards to try again on the current kernel, the best one (module docstring): the last
-    gated candidate of each was a near miss on another state, and none was tried on this one."""
-    if run.current.state != run.best.state:
-        return []
+    """Cards to try again on the best kernel (module docstring): the last gated candidate of
+    each was a near miss on another state, and none was tried on the best one."""
+    best = run.best.state
     last: dict[str, Step] = {}
     for step in run.rejected:
         if step.stage not in ("repeat", "materialize"):
             last[step.card] = step
     return [card for card in admitted
             if card.id in last and last[card.id].near_miss
-            and last[card.id].state != run.current.state
-            and (run.current.state, card.id) not in run.tried and not _used_up(card, run)]
+            and last[card.id].state != best and (best, card.id) not in run.tried
+            and not _used_up(card, run, best=True)]
 
 
 def _revisit(run: _Run, job: _Job, admitted: Sequence[SkillCard], save: Callable[[], None]) -> bool:
@@ -708,6 +713,8 @@ def _revisit(run: _Run, job: _Job, admitted: Sequence[SkillCard], save: Callable
     if job.tier != "device":
         return False
     again = _revisits(run, admitted)
+    if again and run.current.state != run.best.state:  # back from the stepping stones
+        run.current, run.chain = run.best, list(run.applied)
     for card in again:
         if run.gated >= job.budget_steps or job.out_of_time():
             break

@@ -471,3 +471,45 @@ def test_a_near_miss_is_tried_again_on_a_later_best_kernel(
                      budget_steps=20)
     assert [s.pass_name for s in again.applied] == ["tensor-core-dot", "autotune"]
     assert [s.near_miss for s in again.rejected if s.pass_name == "software-pipelining"] == [False]
+
+
+def test_a_revisit_goes_back_from_the_stepping_stones_to_the_best_kernel() -> None:
+    """Revisits come last: when the loop stands on a stepping stone with nothing left to try,
+    the near miss is tried on the best kernel, not on the stone, and the chain is the best's."""
+    from lineage.optimize import Step, _Job, _Kernel, _revisit, _revisits, _Run, _state
+    from passes.base import PassContext
+
+    cards = gemm_cards(admitted=True)
+    pipe = cards["software-pipelining"]
+    naive = naive_source("gemm")
+    best_ir = kir.parse(naive, language="triton")
+    stone_src = naive + "\n# a stepping stone\n"
+    stone_ir = kir.parse(stone_src, language="triton")
+    lin = Lineage()
+    ids = [lin.add_state(_state(src, ir, "triton", "gemm", "device",
+                                ScriptedGate(ms=lambda s: ms)(src, "triton", "gemm", "device"),
+                                frozenset()))
+           for src, ir, ms in ((naive, best_ir, 8.0), (stone_src, stone_ir, 8.1))]
+    best = _Kernel(naive, best_ir, ids[0], None, 8.0)
+    stone = _Kernel(stone_src, stone_ir, ids[1], None, 8.1)
+    applied = [Step(cards["tensor-core-dot"].id, "tensor-core-dot", "triton:matmul_kernel", True)]
+    run = _Run(stone, best, applied=list(applied),
+               chain=applied + [Step(cards["autotune"].id, "autotune", "triton:matmul_kernel", True)],
+               rejected=[Step(pipe.id, pipe.pass_name, "a", False, "profile", "not faster",
+                              state="s:old", near_miss=True),
+                         Step(cards["autotune"].id, "autotune", "a", False, "profile", "not faster",
+                              state="s:old", near_miss=False)])
+    assert [c.id for c in _revisits(run, list(cards.values()))] == [pipe.id]
+    gated: list[str] = []
+
+    def check(source: str):
+        gated.append(source)
+        return ScriptedGate(ms=lambda s: 6.0)(source, "triton", "gemm", "device")
+
+    job = _Job(DeterministicRewriter(), PassContext.for_case("gemm", tier="device"), check, lin,
+               "triton", "gemm", "device", "naive.py", lambda e, d: None, 10, None,
+               tuple(cards.values()))
+    assert _revisit(run, job, list(cards.values()), lambda: None)
+    assert len(gated) == 1 and "# a stepping stone" not in gated[0] and "tl.range(" in gated[0]
+    assert (ids[0], pipe.id) in run.tried and (ids[1], pipe.id) not in run.tried
+    assert [s.pass_name for s in run.applied] == ["tensor-core-dot", "software-pipelining"]
