@@ -54,7 +54,7 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   Revisits therefore only act where the loop would otherwise have ended, and a kept one must
   beat the best: they never make a run's result worse. Their failures still count against
   retrieval (`MAX_CARD_FAILURES`). Why: topk's scan fusion measured 1.04x slower after the
-  early exit and was failed out, yet with the autotuner that came next it is 8% faster.
+  early exit and was failed out, yet with the autotuner that came next it is 2-8% faster.
 
 `seed` makes trials differ for a reason: retrieval ranks cards by scope similarity and then by
 measured effect; cards whose similarity is equal and whose effect lies within `EFFECT_TIE` of
