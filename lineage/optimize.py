@@ -480,6 +480,10 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     job = _Job(rewriter, ctx, check, lineage, language, the_case.name, run_tier, str(path), say,
                budget_steps, deadline, tuple(admitted))
     retriever = Retriever(admitted, k=k)
+
+    def save() -> None:  # after every attempt: an interrupted run keeps what it learned
+        lineage.save(out_dir / "lineage.json")
+
     termination = "budget-steps"
     rounds = 0
     while run.gated < budget_steps:
@@ -497,22 +501,14 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
                                           present, open_), exclude=spent)
         fresh = [r.card for r in seeded_order(found.cards, seed, rounds)]
         rounds += 1
-        kept = False
-        for card in fresh:
-            if run.gated >= budget_steps or job.out_of_time():
-                break
-            run.tried.add((run.current.state, card.id))
-            kept = _attempt(card, run, job)
-            lineage.save(out_dir / "lineage.json")  # an interrupted run keeps what it learned
-            if kept:
-                break
+        kept = _try_in_turn(fresh, run, job, save)
         if kept or run.gated >= budget_steps or job.out_of_time():
             continue
         if fresh:  # the cards tried this round are now excluded: others may come up
             continue
         if _walk_to_stone(run, job):
             continue
-        if not _revisit(run, job, admitted, lambda: lineage.save(out_dir / "lineage.json")):
+        if not _revisit(run, job, admitted, save):
             termination = "exhausted"
             break
     spent = _spent(rewriter)
@@ -559,9 +555,32 @@ class _Job:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
 
+def _gated_rejections(run: _Run) -> Iterator[Step]:
+    """The run's rejected candidates that were gated (refusals to materialize and repeats
+    left out), in order."""
+    return (step for step in run.rejected if step.stage not in ("repeat", "materialize"))
+
+
 def _failures(run: _Run) -> Counter[str]:
-    """Card id -> gated rejections in the run (refusals to materialize and repeats left out)."""
-    return Counter(step.card for step in run.rejected if step.stage not in ("repeat", "materialize"))
+    """Card id -> gated rejections in the run."""
+    return Counter(step.card for step in _gated_rejections(run))
+
+
+def _try_in_turn(cards: Sequence[SkillCard], run: _Run, job: _Job, save: Callable[[], None],
+                 event: str = "") -> bool:
+    """Attempt `cards` on the current kernel one after another (each marked tried there) until
+    one is kept, the budget or the time is spent; True when one was kept."""
+    for card in cards:
+        if run.gated >= job.budget_steps or job.out_of_time():
+            break
+        run.tried.add((run.current.state, card.id))
+        if event:
+            job.say(event, {"card": card.id})
+        kept = _attempt(card, run, job)
+        save()
+        if kept:
+            return True
+    return False
 
 
 def kernel_of(anchor: str) -> str:
@@ -698,10 +717,7 @@ def _revisits(run: _Run, admitted: Sequence[SkillCard]) -> list[SkillCard]:
     """Cards to try again on the best kernel (module docstring): the last gated candidate of
     each was a near miss on another state, and none was tried on the best one."""
     best = run.best.state
-    last: dict[str, Step] = {}
-    for step in run.rejected:
-        if step.stage not in ("repeat", "materialize"):
-            last[step.card] = step
+    last = {step.card: step for step in _gated_rejections(run)}
     return [card for card in admitted
             if card.id in last and last[card.id].near_miss
             and last[card.id].state != best and (best, card.id) not in run.tried
@@ -715,15 +731,7 @@ def _revisit(run: _Run, job: _Job, admitted: Sequence[SkillCard], save: Callable
     again = _revisits(run, admitted)
     if again and run.current.state != run.best.state:  # back from the stepping stones
         run.current, run.chain = run.best, list(run.applied)
-    for card in again:
-        if run.gated >= job.budget_steps or job.out_of_time():
-            break
-        run.tried.add((run.current.state, card.id))
-        job.say("revisit", {"card": card.id})
-        kept = _attempt(card, run, job)
-        save()
-        if kept:
-            break
+    _try_in_turn(again, run, job, save, event="revisit")
     return bool(again)
 
 
