@@ -15,10 +15,10 @@ candidate the target's features change, so cards are retrieved again (a card rej
 the run does not count, nor does a card that could not be materialized on a kernel: that costs
 no gate, and a later kernel may give it a site). Cards the current kernel cannot use again
 (tried on it, failed out, or kept as often as they have evidence) are excluded before
-retrieval takes its top-k, so lower-ranked cards come up once the top ones are spent. The run is recorded as a new lineage
-(`lineage.graph.Lineage`, saved after every gated candidate): the start state (role `root`),
-every kept state and the forward transitions between them, and every rejected candidate as
-risk evidence. It never returns a kernel that failed the gate: the best kernel is the start
+retrieval takes its top-k, so lower-ranked cards come up once the top ones are spent. The
+run is recorded as a new lineage (`lineage.graph.Lineage`, saved after every gated
+candidate): the start state (role `root`), every kept state and the forward transitions
+between them, and every rejected candidate as risk evidence. It never returns a kernel that failed the gate: the best kernel is the start
 kernel or a kept candidate, and both passed.
 
 Gates are the loop's cost (seconds each on the device), so it spends them carefully:
@@ -508,7 +508,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
             continue
         if _walk_to_stone(run, job):
             continue
-        if not _revisit(run, job, admitted, save):
+        if not _revisit(run, job, save):
             termination = "exhausted"
             break
     spent = _spent(rewriter)
@@ -549,7 +549,8 @@ class _Job:
     budget_steps: int
     deadline: float | None = None
     cards: tuple[SkillCard, ...] = ()
-    """The library's admitted cards (enabling steps ask which of them a candidate unlocks)."""
+    """The library's admitted cards (enabling steps ask which of them a candidate unlocks;
+    revisits are drawn from them)."""
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -713,22 +714,23 @@ def _advance(run: _Run, job: _Job, card: SkillCard, made: Materialized, kernel: 
     return moved
 
 
-def _revisits(run: _Run, admitted: Sequence[SkillCard]) -> list[SkillCard]:
+def _revisits(run: _Run, cards: Sequence[SkillCard]) -> list[SkillCard]:
     """Cards to try again on the best kernel (module docstring): the last gated candidate of
     each was a near miss on another state, and none was tried on the best one."""
     best = run.best.state
     last = {step.card: step for step in _gated_rejections(run)}
-    return [card for card in admitted
+    return [card for card in cards
             if card.id in last and last[card.id].near_miss
             and last[card.id].state != best and (best, card.id) not in run.tried
             and not _used_up(card, run, best=True)]
 
 
-def _revisit(run: _Run, job: _Job, admitted: Sequence[SkillCard], save: Callable[[], None]) -> bool:
-    """Try the near misses again on the best kernel (device tier); True when any was tried."""
+def _revisit(run: _Run, job: _Job, save: Callable[[], None]) -> bool:
+    """Try the near misses among the library's cards again on the best kernel (device tier);
+    True when any was tried."""
     if job.tier != "device":
         return False
-    again = _revisits(run, admitted)
+    again = _revisits(run, job.cards)
     if again and run.current.state != run.best.state:  # back from the stepping stones
         run.current, run.chain = run.best, list(run.applied)
     _try_in_turn(again, run, job, save, event="revisit")

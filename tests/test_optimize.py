@@ -509,7 +509,7 @@ def test_a_revisit_goes_back_from_the_stepping_stones_to_the_best_kernel() -> No
     job = _Job(DeterministicRewriter(), PassContext.for_case("gemm", tier="device"), check, lin,
                "triton", "gemm", "device", "naive.py", lambda e, d: None, 10, None,
                tuple(cards.values()))
-    assert _revisit(run, job, list(cards.values()), lambda: None)
+    assert _revisit(run, job, lambda: None)
     assert len(gated) == 1 and "# a stepping stone" not in gated[0] and "tl.range(" in gated[0]
     assert (ids[0], pipe.id) in run.tried and (ids[1], pipe.id) not in run.tried
     assert [s.pass_name for s in run.applied] == ["tensor-core-dot", "software-pipelining"]
