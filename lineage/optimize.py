@@ -18,8 +18,9 @@ no gate, and a later kernel may give it a site). Cards the current kernel cannot
 retrieval takes its top-k, so lower-ranked cards come up once the top ones are spent. The
 run is recorded as a new lineage (`lineage.graph.Lineage`, saved after every gated
 candidate): the start state (role `root`), every kept state and the forward transitions
-between them, and every rejected candidate as risk evidence. It never returns a kernel that failed the gate: the best kernel is the start
-kernel or a kept candidate, and both passed.
+between them, and every rejected candidate as risk evidence. It never returns a kernel
+that failed the gate: the best kernel is the start kernel or a kept candidate, and both
+passed.
 
 Gates are the loop's cost (seconds each on the device), so it spends them carefully:
 
