@@ -11,7 +11,7 @@ TORCH_VERSION ?= 2.13.0
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# CPU build of torch (a file on the development machines; PyPI elsewhere).
+	# CPU build of torch: from the configured package index, else from the PyTorch CPU index.
 	$(BIN)/python -m pip install -q "torch==$(TORCH_VERSION)" || \
 	  $(BIN)/python -m pip install -q --index-url https://download.pytorch.org/whl/cpu "torch==$(TORCH_VERSION)"
 	$(BIN)/python -m pip install -q -e ".[gpu,llm,dev]"
