@@ -76,9 +76,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kir.errors import BadInputError
+from kir.errors import BadInputError, KLineageError
 from lineage.graph import KernelState, Lineage, Transition, atomic_write_text, state_id
-from lineage.retrieval import Retriever, Target, kernel_features, kernel_sites
+from lineage.retrieval import Retriever, Target, kernel_features, kernel_signature, kernel_sites
 from lineage.skills import Library, SkillCard, locus_signature
 
 if TYPE_CHECKING:
@@ -201,7 +201,8 @@ def materialize(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
 
 def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                      ctx: PassContext | None = None, *, max_sites: int = MAX_SITES,
-                     skip_site: Callable[[Site], bool] | None = None) -> Iterator[Materialized]:
+                     skip_site: Callable[[Site], bool] | None = None,
+                     sweeps: bool = True) -> Iterator[Materialized]:
     """Distinct candidate materializations of `card` on `ir`, best first; the last item has
     no IR (it carries every refusal) when nothing else came out.
 
@@ -212,12 +213,20 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     back-end is asked once per site. A candidate whose edit re-inserts a line the kernel already
     has (most likely a variant already applied at another site, e.g. the same TMA descriptor)
     comes after the others. Callers gate candidates in this order and may stop at the first
-    that passes. Sites for which `skip_site` returns True are left out (before `max_sites`)."""
+    that passes. Sites for which `skip_site` returns True are left out (before `max_sites`).
+    A launch-parameter card with a recorded joint configuration first proposes it with a sweep
+    around it on each kernel it fits (`lineage.transfer`; rewriter "config-sweep"), unless
+    `sweeps` is False (the single-parameter rewrites alone, for ablation)."""
     from passes.base import Applied  # noqa: PLC0415
 
+    produced_sweep = False
+    for made in (_config_sweeps(card, ir, skip_site) if sweeps else ()):
+        produced_sweep = True
+        yield made
     sites = [s for s in card_sites(card, ir) if skip_site is None or not skip_site(s)]
     if not sites:
-        yield Materialized(card, None, None, refusals=(f"no site for {card.pass_name}",))
+        if not produced_sweep:
+            yield Materialized(card, None, None, refusals=(f"no site for {card.pass_name}",))
         return
     cls = _rule(card, ir)
     backends = tuple(getattr(rewriter, "backends", None) or (rewriter,))
@@ -259,8 +268,32 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     for made in repeats:
         produced = True
         yield made
-    if not produced:
+    if not produced and not produced_sweep:
         yield Materialized(card, None, None, refusals=tuple(refusals))
+
+
+def _config_sweeps(card: SkillCard, ir: KernelIR,
+                   skip_site: Callable[[Site], bool] | None) -> Iterator[Materialized]:
+    """A launch-parameter card's joint configuration and a sweep around it, written on each
+    target kernel it fits (`lineage.transfer`): one candidate per kernel, before the card's
+    single-parameter rewrites."""
+    import kir  # noqa: PLC0415
+
+    from lineage.transfer import LAUNCH_PASSES, config_candidates, kernel_site  # noqa: PLC0415
+
+    if card.pass_name not in LAUNCH_PASSES or not card.carrier.get("config") \
+            or str(getattr(ir.language, "value", ir.language)) != "triton":
+        return
+    for name, text, fitted in config_candidates(card.carrier, ir):
+        site = kernel_site(card.pass_name, ir, name)
+        if site is None or (skip_site is not None and skip_site(site)):
+            continue
+        try:
+            new_ir = kir.parse(text, "triton")
+        except KLineageError:
+            continue
+        yield Materialized(card, new_ir, site, "config-sweep", (),
+                           {"sweep": [dict(c) for c in fitted]})
 
 
 def _significant_lines(text: str) -> set[str]:
@@ -417,7 +450,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
              out: str | Path = "out/optimize", k: int = 5, rewriter: Rewriter | None = None,
              progress: ProgressFn | None = None, gate_timeout: float | None = None,
              check_fn: Callable[..., Any] | None = None, seed: int = 0,
-             deadline: float | None = None) -> OptimizeResult:
+             deadline: float | None = None, config_sweeps: bool = True) -> OptimizeResult:
     """Optimize the kernel file `target` for `case` with the admitted cards of `library`.
 
     `budget_steps` bounds the gated candidates, `budget_usd` the LLM spend (used when no
@@ -425,6 +458,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     `seed` permutes equally ranked cards (module docstring; 0 = retrieval's order).
     `deadline` (a `time.monotonic()` value) stops the loop before a gate that would start
     after it (termination "time-box"; the best kernel so far is returned as usual).
+    `config_sweeps=False` turns off the joint-configuration proposals of launch-parameter
+    cards (`materializations`), leaving their single-parameter rewrites.
     Writes OUT/best.<ext> (CUDA: with its host module), OUT/lineage.json and OUT/result.json.
     Raises BadInputError for a missing target, an unknown case or tier, a missing library,
     or a target that fails the gate (there is nothing correct to start from). `check_fn`
@@ -479,7 +514,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     first = _Kernel(start_src, ir, start, verdict, _ms(verdict))
     run = _Run(first, first, verdicts={start_src: verdict})
     job = _Job(rewriter, ctx, check, lineage, language, the_case.name, run_tier, str(path), say,
-               budget_steps, deadline, tuple(admitted))
+               budget_steps, deadline, tuple(admitted), config_sweeps)
     retriever = Retriever(admitted, k=k)
 
     def save() -> None:  # after every attempt: an interrupted run keeps what it learned
@@ -499,7 +534,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
                  if (run.current.state, c.id) in run.tried or failures[c.id] >= MAX_CARD_FAILURES
                  or _used_up(c, run)}
         found = retriever.retrieve(Target(language, the_case.name, the_case.platform,
-                                          present, open_), exclude=spent)
+                                          present, signature=kernel_signature(run.current.ir),
+                                          open_sites=open_), exclude=spent)
         fresh = [r.card for r in seeded_order(found.cards, seed, rounds)]
         rounds += 1
         kept = _try_in_turn(fresh, run, job, save)
@@ -552,6 +588,8 @@ class _Job:
     cards: tuple[SkillCard, ...] = ()
     """The library's admitted cards (enabling steps ask which of them a candidate unlocks;
     revisits are drawn from them)."""
+    sweeps: bool = True
+    """Launch-parameter cards propose their joint configuration (`materializations`)."""
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -621,7 +659,8 @@ def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     # current one takes the kernel back a step) can teach nothing: it takes no candidate slot.
     full = _full_kernels(card, run)
     fresh = (m for m in materializations(card, run.current.ir, job.rewriter, job.ctx,
-                                         skip_site=lambda s: kernel_of(s.anchor) in full)
+                                         skip_site=lambda s: kernel_of(s.anchor) in full,
+                                         sweeps=job.sweeps)
              if m.ir is None or not job.lineage.graph.has_node(state_id(m.ir.unparse())))
     for made in itertools.islice(fresh, CANDIDATES_PER_CARD):
         if run.gated >= job.budget_steps or job.out_of_time():
@@ -680,7 +719,8 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
                     _step_onto(run, job, stone, unlocks=unlocked)
                     return True
             return False
-    elif not feature_appears(card.pass_name, current.ir, made.ir):
+    elif made.rewriter != "config-sweep" and not feature_appears(card.pass_name, current.ir, made.ir):
+        # (a config sweep's structural effect is the configuration list it wrote)
         return reject("effect", f"{card.pass_name} is not present after the rewrite",
                       made.site.anchor)
     kernel = _advance(run, job, card, made, kernel, frozenset())

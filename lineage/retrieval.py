@@ -42,6 +42,9 @@ class Target:
     case: str | None = None
     platform: str = "cuda"
     features: tuple[Mapping[str, str], ...] = ()
+    signature: tuple[str, ...] = ()
+    """The target's operator signature (`passes.triton.roles.operator_signature`): what its
+    kernels do (a dot in a reduction loop, an online softmax, a row reduction, a scan...)."""
     open_sites: tuple[Mapping[str, str], ...] = ()
     """`{"pass", "anchor"}` of the places where a pass could still be applied (its
     `present=False` sites): a card whose pass is present at its locus is still retrieved when
@@ -68,7 +71,7 @@ class Target:
 
     def to_json(self) -> dict[str, Any]:
         return {"case": self.case, "language": self.language, "platform": self.platform,
-                "features": [dict(f) for f in self.features],
+                "signature": list(self.signature), "features": [dict(f) for f in self.features],
                 "open_sites": [dict(f) for f in self.open_sites]}
 
 
@@ -114,7 +117,17 @@ def target_from_kernel(path: str | Path, case: str | None = None, platform: str 
     ir = kir.parse_file(file)
     present, open_ = kernel_sites(ir)
     return Target(language=str(getattr(ir.language, "value", ir.language)), case=case,
-                  platform=platform, features=present, open_sites=open_)
+                  platform=platform, features=present, open_sites=open_,
+                  signature=kernel_signature(ir))
+
+
+def kernel_signature(ir: KernelIR) -> tuple[str, ...]:
+    """The operator signature of a kernel (empty for a language without one)."""
+    if str(getattr(ir.language, "value", ir.language)) != "triton":
+        return ()
+    from passes.triton.roles import operator_signature  # noqa: PLC0415
+
+    return tuple(sorted(operator_signature(ir)))
 
 
 def pass_declarations(names: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -171,10 +184,25 @@ def verified_scope(card: SkillCard) -> dict[str, list[str]]:
 TRIAL_CASE_SIMILARITY = 0.5
 
 
+# Case similarity of a card whose cases do not include the target's, at most (when the operator
+# signatures are equal): below a case the card was lifted from or tried in.
+STRUCTURE_SIMILARITY = 0.4
+
+
+def signature_similarity(a: Iterable[str], b: Iterable[str]) -> float:
+    """Jaccard similarity of two operator signatures (0 when either is empty)."""
+    sa, sb = set(a), set(b)
+    if not sa or not sb:
+        return 0.0
+    return len(sa & sb) / len(sa | sb)
+
+
 def similarity(card: SkillCard, target: Target) -> dict[str, float]:
     """Per-dimension similarity of a card's verified scope to the target, each in [0, 1]
     (case: 1 when the card's evidence came from the target's case, `TRIAL_CASE_SIMILARITY`
-    when only a successful trial did)."""
+    when only a successful trial did, else `STRUCTURE_SIMILARITY` times the Jaccard similarity
+    of the operator signatures: a new operator is compared with the card's by what its kernels
+    do, never by its name)."""
     scope = verified_scope(card)
     prior = set(card.scope.get("prior_actions") or [])
     present = set(target.present_passes)
@@ -183,6 +211,9 @@ def similarity(card: SkillCard, target: Target) -> dict[str, float]:
         case = 1.0
     elif target.case is not None and target.case in scope["cases"]:
         case = TRIAL_CASE_SIMILARITY
+    else:  # a case the card has never seen: how alike the operators are, by structure
+        case = STRUCTURE_SIMILARITY * signature_similarity(card.scope.get("signature") or (),
+                                                           target.signature)
     return {
         "case": case,
         "language": 1.0 if target.language in scope["languages"] else 0.0,

@@ -84,14 +84,18 @@ class SkillCard:
     - `anchor`: `{"query": anchor query, "locus": signature, "examples": [anchor ids],
       "present_loci": [signatures where the pass's feature shows up once applied]}`.
     - `carrier`: `{"diff": normalized structured diff, "before": snippet, "after": snippet,
-      "unified": unified diff of the snippet}` from the transition with the best effect.
+      "unified": unified diff of the snippet}` from the transition with the best effect; for a
+      Triton card also `"config"`: `{kernel: joint launch configuration by role}` of that
+      transition's result, and `"expert_config"`: the same of its lineage's expert state
+      (`passes.triton.roles.KernelConfig.to_json`).
     - `preconditions`: `[{"expr", "held", "unknown", "failed"}]` (counts over the evidence).
     - `effect`: `{"tier", "samples": {transition id: speedup}, "speedup": {"n", "min",
       "median", "max", "geomean"} | None, "static": {fact: {"median_delta", "n"}}}`.
     - `evidence`: transition ids; `sources`: `[{"case", "expert"}]` they came from;
       `source_states`: the src/dst state ids (a trial must use a state outside them).
     - `risk`: `[{"stage", "failure_kind", "reason", "count", "cases"}]` (the pass's rejections).
-    - `scope`: `{"cases", "languages", "platforms", "prior_actions"}`.
+    - `scope`: `{"cases", "languages", "platforms", "prior_actions", "signature"}` (signature:
+      the operator signature of the lineage's expert, `passes.triton.roles.operator_signature`).
     - `requires`, `provides`, `conflicts`: the pass's declarations at lift time.
     - `verification`: the trials; `admitted`: True once one trial succeeded.
     - `variants`: `[{"anchor", "options"}]`, the options each piece of evidence recorded at its
@@ -177,8 +181,14 @@ class SkillCard:
         best = other if other.effect_score > self.effect_score else self
         trials = self.verification + tuple(t for t in other.verification
                                           if t not in self.verification)
+        worse = self if best is other else other
+        carrier = dict(best.carrier)
+        for key in ("config", "expert_config"):  # a lift from before configs were kept
+            if key not in carrier and key in worse.carrier:
+                carrier[key] = worse.carrier[key]
         return replace(
             best,
+            carrier=carrier,
             evidence=_union(self.evidence, other.evidence),
             sources=tuple(_union_dicts(self.sources, other.sources)),
             source_states=_union(self.source_states, other.source_states),
@@ -442,14 +452,18 @@ def _lift_group(lineage: Lineage, key: tuple[str, str, str, tuple[str, ...]], ti
         anchor={"query": anchor_query(locus, anchor_kinds(lineage.node(src).get("source", ""),
                                                            language, str(best_attrs.get("anchor")))),
                 "locus": locus, "examples": examples, "present_loci": present_loci},
-        carrier=_carrier(lineage.node(src).get("source", ""), lineage.node(dst).get("source", ""),
-                         best_attrs.get("diff") or []),
+        carrier={**_carrier(lineage.node(src).get("source", ""), lineage.node(dst).get("source", ""),
+                            best_attrs.get("diff") or []),
+                 **_configs(lineage.node(dst).get("source", ""), language),
+                 **{f"expert_{k}": v for k, v in _configs(_expert_source(lineage, dst),
+                                                         language).items()}},
         preconditions=_precondition_counts(lineage.node(t).get("preconditions") or ()
                                            for t in tids),
         effect=_effect(samples, static, tier),
         evidence=tuple(tids), sources=tuple(sources), source_states=tuple(_union([], states)),
         risk=_risk(lineage, pass_name),
         scope={"cases": cases, "languages": [language],
+               "signature": _signature(_expert_source(lineage, dst), language),
                "platforms": _union([], [str(lineage.node(t).get("platform") or "cuda") for t in tids]),
                "prior_actions": sorted(prior or ())},
         requires=tuple(decl.get("requires") or ()), provides=tuple(decl.get("provides") or ()),
@@ -554,6 +568,45 @@ def _prior_actions(lineage: Lineage, state: str) -> set[str]:
     except (KeyError, TypeError, ValueError):  # a hand-written lineage may lack a step number
         pass
     return found
+
+
+def _expert_source(lineage: Lineage, state: str) -> str:
+    """The source of the lineage's expert state (what the operator's kernels do once every
+    step is applied), else of `state`."""
+    for sid in lineage.states():
+        if "expert" in (lineage.node(sid).get("roles") or ()):
+            return str(lineage.node(sid).get("source", ""))
+    return str(lineage.node(state).get("source", ""))
+
+
+def _configs(source: str, language: str) -> dict[str, Any]:
+    """`{"config": {kernel: joint launch configuration by role}}` of a Triton state (tiles,
+    warps, stages, group size: what the step's evidence ran with); {} when there is none."""
+    if language != "triton" or not source:
+        return {}
+    from kir import parse  # noqa: PLC0415
+    from passes.triton.roles import joint_config  # noqa: PLC0415
+
+    try:
+        configs = joint_config(parse(source, "triton"))
+    except (KLineageError, SyntaxError, ValueError):
+        return {}
+    kept = {name: cfg.to_json() for name, cfg in configs.items()
+            if cfg.autotuned or cfg.by_role()}
+    return {"config": kept} if kept else {}
+
+
+def _signature(source: str, language: str) -> list[str]:
+    """The operator signature of a Triton state (`passes.triton.roles.operator_signature`)."""
+    if language != "triton" or not source:
+        return []
+    from kir import parse  # noqa: PLC0415
+    from passes.triton.roles import operator_signature  # noqa: PLC0415
+
+    try:
+        return sorted(operator_signature(parse(source, "triton")))
+    except (KLineageError, SyntaxError, ValueError):
+        return []
 
 
 def _carrier(before: str, after: str, diff: Sequence[Any]) -> dict[str, Any]:
@@ -671,6 +724,9 @@ def _merge_scope(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     # Prior actions are what every piece of evidence had: the intersection.
     out["prior_actions"] = sorted(set(pa or []) & set(pb or [])) if pa is not None and \
         pb is not None else list(pa or pb or [])
+    signature = sorted(set(a.get("signature") or []) | set(b.get("signature") or []))
+    if signature:
+        out["signature"] = signature
     return out
 
 

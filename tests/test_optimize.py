@@ -43,7 +43,7 @@ def test_optimize_never_keeps_a_candidate_that_fails_the_gate(tmp_path: Path) ->
     # The pipelined K loop (tl.range) fails the gate.
     gate = ScriptedGate(fails=lambda s: "tl.range(" in s)
     result = optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "out",
-                      rewriter=DeterministicRewriter(), check_fn=gate)
+                      rewriter=DeterministicRewriter(), check_fn=gate, config_sweeps=False)
     best = result.best_path.read_text()
     assert "tl.range(" not in best and "@triton.autotune" in best
     assert {s.pass_name for s in result.applied} == {"tensor-core-dot", "autotune"}
@@ -326,7 +326,8 @@ def test_a_spent_card_makes_room_for_the_next_ranked_card(tmp_path: Path) -> Non
     lib = library(tmp_path, admitted=True)
     gate = ScriptedGate(fails=lambda s: "tl.range(" in s)  # pipelining always fails
     result = optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "out",
-                      budget_steps=30, rewriter=DeterministicRewriter(), check_fn=gate, k=1)
+                      budget_steps=30, rewriter=DeterministicRewriter(), check_fn=gate, k=1,
+                      config_sweeps=False)
     assert [s.pass_name for s in result.rejected] == ["software-pipelining"] * 2
     # autotune ranks below pipelining: it is retrieved only once pipelining is spent.
     assert [s.pass_name for s in result.applied] == ["tensor-core-dot", "autotune"]
@@ -453,7 +454,8 @@ def test_a_near_miss_is_tried_again_on_a_later_best_kernel(
     events: list[str] = []
     result = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "out",
                       rewriter=DeterministicRewriter(), check_fn=ScriptedGate(ms=ms),
-                      budget_steps=20, progress=lambda event, data: events.append(event))
+                      budget_steps=20, progress=lambda event, data: events.append(event),
+                      config_sweeps=False)
     passes = [s.pass_name for s in result.applied]
     assert passes == ["tensor-core-dot", "autotune", "software-pipelining"], passes
     assert result.best_ms == pytest.approx(10.0 * 0.8 * 0.95 * 0.8)

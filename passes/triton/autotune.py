@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 from passes._source import ByteEdit, finish, indent_of, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, literal_int
-from passes.triton.launch import CONFIG_NAMES, TRITON, comment_above, slice_keep, tile_name
+from passes.triton.launch import CONFIG_NAMES, TRITON, comment_above, kernel_tiles, slice_keep
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -100,8 +100,9 @@ class Autotune(Pass):
                     max([mod.end(kernel), *(mod.end(c) for c in launches)]))
             detail = {"kernel": kernel.name, "launches": len(launches)}
             if dec is None:
+                tiles = kernel_tiles(mod).get(kernel.name, {})
                 pinned = [kw.arg for c in launches for kw in c.keywords
-                          if kw.arg and (tile_name(kw.arg) or kw.arg in LAUNCH_META)]
+                          if kw.arg and (kw.arg in tiles or kw.arg in LAUNCH_META)]
                 if pinned:
                     out.append(make_site(self.name, ir, index, span, False,
                                          {**detail, "pinned": sorted(set(pinned))}, locus))
@@ -220,8 +221,9 @@ class Autotune(Pass):
     def _default_decorator(self, mod: PyModule, kernel: ast.FunctionDef,
                            launches: list[ast.Call]) -> tuple[list[str], str]:
         pinned: dict[str, str] = {}
+        tiles_of = kernel_tiles(mod).get(kernel.name, {})
         for kw in launches[0].keywords:
-            if kw.arg and tile_name(kw.arg) and literal_int(kw.value) is not None:
+            if kw.arg and kw.arg in tiles_of and literal_int(kw.value) is not None:
                 pinned[kw.arg] = mod.text(kw.value)
             elif kw.arg in ("num_warps", "num_stages") and literal_int(kw.value) is not None:
                 pinned[kw.arg] = mod.text(kw.value)

@@ -97,10 +97,44 @@ def comment_above(source: bytes, pos: int) -> int:
 _NAME_BEFORE = re.compile(r"""["']?([A-Za-z_]\w*)["']?\s*(?::\s*[\w.]+\s*)?[:=]\s*$""")
 
 
-def tile_name(name: str) -> bool:
-    """Names the tile-size pass treats as tile sizes (`BLOCK_M`, `BLOCK_SIZE_K`, `TILE_N`)."""
-    upper = name.upper()
-    return name.isupper() and ("BLOCK" in upper or "TILE" in upper)
+TILE_ROLES = frozenset({"m", "n", "k", "grid", "loop", "vec"})
+
+
+def kernel_tiles(mod: PyModule) -> dict[str, dict[str, str]]:
+    """Kernel name -> {tile constexpr: role} (`passes.triton.roles.tile_roles`)."""
+    from passes.triton.roles import jit_functions, tile_roles  # noqa: PLC0415
+
+    functions = jit_functions(mod)
+    return {k.name: {n: r for n, r in tile_roles(k, functions).items() if r in TILE_ROLES}
+            for k in mod.kernels()}
+
+
+def _all_tiles(tiles: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for names in tiles.values():
+        for n, r in names.items():
+            out.setdefault(n, r)
+    return out
+
+
+def _config_kernel(mod: PyModule, call: ast.Call) -> ast.FunctionDef | None:
+    """The kernel whose autotune decorator lists this config (None: a list built elsewhere)."""
+    for kernel in mod.kernels():
+        dec = mod.decorator(kernel, "autotune")
+        if dec is not None and any(n is call for n in ast.walk(dec)):
+            return kernel
+    return None
+
+
+def _role_in(source: str, name: str) -> str:
+    """The role of tile constexpr `name` in any kernel of `source` ('' when none)."""
+    from kir import parse  # noqa: PLC0415
+
+    try:
+        mod = PyModule(parse(source, "triton"))
+    except Exception:  # noqa: BLE001 — an unparsable record just has no role
+        return ""
+    return _all_tiles(kernel_tiles(mod)).get(name, "")
 
 
 def _value_edit(mod: PyModule, node: ast.AST, value: int) -> ByteEdit:
@@ -130,7 +164,11 @@ class TileSizes(Pass):
     cap: int = 256
     """The largest tile an optimization without a recorded size produces."""
     tile: str = ""
-    """The tile constexpr the recorded step resized (`BLOCK_N`); '' = any tile."""
+    """The tile constexpr the recorded step resized (`BLOCK_N`); '' = any tile. Binding only
+    on a kernel that has a tile of that name and when no `role` is recorded."""
+    role: str = ""
+    """The role of the tile the recorded step resized (`m`, `n`, `k`, `grid`, `loop`, `vec`:
+    `passes.triton.roles`); '' = any. A card resizes the tile of the same role on any kernel."""
 
     name: ClassVar[str] = "tile-sizes"
     category: ClassVar[Category] = Category.STAGING
@@ -141,35 +179,42 @@ class TileSizes(Pass):
     preconditions: ClassVar[tuple[str, ...]] = ("pow2(tile)", "tile >= 16")
 
     def _literals(self, mod: PyModule) -> list[tuple[str, ast.Constant, ast.AST]]:
-        """(tile name, its int literal, the construct holding it)."""
+        """(tile name, its int literal, the construct holding it). A tile is a constexpr that
+        sizes or steps a block of the kernel (`passes.triton.roles`), whatever its name."""
         found: list[tuple[str, ast.Constant, ast.AST]] = []
+        tiles = kernel_tiles(mod)
         for holder in holders(mod):
             call = holder.call
             if holder.kind == "config" and call.args and isinstance(call.args[0], ast.Dict):
+                owner = _config_kernel(mod, call)
+                names = tiles.get(owner.name, {}) if owner is not None else _all_tiles(tiles)
                 for key, val in zip(call.args[0].keys, call.args[0].values):
                     if (isinstance(key, ast.Constant) and isinstance(key.value, str)
-                            and tile_name(key.value) and literal_int(val) is not None):
+                            and key.value in names and literal_int(val) is not None):
                         found.append((key.value, val, call))
             elif holder.kind == "launch":
+                names = tiles.get(holder.kernel.name, {}) if holder.kernel is not None else {}
                 for kw in call.keywords:
-                    if kw.arg and tile_name(kw.arg) and literal_int(kw.value) is not None:
+                    if kw.arg and kw.arg in names and literal_int(kw.value) is not None:
                         found.append((kw.arg, kw.value, call))
         for kernel in mod.kernels():
             args = kernel.args
             defaults = args.defaults
             params = args.args[len(args.args) - len(defaults):]
             for param, default in zip(params, defaults):
-                if tile_name(param.arg) and literal_int(default) is not None:
+                if param.arg in tiles.get(kernel.name, {}) and literal_int(default) is not None:
                     found.append((param.arg, default, kernel))
         return found
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         mod = PyModule(ir)
         out: list[Site] = []
+        roles = _all_tiles(kernel_tiles(mod))
         for name, lit, holder in self._literals(mod):
             value = lit.value
             span = mod.span(lit)
-            detail = {"tile": name, "size": value, "value_span": list(span)}
+            detail = {"tile": name, "role": roles.get(name, ""), "size": value,
+                      "value_span": list(span)}
             if value > self.floor:
                 out.append(make_site(self.name, ir, index, span, True, detail, mod.span(holder)))
             out.append(make_site(self.name, ir, index, span, False, detail, mod.span(holder)))
@@ -181,7 +226,12 @@ class TileSizes(Pass):
         if node is None:
             return Skipped("the tile literal is not at the site", {"site": site.anchor})
         name = str(site.detail.get("tile", ""))
-        if self.tile and name != self.tile:
+        role = str(site.detail.get("role", ""))
+        if self.role and role and role != self.role:
+            return Skipped(f"the recorded step resized a {self.role} tile, not a {role} tile "
+                           f"({name})", {"tile": name, "recorded": self.role})
+        if not self.role and self.tile and name != self.tile \
+                and self.tile in _all_tiles(kernel_tiles(mod)):
             return Skipped(f"the recorded step resized {self.tile}, not {name}",
                            {"tile": name, "recorded": self.tile})
         holder = next((h for n, lit, h in self._literals(mod) if lit is node), None)
@@ -201,8 +251,12 @@ class TileSizes(Pass):
             return skip
         if target == current:
             return Skipped(f"{site.detail.get('tile')} is already {current}", {"tile": current})
-        return finish(ir, site, [_value_edit(mod, node, target)],
-                      options={"value": current, "tile": name} if name else {"value": current},
+        options: dict[str, Any] = {"value": current}
+        if name:
+            options["tile"] = name
+        if role:
+            options["role"] = role
+        return finish(ir, site, [_value_edit(mod, node, target)], options=options,
                       preconditions=results)
 
     @classmethod
@@ -211,14 +265,21 @@ class TileSizes(Pass):
         """Older lineages recorded only the size: the tile is the name written before the
         edited literal (`BLOCK_N=64`, `"BLOCK_N": 64`, `BLOCK_N: tl.constexpr = 64`)."""
         out = dict(options)
+        if out.get("tile") and not out.get("role"):
+            role = _role_in(before, str(out["tile"]))
+            if role:
+                out["role"] = role
         if out.get("tile") or len(diff) != 1:
             return out
         span = diff[0].get("src_span")
         if not span:
             return out
         m = _NAME_BEFORE.search(before[max(0, int(span[0]) - 64):int(span[0])])
-        if m and tile_name(m.group(1)):
+        if m:
             out["tile"] = m.group(1)
+            role = _role_in(before, m.group(1))
+            if role:
+                out["role"] = role
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -265,18 +326,21 @@ def _grid_tiles(kernel: ast.FunctionDef) -> set[str]:
             if names_in(a.value) & pid and not targets <= pid:
                 pid |= targets
                 changed = True
+    from passes.triton.roles import tile_roles  # noqa: PLC0415
+
+    known = {n for n, r in tile_roles(kernel).items() if r in TILE_ROLES}
     tiles: set[str] = set()
     derived: dict[str, set[str]] = {}  # tile counts: `num_pid_n = tl.cdiv(N, BLOCK_N)`
     for a in assigns:
         if callee(a.value).endswith("cdiv"):
             for t in a.targets:
                 if isinstance(t, ast.Name):
-                    derived[t.id] = {n for n in names_in(a.value) if tile_name(n)}
+                    derived[t.id] = {n for n in names_in(a.value) if n in known}
     for a in scalar:
         used = names_in(a.value)
         if used & pid or any(isinstance(t, ast.Name) and t.id in pid for t in a.targets):
             for n in used:
-                if tile_name(n):
+                if n in known:
                     tiles.add(n)
                 tiles |= derived.get(n, set())
     return tiles

@@ -11,7 +11,7 @@ from passes._source import (ByteEdit, finish, indent_of, line_end, line_start, m
                             restore_recorded)
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, literal_int, names_in
-from passes.triton.launch import TRITON, comment_above, holders, tile_name
+from passes.triton.launch import TRITON, comment_above, holders, kernel_tiles
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -169,7 +169,8 @@ class EvenKFastPath(Pass):
             if self.code:
                 return finish(ir, site, [ByteEdit(start, end, self.code)])
             flags = [f for f in _constexprs(kernel) if "EVEN" in f.upper()]
-            block = next((n for n in names_in(_mask(run[0].value)) if tile_name(n)), None)
+            tiles = kernel_tiles(mod).get(kernel.name, {})
+            block = next((n for n in names_in(_mask(run[0].value)) if n in tiles), None)
             facts = {"guarded": bool(flags)}
             if block is not None and _tile_value(mod, block) is not None:
                 facts["BLOCK_K"] = _tile_value(mod, block)

@@ -1,0 +1,128 @@
+"""Carrying a card's joint launch configuration to a kernel it was not lifted from.
+
+A launch-parameter step (a tile size, the warps, the pipeline depth, an autotune list) pays
+only together with the rest of the configuration it ran with: a 128x256 tile with 4 warps and
+2 stages is slower than the 32x32 tile it replaced, with 8 warps and 3 stages it is 5x faster.
+So a card of such a pass carries the configuration of its evidence's kernel by role
+(`carrier["config"]`, see `passes.triton.roles`), and materializing it on a target proposes that
+configuration *and a small sweep around it* (each block dimension halved, the other warp
+count, one pipeline stage more and fewer: `SWEEP_POINTS` configurations at most) as the
+target kernel's `@triton.autotune` list. The autotuner picks among them on the target's own
+shapes; the gate times the result like any candidate.
+
+The recorded configuration is matched to the target's kernels by structure (both reduce with
+a dot in a loop, or neither; the roles they share), never by kernel or parameter names.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from passes.triton.roles import DOT_ROLES, KernelConfig, SweepRefusal, joint_config, sweep_edit
+
+if TYPE_CHECKING:
+    from kir import KernelIR
+    from passes.base import Site
+
+# Passes whose steps change launch parameters: their cards carry a joint configuration.
+LAUNCH_PASSES = frozenset({"tile-sizes", "num-warps", "software-pipelining", "autotune"})
+# Configurations in one proposed sweep (the recorded one first).
+SWEEP_POINTS = 7
+# The smallest block a sweep proposes for a dot operand (tl.dot needs 16).
+MIN_DOT_BLOCK = 16
+
+
+def recorded_configs(carrier: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], Mapping[str, Any] | None]]:
+    """(configuration of the lineage's expert kernel, configuration the card's evidence ran
+    with) per recorded kernel; the expert's where both exist, those with tiles first."""
+    own = dict(carrier.get("config") or {})
+    expert = dict(carrier.get("expert_config") or {})
+    pairs = [(expert.get(k) or own[k], own.get(k) if expert.get(k) else None) for k in own]
+    pairs += [(cfg, None) for k, cfg in expert.items() if k not in own]
+    return sorted(pairs, key=lambda p: (not p[0].get("tiles"), not p[0].get("dot")))
+
+
+def _role_config(config: Mapping[str, Any]) -> dict[str, int]:
+    tiles = {k: int(v) for k, v in (config.get("tiles") or {}).items() if v}
+    return {**tiles, "num_warps": int(config.get("num_warps") or 4),
+            "num_stages": int(config.get("num_stages") or 3)}
+
+
+def sweep_around(config: Mapping[str, Any], points: int = SWEEP_POINTS,
+                 also: Mapping[str, Any] | None = None) -> list[dict[str, int]]:
+    """The recorded configuration and its neighbours, role-keyed: each block halved (dot
+    blocks not below 16), the other warp count (4 <-> 8), one stage fewer and one more;
+    `also` (the configuration the card's own step ran with) comes second."""
+    tiles = {k: int(v) for k, v in (config.get("tiles") or {}).items() if v}
+    warps = int(config.get("num_warps") or 4)
+    stages = int(config.get("num_stages") or 3)
+    base = {**tiles, "num_warps": warps, "num_stages": stages}
+    out = [base] + ([_role_config(also)] if also else [])
+    for role in ("m", "n", "k", "grid", "loop", "vec"):
+        if role in tiles and tiles[role] // 2 >= (MIN_DOT_BLOCK if role in DOT_ROLES else 1):
+            out.append({**base, role: tiles[role] // 2})
+    out.append({**base, "num_warps": 8 if warps <= 4 else 4})
+    if stages > 1:
+        out.append({**base, "num_stages": stages - 1})
+    out.append({**base, "num_stages": stages + 1})
+    unique: list[dict[str, int]] = []
+    for cfg in out:
+        if cfg not in unique:
+            unique.append(cfg)
+    return unique[:points]
+
+
+def matches(recorded: Mapping[str, Any], target: KernelConfig) -> bool:
+    """A recorded configuration fits a target kernel that has the same structure (a dot in a
+    loop or not) and shares a tunable role with it (or, with no tiles on either side, is
+    launched with warps alone)."""
+    if bool(recorded.get("dot")) != target.dot:
+        return False
+    rec_roles = set((recorded.get("tiles") or {}))
+    tgt_roles = set(target.by_role())
+    return bool(rec_roles & tgt_roles) or (not rec_roles and not tgt_roles)
+
+
+def config_candidates(carrier: Mapping[str, Any], ir: KernelIR,
+                      skip_kernel: Any = None) -> list[tuple[str, str, list[dict[str, int]]]]:
+    """(kernel name, new source, fitted configs) for each target kernel a recorded
+    configuration fits, and the refusals as (kernel, "", []) entries are left out."""
+    recorded = recorded_configs(carrier)
+    if not recorded:
+        return []
+    out: list[tuple[str, str, list[dict[str, int]]]] = []
+    for name, target in joint_config(ir).items():
+        if skip_kernel is not None and skip_kernel(name):
+            continue
+        fit = next((pair for pair in recorded if matches(pair[0], target)), None)
+        if fit is None:
+            continue
+        made = sweep_edit(ir, name, sweep_around(fit[0], also=fit[1]))
+        if isinstance(made, SweepRefusal):
+            continue
+        edits, fitted = made
+        data = ir.source
+        for e in sorted(edits, key=lambda e: (e.start, e.end), reverse=True):
+            data = data[:e.start] + e.text.encode("utf-8") + data[e.end:]
+        out.append((name, data.decode("utf-8"), fitted))
+    return out
+
+
+def kernel_site(pass_name: str, ir: KernelIR, kernel: str) -> Site | None:
+    """A site on the definition of `kernel` (what a config sweep acts on)."""
+    import ast  # noqa: PLC0415
+
+    from passes._source import make_site  # noqa: PLC0415
+    from passes.triton._py import PyModule  # noqa: PLC0415
+
+    mod = PyModule(ir)
+    node = next((k for k in mod.kernels() if k.name == kernel), None)
+    if not isinstance(node, ast.FunctionDef):
+        return None
+    span = mod.span(node)
+    return make_site(pass_name, ir, None, (0, len(ir.source)), False,
+                     {"kernel": kernel, "sweep": True}, span)
+
+
+def sweep_summary(fitted: Sequence[Mapping[str, int]]) -> str:
+    return "; ".join(",".join(f"{k}={v}" for k, v in cfg.items()) for cfg in fitted)
