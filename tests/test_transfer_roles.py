@@ -1,0 +1,192 @@
+"""Launch parameters found by role, configurations carried across kernels that name them
+differently, the no-library control, and retrieval by operator signature."""
+from __future__ import annotations
+
+import kir
+import pytest
+
+from lineage.control import apply_byte_edits, autotune_control, generic_configs
+from lineage.retrieval import signature_similarity
+from lineage.transfer import config_candidates, sweep_around
+from passes.triton.roles import joint_config, operator_signature, sweep_edit
+
+# One tiled matmul written three ways: tile names, host code and loop forms differ.
+MM_A = '''
+import torch, triton
+import triton.language as tl
+
+@triton.jit
+def mm(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
+       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pm = tl.program_id(0)
+    pn = tl.program_id(1)
+    rm = pm * BM + tl.arange(0, BM)
+    rn = pn * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        x = tl.load(a + rm[:, None] * sam + (k0 + rk)[None, :] * sak,
+                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
+        y = tl.load(b + (k0 + rk)[:, None] * sbk + rn[None, :] * sbn,
+                    mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(x, y)
+    tl.store(c + rm[:, None] * scm + rn[None, :] * scn, acc.to(tl.float16),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    tm, tn = 32, 32
+    mm[(triton.cdiv(M, tm), triton.cdiv(N, tn))](a, b, c, M, N, K, a.stride(0), a.stride(1),
+        b.stride(0), b.stride(1), c.stride(0), c.stride(1), BM=tm, BN=tn, BK=32)
+    return c
+'''
+
+MM_B = '''
+import torch, triton
+import triton.language as tl
+
+@triton.jit
+def matmul_tile(A, B, C, m_size, n_size, k_size, s0, s1, s2, s3, s4, s5,
+                TILE_ROWS: tl.constexpr, TILE_COLS: tl.constexpr, DEPTH: tl.constexpr):
+    pid = tl.program_id(0)
+    tiles_n = tl.cdiv(n_size, TILE_COLS)
+    row = (pid // tiles_n) * TILE_ROWS + tl.arange(0, TILE_ROWS)
+    col = (pid % tiles_n) * TILE_COLS + tl.arange(0, TILE_COLS)
+    d = tl.arange(0, DEPTH)
+    total = tl.zeros((TILE_ROWS, TILE_COLS), dtype=tl.float32)
+    for step in tl.range(0, tl.cdiv(k_size, DEPTH)):
+        kk = step * DEPTH + d
+        lhs = tl.load(A + row[:, None] * s0 + kk[None, :] * s1,
+                      mask=(row[:, None] < m_size) & (kk[None, :] < k_size), other=0.0)
+        rhs = tl.load(B + kk[:, None] * s2 + col[None, :] * s3,
+                      mask=(kk[:, None] < k_size) & (col[None, :] < n_size), other=0.0)
+        total = tl.dot(lhs, rhs, total)
+    tl.store(C + row[:, None] * s4 + col[None, :] * s5, total.to(tl.float16),
+             mask=(row[:, None] < m_size) & (col[None, :] < n_size))
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    grid = (triton.cdiv(M, 32) * triton.cdiv(N, 64),)
+    matmul_tile[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                      c.stride(0), c.stride(1), TILE_ROWS=32, TILE_COLS=64, DEPTH=16, num_warps=2)
+    return c
+'''
+
+ROWSUM = '''
+import torch, triton
+import triton.language as tl
+
+@triton.jit
+def rowsum(x, y, n_cols, stride, BLOCK: tl.constexpr):
+    r = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    v = tl.load(x + r * stride + offs, mask=offs < n_cols, other=0.0)
+    tl.store(y + r, tl.sum(v, axis=0))
+
+def run(x):
+    y = torch.empty(x.shape[0], device=x.device, dtype=x.dtype)
+    rowsum[(x.shape[0],)](x, y, x.shape[1], x.stride(0), BLOCK=triton.next_power_of_2(x.shape[1]))
+    return y
+'''
+
+
+def _ir(text: str) -> kir.KernelIR:
+    return kir.parse(text, "triton")
+
+
+@pytest.mark.parametrize("text,kernel,expect", [
+    (MM_A, "mm", {"BM": "m", "BN": "n", "BK": "k"}),
+    (MM_B, "matmul_tile", {"TILE_ROWS": "m", "TILE_COLS": "n", "DEPTH": "k"}),
+])
+def test_tiles_are_found_by_what_they_do_not_by_name(text: str, kernel: str, expect: dict) -> None:
+    cfg = joint_config(_ir(text))[kernel]
+    assert {p.name: p.role for p in cfg.params} == expect
+    assert cfg.dot
+
+
+def test_a_block_computed_from_the_problem_is_not_tunable() -> None:
+    cfg = joint_config(_ir(ROWSUM))["rowsum"]
+    assert [(p.name, p.role, p.value) for p in cfg.params] == [("BLOCK", "vec", None)]
+    assert cfg.by_role() == {}
+
+
+def test_host_values_are_read_through_tuples_and_literals() -> None:
+    a = joint_config(_ir(MM_A))["mm"]
+    assert a.by_role() == {"m": 32, "n": 32, "k": 32} and a.num_warps == 4
+    b = joint_config(_ir(MM_B))["matmul_tile"]
+    assert b.by_role() == {"m": 32, "n": 64, "k": 16} and b.num_warps == 2
+
+
+def test_operator_signature_reads_structure() -> None:
+    assert operator_signature(_ir(MM_A)) == operator_signature(_ir(MM_B)) == {"dot-loop"}
+    assert operator_signature(_ir(ROWSUM)) == {"row-reduce"}
+    assert signature_similarity({"dot-loop"}, {"dot-loop", "block-ptr"}) == 0.5
+    assert signature_similarity({"dot-loop"}, {"row-reduce"}) == 0.0
+    assert signature_similarity((), {"dot-loop"}) == 0.0
+
+
+def test_a_recorded_configuration_lands_on_a_kernel_with_other_names() -> None:
+    recorded = joint_config(_ir(MM_A))["mm"].to_json()
+    recorded.update(tiles={"m": 128, "n": 256, "k": 64}, num_warps=8, num_stages=3)
+    made = config_candidates({"config": {"mm": recorded}}, _ir(MM_B))
+    assert len(made) == 1
+    name, text, fitted = made[0]
+    assert name == "matmul_tile"
+    assert fitted[0] == {"TILE_ROWS": 128, "TILE_COLS": 256, "DEPTH": 64,
+                         "num_warps": 8, "num_stages": 3}
+    assert 2 <= len(fitted) <= 7
+    # the host grid now reads the tuned tiles and the launch no longer pins them
+    assert 'meta["TILE_ROWS"]' in text and 'meta["TILE_COLS"]' in text
+    assert "TILE_ROWS=32" not in text and "num_warps=2" not in text
+    assert "@triton.autotune(" in text and "key=['m_size', 'n_size', 'k_size']" in text
+    compile(text, "candidate.py", "exec")
+    # a recorded configuration of a kernel without a dot loop does not fit a matmul
+    other = {"config": {"x": {"tiles": {"grid": 64}, "dot": False, "num_warps": 4, "num_stages": 2}}}
+    assert config_candidates(other, _ir(MM_B)) == []
+
+
+def test_sweep_around_a_configuration() -> None:
+    pts = sweep_around({"tiles": {"m": 128, "n": 256, "k": 64}, "num_warps": 8, "num_stages": 3},
+                       also={"tiles": {"m": 64, "n": 256, "k": 64}, "num_warps": 4, "num_stages": 1})
+    assert pts[0] == {"m": 128, "n": 256, "k": 64, "num_warps": 8, "num_stages": 3}
+    assert pts[1] == {"m": 64, "n": 256, "k": 64, "num_warps": 4, "num_stages": 1}
+    assert {"m": 128, "n": 128, "k": 64, "num_warps": 8, "num_stages": 3} in pts
+    assert len(pts) == 7 and len({tuple(sorted(p.items())) for p in pts}) == 7
+
+
+def test_one_literal_for_two_tiles_is_told_apart_by_the_size_it_divides() -> None:
+    text = MM_A.replace("    tm, tn = 32, 32\n", "").replace("triton.cdiv(M, tm), triton.cdiv(N, tn)",
+                                                         "triton.cdiv(M, 32), triton.cdiv(N, 32)")
+    text = text.replace("BM=tm, BN=tn", "BM=32, BN=32")
+    made = sweep_edit(_ir(text), "mm", [{"m": 64, "n": 128, "k": 32}])
+    assert not hasattr(made, "reason"), made
+    edits, _ = made
+    out = apply_byte_edits(text, edits)
+    assert 'triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"])' in out
+
+
+def test_a_tile_the_host_reuses_is_refused() -> None:
+    text = MM_A.replace("    return c\n", "    scratch = torch.empty(tm)\n    return c\n")
+    made = sweep_edit(_ir(text), "mm", [{"m": 64}])
+    assert hasattr(made, "reason") and "beyond the launch" in made.reason
+
+
+def test_the_control_uses_a_generic_list_for_each_kind_of_kernel() -> None:
+    dot = generic_configs(joint_config(_ir(MM_B))["matmul_tile"])
+    assert len(dot) == 8 and dot[0] == {"m": 128, "n": 256, "k": 64, "num_warps": 8, "num_stages": 3}
+    rows = generic_configs(joint_config(_ir(ROWSUM))["rowsum"])
+    assert [c["num_warps"] for c in rows] == [1, 2, 4, 8, 16, 32]
+    out = autotune_control(ROWSUM)
+    assert "@triton.autotune(" in out and "key=['n_cols']" in out
+    compile(out, "control.py", "exec")
+
+
+def test_tile_sites_do_not_depend_on_names() -> None:
+    from passes.registry import get_pass
+    sites = get_pass("tile-sizes")().sites(_ir(MM_B))
+    assert {s.detail["tile"] for s in sites} == {"TILE_ROWS", "TILE_COLS", "DEPTH"}
+    assert {s.detail["role"] for s in sites} == {"m", "n", "k"}
