@@ -1,0 +1,84 @@
+"""The no-library control: a kernel under the plain autotune sweep a Triton user writes by hand.
+
+`autotune_control(source)` gives each launched kernel of a module an `@triton.autotune` list of
+generic configurations over its tunable launch parameters, found by role
+(`passes.triton.roles`): for a kernel that reduces with `tl.dot` in a loop, the familiar list of
+(M, N, K) tiles with their warps and stages; for any other kernel, its block sizes at 1x, 2x and
+4x with 2 to 16 warps (or warps alone when no block size is a literal). No lineage or card is
+consulted: it is what a user would do without KLineage, and what the library has to beat.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kir import parse
+from kir.errors import BadInputError
+from passes._source import ByteEdit
+from passes.triton.roles import KernelConfig, SweepRefusal, joint_config, sweep_edit
+
+# (m, n, k, warps, stages): the tile list commonly written for a tiled tl.dot kernel on NVIDIA GPUs.
+DOT_CONFIGS: tuple[tuple[int, int, int, int, int], ...] = (
+    (128, 256, 64, 8, 3), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4), (128, 64, 32, 4, 4),
+    (64, 128, 32, 4, 4), (128, 32, 32, 4, 4), (64, 32, 32, 2, 5), (32, 64, 32, 2, 5),
+)
+# (block scale, warps) for kernels without a dot loop.
+BLOCK_CONFIGS: tuple[tuple[int, int], ...] = (
+    (1, 4), (1, 8), (2, 4), (2, 8), (4, 8), (1, 2), (4, 16), (2, 16),
+)
+WARP_CONFIGS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+
+
+def generic_configs(config: KernelConfig, max_configs: int = 8) -> list[dict[str, int]]:
+    """Role-keyed generic configurations for one kernel (see the module docstring)."""
+    tiles = config.by_role()
+    out: list[dict[str, int]] = []
+    if config.dot and {"m", "n", "k"} & set(tiles):
+        for m, n, k, w, s in DOT_CONFIGS:
+            cfg = {role: v for role, v in (("m", m), ("n", n), ("k", k)) if role in tiles}
+            if "group" in tiles:
+                cfg["group"] = 8
+            out.append({**cfg, "num_warps": w, "num_stages": s})
+    elif any(r in tiles for r in ("grid", "vec", "loop")):
+        for scale, w in BLOCK_CONFIGS:
+            cfg = {r: v * scale for r, v in tiles.items() if r in ("grid", "vec", "loop")}
+            out.append({**cfg, "num_warps": w, "num_stages": config.num_stages})
+    else:
+        out = [{"num_warps": w, "num_stages": config.num_stages} for w in WARP_CONFIGS]
+    unique: list[dict[str, int]] = []
+    for cfg in out:
+        if cfg not in unique:
+            unique.append(cfg)
+    return unique[:max_configs]
+
+
+def autotune_control(source: str, max_configs: int = 8) -> str:
+    """`source` with every launched kernel autotuned over a generic list. Kernels whose launch
+    cannot take tuned parameters (see `passes.triton.roles.sweep_edit`) are left as they are;
+    a module where no kernel can be tuned raises `BadInputError` with the reasons."""
+    ir = parse(source, "triton")
+    edits: list[ByteEdit] = []
+    reasons: list[str] = []
+    for name, config in joint_config(ir).items():
+        configs = generic_configs(config, max_configs)
+        made = sweep_edit(ir, name, configs)
+        if isinstance(made, SweepRefusal):
+            if made.reason != "the kernel is never launched in this module":
+                reasons.append(f"{name}: {made.reason}")
+            continue
+        edits.extend(made[0])
+    if not edits:
+        raise BadInputError("no kernel could be autotuned: " + ("; ".join(reasons) or "no launches"))
+    return apply_byte_edits(source, edits)
+
+
+def apply_byte_edits(source: str, edits: Sequence[ByteEdit]) -> str:
+    data = source.encode("utf-8")
+    for e in sorted(edits, key=lambda e: (e.start, e.end), reverse=True):
+        data = data[:e.start] + e.text.encode("utf-8") + data[e.end:]
+    return data.decode("utf-8")
+
+
+def describe(source: str) -> Mapping[str, Any]:
+    """Every kernel's configuration by role (for reports)."""
+    return {k: c.to_json() for k, c in joint_config(parse(source, "triton")).items()}

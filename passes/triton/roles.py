@@ -1,0 +1,845 @@
+"""What the launch parameters of a Triton kernel *do*, found from their use, never their name.
+
+A constexpr parameter of a `@triton.jit` kernel is a *tile* when it sizes a block of the
+program's data: it is the extent of a `tl.arange(0, P)`, a dimension of `tl.zeros`/`tl.full`,
+a `block_shape` entry, the step of a loop (`range(0, K, P)`, `tl.range(...)`), or it scales a
+program id (`pid_m * P`). Its *role* says which block:
+
+- in a kernel with a `tl.dot` inside a loop: ``m`` and ``n`` are the two dimensions of the
+  dot's accumulator (`acc = tl.zeros((P, Q))` with `acc += tl.dot(..)` or `tl.dot(a, b, acc)`),
+  ``k`` is the step of the loop the dot reduces over (a GEMM's K tile, an attention kernel's
+  key/value block);
+- otherwise: ``grid`` (it scales a program id: the block of output a program owns), ``loop``
+  (the step of a loop), ``vec`` (it only sizes a block);
+- ``group``: a constexpr that is not a tile and takes part in the program-id arithmetic (the
+  group size of a grouped tile order).
+
+A parameter is *tunable* when its value comes from a literal (a launch keyword, a config
+entry, a default, or a host variable bound to a literal): a block size computed from the
+problem (`triton.next_power_of_2(N)`) is not, and a sweep leaves it alone.
+
+`joint_config(ir)` reads a kernel's whole launch configuration by role (tiles, warps, stages,
+group size); `sweep_edit(ir, kernel, configs)` writes a list of role-keyed configurations onto a
+kernel as an `@triton.autotune` list (replacing the one it has, or the pinned launch values),
+rewriting a host-computed grid into one that reads the tuned tiles. Both are what lets a
+configuration recorded on one kernel (`BLOCK_SIZE_M=128, num_warps=8`) be proposed on another
+that names its tiles differently (`BM`, `TILE`, `bm`).
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from passes._source import ByteEdit, indent_of, line_start
+from passes.triton._py import PyModule, callee, dotted, literal_int, names_in
+
+if TYPE_CHECKING:
+    from kir import KernelIR
+
+LAUNCH_KEYS = ("num_warps", "num_stages")
+# Triton's defaults for a launch / a triton.Config that does not set them.
+DEFAULT_WARPS = 4
+DEFAULT_STAGES = 3
+DOT_ROLES = ("m", "n", "k")
+RANGE_CALLS = frozenset({"range", "tl.range", "tl.static_range", "triton.language.range",
+                         "triton.language.static_range"})
+PID_CALLS = frozenset({"tl.program_id", "triton.language.program_id"})
+ARANGE = frozenset({"tl.arange", "triton.language.arange"})
+SHAPED = frozenset({"tl.zeros", "tl.full", "triton.language.zeros", "triton.language.full"})
+DOT = frozenset({"tl.dot", "triton.language.dot"})
+ATOMICS_PREFIX = ("tl.atomic_", "triton.language.atomic_")
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One launch parameter of a kernel as a launch sets it."""
+
+    name: str
+    role: str
+    value: int | None
+    """The value the module launches the kernel with (None: computed, not tunable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KernelConfig:
+    """A kernel's launch configuration by role."""
+
+    kernel: str
+    params: tuple[Param, ...] = ()
+    num_warps: int = DEFAULT_WARPS
+    num_stages: int = DEFAULT_STAGES
+    autotuned: bool = False
+    dot: bool = False
+    """The kernel reduces with `tl.dot` inside a loop (roles m / n / k)."""
+
+    def by_role(self) -> dict[str, int]:
+        """Tunable values by role (the first parameter of a role when several share it)."""
+        out: dict[str, int] = {}
+        for p in self.params:
+            if p.value is not None and p.role not in out:
+                out[p.role] = p.value
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "tiles": self.by_role(), "num_warps": self.num_warps,
+                "num_stages": self.num_stages, "autotuned": self.autotuned, "dot": self.dot,
+                "params": {p.name: {"role": p.role, "value": p.value} for p in self.params}}
+
+
+# -- roles -----------------------------------------------------------------------------------
+def constexpr_params(kernel: ast.FunctionDef) -> list[str]:
+    args = kernel.args.args + kernel.args.kwonlyargs
+    return [a.arg for a in args
+            if a.annotation is not None and "constexpr" in ast.dump(a.annotation)]
+
+
+def _pid_names(kernel: ast.FunctionDef) -> set[str]:
+    """Names computed from program ids by scalar arithmetic (not from loaded data)."""
+    assigns = [n for n in ast.walk(kernel) if isinstance(n, (ast.Assign, ast.AugAssign))]
+    pid: set[str] = set()
+    for a in assigns:
+        if isinstance(a, ast.Assign) and any(callee(c) in PID_CALLS for c in ast.walk(a.value)
+                                             if isinstance(c, ast.Call)):
+            pid |= {n.id for t in a.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    loops = [n for n in ast.walk(kernel) if isinstance(n, ast.For)]
+    changed = True
+    while changed:
+        changed = False
+        for a in assigns:
+            value = a.value
+            if any(isinstance(c, ast.Call) and (callee(c).endswith("load") or callee(c) in DOT)
+                   for c in ast.walk(value)):
+                continue
+            targets = ([t for t in a.targets] if isinstance(a, ast.Assign) else [a.target])
+            names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if names_in(value) & pid and not names <= pid:
+                pid |= names
+                changed = True
+        for loop in loops:  # a persistent loop over tiles: `for tile in range(pid, n, NUM_SMS)`
+            if isinstance(loop.target, ast.Name) and loop.target.id not in pid \
+                    and names_in(loop.iter) & pid:
+                pid.add(loop.target.id)
+                changed = True
+    return pid
+
+
+def _bound_names(kernel: ast.FunctionDef, expr: ast.AST) -> set[str]:
+    """Names an expression reads, through local scalar assignments (`k_tiles = cdiv(K, BK)`)."""
+    assigns = {t.id: a.value for a in ast.walk(kernel) if isinstance(a, ast.Assign)
+               for t in a.targets if isinstance(t, ast.Name)}
+    seen: set[str] = set()
+    todo = list(names_in(expr))
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in assigns:
+            todo.extend(names_in(assigns[n]))
+    return seen
+
+
+@dataclass(slots=True)
+class _Facts:
+    """What a function's body says about its names (see `tile_roles`)."""
+
+    steps: dict[str, bool] = field(default_factory=dict)
+    """Names that step a loop -> whether that loop is the innermost one around a tl.dot."""
+    persistent: set[str] = field(default_factory=set)
+    """Names that step a loop over program ids (a persistent grid's stride)."""
+    sizing: set[str] = field(default_factory=set)
+    grid: set[str] = field(default_factory=set)
+    pid_arith: set[str] = field(default_factory=set)
+    dotted_into: set[str] = field(default_factory=set)
+    """Accumulators a tl.dot in a loop adds into."""
+    shapes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """2-D blocks made with tl.zeros / tl.full: name -> (dim0, dim1) names."""
+    dot_loop: bool = False
+
+    def absorb(self, other: _Facts, rename: Mapping[str, str]) -> None:
+        """Add a called function's facts, its parameter names translated to the caller's."""
+        def tr(names: set[str]) -> set[str]:
+            return {rename[n] for n in names if n in rename}
+        for n, inner in other.steps.items():
+            if n in rename:
+                self.steps[rename[n]] = self.steps.get(rename[n], False) or inner
+        self.persistent |= tr(other.persistent)
+        self.sizing |= tr(other.sizing)
+        self.grid |= tr(other.grid)
+        self.pid_arith |= tr(other.pid_arith)
+        self.dotted_into |= tr(other.dotted_into)
+        for n, dims in other.shapes.items():
+            if n in rename and all(d in rename for d in dims):
+                self.shapes.setdefault(rename[n], (rename[dims[0]], rename[dims[1]]))
+        self.dot_loop = self.dot_loop or other.dot_loop
+
+
+def _has_dot(node: ast.AST) -> bool:
+    return any(isinstance(c, ast.Call) and callee(c) in DOT for c in ast.walk(node))
+
+
+def _own_facts(kernel: ast.FunctionDef) -> _Facts:
+    facts = _Facts()
+    pid = _pid_names(kernel)
+    loops = [n for n in ast.walk(kernel) if isinstance(n, ast.For)]
+    for loop in loops:
+        if not (isinstance(loop.iter, ast.Call) and callee(loop.iter) in RANGE_CALLS):
+            continue
+        innermost_dot = _has_dot(loop) and not any(
+            inner is not loop and _has_dot(inner) for inner in ast.walk(loop) if isinstance(inner, ast.For))
+        args = loop.iter.args
+        var = loop.target.id if isinstance(loop.target, ast.Name) else None
+        if var is not None and var in pid:
+            if len(args) >= 3:
+                facts.persistent |= names_in(args[2])
+            continue
+        if len(args) >= 3:
+            for n in names_in(args[2]):
+                facts.steps[n] = facts.steps.get(n, False) or innermost_dot
+        if var is None:
+            continue
+        bound = set().union(*(_bound_names(kernel, a) for a in args)) if args else set()
+        for node in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+                sides = (node.left, node.right)
+                if any(isinstance(x, ast.Name) and x.id == var for x in sides):
+                    for x in sides:
+                        if isinstance(x, ast.Name) and x.id != var and x.id in bound:
+                            facts.steps[x.id] = facts.steps.get(x.id, False) or innermost_dot
+    for call in ast.walk(kernel):
+        if not isinstance(call, ast.Call):
+            continue
+        name = callee(call)
+        if name in ARANGE and len(call.args) >= 2:
+            facts.sizing |= names_in(call.args[1])
+        elif name in SHAPED and call.args:
+            facts.sizing |= names_in(call.args[0])
+        for kw in call.keywords:
+            if kw.arg == "block_shape":
+                facts.sizing |= names_in(kw.value)
+        if name.endswith(".reshape") or name.endswith(".view"):
+            facts.sizing |= set().union(*(names_in(a) for a in call.args)) if call.args else set()
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.FloorDiv, ast.Mod)):
+            left, right = names_in(node.left), names_in(node.right)
+            if isinstance(node.op, ast.Mult):
+                for side, other in ((node.left, right), (node.right, left)):
+                    if isinstance(side, ast.Name) and other & pid:
+                        facts.grid.add(side.id)
+            if (left | right) & pid:
+                facts.pid_arith |= left | right
+    for a in ast.walk(kernel):
+        if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call) and callee(a.value) in SHAPED \
+                and a.value.args and isinstance(a.value.args[0], (ast.Tuple, ast.List)) \
+                and len(a.value.args[0].elts) == 2:
+            dims = [dotted(e) for e in a.value.args[0].elts]
+            for t in a.targets:
+                if isinstance(t, ast.Name):
+                    facts.shapes[t.id] = (dims[0], dims[1])
+    for loop in loops:
+        for node in ast.walk(loop):
+            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and _has_dot(node.value):
+                facts.dotted_into.add(node.target.id)
+            elif isinstance(node, ast.Call) and callee(node) in DOT:
+                facts.dot_loop = True
+                acc = node.args[2] if len(node.args) >= 3 else next(
+                    (k.value for k in node.keywords if k.arg == "acc"), None)
+                if isinstance(acc, ast.Name):
+                    facts.dotted_into.add(acc.id)
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.BinOp) and _has_dot(node.value):
+                facts.dotted_into |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return facts
+
+
+def _facts(kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef], depth: int = 0) -> _Facts:
+    """A function's facts with those of the jit functions it calls (up to 3 calls deep)."""
+    facts = _own_facts(kernel)
+    if depth >= 3:
+        return facts
+    for call in ast.walk(kernel):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id in functions and call.func.id != kernel.name):
+            continue
+        inner = functions[call.func.id]
+        params = [a.arg for a in inner.args.args]
+        rename: dict[str, str] = {}
+        for i, arg in enumerate(call.args):
+            if i < len(params) and isinstance(arg, ast.Name):
+                rename[params[i]] = arg.id
+        for kw in call.keywords:
+            if kw.arg and isinstance(kw.value, ast.Name):
+                rename[kw.arg] = kw.value.id
+        facts.absorb(_facts(inner, functions, depth + 1), rename)
+    return facts
+
+
+def tile_roles(kernel: ast.FunctionDef,
+               functions: Mapping[str, ast.FunctionDef] | None = None) -> dict[str, str]:
+    """Role of every tile / group constexpr of a kernel (see the module docstring).
+    `functions`: the module's jit functions by name, so that what a called helper does with a
+    parameter counts for the argument the kernel passes it."""
+    constexprs = constexpr_params(kernel)
+    if not constexprs:
+        return {}
+    facts = _facts(kernel, functions or {})
+    roles: dict[str, str] = {}
+    accs = [facts.shapes[n] for n in facts.dotted_into if n in facts.shapes]
+    if accs and facts.dot_loop:
+        m_name, n_name = sorted(accs)[0] if len(set(accs)) > 1 else accs[0]
+        for name, role in ((m_name, "m"), (n_name, "n")):
+            if name in constexprs:
+                roles[name] = role
+        for name, innermost in facts.steps.items():
+            if name in constexprs and name not in roles and innermost:
+                roles[name] = "k"
+    for name in constexprs:
+        if name in roles or name in facts.persistent:
+            continue
+        if name in facts.grid and (name in facts.sizing or name in facts.steps):
+            roles[name] = "grid"
+        elif name in facts.steps:
+            roles[name] = "loop"
+        elif name in facts.sizing:
+            roles[name] = "vec"
+        elif name in facts.pid_arith:
+            roles[name] = "group"
+    return roles
+
+
+def is_dot_kernel(kernel: ast.FunctionDef,
+                  functions: Mapping[str, ast.FunctionDef] | None = None) -> bool:
+    facts = _facts(kernel, functions or {})
+    return facts.dot_loop and any(n in facts.shapes for n in facts.dotted_into)
+
+
+def jit_functions(mod: PyModule) -> dict[str, ast.FunctionDef]:
+    return {k.name: k for k in mod.kernels()}
+
+
+# -- launch values ---------------------------------------------------------------------------
+def _positional_params(kernel: ast.FunctionDef) -> list[str]:
+    return [a.arg for a in kernel.args.args]
+
+
+def _host_literal(mod: PyModule, call: ast.Call, expr: ast.AST) -> int | None:
+    """The int a launch argument evaluates to when it is a literal or a name bound once to a
+    literal in the enclosing function (or module)."""
+    value = literal_int(expr)
+    if value is not None or not isinstance(expr, ast.Name):
+        return value
+    scope = mod.enclosing(call, ast.FunctionDef) or mod.tree
+    bound = _bindings(ast.walk(scope), expr.id)
+    if not bound and scope is not mod.tree:
+        bound = _bindings(mod.tree.body, expr.id)
+    if len(bound) == 1:
+        return literal_int(bound[0])
+    return None
+
+
+def _bindings(nodes: Any, name: str) -> list[ast.AST]:
+    """The values assigned to `name` (`x = 64`, `a, x = 32, 64`)."""
+    out: list[ast.AST] = []
+    for n in nodes:
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id == name \
+                and n.value is not None:
+            out.append(n.value)
+        if not isinstance(n, ast.Assign):
+            continue
+        for t in n.targets:
+            if isinstance(t, ast.Name) and t.id == name:
+                out.append(n.value)
+            elif isinstance(t, (ast.Tuple, ast.List)) and isinstance(n.value, (ast.Tuple, ast.List)) \
+                    and len(t.elts) == len(n.value.elts):
+                out.extend(v for e, v in zip(t.elts, n.value.elts)
+                           if isinstance(e, ast.Name) and e.id == name)
+    return out
+
+
+def launch_arguments(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call) -> dict[str, ast.AST]:
+    """Kernel parameter -> the argument node a launch passes for it."""
+    params = _positional_params(kernel)
+    out: dict[str, ast.AST] = {}
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            break
+        if i < len(params):
+            out[params[i]] = arg
+    for kw in call.keywords:
+        if kw.arg:
+            out[kw.arg] = kw.value
+    return out
+
+
+def _config_dicts(mod: PyModule, kernel: ast.FunctionDef) -> list[ast.Call]:
+    dec = mod.decorator(kernel, "autotune")
+    if not isinstance(dec, ast.Call):
+        return []
+    configs = next((k.value for k in dec.keywords if k.arg == "configs"),
+                   dec.args[0] if dec.args else None)
+    if isinstance(configs, ast.Subscript):
+        configs = configs.value
+    if isinstance(configs, ast.Name):  # `configs=CONFIGS` bound at module level
+        bound = [n for n in mod.tree.body if isinstance(n, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == configs.id for t in n.targets)]
+        configs = bound[0].value if len(bound) == 1 else None
+    if not isinstance(configs, (ast.List, ast.Tuple)):
+        return []
+    return [c for c in configs.elts if isinstance(c, ast.Call) and c.args
+            and isinstance(c.args[0], ast.Dict)]
+
+
+def kernel_config(mod: PyModule, kernel: ast.FunctionDef) -> KernelConfig:
+    """The configuration a module runs `kernel` with: its first config when autotuned, else its
+    first launch (else the parameters' defaults)."""
+    roles = tile_roles(kernel, jit_functions(mod))
+    values: dict[str, int | None] = {}
+    warps, stages = DEFAULT_WARPS, DEFAULT_STAGES
+    configs = _config_dicts(mod, kernel)
+    autotuned = mod.decorator(kernel, "autotune") is not None
+    defaults = dict(zip([a.arg for a in kernel.args.args][len(kernel.args.args) - len(kernel.args.defaults):],
+                        kernel.args.defaults))
+    if configs:
+        first = configs[0]
+        for k, v in zip(first.args[0].keys, first.args[0].values):
+            if isinstance(k, ast.Constant):
+                values[str(k.value)] = literal_int(v)
+        for kw in first.keywords:
+            if kw.arg == "num_warps" and literal_int(kw.value):
+                warps = literal_int(kw.value)
+            if kw.arg == "num_stages" and literal_int(kw.value) is not None:
+                stages = literal_int(kw.value)
+    launches = mod.launches(kernel.name)
+    if launches:
+        call = launches[0]
+        args = launch_arguments(mod, kernel, call)
+        for name in roles:
+            if name in args and name not in values:
+                values[name] = _host_literal(mod, call, args[name])
+        if "num_warps" in args and _host_literal(mod, call, args["num_warps"]):
+            warps = _host_literal(mod, call, args["num_warps"])
+        if "num_stages" in args and _host_literal(mod, call, args["num_stages"]) is not None:
+            stages = _host_literal(mod, call, args["num_stages"])
+    for name in roles:
+        if name not in values and name in defaults:
+            values[name] = literal_int(defaults[name])
+    params = tuple(Param(n, r, values.get(n)) for n, r in roles.items())
+    return KernelConfig(kernel.name, params, int(warps), int(stages), autotuned,
+                        is_dot_kernel(kernel, jit_functions(mod)))
+
+
+def joint_config(ir: KernelIR) -> dict[str, KernelConfig]:
+    """Every kernel's configuration by role, keyed by kernel name."""
+    mod = PyModule(ir)
+    return {k.name: kernel_config(mod, k) for k in mod.kernels()}
+
+
+# -- operator signature ----------------------------------------------------------------------
+def operator_signature(ir: KernelIR) -> frozenset[str]:
+    """Structural traits of a module's kernels, read from the code (not from any name):
+    `dot-loop` (a tl.dot reducing in a loop), `two-dots` (a dot whose operand is computed from
+    another dot: attention's P @ V), `online-softmax` (a running max with exp rescaling in a
+    loop), `row-reduce` (tl.sum / tl.max / tl.min over an axis), `scan` (cumsum or an
+    associative scan), `sort` (tl.sort / topk / histogram), `atomic`, `block-ptr` (block pointers
+    or tensor descriptors), `persistent` (a loop over tiles from the program id),
+    `elementwise` (none of the above). Retrieval compares cases by these."""
+    mod = PyModule(ir)
+    traits: set[str] = set()
+    for kernel in mod.kernels():
+        calls = [c for c in ast.walk(kernel) if isinstance(c, ast.Call)]
+        names = [callee(c) for c in calls]
+        short = [n.split(".")[-1] for n in names]
+        if is_dot_kernel(kernel, jit_functions(mod)):
+            traits.add("dot-loop")
+        dots = [c for c in calls if callee(c) in DOT]
+        if len(dots) >= 2:
+            traits.add("two-dots")
+        in_loops = [c for loop in ast.walk(kernel) if isinstance(loop, ast.For)
+                    for c in ast.walk(loop) if isinstance(c, ast.Call)]
+        loop_short = {callee(c).split(".")[-1] for c in in_loops}
+        if {"exp", "exp2"} & loop_short and ("max" in loop_short or "maximum" in loop_short):
+            traits.add("online-softmax")
+        for c in calls:
+            tail = callee(c).split(".")[-1]
+            if tail in ("sum", "max", "min", "argmax", "argmin", "reduce") and callee(c).startswith(("tl.", "triton.")) \
+                    and (len(c.args) >= 2 or any(k.arg == "axis" for k in c.keywords)):
+                traits.add("row-reduce")
+        if {"cumsum", "cumprod", "associative_scan"} & set(short):
+            traits.add("scan")
+        if {"sort", "topk", "histogram"} & set(short):
+            traits.add("sort")
+        if any(n.startswith(ATOMICS_PREFIX) for n in names):
+            traits.add("atomic")
+        if {"make_block_ptr", "make_tensor_descriptor"} & set(short):
+            traits.add("block-ptr")
+        pid = _pid_names(kernel)
+        if any(isinstance(l, ast.For) and isinstance(l.target, ast.Name) and l.target.id in pid
+               and names_in(l.iter) & pid for l in ast.walk(kernel)):
+            traits.add("persistent")
+    if not traits & {"dot-loop", "two-dots", "online-softmax", "row-reduce", "scan", "sort"}:
+        traits.add("elementwise")
+    return frozenset(traits)
+
+
+# -- writing a config list -------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SweepRefusal:
+    reason: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+def fit_configs(target: KernelConfig, configs: Sequence[Mapping[str, Any]]) -> list[dict[str, int]]:
+    """Role-keyed configs (`{"m": 128, "n": 256, "k": 64, "num_warps": 8, ...}`) as the target's
+    own parameter values: a role the target lacks is dropped, a tunable parameter the configs
+    do not set keeps its current value, duplicates go (first kept). Parameters of a role that
+    several share (two `vec` blocks) all take the role's value."""
+    out: list[dict[str, int]] = []
+    seen: set[tuple[tuple[str, int], ...]] = set()
+    for cfg in configs:
+        values: dict[str, int] = {}
+        for p in target.params:
+            if p.value is None:
+                continue
+            v = cfg.get(p.role, p.value)
+            values[p.name] = int(v)
+        values["num_warps"] = int(cfg.get("num_warps", target.num_warps))
+        values["num_stages"] = int(cfg.get("num_stages", target.num_stages))
+        key = tuple(sorted(values.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(values)
+    return out
+
+
+def _dimension_keys(kernel: ast.FunctionDef) -> list[str]:
+    """Non-constexpr parameters the kernel compares against or divides by (problem sizes):
+    the autotuner's cache key."""
+    constexprs = set(constexpr_params(kernel))
+    params = [a.arg for a in kernel.args.args if a.arg not in constexprs]
+    used: set[str] = set()
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Compare):
+            used |= names_in(node)
+        elif isinstance(node, ast.Call) and (callee(node).endswith("cdiv") or callee(node) in RANGE_CALLS):
+            used |= names_in(node)
+        elif isinstance(node, ast.keyword) and node.arg == "shape":
+            used |= names_in(node.value)
+    pointers = _ptr_like(kernel)
+    return [p for p in params if p in used and p not in pointers]
+
+
+def _ptr_like(kernel: ast.FunctionDef) -> set[str]:
+    """Pointer parameters: the base of address arithmetic (`p + offs`, never inside a product
+    or a comparison) or of a block pointer / tensor descriptor."""
+    constexprs = set(constexpr_params(kernel))
+    params = {a.arg for a in kernel.args.args} - constexprs
+    out: set[str] = set()
+    compared: set[str] = set()
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Compare):
+            compared |= names_in(node)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            for side in (node.left, node.right):
+                if isinstance(side, ast.Name) and side.id in params:
+                    out.add(side.id)
+        if isinstance(node, ast.Call) and callee(node).split(".")[-1] in (
+                "make_block_ptr", "make_tensor_descriptor"):
+            base = node.args[0] if node.args else next(
+                (k.value for k in node.keywords if k.arg in ("base", "base_ptr")), None)
+            if isinstance(base, ast.Name) and base.id in params:
+                out.add(base.id)
+    return out - compared
+
+
+def _written_and_read(kernel: ast.FunctionDef) -> list[str]:
+    """Pointer parameters both loaded and stored (an in-place update: the autotuner must
+    restore them between its trial runs)."""
+    params = _ptr_like(kernel)
+    loaded: set[str] = set()
+    stored: set[str] = set()
+    assigns: dict[str, list[ast.AST]] = {}
+    for a in ast.walk(kernel):
+        if isinstance(a, ast.Assign):
+            for t in a.targets:
+                if isinstance(t, ast.Name):
+                    assigns.setdefault(t.id, []).append(a.value)
+        elif isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Name):
+            assigns.setdefault(a.target.id, []).append(a.value)
+
+    def bases(expr: ast.AST, depth: int = 0) -> set[str]:
+        found = names_in(expr) & params
+        if depth < 5:
+            for n in names_in(expr) - params:
+                for value in assigns.get(n, ()):
+                    found |= bases(value, depth + 1)
+        return found
+
+    for call in ast.walk(kernel):
+        if isinstance(call, ast.Call) and call.args:
+            name = callee(call)
+            tail = name.split(".")[-1]
+            target = call.args[0]
+            if isinstance(call.func, ast.Attribute) and tail in ("load", "store") \
+                    and not name.startswith(("tl.", "triton.")):
+                target = call.func.value  # a tensor descriptor: `desc.load([..])`
+            if tail == "load":
+                loaded |= bases(target)
+            elif tail == "store":
+                stored |= bases(target)
+    return sorted(loaded & stored)
+
+
+def sweep_edit(ir: KernelIR, kernel_name: str,
+               configs: Sequence[Mapping[str, Any]]) -> tuple[list[ByteEdit], list[dict[str, int]]] | SweepRefusal:
+    """Byte edits that make `kernel_name` autotune over `configs` (role-keyed, see
+    `fit_configs`), and the fitted configs. Refused (with the reason) where the launch cannot
+    take tuned parameters: a launch that passes a tile positionally before other arguments, a
+    grid that cannot be rewritten to read the tuned tiles, a host value reused beyond the
+    launch, a kernel with atomics (the autotuner's trial runs would accumulate twice)."""
+    mod = PyModule(ir)
+    kernel = next((k for k in mod.kernels() if k.name == kernel_name), None)
+    if kernel is None:
+        return SweepRefusal("no such kernel", {"kernel": kernel_name})
+    if any(isinstance(c, ast.Call) and callee(c).startswith(ATOMICS_PREFIX) for c in ast.walk(kernel)):
+        return SweepRefusal("the kernel uses atomics: autotuner trial runs would accumulate twice",
+                            {"kernel": kernel_name})
+    current = kernel_config(mod, kernel)
+    fitted = fit_configs(current, configs)
+    if not fitted:
+        return SweepRefusal("no configuration to set", {"kernel": kernel_name})
+    tuned = [n for n in fitted[0] if n not in LAUNCH_KEYS]
+    launches = mod.launches(kernel.name)
+    if not launches:
+        return SweepRefusal("the kernel is never launched in this module", {"kernel": kernel_name})
+    edits: list[ByteEdit] = []
+    dec = mod.decorator(kernel, "autotune")
+    for call in launches:
+        args = launch_arguments(mod, kernel, call)
+        positional = {_positional_params(kernel)[i] for i in range(len(call.args))
+                      if i < len(_positional_params(kernel))}
+        removed: list[ast.AST] = []
+        for name in [*tuned, *LAUNCH_KEYS]:
+            if name not in args:
+                continue
+            node = args[name]
+            if name in positional:
+                # only a trailing run of positional arguments can be dropped
+                idx = call.args.index(node)
+                if any(_positional_params(kernel)[j] not in tuned for j in range(idx, len(call.args))):
+                    return SweepRefusal(f"the launch passes {name} positionally before other arguments",
+                                        {"kernel": kernel_name})
+            removed.append(node if name in positional else next(k for k in call.keywords if k.arg == name))
+        grid_edit = _grid_rewrite(mod, kernel, call, tuned, args)
+        if isinstance(grid_edit, SweepRefusal):
+            return grid_edit
+        edits.extend(grid_edit)
+        edits.extend(_removals(mod, call, removed))
+    text = _decorator_text(mod, kernel, fitted)
+    if dec is not None:
+        start = line_start(mod.source, mod.start(dec))
+        following = kernel.decorator_list[kernel.decorator_list.index(dec) + 1] \
+            if kernel.decorator_list.index(dec) + 1 < len(kernel.decorator_list) else kernel
+        edits.append(ByteEdit(start, line_start(mod.source, mod.start(following)), text))
+    else:
+        at = line_start(mod.source, mod.stmt_span(kernel)[0])
+        edits.append(ByteEdit(at, at, text))
+    return _disjoint(edits), fitted
+
+
+def _removals(mod: PyModule, call: ast.Call, nodes: Sequence[ast.AST]) -> list[ByteEdit]:
+    """Remove several arguments of one call: each with the separator before it."""
+    items = mod.arguments(call)
+    drop = {id(n) for n in nodes}
+    edits: list[ByteEdit] = []
+    for i, item in enumerate(items):
+        if id(item) not in drop:
+            continue
+        if i > 0:
+            edits.append(ByteEdit(mod.end(items[i - 1]), mod.end(item), ""))
+        elif len(items) > 1:
+            edits.append(ByteEdit(mod.start(item), mod.start(items[1]), ""))
+        else:
+            edits.append(ByteEdit(mod.start(item), mod.end(item), ""))
+    return edits
+
+
+def _disjoint(edits: list[ByteEdit]) -> list[ByteEdit]:
+    """Merge overlapping deletions (adjacent removed arguments share a separator)."""
+    edits = sorted(edits, key=lambda e: (e.start, e.end))
+    out: list[ByteEdit] = []
+    for e in edits:
+        if out and e.start < out[-1].end:
+            last = out.pop()
+            if last.text and e.text:
+                raise ValueError("overlapping edits")
+            out.append(ByteEdit(last.start, max(last.end, e.end), last.text or e.text))
+        else:
+            out.append(e)
+    return out
+
+
+def _decorator_text(mod: PyModule, kernel: ast.FunctionDef, fitted: Sequence[Mapping[str, int]]) -> str:
+    indent = indent_of(mod.source, mod.start(kernel))
+    lines = []
+    for cfg in fitted:
+        meta = ", ".join(f'"{k}": {v}' for k, v in cfg.items() if k not in LAUNCH_KEYS)
+        lines.append(f"{indent}        triton.Config({{{meta}}}, num_warps={cfg['num_warps']}, "
+                     f"num_stages={cfg['num_stages']}),")
+    extra = ""
+    restore = _written_and_read(kernel)
+    if restore:
+        extra = f", restore_value={restore!r}"
+    keys = _dimension_keys(kernel)
+    return (f"{indent}@triton.autotune(\n{indent}    configs=[\n" + "\n".join(lines) + "\n"
+            f"{indent}    ],\n{indent}    key={keys!r}{extra},\n{indent})\n")
+
+
+def _grid_rewrite(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call, tuned: Sequence[str],
+                  args: Mapping[str, ast.AST]) -> list[ByteEdit] | SweepRefusal:
+    """Make the launch grid read the tuned tiles from the autotuner's meta-parameters.
+
+    A grid that is already a function of the meta-parameters (`lambda meta: ...`, a def) is
+    kept when it reads every tuned tile that maps programs to output blocks (a tile it does not
+    read must not change the program count: `grid`-role and `m`/`n` tiles are refused then). A
+    grid expression computed on the host (`(triton.cdiv(M, BM), N // 64)`) becomes a lambda:
+    each host value of a tuned tile in it (the literal or the variable the launch passes) is
+    replaced by `meta["P"]`. A host variable of a tuned tile that is used elsewhere in the host
+    function (to size a buffer, say) is refused: the tile cannot change under it."""
+    grid = call.func.slice
+    host_fn = mod.enclosing(call, ast.FunctionDef)
+    roles = tile_roles(kernel, jit_functions(mod))
+    shaping = [t for t in tuned if roles.get(t) in ("grid", "m", "n")]
+    target = grid
+    if isinstance(grid, ast.Name) and host_fn is not None:
+        bound = [n for n in ast.walk(host_fn) if isinstance(n, (ast.Assign, ast.FunctionDef))
+                 and ((isinstance(n, ast.FunctionDef) and n.name == grid.id) or (
+                     isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == grid.id
+                                                       for t in n.targets)))]
+        if len(bound) != 1:
+            bound = [n for n in mod.tree.body if isinstance(n, ast.FunctionDef) and n.name == grid.id]
+        if len(bound) != 1:
+            return SweepRefusal("the launch grid is not bound once where the kernel is launched",
+                                {"grid": grid.id})
+        target = bound[0] if isinstance(bound[0], ast.FunctionDef) else bound[0].value
+    if isinstance(target, (ast.Lambda, ast.FunctionDef)):
+        strings = {n.value for n in ast.walk(target) if isinstance(n, ast.Constant)
+                   and isinstance(n.value, str)}
+        missing = [t for t in shaping if t not in strings]
+        if missing:
+            return SweepRefusal("the launch grid does not read the tiles that shape it",
+                                {"tiles": ",".join(missing)})
+        return []
+    # a host expression: replace the tuned tiles' host values by meta lookups
+    replace: list[tuple[ast.AST, str]] = []
+    for name in shaping:
+        node = args.get(name)
+        if node is None:
+            continue
+        for sub in ast.walk(target):
+            if isinstance(node, ast.Name) and isinstance(sub, ast.Name) and sub.id == node.id:
+                replace.append((sub, name))
+            elif literal_int(node) is not None and literal_int(sub) == literal_int(node) \
+                    and _divides(mod, target, sub):
+                replace.append((sub, name))
+        if isinstance(node, ast.Name) and host_fn is not None:
+            uses = [n for n in ast.walk(host_fn) if isinstance(n, ast.Name) and n.id == node.id
+                    and isinstance(n.ctx, ast.Load)]
+            inside = {id(n) for n in ast.walk(target)} | {id(n) for n in ast.walk(call)}
+            if any(id(u) not in inside for u in uses):
+                return SweepRefusal(f"the host uses {node.id} beyond the launch: {name} cannot be tuned",
+                                    {"tile": name})
+    names_at: dict[int, set[str]] = {}
+    nodes: dict[int, ast.AST] = {}
+    for sub, name in replace:
+        names_at.setdefault(id(sub), set()).add(name)
+        nodes[id(sub)] = sub
+    pairs = _tile_dims(kernel)
+    replace = []
+    for key, names in names_at.items():
+        if len(names) > 1:  # one literal for several tiles: the size it divides tells which
+            dividend = _dividend(target, nodes[key])
+            host = mod.text(dividend) if dividend is not None else None
+            names = {n for n in names if host is not None and any(
+                d in args and mod.text(args[d]) == host for d in pairs.get(n, ()))}
+            if len(names) != 1:
+                return SweepRefusal("the host-computed grid uses one literal for several tiles",
+                                    {"tiles": ",".join(shaping)})
+        replace.append((nodes[key], next(iter(names))))
+    found = {name for _, name in replace}
+    if set(shaping) - found and shaping:
+        absent = sorted(set(shaping) - found)
+        # a tile passed but absent from the grid does not shape the program count
+        if any(roles.get(t) == "grid" for t in absent) or not found and any(
+                isinstance(args.get(t), ast.Name) for t in absent):
+            return SweepRefusal("cannot find the tuned tiles in the host-computed grid",
+                                {"tiles": ",".join(absent)})
+    text = mod.text(target)
+    base = mod.start(target)
+    pieces = sorted(((mod.start(n) - base, mod.end(n) - base, f'meta["{name}"]') for n, name in replace),
+                    reverse=True)
+    raw = text.encode()
+    for a, b, new in pieces:
+        raw = raw[:a] + new.encode() + raw[b:]
+    new_text = "lambda meta: " + raw.decode()
+    if isinstance(grid, ast.Name):
+        return [ByteEdit(mod.start(target), mod.end(target), new_text)]
+    return [ByteEdit(mod.start(grid), mod.end(grid), new_text)]
+
+
+def _dividend(grid: ast.AST, node: ast.AST) -> ast.AST | None:
+    """What a grid literal divides: `cdiv(X, lit)` or `X // lit` -> X."""
+    for parent in ast.walk(grid):
+        if isinstance(parent, ast.Call) and callee(parent).endswith("cdiv") and len(parent.args) == 2 \
+                and parent.args[1] is node:
+            return parent.args[0]
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.FloorDiv) and parent.right is node:
+            left = parent.left
+            # `(M + 31) // 32`: the size is the sum's first term
+            if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Add):
+                return left.left
+            return left
+    return None
+
+
+def _tile_dims(kernel: ast.FunctionDef) -> dict[str, set[str]]:
+    """Tile constexpr -> the kernel's size parameters it tiles: `tl.cdiv(D, T)`, or offsets
+    built from `tl.arange(0, T)` compared against D (`offs_m < M`)."""
+    constexprs = set(constexpr_params(kernel))
+    sizes = {a.arg for a in kernel.args.args} - constexprs
+    assigns = [(t.id, a.value) for a in ast.walk(kernel) if isinstance(a, ast.Assign)
+               for t in a.targets if isinstance(t, ast.Name)]
+    origin: dict[str, set[str]] = {}  # local name -> tile constexprs whose arange it carries
+    for _ in range(4):
+        for name, value in assigns:
+            tiles = set()
+            for c in ast.walk(value):
+                if isinstance(c, ast.Call) and callee(c) in ARANGE and len(c.args) >= 2:
+                    tiles |= names_in(c.args[1]) & constexprs
+            for n in names_in(value):
+                tiles |= origin.get(n, set())
+            if tiles:
+                origin[name] = origin.get(name, set()) | tiles
+    out: dict[str, set[str]] = {}
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
+            for t in names_in(node.args[1]) & constexprs:
+                out.setdefault(t, set()).update(names_in(node.args[0]) & sizes)
+        if isinstance(node, ast.Compare) and len(node.comparators) == 1:
+            left, right = names_in(node.left), names_in(node.comparators[0])
+            tiles = set().union(*(origin.get(n, set()) for n in left)) if left else set()
+            for t in tiles:
+                out.setdefault(t, set()).update(right & sizes)
+    return out
+
+
+def _divides(mod: PyModule, grid: ast.AST, node: ast.AST) -> bool:
+    """A literal in a grid that divides a size: the second argument of a cdiv, or the right
+    side of `//`."""
+    for parent in ast.walk(grid):
+        if isinstance(parent, ast.Call) and callee(parent).endswith("cdiv") and len(parent.args) == 2 \
+                and parent.args[1] is node:
+            return True
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.FloorDiv) and parent.right is node:
+            return True
+    return False
