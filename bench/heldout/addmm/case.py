@@ -18,6 +18,7 @@ SMALL_SHAPES = {"default": {"M": 72, "N": 100, "K": 80, "dtype": "fp16"}}
 TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3, "fp32": 1e-4}
 EXPERTS: list = []
 START = "addmm_start.py"
+FAMILY = "gemm"
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -19,6 +19,7 @@ SMALL_SHAPES = {"default": {"B": 1, "H": 2, "S": 80, "D": 32, "dtype": "fp16"}}
 TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3, "fp32": 1e-4}
 EXPERTS: list = []
 START = "attn_start.py"
+FAMILY = "attention"
 CAUSAL = True
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

@@ -18,6 +18,7 @@ SMALL_SHAPES = {"default": {"B": 1, "HQ": 4, "HKV": 2, "S": 72, "D": 32, "dtype"
 TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3, "fp32": 1e-4}
 EXPERTS: list = []
 START = "gqa_start.py"
+FAMILY = "attention"
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

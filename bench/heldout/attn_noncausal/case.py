@@ -19,6 +19,7 @@ SMALL_SHAPES = {"default": {"B": 2, "H": 1, "S": 72, "D": 16, "dtype": "fp16"}}
 TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3, "fp32": 1e-4}
 EXPERTS: list = []
 START = "sdpa_naive.py"
+FAMILY = "attention"
 CAUSAL = False
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

@@ -17,6 +17,7 @@ SMALL_SHAPES = {"default": {"BATCH": 3, "M": 48, "N": 40, "K": 72, "dtype": "fp1
 TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3, "fp32": 1e-4}
 EXPERTS: list = []
 START = "bmm_start.py"
+FAMILY = "gemm"
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -23,6 +23,7 @@ SMALL_SHAPES = {"default": {"N": 2, "C": 24, "H": 9, "W": 9, "F": 40, "R": 3, "S
 TOLERANCE = {"fp16": 5e-3, "bf16": 1e-2, "fp32": 1e-4}
 EXPERTS: list = []
 START = "conv_direct.py"
+FAMILY = "conv"
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

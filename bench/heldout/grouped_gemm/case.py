@@ -20,6 +20,7 @@ SMALL_SHAPES = {"default": {"G": 3, "M_TOTAL": 150, "N": 48, "K": 40, "dtype": "
 TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3, "fp32": 1e-4}
 EXPERTS: list = []
 START = "grouped_start.py"
+FAMILY = "gemm"
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -18,6 +18,7 @@ SMALL_SHAPES = {"default": {"M": 7, "N": 200, "dtype": "fp16"}}
 TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3, "fp32": 1e-5}
 EXPERTS: list = []
 START = "rmsnorm_start.py"
+FAMILY = "reduction"
 EPS = 1e-6
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

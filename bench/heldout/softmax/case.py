@@ -18,6 +18,7 @@ SMALL_SHAPES = {"default": {"M": 9, "N": 300, "dtype": "fp16"}}
 TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3, "fp32": 1e-5}
 EXPERTS: list = []
 START = "softmax_rows.py"
+FAMILY = "reduction"
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -23,6 +23,7 @@ SMALL_SHAPES = {
 TOLERANCE = {"fp32": 1e-6, "fp16": 1e-6}
 EXPERTS: list = []
 START = "topk_select.py"
+FAMILY = "selection"
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
