@@ -1,8 +1,14 @@
-"""Cases: the workloads the gate checks candidates against (`experts/<case>/case.py`).
+"""Cases: the workloads the gate checks candidates against (`experts/<case>/case.py`, any case
+folder, or a KernelBench-style problem file).
 
 A `Case` holds a case module's data (shapes, tolerances, experts) read from its source without
 importing it, so the gate's parent process never needs torch; the module itself (reference,
-`make_inputs`) is imported only where it runs: in the gate's worker process.
+`make_inputs`) is imported only where it runs: in the gate's worker process. A problem file
+(`gate.kernelbench`) is the exception: its sizes are found by executing it, so loading one
+imports torch.
+
+A case's identity is its path-resolved module; `Case.ref` is the string that finds it again
+from any working directory (what lineages and JSON records keep).
 """
 from __future__ import annotations
 
@@ -19,7 +25,8 @@ from typing import Any
 
 from kir.errors import BadInputError
 
-EXPERTS_DIR = Path(__file__).resolve().parent.parent / "experts"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXPERTS_DIR = REPO_ROOT / "experts"
 # Case modules are imported from the gate's checker threads (check_many); reentrant because a
 # case module may itself load another case.
 _IMPORT_LOCK = threading.RLock()
@@ -44,6 +51,27 @@ class Case:
     tolerance: Mapping[str, float]
     experts: tuple[tuple[str, str], ...]
     has_compare: bool
+    start: str | None = None
+    """A held-out case's naive start kernel (the module's optional `START`), relative to its folder."""
+    problem: bool = False
+    """True for a KernelBench-style problem file (`gate.kernelbench`), False for a case module."""
+
+    @property
+    def ref(self) -> str:
+        """The string `load_case` resolves to this case from any working directory: the name of
+        a case under experts/, else the path relative to the repository when it lies in it,
+        else the absolute path."""
+        if self.path == (EXPERTS_DIR / self.path.parent.name / "case.py").resolve() and not self.problem:
+            return self.path.parent.name
+        target = self.path.parent if self.path.name == "case.py" else self.path
+        try:
+            return str(target.relative_to(REPO_ROOT))
+        except ValueError:
+            return str(target)
+
+    def start_path(self) -> Path | None:
+        """Absolute path of the start kernel, when the case names one."""
+        return self.folder / self.start if self.start else None
 
     @property
     def folder(self) -> Path:
@@ -60,7 +88,12 @@ class Case:
         return float(max(self.tolerance.values()))
 
     def digest(self) -> str:
-        """sha256 of the case module's text (part of the verdict cache key)."""
+        """sha256 of the case module's text (part of the verdict cache key); for a problem file,
+        of the file and its adapter."""
+        if self.problem:
+            from gate import kernelbench  # noqa: PLC0415
+
+            return kernelbench.digest(self.path)
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
 
     def module(self) -> ModuleType:
@@ -70,8 +103,13 @@ class Case:
 
 def import_case_module(path: Path) -> ModuleType:
     """Import a case.py by path under a private module name, once per process (thread-safe: a
-    second thread waits for the first to finish executing the module, never sees it half-loaded)."""
+    second thread waits for the first to finish executing the module, never sees it half-loaded).
+    A KernelBench-style problem file gives its synthesized case module (`gate.kernelbench`)."""
     path = path.resolve()
+    if _is_problem(path):
+        from gate import kernelbench  # noqa: PLC0415
+
+        return kernelbench.problem_module(path)
     name = "klineage_case_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
     with _IMPORT_LOCK:
         if name in sys.modules:
@@ -89,17 +127,31 @@ def import_case_module(path: Path) -> ModuleType:
         return module
 
 
+def _is_problem(path: Path) -> bool:
+    from gate import kernelbench  # noqa: PLC0415
+
+    return path.name != "case.py" and kernelbench.is_problem_file(path)
+
+
 def _resolve(name_or_path: str | Path) -> Path:
-    candidate = Path(name_or_path)
-    if candidate.suffix == ".py" and candidate.is_file():
-        return candidate.resolve()
-    if candidate.is_dir() and (candidate / "case.py").is_file():
-        return (candidate / "case.py").resolve()
-    by_name = EXPERTS_DIR / str(name_or_path) / "case.py"
-    if by_name.is_file():
-        return by_name.resolve()
+    """The case.py or problem file meant by a name under experts/, a case folder, a case.py or
+    problem-file path (relative to the working directory, else to the repository root)."""
+    given = Path(name_or_path).expanduser()
+    for candidate in [given] if given.is_absolute() else [given, REPO_ROOT / given]:
+        if candidate.suffix == ".py" and candidate.is_file():
+            return candidate.resolve()
+        if candidate.is_dir() and (candidate / "case.py").is_file():
+            return (candidate / "case.py").resolve()
+        by_name = EXPERTS_DIR / str(name_or_path) / "case.py"
+        if candidate is given and len(given.parts) == 1 and by_name.is_file():
+            return by_name.resolve()
+    if given.is_dir():
+        raise BadInputError(f"{name_or_path}: folder holds no case.py")
+    if given.suffix == ".py" and not given.exists():
+        raise BadInputError(f"{name_or_path}: no such file")
     known = ", ".join(list_cases()) or "none"
-    raise BadInputError(f"unknown case '{name_or_path}' (known: {known}; or give a case folder)")
+    raise BadInputError(f"unknown case '{name_or_path}' (known: {known}; or give a case folder, "
+                        f"its case.py, or a KernelBench problem file)")
 
 
 def _literals(path: Path) -> tuple[dict[str, Any], set[str]]:
@@ -127,12 +179,17 @@ def _literals(path: Path) -> tuple[dict[str, Any], set[str]]:
     return values, functions
 
 
-def load_case(name_or_path: str | Path) -> Case:
-    """The case named `name_or_path` under experts/, or the case at a folder / case.py path.
+def load_case(name_or_path: str | Path | Case) -> Case:
+    """The case named `name_or_path` under experts/, the case at a folder / case.py path, or
+    the case synthesized from a KernelBench problem file (a `Case` is returned as it is).
 
     Raises `BadInputError` for an unknown name or a module that lacks the contract's fields.
     """
+    if isinstance(name_or_path, Case):
+        return name_or_path
     path = _resolve(name_or_path)
+    if _is_problem(path):
+        return _problem_case(path)
     values, functions = _literals(path)
     if any(k not in values for k in _REQUIRED):
         # Not plain literals: fall back to importing the module (needs torch).
@@ -160,7 +217,51 @@ def load_case(name_or_path: str | Path) -> Case:
         tolerance=MappingProxyType({str(k): float(v) for k, v in tolerance.items()}),
         experts=tuple((str(f), str(lang)) for f, lang in values.get("EXPERTS", ())),
         has_compare="compare" in functions,
+        start=str(values["START"]) if values.get("START") else None,
     )
+
+
+_PROBLEMS: dict[tuple[str, str], Case] = {}
+
+
+def _problem_case(path: Path) -> Case:
+    """The `Case` of a KernelBench problem file (described once per file content)."""
+    from gate import kernelbench  # noqa: PLC0415
+
+    key = (str(path), kernelbench.digest(path))
+    with _IMPORT_LOCK:
+        if key not in _PROBLEMS:
+            fields = kernelbench.describe(path)
+            table = {k: MappingProxyType(dict(v)) for k, v in fields["SHAPES"].items()}
+            small = {k: MappingProxyType(dict(v)) for k, v in fields["SMALL_SHAPES"].items()}
+            _PROBLEMS[key] = Case(
+                name=fields["NAME"], path=path, description=fields["DESCRIPTION"],
+                platform=fields["PLATFORM"], reference_name=fields["REFERENCE_NAME"],
+                shapes=MappingProxyType(table), small_shapes=MappingProxyType(small),
+                tolerance=MappingProxyType(dict(fields["TOLERANCE"])), experts=(),
+                has_compare=False, start=_problem_start(path), problem=True)
+        return _PROBLEMS[key]
+
+
+def _problem_start(path: Path) -> str | None:
+    """A problem file's start kernel: `<stem>_triton.py` beside it, when there is one."""
+    start = path.with_name(f"{path.stem}_triton.py")
+    return start.name if start.is_file() else None
+
+
+def find_cases(roots: list[Path]) -> list[Path]:
+    """Case modules (`*/case.py`) and KernelBench problem files found under each root (a
+    folder, searched recursively, or a file), sorted, each once. Start kernels beside a case are
+    not cases; a problem file is a .py with `Model` and `get_inputs` at top level."""
+    found: set[Path] = set()
+    for root in roots:
+        files = [root] if root.is_file() else sorted(root.rglob("*.py"))
+        for f in files:
+            if "__pycache__" in f.parts:
+                continue
+            if f.name == "case.py" or _is_problem(f):
+                found.add(f.resolve())
+    return sorted(found)
 
 
 def list_cases() -> list[str]:

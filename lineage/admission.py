@@ -177,7 +177,7 @@ def trial(card: SkillCard, context: Context, *, tier: str, rewriter: Any,
     except BadInputError as exc:
         return result(False, f"context case unavailable: {exc}")
     ir = kir.parse(context.source, language=context.language, path=context.path or None)
-    ctx = PassContext.for_case(the_case.name, tier="interpret" if tier != "device" else "device")
+    ctx = PassContext.for_case(the_case.ref, tier="interpret" if tier != "device" else "device")
     kwargs: dict[str, Any] = {"path": Path(context.path)} if context.path else {}
     if gate_timeout is not None:
         kwargs["timeout"] = gate_timeout

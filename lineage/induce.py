@@ -88,7 +88,7 @@ class Inducer:
 
         self._gate = gate
         self.case = gate.load_case(case)
-        self.case_name = self.case.name
+        self.case_name = self.case.ref  # resolves again from any working directory
         self.tier = self._resolve_tier(tier)
         self.out = Path(out)
         self.width = width

@@ -492,7 +492,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
                                           library=lib.to_prompt(admitted))
         if note:
             notes.append(note)
-    ctx = PassContext.for_case(the_case.name, tier="interpret" if run_tier == "interpret" else "device")
+    ctx = PassContext.for_case(the_case.ref, tier="interpret" if run_tier == "interpret" else "device")
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -509,11 +509,11 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
         raise BadInputError(f"{target} fails the gate at the {run_tier} tier "
                             f"({_kind(verdict)}: {verdict.reason}); nothing correct to start from")
     lineage = Lineage()
-    start = lineage.add_state(_state(start_src, ir, language, the_case.name, run_tier, verdict,
+    start = lineage.add_state(_state(start_src, ir, language, the_case.ref, run_tier, verdict,
                                      frozenset({"root"})))
     first = _Kernel(start_src, ir, start, verdict, _ms(verdict))
     run = _Run(first, first, verdicts={start_src: verdict})
-    job = _Job(rewriter, ctx, check, lineage, language, the_case.name, run_tier, str(path), say,
+    job = _Job(rewriter, ctx, check, lineage, language, the_case.ref, run_tier, str(path), say,
                budget_steps, deadline, tuple(admitted), config_sweeps)
     retriever = Retriever(admitted, k=k)
 
@@ -533,7 +533,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
         spent = {c.id for c in admitted
                  if (run.current.state, c.id) in run.tried or failures[c.id] >= MAX_CARD_FAILURES
                  or _used_up(c, run)}
-        found = retriever.retrieve(Target(language, the_case.name, the_case.platform,
+        found = retriever.retrieve(Target(language, the_case.ref, the_case.platform,
                                           present, signature=kernel_signature(run.current.ir),
                                           open_sites=open_), exclude=spent)
         fresh = [r.card for r in seeded_order(found.cards, seed, rounds)]
@@ -556,7 +556,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
         shutil.copyfile(path.with_suffix(".py"), best_path.with_suffix(".py"))
     node = lineage.node(best.state)
     node["roles"] = sorted(set(node.get("roles", [])) | {"best"})
-    lineage.add_run({"target": str(path), "case": the_case.name, "tier": run_tier,
+    lineage.add_run({"target": str(path), "case": the_case.ref, "tier": run_tier,
                      "termination": termination, "steps": run.gated, "kept": len(run.applied),
                      "reused_verdicts": run.reused, "seed": seed,
                      "spent_usd": spent, "kind": "optimize",

@@ -33,8 +33,8 @@ def test_cases_json_lists_gemm_with_its_experts(capsys: pytest.CaptureFixture[st
     assert gemm["experts"] == [{"path": "experts/gemm/gemm_triton.py", "language": "triton"},
                                {"path": "experts/gemm/gemm_cuda.cu", "language": "cuda"}]
     for case in cases.values():
-        assert set(case) == {"name", "description", "reference", "platform", "shapes", "small_shapes",
-                             "tolerance", "experts"}
+        assert set(case) == {"name", "ref", "kind", "path", "description", "reference", "platform",
+                             "shapes", "small_shapes", "tolerance", "experts", "start"}
         for expert in case["experts"]:
             assert (REPO / expert["path"]).is_file(), expert
 

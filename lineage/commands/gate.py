@@ -35,7 +35,7 @@ def _summary(verdict: object) -> str:
 
 @click.command("gate")
 @click.argument("kernel", type=click.Path(dir_okay=False))
-@click.option("--case", "case", required=True, help="Case name under experts/, or a case folder.")
+@click.option("--case", "case", required=True, help="Case: a name under experts/, a case folder or its case.py, or a KernelBench problem file (see `klineage cases`).")
 @click.option("--tier", type=click.Choice(["static", "interpret", "device", "auto"]), default="auto",
               show_default=True, help="How far to gate (auto: device on a GPU, else interpret).")
 @click.option("--timeout", type=float, default=None, help="Seconds the candidate may run (default 300).")

@@ -44,7 +44,7 @@ def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_s
 
 @click.command("induce")
 @click.argument("kernel", type=click.Path(dir_okay=False))
-@click.option("--case", "case", required=True, help="Case name (see `klineage cases`).")
+@click.option("--case", "case", required=True, help="Case: a name under experts/, a case folder or its case.py, or a KernelBench problem file (see `klineage cases`).")
 @click.option("--tier", type=click.Choice(["static", "interpret", "device", "auto"]), default="auto",
               show_default=True, help="Gate tier used to validate every state.")
 @click.option("--out", "out", default="out/lineage", show_default=True, help="Output directory.")

@@ -10,7 +10,7 @@ from lineage.commands._common import Progress, emit_json
 
 @click.command("optimize")
 @click.argument("target", type=click.Path(dir_okay=False))
-@click.option("--case", "case", required=True, help="Case name (see `klineage cases`).")
+@click.option("--case", "case", required=True, help="Case: a name under experts/, a case folder or its case.py, or a KernelBench problem file (see `klineage cases`).")
 @click.option("--library", "library", required=True, help="SkillCard library directory.")
 @click.option("--budget-steps", type=click.IntRange(0, 1000), default=8, show_default=True,
               help="Most candidates to gate.")

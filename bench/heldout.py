@@ -1,0 +1,409 @@
+"""Held-out tier benchmark: the library against the start kernel, the vendor reference and a
+no-library autotune control, on operators that contributed no lineage.
+
+    python3 bench/heldout.py [DIR_OR_CASE ...] [--tier device|interpret]
+        [--library bench/results/roundtrip/device-7/libraries/all] [--budget-steps 12]
+        [--box 300] [--wall S] [--only mm1024,attn_gqa] [--jobs N] [--out DIR]
+        [--results bench/results/heldout] [--fresh] [--tables-only]
+
+DIR_OR_CASE: case folders, KernelBench problem files, or folders holding them (default
+bench/heldout); every case with a start kernel (`START` of a case module; `<stem>_triton.py`
+beside a problem file) is an operator. Per operator, in this process (`--jobs` operators at
+once; device-tier gates time one at a time under the GPU lock):
+
+1. start: the start kernel gated at --tier (fresh, uncached): at the device tier its time and
+   the reference's, measured by the gate in the same worker process;
+2. best: `lineage.optimize.optimize` with --library and --budget-steps gated candidates,
+   stopped at the operator's --box (seconds; the time-box of optimize);
+3. control: `lineage.control.autotune_control(start, max_configs=budget)`: the start kernel under
+   a generic `@triton.autotune` list of at most --budget-steps configurations (the same budget of
+   candidates, timed by the autotuner), no library, gated once;
+4. device tier only, after every gate has finished: FlagGems' Triton operators as a second
+   reference (the case's reference run under `flag_gems.use_gems()`, timed with
+   `triton.testing.do_bench` beside the torch reference timed the same way), when `import
+   flag_gems` works (else the column says why); and the achieved bandwidth of start, best and
+   reference (the case's `bytes_moved`) against a measured copy of the same number of bytes.
+
+Each operator's record is written to OUT/ops/<operator>.json when it ends; a rerun skips
+operators that have one (--fresh redoes them), so a run cut by --wall is continued by the same
+command. The tables (per operator: times, ratios to the reference, cards applied; per family:
+geometric means; the library against the control over compute-bound operators, flops /
+bytes_moved >= COMPUTE_BOUND) go to RESULTS.json and RESULTS.md from every record under
+OUT/ops. At --tier interpret (a CPU smoke run) nothing is timed: the tables say pass/fail and
+the cards applied.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DEFAULT_LIBRARY = "bench/results/roundtrip/device-7/libraries/all"
+COMPUTE_BOUND = 64.0
+"""flops / bytes_moved at or above which an operator counts as compute-bound."""
+_PRINT = threading.Lock()
+
+
+def say(op: str, text: str) -> None:
+    with _PRINT:
+        print(f"[{time.strftime('%H:%M:%S')}] {op}: {text}", file=sys.stderr, flush=True)
+
+
+def slug(case: Any) -> str:
+    return case.ref.replace("/", "__").removesuffix(".py")
+
+
+def operators(paths: Sequence[str], only: set[str]) -> list[Any]:
+    """The cases with a start kernel under `paths`, filtered by name or ref in `only`."""
+    import gate
+    from gate.cases import find_cases
+
+    found = find_cases([Path(p) if Path(p).exists() else ROOT / p for p in paths])
+    cases = [gate.load_case(p) for p in found]
+    cases = [c for c in cases if c.start_path() is not None and c.start_path().is_file()]
+    if only:
+        cases = [c for c in cases if c.name in only or c.ref in only]
+        missing = only - {c.name for c in cases} - {c.ref for c in cases}
+        if missing:
+            raise SystemExit(f"heldout: no operator named {', '.join(sorted(missing))}")
+    return cases
+
+
+def family(case: Any) -> str:
+    if case.problem:
+        return "kernelbench"
+    return str(getattr(case.module(), "FAMILY", "other"))
+
+
+def intensity(case: Any) -> float | None:
+    """flops / bytes_moved of the first device shape, when the case defines both."""
+    module = case.module()
+    if not (hasattr(module, "flops") and hasattr(module, "bytes_moved")):
+        return None
+    shape = dict(next(iter(case.shapes.values())))
+    return float(module.flops(shape)) / max(float(module.bytes_moved(shape)), 1.0)
+
+
+def _verdict_summary(verdict: Any) -> dict[str, Any]:
+    timing = verdict.timing
+    return {"ok": verdict.ok, "failure_kind": getattr(verdict.failure_kind, "value", verdict.failure_kind),
+            "reason": verdict.reason,
+            "ms": timing.candidate_ms if timing else None,
+            "reference_ms": timing.reference_ms if timing else None}
+
+
+def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Gate the start kernel, optimize it, gate the control (module docstring, steps 1-3)."""
+    import gate
+    from lineage.optimize import optimize
+
+    name = case.name
+    started = time.monotonic()
+    deadline = started + args.box
+    start_path = case.start_path()
+    rec: dict[str, Any] = {"op": name, "ref": case.ref, "family": family(case), "tier": args.tier,
+                           "start_file": str(start_path.relative_to(ROOT)) if start_path.is_relative_to(ROOT)
+                           else str(start_path), "intensity": intensity(case)}
+    say(name, f"gating the start kernel ({start_path.name}) at {args.tier}")
+    start = gate.check_file(start_path, case, tier=args.tier, cache=False)
+    rec["start"] = _verdict_summary(start)
+    rec["reference_ms"] = rec["start"]["reference_ms"]
+    if not start.ok:
+        say(name, f"start kernel fails: {start.reason}")
+        rec["status"] = "start fails"
+        return rec
+
+    say(name, f"optimize: budget {args.budget_steps}, box {args.box:.0f}s")
+    op_dir = out / "ops" / slug(case)
+
+    def progress(event: str, data: dict[str, Any]) -> None:
+        if event == "kept" or (event == "rejected" and data.get("stage") != "materialize"):
+            say(name, f"  {event} {data.get('card', '')} {data.get('reason', '') or ''}".rstrip())
+
+    try:
+        result = optimize(start_path, case, args.library, budget_steps=args.budget_steps,
+                          tier=args.tier, out=op_dir / "optimize", progress=progress,
+                          deadline=deadline)
+        best = result.best_verdict
+        timing = best.get("timing") or {}
+        rec["best"] = {"ok": bool(best.get("ok")), "ms": result.best_ms,
+                       "reference_ms": timing.get("reference_ms"),
+                       "termination": result.termination, "gated": result.gated,
+                       "path": str(result.best_path)}
+        rec["cards"] = [s.card for s in result.applied]
+    except Exception as exc:  # a failed run is a row of the table, not the end of the benchmark
+        rec["best"] = {"ok": False, "ms": None, "error": f"{type(exc).__name__}: {exc}"}
+        rec["cards"] = []
+    say(name, f"best: {rec['best'].get('ms')} ms, cards {', '.join(rec['cards']) or 'none'}")
+
+    rec["control"] = control(case, start_path, args)
+    say(name, f"control: {rec['control'].get('ms')} ms ({rec['control'].get('reason') or 'ok'})")
+    rec["wall_s"] = round(time.monotonic() - started, 1)
+    rec["status"] = "done"
+    return rec
+
+
+def control(case: Any, start_path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The start kernel under the generic autotune list, gated once (step 3)."""
+    import gate
+
+    try:
+        from lineage.control import autotune_control
+    except ImportError as exc:
+        return {"ok": False, "ms": None, "reason": f"lineage.control unavailable: {exc}"}
+    try:
+        source = autotune_control(start_path.read_text(), max_configs=args.budget_steps)
+    except Exception as exc:  # the control could not be built: say so in the table
+        return {"ok": False, "ms": None, "reason": f"no control: {type(exc).__name__}: {exc}"}
+    verdict = gate.check(source, "triton", case, args.tier, path=start_path, cache=False)
+    summary = _verdict_summary(verdict)
+    summary["configs"] = source.count("triton.Config(")
+    return summary
+
+
+def measure_extras(cases: Sequence[Any], records: dict[str, dict[str, Any]]) -> None:
+    """Device tier, after the gates: FlagGems and bandwidth columns (step 4)."""
+    import torch
+    from triton.testing import do_bench
+
+    try:
+        import flag_gems
+        gems_error = None
+    except Exception as exc:  # the column is skipped with its reason
+        flag_gems, gems_error = None, f"import flag_gems failed: {type(exc).__name__}: {exc}"
+    copy_cache: dict[int, float] = {}
+
+    def copy_ms(nbytes: int) -> float:
+        if nbytes not in copy_cache:
+            src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+            dst = torch.empty_like(src)
+            copy_cache[nbytes] = float(do_bench(lambda: dst.copy_(src), warmup=25, rep=100))
+        return copy_cache[nbytes]
+
+    for case in cases:
+        rec = records.get(slug(case))
+        if rec is None or rec.get("status") != "done":
+            continue
+        module = case.module()
+        shape = dict(next(iter(case.shapes.values())))
+        inputs = module.make_inputs(shape, 1234, "cuda")
+        if hasattr(module, "bytes_moved"):
+            nbytes = float(module.bytes_moved(shape))
+            copy = copy_ms(int(nbytes))
+            rec["bandwidth"] = {"bytes": nbytes, "copy_ms": copy,
+                                "copy_tbs": nbytes / copy * 1e-9,
+                                **{f"{k}_of_copy": (copy / rec[k]["ms"]) if rec.get(k, {}).get("ms") else None
+                                   for k in ("start", "best", "control")},
+                                "reference_of_copy": copy / rec["reference_ms"] if rec.get("reference_ms") else None}
+        if flag_gems is None:
+            rec["flag_gems"] = {"ms": None, "reason": gems_error}
+            continue
+        try:
+            ref_out = module.reference(*inputs)
+            torch_ms = float(do_bench(lambda: module.reference(*inputs), warmup=25, rep=100))
+            with flag_gems.use_gems():
+                gems_out = module.reference(*inputs)
+                gems_ms = float(do_bench(lambda: module.reference(*inputs), warmup=25, rep=100))
+            rec["flag_gems"] = {"ms": gems_ms, "torch_ms_same_timer": torch_ms,
+                                "rel_err": _rel_err(gems_out, ref_out),
+                                "vs_torch": torch_ms / gems_ms}
+        except Exception as exc:
+            rec["flag_gems"] = {"ms": None, "reason": f"{type(exc).__name__}: {exc}"}
+        say(case.name, f"flag_gems: {rec['flag_gems']}")
+
+
+def _rel_err(out: Any, ref: Any) -> float:
+    import torch
+
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    refs = ref if isinstance(ref, (tuple, list)) else (ref,)
+    worst = 0.0
+    for o, r in zip(outs, refs):
+        if isinstance(r, torch.Tensor) and r.is_floating_point():
+            worst = max(worst, float((o.double() - r.double()).norm() / r.double().norm().clamp_min(1e-30)))
+    return worst
+
+
+def _ratio(rec: dict[str, Any], key: str) -> float | None:
+    ms = (rec.get(key) or {}).get("ms")
+    ref = rec.get("reference_ms")
+    return ref / ms if ms and ref else None
+
+
+def _geomean(values: Sequence[float | None]) -> float | None:
+    vals = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+
+
+def build_tables(records: Sequence[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON result: per-operator rows and per-family geometric means."""
+    rows = []
+    for rec in sorted(records, key=lambda r: (r["family"], r["op"])):
+        best_ms = (rec.get("best") or {}).get("ms")
+        control_ms = (rec.get("control") or {}).get("ms")
+        rows.append({**rec, "start_vs_ref": _ratio(rec, "start"), "best_vs_ref": _ratio(rec, "best"),
+                     "control_vs_ref": _ratio(rec, "control"),
+                     "best_vs_control": control_ms / best_ms if best_ms and control_ms else None,
+                     "compute_bound": (rec.get("intensity") or 0.0) >= COMPUTE_BOUND})
+    families: dict[str, dict[str, Any]] = {}
+    for fam in sorted({r["family"] for r in rows}):
+        mine = [r for r in rows if r["family"] == fam]
+        families[fam] = {k: _geomean([r[k] for r in mine])
+                         for k in ("start_vs_ref", "best_vs_ref", "control_vs_ref", "best_vs_control")}
+        families[fam]["operators"] = len(mine)
+    compute = [r["best_vs_control"] for r in rows if r["compute_bound"] and r["best_vs_control"]]
+    return {"tier": args.tier, "library": args.library, "budget_steps": args.budget_steps,
+            "box_s": args.box, "command": "python3 bench/heldout.py " + " ".join(sys.argv[1:]),
+            "gpu": _gpu_name() if args.tier == "device" else None,
+            "rows": rows, "families": families,
+            "control": {"compute_bound_geomean_best_vs_control": _geomean(compute),
+                        "compute_bound_min_best_vs_control": min(compute) if compute else None,
+                        "compute_bound_operators": len(compute)}}
+
+
+def _gpu_name() -> str | None:
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:
+        return None
+
+
+def _fmt(v: Any, spec: str = ".3f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [f"# Held-out tier ({result['tier']})", "",
+             f"Library `{result['library']}`, budget {result['budget_steps']} gated candidates, "
+             f"box {result['box_s']:.0f} s per operator. `x/ref` is the reference's time over the "
+             f"kernel's (above 1: faster than the reference). Command: `{result['command']}`.", ""]
+    if result["tier"] == "device":
+        lines += ["| family | operator | start ms | best ms | control ms | reference ms | FlagGems ms "
+                  "| start x/ref | best x/ref | control x/ref | best / control | of copy BW | cards |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in result["rows"]:
+            bw = (r.get("bandwidth") or {}).get("best_of_copy")
+            gems = r.get("flag_gems") or {}
+            lines.append(
+                f"| {r['family']} | {r['op']} | {_fmt(r['start'].get('ms'), '.4f')} "
+                f"| {_fmt((r.get('best') or {}).get('ms'), '.4f')} | {_fmt((r.get('control') or {}).get('ms'), '.4f')} "
+                f"| {_fmt(r.get('reference_ms'), '.4f')} | {_fmt(gems.get('ms'), '.4f')} "
+                f"| {_fmt(r['start_vs_ref'])} | {_fmt(r['best_vs_ref'])} | {_fmt(r['control_vs_ref'])} "
+                f"| {_fmt(r['best_vs_control'])} | {_fmt(bw, '.2f')} | {', '.join(r.get('cards') or []) or '-'} |")
+        lines += ["", "| family | operators | start x/ref | best x/ref | control x/ref | best / control |",
+                  "|---|---|---|---|---|---|"]
+        for fam, g in result["families"].items():
+            lines.append(f"| {fam} | {g['operators']} | {_fmt(g['start_vs_ref'])} | {_fmt(g['best_vs_ref'])} "
+                         f"| {_fmt(g['control_vs_ref'])} | {_fmt(g['best_vs_control'])} |")
+        c = result["control"]
+        lines += ["", f"Compute-bound operators (flops/byte >= {COMPUTE_BOUND:g}): library over control "
+                  f"geomean {_fmt(c['compute_bound_geomean_best_vs_control'])}, worst "
+                  f"{_fmt(c['compute_bound_min_best_vs_control'])} ({c['compute_bound_operators']} operators)."]
+        reasons = {r['op']: (r.get('flag_gems') or {}).get('reason') for r in result["rows"]}
+        skipped = {k: v for k, v in reasons.items() if v}
+        if skipped:
+            lines += ["", "FlagGems column skipped: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())]
+    else:
+        lines += ["| family | operator | start | optimize | best ok | control | cards |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in result["rows"]:
+            best = r.get("best") or {}
+            ctrl = r.get("control") or {}
+            lines.append(f"| {r['family']} | {r['op']} | {'pass' if r['start']['ok'] else 'FAIL'} "
+                         f"| {best.get('termination', best.get('error', '-'))} | {'pass' if best.get('ok') else 'FAIL'} "
+                         f"| {'pass' if ctrl.get('ok') else 'FAIL: ' + str(ctrl.get('reason'))[:80]} "
+                         f"| {', '.join(r.get('cards') or []) or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("paths", nargs="*", default=["bench/heldout"])
+    ap.add_argument("--tier", choices=["device", "interpret"], default="device")
+    ap.add_argument("--library", default=DEFAULT_LIBRARY)
+    ap.add_argument("--budget-steps", type=int, default=12)
+    ap.add_argument("--box", type=float, default=300.0, help="seconds per operator")
+    ap.add_argument("--wall", type=float, default=None, help="no operator starts after this many seconds")
+    ap.add_argument("--only", default="", help="comma-separated operator names or refs")
+    ap.add_argument("--jobs", type=int, default=1, help="operators at once")
+    ap.add_argument("--out", default=None, help="records folder (default bench/results/heldout-<tier>)")
+    ap.add_argument("--results", default=None,
+                    help="tables path without suffix (default bench/results/heldout at the device "
+                         "tier, OUT/heldout otherwise)")
+    ap.add_argument("--fresh", action="store_true", help="redo operators that have a record")
+    ap.add_argument("--tables-only", action="store_true", help="rewrite the tables from the records")
+    args = ap.parse_args(argv)
+    if args.budget_steps < 1 or args.jobs < 1 or args.box <= 0:
+        print("heldout: --budget-steps, --jobs and --box must be positive", file=sys.stderr)
+        return 2
+    out = Path(args.out or ROOT / f"bench/results/heldout-{args.tier}")
+    results = Path(args.results) if args.results else (
+        ROOT / "bench/results/heldout" if args.tier == "device" else out / "heldout")
+    if not Path(args.library).exists() and (ROOT / args.library).exists():
+        args.library = str(ROOT / args.library)
+    from kir.errors import BadInputError
+
+    try:
+        cases = operators(args.paths, {s for s in args.only.split(",") if s})
+    except BadInputError as exc:
+        print(f"heldout: {exc}", file=sys.stderr)
+        return 2
+    (out / "ops").mkdir(parents=True, exist_ok=True)
+    records: dict[str, dict[str, Any]] = {}
+    todo = []
+    for case in cases:
+        path = out / "ops" / f"{slug(case)}.json"
+        if path.is_file() and not args.fresh:
+            records[slug(case)] = json.loads(path.read_text())
+        elif not args.tables_only:
+            todo.append(case)
+    say("heldout", f"{len(cases)} operators, {len(cases) - len(todo)} with a record, {len(todo)} to run")
+    began = time.monotonic()
+
+    def one(case: Any) -> None:
+        if args.wall is not None and time.monotonic() - began > args.wall:
+            say(case.name, "not started: --wall reached (rerun the command to continue)")
+            return
+        box = args.box if args.wall is None else min(args.box, args.wall - (time.monotonic() - began))
+        rec = bench_operator(case, argparse.Namespace(**{**vars(args), "box": max(box, 1.0)}), out)
+        records[slug(case)] = rec
+        _write(out / "ops" / f"{slug(case)}.json", rec)
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(one, todo))
+    unmeasured = [c for c in cases if slug(c) in records and "flag_gems" not in records[slug(c)]]
+    if args.tier == "device" and unmeasured and not args.tables_only:
+        measure_extras(unmeasured, records)
+        for case in unmeasured:
+            _write(out / "ops" / f"{slug(case)}.json", records[slug(case)])
+    result = build_tables(list(records.values()), args)
+    _write(results.with_suffix(".json"), result)
+    results.with_suffix(".md").write_text(markdown(result))
+    left = len(cases) - len(records)
+    say("heldout", f"wrote {results.with_suffix('.json')} and .md ({len(records)} operators"
+                   + (f"; {left} not run yet: rerun the same command" if left else "") + ")")
+    return 0
+
+
+def _write(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    tmp.replace(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""The held-out tier: its start kernels and KernelBench problems at the interpret tier, cases
+given by path from any working directory, `klineage cases DIR`, the KernelBench adapter, and a
+smoke run of bench/heldout.py."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import gate
+from gate import kernelbench
+from gate.cases import find_cases
+from lineage.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+HELDOUT = REPO / "bench" / "heldout"
+OPERATORS = [gate.load_case(p) for p in find_cases([HELDOUT])]
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_tier_has_its_operators() -> None:
+    folders = [c for c in OPERATORS if not c.problem]
+    problems = [c for c in OPERATORS if c.problem]
+    assert len(folders) >= 14 and len(problems) >= 4
+    assert all(c.start_path() is not None and c.start_path().is_file() for c in OPERATORS)
+
+
+@pytest.mark.parametrize("case", OPERATORS, ids=[c.name for c in OPERATORS])
+def test_start_kernel_passes_the_interpret_tier(case: gate.Case) -> None:
+    verdict = gate.check_file(case.start_path(), case, tier="interpret")
+    assert verdict.ok, (case.ref, verdict.failure_kind, verdict.reason)
+    assert verdict.correctness is not None and verdict.correctness.max_rel_err <= max(case.tolerance.values())
+
+
+def test_case_refs_resolve_from_another_working_directory(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    folder = gate.load_case(HELDOUT / "mm2048")
+    assert folder.ref == "bench/heldout/mm2048"
+    assert gate.load_case(folder.ref).path == folder.path
+    problem = gate.load_case(HELDOUT / "kernelbench" / "sum_dim.py")
+    assert gate.load_case(problem.ref).path == problem.path
+    assert gate.load_case("gemm").ref == "gemm"
+
+
+@pytest.mark.parametrize("ref", ["bench/heldout/softmax", "bench/heldout/kernelbench/sum_dim.py"])
+def test_gate_and_optimize_take_a_case_path_from_anywhere(ref: str, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    case = gate.load_case(REPO / ref)
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _run(capsys, "gate", str(case.start_path()), "--case", str(REPO / ref),
+                        "--tier", "interpret", "--json")
+    assert code == 0 and json.loads(out)["ok"]
+    # Budget 0: the start kernel is gated and the pass context built from the case, nothing more.
+    code, out, err = _run(capsys, "optimize", str(case.start_path()), "--case", str(REPO / ref),
+                          "--library", str(REPO / "bench/results/roundtrip/device-7/libraries/all"),
+                          "--tier", "interpret", "--budget-steps", "0", "--out", str(tmp_path / "o"),
+                          "--json")
+    assert code == 0, err
+    lineage = json.loads((tmp_path / "o" / "lineage.json").read_text())
+    refs = {n["case"] for n in lineage["nodes"] if n.get("case")}
+    assert refs == {ref}
+    assert gate.load_case(ref).path == case.path  # the lineage's reference finds the case again
+
+
+def test_cases_lists_folders_and_problem_files(capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _run(capsys, "cases", str(HELDOUT), "--json")
+    assert code == 0
+    records = {r["ref"]: r for r in json.loads(out)["cases"]}
+    assert records["bench/heldout/mm1024"]["kind"] == "case"
+    assert records["bench/heldout/mm1024"]["start"].endswith("mm1024/mm_naive.py")
+    kb = records["bench/heldout/kernelbench/linear_gelu.py"]
+    assert kb["kind"] == "problem" and kb["start"].endswith("linear_gelu_triton.py")
+    assert kb["shapes"]["default"] == {"batch_size": 4096, "in_features": 2048, "out_features": 4096,
+                                       "dtype": "fp32"}
+    assert len(records) == len(OPERATORS)
+    code, _, err = _run(capsys, "cases", str(tmp_path / "missing"))
+    assert code == 2 and "missing" in err and "Traceback" not in err
+
+
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.proj = nn.Linear(n_in, n_out)
+        self.register_buffer("shift", torch.randn(n_out))
+
+    def forward(self, x, scale):
+        return self.proj(x) * scale + self.shift
+
+
+rows = 4096
+n_in = 512
+n_out = 256
+
+
+def get_inputs():
+    return [torch.randn(rows, n_in), 0.5]
+
+
+def get_init_inputs():
+    return [n_in, n_out]
+'''
+
+
+def test_problem_parameters_follow_the_inputs_and_feed_the_reference(tmp_path: Path) -> None:
+    path = tmp_path / "affine.py"
+    path.write_text(PROBLEM)
+    case = gate.load_case(path)
+    assert case.problem and case.tolerance_for("fp32") == kernelbench.TOLERANCE["fp32"]
+    small = dict(case.small_shapes["default"])
+    assert small["n_in"] * small["rows"] + small["n_in"] * small["n_out"] <= kernelbench.SMALL_ELEMENTS
+    assert small["rows"] < 4096
+    module = case.module()
+    inputs = module.make_inputs(small, 7, "cpu")
+    x, scale, weight, bias, shift = inputs
+    assert scale == 0.5 and x.shape == (small["rows"], small["n_in"])
+    assert weight.shape == (small["n_out"], small["n_in"]) and bias.shape == shift.shape == (small["n_out"],)
+    expected = (x @ weight.T + bias) * scale + shift
+    assert torch.allclose(module.reference(*inputs), expected, atol=1e-5)
+    # The reference computes with the tensors it is given, not the Model's own.
+    other = (x, scale, weight * 2, bias, shift + 1)
+    assert torch.allclose(module.reference(*other), (x @ (2 * weight).T + bias) * scale + shift + 1, atol=1e-5)
+    # Seeded: the same seed gives the same inputs and parameters.
+    again = module.make_inputs(small, 7, "cpu")
+    assert all(torch.equal(a, b) for a, b in zip(inputs, again) if isinstance(a, torch.Tensor))
+
+
+def test_problem_small_inputs_hook(tmp_path: Path) -> None:
+    path = tmp_path / "hooked.py"
+    path.write_text(PROBLEM + "\n\ndef get_small_inputs():\n    return [torch.randn(3, n_in), 2.0]\n")
+    case = gate.load_case(path)
+    small = dict(case.small_shapes["default"])
+    assert small["inputs"] == "get_small_inputs"
+    x = case.module().make_inputs(small, 1, "cpu")[0]
+    assert x.shape == (3, 512)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("import torch\nclass Model(torch.nn.Module):\n    pass\n\ndef get_inputs():\n    return []\n",
+     "missing get_init_inputs"),
+    ("def get_inputs(:\n", "does not parse"),
+    (PROBLEM.replace("return [torch.randn(rows, n_in), 0.5]", "raise RuntimeError('no inputs')"),
+     "fails to build its inputs or Model"),
+])
+def test_bad_problem_files_are_one_line_errors(text: str, message: str, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.py"
+    path.write_text(text)
+    code, _, err = _run(capsys, "gate", str(HELDOUT / "softmax" / "softmax_rows.py"), "--case", str(path),
+                        "--tier", "interpret")
+    assert code == 2
+    assert message in err and str(path) in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_bench_heldout_smoke_at_the_interpret_tier(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    cmd = [sys.executable, str(REPO / "bench" / "heldout.py"), "--tier", "interpret",
+           "--only", "softmax,sum_dim", "--budget-steps", "2", "--jobs", "2", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((out / "heldout.json").read_text())
+    rows = {r["op"]: r for r in result["rows"]}
+    assert set(rows) == {"softmax", "sum_dim"}
+    for row in rows.values():
+        assert row["start"]["ok"] and row["status"] == "done"
+        assert row["best"]["ok"] and row["best"]["gated"] <= 2
+        assert isinstance(row["cards"], list)
+        assert "ok" in row["control"]
+    assert rows["softmax"]["family"] == "reduction" and rows["sum_dim"]["family"] == "kernelbench"
+    assert "| reduction | softmax | pass |" in (out / "heldout.md").read_text()
+    # A rerun resumes from the records: nothing is run again.
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                           env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert again.returncode == 0 and "2 with a record, 0 to run" in again.stderr
+
+
+def test_small_sizes_halve_the_largest_integer_global_first(tmp_path: Path) -> None:
+    path = tmp_path / "wide.py"
+    path.write_text(PROBLEM.replace("rows = 4096", "rows = 64").replace("n_in = 512", "n_in = 8192"))
+    small = dict(gate.load_case(path).small_shapes["default"])
+    assert small["rows"] == 64 and small["n_in"] < 8192
