@@ -327,8 +327,17 @@ def _host_literal(mod: PyModule, call: ast.Call, expr: ast.AST) -> int | None:
     """The int a launch argument evaluates to when it is a literal or a name bound once to a
     literal in the enclosing function (or module)."""
     value = literal_int(expr)
-    if value is not None or not isinstance(expr, ast.Name):
+    if value is not None:
         return value
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        cls = mod.enclosing(call, ast.ClassDef)  # `self.tile_m`, bound once in the class
+        if cls is None:
+            return None
+        bound = [n.value for n in ast.walk(cls) if isinstance(n, ast.Assign)
+                 and any(isinstance(t, ast.Attribute) and dotted(t) == dotted(expr) for t in n.targets)]
+        return literal_int(bound[0]) if len(bound) == 1 else None
+    if not isinstance(expr, ast.Name):
+        return None
     scope = mod.enclosing(call, ast.FunctionDef) or mod.tree
     bound = _bindings(ast.walk(scope), expr.id)
     if not bound and scope is not mod.tree:
@@ -739,15 +748,20 @@ def _grid_rewrite(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call, tuned:
         for sub in ast.walk(target):
             if isinstance(node, ast.Name) and isinstance(sub, ast.Name) and sub.id == node.id:
                 replace.append((sub, name))
+            elif isinstance(node, ast.Attribute) and isinstance(sub, ast.Attribute) \
+                    and dotted(sub) and dotted(sub) == dotted(node):
+                replace.append((sub, name))
             elif literal_int(node) is not None and literal_int(sub) == literal_int(node) \
                     and _divides(mod, target, sub):
                 replace.append((sub, name))
-        if isinstance(node, ast.Name) and host_fn is not None:
-            uses = [n for n in ast.walk(host_fn) if isinstance(n, ast.Name) and n.id == node.id
-                    and isinstance(n.ctx, ast.Load)]
+        if isinstance(node, (ast.Name, ast.Attribute)) and host_fn is not None:
+            key = dotted(node)
+            uses = [n for n in ast.walk(host_fn) if isinstance(n, (ast.Name, ast.Attribute))
+                    and dotted(n) == key and isinstance(n.ctx, ast.Load)
+                    and not isinstance(mod.parents.get(n), ast.Attribute)]
             inside = {id(n) for n in ast.walk(target)} | {id(n) for n in ast.walk(call)}
             if any(id(u) not in inside for u in uses):
-                return SweepRefusal(f"the host uses {node.id} beyond the launch: {name} cannot be tuned",
+                return SweepRefusal(f"the host uses {key} beyond the launch: {name} cannot be tuned",
                                     {"tile": name})
     names_at: dict[int, set[str]] = {}
     nodes: dict[int, ast.AST] = {}
