@@ -92,13 +92,13 @@ class RayExecutor(Executor):
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise BadInputError(f"cannot reach the Ray cluster at {target}: {first}") from None
             self._owns = target is None
-        self.address = address or os.environ.get("RAY_ADDRESS") or "local"
+        self.address = str(ray.get_runtime_context().gcs_address)
+        """The cluster's address (also of one this executor started): other processes join it."""
         self._run = ray.remote(max_retries=0)(run_job)
         self._probe = ray.remote(max_retries=0)(probe_platform)
         self._platforms: dict[Tier, tuple[str, str]] = {}
         self._lock = threading.Lock()
         self._seen: tuple[float, dict[str, float]] | None = None
-        self._store = VerdictCache()
 
     # -- the cluster ----------------------------------------------------------------------
     def _resources(self) -> dict[str, float]:
@@ -152,7 +152,7 @@ class RayExecutor(Executor):
             return done
         if request.cache:
             try:
-                hit = self._store.get(job.key(self._platform(job.tier)))
+                hit = VerdictCache().get(job.key(self._platform(job.tier)))
             except ray.exceptions.RayError as exc:
                 done.set_result(_fault(job, exc))
                 return done
@@ -177,7 +177,7 @@ class RayExecutor(Executor):
             return _fault(job, exc)
         verdict = Verdict.from_json(out["verdict"])
         if cache and cacheable(verdict):
-            self._store.put(job.key((str(out["platform"][0]), str(out["platform"][1]))), verdict)
+            VerdictCache().put(job.key((str(out["platform"][0]), str(out["platform"][1]))), verdict)
         return verdict
 
 
