@@ -159,3 +159,18 @@ def test_the_ray_executor_without_ray_says_how_to_install_it(
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.count("\n") == 0 and "pip install 'klineage[ray]'" in err, err
+
+
+@pytest.mark.gpu
+def test_device_tier_jobs_through_ray_take_a_gpu_and_match_the_local_verdicts(
+        ray_gates: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not ray_gates.gpu_available():
+        pytest.skip("the Ray cluster sees no GPU")
+    requests = [CheckRequest(r.source, r.language, r.case, "device", path=r.path, cache=False)
+                for r in _requests()]
+    with LocalExecutor(1) as local:
+        here = gate.check_many(requests, executor=local)
+    there = gate.check_many(requests, executor=ray_gates)
+    assert [signature(v) for v in there] == [signature(v) for v in here]
+    assert there[0].ok and there[0].timing is not None and there[0].timing.candidate_ms > 0
+    assert ray_gates.resolve_tier("auto", "triton") == "device"
