@@ -5,6 +5,7 @@
         [--case-box gemm=240] [--grace 120] [--wall 560] [--gpus 0,1 | --jobs N]
         [--only roundtrip|loo] [--admit-tier interpret] [--libraries DIR] [--libraries-only]
         [--tables-only] [--held-out LINEAGE,...] [--loo-from-all] [--admit-jobs N]
+        [--executor local|ray] [--ray-address ADDRESS]
 
 LINEAGE: lineage directories or lineage.json files (default:
 bench/results/lineages/device/*/lineage.json); each contributes the lineage of one case.
@@ -28,6 +29,9 @@ bench/results/lineages/device/*/lineage.json); each contributes the lineage of o
    lock, `gate.gpulock`), with a
    fresh gate cache (KLINEAGE_CACHE_DIR inside its folder: no verdict is shared between runs),
    and gates the case's expert first, in the same process and tier, to measure expert_ms.
+   With --executor ray every gate (admission's and the runs') is a task on the Ray cluster
+   (gate.executor): runs and admission trials then spread over its GPUs (--jobs runs at once);
+   a cluster this command starts is joined by the run processes and shut down at the end.
    Its record is written to OUT/runs/<run>/run.json when it ends; a rerun skips runs that
    have one (a run that ended without a record is redone). A run stops starting gates after
    --box seconds and is killed --grace seconds later (its saved lineage's fastest state is
@@ -132,7 +136,8 @@ def load_held_out(paths: Sequence[str]) -> list[tuple[str, Path]]:
 
 def build_library(name: str, lineages: list[CaseLineage], libraries: Path, tier: str,
                   max_trials: int, held_out: Sequence[tuple[str, Path]] = (),
-                  jobs: int = 1, deadline: float | None = None) -> Path | None:
+                  jobs: int = 1, deadline: float | None = None,
+                  executor: Any = None) -> Path | None:
     """Lift and admit one library (skipped when its admission.json exists); `held_out`
     lineages give admission contexts and are not lifted. None when `deadline` (a
     `time.monotonic()` value) came before every card was tried: a rerun goes on from the
@@ -157,7 +162,7 @@ def build_library(name: str, lineages: list[CaseLineage], libraries: Path, tier:
     started = time.monotonic()
     report = admit(lib, lins, tier=tier, max_trials=max_trials,
                    held_out=[Lineage.load(path) for _, path in held_out], jobs=jobs,
-                   deadline=deadline,
+                   deadline=deadline, executor=executor,
                    progress=lambda event, data: say(f"  {name} {event} {data.get('card', '')}"
                                                     + (f": {data['reason'][:100]}"
                                                        if event == "failed" else "")))
@@ -220,7 +225,13 @@ def derive_loo_library(case: str, lineages: list[CaseLineage], all_folder: Path,
 # -- one run (child process) ------------------------------------------------------------------
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """One optimize run as the spec says; returns its record (also written to run.json)."""
-    import gate
+    from gate.executor import open_executor
+
+    with open_executor(spec.get("executor", "local"), address=spec.get("ray_address")) as gates:
+        return _run_one(spec, gates)
+
+
+def _run_one(spec: dict[str, Any], gates: Any) -> dict[str, Any]:
     from lineage.graph import Lineage
     from lineage.optimize import optimize
     from lineage.retrieval import kernel_sites
@@ -236,14 +247,14 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     expert_path = folder / "expert.py"
     expert_path.write_text(expert["source"])
     say(f"{spec['name']}: gating the expert ({spec['tier']})")
-    ev = gate.check(expert["source"], expert["language"], spec["case"], spec["tier"],
-                    path=expert_path)
+    ev = gates.check(expert["source"], expert["language"], spec["case"], spec["tier"],
+                     path=expert_path)
     expert_ms = _ms(ev)
     say(f"{spec['name']}: expert {'ok' if ev.ok else 'FAILS'} {expert_ms} ms; optimizing")
     result = optimize(start_path, spec["case"], spec["library"], tier=spec["tier"],
                       budget_steps=spec["budget_steps"], out=folder / "optimize",
                       rewriter=DeterministicRewriter(), seed=spec["seed"],
-                      deadline=started + spec["box"],
+                      deadline=started + spec["box"], executor=gates,
                       progress=lambda event, data: say(
                           f"{spec['name']}: {event} {data.get('card', '')} "
                           f"{data.get('ms') or ''}{data.get('reason', '')[:90]}"))
@@ -510,6 +521,8 @@ def _fmt(value: Any) -> str:
 
 # -- main ---------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
+    from gate.executor import add_executor_arguments, executor_from_args
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("lineages", nargs="*", help=f"lineage dirs/files (default {DEFAULT_LINEAGES})")
     ap.add_argument("--out", default="bench/results/roundtrip/run", help="output folder")
@@ -548,11 +561,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tables-only", action="store_true",
                     help="rewrite OUT/roundtrip.{json,md} from the run records in OUT/runs, run nothing")
     ap.add_argument("--run-spec", default=None, help=argparse.SUPPRESS)
+    add_executor_arguments(ap)
     args = ap.parse_args(argv)
 
     if args.run_spec:
         run_one(json.loads(Path(args.run_spec).read_text()))
         return 0
+    with executor_from_args(args, jobs=args.admit_jobs) as gates:
+        return _main(args, gates)
+
+
+def _main(args: argparse.Namespace, gates: Any) -> int:
     end = time.monotonic() + args.wall if args.wall else None
     import glob
 
@@ -585,7 +604,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "tier": args.tier, "library": str(library), "lineage": str(c.path),
                 "root_state": c.root_state, "expert_state": c.expert_state,
                 "budget_steps": args.budget_steps, "box": boxes.get(case, args.box), "grace": args.grace,
-                "dir": str(runs / name)}
+                "dir": str(runs / name), "executor": gates.name,
+                "ray_address": getattr(gates, "address", None)}
 
     # Run order: every case's first trial, then leave-one-out, then the other trials (a call
     # cut short by --wall has the widest table; later trials find the kernels compiled).
@@ -595,7 +615,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     unfinished: list[str] = []
     if args.only in (None, "roundtrip"):
         full = build_library("all", all_lineages, libraries, args.admit_tier, args.admit_max_trials,
-                             held_out, args.admit_jobs, admit_by)
+                             held_out, args.admit_jobs, admit_by, gates)
         if full is None:
             unfinished.append("all")
         else:
@@ -609,7 +629,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 lib = build_library(f"loo-{case}", rest, libraries, args.admit_tier,
                                     args.admit_max_trials, [h for h in held_out if h[0] != case],
-                                    args.admit_jobs, admit_by)
+                                    args.admit_jobs, admit_by, gates)
             if lib is None:
                 unfinished.append(f"loo-{case}")
             else:

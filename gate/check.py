@@ -10,7 +10,6 @@ import sys
 import tempfile
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import metadata
@@ -32,7 +31,7 @@ DEFAULT_TIMEOUT_S = {Tier.STATIC: 300.0, Tier.INTERPRET: 300.0, Tier.DEVICE: 300
 # (KLINEAGE_GPU_LOCK=off), one device-tier run at a time per process.
 _DEVICE_LOCK = threading.Lock()
 _UNCACHED = {FailureKind.TIMEOUT, FailureKind.INTERNAL, FailureKind.UNSUPPORTED, FailureKind.CRASH,
-             FailureKind.OUT_OF_MEMORY}
+             FailureKind.OUT_OF_MEMORY, FailureKind.GATE_FAULT}
 
 
 def gpu_available() -> bool:
@@ -58,14 +57,17 @@ def _gpu_name() -> str:
     return out.strip().splitlines()[0] if out.strip() else ""
 
 
-def resolve_tier(tier: Tier | str, language: str) -> tuple[Tier, tuple[str, ...]]:
-    """The concrete tier to run, and flags explaining a change (CUDA stops at static on a CPU)."""
+def resolve_tier(tier: Tier | str, language: str, gpu: bool | None = None) -> tuple[Tier, tuple[str, ...]]:
+    """The concrete tier to run, and flags explaining a change (CUDA stops at static on a CPU).
+
+    `auto` is `device` where `gpu` (default: `gpu_available()`, this machine) says a GPU is
+    present; an executor passes its cluster's answer instead."""
     try:
         t = Tier(tier)
     except ValueError:
         raise BadInputError(f"unknown tier '{tier}' (static, interpret, device, auto)") from None
     if t is Tier.AUTO:
-        t = Tier.DEVICE if gpu_available() else Tier.INTERPRET
+        t = Tier.DEVICE if (gpu_available() if gpu is None else gpu) else Tier.INTERPRET
     if t is Tier.INTERPRET and language == "cuda":
         return Tier.STATIC, ("cuda kernels have no interpreter: gated at the static tier",)
     return t, ()
@@ -135,25 +137,73 @@ def check(source: str, language: Any, case: Case | str | Path, tier: Tier | str 
     (`cached=True`); timeouts, crashes and gate faults are never cached. Raises
     `BadInputError` for an unknown case, tier or language and a missing host module.
     """
-    lang = _language(language)
-    the_case = case if isinstance(case, Case) else load_case(case)
-    run_tier, flags = resolve_tier(tier, lang)
-    src_path = Path(path).resolve() if path is not None else None
-    host_text, stem = _host_text(host, src_path) if lang == "cuda" else ("", src_path.stem if src_path else "candidate")
-    key = cache_key([GATE_VERSION, source, host_text, lang, the_case.digest(), run_tier.value,
-                     the_case.platform, _toolchain(), _gpu_name() if run_tier is Tier.DEVICE else "cpu"])
+    job = prepare(source, language, case, tier, path=path, host=host, timeout=timeout)
+    key = job.key(platform_of(job.tier))
     store = VerdictCache() if cache else None
     if store is not None and (hit := store.get(key)) is not None:
         return hit
-    verdict = _parse(source, lang, src_path, run_tier)
-    if verdict is None:
-        verdict = _run(source, lang, the_case, run_tier, stem, host_text, src_path,
-                       timeout if timeout is not None else DEFAULT_TIMEOUT_S[run_tier])
-    if flags:
-        verdict = replace(verdict, flags=verdict.flags + flags)
-    if store is not None and verdict.failure_kind not in _UNCACHED:
+    verdict = evaluate(job)
+    if store is not None and cacheable(verdict):
         store.put(key, verdict)
     return verdict
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """One gate job made concrete by the caller (case loaded, tier resolved, host module read):
+    everything a run needs except the machine it runs on. `evaluate` runs it; `key` is its
+    verdict-cache key on a platform (`platform_of` on the machine that runs it)."""
+
+    source: str
+    language: str
+    case: Case
+    tier: Tier
+    flags: tuple[str, ...]
+    stem: str
+    host_text: str
+    src_path: Path | None
+    timeout: float
+
+    def key(self, platform: tuple[str, str]) -> str:
+        toolchain, device = platform
+        return cache_key([GATE_VERSION, self.source, self.host_text, self.language, self.case.digest(),
+                          self.tier.value, self.case.platform, toolchain, device])
+
+
+def platform_of(tier: Tier) -> tuple[str, str]:
+    """(toolchain, device) of this machine as the verdict cache keys them: the device is the
+    GPU's name at the device tier, "cpu" at the others."""
+    return _toolchain(), _gpu_name() if tier is Tier.DEVICE else "cpu"
+
+
+def prepare(source: str, language: Any, case: Case | str | Path, tier: Tier | str = Tier.AUTO, *,
+            path: str | Path | None = None, host: str | Path | None = None,
+            timeout: float | None = None, gpu: bool | None = None) -> Prepared:
+    """The caller's half of `check` (same arguments; `gpu` as in `resolve_tier`). Raises
+    `BadInputError` like `check`."""
+    lang = _language(language)
+    the_case = case if isinstance(case, Case) else load_case(case)
+    run_tier, flags = resolve_tier(tier, lang, gpu)
+    src_path = Path(path).resolve() if path is not None else None
+    host_text, stem = _host_text(host, src_path) if lang == "cuda" else ("", src_path.stem if src_path else "candidate")
+    return Prepared(source, lang, the_case, run_tier, flags, stem, host_text, src_path,
+                    timeout if timeout is not None else DEFAULT_TIMEOUT_S[run_tier])
+
+
+def evaluate(job: Prepared) -> Verdict:
+    """Run a prepared job on this machine (parse, then a fresh worker); no cache."""
+    verdict = _parse(job.source, job.language, job.src_path, job.tier)
+    if verdict is None:
+        verdict = _run(job.source, job.language, job.case, job.tier, job.stem, job.host_text,
+                       job.src_path, job.timeout)
+    if job.flags:
+        verdict = replace(verdict, flags=verdict.flags + job.flags)
+    return verdict
+
+
+def cacheable(verdict: Verdict) -> bool:
+    """Whether a verdict may be cached (timeouts, crashes and faults of the gate are not)."""
+    return verdict.failure_kind not in _UNCACHED
 
 
 def _run(source: str, lang: str, case: Case, tier: Tier, stem: str, host_text: str,
@@ -216,13 +266,14 @@ class CheckRequest:
     cache: bool = True
 
 
-def check_many(requests: Sequence[CheckRequest], jobs: int | None = None) -> list[Verdict]:
-    """Gate independent candidates concurrently (each in its own worker), in request order."""
-    workers = jobs or max(1, min(len(requests), os.cpu_count() or 1))
+def check_many(requests: Sequence[CheckRequest], jobs: int | None = None,
+               executor: Any = None) -> list[Verdict]:
+    """Gate independent candidates concurrently (each in its own worker), in request order:
+    through `executor` (a `gate.executor.Executor`, e.g. a Ray cluster) when given, else on
+    this machine with `jobs` at once (default: one per CPU)."""
+    from gate.executor import LocalExecutor  # noqa: PLC0415 — the executors build on this module
 
-    def one(r: CheckRequest) -> Verdict:
-        return check(r.source, r.language, r.case, r.tier, path=r.path, host=r.host,
-                     timeout=r.timeout, cache=r.cache)
-
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(one, requests))
+    if executor is not None:
+        return executor.check_many(requests)
+    with LocalExecutor(jobs or max(1, min(len(requests), os.cpu_count() or 1))) as local:
+        return local.check_many(requests)

@@ -49,6 +49,9 @@ class FailureKind(str, Enum):
     BAD_CASE = "bad_case"                  # the case cannot tell a kernel from a constant
     UNSUPPORTED = "unsupported"            # the tier cannot run here (no GPU, CUDA on the interpreter)
     INTERNAL = "internal"                  # a fault of the gate itself, never cached
+    GATE_FAULT = "gate_fault"              # the machine running the gate failed (a Ray worker or
+                                           # node died, was preempted or cancelled): never cached,
+                                           # the job may be retried
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -156,12 +156,16 @@ def _depth_from_root(lineage: Lineage, state: str) -> int:
 
 def trial(card: SkillCard, context: Context, *, tier: str, rewriter: Any,
           slack: float = 0.25, gate_timeout: float | None = None,
-          check_fn: Callable[..., Any] | None = None, magnitude: bool = False) -> Trial:
+          check_fn: Callable[..., Any] | None = None, magnitude: bool = False,
+          batch_fn: Callable[[Sequence[Any]], Sequence[Any]] | None = None) -> Trial:
     """Materialize `card` on `context` and judge it (see module docstring). Up to
     `CANDIDATES_PER_CARD` materializations are gated (recorded options, then the pass's
     defaults); the first that passes the gate is judged. Never raises for a failed trial: the
     reason is in the returned `Trial` (the first candidate's failure when none passed).
-    `check_fn` replaces `gate.check` (same signature)."""
+    `check_fn` replaces `gate.check` (same signature). With `batch_fn` (`gate.check_many`'s
+    role: `CheckRequest`s in, verdicts out, e.g. a cluster executor's `check_many`) every
+    candidate, and the context state where a device trial needs its time, is gated at once
+    before the judging, which goes on in the same order and to the same outcome."""
     import gate  # noqa: PLC0415
     import kir  # noqa: PLC0415
 
@@ -181,21 +185,38 @@ def trial(card: SkillCard, context: Context, *, tier: str, rewriter: Any,
     kwargs: dict[str, Any] = {"path": Path(context.path)} if context.path else {}
     if gate_timeout is not None:
         kwargs["timeout"] = gate_timeout
-    check = check_fn or gate.check
+    candidates: Iterable[Any] = itertools.islice(materializations(card, ir, rewriter, ctx),
+                                                 CANDIDATES_PER_CARD)
+    known: dict[str, Any] = {}
+    if batch_fn is not None:
+        candidates = list(candidates)
+        sources = [m.ir.unparse() for m in itertools.takewhile(
+            lambda m: m.ok and m.ir is not None and m.site is not None, candidates)]
+        if sources and tier == "device" and card.speedup and context.tier != "device":
+            sources.append(context.source)
+        requests = [gate.CheckRequest(src, context.language, the_case, tier,
+                                      path=context.path or None, timeout=gate_timeout)
+                    for src in dict.fromkeys(sources)]
+        known = dict(zip((r.source for r in requests), batch_fn(requests))) if requests else {}
+
+    def check(source: str) -> Any:
+        if source in known:
+            return known[source]
+        return (check_fn or gate.check)(source, context.language, the_case, tier, **kwargs)
+
     first_failure: Trial | None = None
-    for made in itertools.islice(materializations(card, ir, rewriter, ctx), CANDIDATES_PER_CARD):
+    for made in candidates:
         if not made.ok or made.ir is None or made.site is None:
             return first_failure or result(
                 False, "not materialized: " + ("; ".join(made.refusals) or "no site"))
-        verdict = check(made.ir.unparse(), context.language, the_case, tier, **kwargs)
+        verdict = check(made.ir.unparse())
         if not verdict.ok:
             kind = getattr(verdict.failure_kind, "value", verdict.failure_kind)
             first_failure = first_failure or result(False, f"gate: {kind}: {verdict.reason}",
                                                     by=made.rewriter)
             continue
         return _judge(card, context, ir, made, verdict, tier, slack, result,
-                      lambda: check(context.source, context.language, the_case, tier, **kwargs),
-                      magnitude)
+                      lambda: check(context.source), magnitude)
     return first_failure or result(False, "not materialized")
 
 
@@ -265,7 +286,7 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
           gate_timeout: float | None = None, progress: ProgressFn | None = None,
           retry_admitted: bool = False, check_fn: Callable[..., Any] | None = None,
           held_out: Sequence[Lineage] = (), magnitude: bool = False,
-          jobs: int = 1, deadline: float | None = None) -> AdmissionReport:
+          jobs: int = 1, deadline: float | None = None, executor: Any = None) -> AdmissionReport:
     """Try every hypothesis of `library` on up to `max_trials` held-out contexts from
     `lineages` and the `held_out` lineages (see `held_out_contexts`) until one trial succeeds;
     each trial is logged on the card and the card is stored at once. A held-out state where
@@ -277,18 +298,25 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
     already admitted are skipped unless `retry_admitted`. `jobs` cards are tried at once: their
     gates run side by side, everything else (materialization, the library's files) one card at
     a time. No card starts after `deadline` (a `time.monotonic()` value): those left are reported `pending`,
-    and a later call takes them up (the cards tried so far keep their logs)."""
+    and a later call takes them up (the cards tried so far keep their logs). `executor` (a
+    `gate.executor.Executor`) runs the gates; one with spare capacity (`speculate`, e.g. a Ray
+    cluster) gets each trial's candidates at once (`trial`'s `batch_fn`) unless the rewriter
+    calls an LLM (which would be paid for candidates the trial may not need)."""
     from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
 
     if jobs < 1:
         raise BadInputError("jobs must be >= 1")
     say = progress or (lambda event, data: None)
+    if executor is not None:  # "auto" means a GPU where the executor runs the gates
+        tier = executor.concrete_tier(tier)
     the_rewriter = rewriter if rewriter is not None else DeterministicRewriter()
     check = check_fn
     if check is None:
         import gate  # noqa: PLC0415
 
-        check = gate.check
+        check = executor.check if executor is not None else gate.check
+    batch = (executor.check_many if executor is not None and executor.speculate
+             and check_fn is None and not _calls_llm(the_rewriter) else None)
     cpu = threading.Lock()  # held by a card's thread except while its gate runs
     parsed: dict[str, Any] = {}  # state id -> its KernelIR (or None), shared by the cards
 
@@ -296,6 +324,14 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
         cpu.release()
         try:
             return check(*args, **kwargs)
+        finally:
+            cpu.acquire()
+
+    def gated_batch(requests: Sequence[Any]) -> Sequence[Any]:
+        assert batch is not None
+        cpu.release()
+        try:
+            return batch(requests)
         finally:
             cpu.acquire()
 
@@ -317,7 +353,8 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
                 run_tier = resolve_tier(tier, context.language)
                 say("trial", {"card": card.id, "context": context.label})
                 outcome = trial(card, context, tier=run_tier, rewriter=the_rewriter, slack=slack,
-                                gate_timeout=gate_timeout, check_fn=gated, magnitude=magnitude)
+                                gate_timeout=gate_timeout, check_fn=gated, magnitude=magnitude,
+                                batch_fn=gated_batch if batch is not None else None)
                 count += 1
                 informative += NO_BASELINE not in outcome.reason
                 card = library.put(card.with_trial(outcome))
@@ -339,6 +376,12 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
     return AdmissionReport(tuple(kinds["admitted"]), tuple(kinds["rejected"]),
                            tuple(kinds["untried"]), sum(n for _, n in outcomes),
                            tuple(kinds["pending"]))
+
+
+def _calls_llm(rewriter: Any) -> bool:
+    """Whether `rewriter` (or a back-end of its chain) is not a deterministic rule."""
+    backends = tuple(getattr(rewriter, "backends", None) or (rewriter,))
+    return any(getattr(b, "name", "") != "deterministic" for b in backends)
 
 
 def _trial_contexts(card: SkillCard, contexts: Sequence[Context], max_trials: int,
@@ -403,8 +446,7 @@ def _materializes(card: SkillCard, context: Context, rewriter: Any,
             materializations(bare, ir, rule, ctx), CANDIDATES_PER_CARD) if m.ir is not None}
         if any(text not in defaults for text in recorded):
             return "recorded"
-    backends = tuple(getattr(rewriter, "backends", None) or (rewriter,))
-    if not kind and any(getattr(b, "name", "") != "deterministic" for b in backends):
+    if not kind and _calls_llm(rewriter):
         kind = "defaults" if card_sites(card, ir) else ""
     return kind
 

@@ -77,7 +77,8 @@ class Inducer:
                  max_rejections: int = 40, resume: bool = False,
                  progress: ProgressFn | None = None, rewriter: Any = None,
                  gate_timeout: float | None = None, first_branch: int = 0,
-                 pass_specs: tuple[str, ...] = (), compile_check: bool = False) -> None:
+                 pass_specs: tuple[str, ...] = (), compile_check: bool = False,
+                 executor: Any = None) -> None:
         self.expert_path = Path(expert)
         if not self.expert_path.is_file():
             raise BadInputError(f"{expert}: no such kernel file")
@@ -87,6 +88,8 @@ class Inducer:
         import gate  # lazy: torch
 
         self._gate = gate
+        # Where the gates run (`gate.executor.Executor`; None: `gate.check` on this machine).
+        self._executor = executor
         self.case = gate.load_case(case)
         self.case_name = self.case.ref  # resolves again from any working directory
         self.tier = self._resolve_tier(tier)
@@ -135,18 +138,20 @@ class Inducer:
         if tier not in ("static", "interpret", "device", "auto"):
             raise BadInputError(f"unknown tier {tier!r} (static|interpret|device|auto)")
         if tier == "auto":
-            return "device" if self._gate.gpu_available() else "interpret"
+            gpu = self._executor.gpu_available() if self._executor is not None else self._gate.gpu_available()
+            return "device" if gpu else "interpret"
         return tier
 
     def _gate_source(self, source: str) -> Any:
         kwargs: dict[str, Any] = {"path": self.expert_path}
         if self.gate_timeout is not None:
             kwargs["timeout"] = self.gate_timeout
+        check = self._executor.check if self._executor is not None else self._gate.check
         if self.compile_check and self.tier == "interpret":
-            compiled = self._gate.check(source, self.language, self.case, "static", **kwargs)
+            compiled = check(source, self.language, self.case, "static", **kwargs)
             if not compiled.ok:
                 return compiled
-        return self._gate.check(source, self.language, self.case, self.tier, **kwargs)
+        return check(source, self.language, self.case, self.tier, **kwargs)
 
     @staticmethod
     def _ms(verdict: Any) -> float | None:

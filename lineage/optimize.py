@@ -450,7 +450,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
              out: str | Path = "out/optimize", k: int = 5, rewriter: Rewriter | None = None,
              progress: ProgressFn | None = None, gate_timeout: float | None = None,
              check_fn: Callable[..., Any] | None = None, seed: int = 0,
-             deadline: float | None = None, config_sweeps: bool = True) -> OptimizeResult:
+             deadline: float | None = None, executor: Any = None,
+             config_sweeps: bool = True) -> OptimizeResult:
     """Optimize the kernel file `target` for `case` with the admitted cards of `library`.
 
     `budget_steps` bounds the gated candidates, `budget_usd` the LLM spend (used when no
@@ -463,7 +464,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     Writes OUT/best.<ext> (CUDA: with its host module), OUT/lineage.json and OUT/result.json.
     Raises BadInputError for a missing target, an unknown case or tier, a missing library,
     or a target that fails the gate (there is nothing correct to start from). `check_fn`
-    replaces `gate.check` (same signature; tests use it to script verdicts)."""
+    replaces `gate.check` (same signature; tests use it to script verdicts); `executor` (a
+    `gate.executor.Executor`, e.g. a Ray cluster) runs the gates otherwise."""
     import gate  # noqa: PLC0415 — lazy: the gate's workers import torch
     import kir  # noqa: PLC0415
 
@@ -482,7 +484,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     the_case = gate.load_case(case)
     ir = kir.parse_file(path)
     language = str(getattr(ir.language, "value", ir.language))
-    run_tier = resolve_tier(tier, language)
+    run_tier = executor.resolve_tier(tier, language) if executor is not None else resolve_tier(tier, language)
     notes: list[str] = []
     admitted = lib.cards(admitted_only=True)
     if not admitted:
@@ -500,7 +502,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
         kwargs: dict[str, Any] = {"path": path}
         if gate_timeout is not None:
             kwargs["timeout"] = gate_timeout
-        return (check_fn or gate.check)(source, language, the_case, run_tier, **kwargs)
+        return (check_fn or (executor.check if executor is not None else gate.check))(
+            source, language, the_case, run_tier, **kwargs)
 
     start_src = ir.unparse()
     say("gate", {"card": "(start)"})

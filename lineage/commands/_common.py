@@ -60,3 +60,19 @@ class Progress:
                 self._console.log(text)
         else:
             print(f"klineage: {text}", file=sys.stderr, flush=True)
+
+
+def executor_options(command: Any) -> Any:
+    """`--executor local|ray` and `--ray-address` (see `gate.executor`) on a command that runs
+    many gates; the command takes `executor` and `ray_address` and opens it with
+    `gate.executor.open_executor`."""
+    from gate.executor import EXECUTORS
+
+    command = click.option(
+        "--ray-address", "ray_address", default=None, metavar="ADDRESS",
+        help="With --executor ray: the Ray cluster (default $RAY_ADDRESS, else a cluster "
+             "started on this machine for the command).")(command)
+    return click.option(
+        "--executor", "executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
+        help="Where the gates run: this machine, or a Ray cluster (one GPU per device-tier "
+             "gate; needs pip install 'klineage[ray]').")(command)

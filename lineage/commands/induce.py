@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from lineage.commands._common import Progress, emit_json
+from lineage.commands._common import Progress, emit_json, executor_options
 
 
 def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_steps: int,
                   max_rejections: int, resume: bool, as_json: bool, library: str | None = None,
                   quiet: bool = False, first_branch: int = 0,
-                  pass_specs: tuple[str, ...] = (), compile_check: bool = False) -> dict:
+                  pass_specs: tuple[str, ...] = (), compile_check: bool = False,
+                  executor: Any = None) -> dict:
     from lineage.induce import induce
     from lineage.report import write_report
 
@@ -19,7 +21,7 @@ def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_s
         result = induce(kernel, case, tier=tier, out=out, width=width, max_steps=max_steps,
                         max_rejections=max_rejections, resume=resume, progress=progress,
                         first_branch=first_branch, pass_specs=pass_specs,
-                        compile_check=compile_check)
+                        compile_check=compile_check, executor=executor)
     report = write_report(result.lineage, Path(out))
     summary = result.to_json()
     summary["report"] = str(report)
@@ -65,13 +67,19 @@ def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_s
 @click.option("--max-rejections", type=click.IntRange(0, 1000), default=40, show_default=True)
 @click.option("--resume", is_flag=True, help="Continue an interrupted induction in --out.")
 @click.option("--library", default=None, help="Add the lineage's lifted SkillCards to this library.")
+@executor_options
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def command(kernel: str, case: str, tier: str, out: str, width: int, first_branch: int,
             pass_specs: tuple[str, ...], compile_check: bool, max_steps: int, max_rejections: int,
-            resume: bool, library: str | None, as_json: bool) -> None:
+            resume: bool, library: str | None, executor: str, ray_address: str | None,
+            as_json: bool) -> None:
     """Induce the lineage of an expert KERNEL for case NAME; writes OUT/lineage.json and OUT/report.html.
 
     JSON: {"out", "states", "transitions", "rejected", "termination", "root", "expert", "steps", "report"}.
     """
-    run_induction(kernel, case, tier, out, width, max_steps, max_rejections, resume, as_json, library,
-                  first_branch=first_branch, pass_specs=pass_specs, compile_check=compile_check)
+    from gate.executor import open_executor
+
+    with open_executor(executor, address=ray_address) as gates:
+        run_induction(kernel, case, tier, out, width, max_steps, max_rejections, resume, as_json,
+                      library, first_branch=first_branch, pass_specs=pass_specs,
+                      compile_check=compile_check, executor=gates)

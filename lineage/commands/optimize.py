@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from lineage.commands._common import Progress, emit_json
+from lineage.commands._common import Progress, emit_json, executor_options
 
 
 @click.command("optimize")
@@ -24,9 +24,11 @@ from lineage.commands._common import Progress, emit_json
               help="Permute equally ranked cards (same scope similarity, effect within 5%) "
                    "with this seed; 0 keeps retrieval's order.")
 @click.option("--out", "out", default="out/optimize", show_default=True, help="Output directory.")
+@executor_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def command(target: str, case: str, library: str, budget_steps: int, budget_usd: float,
-            tier: str, k: int, seed: int, out: str, as_json: bool) -> None:
+            tier: str, k: int, seed: int, out: str, executor: str, ray_address: str | None,
+            as_json: bool) -> None:
     """Optimize TARGET (any kernel that passes the gate) with the admitted cards of LIBRARY.
 
     Writes OUT/best.<ext>, OUT/lineage.json (the run as a lineage) and OUT/result.json. The best
@@ -36,11 +38,13 @@ def command(target: str, case: str, library: str, budget_steps: int, budget_usd:
     "termination", "notes", "gated", "seed"}. "gated" counts the candidates that went to the gate
     (a candidate reached again along another path reuses its verdict and is not counted).
     """
+    from gate.executor import open_executor
     from lineage.optimize import optimize
 
-    with Progress(f"optimizing {Path(target).name} ({case})", enabled=not as_json) as progress:
+    with (open_executor(executor, address=ray_address) as gates,
+          Progress(f"optimizing {Path(target).name} ({case})", enabled=not as_json) as progress):
         result = optimize(target, case, library, budget_steps=budget_steps, budget_usd=budget_usd,
-                          tier=tier, out=out, k=k, progress=progress, seed=seed)
+                          tier=tier, out=out, k=k, progress=progress, seed=seed, executor=gates)
     if as_json:
         emit_json(result.to_json())
         return

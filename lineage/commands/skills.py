@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from lineage.commands._common import emit_json
+from lineage.commands._common import emit_json, executor_options
 
 
 @click.command("skills")
@@ -29,17 +29,20 @@ from lineage.commands._common import emit_json
               default="auto", show_default=True, help="Gate tier of admission trials.")
 @click.option("--max-trials", type=click.IntRange(1, 50), default=2, show_default=True,
               help="Held-out contexts tried per card in admission.")
-@click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Cards tried at once in admission (device-tier gates share the GPU: each "
-                   "times alone, see gate.gpulock).")
+@click.option("--jobs", type=click.IntRange(1, 256), default=None,
+              help="Cards tried at once in admission (default 1; with --executor ray, as many "
+                   "as the cluster runs gates at once). Device-tier gates on one GPU share it: "
+                   "each times alone, see gate.gpulock.")
 @click.option("--magnitude", is_flag=True,
               help="Device-tier admission also requires the card's smallest recorded speedup "
                    "(less 25%%), not only a speedup above timing noise.")
+@executor_options
 @click.option("--markdown", is_flag=True, help="Print the cards as readable markdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def command(library: str, target: str | None, case: str | None, platform: str, k: int,
             add: tuple[str, ...], admit_from: tuple[str, ...], held_out: tuple[str, ...], tier: str,
-            max_trials: int, jobs: int, magnitude: bool, markdown: bool, as_json: bool) -> None:
+            max_trials: int, jobs: int | None, magnitude: bool, executor: str,
+            ray_address: str | None, markdown: bool, as_json: bool) -> None:
     """List the SkillCards of LIBRARY, or with --target retrieve the admitted cards that fit it.
 
     JSON: {"skills": [{"id", "intent", "pass", "admitted", "scope", "effect", "preconditions",
@@ -57,19 +60,25 @@ def command(library: str, target: str | None, case: str | None, platform: str, k
         raise BadInputError("--target needs --case NAME")
     if held_out and not admit_from:
         raise BadInputError("--held-out needs --admit LINEAGE (the lineages the cards came from)")
+    if (executor != "local" or ray_address) and not admit_from:
+        raise BadInputError("--executor and --ray-address go with --admit (only admission runs gates)")
     lib = Library.open(library, create=bool(add))
     for lineage_path in add:
         lib.add_all(lift(Lineage.load(lineage_path)))
     admission = None
     if admit_from:
+        from gate.executor import open_executor
         from lineage.admission import admit
         from lineage.commands._common import Progress
 
         lineages = [Lineage.load(p) for p in admit_from]
-        with Progress("admitting SkillCards", enabled=not as_json) as progress:
+        with (open_executor(executor, address=ray_address) as gates,
+              Progress("admitting SkillCards", enabled=not as_json) as progress):
+            tier = gates.concrete_tier(tier)
+            width = jobs or (gates.width(tier) if gates.speculate else 1)
             admission = admit(lib, lineages, tier=tier, max_trials=max_trials, progress=progress,
-                              held_out=[Lineage.load(p) for p in held_out], jobs=jobs,
-                              magnitude=magnitude).to_json()
+                              held_out=[Lineage.load(p) for p in held_out], jobs=max(1, width),
+                              magnitude=magnitude, executor=gates).to_json()
         if not as_json:
             click.echo(f"admission: {len(admission['admitted'])} admitted, "
                        f"{len(admission['rejected'])} not admitted, {len(admission['untried'])} "
