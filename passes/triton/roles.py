@@ -450,9 +450,9 @@ def operator_signature(ir: KernelIR) -> frozenset[str]:
     `dot-loop` (a tl.dot reducing in a loop), `two-dots` (a dot whose operand is computed from
     another dot: attention's P @ V), `online-softmax` (a running max with exp rescaling in a
     loop), `row-reduce` (tl.sum / tl.max / tl.min over an axis), `scan` (cumsum or an
-    associative scan), `sort` (tl.sort / topk / histogram), `atomic`, `block-ptr` (block pointers
-    or tensor descriptors), `persistent` (a loop over tiles from the program id),
-    `elementwise` (none of the above). Retrieval compares cases by these."""
+    associative scan), `sort` (tl.sort / topk / histogram), `elementwise` (none of the above).
+    Retrieval compares cases by these. How a kernel is implemented (block pointers, a persistent
+    grid, atomics) is left out: it is what optimization changes, not what the operator is."""
     mod = PyModule(ir)
     traits: set[str] = set()
     for kernel in mod.kernels():
@@ -478,14 +478,6 @@ def operator_signature(ir: KernelIR) -> frozenset[str]:
             traits.add("scan")
         if {"sort", "topk", "histogram"} & set(short):
             traits.add("sort")
-        if any(n.startswith(ATOMICS_PREFIX) for n in names):
-            traits.add("atomic")
-        if {"make_block_ptr", "make_tensor_descriptor"} & set(short):
-            traits.add("block-ptr")
-        pid = _pid_names(kernel)
-        if any(isinstance(l, ast.For) and isinstance(l.target, ast.Name) and l.target.id in pid
-               and names_in(l.iter) & pid for l in ast.walk(kernel)):
-            traits.add("persistent")
     if not traits & {"dot-loop", "two-dots", "online-softmax", "row-reduce", "scan", "sort"}:
         traits.add("elementwise")
     return frozenset(traits)
