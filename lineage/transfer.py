@@ -5,8 +5,8 @@ only together with the rest of the configuration it ran with: a 128x256 tile wit
 2 stages is slower than the 32x32 tile it replaced, with 8 warps and 3 stages it is 5x faster.
 So a card of such a pass carries the configuration of its evidence's kernel by role
 (`carrier["config"]`, see `passes.triton.roles`), and materializing it on a target proposes that
-configuration *and a small sweep around it* (each block dimension halved, the other warp
-count, one pipeline stage more and fewer: `SWEEP_POINTS` configurations at most) as the
+configuration *and a small sweep around it* (each block dimension halved, half and twice
+the warps, one pipeline stage more and fewer: `SWEEP_POINTS` configurations at most) as the
 target kernel's `@triton.autotune` list. The autotuner picks among them on the target's own
 shapes; the gate times the result like any candidate.
 
@@ -51,7 +51,7 @@ def _role_config(config: Mapping[str, Any]) -> dict[str, int]:
 def sweep_around(config: Mapping[str, Any], points: int = SWEEP_POINTS,
                  also: Mapping[str, Any] | None = None) -> list[dict[str, int]]:
     """The recorded configuration and its neighbours, role-keyed: each block halved (dot
-    blocks not below 16), the other warp count (4 <-> 8), one stage fewer and one more;
+    blocks not below 16), half and twice the warps, one stage fewer and one more;
     `also` (the configuration the card's own step ran with) comes second."""
     tiles = {k: int(v) for k, v in (config.get("tiles") or {}).items() if v}
     warps = int(config.get("num_warps") or 4)
@@ -61,7 +61,8 @@ def sweep_around(config: Mapping[str, Any], points: int = SWEEP_POINTS,
     for role in ("m", "n", "k", "grid", "loop", "vec"):
         if role in tiles and tiles[role] // 2 >= (MIN_DOT_BLOCK if role in DOT_ROLES else 1):
             out.append({**base, role: tiles[role] // 2})
-    out.append({**base, "num_warps": 8 if warps <= 4 else 4})
+    out.append({**base, "num_warps": max(1, warps // 2)})
+    out.append({**base, "num_warps": min(32, warps * 2)})
     if stages > 1:
         out.append({**base, "num_stages": stages - 1})
     out.append({**base, "num_stages": stages + 1})

@@ -221,6 +221,135 @@ def _causal(name: str) -> bool:
     return "causal" in name.lower()
 
 
+RANGE_CALLS = frozenset({"range", "tl.range", "tl.static_range", "triton.language.range"})
+MINIMUM = frozenset({"tl.minimum", "triton.language.minimum", "min"})
+
+
+@dataclass(frozen=True, slots=True)
+class Triangle:
+    """A loop over key blocks whose body masks keys against rows (`cols <= rows`): keys past
+    the last row of the program's block are masked out in every iteration that reaches them,
+    so the loop may stop at `row base + row block`."""
+
+    loop: ast.For
+    bound: ast.AST
+    """The node of the loop's upper bound to clamp (inside a cdiv when the loop counts blocks)."""
+    limit: str
+    """`row base + row block`: the first key no row of the program needs."""
+    present: bool
+    """The bound is already clamped by that limit."""
+    text: str = ""
+    """The clamped bound when it is not `tl.minimum(<bound>, <limit>)` (a counted-blocks bound
+    read from a variable: the count recomputed from the clamped size)."""
+
+
+def _assigned(scope: ast.AST) -> dict[str, list[ast.AST]]:
+    out: dict[str, list[ast.AST]] = {}
+    for a in ast.walk(scope):
+        if isinstance(a, ast.Assign):
+            for t in a.targets:
+                if isinstance(t, ast.Name):
+                    out.setdefault(t.id, []).append(a.value)
+    return out
+
+
+def _derived(names: set[str], assigns: dict[str, list[ast.AST]], seed: set[str]) -> bool:
+    """Whether any of `names` is computed (through assignments) from a name in `seed`."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        n = todo.pop()
+        if n in seed:
+            return True
+        if n in seen:
+            continue
+        seen.add(n)
+        for value in assigns.get(n, ()):
+            todo.extend(names_in(value))
+    return False
+
+
+def _row_block(mod: PyModule, kernel: ast.FunctionDef, names: set[str],
+               inner: set[str]) -> tuple[str, str] | None:
+    """(row base text, row block text) of a row-offset name computed outside the loop as
+    `base + tl.arange(0, BLOCK)` with a base read from the program id."""
+    from passes.triton.roles import PID_CALLS, _pid_names  # noqa: PLC0415
+
+    pid = _pid_names(kernel)
+    outer = {t.id: a.value for a in ast.walk(kernel) if isinstance(a, ast.Assign)
+             for t in a.targets if isinstance(t, ast.Name) and t.id not in inner}
+    for name in names:
+        value = outer.get(name)
+        if not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add)):
+            continue
+        terms = (value.left, value.right)
+        aranges = [t for t in terms if isinstance(t, ast.Call) and callee(t) in ("tl.arange", "triton.language.arange")
+                   and len(t.args) == 2 and literal_int(t.args[0]) == 0]
+        bases = [t for t in terms if t not in aranges]
+        if len(aranges) == 1 and len(bases) == 1 and (names_in(bases[0]) & pid or any(
+                isinstance(c, ast.Call) and callee(c) in PID_CALLS for c in ast.walk(bases[0]))):
+            return mod.text(bases[0]), mod.text(aranges[0].args[1])
+    return None
+
+
+def triangles(mod: PyModule) -> list[Triangle]:
+    """Loops over key blocks masked by a key <= row comparison (`Triangle`), in every kernel."""
+    found: list[Triangle] = []
+    for kernel in mod.kernels():
+        for loop in ast.walk(kernel):
+            if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)
+                    and isinstance(loop.iter, ast.Call) and callee(loop.iter) in RANGE_CALLS
+                    and loop.iter.args):
+                continue
+            inner = {t.id for a in ast.walk(loop) if isinstance(a, ast.Assign)
+                     for t in a.targets if isinstance(t, ast.Name)} | {loop.target.id}
+            assigns = _assigned(loop)
+            limit = None
+            for cmp in ast.walk(loop):
+                if not (isinstance(cmp, ast.Compare) and len(cmp.ops) == 1):
+                    continue
+                left, right = cmp.left, cmp.comparators[0]
+                op = cmp.ops[0]
+                if isinstance(op, (ast.GtE, ast.Gt)):
+                    left, right = right, left
+                elif not isinstance(op, (ast.LtE, ast.Lt)):
+                    continue
+                # keys (from the loop variable) on the left, rows (from outside) on the right
+                if not _derived(names_in(left), assigns, {loop.target.id}):
+                    continue
+                if names_in(right) & inner:
+                    continue
+                rows = _row_block(mod, kernel, names_in(right), inner)
+                if rows is not None:
+                    limit = f"{rows[0]} + {rows[1]}"
+                    break
+            if limit is None:
+                continue
+            args = loop.iter.args
+            bound = args[1] if len(args) >= 2 else args[0]
+            replace_with = None
+            if isinstance(bound, ast.Name):  # `n_blocks = tl.cdiv(seq, BLOCK)` counted blocks
+                outer = [a.value for a in ast.walk(kernel) if isinstance(a, ast.Assign)
+                         and any(isinstance(t, ast.Name) and t.id == bound.id for t in a.targets)]
+                if len(outer) == 1 and isinstance(outer[0], ast.Call) \
+                        and callee(outer[0]).endswith("cdiv") and len(outer[0].args) == 2:
+                    replace_with = (f"tl.cdiv(tl.minimum({mod.text(outer[0].args[0])}, {{limit}}), "
+                                    f"{mod.text(outer[0].args[1])})")
+                elif outer or len(args) < 2:
+                    continue  # a count computed some other way: no clamp we can write
+            elif isinstance(bound, ast.Call) and callee(bound).endswith("cdiv") and bound.args:
+                bound = bound.args[0]
+            clamped = bound
+            if isinstance(bound, ast.Call) and callee(bound).endswith("cdiv") and bound.args:
+                clamped = bound.args[0]
+            present = (isinstance(clamped, ast.Call) and callee(clamped) in MINIMUM
+                       and any(limit.replace(" ", "") in mod.text(a).replace(" ", "")
+                               for a in clamped.args))
+            found.append(Triangle(loop, bound, limit, present,
+                                  replace_with.replace("{limit}", limit) if replace_with else ""))
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class CausalBlockSkip(Pass):
     """Causal attention that skips key blocks above the diagonal <-> one loop over every key
@@ -283,6 +412,10 @@ class CausalBlockSkip(Pass):
             start, end, _ = _block_text(mod, [stmt], comment=True)
             out.append(make_site(self.name, ir, index, (start, end), True, {"form": "ifexp"},
                                  mod.span(node)))
+        # a key loop masked against the rows: its bound can stop at the last row of the block
+        for tri in triangles(mod):
+            out.append(make_site(self.name, ir, index, mod.span(tri.bound), tri.present,
+                                 {"form": "bound", "limit": tri.limit}, mod.span(tri.loop.iter)))
         # kernels with a causal flag: a recorded skip can be restored there
         for kernel in mod.kernels():
             if any(_causal(a.arg) for a in kernel.args.args):
@@ -292,6 +425,14 @@ class CausalBlockSkip(Pass):
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         mod = PyModule(ir)
+        if site.detail.get("form") == "bound":
+            for tri in triangles(mod):
+                if tri.present and mod.span(tri.bound) == tuple(site.span) \
+                        and isinstance(tri.bound, ast.Call) and callee(tri.bound) in MINIMUM:
+                    full = next(a for a in tri.bound.args
+                                if tri.limit.replace(" ", "") not in mod.text(a).replace(" ", ""))
+                    return finish(ir, site, [ByteEdit(*site.span, mod.text(full))])
+            return Skipped("no clamped key-loop bound at the site", {"site": site.anchor})
         if site.detail.get("form") == "ifexp":
             for node in self._ifexp(mod):
                 stmt = mod.enclosing(node, ast.stmt)
@@ -325,6 +466,17 @@ class CausalBlockSkip(Pass):
         return Skipped("no causal block skipping at the site", {"site": site.anchor})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        if site.detail.get("form") == "bound":
+            # The loop's keys are compared against the program's rows (`key <= row`): a key
+            # block that starts past the block's last row is masked in full, so the loop stops
+            # at `row base + row block` (the gate checks the result like any rewrite).
+            mod = PyModule(ir)
+            for tri in triangles(mod):
+                if not tri.present and mod.span(tri.bound) == tuple(site.span):
+                    text = tri.text or f"tl.minimum({mod.text(tri.bound)}, {tri.limit})"
+                    return finish(ir, site, [ByteEdit(*site.span, text)],
+                                  options={"limit": tri.limit})
+            return Skipped("no key loop masked against the rows at the site", {"site": site.anchor})
         if not self.code:
             return Skipped("restoring causal block skipping needs the recorded bounds "
                            "(which blocks lie below the diagonal is kernel-specific)", {})

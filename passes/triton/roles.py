@@ -221,14 +221,18 @@ def _own_facts(kernel: ast.FunctionDef) -> _Facts:
                 facts.sizing |= names_in(kw.value)
         if name.endswith(".reshape") or name.endswith(".view"):
             facts.sizing |= set().union(*(names_in(a) for a in call.args)) if call.args else set()
+    def from_pid(node: ast.AST) -> bool:
+        return bool(names_in(node) & pid) or any(
+            isinstance(c, ast.Call) and callee(c) in PID_CALLS for c in ast.walk(node))
+
     for node in ast.walk(kernel):
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.FloorDiv, ast.Mod)):
             left, right = names_in(node.left), names_in(node.right)
             if isinstance(node.op, ast.Mult):
-                for side, other in ((node.left, right), (node.right, left)):
-                    if isinstance(side, ast.Name) and other & pid:
+                for side, other in ((node.left, node.right), (node.right, node.left)):
+                    if isinstance(side, ast.Name) and from_pid(other):
                         facts.grid.add(side.id)
-            if (left | right) & pid:
+            if from_pid(node.left) or from_pid(node.right):
                 facts.pid_arith |= left | right
     for a in ast.walk(kernel):
         if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call) and callee(a.value) in SHAPED \
@@ -766,8 +770,13 @@ def _grid_rewrite(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call, tuned:
         if len(names) > 1:  # one literal for several tiles: the size it divides tells which
             dividend = _dividend(target, nodes[key])
             host = mod.text(dividend) if dividend is not None else None
-            names = {n for n in names if host is not None and any(
+            by_size = {n for n in names if host is not None and any(
                 d in args and mod.text(args[d]) == host for d in pairs.get(n, ()))}
+            if len(by_size) != 1:  # else by the grid axis whose program id the tile scales
+                axis = _grid_axis(target, nodes[key])
+                axes = _tile_axes(kernel)
+                by_size = {n for n in names if axis is not None and axes.get(n) == axis}
+            names = by_size
             if len(names) != 1:
                 return SweepRefusal("the host-computed grid uses one literal for several tiles",
                                     {"tiles": ",".join(shaping)})
@@ -806,6 +815,46 @@ def _dividend(grid: ast.AST, node: ast.AST) -> ast.AST | None:
                 return left.left
             return left
     return None
+
+
+def _grid_axis(grid: ast.AST, node: ast.AST) -> int | None:
+    """The index of the grid tuple's element holding `node` (None: not a tuple)."""
+    if not isinstance(grid, ast.Tuple):
+        return None
+    for i, element in enumerate(grid.elts):
+        if any(sub is node for sub in ast.walk(element)):
+            return i
+    return None
+
+
+def _tile_axes(kernel: ast.FunctionDef) -> dict[str, int]:
+    """Tile constexpr -> the grid axis whose program id it scales (`tl.program_id(1) * T`,
+    or through a name assigned from that program id alone)."""
+    axis_of: dict[str, int] = {}
+    for a in ast.walk(kernel):
+        if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call) and callee(a.value) in PID_CALLS:
+            ax = literal_int(a.value.args[0]) if a.value.args else literal_int(
+                next((k.value for k in a.value.keywords if k.arg == "axis"), None))
+            for t in a.targets:
+                if isinstance(t, ast.Name) and ax is not None:
+                    axis_of[t.id] = ax
+    constexprs = set(constexpr_params(kernel))
+    out: dict[str, int] = {}
+    for node in ast.walk(kernel):
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
+            continue
+        for side, other in ((node.left, node.right), (node.right, node.left)):
+            if not (isinstance(side, ast.Name) and side.id in constexprs):
+                continue
+            if isinstance(other, ast.Call) and callee(other) in PID_CALLS and other.args:
+                ax = literal_int(other.args[0])
+            elif isinstance(other, ast.Name):
+                ax = axis_of.get(other.id)
+            else:
+                ax = None
+            if ax is not None:
+                out.setdefault(side.id, ax)
+    return out
 
 
 def _tile_dims(kernel: ast.FunctionDef) -> dict[str, set[str]]:
