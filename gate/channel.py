@@ -31,6 +31,8 @@ class Job:
     extra_seed: int
     reverify_seed: int
     repeat_calls: int = 2
+    refill_seed: int = 0  # seeds the crossovers of the refill pools (`gate.refill`)
+    refill_sets: int = 4  # input sets per variant the refilled calls rotate through
     env: tuple[tuple[str, str], ...] = ()  # the caller's environment when it asked for the run
 
 
