@@ -142,31 +142,52 @@ def kernel_allowed(name: str) -> bool:
     return any(p.search(name) for p in _ALLOWED_KERNELS)
 
 
-_MANGLED = re.compile(r"^_Z(?:N\d*)?(?:L)?(\d+)")
+def _mangled_identifier(text: str) -> str | None:
+    """The function identifier of an Itanium-mangled name (`_Z11gemm_kernelPfi`, nested
+    `_ZN2ns11gemm_kernelEPf`): the last length-prefixed name before the parameters."""
+    i = 2
+    if text[i:i + 1] == "L":
+        i += 1
+    nested = text[i:i + 1] == "N"
+    if nested:
+        i += 1
+        while text[i:i + 1] in ("K", "V", "r"):
+            i += 1
+    last = None
+    while True:
+        m = re.match(r"\d+", text[i:])
+        if m is None:
+            return last
+        n = int(m.group(0))
+        start = i + m.end()
+        last = text[start:start + n]
+        i = start + n
+        if not nested:
+            return last
 
 
 def base_name(name: str) -> str:
     """The function identifier of a kernel name: `gemm_kernel` for `gemm_kernel`,
     `void ns::gemm_kernel<128>(float*, int)` and the Itanium-mangled `_Z11gemm_kernelPfi`."""
     text = name.strip()
-    m = _MANGLED.match(text)
-    if m:
-        n = int(m.group(1))
-        start = m.end()
-        return text[start:start + n]
-    depth, cut = 0, len(text)
+    if text.startswith("_Z"):
+        ident = _mangled_identifier(text)
+        if ident:
+            return ident
+    cut = len(text)
     for i, ch in enumerate(text):  # the identifier ends where its template / parameters begin
-        if ch in "<(" and depth == 0:
+        if ch in "<(":
             cut = i
             break
-    head = text[:cut].split()[-1] if text[:cut].split() else text[:cut]
+    words = text[:cut].split()
+    head = words[-1] if words else text[:cut]
     return head.rsplit("::", 1)[-1]
 
 
 def cuda_kernel_names(cu_source: str) -> set[str]:
     """Names of the `__global__` functions a CUDA source defines."""
-    return set(re.findall(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?[\w:<>,\s*&]*?"
-                          r"\b([A-Za-z_]\w*)\s*\(", cu_source))
+    text = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", cu_source)
+    return set(re.findall(r"__global__[^;{}()]*?\b([A-Za-z_]\w*)\s*\(", text))
 
 
 def attribute_kernels(executed: Iterable[str], own: Iterable[str]) -> list[str]:
