@@ -18,6 +18,7 @@ Imported only inside a worker (it imports torch). What it provides:
 from __future__ import annotations
 
 import builtins
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -303,6 +304,7 @@ class KernelLog:
         self.kernels: list[str] = []
         self._prof: Any = None
         self.reason: str | None = None  # why the profiler is unavailable, when it is
+        self.seconds = 0.0  # wall seconds spent starting, stopping and reading the profiler
 
     def session(self) -> Any:
         import contextlib  # noqa: PLC0415
@@ -316,6 +318,7 @@ class KernelLog:
                 return
             from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
 
+            t0 = time.perf_counter()
             try:
                 prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
                 prof.__enter__()
@@ -324,12 +327,15 @@ class KernelLog:
                 yield
                 return
             log._prof = prof
+            log.seconds += time.perf_counter() - t0
             try:
                 yield
             finally:
+                t1 = time.perf_counter()
                 log._prof = None
                 prof.__exit__(None, None, None)
                 log._collect(prof)
+                log.seconds += time.perf_counter() - t1
 
         return run()
 
@@ -366,10 +372,16 @@ class KernelLog:
                 windows.append((start, start + dur))
         windows.sort()
         seen = set(self.kernels)
+        inside = 0
         for start, name in sorted(device):
-            if any(lo <= start <= hi for lo, hi in windows) and name not in seen:
-                seen.add(name)
-                self.kernels.append(name)
+            if any(lo <= start <= hi for lo, hi in windows):
+                inside += 1
+                if name not in seen:
+                    seen.add(name)
+                    self.kernels.append(name)
+        if os.environ.get("KLINEAGE_GATE_DEBUG") == "1":
+            print(f"klineage gate kernel log: {len(windows)} windows, {len(device)} device events, "
+                  f"{inside} inside; names so far: {self.kernels}", file=sys.stderr, flush=True)
 
 
 def _interpreting() -> bool:

@@ -638,6 +638,8 @@ def _run(chan: Channel, job: Job) -> None:
         chan.send("mark", phase.__name__, time.perf_counter() - t0)
     if runner.tuning_s:
         chan.send("mark", "autotune timing", runner.tuning_s)
+    if runner.kernels.seconds:
+        chan.send("mark", "kernel log", runner.kernels.seconds)
     if runner.lock.waited_s:
         chan.send("mark", "gpu lock wait", runner.lock.waited_s)
     if chan.quiet_s:

@@ -58,15 +58,17 @@ def test_simple_matmul_passes_the_gemm_case_at_real_shapes() -> None:
         ("illegal_address.py", FailureKind.ILLEGAL_ADDRESS),
         ("cuda_no_launch.cu", FailureKind.NO_LAUNCH),       # cuLaunchKernel counted
         ("cuda_knockout.cu", FailureKind.FALLBACK),         # cuLaunchKernel suppressed
-        ("lazy_after_warmup.py", FailureKind.STALE_OUTPUT),  # re-validation after timing
+        # re-validation after timing; its unwritten output may hold an earlier call's answer
+        ("lazy_after_warmup.py", (FailureKind.STALE_OUTPUT, FailureKind.REUSED_OUTPUT)),
         ("tamper_timer.py", FailureKind.TAMPERING),
         ("oom.py", FailureKind.OUT_OF_MEMORY),
         ("knockout_numpy.py", FailureKind.FALLBACK),
     ],
 )
-def test_device_cheat_is_rejected(cheat: str, kind: FailureKind) -> None:
+def test_device_cheat_is_rejected(cheat: str, kind: FailureKind | tuple[FailureKind, ...]) -> None:
     verdict = _device(CHEATS / cheat)
-    assert verdict.failure_kind is kind, (verdict.failure_kind, verdict.reason)
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    assert verdict.failure_kind in kinds, (verdict.failure_kind, verdict.reason)
 
 
 def test_gpu_hang_times_out_and_the_gpu_stays_usable() -> None:
