@@ -306,6 +306,14 @@ class KernelLog:
         self.reason: str | None = None  # why the profiler is unavailable, when it is
         self.seconds = 0.0  # wall seconds spent starting, stopping and reading the profiler
 
+    def warm_up(self) -> None:
+        """One empty session, before the tamper snapshot: the profiler's first start imports
+        modules that rebind torch functions (`torch.manual_seed`, through torch._dynamo) and
+        initializes CUPTI; after it, sessions change nothing the tamper watch sees."""
+        with self.session(), self.window():
+            pass
+        self.kernels.clear()
+
     def session(self) -> Any:
         import contextlib  # noqa: PLC0415
 

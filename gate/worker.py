@@ -133,6 +133,8 @@ class _Runner:
         self.tuning_s = 0.0  # seconds the autotuner's configurations were timed (device tier)
         self.pools: dict[str, Any] = {}  # variant -> refill.Pool
         self.kernels = guards.KernelLog(self.cap.synchronize)
+        if self.device == "cuda":
+            self.kernels.warm_up()
         self.modules_before: set[str] = set()
 
     # -- helpers -------------------------------------------------------------------------
