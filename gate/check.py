@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from gate import gpulock
+from gate import foreign, gpulock
 from gate.cache import VerdictCache, cache_key
 from gate.cases import Case, load_case
 from gate.runner import supervise
@@ -24,7 +24,7 @@ from gate.verdict import FailureKind, Tier, Verdict, reject
 from gate.worker import Job
 from kir.errors import BadInputError
 
-GATE_VERSION = "4"  # bump when a change to the gate could change a verdict
+GATE_VERSION = "5"  # bump when a change to the gate could change a verdict
 DEFAULT_TIMEOUT_S = {Tier.STATIC: 300.0, Tier.INTERPRET: 300.0, Tier.DEVICE: 300.0}
 # Device-tier gates may run side by side: each worker takes its GPU's readers-writer lock
 # (`gate.gpulock`: exclusive while it times). With that lock switched off
@@ -112,6 +112,17 @@ def _parse(source: str, language: str, path: Path | None, tier: Tier) -> Verdict
     return None
 
 
+def _foreign_code(python_source: str, tier: Tier) -> Verdict | None:
+    """A rejecting verdict when the candidate's Python text imports another array / GPU library
+    or loads a native library (`gate.foreign.scan_source`), naming the lines."""
+    findings = foreign.scan_source(python_source)
+    if not findings:
+        return None
+    return reject(tier, "anti_cheat", FailureKind.FOREIGN_LIBRARY,
+                  f"{foreign.describe_findings(findings)}: the answer must come from the candidate's "
+                  f"own kernels, and the gate cannot attribute another library's")
+
+
 def _host_text(host: str | Path | None, path: Path | None) -> tuple[str, str]:
     """(host module text, its stem) of a CUDA candidate."""
     if host is None:
@@ -192,7 +203,8 @@ def prepare(source: str, language: Any, case: Case | str | Path, tier: Tier | st
 
 def evaluate(job: Prepared) -> Verdict:
     """Run a prepared job on this machine (parse, then a fresh worker); no cache."""
-    verdict = _parse(job.source, job.language, job.src_path, job.tier)
+    verdict = _parse(job.source, job.language, job.src_path, job.tier) or _foreign_code(
+        job.host_text if job.language == "cuda" else job.source, job.tier)
     if verdict is None:
         verdict = _run(job.source, job.language, job.case, job.tier, job.stem, job.host_text,
                        job.src_path, job.timeout)
@@ -219,12 +231,14 @@ def _run(source: str, lang: str, case: Case, tier: Tier, stem: str, host_text: s
             cu = None
             module = scratch / f"{stem}.py"
             module.write_text(source)
-        base = random.SystemRandom().randrange(1, 2**30)  # fresh seeds: nothing to memorize
+        rng = random.SystemRandom()
+        base = rng.randrange(1, 2**30)  # fresh seeds: nothing to memorize
         job = Job(tier=tier.value, language=lang, module_path=str(module),
                   cu_path=str(cu) if cu else None, scratch=str(scratch),
                   origin_dir=str(src_path.parent) if src_path else None,
                   case_path=str(case.path), seeds=(base, base + 1, base + 2),
-                  extra_seed=base + 3, reverify_seed=base + 4, env=tuple(os.environ.items()))
+                  extra_seed=base + 3, reverify_seed=base + 4,
+                  refill_seed=rng.randrange(2**30, 2**31), env=tuple(os.environ.items()))
         if tier is Tier.DEVICE and gpulock.lock_path("any") is None:
             with _DEVICE_LOCK:
                 return supervise(job, case, tier, timeout)

@@ -9,6 +9,8 @@ Imported only inside a worker (it imports torch). What it provides:
 - `LaunchMonitor`: hooks the Triton JIT launch path (`JITFunction.run`, the interpreter's
   `InterpretedFunction.run`) and `cuda.bindings.driver.cuLaunchKernel[Ex]` to count launches of
   the candidate's own kernels, check their stream, and suppress them (knockout);
+- `KernelLog`: the GPU kernels that actually ran during the candidate's calls (CUPTI activity
+  through `torch.profiler`), for `gate.foreign.attribute_kernels`;
 - `OpTrace`: a torch dispatch mode that records every compute op the candidate runs (allocation,
   views and copies are allowed), notes calls made from inside the case's reference, and fills
   each tensor the candidate allocates with poison (NaN for floats).
@@ -16,6 +18,7 @@ Imported only inside a worker (it imports torch). What it provides:
 from __future__ import annotations
 
 import builtins
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -38,6 +41,7 @@ class Captured:
     view: Callable[..., Any]
     numpy: Callable[..., Any]
     fill_: Callable[..., Any]
+    copy_: Callable[..., Any]
     equal: Callable[..., bool]
     tensor_type: type
     synchronize: Callable[[], None] | None
@@ -50,7 +54,7 @@ class Captured:
         return Captured(
             clone=torch.Tensor.clone, cpu=torch.Tensor.cpu, contiguous=torch.Tensor.contiguous,
             view=torch.Tensor.view, numpy=torch.Tensor.numpy, fill_=torch.Tensor.fill_,
-            equal=torch.equal, tensor_type=torch.Tensor,
+            copy_=torch.Tensor.copy_,            equal=torch.equal, tensor_type=torch.Tensor,
             synchronize=torch.cuda.synchronize if cuda else None,
             current_stream=torch.cuda.current_stream if cuda else None,
             perf_counter=time.perf_counter,
@@ -148,7 +152,11 @@ class LaunchMonitor:
     tuning: int = 0
     side_stream: list[str] = field(default_factory=list)
     gate_stream: int | None = None
+    names: set[str] = field(default_factory=set)
+    """Names of the kernels the candidate launched through the hooked paths (every mode),
+    as the compiled kernel / the driver names them: what `KernelLog` attributes to it."""
     _owned: dict[str, bool] = field(default_factory=dict)
+    _function_names: dict[int, str] = field(default_factory=dict)
 
     def reset(self, mode: str = "run") -> None:
         self.mode, self.launches = mode, 0
@@ -219,10 +227,16 @@ class LaunchMonitor:
             stream = None
             if monitor.gate_stream is not None:
                 stream = int(torch.cuda.current_stream().cuda_stream)
-            monitor._on_launch(getattr(jit_self.fn, "__name__", "kernel"), stream)
+            name = getattr(jit_self.fn, "__name__", "kernel")
+            monitor.names.add(name)
+            monitor._on_launch(name, stream)
             if monitor.mode == "silent":
                 return None
-            return original(jit_self, *args, **kwargs)
+            kernel = original(jit_self, *args, **kwargs)
+            compiled = getattr(kernel, "name", None)
+            if isinstance(compiled, str):
+                monitor.names.add(compiled)
+            return kernel
 
         return run
 
@@ -234,12 +248,17 @@ class LaunchMonitor:
         ok = driver.CUresult.CUDA_SUCCESS
         monitor = self
 
-        def wrap(original: Callable[..., Any], stream_of: Callable[[tuple[Any, ...]], Any]) -> Any:
+        def wrap(original: Callable[..., Any], stream_of: Callable[[tuple[Any, ...]], Any],
+                 function_of: Callable[[tuple[Any, ...]], Any]) -> Any:
             def launch(*args: Any, **kwargs: Any) -> Any:
                 try:
                     stream = int(stream_of(args))
                 except (TypeError, ValueError, IndexError, AttributeError):
                     stream = None
+                try:
+                    monitor._name_function(driver, function_of(args))
+                except (TypeError, ValueError, IndexError, AttributeError):
+                    pass
                 monitor._on_launch(f"{original.__name__}", stream)
                 if monitor.mode == "silent":
                     return (ok,)
@@ -249,9 +268,128 @@ class LaunchMonitor:
             return launch
 
         if hasattr(driver, "cuLaunchKernel"):
-            self._patch(driver, "cuLaunchKernel", wrap(driver.cuLaunchKernel, lambda a: a[8]))
+            self._patch(driver, "cuLaunchKernel", wrap(driver.cuLaunchKernel, lambda a: a[8],
+                                                       lambda a: a[0]))
         if hasattr(driver, "cuLaunchKernelEx"):
-            self._patch(driver, "cuLaunchKernelEx", wrap(driver.cuLaunchKernelEx, lambda a: a[0].hStream))
+            self._patch(driver, "cuLaunchKernelEx", wrap(driver.cuLaunchKernelEx,
+                                                         lambda a: a[0].hStream, lambda a: a[1]))
+
+    def _name_function(self, driver: Any, function: Any) -> None:
+        """Record the (mangled) name of a launched CUfunction, once per handle."""
+        handle = int(function)
+        if handle in self._function_names or not hasattr(driver, "cuFuncGetName"):
+            return
+        err, raw = driver.cuFuncGetName(function)
+        name = raw.decode() if isinstance(raw, bytes) else str(raw)
+        if err == driver.CUresult.CUDA_SUCCESS and name:
+            self._function_names[handle] = name
+            self.names.add(name)
+
+
+class KernelLog:
+    """GPU kernels (and driver memcpy / memset activities) that ran inside `window()`s.
+
+    One `torch.profiler` session (CPU and CUDA activities) per `session()`; each candidate call
+    runs inside a `window()`, a user range entered after a device synchronize and left after
+    another, so every kernel the call launched on any stream (a library's included) starts and
+    ends inside it and nothing the gate ran between calls does. `kernels` holds the names
+    collected so far (in order, repeats dropped). Off the GPU, or where the profiler cannot
+    start, it records nothing and `available` is False."""
+
+    WINDOW = "klineage::candidate"
+
+    def __init__(self, synchronize: Callable[[], None] | None) -> None:
+        self.synchronize = synchronize
+        self.available = synchronize is not None
+        self.kernels: list[str] = []
+        self._prof: Any = None
+        self.reason: str | None = None  # why the profiler is unavailable, when it is
+        self.seconds = 0.0  # wall seconds spent starting, stopping and reading the profiler
+
+    def warm_up(self) -> None:
+        """One empty session, before the tamper snapshot: the profiler's first start imports
+        modules that rebind torch functions (`torch.manual_seed`, through torch._dynamo) and
+        initializes CUPTI; after it, sessions change nothing the tamper watch sees."""
+        with self.session(), self.window():
+            pass
+        self.kernels.clear()
+
+    def session(self) -> Any:
+        import contextlib  # noqa: PLC0415
+
+        log = self
+
+        @contextlib.contextmanager
+        def run() -> Any:
+            if not log.available:
+                yield
+                return
+            from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+            t0 = time.perf_counter()
+            try:
+                prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                prof.__enter__()
+            except Exception as exc:  # no CUPTI: attribution is off, said in a flag
+                log.available, log.reason = False, f"{type(exc).__name__}: {exc}"
+                yield
+                return
+            log._prof = prof
+            log.seconds += time.perf_counter() - t0
+            try:
+                yield
+            finally:
+                t1 = time.perf_counter()
+                log._prof = None
+                prof.__exit__(None, None, None)
+                log._collect(prof)
+                log.seconds += time.perf_counter() - t1
+
+        return run()
+
+    def window(self) -> Any:
+        import contextlib  # noqa: PLC0415
+
+        if self._prof is None:
+            return contextlib.nullcontext()
+        log = self
+
+        @contextlib.contextmanager
+        def run() -> Any:
+            assert log.synchronize is not None
+            log.synchronize()
+            with torch.profiler.record_function(KernelLog.WINDOW):
+                try:
+                    yield
+                finally:
+                    log.synchronize()
+
+        return run()
+
+    def _collect(self, prof: Any) -> None:
+        events = prof.profiler.kineto_results.events()
+        windows: list[tuple[int, int]] = []
+        device: list[tuple[int, str]] = []
+        cuda = torch.autograd.DeviceType.CUDA
+        for ev in events:
+            start = ev.start_ns() if hasattr(ev, "start_ns") else int(ev.start_us() * 1000)
+            if ev.device_type() == cuda:
+                device.append((start, ev.name()))
+            elif ev.name() == KernelLog.WINDOW:
+                dur = ev.duration_ns() if hasattr(ev, "duration_ns") else int(ev.duration_us() * 1000)
+                windows.append((start, start + dur))
+        windows.sort()
+        seen = set(self.kernels)
+        inside = 0
+        for start, name in sorted(device):
+            if any(lo <= start <= hi for lo, hi in windows):
+                inside += 1
+                if name not in seen:
+                    seen.add(name)
+                    self.kernels.append(name)
+        if os.environ.get("KLINEAGE_GATE_DEBUG") == "1":
+            print(f"klineage gate kernel log: {len(windows)} windows, {len(device)} device events, "
+                  f"{inside} inside; names so far: {self.kernels}", file=sys.stderr, flush=True)
 
 
 def _interpreting() -> bool:

@@ -24,8 +24,8 @@ from gate import gpulock
 from gate.cases import Case
 from gate.verdict import (Correctness, Facts, CompileFacts, FailureKind, SeedResult, Tier, Timing,
                           VariantTiming, Verdict, reject)
-from gate.worker import (PHASE_FAULT, PHASE_KNOCKOUT, PHASE_REVERIFY, PHASE_SEED, PHASE_TIMED, Job,
-                         main as worker_main)
+from gate.worker import (PHASE_FAULT, PHASE_KNOCKOUT, PHASE_REFILL, PHASE_REVERIFY, PHASE_SEED,
+                         PHASE_TIMED, Job, main as worker_main)
 
 _LOG = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 180.0
@@ -64,6 +64,7 @@ class _Judge:
     stage: str = "import"
     verdict: Verdict | None = None
     phases: list[tuple[str, float]] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
     compare_s: float = 0.0  # the parent's own time decoding and comparing outputs
     gpu_lock: Any = field(default_factory=gpulock.NoLock)
     """The worker's GPU lock, held shared while comparing: no gate times a kernel while a
@@ -87,7 +88,9 @@ class _Judge:
                               correctness=self._correctness() if self.results else None)
 
     def _correctness(self) -> Correctness:
-        seeds = tuple(sorted({r.seed for r in self.results}))
+        # Seeds of make_inputs draws; the refill pools' crossovers have numbers of their own.
+        seeds = tuple(sorted({r.seed for r in self.results
+                              if (r.variant, PHASE_REFILL, r.seed) not in self.refs}))
         errs = [r.rel_err for r in self.results]
         return Correctness(seeds, max(errs) if errs else 0.0, tuple(self.results))
 
@@ -112,6 +115,8 @@ class _Judge:
         elif kind == "cand_ms":
             self.cand_ms[msg[1]] = (msg[2], msg[3])
             self.timed_s = max(self.timed_s, msg[4])
+        elif kind == "flag":
+            self.flags.append(str(msg[1]))
         elif kind == "facts":
             self.facts = Facts(tuple(CompileFacts.from_json(c) for c in msg[1]))
             self.stage = "compile"
@@ -138,16 +143,8 @@ class _Judge:
                            f"the reference output of {variant} does not depend on the inputs")
 
     def _judge_out(self, variant: str, phase: str, seed: int, outputs: Any, launches: int) -> None:
-        ref_phase = PHASE_SEED if phase in (PHASE_KNOCKOUT, PHASE_FAULT) else phase
-        ref_outputs, inputs = self.refs[(variant, ref_phase, seed)]
-        dtype = str(self._shape(variant).get("dtype", ""))
-        t0 = time.perf_counter()
-        with self.gpu_lock.shared():
-            outcome = cmp.compare(outputs, ref_outputs, tolerance=self.case.tolerance_for(dtype),
-                                  low_tolerance=cmp.lower_precision_tolerance(
-                                      dtype, dict(self.case.tolerance)),
-                                  case_compare=self.case_compare, inputs=inputs)
-        self.compare_s += time.perf_counter() - t0
+        key = self._ref_key(variant, phase, seed)
+        outcome = self._compare(variant, outputs, key)
         if phase in (PHASE_KNOCKOUT, PHASE_FAULT):
             self.stage = "anti_cheat"
             if outcome.ok:
@@ -158,24 +155,62 @@ class _Judge:
                            f"{outcome.rel_err:.3g}): the answer comes from somewhere other than "
                            f"the candidate's kernel")
             return
-        self.stage = "timing" if phase in (PHASE_TIMED, PHASE_REVERIFY) and self.tier is Tier.DEVICE \
+        self.stage = "timing" if phase in (PHASE_TIMED, PHASE_REVERIFY, PHASE_REFILL) \
+            and self.tier is Tier.DEVICE \
             else "correctness"
         self.results.append(SeedResult(variant, seed, outcome.rel_err, phase))
         if not outcome.ok:
             assert outcome.kind is not None and outcome.reason is not None
             kind, reason = outcome.kind, outcome.reason
-            if phase in (PHASE_TIMED, PHASE_REVERIFY) and kind in (FailureKind.WRONG_OUTPUT,
-                                                                   FailureKind.NAN_OUTPUT):
+            other = self._answers_other_inputs(variant, outputs, key) \
+                if kind is FailureKind.WRONG_OUTPUT else None
+            if other is not None:
+                # The answer to other inputs: a result kept from an earlier call and returned again.
+                kind = FailureKind.REUSED_OUTPUT
+                reason = (f"the output is the answer to other inputs ({other}), not to the values in "
+                          f"its input buffers: a result reused across calls ({reason})")
+            elif phase in (PHASE_TIMED, PHASE_REVERIFY, PHASE_REFILL) and kind in (
+                    FailureKind.WRONG_OUTPUT, FailureKind.NAN_OUTPUT):
                 # Right during the checks, wrong once timed: the kind that matters is "stale".
                 kind = FailureKind.STALE_OUTPUT
                 reason = f"after the timed/repeated runs, on fresh inputs: {reason}"
             self._fail(kind, self.stage, f"{variant}/{phase} seed {seed}: {reason}")
 
+    def _ref_key(self, variant: str, phase: str, seed: int) -> tuple[str, str, int]:
+        if phase in (PHASE_KNOCKOUT, PHASE_FAULT):
+            return (variant, PHASE_SEED, seed)
+        if phase == PHASE_REFILL and (variant, PHASE_REFILL, seed) not in self.refs:
+            return (variant, PHASE_TIMED, seed)  # the pool's first set is the timed set
+        return (variant, phase, seed)
+
+    def _compare(self, variant: str, outputs: Any, key: tuple[str, str, int]) -> cmp.Outcome:
+        ref_outputs, inputs = self.refs[key]
+        dtype = str(self._shape(variant).get("dtype", ""))
+        t0 = time.perf_counter()
+        with self.gpu_lock.shared():
+            outcome = cmp.compare(outputs, ref_outputs, tolerance=self.case.tolerance_for(dtype),
+                                  low_tolerance=cmp.lower_precision_tolerance(
+                                      dtype, dict(self.case.tolerance)),
+                                  case_compare=self.case_compare, inputs=inputs)
+        self.compare_s += time.perf_counter() - t0
+        return outcome
+
+    def _answers_other_inputs(self, variant: str, outputs: Any,
+                              key: tuple[str, str, int]) -> str | None:
+        """The input set of `variant` (other than `key`'s) whose reference `outputs` match,
+        described; None when they match none."""
+        for other in self.refs:
+            if other[0] == variant and other != key and other[1] != PHASE_REVERIFY:
+                if self._compare(variant, outputs, other).ok:
+                    return f"{other[1]} set {other[2]}" if other[1] == PHASE_REFILL else \
+                        f"the {other[1]} inputs of seed {other[2]}"
+        return None
+
     def _finish(self) -> None:
         if self.tier is Tier.STATIC:
             self.verdict = Verdict(True, self.tier, "compile", facts=self.facts)
             return
-        flags: list[str] = []
+        flags: list[str] = list(self.flags)
         timing = None
         if self.tier is Tier.DEVICE and self.cand_ms:
             variants = tuple(VariantTiming(v, self.cand_ms[v][0], self.ref_ms[v][0]) for v in self.cand_ms)

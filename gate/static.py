@@ -29,7 +29,7 @@ from typing import Any
 
 from gate import facts
 from gate.verdict import CompileFacts, FailureKind
-from gate.worker import Channel, Job, describe, import_candidate
+from gate.channel import Channel, Job, describe, import_candidate
 
 TARGET_ARCH = 90
 TARGET_NAME = "sm_90a"

@@ -42,6 +42,9 @@ class FailureKind(str, Enum):
     INPUT_MUTATION = "input_mutation"      # the candidate wrote into its inputs
     SIDE_STREAM = "side_stream"            # a launch outside the stream the gate times
     STALE_OUTPUT = "stale_output"          # output wrong after the timed runs (re-validation)
+    REUSED_OUTPUT = "reused_output"        # output does not follow the values refilled into its inputs
+    FOREIGN_KERNEL = "foreign_kernel"      # a GPU kernel ran that is neither the candidate's nor allowed
+    FOREIGN_LIBRARY = "foreign_library"    # imports another array/GPU library or loads a native one
     TIMEOUT = "timeout"
     CRASH = "crash"                        # the worker died: signal, os._exit, killed
     OUT_OF_MEMORY = "out_of_memory"

@@ -14,13 +14,17 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
     ("stage", name)                                   entering correctness / anti_cheat / timing
     ("mark", phase, seconds)                          a phase's duration (logged by the parent)
     ("ref", variant, phase, seed, outputs, inputs)    reference result (inputs only for cases
-                                                       with their own compare)
+                                                       with their own compare); phase refill:
+                                                       a crossover of the pool (`gate.refill`)
     ("refs_done",)
     ("ref_ms", variant, ms, wall_ms, timed_s)         device tier (timed_s: seconds spent timing
                                                        so far in this worker)
     ("out", variant, phase, seed, outputs, launches)  a candidate call; phase is seed |
-                                                       knockout | fault | timed | reverify
+                                                       knockout | fault | timed | reverify |
+                                                       refill (a call on refilled inputs; seed
+                                                       names the set of the variant's pool)
     ("cand_ms", variant, ms, wall_ms, timed_s)        device tier
+    ("flag", text)                                    a finding that does not reject
     ("facts", [CompileFacts json])                    static tier
     ("reject", failure kind, stage, reason)
     ("done",)
@@ -28,108 +32,21 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import sys
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gate import static
+from gate.channel import Channel, Job, Stop, classify, describe, import_candidate
 from gate.verdict import FailureKind
 
-PHASE_SEED, PHASE_KNOCKOUT, PHASE_FAULT, PHASE_TIMED, PHASE_REVERIFY = (
-    "seed", "knockout", "fault", "timed", "reverify")
+__all__ = ["Channel", "Job", "Stop", "classify", "describe", "import_candidate", "main"]
 
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """What one worker does. Paths are absolute; `module_path` is the candidate (Triton) or the
-    CUDA host module, copied into the scratch folder `scratch` beside `cu_path`."""
-
-    tier: str
-    language: str
-    module_path: str
-    cu_path: str | None
-    scratch: str
-    origin_dir: str | None
-    case_path: str
-    seeds: tuple[int, ...]
-    extra_seed: int
-    reverify_seed: int
-    repeat_calls: int = 2
-    env: tuple[tuple[str, str], ...] = ()  # the caller's environment when it asked for the run
-
-
-class Stop(Exception):
-    """Ends the worker with a rejection already sent."""
-
-
-# How long a worker waits for the parent's go-ahead before timing anyway (the parent answers
-# as soon as it has judged what it was sent; it kills a worker that overruns its time limit).
-QUIET_WAIT_S = 120.0
-
-
-class Channel:
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-        self.quiet_s = 0.0
-        """Seconds spent waiting for the parent's go-ahead (`wait_quiet`)."""
-
-    def send(self, *msg: Any) -> None:
-        self.conn.send(msg)
-
-    def wait_quiet(self) -> None:
-        """Ask the parent to finish judging the outputs sent so far and wait for its answer:
-        its comparisons are CPU work (torch on every core) that would slow a timed kernel's
-        launches. A parent that does not answer (an older one) is waited for at most
-        `QUIET_WAIT_S`."""
-        import time  # noqa: PLC0415
-
-        t0 = time.perf_counter()
-        self.send("quiet")
-        if self.conn.poll(QUIET_WAIT_S):
-            self.conn.recv()
-        self.quiet_s += time.perf_counter() - t0
-
-    def reject(self, kind: FailureKind, stage: str, reason: str) -> None:
-        self.send("reject", kind.value, stage, reason)
-        raise Stop
-
-
-def classify(exc: BaseException) -> FailureKind:
-    """Failure kind of an exception raised by candidate code or by the device."""
-    text = f"{type(exc).__name__}: {exc}".lower()
-    if isinstance(exc, MemoryError) or "out of memory" in text or "outofmemory" in text \
-            or "can't allocate memory" in text or "cannot allocate memory" in text:
-        return FailureKind.OUT_OF_MEMORY
-    if "illegal memory access" in text or "illegal_address" in text or "misaligned address" in text \
-            or "illegal address" in text:
-        return FailureKind.ILLEGAL_ADDRESS
-    if "compilationerror" in text or "compiletimeassertion" in text or "ptxas" in text:
-        return FailureKind.COMPILE_ERROR
-    return FailureKind.RUNTIME_ERROR
-
-
-def describe(exc: BaseException, limit: int = 600) -> str:
-    """`Type: message` of `exc`, at most about `limit` characters. When it was raised from
-    another exception, the innermost one is appended ("caused by ..."): Triton's
-    CompilationError of a nested call names only the call site, its cause says what failed."""
-    msg = f"{type(exc).__name__}: {exc}"
-    root, seen = exc, {id(exc)}
-    while True:
-        nxt = root.__cause__ or (None if root.__suppress_context__ else root.__context__)
-        if nxt is None or id(nxt) in seen:
-            break
-        seen.add(id(nxt))
-        root = nxt
-    if root is exc:
-        return msg if len(msg) <= limit else msg[:limit] + "..."
-    cause = f"{type(root).__name__}: {root}"
-    cause = cause if len(cause) <= limit // 2 else cause[:limit // 2] + "..."
-    room = max(120, limit - len(cause))
-    head = msg if len(msg) <= room else msg[:room] + "..."
-    return f"{head}\ncaused by {cause}"
+PHASE_SEED, PHASE_KNOCKOUT, PHASE_FAULT, PHASE_TIMED, PHASE_REVERIFY, PHASE_REFILL = (
+    "seed", "knockout", "fault", "timed", "reverify", "refill")
+REFILL_SAMPLE = 2  # outputs of each timed run checked (drawn after the calls ran), besides its last
 
 
 def main(conn: Any, job: Job) -> None:
@@ -153,8 +70,6 @@ def main(conn: Any, job: Job) -> None:
     chan = Channel(conn)
     try:
         if job.tier == "static":
-            from gate import static
-
             static.run_static(chan, job)
         else:
             _run(chan, job)
@@ -172,30 +87,6 @@ def main(conn: Any, job: Job) -> None:
         conn.close()
 
 
-def import_candidate(chan: Channel, job: Job, stage: str = "import") -> Any:
-    """Import the candidate module from the scratch folder; reject on failure."""
-    scratch = str(Path(job.scratch).resolve())
-    sys.path.insert(0, scratch)
-    if job.origin_dir:
-        sys.path.append(job.origin_dir)
-    name = "klineage_candidate_" + Path(job.module_path).stem
-    spec = importlib.util.spec_from_file_location(name, job.module_path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except SystemExit as exc:
-        chan.reject(FailureKind.IMPORT_ERROR, stage, f"the module called sys.exit({exc.code}) on import")
-    except BaseException as exc:
-        kind = classify(exc)
-        chan.reject(FailureKind.IMPORT_ERROR if kind is FailureKind.RUNTIME_ERROR else kind, stage,
-                    f"importing the candidate raised {describe(exc)}")
-    if not callable(getattr(module, "run", None)):
-        chan.reject(FailureKind.IMPORT_ERROR, stage, "the module defines no callable `run`")
-    return module
-
-
 # ---------------------------------------------------------------------------------------------
 # interpret / device tiers
 
@@ -205,10 +96,12 @@ class _Runner:
     def __init__(self, chan: Channel, job: Job) -> None:
         import torch
 
-        from gate import gpulock, guards
+        import torch.profiler  # noqa: F401  (before the tamper snapshot: it binds torch attributes)
+
+        from gate import gpulock, guards, refill
         from gate.cases import import_case_module
 
-        self.chan, self.job, self.torch, self.guards = chan, job, torch, guards
+        self.chan, self.job, self.torch, self.guards, self.refill = chan, job, torch, guards, refill
         self.device = "cuda" if job.tier == "device" else "cpu"
         if self.device == "cuda" and not torch.cuda.is_available():
             chan.reject(FailureKind.UNSUPPORTED, "import", "the device tier needs a CUDA GPU; none is visible")
@@ -238,6 +131,11 @@ class _Runner:
         self.watch: Any = None
         self.run_fn: Any = None
         self.tuning_s = 0.0  # seconds the autotuner's configurations were timed (device tier)
+        self.pools: dict[str, Any] = {}  # variant -> refill.Pool
+        self.kernels = guards.KernelLog(self.cap.synchronize)
+        if self.device == "cuda":
+            self.kernels.warm_up()
+        self.modules_before: set[str] = set()
 
     # -- helpers -------------------------------------------------------------------------
     def sync(self) -> None:
@@ -252,14 +150,15 @@ class _Runner:
 
         return encode_all(values, self.cap)
 
-    def bench(self, fn: Any) -> tuple[float, float]:
+    def bench(self, fn: Any, between: Any = None) -> tuple[float, float]:
         """(median ms by do_bench with L2 flush, mean wall-clock ms of 10 synchronized calls).
         Timed once the parent has judged everything sent so far (`Channel.wait_quiet`) and
-        with the GPU to itself (`gate.gpulock`)."""
+        with the GPU to itself (`gate.gpulock`). `between()` runs before each L2 flush, i.e.
+        before every timed call, outside the measured interval (the input refill)."""
         self.chan.wait_quiet()
         with self.lock.exclusive():
             start = self.cap.perf_counter()
-            with self.gpu_lead(fn):
+            with self.gpu_lead(fn, between):
                 ms = float(self.do_bench(fn, warmup=25, rep=100, return_mode="median"))
             self.sync()
             t0 = self.cap.perf_counter()
@@ -271,7 +170,7 @@ class _Runner:
         return ms, (end - t0) * 100.0
 
     @contextlib.contextmanager
-    def gpu_lead(self, fn: Any) -> Any:
+    def gpu_lead(self, fn: Any, between: Any = None) -> Any:
         """While `do_bench` runs: its L2 flush between timed calls also keeps the GPU busy
         (`torch.cuda._sleep`) for a few times the host's time to issue one call of `fn`.
 
@@ -302,6 +201,8 @@ class _Runner:
         cycles = max(1, int(lead_us * self._cycles_per_us()))
 
         def clear_cache(cache: Any) -> None:
+            if between is not None:
+                between()
             flush(cache)
             sleep(cycles)
 
@@ -337,34 +238,86 @@ class _Runner:
                 for phase, seed in [(PHASE_SEED, s) for s in self.job.seeds] + extra]
 
     def references(self) -> None:
-        torch = self.torch
-        with_inputs = hasattr(self.case, "compare")
         for variant, phase, seed in self.plan():
-            shape = dict(self.shapes[variant])
-            try:
-                with self.lock.shared():
-                    inputs = tuple(self.case.make_inputs(shape, seed, self.device))
-                    with torch.no_grad():
-                        ref = self.case.reference(*self.clone_inputs(inputs))
-                    self.sync()
-            except Exception as exc:
-                self.chan.reject(FailureKind.BAD_CASE, "correctness",
-                                 f"the case's reference failed on {variant}: {describe(exc)}")
-            self.chan.send("ref", variant, phase, seed, self.encode(ref),
-                           self.encode(inputs) if with_inputs else None)
-            # The reference's answer must not survive where a candidate could find it.
-            for t in ref if isinstance(ref, (tuple, list)) else (ref,):
-                if isinstance(t, torch.Tensor):
-                    self.guards.poison_(t)
-            del ref
+            inputs = self._draw(variant, seed)
+            self._reference(variant, phase, seed, inputs)
             self.originals[(variant, phase, seed)] = inputs
+        for variant in self.shapes:
+            self.pools[variant] = self._pool(variant)
         self.chan.send("refs_done")
         if self.device == "cuda":
             for variant in self.shapes:
-                timed = self.clone_inputs(self.originals[(variant, PHASE_TIMED, self.job.extra_seed)])
-                ms, wall = self.bench(lambda: self.case.reference(*timed))
+                rotation = self._rotation(variant)
+                ms, wall = self.bench(lambda: self.case.reference(*rotation.buffers),
+                                      rotation.refill_next)
                 self.chan.send("ref_ms", variant, ms, wall, self.timed_s)
             self._poison_cached_memory()
+
+    def _draw(self, variant: str, seed: int) -> tuple[Any, ...]:
+        try:
+            with self.lock.shared():
+                inputs = tuple(self.case.make_inputs(dict(self.shapes[variant]), seed, self.device))
+                self.sync()
+        except Exception as exc:
+            self.chan.reject(FailureKind.BAD_CASE, "correctness",
+                             f"the case's make_inputs failed on {variant}: {describe(exc)}")
+        return inputs
+
+    def _reference(self, variant: str, phase: str, seed: int, inputs: tuple[Any, ...], *,
+                   finite_like: bool = False) -> bool:
+        """Compute and send the reference of `inputs`; poison it afterwards. With
+        `finite_like`, send nothing and return False when the reference raises or is not finite
+        (a crossover the case's reference does not accept)."""
+        torch = self.torch
+        try:
+            with self.lock.shared():
+                with torch.no_grad():
+                    ref = self.case.reference(*self.clone_inputs(inputs))
+                self.sync()
+        except Exception as exc:
+            if finite_like:
+                return False
+            self.chan.reject(FailureKind.BAD_CASE, "correctness",
+                             f"the case's reference failed on {variant}: {describe(exc)}")
+        tensors = [t for t in (ref if isinstance(ref, (tuple, list)) else (ref,))
+                   if isinstance(t, torch.Tensor)]
+        if finite_like and not all(bool(torch.isfinite(t).all()) for t in tensors
+                                   if t.is_floating_point() or t.is_complex()):
+            return False
+        with_inputs = hasattr(self.case, "compare")
+        self.chan.send("ref", variant, phase, seed, self.encode(ref),
+                       self.encode(inputs) if with_inputs else None)
+        # The reference's answer must not survive where a candidate could find it.
+        for t in tensors:
+            self.guards.poison_(t)
+        del ref, tensors
+        return True
+
+    def _pool(self, variant: str) -> Any:
+        """The variant's refill pool (`gate.refill`): the timed set, then crossovers of it with
+        the first seed's set (fresh draws where the case asks or a crossover is refused). A
+        fresh draw's seed continues the job's seeds; a crossover's is a number of its own."""
+        refill = self.refill
+        timed = self.originals[(variant, PHASE_TIMED, self.job.extra_seed)]
+        donor = self.originals[(variant, PHASE_SEED, self.job.seeds[0])]
+        fresh_only = str(getattr(self.case, "REFILL", "crossover")) == "fresh"
+        sets = [(self.job.extra_seed, timed)]
+        for k in range(1, max(1, self.job.refill_sets)):
+            seed = self.job.refill_seed + k
+            mixed = None if fresh_only else refill.crossover(timed, donor, seed)
+            if mixed is not None and self._reference(variant, PHASE_REFILL, seed, mixed,
+                                                     finite_like=True):
+                sets.append((seed, mixed))
+                continue
+            fresh = self._draw(variant, seed)
+            self._reference(variant, PHASE_REFILL, seed, fresh)
+            sets.append((seed, fresh))
+        return refill.Pool(sets)
+
+    def _rotation(self, variant: str) -> Any:
+        """Fresh buffers (a copy of the timed set) that refilled calls of `variant` rotate in."""
+        pool = self.pools[variant]
+        return self.refill.Rotation(pool, self.clone_inputs(pool.inputs(0)), self.cap.copy_)
 
     def _poison_cached_memory(self) -> None:
         torch = self.torch
@@ -387,6 +340,7 @@ class _Runner:
         if self.device == "cuda" and self.job.language == "triton":
             self.install_tuning_bench()
         self.watch = guards.TamperWatch()
+        self.modules_before = set(sys.modules)
         module = import_candidate(self.chan, self.job)
         self.check_tamper("import")
         self.run_fn = module.run
@@ -429,6 +383,37 @@ class _Runner:
             self.chan.reject(FailureKind.TAMPERING, stage,
                              f"candidate code replaced {shown}: the gate does not trust a run "
                              f"after its checks, timers or torch were patched")
+        from gate import foreign  # noqa: PLC0415
+
+        loaded = foreign.loaded_foreign(set(sys.modules) - self.modules_before)
+        if loaded:
+            self.chan.reject(FailureKind.FOREIGN_LIBRARY, "anti_cheat",
+                             f"candidate code imported {', '.join(loaded)} while it ran: the answer "
+                             f"must come from its own kernels, and the gate cannot attribute "
+                             f"another library's")
+
+    def own_kernel_names(self) -> set[str]:
+        """Names of the candidate's own kernels: those it launched through the hooked paths
+        and, for CUDA, the `__global__` functions of its `.cu` text."""
+        from gate import foreign  # noqa: PLC0415
+
+        names = set(self.monitor.names)
+        if self.job.cu_path:
+            names |= foreign.cuda_kernel_names(Path(self.job.cu_path).read_text())
+        return names
+
+    def check_kernels(self, stage: str, what: str) -> None:
+        """Every GPU kernel that ran in the candidate's calls so far is its own or allowed
+        (`gate.foreign`); the first foreign one rejects, named."""
+        from gate import foreign  # noqa: PLC0415
+
+        bad = foreign.attribute_kernels(self.kernels.kernels, self.own_kernel_names())
+        if bad:
+            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+            self.chan.reject(FailureKind.FOREIGN_KERNEL, stage,
+                             f"a GPU kernel that is not the candidate's ran during its {what}: "
+                             f"{bad[0][:300]}{more}; only kernels compiled from its own source and "
+                             f"torch's fill/copy kernels may run")
 
     def _tuning(self) -> bool:
         return self.monitor.tuning > 0
@@ -442,7 +427,8 @@ class _Runner:
         # that a gate waiting to time is not held up by another's compiler.
         first, self.calls = self.calls == 0, self.calls + 1
         try:
-            with trace, (contextlib.nullcontext() if first else self.lock.shared()):
+            with (contextlib.nullcontext() if first else self.lock.shared()), self.kernels.window(), \
+                    trace:
                 out = self.run_fn(*inputs)
                 self.sync()
         except BaseException as e:  # SystemExit too: a candidate may not end the worker
@@ -500,6 +486,11 @@ class _Runner:
     # -- phases --------------------------------------------------------------------------
     def correctness(self) -> None:
         self.chan.send("stage", "correctness")
+        with self.kernels.session():
+            self._correctness()
+        self.check_kernels("correctness", "correctness calls")
+
+    def _correctness(self) -> None:
         for variant, phase, seed in self.plan():
             if phase != PHASE_SEED:
                 continue
@@ -511,6 +502,11 @@ class _Runner:
 
     def knockout(self) -> None:
         self.chan.send("stage", "anti_cheat")
+        with self.kernels.session():
+            self._knockout()
+        self.check_kernels("anti_cheat", "knockout calls")
+
+    def _knockout(self) -> None:
         variant = next(iter(self.shapes))
         seed = self.job.seeds[0]
         original = self.originals[(variant, PHASE_SEED, seed)]
@@ -530,71 +526,101 @@ class _Runner:
                 self.send_out(variant, phase, seed, res)
 
     def repeat(self) -> None:
-        """Interpret tier: a few more calls on fresh inputs, the last one re-validated."""
+        """Interpret tier: repeated calls on the same input buffers, refilled with another set
+        of the variant's pool before each call; every output is checked."""
         self.chan.send("stage", "correctness")
         for variant in self.shapes:
-            original = self.originals[(variant, PHASE_TIMED, self.job.extra_seed)]
-            inputs = self.clone_inputs(original)
-            res: dict[str, Any] = {}
-            for _ in range(max(1, self.job.repeat_calls)):
-                res = self.call(inputs, "run")
-                self.check_call(res, inputs, original, "correctness", f"{variant}/repeated runs")
-            self.send_out(variant, PHASE_TIMED, self.job.extra_seed, res)
+            rotation = self._rotation(variant)
+            calls = max(self.job.repeat_calls, len(rotation.pool.sets))
+            for i in range(calls):
+                if i:
+                    rotation.refill((rotation.current + 1) % len(rotation.pool.sets))
+                original = rotation.pool.inputs(rotation.current)
+                res = self.call(rotation.buffers, "run")
+                self.check_call(res, rotation.buffers, original, "correctness",
+                                f"{variant}/repeated runs")
+                self.send_out(variant, PHASE_REFILL, rotation.pool.seed(rotation.current), res)
 
     def timing(self) -> None:
         self.chan.send("stage", "timing")
         for variant in self.shapes:
-            original = self.originals[(variant, PHASE_TIMED, self.job.extra_seed)]
-            inputs = self.clone_inputs(original)
             # Timed twice. The reported figure comes from the untraced runs: the op trace's
             # Python dispatch costs tens of microseconds per torch op, which would swamp kernels
             # of a few microseconds and is not paid by the reference either. The traced runs
-            # vouch for what the candidate does when timed; both are held to the launch count,
-            # stream and input checks, and the untraced runs' last output is re-validated by
-            # the parent.
-            self.timed_runs(inputs, original, traced=True, what=f"{variant}/timed runs")
-            ms, wall, res = self.timed_runs(inputs, original, traced=False,
-                                            what=f"{variant}/untraced timed runs")
+            # (under the kernel log too) vouch for what the candidate does when timed; both are
+            # held to the launch count, stream and input checks, and a sample of each run's
+            # calls, drawn after they ran, plus its last call, is checked by the parent.
+            with self.kernels.session():
+                self.timed_runs(variant, traced=True, what=f"{variant}/timed runs")
+            self.check_kernels("timing", f"{variant} timed runs")
+            ms, wall = self.timed_runs(variant, traced=False, what=f"{variant}/untraced timed runs")
             self.chan.send("cand_ms", variant, ms, wall, self.timed_s)
-            self.send_out(variant, PHASE_TIMED, self.job.extra_seed, res)
 
-    def timed_runs(self, inputs: tuple[Any, ...], original: tuple[Any, ...], *, traced: bool,
-                   what: str) -> tuple[float, float, dict[str, Any]]:
-        """Bench the candidate on `inputs` and check the timed calls; (ms, wall ms, result)."""
+    def timed_runs(self, variant: str, *, traced: bool, what: str) -> tuple[float, float]:
+        """Bench the candidate on input buffers refilled before every timed call; check the
+        calls; send a sample of their outputs; (ms, wall ms)."""
         trace = self.guards.OpTrace(self.reference_code, poison=False, paused=self._tuning)
-        last: list[Any] = [None]
+        rotation = self._rotation(variant)
+        last: list[Any] = [None, 0]  # the last call's outputs, the pool set it ran on
         calls = [0]
+        sample = self.refill.Reservoir(REFILL_SAMPLE, self._snapshot)
+        pending = [False]  # the last call's outputs not yet offered to the sample
 
         def fn() -> None:
             if traced:
                 with trace:
-                    last[0] = self.run_fn(*inputs)
+                    last[0] = self.run_fn(*rotation.buffers)
             else:
-                last[0] = self.run_fn(*inputs)
+                last[0] = self.run_fn(*rotation.buffers)
+            last[1] = rotation.current
+            pending[0] = True
             calls[0] += 1
+
+        def between() -> None:
+            if pending[0]:
+                sample.offer(last[1], last[0])
+                pending[0] = False
+            rotation.refill_next()
 
         self.monitor.reset("run")
         try:
-            ms, wall = self.bench(fn)
+            with self.kernels.window():
+                ms, wall = self.bench(fn, between)
         except BaseException as exc:
             self.chan.reject(classify(exc), "timing", f"run raised while timed: {describe(exc)}")
         res = {"out": last[0], "exc": None, "trace": trace,
                "launches": self.monitor.launches, "side": list(self.monitor.side_stream)}
-        self.check_call(res, inputs, original, "timing", what)
+        self.check_call(res, rotation.buffers, rotation.pool.inputs(rotation.current), "timing", what)
         if res["launches"] < calls[0]:
             self.chan.reject(FailureKind.FALLBACK, "timing",
                              f"{calls[0]} timed calls launched only {res['launches']} kernels: "
                              f"the candidate skips its kernel when timed")
-        return ms, wall, res
+        for index, outputs in sample.kept + [(last[1], last[0])]:
+            self.chan.send("out", variant, PHASE_REFILL, rotation.pool.seed(index),
+                           self.encode(outputs), res["launches"])
+        return ms, wall
+
+    def _snapshot(self, outputs: Any) -> Any:
+        """A copy of a call's outputs (tensors cloned on their device, stream-ordered after
+        the call), for checking once the timed run is over."""
+        clone = self.cap.clone
+        if isinstance(outputs, (tuple, list)):
+            return tuple(clone(t) if type(t) is self.cap.tensor_type else t for t in outputs)
+        return clone(outputs) if type(outputs) is self.cap.tensor_type else outputs
 
     def reverify(self) -> None:
         """Device tier: one more fresh-input check, always (the parent flags >10x speedups)."""
-        for variant in self.shapes:
-            original = self.originals[(variant, PHASE_REVERIFY, self.job.reverify_seed)]
-            inputs = self.clone_inputs(original)
-            res = self.call(inputs, "run")
-            self.check_call(res, inputs, original, "timing", f"{variant}/re-verification")
-            self.send_out(variant, PHASE_REVERIFY, self.job.reverify_seed, res)
+        with self.kernels.session():
+            for variant in self.shapes:
+                original = self.originals[(variant, PHASE_REVERIFY, self.job.reverify_seed)]
+                inputs = self.clone_inputs(original)
+                res = self.call(inputs, "run")
+                self.check_call(res, inputs, original, "timing", f"{variant}/re-verification")
+                self.send_out(variant, PHASE_REVERIFY, self.job.reverify_seed, res)
+        self.check_kernels("timing", "re-verification calls")
+        if not self.kernels.available and self.kernels.reason:
+            self.chan.send("flag", f"GPU kernels not attributed: the profiler did not start "
+                                   f"({self.kernels.reason[:200]})")
 
 
 def _run(chan: Channel, job: Job) -> None:
@@ -614,6 +640,8 @@ def _run(chan: Channel, job: Job) -> None:
         chan.send("mark", phase.__name__, time.perf_counter() - t0)
     if runner.tuning_s:
         chan.send("mark", "autotune timing", runner.tuning_s)
+    if runner.kernels.seconds:
+        chan.send("mark", "kernel log", runner.kernels.seconds)
     if runner.lock.waited_s:
         chan.send("mark", "gpu lock wait", runner.lock.waited_s)
     if chan.quiet_s:

@@ -1,0 +1,131 @@
+"""What the gate's worker shares with the tiers it runs: the job, the channel to the parent,
+and how candidate code is imported and its exceptions are named.
+
+The lowest floor of the worker side: `gate.static` (the static tier) and `gate.worker` (the
+interpret and device tiers, and the process entry point) both build on it; it imports neither.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gate.verdict import FailureKind
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What one worker does. Paths are absolute; `module_path` is the candidate (Triton) or the
+    CUDA host module, copied into the scratch folder `scratch` beside `cu_path`."""
+
+    tier: str
+    language: str
+    module_path: str
+    cu_path: str | None
+    scratch: str
+    origin_dir: str | None
+    case_path: str
+    seeds: tuple[int, ...]
+    extra_seed: int
+    reverify_seed: int
+    repeat_calls: int = 2
+    refill_seed: int = 0  # seeds the crossovers of the refill pools (`gate.refill`)
+    refill_sets: int = 4  # input sets per variant the refilled calls rotate through
+    env: tuple[tuple[str, str], ...] = ()  # the caller's environment when it asked for the run
+
+
+class Stop(Exception):
+    """Ends the worker with a rejection already sent."""
+
+
+# How long a worker waits for the parent's go-ahead before timing anyway (the parent answers
+# as soon as it has judged what it was sent; it kills a worker that overruns its time limit).
+QUIET_WAIT_S = 120.0
+
+
+class Channel:
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.quiet_s = 0.0
+        """Seconds spent waiting for the parent's go-ahead (`wait_quiet`)."""
+
+    def send(self, *msg: Any) -> None:
+        self.conn.send(msg)
+
+    def wait_quiet(self) -> None:
+        """Ask the parent to finish judging the outputs sent so far and wait for its answer:
+        its comparisons are CPU work (torch on every core) that would slow a timed kernel's
+        launches. A parent that does not answer (an older one) is waited for at most
+        `QUIET_WAIT_S`."""
+        import time  # noqa: PLC0415
+
+        t0 = time.perf_counter()
+        self.send("quiet")
+        if self.conn.poll(QUIET_WAIT_S):
+            self.conn.recv()
+        self.quiet_s += time.perf_counter() - t0
+
+    def reject(self, kind: FailureKind, stage: str, reason: str) -> None:
+        self.send("reject", kind.value, stage, reason)
+        raise Stop
+
+
+def classify(exc: BaseException) -> FailureKind:
+    """Failure kind of an exception raised by candidate code or by the device."""
+    text = f"{type(exc).__name__}: {exc}".lower()
+    if isinstance(exc, MemoryError) or "out of memory" in text or "outofmemory" in text \
+            or "can't allocate memory" in text or "cannot allocate memory" in text:
+        return FailureKind.OUT_OF_MEMORY
+    if "illegal memory access" in text or "illegal_address" in text or "misaligned address" in text \
+            or "illegal address" in text:
+        return FailureKind.ILLEGAL_ADDRESS
+    if "compilationerror" in text or "compiletimeassertion" in text or "ptxas" in text:
+        return FailureKind.COMPILE_ERROR
+    return FailureKind.RUNTIME_ERROR
+
+
+def describe(exc: BaseException, limit: int = 600) -> str:
+    """`Type: message` of `exc`, at most about `limit` characters. When it was raised from
+    another exception, the innermost one is appended ("caused by ..."): Triton's
+    CompilationError of a nested call names only the call site, its cause says what failed."""
+    msg = f"{type(exc).__name__}: {exc}"
+    root, seen = exc, {id(exc)}
+    while True:
+        nxt = root.__cause__ or (None if root.__suppress_context__ else root.__context__)
+        if nxt is None or id(nxt) in seen:
+            break
+        seen.add(id(nxt))
+        root = nxt
+    if root is exc:
+        return msg if len(msg) <= limit else msg[:limit] + "..."
+    cause = f"{type(root).__name__}: {root}"
+    cause = cause if len(cause) <= limit // 2 else cause[:limit // 2] + "..."
+    room = max(120, limit - len(cause))
+    head = msg if len(msg) <= room else msg[:room] + "..."
+    return f"{head}\ncaused by {cause}"
+
+
+def import_candidate(chan: Channel, job: Job, stage: str = "import") -> Any:
+    """Import the candidate module from the scratch folder; reject on failure."""
+    scratch = str(Path(job.scratch).resolve())
+    sys.path.insert(0, scratch)
+    if job.origin_dir:
+        sys.path.append(job.origin_dir)
+    name = "klineage_candidate_" + Path(job.module_path).stem
+    spec = importlib.util.spec_from_file_location(name, job.module_path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SystemExit as exc:
+        chan.reject(FailureKind.IMPORT_ERROR, stage, f"the module called sys.exit({exc.code}) on import")
+    except BaseException as exc:
+        kind = classify(exc)
+        chan.reject(FailureKind.IMPORT_ERROR if kind is FailureKind.RUNTIME_ERROR else kind, stage,
+                    f"importing the candidate raised {describe(exc)}")
+    if not callable(getattr(module, "run", None)):
+        chan.reject(FailureKind.IMPORT_ERROR, stage, "the module defines no callable `run`")
+    return module

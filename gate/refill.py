@@ -1,0 +1,121 @@
+"""Fresh values in the same input buffers between a candidate's calls (worker side; imports torch).
+
+The gate calls a candidate repeatedly (the interpret tier's repeated calls, the device tier's
+timed calls) on one set of input tensors, and between calls it copies another input set into
+those same tensors: same addresses, shapes and strides, new values. A candidate that keeps an
+answer keyed on its inputs' identity (`data_ptr`, `id()`, shape, a checksum of a few elements)
+and returns it again then returns the answer to other inputs; the outputs of the calls are
+checked against the reference of the values each call saw.
+
+A pool holds a variant's timed input set and `size - 1` *crossovers* of it: the timed set with
+a random 1/64 of the elements of each floating-point tensor replaced by the element at the same
+place of another input set (drawn by the case's `make_inputs`, so each element keeps its
+distribution; integer tensors and scalars stay). Crossovers differ from each other in a few
+elements everywhere, so a checksum over a few places sees the same inputs while the answers
+differ. A crossover whose reference fails or is not finite where the timed set's is, and every
+crossover of a case that sets `REFILL = "fresh"` (float inputs with constraints between elements,
+e.g. a symmetric matrix), is replaced by a fresh `make_inputs` draw.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+CROSSOVER_RATE = 1.0 / 64.0
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def crossover(base: tuple[Any, ...], donor: tuple[Any, ...], seed: int,
+              rate: float = CROSSOVER_RATE) -> tuple[Any, ...] | None:
+    """`base` with about `rate` of the elements of each floating-point tensor taken from
+    `donor` (same places); None when no tensor can be mixed (no float tensor, shapes differ).
+    Works on the raw bits (any float dtype, any strides); at least one element changes."""
+    gens: dict[str, torch.Generator] = {}
+    out: list[Any] = []
+    mixed = False
+    for b, d in zip(base, donor):
+        if not (isinstance(b, torch.Tensor) and isinstance(d, torch.Tensor)) or not b.is_floating_point() \
+                or b.shape != d.shape or b.dtype != d.dtype or b.numel() == 0 \
+                or b.element_size() not in _INT_OF_SIZE:
+            out.append(b.clone() if isinstance(b, torch.Tensor) else b)
+            continue
+        device = str(b.device)
+        gen = gens.get(device)
+        if gen is None:
+            gen = gens[device] = torch.Generator(device=b.device).manual_seed(seed)
+        mask = torch.rand(b.shape, generator=gen, device=b.device) < rate
+        if not bool(mask.any()):
+            flat = int(torch.randint(0, b.numel(), (1,), generator=gen, device=b.device))
+            mask.view(-1)[flat] = True
+        bits = _INT_OF_SIZE[b.element_size()]
+        x = b.clone()
+        xv = x.view(bits)
+        xv.copy_(torch.where(mask, d.view(bits), xv))
+        out.append(x)
+        mixed = True
+    return tuple(out) if mixed else None
+
+
+@dataclass(slots=True)
+class Pool:
+    """One variant's input sets for refilled calls: (seed, inputs) each, the timed set first."""
+
+    sets: list[tuple[int, tuple[Any, ...]]]
+
+    def seed(self, index: int) -> int:
+        return self.sets[index][0]
+
+    def inputs(self, index: int) -> tuple[Any, ...]:
+        return self.sets[index][1]
+
+
+@dataclass(slots=True)
+class Rotation:
+    """Live input buffers refilled from a pool; `current` is the set they hold now.
+
+    `refill_next()` copies a different set (chosen at random) into the buffers with `copy_`
+    (captured before candidate code loaded). Only tensors are refilled; other inputs are the
+    same in every set of a pool."""
+
+    pool: Pool
+    buffers: tuple[Any, ...]
+    copy_: Callable[..., Any]
+    current: int = 0
+    rng: random.Random = field(default_factory=random.SystemRandom)
+
+    def refill(self, index: int) -> None:
+        for dst, src in zip(self.buffers, self.pool.inputs(index)):
+            if isinstance(dst, torch.Tensor):
+                self.copy_(dst, src)
+        self.current = index
+
+    def refill_next(self) -> None:
+        n = len(self.pool.sets)
+        if n > 1:
+            self.refill((self.current + self.rng.randrange(1, n)) % n)
+
+
+@dataclass(slots=True)
+class Reservoir:
+    """A uniform sample of `size` of the calls offered, decided as each call is offered (after
+    it ran) with a system random source: a candidate cannot know which calls are checked.
+    Each kept item is a copy of the call's outputs made when kept."""
+
+    size: int
+    snapshot: Callable[[Any], Any]
+    offered: int = 0
+    kept: list[tuple[int, Any]] = field(default_factory=list)
+    rng: random.Random = field(default_factory=random.SystemRandom)
+
+    def offer(self, index: int, outputs: Any) -> None:
+        self.offered += 1
+        if len(self.kept) < self.size:
+            self.kept.append((index, self.snapshot(outputs)))
+            return
+        slot = self.rng.randrange(self.offered)
+        if slot < self.size:
+            self.kept[slot] = (index, self.snapshot(outputs))

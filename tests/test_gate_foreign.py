@@ -1,0 +1,114 @@
+"""What a candidate may not reach (gate.foreign) and the refill pool's crossovers (gate.refill)."""
+from __future__ import annotations
+
+import pytest
+
+from gate import foreign
+
+
+@pytest.mark.parametrize(
+    ("source", "line", "what"),
+    [
+        ("import os\nimport cupy as cp\n", 2, "imports cupy"),
+        ("from jax import numpy as jnp\n", 1, "imports jax"),
+        ("import tensorflow.experimental.numpy\n", 1, "imports tensorflow"),
+        ("from numba import cuda\n", 1, "imports numba.cuda"),
+        ("import numba.cuda.random\n", 1, "imports numba.cuda"),
+        ("x = 1\nm = __import__('cupyx.scipy')\n", 2, "imports cupyx"),
+        ("import importlib\nm = importlib.import_module('jaxlib')\n", 2, "imports jaxlib"),
+        ("import ctypes\nlib = ctypes.CDLL('libcublas.so')\n", 2, "loads a native library (CDLL)"),
+        ("from ctypes import cdll\n\n\nlib = cdll.LoadLibrary(name)\n", 4, "loads a native library"),
+        ("import cffi\nffi = cffi.FFI()\nlib = ffi.dlopen('libcudnn.so')\n", 3, "loads a native library"),
+        ("import torch\ntorch.ops.load_library('ext.so')\n", 2, "loads a native library"),
+    ],
+)
+def test_foreign_imports_and_native_loads_are_found_with_their_line(source: str, line: int,
+                                                                    what: str) -> None:
+    findings = foreign.scan_source(source)
+    assert findings and findings[0].line == line and what in findings[0].what, findings
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import numba\n",                          # numba's CPU jit is not a GPU library
+        "import numpy as np\nimport torch\nimport triton\n",
+        "from cuda.bindings import driver, nvrtc\n",  # the CUDA candidates' own path
+        "import ctypes\nx = ctypes.c_int32(3)\np = ctypes.c_void_p(0)\n",  # scalars, no library
+        "cupy = 3\n",                              # a name, not an import
+        "def f(:\n",                               # does not parse: the parse check reports it
+    ],
+)
+def test_honest_text_has_no_findings(source: str) -> None:
+    assert foreign.scan_source(source) == []
+
+
+def test_modules_loaded_at_run_time_are_matched_by_prefix() -> None:
+    assert foreign.loaded_foreign(["numpy", "cupy._core", "numba", "numba.cuda.cudadrv"]) == \
+        ["cupy", "numba.cuda"]
+    assert foreign.loaded_foreign(["cupyfake", "jaxtyping"]) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "base"),
+    [
+        ("gemm_kernel", "gemm_kernel"),
+        ("void ns::gemm_kernel<128, 64>(float const*, int)", "gemm_kernel"),
+        ("_Z11gemm_kernelPKfPfi", "gemm_kernel"),
+        ("_ZN2ns11gemm_kernelEPf", "gemm_kernel"),
+        ("saxpy(float*, float const*)", "saxpy"),
+    ],
+)
+def test_base_name(name: str, base: str) -> None:
+    assert foreign.base_name(name) == base
+
+
+def test_kernels_are_attributed_to_the_candidate_or_the_allow_list() -> None:
+    own = {"matmul_kernel", "_Z11gemm_kernelPKfPfi"}
+    executed = [
+        "matmul_kernel",
+        "gemm_kernel(float const*, float*, int)",  # the demangled form of a launched NVRTC kernel
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+        "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+        "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda("
+        "at::TensorIteratorBase&)::{lambda()#3}>(int)",
+        "at::cuda::(anonymous namespace)::spin_kernel(long)",
+        "Memcpy DtoD (Device -> Device)",
+        "Memset (Device)",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas",
+        "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, "
+        "at::native::func_wrapper_t<float, at::native::sum_functor>>>(int)",
+        "cupy_matmul",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas",
+    ]
+    assert foreign.attribute_kernels(executed, own) == [
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas",
+        executed[8],
+        "cupy_matmul",
+    ]
+
+
+def test_cuda_kernel_names_of_a_source() -> None:
+    src = ('extern "C" __global__ void __launch_bounds__(256) saxpy(float* x) {}\n'
+           "template <int B> __global__ void tiled_gemm(const half* a) {}\n"
+           "__device__ float helper(float x) { return x; }\n")
+    assert foreign.cuda_kernel_names(src) == {"saxpy", "tiled_gemm"}
+
+
+def test_a_crossover_changes_a_few_float_elements_and_keeps_the_rest() -> None:
+    torch = pytest.importorskip("torch")
+    from gate import refill
+
+    g = torch.Generator().manual_seed(0)
+    base = (torch.randn(64, 64, generator=g).to(torch.bfloat16), torch.arange(10), 2.5,
+            torch.randn(8, 3, 5, 5, generator=g).contiguous(memory_format=torch.channels_last))
+    donor = (torch.randn(64, 64, generator=g).to(torch.bfloat16), torch.arange(10) + 7, 9.0,
+             torch.randn(8, 3, 5, 5, generator=g).contiguous(memory_format=torch.channels_last))
+    mixed = refill.crossover(base, donor, seed=5)
+    assert mixed is not None
+    changed = mixed[0] != base[0]
+    assert 0 < int(changed.sum()) < base[0].numel() // 16
+    assert torch.equal(mixed[0][changed], donor[0][changed])  # taken from the donor, same places
+    assert torch.equal(mixed[1], base[1]) and mixed[2] == 2.5  # integers and scalars stay
+    assert mixed[3].stride() == base[3].stride() and bool((mixed[3] != base[3]).any())
+    assert refill.crossover((torch.arange(4),), (torch.arange(4) + 1,), seed=1) is None
