@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from lineage.commands._common import emit_json
+from lineage.commands._common import emit_json, kernel_text
 
 
 def _summary(verdict: object) -> str:
@@ -38,7 +38,8 @@ def _summary(verdict: object) -> str:
 @click.option("--case", "case", required=True, help="Case name under experts/, or a case folder.")
 @click.option("--tier", type=click.Choice(["static", "interpret", "device", "auto"]), default="auto",
               show_default=True, help="How far to gate (auto: device on a GPU, else interpret).")
-@click.option("--timeout", type=float, default=None, help="Seconds the candidate may run (default 300).")
+@click.option("--timeout", type=click.FloatRange(0, None, min_open=True), default=None,
+              help="Seconds the candidate may run (default 300).")
 @click.option("--no-cache", is_flag=True, help="Recompute even when a verdict is cached.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 def command(kernel: str, case: str, tier: str, timeout: float | None, no_cache: bool, as_json: bool) -> None:
@@ -58,6 +59,7 @@ def command(kernel: str, case: str, tier: str, timeout: float | None, no_cache: 
     """
     import gate
 
+    kernel_text(kernel)  # a missing, blank or non-text file is bad input, not a rejection
     verdict = gate.check_file(kernel, case, tier, timeout=timeout, cache=not no_cache)
     if as_json:
         emit_json(verdict.to_json())

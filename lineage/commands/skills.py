@@ -57,18 +57,25 @@ def command(library: str, target: str | None, case: str | None, platform: str, k
         raise BadInputError("--target needs --case NAME")
     if held_out and not admit_from:
         raise BadInputError("--held-out needs --admit LINEAGE (the lineages the cards came from)")
+    if target is not None:
+        import gate
+
+        gate.load_case(str(case))
+    # Every lineage named is read before the library changes: a bad one leaves it as it was.
+    to_add = [Lineage.load(p) for p in add]
+    lineages = [Lineage.load(p) for p in admit_from]
+    held = [Lineage.load(p) for p in held_out]
     lib = Library.open(library, create=bool(add))
-    for lineage_path in add:
-        lib.add_all(lift(Lineage.load(lineage_path)))
+    for lineage in to_add:
+        lib.add_all(lift(lineage))
     admission = None
     if admit_from:
         from lineage.admission import admit
         from lineage.commands._common import Progress
 
-        lineages = [Lineage.load(p) for p in admit_from]
         with Progress("admitting SkillCards", enabled=not as_json) as progress:
             admission = admit(lib, lineages, tier=tier, max_trials=max_trials, progress=progress,
-                              held_out=[Lineage.load(p) for p in held_out], jobs=jobs,
+                              held_out=held, jobs=jobs,
                               magnitude=magnitude).to_json()
         if not as_json:
             click.echo(f"admission: {len(admission['admitted'])} admitted, "
