@@ -33,6 +33,16 @@ def _summary(verdict: object) -> str:
     return "\n".join(lines)
 
 
+def verdict_json(verdict: object) -> dict:
+    """The verdict's JSON with `"cached"`; a cached verdict carries no `"phases"`: they timed
+    the run that made it, not this one."""
+    data = verdict.to_json()  # type: ignore[attr-defined]
+    data["cached"] = bool(getattr(verdict, "cached", False))
+    if data["cached"]:
+        data.pop("phases", None)
+    return data
+
+
 @click.command("gate")
 @click.argument("kernel", type=click.Path(dir_okay=False))
 @click.option("--case", "case", required=True, help="Case name under experts/, or a case folder.")
@@ -52,17 +62,17 @@ def command(kernel: str, case: str, tier: str, timeout: float | None, no_cache: 
     "config", "registers", "shared_bytes", "local_bytes", "spill_stores", "spill_loads",
     "instructions", "sass", "compile_s"}]}, "correctness": {"seeds", "max_rel_err", "results":
     [{"variant", "seed", "phase", "rel_err"}]}, "timing": {"candidate_ms", "reference_ms",
-    "speedup", "variants": [...]}, "flags": [...], "phases": {"spawn": s, "start-up": s, ...}};
-    facts, correctness and timing are absent where the tier did not reach them; phases (wall
-    seconds of the gate's phases, in run order) where a worker ran; failure_kind and reason are
-    null when ok.
+    "speedup", "variants": [...]}, "flags": [...], "phases": {"spawn": s, "start-up": s, ...},
+    "cached": bool}; facts, correctness and timing are absent where the tier did not reach them;
+    phases (wall seconds of the gate's phases, in run order) where a worker ran now (a cached
+    verdict, "cached": true, has none); failure_kind and reason are null when ok.
     """
     import gate
 
     kernel_text(kernel)  # a missing, blank or non-text file is bad input, not a rejection
     verdict = gate.check_file(kernel, case, tier, timeout=timeout, cache=not no_cache)
     if as_json:
-        emit_json(verdict.to_json())
+        emit_json(verdict_json(verdict))
     else:
         click.echo(_summary(verdict))
     sys.exit(0 if verdict.ok else 1)
