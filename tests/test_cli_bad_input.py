@@ -249,3 +249,15 @@ def test_valid_inputs_still_work(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert main(["export", L, "--format", "json", "-o", str(out)]) == 0
     assert json.loads(out.read_text())["nodes"]
     assert main(["anchors", E, "-q", "kernel[name=matmul_kernel]"]) in (0,)
+
+
+def test_optimize_with_hypotheses_only_says_to_admit_them(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    lib = tmp_path / "lib"
+    assert main(["skills", str(lib), "--add", L]) == 0
+    capsys.readouterr()
+    assert main(["optimize", E, "--case", "gemm", "--library", str(lib),
+                 "--out", str(tmp_path / "o")]) == 2
+    line = _check_one_line(2, capsys.readouterr().err, "not yet admitted", tmp_path)
+    assert f"klineage skills {lib} --admit" in line
+    assert not (tmp_path / "o").exists()  # nothing was started

@@ -57,6 +57,9 @@ def command(target: str, case: str, library: str, budget_steps: int, budget_usd:
     lib = Library.open(library)
     if not lib.cards(admitted_only=True):
         count = len(lib.ids())
+        if count == 0:
+            raise BadInputError(f"{library}: no SkillCard at all; lift a lineage into it first: "
+                                f"klineage skills {library} --add LINEAGE_DIR")
         raise BadInputError(
             f"{library}: no admitted SkillCard ({count} hypothes{'i' if count == 1 else 'e'}s "
             f"not yet admitted); admit them first: klineage skills {library} --admit "
