@@ -19,13 +19,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NewType
+from typing import NewType
 
+from anchors.query import AnchorQuery, Match, run_query
 from kir import kinds as K
 from kir.ir import KernelIR, Language, Span, structure_hashes
-
-if TYPE_CHECKING:
-    from anchors.query import AnchorQuery, Match
 
 AnchorId = NewType("AnchorId", str)
 
@@ -178,8 +176,6 @@ class AnchorIndex:
     def query(self, q: str | AnchorQuery) -> list[Match]:
         """Anchors matching an anchor query (grammar: grammars/anchor_query.lark), in
         pre-order, each at most once. Raises `QueryError` for a bad query."""
-        from anchors.query import run_query
-
         return run_query(self, q)
 
     def resolve(self, anchor: Anchor | str, old_index: AnchorIndex | None = None) -> Resolution:

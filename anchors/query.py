@@ -1,20 +1,48 @@
-"""The anchor query language (grammar: grammars/anchor_query.lark) and its evaluation."""
+"""The anchor query language (grammar: grammars/anchor_query.lark) and its evaluation.
+
+This module sits below `anchors.index`: it evaluates a query over anything shaped like an
+`AnchorIndex` (`IndexView`), and the index's `query` method calls `run_query`.
+"""
 from __future__ import annotations
 
 import ast
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 import lark
 
-from anchors.index import Anchor, AnchorIndex
 from kir import kinds as K
 from kir.errors import QueryError
+from kir.ir import KernelIR
+
+#: Attributes every anchor has (read from the anchor itself, not from the IR node).
+ANCHOR_ATTRIBUTES = frozenset({"name", "id", "kind", "line", "step", "grammar_type"})
+
+
+class Anchor(Protocol):
+    """What the evaluation reads of an anchor (`anchors.index.Anchor`)."""
+
+    id: str
+    kind: str
+    node: int
+    step: str
+
+
+class AnchorIndex(Protocol):
+    """What the evaluation reads of an index (`anchors.index.AnchorIndex`)."""
+
+    ir: KernelIR
+    anchors: Sequence[Any]
+
+    def children(self, anchor: Any) -> Sequence[Any]: ...
+    def of_kind(self, kind: str) -> Sequence[Any]: ...
+    def position(self, anchor_id: str) -> int: ...
+    def subtree_ends(self) -> list[int]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +107,10 @@ def parse_query(text: str) -> AnchorQuery:
                 capture = str(part.children[0])
                 continue
             attr = str(part.children[0])
+            if attr not in ANCHOR_ATTRIBUTES and attr not in K.ATTRIBUTES:
+                known = ", ".join(sorted(ANCHOR_ATTRIBUTES | K.ATTRIBUTES))
+                raise QueryError(f"bad anchor query {text!r}: unknown attribute '{attr}' "
+                                 f"(attributes: {known})")
             if len(part.children) == 1:
                 preds.append(Predicate(attr, None, None))
                 continue

@@ -15,7 +15,7 @@ import tree_sitter
 import tree_sitter_cuda
 
 from kir import kinds as K
-from kir.ir import Columns
+from kir.columns import Columns
 
 _LOOPS = {"for_statement": "for", "for_range_loop": "for", "while_statement": "while",
           "do_statement": "do"}

@@ -15,7 +15,12 @@ class BadInputError(KLineageError):
 
 
 class ParseError(BadInputError):
-    """Source text that does not parse in the requested language."""
+    """Source text that does not parse in the requested language. `line` (from 1) is where,
+    when the parser says."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
 
 
 class QueryError(BadInputError):

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, overload
 
-from kir.errors import BadInputError
+from kir.columns import Columns
+from kir.errors import BadInputError, ParseError
+from kir.kinds import ANCHORED
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -72,40 +74,6 @@ class Edit:
 
     span: Span
     replacement: str
-
-
-@dataclass(slots=True)
-class Columns:
-    """Column-wise node table a back-end fills in pre-order (internal to `kir`)."""
-
-    kinds: list[str] = field(default_factory=list)
-    gtypes: list[str] = field(default_factory=list)
-    names: list[str | None] = field(default_factory=list)
-    starts: list[int] = field(default_factory=list)
-    ends: list[int] = field(default_factory=list)
-    parents: list[int] = field(default_factory=list)  # -1 for the root
-    attrs: dict[int, Mapping[str, Any]] = field(default_factory=dict)
-
-    def add(
-        self,
-        kind: str,
-        gtype: str,
-        name: str | None,
-        start: int,
-        end: int,
-        parent: int,
-        attrs: Mapping[str, Any] | None = None,
-    ) -> int:
-        nid = len(self.kinds)
-        self.kinds.append(kind)
-        self.gtypes.append(gtype)
-        self.names.append(name)
-        self.starts.append(start)
-        self.ends.append(end)
-        self.parents.append(parent)
-        if attrs:
-            self.attrs[nid] = MappingProxyType(dict(attrs))
-        return nid
 
 
 class _NodeView(Sequence[Node]):
@@ -308,9 +276,69 @@ class KernelIR:
         new text does not parse. This IR is not changed.
         """
         new_source = apply_edits(self.source, edits)
-        from kir.parse import parse  # parse imports this module
+        return build(new_source.decode("utf-8"), new_source, self.language, self.path)
 
-        return parse(new_source.decode("utf-8"), language=self.language, path=self.path)
+
+#: A CUDA parse is refused when ERROR nodes without recovered structure cover more than this
+#: share of the bytes (real headers full of unknown macros reach 50%; noise goes past 90%).
+MAX_ERROR_SHARE = 0.8
+
+
+def build(text: str, data: bytes, language: Language, path: str | None) -> KernelIR:
+    """The IR of `text` (`data` is its UTF-8 bytes) in `language`; the one place that calls
+    the back-ends (`kir.parse.parse` checks the input first). Raises `BadInputError` for NUL
+    bytes and `ParseError` for Triton syntax errors (`path:line: message`) or CUDA text that
+    tree-sitter cannot recover."""
+    if "\x00" in text:
+        raise BadInputError(f"{path or 'source'}: binary data (NUL bytes) is not kernel source")
+    # back-ends load on first use: tree-sitter's grammar takes a while to load, and
+    # `kir.errors` (imported by every CLI command) must stay cheap; libcst loads only for the
+    # rare Python construct `kir.triton` leaves to it. They import `kir.columns`, not this.
+    if language is Language.CUDA:
+        from kir import cuda
+
+        cols, errors = cuda.build(data)
+        _check_cuda_errors(cols, errors, data, path)
+        return KernelIR(language, text, data, path, cols, errors)
+    from kir import triton
+
+    try:
+        cols = triton.build(text, data)
+    except ParseError as exc:  # name the file and the line: `path:line: message`
+        if path is None and exc.line is None:
+            raise
+        place = ":".join(str(p) for p in (path or "source", exc.line) if p is not None)
+        raise ParseError(f"{place}: {exc}", line=exc.line) from None
+    return KernelIR(language, text, data, path, cols, 0)
+
+
+def _check_cuda_errors(cols: Columns, errors: int, data: bytes, where: str | None) -> None:
+    """Refuse CUDA text when most of it sits in ERROR nodes with no structure recovered.
+
+    tree-sitter always returns *a* tree; an ERROR node that still holds functions, classes or
+    declarations (e.g. a header whose top-level `#if` confused the grammar) is recovered code
+    and stays; text with no anchored node at all, or mostly bare ERROR bytes, is refused.
+    """
+    if not errors:
+        return
+    lost = 0
+    err_end = rec_end = -1
+    kinds, gtypes, starts, ends = cols.kinds, cols.gtypes, cols.starts, cols.ends
+    for i in range(1, len(kinds)):
+        s, e = starts[i], ends[i]
+        if s >= err_end:
+            if gtypes[i] == "ERROR":
+                lost += e - s
+                err_end = e
+        elif kinds[i] in ANCHORED and s >= rec_end:
+            lost -= e - s
+            rec_end = e
+    recovered = any(k in ANCHORED for k in kinds[1:])
+    if data.strip() and (lost > MAX_ERROR_SHARE * len(data) or not recovered):
+        first = next(i for i, g in enumerate(gtypes) if g in ("ERROR", "MISSING") and i)
+        line = data.count(b"\n", 0, starts[first]) + 1
+        raise ParseError(f"{where or 'source'}: not CUDA C++ (syntax errors cover "
+                         f"{lost * 100 // len(data)}% of it, first at line {line})")
 
 
 def apply_edits(source: bytes, edits: Iterable[Edit]) -> bytes:

@@ -55,3 +55,11 @@ SCOPES: Final[frozenset[str]] = frozenset({KERNEL, FUNCTION, CLASS, NAMESPACE})
 CONTAINERS: Final[frozenset[str]] = SCOPES | {MODULE, LOOP, BRANCH}
 
 ALL: Final[frozenset[str]] = ANCHORED | {IMPORT, TEMPLATE, NAME, LITERAL, ERROR, OTHER}
+
+#: Names of the node attributes the builders record (`KernelIR.attrs_of`); the anchor query
+#: language accepts these and its own (name, id, kind, line, step, grammar_type), so that a
+#: misspelt attribute is an error rather than a query that matches nothing.
+ATTRIBUTES: Final[frozenset[str]] = frozenset({
+    "annotation", "args", "callee", "cluster_dims", "decorators", "extern", "flavor",
+    "iterator", "keywords", "launch_bounds", "macros", "maxnreg", "op", "ops", "qualifiers",
+    "target", "template", "template_args", "volatile"})

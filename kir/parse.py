@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kir.errors import BadInputError, ParseError
-from kir.ir import Columns, KernelIR, Language
-from kir.kinds import ANCHORED
+from kir.errors import BadInputError
+from kir.ir import KernelIR, Language, build
 
 #: File suffix -> language. C++ headers count as CUDA: CUTLASS-style kernels live in them.
 SUFFIXES: dict[str, Language] = {
@@ -13,10 +12,6 @@ SUFFIXES: dict[str, Language] = {
     ".hh": Language.CUDA, ".cpp": Language.CUDA, ".cc": Language.CUDA, ".cxx": Language.CUDA,
     ".inl": Language.CUDA, ".py": Language.TRITON,
 }
-
-#: A CUDA parse is refused when ERROR nodes without recovered structure cover more than this
-#: share of the bytes (real headers full of unknown macros reach 50%; noise goes past 90%).
-MAX_ERROR_SHARE = 0.8
 
 
 def detect_language(path: str | Path) -> Language:
@@ -62,51 +57,7 @@ def parse(
         lang = detect_language(path)
     else:
         lang = as_language(language)
-    if "\x00" in text:
-        raise BadInputError(f"{path or 'source'}: binary data (NUL bytes) is not kernel source")
-    where = str(path) if path is not None else None
-    # back-ends load on first use: tree-sitter's grammar takes a while to load, and
-    # `kir.errors` (imported by every CLI command) must stay cheap; libcst loads only for the
-    # rare Python construct `kir.triton` leaves to it
-    if lang is Language.CUDA:
-        from kir import cuda
-
-        cols, errors = cuda.build(data)
-        _check_cuda_errors(cols, errors, data, where)
-        return KernelIR(lang, text, data, where, cols, errors)
-    from kir import triton
-
-    cols = triton.build(text, data)
-    return KernelIR(lang, text, data, where, cols, 0)
-
-
-def _check_cuda_errors(cols: Columns, errors: int, data: bytes, where: str | None) -> None:
-    """Refuse CUDA text when most of it sits in ERROR nodes with no structure recovered.
-
-    tree-sitter always returns *a* tree; an ERROR node that still holds functions, classes or
-    declarations (e.g. a header whose top-level `#if` confused the grammar) is recovered code
-    and stays; text with no anchored node at all, or mostly bare ERROR bytes, is refused.
-    """
-    if not errors:
-        return
-    lost = 0
-    err_end = rec_end = -1
-    kinds, gtypes, starts, ends = cols.kinds, cols.gtypes, cols.starts, cols.ends
-    for i in range(1, len(kinds)):
-        s, e = starts[i], ends[i]
-        if s >= err_end:
-            if gtypes[i] == "ERROR":
-                lost += e - s
-                err_end = e
-        elif kinds[i] in ANCHORED and s >= rec_end:
-            lost -= e - s
-            rec_end = e
-    recovered = any(k in ANCHORED for k in kinds[1:])
-    if data.strip() and (lost > MAX_ERROR_SHARE * len(data) or not recovered):
-        first = next(i for i, g in enumerate(gtypes) if g in ("ERROR", "MISSING") and i)
-        line = data.count(b"\n", 0, starts[first]) + 1
-        raise ParseError(f"{where or 'source'}: not CUDA C++ (syntax errors cover "
-                         f"{lost * 100 // len(data)}% of it, first at line {line})")
+    return build(text, data, lang, str(path) if path is not None else None)
 
 
 def parse_file(path: str | Path, language: Language | str | None = None) -> KernelIR:

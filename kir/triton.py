@@ -23,30 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kir import kinds as K
+from kir.columns import Columns
 from kir.errors import ParseError
-from kir.ir import Columns
-
-KERNEL_DECORATORS = frozenset({"triton.jit", "jit", "triton.autotune", "autotune",
-                               "triton.heuristics", "heuristics", "triton.language.jit"})
-_TL = ("tl.", "triton.language.")
-_CONSTEXPR = frozenset({"tl.constexpr", "triton.language.constexpr", "constexpr"})
-
-
-def call_kind(callee: str) -> str:
-    """Normalized kind of a Triton call from its dotted callee."""
-    prefix, _, last = callee.rpartition(".")
-    if callee.startswith(_TL):
-        if last in ("dot", "dot_scaled"):
-            return K.DOT
-        if last == "debug_barrier":
-            return K.BARRIER
-        if last in ("load", "store"):
-            return K.LOAD if last == "load" else K.STORE
-    elif last in ("load", "store") and "desc" in prefix.lower():
-        # tensor-descriptor (TMA) methods: `a_desc.load([m, k])`
-        return K.LOAD if last == "load" else K.STORE
-    return K.CALL
-
+from kir.triton_names import _CONSTEXPR, KERNEL_DECORATORS, call_kind, widen_to_children
 
 # libcst's operator class names, which the IR keeps as expression names
 _BINOPS: dict[type, str] = {
@@ -1248,12 +1227,17 @@ def _build(text: str, source: bytes) -> Columns:
     try:
         tree = ast.parse(body)
         return build_from_ast(tree, text, source)
-    except (SyntaxError, _Unsupported):
+    except (SyntaxError, _Unsupported) as exc:
         # libcst decides what parses (it also reads syntax newer than this Python's, e.g.
-        # PEP 695 on 3.11) and words the syntax errors, as before this builder existed
+        # PEP 695 on 3.11); where neither parses, Python's own error says where and why
         from kir import triton_cst
 
-        return triton_cst.build(text, source)
+        try:
+            return triton_cst.build(text, source)
+        except ParseError:
+            if isinstance(exc, SyntaxError) and exc.lineno:
+                raise ParseError(f"Python syntax error: {exc.msg}", line=exc.lineno) from None
+            raise
     except (RecursionError, MemoryError):
         raise ParseError("Python source nests too deeply to parse") from None
 
@@ -1266,15 +1250,3 @@ def build_from_ast(tree: ast.Module, text: str, source: bytes) -> Columns:
     b.statements(tree.body, root)
     widen_to_children(b.cols)
     return b.cols
-
-
-def widen_to_children(cols: Columns) -> None:
-    """Widen every span to contain its subtree: libcst's syntactic spans can be narrower
-    than the children (a Param spans only its name, not `: tl.constexpr`)."""
-    starts, ends, parents = cols.starts, cols.ends, cols.parents
-    for i in range(len(starts) - 1, 0, -1):
-        p = parents[i]
-        if starts[i] < starts[p]:
-            starts[p] = starts[i]
-        if ends[i] > ends[p]:
-            ends[p] = ends[i]

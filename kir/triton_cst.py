@@ -25,8 +25,8 @@ from libcst.metadata.span_provider import SpanProvidingCodegenState
 
 from kir import kinds as K
 from kir.errors import ParseError
-from kir.ir import Columns
-from kir.triton import _CONSTEXPR, KERNEL_DECORATORS, call_kind, widen_to_children
+from kir.columns import Columns
+from kir.triton_names import _CONSTEXPR, KERNEL_DECORATORS, call_kind, widen_to_children
 
 _LOOPS = {"For": "for", "While": "while"}
 
@@ -241,9 +241,8 @@ def _build(text: str, source: bytes) -> Columns:
     try:
         module = cst.parse_module(text)
     except cst.ParserSyntaxError as exc:
-        raise ParseError(
-            f"Python syntax error at line {exc.raw_line}, column {exc.raw_column}: "
-            f"{exc.message}") from None
+        raise ParseError(f"Python syntax error: {' '.join(exc.message.split())}",
+                         line=exc.raw_line) from None
     positions = byte_spans(module, len(source) == len(text))
     if text.startswith("\ufeff"):
         # libcst drops a UTF-8 byte-order mark from its code generation: shift past it

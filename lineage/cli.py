@@ -67,16 +67,25 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("klineage: aborted", err=True)
         return 130
     except click.ClickException as exc:  # usage errors: bad option, missing argument
-        click.echo(f"klineage: error: {exc.format_message()}", err=True)
+        click.echo(f"klineage: error: {_one_line(exc.format_message())}", err=True)
         return 2
     except KLineageError as exc:
-        click.echo(f"klineage: error: {exc}", err=True)
+        click.echo(f"klineage: error: {_one_line(str(exc))}", err=True)
+        return 2
+    except OSError as exc:  # a file the user named cannot be read or written
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"klineage: error: {where}{exc.strerror or exc}", err=True)
         return 2
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except SystemExit as exc:  # a command chose its exit code (e.g. gate: 1 = rejected)
         return int(exc.code or 0)
     return 0
+
+
+def _one_line(text: str) -> str:
+    """An error message as one line (a multi-line message, e.g. from a parser, is joined)."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 if __name__ == "__main__":

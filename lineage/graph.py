@@ -317,17 +317,17 @@ class Lineage:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Lineage":
-        if not isinstance(data, Mapping) or "nodes" not in data:
-            raise BadInputError("not a lineage: node-link JSON with 'nodes' expected")
+        """A lineage from its node-link JSON; raises `BadInputError` saying what is wrong when
+        the data is not of that shape (see `check_shape`)."""
+        check_shape(data)
         key = "edges" if "edges" in data else "links"
         graph = nx.node_link_graph(data, directed=True, multigraph=False, edges=key)
-        for node, attrs in graph.nodes(data=True):
-            if attrs.get("type") not in ("state", "transition"):
-                raise BadInputError(f"lineage node {node!r} has no type state/transition")
         return cls(graph)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "Lineage":
+        """Read a lineage file (or a folder's lineage.json); every problem with it is a
+        `BadInputError` naming the file."""
         p = Path(path)
         if p.is_dir():
             p = p / "lineage.json"
@@ -335,9 +335,17 @@ class Lineage:
             raise BadInputError(f"{p}: no such lineage file")
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except UnicodeDecodeError as exc:
+            raise BadInputError(f"{p}: not a lineage JSON file (not UTF-8: {exc.reason} at "
+                                f"byte {exc.start})") from None
+        except json.JSONDecodeError as exc:
             raise BadInputError(f"{p}: not a lineage JSON file ({exc})") from None
-        return cls.from_json(data)
+        except OSError as exc:
+            raise BadInputError(f"{p}: cannot read ({exc.strerror})") from None
+        try:
+            return cls.from_json(data)
+        except BadInputError as exc:
+            raise BadInputError(f"{p}: {exc}") from None
 
     def merge(self, other: "Lineage") -> None:
         """Merge `other` into this lineage (states by content hash, transitions by id)."""
@@ -369,4 +377,62 @@ class Lineage:
             "expert_states": self.roles("expert"),
             "runs": list(self.graph.graph["runs"]),
         }
+
+
+#: Fields every node of a given type must carry, with the JSON type each must have.
+_NODE_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "state": {"source": str, "language": str, "roles": list},
+    "transition": {"pass": str, "anchor": str},
+}
+_GRAPH_LISTS = ("cases", "experts", "rejected", "runs")
+
+
+def check_shape(data: Any) -> None:
+    """Raise `BadInputError` (one line: what is wrong and where) unless `data` is lineage
+    node-link JSON: an object with a `nodes` list of objects, each with a string `id` and a
+    `type` of state (with `source`, `language`, `roles`) or transition (with `pass`,
+    `anchor`); an `edges` (or `links`) list of `{source, target}` objects between those ids;
+    and an optional `graph` object whose `cases`, `experts`, `rejected`, `runs` are lists."""
+    def fail(what: str) -> None:
+        raise BadInputError(f"not a lineage: {what}")
+
+    if not isinstance(data, Mapping):
+        fail(f"a JSON object with 'nodes' and 'edges' expected, found {type(data).__name__}")
+    if "nodes" not in data:
+        fail("no 'nodes'")
+    nodes = data["nodes"]
+    if not isinstance(nodes, list):
+        fail(f"'nodes' is {type(nodes).__name__}, not a list")
+    ids: set[Any] = set()
+    for i, node in enumerate(nodes):
+        if not isinstance(node, Mapping):
+            fail(f"node {i} is {type(node).__name__}, not an object")
+        nid = node.get("id")
+        if not isinstance(nid, str):
+            fail(f"node {i} has no string 'id'")
+        kind = node.get("type")
+        if kind not in _NODE_FIELDS:
+            fail(f"node {nid!r} has no type state/transition")
+        for name, typ in _NODE_FIELDS[kind].items():
+            if not isinstance(node.get(name), typ):
+                fail(f"{kind} node {nid!r} lacks {name!r}")
+        ids.add(nid)
+    edges = data.get("edges", data.get("links", []))
+    if not isinstance(edges, list):
+        fail(f"'edges' is {type(edges).__name__}, not a list")
+    for i, edge in enumerate(edges):
+        if not isinstance(edge, Mapping):
+            fail(f"edge {i} is {type(edge).__name__}, not an object")
+        for end in ("source", "target"):
+            if edge.get(end) not in ids:
+                fail(f"edge {i} has {end} {edge.get(end)!r}, which is no node")
+    graph = data.get("graph", {})
+    if not isinstance(graph, Mapping):
+        fail(f"'graph' is {type(graph).__name__}, not an object")
+    for key in _GRAPH_LISTS:
+        if not isinstance(graph.get(key, []), list):
+            fail(f"graph '{key}' is not a list")
+    for i, record in enumerate(graph.get("rejected", [])):
+        if not isinstance(record, Mapping) or "pass" not in record:
+            fail(f"rejected attempt {i} is not an object with 'pass'")
 

@@ -65,6 +65,7 @@ keeps retrieval's deterministic order.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -358,6 +359,8 @@ class OptimizeResult:
     gated: int = 0
     """Candidates gated (the start kernel not counted; reused verdicts not counted)."""
     seed: int = 0
+    llm: Mapping[str, Any] | None = None
+    """The LLM rewriter's `usage_report()` (None when no LLM back-end ran)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"best": {"path": str(self.best_path), "verdict": dict(self.best_verdict)},
@@ -368,7 +371,7 @@ class OptimizeResult:
                 "speedup": (self.start_ms / self.best_ms
                             if self.start_ms and self.best_ms else None),
                 "termination": self.termination, "notes": list(self.notes),
-                "gated": self.gated, "seed": self.seed}
+                "gated": self.gated, "seed": self.seed, "llm": self.llm}
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,7 +454,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
              progress: ProgressFn | None = None, gate_timeout: float | None = None,
              check_fn: Callable[..., Any] | None = None, seed: int = 0,
              deadline: float | None = None, executor: Any = None,
-             config_sweeps: bool = True) -> OptimizeResult:
+             llm_config: Any = None, config_sweeps: bool = True) -> OptimizeResult:
     """Optimize the kernel file `target` for `case` with the admitted cards of `library`.
 
     `budget_steps` bounds the gated candidates, `budget_usd` the LLM spend (used when no
@@ -465,7 +468,9 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     Raises BadInputError for a missing target, an unknown case or tier, a missing library,
     or a target that fails the gate (there is nothing correct to start from). `check_fn`
     replaces `gate.check` (same signature; tests use it to script verdicts); `executor` (a
-    `gate.executor.Executor`, e.g. a Ray cluster) runs the gates otherwise."""
+    `gate.executor.Executor`, e.g. a Ray cluster) runs the gates otherwise. `llm_config` (a
+    `passes.llm_rewriter.LLMConfig`, e.g. `LLMConfig.for_model(...)`) shapes the LLM
+    rewriter's requests; its budget is `budget_usd`."""
     import gate  # noqa: PLC0415 — lazy: the gate's workers import torch
     import kir  # noqa: PLC0415
 
@@ -490,7 +495,9 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     if not admitted:
         notes.append(f"{lib.root} holds no admitted SkillCard")
     if rewriter is None:
-        rewriter, note = default_rewriter(LLMConfig(budget_usd=budget_usd),
+        config = (dataclasses.replace(llm_config, budget_usd=budget_usd) if llm_config is not None
+                  else LLMConfig(budget_usd=budget_usd))
+        rewriter, note = default_rewriter(config,
                                           library=lib.to_prompt(admitted))
         if note:
             notes.append(note)
@@ -552,6 +559,9 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
             termination = "exhausted"
             break
     spent = _spent(rewriter)
+    llm = _llm_report(rewriter)
+    if llm is not None and llm["disabled"]:
+        notes.append(llm["disabled"])
     best = run.best
     best_path = out_dir / f"best{path.suffix}"
     atomic_write_text(best_path, best.source)
@@ -562,13 +572,13 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     lineage.add_run({"target": str(path), "case": the_case.ref, "tier": run_tier,
                      "termination": termination, "steps": run.gated, "kept": len(run.applied),
                      "reused_verdicts": run.reused, "seed": seed,
-                     "spent_usd": spent, "kind": "optimize",
+                     "spent_usd": spent, "llm": llm, "kind": "optimize",
                      "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     lineage_path = out_dir / "lineage.json"
     lineage.save(lineage_path)
     result = OptimizeResult(best_path, _verdict_json(best.verdict), tuple(run.applied),
                             tuple(run.rejected), spent, lineage_path, first.ms, best.ms,
-                            termination, tuple(notes), gated=run.gated, seed=seed)
+                            termination, tuple(notes), gated=run.gated, seed=seed, llm=llm)
     atomic_write_text(out_dir / "result.json", json.dumps(result.to_json(), indent=1) + "\n")
     return result
 
@@ -887,6 +897,15 @@ def resolve_tier(tier: str, language: str) -> str:
 
     resolved, _ = gate_resolve(tier, language)
     return str(getattr(resolved, "value", resolved))
+
+
+def _llm_report(rewriter: Any) -> dict[str, Any] | None:
+    """The LLM back-end's `usage_report()` (calls, failures, cache reads / writes), if any."""
+    for backend in (rewriter, *(getattr(rewriter, "backends", ()) or ())):
+        report = getattr(backend, "usage_report", None)
+        if callable(report):
+            return dict(report())
+    return None
 
 
 def _spent(rewriter: Any) -> float:

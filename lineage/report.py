@@ -1,8 +1,8 @@
 """A self-contained HTML report of a lineage.
 
 The page holds: the DAG as a picture (Graphviz SVG when `dot` is installed, else a layered
-layout drawn here), a plot of speedup against the naive root (device tier) or of step index
-(interpret tier), and every transition with its preconditions, structured diff and a text diff
+layout drawn here), a plot of speedup against the naive root (device tier; without timings
+the forward chain as a list, since a chart would carry nothing), and every transition with its preconditions, structured diff and a text diff
 of the two kernels. Nothing is fetched from the network: styles and pictures are inline.
 """
 from __future__ import annotations
@@ -98,19 +98,25 @@ def layered_svg(lineage: Lineage) -> str:
 
 
 def plot_svg(lineage: Lineage) -> tuple[str, str]:
-    """Speedup over the naive root along the main chain (device), else step index. (svg, title)"""
+    """Speedup over the naive root along the main chain (device tier): (svg, title). Without
+    device timings, the chain's passes as a list (no chart: it would carry no information)."""
     chain = lineage.main_chain()
     if not chain:
         return "<p class='muted'>no forward chain from a naive root to the expert yet</p>", "progress"
     g = lineage.graph
     times = [((g.nodes[s].get("timing") or {}).get("candidate_ms")) for s, _ in chain]
     have_timing = all(t is not None and t > 0 for t in times)
-    if have_timing:
-        ys = [times[0] / t for t in times]
-        title, ylabel = "speedup over the naive root (device tier)", "speedup (x)"
-    else:
-        ys = list(range(len(chain)))
-        title, ylabel = "step index from the naive root (no device timings)", "step"
+    if not have_timing:
+        # A step-index chart would be a straight line: list the chain instead.
+        tiers = sorted({str(g.nodes[s].get("tier") or "?") for s, _ in chain})
+        steps = "".join(
+            f"<li>{_esc(g.nodes[t]['pass'])} <span class='muted'>@ "
+            f"{_esc(g.nodes[t].get('anchor', ''))}</span></li>" for _, t in chain if t)
+        return (f"<p class='muted'>No device timings (validated at the {_esc(', '.join(tiers))} "
+                f"tier): no speedup to plot. The forward chain from the naive root:</p>"
+                f"<ol class='chain'>{steps}</ol>"), "forward chain (no device timings)"
+    ys = [times[0] / t for t in times]
+    title, ylabel = "speedup over the naive root (device tier)", "speedup (x)"
     w, h, pad = 720, 340, 70
     ymax = max(ys) if max(ys) > 0 else 1
     n = max(len(ys) - 1, 1)

@@ -788,8 +788,10 @@ class Library:
             raise BadInputError(f"no SkillCard {card_id!r} in {self.root}")
         try:
             return SkillCard.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BadInputError(f"{path}: not a SkillCard JSON file ({exc})") from None
+        except BadInputError as exc:
+            raise BadInputError(f"{path}: {exc}") from None
 
     def cards(self, *, admitted_only: bool = False) -> list[SkillCard]:
         cards = [self.get(i) for i in self.ids()]

@@ -12,15 +12,28 @@ What a caller may rely on:
   does not parse (`kir.parse`). A rejection is a `Failed` whose `error` starts with
   `"llm reply rejected:"`; callers record it as risk evidence.
 - The result's single `Edit` lies inside `site.span`; nothing else of the kernel changes.
-- Spend is counted in USD from each reply's `usage` with a configurable price table (input,
-  output, cache-write and cache-read tokens). Before every request the worst case of that
-  request is priced; a request that could take the spend past the budget is not sent and the
-  rewriter answers `Skipped` (reason starting `"llm budget"`).
+- Spend is counted in USD from each reply's `usage` with the prices of the chosen model
+  (`MODELS`; input, output, cache-write and cache-read tokens). Before every request the worst
+  case of that request is priced: its input tokens as counted by the API's token-counting
+  endpoint (`messages.count_tokens`, free of charge), or, where that cannot answer, estimated
+  as characters / `CHARS_PER_TOKEN` (an over-count for code), every one priced at the dearest
+  input rate, plus `max_tokens` of output. A request that could take the spend past the budget
+  is not sent and the rewriter answers `Skipped` (reason starting `"llm budget"`). An attempt
+  that got no reply (a timeout, a dropped connection) may still have been billed: it is charged
+  its worst case.
 - The SkillCard library is sent as the system prompt's last block with
-  `cache_control: {"type": "ephemeral"}`, so it is a cached prefix shared by every request.
-- Transient errors (429, 5xx, 408, timeouts, connection errors) are retried with exponential
-  back-off (honouring `retry-after` up to the cap); other API errors, and retries exhausted,
-  give `Skipped` with the error, so a chain falls through to the next back-end.
+  `cache_control: {"type": "ephemeral"}`, so it is a cached prefix shared by every request;
+  `usage_report()` says how many prefix tokens were written to and read from the cache (a
+  prefix under the model's minimum cacheable length is never cached: reads stay 0).
+- Retries are the SDK's own (`max_retries` of the client: exponential back-off with jitter,
+  `retry-after` / `retry-after-ms` honoured, the `x-should-retry` header obeyed; 408, 409, 429,
+  5xx, timeouts and connection errors are retried). What is left after them, and any other SDK
+  error (`anthropic.AnthropicError`), gives `Skipped` with a one-line reason, so a chain falls
+  through to the next back-end and an optimize run goes on. Every failed call is recorded in
+  `calls` like a successful one.
+- A refused key or an unknown model (HTTP 401, 403, 404) is not retried: the first one turns
+  the rewriter off for the rest of its life (`disabled`), and every later `rewrite` answers
+  `Skipped` with that one reason without a request.
 - Without `ANTHROPIC_API_KEY` (and no key given) the rewriter is *unavailable*: `rewrite`
   answers `Skipped(NO_KEY_MESSAGE)` and never touches the network; `available()` says so.
   `default_rewriter()` builds the chain deterministic-then-LLM, or deterministic only (with the
@@ -33,8 +46,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,16 +62,19 @@ REJECTED = "llm reply rejected"
 BEGIN_MARKER = "@@@ KLINEAGE REGION BEGIN @@@"
 END_MARKER = "@@@ KLINEAGE REGION END @@@"
 
-# HTTP statuses worth retrying: request timeout, rate limit, server errors, overload.
-_TRANSIENT_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
-# Rough bytes-per-token used only to price a request *before* it is sent (a conservative,
-# i.e. low, figure so that the pre-flight estimate over-counts rather than under-counts).
-_CHARS_PER_TOKEN = 3.0
+# HTTP statuses that say the key or the model is wrong: retrying cannot help, and every later
+# request would fail the same way.
+FATAL_STATUS = frozenset({401, 403, 404})
+#: Characters per token used to price a request before it is sent when the token-counting
+#: endpoint cannot answer (no network in tests, an old SDK). Code tokenizes at 3.5-4 characters
+#: per token; 3 over-counts, so the estimate errs towards refusing a request.
+CHARS_PER_TOKEN = 3.0
 
 
 @dataclass(frozen=True, slots=True)
 class Price:
-    """USD per million tokens, by kind of token (defaults: Claude Opus list prices)."""
+    """USD per million tokens, by kind of token (defaults: Claude Opus 4.6 list prices; cache
+    writes are 5-minute writes, 1.25x input; cache reads 0.1x input)."""
 
     input: float = 5.0
     output: float = 25.0
@@ -75,11 +90,43 @@ class Price:
                 + usage.get("cache_read_input_tokens", 0) * self.cache_read) / 1e6
 
 
+def _list_price(input_usd: float, output_usd: float) -> Price:
+    return Price(input=input_usd, output=output_usd, cache_write=input_usd * 1.25,
+                 cache_read=input_usd * 0.1)
+
+
+#: Models the rewriter knows the prices of (list prices, USD per million tokens). A dated id
+#: (`claude-sonnet-4-5-20250929`) has the prices of its undated name. The first is the default.
+MODELS: dict[str, Price] = {
+    "claude-opus-4-6": _list_price(5.0, 25.0),
+    "claude-opus-4-5": _list_price(5.0, 25.0),
+    "claude-sonnet-4-5": _list_price(3.0, 15.0),
+    "claude-haiku-4-5": _list_price(1.0, 5.0),
+    "claude-opus-4-1": _list_price(15.0, 75.0),
+    "claude-sonnet-4-0": _list_price(3.0, 15.0),
+    "claude-sonnet-4": _list_price(3.0, 15.0),
+}
+DEFAULT_MODEL = next(iter(MODELS))
+
+
+def price_of(model: str) -> Price:
+    """The list prices of `model`; `BadInputError` for a model not in `MODELS` (its spend could
+    not be bounded)."""
+    from kir.errors import BadInputError  # noqa: PLC0415
+
+    name = re.sub(r"-\d{8}$", "", model)
+    if name not in MODELS:
+        raise BadInputError(f"unknown model '{model}': no prices for it (known: "
+                            f"{', '.join(MODELS)}; a dated id of one of them also works)")
+    return MODELS[name]
+
+
 @dataclass(frozen=True, slots=True)
 class LLMConfig:
-    """Everything that shapes the requests; a value, so runs can record it."""
+    """Everything that shapes the requests; a value, so runs can record it. `price` must be the
+    model's (`for_model` builds a config that keeps them together)."""
 
-    model: str = "claude-opus-4-6"
+    model: str = DEFAULT_MODEL
     temperature: float | None = None
     """Sampling temperature; None leaves the model's default (some models refuse one)."""
     max_tokens: int = 8192
@@ -87,25 +134,36 @@ class LLMConfig:
     budget_usd: float = 10.0
     """Total spend this rewriter may reach; requests that could exceed it are not sent."""
     max_retries: int = 4
-    backoff_s: float = 1.0
-    """First back-off delay; doubles after each transient failure, capped by backoff_max_s."""
-    backoff_max_s: float = 30.0
+    """Retries of one request by the SDK (its back-off, `retry-after`, `x-should-retry`)."""
     timeout_s: float = 120.0
     context_lines: int = 40
     """Lines of kernel shown on each side of the region when the kernel is long."""
     full_kernel_lines: int = 400
     """Kernels up to this many lines are shown whole."""
 
+    @classmethod
+    def for_model(cls, model: str, **fields: Any) -> LLMConfig:
+        """A config for `model` with its list prices (`price_of`; unknown model:
+        `BadInputError`)."""
+        return cls(model=model, price=price_of(model), **fields)
+
 
 @dataclass(frozen=True, slots=True)
 class CallRecord:
-    """One request that reached the API (successful or not)."""
+    """One request sent to the API, successful or not. `attempts` counts the HTTP attempts the
+    SDK made (retries included); `outcome` is "ok", why the reply was unusable, or the error
+    ("HTTP 401: ...", "timeout: ...", ...); `cost_usd` is from `usage`, or for attempts that
+    got no reply their worst case (they may have been billed)."""
 
     model: str
     usage: Mapping[str, int]
     cost_usd: float
     attempts: int
     outcome: str
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome != "ok"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +178,10 @@ class BudgetExceeded(Exception):
     """Raised inside the rewriter when a request would exceed the budget (turned into Skipped)."""
 
 
+class _Failed(Exception):
+    """A request that failed for good (after the SDK's retries); the message is one line."""
+
+
 class LLMRewriter:
     """A `Rewriter` (name "llm") backed by the Anthropic Messages API. Not a value object: it
     holds the client and the running spend (thread-safe)."""
@@ -127,37 +189,56 @@ class LLMRewriter:
     name = "llm"
 
     def __init__(self, config: LLMConfig | None = None, *, api_key: str | None = None,
-                 library: str = "", client: Any = None, http_client: Any = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 library: str = "", client: Any = None, http_client: Any = None) -> None:
         """`library` is the card library text sent as the cached system prefix (see
-        `set_library`). `client` (an `anthropic.Anthropic`) or `http_client` (handed to the
-        SDK, e.g. one with a mock transport) replace the default network client."""
+        `set_library`). `client` (an `anthropic.Anthropic`) or `http_client` (an httpx client
+        handed to the SDK, e.g. one with a mock transport) replace the default network
+        client."""
         self.config = config or LLMConfig()
         self._api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
         self._client = client
         self._http_client = http_client
-        self._sleep = sleep
         self._library = library
         self._lock = threading.Lock()
         self._spent = 0.0
         self._reserved = 0.0  # worst-case cost of requests in flight
+        self._attempts = threading.local()  # HTTP attempts of this thread's current request
+        self.disabled: str | None = None
+        """Why the rewriter turned itself off (a refused key or unknown model), else None."""
         self.calls: list[CallRecord] = []
 
     # -- state ----------------------------------------------------------------------------
     def available(self) -> tuple[bool, str]:
         """(True, "") when requests can be made, else (False, why)."""
+        if self.disabled is not None:
+            return False, self.disabled
         if self._client is None and not self._api_key:
             return False, NO_KEY_MESSAGE
         return True, ""
 
     @property
     def spent_usd(self) -> float:
-        """USD spent so far, from the usage the API reported."""
+        """USD spent so far: the usage the API reported, plus the worst case of attempts that
+        got no reply."""
         return self._spent
 
     @property
     def remaining_usd(self) -> float:
         return max(0.0, self.config.budget_usd - self._spent)
+
+    def usage_report(self) -> dict[str, Any]:
+        """Totals of the calls so far: {"model", "calls", "failed", "attempts", "input_tokens",
+        "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
+        "spent_usd", "disabled"}. Cache reads of 0 over several calls mean the library prefix
+        was not cached (e.g. shorter than the model's minimum cacheable length)."""
+        with self._lock:
+            calls = list(self.calls)
+            spent = self._spent
+        totals = {key: sum(int(c.usage.get(key, 0)) for c in calls) for key in _USAGE_KEYS}
+        return {"model": self.config.model, "calls": len(calls),
+                "failed": sum(c.failed for c in calls),
+                "attempts": sum(c.attempts for c in calls), **totals,
+                "spent_usd": round(spent, 6), "disabled": self.disabled}
 
     def set_library(self, text: str) -> None:
         """Replace the cached prefix (the rendered card library)."""
@@ -181,7 +262,7 @@ class LLMRewriter:
         except BudgetExceeded as exc:
             return Skipped(str(exc), {"spent_usd": round(self._spent, 6),
                                       "budget_usd": self.config.budget_usd})
-        except _GaveUp as exc:
+        except _Failed as exc:
             return Skipped(f"llm request failed: {exc}")
         if isinstance(text, Reply):  # the body was not a usable message
             return Failed(f"{REJECTED}: {text.reason}")
@@ -199,13 +280,36 @@ class LLMRewriter:
         blocks[-1]["cache_control"] = {"type": "ephemeral"}
         return blocks
 
+    def input_tokens(self, prompt: str) -> tuple[int, str]:
+        """(input tokens of a request with this user prompt, how they were counted): "api"
+        from `messages.count_tokens`, or "estimate" (characters / `CHARS_PER_TOKEN`) where the
+        endpoint cannot answer. A refused key or unknown model disables the rewriter here
+        already (see `disabled`)."""
+        import anthropic  # noqa: PLC0415 — lazy: the SDK is only needed when a key is set
+
+        try:
+            counted = self._get_client().messages.count_tokens(
+                model=self.config.model, system=self._system_blocks(),
+                messages=[{"role": "user", "content": prompt}], timeout=self.config.timeout_s)
+            tokens = getattr(counted, "input_tokens", None)
+            if isinstance(tokens, int) and tokens >= 0:
+                return tokens, "api"
+        except anthropic.APIStatusError as exc:
+            if exc.status_code in FATAL_STATUS:
+                self._disable(exc)
+                raise _Failed(self.disabled) from None
+        except (anthropic.AnthropicError, AttributeError, TypeError):
+            pass  # offline, or an SDK without the endpoint: the estimate below
+        chars = len(SYSTEM_INSTRUCTIONS) + len(self._library) + len(prompt)
+        return int(chars / CHARS_PER_TOKEN) + 1, "estimate"
+
     def estimate_usd(self, prompt: str) -> float:
-        """The most one request with this user prompt can cost: every prefix token priced as a
-        cache write, every prompt token as input, and `max_tokens` of output."""
+        """The most one request with this user prompt can cost: every input token (prefix and
+        prompt, counted by `input_tokens`) at the dearest input rate (a prefix token may be a
+        cache write), and `max_tokens` of output."""
         price = self.config.price
-        prefix = (len(SYSTEM_INSTRUCTIONS) + len(self._library)) / _CHARS_PER_TOKEN
-        return (prefix * max(price.cache_write, price.input, price.cache_read)
-                + len(prompt) / _CHARS_PER_TOKEN * price.input
+        tokens, _ = self.input_tokens(prompt)
+        return (tokens * max(price.cache_write, price.input, price.cache_read)
                 + self.config.max_tokens * price.output) / 1e6
 
     def _request(self, prompt: str) -> str | Reply:
@@ -217,12 +321,14 @@ class LLMRewriter:
                     f"this request may cost up to ${estimate:.4f}")
             self._reserved += estimate
         try:
-            return self._call(prompt)
+            return self._call(prompt, estimate)
         finally:
             with self._lock:
                 self._reserved -= estimate
 
-    def _call(self, prompt: str) -> str | Reply:
+    def _call(self, prompt: str, estimate: float) -> str | Reply:
+        import anthropic  # noqa: PLC0415
+
         client = self._get_client()
         kwargs: dict[str, Any] = {
             "model": self.config.model, "max_tokens": self.config.max_tokens,
@@ -233,55 +339,87 @@ class LLMRewriter:
         if self.config.temperature is not None:
             # Sent as a raw body field: the SDK's typed signature no longer lists it.
             kwargs["extra_body"] = {"temperature": self.config.temperature}
-        message, attempts = self._send(client, kwargs)
+        self._attempts.sent = self._attempts.answered = 0
+        try:
+            message = client.messages.create(**kwargs)
+        except anthropic.APIStatusError as exc:
+            reason = f"HTTP {exc.status_code}: {_short(exc)}"
+            if exc.status_code in FATAL_STATUS:
+                self._disable(exc)
+                reason = str(self.disabled)
+            raise self._failure(reason, estimate) from None
+        except anthropic.APIConnectionError as exc:  # includes APITimeoutError
+            kind = "timeout" if isinstance(exc, anthropic.APITimeoutError) else "connection"
+            raise self._failure(f"{kind}: {_short(exc)}", estimate) from None
+        except anthropic.AnthropicError as exc:  # any other SDK error: this request only
+            raise self._failure(f"{type(exc).__name__}: {_short(exc)}", estimate) from None
         usage = _usage_of(message)
-        cost = self.config.price.cost(usage)
-        with self._lock:
-            self._spent += cost
+        cost = self.config.price.cost(usage) + self._unanswered() * estimate
         text, reason = _text_of(message)
-        self.calls.append(CallRecord(self.config.model, usage, cost, attempts,
-                                     "ok" if reason == "" else reason))
+        self._record(CallRecord(self.config.model, usage, cost, self._sent(),
+                                "ok" if reason == "" else reason))
         return text if reason == "" else Reply(None, reason)
 
-    def _send(self, client: Any, kwargs: Mapping[str, Any]) -> tuple[Any, int]:
-        import anthropic  # noqa: PLC0415 — lazy: the SDK is only needed when a key is set
+    def _failure(self, reason: str, estimate: float) -> _Failed:
+        """Record a failed call (attempts without a reply charged their worst case)."""
+        attempts = max(self._sent(), 1)
+        unanswered = self._unanswered()
+        self._record(CallRecord(self.config.model, {k: 0 for k in _USAGE_KEYS},
+                                unanswered * estimate, attempts, reason))
+        more = f" (after {attempts} attempts)" if attempts > 1 else ""
+        return _Failed(f"{reason}{more}")
 
-        delay = self.config.backoff_s
-        last = ""
-        for attempt in range(1, self.config.max_retries + 2):
-            try:
-                return client.messages.create(**kwargs), attempt
-            except anthropic.APIStatusError as exc:
-                last = f"HTTP {exc.status_code}: {_short(exc)}"
-                if exc.status_code not in _TRANSIENT_STATUS:
-                    raise _GaveUp(last) from None
-                wait = _retry_after(exc)
-            except anthropic.APIConnectionError as exc:  # includes APITimeoutError
-                kind = "timeout" if isinstance(exc, anthropic.APITimeoutError) else "connection"
-                last = f"{kind}: {_short(exc)}"
-                wait = None
-            if attempt > self.config.max_retries:
-                break
-            pause = min(self.config.backoff_max_s, wait if wait is not None else delay)
-            self._sleep(pause)
-            delay = min(self.config.backoff_max_s, delay * 2)
-        raise _GaveUp(f"{last} (gave up after {self.config.max_retries + 1} attempts)")
+    def _record(self, call: CallRecord) -> None:
+        with self._lock:
+            self._spent += call.cost_usd
+            self.calls.append(call)
+
+    def _disable(self, exc: Any) -> None:
+        what = {401: "the API key was refused", 403: "the API key may not use this model",
+                404: f"model '{self.config.model}' was not found"}.get(exc.status_code, "")
+        with self._lock:
+            if self.disabled is None:
+                self.disabled = (f"llm rewriter off: {what} (HTTP {exc.status_code}: "
+                                 f"{_short(exc)})")
+
+    def _sent(self) -> int:
+        return int(getattr(self._attempts, "sent", 0))
+
+    def _unanswered(self) -> int:
+        return max(0, self._sent() - int(getattr(self._attempts, "answered", 0)))
 
     def _get_client(self) -> Any:
         if self._client is None:
             import anthropic  # noqa: PLC0415
 
-            extra: dict[str, Any] = {}
-            if self._http_client is not None:
-                extra["http_client"] = self._http_client
-            # Our own loop retries (so back-off and spend are visible and testable).
-            self._client = anthropic.Anthropic(api_key=self._api_key, max_retries=0,
-                                               timeout=self.config.timeout_s, **extra)
+            http = self._http_client
+            if http is None:
+                http = anthropic.DefaultHttpxClient()
+            # Count the HTTP attempts of the SDK's retries (per thread: each request's
+            # retries run in the thread that made it); attempts without a response may
+            # still have been billed.
+            hooks = getattr(http, "event_hooks", None)
+            if isinstance(hooks, dict):
+                http.event_hooks = {
+                    "request": [*hooks.get("request", []), self._on_request],
+                    "response": [*hooks.get("response", []), self._on_response]}
+            self._client = anthropic.Anthropic(api_key=self._api_key,
+                                               max_retries=self.config.max_retries,
+                                               timeout=self.config.timeout_s, http_client=http)
         return self._client
 
+    def _on_request(self, request: Any) -> None:
+        if str(getattr(getattr(request, "url", None), "path", "")).endswith("/messages"):
+            self._attempts.sent = self._sent() + 1
 
-class _GaveUp(Exception):
-    """A request that failed for good (non-transient error, or retries exhausted)."""
+    def _on_response(self, response: Any) -> None:
+        request = getattr(response, "request", None)
+        if str(getattr(getattr(request, "url", None), "path", "")).endswith("/messages"):
+            self._attempts.answered = int(getattr(self._attempts, "answered", 0)) + 1
+
+
+_USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens",
+               "cache_read_input_tokens")
 
 
 def default_rewriter(config: LLMConfig | None = None, *, library: str = "",
@@ -491,15 +629,13 @@ def _text_of(message: Any) -> tuple[str, str]:
     return "".join(texts), ""
 
 
-def _retry_after(exc: Any) -> float | None:
-    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-    value = headers.get("retry-after") if hasattr(headers, "get") else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
 def _short(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+    """One line for an SDK error: the API's error type and message where the body has them."""
+    body = getattr(exc, "body", None)
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        text = f"{error.get('type', 'error')}: {error['message']}"
+    else:
+        text = str(exc)
+    text = " ".join(text.split())
     return text[:200]

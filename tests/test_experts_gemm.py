@@ -85,9 +85,7 @@ def test_triton_expert_constructs_are_visible() -> None:
 
 
 def test_triton_through_the_gate_interpret_tier() -> None:
-    gate = pytest.importorskip("gate")
-    if not hasattr(gate, "check_file"):
-        pytest.skip("gate.check_file not available yet")
+    import gate
     verdict = gate.check_file(GEMM_DIR / "gemm_triton.py", gate.load_case("gemm"), tier=gate.Tier.INTERPRET, cache=False)
     assert verdict.ok, verdict.reason
 
@@ -124,9 +122,7 @@ def test_cuda_host_rejects_shapes_it_cannot_run() -> None:
 
 
 def test_cuda_through_the_gate_static_tier() -> None:
-    gate = pytest.importorskip("gate")
-    if not hasattr(gate, "check_file"):
-        pytest.skip("gate.check_file not available yet")
+    import gate
     verdict = gate.check_file(GEMM_DIR / "gemm_cuda.cu", gate.load_case("gemm"), tier=gate.Tier.STATIC, cache=False)
     assert verdict.ok, verdict.reason
 

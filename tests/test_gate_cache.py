@@ -60,3 +60,22 @@ def test_the_same_candidate_gets_the_cached_verdict(tmp_path: Path, monkeypatch:
     changed = gate.check(source + "\n# an edit\n", "triton", SAXPY, Tier.INTERPRET)
     assert not changed.cached
     assert (tmp_path / "verdicts.sqlite").is_file()
+
+
+def test_gate_json_says_cached_and_drops_the_old_phases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from lineage.cli import main
+
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path))
+    argv = ["gate", str(SAXPY / "saxpy_triton.py"), "--case", str(SAXPY), "--tier", "interpret",
+            "--json"]
+    assert main(argv) == 0
+    fresh = json.loads(capsys.readouterr().out)
+    assert fresh["cached"] is False and fresh["phases"]
+    assert main(argv) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["cached"] is True and "phases" not in again
+    assert {k: v for k, v in again.items() if k not in ("cached", "phases")} == \
+        {k: v for k, v in fresh.items() if k not in ("cached", "phases")}

@@ -149,9 +149,15 @@ def test_report_is_self_contained_and_shows_every_transition(tmp_path: Path) -> 
     assert written.count('class="transition"') == 3 and "<title>KLineage report: gemm</title>" in written
 
 
-def test_report_without_timings_plots_step_index() -> None:
-    page = render(_chain())
-    assert "step index from the naive root" in page
+def test_report_without_timings_lists_the_chain_instead_of_a_chart() -> None:
+    lin = _chain()
+    page = render(lin)
+    assert "No device timings" in page and 'class="lineage-plot"' not in page
+    passes = [lin.node(t)["pass"] for _, t in lin.main_chain() if t]
+    assert passes and page.count("<li>") >= len(passes)
+    assert all(p in page for p in passes)
+    timed = render(_chain([4.0, 2.0, 1.5, 1.0]))
+    assert 'class="lineage-plot"' in timed and "speedup over the naive root" in timed
 
 
 def _chromium() -> str | None:

@@ -12,8 +12,9 @@ anthropic = pytest.importorskip("anthropic")
 import kir
 from lineage.skills import SkillCard
 from passes.base import Applied, Failed, Site, Skipped
-from passes.llm_rewriter import (BEGIN_MARKER, END_MARKER, NO_KEY_MESSAGE, LLMConfig,
-                                 LLMRewriter, Price, default_rewriter)
+from kir.errors import BadInputError
+from passes.llm_rewriter import (BEGIN_MARKER, END_MARKER, MODELS, NO_KEY_MESSAGE, LLMConfig,
+                                 LLMRewriter, Price, default_rewriter, price_of)
 from passes.rewriter import DeterministicRewriter
 
 # The SDK's own HTTP library (httpx2 in recent SDKs, httpx before).
@@ -69,13 +70,22 @@ def _reply(body: str) -> str:
 
 
 class Mock:
-    """A transport that answers each request with the next scripted response."""
+    """A transport that answers each Messages request with the next scripted response and each
+    token-counting request with `count` (a response, a callable, or an input-token count)."""
 
-    def __init__(self, *responses: Callable[[Any], Any] | dict[str, Any]) -> None:
+    def __init__(self, *responses: Callable[[Any], Any] | dict[str, Any],
+                 count: int | Callable[[Any], Any] = 2000) -> None:
         self.responses = list(responses)
+        self.count = count
         self.requests: list[dict[str, Any]] = []
+        self.counted: list[dict[str, Any]] = []
 
     def __call__(self, request: Any) -> Any:
+        if request.url.path.endswith("/count_tokens"):
+            self.counted.append(json.loads(request.content))
+            if callable(self.count):
+                return self.count(request)
+            return httpx.Response(200, json={"input_tokens": self.count})
         self.requests.append(json.loads(request.content))
         step = self.responses.pop(0) if len(self.responses) > 1 else self.responses[0]
         if callable(step):
@@ -83,13 +93,26 @@ class Mock:
         return httpx.Response(200, json=step)
 
     def rewriter(self, config: LLMConfig | None = None, **kw: Any) -> tuple[LLMRewriter, list[float]]:
-        sleeps: list[float] = []
+        """A rewriter over this transport, and the list the SDK's retry sleeps land in (the
+        tests patch `time.sleep`, see the `sleeps` fixture)."""
         rw = LLMRewriter(config or LLMConfig(model="claude-test", temperature=0.2,
                                              max_tokens=1024),
                          api_key="test-key", library=kw.pop("library", "LIBRARY-PREFIX"),
-                         http_client=httpx.Client(transport=httpx.MockTransport(self)),
-                         sleep=sleeps.append, **kw)
-        return rw, sleeps
+                         http_client=httpx.Client(transport=httpx.MockTransport(self)), **kw)
+        return rw, SLEEPS
+
+
+SLEEPS: list[float] = []
+
+
+@pytest.fixture(autouse=True)
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The SDK's retry back-off sleeps, recorded instead of slept."""
+    import time
+
+    SLEEPS.clear()
+    monkeypatch.setattr(time, "sleep", SLEEPS.append)
+    return SLEEPS
 
 
 def test_good_reply_becomes_one_edit_inside_the_region() -> None:
@@ -174,22 +197,31 @@ def test_rate_limit_then_success_retries_after_the_advised_delay() -> None:
     mock = Mock(_rate_limited, _rate_limited, _message(_reply(NEW_REGION)))
     rw, sleeps = mock.rewriter()
     assert isinstance(rw.rewrite(_ir(), _site(), _card()), Applied)
+    # The SDK's retries: retry-after honoured as given (not capped), attempts counted.
     assert len(mock.requests) == 3 and sleeps == [3.0, 3.0]
-    assert rw.calls[-1].attempts == 3
+    assert rw.calls[-1].attempts == 3 and rw.calls[-1].outcome == "ok"
 
 
 def _timeout(request: Any) -> Any:
     raise httpx.ReadTimeout("timed out", request=request)
 
 
-def test_timeouts_back_off_exponentially_then_give_up_with_skipped() -> None:
+def test_timeouts_back_off_with_jitter_then_skip_and_charge_the_worst_case() -> None:
     mock = Mock(_timeout)
-    rw, sleeps = mock.rewriter(LLMConfig(max_retries=3, backoff_s=0.5, backoff_max_s=1.5))
+    rw, sleeps = mock.rewriter(LLMConfig(model="claude-test", max_retries=3, max_tokens=1000))
+    estimate = rw.estimate_usd("x")  # the mock counts 2000 input tokens for any request
     result = rw.rewrite(_ir(), _site(), _card())
     assert isinstance(result, Skipped) and "timeout" in result.reason, result
-    assert "gave up after 4 attempts" in result.reason
-    assert sleeps == [0.5, 1.0, 1.5] and len(mock.requests) == 4
-    assert rw.spent_usd == 0.0
+    assert "after 4 attempts" in result.reason and len(mock.requests) == 4
+    # The SDK's back-off: growing, with jitter (each delay within [75%, 100%] of 0.5 * 2^n).
+    assert len(sleeps) == 3
+    for n, slept in enumerate(sleeps):
+        assert 0.75 * 0.5 * 2**n <= slept <= 0.5 * 2**n
+    # Each unanswered attempt may have been billed: the spend counts its worst case, and the
+    # failed call is recorded.
+    assert rw.spent_usd == pytest.approx(4 * estimate) and rw.spent_usd > 0
+    (call,) = rw.calls
+    assert call.failed and call.attempts == 4 and call.outcome.startswith("timeout")
 
 
 def test_server_error_is_retried_but_bad_request_is_not() -> None:
@@ -202,6 +234,137 @@ def test_server_error_is_retried_but_bad_request_is_not() -> None:
     result = bad.rewriter()[0].rewrite(_ir(), _site(), _card())
     assert isinstance(result, Skipped) and "HTTP 400" in result.reason
     assert len(bad.requests) == 1
+
+
+def test_the_server_can_forbid_a_retry() -> None:
+    no_retry = lambda r: httpx.Response(529, headers={"x-should-retry": "false"},  # noqa: E731
+                                        json={"type": "error", "error": {
+                                            "type": "overloaded_error", "message": "busy"}})
+    mock = Mock(no_retry, _message(_reply(NEW_REGION)))
+    rw, _ = mock.rewriter()
+    result = rw.rewrite(_ir(), _site(), _card())
+    assert isinstance(result, Skipped) and "HTTP 529" in result.reason
+    assert len(mock.requests) == 1 and rw.calls[0].failed
+
+
+@pytest.mark.parametrize("status, error_type, why", [
+    (401, "authentication_error", "API key was refused"),
+    (403, "permission_error", "may not use this model"),
+    (404, "not_found_error", "was not found"),
+])
+def test_a_refused_key_or_unknown_model_fails_fast_once(status: int, error_type: str,
+                                                        why: str) -> None:
+    refuse = lambda r: httpx.Response(status, json={"type": "error", "error": {  # noqa: E731
+        "type": error_type, "message": "no"}})
+    mock = Mock(refuse)
+    rw, sleeps = mock.rewriter()
+    first = rw.rewrite(_ir(), _site(), _card())
+    assert isinstance(first, Skipped) and why in first.reason and f"HTTP {status}" in first.reason
+    assert "\n" not in first.reason and len(mock.requests) == 1 and sleeps == []
+    (call,) = rw.calls
+    assert call.failed and f"HTTP {status}" in call.outcome and call.cost_usd == 0.0
+    # Every later card and site: the same reason, no request, nothing more recorded.
+    for _ in range(3):
+        again = rw.rewrite(_ir(), _site(), _card())
+        assert isinstance(again, Skipped) and again.reason == rw.disabled
+    assert len(mock.requests) == 1 and len(rw.calls) == 1
+    assert rw.available() == (False, rw.disabled) and why in rw.disabled
+    assert rw.usage_report()["failed"] == 1
+
+
+def test_a_refused_key_is_seen_by_the_token_count_already() -> None:
+    mock = Mock(_message(_reply(NEW_REGION)), count=lambda r: httpx.Response(
+        401, json={"type": "error", "error": {"type": "authentication_error", "message": "x"}}))
+    rw, _ = mock.rewriter()
+    result = rw.rewrite(_ir(), _site(), _card())
+    assert isinstance(result, Skipped) and "API key was refused" in result.reason
+    assert mock.requests == [] and rw.disabled
+
+
+def test_any_other_sdk_error_skips_this_request_only() -> None:
+    def broken(request: Any) -> Any:
+        raise anthropic.AnthropicError("something the SDK did not expect")
+
+    mock = Mock(broken, _message(_reply(NEW_REGION)))
+    rw, _ = mock.rewriter()
+    first = rw.rewrite(_ir(), _site(), _card())
+    assert isinstance(first, Skipped) and "AnthropicError" in first.reason, first
+    assert rw.calls[0].failed and rw.disabled is None
+    assert isinstance(rw.rewrite(_ir(), _site(), _card()), Applied)
+
+
+def test_the_estimate_counts_tokens_with_the_api_and_falls_back_offline() -> None:
+    config = LLMConfig(model="claude-test", price=Price(input=1.0, output=2.0, cache_write=1.25,
+                                                        cache_read=0.1), max_tokens=100)
+    mock = Mock(_message(_reply(NEW_REGION)), count=12345)
+    rw, _ = mock.rewriter(config)
+    assert rw.input_tokens("hello") == (12345, "api")
+    assert rw.estimate_usd("hello") == pytest.approx((12345 * 1.25 + 100 * 2.0) / 1e6)
+    sent = mock.counted[-1]
+    assert sent["model"] == "claude-test" and sent["messages"][0]["content"] == "hello"
+    assert sent["system"][-1]["cache_control"] == {"type": "ephemeral"}
+
+    def offline(request: Any) -> Any:
+        raise httpx.ConnectError("no network", request=request)
+
+    rw, _ = Mock(_message(_reply(NEW_REGION)), count=offline).rewriter(
+        LLMConfig(model="claude-test", max_retries=0))
+    tokens, how = rw.input_tokens("x" * 3000)
+    assert how == "estimate" and tokens >= 1000
+
+
+def test_two_requests_in_flight_reserve_their_worst_case_together() -> None:
+    """The budget covers requests running at once: while one is in flight its worst case is
+    reserved, so a second that would pass the budget with it is refused without a request."""
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(request: Any) -> Any:
+        if not entered.is_set():  # the first request waits until the second was decided
+            entered.set()
+            release.wait(10)
+        return httpx.Response(200, json=_message(_reply(NEW_REGION)))
+
+    mock = Mock(slow, count=10)
+    config = LLMConfig(model="claude-test", price=Price(input=1.0, output=10.0,
+                                                        cache_write=1.0, cache_read=1.0),
+                       max_tokens=60_000, budget_usd=1.0)  # worst case ~ $0.6 per request
+    rw, _ = mock.rewriter(config)
+    results: list[Any] = []
+    first = threading.Thread(target=lambda: results.append(rw.rewrite(_ir(), _site(), _card())))
+    first.start()
+    assert entered.wait(10)
+    second = rw.rewrite(_ir(), _site(), _card())
+    release.set()
+    first.join(10)
+    assert isinstance(second, Skipped) and second.reason.startswith("llm budget"), second
+    assert isinstance(results[0], Applied) and len(mock.requests) == 1
+
+
+def test_prices_follow_the_model() -> None:
+    assert LLMConfig().price == MODELS[LLMConfig().model]
+    haiku = LLMConfig.for_model("claude-haiku-4-5")
+    assert haiku.price.input < LLMConfig.for_model("claude-opus-4-1").price.input
+    assert price_of("claude-sonnet-4-5-20250929") == MODELS["claude-sonnet-4-5"]
+    with pytest.raises(BadInputError, match="unknown model 'gpt-4'"):
+        LLMConfig.for_model("gpt-4")
+
+
+def test_the_usage_report_shows_cache_writes_then_reads() -> None:
+    first = {"input_tokens": 100, "output_tokens": 50, "cache_creation_input_tokens": 4000,
+             "cache_read_input_tokens": 0}
+    second = {"input_tokens": 100, "output_tokens": 50, "cache_creation_input_tokens": 0,
+              "cache_read_input_tokens": 4000}
+    mock = Mock(_message(_reply(NEW_REGION), first), _message(_reply(NEW_REGION), second))
+    rw, _ = mock.rewriter()
+    rw.rewrite(_ir(), _site(), _card())
+    rw.rewrite(_ir(), _site(), _card())
+    report = rw.usage_report()
+    assert report["calls"] == 2 and report["failed"] == 0 and report["attempts"] == 2
+    assert report["cache_creation_input_tokens"] == 4000
+    assert report["cache_read_input_tokens"] == 4000
+    assert report["spent_usd"] == pytest.approx(rw.spent_usd)
 
 
 def test_spend_counts_cache_writes_and_reads_at_their_prices() -> None:
@@ -256,10 +419,11 @@ def test_without_a_key_the_rewriter_is_off_and_callers_fall_back(monkeypatch: py
     assert note == "" and [b.name for b in chosen.backends] == ["deterministic", "llm"]
 
 
-def test_sdk_errors_used_for_retries_exist() -> None:
-    # The retry policy relies on these SDK classes; a renamed class would silently stop retries.
+def test_sdk_errors_the_rewriter_catches_exist() -> None:
+    # The failure handling relies on these SDK classes; a renamed class would let errors out.
     assert issubclass(anthropic.APITimeoutError, anthropic.APIConnectionError)
-    assert issubclass(anthropic.RateLimitError, anthropic.APIStatusError)
+    assert issubclass(anthropic.APIStatusError, anthropic.APIError)
+    assert issubclass(anthropic.APIError, anthropic.AnthropicError)
 
 
 CUDA = '''extern "C" __global__ void scale(const float* x, float* y, int n) {

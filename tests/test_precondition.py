@@ -69,6 +69,14 @@ def test_unevaluable_preconditions_raise_query_error(expr: str, facts: dict) -> 
 def test_every_registered_precondition_parses() -> None:
     from passes.registry import all_pass_classes
 
-    for cls in all_pass_classes():
-        for expr in cls.preconditions:
-            validate(expr)
+    exprs = [expr for cls in all_pass_classes() for expr in cls.preconditions]
+    assert exprs
+    for expr in exprs:
+        validate(expr)
+        # validate must be able to fail on the same text: a broken copy of each is refused
+        for broken in (f"({expr}", f"{expr} and nosuch_function(1)", f"{expr} ==="):
+            with pytest.raises(QueryError):
+                validate(broken)
+        # and the expression is one the evaluator can run (facts missing: unknown, not error)
+        result = evaluate(expr, {})
+        assert result.value is None and set(result.missing) <= names(expr)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,9 +21,59 @@ def lineage_dir(path: str) -> Path:
     p = Path(path)
     if p.is_file() and p.name.endswith(".json"):
         return p.parent
+    if not p.exists():
+        raise BadInputError(f"{path}: no such lineage directory")
     if not (p / "lineage.json").is_file():
         raise BadInputError(f"{path}: not a lineage directory (no lineage.json)")
     return p
+
+
+def output_dir(path: str | Path, option: str = "--out") -> Path:
+    """The folder an option names for output, created now: a path that is a file, or a folder
+    that cannot be created or written, is a `BadInputError` naming it (checked before any work
+    starts, so a long run never fails at its end)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise BadInputError(f"{p}: {option} names a file, not a folder")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInputError(f"{p}: cannot create the {option} folder ({exc.strerror})") from None
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise BadInputError(f"{p}: the {option} folder is not writable")
+    return p
+
+
+def output_file(path: str | Path, option: str = "--output") -> Path:
+    """A file an option names for output: its folder is created now; a path that is a folder,
+    or under something that is not one, is a `BadInputError` naming it."""
+    p = Path(path)
+    if p.is_dir():
+        raise BadInputError(f"{p}: {option} names a folder, not a file")
+    output_dir(p.parent if str(p.parent) else ".", option)
+    return p
+
+
+def kernel_text(path: str | Path) -> str:
+    """The text of a kernel file given on the command line: a missing path, a folder, an
+    unreadable, binary, non-UTF-8 or blank file is a `BadInputError` naming it."""
+    p = Path(path)
+    if not p.exists():
+        raise BadInputError(f"{p}: no such file")
+    if not p.is_file():
+        raise BadInputError(f"{p}: not a regular file")
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise BadInputError(f"{p}: cannot read ({exc.strerror})") from None
+    if not data.strip():
+        raise BadInputError(f"{p}: empty file (no kernel source)")
+    if b"\x00" in data:
+        raise BadInputError(f"{p}: binary file, not kernel source")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInputError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 class Progress:

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from kir.errors import BadInputError, KLineageError
-from lineage.commands._common import emit_json
+from lineage.commands._common import emit_json, output_dir
 
 # Used only when the ceilings cannot be measured (figures measured on this project's GPUs).
 NOMINAL_CEILINGS = {"matrix_tflops": 790.0, "copy_tbs": 3.0}
@@ -189,7 +189,8 @@ def write_results(out_dir: Path, result: dict[str, Any], rows: list[BenchRow]) -
               help="Folder for experts.json and experts.md.")
 @click.option("--nominal-ceilings", is_flag=True,
               help="Use nominal ceilings (790 TFLOP/s, 3.0 TB/s) instead of measuring them.")
-@click.option("--timeout", type=float, default=None, help="Seconds per gate run (gate default if unset).")
+@click.option("--timeout", type=click.FloatRange(0, None, min_open=True), default=None,
+              help="Seconds per gate run (gate default if unset).")
 @click.option("--fresh", is_flag=True,
               help="Drop the rows of other cases already in OUT/experts.json (kept by default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the documented JSON form.")
@@ -210,6 +211,7 @@ def command(case_name: str, out_dir: str, nominal_ceilings: bool, timeout: float
     names = gate.list_cases() if case_name == "all" else [case_name]
     if case_name != "all" and case_name not in gate.list_cases():
         raise BadInputError(f"unknown case '{case_name}' (known: {', '.join(gate.list_cases())})")
+    output_dir(out_dir)
     if not _gpu_visible():
         raise KLineageError("bench needs a CUDA GPU and none is visible here; run it on the GPU machine "
                             "(`klineage cases` lists the experts without one)")

@@ -24,6 +24,9 @@ def command(tier: str, out: str, as_json: bool) -> None:
     (induce --pass 'tile-sizes{floor=32}'). JSON: as `klineage induce --json`."""
     from gate import resolve_tier
 
+    from lineage.commands._common import output_dir
+
+    output_dir(out)
     run_tier, _ = resolve_tier(tier, "triton")
     specs = INTERPRET_PASSES if run_tier.value == "interpret" else ()
     run_induction(str(EXPERT), "gemm", tier, out, width=1, max_steps=32, max_rejections=40,

@@ -41,6 +41,10 @@ def command(old: str, new: str, language: str | None, as_json: bool) -> None:
     """
     a = kir.parse_file(old, language=language)
     b = kir.parse_file(new, language=language)
+    for path, ir in {old: a, new: b}.items():  # one warning per file
+        if ir.error_nodes:
+            click.echo(f"klineage: warning: {path}: {ir.error_nodes} syntax error node(s); the "
+                       "diff covers what tree-sitter recovered", err=True)
     script = kir.diff(a, b)
     if as_json:
         payload = {"old": old, "new": new, "language": a.language.value, **script.to_json()}

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from lineage.commands._common import emit_json, lineage_dir
+from lineage.commands._common import emit_json, lineage_dir, output_file
 
 
 @click.command("export")
@@ -19,9 +19,9 @@ def command(directory: str, fmt: str, output: str | None, as_json: bool) -> None
     from lineage.graph import Lineage, atomic_write_text
 
     d = lineage_dir(directory)
-    text = export(Lineage.load(d), fmt)
     ext = {"graphml": "graphml", "dot": "dot", "json": "nodelink.json"}[fmt]
-    path = Path(output) if output else d / f"lineage.{ext}"
+    path = output_file(output, "--output") if output else d / f"lineage.{ext}"
+    text = export(Lineage.load(d), fmt)
     atomic_write_text(path, text)
     if as_json:
         emit_json({"path": str(path), "format": fmt})

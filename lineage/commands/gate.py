@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from lineage.commands._common import emit_json
+from lineage.commands._common import emit_json, kernel_text
 
 
 def _summary(verdict: object) -> str:
@@ -33,12 +33,23 @@ def _summary(verdict: object) -> str:
     return "\n".join(lines)
 
 
+def verdict_json(verdict: object) -> dict:
+    """The verdict's JSON with `"cached"`; a cached verdict carries no `"phases"`: they timed
+    the run that made it, not this one."""
+    data = verdict.to_json()  # type: ignore[attr-defined]
+    data["cached"] = bool(getattr(verdict, "cached", False))
+    if data["cached"]:
+        data.pop("phases", None)
+    return data
+
+
 @click.command("gate")
 @click.argument("kernel", type=click.Path(dir_okay=False))
 @click.option("--case", "case", required=True, help="Case: a name under experts/, a case folder or its case.py, or a KernelBench problem file (see `klineage cases`).")
 @click.option("--tier", type=click.Choice(["static", "interpret", "device", "auto"]), default="auto",
               show_default=True, help="How far to gate (auto: device on a GPU, else interpret).")
-@click.option("--timeout", type=float, default=None, help="Seconds the candidate may run (default 300).")
+@click.option("--timeout", type=click.FloatRange(0, None, min_open=True), default=None,
+              help="Seconds the candidate may run (default 300).")
 @click.option("--no-cache", is_flag=True, help="Recompute even when a verdict is cached.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 def command(kernel: str, case: str, tier: str, timeout: float | None, no_cache: bool, as_json: bool) -> None:
@@ -51,16 +62,17 @@ def command(kernel: str, case: str, tier: str, timeout: float | None, no_cache: 
     "config", "registers", "shared_bytes", "local_bytes", "spill_stores", "spill_loads",
     "instructions", "sass", "compile_s"}]}, "correctness": {"seeds", "max_rel_err", "results":
     [{"variant", "seed", "phase", "rel_err"}]}, "timing": {"candidate_ms", "reference_ms",
-    "speedup", "variants": [...]}, "flags": [...], "phases": {"spawn": s, "start-up": s, ...}};
-    facts, correctness and timing are absent where the tier did not reach them; phases (wall
-    seconds of the gate's phases, in run order) where a worker ran; failure_kind and reason are
-    null when ok.
+    "speedup", "variants": [...]}, "flags": [...], "phases": {"spawn": s, "start-up": s, ...},
+    "cached": bool}; facts, correctness and timing are absent where the tier did not reach them;
+    phases (wall seconds of the gate's phases, in run order) where a worker ran now (a cached
+    verdict, "cached": true, has none); failure_kind and reason are null when ok.
     """
     import gate
 
+    kernel_text(kernel)  # a missing, blank or non-text file is bad input, not a rejection
     verdict = gate.check_file(kernel, case, tier, timeout=timeout, cache=not no_cache)
     if as_json:
-        emit_json(verdict.to_json())
+        emit_json(verdict_json(verdict))
     else:
         click.echo(_summary(verdict))
     sys.exit(0 if verdict.ok else 1)

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from lineage.commands._common import Progress, emit_json, executor_options
+from lineage.commands._common import Progress, emit_json, executor_options, output_dir
 
 
 def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_steps: int,
@@ -14,9 +14,20 @@ def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_s
                   quiet: bool = False, first_branch: int = 0,
                   pass_specs: tuple[str, ...] = (), compile_check: bool = False,
                   executor: Any = None) -> dict:
+    import gate
+    import kir
     from lineage.induce import induce
     from lineage.report import write_report
 
+    # Everything the user named is checked before the (long) induction starts.
+    kir.parse_file(kernel)
+    gate.load_case(case)
+    output_dir(out)
+    lib = None
+    if library:
+        from lineage.skills import Library
+
+        lib = Library.open(library, create=True)
     with Progress(f"inducing {Path(kernel).name} ({case})", enabled=not quiet) as progress:
         result = induce(kernel, case, tier=tier, out=out, width=width, max_steps=max_steps,
                         max_rejections=max_rejections, resume=resume, progress=progress,
@@ -25,10 +36,9 @@ def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_s
     report = write_report(result.lineage, Path(out))
     summary = result.to_json()
     summary["report"] = str(report)
-    if library:
-        from lineage.skills import Library, lift
+    if lib is not None:
+        from lineage.skills import lift
 
-        lib = Library.open(library, create=True)
         cards = lift(result.lineage)
         lib.add_all(cards)
         summary["library"] = {"path": library, "cards": len(cards)}

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import click
 
-from lineage.commands._common import Progress, emit_json, executor_options
+from kir.errors import BadInputError
+
+from lineage.commands._common import Progress, emit_json, executor_options, output_dir
 
 
 @click.command("optimize")
@@ -23,28 +25,54 @@ from lineage.commands._common import Progress, emit_json, executor_options
 @click.option("--seed", type=click.IntRange(0, None), default=0, show_default=True,
               help="Permute equally ranked cards (same scope similarity, effect within 5%) "
                    "with this seed; 0 keeps retrieval's order.")
+@click.option("--model", "model", default=None,
+              help="Model of the LLM rewriter (default: the first of `passes.llm_rewriter.MODELS`); "
+                   "its prices bound --budget-usd. Used only with ANTHROPIC_API_KEY.")
 @click.option("--out", "out", default="out/optimize", show_default=True, help="Output directory.")
 @executor_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def command(target: str, case: str, library: str, budget_steps: int, budget_usd: float,
-            tier: str, k: int, seed: int, out: str, executor: str, ray_address: str | None,
-            as_json: bool) -> None:
+            tier: str, k: int, seed: int, model: str | None, out: str, executor: str,
+            ray_address: str | None, as_json: bool) -> None:
     """Optimize TARGET (any kernel that passes the gate) with the admitted cards of LIBRARY.
 
     Writes OUT/best.<ext>, OUT/lineage.json (the run as a lineage) and OUT/result.json. The best
     kernel always passed the gate. JSON: {"best": {"path", "verdict"}, "applied": [{"card",
     "pass", "anchor", "rewriter", "ms", "speedup"}], "rejected": [{"card", "pass", "anchor",
     "rewriter", "stage", "reason"}], "spent_usd", "lineage", "start_ms", "best_ms", "speedup",
-    "termination", "notes", "gated", "seed"}. "gated" counts the candidates that went to the gate
+    "termination", "notes", "gated", "seed", "llm"}; "llm" is null without an LLM back-end,
+    else {"model", "calls", "failed", "attempts", "input_tokens", "output_tokens",
+    "cache_creation_input_tokens", "cache_read_input_tokens", "spent_usd", "disabled"}
+    (cache reads stay 0 when the library prefix is too short to be cached). "gated" counts the candidates that went to the gate
     (a candidate reached again along another path reuses its verdict and is not counted).
     """
+    import gate
+    import kir
     from gate.executor import open_executor
     from lineage.optimize import optimize
+    from lineage.skills import Library
+    from passes.llm_rewriter import LLMConfig
 
+    # Everything the user named is checked before the first gate.
+    config = LLMConfig.for_model(model, budget_usd=budget_usd) if model else None
+    kir.parse_file(target)
+    gate.load_case(case)
+    lib = Library.open(library)
+    if not lib.cards(admitted_only=True):
+        count = len(lib.ids())
+        if count == 0:
+            raise BadInputError(f"{library}: no SkillCard at all; lift a lineage into it first: "
+                                f"klineage skills {library} --add LINEAGE_DIR")
+        raise BadInputError(
+            f"{library}: no admitted SkillCard ({count} hypothes{'i' if count == 1 else 'e'}s "
+            f"not yet admitted); admit them first: klineage skills {library} --admit "
+            "LINEAGE_DIR [--held-out HELD_OUT_DIR] --tier interpret")
+    output_dir(out)
     with (open_executor(executor, address=ray_address) as gates,
           Progress(f"optimizing {Path(target).name} ({case})", enabled=not as_json) as progress):
         result = optimize(target, case, library, budget_steps=budget_steps, budget_usd=budget_usd,
-                          tier=tier, out=out, k=k, progress=progress, seed=seed, executor=gates)
+                          tier=tier, out=out, k=k, progress=progress, seed=seed,
+                          llm_config=config, executor=gates)
     if as_json:
         emit_json(result.to_json())
         return
@@ -58,4 +86,9 @@ def command(target: str, case: str, library: str, budget_steps: int, budget_usd:
         click.echo(f"  + {step.card} at {step.anchor} ({step.rewriter})")
     for step in result.rejected:
         click.echo(f"  - {step.card}: {step.stage}: {step.reason[:160]}")
+    if result.llm is not None and result.llm["calls"]:
+        u = result.llm
+        click.echo(f"llm ({u['model']}): {u['calls']} call(s), {u['failed']} failed; tokens in "
+                   f"{u['input_tokens']}, out {u['output_tokens']}, cache written "
+                   f"{u['cache_creation_input_tokens']}, cache read {u['cache_read_input_tokens']}")
     click.echo(f"best kernel: {result.best_path}; lineage: {result.lineage_path}")

@@ -62,22 +62,29 @@ def command(library: str, target: str | None, case: str | None, platform: str, k
         raise BadInputError("--held-out needs --admit LINEAGE (the lineages the cards came from)")
     if (executor != "local" or ray_address) and not admit_from:
         raise BadInputError("--executor and --ray-address go with --admit (only admission runs gates)")
+    if target is not None:
+        import gate
+
+        gate.load_case(str(case))
+    # Every lineage named is read before the library changes: a bad one leaves it as it was.
+    to_add = [Lineage.load(p) for p in add]
+    lineages = [Lineage.load(p) for p in admit_from]
+    held = [Lineage.load(p) for p in held_out]
     lib = Library.open(library, create=bool(add))
-    for lineage_path in add:
-        lib.add_all(lift(Lineage.load(lineage_path)))
+    for lineage in to_add:
+        lib.add_all(lift(lineage))
     admission = None
     if admit_from:
         from gate.executor import open_executor
         from lineage.admission import admit
         from lineage.commands._common import Progress
 
-        lineages = [Lineage.load(p) for p in admit_from]
         with (open_executor(executor, address=ray_address) as gates,
               Progress("admitting SkillCards", enabled=not as_json) as progress):
             tier = gates.concrete_tier(tier)
             width = jobs or (gates.width(tier) if gates.speculate else 1)
             admission = admit(lib, lineages, tier=tier, max_trials=max_trials, progress=progress,
-                              held_out=[Lineage.load(p) for p in held_out], jobs=max(1, width),
+                              held_out=held, jobs=max(1, width),
                               magnitude=magnitude, executor=gates).to_json()
         if not as_json:
             click.echo(f"admission: {len(admission['admitted'])} admitted, "
