@@ -127,40 +127,6 @@ class GemmPhaseDecomposition(_Intent):
 
 
 @dataclass(frozen=True, slots=True)
-class MmaIntrinsics(_Intent):
-    """Tensor-core MMA instructions issued directly (`mma.sync`, WMMA, `ldmatrix` fragments)."""
-
-    name: ClassVar[str] = "mma-intrinsics"
-    category: ClassVar[Category] = Category.COMPUTE
-    summary: ClassVar[str] = "mma.sync m16n8k16 / WMMA with ldmatrix fragment loads"
-    requires: ClassVar[tuple[str, ...]] = ("smem-staged",)
-    provides: ClassVar[tuple[str, ...]] = ("tensor-core",)
-    languages: ClassVar[tuple[str, ...]] = ("cuda",)
-    platforms: ClassVar[tuple[str, ...]] = ("cuda",)
-    preconditions: ClassVar[tuple[str, ...]] = ("arch >= sm_80", "dtype in {fp16, bf16, fp8, int8, tf32}")
-    patterns: ClassVar[dict[str, tuple[str, ...]]] = {
-        "cuda": (r"mma\.sync\.aligned|wmma::mma_sync|\bmma_sync\s*\(|ldmatrix\.sync",),
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class Wgmma(_Intent):
-    """Hopper warpgroup MMA (`wgmma.mma_async`) from shared-memory descriptors."""
-
-    name: ClassVar[str] = "wgmma"
-    # replaces the warp-level mma.sync of a kernel's main loop
-    conflicts: ClassVar[tuple[str, ...]] = ("mma-intrinsics",)
-    category: ClassVar[Category] = Category.COMPUTE
-    summary: ClassVar[str] = "warpgroup-level async MMA on Hopper"
-    requires: ClassVar[tuple[str, ...]] = ("smem-staged",)
-    provides: ClassVar[tuple[str, ...]] = ("tensor-core",)
-    languages: ClassVar[tuple[str, ...]] = ("cuda",)
-    platforms: ClassVar[tuple[str, ...]] = ("cuda",)
-    preconditions: ClassVar[tuple[str, ...]] = ("arch >= sm_90",)
-    patterns: ClassVar[dict[str, tuple[str, ...]]] = {"cuda": (r"wgmma\.mma_async|\bwgmma_\w+\s*[<(]",)}
-
-
-@dataclass(frozen=True, slots=True)
 class WarpSpecialization(_Intent):
     """Producer/consumer warp roles: some warps only move data, the rest only compute."""
 

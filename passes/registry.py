@@ -45,11 +45,11 @@ _TABLE: dict[str, tuple[str, str]] = {
     "launch-bounds": ("passes.cuda.annotations", "LaunchBounds"),
     "warp-shuffle-reduce": ("passes.cuda.reduction", "WarpShuffleReduce"),
     "cp-async-pipeline": ("passes.cuda.pipeline", "CpAsyncPipeline"),
+    "mma-intrinsics": ("passes.cuda.compute", "MmaIntrinsics"),
+    "wgmma": ("passes.cuda.compute", "Wgmma"),
     # algorithmic intents (detection only; the LLM rewriter performs them)
     "radix-select": ("passes.algorithmic", "RadixSelect"),
     "gemm-phase-decomposition": ("passes.algorithmic", "GemmPhaseDecomposition"),
-    "mma-intrinsics": ("passes.algorithmic", "MmaIntrinsics"),
-    "wgmma": ("passes.algorithmic", "Wgmma"),
     "warp-specialization": ("passes.algorithmic", "WarpSpecialization"),
 }
 

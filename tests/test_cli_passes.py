@@ -26,7 +26,7 @@ def test_passes_json_lists_every_declaration(capsys: pytest.CaptureFixture[str])
     assert set(rows["autotune"]) == {"name", "category", "languages", "platforms", "requires",
                                      "provides", "conflicts", "preconditions", "deterministic"}
     assert rows["warp-shuffle-reduce"]["languages"] == ["cuda"]
-    assert rows["wgmma"]["deterministic"] is False and rows["wgmma"]["preconditions"] == ["arch >= sm_90"]
+    assert rows["wgmma"]["deterministic"] is True and rows["wgmma"]["preconditions"] == ["arch >= sm_90"]
     assert sum(r["deterministic"] and "triton" in r["languages"] for r in rows.values()) >= 10
     assert sum(r["deterministic"] and "cuda" in r["languages"] for r in rows.values()) >= 6
 

@@ -101,7 +101,9 @@ def test_deoptimized_cuda_expert_still_compiles(case: str, expert: str) -> None:
     gate = pytest.importorskip("gate")
     ir = _ir(expert)
     naive, steps = deoptimize_all(ir)
-    assert {name for name, _ in steps} == set(_present_rules(expert))
+    # every rule present in the expert was removed (a removal may bring in a construct another
+    # rule then removes, e.g. the shuffles of the scalar MMA)
+    assert set(_present_rules(expert)) <= {name for name, _ in steps}
     verdict = gate.check(naive.text, "cuda", case, tier="static", path=str(EXPERTS / expert),
                          cache=False)
     assert verdict.ok, (verdict.stage, verdict.reason)

@@ -241,3 +241,62 @@ def find_iter(pattern: re.Pattern[str], src: CSource, start: int = 0, end: int |
 def tokens(text: str) -> list[str]:
     """Whitespace-insensitive tokens of C++ text (identifiers, numbers, punctuation)."""
     return re.findall(r"\w+|\S", text)
+
+
+def asm_operands(src: CSource, open_at: int) -> list[str]:
+    """The operand expressions of an inline asm statement, outputs first (PTX %N order)."""
+    return [expr for _, expr in asm_constrained_operands(src, open_at)]
+
+
+def asm_constrained_operands(src: CSource, open_at: int) -> list[tuple[str, str]]:
+    """(constraint, expression) of each operand of the inline asm statement whose `(` is at
+    `open_at`, outputs first (PTX %N order)."""
+    end = src.close(open_at) - 1
+    body = src.code[open_at + 1:end]
+    sections, depth, start = [], 0, 0
+    for i, ch in enumerate(body):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == ":" and depth == 0 and body[i + 1:i + 2] != ":" and body[i - 1:i] != ":":
+            sections.append((start, i))
+            start = i + 1
+        elif ch == ":" and depth == 0 and body[i + 1:i + 2] == ":":
+            sections.append((start, i))
+            start = i + 1
+    sections.append((start, len(body)))
+    operands = []
+    for s, e in sections[1:3]:  # outputs, inputs
+        chunk = src.text[open_at + 1 + s:open_at + 1 + e]
+        for m in re.finditer(r'"([^"]*)"\s*\(', chunk):
+            paren = open_at + 1 + s + m.end() - 1
+            close = src.close(paren)
+            operands.append((m.group(1), src.text[paren + 1:close - 1].strip()))
+    return operands
+
+
+def asm_template(src: CSource, open_at: int) -> str:
+    """The instruction template of the inline asm statement whose `(` is at `open_at`: its
+    string literals joined, with each identifier between them (a macro parameter pasted into
+    the template) written `$$NAME$$`."""
+    end = src.close(open_at) - 1
+    out, i = [], open_at + 1
+    while i < end:
+        ch = src.text[i]
+        if ch == '"':
+            j = i + 1
+            while j < end and src.text[j] != '"':
+                j += 2 if src.text[j] == "\\" else 1
+            out.append(src.text[i + 1:j].encode().decode("unicode_escape"))
+            i = j + 1
+        elif ch == ":":
+            break
+        elif ch.isalpha() or ch == "_":
+            m = re.match(r"\w+", src.text[i:end])
+            if src.code[i:i + 1].strip():  # not inside a comment
+                out.append(f"$${m.group(0)}$$")
+            i += m.end()
+        else:
+            i += 1
+    return "".join(out)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.cuda._c import CSource, find_iter
+from passes.cuda._c import CSource, asm_operands, find_iter
 from passes.cuda.annotations import CUDA
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ class CpAsyncPipeline(Pass):
             template = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', body.split(":")[0]))
             copy = _COPY.search(template)
             if copy:
-                operands = _operands(src, m.end() - 1)
+                operands = asm_operands(src, m.end() - 1)
                 dst, srcp, size, valid = copy.group(1), copy.group(2), copy.group(3), copy.group(4)
                 try:
                     d, s = operands[int(dst)], operands[int(srcp)]
@@ -150,30 +150,3 @@ class CpAsyncPipeline(Pass):
             edits.append(ByteEdit(at, at + len(needle), before))
             pos = at + len(needle)
         return finish(ir, site, edits, preconditions=results)
-
-
-def _operands(src: CSource, open_at: int) -> list[str]:
-    """The operand expressions of an inline asm statement, outputs first (PTX %N order)."""
-    end = src.close(open_at) - 1
-    body = src.code[open_at + 1:end]
-    sections, depth, start = [], 0, 0
-    for i, ch in enumerate(body):
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        elif ch == ":" and depth == 0 and body[i + 1:i + 2] != ":" and body[i - 1:i] != ":":
-            sections.append((start, i))
-            start = i + 1
-        elif ch == ":" and depth == 0 and body[i + 1:i + 2] == ":":
-            sections.append((start, i))
-            start = i + 1
-    sections.append((start, len(body)))
-    operands = []
-    for s, e in sections[1:3]:  # outputs, inputs
-        chunk = src.text[open_at + 1 + s:open_at + 1 + e]
-        for m in re.finditer(r'"[^"]*"\s*\(', chunk):
-            paren = open_at + 1 + s + m.end() - 1
-            close = src.close(paren)
-            operands.append(src.text[paren + 1:close - 1].strip())
-    return operands
