@@ -14,7 +14,7 @@ import pytest
 
 from kir.errors import BadInputError
 from lineage.graph import Lineage
-from lineage.optimize import materialize, optimize
+from lineage.optimize import materialize, materializations, optimize
 from passes.rewriter import DeterministicRewriter
 import kir
 from skill_helpers import ROOT, ScriptedGate, gemm_cards, library, naive_source
@@ -181,7 +181,7 @@ def test_roundtrip_with_the_real_gate_from_the_naive_root(tmp_path: Path, monkey
     monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
     lib = library(tmp_path, admitted=True)
     result = optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "out",
-                      rewriter=DeterministicRewriter(), budget_steps=6)
+                      rewriter=DeterministicRewriter(), budget_steps=6, config_sweeps=False)
     assert {s.pass_name for s in result.applied} == {"tensor-core-dot", "software-pipelining",
                                                      "autotune"}
     best = result.best_path.read_text()
@@ -196,7 +196,7 @@ def test_a_card_rejected_twice_is_not_tried_again(tmp_path: Path) -> None:
     lib = library(tmp_path, admitted=True)
     gate = ScriptedGate(fails=lambda s: "tl.range(" in s)
     result = optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "out",
-                      budget_steps=30, rewriter=DeterministicRewriter(), check_fn=gate)
+                      budget_steps=30, rewriter=DeterministicRewriter(), check_fn=gate, config_sweeps=False)
     failed = [s for s in result.rejected if s.pass_name == "software-pipelining"]
     # Rejected twice (MAX_CARD_FAILURES), then never again: exactly two gated failures.
     assert len(failed) == 2 and result.termination == "exhausted"
@@ -296,7 +296,7 @@ def test_a_two_step_gain_is_found_through_a_stepping_stone(tmp_path: Path) -> No
 
     gate = ScriptedGate(ms=ms)
     result = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "out",
-                      rewriter=DeterministicRewriter(), check_fn=gate, budget_steps=20)
+                      rewriter=DeterministicRewriter(), check_fn=gate, budget_steps=20, config_sweeps=False)
     assert result.start_ms == 10.0 and result.best_ms == 5.0
     assert {"tensor-core-dot", "autotune"} <= {s.pass_name for s in result.applied}
     best = result.best_path.read_text()
@@ -307,7 +307,7 @@ def test_a_two_step_gain_is_found_through_a_stepping_stone(tmp_path: Path) -> No
     # Without a two-step gain the stones do not make the result worse than the start.
     flat = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "flat",
                     rewriter=DeterministicRewriter(), check_fn=ScriptedGate(ms=lambda s: 10.0),
-                    budget_steps=20)
+                    budget_steps=20, config_sweeps=False)
     assert flat.applied == () and flat.best_path.read_text() == naive_source("gemm")
 
 
@@ -472,7 +472,7 @@ def test_a_near_miss_is_tried_again_on_a_later_best_kernel(
 
     again = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "o2",
                      rewriter=DeterministicRewriter(), check_fn=ScriptedGate(ms=slower),
-                     budget_steps=20)
+                     budget_steps=20, config_sweeps=False)
     assert [s.pass_name for s in again.applied] == ["tensor-core-dot", "autotune"]
     assert [s.near_miss for s in again.rejected if s.pass_name == "software-pipelining"] == [False]
 
@@ -517,3 +517,23 @@ def test_a_revisit_goes_back_from_the_stepping_stones_to_the_best_kernel() -> No
     assert len(gated) == 1 and "# a stepping stone" not in gated[0] and "tl.range(" in gated[0]
     assert (ids[0], pipe.id) in run.tried and (ids[1], pipe.id) not in run.tried
     assert [s.pass_name for s in run.applied] == ["tensor-core-dot", "software-pipelining"]
+
+
+def test_a_launch_card_carries_its_joint_configuration_to_the_target(tmp_path: Path) -> None:
+    """With configuration sweeps on, a launch-parameter card lifted from a lineage proposes the
+    configuration its lineage's expert ran with (tiles, warps, stages by role) as the target's
+    autotune list, first among its candidates."""
+    lib = library(tmp_path, admitted=True)
+    card = next(c for c in lib.cards() if c.carrier.get("expert_config")
+                and c.pass_name in ("tile-sizes", "num-warps", "software-pipelining", "autotune"))
+    # a tiled tl.dot matmul written elsewhere (the fixture's naive root has no tl.dot: a dot
+    # configuration does not fit it)
+    ir = kir.parse_file(ROOT / "experts/examples/matmul_naive.py")
+    first = next(iter(materializations(card, ir, DeterministicRewriter())))
+    assert first.ok and first.rewriter == "config-sweep"
+    text = first.ir.unparse()
+    assert "@triton.autotune(" in text
+    expert = next(iter(card.carrier["expert_config"].values()))
+    assert f"num_warps={expert['num_warps']}" in text
+    off = next(iter(materializations(card, ir, DeterministicRewriter(), sweeps=False)))
+    assert off.rewriter != "config-sweep"
