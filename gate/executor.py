@@ -130,6 +130,21 @@ def _check_request(r: CheckRequest) -> Verdict:
                  timeout=r.timeout, cache=r.cache)
 
 
+def require_executor(name: str, address: str | None = None) -> None:
+    """Check, before any work, that executor `name` can be opened here (known name, `ray`
+    importable, an address only with ray): `BadInputError` otherwise. Starts nothing."""
+    if name == "local":
+        if address:
+            raise BadInputError("--ray-address needs --executor ray")
+        return
+    if name != "ray":
+        raise BadInputError(f"unknown executor '{name}' ({', '.join(EXECUTORS)})")
+    try:
+        import ray  # noqa: F401, PLC0415
+    except ImportError:
+        raise BadInputError(RAY_MISSING) from None
+
+
 def open_executor(name: str = "local", *, address: str | None = None,
                   jobs: int | None = None) -> Executor:
     """An executor by name: "local" (`jobs` at once in `submit`/`check_many`) or "ray" (the

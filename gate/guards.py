@@ -374,6 +374,13 @@ class KernelLog:
         for ev in events:
             start = ev.start_ns() if hasattr(ev, "start_ns") else int(ev.start_us() * 1000)
             if ev.device_type() == cuda:
+                # a user range (the gate's window, or the candidate's own record_function) is
+                # mirrored on the GPU's timeline as an annotation: it is no kernel
+                annotation = getattr(ev, "is_user_annotation", None)
+                kind = str(ev.activity_type()) if hasattr(ev, "activity_type") else ""
+                if ((annotation is not None and annotation()) or "annotation" in kind
+                        or ev.name() == KernelLog.WINDOW):
+                    continue
                 device.append((start, ev.name()))
             elif ev.name() == KernelLog.WINDOW:
                 dur = ev.duration_ns() if hasattr(ev, "duration_ns") else int(ev.duration_us() * 1000)

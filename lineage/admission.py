@@ -185,8 +185,10 @@ def trial(card: SkillCard, context: Context, *, tier: str, rewriter: Any,
     kwargs: dict[str, Any] = {"path": Path(context.path)} if context.path else {}
     if gate_timeout is not None:
         kwargs["timeout"] = gate_timeout
-    candidates: Iterable[Any] = itertools.islice(materializations(card, ir, rewriter, ctx),
-                                                 CANDIDATES_PER_CARD)
+    # the card's own recorded step is what a trial reproduces: no configuration sweep (a
+    # transfer proposal, gated where optimize makes it)
+    candidates: Iterable[Any] = itertools.islice(
+        materializations(card, ir, rewriter, ctx, sweeps=False), CANDIDATES_PER_CARD)
     known: dict[str, Any] = {}
     if batch_fn is not None:
         candidates = list(candidates)
@@ -432,7 +434,8 @@ def _materializes(card: SkillCard, context: Context, rewriter: Any,
     rule = DeterministicRewriter()
     kind = ""
     recorded: list[str] = []
-    for made in itertools.islice(materializations(card, ir, rule, ctx), CANDIDATES_PER_CARD):
+    for made in itertools.islice(materializations(card, ir, rule, ctx, sweeps=False),
+                                 CANDIDATES_PER_CARD):
         if not made.ok or made.ir is None:
             break
         kind = "defaults"
@@ -443,7 +446,7 @@ def _materializes(card: SkillCard, context: Context, rewriter: Any,
         # rule may ignore options that do not fit the kernel and do its default rewrite).
         bare = replace(card, options={}, variants=())
         defaults = {m.ir.unparse() for m in itertools.islice(
-            materializations(bare, ir, rule, ctx), CANDIDATES_PER_CARD) if m.ir is not None}
+            materializations(bare, ir, rule, ctx, sweeps=False), CANDIDATES_PER_CARD) if m.ir is not None}
         if any(text not in defaults for text in recorded):
             return "recorded"
     if not kind and _calls_llm(rewriter):

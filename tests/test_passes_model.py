@@ -19,7 +19,8 @@ TRITON_RULES = {"autotune", "tile-sizes", "num-warps", "software-pipelining", "g
                 "causal-block-skip", "persistent-grid", "radix-width", "histogram-primitive",
                 "scan-fusion", "early-exit"}
 CUDA_RULES = {"vectorize-global", "smem-staging", "pragma-unroll", "launch-bounds",
-              "warp-shuffle-reduce", "cp-async-pipeline", "restrict-readonly"}
+              "warp-shuffle-reduce", "cp-async-pipeline", "restrict-readonly", "wgmma",
+              "mma-intrinsics"}
 
 
 def test_registry_is_lazy_and_complete() -> None:

@@ -54,6 +54,9 @@ def command(target: str, case: str, library: str, budget_steps: int, budget_usd:
     from passes.llm_rewriter import LLMConfig
 
     # Everything the user named is checked before the first gate.
+    from gate.executor import require_executor
+
+    require_executor(executor, ray_address)
     config = LLMConfig.for_model(model, budget_usd=budget_usd) if model else None
     kir.parse_file(target)
     gate.load_case(case)
