@@ -29,6 +29,10 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   current one) is dropped before the gate; one whose source was already gated in this run
   (reached again along another path) reuses that verdict instead of being gated again, and
   is not counted against the budget;
+- a launch-parameter card first proposes its lineage's joint configuration with a sweep around
+  it as the kernel's autotune list (`lineage.transfer`; rewriter "config-sweep"); one such
+  sweep is gated per kernel state, so the rest of the budget goes to cards that change the
+  kernel's structure (a kept one makes a new state, which may be swept again);
 - a card's sites whose detail a recorded variant names (the tile a tile step resized) come
   before the card's other sites;
 - a card is kept at most as many times per kernel of the file (`kernel_of` its anchor) as it
@@ -417,6 +421,8 @@ class _Run:
     """Candidates answered from `verdicts` (not gated again)."""
     blocked: dict[str, frozenset[str]] = field(default_factory=dict)
     """State -> ids of the cards that have no materialization on it (asked on demand)."""
+    swept: set[str] = field(default_factory=set)
+    """States a configuration sweep was gated on (one per state: see `_attempt`)."""
 
 
 def seeded_order(found: Sequence[Any], seed: int, round_: int = 0) -> list[Any]:
@@ -671,9 +677,13 @@ def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     # A candidate that is already a state of the run (a recorded tile size smaller than the
     # current one takes the kernel back a step) can teach nothing: it takes no candidate slot.
     full = _full_kernels(card, run)
+    # One configuration sweep per kernel state: the sweeps of several launch cards differ by a
+    # few points of one joint configuration; once one was gated on this state, the budget goes
+    # to cards that change the kernel's structure (a kept one gives a new state, swept again).
+    sweeps = job.sweeps and run.current.state not in run.swept
     fresh = (m for m in materializations(card, run.current.ir, job.rewriter, job.ctx,
                                          skip_site=lambda s: kernel_of(s.anchor) in full,
-                                         sweeps=job.sweeps)
+                                         sweeps=sweeps)
              if m.ir is None or not job.lineage.graph.has_node(state_id(m.ir.unparse())))
     for made in itertools.islice(fresh, CANDIDATES_PER_CARD):
         if run.gated >= job.budget_steps or job.out_of_time():
@@ -702,6 +712,8 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
         return reject("materialize", "; ".join(made.refusals) or "no site")
     source = made.ir.unparse()
     verdict = run.verdicts.get(source)
+    if made.rewriter == "config-sweep":
+        run.swept.add(current.state)
     if verdict is None:
         run.gated += 1
         job.say("gate", {"card": card.id, "anchor": made.site.anchor})
