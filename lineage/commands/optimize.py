@@ -22,6 +22,9 @@ from lineage.commands._common import Progress, emit_json, executor_options, outp
               show_default=True, help="Gate tier for every candidate.")
 @click.option("-k", "k", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Per-dimension top-k of retrieval.")
+@click.option("--no-config-sweeps", "no_sweeps", is_flag=True,
+              help="Launch-parameter cards do not propose their lineage's joint configuration "
+                   "(single-parameter rewrites only; for ablation).")
 @click.option("--seed", type=click.IntRange(0, None), default=0, show_default=True,
               help="Permute equally ranked cards (same scope similarity, effect within 5%) "
                    "with this seed; 0 keeps retrieval's order.")
@@ -32,8 +35,8 @@ from lineage.commands._common import Progress, emit_json, executor_options, outp
 @executor_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def command(target: str, case: str, library: str, budget_steps: int, budget_usd: float,
-            tier: str, k: int, seed: int, model: str | None, out: str, executor: str,
-            ray_address: str | None, as_json: bool) -> None:
+            tier: str, k: int, no_sweeps: bool, seed: int, model: str | None, out: str,
+            executor: str, ray_address: str | None, as_json: bool) -> None:
     """Optimize TARGET (any kernel that passes the gate) with the admitted cards of LIBRARY.
 
     Writes OUT/best.<ext>, OUT/lineage.json (the run as a lineage) and OUT/result.json. The best
@@ -75,6 +78,7 @@ def command(target: str, case: str, library: str, budget_steps: int, budget_usd:
           Progress(f"optimizing {Path(target).name} ({case})", enabled=not as_json) as progress):
         result = optimize(target, case, library, budget_steps=budget_steps, budget_usd=budget_usd,
                           tier=tier, out=out, k=k, progress=progress, seed=seed,
+                          config_sweeps=not no_sweeps,
                           llm_config=config, executor=gates)
     if as_json:
         emit_json(result.to_json())
