@@ -7,6 +7,7 @@ generic configurations over its tunable launch parameters, found by role
 4x with 2 to 16 warps (or warps alone when no block size is a literal). No lineage or card is
 consulted: it is what a user would do without KLineage, and what the library has to beat.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -19,12 +20,25 @@ from passes.triton.roles import KernelConfig, SweepRefusal, joint_config, sweep_
 
 # (m, n, k, warps, stages): the tile list commonly written for a tiled tl.dot kernel on NVIDIA GPUs.
 DOT_CONFIGS: tuple[tuple[int, int, int, int, int], ...] = (
-    (128, 256, 64, 8, 3), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4), (128, 64, 32, 4, 4),
-    (64, 128, 32, 4, 4), (128, 32, 32, 4, 4), (64, 32, 32, 2, 5), (32, 64, 32, 2, 5),
+    (128, 256, 64, 8, 3),
+    (64, 256, 32, 4, 4),
+    (128, 128, 32, 4, 4),
+    (128, 64, 32, 4, 4),
+    (64, 128, 32, 4, 4),
+    (128, 32, 32, 4, 4),
+    (64, 32, 32, 2, 5),
+    (32, 64, 32, 2, 5),
 )
 # (block scale, warps) for kernels without a dot loop.
 BLOCK_CONFIGS: tuple[tuple[int, int], ...] = (
-    (1, 4), (1, 8), (2, 4), (2, 8), (4, 8), (1, 2), (4, 16), (2, 16),
+    (1, 4),
+    (1, 8),
+    (2, 4),
+    (2, 8),
+    (4, 8),
+    (1, 2),
+    (4, 16),
+    (2, 16),
 )
 WARP_CONFIGS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 
@@ -68,15 +82,20 @@ def autotune_control(source: str, max_configs: int = 8) -> str:
             continue
         edits.extend(made[0])
     if not edits:
-        raise BadInputError("no kernel could be autotuned: " + ("; ".join(reasons) or "no launches"))
+        raise BadInputError(
+            "no kernel could be autotuned: " + ("; ".join(reasons) or "no launches")
+        )
     return apply_byte_edits(source, edits)
 
 
 def apply_byte_edits(source: str, edits: Sequence[ByteEdit]) -> str:
-    data = source.encode("utf-8")
-    for e in sorted(edits, key=lambda e: (e.start, e.end), reverse=True):
-        data = data[:e.start] + e.text.encode("utf-8") + data[e.end:]
-    return data.decode("utf-8")
+    """`source` with `edits` (byte spans, non-overlapping) applied (`kir.ir.apply_edits`)."""
+    from kir import Edit, Span  # noqa: PLC0415
+    from kir.ir import apply_edits  # noqa: PLC0415
+
+    return apply_edits(
+        source.encode("utf-8"), [Edit(Span(e.start, e.end), e.text) for e in edits]
+    ).decode("utf-8")
 
 
 def describe(source: str) -> Mapping[str, Any]:

@@ -81,7 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kir.errors import BadInputError, KLineageError
+from kir.errors import BadInputError
 from lineage.graph import KernelState, Lineage, Transition, atomic_write_text, state_id
 from lineage.retrieval import Retriever, Target, kernel_features, kernel_signature, kernel_sites
 from lineage.skills import Library, SkillCard, locus_signature
@@ -282,20 +282,14 @@ def _config_sweeps(card: SkillCard, ir: KernelIR,
     """A launch-parameter card's joint configuration and a sweep around it, written on each
     target kernel it fits (`lineage.transfer`): one candidate per kernel, before the card's
     single-parameter rewrites."""
-    import kir  # noqa: PLC0415
-
     from lineage.transfer import LAUNCH_PASSES, config_candidates, kernel_site  # noqa: PLC0415
 
     if card.pass_name not in LAUNCH_PASSES or not card.carrier.get("config") \
             or str(getattr(ir.language, "value", ir.language)) != "triton":
         return
-    for name, text, fitted in config_candidates(card.carrier, ir):
+    for name, new_ir, fitted in config_candidates(card.carrier, ir):
         site = kernel_site(card.pass_name, ir, name)
         if site is None or (skip_site is not None and skip_site(site)):
-            continue
-        try:
-            new_ir = kir.parse(text, "triton")
-        except KLineageError:
             continue
         yield Materialized(card, new_ir, site, "config-sweep", (),
                            {"sweep": [dict(c) for c in fitted]})

@@ -13,6 +13,7 @@ shapes; the gate times the result like any candidate.
 The recorded configuration is matched to the target's kernels by structure (both reduce with
 a dot in a loop, or neither; the roles they share), never by kernel or parameter names.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -32,7 +33,9 @@ SWEEP_POINTS = 7
 MIN_DOT_BLOCK = 16
 
 
-def recorded_configs(carrier: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], Mapping[str, Any] | None]]:
+def recorded_configs(
+    carrier: Mapping[str, Any],
+) -> list[tuple[Mapping[str, Any], Mapping[str, Any] | None]]:
     """(configuration of the lineage's expert kernel, configuration the card's evidence ran
     with) per recorded kernel; the expert's where both exist, those with tiles first."""
     own = dict(carrier.get("config") or {})
@@ -44,12 +47,16 @@ def recorded_configs(carrier: Mapping[str, Any]) -> list[tuple[Mapping[str, Any]
 
 def _role_config(config: Mapping[str, Any]) -> dict[str, int]:
     tiles = {k: int(v) for k, v in (config.get("tiles") or {}).items() if v}
-    return {**tiles, "num_warps": int(config.get("num_warps") or 4),
-            "num_stages": int(config.get("num_stages") or 3)}
+    return {
+        **tiles,
+        "num_warps": int(config.get("num_warps") or 4),
+        "num_stages": int(config.get("num_stages") or 3),
+    }
 
 
-def sweep_around(config: Mapping[str, Any], points: int = SWEEP_POINTS,
-                 also: Mapping[str, Any] | None = None) -> list[dict[str, int]]:
+def sweep_around(
+    config: Mapping[str, Any], points: int = SWEEP_POINTS, also: Mapping[str, Any] | None = None
+) -> list[dict[str, int]]:
     """The recorded configuration and its neighbours, role-keyed: each block halved (dot
     blocks not below 16), half and twice the warps, one stage fewer and one more;
     `also` (the configuration the card's own step ran with) comes second."""
@@ -84,14 +91,19 @@ def matches(recorded: Mapping[str, Any], target: KernelConfig) -> bool:
     return bool(rec_roles & tgt_roles) or (not rec_roles and not tgt_roles)
 
 
-def config_candidates(carrier: Mapping[str, Any], ir: KernelIR,
-                      skip_kernel: Any = None) -> list[tuple[str, str, list[dict[str, int]]]]:
-    """(kernel name, new source, fitted configs) for each target kernel a recorded
-    configuration fits, and the refusals as (kernel, "", []) entries are left out."""
+def config_candidates(
+    carrier: Mapping[str, Any], ir: KernelIR, skip_kernel: Any = None
+) -> list[tuple[str, KernelIR, list[dict[str, int]]]]:
+    """(kernel name, rewritten IR, fitted configs) for each target kernel a recorded
+    configuration fits; kernels the sweep is refused on (`sweep_edit`) are left out, as are
+    those `skip_kernel(name)` names."""
+    from kir import Edit, Span  # noqa: PLC0415
+    from kir.errors import KLineageError  # noqa: PLC0415
+
     recorded = recorded_configs(carrier)
     if not recorded:
         return []
-    out: list[tuple[str, str, list[dict[str, int]]]] = []
+    out: list[tuple[str, KernelIR, list[dict[str, int]]]] = []
     for name, target in joint_config(ir).items():
         if skip_kernel is not None and skip_kernel(name):
             continue
@@ -102,10 +114,11 @@ def config_candidates(carrier: Mapping[str, Any], ir: KernelIR,
         if isinstance(made, SweepRefusal):
             continue
         edits, fitted = made
-        data = ir.source
-        for e in sorted(edits, key=lambda e: (e.start, e.end), reverse=True):
-            data = data[:e.start] + e.text.encode("utf-8") + data[e.end:]
-        out.append((name, data.decode("utf-8"), fitted))
+        try:
+            new_ir = ir.apply(Edit(Span(e.start, e.end), e.text) for e in edits)
+        except KLineageError:
+            continue
+        out.append((name, new_ir, fitted))
     return out
 
 
@@ -121,8 +134,9 @@ def kernel_site(pass_name: str, ir: KernelIR, kernel: str) -> Site | None:
     if not isinstance(node, ast.FunctionDef):
         return None
     span = mod.span(node)
-    return make_site(pass_name, ir, None, (0, len(ir.source)), False,
-                     {"kernel": kernel, "sweep": True}, span)
+    return make_site(
+        pass_name, ir, None, (0, len(ir.source)), False, {"kernel": kernel, "sweep": True}, span
+    )
 
 
 def sweep_summary(fitted: Sequence[Mapping[str, int]]) -> str:

@@ -134,7 +134,8 @@ def test_a_recorded_configuration_lands_on_a_kernel_with_other_names() -> None:
     recorded.update(tiles={"m": 128, "n": 256, "k": 64}, num_warps=8, num_stages=3)
     made = config_candidates({"config": {"mm": recorded}}, _ir(MM_B))
     assert len(made) == 1
-    name, text, fitted = made[0]
+    name, new_ir, fitted = made[0]
+    text = new_ir.unparse()
     assert name == "matmul_tile"
     assert fitted[0] == {"TILE_ROWS": 128, "TILE_COLS": 256, "DEPTH": 64,
                          "num_warps": 8, "num_stages": 3}

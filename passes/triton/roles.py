@@ -25,6 +25,7 @@ rewriting a host-computed grid into one that reads the tuned tiles. Both are wha
 configuration recorded on one kernel (`BLOCK_SIZE_M=128, num_warps=8`) be proposed on another
 that names its tiles differently (`BM`, `TILE`, `bm`).
 """
+
 from __future__ import annotations
 
 import ast
@@ -43,8 +44,15 @@ LAUNCH_KEYS = ("num_warps", "num_stages")
 DEFAULT_WARPS = 4
 DEFAULT_STAGES = 3
 DOT_ROLES = ("m", "n", "k")
-RANGE_CALLS = frozenset({"range", "tl.range", "tl.static_range", "triton.language.range",
-                         "triton.language.static_range"})
+RANGE_CALLS = frozenset(
+    {
+        "range",
+        "tl.range",
+        "tl.static_range",
+        "triton.language.range",
+        "triton.language.static_range",
+    }
+)
 PID_CALLS = frozenset({"tl.program_id", "triton.language.program_id"})
 ARANGE = frozenset({"tl.arange", "triton.language.arange"})
 SHAPED = frozenset({"tl.zeros", "tl.full", "triton.language.zeros", "triton.language.full"})
@@ -83,16 +91,23 @@ class KernelConfig:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "tiles": self.by_role(), "num_warps": self.num_warps,
-                "num_stages": self.num_stages, "autotuned": self.autotuned, "dot": self.dot,
-                "params": {p.name: {"role": p.role, "value": p.value} for p in self.params}}
+        return {
+            "kernel": self.kernel,
+            "tiles": self.by_role(),
+            "num_warps": self.num_warps,
+            "num_stages": self.num_stages,
+            "autotuned": self.autotuned,
+            "dot": self.dot,
+            "params": {p.name: {"role": p.role, "value": p.value} for p in self.params},
+        }
 
 
 # -- roles -----------------------------------------------------------------------------------
 def constexpr_params(kernel: ast.FunctionDef) -> list[str]:
     args = kernel.args.args + kernel.args.kwonlyargs
-    return [a.arg for a in args
-            if a.annotation is not None and "constexpr" in ast.dump(a.annotation)]
+    return [
+        a.arg for a in args if a.annotation is not None and "constexpr" in ast.dump(a.annotation)
+    ]
 
 
 def _pid_names(kernel: ast.FunctionDef) -> set[str]:
@@ -100,8 +115,9 @@ def _pid_names(kernel: ast.FunctionDef) -> set[str]:
     assigns = [n for n in ast.walk(kernel) if isinstance(n, (ast.Assign, ast.AugAssign))]
     pid: set[str] = set()
     for a in assigns:
-        if isinstance(a, ast.Assign) and any(callee(c) in PID_CALLS for c in ast.walk(a.value)
-                                             if isinstance(c, ast.Call)):
+        if isinstance(a, ast.Assign) and any(
+            callee(c) in PID_CALLS for c in ast.walk(a.value) if isinstance(c, ast.Call)
+        ):
             pid |= {n.id for t in a.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
     loops = [n for n in ast.walk(kernel) if isinstance(n, ast.For)]
     changed = True
@@ -109,17 +125,22 @@ def _pid_names(kernel: ast.FunctionDef) -> set[str]:
         changed = False
         for a in assigns:
             value = a.value
-            if any(isinstance(c, ast.Call) and (callee(c).endswith("load") or callee(c) in DOT)
-                   for c in ast.walk(value)):
+            if any(
+                isinstance(c, ast.Call) and (callee(c).endswith("load") or callee(c) in DOT)
+                for c in ast.walk(value)
+            ):
                 continue
-            targets = ([t for t in a.targets] if isinstance(a, ast.Assign) else [a.target])
+            targets = [t for t in a.targets] if isinstance(a, ast.Assign) else [a.target]
             names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
             if names_in(value) & pid and not names <= pid:
                 pid |= names
                 changed = True
         for loop in loops:  # a persistent loop over tiles: `for tile in range(pid, n, NUM_SMS)`
-            if isinstance(loop.target, ast.Name) and loop.target.id not in pid \
-                    and names_in(loop.iter) & pid:
+            if (
+                isinstance(loop.target, ast.Name)
+                and loop.target.id not in pid
+                and names_in(loop.iter) & pid
+            ):
                 pid.add(loop.target.id)
                 changed = True
     return pid
@@ -127,8 +148,13 @@ def _pid_names(kernel: ast.FunctionDef) -> set[str]:
 
 def _bound_names(kernel: ast.FunctionDef, expr: ast.AST) -> set[str]:
     """Names an expression reads, through local scalar assignments (`k_tiles = cdiv(K, BK)`)."""
-    assigns = {t.id: a.value for a in ast.walk(kernel) if isinstance(a, ast.Assign)
-               for t in a.targets if isinstance(t, ast.Name)}
+    assigns = {
+        t.id: a.value
+        for a in ast.walk(kernel)
+        if isinstance(a, ast.Assign)
+        for t in a.targets
+        if isinstance(t, ast.Name)
+    }
     seen: set[str] = set()
     todo = list(names_in(expr))
     while todo:
@@ -160,8 +186,10 @@ class _Facts:
 
     def absorb(self, other: _Facts, rename: Mapping[str, str]) -> None:
         """Add a called function's facts, its parameter names translated to the caller's."""
+
         def tr(names: set[str]) -> set[str]:
             return {rename[n] for n in names if n in rename}
+
         for n, inner in other.steps.items():
             if n in rename:
                 self.steps[rename[n]] = self.steps.get(rename[n], False) or inner
@@ -188,7 +216,10 @@ def _own_facts(kernel: ast.FunctionDef) -> _Facts:
         if not (isinstance(loop.iter, ast.Call) and callee(loop.iter) in RANGE_CALLS):
             continue
         innermost_dot = _has_dot(loop) and not any(
-            inner is not loop and _has_dot(inner) for inner in ast.walk(loop) if isinstance(inner, ast.For))
+            inner is not loop and _has_dot(inner)
+            for inner in ast.walk(loop)
+            if isinstance(inner, ast.For)
+        )
         args = loop.iter.args
         var = loop.target.id if isinstance(loop.target, ast.Name) else None
         if var is not None and var in pid:
@@ -221,9 +252,11 @@ def _own_facts(kernel: ast.FunctionDef) -> _Facts:
                 facts.sizing |= names_in(kw.value)
         if name.endswith(".reshape") or name.endswith(".view"):
             facts.sizing |= set().union(*(names_in(a) for a in call.args)) if call.args else set()
+
     def from_pid(node: ast.AST) -> bool:
         return bool(names_in(node) & pid) or any(
-            isinstance(c, ast.Call) and callee(c) in PID_CALLS for c in ast.walk(node))
+            isinstance(c, ast.Call) and callee(c) in PID_CALLS for c in ast.walk(node)
+        )
 
     for node in ast.walk(kernel):
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.FloorDiv, ast.Mod)):
@@ -235,36 +268,58 @@ def _own_facts(kernel: ast.FunctionDef) -> _Facts:
             if from_pid(node.left) or from_pid(node.right):
                 facts.pid_arith |= left | right
     for a in ast.walk(kernel):
-        if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call) and callee(a.value) in SHAPED \
-                and a.value.args and isinstance(a.value.args[0], (ast.Tuple, ast.List)) \
-                and len(a.value.args[0].elts) == 2:
+        if (
+            isinstance(a, ast.Assign)
+            and isinstance(a.value, ast.Call)
+            and callee(a.value) in SHAPED
+            and a.value.args
+            and isinstance(a.value.args[0], (ast.Tuple, ast.List))
+            and len(a.value.args[0].elts) == 2
+        ):
             dims = [dotted(e) for e in a.value.args[0].elts]
             for t in a.targets:
                 if isinstance(t, ast.Name):
                     facts.shapes[t.id] = (dims[0], dims[1])
     for loop in loops:
         for node in ast.walk(loop):
-            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and _has_dot(node.value):
+            if (
+                isinstance(node, ast.AugAssign)
+                and isinstance(node.target, ast.Name)
+                and _has_dot(node.value)
+            ):
                 facts.dotted_into.add(node.target.id)
             elif isinstance(node, ast.Call) and callee(node) in DOT:
                 facts.dot_loop = True
-                acc = node.args[2] if len(node.args) >= 3 else next(
-                    (k.value for k in node.keywords if k.arg == "acc"), None)
+                acc = (
+                    node.args[2]
+                    if len(node.args) >= 3
+                    else next((k.value for k in node.keywords if k.arg == "acc"), None)
+                )
                 if isinstance(acc, ast.Name):
                     facts.dotted_into.add(acc.id)
-            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.BinOp) and _has_dot(node.value):
+            elif (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.BinOp)
+                and _has_dot(node.value)
+            ):
                 facts.dotted_into |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     return facts
 
 
-def _facts(kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef], depth: int = 0) -> _Facts:
+def _facts(
+    kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef], depth: int = 0
+) -> _Facts:
     """A function's facts with those of the jit functions it calls (up to 3 calls deep)."""
     facts = _own_facts(kernel)
     if depth >= 3:
         return facts
     for call in ast.walk(kernel):
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-                and call.func.id in functions and call.func.id != kernel.name):
+        if not (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id in functions
+            and call.func.id != kernel.name
+        ):
             continue
         inner = functions[call.func.id]
         params = [a.arg for a in inner.args.args]
@@ -279,8 +334,9 @@ def _facts(kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef], de
     return facts
 
 
-def tile_roles(kernel: ast.FunctionDef,
-               functions: Mapping[str, ast.FunctionDef] | None = None) -> dict[str, str]:
+def tile_roles(
+    kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef] | None = None
+) -> dict[str, str]:
     """Role of every tile / group constexpr of a kernel (see the module docstring).
     `functions`: the module's jit functions by name, so that what a called helper does with a
     parameter counts for the argument the kernel passes it."""
@@ -312,8 +368,9 @@ def tile_roles(kernel: ast.FunctionDef,
     return roles
 
 
-def is_dot_kernel(kernel: ast.FunctionDef,
-                  functions: Mapping[str, ast.FunctionDef] | None = None) -> bool:
+def is_dot_kernel(
+    kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef] | None = None
+) -> bool:
     facts = _facts(kernel, functions or {})
     return facts.dot_loop and any(n in facts.shapes for n in facts.dotted_into)
 
@@ -333,12 +390,20 @@ def _host_literal(mod: PyModule, call: ast.Call, expr: ast.AST) -> int | None:
     value = literal_int(expr)
     if value is not None:
         return value
-    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+    if (
+        isinstance(expr, ast.Attribute)
+        and isinstance(expr.value, ast.Name)
+        and expr.value.id == "self"
+    ):
         cls = mod.enclosing(call, ast.ClassDef)  # `self.tile_m`, bound once in the class
         if cls is None:
             return None
-        bound = [n.value for n in ast.walk(cls) if isinstance(n, ast.Assign)
-                 and any(isinstance(t, ast.Attribute) and dotted(t) == dotted(expr) for t in n.targets)]
+        bound = [
+            n.value
+            for n in ast.walk(cls)
+            if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Attribute) and dotted(t) == dotted(expr) for t in n.targets)
+        ]
         return literal_int(bound[0]) if len(bound) == 1 else None
     if not isinstance(expr, ast.Name):
         return None
@@ -355,18 +420,28 @@ def _bindings(nodes: Any, name: str) -> list[ast.AST]:
     """The values assigned to `name` (`x = 64`, `a, x = 32, 64`)."""
     out: list[ast.AST] = []
     for n in nodes:
-        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id == name \
-                and n.value is not None:
+        if (
+            isinstance(n, ast.AnnAssign)
+            and isinstance(n.target, ast.Name)
+            and n.target.id == name
+            and n.value is not None
+        ):
             out.append(n.value)
         if not isinstance(n, ast.Assign):
             continue
         for t in n.targets:
             if isinstance(t, ast.Name) and t.id == name:
                 out.append(n.value)
-            elif isinstance(t, (ast.Tuple, ast.List)) and isinstance(n.value, (ast.Tuple, ast.List)) \
-                    and len(t.elts) == len(n.value.elts):
-                out.extend(v for e, v in zip(t.elts, n.value.elts)
-                           if isinstance(e, ast.Name) and e.id == name)
+            elif (
+                isinstance(t, (ast.Tuple, ast.List))
+                and isinstance(n.value, (ast.Tuple, ast.List))
+                and len(t.elts) == len(n.value.elts)
+            ):
+                out.extend(
+                    v
+                    for e, v in zip(t.elts, n.value.elts)
+                    if isinstance(e, ast.Name) and e.id == name
+                )
     return out
 
 
@@ -389,18 +464,26 @@ def _config_dicts(mod: PyModule, kernel: ast.FunctionDef) -> list[ast.Call]:
     dec = mod.decorator(kernel, "autotune")
     if not isinstance(dec, ast.Call):
         return []
-    configs = next((k.value for k in dec.keywords if k.arg == "configs"),
-                   dec.args[0] if dec.args else None)
+    configs = next(
+        (k.value for k in dec.keywords if k.arg == "configs"), dec.args[0] if dec.args else None
+    )
     if isinstance(configs, ast.Subscript):
         configs = configs.value
     if isinstance(configs, ast.Name):  # `configs=CONFIGS` bound at module level
-        bound = [n for n in mod.tree.body if isinstance(n, ast.Assign)
-                 and any(isinstance(t, ast.Name) and t.id == configs.id for t in n.targets)]
+        bound = [
+            n
+            for n in mod.tree.body
+            if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == configs.id for t in n.targets)
+        ]
         configs = bound[0].value if len(bound) == 1 else None
     if not isinstance(configs, (ast.List, ast.Tuple)):
         return []
-    return [c for c in configs.elts if isinstance(c, ast.Call) and c.args
-            and isinstance(c.args[0], ast.Dict)]
+    return [
+        c
+        for c in configs.elts
+        if isinstance(c, ast.Call) and c.args and isinstance(c.args[0], ast.Dict)
+    ]
 
 
 def kernel_config(mod: PyModule, kernel: ast.FunctionDef) -> KernelConfig:
@@ -411,8 +494,12 @@ def kernel_config(mod: PyModule, kernel: ast.FunctionDef) -> KernelConfig:
     warps, stages = DEFAULT_WARPS, DEFAULT_STAGES
     configs = _config_dicts(mod, kernel)
     autotuned = mod.decorator(kernel, "autotune") is not None
-    defaults = dict(zip([a.arg for a in kernel.args.args][len(kernel.args.args) - len(kernel.args.defaults):],
-                        kernel.args.defaults))
+    defaults = dict(
+        zip(
+            [a.arg for a in kernel.args.args][len(kernel.args.args) - len(kernel.args.defaults) :],
+            kernel.args.defaults,
+        )
+    )
     if configs:
         first = configs[0]
         for k, v in zip(first.args[0].keys, first.args[0].values):
@@ -438,8 +525,14 @@ def kernel_config(mod: PyModule, kernel: ast.FunctionDef) -> KernelConfig:
         if name not in values and name in defaults:
             values[name] = literal_int(defaults[name])
     params = tuple(Param(n, r, values.get(n)) for n, r in roles.items())
-    return KernelConfig(kernel.name, params, int(warps), int(stages), autotuned,
-                        is_dot_kernel(kernel, jit_functions(mod)))
+    return KernelConfig(
+        kernel.name,
+        params,
+        int(warps),
+        int(stages),
+        autotuned,
+        is_dot_kernel(kernel, jit_functions(mod)),
+    )
 
 
 def joint_config(ir: KernelIR) -> dict[str, KernelConfig]:
@@ -468,15 +561,23 @@ def operator_signature(ir: KernelIR) -> frozenset[str]:
         dots = [c for c in calls if callee(c) in DOT]
         if len(dots) >= 2:
             traits.add("two-dots")
-        in_loops = [c for loop in ast.walk(kernel) if isinstance(loop, ast.For)
-                    for c in ast.walk(loop) if isinstance(c, ast.Call)]
+        in_loops = [
+            c
+            for loop in ast.walk(kernel)
+            if isinstance(loop, ast.For)
+            for c in ast.walk(loop)
+            if isinstance(c, ast.Call)
+        ]
         loop_short = {callee(c).split(".")[-1] for c in in_loops}
         if {"exp", "exp2"} & loop_short and ("max" in loop_short or "maximum" in loop_short):
             traits.add("online-softmax")
         for c in calls:
             tail = callee(c).split(".")[-1]
-            if tail in ("sum", "max", "min", "argmax", "argmin", "reduce") and callee(c).startswith(("tl.", "triton.")) \
-                    and (len(c.args) >= 2 or any(k.arg == "axis" for k in c.keywords)):
+            if (
+                tail in ("sum", "max", "min", "argmax", "argmin", "reduce")
+                and callee(c).startswith(("tl.", "triton."))
+                and (len(c.args) >= 2 or any(k.arg == "axis" for k in c.keywords))
+            ):
                 traits.add("row-reduce")
         if {"cumsum", "cumprod", "associative_scan"} & set(short):
             traits.add("scan")
@@ -526,7 +627,9 @@ def _dimension_keys(kernel: ast.FunctionDef) -> list[str]:
     for node in ast.walk(kernel):
         if isinstance(node, ast.Compare):
             used |= names_in(node)
-        elif isinstance(node, ast.Call) and (callee(node).endswith("cdiv") or callee(node) in RANGE_CALLS):
+        elif isinstance(node, ast.Call) and (
+            callee(node).endswith("cdiv") or callee(node) in RANGE_CALLS
+        ):
             used |= names_in(node)
         elif isinstance(node, ast.keyword) and node.arg == "shape":
             used |= names_in(node.value)
@@ -549,9 +652,14 @@ def _ptr_like(kernel: ast.FunctionDef) -> set[str]:
                 if isinstance(side, ast.Name) and side.id in params:
                     out.add(side.id)
         if isinstance(node, ast.Call) and callee(node).split(".")[-1] in (
-                "make_block_ptr", "make_tensor_descriptor"):
-            base = node.args[0] if node.args else next(
-                (k.value for k in node.keywords if k.arg in ("base", "base_ptr")), None)
+            "make_block_ptr",
+            "make_tensor_descriptor",
+        ):
+            base = (
+                node.args[0]
+                if node.args
+                else next((k.value for k in node.keywords if k.arg in ("base", "base_ptr")), None)
+            )
             if isinstance(base, ast.Name) and base.id in params:
                 out.add(base.id)
     return out - compared
@@ -585,8 +693,11 @@ def _written_and_read(kernel: ast.FunctionDef) -> list[str]:
             name = callee(call)
             tail = name.split(".")[-1]
             target = call.args[0]
-            if isinstance(call.func, ast.Attribute) and tail in ("load", "store") \
-                    and not name.startswith(("tl.", "triton.")):
+            if (
+                isinstance(call.func, ast.Attribute)
+                and tail in ("load", "store")
+                and not name.startswith(("tl.", "triton."))
+            ):
                 target = call.func.value  # a tensor descriptor: `desc.load([..])`
             if tail == "load":
                 loaded |= bases(target)
@@ -595,8 +706,9 @@ def _written_and_read(kernel: ast.FunctionDef) -> list[str]:
     return sorted(loaded & stored)
 
 
-def sweep_edit(ir: KernelIR, kernel_name: str,
-               configs: Sequence[Mapping[str, Any]]) -> tuple[list[ByteEdit], list[dict[str, int]]] | SweepRefusal:
+def sweep_edit(
+    ir: KernelIR, kernel_name: str, configs: Sequence[Mapping[str, Any]]
+) -> tuple[list[ByteEdit], list[dict[str, int]]] | SweepRefusal:
     """Byte edits that make `kernel_name` autotune over `configs` (role-keyed, see
     `fit_configs`), and the fitted configs. Refused (with the reason) where the launch cannot
     take tuned parameters: a launch that passes a tile positionally before other arguments, a
@@ -606,9 +718,13 @@ def sweep_edit(ir: KernelIR, kernel_name: str,
     kernel = next((k for k in mod.kernels() if k.name == kernel_name), None)
     if kernel is None:
         return SweepRefusal("no such kernel", {"kernel": kernel_name})
-    if any(isinstance(c, ast.Call) and callee(c).startswith(ATOMICS_PREFIX) for c in ast.walk(kernel)):
-        return SweepRefusal("the kernel uses atomics: autotuner trial runs would accumulate twice",
-                            {"kernel": kernel_name})
+    if any(
+        isinstance(c, ast.Call) and callee(c).startswith(ATOMICS_PREFIX) for c in ast.walk(kernel)
+    ):
+        return SweepRefusal(
+            "the kernel uses atomics: autotuner trial runs would accumulate twice",
+            {"kernel": kernel_name},
+        )
     current = kernel_config(mod, kernel)
     fitted = fit_configs(current, configs)
     if not fitted:
@@ -621,8 +737,11 @@ def sweep_edit(ir: KernelIR, kernel_name: str,
     dec = mod.decorator(kernel, "autotune")
     for call in launches:
         args = launch_arguments(mod, kernel, call)
-        positional = {_positional_params(kernel)[i] for i in range(len(call.args))
-                      if i < len(_positional_params(kernel))}
+        positional = {
+            _positional_params(kernel)[i]
+            for i in range(len(call.args))
+            if i < len(_positional_params(kernel))
+        }
         removed: list[ast.AST] = []
         for name in [*tuned, *LAUNCH_KEYS]:
             if name not in args:
@@ -631,10 +750,16 @@ def sweep_edit(ir: KernelIR, kernel_name: str,
             if name in positional:
                 # only a trailing run of positional arguments can be dropped
                 idx = call.args.index(node)
-                if any(_positional_params(kernel)[j] not in tuned for j in range(idx, len(call.args))):
-                    return SweepRefusal(f"the launch passes {name} positionally before other arguments",
-                                        {"kernel": kernel_name})
-            removed.append(node if name in positional else next(k for k in call.keywords if k.arg == name))
+                if any(
+                    _positional_params(kernel)[j] not in tuned for j in range(idx, len(call.args))
+                ):
+                    return SweepRefusal(
+                        f"the launch passes {name} positionally before other arguments",
+                        {"kernel": kernel_name},
+                    )
+            removed.append(
+                node if name in positional else next(k for k in call.keywords if k.arg == name)
+            )
         grid_edit = _grid_rewrite(mod, kernel, call, tuned, args)
         if isinstance(grid_edit, SweepRefusal):
             return grid_edit
@@ -643,8 +768,11 @@ def sweep_edit(ir: KernelIR, kernel_name: str,
     text = _decorator_text(mod, kernel, fitted)
     if dec is not None:
         start = line_start(mod.source, mod.start(dec))
-        following = kernel.decorator_list[kernel.decorator_list.index(dec) + 1] \
-            if kernel.decorator_list.index(dec) + 1 < len(kernel.decorator_list) else kernel
+        following = (
+            kernel.decorator_list[kernel.decorator_list.index(dec) + 1]
+            if kernel.decorator_list.index(dec) + 1 < len(kernel.decorator_list)
+            else kernel
+        )
         edits.append(ByteEdit(start, line_start(mod.source, mod.start(following)), text))
     else:
         at = line_start(mod.source, mod.stmt_span(kernel)[0])
@@ -684,24 +812,35 @@ def _disjoint(edits: list[ByteEdit]) -> list[ByteEdit]:
     return out
 
 
-def _decorator_text(mod: PyModule, kernel: ast.FunctionDef, fitted: Sequence[Mapping[str, int]]) -> str:
+def _decorator_text(
+    mod: PyModule, kernel: ast.FunctionDef, fitted: Sequence[Mapping[str, int]]
+) -> str:
     indent = indent_of(mod.source, mod.start(kernel))
     lines = []
     for cfg in fitted:
         meta = ", ".join(f'"{k}": {v}' for k, v in cfg.items() if k not in LAUNCH_KEYS)
-        lines.append(f"{indent}        triton.Config({{{meta}}}, num_warps={cfg['num_warps']}, "
-                     f"num_stages={cfg['num_stages']}),")
+        lines.append(
+            f"{indent}        triton.Config({{{meta}}}, num_warps={cfg['num_warps']}, "
+            f"num_stages={cfg['num_stages']}),"
+        )
     extra = ""
     restore = _written_and_read(kernel)
     if restore:
         extra = f", restore_value={restore!r}"
     keys = _dimension_keys(kernel)
-    return (f"{indent}@triton.autotune(\n{indent}    configs=[\n" + "\n".join(lines) + "\n"
-            f"{indent}    ],\n{indent}    key={keys!r}{extra},\n{indent})\n")
+    return (
+        f"{indent}@triton.autotune(\n{indent}    configs=[\n" + "\n".join(lines) + "\n"
+        f"{indent}    ],\n{indent}    key={keys!r}{extra},\n{indent})\n"
+    )
 
 
-def _grid_rewrite(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call, tuned: Sequence[str],
-                  args: Mapping[str, ast.AST]) -> list[ByteEdit] | SweepRefusal:
+def _grid_rewrite(
+    mod: PyModule,
+    kernel: ast.FunctionDef,
+    call: ast.Call,
+    tuned: Sequence[str],
+    args: Mapping[str, ast.AST],
+) -> list[ByteEdit] | SweepRefusal:
     """Make the launch grid read the tuned tiles from the autotuner's meta-parameters.
 
     A grid that is already a function of the meta-parameters (`lambda meta: ...`, a def) is
@@ -717,23 +856,39 @@ def _grid_rewrite(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call, tuned:
     shaping = [t for t in tuned if roles.get(t) in ("grid", "m", "n")]
     target = grid
     if isinstance(grid, ast.Name) and host_fn is not None:
-        bound = [n for n in ast.walk(host_fn) if isinstance(n, (ast.Assign, ast.FunctionDef))
-                 and ((isinstance(n, ast.FunctionDef) and n.name == grid.id) or (
-                     isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == grid.id
-                                                       for t in n.targets)))]
+        bound = [
+            n
+            for n in ast.walk(host_fn)
+            if isinstance(n, (ast.Assign, ast.FunctionDef))
+            and (
+                (isinstance(n, ast.FunctionDef) and n.name == grid.id)
+                or (
+                    isinstance(n, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == grid.id for t in n.targets)
+                )
+            )
+        ]
         if len(bound) != 1:
-            bound = [n for n in mod.tree.body if isinstance(n, ast.FunctionDef) and n.name == grid.id]
+            bound = [
+                n for n in mod.tree.body if isinstance(n, ast.FunctionDef) and n.name == grid.id
+            ]
         if len(bound) != 1:
-            return SweepRefusal("the launch grid is not bound once where the kernel is launched",
-                                {"grid": grid.id})
+            return SweepRefusal(
+                "the launch grid is not bound once where the kernel is launched", {"grid": grid.id}
+            )
         target = bound[0] if isinstance(bound[0], ast.FunctionDef) else bound[0].value
     if isinstance(target, (ast.Lambda, ast.FunctionDef)):
-        strings = {n.value for n in ast.walk(target) if isinstance(n, ast.Constant)
-                   and isinstance(n.value, str)}
+        strings = {
+            n.value
+            for n in ast.walk(target)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        }
         missing = [t for t in shaping if t not in strings]
         if missing:
-            return SweepRefusal("the launch grid does not read the tiles that shape it",
-                                {"tiles": ",".join(missing)})
+            return SweepRefusal(
+                "the launch grid does not read the tiles that shape it",
+                {"tiles": ",".join(missing)},
+            )
         return []
     # a host expression: replace the tuned tiles' host values by meta lookups
     replace: list[tuple[ast.AST, str]] = []
@@ -744,21 +899,34 @@ def _grid_rewrite(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call, tuned:
         for sub in ast.walk(target):
             if isinstance(node, ast.Name) and isinstance(sub, ast.Name) and sub.id == node.id:
                 replace.append((sub, name))
-            elif isinstance(node, ast.Attribute) and isinstance(sub, ast.Attribute) \
-                    and dotted(sub) and dotted(sub) == dotted(node):
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(sub, ast.Attribute)
+                and dotted(sub)
+                and dotted(sub) == dotted(node)
+            ):
                 replace.append((sub, name))
-            elif literal_int(node) is not None and literal_int(sub) == literal_int(node) \
-                    and _divides(mod, target, sub):
+            elif (
+                literal_int(node) is not None
+                and literal_int(sub) == literal_int(node)
+                and _divides(mod, target, sub)
+            ):
                 replace.append((sub, name))
         if isinstance(node, (ast.Name, ast.Attribute)) and host_fn is not None:
             key = dotted(node)
-            uses = [n for n in ast.walk(host_fn) if isinstance(n, (ast.Name, ast.Attribute))
-                    and dotted(n) == key and isinstance(n.ctx, ast.Load)
-                    and not isinstance(mod.parents.get(n), ast.Attribute)]
+            uses = [
+                n
+                for n in ast.walk(host_fn)
+                if isinstance(n, (ast.Name, ast.Attribute))
+                and dotted(n) == key
+                and isinstance(n.ctx, ast.Load)
+                and not isinstance(mod.parents.get(n), ast.Attribute)
+            ]
             inside = {id(n) for n in ast.walk(target)} | {id(n) for n in ast.walk(call)}
             if any(id(u) not in inside for u in uses):
-                return SweepRefusal(f"the host uses {key} beyond the launch: {name} cannot be tuned",
-                                    {"tile": name})
+                return SweepRefusal(
+                    f"the host uses {key} beyond the launch: {name} cannot be tuned", {"tile": name}
+                )
     names_at: dict[int, set[str]] = {}
     nodes: dict[int, ast.AST] = {}
     for sub, name in replace:
@@ -770,29 +938,41 @@ def _grid_rewrite(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call, tuned:
         if len(names) > 1:  # one literal for several tiles: the size it divides tells which
             dividend = _dividend(target, nodes[key])
             host = mod.text(dividend) if dividend is not None else None
-            by_size = {n for n in names if host is not None and any(
-                d in args and mod.text(args[d]) == host for d in pairs.get(n, ()))}
+            by_size = {
+                n
+                for n in names
+                if host is not None
+                and any(d in args and mod.text(args[d]) == host for d in pairs.get(n, ()))
+            }
             if len(by_size) != 1:  # else by the grid axis whose program id the tile scales
                 axis = _grid_axis(target, nodes[key])
                 axes = _tile_axes(kernel)
                 by_size = {n for n in names if axis is not None and axes.get(n) == axis}
             names = by_size
             if len(names) != 1:
-                return SweepRefusal("the host-computed grid uses one literal for several tiles",
-                                    {"tiles": ",".join(shaping)})
+                return SweepRefusal(
+                    "the host-computed grid uses one literal for several tiles",
+                    {"tiles": ",".join(shaping)},
+                )
         replace.append((nodes[key], next(iter(names))))
     found = {name for _, name in replace}
     if set(shaping) - found and shaping:
         absent = sorted(set(shaping) - found)
         # a tile passed but absent from the grid does not shape the program count
-        if any(roles.get(t) == "grid" for t in absent) or not found and any(
-                isinstance(args.get(t), ast.Name) for t in absent):
-            return SweepRefusal("cannot find the tuned tiles in the host-computed grid",
-                                {"tiles": ",".join(absent)})
+        if (
+            any(roles.get(t) == "grid" for t in absent)
+            or not found
+            and any(isinstance(args.get(t), ast.Name) for t in absent)
+        ):
+            return SweepRefusal(
+                "cannot find the tuned tiles in the host-computed grid", {"tiles": ",".join(absent)}
+            )
     text = mod.text(target)
     base = mod.start(target)
-    pieces = sorted(((mod.start(n) - base, mod.end(n) - base, f'meta["{name}"]') for n, name in replace),
-                    reverse=True)
+    pieces = sorted(
+        ((mod.start(n) - base, mod.end(n) - base, f'meta["{name}"]') for n, name in replace),
+        reverse=True,
+    )
     raw = text.encode()
     for a, b, new in pieces:
         raw = raw[:a] + new.encode() + raw[b:]
@@ -805,10 +985,18 @@ def _grid_rewrite(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call, tuned:
 def _dividend(grid: ast.AST, node: ast.AST) -> ast.AST | None:
     """What a grid literal divides: `cdiv(X, lit)` or `X // lit` -> X."""
     for parent in ast.walk(grid):
-        if isinstance(parent, ast.Call) and callee(parent).endswith("cdiv") and len(parent.args) == 2 \
-                and parent.args[1] is node:
+        if (
+            isinstance(parent, ast.Call)
+            and callee(parent).endswith("cdiv")
+            and len(parent.args) == 2
+            and parent.args[1] is node
+        ):
             return parent.args[0]
-        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.FloorDiv) and parent.right is node:
+        if (
+            isinstance(parent, ast.BinOp)
+            and isinstance(parent.op, ast.FloorDiv)
+            and parent.right is node
+        ):
             left = parent.left
             # `(M + 31) // 32`: the size is the sum's first term
             if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Add):
@@ -832,9 +1020,16 @@ def _tile_axes(kernel: ast.FunctionDef) -> dict[str, int]:
     or through a name assigned from that program id alone)."""
     axis_of: dict[str, int] = {}
     for a in ast.walk(kernel):
-        if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call) and callee(a.value) in PID_CALLS:
-            ax = literal_int(a.value.args[0]) if a.value.args else literal_int(
-                next((k.value for k in a.value.keywords if k.arg == "axis"), None))
+        if (
+            isinstance(a, ast.Assign)
+            and isinstance(a.value, ast.Call)
+            and callee(a.value) in PID_CALLS
+        ):
+            ax = (
+                literal_int(a.value.args[0])
+                if a.value.args
+                else literal_int(next((k.value for k in a.value.keywords if k.arg == "axis"), None))
+            )
             for t in a.targets:
                 if isinstance(t, ast.Name) and ax is not None:
                     axis_of[t.id] = ax
@@ -862,8 +1057,13 @@ def _tile_dims(kernel: ast.FunctionDef) -> dict[str, set[str]]:
     built from `tl.arange(0, T)` compared against D (`offs_m < M`)."""
     constexprs = set(constexpr_params(kernel))
     sizes = {a.arg for a in kernel.args.args} - constexprs
-    assigns = [(t.id, a.value) for a in ast.walk(kernel) if isinstance(a, ast.Assign)
-               for t in a.targets if isinstance(t, ast.Name)]
+    assigns = [
+        (t.id, a.value)
+        for a in ast.walk(kernel)
+        if isinstance(a, ast.Assign)
+        for t in a.targets
+        if isinstance(t, ast.Name)
+    ]
     origin: dict[str, set[str]] = {}  # local name -> tile constexprs whose arange it carries
     for _ in range(4):
         for name, value in assigns:
@@ -892,9 +1092,17 @@ def _divides(mod: PyModule, grid: ast.AST, node: ast.AST) -> bool:
     """A literal in a grid that divides a size: the second argument of a cdiv, or the right
     side of `//`."""
     for parent in ast.walk(grid):
-        if isinstance(parent, ast.Call) and callee(parent).endswith("cdiv") and len(parent.args) == 2 \
-                and parent.args[1] is node:
+        if (
+            isinstance(parent, ast.Call)
+            and callee(parent).endswith("cdiv")
+            and len(parent.args) == 2
+            and parent.args[1] is node
+        ):
             return True
-        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.FloorDiv) and parent.right is node:
+        if (
+            isinstance(parent, ast.BinOp)
+            and isinstance(parent.op, ast.FloorDiv)
+            and parent.right is node
+        ):
             return True
     return False
