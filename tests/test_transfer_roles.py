@@ -191,3 +191,15 @@ def test_tile_sites_do_not_depend_on_names() -> None:
     sites = get_pass("tile-sizes")().sites(_ir(MM_B))
     assert {s.detail["tile"] for s in sites} == {"TILE_ROWS", "TILE_COLS", "DEPTH"}
     assert {s.detail["role"] for s in sites} == {"m", "n", "k"}
+
+
+def test_two_launches_sharing_a_grid_variable_rewrite_it_once() -> None:
+    text = MM_B.replace("    return c\n", """    matmul_tile[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                      c.stride(0), c.stride(1), TILE_ROWS=32, TILE_COLS=64, DEPTH=16, num_warps=2)
+    return c
+""")
+    made = sweep_edit(_ir(text), "matmul_tile", [{"m": 64, "n": 128, "k": 32}])
+    assert not hasattr(made, "reason"), made
+    out = apply_byte_edits(text, made[0])
+    assert out.count("lambda meta:") == 1 and out.count("TILE_ROWS=32") == 0
+    compile(out, "two_launches.py", "exec")

@@ -777,7 +777,11 @@ def sweep_edit(
     else:
         at = line_start(mod.source, mod.stmt_span(kernel)[0])
         edits.append(ByteEdit(at, at, text))
-    return _disjoint(edits), fitted
+    # two launches sharing one grid variable rewrite it once
+    try:
+        return _disjoint(list(dict.fromkeys(edits))), fitted
+    except ValueError:
+        return SweepRefusal("the rewrites of the launches overlap", {"kernel": kernel_name})
 
 
 def _removals(mod: PyModule, call: ast.Call, nodes: Sequence[ast.AST]) -> list[ByteEdit]:
