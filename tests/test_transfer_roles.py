@@ -203,3 +203,48 @@ def test_two_launches_sharing_a_grid_variable_rewrite_it_once() -> None:
     out = apply_byte_edits(text, made[0])
     assert out.count("lambda meta:") == 1 and out.count("TILE_ROWS=32") == 0
     compile(out, "two_launches.py", "exec")
+
+
+CAUSAL = '''
+import triton
+import triton.language as tl
+
+@triton.jit
+def attend(q, k, v, o, n, scale, D: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr):
+    qi = tl.program_id(0)
+    rows = qi * BQ + tl.arange(0, BQ)
+    d = tl.arange(0, D)
+    qb = tl.load(q + rows[:, None] * D + d[None, :], mask=rows[:, None] < n, other=0.0)
+    m = tl.full([BQ], -1.0e30, tl.float32)
+    s = tl.zeros([BQ], tl.float32)
+    acc = tl.zeros([BQ, D], tl.float32)
+    for j in range(0, n, BKV):
+        keys = j + tl.arange(0, BKV)
+        kb = tl.load(k + keys[:, None] * D + d[None, :], mask=keys[:, None] < n, other=0.0)
+        x = tl.dot(qb, tl.trans(kb)) * scale
+        x = tl.where(rows[:, None] >= keys[None, :], x, -1.0e30)
+        mn = tl.maximum(m, tl.max(x, 1))
+        p = tl.exp(x - mn[:, None])
+        a = tl.exp(m - mn)
+        s = s * a + tl.sum(p, 1)
+        vb = tl.load(v + keys[:, None] * D + d[None, :], mask=keys[:, None] < n, other=0.0)
+        acc = acc * a[:, None] + tl.dot(p.to(vb.dtype), vb)
+        m = mn
+    tl.store(o + rows[:, None] * D + d[None, :], acc / s[:, None], mask=rows[:, None] < n)
+'''
+
+
+def test_a_causal_key_loop_is_bounded_at_the_blocks_last_row_found_from_its_mask() -> None:
+    from passes.registry import get_pass
+
+    p = get_pass("causal-block-skip")()
+    ir = _ir(CAUSAL)
+    site = next(s for s in p.sites(ir) if s.detail.get("form") == "bound")
+    assert not site.present and site.detail["limit"] == "qi * BQ + BQ"
+    done = p.optimize(ir, site)
+    assert "range(0, tl.minimum(n, qi * BQ + BQ), BKV)" in done.ir.unparse()
+    after = [s for s in p.sites(done.ir) if s.detail.get("form") == "bound"]
+    assert [s.present for s in after] == [True]
+    # without the key <= row mask there is nothing to bound
+    plain = _ir(CAUSAL.replace("rows[:, None] >= keys[None, :]", "keys[None, :] < n"))
+    assert not [s for s in p.sites(plain) if s.detail.get("form") == "bound"]

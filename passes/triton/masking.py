@@ -12,6 +12,7 @@ from passes._source import (ByteEdit, finish, indent_of, line_end, line_start, m
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, literal_int, names_in
 from passes.triton.launch import TRITON, comment_above, holders, kernel_tiles
+from passes.triton.roles import ARANGE, PID_CALLS, assignments, pid_names, reached
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -243,39 +244,11 @@ class Triangle:
     read from a variable: the count recomputed from the clamped size)."""
 
 
-def _assigned(scope: ast.AST) -> dict[str, list[ast.AST]]:
-    out: dict[str, list[ast.AST]] = {}
-    for a in ast.walk(scope):
-        if isinstance(a, ast.Assign):
-            for t in a.targets:
-                if isinstance(t, ast.Name):
-                    out.setdefault(t.id, []).append(a.value)
-    return out
-
-
-def _derived(names: set[str], assigns: dict[str, list[ast.AST]], seed: set[str]) -> bool:
-    """Whether any of `names` is computed (through assignments) from a name in `seed`."""
-    seen: set[str] = set()
-    todo = list(names)
-    while todo:
-        n = todo.pop()
-        if n in seed:
-            return True
-        if n in seen:
-            continue
-        seen.add(n)
-        for value in assigns.get(n, ()):
-            todo.extend(names_in(value))
-    return False
-
-
 def _row_block(mod: PyModule, kernel: ast.FunctionDef, names: set[str],
                inner: set[str]) -> tuple[str, str] | None:
     """(row base text, row block text) of a row-offset name computed outside the loop as
     `base + tl.arange(0, BLOCK)` with a base read from the program id."""
-    from passes.triton.roles import PID_CALLS, _pid_names  # noqa: PLC0415
-
-    pid = _pid_names(kernel)
+    pid = pid_names(kernel)
     outer = {t.id: a.value for a in ast.walk(kernel) if isinstance(a, ast.Assign)
              for t in a.targets if isinstance(t, ast.Name) and t.id not in inner}
     for name in names:
@@ -283,7 +256,7 @@ def _row_block(mod: PyModule, kernel: ast.FunctionDef, names: set[str],
         if not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add)):
             continue
         terms = (value.left, value.right)
-        aranges = [t for t in terms if isinstance(t, ast.Call) and callee(t) in ("tl.arange", "triton.language.arange")
+        aranges = [t for t in terms if isinstance(t, ast.Call) and callee(t) in ARANGE
                    and len(t.args) == 2 and literal_int(t.args[0]) == 0]
         bases = [t for t in terms if t not in aranges]
         if len(aranges) == 1 and len(bases) == 1 and (names_in(bases[0]) & pid or any(
@@ -303,7 +276,7 @@ def triangles(mod: PyModule) -> list[Triangle]:
                 continue
             inner = {t.id for a in ast.walk(loop) if isinstance(a, ast.Assign)
                      for t in a.targets if isinstance(t, ast.Name)} | {loop.target.id}
-            assigns = _assigned(loop)
+            assigns = assignments(loop)
             limit = None
             for cmp in ast.walk(loop):
                 if not (isinstance(cmp, ast.Compare) and len(cmp.ops) == 1):
@@ -315,7 +288,7 @@ def triangles(mod: PyModule) -> list[Triangle]:
                 elif not isinstance(op, (ast.LtE, ast.Lt)):
                     continue
                 # keys (from the loop variable) on the left, rows (from outside) on the right
-                if not _derived(names_in(left), assigns, {loop.target.id}):
+                if loop.target.id not in reached(names_in(left), assigns):
                     continue
                 if names_in(right) & inner:
                     continue

@@ -110,7 +110,7 @@ def constexpr_params(kernel: ast.FunctionDef) -> list[str]:
     ]
 
 
-def _pid_names(kernel: ast.FunctionDef) -> set[str]:
+def pid_names(kernel: ast.FunctionDef) -> set[str]:
     """Names computed from program ids by scalar arithmetic (not from loaded data)."""
     assigns = [n for n in ast.walk(kernel) if isinstance(n, (ast.Assign, ast.AugAssign))]
     pid: set[str] = set()
@@ -146,24 +146,32 @@ def _pid_names(kernel: ast.FunctionDef) -> set[str]:
     return pid
 
 
-def _bound_names(kernel: ast.FunctionDef, expr: ast.AST) -> set[str]:
-    """Names an expression reads, through local scalar assignments (`k_tiles = cdiv(K, BK)`)."""
-    assigns = {
-        t.id: a.value
-        for a in ast.walk(kernel)
-        if isinstance(a, ast.Assign)
-        for t in a.targets
-        if isinstance(t, ast.Name)
-    }
+def assignments(scope: ast.AST, augmented: bool = False) -> dict[str, list[ast.AST]]:
+    """Name -> every value assigned to it under `scope` (`x = ...`; with `augmented`, also
+    `x += ...`)."""
+    out: dict[str, list[ast.AST]] = {}
+    for a in ast.walk(scope):
+        if isinstance(a, ast.Assign):
+            for t in a.targets:
+                if isinstance(t, ast.Name):
+                    out.setdefault(t.id, []).append(a.value)
+        elif augmented and isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Name):
+            out.setdefault(a.target.id, []).append(a.value)
+    return out
+
+
+def reached(names: set[str], assigns: Mapping[str, Sequence[ast.AST]]) -> set[str]:
+    """`names` and every name their assigned values read, transitively (`k_tiles = cdiv(K, BK)`:
+    `k_tiles` reaches `K` and `BK`)."""
     seen: set[str] = set()
-    todo = list(names_in(expr))
+    todo = list(names)
     while todo:
         n = todo.pop()
         if n in seen:
             continue
         seen.add(n)
-        if n in assigns:
-            todo.extend(names_in(assigns[n]))
+        for value in assigns.get(n, ()):
+            todo.extend(names_in(value))
     return seen
 
 
@@ -210,7 +218,8 @@ def _has_dot(node: ast.AST) -> bool:
 
 def _own_facts(kernel: ast.FunctionDef) -> _Facts:
     facts = _Facts()
-    pid = _pid_names(kernel)
+    pid = pid_names(kernel)
+    assigns = assignments(kernel)
     loops = [n for n in ast.walk(kernel) if isinstance(n, ast.For)]
     for loop in loops:
         if not (isinstance(loop.iter, ast.Call) and callee(loop.iter) in RANGE_CALLS):
@@ -231,7 +240,7 @@ def _own_facts(kernel: ast.FunctionDef) -> _Facts:
                 facts.steps[n] = facts.steps.get(n, False) or innermost_dot
         if var is None:
             continue
-        bound = set().union(*(_bound_names(kernel, a) for a in args)) if args else set()
+        bound = reached(set().union(*(names_in(a) for a in args)), assigns) if args else set()
         for node in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
                 sides = (node.left, node.right)
@@ -671,22 +680,10 @@ def _written_and_read(kernel: ast.FunctionDef) -> list[str]:
     params = _ptr_like(kernel)
     loaded: set[str] = set()
     stored: set[str] = set()
-    assigns: dict[str, list[ast.AST]] = {}
-    for a in ast.walk(kernel):
-        if isinstance(a, ast.Assign):
-            for t in a.targets:
-                if isinstance(t, ast.Name):
-                    assigns.setdefault(t.id, []).append(a.value)
-        elif isinstance(a, ast.AugAssign) and isinstance(a.target, ast.Name):
-            assigns.setdefault(a.target.id, []).append(a.value)
+    assigns = assignments(kernel, augmented=True)
 
-    def bases(expr: ast.AST, depth: int = 0) -> set[str]:
-        found = names_in(expr) & params
-        if depth < 5:
-            for n in names_in(expr) - params:
-                for value in assigns.get(n, ()):
-                    found |= bases(value, depth + 1)
-        return found
+    def bases(expr: ast.AST) -> set[str]:
+        return reached(names_in(expr), assigns) & params
 
     for call in ast.walk(kernel):
         if isinstance(call, ast.Call) and call.args:
@@ -913,7 +910,7 @@ def _grid_rewrite(
             elif (
                 literal_int(node) is not None
                 and literal_int(sub) == literal_int(node)
-                and _divides(mod, target, sub)
+                and _dividend(target, sub) is not None
             ):
                 replace.append((sub, name))
         if isinstance(node, (ast.Name, ast.Attribute)) and host_fn is not None:
@@ -1090,23 +1087,3 @@ def _tile_dims(kernel: ast.FunctionDef) -> dict[str, set[str]]:
             for t in tiles:
                 out.setdefault(t, set()).update(right & sizes)
     return out
-
-
-def _divides(mod: PyModule, grid: ast.AST, node: ast.AST) -> bool:
-    """A literal in a grid that divides a size: the second argument of a cdiv, or the right
-    side of `//`."""
-    for parent in ast.walk(grid):
-        if (
-            isinstance(parent, ast.Call)
-            and callee(parent).endswith("cdiv")
-            and len(parent.args) == 2
-            and parent.args[1] is node
-        ):
-            return True
-        if (
-            isinstance(parent, ast.BinOp)
-            and isinstance(parent.op, ast.FloorDiv)
-            and parent.right is node
-        ):
-            return True
-    return False
