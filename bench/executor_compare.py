@@ -3,7 +3,7 @@ verdicts job for job, and the wall time N GPUs would take by the same arithmetic
 
     python3 bench/executor_compare.py --out DIR [--tier device] [LINEAGE ...]
         [--max-trials 1] [--states 6] [--trials 2] [--jobs 1] [--ray-address ADDRESS]
-        [--gpus 1,2,4,8] [--skip admission|batch]
+        [--gpus 1,2,4,8] [--skip admission|batch] [--heldout DIR ...]
 
 LINEAGE: lineage directories or lineage.json files (default
 bench/results/lineages/device/*/lineage.json).
@@ -12,8 +12,8 @@ bench/results/lineages/device/*/lineage.json).
    (`lineage.admission.admit`, --max-trials), once with the local executor (--jobs cards at
    once) and once through Ray (as many cards at once as the cluster has GPUs), each with a
    fresh verdict cache.
-2. Held-out-style batch: up to --states states of every lineage (its expert first), each
-   gated --trials times (no cache: every trial is a fresh measurement), as one batch
+2. Held-out-style batch: up to --states states of every lineage (its expert first), or with
+   --heldout the start kernel of every held-out operator under DIR, each gated --trials times (no cache: every trial is a fresh measurement), as one batch
    (`gate.check_many`) through each executor.
 
 Every gate job is recorded (its source, case and tier) with its verdict and, for the local
@@ -193,6 +193,18 @@ def batch_requests(lineages: list[Any], states: int, trials: int, tier: str) -> 
     return requests
 
 
+def heldout_requests(paths: Sequence[str], trials: int, tier: str) -> list[CheckRequest]:
+    """The held-out tier's start kernels (`bench/heldout.py`'s operators), each `trials` times."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from heldout import operators
+
+    requests = []
+    for case in operators(paths, set()):
+        source = case.start_path().read_text()
+        requests += [CheckRequest(source, "triton", case.ref, tier, cache=False)] * trials
+    return requests
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("lineages", nargs="*")
@@ -205,6 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ray-address", default=None)
     ap.add_argument("--gpus", default="1,2,4,8", help="GPU counts to project to")
     ap.add_argument("--skip", choices=["admission", "batch"], default=None)
+    ap.add_argument("--heldout", action="append", default=[], metavar="DIR",
+                    help="the batch is these held-out operators' start kernels (bench/heldout.py) "
+                         "instead of lineage states")
     args = ap.parse_args(argv)
 
     from lineage.graph import Lineage
@@ -214,7 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     gpus = [int(g) for g in args.gpus.split(",") if g]
-    result: dict[str, Any] = {"tier": args.tier, "lineages": paths}
+    result: dict[str, Any] = {"tier": args.tier, "lineages": paths,
+                              "batch_of": args.heldout or "lineage states",
+                              "command": "python3 bench/executor_compare.py " + " ".join(sys.argv[1:])}
     local = Recording(open_executor("local", jobs=args.jobs))
     try:
         ray = Recording(open_executor("ray", address=args.ray_address))
@@ -234,7 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "projected_wall_s": {n: round(lpt(list(a_local["card_s"].values()), n), 1)
                                      for n in gpus}}
         if args.skip != "batch":
-            requests = batch_requests(lineages, args.states, args.trials, args.tier)
+            requests = (heldout_requests(args.heldout, args.trials, args.tier) if args.heldout
+                        else batch_requests(lineages, args.states, args.trials, args.tier))
             start_local, start_ray = len(local.jobs), len(ray.jobs)
             b_local = run_batch("local", local, requests, out)
             b_ray = run_batch("ray", ray, requests, out)
