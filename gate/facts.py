@@ -78,6 +78,50 @@ def ptx_entries(ptx: str) -> list[str]:
     return re.findall(r"\.entry\s+([A-Za-z_$][\w$]*)", ptx)
 
 
+_PTX_FUNCTION = re.compile(r"\.(entry|func)\s+(?:\([^)]*\)\s*)?([A-Za-z_$][\w$]*)\s*")
+_PTX_EXTERN_SHARED = re.compile(r"^\s*\.extern\s+\.shared\b[^;]*?([A-Za-z_$%][\w$]*)\s*\[\s*\]",
+                                re.M)
+
+
+def _ptx_bodies(ptx: str) -> dict[str, tuple[str, str]]:
+    """(kind, body) of each function defined in a PTX module (`entry` or `func`)."""
+    out: dict[str, tuple[str, str]] = {}
+    for m in _PTX_FUNCTION.finditer(ptx):
+        pos = m.end()
+        if ptx.startswith("(", pos):  # the parameter list holds no parentheses of its own
+            pos = ptx.find(")", pos) + 1
+        brace, semi = ptx.find("{", pos), ptx.find(";", pos)
+        if brace < 0 or 0 <= semi < brace:  # a prototype, not a definition
+            continue
+        depth, end = 0, brace
+        while end < len(ptx):
+            depth += {"{": 1, "}": -1}.get(ptx[end], 0)
+            end += 1
+            if depth == 0:
+                break
+        out[m.group(2)] = (m.group(1), ptx[brace:end])
+    return out
+
+
+def ptx_dynamic_shared(ptx: str) -> dict[str, bool]:
+    """Per `.entry`: does it (or a function it calls) use an `.extern .shared` array, i.e.
+    shared memory whose size the launch gives (dynamic shared memory)?"""
+    externs = set(_PTX_EXTERN_SHARED.findall(ptx))
+    bodies = _ptx_bodies(ptx)
+
+    def mentions(body: str, names: set[str]) -> bool:
+        return any(re.search(rf"(?<![\w$]){re.escape(n)}(?![\w$])", body) for n in names)
+
+    users = {name for name, (_, body) in bodies.items() if externs and mentions(body, externs)}
+    while users:  # callers of a user are users
+        more = {name for name, (_, body) in bodies.items()
+                if name not in users and re.search(r"\bcall", body) and mentions(body, users)}
+        if not more:
+            break
+        users |= more
+    return {name: name in users for name, (kind, _) in bodies.items() if kind == "entry"}
+
+
 @dataclass(frozen=True, slots=True)
 class CubinKernel:
     """Resources of one kernel in a cubin; None where the cubin does not say."""

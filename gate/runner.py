@@ -208,7 +208,8 @@ class _Judge:
 
     def _finish(self) -> None:
         if self.tier is Tier.STATIC:
-            self.verdict = Verdict(True, self.tier, "compile", facts=self.facts)
+            self.verdict = Verdict(True, self.tier, "compile", facts=self.facts,
+                                   flags=tuple(self.flags))
             return
         flags: list[str] = list(self.flags)
         timing = None

@@ -1,8 +1,13 @@
 """The static tier, inside the worker: compile for sm_90a on any machine and read the artifacts.
 
-Triton: the candidate's `run` is called once per shape variant of the case (real shapes; inputs
-on the GPU where there is one, else on the CPU, so host code that branches on the device type
-shows its CPU path there) with its kernels' launch path replaced by a recorder, so every launch yields the
+Host code sees the static target, whatever the machine (`gate.target`, `gate.hostview`): the
+candidate is imported and its `run` called once per shape variant of the case (real shapes)
+with the device queries it makes answered from the target's table and its inputs claiming to
+be on the GPU (real values, kept on the host), so a persistent grid is sized by the target's
+SM count and a branch on the device type takes its GPU path. A variant whose call fails that
+way is called again with plain inputs on this machine's device (flagged).
+
+Triton: the kernels' launch path is replaced by a recorder, so every launch yields the
 kernel, its arguments and options; an autotuned kernel yields one launch per configuration.
 Each distinct launch becomes `triton.compile(ASTSource(fn, signature, constexprs, attrs),
 target=GPUTarget("cuda", 90, 32), options)`, the signature and divisibility attributes derived
@@ -12,6 +17,9 @@ SASS opcode counts (nvdisasm) are added when `KLINEAGE_GATE_SASS=1` is set.
 
 CUDA: the candidate `.cu` text is compiled with NVRTC for sm_90a (`experts.cudahost`), with the
 `-D` defines the host module's optional `static_defines(shape) -> dict` gives for each variant.
+Then `run` is traced with `experts.cudahost`'s launches recorded instead of made: a kernel's
+dynamic shared memory is what its launches pass, else what host code opted it in to, else 0
+where its PTX declares no `extern` shared array, else unknown (`CompileFacts`).
 """
 from __future__ import annotations
 
@@ -21,18 +29,20 @@ import io
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from gate import facts
-from gate.verdict import CompileFacts, FailureKind
+from gate import facts, hostview
 from gate.channel import Channel, Job, describe, import_candidate
+from gate.target import STATIC_TARGET
+from gate.verdict import CompileFacts, FailureKind
 
-TARGET_ARCH = 90
-TARGET_NAME = "sm_90a"
+TARGET = STATIC_TARGET
+TARGET_ARCH = TARGET.arch
+TARGET_NAME = TARGET.name
 _OPTION_KEYS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion",
                 "launch_cooperative_grid", "launch_pdl", "max_num_imprecise_acc_default")
 
@@ -133,7 +143,7 @@ def _record_launches(chan: Channel, job: Job) -> list[_TritonCompile]:
 
     from gate.cases import import_case_module
 
-    backend = make_backend(GPUTarget("cuda", TARGET_ARCH, 32))
+    backend = make_backend(GPUTarget("cuda", TARGET_ARCH, TARGET.warp_size))
     scratch = str(Path(job.scratch).resolve())
     pending: list[_TritonCompile] = []
     variant = [""]
@@ -166,23 +176,20 @@ def _record_launches(chan: Channel, job: Job) -> list[_TritonCompile]:
 
     jit.JITFunction.run = jit_run  # type: ignore[method-assign]
     autotuner.Autotuner.run = autotune_run  # type: ignore[method-assign]
-    _cpu_shims(torch)
-    module = import_candidate(chan, job, stage="compile")
-    case = import_case_module(Path(job.case_path))
-    # Host code may branch on the device (a TMA path only for CUDA tensors): trace it with
-    # GPU inputs where there is a GPU. Nothing launches either way.
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    for name, shape in case.SHAPES.items():
+    machine = "cuda" if torch.cuda.is_available() else "cpu"
+
+    def begin(name: str) -> None:
         variant[0] = name
-        before = len(pending)
-        try:
-            with torch.no_grad():
-                module.run(*case.make_inputs(dict(shape), 0, device))
-        except Exception as exc:
-            if len(pending) == before:
-                chan.reject(FailureKind.COMPILE_ERROR, "compile",
-                            f"could not trace `run` ({device} inputs) for {name} to find its kernels' "
-                            f"arguments: {describe(exc)}")
+
+    with hostview.target_device(TARGET):
+        module = import_candidate(chan, job, stage="compile")
+        case = import_case_module(Path(job.case_path))
+        failures = _trace_run(chan, module, case, begin, lambda: len(pending), machine)
+    for failure in failures:
+        if not failure.recorded:
+            chan.reject(FailureKind.COMPILE_ERROR, "compile",
+                        f"could not trace `run` for {failure.variant} to find its kernels' "
+                        f"arguments: {failure.reason}")
     if not pending:
         chan.reject(FailureKind.NO_LAUNCH, "compile", "`run` launched none of the module's kernels")
     unique: dict[str, _TritonCompile] = {}
@@ -191,17 +198,56 @@ def _record_launches(chan: Channel, job: Job) -> list[_TritonCompile]:
     return list(unique.values())
 
 
-def _cpu_shims(torch: Any) -> None:
-    """Device queries a host function may make, answered for the sm_90a target on a CPU."""
-    if torch.cuda.is_available():
-        return
-    from types import SimpleNamespace
+@dataclass(frozen=True, slots=True)
+class _TraceFailure:
+    variant: str
+    reason: str
+    recorded: bool  # whether the call recorded anything before it failed
 
-    props = SimpleNamespace(name="static target sm_90a", major=9, minor=0, multi_processor_count=132,
-                            total_memory=80 * 2**30, L2_cache_size=50 * 2**20,
-                            shared_memory_per_block_optin=227 * 1024, warp_size=32)
-    torch.cuda.get_device_properties = lambda *a, **k: props
-    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+
+def _trace_run(chan: Channel, module: Any, case: Any, begin: Callable[[str], None],
+               recorded: Callable[[], int], machine: str) -> list[_TraceFailure]:
+    """Call `run` once per shape variant of `case`, as on the target (inputs on the target GPU,
+    `gate.hostview`); `begin(variant)` before each, `recorded()` counts what the recorders hold.
+
+    A variant whose call fails before recording anything is called again with plain inputs on
+    `machine` ("cuda" or "cpu"; flagged when that records something). Returns the variants whose
+    last call failed, and why.
+    """
+    failures = []
+    for name, shape in case.SHAPES.items():
+        begin(name)
+        before = recorded()
+        error = _call_run(module, case, shape, None)
+        if error is not None and recorded() == before:
+            retry = _call_run(module, case, shape, machine)
+            if recorded() > before:
+                chan.send("flag", f"static: `run` for {name} was traced with {machine} inputs (its "
+                                  f"device queries may show {machine} values): with inputs on the "
+                                  f"target GPU it failed: {describe(error, 300)}")
+                error = retry
+        if error is not None:
+            failures.append(_TraceFailure(name, describe(error), recorded() > before))
+    return failures
+
+
+def _call_run(module: Any, case: Any, shape: Mapping[str, Any], device: str | None
+              ) -> Exception | None:
+    """`module.run` on the case's inputs for `shape`: on the target GPU (`device` None), else
+    on `device`; the exception it raised, if any. Nothing launches either way."""
+    import torch
+
+    try:
+        inputs = case.make_inputs(dict(shape), 0, device or "cpu")
+        with torch.no_grad():
+            if device is None:
+                with hostview.target_tensors() as put:
+                    module.run(*put(inputs))
+            else:
+                module.run(*inputs)
+    except Exception as exc:
+        return exc
+    return None
 
 
 def _compile_one(index: int) -> dict[str, Any] | str:
@@ -216,7 +262,8 @@ def _compile_one(index: int) -> dict[str, Any] | str:
     try:
         with contextlib.redirect_stdout(log):
             src = ASTSource(c.fn, dict(c.signature), dict(c.constexprs), dict(c.attrs))
-            kernel = triton.compile(src, target=GPUTarget("cuda", TARGET_ARCH, 32), options=dict(c.options))
+            kernel = triton.compile(src, target=GPUTarget("cuda", TARGET_ARCH, TARGET.warp_size),
+                                    options=dict(c.options))
     except Exception as exc:
         return f"{c.fn.__name__} {c.config()}: {describe(exc, 1500)}"
     spent = time.perf_counter() - t0
@@ -227,7 +274,10 @@ def _compile_one(index: int) -> dict[str, Any] | str:
     return CompileFacts(
         kernel=name, config=c.config(),
         registers=cub.registers if cub else None,
-        shared_bytes=int(getattr(kernel.metadata, "shared", 0) or 0) + (cub.static_shared_bytes if cub else 0),
+        # Triton's launcher passes `metadata.shared` as every launch's dynamic shared memory.
+        static_shared_bytes=cub.static_shared_bytes if cub else 0,
+        dynamic_shared_bytes=int(getattr(kernel.metadata, "shared", 0) or 0),
+        dynamic_shared_source="triton",
         local_bytes=(cub.frame_bytes or 0) if cub else 0,
         spill_stores=spills[0] if spills else None, spill_loads=spills[1] if spills else None,
         instructions=facts.ptx_instruction_counts(asm.get("ptx", "")),
@@ -328,16 +378,20 @@ def _cuda_facts(chan: Channel, job: Job) -> list[CompileFacts]:
 
     assert job.cu_path is not None
     text = Path(job.cu_path).read_text()
-    host = import_candidate(chan, job, stage="compile")
+    with hostview.target_device(TARGET):
+        host = import_candidate(chan, job, stage="compile")
     case = import_case_module(Path(job.case_path))
     defines_of = getattr(host, "static_defines", None)
-    variants: dict[str, dict[str, Any]] = {}
+    groups: dict[str, tuple[dict[str, Any], list[str]]] = {}  # first variant -> (defines, all)
     for variant, shape in case.SHAPES.items():
         defines = dict(defines_of(dict(shape))) if callable(defines_of) else {}
-        if defines not in variants.values():
-            variants[variant] = defines
-    out: list[CompileFacts] = []
-    for variant, defines in variants.items():
+        first = next((v for v, (d, _) in groups.items() if d == defines), None)
+        if first is None:
+            groups[variant] = (defines, [variant])
+        else:
+            groups[first][1].append(variant)
+    compiled_groups = []
+    for variant, (defines, members) in groups.items():
         t0 = time.perf_counter()
         try:
             compiled = cudahost.compile_source(text, name=Path(job.cu_path).name, arch=TARGET_NAME,
@@ -345,22 +399,68 @@ def _cuda_facts(chan: Channel, job: Job) -> list[CompileFacts]:
         except cudahost.CompileError as exc:
             chan.reject(FailureKind.COMPILE_ERROR, "compile",
                         f"NVRTC ({TARGET_NAME}): {describe(exc, 2000)}")
-        spent = time.perf_counter() - t0
+        compiled_groups.append((variant, defines, members, compiled, time.perf_counter() - t0))
+    launches, failures = _trace_cuda_launches(chan, host, case)
+    failed = {f.variant: f.reason for f in failures}
+    out: list[CompileFacts] = []
+    unknown: set[str] = set()
+    for variant, defines, members, compiled, spent in compiled_groups:
         resources = cudahost.ptxas_resources(compiled.log)
         shared = facts.ptxas_shared(compiled.log)
+        dynamic_users = facts.ptx_dynamic_shared(compiled.ptx)
         cubin = facts.cubin_kernels(compiled.cubin) if compiled.cubin else {}
         sass = facts.sass_counts(compiled.cubin) if compiled.cubin and _want_sass() else None
         counts = facts.ptx_instruction_counts(compiled.ptx)
         for name in facts.ptx_entries(compiled.ptx):
             res = resources.get(name, {})
             cub = cubin.get(name)
+            dynamic, source = _dynamic_shared(name, members, launches, dynamic_users.get(name),
+                                              any(m in failed for m in members))
+            if source == "unknown":
+                unknown.add(name)
             out.append(CompileFacts(
                 kernel=name, config={"variant": variant, **defines},
                 registers=res.get("registers", cub.registers if cub else None),
-                shared_bytes=shared.get(name, cub.static_shared_bytes if cub else 0),
+                static_shared_bytes=shared.get(name, cub.static_shared_bytes if cub else 0),
+                dynamic_shared_bytes=dynamic, dynamic_shared_source=source,
                 local_bytes=res.get("stack_bytes", (cub.frame_bytes or 0) if cub else 0),
                 spill_stores=res.get("spill_stores"), spill_loads=res.get("spill_loads"),
                 instructions=counts, sass=sass, compile_s=spent))
     if not out:
         chan.reject(FailureKind.COMPILE_ERROR, "compile", "the .cu file defines no kernel (.entry)")
+    if unknown:
+        why = "; ".join(f"{v}: {r}" for v, r in failed.items())
+        chan.send("flag", f"static: dynamic shared memory unknown for "
+                          f"{', '.join(sorted(unknown))}: `run` could not be traced as far as "
+                          f"their launches ({why})")
     return out
+
+
+def _trace_cuda_launches(chan: Channel, host: Any, case: Any
+                         ) -> tuple[hostview.CudaLaunches, list[_TraceFailure]]:
+    """The launches `host.run` makes through `experts.cudahost` on the target, per variant."""
+    import torch
+
+    machine = "cuda" if torch.cuda.is_available() else "cpu"
+    with hostview.target_device(TARGET), hostview.record_cuda_launches(host, TARGET_NAME) as seen:
+        def begin(name: str) -> None:
+            seen.variant = name
+
+        failures = _trace_run(chan, host, case, begin, seen.count, machine)
+    return seen, failures
+
+
+def _dynamic_shared(kernel: str, variants: list[str], seen: hostview.CudaLaunches,
+                    declares_dynamic: bool | None, trace_failed: bool) -> tuple[int | None, str]:
+    """(dynamic shared bytes or None, source) of `kernel` compiled for `variants` (see
+    `gate.verdict.DYNAMIC_SHARED_SOURCES`): the largest traced launch, else the largest opt-in,
+    else 0 when its PTX declares no dynamic shared array, else unknown."""
+    launched = [b for v in variants for b in seen.launched.get((v, kernel), ())]
+    if launched:
+        return max(launched), "launch"
+    opted = [seen.opt_in[(v, kernel)] for v in variants if (v, kernel) in seen.opt_in]
+    if opted:
+        return max(opted), "opt_in"
+    if declares_dynamic is False:
+        return 0, "unused"
+    return None, "unknown" if trace_failed else "not_launched"

@@ -12,6 +12,8 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
+from gate.target import TARGETS, TargetProperties
+
 
 class Tier(str, Enum):
     """How far the gate goes. `auto` resolves to `device` on a GPU machine, else `interpret`."""
@@ -57,21 +59,38 @@ class FailureKind(str, Enum):
                                            # the job may be retried
 
 
+# Where a compile's dynamic shared memory size came from (`CompileFacts.dynamic_shared_source`).
+DYNAMIC_SHARED_SOURCES = {
+    "triton": "Triton's compiled metadata (`shared`): what its launcher passes to every launch",
+    "launch": "the largest shared-memory size of the kernel's launches traced from `run`",
+    "opt_in": "the largest dynamic shared size `run` allowed the kernel (its launch is not traced)",
+    "unused": "none: the kernel declares no dynamic (`extern __shared__`) shared memory",
+    "not_launched": "unknown: `run` was traced and does not launch this kernel on the target",
+    "unknown": "unknown: `run` could not be traced as far as this kernel's launch",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class CompileFacts:
     """What one compile (one kernel, one configuration) says about itself.
 
-    `registers` and `local_bytes` come from the cubin's `.nv.info` attributes; `shared_bytes` is
-    static shared memory (`.nv.shared.<kernel>`) plus Triton's dynamic `metadata.shared`;
-    `spill_stores` / `spill_loads` (bytes) come from the ptxas report and are None where the
-    toolchain did not give one. `instructions` counts PTX instruction classes (see
-    `gate.facts.PTX_CLASSES`); `sass` counts SASS opcode classes when a disassembler was found.
+    `registers` and `local_bytes` come from the cubin's `.nv.info` attributes;
+    `static_shared_bytes` is the kernel's static shared memory (ptxas' report, else the size of
+    `.nv.shared.<kernel>`); `dynamic_shared_bytes` is the dynamic shared memory the GPU would
+    give each block of its launches on the target, None where unknown, and
+    `dynamic_shared_source` says where it came from (see `DYNAMIC_SHARED_SOURCES`);
+    `shared_bytes` is their sum, None where the dynamic part is unknown. `spill_stores` /
+    `spill_loads` (bytes) come from the ptxas report and are None where the toolchain did not
+    give one. `instructions` counts PTX instruction classes (see `gate.facts.PTX_CLASSES`);
+    `sass` counts SASS opcode classes when a disassembler was found.
     """
 
     kernel: str
     config: Mapping[str, Any]
     registers: int | None
-    shared_bytes: int
+    static_shared_bytes: int
+    dynamic_shared_bytes: int | None
+    dynamic_shared_source: str
     local_bytes: int
     spill_stores: int | None
     spill_loads: int | None
@@ -79,10 +98,19 @@ class CompileFacts:
     sass: Mapping[str, int] | None = None
     compile_s: float = 0.0
 
+    @property
+    def shared_bytes(self) -> int | None:
+        """Static plus dynamic shared memory per block; None where the dynamic part is unknown."""
+        if self.dynamic_shared_bytes is None:
+            return None
+        return self.static_shared_bytes + self.dynamic_shared_bytes
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kernel": self.kernel, "config": dict(self.config), "registers": self.registers,
-            "shared_bytes": self.shared_bytes, "local_bytes": self.local_bytes,
+            "shared_bytes": self.shared_bytes, "static_shared_bytes": self.static_shared_bytes,
+            "dynamic_shared_bytes": self.dynamic_shared_bytes,
+            "dynamic_shared_source": self.dynamic_shared_source, "local_bytes": self.local_bytes,
             "spill_stores": self.spill_stores, "spill_loads": self.spill_loads,
             "instructions": dict(self.instructions),
             "sass": dict(self.sass) if self.sass is not None else None,
@@ -91,9 +119,15 @@ class CompileFacts:
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> CompileFacts:
+        # Facts written before the split name only `shared_bytes` (Triton: static + dynamic;
+        # CUDA: static only): read it as static, the dynamic part unknown.
+        static = d.get("static_shared_bytes", d.get("shared_bytes") or 0)
         return CompileFacts(
             kernel=d["kernel"], config=MappingProxyType(dict(d["config"])),
-            registers=d["registers"], shared_bytes=d["shared_bytes"], local_bytes=d["local_bytes"],
+            registers=d["registers"], static_shared_bytes=int(static),
+            dynamic_shared_bytes=d.get("dynamic_shared_bytes"),
+            dynamic_shared_source=d.get("dynamic_shared_source", "unknown"),
+            local_bytes=d["local_bytes"],
             spill_stores=d["spill_stores"], spill_loads=d["spill_loads"],
             instructions=MappingProxyType(dict(d["instructions"])),
             sass=MappingProxyType(dict(d["sass"])) if d.get("sass") is not None else None,
@@ -103,10 +137,18 @@ class CompileFacts:
 
 @dataclass(frozen=True, slots=True)
 class Facts:
-    """Facts of every compile of a candidate (each kernel x configuration x shape variant)."""
+    """Facts of every compile of a candidate (each kernel x configuration x shape variant).
+
+    `target` names the compile target; `properties` are its device properties
+    (`gate.target.TARGETS`), the ones the static tier answered host code's device queries with.
+    """
 
     compiles: tuple[CompileFacts, ...]
     target: str = "sm_90a"
+
+    @property
+    def properties(self) -> TargetProperties | None:
+        return TARGETS.get(self.target)
 
     @property
     def max_registers(self) -> int | None:
@@ -114,8 +156,29 @@ class Facts:
         return max(regs) if regs else None
 
     @property
-    def max_shared_bytes(self) -> int:
-        return max((c.shared_bytes for c in self.compiles), default=0)
+    def max_shared_bytes(self) -> int | None:
+        """The most shared memory per block among compiles whose total is known; None when no
+        compile's is (`dynamic_shared_unknown` counts the compiles left out)."""
+        known = [c.shared_bytes for c in self.compiles if c.shared_bytes is not None]
+        return max(known) if known else None
+
+    @property
+    def dynamic_shared_unknown(self) -> tuple[str, ...]:
+        """Kernels (sorted, once each) of the compiles whose dynamic shared memory is unknown
+        although the kernel may be launched (`dynamic_shared_source == "unknown"`)."""
+        return tuple(sorted({c.kernel for c in self.compiles
+                             if c.dynamic_shared_source == "unknown"}))
+
+    @property
+    def over_shared_limit(self) -> int:
+        """Compiles asking for more shared memory per block than the target allows (they
+        would not launch there)."""
+        props = self.properties
+        if props is None:
+            return 0
+        limit = props.shared_memory_per_block_optin
+        return sum(1 for c in self.compiles
+                   if (c.static_shared_bytes if c.shared_bytes is None else c.shared_bytes) > limit)
 
     @property
     def spills(self) -> bool:
@@ -129,10 +192,14 @@ class Facts:
         return tuple(sorted({k for c in self.compiles for k, v in c.instructions.items() if v}))
 
     def to_json(self) -> dict[str, Any]:
+        props = self.properties
         return {
             "target": self.target,
+            "target_properties": props.to_json() if props is not None else None,
             "max_registers": self.max_registers,
             "max_shared_bytes": self.max_shared_bytes,
+            "dynamic_shared_unknown": list(self.dynamic_shared_unknown),
+            "over_shared_limit": self.over_shared_limit,
             "spills": self.spills,
             "instruction_classes": list(self.instruction_classes),
             "compiles": [c.to_json() for c in self.compiles],

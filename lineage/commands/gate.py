@@ -15,11 +15,7 @@ def _summary(verdict: object) -> str:
     if not v["ok"]:
         lines.append(f"  {v['failure_kind']}: {v['reason']}")
     if "facts" in v:
-        f = v["facts"]
-        lines.append(f"  facts: {len(f['compiles'])} compiles for {f['target']}, max registers "
-                     f"{f['max_registers']}, max shared {f['max_shared_bytes']} B, spills "
-                     f"{'yes' if f['spills'] else 'no'}, instructions: "
-                     f"{', '.join(f['instruction_classes']) or '-'}")
+        lines += _facts_lines(v["facts"])
     if "correctness" in v:
         c = v["correctness"]
         lines.append(f"  correctness: seeds {c['seeds']}, max relative error {c['max_rel_err']}")
@@ -31,6 +27,37 @@ def _summary(verdict: object) -> str:
     if getattr(verdict, "cached", False):
         lines.append("  (cached verdict)")
     return "\n".join(lines)
+
+
+def _facts_lines(f: dict) -> list[str]:
+    props = f.get("target_properties") or {}
+    target = f["target"]
+    if props:
+        target += (f" ({props['sm_count']} SMs, {props['shared_memory_per_block_optin']} B shared "
+                   f"memory per block)")
+    lines = [f"  facts: {len(f['compiles'])} compiles for {target}, max registers "
+             f"{f['max_registers']}, spills {'yes' if f['spills'] else 'no'}, instructions: "
+             f"{', '.join(f['instruction_classes']) or '-'}"]
+    known = [c for c in f["compiles"] if c.get("shared_bytes") is not None]
+    if known:
+        top = max(known, key=lambda c: c["shared_bytes"])
+        lines.append(f"  shared memory: max {top['shared_bytes']} B per block ({top['kernel']}: "
+                     f"static {top['static_shared_bytes']} B + dynamic "
+                     f"{top['dynamic_shared_bytes']} B, {top['dynamic_shared_source']})")
+    else:
+        lines.append("  shared memory: unknown (no compile's dynamic shared memory is known)")
+    if f.get("dynamic_shared_unknown"):
+        lines.append("  shared memory: dynamic: unknown for "
+                     + ", ".join(f["dynamic_shared_unknown"]))
+    idle = sorted({c["kernel"] for c in f["compiles"]
+                   if c.get("dynamic_shared_source") == "not_launched"})
+    if idle:
+        lines.append(f"  shared memory: dynamic: not launched on the target: {', '.join(idle)}")
+    if f.get("over_shared_limit"):
+        lines.append(f"  shared memory: {f['over_shared_limit']} compiles need more than the "
+                     f"target's {props.get('shared_memory_per_block_optin')} B per block "
+                     f"(they would not launch)")
+    return lines
 
 
 def verdict_json(verdict: object) -> dict:
@@ -58,14 +85,20 @@ def command(kernel: str, case: str, tier: str, timeout: float | None, no_cache: 
     Exit code 0 when the kernel passes, 1 when it is rejected, 2 for bad input.
 
     JSON: {"ok", "tier", "stage", "failure_kind", "reason", "facts": {"target",
-    "max_registers", "max_shared_bytes", "spills", "instruction_classes", "compiles": [{"kernel",
-    "config", "registers", "shared_bytes", "local_bytes", "spill_stores", "spill_loads",
-    "instructions", "sass", "compile_s"}]}, "correctness": {"seeds", "max_rel_err", "results":
-    [{"variant", "seed", "phase", "rel_err"}]}, "timing": {"candidate_ms", "reference_ms",
+    "target_properties": {"sm_count", "warp_size", "shared_memory_per_block_optin", ...},
+    "max_registers", "max_shared_bytes", "dynamic_shared_unknown", "over_shared_limit", "spills",
+    "instruction_classes", "compiles": [{"kernel", "config", "registers", "shared_bytes",
+    "static_shared_bytes", "dynamic_shared_bytes", "dynamic_shared_source", "local_bytes",
+    "spill_stores", "spill_loads", "instructions", "sass", "compile_s"}]}, "correctness":
+    {"seeds", "max_rel_err", "results": [{"variant", "seed", "phase", "rel_err"}]}, "timing":
+    {"candidate_ms", "reference_ms",
     "speedup", "variants": [...]}, "flags": [...], "phases": {"spawn": s, "start-up": s, ...},
     "cached": bool}; facts, correctness and timing are absent where the tier did not reach them;
     phases (wall seconds of the gate's phases, in run order) where a worker ran now (a cached
-    verdict, "cached": true, has none); failure_kind and reason are null when ok.
+    verdict, "cached": true, has none); failure_kind and reason are null when ok. A compile's
+    "shared_bytes" is static + dynamic; "dynamic_shared_bytes" is null where unknown (see
+    docs/INTERFACES.md for "dynamic_shared_source"); "target_properties" are the device
+    properties the static tier answered host code's queries with.
     """
     import gate
 
