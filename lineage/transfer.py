@@ -11,7 +11,10 @@ target kernel's `@triton.autotune` list. The autotuner picks among them on the t
 shapes; the gate times the result like any candidate.
 
 The recorded configuration is matched to the target's kernels by structure (both reduce with
-a dot in a loop, or neither; the roles they share), never by kernel or parameter names.
+a dot in a loop, or neither; the roles they share), never by kernel or parameter names. A
+target that sizes several roles with one constexpr (one `BLOCK` for the accumulator's rows, its
+columns and the reduction step) is untied first when the sweep gives those roles different
+values (`passes.triton.untie`), so that the recorded 128x256x64 tile can be expressed on it.
 """
 
 from __future__ import annotations
@@ -110,16 +113,39 @@ def config_candidates(
         fit = next((pair for pair in recorded if matches(pair[0], target)), None)
         if fit is None:
             continue
-        made = sweep_edit(ir, name, sweep_around(fit[0], also=fit[1]))
+        configs = sweep_around(fit[0], also=fit[1])
+        work = untied_for(ir, name, configs)
+        made = sweep_edit(work, name, configs)
         if isinstance(made, SweepRefusal):
             continue
         edits, fitted = made
         try:
-            new_ir = ir.apply(Edit(Span(e.start, e.end), e.text) for e in edits)
+            new_ir = work.apply(Edit(Span(e.start, e.end), e.text) for e in edits)
         except KLineageError:
             continue
         out.append((name, new_ir, fitted))
     return out
+
+
+def untied_for(ir: KernelIR, kernel: str, configs: Sequence[Mapping[str, int]]) -> KernelIR:
+    """`ir` with the constexprs of `kernel` that serve several roles split per role
+    (`passes.triton.untie`) when some configuration of `configs` gives those roles different
+    values (one `BLOCK` for m, n and k cannot take 128x256x64); `ir` itself when none does or
+    the untie is refused."""
+    from kir import Edit, Span  # noqa: PLC0415
+    from kir.errors import KLineageError  # noqa: PLC0415
+    from passes.triton.untie import needs_untie, tied_tiles, untie_edit  # noqa: PLC0415
+
+    ties = tied_tiles(ir, kernel)
+    if not ties or not needs_untie(ties, configs):
+        return ir
+    made = untie_edit(ir, kernel, list(ties))
+    if isinstance(made, SweepRefusal):
+        return ir
+    try:
+        return ir.apply(Edit(Span(e.start, e.end), e.text) for e in made.edits)
+    except KLineageError:
+        return ir
 
 
 def kernel_site(pass_name: str, ir: KernelIR, kernel: str) -> Site | None:

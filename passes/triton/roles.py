@@ -394,8 +394,9 @@ def _positional_params(kernel: ast.FunctionDef) -> list[str]:
 
 
 def _host_literal(mod: PyModule, call: ast.Call, expr: ast.AST) -> int | None:
-    """The int a launch argument evaluates to when it is a literal or a name bound once to a
-    literal in the enclosing function (or module)."""
+    """The int a launch argument evaluates to when it is a literal, a name bound once to a
+    literal in the enclosing function (or module), or an attribute of `self` bound once in its
+    class (see `_attribute_literal`)."""
     value = literal_int(expr)
     if value is not None:
         return value
@@ -404,16 +405,7 @@ def _host_literal(mod: PyModule, call: ast.Call, expr: ast.AST) -> int | None:
         and isinstance(expr.value, ast.Name)
         and expr.value.id == "self"
     ):
-        cls = mod.enclosing(call, ast.ClassDef)  # `self.tile_m`, bound once in the class
-        if cls is None:
-            return None
-        bound = [
-            n.value
-            for n in ast.walk(cls)
-            if isinstance(n, ast.Assign)
-            and any(isinstance(t, ast.Attribute) and dotted(t) == dotted(expr) for t in n.targets)
-        ]
-        return literal_int(bound[0]) if len(bound) == 1 else None
+        return _attribute_literal(mod, call, expr.attr)
     if not isinstance(expr, ast.Name):
         return None
     scope = mod.enclosing(call, ast.FunctionDef) or mod.tree
@@ -423,6 +415,94 @@ def _host_literal(mod: PyModule, call: ast.Call, expr: ast.AST) -> int | None:
     if len(bound) == 1:
         return literal_int(bound[0])
     return None
+
+
+def _module_literal(mod: PyModule, expr: ast.AST | None) -> int | None:
+    """A literal, or a module-level name bound once to one."""
+    if isinstance(expr, ast.Name):
+        bound = _bindings(mod.tree.body, expr.id)
+        return literal_int(bound[0]) if len(bound) == 1 else None
+    return literal_int(expr)
+
+
+def _attribute_literal(mod: PyModule, call: ast.Call, attr: str) -> int | None:
+    """The int `self.<attr>` holds where `call` runs, when the class binds it once: to a literal
+    or module constant, or to a parameter of `__init__` whose default is one (and that no
+    instantiation in the module passes; or that every one passes the same literal)."""
+    cls = mod.enclosing(call, ast.ClassDef)
+    if not isinstance(cls, ast.ClassDef):
+        return None
+    found = attribute_bindings(mod, cls, attr)
+    if found is None or len(found) != 1:
+        return None
+    value, fn = found[0]
+    if value is None:
+        return None
+    if not isinstance(value, ast.Name) or fn is None:
+        return _module_literal(mod, value)
+    params = [a.arg for a in fn.args.args]
+    if value.id not in params:
+        return _module_literal(mod, value)
+    if fn.name != "__init__":
+        return None
+    index = params.index(value.id)
+    defaults = dict(zip(params[len(params) - len(fn.args.defaults) :], fn.args.defaults))
+    passed: list[ast.AST] = []
+    for c in ast.walk(mod.tree):
+        if not (isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == cls.name):
+            continue
+        if any(isinstance(a, ast.Starred) for a in c.args) or any(
+            k.arg is None for k in c.keywords
+        ):
+            return None
+        if index - 1 < len(c.args):  # `self` is not passed
+            passed.append(c.args[index - 1])
+        passed.extend(k.value for k in c.keywords if k.arg == value.id)
+    if passed:
+        values = {_module_literal(mod, v) for v in passed}
+        return values.pop() if len(values) == 1 and None not in values else None
+    return _module_literal(mod, defaults.get(value.id))
+
+
+def attribute_bindings(
+    mod: PyModule, cls: ast.ClassDef, attr: str
+) -> list[tuple[ast.AST | None, ast.FunctionDef | None]] | None:
+    """Every value a class binds `self.<attr>` (or the class attribute) to, with the method
+    that binds it (None: the class body; a value None: unpacked from a non-tuple). None when
+    something updates it in place (`self.attr += 1`)."""
+    out: list[tuple[ast.AST | None, ast.FunctionDef | None]] = []
+    for node in ast.walk(cls):
+        if isinstance(node, ast.AugAssign):
+            t = node.target
+            if isinstance(t, ast.Attribute) and dotted(t) == f"self.{attr}":
+                return None
+            continue
+        if isinstance(node, ast.AnnAssign):
+            pairs = [(node.target, node.value)]
+        elif isinstance(node, ast.Assign):
+            pairs = [p for t in node.targets for p in _unpacked(t, node.value)]
+        else:
+            continue
+        owner = mod.enclosing(node, (ast.FunctionDef, ast.ClassDef))
+        for target, value in pairs:
+            if isinstance(target, ast.Attribute) and dotted(target) == f"self.{attr}":
+                fn = owner if isinstance(owner, ast.FunctionDef) else None
+                out.append((value, fn))
+            elif isinstance(target, ast.Name) and target.id == attr and owner is cls:
+                out.append((value, None))
+    return out
+
+
+def _unpacked(target: ast.AST, value: ast.AST | None) -> list[tuple[ast.AST, ast.AST | None]]:
+    """(target, value) pairs of an assignment (`a, b = x, y` -> (a, x), (b, y))."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        values = (
+            value.elts
+            if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts)
+            else [None] * len(target.elts)
+        )
+        return [p for t, v in zip(target.elts, values) for p in _unpacked(t, v)]
+    return [(target, value)]
 
 
 def _bindings(nodes: Any, name: str) -> list[ast.AST]:
@@ -835,6 +915,30 @@ def _decorator_text(
     )
 
 
+def launch_grid(mod: PyModule, call: ast.Call) -> ast.AST | None:
+    """The grid of a launch `kernel[grid](...)`: its expression, or what the name it passes is
+    bound to (once in the launching function, or a module-level def); None when that name is
+    not bound once."""
+    grid = call.func.slice  # type: ignore[attr-defined]
+    host_fn = mod.enclosing(call, ast.FunctionDef)
+    if not isinstance(grid, ast.Name) or host_fn is None:
+        return grid
+    bound = [
+        n
+        for n in ast.walk(host_fn)
+        if (isinstance(n, ast.FunctionDef) and n.name == grid.id)
+        or (
+            isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == grid.id for t in n.targets)
+        )
+    ]
+    if len(bound) != 1:
+        bound = [n for n in mod.tree.body if isinstance(n, ast.FunctionDef) and n.name == grid.id]
+    if len(bound) != 1:
+        return None
+    return bound[0] if isinstance(bound[0], ast.FunctionDef) else bound[0].value
+
+
 def _grid_rewrite(
     mod: PyModule,
     kernel: ast.FunctionDef,
@@ -851,33 +955,18 @@ def _grid_rewrite(
     each host value of a tuned tile in it (the literal or the variable the launch passes) is
     replaced by `meta["P"]`. A host variable of a tuned tile that is used elsewhere in the host
     function (to size a buffer, say) is refused: the tile cannot change under it."""
-    grid = call.func.slice
-    host_fn = mod.enclosing(call, ast.FunctionDef)
     roles = tile_roles(kernel, jit_functions(mod))
     shaping = [t for t in tuned if roles.get(t) in ("grid", "m", "n")]
-    target = grid
-    if isinstance(grid, ast.Name) and host_fn is not None:
-        bound = [
-            n
-            for n in ast.walk(host_fn)
-            if isinstance(n, (ast.Assign, ast.FunctionDef))
-            and (
-                (isinstance(n, ast.FunctionDef) and n.name == grid.id)
-                or (
-                    isinstance(n, ast.Assign)
-                    and any(isinstance(t, ast.Name) and t.id == grid.id for t in n.targets)
-                )
-            )
-        ]
-        if len(bound) != 1:
-            bound = [
-                n for n in mod.tree.body if isinstance(n, ast.FunctionDef) and n.name == grid.id
-            ]
-        if len(bound) != 1:
-            return SweepRefusal(
-                "the launch grid is not bound once where the kernel is launched", {"grid": grid.id}
-            )
-        target = bound[0] if isinstance(bound[0], ast.FunctionDef) else bound[0].value
+    grid = call.func.slice
+    target = launch_grid(mod, call)
+    if target is None:
+        return SweepRefusal(
+            "the launch grid is not bound once where the kernel is launched",
+            {"grid": dotted(grid)},
+        )
+    reused = _host_reuse(mod, call, target, tuned, args)
+    if reused is not None:
+        return reused
     if isinstance(target, (ast.Lambda, ast.FunctionDef)):
         strings = {
             n.value
@@ -913,21 +1002,6 @@ def _grid_rewrite(
                 and _dividend(target, sub) is not None
             ):
                 replace.append((sub, name))
-        if isinstance(node, (ast.Name, ast.Attribute)) and host_fn is not None:
-            key = dotted(node)
-            uses = [
-                n
-                for n in ast.walk(host_fn)
-                if isinstance(n, (ast.Name, ast.Attribute))
-                and dotted(n) == key
-                and isinstance(n.ctx, ast.Load)
-                and not isinstance(mod.parents.get(n), ast.Attribute)
-            ]
-            inside = {id(n) for n in ast.walk(target)} | {id(n) for n in ast.walk(call)}
-            if any(id(u) not in inside for u in uses):
-                return SweepRefusal(
-                    f"the host uses {key} beyond the launch: {name} cannot be tuned", {"tile": name}
-                )
     names_at: dict[int, set[str]] = {}
     nodes: dict[int, ast.AST] = {}
     for sub, name in replace:
@@ -963,7 +1037,7 @@ def _grid_rewrite(
         if (
             any(roles.get(t) == "grid" for t in absent)
             or not found
-            and any(isinstance(args.get(t), ast.Name) for t in absent)
+            and any(isinstance(args.get(t), (ast.Name, ast.Attribute)) for t in absent)
         ):
             return SweepRefusal(
                 "cannot find the tuned tiles in the host-computed grid", {"tiles": ",".join(absent)}
@@ -981,6 +1055,58 @@ def _grid_rewrite(
     if isinstance(grid, ast.Name):
         return [ByteEdit(mod.start(target), mod.end(target), new_text)]
     return [ByteEdit(mod.start(grid), mod.end(grid), new_text)]
+
+
+def _host_reuse(
+    mod: PyModule,
+    call: ast.Call,
+    grid: ast.AST,
+    tuned: Sequence[str],
+    args: Mapping[str, ast.AST],
+) -> SweepRefusal | None:
+    """Refused when the host reads the variable (or `self` attribute) it passes a tuned tile
+    anywhere but in the launch's grid and the launch's tile arguments: a buffer sized by it,
+    another launch, a method that reads it would no longer agree with the tile the autotuner
+    picks. A variable is looked for in the launching function; an attribute in its class (and
+    as `obj.attr` anywhere outside it)."""
+    allowed = {id(n) for n in ast.walk(grid)}
+    for t in tuned:
+        if t in args:
+            allowed |= {id(n) for n in ast.walk(args[t])}
+    for name in tuned:
+        node = args.get(name)
+        if isinstance(node, ast.Name):
+            scope = mod.enclosing(call, ast.FunctionDef) or mod.tree
+            uses = [
+                n
+                for n in ast.walk(scope)
+                if isinstance(n, ast.Name) and n.id == node.id and isinstance(n.ctx, ast.Load)
+            ]
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+        ):
+            cls = mod.enclosing(call, ast.ClassDef)
+            inside = {id(n) for n in ast.walk(cls)} if cls is not None else set()
+            uses = [
+                n
+                for n in ast.walk(mod.tree)
+                if isinstance(n, ast.Attribute)
+                and n.attr == node.attr
+                and isinstance(n.ctx, ast.Load)
+                and (dotted(n) == dotted(node) if id(n) in inside else dotted(n) != dotted(node))
+            ]
+        else:
+            continue
+        stray = next((u for u in uses if id(u) not in allowed), None)
+        if stray is not None:
+            return SweepRefusal(
+                f"the host uses {dotted(node)} beyond the launch (line {stray.lineno}): "
+                f"{name} cannot be tuned",
+                {"tile": name, "line": stray.lineno},
+            )
+    return None
 
 
 def _dividend(grid: ast.AST, node: ast.AST) -> ast.AST | None:
