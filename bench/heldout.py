@@ -292,8 +292,8 @@ def markdown(result: dict[str, Any]) -> str:
              f"kernel's (above 1: faster than the reference). Command: `{result['command']}`.", ""]
     if result["tier"] == "device":
         lines += ["| family | operator | start ms | best ms | control ms | reference ms | FlagGems ms "
-                  "| start x/ref | best x/ref | control x/ref | best / control | of copy BW | cards |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| start x/ref | best x/ref | control x/ref | best / control | of copy BW | cards | run |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in result["rows"]:
             bw = (r.get("bandwidth") or {}).get("best_of_copy")
             gems = r.get("flag_gems") or {}
@@ -302,7 +302,8 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {_fmt((r.get('best') or {}).get('ms'), '.4f')} | {_fmt((r.get('control') or {}).get('ms'), '.4f')} "
                 f"| {_fmt(r.get('reference_ms'), '.4f')} | {_fmt(gems.get('ms'), '.4f')} "
                 f"| {_fmt(r['start_vs_ref'])} | {_fmt(r['best_vs_ref'])} | {_fmt(r['control_vs_ref'])} "
-                f"| {_fmt(r['best_vs_control'])} | {_fmt(bw, '.2f')} | {', '.join(r.get('cards') or []) or '-'} |")
+                f"| {_fmt(r['best_vs_control'])} | {_fmt(bw, '.2f')} | {', '.join(r.get('cards') or []) or '-'} "
+                f"| {r.get('records', '-')} |")
         lines += ["", "| family | operators | start x/ref | best x/ref | control x/ref | best / control |",
                   "|---|---|---|---|---|---|"]
         for fam, g in result["families"].items():
@@ -345,6 +346,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "tier, OUT/heldout otherwise)")
     ap.add_argument("--fresh", action="store_true", help="redo operators that have a record")
     ap.add_argument("--tables-only", action="store_true", help="rewrite the tables from the records")
+    ap.add_argument("--records", action="append", default=[], metavar="DIR",
+                    help="with --tables-only: also read the records of these earlier runs' folders "
+                         "(in order; a later folder's, then OUT's, record of an operator wins); "
+                         "each row names the folder its record came from")
     args = ap.parse_args(argv)
     if args.budget_steps < 1 or args.jobs < 1 or args.box <= 0:
         print("heldout: --budget-steps, --jobs and --box must be positive", file=sys.stderr)
@@ -363,11 +368,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     (out / "ops").mkdir(parents=True, exist_ok=True)
     records: dict[str, dict[str, Any]] = {}
+    origin: dict[str, str] = {}  # operator -> the records folder its record came from
+    for folder in args.records if args.tables_only else []:
+        for path in sorted(Path(folder, "ops").glob("*.json")):
+            records[path.stem] = json.loads(path.read_text())
+            origin[path.stem] = Path(folder).name
     todo = []
     for case in cases:
         path = out / "ops" / f"{slug(case)}.json"
         if path.is_file() and not args.fresh:
             records[slug(case)] = json.loads(path.read_text())
+            origin[slug(case)] = out.name
         elif not args.tables_only:
             todo.append(case)
     say("heldout", f"{len(cases)} operators, {len(cases) - len(todo)} with a record, {len(todo)} to run")
@@ -380,6 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         box = args.box if args.wall is None else min(args.box, args.wall - (time.monotonic() - began))
         rec = bench_operator(case, argparse.Namespace(**{**vars(args), "box": max(box, 1.0)}), out)
         records[slug(case)] = rec
+        origin[slug(case)] = out.name
         _write(out / "ops" / f"{slug(case)}.json", rec)
 
     with ThreadPoolExecutor(args.jobs) as pool:
@@ -389,7 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         measure_extras(unmeasured, records)
         for case in unmeasured:
             _write(out / "ops" / f"{slug(case)}.json", records[slug(case)])
-    result = build_tables(list(records.values()), args)
+    result = build_tables([{**rec, "records": origin.get(key, out.name)} for key, rec in records.items()],
+                          args)
     _write(results.with_suffix(".json"), result)
     results.with_suffix(".md").write_text(markdown(result))
     left = len(cases) - len(records)
