@@ -25,8 +25,9 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
                                                        names the set of the variant's pool)
     ("cand_ms", variant, ms, wall_ms, timed_s)        device tier
     ("flag", text)                                    a finding that does not reject (among
-                                                       them each warning the case module's
-                                                       reference raises itself, once)
+                                                       them each warning raised at the case
+                                                       module's own lines while its reference
+                                                       runs, once)
     ("facts", [CompileFacts json])                    static tier
     ("reject", failure kind, stage, reason)
     ("done",)
@@ -288,7 +289,8 @@ class _Runner:
         (a crossover the case's reference does not accept)."""
         torch = self.torch
         try:
-            # A reference may warn of how it computed (a back-end it fell back to): a flag.
+            # A reference may warn of how it computed (a back-end it fell back to): a flag. So
+            # is a library's warning triggered at the case's own lines (torch's reasons why).
             with self.lock.shared(), warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 with torch.no_grad():

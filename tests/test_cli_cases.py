@@ -160,11 +160,21 @@ def test_bench_dry_run_lists_the_paper_variant_without_a_gpu(capsys: pytest.Capt
     assert out.strip() == ("fmha / paper-causal (bench only): B=8 H=64 S=2048 D=128 causal=True "
                            "dtype=fp16  [fmha_triton.py]")
 
+    code, out, _ = _run(capsys, "bench", "--dry-run", "--json", "--shapes", "bench")
+    assert code == 0
+    assert [(p["case"], p["variant"]) for p in json.loads(out)["plan"]] == [
+        ("fmha", "paper-noncausal"), ("fmha", "paper-causal")]
+    code, out, _ = _run(capsys, "bench", "--case", "fmha", "--dry-run", "--shapes", "gate")
+    assert code == 0 and "paper" not in out and "fmha / causal:" in out
+
 
 def test_bench_unknown_variant_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(capsys, "bench", "--case", "gemm", "--variant", "paper-causal", "--dry-run")
     assert code == 2
     assert "no variant paper-causal in case gemm" in err and "known: default" in err
+    code, _, err = _run(capsys, "bench", "--case", "gemm", "--shapes", "bench", "--dry-run")
+    assert code == 2
+    assert "nothing to time: case gemm has no bench shapes" in err
 
 
 def test_bench_runs_gate_shapes_as_the_gate_does_and_bench_shapes_apart() -> None:
@@ -178,6 +188,9 @@ def test_bench_runs_gate_shapes_as_the_gate_does_and_bench_shapes_apart() -> Non
     only = bench.variant_runs(fmha, ["paper-causal", "noncausal"])
     assert [list(r.device_shapes) for r in only] == [["noncausal"], ["paper-causal"]]
     assert bench.variant_runs(gate.load_case("gemm"), ["paper-causal"]) == []
+    assert bench.variant_runs(fmha, sets=["gate"]) == [fmha]
+    assert [list(r.device_shapes) for r in bench.variant_runs(fmha, ["noncausal", "paper-causal"],
+                                                              sets=["bench"])] == [["paper-causal"]]
 
 
 def test_bench_rows_of_a_bench_only_variant_are_labelled_and_left_out_of_the_mean(

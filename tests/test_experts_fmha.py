@@ -144,3 +144,22 @@ def test_triton_times_the_paper_shape_against_flash_sdpa_through_the_gate(varian
     assert [v.variant for v in verdict.timing.variants] == [variant]
     assert verdict.timing.candidate_ms > 0 and verdict.timing.reference_ms > 0
     assert not any("flash back-end" in f for f in verdict.flags), verdict.flags
+
+
+@pytest.mark.gpu
+def test_reference_without_the_flash_back_end_falls_back_with_a_warning() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    # Flash attention takes fp16/bf16 only: fp32 is computed by SDPA's own choice, once warned.
+    shape = {"B": 1, "H": 2, "S": 256, "D": 64, "causal": True, "dtype": "fp32"}
+    inputs = case.make_inputs(shape, seed=0, device="cuda")
+    with pytest.warns(UserWarning, match="flash back-end of SDPA is unavailable"):
+        out = case.reference(*inputs)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = case.reference(*inputs)  # decided once: no second try, no second warning
+    cpu = case.reference(*(t.cpu() if isinstance(t, torch.Tensor) else t for t in inputs))
+    assert _rel_err(out.cpu(), cpu) <= case.TOLERANCE["fp32"] * 10
+    assert torch.equal(out, again)

@@ -91,25 +91,33 @@ def floors_ms(module: Any, shape: dict[str, Any], ceilings: dict[str, float]) ->
     return flop, byte
 
 
-def variant_runs(case: Any, wanted: Sequence[str] = ()) -> list[Any]:
+SHAPE_SETS = ("gate", "bench")
+
+
+def variant_runs(case: Any, wanted: Sequence[str] = (),
+                 sets: Sequence[str] = SHAPE_SETS) -> list[Any]:
     """The gate runs that bench `case`: its gate variants (the case itself when all of them are
-    wanted), then its benchmark-only variants (a `Case.with_variants` view); with `wanted`, only
-    the variants named there (names the case lacks are skipped). Empty when none is left."""
+    wanted), then its benchmark-only variants (a `Case.with_variants` view), of the shape
+    `sets` named; with `wanted`, only the variants named there (names the case lacks are
+    skipped). Empty when none is left."""
     runs = []
-    for table in (case.shapes, case.bench_shapes):
+    for name, table in zip(SHAPE_SETS, (case.shapes, case.bench_shapes)):
+        if name not in sets:
+            continue
         names = [v for v in table if not wanted or v in wanted]
         if names:
             runs.append(case if list(names) == list(case.shapes) else case.with_variants(names))
     return runs
 
 
-def plan_records(cases: Sequence[Any], wanted: Sequence[str] = ()) -> list[dict[str, Any]]:
+def plan_records(cases: Sequence[Any], wanted: Sequence[str] = (),
+                 sets: Sequence[str] = SHAPE_SETS) -> list[dict[str, Any]]:
     """What a bench run times, per case and variant: {"case", "variant", "bench_only",
     "shape", "experts"} (the `--dry-run` JSON rows), in run order."""
     records = []
     for case in cases:
         experts = [p.name for p, _ in case.expert_paths()]
-        for run in variant_runs(case, wanted):
+        for run in variant_runs(case, wanted, sets):
             for variant, shape in run.device_shapes.items():
                 records.append({"case": case.name, "variant": variant,
                                 "bench_only": variant in case.bench_shapes, "shape": dict(shape),
@@ -244,7 +252,11 @@ def write_results(out_dir: Path, result: dict[str, Any], rows: list[BenchRow]) -
               help="A case name (see `klineage cases`) or 'all'.")
 @click.option("--variant", "variants", multiple=True,
               help="Time only this shape variant (a SHAPES or BENCH_SHAPES name, e.g. "
-                   "paper-noncausal); repeatable. Default: every variant of both.")
+                   "paper-noncausal); repeatable. Default: every variant of --shapes.")
+@click.option("--shapes", "shape_set", type=click.Choice(["all", *SHAPE_SETS]), default="all",
+              show_default=True,
+              help="Which variants: the gate shapes (SHAPES), the benchmark-only ones "
+                   "(BENCH_SHAPES), or all.")
 @click.option("--out", "out_dir", default="bench/results", show_default=True,
               help="Folder for experts.json and experts.md.")
 @click.option("--nominal-ceilings", is_flag=True,
@@ -258,8 +270,9 @@ def write_results(out_dir: Path, result: dict[str, Any], rows: list[BenchRow]) -
               help="List the (case, variant, shape) rows a run would time, and exit "
                    "(no GPU needed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the documented JSON form.")
-def command(case_name: str, variants: tuple[str, ...], out_dir: str, nominal_ceilings: bool,
-            timeout: float | None, fresh: bool, dry_run: bool, as_json: bool) -> None:
+def command(case_name: str, variants: tuple[str, ...], shape_set: str, out_dir: str,
+            nominal_ceilings: bool, timeout: float | None, fresh: bool, dry_run: bool,
+            as_json: bool) -> None:
     """Benchmark every expert of CASE (or all cases) against its vendor reference on the GPU,
     at the case's gate shapes (SHAPES) and benchmark-only shapes (BENCH_SHAPES).
 
@@ -280,14 +293,18 @@ def command(case_name: str, variants: tuple[str, ...], out_dir: str, nominal_cei
     if case_name != "all" and case_name not in gate.list_cases():
         raise BadInputError(f"unknown case '{case_name}' (known: {', '.join(gate.list_cases())})")
     cases = [gate.load_case(name) for name in names]
+    sets = SHAPE_SETS if shape_set == "all" else (shape_set,)
     if variants:
         known = {v for c in cases for v in [*c.shapes, *c.bench_shapes]}
         if unknown := [v for v in variants if v not in known]:
             where = "any case" if case_name == "all" else f"case {case_name}"
             raise BadInputError(f"no variant {', '.join(unknown)} in {where} "
                                 f"(known: {', '.join(sorted(known))})")
+    plan = plan_records(cases, variants, sets)
+    if not plan:
+        raise BadInputError(f"nothing to time: case {case_name} has no {shape_set} shapes"
+                            + (f" named {', '.join(variants)}" if variants else ""))
     if dry_run:
-        plan = plan_records(cases, variants)
         if as_json:
             emit_json({"plan": plan})
             return
@@ -310,7 +327,7 @@ def command(case_name: str, variants: tuple[str, ...], out_dir: str, nominal_cei
 
     rows: list[BenchRow] = []
     for case in cases:
-        for run in variant_runs(case, variants):
+        for run in variant_runs(case, variants, sets):
             for path, language in case.expert_paths():
                 if not as_json:
                     click.echo(f"gating {case.name} [{', '.join(run.device_shapes)}]: {path.name} "
