@@ -17,8 +17,8 @@ import hashlib
 import importlib.util
 import sys
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any
@@ -39,7 +39,9 @@ class Case:
     """One workload. `shapes` (device tier) and `small_shapes` (interpret tier) map a variant
     name to its shape parameters, each with a "dtype"; `tolerance` maps a dtype name to the
     largest relative-norm error allowed. `has_compare` says the module defines its own
-    `compare(out, ref, inputs) -> float` error, which the gate then uses instead of the norm."""
+    `compare(out, ref, inputs) -> float` error, which the gate then uses instead of the norm.
+    `bench_shapes` are benchmark-only variants: the gate's checks never run them; a view made
+    by `with_variants` runs them at the device tier (what `klineage bench` times)."""
 
     name: str
     path: Path
@@ -55,6 +57,31 @@ class Case:
     """A held-out case's naive start kernel (the module's optional `START`), relative to its folder."""
     problem: bool = False
     """True for a KernelBench-style problem file (`gate.kernelbench`), False for a case module."""
+    bench_shapes: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=lambda: MappingProxyType({}))
+    """Benchmark-only variants (the module's optional `BENCH_SHAPES`), named apart from `shapes`."""
+    variants: tuple[str, ...] = ()
+    """The variants the device tier runs, drawn from `shapes` and `bench_shapes` (a view made by
+    `with_variants`); empty: every variant of `shapes`."""
+
+    @property
+    def device_shapes(self) -> Mapping[str, Mapping[str, Any]]:
+        """The variants the device tier runs, in order: `variants` when set, else `shapes`."""
+        if not self.variants:
+            return self.shapes
+        table = {**self.shapes, **self.bench_shapes}
+        return MappingProxyType({v: table[v] for v in self.variants})
+
+    def with_variants(self, names: Sequence[str]) -> Case:
+        """This case with its device tier running `names` (variants of `shapes` or
+        `bench_shapes`, in the order given); the other tiers are unchanged. Raises
+        `BadInputError` for an unknown name or an empty selection."""
+        known = [*self.shapes, *self.bench_shapes]
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            missing = ", ".join(unknown) or "(none given)"
+            raise BadInputError(f"case {self.name}: no variant {missing} (known: {', '.join(known)})")
+        return replace(self, variants=tuple(dict.fromkeys(names)))
 
     @property
     def ref(self) -> str:
@@ -208,16 +235,22 @@ def load_case(name_or_path: str | Path | Case) -> Case:
             raise BadInputError(f"{path}: {what} must map variant names to shape dicts")
         return MappingProxyType({k: MappingProxyType(dict(v)) for k, v in table.items()})
 
+    shapes = frozen(values["SHAPES"], "SHAPES")
+    bench = frozen(values.get("BENCH_SHAPES", {}), "BENCH_SHAPES")
+    if clash := sorted(set(shapes) & set(bench)):
+        raise BadInputError(f"{path}: BENCH_SHAPES reuses the SHAPES variant name(s) "
+                            f"{', '.join(clash)}")
     return Case(
         name=str(values["NAME"]), path=path, description=str(values.get("DESCRIPTION", "")),
         platform=str(values.get("PLATFORM", "cuda")),
         reference_name=str(values.get("REFERENCE_NAME", "reference")),
-        shapes=frozen(values["SHAPES"], "SHAPES"),
+        shapes=shapes,
         small_shapes=frozen(values["SMALL_SHAPES"], "SMALL_SHAPES"),
         tolerance=MappingProxyType({str(k): float(v) for k, v in tolerance.items()}),
         experts=tuple((str(f), str(lang)) for f, lang in values.get("EXPERTS", ())),
         has_compare="compare" in functions,
         start=str(values["START"]) if values.get("START") else None,
+        bench_shapes=bench,
     )
 
 

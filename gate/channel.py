@@ -34,6 +34,7 @@ class Job:
     refill_seed: int = 0  # seeds the crossovers of the refill pools (`gate.refill`)
     refill_sets: int = 4  # input sets per variant the refilled calls rotate through
     env: tuple[tuple[str, str], ...] = ()  # the caller's environment when it asked for the run
+    variants: tuple[str, ...] = ()  # device tier: the variants run (`Case.variants`); () = SHAPES
 
 
 class Stop(Exception):

@@ -177,8 +177,10 @@ class Prepared:
 
     def key(self, platform: tuple[str, str]) -> str:
         toolchain, device = platform
+        # A view's variants join the key only when set: the keys of plain cases stay as they were.
+        view = [",".join(self.case.variants)] if self.case.variants else []
         return cache_key([GATE_VERSION, self.source, self.host_text, self.language, self.case.digest(),
-                          self.tier.value, self.case.platform, toolchain, device])
+                          self.tier.value, self.case.platform, toolchain, device, *view])
 
 
 def platform_of(tier: Tier) -> tuple[str, str]:
@@ -238,7 +240,8 @@ def _run(source: str, lang: str, case: Case, tier: Tier, stem: str, host_text: s
                   origin_dir=str(src_path.parent) if src_path else None,
                   case_path=str(case.path), seeds=(base, base + 1, base + 2),
                   extra_seed=base + 3, reverify_seed=base + 4,
-                  refill_seed=rng.randrange(2**30, 2**31), env=tuple(os.environ.items()))
+                  refill_seed=rng.randrange(2**30, 2**31), env=tuple(os.environ.items()),
+                  variants=case.variants)
         if tier is Tier.DEVICE and gpulock.lock_path("any") is None:
             with _DEVICE_LOCK:
                 return supervise(job, case, tier, timeout)

@@ -54,6 +54,8 @@ def run_job(payload: dict[str, Any]) -> dict[str, Any]:
     if case.digest() != payload["case_digest"]:
         raise BadInputError(f"case {case.name} at {case.path} on {socket.gethostname()} differs "
                             f"from the caller's (install the same version on every node)")
+    if payload.get("variants"):
+        case = case.with_variants(payload["variants"])
     job = Prepared(payload["source"], payload["language"], case, Tier(payload["tier"]),
                    tuple(payload["flags"]), payload["stem"], payload["host_text"],
                    Path(payload["path"]) if payload["path"] else None, float(payload["timeout"]))
@@ -185,7 +187,8 @@ def _payload(job: Prepared) -> dict[str, Any]:
     builtin = job.case.path.parent.parent == EXPERTS_DIR
     return {"source": job.source, "language": job.language,
             "case": job.case.name if builtin else str(job.case.path),
-            "case_digest": job.case.digest(), "tier": job.tier.value, "flags": list(job.flags),
+            "case_digest": job.case.digest(), "variants": list(job.case.variants),
+            "tier": job.tier.value, "flags": list(job.flags),
             "stem": job.stem, "host_text": job.host_text,
             "path": str(job.src_path) if job.src_path is not None else None,
             "timeout": job.timeout}

@@ -78,7 +78,7 @@ class _Judge:
                 _LOG.warning("gpu lock %s unavailable to the parent: %s", path, exc)
 
     def _shape(self, variant: str) -> Mapping[str, Any]:
-        table = self.case.shapes if self.tier is Tier.DEVICE else self.case.small_shapes
+        table = self.case.device_shapes if self.tier is Tier.DEVICE else self.case.small_shapes
         return table[variant]
 
     def _fail(self, kind: FailureKind, stage: str, reason: str) -> None:

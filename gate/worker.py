@@ -24,7 +24,10 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
                                                        refill (a call on refilled inputs; seed
                                                        names the set of the variant's pool)
     ("cand_ms", variant, ms, wall_ms, timed_s)        device tier
-    ("flag", text)                                    a finding that does not reject
+    ("flag", text)                                    a finding that does not reject (among
+                                                       them each warning raised at the case
+                                                       module's own lines while its reference
+                                                       runs, once)
     ("facts", [CompileFacts json])                    static tier
     ("reject", failure kind, stage, reason)
     ("done",)
@@ -35,6 +38,7 @@ import contextlib
 import os
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +113,7 @@ class _Runner:
             self.case = import_case_module(Path(job.case_path))
         except Exception as exc:
             chan.reject(FailureKind.BAD_CASE, "import", f"the case module does not import: {describe(exc)}")
-        self.shapes = self.case.SHAPES if self.device == "cuda" else self.case.SMALL_SHAPES
+        self.shapes = self._shape_table()
         self.cap = guards.Captured.take()
         self.do_bench = None
         # Shared around kernel runs, exclusive around timed ones (other gates may share the GPU).
@@ -136,8 +140,23 @@ class _Runner:
         if self.device == "cuda":
             self.kernels.warm_up()
         self.modules_before: set[str] = set()
+        self.reference_warnings: set[str] = set()  # sent as flags, each once
 
     # -- helpers -------------------------------------------------------------------------
+    def _shape_table(self) -> Any:
+        """SMALL_SHAPES (interpret tier), SHAPES (device tier), or the job's selection of
+        SHAPES and BENCH_SHAPES variants (a `Case.with_variants` view)."""
+        if self.device != "cuda":
+            return self.case.SMALL_SHAPES
+        if not self.job.variants:
+            return self.case.SHAPES
+        table = {**self.case.SHAPES, **getattr(self.case, "BENCH_SHAPES", {})}
+        missing = [v for v in self.job.variants if v not in table]
+        if missing:
+            self.chan.reject(FailureKind.BAD_CASE, "import",
+                             f"the case module has no variant {', '.join(missing)}")
+        return {v: table[v] for v in self.job.variants}
+
     def sync(self) -> None:
         if self.cap.synchronize is not None:
             self.cap.synchronize()
@@ -270,7 +289,10 @@ class _Runner:
         (a crossover the case's reference does not accept)."""
         torch = self.torch
         try:
-            with self.lock.shared():
+            # A reference may warn of how it computed (a back-end it fell back to): a flag. So
+            # is a library's warning triggered at the case's own lines (torch's reasons why).
+            with self.lock.shared(), warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 with torch.no_grad():
                     ref = self.case.reference(*self.clone_inputs(inputs))
                 self.sync()
@@ -279,6 +301,15 @@ class _Runner:
                 return False
             self.chan.reject(FailureKind.BAD_CASE, "correctness",
                              f"the case's reference failed on {variant}: {describe(exc)}")
+        for w in caught:
+            message = str(w.message)
+            if message in self.reference_warnings:
+                continue
+            self.reference_warnings.add(message)
+            if str(Path(w.filename).resolve()) == self.reference_code[0]:
+                self.chan.send("flag", f"reference ({variant}): {message}")
+            else:  # a library's warning: to stderr, as it would have gone
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         tensors = [t for t in (ref if isinstance(ref, (tuple, list)) else (ref,))
                    if isinstance(t, torch.Tensor)]
         if finite_like and not all(bool(torch.isfinite(t).all()) for t in tensors

@@ -29,12 +29,15 @@ def test_cases_json_lists_gemm_with_its_experts(capsys: pytest.CaptureFixture[st
     assert gemm["platform"] == "cuda"
     assert gemm["shapes"]["default"] == {"M": 4096, "N": 4096, "K": 4096, "dtype": "bf16"}
     assert gemm["small_shapes"]["default"]["dtype"] == "fp16"
+    assert gemm["bench_shapes"] == {}
+    assert cases["fmha"]["bench_shapes"]["paper-noncausal"]["H"] == 64
     assert gemm["tolerance"]["bf16"] == pytest.approx(1e-2)
     assert gemm["experts"] == [{"path": "experts/gemm/gemm_triton.py", "language": "triton"},
                                {"path": "experts/gemm/gemm_cuda.cu", "language": "cuda"}]
     for case in cases.values():
         assert set(case) == {"name", "ref", "kind", "path", "description", "reference", "platform",
-                             "shapes", "small_shapes", "tolerance", "experts", "start"}
+                             "shapes", "small_shapes", "bench_shapes", "tolerance", "experts",
+                             "start"}
         for expert in case["experts"]:
             assert (REPO / expert["path"]).is_file(), expert
 
@@ -47,6 +50,7 @@ def test_cases_text_names_every_case_and_expert(capsys: pytest.CaptureFixture[st
     assert "gemm: dense matrix product" in out
     assert "expert (cuda): experts/gemm/gemm_cuda.cu" in out
     assert "shape default: M=4096 N=4096 K=4096 dtype=bf16" in out
+    assert "bench paper-causal: B=8 H=64 S=2048 D=128 causal=True dtype=fp16" in out
 
 
 def test_bench_without_gpu_exits_2_with_a_clear_message(capsys: pytest.CaptureFixture[str],
@@ -121,10 +125,10 @@ def test_bench_keeps_rows_of_cases_benched_earlier_on_the_same_gpu(tmp_path: Pat
     bench.write_results(tmp_path, bench.build_result("GPU A", "klineage bench --case all", ["klineage bench --case all"],
                                                      ceilings, "measured", first), first)
 
-    kept, commands = bench.earlier_results(tmp_path, "GPU A", {"gemm"})
+    kept, commands = bench.earlier_results(tmp_path, "GPU A", {("gemm", "default")})
     assert [r.case for r in kept] == ["topk"] and kept[0].speedup == 4.0
     assert commands == ["klineage bench --case all"]
-    assert bench.earlier_results(tmp_path, "GPU B", {"gemm"}) == ([], [])
+    assert bench.earlier_results(tmp_path, "GPU B", {("gemm", "default")}) == ([], [])
 
     merged = kept + [row("gemm", "triton", 1.0)]
     result = bench.build_result("GPU A", "klineage bench --case gemm",
@@ -134,3 +138,91 @@ def test_bench_keeps_rows_of_cases_benched_earlier_on_the_same_gpu(tmp_path: Pat
     bench.write_results(tmp_path, result, merged)
     md = (tmp_path / "experts.md").read_text()
     assert "`klineage bench --case all`; `klineage bench --case gemm`" in md
+
+
+def test_bench_dry_run_lists_the_paper_variant_without_a_gpu(capsys: pytest.CaptureFixture[str],
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    monkeypatch.setenv("KLINEAGE_GATE_NO_GPU", "1")
+    code, out, _ = _run(capsys, "bench", "--case", "fmha", "--dry-run", "--json",
+                        "--out", str(tmp_path))
+    assert code == 0
+    plan = json.loads(out)["plan"]
+    assert [(p["variant"], p["bench_only"]) for p in plan] == [
+        ("causal", False), ("noncausal", False), ("paper-noncausal", True), ("paper-causal", True)]
+    assert plan[2]["shape"] == {"B": 8, "H": 64, "S": 2048, "D": 128, "causal": False,
+                                "dtype": "fp16"}
+    assert plan[2]["experts"] == ["fmha_triton.py"]
+    assert not (tmp_path / "experts.json").exists()
+
+    code, out, _ = _run(capsys, "bench", "--case", "all", "--dry-run", "--variant", "paper-causal")
+    assert code == 0
+    assert out.strip() == ("fmha / paper-causal (bench only): B=8 H=64 S=2048 D=128 causal=True "
+                           "dtype=fp16  [fmha_triton.py]")
+
+    code, out, _ = _run(capsys, "bench", "--dry-run", "--json", "--shapes", "bench")
+    assert code == 0
+    assert [(p["case"], p["variant"]) for p in json.loads(out)["plan"]] == [
+        ("fmha", "paper-noncausal"), ("fmha", "paper-causal")]
+    code, out, _ = _run(capsys, "bench", "--case", "fmha", "--dry-run", "--shapes", "gate")
+    assert code == 0 and "paper" not in out and "fmha / causal:" in out
+
+
+def test_bench_unknown_variant_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, "bench", "--case", "gemm", "--variant", "paper-causal", "--dry-run")
+    assert code == 2
+    assert "no variant paper-causal in case gemm" in err and "known: default" in err
+    code, _, err = _run(capsys, "bench", "--case", "gemm", "--shapes", "bench", "--dry-run")
+    assert code == 2
+    assert "nothing to time: case gemm has no bench shapes" in err
+
+
+def test_bench_runs_gate_shapes_as_the_gate_does_and_bench_shapes_apart() -> None:
+    import gate
+    from lineage.commands import bench
+
+    fmha = gate.load_case("fmha")
+    runs = bench.variant_runs(fmha)
+    assert runs[0] is fmha  # every gate variant: the case itself, the gate's own run
+    assert list(runs[1].device_shapes) == ["paper-noncausal", "paper-causal"]
+    only = bench.variant_runs(fmha, ["paper-causal", "noncausal"])
+    assert [list(r.device_shapes) for r in only] == [["noncausal"], ["paper-causal"]]
+    assert bench.variant_runs(gate.load_case("gemm"), ["paper-causal"]) == []
+    assert bench.variant_runs(fmha, sets=["gate"]) == [fmha]
+    assert [list(r.device_shapes) for r in bench.variant_runs(fmha, ["noncausal", "paper-causal"],
+                                                              sets=["bench"])] == [["paper-causal"]]
+
+
+def test_bench_rows_of_a_bench_only_variant_are_labelled_and_left_out_of_the_mean(
+        tmp_path: Path) -> None:
+    import gate
+    from lineage.commands import bench
+
+    view = gate.load_case("fmha").with_variants(["paper-noncausal"])
+    ceilings = {"matrix_tflops": 800.0, "copy_tbs": 4.0}
+    timing = SimpleNamespace(candidate_ms=4.0, reference_ms=3.6, variants=(
+        SimpleNamespace(variant="paper-noncausal", candidate_ms=4.0, reference_ms=3.6),))
+    verdict = SimpleNamespace(ok=True, timing=timing, reason=None, flags=("a note",))
+    [row] = bench.rows_for_verdict(view, "fmha_triton.py", "triton", verdict, ceilings)
+    assert (row.variant, row.bench_only, row.shape["H"], row.notes) == (
+        "paper-noncausal", True, 64, ("a note",))
+    assert row.flop_floor_ms == pytest.approx(4 * 8 * 64 * 2048**2 * 128 / 800e12 * 1e3)
+    gate_row = bench.BenchRow(case="fmha", variant="noncausal", expert="fmha_triton.py",
+                              language="triton", ok=True, expert_ms=1.0, reference_ms=1.2,
+                              speedup=1.2, flop_floor_ms=0.5, byte_floor_ms=0.1, floor_ms=0.5,
+                              fraction_of_floor=0.5, reason=None)
+    result = bench.build_result("GPU A", "klineage bench", ["klineage bench"], ceilings, "measured",
+                                [gate_row, row])
+    assert result["geomean_triton_speedup"] == pytest.approx(1.2)
+    assert result["triton_case_variants"] == 1
+    assert result["rows"][1]["shape"]["H"] == 64 and result["rows"][1]["bench_only"] is True
+    bench.write_results(tmp_path, result, [gate_row, row])
+    md = (tmp_path / "experts.md").read_text()
+    assert ("| fmha | paper-noncausal (bench only) | fmha_triton.py | 4.0000 | 3.6000 | 0.900 |"
+            in md)
+    assert "- fmha / paper-noncausal: B=8 H=64 S=2048 D=128 causal=False dtype=fp16" in md
+    assert "- fmha / fmha_triton.py: a note" in md
+
+    # Benching one variant again keeps the case's other variants from the earlier run.
+    kept, _ = bench.earlier_results(tmp_path, "GPU A", {("fmha", "paper-noncausal")})
+    assert [(r.variant, r.notes) for r in kept] == [("noncausal", ())]

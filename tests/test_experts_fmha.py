@@ -36,10 +36,24 @@ def test_case_declares_the_expert_and_both_variants() -> None:
     assert case.flops(case.SHAPES["causal"]) * 2 == case.flops(case.SHAPES["noncausal"])
 
 
+def test_bench_shapes_are_the_papers_table_2_workload_and_gates_keep_theirs() -> None:
+    paper = {"B": 8, "H": 64, "S": 2048, "D": 128, "dtype": "fp16"}
+    assert {v["causal"] for v in case.BENCH_SHAPES.values()} == {True, False}
+    for shape in case.BENCH_SHAPES.values():
+        assert {k: shape[k] for k in paper} == paper
+    assert all(shape["H"] == 16 for shape in case.SHAPES.values())
+    assert not set(case.BENCH_SHAPES) & set(case.SHAPES)
+    # 268 MB per fp16 tensor: q, k, v and o of one call stay near 1 GB.
+    assert case.bytes_moved(case.BENCH_SHAPES["paper-noncausal"]) == 4 * 8 * 64 * 2048 * 128 * 2
+
+
 @pytest.mark.parametrize("shape", [
     *case.SMALL_SHAPES.values(),
     {"B": 2, "H": 1, "S": 256, "D": 32, "causal": True, "dtype": "fp16"},  # whole tiles only
     {"B": 1, "H": 3, "S": 37, "D": 64, "causal": False, "dtype": "fp32"},  # one partial tile
+    # The gate's and the paper's head dim (128), scaled down in batch, heads and sequence.
+    {"B": 1, "H": 2, "S": 256, "D": 128, "causal": False, "dtype": "fp16"},
+    {"B": 1, "H": 2, "S": 300, "D": 128, "causal": True, "dtype": "fp16"},
 ])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_triton_matches_reference_in_the_interpreter(interpreted_triton, shape: dict,
@@ -114,3 +128,38 @@ def test_triton_matches_flash_sdpa_on_gpu(variant: str) -> None:
     inputs = case.make_inputs(shape, seed=0, device="cuda")
     out = fmha_triton.run(*inputs)
     assert _rel_err(out, case.reference(*inputs)) <= case.TOLERANCE[shape["dtype"]]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", sorted(case.BENCH_SHAPES))
+def test_triton_times_the_paper_shape_against_flash_sdpa_through_the_gate(variant: str) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    import gate
+
+    view = gate.load_case("fmha").with_variants([variant])
+    verdict = gate.check_file(FMHA_DIR / "fmha_triton.py", view, tier=gate.Tier.DEVICE, cache=False)
+    assert verdict.ok, verdict.reason
+    assert verdict.timing is not None
+    assert [v.variant for v in verdict.timing.variants] == [variant]
+    assert verdict.timing.candidate_ms > 0 and verdict.timing.reference_ms > 0
+    assert not any("flash back-end" in f for f in verdict.flags), verdict.flags
+
+
+@pytest.mark.gpu
+def test_reference_without_the_flash_back_end_falls_back_with_a_warning() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    # Flash attention takes fp16/bf16 only: fp32 is computed by SDPA's own choice, once warned.
+    shape = {"B": 1, "H": 2, "S": 256, "D": 64, "causal": True, "dtype": "fp32"}
+    inputs = case.make_inputs(shape, seed=0, device="cuda")
+    with pytest.warns(UserWarning, match="flash back-end of SDPA is unavailable"):
+        out = case.reference(*inputs)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = case.reference(*inputs)  # decided once: no second try, no second warning
+    cpu = case.reference(*(t.cpu() if isinstance(t, torch.Tensor) else t for t in inputs))
+    assert _rel_err(out.cpu(), cpu) <= case.TOLERANCE["fp32"] * 10
+    assert torch.equal(out, again)

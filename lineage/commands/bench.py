@@ -1,9 +1,12 @@
 """`klineage bench`: the expert kernels against their vendor references, on the GPU.
 
 Each expert of each selected case goes through the gate's device tier (correctness at three
-seeds, then `do_bench` medians of expert and reference in one worker process). Every row gets
-two floors from the GPU's measured ceilings: FLOPs over the bf16 matrix rate (cuBLAS at
-8192^3) and bytes over the device-to-device copy bandwidth; the floor is the larger one.
+seeds, then `do_bench` medians of expert and reference in one worker process). A case's
+variants are its gate shapes (`SHAPES`) and its benchmark-only shapes (`BENCH_SHAPES`, e.g. a
+paper's workload, too slow for every gate); each set is one gate run, so the gate shapes are
+timed exactly as the gate times them. Every row gets two floors from the GPU's measured
+ceilings: FLOPs over the bf16 matrix rate (cuBLAS at 8192^3) and bytes over the
+device-to-device copy bandwidth; the floor is the larger one.
 """
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ import json
 import math
 import os
 import sys
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,9 @@ NOMINAL_CEILINGS = {"matrix_tflops": 790.0, "copy_tbs": 3.0}
 
 @dataclass(frozen=True, slots=True)
 class BenchRow:
-    """One (case, shape variant, expert) measurement. Times in ms; None where not reached."""
+    """One (case, shape variant, expert) measurement. Times in ms; None where not reached.
+    `bench_only`: the variant is one of the case's BENCH_SHAPES; `notes`: the verdict's flags
+    (e.g. the reference's fallback from its named back-end)."""
 
     case: str
     variant: str
@@ -41,6 +47,9 @@ class BenchRow:
     floor_ms: float
     fraction_of_floor: float | None
     reason: str | None
+    shape: dict[str, Any] = field(default_factory=dict)
+    bench_only: bool = False
+    notes: tuple[str, ...] = ()
 
 
 def _gpu_visible() -> bool:
@@ -82,19 +91,55 @@ def floors_ms(module: Any, shape: dict[str, Any], ceilings: dict[str, float]) ->
     return flop, byte
 
 
+SHAPE_SETS = ("gate", "bench")
+
+
+def variant_runs(case: Any, wanted: Sequence[str] = (),
+                 sets: Sequence[str] = SHAPE_SETS) -> list[Any]:
+    """The gate runs that bench `case`: its gate variants (the case itself when all of them are
+    wanted), then its benchmark-only variants (a `Case.with_variants` view), of the shape
+    `sets` named; with `wanted`, only the variants named there (names the case lacks are
+    skipped). Empty when none is left."""
+    runs = []
+    for name, table in zip(SHAPE_SETS, (case.shapes, case.bench_shapes)):
+        if name not in sets:
+            continue
+        names = [v for v in table if not wanted or v in wanted]
+        if names:
+            runs.append(case if list(names) == list(case.shapes) else case.with_variants(names))
+    return runs
+
+
+def plan_records(cases: Sequence[Any], wanted: Sequence[str] = (),
+                 sets: Sequence[str] = SHAPE_SETS) -> list[dict[str, Any]]:
+    """What a bench run times, per case and variant: {"case", "variant", "bench_only",
+    "shape", "experts"} (the `--dry-run` JSON rows), in run order."""
+    records = []
+    for case in cases:
+        experts = [p.name for p, _ in case.expert_paths()]
+        for run in variant_runs(case, wanted, sets):
+            for variant, shape in run.device_shapes.items():
+                records.append({"case": case.name, "variant": variant,
+                                "bench_only": variant in case.bench_shapes, "shape": dict(shape),
+                                "experts": experts})
+    return records
+
+
 def rows_for_verdict(case: Any, expert: str, language: str, verdict: Any,
                      ceilings: dict[str, float]) -> list[BenchRow]:
-    """One row per shape variant of `case` for one expert's device verdict."""
+    """One row per shape variant the device tier ran of `case` (a case or a
+    `Case.with_variants` view) for one expert's device verdict."""
     module = case.module()
     timed = {}
     if verdict.timing is not None:
         timed = {v.variant: v for v in verdict.timing.variants}
     rows = []
-    for variant, shape in case.shapes.items():
+    table = case.device_shapes
+    for variant, shape in table.items():
         flop, byte = floors_ms(module, dict(shape), ceilings)
         floor = max(flop, byte)
         t = timed.get(variant)
-        if t is None and verdict.timing is not None and len(case.shapes) == 1:
+        if t is None and verdict.timing is not None and len(table) == 1:
             t_ms, r_ms = verdict.timing.candidate_ms, verdict.timing.reference_ms
         elif t is not None:
             t_ms, r_ms = t.candidate_ms, t.reference_ms
@@ -106,7 +151,8 @@ def rows_for_verdict(case: Any, expert: str, language: str, verdict: Any,
             speedup=(r_ms / t_ms) if t_ms and r_ms else None,
             flop_floor_ms=flop, byte_floor_ms=byte, floor_ms=floor,
             fraction_of_floor=(floor / t_ms) if t_ms else None,
-            reason=verdict.reason))
+            reason=verdict.reason, shape=dict(shape), bench_only=variant in case.bench_shapes,
+            notes=tuple(getattr(verdict, "flags", ()))))
     return rows
 
 
@@ -119,8 +165,10 @@ def geomean(values: list[float | None]) -> float | None:
 
 def build_result(gpu: str, command: str, commands: list[str], ceilings: dict[str, float], source: str,
                  rows: list[BenchRow]) -> dict[str, Any]:
-    """The documented JSON form of a bench run (see `command`'s help)."""
-    triton_speedups = [r.speedup for r in rows if r.language == "triton" and r.speedup]
+    """The documented JSON form of a bench run (see `command`'s help). The geometric mean is
+    over the gate variants: benchmark-only rows would weigh their case twice."""
+    triton_speedups = [r.speedup for r in rows
+                       if r.language == "triton" and r.speedup and not r.bench_only]
     return {
         "gpu": gpu, "command": command, "commands": commands,
         "ceilings": ceilings, "ceilings_source": source,
@@ -130,9 +178,11 @@ def build_result(gpu: str, command: str, commands: list[str], ceilings: dict[str
     }
 
 
-def earlier_results(out_dir: Path, gpu: str, replaced: set[str]) -> tuple[list[BenchRow], list[str]]:
-    """Rows of cases not re-run now, from OUT/experts.json of an earlier run on the same GPU
-    (so that benching one case at a time builds up the full table), and that run's commands."""
+def earlier_results(out_dir: Path, gpu: str,
+                    replaced: set[tuple[str, str]]) -> tuple[list[BenchRow], list[str]]:
+    """Rows of (case, variant) pairs not re-run now, from OUT/experts.json of an earlier run on
+    the same GPU (so that benching one case or variant at a time builds up the full table),
+    and that run's commands."""
     path = out_dir / "experts.json"
     try:
         data = json.loads(path.read_text())
@@ -141,7 +191,8 @@ def earlier_results(out_dir: Path, gpu: str, replaced: set[str]) -> tuple[list[B
     if not isinstance(data, dict) or data.get("gpu") != gpu:
         return [], []
     try:
-        kept = [BenchRow(**r) for r in data.get("rows", []) if r.get("case") not in replaced]
+        kept = [BenchRow(**{**r, "notes": tuple(r.get("notes", ()))}) for r in data.get("rows", [])
+                if (r.get("case"), r.get("variant")) not in replaced]
     except TypeError:  # rows of another format: start afresh
         return [], []
     commands = data.get("commands") or ([data["command"]] if data.get("command") else [])
@@ -157,10 +208,23 @@ def table_lines(rows: list[BenchRow]) -> list[str]:
     lines = ["| case | variant | expert | expert ms | reference ms | speedup | floor ms | fraction of floor | ok |",
              "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(f"| {r.case} | {r.variant} | {r.expert} | {_fmt(r.expert_ms, '.4f')} | "
+        variant = f"{r.variant} (bench only)" if r.bench_only else r.variant
+        lines.append(f"| {r.case} | {variant} | {r.expert} | {_fmt(r.expert_ms, '.4f')} | "
                      f"{_fmt(r.reference_ms, '.4f')} | {_fmt(r.speedup, '.3f')} | {r.floor_ms:.4f} | "
                      f"{_fmt(r.fraction_of_floor, '.3f')} | {'yes' if r.ok else 'no: ' + (r.reason or '')[:80]} |")
     return lines
+
+
+def shape_lines(rows: list[BenchRow]) -> list[str]:
+    """The shape of each (case, variant) in the rows, and the rows' notes, as markdown lists."""
+    shapes = {(r.case, r.variant): r.shape for r in rows if r.shape}
+    notes = {(r.case, r.expert, n) for r in rows for n in r.notes}
+    lines = ["Shapes:", ""] if shapes else []
+    lines += [f"- {c} / {v}: " + " ".join(f"{k}={x}" for k, x in s.items())
+              for (c, v), s in shapes.items()]
+    if notes:
+        lines += ["", "Notes:", ""] + [f"- {c} / {e}: {n}" for c, e, n in sorted(notes)]
+    return lines + [""] if lines else []
 
 
 def write_results(out_dir: Path, result: dict[str, Any], rows: list[BenchRow]) -> None:
@@ -178,13 +242,21 @@ def write_results(out_dir: Path, result: dict[str, Any], rows: list[BenchRow]) -
           "fraction of floor = floor / expert time.", "",
           *table_lines(rows), "",
           f"Geometric mean speedup over the Triton case-variants: {_fmt(result['geomean_triton_speedup'], '.3f')}"
-          f" ({result['triton_case_variants']} case-variants).", ""]
+          f" ({result['triton_case_variants']} case-variants; bench-only variants left out).", "",
+          *shape_lines(rows)]
     (out_dir / "experts.md").write_text("\n".join(md))
 
 
 @click.command("bench")
 @click.option("--case", "case_name", default="all", show_default=True,
               help="A case name (see `klineage cases`) or 'all'.")
+@click.option("--variant", "variants", multiple=True,
+              help="Time only this shape variant (a SHAPES or BENCH_SHAPES name, e.g. "
+                   "paper-noncausal); repeatable. Default: every variant of --shapes.")
+@click.option("--shapes", "shape_set", type=click.Choice(["all", *SHAPE_SETS]), default="all",
+              show_default=True,
+              help="Which variants: the gate shapes (SHAPES), the benchmark-only ones "
+                   "(BENCH_SHAPES), or all.")
 @click.option("--out", "out_dir", default="bench/results", show_default=True,
               help="Folder for experts.json and experts.md.")
 @click.option("--nominal-ceilings", is_flag=True,
@@ -192,25 +264,55 @@ def write_results(out_dir: Path, result: dict[str, Any], rows: list[BenchRow]) -
 @click.option("--timeout", type=click.FloatRange(0, None, min_open=True), default=None,
               help="Seconds per gate run (gate default if unset).")
 @click.option("--fresh", is_flag=True,
-              help="Drop the rows of other cases already in OUT/experts.json (kept by default).")
+              help="Drop the rows of other cases and variants already in OUT/experts.json "
+                   "(kept by default).")
+@click.option("--dry-run", is_flag=True,
+              help="List the (case, variant, shape) rows a run would time, and exit "
+                   "(no GPU needed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the documented JSON form.")
-def command(case_name: str, out_dir: str, nominal_ceilings: bool, timeout: float | None, fresh: bool,
+def command(case_name: str, variants: tuple[str, ...], shape_set: str, out_dir: str,
+            nominal_ceilings: bool, timeout: float | None, fresh: bool, dry_run: bool,
             as_json: bool) -> None:
-    """Benchmark every expert of CASE (or all cases) against its vendor reference on the GPU.
+    """Benchmark every expert of CASE (or all cases) against its vendor reference on the GPU,
+    at the case's gate shapes (SHAPES) and benchmark-only shapes (BENCH_SHAPES).
 
-    Needs a CUDA GPU: without one it exits with code 2. Writes OUT/experts.json and
-    OUT/experts.md; rows of cases not benched now are kept from an earlier run on the same GPU
-    (unless --fresh), so one case per run builds the whole table. JSON: {"gpu", "command",
-    "commands" (every run whose rows are in the table), "ceilings": {"matrix_tflops", "copy_tbs"},
-    "ceilings_source", "rows": [{"case", "variant", "expert", "language", "ok", "expert_ms",
-    "reference_ms", "speedup", "flop_floor_ms", "byte_floor_ms", "floor_ms",
-    "fraction_of_floor", "reason"}], "geomean_triton_speedup", "triton_case_variants"}.
+    Needs a CUDA GPU: without one it exits with code 2 (--dry-run excepted). Writes
+    OUT/experts.json and OUT/experts.md; rows of (case, variant) pairs not benched now are kept
+    from an earlier run on the same GPU (unless --fresh), so one case or variant per run builds
+    the whole table. JSON: {"gpu", "command", "commands" (every run whose rows are in the table),
+    "ceilings": {"matrix_tflops", "copy_tbs"}, "ceilings_source", "rows": [{"case", "variant",
+    "expert", "language", "ok", "expert_ms", "reference_ms", "speedup", "flop_floor_ms",
+    "byte_floor_ms", "floor_ms", "fraction_of_floor", "reason", "shape", "bench_only",
+    "notes"}], "geomean_triton_speedup" (over the Triton rows of gate variants),
+    "triton_case_variants"}. With --dry-run: {"plan": [{"case", "variant", "bench_only",
+    "shape", "experts"}]}.
     """
     import gate
 
     names = gate.list_cases() if case_name == "all" else [case_name]
     if case_name != "all" and case_name not in gate.list_cases():
         raise BadInputError(f"unknown case '{case_name}' (known: {', '.join(gate.list_cases())})")
+    cases = [gate.load_case(name) for name in names]
+    sets = SHAPE_SETS if shape_set == "all" else (shape_set,)
+    if variants:
+        known = {v for c in cases for v in [*c.shapes, *c.bench_shapes]}
+        if unknown := [v for v in variants if v not in known]:
+            where = "any case" if case_name == "all" else f"case {case_name}"
+            raise BadInputError(f"no variant {', '.join(unknown)} in {where} "
+                                f"(known: {', '.join(sorted(known))})")
+    plan = plan_records(cases, variants, sets)
+    if not plan:
+        raise BadInputError(f"nothing to time: case {case_name} has no {shape_set} shapes"
+                            + (f" named {', '.join(variants)}" if variants else ""))
+    if dry_run:
+        if as_json:
+            emit_json({"plan": plan})
+            return
+        for rec in plan:
+            label = f"{rec['variant']} (bench only)" if rec["bench_only"] else rec["variant"]
+            shape = " ".join(f"{k}={v}" for k, v in rec["shape"].items())
+            click.echo(f"{rec['case']} / {label}: {shape}  [{', '.join(rec['experts'])}]")
+        return
     output_dir(out_dir)
     if not _gpu_visible():
         raise KLineageError("bench needs a CUDA GPU and none is visible here; run it on the GPU machine "
@@ -224,20 +326,24 @@ def command(case_name: str, out_dir: str, nominal_ceilings: bool, timeout: float
         ceilings, source = measure_ceilings(), "measured"
 
     rows: list[BenchRow] = []
-    for name in names:
-        case = gate.load_case(name)
-        for path, language in case.expert_paths():
-            if not as_json:
-                click.echo(f"gating {name}: {path.name} ({language}) ...", err=True)
-            # A benchmark measures now: no verdict (and timing) from the gate's cache.
-            verdict = gate.check_file(path, case, tier=gate.Tier.DEVICE, timeout=timeout, cache=False)
-            rows.extend(rows_for_verdict(case, path.name, language, verdict, ceilings))
+    for case in cases:
+        for run in variant_runs(case, variants, sets):
+            for path, language in case.expert_paths():
+                if not as_json:
+                    click.echo(f"gating {case.name} [{', '.join(run.device_shapes)}]: {path.name} "
+                               f"({language}) ...", err=True)
+                # A benchmark measures now: no verdict (and timing) from the gate's cache.
+                verdict = gate.check_file(path, run, tier=gate.Tier.DEVICE, timeout=timeout,
+                                          cache=False)
+                rows.extend(rows_for_verdict(run, path.name, language, verdict, ceilings))
 
     command_text = ("klineage bench " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else [])).strip()
     commands = [command_text]
     if not fresh:
-        earlier_rows, earlier_commands = earlier_results(Path(out_dir), gpu, set(names))
-        rows = sorted(earlier_rows + rows, key=lambda r: r.case)  # stable: expert order kept
+        benched = {(r.case, r.variant) for r in rows}
+        earlier_rows, earlier_commands = earlier_results(Path(out_dir), gpu, benched)
+        # Stable: within a case, gate variants before bench-only ones, expert order kept.
+        rows = sorted(earlier_rows + rows, key=lambda r: (r.case, r.bench_only))
         commands = [c for c in earlier_commands if c != command_text] + commands
     result = build_result(gpu, command_text, commands, ceilings, source, rows)
     write_results(Path(out_dir), result, rows)

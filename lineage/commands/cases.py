@@ -31,6 +31,7 @@ def case_record(case: Any) -> dict[str, Any]:
         "platform": case.platform,
         "shapes": {k: dict(v) for k, v in case.shapes.items()},
         "small_shapes": {k: dict(v) for k, v in case.small_shapes.items()},
+        "bench_shapes": {k: dict(v) for k, v in case.bench_shapes.items()},
         "tolerance": dict(case.tolerance),
         "experts": [{"path": _display_path(p), "language": lang} for p, lang in case.expert_paths()],
         "start": _display_path(start) if start is not None else None,
@@ -51,9 +52,10 @@ def command(dirs: tuple[str, ...], as_json: bool) -> None:
     found under them (recursively; a DIR may also be one such file).
 
     JSON: {"cases": [{"name", "ref", "kind" ("case" | "problem"), "path", "description",
-    "reference", "platform", "shapes", "small_shapes", "tolerance", "experts": [{"path",
-    "language"}], "start"}]} where `ref` is what `--case` takes to find the case again from any
-    working directory, shapes map a variant name to its parameters (with "dtype"), tolerance
+    "reference", "platform", "shapes", "small_shapes", "bench_shapes", "tolerance", "experts":
+    [{"path", "language"}], "start"}]} where `ref` is what `--case` takes to find the case again
+    from any working directory, shapes map a variant name to its parameters (with "dtype";
+    bench_shapes: the benchmark-only variants `klineage bench` also times), tolerance
     maps a dtype to the largest relative-norm error allowed, `start` is the case's naive start
     kernel or null, and paths are relative to the working directory when they lie under it.
     """
@@ -81,6 +83,8 @@ def command(dirs: tuple[str, ...], as_json: bool) -> None:
             click.echo(f"  shape {variant}: {_shape_text(shape)}")
         for variant, shape in rec["small_shapes"].items():
             click.echo(f"  small {variant}: {_shape_text(shape)}")
+        for variant, shape in rec["bench_shapes"].items():
+            click.echo(f"  bench {variant}: {_shape_text(shape)}")
         tol = ", ".join(f"{k} {v:g}" for k, v in rec["tolerance"].items())
         click.echo(f"  tolerance: {tol}")
         for expert in rec["experts"]:
