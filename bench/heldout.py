@@ -154,6 +154,60 @@ def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, 
     return rec
 
 
+def from_partial(case: Any, args: argparse.Namespace, out: Path) -> dict[str, Any] | None:
+    """The record of an operator whose optimize run was cut before it finished (its process
+    killed by a call's time limit): start and best read from the run's saved lineage (the root
+    state's verdict, and the fastest state the run kept: stepping stones and rejected
+    candidates are not kept), the control gated now. None when there is no saved lineage."""
+    import ast
+
+    path = out / "ops" / slug(case) / "optimize" / "lineage.json"
+    if not path.is_file():
+        return None
+    from lineage.graph import Lineage
+
+    lin = Lineage.load(path)
+
+    def timed(sid: str) -> dict[str, Any] | None:
+        verdict = lin.node(sid).get("verdict")
+        verdict = ast.literal_eval(verdict) if isinstance(verdict, str) else verdict
+        timing = (verdict or {}).get("timing") or {}
+        if not (verdict or {}).get("ok") or not timing.get("candidate_ms"):
+            return None
+        return {"ok": True, "failure_kind": None, "reason": None, "ms": timing["candidate_ms"],
+                "reference_ms": timing.get("reference_ms")}
+
+    roots = [s for s in lin.roles("root") if timed(s)]
+    kept = [(timed(s), s) for s in lin.states()
+            if timed(s) and "stone" not in (lin.node(s).get("roles") or [])]
+    if not roots or not kept:
+        return None
+    best, best_id = min(kept, key=lambda item: item[0]["ms"])
+    cards = [t.get("card") or t.get("pass") for t in _path_to(lin, roots[0], best_id)]
+    start_path = case.start_path()
+    rec: dict[str, Any] = {"op": case.name, "ref": case.ref, "family": family(case), "tier": args.tier,
+                           "start_file": str(start_path.relative_to(ROOT)) if start_path.is_relative_to(ROOT)
+                           else str(start_path), "intensity": intensity(case),
+                           "start": timed(roots[0]), "reference_ms": timed(roots[0])["reference_ms"],
+                           "best": {**best, "termination": "cut (partial lineage)",
+                                    "gated": None, "path": None},
+                           "cards": cards, "status": "partial"}
+    rec["control"] = control(case, start_path, args)
+    say(case.name, f"from the partial lineage: best {best['ms']} ms; control {rec['control'].get('ms')} ms")
+    return rec
+
+
+def _path_to(lin: Any, source: str, target: str) -> list[dict[str, Any]]:
+    """The transitions (node data) along the lineage's path from `source` to `target`."""
+    import networkx as nx
+
+    try:
+        nodes = nx.shortest_path(lin.graph, source, target)
+    except (nx.NetworkXNoPath, nx.NodeNotFound):
+        return []
+    return [lin.graph.nodes[n] for n in nodes if lin.graph.nodes[n].get("type") == "transition"]
+
+
 def control(case: Any, start_path: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The start kernel under the generic autotune list, gated once (step 3)."""
     import gate
@@ -346,6 +400,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "tier, OUT/heldout otherwise)")
     ap.add_argument("--fresh", action="store_true", help="redo operators that have a record")
     ap.add_argument("--tables-only", action="store_true", help="rewrite the tables from the records")
+    ap.add_argument("--from-partial", action="store_true",
+                    help="operators without a record whose optimize run was cut: record start and "
+                         "best from the run's saved lineage and gate only the control")
     ap.add_argument("--records", action="append", default=[], metavar="DIR",
                     help="with --tables-only: also read the records of these earlier runs' folders "
                          "(in order; a later folder's, then OUT's, record of an operator wins); "
@@ -385,6 +442,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.monotonic()
 
     def one(case: Any) -> None:
+        if args.from_partial:
+            rec = from_partial(case, args, out)
+            if rec is not None:
+                records[slug(case)] = rec
+                origin[slug(case)] = out.name
+                _write(out / "ops" / f"{slug(case)}.json", rec)
+            else:
+                say(case.name, "no partial lineage to finish from")
+            return
         if args.wall is not None and time.monotonic() - began > args.wall:
             say(case.name, "not started: --wall reached (rerun the command to continue)")
             return
