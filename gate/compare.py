@@ -7,6 +7,7 @@ still rejects an all-zeros output (error 1.0), and an all-zeros reference accept
 """
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gate.transport import to_numpy, to_torch
+from gate.transport import raw_numpy, to_torch
 from gate.verdict import FailureKind
 
 _TINY = float(np.finfo(np.float64).tiny)
@@ -68,17 +69,24 @@ def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
     4096x4096 output would cost seconds); large outputs are split over threads (numpy releases
     the GIL in these loops), which keeps a 134M-element output near a second's work.
     """
-    o, r = out.ravel(), ref.ravel()
+    return _relative_error(out.ravel(), ref.ravel(), bf16=False)
+
+
+def _relative_error(o: np.ndarray, r: np.ndarray, *, bf16: bool) -> float:
+    """`relative_error` of flat arrays; with `bf16`, both hold bfloat16 bits (uint16), widened
+    to float32 a chunk at a time (never the whole array at once)."""
     threads = min(_THREADS, max(1, o.size // _PER_THREAD))
     if threads > 1:
         bounds = [o.size * i // threads for i in range(threads + 1)]
         with ThreadPoolExecutor(threads) as pool:
-            parts = list(pool.map(lambda i: _sums(o[bounds[i]:bounds[i + 1]], r[bounds[i]:bounds[i + 1]]),
+            parts = list(pool.map(lambda i: _sums(o[bounds[i]:bounds[i + 1]],
+                                                  r[bounds[i]:bounds[i + 1]], bf16),
                                   range(threads)))
     else:
-        parts = [_sums(o, r)]
+        parts = [_sums(o, r, bf16)]
     if any(p is _REF_NONFINITE for p in parts):  # rare: inf/NaN in the reference, handled exactly
-        return _relative_error_nonfinite(o.astype(np.float64), r.astype(np.float64))
+        return _relative_error_nonfinite(_widen(o, bf16).astype(np.float64),
+                                         _widen(r, bf16).astype(np.float64))
     if any(p is _OUT_NONFINITE for p in parts):  # poison or NaN where the reference is finite
         return float("nan")
     num = sum(p[0] for p in parts)  # type: ignore[index]
@@ -89,21 +97,39 @@ def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
 _REF_NONFINITE, _OUT_NONFINITE = object(), object()
 
 
-def _sums(o: np.ndarray, r: np.ndarray) -> tuple[float, float] | object:
+def _widen(a: np.ndarray, bf16: bool) -> np.ndarray:
+    """`a` itself, or its bfloat16 bits (uint16) widened exactly to float32."""
+    return (a.astype(np.uint32) << 16).view(np.float32) if bf16 else a
+
+
+def _sums(o: np.ndarray, r: np.ndarray, bf16: bool = False) -> tuple[float, float] | object:
     """(sum of squared differences, sum of squared reference values) in float64, or a marker
-    saying the reference (first) or the output holds a non-finite value."""
+    saying the reference (first) or the output holds a non-finite value.
+
+    Finiteness is read off the two sums: both are finite only when every element of the chunk
+    is (an inf or NaN on either side makes the difference or the reference's square inf or
+    NaN); only a chunk whose sums are not finite is scanned element by element, which also
+    tells a float64 overflow (finite values, kept as the inf sum it is) from a non-finite one."""
     num = den = 0.0
+    n = o.size
+    od = np.empty(min(n, _CHUNK), dtype=np.float64)
+    rd = np.empty_like(od)
     with np.errstate(all="ignore"):
-        for i in range(0, o.size, _CHUNK):
-            oc = o[i:i + _CHUNK].astype(np.float64)
-            rc = r[i:i + _CHUNK].astype(np.float64)
-            if not np.isfinite(rc).all():
-                return _REF_NONFINITE
-            if not np.isfinite(oc).all():
-                return _OUT_NONFINITE
-            d = oc - rc
-            num += float(np.dot(d, d))
-            den += float(np.dot(rc, rc))
+        for i in range(0, n, _CHUNK):
+            m = min(_CHUNK, n - i)
+            oc, rc = od[:m], rd[:m]
+            oc[...] = _widen(o[i:i + m], bf16)
+            rc[...] = _widen(r[i:i + m], bf16)
+            np.subtract(oc, rc, out=oc)
+            part_num = float(np.dot(oc, oc))
+            part_den = float(np.dot(rc, rc))
+            if not (math.isfinite(part_num) and math.isfinite(part_den)):
+                if not np.isfinite(rc).all():
+                    return _REF_NONFINITE
+                if not np.isfinite(_widen(o[i:i + m], bf16)).all():
+                    return _OUT_NONFINITE
+            num += part_num
+            den += part_den
     return num, den
 
 
@@ -149,7 +175,7 @@ def compare(out: Sequence[tuple[Any, ...]], ref: Sequence[tuple[Any, ...]], *, t
                     return Outcome(False, float("inf"), FailureKind.WRONG_OUTPUT,
                                    f"output {i} is {o[1]!r}, the reference's is {r[1]!r}")
                 continue
-            e = relative_error(to_numpy(o), to_numpy(r))
+            e = _relative_error(raw_numpy(o).ravel(), raw_numpy(r).ravel(), bf16=o[1] == "bfloat16")
             err = e if e != e else max(err, e)
             if err != err:
                 break
@@ -172,6 +198,13 @@ def same_payload(a: Sequence[tuple[Any, ...]], b: Sequence[tuple[Any, ...]]) -> 
 
 
 def all_zero(items: Sequence[tuple[Any, ...]]) -> bool:
-    """True when every tensor of an encoded result is all zeros."""
-    tensors = [to_numpy(x) for x in items if x[0] == "tensor"]
-    return bool(tensors) and all(not np.any(t) for t in tensors)
+    """True when every tensor of an encoded result is all zeros (-0.0 included)."""
+    tensors = [x for x in items if x[0] == "tensor"]
+    return bool(tensors) and not any(_any_nonzero(x) for x in tensors)
+
+
+def _any_nonzero(item: tuple[Any, ...]) -> bool:
+    raw = raw_numpy(item)
+    if item[1] == "bfloat16":  # its bits, read without widening: zero once the sign is shifted out
+        return any(np.any(raw.ravel()[i:i + _CHUNK] << 1) for i in range(0, raw.size, _CHUNK))
+    return bool(np.any(raw))

@@ -10,7 +10,8 @@ Imported only inside a worker (it imports torch). What it provides:
   `InterpretedFunction.run`) and `cuda.bindings.driver.cuLaunchKernel[Ex]` to count launches of
   the candidate's own kernels, check their stream, and suppress them (knockout);
 - `KernelLog`: the GPU kernels that actually ran during the candidate's calls (CUPTI activity
-  through `torch.profiler`), for `gate.foreign.attribute_kernels`;
+  through torch's Kineto profiler, one CUDA-only session per call), for
+  `gate.foreign.attribute_kernels`;
 - `OpTrace`: a torch dispatch mode that records every compute op the candidate runs (allocation,
   views and copies are allowed), notes calls made from inside the case's reference, and fills
   each tensor the candidate allocates with poison (NaN for floats).
@@ -289,114 +290,141 @@ class LaunchMonitor:
 class KernelLog:
     """GPU kernels (and driver memcpy / memset activities) that ran inside `window()`s.
 
-    One `torch.profiler` session (CPU and CUDA activities) per `session()`; each candidate call
-    runs inside a `window()`, a user range entered after a device synchronize and left after
-    another, so every kernel the call launched on any stream (a library's included) starts and
-    ends inside it and nothing the gate ran between calls does. `kernels` holds the names
-    collected so far (in order, repeats dropped). Off the GPU, or where the profiler cannot
-    start, it records nothing and `available` is False."""
+    Each candidate call runs inside a window: a device synchronize, the start of a profiler
+    session that records CUDA activity alone (CUPTI's kernel, memcpy and memset records; no CPU
+    ops, shapes, stacks or memory), the call, another synchronize, the session's end. So every
+    kernel the call launched on any stream (a library's included) is recorded, and nothing the
+    gate runs between calls is. `kernels` holds the names collected so far (in order, repeats
+    dropped). Off the GPU, or where the profiler cannot start, it records nothing and
+    `available` is False (`reason` says why); `lost` says why when it had started before
+    (in `warm_up`, before candidate code loaded) and then failed to.
 
-    WINDOW = "klineage::candidate"
+    The sessions are driven through torch's Kineto bindings, bound when the log is made (before
+    candidate code loads), not through `torch.profiler.profile`, whose first start imports
+    torch._inductor and with it torch._dynamo (4.8 s with torch 2.11 on an H100 machine, and a
+    rebinding of `torch.manual_seed`). A session costs a few milliseconds; the first one, which
+    initializes CUPTI, about 0.15 s."""
 
     def __init__(self, synchronize: Callable[[], None] | None) -> None:
         self.synchronize = synchronize
         self.available = synchronize is not None
         self.kernels: list[str] = []
-        self._prof: Any = None
         self.reason: str | None = None  # why the profiler is unavailable, when it is
         self.seconds = 0.0  # wall seconds spent starting, stopping and reading the profiler
+        self.windows = 0  # windows recorded (sessions run)
+        self.lost: str | None = None
+        self._started = False
+        self._open = False
+        self._kineto: _Kineto | None = None
+        if self.available:
+            try:
+                self._kineto = _Kineto.bind()
+            except Exception as exc:  # a torch without Kineto's CUDA activity
+                self._unavailable(exc)
+
+    def _unavailable(self, exc: BaseException) -> None:
+        self.available, self.reason = False, f"{type(exc).__name__}: {exc}"
+        if self._started:
+            self.lost = self.reason
 
     def warm_up(self) -> None:
-        """One empty session, before the tamper snapshot: the profiler's first start imports
-        modules that rebind torch functions (`torch.manual_seed`, through torch._dynamo) and
-        initializes CUPTI; after it, sessions change nothing the tamper watch sees."""
-        with self.session(), self.window():
+        """One empty window, before candidate code loads: the first session initializes CUPTI,
+        and a profiler that starts here and not later was stopped from starting by the
+        candidate (`lost`)."""
+        with self.window():
             pass
         self.kernels.clear()
-
-    def session(self) -> Any:
-        import contextlib  # noqa: PLC0415
-
-        log = self
-
-        @contextlib.contextmanager
-        def run() -> Any:
-            if not log.available:
-                yield
-                return
-            from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
-
-            t0 = time.perf_counter()
-            try:
-                prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-                prof.__enter__()
-            except Exception as exc:  # no CUPTI: attribution is off, said in a flag
-                log.available, log.reason = False, f"{type(exc).__name__}: {exc}"
-                yield
-                return
-            log._prof = prof
-            log.seconds += time.perf_counter() - t0
-            try:
-                yield
-            finally:
-                t1 = time.perf_counter()
-                log._prof = None
-                prof.__exit__(None, None, None)
-                log._collect(prof)
-                log.seconds += time.perf_counter() - t1
-
-        return run()
+        self.windows = 0
 
     def window(self) -> Any:
         import contextlib  # noqa: PLC0415
 
-        if self._prof is None:
+        if not self.available or self._open:
             return contextlib.nullcontext()
         log = self
 
         @contextlib.contextmanager
         def run() -> Any:
-            assert log.synchronize is not None
+            kineto = log._kineto
+            assert log.synchronize is not None and kineto is not None
             log.synchronize()
-            with torch.profiler.record_function(KernelLog.WINDOW):
-                try:
-                    yield
-                finally:
-                    log.synchronize()
+            t0 = time.perf_counter()
+            try:
+                kineto.start()
+            except Exception as exc:  # no CUPTI: attribution is off, said in a flag
+                log._unavailable(exc)
+                yield
+                return
+            log._open = log._started = True
+            log.seconds += time.perf_counter() - t0
+            try:
+                yield
+            finally:
+                log.synchronize()
+                t1 = time.perf_counter()
+                log._open = False
+                log.windows += 1
+                log._collect(kineto.stop())
+                log.seconds += time.perf_counter() - t1
 
         return run()
 
-    def _collect(self, prof: Any) -> None:
-        events = prof.profiler.kineto_results.events()
-        windows: list[tuple[int, int]] = []
-        device: list[tuple[int, str]] = []
-        cuda = torch.autograd.DeviceType.CUDA
-        for ev in events:
-            start = ev.start_ns() if hasattr(ev, "start_ns") else int(ev.start_us() * 1000)
-            if ev.device_type() == cuda:
-                # a user range (the gate's window, or the candidate's own record_function) is
-                # mirrored on the GPU's timeline as an annotation: it is no kernel
-                annotation = getattr(ev, "is_user_annotation", None)
-                kind = str(ev.activity_type()) if hasattr(ev, "activity_type") else ""
-                if ((annotation is not None and annotation()) or "annotation" in kind
-                        or ev.name() == KernelLog.WINDOW):
-                    continue
-                device.append((start, ev.name()))
-            elif ev.name() == KernelLog.WINDOW:
-                dur = ev.duration_ns() if hasattr(ev, "duration_ns") else int(ev.duration_us() * 1000)
-                windows.append((start, start + dur))
-        windows.sort()
+    def _collect(self, events: list[Any]) -> None:
+        assert self._kineto is not None
+        cuda = self._kineto.cuda
         seen = set(self.kernels)
-        inside = 0
-        for start, name in sorted(device):
-            if any(lo <= start <= hi for lo, hi in windows):
-                inside += 1
-                if name not in seen:
-                    seen.add(name)
-                    self.kernels.append(name)
+        device = 0
+        for ev in events:
+            if ev.device_type() != cuda:
+                continue
+            # a user range (the candidate's own record_function) mirrored on the GPU's
+            # timeline is an annotation, no kernel
+            annotation = getattr(ev, "is_user_annotation", None)
+            kind = str(ev.activity_type()) if hasattr(ev, "activity_type") else ""
+            if (annotation is not None and annotation()) or "annotation" in kind:
+                continue
+            device += 1
+            name = ev.name()
+            if name not in seen:
+                seen.add(name)
+                self.kernels.append(name)
         if os.environ.get("KLINEAGE_GATE_DEBUG") == "1":
-            print(f"klineage gate kernel log: {len(windows)} windows, {len(device)} device events, "
-                  f"{inside} inside; names so far: {self.kernels}", file=sys.stderr, flush=True)
+            print(f"klineage gate kernel log: window {self.windows}, {device} device events; "
+                  f"names so far: {self.kernels}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Kineto:
+    """Torch's profiler entry points (`torch._C._autograd`) and a CUDA-only configuration."""
+
+    prepare: Callable[..., Any]
+    enable: Callable[..., Any]
+    disable: Callable[[], Any]
+    config: Any
+    activities: frozenset[Any]
+    cuda: Any  # torch.autograd.DeviceType.CUDA
+
+    @staticmethod
+    def bind() -> _Kineto:
+        from torch._C import _autograd  # noqa: PLC0415
+        from torch.autograd import profiler  # noqa: PLC0415
+
+        # The configuration torch builds for `profile(use_cpu=False, use_device="cuda")`.
+        template = profiler.profile(use_cpu=False, use_device="cuda", use_kineto=True)
+        activities = frozenset(template.kineto_activities)
+        if activities != {profiler.ProfilerActivity.CUDA}:
+            raise RuntimeError(f"the profiler records no CUDA activity here "
+                               f"(activities {sorted(map(str, activities))})")
+        return _Kineto(_autograd._prepare_profiler, _autograd._enable_profiler,
+                       _autograd._disable_profiler, template.config(), activities,
+                       torch.autograd.DeviceType.CUDA)
+
+    def start(self) -> None:
+        self.prepare(self.config, set(self.activities))
+        self.enable(self.config, set(self.activities))
+
+    def stop(self) -> list[Any]:
+        return list(self.disable().events())
 
 
 def _interpreting() -> bool:

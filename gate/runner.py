@@ -66,6 +66,7 @@ class _Judge:
     phases: list[tuple[str, float]] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     compare_s: float = 0.0  # the parent's own time decoding and comparing outputs
+    compare_lock_s: float = 0.0  # the parent's time waiting for the GPU lock to compare
     gpu_lock: Any = field(default_factory=gpulock.NoLock)
     """The worker's GPU lock, held shared while comparing: no gate times a kernel while a
     parent's comparisons load the CPU."""
@@ -186,13 +187,15 @@ class _Judge:
     def _compare(self, variant: str, outputs: Any, key: tuple[str, str, int]) -> cmp.Outcome:
         ref_outputs, inputs = self.refs[key]
         dtype = str(self._shape(variant).get("dtype", ""))
-        t0 = time.perf_counter()
+        t0, waited = time.perf_counter(), self.gpu_lock.waited_s
         with self.gpu_lock.shared():
             outcome = cmp.compare(outputs, ref_outputs, tolerance=self.case.tolerance_for(dtype),
                                   low_tolerance=cmp.lower_precision_tolerance(
                                       dtype, dict(self.case.tolerance)),
                                   case_compare=self.case_compare, inputs=inputs)
-        self.compare_s += time.perf_counter() - t0
+        lock_s = self.gpu_lock.waited_s - waited
+        self.compare_s += time.perf_counter() - t0 - lock_s
+        self.compare_lock_s += lock_s
         return outcome
 
     def _answers_other_inputs(self, variant: str, outputs: Any,
@@ -274,6 +277,8 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
     if judge.verdict is None:  # "done" arrived without a decision: cannot happen, but never lie
         return reject(tier, judge.stage, FailureKind.INTERNAL, "the worker finished without a verdict")
     phases = judge.phases + ([("compare (parent)", judge.compare_s)] if judge.compare_s else [])
+    if judge.compare_lock_s:  # another gate was timing: waiting, not comparing
+        phases.append(("compare lock wait (parent)", judge.compare_lock_s))
     return replace(judge.verdict, phases=tuple(phases))
 
 

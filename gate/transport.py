@@ -49,11 +49,16 @@ def encode_all(values: Any, cap: Any) -> list[tuple[Any, ...]]:
     return [encode(values, cap)]
 
 
+def raw_numpy(item: tuple[Any, ...]) -> np.ndarray:
+    """A read-only view of a ("tensor", ...) item's bytes, no copy; bfloat16 as its uint16 bits."""
+    _, dtype, shape, data = item
+    return np.frombuffer(data, dtype=_NUMPY[dtype]).reshape(shape)
+
+
 def to_numpy(item: tuple[Any, ...]) -> np.ndarray:
     """Decode a ("tensor", ...) item; bfloat16 widens exactly to float32."""
-    _, dtype, shape, data = item
-    arr = np.frombuffer(data, dtype=_NUMPY[dtype]).reshape(shape)
-    if dtype == "bfloat16":
+    arr = raw_numpy(item)
+    if item[1] == "bfloat16":
         arr = (arr.astype(np.uint32) << 16).view(np.float32)
     return arr
 

@@ -100,8 +100,6 @@ class _Runner:
     def __init__(self, chan: Channel, job: Job) -> None:
         import torch
 
-        import torch.profiler  # noqa: F401  (before the tamper snapshot: it binds torch attributes)
-
         from gate import gpulock, guards, refill
         from gate.cases import import_case_module
 
@@ -438,6 +436,10 @@ class _Runner:
         (`gate.foreign`); the first foreign one rejects, named."""
         from gate import foreign  # noqa: PLC0415
 
+        if self.kernels.lost:
+            self.chan.reject(FailureKind.TAMPERING, stage,
+                             f"the GPU profiler that attributes kernels started before candidate "
+                             f"code loaded and not during its {what}: {self.kernels.lost[:200]}")
         bad = foreign.attribute_kernels(self.kernels.kernels, self.own_kernel_names())
         if bad:
             more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
@@ -517,11 +519,6 @@ class _Runner:
     # -- phases --------------------------------------------------------------------------
     def correctness(self) -> None:
         self.chan.send("stage", "correctness")
-        with self.kernels.session():
-            self._correctness()
-        self.check_kernels("correctness", "correctness calls")
-
-    def _correctness(self) -> None:
         for variant, phase, seed in self.plan():
             if phase != PHASE_SEED:
                 continue
@@ -530,14 +527,10 @@ class _Runner:
             res = self.call(inputs, "run")
             self.check_call(res, inputs, original, "correctness", f"{variant}/seed {seed}")
             self.send_out(variant, phase, seed, res)
+        self.check_kernels("correctness", "correctness calls")
 
     def knockout(self) -> None:
         self.chan.send("stage", "anti_cheat")
-        with self.kernels.session():
-            self._knockout()
-        self.check_kernels("anti_cheat", "knockout calls")
-
-    def _knockout(self) -> None:
         variant = next(iter(self.shapes))
         seed = self.job.seeds[0]
         original = self.originals[(variant, PHASE_SEED, seed)]
@@ -555,6 +548,7 @@ class _Runner:
                 self.check_inputs(inputs, original, f"the {phase} run")
                 self.check_output_types(res["out"], f"the {phase} run")
                 self.send_out(variant, phase, seed, res)
+        self.check_kernels("anti_cheat", "knockout calls")
 
     def repeat(self) -> None:
         """Interpret tier: repeated calls on the same input buffers, refilled with another set
@@ -581,8 +575,7 @@ class _Runner:
             # (under the kernel log too) vouch for what the candidate does when timed; both are
             # held to the launch count, stream and input checks, and a sample of each run's
             # calls, drawn after they ran, plus its last call, is checked by the parent.
-            with self.kernels.session():
-                self.timed_runs(variant, traced=True, what=f"{variant}/timed runs")
+            self.timed_runs(variant, traced=True, what=f"{variant}/timed runs")
             self.check_kernels("timing", f"{variant} timed runs")
             ms, wall = self.timed_runs(variant, traced=False, what=f"{variant}/untraced timed runs")
             self.chan.send("cand_ms", variant, ms, wall, self.timed_s)
@@ -641,13 +634,12 @@ class _Runner:
 
     def reverify(self) -> None:
         """Device tier: one more fresh-input check, always (the parent flags >10x speedups)."""
-        with self.kernels.session():
-            for variant in self.shapes:
-                original = self.originals[(variant, PHASE_REVERIFY, self.job.reverify_seed)]
-                inputs = self.clone_inputs(original)
-                res = self.call(inputs, "run")
-                self.check_call(res, inputs, original, "timing", f"{variant}/re-verification")
-                self.send_out(variant, PHASE_REVERIFY, self.job.reverify_seed, res)
+        for variant in self.shapes:
+            original = self.originals[(variant, PHASE_REVERIFY, self.job.reverify_seed)]
+            inputs = self.clone_inputs(original)
+            res = self.call(inputs, "run")
+            self.check_call(res, inputs, original, "timing", f"{variant}/re-verification")
+            self.send_out(variant, PHASE_REVERIFY, self.job.reverify_seed, res)
         self.check_kernels("timing", "re-verification calls")
         if not self.kernels.available and self.kernels.reason:
             self.chan.send("flag", f"GPU kernels not attributed: the profiler did not start "

@@ -88,6 +88,96 @@ def test_kernels_are_attributed_to_the_candidate_or_the_allow_list() -> None:
     ]
 
 
+class _Event:
+    """A profiler event as `gate.guards.KernelLog` reads it."""
+
+    def __init__(self, name: str, device: str, annotation: bool = False) -> None:
+        self._name, self._device, self._annotation = name, device, annotation
+
+    def name(self) -> str:
+        return self._name
+
+    def device_type(self) -> str:
+        return self._device
+
+    def is_user_annotation(self) -> bool:
+        return self._annotation
+
+    def activity_type(self) -> str:
+        return "gpu_user_annotation" if self._annotation else "kernel"
+
+
+class _FakeKineto:
+    """Stands in for torch's profiler: records what "ran on the GPU" while a session is on."""
+
+    cuda = "cuda"
+
+    def __init__(self, log: list[str]) -> None:
+        self.log, self.on, self.ran, self.fail = log, False, [], None
+
+    def start(self) -> None:
+        if self.fail is not None:
+            raise self.fail
+        assert not self.on, "one session at a time"
+        self.on, self.ran = True, []
+        self.log.append("start")
+
+    def stop(self) -> list[_Event]:
+        self.on = False
+        self.log.append("stop")
+        return self.ran
+
+    def run(self, *events: _Event) -> None:
+        """Kernels executed now: recorded only inside a session, as CUPTI would."""
+        if self.on:
+            self.ran.extend(events)
+
+
+def _kernel_log() -> tuple[object, _FakeKineto, list[str]]:
+    pytest.importorskip("torch")
+    from gate.guards import KernelLog
+
+    calls: list[str] = []
+    log = KernelLog(None)  # no GPU: binds nothing
+    fake = _FakeKineto(calls)
+    log.synchronize, log.available, log._kineto = (lambda: calls.append("sync")), True, fake
+    return log, fake, calls
+
+
+def test_the_kernel_log_records_the_kernels_of_its_windows_alone() -> None:
+    log, fake, calls = _kernel_log()
+    log.warm_up()
+    assert calls == ["sync", "start", "sync", "stop"] and log.kernels == [] and log.windows == 0
+    fake.run(_Event("gate_compare_kernel", "cuda"))  # the gate's own work between calls
+    with log.window():
+        fake.run(_Event("cand_kernel", "cuda"), _Event("cudaLaunchKernel", "cpu"),
+                 _Event("candidate range", "cuda", annotation=True))
+        with log.window():  # nested: the same session
+            fake.run(_Event("sm90_xmma_gemm_cublas", "cuda"))
+    with log.window():
+        fake.run(_Event("cand_kernel", "cuda"), _Event("Memset (Device)", "cuda"))
+    # a synchronize before each session starts and before it stops: the window holds every
+    # kernel its call launched, and none from before
+    assert calls[4:] == ["sync", "start", "sync", "stop"] * 2
+    assert log.kernels == ["cand_kernel", "sm90_xmma_gemm_cublas", "Memset (Device)"]
+    assert log.windows == 2 and log.available and log.lost is None
+
+
+def test_a_profiler_that_stops_starting_after_the_warm_up_is_lost() -> None:
+    log, fake, _ = _kernel_log()
+    fake.fail = RuntimeError("Profiler is already enabled on this thread")
+    with log.window():  # never started: unavailable (a flag), not lost
+        pass
+    assert not log.available and log.lost is None and "already enabled" in log.reason
+
+    log, fake, _ = _kernel_log()
+    log.warm_up()
+    fake.fail = RuntimeError("Profiler is already enabled on this thread")
+    with log.window():
+        pass
+    assert not log.available and log.lost is not None and "already enabled" in log.lost
+
+
 def test_cuda_kernel_names_of_a_source() -> None:
     src = ('extern "C" __global__ void __launch_bounds__(256) saxpy(float* x) {}\n'
            "template <int B> __global__ void tiled_gemm(const half* a) {}\n"

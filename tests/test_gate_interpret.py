@@ -95,6 +95,77 @@ def test_the_threaded_norm_matches_one_thread(monkeypatch: pytest.MonkeyPatch) -
     assert compare.relative_error(inf_out, inf_ref) == float("inf")
 
 
+def test_bfloat16_outputs_are_compared_as_their_float32_values(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """bfloat16 travels as its bits and is widened a chunk at a time: the error is the one of
+    the widened float32 arrays, to the last bit, and non-finite values are still told apart."""
+    import numpy as np
+
+    from gate import compare
+    from gate.transport import to_numpy
+
+    monkeypatch.setattr(compare, "_CHUNK", 1000)  # several chunks, a partial last one
+
+    def bf16(values: np.ndarray) -> tuple:
+        bits = (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        return ("tensor", "bfloat16", values.shape, bits.tobytes())
+
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal((70, 101)).astype(np.float32)
+    out = ref + rng.standard_normal(ref.shape).astype(np.float32) * 1e-2
+    r, o = bf16(ref), bf16(out)
+    outcome = compare.compare([o], [r], tolerance=1e-1)
+    assert outcome.ok and outcome.rel_err == compare.relative_error(to_numpy(o), to_numpy(r))
+    holed = out.copy()
+    holed[69, 100] = np.nan  # the last element: unwritten output
+    assert compare.compare([bf16(holed)], [r], tolerance=1e-1).kind is FailureKind.NAN_OUTPUT
+    inf_ref, inf_out = ref.copy(), out.copy()
+    inf_ref[3, 3] = inf_out[3, 3] = -np.inf  # matched in the reference: the exact path
+    assert compare.compare([bf16(inf_out)], [bf16(inf_ref)], tolerance=1e-1).ok
+    inf_out[3, 3] = np.inf
+    assert compare.compare([bf16(inf_out)], [bf16(inf_ref)], tolerance=1e-1).rel_err == float("inf")
+    assert compare.all_zero([bf16(np.array([0.0, -0.0]))])
+    assert not compare.all_zero([bf16(np.array([0.0, 1e-30]))])
+
+
+def test_finite_values_whose_squares_overflow_are_no_nan() -> None:
+    import numpy as np
+
+    from gate import compare
+
+    ref = np.array([1e154, 1.0, 2.0])
+    out = np.array([-1e154, 1.0, 2.0])  # finite: the squared error overflows float64
+    assert compare.relative_error(out, ref) == float("inf")
+    assert np.isnan(compare.relative_error(np.array([np.nan, 1.0, 2.0]), ref))
+
+
+def test_the_parent_counts_its_wait_for_the_gpu_lock_apart_from_comparing() -> None:
+    import contextlib
+    import time
+
+    import numpy as np
+
+    from gate.runner import _Judge
+
+    class SlowLock:
+        waited_s = 0.0
+
+        @contextlib.contextmanager
+        def shared(self):  # another gate times for 0.2 s before the comparison may start
+            time.sleep(0.2)
+            self.waited_s += 0.2
+            yield
+
+    ref = np.linspace(1.0, 2.0, 1000).astype(np.float32)
+    item = [("tensor", "float32", ref.shape, ref.tobytes())]
+    judge = _Judge(gate.load_case(SAXPY), Tier.INTERPRET, gpu_lock=SlowLock())
+    variant = next(iter(judge.case.small_shapes))
+    judge.handle(("ref", variant, "seed", 1, item, None))
+    judge.handle(("out", variant, "seed", 1, item, 1))
+    assert judge.verdict is None and judge.results[0].rel_err == 0.0
+    assert judge.compare_lock_s == pytest.approx(0.2) and judge.compare_s < 0.1
+
+
 def test_an_unknown_case_or_tier_is_bad_input() -> None:
     from kir.errors import BadInputError
 
