@@ -126,24 +126,6 @@ class GemmPhaseDecomposition(_Intent):
         return False
 
 
-@dataclass(frozen=True, slots=True)
-class WarpSpecialization(_Intent):
-    """Producer/consumer warp roles: some warps only move data, the rest only compute."""
-
-    name: ClassVar[str] = "warp-specialization"
-    category: ClassVar[Category] = Category.STAGING
-    summary: ClassVar[str] = "producer warps feed consumer warps through a shared-memory ring"
-    requires: ClassVar[tuple[str, ...]] = ("pipelined",)
-    provides: ClassVar[tuple[str, ...]] = ("warp-specialized",)
-    languages: ClassVar[tuple[str, ...]] = ("cuda", "triton")
-    platforms: ClassVar[tuple[str, ...]] = ("cuda",)
-    preconditions: ClassVar[tuple[str, ...]] = ("arch >= sm_90",)
-    patterns: ClassVar[dict[str, tuple[str, ...]]] = {
-        "cuda": (r"setmaxnreg|\b(producer|consumer)\w*\b.*\b(warp|wg)",),
-        "triton": (r"warp_specialize\s*=\s*True",),
-    }
-
-
 def _dotted(expr: ast.AST) -> str:
     parts = []
     while isinstance(expr, ast.Attribute):

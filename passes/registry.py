@@ -45,12 +45,13 @@ _TABLE: dict[str, tuple[str, str]] = {
     "launch-bounds": ("passes.cuda.annotations", "LaunchBounds"),
     "warp-shuffle-reduce": ("passes.cuda.reduction", "WarpShuffleReduce"),
     "cp-async-pipeline": ("passes.cuda.pipeline", "CpAsyncPipeline"),
+    "tma-bulk-copy": ("passes.cuda.tma", "TmaBulkCopy"),
+    "warp-specialization": ("passes.cuda.roles", "WarpSpecialization"),
     "mma-intrinsics": ("passes.cuda.compute", "MmaIntrinsics"),
     "wgmma": ("passes.cuda.compute", "Wgmma"),
     # algorithmic intents (detection only; the LLM rewriter performs them)
     "radix-select": ("passes.algorithmic", "RadixSelect"),
     "gemm-phase-decomposition": ("passes.algorithmic", "GemmPhaseDecomposition"),
-    "warp-specialization": ("passes.algorithmic", "WarpSpecialization"),
 }
 
 

@@ -31,6 +31,9 @@ FOUND = {
                           "launch-bounds", "warp-shuffle-reduce", "radix-select"},
 }
 
+# (expert, pass) -> why the rule finds its construct there and keeps it (part of its refusal)
+REFUSED = {("gemm/gemm_cuda.cu", "tma-bulk-copy"): "tensor map encoded on the host"}
+
 
 def _present_rules(expert: str) -> list[str]:
     path = EXPERTS / expert
@@ -66,6 +69,10 @@ def test_roundtrip_on_expert(expert: str, pass_name: str) -> None:
     sites = [s for s in p.sites(ir, anchors.build_index(ir)) if s.present]
     assert sites
     for site in sites[:SITES_PER_PASS]:
+        if (expert, pass_name) in REFUSED:
+            refusal = p.deoptimize(ir, site, ctx)
+            assert not refusal.ok and REFUSED[expert, pass_name] in refusal.reason
+            continue
         trip = roundtrip(p, ir, site, ctx)
         assert trip.backward.ok, trip.backward
         assert trip.backward.ir.text != ir.text
@@ -103,7 +110,8 @@ def test_deoptimized_cuda_expert_still_compiles(case: str, expert: str) -> None:
     naive, steps = deoptimize_all(ir)
     # every rule present in the expert was removed (a removal may bring in a construct another
     # rule then removes, e.g. the shuffles of the scalar MMA)
-    assert set(_present_rules(expert)) <= {name for name, _ in steps}
+    kept = {name for where, name in REFUSED if where == expert}
+    assert set(_present_rules(expert)) - kept <= {name for name, _ in steps}
     verdict = gate.check(naive.text, "cuda", case, tier="static", path=str(EXPERTS / expert),
                          cache=False)
     assert verdict.ok, (verdict.stage, verdict.reason)

@@ -28,22 +28,15 @@ scale-d as an immediate or a predicate set from an operand, immediate scale/tran
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-from passes._source import ByteEdit, finish, make_site
-from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.cuda._c import CSource, asm_constrained_operands, asm_template, find_iter
+from passes.base import Category
+from passes.cuda._asm import COMPILER_BARRIER, AsmRewrite, AsmRule
+from passes.cuda._c import CSource, asm_constrained_operands, find_iter
 from passes.cuda.annotations import CUDA
 
-if TYPE_CHECKING:
-    from anchors import AnchorIndex
-    from kir import KernelIR
-
-_ASM = re.compile(r"\basm\s*(?:volatile\s*|__volatile__\s*)?\(")
-_BARRIER = 'asm volatile("" ::: "memory")'
 _SIDE_EFFECT = re.compile(r"\+\+|--|(?<![=!<>])=(?!=)")
 
 # ---------------------------------------------------------------------------------------------
@@ -177,27 +170,6 @@ __device__ __forceinline__ void kl_wgmma_as_mma(bool bf16, float* d, unsigned lo
 """
 
 
-@dataclass(frozen=True, slots=True)
-class _Rewrite:
-    start: int
-    end: int
-    replacement: str | None  # None: a form the rule cannot rewrite
-    why: str = ""
-
-
-def _helper_insert_at(src: CSource) -> int:
-    """Where inserted helpers go: after the file's leading comments, blank lines, includes and
-    `#pragma once`, at the start of the first other line."""
-    pos = 0
-    while pos < len(src.text):
-        end = src.line_end(pos)
-        line = src.code[pos:end].strip()
-        if line and not re.match(r"#\s*(include|pragma\s+once)\b", line):
-            return pos
-        pos = end
-    return len(src.text)
-
-
 def _type_expr(token: str) -> str | None:
     """The C++ bool saying 'bf16' for a PTX type token (a literal or a pasted macro parameter)."""
     if token == "bf16":
@@ -212,81 +184,6 @@ def _pure(expr: str) -> bool:
     return not _SIDE_EFFECT.search(expr)
 
 
-class _AsmRule(Pass):
-    """Shared mechanics: rewrite inline-asm statements into helper calls, insert the helpers
-    once, record `[original, replacement]` pairs and restore them forward."""
-
-    __slots__ = ()
-    helpers: ClassVar[str] = ""
-    marker: ClassVar[str] = ""
-    """A name the helpers define: its presence marks an applicable (de-optimized) site."""
-
-    def _rewrites(self, src: CSource) -> list[_Rewrite]:
-        out = []
-        for m in find_iter(_ASM, src):
-            open_at = m.end() - 1
-            end = src.close(open_at)
-            template = asm_template(src, open_at)
-            result = self._match(src, open_at, template)
-            if result is None:
-                continue
-            replacement, why = result
-            out.append(_Rewrite(m.start(), end, replacement, why))
-        return out
-
-    def _match(self, src: CSource, open_at: int, template: str) -> tuple[str | None, str] | None:
-        raise NotImplementedError
-
-    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
-        src = CSource(ir)
-        found = self._rewrites(src)
-        out = []
-        if found:
-            start = min(_helper_insert_at(src), found[0].start)
-            out.append(make_site(self.name, ir, index, src.bspan(start, found[-1].end), True,
-                                 {"instructions": len(found),
-                                  "refused": sum(r.replacement is None for r in found)},
-                                 src.bspan(found[0].start, found[0].end)))
-        at = src.code.find(self.marker + "(") if self.marker else -1
-        if at >= 0 and not found:
-            out.append(make_site(self.name, ir, index, (0, len(ir.source)), False,
-                                 {"calls": len(re.findall(rf"\b{self.marker}\b", src.code)) - 1},
-                                 src.bspan(at, at + len(self.marker))))
-        return out
-
-    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
-        src = CSource(ir)
-        found = self._rewrites(src)
-        if not found or src.bspan(found[0].start, found[-1].end)[1] != site.span[1]:
-            return Skipped(f"no {self.name} instructions at the site", {"site": site.anchor})
-        bad = [r for r in found if r.replacement is None]
-        if bad:
-            return Skipped(bad[0].why, {"line": src.text.count("\n", 0, bad[0].start) + 1})
-        insert = _helper_insert_at(src)
-        pairs = [["", self.helpers]] + [[src.text[r.start:r.end], r.replacement] for r in found]
-        edits = [src.edit(insert, insert, self.helpers)]
-        edits += [src.edit(r.start, r.end, r.replacement) for r in found]
-        return finish(ir, site, edits, options={"pairs": json.dumps(pairs)})
-
-    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
-        if not self.pairs:  # type: ignore[attr-defined]
-            return Skipped(f"re-deriving {self.name} needs the recorded instructions (the "
-                           "fragment layout and operand staging are kernel-specific)", {})
-        results, skip = self.check(ctx)
-        if skip:
-            return skip
-        text = ir.source
-        pos, edits = site.span[0], []
-        for before, after in json.loads(self.pairs):  # type: ignore[attr-defined]
-            needle = after.encode("utf-8")
-            at = text.find(needle, pos, site.span[1])
-            if at < 0:
-                return Skipped(f"the recorded {self.name} replacement is not in the kernel", {})
-            edits.append(ByteEdit(at, at + len(needle), before))
-            pos = at + len(needle)
-        return finish(ir, site, edits, preconditions=results)
-
-
 _WGMMA = re.compile(
     r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)\.(\w+)\.(\S+?)\.(\S+?)\s*"
     r"\{([^}]*)\}\s*,\s*(\{[^}]*\}|%\d+)\s*,\s*(%\d+)\s*,\s*(\w+|%\d+)"
@@ -295,7 +192,7 @@ _WGMMA_SYNC = re.compile(r"^\s*wgmma\.(?:fence|commit_group|wait_group)\.sync\.a
 
 
 @dataclass(frozen=True, slots=True)
-class Wgmma(_AsmRule):
+class Wgmma(AsmRule):
     """Hopper warpgroup MMA (`wgmma.mma_async` from shared-memory descriptors) <-> the same
     product as warp-level `mma.sync m16n8k16`, operands read through the descriptors."""
 
@@ -315,15 +212,16 @@ class Wgmma(_AsmRule):
     preconditions: ClassVar[tuple[str, ...]] = ("arch >= sm_90",)
     helpers: ClassVar[str] = WGMMA_HELPERS
     marker: ClassVar[str] = "kl_wgmma_as_mma"
+    forward_needs: ClassVar[str] = "the fragment layout and operand staging are kernel-specific"
 
-    def _rewrites(self, src: CSource) -> list[_Rewrite]:
-        found = _AsmRule._rewrites(self, src)
+    def rewrites(self, src: CSource) -> list[AsmRewrite]:
+        found = AsmRule.rewrites(self, src)
         # the fences/commits/waits are this rule's only while a wgmma is left to rewrite
         return found if any(r.why != "sync" for r in found) else []
 
-    def _match(self, src: CSource, open_at: int, template: str) -> tuple[str | None, str] | None:
+    def match(self, src: CSource, open_at: int, template: str) -> tuple[str | None, str] | None:
         if _WGMMA_SYNC.search(template):
-            return _BARRIER, "sync"
+            return COMPILER_BARRIER, "sync"
         if "wgmma.mma_async" not in template:
             return None
         m = _WGMMA.search(template)
@@ -382,7 +280,7 @@ _WMMA_API = re.compile(r"\bwmma::(?:mma_sync|load_matrix_sync)\s*\(")
 
 
 @dataclass(frozen=True, slots=True)
-class MmaIntrinsics(_AsmRule):
+class MmaIntrinsics(AsmRule):
     """Tensor-core `mma.sync m16n8k16` with `ldmatrix` fragment loads <-> scalar FMA over the
     same staged tiles (fragments exchanged with warp shuffles)."""
 
@@ -400,15 +298,16 @@ class MmaIntrinsics(_AsmRule):
     preconditions: ClassVar[tuple[str, ...]] = ("arch >= sm_80", "dtype in {fp16, bf16}")
     helpers: ClassVar[str] = MMA_HELPERS
     marker: ClassVar[str] = "kl_mma_m16n8k16"
+    forward_needs: ClassVar[str] = "the fragment layout and operand staging are kernel-specific"
 
-    def _rewrites(self, src: CSource) -> list[_Rewrite]:
-        found = _AsmRule._rewrites(self, src)
-        found += [_Rewrite(m.start(), src.close(m.end() - 1), None,
+    def rewrites(self, src: CSource) -> list[AsmRewrite]:
+        found = AsmRule.rewrites(self, src)
+        found += [AsmRewrite(m.start(), src.close(m.end() - 1), None,
                            "the WMMA API (fragments are opaque types) is not rewritten")
                   for m in find_iter(_WMMA_API, src)]
         return sorted(found, key=lambda r: r.start)
 
-    def _match(self, src: CSource, open_at: int, template: str) -> tuple[str | None, str] | None:
+    def match(self, src: CSource, open_at: int, template: str) -> tuple[str | None, str] | None:
         if not _MMA_ANY.search(template) or "wgmma" in template:
             return None
         ops = asm_constrained_operands(src, open_at)
