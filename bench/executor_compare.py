@@ -32,6 +32,7 @@ import hashlib
 import heapq
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -138,6 +139,13 @@ def compare(local: list[dict[str, Any]], ray: list[dict[str, Any]]) -> dict[str,
             "median_ms_ratio_ray_over_local": ratios[len(ratios) // 2] if ratios else None}
 
 
+def cold_compile_cache(folder: Path) -> None:
+    """Empty the Triton compile cache both executors' workers use (TRITON_CACHE_DIR, set before
+    Ray starts so its workers inherit it), so that neither run reuses the other's compiles."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+
+
 def run_admission(name: str, gates: Executor, lineages: list[Any], out: Path, tier: str,
                   max_trials: int, jobs: int) -> dict[str, Any]:
     from lineage.admission import admit
@@ -145,6 +153,7 @@ def run_admission(name: str, gates: Executor, lineages: list[Any], out: Path, ti
 
     folder = out / f"admission-{name}"
     os.environ["KLINEAGE_CACHE_DIR"] = str(folder / "cache")
+    cold_compile_cache(Path(os.environ["TRITON_CACHE_DIR"]))
     lib = Library.open(folder / "library", create=True)
     for lin in lineages:
         lib.add_all(lift(lin))
@@ -171,6 +180,7 @@ def run_admission(name: str, gates: Executor, lineages: list[Any], out: Path, ti
 
 def run_batch(name: str, gates: Executor, requests: list[CheckRequest], out: Path) -> dict[str, Any]:
     os.environ["KLINEAGE_CACHE_DIR"] = str(out / f"batch-{name}" / "cache")
+    cold_compile_cache(Path(os.environ["TRITON_CACHE_DIR"]))
     say(f"batch ({name}, {len(requests)} jobs)")
     t0 = time.monotonic()
     verdicts = gates.check_many(requests)
@@ -232,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict[str, Any] = {"tier": args.tier, "lineages": paths,
                               "batch_of": args.heldout or "lineage states",
                               "command": "python3 bench/executor_compare.py " + " ".join(sys.argv[1:])}
+    os.environ["TRITON_CACHE_DIR"] = str(out / "triton-cache")
     local = Recording(open_executor("local", jobs=args.jobs))
     try:
         ray = Recording(open_executor("ray", address=args.ray_address))
@@ -262,10 +273,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "verdicts": compare(local.jobs[start_local:], ray.jobs[start_ray:]),
                 "projected_wall_s": ({n: round(lpt(times, n), 1) for n in gpus}
                                      if args.jobs == 1 else "needs --jobs 1")}
-    finally:
+    finally:  # the measurements are written even when a shutdown fails
+        (out / "executor_compare.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
         ray.inner.close()
         local.inner.close()
-    (out / "executor_compare.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     bad = 0
     for part in ("admission", "batch"):
         if part not in result:
