@@ -192,7 +192,8 @@ def from_partial(case: Any, args: argparse.Namespace, out: Path) -> dict[str, An
                            "best": {**best, "termination": "cut (partial lineage)",
                                     "gated": None, "path": None},
                            "cards": cards, "status": "partial"}
-    rec["control"] = control(case, start_path, args)
+    rec["control"] = control(case, start_path, args) if not args.no_control else \
+        {"ok": None, "ms": None, "reason": "not measured (--no-control)"}
     say(case.name, f"from the partial lineage: best {best['ms']} ms; control {rec['control'].get('ms')} ms")
     return rec
 
@@ -321,6 +322,7 @@ def build_tables(records: Sequence[dict[str, Any]], args: argparse.Namespace) ->
             "box_s": args.box, "command": "python3 bench/heldout.py " + " ".join(sys.argv[1:]),
             "gpu": _gpu_name() if args.tier == "device" else None,
             "rows": rows, "families": families,
+            "runs": sorted({str(r.get("records")) for r in rows if r.get("records")}),
             "control": {"compute_bound_geomean_best_vs_control": _geomean(compute),
                         "compute_bound_min_best_vs_control": min(compute) if compute else None,
                         "compute_bound_operators": len(compute)}}
@@ -340,9 +342,12 @@ def _fmt(v: Any, spec: str = ".3f") -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
+    runs = result.get("runs") or []
+    setting = (f"records of {len(runs)} runs (column `run`: each run's command, budget and box are in "
+               f"its folder's log and in bench/results/heldout/README.md)" if len(runs) > 1 else
+               f"budget {result['budget_steps']} gated candidates, box {result['box_s']:.0f} s per operator")
     lines = [f"# Held-out tier ({result['tier']})", "",
-             f"Library `{result['library']}`, budget {result['budget_steps']} gated candidates, "
-             f"box {result['box_s']:.0f} s per operator. `x/ref` is the reference's time over the "
+             f"Library `{result['library']}`, {setting}. `x/ref` is the reference's time over the "
              f"kernel's (above 1: faster than the reference). Command: `{result['command']}`.", ""]
     if result["tier"] == "device":
         lines += ["| family | operator | start ms | best ms | control ms | reference ms | FlagGems ms "
@@ -403,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--from-partial", action="store_true",
                     help="operators without a record whose optimize run was cut: record start and "
                          "best from the run's saved lineage and gate only the control")
+    ap.add_argument("--no-control", action="store_true",
+                    help="with --from-partial: record the control as not measured")
     ap.add_argument("--records", action="append", default=[], metavar="DIR",
                     help="with --tables-only: also read the records of these earlier runs' folders "
                          "(in order; a later folder's, then OUT's, record of an operator wins); "
