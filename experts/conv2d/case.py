@@ -41,11 +41,11 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 def make_inputs(shape: dict, seed: int, device: str) -> tuple:
     """(x, w): random normal activations and weights scaled by 1/sqrt(C*R*S), channels-last."""
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)  # drawn where the inputs live
     dt = _DTYPES[shape["dtype"]]
     n, c, h, w, f, r, s = (shape[k] for k in ("N", "C", "H", "W", "F", "R", "S"))
-    x = torch.randn(n, c, h, w, generator=g)
-    wt = torch.randn(f, c, r, s, generator=g) / (c * r * s) ** 0.5
+    x = torch.randn(n, c, h, w, generator=g, device=device)
+    wt = torch.randn(f, c, r, s, generator=g, device=device) / (c * r * s) ** 0.5
     cl = torch.channels_last
     return (
         x.to(device=device, dtype=dt).contiguous(memory_format=cl),

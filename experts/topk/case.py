@@ -41,12 +41,13 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 def make_inputs(shape: dict, seed: int, device: str) -> tuple:
     """(x, k): x of shape (B, L), random normal (or, with "distinct", small integers); k an int."""
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)  # drawn where the inputs live
     dt = _DTYPES[shape["dtype"]]
     if "distinct" in shape:
-        x = torch.randint(0, shape["distinct"], (shape["B"], shape["L"]), generator=g).float() - 3.0
+        x = torch.randint(0, shape["distinct"], (shape["B"], shape["L"]), generator=g,
+                          device=device).float() - 3.0
     else:
-        x = torch.randn(shape["B"], shape["L"], generator=g)
+        x = torch.randn(shape["B"], shape["L"], generator=g, device=device)
     return (x.to(device=device, dtype=dt), int(shape["K"]))
 
 
