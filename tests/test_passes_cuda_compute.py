@@ -12,6 +12,7 @@ import pytest
 import kir
 from passes import PassContext, Skipped, get_pass
 from passes.roundtrip import roundtrip
+from nvrtc_helpers import ptx_for_sm90a
 
 EXPERTS = Path(__file__).parent.parent / "experts"
 CTX = PassContext(facts={"arch": "sm_90", "dtype": "bf16"})
@@ -59,16 +60,6 @@ extern "C" __global__ void warp_tile(const unsigned short* src, float* dst) {
 """
 
 
-def _compile(text: str) -> str:
-    cudahost = pytest.importorskip("experts.cudahost")
-    try:
-        return cudahost.compile_source(text, name="candidate.cu", arch="sm_90a").ptx
-    except cudahost.CompileError as exc:  # pragma: no cover - the failure message is the point
-        pytest.fail(f"NVRTC: {exc}\n{exc.log[:3000]}")
-    except (ImportError, OSError) as exc:
-        pytest.skip(f"NVRTC is not available: {exc}")
-
-
 def _deopt(name: str, ir: kir.KernelIR) -> tuple[kir.KernelIR, object]:
     p = get_pass(name)()
     sites = [s for s in p.sites(ir) if s.present]
@@ -85,10 +76,10 @@ def test_wgmma_becomes_mma_sync_then_scalar_fma_and_each_state_compiles() -> Non
     step1, applied = _deopt("wgmma", ir)
     assert "wgmma." not in re.sub(r"kl_wgmma_as_mma", "", step1.text)
     assert "kl_wgmma_as_mma<64>(false, &(frag)[0], (lhs), (rhs), true, 1, 1, 0, 0)" in step1.text
-    ptx = _compile(step1.text)
+    ptx = ptx_for_sm90a(step1.text)
     assert "wgmma" not in ptx and "mma.sync.aligned.m16n8k16" in ptx
     step2, _ = _deopt("mma-intrinsics", step1)
-    ptx = _compile(step2.text)
+    ptx = ptx_for_sm90a(step2.text)
     assert "mma.sync" not in ptx and "fma.rn.f32" in ptx
     # the forward direction is the applicable site the de-optimization leaves
     assert [s.present for s in get_pass("wgmma")().sites(step1)] == [False]
@@ -99,7 +90,7 @@ def test_mma_sync_and_ldmatrix_of_another_style_become_fma_and_compile() -> None
     out, _ = _deopt("mma-intrinsics", ir)
     assert "kl_mma_m16n8k16(true, o0, o1, o2, o3, x0, x1, x2, x3, y0, y1, z, z, z, z)" in out.text
     assert "y1 = kl_ldmatrix_reg(base, 1, true)" in out.text
-    ptx = _compile(out.text)
+    ptx = ptx_for_sm90a(out.text)
     assert "mma.sync" not in ptx and "ldmatrix" not in ptx
 
 
@@ -145,5 +136,5 @@ def test_each_compute_deoptimization_of_the_gemm_expert_compiles_for_sm90a() -> 
         ir, _ = _deopt(name, ir)
         verdict = gate.check(ir.text, "cuda", "gemm", tier="static", path=str(path), cache=False)
         assert verdict.ok, (name, verdict.stage, verdict.reason)
-    ptx = _compile(ir.text)
+    ptx = ptx_for_sm90a(ir.text)
     assert not re.search(r"\b(wgmma\.mma_async|mma\.sync|ldmatrix)", ptx)

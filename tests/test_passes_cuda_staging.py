@@ -13,6 +13,7 @@ import pytest
 import kir
 from passes import PassContext, Skipped, get_pass
 from passes.roundtrip import roundtrip
+from nvrtc_helpers import ptx_for_sm90a
 
 EXPERTS = Path(__file__).parent.parent / "experts"
 CTX = PassContext(facts={"arch": "sm_90", "dtype": "bf16"})
@@ -117,16 +118,6 @@ extern "C" __global__ void copy_rows(const float* __restrict__ src, float* dst, 
 """
 
 
-def _ptx(text: str) -> str:
-    cudahost = pytest.importorskip("experts.cudahost")
-    try:
-        return cudahost.compile_source(text, name="candidate.cu", arch="sm_90a").ptx
-    except cudahost.CompileError as exc:  # pragma: no cover - the failure message is the point
-        pytest.fail(f"NVRTC: {exc}\n{exc.log[:3000]}")
-    except (ImportError, OSError) as exc:
-        pytest.skip(f"NVRTC is not available: {exc}")
-
-
 def _deopt(name: str, ir: kir.KernelIR) -> kir.KernelIR:
     """De-optimize the pass's one present site; the recorded forward step restores `ir`."""
     p = get_pass(name)()
@@ -167,7 +158,7 @@ def test_roles_of_the_gemm_expert_become_one_schedule_that_compiles() -> None:
     step = _body(out.text, "for (int kt = 0; kt < k_tiles; ++kt, ++it)")
     assert re.search(r"if \(\(wg == 0\) && \(tid == 0\)\) \{.*tma_load_2d.*\}\s*__syncthreads\(\);"
                      r"\s*if \(!\(wg == 0\)\) \{.*wgmma_commit.*\}\s*__syncthreads\(\);\s*\}$", step, re.S)
-    ptx = _ptx(out.text)
+    ptx = ptx_for_sm90a(out.text)
     assert "setmaxnreg" not in ptx and "cp.async.bulk.tensor" in ptx and "wgmma.mma_async" in ptx
     # what is left is the forward site, and no second split
     assert [s.present for s in get_pass("warp-specialization")().sites(out)] == [False]
@@ -184,7 +175,7 @@ def test_roles_of_another_style_collapse_with_their_own_variables_and_compile() 
     assert re.search(r"slot_producer = 0; phase_producer \^= 1;", step)
     assert re.search(r"slot_consumer = 0; phase_consumer \^= 1;", step)
     assert "int issued = 0;" in out.text  # hoisted: only the producer has it, no rename
-    _ptx(out.text)
+    ptx_for_sm90a(out.text)
 
 
 @pytest.mark.parametrize("change, reason", [
@@ -207,11 +198,11 @@ def test_bulk_copies_become_cp_async_then_synchronous_copies_that_compile() -> N
     step1 = _deopt("tma-bulk-copy", ir)
     assert "kl_bulk_load_as_cp_async((unsigned int)(base + 1024 * k), (const void*)(src + 256 * r), " \
            "(unsigned int)1024, (unsigned int)(flags + 8 * k))" in step1.text
-    ptx = _ptx(step1.text)
+    ptx = ptx_for_sm90a(step1.text)
     assert "cp.async.bulk" not in ptx and "cp.async.cg.shared.global" in ptx
     assert "mbarrier.complete_tx" in ptx  # the barrier still counts the bytes it expects
     step2 = _deopt("cp-async-pipeline", step1)
-    ptx = _ptx(step2.text)
+    ptx = ptx_for_sm90a(step2.text)
     assert not re.search(r"\bcp\.async\b", ptx) and "mbarrier.complete_tx" in ptx
 
 
