@@ -98,6 +98,8 @@ MIN_GAIN = 1.01
 MAX_SITES = 3
 # A card rejected this many times in one run is not retrieved again in that run.
 MAX_CARD_FAILURES = 2
+# A candidate's gate started before the time box ends may run this long past it (its limit is cut).
+BOX_GRACE_S = 30.0
 # Materializations of one card gated on one kernel (recorded options, then pass defaults).
 CANDIDATES_PER_CARD = 2
 # Stepping stones (passing, not faster candidates) the device loop may walk through in a row.
@@ -461,7 +463,9 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     `rewriter` is given: deterministic rules, then the LLM when `ANTHROPIC_API_KEY` is set).
     `seed` permutes equally ranked cards (module docstring; 0 = retrieval's order).
     `deadline` (a `time.monotonic()` value) stops the loop before a gate that would start
-    after it (termination "time-box"; the best kernel so far is returned as usual).
+    after it (termination "time-box"; the best kernel so far is returned as usual), and a
+    candidate's gate started before it may run at most `BOX_GRACE_S` past it (its time limit is
+    cut to fit; a gate cut so is set aside as "time-box", not held against its card).
     `config_sweeps=False` turns off the joint-configuration proposals of launch-parameter
     cards (`materializations`), leaving their single-parameter rewrites.
     Writes OUT/best.<ext> (CUDA: with its host module), OUT/lineage.json and OUT/result.json.
@@ -505,16 +509,20 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    def check(source: str) -> Any:
+    def check(source: str, boxed: bool = True) -> Any:
         kwargs: dict[str, Any] = {"path": path}
-        if gate_timeout is not None:
-            kwargs["timeout"] = gate_timeout
+        limit = gate_timeout
+        if boxed and deadline is not None:  # a candidate's gate ends near the box, not after it
+            left = max(deadline - time.monotonic(), 0.0) + BOX_GRACE_S
+            limit = min(limit, left) if limit is not None else left
+        if limit is not None:
+            kwargs["timeout"] = limit
         return (check_fn or (executor.check if executor is not None else gate.check))(
             source, language, the_case, run_tier, **kwargs)
 
     start_src = ir.unparse()
     say("gate", {"card": "(start)"})
-    verdict = check(start_src)
+    verdict = check(start_src, boxed=False)
     if not verdict.ok:
         raise BadInputError(f"{target} fails the gate at the {run_tier} tier "
                             f"({_kind(verdict)}: {verdict.reason}); nothing correct to start from")
@@ -611,7 +619,7 @@ class _Job:
 def _gated_rejections(run: _Run) -> Iterator[Step]:
     """The run's rejected candidates that were gated (refusals to materialize and repeats
     left out), in order."""
-    return (step for step in run.rejected if step.stage not in ("repeat", "materialize"))
+    return (step for step in run.rejected if step.stage not in ("repeat", "materialize", "time-box"))
 
 
 def _failures(run: _Run) -> Counter[str]:
@@ -712,6 +720,14 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
         run.gated += 1
         job.say("gate", {"card": card.id, "anchor": made.site.anchor})
         verdict = job.check(source)
+        if _kind(verdict) == "timeout" and job.out_of_time():
+            # cut by the time box, not a verdict on the card: set aside, never reused
+            step = Step(card.id, card.pass_name, made.site.anchor, False, "time-box",
+                        "the gate was cut at the end of the time box", rewriter=made.rewriter,
+                        state=current.state)
+            run.rejected.append(step)
+            job.say("rejected", {"card": card.id, "stage": "time-box", "reason": step.reason})
+            return False
         run.verdicts[source] = verdict
     else:
         # Reached again along another path: the same text gets the same verdict.

@@ -322,6 +322,37 @@ def test_the_time_box_stops_the_loop_before_the_next_gate(tmp_path: Path) -> Non
     assert result.termination == "time-box" and len(gate.seen) == 1 and result.applied == ()
 
 
+def test_a_gate_started_in_the_box_is_cut_to_end_near_it_and_not_held_against_its_card(
+        tmp_path: Path) -> None:
+    """The start is gated without the box's limit; a candidate's gate gets at most what is left
+    of the box plus BOX_GRACE_S, and a gate the box cut is set aside (stage "time-box"), not
+    counted as the card's failure nor reused as a verdict."""
+    import time
+
+    from gate.verdict import FailureKind, Tier, Timing, Verdict
+    from lineage import optimize as opt
+
+    lib = library(tmp_path, admitted=True)
+    limits: list[float | None] = []
+    box = 0.5
+
+    def gate(source: str, language: object, case: object, tier: object, **kw: object) -> Verdict:
+        limits.append(kw.get("timeout"))  # type: ignore[arg-type]
+        if len(limits) == 1:
+            return Verdict(True, Tier.DEVICE, "timing", timing=Timing(10.0, 1.0))
+        time.sleep(box)  # the gate outlives the box and its limit cuts it
+        return Verdict(False, Tier.DEVICE, "timing", FailureKind.TIMEOUT, "exceeded its time limit")
+
+    result = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "out",
+                      rewriter=DeterministicRewriter(), check_fn=gate, budget_steps=5,
+                      deadline=time.monotonic() + box / 2)
+    assert limits[0] is None
+    assert len(limits) == 2 and limits[1] is not None
+    assert limits[1] <= opt.BOX_GRACE_S + box / 2
+    assert result.termination == "time-box" and result.gated == 1
+    assert [s.stage for s in result.rejected] == ["time-box"]
+
+
 def test_a_spent_card_makes_room_for_the_next_ranked_card(tmp_path: Path) -> None:
     """With k=1 only the best-ranked card makes retrieval's top-k; once it has failed out,
     the loop retrieves again without it and the next card is tried."""
