@@ -4,6 +4,10 @@
 applies (the pass's optimization sites, those at the card's locus first; for a pass without
 a rule module, the matches of the card's anchor query), and asks the rewriter — the pass's
 deterministic rule first, then the LLM rewriter when one is configured — to perform it there.
+Where the rule has no site or refuses, and before the LLM is asked, the card's recorded step
+(`carrier["edit"]`) is transplanted onto the kernel (`kir.transplant`: the step's anchors
+mapped onto the target's, its hunks renamed and applied; rewriter "transplant"); where they do
+not map, the refusal says so ("anchors do not map: ..."): that is where the LLM takes over.
 
 `optimize(target, case, library)` starts from any kernel that passes the gate, retrieves
 admitted cards for it, materializes them one at a time, gates every candidate and keeps a
@@ -24,7 +28,8 @@ passed.
 
 Gates are the loop's cost (seconds each on the device), so it spends them carefully:
 
-- a card with no site, or whose rewrite the rule refuses, is refused before the gate;
+- a card with no site, or whose rewrite the rule refuses, and whose recorded step does not
+  transplant, is refused before the gate;
 - a candidate that is already a state of the run (e.g. a recorded tile size smaller than the
   current one) is dropped before the gate; one whose source was already gated in this run
   (reached again along another path) reuses that verdict instead of being gated again, and
@@ -51,7 +56,7 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   tile order is what persistent-grid's recorded loop body needs) is walked to at once, within
   the same `MAX_STONE_DEPTH`: before, a later improvement cleared it from the stones and the
   card that needed it never got a site. Whether a card materializes is asked of the
-  deterministic rules only (no LLM call).
+  deterministic rules and the transplant only (no LLM call).
 - revisits (device tier): a card whose last gated candidate passed and was at most
   `NEAR_MISS` slower than the best (a tie within timing noise, not evidence against it) is
   tried once more on each later best kernel, when nothing else is left to try: no card is
@@ -209,7 +214,7 @@ def materialize(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
 def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                      ctx: PassContext | None = None, *, max_sites: int = MAX_SITES,
                      skip_site: Callable[[Site], bool] | None = None,
-                     sweeps: bool = True) -> Iterator[Materialized]:
+                     sweeps: bool = True, transplants: bool = True) -> Iterator[Materialized]:
     """Distinct candidate materializations of `card` on `ir`, best first; the last item has
     no IR (it carries every refusal) when nothing else came out.
 
@@ -219,8 +224,13 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     (a recorded value may name what only the source kernel has, e.g. its accumulator); the LLM
     back-end is asked once per site. A candidate whose edit re-inserts a line the kernel already
     has (most likely a variant already applied at another site, e.g. the same TMA descriptor)
-    comes after the others. Callers gate candidates in this order and may stop at the first
-    that passes. Sites for which `skip_site` returns True are left out (before `max_sites`).
+    comes after the others. When the rules gave no candidate (no site, or they refused at
+    every site tried so far), the card's recorded step is transplanted (rewriter
+    "transplant", `_transplanted`) before the LLM back-end is asked; a transplant that does
+    not map adds its reason to the refusals, one that does not make the pass's optimization
+    appear (`feature_appears`) is refused too. `transplants=False` leaves it out. Callers gate
+    candidates in this order and may stop at the first that passes. Sites for which
+    `skip_site` returns True are left out (before `max_sites`).
     A launch-parameter card with a recorded joint configuration first proposes it with a sweep
     around it on each kernel it fits (`lineage.transfer`; rewriter "config-sweep"), unless
     `sweeps` is False (the single-parameter rewrites alone, for ablation)."""
@@ -231,22 +241,40 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
         produced_sweep = True
         yield made
     sites = [s for s in card_sites(card, ir) if skip_site is None or not skip_site(s)]
-    if not sites:
-        if not produced_sweep:
-            yield Materialized(card, None, None, refusals=(f"no site for {card.pass_name}",))
-        return
     cls = _rule(card, ir)
     backends = tuple(getattr(rewriter, "backends", None) or (rewriter,))
     if cls is None:  # no rule for this language: only a back-end that is not a rule may act
         backends = tuple(b for b in backends if b.name != "deterministic")
     source = ir.unparse()
     old_lines = _significant_lines(source)
-    refusals: list[str] = []
+    refusals: list[str] = [] if sites else [f"no site for {card.pass_name}"]
     seen: set[str] = {source}
     repeats: list[Materialized] = []
     produced = False
+    transplant_tried = not transplants
+
+    def transplant() -> Iterator[Materialized]:
+        made, why = _transplanted(card, ir, skip_site)
+        if why:
+            refusals.append(why)
+        if made is None or made.ir is None:
+            return
+        text = made.ir.unparse()
+        if text in seen:
+            return
+        seen.add(text)
+        if any(ln in old_lines for ln in _inserted_lines(source, text)):
+            repeats.append(made)
+            return
+        yield made
+
     for site in sites[:max_sites]:
         for backend in backends:
+            if backend.name == "llm" and not (produced or repeats or transplant_tried):
+                transplant_tried = True  # the recorded step before the LLM is paid for
+                for made in transplant():
+                    produced = True
+                    yield made
             variants = card.option_candidates(site.anchor)
             variants = variants[:1] if backend.name == "llm" else variants + [{}]
             for options in variants:
@@ -272,11 +300,53 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                     continue
                 produced = True
                 yield made
+    if not (produced or repeats or transplant_tried):
+        for made in transplant():
+            produced = True
+            yield made
     for made in repeats:
         produced = True
         yield made
     if not produced and not produced_sweep:
         yield Materialized(card, None, None, refusals=tuple(refusals))
+
+
+def _transplanted(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], bool] | None
+                  ) -> tuple[Materialized | None, str]:
+    """The card's recorded step (`carrier["edit"]`) transplanted onto `ir`, as a
+    materialization whose site is the smallest anchor around every edit it made; else None and
+    why not ("" for a card that records no step, or a site `skip_site` leaves out)."""
+    import anchors  # noqa: PLC0415
+    import kir  # noqa: PLC0415
+
+    from kir.transplant import transplant_record  # noqa: PLC0415
+    from passes.base import Site  # noqa: PLC0415
+
+    step = card.carrier.get("edit")
+    if not isinstance(step, Mapping) or step.get("language") != str(
+            getattr(ir.language, "value", ir.language)):
+        return None, ""  # no recorded step, or one in another language: nothing to transplant
+    result = transplant_record(step, ir)
+    if not result.ok or result.text is None:
+        return None, ("transplant: anchors do not map: " if result.unmapped else "transplant: ") \
+            + result.reason
+    try:
+        new_ir = kir.parse(result.text, ir.language)
+    except kir.KLineageError as exc:
+        return None, f"transplant: the result does not parse: {exc}"
+    text = ir.unparse()
+    lo = min(len(text[:p.start].encode()) for p in result.placed)
+    hi = max(len(text[:p.end].encode()) for p in result.placed)
+    around = [a for a in anchors.build_index(ir) if a.span.start <= lo and hi <= a.span.end]
+    anchor = str(min(around, key=lambda a: a.span.end - a.span.start).id) if around \
+        else result.placed[0].target_anchor
+    site = Site(card.pass_name, anchor, False, {"transplant": result.to_json()}, (lo, hi))
+    if skip_site is not None and skip_site(site):
+        return None, ""
+    if not feature_appears(card.pass_name, ir, new_ir):
+        return None, (f"transplant at {anchor}: {card.pass_name} is not present after the "
+                      "transplanted step")
+    return Materialized(card, new_ir, site, "transplant"), ""
 
 
 def _config_sweeps(card: SkillCard, ir: KernelIR,
@@ -779,7 +849,8 @@ def _advance(run: _Run, job: _Job, card: SkillCard, made: Materialized, kernel: 
         diff=_diff_actions(current.ir, made.ir),
         src_verdict={"ok": True, "tier": job.tier, "ms": current.ms},
         dst_verdict={"ok": True, "tier": job.tier, "ms": ms}, profile_delta=delta,
-        backward=None, rederived_by="llm" if made.rewriter == "llm" else "deterministic",
+        backward=None, rederived_by=(made.rewriter if made.rewriter in ("llm", "transplant")
+                                     else "deterministic"),
         case=job.case, language=job.language, platform="cuda", expert=job.expert,
         step=len(run.chain) + 1))
     run.chain.append(Step(card.id, card.pass_name, made.site.anchor if made.site else "", True,

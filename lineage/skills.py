@@ -87,7 +87,11 @@ class SkillCard:
       "unified": unified diff of the snippet}` from the transition with the best effect; for a
       Triton card also `"config"`: `{kernel: joint launch configuration by role}` of that
       transition's result, and `"expert_config"`: the same of its lineage's expert state
-      (`passes.triton.roles.KernelConfig.to_json`).
+      (`passes.triton.roles.KernelConfig.to_json`); and `"edit"`: that transition's step as
+      data (`kir.transplant.record`: the source state's whole text, the token hunks that make
+      the destination, the anchors of its edit script), which `lineage.optimize` transplants
+      onto a target whose anchors map (a card lifted before it was kept has none: no
+      transplant).
     - `preconditions`: `[{"expr", "held", "unknown", "failed"}]` (counts over the evidence).
     - `effect`: `{"tier", "samples": {transition id: speedup}, "speedup": {"n", "min",
       "median", "max", "geomean"} | None, "static": {fact: {"median_delta", "n"}}}`.
@@ -183,7 +187,7 @@ class SkillCard:
                                           if t not in self.verification)
         worse = self if best is other else other
         carrier = dict(best.carrier)
-        for key in ("config", "expert_config"):  # a lift from before configs were kept
+        for key in ("config", "expert_config", "edit"):  # a lift from before these were kept
             if key not in carrier and key in worse.carrier:
                 carrier[key] = worse.carrier[key]
         return replace(
@@ -456,7 +460,9 @@ def _lift_group(lineage: Lineage, key: tuple[str, str, str, tuple[str, ...]], ti
                             best_attrs.get("diff") or []),
                  **_configs(lineage.node(dst).get("source", ""), language),
                  **{f"expert_{k}": v for k, v in _configs(_expert_source(lineage, dst),
-                                                         language).items()}},
+                                                         language).items()},
+                 **_edit(lineage.node(src).get("source", ""), lineage.node(dst).get("source", ""),
+                         language, best_attrs.get("diff") or [])},
         preconditions=_precondition_counts(lineage.node(t).get("preconditions") or ()
                                            for t in tids),
         effect=_effect(samples, static, tier),
@@ -624,6 +630,18 @@ def _carrier(before: str, after: str, diff: Sequence[Any]) -> dict[str, Any]:
     unified = "".join(difflib.unified_diff(a, b, "before", "after", n=_SNIPPET_CONTEXT))
     return {"before": _cut("".join(snip_a)), "after": _cut("".join(snip_b)),
             "unified": unified, "diff": _normalize_diff(diff)}
+
+
+def _edit(before: str, after: str, language: str, diff: Sequence[Any]) -> dict[str, Any]:
+    """`{"edit": kir.transplant.record(...)}` of a step (the anchors its recorded diff names);
+    {} when a state has no source or the step changed nothing."""
+    if not before or not after or before == after:
+        return {}
+    from kir.transplant import record  # noqa: PLC0415
+
+    anchors = [str(a.get("anchor")) for a in diff if isinstance(a, Mapping) and a.get("anchor")]
+    step = record(before, after, language, anchors)
+    return {"edit": step} if step["hunks"] else {}
 
 
 def _cut(text: str) -> str:

@@ -145,3 +145,42 @@ def test_recorded_compute_steps_of_the_cuda_gemm_land_on_a_renamed_copy() -> Non
         result = transplant(before, expert, target)
         assert result.ok, (pass_name, result.reason)
         assert normalized(result.text, "cuda") == normalized(renamed(expert.text), "cuda")
+
+
+def test_members_and_builtins_are_not_renamed() -> None:
+    """The target calls its input `x`'s counterpart `src`; the step's `threadIdx.x` is a
+    member, not that parameter, and stays `threadIdx.x`."""
+    before = "__global__ void k(const float* x, float* y) {\n  y[threadIdx.x] = x[0];\n}\n"
+    after = ("__global__ void k(const float* x, float* y) {\n  y[threadIdx.x] = x[0];\n"
+             "  y[threadIdx.x + blockDim.x] = x[1];\n}\n")
+    target = "__global__ void g(const float* src, float* dst) {\n  dst[threadIdx.x] = src[0];\n}\n"
+    result = _tp(before, after, target, "cuda")
+    assert result.ok, result.reason
+    assert "  dst[threadIdx.x + blockDim.x] = src[1];\n" in result.text
+    assert result.renamed["x"] == "src" and result.renamed["y"] == "dst"
+
+
+def test_a_deletion_at_the_end_of_a_python_line_keeps_the_line_break() -> None:
+    before = TRITON_BEFORE.replace("acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1)",
+                                   "acc += tl.sum(a[:, :, None] * b[None, :, :], axis=1) * 1.0")
+    result = _tp(before, TRITON_BEFORE, TRITON_TARGET.replace(
+        "axis=1)\n", "axis=1) * 1.0\n"), "triton")
+    assert result.ok, result.reason
+    assert result.text == TRITON_TARGET
+    compile(result.text, "<transplanted>", "exec")
+
+
+def test_a_recorded_step_replays_exactly_even_when_it_reindents() -> None:
+    from kir.transplant import record, replay, transplant_record
+
+    after = TRITON_BEFORE.replace(
+        "    tl.store(c_ptr", "    if K > 0:\n        tl.store(c_ptr")
+    step = record(TRITON_BEFORE, after, "triton", ["triton:mm/call:tl.store[0]"])
+    b, a = replay(step)
+    assert (b.text, a.text) == (TRITON_BEFORE, after)
+    assert step["anchors"] == ["triton:mm/call:tl.store[0]"]
+    cuda = transplant_record(step, kir.parse(CUDA_TARGET, "cuda"))
+    assert not cuda.ok and "the step is triton, the target cuda" in cuda.reason
+    broken = transplant_record({**step, "hunks": [[0, 10**6, ""]]},
+                               kir.parse(TRITON_TARGET, "triton"))
+    assert not broken.ok and "cannot be replayed" in broken.reason

@@ -114,7 +114,11 @@ def _llm_card(tmp_path: Path):
     from lineage.skills import Library
 
     base = gemm_cards(admitted=True)["tensor-core-dot"]
+    # the borrowed carrier's recorded step is tensor-core-dot's, not this intent's: dropped, so
+    # no transplant stands in for the LLM
+    carrier = {k: v for k, v in base.carrier.items() if k != "edit"}
     card = dataclasses.replace(base, id="fma-rewrite.triton.0001", pass_name="fma-rewrite",
+                               carrier=carrier,
                                requires=(), provides=(), options={}, intent="fold the scale",
                                anchor={"query": 'kernel >> call[name="tl.store"]',
                                        "locus": "call:tl.store", "present_loci": []})
