@@ -315,3 +315,12 @@ def test_a_masked_row_block_is_never_shrunk() -> None:
     # one program covers the row: a smaller block would drop its tail, a larger one is masked
     fitted = fit_configs(cfg, [{"vec": 512, "num_warps": 8}, {"vec": 2048}])
     assert [c["BLOCK"] for c in fitted] == [1024, 2048]
+
+
+def test_a_launch_through_a_dict_is_refused_with_the_line_that_hides_it() -> None:
+    text = MM_A.replace("def run(a, b):", "KERNELS = {'mm': mm}\n\ndef run(a, b):").replace(
+        "    mm[", "    KERNELS['mm'][")
+    assert "KERNELS['mm'][" in text
+    made = sweep_edit(_ir(text), "mm", [{"m": 64}])
+    assert not isinstance(made, tuple)
+    assert "cannot follow" in made.reason and "line" in made.reason

@@ -929,6 +929,20 @@ def sweep_edit(
     tuned = [n for n in fitted[0] if n not in LAUNCH_KEYS]
     launches = mod.launches(kernel.name)
     if not launches:
+        kernels = {id(k) for k in mod.kernels()}
+        uses = [
+            n
+            for n in ast.walk(mod.tree)
+            if isinstance(n, ast.Name)
+            and n.id == kernel_name
+            and not any(id(f) in kernels for f in [mod.enclosing(n, ast.FunctionDef)] if f)
+        ]
+        if uses:
+            return SweepRefusal(
+                f"the kernel is launched through a name the sweep cannot follow (line "
+                f"{uses[0].lineno}: a dict, a partial or an alias of `{kernel_name}`)",
+                {"kernel": kernel_name},
+            )
         return SweepRefusal("the kernel is never launched in this module", {"kernel": kernel_name})
     edits: list[ByteEdit] = []
     dec = mod.decorator(kernel, "autotune")
