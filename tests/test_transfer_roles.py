@@ -8,7 +8,7 @@ import pytest
 from lineage.control import apply_byte_edits, autotune_control, generic_configs
 from lineage.retrieval import signature_similarity
 from lineage.transfer import config_candidates, sweep_around
-from passes.triton.roles import joint_config, operator_signature, sweep_edit
+from passes.triton.roles import fit_configs, joint_config, operator_signature, sweep_edit
 
 # One tiled matmul written three ways: tile names, host code and loop forms differ.
 MM_A = '''
@@ -248,3 +248,79 @@ def test_a_causal_key_loop_is_bounded_at_the_blocks_last_row_found_from_its_mask
     # without the key <= row mask there is nothing to bound
     plain = _ir(CAUSAL.replace("rows[:, None] >= keys[None, :]", "keys[None, :] < n"))
     assert not [s for s in p.sites(plain) if s.detail.get("form") == "bound"]
+
+
+# A per-head product: `H` only splits the program id, `D` is the whole head dimension (loaded
+# unmasked); the loop is split into two independent dots; the K offset is advanced by `+=`.
+HEADS = '''
+import torch, triton
+import triton.language as tl
+
+@triton.jit
+def heads(a, b, c, S, K, BM: tl.constexpr, BK: tl.constexpr, H: tl.constexpr, D: tl.constexpr):
+    pm = tl.program_id(0)
+    bh = tl.program_id(1)
+    hb = (bh // H) * H + bh % H
+    rm = pm * BM + tl.arange(0, BM)
+    rd = tl.arange(0, D)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, D), dtype=tl.float32)
+    off = 0
+    for _ in range(0, tl.cdiv(K, 2 * BK)):
+        x = tl.load(a + hb * S * K + rm[:, None] * K + (off + rk)[None, :],
+                    mask=(rm[:, None] < S) & ((off + rk)[None, :] < K), other=0.0)
+        y = tl.load(b + (off + rk)[:, None] * D + rd[None, :], mask=(off + rk)[:, None] < K,
+                    other=0.0)
+        acc += tl.dot(x, y)
+        x2 = tl.load(a + hb * S * K + rm[:, None] * K + (off + BK + rk)[None, :],
+                     mask=(rm[:, None] < S) & ((off + BK + rk)[None, :] < K), other=0.0)
+        y2 = tl.load(b + (off + BK + rk)[:, None] * D + rd[None, :],
+                     mask=(off + BK + rk)[:, None] < K, other=0.0)
+        acc += tl.dot(x2, y2)
+        off += 2 * BK
+    tl.store(c + hb * S * D + rm[:, None] * D + rd[None, :], acc.to(tl.float16),
+             mask=rm[:, None] < S)
+
+def run(a, b):
+    B, H, S, K = a.shape
+    c = torch.empty((B, H, S, 32), device=a.device, dtype=a.dtype)
+    heads[(triton.cdiv(S, 32), B * 4)](a, b, c, S, K, BM=32, BK=32, H=4, D=32)
+    return c
+'''
+
+
+def test_a_head_count_and_a_whole_head_dimension_are_never_swept() -> None:
+    cfg = joint_config(_ir(HEADS))["heads"]
+    # H splits the program id but is no clamped group size: no role; D has no block of it
+    assert {p.name: (p.role, p.value) for p in cfg.params} == {
+        "BM": ("m", 32), "D": ("n", None), "BK": ("k", 32)}
+    carrier = {"config": {"x": {"tiles": {"m": 128, "n": 64, "k": 64, "group": 8},
+                                "num_warps": 8, "num_stages": 3, "dot": True}}}
+    [(_, new_ir, fitted)] = config_candidates(carrier, _ir(HEADS))
+    assert all(set(c) == {"BM", "BK", "num_warps", "num_stages"} for c in fitted)
+    assert "H=4, D=32" in new_ir.unparse()
+
+
+def test_two_independent_dots_are_not_a_chained_product() -> None:
+    assert operator_signature(_ir(HEADS)) == {"dot-loop"}
+    # attention's P @ V reads the softmax of Q @ K
+    attn = HEADS.replace("acc += tl.dot(x2, y2)", "acc += tl.dot(tl.exp(tl.dot(x, y)), y2)")
+    assert "two-dots" in operator_signature(_ir(attn))
+
+
+def test_a_masked_row_block_is_never_shrunk() -> None:
+    fixed = ROWSUM.replace("triton.next_power_of_2(x.shape[1])", "1024")
+    cfg = joint_config(_ir(fixed))["rowsum"]
+    assert cfg.by_role() == {"vec": 1024}
+    # one program covers the row: a smaller block would drop its tail, a larger one is masked
+    fitted = fit_configs(cfg, [{"vec": 512, "num_warps": 8}, {"vec": 2048}])
+    assert [c["BLOCK"] for c in fitted] == [1024, 2048]
+
+
+def test_a_launch_through_a_dict_is_refused_with_the_line_that_hides_it() -> None:
+    text = MM_A.replace("def run(a, b):", "KERNELS = {'mm': mm}\n\ndef run(a, b):").replace(
+        "    mm[", "    KERNELS['mm'][")
+    assert "KERNELS['mm'][" in text
+    made = sweep_edit(_ir(text), "mm", [{"m": 64}])
+    assert not isinstance(made, tuple)
+    assert "cannot follow" in made.reason and "line" in made.reason

@@ -190,6 +190,14 @@ class _Facts:
     """Accumulators a tl.dot in a loop adds into."""
     shapes: dict[str, tuple[str, str]] = field(default_factory=dict)
     """2-D blocks made with tl.zeros / tl.full: name -> (dim0, dim1) names."""
+    bounded: set[str] = field(default_factory=set)
+    """Names that size a range whose indices are compared (a mask, a `tl.where` condition) or
+    a block a descriptor clips (`block_shape`): a block of a larger, bounded extent."""
+    offsets: set[str] = field(default_factory=set)
+    """Names that scale an expression of program ids alone (`pid_m * BM`): a program's block
+    offset (`grid` also holds those scaling a longer product, like `bh * S * D`)."""
+    clamped: set[str] = field(default_factory=set)
+    """Names passed directly to `min` / `tl.minimum` (a group size clamped to the tiles left)."""
     dot_loop: bool = False
 
     def absorb(self, other: _Facts, rename: Mapping[str, str]) -> None:
@@ -206,6 +214,9 @@ class _Facts:
         self.grid |= tr(other.grid)
         self.pid_arith |= tr(other.pid_arith)
         self.dotted_into |= tr(other.dotted_into)
+        self.bounded |= tr(other.bounded)
+        self.clamped |= tr(other.clamped)
+        self.offsets |= tr(other.offsets)
         for n, dims in other.shapes.items():
             if n in rename and all(d in rename for d in dims):
                 self.shapes.setdefault(rename[n], (rename[dims[0]], rename[dims[1]]))
@@ -240,6 +251,15 @@ def _own_facts(kernel: ast.FunctionDef) -> _Facts:
                 facts.steps[n] = facts.steps.get(n, False) or innermost_dot
         if var is None:
             continue
+        for node in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
+            # an offset advanced by the block each trip (`off_k += BK`, `ptrs += BK * s`)
+            if (
+                isinstance(node, ast.AugAssign)
+                and isinstance(node.op, ast.Add)
+                and not any(isinstance(c, ast.Call) for c in ast.walk(node.value))
+            ):
+                for n in names_in(node.value):
+                    facts.steps[n] = facts.steps.get(n, False) or innermost_dot
         bound = reached(set().union(*(names_in(a) for a in args)), assigns) if args else set()
         for node in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
@@ -259,8 +279,14 @@ def _own_facts(kernel: ast.FunctionDef) -> _Facts:
         for kw in call.keywords:
             if kw.arg == "block_shape":
                 facts.sizing |= names_in(kw.value)
+                facts.bounded |= names_in(kw.value)
+        if name.split(".")[-1] in ("min", "minimum"):
+            facts.clamped |= {a.id for a in call.args if isinstance(a, ast.Name)}
         if name.endswith(".reshape") or name.endswith(".view"):
             facts.sizing |= set().union(*(names_in(a) for a in call.args)) if call.args else set()
+
+    ranged = _range_derived(kernel)
+    facts.bounded |= _compared_extents(kernel, ranged)
 
     def from_pid(node: ast.AST) -> bool:
         return bool(names_in(node) & pid) or any(
@@ -274,6 +300,10 @@ def _own_facts(kernel: ast.FunctionDef) -> _Facts:
                 for side, other in ((node.left, node.right), (node.right, node.left)):
                     if isinstance(side, ast.Name) and from_pid(other):
                         facts.grid.add(side.id)
+                        if names_in(other) <= pid and not _range_extents(other) and not any(
+                            n in ranged for n in names_in(other)
+                        ):
+                            facts.offsets.add(side.id)
             if from_pid(node.left) or from_pid(node.right):
                 facts.pid_arith |= left | right
     for a in ast.walk(kernel):
@@ -313,6 +343,48 @@ def _own_facts(kernel: ast.FunctionDef) -> _Facts:
             ):
                 facts.dotted_into |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     return facts
+
+
+def _range_extents(node: ast.AST) -> set[str]:
+    """Names sizing the `tl.arange` calls under `node`."""
+    out: set[str] = set()
+    for c in ast.walk(node):
+        if isinstance(c, ast.Call) and callee(c) in ARANGE and len(c.args) >= 2:
+            out |= names_in(c.args[1])
+    return out
+
+
+def _range_derived(kernel: ast.FunctionDef) -> dict[str, set[str]]:
+    """Name -> the extents of the `tl.arange` calls its value is computed from (through
+    assignments): the names that hold ranges of indices."""
+    derived: dict[str, set[str]] = {}
+    assigns = [n for n in ast.walk(kernel) if isinstance(n, (ast.Assign, ast.AugAssign))]
+    changed = True
+    while changed:
+        changed = False
+        for a in assigns:
+            src = _range_extents(a.value).union(
+                *(derived.get(n, set()) for n in names_in(a.value))
+            )
+            if not src:
+                continue
+            targets = a.targets if isinstance(a, ast.Assign) else [a.target]
+            for t in targets:
+                for n in (x.id for x in ast.walk(t) if isinstance(x, ast.Name)):
+                    if not src <= derived.get(n, set()):
+                        derived.setdefault(n, set()).update(src)
+                        changed = True
+    return derived
+
+
+def _compared_extents(kernel: ast.FunctionDef, derived: Mapping[str, set[str]]) -> set[str]:
+    """Names sizing a `tl.arange` whose values (directly or through assignments) reach a
+    comparison: the extents of ranges that are masked against a bound."""
+    out: set[str] = set()
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Compare):
+            out |= _range_extents(node).union(*(derived.get(n, set()) for n in names_in(node)))
+    return out
 
 
 def _facts(
@@ -372,9 +444,29 @@ def tile_roles(
             roles[name] = "loop"
         elif name in facts.sizing:
             roles[name] = "vec"
-        elif name in facts.pid_arith:
+        elif name in facts.pid_arith and name in facts.clamped:
+            # a group size clamped to the tiles left; a constexpr that only splits the program
+            # id (a head count: `b = bh // H`) is part of the problem, not of the schedule
             roles[name] = "group"
     return roles
+
+
+def fixed_extents(
+    kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef] | None = None
+) -> set[str]:
+    """Tile constexprs that are a whole extent of the problem, not a block of one: they size
+    a range (or a dot's accumulator) that no program id scales, no loop steps and no mask
+    bounds (a head dimension `tl.arange(0, D)` loaded unmasked). Another value changes what
+    the kernel computes, so a sweep must keep the launch's value."""
+    roles = tile_roles(kernel, functions)
+    facts = _facts(kernel, functions or {})
+    return {
+        n
+        for n, role in roles.items()
+        if role in ("m", "n", "vec")
+        and n not in facts.offsets | facts.bounded
+        and n not in facts.steps
+    }
 
 
 def is_dot_kernel(
@@ -613,7 +705,10 @@ def kernel_config(mod: PyModule, kernel: ast.FunctionDef) -> KernelConfig:
     for name in roles:
         if name not in values and name in defaults:
             values[name] = literal_int(defaults[name])
-    params = tuple(Param(n, r, values.get(n)) for n, r in roles.items())
+    fixed = fixed_extents(kernel, jit_functions(mod))
+    params = tuple(
+        Param(n, r, None if n in fixed else values.get(n)) for n, r in roles.items()
+    )
     return KernelConfig(
         kernel.name,
         params,
@@ -647,8 +742,7 @@ def operator_signature(ir: KernelIR) -> frozenset[str]:
         short = [n.split(".")[-1] for n in names]
         if is_dot_kernel(kernel, jit_functions(mod)):
             traits.add("dot-loop")
-        dots = [c for c in calls if callee(c) in DOT]
-        if len(dots) >= 2:
+        if _chained_dots(kernel):
             traits.add("two-dots")
         in_loops = [
             c
@@ -677,6 +771,31 @@ def operator_signature(ir: KernelIR) -> frozenset[str]:
     return frozenset(traits)
 
 
+def _chained_dots(kernel: ast.FunctionDef) -> bool:
+    """Whether an operand of a `tl.dot` is computed (through assignments) from another dot's
+    result; two independent products (a K loop split in two, `a @ b + c @ d`) are not."""
+    assigns = [n for n in ast.walk(kernel) if isinstance(n, (ast.Assign, ast.AugAssign))]
+    from_dot: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for a in assigns:
+            if not (_has_dot(a.value) or names_in(a.value) & from_dot):
+                continue
+            targets = a.targets if isinstance(a, ast.Assign) else [a.target]
+            for t in targets:
+                for n in (x.id for x in ast.walk(t) if isinstance(x, ast.Name)):
+                    if n not in from_dot:
+                        from_dot.add(n)
+                        changed = True
+    for c in ast.walk(kernel):
+        if isinstance(c, ast.Call) and callee(c) in DOT:
+            operands = list(c.args[:2]) + [k.value for k in c.keywords if k.arg in ("a", "b")]
+            if any(names_in(o) & from_dot or _has_dot(o) for o in operands):
+                return True
+    return False
+
+
 # -- writing a config list -------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class SweepRefusal:
@@ -696,8 +815,9 @@ def fit_configs(target: KernelConfig, configs: Sequence[Mapping[str, Any]]) -> l
         for p in target.params:
             if p.value is None:
                 continue
-            v = cfg.get(p.role, p.value)
-            values[p.name] = int(v)
+            v = int(cfg.get(p.role, p.value))
+            # a `vec` block is all of its masked range a program covers: smaller drops elements
+            values[p.name] = max(v, p.value) if p.role == "vec" else v
         values["num_warps"] = int(cfg.get("num_warps", target.num_warps))
         values["num_stages"] = int(cfg.get("num_stages", target.num_stages))
         key = tuple(sorted(values.items()))
@@ -809,6 +929,20 @@ def sweep_edit(
     tuned = [n for n in fitted[0] if n not in LAUNCH_KEYS]
     launches = mod.launches(kernel.name)
     if not launches:
+        kernels = {id(k) for k in mod.kernels()}
+        uses = [
+            n
+            for n in ast.walk(mod.tree)
+            if isinstance(n, ast.Name)
+            and n.id == kernel_name
+            and not any(id(f) in kernels for f in [mod.enclosing(n, ast.FunctionDef)] if f)
+        ]
+        if uses:
+            return SweepRefusal(
+                f"the kernel is launched through a name the sweep cannot follow (line "
+                f"{uses[0].lineno}: a dict, a partial or an alias of `{kernel_name}`)",
+                {"kernel": kernel_name},
+            )
         return SweepRefusal("the kernel is never launched in this module", {"kernel": kernel_name})
     edits: list[ByteEdit] = []
     dec = mod.decorator(kernel, "autotune")
