@@ -37,7 +37,8 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
 - a launch-parameter card first proposes its lineage's joint configuration with a sweep around
   it as the kernel's autotune list (`lineage.transfer`; rewriter "config-sweep"); one such
   sweep is gated per kernel state, so the rest of the budget goes to cards that change the
-  kernel's structure (a kept one makes a new state, which may be swept again);
+  kernel's structure (a kept one makes a new state, which may be swept again; a state a sweep
+  made is not swept again);
 - a card's sites whose detail a recorded variant names (the tile a tile step resized) come
   before the card's other sites;
 - a card is kept at most as many times per kernel of the file (`kernel_of` its anchor) as it
@@ -829,6 +830,8 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
         return reject("effect", f"{card.pass_name} is not present after the rewrite",
                       made.site.anchor)
     kernel = _advance(run, job, card, made, kernel, frozenset())
+    if made.rewriter == "config-sweep":  # its configurations were just swept: not again
+        run.swept.add(kernel.state)
     run.best, run.applied, run.stones, run.stone_depth = kernel, list(run.chain), [], 0
     job.say("accepted", {"card": card.id, "anchor": made.site.anchor, "ms": ms})
     return True

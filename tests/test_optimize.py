@@ -357,6 +357,26 @@ def test_a_gate_started_in_the_box_is_cut_to_end_near_it_and_not_held_against_it
     assert [s.stage for s in result.rejected] == ["time-box"]
 
 
+def test_a_state_made_by_a_sweep_is_not_swept_again(tmp_path: Path) -> None:
+    """A kept configuration sweep makes a new state; sweeping that state again would only
+    rewrite the list just tried, so the next sweep waits for another kind of step."""
+    import itertools
+
+    from lineage.skills import Library
+
+    lib = Library(ROOT / "bench/results/heldout/libraries/all")
+    target = tmp_path / "mm.py"
+    target.write_text((ROOT / "experts/examples/matmul_naive.py").read_text())
+    faster = itertools.count(1)  # every new candidate is faster: the loop keeps them all
+
+    result = optimize(target, "gemm", lib, tier="device", out=tmp_path / "out",
+                      rewriter=DeterministicRewriter(), budget_steps=8,
+                      check_fn=ScriptedGate(ms=lambda s: 10.0 / next(faster)))
+    rewriters = [s.rewriter for s in result.applied]
+    assert rewriters.count("config-sweep") >= 2
+    assert all(not (a == b == "config-sweep") for a, b in zip(rewriters, rewriters[1:]))
+
+
 def test_a_spent_card_makes_room_for_the_next_ranked_card(tmp_path: Path) -> None:
     """With k=1 only the best-ranked card makes retrieval's top-k; once it has failed out,
     the loop retrieves again without it and the next card is tried."""
