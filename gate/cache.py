@@ -112,6 +112,28 @@ class VerdictCache:
         except sqlite3.Error:
             pass  # a cache that cannot be written only costs a recomputation
 
+    def delete(self, key: str) -> None:
+        """Drop the entry of `key`, if any."""
+        def drop(conn: sqlite3.Connection) -> None:
+            with conn:
+                conn.execute("DELETE FROM verdicts WHERE key = ?", (key,))
+
+        try:
+            self._with_db(drop)
+        except sqlite3.Error:
+            pass
+
+    def record(self, key: str, verdict: Verdict, cacheable: bool) -> None:
+        """Store the verdict of a run just made: put it when `cacheable`, else drop whatever the
+        cache holds for `key`. Candidate code runs as the same user as the gate and can write
+        the cache; so a run never leaves an entry for its own key that it did not produce (a
+        candidate that writes an accepting verdict for its text and then crashes, a verdict
+        that is not cached, gets nothing from it)."""
+        if cacheable:
+            self.put(key, verdict)
+        else:
+            self.delete(key)
+
     def clear(self) -> None:
         def wipe(conn: sqlite3.Connection) -> None:
             with conn:

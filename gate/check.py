@@ -154,8 +154,8 @@ def check(source: str, language: Any, case: Case | str | Path, tier: Tier | str 
     if store is not None and (hit := store.get(key)) is not None:
         return hit
     verdict = evaluate(job)
-    if store is not None and cacheable(verdict):
-        store.put(key, verdict)
+    if store is not None:
+        store.record(key, verdict, cacheable(verdict))
     return verdict
 
 

@@ -178,8 +178,9 @@ class RayExecutor(Executor):
         except (ray.exceptions.RayError, ConnectionError) as exc:
             return _fault(job, exc)
         verdict = Verdict.from_json(out["verdict"])
-        if cache and cacheable(verdict):
-            VerdictCache().put(job.key((str(out["platform"][0]), str(out["platform"][1]))), verdict)
+        if cache:
+            VerdictCache().record(job.key((str(out["platform"][0]), str(out["platform"][1]))),
+                                  verdict, cacheable(verdict))
         return verdict
 
 

@@ -70,6 +70,13 @@ class _Judge:
     gpu_lock: Any = field(default_factory=gpulock.NoLock)
     """The worker's GPU lock, held shared while comparing: no gate times a kernel while a
     parent's comparisons load the CPU."""
+    seeds: tuple[int, ...] = ()
+    """The job's correctness seeds: a finished run must have sent an output for each of them,
+    on every variant (`_check_complete`)."""
+    refs_closed: bool = False
+    """`refs_done` arrived: every reference was made before candidate code loaded, so a later
+    one was forged by candidate code over the worker's pipe."""
+    sent: set[tuple[str, str, int]] = field(default_factory=set)
 
     def use_gpu_lock(self, path: str | None) -> None:
         if path:
@@ -100,7 +107,9 @@ class _Judge:
         if self.verdict is not None:
             return True
         kind = msg[0]
-        if kind == "ref":
+        if kind in ("ref", "refs_done") and self.refs_closed:
+            self._forged(f"a '{kind}' message after the references were closed")
+        elif kind == "ref":
             _, variant, phase, seed, outputs, inputs = msg
             self.refs[(variant, phase, seed)] = (outputs, inputs)
         elif kind == "stage":
@@ -109,6 +118,7 @@ class _Judge:
             self.phases.append((str(msg[1]), float(msg[2])))
             _LOG.debug("worker phase %s: %.3f s", msg[1], msg[2])
         elif kind == "refs_done":
+            self.refs_closed = True
             self._check_case()
         elif kind == "ref_ms":
             self.ref_ms[msg[1]] = (msg[2], msg[3])
@@ -143,8 +153,26 @@ class _Judge:
                 self._fail(FailureKind.BAD_CASE, "correctness",
                            f"the reference output of {variant} does not depend on the inputs")
 
+    def _forged(self, what: str) -> None:
+        """The worker's messages break its own protocol: candidate code, which runs in the
+        worker, wrote to the pipe to the parent (or ended the run early)."""
+        self._fail(FailureKind.TAMPERING, "anti_cheat",
+                   f"{what}: the worker never sends that, so candidate code wrote to the gate's "
+                   f"pipe; the gate does not trust such a run")
+
     def _judge_out(self, variant: str, phase: str, seed: int, outputs: Any, launches: int) -> None:
+        if not self.refs_closed:
+            self._forged("an output before the references were closed")
+            return
+        if phase != PHASE_REFILL:  # each check's output is sent once; refilled calls may repeat
+            if (variant, phase, seed) in self.sent:
+                self._forged(f"a second output for {variant}/{phase} seed {seed}")
+                return
+            self.sent.add((variant, phase, seed))
         key = self._ref_key(variant, phase, seed)
+        if key not in self.refs:
+            self._forged(f"an output for {variant}/{phase} seed {seed}, which has no reference")
+            return
         outcome = self._compare(variant, outputs, key)
         if phase in (PHASE_KNOCKOUT, PHASE_FAULT):
             self.stage = "anti_cheat"
@@ -209,10 +237,33 @@ class _Judge:
                         f"the {other[1]} inputs of seed {other[2]}"
         return None
 
+    def _missing(self) -> str | None:
+        """What a finished interpret / device run has not sent (None when complete): every
+        variant's output of each seed and of its refilled (repeated / timed) calls, and on the
+        device its re-verification and timing."""
+        table = self.case.device_shapes if self.tier is Tier.DEVICE else self.case.small_shapes
+        phases = {(r.variant, r.phase, r.seed) for r in self.results}
+        for variant in table:
+            for seed in self.seeds:
+                if (variant, PHASE_SEED, seed) not in phases:
+                    return f"the output of {variant}/seed {seed}"
+            if not any(v == variant and p == PHASE_REFILL for v, p, _ in phases):
+                return f"the outputs of {variant}'s repeated calls"
+            if self.tier is Tier.DEVICE:
+                if not any(v == variant and p == PHASE_REVERIFY for v, p, _ in phases):
+                    return f"the re-verification of {variant}"
+                if variant not in self.cand_ms or variant not in self.ref_ms:
+                    return f"the timing of {variant}"
+        return None
+
     def _finish(self) -> None:
         if self.tier is Tier.STATIC:
             self.verdict = Verdict(True, self.tier, "compile", facts=self.facts,
                                    flags=tuple(self.flags))
+            return
+        missing = self._missing()
+        if missing:
+            self._forged(f"'done' before the run sent {missing}")
             return
         flags: list[str] = list(self.flags)
         timing = None
@@ -232,7 +283,8 @@ class _Judge:
 
 def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
     """Run `job` in a fresh worker under `timeout` seconds (after start-up) and judge it."""
-    judge = _Judge(case, tier, case_compare=case.module().compare if case.has_compare else None)
+    judge = _Judge(case, tier, case_compare=case.module().compare if case.has_compare else None,
+                   seeds=tuple(job.seeds))
     ctx = _context()
     parent, child = ctx.Pipe(duplex=True)  # the worker asks before timing (`wait_quiet`)
     proc = ctx.Process(target=worker_main, args=(child, job), daemon=True)

@@ -71,6 +71,7 @@ def main(conn: Any, job: Job) -> None:
     os.environ.pop("TRITON_INTERPRET", None)
     if job.tier == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"
+        _limit_memory()
     chan = Channel(conn)
     try:
         if job.tier == "static":
@@ -89,6 +90,33 @@ def main(conn: Any, job: Job) -> None:
     finally:
         sys.stderr.flush()  # the process ends with os._exit: nothing else flushes it
         conn.close()
+
+
+INTERPRET_MEMORY_FRACTION = 0.5  # of the machine's memory, at most INTERPRET_MEMORY_MAX_GIB
+INTERPRET_MEMORY_MAX_GIB = 16.0
+
+
+def _limit_memory() -> None:
+    """Interpret tier: cap the worker's data segment (RLIMIT_DATA, soft and hard, so candidate
+    code cannot lift it), so that a candidate that allocates without end (a huge buffer, a
+    recursion with no bound) meets a MemoryError (`out_of_memory`) instead of taking the
+    machine's memory from everything else on it. The device tier is left alone: the CUDA
+    driver maps large private regions of its own. `KLINEAGE_GATE_MEMORY_GIB` overrides the
+    default (half the machine's memory, at most 16 GiB); 0 switches the cap off."""
+    try:
+        import resource  # noqa: PLC0415
+
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        gib = float(os.environ.get("KLINEAGE_GATE_MEMORY_GIB", "") or
+                    min(INTERPRET_MEMORY_MAX_GIB, INTERPRET_MEMORY_FRACTION * total / 2**30))
+        if gib > 0:
+            cap = int(gib * 2**30)
+            _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+            if hard != resource.RLIM_INFINITY:
+                cap = min(cap, hard)
+            resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
+    except (ImportError, ValueError, OSError):
+        pass  # no cap where the platform has none: the OOM killer remains (out_of_memory)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -59,3 +59,74 @@ def test_a_script_calling_the_gate_at_top_level_does_not_recurse(tmp_path: Path)
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                          cwd=Path(__file__).parent.parent)
     assert out.stdout.count("VERDICT") == 1 and "VERDICT True" in out.stdout, out.stderr[-2000:]
+
+
+# Candidate code runs inside the worker, beside its pipe to the parent and the verdict cache.
+_ZERO_KERNEL = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def zero_kernel(out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.zeros((BLOCK,), tl.float32), mask=offs < n)
+
+
+def run(a, x, y):
+    out = torch.empty_like(x)
+    zero_kernel[(triton.cdiv(x.numel(), 1024),)](out, x.numel(), BLOCK=1024)
+    return out
+'''
+_PIPES = ("import gc\nfrom multiprocessing.connection import Connection\n"
+          "PIPES = [o for o in gc.get_objects() if isinstance(o, Connection) and not o.closed]\n")
+
+
+@pytest.mark.parametrize(
+    ("forgery", "words"),
+    [
+        ("for p in PIPES:\n    p.send(('done',))\n", "'done' before the run sent"),
+        ("for p in PIPES:\n    p.send(('ref', 'default', 'seed', 1, [], None))\n",
+         "after the references were closed"),
+    ],
+)
+def test_messages_forged_over_the_workers_pipe_are_tampering(forgery: str, words: str) -> None:
+    verdict = gate.check(_PIPES + forgery + _ZERO_KERNEL, "triton", SAXPY, Tier.INTERPRET, cache=False)
+    assert verdict.failure_kind is FailureKind.TAMPERING, (verdict.failure_kind, verdict.reason)
+    assert words in verdict.reason
+
+
+def test_a_verdict_the_candidate_wrote_into_the_cache_is_not_read_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # It writes an acceptance under every key the cache already holds and under its own, then
+    # crashes (crashes are not cached): the next gate of the same text must run it again.
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path))
+    source = (
+        "import gc, os, sys\nimport gate.check, gate.verdict as gv, gate.cache as gca\n"
+        "gc_ = sys.modules['gate.check']\n"
+        "from gate.cases import load_case\n"
+        "job = next(o for o in gc.get_objects() if type(o).__name__ == 'Job')\n"
+        "case, tier = load_case(job.case_path), gv.Tier(job.tier)\n"
+        "key = gc_.cache_key([gc_.GATE_VERSION, open(__file__).read(), '', 'triton', case.digest(),\n"
+        "                     tier.value, case.platform, *gc_.platform_of(tier)])\n"
+        "gca.VerdictCache().put(key, gv.Verdict(True, tier, 'correctness'))\n"
+        "os._exit(1)\n" + _ZERO_KERNEL)
+    first = gate.check(source, "triton", SAXPY, Tier.INTERPRET)
+    assert first.failure_kind is FailureKind.CRASH, first.reason
+    second = gate.check(source, "triton", SAXPY, Tier.INTERPRET)
+    assert not second.ok and not second.cached, second
+
+
+def test_an_allocation_without_end_meets_the_workers_memory_cap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Grows in small steps, so no single request is refused: only the cap stops it.
+    monkeypatch.setenv("KLINEAGE_GATE_MEMORY_GIB", "3")
+    source = _ZERO_KERNEL.replace("def run(a, x, y):\n", "def run(a, x, y):\n"
+                                  "    hog = []\n    while True:\n"
+                                  "        hog.append(bytearray(1 << 26))\n")
+    t0 = time.monotonic()
+    verdict = gate.check(source, "triton", SAXPY, Tier.INTERPRET, cache=False, timeout=120)
+    assert verdict.failure_kind is FailureKind.OUT_OF_MEMORY, (verdict.failure_kind, verdict.reason)
+    assert "MemoryError" in verdict.reason
+    assert time.monotonic() - t0 < 100
