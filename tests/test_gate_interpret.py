@@ -161,6 +161,7 @@ def test_the_parent_counts_its_wait_for_the_gpu_lock_apart_from_comparing() -> N
     judge = _Judge(gate.load_case(SAXPY), Tier.INTERPRET, gpu_lock=SlowLock())
     variant = next(iter(judge.case.small_shapes))
     judge.handle(("ref", variant, "seed", 1, item, None))
+    judge.handle(("refs_done",))
     judge.handle(("out", variant, "seed", 1, item, 1))
     assert judge.verdict is None and judge.results[0].rel_err == 0.0
     assert judge.compare_lock_s == pytest.approx(0.2) and judge.compare_s < 0.1
