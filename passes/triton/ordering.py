@@ -1,25 +1,39 @@
 """Program-ordering passes of Triton kernels: grouped (L2-friendly) tile order and the
 persistent grid.
+
+The grouped order finds the program indices that walk a dot accumulator's rows and columns by
+what they index (`passes.triton.untie.shape_roles`), not by their names, in 1-D grids
+(`a = pid // x; b = pid % x`) and 2-D grids (one program-id axis each, which the forward rule
+merges into one, on the host too).
 """
 from __future__ import annotations
 
 import ast
-import re
+import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, literal_int, names_in, walk_stmts
+from passes.triton.autotune import _module_names
 from passes.triton.launch import TRITON
+from passes.triton.roles import (
+    PID_CALLS,
+    _facts,
+    assignments,
+    constexpr_params,
+    jit_functions,
+    launch_arguments,
+    launch_grid,
+    param_values,
+    tile_roles,
+)
+from passes.triton.untie import _identifiers, shape_roles
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
     from kir import KernelIR
-
-_PID_M = re.compile(r"^pid_?m$", re.I)
-_PID_N = re.compile(r"^pid_?n$", re.I)
-
 
 def _cdivs(mod: PyModule, expr: ast.AST) -> list[ast.Call]:
     """`cdiv` calls in `expr` and in the assignments (same function) of the names it uses."""
@@ -65,20 +79,248 @@ def _lines_span(mod: PyModule, first: ast.stmt, last: ast.stmt) -> tuple[int, in
     return line_start(mod.source, mod.start(first)), line_end(mod.source, mod.end(last) - 1)
 
 
+# -- grouped tile order ---------------------------------------------------------------------
+DEFAULT_GROUP = 8
+"""The value a group-size constexpr the rule adds is launched with (Triton's GROUP_M = 8)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Axis:
+    """One dimension of a kernel's dot accumulator as its programs index it (found by role)."""
+
+    tile: str
+    """The accumulator's block along it (`acc = tl.zeros((tile_m, tile_n))`)."""
+    name: str | None
+    """The name holding the block index (`offs = name * tile + tl.arange(..)`); None: the
+    program id is used inline."""
+    axis: int | None
+    """The grid axis whose program id is the block index (a 2-D grid); None: computed."""
+    sizes: tuple[str, ...]
+    """The sizes its offsets are bounded by (`offs_m < M`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Tiling:
+    m: _Axis
+    n: _Axis
+
+
+@dataclass(frozen=True, slots=True)
+class _RowMajor:
+    """`outer = pid // count` and `inner = pid % count` in one block: consecutive programs walk
+    the inner dimension; the outer one is the dimension a grouped order groups."""
+
+    block: list[ast.stmt]
+    outer: int  # index in `block` of the outer statement
+    inner: int
+    pid: str
+    count: ast.expr
+    role: str  # "m" or "n": the accumulator dimension the outer index walks
+
+
 @dataclass(frozen=True, slots=True)
 class _GroupShape:
     """What the grouped-ordering rule found in one kernel block."""
 
     block: list[ast.stmt]
     first: int  # index of the first statement of the region
-    last: int   # index of the last statement (pid_m / pid_n)
+    last: int   # index of the last statement (the later block index)
     pid: str    # the linear program index
-    num_pid_n: str
+    num_pid_n: str  # the block count the group size multiplies (along the inner dimension)
+    outer: str  # the grouped block index
+    inner: str
+
+
+def _axis_of(call: ast.Call) -> int | None:
+    """The literal axis of `tl.program_id(axis)` / `tl.num_programs(axis)`, else None."""
+    arg = call.args[0] if call.args else next(
+        (k.value for k in call.keywords if k.arg == "axis"), None)
+    return literal_int(arg)
+
+
+def _pid_axis(node: ast.AST | None) -> int | None:
+    """The axis of `tl.program_id(axis)` (a literal), else None."""
+    if not (isinstance(node, ast.Call) and callee(node) in PID_CALLS):
+        return None
+    return _axis_of(node)
+
+
+def _tiling(mod: PyModule, kernel: ast.FunctionDef) -> _Tiling | str:
+    """Which program index walks the rows (m) and which the columns (n) of the kernel's dot
+    accumulator, read from how the offsets of its loads and store are built (`shape_roles`),
+    never from names; the reason when that cannot be told."""
+    functions = jit_functions(mod)
+    facts = _facts(kernel, functions)
+    accs = sorted(facts.shapes[n] for n in facts.dotted_into if n in facts.shapes)
+    if not (accs and facts.dot_loop):
+        return "no tl.dot accumulator"
+    if not all(accs[0]):
+        return "the accumulator's blocks are not named"
+    found = shape_roles(kernel, functions)
+    assigns = assignments(kernel, augmented=True)
+    axes = []
+    for role, tile in zip(("m", "n"), accs[0]):
+        keys = [k for k, r in found.pid_roles.items() if r == role and not k.startswith("loop:")]
+        if not keys:
+            return f"no program index walks the accumulator's {role} blocks"
+        if any(k.startswith("expr:") for k in keys):
+            return f"the {role} block index is an expression, not a name or a program id"
+        on_axes = {int(k[len("axis:"):]) for k in keys if k.startswith("axis:")}
+        names = sorted(k[len("name:"):] for k in keys if k.startswith("name:"))
+        if len(on_axes) > 1 or len(names) > 1:
+            return f"several program indices walk the {role} blocks: {', '.join(sorted(keys))}"
+        axis = next(iter(on_axes), None)
+        if axis is not None and names and \
+                [_pid_axis(v) for v in assigns.get(names[0], [])] != [axis]:
+            return f"the {role} block index {names[0]} mixes program-id axis {axis} with others"
+        sizes = tuple(sorted(s for s, r in found.size_roles.items() if r == role))
+        axes.append(_Axis(tile, names[0] if names else None, axis, sizes))
+    m, n = axes
+    if (m.axis is None) != (n.axis is None):
+        return "one of the m and n block indices is a program id, the other is computed"
+    if m.axis is not None and m.axis == n.axis:
+        return f"the m and n blocks are both walked by program-id axis {m.axis}"
+    return _Tiling(m, n)
+
+
+def _row_major(kernel: ast.FunctionDef, tiling: _Tiling) -> _RowMajor | None:
+    """The row-major tile order of a 1-D grid: the m and n block indices are the quotient and
+    the remainder of one program index by one count (either way round), each assigned once."""
+    m, n = tiling.m.name, tiling.n.name
+    if m is None or n is None or tiling.m.axis is not None:
+        return None
+    assigns = assignments(kernel, augmented=True)
+    if len(assigns.get(m, [])) != 1 or len(assigns.get(n, [])) != 1:
+        return None
+    for block in walk_stmts(kernel.body):
+        at = {t: i for i, s in enumerate(block) if (t := _target(s)) in (m, n)}
+        if len(at) != 2:
+            continue
+        for role, outer, inner in (("m", at[m], at[n]), ("n", at[n], at[m])):
+            q, r = block[outer].value, block[inner].value
+            if (isinstance(q, ast.BinOp) and isinstance(q.op, ast.FloorDiv)
+                    and isinstance(r, ast.BinOp) and isinstance(r.op, ast.Mod)
+                    and isinstance(q.left, ast.Name)
+                    and ast.dump(q.left) == ast.dump(r.left)
+                    and ast.dump(q.right) == ast.dump(r.right)):
+                return _RowMajor(block, outer, inner, q.left.id, q.right, role)
+    return None
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name, i = base, 2
+    while name in taken:
+        name, i = f"{base}_{i}", i + 1
+    taken.add(name)
+    return name
+
+
+def _tl_alias(kernel: ast.FunctionDef) -> str:
+    """How the kernel names `triton.language` (from its program-id calls)."""
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Call) and callee(node) in PID_CALLS:
+            return callee(node).rsplit(".", 1)[0]
+    return "tl"
+
+
+def _triton_alias(mod: PyModule) -> str | None:
+    """The name the module imports `triton` as (None: not imported as a module)."""
+    for node in mod.tree.body:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "triton":
+                    return a.asname or a.name
+    return None
+
+
+def _live(kernel: ast.FunctionDef) -> set[str]:
+    """Names whose value the kernel uses: read outside a plain assignment, or read by the
+    assignment of a name it uses (a name only dead assignments read is not live)."""
+    deps: dict[str, set[str]] = {}
+    inside: set[int] = set()
+    for node in ast.walk(ast.Module(body=kernel.body, type_ignores=[])):
+        name = _target(node) if isinstance(node, ast.stmt) else None
+        if name is not None:
+            deps.setdefault(name, set()).update(names_in(node.value))
+            inside |= {id(n) for n in ast.walk(node.value)}
+    todo = [n.id for n in ast.walk(ast.Module(body=kernel.body, type_ignores=[]))
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in inside]
+    live: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name not in live:
+            live.add(name)
+            todo.extend(deps.get(name, ()))
+    return live
+
+
+def _group_param(mod: PyModule, kernel: ast.FunctionDef) -> str | None:
+    """A group-size constexpr the kernel has: one it does not use (a de-optimized kernel keeps
+    it), else one in the role `group`; either run with an int of at least 2 (a group of one
+    block is no grouping)."""
+    roles = tile_roles(kernel, jit_functions(mod))
+    live = _live(kernel)
+    unused = [p for p in constexpr_params(kernel) if p not in live and p not in roles]
+    grouping = [p for p, r in roles.items() if r == "group"]
+    values = param_values(mod, kernel, unused + grouping)
+    for names in (unused, grouping):
+        fit = [p for p in names if (values.get(p) or 0) >= 2]
+        if len(fit) == 1:
+            return fit[0]
+    return None
+
+
+def _block_count(mod: PyModule, kernel: ast.FunctionDef, axis: _Axis, before: ast.stmt,
+                 block: list[ast.stmt]) -> str | None:
+    """A name the kernel binds, before `before`, to the count of `axis`'s blocks:
+    `tl.cdiv(S, tile)` or `(S + tile - 1) // tile` of a size S that bounds its offsets."""
+    scope = [s for s in kernel.body if s.lineno < before.lineno]
+    if block is not kernel.body:
+        scope += [s for s in block if s.lineno < before.lineno]
+    once = assignments(kernel, augmented=True)
+    for stmt in scope:
+        name = _target(stmt)
+        if name is None or len(once.get(name, [])) != 1:
+            continue
+        value = stmt.value
+        if isinstance(value, ast.Call) and callee(value).endswith("cdiv") and len(value.args) == 2:
+            size, tile = value.args
+        elif isinstance(value, ast.BinOp) and isinstance(value.op, ast.FloorDiv):
+            size, tile = value.left, value.right
+            while isinstance(size, ast.BinOp) and isinstance(size.op, (ast.Add, ast.Sub)):
+                size = size.left
+        else:
+            continue
+        if isinstance(size, ast.Name) and size.id in axis.sizes and mod.text(tile) == axis.tile:
+            return name
+    return None
+
+
+def _size_of(kernel: ast.FunctionDef, axis: _Axis, before: ast.stmt) -> str | None:
+    """The one size bounding `axis`'s offsets that is bound before `before` (a parameter, or a
+    name the kernel body assigns above it); with several, the one divided by the tile."""
+    params = {a.arg for a in kernel.args.args + kernel.args.kwonlyargs}
+    above = {t for s in kernel.body if s.lineno < before.lineno and (t := _target(s))}
+    bound = [s for s in axis.sizes if s in params or s in above]
+    if len(bound) > 1:
+        divided = {n.args[0].id for n in ast.walk(kernel) if isinstance(n, ast.Call)
+                   and callee(n).endswith("cdiv") and len(n.args) == 2
+                   and isinstance(n.args[0], ast.Name) and names_in(n.args[1]) == {axis.tile}}
+        bound = [s for s in bound if s in divided]
+    return bound[0] if len(bound) == 1 else None
 
 
 @dataclass(frozen=True, slots=True)
 class GroupedOrdering(Pass):
-    """GROUP_M-swizzled tile order <-> row-major `pid_m = pid // num_pid_n`."""
+    """GROUP_M-swizzled tile order <-> row-major `pid_m = pid // num_pid_n`.
+
+    The block indices are found by role (`_tiling`): the program indices that scale the
+    offsets of the dot accumulator's rows and columns. The forward rule rewrites a 1-D grid's
+    row-major order (`a = pid // x; b = pid % x`, whatever the names) into the grouped order,
+    and merges a 2-D grid (`tl.program_id(0)` for one dimension, `tl.program_id(1)` for the
+    other, any other axis kept, e.g. a batch) into one axis first, rewriting the host grid to
+    `cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)` read from the launch. The group size is the kernel's
+    own group constexpr when it has one, else a new one launched with `DEFAULT_GROUP`."""
 
     code: str = ""
     """The exact grouped-ordering statements to restore (recorded by a de-optimization);
@@ -91,14 +333,15 @@ class GroupedOrdering(Pass):
     provides: ClassVar[tuple[str, ...]] = ("grouped-order",)
     languages: ClassVar[tuple[str, ...]] = TRITON
     platforms: ClassVar[tuple[str, ...]] = ("*",)
-    preconditions: ClassVar[tuple[str, ...]] = ("group_param",)
 
+    # -- finding --------------------------------------------------------------------------
     @staticmethod
-    def _group_params(kernel: ast.FunctionDef) -> list[str]:
-        return [a.arg for a in kernel.args.args if "GROUP" in a.arg.upper()]
-
-    def _grouped(self, kernel: ast.FunctionDef) -> list[_GroupShape]:
-        params = self._group_params(kernel)
+    def _grouped(mod: PyModule, kernel: ast.FunctionDef, tiling: _Tiling) -> list[_GroupShape]:
+        m, n = tiling.m.name, tiling.n.name
+        if m is None or n is None:
+            return []
+        roles = tile_roles(kernel, jit_functions(mod))
+        params = [p for p, r in roles.items() if r == "group"]
         if not params:
             return []
         derived = set(params)
@@ -121,17 +364,21 @@ class GroupedOrdering(Pass):
         shapes = []
         for block in walk_stmts(kernel.body):
             targets = [_target(s) for s in block]
-            ms = [i for i, t in enumerate(targets) if t and _PID_M.match(t)]
-            ns = [i for i, t in enumerate(targets) if t and _PID_N.match(t)]
-            if not ms or not ns:
+            if m not in targets or n not in targets:
                 continue
-            last = max(ms[-1], ns[-1])
+            at = {m: targets.index(m), n: targets.index(n)}
+            last = max(at.values())
             first = last
             while first > 0 and targets[first - 1] in derived:
                 first -= 1
             region = block[first:last + 1]
             if not all(_target(s) in derived for s in region):
                 continue
+            inner = [t for t in (m, n) if isinstance(block[at[t]].value, ast.BinOp)
+                     and isinstance(block[at[t]].value.op, ast.FloorDiv)]
+            if len(inner) != 1:
+                continue
+            outer = n if inner[0] == m else m
             pid = num_pid_n = None
             for node in ast.walk(ast.Module(body=region, type_ignores=[])):
                 if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv)
@@ -140,117 +387,376 @@ class GroupedOrdering(Pass):
                     pid, num_pid_n = node.left.id, factor[node.right.id]
                     break
             if pid and num_pid_n:
-                shapes.append(_GroupShape(block, first, last, pid, num_pid_n))
+                shapes.append(_GroupShape(block, first, last, pid, num_pid_n, outer, inner[0]))
         return shapes
-
-    @staticmethod
-    def _row_major(block: list[ast.stmt]) -> list[tuple[int, str, str]]:
-        """(index, pid, num_pid_n) of adjacent `pid_m = pid // X; pid_n = pid % X`."""
-        out = []
-        for i in range(len(block) - 1):
-            a, b = block[i], block[i + 1]
-            ta, tb = _target(a), _target(b)
-            if not (ta and tb and _PID_M.match(ta) and _PID_N.match(tb)):
-                continue
-            va, vb = a.value, b.value
-            if (isinstance(va, ast.BinOp) and isinstance(va.op, ast.FloorDiv)
-                    and isinstance(vb, ast.BinOp) and isinstance(vb.op, ast.Mod)
-                    and ast.dump(va.left) == ast.dump(vb.left)
-                    and ast.dump(va.right) == ast.dump(vb.right)
-                    and isinstance(va.left, ast.Name) and isinstance(va.right, ast.Name)):
-                out.append((i, va.left.id, va.right.id))
-        return out
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         mod = PyModule(ir)
         out = []
         for kernel in mod.kernels():
-            for shape in self._grouped(kernel):
+            tiling = _tiling(mod, kernel)
+            if isinstance(tiling, str):
+                continue
+            for shape in self._grouped(mod, kernel, tiling):
                 span = _lines_span(mod, shape.block[shape.first], shape.block[shape.last])
                 out.append(make_site(self.name, ir, index, span, True,
                                      {"kernel": kernel.name, "pid": shape.pid,
                                       "num_pid_n": shape.num_pid_n}))
-            if not self._group_params(kernel):
-                continue
-            for block in walk_stmts(kernel.body):
-                for i, pid, npn in self._row_major(block):
-                    span = _lines_span(mod, block[i], block[i + 1])
-                    out.append(make_site(self.name, ir, index, span, False,
-                                         {"kernel": kernel.name, "pid": pid, "num_pid_n": npn}))
+            rows = _row_major(kernel, tiling)
+            if rows is not None:
+                first, last = sorted((rows.outer, rows.inner))
+                locus = _lines_span(mod, rows.block[first], rows.block[last])
+                out.append(make_site(self.name, ir, index, _reach(mod, kernel, locus), False,
+                                     {"kernel": kernel.name, "pid": rows.pid,
+                                      "num_pid_n": mod.text(rows.count),
+                                      "outer": _target(rows.block[rows.outer]),
+                                      "inner": _target(rows.block[rows.inner])}, locus))
+            elif tiling.m.axis is not None:
+                plan = self._merge_grid(mod, kernel, tiling)
+                if isinstance(plan, Skipped):
+                    continue
+                locus = _lines_span(mod, plan[1], plan[1])
+                out.append(make_site(self.name, ir, index, _reach(mod, kernel, locus), False,
+                                     {"kernel": kernel.name, "grid_axes": [tiling.m.axis,
+                                                                           tiling.n.axis]},
+                                     locus))
         return out
 
+    # -- de-optimization ------------------------------------------------------------------
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         mod = PyModule(ir)
         kernel = _kernel_named(mod, site.detail.get("kernel", ""))
-        for shape in self._grouped(kernel) if kernel is not None else []:
+        tiling = _tiling(mod, kernel) if kernel is not None else "no kernel at the site"
+        for shape in self._grouped(mod, kernel, tiling) if not isinstance(tiling, str) else []:
             start, end = _lines_span(mod, shape.block[shape.first], shape.block[shape.last])
             if (start, end) != tuple(site.span):
                 continue
             names = {_target(s) for s in shape.block[shape.first:shape.last + 1]}
             after = [s for s in shape.block[shape.last + 1:]]
             used_after = set().union(*(names_in(s) for s in after)) if after else set()
-            leaked = sorted(n for n in names & used_after if not (_PID_M.match(n) or _PID_N.match(n)))
+            leaked = sorted(names & used_after - {shape.outer, shape.inner})
             if leaked:
                 return Skipped("the swizzle's intermediates are used later", {"names": leaked})
             indent = indent_of(mod.source, start)
-            m_name = next(_target(s) for s in shape.block[shape.first:shape.last + 1]
-                          if _PID_M.match(_target(s) or ""))
-            n_name = next(_target(s) for s in shape.block[shape.first:shape.last + 1]
-                          if _PID_N.match(_target(s) or ""))
-            text = (f"{indent}{m_name} = {shape.pid} // {shape.num_pid_n}\n"
-                    f"{indent}{n_name} = {shape.pid} % {shape.num_pid_n}\n")
+            text = (f"{indent}{shape.outer} = {shape.pid} // {shape.num_pid_n}\n"
+                    f"{indent}{shape.inner} = {shape.pid} % {shape.num_pid_n}\n")
             return finish(ir, site, [ByteEdit(start, end, text)],
                           options={"code": mod.source[start:end].decode("utf-8")})
         return Skipped("no grouped ordering at the site", {"site": site.anchor})
 
+    # -- optimization ---------------------------------------------------------------------
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         mod = PyModule(ir)
         kernel = _kernel_named(mod, site.detail.get("kernel", ""))
         if kernel is None:
             return Skipped("no kernel at the site", {"site": site.anchor})
-        params = self._group_params(kernel)
-        results, skip = self.check(ctx, {"group_param": bool(params)})
-        if skip:
-            return skip
-        for block in walk_stmts(kernel.body):
-            for i, pid, npn in self._row_major(block):
-                start, end = _lines_span(mod, block[i], block[i + 1])
-                if (start, end) != tuple(site.span):
-                    continue
-                if self.code:
-                    text = self.code
-                else:
-                    made = self._template(kernel, block[i], params[0], pid, npn,
-                                          indent_of(mod.source, start))
-                    if isinstance(made, Skipped):
-                        return made
-                    text = made
-                return finish(ir, site, [ByteEdit(start, end, text)], preconditions=results)
-        return Skipped("no row-major tile order at the site", {"site": site.anchor})
+        tiling = _tiling(mod, kernel)
+        if isinstance(tiling, str):
+            return Skipped(tiling, {"kernel": kernel.name})
+        if "grid_axes" in site.detail:
+            if self.code:
+                return Skipped("a recorded swizzle is for a 1-D grid; this kernel has a 2-D one",
+                               {"kernel": kernel.name})
+            plan = self._merge_grid(mod, kernel, tiling)
+            if isinstance(plan, Skipped):
+                return plan
+            return finish(ir, site, plan[0])
+        rows = _row_major(kernel, tiling)
+        if rows is None or any(key in site.detail and site.detail[key] != _target(rows.block[i])
+                               for key, i in (("outer", rows.outer), ("inner", rows.inner))):
+            return Skipped("no row-major tile order at the site", {"site": site.anchor})
+        first, last = sorted((rows.outer, rows.inner))
+        start = line_start(mod.source, mod.start(rows.block[first]))
+        indent = indent_of(mod.source, start)
+        if self.code:
+            made = self._recorded(mod, kernel, rows, indent)
+        else:
+            made = self._template(mod, kernel, tiling, rows, indent)
+        if isinstance(made, Skipped):
+            return made
+        text, edits = made
+        if last == first + 1:
+            edits.append(ByteEdit(*_lines_span(mod, rows.block[first], rows.block[last]), text))
+        else:  # the whole swizzle where the first index was computed
+            between = set().union(*(_stored(s) for s in rows.block[first + 1:last]))
+            read = names_in(rows.block[rows.outer].value) | names_in(rows.block[rows.inner].value)
+            if between & read:
+                return Skipped("the statements between the block indices change what they read",
+                               {"names": sorted(between & read)})
+            edits.append(ByteEdit(*_lines_span(mod, rows.block[first], rows.block[first]), text))
+            edits.append(ByteEdit(*_lines_span(mod, rows.block[last], rows.block[last]), ""))
+        return finish(ir, site, sorted(edits, key=lambda e: (e.start, e.end)))
+
+    def _recorded(self, mod: PyModule, kernel: ast.FunctionDef, rows: _RowMajor,
+                  indent: str) -> tuple[str, list[ByteEdit]] | Skipped:
+        """The recorded swizzle at the site's indentation, when it fits the kernel: it assigns
+        the kernel's block indices from the kernel's program index, and every other name it
+        reads is the kernel's (a swizzle recorded on another kernel usually does not fit:
+        the pass defaults then rewrite by role)."""
+        code = textwrap.dedent(self.code)
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            return Skipped("the recorded swizzle does not parse", {})
+        stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                  and isinstance(n.ctx, ast.Store)}
+        read = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                and isinstance(n.ctx, ast.Load)}
+        indices = {_target(rows.block[rows.outer]), _target(rows.block[rows.inner])}
+        if not indices <= stored or rows.pid not in read:
+            return Skipped("the recorded swizzle computes other block indices than the kernel's",
+                           {"recorded": sorted(stored), "kernel": sorted(indices),
+                            "pid": rows.pid})
+        bound = ({a.arg for a in kernel.args.args + kernel.args.kwonlyargs}
+                 | set().union(*(_stored(s) for s in kernel.body)) | _module_names(mod))
+        missing = sorted(read - stored - bound)
+        if missing:
+            return Skipped("the recorded swizzle reads names the kernel does not have",
+                           {"names": missing})
+        text = "".join(indent + line if line.strip() else line
+                       for line in code.splitlines(keepends=True))
+        return (text if text.endswith("\n") else text + "\n"), []
+
+    def _template(self, mod: PyModule, kernel: ast.FunctionDef, tiling: _Tiling,
+                  rows: _RowMajor, indent: str) -> tuple[str, list[ByteEdit]] | Skipped:
+        """The standard swizzle grouping the outer dimension's blocks by the group size."""
+        axis = tiling.m if rows.role == "m" else tiling.n
+        before = rows.block[min(rows.outer, rows.inner)]
+        taken = _identifiers(mod)
+        group = self._group(mod, kernel, rows.role, taken)
+        if isinstance(group, Skipped):
+            return group
+        group_name, edits = group
+        lines = []
+        count = _block_count(mod, kernel, axis, before, rows.block)
+        if count is None:
+            size = _size_of(kernel, axis, before)
+            if size is None:
+                return Skipped(f"no size bounds the {rows.role} offsets where the order is "
+                               f"computed: the {rows.role} blocks cannot be counted",
+                               {"kernel": kernel.name, "sizes": list(axis.sizes)})
+            count = _fresh(f"num_pid_{rows.role}", taken)
+            lines.append(f"{count} = {_tl_alias(kernel)}.cdiv({size}, {axis.tile})")
+        per = mod.text(rows.count)
+        per = f"({per})" if not isinstance(rows.count, (ast.Name, ast.Call, ast.Attribute)) else per
+        pid, role = rows.pid, rows.role
+        outer, inner = _target(rows.block[rows.outer]), _target(rows.block[rows.inner])
+        in_group, group_id = _fresh("num_pid_in_group", taken), _fresh("group_id", taken)
+        first, size = _fresh(f"first_pid_{role}", taken), _fresh(f"group_size_{role}", taken)
+        lines += [
+            f"{in_group} = {group_name} * {per}",
+            f"{group_id} = {pid} // {in_group}",
+            f"{first} = {group_id} * {group_name}",
+            f"{size} = min({count} - {first}, {group_name})",
+            f"{outer} = {first} + (({pid} % {in_group}) % {size})",
+            f"{inner} = ({pid} % {in_group}) // {size}",
+        ]
+        return "".join(f"{indent}{line}\n" for line in lines), edits
 
     @staticmethod
-    def _template(kernel: ast.FunctionDef, before: ast.stmt, group: str, pid: str, npn: str,
-                  indent: str) -> str | Skipped:
-        cdivs = [t for node in ast.walk(kernel) if isinstance(node, ast.stmt)
-                 and (t := _target(node)) and callee(node.value).endswith("cdiv") and t != npn]
-        num_pid_m = next((t for t in cdivs if "m" in t.lower()), None)
-        if num_pid_m is None:
-            return Skipped("no tile count along M (`num_pid_m = tl.cdiv(M, BLOCK_M)`) to group by",
-                           {"kernel": kernel.name})
-        fresh = ("num_pid_in_group", "group_id", "first_pid_m", "group_size_m")
-        taken = sorted(set(fresh) & names_in(kernel))
-        if taken:
-            return Skipped("the standard swizzle's names are taken", {"names": taken})
-        m_name, n_name = _target(before), None
-        rows = [
-            f"num_pid_in_group = {group} * {npn}",
-            f"group_id = {pid} // num_pid_in_group",
-            f"first_pid_m = group_id * {group}",
-            f"group_size_m = min({num_pid_m} - first_pid_m, {group})",
-            f"{m_name} = first_pid_m + (({pid} % num_pid_in_group) % group_size_m)",
-            f"{n_name or m_name[:-1] + 'n'} = ({pid} % num_pid_in_group) // group_size_m",
+    def _group(mod: PyModule, kernel: ast.FunctionDef, role: str, taken: set[str]
+               ) -> tuple[str, list[ByteEdit]] | Skipped:
+        """The group size: the kernel's group constexpr (`_group_param`), else a new constexpr
+        (a fresh name) that every launch passes as `DEFAULT_GROUP` (and that defaults to it
+        where the signature needs a default or the module never launches the kernel)."""
+        found = _group_param(mod, kernel)
+        if found is not None:
+            return found, []
+        args = kernel.args.args
+        if not args:
+            return Skipped("the kernel has no parameters to add a group size after", {})
+        name = _fresh(f"GROUP_{role.upper()}", taken)
+        marked = [a.annotation for a in args if a.annotation is not None
+                  and "constexpr" in ast.dump(a.annotation)]
+        annotation = mod.text(marked[0]) if marked else f"{_tl_alias(kernel)}.constexpr"
+        launches = mod.launches(kernel.name)
+        default = f" = {DEFAULT_GROUP}" if kernel.args.defaults or not launches else ""
+        at = mod.end(kernel.args.defaults[-1] if kernel.args.defaults else args[-1])
+        edits = [ByteEdit(at, at, f", {name}: {annotation}{default}")]
+        for call in launches:
+            edits.append(mod.insert_argument(call, len(mod.arguments(call)),
+                                             f"{name}={DEFAULT_GROUP}"))
+        return name, edits
+
+    def _merge_grid(self, mod: PyModule, kernel: ast.FunctionDef, tiling: _Tiling
+                    ) -> tuple[list[ByteEdit], ast.stmt] | Skipped:
+        """A 2-D grid's m and n program ids merged into one grid axis walked in grouped order:
+        the edits and the kernel statement the swizzle goes before. The lower of the two axes
+        carries cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N) programs (the sizes and tiles the launch
+        passes), the higher one is dropped when last, else set to 1, so that any other axis
+        (a batch) keeps its index and its program ids."""
+        m, n = tiling.m, tiling.n
+        low, high = sorted((m.axis, n.axis))
+        detail = {"kernel": kernel.name}
+        calls = [c for c in ast.walk(kernel) if isinstance(c, ast.Call) and callee(c) in PID_CALLS]
+        if any(_pid_axis(c) is None for c in calls):
+            return Skipped("a program id's axis is not a literal", detail)
+        helpers = _called(kernel, jit_functions(mod))
+        if any(isinstance(c, ast.Call) and (callee(c) in PID_CALLS
+                                            or callee(c).endswith("num_programs"))
+               for f in helpers for c in ast.walk(f)):
+            return Skipped("a jit function the kernel calls reads program ids", detail)
+        for c in ast.walk(kernel):
+            if isinstance(c, ast.Call) and callee(c).endswith("num_programs") \
+                    and _axis_of(c) in (None, low, high):
+                return Skipped("the kernel reads the number of programs along a merged axis",
+                               detail)
+        params = [a.arg for a in kernel.args.args]
+        constexprs = set(constexpr_params(kernel))
+        sizes = {}
+        for role, axis in (("m", m), ("n", n)):
+            passed = [s for s in axis.sizes if s in params]
+            if len(passed) != 1:
+                return Skipped(f"the size along {role} is not one kernel parameter",
+                               {**detail, "sizes": list(axis.sizes)})
+            if axis.tile not in constexprs:
+                return Skipped(f"the {role} block {axis.tile} is not a constexpr parameter", detail)
+            sizes[role] = passed[0]
+        launches = mod.launches(kernel.name)
+        if not launches:
+            return Skipped("the kernel is not launched in this module: its grid cannot be "
+                           "merged", detail)
+        taken = _identifiers(mod)
+        binding: dict[int, ast.stmt] = {}  # axis -> `name = tl.program_id(axis)` (top level)
+        names: dict[int, str] = {}  # axis -> the name of its block index
+        for role, axis in (("m", m), ("n", n)):
+            if axis.name is None:
+                names[axis.axis] = _fresh(f"pid_{role}", taken)
+                continue
+            stmt = next((s for s in kernel.body if _target(s) == axis.name
+                         and _pid_axis(s.value) == axis.axis), None)
+            if stmt is None:
+                return Skipped(f"the program id {axis.name} is named inside a block", detail)
+            binding[axis.axis], names[axis.axis] = stmt, axis.name
+        merged = [c for c in calls if _pid_axis(c) in (low, high)]
+        tops = [s for s in kernel.body if any(c in merged for c in ast.walk(s))]
+        first = tops[0]
+        edits: list[ByteEdit] = []
+        for c in merged:
+            if not any(s.value is c for s in binding.values()):
+                edits.append(ByteEdit(*mod.span(c), names[_pid_axis(c)]))
+        tl = _tl_alias(kernel)
+        group = self._group(mod, kernel, "m", taken)
+        if isinstance(group, Skipped):
+            return group
+        group_name, group_edits = group
+        edits += group_edits
+        pid, count_m, count_n = (_fresh("pid", taken), _fresh("num_pid_m", taken),
+                                 _fresh("num_pid_n", taken))
+        in_group, group_id = _fresh("num_pid_in_group", taken), _fresh("group_id", taken)
+        first_m, size_m = _fresh("first_pid_m", taken), _fresh("group_size_m", taken)
+        lines = [
+            f"{pid} = {tl}.program_id({low})",
+            f"{count_m} = {tl}.cdiv({sizes['m']}, {m.tile})",
+            f"{count_n} = {tl}.cdiv({sizes['n']}, {n.tile})",
+            f"{in_group} = {group_name} * {count_n}",
+            f"{group_id} = {pid} // {in_group}",
+            f"{first_m} = {group_id} * {group_name}",
+            f"{size_m} = min({count_m} - {first_m}, {group_name})",
+            f"{names[m.axis]} = {first_m} + (({pid} % {in_group}) % {size_m})",
+            f"{names[n.axis]} = ({pid} % {in_group}) // {size_m}",
         ]
-        return "".join(f"{indent}{row}\n" for row in rows)
+        at = line_start(mod.source, mod.start(first))
+        indent = indent_of(mod.source, at)
+        text = "".join(f"{indent}{line}\n" for line in lines)
+        for stmt in binding.values():
+            span = _lines_span(mod, stmt, stmt)
+            edits.append(ByteEdit(*span, text if stmt is first else ""))
+        if first not in binding.values():
+            edits.append(ByteEdit(at, at, text))
+        for call in launches:
+            grid = _merged_grid(mod, kernel, call, low, high, tiling, sizes, taken)
+            if isinstance(grid, Skipped):
+                return grid
+            edits.append(grid)
+        edits = sorted(dict.fromkeys(edits), key=lambda e: (e.start, e.end))
+        return edits, first
+
+
+def _called(kernel: ast.FunctionDef, functions: dict[str, ast.FunctionDef]
+            ) -> list[ast.FunctionDef]:
+    """The jit functions `kernel` calls, directly or through one another."""
+    out: dict[str, ast.FunctionDef] = {}
+    todo = [kernel]
+    while todo:
+        fn = todo.pop()
+        for c in ast.walk(fn):
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) \
+                    and c.func.id in functions and c.func.id not in out \
+                    and c.func.id != kernel.name:
+                out[c.func.id] = functions[c.func.id]
+                todo.append(functions[c.func.id])
+    return list(out.values())
+
+
+def _stored(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _reach(mod: PyModule, kernel: ast.FunctionDef, locus: tuple[int, int]) -> tuple[int, int]:
+    """The bytes a forward rewrite at `locus` may touch: the kernel (its signature takes a group
+    size), its launches and their grids."""
+    lo, hi = mod.stmt_span(kernel)
+    lo, hi = min(lo, locus[0]), max(hi, locus[1])
+    for call in mod.launches(kernel.name):
+        nodes = [call]
+        grid = launch_grid(mod, call)
+        if grid is not None:
+            nodes.append(grid)
+        for node in nodes:
+            lo, hi = min(lo, mod.start(node)), max(hi, mod.end(node))
+    return lo, hi
+
+
+def _merged_grid(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call, low: int, high: int,
+                 tiling: _Tiling, sizes: dict[str, str], taken: set[str]) -> ByteEdit | Skipped:
+    """The launch's grid with axes `low` and `high` merged (see `_merge_grid`): a lambda over
+    the autotuner's meta-parameters, so that it follows the tiles whatever sets them. The
+    sizes are the expressions the launch passes for the kernel's size parameters."""
+    detail = {"kernel": kernel.name}
+    target = launch_grid(mod, call)
+    if target is None or isinstance(target, ast.FunctionDef):
+        return Skipped("the launch grid is not an expression bound once where the kernel is "
+                       "launched", detail)
+    body, meta = target, None
+    if isinstance(target, ast.Lambda):
+        if len(target.args.args) != 1:
+            return Skipped("the launch grid's lambda does not take the meta-parameters", detail)
+        body, meta = target.body, target.args.args[0].arg
+    if not isinstance(body, (ast.Tuple, ast.List)) or not high < len(body.elts) <= 3:
+        return Skipped("the launch grid is not a tuple holding the m and n axes", detail)
+    args = launch_arguments(mod, kernel, call)
+    passed = {role: args.get(size) for role, size in sizes.items()}
+    if any(v is None for v in passed.values()):
+        return Skipped("the launch does not pass the sizes along m and n as plain arguments",
+                       detail)
+    if meta is None:
+        meta = _fresh("meta", taken | names_in(body))
+    cdiv = _triton_alias(mod)
+
+    def count(role: str) -> str:
+        size = mod.text(passed[role])
+        tile = f'{meta}["{(tiling.m if role == "m" else tiling.n).tile}"]'
+        return f"{cdiv}.cdiv({size}, {tile})" if cdiv else f"(({size}) + {tile} - 1) // {tile}"
+
+    elts = [mod.text(e) for e in body.elts]
+    elts[low] = f"{count('m')} * {count('n')}"
+    if high == len(elts) - 1:
+        del elts[high]
+    else:
+        elts[high] = "1"
+    text = f"lambda {meta}: ({', '.join(elts)}{',' if len(elts) == 1 else ''})"
+    grid = call.func.slice  # type: ignore[attr-defined]
+    if isinstance(grid, ast.Name) and target is not grid:
+        host = mod.enclosing(call, ast.FunctionDef) or mod.tree
+        as_grid = {id(c.func.slice)  # type: ignore[attr-defined]
+                   for c in mod.launches(kernel.name)}
+        readers = [n for n in ast.walk(host) if isinstance(n, ast.Name) and n.id == grid.id
+                   and isinstance(n.ctx, ast.Load)]
+        if all(id(r) in as_grid for r in readers):  # the bound grid serves these launches alone
+            return ByteEdit(*mod.span(target), text)
+    return ByteEdit(*mod.span(grid), text)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -667,26 +667,44 @@ def _config_dicts(mod: PyModule, kernel: ast.FunctionDef) -> list[ast.Call]:
     ]
 
 
+def param_values(
+    mod: PyModule, kernel: ast.FunctionDef, names: Sequence[str]
+) -> dict[str, int | None]:
+    """The int each of `names` (kernel parameters) is run with: its value in the first
+    autotuner config, else at the first launch (a literal, or a host name bound to one), else
+    its default; None where none of these is a literal."""
+    values: dict[str, int | None] = {}
+    configs = _config_dicts(mod, kernel)
+    if configs:
+        first = configs[0]
+        for k, v in zip(first.args[0].keys, first.args[0].values):
+            if isinstance(k, ast.Constant) and str(k.value) in names:
+                values[str(k.value)] = literal_int(v)
+    launches = mod.launches(kernel.name)
+    if launches:
+        call = launches[0]
+        args = launch_arguments(mod, kernel, call)
+        for name in names:
+            if name in args and name not in values:
+                values[name] = _host_literal(mod, call, args[name])
+    positional = [a.arg for a in kernel.args.args]
+    defaults = dict(zip(positional[len(positional) - len(kernel.args.defaults) :],
+                        kernel.args.defaults))
+    for name in names:
+        if name not in values and name in defaults:
+            values[name] = literal_int(defaults[name])
+    return {name: values.get(name) for name in names}
+
+
 def kernel_config(mod: PyModule, kernel: ast.FunctionDef) -> KernelConfig:
     """The configuration a module runs `kernel` with: its first config when autotuned, else its
     first launch (else the parameters' defaults)."""
     roles = tile_roles(kernel, jit_functions(mod))
-    values: dict[str, int | None] = {}
     warps, stages = DEFAULT_WARPS, DEFAULT_STAGES
     configs = _config_dicts(mod, kernel)
     autotuned = mod.decorator(kernel, "autotune") is not None
-    defaults = dict(
-        zip(
-            [a.arg for a in kernel.args.args][len(kernel.args.args) - len(kernel.args.defaults) :],
-            kernel.args.defaults,
-        )
-    )
     if configs:
-        first = configs[0]
-        for k, v in zip(first.args[0].keys, first.args[0].values):
-            if isinstance(k, ast.Constant):
-                values[str(k.value)] = literal_int(v)
-        for kw in first.keywords:
+        for kw in configs[0].keywords:
             if kw.arg == "num_warps" and literal_int(kw.value):
                 warps = literal_int(kw.value)
             if kw.arg == "num_stages" and literal_int(kw.value) is not None:
@@ -695,16 +713,11 @@ def kernel_config(mod: PyModule, kernel: ast.FunctionDef) -> KernelConfig:
     if launches:
         call = launches[0]
         args = launch_arguments(mod, kernel, call)
-        for name in roles:
-            if name in args and name not in values:
-                values[name] = _host_literal(mod, call, args[name])
         if "num_warps" in args and _host_literal(mod, call, args["num_warps"]):
             warps = _host_literal(mod, call, args["num_warps"])
         if "num_stages" in args and _host_literal(mod, call, args["num_stages"]) is not None:
             stages = _host_literal(mod, call, args["num_stages"])
-    for name in roles:
-        if name not in values and name in defaults:
-            values[name] = literal_int(defaults[name])
+    values = param_values(mod, kernel, list(roles))
     fixed = fixed_extents(kernel, jit_functions(mod))
     params = tuple(
         Param(n, r, None if n in fixed else values.get(n)) for n, r in roles.items()

@@ -13,8 +13,9 @@ through the kernel (`shape_roles`):
   dimensions. The accumulator's two dimensions are ``m`` and ``n``; the contraction dimension of
   the dots accumulating into it is ``k``;
 - a scalar use takes the dimension it offsets: `pid * P + tl.arange(0, P)`, a loop variable
-  stepped by `P` added to a block (`k0 + rk`), the offsets of a block pointer; a multiple of one
-  program-id expression (`pid_m * P`, `(pid_m + 1) * P`) is one dimension wherever it occurs;
+  stepped by `P` added to a block (`k0 + rk`), the offsets of a block pointer (or of a tensor
+  descriptor's `load` / `store`); a multiple of one program-id expression (`pid_m * P`,
+  `(pid_m + 1) * P`) is one dimension wherever it occurs;
   a block count (`tl.cdiv(M, P)`, `(M + P - 1) // P`) takes the dimension `M` bounds (`offs < M`);
   the step of the loop around the dot, and a pointer advanced in it, is ``k``.
 
@@ -81,6 +82,7 @@ TENSOR_METHODS = frozenset(
 )
 CASTS = frozenset({"to", "cast"})
 CHECKS = frozenset({"static_assert", "device_assert", "static_print", "device_print"})
+DESCRIPTORS = frozenset({"make_tensor_descriptor", "_experimental_make_tensor_descriptor"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +154,9 @@ class ShapeRoles:
     refusals: dict[str, str] = field(default_factory=dict)
     """Constexpr -> why it cannot be untied (beyond undetermined uses)."""
     pid_roles: dict[str, str] = field(default_factory=dict)
-    """`axis:N` -> the role of the block a program id of that axis scales."""
+    """A program-id expression -> the role of the block it scales: `axis:N` (a program id of
+    that axis), `name:X` (a name computed from program ids), `expr:...` (another expression),
+    `loop:V:L` (the variable of a counted loop)."""
     size_roles: dict[str, str] = field(default_factory=dict)
     """Kernel size parameter -> the role of the blocks it bounds (`offs_m < M`)."""
 
@@ -448,6 +452,20 @@ class _Walk:
             return _Val(self.expr(node.args[0]).shape)
         if short == "make_block_ptr":
             return self.block_ptr(node, kw)
+        if short in DESCRIPTORS:
+            return self.block_ptr(node, kw, ("base", "shape", "strides", "block_shape"))
+        if (
+            short is None
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("load", "store")
+            and node.args
+        ):
+            desc = self.expr(node.func.value)
+            if desc.shape:  # a tensor descriptor: `desc.load([i, j])`, `desc.store([i, j], x)`
+                self.offsets(desc.shape, node.args[0])
+                for a in node.args[1:]:
+                    self.unify(desc.shape, self.expr(a).shape)
+                return _Val(desc.shape) if node.func.attr == "load" else UNKNOWN
         if short == "advance" and len(node.args) >= 2:
             ptr = self.expr(node.args[0])
             self.offsets(ptr.shape, node.args[1])
@@ -537,8 +555,14 @@ class _Walk:
                 for u in v.pending:
                     self.cls.union(u, shape[i])
 
-    def block_ptr(self, node: ast.Call, kw: Mapping[str, ast.AST]) -> _Val:
-        fields = ("base", "shape", "strides", "offsets", "block_shape", "order")
+    def block_ptr(
+        self,
+        node: ast.Call,
+        kw: Mapping[str, ast.AST],
+        fields: tuple[str, ...] = ("base", "shape", "strides", "offsets", "block_shape", "order"),
+    ) -> _Val:
+        """A block pointer (or, with its fields, a tensor descriptor): its block's shape, the
+        sizes its `shape` names linked to the block's dimensions."""
         got = dict(zip(fields, node.args))
         got.update({k: v for k, v in kw.items() if k in fields})
         block = got.get("block_shape")
@@ -800,7 +824,7 @@ class _Walk:
                     )
         out.refusals = dict(self.refusals)
         for key in [k for k in cls.parent if isinstance(k, tuple) and k[0] == "pid"]:
-            if isinstance(key[1], str) and key[1].startswith("axis:"):
+            if isinstance(key[1], str):
                 role = role_of(key)
                 if role is not None:
                     out.pid_roles[key[1]] = role
