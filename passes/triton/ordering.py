@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
@@ -27,6 +27,7 @@ from passes.triton.roles import (
     launch_arguments,
     launch_grid,
     param_values,
+    pid_names,
     tile_roles,
 )
 from passes.triton.untie import _identifiers, shape_roles
@@ -153,7 +154,9 @@ def _tiling(mod: PyModule, kernel: ast.FunctionDef) -> _Tiling | str:
     facts = _facts(kernel, functions)
     accs = sorted(facts.shapes[n] for n in facts.dotted_into if n in facts.shapes)
     if not (accs and facts.dot_loop):
-        return "no tl.dot accumulator"
+        # an accumulator updated some other way (`tl.sum` of a broadcast product, as the
+        # tensor-core step's de-optimization leaves it): its rows and columns by the store
+        return _stored_tiling(kernel, facts) or "no tl.dot accumulator"
     if not all(accs[0]):
         return "the accumulator's blocks are not named"
     found = shape_roles(kernel, functions)
@@ -181,6 +184,62 @@ def _tiling(mod: PyModule, kernel: ast.FunctionDef) -> _Tiling | str:
     if m.axis is not None and m.axis == n.axis:
         return f"the m and n blocks are both walked by program-id axis {m.axis}"
     return _Tiling(m, n)
+
+
+def _stored_tiling(kernel: ast.FunctionDef, facts: Any) -> _Tiling | None:
+    """m and n of a 2-D accumulator (`acc = tl.zeros((A, B))`, updated inside a loop) read from
+    the `tl.store` that writes it: the offsets indexed `[:, None]` walk its rows, those indexed
+    `[None, :]` its columns, and the one local each is computed from, itself computed from a
+    program id, is the block index. None when that is not one name per dimension."""
+    once = assignments(kernel, augmented=True)
+    pid = pid_names(kernel)
+    loops = [n for n in ast.walk(kernel) if isinstance(n, ast.For)]
+    updated = {t.id for loop in loops for n in ast.walk(loop)
+               if isinstance(n, (ast.Assign, ast.AugAssign))
+               for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+               if isinstance(t, ast.Name)}
+    accs = {n: shape for n, shape in facts.shapes.items() if n in updated and all(shape)}
+
+    def from_pid(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        if name in pid:
+            return True
+        values = once.get(name, [])
+        return len(values) == 1 and name not in seen and any(
+            from_pid(n, seen | {name}) for n in names_in(values[0]))
+
+    def index_of(name: str) -> str | None:
+        values = once.get(name, [])
+        if len(values) != 1:
+            return None
+        found = {n for n in names_in(values[0]) if n in once and from_pid(n)}
+        return next(iter(found)) if len(found) == 1 else None
+
+    for node in ast.walk(kernel):
+        if not (isinstance(node, ast.Call) and callee(node).endswith("store") and len(node.args) >= 2):
+            continue
+        stored = names_in(node.args[1]) & set(accs)
+        if len(stored) != 1:
+            continue
+        tile_m, tile_n = accs[next(iter(stored))]
+        rows, cols = set(), set()
+        for sub in ast.walk(node.args[0]):
+            if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name) and \
+                    isinstance(sub.slice, ast.Tuple) and len(sub.slice.elts) == 2:
+                first, second = sub.slice.elts
+                none_second = isinstance(second, ast.Constant) and second.value is None
+                none_first = isinstance(first, ast.Constant) and first.value is None
+                if isinstance(first, ast.Slice) and none_second:
+                    rows.add(sub.value.id)
+                elif none_first and isinstance(second, ast.Slice):
+                    cols.add(sub.value.id)
+        if len(rows) != 1 or len(cols) != 1:
+            continue
+        m, n = index_of(next(iter(rows))), index_of(next(iter(cols)))
+        if m is None or n is None or m == n:
+            continue
+        axes = [_pid_axis(once[x][0]) if len(once.get(x, [])) == 1 else None for x in (m, n)]
+        return _Tiling(_Axis(str(tile_m), m, axes[0], ()), _Axis(str(tile_n), n, axes[1], ()))
+    return None
 
 
 def _row_major(kernel: ast.FunctionDef, tiling: _Tiling) -> _RowMajor | None:
