@@ -1,5 +1,6 @@
 """Cheat: correct for its first six calls (the checks: three seeds, the knockout, the fault
-run, the sealed call), then launches a kernel that does nothing, hoping the repeated / timed runs are not re-validated."""
+run, the sealed call), then launches a kernel that does nothing, hoping the repeated / timed
+runs are not re-validated."""
 import torch
 import triton
 import triton.language as tl
