@@ -35,6 +35,7 @@ class Job:
     refill_sets: int = 4  # input sets per variant the refilled calls rotate through
     env: tuple[tuple[str, str], ...] = ()  # the caller's environment when it asked for the run
     variants: tuple[str, ...] = ()  # device tier: the variants run (`Case.variants`); () = SHAPES
+    sealed_seed: int = 0  # inputs of the sealed call (`gate.guards.Seal`); 0: reverify_seed + 1
 
 
 class Stop(Exception):

@@ -24,7 +24,7 @@ from gate.verdict import FailureKind, Tier, Verdict, reject
 from gate.worker import Job
 from kir.errors import BadInputError
 
-GATE_VERSION = "7"  # bump when a change to the gate could change a verdict
+GATE_VERSION = "8"  # bump when a change to the gate could change a verdict
 DEFAULT_TIMEOUT_S = {Tier.STATIC: 300.0, Tier.INTERPRET: 300.0, Tier.DEVICE: 300.0}
 # Device-tier gates may run side by side: each worker takes its GPU's readers-writer lock
 # (`gate.gpulock`: exclusive while it times). With that lock switched off
@@ -239,7 +239,7 @@ def _run(source: str, lang: str, case: Case, tier: Tier, stem: str, host_text: s
                   cu_path=str(cu) if cu else None, scratch=str(scratch),
                   origin_dir=str(src_path.parent) if src_path else None,
                   case_path=str(case.path), seeds=(base, base + 1, base + 2),
-                  extra_seed=base + 3, reverify_seed=base + 4,
+                  extra_seed=base + 3, reverify_seed=base + 4, sealed_seed=base + 5,
                   refill_seed=rng.randrange(2**30, 2**31), env=tuple(os.environ.items()),
                   variants=case.variants)
         if tier is Tier.DEVICE and gpulock.lock_path("any") is None:

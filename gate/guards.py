@@ -14,7 +14,10 @@ Imported only inside a worker (it imports torch). What it provides:
   `gate.foreign.attribute_kernels`;
 - `OpTrace`: a torch dispatch mode that records every compute op the candidate runs (allocation,
   views and copies are allowed), notes calls made from inside the case's reference, and fills
-  each tensor the candidate allocates with poison (NaN for floats).
+  each tensor the candidate allocates with poison (NaN for floats);
+- `Seal`: the sealed call, in which the float inputs hold poison except while the candidate's
+  own kernels run (the launch hooks of `LaunchMonitor` open it around each launch; the op trace
+  records the host copies of inputs that it replays then).
 """
 from __future__ import annotations
 
@@ -44,6 +47,10 @@ class Captured:
     fill_: Callable[..., Any]
     copy_: Callable[..., Any]
     equal: Callable[..., bool]
+    untyped_storage: Callable[..., Any]
+    storage_ptr: Callable[..., int]
+    is_floating_point: Callable[..., bool]
+    is_complex: Callable[..., bool]
     tensor_type: type
     synchronize: Callable[[], None] | None
     current_stream: Callable[[], Any] | None
@@ -55,7 +62,10 @@ class Captured:
         return Captured(
             clone=torch.Tensor.clone, cpu=torch.Tensor.cpu, contiguous=torch.Tensor.contiguous,
             view=torch.Tensor.view, numpy=torch.Tensor.numpy, fill_=torch.Tensor.fill_,
-            copy_=torch.Tensor.copy_,            equal=torch.equal, tensor_type=torch.Tensor,
+            copy_=torch.Tensor.copy_, equal=torch.equal,
+            untyped_storage=torch.Tensor.untyped_storage, storage_ptr=torch.UntypedStorage.data_ptr,
+            is_floating_point=torch.Tensor.is_floating_point, is_complex=torch.Tensor.is_complex,
+            tensor_type=torch.Tensor,
             synchronize=torch.cuda.synchronize if cuda else None,
             current_stream=torch.cuda.current_stream if cuda else None,
             perf_counter=time.perf_counter,
@@ -149,6 +159,8 @@ class LaunchMonitor:
 
     candidate_dir: str
     mode: str = "run"
+    seal: Seal | None = None
+    """The sealed call's seal (`Seal`), opened around each launch; None outside that call."""
     launches: int = 0
     tuning: int = 0
     side_stream: list[str] = field(default_factory=list)
@@ -180,6 +192,13 @@ class LaunchMonitor:
             self.side_stream.append(f"{what} on stream {stream:#x}, gate stream {self.gate_stream:#x}")
         if self.mode == "raise":
             raise LaunchSuppressed(f"launch of {what} suppressed by the gate")
+
+    def sealing(self) -> Any:
+        """Around one launch of the candidate's kernel: the sealed call's inputs hold their
+        real values (`Seal.launch`); a no-op outside that call."""
+        import contextlib  # noqa: PLC0415
+
+        return self.seal.launch() if self.seal is not None else contextlib.nullcontext()
 
     @staticmethod
     def _patch(owner: Any, name: str, new: Any) -> None:
@@ -233,7 +252,8 @@ class LaunchMonitor:
             monitor._on_launch(name, stream)
             if monitor.mode == "silent":
                 return None
-            kernel = original(jit_self, *args, **kwargs)
+            with monitor.sealing():
+                kernel = original(jit_self, *args, **kwargs)
             compiled = getattr(kernel, "name", None)
             if isinstance(compiled, str):
                 monitor.names.add(compiled)
@@ -263,7 +283,8 @@ class LaunchMonitor:
                 monitor._on_launch(f"{original.__name__}", stream)
                 if monitor.mode == "silent":
                     return (ok,)
-                return original(*args, **kwargs)
+                with monitor.sealing():
+                    return original(*args, **kwargs)
 
             launch.__name__ = original.__name__
             return launch
@@ -467,25 +488,32 @@ class OpTrace(TorchDispatchMode):
         return False
 
     def __init__(self, reference_code: tuple[str, str], poison: bool,
-                 paused: Callable[[], bool] = lambda: False) -> None:
+                 paused: Callable[[], bool] = lambda: False, seal: Seal | None = None) -> None:
         super().__init__()
         self.reference_code = reference_code
         self.poison = poison
         self.paused = paused
+        self.seal = seal
         self.violations: list[str] = []
         self.reference_calls: list[str] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         name = func.overloadpacket.__name__
         out = func(*args, **(kwargs or {}))
+        seal = self.seal
+        if seal is not None and seal.busy:  # the gate's own restores, replays and poison
+            return out
         if self.paused():
             return out
         if name not in ALLOWED_OPS:
             self.violations.append(name)
             if self._inside_reference():
                 self.reference_calls.append(name)
-        elif self.poison and name in ALLOC_OPS and isinstance(out, torch.Tensor) and out.numel():
+            return out
+        if self.poison and name in ALLOC_OPS and isinstance(out, torch.Tensor) and out.numel():
             poison_(out)
+        if seal is not None and not seal.launching:
+            seal.observe(name, func, args, kwargs or {}, out)
         return out
 
     def _inside_reference(self) -> bool:
@@ -505,3 +533,181 @@ def poison_(t: torch.Tensor) -> None:
         t.fill_(float("nan"))
     elif t.dtype != torch.bool:
         t.fill_(torch.iinfo(t.dtype).min)
+
+
+# ---------------------------------------------------------------------------------------------
+# The sealed call
+
+# Allowed ops that write into an argument (name -> the destination's position) and those that
+# return a copy of their first argument: what host code does with its inputs before a launch.
+SEAL_WRITE_OPS = {"copy_": 0, "fill_": 0, "zero_": 0, "_copy_from": 1, "_copy_from_and_resize": 1}
+SEAL_COPY_OPS = frozenset({"_to_copy", "clone", "lift_fresh_copy"})
+
+
+@dataclass(slots=True)
+class _Sealed:
+    tensor: torch.Tensor
+    real: torch.Tensor  # the values it holds while a kernel of the candidate runs
+    ptr: int  # its storage's address
+    is_input: bool
+
+
+class Seal:
+    """The sealed call: every floating-point input holds poison (NaN) except while one of the
+    candidate's own kernels runs, so that an answer computed by host code between launches
+    (NumPy, Python lists, raw memory, torch out of the op trace's sight) is computed from
+    poison. Integer and bool inputs (indices, lengths, masks) are left as they are: host code
+    may size its launches from them, and no sentinel is safe to read for every kernel.
+
+    Host copies of the inputs (`x.contiguous()`, `x.to(dtype)`, `empty_like` + `copy_`) are
+    poison too when they are made; the op trace reports each allowed copy whose source shares
+    storage with an input or an earlier copy, and each fill / copy into such a copy
+    (`observe`). At a launch (`launch`), after the inputs' real values are restored, the copies
+    recorded since the last launch are replayed in order and their real values kept; after it,
+    each copy's values are kept as the kernel left them (a kernel may write into a copy of an
+    input) and every sealed tensor holds poison again, also when the launch raised. A copy the
+    op trace does not see (a thread, a forked child, NumPy, ctypes) is not replayed.
+
+    The gate's own ops run with `busy` set: the op trace neither checks, poisons nor records
+    them. Every torch function used is one of `Captured`'s, bound before candidate code loaded.
+    """
+
+    def __init__(self, inputs: tuple[Any, ...], cap: Captured) -> None:
+        self.cap = cap
+        self.busy = False
+        self.launching = 0
+        self.launches = 0
+        self.replayed = 0  # host copies replayed
+        self.entries: list[_Sealed] = []
+        self.pending: list[tuple[Any, tuple[Any, ...], dict[str, Any], torch.Tensor, bool]] = []
+        self.ptrs: set[int] = set()
+        for x in inputs:
+            if type(x) is cap.tensor_type and x.numel() and (cap.is_floating_point(x) or
+                                                             cap.is_complex(x)):
+                self._add(x, is_input=True)
+
+    def _ptr(self, t: torch.Tensor) -> int:
+        return self.cap.storage_ptr(self.cap.untyped_storage(t))
+
+    def _add(self, t: torch.Tensor, *, is_input: bool) -> None:
+        ptr = self._ptr(t)
+        self.entries.append(_Sealed(t, self.cap.clone(t), ptr, is_input))
+        self.ptrs.add(ptr)
+
+    def _tracked(self, value: Any) -> bool:
+        return type(value) is self.cap.tensor_type and value.numel() > 0 and \
+            self._ptr(value) in self.ptrs
+
+    def _sync(self) -> None:
+        if self.cap.synchronize is not None:
+            self.cap.synchronize()
+
+    def _poison(self) -> None:
+        for e in self.entries:
+            if self.cap.is_floating_point(e.tensor) or self.cap.is_complex(e.tensor):
+                self.cap.fill_(e.tensor, float("nan"))
+            elif e.tensor.dtype != torch.bool:
+                self.cap.fill_(e.tensor, torch.iinfo(e.tensor.dtype).min)
+
+    def seal(self) -> None:
+        """Before the call: the inputs' real values are kept, poison written in."""
+        self.busy = True
+        try:
+            self._sync()
+            self._poison()
+            self._sync()
+        finally:
+            self.busy = False
+
+    def observe(self, name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                out: Any) -> None:
+        """An allowed op of the candidate's host code (from the op trace): a copy out of a
+        sealed tensor, or a write into one, is recorded for replay at the next launch."""
+        position = SEAL_WRITE_OPS.get(name)
+        if position is not None:
+            dest = args[position] if len(args) > position else None
+            if type(dest) is not self.cap.tensor_type or not dest.numel():
+                return
+            sources = [*args, *kwargs.values()]
+            if not any(self._tracked(a) for a in sources):
+                return
+            self.pending.append((func, args, kwargs, dest, False))
+            self.ptrs.add(self._ptr(dest))
+        elif name in SEAL_COPY_OPS and args and self._tracked(args[0]) and \
+                type(out) is self.cap.tensor_type and out.numel():
+            self.pending.append((func, args, kwargs, out, True))
+            self.ptrs.add(self._ptr(out))
+
+    def _restore(self) -> None:
+        """Real values into every sealed tensor, then the host copies recorded since."""
+        copy_, clone = self.cap.copy_, self.cap.clone
+        for e in self.entries:
+            copy_(e.tensor, e.real)
+        pending, self.pending = self.pending, []
+        for func, args, kwargs, dest, returns_copy in pending:
+            if returns_copy:
+                copy_(dest, func(*args, **kwargs))
+            else:
+                func(*args, **kwargs)
+            self.replayed += 1
+            ptr = self._ptr(dest)
+            for e in self.entries:
+                if e.ptr == ptr:
+                    e.real = clone(e.tensor)
+            if not any(e.tensor is dest for e in self.entries):
+                self._add(dest, is_input=False)
+
+    def launch(self) -> Any:
+        """Context of one launch: real values in before it, poison back after it."""
+        import contextlib  # noqa: PLC0415
+
+        if self.launching:  # a launch inside a launch (a launcher over the driver's call)
+            return contextlib.nullcontext()
+        seal = self
+
+        @contextlib.contextmanager
+        def window() -> Any:
+            seal.busy = True
+            try:
+                seal._sync()
+                seal._restore()
+                seal._sync()
+            finally:
+                seal.busy = False
+            seal.launching += 1
+            try:
+                yield
+            finally:
+                seal.launching -= 1
+                seal.launches += 1
+                seal.busy = True
+                try:
+                    seal._sync()
+                    for e in seal.entries:
+                        if not e.is_input:  # what the kernel wrote into a copy stays its own
+                            e.real = seal.cap.clone(e.tensor)
+                    seal._poison()
+                    seal._sync()
+                finally:
+                    seal.busy = False
+
+        return window()
+
+    def outputs(self, out: Any) -> Any:
+        """After the call: the outputs as the candidate left them, where a sealed copy of an
+        input is an output (or part of one) with its real values (copies recorded since the
+        last launch replayed), cloned; the candidate's tensors hold poison again after."""
+        cap = self.cap
+        items = out if isinstance(out, (tuple, list)) else (out,)
+        self.busy = True
+        try:
+            self._sync()
+            ptrs = {self._ptr(t) for t in items if type(t) is cap.tensor_type and t.numel()}
+            if self.pending or ptrs & {e.ptr for e in self.entries}:
+                self._restore()
+            kept = [cap.clone(t) if type(t) is cap.tensor_type else t for t in items]
+            self._poison()
+            self._sync()
+        finally:
+            self.busy = False
+        return tuple(kept) if isinstance(out, (tuple, list)) else kept[0]

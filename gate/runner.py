@@ -24,8 +24,8 @@ from gate import gpulock
 from gate.cases import Case
 from gate.verdict import (Correctness, Facts, CompileFacts, FailureKind, SeedResult, Tier, Timing,
                           VariantTiming, Verdict, reject)
-from gate.worker import (PHASE_FAULT, PHASE_KNOCKOUT, PHASE_REFILL, PHASE_REVERIFY, PHASE_SEED,
-                         PHASE_TIMED, Job, main as worker_main)
+from gate.worker import (PHASE_FAULT, PHASE_KNOCKOUT, PHASE_REFILL, PHASE_REVERIFY, PHASE_SEALED,
+                         PHASE_SEED, PHASE_TIMED, Job, main as worker_main)
 
 _LOG = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 180.0
@@ -186,7 +186,7 @@ class _Judge:
             return
         self.stage = "timing" if phase in (PHASE_TIMED, PHASE_REVERIFY, PHASE_REFILL) \
             and self.tier is Tier.DEVICE \
-            else "correctness"
+            else "anti_cheat" if phase == PHASE_SEALED else "correctness"
         self.results.append(SeedResult(variant, seed, outcome.rel_err, phase))
         if not outcome.ok:
             assert outcome.kind is not None and outcome.reason is not None
@@ -198,6 +198,13 @@ class _Judge:
                 kind = FailureKind.REUSED_OUTPUT
                 reason = (f"the output is the answer to other inputs ({other}), not to the values in "
                           f"its input buffers: a result reused across calls ({reason})")
+            elif phase == PHASE_SEALED and kind in (
+                    FailureKind.WRONG_OUTPUT, FailureKind.NAN_OUTPUT,
+                    FailureKind.PRECISION_DOWNGRADE):
+                # Right when host code sees the inputs, wrong when only the kernels do.
+                kind = FailureKind.HOST_COMPUTE
+                reason = (f"the output differs when the inputs are visible only to the "
+                          f"candidate's kernels: computed outside its kernels ({reason})")
             elif phase in (PHASE_TIMED, PHASE_REVERIFY, PHASE_REFILL) and kind in (
                     FailureKind.WRONG_OUTPUT, FailureKind.NAN_OUTPUT):
                 # Right during the checks, wrong once timed: the kind that matters is "stale".
@@ -249,6 +256,8 @@ class _Judge:
                     return f"the output of {variant}/seed {seed}"
             if not any(v == variant and p == PHASE_REFILL for v, p, _ in phases):
                 return f"the outputs of {variant}'s repeated calls"
+            if not any(v == variant and p == PHASE_SEALED for v, p, _ in phases):
+                return f"the sealed call of {variant}"
             if self.tier is Tier.DEVICE:
                 if not any(v == variant and p == PHASE_REVERIFY for v, p, _ in phases):
                     return f"the re-verification of {variant}"

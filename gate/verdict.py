@@ -39,6 +39,7 @@ class FailureKind(str, Enum):
     NO_LAUNCH = "no_launch"                # none of the candidate's own kernels launched
     FALLBACK = "fallback"                  # the answer does not come from the candidate's kernel
     TORCH_COMPUTE = "torch_compute"        # a torch compute op ran while the candidate ran
+    HOST_COMPUTE = "host_compute"          # wrong when its inputs are visible only to its kernels
     REFERENCE_CALL = "reference_call"      # the candidate called the case's reference
     TAMPERING = "tampering"                # the candidate patched torch, timers, triton or the gate
     INPUT_MUTATION = "input_mutation"      # the candidate wrote into its inputs

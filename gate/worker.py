@@ -20,9 +20,10 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
     ("ref_ms", variant, ms, wall_ms, timed_s)         device tier (timed_s: seconds spent timing
                                                        so far in this worker)
     ("out", variant, phase, seed, outputs, launches)  a candidate call; phase is seed |
-                                                       knockout | fault | timed | reverify |
-                                                       refill (a call on refilled inputs; seed
-                                                       names the set of the variant's pool)
+                                                       knockout | fault | sealed | timed |
+                                                       reverify | refill (a call on refilled
+                                                       inputs; seed names the set of the
+                                                       variant's pool)
     ("cand_ms", variant, ms, wall_ms, timed_s)        device tier
     ("flag", text)                                    a finding that does not reject (among
                                                        them each warning raised at the case
@@ -50,6 +51,7 @@ __all__ = ["Channel", "Job", "Stop", "classify", "describe", "import_candidate",
 
 PHASE_SEED, PHASE_KNOCKOUT, PHASE_FAULT, PHASE_TIMED, PHASE_REVERIFY, PHASE_REFILL = (
     "seed", "knockout", "fault", "timed", "reverify", "refill")
+PHASE_SEALED = "sealed"  # inputs visible only while the candidate's kernels run (`guards.Seal`)
 REFILL_SAMPLE = 2  # outputs of each timed run checked (drawn after the calls ran), besides its last
 
 
@@ -276,7 +278,7 @@ class _Runner:
 
     # -- reference phase -----------------------------------------------------------------
     def plan(self) -> list[tuple[str, str, int]]:
-        extra = [(PHASE_TIMED, self.job.extra_seed)]
+        extra = [(PHASE_TIMED, self.job.extra_seed), (PHASE_SEALED, self.sealed_seed())]
         if self.device == "cuda":
             extra.append((PHASE_REVERIFY, self.job.reverify_seed))
         return [(variant, phase, seed) for variant in self.shapes
@@ -297,6 +299,10 @@ class _Runner:
                                       rotation.refill_next)
                 self.chan.send("ref_ms", variant, ms, wall, self.timed_s)
             self._poison_cached_memory()
+
+    def sealed_seed(self) -> int:
+        """Fresh inputs for the sealed call (answers kept from other calls do not fit them)."""
+        return self.job.sealed_seed or self.job.reverify_seed + 1
 
     def _draw(self, variant: str, seed: int) -> tuple[Any, ...]:
         try:
@@ -479,9 +485,11 @@ class _Runner:
     def _tuning(self) -> bool:
         return self.monitor.tuning > 0
 
-    def call(self, inputs: tuple[Any, ...], mode: str, poison: bool = True) -> dict[str, Any]:
-        """One traced call of the candidate on `inputs` (already cloned)."""
-        trace = self.guards.OpTrace(self.reference_code, poison, self._tuning)
+    def call(self, inputs: tuple[Any, ...], mode: str, poison: bool = True,
+             seal: Any = None) -> dict[str, Any]:
+        """One traced call of the candidate on `inputs` (already cloned); with `seal` (a
+        `guards.Seal` of `inputs`), the sealed call: the outputs returned are `Seal.outputs`."""
+        trace = self.guards.OpTrace(self.reference_code, poison, self._tuning, seal=seal)
         self.monitor.reset(mode)
         out, exc = None, None
         # The first call compiles (CPU work, seconds): it runs without the GPU's shared lock so
@@ -490,15 +498,24 @@ class _Runner:
         try:
             with (contextlib.nullcontext() if first else self.lock.shared()), self.kernels.window(), \
                     trace:
-                out = self.run_fn(*inputs)
-                self.sync()
+                if seal is not None:
+                    seal.seal()
+                    self.monitor.seal = seal
+                try:
+                    out = self.run_fn(*inputs)
+                    self.sync()
+                finally:
+                    self.monitor.seal = None
+            if seal is not None:
+                out = seal.outputs(out)
         except BaseException as e:  # SystemExit too: a candidate may not end the worker
             exc = e
         return {"out": out, "exc": exc, "trace": trace, "launches": self.monitor.launches,
                 "side": list(self.monitor.side_stream)}
 
-    def check_call(self, res: dict[str, Any], inputs: tuple[Any, ...], original: tuple[Any, ...],
-                   stage: str, what: str) -> None:
+    def check_call(self, res: dict[str, Any], inputs: tuple[Any, ...],
+                   original: tuple[Any, ...] | None, stage: str, what: str) -> None:
+        """The checks of one call; `original` None: its inputs are not compared (sealed)."""
         chan, trace = self.chan, res["trace"]
         if res["exc"] is not None:
             exc = res["exc"]
@@ -519,7 +536,8 @@ class _Runner:
         if res["launches"] == 0:
             chan.reject(FailureKind.NO_LAUNCH, "anti_cheat",
                         f"none of the candidate's own kernels launched on {what}")
-        self.check_inputs(inputs, original, what)
+        if original is not None:
+            self.check_inputs(inputs, original, what)
         self.check_output_types(res["out"], what)
 
     def check_inputs(self, inputs: tuple[Any, ...], original: tuple[Any, ...], what: str) -> None:
@@ -577,6 +595,31 @@ class _Runner:
                 self.check_output_types(res["out"], f"the {phase} run")
                 self.send_out(variant, phase, seed, res)
         self.check_kernels("anti_cheat", "knockout calls")
+
+    def sealed(self) -> None:
+        """One call per variant on fresh inputs whose float tensors hold poison except while
+        the candidate's own kernels run (`guards.Seal`): host code between launches sees NaN
+        alone, so an answer it computed from the inputs (NumPy, Python, raw memory, torch
+        outside the op trace) is garbage; the parent rejects a wrong output as
+        `host_compute`. Input mutation is judged by the other calls: the inputs end poisoned."""
+        self.chan.send("stage", "anti_cheat")
+        seed = self.sealed_seed()
+        for variant in self.shapes:
+            original = self.originals[(variant, PHASE_SEALED, seed)]
+            inputs = self.clone_inputs(original)
+            seal = self.guards.Seal(inputs, self.cap)
+            res = self.call(inputs, "run", seal=seal)
+            what = f"{variant}/sealed inputs"
+            if res["exc"] is not None:
+                self.chan.reject(FailureKind.HOST_COMPUTE, "anti_cheat",
+                                 f"run raised on {what} when its inputs are visible only to its "
+                                 f"kernels: {describe(res['exc'])} (host code reads input values)")
+            self.check_call(res, inputs, None, "anti_cheat", what)
+            self.send_out(variant, PHASE_SEALED, seed, res)
+            if os.environ.get("KLINEAGE_GATE_DEBUG") == "1":
+                print(f"klineage gate sealed call {variant}: {seal.launches} launches, "
+                      f"{seal.replayed} host copies replayed", file=sys.stderr, flush=True)
+        self.check_kernels("anti_cheat", "sealed calls")
 
     def repeat(self) -> None:
         """Interpret tier: repeated calls on the same input buffers, refilled with another set
@@ -682,7 +725,8 @@ def _run(chan: Channel, job: Job) -> None:
     lock_file = getattr(runner.lock, "path", None)
     chan.send("ready", {"device": runner.device, "pid": os.getpid(),
                         "gpu_lock": str(lock_file) if lock_file else None})
-    phases = [runner.references, runner.load_candidate, runner.correctness, runner.knockout]
+    phases = [runner.references, runner.load_candidate, runner.correctness, runner.knockout,
+              runner.sealed]
     phases += [runner.timing, runner.reverify] if runner.device == "cuda" else [runner.repeat]
     chan.send("mark", "start-up", time.perf_counter() - start)
     for phase in phases:

@@ -31,7 +31,8 @@ def test_the_honest_kernel_passes_every_check() -> None:
     # The repeated calls ran on the same buffers refilled with each set of the pool.
     assert phases.count("refill") >= 4
     assert len({r.seed for r in verdict.correctness.results if r.phase == "refill"}) >= 4
-    assert len(set(verdict.correctness.seeds)) == 4  # a fresh seed for every check
+    assert phases.count("sealed") == 1  # inputs visible only to its kernels (`guards.Seal`)
+    assert len(set(verdict.correctness.seeds)) == 5  # a fresh seed for every check
 
 
 @pytest.mark.parametrize(

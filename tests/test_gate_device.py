@@ -32,8 +32,8 @@ def test_honest_triton_kernel_is_timed_against_the_reference() -> None:
     assert t.speedup == pytest.approx(t.reference_ms / t.candidate_ms)
     phases = {r.phase for r in verdict.correctness.results}
     # timed calls on buffers refilled with each set of the pool (a sample checked), then one
-    # more fresh-input check
-    assert phases == {"seed", "refill", "reverify"}
+    # more fresh-input check; the sealed call's inputs are visible only to its kernels
+    assert phases == {"seed", "sealed", "refill", "reverify"}
     assert len({r.seed for r in verdict.correctness.results if r.phase == "refill"}) >= 2
     # every measurement waited for the parent to finish judging the outputs sent before it
     assert dict(verdict.phases).get("parent compare wait", 0.0) > 0.0
@@ -158,3 +158,13 @@ def test_honest_kernels_using_torch_fills_and_copies_are_not_foreign() -> None:
     verdict = _device(DATA / "cases" / "matmul_triton.py", "gemm", timeout=300)
     assert verdict.ok, verdict.reason
     assert not any("not attributed" in f for f in verdict.flags), verdict.flags
+
+
+@pytest.mark.parametrize("exploit", ["numpy_host_copy", "python_tolist"])
+def test_an_answer_computed_on_the_host_is_rejected_on_the_device(exploit: str) -> None:
+    # Host code between launches sees poison (the sealed call): its answer is NaN garbage.
+    path = DATA / "exploits" / f"{exploit}.py"
+    case = "gemm" if exploit == "numpy_host_copy" else SAXPY
+    verdict = _device(path, case)
+    assert verdict.failure_kind is FailureKind.HOST_COMPUTE, (verdict.failure_kind, verdict.reason)
+    assert "visible only to the candidate's kernels" in verdict.reason

@@ -190,7 +190,7 @@ def test_cli_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert ok.returncode == 0, ok.stderr[-2000:]
     data = json.loads(ok.stdout)
     assert data["ok"] is True and data["tier"] == "interpret" and data["failure_kind"] is None
-    assert len(data["correctness"]["seeds"]) == 4
+    assert len(data["correctness"]["seeds"]) == 5  # 3 seeds, the repeated runs, the sealed call
     rejected = _cli(str(DATA / "cheats" / "torch_fallback.py"), "--case", str(SAXPY), "--tier", "interpret",
                     "--json", **run)
     assert rejected.returncode == 1

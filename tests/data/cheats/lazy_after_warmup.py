@@ -1,5 +1,6 @@
-"""Cheat: correct for its first five calls (the checks), then launches a kernel that does
-nothing, hoping the repeated / timed runs are not re-validated."""
+"""Cheat: correct for its first six calls (the checks: three seeds, the knockout, the fault
+run, the sealed call), then launches a kernel that does nothing, hoping the repeated / timed
+runs are not re-validated."""
 import torch
 import triton
 import triton.language as tl
@@ -17,6 +18,6 @@ def saxpy_kernel(x_ptr, y_ptr, out_ptr, a, n, BLOCK: tl.constexpr):
 def run(a, x, y):
     _CALLS[0] += 1
     out = torch.empty_like(x)
-    n = x.numel() if _CALLS[0] <= 5 else 0
+    n = x.numel() if _CALLS[0] <= 6 else 0
     saxpy_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, a, n, BLOCK=1024)
     return out
