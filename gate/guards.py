@@ -609,15 +609,20 @@ class Seal:
             elif e.tensor.dtype != torch.bool:
                 self.cap.fill_(e.tensor, torch.iinfo(e.tensor.dtype).min)
 
-    def seal(self) -> None:
-        """Before the call: the inputs' real values are kept, poison written in."""
+    def _between_launches(self, work: Callable[[], None]) -> None:
+        """`work` done by the gate (not traced as the candidate's) with the device idle on
+        both sides."""
         self.busy = True
         try:
             self._sync()
-            self._poison()
+            work()
             self._sync()
         finally:
             self.busy = False
+
+    def seal(self) -> None:
+        """Before the call: the inputs' real values are kept, poison written in."""
+        self._between_launches(self._poison)
 
     def observe(self, name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                 out: Any) -> None:
@@ -665,31 +670,22 @@ class Seal:
             return contextlib.nullcontext()
         seal = self
 
+        def after() -> None:
+            for e in seal.entries:
+                if not e.is_input:  # what the kernel wrote into a copy stays its own
+                    e.real = seal.cap.clone(e.tensor)
+            seal._poison()
+
         @contextlib.contextmanager
         def window() -> Any:
-            seal.busy = True
-            try:
-                seal._sync()
-                seal._restore()
-                seal._sync()
-            finally:
-                seal.busy = False
+            seal._between_launches(seal._restore)
             seal.launching += 1
             try:
                 yield
             finally:
                 seal.launching -= 1
                 seal.launches += 1
-                seal.busy = True
-                try:
-                    seal._sync()
-                    for e in seal.entries:
-                        if not e.is_input:  # what the kernel wrote into a copy stays its own
-                            e.real = seal.cap.clone(e.tensor)
-                    seal._poison()
-                    seal._sync()
-                finally:
-                    seal.busy = False
+                seal._between_launches(after)
 
         return window()
 
