@@ -4,7 +4,8 @@ no-library autotune control, on operators that contributed no lineage.
     python3 bench/heldout.py [DIR_OR_CASE ...] [--tier device|interpret]
         [--library bench/results/heldout/libraries/all] [--budget-steps 12]
         [--box 300] [--wall S] [--only mm1024,attn_gqa] [--jobs N] [--out DIR]
-        [--results bench/results/heldout] [--fresh] [--tables-only]
+        [--results bench/results/heldout] [--fresh] [--tables-only [--records DIR ...]]
+        [--from-partial [--no-control]]
 
 DIR_OR_CASE: case folders, KernelBench problem files, or folders holding them (default
 bench/heldout); every case with a start kernel (`START` of a case module; `<stem>_triton.py`
@@ -26,11 +27,15 @@ once; device-tier gates time one at a time under the GPU lock):
 
 Each operator's record is written to OUT/ops/<operator>.json when it ends; a rerun skips
 operators that have one (--fresh redoes them), so a run cut by --wall is continued by the same
-command. The tables (per operator: times, ratios to the reference, cards applied; per family:
-geometric means; the library against the control over compute-bound operators, flops /
-bytes_moved >= COMPUTE_BOUND) go to RESULTS.json and RESULTS.md from every record under
-OUT/ops. At --tier interpret (a CPU smoke run) nothing is timed: the tables say pass/fail and
-the cards applied.
+command. A run whose process was killed before its record was written (a call's time limit)
+still has its optimize run's saved lineage: --from-partial records it from there (start = the
+root state's verdict, best = the fastest state the run kept) and gates only the control.
+
+The tables (per operator: times, ratios to the reference, cards applied; per family: geometric
+means; the library against the control over compute-bound operators, flops / bytes_moved >=
+COMPUTE_BOUND) go to RESULTS.json and RESULTS.md from every record under OUT/ops (with
+--records, also from earlier runs' folders; each row names its run). At --tier interpret (a
+CPU smoke run) nothing is timed: the tables say pass/fail and the cards applied.
 """
 from __future__ import annotations
 
