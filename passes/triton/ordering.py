@@ -200,18 +200,11 @@ def _stored_tiling(kernel: ast.FunctionDef, facts: Any) -> _Tiling | None:
                if isinstance(t, ast.Name)}
     accs = {n: shape for n, shape in facts.shapes.items() if n in updated and all(shape)}
 
-    def from_pid(name: str, seen: frozenset[str] = frozenset()) -> bool:
-        if name in pid:
-            return True
-        values = once.get(name, [])
-        return len(values) == 1 and name not in seen and any(
-            from_pid(n, seen | {name}) for n in names_in(values[0]))
-
     def index_of(name: str) -> str | None:
         values = once.get(name, [])
         if len(values) != 1:
             return None
-        found = {n for n in names_in(values[0]) if n in once and from_pid(n)}
+        found = {n for n in names_in(values[0]) if n in once and n in pid}
         return next(iter(found)) if len(found) == 1 else None
 
     for node in ast.walk(kernel):
