@@ -108,6 +108,14 @@ def _verdict_summary(verdict: Any) -> dict[str, Any]:
             "reference_ms": timing.reference_ms if timing else None}
 
 
+def _record(case: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The fields every operator record starts with."""
+    start_path = case.start_path()
+    return {"op": case.name, "ref": case.ref, "family": family(case), "tier": args.tier,
+            "start_file": str(start_path.relative_to(ROOT)) if start_path.is_relative_to(ROOT)
+            else str(start_path), "intensity": intensity(case)}
+
+
 def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """Gate the start kernel, optimize it, gate the control (module docstring, steps 1-3)."""
     import gate
@@ -117,9 +125,7 @@ def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, 
     started = time.monotonic()
     deadline = started + args.box
     start_path = case.start_path()
-    rec: dict[str, Any] = {"op": name, "ref": case.ref, "family": family(case), "tier": args.tier,
-                           "start_file": str(start_path.relative_to(ROOT)) if start_path.is_relative_to(ROOT)
-                           else str(start_path), "intensity": intensity(case)}
+    rec = _record(case, args)
     say(name, f"gating the start kernel ({start_path.name}) at {args.tier}")
     start = gate.check_file(start_path, case, tier=args.tier, cache=False)
     rec["start"] = _verdict_summary(start)
@@ -192,13 +198,10 @@ def from_partial(case: Any, args: argparse.Namespace, out: Path) -> dict[str, An
     best, best_id = min(kept, key=lambda item: item[0]["ms"])
     cards = [t.get("card") or t.get("pass") for t in _path_to(lin, roots[0], best_id)]
     start_path = case.start_path()
-    rec: dict[str, Any] = {"op": case.name, "ref": case.ref, "family": family(case), "tier": args.tier,
-                           "start_file": str(start_path.relative_to(ROOT)) if start_path.is_relative_to(ROOT)
-                           else str(start_path), "intensity": intensity(case),
-                           "start": timed(roots[0]), "reference_ms": timed(roots[0])["reference_ms"],
-                           "best": {**best, "termination": "cut (partial lineage)",
-                                    "gated": None, "path": None},
-                           "cards": cards, "status": "partial"}
+    rec = {**_record(case, args), "start": timed(roots[0]),
+           "reference_ms": timed(roots[0])["reference_ms"],
+           "best": {**best, "termination": "cut (partial lineage)", "gated": None, "path": None},
+           "cards": cards, "status": "partial"}
     rec["control"] = control(case, start_path, args) if not args.no_control else \
         {"ok": None, "ms": None, "reason": "not measured (--no-control)"}
     say(case.name, f"from the partial lineage: best {best['ms']} ms; control {rec['control'].get('ms')} ms")
