@@ -1,0 +1,161 @@
+"""How far a tile-configuration sweep alone can take each dot-loop start kernel of a case folder.
+
+    python3 bench/gemm_probe.py --out probe.json [--cases bench/heldout] [--only a,b] [--grid N]
+
+On a GPU machine. For every case under `--cases` whose start kernel reduces with `tl.dot` in a
+loop (found by role, `passes.triton.roles`), two variants of the start kernel are written with
+the project's own rewrites: "plain" (the start kernel autotuned over a wide grid of joint tile /
+warp / stage configurations, `sweep_edit`, untied first where one constexpr serves several
+roles) and "grouped" (the same after the `grouped-ordering` rule). Each variant is imported, its
+autotuner times every configuration (Triton's `do_bench`, L2 flushed), and then the variant's
+`run` and the case's reference are timed with `triton.testing.do_bench` (median) in this process.
+Writes per case and variant: each configuration's time, the best configuration and best / the
+reference. This is a measurement of the configuration space, not an optimization run: no
+verdict is taken and nothing is kept. It answers whether a case's gap to the vendor library is a
+configuration the sweep does not propose, or a limit of the kernel's structure.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# (m, n, k, warps, stages): a wide grid for H100-class GPUs, large and small tiles, deep pipelines.
+WIDE = (
+    (128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (256, 128, 64, 8, 3), (256, 128, 64, 8, 4),
+    (128, 128, 64, 4, 4), (128, 128, 64, 8, 4), (128, 128, 64, 4, 5), (128, 128, 128, 8, 3),
+    (64, 256, 64, 4, 4), (128, 64, 64, 4, 4), (64, 128, 64, 4, 4), (64, 128, 64, 4, 5),
+    (64, 64, 64, 4, 4), (128, 256, 32, 8, 4), (64, 128, 32, 4, 6), (128, 128, 32, 4, 5),
+)
+
+
+def _load(source: str, where: Path, stem: str):
+    path = where / f"{stem}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def variants(source: str, grid: int) -> dict[str, tuple[str, str] | str]:
+    """name -> (source, tuned kernel) or a refusal reason."""
+    import kir
+    from lineage.transfer import untied_for
+    from passes import get_pass
+    from passes.triton.roles import SweepRefusal, joint_config, sweep_edit
+
+    configs = [{"m": m, "n": n, "k": k, "group": 8, "num_warps": w, "num_stages": s}
+               for m, n, k, w, s in WIDE[:grid]]
+    out: dict[str, tuple[str, str] | str] = {}
+    ir0 = kir.parse(source, language="triton")
+    order = get_pass("grouped-ordering")()
+    open_sites = [s for s in order.sites(ir0) if not s.present]
+    grouped = order.optimize(ir0, open_sites[0]) if open_sites else None
+    bases = {"plain": ir0}
+    if grouped is not None and hasattr(grouped, "ir"):
+        bases["grouped"] = grouped.ir
+    else:
+        out["grouped"] = "no open grouped-ordering site" if not open_sites else str(grouped)
+    for name, ir in bases.items():
+        dots = [k for k, cfg in joint_config(ir).items() if cfg.dot]
+        if not dots:
+            out[name] = "no dot-loop kernel"
+            continue
+        kernel = dots[0]
+        work = untied_for(ir, kernel, configs)
+        made = sweep_edit(work, kernel, configs)
+        if isinstance(made, SweepRefusal):
+            out[name] = f"sweep refused: {made.reason}"
+            continue
+        edits, _ = made
+        new = work.apply(kir.Edit(kir.Span(e.start, e.end), e.text) for e in edits)
+        out[name] = (new.text, kernel)
+    return out
+
+
+def probe_case(case, grid: int, where: Path) -> dict:
+    import torch
+    import triton.testing
+
+    rec: dict = {"op": case.name, "ref": case.ref, "variants": {}}
+    module = case.module()
+    shape = dict(next(iter(case.shapes.values())))
+    inputs = module.make_inputs(shape, 1234, "cuda")
+    torch.cuda.synchronize()
+    rec["shape"] = shape
+    rec["reference_ms"] = triton.testing.do_bench(lambda: module.reference(*inputs), warmup=25, rep=100,
+                                                  return_mode="median")
+    start = case.start_path().read_text()
+    for vname, made in variants(start, grid).items():
+        if isinstance(made, str):
+            rec["variants"][vname] = {"refused": made}
+            continue
+        text, kernel = made
+        t0 = time.monotonic()
+        try:
+            mod = _load(text, where, f"probe_{case.name}_{vname}")
+            out = mod.run(*inputs)
+            ref = module.reference(*inputs)
+            err = float((out.float() - ref.float()).abs().max())
+            ms = triton.testing.do_bench(lambda: mod.run(*inputs), warmup=25, rep=100, return_mode="median")
+        except Exception as exc:  # one variant's failure is a row, not the end of the probe
+            rec["variants"][vname] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+            continue
+        tuner = getattr(mod, kernel)
+        timings = getattr(tuner, "configs_timings", None) or {}
+        table = sorted(((str(c), (t[0] if isinstance(t, (list, tuple)) else t)) for c, t in timings.items()),
+                       key=lambda p: p[1])
+        best_cfg = str(getattr(tuner, "best_config", ""))
+        rec["variants"][vname] = {"ms": ms, "x_ref": rec["reference_ms"] / ms, "max_abs_err": err,
+                                  "best_config": best_cfg, "configs": table, "seconds": round(time.monotonic() - t0, 1)}
+        print(f"{case.name:14s} {vname:8s} {ms:.4f} ms  x/ref {rec['reference_ms'] / ms:.3f}  {best_cfg}", flush=True)
+    return rec
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--cases", default="bench/heldout")
+    ap.add_argument("--only", default="")
+    ap.add_argument("--grid", type=int, default=len(WIDE))
+    args = ap.parse_args()
+    import gate
+    import kir
+    from gate.cases import find_cases
+    from passes.triton.roles import joint_config
+
+    found = [gate.load_case(p) for p in find_cases([ROOT / args.cases])]
+    only = {s for s in args.only.split(",") if s}
+    records = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in found:
+            if only and case.name not in only:
+                continue
+            start = case.start_path()
+            if start is None or not start.is_file():
+                continue
+            cfgs = joint_config(kir.parse(start.read_text(), language="triton"))
+            if not any(c.dot for c in cfgs.values()):
+                continue
+            try:
+                records.append(probe_case(case, args.grid, Path(tmp)))
+            except Exception as exc:
+                records.append({"op": case.name, "error": f"{type(exc).__name__}: {exc}"[:400]})
+            Path(args.out).write_text(json.dumps(records, indent=1))
+    for r in records:
+        row = {v: round(d.get("x_ref", 0), 3) for v, d in r.get("variants", {}).items() if "x_ref" in d}
+        print(r["op"], row, r.get("error", ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
