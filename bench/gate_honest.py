@@ -1,76 +1,345 @@
 """Gate every honest kernel of the repository and count the rejections: false rejections.
 
-    .venv/bin/python bench/gate_honest.py --tier interpret --out results.json [--limit N]
+    python3 bench/gate_honest.py --tier device|interpret --out FILE.json [--md FILE.md]
+        [--jobs N] [--box SECONDS] [--only-cases a,b] [--limit N]
 
-Honest kernels: each case's experts (experts/*/case.py EXPERTS) and every state of the lineages
-under bench/results/lineages/*/*/lineage.json (each state's source against its lineage's case).
-Writes one record per kernel (source, case, ok, failure kind, reason, seconds) as it goes, and
-prints the rejections by failure kind.
+Honest kernels, in this order (each labelled with where it came from):
+
+- `expert`: each case's experts (experts/*/case.py EXPERTS);
+- `start`: the start kernel of every held-out case under bench/heldout (case folders and
+  KernelBench problem files alike, `gate.cases.find_cases`);
+- `lineage`: every state with a source in bench/results/lineages/*/*/lineage.json, against its
+  node's case (else the lineage's folder name);
+- `heldout`: every state with a source in bench/results/heldout/*/ops/*/optimize/lineage.json,
+  against its node's case (a path relative to the repository).
+
+A kernel is gated once per (case ref, sha256 of its source): the same source reached from
+several places (a held-out start kernel is the root of its operator's lineages) is one record
+whose `places` lists them all. A lineage's CUDA state has no host module in the file and is
+skipped (counted as such); a kernel whose case does not load here is recorded with failure kind
+`error` and is not counted as a rejection.
+
+Gates run in batches of --jobs through `gate.check_many` (device-tier gates time one at a time
+under the GPU lock; the rest of their work overlaps), each a fresh measurement (`cache=False`).
+With --box, no batch starts after that many seconds: the kernels left are counted as not
+reached. The JSON (run settings, counts, one record per gated kernel) is rewritten after every
+batch, so a killed run keeps what it did; --md writes a table per case (gated, passed, rejected
+by failure kind) and every rejection with its reason; the same summary is printed at the end.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 import gate  # noqa: E402
+from gate.cases import find_cases  # noqa: E402
+
+ORIGINS = ("expert", "start", "lineage", "heldout")
+"""Where an honest kernel comes from, in the order they are gated."""
+LINEAGES = "bench/results/lineages/*/*/lineage.json"
+HELDOUT_CASES = "bench/heldout"
+HELDOUT_LINEAGES = "bench/results/heldout/*/ops/*/optimize/lineage.json"
+REASON_CHARS = 200
 
 
-def kernels() -> list[tuple[str, str, str, str, str | None]]:
-    """(label, case, language, source, host text) of every honest kernel."""
-    out: list[tuple[str, str, str, str, str | None]] = []
+@dataclass(slots=True)
+class Kernel:
+    """One honest kernel to gate: its source against a case (`case` None where the case does not
+    load here; `load_error` then says why), and every place the same source was found."""
+
+    label: str
+    origin: str
+    case_ref: str
+    case: Any
+    language: str
+    source: str
+    host: str | None
+    load_error: str | None = None
+    places: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.case_ref, hashlib.sha256(self.source.encode()).hexdigest()
+
+
+class _Cases:
+    """`gate.load_case` once per reference; a case that does not load gives (None, reason)."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, tuple[Any, str | None]] = {}
+
+    def get(self, ref: str | Path) -> tuple[Any, str | None]:
+        k = str(ref)
+        if k not in self._loaded:
+            try:
+                self._loaded[k] = gate.load_case(ref), None
+            except Exception as exc:  # noqa: BLE001 — a case that does not load is recorded
+                self._loaded[k] = None, f"{type(exc).__name__}: {exc}"
+        return self._loaded[k]
+
+
+def _kernel(cases: _Cases, label: str, origin: str, ref: str | Path, language: str, source: str,
+            host: str | None) -> Kernel:
+    case, error = cases.get(ref)
+    case_ref = case.ref if case is not None else str(ref)
+    return Kernel(label, origin, case_ref, case, language, source, host, error, [label])
+
+
+def _states(lineage: Path) -> list[dict[str, Any]]:
+    data = json.loads(lineage.read_text())
+    return [n for n in data.get("nodes", [])
+            if str(n.get("type", "state")).lower() == "state" and n.get("source")]
+
+
+def kernels(root: Path = ROOT) -> tuple[list[Kernel], int]:
+    """Every honest kernel under `root` (module docstring), deduplicated by (case ref, sha256
+    of the source) in first-seen order, and the number of CUDA lineage states skipped."""
+    cases = _Cases()
+    found: list[Kernel] = []
+    skipped = 0
     for name in gate.list_cases():
-        case = gate.load_case(name)
+        case, _ = cases.get(name)
+        if case is None:
+            continue
         for path, lang in case.expert_paths():
             host = path.with_suffix(".py").read_text() if lang == "cuda" else None
-            out.append((f"expert {name}/{path.name}", name, lang, path.read_text(), host))
-    for lineage in sorted(ROOT.glob("bench/results/lineages/*/*/lineage.json")):
-        data = json.loads(lineage.read_text())
-        for node in data["nodes"]:
-            if str(node.get("type", "state")).lower() != "state" or not node.get("source"):
-                continue
-            case = node.get("case") or lineage.parent.name
-            out.append((f"{lineage.parent.parent.name}/{lineage.parent.name} {node['id']}"[:120],
-                        case, node.get("language", "triton"), node["source"], None))
+            found.append(_kernel(cases, f"expert {name}/{path.name}", "expert", name, lang,
+                                 path.read_text(), host))
+    for path in find_cases([root / HELDOUT_CASES]) if (root / HELDOUT_CASES).is_dir() else []:
+        case, error = cases.get(path)
+        start = case.start_path() if case is not None else None
+        if start is None or not start.is_file():
+            continue
+        lang = "cuda" if start.suffix == ".cu" else "triton"
+        host = start.with_suffix(".py").read_text() if lang == "cuda" else None
+        found.append(_kernel(cases, f"start {_rel(start, root)}", "start", path, lang,
+                             start.read_text(), host))
+    for origin, pattern in (("lineage", LINEAGES), ("heldout", HELDOUT_LINEAGES)):
+        for lineage in sorted(root.glob(pattern)):
+            # The parts of the path the pattern's wildcards matched: run and operator.
+            rel = lineage.relative_to(root).parts
+            where = "/".join(part for part, pat in zip(rel, pattern.split("/")) if "*" in pat)
+            for node in _states(lineage):
+                lang = node.get("language", "triton")
+                if lang == "cuda":
+                    skipped += 1  # a lineage's CUDA state has no host module in the file
+                    continue
+                raw = node.get("case") or lineage.parent.name
+                # A held-out node names its case by a path relative to the repository.
+                ref: str | Path = root / raw if (root / raw).exists() else raw
+                found.append(_kernel(cases, f"{origin} {where} {node.get('id', '?')}", origin,
+                                     ref, lang, node["source"], None))
+    return dedup(found), skipped
+
+
+def dedup(found: list[Kernel]) -> list[Kernel]:
+    """One kernel per (case ref, sha256 of the source), the first seen, with every place."""
+    unique: dict[tuple[str, str], Kernel] = {}
+    for k in found:
+        if k.key in unique:
+            unique[k.key].places.append(k.label)
+        else:
+            unique[k.key] = k
+    return list(unique.values())
+
+
+def _rel(path: Path, root: Path) -> str:
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
+def select(todo: list[Kernel], only: set[str]) -> list[Kernel]:
+    """The kernels whose case is named (case name or ref) in `only`; raises SystemExit(2) with
+    one line naming any entry that matches no kernel."""
+    def names(k: Kernel) -> set[str]:
+        return {k.case_ref} | ({k.case.name} if k.case is not None else set())
+
+    kept = [k for k in todo if names(k) & only]
+    missing = only - set().union(*(names(k) for k in kept)) if kept else only
+    if missing:
+        raise _bad(f"no honest kernel of case {', '.join(sorted(missing))}")
+    return kept
+
+
+def _bad(message: str) -> SystemExit:
+    print(f"gate_honest: {message}", file=sys.stderr)
+    return SystemExit(2)
+
+
+def _record(k: Kernel, verdict: Any | None, error: str | None, batch: int,
+            batch_s: float) -> dict[str, Any]:
+    rec: dict[str, Any] = {"kernel": k.label, "origin": k.origin, "case": k.case_ref,
+                           "language": k.language, "places": len(k.places)}
+    if len(k.places) > 1:
+        rec["also"] = k.places[1:]
+    if verdict is None:
+        rec.update(ok=None, failure_kind="error", reason=(error or "")[:400])
+    else:
+        timing = verdict.timing
+        rec.update(ok=verdict.ok, tier=verdict.tier.value, stage=verdict.stage,
+                   failure_kind=verdict.failure_kind.value if verdict.failure_kind else None,
+                   reason=(verdict.reason or "")[:400],
+                   ms=timing.candidate_ms if timing else None,
+                   reference_ms=timing.reference_ms if timing else None,
+                   phases={name: round(sec, 2) for name, sec in verdict.phases})
+    rec.update(batch=batch, batch_seconds=round(batch_s, 2))
+    return rec
+
+
+def gate_batch(batch: list[Kernel], tier: str, jobs: int) -> list[tuple[Any | None, str | None]]:
+    """(verdict, None) or (None, error) per kernel, in order: every gateable kernel of the batch
+    through one `gate.check_many`; one that the gate refuses as bad input gets its error."""
+    from gate.check import prepare  # noqa: PLC0415 — validates a request without running it
+
+    out: list[tuple[Any | None, str | None]] = [(None, k.load_error) for k in batch]
+    requests: list[tuple[int, gate.CheckRequest]] = []
+    for i, k in enumerate(batch):
+        if k.case is None:
+            continue
+        try:
+            prepare(k.source, k.language, k.case, tier, host=k.host)
+        except Exception as exc:  # noqa: BLE001 — recorded, the rest of the batch still runs
+            out[i] = None, f"{type(exc).__name__}: {exc}"
+            continue
+        requests.append((i, gate.CheckRequest(k.source, k.language, k.case, tier, host=k.host,
+                                              cache=False)))
+    if requests:
+        try:
+            verdicts = gate.check_many([r for _, r in requests], jobs=jobs)
+            for (i, _), v in zip(requests, verdicts):
+                out[i] = v, None
+        except Exception:  # noqa: BLE001 — one request failed the batch: gate them one by one
+            for i, r in requests:
+                try:
+                    out[i] = gate.check(r.source, r.language, r.case, r.tier, host=r.host,
+                                        cache=False), None
+                except Exception as exc:  # noqa: BLE001
+                    out[i] = None, f"{type(exc).__name__}: {exc}"
     return out
 
 
-def main() -> None:
+def summarize(records: list[dict[str, Any]], todo: list[Kernel], reached: int,
+              meta: dict[str, Any]) -> str:
+    """The markdown summary: per case, kernels gated, passed, rejected by failure kind, errors
+    and not reached; then every rejection with its label and reason."""
+    not_reached = collections.Counter(k.case_ref for k in todo[reached:])
+    origins: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for k in todo:
+        for place in k.places:
+            origins[k.case_ref][place.split(" ", 1)[0]] += 1
+    by_case: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for r in records:
+        by_case[r["case"]].append(r)
+    kinds = sorted({r["failure_kind"] for r in records if r["ok"] is False})
+    rejected = [r for r in records if r["ok"] is False]
+    errors = sum(1 for r in records if r["ok"] is None)
+    lines = [f"# Honest kernels through the gate ({meta['tier']} tier)", "",
+             f"{len(todo)} kernels ({meta['places']} places, {meta['skipped']} CUDA lineage "
+             f"states skipped), {len(records)} gated in {meta['elapsed_s']:.0f} s "
+             f"(--jobs {meta['jobs']}, --box {meta['box'] or 'none'}): "
+             f"{sum(1 for r in records if r['ok'])} passed, {len(rejected)} rejected "
+             f"(false rejections), {errors} errors, {len(todo) - reached} not reached.", "",
+             "| case | from | gated | passed | " + " | ".join(kinds + ["error", "not reached"])
+             + " |", "|---|---|---:|---:|" + "---:|" * (len(kinds) + 2)]
+    for case in sorted(set(by_case) | set(not_reached)):
+        recs = by_case.get(case, [])
+        count = collections.Counter(r["failure_kind"] for r in recs if r["ok"] is False)
+        src = ", ".join(f"{o} {origins[case][o]}" for o in ORIGINS if origins[case][o])
+        cells = [str(count.get(kind, 0)) for kind in kinds]
+        cells += [str(sum(1 for r in recs if r["ok"] is None)), str(not_reached.get(case, 0))]
+        lines.append(f"| {case} | {src} | {len(recs)} | {sum(1 for r in recs if r['ok'])} | "
+                     + " | ".join(cells) + " |")
+    for title, rows in (("Rejections", rejected), ("Errors (not counted)",
+                                                   [r for r in records if r["ok"] is None])):
+        if not rows:
+            continue
+        lines += ["", f"## {title}", "", "| kernel | case | kind | reason |", "|---|---|---|---|"]
+        for r in rows:
+            reason = " ".join((r["reason"] or "").split())[:REASON_CHARS].replace("|", "\\|")
+            places = f" (+{r['places'] - 1} places)" if r["places"] > 1 else ""
+            lines.append(f"| {r['kernel']}{places} | {r['case']} | {r['failure_kind']} | "
+                         f"{reason} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tier", default="interpret")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--limit", type=int, default=0)
-    args = ap.parse_args()
-    todo = kernels()
+    ap.add_argument("--out", required=True, help="JSON file, rewritten after every batch")
+    ap.add_argument("--md", help="markdown summary file")
+    ap.add_argument("--jobs", type=int, default=1, help="kernels gated at once (one batch)")
+    ap.add_argument("--box", type=float, default=0.0,
+                    help="seconds after which no new batch starts (0: none)")
+    ap.add_argument("--only-cases", default="", help="comma-separated case names or refs")
+    ap.add_argument("--limit", type=int, default=0, help="gate at most N kernels (0: all)")
+    args = ap.parse_args(argv)
+    try:
+        if args.jobs < 1:
+            raise _bad(f"--jobs must be at least 1, not {args.jobs}")
+        if args.box < 0 or args.limit < 0:
+            raise _bad("--box and --limit must not be negative")
+        for given in (args.out, args.md):
+            if given and not Path(given).resolve().parent.is_dir():
+                raise _bad(f"{given}: its folder does not exist")
+        try:
+            gate.resolve_tier(args.tier, "triton", gpu=True)
+        except Exception as exc:  # noqa: BLE001
+            raise _bad(f"--tier {args.tier}: {exc}") from None
+        todo, skipped = kernels()
+        only = {c.strip() for c in args.only_cases.split(",") if c.strip()}
+        if only:
+            todo = select(todo, only)
+    except SystemExit as exc:
+        return int(exc.code or 0)
     if args.limit:
         todo = todo[:args.limit]
-    records = []
-    for label, case, lang, source, host in todo:
-        if lang == "cuda" and host is None:
-            continue  # a lineage's CUDA state has no host module in the file
-        t0 = time.perf_counter()
-        try:
-            v = gate.check(source, lang, case, args.tier, host=host, cache=False)
-            rec = {"kernel": label, "case": case, "language": lang, "ok": v.ok, "tier": v.tier.value,
-                   "failure_kind": v.failure_kind.value if v.failure_kind else None,
-                   "reason": (v.reason or "")[:400]}
-        except Exception as exc:  # a case that does not load here: recorded, not counted
-            rec = {"kernel": label, "case": case, "language": lang, "ok": None,
-                   "failure_kind": "error", "reason": f"{type(exc).__name__}: {exc}"[:400]}
-        rec["seconds"] = round(time.perf_counter() - t0, 2)
-        records.append(rec)
-        print(json.dumps(rec), flush=True)
-        Path(args.out).write_text(json.dumps(records, indent=1))
-    kinds = collections.Counter(r["failure_kind"] for r in records if r["ok"] is False)
-    print(f"{len(records)} kernels, {sum(1 for r in records if r['ok'])} passed, rejections: "
-          f"{dict(kinds)}")
+    meta: dict[str, Any] = {"tier": args.tier, "jobs": args.jobs, "box": args.box,
+                            "only_cases": sorted(only), "kernels": len(todo),
+                            "places": sum(len(k.places) for k in todo), "skipped": skipped}
+    out = Path(args.out)
+    records: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    reached = 0
+
+    def write(done: bool) -> None:
+        meta.update(gated=len(records), not_reached=len(todo) - reached, complete=done,
+                    elapsed_s=round(time.monotonic() - t0, 1))
+        out.write_text(json.dumps({**meta, "records": records}, indent=1))
+
+    print(f"{len(todo)} kernels ({meta['places']} places, {skipped} CUDA lineage states "
+          f"skipped), --jobs {args.jobs}", file=sys.stderr, flush=True)
+    write(False)
+    for number, start in enumerate(range(0, len(todo), args.jobs)):
+        if args.box and time.monotonic() - t0 >= args.box:
+            break
+        batch = todo[start:start + args.jobs]
+        b0 = time.monotonic()
+        results = gate_batch(batch, args.tier, args.jobs)
+        seconds = time.monotonic() - b0
+        for k, (verdict, error) in zip(batch, results):
+            rec = _record(k, verdict, error, number, seconds)
+            records.append(rec)
+            print(json.dumps({f: rec.get(f) for f in ("kernel", "case", "ok", "failure_kind",
+                                                      "reason")}), flush=True)
+        reached = start + len(batch)
+        write(False)
+    write(reached == len(todo))
+    summary = summarize(records, todo, reached, meta)
+    if args.md:
+        Path(args.md).write_text(summary)
+    print(summary, end="")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

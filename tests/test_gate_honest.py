@@ -1,0 +1,135 @@
+"""bench/gate_honest.py without gating much: which kernels it finds and how it merges them, its
+summary, a run cut by --box, and its refusals of bad input."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "gate_honest.py"
+
+
+def _module() -> Any:
+    spec = importlib.util.spec_from_file_location("_gate_honest_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _script(*argv: str) -> subprocess.CompletedProcess[str]:
+    # A subprocess: loading the KernelBench cases imports torch (and triton) in the process.
+    return subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_the_same_source_in_several_places_is_one_kernel() -> None:
+    gh = _module()
+    a = gh.Kernel("start x", "start", "case/a", None, "triton", "src 1", None, places=["start x"])
+    b = gh.Kernel("heldout r1 s:1", "heldout", "case/a", None, "triton", "src 1", None,
+                  places=["heldout r1 s:1"])
+    c = gh.Kernel("heldout r1 s:2", "heldout", "case/a", None, "triton", "src 2", None,
+                  places=["heldout r1 s:2"])
+    d = gh.Kernel("lineage r2 s:1", "lineage", "case/b", None, "triton", "src 1", None,
+                  places=["lineage r2 s:1"])
+    out = gh.dedup([a, b, c, d])
+    assert [k.label for k in out] == ["start x", "heldout r1 s:2", "lineage r2 s:1"]
+    assert out[0].places == ["start x", "heldout r1 s:1"]
+
+
+_ENUMERATE = """
+import collections, json, sys
+sys.path.insert(0, "bench")
+import gate_honest as gh
+todo, skipped = gh.kernels()
+print(json.dumps({"keys": [list(k.key) for k in todo], "places": [k.places for k in todo],
+                  "origins": [k.origin for k in todo], "errors": [k.load_error for k in todo],
+                  "skipped": skipped}))
+"""
+
+
+def test_every_honest_kernel_is_found_once_with_every_place() -> None:
+    import gate
+    from gate.cases import find_cases
+
+    proc = subprocess.run([sys.executable, "-c", _ENUMERATE], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    keys = [tuple(k) for k in got["keys"]]
+    assert len(keys) == len(set(keys))
+    places = [p for ps in got["places"] for p in ps]
+    assert len(places) == len(set(places))
+    # Every state with a source, counted here from the files themselves, is one place.
+    states = 0
+    for pattern in ("bench/results/lineages/*/*/lineage.json",
+                    "bench/results/heldout/*/ops/*/optimize/lineage.json"):
+        for lineage in ROOT.glob(pattern):
+            states += sum(1 for n in json.loads(lineage.read_text())["nodes"]
+                          if str(n.get("type", "state")).lower() == "state" and n.get("source"))
+    experts = sum(len(gate.load_case(n).expert_paths()) for n in gate.list_cases())
+    starts = len(find_cases([ROOT / "bench" / "heldout"]))
+    assert len(places) + got["skipped"] == states + experts + starts
+    assert got["origins"].count("start") == starts
+    assert sum(1 for p in places if p.startswith("heldout ")) > 0
+    # Held-out lineages name their case by a path from the repository root: every one loads.
+    assert not [e for e, o in zip(got["errors"], got["origins"]) if o == "heldout" and e]
+    # A start kernel is the root of its operator's optimize lineages: one kernel, several places.
+    assert any(o == "start" and any(p.startswith("heldout ") for p in ps)
+               for o, ps in zip(got["origins"], got["places"]))
+
+
+def test_the_summary_counts_per_case_and_lists_each_rejection() -> None:
+    gh = _module()
+    todo = [gh.Kernel(f"k{i}", "start", "c/a" if i < 3 else "c/b", None, "triton", f"s{i}", None,
+                      places=[f"start k{i}"]) for i in range(5)]
+    records = [
+        {"kernel": "k0", "case": "c/a", "ok": True, "failure_kind": None, "reason": "",
+         "places": 1},
+        {"kernel": "k1", "case": "c/a", "ok": False, "failure_kind": "numerical_mismatch",
+         "reason": "a | b " + "x" * 400, "places": 2},
+        {"kernel": "k2", "case": "c/a", "ok": None, "failure_kind": "error", "reason": "no case",
+         "places": 1},
+    ]
+    meta = {"tier": "interpret", "places": 5, "skipped": 0, "elapsed_s": 3.0, "jobs": 2, "box": 0}
+    md = gh.summarize(records, todo, 3, meta)
+    assert "| c/a | start 3 | 3 | 1 | 1 | 1 | 0 |" in md
+    assert "| c/b | start 2 | 0 | 0 | 0 | 0 | 2 |" in md
+    row = next(line for line in md.splitlines() if line.startswith("| k1 (+1 places)"))
+    assert "a \\| b" in row and "x" * 194 in row and "x" * 195 not in row
+    assert "1 rejected" in md and "2 not reached" in md and "| k2 | c/a | error | no case |" in md
+
+
+def test_a_kernel_whose_case_does_not_load_is_not_gated() -> None:
+    gh = _module()
+    k = gh.Kernel("heldout r s:1", "heldout", "gone/case", None, "triton", "src", None,
+                  load_error="BadInputError: unknown case", places=["heldout r s:1"])
+    assert gh.gate_batch([k], "interpret", 1) == [(None, "BadInputError: unknown case")]
+
+
+def test_a_run_past_its_box_records_what_it_did_not_reach(tmp_path: Path) -> None:
+    out, md = tmp_path / "h.json", tmp_path / "h.md"
+    proc = _script("--tier", "interpret", "--only-cases", "softmax", "--box", "1e-9",
+                   "--out", str(out), "--md", str(md))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert data["gated"] == 0 and data["records"] == [] and data["complete"] is False
+    assert data["not_reached"] == data["kernels"] >= 1
+    assert f"{data['kernels']} not reached" in md.read_text()
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    out = str(tmp_path / "h.json")
+    for argv in (["--jobs", "0"], ["--only-cases", "softmax,no_such_case"],
+                 ["--out", str(tmp_path / "missing" / "h.json")]):
+        proc = _script("--out", out, *argv)
+        assert proc.returncode == 2, (argv, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert not (tmp_path / "h.json").exists()
+    assert "no_such_case" in _script("--out", out, "--only-cases", "no_such_case").stderr
