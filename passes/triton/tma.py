@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee
+from passes.triton.affine import Box, Scope, box_of
 from passes.triton.launch import TRITON, comment_above
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from kir import KernelIR
 
 MAKE = frozenset({"tl.make_tensor_descriptor", "triton.language.make_tensor_descriptor"})
+DOT = frozenset({"tl.dot", "triton.language.dot"})
 
 
 def _arg(call: ast.Call, name: str, pos: int) -> ast.AST | None:
@@ -133,6 +135,14 @@ class TmaDescriptors(Pass):
                 out.append(make_site(self.name, ir, index, mod.span(kernel), False,
                                      {"kernel": kernel.name, "base": base, "uses": len(calls)},
                                      mod.span(calls[0])))
+            boxes = [b for b in _operand_boxes(mod, kernel) if not isinstance(b[1], str)]
+            if boxes:  # hand-written tile loads of a dot loop: all of them in one move
+                ends = [mod.end(kernel)] + [mod.end(c) for c in mod.launches(kernel.name)]
+                lo = min(_allocator_at(mod), mod.start(kernel))
+                out.append(make_site(self.name, ir, index, (lo, max(ends)),
+                                     False, {"kernel": kernel.name, "operands": len(boxes),
+                                             "bases": sorted({b.base for _, b, _ in boxes})},
+                                     mod.span(boxes[0][0])))
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -181,6 +191,8 @@ class TmaDescriptors(Pass):
         kernel = next((k for k in mod.kernels() if k.name == site.detail.get("kernel")), None)
         if kernel is None:
             return Skipped("no kernel at the site", {"site": site.anchor})
+        if "operands" in site.detail:
+            return self._optimize_boxes(ir, mod, kernel, site, ctx)
         results, skip = self.check(ctx, {"allocator": b"set_allocator" in mod.source})
         if skip:
             return skip
@@ -215,6 +227,176 @@ class TmaDescriptors(Pass):
         at = line_start(mod.source, mod.start(anchor_stmt))
         edits.append(ByteEdit(at, at, decl))
         return finish(ir, site, sorted(edits, key=lambda e: e.start), preconditions=results)
+
+
+    def _optimize_boxes(self, ir: KernelIR, mod: PyModule, kernel: ast.FunctionDef, site: Site,
+                        ctx: PassContext | None) -> PassResult:
+        """Every hand-written tile load of the kernel's dot loop gets a descriptor load beside
+        it: one descriptor per box, declared before the loop. Descriptors need 16-byte aligned
+        tensors with dense rows (and TMA hardware), which the original loads did not: the kernel
+        takes a new constexpr flag that the host sets per launch from its tensor arguments
+        (`_descriptors_fit`), and each load reads through the descriptor where the flag is on,
+        as before where it is off. The host also installs the scratch allocator in-kernel
+        descriptors need, where the module has none."""
+        boxes = _operand_boxes(mod, kernel)
+        refused = [why for _, why, _ in boxes if isinstance(why, str)]
+        boxes = [b for b in boxes if not isinstance(b[1], str)]
+        if not boxes:
+            return Skipped("no tile load of the dot loop reads as a 2-D box"
+                           + (f": {refused[0]}" if refused else ""), {"site": site.anchor})
+        launches = mod.launches(kernel.name)
+        if not launches:
+            return Skipped("the kernel is never launched in this module: no host sets the "
+                           "descriptors' alignment flag", {"kernel": kernel.name})
+        if kernel.args.vararg or kernel.args.kwarg:
+            return Skipped("the kernel takes *args / **kwargs", {"kernel": kernel.name})
+        results, skip = self.check(ctx, {"allocator": True})
+        if skip:
+            return skip
+        module_names = {n.id for n in ast.walk(mod.tree) if isinstance(n, ast.Name)} | \
+            {f.name for f in mod.functions()} | {a.arg for f in mod.functions() for a in f.args.args}
+        flag = _fresh("TMA_OK", module_names)
+        helper = _fresh("_descriptors_fit", module_names | {flag})
+        taken = module_names | {flag, helper}
+        by_box: dict[tuple, str] = {}
+        edits: list[ByteEdit] = []
+        decls: dict[int, tuple[str, list[str]]] = {}
+        for call, box, loop in boxes:
+            blocks = (box.index[0].block, box.index[1].block)
+            if box.stride[0] == "1" and box.stride[1] != "1":
+                return Skipped(f"the contiguous axis of {box.base} is the first: a descriptor "
+                               "needs it last", {"base": box.base})
+            key = (box.base, box.shape, box.stride, blocks)
+            name = by_box.get(key)
+            if name is None:
+                stem = box.base.split(" ")[0]
+                name = _fresh((stem[:-4] if stem.endswith("_ptr") else stem) + "_desc", taken)
+                taken.add(name)
+                by_box[key] = name
+                at = line_start(mod.source, mod.start(loop))
+                indent = indent_of(mod.source, mod.start(loop))
+                decls.setdefault(at, (indent, []))[1].append(
+                    f"{indent}    {name} = tl.make_tensor_descriptor({box.base}, shape=[{box.shape[0]}, "
+                    f"{box.shape[1]}], strides=[{box.stride[0]}, {box.stride[1]}], "
+                    f"block_shape=[{blocks[0]}, {blocks[1]}])\n")
+            load = f"{name}.load([{box.index[0].offset}, {box.index[1].offset}])"
+            edits.append(ByteEdit(*mod.span(call), f"({load} if {flag} else {mod.text(call)})"))
+        for at, (indent, lines) in decls.items():
+            edits.append(ByteEdit(at, at, f"{indent}if {flag}:  # tensor descriptors (TMA)\n" + "".join(lines)))
+        last = kernel.args.args[-1]
+        after = mod.end(last.annotation) if last.annotation is not None else mod.end(last)
+        default = next((d for d in kernel.args.defaults if mod.start(d) > mod.start(last)), None)
+        if default is not None:
+            after = mod.end(default)
+        edits.append(ByteEdit(after, after, f", {flag}: tl.constexpr = False"))
+        for launch in launches:
+            values = [mod.text(a) for a in [*launch.args, *(k.value for k in launch.keywords if k.arg)]
+                      if _may_be_tensor(a)]
+            sep = ", " if launch.args or launch.keywords else ""
+            end = mod.end(launch) - 1  # the closing parenthesis
+            edits.append(ByteEdit(end, end, f"{sep}{flag}={helper}({', '.join(values)})"))
+        at = _allocator_at(mod)
+        edits.append(ByteEdit(at, at, _host_text(mod, helper, with_allocator=not _has_allocator(mod))))
+        return finish(ir, site, sorted(edits, key=lambda e: e.start), preconditions=results)
+
+
+def _dot_loops(kernel: ast.FunctionDef) -> list[ast.For]:
+    """The kernel's top-level loops that reduce with `tl.dot`."""
+    return [s for s in kernel.body if isinstance(s, (ast.For, ast.While))
+            and any(isinstance(c, ast.Call) and callee(c) in DOT for c in ast.walk(s))]
+
+
+def _operand_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Call, Box | str, ast.stmt]]:
+    """(load, box or why not, its loop) of every masked tile load in a dot loop that is not
+    already in the canonical form; a box whose base, strides or bounds read a name bound
+    inside the loop (or after it) is refused: its descriptor must be built before the loop."""
+    scope = Scope(mod, kernel)
+    canonical = {id(c) for _, c, *_ in TmaDescriptors()._pointer_accesses(mod, kernel)}
+    out: list[tuple[ast.Call, Box | str, ast.stmt]] = []
+    for loop in _dot_loops(kernel):
+        before = {n for n, stmt in scope.assigned_at.items() if mod.end(stmt) <= mod.start(loop)}
+        for call in mod.calls(loop, frozenset({"tl.load", "triton.language.load"})):
+            if id(call) in canonical or not call.args:
+                continue
+            kw = {k.arg: k.value for k in call.keywords}
+            if set(kw) - {"mask", "other"}:
+                out.append((call, "the load sets options a descriptor load does not take", loop))
+                continue
+            other = kw.get("other")
+            if other is not None and not (isinstance(other, ast.Constant) and other.value == 0):
+                out.append((call, "masked-off elements read a value other than zero", loop))
+                continue
+            box = box_of(scope, call.args[0], kw.get("mask"))
+            if not isinstance(box, str):
+                late = sorted(box.names - scope.params - before)  # rebound parameters are late
+                if late:
+                    box = f"the box of {box.base} reads {', '.join(late)}, bound in or after the loop"
+            out.append((call, box, loop))
+    return out
+
+
+def _has_allocator(mod: PyModule) -> bool:
+    return b"set_allocator" in mod.source
+
+
+def _allocator_at(mod: PyModule) -> int:
+    """Where the host's allocator goes: after the module's last top-level import."""
+    last = None
+    for node in mod.tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            last = node
+    if last is None:
+        return 0
+    return line_end(mod.source, mod.end(last) - 1)
+
+
+def _host_text(mod: PyModule, helper: str, with_allocator: bool) -> str:
+    """The host's side of in-kernel descriptors: the check a launch's tensors pass before its
+    loads go through descriptors, and (`with_allocator`) the scratch allocator they need."""
+    imported = {a.asname or a.name for n in mod.tree.body if isinstance(n, ast.Import) for a in n.names}
+    lines = [f"import {m}\n" for m in ("torch", "triton") if m not in imported]
+    lines.append(
+        f"\n\ndef {helper}(*args) -> bool:\n"
+        '    """Tensor descriptors (TMA) can read every tensor argument: 16-byte aligned, rows\n'
+        '    dense, other strides multiples of 16 bytes, on a GPU with TMA (sm_90+) or the CPU."""\n'
+        "    for t in args:\n"
+        "        if not isinstance(t, torch.Tensor):\n"
+        "            continue\n"
+        "        if t.is_cuda and torch.cuda.get_device_capability(t.device)[0] < 9:\n"
+        "            return False\n"
+        "        if t.data_ptr() % 16 or (t.dim() and t.stride(-1) != 1):\n"
+        "            return False\n"
+        "        if any(s * t.element_size() % 16 for s in t.stride()[:-1]):\n"
+        "            return False\n"
+        "    return True\n")
+    if with_allocator:
+        lines.append(
+            "\n\ndef _descriptor_scratch(size: int, alignment: int, stream):\n"
+            '    """Scratch memory for in-kernel tensor descriptors."""\n'
+            '    return torch.empty(size, dtype=torch.int8, device="cuda" if torch.cuda.is_available() else "cpu")\n'
+            "\n\ntriton.set_allocator(_descriptor_scratch)\n")
+    return "".join(lines)
+
+
+def _may_be_tensor(node: ast.AST) -> bool:
+    """A launch argument that can be a tensor: not a literal, a `.stride(i)` / `.size(i)` /
+    `.numel()` / `.shape[i]` / `.dtype` reading, or arithmetic."""
+    if isinstance(node, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare)):
+        return False
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr in ("stride", "size", "numel", "dim", "element_size"):
+        return False
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
+            and node.value.attr in ("shape", "stride"):
+        return False
+    return not (isinstance(node, ast.Attribute) and node.attr in ("dtype", "device", "shape"))
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name, i = base, 2
+    while name in taken:
+        name, i = f"{base}{i}", i + 1
+    return name
 
 
 def _decl_lines(mod: PyModule, d: _Descriptor, every: list[_Descriptor]) -> tuple[int, int]:

@@ -1,0 +1,232 @@
+"""Pointer arithmetic read as a 2-D box: base, per-axis offset, block and stride, and bounds.
+
+A tile load written by hand (`tl.load(a + rows[:, None] * lda + ks[None, :], mask=...)`) is a
+rectangular box of a row-major 2-D view: `base + (o0 + arange(b0))[:, None] * t0 +
+(o1 + arange(b1))[None, :] * t1`, masked by `(index0 < s0) & (index1 < s1)`. People write it
+in many ways: the index vectors named (`rm = pid_m * BM + tl.arange(0, BM)`) or inline, built
+inside the loop (`rk = k0 + tl.arange(0, BK)`) or before it, the contiguous axis with an
+explicit stride or none, a batch offset folded into the base (`a_base = a_ptr + b * sab`), the
+bounds as named booleans (`row_ok = rows < M`, `row_ok[:, None]`). `box_of(load)` follows
+names through their one assignment and reads the box from whichever form it finds; anything
+else (a name assigned twice, a pointer advanced in the loop, a mask that is not a product of
+per-axis bounds) is not a box, and the caller leaves the access alone.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from passes.triton._py import PyModule, callee
+
+SCALAR_CALLS = frozenset({
+    "tl.program_id", "tl.num_programs", "tl.cdiv", "triton.cdiv", "tl.minimum", "tl.maximum",
+    "min", "max", "triton.language.program_id", "triton.language.cdiv",
+})
+ARANGE = frozenset({"tl.arange", "triton.language.arange"})
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """`sum(offsets) + tl.arange(0, block)`."""
+
+    offsets: tuple[str, ...]
+    block: str
+
+    @property
+    def offset(self) -> str:
+        return " + ".join(self.offsets) if self.offsets else "0"
+
+
+@dataclass(frozen=True, slots=True)
+class Box:
+    """A 2-D box access: `base` (text), per axis its index, stride text and bound text."""
+
+    base: str
+    index: tuple[Index, Index]
+    stride: tuple[str, str]
+    shape: tuple[str, str]
+    names: frozenset[str]
+    """Every name the base, strides and bounds read (where a descriptor of the box may go)."""
+
+
+class Scope:
+    """What the names of one kernel are bound to: parameters, loop variables, and names
+    assigned exactly once (their value); a name bound any other way is opaque."""
+
+    def __init__(self, mod: PyModule, kernel: ast.FunctionDef) -> None:
+        self.mod = mod
+        self.kernel = kernel
+        self.params = {a.arg for a in kernel.args.args + kernel.args.kwonlyargs}
+        counts: dict[str, int] = {}
+        self.values: dict[str, ast.expr] = {}
+        self.assigned_at: dict[str, ast.stmt] = {}
+        self.loop_vars: set[str] = set()
+        for node in ast.walk(kernel):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            elif isinstance(node, (ast.For, ast.comprehension)):
+                for t in ast.walk(node.target):
+                    if isinstance(t, ast.Name):
+                        self.loop_vars.add(t.id)
+                        counts[t.id] = counts.get(t.id, 0) + 2
+                continue
+            for target in targets:
+                for t in ast.walk(target):
+                    if isinstance(t, ast.Name):
+                        counts[t.id] = counts.get(t.id, 0) + 1
+                        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                                and isinstance(node.targets[0], ast.Name):
+                            self.values[t.id] = node.value
+                            self.assigned_at[t.id] = node
+        self.single = {n for n, c in counts.items() if c == 1 and n in self.values} - self.params
+        self.loop_vars -= self.params
+        self.params -= set(counts)  # a parameter the kernel rebinds (`a_ptr += ...`) is opaque
+
+    def value(self, node: ast.AST) -> ast.expr | None:
+        if isinstance(node, ast.Name) and node.id in self.single:
+            return self.values[node.id]
+        return None
+
+    def scalar(self, node: ast.AST, depth: int = 0) -> bool:
+        """A value without a block shape: literals, parameters, loop variables, program ids and
+        arithmetic of them (through names assigned once)."""
+        if depth > 40:
+            return False
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, (int, float))
+        if isinstance(node, ast.Name):
+            if node.id in self.params or node.id in self.loop_vars:
+                return True
+            v = self.value(node)
+            return v is not None and self.scalar(v, depth + 1)
+        if isinstance(node, ast.BinOp):
+            return self.scalar(node.left, depth + 1) and self.scalar(node.right, depth + 1)
+        if isinstance(node, ast.UnaryOp):
+            return self.scalar(node.operand, depth + 1)
+        if isinstance(node, ast.Call) and callee(node) in SCALAR_CALLS:
+            return all(self.scalar(a, depth + 1) for a in node.args)
+        return False
+
+    def index(self, node: ast.AST, depth: int = 0) -> Index | None:
+        """`node` as `offsets + tl.arange(0, block)`, or None."""
+        if depth > 40:
+            return None
+        if isinstance(node, ast.Call) and callee(node) in ARANGE and len(node.args) == 2 \
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value == 0:
+            return Index((), self.mod.text(node.args[1]))
+        if isinstance(node, ast.Name):
+            v = self.value(node)
+            return self.index(v, depth + 1) if v is not None else None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            for vec, off in ((node.left, node.right), (node.right, node.left)):
+                got = self.index(vec, depth + 1)
+                if got is not None and self.scalar(off):
+                    return Index(got.offsets + (self.mod.text(off),), got.block)
+        return None
+
+    def names_of(self, node: ast.AST) -> set[str]:
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def broadcast(node: ast.AST) -> tuple[int, ast.expr] | None:
+    """(axis, inner) of `inner[:, None]` (axis 0) or `inner[None, :]` (axis 1)."""
+    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple)
+            and len(node.slice.elts) == 2):
+        return None
+    a, b = node.slice.elts
+    none_a = isinstance(a, ast.Constant) and a.value is None
+    none_b = isinstance(b, ast.Constant) and b.value is None
+    if isinstance(a, ast.Slice) and none_b:
+        return 0, node.value
+    if none_a and isinstance(b, ast.Slice):
+        return 1, node.value
+    return None
+
+
+def _terms(scope: Scope, node: ast.AST, depth: int = 0) -> list[ast.expr] | None:
+    """The summands of a pointer expression, names with a block shape expanded."""
+    if depth > 40:
+        return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _terms(scope, node.left, depth + 1), _terms(scope, node.right, depth + 1)
+        return None if left is None or right is None else left + right
+    if isinstance(node, ast.Name) and not scope.scalar(node):
+        v = scope.value(node)
+        return _terms(scope, v, depth + 1) if v is not None else None
+    return [node]
+
+
+def _bounds(scope: Scope, node: ast.AST, depth: int = 0) -> list[tuple[int, Index, ast.expr]] | None:
+    """(axis, index, bound) of each factor of a mask `c0 & c1 & ...`, or None."""
+    if depth > 40:
+        return None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitAnd):
+        left, right = _bounds(scope, node.left, depth + 1), _bounds(scope, node.right, depth + 1)
+        return None if left is None or right is None else left + right
+    if isinstance(node, ast.Name):
+        v = scope.value(node)
+        return _bounds(scope, v, depth + 1) if v is not None else None
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Lt) \
+            and scope.scalar(node.comparators[0]):
+        got = broadcast(node.left)
+        if got is None:
+            return None
+        idx = scope.index(got[1])
+        return None if idx is None else [(got[0], idx, node.comparators[0])]
+    got = broadcast(node)  # `ok[:, None]` with `ok = rows < M` (a 1-D bound broadcast)
+    if got is not None:
+        inner = got[1]
+        v = scope.value(inner) if isinstance(inner, ast.Name) else inner
+        if isinstance(v, ast.Compare) and len(v.ops) == 1 and isinstance(v.ops[0], ast.Lt) \
+                and scope.scalar(v.comparators[0]):
+            idx = scope.index(v.left)
+            return None if idx is None else [(got[0], idx, v.comparators[0])]
+    return None
+
+
+def box_of(scope: Scope, ptr: ast.AST, mask: ast.AST | None) -> Box | str:
+    """The box `ptr` / `mask` read, or why they are not one."""
+    mod = scope.mod
+    terms = _terms(scope, ptr)
+    if terms is None:
+        return "the pointer is built from a name assigned more than once"
+    base: list[ast.expr] = []
+    axes: dict[int, tuple[Index, str, ast.expr | None]] = {}
+    for term in terms:
+        if scope.scalar(term):
+            base.append(term)
+            continue
+        got, stride = broadcast(term), None
+        if got is None and isinstance(term, ast.BinOp) and isinstance(term.op, ast.Mult):
+            for vec, s in ((term.left, term.right), (term.right, term.left)):
+                if broadcast(vec) is not None and scope.scalar(s):
+                    got, stride = broadcast(vec), s
+                    break
+        if got is None:
+            return f"a pointer term is not a broadcast index times a stride: {mod.text(term)}"
+        idx = scope.index(got[1])
+        if idx is None or got[0] in axes:
+            return f"a pointer term has no `offset + tl.arange` index: {mod.text(term)}"
+        axes[got[0]] = (idx, mod.text(stride) if stride is not None else "1", stride)
+    if set(axes) != {0, 1} or not base:
+        return "the pointer is not a base plus one index per axis"
+    if mask is None:
+        return "the access has no mask: the bounds of the box are not written anywhere"
+    bounds = _bounds(scope, mask)
+    if bounds is None:
+        return "the mask is not a product of per-axis bounds `index < bound`"
+    shape: dict[int, ast.expr] = {}
+    for axis, idx, bound in bounds:
+        if axis in shape or axes[axis][0] != idx:
+            return "the mask bounds another index than the pointer's"
+        shape[axis] = bound
+    if set(shape) != {0, 1}:
+        return "the mask does not bound both axes"
+    names: set[str] = set()
+    for node in [*base, *(s for _, _, s in axes.values() if s is not None), *shape.values()]:
+        names |= scope.names_of(node)
+    return Box(" + ".join(mod.text(b) for b in base), (axes[0][0], axes[1][0]),
+               (axes[0][1], axes[1][1]), (mod.text(shape[0]), mod.text(shape[1])), frozenset(names))

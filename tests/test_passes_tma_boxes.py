@@ -1,0 +1,172 @@
+"""Tensor descriptors on hand-written tile loads: the box is read by role, the rewrite keeps the
+original loads for tensors a descriptor cannot read, and both paths match torch (interpreter)."""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import kir
+from passes import get_pass
+from passes.base import Applied
+from passes.triton._py import PyModule
+from passes.triton.tma import _operand_boxes
+
+torch = pytest.importorskip("torch")
+
+# Named index vectors built before the loop, inline K offsets, explicit strides.
+NAMED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * sam + (k0 + rk)[None, :] * sak,
+                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + (k0 + rk)[:, None] * sbk + rn[None, :] * sbn,
+                    mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    mm[(triton.cdiv(M, 16), triton.cdiv(N, 16))](a, b, c, M, N, K, a.stride(0), a.stride(1),
+                                                 b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                                                 BM=16, BN=16, BK=16)
+    return c
+'''
+
+# Other names, a batch offset folded into the base, index built inside the loop, the contiguous
+# axis with no stride written, bounds as named booleans, a transposed second operand.
+STYLED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def bmm_nt(x, y, out, M, N, K, sxb, syb, sob, TILE: tl.constexpr, TK: tl.constexpr):
+    z = tl.program_id(2)
+    rows = tl.program_id(0) * TILE + tl.arange(0, TILE)
+    cols = tl.program_id(1) * TILE + tl.arange(0, TILE)
+    row_ok = rows < M
+    col_ok = cols < N
+    xb = x + z * sxb
+    yb = y + z * syb
+    total = tl.zeros((TILE, TILE), tl.float32)
+    for t in tl.range(0, tl.cdiv(K, TK)):
+        ks = t * TK + tl.arange(0, TK)
+        k_ok = ks < K
+        xt = tl.load(xb + rows[:, None] * K + ks[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.)
+        yt = tl.load(yb + cols[:, None] * K + ks[None, :], mask=col_ok[:, None] & k_ok[None, :], other=0.)
+        total = tl.dot(xt, tl.trans(yt), total)
+    tl.store(out + z * sob + rows[:, None] * N + cols[None, :], total.to(out.dtype.element_ty),
+             mask=row_ok[:, None] & col_ok[None, :])
+
+
+def run(x, y):
+    nb, M, K = x.shape
+    N = y.shape[1]
+    out = torch.empty((nb, M, N), device=x.device, dtype=x.dtype)
+    grid = (triton.cdiv(M, 16), triton.cdiv(N, 16), nb)
+    bmm_nt[grid](x, y, out, M, N, K, x.stride(0), y.stride(0), out.stride(0), TILE=16, TK=16)
+    return out
+'''
+
+
+def _rewrite(source: str) -> str:
+    ir = kir.parse(source, language="triton")
+    p = get_pass("tma-descriptors")()
+    sites = [s for s in p.sites(ir) if not s.present and "operands" in s.detail]
+    assert len(sites) == 1, sites
+    result = p.optimize(ir, sites[0])
+    assert isinstance(result, Applied), result
+    return result.ir.text
+
+
+_count = itertools.count()
+
+
+def _load(source: str, where: Path) -> ModuleType:
+    path = where / f"tma_boxes_{next(_count)}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_boxes_are_read_through_names_masks_and_batch_offsets() -> None:
+    for source, bases in ((NAMED, {"a_ptr", "b_ptr"}), (STYLED, {"xb", "yb"})):
+        mod = PyModule(kir.parse(source, language="triton"))
+        (kernel,) = mod.kernels()
+        boxes = [b for _, b, _ in _operand_boxes(mod, kernel)]
+        assert all(not isinstance(b, str) for b in boxes), boxes
+        assert {b.base for b in boxes} == bases
+    mod = PyModule(kir.parse(STYLED, language="triton"))
+    x_box = _operand_boxes(mod, mod.kernels()[0])[0][1]
+    assert x_box.shape == ("M", "K") and x_box.stride == ("K", "1")
+    assert x_box.index[0].offset == "tl.program_id(0) * TILE" and x_box.index[1].offset == "t * TK"
+
+
+def test_a_pointer_advanced_in_the_loop_or_a_mask_of_another_form_is_not_a_box() -> None:
+    advanced = NAMED.replace(
+        "        a = tl.load(a_ptr + rm[:, None] * sam + (k0 + rk)[None, :] * sak,\n",
+        "        a_ptr += BK * sak\n        a = tl.load(a_ptr + rm[:, None] * sam + (k0 + rk)[None, :] * sak,\n")
+    mod = PyModule(kir.parse(advanced, language="triton"))
+    why = [b for _, b, _ in _operand_boxes(mod, mod.kernels()[0])]
+    assert isinstance(why[0], str) and "assigned more than once" in why[0]
+    causal = NAMED.replace("mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K)",
+                           "mask=(rm[:, None] < M) & ((k0 + rk)[None, :] <= rm[:, None])")
+    mod = PyModule(kir.parse(causal, language="triton"))
+    why = [b for _, b, _ in _operand_boxes(mod, mod.kernels()[0])]
+    assert isinstance(why[0], str) and "bound" in why[0]
+    assert not isinstance(why[1], str)
+
+
+def test_the_rewrite_keeps_the_pointer_path_for_tensors_a_descriptor_cannot_read(tmp_path: Path) -> None:
+    text = _rewrite(NAMED)
+    assert text.count("tl.make_tensor_descriptor(") == 2 and "triton.set_allocator(" in text
+    assert "if TMA_OK:" in text and "TMA_OK: tl.constexpr = False" in text
+    assert "TMA_OK=_descriptors_fit(a, b, c, M, N, K)" in text
+    module = _load(text, tmp_path)
+    a = torch.zeros(40, 48, dtype=torch.float16)
+    assert module._descriptors_fit(a, 3)
+    assert not module._descriptors_fit(torch.zeros(40, 45, dtype=torch.float16))  # 90-byte rows
+    assert not module._descriptors_fit(a.t())  # columns are not dense
+
+
+@pytest.mark.parametrize("source", [NAMED, STYLED], ids=["named", "styled"])
+def test_both_paths_match_torch_under_the_interpreter(source: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("interpreter not enabled")
+    module = _load(_rewrite(source), tmp_path)
+    g = torch.Generator().manual_seed(0)
+    for m, n, k in ((48, 32, 64), (37, 21, 45)):  # aligned: descriptors; unaligned: pointers
+        if source is NAMED:
+            a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+            ref = a @ b
+        else:
+            a, b = torch.randn(2, m, k, generator=g), torch.randn(2, n, k, generator=g)
+            ref = a @ b.transpose(1, 2)
+        assert module._descriptors_fit(a, b) == (k % 4 == 0)  # fp32 rows: 16 bytes = 4 elements
+        out = module.run(a, b)
+        assert torch.allclose(out, ref, atol=1e-3, rtol=1e-3), (m, n, k)
