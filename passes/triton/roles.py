@@ -16,7 +16,10 @@ program id (`pid_m * P`). Its *role* says which block:
 
 A parameter is *tunable* when its value comes from a literal (a launch keyword, a config
 entry, a default, or a host variable bound to a literal): a block size computed from the
-problem (`triton.next_power_of_2(N)`) is not, and a sweep leaves it alone.
+problem (`triton.next_power_of_2(N)`) is not, and a sweep leaves it alone. A launch passes a
+value by keyword, positionally, through a `**NAME` dict bound once to a dict literal or a
+`dict(...)` of keywords, or through the keywords of `functools.partial(kernel[grid], ...)` whose
+result is called (`kernel_launches`); all of them count alike.
 
 `joint_config(ir)` reads a kernel's whole launch configuration by role (tiles, warps, stages,
 group size); `sweep_edit(ir, kernel, configs)` writes a list of role-keyed configurations onto a
@@ -485,10 +488,10 @@ def _positional_params(kernel: ast.FunctionDef) -> list[str]:
     return [a.arg for a in kernel.args.args]
 
 
-def _host_literal(mod: PyModule, call: ast.Call, expr: ast.AST) -> int | None:
+def _host_literal(mod: PyModule, call: ast.AST, expr: ast.AST) -> int | None:
     """The int a launch argument evaluates to when it is a literal, a name bound once to a
-    literal in the enclosing function (or module), or an attribute of `self` bound once in its
-    class (see `_attribute_literal`)."""
+    literal in the function enclosing `call` (or the module), or an attribute of `self` bound
+    once in its class (see `_attribute_literal`)."""
     value = literal_int(expr)
     if value is not None:
         return value
@@ -517,7 +520,7 @@ def _module_literal(mod: PyModule, expr: ast.AST | None) -> int | None:
     return literal_int(expr)
 
 
-def _attribute_literal(mod: PyModule, call: ast.Call, attr: str) -> int | None:
+def _attribute_literal(mod: PyModule, call: ast.AST, attr: str) -> int | None:
     """The int `self.<attr>` holds where `call` runs, when the class binds it once: to a literal
     or module constant, or to a parameter of `__init__` whose default is one (and that no
     instantiation in the module passes; or that every one passes the same literal)."""
@@ -627,7 +630,8 @@ def _bindings(nodes: Any, name: str) -> list[ast.AST]:
 
 
 def launch_arguments(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call) -> dict[str, ast.AST]:
-    """Kernel parameter -> the argument node a launch passes for it."""
+    """Kernel parameter -> the argument node the call `kernel[grid](...)` itself passes for it
+    (its `**` arguments left out: `kernel_launches` reads them)."""
     params = _positional_params(kernel)
     out: dict[str, ast.AST] = {}
     for i, arg in enumerate(call.args):
@@ -639,6 +643,246 @@ def launch_arguments(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call) -> 
         if kw.arg:
             out[kw.arg] = kw.value
     return out
+
+
+# -- launches through a dict or a partial ----------------------------------------------------
+PARTIAL_CALLS = frozenset({"functools.partial"})
+# Methods that change a dict in place: a dict they are called on is not read as bound.
+_DICT_UPDATES = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__setitem__"})
+
+
+@dataclass(frozen=True, slots=True)
+class Passed:
+    """One place a launch passes a value: `holder` is the call (the launch, a partial, a
+    `dict(...)`) or the dict literal that holds it, `item` what to remove to stop passing it
+    (the argument or keyword, a dict literal's key); `spread` names the `**NAME` dict it
+    comes from (None: passed directly, or by an inline `**{...}`)."""
+
+    value: ast.AST
+    holder: ast.AST
+    item: ast.AST
+    spread: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """A `**NAME` launch argument read as the dict NAME is bound to once (in `scope`)."""
+
+    keyword: ast.keyword
+    holder: ast.Dict | ast.Call
+    name: str | None
+    scope: ast.AST | None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Launch:
+    """One run of a kernel: `kernel[grid](...)`, or a call of what
+    `functools.partial(kernel[grid], ...)` returns (`partial` is that call, `bound` the name
+    its result is bound to). `passed` holds every place each parameter is passed, in the order
+    Python applies them (the last one wins); `positional` the positional arguments in order;
+    `opaque` the `**` arguments whose keys cannot be read."""
+
+    call: ast.Call
+    site: ast.Subscript
+    passed: Mapping[str, tuple[Passed, ...]]
+    positional: tuple[ast.AST, ...] = ()
+    spreads: tuple[Spread, ...] = ()
+    opaque: tuple[ast.keyword, ...] = ()
+    partial: ast.Call | None = None
+    bound: str | None = None
+
+    def values(self) -> dict[str, ast.AST]:
+        """Kernel parameter -> the value node the launch runs it with."""
+        return {name: places[-1].value for name, places in self.passed.items()}
+
+
+def kernel_launches(mod: PyModule, kernel: ast.FunctionDef) -> list[Launch]:
+    """Every launch of `kernel` in the module: its `kernel[grid](...)` calls, then the calls of
+    a `functools.partial(kernel[grid], ...)` (called at once, or bound once to a name that is
+    called). Keywords a launch spreads from a dict (`**meta`, with `meta` bound once to a dict
+    literal or a `dict(...)` of keywords and not updated in place) count as passed."""
+    out = [
+        _launch(mod, kernel, call, call.func, [(call, 0)])  # type: ignore[arg-type]
+        for call in mod.launches(kernel.name)
+    ]
+    partials = _partial_callees(mod)
+    for made in ast.walk(mod.tree):
+        if not (
+            isinstance(made, ast.Call)
+            and callee(made) in partials
+            and made.args
+            and isinstance(made.args[0], ast.Subscript)
+            and dotted(made.args[0].value) == kernel.name
+        ):
+            continue
+        site = made.args[0]
+        parent = mod.parents.get(made)
+        if isinstance(parent, ast.Call) and parent.func is made:
+            out.append(_launch(mod, kernel, parent, site, [(made, 1), (parent, 0)], made))
+            continue
+        name = _bound_name(parent)
+        scope = _binding_scope(mod, made, name) if name else None
+        if name is None or scope is None:
+            continue
+        for call in ast.walk(scope):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and (
+                call.func.id == name
+            ):
+                out.append(_launch(mod, kernel, call, site, [(made, 1), (call, 0)], made, name))
+    return out
+
+
+def _launch(
+    mod: PyModule,
+    kernel: ast.FunctionDef,
+    call: ast.Call,
+    site: ast.Subscript,
+    calls: Sequence[tuple[ast.Call, int]],
+    partial: ast.Call | None = None,
+    bound: str | None = None,
+) -> Launch:
+    """The launch that `calls` make together (a partial's arguments, from index 1 on, come
+    before those of the call of its result)."""
+    params = _positional_params(kernel)
+    passed: dict[str, list[Passed]] = {}
+    positional: list[ast.AST] = []
+    spreads: list[Spread] = []
+    opaque: list[ast.keyword] = []
+    args = [(a, holder) for holder, skip in calls for a in holder.args[skip:]]
+    for i, (arg, holder) in enumerate(args):
+        if isinstance(arg, ast.Starred):
+            break
+        positional.append(arg)
+        if i < len(params):
+            passed.setdefault(params[i], []).append(Passed(arg, holder, arg))
+    for holder, _ in calls:
+        for kw in holder.keywords:
+            if kw.arg:
+                passed.setdefault(kw.arg, []).append(Passed(kw.value, holder, kw))
+                continue
+            spread = _spread(mod, kw)
+            if spread is None:
+                opaque.append(kw)
+                continue
+            spreads.append(spread)
+            for key, value, item in _dict_entries(spread.holder):
+                passed.setdefault(key, []).append(
+                    Passed(value, spread.holder, item, spread.name)
+                )
+    return Launch(
+        call,
+        site,
+        {k: tuple(v) for k, v in passed.items()},
+        tuple(positional),
+        tuple(spreads),
+        tuple(opaque),
+        partial,
+        bound,
+    )
+
+
+def _partial_callees(mod: PyModule) -> set[str]:
+    """The dotted names `functools.partial` goes by in the module."""
+    names = set(PARTIAL_CALLS)
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "functools":
+            names |= {a.asname or a.name for a in node.names if a.name == "partial"}
+        elif isinstance(node, ast.Import):
+            names |= {
+                f"{a.asname}.partial" for a in node.names if a.name == "functools" and a.asname
+            }
+    return names
+
+
+def _bound_name(stmt: ast.AST | None) -> str | None:
+    """The name a plain `NAME = value` statement binds."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        target = stmt.targets[0]
+        return target.id if isinstance(target, ast.Name) else None
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+        return stmt.target.id
+    return None
+
+
+def _binding_scope(mod: PyModule, node: ast.AST, name: str) -> ast.AST | None:
+    """Where `name`, read at `node`, is bound once: the enclosing function, else the module
+    (None: a parameter of the function, bound several times, or not at all)."""
+    fn = mod.enclosing(node, ast.FunctionDef)
+    if fn is not None:
+        a = fn.args  # type: ignore[attr-defined]
+        params = [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
+        if any(p is not None and p.arg == name for p in params):
+            return None
+        found = _bindings(ast.walk(fn), name)
+        if found:
+            return fn if len(found) == 1 else None
+    return mod.tree if len(_bindings(mod.tree.body, name)) == 1 else None
+
+
+def _spread(mod: PyModule, kw: ast.keyword) -> Spread | None:
+    """A `**` argument read as a dict of named keys: an inline `{...}` / `dict(...)`, or a name
+    bound once to one and never updated in place."""
+    if _keyed_dict(kw.value):
+        return Spread(kw, kw.value, None, None)  # type: ignore[arg-type]
+    if not isinstance(kw.value, ast.Name):
+        return None
+    name = kw.value.id
+    scope = _binding_scope(mod, kw, name)
+    if scope is None:
+        return None
+    nodes = ast.walk(scope) if scope is not mod.tree else mod.tree.body
+    value = _bindings(nodes, name)[0]
+    if not _keyed_dict(value) or _updated(scope, name):
+        return None
+    return Spread(kw, value, name, scope)  # type: ignore[arg-type]
+
+
+def _keyed_dict(node: ast.AST) -> bool:
+    """A dict literal with string keys alone, or `dict(K=V, ...)` of keywords alone."""
+    if isinstance(node, ast.Dict):
+        return all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys)
+    return (
+        isinstance(node, ast.Call)
+        and callee(node) == "dict"
+        and not node.args
+        and all(k.arg for k in node.keywords)
+    )
+
+
+def _dict_entries(holder: ast.Dict | ast.Call) -> list[tuple[str, ast.AST, ast.AST]]:
+    """(key, value, item to remove) of a dict literal or a `dict(...)` call."""
+    if isinstance(holder, ast.Dict):
+        pairs = zip(holder.keys, holder.values)
+        return [(str(k.value), v, k) for k, v in pairs]  # type: ignore[union-attr]
+    return [(str(k.arg), k.value, k) for k in holder.keywords]
+
+
+def _updated(scope: ast.AST, name: str) -> bool:
+    """Whether `scope` changes the dict `name` in place (`d[k] = v`, `del d[k]`, `d |= ..`,
+    `d.update(..)`)."""
+    for node in ast.walk(scope):
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == name
+            and isinstance(node.ctx, (ast.Store, ast.Del))
+        ):
+            return True
+        if (
+            isinstance(node, ast.AugAssign)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == name
+        ):
+            return True
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _DICT_UPDATES
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == name
+        ):
+            return True
+    return False
 
 
 def _config_dicts(mod: PyModule, kernel: ast.FunctionDef) -> list[ast.Call]:
@@ -680,13 +924,12 @@ def param_values(
         for k, v in zip(first.args[0].keys, first.args[0].values):
             if isinstance(k, ast.Constant) and str(k.value) in names:
                 values[str(k.value)] = literal_int(v)
-    launches = mod.launches(kernel.name)
+    launches = kernel_launches(mod, kernel)
     if launches:
-        call = launches[0]
-        args = launch_arguments(mod, kernel, call)
+        args = launches[0].values()
         for name in names:
             if name in args and name not in values:
-                values[name] = _host_literal(mod, call, args[name])
+                values[name] = _host_literal(mod, args[name], args[name])
     positional = [a.arg for a in kernel.args.args]
     defaults = dict(zip(positional[len(positional) - len(kernel.args.defaults) :],
                         kernel.args.defaults))
@@ -709,14 +952,15 @@ def kernel_config(mod: PyModule, kernel: ast.FunctionDef) -> KernelConfig:
                 warps = literal_int(kw.value)
             if kw.arg == "num_stages" and literal_int(kw.value) is not None:
                 stages = literal_int(kw.value)
-    launches = mod.launches(kernel.name)
+    launches = kernel_launches(mod, kernel)
     if launches:
-        call = launches[0]
-        args = launch_arguments(mod, kernel, call)
-        if "num_warps" in args and _host_literal(mod, call, args["num_warps"]):
-            warps = _host_literal(mod, call, args["num_warps"])
-        if "num_stages" in args and _host_literal(mod, call, args["num_stages"]) is not None:
-            stages = _host_literal(mod, call, args["num_stages"])
+        args = launches[0].values()
+        for key in LAUNCH_KEYS:
+            value = _host_literal(mod, args[key], args[key]) if key in args else None
+            if key == "num_warps" and value:
+                warps = value
+            if key == "num_stages" and value is not None:
+                stages = value
     values = param_values(mod, kernel, list(roles))
     fixed = fixed_extents(kernel, jit_functions(mod))
     params = tuple(
@@ -923,7 +1167,11 @@ def sweep_edit(
     `fit_configs`), and the fitted configs. Refused (with the reason) where the launch cannot
     take tuned parameters: a launch that passes a tile positionally before other arguments, a
     grid that cannot be rewritten to read the tuned tiles, a host value reused beyond the
-    launch, a kernel with atomics (the autotuner's trial runs would accumulate twice)."""
+    launch, a kernel with atomics (the autotuner's trial runs would accumulate twice). Tuned
+    values a launch spreads from a dict or binds in a partial are taken out of that dict or
+    partial (its other entries kept); refused then where the dict is read beyond the kernel's
+    launches (and the grid reads the rewrite replaces), where the partial is used other than
+    called, or where a `**` argument's keys cannot be read."""
     mod = PyModule(ir)
     kernel = next((k for k in mod.kernels() if k.name == kernel_name), None)
     if kernel is None:
@@ -940,7 +1188,7 @@ def sweep_edit(
     if not fitted:
         return SweepRefusal("no configuration to set", {"kernel": kernel_name})
     tuned = [n for n in fitted[0] if n not in LAUNCH_KEYS]
-    launches = mod.launches(kernel.name)
+    launches = kernel_launches(mod, kernel)
     if not launches:
         kernels = {id(k) for k in mod.kernels()}
         uses = [
@@ -959,36 +1207,59 @@ def sweep_edit(
         return SweepRefusal("the kernel is never launched in this module", {"kernel": kernel_name})
     edits: list[ByteEdit] = []
     dec = mod.decorator(kernel, "autotune")
-    for call in launches:
-        args = launch_arguments(mod, kernel, call)
-        positional = {
-            _positional_params(kernel)[i]
-            for i in range(len(call.args))
-            if i < len(_positional_params(kernel))
-        }
-        removed: list[ast.AST] = []
-        for name in [*tuned, *LAUNCH_KEYS]:
-            if name not in args:
-                continue
-            node = args[name]
-            if name in positional:
-                # only a trailing run of positional arguments can be dropped
-                idx = call.args.index(node)
-                if any(
-                    _positional_params(kernel)[j] not in tuned for j in range(idx, len(call.args))
-                ):
-                    return SweepRefusal(
-                        f"the launch passes {name} positionally before other arguments",
-                        {"kernel": kernel_name},
-                    )
-            removed.append(
-                node if name in positional else next(k for k in call.keywords if k.arg == name)
+    params = _positional_params(kernel)
+    spread_reads: list[ast.AST] = []  # reads of a launch dict the rewrite accounts for
+    dropped: set[tuple[int, str]] = set()  # launch dicts losing keys: (id(scope), name)
+    for launch in launches:
+        if launch.opaque:
+            return SweepRefusal(
+                f"the launch passes **{mod.text(launch.opaque[0].value)}, whose keys the sweep "
+                f"cannot read (line {launch.opaque[0].lineno})",
+                {"kernel": kernel_name, "line": launch.opaque[0].lineno},
             )
-        grid_edit = _grid_rewrite(mod, kernel, call, tuned, args)
+        if launch.bound is not None:
+            stray = _partial_reuse(mod, launch)
+            if stray is not None:
+                return SweepRefusal(
+                    f"the launch partial {launch.bound} is used beyond its calls (line "
+                    f"{stray.lineno})",
+                    {"kernel": kernel_name, "line": stray.lineno},
+                )
+        args = launch.values()
+        removed: list[Passed] = []
+        for name in [*tuned, *LAUNCH_KEYS]:
+            for place in launch.passed.get(name, ()):
+                if place.item in launch.positional:
+                    # only a trailing run of positional arguments can be dropped
+                    idx = launch.positional.index(place.item)
+                    if any(params[j] not in tuned for j in range(idx, len(launch.positional))):
+                        return SweepRefusal(
+                            f"the launch passes {name} positionally before other arguments",
+                            {"kernel": kernel_name},
+                        )
+                removed.append(place)
+                if place.spread is not None:
+                    spread = next(sp for sp in launch.spreads if sp.holder is place.holder)
+                    dropped.add((id(spread.scope), place.spread))
+        spread_reads.extend(sp.keyword.value for sp in launch.spreads)
+        grid_edit = _grid_rewrite(mod, kernel, launch, tuned, args)
         if isinstance(grid_edit, SweepRefusal):
             return grid_edit
+        target = launch_grid(mod, launch.site)
+        if target is not None and not isinstance(target, (ast.Lambda, ast.FunctionDef)):
+            spread_reads.extend(node for node, _ in _spread_reads(launch, target, tuned))
         edits.extend(grid_edit)
-        edits.extend(_removals(mod, call, removed))
+        holders: dict[int, tuple[ast.AST, list[ast.AST]]] = {}
+        for place in removed:
+            holders.setdefault(id(place.holder), (place.holder, []))[1].append(place.item)
+        for holder, items in holders.values():
+            edits.extend(_removals(mod, holder, items))
+    stray_use = _spread_reuse(launches, dropped, spread_reads)
+    if stray_use is not None:
+        return SweepRefusal(
+            f"the launch dict {stray_use[0]} is used beyond the launch (line {stray_use[1]})",
+            {"kernel": kernel_name, "dict": stray_use[0], "line": stray_use[1]},
+        )
     text = _decorator_text(mod, kernel, fitted)
     if dec is not None:
         start = line_start(mod.source, mod.start(dec))
@@ -1008,21 +1279,99 @@ def sweep_edit(
         return SweepRefusal("the rewrites of the launches overlap", {"kernel": kernel_name})
 
 
-def _removals(mod: PyModule, call: ast.Call, nodes: Sequence[ast.AST]) -> list[ByteEdit]:
-    """Remove several arguments of one call: each with the separator before it."""
-    items = mod.arguments(call)
+def _removals(mod: PyModule, holder: ast.AST, nodes: Sequence[ast.AST]) -> list[ByteEdit]:
+    """Remove several items of one call's arguments (or of a dict literal's entries, named by
+    their keys), with their separators: a dropped run after a kept item goes with the comma
+    before it, a leading run with the comma after it, and all of them up to the bracket."""
+    if isinstance(holder, ast.Dict):
+        spans = [
+            (mod.start(k), mod.end(v), id(k))
+            for k, v in zip(holder.keys, holder.values)
+            if k is not None
+        ]
+    else:
+        items = mod.arguments(holder)  # type: ignore[arg-type]
+        spans = [(mod.start(n), mod.end(n), id(n)) for n in items]
     drop = {id(n) for n in nodes}
+    kept = [i for i, span in enumerate(spans) if span[2] not in drop]
+    if not kept:
+        return [ByteEdit(spans[0][0], mod.end(holder) - 1, "")] if spans else []
     edits: list[ByteEdit] = []
-    for i, item in enumerate(items):
-        if id(item) not in drop:
+    i = 0
+    while i < len(spans):
+        if spans[i][2] not in drop:
+            i += 1
             continue
+        j = i
+        while j + 1 < len(spans) and spans[j + 1][2] in drop:
+            j += 1
         if i > 0:
-            edits.append(ByteEdit(mod.end(items[i - 1]), mod.end(item), ""))
-        elif len(items) > 1:
-            edits.append(ByteEdit(mod.start(item), mod.start(items[1]), ""))
+            edits.append(ByteEdit(spans[i - 1][1], spans[j][1], ""))
         else:
-            edits.append(ByteEdit(mod.start(item), mod.end(item), ""))
+            edits.append(ByteEdit(spans[0][0], spans[j + 1][0], ""))
+        i = j + 1
     return edits
+
+
+def _spread_reads(
+    launch: Launch, grid: ast.AST, tuned: Sequence[str]
+) -> list[tuple[ast.AST, str]]:
+    """(`NAME["P"]`, P) in a host-computed grid, for each tuned P the launch spreads from the
+    dict NAME: the grid rewrite reads them from the meta-parameters instead."""
+    by_dict: dict[str, set[str]] = {}
+    for name in tuned:
+        for place in launch.passed.get(name, ()):
+            if place.spread is not None:
+                by_dict.setdefault(place.spread, set()).add(name)
+    out: list[tuple[ast.AST, str]] = []
+    for sub in ast.walk(grid):
+        if (
+            isinstance(sub, ast.Subscript)
+            and isinstance(sub.value, ast.Name)
+            and isinstance(sub.slice, ast.Constant)
+            and sub.slice.value in by_dict.get(sub.value.id, ())
+        ):
+            out.append((sub, str(sub.slice.value)))
+    return out
+
+
+def _spread_reuse(
+    launches: Sequence[Launch],
+    dropped: set[tuple[int, str]],
+    allowed: Sequence[ast.AST],
+) -> tuple[str, int] | None:
+    """(name, line) of a launch dict losing keys to the autotuner that the module reads
+    anywhere but in the kernel's launches (`**NAME`) and the grid reads the rewrite replaces:
+    another launch, a buffer sized by it, a copy would no longer see the keys."""
+    ok = {id(n) for node in allowed for n in ast.walk(node)}
+    seen: set[tuple[int, str]] = set()
+    for launch in launches:
+        for spread in launch.spreads:
+            key = (id(spread.scope), str(spread.name))
+            if spread.scope is None or key not in dropped or key in seen:
+                continue
+            seen.add(key)
+            for n in ast.walk(spread.scope):
+                if (
+                    isinstance(n, ast.Name)
+                    and n.id == spread.name
+                    and isinstance(n.ctx, ast.Load)
+                    and id(n) not in ok
+                ):
+                    return spread.name, n.lineno
+    return None
+
+
+def _partial_reuse(mod: PyModule, launch: Launch) -> ast.AST | None:
+    """A read of the name a launch partial is bound to that does not call it."""
+    assert launch.partial is not None and launch.bound is not None
+    scope = _binding_scope(mod, launch.partial, launch.bound)
+    for n in ast.walk(scope or mod.tree):
+        if isinstance(n, ast.Name) and n.id == launch.bound and isinstance(n.ctx, ast.Load):
+            parent = mod.parents.get(n)
+            if not (isinstance(parent, ast.Call) and parent.func is n):
+                return n
+    return None
 
 
 def _disjoint(edits: list[ByteEdit]) -> list[ByteEdit]:
@@ -1062,12 +1411,13 @@ def _decorator_text(
     )
 
 
-def launch_grid(mod: PyModule, call: ast.Call) -> ast.AST | None:
-    """The grid of a launch `kernel[grid](...)`: its expression, or what the name it passes is
-    bound to (once in the launching function, or a module-level def); None when that name is
-    not bound once."""
-    grid = call.func.slice  # type: ignore[attr-defined]
-    host_fn = mod.enclosing(call, ast.FunctionDef)
+def launch_grid(mod: PyModule, call: ast.Call | ast.Subscript) -> ast.AST | None:
+    """The grid of a launch `kernel[grid](...)` (or of its `kernel[grid]`): its expression, or
+    what the name it passes is bound to (once in the launching function, or a module-level
+    def); None when that name is not bound once."""
+    site = call.func if isinstance(call, ast.Call) else call
+    grid = site.slice  # type: ignore[attr-defined]
+    host_fn = mod.enclosing(site, ast.FunctionDef)
     if not isinstance(grid, ast.Name) or host_fn is None:
         return grid
     bound = [
@@ -1089,7 +1439,7 @@ def launch_grid(mod: PyModule, call: ast.Call) -> ast.AST | None:
 def _grid_rewrite(
     mod: PyModule,
     kernel: ast.FunctionDef,
-    call: ast.Call,
+    launch: Launch,
     tuned: Sequence[str],
     args: Mapping[str, ast.AST],
 ) -> list[ByteEdit] | SweepRefusal:
@@ -1100,18 +1450,19 @@ def _grid_rewrite(
     read must not change the program count: `grid`-role and `m`/`n` tiles are refused then). A
     grid expression computed on the host (`(triton.cdiv(M, BM), N // 64)`) becomes a lambda:
     each host value of a tuned tile in it (the literal or the variable the launch passes) is
-    replaced by `meta["P"]`. A host variable of a tuned tile that is used elsewhere in the host
-    function (to size a buffer, say) is refused: the tile cannot change under it."""
+    replaced by `meta["P"]`, and so is a read `NAME["P"]` of the dict the launch spreads P
+    from. A host variable of a tuned tile that is used elsewhere in the host function (to size
+    a buffer, say) is refused: the tile cannot change under it."""
     roles = tile_roles(kernel, jit_functions(mod))
     shaping = [t for t in tuned if roles.get(t) in ("grid", "m", "n")]
-    grid = call.func.slice
-    target = launch_grid(mod, call)
+    grid = launch.site.slice
+    target = launch_grid(mod, launch.site)
     if target is None:
         return SweepRefusal(
             "the launch grid is not bound once where the kernel is launched",
             {"grid": dotted(grid)},
         )
-    reused = _host_reuse(mod, call, target, tuned, args)
+    reused = _host_reuse(mod, launch.site, target, tuned, args)
     if reused is not None:
         return reused
     if isinstance(target, (ast.Lambda, ast.FunctionDef)):
@@ -1128,7 +1479,7 @@ def _grid_rewrite(
             )
         return []
     # a host expression: replace the tuned tiles' host values by meta lookups
-    replace: list[tuple[ast.AST, str]] = []
+    replace: list[tuple[ast.AST, str]] = _spread_reads(launch, target, tuned)
     for name in shaping:
         node = args.get(name)
         if node is None:
@@ -1206,7 +1557,7 @@ def _grid_rewrite(
 
 def _host_reuse(
     mod: PyModule,
-    call: ast.Call,
+    call: ast.AST,
     grid: ast.AST,
     tuned: Sequence[str],
     args: Mapping[str, ast.AST],
