@@ -1,6 +1,7 @@
 """How far a tile-configuration sweep alone can take each dot-loop start kernel of a case folder.
 
     python3 bench/gemm_probe.py --out probe.json [--cases bench/heldout] [--only a,b] [--grid N]
+        [--variants plain,grouped,tma,tma-grouped]
 
 On a GPU machine. For every case under `--cases` whose start kernel reduces with `tl.dot` in a
 loop (found by role, `passes.triton.roles`), two variants of the start kernel are written with
@@ -46,25 +47,40 @@ def _load(source: str, where: Path, stem: str):
     return module
 
 
-def variants(source: str, grid: int) -> dict[str, tuple[str, str] | str]:
-    """name -> (source, tuned kernel) or a refusal reason."""
+def _rule(ir, pass_name: str, detail_key: str | None = None):
+    """`ir` after the pass's first open site (with `detail_key` in its detail), or a reason."""
+    from passes import get_pass
+
+    p = get_pass(pass_name)()
+    sites = [s for s in p.sites(ir) if not s.present and (detail_key is None or detail_key in s.detail)]
+    if not sites:
+        return f"no open {pass_name} site"
+    made = p.optimize(ir, sites[0])
+    return made.ir if hasattr(made, "ir") and made.ir is not None else f"{pass_name}: {made}"
+
+
+def variants(source: str, grid: int, names: list[str]) -> dict[str, tuple[str, str] | str]:
+    """name -> (source, tuned kernel) or a refusal reason. Names: plain, grouped, tma,
+    tma-grouped (the hand-written tile loads read through tensor descriptors, then grouped)."""
     import kir
     from lineage.transfer import untied_for
-    from passes import get_pass
     from passes.triton.roles import SweepRefusal, joint_config, sweep_edit
 
     configs = [{"m": m, "n": n, "k": k, "group": 8, "num_warps": w, "num_stages": s}
                for m, n, k, w, s in WIDE[:grid]]
     out: dict[str, tuple[str, str] | str] = {}
     ir0 = kir.parse(source, language="triton")
-    order = get_pass("grouped-ordering")()
-    open_sites = [s for s in order.sites(ir0) if not s.present]
-    grouped = order.optimize(ir0, open_sites[0]) if open_sites else None
-    bases = {"plain": ir0}
-    if grouped is not None and hasattr(grouped, "ir"):
-        bases["grouped"] = grouped.ir
-    else:
-        out["grouped"] = "no open grouped-ordering site" if not open_sites else str(grouped)
+    bases = {}
+    for name in names:
+        ir = ir0
+        for step in name.split("-"):
+            if isinstance(ir, str) or step == "plain":
+                continue
+            ir = _rule(ir, "grouped-ordering") if step == "grouped" else _rule(ir, "tma-descriptors", "operands")
+        if isinstance(ir, str):
+            out[name] = ir
+        else:
+            bases[name] = ir
     for name, ir in bases.items():
         dots = [k for k, cfg in joint_config(ir).items() if cfg.dot]
         if not dots:
@@ -82,7 +98,7 @@ def variants(source: str, grid: int) -> dict[str, tuple[str, str] | str]:
     return out
 
 
-def probe_case(case, grid: int, where: Path) -> dict:
+def probe_case(case, grid: int, where: Path, names: list[str]) -> dict:
     import torch
     import triton.testing
 
@@ -95,7 +111,7 @@ def probe_case(case, grid: int, where: Path) -> dict:
     rec["reference_ms"] = triton.testing.do_bench(lambda: module.reference(*inputs), warmup=25, rep=100,
                                                   return_mode="median")
     start = case.start_path().read_text()
-    for vname, made in variants(start, grid).items():
+    for vname, made in variants(start, grid, names).items():
         if isinstance(made, str):
             rec["variants"][vname] = {"refused": made}
             continue
@@ -127,6 +143,7 @@ def main() -> int:
     ap.add_argument("--cases", default="bench/heldout")
     ap.add_argument("--only", default="")
     ap.add_argument("--grid", type=int, default=len(WIDE))
+    ap.add_argument("--variants", default="plain,grouped")
     args = ap.parse_args()
     import gate
     import kir
@@ -147,7 +164,7 @@ def main() -> int:
             if not any(c.dot for c in cfgs.values()):
                 continue
             try:
-                records.append(probe_case(case, args.grid, Path(tmp)))
+                records.append(probe_case(case, args.grid, Path(tmp), args.variants.split(",")))
             except Exception as exc:
                 records.append({"op": case.name, "error": f"{type(exc).__name__}: {exc}"[:400]})
             Path(args.out).write_text(json.dumps(records, indent=1))

@@ -89,6 +89,12 @@ def run(x, y):
     return out
 '''
 
+# The second operand stored N x K (a linear layer's weight) and loaded as a K x N tile: its
+# contiguous axis is the tile's first.
+FLIPPED = NAMED.replace("b = tl.load(b_ptr + (k0 + rk)[:, None] * sbk + rn[None, :] * sbn,",
+                        "b = tl.load(b_ptr + (k0 + rk)[:, None] + rn[None, :] * sbn,").replace(
+    "N = b.shape[1]", "N = b.shape[0]").replace("b.stride(0), b.stride(1)", "b.stride(1), b.stride(0)")
+
 
 def _rewrite(source: str) -> str:
     ir = kir.parse(source, language="triton")
@@ -152,18 +158,23 @@ def test_the_rewrite_keeps_the_pointer_path_for_tensors_a_descriptor_cannot_read
     assert not module._descriptors_fit(a.t())  # columns are not dense
 
 
-@pytest.mark.parametrize("source", [NAMED, STYLED], ids=["named", "styled"])
+@pytest.mark.parametrize("source", [NAMED, STYLED, FLIPPED], ids=["named", "styled", "flipped"])
 def test_both_paths_match_torch_under_the_interpreter(source: str, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("interpreter not enabled")
-    module = _load(_rewrite(source), tmp_path)
+    text = _rewrite(source)
+    assert (source is FLIPPED) == ("tl.trans(b_desc.load([" in text)
+    module = _load(text, tmp_path)
     g = torch.Generator().manual_seed(0)
     for m, n, k in ((48, 32, 64), (37, 21, 45)):  # aligned: descriptors; unaligned: pointers
         if source is NAMED:
             a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
             ref = a @ b
+        elif source is FLIPPED:
+            a, b = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
+            ref = a @ b.t()
         else:
             a, b = torch.randn(2, m, k, generator=g), torch.randn(2, n, k, generator=g)
             ref = a @ b.transpose(1, 2)

@@ -263,10 +263,15 @@ class TmaDescriptors(Pass):
         decls: dict[int, tuple[str, list[str]]] = {}
         for call, box, loop in boxes:
             blocks = (box.index[0].block, box.index[1].block)
-            if box.stride[0] == "1" and box.stride[1] != "1":
-                return Skipped(f"the contiguous axis of {box.base} is the first: a descriptor "
-                               "needs it last", {"base": box.base})
-            key = (box.base, box.shape, box.stride, blocks)
+            offsets = (box.index[0].offset, box.index[1].offset)
+            shape, stride = box.shape, box.stride
+            # The contiguous axis first (a transposed operand): the descriptor reads the
+            # transposed view, whose contiguous axis is last, and the tile is transposed back.
+            flip = stride[0] == "1" and stride[1] != "1"
+            if flip:
+                blocks, offsets, shape, stride = (blocks[::-1], offsets[::-1], shape[::-1],
+                                                  stride[::-1])
+            key = (box.base, shape, stride, blocks)
             name = by_box.get(key)
             if name is None:
                 stem = box.base.split(" ")[0]
@@ -276,10 +281,12 @@ class TmaDescriptors(Pass):
                 at = line_start(mod.source, mod.start(loop))
                 indent = indent_of(mod.source, mod.start(loop))
                 decls.setdefault(at, (indent, []))[1].append(
-                    f"{indent}    {name} = tl.make_tensor_descriptor({box.base}, shape=[{box.shape[0]}, "
-                    f"{box.shape[1]}], strides=[{box.stride[0]}, {box.stride[1]}], "
+                    f"{indent}    {name} = tl.make_tensor_descriptor({box.base}, shape=[{shape[0]}, "
+                    f"{shape[1]}], strides=[{stride[0]}, {stride[1]}], "
                     f"block_shape=[{blocks[0]}, {blocks[1]}])\n")
-            load = f"{name}.load([{box.index[0].offset}, {box.index[1].offset}])"
+            load = f"{name}.load([{offsets[0]}, {offsets[1]}])"
+            if flip:
+                load = f"tl.trans({load})"
             edits.append(ByteEdit(*mod.span(call), f"({load} if {flag} else {mod.text(call)})"))
         for at, (indent, lines) in decls.items():
             edits.append(ByteEdit(at, at, f"{indent}if {flag}:  # tensor descriptors (TMA)\n" + "".join(lines)))
@@ -290,8 +297,11 @@ class TmaDescriptors(Pass):
             after = mod.end(default)
         edits.append(ByteEdit(after, after, f", {flag}: tl.constexpr = False"))
         for launch in launches:
-            values = [mod.text(a) for a in [*launch.args, *(k.value for k in launch.keywords if k.arg)]
-                      if _may_be_tensor(a)]
+            constexprs = {a.arg for a in kernel.args.args if a.annotation is not None
+                          and "constexpr" in mod.text(a.annotation)}
+            passed = [*((p.arg, v) for p, v in zip(kernel.args.args, launch.args)),
+                      *((k.arg, k.value) for k in launch.keywords if k.arg)]
+            values = [mod.text(v) for p, v in passed if p not in constexprs and _may_be_tensor(v)]
             sep = ", " if launch.args or launch.keywords else ""
             end = mod.end(launch) - 1  # the closing parenthesis
             edits.append(ByteEdit(end, end, f"{sep}{flag}={helper}({', '.join(values)})"))
