@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 # Passes whose steps change launch parameters: their cards carry a joint configuration.
 LAUNCH_PASSES = frozenset({"tile-sizes", "num-warps", "software-pipelining", "autotune"})
 # Configurations in one proposed sweep (the recorded one first).
-SWEEP_POINTS = 7
+SWEEP_POINTS = 8
 # The smallest block a sweep proposes for a dot operand (tl.dot needs 16).
 MIN_DOT_BLOCK = 16
 
@@ -60,14 +60,23 @@ def _role_config(config: Mapping[str, Any]) -> dict[str, int]:
 def sweep_around(
     config: Mapping[str, Any], points: int = SWEEP_POINTS, also: Mapping[str, Any] | None = None
 ) -> list[dict[str, int]]:
-    """The recorded configuration and its neighbours, role-keyed: each block halved (dot
-    blocks not below 16), half and twice the warps, one stage fewer and one more;
-    `also` (the configuration the card's own step ran with) comes second."""
+    """The recorded configuration and its neighbours, role-keyed, in this order: `also` (the
+    configuration the card's own step ran with); one stage more (a deeper pipeline); the output
+    tile transposed (m and n swapped, one stage more: a problem of another aspect); the tile
+    halved in m and n with half the warps and one stage more (twice as many programs, for a
+    problem too small to fill the GPU with the recorded tile); then each block halved (dot
+    blocks not below 16), half and twice the warps, one stage fewer."""
     tiles = {k: int(v) for k, v in (config.get("tiles") or {}).items() if v}
     warps = int(config.get("num_warps") or 4)
     stages = int(config.get("num_stages") or 3)
     base = {**tiles, "num_warps": warps, "num_stages": stages}
-    out = [base] + ([_role_config(also)] if also else [])
+    deeper = {**base, "num_stages": stages + 1}
+    out = [base] + ([_role_config(also)] if also else []) + [deeper]
+    if "m" in tiles and "n" in tiles and tiles["m"] != tiles["n"]:
+        out.append({**deeper, "m": tiles["n"], "n": tiles["m"]})
+    if all(tiles.get(r, 0) // 2 >= MIN_DOT_BLOCK for r in ("m", "n")):
+        out.append({**deeper, "m": tiles["m"] // 2, "n": tiles["n"] // 2,
+                    "num_warps": max(1, warps // 2)})
     for role in ("m", "n", "k", "grid", "loop", "vec"):
         if role in tiles and tiles[role] // 2 >= (MIN_DOT_BLOCK if role in DOT_ROLES else 1):
             out.append({**base, role: tiles[role] // 2})
@@ -75,7 +84,6 @@ def sweep_around(
     out.append({**base, "num_warps": min(32, warps * 2)})
     if stages > 1:
         out.append({**base, "num_stages": stages - 1})
-    out.append({**base, "num_stages": stages + 1})
     unique: list[dict[str, int]] = []
     for cfg in out:
         if cfg not in unique:

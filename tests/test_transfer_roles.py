@@ -7,7 +7,7 @@ import pytest
 
 from lineage.control import apply_byte_edits, autotune_control, generic_configs
 from lineage.retrieval import signature_similarity
-from lineage.transfer import config_candidates, sweep_around
+from lineage.transfer import SWEEP_POINTS, config_candidates, sweep_around
 from passes.triton.roles import fit_configs, joint_config, operator_signature, sweep_edit
 
 # One tiled matmul written three ways: tile names, host code and loop forms differ.
@@ -139,7 +139,7 @@ def test_a_recorded_configuration_lands_on_a_kernel_with_other_names() -> None:
     assert name == "matmul_tile"
     assert fitted[0] == {"TILE_ROWS": 128, "TILE_COLS": 256, "DEPTH": 64,
                          "num_warps": 8, "num_stages": 3}
-    assert 2 <= len(fitted) <= 7
+    assert 2 <= len(fitted) <= SWEEP_POINTS
     # the host grid now reads the tuned tiles and the launch no longer pins them
     assert 'meta["TILE_ROWS"]' in text and 'meta["TILE_COLS"]' in text
     assert "TILE_ROWS=32" not in text and "num_warps=2" not in text
@@ -156,7 +156,11 @@ def test_sweep_around_a_configuration() -> None:
     assert pts[0] == {"m": 128, "n": 256, "k": 64, "num_warps": 8, "num_stages": 3}
     assert pts[1] == {"m": 64, "n": 256, "k": 64, "num_warps": 4, "num_stages": 1}
     assert {"m": 128, "n": 128, "k": 64, "num_warps": 8, "num_stages": 3} in pts
-    assert len(pts) == 7 and len({tuple(sorted(p.items())) for p in pts}) == 7
+    # a deeper pipeline, the transposed tile, and a half tile for problems the tile cannot fill
+    assert pts[2] == {"m": 128, "n": 256, "k": 64, "num_warps": 8, "num_stages": 4}
+    assert pts[3] == {"m": 256, "n": 128, "k": 64, "num_warps": 8, "num_stages": 4}
+    assert pts[4] == {"m": 64, "n": 128, "k": 64, "num_warps": 4, "num_stages": 4}
+    assert len(pts) == 8 and len({tuple(sorted(p.items())) for p in pts}) == 8
 
 
 def test_one_literal_for_two_tiles_is_told_apart_by_the_size_it_divides() -> None:
