@@ -95,6 +95,50 @@ FLIPPED = NAMED.replace("b = tl.load(b_ptr + (k0 + rk)[:, None] * sbk + rn[None,
                         "b = tl.load(b_ptr + (k0 + rk)[:, None] + rn[None, :] * sbn,").replace(
     "N = b.shape[1]", "N = b.shape[0]").replace("b.stride(0), b.stride(1)", "b.stride(1), b.stride(0)")
 
+# Pointers walked by the loop (`+= step * stride` after the loads), a K bound written relative to
+# the walk, and row / column indices that wrap at their bound instead of a mask on them.
+WALKED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm_walk(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
+            BLK_M: tl.constexpr, BLK_N: tl.constexpr, BLK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    per_row = tl.cdiv(N, BLK_N)
+    pm = pid // per_row
+    pn = pid % per_row
+    rows = (pm * BLK_M + tl.arange(0, BLK_M)) % M
+    cols = (pn * BLK_N + tl.arange(0, BLK_N)) % N
+    ks = tl.arange(0, BLK_K)
+    pa = a_ptr + rows[:, None] * s_am + ks[None, :] * s_ak
+    pb = b_ptr + ks[:, None] * s_bk + cols[None, :] * s_bn
+    acc = tl.zeros((BLK_M, BLK_N), dtype=tl.float32)
+    for step in range(0, tl.cdiv(K, BLK_K)):
+        left = K - step * BLK_K
+        a = tl.load(pa, mask=ks[None, :] < left, other=0.0)
+        b = tl.load(pb, mask=ks[:, None] < left, other=0.0)
+        acc = tl.dot(a, b, acc)
+        pa += BLK_K * s_ak
+        pb += BLK_K * s_bk
+    out_r = pm * BLK_M + tl.arange(0, BLK_M)
+    out_c = pn * BLK_N + tl.arange(0, BLK_N)
+    tl.store(c_ptr + out_r[:, None] * s_cm + out_c[None, :] * s_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(out_r[:, None] < M) & (out_c[None, :] < N))
+
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    mm_walk[(triton.cdiv(M, 16) * triton.cdiv(N, 16),)](a, b, c, M, N, K, a.stride(0), a.stride(1),
+                                                       b.stride(0), b.stride(1), c.stride(0),
+                                                       c.stride(1), BLK_M=16, BLK_N=16, BLK_K=16)
+    return c
+'''
+
 
 def _rewrite(source: str) -> str:
     ir = kir.parse(source, language="triton")
@@ -131,6 +175,30 @@ def test_boxes_are_read_through_names_masks_and_batch_offsets() -> None:
     assert x_box.index[0].offset == "tl.program_id(0) * TILE" and x_box.index[1].offset == "t * TK"
 
 
+def test_a_walked_pointer_is_read_at_its_iteration_and_a_wrapped_index_at_its_bound() -> None:
+    mod = PyModule(kir.parse(WALKED, language="triton"))
+    a_box, b_box = (b for _, b, _ in _operand_boxes(mod, mod.kernels()[0]))
+    assert a_box.shape == ("M", "K") and b_box.shape == ("K", "N")
+    assert a_box.index[1].offset == "step * BLK_K" and b_box.index[0].offset == "step * BLK_K"
+    assert a_box.index[0].offset == "pm * BLK_M" and b_box.index[1].offset == "pn * BLK_N"
+    # advanced before the loads: the access reads the next iteration's tile; not a box
+    early = WALKED.replace("        pa += BLK_K * s_ak\n", "").replace(
+        "        left = K - step * BLK_K\n", "        left = K - step * BLK_K\n        pa += BLK_K * s_ak\n")
+    mod = PyModule(kir.parse(early, language="triton"))
+    why = _operand_boxes(mod, mod.kernels()[0])[0][1]
+    assert isinstance(why, str) and "after the access" in why
+
+
+def test_an_unmasked_axis_from_zero_is_bounded_by_its_block() -> None:
+    # an attention-style load: keys masked by sequence position, the head dimension read whole
+    head = NAMED.replace("mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)",
+                         "mask=rm[:, None] < M, other=0.0)").replace(
+        "(k0 + rk)[None, :] * sak", "rk[None, :] * sak")
+    mod = PyModule(kir.parse(head, language="triton"))
+    box = _operand_boxes(mod, mod.kernels()[0])[0][1]
+    assert not isinstance(box, str) and box.shape == ("M", "BK")
+
+
 def test_a_pointer_advanced_in_the_loop_or_a_mask_of_another_form_is_not_a_box() -> None:
     advanced = NAMED.replace(
         "        a = tl.load(a_ptr + rm[:, None] * sam + (k0 + rk)[None, :] * sak,\n",
@@ -158,7 +226,8 @@ def test_the_rewrite_keeps_the_pointer_path_for_tensors_a_descriptor_cannot_read
     assert not module._descriptors_fit(a.t())  # columns are not dense
 
 
-@pytest.mark.parametrize("source", [NAMED, STYLED, FLIPPED], ids=["named", "styled", "flipped"])
+@pytest.mark.parametrize("source", [NAMED, STYLED, FLIPPED, WALKED],
+                         ids=["named", "styled", "flipped", "walked"])
 def test_both_paths_match_torch_under_the_interpreter(source: str, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -168,8 +237,9 @@ def test_both_paths_match_torch_under_the_interpreter(source: str, tmp_path: Pat
     assert (source is FLIPPED) == ("tl.trans(b_desc.load([" in text)
     module = _load(text, tmp_path)
     g = torch.Generator().manual_seed(0)
-    for m, n, k in ((48, 32, 64), (37, 21, 45)):  # aligned: descriptors; unaligned: pointers
-        if source is NAMED:
+    for m, n, k in ((48, 32, 64), (40, 24, 64), (37, 21, 45)):  # aligned: descriptors (partial
+        # tiles in m and n on the second); unaligned: pointers
+        if source is NAMED or source is WALKED:
             a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
             ref = a @ b
         elif source is FLIPPED:

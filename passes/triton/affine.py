@@ -31,6 +31,8 @@ class Index:
 
     offsets: tuple[str, ...]
     block: str
+    wrap: str = ""
+    """`E` of `(offsets + tl.arange(0, block)) % E`: the index wraps at the bound E."""
 
     @property
     def offset(self) -> str:
@@ -61,7 +63,11 @@ class Scope:
         self.values: dict[str, ast.expr] = {}
         self.assigned_at: dict[str, ast.stmt] = {}
         self.loop_vars: set[str] = set()
+        self.advances: dict[str, list[ast.AugAssign]] = {}
         for node in ast.walk(kernel):
+            if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) \
+                    and isinstance(node.op, ast.Add):
+                self.advances.setdefault(node.target.id, []).append(node)
             targets: list[ast.expr] = []
             if isinstance(node, ast.Assign):
                 targets = node.targets
@@ -82,6 +88,9 @@ class Scope:
                             self.values[t.id] = node.value
                             self.assigned_at[t.id] = node
         self.single = {n for n, c in counts.items() if c == 1 and n in self.values} - self.params
+        # a name assigned once and advanced (`p += step`) once: a pointer walked by a loop
+        self.walked = {n for n, c in counts.items() if c == 2 and n in self.values
+                       and len(self.advances.get(n, ())) == 1} - self.params
         self.loop_vars -= self.params
         self.params -= set(counts)  # a parameter the kernel rebinds (`a_ptr += ...`) is opaque
 
@@ -108,6 +117,9 @@ class Scope:
             return self.scalar(node.operand, depth + 1)
         if isinstance(node, ast.Call) and callee(node) in SCALAR_CALLS:
             return all(self.scalar(a, depth + 1) for a in node.args)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "to":  # a scalar cast (`pid.to(tl.int64)`)
+            return self.scalar(node.func.value, depth + 1)
         return False
 
     def index(self, node: ast.AST, depth: int = 0) -> Index | None:
@@ -123,8 +135,12 @@ class Scope:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             for vec, off in ((node.left, node.right), (node.right, node.left)):
                 got = self.index(vec, depth + 1)
-                if got is not None and self.scalar(off):
+                if got is not None and not got.wrap and self.scalar(off):
                     return Index(got.offsets + (self.mod.text(off),), got.block)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and self.scalar(node.right):
+            got = self.index(node.left, depth + 1)
+            if got is not None and not got.wrap:
+                return Index(got.offsets, got.block, self.mod.text(node.right))
         return None
 
     def names_of(self, node: ast.AST) -> set[str]:
@@ -146,17 +162,49 @@ def broadcast(node: ast.AST) -> tuple[int, ast.expr] | None:
     return None
 
 
-def _terms(scope: Scope, node: ast.AST, depth: int = 0) -> list[ast.expr] | None:
-    """The summands of a pointer expression, names with a block shape expanded."""
+def _terms(scope: Scope, node: ast.AST, walked: list[str] | None = None,
+           depth: int = 0) -> list[ast.expr] | None:
+    """The summands of a pointer expression, names with a block shape expanded; a pointer
+    the loop walks (`walked` collects its name) is expanded to its value before the loop."""
     if depth > 40:
         return None
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        left, right = _terms(scope, node.left, depth + 1), _terms(scope, node.right, depth + 1)
+        left = _terms(scope, node.left, walked, depth + 1)
+        right = _terms(scope, node.right, walked, depth + 1)
         return None if left is None or right is None else left + right
     if isinstance(node, ast.Name) and not scope.scalar(node):
         v = scope.value(node)
-        return _terms(scope, v, depth + 1) if v is not None else None
+        if v is None and walked is not None and node.id in scope.walked:
+            walked.append(node.id)
+            v = scope.values[node.id]
+        return _terms(scope, v, walked, depth + 1) if v is not None else None
     return [node]
+
+
+def _loop_count(scope: Scope, loop: ast.stmt, step: str) -> str | None:
+    """`count * step` as text, `count` the iterations a `for` loop has done, or None."""
+    if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)
+            and isinstance(loop.iter, ast.Call) and callee(loop.iter) in (
+                "range", "tl.range", "triton.language.range", "tl.static_range")):
+        return None
+    args = loop.iter.args
+    start = args[0] if len(args) >= 2 else None
+    stride = args[2] if len(args) >= 3 else None
+    k = loop.target.id
+    if start is not None and not (isinstance(start, ast.Constant) and start.value == 0):
+        return None
+    if stride is None or (isinstance(stride, ast.Constant) and stride.value == 1):
+        return f"{k} * {step}" if step != "1" else k
+    if ast.dump(ast.parse(scope.mod.text(stride), mode="eval")) == ast.dump(ast.parse(step, mode="eval")):
+        return k
+    return None
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return ast.dump(ast.parse(a, mode="eval")) == ast.dump(ast.parse(b, mode="eval"))
+    except SyntaxError:
+        return False
 
 
 def _bounds(scope: Scope, node: ast.AST, depth: int = 0) -> list[tuple[int, Index, ast.expr]] | None:
@@ -187,10 +235,18 @@ def _bounds(scope: Scope, node: ast.AST, depth: int = 0) -> list[tuple[int, Inde
     return None
 
 
-def box_of(scope: Scope, ptr: ast.AST, mask: ast.AST | None) -> Box | str:
-    """The box `ptr` / `mask` read, or why they are not one."""
+def box_of(scope: Scope, ptr: ast.AST, mask: ast.AST | None, loop: ast.stmt | None = None,
+           at: ast.AST | None = None) -> Box | str:
+    """The box `ptr` / `mask` read (at node `at` inside `loop`), or why they are not one.
+
+    A pointer the loop advances once per iteration (`p += step * stride`, after the access) has
+    moved `iterations * step` along the axis of that stride; a bound written relative to it
+    (`k_idx < K - k * STEP`) is the absolute bound K. An index that wraps at its bound
+    (`(o + tl.arange(0, B)) % M`, no mask on that axis) reads the box up to M; an unmasked axis
+    indexed from 0 (`tl.arange(0, D)`) reads [0, D) and takes D as its bound."""
     mod = scope.mod
-    terms = _terms(scope, ptr)
+    walked: list[str] = []
+    terms = _terms(scope, ptr, walked)
     if terms is None:
         return "the pointer is built from a name assigned more than once"
     base: list[ast.expr] = []
@@ -213,20 +269,64 @@ def box_of(scope: Scope, ptr: ast.AST, mask: ast.AST | None) -> Box | str:
         axes[got[0]] = (idx, mod.text(stride) if stride is not None else "1", stride)
     if set(axes) != {0, 1} or not base:
         return "the pointer is not a base plus one index per axis"
-    if mask is None:
-        return "the access has no mask: the bounds of the box are not written anywhere"
-    bounds = _bounds(scope, mask)
-    if bounds is None:
+    moved: dict[int, str] = {}  # axis -> how far the loop has walked the pointer along it
+    for name in walked:
+        advance = scope.advances[name][0]
+        if loop is None or advance not in getattr(loop, "body", ()) or at is None \
+                or mod.start(at) > mod.start(advance):
+            return f"{name} is advanced elsewhere than once per iteration after the access"
+        step = None
+        for axis, (_, stride, _) in axes.items():
+            inc = advance.value
+            if stride == "1" and scope.scalar(inc):
+                step = (axis, mod.text(inc))
+            elif isinstance(inc, ast.BinOp) and isinstance(inc.op, ast.Mult):
+                for s_node, t_node in ((inc.left, inc.right), (inc.right, inc.left)):
+                    if _same(mod.text(t_node), stride) and scope.scalar(s_node):
+                        step = (axis, mod.text(s_node))
+            if step is not None:
+                break
+        if step is None or step[0] in moved:
+            return f"the advance of {name} is not a step along one axis's stride"
+        count = _loop_count(scope, loop, step[1])
+        if count is None:
+            return f"the loop that advances {name} is not a counted range from 0"
+        moved[step[0]] = count
+    axes = {a: (Index(i.offsets + ((moved[a],) if a in moved else ()), i.block, i.wrap), t, n)
+            for a, (i, t, n) in axes.items()}
+    shape: dict[int, str] = {}
+    bound_nodes: list[ast.AST] = []
+    for axis, idx, bound in (_bounds(scope, mask) if mask is not None else []) or []:
+        pointer_idx = axes[axis][0]
+        text = mod.text(bound)
+        if axis in shape:
+            return "the mask bounds an axis twice"
+        if idx != pointer_idx:
+            rel = scope.value(bound) if isinstance(bound, ast.Name) else bound
+            unmoved = Index(pointer_idx.offsets[:-1], pointer_idx.block, pointer_idx.wrap)
+            if not (axis in moved and idx == unmoved and isinstance(rel, ast.BinOp)
+                    and isinstance(rel.op, ast.Sub) and _same(mod.text(rel.right), moved[axis])
+                    and scope.scalar(rel.left)):
+                return "the mask bounds another index than the pointer's"
+            bound, text = rel.left, mod.text(rel.left)
+        shape[axis] = text
+        bound_nodes.append(bound)
+    if mask is not None and _bounds(scope, mask) is None:
         return "the mask is not a product of per-axis bounds `index < bound`"
-    shape: dict[int, ast.expr] = {}
-    for axis, idx, bound in bounds:
-        if axis in shape or axes[axis][0] != idx:
-            return "the mask bounds another index than the pointer's"
-        shape[axis] = bound
+    for axis, (idx, _, _) in axes.items():
+        if axis not in shape and idx.wrap:
+            shape[axis] = idx.wrap
+            bound_nodes.append(ast.parse(idx.wrap, mode="eval").body)
+        elif axis not in shape and not idx.offsets and mask is not None:
+            # unmasked, from 0: the access reads exactly [0, block) on this axis (a head
+            # dimension the tile spans whole), so the block is a bound that changes nothing
+            shape[axis] = idx.block
+            bound_nodes.append(ast.parse(idx.block, mode="eval").body)
     if set(shape) != {0, 1}:
-        return "the mask does not bound both axes"
+        return "the mask does not bound both axes" if mask is not None else \
+            "the access has no mask: the bounds of the box are not written anywhere"
     names: set[str] = set()
-    for node in [*base, *(s for _, _, s in axes.values() if s is not None), *shape.values()]:
+    for node in [*base, *(s for _, _, s in axes.values() if s is not None), *bound_nodes]:
         names |= scope.names_of(node)
     return Box(" + ".join(mod.text(b) for b in base), (axes[0][0], axes[1][0]),
-               (axes[0][1], axes[1][1]), (mod.text(shape[0]), mod.text(shape[1])), frozenset(names))
+               (axes[0][1], axes[1][1]), (shape[0], shape[1]), frozenset(names))
