@@ -5,12 +5,13 @@ no-library autotune control, on operators that contributed no lineage.
         [--library bench/results/heldout/libraries/all] [--budget-steps 12]
         [--box 300] [--wall S] [--only mm1024,attn_gqa] [--jobs N] [--out DIR]
         [--results bench/results/heldout] [--fresh] [--tables-only [--records DIR ...]]
-        [--from-partial [--no-control]]
+        [--from-partial [--no-control]] [--executor local|ray [--ray-address ADDRESS]]
 
 DIR_OR_CASE: case folders, KernelBench problem files, or folders holding them (default
 bench/heldout); every case with a start kernel (`START` of a case module; `<stem>_triton.py`
 beside a problem file) is an operator. Per operator, in this process (`--jobs` operators at
-once; device-tier gates time one at a time under the GPU lock):
+once; device-tier gates time one at a time under the GPU lock; with `--executor ray` every gate
+of every run, start and control included, is a job on the Ray cluster, one GPU per device job):
 
 1. start: the start kernel gated at --tier (fresh, uncached): at the device tier its time and
    the reference's, measured by the gate in the same worker process;
@@ -100,6 +101,14 @@ def intensity(case: Any) -> float | None:
     return float(module.flops(shape)) / max(float(module.bytes_moved(shape)), 1.0)
 
 
+def _check(args: argparse.Namespace, source: str, case: Any, path: Path) -> Any:
+    """One fresh gate of a Triton module, through the run's executor when it has one."""
+    import gate
+
+    check = args.gates.check if getattr(args, "gates", None) is not None else gate.check
+    return check(source, "triton", case, args.tier, path=path, cache=False)
+
+
 def _verdict_summary(verdict: Any) -> dict[str, Any]:
     timing = verdict.timing
     return {"ok": verdict.ok, "failure_kind": getattr(verdict.failure_kind, "value", verdict.failure_kind),
@@ -127,7 +136,7 @@ def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, 
     start_path = case.start_path()
     rec = _record(case, args)
     say(name, f"gating the start kernel ({start_path.name}) at {args.tier}")
-    start = gate.check_file(start_path, case, tier=args.tier, cache=False)
+    start = _check(args, start_path.read_text(), case, start_path)
     rec["start"] = _verdict_summary(start)
     rec["reference_ms"] = rec["start"]["reference_ms"]
     if not start.ok:
@@ -145,7 +154,7 @@ def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, 
     try:
         result = optimize(start_path, case, args.library, budget_steps=args.budget_steps,
                           tier=args.tier, out=op_dir / "optimize", progress=progress,
-                          deadline=deadline)
+                          deadline=deadline, executor=getattr(args, "gates", None))
         best = result.best_verdict
         timing = best.get("timing") or {}
         rec["best"] = {"ok": bool(best.get("ok")), "ms": result.best_ms,
@@ -231,7 +240,7 @@ def control(case: Any, start_path: Path, args: argparse.Namespace) -> dict[str, 
         source = autotune_control(start_path.read_text(), max_configs=args.budget_steps)
     except Exception as exc:  # the control could not be built: say so in the table
         return {"ok": False, "ms": None, "reason": f"no control: {type(exc).__name__}: {exc}"}
-    verdict = gate.check(source, "triton", case, args.tier, path=start_path, cache=False)
+    verdict = _check(args, source, case, start_path)
     summary = _verdict_summary(verdict)
     summary["configs"] = source.count("triton.Config(")
     return summary
@@ -409,6 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--wall", type=float, default=None, help="no operator starts after this many seconds")
     ap.add_argument("--only", default="", help="comma-separated operator names or refs")
     ap.add_argument("--jobs", type=int, default=1, help="operators at once")
+    from gate.executor import add_executor_arguments
+
+    add_executor_arguments(ap)
     ap.add_argument("--out", default=None, help="records folder (default bench/results/heldout-<tier>)")
     ap.add_argument("--results", default=None,
                     help="tables path without suffix (default bench/results/heldout at the device "
@@ -477,8 +489,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         origin[slug(case)] = out.name
         _write(out / "ops" / f"{slug(case)}.json", rec)
 
-    with ThreadPoolExecutor(args.jobs) as pool:
-        list(pool.map(one, todo))
+    gates = None
+    if todo and args.executor != "local":  # every gate of every run a job on the cluster
+        from gate.executor import executor_from_args
+
+        gates = executor_from_args(args)
+    args.gates = gates
+    try:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(one, todo))
+    finally:
+        if gates is not None:
+            gates.close()
     unmeasured = [c for c in cases if slug(c) in records and "flag_gems" not in records[slug(c)]]
     if args.tier == "device" and unmeasured and not args.tables_only:
         measure_extras(unmeasured, records)

@@ -208,3 +208,21 @@ def test_small_sizes_halve_the_largest_integer_global_first(tmp_path: Path) -> N
     path.write_text(PROBLEM.replace("rows = 4096", "rows = 64").replace("n_in = 512", "n_in = 8192"))
     small = dict(gate.load_case(path).small_shapes["default"])
     assert small["rows"] == 64 and small["n_in"] < 8192
+
+
+def test_bench_heldout_through_ray_gives_the_local_verdicts(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
+    rows = {}
+    for executor in ("local", "ray"):
+        out = tmp_path / executor
+        cmd = [sys.executable, str(REPO / "bench" / "heldout.py"), "--tier", "interpret",
+               "--only", "softmax", "--budget-steps", "1", "--out", str(out), "--executor", executor]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        rows[executor] = json.loads((out / "heldout.json").read_text())["rows"][0]
+    for part in ("start", "control"):
+        local, ray = rows["local"][part], rows["ray"][part]
+        assert (local["ok"], local["failure_kind"]) == (ray["ok"], ray["failure_kind"]), part
+    assert rows["local"]["best"]["ok"] == rows["ray"]["best"]["ok"]
+    assert rows["local"]["best"]["gated"] == rows["ray"]["best"]["gated"]
