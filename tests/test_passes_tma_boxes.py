@@ -199,6 +199,31 @@ def test_an_unmasked_axis_from_zero_is_bounded_by_its_block() -> None:
     assert not isinstance(box, str) and box.shape == ("M", "BK")
 
 
+def test_a_k_loop_inside_a_loop_over_tiles_gets_its_descriptors_before_it(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # each program walks several column tiles: the K loop is nested, its boxes read the outer index
+    nested = NAMED.replace(
+        "    rn = tl.program_id(1) * BN + tl.arange(0, BN)\n", "").replace(
+        "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n    for k0 in range(0, K, BK):\n",
+        "    for j in range(0, tl.cdiv(N, BN)):\n        rn = j * BN + tl.arange(0, BN)\n"
+        "        acc = tl.zeros((BM, BN), dtype=tl.float32)\n        for k0 in range(0, K, BK):\n")
+    lines = nested.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if "for k0 in" in line) + 1
+    end = next(i for i, line in enumerate(lines) if line.startswith("def run"))
+    lines[start:end - 2] = ["    " + line if line.strip() else line for line in lines[start:end - 2]]
+    nested = "".join(lines).replace("mm[(triton.cdiv(M, 16), triton.cdiv(N, 16))]", "mm[(triton.cdiv(M, 16), 1)]")
+    text = _rewrite(nested)
+    # built once per program, before the tile loop: nothing they read changes in it
+    assert "\n    if TMA_OK:  # tensor descriptors (TMA)\n" in text
+    assert text.index("if TMA_OK:  #") < text.index("for j in range(") < text.index("for k0 in")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    module = _load(text, tmp_path)
+    g = torch.Generator().manual_seed(1)
+    for m, n, k in ((48, 40, 64), (37, 21, 45)):
+        a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+        assert torch.allclose(module.run(a, b), a @ b, atol=1e-3, rtol=1e-3), (m, n, k)
+
+
 def test_a_pointer_advanced_in_the_loop_or_a_mask_of_another_form_is_not_a_box() -> None:
     advanced = NAMED.replace(
         "        a = tl.load(a_ptr + rm[:, None] * sam + (k0 + rk)[None, :] * sak,\n",

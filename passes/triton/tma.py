@@ -278,8 +278,9 @@ class TmaDescriptors(Pass):
                 name = _fresh((stem[:-4] if stem.endswith("_ptr") else stem) + "_desc", taken)
                 taken.add(name)
                 by_box[key] = name
-                at = line_start(mod.source, mod.start(loop))
-                indent = indent_of(mod.source, mod.start(loop))
+                place = _hoisted(mod, kernel, loop, box.names)
+                at = line_start(mod.source, mod.start(place))
+                indent = indent_of(mod.source, mod.start(place))
                 decls.setdefault(at, (indent, []))[1].append(
                     f"{indent}    {name} = tl.make_tensor_descriptor({box.base}, shape=[{shape[0]}, "
                     f"{shape[1]}], strides=[{stride[0]}, {stride[1]}], "
@@ -310,10 +311,33 @@ class TmaDescriptors(Pass):
         return finish(ir, site, sorted(edits, key=lambda e: e.start), preconditions=results)
 
 
-def _dot_loops(kernel: ast.FunctionDef) -> list[ast.For]:
-    """The kernel's top-level loops that reduce with `tl.dot`."""
-    return [s for s in kernel.body if isinstance(s, (ast.For, ast.While))
-            and any(isinstance(c, ast.Call) and callee(c) in DOT for c in ast.walk(s))]
+def _hoisted(mod: PyModule, kernel: ast.FunctionDef, loop: ast.stmt, names: frozenset[str]) -> ast.stmt:
+    """The outermost loop around `loop` (itself included) that binds none of `names`: a
+    descriptor declared before it is built once, not once per iteration of the loops around
+    the K loop (a persistent program's tile loop)."""
+    place, node = loop, mod.parents.get(loop)
+    while node is not None and node is not kernel:
+        if isinstance(node, (ast.For, ast.While)):
+            bound = {t.id for n in ast.walk(node) for t in (
+                n.targets if isinstance(n, ast.Assign) else
+                [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For)) else [])
+                for t in ast.walk(t) if isinstance(t, ast.Name)}
+            if bound & names:
+                break
+            place = node
+        node = mod.parents.get(node)
+    return place
+
+
+def _dot_loops(kernel: ast.FunctionDef) -> list[ast.stmt]:
+    """The kernel's innermost loops that reduce with `tl.dot` (at any depth: a K loop inside a
+    loop over tiles or groups is the one whose loads feed the dot)."""
+    def has_dot(node: ast.AST) -> bool:
+        return any(isinstance(c, ast.Call) and callee(c) in DOT for c in ast.walk(node))
+
+    loops = [n for n in ast.walk(kernel) if isinstance(n, (ast.For, ast.While)) and has_dot(n)]
+    return [loop for loop in loops
+            if not any(inner is not loop and inner in loops for inner in ast.walk(loop))]
 
 
 def _operand_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Call, Box | str, ast.stmt]]:
@@ -336,7 +360,7 @@ def _operand_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Cal
             if other is not None and not (isinstance(other, ast.Constant) and other.value == 0):
                 out.append((call, "masked-off elements read a value other than zero", loop))
                 continue
-            box = box_of(scope, call.args[0], kw.get("mask"))
+            box = box_of(scope, call.args[0], kw.get("mask"), loop, call)
             if not isinstance(box, str):
                 late = sorted(box.names - scope.params - before)  # rebound parameters are late
                 if late:
