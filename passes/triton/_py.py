@@ -183,3 +183,12 @@ def normalized(text: str) -> str:
 @functools.lru_cache(maxsize=64)
 def _dump(text: str) -> str:
     return ast.dump(ast.parse(text))
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """`base`, or `base_2`, `base_3`, ... : the first not in `taken` (which then holds it)."""
+    name, i = base, 2
+    while name in taken:
+        name, i = f"{base}_{i}", i + 1
+    taken.add(name)
+    return name

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, literal_int, names_in, walk_stmts
+from passes.triton._py import PyModule, callee, fresh_name, literal_int, names_in, walk_stmts
 from passes.triton.autotune import _module_names
 from passes.triton.launch import TRITON
 from passes.triton.roles import (
@@ -257,14 +257,6 @@ def _row_major(kernel: ast.FunctionDef, tiling: _Tiling) -> _RowMajor | None:
                     and ast.dump(q.right) == ast.dump(r.right)):
                 return _RowMajor(block, outer, inner, q.left.id, q.right, role)
     return None
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, i = base, 2
-    while name in taken:
-        name, i = f"{base}_{i}", i + 1
-    taken.add(name)
-    return name
 
 
 def _tl_alias(kernel: ast.FunctionDef) -> str:
@@ -587,14 +579,14 @@ class GroupedOrdering(Pass):
                 return Skipped(f"no size bounds the {rows.role} offsets where the order is "
                                f"computed: the {rows.role} blocks cannot be counted",
                                {"kernel": kernel.name, "sizes": list(axis.sizes)})
-            count = _fresh(f"num_pid_{rows.role}", taken)
+            count = fresh_name(f"num_pid_{rows.role}", taken)
             lines.append(f"{count} = {_tl_alias(kernel)}.cdiv({size}, {axis.tile})")
         per = mod.text(rows.count)
         per = f"({per})" if not isinstance(rows.count, (ast.Name, ast.Call, ast.Attribute)) else per
         pid, role = rows.pid, rows.role
         outer, inner = _target(rows.block[rows.outer]), _target(rows.block[rows.inner])
-        in_group, group_id = _fresh("num_pid_in_group", taken), _fresh("group_id", taken)
-        first, size = _fresh(f"first_pid_{role}", taken), _fresh(f"group_size_{role}", taken)
+        in_group, group_id = fresh_name("num_pid_in_group", taken), fresh_name("group_id", taken)
+        first, size = fresh_name(f"first_pid_{role}", taken), fresh_name(f"group_size_{role}", taken)
         lines += [
             f"{in_group} = {group_name} * {per}",
             f"{group_id} = {pid} // {in_group}",
@@ -617,7 +609,7 @@ class GroupedOrdering(Pass):
         args = kernel.args.args
         if not args:
             return Skipped("the kernel has no parameters to add a group size after", {})
-        name = _fresh(f"GROUP_{role.upper()}", taken)
+        name = fresh_name(f"GROUP_{role.upper()}", taken)
         marked = [a.annotation for a in args if a.annotation is not None
                   and "constexpr" in ast.dump(a.annotation)]
         annotation = mod.text(marked[0]) if marked else f"{_tl_alias(kernel)}.constexpr"
@@ -673,7 +665,7 @@ class GroupedOrdering(Pass):
         names: dict[int, str] = {}  # axis -> the name of its block index
         for role, axis in (("m", m), ("n", n)):
             if axis.name is None:
-                names[axis.axis] = _fresh(f"pid_{role}", taken)
+                names[axis.axis] = fresh_name(f"pid_{role}", taken)
                 continue
             stmt = next((s for s in kernel.body if _target(s) == axis.name
                          and _pid_axis(s.value) == axis.axis), None)
@@ -693,10 +685,10 @@ class GroupedOrdering(Pass):
             return group
         group_name, group_edits = group
         edits += group_edits
-        pid, count_m, count_n = (_fresh("pid", taken), _fresh("num_pid_m", taken),
-                                 _fresh("num_pid_n", taken))
-        in_group, group_id = _fresh("num_pid_in_group", taken), _fresh("group_id", taken)
-        first_m, size_m = _fresh("first_pid_m", taken), _fresh("group_size_m", taken)
+        pid, count_m, count_n = (fresh_name("pid", taken), fresh_name("num_pid_m", taken),
+                                 fresh_name("num_pid_n", taken))
+        in_group, group_id = fresh_name("num_pid_in_group", taken), fresh_name("group_id", taken)
+        first_m, size_m = fresh_name("first_pid_m", taken), fresh_name("group_size_m", taken)
         lines = [
             f"{pid} = {tl}.program_id({low})",
             f"{count_m} = {tl}.cdiv({sizes['m']}, {m.tile})",
@@ -784,7 +776,7 @@ def _merged_grid(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call, low: in
         return Skipped("the launch does not pass the sizes along m and n as plain arguments",
                        detail)
     if meta is None:
-        meta = _fresh("meta", taken | names_in(body))
+        meta = fresh_name("meta", taken | names_in(body))
     cdiv = _triton_alias(mod)
 
     def count(role: str) -> str:

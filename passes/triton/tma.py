@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee
-from passes.triton.affine import Box, Scope, box_of
+from passes.triton._py import PyModule, callee, fresh_name
+from passes.triton.affine import Box, Scope, box_of, broadcast
 from passes.triton.launch import TRITON, comment_above
 
 if TYPE_CHECKING:
@@ -255,8 +255,8 @@ class TmaDescriptors(Pass):
             return skip
         module_names = {n.id for n in ast.walk(mod.tree) if isinstance(n, ast.Name)} | \
             {f.name for f in mod.functions()} | {a.arg for f in mod.functions() for a in f.args.args}
-        flag = _fresh("TMA_OK", module_names)
-        helper = _fresh("_descriptors_fit", module_names | {flag})
+        flag = fresh_name("TMA_OK", module_names)
+        helper = fresh_name("_descriptors_fit", module_names | {flag})
         taken = module_names | {flag, helper}
         by_box: dict[tuple, str] = {}
         edits: list[ByteEdit] = []
@@ -275,8 +275,7 @@ class TmaDescriptors(Pass):
             name = by_box.get(key)
             if name is None:
                 stem = box.base.split(" ")[0]
-                name = _fresh((stem[:-4] if stem.endswith("_ptr") else stem) + "_desc", taken)
-                taken.add(name)
+                name = fresh_name((stem[:-4] if stem.endswith("_ptr") else stem) + "_desc", taken)
                 by_box[key] = name
                 place = _hoisted(mod, kernel, loop, box.names)
                 at = line_start(mod.source, mod.start(place))
@@ -426,13 +425,6 @@ def _may_be_tensor(node: ast.AST) -> bool:
     return not (isinstance(node, ast.Attribute) and node.attr in ("dtype", "device", "shape"))
 
 
-def _fresh(base: str, taken: set[str]) -> str:
-    name, i = base, 2
-    while name in taken:
-        name, i = f"{base}{i}", i + 1
-    return name
-
-
 def _decl_lines(mod: PyModule, d: _Descriptor, every: list[_Descriptor]) -> tuple[int, int]:
     """The bytes a de-optimization removes for `d`'s assignment: its lines; for the last of a
     run of descriptor assignments also the comment above the run (it speaks of descriptors
@@ -469,15 +461,8 @@ def _decl_base(decl: str) -> str | None:
 
 def _index_kind(node: ast.AST) -> str:
     """"row" for `x[:, None]`, "col" for `x[None, :]`."""
-    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple) and len(node.slice.elts) == 2:
-        a, b = node.slice.elts
-        none_a = isinstance(a, ast.Constant) and a.value is None
-        none_b = isinstance(b, ast.Constant) and b.value is None
-        if isinstance(a, ast.Slice) and none_b:
-            return "row"
-        if none_a and isinstance(b, ast.Slice):
-            return "col"
-    return ""
+    got = broadcast(node)
+    return ("row", "col")[got[0]] if got is not None else ""
 
 
 def _arange_offset(node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
