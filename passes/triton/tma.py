@@ -135,6 +135,12 @@ class TmaDescriptors(Pass):
                 out.append(make_site(self.name, ir, index, mod.span(kernel), False,
                                      {"kernel": kernel.name, "base": base, "uses": len(calls)},
                                      mod.span(calls[0])))
+            guarded = [c for loop in _dot_loops(kernel) for c in mod.calls(loop, frozenset({"tl.load"}))
+                       if _guarded(mod, c)]
+            if guarded:  # the descriptor loads this rule wrote beside the pointer loads
+                out.append(make_site(self.name, ir, index, mod.span(kernel), True,
+                                     {"kernel": kernel.name, "guarded": len(guarded)},
+                                     mod.span(guarded[0])))
             boxes = [b for b in _operand_boxes(mod, kernel) if not isinstance(b[1], str)]
             if boxes:  # hand-written tile loads of a dot loop: all of them in one move
                 ends = [mod.end(kernel)] + [mod.end(c) for c in mod.launches(kernel.name)]
@@ -349,7 +355,7 @@ def _operand_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Cal
     for loop in _dot_loops(kernel):
         before = {n for n, stmt in scope.assigned_at.items() if mod.end(stmt) <= mod.start(loop)}
         for call in mod.calls(loop, frozenset({"tl.load", "triton.language.load"})):
-            if id(call) in canonical or not call.args:
+            if id(call) in canonical or not call.args or _guarded(mod, call):
                 continue
             kw = {k.arg: k.value for k in call.keywords}
             if set(kw) - {"mask", "other"}:
@@ -366,6 +372,19 @@ def _operand_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Cal
                     box = f"the box of {box.base} reads {', '.join(late)}, bound in or after the loop"
             out.append((call, box, loop))
     return out
+
+
+def _guarded(mod: PyModule, call: ast.Call) -> bool:
+    """The load is the pointer path of `(desc.load([...]) if FLAG else tl.load(...))` (the
+    descriptor load maybe transposed back): the rewrite already gave it a descriptor load."""
+    parent = mod.parents.get(call)
+    if not (isinstance(parent, ast.IfExp) and parent.orelse is call):
+        return False
+    body = parent.body
+    if isinstance(body, ast.Call) and callee(body) in ("tl.trans", "triton.language.trans") and body.args:
+        body = body.args[0]
+    return isinstance(body, ast.Call) and isinstance(body.func, ast.Attribute) \
+        and body.func.attr == "load"
 
 
 def _has_allocator(mod: PyModule) -> bool:
