@@ -18,6 +18,7 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, fresh_name, literal_int, names_in, walk_stmts
 from passes.triton.autotune import _module_names
 from passes.triton.launch import TRITON
+from passes.triton.persist import Walk, walk_edits, walk_of
 from passes.triton.roles import (
     PID_CALLS,
     _facts,
@@ -917,6 +918,7 @@ class PersistentGrid(Pass):
                                  {"kernel": found.kernel.name, "tile": found.loop.target.id,
                                   "host_grid": cap is not None}, mod.span(found.loop)))
         # one-tile-per-program kernels that a recorded loop can be restored in
+        restorable: set[str] = set()
         for kernel in mod.kernels():
             for i, stmt in enumerate(kernel.body):
                 target = _target(stmt)
@@ -928,6 +930,17 @@ class PersistentGrid(Pass):
                                              (line_start(mod.source, mod.start(stmt)), len(mod.source)),
                                              False, {"kernel": kernel.name, "tile": target},
                                              mod.span(stmt)))
+                        restorable.add(kernel.name)
+        # any other one-tile-per-program kernel over a 1-D grid: the loop is written by role
+        looping = {f.kernel.name for f in self._loops(mod)}
+        for kernel in mod.kernels():
+            if kernel.name in looping | restorable:
+                continue
+            walk = walk_of(mod, kernel)
+            if isinstance(walk, Walk):
+                out.append(make_site(self.name, ir, index, (0, len(mod.source)), False,
+                                     {"kernel": kernel.name, "tile": walk.pid_stmt.targets[0].id,
+                                      "role": True, "tiles": walk.tiles}, mod.span(walk.pid_stmt)))
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -975,6 +988,14 @@ class PersistentGrid(Pass):
             "indent": inner[len(outer):]})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        if site.detail.get("role"):
+            mod = PyModule(ir)
+            kernel = _kernel_named(mod, site.detail.get("kernel", ""))
+            walk = walk_of(mod, kernel) if kernel is not None else "no kernel at the site"
+            if isinstance(walk, str):
+                return Skipped(walk, {"site": site.anchor})
+            return finish(ir, site, sorted(walk_edits(mod, walk, _module_names(mod)),
+                                           key=lambda e: e.start))
         if not self.header:
             return Skipped("a persistent loop needs the recorded loop header and host grid "
                            "(no default: the SM count is a host-side decision)", {})

@@ -284,7 +284,7 @@ class TmaDescriptors(Pass):
                 name = fresh_name((stem[:-4] if stem.endswith("_ptr") else stem) + "_desc", taken)
                 by_box[key] = name
                 place = _hoisted(mod, kernel, loop, box.names)
-                at = line_start(mod.source, mod.start(place))
+                at = comment_above(mod.source, line_start(mod.source, mod.start(place)))
                 indent = indent_of(mod.source, mod.start(place))
                 decls.setdefault(at, (indent, []))[1].append(
                     f"{indent}    {name} = tl.make_tensor_descriptor({box.base}, shape=[{shape[0]}, "
