@@ -176,7 +176,7 @@ def test_a_card_without_a_site_in_any_held_out_state_is_untried(tmp_path: Path) 
 
     lib = Library.open(tmp_path / "lib", create=True)
     card = lib.put(dataclasses.replace(gemm_cards(admitted=False)["autotune"],
-                                       id="persistent-grid.triton.x", pass_name="persistent-grid"))
+                                       id="radix-width.triton.x", pass_name="radix-width"))
     report = admit(lib, [lineage("conv2d")], tier="interpret", rewriter=DeterministicRewriter(),
                    check_fn=ScriptedGate())
     assert report.untried == (card.id,) and report.trials == 0
