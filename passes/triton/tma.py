@@ -295,7 +295,8 @@ class TmaDescriptors(Pass):
                 load = f"tl.trans({load})"
             edits.append(ByteEdit(*mod.span(call), f"({load} if {flag} else {mod.text(call)})"))
         for at, (indent, lines) in decls.items():
-            edits.append(ByteEdit(at, at, f"{indent}if {flag}:  # tensor descriptors (TMA)\n" + "".join(lines)))
+            head = f"{indent}if {flag}:  # tensor descriptors (TMA)\n"
+            edits.append(ByteEdit(at, at, head + "".join(lines)))
         last = kernel.args.args[-1]
         after = mod.end(last.annotation) if last.annotation is not None else mod.end(last)
         default = next((d for d in kernel.args.defaults if mod.start(d) > mod.start(last)), None)
@@ -425,7 +426,8 @@ def _host_text(mod: PyModule, helper: str, with_allocator: bool) -> str:
         lines.append(
             "\n\ndef _descriptor_scratch(size: int, alignment: int, stream):\n"
             '    """Scratch memory for in-kernel tensor descriptors."""\n'
-            '    return torch.empty(size, dtype=torch.int8, device="cuda" if torch.cuda.is_available() else "cpu")\n'
+            '    device = "cuda" if torch.cuda.is_available() else "cpu"\n'
+            "    return torch.empty(size, dtype=torch.int8, device=device)\n"
             "\n\ntriton.set_allocator(_descriptor_scratch)\n")
     return "".join(lines)
 
