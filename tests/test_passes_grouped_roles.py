@@ -5,7 +5,6 @@ axis kept). Every rewrite runs in the Triton interpreter (the session sets TRITO
 against torch at shapes that are no multiple of the tiles, with several groups of blocks."""
 from __future__ import annotations
 
-import importlib.util
 import itertools
 from pathlib import Path
 from types import ModuleType
@@ -14,6 +13,7 @@ import pytest
 import torch
 
 import kir
+from module_helpers import load_module
 from passes import Applied, Skipped, get_pass
 from passes.triton._py import PyModule
 from passes.triton.ordering import _tiling
@@ -21,7 +21,6 @@ from passes.triton.ordering import _tiling
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "bench" / "heldout"
 LIBRARY = ROOT / "bench" / "results" / "heldout" / "libraries" / "all"
-_count = itertools.count()
 
 # 2-D grid, rows on axis 0: BM/BN/BK tiles, program ids named by the kernel's own words.
 GRID_2D = '''
@@ -140,13 +139,7 @@ GRID_1D_COLUMNS = GRID_1D.replace(
 
 
 def _load(source: str, where: Path) -> ModuleType:
-    """A fresh module of `source` (jit functions need a file for their source)."""
-    path = where / f"grouped_{next(_count)}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(source, where, "grouped")
 
 
 def _forward(source: str) -> tuple[kir.KernelIR, Applied]:

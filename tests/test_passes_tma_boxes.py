@@ -2,8 +2,6 @@
 original loads for tensors a descriptor cannot read, and both paths match torch (interpreter)."""
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import os
 from pathlib import Path
 from types import ModuleType
@@ -11,6 +9,7 @@ from types import ModuleType
 import pytest
 
 import kir
+from module_helpers import load_module
 from passes import get_pass
 from passes.base import Applied
 from passes.triton._py import PyModule
@@ -150,16 +149,10 @@ def _rewrite(source: str) -> str:
     return result.ir.text
 
 
-_count = itertools.count()
 
 
 def _load(source: str, where: Path) -> ModuleType:
-    path = where / f"tma_boxes_{next(_count)}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(source, where, "tma_boxes")
 
 
 def test_boxes_are_read_through_names_masks_and_batch_offsets() -> None:

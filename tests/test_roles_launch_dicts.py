@@ -4,8 +4,6 @@ where they are passed when the kernel is swept, so that the autotuner owns them.
 module runs in the Triton interpreter (the session sets TRITON_INTERPRET) against torch."""
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import os
 from pathlib import Path
 from types import ModuleType
@@ -14,12 +12,12 @@ import pytest
 import torch
 
 import kir
+from module_helpers import load_module
 from kir.errors import BadInputError
 from lineage.control import apply_byte_edits, autotune_control
 from lineage.transfer import config_candidates
 from passes.triton.roles import SweepRefusal, joint_config, sweep_edit
 
-_count = itertools.count()
 
 MM_HEAD = '''
 import functools
@@ -131,13 +129,7 @@ def _ir(text: str) -> kir.KernelIR:
 
 
 def _load(source: str, where: Path) -> ModuleType:
-    """A fresh module of `source` (jit functions need a file for their source)."""
-    path = where / f"launch_dicts_{next(_count)}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(source, where, "launch_dicts")
 
 
 def _matches_torch(source: str, where: Path) -> None:

@@ -294,9 +294,12 @@ def box_of(scope: Scope, ptr: ast.AST, mask: ast.AST | None, loop: ast.stmt | No
         moved[step[0]] = count
     axes = {a: (Index(i.offsets + ((moved[a],) if a in moved else ()), i.block, i.wrap), t, n)
             for a, (i, t, n) in axes.items()}
+    bounds = _bounds(scope, mask) if mask is not None else []
+    if bounds is None:
+        return "the mask is not a product of per-axis bounds `index < bound`"
     shape: dict[int, str] = {}
     bound_nodes: list[ast.AST] = []
-    for axis, idx, bound in (_bounds(scope, mask) if mask is not None else []) or []:
+    for axis, idx, bound in bounds:
         pointer_idx = axes[axis][0]
         text = mod.text(bound)
         if axis in shape:
@@ -311,8 +314,6 @@ def box_of(scope: Scope, ptr: ast.AST, mask: ast.AST | None, loop: ast.stmt | No
             bound, text = rel.left, mod.text(rel.left)
         shape[axis] = text
         bound_nodes.append(bound)
-    if mask is not None and _bounds(scope, mask) is None:
-        return "the mask is not a product of per-axis bounds `index < bound`"
     for axis, (idx, _, _) in axes.items():
         if axis not in shape and idx.wrap:
             shape[axis] = idx.wrap
