@@ -45,8 +45,11 @@ def test_a_1d_kernel_walks_its_tiles_and_the_grid_is_capped() -> None:
 @pytest.mark.parametrize("edit, reason", [
     (("    pid = tl.program_id(0)\n", "    pid = tl.program_id(0)\n    if pid >= 1 << 30:\n        return\n"),
      "returns early"),
-    (('triton.cdiv(N, meta["BLK_N"]),)]', 'triton.cdiv(N, meta["BLK_N"]), 1)]'), "2 axes"),
-    (('triton.cdiv(M, meta["BLK_M"])', "triton.cdiv(a.numel(), 256)"), "does not receive"),
+    (("    pid = tl.program_id(0)\n", "    pid = tl.program_id(0) + 0 * tl.num_programs(0)\n"),
+     "already reads tl.num_programs"),
+    (('triton.cdiv(M, meta["BLK_M"])', "triton.cdiv(a.numel(), 256)"), "literal size"),
+    (('triton.cdiv(M, meta["BLK_M"])', 'triton.cdiv(M, meta["BLK_M"] + meta["missing"])'),
+     "does not receive"),
     (('triton.cdiv(M, meta["BLK_M"])', "triton.cdiv(M, 16)"), "literal size"),
 ])
 def test_what_cannot_walk_its_tiles_says_why(edit: tuple[str, str], reason: str) -> None:
@@ -73,3 +76,62 @@ def test_grouped_then_persistent_then_descriptors_built_once_per_program(
     for m, n, k in itertools.product((48, 37), (40, 21), (64, 45)):  # more tiles than programs
         a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
         assert torch.allclose(module.run(a, b), a @ b, atol=1e-3, rtol=1e-3), (m, n, k)
+
+
+# A batched kernel over a 3-D grid (row tiles, column tiles, batch), program ids read inline.
+BATCHED = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def bmm3(x, y, z, M, N, K, sxb, sxm, syb, syk, szb, szm, R: tl.constexpr, C: tl.constexpr, D: tl.constexpr):
+    scale = 1.0
+    rows = tl.program_id(0) * R + tl.arange(0, R)
+    cols = tl.program_id(1) * C + tl.arange(0, C)
+    xb = x + tl.program_id(2) * sxb
+    acc = tl.zeros((R, C), dtype=tl.float32)
+    for k0 in range(0, K, D):
+        ks = k0 + tl.arange(0, D)
+        xt = tl.load(xb + rows[:, None] * sxm + ks[None, :], mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+        yt = tl.load(y + tl.program_id(2) * syb + ks[:, None] * syk + cols[None, :],
+                     mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc += tl.dot(xt, yt)
+    tl.store(z + tl.program_id(2) * szb + rows[:, None] * szm + cols[None, :], acc * scale,
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def run(x, y):
+    B, M, K = x.shape
+    N = y.shape[2]
+    z = torch.empty(B, M, N, dtype=x.dtype)
+    grid = lambda meta: (triton.cdiv(M, meta["R"]), triton.cdiv(N, meta["C"]), B)
+    bmm3[grid](x, y, z, M, N, K, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+               z.stride(0), z.stride(1), R=16, C=16, D=16)
+    return z
+"""
+
+
+def test_a_3d_grid_walks_one_linear_index_axis_0_fastest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the grid becomes one capped axis, each program id is decoded from the linear index, and
+    # the batch count (a host value the kernel did not receive) becomes a parameter
+    ir = _apply(kir.parse(BATCHED, language="triton"), "persistent-grid", "role")
+    out = ir.text
+    assert ("for tile in range(tl.program_id(0), (tl.cdiv(M, R)) * (tl.cdiv(N, C)) * (grid_B), "
+            "tl.num_programs(0)):") in out
+    assert "D: tl.constexpr, grid_B=1):" in out and "R=16, C=16, D=16, grid_B=B)" in out
+    assert "pid_axis0 = tile % (tl.cdiv(M, R))" in out
+    assert "pid_axis2 = (tile // ((tl.cdiv(M, R)) * (tl.cdiv(N, C))))" in out
+    assert ('(min((triton.cdiv(M, meta["R"])) * (triton.cdiv(N, meta["C"])) * (B), '
+            "_resident_programs()),)") in out
+    assert out.index("scale = 1.0") < out.index("for tile in range(")  # work before the ids stays out
+    assert "tl.program_id(1)" not in out and "tl.program_id(2)" not in out
+    assert not [s for s in get_pass("persistent-grid")().sites(ir) if not s.present]
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    module = _load(out, tmp_path)
+    g = torch.Generator().manual_seed(3)
+    for b, m, n, k in ((3, 40, 33, 20), (2, 16, 50, 48)):  # 27 and 16 tiles over 4 programs
+        x, y = torch.randn(b, m, k, generator=g), torch.randn(b, k, n, generator=g)
+        assert torch.allclose(module.run(x, y), x @ y, atol=1e-3, rtol=1e-3), (b, m, n, k)

@@ -939,8 +939,9 @@ class PersistentGrid(Pass):
             walk = walk_of(mod, kernel)
             if isinstance(walk, Walk):
                 out.append(make_site(self.name, ir, index, (0, len(mod.source)), False,
-                                     {"kernel": kernel.name, "tile": walk.pid_stmt.targets[0].id,
-                                      "role": True, "tiles": walk.tiles}, mod.span(walk.pid_stmt)))
+                                     {"kernel": kernel.name, "tile": walk.tile,
+                                      "role": True, "tiles": walk.tiles},
+                                     mod.span(kernel.body[walk.start])))
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:

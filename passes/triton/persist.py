@@ -8,15 +8,20 @@ host grid's expression read in the kernel's terms: each launch argument becomes 
 parameter it is passed as, `meta["P"]` the constexpr P, `triton.cdiv` `tl.cdiv`. Work the
 programs share before the loop (descriptors, constants) is then done once per program.
 
-Refused, with the reason: a grid of more than one axis (a grouped order merges them first), a
-second program id or `tl.num_programs`, a `return` in the body (it would end the walk), a grid
-that reads a host value the kernel does not receive, or counts tiles of a literal size (the
-kernel's count would go stale when a sweep retunes the tiles: the sweep goes first and its grid
-reads `meta`).
+A grid of several axes (row tiles, column tiles, a batch) is walked as one linear tile index in
+launch order, axis 0 fastest: the grid becomes `(min(T0 * T1 * ..., programs),)` and each
+`tl.program_id(a)` of the body reads its axis decoded from the index (`tile % T0`,
+`tile // T0 % T1`, ...).
+
+Refused, with the reason: `tl.num_programs` already read, a `return` in the body (it would end
+the walk), a grid that reads a host value the kernel does not receive, or counts tiles of a
+literal size (the kernel's count would go stale when a sweep retunes the tiles: the sweep goes
+first and its grid reads `meta`).
 """
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 from passes._source import ByteEdit, indent_of, line_end, line_start
@@ -30,13 +35,30 @@ CDIV = frozenset({"triton.cdiv", "cdiv", "tl.cdiv"})
 
 @dataclass(frozen=True, slots=True)
 class Walk:
-    """How a kernel becomes persistent: its program-id statement, the grid node(s) to cap, and
-    the kernel-side tile count."""
+    """How a kernel becomes persistent: where the walk starts in its body, the grid node(s) to
+    rewrite, and the kernel-side tile count of each grid axis.
+
+    One axis: `pid_stmt` is the program-id statement (it becomes the loop) and `grids` are the
+    axis expressions to cap. Several: `pid_stmt` is None, `start` is the first body statement
+    that reads a program id, and `grids` are the whole grid tuples (each becomes one capped
+    axis, `hosts` holds each launch's per-axis host expressions)."""
 
     kernel: ast.FunctionDef
-    pid_stmt: ast.Assign
+    pid_stmt: ast.Assign | None
     grids: tuple[ast.AST, ...]
     tiles: str
+    start: int = 0
+    axes: tuple[str, ...] = ()
+    hosts: tuple[tuple[str, ...], ...] = ()
+    passed: tuple[tuple[str, str], ...] = ()
+    """New kernel parameters the launches pass (name, host expression): grid values the kernel
+    did not receive."""
+    launches: tuple[ast.Call, ...] = ()
+
+    @property
+    def tile(self) -> str:
+        """The loop's variable: the program-id name (one axis) or the linear tile index."""
+        return self.pid_stmt.targets[0].id if self.pid_stmt is not None else "tile"  # type: ignore[attr-defined]
 
 
 def _axis(call: ast.Call) -> int | None:
@@ -44,20 +66,30 @@ def _axis(call: ast.Call) -> int | None:
     return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, int) else None
 
 
-def _one_axis(mod: PyModule, grid: ast.AST | None) -> ast.AST | str:
-    """The single element of a 1-D grid (a tuple, or a lambda returning one)."""
-    body = grid.body if isinstance(grid, ast.Lambda) else grid
-    if isinstance(body, (ast.Tuple, ast.List)):
-        if len(body.elts) != 1:
-            return (f"the grid has {len(body.elts)} axes: a persistent loop walks one "
-                    "(a grouped order merges them first)")
-        return body.elts[0]
-    return "the grid is not a tuple or a lambda returning one"
+def _grid_tuple(grid: ast.AST | None) -> ast.Tuple | ast.List | str:
+    """The grid's tuple: itself, a lambda's body, or a grid function's one returned value."""
+    body: ast.AST | None = grid.body if isinstance(grid, ast.Lambda) else grid
+    if isinstance(grid, ast.FunctionDef):
+        returns = [n for n in ast.walk(grid) if isinstance(n, ast.Return)]
+        body = returns[0].value if len(returns) == 1 else None
+    if isinstance(body, (ast.Tuple, ast.List)) and body.elts:
+        return body
+    return "the grid is not a tuple, a lambda returning one, or a function returning one"
+
+
+def _meta_name(grid: ast.AST | None) -> str | None:
+    if isinstance(grid, (ast.Lambda, ast.FunctionDef)) and grid.args.args:
+        return grid.args.args[0].arg
+    return None
 
 
 def _in_kernel_terms(mod: PyModule, node: ast.AST, args: dict[str, ast.AST], meta: str | None,
-                     params: set[str]) -> str | None:
-    """`node` (a host grid expression) written with the kernel's parameters, or None."""
+                     params: set[str], extra: dict[str, str] | None = None) -> str | None:
+    """`node` (a host grid expression) written with the kernel's parameters, or None.
+
+    With `extra`, a host value the kernel does not receive (a name, an attribute, a subscript or
+    a call that does not read the grid's `meta`) becomes a new parameter: `extra` maps its host
+    text to the parameter's name."""
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
         return str(node.value)
     by_text = {mod.text(v): p for p, v in args.items() if not isinstance(v, ast.Constant)}
@@ -67,8 +99,8 @@ def _in_kernel_terms(mod: PyModule, node: ast.AST, args: dict[str, ast.AST], met
             and isinstance(node.slice, ast.Constant) and node.slice.value in params:
         return str(node.slice.value)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
-        left = _in_kernel_terms(mod, node.left, args, meta, params)
-        right = _in_kernel_terms(mod, node.right, args, meta, params)
+        left = _in_kernel_terms(mod, node.left, args, meta, params, extra)
+        right = _in_kernel_terms(mod, node.right, args, meta, params, extra)
         if left is None or right is None:
             return None
         op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//"}[type(node.op)]
@@ -76,45 +108,78 @@ def _in_kernel_terms(mod: PyModule, node: ast.AST, args: dict[str, ast.AST], met
     if isinstance(node, ast.Call) and callee(node) in CDIV and len(node.args) == 2:
         if isinstance(node.args[1], ast.Constant):
             return None  # a tile size the host writes as a literal: stale once the tiles are swept
-        parts = [_in_kernel_terms(mod, a, args, meta, params) for a in node.args]
+        parts = [_in_kernel_terms(mod, a, args, meta, params, extra) for a in node.args]
         return None if None in parts else f"tl.cdiv({parts[0]}, {parts[1]})"
+    if extra is not None and isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)) \
+            and not (meta and any(isinstance(n, ast.Name) and n.id == meta for n in ast.walk(node))):
+        text = mod.text(node)
+        if text not in extra:
+            base = "_".join(re.findall(r"[A-Za-z0-9]+", text))[:24] or "count"
+            extra[text] = fresh_name(f"grid_{base}", params | set(extra.values()))
+        return extra[text]
     return None
 
 
 def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
     """How `kernel` becomes persistent, or why it cannot."""
     pids = mod.calls(kernel, PID)
-    stmts = [s for s in kernel.body if isinstance(s, ast.Assign) and len(s.targets) == 1
-             and isinstance(s.targets[0], ast.Name) and isinstance(s.value, ast.Call)
-             and callee(s.value) in PID]
-    if len(pids) != 1 or len(stmts) != 1 or _axis(pids[0]) != 0:
-        return "the kernel does not take one program id of axis 0 in a statement of its own"
+    if not pids:
+        return "the kernel reads no program id"
     if mod.calls(kernel, NUM_PROGRAMS):
         return "the kernel already reads tl.num_programs"
-    stmt = stmts[0]
-    rest = kernel.body[kernel.body.index(stmt) + 1:]
-    if any(isinstance(n, ast.Return) for s in rest for n in ast.walk(s)):
-        return "the body returns early: in a loop over tiles that would end the program's walk"
     launches = mod.launches(kernel.name)
     if not launches:
         return "the kernel is never launched in this module"
-    params = {a.arg for a in kernel.args.args}
-    grids, tiles = [], None
+    params = {a.arg for a in kernel.args.args + kernel.args.kwonlyargs}
+    grids, hosts, axes = [], [], None
+    extra: dict[str, str] = {}
     for launch in launches:
         grid = launch_grid(mod, launch)
-        axis = _one_axis(mod, grid)
-        if isinstance(axis, str):
-            return axis
-        meta = grid.args.args[0].arg if isinstance(grid, ast.Lambda) and grid.args.args else None
-        text = _in_kernel_terms(mod, axis, launch_arguments(mod, kernel, launch), meta, params)
-        if text is None:
+        elts = _grid_tuple(grid)
+        if isinstance(elts, str):
+            return elts
+        args = launch_arguments(mod, kernel, launch)
+        texts = [_in_kernel_terms(mod, e, args, _meta_name(grid), params, extra) for e in elts.elts]
+        bad = next((e for e, t in zip(elts.elts, texts) if t is None), None)
+        if bad is not None:
             return ("the grid reads a host value the kernel does not receive, or counts tiles of a "
-                    f"literal size (sweep the tiles first): {mod.text(axis)}")
-        if tiles is not None and text != tiles:
+                    f"literal size (sweep the tiles first): {mod.text(bad)}")
+        if axes is not None and tuple(texts) != axes:
             return "the launches count tiles differently"
-        tiles = text
-        grids.append(axis)
-    return Walk(kernel, stmt, tuple(grids), tiles)
+        axes = tuple(texts)  # type: ignore[arg-type]
+        grids.append(elts)
+        hosts.append(tuple(mod.text(e) for e in elts.elts))
+    assert axes is not None
+    if any(_axis(c) is None or _axis(c) >= len(axes) for c in pids):
+        return "a program id's axis is not a constant within the grid"
+    start = next(i for i, s in enumerate(kernel.body)
+                 if any(isinstance(n, ast.Call) and callee(n) in PID for n in ast.walk(s)))
+    if any(isinstance(n, ast.Return) for s in kernel.body[start:] for n in ast.walk(s)):
+        return "the body returns early: in a loop over tiles that would end the program's walk"
+    if len(axes) == 1:
+        stmt = kernel.body[start]
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name) and isinstance(stmt.value, ast.Call)
+                and callee(stmt.value) in PID) or len(pids) != 1:
+            return "the kernel does not take its one program id in a statement of its own"
+        return Walk(kernel, stmt, tuple(g.elts[0] for g in grids), axes[0], start, axes,
+                    tuple(hosts), tuple((v, k) for k, v in extra.items()), tuple(launches))
+    tiles = " * ".join(f"({a})" for a in axes if a != "1") or "1"
+    return Walk(kernel, None, tuple(grids), tiles, start, axes, tuple(hosts),
+                tuple((v, k) for k, v in extra.items()), tuple(launches))
+
+
+def _decode(tile: str, axes: tuple[str, ...]) -> list[str]:
+    """Each axis's program id from the linear tile index, axis 0 fastest."""
+    out, below = [], []
+    for a, count in enumerate(axes):
+        if count == "1":
+            out.append("0")
+            continue
+        index = f"({tile} // ({' * '.join(below)}))" if below else tile
+        out.append(index if a == len(axes) - 1 else f"{index} % ({count})")
+        below.append(f"({count})")
+    return out
 
 
 def walk_edits(mod: PyModule, walk: Walk, taken: set[str]) -> list[ByteEdit]:
@@ -122,19 +187,39 @@ def walk_edits(mod: PyModule, walk: Walk, taken: set[str]) -> list[ByteEdit]:
     programs the GPU holds, and the host helper that counts them (after the imports)."""
     src = mod.source
     stmt, kernel = walk.pid_stmt, walk.kernel
-    pid = stmt.targets[0].id  # type: ignore[attr-defined]
-    indent = indent_of(src, mod.start(stmt))
-    start = line_start(src, mod.start(stmt))
+    first = kernel.body[walk.start]
+    indent = indent_of(src, mod.start(first))
+    start = line_start(src, mod.start(first))
     end = line_end(src, mod.end(kernel.body[-1]) - 1)
-    body_start = line_end(src, mod.end(stmt) - 1)
-    body = src[body_start:end].decode("utf-8")
     step = " " * 4
+    helper = fresh_name("_resident_programs", taken)
+    if stmt is not None:
+        tile, begin = stmt.targets[0].id, line_end(src, mod.end(stmt) - 1)  # type: ignore[attr-defined]
+        decoded = ""
+        body = src[begin:end].decode("utf-8")
+    else:  # several axes: one linear index, each program id decoded from it
+        tile = fresh_name("tile", taken)
+        names = [fresh_name(f"pid_axis{a}", taken) for a in range(len(walk.axes))]
+        decoded = "".join(f"{indent}{step}{n} = {v}\n"
+                          for n, v in zip(names, _decode(tile, walk.axes)))
+        calls = sorted((c for s in kernel.body[walk.start:] for c in ast.walk(s)
+                        if isinstance(c, ast.Call) and callee(c) in PID), key=mod.start)
+        parts, at = [], start
+        for c in calls:
+            parts += [src[at:mod.start(c)].decode("utf-8"), names[_axis(c)]]  # type: ignore[index]
+            at = mod.end(c)
+        body = "".join(parts) + src[at:end].decode("utf-8")
     body = "".join(step + line if line.strip() else line for line in body.splitlines(keepends=True))
     header = (f"{indent}# persistent: each program walks the tiles pid, pid + programs, ...\n"
-              f"{indent}for {pid} in range({mod.text(stmt.value)}, {walk.tiles}, tl.num_programs(0)):\n")
-    helper = fresh_name("_resident_programs", taken)
-    edits = [ByteEdit(start, end, header + body)]
-    edits += [ByteEdit(*mod.span(g), f"min({mod.text(g)}, {helper}())") for g in walk.grids]
+              f"{indent}for {tile} in range(tl.program_id(0), {walk.tiles}, tl.num_programs(0)):\n")
+    edits = [ByteEdit(start, end, header + decoded + body)]
+    if stmt is not None:
+        edits += [ByteEdit(*mod.span(g), f"min({mod.text(g)}, {helper}())") for g in walk.grids]
+    else:
+        for g, host in zip(walk.grids, walk.hosts):
+            count = " * ".join(f"({h})" for h in host if h != "1") or "1"
+            edits.append(ByteEdit(*mod.span(g), f"(min({count}, {helper}()),)"))
+    edits += _pass_new_parameters(mod, walk)
     imports = [n for n in mod.tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     at = line_end(src, mod.end(imports[-1]) - 1) if imports else 0
     has_torch = any(a.name == "torch" and a.asname is None for n in imports
@@ -145,4 +230,25 @@ def walk_edits(mod: PyModule, walk: Walk, taken: set[str]) -> list[ByteEdit]:
         "    if torch.cuda.is_available():\n"
         "        return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count\n"
         "    return 4\n")))
+    return edits
+
+
+def _pass_new_parameters(mod: PyModule, walk: Walk) -> list[ByteEdit]:
+    """The kernel takes each grid value it did not receive as a new last parameter (with a
+    default, so that it may follow parameters that have one), and every launch passes it by
+    keyword."""
+    if not walk.passed:
+        return []
+    src, kernel = mod.source, walk.kernel
+    args = kernel.args
+    last = (args.kwonlyargs or args.args)[-1]
+    defaults = args.kw_defaults if args.kwonlyargs else args.defaults
+    tail = [d for d in defaults if d is not None and mod.end(d) >= mod.end(last)]
+    at = max([mod.end(last)] + [mod.end(d) for d in tail])
+    edits = [ByteEdit(at, at, "".join(f", {name}=1" for name, _ in walk.passed))]
+    for call in walk.launches:
+        close = mod.end(call) - 1
+        before = src[:close].rstrip()
+        lead = "" if before.endswith(b",") or before.endswith(b"(") else ", "
+        edits.append(ByteEdit(close, close, lead + ", ".join(f"{n}={h}" for n, h in walk.passed)))
     return edits
