@@ -12,6 +12,9 @@ features:
 - a card whose `requires` are neither present in the target nor provided by another retrieved
   card is skipped (after the union, since another retrieved card may provide them).
 
+Within a dimension, at equal similarity, cards whose pass has an open site in the target rank
+first, and one card per pass before a pass's second (`Retriever._ranked`).
+
 What is left is ranked by scope similarity (the sum of the four similarities, each in [0, 1];
 a case the card was only shown to hold in by an admission trial counts half of its own case),
 then by measured effect (geometric-mean speedup), then by id. Skipped cards are reported with
@@ -265,16 +268,34 @@ class Retriever:
         sims = {c.id: similarity(c, target) for c in pool}
         by_id = {c.id: c for c in pool}
         via: dict[str, list[str]] = {}
+        acting = {str(f.get("pass")) for f in target.open_sites}
         for dim in DIMENSIONS:
-            ranked = sorted((c for c in pool if sims[c.id][dim] > 0),
-                            key=lambda c: (-sims[c.id][dim], -c.effect_score, c.id))
-            for card in ranked[: self.k]:
+            for card in self._ranked(pool, sims, dim, acting)[: self.k]:
                 via.setdefault(card.id, []).append(dim)
         kept = self._requirements_met([by_id[i] for i in via], provided, skipped)
         results = [Retrieved(c, sims[c.id], tuple(via[c.id]), sum(sims[c.id].values()))
                    for c in kept]
         results.sort(key=lambda r: (-round(r.score, 9), -r.card.effect_score, r.card.id))
         return Retrieval(target, tuple(results), skipped)
+
+    @staticmethod
+    def _ranked(pool: list[SkillCard], sims: Mapping[str, Mapping[str, float]], dim: str,
+                acting: set[str]) -> list[SkillCard]:
+        """One dimension's ranking. At equal similarity (language and platform are 1 for most
+        cards) a card whose pass has an open site in the target comes before one that cannot
+        act there, and a pass's first card before the second card of a pass already ranked,
+        then the larger effect: the top-k then spans the passes that can act, rather than the
+        largest effects of passes with no site (or six cards of one pass)."""
+        ordered = sorted((c for c in pool if sims[c.id][dim] > 0),
+                         key=lambda c: (-sims[c.id][dim], -c.effect_score, c.id))
+        seen: dict[tuple[float, str], int] = {}
+        nth: dict[str, int] = {}
+        for c in ordered:
+            key = (sims[c.id][dim], c.pass_name)
+            nth[c.id] = seen.get(key, 0)
+            seen[key] = nth[c.id] + 1
+        return sorted(ordered, key=lambda c: (-sims[c.id][dim], c.pass_name not in acting,
+                                              nth[c.id], -c.effect_score, c.id))
 
     def _applicable(self, target: Target, provided: frozenset[str]
                     ) -> tuple[list[SkillCard], dict[str, str]]:

@@ -217,3 +217,23 @@ def test_excluded_cards_give_their_top_k_places_to_the_next_ranked() -> None:
         target, exclude={cards["software-pipelining"].id})
     assert _ids(again) == ["autotune"]
     assert "already tried" in again.skipped[cards["software-pipelining"].id]
+
+
+def test_at_equal_similarity_the_top_k_goes_to_passes_that_can_act_one_card_per_pass() -> None:
+    """A new operator (no case in common): language and platform tie for every card, so each
+    dimension's top-k is decided by what comes next. Cards of passes with an open site in the
+    target come first, one per pass before a pass's second card; cards of passes with no site
+    there (first by id) do not crowd them out."""
+    base = _cards()
+    cards = [dataclasses.replace(base["autotune"], id=f"a-{name}.{j}", pass_name=name, requires=())
+             for name in ("radix-width", "histogram-primitive", "scan-fusion") for j in range(2)]
+    cards += [dataclasses.replace(base["autotune"], id=f"pipe.{j}", pass_name="software-pipelining",
+                                  requires=()) for j in range(3)]
+    cards.append(dataclasses.replace(base["autotune"], id="tc", pass_name="tensor-core-dot",
+                                     requires=()))  # one scope and effect for all: only sites differ
+    target = Target(language="triton", case="new-op", open_sites=(
+        {"pass": "tensor-core-dot", "anchor": "triton:k/for[0]/call:tl.sum[0]"},
+        {"pass": "software-pipelining", "anchor": "triton:k/for[0]"}))
+    got = [r.card.id for r in Retriever(cards, k=2, declarations=DECLS).retrieve(target).cards]
+    assert "tc" in got and len([g for g in got if g.startswith("pipe.")]) == 1, got
+    assert not [g for g in got if g.startswith("a-")], got
