@@ -18,7 +18,7 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, fresh_name, literal_int, names_in, walk_stmts
 from passes.triton.autotune import _module_names
 from passes.triton.launch import TRITON
-from passes.triton.persist import Walk, walk_edits, walk_of
+from passes.triton.persist import Walk, feeds_dot, loop_keywords, walk_edits, walk_of
 from passes.triton.roles import (
     PID_CALLS,
     _facts,
@@ -827,6 +827,9 @@ class PersistentGrid(Pass):
     """What the de-optimization left in its place (e.g. `tiles`)."""
     indent: str = "    "
     """The extra indentation of the loop body."""
+    flatten: bool = True
+    """A loop written by role where no header was recorded: `flatten=True` where its body holds a
+    K loop feeding `tl.dot` (a recorded header's own literal keywords are carried instead)."""
 
     name: ClassVar[str] = "persistent-grid"
     category: ClassVar[Category] = Category.STAGING
@@ -995,7 +998,9 @@ class PersistentGrid(Pass):
             walk = walk_of(mod, kernel) if kernel is not None else "no kernel at the site"
             if isinstance(walk, str):
                 return Skipped(walk, {"site": site.anchor})
-            return finish(ir, site, sorted(walk_edits(mod, walk, _module_names(mod)),
+            keywords = loop_keywords(self.header) if self.header else \
+                ("flatten=True" if self.flatten and feeds_dot(walk) else "")
+            return finish(ir, site, sorted(walk_edits(mod, walk, _module_names(mod), keywords),
                                            key=lambda e: e.start))
         if not self.header:
             return Skipped("a persistent loop needs the recorded loop header and host grid "

@@ -3,10 +3,13 @@
 A kernel launched over a 1-D grid whose body starts its work at `pid = tl.program_id(0)` does
 one tile per program. Made persistent, it launches `min(tiles, programs the GPU holds at once)`
 programs and each walks the tiles `pid, pid + programs, ...`: the body after the program id
-becomes the body of `for pid in range(tl.program_id(0), TILES, tl.num_programs(0))`. TILES is the
+becomes the body of `for pid in tl.range(tl.program_id(0), TILES, tl.num_programs(0), ...)`. TILES is the
 host grid's expression read in the kernel's terms: each launch argument becomes the kernel
 parameter it is passed as, `meta["P"]` the constexpr P, `triton.cdiv` `tl.cdiv`. Work the
-programs share before the loop (descriptors, constants) is then done once per program.
+programs share before the loop (descriptors, constants) is then done once per program. The
+loop's keywords are the caller's (`loop_keywords`); a body that holds a K loop feeding `tl.dot`
+is where `flatten=True` pays: Triton pipelines the tile loop and the K loop as one, so the next
+tile's loads overlap this tile's epilogue.
 
 A grid of several axes (row tiles, column tiles, a batch) is walked as one linear tile index in
 launch order, axis 0 fastest: the grid becomes `(min(T0 * T1 * ..., programs),)` and each
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 
 from passes._source import ByteEdit, indent_of, line_end, line_start
 from passes.triton._py import PyModule, callee, fresh_name
-from passes.triton.roles import launch_arguments, launch_grid
+from passes.triton.roles import dot_loops, launch_arguments, launch_grid
 
 PID = frozenset({"tl.program_id", "triton.language.program_id"})
 NUM_PROGRAMS = frozenset({"tl.num_programs", "triton.language.num_programs"})
@@ -182,9 +185,30 @@ def _decode(tile: str, axes: tuple[str, ...]) -> list[str]:
     return out
 
 
-def walk_edits(mod: PyModule, walk: Walk, taken: set[str]) -> list[ByteEdit]:
-    """The edits that make the kernel persistent: the loop over tiles, each grid capped by the
-    programs the GPU holds, and the host helper that counts them (after the imports)."""
+def feeds_dot(walk: Walk) -> bool:
+    """Whether the walked body holds a K loop feeding `tl.dot` (a tile loop worth flattening)."""
+    return any(dot_loops(s) for s in walk.kernel.body[walk.start:])
+
+
+def loop_keywords(header: str) -> str:
+    """The literal keywords (`flatten=True`, `num_stages=2`) of the `tl.range` a recorded loop
+    header iterates, as source text: what a loop written elsewhere may carry (the header's
+    bounds are its own kernel's names, its literal keywords are not)."""
+    line = next((ln.strip() for ln in header.splitlines() if ln.strip().startswith("for ")), "")
+    try:
+        loop = ast.parse(f"{line}\n    pass").body[0]
+    except SyntaxError:
+        return ""
+    if not (isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)):
+        return ""
+    return ", ".join(f"{k.arg}={ast.unparse(k.value)}" for k in loop.iter.keywords
+                     if k.arg and isinstance(k.value, ast.Constant))
+
+
+def walk_edits(mod: PyModule, walk: Walk, taken: set[str], keywords: str = "") -> list[ByteEdit]:
+    """The edits that make the kernel persistent: the loop over tiles (a `tl.range` with
+    `keywords`, a plain `range` without), each grid capped by the programs the GPU holds, and
+    the host helper that counts them (after the imports)."""
     src = mod.source
     stmt, kernel = walk.pid_stmt, walk.kernel
     first = kernel.body[walk.start]
@@ -211,7 +235,8 @@ def walk_edits(mod: PyModule, walk: Walk, taken: set[str]) -> list[ByteEdit]:
         body = "".join(parts) + src[at:end].decode("utf-8")
     body = "".join(step + line if line.strip() else line for line in body.splitlines(keepends=True))
     header = (f"{indent}# persistent: each program walks the tiles pid, pid + programs, ...\n"
-              f"{indent}for {tile} in range(tl.program_id(0), {walk.tiles}, tl.num_programs(0)):\n")
+              f"{indent}for {tile} in {'tl.range' if keywords else 'range'}(tl.program_id(0), "
+              f"{walk.tiles}, tl.num_programs(0){', ' + keywords if keywords else ''}):\n")
     edits = [ByteEdit(start, end, header + decoded + body)]
     if stmt is not None:
         edits += [ByteEdit(*mod.span(g), f"min({mod.text(g)}, {helper}())") for g in walk.grids]

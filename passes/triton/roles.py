@@ -230,6 +230,33 @@ def _has_dot(node: ast.AST) -> bool:
     return any(isinstance(c, ast.Call) and callee(c) in DOT for c in ast.walk(node))
 
 
+def dot_loops(node: ast.AST) -> list[ast.stmt]:
+    """The innermost loops under `node` that reduce with `tl.dot` (at any depth: a K loop
+    inside a loop over tiles or groups is the one whose loads feed the dot)."""
+    loops = [n for n in ast.walk(node) if isinstance(n, (ast.For, ast.While)) and _has_dot(n)]
+    return [loop for loop in loops
+            if not any(inner is not loop and inner in loops for inner in ast.walk(loop))]
+
+
+def accumulators(loop: ast.AST) -> set[str]:
+    """The names a loop's `tl.dot` accumulates into: `acc += tl.dot(..)`, `acc = acc + tl.dot(..)`,
+    `acc = tl.dot(a, b, acc)`."""
+    out: set[str] = set()
+    for node in ast.walk(loop):
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) \
+                and _has_dot(node.value):
+            out.add(node.target.id)
+        elif isinstance(node, ast.Call) and callee(node) in DOT:
+            acc = node.args[2] if len(node.args) >= 3 else \
+                next((k.value for k in node.keywords if k.arg == "acc"), None)
+            if isinstance(acc, ast.Name):
+                out.add(acc.id)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.BinOp) \
+                and _has_dot(node.value):
+            out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return out
+
+
 def _own_facts(kernel: ast.FunctionDef) -> _Facts:
     facts = _Facts()
     pid = pid_names(kernel)
@@ -323,28 +350,8 @@ def _own_facts(kernel: ast.FunctionDef) -> _Facts:
                 if isinstance(t, ast.Name):
                     facts.shapes[t.id] = (dims[0], dims[1])
     for loop in loops:
-        for node in ast.walk(loop):
-            if (
-                isinstance(node, ast.AugAssign)
-                and isinstance(node.target, ast.Name)
-                and _has_dot(node.value)
-            ):
-                facts.dotted_into.add(node.target.id)
-            elif isinstance(node, ast.Call) and callee(node) in DOT:
-                facts.dot_loop = True
-                acc = (
-                    node.args[2]
-                    if len(node.args) >= 3
-                    else next((k.value for k in node.keywords if k.arg == "acc"), None)
-                )
-                if isinstance(acc, ast.Name):
-                    facts.dotted_into.add(acc.id)
-            elif (
-                isinstance(node, ast.Assign)
-                and isinstance(node.value, ast.BinOp)
-                and _has_dot(node.value)
-            ):
-                facts.dotted_into |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        facts.dotted_into |= accumulators(loop)
+        facts.dot_loop = facts.dot_loop or _has_dot(loop)
     return facts
 
 

@@ -20,13 +20,14 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, fresh_name
 from passes.triton.affine import Box, Scope, box_of, broadcast
 from passes.triton.launch import TRITON, comment_above
+from passes.triton.roles import accumulators, dot_loops
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
     from kir import KernelIR
 
 MAKE = frozenset({"tl.make_tensor_descriptor", "triton.language.make_tensor_descriptor"})
-DOT = frozenset({"tl.dot", "triton.language.dot"})
+STORE = frozenset({"tl.store", "triton.language.store"})
 
 
 def _arg(call: ast.Call, name: str, pos: int) -> ast.AST | None:
@@ -135,7 +136,7 @@ class TmaDescriptors(Pass):
                 out.append(make_site(self.name, ir, index, mod.span(kernel), False,
                                      {"kernel": kernel.name, "base": base, "uses": len(calls)},
                                      mod.span(calls[0])))
-            guarded = [c for loop in _dot_loops(kernel) for c in mod.calls(loop, frozenset({"tl.load"}))
+            guarded = [c for loop in dot_loops(kernel) for c in mod.calls(loop, frozenset({"tl.load"}))
                        if _guarded(mod, c)]
             if guarded:  # the descriptor loads this rule wrote beside the pointer loads
                 out.append(make_site(self.name, ir, index, mod.span(kernel), True,
@@ -145,8 +146,10 @@ class TmaDescriptors(Pass):
             if boxes:  # hand-written tile loads of a dot loop: all of them in one move
                 ends = [mod.end(kernel)] + [mod.end(c) for c in mod.launches(kernel.name)]
                 lo = min(_allocator_at(mod), mod.start(kernel))
+                stores = [b for b in _output_boxes(mod, kernel) if not isinstance(b[1], str)]
                 out.append(make_site(self.name, ir, index, (lo, max(ends)),
                                      False, {"kernel": kernel.name, "operands": len(boxes),
+                                             "outputs": len(stores),
                                              "bases": sorted({b.base for _, b, _ in boxes})},
                                      mod.span(boxes[0][0])))
         return out
@@ -267,7 +270,9 @@ class TmaDescriptors(Pass):
         by_box: dict[tuple, str] = {}
         edits: list[ByteEdit] = []
         decls: dict[int, tuple[str, list[str]]] = {}
-        for call, box, loop in boxes:
+        stores = [b for b in _output_boxes(mod, kernel) if not isinstance(b[1], str)]
+        for call, box, loop in [*boxes, *stores]:
+            is_store = callee(call) in STORE
             blocks = (box.index[0].block, box.index[1].block)
             offsets = (box.index[0].offset, box.index[1].offset)
             shape, stride = box.shape, box.stride
@@ -278,21 +283,27 @@ class TmaDescriptors(Pass):
                 blocks, offsets, shape, stride = (blocks[::-1], offsets[::-1], shape[::-1],
                                                   stride[::-1])
             key = (box.base, shape, stride, blocks)
-            name = by_box.get(key)
+            name, inline = by_box.get(key), ""
             if name is None:
                 stem = box.base.split(" ")[0]
                 name = fresh_name((stem[:-4] if stem.endswith("_ptr") else stem) + "_desc", taken)
                 by_box[key] = name
                 place = _hoisted(mod, kernel, loop, box.names)
-                at = comment_above(mod.source, line_start(mod.source, mod.start(place)))
-                indent = indent_of(mod.source, mod.start(place))
-                decls.setdefault(at, (indent, []))[1].append(
-                    f"{indent}    {name} = tl.make_tensor_descriptor({box.base}, shape=[{shape[0]}, "
-                    f"{shape[1]}], strides=[{stride[0]}, {stride[1]}], "
-                    f"block_shape=[{blocks[0]}, {blocks[1]}])\n")
-            load = f"{name}.load([{offsets[0]}, {offsets[1]}])"
-            if flip:
-                load = f"tl.trans({load})"
+                decl = (f"{name} = tl.make_tensor_descriptor({box.base}, shape=[{shape[0]}, "
+                        f"{shape[1]}], strides=[{stride[0]}, {stride[1]}], "
+                        f"block_shape=[{blocks[0]}, {blocks[1]}])\n")
+                if place is loop and is_store:  # built where the store is, in its own branch
+                    inline = decl
+                else:
+                    at = comment_above(mod.source, line_start(mod.source, mod.start(place)))
+                    indent = indent_of(mod.source, mod.start(place))
+                    decls.setdefault(at, (indent, []))[1].append(f"{indent}    {decl}")
+            if is_store:
+                edits.append(_store_edit(mod, call, loop, flag, inline,
+                                         f"{name}.store([{offsets[0]}, {offsets[1]}], "
+                                         f"{_transposed(mod.text(call.args[1]), flip)})"))
+                continue
+            load = _transposed(f"{name}.load([{offsets[0]}, {offsets[1]}])", flip)
             edits.append(ByteEdit(*mod.span(call), f"({load} if {flag} else {mod.text(call)})"))
         for at, (indent, lines) in decls.items():
             head = f"{indent}if {flag}:  # tensor descriptors (TMA)\n"
@@ -335,15 +346,74 @@ def _hoisted(mod: PyModule, kernel: ast.FunctionDef, loop: ast.stmt, names: froz
     return place
 
 
-def _dot_loops(kernel: ast.FunctionDef) -> list[ast.stmt]:
-    """The kernel's innermost loops that reduce with `tl.dot` (at any depth: a K loop inside a
-    loop over tiles or groups is the one whose loads feed the dot)."""
-    def has_dot(node: ast.AST) -> bool:
-        return any(isinstance(c, ast.Call) and callee(c) in DOT for c in ast.walk(node))
+def _transposed(text: str, flip: bool) -> str:
+    return f"tl.trans({text})" if flip else text
 
-    loops = [n for n in ast.walk(kernel) if isinstance(n, (ast.For, ast.While)) and has_dot(n)]
-    return [loop for loop in loops
-            if not any(inner is not loop and inner in loops for inner in ast.walk(loop))]
+
+def _store_edit(mod: PyModule, call: ast.Call, stmt: ast.stmt, flag: str, decl: str,
+                store: str) -> ByteEdit:
+    """The store statement on two paths: `store` (after `decl`, where the descriptor is built
+    right there) where `flag` is on, the pointer store as written where it is off."""
+    src = mod.source
+    start, end = line_start(src, mod.start(stmt)), line_end(src, mod.end(stmt) - 1)
+    indent = indent_of(src, mod.start(stmt))
+    before = src[start:end].decode("utf-8")
+    kept = "".join("    " + line if line.strip() else line for line in before.splitlines(keepends=True))
+    return ByteEdit(start, end, f"{indent}if {flag}:  # the output tile through a tensor descriptor (TMA)\n"
+                    + (f"{indent}    {decl}" if decl else "")
+                    + f"{indent}    {store}\n{indent}else:\n{kept}")
+
+
+def _output_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Call, Box | str, ast.stmt]]:
+    """(store, box or why not, its statement) of every store after a dot loop of a value
+    computed from the loop's accumulator (through casts and epilogue arithmetic: a bias, an
+    activation): the output tile, read as a 2-D box like the operands' loads."""
+    loops = dot_loops(kernel)
+    accs = set().union(*(accumulators(loop) for loop in loops)) if loops else set()
+    if not accs:
+        return []
+    scope = Scope(mod, kernel)
+    canonical = {id(c) for _, c, *_ in TmaDescriptors()._pointer_accesses(mod, kernel)}
+    out: list[tuple[ast.Call, Box | str, ast.stmt]] = []
+    for call in mod.calls(kernel, STORE):
+        stmt = mod.parents.get(call)
+        if id(call) in canonical or len(call.args) != 2 or not isinstance(stmt, ast.Expr) \
+                or _guarded(mod, call) or any(mod.start(lp) <= mod.start(call) < mod.end(lp) for lp in loops):
+            continue
+        if not _reads(scope, call.args[1]) & accs:
+            continue
+        src = mod.source
+        if src[line_start(src, mod.start(stmt)):mod.start(stmt)].strip() or \
+                src[mod.end(stmt):line_end(src, mod.end(stmt) - 1)].strip(b" \t\r\n#"):
+            out.append((call, "the store shares its line with another statement", stmt))
+            continue
+        kw = {k.arg: k.value for k in call.keywords}
+        if set(kw) - {"mask"}:
+            out.append((call, "the store sets options a descriptor store does not take", stmt))
+            continue
+        box = box_of(scope, call.args[0], kw.get("mask"))
+        if not isinstance(box, str):
+            bound = {n for n, at in scope.assigned_at.items() if mod.end(at) <= mod.start(stmt)}
+            late = sorted(box.names - scope.params - bound)
+            if late:
+                box = f"the box of {box.base} reads {', '.join(late)}, bound after the store"
+        out.append((call, box, stmt))
+    return out
+
+
+def _reads(scope: Scope, node: ast.AST) -> set[str]:
+    """The names `node` reads, through the values of names assigned once."""
+    seen: set[str] = set()
+    todo = list(scope.names_of(node))
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        v = scope.value(ast.Name(id=n))
+        if v is not None:
+            todo += scope.names_of(v)
+    return seen
 
 
 def _operand_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Call, Box | str, ast.stmt]]:
@@ -353,7 +423,7 @@ def _operand_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Cal
     scope = Scope(mod, kernel)
     canonical = {id(c) for _, c, *_ in TmaDescriptors()._pointer_accesses(mod, kernel)}
     out: list[tuple[ast.Call, Box | str, ast.stmt]] = []
-    for loop in _dot_loops(kernel):
+    for loop in dot_loops(kernel):
         before = {n for n, stmt in scope.assigned_at.items() if mod.end(stmt) <= mod.start(loop)}
         for call in mod.calls(loop, frozenset({"tl.load", "triton.language.load"})):
             if id(call) in canonical or not call.args or _guarded(mod, call):
@@ -377,8 +447,13 @@ def _operand_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Cal
 
 def _guarded(mod: PyModule, call: ast.Call) -> bool:
     """The load is the pointer path of `(desc.load([...]) if FLAG else tl.load(...))` (the
-    descriptor load maybe transposed back): the rewrite already gave it a descriptor load."""
+    descriptor load maybe transposed back), the store the `else` branch of `if FLAG:` whose
+    branch stores through a descriptor: the rewrite already gave it a descriptor access."""
     parent = mod.parents.get(call)
+    branch = mod.parents.get(parent) if isinstance(parent, ast.Expr) else None
+    if isinstance(branch, ast.If) and parent in branch.orelse:
+        return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                   and c.func.attr == "store" for s in branch.body for c in ast.walk(s))
     if not (isinstance(parent, ast.IfExp) and parent.orelse is call):
         return False
     body = parent.body
