@@ -1,13 +1,17 @@
 """How far a tile-configuration sweep alone can take each dot-loop start kernel of a case folder.
 
     python3 bench/gemm_probe.py --out probe.json [--cases bench/heldout] [--only a,b] [--grid N]
-        [--variants plain,grouped,tma,tma-grouped]
+        [--variants plain,grouped,tma,tma-grouped,persistent,persistent-noflat] [--dry]
 
 On a GPU machine. For every case under `--cases` whose start kernel reduces with `tl.dot` in a
 loop (found by role, `passes.triton.roles`), two variants of the start kernel are written with
 the project's own rewrites: "plain" (the start kernel autotuned over a wide grid of joint tile /
 warp / stage configurations, `sweep_edit`, untied first where one constexpr serves several
-roles) and "grouped" (the same after the `grouped-ordering` rule). Each variant is imported, its
+roles) and "grouped" (the same after the `grouped-ordering` rule); "tma" reads the dot loop's
+tiles (and the output tile) through tensor descriptors, "tma-grouped" then groups; "persistent"
+composes the rewrites into the expert's structure (grouped order, a persistent grid whose tile
+loop is flattened into the K loop, descriptors), "persistent-noflat" the same with a plain tile
+loop. `--dry` (any machine) only writes the variants and reports each one's structure. Each variant is imported, its
 autotuner times every configuration (Triton's `do_bench`, L2 flushed), and then the variant's
 `run` and the case's reference are timed with `triton.testing.do_bench` (median) in this process.
 Writes per case and variant: each configuration's time, the best configuration and best / the
@@ -18,6 +22,7 @@ configuration the sweep does not propose, or a limit of the kernel's structure.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import sys
@@ -47,11 +52,24 @@ def _load(source: str, where: Path, stem: str):
     return module
 
 
-def _rule(ir, pass_name: str, detail_key: str | None = None):
+# A variant is the project's rewrites applied in order: (pass, detail key of the site, options).
+GROUPED = ("grouped-ordering", None, {})
+TMA = ("tma-descriptors", "operands", {})
+RECIPES: dict[str, tuple[tuple[str, str | None, dict], ...]] = {
+    "plain": (),
+    "grouped": (GROUPED,),
+    "tma": (TMA,),
+    "tma-grouped": (TMA, GROUPED),
+    "persistent": (GROUPED, ("persistent-grid", "role", {}), TMA),
+    "persistent-noflat": (GROUPED, ("persistent-grid", "role", {"flatten": False}), TMA),
+}
+
+
+def _rule(ir, pass_name: str, detail_key: str | None = None, options: dict | None = None):
     """`ir` after the pass's first open site (with `detail_key` in its detail), or a reason."""
     from passes import get_pass
 
-    p = get_pass(pass_name)()
+    p = get_pass(pass_name)(**(options or {}))
     sites = [s for s in p.sites(ir) if not s.present and (detail_key is None or detail_key in s.detail)]
     if not sites:
         return f"no open {pass_name} site"
@@ -59,9 +77,20 @@ def _rule(ir, pass_name: str, detail_key: str | None = None):
     return made.ir if hasattr(made, "ir") and made.ir is not None else f"{pass_name}: {made}"
 
 
+def composed(source: str, name: str):
+    """The start kernel `source` after variant `name`'s rewrites (`RECIPES`), or a reason."""
+    import kir
+
+    ir = kir.parse(source, language="triton")
+    for pass_name, key, options in RECIPES[name]:
+        ir = _rule(ir, pass_name, key, options)
+        if isinstance(ir, str):
+            break
+    return ir
+
+
 def variants(source: str, grid: int, names: list[str]) -> dict[str, tuple[str, str] | str]:
-    """name -> (source, tuned kernel) or a refusal reason. Names: plain, grouped, tma,
-    tma-grouped (the hand-written tile loads read through tensor descriptors, then grouped)."""
+    """name -> (source, tuned kernel) or a refusal reason; names are keys of `RECIPES`."""
     import kir
     from lineage.transfer import untied_for
     from passes.triton.roles import SweepRefusal, joint_config, sweep_edit
@@ -69,14 +98,9 @@ def variants(source: str, grid: int, names: list[str]) -> dict[str, tuple[str, s
     configs = [{"m": m, "n": n, "k": k, "group": 8, "num_warps": w, "num_stages": s}
                for m, n, k, w, s in WIDE[:grid]]
     out: dict[str, tuple[str, str] | str] = {}
-    ir0 = kir.parse(source, language="triton")
     bases = {}
     for name in names:
-        ir = ir0
-        for step in name.split("-"):
-            if isinstance(ir, str) or step == "plain":
-                continue
-            ir = _rule(ir, "grouped-ordering") if step == "grouped" else _rule(ir, "tma-descriptors", "operands")
+        ir = composed(source, name)
         if isinstance(ir, str):
             out[name] = ir
         else:
@@ -137,6 +161,23 @@ def probe_case(case, grid: int, where: Path, names: list[str]) -> dict:
     return rec
 
 
+def dry_case(case, grid: int, names: list[str]) -> dict:
+    """The variants of a case's start kernel written (no GPU, nothing run): per variant the
+    refusal, or the structure it has (a persistent tile loop, flattened, a descriptor store)."""
+    rec: dict = {"op": case.name, "ref": case.ref, "variants": {}}
+    for vname, made in variants(case.start_path().read_text(), grid, names).items():
+        if isinstance(made, str):
+            rec["variants"][vname] = {"refused": made}
+            continue
+        text = made[0]
+        rec["variants"][vname] = {"persistent": "tl.num_programs(0)" in text,
+                                  "flattened": "flatten=True" in text,
+                                  "descriptor_loads": text.count("_desc.load(["),
+                                  "descriptor_store": "_desc.store([" in text}
+        print(f"{case.name:14s} {vname:18s} {rec['variants'][vname]}", flush=True)
+    return rec
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -144,6 +185,7 @@ def main() -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--grid", type=int, default=len(WIDE))
     ap.add_argument("--variants", default="plain,grouped")
+    ap.add_argument("--dry", action="store_true", help="write the variants only (no GPU)")
     args = ap.parse_args()
     import gate
     import kir
@@ -164,7 +206,8 @@ def main() -> int:
             if not any(c.dot for c in cfgs.values()):
                 continue
             try:
-                records.append(probe_case(case, args.grid, Path(tmp), args.variants.split(",")))
+                probe = dry_case if args.dry else functools.partial(probe_case, where=Path(tmp))
+                records.append(probe(case, args.grid, names=args.variants.split(",")))
             except Exception as exc:
                 records.append({"op": case.name, "error": f"{type(exc).__name__}: {exc}"[:400]})
             Path(args.out).write_text(json.dumps(records, indent=1))

@@ -1,0 +1,114 @@
+"""The expert GEMM's structure rebuilt on held-out start kernels by the project's rewrites
+(grouped order -> persistent grid -> descriptors): the tile loop is flattened into the K loop,
+the output tile is stored through a descriptor on the flagged fast path (the epilogue kept), and
+both paths match the case's reference under the interpreter; found by role, not by name."""
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+import gate
+import kir
+from module_helpers import load_module
+from test_passes_persist import _apply
+
+torch = pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[1]
+HELDOUT = REPO / "bench" / "heldout"
+STEPS = (("grouped-ordering", "kernel"), ("persistent-grid", "role"), ("tma-descriptors", "operands"))
+
+# mm1024's start kernel with every name a rewrite could key on changed: kernel, parameters,
+# constexprs, index vectors, the accumulator, the stored value and the K loop's variable.
+RENAMES = {"matmul_kernel": "prod", "a_ptr": "lhs", "b_ptr": "rhs", "c_ptr": "dst", "BM": "TR",
+           "BN": "TC", "BK": "DEPTH", "rm": "r", "rn": "q", "rk": "d", "acc": "total", "c": "y",
+           "k0": "kk", "pid_m": "i", "pid_n": "j"}
+
+
+def _persistent(source: str) -> str:
+    ir = kir.parse(source, language="triton")
+    for name, key in STEPS:
+        ir = _apply(ir, name, key)
+    return ir.text
+
+
+def _aligned(shape: dict) -> dict:
+    """The shape with K and N rounded up to 16 elements: rows a descriptor can address (M and
+    the tiles' edges stay ragged)."""
+    return {**shape, **{d: -(-shape[d] // 16) * 16 for d in ("K", "N") if d in shape}}
+
+
+def _check_against_reference(text: str, case: gate.Case, tmp_path: Path) -> None:
+    module, ops = load_module(text, tmp_path), case.module()
+    shape = dict(next(iter(case.small_shapes.values())))
+    for s, descriptors in ((shape, None), (_aligned(shape), True)):
+        inputs = ops.make_inputs(s, 7, "cpu")
+        if descriptors is not None:
+            assert module._descriptors_fit(*inputs) is descriptors
+        out, ref = module.run(*inputs).float(), ops.reference(*inputs).float()
+        tol = case.tolerance_for(s["dtype"])
+        assert out.shape == ref.shape
+        assert float((out - ref).abs().max()) <= tol * max(1.0, float(ref.abs().max())), (case.name, s)
+
+
+@pytest.mark.parametrize("op", ["bmm", "addmm", "mm1024"])
+def test_heldout_start_kernels_rebuilt_persistent_flattened_with_a_descriptor_store(
+        op: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    case = gate.load_case(HELDOUT / op)
+    text = _persistent(case.start_path().read_text())
+    assert re.search(r"for \w+ in tl\.range\(tl\.program_id\(0\), .*, tl\.num_programs\(0\), "
+                     r"flatten=True\):", text)
+    assert re.search(r"if TMA_OK:  # the output tile through a tensor descriptor \(TMA\)\n"
+                     r"(\s+\w+ = tl\.make_tensor_descriptor\(.*\)\n)?\s+\w+_desc\.store\(\[", text)
+    assert re.search(r"else:\n\s+tl\.store\(", text)  # the pointer store kept for the slow path
+    if op == "addmm":  # the epilogue between the dot loop and the store stays
+        assert text.index("acc = acc + bias_row[None, :]") < text.index("out_desc.store([")
+    _check_against_reference(text, case, tmp_path)
+
+
+def test_the_output_tile_is_found_by_role_under_other_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    case = gate.load_case(HELDOUT / "mm1024")
+    source = case.start_path().read_text()
+    for old, new in RENAMES.items():
+        source = re.sub(rf"\b{old}\b", new, source)
+    assert "acc" not in source and "BM" not in source and "c_ptr" not in source
+    text = _persistent(source)
+    assert "tl.num_programs(0), flatten=True):" in text
+    assert "dst_desc.store([i * TR, j * TC], y)" in text
+    _check_against_reference(text, case, tmp_path)
+
+
+def test_a_recorded_loop_header_sets_the_keywords_and_flatten_can_be_left_off() -> None:
+    from passes import get_pass
+    from passes.base import Applied
+
+    # grouped first: its grid reads the tiles from `meta`, as a persistent grid needs
+    ir = _apply(kir.parse((HELDOUT / "mm1024" / "mm_naive.py").read_text(), language="triton"),
+                "grouped-ordering", "kernel")
+    header = "    for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True, num_stages=2):\n"
+    for options, loop in (({"header": header}, "tl.num_programs(0), flatten=True, num_stages=2):"),
+                          ({"header": "    for t in range(s, n, p):\n"}, "tl.num_programs(0)):"),
+                          ({"flatten": False}, "tl.num_programs(0)):")):
+        p = get_pass("persistent-grid")(**options)
+        site = next(s for s in p.sites(ir) if not s.present and "role" in s.detail)
+        made = p.optimize(ir, site)
+        assert isinstance(made, Applied) and loop in made.ir.text, options
+        assert ("tl.range(tl.program_id(0)" in made.ir.text) == ("flatten" in loop)
+
+
+def test_the_probe_writes_the_persistent_variants_on_a_cpu() -> None:
+    spec = importlib.util.spec_from_file_location("gemm_probe", REPO / "bench" / "gemm_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    made = probe.variants((HELDOUT / "mm1024" / "mm_naive.py").read_text(), 2,
+                          ["persistent", "persistent-noflat"])
+    flat, plain = made["persistent"], made["persistent-noflat"]
+    assert not isinstance(flat, str) and not isinstance(plain, str), made
+    assert "flatten=True" in flat[0] and "flatten" not in plain[0]
+    assert all("c_desc.store([" in t and "@triton.autotune" in t for t, _ in (flat, plain))
