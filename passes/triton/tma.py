@@ -287,7 +287,6 @@ class TmaDescriptors(Pass):
             if name is None:
                 stem = box.base.split(" ")[0]
                 name = fresh_name((stem[:-4] if stem.endswith("_ptr") else stem) + "_desc", taken)
-                by_box[key] = name
                 place = _hoisted(mod, kernel, loop, box.names)
                 decl = (f"{name} = tl.make_tensor_descriptor({box.base}, shape=[{shape[0]}, "
                         f"{shape[1]}], strides=[{stride[0]}, {stride[1]}], "
@@ -295,6 +294,7 @@ class TmaDescriptors(Pass):
                 if place is loop and is_store:  # built where the store is, in its own branch
                     inline = decl
                 else:
+                    by_box[key] = name
                     at = comment_above(mod.source, line_start(mod.source, mod.start(place)))
                     indent = indent_of(mod.source, mod.start(place))
                     decls.setdefault(at, (indent, []))[1].append(f"{indent}    {decl}")
