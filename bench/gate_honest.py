@@ -1,7 +1,8 @@
 """Gate every honest kernel of the repository and count the rejections: false rejections.
 
     python3 bench/gate_honest.py --tier device|interpret --out FILE.json [--md FILE.md]
-        [--jobs N] [--box SECONDS] [--only-cases a,b] [--limit N]
+        [--jobs N] [--box SECONDS] [--only-cases a,b] [--limit N] [--shard I/N]
+    python3 bench/gate_honest.py --merge SHARD.json [SHARD.json ...] --out FILE.json [--md FILE.md]
 
 Honest kernels, in this order (each labelled with where it came from):
 
@@ -25,6 +26,10 @@ With --box, no batch starts after that many seconds: the kernels left are counte
 reached. The JSON (run settings, counts, one record per gated kernel) is rewritten after every
 batch, so a killed run keeps what it did; --md writes a table per case (gated, passed, rejected
 by failure kind) and every rejection with its reason; the same summary is printed at the end.
+
+--shard I/N gates the kernels whose position in the deduplicated list is I modulo N (one shard
+per GPU: `CUDA_VISIBLE_DEVICES=I ... --shard I/N`); --merge joins the shards' JSON files into
+one record and summary (kernels no shard reached are counted as not reached).
 """
 from __future__ import annotations
 
@@ -228,15 +233,22 @@ def gate_batch(batch: list[Kernel], tier: str, jobs: int) -> list[tuple[Any | No
     return out
 
 
-def summarize(records: list[dict[str, Any]], todo: list[Kernel], reached: int,
-              meta: dict[str, Any]) -> str:
-    """The markdown summary: per case, kernels gated, passed, rejected by failure kind, errors
-    and not reached; then every rejection with its label and reason."""
-    not_reached = collections.Counter(k.case_ref for k in todo[reached:])
+def tally(todo: list[Kernel], reached: int) -> dict[str, Any]:
+    """Per case: the kernels not reached, and where its kernels came from (places by origin)."""
     origins: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for k in todo:
         for place in k.places:
             origins[k.case_ref][place.split(" ", 1)[0]] += 1
+    return {"not_reached_by_case": dict(collections.Counter(k.case_ref for k in todo[reached:])),
+            "origins_by_case": {case: dict(c) for case, c in origins.items()}}
+
+
+def summarize(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The markdown summary: per case, kernels gated, passed, rejected by failure kind, errors
+    and not reached; then every rejection with its label and reason. `meta` holds the run's
+    settings and `tally`'s counts."""
+    not_reached = collections.Counter(meta["not_reached_by_case"])
+    origins = meta["origins_by_case"]
     by_case: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for r in records:
         by_case[r["case"]].append(r)
@@ -244,17 +256,18 @@ def summarize(records: list[dict[str, Any]], todo: list[Kernel], reached: int,
     rejected = [r for r in records if r["ok"] is False]
     errors = sum(1 for r in records if r["ok"] is None)
     lines = [f"# Honest kernels through the gate ({meta['tier']} tier)", "",
-             f"{len(todo)} kernels ({meta['places']} places, {meta['skipped']} CUDA lineage "
+             f"{meta['kernels']} kernels ({meta['places']} places, {meta['skipped']} CUDA lineage "
              f"states skipped), {len(records)} gated in {meta['elapsed_s']:.0f} s "
              f"(--jobs {meta['jobs']}, --box {meta['box'] or 'none'}): "
              f"{sum(1 for r in records if r['ok'])} passed, {len(rejected)} rejected "
-             f"(false rejections), {errors} errors, {len(todo) - reached} not reached.", "",
+             f"(false rejections), {errors} errors, {sum(not_reached.values())} not reached.", "",
              "| case | from | gated | passed | " + " | ".join(kinds + ["error", "not reached"])
              + " |", "|---|---|---:|---:|" + "---:|" * (len(kinds) + 2)]
     for case in sorted(set(by_case) | set(not_reached)):
         recs = by_case.get(case, [])
         count = collections.Counter(r["failure_kind"] for r in recs if r["ok"] is False)
-        src = ", ".join(f"{o} {origins[case][o]}" for o in ORIGINS if origins[case][o])
+        src = ", ".join(f"{o} {origins.get(case, {}).get(o)}" for o in ORIGINS
+                        if origins.get(case, {}).get(o))
         cells = [str(count.get(kind, 0)) for kind in kinds]
         cells += [str(sum(1 for r in recs if r["ok"] is None)), str(not_reached.get(case, 0))]
         lines.append(f"| {case} | {src} | {len(recs)} | {sum(1 for r in recs if r['ok'])} | "
@@ -272,6 +285,52 @@ def summarize(records: list[dict[str, Any]], todo: list[Kernel], reached: int,
     return "\n".join(lines) + "\n"
 
 
+def shard(text: str) -> tuple[int, int]:
+    """(I, N) of an `I/N` shard; raises SystemExit(2) with one line unless 0 <= I < N."""
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise _bad(f"--shard {text}: expected I/N, e.g. 0/2") from None
+    if not 0 <= index < count:
+        raise _bad(f"--shard {text}: I must be in 0..N-1")
+    return index, count
+
+
+def merge(files: list[str], out: Path, md: str | None) -> int:
+    """One JSON and summary from shard files of one tier: records joined, counts summed."""
+    try:
+        parts = [json.loads(Path(f).read_text()) for f in files]
+    except (OSError, ValueError) as exc:
+        print(f"gate_honest: --merge: {exc}", file=sys.stderr)
+        return 2
+    tiers = {p.get("tier") for p in parts}
+    if len(tiers) != 1:
+        print(f"gate_honest: --merge: shards of different tiers {sorted(map(str, tiers))}",
+              file=sys.stderr)
+        return 2
+    records = [r for p in parts for r in p["records"]]
+    not_reached: collections.Counter[str] = collections.Counter()
+    origins: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for p in parts:
+        not_reached.update(p.get("not_reached_by_case", {}))
+        for case, counts in p.get("origins_by_case", {}).items():
+            origins[case].update(counts)
+    meta: dict[str, Any] = {
+        "tier": tiers.pop(), "jobs": max(p["jobs"] for p in parts), "box": max(p["box"] for p in parts),
+        "shards": [p.get("shard") for p in parts], "kernels": sum(p["kernels"] for p in parts),
+        "places": sum(p["places"] for p in parts), "skipped": max(p["skipped"] for p in parts),
+        "elapsed_s": max(p["elapsed_s"] for p in parts), "gated": len(records),
+        "not_reached": sum(not_reached.values()), "complete": all(p["complete"] for p in parts),
+        "merged_from": files, "not_reached_by_case": dict(not_reached),
+        "origins_by_case": {case: dict(c) for case, c in origins.items()}}
+    out.write_text(json.dumps({**meta, "records": records}, indent=1))
+    summary = summarize(records, meta)
+    if md:
+        Path(md).write_text(summary)
+    print(summary, end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tier", default="interpret")
@@ -282,7 +341,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds after which no new batch starts (0: none)")
     ap.add_argument("--only-cases", default="", help="comma-separated case names or refs")
     ap.add_argument("--limit", type=int, default=0, help="gate at most N kernels (0: all)")
+    ap.add_argument("--shard", default="", help="I/N: the kernels at positions I modulo N")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                    help="join these shard files into --out (and --md); gates nothing")
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, Path(args.out), args.md)
     try:
         if args.jobs < 1:
             raise _bad(f"--jobs must be at least 1, not {args.jobs}")
@@ -299,12 +363,15 @@ def main(argv: list[str] | None = None) -> int:
         only = {c.strip() for c in args.only_cases.split(",") if c.strip()}
         if only:
             todo = select(todo, only)
+        if args.shard:
+            index, count = shard(args.shard)
+            todo = todo[index::count]
     except SystemExit as exc:
         return int(exc.code or 0)
     if args.limit:
         todo = todo[:args.limit]
     meta: dict[str, Any] = {"tier": args.tier, "jobs": args.jobs, "box": args.box,
-                            "only_cases": sorted(only), "kernels": len(todo),
+                            "only_cases": sorted(only), "shard": args.shard, "kernels": len(todo),
                             "places": sum(len(k.places) for k in todo), "skipped": skipped}
     out = Path(args.out)
     records: list[dict[str, Any]] = []
@@ -313,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def write(done: bool) -> None:
         meta.update(gated=len(records), not_reached=len(todo) - reached, complete=done,
-                    elapsed_s=round(time.monotonic() - t0, 1))
+                    elapsed_s=round(time.monotonic() - t0, 1), **tally(todo, reached))
         out.write_text(json.dumps({**meta, "records": records}, indent=1))
 
     print(f"{len(todo)} kernels ({meta['places']} places, {skipped} CUDA lineage states "
@@ -334,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         reached = start + len(batch)
         write(False)
     write(reached == len(todo))
-    summary = summarize(records, todo, reached, meta)
+    summary = summarize(records, meta)
     if args.md:
         Path(args.md).write_text(summary)
     print(summary, end="")

@@ -97,13 +97,35 @@ def test_the_summary_counts_per_case_and_lists_each_rejection() -> None:
         {"kernel": "k2", "case": "c/a", "ok": None, "failure_kind": "error", "reason": "no case",
          "places": 1},
     ]
-    meta = {"tier": "interpret", "places": 5, "skipped": 0, "elapsed_s": 3.0, "jobs": 2, "box": 0}
-    md = gh.summarize(records, todo, 3, meta)
+    meta = {"tier": "interpret", "kernels": 5, "places": 5, "skipped": 0, "elapsed_s": 3.0,
+            "jobs": 2, "box": 0, **gh.tally(todo, 3)}
+    md = gh.summarize(records, meta)
     assert "| c/a | start 3 | 3 | 1 | 1 | 1 | 0 |" in md
     assert "| c/b | start 2 | 0 | 0 | 0 | 0 | 2 |" in md
     row = next(line for line in md.splitlines() if line.startswith("| k1 (+1 places)"))
     assert "a \\| b" in row and "x" * 194 in row and "x" * 195 not in row
     assert "1 rejected" in md and "2 not reached" in md and "| k2 | c/a | error | no case |" in md
+
+
+def test_shards_split_the_kernels_and_merge_into_one_summary(tmp_path: Path) -> None:
+    """Two shards of one case's kernels gate disjoint halves; merged, they count as one run."""
+    files = []
+    for i in range(2):
+        out = tmp_path / f"s{i}.json"
+        proc = _script("--tier", "interpret", "--only-cases", "conv2d", "--shard", f"{i}/2",
+                       "--box", "1e-9", "--out", str(out))
+        assert proc.returncode == 0, proc.stderr
+        files.append(out)
+    parts = [json.loads(f.read_text()) for f in files]
+    whole, md = tmp_path / "all.json", tmp_path / "all.md"
+    proc = _script("--merge", *map(str, files), "--out", str(whole), "--md", str(md))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(whole.read_text())
+    assert data["kernels"] == sum(p["kernels"] for p in parts) == data["not_reached"] >= 2
+    assert parts[0]["kernels"] - parts[1]["kernels"] in (0, 1)
+    assert f"{data['kernels']} not reached" in md.read_text()
+    bad = _script("--tier", "interpret", "--shard", "2/2", "--out", str(tmp_path / "x.json"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 
 def test_a_kernel_whose_case_does_not_load_is_not_gated() -> None:
