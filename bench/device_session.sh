@@ -25,13 +25,7 @@ LINEAGE_BOX=${LINEAGE_BOX:-150}   # seconds per expert lineage
 MAX_STEPS=${MAX_STEPS:-16}
 mkdir -p "$OUTDIR"
 export PYTHONUNBUFFERED=1 KLINEAGE_CACHE_DIR=${KLINEAGE_CACHE_DIR:-/tmp/klineage-cache}
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 3
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
+. bench/wheels.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUTDIR/gpu.txt"
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' | tee -a "$OUTDIR/gpu.txt"
 

@@ -2,6 +2,7 @@
 
     python3 bench/gate_honest.py --tier device|interpret --out FILE.json [--md FILE.md]
         [--jobs N] [--box SECONDS] [--only-cases a,b] [--limit N] [--shard I/N]
+        [--skip-passed EARLIER.json]
     python3 bench/gate_honest.py --merge SHARD.json [SHARD.json ...] --out FILE.json [--md FILE.md]
 
 Honest kernels, in this order (each labelled with where it came from):
@@ -30,6 +31,10 @@ by failure kind) and every rejection with its reason; the same summary is printe
 --shard I/N gates the kernels whose position in the deduplicated list is I modulo N (one shard
 per GPU: `CUDA_VISIBLE_DEVICES=I ... --shard I/N`); --merge joins the shards' JSON files into
 one record and summary (kernels no shard reached are counted as not reached).
+--skip-passed leaves out the kernels an earlier run of this script passed (same label and case:
+lineage states are named by content hash; give it only a run of the same gate version over the
+same expert and start files); their records are carried into this run's file, marked
+`carried_from`, so its counts cover them.
 """
 from __future__ import annotations
 
@@ -285,6 +290,16 @@ def summarize(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def passed_in(path: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """(label, case) -> record of each kernel an earlier run's file passed; SystemExit(2) with
+    one line where the file cannot be read."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return {(r["kernel"], r["case"]): r for r in data["records"] if r.get("ok") is True}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise _bad(f"--skip-passed {path}: {exc}") from None
+
+
 def shard(text: str) -> tuple[int, int]:
     """(I, N) of an `I/N` shard; raises SystemExit(2) with one line unless 0 <= I < N."""
     try:
@@ -342,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only-cases", default="", help="comma-separated case names or refs")
     ap.add_argument("--limit", type=int, default=0, help="gate at most N kernels (0: all)")
     ap.add_argument("--shard", default="", help="I/N: the kernels at positions I modulo N")
+    ap.add_argument("--skip-passed", default=None, metavar="JSON",
+                    help="an earlier run's file: the kernels it passed are carried, not gated")
     ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                     help="join these shard files into --out (and --md); gates nothing")
     args = ap.parse_args(argv)
@@ -363,20 +380,26 @@ def main(argv: list[str] | None = None) -> int:
         only = {c.strip() for c in args.only_cases.split(",") if c.strip()}
         if only:
             todo = select(todo, only)
+        carried = passed_in(args.skip_passed) if args.skip_passed else {}
         if args.shard:
             index, count = shard(args.shard)
             todo = todo[index::count]
     except SystemExit as exc:
         return int(exc.code or 0)
+    records: list[dict[str, Any]] = []
+    if carried:
+        keep = [k for k in todo if (k.label, k.case_ref) not in carried]
+        records = [{**carried[(k.label, k.case_ref)], "carried_from": args.skip_passed}
+                   for k in todo if (k.label, k.case_ref) in carried]
+        todo = [k for k in todo if (k.label, k.case_ref) in carried] + keep
     if args.limit:
-        todo = todo[:args.limit]
+        todo = todo[:args.limit + len(records)]
     meta: dict[str, Any] = {"tier": args.tier, "jobs": args.jobs, "box": args.box,
                             "only_cases": sorted(only), "shard": args.shard, "kernels": len(todo),
                             "places": sum(len(k.places) for k in todo), "skipped": skipped}
     out = Path(args.out)
-    records: list[dict[str, Any]] = []
     t0 = time.monotonic()
-    reached = 0
+    reached = len(records)
 
     def write(done: bool) -> None:
         meta.update(gated=len(records), not_reached=len(todo) - reached, complete=done,
@@ -386,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(todo)} kernels ({meta['places']} places, {skipped} CUDA lineage states "
           f"skipped), --jobs {args.jobs}", file=sys.stderr, flush=True)
     write(False)
-    for number, start in enumerate(range(0, len(todo), args.jobs)):
+    for number, start in enumerate(range(reached, len(todo), args.jobs)):
         if args.box and time.monotonic() - t0 >= args.box:
             break
         batch = todo[start:start + args.jobs]

@@ -128,6 +128,28 @@ def test_shards_split_the_kernels_and_merge_into_one_summary(tmp_path: Path) -> 
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 
+def test_kernels_an_earlier_run_passed_are_carried_not_gated(tmp_path: Path) -> None:
+    first = tmp_path / "first.json"
+    assert _script("--tier", "interpret", "--only-cases", "conv2d", "--box", "1e-9",
+                   "--out", str(first)).returncode == 0
+    gh = _module()
+    todo = [k for k in gh.kernels()[0] if k.case is not None and k.case.name == "conv2d"]
+    earlier = {"records": [{"kernel": todo[1].label, "case": todo[1].case_ref, "ok": True,
+                            "failure_kind": None, "reason": "", "places": 1}]}
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    out = tmp_path / "again.json"
+    proc = _script("--tier", "interpret", "--only-cases", "conv2d", "--box", "1e-9", "--out",
+                   str(out), "--skip-passed", str(tmp_path / "earlier.json"))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert [r["kernel"] for r in data["records"]] == [todo[1].label]
+    assert data["records"][0]["carried_from"].endswith("earlier.json")
+    assert data["not_reached"] == len(todo) - 1 == json.loads(first.read_text())["kernels"] - 1
+    bad = _script("--tier", "interpret", "--skip-passed", str(tmp_path / "none.json"),
+                  "--out", str(out))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
 def test_a_kernel_whose_case_does_not_load_is_not_gated() -> None:
     gh = _module()
     k = gh.Kernel("heldout r s:1", "heldout", "gone/case", None, "triton", "src", None,
