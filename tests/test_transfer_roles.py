@@ -328,3 +328,30 @@ def test_a_launch_through_a_dict_is_refused_with_the_line_that_hides_it() -> Non
     made = sweep_edit(_ir(text), "mm", [{"m": 64}])
     assert not isinstance(made, tuple)
     assert "cannot follow" in made.reason and "line" in made.reason
+
+
+MM_HOOKED = MM_A.replace("@triton.jit", '''def _sized(nargs):
+    nargs["seen"] = nargs["BM"]
+
+def _keep(configs, named_args, **kw):
+    return configs
+
+@triton.autotune(configs=[
+    triton.Config({"BM": 32, "BN": 32, "BK": 32}, num_warps=4, num_stages=2, pre_hook=_sized),
+    triton.Config({"BM": 64, "BN": 32, "BK": 32}, num_warps=4, pre_hook=_sized, num_stages=3),
+][:1], key=["M", "N"], prune_configs_by={"early_config_prune": _keep})
+@triton.jit''')
+
+
+def test_a_sweep_keeps_what_the_author_wrote_beside_the_configurations() -> None:
+    """Replacing an autotune decorator's configurations keeps its cache key, its pruning and
+    the pre_hook every configuration shares (it may size host-built descriptors for the tile)."""
+    text = MM_HOOKED
+    made = sweep_edit(_ir(text), "mm", [{"m": 64, "n": 128, "k": 32}, {"m": 128, "n": 64, "k": 32}])
+    assert not hasattr(made, "reason"), made
+    out = apply_byte_edits(text, made[0])
+    decorator = out[out.index("@triton.autotune"):out.index("@triton.jit")]
+    assert decorator.count("pre_hook=_sized") == 2, decorator
+    assert 'key=["M", "N"]' in decorator
+    assert 'prune_configs_by={"early_config_prune": _keep}' in decorator
+    compile(out, "swept", "exec")

@@ -1267,7 +1267,7 @@ def sweep_edit(
             f"the launch dict {stray_use[0]} is used beyond the launch (line {stray_use[1]})",
             {"kernel": kernel_name, "dict": stray_use[0], "line": stray_use[1]},
         )
-    text = _decorator_text(mod, kernel, fitted)
+    text = _decorator_text(mod, kernel, fitted, dec)
     if dec is not None:
         start = line_start(mod.source, mod.start(dec))
         following = (
@@ -1397,25 +1397,50 @@ def _disjoint(edits: list[ByteEdit]) -> list[ByteEdit]:
 
 
 def _decorator_text(
-    mod: PyModule, kernel: ast.FunctionDef, fitted: Sequence[Mapping[str, int]]
+    mod: PyModule, kernel: ast.FunctionDef, fitted: Sequence[Mapping[str, int]],
+    dec: ast.expr | None = None,
 ) -> str:
+    """The `@triton.autotune` over `fitted`. Where the kernel had one (`dec`), what its author
+    wrote beside the configurations stays: its keywords other than `configs` (the cache key,
+    config pruning, restore / reset lists) and every keyword all its configs share other than
+    the launch keys (a `pre_hook` that sizes host-built descriptors for the config's tiles)."""
     indent = indent_of(mod.source, mod.start(kernel))
+    own, shared = _decorator_keywords(mod, dec)
+    per_config = "".join(f", {k}={v}" for k, v in shared.items())
     lines = []
     for cfg in fitted:
         meta = ", ".join(f'"{k}": {v}' for k, v in cfg.items() if k not in LAUNCH_KEYS)
         lines.append(
             f"{indent}        triton.Config({{{meta}}}, num_warps={cfg['num_warps']}, "
-            f"num_stages={cfg['num_stages']}),"
+            f"num_stages={cfg['num_stages']}{per_config}),"
         )
-    extra = ""
+    extra = "".join(f",\n{indent}    {k}={v}" for k, v in own.items() if k != "key")
     restore = _written_and_read(kernel)
-    if restore:
-        extra = f", restore_value={restore!r}"
-    keys = _dimension_keys(kernel)
+    if restore and "restore_value" not in own:
+        extra += f",\n{indent}    restore_value={restore!r}"
+    keys = own.get("key") or repr(_dimension_keys(kernel))
     return (
         f"{indent}@triton.autotune(\n{indent}    configs=[\n" + "\n".join(lines) + "\n"
-        f"{indent}    ],\n{indent}    key={keys!r}{extra},\n{indent})\n"
+        f"{indent}    ],\n{indent}    key={keys}{extra},\n{indent})\n"
     )
+
+
+def _decorator_keywords(mod: PyModule, dec: ast.expr | None) -> tuple[dict[str, str], dict[str, str]]:
+    """(the autotune decorator's keywords but `configs`, the keywords every one of its literal
+    `triton.Config` calls passes with the same text, launch keys and the config dict aside), as
+    source text; empty where there is no decorator call."""
+    if not isinstance(dec, ast.Call):
+        return {}, {}
+    own = {k.arg: mod.text(k.value) for k in dec.keywords if k.arg and k.arg != "configs"}
+    configs = next((k.value for k in dec.keywords if k.arg == "configs"),
+                   dec.args[0] if dec.args else None)
+    calls = [c for c in ast.walk(configs) if isinstance(c, ast.Call)
+             and callee(c).split(".")[-1] == "Config"] if configs is not None else []
+    texts = [{k.arg: mod.text(k.value) for k in c.keywords
+              if k.arg and k.arg not in LAUNCH_KEYS and k.arg not in ("kwargs", "num_ctas", "maxnreg")}
+             for c in calls]
+    shared = {k: v for k, v in texts[0].items() if all(t.get(k) == v for t in texts)} if texts else {}
+    return own, shared
 
 
 def launch_grid(mod: PyModule, call: ast.Call | ast.Subscript) -> ast.AST | None:
