@@ -355,3 +355,45 @@ def test_a_sweep_keeps_what_the_author_wrote_beside_the_configurations() -> None
     assert 'key=["M", "N"]' in decorator
     assert 'prune_configs_by={"early_config_prune": _keep}' in decorator
     compile(out, "swept", "exec")
+
+
+IMPLICIT_GEMM = '''
+import torch, triton
+import triton.language as tl
+
+@triton.jit
+def taps(x, w, y, P, C, F, KH: tl.constexpr, KW: tl.constexpr,
+         TP: tl.constexpr, TF: tl.constexpr, TC: tl.constexpr):
+    i = tl.program_id(0)
+    j = tl.program_id(1)
+    rows = i * TP + tl.arange(0, TP)
+    cols = j * TF + tl.arange(0, TF)
+    lanes = tl.arange(0, TC)
+    acc = tl.zeros((TP, TF), dtype=tl.float32)
+    nc = tl.cdiv(C, TC)
+    for t in range(KH * KW * nc):
+        tap = t // nc
+        cb = t % nc
+        kh = tap // KW
+        kw = tap - kh * KW
+        ch = cb * TC + lanes
+        a = tl.load(x + (rows[:, None] + kh * KW + kw) * C + ch[None, :],
+                    mask=(rows[:, None] < P) & (ch[None, :] < C), other=0.0)
+        b = tl.load(w + (tap * C + ch[:, None]) * F + cols[None, :],
+                    mask=(ch[:, None] < C) & (cols[None, :] < F), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(y + rows[:, None] * F + cols[None, :], acc, mask=(rows[:, None] < P) & (cols[None, :] < F))
+'''
+
+
+def test_a_reduction_block_stepped_through_a_value_of_the_trip_is_the_k_tile() -> None:
+    """A K loop over taps x channel blocks advances the channel block by `(t % nc) * TC`, not
+    by a loop step: the block that bounds the trip count and sizes the operands' shared axis is
+    still the k tile. The filter width, which scales a trip value (`kh * KW`) but sizes no
+    block, gets no role."""
+    import ast as _ast
+
+    from passes.triton.roles import tile_roles
+
+    kernel = next(n for n in _ast.parse(IMPLICIT_GEMM).body if isinstance(n, _ast.FunctionDef))
+    assert tile_roles(kernel) == {"TP": "m", "TF": "n", "TC": "k"}

@@ -262,6 +262,7 @@ def _own_facts(kernel: ast.FunctionDef) -> _Facts:
     pid = pid_names(kernel)
     assigns = assignments(kernel)
     loops = [n for n in ast.walk(kernel) if isinstance(n, ast.For)]
+    trip_scaled: dict[str, bool] = {}  # names scaling a value computed from a loop's trip
     for loop in loops:
         if not (isinstance(loop.iter, ast.Call) and callee(loop.iter) in RANGE_CALLS):
             continue
@@ -291,13 +292,20 @@ def _own_facts(kernel: ast.FunctionDef) -> _Facts:
                 for n in names_in(node.value):
                     facts.steps[n] = facts.steps.get(n, False) or innermost_dot
         bound = reached(set().union(*(names_in(a) for a in args)), assigns) if args else set()
+        # The trip's own values: the loop variable and what the body computes from it
+        # (`c_blk = kk % c_blocks`). A name scaling one of them (`c_blk * BK`, or
+        # `(kk % c_blocks) * BK` inline) while it bounds the trip count steps the loop if it
+        # also sizes a block (checked below: a filter width `r * S` sizes none).
+        trip = _trip_values(loop, var)
         for node in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
                 sides = (node.left, node.right)
-                if any(isinstance(x, ast.Name) and x.id == var for x in sides):
-                    for x in sides:
-                        if isinstance(x, ast.Name) and x.id != var and x.id in bound:
+                for x, other in (sides, sides[::-1]):
+                    if isinstance(x, ast.Name) and x.id != var and x.id in bound:
+                        if isinstance(other, ast.Name) and other.id == var:
                             facts.steps[x.id] = facts.steps.get(x.id, False) or innermost_dot
+                        elif names_in(other) & trip:
+                            trip_scaled[x.id] = trip_scaled.get(x.id, False) or innermost_dot
     for call in ast.walk(kernel):
         if not isinstance(call, ast.Call):
             continue
@@ -315,6 +323,9 @@ def _own_facts(kernel: ast.FunctionDef) -> _Facts:
         if name.endswith(".reshape") or name.endswith(".view"):
             facts.sizing |= set().union(*(names_in(a) for a in call.args)) if call.args else set()
 
+    for n, inner in trip_scaled.items():
+        if n in facts.sizing:
+            facts.steps[n] = facts.steps.get(n, False) or inner
     ranged = _range_derived(kernel)
     facts.bounded |= _compared_extents(kernel, ranged)
 
@@ -353,6 +364,23 @@ def _own_facts(kernel: ast.FunctionDef) -> _Facts:
         facts.dotted_into |= accumulators(loop)
         facts.dot_loop = facts.dot_loop or _has_dot(loop)
     return facts
+
+
+def _trip_values(loop: ast.For, var: str) -> set[str]:
+    """The loop variable and the names the loop body assigns from it (directly or through
+    another such name): the values that change with the trip."""
+    trip = {var}
+    body = [n for n in ast.walk(ast.Module(body=loop.body, type_ignores=[]))
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)]
+    grown = True
+    while grown:
+        grown = False
+        for a in body:
+            name = a.targets[0].id  # type: ignore[union-attr]
+            if name not in trip and names_in(a.value) & trip:
+                trip.add(name)
+                grown = True
+    return trip
 
 
 def _range_extents(node: ast.AST) -> set[str]:
