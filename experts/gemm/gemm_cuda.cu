@@ -387,16 +387,26 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap* map_a, const TmaMa
   }
 }
 
+// The C tensor map is a parameter only where the TMA store uses it (WG_EPILOGUE 1): the host
+// passes it exactly when the kernel declares it.
+#if WG_EPILOGUE == 1
+#define WG_C_MAP_PARAM const __grid_constant__ TmaMap map_c,
+#define WG_C_MAP_ARG &map_c
+#else
+#define WG_C_MAP_PARAM
+#define WG_C_MAP_ARG nullptr
+#endif
+
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 gemm_wgmma_bf16(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_b,
-                const __grid_constant__ TmaMap map_c, u16* __restrict__ C, int M, int N, int K) {
-  gemm_wgmma_body<true>(&map_a, &map_b, &map_c, C, M, N, K);
+                WG_C_MAP_PARAM u16* __restrict__ C, int M, int N, int K) {
+  gemm_wgmma_body<true>(&map_a, &map_b, WG_C_MAP_ARG, C, M, N, K);
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 gemm_wgmma_fp16(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_b,
-                const __grid_constant__ TmaMap map_c, u16* __restrict__ C, int M, int N, int K) {
-  gemm_wgmma_body<false>(&map_a, &map_b, &map_c, C, M, N, K);
+                WG_C_MAP_PARAM u16* __restrict__ C, int M, int N, int K) {
+  gemm_wgmma_body<false>(&map_a, &map_b, WG_C_MAP_ARG, C, M, N, K);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -135,6 +135,12 @@ def wgmma_smem_bytes(defines: dict[str, str | int] | None = None) -> int:
     return stages * (WG_A_BYTES + WG_B_BYTES) + c_bytes + 2 * stages * 8 + 1024
 
 
+@functools.lru_cache(maxsize=1)
+def _declares_c_map() -> bool:
+    """Whether the .cu beside this module can take a C tensor map (WG_C_MAP_PARAM)."""
+    return "WG_C_MAP_PARAM" in SOURCE_PATH.read_text()
+
+
 def _cdiv(x: int, y: int) -> int:
     return (x + y - 1) // y
 
@@ -160,13 +166,14 @@ def matmul(a: torch.Tensor, b: torch.Tensor, kernel: str = "auto",
         func = _kernel(f"gemm_wgmma_{_SUFFIX[a.dtype]}", smem, defines)
         map_a = _tensor_map(a, WG_BK, WG_BM)   # A tile: BM rows x BK (128 bytes) columns
         map_b = _tensor_map(b, 64, WG_BK)      # B atom: BK rows x 64 (128 bytes) columns
-        # C chunk: 64 rows x 64 (128 bytes) columns; a kernel that does not TMA-store ignores it.
+        # C chunk: 64 rows x 64 (128 bytes) columns, passed only to a kernel that TMA-stores C
+        # (WG_EPILOGUE 1 in a source that has the parameter: an older source ignores the macro).
         epilogue = int((defines or {}).get("WG_EPILOGUE", WG_EPILOGUE))
-        map_c = _tensor_map(c, 64, 64) if epilogue == 1 else map_a
+        c_map = [_tensor_map(c, 64, 64)] if epilogue == 1 and _declares_c_map() else []
         grid = _cdiv(M, WG_BM) * _cdiv(N, WG_BN)
         if persistent:
             grid = min(grid, num_sms)
-        host.launch(func, grid, WG_THREADS, smem, [map_a, map_b, map_c, c, M, N, K], stream)
+        host.launch(func, grid, WG_THREADS, smem, [map_a, map_b, *c_map, c, M, N, K], stream)
     elif kernel == "mma":
         func = _kernel(f"gemm_mma_{_SUFFIX[a.dtype]}", MS_SMEM_BYTES, defines)
         grid = _cdiv(M, MS_BM) * _cdiv(N, MS_BN)
