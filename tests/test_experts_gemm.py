@@ -151,3 +151,17 @@ def test_experts_on_the_gpu(kernel: str, shape: dict) -> None:
         a, b = case.make_inputs(shape, seed, "cuda")
         out = fn(a, b)
         assert _rel_err(out, a.float() @ b.float()) <= case.TOLERANCE[shape["dtype"]]
+
+
+@pytest.mark.parametrize("epilogue, instr", [(1, "cp.async.bulk.tensor.2d.global.shared::cta"),
+                                             (2, "st.global.v4.u32")])
+def test_cuda_staged_epilogues_compile_without_spills(epilogue: int, instr: str) -> None:
+    pytest.importorskip("cuda.bindings.nvrtc")
+    from experts.gemm import gemm_cuda
+
+    defines = {"WG_EPILOGUE": epilogue}
+    compiled = gemm_cuda.compile_kernels(arch="sm_90a", defines=defines)
+    assert instr in compiled.ptx
+    for kernel in ("gemm_wgmma_bf16", "gemm_wgmma_fp16"):
+        assert compiled.resources()[kernel]["spill_stores"] == 0, kernel
+    assert gemm_cuda.wgmma_smem_bytes(defines) <= 232448  # Hopper's per-block opt-in limit

@@ -228,3 +228,10 @@ def test_forward_rules_need_the_record() -> None:
     p = get_pass("warp-specialization")()
     site = next(s for s in p.sites(out) if not s.present)
     assert "recorded split" in p.optimize(out, site, CTX).reason
+
+
+def test_a_consumer_that_bulk_stores_its_results_is_still_the_consumer() -> None:
+    # gemm_cuda.cu's consumers may TMA-store C (WG_EPILOGUE 1): the split is still found
+    ir = kir.parse_file(EXPERTS / "gemm" / "gemm_cuda.cu")
+    sites = [s for s in get_pass("warp-specialization")().sites(ir) if s.present]
+    assert len(sites) == 1 and "cp.async.bulk.tensor.2d.global.shared::cta" in ir.text

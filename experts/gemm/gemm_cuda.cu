@@ -9,10 +9,13 @@
 //   setmaxnreg moves registers from the producer to the consumers' 128-float accumulators.
 //   Launched with one block per SM, each block walks several tiles (persistent), so the
 //   producer fills the next tile's stages while the consumers store this one.
+//   WG_EPILOGUE picks how the consumers write C: from registers (0), or staged through
+//   swizzled shared memory and written by TMA stores (1) or coalesced 16-byte stores (2).
 // - gemm_mma_{bf16,fp16} (sm_80+, any shape with K, N multiples of 8): cp.async multi-stage
 //   pipeline with 128-bit copies into padded shared tiles, ldmatrix fragment loads and
 //   mma.sync m16n8k16 tensor-core instructions.
-// Both walk the output tiles in GROUP_M-swizzled order so neighbouring blocks share A/B in L2.
+// Both walk the output tiles in GROUP_M-swizzled order (TILE_RASTER picks along M or N) so
+// neighbouring blocks share A/B in L2.
 
 typedef unsigned short u16;             // raw 16-bit element (bf16 or fp16 bit pattern)
 typedef unsigned int u32;
@@ -20,6 +23,11 @@ typedef unsigned long long u64;
 
 #ifndef GROUP_M
 #define GROUP_M 8
+#endif
+// Tile order: 0 = GROUP_M row-tiles sweep the column-tiles together; 1 = the transpose,
+// GROUP_M column-tiles sweep the row-tiles (B's panels stay in L2 instead of A's).
+#ifndef TILE_RASTER
+#define TILE_RASTER 0
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -42,13 +50,20 @@ __device__ __forceinline__ u32 pack2(float lo, float hi) {
 }
 
 // Grouped (swizzled) tile order: GROUP_M consecutive row-tiles sweep the column-tiles together.
-__device__ __forceinline__ void tile_coords(int pid, int num_m, int num_n, int& tm, int& tn) {
-  int in_group = GROUP_M * num_n;
+__device__ __forceinline__ void grouped_coords(int pid, int num_major, int num_minor, int& major, int& minor) {
+  int in_group = GROUP_M * num_minor;
   int group = pid / in_group;
-  int first_m = group * GROUP_M;
-  int size_m = min(num_m - first_m, GROUP_M);
-  tm = first_m + (pid % in_group) % size_m;
-  tn = (pid % in_group) / size_m;
+  int first = group * GROUP_M;
+  int size = min(num_major - first, GROUP_M);
+  major = first + (pid % in_group) % size;
+  minor = (pid % in_group) / size;
+}
+__device__ __forceinline__ void tile_coords(int pid, int num_m, int num_n, int& tm, int& tn) {
+#if TILE_RASTER
+  grouped_coords(pid, num_n, num_m, tn, tm);
+#else
+  grouped_coords(pid, num_m, num_n, tm, tn);
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -71,10 +86,23 @@ __device__ __forceinline__ void tile_coords(int pid, int num_m, int num_n, int& 
 #define WG_B_BYTES (WG_BK * WG_BN * 2)                 // 32 KiB
 #define WG_STAGE_BYTES (WG_A_BYTES + WG_B_BYTES)
 #define WG_B_ATOM 64                                   // N-columns per 128-byte swizzle atom
-// Dynamic shared memory (the host computes the same sum): the stage ring, the 2*STAGES
-// mbarriers, and slack to align the ring to 1024 B (the 128-byte swizzle pattern repeats every
-// 1024 B and TMA/wgmma assume that alignment).
-#define WG_SMEM_BYTES (WG_STAGES * WG_STAGE_BYTES + 2 * WG_STAGES * 8 + 1024)
+// How the consumers write their accumulators to C:
+// 0: straight from registers, one 4-byte pair per thread per store (8 rows x 16 B per warp);
+// 1: through shared memory (a 128-byte-swizzled 64x64 chunk per consumer, double-buffered),
+//    written by a TMA store (cp.async.bulk.tensor shared->global) that runs on while the
+//    consumer starts its next tile; the copy engine clips the ragged edges;
+// 2: through the same shared chunks, read back as 16-byte vectors and written with coalesced
+//    16-byte global stores (8 threads per 128-byte row), edges checked per vector.
+#ifndef WG_EPILOGUE
+#define WG_EPILOGUE 0
+#endif
+#define WG_C_COLS 64                                   // C chunk: 64 rows x 64 cols (128 B rows)
+#define WG_C_CHUNK_BYTES (64 * WG_C_COLS * 2)          // 8 KiB
+#define WG_C_BYTES (WG_EPILOGUE ? WG_CONSUMERS * 2 * WG_C_CHUNK_BYTES : 0)
+// Dynamic shared memory (the host computes the same sum): the stage ring, the C chunks, the
+// 2*STAGES mbarriers, and slack to align the ring to 1024 B (the 128-byte swizzle pattern
+// repeats every 1024 B and TMA/wgmma assume that alignment).
+#define WG_SMEM_BYTES (WG_STAGES * WG_STAGE_BYTES + WG_C_BYTES + 2 * WG_STAGES * 8 + 1024)
 
 // B's descriptor offsets (N-major, 128-byte swizzle): the leading offset steps between 64-wide
 // N atoms (WG_BK rows of 128 B each), the stride offset between groups of 8 K-rows.
@@ -114,6 +142,24 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TmaMap* map, int c0, 
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
       ::"r"(dst), "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+
+// TMA store of the box at (c0 innermost, c1) from shared memory at src; elements outside the
+// tensor are not written. Tracked by the issuing thread's bulk groups.
+__device__ __forceinline__ void tma_store_2d(const TmaMap* map, u32 src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+               ::"l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(src) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Wait until at most N of this thread's bulk groups still read their shared-memory source.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// Barrier over one warpgroup (ids 1.. ; 0 is __syncthreads).
+__device__ __forceinline__ void warpgroup_bar(int id) {
+  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
 // wgmma shared-memory matrix descriptor with 128-byte swizzle.
@@ -176,12 +222,13 @@ __device__ __forceinline__ void wgmma_64x256x16(float* d, u64 desc_a, u64 desc_b
 }
 
 template <bool BF16>
-__device__ __forceinline__ void gemm_wgmma_body(const TmaMap* map_a, const TmaMap* map_b,
+__device__ __forceinline__ void gemm_wgmma_body(const TmaMap* map_a, const TmaMap* map_b, const TmaMap* map_c,
                                                 u16* __restrict__ C, int M, int N, int K) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 raw = smem_addr(smem_raw);
   const u32 base = (raw + 1023u) & ~1023u;  // stage ring starts 1024-aligned
-  const u32 bars = base + WG_STAGES * WG_STAGE_BYTES;
+  const u32 cbufs = base + WG_STAGES * WG_STAGE_BYTES;  // C chunks, 1024-aligned (WG_EPILOGUE)
+  const u32 bars = cbufs + WG_C_BYTES;
   // full[s] at bars + 8s (TMA landed), empty[s] at bars + 8(STAGES + s) (consumers done)
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
@@ -274,6 +321,52 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap* map_a, const TmaMa
 
       // Accumulator layout of m64nNk16: warp w owns rows 16w..16w+15; value 4j+{0,1} sits at
       // (row lane/4, cols 8j + 2(lane%4) + {0,1}), value 4j+{2,3} eight rows further down.
+#if WG_EPILOGUE
+      const u32 cbuf = cbufs + cw * (2 * WG_C_CHUNK_BYTES);
+      const int r_lo = warp * 16 + lane / 4;  // row within this consumer's 64
+#pragma unroll
+      for (int q = 0; q < WG_BN / WG_C_COLS; ++q) {
+        const u32 buf = cbuf + (q & 1) * WG_C_CHUNK_BYTES;
+#if WG_EPILOGUE == 1
+        // The store issued two chunks ago read this buffer; it must be done before we refill it.
+        if (tid == 0) bulk_wait_read<1>();
+        warpgroup_bar(1 + cw);
+#endif
+        // 128-byte swizzle (the TMA's layout): the 16-byte column chunk c of row r sits at
+        // chunk c ^ (r % 8), so a warp's 8 rows x 16 B land in distinct banks.
+#pragma unroll
+        for (int jj = 0; jj < WG_C_COLS / 8; ++jj) {
+          const int j = q * (WG_C_COLS / 8) + jj;
+          const u32 lo = buf + r_lo * 128 + ((jj ^ (r_lo & 7)) << 4) + 4 * (lane % 4);
+          const u32 hi = lo + 8 * 128;  // row r_lo + 8: same r % 8, same swizzle
+          asm volatile("st.shared.u32 [%0], %1;" ::"r"(lo), "r"(pack2<BF16>(acc[4 * j], acc[4 * j + 1])) : "memory");
+          asm volatile("st.shared.u32 [%0], %1;" ::"r"(hi), "r"(pack2<BF16>(acc[4 * j + 2], acc[4 * j + 3])) : "memory");
+        }
+#if WG_EPILOGUE == 1
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // st.shared -> copy engine
+        warpgroup_bar(1 + cw);
+        if (tid == 0) {
+          tma_store_2d(map_c, buf, n0 + q * WG_C_COLS, m0 + cw * 64);
+          bulk_commit();
+        }
+#else
+        // Two buffers and one barrier per chunk: passing chunk q+1's barrier means every
+        // thread has finished reading chunk q, so chunk q+2 may overwrite its buffer.
+        warpgroup_bar(1 + cw);
+#pragma unroll
+        for (int p = 0; p < 64 / 16; ++p) {
+          const int r = p * 16 + tid / 8, ch = tid % 8;
+          u32 v0, v1, v2, v3;
+          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3) : "r"(buf + r * 128 + ((ch ^ (r & 7)) << 4)) : "memory");
+          const int grow = m0 + cw * 64 + r, gcol = n0 + q * WG_C_COLS + 8 * ch;
+          if (grow < M && gcol < N)  // N % 8 == 0: a 16-byte vector is wholly in or out
+            asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};"
+                         ::"l"(C + static_cast<long long>(grow) * N + gcol), "r"(v0), "r"(v1), "r"(v2), "r"(v3) : "memory");
+        }
+#endif
+      }
+#else
       const int row0 = m0 + cw * 64 + warp * 16 + lane / 4;
       const int col0 = n0 + 2 * (lane % 4);
 #pragma unroll
@@ -286,20 +379,34 @@ __device__ __forceinline__ void gemm_wgmma_body(const TmaMap* map_a, const TmaMa
             *reinterpret_cast<u32*>(C + static_cast<long long>(row0 + 8) * N + col) = pack2<BF16>(acc[4 * j + 2], acc[4 * j + 3]);
         }
       }
+#endif
     }
+#if WG_EPILOGUE == 1
+    if (tid == 0) bulk_wait_all();  // shared memory must outlive the last stores' reads
+#endif
   }
 }
 
+// The C tensor map is a parameter only where the TMA store uses it (WG_EPILOGUE 1): the host
+// passes it exactly when the kernel declares it.
+#if WG_EPILOGUE == 1
+#define WG_C_MAP_PARAM const __grid_constant__ TmaMap map_c,
+#define WG_C_MAP_ARG &map_c
+#else
+#define WG_C_MAP_PARAM
+#define WG_C_MAP_ARG nullptr
+#endif
+
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 gemm_wgmma_bf16(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_b,
-                u16* __restrict__ C, int M, int N, int K) {
-  gemm_wgmma_body<true>(&map_a, &map_b, C, M, N, K);
+                WG_C_MAP_PARAM u16* __restrict__ C, int M, int N, int K) {
+  gemm_wgmma_body<true>(&map_a, &map_b, WG_C_MAP_ARG, C, M, N, K);
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 gemm_wgmma_fp16(const __grid_constant__ TmaMap map_a, const __grid_constant__ TmaMap map_b,
-                u16* __restrict__ C, int M, int N, int K) {
-  gemm_wgmma_body<false>(&map_a, &map_b, C, M, N, K);
+                WG_C_MAP_PARAM u16* __restrict__ C, int M, int N, int K) {
+  gemm_wgmma_body<false>(&map_a, &map_b, WG_C_MAP_ARG, C, M, N, K);
 }
 
 // ---------------------------------------------------------------------------------------------

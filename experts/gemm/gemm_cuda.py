@@ -22,6 +22,9 @@ SOURCE_PATH = Path(__file__).with_suffix(".cu")
 # Launch geometry; must match the #defines of gemm_cuda.cu.
 WG_BM, WG_BN, WG_BK, WG_THREADS = 128, 256, 64, 384
 WG_STAGES, WG_A_BYTES, WG_B_BYTES = 4, 128 * 64 * 2, 64 * 256 * 2
+# The .cu's default WG_EPILOGUE (0: stores from registers; 1: shared memory + TMA store;
+# 2: shared memory + 16-byte stores); 1 and 2 add two 64x64 C chunks per consumer warpgroup.
+WG_EPILOGUE, WG_C_CHUNK_BYTES, WG_CONSUMERS = 0, 64 * 64 * 2, 2
 MS_BM, MS_BN, MS_BK, MS_STAGES, MS_THREADS = 128, 128, 32, 4, 256
 MS_SMEM_BYTES = MS_STAGES * (MS_BM * (MS_BK + 8) + MS_BK * (MS_BN + 8)) * 2
 
@@ -124,6 +127,20 @@ def _tensor_map(t: torch.Tensor, box_inner: int, box_outer: int) -> Any:
     return tmap
 
 
+def wgmma_smem_bytes(defines: dict[str, str | int] | None = None) -> int:
+    """Dynamic shared memory of the wgmma kernel under `defines` (the .cu's WG_SMEM_BYTES)."""
+    stages = int((defines or {}).get("WG_STAGES", WG_STAGES))
+    epilogue = int((defines or {}).get("WG_EPILOGUE", WG_EPILOGUE))
+    c_bytes = WG_CONSUMERS * 2 * WG_C_CHUNK_BYTES if epilogue else 0
+    return stages * (WG_A_BYTES + WG_B_BYTES) + c_bytes + 2 * stages * 8 + 1024
+
+
+@functools.lru_cache(maxsize=1)
+def _declares_c_map() -> bool:
+    """Whether the .cu beside this module can take a C tensor map (WG_C_MAP_PARAM)."""
+    return "WG_C_MAP_PARAM" in SOURCE_PATH.read_text()
+
+
 def _cdiv(x: int, y: int) -> int:
     return (x + y - 1) // y
 
@@ -145,15 +162,18 @@ def matmul(a: torch.Tensor, b: torch.Tensor, kernel: str = "auto",
         kernel = "wgmma" if capability == (9, 0) else "mma"
     stream = torch.cuda.current_stream(a.device)
     if kernel == "wgmma":
-        stages = int((defines or {}).get("WG_STAGES", WG_STAGES))
-        smem = stages * (WG_A_BYTES + WG_B_BYTES) + 2 * stages * 8 + 1024
+        smem = wgmma_smem_bytes(defines)
         func = _kernel(f"gemm_wgmma_{_SUFFIX[a.dtype]}", smem, defines)
         map_a = _tensor_map(a, WG_BK, WG_BM)   # A tile: BM rows x BK (128 bytes) columns
         map_b = _tensor_map(b, 64, WG_BK)      # B atom: BK rows x 64 (128 bytes) columns
+        # C chunk: 64 rows x 64 (128 bytes) columns, passed only to a kernel that TMA-stores C
+        # (WG_EPILOGUE 1 in a source that has the parameter: an older source ignores the macro).
+        epilogue = int((defines or {}).get("WG_EPILOGUE", WG_EPILOGUE))
+        c_map = [_tensor_map(c, 64, 64)] if epilogue == 1 and _declares_c_map() else []
         grid = _cdiv(M, WG_BM) * _cdiv(N, WG_BN)
         if persistent:
             grid = min(grid, num_sms)
-        host.launch(func, grid, WG_THREADS, smem, [map_a, map_b, c, M, N, K], stream)
+        host.launch(func, grid, WG_THREADS, smem, [map_a, map_b, *c_map, c, M, N, K], stream)
     elif kernel == "mma":
         func = _kernel(f"gemm_mma_{_SUFFIX[a.dtype]}", MS_SMEM_BYTES, defines)
         grid = _cdiv(M, MS_BM) * _cdiv(N, MS_BN)

@@ -44,6 +44,9 @@ _IMPURE_CALL = re.compile(r"atomic|sync|shfl|ballot|vote|match_|activemask|print
 _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(\([^)]*\))?((?:[^\n\\]|\\.)*)$", re.M | re.S)
 _ASYNC_COPY = re.compile(r"\bcp(?:\.reduce)?\.async\b")
 _ASYNC_COPY_CALL = re.compile(r"^(?:__pipeline_memcpy_async|memcpy_async|cp_async_bulk\w*)$")
+# An asynchronous copy whose destination is shared memory (the state space right after the
+# copy's own qualifiers): what a producer issues; a bulk store shared -> global is not one.
+_ASYNC_LOAD = re.compile(r"\bcp\.async(?:\.bulk)?(?:\.tensor\.\dd)?(?:\.ca|\.cg)?\.shared\b")
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,13 +265,18 @@ class Scope:
     def issues_copies(self, nid: int) -> bool:
         """Whether the statement `nid` issues an asynchronous copy (cp.async, TMA, the pipeline
         primitives), itself or through functions and macros of the unit it calls."""
-        return self._copies(nid, frozenset())
+        return self._copies(nid, _ASYNC_COPY, frozenset())
 
-    def _copies(self, nid: int, seen: frozenset[str]) -> bool:
+    def issues_loads(self, nid: int) -> bool:
+        """Whether the statement `nid` issues an asynchronous copy into shared memory (as
+        `issues_copies`, less bulk stores to global memory and bulk-group waits)."""
+        return self._copies(nid, _ASYNC_LOAD, frozenset())
+
+    def _copies(self, nid: int, pattern: re.Pattern[str], seen: frozenset[str]) -> bool:
         ir = self.ir
         for c in subtree(ir, nid):
             if ir.grammar_type_of(c) == "gnu_asm_expression":
-                if any(_ASYNC_COPY.match(op) for op in ir.attrs_of(c).get("ops", ())):
+                if any(pattern.match(op) for op in ir.attrs_of(c).get("ops", ())):
                     return True
             elif ir.grammar_type_of(c) == "call_expression":
                 name = callee(ir, c)
@@ -276,9 +284,9 @@ class Scope:
                     return True
                 if name in seen:
                     continue
-                if name in self.function_macros and _ASYNC_COPY.search(self.function_macros[name]):
+                if name in self.function_macros and pattern.search(self.function_macros[name]):
                     return True
-                if name in self.functions and self._copies(self.functions[name], seen | {name}):
+                if name in self.functions and self._copies(self.functions[name], pattern, seen | {name}):
                     return True
         return False
 

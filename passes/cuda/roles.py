@@ -512,7 +512,8 @@ class WarpSpecialization(Pass):
 
     def _splits(self, ir: KernelIR, scope: Scope) -> list[_Split]:
         """Role splits: an if/else on a thread-dependent condition of which exactly one side
-        issues asynchronous copies (the producer); the outermost of nested ones."""
+        issues asynchronous copies into shared memory (the producer; a consumer may still
+        write its results with bulk stores); the outermost of nested ones."""
         out: list[_Split] = []
         for node in ir.find(kind="branch"):
             if node.grammar_type != "if_statement" or any(
@@ -524,7 +525,7 @@ class WarpSpecialization(Pass):
             fn = scope.fn_of(node.id)
             if fn is None:
                 continue
-            copies = (scope.issues_copies(then), scope.issues_copies(alt))
+            copies = (scope.issues_loads(then), scope.issues_loads(alt))
             if copies[0] == copies[1]:
                 continue
             scope.enter(fn)
