@@ -1,6 +1,6 @@
 """Roundtrip recovery and leave-one-out transfer of SkillCards.
 
-    python3 bench/roundtrip.py [LINEAGE ...] --out DIR [--tier interpret|device]
+    python3 bench/roundtrip.py [LINEAGE ...] --out DIR [--tier static|interpret|device]
         [--cases gemm,conv2d] [--trials 5] [--budget-steps 24] [--box 240]
         [--case-box gemm=240] [--grace 120] [--wall 560] [--gpus 0,1 | --jobs N]
         [--only roundtrip|loo] [--admit-tier interpret] [--libraries DIR] [--libraries-only]
@@ -544,8 +544,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default="bench/results/roundtrip/run", help="output folder")
     ap.add_argument("--libraries", default=None,
                     help="folder of the admitted libraries (default OUT/libraries)")
-    ap.add_argument("--tier", default="interpret", choices=["interpret", "device", "auto"])
-    ap.add_argument("--admit-tier", default="interpret", choices=["interpret", "device", "auto"])
+    ap.add_argument("--tier", default="interpret", choices=["static", "interpret", "device", "auto"])
+    ap.add_argument("--admit-tier", default="interpret",
+                    choices=["static", "interpret", "device", "auto"],
+                    help="CUDA has no interpreter: interpret means static for its kernels")
     ap.add_argument("--admit-max-trials", type=int, default=2)
     ap.add_argument("--admit-jobs", type=int, default=1,
                     help="cards tried at once in admission (gates share the GPU, see gate.gpulock)")
