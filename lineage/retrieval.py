@@ -70,7 +70,27 @@ class Target:
             decl = decls.get(str(site.get("pass")), {})
             if decl and not decl.get("requires"):
                 names.update(decl.get("provides", ()))
-        return frozenset(names)
+        return frozenset(names | self._implied(decls))
+
+    def _implied(self, decls: Mapping[str, Mapping[str, Any]]) -> set[str]:
+        """What the present passes require: it holds in the kernel, or they could not be there;
+        and so does what every pass of the kernel's language that provides such a feature
+        requires (the only ways to have it). A kernel whose tiles arrive by TMA (which needs a
+        pipeline, which needs tiles staged in shared memory) is staged in shared memory even
+        where no detector recognizes the staging itself."""
+        found: set[str] = set()
+        todo = [r for name in self.present_passes for r in decls.get(name, {}).get("requires", ())]
+        while todo:
+            feature = todo.pop()
+            if feature in found:
+                continue
+            found.add(feature)
+            providers = [set(d.get("requires", ())) for d in decls.values()
+                         if feature in d.get("provides", ())
+                         and self.language in (d.get("languages") or [self.language])]
+            if providers:
+                todo.extend(set.intersection(*providers))
+        return found
 
     def to_json(self) -> dict[str, Any]:
         return {"case": self.case, "language": self.language, "platform": self.platform,
@@ -254,8 +274,12 @@ class Retriever:
         """The admitted cards for `target` (class docstring); the ids in `exclude` (e.g. cards
         a caller already tried on this kernel) are set aside before the top-k is taken, so
         the next-ranked cards take their places."""
+        from passes import get_all_passes  # noqa: PLC0415
+
+        # every registered pass: a requirement's providers are asked for (Target.provided)
         decls = self._decls({c.pass_name for c in self.cards} | set(target.present_passes)
-                            | {str(f.get("pass")) for f in target.open_sites})
+                            | {str(f.get("pass")) for f in target.open_sites}
+                            | set(get_all_passes()))
         provided = target.provided(decls)
         # What the target already has (or conflicts with) is set aside first, so it does not
         # take the top-k places of cards that can still act.
