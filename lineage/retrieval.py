@@ -8,7 +8,7 @@ features:
 
 - a card whose pass is already present at the locus where the card would put it, or for the
   whole kernel (and has no open site left at the card's locus), is skipped, and so is a card that conflicts with a
-  feature the target has — both *before* the top-k, so they take no place in it;
+  feature the target has (one its own evidence was recorded with excepted: the step replaced it) — both *before* the top-k, so they take no place in it;
 - a card whose `requires` are neither present in the target nor provided by another retrieved
   card is skipped (after the union, since another retrieved card may provide them).
 
@@ -350,7 +350,10 @@ class Retriever:
         (anchor scopes) holding such a site has none of the conflicting features."""
         scopes = {_scope(f.get("anchor", "")) for f in target.open_sites
                   if f.get("pass") == card.pass_name}
-        everywhere = sorted(set(card.conflicts) & provided)
+        # A conflict the card's own evidence was recorded with is no clash: the step was taken
+        # where that feature was present (WGMMA replaces the mma.sync it conflicts with).
+        conflicts = set(card.conflicts) - set(card.scope.get("prior_actions") or ())
+        everywhere = sorted(conflicts & provided)
         if not everywhere or not scopes:
             return everywhere
         decls = self._given if self._given is not None else self._fetched
@@ -361,7 +364,7 @@ class Retriever:
                 if _scope(f.get("anchor", "")) == scope:
                     names.add(str(f.get("pass")))
                     names.update(decls.get(str(f.get("pass")), {}).get("provides", ()))
-            per_scope.append(sorted(set(card.conflicts) & names))
+            per_scope.append(sorted(conflicts & names))
         return min(per_scope, key=len)
 
     @staticmethod

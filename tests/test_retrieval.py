@@ -178,6 +178,10 @@ def test_conflicts_are_judged_per_kernel() -> None:
     blocked = dataclasses.replace(free, open_sites=({"pass": "autotune", "anchor": "triton:k1"},))
     result = Retriever([card], declarations=decls).retrieve(blocked)
     assert result.cards == () and "conflicts with present even-k" in result.skipped[card.id]
+    # A card recorded where the conflicting feature was present (WGMMA replacing the mma.sync
+    # it conflicts with) is not blocked by it.
+    replacing = dataclasses.replace(card, scope={**card.scope, "prior_actions": ["even-k"]})
+    assert _ids(Retriever([replacing], declarations=decls).retrieve(blocked)) == ["autotune"]
 
 
 def test_an_open_site_of_a_root_pass_meets_a_requirement() -> None:
