@@ -99,7 +99,7 @@ if has roundtrip; then
   echo "roundtrip rc=$?"
   tail -60 "$OUTDIR/roundtrip.out"
   grep -E "library|admitted|start |done " "$OUTDIR/roundtrip.log" | tail -60
-  tar czf "$OUTDIR/roundtrip.tgz" --exclude='*/cache' --exclude='*/optimize/best*' \
+  tar czf "$OUTDIR/roundtrip.tgz" --exclude='*/cache' --exclude='*/admission-cache' --exclude='*/optimize/best*' \
     --exclude='*/runs/*/expert.py' --exclude='*/runs/*/start.py' -C "$(dirname "$RT")" "$(basename "$RT")"
 fi
 

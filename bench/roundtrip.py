@@ -1,6 +1,6 @@
 """Roundtrip recovery and leave-one-out transfer of SkillCards.
 
-    python3 bench/roundtrip.py [LINEAGE ...] --out DIR [--tier interpret|device]
+    python3 bench/roundtrip.py [LINEAGE ...] --out DIR [--tier static|interpret|device]
         [--cases gemm,conv2d] [--trials 5] [--budget-steps 24] [--box 240]
         [--case-box gemm=240] [--grace 120] [--wall 560] [--gpus 0,1 | --jobs N]
         [--only roundtrip|loo] [--admit-tier interpret] [--libraries DIR] [--libraries-only]
@@ -242,10 +242,8 @@ def _run_one(spec: dict[str, Any], gates: Any) -> dict[str, Any]:
     lin = Lineage.load(spec["lineage"])
     root = lin.node(spec["root_state"])
     expert = lin.node(spec["expert_state"])
-    start_path = folder / "start.py"
-    start_path.write_text(root["source"])
-    expert_path = folder / "expert.py"
-    expert_path.write_text(expert["source"])
+    start_path = kernel_file(folder / "start", root, spec["expert_path"])
+    expert_path = kernel_file(folder / "expert", expert, spec["expert_path"])
     say(f"{spec['name']}: gating the expert ({spec['tier']})")
     ev = gates.check(expert["source"], expert["language"], spec["case"], spec["tier"],
                      path=expert_path)
@@ -260,7 +258,8 @@ def _run_one(spec: dict[str, Any], gates: Any) -> dict[str, Any]:
                           f"{data.get('ms') or ''}{data.get('reason', '')[:90]}"))
     best_source = result.best_path.read_text()
     removed = sorted({str(lin.node(t).get("pass")) for t in lin.transitions()})
-    recovered = passes_recovered(removed, expert["source"], best_source, kernel_sites)
+    recovered = passes_recovered(removed, expert["source"], best_source, kernel_sites,
+                                 str(expert["language"]))
     record = {
         "name": spec["name"], "kind": spec["kind"], "case": spec["case"], "trial": spec["trial"],
         "seed": spec["seed"], "tier": spec["tier"], "library": spec["library"],
@@ -284,14 +283,31 @@ def _run_one(spec: dict[str, Any], gates: Any) -> dict[str, Any]:
     return record
 
 
+def kernel_file(stem: Path, state: dict[str, Any], expert_path: str) -> Path:
+    """Write a lineage state as a kernel file the gate takes: a Triton module `<stem>.py`, or
+    a CUDA `<stem>.cu` with the expert's host module beside it as `<stem>.py` (the states of a
+    CUDA lineage keep the expert's launch: one host serves them all)."""
+    if state["language"] != "cuda":
+        path = stem.with_suffix(".py")
+        path.write_text(state["source"])
+        return path
+    host = (ROOT / expert_path).with_suffix(".py")
+    if not expert_path or not host.is_file():
+        raise SystemExit(f"no host module for the CUDA lineage's expert {expert_path!r}")
+    path = stem.with_suffix(".cu")
+    path.write_text(state["source"])
+    shutil.copyfile(host, stem.with_suffix(".py"))
+    return path
+
+
 def passes_recovered(removed: Sequence[str], expert_src: str, best_src: str,
-                     sites_fn: Any) -> list[str]:
+                     sites_fn: Any, language: str = "triton") -> list[str]:
     """The removed passes whose present sites in the best kernel are at least as many as in
     the expert (the interpret tier's structural measure of recovery)."""
     import kir
 
     def counts(source: str) -> dict[str, int]:
-        present, _ = sites_fn(kir.parse(source, language="triton"))
+        present, _ = sites_fn(kir.parse(source, language=language))
         out: dict[str, int] = {}
         for f in present:
             out[f["pass"]] = out.get(f["pass"], 0) + 1
@@ -528,8 +544,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default="bench/results/roundtrip/run", help="output folder")
     ap.add_argument("--libraries", default=None,
                     help="folder of the admitted libraries (default OUT/libraries)")
-    ap.add_argument("--tier", default="interpret", choices=["interpret", "device", "auto"])
-    ap.add_argument("--admit-tier", default="interpret", choices=["interpret", "device", "auto"])
+    ap.add_argument("--tier", default="interpret", choices=["static", "interpret", "device", "auto"])
+    ap.add_argument("--admit-tier", default="interpret",
+                    choices=["static", "interpret", "device", "auto"],
+                    help="CUDA has no interpreter: interpret means static for its kernels")
     ap.add_argument("--admit-max-trials", type=int, default=2)
     ap.add_argument("--admit-jobs", type=int, default=1,
                     help="cards tried at once in admission (gates share the GPU, see gate.gpulock)")
@@ -603,6 +621,7 @@ def _main(args: argparse.Namespace, gates: Any) -> int:
         return {"name": name, "kind": kind, "case": case, "trial": trial, "seed": trial,
                 "tier": args.tier, "library": str(library), "lineage": str(c.path),
                 "root_state": c.root_state, "expert_state": c.expert_state,
+                "expert_path": c.expert_path,
                 "budget_steps": args.budget_steps, "box": boxes.get(case, args.box), "grace": args.grace,
                 "dir": str(runs / name), "executor": gates.name,
                 "ray_address": getattr(gates, "address", None)}

@@ -38,9 +38,12 @@ from kir.errors import KLineageError
 from kir.ir import Edit, KernelIR, Span
 from kir.parse import parse
 
-# string literals, comments and preprocessor lines are single tokens: an edit never cuts them
+# string literals, comments and preprocessor lines are single tokens: an edit never cuts them;
+# nor an operator of several characters (`==`, `->`, `<<=`): the space a hunk keeps from one
+# state between two tokens would split it (`tid = = 0`)
 _TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|//[^\n]*|/\*.*?\*/|#[^\n]*'
-                    r"|[A-Za-z_]\w*|\d[\w.]*|\S", re.S)
+                    r"|[A-Za-z_]\w*|\d[\w.]*"
+                    r"|<<=|>>=|->|::|\+\+|--|&&|\|\||<<|>>|\*\*|[=!<>+\-*/%&|^]=|\S", re.S)
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _KEYWORDS = frozenset("""
 if else for while do return break continue switch case default const constexpr static inline

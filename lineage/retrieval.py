@@ -8,7 +8,7 @@ features:
 
 - a card whose pass is already present at the locus where the card would put it, or for the
   whole kernel (and has no open site left at the card's locus), is skipped, and so is a card that conflicts with a
-  feature the target has — both *before* the top-k, so they take no place in it;
+  feature the target has (one its own evidence was recorded with excepted: the step replaced it) — both *before* the top-k, so they take no place in it;
 - a card whose `requires` are neither present in the target nor provided by another retrieved
   card is skipped (after the union, since another retrieved card may provide them).
 
@@ -70,7 +70,27 @@ class Target:
             decl = decls.get(str(site.get("pass")), {})
             if decl and not decl.get("requires"):
                 names.update(decl.get("provides", ()))
-        return frozenset(names)
+        return frozenset(names | self._implied(decls))
+
+    def _implied(self, decls: Mapping[str, Mapping[str, Any]]) -> set[str]:
+        """What the present passes require: it holds in the kernel, or they could not be there;
+        and so does what every pass of the kernel's language that provides such a feature
+        requires (the only ways to have it). A kernel whose tiles arrive by TMA (which needs a
+        pipeline, which needs tiles staged in shared memory) is staged in shared memory even
+        where no detector recognizes the staging itself."""
+        found: set[str] = set()
+        todo = [r for name in self.present_passes for r in decls.get(name, {}).get("requires", ())]
+        while todo:
+            feature = todo.pop()
+            if feature in found:
+                continue
+            found.add(feature)
+            providers = [set(d.get("requires", ())) for d in decls.values()
+                         if feature in d.get("provides", ())
+                         and self.language in (d.get("languages") or [self.language])]
+            if providers:
+                todo.extend(set.intersection(*providers))
+        return found
 
     def to_json(self) -> dict[str, Any]:
         return {"case": self.case, "language": self.language, "platform": self.platform,
@@ -254,8 +274,12 @@ class Retriever:
         """The admitted cards for `target` (class docstring); the ids in `exclude` (e.g. cards
         a caller already tried on this kernel) are set aside before the top-k is taken, so
         the next-ranked cards take their places."""
+        from passes import get_all_passes  # noqa: PLC0415
+
+        # every registered pass: a requirement's providers are asked for (Target.provided)
         decls = self._decls({c.pass_name for c in self.cards} | set(target.present_passes)
-                            | {str(f.get("pass")) for f in target.open_sites})
+                            | {str(f.get("pass")) for f in target.open_sites}
+                            | set(get_all_passes()))
         provided = target.provided(decls)
         # What the target already has (or conflicts with) is set aside first, so it does not
         # take the top-k places of cards that can still act.
@@ -326,7 +350,10 @@ class Retriever:
         (anchor scopes) holding such a site has none of the conflicting features."""
         scopes = {_scope(f.get("anchor", "")) for f in target.open_sites
                   if f.get("pass") == card.pass_name}
-        everywhere = sorted(set(card.conflicts) & provided)
+        # A conflict the card's own evidence was recorded with is no clash: the step was taken
+        # where that feature was present (WGMMA replaces the mma.sync it conflicts with).
+        conflicts = set(card.conflicts) - set(card.scope.get("prior_actions") or ())
+        everywhere = sorted(conflicts & provided)
         if not everywhere or not scopes:
             return everywhere
         decls = self._given if self._given is not None else self._fetched
@@ -337,7 +364,7 @@ class Retriever:
                 if _scope(f.get("anchor", "")) == scope:
                     names.add(str(f.get("pass")))
                     names.update(decls.get(str(f.get("pass")), {}).get("provides", ()))
-            per_scope.append(sorted(set(card.conflicts) & names))
+            per_scope.append(sorted(conflicts & names))
         return min(per_scope, key=len)
 
     @staticmethod

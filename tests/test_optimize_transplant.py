@@ -227,3 +227,50 @@ def test_a_transplant_that_does_not_bring_the_optimization_is_refused() -> None:
     assert not made.ok
     assert any("software-pipelining is not present after the transplanted step" in r
                for r in made.refusals)
+
+
+DEVICE_CUDA = ROOT / "bench" / "results" / "lineages" / "device-cuda"
+
+
+def test_the_device_gemm_cards_rebuild_the_expert_from_its_naive_root_by_transplant() -> None:
+    """The forward path the CUDA roundtrip takes, by recorded steps alone (every rule off): from
+    the least optimized state of the device lineage, the lifted cards map one after another
+    (a step recorded after others maps once they are back) until the kernel is the expert again,
+    token for token; the tensor-core and warp-specialization states compile for sm_90a."""
+    from kir.transplant import _tokens
+
+    lin = Lineage.load(DEVICE_CUDA / "gemm_cuda" / "lineage.json")
+    expert = next(s for s in lin.states() if "expert" in lin.node(s)["roles"])
+    root = max(lin.states(), key=lambda s: (len(lin.path_to_expert(s) or ()), s))
+    ir = kir.parse(lin.node(root)["source"], "cuda")
+    cards = lift(lin)
+    assert all(c.carrier["edit"]["language"] == "cuda" and c.scope["languages"] == ["cuda"]
+               for c in cards)
+    applied: list[str] = []
+    compiled: dict[str, Any] = {}
+    left = list(cards)
+    while left:
+        card, made = next(((c, m) for c in left if (m := materialize(c, ir, _RuleOff())).ok),
+                          (None, None))
+        assert card is not None, {c.id: materialize(c, ir, _RuleOff()).refusals for c in left}
+        assert made.rewriter == "transplant"
+        ir = made.ir
+        left.remove(card)
+        applied.append(card.pass_name)
+        if card.pass_name in ("mma-intrinsics", "warp-specialization", "wgmma"):
+            compiled[card.pass_name] = gate.check(ir.unparse(), "cuda", "gemm", "static",
+                                                  path=ROOT / "experts" / "gemm" / "gemm_cuda.cu",
+                                                  cache=False)
+    # scalar FMA -> mma.sync -> WGMMA, the shared-memory reductions back to shuffles first
+    assert applied.index("mma-intrinsics") < applied.index("wgmma")
+    assert applied.count("warp-shuffle-reduce") == 5
+    assert max(i for i, p in enumerate(applied) if p == "warp-shuffle-reduce") \
+        < applied.index("mma-intrinsics")
+    assert [t.text for t in _tokens(ir.unparse())] \
+        == [t.text for t in _tokens(lin.node(expert)["source"])]
+    for name, verdict in compiled.items():
+        assert verdict.ok, (name, verdict.reason)
+    # the Hopper kernel's mma.sync (the non-Hopper kernel keeps its own) become WGMMA
+    assert _facts_count(compiled["mma-intrinsics"], "wgmma") == 0
+    assert _facts_count(compiled["wgmma"], "wgmma") > 0
+    assert _facts_count(compiled["wgmma"], "mma") < _facts_count(compiled["mma-intrinsics"], "mma")

@@ -178,6 +178,10 @@ def test_conflicts_are_judged_per_kernel() -> None:
     blocked = dataclasses.replace(free, open_sites=({"pass": "autotune", "anchor": "triton:k1"},))
     result = Retriever([card], declarations=decls).retrieve(blocked)
     assert result.cards == () and "conflicts with present even-k" in result.skipped[card.id]
+    # A card recorded where the conflicting feature was present (WGMMA replacing the mma.sync
+    # it conflicts with) is not blocked by it.
+    replacing = dataclasses.replace(card, scope={**card.scope, "prior_actions": ["even-k"]})
+    assert _ids(Retriever([replacing], declarations=decls).retrieve(blocked)) == ["autotune"]
 
 
 def test_an_open_site_of_a_root_pass_meets_a_requirement() -> None:
@@ -193,6 +197,30 @@ def test_an_open_site_of_a_root_pass_meets_a_requirement() -> None:
     none = Retriever([_cards()["tensor-core-dot"]], declarations={
         **DECLS, "software-pipelining": {"requires": ["tiled"], "provides": ["tiled"]}}).retrieve(piped)
     assert none.cards == ()
+
+
+def test_what_a_present_pass_requires_and_every_way_to_provide_it_requires_is_met() -> None:
+    # The CUDA gemm's naive root: TMA copies are present (they require a pipeline), nothing
+    # detects its shared-memory staging; the pipeline's only CUDA provider requires staged
+    # tiles, so cards requiring either are retrieved. A provider in another language counts
+    # for nothing, and without a present pass nothing is implied.
+    decls = {**DECLS,
+             "tma-bulk-copy": {"requires": ["pipelined"], "provides": [], "languages": ["cuda"]},
+             "cp-async-pipeline": {"requires": ["smem-staged"], "provides": ["pipelined"],
+                                   "languages": ["cuda"]},
+             "software-pipelining": {"requires": ["tiled"], "provides": ["pipelined"],
+                                     "languages": ["triton"]}}
+    tma = Target(language="cuda", case="gemm",
+                 features=({"pass": "tma-bulk-copy", "anchor": "cuda:tma_load_2d/asm[0]"},))
+    assert {"pipelined", "smem-staged"} <= tma.provided(decls)
+    assert "tiled" not in tma.provided(decls)
+    assert not {"pipelined", "smem-staged"} & Target(language="cuda", case="gemm").provided(decls)
+    staged = dataclasses.replace(_cards()["tensor-core-dot"], language="cuda",
+                                 scope={"cases": ["gemm"], "languages": ["cuda"]},
+                                 requires=("smem-staged",))
+    assert _ids(Retriever([staged], declarations=decls).retrieve(tma)) == ["tensor-core-dot"]
+    assert Retriever([staged], declarations=decls).retrieve(
+        Target(language="cuda", case="gemm")).cards == ()
 
 
 def test_a_pass_present_for_the_whole_kernel_covers_the_cards_locus() -> None:
