@@ -33,6 +33,7 @@ SMEM_LIMIT = 232448
 # The space: one defines dict per variant; {} is the .cu's current default.
 VARIANTS: dict[str, dict[str, int]] = {
     "default": {},
+    "registers_group8": {"WG_EPILOGUE": 0, "GROUP_M": 8},  # the default before this sweep
     "epi_tma": {"WG_EPILOGUE": 1},
     "epi_v16": {"WG_EPILOGUE": 2},
     "stages3": {"WG_STAGES": 3},

@@ -22,7 +22,7 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 
 #ifndef GROUP_M
-#define GROUP_M 8
+#define GROUP_M 16  // with WG_EPILOGUE 2: 0.962x of cuBLAS, 0.901x with 8 (H200, bench/cuda_gemm_sweep.py)
 #endif
 // Tile order: 0 = GROUP_M row-tiles sweep the column-tiles together; 1 = the transpose,
 // GROUP_M column-tiles sweep the row-tiles (B's panels stay in L2 instead of A's).
@@ -94,7 +94,7 @@ __device__ __forceinline__ void tile_coords(int pid, int num_m, int num_n, int& 
 // 2: through the same shared chunks, read back as 16-byte vectors and written with coalesced
 //    16-byte global stores (8 threads per 128-byte row), edges checked per vector.
 #ifndef WG_EPILOGUE
-#define WG_EPILOGUE 0
+#define WG_EPILOGUE 2  // the fastest measured: 0.848x -> 0.962x of cuBLAS at 4096^3 bf16 on an H200
 #endif
 #define WG_C_COLS 64                                   // C chunk: 64 rows x 64 cols (128 B rows)
 #define WG_C_CHUNK_BYTES (64 * WG_C_COLS * 2)          // 8 KiB

@@ -24,7 +24,7 @@ WG_BM, WG_BN, WG_BK, WG_THREADS = 128, 256, 64, 384
 WG_STAGES, WG_A_BYTES, WG_B_BYTES = 4, 128 * 64 * 2, 64 * 256 * 2
 # The .cu's default WG_EPILOGUE (0: stores from registers; 1: shared memory + TMA store;
 # 2: shared memory + 16-byte stores); 1 and 2 add two 64x64 C chunks per consumer warpgroup.
-WG_EPILOGUE, WG_C_CHUNK_BYTES, WG_CONSUMERS = 0, 64 * 64 * 2, 2
+WG_EPILOGUE, WG_C_CHUNK_BYTES, WG_CONSUMERS = 2, 64 * 64 * 2, 2
 MS_BM, MS_BN, MS_BK, MS_STAGES, MS_THREADS = 128, 128, 32, 4, 256
 MS_SMEM_BYTES = MS_STAGES * (MS_BM * (MS_BK + 8) + MS_BK * (MS_BN + 8)) * 2
 
