@@ -1,7 +1,7 @@
 """How far a tile-configuration sweep alone can take each dot-loop start kernel of a case folder.
 
     python3 bench/gemm_probe.py --out probe.json [--cases bench/heldout] [--only a,b] [--grid N]
-        [--variants plain,grouped,tma,tma-grouped,persistent,persistent-noflat] [--dry]
+        [--variants plain,grouped,tma,tma-grouped,persistent,persistent-flat] [--dry]
 
 On a GPU machine. For every case under `--cases` whose start kernel reduces with `tl.dot` in a
 loop (found by role, `passes.triton.roles`), two variants of the start kernel are written with
@@ -9,9 +9,10 @@ the project's own rewrites: "plain" (the start kernel autotuned over a wide grid
 warp / stage configurations, `sweep_edit`, untied first where one constexpr serves several
 roles) and "grouped" (the same after the `grouped-ordering` rule); "tma" reads the dot loop's
 tiles (and the output tile) through tensor descriptors, "tma-grouped" then groups; "persistent"
-composes the rewrites into the expert's structure (grouped order, a persistent grid whose tile
-loop is flattened into the K loop, descriptors), "persistent-noflat" the same with a plain tile
-loop. `--dry` (any machine) only writes the variants and reports each one's structure. Each variant is imported, its
+composes the rewrites into the expert's structure (grouped order, a persistent grid, then
+descriptors built once per program), "persistent-flat" puts the descriptors first so that the
+persistent tile loop over descriptor loads is flattened into the K loop (descriptors then built
+per tile). `--dry` (any machine) only writes the variants and reports each one's structure. Each variant is imported, its
 autotuner times every configuration (Triton's `do_bench`, L2 flushed), and then the variant's
 `run` and the case's reference are timed with `triton.testing.do_bench` (median) in this process.
 Writes per case and variant: each configuration's time, the best configuration and best / the
@@ -60,8 +61,10 @@ RECIPES: dict[str, tuple[tuple[str, str | None, dict], ...]] = {
     "grouped": (GROUPED,),
     "tma": (TMA,),
     "tma-grouped": (TMA, GROUPED),
+    # descriptors after the persistent loop: built once per program, the loop not flattened
     "persistent": (GROUPED, ("persistent-grid", "role", {}), TMA),
-    "persistent-noflat": (GROUPED, ("persistent-grid", "role", {"flatten": False}), TMA),
+    # descriptors first: the loop over descriptor loads is flattened (descriptors built per tile)
+    "persistent-flat": (GROUPED, TMA, ("persistent-grid", "role", {})),
 }
 
 

@@ -829,7 +829,8 @@ class PersistentGrid(Pass):
     """The extra indentation of the loop body."""
     flatten: bool = True
     """A loop written by role where no header was recorded: `flatten=True` where its body holds a
-    K loop feeding `tl.dot` (a recorded header's own literal keywords are carried instead)."""
+    K loop feeding `tl.dot` from tensor descriptors (a recorded header's own literal keywords are
+    carried instead, on the same condition: `persist.feeds_dot`)."""
 
     name: ClassVar[str] = "persistent-grid"
     category: ClassVar[Category] = Category.STAGING
@@ -998,8 +999,8 @@ class PersistentGrid(Pass):
             walk = walk_of(mod, kernel) if kernel is not None else "no kernel at the site"
             if isinstance(walk, str):
                 return Skipped(walk, {"site": site.anchor})
-            keywords = loop_keywords(self.header) if self.header else \
-                ("flatten=True" if self.flatten and feeds_dot(walk) else "")
+            keywords = "" if not feeds_dot(walk) else \
+                loop_keywords(self.header) if self.header else "flatten=True" if self.flatten else ""
             return finish(ir, site, sorted(walk_edits(mod, walk, _module_names(mod), keywords),
                                            key=lambda e: e.start))
         if not self.header:
