@@ -299,7 +299,8 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
     not count: another state (up to `SPARE_CONTEXTS` more) is tried in its place. Cards
     already admitted are skipped unless `retry_admitted`. `jobs` cards are tried at once: their
     gates run side by side, everything else (materialization, the library's files) one card at
-    a time. No card starts after `deadline` (a `time.monotonic()` value): those left are reported `pending`,
+    a time, the cards with the largest recorded speedup first. No card starts after `deadline` (a
+`time.monotonic()` value): those left are reported `pending`,
     and a later call takes them up (the cards tried so far keep their logs). `executor` (a
     `gate.executor.Executor`) runs the gates; one with spare capacity (`speculate`, e.g. a Ray
     cluster) gets each trial's candidates at once (`trial`'s `batch_fn`) unless the rewriter
@@ -366,7 +367,11 @@ def admit(library: Library, lineages: Sequence[Lineage], *, tier: str = "interpr
                     break
             return ("admitted" if card.admitted else "rejected"), count
 
-    todo = [c for c in library.cards() if retry_admitted or not c.admitted]
+    # The cards with the most at stake first (largest recorded speedup, then id): under a
+    # deadline, a tile or tensor-core card is not left pending behind unroll pragmas that sort
+    # before it by name.
+    todo = sorted((c for c in library.cards() if retry_admitted or not c.admitted),
+                  key=lambda c: (-c.effect_score, c.id))
     if jobs == 1:
         outcomes = [one(card) for card in todo]
     else:

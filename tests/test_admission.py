@@ -285,6 +285,20 @@ def test_admission_past_its_deadline_leaves_cards_pending(tmp_path: Path) -> Non
     assert not any(c.verification for c in lib.cards())
 
 
+def test_admission_tries_the_cards_with_the_most_at_stake_first(tmp_path: Path) -> None:
+    """Under a deadline the cards not reached stay pending: they are taken largest recorded
+    speedup first, so a 10x tensor-core card is not left behind pragmas that sort before it."""
+    lib = library(tmp_path, admitted=False)
+    tried: list[str] = []
+    admit(lib, [lineage("gemm"), lineage("conv2d")], tier="interpret",
+          rewriter=DeterministicRewriter(), check_fn=ScriptedGate(),
+          progress=lambda event, data: tried.append(data["card"]) if event == "trial" else None)
+    order = list(dict.fromkeys(tried))
+    assert len(order) >= 2
+    scores = [lib.get(i).effect_score for i in order]
+    assert scores == sorted(scores, reverse=True), list(zip(order, scores))
+
+
 def test_trial_contexts_skip_states_the_card_cannot_act_on_and_prefer_its_recorded_steps() -> None:
     from dataclasses import replace
 
