@@ -12,12 +12,14 @@ card's declared effect:
   optimization appears (more sites where it is present, or fewer where it could still be
   applied; `lineage.optimize.feature_appears`);
 - device tier: the candidate passes the gate and its speedup over the context state shows
-  the card's effect. A card that only ever sped kernels up must speed the context up by more
-  than timing noise (`MIN_GAIN`); its recorded magnitudes belong to the states it was lifted
+  the card's effect. A card whose every recorded speedup beat timing noise must speed the
+  context up by more than that noise (`MIN_GAIN`); its recorded magnitudes belong to the states it was lifted
   from (a tile card that gave 2.3x on a naive kernel gives less on a tuned one), so they are
   required only with `magnitude=True` (then at least the smallest recorded speedup times
   (1 - `slack`)). Any other card must not fall below its smallest recorded speedup times
-  (1 - `slack`). A card that was never timed is held to the interpret rule.
+  (1 - `slack`); one whose recorded speedups lie within noise (an enabling step, such as a
+  staging the tensor-core step after it needs) must also show its optimization in the
+  candidate, as at the interpret tier. A card that was never timed is held to the interpret rule.
 
 Contexts are tried in order (see `held_out_contexts`); with `jobs` > 1 several cards are
 tried at once (device-tier gates share the GPU through `gate.gpulock`, which keeps their
@@ -223,15 +225,24 @@ def trial(card: SkillCard, context: Context, *, tier: str, rewriter: Any,
 
 
 def effect_floor(summary: Mapping[str, Any], slack: float, magnitude: bool = False) -> float:
-    """The least speedup a device trial must show (module docstring): a card that only ever
-    sped kernels up must speed the context up by more than timing noise (`MIN_GAIN`), and with
-    `magnitude` also reach its smallest recorded speedup less `slack`; any other card must
-    not fall below its smallest recorded speedup less `slack`."""
+    """The least speedup a device trial must show (module docstring): a card whose every
+    recorded speedup beat timing noise must speed the context up by more than that noise
+    (`MIN_GAIN`), and with `magnitude` also reach its smallest recorded speedup less `slack`;
+    any other card (`within_noise`) must not fall below its smallest recorded speedup less
+    `slack`."""
     low = float(summary["min"])
     floor = low * (1.0 - slack)
-    if low > 1.0:
+    if low >= MIN_GAIN:
         floor = max(floor, MIN_GAIN) if magnitude else MIN_GAIN
     return floor
+
+
+def within_noise(summary: Mapping[str, Any]) -> bool:
+    """Whether a card's smallest recorded speedup is inside timing noise (below `MIN_GAIN`): an
+    enabling step (a cp.async staging that the tensor-core step after it needs) whose evidence
+    never showed a speedup of its own. Its trial cannot be asked for one; it must not fall
+    below its range and its optimization must appear in the candidate (`_judge`)."""
+    return float(summary["min"]) < MIN_GAIN
 
 
 def _judge(card: SkillCard, context: Context, ir: Any, made: Any, verdict: Any, tier: str,
@@ -260,6 +271,10 @@ def _judge(card: SkillCard, context: Context, ir: Any, made: Any, verdict: Any, 
             return result(False, f"speedup {speedup:.3f}x below the card's range "
                                  f"(min {float(summary['min']):.3f}x, floor {floor:.3f}x)",
                           speedup, made.rewriter)
+        if within_noise(summary) and not feature_appears(card.pass_name, ir, made.ir):
+            return result(False, f"speedup {speedup:.3f}x, but {card.pass_name} does not appear "
+                                 f"(its recorded speedups are within noise: the structure is "
+                                 f"what it shows)", speedup, made.rewriter)
         return result(True, f"speedup {speedup:.3f}x at {made.site.anchor}", speedup, made.rewriter)
     if not feature_appears(card.pass_name, ir, made.ir):
         return result(False, f"passes the gate but {card.pass_name} does not appear",
