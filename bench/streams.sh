@@ -11,6 +11,10 @@
 # work folders keep what they wrote). At the end OUTDIR/work is packed into OUTDIR/streams.tgz
 # (gate caches left out) and each job's exit status and last lines are printed. Python
 # packages missing on the machine are installed from .whl/ first, as device_session.sh does.
+# The queues share the host's CPUs: gates compile and compare outputs on the CPU, and four
+# queues of parallel gates saturated a 64-core host (a gemm gate's output comparison took 64-78 s
+# instead of 1.4 s, bench/results/gate/refill.md), so keep each queue's --jobs small and time
+# what needs a quiet host (gate overheads) in a plan of its own.
 set -u
 OUTDIR=${1:?usage: streams.sh OUTDIR PLAN [SECONDS]}
 PLAN=${2:?usage: streams.sh OUTDIR PLAN [SECONDS]}
