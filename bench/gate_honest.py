@@ -31,10 +31,10 @@ by failure kind) and every rejection with its reason; the same summary is printe
 --shard I/N gates the kernels whose position in the deduplicated list is I modulo N (one shard
 per GPU: `CUDA_VISIBLE_DEVICES=I ... --shard I/N`); --merge joins the shards' JSON files into
 one record and summary (kernels no shard reached are counted as not reached).
---skip-passed leaves out the kernels an earlier run of this script passed (same label and case:
-lineage states are named by content hash; give it only a run of the same gate version over the
-same expert and start files); their records are carried into this run's file, marked
-`carried_from`, so its counts cover them.
+--skip-passed leaves out the kernels an earlier run of this script passed (same label, case and
+source: records carry the source's sha256; an older record without one is taken only for a
+lineage state, whose label is its content hash; give it only a run of the same gate version);
+their records are carried into this run's file, marked `carried_from`, so its counts cover them.
 """
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def _bad(message: str) -> SystemExit:
 def _record(k: Kernel, verdict: Any | None, error: str | None, batch: int,
             batch_s: float) -> dict[str, Any]:
     rec: dict[str, Any] = {"kernel": k.label, "origin": k.origin, "case": k.case_ref,
-                           "language": k.language, "places": len(k.places)}
+                           "language": k.language, "places": len(k.places), "sha256": k.key[1]}
     if len(k.places) > 1:
         rec["also"] = k.places[1:]
     if verdict is None:
@@ -300,6 +300,18 @@ def passed_in(path: str) -> dict[tuple[str, str], dict[str, Any]]:
         raise _bad(f"--skip-passed {path}: {exc}") from None
 
 
+def _carried(k: Kernel, passed: dict[tuple[str, str], dict[str, Any]]) -> bool:
+    """Whether an earlier run passed this very kernel: same label and case, and the same source
+    (its sha256, where the earlier record has one; without it only a lineage state, whose label
+    is its content hash, is taken for the same kernel)."""
+    rec = passed.get((k.label, k.case_ref))
+    if rec is None:
+        return False
+    if "sha256" in rec:
+        return rec["sha256"] == k.key[1]
+    return k.origin in ("lineage", "heldout")
+
+
 def shard(text: str) -> tuple[int, int]:
     """(I, N) of an `I/N` shard; raises SystemExit(2) with one line unless 0 <= I < N."""
     try:
@@ -388,10 +400,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     records: list[dict[str, Any]] = []
     if carried:
-        keep = [k for k in todo if (k.label, k.case_ref) not in carried]
+        done = [k for k in todo if _carried(k, carried)]
         records = [{**carried[(k.label, k.case_ref)], "carried_from": args.skip_passed}
-                   for k in todo if (k.label, k.case_ref) in carried]
-        todo = [k for k in todo if (k.label, k.case_ref) in carried] + keep
+                   for k in done]
+        todo = done + [k for k in todo if not _carried(k, carried)]
     if args.limit:
         todo = todo[:args.limit + len(records)]
     meta: dict[str, Any] = {"tier": args.tier, "jobs": args.jobs, "box": args.box,

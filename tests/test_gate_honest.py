@@ -134,15 +134,19 @@ def test_kernels_an_earlier_run_passed_are_carried_not_gated(tmp_path: Path) -> 
                    "--out", str(first)).returncode == 0
     gh = _module()
     todo = [k for k in gh.kernels()[0] if k.case is not None and k.case.name == "conv2d"]
-    earlier = {"records": [{"kernel": todo[1].label, "case": todo[1].case_ref, "ok": True,
-                            "failure_kind": None, "reason": "", "places": 1}]}
+    lineage_state = next(k for k in todo if k.origin == "lineage")
+    earlier = {"records": [
+        {"kernel": k.label, "case": k.case_ref, "ok": True, "failure_kind": None, "reason": "",
+         "places": 1, **extra}
+        for k, extra in ((lineage_state, {}),  # no sha256 (an older file): a lineage state
+                         (todo[0], {"sha256": "0" * 64}))]}  # another source under that label
     (tmp_path / "earlier.json").write_text(json.dumps(earlier))
     out = tmp_path / "again.json"
     proc = _script("--tier", "interpret", "--only-cases", "conv2d", "--box", "1e-9", "--out",
                    str(out), "--skip-passed", str(tmp_path / "earlier.json"))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
-    assert [r["kernel"] for r in data["records"]] == [todo[1].label]
+    assert [r["kernel"] for r in data["records"]] == [lineage_state.label]
     assert data["records"][0]["carried_from"].endswith("earlier.json")
     assert data["not_reached"] == len(todo) - 1 == json.loads(first.read_text())["kernels"] - 1
     bad = _script("--tier", "interpret", "--skip-passed", str(tmp_path / "none.json"),
