@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, fresh_name
+from passes.triton._py import PyModule, callee, fresh_name, names_in
 from passes.triton.affine import Box, Scope, box_of, broadcast
 from passes.triton.launch import TRITON, comment_above
-from passes.triton.roles import accumulators, dot_loops
+from passes.triton.roles import accumulators, assignments, dot_loops, reached
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -373,6 +373,7 @@ def _output_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Call
     if not accs:
         return []
     scope = Scope(mod, kernel)
+    assigns = assignments(kernel)
     canonical = {id(c) for _, c, *_ in TmaDescriptors()._pointer_accesses(mod, kernel)}
     out: list[tuple[ast.Call, Box | str, ast.stmt]] = []
     for call in mod.calls(kernel, STORE):
@@ -380,7 +381,7 @@ def _output_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Call
         if id(call) in canonical or len(call.args) != 2 or not isinstance(stmt, ast.Expr) \
                 or _guarded(mod, call) or any(mod.start(lp) <= mod.start(call) < mod.end(lp) for lp in loops):
             continue
-        if not _reads(scope, call.args[1]) & accs:
+        if not reached(names_in(call.args[1]), assigns) & accs:
             continue
         src = mod.source
         if src[line_start(src, mod.start(stmt)):mod.start(stmt)].strip() or \
@@ -399,21 +400,6 @@ def _output_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Call
                 box = f"the box of {box.base} reads {', '.join(late)}, bound after the store"
         out.append((call, box, stmt))
     return out
-
-
-def _reads(scope: Scope, node: ast.AST) -> set[str]:
-    """The names `node` reads, through the values of names assigned once."""
-    seen: set[str] = set()
-    todo = list(scope.names_of(node))
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        v = scope.value(ast.Name(id=n))
-        if v is not None:
-            todo += scope.names_of(v)
-    return seen
 
 
 def _operand_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Call, Box | str, ast.stmt]]:
