@@ -165,3 +165,30 @@ def test_cuda_staged_epilogues_compile_without_spills(epilogue: int, instr: str)
     for kernel in ("gemm_wgmma_bf16", "gemm_wgmma_fp16"):
         assert compiled.resources()[kernel]["spill_stores"] == 0, kernel
     assert gemm_cuda.wgmma_smem_bytes(defines) <= 232448  # Hopper's per-block opt-in limit
+
+
+def test_the_host_launches_an_earlier_source_as_it_was_written(tmp_path: Path) -> None:
+    """A lineage state of the earlier expert (C written from registers, no `WG_EPILOGUE`) is
+    launched beside today's host module: no C tensor map and no shared memory for C chunks."""
+    import importlib.util
+    import json
+    import shutil
+
+    lineage = json.loads((GEMM_DIR.parents[1] / "bench/results/lineages/device-cuda/gemm_cuda/"
+                          "lineage.json").read_text())
+    earlier = next(n["source"] for n in lineage["nodes"]
+                   if n.get("source") and "expert" in (n.get("roles") or []))
+    assert "WG_EPILOGUE" not in earlier
+    for name, source in (("earlier", earlier), ("today", (GEMM_DIR / "gemm_cuda.cu").read_text())):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "gemm_cuda.cu").write_text(source)
+        shutil.copyfile(GEMM_DIR / "gemm_cuda.py", folder / "gemm_cuda.py")
+        spec = importlib.util.spec_from_file_location(f"gemm_cuda_{name}", folder / "gemm_cuda.py")
+        host = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(host)
+        if name == "earlier":
+            assert host._epilogue(None) == 0 and host.wgmma_smem_bytes() == 197696
+        else:
+            assert host._epilogue(None) == 2 and host.wgmma_smem_bytes() == 197696 + 32768
+            assert host._epilogue({"WG_EPILOGUE": 0}) == 0

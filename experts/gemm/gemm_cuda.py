@@ -130,15 +130,22 @@ def _tensor_map(t: torch.Tensor, box_inner: int, box_outer: int) -> Any:
 def wgmma_smem_bytes(defines: dict[str, str | int] | None = None) -> int:
     """Dynamic shared memory of the wgmma kernel under `defines` (the .cu's WG_SMEM_BYTES)."""
     stages = int((defines or {}).get("WG_STAGES", WG_STAGES))
-    epilogue = int((defines or {}).get("WG_EPILOGUE", WG_EPILOGUE))
-    c_bytes = WG_CONSUMERS * 2 * WG_C_CHUNK_BYTES if epilogue else 0
+    c_bytes = WG_CONSUMERS * 2 * WG_C_CHUNK_BYTES if _epilogue(defines) else 0
     return stages * (WG_A_BYTES + WG_B_BYTES) + c_bytes + 2 * stages * 8 + 1024
 
 
+def _epilogue(defines: dict[str, str | int] | None) -> int:
+    """The epilogue the .cu beside this module compiles to: `WG_EPILOGUE` (defines, else the
+    default), or 0 for a source without the macro (a lineage state of the earlier expert, which
+    writes C from registers and takes no C tensor map)."""
+    if "WG_EPILOGUE" not in _source_text():
+        return 0
+    return int((defines or {}).get("WG_EPILOGUE", WG_EPILOGUE))
+
+
 @functools.lru_cache(maxsize=1)
-def _declares_c_map() -> bool:
-    """Whether the .cu beside this module can take a C tensor map (WG_C_MAP_PARAM)."""
-    return "WG_C_MAP_PARAM" in SOURCE_PATH.read_text()
+def _source_text() -> str:
+    return SOURCE_PATH.read_text()
 
 
 def _cdiv(x: int, y: int) -> int:
@@ -168,8 +175,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, kernel: str = "auto",
         map_b = _tensor_map(b, 64, WG_BK)      # B atom: BK rows x 64 (128 bytes) columns
         # C chunk: 64 rows x 64 (128 bytes) columns, passed only to a kernel that TMA-stores C
         # (WG_EPILOGUE 1 in a source that has the parameter: an older source ignores the macro).
-        epilogue = int((defines or {}).get("WG_EPILOGUE", WG_EPILOGUE))
-        c_map = [_tensor_map(c, 64, 64)] if epilogue == 1 and _declares_c_map() else []
+        c_map = [_tensor_map(c, 64, 64)] if _epilogue(defines) == 1 else []
         grid = _cdiv(M, WG_BM) * _cdiv(N, WG_BN)
         if persistent:
             grid = min(grid, num_sms)
