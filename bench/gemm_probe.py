@@ -11,8 +11,8 @@ roles) and "grouped" (the same after the `grouped-ordering` rule); "tma" reads t
 tiles (and the output tile) through tensor descriptors, "tma-grouped" then groups; "persistent"
 composes the rewrites into the expert's structure (grouped order, a persistent grid, then
 descriptors built once per program), "persistent-flat" puts the descriptors first so that the
-persistent tile loop over descriptor loads is flattened into the K loop (descriptors then built
-per tile). `--dry` (any machine) only writes the variants and reports each one's structure. Each variant is imported, its
+persistent tile loop over descriptor loads is flattened into the K loop (declarations that read
+nothing a tile computes stay before the loop). `--dry` (any machine) only writes the variants and reports each one's structure. Each variant is imported, its
 autotuner times every configuration (Triton's `do_bench`, L2 flushed), and then the variant's
 `run` and the case's reference are timed with `triton.testing.do_bench` (median) in this process.
 Writes per case and variant: each configuration's time, the best configuration and best / the
@@ -63,7 +63,7 @@ RECIPES: dict[str, tuple[tuple[str, str | None, dict], ...]] = {
     "tma-grouped": (TMA, GROUPED),
     # descriptors after the persistent loop: built once per program, the loop not flattened
     "persistent": (GROUPED, ("persistent-grid", "role", {}), TMA),
-    # descriptors first: the loop over descriptor loads is flattened (descriptors built per tile)
+    # descriptors first: the loop over descriptor loads is flattened, declarations kept before it
     "persistent-flat": (GROUPED, TMA, ("persistent-grid", "role", {})),
 }
 

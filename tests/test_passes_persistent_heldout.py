@@ -119,3 +119,24 @@ def test_the_probe_writes_the_persistent_variants_on_a_cpu() -> None:
     assert not isinstance(flat, str) and not isinstance(plain, str), made
     assert "flatten=True" in flat[0] and "flatten" not in plain[0]
     assert all("c_desc.store([" in t and "@triton.autotune" in t for t, _ in (flat, plain))
+
+
+@pytest.mark.parametrize("op, hoisted", [("mm1024", True), ("addmm", True), ("bmm", False)])
+def test_descriptors_first_then_persistent_declares_them_once_per_program(
+        op: str, hoisted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other order (descriptors, then the persistent grid): declarations that read nothing
+    the tile body computes stay before the loop (built once per program, as in the expert), and
+    the loop over descriptor loads is flattened. bmm's descriptors start at the batch the tile
+    decodes: they stay in the loop."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    case = gate.load_case(HELDOUT / op)
+    ir = kir.parse(case.start_path().read_text(), language="triton")
+    for name, key in (STEPS[0], STEPS[2], STEPS[1]):
+        ir = _apply(ir, name, key)
+    text = ir.text
+    loop = re.search(r"\n(\s+)for \w+ in tl\.range\(tl\.program_id\(0\), .*, tl\.num_programs\(0\), "
+                     r"flatten=True\):", text)
+    assert loop, text
+    first_decl = text.index("tl.make_tensor_descriptor(")
+    assert (first_decl < loop.start()) == hoisted
+    _check_against_reference(text, case, tmp_path)

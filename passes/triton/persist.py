@@ -6,7 +6,8 @@ programs and each walks the tiles `pid, pid + programs, ...`: the body after the
 becomes the body of `for pid in tl.range(tl.program_id(0), TILES, tl.num_programs(0), ...)`. TILES is the
 host grid's expression read in the kernel's terms: each launch argument becomes the kernel
 parameter it is passed as, `meta["P"]` the constexpr P, `triton.cdiv` `tl.cdiv`. Work the
-programs share before the loop (descriptors, constants) is then done once per program. The
+programs share before the loop (descriptors, constants) is then done once per program, and so
+are tensor descriptor declarations in the walked body that read nothing it computes. The
 loop's keywords are the caller's (`loop_keywords`); a body whose K loop feeds `tl.dot` from
 tensor descriptors is where the expert's `flatten=True` was recorded (Triton pipelines the tile
 loop and the K loop as one, so the next tile's loads overlap this tile's epilogue); over pointer
@@ -29,10 +30,11 @@ import re
 from dataclasses import dataclass
 
 from passes._source import ByteEdit, indent_of, line_end, line_start
-from passes.triton._py import PyModule, callee, fresh_name
+from passes.triton._py import PyModule, callee, fresh_name, names_in
 from passes.triton.roles import dot_loops, launch_arguments, launch_grid
 
 PID = frozenset({"tl.program_id", "triton.language.program_id"})
+MAKE_DESCRIPTOR = frozenset({"tl.make_tensor_descriptor", "triton.language.make_tensor_descriptor"})
 NUM_PROGRAMS = frozenset({"tl.num_programs", "triton.language.num_programs"})
 CDIV = frozenset({"triton.cdiv", "cdiv", "tl.cdiv"})
 
@@ -186,6 +188,39 @@ def _decode(tile: str, axes: tuple[str, ...]) -> list[str]:
     return out
 
 
+def _invariant_descriptors(mod: PyModule, walk: Walk) -> list[tuple[int, int]]:
+    """(start, end) byte spans of the walked body's top-level statements that only declare tensor
+    descriptors (`d = tl.make_tensor_descriptor(...)`, or an `if` of such declarations, as the
+    descriptor rewrite writes them behind its fast-path flag) from names the walked body does
+    not assign: the same for every tile, they stay before the loop, built once per program."""
+    body = walk.kernel.body[walk.start:]
+    assigned: set[str] = set()
+    for n in (n for s in body for n in ast.walk(s)):
+        if isinstance(n, ast.Assign):
+            assigned |= {t.id for target in n.targets for t in ast.walk(target) if isinstance(t, ast.Name)}
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For)):
+            assigned |= {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
+
+    def declares(node: ast.stmt) -> bool:
+        return (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and callee(node.value) in MAKE_DESCRIPTOR)
+
+    out: list[tuple[int, int]] = []
+    for node in body:
+        if walk.pid_stmt is not None and node is walk.pid_stmt:
+            continue
+        only = declares(node) or (isinstance(node, ast.If) and not node.orelse
+                                  and all(declares(b) for b in node.body))
+        targets = {t.id for n in ast.walk(node) if isinstance(n, ast.Assign)
+                   for t in n.targets if isinstance(t, ast.Name)}
+        reads = names_in(node) - targets
+        if only and not reads & assigned and not any(
+                isinstance(c, ast.Call) and callee(c) in PID for c in ast.walk(node)):
+            src = mod.source
+            out.append((line_start(src, mod.start(node)), line_end(src, mod.end(node) - 1)))
+    return out
+
+
 def feeds_dot(walk: Walk) -> bool:
     """Whether the walked body holds a K loop feeding `tl.dot` whose operands come through
     tensor descriptors (`desc.load(...)`, also behind a fast-path flag), as in the expert the
@@ -232,10 +267,21 @@ def walk_edits(mod: PyModule, walk: Walk, taken: set[str], keywords: str = "") -
     end = line_end(src, mod.end(kernel.body[-1]) - 1)
     step = " " * 4
     helper = fresh_name("_resident_programs", taken)
+    hoisted = _invariant_descriptors(mod, walk)
+    before = "".join(src[a:b].decode("utf-8") for a, b in hoisted)
+
+    def text(a: int, b: int) -> str:  # the source from a to b, the hoisted statements left out
+        out, at = [], a
+        for h0, h1 in hoisted:
+            if a <= h0 and h1 <= b:
+                out.append(src[at:h0].decode("utf-8"))
+                at = h1
+        return "".join(out) + src[at:b].decode("utf-8")
+
     if stmt is not None:
         tile, begin = stmt.targets[0].id, line_end(src, mod.end(stmt) - 1)  # type: ignore[attr-defined]
         decoded = ""
-        body = src[begin:end].decode("utf-8")
+        body = text(begin, end)
     else:  # several axes: one linear index, each program id decoded from it
         tile = fresh_name("tile", taken)
         names = [fresh_name(f"pid_axis{a}", taken) for a in range(len(walk.axes))]
@@ -245,14 +291,14 @@ def walk_edits(mod: PyModule, walk: Walk, taken: set[str], keywords: str = "") -
                         if isinstance(c, ast.Call) and callee(c) in PID), key=mod.start)
         parts, at = [], start
         for c in calls:
-            parts += [src[at:mod.start(c)].decode("utf-8"), names[_axis(c)]]  # type: ignore[index]
+            parts += [text(at, mod.start(c)), names[_axis(c)]]  # type: ignore[index]
             at = mod.end(c)
-        body = "".join(parts) + src[at:end].decode("utf-8")
+        body = "".join(parts) + text(at, end)
     body = "".join(step + line if line.strip() else line for line in body.splitlines(keepends=True))
     header = (f"{indent}# persistent: each program walks the tiles pid, pid + programs, ...\n"
               f"{indent}for {tile} in {'tl.range' if keywords else 'range'}(tl.program_id(0), "
               f"{walk.tiles}, tl.num_programs(0){', ' + keywords if keywords else ''}):\n")
-    edits = [ByteEdit(start, end, header + decoded + body)]
+    edits = [ByteEdit(start, end, before + header + decoded + body)]
     if stmt is not None:
         edits += [ByteEdit(*mod.span(g), f"min({mod.text(g)}, {helper}())") for g in walk.grids]
     else:
