@@ -125,9 +125,9 @@ def test_the_probe_writes_the_persistent_variants_on_a_cpu() -> None:
 def test_descriptors_first_then_persistent_declares_them_once_per_program(
         op: str, hoisted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The other order (descriptors, then the persistent grid): declarations that read nothing
-    the tile body computes stay before the loop (built once per program, as in the expert), and
-    the loop over descriptor loads is flattened. bmm's descriptors start at the batch the tile
-    decodes: they stay in the loop."""
+    the tile body computes stay before the loop (built once per program, as in the expert; the
+    output tile's joins the operands'), and the loop over descriptor loads is flattened. bmm's
+    descriptors start at the batch the tile decodes: they stay in the loop."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     case = gate.load_case(HELDOUT / op)
     ir = kir.parse(case.start_path().read_text(), language="triton")
@@ -137,6 +137,8 @@ def test_descriptors_first_then_persistent_declares_them_once_per_program(
     loop = re.search(r"\n(\s+)for \w+ in tl\.range\(tl\.program_id\(0\), .*, tl\.num_programs\(0\), "
                      r"flatten=True\):", text)
     assert loop, text
-    first_decl = text.index("tl.make_tensor_descriptor(")
-    assert (first_decl < loop.start()) == hoisted
+    # the operands' and the output tile's descriptors: all before the loop, or all in it
+    decls = [m.start() for m in re.finditer(r"tl\.make_tensor_descriptor\(", text)]
+    assert len(decls) == 3
+    assert all((at < loop.start()) == hoisted for at in decls)
     _check_against_reference(text, case, tmp_path)

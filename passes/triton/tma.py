@@ -271,6 +271,8 @@ class TmaDescriptors(Pass):
         edits: list[ByteEdit] = []
         decls: dict[int, tuple[str, list[str]]] = {}
         stores = [b for b in _output_boxes(mod, kernel) if not isinstance(b[1], str)]
+        scope = Scope(mod, kernel)
+        operands_at: int | None = None  # where the operands' descriptors are declared
         for call, box, loop in [*boxes, *stores]:
             is_store = callee(call) in STORE
             blocks = (box.index[0].block, box.index[1].block)
@@ -291,13 +293,24 @@ class TmaDescriptors(Pass):
                 decl = (f"{name} = tl.make_tensor_descriptor({box.base}, shape=[{shape[0]}, "
                         f"{shape[1]}], strides=[{stride[0]}, {stride[1]}], "
                         f"block_shape=[{blocks[0]}, {blocks[1]}])\n")
-                if place is loop and is_store:  # built where the store is, in its own branch
-                    inline = decl
-                else:
+                at = comment_above(mod.source, line_start(mod.source, mod.start(place)))
+                indent = indent_of(mod.source, mod.start(place))
+                if place is loop and is_store:
+                    # A store in no loop: its descriptor joins the operands' declarations where
+                    # everything it reads is bound there (once per program once the kernel
+                    # walks its tiles), else it is built where the store is, in its own branch.
+                    bound = {n for n, a in scope.assigned_at.items()
+                             if operands_at is not None and mod.end(a) <= operands_at}
+                    if operands_at is None or box.names - scope.params - bound:
+                        inline = decl
+                    else:
+                        at = operands_at
+                        indent = decls[at][0]
+                if not inline:
                     by_box[key] = name
-                    at = comment_above(mod.source, line_start(mod.source, mod.start(place)))
-                    indent = indent_of(mod.source, mod.start(place))
                     decls.setdefault(at, (indent, []))[1].append(f"{indent}    {decl}")
+                    if not is_store and operands_at is None:
+                        operands_at = at
             if is_store:
                 edits.append(_store_edit(mod, call, loop, flag, inline,
                                          f"{name}.store([{offsets[0]}, {offsets[1]}], "
