@@ -94,6 +94,10 @@ class Scope:
         self.loop_vars -= self.params
         self.params -= set(counts)  # a parameter the kernel rebinds (`a_ptr += ...`) is opaque
 
+    def bound_before(self, at: int) -> set[str]:
+        """Names assigned (once) by a statement that ends at or before byte `at`."""
+        return {n for n, stmt in self.assigned_at.items() if self.mod.end(stmt) <= at}
+
     def value(self, node: ast.AST) -> ast.expr | None:
         if isinstance(node, ast.Name) and node.id in self.single:
             return self.values[node.id]

@@ -299,9 +299,8 @@ class TmaDescriptors(Pass):
                     # A store in no loop: its descriptor joins the operands' declarations where
                     # everything it reads is bound there (once per program once the kernel
                     # walks its tiles), else it is built where the store is, in its own branch.
-                    bound = {n for n, a in scope.assigned_at.items()
-                             if operands_at is not None and mod.end(a) <= operands_at}
-                    if operands_at is None or box.names - scope.params - bound:
+                    if operands_at is None or \
+                            box.names - scope.params - scope.bound_before(operands_at):
                         inline = decl
                     else:
                         at = operands_at
@@ -407,8 +406,7 @@ def _output_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Call
             continue
         box = box_of(scope, call.args[0], kw.get("mask"))
         if not isinstance(box, str):
-            bound = {n for n, at in scope.assigned_at.items() if mod.end(at) <= mod.start(stmt)}
-            late = sorted(box.names - scope.params - bound)
+            late = sorted(box.names - scope.params - scope.bound_before(mod.start(stmt)))
             if late:
                 box = f"the box of {box.base} reads {', '.join(late)}, bound after the store"
         out.append((call, box, stmt))
@@ -423,7 +421,7 @@ def _operand_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Cal
     canonical = {id(c) for _, c, *_ in TmaDescriptors()._pointer_accesses(mod, kernel)}
     out: list[tuple[ast.Call, Box | str, ast.stmt]] = []
     for loop in dot_loops(kernel):
-        before = {n for n, stmt in scope.assigned_at.items() if mod.end(stmt) <= mod.start(loop)}
+        before = scope.bound_before(mod.start(loop))
         for call in mod.calls(loop, frozenset({"tl.load", "triton.language.load"})):
             if id(call) in canonical or not call.args or _guarded(mod, call):
                 continue
