@@ -21,6 +21,9 @@ PLAN=${2:?usage: streams.sh OUTDIR PLAN [SECONDS]}
 LIMIT=${3:-560}
 mkdir -p "$OUTDIR/work"
 export PYTHONUNBUFFERED=1 OUT=$OUTDIR
+# Each process's BLAS and OpenMP pools would otherwise start one thread per core of the host.
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1} \
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 . bench/wheels.sh
 nvidia-smi --query-gpu=index,name --format=csv,noheader
 start=$(date +%s)

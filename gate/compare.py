@@ -109,7 +109,11 @@ def _sums(o: np.ndarray, r: np.ndarray, bf16: bool = False) -> tuple[float, floa
     Finiteness is read off the two sums: both are finite only when every element of the chunk
     is (an inf or NaN on either side makes the difference or the reference's square inf or
     NaN); only a chunk whose sums are not finite is scanned element by element, which also
-    tells a float64 overflow (finite values, kept as the inf sum it is) from a non-finite one."""
+    tells a float64 overflow (finite values, kept as the inf sum it is) from a non-finite one.
+
+    The sums are einsum loops, not BLAS dots: a threaded BLAS starts its own pool of one thread
+    per core for each chunk's dot, and several gates on a many-core host then oversubscribe it
+    (a gemm gate's comparison took 64-78 s on a 64-core host running four queues of gates)."""
     num = den = 0.0
     n = o.size
     od = np.empty(min(n, _CHUNK), dtype=np.float64)
@@ -121,8 +125,8 @@ def _sums(o: np.ndarray, r: np.ndarray, bf16: bool = False) -> tuple[float, floa
             oc[...] = _widen(o[i:i + m], bf16)
             rc[...] = _widen(r[i:i + m], bf16)
             np.subtract(oc, rc, out=oc)
-            part_num = float(np.dot(oc, oc))
-            part_den = float(np.dot(rc, rc))
+            part_num = float(np.einsum("i,i->", oc, oc))
+            part_den = float(np.einsum("i,i->", rc, rc))
             if not (math.isfinite(part_num) and math.isfinite(part_den)):
                 if not np.isfinite(rc).all():
                     return _REF_NONFINITE
