@@ -117,6 +117,33 @@ __global__ void k(const half* a, const half* b, float* c) {
     assert isinstance(result, Skipped) and "registers" in result.reason
 
 
+def test_forward_rule_removes_its_helpers_by_name_after_later_rewrites_inside_them() -> None:
+    """A later de-optimization rewrote a warp shuffle inside the inserted scalar mma (as the gemm
+    lineage's shuffle steps do); restoring the mma before that shuffle step is undone still gives
+    back the original kernel exactly: the helpers are found by the names the record defines."""
+    ir = kir.parse(MMA_KERNEL, "cuda")
+    step1, applied = _deopt("mma-intrinsics", ir)
+    shuffle = get_pass("warp-shuffle-reduce")()
+    site = next(s for s in shuffle.sites(step1) if s.present)
+    inside = shuffle.deoptimize(step1, site, CTX)
+    assert inside.ok and "__shfl_sync" in step1.text
+    step2 = inside.ir
+    assert step2.text.count("__shfl_sync") < step1.text.count("__shfl_sync")
+    forward = get_pass("mma-intrinsics").from_options(applied.options)
+    site = next(s for s in forward.sites(step2) if not s.present)
+    result = forward.optimize(step2, site, CTX)
+    assert result.ok, result
+    assert result.ir.text == ir.text
+    # a helper defined twice is refused with the name, not guessed at
+    twice = kir.parse(step2.text.replace("extern \"C\" __global__",
+                                         "__device__ __forceinline__ float kl_dot2(unsigned int a, "
+                                         "unsigned int b, bool bf16) { return 0.0f; }\n"
+                                         "extern \"C\" __global__", 1), "cuda")
+    site = next(s for s in forward.sites(twice) if not s.present)
+    refused = forward.optimize(twice, site, CTX)
+    assert isinstance(refused, Skipped) and "kl_dot2 is defined 2 times" in refused.reason
+
+
 def test_forward_rule_needs_the_record_and_checks_the_arch() -> None:
     step1, applied = _deopt("wgmma", kir.parse(_wgmma_kernel(64), "cuda"))
     w = get_pass("wgmma")

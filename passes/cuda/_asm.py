@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Pass, PassContext, PassResult, Site, Skipped
-from passes.cuda._c import CSource, asm_template, find_iter
+from passes.cuda._c import CSource, Function, asm_template, find_iter, functions
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -125,8 +125,48 @@ class AsmRule(Pass):
         for before, after in json.loads(self.pairs):  # type: ignore[attr-defined]
             needle = after.encode("utf-8")
             at = text.find(needle, pos, site.span[1])
+            if at < 0 and not before:
+                found = _inserted_functions(CSource(ir), after, pos, site.span[1])
+                if isinstance(found, str):
+                    return Skipped(f"the recorded {self.name} helpers are not in the kernel: "
+                                   f"{found}", {})
+                edits += found
+                pos = max(e.end for e in found)
+                continue
             if at < 0:
                 return Skipped(f"the recorded {self.name} replacement is not in the kernel", {})
             edits.append(ByteEdit(at, at + len(needle), before))
             pos = at + len(needle)
         return finish(ir, site, edits, preconditions=results)
+
+
+def _inserted_functions(src: CSource, helpers: str, lo: int, hi: int) -> list[ByteEdit] | str:
+    """Edits deleting the functions that the recorded `helpers` text defines, found in `src` by
+    name (byte range `[lo, hi)`), or why they cannot be.
+
+    Restoring an instruction removes the helpers its de-optimization inserted; what those
+    helpers' bodies hold does not matter for that. Later de-optimizations may have rewritten
+    inside them (the warp shuffles of the scalar mma emulation became shared-memory exchanges),
+    and a forward step that restored only some of those leaves the bodies different from the
+    record; the functions are still the rule's own, named as recorded."""
+    names = [f.name for f in functions(CSource.of_text(helpers))]
+    if not names:
+        return "the record defines no function"
+    defs: dict[str, list[Function]] = {}
+    for f in functions(src):
+        if f.name in names and not src.function_at(f.start):
+            defs.setdefault(f.name, []).append(f)
+    edits = []
+    for name in names:
+        found = defs.get(name, [])
+        if len(found) != 1:
+            return f"{name} is defined {len(found)} times"
+        f = found[0]
+        start, end = src.bspan(f.start, src.line_end(f.body_end - 1))
+        if start < lo or end > hi:
+            return f"{name} lies outside the site"
+        edits.append(ByteEdit(start, end, ""))
+    edits.sort(key=lambda e: e.start)
+    if any(a.end > b.start for a, b in zip(edits, edits[1:])):
+        return "the recorded functions overlap"
+    return edits

@@ -64,6 +64,13 @@ class CSource:
         self.code = code_view(self.text)
         self.offsets = Offsets(self.text)
 
+    @classmethod
+    def of_text(cls, text: str) -> CSource:
+        """A view of bare text (no IR behind it): for reading recorded fragments."""
+        src = cls.__new__(cls)
+        src.ir, src.text, src.code, src.offsets = None, text, code_view(text), Offsets(text)  # type: ignore[assignment]
+        return src
+
     def b(self, char: int) -> int:
         return self.offsets.byte(char)
 
