@@ -754,10 +754,15 @@ def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     # few points of one joint configuration; once one was gated on this state, the budget goes
     # to cards that change the kernel's structure (a kept one gives a new state, swept again).
     sweeps = job.sweeps and run.current.state not in run.swept
+    # A candidate already gated in this run (another card of the same pass wrote the same
+    # text) has its verdict: it takes no slot either, so that the card's later sites get theirs
+    # (gdn's pipelining and autotune cards all wrote the same two candidates for the first two
+    # of its four kernels, and the third kernel's launch, where the lineage's 1.3x step was,
+    # was never reached).
     fresh = (m for m in materializations(card, run.current.ir, job.rewriter, job.ctx,
                                          skip_site=lambda s: kernel_of(s.anchor) in full,
                                          sweeps=sweeps)
-             if m.ir is None or not job.lineage.graph.has_node(state_id(m.ir.unparse())))
+             if m.ir is None or _unseen(m.ir.unparse(), run, job))
     for made in itertools.islice(fresh, CANDIDATES_PER_CARD):
         if run.gated >= job.budget_steps or job.out_of_time():
             return False
@@ -766,6 +771,11 @@ def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
         if not made.ok:
             return False
     return False
+
+
+def _unseen(source: str, run: _Run, job: _Job) -> bool:
+    """Neither a state of the run nor a candidate it has gated."""
+    return source not in run.verdicts and not job.lineage.graph.has_node(state_id(source))
 
 
 def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> bool:

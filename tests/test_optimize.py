@@ -446,6 +446,41 @@ def test_a_card_used_up_on_one_kernel_still_acts_on_another_kernel_of_the_file()
     assert _used_up(card, run)
 
 
+def test_a_candidate_already_gated_takes_no_slot_so_later_sites_get_theirs(
+        tmp_path: Path) -> None:
+    """Two cards of one pass write the same candidates on a file of three kernels. The second
+    card does not spend its candidate slots on the two the first one had gated: it reaches the
+    third kernel, the one where the step pays."""
+    from dataclasses import replace
+
+    from lineage.skills import Library
+
+    card = gemm_cards(admitted=True)["software-pipelining"]
+    twin = replace(card, id=card.id + "-twin")
+    naive = naive_source("gemm")
+    kernel = naive[naive.index("@triton.jit"):naive.index("def run(")]
+    three = naive.replace("def run(", kernel.replace("matmul_kernel", "matmul_kernel_b")
+                          + kernel.replace("matmul_kernel", "matmul_kernel_c") + "def run(")
+    target = tmp_path / "three.py"
+    target.write_text(three)
+
+    def ms(source: str) -> float:
+        c = source[source.index("def matmul_kernel_c"):source.index("def run(")]
+        return 8.0 if "tl.range(" in c else 10.0 + 0.01 * source.count("tl.range(")
+
+    lib = Library.open(tmp_path / "lib", create=True)
+    for c in (card, twin):
+        lib.put(c)
+    gate = ScriptedGate(ms=ms)
+    result = optimize(target, "gemm", lib, tier="device", out=tmp_path / "out",
+                      rewriter=DeterministicRewriter(), check_fn=gate, budget_steps=3,
+                      config_sweeps=False)
+    assert [s.anchor for s in result.applied] == ["triton:matmul_kernel_c/for[0]"]
+    assert result.best_ms == 8.0 and result.gated == 3
+    assert sorted(s.anchor for s in result.rejected) == ["triton:matmul_kernel/for[0]",
+                                                         "triton:matmul_kernel_b/for[0]"]
+
+
 def test_a_neutral_step_that_gives_another_card_its_site_is_walked_to_at_once(
         tmp_path: Path) -> None:
     """gemm's grouped tile order is neutral on its own, but persistent-grid's recorded loop
