@@ -56,8 +56,12 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   a card of another pass a materialization the current kernel does not have (gemm's grouped
   tile order is what persistent-grid's recorded loop body needs) is walked to at once, within
   the same `MAX_STONE_DEPTH`: before, a later improvement cleared it from the stones and the
-  card that needed it never got a site. Whether a card materializes is asked of the
-  deterministic rules and the transplant only (no LLM call).
+  card that needed it never got a site. So is one whose optimization a card's evidence ran
+  with (its pass among the card's prior actions) when that card rewrites the stone otherwise
+  than it rewrites the current kernel (the two steps do not commute: persistent-grid flattens
+  its loop and builds descriptors once per program only over descriptor loads). Whether a
+  card materializes, and what it writes, is asked of the deterministic rules and the
+  transplant only (no LLM call).
 - revisits (device tier): a card whose last gated candidate passed and was at most
   `NEAR_MISS` slower than the best (a tie within timing noise, not evidence against it) is
   tried once more on each later best kernel, when nothing else is left to try: no card is
@@ -922,8 +926,17 @@ def _materializes(card: SkillCard, ir: Any, ctx: Any) -> bool:
 
 
 def _unlocked(card: SkillCard, ir: Any, run: _Run, job: _Job) -> list[str]:
-    """Ids of the cards of passes other than `card`'s that have no materialization on the
-    current kernel and have one on `ir` (cards failed out of the run or used up left aside)."""
+    """Ids of the cards of passes other than `card`'s that `ir` (the step by `card`) enables:
+    those that have no materialization on the current kernel and have one on `ir`, and those
+    whose evidence ran with `card`'s optimization present (its pass among the card's
+    `prior_actions`) and whose rewrite is another with it (`_rewrites_differently`); cards
+    failed out of the run or used up left aside.
+
+    The second kind: persistent-grid's recorded speedup was measured on a GEMM that loaded
+    through tensor descriptors, whose declarations the persistent loop then builds once per
+    program and whose loads it flattens; on a kernel of pointer loads the same card makes a
+    different, slower loop. The descriptor step alone is a near tie, so it only ever stayed a
+    stone."""
     failures = _failures(run)
     candidates = [c for c in job.cards if c.pass_name != card.pass_name
                   and failures[c.id] < MAX_CARD_FAILURES and not _full_kernels(c, run)]
@@ -931,8 +944,37 @@ def _unlocked(card: SkillCard, ir: Any, run: _Run, job: _Job) -> list[str]:
     if state not in run.blocked:
         run.blocked[state] = frozenset(c.id for c in job.cards
                                        if not _materializes(c, run.current.ir, job.ctx))
-    return [c.id for c in candidates
-            if c.id in run.blocked[state] and _materializes(c, ir, job.ctx)]
+    out = []
+    for c in candidates:
+        if c.id in run.blocked[state]:
+            if _materializes(c, ir, job.ctx):
+                out.append(c.id)
+        elif (card.pass_name in (c.scope.get("prior_actions") or ())
+              and _rewrites_differently(c, card, run.current.ir, ir, job.ctx)):
+            out.append(c.id)
+    return out
+
+
+def _first_rewrite(card: SkillCard, ir: Any, ctx: Any) -> Any:
+    """The IR of `card`'s first deterministic materialization on `ir`, or None."""
+    from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
+
+    made = next(iter(materializations(card, ir, DeterministicRewriter(), ctx, sweeps=False)))
+    return made.ir if made.ok else None
+
+
+def _rewrites_differently(other: SkillCard, card: SkillCard, current: Any, stepped: Any,
+                          ctx: Any) -> bool:
+    """`other` rewrites `stepped` (`card`'s step from `current`) into something else than
+    `card`'s step on `other`'s rewrite of `current`: the two steps do not commute, so what
+    `other` did on `current` says nothing of what it does after `card`. Steps that commute
+    (a pipelining depth inside a loop the persistent rule moves) are independent."""
+    after = _first_rewrite(other, stepped, ctx)
+    if after is None:
+        return False
+    before = _first_rewrite(other, current, ctx)
+    then = _first_rewrite(card, before, ctx) if before is not None else None
+    return then is None or then.unparse() != after.unparse()
 
 
 def _diff_actions(old: Any, new: Any) -> tuple[Mapping[str, Any], ...]:

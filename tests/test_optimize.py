@@ -524,6 +524,52 @@ def test_a_neutral_step_that_gives_another_card_its_site_is_walked_to_at_once(
     assert len(stone) == 1 and "group_id = " in steps.node(stone[0])["source"]
 
 
+def test_a_near_tie_that_gives_a_card_the_context_of_its_evidence_is_walked_to_at_once(
+        tmp_path: Path) -> None:
+    """persistent-grid's evidence ran on a GEMM that loaded through tensor descriptors (its
+    prior actions). On a held-out kernel of pointer loads the descriptor step alone is a near
+    tie and the persistent loop alone is slower; descriptors, then the persistent loop (which
+    flattens over descriptor loads), is what pays. A pipelining candidate is a closer tie, so
+    the fastest stone is not the descriptor step. The loop steps onto the descriptor candidate
+    at once and keeps the pair."""
+    from lineage.skills import Library
+
+    lib_all = Library.open(ROOT / "bench/results/heldout/libraries/all")
+    wanted = {"tma-descriptors.triton.7de2c2db", "persistent-grid.triton.a9560196",
+              "software-pipelining.triton.d1263a6d"}
+    cards = [c for c in lib_all.cards() if c.id in wanted]
+    assert "tma-descriptors" in next(c for c in cards if c.pass_name == "persistent-grid"
+                                     ).scope["prior_actions"]
+    lib = Library.open(tmp_path / "lib", create=True)
+    for card in cards:
+        lib.put(card)
+    target = tmp_path / "addmm_start.py"
+    target.write_text((ROOT / "bench/heldout/addmm/addmm_start.py").read_text())
+
+    def ms(source: str) -> float:
+        tma = "make_tensor_descriptor(" in source
+        persistent = "tl.num_programs(0)" in source
+        flat = "flatten=True" in source
+        staged = "num_stages=" in source
+        return (10.0 * (1.02 if tma else 1.0) * (1.001 if staged else 1.0)
+                * ((0.7 if flat else 1.05) if persistent else 1.0))
+
+    result = optimize(target, str(ROOT / "bench/heldout/addmm"), lib, tier="device",
+                      out=tmp_path / "out", rewriter=DeterministicRewriter(),
+                      check_fn=ScriptedGate(ms=ms), budget_steps=6, config_sweeps=False)
+
+    assert [s.pass_name for s in result.applied] == ["tma-descriptors", "persistent-grid"]
+    assert result.best_ms == pytest.approx(10.0 * 1.02 * 0.7)
+
+    def alone(source: str) -> float:  # the pair does not pay: nothing is kept
+        return ms(source) if "flatten=True" not in source else 10.5
+
+    again = optimize(target, str(ROOT / "bench/heldout/addmm"), lib, tier="device",
+                     out=tmp_path / "o2", rewriter=DeterministicRewriter(),
+                     check_fn=ScriptedGate(ms=alone), budget_steps=6, config_sweeps=False)
+    assert again.applied == () and again.best_ms == 10.0
+
+
 def test_a_near_miss_is_tried_again_on_a_later_best_kernel(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Device tier: pipelining is 2% slower without the autotuner (a tie within timing noise)
