@@ -557,7 +557,6 @@ def test_a_near_tie_that_gives_a_card_the_context_of_its_evidence_is_walked_to_a
     result = optimize(target, str(ROOT / "bench/heldout/addmm"), lib, tier="device",
                       out=tmp_path / "out", rewriter=DeterministicRewriter(),
                       check_fn=ScriptedGate(ms=ms), budget_steps=6, config_sweeps=False)
-
     assert [s.pass_name for s in result.applied] == ["tma-descriptors", "persistent-grid"]
     assert result.best_ms == pytest.approx(10.0 * 1.02 * 0.7)
 
