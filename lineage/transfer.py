@@ -34,6 +34,11 @@ LAUNCH_PASSES = frozenset({"tile-sizes", "num-warps", "software-pipelining", "au
 SWEEP_POINTS = 8
 # The smallest block a sweep proposes for a dot operand (tl.dot needs 16).
 MIN_DOT_BLOCK = 16
+# The reduction step a sweep also proposes when the recorded one is narrower: a row of 64
+# 16-bit elements is 128 bytes, the widest shared-memory swizzle of the tensor-core loads. The
+# recorded step fitted its lineage's reduction (a convolution's channel block of 16); a target's
+# reduction may be long (leave-one-out gemm kept k=16 in every configuration, 0.53 of its expert).
+WIDE_K = 64
 
 
 def recorded_configs(
@@ -64,8 +69,9 @@ def sweep_around(
     configuration the card's own step ran with); one stage more (a deeper pipeline); the output
     tile transposed (m and n swapped, one stage more: a problem of another aspect); the tile
     halved in m and n with half the warps and one stage more (twice as many programs, for a
-    problem too small to fill the GPU with the recorded tile); then each block halved (dot
-    blocks not below 16), half and twice the warps, one stage fewer."""
+    problem too small to fill the GPU with the recorded tile); a reduction step narrower than
+    `WIDE_K` widened to it; then each block halved (dot blocks not below 16), half and twice
+    the warps, one stage fewer."""
     tiles = {k: int(v) for k, v in (config.get("tiles") or {}).items() if v}
     warps = int(config.get("num_warps") or 4)
     stages = int(config.get("num_stages") or 3)
@@ -77,6 +83,8 @@ def sweep_around(
     if all(tiles.get(r, 0) // 2 >= MIN_DOT_BLOCK for r in ("m", "n")):
         out.append({**deeper, "m": tiles["m"] // 2, "n": tiles["n"] // 2,
                     "num_warps": max(1, warps // 2)})
+    if 0 < tiles.get("k", 0) < WIDE_K:
+        out.append({**base, "k": WIDE_K})
     for role in ("m", "n", "k", "grid", "loop", "vec"):
         if role in tiles and tiles[role] // 2 >= (MIN_DOT_BLOCK if role in DOT_ROLES else 1):
             out.append({**base, role: tiles[role] // 2})

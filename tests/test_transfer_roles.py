@@ -161,6 +161,11 @@ def test_sweep_around_a_configuration() -> None:
     assert pts[3] == {"m": 256, "n": 128, "k": 64, "num_warps": 8, "num_stages": 4}
     assert pts[4] == {"m": 64, "n": 128, "k": 64, "num_warps": 4, "num_stages": 4}
     assert len(pts) == 8 and len({tuple(sorted(p.items())) for p in pts}) == 8
+    # a narrow recorded reduction step (a convolution's channel block) is also proposed wide
+    narrow = sweep_around({"tiles": {"m": 128, "n": 128, "k": 16}, "num_warps": 4,
+                           "num_stages": 3})
+    assert {"m": 128, "n": 128, "k": 64, "num_warps": 4, "num_stages": 3} in narrow
+    assert all(p["k"] in (16, 64) for p in narrow)
 
 
 def test_one_literal_for_two_tiles_is_told_apart_by_the_size_it_divides() -> None:
