@@ -338,12 +338,20 @@ def _grid_tiles(kernel: ast.FunctionDef) -> set[str]:
                     derived[t.id] = {n for n in names_in(a.value) if n in known}
     for a in scalar:
         used = names_in(a.value)
-        if used & pid or any(isinstance(t, ast.Name) and t.id in pid for t in a.targets):
+        # `cols = tl.program_id(1) * BLOCK_C + ...`: a program id read in place counts too
+        if used & pid or _reads_program_id(a.value) \
+                or any(isinstance(t, ast.Name) and t.id in pid for t in a.targets):
             for n in used:
                 if n in known:
                     tiles.add(n)
                 tiles |= derived.get(n, set())
     return tiles
+
+
+def _reads_program_id(expr: ast.AST) -> bool:
+    return any(isinstance(c, ast.Call)
+               and callee(c) in ("tl.program_id", "triton.language.program_id")
+               for c in ast.walk(expr))
 
 
 def _grid_reads(mod: PyModule, launch: ast.Call, tile: str) -> bool:
