@@ -19,7 +19,7 @@ values (`passes.triton.untie`), so that the recorded 128x256x64 tile can be expr
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
 from passes.triton.roles import DOT_ROLES, KernelConfig, SweepRefusal, joint_config, sweep_edit
@@ -63,14 +63,17 @@ def _role_config(config: Mapping[str, Any]) -> dict[str, int]:
 
 
 def sweep_around(
-    config: Mapping[str, Any], points: int = SWEEP_POINTS, also: Mapping[str, Any] | None = None
+    config: Mapping[str, Any], points: int = SWEEP_POINTS, also: Mapping[str, Any] | None = None,
+    roles: Set[str] = frozenset(),
 ) -> list[dict[str, int]]:
     """The recorded configuration and its neighbours, role-keyed, in this order: `also` (the
     configuration the card's own step ran with); one stage more (a deeper pipeline); the output
     tile transposed (m and n swapped, one stage more: a problem of another aspect); the tile
     halved in m and n with half the warps and one stage more (twice as many programs, for a
     problem too small to fill the GPU with the recorded tile); a reduction step narrower than
-    `WIDE_K` widened to it; then each block halved (dot blocks not below 16), half and twice
+    `WIDE_K` widened to it (or proposed at it where the target has a reduction step, one of
+    `roles`, and the recorded configuration none: the target's own step stays in the others);
+    then each block halved (dot blocks not below 16), half and twice
     the warps, one stage fewer."""
     tiles = {k: int(v) for k, v in (config.get("tiles") or {}).items() if v}
     warps = int(config.get("num_warps") or 4)
@@ -83,7 +86,7 @@ def sweep_around(
     if all(tiles.get(r, 0) // 2 >= MIN_DOT_BLOCK for r in ("m", "n")):
         out.append({**deeper, "m": tiles["m"] // 2, "n": tiles["n"] // 2,
                     "num_warps": max(1, warps // 2)})
-    if 0 < tiles.get("k", 0) < WIDE_K:
+    if 0 < tiles.get("k", 0) < WIDE_K or ("k" in roles and "k" not in tiles):
         out.append({**base, "k": WIDE_K})
     for role in ("m", "n", "k", "grid", "loop", "vec"):
         if role in tiles and tiles[role] // 2 >= (MIN_DOT_BLOCK if role in DOT_ROLES else 1):
@@ -129,7 +132,7 @@ def config_candidates(
         fit = next((pair for pair in recorded if matches(pair[0], target)), None)
         if fit is None:
             continue
-        configs = sweep_around(fit[0], also=fit[1])
+        configs = sweep_around(fit[0], also=fit[1], roles=set(target.by_role()))
         work = untied_for(ir, name, configs)
         made = sweep_edit(work, name, configs)
         if isinstance(made, SweepRefusal):

@@ -166,6 +166,11 @@ def test_sweep_around_a_configuration() -> None:
                            "num_stages": 3})
     assert {"m": 128, "n": 128, "k": 64, "num_warps": 4, "num_stages": 3} in narrow
     assert all(p["k"] in (16, 64) for p in narrow)
+    # a recorded configuration without a reduction step, on a target that has one
+    no_k = sweep_around({"tiles": {"m": 64, "n": 128}, "num_warps": 4, "num_stages": 3},
+                        roles={"m", "n", "k"})
+    assert {"m": 64, "n": 128, "k": 64, "num_warps": 4, "num_stages": 3} in no_k
+    assert sum("k" in p for p in no_k) == 1
 
 
 def test_one_literal_for_two_tiles_is_told_apart_by_the_size_it_divides() -> None:
