@@ -47,10 +47,13 @@ class PyModule:
             if byte == 10:
                 self._lines.append(i + 1)
         parents: dict[ast.AST, ast.AST] = {}
+        nodes = []
         for node in ast.walk(self.tree):
+            nodes.append(node)
             for child in ast.iter_child_nodes(node):
                 parents[child] = node
         self.parents = parents
+        self._nodes = nodes  # every node, in ast.walk order (asked for often)
 
     # -- positions ----------------------------------------------------------------------
     def start(self, node: ast.AST) -> int:
@@ -74,7 +77,7 @@ class PyModule:
 
     # -- kernels and launches -----------------------------------------------------------
     def functions(self) -> list[ast.FunctionDef]:
-        return [n for n in ast.walk(self.tree) if isinstance(n, ast.FunctionDef)]
+        return [n for n in self._nodes if isinstance(n, ast.FunctionDef)]
 
     def kernels(self) -> list[ast.FunctionDef]:
         """Functions decorated with `triton.jit` (bare or called)."""
@@ -89,7 +92,7 @@ class PyModule:
 
     def launches(self, kernel: str) -> list[ast.Call]:
         """Calls `kernel[grid](...)` anywhere in the module."""
-        return [n for n in ast.walk(self.tree)
+        return [n for n in self._nodes
                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)
                 and dotted(n.func.value) == kernel]
 

@@ -32,6 +32,8 @@ that names its tiles differently (`BM`, `TILE`, `bm`).
 from __future__ import annotations
 
 import ast
+import copy
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -257,7 +259,20 @@ def accumulators(loop: ast.AST) -> set[str]:
     return out
 
 
+_OWN_FACTS: weakref.WeakKeyDictionary[ast.FunctionDef, _Facts] = weakref.WeakKeyDictionary()
+
+
 def _own_facts(kernel: ast.FunctionDef) -> _Facts:
+    """A copy of the function's own facts, read once per parsed function (a materialization
+    asks for the roles of each kernel of a module dozens of times; a four-kernel module took
+    seconds per card)."""
+    cached = _OWN_FACTS.get(kernel)
+    if cached is None:
+        cached = _OWN_FACTS[kernel] = _read_own_facts(kernel)
+    return copy.deepcopy(cached)
+
+
+def _read_own_facts(kernel: ast.FunctionDef) -> _Facts:
     facts = _Facts()
     pid = pid_names(kernel)
     assigns = assignments(kernel)
