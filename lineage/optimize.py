@@ -80,6 +80,7 @@ keeps retrieval's deterministic order.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 import json
 import random
@@ -494,6 +495,8 @@ class _Run:
     """State -> ids of the cards that have no materialization on it (asked on demand)."""
     swept: set[str] = field(default_factory=set)
     """States a configuration sweep was gated on (one per state: see `_attempt`)."""
+    rewrites: dict[tuple[str, str], Any] = field(default_factory=dict)
+    """(card id, state id of a source) -> the card's first rewrite of it (`_unlocked`)."""
 
 
 def seeded_order(found: Sequence[Any], seed: int, round_: int = 0) -> list[Any]:
@@ -944,37 +947,73 @@ def _unlocked(card: SkillCard, ir: Any, run: _Run, job: _Job) -> list[str]:
     if state not in run.blocked:
         run.blocked[state] = frozenset(c.id for c in job.cards
                                        if not _materializes(c, run.current.ir, job.ctx))
+    from lineage.transfer import LAUNCH_PASSES  # noqa: PLC0415
+
     out = []
     for c in candidates:
         if c.id in run.blocked[state]:
             if _materializes(c, ir, job.ctx):
                 out.append(c.id)
-        elif (card.pass_name in (c.scope.get("prior_actions") or ())
-              and _rewrites_differently(c, card, run.current.ir, ir, job.ctx)):
+        # launch-parameter cards carry their evidence's joint configuration in their sweep
+        elif (c.pass_name not in LAUNCH_PASSES
+              and card.pass_name in (c.scope.get("prior_actions") or ())
+              and _rewrites_differently(c, card, run.current.ir, ir, job.ctx, run.rewrites)):
             out.append(c.id)
     return out
 
 
-def _first_rewrite(card: SkillCard, ir: Any, ctx: Any) -> Any:
-    """The IR of `card`'s first deterministic materialization on `ir`, or None."""
+def _first_rewrite(card: SkillCard, ir: Any, ctx: Any, memo: dict[tuple[str, str], Any]) -> Any:
+    """The IR of `card`'s first deterministic materialization on `ir`, or None (memoized by
+    card and source: the current kernel's are asked again for every stone)."""
     from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
 
-    made = next(iter(materializations(card, ir, DeterministicRewriter(), ctx, sweeps=False)))
-    return made.ir if made.ok else None
+    key = (card.id, state_id(ir.unparse()))
+    if key not in memo:
+        made = next(iter(materializations(card, ir, DeterministicRewriter(), ctx, sweeps=False)))
+        memo[key] = made.ir if made.ok else None
+    return memo[key]
 
 
 def _rewrites_differently(other: SkillCard, card: SkillCard, current: Any, stepped: Any,
-                          ctx: Any) -> bool:
-    """`other` rewrites `stepped` (`card`'s step from `current`) into something else than
-    `card`'s step on `other`'s rewrite of `current`: the two steps do not commute, so what
-    `other` did on `current` says nothing of what it does after `card`. Steps that commute
-    (a pipelining depth inside a loop the persistent rule moves) are independent."""
-    after = _first_rewrite(other, stepped, ctx)
+                          ctx: Any, memo: dict[tuple[str, str], Any]) -> bool:
+    """`other` changes `stepped` (`card`'s step from `current`) otherwise than it changes
+    `current`, beyond the lines the step itself changed: the two steps do not commute, so what
+    `other` did on `current` says nothing of what it does after `card`.
+
+    Changes are compared as multisets of removed and added lines, stripped of indentation (a
+    rule that moves a loop into another re-indents it) and without the lines the step removed
+    or added (a pipelining depth inside the loop the persistent rule moves). The persistent
+    loop over descriptor loads writes another loop header than over pointer loads; a tile size
+    in the autotune list changes nothing the persistent rule writes."""
+    after = _first_rewrite(other, stepped, ctx, memo)
     if after is None:
         return False
-    before = _first_rewrite(other, current, ctx)
-    then = _first_rewrite(card, before, ctx) if before is not None else None
-    return then is None or then.unparse() != after.unparse()
+    before = _first_rewrite(other, current, ctx, memo)
+    if before is None:
+        return True
+    step_removed, step_added = _line_changes(current.unparse(), stepped.unparse())
+    own = step_removed | step_added
+
+    def effect(a: str, b: str) -> tuple[Counter[str], Counter[str]]:
+        removed, added = _line_changes(a, b)
+        return (Counter({k: v for k, v in removed.items() if k not in own}),
+                Counter({k: v for k, v in added.items() if k not in own}))
+
+    return effect(current.unparse(), before.unparse()) != effect(stepped.unparse(),
+                                                               after.unparse())
+
+
+def _line_changes(a: str, b: str) -> tuple[Counter[str], Counter[str]]:
+    """(removed, added) lines from `a` to `b`, stripped, blank lines left out."""
+    x = [line.strip() for line in a.splitlines() if line.strip()]
+    y = [line.strip() for line in b.splitlines() if line.strip()]
+    removed: Counter[str] = Counter()
+    added: Counter[str] = Counter()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, x, y, autojunk=False).get_opcodes():
+        if tag != "equal":
+            removed.update(x[i1:i2])
+            added.update(y[j1:j2])
+    return removed, added
 
 
 def _diff_actions(old: Any, new: Any) -> tuple[Mapping[str, Any], ...]:

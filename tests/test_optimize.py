@@ -569,6 +569,33 @@ def test_a_near_tie_that_gives_a_card_the_context_of_its_evidence_is_walked_to_a
     assert again.applied == () and again.best_ms == 10.0
 
 
+def test_steps_that_commute_with_a_card_do_not_enable_it() -> None:
+    """The descriptor step changes what the persistent rule writes (a flattened loop over
+    descriptor loads); a tile size or a pipelining depth inside the loop it moves does not."""
+    from lineage.optimize import _rewrites_differently
+    from lineage.skills import Library
+    from passes.base import PassContext
+
+    lib = Library.open(ROOT / "bench/results/heldout/libraries/all")
+    cards = {c.id: c for c in lib.cards()}
+    tma, persistent, pipelining = (cards["tma-descriptors.triton.7de2c2db"],
+                                   cards["persistent-grid.triton.a9560196"],
+                                   cards["software-pipelining.triton.d1263a6d"])
+    ctx = PassContext.for_case(str(ROOT / "bench/heldout/addmm"), tier="device")
+    start = kir.parse((ROOT / "bench/heldout/addmm/addmm_start.py").read_text(), "triton")
+
+    def step(card):
+        return next(m for m in materializations(card, start, DeterministicRewriter(), ctx,
+                                                sweeps=False) if m.ok).ir
+
+    memo: dict = {}
+    assert _rewrites_differently(persistent, tma, start, step(tma), ctx, memo)
+    assert not _rewrites_differently(persistent, pipelining, start, step(pipelining), ctx, memo)
+    wider = kir.parse(start.unparse().replace("bm, bn, bk = 32, 32, 32",
+                                              "bm, bn, bk = 64, 32, 32"), "triton")
+    assert not _rewrites_differently(persistent, tma, start, wider, ctx, memo)
+
+
 def test_a_near_miss_is_tried_again_on_a_later_best_kernel(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Device tier: pipelining is 2% slower without the autotuner (a tie within timing noise)
