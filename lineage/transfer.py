@@ -102,6 +102,32 @@ def sweep_around(
     return unique[:points]
 
 
+def sweep_own(target: KernelConfig, points: int = SWEEP_POINTS) -> list[dict[str, int]]:
+    """A sweep around the target's own configuration, for a launch card whose recorded
+    configuration does not fit the target's structure: what the card carries over is that its
+    parameters paid to tune, not its values. In this order: the target's configuration; twice
+    and half the warps; each block doubled and halved (dot blocks not below 16); one pipeline
+    stage more and fewer; four times and a quarter of the warps."""
+    tiles = target.by_role()
+    warps, stages = target.num_warps, target.num_stages
+    base = {**tiles, "num_warps": warps, "num_stages": stages}
+    out = [base, {**base, "num_warps": min(32, warps * 2)},
+           {**base, "num_warps": max(1, warps // 2)}]
+    for role, value in tiles.items():
+        out.append({**base, role: value * 2})
+        if value // 2 >= (MIN_DOT_BLOCK if role in DOT_ROLES else 1):
+            out.append({**base, role: value // 2})
+    out.append({**base, "num_stages": stages + 1})
+    if stages > 1:
+        out.append({**base, "num_stages": stages - 1})
+    out += [{**base, "num_warps": min(32, warps * 4)}, {**base, "num_warps": max(1, warps // 4)}]
+    unique: list[dict[str, int]] = []
+    for cfg in out:
+        if cfg not in unique:
+            unique.append(cfg)
+    return unique[:points]
+
+
 def matches(recorded: Mapping[str, Any], target: KernelConfig) -> bool:
     """A recorded configuration fits a target kernel that has the same structure (a dot in a
     loop or not) and shares a tunable role with it (or, with no tiles on either side, is
@@ -116,9 +142,10 @@ def matches(recorded: Mapping[str, Any], target: KernelConfig) -> bool:
 def config_candidates(
     carrier: Mapping[str, Any], ir: KernelIR, skip_kernel: Any = None
 ) -> list[tuple[str, KernelIR, list[dict[str, int]]]]:
-    """(kernel name, rewritten IR, fitted configs) for each target kernel a recorded
-    configuration fits; kernels the sweep is refused on (`sweep_edit`) are left out, as are
-    those `skip_kernel(name)` names."""
+    """(kernel name, rewritten IR, fitted configs) for each launched target kernel: a sweep
+    around the recorded configuration that fits it, else around its own (`sweep_own`); kernels
+    the sweep is refused on (`sweep_edit`) are left out, as are those `skip_kernel(name)`
+    names."""
     from kir import Edit, Span  # noqa: PLC0415
     from kir.errors import KLineageError  # noqa: PLC0415
 
@@ -130,9 +157,10 @@ def config_candidates(
         if skip_kernel is not None and skip_kernel(name):
             continue
         fit = next((pair for pair in recorded if matches(pair[0], target)), None)
-        if fit is None:
-            continue
-        configs = sweep_around(fit[0], also=fit[1], roles=set(target.by_role()))
+        if fit is not None:
+            configs = sweep_around(fit[0], also=fit[1], roles=set(target.by_role()))
+        else:
+            configs = sweep_own(target)
         work = untied_for(ir, name, configs)
         made = sweep_edit(work, name, configs)
         if isinstance(made, SweepRefusal):

@@ -145,9 +145,16 @@ def test_a_recorded_configuration_lands_on_a_kernel_with_other_names() -> None:
     assert "TILE_ROWS=32" not in text and "num_warps=2" not in text
     assert "@triton.autotune(" in text and "key=['m_size', 'n_size', 'k_size']" in text
     compile(text, "candidate.py", "exec")
-    # a recorded configuration of a kernel without a dot loop does not fit a matmul
+    # a recorded configuration of a kernel without a dot loop does not fit a matmul: its
+    # values are left alone and the sweep goes around the matmul's own configuration
     other = {"config": {"x": {"tiles": {"grid": 64}, "dot": False, "num_warps": 4, "num_stages": 2}}}
-    assert config_candidates(other, _ir(MM_B)) == []
+    [(name, _, own)] = config_candidates(other, _ir(MM_B))
+    assert name == "matmul_tile"
+    assert own[0] == {"TILE_ROWS": 32, "TILE_COLS": 64, "DEPTH": 16, "num_warps": 2,
+                      "num_stages": own[0]["num_stages"]}
+    assert {"TILE_ROWS": 64, "TILE_COLS": 64, "DEPTH": 16, "num_warps": 2,
+            "num_stages": own[0]["num_stages"]} in own
+    assert all(c.get("TILE_COLS") != 128 or c["TILE_ROWS"] == 32 for c in own)  # one knob each
 
 
 def test_sweep_around_a_configuration() -> None:
@@ -171,6 +178,18 @@ def test_sweep_around_a_configuration() -> None:
                         roles={"m", "n", "k"})
     assert {"m": 64, "n": 128, "k": 64, "num_warps": 4, "num_stages": 3} in no_k
     assert sum("k" in p for p in no_k) == 1
+
+
+def test_a_kernel_with_no_tunable_block_is_swept_over_its_warps() -> None:
+    """A row kernel whose block is the whole row (fixed by the problem) keeps it; the sweep of
+    a launch card that does not fit goes over the warps and stages around its own launch."""
+    from lineage.transfer import sweep_own
+    from passes.triton.roles import KernelConfig
+
+    pts = sweep_own(KernelConfig("row_norm", (), num_warps=8, num_stages=3))
+    assert pts[0] == {"num_warps": 8, "num_stages": 3}
+    assert {p["num_warps"] for p in pts} == {2, 4, 8, 16, 32}
+    assert len(pts) <= SWEEP_POINTS
 
 
 def test_one_literal_for_two_tiles_is_told_apart_by_the_size_it_divides() -> None:
