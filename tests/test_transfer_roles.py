@@ -172,6 +172,8 @@ def test_sweep_around_a_configuration() -> None:
     narrow = sweep_around({"tiles": {"m": 128, "n": 128, "k": 16}, "num_warps": 4,
                            "num_stages": 3})
     assert {"m": 128, "n": 128, "k": 64, "num_warps": 4, "num_stages": 3} in narrow
+    # ... and a tile of a smaller problem twice as large, with twice the warps
+    assert {"m": 256, "n": 256, "k": 16, "num_warps": 8, "num_stages": 3} in narrow
     assert all(p["k"] in (16, 64) for p in narrow)
     # a recorded configuration without a reduction step, on a target that has one
     no_k = sweep_around({"tiles": {"m": 64, "n": 128}, "num_warps": 4, "num_stages": 3},
