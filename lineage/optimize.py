@@ -238,8 +238,10 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     candidates in this order and may stop at the first that passes. Sites for which
     `skip_site` returns True are left out (before `max_sites`).
     A launch-parameter card with a recorded joint configuration first proposes it with a sweep
-    around it on each kernel it fits (`lineage.transfer`; rewriter "config-sweep"), unless
-    `sweeps` is False (the single-parameter rewrites alone, for ablation)."""
+    around it on each kernel it fits (`lineage.transfer`; rewriter "config-sweep"), and last a
+    sweep around their own configuration on the kernels it does not fit (a row kernel whose
+    only launch parameter is its warps), unless `sweeps` is False (the single-parameter
+    rewrites alone, for ablation)."""
     from passes.base import Applied  # noqa: PLC0415
 
     produced_sweep = False
@@ -313,6 +315,9 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     for made in repeats:
         produced = True
         yield made
+    for made in (_config_sweeps(card, ir, skip_site, own=True) if sweeps else ()):
+        produced_sweep = True
+        yield made
     if not produced and not produced_sweep:
         yield Materialized(card, None, None, refusals=tuple(refusals))
 
@@ -355,17 +360,18 @@ def _transplanted(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], boo
     return Materialized(card, new_ir, site, "transplant"), ""
 
 
-def _config_sweeps(card: SkillCard, ir: KernelIR,
-                   skip_site: Callable[[Site], bool] | None) -> Iterator[Materialized]:
+def _config_sweeps(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], bool] | None,
+                   own: bool = False) -> Iterator[Materialized]:
     """A launch-parameter card's joint configuration and a sweep around it, written on each
     target kernel it fits (`lineage.transfer`): one candidate per kernel, before the card's
-    single-parameter rewrites."""
+    single-parameter rewrites. With `own`, a sweep around the kernel's own configuration on
+    each kernel the recorded one does not fit (after the card's rewrites)."""
     from lineage.transfer import LAUNCH_PASSES, config_candidates, kernel_site  # noqa: PLC0415
 
     if card.pass_name not in LAUNCH_PASSES or not card.carrier.get("config") \
             or str(getattr(ir.language, "value", ir.language)) != "triton":
         return
-    for name, new_ir, fitted in config_candidates(card.carrier, ir):
+    for name, new_ir, fitted in config_candidates(card.carrier, ir, own=own):
         site = kernel_site(card.pass_name, ir, name)
         if site is None or (skip_site is not None and skip_site(site)):
             continue

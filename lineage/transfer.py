@@ -150,12 +150,13 @@ def matches(recorded: Mapping[str, Any], target: KernelConfig) -> bool:
 
 
 def config_candidates(
-    carrier: Mapping[str, Any], ir: KernelIR, skip_kernel: Any = None
+    carrier: Mapping[str, Any], ir: KernelIR, skip_kernel: Any = None, own: bool = False
 ) -> list[tuple[str, KernelIR, list[dict[str, int]]]]:
-    """(kernel name, rewritten IR, fitted configs) for each launched target kernel: a sweep
-    around the recorded configuration that fits it, else around its own (`sweep_own`); kernels
-    the sweep is refused on (`sweep_edit`) are left out, as are those `skip_kernel(name)`
-    names."""
+    """(kernel name, rewritten IR, fitted configs) for each target kernel a recorded
+    configuration fits, with a sweep around that configuration; with `own`, for each target
+    kernel none fits, with a sweep around the kernel's own configuration (`sweep_own`).
+    Kernels the sweep is refused on (`sweep_edit`) are left out, as are those
+    `skip_kernel(name)` names."""
     from kir import Edit, Span  # noqa: PLC0415
     from kir.errors import KLineageError  # noqa: PLC0415
 
@@ -167,6 +168,8 @@ def config_candidates(
         if skip_kernel is not None and skip_kernel(name):
             continue
         fit = next((pair for pair in recorded if matches(pair[0], target)), None)
+        if (fit is None) != own:
+            continue
         if fit is not None:
             configs = sweep_around(fit[0], also=fit[1], roles=set(target.by_role()))
         else:

@@ -146,9 +146,10 @@ def test_a_recorded_configuration_lands_on_a_kernel_with_other_names() -> None:
     assert "@triton.autotune(" in text and "key=['m_size', 'n_size', 'k_size']" in text
     compile(text, "candidate.py", "exec")
     # a recorded configuration of a kernel without a dot loop does not fit a matmul: its
-    # values are left alone and the sweep goes around the matmul's own configuration
+    # values are left alone; asked for, the sweep goes around the matmul's own configuration
     other = {"config": {"x": {"tiles": {"grid": 64}, "dot": False, "num_warps": 4, "num_stages": 2}}}
-    [(name, _, own)] = config_candidates(other, _ir(MM_B))
+    assert config_candidates(other, _ir(MM_B)) == []
+    [(name, _, own)] = config_candidates(other, _ir(MM_B), own=True)
     assert name == "matmul_tile"
     assert own[0] == {"TILE_ROWS": 32, "TILE_COLS": 64, "DEPTH": 16, "num_warps": 2,
                       "num_stages": own[0]["num_stages"]}
