@@ -16,6 +16,7 @@ from typing import Any
 from kir import parse
 from kir.errors import BadInputError
 from passes._source import ByteEdit
+from lineage.transfer import first_unique
 from passes.triton.roles import KernelConfig, SweepRefusal, joint_config, sweep_edit
 
 # (m, n, k, warps, stages): the tile list commonly written for a tiled tl.dot kernel on NVIDIA GPUs.
@@ -59,11 +60,7 @@ def generic_configs(config: KernelConfig, max_configs: int = 8) -> list[dict[str
             out.append({**cfg, "num_warps": w, "num_stages": config.num_stages})
     else:
         out = [{"num_warps": w, "num_stages": config.num_stages} for w in WARP_CONFIGS]
-    unique: list[dict[str, int]] = []
-    for cfg in out:
-        if cfg not in unique:
-            unique.append(cfg)
-    return unique[:max_configs]
+    return first_unique(out, max_configs)
 
 
 def autotune_control(source: str, max_configs: int = 8) -> str:

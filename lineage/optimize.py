@@ -385,8 +385,6 @@ def _significant_lines(text: str) -> set[str]:
 
 def _inserted_lines(before: str, after: str) -> list[str]:
     """Stripped non-trivial lines the edit inserted (difflib over lines)."""
-    import difflib  # noqa: PLC0415
-
     a, b = before.splitlines(), after.splitlines()
     out: list[str] = []
     for tag, _, _, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():

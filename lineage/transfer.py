@@ -105,8 +105,13 @@ def sweep_around(
     out.append({**base, "num_warps": min(32, warps * 2)})
     if stages > 1:
         out.append({**base, "num_stages": stages - 1})
+    return first_unique(out, points)
+
+
+def first_unique(configs: Sequence[dict[str, int]], points: int) -> list[dict[str, int]]:
+    """The first `points` distinct configurations, in order."""
     unique: list[dict[str, int]] = []
-    for cfg in out:
+    for cfg in configs:
         if cfg not in unique:
             unique.append(cfg)
     return unique[:points]
@@ -131,11 +136,7 @@ def sweep_own(target: KernelConfig, points: int = SWEEP_POINTS) -> list[dict[str
     if stages > 1:
         out.append({**base, "num_stages": stages - 1})
     out += [{**base, "num_warps": min(32, warps * 4)}, {**base, "num_warps": max(1, warps // 4)}]
-    unique: list[dict[str, int]] = []
-    for cfg in out:
-        if cfg not in unique:
-            unique.append(cfg)
-    return unique[:points]
+    return first_unique(out, points)
 
 
 def matches(recorded: Mapping[str, Any], target: KernelConfig) -> bool:
