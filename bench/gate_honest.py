@@ -259,13 +259,18 @@ def summarize(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         by_case[r["case"]].append(r)
     kinds = sorted({r["failure_kind"] for r in records if r["ok"] is False})
     rejected = [r for r in records if r["ok"] is False]
+    own = [r for r in rejected if (r.get("static") or {}).get("ok") is False]
     errors = sum(1 for r in records if r["ok"] is None)
+    carried = sum(1 for r in records if r.get("carried_from"))
     lines = [f"# Honest kernels through the gate ({meta['tier']} tier)", "",
              f"{meta['kernels']} kernels ({meta['places']} places, {meta['skipped']} CUDA lineage "
              f"states skipped), {len(records)} gated in {meta['elapsed_s']:.0f} s "
-             f"(--jobs {meta['jobs']}, --box {meta['box'] or 'none'}): "
-             f"{sum(1 for r in records if r['ok'])} passed, {len(rejected)} rejected "
-             f"(false rejections), {errors} errors, {sum(not_reached.values())} not reached.", "",
+             f"(--jobs {meta['jobs']}, --box {meta['box'] or 'none'}"
+             + (f"; {carried} of them passes carried from an earlier run" if carried else "")
+             + f"): {sum(1 for r in records if r['ok'])} passed, {len(rejected)} rejected "
+             + (f"({len(rejected) - len(own)} false rejections; {len(own)} the kernel's own: the "
+                f"static tier rejects them too)" if own else "(false rejections)")
+             + f", {errors} errors, {sum(not_reached.values())} not reached.", "",
              "| case | from | gated | passed | " + " | ".join(kinds + ["error", "not reached"])
              + " |", "|---|---|---:|---:|" + "---:|" * (len(kinds) + 2)]
     for case in sorted(set(by_case) | set(not_reached)):
@@ -281,12 +286,17 @@ def summarize(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                                                    [r for r in records if r["ok"] is None])):
         if not rows:
             continue
-        lines += ["", f"## {title}", "", "| kernel | case | kind | reason |", "|---|---|---|---|"]
+        lines += ["", f"## {title}", "", "| kernel | case | kind | reason | static tier |",
+                  "|---|---|---|---|---|"]
         for r in rows:
             reason = " ".join((r["reason"] or "").split())[:REASON_CHARS].replace("|", "\\|")
             places = f" (+{r['places'] - 1} places)" if r["places"] > 1 else ""
+            static = r.get("static")
+            again = ("-" if static is None else "passes" if static["ok"] else
+                     " ".join(f"{static.get('failure_kind') or 'not checked'}: "
+                              f"{static['reason']}".split())[-REASON_CHARS:].replace("|", "\\|"))
             lines.append(f"| {r['kernel']}{places} | {r['case']} | {r['failure_kind']} | "
-                         f"{reason} |")
+                         f"{reason} | {again} |")
     return "\n".join(lines) + "\n"
 
 
@@ -323,8 +333,33 @@ def shard(text: str) -> tuple[int, int]:
     return index, count
 
 
-def merge(files: list[str], out: Path, md: str | None) -> int:
-    """One JSON and summary from shard files of one tier: records joined, counts summed."""
+def recheck_static(records: list[dict[str, Any]], root: Path = ROOT) -> None:
+    """Gate every rejected kernel of `records` again at the static tier (compiles for the GPU
+    on this machine) and record the verdict under `"static"`. A rejection the static tier
+    reproduces is the kernel's own (it does not compile for the GPU: a state kept at the
+    interpret tier, whose interpreter has no tensor-size limit), not a false rejection."""
+    rejected = [r for r in records if r.get("ok") is False and r.get("sha256")]
+    if not rejected:
+        return
+    by_key = {k.key: k for k in kernels(root)[0]}
+    for r in rejected:
+        k = by_key.get((r["case"], r["sha256"]))
+        if k is None or k.case is None:
+            r["static"] = {"ok": None, "reason": "the kernel is no longer in the repository"}
+            continue
+        try:
+            v = gate.check(k.source, k.language, k.case, "static", host=k.host, cache=False)
+        except Exception as exc:  # noqa: BLE001 — recorded, the others are still checked
+            r["static"] = {"ok": None, "reason": f"{type(exc).__name__}: {exc}"[:400]}
+            continue
+        # the end of a compiler's message holds its cause ("caused by ValueError: ...")
+        r["static"] = {"ok": v.ok, "failure_kind": v.failure_kind.value if v.failure_kind else None,
+                       "reason": (v.reason or "")[-400:]}
+
+
+def merge(files: list[str], out: Path, md: str | None, recheck: bool = False) -> int:
+    """One JSON and summary from shard files of one tier: records joined, counts summed; with
+    `recheck`, the rejections gated again at the static tier (`recheck_static`)."""
     try:
         parts = [json.loads(Path(f).read_text()) for f in files]
     except (OSError, ValueError) as exc:
@@ -336,6 +371,8 @@ def merge(files: list[str], out: Path, md: str | None) -> int:
               file=sys.stderr)
         return 2
     records = [r for p in parts for r in p["records"]]
+    if recheck:
+        recheck_static(records)
     not_reached: collections.Counter[str] = collections.Counter()
     origins: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for p in parts:
@@ -373,9 +410,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="an earlier run's file: the kernels it passed are carried, not gated")
     ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                     help="join these shard files into --out (and --md); gates nothing")
+    ap.add_argument("--recheck-static", action="store_true",
+                    help="with --merge: gate each rejected kernel again at the static tier; a "
+                         "rejection it reproduces is the kernel's own, not a false rejection")
     args = ap.parse_args(argv)
+    if args.recheck_static and not args.merge:
+        print("gate_honest: --recheck-static goes with --merge", file=sys.stderr)
+        return 2
     if args.merge:
-        return merge(args.merge, Path(args.out), args.md)
+        return merge(args.merge, Path(args.out), args.md, args.recheck_static)
     try:
         if args.jobs < 1:
             raise _bad(f"--jobs must be at least 1, not {args.jobs}")

@@ -107,6 +107,42 @@ def test_the_summary_counts_per_case_and_lists_each_rejection() -> None:
     assert "1 rejected" in md and "2 not reached" in md and "| k2 | c/a | error | no case |" in md
 
 
+def test_a_rejection_the_static_tier_reproduces_is_the_kernels_own(monkeypatch: Any) -> None:
+    """A kernel that does not compile for the GPU (kept by a lineage at the interpret tier) is
+    rejected on the device and again at the static tier: not a false rejection. One the static
+    tier passes stays counted as false."""
+    import hashlib
+    from types import SimpleNamespace
+
+    gh = _module()
+    kernels = [gh.Kernel(f"k{i}", "lineage", "c/a", object(), "triton", f"src{i}", None,
+                         places=[f"lineage k{i}"]) for i in range(2)]
+    monkeypatch.setattr(gh, "kernels", lambda root=None: (kernels, 0))
+    seen: list[str] = []
+
+    def check(source: str, language: str, case: Any, tier: str, **kw: Any) -> Any:
+        seen.append(f"{source}@{tier}")
+        own = source == "src0"
+        return SimpleNamespace(ok=not own, reason="caused by ValueError: numel" if own else "",
+                               failure_kind=SimpleNamespace(value="compile_error") if own else None)
+
+    monkeypatch.setattr(gh.gate, "check", check)
+    records = [{"kernel": k.label, "case": "c/a", "ok": False, "failure_kind": "compile_error",
+                "reason": "raised", "places": 1,
+                "sha256": hashlib.sha256(k.source.encode()).hexdigest()} for k in kernels]
+    records.append({"kernel": "k9", "case": "c/a", "ok": True, "failure_kind": None,
+                    "reason": "", "places": 1, "sha256": "0"})
+    gh.recheck_static(records)
+    assert seen == ["src0@static", "src1@static"]
+    assert records[0]["static"]["ok"] is False and records[1]["static"]["ok"] is True
+    assert "static" not in records[2]
+    meta = {"tier": "device", "kernels": 3, "places": 3, "skipped": 0, "elapsed_s": 1.0,
+            "jobs": 1, "box": 0, **gh.tally(kernels, 2)}
+    md = gh.summarize(records, meta)
+    assert "2 rejected (1 false rejections; 1 the kernel's own" in md
+    assert "compile_error: caused by ValueError: numel |" in md
+
+
 def test_shards_split_the_kernels_and_merge_into_one_summary(tmp_path: Path) -> None:
     """Two shards of one case's kernels gate disjoint halves; merged, they count as one run."""
     files = []
