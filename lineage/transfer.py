@@ -39,10 +39,11 @@ MIN_DOT_BLOCK = 16
 # recorded step fitted its lineage's reduction (a convolution's channel block of 16); a target's
 # reduction may be long (leave-one-out gemm kept k=16 in every configuration, 0.53 of its expert).
 WIDE_K = 64
-# The largest output tile side and warp count a sweep proposes by doubling a recorded tile (for
-# a problem larger than the one it was recorded on: leave-one-out gemm, 4096^3, got conv2d's
-# 64x128 tile, 128 being all of that convolution's output channels).
-MAX_DOT_BLOCK = 256
+# The largest output tile (accumulator elements) and warp count a sweep proposes by doubling a
+# recorded tile, for a problem larger than the one it was recorded on (leave-one-out gemm,
+# 4096^3, got conv2d's 64x128 tile, 128 being all of that convolution's output channels):
+# 128x256 fp32 accumulators are 128 registers per thread at 8 warps, of the 255 a thread has.
+MAX_ACC_ELEMENTS = 128 * 256
 MAX_WARPS = 8
 
 
@@ -76,8 +77,8 @@ def sweep_around(
     tile transposed (m and n swapped, one stage more: a problem of another aspect); the tile
     halved in m and n with half the warps and one stage more (twice as many programs, for a
     problem too small to fill the GPU with the recorded tile); the tile doubled in m and n with
-    twice the warps (a problem larger than the recorded one; sides up to `MAX_DOT_BLOCK`); a
-    reduction step narrower than
+    twice the warps and a reduction step of at least `WIDE_K` (a problem larger than the
+    recorded one; accumulators up to `MAX_ACC_ELEMENTS`); a reduction step narrower than
     `WIDE_K` widened to it (or proposed at it where the target has a reduction step, one of
     `roles`, and the recorded configuration none: the target's own step stays in the others);
     then each block halved (dot blocks not below 16), half and twice
@@ -93,10 +94,12 @@ def sweep_around(
     if all(tiles.get(r, 0) // 2 >= MIN_DOT_BLOCK for r in ("m", "n")):
         out.append({**deeper, "m": tiles["m"] // 2, "n": tiles["n"] // 2,
                     "num_warps": max(1, warps // 2)})
-    if all(0 < tiles.get(r, 0) * 2 <= MAX_DOT_BLOCK for r in ("m", "n")):
+    narrow_k = 0 < tiles.get("k", 0) < WIDE_K or ("k" in roles and "k" not in tiles)
+    if tiles.get("m", 0) > 0 and tiles.get("n", 0) > 0 \
+            and 4 * tiles["m"] * tiles["n"] <= MAX_ACC_ELEMENTS:
         out.append({**base, "m": tiles["m"] * 2, "n": tiles["n"] * 2,
-                    "num_warps": min(MAX_WARPS, warps * 2)})
-    if 0 < tiles.get("k", 0) < WIDE_K or ("k" in roles and "k" not in tiles):
+                    "num_warps": min(MAX_WARPS, warps * 2), **({"k": WIDE_K} if narrow_k else {})})
+    if narrow_k:
         out.append({**base, "k": WIDE_K})
     for role in ("m", "n", "k", "grid", "loop", "vec"):
         if role in tiles and tiles[role] // 2 >= (MIN_DOT_BLOCK if role in DOT_ROLES else 1):

@@ -173,14 +173,19 @@ def test_sweep_around_a_configuration() -> None:
     narrow = sweep_around({"tiles": {"m": 128, "n": 128, "k": 16}, "num_warps": 4,
                            "num_stages": 3})
     assert {"m": 128, "n": 128, "k": 64, "num_warps": 4, "num_stages": 3} in narrow
-    # ... and a tile of a smaller problem twice as large, with twice the warps
-    assert {"m": 256, "n": 256, "k": 16, "num_warps": 8, "num_stages": 3} in narrow
+    # a 128x128 accumulator is not doubled (256x256 would not fit the registers); a 64x128 one is,
+    # with twice the warps and the wide reduction step: a problem larger than the recorded one
+    assert not any(p["m"] * p["n"] > 128 * 256 for p in narrow)
+    smaller = sweep_around({"tiles": {"m": 64, "n": 128, "k": 16}, "num_warps": 4,
+                            "num_stages": 3})
+    assert {"m": 128, "n": 256, "k": 64, "num_warps": 8, "num_stages": 3} in smaller
     assert all(p["k"] in (16, 64) for p in narrow)
     # a recorded configuration without a reduction step, on a target that has one
     no_k = sweep_around({"tiles": {"m": 64, "n": 128}, "num_warps": 4, "num_stages": 3},
                         roles={"m", "n", "k"})
     assert {"m": 64, "n": 128, "k": 64, "num_warps": 4, "num_stages": 3} in no_k
-    assert sum("k" in p for p in no_k) == 1
+    assert {"m": 128, "n": 256, "k": 64, "num_warps": 8, "num_stages": 3} in no_k
+    assert sum("k" in p for p in no_k) == 2  # the other points keep the target's own step
 
 
 def test_a_kernel_with_no_tunable_block_is_swept_over_its_warps() -> None:
