@@ -995,7 +995,8 @@ def _rewrites_differently(other: SkillCard, card: SkillCard, current: Any, stepp
     before = _first_rewrite(other, current, ctx, memo)
     if before is None:
         return True
-    step_removed, step_added = _line_changes(current.unparse(), stepped.unparse())
+    current_text, stepped_text = current.unparse(), stepped.unparse()
+    step_removed, step_added = _line_changes(current_text, stepped_text)
     own = step_removed | step_added
 
     def effect(a: str, b: str) -> tuple[Counter[str], Counter[str]]:
@@ -1003,8 +1004,7 @@ def _rewrites_differently(other: SkillCard, card: SkillCard, current: Any, stepp
         return (Counter({k: v for k, v in removed.items() if k not in own}),
                 Counter({k: v for k, v in added.items() if k not in own}))
 
-    return effect(current.unparse(), before.unparse()) != effect(stepped.unparse(),
-                                                               after.unparse())
+    return effect(current_text, before.unparse()) != effect(stepped_text, after.unparse())
 
 
 def _line_changes(a: str, b: str) -> tuple[Counter[str], Counter[str]]:

@@ -81,8 +81,8 @@ def sweep_around(
     recorded one; accumulators up to `MAX_ACC_ELEMENTS`); a reduction step narrower than
     `WIDE_K` widened to it (or proposed at it where the target has a reduction step, one of
     `roles`, and the recorded configuration none: the target's own step stays in the others);
-    then each block halved (dot blocks not below 16), half and twice
-    the warps, one stage fewer."""
+    then each block halved (dot blocks not below 16), half and twice the warps, one stage
+    fewer."""
     tiles = {k: int(v) for k, v in (config.get("tiles") or {}).items() if v}
     warps = int(config.get("num_warps") or 4)
     stages = int(config.get("num_stages") or 3)
