@@ -17,7 +17,8 @@ Honest kernels, in this order (each labelled with where it came from):
 
 A kernel is gated once per (case ref, sha256 of its source): the same source reached from
 several places (a held-out start kernel is the root of its operator's lineages) is one record
-whose `places` lists them all. A lineage's CUDA state has no host module in the file and is
+whose `places` lists them all. A lineage's CUDA state is launched by the host module beside the
+lineage's expert (`graph.experts`), as induction gated it; one whose expert is not here is
 skipped (counted as such); a kernel whose case does not load here is recorded with failure kind
 `error` and is not counted as a rejection.
 
@@ -140,17 +141,34 @@ def kernels(root: Path = ROOT) -> tuple[list[Kernel], int]:
             # The parts of the path the pattern's wildcards matched: run and operator.
             rel = lineage.relative_to(root).parts
             where = "/".join(part for part, pat in zip(rel, pattern.split("/")) if "*" in pat)
+            host_of = _cuda_host(lineage, root)
             for node in _states(lineage):
                 lang = node.get("language", "triton")
+                host = None
                 if lang == "cuda":
-                    skipped += 1  # a lineage's CUDA state has no host module in the file
-                    continue
+                    host = host_of
+                    if host is None:
+                        skipped += 1  # no expert with a host module beside it to launch it
+                        continue
                 raw = node.get("case") or lineage.parent.name
                 # A held-out node names its case by a path relative to the repository.
                 ref: str | Path = root / raw if (root / raw).exists() else raw
                 found.append(_kernel(cases, f"{origin} {where} {node.get('id', '?')}", origin,
-                                     ref, lang, node["source"], None))
+                                     ref, lang, node["source"], host))
     return dedup(found), skipped
+
+
+def _cuda_host(lineage: Path, root: Path) -> str | None:
+    """The host module that launches a CUDA lineage's states: the one beside the lineage's
+    expert (`graph.experts`, a path relative to the repository), as induction gated them; None
+    when the lineage names no such expert here."""
+    data = json.loads(lineage.read_text())
+    for expert in (data.get("graph") or {}).get("experts") or ():
+        path = Path(expert)
+        path = path if path.is_absolute() else root / path
+        if path.suffix == ".cu" and path.with_suffix(".py").is_file():
+            return path.with_suffix(".py").read_text()
+    return None
 
 
 def dedup(found: list[Kernel]) -> list[Kernel]:
