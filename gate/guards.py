@@ -330,6 +330,9 @@ class KernelLog:
         self.synchronize = synchronize
         self.available = synchronize is not None
         self.kernels: list[str] = []
+        # GPU nanoseconds per kernel name recorded since the caller last cleared it (what a
+        # profile of the candidate's calls says about where its time goes; judges nothing)
+        self.time_ns: dict[str, int] = {}
         self.reason: str | None = None  # why the profiler is unavailable, when it is
         self.seconds = 0.0  # wall seconds spent starting, stopping and reading the profiler
         self.windows = 0  # windows recorded (sessions run)
@@ -406,6 +409,10 @@ class KernelLog:
                 continue
             device += 1
             name = ev.name()
+            try:
+                self.time_ns[name] = self.time_ns.get(name, 0) + max(0, int(ev.duration_ns()))
+            except Exception:  # noqa: BLE001 — a Kineto without durations: names still count
+                pass
             if name not in seen:
                 seen.add(name)
                 self.kernels.append(name)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gate import compare as cmp
-from gate import gpulock
+from gate import gpulock, transport
 from gate.cases import Case
 from gate.verdict import (Correctness, Facts, CompileFacts, FailureKind, SeedResult, Tier, Timing,
                           VariantTiming, Verdict, reject)
@@ -31,6 +31,22 @@ _LOG = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 180.0
 SPEEDUP_FLAG = 10.0
 _CONTEXT: Any = None
+
+
+# Kernels a per-kernel profile keeps (a candidate's report; more names than this are noise).
+MAX_PROFILED_KERNELS = 64
+
+
+def _kernel_ms(raw: Any) -> tuple[tuple[str, float], ...]:
+    """A worker's per-kernel GPU milliseconds, kept only as well-formed (name, finite ms >= 0)
+    pairs, the slowest first; anything else in the message is dropped (the profile informs the
+    search and judges nothing)."""
+    if not isinstance(raw, dict):
+        return ()
+    pairs = [(str(k)[:200], float(v)) for k, v in raw.items()
+             if isinstance(v, (int, float)) and math.isfinite(v) and v >= 0]
+    pairs.sort(key=lambda p: -p[1])
+    return tuple(pairs[:MAX_PROFILED_KERNELS])
 
 
 def _context() -> Any:
@@ -59,6 +75,7 @@ class _Judge:
     results: list[SeedResult] = field(default_factory=list)
     ref_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
     cand_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
+    kernel_ms: dict[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
     timed_s: float = 0.0
     facts: Facts | None = None
     stage: str = "import"
@@ -126,6 +143,8 @@ class _Judge:
         elif kind == "cand_ms":
             self.cand_ms[msg[1]] = (msg[2], msg[3])
             self.timed_s = max(self.timed_s, msg[4])
+        elif kind == "kernel_ms":
+            self.kernel_ms[str(msg[1])] = _kernel_ms(msg[2])
         elif kind == "flag":
             self.flags.append(str(msg[1]))
         elif kind == "facts":
@@ -277,7 +296,8 @@ class _Judge:
         flags: list[str] = list(self.flags)
         timing = None
         if self.tier is Tier.DEVICE and self.cand_ms:
-            variants = tuple(VariantTiming(v, self.cand_ms[v][0], self.ref_ms[v][0]) for v in self.cand_ms)
+            variants = tuple(VariantTiming(v, self.cand_ms[v][0], self.ref_ms[v][0],
+                                           self.kernel_ms.get(v, ())) for v in self.cand_ms)
             timing = Timing(sum(v.candidate_ms for v in variants), sum(v.reference_ms for v in variants),
                             variants, timed_s=self.timed_s)
             if timing.speedup > SPEEDUP_FLAG:
@@ -312,10 +332,13 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
                 break
             try:
                 ready = parent.poll(min(remaining, 0.25))
-                msg = parent.recv() if ready else None
+                msg = transport.receive(parent, parent.recv()) if ready else None
             except (EOFError, OSError):
                 msg = None
                 ready = True
+            except transport.BadSealed as exc:
+                judge._forged(str(exc))
+                break
             if msg is not None:
                 if msg[0] == "ready" and not started:
                     started = True

@@ -252,6 +252,9 @@ class VariantTiming:
     variant: str
     candidate_ms: float
     reference_ms: float
+    kernels: tuple[tuple[str, float], ...] = ()
+    """GPU ms per call of each of the candidate's own kernels in its profiled timed run
+    (function name, ms; the slowest first): where the time goes, not part of the figure."""
 
     @property
     def speedup(self) -> float:
@@ -285,15 +288,29 @@ class Timing:
             "candidate_ms": self.candidate_ms, "reference_ms": self.reference_ms,
             "speedup": _finite_or_none(self.speedup), "timed_s": round(self.timed_s, 3),
             "variants": [{"variant": v.variant, "candidate_ms": v.candidate_ms,
-                          "reference_ms": v.reference_ms, "speedup": _finite_or_none(v.speedup)}
+                          "reference_ms": v.reference_ms, "speedup": _finite_or_none(v.speedup),
+                          **({"kernels": dict(v.kernels)} if v.kernels else {})}
                          for v in self.variants],
         }
+
+    def kernel_shares(self) -> dict[str, float]:
+        """Each own kernel's share of the candidate's profiled GPU time over all variants
+        (function name -> fraction; sums to 1), or {} when no profile was recorded."""
+        total: dict[str, float] = {}
+        for v in self.variants:
+            for name, ms in v.kernels:
+                total[name] = total.get(name, 0.0) + ms
+        whole = sum(total.values())
+        return {name: ms / whole for name, ms in total.items()} if whole > 0 else {}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> Timing:
         return Timing(float(d["candidate_ms"]), float(d["reference_ms"]),
                       tuple(VariantTiming(v["variant"], float(v["candidate_ms"]),
-                                          float(v["reference_ms"])) for v in d.get("variants", ())),
+                                          float(v["reference_ms"]),
+                                          tuple((str(k), float(ms)) for k, ms
+                                                in (v.get("kernels") or {}).items()))
+                            for v in d.get("variants", ())),
                       float(d.get("timed_s", 0.0)))
 
 

@@ -41,6 +41,11 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   made is not swept again);
 - a card's sites whose detail a recorded variant names (the tile a tile step resized) come
   before the card's other sites;
+- where the current kernel's verdict profiles several GPU kernels (device tier: each own
+  kernel's GPU time in the timed run, `gate.verdict.Timing.kernel_shares`), a card's sites
+  and sweeps are tried in the hottest kernel first, and sites in a kernel under `COLD_SHARE`
+  of the time are left out: were it free, the file would gain less than that (gdn's four
+  kernels: ten of eighteen gates went to two kernels where no candidate moved the time);
 - a card is kept at most as many times per kernel of the file (`kernel_of` its anchor) as it
   has evidence transitions (the lineages never needed it more often; a tile card with recorded
   sizes could otherwise shuffle sizes between tiles without end); a file of several kernels
@@ -123,6 +128,9 @@ ENABLER_SLACK = 1.03
 NEAR_MISS = 1.05
 # Effect scores within this relative distance count as equal ranks (a seed may reorder them).
 EFFECT_TIE = 0.05
+# A kernel of a multi-kernel file under this share of its profiled GPU time takes no
+# candidates (device tier): removing it entirely would gain less than this.
+COLD_SHARE = 0.05
 
 
 # -- materialization ------------------------------------------------------------------------------
@@ -220,7 +228,8 @@ def materialize(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
 def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                      ctx: PassContext | None = None, *, max_sites: int = MAX_SITES,
                      skip_site: Callable[[Site], bool] | None = None,
-                     sweeps: bool = True, transplants: bool = True) -> Iterator[Materialized]:
+                     sweeps: bool = True, transplants: bool = True,
+                     site_order: Callable[[Site], float] | None = None) -> Iterator[Materialized]:
     """Distinct candidate materializations of `card` on `ir`, best first; the last item has
     no IR (it carries every refusal) when nothing else came out.
 
@@ -236,7 +245,8 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     not map adds its reason to the refusals, one that does not make the pass's optimization
     appear (`feature_appears`) is refused too. `transplants=False` leaves it out. Callers gate
     candidates in this order and may stop at the first that passes. Sites for which
-    `skip_site` returns True are left out (before `max_sites`).
+    `skip_site` returns True are left out (before `max_sites`); with `site_order`, sites (and
+    each kernel's sweep) are taken in ascending order of that key, ties in the card's order.
     A launch-parameter card with a recorded joint configuration first proposes it with a sweep
     around it on each kernel it fits (`lineage.transfer`; rewriter "config-sweep"), and last a
     sweep around their own configuration on the kernels it does not fit (a row kernel whose
@@ -244,11 +254,16 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     rewrites alone, for ablation)."""
     from passes.base import Applied  # noqa: PLC0415
 
+    def ordered(items: Any, site: Callable[[Any], Site]) -> list[Any]:
+        items = list(items)
+        return sorted(items, key=lambda x: site_order(site(x))) if site_order else items
+
     produced_sweep = False
-    for made in (_config_sweeps(card, ir, skip_site) if sweeps else ()):
+    for made in (ordered(_config_sweeps(card, ir, skip_site), lambda m: m.site) if sweeps else ()):
         produced_sweep = True
         yield made
-    sites = [s for s in card_sites(card, ir) if skip_site is None or not skip_site(s)]
+    sites = ordered((s for s in card_sites(card, ir) if skip_site is None or not skip_site(s)),
+                    lambda x: x)
     cls = _rule(card, ir)
     backends = tuple(getattr(rewriter, "backends", None) or (rewriter,))
     if cls is None:  # no rule for this language: only a back-end that is not a rule may act
@@ -315,7 +330,8 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     for made in repeats:
         produced = True
         yield made
-    for made in (_config_sweeps(card, ir, skip_site, own=True) if sweeps else ()):
+    for made in (ordered(_config_sweeps(card, ir, skip_site, own=True), lambda m: m.site)
+                 if sweeps else ()):
         produced_sweep = True
         yield made
     if not produced and not produced_sweep:
@@ -770,9 +786,17 @@ def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     # (gdn's pipelining and autotune cards all wrote the same two candidates for the first two
     # of its four kernels, and the third kernel's launch, where the lineage's 1.3x step was,
     # was never reached).
+    # Where the current kernel's profile names several GPU kernels: the hottest first, none
+    # in a kernel too cold to pay (`COLD_SHARE`). A site in a function the profile does not
+    # name (a helper inlined into a kernel) is neither.
+    shares = kernel_shares(run.current.verdict)
+    cold = {name for name, share in shares.items() if share < COLD_SHARE}
     fresh = (m for m in materializations(card, run.current.ir, job.rewriter, job.ctx,
-                                         skip_site=lambda s: kernel_of(s.anchor) in full,
-                                         sweeps=sweeps)
+                                         skip_site=lambda s: kernel_of(s.anchor) in full | cold,
+                                         sweeps=sweeps,
+                                         site_order=(lambda s: -shares.get(kernel_of(s.anchor),
+                                                                           COLD_SHARE))
+                                         if shares else None)
              if m.ir is None or _unseen(m.ir.unparse(), run, job))
     for made in itertools.islice(fresh, CANDIDATES_PER_CARD):
         if run.gated >= job.budget_steps or job.out_of_time():
@@ -782,6 +806,15 @@ def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
         if not made.ok:
             return False
     return False
+
+
+def kernel_shares(verdict: Any) -> dict[str, float]:
+    """Each GPU kernel's share of a verdict's profiled time (`Timing.kernel_shares`) when it
+    profiles two or more kernels; {} otherwise (nothing to choose between)."""
+    timing = getattr(verdict, "timing", None)
+    shares = timing.kernel_shares() if timing is not None and hasattr(timing, "kernel_shares") \
+        else {}
+    return shares if len(shares) > 1 else {}
 
 
 def _unseen(source: str, run: _Run, job: _Job) -> bool:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from gate import FailureKind, Tier, Timing, Verdict
+from gate.verdict import VariantTiming
 from lineage.graph import Lineage
 from lineage.skills import Library, SkillCard, Trial, lift
 
@@ -41,8 +42,9 @@ class ScriptedGate:
     `ms(source)`. Records every source it was asked about."""
 
     def __init__(self, fails: Callable[[str], bool] = lambda s: False,
-                 ms: Callable[[str], float | None] = lambda s: None) -> None:
-        self.fails, self.ms = fails, ms
+                 ms: Callable[[str], float | None] = lambda s: None,
+                 kernels: Callable[[str], dict[str, float]] | None = None) -> None:
+        self.fails, self.ms, self.kernels = fails, ms, kernels
         self.seen: list[str] = []
 
     def __call__(self, source: str, language: Any, case: Any, tier: Any, **kw: Any) -> Verdict:
@@ -52,5 +54,7 @@ class ScriptedGate:
             return Verdict(False, tier, "correctness", FailureKind.WRONG_OUTPUT,
                            "max rel err 0.3 > 0.005")
         ms = self.ms(source)
+        profile = tuple(self.kernels(source).items()) if self.kernels and ms else ()
+        variants = (VariantTiming("default", ms, 1.0, profile),) if profile else ()
         return Verdict(True, tier, "timing" if ms else "correctness",
-                       timing=Timing(ms, 1.0) if ms else None)
+                       timing=Timing(ms, 1.0, variants) if ms else None)

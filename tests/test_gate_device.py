@@ -39,6 +39,21 @@ def test_honest_triton_kernel_is_timed_against_the_reference() -> None:
     assert dict(verdict.phases).get("parent compare wait", 0.0) > 0.0
 
 
+def test_the_verdict_profiles_each_own_kernel_of_a_timed_call() -> None:
+    """Two kernels, the first reading its input 16 times: the profile of the timed run names
+    both, puts most of the GPU time in the first, and leaves out the gate's own flush and
+    refill kernels (their sum stays below the candidate's median)."""
+    verdict = _device(SAXPY / "saxpy_two_kernels.py")
+    assert verdict.ok, verdict.reason
+    (variant,) = verdict.timing.variants
+    kernels = dict(variant.kernels)
+    assert set(kernels) == {"scale_kernel", "add_kernel"}
+    assert kernels["scale_kernel"] > 2 * kernels["add_kernel"] > 0
+    assert sum(kernels.values()) <= 1.2 * variant.candidate_ms
+    shares = verdict.timing.kernel_shares()
+    assert shares["scale_kernel"] > 0.6 and sum(shares.values()) == pytest.approx(1.0)
+
+
 def test_honest_cuda_kernel_passes_through_cuLaunchKernel() -> None:
     verdict = _device(SAXPY / "saxpy_cuda.cu")
     assert verdict.ok, verdict.reason

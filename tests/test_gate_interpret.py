@@ -59,6 +59,28 @@ def test_verdict_json_round_trips() -> None:
     assert Verdict.from_json(json.loads(json.dumps(data))) == verdict
 
 
+def test_a_per_kernel_profile_round_trips_and_a_malformed_one_is_dropped() -> None:
+    from gate.runner import MAX_PROFILED_KERNELS, _kernel_ms
+    from gate.verdict import Timing, VariantTiming
+
+    timing = Timing(3.0, 1.0, (VariantTiming("v", 3.0, 1.0, (("b", 2.0), ("a", 1.0))),))
+    back = Verdict.from_json(json.loads(json.dumps(
+        Verdict(True, Tier.DEVICE, "timing", timing=timing).to_json())))
+    assert back.timing.variants[0].kernels == (("b", 2.0), ("a", 1.0))
+    assert back.timing.kernel_shares() == pytest.approx({"b": 2 / 3, "a": 1 / 3})
+    # what a worker sends is advisory: bad values are dropped, the slowest kept first
+    assert _kernel_ms({"x": 1.0, "y": float("nan"), "z": -1.0, "w": "9", "v": 3}) == \
+        (("v", 3.0), ("x", 1.0))
+    assert _kernel_ms(["not", "a", "dict"]) == ()
+    assert len(_kernel_ms({str(i): float(i) for i in range(500)})) == MAX_PROFILED_KERNELS
+
+
+def test_the_two_kernel_saxpy_passes_at_the_interpret_tier() -> None:
+    verdict = gate.check_file(SAXPY / "saxpy_two_kernels.py", SAXPY, Tier.INTERPRET,
+                              cache=False)
+    assert verdict.ok, verdict.reason
+
+
 def test_a_verdict_says_where_the_gate_spent_its_time() -> None:
     verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False)
     phases = dict(verdict.phases)

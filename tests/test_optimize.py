@@ -481,6 +481,48 @@ def test_a_candidate_already_gated_takes_no_slot_so_later_sites_get_theirs(
                                                          "triton:matmul_kernel_b/for[0]"]
 
 
+def test_sites_in_the_hottest_kernel_come_first_and_a_cold_kernel_takes_no_candidate(
+        tmp_path: Path) -> None:
+    """A file of three kernels whose profile (the verdict's per-kernel GPU time) puts 80% of
+    the time in the last one, 17% in the first and 3% in the second: the card's first gated
+    candidate is in the hot kernel, and the cold one is never gated, whatever its order in the
+    file."""
+    from lineage.optimize import kernel_of
+    from lineage.skills import Library
+
+    card = gemm_cards(admitted=True)["software-pipelining"]
+    naive = naive_source("gemm")
+    kernel = naive[naive.index("@triton.jit"):naive.index("def run(")]
+    three = naive.replace("def run(", kernel.replace("matmul_kernel", "matmul_kernel_b")
+                          + kernel.replace("matmul_kernel", "matmul_kernel_c") + "def run(")
+    target = tmp_path / "three.py"
+    target.write_text(three)
+    profile = {"matmul_kernel": 1.7, "matmul_kernel_b": 0.3, "matmul_kernel_c": 8.0}
+    lib = Library.open(tmp_path / "lib", create=True)
+    lib.put(card)
+    gate = ScriptedGate(ms=lambda s: 10.0 + 0.01 * s.count("tl.range("), kernels=lambda s: profile)
+    result = optimize(target, "gemm", lib, tier="device", out=tmp_path / "out",
+                      rewriter=DeterministicRewriter(), check_fn=gate, budget_steps=3,
+                      config_sweeps=False)
+    gated = [s.anchor for s in result.rejected if s.stage == "profile"]
+    assert gated and gated[0] == "triton:matmul_kernel_c/for[0]"
+    assert not any(kernel_of(a) == "matmul_kernel_b" for a in gated)
+    assert "triton:matmul_kernel/for[0]" in gated
+
+
+def test_a_verdict_without_a_profile_of_several_kernels_orders_nothing() -> None:
+    from gate import Tier, Timing, Verdict
+    from gate.verdict import VariantTiming
+    from lineage.optimize import kernel_shares
+
+    one = Timing(1.0, 1.0, (VariantTiming("v", 1.0, 1.0, (("k", 1.0),)),))
+    assert kernel_shares(Verdict(True, Tier.DEVICE, "timing", timing=one)) == {}
+    assert kernel_shares(Verdict(True, Tier.DEVICE, "timing", timing=Timing(1.0, 1.0))) == {}
+    two = Timing(4.0, 1.0, (VariantTiming("a", 2.0, 1.0, (("x", 1.5), ("y", 0.5))),
+                            VariantTiming("b", 2.0, 1.0, (("x", 1.5), ("y", 0.5)))))
+    assert kernel_shares(Verdict(True, Tier.DEVICE, "timing", timing=two)) == {"x": 0.75, "y": 0.25}
+
+
 def test_a_neutral_step_that_gives_another_card_its_site_is_walked_to_at_once(
         tmp_path: Path) -> None:
     """gemm's grouped tile order is neutral on its own, but persistent-grid's recorded loop

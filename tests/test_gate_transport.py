@@ -1,0 +1,105 @@
+"""Large tensors travel from the gate's worker to its parent as sealed memory files."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+from multiprocessing.reduction import sendfds
+
+import numpy as np
+import pytest
+
+from gate import transport
+from gate.channel import Channel
+
+pytestmark = pytest.mark.skipif(not transport.SEALED_FILES, reason="Linux memory files only")
+
+
+def _pipe() -> tuple[multiprocessing.connection.Connection, multiprocessing.connection.Connection]:
+    return multiprocessing.Pipe(duplex=True)
+
+
+def test_a_large_tensor_arrives_intact_through_a_sealed_file_and_a_small_one_as_bytes() -> None:
+    parent, child = _pipe()
+    big = np.arange(1 << 20, dtype=np.int32)
+    small = np.arange(10, dtype=np.float32)
+    Channel(child).send("out", "v", [("tensor", "int32", big.shape, transport.Sealed.of(big)),
+                                     ("tensor", "float32", small.shape, small.tobytes())], 7)
+    Channel(child).send("done")
+    msg = transport.receive(parent, parent.recv())
+    (_, _, outputs, launches) = msg[0], msg[1], msg[2], msg[3]
+    assert launches == 7
+    assert np.array_equal(transport.raw_numpy(outputs[0]), big)
+    assert isinstance(outputs[1][3], bytes)
+    assert np.array_equal(transport.raw_numpy(outputs[1]), small)
+    assert transport.receive(parent, parent.recv()) == ("done",)
+    # content equality (the parent spots input-independent outputs by comparing payloads)
+    again = transport.Sealed.of(big)
+    Channel(child).send("x", ("tensor", "int32", big.shape, again))
+    assert transport.receive(parent, parent.recv())[1] == outputs[0]
+
+
+def test_a_sealed_file_cannot_be_written_or_resized_by_anyone() -> None:
+    sealed = transport.Sealed.of(np.ones(1 << 18, dtype=np.float32))
+    try:
+        with pytest.raises(PermissionError):
+            os.pwrite(sealed.fd, b"\0" * 8, 0)
+        with pytest.raises(PermissionError):
+            os.ftruncate(sealed.fd, 8)
+        import mmap
+
+        with pytest.raises(PermissionError):
+            mmap.mmap(sealed.fd, sealed.nbytes, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(sealed.fd)
+
+
+def test_a_marker_without_its_descriptor_is_a_forged_message() -> None:
+    parent, child = _pipe()
+    child.send(("out", ("tensor", "int32", (4,), ("__sealed__", 16))))
+    child.send(("done",))
+    with pytest.raises(transport.BadSealed):
+        transport.receive(parent, parent.recv())
+
+
+def test_a_file_that_can_still_be_written_is_refused() -> None:
+    parent, child = _pipe()
+    fd = os.memfd_create("open", os.MFD_CLOEXEC)
+    os.write(fd, b"\1" * 64)
+    try:
+        child.send(("out", ("tensor", "int8", (64,), ("__sealed__", 64))))
+        with socket.socket(fileno=os.dup(child.fileno())) as sock:
+            sendfds(sock, [fd])
+        with pytest.raises(transport.BadSealed, match="can still be written"):
+            transport.receive(parent, parent.recv())
+    finally:
+        os.close(fd)
+
+
+def test_a_file_of_another_size_than_announced_is_refused() -> None:
+    parent, child = _pipe()
+    sealed = transport.Sealed.of(np.ones(1024, dtype=np.int8))
+    child.send(("out", ("tensor", "int8", (4096,), ("__sealed__", 4096))))
+    with socket.socket(fileno=os.dup(child.fileno())) as sock:
+        sendfds(sock, [sealed.fd])
+    os.close(sealed.fd)
+    with pytest.raises(transport.BadSealed, match="announced size"):
+        transport.receive(parent, parent.recv())
+
+
+def test_a_gate_whose_outputs_all_travel_sealed_gives_the_same_verdict(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end at the interpret tier: every tensor (references, outputs) sent as a sealed
+    file passes an honest kernel and still rejects a wrong one."""
+    from pathlib import Path
+
+    import gate
+    from gate import FailureKind, Tier
+
+    saxpy = Path(__file__).parent / "data" / "cases" / "saxpy"
+    monkeypatch.setenv("KLINEAGE_SEALED_MIN_BYTES", "1")
+    ok = gate.check_file(saxpy / "saxpy_triton.py", saxpy, Tier.INTERPRET, cache=False)
+    assert ok.ok, ok.reason
+    wrong = (saxpy / "saxpy_triton.py").read_text().replace("a * x + y", "a * x - y")
+    bad = gate.check(wrong, "triton", saxpy, Tier.INTERPRET, cache=False)
+    assert not bad.ok and bad.failure_kind is FailureKind.WRONG_OUTPUT
