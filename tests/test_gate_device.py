@@ -40,7 +40,7 @@ def test_honest_triton_kernel_is_timed_against_the_reference() -> None:
 
 
 def test_the_verdict_profiles_each_own_kernel_of_a_timed_call() -> None:
-    """Two kernels, the first reading its input 16 times: the profile of the timed run names
+    """Two kernels, the first reading its input 32 times: the profile of the timed run names
     both, puts most of the GPU time in the first, and leaves out the gate's own flush and
     refill kernels (their sum stays below the candidate's median)."""
     verdict = _device(SAXPY / "saxpy_two_kernels.py")

@@ -1,11 +1,12 @@
 """A correct Triton saxpy in two kernels for the gate's tests: `scale_kernel` writes a*x,
-reading x `REPEAT` times over (slow on purpose), then `add_kernel` adds y. A profile of its
+reading x `REPEAT` times over with volatile loads, which are neither merged nor hoisted (slow
+on purpose), then `add_kernel` adds y. A profile of its
 timed calls must find most of the GPU time in the first."""
 import torch
 import triton
 import triton.language as tl
 
-REPEAT = 16
+REPEAT = 32
 
 
 @triton.jit
@@ -14,7 +15,7 @@ def scale_kernel(x_ptr, out_ptr, a, n, BLOCK: tl.constexpr, REPEAT: tl.constexpr
     mask = offs < n
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for r in range(REPEAT):
-        acc += tl.load(x_ptr + offs, mask=mask, cache_modifier=".cg", volatile=True)
+        acc += tl.load(x_ptr + offs, mask=mask, volatile=True)
     tl.store(out_ptr + offs, a * (acc / REPEAT), mask=mask)
 
 
