@@ -94,6 +94,17 @@ def run(x):
 '''
 
 
+# The same matmul with its K walked by a `while` loop and tiles named by letters.
+MM_WHILE = MM_A.replace("BM", "P").replace("BN", "Q").replace("BK", "R").replace(
+    """    for k0 in range(0, K, R):
+""", """    k0 = 0
+    while k0 < K:
+""").replace("""        acc += tl.dot(x, y)
+""", """        acc += tl.dot(x, y)
+        k0 += R
+""")
+
+
 def _ir(text: str) -> kir.KernelIR:
     return kir.parse(text, "triton")
 
@@ -101,6 +112,7 @@ def _ir(text: str) -> kir.KernelIR:
 @pytest.mark.parametrize("text,kernel,expect", [
     (MM_A, "mm", {"BM": "m", "BN": "n", "BK": "k"}),
     (MM_B, "matmul_tile", {"TILE_ROWS": "m", "TILE_COLS": "n", "DEPTH": "k"}),
+    (MM_WHILE, "mm", {"P": "m", "Q": "n", "R": "k"}),
 ])
 def test_tiles_are_found_by_what_they_do_not_by_name(text: str, kernel: str, expect: dict) -> None:
     cfg = joint_config(_ir(text))[kernel]

@@ -276,16 +276,24 @@ def _read_own_facts(kernel: ast.FunctionDef) -> _Facts:
     facts = _Facts()
     pid = pid_names(kernel)
     assigns = assignments(kernel)
-    loops = [n for n in ast.walk(kernel) if isinstance(n, ast.For)]
+    loops = [n for n in ast.walk(kernel) if isinstance(n, (ast.For, ast.While))]
     trip_scaled: dict[str, bool] = {}  # names scaling a value computed from a loop's trip
     for loop in loops:
-        if not (isinstance(loop.iter, ast.Call) and callee(loop.iter) in RANGE_CALLS):
-            continue
         innermost_dot = _has_dot(loop) and not any(
             inner is not loop and _has_dot(inner)
             for inner in ast.walk(loop)
-            if isinstance(inner, ast.For)
+            if isinstance(inner, (ast.For, ast.While))
         )
+        if isinstance(loop, ast.While):
+            # `while k < K: ... k += BK`: a name the body adds to a value each trip steps it
+            for node in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
+                if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) \
+                        and not any(isinstance(c, ast.Call) for c in ast.walk(node.value)):
+                    for n in names_in(node.value):
+                        facts.steps[n] = facts.steps.get(n, False) or innermost_dot
+            continue
+        if not (isinstance(loop.iter, ast.Call) and callee(loop.iter) in RANGE_CALLS):
+            continue
         args = loop.iter.args
         var = loop.target.id if isinstance(loop.target, ast.Name) else None
         if var is not None and var in pid:
