@@ -5,6 +5,7 @@ no-library autotune control, on operators that contributed no lineage.
         [--library bench/results/heldout/libraries/all] [--budget-steps 12]
         [--box 300] [--wall S] [--only mm1024,attn_gqa] [--jobs N] [--out DIR]
         [--results bench/results/heldout] [--fresh] [--tables-only [--records DIR ...]]
+        [--gems-only]
         [--from-partial [--no-control]] [--executor local|ray [--ray-address ADDRESS]]
 
 DIR_OR_CASE: case folders, KernelBench problem files, or folders holding them (default
@@ -25,6 +26,9 @@ of every run, start and control included, is a job on the Ray cluster, one GPU p
    `triton.testing.do_bench` beside the torch reference timed the same way), when `import
    flag_gems` works (else the column says why); and the achieved bandwidth of start, best and
    reference (the case's `bytes_moved`) against a measured copy of the same number of bytes.
+   `--gems-only` (device) measures the FlagGems reference of every operator alone, no gates,
+   into OUT/gems.json; the tables take a folder's gems.json where a record has no FlagGems
+   time. The column is FlagGems' speed over torch's, both timed in one process (x/ref).
 
 Each operator's record is written to OUT/ops/<operator>.json when it ends; a rerun skips
 operators that have one (--fresh redoes them), so a run cut by --wall is continued by the same
@@ -280,21 +284,47 @@ def measure_extras(cases: Sequence[Any], records: dict[str, dict[str, Any]]) -> 
                                 **{f"{k}_of_copy": (copy / rec[k]["ms"]) if rec.get(k, {}).get("ms") else None
                                    for k in ("start", "best", "control")},
                                 "reference_of_copy": copy / rec["reference_ms"] if rec.get("reference_ms") else None}
-        if flag_gems is None:
-            rec["flag_gems"] = {"ms": None, "reason": gems_error}
-            continue
-        try:
-            ref_out = module.reference(*inputs)
-            torch_ms = float(do_bench(lambda: module.reference(*inputs), warmup=25, rep=100))
-            with flag_gems.use_gems():
-                gems_out = module.reference(*inputs)
-                gems_ms = float(do_bench(lambda: module.reference(*inputs), warmup=25, rep=100))
-            rec["flag_gems"] = {"ms": gems_ms, "torch_ms_same_timer": torch_ms,
-                                "rel_err": _rel_err(gems_out, ref_out),
-                                "vs_torch": torch_ms / gems_ms}
-        except Exception as exc:
-            rec["flag_gems"] = {"ms": None, "reason": f"{type(exc).__name__}: {exc}"}
+        rec["flag_gems"] = _gems(flag_gems, gems_error, module, inputs)
         say(case.name, f"flag_gems: {rec['flag_gems']}")
+
+
+def _gems(flag_gems: Any, error: str | None, module: Any, inputs: Sequence[Any]) -> dict[str, Any]:
+    """FlagGems' operators as a second reference: the case's reference under
+    `flag_gems.use_gems()` and plainly, both timed by `do_bench` here, and the error between."""
+    from triton.testing import do_bench
+
+    if flag_gems is None:
+        return {"ms": None, "reason": error}
+    try:
+        ref_out = module.reference(*inputs)
+        torch_ms = float(do_bench(lambda: module.reference(*inputs), warmup=25, rep=100))
+        with flag_gems.use_gems():
+            gems_out = module.reference(*inputs)
+            gems_ms = float(do_bench(lambda: module.reference(*inputs), warmup=25, rep=100))
+        return {"ms": gems_ms, "torch_ms_same_timer": torch_ms,
+                "rel_err": _rel_err(gems_out, ref_out), "vs_torch": torch_ms / gems_ms}
+    except Exception as exc:  # noqa: BLE001 — an operator FlagGems lacks: the cell says why
+        return {"ms": None, "reason": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def measure_gems(cases: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """--gems-only: the FlagGems reference of every operator on this GPU, no gates."""
+    import torch
+
+    try:
+        import flag_gems
+        error = None
+    except Exception as exc:  # noqa: BLE001
+        flag_gems, error = None, f"import flag_gems failed: {type(exc).__name__}: {exc}"
+    out: dict[str, dict[str, Any]] = {}
+    for case in cases:
+        module = case.module()
+        shape = dict(next(iter(case.shapes.values())))
+        inputs = module.make_inputs(shape, 1234, "cuda")
+        out[slug(case)] = {**_gems(flag_gems, error, module, inputs),
+                           "gpu": torch.cuda.get_device_name(0)}
+        say(case.name, f"flag_gems: {out[slug(case)]}")
+    return out
 
 
 def _rel_err(out: Any, ref: Any) -> float:
@@ -369,7 +399,7 @@ def markdown(result: dict[str, Any]) -> str:
              f"Library `{result['library']}`, {setting}. `x/ref` is the reference's time over the "
              f"kernel's (above 1: faster than the reference). Command: `{result['command']}`.", ""]
     if result["tier"] == "device":
-        lines += ["| family | operator | start ms | best ms | control ms | reference ms | FlagGems ms "
+        lines += ["| family | operator | start ms | best ms | control ms | reference ms | FlagGems x/ref "
                   "| start x/ref | best x/ref | control x/ref | best / control | of copy BW | cards | run |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in result["rows"]:
@@ -378,7 +408,7 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(
                 f"| {r['family']} | {r['op']} | {_fmt(r['start'].get('ms'), '.4f')} "
                 f"| {_fmt((r.get('best') or {}).get('ms'), '.4f')} | {_fmt((r.get('control') or {}).get('ms'), '.4f')} "
-                f"| {_fmt(r.get('reference_ms'), '.4f')} | {_fmt(gems.get('ms'), '.4f')} "
+                f"| {_fmt(r.get('reference_ms'), '.4f')} | {_fmt(gems.get('vs_torch'))} "
                 f"| {_fmt(r['start_vs_ref'])} | {_fmt(r['best_vs_ref'])} | {_fmt(r['control_vs_ref'])} "
                 f"| {_fmt(r['best_vs_control'])} | {_fmt(bw, '.2f')} | {', '.join(r.get('cards') or []) or '-'} "
                 f"| {r.get('records', '-')} |")
@@ -432,11 +462,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "best from the run's saved lineage and gate only the control")
     ap.add_argument("--no-control", action="store_true",
                     help="with --from-partial: record the control as not measured")
+    ap.add_argument("--gems-only", action="store_true",
+                    help="device: time FlagGems' operators as the second reference of every "
+                         "operator (no gates) into OUT/gems.json, then rewrite the tables")
     ap.add_argument("--records", action="append", default=[], metavar="DIR",
                     help="with --tables-only: also read the records of these earlier runs' folders "
                          "(in order; a later folder's, then OUT's, record of an operator wins); "
                          "each row names the folder its record came from")
     args = ap.parse_args(argv)
+    if args.gems_only and args.tier != "device":
+        print("heldout: --gems-only needs --tier device", file=sys.stderr)
+        return 2
+    args.tables_only = args.tables_only or args.gems_only
     if args.budget_steps < 1 or args.jobs < 1 or args.box <= 0:
         print("heldout: --budget-steps, --jobs and --box must be positive", file=sys.stderr)
         return 2
@@ -459,6 +496,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path in sorted(Path(folder, "ops").glob("*.json")):
             records[path.stem] = json.loads(path.read_text())
             origin[path.stem] = Path(folder).name
+    if args.gems_only:
+        _write(out / "gems.json", measure_gems(cases))
     todo = []
     for case in cases:
         path = out / "ops" / f"{slug(case)}.json"
@@ -467,6 +506,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             origin[slug(case)] = out.name
         elif not args.tables_only:
             todo.append(case)
+    # A folder's FlagGems measurements (--gems-only) fill the column where a record has none.
+    for folder in [*(args.records if args.tables_only else []), str(out)]:
+        gems = Path(folder, "gems.json")
+        for op, entry in (json.loads(gems.read_text()) if gems.is_file() else {}).items():
+            if op in records and not (records[op].get("flag_gems") or {}).get("ms"):
+                records[op]["flag_gems"] = {**entry, "from": Path(folder).name}
     say("heldout", f"{len(cases)} operators, {len(cases) - len(todo)} with a record, {len(todo)} to run")
     began = time.monotonic()
 

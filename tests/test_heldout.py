@@ -226,3 +226,37 @@ def test_bench_heldout_through_ray_gives_the_local_verdicts(tmp_path: Path) -> N
         assert (local["ok"], local["failure_kind"]) == (ray["ok"], ray["failure_kind"]), part
     assert rows["local"]["best"]["ok"] == rows["ray"]["best"]["ok"]
     assert rows["local"]["best"]["gated"] == rows["ray"]["best"]["gated"]
+
+
+def test_a_folders_flaggems_times_fill_the_column_where_a_record_has_none(tmp_path: Path) -> None:
+    """--gems-only writes OUT/gems.json; a later table takes FlagGems' speed over torch from it
+    for the records that have no FlagGems time (theirs failed to import), naming the folder."""
+    import shutil
+
+    runs = REPO / "bench" / "results" / "heldout" / "h200x4-d4eb01b"
+    recs = tmp_path / "recs"
+    (recs / "ops").mkdir(parents=True)
+    for op in ("bench__heldout__mm1024", "bench__heldout__bmm"):
+        shutil.copy(runs / "ops" / f"{op}.json", recs / "ops" / f"{op}.json")
+    gems = tmp_path / "gems-run"
+    gems.mkdir()
+    (gems / "gems.json").write_text(json.dumps({
+        "bench__heldout__mm1024": {"ms": 0.02, "torch_ms_same_timer": 0.01, "vs_torch": 0.5,
+                                   "rel_err": 0.001, "gpu": "a GPU"},
+        "bench__heldout__bmm": {"ms": None, "reason": "NotImplementedError: no bmm"}}))
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, str(REPO / "bench" / "heldout.py"), "--tier", "device", "--tables-only",
+           "--only", "mm1024,bmm", "--out", str(gems), "--records", str(recs),
+           "--results", str(tmp_path / "table")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {r["op"]: r for r in json.loads((tmp_path / "table.json").read_text())["rows"]}
+    assert rows["mm1024"]["flag_gems"]["vs_torch"] == 0.5
+    assert rows["mm1024"]["flag_gems"]["from"] == "gems-run"
+    assert rows["mm1024"]["records"] == "recs"  # the row's own run is unchanged
+    assert "no bmm" in rows["bmm"]["flag_gems"]["reason"]
+    text = (tmp_path / "table.md").read_text()
+    assert "FlagGems x/ref" in text and "| 0.500 |" in text
+    bad = subprocess.run([*cmd[:2], "--tier", "interpret", "--gems-only"], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path, env=env)
+    assert bad.returncode == 2 and "--gems-only needs --tier device" in bad.stderr
