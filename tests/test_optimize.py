@@ -446,6 +446,18 @@ def test_a_card_used_up_on_one_kernel_still_acts_on_another_kernel_of_the_file()
     assert _used_up(card, run)
 
 
+def _three_kernels(tmp_path: Path) -> Path:
+    """The naive gemm module with two renamed copies of its kernel (`matmul_kernel_b`,
+    `matmul_kernel_c`) beside it, written to tmp_path."""
+    naive = naive_source("gemm")
+    kernel = naive[naive.index("@triton.jit"):naive.index("def run(")]
+    three = naive.replace("def run(", kernel.replace("matmul_kernel", "matmul_kernel_b")
+                          + kernel.replace("matmul_kernel", "matmul_kernel_c") + "def run(")
+    target = tmp_path / "three.py"
+    target.write_text(three)
+    return target
+
+
 def test_a_candidate_already_gated_takes_no_slot_so_later_sites_get_theirs(
         tmp_path: Path) -> None:
     """Two cards of one pass write the same candidates on a file of three kernels. The second
@@ -457,12 +469,7 @@ def test_a_candidate_already_gated_takes_no_slot_so_later_sites_get_theirs(
 
     card = gemm_cards(admitted=True)["software-pipelining"]
     twin = replace(card, id=card.id + "-twin")
-    naive = naive_source("gemm")
-    kernel = naive[naive.index("@triton.jit"):naive.index("def run(")]
-    three = naive.replace("def run(", kernel.replace("matmul_kernel", "matmul_kernel_b")
-                          + kernel.replace("matmul_kernel", "matmul_kernel_c") + "def run(")
-    target = tmp_path / "three.py"
-    target.write_text(three)
+    target = _three_kernels(tmp_path)
 
     def ms(source: str) -> float:
         c = source[source.index("def matmul_kernel_c"):source.index("def run(")]
@@ -491,12 +498,7 @@ def test_sites_in_the_hottest_kernel_come_first_and_a_cold_kernel_takes_no_candi
     from lineage.skills import Library
 
     card = gemm_cards(admitted=True)["software-pipelining"]
-    naive = naive_source("gemm")
-    kernel = naive[naive.index("@triton.jit"):naive.index("def run(")]
-    three = naive.replace("def run(", kernel.replace("matmul_kernel", "matmul_kernel_b")
-                          + kernel.replace("matmul_kernel", "matmul_kernel_c") + "def run(")
-    target = tmp_path / "three.py"
-    target.write_text(three)
+    target = _three_kernels(tmp_path)
     profile = {"matmul_kernel": 1.7, "matmul_kernel_b": 0.3, "matmul_kernel_c": 8.0}
     lib = Library.open(tmp_path / "lib", create=True)
     lib.put(card)
