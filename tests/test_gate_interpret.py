@@ -251,3 +251,13 @@ def test_check_many_keeps_request_order() -> None:
             for n in ("mutate_input.py", "no_write.py")]
     kinds = [v.failure_kind for v in gate.check_many(reqs, jobs=2)]
     assert kinds == [FailureKind.INPUT_MUTATION, FailureKind.NAN_OUTPUT]
+
+
+def test_the_text_summary_names_each_kernels_share_of_the_time() -> None:
+    from gate.verdict import Timing, VariantTiming
+    from lineage.commands.gate import _summary
+
+    timing = Timing(1.0, 2.0, (VariantTiming("v", 1.0, 2.0, (("state", 0.75), ("solve", 0.25))),))
+    text = _summary(Verdict(True, Tier.DEVICE, "timing", timing=timing))
+    assert "kernels (share of the candidate's GPU time): state 75%, solve 25%" in text
+    assert "kernels (" not in _summary(Verdict(True, Tier.DEVICE, "timing", timing=Timing(1.0, 2.0)))

@@ -23,6 +23,10 @@ def _summary(verdict: object) -> str:
         t = v["timing"]
         lines.append(f"  timing: candidate {t['candidate_ms']:.4f} ms, reference {t['reference_ms']:.4f} ms, "
                      f"speedup {t['speedup']}")
+        shares = verdict.timing.kernel_shares()  # type: ignore[attr-defined]
+        if shares:
+            lines.append("  kernels (share of the candidate's GPU time): " + ", ".join(
+                f"{name} {share:.0%}" for name, share in sorted(shares.items(), key=lambda x: -x[1])))
     lines += [f"  flag: {flag}" for flag in v.get("flags", [])]
     if getattr(verdict, "cached", False):
         lines.append("  (cached verdict)")
@@ -92,7 +96,8 @@ def command(kernel: str, case: str, tier: str, timeout: float | None, no_cache: 
     "spill_stores", "spill_loads", "instructions", "sass", "compile_s"}]}, "correctness":
     {"seeds", "max_rel_err", "results": [{"variant", "seed", "phase", "rel_err"}]}, "timing":
     {"candidate_ms", "reference_ms",
-    "speedup", "variants": [...]}, "flags": [...], "phases": {"spawn": s, "start-up": s, ...},
+    "speedup", "variants": [{"variant", "candidate_ms", "reference_ms", "speedup", "kernels":
+    {function name: GPU ms per call}}]}, "flags": [...], "phases": {"spawn": s, "start-up": s, ...},
     "cached": bool}; facts, correctness and timing are absent where the tier did not reach them;
     phases (wall seconds of the gate's phases, in run order) where a worker ran now (a cached
     verdict, "cached": true, has none); failure_kind and reason are null when ok. A compile's
