@@ -337,7 +337,11 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
                 msg = None
                 ready = True
             except transport.BadSealed as exc:
-                judge._forged(str(exc))
+                proc.join(0.5)
+                if proc.is_alive():
+                    judge._forged(str(exc))
+                else:  # the worker died between a message and its descriptors: a crash
+                    _died(judge, proc.exitcode)
                 break
             if msg is not None:
                 if msg[0] == "ready" and not started:

@@ -103,3 +103,30 @@ def test_a_gate_whose_outputs_all_travel_sealed_gives_the_same_verdict(
     wrong = (saxpy / "saxpy_triton.py").read_text().replace("a * x + y", "a * x - y")
     bad = gate.check(wrong, "triton", saxpy, Tier.INTERPRET, cache=False)
     assert not bad.ok and bad.failure_kind is FailureKind.WRONG_OUTPUT
+
+
+def test_a_worker_that_dies_after_announcing_sealed_tensors_is_a_crash(tmp_path) -> None:
+    """A marker whose descriptors never come because the worker died is a crash, not a
+    forged message (the parent sees the worker gone before it judges)."""
+    from pathlib import Path
+
+    import gate
+    from gate import FailureKind, Tier
+
+    saxpy = Path(__file__).parent / "data" / "cases" / "saxpy"
+    source = '''
+import gc, os
+import multiprocessing.connection as mc
+
+def run(a, x, y):
+    for o in gc.get_objects():
+        if isinstance(o, mc.Connection):
+            try:
+                o.send(("out", "default", "seed", 1, [("tensor", "float32", (4,), ("__sealed__", 16))], 1))
+            except Exception:
+                pass
+    os._exit(3)
+'''
+    verdict = gate.check(source, "triton", saxpy, Tier.INTERPRET, cache=False)
+    assert not verdict.ok
+    assert verdict.failure_kind is FailureKind.CRASH, (verdict.failure_kind, verdict.reason)
