@@ -29,7 +29,8 @@ passed.
 Gates are the loop's cost (seconds each on the device), so it spends them carefully:
 
 - a card with no site, or whose rewrite the rule refuses, and whose recorded step does not
-  transplant, is refused before the gate;
+  transplant, is refused before the gate; so is, at an untimed tier, a candidate after which
+  the card's pass finds no more of its optimization (it could not be kept anyway);
 - a candidate that is already a state of the run (e.g. a recorded tile size smaller than the
   current one) is dropped before the gate; one whose source was already gated in this run
   (reached again along another path) reuses that verdict instead of being gated again, and
@@ -837,6 +838,12 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
 
     if not made.ok or made.site is None:
         return reject("materialize", "; ".join(made.refusals) or "no site")
+    if job.tier != "device" and made.rewriter != "config-sweep" \
+            and not feature_appears(card.pass_name, current.ir, made.ir):
+        # Untimed tiers keep a candidate for its structural effect alone: one without it is
+        # refused before its gate (a config sweep's effect is the configuration list it wrote).
+        return reject("effect", f"{card.pass_name} is not present after the rewrite",
+                      made.site.anchor)
     source = made.ir.unparse()
     verdict = run.verdicts.get(source)
     if made.rewriter == "config-sweep":
@@ -879,10 +886,6 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
                     _step_onto(run, job, stone, unlocks=unlocked)
                     return True
             return False
-    elif made.rewriter != "config-sweep" and not feature_appears(card.pass_name, current.ir, made.ir):
-        # (a config sweep's structural effect is the configuration list it wrote)
-        return reject("effect", f"{card.pass_name} is not present after the rewrite",
-                      made.site.anchor)
     kernel = _advance(run, job, card, made, kernel, frozenset())
     if made.rewriter == "config-sweep":  # its configurations were just swept: not again
         run.swept.add(kernel.state)
