@@ -782,16 +782,16 @@ def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     # few points of one joint configuration; once one was gated on this state, the budget goes
     # to cards that change the kernel's structure (a kept one gives a new state, swept again).
     sweeps = job.sweeps and run.current.state not in run.swept
-    # A candidate already gated in this run (another card of the same pass wrote the same
-    # text) has its verdict: it takes no slot either, so that the card's later sites get theirs
-    # (gdn's pipelining and autotune cards all wrote the same two candidates for the first two
-    # of its four kernels, and the third kernel's launch, where the lineage's 1.3x step was,
-    # was never reached).
     # Where the current kernel's profile names several GPU kernels: the hottest first, none
     # in a kernel too cold to pay (`COLD_SHARE`). A site in a function the profile does not
     # name (a helper inlined into a kernel) is neither.
     shares = kernel_shares(run.current.verdict)
     cold = {name for name, share in shares.items() if share < COLD_SHARE}
+    # A candidate already gated in this run (another card of the same pass wrote the same
+    # text) has its verdict: it takes no slot either, so that the card's later sites get theirs
+    # (gdn's pipelining and autotune cards all wrote the same two candidates for the first two
+    # of its four kernels, and the third kernel's launch, where the lineage's 1.3x step was,
+    # was never reached).
     fresh = (m for m in materializations(card, run.current.ir, job.rewriter, job.ctx,
                                          skip_site=lambda s: kernel_of(s.anchor) in full | cold,
                                          sweeps=sweeps,
@@ -813,8 +813,7 @@ def kernel_shares(verdict: Any) -> dict[str, float]:
     """Each GPU kernel's share of a verdict's profiled time (`Timing.kernel_shares`) when it
     profiles two or more kernels; {} otherwise (nothing to choose between)."""
     timing = getattr(verdict, "timing", None)
-    shares = timing.kernel_shares() if timing is not None and hasattr(timing, "kernel_shares") \
-        else {}
+    shares = timing.kernel_shares() if timing is not None else {}
     return shares if len(shares) > 1 else {}
 
 
