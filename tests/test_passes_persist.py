@@ -137,3 +137,29 @@ def test_a_3d_grid_walks_one_linear_index_axis_0_fastest(
     for b, m, n, k in ((3, 40, 33, 20), (2, 16, 50, 48)):  # 27 and 16 tiles over 4 programs
         x, y = torch.randn(b, m, k, generator=g), torch.randn(b, k, n, generator=g)
         assert torch.allclose(module.run(x, y), x @ y, atol=1e-3, rtol=1e-3), (b, m, n, k)
+
+
+@pytest.mark.parametrize("carried, line", [
+    ("x", "    x += tl.program_id(2) * sxb\n"),  # a parameter moved to the batch, in place
+    ("scale", "    scale = scale * 2.0\n"),       # a value from before the ids, reassigned from itself
+])
+def test_a_body_that_changes_a_value_from_before_it_does_not_walk_its_tiles(
+        carried: str, line: str) -> None:
+    """Run once per tile, `x += batch * stride` would move `x` again for every tile a program
+    walks: the rule refuses and names the variable."""
+    text = BATCHED.replace("    acc = tl.zeros((R, C), dtype=tl.float32)\n",
+                           line + "    acc = tl.zeros((R, C), dtype=tl.float32)\n")
+    assert text != BATCHED
+    mod = PyModule(kir.parse(text, language="triton"))
+    why = walk_of(mod, mod.kernels()[0])
+    assert isinstance(why, str) and f"changes {carried} after reading" in why, why
+
+
+def test_names_the_body_defines_on_a_guarded_path_are_not_carried() -> None:
+    from passes.triton.persist import carried_names
+
+    body = __import__("ast").parse(
+        "if F:\n    d = make(x)\nfor k in range(0, K, B):\n    t = d.load(k) if F else x\n"
+        "    acc += t\nacc = acc + 1\nx2 = x\n").body
+    assert carried_names(body, {"x", "F", "K", "B", "acc"}) == {"acc"}
+    assert carried_names(body, {"x", "F", "K", "B"}) == set()

@@ -162,6 +162,13 @@ def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
                  if any(isinstance(n, ast.Call) and callee(n) in PID for n in ast.walk(s)))
     if any(isinstance(n, ast.Return) for s in kernel.body[start:] for n in ast.walk(s)):
         return "the body returns early: in a loop over tiles that would end the program's walk"
+    before = params | {n.id for st in kernel.body[:start] for n in ast.walk(st)
+                       if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    carried = carried_names(kernel.body[start:], before)
+    if carried:
+        return (f"the body changes {', '.join(sorted(carried))} after reading its value from before "
+                "(`a_ptr += batch * stride`): in a loop over tiles each tile would start from the "
+                "previous tile's value")
     if len(axes) == 1:
         stmt = kernel.body[start]
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
@@ -173,6 +180,52 @@ def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
     tiles = " * ".join(f"({a})" for a in axes if a != "1") or "1"
     return Walk(kernel, None, tuple(grids), tiles, start, axes, tuple(hosts),
                 tuple((v, k) for k, v in extra.items()), tuple(launches))
+
+
+def carried_names(body: list[ast.stmt], before: set[str]) -> set[str]:
+    """Names of `before` (those with a value when `body` begins: parameters, earlier
+    statements) that the statements of `body` assign after reading that value
+    (`a_ptr += pid_b * stride_ab`, `x = x * 2`): run once per tile in a loop, each tile would
+    start from what the previous one left. A name an earlier statement of `body` (re)defines
+    on every path is not carried, nor are loop variables and the accumulators of loops inside
+    it; a name `body` alone defines has no value from before to carry."""
+    exposed: set[str] = set()
+    written: set[str] = set()
+
+    def targets(node: ast.AST) -> set[str]:
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+    def scan(stmts: list[ast.stmt], defined: set[str]) -> set[str]:
+        """Walk `stmts` in order; returns the names they definitely define."""
+        for st in stmts:
+            if isinstance(st, (ast.Assign, ast.AnnAssign)):
+                value = st.value
+                exposed.update(names_in(value) - defined if value is not None else set())
+                new = set().union(*(targets(t) for t in (st.targets if isinstance(st, ast.Assign)
+                                                         else [st.target])))
+                written.update(new)
+                defined |= new
+            elif isinstance(st, ast.AugAssign):
+                new = targets(st.target)
+                exposed.update((names_in(st.value) | new) - defined)
+                written.update(new)
+                defined |= new
+            elif isinstance(st, (ast.For, ast.While)):
+                head = st.iter if isinstance(st, ast.For) else st.test
+                exposed.update(names_in(head) - defined)
+                inner = set(defined) | (targets(st.target) if isinstance(st, ast.For) else set())
+                written.update(inner - defined)
+                defined |= scan(st.body, inner) | scan(st.orelse, set(inner))
+            elif isinstance(st, ast.If):
+                exposed.update(names_in(st.test) - defined)
+                both = scan(st.body, set(defined)) & scan(st.orelse, set(defined))
+                defined |= both
+            else:
+                exposed.update(names_in(st) - defined)
+        return defined
+
+    scan(body, set())
+    return exposed & written & before
 
 
 def _decode(tile: str, axes: tuple[str, ...]) -> list[str]:
