@@ -455,6 +455,10 @@ def _facts(
     facts = _own_facts(kernel)
     if depth >= 3:
         return facts
+    # `acc = helper(...)`: what the helper returns (its accumulator) is the caller's `acc`
+    bound = {id(a.value): a.targets[0].id for a in ast.walk(kernel)
+             if isinstance(a, ast.Assign) and len(a.targets) == 1
+             and isinstance(a.targets[0], ast.Name) and isinstance(a.value, ast.Call)}
     for call in ast.walk(kernel):
         if not (
             isinstance(call, ast.Call)
@@ -472,6 +476,10 @@ def _facts(
         for kw in call.keywords:
             if kw.arg and isinstance(kw.value, ast.Name):
                 rename[kw.arg] = kw.value.id
+        returned = {r.value.id for r in ast.walk(inner)
+                    if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)}
+        if id(call) in bound and len(returned) == 1:
+            rename.setdefault(returned.pop(), bound[id(call)])
         facts.absorb(_facts(inner, functions, depth + 1), rename)
     return facts
 
