@@ -105,41 +105,13 @@ MM_WHILE = MM_A.replace("BM", "P").replace("BN", "Q").replace("BK", "R").replace
 """)
 
 
-# The same matmul with its K loop in a jit helper that returns the accumulator.
-MM_HELPER = """
-import torch, triton
-import triton.language as tl
-
-@triton.jit
-def _tile(a, b, rm, rn, M, N, K, sam, sak, sbk, sbn, X: tl.constexpr, Y: tl.constexpr,
-          Z: tl.constexpr):
-    rk = tl.arange(0, Z)
-    total = tl.zeros((X, Y), dtype=tl.float32)
-    for k0 in range(0, K, Z):
-        x = tl.load(a + rm[:, None] * sam + (k0 + rk)[None, :] * sak,
-                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
-        y = tl.load(b + (k0 + rk)[:, None] * sbk + rn[None, :] * sbn,
-                    mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
-        total += tl.dot(x, y)
-    return total
-
-@triton.jit
-def mm(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
-       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    rm = tl.program_id(0) * BM + tl.arange(0, BM)
-    rn = tl.program_id(1) * BN + tl.arange(0, BN)
-    acc = _tile(a, b, rm, rn, M, N, K, sam, sak, sbk, sbn, BM, BN, BK)
-    tl.store(c + rm[:, None] * scm + rn[None, :] * scn, acc.to(tl.float16),
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
-
-def run(a, b):
-    M, K = a.shape
-    N = b.shape[1]
-    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    mm[(triton.cdiv(M, 32), triton.cdiv(N, 32))](a, b, c, M, N, K, a.stride(0), a.stride(1),
-        b.stride(0), b.stride(1), c.stride(0), c.stride(1), BM=32, BN=32, BK=32)
-    return c
-"""
+# The same matmul with its K loop moved into a jit helper that returns the accumulator.
+_LOOP = MM_A[MM_A.index("    rk = tl.arange(0, BK)\n"):MM_A.index("    tl.store(")]
+MM_HELPER = MM_A.replace(_LOOP, "    acc = _tile(a, b, rm, rn, M, N, K, sam, sak, sbk, sbn, BM, BN, BK)\n").replace(
+    "@triton.jit\ndef mm(",
+    "@triton.jit\ndef _tile(a, b, rm, rn, M, N, K, sam, sak, sbk, sbn, BM: tl.constexpr,\n"
+    "          BN: tl.constexpr, BK: tl.constexpr):\n"
+    + _LOOP.replace("acc", "total") + "    return total\n\n\n@triton.jit\ndef mm(")
 
 
 def _ir(text: str) -> kir.KernelIR:
