@@ -255,11 +255,7 @@ def measure_extras(cases: Sequence[Any], records: dict[str, dict[str, Any]]) -> 
     import torch
     from triton.testing import do_bench
 
-    try:
-        import flag_gems
-        gems_error = None
-    except Exception as exc:  # the column is skipped with its reason
-        flag_gems, gems_error = None, f"import flag_gems failed: {type(exc).__name__}: {exc}"
+    flag_gems, gems_error = _import_gems()
     copy_cache: dict[int, float] = {}
 
     def copy_ms(nbytes: int) -> float:
@@ -288,6 +284,15 @@ def measure_extras(cases: Sequence[Any], records: dict[str, dict[str, Any]]) -> 
         say(case.name, f"flag_gems: {rec['flag_gems']}")
 
 
+def _import_gems() -> tuple[Any, str | None]:
+    """(the flag_gems module, None), or (None, why it does not import): the column then says why."""
+    try:
+        import flag_gems
+    except Exception as exc:  # noqa: BLE001
+        return None, f"import flag_gems failed: {type(exc).__name__}: {exc}"
+    return flag_gems, None
+
+
 def _gems(flag_gems: Any, error: str | None, module: Any, inputs: Sequence[Any]) -> dict[str, Any]:
     """FlagGems' operators as a second reference: the case's reference under
     `flag_gems.use_gems()` and plainly, both timed by `do_bench` here, and the error between."""
@@ -311,11 +316,7 @@ def measure_gems(cases: Sequence[Any]) -> dict[str, dict[str, Any]]:
     """--gems-only: the FlagGems reference of every operator on this GPU, no gates."""
     import torch
 
-    try:
-        import flag_gems
-        error = None
-    except Exception as exc:  # noqa: BLE001
-        flag_gems, error = None, f"import flag_gems failed: {type(exc).__name__}: {exc}"
+    flag_gems, error = _import_gems()
     out: dict[str, dict[str, Any]] = {}
     for case in cases:
         module = case.module()
