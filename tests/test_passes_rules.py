@@ -246,3 +246,88 @@ def test_autotune_with_a_pre_hook_is_pinned_by_slicing() -> None:
     result = p.deoptimize(ir, next(s for s in p.sites(ir) if s.present))
     assert isinstance(result, Applied) and result.options == {"pinned": "slice"}
     assert "][:1], key=" in result.ir.text
+
+
+_WHILE_MM = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+       P: tl.constexpr, Q: tl.constexpr, R: tl.constexpr):
+    rows = tl.program_id(0) * P + tl.arange(0, P)
+    cols = tl.program_id(1) * Q + tl.arange(0, Q)
+    acc = tl.zeros((P, Q), dtype=tl.float32)
+    kk = 0
+    while kk < K:
+        ks = kk + tl.arange(0, R)
+        x = tl.load(a_ptr + rows[:, None] * sam + ks[None, :] * sak,
+                    mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+        y = tl.load(b_ptr + ks[:, None] * sbk + cols[None, :] * sbn,
+                    mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc += tl.dot(x, y)
+        kk += R
+    tl.store(c_ptr + rows[:, None] * scm + cols[None, :] * scn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    mm[(triton.cdiv(M, 32), triton.cdiv(N, 32))](a, b, c, M, N, K, a.stride(0), a.stride(1),
+                                                 b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                                                 P=32, Q=32, R=32)
+    return c
+'''
+
+
+def test_a_counted_while_loop_becomes_the_pipelined_for_loop_it_is() -> None:
+    # Triton pipelines counted loops only: `k = 0; while k < K: ...; k += R` is never
+    # pipelined as written, whatever num_stages says
+    ir = kir.parse(_WHILE_MM, language="triton")
+    p = get_pass("software-pipelining")()
+    site = next(s for s in p.sites(ir) if s.detail.get("while"))
+    assert not site.present and site.detail["loop"] == "kk"
+    result = p.optimize(ir, site)
+    assert isinstance(result, Applied)
+    text = result.ir.text
+    assert "for kk in tl.range(0, K, R, num_stages=3):" in text
+    assert "while" not in text and "kk += R" not in text and "kk = 0" not in text
+    after = [s for s in p.sites(result.ir)]
+    assert not any(s.detail.get("while") for s in after)
+    assert any(s.present and s.detail.get("num_stages") == 3 for s in after)
+
+
+@pytest.mark.parametrize("change", [
+    ("        kk += R\n", "        kk += R\n        if kk > 64:\n            break\n"),  # not last
+    ("    while kk < K:\n", "    while kk < K:\n        kk += 0\n"),  # counted twice
+    ("    tl.store(c_ptr", "    acc += kk\n    tl.store(c_ptr"),  # read after the loop
+    ("    kk = 0\n", "    kk = 0\n    kk += P\n"),  # changed after its start
+    ("    while kk < K:\n", "    while kk <= K:\n"),  # not `name < stop`
+])
+def test_a_while_loop_that_is_not_counted_is_left_alone(change: tuple[str, str]) -> None:
+    text = _WHILE_MM.replace(*change)
+    assert text != _WHILE_MM
+    ir = kir.parse(text, language="triton")
+    assert not any(s.detail.get("while") for s in get_pass("software-pipelining")().sites(ir))
+
+
+@pytest.mark.slow
+def test_the_for_loop_from_a_counted_while_computes_the_same() -> None:
+    gate = pytest.importorskip("gate")
+    ir = kir.parse(_WHILE_MM, language="triton")
+    p = get_pass("software-pipelining")()
+    result = p.optimize(ir, next(s for s in p.sites(ir) if s.detail.get("while")))
+    verdict = gate.check(result.ir.text, "triton", "gemm", tier="interpret", cache=False)
+    assert verdict.ok, (verdict.stage, verdict.reason)
+
+
+def test_num_warps_is_not_added_beside_a_spread_of_launch_options() -> None:
+    # `**config` may hold num_warps already: adding one would pass it twice at run time
+    text = _WHILE_MM.replace("P=32, Q=32, R=32)", "**_CONFIG)").replace(
+        "def run(a, b):", "_CONFIG = dict(P=32, Q=32, R=32, num_warps=4)\n\n\ndef run(a, b):")
+    p = get_pass("num-warps")()
+    assert not p.sites(kir.parse(text, language="triton"))
+    assert p.sites(kir.parse(_WHILE_MM, language="triton"))

@@ -114,6 +114,12 @@ MM_HELPER = MM_A.replace(_LOOP, "    acc = _tile(a, b, rm, rn, M, N, K, sam, sak
     + _LOOP.replace("acc", "total") + "    return total\n\n\n@triton.jit\ndef mm(")
 
 
+# The same matmul whose K loop stops at a bound read from the program index (a causal,
+# triangular product): it walks data, not programs.
+MM_TRIANGULAR = MM_A.replace("for k0 in range(0, K, BK):",
+                             "for k0 in range(0, tl.minimum((pm + 1) * BM, K), BK):")
+
+
 def _ir(text: str) -> kir.KernelIR:
     return kir.parse(text, "triton")
 
@@ -123,6 +129,7 @@ def _ir(text: str) -> kir.KernelIR:
     (MM_B, "matmul_tile", {"TILE_ROWS": "m", "TILE_COLS": "n", "DEPTH": "k"}),
     (MM_WHILE, "mm", {"P": "m", "Q": "n", "R": "k"}),
     (MM_HELPER, "mm", {"BM": "m", "BN": "n", "BK": "k"}),
+    (MM_TRIANGULAR, "mm", {"BM": "m", "BN": "n", "BK": "k"}),
 ])
 def test_tiles_are_found_by_what_they_do_not_by_name(text: str, kernel: str, expect: dict) -> None:
     cfg = joint_config(_ir(text))[kernel]
@@ -456,3 +463,39 @@ def test_a_reduction_block_stepped_through_a_value_of_the_trip_is_the_k_tile() -
 
     kernel = next(n for n in _ast.parse(IMPLICIT_GEMM).body if isinstance(n, _ast.FunctionDef))
     assert tile_roles(kernel) == {"TP": "m", "TF": "n", "TC": "k"}
+
+
+def test_a_persistent_loop_over_program_ids_keeps_the_group_role() -> None:
+    # persistent-grid writes `for tile in range(tl.program_id(0), tiles, tl.num_programs(0))`:
+    # the program index read inline, not through a name, still makes the loop walk programs
+    from passes import get_pass
+
+    ir = _ir(MM_A)
+    for name in ("grouped-ordering", "persistent-grid"):
+        p = get_pass(name)()
+        ir = p.optimize(ir, next(s for s in p.sites(ir) if not s.present)).ir
+    assert "tl.num_programs(0)" in ir.text
+    assert joint_config(ir)["mm"].by_role().get("group") == 8
+
+
+# The same launch with its tiles held by a factory's parameters, and by a partial's keywords.
+MM_FACTORY = MM_A.replace("def run(a, b):", "def make(tm=32, tn=32, tk=32):\n    def run(a, b):").replace(
+    "\n    M, K = a.shape\n    N = b.shape[1]\n    c = torch.empty((M, N), device=a.device, dtype=a.dtype)\n"
+    "    tm, tn = 32, 32\n", "\n        M, K = a.shape\n        N = b.shape[1]\n"
+    "        c = torch.empty((M, N), device=a.device, dtype=a.dtype)\n").replace(
+    "    mm[(triton.cdiv(M, tm)", "        mm[(triton.cdiv(M, tm)").replace(
+    "BM=tm, BN=tn, BK=32)\n    return c\n", "BM=tm, BN=tn, BK=tk)\n        return c\n    return run\n\n\nrun = make()\n")
+MM_PARTIAL = MM_A.replace("def run(a, b):", "def _run(a, b, tm, tn):").replace(
+    "    tm, tn = 32, 32\n", "").replace(
+    "    return c\n", "    return c\n\n\nrun = functools.partial(_run, tm=64, tn=16)\n").replace(
+    "import torch, triton", "import functools\nimport torch, triton")
+
+
+@pytest.mark.parametrize("text,tiles", [
+    (MM_FACTORY, {"m": 32, "n": 32, "k": 32}),
+    (MM_PARTIAL, {"m": 64, "n": 16, "k": 32}),
+])
+def test_host_values_are_read_through_parameters_their_callers_fill(text: str, tiles: dict) -> None:
+    assert text != MM_A
+    compile(text, "<mm>", "exec")
+    assert joint_config(_ir(text))["mm"].by_role() == tiles

@@ -422,7 +422,8 @@ class NumWarps(_KeywordPass):
             kw = mod.keyword(holder.call, "num_warps")
             value = literal_int(kw.value) if kw is not None else None
             if kw is None:
-                out.append(self._site_of(ir, index, mod, holder.call, False, {}))
+                if not any(k.arg is None for k in holder.call.keywords):  # `**config` may set it
+                    out.append(self._site_of(ir, index, mod, holder.call, False, {}))
             elif value is not None and value != 4:
                 out.append(self._site_of(ir, index, mod, holder.call, True, {"num_warps": value}))
         return out
@@ -450,6 +451,94 @@ class NumWarps(_KeywordPass):
         position = self.position if self.position >= 0 else len(mod.arguments(call))
         edit = mod.insert_argument(call, position, f"num_warps={self.value}")
         return finish(ir, site, [edit], options={}, preconditions=results)
+
+
+@dataclass(frozen=True, slots=True)
+class _CountedWhile:
+    """`name = start` ... `while name < stop:` body `name += step`: the `for` loop it is."""
+
+    name: str
+    start: ast.expr
+    stop: ast.expr
+    step: ast.expr
+    increment: ast.AugAssign
+    init: ast.Assign | None
+    """The assignment of `start`, when nothing between it and the loop reads the name."""
+
+
+def _assigns(node: ast.AST, name: str) -> bool:
+    """Whether `node` (re)binds `name` anywhere inside it."""
+    for sub in ast.walk(node):
+        targets: list[ast.AST] = []
+        if isinstance(sub, ast.Assign):
+            targets = list(sub.targets)
+        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign, ast.For)):
+            targets = [sub.target]
+        elif isinstance(sub, ast.NamedExpr):
+            targets = [sub.target]
+        if any(isinstance(t, ast.Name) and t.id == name
+               for target in targets for t in ast.walk(target)):
+            return True
+    return False
+
+
+def _counted_while(mod: PyModule, loop: ast.While) -> _CountedWhile | None:
+    """The counted form of `loop`, or None when it is not one: the test is `name < stop`, the
+    body's last statement `name += step` is its only change of `name` (and of nothing the
+    bounds read), the body neither breaks nor continues, `name` was last set by a plain
+    assignment in the same block and is not read after the loop (a `for` leaves it at its
+    last value, the `while` one step past it), and there is no `else:`."""
+    test = loop.test
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Lt)
+            and isinstance(test.left, ast.Name)) or loop.orelse or not loop.body:
+        return None
+    name, stop = test.left.id, test.comparators[0]
+    last = loop.body[-1]
+    if not (isinstance(last, ast.AugAssign) and isinstance(last.op, ast.Add)
+            and isinstance(last.target, ast.Name) and last.target.id == name):
+        return None
+    step = last.value
+    bound_names = names_in(stop) | names_in(step)
+    if name in bound_names or any(_assigns(stmt, n) for stmt in loop.body[:-1]
+                                  for n in bound_names | {name}):
+        return None
+    if any(isinstance(sub, (ast.Break, ast.Continue)) for stmt in loop.body for sub in ast.walk(stmt)):
+        return None
+    parent = mod.parents.get(loop)
+    block = next((getattr(parent, f) for f in ("body", "orelse", "finalbody")
+                  if loop in getattr(parent, f, [])), None)
+    if block is None:
+        return None
+    at = block.index(loop)
+    start, init, read = None, None, False
+    for stmt in reversed(block[:at]):
+        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == name):
+            start, init = stmt.value, (None if read else stmt)
+            break
+        if _assigns(stmt, name):
+            return None
+        read = read or name in names_in(stmt)
+    if start is None or any(name in names_in(stmt) for stmt in block[at + 1:]):
+        return None
+    if len(loop.body) > 1 and loop.body[-2].end_lineno >= last.lineno:
+        return None  # the increment shares a line: it cannot be removed on its own
+    if init is not None and init.end_lineno >= loop.lineno:
+        init = None
+    return _CountedWhile(name, start, stop, step, last, init)
+
+
+def _counted_for(mod: PyModule, loop: ast.While, stages: int) -> list[ByteEdit]:
+    """Rewrite a counted `while` loop as the pipelined `for` loop it is."""
+    counted = _counted_while(mod, loop)
+    assert counted is not None
+    header = (f"for {counted.name} in tl.range({mod.text(counted.start)}, {mod.text(counted.stop)}, "
+              f"{mod.text(counted.step)}, num_stages={stages})")
+    start, end = mod.stmt_span(counted.increment)
+    edits = [ByteEdit(mod.start(loop), mod.end(loop.test), header), ByteEdit(start, end, "")]
+    if counted.init is not None:  # the loop binds the name now
+        edits.insert(0, ByteEdit(*mod.stmt_span(counted.init), ""))
+    return edits
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,6 +578,20 @@ class SoftwarePipelining(_KeywordPass):
                     out.append(node)
         return out
 
+    def _counted_whiles(self, mod: PyModule) -> list[tuple[ast.While, _CountedWhile]]:
+        """Kernel `while` loops over loads that count a name up by a fixed step: Triton
+        pipelines only counted (`for`) loops, so these cannot be pipelined as written."""
+        out = []
+        for kernel in mod.kernels():
+            for node in ast.walk(kernel):
+                if isinstance(node, ast.While) and any(
+                        callee(c) == "tl.load" or callee(c).endswith(".load")
+                        for c in ast.walk(node) if isinstance(c, ast.Call)):
+                    counted = _counted_while(mod, node)
+                    if counted is not None:
+                        out.append((node, counted))
+        return out
+
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         mod = PyModule(ir)
         out: list[Site] = []
@@ -502,6 +605,10 @@ class SoftwarePipelining(_KeywordPass):
         for loop in self._loops(mod):
             out.append(make_site(self.name, ir, index, mod.span(loop.iter), False,
                                  {"loop": mod.text(loop.target)}, mod.span(loop)))
+        for loop, counted in self._counted_whiles(mod):
+            first = counted.init if counted.init is not None else loop
+            out.append(make_site(self.name, ir, index, (mod.stmt_span(first)[0], mod.stmt_span(loop)[1]),
+                                 False, {"loop": counted.name, "while": True}, mod.span(loop)))
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -521,6 +628,11 @@ class SoftwarePipelining(_KeywordPass):
             if node.value == self.stages:
                 return Skipped(f"num_stages is already {self.stages}", {"num_stages": node.value})
             return finish(ir, site, [_value_edit(mod, node, self.stages)], preconditions=results)
+        loop = next((w for w, c in self._counted_whiles(mod)
+                     if mod.stmt_span(w)[1] == site.span[1]
+                     and mod.stmt_span(c.init if c.init is not None else w)[0] == site.span[0]), None)
+        if loop is not None:
+            return finish(ir, site, _counted_for(mod, loop, self.stages), preconditions=results)
         call = self._holder_at(mod, site)
         if call is None or callee(call) != "range":
             return Skipped("no loop or num_stages at the site", {"site": site.anchor})

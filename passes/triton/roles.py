@@ -144,11 +144,28 @@ def pid_names(kernel: ast.FunctionDef) -> set[str]:
             if (
                 isinstance(loop.target, ast.Name)
                 and loop.target.id not in pid
-                and names_in(loop.iter) & pid
+                and _walks_programs(loop.iter, pid)
             ):
                 pid.add(loop.target.id)
                 changed = True
     return pid
+
+
+_PROGRAM_CALLS = PID_CALLS | {"tl.num_programs", "triton.language.num_programs"}
+
+
+def _walks_programs(iterable: ast.AST, pid: set[str]) -> bool:
+    """Whether a loop over `iterable` walks program indices (`range(pid, tiles, NUM_SMS)`):
+    its start or step reads a program index. A range whose stop alone does (`range(0, (pid +
+    1) * BQ, BKV)`, a causal bound) walks data, as a K loop does."""
+    if not (isinstance(iterable, ast.Call) and callee(iterable) in RANGE_CALLS and iterable.args):
+        return bool(names_in(iterable) & pid)
+    args = iterable.args
+    ends = [args[0]] if len(args) > 1 else []
+    ends += [args[2]] if len(args) > 2 else []
+    ends += [k.value for k in iterable.keywords if k.arg == "step"]
+    return any(names_in(e) & pid or any(callee(c) in _PROGRAM_CALLS for c in ast.walk(e)
+                                         if isinstance(c, ast.Call)) for e in ends)
 
 
 def assignments(scope: ast.AST, augmented: bool = False) -> dict[str, list[ast.AST]]:
@@ -569,13 +586,53 @@ def _host_literal(mod: PyModule, call: ast.AST, expr: ast.AST) -> int | None:
         return _attribute_literal(mod, call, expr.attr)
     if not isinstance(expr, ast.Name):
         return None
-    scope = mod.enclosing(call, ast.FunctionDef) or mod.tree
-    bound = _bindings(ast.walk(scope), expr.id)
-    if not bound and scope is not mod.tree:
-        bound = _bindings(mod.tree.body, expr.id)
+    scope = mod.enclosing(call, ast.FunctionDef)
+    while scope is not None:  # the function around the launch, then the ones around it
+        bound = _bindings(ast.walk(scope), expr.id)
+        if bound:
+            return literal_int(bound[0]) if len(bound) == 1 else None
+        if expr.id in _parameters(scope):
+            return _parameter_literal(mod, scope, expr.id)
+        scope = mod.enclosing(scope, ast.FunctionDef)
+    bound = _bindings(mod.tree.body, expr.id)
     if len(bound) == 1:
         return literal_int(bound[0])
     return None
+
+
+def _parameters(fn: ast.FunctionDef) -> list[str]:
+    return [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
+
+
+def _parameter_literal(mod: PyModule, fn: ast.FunctionDef, name: str) -> int | None:
+    """The int a host function's parameter holds: the literal every call of the function in
+    the module passes for it (`f(x, 64)`, `f(x, tile=64)`, `functools.partial(f, tile=64)`),
+    or its default when no call passes it (a factory's `def make(tile=32)`, `run(a, b, TILE=64)`
+    called by the harness). None when a call spreads `*args` / `**kwargs` or the calls differ."""
+    positional = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    defaults = dict(zip(positional[len(positional) - len(fn.args.defaults):], fn.args.defaults))
+    defaults.update((a.arg, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is not None)
+    index = positional.index(name) if name in positional else None
+    passed: list[ast.AST] = []
+    for c in ast.walk(mod.tree):
+        if not isinstance(c, ast.Call):
+            continue
+        if isinstance(c.func, ast.Name) and c.func.id == fn.name:
+            args = c.args
+        elif (callee(c) in ("functools.partial", "partial") and c.args
+              and isinstance(c.args[0], ast.Name) and c.args[0].id == fn.name):
+            args = c.args[1:]
+        else:
+            continue
+        if any(isinstance(a, ast.Starred) for a in args) or any(k.arg is None for k in c.keywords):
+            return None
+        if index is not None and index < len(args):
+            passed.append(args[index])
+        passed.extend(k.value for k in c.keywords if k.arg == name)
+    if passed:
+        values = {_module_literal(mod, v) for v in passed}
+        return values.pop() if len(values) == 1 and None not in values else None
+    return _module_literal(mod, defaults.get(name))
 
 
 def _module_literal(mod: PyModule, expr: ast.AST | None) -> int | None:
