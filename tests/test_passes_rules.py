@@ -331,3 +331,26 @@ def test_num_warps_is_not_added_beside_a_spread_of_launch_options() -> None:
     p = get_pass("num-warps")()
     assert not p.sites(kir.parse(text, language="triton"))
     assert p.sites(kir.parse(_WHILE_MM, language="triton"))
+
+
+_STATIC_MM = _WHILE_MM.replace("    kk = 0\n    while kk < K:\n", "    for t in tl.static_range(KT):\n        kk = t * R\n").replace(
+    "        kk += R\n", "").replace("P: tl.constexpr, Q: tl.constexpr, R: tl.constexpr",
+                                    "P: tl.constexpr, Q: tl.constexpr, R: tl.constexpr, KT: tl.constexpr")
+
+
+def test_an_unrolled_dot_loop_becomes_a_pipelined_range() -> None:
+    ir = kir.parse(_STATIC_MM, language="triton")
+    p = get_pass("software-pipelining")()
+    site = next(s for s in p.sites(ir) if s.detail.get("loop") == "t")
+    result = p.optimize(ir, site)
+    assert isinstance(result, Applied)
+    assert "for t in tl.range(KT, num_stages=3):" in result.ir.text
+
+
+def test_an_unrolled_loop_whose_variable_picks_a_branch_stays_unrolled() -> None:
+    text = _STATIC_MM.replace("        acc += tl.dot(x, y)\n",
+                              "        if t == 0:\n            acc = tl.dot(x, y)\n"
+                              "        else:\n            acc += tl.dot(x, y)\n")
+    assert text != _STATIC_MM
+    p = get_pass("software-pipelining")()
+    assert not any(s.detail.get("loop") == "t" for s in p.sites(kir.parse(text, language="triton")))

@@ -453,6 +453,27 @@ class NumWarps(_KeywordPass):
         return finish(ir, site, [edit], options={}, preconditions=results)
 
 
+STATIC_RANGES = ("tl.static_range", "triton.language.static_range")
+
+
+def _read_at_compile_time(loop: ast.For, name: str) -> bool:
+    """Whether the body reads `name` where only a compile-time value will do: a `tl.static_*`
+    call, an inner static range, an `if` test (a branch chosen per unrolled trip) or an index
+    into a Python tuple or list."""
+    for node in ast.walk(loop):
+        if node is loop:
+            continue
+        if isinstance(node, ast.Call) and callee(node).split(".")[-1].startswith("static_") \
+                and name in names_in(node):
+            return True
+        if isinstance(node, (ast.If, ast.IfExp)) and name in names_in(node.test):
+            return True
+        if isinstance(node, ast.Subscript) and name in names_in(node.slice) \
+                and not any(isinstance(s, ast.Slice) for s in ast.walk(node.slice)):
+            return True
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class _CountedWhile:
     """`name = start` ... `while name < stop:` body `name += step`: the `for` loop it is."""
@@ -567,14 +588,21 @@ class SoftwarePipelining(_KeywordPass):
         return calls
 
     def _loops(self, mod: PyModule) -> list[ast.For]:
-        """Kernel loops over plain `range(...)` whose body loads memory."""
+        """Kernel loops over plain `range(...)` whose body loads memory, and unrolled
+        `tl.static_range(...)` loops whose body loads the operands of a `tl.dot` (an unrolled
+        loop is not pipelined) and whose variable no compile-time construct reads."""
         out = []
         for kernel in mod.kernels():
             for node in ast.walk(kernel):
-                if (isinstance(node, ast.For) and isinstance(node.iter, ast.Call)
-                        and callee(node.iter) == "range"
-                        and any(callee(c) in {"tl.load"} or callee(c).endswith(".load")
-                                for c in ast.walk(node) if isinstance(c, ast.Call))):
+                if not (isinstance(node, ast.For) and isinstance(node.iter, ast.Call)):
+                    continue
+                calls = [callee(c) for c in ast.walk(node) if isinstance(c, ast.Call)]
+                loads = any(c == "tl.load" or c.endswith(".load") for c in calls)
+                if callee(node.iter) == "range" and loads:
+                    out.append(node)
+                elif (callee(node.iter) in STATIC_RANGES and loads and "tl.dot" in calls
+                      and isinstance(node.target, ast.Name)
+                      and not _read_at_compile_time(node, node.target.id)):
                     out.append(node)
         return out
 
@@ -634,7 +662,7 @@ class SoftwarePipelining(_KeywordPass):
         if loop is not None:
             return finish(ir, site, _counted_for(mod, loop, self.stages), preconditions=results)
         call = self._holder_at(mod, site)
-        if call is None or callee(call) != "range":
+        if call is None or callee(call) not in ("range", *STATIC_RANGES):
             return Skipped("no loop or num_stages at the site", {"site": site.anchor})
         start, _ = mod.span(call.func)
         edits = [ByteEdit(start, mod.end(call.func), "tl.range"),
