@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kir.errors import BadInputError
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, dotted
+from passes.triton._py import PyModule, callee, dotted, walk_stmts
 from passes.triton.launch import TRITON
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 DOT_NAMES = frozenset({"tl.dot", "triton.language.dot"})
 SUM_NAMES = frozenset({"tl.sum", "triton.language.sum"})
+EXPAND_NAMES = frozenset({"tl.expand_dims", "triton.language.expand_dims"})
 EXP2_NAMES = frozenset({"tl.exp2", "tl.math.exp2", "triton.language.exp2"})
 EXP_NAMES = frozenset({"tl.exp", "tl.math.exp", "triton.language.exp"})
 LOG2E = 1.4426950408889634
@@ -155,6 +156,79 @@ def _product_call(node: ast.AST) -> bool:
     return (isinstance(axis, ast.Constant) and axis.value == 1
             and isinstance(prod, ast.BinOp) and isinstance(prod.op, ast.Mult)
             and _slice_pattern(prod.left) == "a" and _slice_pattern(prod.right) == "b")
+
+
+def _axis(node: ast.AST) -> int | None:
+    """An integer literal (`2`, `-2`); None for anything else."""
+    sign = 1
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        sign, node = -1, node.operand
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return sign * node.value
+    return None
+
+
+def _expanded(node: ast.AST) -> tuple[str, ast.AST] | None:
+    """("a", x) for `x[:, :, None]` or `tl.expand_dims(x, 2)`, ("b", x) for `x[None, :, :]` or
+    `tl.expand_dims(x, 0)` (the axis also as a keyword); None otherwise."""
+    role = _slice_pattern(node)
+    if role:
+        return role, node.value
+    if not (isinstance(node, ast.Call) and callee(node) in EXPAND_NAMES
+            and len(node.args) + len(node.keywords) == 2
+            and all(k.arg in ("input", "axis") for k in node.keywords)):
+        return None
+    x = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "input"), None)
+    axis = node.args[1] if len(node.args) > 1 else next(
+        (k.value for k in node.keywords if k.arg == "axis"), None)
+    role = {2: "a", 0: "b"}.get(_axis(axis)) if x is not None and axis is not None else None
+    return (role, x) if role else None
+
+
+def _broadcast_product(expr: ast.AST) -> tuple[ast.AST, ast.AST] | None:
+    """(a, b) of the (M, K, N) product `a[:, :, None] * b[None, :, :]`, its factors in either
+    order and each also spelled with `tl.expand_dims`: its sum over axis 1 is `a @ b`."""
+    if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult)):
+        return None
+    left, right = _expanded(expr.left), _expanded(expr.right)
+    if left is None or right is None or {left[0], right[0]} != {"a", "b"}:
+        return None
+    return (left[1], right[1]) if left[0] == "a" else (right[1], left[1])
+
+
+def _reduced_axis(call: ast.Call) -> int | None:
+    """The axis of `tl.sum(x, axis)` (positional or keyword) when nothing else is passed (no
+    `keep_dims`, no `dtype`); None otherwise."""
+    if not call.args or len(call.args) + len(call.keywords) != 2:
+        return None
+    if len(call.args) == 2:
+        return _axis(call.args[1])
+    return _axis(call.keywords[0].value) if call.keywords[0].arg == "axis" else None
+
+
+def _single_bindings(kernel: ast.FunctionDef) -> dict[str, ast.Assign]:
+    """The names of a kernel (not parameters) bound once, by a plain `name = value`, and read
+    once: name -> the assignment."""
+    stores: dict[str, int] = {}
+    loads: dict[str, int] = {}
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Name):
+            counts = loads if isinstance(node.ctx, ast.Load) else stores
+            counts[node.id] = counts.get(node.id, 0) + 1
+    params = {a.arg for a in (*kernel.args.posonlyargs, *kernel.args.args, *kernel.args.kwonlyargs)}
+    return {node.targets[0].id: node for node in ast.walk(kernel)
+            if isinstance(node, ast.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name) and node.targets[0].id not in params
+            and stores[node.targets[0].id] == 1 and loads.get(node.targets[0].id) == 1}
+
+
+def _drop(mod: PyModule, stmt: ast.stmt) -> ByteEdit:
+    """Delete `stmt`: its lines when it is alone on them, else the statement itself (`pass`)."""
+    start, end = mod.stmt_span(stmt)
+    head, tail = mod.source[start:mod.start(stmt)], mod.source[mod.end(stmt):end].strip()
+    if not head.strip() and (not tail or tail.startswith(b"#")):
+        return ByteEdit(start, end, "")
+    return ByteEdit(*mod.span(stmt), "pass")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,15 +411,75 @@ def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
                 yield from _statements(block)
 
 
+def _stored(stmt: ast.stmt) -> set[str]:
+    """The names a statement binds itself (not those of the statements nested in it)."""
+    own = [v for _, field in ast.iter_fields(stmt)
+           for v in (field if isinstance(field, list) else [field])
+           if isinstance(v, ast.AST) and not isinstance(v, ast.stmt)]
+    return {n.id for v in own for n in ast.walk(v)
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+
+
+def _rank_env(kernel: ast.FunctionDef) -> dict[str, Shape]:
+    """Block shapes, for their ranks, of the names a kernel binds: a name bound to blocks of
+    different ranks, to one of unknown shape, or other than by a plain assignment (`x += y`
+    keeps the rank) is left out."""
+    env: dict[str, Shape] = {a.arg: () for a in kernel.args.args}
+    mixed: set[str] = set()
+    for node in _statements(kernel.body):
+        pairs: list[tuple[ast.AST, ast.AST | None]] = []
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+            pairs = (list(zip(target.elts, value.elts)) if isinstance(target, ast.Tuple)
+                     and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts)
+                     else [(target, value)])
+        elif isinstance(node, ast.For) and isinstance(node.target, ast.Name):
+            pairs = [(node.target, None)]  # a loop counter
+        done = {t.id for t, _ in pairs if isinstance(t, ast.Name)}
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            done.add(node.target.id)
+        for target, value in pairs:
+            if not isinstance(target, ast.Name) or target.id in mixed:
+                continue
+            shape = () if value is None else _shape(value, env, {})
+            if shape is None or (target.id in env and len(env[target.id]) != len(shape)):
+                mixed.add(target.id)
+            else:
+                env[target.id] = shape
+        mixed |= _stored(node) - done
+        for name in mixed:
+            env.pop(name, None)
+    return env
+
+
+# Calls that neither read nor write memory (a `.to(...)` cast too): a product of them may be
+# computed later than where it is written.
+_PURE = (_ELEMENTWISE | _SCALARS | _REDUCTIONS | DOT_NAMES | EXPAND_NAMES
+         | {"tl.arange", "tl.zeros", "tl.full", "tl.trans", "tl.reshape", "tl.broadcast_to",
+            "tl.zeros_like", "tl.full_like", "triton.language.arange", "triton.language.zeros"})
+_SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)
+
+
+def _pure(call: ast.Call) -> bool:
+    return callee(call) in _PURE or (isinstance(call.func, ast.Attribute) and call.func.attr == "to")
+
+
 @dataclass(frozen=True, slots=True)
 class _Product:
     """A de-optimized dot found in a kernel: the whole expression a restore may replace (the
-    `tl.sum` call, `acc + tl.sum(...)`, or `tl.sum(...).to(T)`), the call, the accumulator."""
+    `tl.sum` call, `acc + tl.sum(...)`, or `tl.sum(...).to(T)`), the call, the accumulator,
+    the operands (a is (M, K), b is (K, N); casts not stripped) and, for a product bound to a
+    name first, its assignment: `moved` when the dot may be computed at the sum (the assignment
+    is dropped), else the assignment's value becomes the dot and the sum the name."""
 
     whole: ast.AST
     call: ast.Call
     acc: ast.AST | None
     kernel: ast.FunctionDef
+    a: ast.AST
+    b: ast.AST
+    bound: ast.Assign | None = None
+    moved: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,32 +528,95 @@ class TensorCoreDot(Pass):
         return sorted((n for n in nodes if id(n) not in inside), key=mod.start)
 
     def _products(self, mod: PyModule, kernel: ast.FunctionDef) -> list[_Product]:
-        """The de-optimized dots of a kernel, in source order."""
-        out = []
+        """The de-optimized dots of a kernel, in source order: the form a de-optimization
+        writes, and the same (M, K, N) product summed over K written otherwise (factors
+        swapped or spelled with `tl.expand_dims`, `axis=-2`, the product bound to a name read
+        only by the sum)."""
+        found: list[tuple[ast.Call, ast.AST, ast.AST, ast.Assign | None]] = []
+        bindings: dict[str, ast.Assign] | None = None
+        env: dict[str, Shape] | None = None
         for call in mod.calls(kernel, SUM_NAMES):
-            if not _product_call(call):
+            if _product_call(call):
+                prod = call.args[0]
+                found.append((call, prod.left.value, prod.right.value, None))
                 continue
+            axis = _reduced_axis(call)
+            if axis not in (1, -2):
+                continue
+            arg = call.args[0]
+            if isinstance(arg, ast.Name):
+                bindings = _single_bindings(kernel) if bindings is None else bindings
+                assign = bindings.get(arg.id)
+                if assign is None or mod.end(assign) > mod.start(call):
+                    continue
+                operands = _broadcast_product(assign.value)
+            else:
+                assign, operands = None, _broadcast_product(arg)
+            if operands is None:
+                continue
+            env = _rank_env(kernel) if env is None else env
+            shapes = [_shape(x, env, {}) for x in operands]
+            if any(s is not None and len(s) != 2 for s in shapes) or (axis == -2 and None in shapes):
+                continue  # not (M, K) x (K, N) operands, or axis -2 not provably axis 1
+            found.append((call, *operands, assign))
+        sums = {id(call) for call, *_ in found}
+        out = []
+        for call, a, b, assign in found:
+            moved = assign is not None and self._movable(mod, kernel, assign, call)
             parent = mod.parents.get(call)
             cast = mod.parents.get(parent) if isinstance(parent, ast.Attribute) else None
-            if (isinstance(parent, ast.Attribute) and parent.attr == "to"
+            if assign is not None and not moved:
+                # the dot is computed where the product is bound; the sum reads the name
+                out.append(_Product(call, call, None, kernel, a, b, assign, False))
+            elif (isinstance(parent, ast.Attribute) and parent.attr == "to"
                     and isinstance(cast, ast.Call) and cast.func is parent):
                 # `tl.sum(...).to(T)`: a de-optimized out_dtype, or the kernel's own cast;
                 # the recorded call (if any) says which
-                out.append(_Product(cast, call, None, kernel))
+                out.append(_Product(cast, call, None, kernel, a, b, assign, moved))
             elif (isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add)
-                  and parent.right is call and not any(_product_call(n) for n in ast.walk(parent.left))):
+                  and parent.right is call and not any(id(n) in sums for n in ast.walk(parent.left))):
                 # `acc + product`: maybe an accumulator (a recorded call says; the default
                 # folds only a plain name). A left side holding products is a sum of dots
                 # (`dot(a, b) + dot(c, d)` de-optimized), each product on its own.
-                out.append(_Product(parent, call, parent.left, kernel))
+                out.append(_Product(parent, call, parent.left, kernel, a, b, assign, moved))
             else:
-                out.append(_Product(call, call, None, kernel))
+                out.append(_Product(call, call, None, kernel, a, b, assign, moved))
         return out
 
     @staticmethod
+    def _movable(mod: PyModule, kernel: ast.FunctionDef, assign: ast.Assign, call: ast.Call) -> bool:
+        """Whether the product `assign` binds may be computed at the sum `call` that reads it:
+        both in one block, the sum in a simple statement, nothing from the assignment to the
+        sum rebinding a name the product reads, nor, when it reads memory (or calls what is not
+        known pure), calling anything not known pure."""
+        block = next((b for b in walk_stmts(kernel.body) if any(s is assign for s in b)), [])
+        i = next((i for i, s in enumerate(block) if s is assign), len(block))
+        j = next((j for j, s in enumerate(block)
+                  if mod.start(s) <= mod.start(call) and mod.end(call) <= mod.end(s)), -1)
+        if j <= i or not isinstance(block[j], _SIMPLE):
+            return False
+        between = block[i + 1:j]
+        reads = {n.id for n in ast.walk(assign.value) if isinstance(n, ast.Name)}
+        rebound = {n.id for s in between for n in ast.walk(s)
+                   if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        rebound |= {n.target.id for n in ast.walk(block[j]) if isinstance(n, ast.NamedExpr)}
+        if reads & rebound:
+            return False
+        if all(_pure(c) for c in ast.walk(assign.value) if isinstance(c, ast.Call)):
+            return True
+        return all(_pure(c) for s in (*between, block[j]) for c in ast.walk(s)
+                   if isinstance(c, ast.Call) and c is not call)
+
+    @staticmethod
+    def _span(mod: PyModule, product: _Product) -> tuple[int, int]:
+        """The bytes a restore of `product` may touch: its expression, from its binding on."""
+        if product.bound is None:
+            return mod.span(product.whole)
+        return mod.stmt_span(product.bound)[0], mod.end(product.whole)
+
+    @staticmethod
     def _operands(product: _Product) -> tuple[ast.AST, ast.AST]:
-        prod = product.call.args[0]
-        return _strip_f32(prod.left.value), _strip_f32(prod.right.value)
+        return _strip_f32(product.a), _strip_f32(product.b)
 
     def _kernel_at(self, mod: PyModule, site: Site) -> ast.FunctionDef | None:
         name = site.detail.get("kernel")
@@ -455,7 +652,7 @@ class TensorCoreDot(Pass):
                 a, b = self._operands(product)
                 # the operands identify the product: `x + tl.sum(...)` shares its start with a
                 # product x before it, so the position alone cannot tell them apart
-                out.append(make_site(self.name, ir, index, mod.span(product.whole), False, {
+                out.append(make_site(self.name, ir, index, self._span(mod, product), False, {
                     "kernel": kernel.name, "a": mod.text(a), "b": mod.text(b),
                     "accumulates": product.acc is not None}, mod.span(product.call)))
         return out
@@ -528,7 +725,7 @@ class TensorCoreDot(Pass):
                        ctx: PassContext | None) -> PassResult:
         """Restore the one product at a per-call site: the recorded call, else the default."""
         found = next((p for k in mod.kernels() for p in self._products(mod, k)
-                      if mod.span(p.whole) == tuple(site.span)
+                      if self._span(mod, p) == tuple(site.span)
                       and all(site.detail.get(key, text) == text for key, text in
                               zip(("a", "b"), map(mod.text, self._operands(p))))), None)
         if found is None:
@@ -538,6 +735,9 @@ class TensorCoreDot(Pass):
             return skip
         if not self.call:
             return finish(ir, site, self._default_edits(mod, [found]), preconditions=results)
+        if found.bound is not None and not found.moved:
+            return Skipped("the product is bound to a name where the recorded call cannot be "
+                           "computed", {"site": site.anchor, "name": found.bound.targets[0].id})
         recorded = ast.parse(self.call, mode="eval").body
         keywords = {k.arg for k in getattr(recorded, "keywords", [])}
         has_acc = isinstance(recorded, ast.Call) and (len(recorded.args) > 2 or "acc" in keywords)
@@ -545,7 +745,10 @@ class TensorCoreDot(Pass):
         if not has_acc and (isinstance(whole, ast.BinOp)  # `x + dot(a, b)`: only the product
                             or "out_dtype" not in keywords):  # `.to(T)` is the kernel's own
             whole = found.call
-        return finish(ir, site, [ByteEdit(*mod.span(whole), self.call)], preconditions=results)
+        edits = [ByteEdit(*mod.span(whole), self.call)]
+        if found.moved:
+            edits.insert(0, _drop(mod, found.bound))
+        return finish(ir, site, edits, preconditions=results)
 
     def _recorded_calls(self) -> list[str] | None:
         if self.calls:
@@ -577,15 +780,23 @@ class TensorCoreDot(Pass):
 
     def _default_edits(self, mod: PyModule, products: list[_Product]) -> list[ByteEdit]:
         """`tl.dot(a, b[, acc])` for every product (an `x + product` accumulates into x), with
-        the fp32 casts of the operands dropped; products nested in operands compose."""
+        the fp32 casts of the operands dropped; products nested in operands compose. A product
+        bound to a name is computed at its sum (the assignment dropped) where that keeps
+        semantics, else the assignment binds the dot and the sum becomes the name."""
         by_whole = {id(p.whole): p for p in products}
         # a product nested in another's operand is reached through its cast-stripped call
         by_call = {id(p.call): p for p in products if p.acc is None}
+        kept = {id(p.bound.value): p for p in products if p.bound is not None and not p.moved}
 
         def restore(node: ast.AST) -> str | None:
+            if (bound := kept.get(id(node))) is not None:
+                a, b = self._operands(bound)
+                return f"tl.dot({_render(mod, a, restore)}, {_render(mod, b, restore)})"
             product = by_whole.get(id(node)) or by_call.get(id(node))
             if product is None:
                 return None
+            if product.bound is not None and not product.moved:
+                return product.bound.targets[0].id
             a, b = self._operands(product)
             args = [_render(mod, a, restore), _render(mod, b, restore)]
             if product.acc is not None and isinstance(product.acc, ast.Name):
@@ -601,8 +812,15 @@ class TensorCoreDot(Pass):
                 return f"{text}.{mod.text(product.whole)[mod.end(product.call) - mod.start(node) + 1:]}"
             return text
 
-        outer = self._outermost(mod, [p.whole for p in products])
-        return [ByteEdit(*mod.span(w), _render(mod, w, restore)) for w in outer]
+        dropped = [mod.span(p.bound) for p in products if p.moved]
+        outer = [w for w in self._outermost(mod, [p.whole for p in products] +
+                                            [p.bound.value for p in products
+                                             if p.bound is not None and not p.moved])
+                 # a product inside a dropped assignment is rendered at the sum that reads it
+                 if not any(lo <= mod.start(w) and mod.end(w) <= hi for lo, hi in dropped)]
+        edits = [ByteEdit(*mod.span(w), _render(mod, w, restore)) for w in outer]
+        edits += [_drop(mod, p.bound) for p in products if p.moved]
+        return sorted(edits, key=lambda e: e.start)
 
 
 # ---------------------------------------------------------------------------------------------
