@@ -240,7 +240,7 @@ def test_one_literal_for_two_tiles_is_told_apart_by_the_size_it_divides() -> Non
     assert 'triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"])' in out
 
 
-def test_a_tile_the_host_reuses_is_refused() -> None:
+def test_a_sweep_of_nothing_but_a_tile_the_host_reuses_is_refused() -> None:
     text = MM_A.replace("    return c\n", "    scratch = torch.empty(tm)\n    return c\n")
     made = sweep_edit(_ir(text), "mm", [{"m": 64}])
     assert hasattr(made, "reason") and "beyond the launch" in made.reason
@@ -499,3 +499,19 @@ def test_host_values_are_read_through_parameters_their_callers_fill(text: str, t
     assert text != MM_A
     compile(text, "<mm>", "exec")
     assert joint_config(_ir(text))["mm"].by_role() == tiles
+
+
+def test_a_tile_the_host_reads_beyond_the_launch_is_pinned_and_the_rest_swept() -> None:
+    # `tm` also sizes a host check: the sweep keeps BM at 32 and tunes BN, BK, warps and stages
+    text = MM_A.replace("    tm, tn = 32, 32\n", "    tm, tn = 32, 32\n    assert M % tm == 0\n")
+    assert text != MM_A
+    made = sweep_edit(_ir(text), "mm", [{"m": 128, "n": 256, "k": 64, "num_warps": 8, "num_stages": 3},
+                                        {"m": 64, "n": 64, "k": 32, "num_warps": 4, "num_stages": 4}])
+    assert not hasattr(made, "reason"), made
+    edits, fitted = made
+    assert [f.get("BM") for f in fitted] == [None, None]
+    assert [(f["BN"], f["BK"], f["num_warps"]) for f in fitted] == [(256, 64, 8), (64, 32, 4)]
+    out = apply_byte_edits(text, edits)
+    assert "BM=tm" in out and "BN=tn" not in out
+    assert 'meta["BN"]' in out and "triton.cdiv(M, tm)" in out
+    compile(out, "mm.py", "exec")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -1307,11 +1308,17 @@ def sweep_edit(
             {"kernel": kernel_name},
         )
     current = kernel_config(mod, kernel)
+    launches = kernel_launches(mod, kernel)
+    pinned = _host_pinned(mod, launches, current)
+    if pinned:  # the host needs these tiles as they are: the sweep tunes the rest around them
+        current = dataclasses.replace(current, params=tuple(
+            dataclasses.replace(p, value=None) if p.name in pinned else p for p in current.params))
     fitted = fit_configs(current, configs)
     if not fitted:
         return SweepRefusal("no configuration to set", {"kernel": kernel_name})
+    if pinned and fitted == fit_configs(current, [{}]):  # nothing but the pinned tiles changed
+        return next(iter(pinned.values()))
     tuned = [n for n in fitted[0] if n not in LAUNCH_KEYS]
-    launches = kernel_launches(mod, kernel)
     if not launches:
         kernels = {id(k) for k in mod.kernels()}
         uses = [
@@ -1400,6 +1407,26 @@ def sweep_edit(
         return _disjoint(list(dict.fromkeys(edits))), fitted
     except ValueError:
         return SweepRefusal("the rewrites of the launches overlap", {"kernel": kernel_name})
+
+
+def _host_pinned(mod: PyModule, launches: Sequence[Launch],
+                 current: KernelConfig) -> dict[str, SweepRefusal]:
+    """Tiles a launch passes from a host value the host also reads beyond the launch (`assert K
+    % tk == 0`, a descriptor's block shape, a buffer sized by it; see `_host_reuse`), with the
+    reason: they keep their value, and a sweep tunes the other parameters around them."""
+    out: dict[str, SweepRefusal] = {}
+    for launch in launches:
+        target = launch_grid(mod, launch.site)
+        if target is None:
+            continue
+        args = launch.values()
+        for p in current.params:
+            if p.value is None or p.name not in args or p.name in out:
+                continue
+            reused = _host_reuse(mod, launch.site, target, [p.name], args)
+            if reused is not None:
+                out[p.name] = reused
+    return out
 
 
 def _removals(mod: PyModule, holder: ast.AST, nodes: Sequence[ast.AST]) -> list[ByteEdit]:
