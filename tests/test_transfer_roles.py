@@ -515,3 +515,16 @@ def test_a_tile_the_host_reads_beyond_the_launch_is_pinned_and_the_rest_swept() 
     assert "BM=tm" in out and "BN=tn" not in out
     assert 'meta["BN"]' in out and "triton.cdiv(M, tm)" in out
     compile(out, "mm.py", "exec")
+
+
+def test_one_host_value_passed_to_several_tiles_is_not_a_reuse_of_it() -> None:
+    # one BLOCK sizes the rows, columns and reduction step: untied, the launch passes
+    # BLOCK_M=BLOCK, BLOCK_N=BLOCK, BLOCK_K=BLOCK; each tile's argument reading BLOCK is part of
+    # the launch, not a host use that would pin the others
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "bench/heldout/bmm/bmm_start.py").read_text()
+    carrier = {"config": {"k": {"kernel": "k", "dot": True, "tiles": {"m": 128, "n": 256, "k": 64},
+                                "num_warps": 8, "num_stages": 3}}}
+    [(name, _, fitted)] = config_candidates(carrier, _ir(text))
+    assert fitted[0] == {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}

@@ -1420,12 +1420,11 @@ def _host_pinned(mod: PyModule, launches: Sequence[Launch],
         if target is None:
             continue
         args = launch.values()
-        for p in current.params:
-            if p.value is None or p.name not in args or p.name in out:
-                continue
-            reused = _host_reuse(mod, launch.site, target, [p.name], args)
+        tiles = [p.name for p in current.params if p.value is not None and p.name in args]
+        for name in tiles:  # the launch's other tile arguments may read the same host value
+            reused = None if name in out else _host_reuse(mod, launch.site, target, [name], args, tiles)
             if reused is not None:
-                out[p.name] = reused
+                out[name] = reused
     return out
 
 
@@ -1736,14 +1735,15 @@ def _host_reuse(
     grid: ast.AST,
     tuned: Sequence[str],
     args: Mapping[str, ast.AST],
+    passed: Sequence[str] | None = None,
 ) -> SweepRefusal | None:
     """Refused when the host reads the variable (or `self` attribute) it passes a tuned tile
-    anywhere but in the launch's grid and the launch's tile arguments: a buffer sized by it,
-    another launch, a method that reads it would no longer agree with the tile the autotuner
-    picks. A variable is looked for in the launching function; an attribute in its class (and
-    as `obj.attr` anywhere outside it)."""
+    anywhere but in the launch's grid and the launch's tile arguments (those of `passed`,
+    default `tuned`): a buffer sized by it, another launch, a method that reads it would no
+    longer agree with the tile the autotuner picks. A variable is looked for in the launching
+    function; an attribute in its class (and as `obj.attr` anywhere outside it)."""
     allowed = {id(n) for n in ast.walk(grid)}
-    for t in tuned:
+    for t in (tuned if passed is None else passed):
         if t in args:
             allowed |= {id(n) for n in ast.walk(args[t])}
     for name in tuned:
