@@ -351,18 +351,26 @@ def test_a_sweep_over_attribute_tiles_drops_them_from_the_launch() -> None:
     compile(out, "swept.py", "exec")
 
 
-@pytest.mark.parametrize("extra,where", [
+@pytest.mark.parametrize("extra,where,tile", [
     ("    def scratch(self, M):\n        return torch.empty(triton.cdiv(M, self.rows))\n",
-     "self.rows"),
-    ("", "self.depth"),
+     "self.rows", "BM"),
+    ("", "self.depth", "BK"),
 ])
-def test_an_attribute_tile_read_elsewhere_on_the_host_is_refused(extra: str, where: str) -> None:
+def test_an_attribute_tile_read_elsewhere_on_the_host_is_pinned(extra: str, where: str,
+                                                                 tile: str) -> None:
     text = LAUNCHER.replace("\n\n_P = Projection()", extra + "\n\n_P = Projection()")
     if not extra:
         text = text.replace("def run(a, b):", "STEP = _P.depth\n\n\ndef run(a, b):")
     made = sweep_edit(_ir(text), "proj", [{"m": 64, "n": 16, "k": 32}])
-    assert hasattr(made, "reason") and "beyond the launch" in made.reason
-    assert where in made.reason
+    assert not hasattr(made, "reason"), made
+    edits, fitted = made
+    assert all(tile not in f for f in fitted)  # the host's value stays the launch's
+    out = apply_byte_edits(text, edits)
+    assert f"{tile}={where}" in out
+    compile(out, "swept.py", "exec")
+    # with nothing else to tune, the sweep is refused with the reason
+    alone = sweep_edit(_ir(text), "proj", [{"m" if tile == "BM" else "k": 64}])
+    assert hasattr(alone, "reason") and "beyond the launch" in alone.reason and where in alone.reason
 
 
 # -- the swept kernels compute what they did, in the interpreter -------------------------------
