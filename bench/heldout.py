@@ -391,12 +391,13 @@ def _fmt(v: Any, spec: str = ".3f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-def markdown(result: dict[str, Any]) -> str:
+def markdown(result: dict[str, Any], title: str = "Held-out tier",
+             readme: str = "bench/results/heldout/README.md") -> str:
     runs = result.get("runs") or []
     setting = (f"records of {len(runs)} runs (column `run`: each run's command, budget and box are in "
-               f"its folder's log and in bench/results/heldout/README.md)" if len(runs) > 1 else
+               f"its folder's log and in {readme})" if len(runs) > 1 else
                f"budget {result['budget_steps']} gated candidates, box {result['box_s']:.0f} s per operator")
-    lines = [f"# Held-out tier ({result['tier']})", "",
+    lines = [f"# {title} ({result['tier']})", "",
              f"Library `{result['library']}`, {setting}. `x/ref` is the reference's time over the "
              f"kernel's (above 1: faster than the reference). Command: `{result['command']}`.", ""]
     if result["tier"] == "device":
@@ -555,7 +556,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = build_tables([{**rec, "records": origin.get(key, out.name)} for key, rec in records.items()],
                           args)
     _write(results.with_suffix(".json"), result)
-    results.with_suffix(".md").write_text(markdown(result))
+    style = results.name == "styles"  # the style tier's tables (bench/styles)
+    results.with_suffix(".md").write_text(
+        markdown(result, "Style tier", "bench/results/styles/README.md") if style else markdown(result))
     left = len(cases) - len(records)
     say("heldout", f"wrote {results.with_suffix('.json')} and .md ({len(records)} operators"
                    + (f"; {left} not run yet: rerun the same command" if left else "") + ")")

@@ -22,6 +22,7 @@ HELDOUT = REPO / "bench" / "heldout"
 # on torch's meta device, which imports torch._dynamo and with it triton; in-process interpreter
 # tests of other files need triton imported after TRITON_INTERPRET is set.
 OPERATOR_PATHS = find_cases([HELDOUT])
+STYLE_PATHS = find_cases([REPO / "bench" / "styles"])
 
 
 def _operators() -> list[gate.Case]:
@@ -49,6 +50,16 @@ def test_start_kernel_passes_the_interpret_tier(path: Path) -> None:
     verdict = gate.check_file(case.start_path(), case, tier="interpret")
     assert verdict.ok, (case.ref, verdict.failure_kind, verdict.reason)
     assert verdict.correctness is not None and verdict.correctness.max_rel_err <= max(case.tolerance.values())
+
+
+@pytest.mark.parametrize("path", STYLE_PATHS, ids=[
+    p.parent.name if p.name == "case.py" else p.stem for p in STYLE_PATHS])
+def test_style_start_kernel_passes_the_interpret_tier(path: Path) -> None:
+    case = gate.load_case(path)
+    verdict = gate.check_file(case.start_path(), case, tier="interpret")
+    if not verdict.ok and "Block pointers have been removed" in str(verdict.reason):
+        pytest.skip("this Triton's interpreter has no block pointers (the GPU's runs them)")
+    assert verdict.ok, (case.ref, verdict.failure_kind, verdict.reason)
 
 
 def test_case_refs_resolve_from_another_working_directory(tmp_path: Path,
