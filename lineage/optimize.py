@@ -42,6 +42,9 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   made is not swept again);
 - a card's sites whose detail a recorded variant names (the tile a tile step resized) come
   before the card's other sites;
+- a card with no site on a kernel is asked again on the kernel with its `@triton.jit`
+  helpers inlined (`passes.triton.inline`: Triton inlines them anyway), so loads and loops a
+  helper holds are sites too (a K loop in a helper gets descriptors and a grouped order);
 - where the current kernel's verdict profiles several GPU kernels (device tier: each own
   kernel's GPU time in the timed run, `gate.verdict.Timing.kernel_shares`), a card's sites
   and sweeps are tried in the hottest kernel first, and sites in a kernel under `COLD_SHARE`
@@ -98,7 +101,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kir.errors import BadInputError
+from kir.errors import BadInputError, KLineageError
 from lineage.graph import KernelState, Lineage, Transition, atomic_write_text, state_id
 from lineage.retrieval import Retriever, Target, kernel_features, kernel_signature, kernel_sites
 from lineage.skills import Library, SkillCard, locus_signature
@@ -336,7 +339,31 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
         produced_sweep = True
         yield made
     if not produced and not produced_sweep:
-        yield Materialized(card, None, None, refusals=tuple(refusals))
+        # what a jit helper hides (its loads, its K loop) is a site once the helper is inlined
+        inlined = _helpers_inlined(ir)
+        if inlined is not None:
+            for made in materializations(card, inlined, rewriter, ctx, max_sites=max_sites,
+                                         skip_site=skip_site, sweeps=sweeps,
+                                         transplants=transplants, site_order=site_order):
+                if made.ir is None:
+                    break
+                produced = True
+                yield dataclasses.replace(made, refusals=(*made.refusals, "helpers inlined"))
+        if not produced:
+            yield Materialized(card, None, None, refusals=tuple(refusals))
+
+
+def _helpers_inlined(ir: KernelIR) -> KernelIR | None:
+    """`ir` with its kernels' `@triton.jit` helpers inlined (`passes.triton.inline`), or None
+    when it has none to inline (or is not Triton)."""
+    if str(getattr(ir.language, "value", ir.language)) != "triton":
+        return None
+    from passes.triton.inline import inline_helpers  # noqa: PLC0415
+
+    try:
+        return inline_helpers(ir)
+    except (SyntaxError, ValueError, KLineageError):
+        return None
 
 
 def _transplanted(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], bool] | None

@@ -1,0 +1,152 @@
+"""Inlining `@triton.jit` helpers into the kernels that call them.
+
+Triton inlines a jit helper at compile time, so a kernel with its helper's body written in
+place is the same program. The passes read a kernel's own body: loads in a helper are no
+descriptor sites, a K loop in a helper is no pipelining site for the caller's launch. Where a
+card has no site on a kernel, the optimize loop asks again on the kernel with its helpers
+inlined (`lineage.optimize.materializations`), so that what the helper hides becomes a site.
+
+A helper is inlined at a call `name = helper(args)` (a statement of a kernel, no `*` / `**`
+arguments) when its body ends in its only `return value`, defines no function and declares
+no `global` / `nonlocal`. Its parameters are replaced by the arguments where an argument is a
+name or a literal, else bound by an assignment first; its own names that the kernel also uses
+are renamed; the call becomes the body followed by `name = value`.
+"""
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from passes._source import ByteEdit, indent_of
+from passes.triton._py import PyModule, callee
+
+if TYPE_CHECKING:
+    from kir import KernelIR
+
+
+def _inlinable(fn: ast.FunctionDef) -> bool:
+    if not fn.body or not isinstance(fn.body[-1], ast.Return) or fn.body[-1].value is None:
+        return False
+    returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    nested = [n for n in ast.walk(fn) if n is not fn and isinstance(
+        n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Global, ast.Nonlocal))]
+    args = fn.args
+    return (len(returns) == 1 and not nested and args.vararg is None and args.kwarg is None
+            and not args.posonlyargs and not args.kwonlyargs)
+
+
+def _bound(fn: ast.FunctionDef) -> set[str]:
+    """Names a function binds (parameters, assignment and loop targets)."""
+    out = {a.arg for a in fn.args.args}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            out.add(node.id)
+    return out
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, names: dict[str, ast.expr]) -> None:
+        self.names = names
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        new = self.names.get(node.id)
+        if new is None:
+            return node
+        if isinstance(new, ast.Name) or not isinstance(node.ctx, ast.Load):
+            name = new.id if isinstance(new, ast.Name) else node.id
+            return ast.copy_location(ast.Name(name, node.ctx), node)
+        return ast.copy_location(new, node)
+
+
+def _call_arguments(fn: ast.FunctionDef, call: ast.Call) -> dict[str, ast.expr] | None:
+    params = [a.arg for a in fn.args.args]
+    if len(call.args) > len(params) or any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    bound = dict(zip(params, call.args))
+    for kw in call.keywords:
+        if kw.arg is None or kw.arg not in params or kw.arg in bound:
+            return None
+        bound[kw.arg] = kw.value
+    defaults = dict(zip(params[len(params) - len(fn.args.defaults):], fn.args.defaults))
+    for p in params:
+        if p not in bound:
+            if p not in defaults:
+                return None
+            bound[p] = defaults[p]
+    return bound
+
+
+def _inlined_body(fn: ast.FunctionDef, call: ast.Call, target: ast.expr,
+                  taken: set[str]) -> list[str] | None:
+    """The statements (source lines, unindented) that replace `target = fn(...)`."""
+    bound = _call_arguments(fn, call)
+    if bound is None:
+        return None
+    used = set(taken)
+    names: dict[str, ast.expr] = {}
+    prologue: list[str] = []
+
+    def fresh(name: str) -> str:
+        new, i = f"{name}_{fn.name.strip('_')}", 1
+        while new in used:
+            i += 1
+            new = f"{name}_{fn.name.strip('_')}{i}"
+        used.add(new)
+        return new
+
+    assigned = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    for param, arg in bound.items():
+        simple = isinstance(arg, (ast.Name, ast.Constant))
+        if simple and param not in assigned:
+            names[param] = arg
+        else:
+            local = param if param not in taken else fresh(param)
+            names[param] = ast.Name(local, ast.Load())
+            prologue.append(f"{local} = {ast.unparse(arg)}")
+            used.add(local)
+    for name in _bound(fn) - set(bound):
+        if name in taken:
+            names[name] = ast.Name(fresh(name), ast.Load())
+    body = [_Rename(names).visit(ast.parse(ast.unparse(stmt)).body[0]) for stmt in fn.body]
+    ret = body[-1]
+    assert isinstance(ret, ast.Return) and ret.value is not None
+    lines = prologue + [ast.unparse(stmt) for stmt in body[:-1]]
+    lines.append(f"{ast.unparse(target)} = {ast.unparse(ret.value)}")
+    return lines
+
+
+def inline_helpers(ir: KernelIR) -> KernelIR | None:
+    """`ir` with every inlinable call of a `@triton.jit` helper in a kernel inlined (module
+    docstring), or None when there is none. The helpers' definitions stay."""
+    from kir import Edit, Span  # noqa: PLC0415
+
+    mod = PyModule(ir)
+    kernels = mod.kernels()
+    helpers = {fn.name: fn for fn in kernels if _inlinable(fn)}
+    launched = {k.name for k in kernels if mod.launches(k.name)}
+    edits: list[ByteEdit] = []
+    for kernel in kernels:
+        if kernel.name not in launched:
+            continue
+        taken = {n.id for n in ast.walk(kernel) if isinstance(n, ast.Name)} | {
+            a.arg for a in kernel.args.args}
+        for stmt in ast.walk(kernel):
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                    and isinstance(stmt.value, ast.Call)):
+                continue
+            helper = helpers.get(callee(stmt.value))
+            if helper is None or helper is kernel:
+                continue
+            lines = _inlined_body(helper, stmt.value, stmt.targets[0], taken)
+            if lines is None:
+                continue
+            taken |= {n.id for line in lines for n in ast.walk(ast.parse(line))
+                      if isinstance(n, ast.Name)}
+            start, end = mod.stmt_span(stmt)
+            pad = indent_of(mod.source, mod.start(stmt))
+            text = "".join(pad + ln.replace("\n", "\n" + pad) + "\n" for ln in lines)
+            edits.append(ByteEdit(start, end, text))
+    if not edits:
+        return None
+    edits.sort(key=lambda e: e.start)
+    return ir.apply(Edit(Span(e.start, e.end), e.text) for e in edits)
