@@ -528,3 +528,43 @@ def test_one_host_value_passed_to_several_tiles_is_not_a_reuse_of_it() -> None:
                                 "num_warps": 8, "num_stages": 3}}}
     [(name, _, fitted)] = config_candidates(carrier, _ir(text))
     assert fitted[0] == {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
+
+
+def test_tiles_of_host_built_descriptors_are_swept_through_a_pre_hook() -> None:
+    # the host builds TensorDescriptors with the tile sizes as block shapes and a grid lambda
+    # reads the host variables: each configuration's pre_hook gives the descriptors its tiles,
+    # and the grid reads them from the meta-parameters
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench/styles/mm_host_descriptors/mm_hostdesc.py"
+    text = path.read_text()
+    made = sweep_edit(_ir(text), "desc_matmul", [{"m": 128, "n": 256, "k": 64, "num_warps": 8,
+                                                   "num_stages": 3}])
+    assert not hasattr(made, "reason"), made
+    edits, fitted = made
+    assert fitted == [{"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}]
+    out = apply_byte_edits(text, edits)
+    assert 'nargs["a_desc"].block_shape = [nargs["BLOCK_M"], nargs["BLOCK_K"]]' in out
+    assert 'nargs["c_desc"].block_shape = [nargs["BLOCK_M"], nargs["BLOCK_N"]]' in out
+    assert "pre_hook=_desc_matmul_descriptor_blocks)" in out
+    assert 'triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(N, meta["BLOCK_N"])' in out
+    compile(out, "swept.py", "exec")
+    # a block shape the hook cannot write (computed) leaves the tile pinned
+    odd = text.replace("[BLOCK_M, BLOCK_K]", "[BLOCK_M * 1, BLOCK_K]")
+    assert odd != text
+    pinned = sweep_edit(_ir(odd), "desc_matmul", [{"m": 128, "n": 256, "k": 64}])
+    assert hasattr(pinned, "reason") or all("BLOCK_M" not in f for f in pinned[1])
+
+
+@pytest.mark.slow
+def test_a_swept_kernel_of_host_built_descriptors_computes_the_same() -> None:
+    gate = pytest.importorskip("gate")
+    from pathlib import Path
+
+    case = Path(__file__).resolve().parent.parent / "bench/styles/mm_host_descriptors"
+    text = (case / "mm_hostdesc.py").read_text()
+    edits, _ = sweep_edit(_ir(text), "desc_matmul", [{"m": 64, "n": 64, "k": 32},
+                                                     {"m": 32, "n": 64, "k": 16}])
+    verdict = gate.check(apply_byte_edits(text, edits), "triton", str(case), tier="interpret",
+                         cache=False)
+    assert verdict.ok, (verdict.stage, verdict.reason)

@@ -1390,7 +1390,10 @@ def sweep_edit(
             f"the launch dict {stray_use[0]} is used beyond the launch (line {stray_use[1]})",
             {"kernel": kernel_name, "dict": stray_use[0], "line": stray_use[1]},
         )
-    text = _decorator_text(mod, kernel, fitted, dec)
+    hook = _descriptor_hook(mod, kernel, launches, tuned)
+    if isinstance(hook, SweepRefusal):
+        return hook
+    text = _decorator_text(mod, kernel, fitted, dec, hook)
     if dec is not None:
         start = line_start(mod.source, mod.start(dec))
         following = (
@@ -1421,11 +1424,81 @@ def _host_pinned(mod: PyModule, launches: Sequence[Launch],
             continue
         args = launch.values()
         tiles = [p.name for p in current.params if p.value is not None and p.name in args]
+        blocks = _descriptor_block_reads(mod, launch)
         for name in tiles:  # the launch's other tile arguments may read the same host value
-            reused = None if name in out else _host_reuse(mod, launch.site, target, [name], args, tiles)
+            reused = None if name in out else _host_reuse(mod, launch.site, target, [name], args,
+                                                          tiles, blocks)
             if reused is not None:
                 out[name] = reused
     return out
+
+
+def _host_descriptors(mod: PyModule, launch: Launch) -> list[tuple[str, ast.List | ast.Tuple]]:
+    """(kernel parameter, block shape as written) of each tensor descriptor the launching
+    function builds on the host (`TensorDescriptor.from_tensor(t, [BM, BK])`,
+    `TensorDescriptor(t, shape, strides, [BM, BK])`, bound once to a name) and passes to the
+    kernel."""
+    host = mod.enclosing(launch.site, ast.FunctionDef)
+    if host is None:
+        return []
+    made: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(host):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
+            continue
+        value, block = node.value, None
+        if isinstance(value, ast.Call):
+            name = callee(value)
+            position = 1 if name.endswith("TensorDescriptor.from_tensor") else (
+                3 if name.split(".")[-1] == "TensorDescriptor" else None)
+            if position is not None:
+                block = value.args[position] if len(value.args) > position else next(
+                    (k.value for k in value.keywords if k.arg == "block_shape"), None)
+        made.setdefault(node.targets[0].id, []).append(block)
+    out = []
+    for param, value in launch.values().items():
+        blocks = made.get(value.id, []) if isinstance(value, ast.Name) else []
+        if len(blocks) == 1 and isinstance(blocks[0], (ast.List, ast.Tuple)):
+            out.append((param, blocks[0]))
+    return out
+
+
+def _descriptor_block_reads(mod: PyModule, launch: Launch) -> frozenset[int]:
+    """The names read in the block shapes of the host descriptors a launch passes: a sweep sets
+    those blocks per configuration (`_descriptor_hook`), so they are not a host reuse."""
+    return frozenset(id(n) for _, block in _host_descriptors(mod, launch)
+                     for n in ast.walk(block) if isinstance(n, ast.Name))
+
+
+def _descriptor_hook(mod: PyModule, kernel: ast.FunctionDef, launches: Sequence[Launch],
+                     tuned: Sequence[str]) -> list[str] | SweepRefusal:
+    """The statements of an autotune `pre_hook` that give each host-built descriptor a launch
+    passes the block shape of the configuration being run (`nargs["a_desc"].block_shape =
+    [nargs["BM"], nargs["BK"]]`); empty where no descriptor block reads a tuned tile."""
+    lines: list[str] = []
+    for launch in launches:
+        args = launch.values()
+        host = {args[t].id: t for t in tuned if isinstance(args.get(t), ast.Name)}
+        for param, block in _host_descriptors(mod, launch):
+            dims = []
+            for e in block.elts:
+                if isinstance(e, ast.Name) and e.id in host:
+                    dims.append(f'nargs["{host[e.id]}"]')
+                elif literal_int(e) is not None:
+                    dims.append(mod.text(e))
+                else:
+                    dims = []
+                    break
+            if not any("nargs" in d for d in dims):
+                if any(isinstance(e, ast.Name) and e.id in host for e in block.elts):
+                    return SweepRefusal(
+                        f"the block shape of the host descriptor passed as {param} cannot be "
+                        f"written per configuration", {"kernel": kernel.name, "param": param})
+                continue
+            line = f'nargs["{param}"].block_shape = [{", ".join(dims)}]'
+            if line not in lines:
+                lines.append(line)
+    return lines
 
 
 def _removals(mod: PyModule, holder: ast.AST, nodes: Sequence[ast.AST]) -> list[ByteEdit]:
@@ -1540,14 +1613,23 @@ def _disjoint(edits: list[ByteEdit]) -> list[ByteEdit]:
 
 def _decorator_text(
     mod: PyModule, kernel: ast.FunctionDef, fitted: Sequence[Mapping[str, int]],
-    dec: ast.expr | None = None,
+    dec: ast.expr | None = None, hook: Sequence[str] = (),
 ) -> str:
     """The `@triton.autotune` over `fitted`. Where the kernel had one (`dec`), what its author
     wrote beside the configurations stays: its keywords other than `configs` (the cache key,
     config pruning, restore / reset lists) and every keyword all its configs share other than
-    the launch keys (a `pre_hook` that sizes host-built descriptors for the config's tiles)."""
+    the launch keys (a `pre_hook` that sizes host-built descriptors for the config's tiles).
+    Where the author's configs have no `pre_hook` and `hook` has statements, a function of
+    them is written before the decorator and every config runs it first."""
     indent = indent_of(mod.source, mod.start(kernel))
     own, shared = _decorator_keywords(mod, dec)
+    before = ""
+    if hook and "pre_hook" not in shared:
+        name = f"_{kernel.name.strip('_')}_descriptor_blocks"
+        shared = {**shared, "pre_hook": name}
+        body = "".join(f"{indent}    {line}\n" for line in hook)
+        before = (f"{indent}def {name}(nargs):\n{indent}    \"\"\"The host-built tensor descriptors "
+                  f"take the configuration's tiles as their blocks.\"\"\"\n{body}\n\n")
     per_config = "".join(f", {k}={v}" for k, v in shared.items())
     lines = []
     for cfg in fitted:
@@ -1561,7 +1643,7 @@ def _decorator_text(
     if restore and "restore_value" not in own:
         extra += f",\n{indent}    restore_value={restore!r}"
     keys = own.get("key") or repr(_dimension_keys(kernel))
-    return (
+    return before + (
         f"{indent}@triton.autotune(\n{indent}    configs=[\n" + "\n".join(lines) + "\n"
         f"{indent}    ],\n{indent}    key={keys}{extra},\n{indent})\n"
     )
@@ -1636,7 +1718,7 @@ def _grid_rewrite(
             "the launch grid is not bound once where the kernel is launched",
             {"grid": dotted(grid)},
         )
-    reused = _host_reuse(mod, launch.site, target, tuned, args)
+    reused = _host_reuse(mod, launch.site, target, tuned, args, extra=_descriptor_block_reads(mod, launch))
     if reused is not None:
         return reused
     if isinstance(target, (ast.Lambda, ast.FunctionDef)):
@@ -1646,12 +1728,24 @@ def _grid_rewrite(
             if isinstance(n, ast.Constant) and isinstance(n.value, str)
         }
         missing = [t for t in shaping if t not in strings]
+        # `lambda meta: (triton.cdiv(M, BLOCK_M), ...)` reading the host variable of a tile:
+        # the variable becomes `meta["BLOCK_M"]`
+        edits: list[ByteEdit] = []
+        if isinstance(target, ast.Lambda) and target.args.args:
+            meta = target.args.args[0].arg
+            for t in list(missing):
+                host = args.get(t)
+                reads = [n for n in ast.walk(target.body) if isinstance(host, ast.Name)
+                         and isinstance(n, ast.Name) and n.id == host.id]
+                if reads:
+                    edits += [ByteEdit(*mod.span(n), f'{meta}["{t}"]') for n in reads]
+                    missing.remove(t)
         if missing:
             return SweepRefusal(
                 "the launch grid does not read the tiles that shape it",
                 {"tiles": ",".join(missing)},
             )
-        return []
+        return edits
     # a host expression: replace the tuned tiles' host values by meta lookups
     replace: list[tuple[ast.AST, str]] = _spread_reads(launch, target, tuned)
     for name in shaping:
@@ -1736,13 +1830,14 @@ def _host_reuse(
     tuned: Sequence[str],
     args: Mapping[str, ast.AST],
     passed: Sequence[str] | None = None,
+    extra: frozenset[int] = frozenset(),
 ) -> SweepRefusal | None:
     """Refused when the host reads the variable (or `self` attribute) it passes a tuned tile
     anywhere but in the launch's grid and the launch's tile arguments (those of `passed`,
     default `tuned`): a buffer sized by it, another launch, a method that reads it would no
     longer agree with the tile the autotuner picks. A variable is looked for in the launching
     function; an attribute in its class (and as `obj.attr` anywhere outside it)."""
-    allowed = {id(n) for n in ast.walk(grid)}
+    allowed = {id(n) for n in ast.walk(grid)} | extra
     for t in (tuned if passed is None else passed):
         if t in args:
             allowed |= {id(n) for n in ast.walk(args[t])}
