@@ -119,6 +119,11 @@ MM_HELPER = MM_A.replace(_LOOP, "    acc = _tile(a, b, rm, rn, M, N, K, sam, sak
 MM_TRIANGULAR = MM_A.replace("for k0 in range(0, K, BK):",
                              "for k0 in range(0, tl.minimum((pm + 1) * BM, K), BK):")
 
+# The same matmul walking one program's slice of K (split-K): the loop starts at a value read
+# from the program index but steps by the K block.
+MM_SPLIT_K = MM_A.replace("    for k0 in range(0, K, BK):",
+                          "    k_lo = tl.program_id(2) * 4 * BK\n    for k0 in range(k_lo, K, BK):")
+
 
 def _ir(text: str) -> kir.KernelIR:
     return kir.parse(text, "triton")
@@ -130,6 +135,7 @@ def _ir(text: str) -> kir.KernelIR:
     (MM_WHILE, "mm", {"P": "m", "Q": "n", "R": "k"}),
     (MM_HELPER, "mm", {"BM": "m", "BN": "n", "BK": "k"}),
     (MM_TRIANGULAR, "mm", {"BM": "m", "BN": "n", "BK": "k"}),
+    (MM_SPLIT_K, "mm", {"BM": "m", "BN": "n", "BK": "k"}),
 ])
 def test_tiles_are_found_by_what_they_do_not_by_name(text: str, kernel: str, expect: dict) -> None:
     cfg = joint_config(_ir(text))[kernel]
@@ -568,3 +574,21 @@ def test_a_swept_kernel_of_host_built_descriptors_computes_the_same() -> None:
     verdict = gate.check(apply_byte_edits(text, edits), "triton", str(case), tier="interpret",
                          cache=False)
     assert verdict.ok, (verdict.stage, verdict.reason)
+
+
+def test_the_autotune_rule_makes_a_host_grid_follow_the_tiles_it_tunes() -> None:
+    # the autotuner picks BM and BN per configuration: a grid still computed from the launch's
+    # 32s would cover another output than the kernel writes
+    from passes import Applied, get_pass
+
+    text = MM_A.replace("    tm, tn = 32, 32\n", "").replace(
+        "triton.cdiv(M, tm), triton.cdiv(N, tn)", "triton.cdiv(M, 32), triton.cdiv(N, 32)").replace(
+        "BM=tm, BN=tn", "BM=32, BN=32")
+    assert text != MM_A
+    p = get_pass("autotune")()
+    ir = _ir(text)
+    result = p.optimize(ir, next(s for s in p.sites(ir) if not s.present))
+    assert isinstance(result, Applied), result
+    out = result.ir.unparse()
+    assert 'triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"])' in out
+    compile(out, "tuned.py", "exec")

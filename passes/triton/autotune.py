@@ -212,6 +212,10 @@ class Autotune(Pass):
             for kw in call.keywords:
                 if kw.arg in names:
                     edits.append(mod.remove_argument(call, kw))
+        grids = _grids_follow(mod, kernel, [n for n in names if n not in LAUNCH_META])
+        if isinstance(grids, Skipped):
+            return grids
+        edits += grids
         position = min(self.index, len(kernel.decorator_list))
         anchor_node = kernel.decorator_list[position] if position < len(kernel.decorator_list) else kernel
         at = line_start(mod.source, mod.start(anchor_node))
@@ -236,12 +240,30 @@ class Autotune(Pass):
         indent = indent_of(mod.source, mod.start(kernel))
         lines = [f"{indent}    triton.Config({meta}, num_warps={w}, num_stages={s}),"
                  for w, s in variants]
-        constexprs = {a.arg for a in kernel.args.args if _is_constexpr(a)}
-        keys = [a.arg for a in kernel.args.args
-                if a.arg not in constexprs and a.arg.isupper() and len(a.arg) <= 2]
+        from passes.triton.roles import _dimension_keys  # noqa: PLC0415
+
+        keys = _dimension_keys(kernel)  # the sizes the kernel compares or divides by, by role
         text = (f"{indent}@triton.autotune(configs=[\n" + "\n".join(lines) + "\n"
                 f"{indent}], key={keys!r})\n")
         return list(pinned), text
+
+
+def _grids_follow(mod: PyModule, kernel: ast.FunctionDef, tuned: list[str]) -> list[ByteEdit] | Skipped:
+    """Edits that make each launch's grid read the tiles the autotuner now picks (a host grid
+    computed from their launch values becomes `lambda meta: ...`, `roles._grid_rewrite`);
+    refused where it cannot: a grid left computing the program count from the old tiles would
+    cover another output than the autotuned kernel writes."""
+    from passes.triton.roles import SweepRefusal, _grid_rewrite, kernel_launches  # noqa: PLC0415
+
+    if not tuned:
+        return []
+    out: list[ByteEdit] = []
+    for launch in kernel_launches(mod, kernel):
+        made = _grid_rewrite(mod, kernel, launch, tuned, launch.values())
+        if isinstance(made, SweepRefusal):
+            return Skipped(made.reason, {"kernel": kernel.name, **dict(made.detail)})
+        out += [e for e in made if e not in out]
+    return out
 
 
 def _module_names(mod: PyModule) -> set[str]:
@@ -316,10 +338,6 @@ def _fit_decorator(text: str, mod: PyModule, kernel: ast.FunctionDef) -> str | S
     for a, b, new in sorted(edits, reverse=True):
         data = data[:a] + new + data[b:]
     return text[:start + 1] + data.decode() + "\n"
-
-
-def _is_constexpr(arg: ast.arg) -> bool:
-    return arg.annotation is not None and "constexpr" in ast.dump(arg.annotation)
 
 
 def _merge_removals(edits: list[ByteEdit]) -> list[ByteEdit]:

@@ -126,6 +126,8 @@ def pid_names(kernel: ast.FunctionDef) -> set[str]:
         ):
             pid |= {n.id for t in a.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
     loops = [n for n in ast.walk(kernel) if isinstance(n, ast.For)]
+    blocks = {n.id for c in ast.walk(kernel) if isinstance(c, ast.Call) and callee(c) in ARANGE
+              and len(c.args) > 1 for n in ast.walk(c.args[1]) if isinstance(n, ast.Name)}
     changed = True
     while changed:
         changed = False
@@ -145,7 +147,7 @@ def pid_names(kernel: ast.FunctionDef) -> set[str]:
             if (
                 isinstance(loop.target, ast.Name)
                 and loop.target.id not in pid
-                and _walks_programs(loop.iter, pid)
+                and _walks_programs(loop.iter, pid, blocks)
             ):
                 pid.add(loop.target.id)
                 changed = True
@@ -155,13 +157,18 @@ def pid_names(kernel: ast.FunctionDef) -> set[str]:
 _PROGRAM_CALLS = PID_CALLS | {"tl.num_programs", "triton.language.num_programs"}
 
 
-def _walks_programs(iterable: ast.AST, pid: set[str]) -> bool:
+def _walks_programs(iterable: ast.AST, pid: set[str], blocks: set[str] = frozenset()) -> bool:
     """Whether a loop over `iterable` walks program indices (`range(pid, tiles, NUM_SMS)`):
-    its start or step reads a program index. A range whose stop alone does (`range(0, (pid +
-    1) * BQ, BKV)`, a causal bound) walks data, as a K loop does."""
+    its start or step reads a program index, and its step is not a block size (`blocks`: the
+    sizes of the kernel's `tl.arange`s). A range whose stop alone does (`range(0, (pid + 1) *
+    BQ, BKV)`, a causal bound) walks data, as a K loop does; so does one stepped by a block
+    from a program's own start (`range(k_lo, k_hi, BLOCK_K)`, a split-K slice)."""
     if not (isinstance(iterable, ast.Call) and callee(iterable) in RANGE_CALLS and iterable.args):
         return bool(names_in(iterable) & pid)
     args = iterable.args
+    step = args[2] if len(args) > 2 else next((k.value for k in iterable.keywords if k.arg == "step"), None)
+    if step is not None and names_in(step) & blocks and not names_in(step) & pid:
+        return False
     ends = [args[0]] if len(args) > 1 else []
     ends += [args[2]] if len(args) > 2 else []
     ends += [k.value for k in iterable.keywords if k.arg == "step"]
