@@ -182,6 +182,37 @@ def test_a_walked_pointer_is_read_at_its_iteration_and_a_wrapped_index_at_its_bo
     assert isinstance(why, str) and "after the access" in why
 
 
+@pytest.mark.parametrize("change", [
+    # compiler hints on the index vectors, rebinding them
+    ("    rk = tl.arange(0, BK)\n",
+     "    rk = tl.arange(0, BK)\n    rm = tl.max_contiguous(tl.multiple_of(rm, BM), BM)\n"),
+    # indices computed in 64 bits
+    ("    rm = tl.program_id(0) * BM + tl.arange(0, BM)\n",
+     "    rm = (tl.program_id(0) * BM + tl.arange(0, BM)).to(tl.int64)\n"),
+    # program indices reordered by tl.swizzle2d, unpacked from a tuple
+    ("    rm = tl.program_id(0) * BM + tl.arange(0, BM)\n    rn = tl.program_id(1) * BN + tl.arange(0, BN)\n",
+     "    pm, pn = tl.swizzle2d(tl.program_id(0), tl.program_id(1), tl.num_programs(0), tl.num_programs(1), 4)\n"
+     "    rm = pm * BM + tl.arange(0, BM)\n    rn = pn * BN + tl.arange(0, BN)\n"),
+])
+def test_boxes_are_read_through_hints_casts_and_swizzled_program_ids(change: tuple[str, str]) -> None:
+    text = NAMED.replace(*change)
+    assert text != NAMED
+    mod = PyModule(kir.parse(text, language="triton"))
+    boxes = [b for _, b, _ in _operand_boxes(mod, mod.kernels()[0])]
+    assert all(not isinstance(b, str) for b in boxes), boxes
+    assert [b.shape for b in boxes] == [("M", "K"), ("K", "N")]
+
+
+def test_descriptor_coordinates_of_a_64_bit_index_are_cast_to_32_bits() -> None:
+    text = NAMED.replace("    rm = tl.program_id(0) * BM + tl.arange(0, BM)\n",
+                         "    rm = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)\n")
+    ir = kir.parse(text, language="triton")
+    p = get_pass("tma-descriptors")()
+    result = p.optimize(ir, next(s for s in p.sites(ir) if not s.present))
+    assert isinstance(result, Applied)
+    assert "(tl.program_id(0).to(tl.int64) * BM).to(tl.int32)" in result.ir.unparse()
+
+
 def test_an_unmasked_axis_from_zero_is_bounded_by_its_block() -> None:
     # an attention-style load: keys masked by sequence position, the head dimension read whole
     head = NAMED.replace("mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)",

@@ -51,6 +51,19 @@ class Box:
     """Every name the base, strides and bounds read (where a descriptor of the box may go)."""
 
 
+SCALAR_PAIRS = frozenset({"tl.swizzle2d", "triton.language.swizzle2d"})
+HINTS = frozenset({"tl.multiple_of", "tl.max_contiguous", "triton.language.multiple_of",
+                   "triton.language.max_contiguous"})
+
+
+def _unhinted(node: ast.AST) -> ast.AST:
+    """`node` without the compiler hints around it (`tl.max_contiguous(tl.multiple_of(x, 16),
+    16)` -> `x`)."""
+    while isinstance(node, ast.Call) and callee(node) in HINTS and node.args:
+        node = node.args[0]
+    return node
+
+
 class Scope:
     """What the names of one kernel are bound to: parameters, loop variables, and names
     assigned exactly once (their value); a name bound any other way is opaque."""
@@ -64,10 +77,17 @@ class Scope:
         self.assigned_at: dict[str, ast.stmt] = {}
         self.loop_vars: set[str] = set()
         self.advances: dict[str, list[ast.AugAssign]] = {}
+        self.pairs: set[str] = set()
+        self.pair_args: dict[int, ast.Call] = {}
         for node in ast.walk(kernel):
             if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) \
                     and isinstance(node.op, ast.Add):
                 self.advances.setdefault(node.target.id, []).append(node)
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0], ast.Name) and node.value is not _unhinted(node.value) \
+                    and isinstance(_unhinted(node.value), ast.Name) \
+                    and _unhinted(node.value).id == node.targets[0].id:
+                continue  # `x = tl.multiple_of(x, 16)`: the same values, with a compiler hint
             targets: list[ast.expr] = []
             if isinstance(node, ast.Assign):
                 targets = node.targets
@@ -79,6 +99,12 @@ class Scope:
                         self.loop_vars.add(t.id)
                         counts[t.id] = counts.get(t.id, 0) + 2
                 continue
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Call) \
+                    and callee(node.value) in SCALAR_PAIRS:
+                # `pid_m, pid_n = tl.swizzle2d(i, j, ...)`: program indices, reordered
+                self.pairs.update(t.id for t in node.targets[0].elts if isinstance(t, ast.Name))
+                self.pair_args[id(node)] = node.value
             for target in targets:
                 for t in ast.walk(target):
                     if isinstance(t, ast.Name):
@@ -88,6 +114,9 @@ class Scope:
                             self.values[t.id] = node.value
                             self.assigned_at[t.id] = node
         self.single = {n for n, c in counts.items() if c == 1 and n in self.values} - self.params
+        # names bound once, from a scalar pair of scalar arguments
+        self.pairs = {n for n in self.pairs if counts.get(n) == 1} - self.params
+        self._pair_calls = list(self.pair_args.values())
         # a name assigned once and advanced (`p += step`) once: a pointer walked by a loop
         self.walked = {n for n, c in counts.items() if c == 2 and n in self.values
                        and len(self.advances.get(n, ())) == 1} - self.params
@@ -113,6 +142,8 @@ class Scope:
         if isinstance(node, ast.Name):
             if node.id in self.params or node.id in self.loop_vars:
                 return True
+            if node.id in self.pairs:
+                return all(self.scalar(a, depth + 1) for c in self._pair_calls for a in c.args)
             v = self.value(node)
             return v is not None and self.scalar(v, depth + 1)
         if isinstance(node, ast.BinOp):
@@ -136,6 +167,12 @@ class Scope:
         if isinstance(node, ast.Name):
             v = self.value(node)
             return self.index(v, depth + 1) if v is not None else None
+        if isinstance(node, ast.Call) and (_unhinted(node) is not node or (
+                isinstance(node.func, ast.Attribute) and node.func.attr == "to")):
+            # a compiler hint (`tl.multiple_of`, `tl.max_contiguous`) or a cast of the index
+            # (`.to(tl.int64)`) addresses the same elements
+            inner = _unhinted(node) if _unhinted(node) is not node else node.func.value
+            return self.index(inner, depth + 1)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             for vec, off in ((node.left, node.right), (node.right, node.left)):
                 got = self.index(vec, depth + 1)

@@ -276,7 +276,9 @@ class TmaDescriptors(Pass):
         for call, box, loop in [*boxes, *stores]:
             is_store = callee(call) in STORE
             blocks = (box.index[0].block, box.index[1].block)
-            offsets = (box.index[0].offset, box.index[1].offset)
+            # descriptor coordinates are 32-bit: an index computed in 64 bits is cast back
+            offsets = tuple(f"({o}).to(tl.int32)" if "int64" in o else o
+                            for o in (box.index[0].offset, box.index[1].offset))
             shape, stride = box.shape, box.stride
             # The contiguous axis first (a transposed operand): the descriptor reads the
             # transposed view, whose contiguous axis is last, and the tile is transposed back.
