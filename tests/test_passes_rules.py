@@ -354,3 +354,18 @@ def test_an_unrolled_loop_whose_variable_picks_a_branch_stays_unrolled() -> None
     assert text != _STATIC_MM
     p = get_pass("software-pipelining")()
     assert not any(s.detail.get("loop") == "t" for s in p.sites(kir.parse(text, language="triton")))
+
+
+def test_a_loop_around_a_loading_loop_is_not_the_one_pipelined() -> None:
+    # a loop over taps (or tiles) around the K loop: the K loop's loads are the ones a pipeline
+    # overlaps; num_stages on the outer loop would stage whole K loops
+    text = _STATIC_MM.replace("    for t in tl.static_range(KT):\n        kk = t * R\n",
+                              "    for tap in range(2):\n        for t in range(KT):\n            kk = t * R\n")
+    text = text.replace("        ks = kk + tl.arange(0, R)\n", "            ks = kk + tl.arange(0, R)\n")
+    for line in ("        x = tl.load(", "                    mask=(rows", "        y = tl.load(",
+                 "                    mask=(ks", "        acc += tl.dot(x, y)\n"):
+        text = text.replace(line, "    " + line)
+    compile(text, "mm.py", "exec")
+    loops = [s.detail["loop"] for s in get_pass("software-pipelining")().sites(kir.parse(text, language="triton"))
+             if "loop" in s.detail]
+    assert loops == ["t"]

@@ -456,6 +456,14 @@ class NumWarps(_KeywordPass):
 STATIC_RANGES = ("tl.static_range", "triton.language.static_range")
 
 
+def _inner_loop_loads(loop: ast.For | ast.While) -> bool:
+    """Whether a loop nested in `loop` loads memory: then that loop, not this one, is the one
+    whose loads a pipeline overlaps (the K loop inside a loop over tiles or filter taps)."""
+    return any(inner is not loop and isinstance(inner, (ast.For, ast.While)) and any(
+        isinstance(c, ast.Call) and (callee(c) == "tl.load" or callee(c).endswith(".load"))
+        for c in ast.walk(inner)) for inner in ast.walk(loop))
+
+
 def _read_at_compile_time(loop: ast.For, name: str) -> bool:
     """Whether the body reads `name` where only a compile-time value will do: a `tl.static_*`
     call, an inner static range, an `if` test (a branch chosen per unrolled trip) or an index
@@ -598,6 +606,8 @@ class SoftwarePipelining(_KeywordPass):
                     continue
                 calls = [callee(c) for c in ast.walk(node) if isinstance(c, ast.Call)]
                 loads = any(c == "tl.load" or c.endswith(".load") for c in calls)
+                if loads and _inner_loop_loads(node):
+                    continue  # the loop inside is the one to pipeline (a K loop in a tile loop)
                 if callee(node.iter) == "range" and loads:
                     out.append(node)
                 elif (callee(node.iter) in STATIC_RANGES and loads and "tl.dot" in calls
@@ -612,7 +622,7 @@ class SoftwarePipelining(_KeywordPass):
         out = []
         for kernel in mod.kernels():
             for node in ast.walk(kernel):
-                if isinstance(node, ast.While) and any(
+                if isinstance(node, ast.While) and not _inner_loop_loads(node) and any(
                         callee(c) == "tl.load" or callee(c).endswith(".load")
                         for c in ast.walk(node) if isinstance(c, ast.Call)):
                     counted = _counted_while(mod, node)
