@@ -369,3 +369,25 @@ def test_a_loop_around_a_loading_loop_is_not_the_one_pipelined() -> None:
     loops = [s.detail["loop"] for s in get_pass("software-pipelining")().sites(kir.parse(text, language="triton"))
              if "loop" in s.detail]
     assert loops == ["t"]
+
+
+def test_the_exp_over_a_tile_is_offered_before_the_exp_over_a_row() -> None:
+    # a card kept once per kernel folds the exp that costs most first: the probabilities'
+    # (BLOCK_M, BLOCK_N) exp, not the per-row rescale written above it
+    text = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    r = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + r[:, None] * BLOCK + r[None, :])
+    m = tl.max(x, axis=1)
+    alpha = tl.exp(m - 1.0)
+    p = tl.exp(x - m[:, None])
+    tl.store(o_ptr + r[:, None] * BLOCK + r[None, :], p * alpha[:, None])
+'''
+    ir = kir.parse(text, language="triton")
+    open_sites = [s for s in get_pass("exp2-fold")().sites(ir) if not s.present]
+    first = text.encode()[slice(*open_sites[0].detail["call_span"])].decode()
+    assert first == "tl.exp(x - m[:, None])"

@@ -452,6 +452,18 @@ def _rank_env(kernel: ast.FunctionDef) -> dict[str, Shape]:
     return env
 
 
+def _block_rank(expr: ast.AST, ranks: dict[str, Shape]) -> int:
+    """The largest block rank an expression reads (a name's, or 2 for an `x[:, None]`
+    broadcast); 0 for scalars and unknowns."""
+    rank = 0
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name) and node.id in ranks:
+            rank = max(rank, len(ranks[node.id]))
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple):
+            rank = max(rank, len(node.slice.elts))
+    return rank
+
+
 # Calls that neither read nor write memory (a `.to(...)` cast too): a product of them may be
 # computed later than where it is written.
 _PURE = (_ELEMENTWISE | _SCALARS | _REDUCTIONS | DOT_NAMES | EXPAND_NAMES
@@ -915,10 +927,13 @@ class Exp2Fold(Pass):
                                      {"factor": mod.text(factor), "side": side,
                                       "target": assign.targets[0].id}, mod.span(assign)))
         for kernel in mod.kernels():
-            # the scale-folded form rewrites every exp of the kernels: the region is theirs
+            # the scale-folded form rewrites every exp of the kernels: the region is theirs;
+            # an exp over a 2-D block (the probabilities of a tile) before one over a row vector
+            calls = [c for c in mod.calls(kernel, EXP_NAMES) if len(c.args) == 1 and not c.keywords]
+            ranks = _rank_env(kernel)
+            calls.sort(key=lambda c: -_block_rank(c.args[0], ranks))
             out += [make_site(self.name, ir, index, self._jit_span(mod), False,
-                              {"call_span": list(mod.span(c))}, mod.span(c))
-                    for c in mod.calls(kernel, EXP_NAMES) if len(c.args) == 1 and not c.keywords]
+                              {"call_span": list(mod.span(c))}, mod.span(c)) for c in calls]
         return out
 
     def _deoptimize_scale(self, ir: KernelIR, mod: PyModule, site: Site) -> PassResult:
