@@ -306,6 +306,10 @@ def test_a_counted_while_loop_becomes_the_pipelined_for_loop_it_is() -> None:
     ("    tl.store(c_ptr", "    acc += kk\n    tl.store(c_ptr"),  # read after the loop
     ("    kk = 0\n", "    kk = 0\n    kk += P\n"),  # changed after its start
     ("    while kk < K:\n", "    while kk <= K:\n"),  # not `name < stop`
+    ("    kk = 0\n", "    k0 = 0\n    kk = k0\n    k0 = 5\n"),  # its start changed before the loop
+    ("    acc = tl.zeros((P, Q), dtype=tl.float32)\n    kk = 0\n",  # read on an outer loop's next trip
+     "    acc = tl.zeros((P, Q), dtype=tl.float32)\n    kk = 0\n    for rep in range(2):\n"
+     "        acc += kk\n        kk = 0\n"),
 ])
 def test_a_while_loop_that_is_not_counted_is_left_alone(change: tuple[str, str]) -> None:
     text = _WHILE_MM.replace(*change)

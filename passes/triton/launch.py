@@ -492,7 +492,7 @@ class _CountedWhile:
     step: ast.expr
     increment: ast.AugAssign
     init: ast.Assign | None
-    """The assignment of `start`, when nothing between it and the loop reads the name."""
+    """The assignment of `start` (None where it shares a line with the loop)."""
 
 
 def _assigns(node: ast.AST, name: str) -> bool:
@@ -515,8 +515,9 @@ def _counted_while(mod: PyModule, loop: ast.While) -> _CountedWhile | None:
     """The counted form of `loop`, or None when it is not one: the test is `name < stop`, the
     body's last statement `name += step` is its only change of `name` (and of nothing the
     bounds read), the body neither breaks nor continues, `name` was last set by a plain
-    assignment in the same block and is not read after the loop (a `for` leaves it at its
-    last value, the `while` one step past it), and there is no `else:`."""
+    assignment in the same block with nothing between changing what that start reads, `name`
+    is read nowhere but in the loop (a `for` leaves it at its last value, the `while` one step
+    past it), and there is no `else:`."""
     test = loop.test
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Lt)
             and isinstance(test.left, ast.Name)) or loop.orelse or not loop.body:
@@ -539,17 +540,20 @@ def _counted_while(mod: PyModule, loop: ast.While) -> _CountedWhile | None:
     if block is None:
         return None
     at = block.index(loop)
-    start, init, read = None, None, False
+    start, init, between = None, None, []
     for stmt in reversed(block[:at]):
         if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
                 and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == name):
-            start, init = stmt.value, (None if read else stmt)
+            start, init = stmt.value, stmt
             break
-        if _assigns(stmt, name):
-            return None
-        read = read or name in names_in(stmt)
-    if start is None or any(name in names_in(stmt) for stmt in block[at + 1:]):
-        return None
+        between.append(stmt)
+    if start is None or any(_assigns(stmt, n) for stmt in between for n in names_in(start) | {name}):
+        return None  # the start would be read at the loop with other values than at its assignment
+    kernel = mod.kernel_of(loop)
+    lo, hi = mod.span(loop)
+    if kernel is None or any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+                             and not lo <= mod.start(n) < hi for n in ast.walk(kernel)):
+        return None  # read outside the loop (after it, or on an enclosing loop's next trip)
     if len(loop.body) > 1 and loop.body[-2].end_lineno >= last.lineno:
         return None  # the increment shares a line: it cannot be removed on its own
     if init is not None and init.end_lineno >= loop.lineno:
