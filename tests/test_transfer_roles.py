@@ -592,3 +592,22 @@ def test_the_autotune_rule_makes_a_host_grid_follow_the_tiles_it_tunes() -> None
     out = result.ir.unparse()
     assert 'triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"])' in out
     compile(out, "tuned.py", "exec")
+
+
+def test_the_autotune_rules_cache_key_is_the_sizes_the_kernel_compares() -> None:
+    # sizes named in lower case (`rows`, `cols`, `depth`) are the problem's dimensions too:
+    # a key without them would reuse one tuning for every shape
+    from passes import Applied, get_pass
+
+    text = MM_A.replace("    tm, tn = 32, 32\n", "").replace(
+        "triton.cdiv(M, tm), triton.cdiv(N, tn)", "triton.cdiv(M, 32), triton.cdiv(N, 32)").replace(
+        "BM=tm, BN=tn", "BM=32, BN=32")
+    kernel = text[text.index("@triton.jit"):text.index("def run")]
+    renamed = kernel.replace("M, N, K,", "rows, cols, depth,").replace("< M", "< rows").replace(
+        "< N", "< cols").replace("< K", "< depth").replace("range(0, K, BK)", "range(0, depth, BK)")
+    text = text.replace(kernel, renamed)
+    p = get_pass("autotune")()
+    ir = _ir(text)
+    result = p.optimize(ir, next(s for s in p.sites(ir) if not s.present))
+    assert isinstance(result, Applied), result
+    assert "key=['rows', 'cols', 'depth']" in result.ir.unparse()
