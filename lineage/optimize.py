@@ -42,6 +42,9 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   made is not swept again);
 - a card's sites whose detail a recorded variant names (the tile a tile step resized) come
   before the card's other sites;
+- at the static tier (compiles, no timing), a Triton candidate after which every
+  configuration of a kernel spills registers where the current kernel's did not is refused
+  (stage "profile");
 - a card with no site on a kernel is asked again on the kernel with its `@triton.jit`
   helpers inlined (`passes.triton.inline`: Triton inlines them anyway), so loads and loops a
   helper holds are sites too (a K loop in a helper gets descriptors and a grouped order);
@@ -894,6 +897,14 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
             return reject("repeat", "this kernel is already in the run", made.site.anchor)
     if not verdict.ok:
         return reject(str(verdict.stage), f"{_kind(verdict)}: {verdict.reason}", made.site.anchor)
+    spilling = (_all_configs_spill(verdict) - _all_configs_spill(current.verdict)
+                if job.tier != "device" and job.language == "triton" else set())
+    if spilling:
+        # untimed, a Triton kernel whose every configuration now spills registers to local
+        # memory is the slowdown the tier cannot time (a warp count of 1 on a 128x256 tile);
+        # CUDA kernels hold local arrays on purpose
+        return reject("profile", f"every configuration of {', '.join(sorted(spilling))} spills "
+                      "registers, where the kernel it came from did not", made.site.anchor)
     ms = _ms(verdict)
     kernel = _Kernel(source, made.ir, "", verdict, ms)
     if job.tier == "device":
@@ -1122,6 +1133,17 @@ def _state(source: str, ir: Any, language: str, case: str, tier: str, verdict: A
                        anchors=tuple(str(a.id) for a in anchors.build_index(ir).anchors),
                        features=kernel_features(ir), verdict=verdict_json,
                        timing=verdict_json.get("timing"), roles=roles)
+
+
+def _all_configs_spill(verdict: Any) -> set[str]:
+    """Kernels whose every compile in the verdict's facts spills (or uses local memory); empty
+    where the tier compiled nothing."""
+    compiles = getattr(getattr(verdict, "facts", None), "compiles", None) or ()
+    spills: dict[str, bool] = {}
+    for c in compiles:
+        spilled = (c.spill_stores or 0) + (c.spill_loads or 0) + c.local_bytes > 0
+        spills[c.kernel] = spills.get(c.kernel, True) and spilled
+    return {k for k, v in spills.items() if v}
 
 
 def _verdict_json(verdict: Any) -> dict[str, Any]:

@@ -743,3 +743,32 @@ def test_a_launch_card_carries_its_joint_configuration_to_the_target(tmp_path: P
     assert f"num_warps={expert['num_warps']}" in text
     off = next(iter(materializations(card, ir, DeterministicRewriter(), sweeps=False)))
     assert off.rewriter != "config-sweep"
+
+
+def test_untimed_a_candidate_whose_every_configuration_spills_is_not_kept(tmp_path: Path) -> None:
+    """The static tier compiles but cannot time: a pipelined K loop whose compile spills in its
+    only configuration, where the kernel it came from did not, is refused as a profile
+    regression; the same candidate without spills is kept for its structural effect."""
+    from gate.verdict import CompileFacts, Facts, Tier, Verdict
+
+    def compile_facts(source: str, spills: bool) -> Facts:
+        return Facts((CompileFacts("matmul_kernel", {}, 255 if spills else 96, 0, 0, "triton",
+                                   0, 512 if spills else 0, 0, {}),))
+
+    def gate(spill_when: str):  # noqa: ANN202
+        def check(source: str, language: object, case: object, tier: object, **kw: object) -> Verdict:
+            return Verdict(True, Tier.STATIC, "compile",
+                           facts=compile_facts(source, spill_when in source))
+        return check
+
+    lib = library(tmp_path, admitted=True)
+    spilled = optimize(_target(tmp_path), "gemm", lib, tier="static", out=tmp_path / "o1",
+                       rewriter=DeterministicRewriter(), check_fn=gate("tl.range("),
+                       config_sweeps=False)
+    assert "software-pipelining" not in {s.pass_name for s in spilled.applied}
+    refused = [s for s in spilled.rejected if s.pass_name == "software-pipelining"]
+    assert refused and refused[0].stage == "profile" and "spills" in refused[0].reason
+    clean = optimize(_target(tmp_path), "gemm", lib, tier="static", out=tmp_path / "o2",
+                     rewriter=DeterministicRewriter(), check_fn=gate("no such text"),
+                     config_sweeps=False)
+    assert "software-pipelining" in {s.pass_name for s in clean.applied}
