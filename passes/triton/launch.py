@@ -456,12 +456,17 @@ class NumWarps(_KeywordPass):
 STATIC_RANGES = ("tl.static_range", "triton.language.static_range")
 
 
+def _loads(node: ast.AST) -> bool:
+    """Whether `node` loads memory (`tl.load`, a descriptor's or block pointer's `.load`)."""
+    return any(isinstance(c, ast.Call) and (callee(c) == "tl.load" or callee(c).endswith(".load"))
+               for c in ast.walk(node))
+
+
 def _inner_loop_loads(loop: ast.For | ast.While) -> bool:
     """Whether a loop nested in `loop` loads memory: then that loop, not this one, is the one
     whose loads a pipeline overlaps (the K loop inside a loop over tiles or filter taps)."""
-    return any(inner is not loop and isinstance(inner, (ast.For, ast.While)) and any(
-        isinstance(c, ast.Call) and (callee(c) == "tl.load" or callee(c).endswith(".load"))
-        for c in ast.walk(inner)) for inner in ast.walk(loop))
+    return any(inner is not loop and isinstance(inner, (ast.For, ast.While)) and _loads(inner)
+               for inner in ast.walk(loop))
 
 
 def _read_at_compile_time(loop: ast.For, name: str) -> bool:
@@ -608,13 +613,13 @@ class SoftwarePipelining(_KeywordPass):
             for node in ast.walk(kernel):
                 if not (isinstance(node, ast.For) and isinstance(node.iter, ast.Call)):
                     continue
-                calls = [callee(c) for c in ast.walk(node) if isinstance(c, ast.Call)]
-                loads = any(c == "tl.load" or c.endswith(".load") for c in calls)
+                loads = _loads(node)
                 if loads and _inner_loop_loads(node):
                     continue  # the loop inside is the one to pipeline (a K loop in a tile loop)
                 if callee(node.iter) == "range" and loads:
                     out.append(node)
-                elif (callee(node.iter) in STATIC_RANGES and loads and "tl.dot" in calls
+                elif (callee(node.iter) in STATIC_RANGES and loads and any(
+                        callee(c) == "tl.dot" for c in ast.walk(node) if isinstance(c, ast.Call))
                       and isinstance(node.target, ast.Name)
                       and not _read_at_compile_time(node, node.target.id)):
                     out.append(node)
@@ -626,9 +631,7 @@ class SoftwarePipelining(_KeywordPass):
         out = []
         for kernel in mod.kernels():
             for node in ast.walk(kernel):
-                if isinstance(node, ast.While) and not _inner_loop_loads(node) and any(
-                        callee(c) == "tl.load" or callee(c).endswith(".load")
-                        for c in ast.walk(node) if isinstance(c, ast.Call)):
+                if isinstance(node, ast.While) and _loads(node) and not _inner_loop_loads(node):
                     counted = _counted_while(mod, node)
                     if counted is not None:
                         out.append((node, counted))
