@@ -100,6 +100,11 @@ class CompileFacts:
     compile_s: float = 0.0
 
     @property
+    def spills(self) -> bool:
+        """True when this compile spilled or uses local memory (a stack frame)."""
+        return (self.spill_stores or 0) + (self.spill_loads or 0) + self.local_bytes > 0
+
+    @property
     def shared_bytes(self) -> int | None:
         """Static plus dynamic shared memory per block; None where the dynamic part is unknown."""
         if self.dynamic_shared_bytes is None:
@@ -184,8 +189,7 @@ class Facts:
     @property
     def spills(self) -> bool:
         """True when any compile spilled or uses local memory (a stack frame)."""
-        return any((c.spill_stores or 0) + (c.spill_loads or 0) + c.local_bytes > 0
-                   for c in self.compiles)
+        return any(c.spills for c in self.compiles)
 
     @property
     def instruction_classes(self) -> tuple[str, ...]:

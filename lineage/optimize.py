@@ -1141,8 +1141,7 @@ def _all_configs_spill(verdict: Any) -> set[str]:
     compiles = getattr(getattr(verdict, "facts", None), "compiles", None) or ()
     spills: dict[str, bool] = {}
     for c in compiles:
-        spilled = (c.spill_stores or 0) + (c.spill_loads or 0) + c.local_bytes > 0
-        spills[c.kernel] = spills.get(c.kernel, True) and spilled
+        spills[c.kernel] = spills.get(c.kernel, True) and c.spills
     return {k for k, v in spills.items() if v}
 
 
