@@ -77,16 +77,16 @@ class Scope:
         self.assigned_at: dict[str, ast.stmt] = {}
         self.loop_vars: set[str] = set()
         self.advances: dict[str, list[ast.AugAssign]] = {}
-        self.pairs: set[str] = set()
-        self.pair_args: dict[int, ast.Call] = {}
+        self.pairs: dict[str, ast.Call] = {}
+        """Names unpacked from a pair of program indices (`pm, pn = tl.swizzle2d(...)`)."""
         for node in ast.walk(kernel):
             if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) \
                     and isinstance(node.op, ast.Add):
                 self.advances.setdefault(node.target.id, []).append(node)
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                    and isinstance(node.targets[0], ast.Name) and node.value is not _unhinted(node.value) \
-                    and isinstance(_unhinted(node.value), ast.Name) \
-                    and _unhinted(node.value).id == node.targets[0].id:
+            inner = _unhinted(node.value) if isinstance(node, ast.Assign) else None
+            if inner is not None and inner is not node.value and isinstance(inner, ast.Name) \
+                    and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                    and inner.id == node.targets[0].id:
                 continue  # `x = tl.multiple_of(x, 16)`: the same values, with a compiler hint
             targets: list[ast.expr] = []
             if isinstance(node, ast.Assign):
@@ -103,8 +103,8 @@ class Scope:
                     and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Call) \
                     and callee(node.value) in SCALAR_PAIRS:
                 # `pid_m, pid_n = tl.swizzle2d(i, j, ...)`: program indices, reordered
-                self.pairs.update(t.id for t in node.targets[0].elts if isinstance(t, ast.Name))
-                self.pair_args[id(node)] = node.value
+                self.pairs.update((t.id, node.value) for t in node.targets[0].elts
+                                  if isinstance(t, ast.Name))
             for target in targets:
                 for t in ast.walk(target):
                     if isinstance(t, ast.Name):
@@ -114,9 +114,7 @@ class Scope:
                             self.values[t.id] = node.value
                             self.assigned_at[t.id] = node
         self.single = {n for n, c in counts.items() if c == 1 and n in self.values} - self.params
-        # names bound once, from a scalar pair of scalar arguments
-        self.pairs = {n for n in self.pairs if counts.get(n) == 1} - self.params
-        self._pair_calls = list(self.pair_args.values())
+        self.pairs = {n: c for n, c in self.pairs.items() if counts.get(n) == 1 and n not in self.params}
         # a name assigned once and advanced (`p += step`) once: a pointer walked by a loop
         self.walked = {n for n, c in counts.items() if c == 2 and n in self.values
                        and len(self.advances.get(n, ())) == 1} - self.params
@@ -142,8 +140,8 @@ class Scope:
         if isinstance(node, ast.Name):
             if node.id in self.params or node.id in self.loop_vars:
                 return True
-            if node.id in self.pairs:
-                return all(self.scalar(a, depth + 1) for c in self._pair_calls for a in c.args)
+            if node.id in self.pairs:  # scalar when the call's arguments are
+                return all(self.scalar(a, depth + 1) for a in self.pairs[node.id].args)
             v = self.value(node)
             return v is not None and self.scalar(v, depth + 1)
         if isinstance(node, ast.BinOp):
