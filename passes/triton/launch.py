@@ -566,10 +566,8 @@ def _counted_while(mod: PyModule, loop: ast.While) -> _CountedWhile | None:
     return _CountedWhile(name, start, stop, step, last, init)
 
 
-def _counted_for(mod: PyModule, loop: ast.While, stages: int) -> list[ByteEdit]:
+def _counted_for(mod: PyModule, loop: ast.While, counted: _CountedWhile, stages: int) -> list[ByteEdit]:
     """Rewrite a counted `while` loop as the pipelined `for` loop it is."""
-    counted = _counted_while(mod, loop)
-    assert counted is not None
     header = (f"for {counted.name} in tl.range({mod.text(counted.start)}, {mod.text(counted.stop)}, "
               f"{mod.text(counted.step)}, num_stages={stages})")
     start, end = mod.stmt_span(counted.increment)
@@ -673,11 +671,11 @@ class SoftwarePipelining(_KeywordPass):
             if node.value == self.stages:
                 return Skipped(f"num_stages is already {self.stages}", {"num_stages": node.value})
             return finish(ir, site, [_value_edit(mod, node, self.stages)], preconditions=results)
-        loop = next((w for w, c in self._counted_whiles(mod)
-                     if mod.stmt_span(w)[1] == site.span[1]
-                     and mod.stmt_span(c.init if c.init is not None else w)[0] == site.span[0]), None)
-        if loop is not None:
-            return finish(ir, site, _counted_for(mod, loop, self.stages), preconditions=results)
+        found = next(((w, c) for w, c in self._counted_whiles(mod)
+                      if mod.stmt_span(w)[1] == site.span[1]
+                      and mod.stmt_span(c.init if c.init is not None else w)[0] == site.span[0]), None)
+        if found is not None:
+            return finish(ir, site, _counted_for(mod, *found, self.stages), preconditions=results)
         call = self._holder_at(mod, site)
         if call is None or callee(call) not in ("range", *STATIC_RANGES):
             return Skipped("no loop or num_stages at the site", {"site": site.anchor})
