@@ -169,9 +169,7 @@ def _walks_programs(iterable: ast.AST, pid: set[str], blocks: set[str] = frozens
     step = args[2] if len(args) > 2 else next((k.value for k in iterable.keywords if k.arg == "step"), None)
     if step is not None and names_in(step) & blocks and not names_in(step) & pid:
         return False
-    ends = [args[0]] if len(args) > 1 else []
-    ends += [args[2]] if len(args) > 2 else []
-    ends += [k.value for k in iterable.keywords if k.arg == "step"]
+    ends = ([args[0]] if len(args) > 1 else []) + ([step] if step is not None else [])
     return any(names_in(e) & pid or any(callee(c) in _PROGRAM_CALLS for c in ast.walk(e)
                                          if isinstance(c, ast.Call)) for e in ends)
 
@@ -1487,21 +1485,15 @@ def _descriptor_hook(mod: PyModule, kernel: ast.FunctionDef, launches: Sequence[
         args = launch.values()
         host = {args[t].id: t for t in tuned if isinstance(args.get(t), ast.Name)}
         for param, block in _host_descriptors(mod, launch):
-            dims = []
-            for e in block.elts:
-                if isinstance(e, ast.Name) and e.id in host:
-                    dims.append(f'nargs["{host[e.id]}"]')
-                elif literal_int(e) is not None:
-                    dims.append(mod.text(e))
-                else:
-                    dims = []
-                    break
-            if not any("nargs" in d for d in dims):
-                if any(isinstance(e, ast.Name) and e.id in host for e in block.elts):
-                    return SweepRefusal(
-                        f"the block shape of the host descriptor passed as {param} cannot be "
-                        f"written per configuration", {"kernel": kernel.name, "param": param})
-                continue
+            if not any(isinstance(e, ast.Name) and e.id in host for e in block.elts):
+                continue  # no tuned tile sizes it
+            if not all((isinstance(e, ast.Name) and e.id in host) or literal_int(e) is not None
+                       for e in block.elts):
+                return SweepRefusal(
+                    f"the block shape of the host descriptor passed as {param} cannot be "
+                    f"written per configuration", {"kernel": kernel.name, "param": param})
+            dims = [f'nargs["{host[e.id]}"]' if isinstance(e, ast.Name) and e.id in host
+                    else mod.text(e) for e in block.elts]
             line = f'nargs["{param}"].block_shape = [{", ".join(dims)}]'
             if line not in lines:
                 lines.append(line)
