@@ -262,8 +262,7 @@ def _grids_follow(mod: PyModule, kernel: ast.FunctionDef, tuned: list[str]) -> l
         made = _grid_rewrite(mod, kernel, launch, tuned, launch.values())
         if isinstance(made, SweepRefusal):
             return Skipped(made.reason, {"kernel": kernel.name, **dict(made.detail)})
-        if any('["' in e.text for e in made):  # a grid that reads none of them stays as written
-            out += [e for e in made if e not in out]
+        out += [e for e in made if e not in out]
     return out
 
 

@@ -1807,6 +1807,8 @@ def _grid_rewrite(
             return SweepRefusal(
                 "cannot find the tuned tiles in the host-computed grid", {"tiles": ",".join(absent)}
             )
+    if not replace:  # the grid reads none of the tuned tiles: it stays as written
+        return []
     text = mod.text(target)
     base = mod.start(target)
     pieces = sorted(
