@@ -356,17 +356,29 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
             yield Materialized(card, None, None, refusals=tuple(refusals))
 
 
+_INLINED: dict[str, KernelIR | None] = {}
+"""Source text -> its kernels with their helpers inlined (every card without a site asks)."""
+
+
 def _helpers_inlined(ir: KernelIR) -> KernelIR | None:
     """`ir` with its kernels' `@triton.jit` helpers inlined (`passes.triton.inline`), or None
     when it has none to inline (or is not Triton)."""
     if str(getattr(ir.language, "value", ir.language)) != "triton":
         return None
+    source = ir.unparse()
+    known = _INLINED.get(source, ir)  # `ir` itself marks "not asked yet"
+    if known is not ir:
+        return known
     from passes.triton.inline import inline_helpers  # noqa: PLC0415
 
     try:
-        return inline_helpers(ir)
+        inlined = inline_helpers(ir)
     except (SyntaxError, ValueError, KLineageError):
-        return None
+        inlined = None
+    if len(_INLINED) >= 64:  # runs of several operators share the process (bench/heldout.py)
+        _INLINED.clear()
+    _INLINED[source] = inlined
+    return inlined
 
 
 def _transplanted(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], bool] | None
