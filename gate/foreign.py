@@ -11,7 +11,8 @@ The allow list of kernels a candidate's calls may run besides its own is what th
 - torch fills (`torch.empty/zeros/ones/full`, `fill_`, `zero_`; the gate's L2 flush and poison
   fills): `at::native::...FillFunctor...`;
 - torch copies (`copy_`, `clone`, `contiguous`, `.to(dtype)`; the gate's input refills and
-  output snapshots): `at::native::...direct_copy_kernel...` / `...copy_kernel...`, and the
+  output snapshots): `at::native::...direct_copy_kernel...` / `...copy_kernel...` (with
+  the casts into a narrower float, `...float16_copy_kernel_cuda...`), and the
   driver's `Memcpy ...` / `Memset ...` activities;
 - `torch.arange`: `...elementwise_kernel_with_index...arange...`;
 - `torch.cuda._sleep` (the gate's GPU lead, `gate.worker._Runner.gpu_lead`): `...spin_kernel...`.
@@ -128,6 +129,8 @@ _ALLOWED_KERNELS = (
     re.compile(r"at::native::.*FillFunctor"),
     re.compile(r"at::native::.*direct_copy_kernel"),
     re.compile(r"at::native::.*\bcopy_kernel"),
+    # `.to(dtype)` into a narrower float: `float16_copy_kernel_cuda`, `bfloat16_copy_...`
+    re.compile(r"at::native::.*\b(?:b?float\d*|float8_\w+?)_copy_kernel"),
     re.compile(r"elementwise_kernel_with_index.*arange"),
     re.compile(r"at::cuda::.*spin_kernel"),
 )

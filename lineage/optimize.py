@@ -560,6 +560,11 @@ class _Run:
     """States a configuration sweep was gated on (one per state: see `_attempt`)."""
     rewrites: dict[tuple[str, str], Any] = field(default_factory=dict)
     """(card id, state id of a source) -> the card's first rewrite of it (`_unlocked`)."""
+    fits: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(card id, state id) -> how well the card's recorded configuration fits that state's
+    kernels (`lineage.transfer.carrier_fit`)."""
+    sweep_fit: int = 0
+    """The best fit among the cards of the current round: only such a card sweeps."""
 
 
 def seeded_order(found: Sequence[Any], seed: int, round_: int = 0) -> list[Any]:
@@ -771,7 +776,10 @@ def _failures(run: _Run) -> Counter[str]:
 def _try_in_turn(cards: Sequence[SkillCard], run: _Run, job: _Job, save: Callable[[], None],
                  event: str = "") -> bool:
     """Attempt `cards` on the current kernel one after another (each marked tried there) until
-    one is kept, the budget or the time is spent; True when one was kept."""
+    one is kept, the budget or the time is spent; True when one was kept. The state's one
+    configuration sweep goes to a card of the round whose recorded configuration fits the
+    kernel best (`_fit`)."""
+    run.sweep_fit = max((_fit(card, run) for card in cards), default=0)
     for card in cards:
         if run.gated >= job.budget_steps or job.out_of_time():
             break
@@ -823,7 +831,7 @@ def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     # One configuration sweep per kernel state: the sweeps of several launch cards differ by a
     # few points of one joint configuration; once one was gated on this state, the budget goes
     # to cards that change the kernel's structure (a kept one gives a new state, swept again).
-    sweeps = job.sweeps and run.current.state not in run.swept
+    sweeps = job.sweeps and run.current.state not in run.swept and _fit(card, run) >= run.sweep_fit
     # Where the current kernel's profile names several GPU kernels: the hottest first, none
     # in a kernel too cold to pay (`COLD_SHARE`). A site in a function the profile does not
     # name (a helper inlined into a kernel) is neither.
@@ -849,6 +857,21 @@ def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
         if not made.ok:
             return False
     return False
+
+
+def _fit(card: SkillCard, run: _Run) -> int:
+    """How well `card`'s recorded launch configuration fits the current kernel (0: it records
+    none, or none fits; `lineage.transfer.carrier_fit`)."""
+    from lineage.transfer import LAUNCH_PASSES, carrier_fit  # noqa: PLC0415
+
+    if card.pass_name not in LAUNCH_PASSES or not card.carrier.get("config"):
+        return 0
+    key = (card.id, run.current.state)
+    if key not in run.fits:
+        ir = run.current.ir
+        triton = str(getattr(ir.language, "value", ir.language)) == "triton"
+        run.fits[key] = carrier_fit(card.carrier, ir) if triton else 0
+    return run.fits[key]
 
 
 def kernel_shares(verdict: Any) -> dict[str, float]:

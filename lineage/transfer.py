@@ -142,15 +142,43 @@ def sweep_own(target: KernelConfig, points: int = SWEEP_POINTS) -> list[dict[str
     return first_unique(out, points)
 
 
-def matches(recorded: Mapping[str, Any], target: KernelConfig) -> bool:
-    """A recorded configuration fits a target kernel that has the same structure (a dot in a
-    loop or not) and shares a tunable role with it (or, with no tiles on either side, is
-    launched with warps alone)."""
+def fit(recorded: Mapping[str, Any], target: KernelConfig) -> int:
+    """How well a recorded configuration fits a target kernel: 0 when their structure differs
+    (a dot in a loop or not) or they share no tunable role; else the number of roles they share
+    (1 for two kernels launched with warps alone). A sweep carries what the recorded
+    configuration says about the roles it shares: a 32-wide reduction step recorded on a
+    kernel with no output tile says nothing about a matmul's 128x256 tile."""
     if bool(recorded.get("dot")) != target.dot:
-        return False
+        return 0
     rec_roles = set((recorded.get("tiles") or {}))
     tgt_roles = set(target.by_role())
-    return bool(rec_roles & tgt_roles) or (not rec_roles and not tgt_roles)
+    if not rec_roles and not tgt_roles:
+        return 1
+    return len(rec_roles & tgt_roles)
+
+
+def matches(recorded: Mapping[str, Any], target: KernelConfig) -> bool:
+    """A recorded configuration fits a target kernel (`fit` above 0)."""
+    return fit(recorded, target) > 0
+
+
+def best_fit(
+    recorded: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None]], target: KernelConfig
+) -> tuple[int, tuple[Mapping[str, Any], Mapping[str, Any] | None] | None]:
+    """The recorded (configuration, own step's configuration) pair that fits `target` best,
+    with its `fit` (the first of equal fits; (0, None) when none fits)."""
+    scored = [(fit(pair[0], target), -i, pair) for i, pair in enumerate(recorded)]
+    score, _, pair = max(scored, key=lambda x: x[:2], default=(0, 0, None))
+    return (score, pair) if score > 0 else (0, None)
+
+
+def carrier_fit(carrier: Mapping[str, Any], ir: KernelIR) -> int:
+    """The best `fit` of a card's recorded configurations on any kernel of `ir` (0: none fits,
+    or the card records none)."""
+    recorded = recorded_configs(carrier)
+    if not recorded:
+        return 0
+    return max((best_fit(recorded, t)[0] for t in joint_config(ir).values()), default=0)
 
 
 def config_candidates(
@@ -171,11 +199,11 @@ def config_candidates(
     for name, target in joint_config(ir).items():
         if skip_kernel is not None and skip_kernel(name):
             continue
-        fit = next((pair for pair in recorded if matches(pair[0], target)), None)
-        if (fit is None) != own:
+        _, pair = best_fit(recorded, target)
+        if (pair is None) != own:
             continue
-        if fit is not None:
-            configs = sweep_around(fit[0], also=fit[1], roles=set(target.by_role()))
+        if pair is not None:
+            configs = sweep_around(pair[0], also=pair[1], roles=set(target.by_role()))
         else:
             configs = sweep_own(target)
         work = untied_for(ir, name, configs)

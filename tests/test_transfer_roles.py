@@ -611,3 +611,66 @@ def test_the_autotune_rules_cache_key_is_the_sizes_the_kernel_compares() -> None
     result = p.optimize(ir, next(s for s in p.sites(ir) if not s.present))
     assert isinstance(result, Applied), result
     assert "key=['rows', 'cols', 'depth']" in result.ir.unparse()
+
+
+DEFAULTS_MM = '''
+import torch, triton
+import triton.language as tl
+
+ROWS_PER_PROGRAM = 32
+COLS_PER_PROGRAM = 32
+
+
+@triton.jit
+def mm_defaults(a, b, c, M, N, K, sa, sb, sc,
+                BM: tl.constexpr = 32, BN: tl.constexpr = 32, BK: tl.constexpr = 32):
+    pm = tl.program_id(0)
+    pn = tl.program_id(1)
+    rm = pm * BM + tl.arange(0, BM)
+    rn = pn * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        x = tl.load(a + rm[:, None] * sa + (k0 + rk)[None, :], mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
+        y = tl.load(b + (k0 + rk)[:, None] * sb + rn[None, :], mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(x, y)
+    tl.store(c + rm[:, None] * sc + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=torch.float32)
+    grid = (triton.cdiv(M, ROWS_PER_PROGRAM), triton.cdiv(N, COLS_PER_PROGRAM))
+    mm_defaults[grid](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0))
+    return c
+'''
+
+
+def test_a_grid_copy_of_tiles_left_as_signature_defaults_follows_the_sweep() -> None:
+    # the tiles are never passed: the grid divides by module constants equal to their
+    # defaults, and those are what must become the autotuner's values
+    made = sweep_edit(_ir(DEFAULTS_MM), "mm_defaults", [{"m": 128, "n": 64, "k": 64}])
+    assert not hasattr(made, "reason"), made
+    out = apply_byte_edits(DEFAULTS_MM, made[0])
+    assert 'grid = lambda meta: (triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"]))' in out
+    compile(out, "tuned.py", "exec")
+
+
+def test_a_grid_that_divides_by_something_else_than_a_default_tile_is_refused() -> None:
+    text = DEFAULTS_MM.replace("COLS_PER_PROGRAM = 32", "COLS_PER_PROGRAM = 16")
+    made = sweep_edit(_ir(text), "mm_defaults", [{"m": 128, "n": 64, "k": 64}])
+    assert hasattr(made, "reason") and "would not follow BN" in made.reason, made
+
+
+def test_the_configuration_sweep_takes_the_recorded_kernel_sharing_most_roles() -> None:
+    from lineage.transfer import best_fit, carrier_fit
+
+    target = joint_config(_ir(DEFAULTS_MM))["mm_defaults"]
+    narrow = {"tiles": {"k": 32}, "num_warps": 1, "num_stages": 1, "dot": True}
+    wide = {"tiles": {"m": 128, "n": 256, "k": 64}, "num_warps": 8, "num_stages": 3, "dot": True}
+    rows = {"tiles": {"vec": 64}, "num_warps": 4, "num_stages": 1, "dot": False}
+    assert best_fit([(rows, None), (narrow, None), (wide, None)], target) == (3, (wide, None))
+    assert best_fit([(rows, None)], target) == (0, None)
+    assert carrier_fit({"config": {"one": narrow}}, _ir(DEFAULTS_MM)) == 1
+    assert carrier_fit({"config": {"one": narrow, "two": wide}}, _ir(DEFAULTS_MM)) == 3

@@ -1767,6 +1767,10 @@ def _grid_rewrite(
                 and _dividend(target, sub) is not None
             ):
                 replace.append((sub, name))
+    unpassed = _unpassed_grid_divisors(mod, kernel, launch, target, shaping, args)
+    if isinstance(unpassed, SweepRefusal):
+        return unpassed
+    replace += unpassed
     names_at: dict[int, set[str]] = {}
     nodes: dict[int, ast.AST] = {}
     for sub, name in replace:
@@ -1822,6 +1826,46 @@ def _grid_rewrite(
     if isinstance(grid, ast.Name):
         return [ByteEdit(mod.start(target), mod.end(target), new_text)]
     return [ByteEdit(mod.start(grid), mod.end(grid), new_text)]
+
+
+def _unpassed_grid_divisors(
+    mod: PyModule,
+    kernel: ast.FunctionDef,
+    launch: Launch,
+    grid: ast.AST,
+    shaping: Sequence[str],
+    args: Mapping[str, ast.AST],
+) -> list[tuple[ast.AST, str]] | SweepRefusal:
+    """The host copies, in a host-computed grid, of shaping tiles the launch does not pass (a
+    signature default): a divisor of the grid (`cdiv(M, TM)`, `N // 32`) whose host value is
+    the tile's default. Several tiles sharing one value are told apart by the caller. Refused
+    when a tile has no such copy but the grid divides its size or its program axis by
+    something else: that part of the program count would not follow the tile."""
+    defaults = dict(zip([a.arg for a in kernel.args.args][-len(kernel.args.defaults):],
+                        kernel.args.defaults)) if kernel.args.defaults else {}
+    divisors = [n for n in ast.walk(grid) if _dividend(grid, n) is not None]
+    dims = _tile_dims(kernel)
+    axes = _tile_axes(kernel)
+    out: list[tuple[ast.AST, str]] = []
+    for name in shaping:
+        value = literal_int(defaults.get(name)) if name not in args else None
+        if value is None:
+            continue
+        sizes = {mod.text(args[d]) for d in dims.get(name, ()) if d in args}
+        # the divisors of this tile's size or of the grid axis its program id comes from
+        shaped = [d for d in divisors
+                  if mod.text(_dividend(grid, d)) in sizes
+                  or (axes.get(name) is not None and _grid_axis(grid, d) == axes[name])]
+        found = [d for d in (shaped if shaped else divisors)
+                 if _host_literal(mod, launch.site, d) == value]
+        out += [(d, name) for d in found]
+        if shaped and not found:
+            return SweepRefusal(
+                f"the launch grid divides by {mod.text(shaped[0])}, not by {name}'s default "
+                f"{value}: the program count would not follow {name}",
+                {"tile": name, "line": shaped[0].lineno},
+            )
+    return out
 
 
 def _host_reuse(
