@@ -39,7 +39,12 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   it as the kernel's autotune list (`lineage.transfer`; rewriter "config-sweep"); one such
   sweep is gated per kernel state, so the rest of the budget goes to cards that change the
   kernel's structure (a kept one makes a new state, which may be swept again; a state a sweep
-  made is not swept again);
+  made is not swept again); that sweep goes to a card of the round whose recorded
+  configuration shares the most roles with the kernel (`lineage.transfer.fit`: a reduction
+  step recorded on a kernel with no output tile says nothing about a matmul's tile);
+- a tile, warp or stage step on an entry of a literal autotune list is written as a new entry
+  beside the one it edits (`_beside_in_list`): the autotuner picks between them, and the
+  configuration the kernel was running with is not lost to a step kept on timing noise;
 - a card's sites whose detail a recorded variant names (the tile a tile step resized) come
   before the card's other sites;
 - at the static tier (compiles, no timing), a Triton candidate after which every
@@ -319,11 +324,12 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                     why = getattr(result, "reason", None) or getattr(result, "error", "")
                     refusals.append(f"{backend.name} at {site.anchor}: {why}")
                     continue
-                text = result.ir.unparse()
+                new_ir = _beside_in_list(ir, result) or result.ir
+                text = new_ir.unparse()
                 if text in seen:
                     continue
                 seen.add(text)
-                made = Materialized(card, result.ir, site, str(backend.name), tuple(refusals),
+                made = Materialized(card, new_ir, site, str(backend.name), tuple(refusals),
                                     dict(view.options))
                 if any(ln in old_lines for ln in _inserted_lines(source, text)):
                     repeats.append(made)
@@ -354,6 +360,47 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                 yield dataclasses.replace(made, refusals=(*made.refusals, "helpers inlined"))
         if not produced:
             yield Materialized(card, None, None, refusals=tuple(refusals))
+
+
+def _beside_in_list(ir: KernelIR, result: Any) -> KernelIR | None:
+    """A rewrite whose edits all lie inside one `triton.Config(...)` entry of a literal config
+    list (a tile, warp or stage step on an autotuned kernel), written as a new entry after the
+    one it edits, which stays: the autotuner then picks between them on the target's shapes.
+    Edited in place, the step would drop a configuration the kernel may be running with (a
+    kept 1.5% step once replaced the 128x256x64, 3-stage entry a later persistent loop needed).
+    None when the edits are elsewhere or the new entry is already in the list."""
+    from passes.triton._py import PyModule, callee  # noqa: PLC0415
+    from passes.triton.launch import CONFIG_NAMES, cut_off_configs  # noqa: PLC0415
+
+    edits = list(getattr(result, "edits", ()) or ())
+    if not edits or str(getattr(ir.language, "value", ir.language)) != "triton":
+        return None
+    mod = PyModule(ir)
+    dead = cut_off_configs(mod)
+    import ast  # noqa: PLC0415
+
+    for node in ast.walk(mod.tree):
+        if not isinstance(node, ast.List):
+            continue
+        for entry in node.elts:
+            if not (isinstance(entry, ast.Call) and callee(entry) in CONFIG_NAMES) \
+                    or id(entry) in dead:
+                continue
+            lo, hi = mod.span(entry)
+            if not all(lo <= e.span.start and e.span.end <= hi for e in edits):
+                continue
+            raw = mod.source[lo:hi]
+            for e in sorted(edits, key=lambda e: e.span.start, reverse=True):
+                raw = raw[:e.span.start - lo] + e.replacement.encode() + raw[e.span.end - lo:]
+            if any(mod.source[a:b] == raw for a, b in map(mod.span, node.elts)):
+                return None
+            line = mod.source.rfind(b"\n", 0, lo) + 1
+            indent = mod.source[line:lo].decode()
+            indent = indent if not indent.strip() else " " * len(indent)
+            from kir import Edit, Span  # noqa: PLC0415
+
+            return ir.apply([Edit(Span(hi, hi), ",\n" + indent + raw.decode())])
+    return None
 
 
 _INLINED: dict[str, KernelIR | None] = {}

@@ -411,9 +411,10 @@ def test_a_tile_card_acts_first_on_the_tile_its_steps_resized() -> None:
     made = next(materializations(n_card, ir, DeterministicRewriter(),
                                  PassContext.for_case("conv2d", tier="interpret")))
     assert made.ok and made.site.detail["tile"] == "BLOCK_N" and made.options["tile"] == "BLOCK_N"
-    changed = [(a, b) for a, b in zip(ir.unparse().splitlines(), made.ir.unparse().splitlines())
-               if a != b]
-    assert len(changed) == 1 and '"BLOCK_N": 64' in changed[0][1]
+    # the step on an autotune entry is a new entry beside it (`_beside_in_list`)
+    old, new = ir.unparse().splitlines(), made.ir.unparse().splitlines()
+    added = [ln for ln in new if ln not in old]
+    assert set(old) <= set(new) and len(added) == 1 and '"BLOCK_N": 64' in added[0]
 
 
 def test_a_card_used_up_on_one_kernel_still_acts_on_another_kernel_of_the_file() -> None:
@@ -772,3 +773,27 @@ def test_untimed_a_candidate_whose_every_configuration_spills_is_not_kept(tmp_pa
                      rewriter=DeterministicRewriter(), check_fn=gate("no such text"),
                      config_sweeps=False)
     assert "software-pipelining" in {s.pass_name for s in clean.applied}
+
+
+def test_a_launch_step_on_an_autotune_list_adds_its_entry_beside_the_one_it_edits() -> None:
+    from lineage.optimize import _beside_in_list
+    from passes import Applied, get_pass
+
+    text = (ROOT / "bench/styles/mm_autotuned/mm_tuned.py").read_text()
+    ir = kir.parse(text, "triton")
+    step = get_pass("tile-sizes")()
+    site = next(s for s in step.sites(ir) if not s.present)
+    result = step.optimize(ir, site)
+    assert isinstance(result, Applied)
+    beside = _beside_in_list(ir, result)
+    assert beside is not None
+    old_lines, new_lines = text.splitlines(), beside.unparse().splitlines()
+    # every entry the kernel had is still there, and the edited entry is one more
+    assert set(old_lines) <= set(new_lines) and len(new_lines) == len(old_lines) + 1
+    added = next(ln for ln in new_lines if ln not in old_lines)
+    assert added in result.ir.unparse().splitlines() and "triton.Config(" in added
+    compile(beside.unparse(), "beside.py", "exec")
+    # a step elsewhere (a launch keyword, no list) is left as the pass wrote it
+    plain = kir.parse((ROOT / "bench/heldout/mm2048/matmul_ptrs.py").read_text(), "triton")
+    made = step.optimize(plain, next(s for s in step.sites(plain) if not s.present))
+    assert isinstance(made, Applied) and _beside_in_list(plain, made) is None
