@@ -2,6 +2,8 @@
 differently, the no-library control, and retrieval by operator signature."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import kir
 import pytest
 
@@ -674,3 +676,57 @@ def test_the_configuration_sweep_takes_the_recorded_kernel_sharing_most_roles() 
     assert best_fit([(rows, None)], target) == (0, None)
     assert carrier_fit({"config": {"one": narrow}}, _ir(DEFAULTS_MM)) == 1
     assert carrier_fit({"config": {"one": narrow, "two": wide}}, _ir(DEFAULTS_MM)) == 3
+
+
+# Kernels whose sweeps were unsound or wasted before: each needs what the autotuner's trial runs
+# and its other configurations would break.
+STYLES = Path(__file__).resolve().parent / "data" / "styles"
+
+
+def _swept(name: str, kernel: str, configs: list) -> str:
+    text = (STYLES / name).read_text()
+    made = sweep_edit(_ir(text), kernel, configs)
+    assert not hasattr(made, "reason"), made
+    out = apply_byte_edits(text, made[0])
+    compile(out, name, "exec")
+    return out
+
+
+def test_a_tensor_passed_as_input_and_output_is_restored_between_trial_runs() -> None:
+    out = _swept("inplace_alias.py", "softmax_inplace", [{"loop": 128}, {"loop": 32}])
+    assert "restore_value=['dst']" in out
+
+
+def test_a_kernel_with_atomics_is_swept_with_its_buffer_restored() -> None:
+    out = _swept("splitk_reset_zero.py", "splitk_gemm", [{"m": 64, "n": 64, "k": 32}])
+    assert "restore_value=['out']" in out and "reset_to_zero" in out
+    # the split count has no tile role: every configuration keeps the author's first value
+    assert out.count('"SPLITS": 2') == out.count("triton.Config(") and '"SPLITS": 4' not in out
+
+
+def test_a_literal_tile_that_also_sizes_a_host_buffer_is_pinned() -> None:
+    text = (STYLES / "partials_buffer.py").read_text()
+    made = sweep_edit(_ir(text), "partial_sumsq", [{"vec": 512, "num_warps": 8}])
+    assert not hasattr(made, "reason"), made
+    assert all(cfg.get("BLOCK", 256) == 256 for cfg in made[1])
+    only_tile = sweep_edit(_ir(text), "partial_sumsq", [{"vec": 512}])
+    assert hasattr(only_tile, "reason") and "divides by 256" in only_tile.reason
+
+
+def test_a_tile_the_kernel_never_bounds_checks_only_shrinks() -> None:
+    from passes import Applied, get_pass
+    from passes.triton._py import PyModule
+    from passes.triton.roles import unchecked_tiles
+
+    text = (STYLES / "nomask_k.py").read_text()
+    kernel = next(k for k in PyModule(_ir(text)).kernels() if k.name == "mm_nomask")
+    assert unchecked_tiles(kernel) == {"BK"}
+    made = sweep_edit(_ir(text), "mm_nomask", [{"m": 128, "n": 128, "k": 64},
+                                               {"m": 64, "n": 64, "k": 16}])
+    assert [(c["BM"], c["BK"]) for c in made[1]] == [(128, 32), (64, 16)]
+    step = get_pass("tile-sizes")()
+    ir = _ir(text)
+    grow_k = [s for s in step.sites(ir) if not s.present and s.detail["tile"] == "BK"]
+    assert grow_k and "never bounds-checks" in step.optimize(ir, grow_k[0]).reason
+    grow_m = next(s for s in step.sites(ir) if not s.present and s.detail["tile"] == "BM")
+    assert isinstance(step.optimize(ir, grow_m), Applied)

@@ -240,6 +240,10 @@ class TileSizes(Pass):
             return refusal
         current = node.value
         target = self.value or (current * 2 if grow else current // 2)
+        if target > current and name and name in _unchecked(mod, holder):
+            return Skipped(f"the kernel never bounds-checks the {name} block: it is correct only "
+                           f"on sizes that are multiples of {current}, and {target} may read past "
+                           f"them", {"tile": name, "size": current})
         if not grow:
             target = max(target, self.floor)
         elif not self.value and target > self.cap:
@@ -287,6 +291,22 @@ class TileSizes(Pass):
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         return self._resize(ir, site, ctx, grow=True)
+
+
+def _unchecked(mod: PyModule, holder: ast.AST | None) -> set[str]:
+    """The tiles the kernel a launch / config / signature default sizes never bounds-checks
+    (`passes.triton.roles.unchecked_tiles`; every kernel's when the holder names none)."""
+    from passes.triton.roles import unchecked_tiles  # noqa: PLC0415
+
+    if isinstance(holder, ast.FunctionDef):
+        kernels = [holder]
+    else:
+        owner = None
+        if isinstance(holder, ast.Call):
+            owner = _config_kernel(mod, holder) if callee(holder) in CONFIG_NAMES else next(
+                (h.kernel for h in holders(mod) if h.call is holder), None)
+        kernels = [owner] if owner is not None else list(mod.kernels())
+    return set().union(*(unchecked_tiles(k) for k in kernels)) if kernels else set()
 
 
 def _grid_refusal(mod: PyModule, holder: ast.AST | None, tile: str) -> Skipped | None:

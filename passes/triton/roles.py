@@ -1260,12 +1260,12 @@ def _ptr_like(kernel: ast.FunctionDef) -> set[str]:
     return out - compared
 
 
-def _written_and_read(kernel: ast.FunctionDef) -> list[str]:
-    """Pointer parameters both loaded and stored (an in-place update: the autotuner must
-    restore them between its trial runs)."""
+def _pointer_uses(kernel: ast.FunctionDef) -> tuple[set[str], set[str], set[str]]:
+    """(pointer parameters loaded, stored, updated by an atomic) in the kernel."""
     params = _ptr_like(kernel)
     loaded: set[str] = set()
     stored: set[str] = set()
+    atomic: set[str] = set()
     assigns = assignments(kernel, augmented=True)
 
     def bases(expr: ast.AST) -> set[str]:
@@ -1286,7 +1286,24 @@ def _written_and_read(kernel: ast.FunctionDef) -> list[str]:
                 loaded |= bases(target)
             elif tail == "store":
                 stored |= bases(target)
-    return sorted(loaded & stored)
+            elif name.startswith(ATOMICS_PREFIX):
+                atomic |= bases(target)
+    return loaded, stored, atomic
+
+
+def _restored(mod: PyModule, kernel: ast.FunctionDef, launches: Sequence[Launch]) -> list[str]:
+    """Pointer parameters the autotuner must restore between its trial runs (`restore_value`):
+    those the kernel both loads and stores (an in-place update), those it updates with
+    atomics (each trial would add into the buffer again), and those it stores into where a
+    launch passes the same host tensor to a parameter it loads (`k[grid](y, y, ...)`)."""
+    loaded, stored, atomic = _pointer_uses(kernel)
+    out = (loaded & stored) | atomic
+    for launch in launches:
+        given = {name: mod.text(node) for name, node in launch.values().items()}
+        for p in stored - out:
+            if any(given.get(q) == given.get(p) for q in loaded - {p} if p in given):
+                out.add(p)
+    return sorted(out)
 
 
 def sweep_edit(
@@ -1294,9 +1311,11 @@ def sweep_edit(
 ) -> tuple[list[ByteEdit], list[dict[str, int]]] | SweepRefusal:
     """Byte edits that make `kernel_name` autotune over `configs` (role-keyed, see
     `fit_configs`), and the fitted configs. Refused (with the reason) where the launch cannot
-    take tuned parameters: a launch that passes a tile positionally before other arguments, a
+    take tuned parameters (a tile the kernel does not bounds-check only shrinks, to a divisor of
+    its value: `unchecked_tiles`): a launch that passes a tile positionally before other arguments, a
     grid that cannot be rewritten to read the tuned tiles, a host value reused beyond the
-    launch, a kernel with atomics (the autotuner's trial runs would accumulate twice). Tuned
+    launch. Buffers the autotuner's trial runs would change (atomics, in-place updates, a
+    tensor passed as both input and output) are restored between them (`_restored`). Tuned
     values a launch spreads from a dict or binds in a partial are taken out of that dict or
     partial (its other entries kept); refused then where the dict is read beyond the kernel's
     launches (and the grid reads the rewrite replaces), where the partial is used other than
@@ -1305,20 +1324,13 @@ def sweep_edit(
     kernel = next((k for k in mod.kernels() if k.name == kernel_name), None)
     if kernel is None:
         return SweepRefusal("no such kernel", {"kernel": kernel_name})
-    if any(
-        isinstance(c, ast.Call) and callee(c).startswith(ATOMICS_PREFIX) for c in ast.walk(kernel)
-    ):
-        return SweepRefusal(
-            "the kernel uses atomics: autotuner trial runs would accumulate twice",
-            {"kernel": kernel_name},
-        )
     current = kernel_config(mod, kernel)
     launches = kernel_launches(mod, kernel)
     pinned = _host_pinned(mod, launches, current)
     if pinned:  # the host needs these tiles as they are: the sweep tunes the rest around them
         current = dataclasses.replace(current, params=tuple(
             dataclasses.replace(p, value=None) if p.name in pinned else p for p in current.params))
-    fitted = fit_configs(current, configs)
+    fitted = _within_unchecked(fit_configs(current, configs), _unchecked_caps(mod, kernel, current))
     if not fitted:
         return SweepRefusal("no configuration to set", {"kernel": kernel_name})
     if pinned and fitted == fit_configs(current, [{}]):  # nothing but the pinned tiles changed
@@ -1340,6 +1352,9 @@ def sweep_edit(
                 {"kernel": kernel_name},
             )
         return SweepRefusal("the kernel is never launched in this module", {"kernel": kernel_name})
+    if fitted == fit_configs(current, [{}]):  # e.g. every tile unchecked and kept
+        return SweepRefusal("the sweep holds the kernel's own configuration alone",
+                            {"kernel": kernel_name})
     edits: list[ByteEdit] = []
     dec = mod.decorator(kernel, "autotune")
     params = _positional_params(kernel)
@@ -1398,7 +1413,7 @@ def sweep_edit(
     hook = _descriptor_hook(mod, kernel, launches, tuned)
     if isinstance(hook, SweepRefusal):
         return hook
-    text = _decorator_text(mod, kernel, fitted, dec, hook)
+    text = _decorator_text(mod, kernel, fitted, dec, hook, _restored(mod, kernel, launches))
     if dec is not None:
         start = line_start(mod.source, mod.start(dec))
         following = (
@@ -1415,6 +1430,34 @@ def sweep_edit(
         return _disjoint(list(dict.fromkeys(edits))), fitted
     except ValueError:
         return SweepRefusal("the rewrites of the launches overlap", {"kernel": kernel_name})
+
+
+def _unchecked_caps(mod: PyModule, kernel: ast.FunctionDef, current: KernelConfig) -> dict[str, int]:
+    """Each tile the kernel does not bounds-check (`unchecked_tiles`) -> the largest value its
+    author runs it with: the current one, or a larger one an entry of the author's autotune
+    list sets (the author's sizes are multiples of every one of those)."""
+    unchecked = unchecked_tiles(kernel)
+    caps = {p.name: p.value for p in current.params if p.value is not None and p.name in unchecked}
+    for call in _config_dicts(mod, kernel):
+        for key, val in zip(call.args[0].keys, call.args[0].values):
+            name = key.value if isinstance(key, ast.Constant) else None
+            if name in caps and literal_int(val):
+                caps[name] = max(caps[name], literal_int(val))
+    return caps
+
+
+def _within_unchecked(fitted: list[dict[str, int]], caps: Mapping[str, int]) -> list[dict[str, int]]:
+    """`fitted` with each tile of `caps` (`_unchecked_caps`) kept at a divisor of its cap (a
+    value that is not one goes back to the cap); duplicates this makes go, first kept."""
+    now = caps
+    unchecked = set(caps)
+    out: list[dict[str, int]] = []
+    for cfg in fitted:
+        cfg = {k: (now[k] if k in unchecked and k in now and (v > now[k] or now[k] % v) else v)
+               for k, v in cfg.items()}
+        if cfg not in out:
+            out.append(cfg)
+    return out
 
 
 def _host_pinned(mod: PyModule, launches: Sequence[Launch],
@@ -1612,7 +1655,7 @@ def _disjoint(edits: list[ByteEdit]) -> list[ByteEdit]:
 
 def _decorator_text(
     mod: PyModule, kernel: ast.FunctionDef, fitted: Sequence[Mapping[str, int]],
-    dec: ast.expr | None = None, hook: Sequence[str] = (),
+    dec: ast.expr | None = None, hook: Sequence[str] = (), restore: Sequence[str] = (),
 ) -> str:
     """The `@triton.autotune` over `fitted`. Where the kernel had one (`dec`), what its author
     wrote beside the configurations stays: its keywords other than `configs` (the cache key,
@@ -1630,15 +1673,21 @@ def _decorator_text(
         before = (f"{indent}def {name}(nargs):\n{indent}    \"\"\"The host-built tensor descriptors "
                   f"take the configuration's tiles as their blocks.\"\"\"\n{body}\n\n")
     per_config = "".join(f", {k}={v}" for k, v in shared.items())
+    # meta-parameters the author's first configuration sets that the sweep does not tune (a
+    # split count with no tile role) keep that configuration's value
+    authored = _config_dicts(mod, kernel)
+    untuned = [(mod.text(k), mod.text(v)) for k, v in zip(authored[0].args[0].keys,
+                                                          authored[0].args[0].values)
+               if isinstance(k, ast.Constant) and k.value not in fitted[0]] if authored else []
     lines = []
     for cfg in fitted:
-        meta = ", ".join(f'"{k}": {v}' for k, v in cfg.items() if k not in LAUNCH_KEYS)
+        meta = ", ".join([f'"{k}": {v}' for k, v in cfg.items() if k not in LAUNCH_KEYS]
+                         + [f"{k}: {v}" for k, v in untuned])
         lines.append(
             f"{indent}        triton.Config({{{meta}}}, num_warps={cfg['num_warps']}, "
             f"num_stages={cfg['num_stages']}{per_config}),"
         )
     extra = "".join(f",\n{indent}    {k}={v}" for k, v in own.items() if k != "key")
-    restore = _written_and_read(kernel)
     if restore and "restore_value" not in own:
         extra += f",\n{indent}    restore_value={restore!r}"
     keys = own.get("key") or repr(_dimension_keys(kernel))
@@ -1858,6 +1907,15 @@ def _unpassed_grid_divisors(
                   or (axes.get(name) is not None and _grid_axis(grid, d) == axes[name])]
         found = [d for d in (shaped if shaped else divisors)
                  if _host_literal(mod, launch.site, d) == value]
+        allowed = {id(n) for n in ast.walk(grid)}
+        stray = _divides_elsewhere(mod, launch.site, allowed, value) if found else None
+        reads = [n for d in found if isinstance(d, ast.Name) for n in ast.walk(mod.tree)
+                 if isinstance(n, ast.Name) and n.id == d.id and isinstance(n.ctx, ast.Load)
+                 and id(n) not in allowed]
+        if stray is not None or reads:
+            line = (stray or reads[0]).lineno
+            return SweepRefusal(f"the host also uses the grid's copy of {name} (line {line}): "
+                                f"{name} cannot be tuned", {"tile": name, "line": line})
         out += [(d, name) for d in found]
         if shaped and not found:
             return SweepRefusal(
@@ -1888,6 +1946,14 @@ def _host_reuse(
             allowed |= {id(n) for n in ast.walk(args[t])}
     for name in tuned:
         node = args.get(name)
+        value = literal_int(node)
+        stray_div = _divides_elsewhere(mod, call, allowed, value) if value is not None else None
+        if stray_div is not None:
+            return SweepRefusal(
+                f"the host divides by {value} beyond the launch (line {stray_div.lineno}): "
+                f"{name} cannot be tuned",
+                {"tile": name, "line": stray_div.lineno},
+            )
         if isinstance(node, ast.Name):
             scope = mod.enclosing(call, ast.FunctionDef) or mod.tree
             uses = [
@@ -1919,6 +1985,25 @@ def _host_reuse(
                 f"{name} cannot be tuned",
                 {"tile": name, "line": stray.lineno},
             )
+    return None
+
+
+def _divides_elsewhere(mod: PyModule, call: ast.AST, allowed: set[int],
+                       value: int) -> ast.AST | None:
+    """A division (`cdiv(X, d)`, `X // d`) in the function launching `call` by a host value
+    `d` equal to `value` that is not among `allowed` (the grid's and the tile arguments'
+    nodes): the literal tile also sizes something else (`parts = torch.empty(cdiv(n, 256))`
+    beside a launch with `BLOCK=256`)."""
+    scope = mod.enclosing(call, ast.FunctionDef) or mod.tree
+    for node in ast.walk(scope):
+        divisor = None
+        if isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
+            divisor = node.args[1]
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):
+            divisor = node.right
+        if divisor is not None and id(divisor) not in allowed \
+                and _host_literal(mod, call, divisor) == value:
+            return divisor
     return None
 
 
@@ -1992,11 +2077,9 @@ def _tile_axes(kernel: ast.FunctionDef) -> dict[str, int]:
     return out
 
 
-def _tile_dims(kernel: ast.FunctionDef) -> dict[str, set[str]]:
-    """Tile constexpr -> the kernel's size parameters it tiles: `tl.cdiv(D, T)`, or offsets
-    built from `tl.arange(0, T)` compared against D (`offs_m < M`)."""
+def _arange_origins(kernel: ast.FunctionDef) -> dict[str, set[str]]:
+    """Local name -> the tile constexprs whose `tl.arange(0, T)` its value carries."""
     constexprs = set(constexpr_params(kernel))
-    sizes = {a.arg for a in kernel.args.args} - constexprs
     assigns = [
         (t.id, a.value)
         for a in ast.walk(kernel)
@@ -2015,6 +2098,42 @@ def _tile_dims(kernel: ast.FunctionDef) -> dict[str, set[str]]:
                 tiles |= origin.get(n, set())
             if tiles:
                 origin[name] = origin.get(name, set()) | tiles
+    return origin
+
+
+def unchecked_tiles(kernel: ast.FunctionDef) -> set[str]:
+    """Tiles whose block offsets the kernel never compares with anything (no `offs < N` mask
+    or `tl.where` on a value built from their `tl.arange`), in a kernel that reads and writes
+    through pointers (no block pointers or tensor descriptors, which check bounds themselves).
+    Such a kernel is correct only on sizes its author made multiples of the tile: the tile may
+    shrink to a divisor of its value, never grow."""
+    for c in ast.walk(kernel):
+        if not isinstance(c, ast.Call):
+            continue
+        name = callee(c)
+        if name.split(".")[-1] in ("make_block_ptr", "make_tensor_descriptor") or (
+                isinstance(c.func, ast.Attribute) and c.func.attr in ("load", "store")
+                and not name.startswith(("tl.", "triton."))):  # `desc.load([..])`
+            return set()
+    origin = _arange_origins(kernel)
+    tiles = {t for ts in origin.values() for t in ts}
+    checked: set[str] = set()
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Compare):
+            for n in names_in(node):
+                checked |= origin.get(n, set())
+            for c in ast.walk(node):
+                if isinstance(c, ast.Call) and callee(c) in ARANGE and len(c.args) >= 2:
+                    checked |= names_in(c.args[1])
+    return tiles - checked
+
+
+def _tile_dims(kernel: ast.FunctionDef) -> dict[str, set[str]]:
+    """Tile constexpr -> the kernel's size parameters it tiles: `tl.cdiv(D, T)`, or offsets
+    built from `tl.arange(0, T)` compared against D (`offs_m < M`)."""
+    constexprs = set(constexpr_params(kernel))
+    sizes = {a.arg for a in kernel.args.args} - constexprs
+    origin = _arange_origins(kernel)
     out: dict[str, set[str]] = {}
     for node in ast.walk(kernel):
         if isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
