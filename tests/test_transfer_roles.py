@@ -730,3 +730,20 @@ def test_a_tile_the_kernel_never_bounds_checks_only_shrinks() -> None:
     assert grow_k and "never bounds-checks" in step.optimize(ir, grow_k[0]).reason
     grow_m = next(s for s in step.sites(ir) if not s.present and s.detail["tile"] == "BM")
     assert isinstance(step.optimize(ir, grow_m), Applied)
+
+
+def test_a_grid_counted_on_the_host_from_default_tiles_refuses_the_sweep() -> None:
+    # the program count is computed into a host variable the grid reads: a sweep of the default
+    # tiles would leave it counting 32x32 blocks
+    text = DEFAULTS_MM.replace(
+        "    grid = (triton.cdiv(M, ROWS_PER_PROGRAM), triton.cdiv(N, COLS_PER_PROGRAM))\n",
+        "    n_rows = triton.cdiv(M, ROWS_PER_PROGRAM)\n"
+        "    grid = (n_rows, triton.cdiv(N, COLS_PER_PROGRAM))\n")
+    assert text != DEFAULTS_MM
+    made = sweep_edit(_ir(text), "mm_defaults", [{"m": 128, "n": 64, "k": 64}])
+    assert hasattr(made, "reason") and made.detail["tile"] == "BM", made
+    one_axis = text.replace("    grid = (n_rows, triton.cdiv(N, COLS_PER_PROGRAM))\n",
+                            "    n_tiles = n_rows * triton.cdiv(N, COLS_PER_PROGRAM)\n"
+                            "    grid = (n_tiles,)\n")
+    made = sweep_edit(_ir(one_axis), "mm_defaults", [{"m": 128, "n": 64, "k": 64}])
+    assert hasattr(made, "reason") and "division on the host" in made.reason, made

@@ -1923,7 +1923,38 @@ def _unpassed_grid_divisors(
                 f"{value}: the program count would not follow {name}",
                 {"tile": name, "line": shaped[0].lineno},
             )
+        hidden = None if found or divisors else _host_division(mod, launch.site, grid)
+        if hidden is not None:
+            return SweepRefusal(
+                f"the launch grid's program count comes from a division on the host (line "
+                f"{hidden.lineno}) the sweep cannot follow to {name}",
+                {"tile": name, "line": hidden.lineno},
+            )
     return out
+
+
+def _host_division(mod: PyModule, call: ast.AST, grid: ast.AST) -> ast.AST | None:
+    """A division (`cdiv`, `//`) in what a host grid's names are bound to in the launching
+    function (`n_tiles = cdiv(M, BM) * cdiv(N, BN)` read as `grid = (n_tiles,)`), two bindings
+    deep. A grid of no division (`(NUM_SMS,)`) does not depend on a tile."""
+    scope = mod.enclosing(call, ast.FunctionDef)
+    if scope is None:
+        return None
+    todo, seen = list(names_in(grid)), set()
+    for _ in range(2):
+        nxt: list[str] = []
+        for name in todo:
+            if name in seen:
+                continue
+            seen.add(name)
+            for value in _bindings(ast.walk(scope), name):
+                for node in ast.walk(value):
+                    if (isinstance(node, ast.Call) and callee(node).endswith("cdiv")) or (
+                            isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv)):
+                        return node
+                nxt.extend(names_in(value))
+        todo = nxt
+    return None
 
 
 def _host_reuse(
