@@ -17,7 +17,13 @@ from kir import parse
 from kir.errors import BadInputError
 from passes._source import ByteEdit
 from lineage.transfer import first_unique
-from passes.triton.roles import KernelConfig, SweepRefusal, joint_config, sweep_edit
+from passes.triton.roles import (
+    KernelConfig,
+    SweepRefusal,
+    constexpr_globals_lifted,
+    joint_config,
+    sweep_edit,
+)
 
 # (m, n, k, warps, stages): the tile list commonly written for a tiled tl.dot kernel on NVIDIA GPUs.
 DOT_CONFIGS: tuple[tuple[int, int, int, int, int], ...] = (
@@ -68,21 +74,23 @@ def autotune_control(source: str, max_configs: int = 8) -> str:
     cannot take tuned parameters (see `passes.triton.roles.sweep_edit`) are left as they are;
     a module where no kernel can be tuned raises `BadInputError` with the reasons."""
     ir = parse(source, "triton")
-    edits: list[ByteEdit] = []
+    ir = constexpr_globals_lifted(ir) or ir  # module-level constexpr tiles as parameters
+    tuned = False
     reasons: list[str] = []
-    for name, config in joint_config(ir).items():
-        configs = generic_configs(config, max_configs)
+    for name in list(joint_config(ir)):
+        configs = generic_configs(joint_config(ir)[name], max_configs)
         made = sweep_edit(ir, name, configs)
         if isinstance(made, SweepRefusal):
             if made.reason != "the kernel is never launched in this module":
                 reasons.append(f"{name}: {made.reason}")
             continue
-        edits.extend(made[0])
-    if not edits:
+        ir = parse(apply_byte_edits(ir.unparse(), made[0]), "triton")  # one kernel at a time
+        tuned = True
+    if not tuned:
         raise BadInputError(
             "no kernel could be autotuned: " + ("; ".join(reasons) or "no launches")
         )
-    return apply_byte_edits(source, edits)
+    return ir.unparse()
 
 
 def apply_byte_edits(source: str, edits: Sequence[ByteEdit]) -> str:

@@ -22,7 +22,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
-from passes.triton.roles import DOT_ROLES, KernelConfig, SweepRefusal, joint_config, sweep_edit
+from passes.triton.roles import (
+    DOT_ROLES,
+    KernelConfig,
+    SweepRefusal,
+    constexpr_globals_lifted,
+    joint_config,
+    sweep_edit,
+)
 
 if TYPE_CHECKING:
     from kir import KernelIR
@@ -195,6 +202,7 @@ def config_candidates(
     recorded = recorded_configs(carrier)
     if not recorded:
         return []
+    ir = constexpr_globals_lifted(ir) or ir  # module-level constexpr tiles as parameters
     out: list[tuple[str, KernelIR, list[dict[str, int]]]] = []
     for name, target in joint_config(ir).items():
         if skip_kernel is not None and skip_kernel(name):

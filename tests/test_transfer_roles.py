@@ -681,6 +681,7 @@ def test_the_configuration_sweep_takes_the_recorded_kernel_sharing_most_roles() 
 # Kernels whose sweeps were unsound or wasted before: each needs what the autotuner's trial runs
 # and its other configurations would break.
 STYLES = Path(__file__).resolve().parent / "data" / "styles"
+ROOT_DIR = Path(__file__).resolve().parent.parent
 
 
 def _swept(name: str, kernel: str, configs: list) -> str:
@@ -732,18 +733,37 @@ def test_a_tile_the_kernel_never_bounds_checks_only_shrinks() -> None:
     assert isinstance(step.optimize(ir, grow_m), Applied)
 
 
-def test_a_grid_counted_on_the_host_from_default_tiles_refuses_the_sweep() -> None:
-    # the program count is computed into a host variable the grid reads: a sweep of the default
-    # tiles would leave it counting 32x32 blocks
+def test_a_program_count_computed_on_the_host_is_written_into_the_grid_it_feeds() -> None:
+    # `n_rows` and `n_tiles` hold the program count the grid reads: written into the grid in
+    # their place, the sweep makes it read the tuned tiles
     text = DEFAULTS_MM.replace(
         "    grid = (triton.cdiv(M, ROWS_PER_PROGRAM), triton.cdiv(N, COLS_PER_PROGRAM))\n",
         "    n_rows = triton.cdiv(M, ROWS_PER_PROGRAM)\n"
-        "    grid = (n_rows, triton.cdiv(N, COLS_PER_PROGRAM))\n")
+        "    n_tiles = n_rows * triton.cdiv(N, COLS_PER_PROGRAM)\n"
+        "    grid = (n_tiles,)\n")
     assert text != DEFAULTS_MM
     made = sweep_edit(_ir(text), "mm_defaults", [{"m": 128, "n": 64, "k": 64}])
-    assert hasattr(made, "reason") and made.detail["tile"] == "BM", made
-    one_axis = text.replace("    grid = (n_rows, triton.cdiv(N, COLS_PER_PROGRAM))\n",
-                            "    n_tiles = n_rows * triton.cdiv(N, COLS_PER_PROGRAM)\n"
-                            "    grid = (n_tiles,)\n")
-    made = sweep_edit(_ir(one_axis), "mm_defaults", [{"m": 128, "n": 64, "k": 64}])
+    assert not hasattr(made, "reason"), made
+    out = apply_byte_edits(text, made[0])
+    assert 'grid = lambda meta: (((triton.cdiv(M, meta["BM"])) * triton.cdiv(N, meta["BN"])),)' in out
+    assert "n_rows" not in out and "n_tiles" not in out
+    compile(out, "tuned.py", "exec")
+    # a count the host also reads elsewhere stays; the grid then cannot follow the tiles
+    kept = text.replace("    return c\n", "    assert n_tiles > 0\n    return c\n")
+    made = sweep_edit(_ir(kept), "mm_defaults", [{"m": 128, "n": 64, "k": 64}])
     assert hasattr(made, "reason") and "division on the host" in made.reason, made
+
+
+def test_module_level_constexpr_tiles_become_parameters_that_a_sweep_tunes() -> None:
+    from passes.triton.roles import constexpr_globals_lifted
+
+    text = (ROOT_DIR / "bench/styles/mm_global_constexpr/gmm.py").read_text()
+    assert joint_config(_ir(text))["gmm_kernel"].by_role() == {}
+    lifted = constexpr_globals_lifted(_ir(text))
+    assert lifted is not None
+    assert joint_config(lifted)["gmm_kernel"].by_role() == {"m": 32, "n": 32, "k": 32}
+    made = sweep_edit(lifted, "gmm_kernel", [{"m": 128, "n": 256, "k": 64}])
+    assert not hasattr(made, "reason"), made
+    out = apply_byte_edits(lifted.unparse(), made[0])
+    assert 'triton.cdiv(M, meta["BLOCK_ROWS"])' in out and 'triton.cdiv(N, meta["BLOCK_COLS"])' in out
+    compile(out, "tuned.py", "exec")

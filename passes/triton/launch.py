@@ -240,10 +240,13 @@ class TileSizes(Pass):
             return refusal
         current = node.value
         target = self.value or (current * 2 if grow else current // 2)
-        if target > current and name and name in _unchecked(mod, holder):
+        # a size the card recorded is its lineage's evidence; a doubling is checked
+        cap = _unchecked(mod, holder).get(name) if name and target > current \
+            and not self.value else None
+        if cap is not None and (target > cap or cap % target):
             return Skipped(f"the kernel never bounds-checks the {name} block: it is correct only "
-                           f"on sizes that are multiples of {current}, and {target} may read past "
-                           f"them", {"tile": name, "size": current})
+                           f"on sizes that are multiples of {cap}, and {target} may read past "
+                           f"them", {"tile": name, "size": cap})
         if not grow:
             target = max(target, self.floor)
         elif not self.value and target > self.cap:
@@ -293,10 +296,11 @@ class TileSizes(Pass):
         return self._resize(ir, site, ctx, grow=True)
 
 
-def _unchecked(mod: PyModule, holder: ast.AST | None) -> set[str]:
-    """The tiles the kernel a launch / config / signature default sizes never bounds-checks
-    (`passes.triton.roles.unchecked_tiles`; every kernel's when the holder names none)."""
-    from passes.triton.roles import unchecked_tiles  # noqa: PLC0415
+def _unchecked(mod: PyModule, holder: ast.AST | None) -> dict[str, int]:
+    """The tiles the kernel a launch / config / signature default sizes never bounds-checks,
+    each with the largest size its author runs it with (`passes.triton.roles._unchecked_caps`;
+    every kernel's when the holder names none)."""
+    from passes.triton.roles import _unchecked_caps, kernel_config  # noqa: PLC0415
 
     if isinstance(holder, ast.FunctionDef):
         kernels = [holder]
@@ -306,7 +310,11 @@ def _unchecked(mod: PyModule, holder: ast.AST | None) -> set[str]:
             owner = _config_kernel(mod, holder) if callee(holder) in CONFIG_NAMES else next(
                 (h.kernel for h in holders(mod) if h.call is holder), None)
         kernels = [owner] if owner is not None else list(mod.kernels())
-    return set().union(*(unchecked_tiles(k) for k in kernels)) if kernels else set()
+    caps: dict[str, int] = {}
+    for k in kernels:
+        for name, cap in _unchecked_caps(mod, k, kernel_config(mod, k)).items():
+            caps[name] = max(cap, caps.get(name, cap))
+    return caps
 
 
 def _grid_refusal(mod: PyModule, holder: ast.AST | None, tile: str) -> Skipped | None:

@@ -590,6 +590,8 @@ def _host_literal(mod: PyModule, call: ast.AST, expr: ast.AST) -> int | None:
         and expr.value.id == "self"
     ):
         return _attribute_literal(mod, call, expr.attr)
+    if isinstance(expr, ast.Attribute) and expr.attr == "value":  # `BLOCK.value` of a constexpr
+        return _module_literal(mod, expr)
     if not isinstance(expr, ast.Name):
         return None
     scope = mod.enclosing(call, ast.FunctionDef)
@@ -600,10 +602,7 @@ def _host_literal(mod: PyModule, call: ast.AST, expr: ast.AST) -> int | None:
         if expr.id in _parameters(scope):
             return _parameter_literal(mod, scope, expr.id)
         scope = mod.enclosing(scope, ast.FunctionDef)
-    bound = _bindings(mod.tree.body, expr.id)
-    if len(bound) == 1:
-        return literal_int(bound[0])
-    return None
+    return _module_literal(mod, expr)
 
 
 def _parameters(fn: ast.FunctionDef) -> list[str]:
@@ -642,10 +641,21 @@ def _parameter_literal(mod: PyModule, fn: ast.FunctionDef, name: str) -> int | N
 
 
 def _module_literal(mod: PyModule, expr: ast.AST | None) -> int | None:
-    """A literal, or a module-level name bound once to one."""
+    """A literal, or a module-level name bound once to one (or to `tl.constexpr(literal)`,
+    also read as `NAME.value`)."""
+    if isinstance(expr, ast.Attribute) and expr.attr == "value" and isinstance(expr.value, ast.Name):
+        expr = expr.value
     if isinstance(expr, ast.Name):
         bound = _bindings(mod.tree.body, expr.id)
-        return literal_int(bound[0]) if len(bound) == 1 else None
+        return _constexpr_literal(bound[0]) if len(bound) == 1 else None
+    return literal_int(expr)
+
+
+def _constexpr_literal(expr: ast.AST | None) -> int | None:
+    """An int literal, or `tl.constexpr(literal)`."""
+    if isinstance(expr, ast.Call) and callee(expr).split(".")[-1] == "constexpr" \
+            and len(expr.args) == 1 and not expr.keywords:
+        return literal_int(expr.args[0])
     return literal_int(expr)
 
 
@@ -1320,6 +1330,15 @@ def sweep_edit(
     partial (its other entries kept); refused then where the dict is read beyond the kernel's
     launches (and the grid reads the rewrite replaces), where the partial is used other than
     called, or where a `**` argument's keys cannot be read."""
+    counted = _grid_counts_inlined(ir, kernel_name)
+    if counted is not None:  # the same program with each host count written into its grid
+        made = sweep_edit(counted, kernel_name, configs)
+        if isinstance(made, SweepRefusal):
+            return made
+        from kir import Edit, Span  # noqa: PLC0415
+
+        text = counted.apply(Edit(Span(e.start, e.end), e.text) for e in made[0]).unparse()
+        return [ByteEdit(0, len(ir.source), text)], made[1]
     mod = PyModule(ir)
     kernel = next((k for k in mod.kernels() if k.name == kernel_name), None)
     if kernel is None:
@@ -1909,9 +1928,10 @@ def _unpassed_grid_divisors(
                  if _host_literal(mod, launch.site, d) == value]
         allowed = {id(n) for n in ast.walk(grid)}
         stray = _divides_elsewhere(mod, launch.site, allowed, value) if found else None
-        reads = [n for d in found if isinstance(d, ast.Name) for n in ast.walk(mod.tree)
-                 if isinstance(n, ast.Name) and n.id == d.id and isinstance(n.ctx, ast.Load)
-                 and id(n) not in allowed]
+        reads = [n for d in found for base in [d.value if isinstance(d, ast.Attribute) else d]
+                 if isinstance(base, ast.Name) for n in ast.walk(mod.tree)
+                 if isinstance(n, ast.Name) and n.id == base.id and isinstance(n.ctx, ast.Load)
+                 and id(n) not in allowed and mod.kernel_of(n) is None]
         if stray is not None or reads:
             line = (stray or reads[0]).lineno
             return SweepRefusal(f"the host also uses the grid's copy of {name} (line {line}): "
@@ -1931,6 +1951,113 @@ def _unpassed_grid_divisors(
                 {"tile": name, "line": hidden.lineno},
             )
     return out
+
+
+def constexpr_globals_lifted(ir: KernelIR) -> KernelIR | None:
+    """`ir` with each module-level constexpr a jit kernel reads (`BLOCK = tl.constexpr(32)`,
+    `BLOCK: tl.constexpr = 32`) also declared as that kernel's constexpr parameter with the
+    same value as its default (`..., BLOCK: tl.constexpr = 32)`): the same program, whose
+    tiles now have roles and can be tuned (the host's reads of the global stay its copy of the
+    default). A kernel with `*args`, keyword-only parameters or one binding the name itself is
+    left as it is; None when no kernel reads such a global."""
+    mod = PyModule(ir)
+    consts: dict[str, tuple[int, str]] = {}
+    for st in mod.tree.body:
+        target, value, note = None, None, None
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            target, value = st.targets[0].id, st.value
+        elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
+            target, value, note = st.target.id, st.value, st.annotation
+        if target is None or value is None:
+            continue
+        number = _constexpr_literal(value)
+        wrapped = isinstance(value, ast.Call) and number is not None
+        annotated = note is not None and dotted(note).split(".")[-1] == "constexpr"
+        if number is not None and (wrapped or annotated):
+            prefix = dotted(value.func if wrapped else note)
+            consts[target] = (number, prefix)
+    consts = {k: v for k, v in consts.items() if len(_bindings(mod.tree.body, k)) == 1}
+    edits: list[ByteEdit] = []
+    for kernel in mod.kernels():
+        args = kernel.args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs or not args.args:
+            continue
+        bound = {a.arg for a in args.args} | {n.id for n in ast.walk(kernel)
+                                              if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        used = sorted({n.id for n in ast.walk(kernel) if isinstance(n, ast.Name)
+                       and n.id in consts and n.id not in bound})
+        if not used:
+            continue
+        last = args.args[-1]
+        end = max([mod.end(last)] + [mod.end(d) for d in args.defaults])
+        text = "".join(f", {n}: {consts[n][1]} = {consts[n][0]}" for n in used)
+        edits.append(ByteEdit(end, end, text))
+    if not edits:
+        return None
+    from kir import Edit, Span  # noqa: PLC0415
+    from kir.errors import KLineageError  # noqa: PLC0415
+
+    try:
+        return ir.apply(Edit(Span(e.start, e.end), e.text) for e in edits)
+    except KLineageError:
+        return None
+
+
+def _grid_counts_inlined(ir: KernelIR, kernel_name: str) -> KernelIR | None:
+    """`ir` with each host variable a launch grid of `kernel_name` reads that holds a program
+    count (`n_tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)` before `kernel[(n_tiles,)]`)
+    written into the grid in its place, and its assignment removed: the same program, whose
+    grid a sweep can then rewrite to read the tuned tiles. Only a variable bound once, by a
+    plain assignment in the launching function, to a value with a division, and read nowhere
+    else; None when no grid reads one."""
+    mod = PyModule(ir)
+    kernel = next((k for k in mod.kernels() if k.name == kernel_name), None)
+    if kernel is None:
+        return None
+    edits: dict[tuple[int, int], str] = {}
+    constexprs = set(constexpr_params(kernel))
+    for launch in kernel_launches(mod, kernel):
+        grid = launch_grid(mod, launch.site)
+        scope = mod.enclosing(launch.site, ast.FunctionDef)
+        if grid is None or scope is None or isinstance(grid, (ast.Lambda, ast.FunctionDef)):
+            continue
+        inside = {id(n) for n in ast.walk(grid)}
+        for name in sorted(names_in(grid)):
+            stmts = [st for st in ast.walk(scope) if isinstance(st, (ast.Assign, ast.AugAssign,
+                                                                       ast.AnnAssign, ast.For))
+                     and name in {t.id for t in ast.walk(st.target if not isinstance(st, ast.Assign)
+                                                        else ast.Tuple(st.targets))
+                                  if isinstance(t, ast.Name)}]
+            if len(stmts) != 1 or not isinstance(stmts[0], ast.Assign) \
+                    or len(stmts[0].targets) != 1 or not isinstance(stmts[0].targets[0], ast.Name) \
+                    or name in _parameters(scope):
+                continue
+            value = stmts[0].value
+            # a count of blocks: divided by a literal or constant, or by what a tile is given
+            passed = {mod.text(v) for k, v in launch.values().items() if k in constexprs}
+            divisors = [n.args[1] if isinstance(n, ast.Call) else n.right for n in ast.walk(value)
+                        if (isinstance(n, ast.Call) and callee(n).endswith("cdiv")
+                            and len(n.args) == 2)
+                        or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.FloorDiv))]
+            if not any(_host_literal(mod, launch.site, d) is not None or mod.text(d) in passed
+                       and not isinstance(d, ast.Call) for d in divisors):
+                continue
+            reads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name
+                     and isinstance(n.ctx, ast.Load)]
+            if any(id(n) not in inside for n in reads):
+                continue
+            for n in reads:
+                edits[mod.span(n)] = f"({mod.text(value)})"
+            edits[mod.stmt_span(stmts[0])] = ""
+    if not edits:
+        return None
+    from kir import Edit, Span  # noqa: PLC0415
+    from kir.errors import KLineageError  # noqa: PLC0415
+
+    try:
+        return ir.apply(Edit(Span(a, b), t) for (a, b), t in edits.items())
+    except KLineageError:
+        return None
 
 
 def _host_division(mod: PyModule, call: ast.AST, grid: ast.AST) -> ast.AST | None:
@@ -1975,10 +2102,15 @@ def _host_reuse(
     for t in (tuned if passed is None else passed):
         if t in args:
             allowed |= {id(n) for n in ast.walk(args[t])}
+    launched = dotted(call.value) if isinstance(call, ast.Subscript) else None
+    kernel = next((k for k in mod.kernels() if k.name == launched), None)
+    dims = _tile_dims(kernel) if kernel is not None else {}
     for name in tuned:
         node = args.get(name)
         value = literal_int(node)
-        stray_div = _divides_elsewhere(mod, call, allowed, value) if value is not None else None
+        sizes = {mod.text(args[d]) for d in dims.get(name, ()) if d in args}
+        stray_div = _divides_elsewhere(mod, call, allowed, value, sizes) \
+            if value is not None and sizes else None
         if stray_div is not None:
             return SweepRefusal(
                 f"the host divides by {value} beyond the launch (line {stray_div.lineno}): "
@@ -2019,20 +2151,25 @@ def _host_reuse(
     return None
 
 
-def _divides_elsewhere(mod: PyModule, call: ast.AST, allowed: set[int],
-                       value: int) -> ast.AST | None:
+def _divides_elsewhere(mod: PyModule, call: ast.AST, allowed: set[int], value: int,
+                       sizes: set[str] | None = None) -> ast.AST | None:
     """A division (`cdiv(X, d)`, `X // d`) in the function launching `call` by a host value
     `d` equal to `value` that is not among `allowed` (the grid's and the tile arguments'
-    nodes): the literal tile also sizes something else (`parts = torch.empty(cdiv(n, 256))`
-    beside a launch with `BLOCK=256`)."""
+    nodes), of one of `sizes` (the host values of the sizes the tile tiles; any size when
+    None): the literal tile also sizes something else (`parts = torch.empty(cdiv(n, 256))`
+    beside a launch with `BLOCK=256`). A chunk count of another size (`cdiv(seq, 64)` beside
+    a 64-wide tile of the value dimension) is not."""
     scope = mod.enclosing(call, ast.FunctionDef) or mod.tree
     for node in ast.walk(scope):
-        divisor = None
+        divisor = dividend = None
         if isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
-            divisor = node.args[1]
+            dividend, divisor = node.args
         elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):
-            divisor = node.right
+            dividend, divisor = node.left, node.right
+            if isinstance(dividend, ast.BinOp) and isinstance(dividend.op, ast.Add):
+                dividend = dividend.left  # `(n + 255) // 256`
         if divisor is not None and id(divisor) not in allowed \
+                and (sizes is None or mod.text(dividend) in sizes) \
                 and _host_literal(mod, call, divisor) == value:
             return divisor
     return None
