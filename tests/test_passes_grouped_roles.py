@@ -241,10 +241,11 @@ def test_grids_whose_indices_cannot_be_remapped_are_refused() -> None:
     counted = GRID_2D.replace("    rk = tl.arange(0, BK)\n",
                               "    rk = tl.arange(0, BK) + 0 * tl.num_programs(1)\n")
     assert "number of programs" in _merge_refusal(counted)
-    # the grid is built by a function
+    # the grid is built by a function that does more than return it
     by_def = GRID_2D.replace("    grid = (triton.cdiv(M, 16), triton.cdiv(N, 16))\n",
                              "    def grid(meta):\n"
-                             "        return (triton.cdiv(M, 16), triton.cdiv(N, 16))\n")
+                             "        rows = triton.cdiv(M, 16)\n"
+                             "        return (rows, triton.cdiv(N, 16))\n")
     assert "launch grid" in _merge_refusal(by_def)
 
 
@@ -271,3 +272,19 @@ def test_the_gemm_lineage_card_materializes_on_a_renamed_kernel(tmp_path: Path,
             assert made.options == {} and made.refusals  # the recorded swizzle did not fit
             verdict = check(made.ir.text, "triton", HELDOUT / "mm1024", "interpret")
             assert verdict.ok, verdict
+
+
+def test_a_grid_function_returns_the_merged_axis() -> None:
+    # `def grid(META): return (cdiv(M, META["TILE_M"]), cdiv(N, META["TILE_N"]))` inside an
+    # autograd.Function's forward: the function stays and returns the one merged axis
+    import gate
+
+    case = ROOT / "bench/styles/mm_autograd_fn"
+    ir = kir.parse_file(case / "fn_matmul.py")
+    step = get_pass("grouped-ordering")()
+    result = step.optimize(ir, next(s for s in step.sites(ir) if not s.present))
+    assert isinstance(result, Applied), result
+    text = result.ir.text
+    assert 'return (triton.cdiv(M, META["TILE_M"]) * triton.cdiv(N, META["TILE_N"]),)' in text
+    verdict = gate.check(text, "triton", str(case), tier="interpret", cache=False)
+    assert verdict.ok, (verdict.stage, verdict.reason)

@@ -761,11 +761,18 @@ def _merged_grid(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call, low: in
     sizes are the expressions the launch passes for the kernel's size parameters."""
     detail = {"kernel": kernel.name}
     target = launch_grid(mod, call)
-    if target is None or isinstance(target, ast.FunctionDef):
+    if target is None:
         return Skipped("the launch grid is not an expression bound once where the kernel is "
                        "launched", detail)
     body, meta = target, None
-    if isinstance(target, ast.Lambda):
+    if isinstance(target, ast.FunctionDef):  # `def grid(META): return (...)`
+        stmts = [st for st in target.body if not (isinstance(st, ast.Expr)
+                                                  and isinstance(st.value, ast.Constant))]
+        if len(stmts) != 1 or not isinstance(stmts[0], ast.Return) or stmts[0].value is None \
+                or len(target.args.args) != 1:
+            return Skipped("the launch grid's function does more than return the grid", detail)
+        body, meta = stmts[0].value, target.args.args[0].arg
+    elif isinstance(target, ast.Lambda):
         if len(target.args.args) != 1:
             return Skipped("the launch grid's lambda does not take the meta-parameters", detail)
         body, meta = target.body, target.args.args[0].arg
@@ -791,7 +798,10 @@ def _merged_grid(mod: PyModule, kernel: ast.FunctionDef, call: ast.Call, low: in
         del elts[high]
     else:
         elts[high] = "1"
-    text = f"lambda {meta}: ({', '.join(elts)}{',' if len(elts) == 1 else ''})"
+    merged = f"({', '.join(elts)}{',' if len(elts) == 1 else ''})"
+    if isinstance(target, ast.FunctionDef):  # its return value is the grid
+        return ByteEdit(*mod.span(body), merged)
+    text = f"lambda {meta}: {merged}"
     grid = call.func.slice  # type: ignore[attr-defined]
     if isinstance(grid, ast.Name) and target is not grid:
         host = mod.enclosing(call, ast.FunctionDef) or mod.tree
