@@ -288,3 +288,17 @@ def test_a_grid_function_returns_the_merged_axis() -> None:
     assert 'return (triton.cdiv(M, META["TILE_M"]) * triton.cdiv(N, META["TILE_N"]),)' in text
     verdict = gate.check(text, "triton", str(case), tier="interpret", cache=False)
     assert verdict.ok, (verdict.stage, verdict.reason)
+
+
+def test_a_remainder_written_as_a_subtraction_is_the_row_major_split() -> None:
+    # `i = pid // blocks_n; j = pid - i * blocks_n` is `pid % blocks_n` written out
+    import gate
+
+    case = ROOT / "bench/styles/mm_w8_dequant_kw"
+    ir = kir.parse_file(case / "w8mm.py")
+    step = get_pass("grouped-ordering")()
+    result = step.optimize(ir, next(s for s in step.sites(ir) if not s.present))
+    assert isinstance(result, Applied), result
+    assert "j = (pid % num_pid_in_group) // group_size_m" in result.ir.text
+    verdict = gate.check(result.ir.text, "triton", str(case), tier="interpret", cache=False)
+    assert verdict.ok, (verdict.stage, verdict.reason)

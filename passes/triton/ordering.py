@@ -252,12 +252,25 @@ def _row_major(kernel: ast.FunctionDef, tiling: _Tiling) -> _RowMajor | None:
         for role, outer, inner in (("m", at[m], at[n]), ("n", at[n], at[m])):
             q, r = block[outer].value, block[inner].value
             if (isinstance(q, ast.BinOp) and isinstance(q.op, ast.FloorDiv)
-                    and isinstance(r, ast.BinOp) and isinstance(r.op, ast.Mod)
                     and isinstance(q.left, ast.Name)
-                    and ast.dump(q.left) == ast.dump(r.left)
-                    and ast.dump(q.right) == ast.dump(r.right)):
+                    and _remainder(r, q, m if role == "m" else n)):
                 return _RowMajor(block, outer, inner, q.left.id, q.right, role)
     return None
+
+
+def _remainder(r: ast.AST, q: ast.BinOp, quotient: str) -> bool:
+    """`r` is the remainder of the division `q` (`pid // count`): `pid % count`, or
+    `pid - quotient * count` with `quotient` the name `q` is assigned to."""
+    if not isinstance(r, ast.BinOp):
+        return False
+    if isinstance(r.op, ast.Mod):
+        return ast.dump(q.left) == ast.dump(r.left) and ast.dump(q.right) == ast.dump(r.right)
+    if isinstance(r.op, ast.Sub) and ast.dump(r.left) == ast.dump(q.left) \
+            and isinstance(r.right, ast.BinOp) and isinstance(r.right.op, ast.Mult):
+        for a, b in ((r.right.left, r.right.right), (r.right.right, r.right.left)):
+            if isinstance(a, ast.Name) and a.id == quotient and ast.dump(b) == ast.dump(q.right):
+                return True
+    return False
 
 
 def _tl_alias(kernel: ast.FunctionDef) -> str:
