@@ -274,31 +274,23 @@ def test_the_gemm_lineage_card_materializes_on_a_renamed_kernel(tmp_path: Path,
             assert verdict.ok, verdict
 
 
-def test_a_grid_function_returns_the_merged_axis() -> None:
+@pytest.mark.parametrize("case, start, expect", [
     # `def grid(META): return (cdiv(M, META["TILE_M"]), cdiv(N, META["TILE_N"]))` inside an
     # autograd.Function's forward: the function stays and returns the one merged axis
-    import gate
-
-    case = ROOT / "bench/styles/mm_autograd_fn"
-    ir = kir.parse_file(case / "fn_matmul.py")
-    step = get_pass("grouped-ordering")()
-    result = step.optimize(ir, next(s for s in step.sites(ir) if not s.present))
-    assert isinstance(result, Applied), result
-    text = result.ir.text
-    assert 'return (triton.cdiv(M, META["TILE_M"]) * triton.cdiv(N, META["TILE_N"]),)' in text
-    verdict = gate.check(text, "triton", str(case), tier="interpret", cache=False)
-    assert verdict.ok, (verdict.stage, verdict.reason)
-
-
-def test_a_remainder_written_as_a_subtraction_is_the_row_major_split() -> None:
+    ("mm_autograd_fn", "fn_matmul.py",
+     'return (triton.cdiv(M, META["TILE_M"]) * triton.cdiv(N, META["TILE_N"]),)'),
     # `i = pid // blocks_n; j = pid - i * blocks_n` is `pid % blocks_n` written out
+    ("mm_w8_dequant_kw", "w8mm.py", "j = (pid % num_pid_in_group) // group_size_m"),
+])
+def test_grid_functions_and_written_out_remainders_take_the_grouped_order(
+        case: str, start: str, expect: str) -> None:
     import gate
 
-    case = ROOT / "bench/styles/mm_w8_dequant_kw"
-    ir = kir.parse_file(case / "w8mm.py")
+    folder = ROOT / "bench/styles" / case
+    ir = kir.parse_file(folder / start)
     step = get_pass("grouped-ordering")()
     result = step.optimize(ir, next(s for s in step.sites(ir) if not s.present))
     assert isinstance(result, Applied), result
-    assert "j = (pid % num_pid_in_group) // group_size_m" in result.ir.text
-    verdict = gate.check(result.ir.text, "triton", str(case), tier="interpret", cache=False)
+    assert expect in result.ir.text
+    verdict = gate.check(result.ir.text, "triton", str(folder), tier="interpret", cache=False)
     assert verdict.ok, (verdict.stage, verdict.reason)
