@@ -298,9 +298,9 @@ class TileSizes(Pass):
 
 def _unchecked(mod: PyModule, holder: ast.AST | None) -> dict[str, int]:
     """The tiles the kernel a launch / config / signature default sizes never bounds-checks,
-    each with the largest size its author runs it with (`passes.triton.roles._unchecked_caps`;
+    each with the largest size its author runs it with (`passes.triton.roles.unchecked_caps`;
     every kernel's when the holder names none)."""
-    from passes.triton.roles import _unchecked_caps, kernel_config  # noqa: PLC0415
+    from passes.triton.roles import kernel_config, unchecked_caps  # noqa: PLC0415
 
     if isinstance(holder, ast.FunctionDef):
         kernels = [holder]
@@ -312,7 +312,7 @@ def _unchecked(mod: PyModule, holder: ast.AST | None) -> dict[str, int]:
         kernels = [owner] if owner is not None else list(mod.kernels())
     caps: dict[str, int] = {}
     for k in kernels:
-        for name, cap in _unchecked_caps(mod, k, kernel_config(mod, k)).items():
+        for name, cap in unchecked_caps(mod, k, kernel_config(mod, k)).items():
             caps[name] = max(cap, caps.get(name, cap))
     return caps
 

@@ -1349,7 +1349,7 @@ def sweep_edit(
     if pinned:  # the host needs these tiles as they are: the sweep tunes the rest around them
         current = dataclasses.replace(current, params=tuple(
             dataclasses.replace(p, value=None) if p.name in pinned else p for p in current.params))
-    fitted = _within_unchecked(fit_configs(current, configs), _unchecked_caps(mod, kernel, current))
+    fitted = _within_unchecked(fit_configs(current, configs), unchecked_caps(mod, kernel, current))
     if not fitted:
         return SweepRefusal("no configuration to set", {"kernel": kernel_name})
     if pinned and fitted == fit_configs(current, [{}]):  # nothing but the pinned tiles changed
@@ -1451,7 +1451,7 @@ def sweep_edit(
         return SweepRefusal("the rewrites of the launches overlap", {"kernel": kernel_name})
 
 
-def _unchecked_caps(mod: PyModule, kernel: ast.FunctionDef, current: KernelConfig) -> dict[str, int]:
+def unchecked_caps(mod: PyModule, kernel: ast.FunctionDef, current: KernelConfig) -> dict[str, int]:
     """Each tile the kernel does not bounds-check (`unchecked_tiles`) -> the largest value its
     author runs it with: the current one, or a larger one an entry of the author's autotune
     list sets (the author's sizes are multiples of every one of those)."""
@@ -1466,7 +1466,7 @@ def _unchecked_caps(mod: PyModule, kernel: ast.FunctionDef, current: KernelConfi
 
 
 def _within_unchecked(fitted: list[dict[str, int]], caps: Mapping[str, int]) -> list[dict[str, int]]:
-    """`fitted` with each tile of `caps` (`_unchecked_caps`) kept at a divisor of its cap (a
+    """`fitted` with each tile of `caps` (`unchecked_caps`) kept at a divisor of its cap (a
     value that is not one goes back to the cap); duplicates this makes go, first kept."""
     now = caps
     unchecked = set(caps)
