@@ -96,6 +96,7 @@ keeps retrieval's deterministic order.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import itertools
@@ -369,6 +370,7 @@ def _beside_in_list(ir: KernelIR, result: Any) -> KernelIR | None:
     Edited in place, the step would drop a configuration the kernel may be running with (a
     kept 1.5% step once replaced the 128x256x64, 3-stage entry a later persistent loop needed).
     None when the edits are elsewhere or the new entry is already in the list."""
+    from kir import Edit, Span  # noqa: PLC0415
     from passes.triton._py import PyModule, callee  # noqa: PLC0415
     from passes.triton.launch import CONFIG_NAMES, cut_off_configs  # noqa: PLC0415
 
@@ -377,8 +379,6 @@ def _beside_in_list(ir: KernelIR, result: Any) -> KernelIR | None:
         return None
     mod = PyModule(ir)
     dead = cut_off_configs(mod)
-    import ast  # noqa: PLC0415
-
     for node in ast.walk(mod.tree):
         if not isinstance(node, ast.List):
             continue
@@ -397,8 +397,6 @@ def _beside_in_list(ir: KernelIR, result: Any) -> KernelIR | None:
             line = mod.source.rfind(b"\n", 0, lo) + 1
             indent = mod.source[line:lo].decode()
             indent = indent if not indent.strip() else " " * len(indent)
-            from kir import Edit, Span  # noqa: PLC0415
-
             return ir.apply([Edit(Span(hi, hi), ",\n" + indent + raw.decode())])
     return None
 

@@ -684,22 +684,23 @@ STYLES = Path(__file__).resolve().parent / "data" / "styles"
 ROOT_DIR = Path(__file__).resolve().parent.parent
 
 
-def _swept(name: str, kernel: str, configs: list) -> str:
-    text = (STYLES / name).read_text()
+def _swept(path: Path, kernel: str, configs: list) -> str:
+    text = path.read_text()
     made = sweep_edit(_ir(text), kernel, configs)
     assert not hasattr(made, "reason"), made
     out = apply_byte_edits(text, made[0])
-    compile(out, name, "exec")
+    compile(out, path.name, "exec")
     return out
 
 
 def test_a_tensor_passed_as_input_and_output_is_restored_between_trial_runs() -> None:
-    out = _swept("inplace_alias.py", "softmax_inplace", [{"loop": 128}, {"loop": 32}])
+    out = _swept(STYLES / "inplace_alias.py", "softmax_inplace", [{"loop": 128}, {"loop": 32}])
     assert "restore_value=['dst']" in out
 
 
 def test_a_kernel_with_atomics_is_swept_with_its_buffer_restored() -> None:
-    out = _swept("splitk_reset_zero.py", "splitk_gemm", [{"m": 64, "n": 64, "k": 32}])
+    out = _swept(ROOT_DIR / "bench/styles/splitk_reset_zero/splitk.py", "splitk_gemm",
+                 [{"m": 64, "n": 64, "k": 32}])
     assert "restore_value=['out']" in out and "reset_to_zero" in out
     # the split count has no tile role: every configuration keeps the author's first value
     assert out.count('"SPLITS": 2') == out.count("triton.Config(") and '"SPLITS": 4' not in out

@@ -1468,11 +1468,9 @@ def unchecked_caps(mod: PyModule, kernel: ast.FunctionDef, current: KernelConfig
 def _within_unchecked(fitted: list[dict[str, int]], caps: Mapping[str, int]) -> list[dict[str, int]]:
     """`fitted` with each tile of `caps` (`unchecked_caps`) kept at a divisor of its cap (a
     value that is not one goes back to the cap); duplicates this makes go, first kept."""
-    now = caps
-    unchecked = set(caps)
     out: list[dict[str, int]] = []
     for cfg in fitted:
-        cfg = {k: (now[k] if k in unchecked and k in now and (v > now[k] or now[k] % v) else v)
+        cfg = {k: (caps[k] if k in caps and (v > caps[k] or caps[k] % v) else v)
                for k, v in cfg.items()}
         if cfg not in out:
             out.append(cfg)
@@ -1911,7 +1909,7 @@ def _unpassed_grid_divisors(
     something else: that part of the program count would not follow the tile."""
     defaults = dict(zip([a.arg for a in kernel.args.args][-len(kernel.args.defaults):],
                         kernel.args.defaults)) if kernel.args.defaults else {}
-    divisors = [n for n in ast.walk(grid) if _dividend(grid, n) is not None]
+    divisors = [found[1] for n in ast.walk(grid) if (found := _division(n)) is not None]
     dims = _tile_dims(kernel)
     axes = _tile_axes(kernel)
     out: list[tuple[ast.AST, str]] = []
@@ -2035,10 +2033,7 @@ def _grid_counts_inlined(ir: KernelIR, kernel_name: str) -> KernelIR | None:
             value = stmts[0].value
             # a count of blocks: divided by a literal or constant, or by what a tile is given
             passed = {mod.text(v) for k, v in launch.values().items() if k in constexprs}
-            divisors = [n.args[1] if isinstance(n, ast.Call) else n.right for n in ast.walk(value)
-                        if (isinstance(n, ast.Call) and callee(n).endswith("cdiv")
-                            and len(n.args) == 2)
-                        or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.FloorDiv))]
+            divisors = [found[1] for n in ast.walk(value) if (found := _division(n)) is not None]
             if not any(_host_literal(mod, launch.site, d) is not None or mod.text(d) in passed
                        and not isinstance(d, ast.Call) for d in divisors):
                 continue
@@ -2076,8 +2071,7 @@ def _host_division(mod: PyModule, call: ast.AST, grid: ast.AST) -> ast.AST | Non
             seen.add(name)
             for value in _bindings(ast.walk(scope), name):
                 for node in ast.walk(value):
-                    if (isinstance(node, ast.Call) and callee(node).endswith("cdiv")) or (
-                            isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv)):
+                    if _division(node) is not None:
                         return node
                 nxt.extend(names_in(value))
         todo = nxt
@@ -2161,40 +2155,35 @@ def _divides_elsewhere(mod: PyModule, call: ast.AST, allowed: set[int], value: i
     a 64-wide tile of the value dimension) is not."""
     scope = mod.enclosing(call, ast.FunctionDef) or mod.tree
     for node in ast.walk(scope):
-        divisor = dividend = None
-        if isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
-            dividend, divisor = node.args
-        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):
-            dividend, divisor = node.left, node.right
-            if isinstance(dividend, ast.BinOp) and isinstance(dividend.op, ast.Add):
-                dividend = dividend.left  # `(n + 255) // 256`
-        if divisor is not None and id(divisor) not in allowed \
-                and (sizes is None or mod.text(dividend) in sizes) \
+        found = _division(node)
+        if found is None:
+            continue
+        dividend, divisor = found
+        if id(divisor) not in allowed and (sizes is None or mod.text(dividend) in sizes) \
                 and _host_literal(mod, call, divisor) == value:
             return divisor
+    return None
+
+
+def _division(node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
+    """(dividend, divisor) of a block count: `cdiv(X, d)` or `X // d`; of `(X + 31) // 32`
+    the dividend is the sum's first term."""
+    if isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
+        return node.args[0], node.args[1]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):
+        left = node.left
+        if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Add):
+            left = left.left
+        return left, node.right
     return None
 
 
 def _dividend(grid: ast.AST, node: ast.AST) -> ast.AST | None:
     """What a grid literal divides: `cdiv(X, lit)` or `X // lit` -> X."""
     for parent in ast.walk(grid):
-        if (
-            isinstance(parent, ast.Call)
-            and callee(parent).endswith("cdiv")
-            and len(parent.args) == 2
-            and parent.args[1] is node
-        ):
-            return parent.args[0]
-        if (
-            isinstance(parent, ast.BinOp)
-            and isinstance(parent.op, ast.FloorDiv)
-            and parent.right is node
-        ):
-            left = parent.left
-            # `(M + 31) // 32`: the size is the sum's first term
-            if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Add):
-                return left.left
-            return left
+        found = _division(parent)
+        if found is not None and found[1] is node:
+            return found[0]
     return None
 
 
