@@ -168,6 +168,11 @@ class LaunchMonitor:
     names: set[str] = field(default_factory=set)
     """Names of the kernels the candidate launched through the hooked paths (every mode),
     as the compiled kernel / the driver names them: what `KernelLog` attributes to it."""
+    tuners: dict[int, Any] = field(default_factory=dict)
+    """The candidate's own autotuners that ran (`triton.autotune`), by id, in launch order."""
+    pin: tuple[Any, Any] | None = None
+    """(autotuner, configuration): that autotuner's choice is forced to that configuration
+    (`_wrap_bench`), as if it had timed fastest; None: autotuners choose as they do."""
     _owned: dict[str, bool] = field(default_factory=dict)
     _function_names: dict[int, str] = field(default_factory=dict)
 
@@ -219,15 +224,32 @@ class LaunchMonitor:
 
         if hasattr(autotuner.Autotuner, "_bench"):
             self._patch(autotuner.Autotuner, "_bench", self._wrap_bench(autotuner.Autotuner._bench))
+        self._patch(autotuner.Autotuner, "run", self._wrap_tuner(autotuner.Autotuner.run))
+
+    def _wrap_tuner(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Records each autotuner of the candidate's that runs (`tuners`), so that every one of
+        its configurations can be checked, not only the one it picks (`worker.configs`)."""
+        monitor = self
+
+        def run(tuner: Any, *args: Any, **kwargs: Any) -> Any:
+            if monitor.owns(getattr(tuner_kernel(tuner), "fn", None)):
+                monitor.tuners.setdefault(id(tuner), tuner)
+            return original(tuner, *args, **kwargs)
+
+        return run
 
     def _wrap_bench(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """Autotuning: Triton's own benchmarking is not the candidate's computation, so the op
         trace pauses during it (it may use torch for its statistics). The interpreter cannot
-        time configurations at all: there every configuration ties and the first one runs."""
+        time configurations at all: there every configuration ties and the first one runs.
+        While `pin` names this autotuner, its configuration times fastest and no other runs."""
         monitor = self
         interpreting = _interpreting()
 
         def bench(tuner: Any, *args: Any, **kwargs: Any) -> Any:
+            if monitor.pin is not None and monitor.pin[0] is tuner:
+                fast = kwargs.get("config") is monitor.pin[1]
+                return [0.0, 0.0, 0.0] if fast else [float("inf")] * 3
             if interpreting:
                 return [1.0, 1.0, 1.0]
             monitor.tuning += 1
@@ -453,6 +475,26 @@ class _Kineto:
 
     def stop(self) -> list[Any]:
         return list(self.disable().events())
+
+
+def tuner_kernel(tuner: Any) -> Any:
+    """The `JITFunction` under an autotuner (through heuristics and other wrappers)."""
+    fn = getattr(tuner, "fn", None)
+    for _ in range(8):
+        if fn is None or hasattr(fn, "arg_names") and hasattr(getattr(fn, "fn", None), "__code__"):
+            return fn
+        fn = getattr(fn, "fn", None)
+    return fn
+
+
+def tuner_config_text(config: Any) -> str:
+    """A configuration as `BLOCK_M=64 BLOCK_N=64 num_warps=4 num_stages=3`."""
+    kwargs = dict(getattr(config, "kwargs", {}) or {})
+    for key in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
+        value = getattr(config, key, None)
+        if value is not None and not (key == "num_ctas" and value == 1):
+            kwargs[key] = value
+    return " ".join(f"{k}={v}" for k, v in kwargs.items())
 
 
 def _interpreting() -> bool:

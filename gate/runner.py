@@ -24,8 +24,8 @@ from gate import gpulock, transport
 from gate.cases import Case
 from gate.verdict import (Correctness, Facts, CompileFacts, FailureKind, SeedResult, Tier, Timing,
                           VariantTiming, Verdict, reject)
-from gate.worker import (PHASE_FAULT, PHASE_KNOCKOUT, PHASE_REFILL, PHASE_REVERIFY, PHASE_SEALED,
-                         PHASE_SEED, PHASE_TIMED, Job, main as worker_main)
+from gate.worker import (PHASE_CONFIG, PHASE_FAULT, PHASE_KNOCKOUT, PHASE_REFILL, PHASE_REVERIFY,
+                         PHASE_SEALED, PHASE_SEED, PHASE_TIMED, Job, main as worker_main)
 
 _LOG = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 180.0
@@ -232,7 +232,7 @@ class _Judge:
             self._fail(kind, self.stage, f"{variant}/{phase} seed {seed}: {reason}")
 
     def _ref_key(self, variant: str, phase: str, seed: int) -> tuple[str, str, int]:
-        if phase in (PHASE_KNOCKOUT, PHASE_FAULT):
+        if phase in (PHASE_KNOCKOUT, PHASE_FAULT) or phase.startswith(PHASE_CONFIG + " "):
             return (variant, PHASE_SEED, seed)
         if phase == PHASE_REFILL and (variant, PHASE_REFILL, seed) not in self.refs:
             return (variant, PHASE_TIMED, seed)  # the pool's first set is the timed set

@@ -52,6 +52,9 @@ __all__ = ["Channel", "Job", "Stop", "classify", "describe", "import_candidate",
 PHASE_SEED, PHASE_KNOCKOUT, PHASE_FAULT, PHASE_TIMED, PHASE_REVERIFY, PHASE_REFILL = (
     "seed", "knockout", "fault", "timed", "reverify", "refill")
 PHASE_SEALED = "sealed"  # inputs visible only while the candidate's kernels run (`guards.Seal`)
+# A seed's inputs run again under one configuration of an autotuner (`_Runner.configs`); the
+# phase reads "config <i> of <kernel> (<its values>)" and is judged against the seed's reference.
+PHASE_CONFIG = "config"
 REFILL_SAMPLE = 2  # outputs of each timed run checked (drawn after the calls ran), besides its last
 # An autotuner in the candidate times each configuration with at most this warm-up and this
 # much of repetitions (ms; Triton's defaults are 25 and 100): a median over hundreds of calls
@@ -583,6 +586,53 @@ class _Runner:
             self.send_out(variant, phase, seed, res)
         self.check_kernels("correctness", "correctness calls")
 
+    def configs(self) -> None:
+        """Every configuration of each autotuner the candidate ran is checked, not only the one
+        it picked: the correctness calls ran the configuration that timed fastest (on the
+        device) or the first (the interpreter cannot time), and another shape, GPU or timing
+        run picks another. Each configuration is forced in turn (`LaunchMonitor.pin`) on every
+        variant's first seed, and its output goes to the parent like a seed's. A configuration
+        the autotuner's pruning drops for a shape is not run on it, and one that does not fit
+        the GPU (the errors Triton's autotuner itself skips) is skipped: neither can be picked.
+        The autotuners' choices are restored afterwards."""
+        tuners = [t for t in self.monitor.tuners.values() if len(getattr(t, "configs", ())) > 1]
+        if not tuners:
+            return
+        self.chan.send("stage", "correctness")
+        seed = self.job.seeds[0]
+        skipped = 0
+        for tuner in tuners:
+            kernel = getattr(self.guards.tuner_kernel(tuner), "__name__", None) or "kernel"
+            saved = dict(tuner.cache)
+            try:
+                for variant in self.shapes:
+                    original = self.originals[(variant, PHASE_SEED, seed)]
+                    for index, config in enumerate(list(tuner.configs)):
+                        tuner.cache.clear()
+                        self.monitor.pin = (tuner, config)
+                        inputs = self.clone_inputs(original)
+                        try:
+                            res = self.call(inputs, "run")
+                        finally:
+                            self.monitor.pin = None
+                        if getattr(tuner, "best_config", None) is not config:
+                            continue  # pruned for this shape: the autotuner never runs it here
+                        if res["exc"] is not None and _does_not_fit(res["exc"]):
+                            skipped += 1
+                            continue
+                        phase = (f"{PHASE_CONFIG} {index} of {kernel} "
+                                 f"({self.guards.tuner_config_text(config)})")
+                        self.check_call(res, inputs, original, "correctness",
+                                        f"{variant}/seed {seed} under {phase}")
+                        self.send_out(variant, phase, seed, res)
+            finally:
+                tuner.cache.clear()
+                tuner.cache.update(saved)
+        self.check_kernels("correctness", "configuration calls")
+        if skipped:
+            self.chan.send("flag", f"{skipped} autotune configuration run(s) did not fit the GPU "
+                                   f"and were skipped, as the autotuner skips them")
+
     def knockout(self) -> None:
         self.chan.send("stage", "anti_cheat")
         variant = next(iter(self.shapes))
@@ -745,6 +795,21 @@ class _Runner:
                                    f"({self.kernels.reason[:200]})")
 
 
+def _does_not_fit(exc: BaseException) -> bool:
+    """The compile errors Triton's autotuner catches and times as infinitely slow: a
+    configuration that raises one is never the one it picks."""
+    names = {"OutOfResources", "CompileTimeAssertionFailure", "PTXASError"}
+    return any(type(e).__name__ in names for e in _chain(exc))
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    seen: list[BaseException] = []
+    while exc is not None and exc not in seen and len(seen) < 8:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return seen
+
+
 def _run(chan: Channel, job: Job) -> None:
     import time
 
@@ -753,8 +818,8 @@ def _run(chan: Channel, job: Job) -> None:
     lock_file = getattr(runner.lock, "path", None)
     chan.send("ready", {"device": runner.device, "pid": os.getpid(),
                         "gpu_lock": str(lock_file) if lock_file else None})
-    phases = [runner.references, runner.load_candidate, runner.correctness, runner.knockout,
-              runner.sealed]
+    phases = [runner.references, runner.load_candidate, runner.correctness, runner.configs,
+              runner.knockout, runner.sealed]
     phases += [runner.timing, runner.reverify] if runner.device == "cuda" else [runner.repeat]
     chan.send("mark", "start-up", time.perf_counter() - start)
     for phase in phases:

@@ -131,8 +131,12 @@ def sweep_own(target: KernelConfig, points: int = SWEEP_POINTS) -> list[dict[str
     """A sweep around the target's own configuration, for a launch card whose recorded
     configuration does not fit the target's structure: what the card carries over is that its
     parameters paid to tune, not its values. In this order: the target's configuration; twice
-    and half the warps; each block doubled and halved (dot blocks not below 16); one pipeline
-    stage more and fewer; four times and a quarter of the warps."""
+    and half the warps; each block doubled and halved (dot blocks not below 16); every block
+    doubled with twice the warps, then quadrupled with four times the warps (a larger block
+    pays only with the warps to cover it; an author's block may be far below what the problem
+    wants: a 128-wide chunk over 4096-wide rows); one pipeline stage more and fewer; four
+    times and a quarter of the warps. Dot kernels' joint steps keep accumulators within
+    `MAX_ACC_ELEMENTS` and warps within `MAX_WARPS`."""
     tiles = target.by_role()
     warps, stages = target.num_warps, target.num_stages
     base = {**tiles, "num_warps": warps, "num_stages": stages}
@@ -142,6 +146,12 @@ def sweep_own(target: KernelConfig, points: int = SWEEP_POINTS) -> list[dict[str
         out.append({**base, role: value * 2})
         if value // 2 >= (MIN_DOT_BLOCK if role in DOT_ROLES else 1):
             out.append({**base, role: value // 2})
+    for scale in (2, 4):
+        grown = {role: value * scale for role, value in tiles.items()}
+        most = MAX_WARPS if target.dot else 16
+        if not grown or target.dot and grown.get("m", 1) * grown.get("n", 1) > MAX_ACC_ELEMENTS:
+            break
+        out.append({**base, **grown, "num_warps": min(most, warps * scale)})
     out.append({**base, "num_stages": stages + 1})
     if stages > 1:
         out.append({**base, "num_stages": stages - 1})

@@ -261,3 +261,34 @@ def test_the_text_summary_names_each_kernels_share_of_the_time() -> None:
     text = _summary(Verdict(True, Tier.DEVICE, "timing", timing=timing))
     assert "kernels (share of the candidate's GPU time): state 75%, solve 25%" in text
     assert "kernels (" not in _summary(Verdict(True, Tier.DEVICE, "timing", timing=Timing(1.0, 2.0)))
+
+
+def _two_configs(tmp_path: Path, second_bk: int) -> Path:
+    """The test matmul autotuned over two configurations under the interpreter too, its K loop
+    stopping at the last whole step: right only where BK divides K (the small shape's K is
+    192). Its loads stay masked, so a wrong configuration reads nothing out of bounds."""
+    text = MATMUL.read_text()
+    text = text.replace(
+        'CONFIGS = [triton.Config({"BM": 32, "BN": 32, "BK": 32}, num_warps=4, num_stages=1)]',
+        'CONFIGS = [triton.Config({"BM": 32, "BN": 32, "BK": 32}, num_warps=4, num_stages=1),\n'
+        f'               triton.Config({{"BM": 32, "BN": 64, "BK": {second_bk}}}, num_warps=4, '
+        'num_stages=1)]')
+    text = text.replace("for k in range(0, K, BK):", "for k in range(0, K - BK + 1, BK):")
+    path = tmp_path / f"two_configs_{second_bk}.py"
+    path.write_text(text)
+    return path
+
+
+def test_every_autotune_configuration_is_checked_not_only_the_one_picked(tmp_path: Path) -> None:
+    # The interpreter cannot time, so the autotuner runs the first configuration; the second
+    # (BK 128 over K 192) leaves K's last 64 out and is wrong: the gate runs it too.
+    verdict = gate.check_file(_two_configs(tmp_path, 128), "gemm", Tier.INTERPRET, cache=False)
+    assert verdict.failure_kind is FailureKind.WRONG_OUTPUT, verdict.reason
+    assert verdict.stage == "correctness"
+    assert "config 1 of matmul_kernel" in verdict.reason and "BK=128" in verdict.reason
+    # The same kernel whose second configuration divides K passes, both configurations run.
+    verdict = gate.check_file(_two_configs(tmp_path, 64), "gemm", Tier.INTERPRET, cache=False)
+    assert verdict.ok, verdict.reason
+    phases = {r.phase for r in verdict.correctness.results}
+    assert {p.split(" (")[0] for p in phases if p.startswith("config")} == \
+        {"config 0 of matmul_kernel", "config 1 of matmul_kernel"}

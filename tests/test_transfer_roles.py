@@ -768,3 +768,23 @@ def test_module_level_constexpr_tiles_become_parameters_that_a_sweep_tunes() -> 
     out = apply_byte_edits(lifted.unparse(), made[0])
     assert 'triton.cdiv(M, meta["BLOCK_ROWS"])' in out and 'triton.cdiv(N, meta["BLOCK_COLS"])' in out
     compile(out, "tuned.py", "exec")
+
+
+def test_an_own_sweep_grows_the_block_with_the_warps_to_cover_it() -> None:
+    """A memory-bound kernel's author may pick a block far below what the problem wants (a
+    128-wide chunk over 4096-wide rows): the own sweep doubles and quadruples every block with
+    the warps, beside the single-knob steps; a dot kernel's joint steps respect the register
+    bound on its accumulator."""
+    from lineage.transfer import MAX_ACC_ELEMENTS, sweep_own
+    from passes.triton.roles import KernelConfig, Param
+
+    row = KernelConfig("rows", (Param("CHUNK", "loop", 128),), num_warps=4, num_stages=3)
+    pts = sweep_own(row)
+    assert {"loop": 256, "num_warps": 8, "num_stages": 3} in pts
+    assert {"loop": 512, "num_warps": 16, "num_stages": 3} in pts
+    assert pts[0] == {"loop": 128, "num_warps": 4, "num_stages": 3} and len(pts) <= SWEEP_POINTS
+    dot = KernelConfig("mm", (Param("BM", "m", 128), Param("BN", "n", 128)), dot=True,
+                       num_warps=4, num_stages=3)
+    for p in sweep_own(dot, points=32):
+        assert p["m"] * p["n"] <= MAX_ACC_ELEMENTS
+    assert {"m": 256, "n": 256, "num_warps": 8, "num_stages": 3} not in sweep_own(dot, points=32)
