@@ -183,3 +183,11 @@ def test_an_answer_computed_on_the_host_is_rejected_on_the_device(exploit: str) 
     verdict = _device(path, case)
     assert verdict.failure_kind is FailureKind.HOST_COMPUTE, (verdict.failure_kind, verdict.reason)
     assert "visible only to the candidate's kernels" in verdict.reason
+
+
+def test_a_wrong_configuration_the_autotuner_does_not_pick_is_still_rejected() -> None:
+    """The autotuner keeps the fast, right configuration; the slow one is wrong. Another shape
+    or GPU could pick it, so the gate runs every configuration (`worker.configs`)."""
+    verdict = _device(DATA / "bugs" / "saxpy_autotune_slow_wrong.py")
+    assert verdict.failure_kind is FailureKind.WRONG_OUTPUT, verdict.reason
+    assert "config 1 of saxpy_kernel" in verdict.reason and "BLOCK=32" in verdict.reason
