@@ -41,7 +41,9 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   kernel's structure (a kept one makes a new state, which may be swept again; a state a sweep
   made is not swept again); that sweep goes to a card of the round whose recorded
   configuration shares the most roles with the kernel (`lineage.transfer.fit`: a reduction
-  step recorded on a kernel with no output tile says nothing about a matmul's tile);
+  step recorded on a kernel with no output tile says nothing about a matmul's tile); when a
+  round keeps nothing after that sweep, one sweep around the kernel's own configuration is
+  gated on the state besides (the recorded values may be far from what the kernel wants);
 - a tile, warp or stage step on an entry of a literal autotune list is written as a new entry
   beside the one it edits (`_beside_in_list`): the autotuner picks between them, and the
   configuration the kernel was running with is not lost to a step kept on timing noise;
@@ -242,7 +244,8 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                      ctx: PassContext | None = None, *, max_sites: int = MAX_SITES,
                      skip_site: Callable[[Site], bool] | None = None,
                      sweeps: bool = True, transplants: bool = True,
-                     site_order: Callable[[Site], float] | None = None) -> Iterator[Materialized]:
+                     site_order: Callable[[Site], float] | None = None,
+                     own_sweeps: bool | None = None) -> Iterator[Materialized]:
     """Distinct candidate materializations of `card` on `ir`, best first; the last item has
     no IR (it carries every refusal) when nothing else came out.
 
@@ -264,7 +267,7 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     around it on each kernel it fits (`lineage.transfer`; rewriter "config-sweep"), and last a
     sweep around their own configuration on the kernels it does not fit (a row kernel whose
     only launch parameter is its warps), unless `sweeps` is False (the single-parameter
-    rewrites alone, for ablation)."""
+    rewrites alone, for ablation); `own_sweeps` (default: `sweeps`) decides the latter apart."""
     from passes.base import Applied  # noqa: PLC0415
 
     def ordered(items: Any, site: Callable[[Any], Site]) -> list[Any]:
@@ -345,7 +348,7 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
         produced = True
         yield made
     for made in (ordered(_config_sweeps(card, ir, skip_site, own=True), lambda m: m.site)
-                 if sweeps else ()):
+                 if (sweeps if own_sweeps is None else own_sweeps) else ()):
         produced_sweep = True
         yield made
     if not produced and not produced_sweep:
@@ -354,7 +357,8 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
         if inlined is not None:
             for made in materializations(card, inlined, rewriter, ctx, max_sites=max_sites,
                                          skip_site=skip_site, sweeps=sweeps,
-                                         transplants=transplants, site_order=site_order):
+                                         transplants=transplants, site_order=site_order,
+                                         own_sweeps=own_sweeps):
                 if made.ir is None:
                     break
                 produced = True
@@ -480,7 +484,7 @@ def _config_sweeps(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], bo
         if site is None or (skip_site is not None and skip_site(site)):
             continue
         yield Materialized(card, new_ir, site, "config-sweep", (),
-                           {"sweep": [dict(c) for c in fitted]})
+                           {"sweep": [dict(c) for c in fitted], **({"own": True} if own else {})})
 
 
 def _significant_lines(text: str) -> set[str]:
@@ -602,7 +606,10 @@ class _Run:
     blocked: dict[str, frozenset[str]] = field(default_factory=dict)
     """State -> ids of the cards that have no materialization on it (asked on demand)."""
     swept: set[str] = field(default_factory=set)
-    """States a configuration sweep was gated on (one per state: see `_attempt`)."""
+    """States a sweep around a recorded configuration was gated on (one per state: see
+    `_attempt`)."""
+    own_swept: set[str] = field(default_factory=set)
+    """States a sweep around the kernel's own configuration was gated on (one per state)."""
     rewrites: dict[tuple[str, str], Any] = field(default_factory=dict)
     """(card id, state id of a source) -> the card's first rewrite of it (`_unlocked`)."""
     fits: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -823,7 +830,8 @@ def _try_in_turn(cards: Sequence[SkillCard], run: _Run, job: _Job, save: Callabl
     """Attempt `cards` on the current kernel one after another (each marked tried there) until
     one is kept, the budget or the time is spent; True when one was kept. The state's one
     configuration sweep goes to a card of the round whose recorded configuration fits the
-    kernel best (`_fit`)."""
+    kernel best (`_fit`); when nothing was kept, a sweep around the kernel's own configuration
+    may follow (`_own_sweep_round`)."""
     run.sweep_fit = max((_fit(card, run) for card in cards), default=0)
     for card in cards:
         if run.gated >= job.budget_steps or job.out_of_time():
@@ -835,7 +843,9 @@ def _try_in_turn(cards: Sequence[SkillCard], run: _Run, job: _Job, save: Callabl
         save()
         if kept:
             return True
-    return False
+    kept = _own_sweep_round(cards, run, job)
+    save()
+    return kept
 
 
 def kernel_of(anchor: str) -> str:
@@ -867,6 +877,29 @@ def _used_up(card: SkillCard, run: _Run, best: bool = False) -> bool:
     return all(kernel_of(site.anchor) in full for site in card_sites(card, kernel.ir))
 
 
+def _own_sweep_round(cards: Sequence[SkillCard], run: _Run, job: _Job) -> bool:
+    """After a round that kept nothing on a state whose sweep around a recorded configuration
+    was gated: the first sweep around the kernel's own configuration that a launch card of the
+    round writes is gated too (one per state). The two are different hypotheses: the recorded
+    values may be far from what this kernel wants (a gdn kernel's 64-row block over a cross
+    entropy's 4 rows), its own neighbourhood (blocks and warps grown together) may not."""
+    state = run.current.state
+    if not job.sweeps or state not in run.swept or state in run.own_swept:
+        return False
+    shares = kernel_shares(run.current.verdict)
+    cold = {name for name, share in shares.items() if share < COLD_SHARE}
+    for card in cards:
+        if run.gated >= job.budget_steps or job.out_of_time():
+            return False
+        full = _full_kernels(card, run)
+        for made in _config_sweeps(card, run.current.ir,
+                                   lambda s: kernel_of(s.anchor) in full | cold, own=True):
+            if not _unseen(made.ir.unparse(), run, job):
+                continue
+            return _attempt_one(card, made, run, job)
+    return False
+
+
 def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     """Materialize and gate one card on the run's current kernel (up to
     `CANDIDATES_PER_CARD` materializations); keep the first that improves it."""
@@ -877,6 +910,7 @@ def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     # few points of one joint configuration; once one was gated on this state, the budget goes
     # to cards that change the kernel's structure (a kept one gives a new state, swept again).
     sweeps = job.sweeps and run.current.state not in run.swept and _fit(card, run) >= run.sweep_fit
+    own_sweeps = sweeps and run.sweep_fit == 0  # else after the round (`_own_sweep_round`)
     # Where the current kernel's profile names several GPU kernels: the hottest first, none
     # in a kernel too cold to pay (`COLD_SHARE`). A site in a function the profile does not
     # name (a helper inlined into a kernel) is neither.
@@ -889,7 +923,7 @@ def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     # was never reached).
     fresh = (m for m in materializations(card, run.current.ir, job.rewriter, job.ctx,
                                          skip_site=lambda s: kernel_of(s.anchor) in full | cold,
-                                         sweeps=sweeps,
+                                         sweeps=sweeps, own_sweeps=own_sweeps,
                                          site_order=(lambda s: -shares.get(kernel_of(s.anchor),
                                                                            COLD_SHARE))
                                          if shares else None)
@@ -956,7 +990,7 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
     source = made.ir.unparse()
     verdict = run.verdicts.get(source)
     if made.rewriter == "config-sweep":
-        run.swept.add(current.state)
+        (run.own_swept if made.options.get("own") else run.swept).add(current.state)
     if verdict is None:
         run.gated += 1
         job.say("gate", {"card": card.id, "anchor": made.site.anchor})
@@ -1006,6 +1040,7 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
     kernel = _advance(run, job, card, made, kernel, frozenset())
     if made.rewriter == "config-sweep":  # its configurations were just swept: not again
         run.swept.add(kernel.state)
+        run.own_swept.add(kernel.state)
     run.best, run.applied, run.stones, run.stone_depth = kernel, list(run.chain), [], 0
     job.say("accepted", {"card": card.id, "anchor": made.site.anchor, "ms": ms})
     return True

@@ -798,3 +798,38 @@ def test_a_launch_step_on_an_autotune_list_adds_its_entry_beside_the_one_it_edit
     plain = kir.parse((ROOT / "bench/heldout/mm2048/matmul_ptrs.py").read_text(), "triton")
     made = step.optimize(plain, next(s for s in step.sites(plain) if not s.present))
     assert isinstance(made, Applied) and _beside_in_list(plain, made) is None
+
+
+def test_a_rejected_recorded_sweep_is_followed_by_one_sweep_of_the_kernels_own(
+        tmp_path: Path) -> None:
+    """A cross entropy over 4-row blocks, with two launch cards: one recorded a configuration
+    that fits (a 64-row block of another kernel), the other one that does not. The fitting
+    card's sweep goes first and does not pay; after that round the loop sweeps the kernel's own
+    configuration once (blocks and warps grown together), and here that is what pays."""
+    from lineage.skills import Library
+
+    full = Library(ROOT / "bench/results/heldout/libraries/all")
+    lib = Library.open(tmp_path / "lib", create=True)
+    lib.add_all([full.get("autotune.triton.8d8039dd"), full.get("autotune.triton.6dd0e18a")])
+    case = ROOT / "bench/styles/xent_chunks"
+    target = tmp_path / "xent.py"
+    target.write_text((case / "xent.py").read_text())
+    own_first = 'triton.Config({"ROWS": 4, "VCHUNK": 128}, num_warps=4, num_stages=3),'
+
+    def ms(source: str) -> float:
+        listed = source.split("configs=[", 1)[1] if "configs=[" in source else ""
+        if listed.lstrip().startswith(own_first) and '"VCHUNK": 256' in listed:
+            return 5.0  # the kernel's own neighbourhood
+        return 12.0 if '"ROWS": 64' in listed else 10.0  # the recorded one is slower
+
+    gate = ScriptedGate(ms=ms)
+    result = optimize(target, str(case), lib, tier="device", out=tmp_path / "out",
+                      rewriter=DeterministicRewriter(), budget_steps=16, check_fn=gate)
+    assert result.best_ms == 5.0
+    # the fitting card's sweep first (rejected), then one sweep of the kernel's own (kept)
+    assert [(s.card, s.kept) for s in result.rejected if s.rewriter == "config-sweep"] == [
+        ("autotune.triton.8d8039dd", False)]
+    assert [(s.card, s.rewriter) for s in result.applied][:1] == [
+        ("autotune.triton.6dd0e18a", "config-sweep")]
+    times = [ms(src) for src in gate.seen]
+    assert times.index(12.0) < times.index(5.0) and times.count(5.0) == 1
