@@ -52,6 +52,14 @@ WIDE_K = 64
 # 128x256 fp32 accumulators are 128 registers per thread at 8 warps, of the 255 a thread has.
 MAX_ACC_ELEMENTS = 128 * 256
 MAX_WARPS = 8
+# The fp32 accumulator elements a thread may hold in a swept configuration: a dot kernel's
+# output tile gets at least the warps that keep it there (`warps_cover`). 256 is a 128x256 tile
+# at 4 warps, the half-warp point of the recorded 8-warp configuration, which compiles (with
+# spills) in seconds. A card that records only a reduction step with one warp (a triangular
+# solve's k=32) fits a matmul by that step, and its sweep would give the matmul's 128x256 tile
+# one warp: 1024 a thread, which ptxas spilled for minutes, the rest of a run's box.
+ACC_PER_THREAD = 256
+MOST_WARPS = 16
 
 
 def recorded_configs(
@@ -116,6 +124,27 @@ def sweep_around(
     if stages > 1:
         out.append({**base, "num_stages": stages - 1})
     return first_unique(out, points)
+
+
+def warps_cover(configs: Sequence[dict[str, int]], target: KernelConfig) -> list[dict[str, int]]:
+    """`configs` with each dot kernel's output tile (its m x n, the target's own value where a
+    configuration leaves one out) given at least the warps that hold its fp32 accumulator
+    within `ACC_PER_THREAD` registers a thread; a configuration that would need more than
+    `MOST_WARPS` is left out. Kernels without a dot are returned as they are."""
+    if not target.dot:
+        return list(configs)
+    own = target.by_role()
+    out: list[dict[str, int]] = []
+    for cfg in configs:
+        m, n = cfg.get("m", own.get("m", 0)), cfg.get("n", own.get("n", 0))
+        need = 1
+        while need * 32 * ACC_PER_THREAD < m * n:
+            need *= 2
+        if need > MOST_WARPS:
+            continue
+        warps = int(cfg.get("num_warps", target.num_warps))
+        out.append({**cfg, "num_warps": max(warps, need)} if warps < need else dict(cfg))
+    return first_unique(out, len(out))
 
 
 def first_unique(configs: Sequence[dict[str, int]], points: int) -> list[dict[str, int]]:
@@ -224,6 +253,9 @@ def config_candidates(
             configs = sweep_around(pair[0], also=pair[1], roles=set(target.by_role()))
         else:
             configs = sweep_own(target)
+        configs = warps_cover(configs, target)
+        if not configs:
+            continue
         work = untied_for(ir, name, configs)
         made = sweep_edit(work, name, configs)
         if isinstance(made, SweepRefusal):

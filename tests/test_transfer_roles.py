@@ -788,3 +788,28 @@ def test_an_own_sweep_grows_the_block_with_the_warps_to_cover_it() -> None:
     for p in sweep_own(dot, points=32):
         assert p["m"] * p["n"] <= MAX_ACC_ELEMENTS
     assert {"m": 256, "n": 256, "num_warps": 8, "num_stages": 3} not in sweep_own(dot, points=32)
+
+
+def test_a_dot_tile_swept_with_few_warps_gets_the_warps_that_hold_its_accumulator() -> None:
+    """A card whose recorded configuration has only a reduction step and one warp (a
+    triangular solve's k=32) fits a matmul by that step; its sweep keeps the matmul's own
+    128x256 tile, which one warp would hold as 1024 accumulator registers a thread (ptxas
+    spills for minutes). The sweep gives such a tile the warps to hold it; row kernels keep
+    theirs."""
+    from lineage.transfer import ACC_PER_THREAD, warps_cover
+    from passes.triton.roles import KernelConfig, Param
+
+    mm = KernelConfig("mm", (Param("BM", "m", 128), Param("BN", "n", 256), Param("BK", "k", 64)),
+                      dot=True, num_warps=8, num_stages=3)
+    out = warps_cover([{"k": 32, "num_warps": 1, "num_stages": 1},
+                       {"m": 64, "n": 64, "num_warps": 2, "num_stages": 3},
+                       {"m": 512, "n": 512, "num_warps": 8, "num_stages": 3}], mm)
+    assert out[0] == {"k": 32, "num_warps": 4, "num_stages": 1}
+    assert out[1] == {"m": 64, "n": 64, "num_warps": 2, "num_stages": 3}
+    assert len(out) == 2  # 512x512 would need 32 warps: left out
+    for cfg in out:
+        m, n = cfg.get("m", 128), cfg.get("n", 256)
+        assert m * n <= 32 * cfg["num_warps"] * ACC_PER_THREAD
+    row = KernelConfig("rows", (Param("BLOCK", "loop", 4096),), num_warps=4, num_stages=3)
+    assert warps_cover([{"loop": 4096, "num_warps": 1, "num_stages": 3}], row) == \
+        [{"loop": 4096, "num_warps": 1, "num_stages": 3}]
