@@ -609,19 +609,23 @@ class _Runner:
                     original = self.originals[(variant, PHASE_SEED, seed)]
                     for index, config in enumerate(list(tuner.configs)):
                         tuner.cache.clear()
+                        tuner.best_config = None
                         self.monitor.pin = (tuner, config)
                         inputs = self.clone_inputs(original)
                         try:
                             res = self.call(inputs, "run")
                         finally:
                             self.monitor.pin = None
-                        if getattr(tuner, "best_config", None) is not config:
-                            continue  # pruned for this shape: the autotuner never runs it here
-                        if res["exc"] is not None and _does_not_fit(res["exc"]):
-                            skipped += 1
-                            continue
                         phase = (f"{PHASE_CONFIG} {index} of {kernel} "
                                  f"({self.guards.tuner_config_text(config)})")
+                        if res["exc"] is not None:
+                            if _does_not_fit(res["exc"]):
+                                skipped += 1
+                                continue
+                            self.check_call(res, inputs, original, "correctness",
+                                            f"{variant}/seed {seed} under {phase}")  # rejects
+                        if getattr(tuner, "best_config", None) is not config:
+                            continue  # pruned for this shape: the autotuner never runs it here
                         self.check_call(res, inputs, original, "correctness",
                                         f"{variant}/seed {seed} under {phase}")
                         self.send_out(variant, phase, seed, res)
