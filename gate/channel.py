@@ -90,18 +90,25 @@ def classify(exc: BaseException) -> FailureKind:
     return FailureKind.RUNTIME_ERROR
 
 
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and the exceptions it was raised from, outermost first (`__cause__`, else the
+    `__context__` it does not suppress; each once)."""
+    chain, seen = [exc], {id(exc)}
+    while True:
+        nxt = chain[-1].__cause__ or (None if chain[-1].__suppress_context__
+                                      else chain[-1].__context__)
+        if nxt is None or id(nxt) in seen:
+            return chain
+        seen.add(id(nxt))
+        chain.append(nxt)
+
+
 def describe(exc: BaseException, limit: int = 600) -> str:
     """`Type: message` of `exc`, at most about `limit` characters. When it was raised from
     another exception, the innermost one is appended ("caused by ..."): Triton's
     CompilationError of a nested call names only the call site, its cause says what failed."""
     msg = f"{type(exc).__name__}: {exc}"
-    root, seen = exc, {id(exc)}
-    while True:
-        nxt = root.__cause__ or (None if root.__suppress_context__ else root.__context__)
-        if nxt is None or id(nxt) in seen:
-            break
-        seen.add(id(nxt))
-        root = nxt
+    root = exception_chain(exc)[-1]
     if root is exc:
         return msg if len(msg) <= limit else msg[:limit] + "..."
     cause = f"{type(root).__name__}: {root}"

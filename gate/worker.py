@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from gate import static
-from gate.channel import Channel, Job, Stop, classify, describe, import_candidate
+from gate.channel import Channel, Job, Stop, classify, describe, exception_chain, import_candidate
 from gate.verdict import FailureKind
 
 __all__ = ["Channel", "Job", "Stop", "classify", "describe", "import_candidate", "main"]
@@ -618,13 +618,10 @@ class _Runner:
                             self.monitor.pin = None
                         phase = (f"{PHASE_CONFIG} {index} of {kernel} "
                                  f"({self.guards.tuner_config_text(config)})")
-                        if res["exc"] is not None:
-                            if _does_not_fit(res["exc"]):
-                                skipped += 1
-                                continue
-                            self.check_call(res, inputs, original, "correctness",
-                                            f"{variant}/seed {seed} under {phase}")  # rejects
-                        if getattr(tuner, "best_config", None) is not config:
+                        if res["exc"] is not None and _does_not_fit(res["exc"]):
+                            skipped += 1
+                            continue
+                        if res["exc"] is None and getattr(tuner, "best_config", None) is not config:
                             continue  # pruned for this shape: the autotuner never runs it here
                         self.check_call(res, inputs, original, "correctness",
                                         f"{variant}/seed {seed} under {phase}")
@@ -803,15 +800,7 @@ def _does_not_fit(exc: BaseException) -> bool:
     """The compile errors Triton's autotuner catches and times as infinitely slow: a
     configuration that raises one is never the one it picks."""
     names = {"OutOfResources", "CompileTimeAssertionFailure", "PTXASError"}
-    return any(type(e).__name__ in names for e in _chain(exc))
-
-
-def _chain(exc: BaseException | None) -> list[BaseException]:
-    seen: list[BaseException] = []
-    while exc is not None and exc not in seen and len(seen) < 8:
-        seen.append(exc)
-        exc = exc.__cause__ or exc.__context__
-    return seen
+    return any(type(e).__name__ in names for e in exception_chain(exc))
 
 
 def _run(chan: Channel, job: Job) -> None:

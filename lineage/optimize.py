@@ -886,18 +886,26 @@ def _own_sweep_round(cards: Sequence[SkillCard], run: _Run, job: _Job) -> bool:
     state = run.current.state
     if not job.sweeps or state not in run.swept or state in run.own_swept:
         return False
-    shares = kernel_shares(run.current.verdict)
-    cold = {name for name, share in shares.items() if share < COLD_SHARE}
     for card in cards:
         if run.gated >= job.budget_steps or job.out_of_time():
             return False
-        full = _full_kernels(card, run)
+        left_out = _left_out(card, run)
         for made in _config_sweeps(card, run.current.ir,
-                                   lambda s: kernel_of(s.anchor) in full | cold, own=True):
+                                   lambda s: kernel_of(s.anchor) in left_out, own=True):
             if not _unseen(made.ir.unparse(), run, job):
                 continue
             return _attempt_one(card, made, run, job)
     return False
+
+
+def _left_out(card: SkillCard, run: _Run) -> set[str]:
+    """Kernels of the current state `card` does not act on: those it is used up on
+    (`_full_kernels`) and, where the state's profile names several GPU kernels, those too cold
+    to pay (`COLD_SHARE`). A site in a function the profile does not name (a helper inlined
+    into a kernel) is neither."""
+    shares = kernel_shares(run.current.verdict)
+    return _full_kernels(card, run) | {name for name, share in shares.items()
+                                       if share < COLD_SHARE}
 
 
 def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
@@ -905,24 +913,22 @@ def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     `CANDIDATES_PER_CARD` materializations); keep the first that improves it."""
     # A candidate that is already a state of the run (a recorded tile size smaller than the
     # current one takes the kernel back a step) can teach nothing: it takes no candidate slot.
-    full = _full_kernels(card, run)
     # One configuration sweep per kernel state: the sweeps of several launch cards differ by a
     # few points of one joint configuration; once one was gated on this state, the budget goes
     # to cards that change the kernel's structure (a kept one gives a new state, swept again).
     sweeps = job.sweeps and run.current.state not in run.swept and _fit(card, run) >= run.sweep_fit
     own_sweeps = sweeps and run.sweep_fit == 0  # else after the round (`_own_sweep_round`)
     # Where the current kernel's profile names several GPU kernels: the hottest first, none
-    # in a kernel too cold to pay (`COLD_SHARE`). A site in a function the profile does not
-    # name (a helper inlined into a kernel) is neither.
+    # in a kernel too cold to pay (`_left_out`).
     shares = kernel_shares(run.current.verdict)
-    cold = {name for name, share in shares.items() if share < COLD_SHARE}
+    left_out = _left_out(card, run)
     # A candidate already gated in this run (another card of the same pass wrote the same
     # text) has its verdict: it takes no slot either, so that the card's later sites get theirs
     # (gdn's pipelining and autotune cards all wrote the same two candidates for the first two
     # of its four kernels, and the third kernel's launch, where the lineage's 1.3x step was,
     # was never reached).
     fresh = (m for m in materializations(card, run.current.ir, job.rewriter, job.ctx,
-                                         skip_site=lambda s: kernel_of(s.anchor) in full | cold,
+                                         skip_site=lambda s: kernel_of(s.anchor) in left_out,
                                          sweeps=sweeps, own_sweeps=own_sweeps,
                                          site_order=(lambda s: -shares.get(kernel_of(s.anchor),
                                                                            COLD_SHARE))

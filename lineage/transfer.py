@@ -143,7 +143,7 @@ def warps_cover(configs: Sequence[dict[str, int]], target: KernelConfig) -> list
         if need > MOST_WARPS:
             continue
         warps = int(cfg.get("num_warps", target.num_warps))
-        out.append({**cfg, "num_warps": max(warps, need)} if warps < need else dict(cfg))
+        out.append({**cfg, "num_warps": need} if warps < need else dict(cfg))
     return first_unique(out, len(out))
 
 
@@ -177,7 +177,7 @@ def sweep_own(target: KernelConfig, points: int = SWEEP_POINTS) -> list[dict[str
             out.append({**base, role: value // 2})
     for scale in (2, 4):
         grown = {role: value * scale for role, value in tiles.items()}
-        most = MAX_WARPS if target.dot else 16
+        most = MAX_WARPS if target.dot else MOST_WARPS
         if not grown or target.dot and grown.get("m", 1) * grown.get("n", 1) > MAX_ACC_ELEMENTS:
             break
         out.append({**base, **grown, "num_warps": min(most, warps * scale)})
