@@ -267,6 +267,8 @@ def _run_one(spec: dict[str, Any], gates: Any) -> dict[str, Any]:
         "start_ms": result.start_ms, "best_ms": result.best_ms,
         "fraction_of_expert": (expert_ms / result.best_ms
                                if expert_ms and result.best_ms else None),
+        "expert_variant_ms": _variant_ms(ev),
+        "best_variant_ms": _variant_ms(dict(result.best_verdict)),
         "speedup": (result.start_ms / result.best_ms
                     if result.start_ms and result.best_ms else None),
         "reached_gate": bool(result.best_verdict.get("ok")),
@@ -315,6 +317,21 @@ def passes_recovered(removed: Sequence[str], expert_src: str, best_src: str,
 
     want, have = counts(expert_src), counts(best_src)
     return [p for p in removed if have.get(p, 0) >= max(1, want.get(p, 0))]
+
+
+def _variant_ms(verdict: Any) -> dict[str, float]:
+    """Variant -> candidate ms of a verdict (a Verdict or its JSON); {} when untimed."""
+    timing = verdict.get("timing") if isinstance(verdict, dict) else getattr(verdict, "timing", None)
+    if timing is None:
+        return {}
+    variants = timing.get("variants") if isinstance(timing, dict) else getattr(timing, "variants", ())
+    out: dict[str, float] = {}
+    for v in variants or ():
+        name = v.get("variant") if isinstance(v, dict) else getattr(v, "variant", None)
+        ms = v.get("candidate_ms") if isinstance(v, dict) else getattr(v, "candidate_ms", None)
+        if name and ms:
+            out[str(name)] = float(ms)
+    return out
 
 
 def _ms(verdict: Any) -> float | None:
@@ -500,6 +517,18 @@ def tables(records: list[dict[str, Any]], tier: str,
         improved = sum(1 for r in loo if r.get("improved"))
         lines += ["", f"Reached the gate: {sum(1 for r in loo if r.get('reached_gate'))}/{len(loo)}; "
                       f"improved on their start: {improved}/{len(loo)}."]
+        split = [r for r in loo if len(r.get("expert_variant_ms") or {}) > 1
+                 and r.get("best_variant_ms")]
+        if timed and split:
+            lines += ["", "Fraction of the expert per shape variant (a case timed over several "
+                          "variants sums them; each variant's expert_ms / best_ms):", "",
+                      "| case | variant | expert ms | best ms | fraction of expert |",
+                      "|---|---|---:|---:|---:|"]
+            for r in sorted(split, key=lambda x: x["case"]):
+                for v, ems in r["expert_variant_ms"].items():
+                    bms = r["best_variant_ms"].get(v)
+                    lines.append(f"| {r['case']} | {v} | {_fmt(ems)} | {_fmt(bms)} | "
+                                 f"{_fmt(ems / bms if bms else None)} |")
     if timed and lineage_expert_ms and (rt or loo):
         lines += ["", "## Every run against two measurements of the expert", "",
                   "The expert is timed again in each run's process; its lineage holds the time "

@@ -22,6 +22,7 @@ the reason, so a user sees why a card did not come back.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,12 +107,33 @@ def kernel_features(ir: KernelIR) -> tuple[dict[str, str], ...]:
 
 def kernel_sites(ir: KernelIR) -> tuple[tuple[dict[str, str], ...], tuple[dict[str, str], ...]]:
     """(present, open): `{"pass", "anchor"}` of every site of every registered pass of the
-    kernel's language, split by `Site.present` (duplicates removed, order kept)."""
+    kernel's language, split by `Site.present` (duplicates removed, order kept). Read once per
+    source among the last `SITES_KEPT` (a run asks again for each state it returns to)."""
+    from passes import get_all_passes  # noqa: PLC0415
+
+    language = str(getattr(ir.language, "value", ir.language))
+    key = (language, ir.source, tuple(get_all_passes()))
+    hit = _SITES.get(key)
+    if hit is None:
+        hit = _SITES[key] = _read_kernel_sites(ir, language)
+        if len(_SITES) > SITES_KEPT:
+            _SITES.popitem(last=False)
+    else:
+        _SITES.move_to_end(key)
+    return tuple(dict(r) for r in hit[0]), tuple(dict(r) for r in hit[1])
+
+
+_SITES: OrderedDict[tuple[str, bytes, tuple[str, ...]], tuple[tuple[dict[str, str], ...], ...]] = OrderedDict()
+SITES_KEPT = 128
+
+
+def _read_kernel_sites(
+    ir: KernelIR, language: str
+) -> tuple[tuple[dict[str, str], ...], tuple[dict[str, str], ...]]:
     import anchors  # noqa: PLC0415
 
     from passes import get_all_passes  # noqa: PLC0415
 
-    language = str(getattr(ir.language, "value", ir.language))
     index = anchors.build_index(ir)
     present: list[dict[str, str]] = []
     open_: list[dict[str, str]] = []

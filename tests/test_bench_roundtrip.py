@@ -42,3 +42,25 @@ def test_a_run_without_its_share_of_the_box_is_left_for_the_next_call(
     rt.schedule(specs, [None], time.monotonic() + 100.0)  # without a share: cut to what is left
     assert [s["name"] for s in started] == ["long", "short"]
     assert 95.0 <= started[0]["box"] <= 100.0
+
+
+def test_leave_one_out_table_splits_a_case_timed_over_several_variants() -> None:
+    rt = _module()
+    verdict = {"timing": {"candidate_ms": 3.0, "variants": [
+        {"variant": "causal", "candidate_ms": 2.0}, {"variant": "noncausal", "candidate_ms": 1.0}]}}
+    assert rt._variant_ms(verdict) == {"causal": 2.0, "noncausal": 1.0}
+    assert rt._variant_ms({"timing": None}) == {}
+    record = {"name": "loo-x-0", "kind": "loo", "case": "x", "trial": 0, "reached_gate": True,
+              "improved": True, "start_ms": 9.0, "best_ms": 3.0, "speedup": 3.0,
+              "fraction_of_expert": 0.5, "passes_recovered": [], "passes_removed": ["p"],
+              "applied": ["p"], "gated": 4, "expert_ms": 1.5,
+              "expert_variant_ms": {"causal": 0.5, "noncausal": 1.0},
+              "best_variant_ms": rt._variant_ms(verdict)}
+    text = rt.tables([record], "device")
+    rows = [line for line in text.splitlines()
+            if line.startswith(("| x | causal |", "| x | noncausal |"))]
+    by_variant = {row.split("|")[2].strip(): float(row.split("|")[5]) for row in rows}
+    assert by_variant == {"causal": 0.25, "noncausal": 1.0}
+    # one variant: no split table
+    single = dict(record, expert_variant_ms={"default": 1.5}, best_variant_ms={"default": 3.0})
+    assert "per shape variant" not in rt.tables([single], "device")

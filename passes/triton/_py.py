@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -41,19 +42,11 @@ class PyModule:
     def __init__(self, ir: KernelIR) -> None:
         self.ir = ir
         self.source: bytes = ir.source
-        self.tree = ast.parse(ir.text)
-        self._lines = [0]
-        for i, byte in enumerate(self.source):
-            if byte == 10:
-                self._lines.append(i + 1)
-        parents: dict[ast.AST, ast.AST] = {}
-        nodes = []
-        for node in ast.walk(self.tree):
-            nodes.append(node)
-            for child in ast.iter_child_nodes(node):
-                parents[child] = node
-        self.parents = parents
-        self._nodes = nodes  # every node, in ast.walk order (asked for often)
+        # One parse per source text, shared by every PyModule of that text: the role analysis
+        # (`passes.triton.roles`) caches its facts per parsed function, and an optimization run
+        # asks for the roles of the same kernels hundreds of times through fresh PyModules.
+        # Nothing mutates a parsed tree (a rewrite edits bytes and parses again).
+        self.tree, self._lines, self.parents, self._nodes = _parsed(self.source)
 
     # -- positions ----------------------------------------------------------------------
     def start(self, node: ast.AST) -> int:
@@ -149,6 +142,38 @@ class PyModule:
             return ByteEdit(at, at, text + ", ")
         at = self.end(call) - 1  # just before the closing parenthesis
         return ByteEdit(at, at, text)
+
+
+_PARSED: OrderedDict[bytes, tuple[ast.Module, list[int], dict[ast.AST, ast.AST], list[ast.AST]]] \
+    = OrderedDict()
+# Parsed sources kept (a run's states, its candidates and the library's recorded kernels).
+PARSED_KEPT = 256
+
+
+def _parsed(
+    source: bytes,
+) -> tuple[ast.Module, list[int], dict[ast.AST, ast.AST], list[ast.AST]]:
+    """(tree, line starts, parents, every node in ast.walk order) of a module's source, parsed
+    once while among the `PARSED_KEPT` most recently asked for."""
+    hit = _PARSED.get(source)
+    if hit is not None:
+        _PARSED.move_to_end(source)
+        return hit
+    tree = ast.parse(source.decode("utf-8"))
+    lines = [0]
+    for i, byte in enumerate(source):
+        if byte == 10:
+            lines.append(i + 1)
+    parents: dict[ast.AST, ast.AST] = {}
+    nodes = []
+    for node in ast.walk(tree):
+        nodes.append(node)
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    _PARSED[source] = made = (tree, lines, parents, nodes)
+    if len(_PARSED) > PARSED_KEPT:
+        _PARSED.popitem(last=False)
+    return made
 
 
 def _decorator_name(dec: ast.expr) -> str:

@@ -35,6 +35,7 @@ import ast
 import copy
 import dataclasses
 import weakref
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -118,6 +119,16 @@ def constexpr_params(kernel: ast.FunctionDef) -> list[str]:
 
 def pid_names(kernel: ast.FunctionDef) -> set[str]:
     """Names computed from program ids by scalar arithmetic (not from loaded data)."""
+    hit = _PIDS.get(kernel)
+    if hit is None:
+        hit = _PIDS[kernel] = frozenset(_read_pid_names(kernel))
+    return set(hit)
+
+
+_PIDS: weakref.WeakKeyDictionary[ast.AST, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def _read_pid_names(kernel: ast.FunctionDef) -> set[str]:
     assigns = [n for n in ast.walk(kernel) if isinstance(n, (ast.Assign, ast.AugAssign))]
     pid: set[str] = set()
     for a in assigns:
@@ -471,10 +482,33 @@ def _compared_extents(kernel: ast.FunctionDef, derived: Mapping[str, set[str]]) 
     return out
 
 
+_FACTS: weakref.WeakKeyDictionary[ast.FunctionDef, dict[tuple, _Facts]] = \
+    weakref.WeakKeyDictionary()
+_ROLES: weakref.WeakKeyDictionary[ast.FunctionDef, dict[tuple, dict[str, str]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _functions_key(functions: Mapping[str, ast.FunctionDef] | None) -> tuple:
+    return tuple(sorted((n, id(f)) for n, f in (functions or {}).items()))
+
+
 def _facts(
     kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef], depth: int = 0
 ) -> _Facts:
-    """A function's facts with those of the jit functions it calls (up to 3 calls deep)."""
+    """A function's facts with those of the jit functions it calls (up to 3 calls deep).
+    Read once per parsed function and set of callable functions (parsed trees are shared per
+    source text, `passes.triton._py.PyModule`); callers read the result and never change it."""
+    per_kernel = _FACTS.setdefault(kernel, {})
+    key = (_functions_key(functions), depth)
+    hit = per_kernel.get(key)
+    if hit is None:
+        hit = per_kernel[key] = _read_facts(kernel, functions, depth)
+    return hit
+
+
+def _read_facts(
+    kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef], depth: int
+) -> _Facts:
     facts = _own_facts(kernel)
     if depth >= 3:
         return facts
@@ -513,6 +547,16 @@ def tile_roles(
     """Role of every tile / group constexpr of a kernel (see the module docstring).
     `functions`: the module's jit functions by name, so that what a called helper does with a
     parameter counts for the argument the kernel passes it."""
+    per_kernel = _ROLES.setdefault(kernel, {})
+    key = _functions_key(functions)
+    if key not in per_kernel:
+        per_kernel[key] = _read_tile_roles(kernel, functions)
+    return dict(per_kernel[key])
+
+
+def _read_tile_roles(
+    kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef] | None
+) -> dict[str, str]:
     constexprs = constexpr_params(kernel)
     if not constexprs:
         return {}
@@ -840,6 +884,17 @@ def kernel_launches(mod: PyModule, kernel: ast.FunctionDef) -> list[Launch]:
     a `functools.partial(kernel[grid], ...)` (called at once, or bound once to a name that is
     called). Keywords a launch spreads from a dict (`**meta`, with `meta` bound once to a dict
     literal or a `dict(...)` of keywords and not updated in place) count as passed."""
+    hit = _LAUNCHES.get(kernel)
+    if hit is None or hit[0] is not mod.tree:
+        hit = _LAUNCHES[kernel] = (mod.tree, _read_launches(mod, kernel))
+    return list(hit[1])
+
+
+_LAUNCHES: weakref.WeakKeyDictionary[ast.FunctionDef, tuple[ast.Module, list[Launch]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _read_launches(mod: PyModule, kernel: ast.FunctionDef) -> list[Launch]:
     out = [
         _launch(mod, kernel, call, call.func, [(call, 0)])  # type: ignore[arg-type]
         for call in mod.launches(kernel.name)
@@ -1116,9 +1171,21 @@ def kernel_config(mod: PyModule, kernel: ast.FunctionDef) -> KernelConfig:
 
 
 def joint_config(ir: KernelIR) -> dict[str, KernelConfig]:
-    """Every kernel's configuration by role, keyed by kernel name."""
-    mod = PyModule(ir)
-    return {k.name: kernel_config(mod, k) for k in mod.kernels()}
+    """Every kernel's configuration by role, keyed by kernel name (read once per source among
+    the last `CONFIGS_KEPT`)."""
+    hit = _CONFIGS.get(ir.source)
+    if hit is None:
+        mod = PyModule(ir)
+        hit = _CONFIGS[ir.source] = {k.name: kernel_config(mod, k) for k in mod.kernels()}
+        if len(_CONFIGS) > CONFIGS_KEPT:
+            _CONFIGS.popitem(last=False)
+    else:
+        _CONFIGS.move_to_end(ir.source)
+    return dict(hit)
+
+
+_CONFIGS: OrderedDict[bytes, dict[str, KernelConfig]] = OrderedDict()
+CONFIGS_KEPT = 256
 
 
 # -- operator signature ----------------------------------------------------------------------
