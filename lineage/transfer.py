@@ -165,7 +165,13 @@ def sweep_own(target: KernelConfig, points: int = SWEEP_POINTS) -> list[dict[str
     pays only with the warps to cover it; an author's block may be far below what the problem
     wants: a 128-wide chunk over 4096-wide rows); one pipeline stage more and fewer; four
     times and a quarter of the warps. Dot kernels' joint steps keep accumulators within
-    `MAX_ACC_ELEMENTS` and warps within `MAX_WARPS`."""
+    `MAX_ACC_ELEMENTS` and warps within `MAX_WARPS`. Pipeline stages are stepped only for a
+    kernel with a loop they pipeline (`KernelConfig.pipelined`: each value is otherwise the
+    same code compiled again). A kernel with a block sized at launch from the problem
+    (`KernelConfig.computed`) is not given a quarter of its warps: what each thread holds of
+    that block grows without a bound the sweep knows, and with it the code ptxas compiles (a
+    radix select over 4096-element rows compiled in 28 s at 4 warps, 54 s at 2, 176 s at 1,
+    and the one-warp point of a sweep spent a run's box)."""
     tiles = target.by_role()
     warps, stages = target.num_warps, target.num_stages
     base = {**tiles, "num_warps": warps, "num_stages": stages}
@@ -181,10 +187,13 @@ def sweep_own(target: KernelConfig, points: int = SWEEP_POINTS) -> list[dict[str
         if not grown or target.dot and grown.get("m", 1) * grown.get("n", 1) > MAX_ACC_ELEMENTS:
             break
         out.append({**base, **grown, "num_warps": min(most, warps * scale)})
-    out.append({**base, "num_stages": stages + 1})
-    if stages > 1:
-        out.append({**base, "num_stages": stages - 1})
-    out += [{**base, "num_warps": min(32, warps * 4)}, {**base, "num_warps": max(1, warps // 4)}]
+    if target.pipelined:
+        out.append({**base, "num_stages": stages + 1})
+        if stages > 1:
+            out.append({**base, "num_stages": stages - 1})
+    out.append({**base, "num_warps": min(32, warps * 4)})
+    if not target.computed():
+        out.append({**base, "num_warps": max(1, warps // 4)})
     return first_unique(out, points)
 
 

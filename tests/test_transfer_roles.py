@@ -813,3 +813,69 @@ def test_a_dot_tile_swept_with_few_warps_gets_the_warps_that_hold_its_accumulato
     row = KernelConfig("rows", (Param("BLOCK", "loop", 4096),), num_warps=4, num_stages=3)
     assert warps_cover([{"loop": 4096, "num_warps": 1, "num_stages": 3}], row) == \
         [{"loop": 4096, "num_warps": 1, "num_stages": 3}]
+
+
+def test_a_block_sized_at_launch_keeps_half_its_warps_and_a_loopless_kernel_its_stages() -> None:
+    """The own sweep of a kernel whose block is computed from the problem at launch (a row held
+    whole, `next_power_of_2(n)`) proposes no quarter of its warps: each thread's share of the
+    block, and the code ptxas compiles for it, has no bound the sweep knows (a radix select
+    compiled in 28 s at 4 warps and 176 s at 1). Stages are stepped only where a loop loads."""
+    from lineage.transfer import sweep_own
+    from passes.triton.roles import KernelConfig, Param
+
+    whole = KernelConfig("select", (Param("BLOCK_L", "vec", None),), num_warps=4, num_stages=3,
+                         pipelined=False)
+    pts = sweep_own(whole)
+    assert min(p["num_warps"] for p in pts) == 2
+    assert {p["num_stages"] for p in pts} == {3}
+    known = KernelConfig("rows", (Param("BLOCK", "vec", 1024),), num_warps=4, num_stages=3)
+    pts = sweep_own(known, points=32)
+    assert min(p["num_warps"] for p in pts) == 1
+    assert {p["num_stages"] for p in pts} == {2, 3, 4}
+
+
+def test_pipelined_is_read_from_the_loops_that_load() -> None:
+    from passes.triton.roles import joint_config
+
+    looped = '''import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_sum(x_ptr, n, BLOCK: tl.constexpr):
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for start in tl.range(0, n, BLOCK):
+        acc += tl.load(x_ptr + start + tl.arange(0, BLOCK), mask=start + tl.arange(0, BLOCK) < n)
+    return tl.sum(acc)
+
+
+@triton.jit
+def through_helper(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    tl.store(y_ptr, _row_sum(x_ptr, n, BLOCK))
+
+
+@triton.jit
+def _rows(x_ptr, start, BLOCK: tl.constexpr):
+    return tl.load(x_ptr + start + tl.arange(0, BLOCK))
+
+
+@triton.jit
+def loads_through_a_helper(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for start in range(0, n, BLOCK):
+        acc += _rows(x_ptr, start, BLOCK)
+    tl.store(y_ptr + tl.arange(0, BLOCK), acc)
+
+
+@triton.jit
+def unrolled(x_ptr, y_ptr, BLOCK: tl.constexpr, PASSES: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    for _ in tl.static_range(PASSES):
+        x = x * 2 + tl.load(y_ptr + tl.arange(0, BLOCK))
+    tl.store(y_ptr + tl.arange(0, BLOCK), x)
+'''
+    found = joint_config(_ir(looped))
+    assert found["through_helper"].pipelined
+    assert found["_row_sum"].pipelined
+    assert found["loads_through_a_helper"].pipelined
+    assert not found["unrolled"].pipelined

@@ -51,6 +51,9 @@ LAUNCH_KEYS = ("num_warps", "num_stages")
 DEFAULT_WARPS = 4
 DEFAULT_STAGES = 3
 DOT_ROLES = ("m", "n", "k")
+# Roles whose constexpr sizes a block of values each program holds.
+TILE_SIZING = frozenset({"m", "n", "k", "grid", "loop", "vec"})
+STATIC_RANGE = frozenset({"tl.static_range", "triton.language.static_range"})
 RANGE_CALLS = frozenset(
     {
         "range",
@@ -88,6 +91,15 @@ class KernelConfig:
     autotuned: bool = False
     dot: bool = False
     """The kernel reduces with `tl.dot` inside a loop (roles m / n / k)."""
+    pipelined: bool = True
+    """The kernel (or a jit function it calls) loads inside a `range` / `tl.range` loop: the
+    loop `num_stages` pipelines (an unrolled `tl.static_range` or a `while` is not). Not part of
+    `to_json`: recorded configurations do not carry it."""
+
+    def computed(self) -> bool:
+        """Some block of the kernel is sized at launch from the problem (`next_power_of_2(n)`)
+        or is a whole extent of it: no sweep value bounds what each thread holds of it."""
+        return any(p.value is None and p.role in TILE_SIZING for p in self.params)
 
     def by_role(self) -> dict[str, int]:
         """Tunable values by role (the first parameter of a role when several share it)."""
@@ -1167,7 +1179,42 @@ def kernel_config(mod: PyModule, kernel: ast.FunctionDef) -> KernelConfig:
         int(stages),
         autotuned,
         is_dot_kernel(kernel, jit_functions(mod)),
+        _pipelined(kernel, jit_functions(mod)),
     )
+
+
+def _pipelined(
+    kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef], depth: int = 0
+) -> bool:
+    """`kernel` or a jit function it calls (3 calls deep) loads inside a loop that
+    `num_stages` pipelines: a `for` over `range` / `tl.range` (not `tl.static_range`) whose
+    body loads, itself or through a jit function it calls."""
+    for loop in ast.walk(kernel):
+        if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) \
+                and callee(loop.iter) in RANGE_CALLS and callee(loop.iter) not in STATIC_RANGE \
+                and _loads(loop, functions, kernel.name):
+            return True
+    if depth >= 3:
+        return False
+    called = {c.func.id for c in ast.walk(kernel) if isinstance(c, ast.Call)
+              and isinstance(c.func, ast.Name) and c.func.id in functions
+              and c.func.id != kernel.name}
+    return any(_pipelined(functions[n], functions, depth + 1) for n in called)
+
+
+def _loads(node: ast.AST, functions: Mapping[str, ast.FunctionDef], own: str,
+           depth: int = 0) -> bool:
+    """`node` loads from memory: a `.load` call, or a call of a jit function that loads."""
+    for c in ast.walk(node):
+        if not isinstance(c, ast.Call):
+            continue
+        if callee(c).split(".")[-1] == "load":
+            return True
+        if depth < 3 and isinstance(c.func, ast.Name) and c.func.id in functions \
+                and c.func.id != own and _loads(functions[c.func.id], functions, c.func.id,
+                                                depth + 1):
+            return True
+    return False
 
 
 def joint_config(ir: KernelIR) -> dict[str, KernelConfig]:
