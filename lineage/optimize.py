@@ -245,7 +245,8 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                      skip_site: Callable[[Site], bool] | None = None,
                      sweeps: bool = True, transplants: bool = True,
                      site_order: Callable[[Site], float] | None = None,
-                     own_sweeps: bool | None = None) -> Iterator[Materialized]:
+                     own_sweeps: bool | None = None,
+                     heavy: bool = False) -> Iterator[Materialized]:
     """Distinct candidate materializations of `card` on `ir`, best first; the last item has
     no IR (it carries every refusal) when nothing else came out.
 
@@ -267,7 +268,8 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     around it on each kernel it fits (`lineage.transfer`; rewriter "config-sweep"), and last a
     sweep around their own configuration on the kernels it does not fit (a row kernel whose
     only launch parameter is its warps), unless `sweeps` is False (the single-parameter
-    rewrites alone, for ablation); `own_sweeps` (default: `sweeps`) decides the latter apart."""
+    rewrites alone, for ablation); `own_sweeps` (default: `sweeps`) decides the latter apart;
+    `heavy`: the kernel is slow to compile (`lineage.transfer.sweep_own`)."""
     from passes.base import Applied  # noqa: PLC0415
 
     def ordered(items: Any, site: Callable[[Any], Site]) -> list[Any]:
@@ -347,7 +349,8 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     for made in repeats:
         produced = True
         yield made
-    for made in (ordered(_config_sweeps(card, ir, skip_site, own=True), lambda m: m.site)
+    for made in (ordered(_config_sweeps(card, ir, skip_site, own=True, heavy=heavy),
+                         lambda m: m.site)
                  if (sweeps if own_sweeps is None else own_sweeps) else ()):
         produced_sweep = True
         yield made
@@ -358,7 +361,7 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
             for made in materializations(card, inlined, rewriter, ctx, max_sites=max_sites,
                                          skip_site=skip_site, sweeps=sweeps,
                                          transplants=transplants, site_order=site_order,
-                                         own_sweeps=own_sweeps):
+                                         own_sweeps=own_sweeps, heavy=heavy):
                 if made.ir is None:
                     break
                 produced = True
@@ -469,7 +472,7 @@ def _transplanted(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], boo
 
 
 def _config_sweeps(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], bool] | None,
-                   own: bool = False) -> Iterator[Materialized]:
+                   own: bool = False, heavy: bool = False) -> Iterator[Materialized]:
     """A launch-parameter card's joint configuration and a sweep around it, written on each
     target kernel it fits (`lineage.transfer`): one candidate per kernel, before the card's
     single-parameter rewrites. With `own`, a sweep around the kernel's own configuration on
@@ -479,7 +482,7 @@ def _config_sweeps(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], bo
     if card.pass_name not in LAUNCH_PASSES or not card.carrier.get("config") \
             or str(getattr(ir.language, "value", ir.language)) != "triton":
         return
-    for name, new_ir, fitted in config_candidates(card.carrier, ir, own=own):
+    for name, new_ir, fitted in config_candidates(card.carrier, ir, own=own, heavy=heavy):
         site = kernel_site(card.pass_name, ir, name)
         if site is None or (skip_site is not None and skip_site(site)):
             continue
@@ -729,8 +732,11 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
                                      frozenset({"root"})))
     first = _Kernel(start_src, ir, start, verdict, _ms(verdict))
     run = _Run(first, first, verdicts={start_src: verdict})
+    from lineage.transfer import HEAVY_FIRST_RUN_S  # noqa: PLC0415
+
     job = _Job(rewriter, ctx, check, lineage, language, the_case.ref, run_tier, str(path), say,
-               budget_steps, deadline, tuple(admitted), config_sweeps)
+               budget_steps, deadline, tuple(admitted), config_sweeps,
+               first_run_s(verdict) >= HEAVY_FIRST_RUN_S)
     retriever = Retriever(admitted, k=k)
 
     def save() -> None:  # after every attempt: an interrupted run keeps what it learned
@@ -809,6 +815,9 @@ class _Job:
     revisits are drawn from them)."""
     sweeps: bool = True
     """Launch-parameter cards propose their joint configuration (`materializations`)."""
+    heavy: bool = False
+    """The start kernel's first run, compilation included, took `HEAVY_FIRST_RUN_S` or more
+    (`lineage.transfer.sweep_own`)."""
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -891,7 +900,8 @@ def _own_sweep_round(cards: Sequence[SkillCard], run: _Run, job: _Job) -> bool:
             return False
         left_out = _left_out(card, run)
         for made in _config_sweeps(card, run.current.ir,
-                                   lambda s: kernel_of(s.anchor) in left_out, own=True):
+                                   lambda s: kernel_of(s.anchor) in left_out, own=True,
+                                   heavy=job.heavy):
             if not _unseen(made.ir.unparse(), run, job):
                 continue
             return _attempt_one(card, made, run, job)
@@ -930,7 +940,7 @@ def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     fresh = (m for m in materializations(card, run.current.ir, job.rewriter, job.ctx,
                                          skip_site=lambda s: kernel_of(s.anchor) in left_out,
                                          sweeps=sweeps, own_sweeps=own_sweeps,
-                                         site_order=(lambda s: -shares.get(kernel_of(s.anchor),
+                                         heavy=job.heavy, site_order=(lambda s: -shares.get(kernel_of(s.anchor),
                                                                            COLD_SHARE))
                                          if shares else None)
              if m.ir is None or _unseen(m.ir.unparse(), run, job))
@@ -957,6 +967,17 @@ def _fit(card: SkillCard, run: _Run) -> int:
         triton = str(getattr(ir.language, "value", ir.language)) == "triton"
         run.fits[key] = carrier_fit(card.carrier, ir) if triton else 0
     return run.fits[key]
+
+
+def first_run_s(verdict: Any) -> float:
+    """Seconds the gate's correctness phase took (a kernel's first calls: its compilation,
+    then the seeds), from a verdict or its JSON; 0 where the verdict does not say."""
+    phases = verdict.get("phases") if isinstance(verdict, Mapping) \
+        else getattr(verdict, "phases", None)
+    try:
+        return float(dict(phases or {}).get("correctness") or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def kernel_shares(verdict: Any) -> dict[str, float]:

@@ -60,6 +60,9 @@ MAX_WARPS = 8
 # one warp: 1024 a thread, which ptxas spilled for minutes, the rest of a run's box.
 ACC_PER_THREAD = 256
 MOST_WARPS = 16
+# A kernel whose first run (compilation included) takes this long is compiled at no fewer than
+# half its warps by an own sweep (`sweep_own`).
+HEAVY_FIRST_RUN_S = 10.0
 
 
 def recorded_configs(
@@ -156,7 +159,9 @@ def first_unique(configs: Sequence[dict[str, int]], points: int) -> list[dict[st
     return unique[:points]
 
 
-def sweep_own(target: KernelConfig, points: int = SWEEP_POINTS) -> list[dict[str, int]]:
+def sweep_own(
+    target: KernelConfig, points: int = SWEEP_POINTS, heavy: bool = False
+) -> list[dict[str, int]]:
     """A sweep around the target's own configuration, for a launch card whose recorded
     configuration does not fit the target's structure: what the card carries over is that its
     parameters paid to tune, not its values. In this order: the target's configuration; twice
@@ -167,11 +172,12 @@ def sweep_own(target: KernelConfig, points: int = SWEEP_POINTS) -> list[dict[str
     times and a quarter of the warps. Dot kernels' joint steps keep accumulators within
     `MAX_ACC_ELEMENTS` and warps within `MAX_WARPS`. Pipeline stages are stepped only for a
     kernel with a loop they pipeline (`KernelConfig.pipelined`: each value is otherwise the
-    same code compiled again). A kernel with a block sized at launch from the problem
-    (`KernelConfig.computed`) is not given a quarter of its warps: what each thread holds of
-    that block grows without a bound the sweep knows, and with it the code ptxas compiles (a
-    radix select over 4096-element rows compiled in 28 s at 4 warps, 54 s at 2, 176 s at 1,
-    and the one-warp point of a sweep spent a run's box)."""
+    same code compiled again). A `heavy` kernel (its first run, compilation included, took
+    `HEAVY_FIRST_RUN_S` or more) is not given a quarter of its warps: each thread's share of
+    its blocks, and the code ptxas compiles for it, grows as the warps shrink (a radix select
+    compiled in 28 s at 4 warps, 54 s at 2 and 176 s at 1, and the one-warp point of a sweep
+    spent a run's box), while a light row kernel may want them (a 2048-wide layer norm was
+    fastest at a quarter of its 8 warps)."""
     tiles = target.by_role()
     warps, stages = target.num_warps, target.num_stages
     base = {**tiles, "num_warps": warps, "num_stages": stages}
@@ -192,7 +198,7 @@ def sweep_own(target: KernelConfig, points: int = SWEEP_POINTS) -> list[dict[str
         if stages > 1:
             out.append({**base, "num_stages": stages - 1})
     out.append({**base, "num_warps": min(32, warps * 4)})
-    if not target.computed():
+    if not heavy:
         out.append({**base, "num_warps": max(1, warps // 4)})
     return first_unique(out, points)
 
@@ -237,13 +243,14 @@ def carrier_fit(carrier: Mapping[str, Any], ir: KernelIR) -> int:
 
 
 def config_candidates(
-    carrier: Mapping[str, Any], ir: KernelIR, skip_kernel: Any = None, own: bool = False
+    carrier: Mapping[str, Any], ir: KernelIR, skip_kernel: Any = None, own: bool = False,
+    heavy: bool = False,
 ) -> list[tuple[str, KernelIR, list[dict[str, int]]]]:
     """(kernel name, rewritten IR, fitted configs) for each target kernel a recorded
     configuration fits, with a sweep around that configuration; with `own`, for each target
     kernel none fits, with a sweep around the kernel's own configuration (`sweep_own`).
     Kernels the sweep is refused on (`sweep_edit`) are left out, as are those
-    `skip_kernel(name)` names."""
+    `skip_kernel(name)` names. `heavy`: see `sweep_own`."""
     from kir import Edit, Span  # noqa: PLC0415
     from kir.errors import KLineageError  # noqa: PLC0415
 
@@ -261,7 +268,7 @@ def config_candidates(
         if pair is not None:
             configs = sweep_around(pair[0], also=pair[1], roles=set(target.by_role()))
         else:
-            configs = sweep_own(target)
+            configs = sweep_own(target, heavy=heavy)
         configs = warps_cover(configs, target)
         if not configs:
             continue

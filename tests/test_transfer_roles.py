@@ -815,23 +815,28 @@ def test_a_dot_tile_swept_with_few_warps_gets_the_warps_that_hold_its_accumulato
         [{"loop": 4096, "num_warps": 1, "num_stages": 3}]
 
 
-def test_a_block_sized_at_launch_keeps_half_its_warps_and_a_loopless_kernel_its_stages() -> None:
-    """The own sweep of a kernel whose block is computed from the problem at launch (a row held
-    whole, `next_power_of_2(n)`) proposes no quarter of its warps: each thread's share of the
-    block, and the code ptxas compiles for it, has no bound the sweep knows (a radix select
-    compiled in 28 s at 4 warps and 176 s at 1). Stages are stepped only where a loop loads."""
-    from lineage.transfer import sweep_own
+def test_a_heavy_kernel_keeps_half_its_warps_and_a_loopless_kernel_its_stages() -> None:
+    """The own sweep of a kernel slow to compile (`heavy`: its first run took 10 s or more)
+    proposes no quarter of its warps: each thread's share of its blocks, and the code ptxas
+    compiles, grows as the warps shrink (a radix select compiled in 28 s at 4 warps and 176 s
+    at 1). A light kernel keeps the point (a layer norm was fastest at a quarter of its warps).
+    Stages are stepped only where a loop loads."""
+    from lineage.optimize import first_run_s
+    from lineage.transfer import HEAVY_FIRST_RUN_S, sweep_own
     from passes.triton.roles import KernelConfig, Param
 
-    whole = KernelConfig("select", (Param("BLOCK_L", "vec", None),), num_warps=4, num_stages=3,
-                         pipelined=False)
-    pts = sweep_own(whole)
+    select = KernelConfig("select", (Param("BLOCK_L", "vec", None),), num_warps=4, num_stages=3,
+                          pipelined=False)
+    pts = sweep_own(select, heavy=True)
     assert min(p["num_warps"] for p in pts) == 2
     assert {p["num_stages"] for p in pts} == {3}
+    assert min(p["num_warps"] for p in sweep_own(select)) == 1
     known = KernelConfig("rows", (Param("BLOCK", "vec", 1024),), num_warps=4, num_stages=3)
     pts = sweep_own(known, points=32)
     assert min(p["num_warps"] for p in pts) == 1
     assert {p["num_stages"] for p in pts} == {2, 3, 4}
+    assert first_run_s({"phases": {"correctness": 28.7}}) >= HEAVY_FIRST_RUN_S
+    assert first_run_s({"phases": {"spawn": 1.0}}) == 0.0 and first_run_s({}) == 0.0
 
 
 def test_pipelined_is_read_from_the_loops_that_load() -> None:

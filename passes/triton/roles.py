@@ -51,8 +51,6 @@ LAUNCH_KEYS = ("num_warps", "num_stages")
 DEFAULT_WARPS = 4
 DEFAULT_STAGES = 3
 DOT_ROLES = ("m", "n", "k")
-# Roles whose constexpr sizes a block of values each program holds.
-TILE_SIZING = frozenset({"m", "n", "k", "grid", "loop", "vec"})
 STATIC_RANGE = frozenset({"tl.static_range", "triton.language.static_range"})
 RANGE_CALLS = frozenset(
     {
@@ -95,11 +93,6 @@ class KernelConfig:
     """The kernel (or a jit function it calls) loads inside a `range` / `tl.range` loop: the
     loop `num_stages` pipelines (an unrolled `tl.static_range` or a `while` is not). Not part of
     `to_json`: recorded configurations do not carry it."""
-
-    def computed(self) -> bool:
-        """Some block of the kernel is sized at launch from the problem (`next_power_of_2(n)`)
-        or is a whole extent of it: no sweep value bounds what each thread holds of it."""
-        return any(p.value is None and p.role in TILE_SIZING for p in self.params)
 
     def by_role(self) -> dict[str, int]:
         """Tunable values by role (the first parameter of a role when several share it)."""
