@@ -34,8 +34,8 @@ bench/results/lineages/device/*/lineage.json); each contributes the lineage of o
    a cluster this command starts is joined by the run processes and shut down at the end.
    Its record is written to OUT/runs/<run>/run.json when it ends; a rerun skips runs that
    have one (a run that ended without a record is redone). A run stops starting gates after
-   --box seconds and is killed --grace seconds later (its saved lineage's fastest state is
-   kept in the record as "partial"). --wall bounds the whole command: no run starts after it
+   --box seconds and is killed --grace seconds (and KILL_MARGIN_S) later (its saved lineage's
+   fastest state is kept in the record as "partial"). --wall bounds the whole command: no run starts after it
    and each run's box is cut to what is left, so a device call ends inside its time limit.
 4. OUT/roundtrip.json and OUT/roundtrip.md (the tables) from every run record under OUT/runs,
    this command's and earlier ones' (--tables-only rewrites them and runs nothing). At the
@@ -70,6 +70,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 DEFAULT_LINEAGES = "bench/results/lineages/device/*/lineage.json"
+# A run is killed this long after its box and grace: the optimize loop ends a gate at its box
+# plus its own grace (lineage.optimize.BOX_GRACE_S), measured from after the run's imports, and
+# then writes its record; without the margin the kill and the gate's own end coincided and a
+# run whose last gate used its whole limit left no record.
+KILL_MARGIN_S = 20.0
 
 
 def say(message: str) -> None:
@@ -381,7 +386,7 @@ def launch(spec: dict[str, Any], gpu: str | None) -> dict[str, Any]:
                                 cwd=str(ROOT), start_new_session=True)
         _LIVE.add(proc)
         try:
-            rc = proc.wait(timeout=spec["box"] + spec["grace"])
+            rc = proc.wait(timeout=spec["box"] + spec["grace"] + KILL_MARGIN_S)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group only
             proc.wait()
@@ -412,9 +417,9 @@ def partial_best(folder: Path) -> dict[str, Any] | None:
 def schedule(specs: list[dict[str, Any]], slots: list[str | None], end: float | None = None,
              min_share: float = 0.0) -> list[dict[str, Any]]:
     """Run the specs over the slots (one process per slot at a time); with `end` (a
-    `time.monotonic()` value) no run starts within `grace` + 30 s of it, nor with less than
-    `min_share` of its box left (a run cut short measures the call's end, not the method:
-    it is left for a rerun), and boxes are cut to what is left."""
+    `time.monotonic()` value) no run starts within `grace` + `KILL_MARGIN_S` + 30 s of it, nor
+    with less than `min_share` of its box left (a run cut short measures the call's end, not
+    the method: it is left for a rerun), and boxes are cut to what is left."""
     queue: Queue[dict[str, Any]] = Queue()
     for spec in specs:
         queue.put(spec)
@@ -430,7 +435,7 @@ def schedule(specs: list[dict[str, Any]], slots: list[str | None], end: float | 
             if _STOP.is_set():
                 return
             if end is not None:
-                left = end - time.monotonic() - spec["grace"]
+                left = end - time.monotonic() - spec["grace"] - KILL_MARGIN_S
                 if left < max(30.0, min_share * spec["box"]):
                     say(f"skip {spec['name']}: the --wall budget is spent (rerun to resume)")
                     continue
