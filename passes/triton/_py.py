@@ -146,8 +146,8 @@ class PyModule:
 
 _PARSED: OrderedDict[bytes, tuple[ast.Module, list[int], dict[ast.AST, ast.AST], list[ast.AST]]] \
     = OrderedDict()
-# Parsed sources kept (a run's states, its candidates and the library's recorded kernels).
-PARSED_KEPT = 256
+# Parsed sources kept (a run's current states and candidates; about 2 MB for a 360-line module).
+PARSED_KEPT = 64
 
 
 def _parsed(
