@@ -131,6 +131,11 @@ MAX_SITES = 3
 MAX_CARD_FAILURES = 2
 # A candidate's gate started before the time box ends may run this long past it (its limit is cut).
 BOX_GRACE_S = 30.0
+# Without an explicit gate timeout a candidate's gate may take this many times the start
+# kernel's own gate, and never less than the floor: a sweep compiles up to 8 configurations,
+# and one configuration that cannot pay (a 128x256 tile at one warp) must not spend the box.
+CANDIDATE_GATE_FACTOR = 10.0
+CANDIDATE_GATE_FLOOR_S = 120.0
 # Materializations of one card gated on one kernel (recorded options, then pass defaults).
 CANDIDATES_PER_CARD = 2
 # Stepping stones (passing, not faster candidates) the device loop may walk through in a row.
@@ -667,6 +672,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     after it (termination "time-box"; the best kernel so far is returned as usual), and a
     candidate's gate started before it may run at most `BOX_GRACE_S` past it (its time limit is
     cut to fit; a gate cut so is set aside as "time-box", not held against its card).
+    `gate_timeout` bounds every gate; without it a candidate's gate may take
+    `CANDIDATE_GATE_FACTOR` times the start kernel's own (at least `CANDIDATE_GATE_FLOOR_S`).
     `config_sweeps=False` turns off the joint-configuration proposals of launch-parameter
     cards (`materializations`), leaving their single-parameter rewrites.
     Writes OUT/best.<ext> (CUDA: with its host module), OUT/lineage.json and OUT/result.json.
@@ -710,9 +717,11 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
+    candidate_limit: list[float | None] = [None]  # set from the start kernel's own gate
+
     def check(source: str, boxed: bool = True) -> Any:
         kwargs: dict[str, Any] = {"path": path}
-        limit = gate_timeout
+        limit = gate_timeout if gate_timeout is not None or not boxed else candidate_limit[0]
         if boxed and deadline is not None:  # a candidate's gate ends near the box, not after it
             left = max(deadline - time.monotonic(), 0.0) + BOX_GRACE_S
             limit = min(limit, left) if limit is not None else left
@@ -723,7 +732,10 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
 
     start_src = ir.unparse()
     say("gate", {"card": "(start)"})
+    began = time.monotonic()
     verdict = check(start_src, boxed=False)
+    own_s = gate_seconds(verdict) or time.monotonic() - began
+    candidate_limit[0] = max(CANDIDATE_GATE_FLOOR_S, CANDIDATE_GATE_FACTOR * own_s)
     if not verdict.ok:
         raise BadInputError(f"{target} fails the gate at the {run_tier} tier "
                             f"({_kind(verdict)}: {verdict.reason}); nothing correct to start from")
@@ -967,6 +979,17 @@ def _fit(card: SkillCard, run: _Run) -> int:
         triton = str(getattr(ir.language, "value", ir.language)) == "triton"
         run.fits[key] = carrier_fit(card.carrier, ir) if triton else 0
     return run.fits[key]
+
+
+def gate_seconds(verdict: Any) -> float:
+    """Wall seconds of the worker phases a verdict records (what its gate took, also when the
+    verdict is read back from the cache); 0 where it records none."""
+    phases = verdict.get("phases") if isinstance(verdict, Mapping) \
+        else getattr(verdict, "phases", None)
+    try:
+        return float(sum(v for _, v in dict(phases or {}).items()))
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def first_run_s(verdict: Any) -> float:

@@ -833,3 +833,34 @@ def test_a_rejected_recorded_sweep_is_followed_by_one_sweep_of_the_kernels_own(
         ("autotune.triton.6dd0e18a", "config-sweep")]
     times = [ms(src) for src in gate.seen]
     assert times.index(12.0) < times.index(5.0) and times.count(5.0) == 1
+
+
+def test_a_candidates_gate_is_limited_by_the_start_kernels_own(tmp_path: Path) -> None:
+    """Without an explicit gate timeout, a candidate's gate may take CANDIDATE_GATE_FACTOR times
+    what the start kernel's gate took (its recorded phases), never less than the floor; the
+    start kernel's own gate keeps the gate's default; an explicit timeout applies to all."""
+    from gate.verdict import Tier, Verdict
+    from lineage.optimize import CANDIDATE_GATE_FACTOR, CANDIDATE_GATE_FLOOR_S
+
+    def gate(start_s: float, limits: list[object]):  # noqa: ANN202
+        def check(source: str, language: object, case: object, tier: object, **kw: object) -> Verdict:
+            limits.append(kw.get("timeout"))
+            return Verdict(True, Tier.INTERPRET, "correctness",
+                           phases=(("start-up", start_s / 2), ("correctness", start_s / 2)))
+        return check
+
+    lib = library(tmp_path, admitted=True)
+    slow: list[object] = []
+    optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "o1", budget_steps=2,
+             rewriter=DeterministicRewriter(), check_fn=gate(40.0, slow), config_sweeps=False)
+    assert slow[0] is None and len(slow) >= 2
+    assert all(t == pytest.approx(CANDIDATE_GATE_FACTOR * 40.0) for t in slow[1:])
+    fast: list[object] = []
+    optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "o2", budget_steps=2,
+             rewriter=DeterministicRewriter(), check_fn=gate(1.0, fast), config_sweeps=False)
+    assert all(t == pytest.approx(CANDIDATE_GATE_FLOOR_S) for t in fast[1:])
+    given: list[object] = []
+    optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "o3", budget_steps=2,
+             rewriter=DeterministicRewriter(), check_fn=gate(40.0, given), config_sweeps=False,
+             gate_timeout=77.0)
+    assert given and all(t == 77.0 for t in given)
