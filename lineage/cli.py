@@ -7,7 +7,9 @@ does not need it. Expected failures (`KLineageError`) become one line on stderr 
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+import threading
 
 import click
 
@@ -60,12 +62,38 @@ def cli() -> None:
     """KLineage: learn when a GPU-kernel optimization is sound."""
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is so that it unwinds as from Ctrl-C: each gate's
+    worker group (and the ptxas it runs) is stopped on the way out, not left to run."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         cli.main(args=argv, prog_name="klineage", standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, _Terminated) or isinstance(exc.__context__, _Terminated):
+            click.echo("klineage: terminated", err=True)
+            return 143
         click.echo("klineage: aborted", err=True)
         return 130
+    except _Terminated:
+        click.echo("klineage: terminated", err=True)
+        return 143
     except click.ClickException as exc:  # usage errors: bad option, missing argument
         click.echo(f"klineage: error: {_one_line(exc.format_message())}", err=True)
         return 2
