@@ -35,8 +35,9 @@ bench/results/lineages/device/*/lineage.json); each contributes the lineage of o
    Its record is written to OUT/runs/<run>/run.json when it ends; a rerun skips runs that
    have one (a run that ended without a record is redone). A run stops starting gates after
    --box seconds and is killed --grace seconds (and KILL_MARGIN_S) later (its saved lineage's
-   fastest state is kept in the record as "partial"). --wall bounds the whole command: no run starts after it
-   and each run's box is cut to what is left, so a device call ends inside its time limit.
+   fastest state is kept in the record as "partial"). --wall bounds the whole command: no run
+   starts after it and each run's box is cut to what is left, so a device call ends inside its
+   time limit.
 4. OUT/roundtrip.json and OUT/roundtrip.md (the tables) from every run record under OUT/runs,
    this command's and earlier ones' (--tables-only rewrites them and runs nothing). At the
    device tier a last table sets each run's best time against the expert's time measured in
@@ -59,7 +60,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty, Queue
@@ -272,7 +273,7 @@ def _run_one(spec: dict[str, Any], gates: Any) -> dict[str, Any]:
         "start_ms": result.start_ms, "best_ms": result.best_ms,
         "fraction_of_expert": (expert_ms / result.best_ms
                                if expert_ms and result.best_ms else None),
-        "expert_variant_ms": _variant_ms(ev),
+        "expert_variant_ms": _variant_ms(ev.to_json()),
         "best_variant_ms": _variant_ms(dict(result.best_verdict)),
         "speedup": (result.start_ms / result.best_ms
                     if result.start_ms and result.best_ms else None),
@@ -324,19 +325,11 @@ def passes_recovered(removed: Sequence[str], expert_src: str, best_src: str,
     return [p for p in removed if have.get(p, 0) >= max(1, want.get(p, 0))]
 
 
-def _variant_ms(verdict: Any) -> dict[str, float]:
-    """Variant -> candidate ms of a verdict (a Verdict or its JSON); {} when untimed."""
-    timing = verdict.get("timing") if isinstance(verdict, dict) else getattr(verdict, "timing", None)
-    if timing is None:
-        return {}
-    variants = timing.get("variants") if isinstance(timing, dict) else getattr(timing, "variants", ())
-    out: dict[str, float] = {}
-    for v in variants or ():
-        name = v.get("variant") if isinstance(v, dict) else getattr(v, "variant", None)
-        ms = v.get("candidate_ms") if isinstance(v, dict) else getattr(v, "candidate_ms", None)
-        if name and ms:
-            out[str(name)] = float(ms)
-    return out
+def _variant_ms(verdict: Mapping[str, Any]) -> dict[str, float]:
+    """Variant -> candidate ms of a verdict's JSON; {} when untimed."""
+    return {str(v["variant"]): float(v["candidate_ms"])
+            for v in (verdict.get("timing") or {}).get("variants") or ()
+            if v.get("variant") and v.get("candidate_ms")}
 
 
 def _ms(verdict: Any) -> float | None:

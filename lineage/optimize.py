@@ -981,26 +981,27 @@ def _fit(card: SkillCard, run: _Run) -> int:
     return run.fits[key]
 
 
-def gate_seconds(verdict: Any) -> float:
-    """Wall seconds of the worker phases a verdict records (what its gate took, also when the
-    verdict is read back from the cache); 0 where it records none."""
+def _phases(verdict: Any) -> dict[str, float]:
+    """Phase -> wall seconds of a verdict's gate (a Verdict or its JSON; also when read back
+    from the cache); {} where it records none."""
     phases = verdict.get("phases") if isinstance(verdict, Mapping) \
         else getattr(verdict, "phases", None)
     try:
-        return float(sum(v for _, v in dict(phases or {}).items()))
+        return {str(k): float(v) for k, v in dict(phases or {}).items()}
     except (TypeError, ValueError):
-        return 0.0
+        return {}
+
+
+def gate_seconds(verdict: Any) -> float:
+    """Wall seconds of the worker phases a verdict records (what its gate took); 0 where it
+    records none."""
+    return sum(_phases(verdict).values(), 0.0)
 
 
 def first_run_s(verdict: Any) -> float:
     """Seconds the gate's correctness phase took (a kernel's first calls: its compilation,
-    then the seeds), from a verdict or its JSON; 0 where the verdict does not say."""
-    phases = verdict.get("phases") if isinstance(verdict, Mapping) \
-        else getattr(verdict, "phases", None)
-    try:
-        return float(dict(phases or {}).get("correctness") or 0.0)
-    except (TypeError, ValueError):
-        return 0.0
+    then the seeds); 0 where the verdict does not say."""
+    return _phases(verdict).get("correctness", 0.0)
 
 
 def kernel_shares(verdict: Any) -> dict[str, float]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -144,21 +143,16 @@ class PyModule:
         return ByteEdit(at, at, text)
 
 
-_PARSED: OrderedDict[bytes, tuple[ast.Module, list[int], dict[ast.AST, ast.AST], list[ast.AST]]] \
-    = OrderedDict()
 # Parsed sources kept (a run's current states and candidates; about 2 MB for a 360-line module).
 PARSED_KEPT = 64
 
 
+@functools.lru_cache(maxsize=PARSED_KEPT)
 def _parsed(
     source: bytes,
 ) -> tuple[ast.Module, list[int], dict[ast.AST, ast.AST], list[ast.AST]]:
     """(tree, line starts, parents, every node in ast.walk order) of a module's source, parsed
     once while among the `PARSED_KEPT` most recently asked for."""
-    hit = _PARSED.get(source)
-    if hit is not None:
-        _PARSED.move_to_end(source)
-        return hit
     tree = ast.parse(source.decode("utf-8"))
     lines = [0]
     for i, byte in enumerate(source):
@@ -170,10 +164,7 @@ def _parsed(
         nodes.append(node)
         for child in ast.iter_child_nodes(node):
             parents[child] = node
-    _PARSED[source] = made = (tree, lines, parents, nodes)
-    if len(_PARSED) > PARSED_KEPT:
-        _PARSED.popitem(last=False)
-    return made
+    return tree, lines, parents, nodes
 
 
 def _decorator_name(dec: ast.expr) -> str:

@@ -890,13 +890,12 @@ def kernel_launches(mod: PyModule, kernel: ast.FunctionDef) -> list[Launch]:
     called). Keywords a launch spreads from a dict (`**meta`, with `meta` bound once to a dict
     literal or a `dict(...)` of keywords and not updated in place) count as passed."""
     hit = _LAUNCHES.get(kernel)
-    if hit is None or hit[0] is not mod.tree:
-        hit = _LAUNCHES[kernel] = (mod.tree, _read_launches(mod, kernel))
-    return list(hit[1])
+    if hit is None:
+        hit = _LAUNCHES[kernel] = _read_launches(mod, kernel)
+    return list(hit)
 
 
-_LAUNCHES: weakref.WeakKeyDictionary[ast.FunctionDef, tuple[ast.Module, list[Launch]]] = \
-    weakref.WeakKeyDictionary()
+_LAUNCHES: weakref.WeakKeyDictionary[ast.FunctionDef, list[Launch]] = weakref.WeakKeyDictionary()
 
 
 def _read_launches(mod: PyModule, kernel: ast.FunctionDef) -> list[Launch]:
