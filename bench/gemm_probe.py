@@ -1,7 +1,7 @@
 """How far a tile-configuration sweep alone can take each dot-loop start kernel of a case folder.
 
     python3 bench/gemm_probe.py --out probe.json [--cases bench/heldout] [--only a,b] [--grid N]
-        [--variants plain,grouped,tma,tma-grouped,persistent,persistent-flat] [--dry]
+        [--variants plain,grouped,tma,tma-grouped,persistent,persistent-flat] [--points 0,4,12] [--host] [--dry]
 
 On a GPU machine. For every case under `--cases` whose start kernel reduces with `tl.dot` in a
 loop (found by role, `passes.triton.roles`), two variants of the start kernel are written with
@@ -16,7 +16,10 @@ nothing a tile computes stay before the loop). `--dry` (any machine) only writes
 autotuner times every configuration (Triton's `do_bench`, L2 flushed), and then the variant's
 `run` and the case's reference are timed with `triton.testing.do_bench` (median) in this process.
 Writes per case and variant: each configuration's time, the best configuration and best / the
-reference. This is a measurement of the configuration space, not an optimization run: no
+reference. `--host` adds each variant's host time per `run` call (and the reference's): calls
+issued back to back without a synchronization, and the functions that take it (cProfile). A
+`run` whose host work outlasts the L2 flush `do_bench` issues before it is timed with that work
+in it. This is a measurement of the configuration space, not an optimization run: no
 verdict is taken and nothing is kept. It answers whether a case's gap to the vendor library is a
 configuration the sweep does not propose, or a limit of the kernel's structure.
 """
@@ -92,14 +95,15 @@ def composed(source: str, name: str):
     return ir
 
 
-def variants(source: str, grid: int, names: list[str]) -> dict[str, tuple[str, str] | str]:
-    """name -> (source, tuned kernel) or a refusal reason; names are keys of `RECIPES`."""
+def variants(source: str, grid: int | list[int], names: list[str]) -> dict[str, tuple[str, str] | str]:
+    """name -> (source, tuned kernel) or a refusal reason; names are keys of `RECIPES`. `grid`:
+    the first `grid` points of `WIDE`, or a list of their indices."""
     import kir
     from lineage.transfer import untied_for
     from passes.triton.roles import SweepRefusal, joint_config, sweep_edit
 
     configs = [{"m": m, "n": n, "k": k, "group": 8, "num_warps": w, "num_stages": s}
-               for m, n, k, w, s in WIDE[:grid]]
+               for m, n, k, w, s in (WIDE[:grid] if isinstance(grid, int) else [WIDE[i] for i in grid])]
     out: dict[str, tuple[str, str] | str] = {}
     bases = {}
     for name in names:
@@ -125,7 +129,36 @@ def variants(source: str, grid: int, names: list[str]) -> dict[str, tuple[str, s
     return out
 
 
-def probe_case(case, grid: int, where: Path, names: list[str]) -> dict:
+def host_time(fn, calls: int = 200) -> dict:
+    """Host microseconds per `fn()` issued back to back (no synchronization between calls), and
+    the ten functions with the most own time under cProfile."""
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    us = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(10)
+    lines = [ln for ln in buf.getvalue().splitlines() if ln.strip()][-10:]
+    return {"host_us": round(us, 2), "profile": lines}
+
+
+def probe_case(case, grid: int, where: Path, names: list[str], host: bool = False) -> dict:
     import torch
     import triton.testing
 
@@ -137,6 +170,8 @@ def probe_case(case, grid: int, where: Path, names: list[str]) -> dict:
     rec["shape"] = shape
     rec["reference_ms"] = triton.testing.do_bench(lambda: module.reference(*inputs), warmup=25, rep=100,
                                                   return_mode="median")
+    if host:
+        rec["reference_host"] = host_time(lambda: module.reference(*inputs))
     start = case.start_path().read_text()
     for vname, made in variants(start, grid, names).items():
         if isinstance(made, str):
@@ -150,6 +185,7 @@ def probe_case(case, grid: int, where: Path, names: list[str]) -> dict:
             ref = module.reference(*inputs)
             err = float((out.float() - ref.float()).abs().max())
             ms = triton.testing.do_bench(lambda: mod.run(*inputs), warmup=25, rep=100, return_mode="median")
+            host_rec = host_time(lambda: mod.run(*inputs)) if host else None
         except Exception as exc:  # one variant's failure is a row, not the end of the probe
             rec["variants"][vname] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
             continue
@@ -160,6 +196,8 @@ def probe_case(case, grid: int, where: Path, names: list[str]) -> dict:
         best_cfg = str(getattr(tuner, "best_config", ""))
         rec["variants"][vname] = {"ms": ms, "x_ref": rec["reference_ms"] / ms, "max_abs_err": err,
                                   "best_config": best_cfg, "configs": table, "seconds": round(time.monotonic() - t0, 1)}
+        if host_rec:
+            rec["variants"][vname]["host"] = host_rec
         print(f"{case.name:14s} {vname:8s} {ms:.4f} ms  x/ref {rec['reference_ms'] / ms:.3f}  {best_cfg}", flush=True)
     return rec
 
@@ -187,8 +225,10 @@ def main() -> int:
     ap.add_argument("--cases", default="bench/heldout")
     ap.add_argument("--only", default="")
     ap.add_argument("--grid", type=int, default=len(WIDE))
+    ap.add_argument("--points", default="", help="indices into WIDE (overrides --grid)")
     ap.add_argument("--variants", default="plain,grouped")
     ap.add_argument("--dry", action="store_true", help="write the variants only (no GPU)")
+    ap.add_argument("--host", action="store_true", help="also time each run call's host work")
     args = ap.parse_args()
     import gate
     import kir
@@ -197,6 +237,7 @@ def main() -> int:
 
     found = [gate.load_case(p) for p in find_cases([ROOT / args.cases])]
     only = {s for s in args.only.split(",") if s}
+    grid = [int(i) for i in args.points.split(",")] if args.points else args.grid
     records = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in found:
@@ -209,8 +250,8 @@ def main() -> int:
             if not any(c.dot for c in cfgs.values()):
                 continue
             try:
-                probe = dry_case if args.dry else functools.partial(probe_case, where=Path(tmp))
-                records.append(probe(case, args.grid, names=args.variants.split(",")))
+                probe = dry_case if args.dry else functools.partial(probe_case, where=Path(tmp), host=args.host)
+                records.append(probe(case, grid, names=args.variants.split(",")))
             except Exception as exc:
                 records.append({"op": case.name, "error": f"{type(exc).__name__}: {exc}"[:400]})
             Path(args.out).write_text(json.dumps(records, indent=1))

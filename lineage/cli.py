@@ -2,7 +2,10 @@
 
 Every sub-command lives in its own module under `lineage/commands/` and is imported only when it
 is invoked, so `klineage --help` stays fast and a GPU library is never imported by a command that
-does not need it. Expected failures (`KLineageError`) become one line on stderr and exit code 2.
+does not need it. Expected failures (`KLineageError`) become one line on stderr and exit code 2;
+with `--json` among the arguments the same failure is also one JSON object on stdout,
+`{"error": <message>, "exit": <code>}` (also for SIGTERM, 143, and Ctrl-C, 130), so a program
+reading stdout always gets JSON.
 """
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import importlib
 import signal
 import sys
 import threading
+from collections.abc import Sequence
 
 import click
 
@@ -83,32 +87,53 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    args = sys.argv[1:] if argv is None else argv
     try:
         cli.main(args=argv, prog_name="klineage", standalone_mode=False)
     except click.exceptions.Abort as exc:
         if isinstance(exc.__cause__, _Terminated) or isinstance(exc.__context__, _Terminated):
-            click.echo("klineage: terminated", err=True)
-            return 143
-        click.echo("klineage: aborted", err=True)
-        return 130
+            return _fail(args, 143, "terminated")
+        return _fail(args, 130, "aborted")
     except _Terminated:
-        click.echo("klineage: terminated", err=True)
-        return 143
+        return _fail(args, 143, "terminated")
     except click.ClickException as exc:  # usage errors: bad option, missing argument
-        click.echo(f"klineage: error: {_one_line(exc.format_message())}", err=True)
-        return 2
+        return _fail(args, 2, _one_line(exc.format_message()), "error: ")
     except KLineageError as exc:
-        click.echo(f"klineage: error: {_one_line(str(exc))}", err=True)
-        return 2
+        return _fail(args, 2, _one_line(str(exc)), "error: ")
     except OSError as exc:  # a file the user named cannot be read or written
         where = f"{exc.filename}: " if exc.filename else ""
-        click.echo(f"klineage: error: {where}{exc.strerror or exc}", err=True)
-        return 2
+        return _fail(args, 2, f"{where}{exc.strerror or exc}", "error: ")
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except SystemExit as exc:  # a command chose its exit code (e.g. gate: 1 = rejected)
         return int(exc.code or 0)
     return 0
+
+
+def _fail(args: Sequence[str], code: int, message: str, label: str = "") -> int:
+    """Report a failure: `klineage: <label><message>` on stderr and, when `--json` was asked for,
+    `{"error": message, "exit": code}` on stdout. Returns `code`."""
+    click.echo(f"klineage: {label}{message}", err=True)
+    if _json_requested(args):
+        from lineage.commands._common import emit_json  # noqa: PLC0415
+
+        try:
+            emit_json({"error": message, "exit": code})
+        except OSError:  # stdout already closed (a reader that quit): stderr and the code say it
+            pass
+    return code
+
+
+def _json_requested(args: Sequence[str]) -> bool:
+    """Whether `--json` is among the arguments, before the subcommand or after it, up to a `--`.
+    The tokens are read rather than click's parse because the failure may be that parse (and
+    `--json` before the subcommand is itself a usage error: each command defines its own)."""
+    for token in args:
+        if token == "--":
+            return False
+        if token == "--json":
+            return True
+    return False
 
 
 def _one_line(text: str) -> str:

@@ -23,6 +23,7 @@ from passes.triton.roles import (
     constexpr_globals_lifted,
     joint_config,
     sweep_edit,
+    unlaunched,
 )
 
 # (m, n, k, warps, stages): the tile list commonly written for a tiled tl.dot kernel on NVIDIA GPUs.
@@ -88,7 +89,8 @@ def autotune_control(source: str, max_configs: int = 8) -> str:
         tuned = True
     if not tuned:
         raise BadInputError(
-            "no kernel could be autotuned: " + ("; ".join(reasons) or "no launches")
+            "no kernel could be autotuned: "
+            + ("; ".join(reasons) or "; ".join(unlaunched(ir)) or "no launches")
         )
     return ir.unparse()
 

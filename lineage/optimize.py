@@ -78,7 +78,8 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   card that needed it never got a site. So is one whose optimization a card's evidence ran
   with (its pass among the card's prior actions) when that card rewrites the stone otherwise
   than it rewrites the current kernel (the two steps do not commute: persistent-grid flattens
-  its loop and builds descriptors once per program only over descriptor loads). Whether a
+  its loop and builds descriptors once per program only over descriptor loads); such a pair's
+  stone may be up to `PAIR_SLACK` slower, since the card's gain was measured with it. Whether a
   card materializes, and what it writes, is asked of the deterministic rules and the
   transplant only (no LLM call).
 - revisits (device tier): a card whose last gated candidate passed and was at most
@@ -144,6 +145,12 @@ MAX_STONE_DEPTH = 2
 STONE_SLACK = 4.0
 # A stone that enables another pass's card may be at most this much slower than the best.
 ENABLER_SLACK = 1.03
+# ... and at most this much where the card's evidence ran with the stone's optimization (its
+# pass among the card's prior actions) and it rewrites the stone otherwise than the current
+# kernel: the card's recorded gain was measured with the step, whose own cost the pair pays.
+# Batched-GEMM descriptors read per program cost 1.14x alone; with the persistent grid that
+# builds them once per program and flattens the loop the pair is 1.07x faster (16x1024^3 bmm).
+PAIR_SLACK = 1.20
 # A passing candidate at most this much slower than the best is a near miss (see revisits).
 NEAR_MISS = 1.05
 # Effect scores within this relative distance count as equal ranks (a seed may reorder them).
@@ -540,12 +547,22 @@ class Step:
         return out
 
 
+def distinct_rejections(steps: Sequence[Step]) -> list[dict[str, Any]]:
+    """The JSON of rejected `steps`, each distinct entry once (in the order first seen) with
+    `"times"`: how many of `steps` render to it. The same card refused at the same anchor for
+    the same reason on several states of a run is one entry; entries that differ in any shown
+    field (stage, rewriter, near miss) stay apart, so no count stands for a field it lacks."""
+    times = Counter(tuple(step.to_json().items()) for step in steps)  # keeps first-seen order
+    return [{**dict(key), "times": n} for key, n in times.items()]
+
+
 @dataclass(frozen=True, slots=True)
 class OptimizeResult:
     best_path: Path
     best_verdict: Mapping[str, Any]
     applied: tuple[Step, ...]
     rejected: tuple[Step, ...]
+    """Every rejection, repeats included (`to_json` folds them: `distinct_rejections`)."""
     spent_usd: float
     lineage_path: Path
     start_ms: float | None
@@ -561,7 +578,7 @@ class OptimizeResult:
     def to_json(self) -> dict[str, Any]:
         return {"best": {"path": str(self.best_path), "verdict": dict(self.best_verdict)},
                 "applied": [s.to_json() for s in self.applied],
-                "rejected": [s.to_json() for s in self.rejected],
+                "rejected": distinct_rejections(self.rejected),
                 "spent_usd": round(self.spent_usd, 6), "lineage": str(self.lineage_path),
                 "start_ms": self.start_ms, "best_ms": self.best_ms,
                 "speedup": (self.start_ms / self.best_ms
@@ -703,6 +720,10 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     language = str(getattr(ir.language, "value", ir.language))
     run_tier = executor.resolve_tier(tier, language) if executor is not None else resolve_tier(tier, language)
     notes: list[str] = []
+    if language == "triton":  # a kernel whose launch is not found has no launch-parameter site
+        from passes.triton.roles import unlaunched  # noqa: PLC0415
+
+        notes.extend(unlaunched(ir))
     admitted = lib.cards(admitted_only=True)
     if not admitted:
         notes.append(f"{lib.root} holds no admitted SkillCard")
@@ -1081,9 +1102,10 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
                 run.stones.append(stone)
             near = ms is not None and best_ms is not None and ms <= best_ms * NEAR_MISS
             reject("profile", f"not faster: {best_ms} ms -> {ms} ms", made.site.anchor, near)
-            if (stone is not None and ms <= best_ms * ENABLER_SLACK
+            if (stone is not None and ms <= best_ms * PAIR_SLACK
                     and run.stone_depth < MAX_STONE_DEPTH):
-                unlocked = _unlocked(card, made.ir, run, job)
+                unlocked = _unlocked(card, made.ir, run, job,
+                                     pairs_only=ms > best_ms * ENABLER_SLACK)
                 if unlocked:
                     _step_onto(run, job, stone, unlocks=unlocked)
                     return True
@@ -1171,7 +1193,7 @@ def _materializes(card: SkillCard, ir: Any, ctx: Any) -> bool:
     return next(iter(materializations(card, ir, DeterministicRewriter(), ctx))).ok
 
 
-def _unlocked(card: SkillCard, ir: Any, run: _Run, job: _Job) -> list[str]:
+def _unlocked(card: SkillCard, ir: Any, run: _Run, job: _Job, pairs_only: bool = False) -> list[str]:
     """Ids of the cards of passes other than `card`'s that `ir` (the step by `card`) enables:
     those that have no materialization on the current kernel and have one on `ir`, and those
     whose evidence ran with `card`'s optimization present (its pass among the card's
@@ -1182,11 +1204,18 @@ def _unlocked(card: SkillCard, ir: Any, run: _Run, job: _Job) -> list[str]:
     through tensor descriptors, whose declarations the persistent loop then builds once per
     program and whose loads it flattens; on a kernel of pointer loads the same card makes a
     different, slower loop. The descriptor step alone is a near tie, so it only ever stayed a
-    stone."""
+    stone. `pairs_only`: the second kind alone (a stone slower than `ENABLER_SLACK`, within
+    `PAIR_SLACK`)."""
     failures = _failures(run)
     candidates = [c for c in job.cards if c.pass_name != card.pass_name
                   and failures[c.id] < MAX_CARD_FAILURES and not _full_kernels(c, run)]
     state = run.current.state
+    if pairs_only:
+        from lineage.transfer import LAUNCH_PASSES  # noqa: PLC0415
+
+        return [c.id for c in candidates if c.pass_name not in LAUNCH_PASSES
+                and card.pass_name in (c.scope.get("prior_actions") or ())
+                and _rewrites_differently(c, card, run.current.ir, ir, job.ctx, run.rewrites)]
     if state not in run.blocked:
         run.blocked[state] = frozenset(c.id for c in job.cards
                                        if not _materializes(c, run.current.ir, job.ctx))

@@ -169,7 +169,8 @@ def sweep_own(
     doubled with twice the warps, then quadrupled with four times the warps (a larger block
     pays only with the warps to cover it; an author's block may be far below what the problem
     wants: a 128-wide chunk over 4096-wide rows); one pipeline stage more and fewer; four
-    times and a quarter of the warps. Dot kernels' joint steps keep accumulators within
+    times and a quarter of the warps. A dot kernel's stage steps come right after its own
+    configuration (one more) and its warp steps (one fewer), before the blocks. Dot kernels' joint steps keep accumulators within
     `MAX_ACC_ELEMENTS` and warps within `MAX_WARPS`. Pipeline stages are stepped only for a
     kernel with a loop they pipeline (`KernelConfig.pipelined`: each value is otherwise the
     same code compiled again). A `heavy` kernel (its first run, compilation included, took
@@ -181,8 +182,14 @@ def sweep_own(
     tiles = target.by_role()
     warps, stages = target.num_warps, target.num_stages
     base = {**tiles, "num_warps": warps, "num_stages": stages}
-    out = [base, {**base, "num_warps": min(32, warps * 2)},
-           {**base, "num_warps": max(1, warps // 2)}]
+    deeper = [{**base, "num_stages": stages + 1}] if target.pipelined else []
+    shallower = [{**base, "num_stages": stages - 1}] if target.pipelined and stages > 1 else []
+    # A dot loop's pipeline depth pays as often as its tile (a 1024-cube product wanted 64x128
+    # at 5 stages, not 4): its steps come first, not after the tiles' where a sweep's points
+    # ran out before them.
+    early = deeper if target.dot else []
+    out = [base, *early, {**base, "num_warps": min(32, warps * 2)},
+           {**base, "num_warps": max(1, warps // 2)}, *(shallower if target.dot else [])]
     for role, value in tiles.items():
         out.append({**base, role: value * 2})
         if value // 2 >= (MIN_DOT_BLOCK if role in DOT_ROLES else 1):
@@ -193,10 +200,8 @@ def sweep_own(
         if not grown or target.dot and grown.get("m", 1) * grown.get("n", 1) > MAX_ACC_ELEMENTS:
             break
         out.append({**base, **grown, "num_warps": min(most, warps * scale)})
-    if target.pipelined:
-        out.append({**base, "num_stages": stages + 1})
-        if stages > 1:
-            out.append({**base, "num_stages": stages - 1})
+    if not target.dot:
+        out += deeper + shallower
     out.append({**base, "num_warps": min(32, warps * 4)})
     if not heavy:
         out.append({**base, "num_warps": max(1, warps // 4)})

@@ -1,5 +1,6 @@
 """Every `klineage` command over a table of bad inputs: exit code 2, exactly one line on stderr
-(naming the file where there is one) and no traceback.
+(naming the file where there is one) and no traceback; with `--json`, also the same message as
+one JSON object on stdout.
 
 The CLI runs in this process (`lineage.cli.main`); a few rows also run as a real subprocess to
 check what a shell sees.
@@ -215,6 +216,54 @@ def test_bad_input_in_a_real_process(row: str, bad: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "lineage", *_argv(argv, bad)], cwd=bad,
                           capture_output=True, text=True, env=env, timeout=120)
     _check_one_line(proc.returncode, proc.stderr, needle, bad)
+
+
+def _check_json(rc: int, out: str, err: str, needle: str, bad: Path) -> None:
+    """With --json, the failure is also one JSON object on stdout carrying the stderr message."""
+    line = _check_one_line(rc, err, needle, bad)
+    assert json.loads(out) == {"error": line.removeprefix("klineage: error: "), "exit": 2}
+
+
+@pytest.mark.parametrize("argv, needle", [pytest.param(a, n, id=i) for i, a, n in ROWS])
+def test_bad_input_with_json_is_also_a_json_object_on_stdout(
+        argv: list[str], needle: str, bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main([*_argv(argv, bad), "--json"])
+    captured = capsys.readouterr()
+    _check_json(rc, captured.out, captured.err, needle, bad)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    pytest.param(["--json", "anchors", "{bad}/missing.py"], "--json", id="before-the-command"),
+    pytest.param(["--json", "nosuch"], "--json", id="before-an-unknown-command"),
+    pytest.param(["anchors", "--json", "{bad}/syntax.py"], "syntax.py", id="before-the-argument"),
+])
+def test_json_anywhere_in_the_arguments_gets_the_error_as_json(
+        argv: list[str], needle: str, bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(_argv(argv, bad))
+    captured = capsys.readouterr()
+    _check_json(rc, captured.out, captured.err, needle, bad)
+
+
+def test_json_after_double_dash_is_an_argument_not_the_flag(
+        bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["anchors", "--", "--json"])
+    captured = capsys.readouterr()
+    _check_one_line(rc, captured.err, "--json: no such file", bad)
+    assert captured.out == ""
+
+
+def test_without_json_stdout_stays_empty(bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["gate", str(bad / "empty.py"), "--case", "gemm"]) == 2
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("row", ["gate-unknown-case", "show-lin-notjson", "optimize-syntax"])
+def test_bad_input_with_json_in_a_real_process(row: str, bad: Path) -> None:
+    argv, needle = next((a, n) for i, a, n in ROWS if i == row)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "lineage", *_argv(argv, bad), "--json"],
+                          cwd=bad, capture_output=True, text=True, env=env, timeout=120)
+    _check_json(proc.returncode, proc.stdout, proc.stderr, needle, bad)
 
 
 def test_syntax_error_names_the_file_and_the_real_line(bad: Path,

@@ -2,12 +2,20 @@
 worker group is stopped on the way out instead of being left to run (a ptxas of 15 GB was)."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import click
+import pytest
+
+import lineage.commands.passes
+from lineage.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,3 +72,44 @@ def test_sigterm_stops_the_gate_worker_and_exits_143(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _stand_in(monkeypatch: pytest.MonkeyPatch, body: Callable[[], None]) -> None:
+    """`klineage passes` runs `body` instead (a command that is stopped while it runs)."""
+    @click.command("passes")
+    @click.option("--json", "as_json", is_flag=True)
+    def command(as_json: bool) -> None:
+        body()
+
+    monkeypatch.setattr(lineage.commands.passes, "command", command)
+
+
+def _sigterm_self() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)  # main()'s handler raises out of the sleep
+
+
+def _ctrl_c() -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("body, code, message", [(_sigterm_self, 143, "terminated"),
+                                                 (_ctrl_c, 130, "aborted")])
+def test_a_stopped_command_with_json_says_so_as_json_on_stdout(
+        body: Callable[[], None], code: int, message: str,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    _stand_in(monkeypatch, body)
+    handler = signal.getsignal(signal.SIGTERM)
+    assert main(["passes", "--json"]) == code
+    captured = capsys.readouterr()
+    assert f"klineage: {message}" in captured.err
+    assert json.loads(captured.out) == {"error": message, "exit": code}
+    assert signal.getsignal(signal.SIGTERM) is handler  # main() put the old handler back
+
+
+def test_a_stopped_command_without_json_prints_nothing_on_stdout(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    _stand_in(monkeypatch, _sigterm_self)
+    assert main(["passes"]) == 143
+    captured = capsys.readouterr()
+    assert "klineage: terminated" in captured.err and captured.out == ""

@@ -14,7 +14,8 @@ import pytest
 
 from kir.errors import BadInputError
 from lineage.graph import Lineage
-from lineage.optimize import materialize, materializations, optimize
+from lineage.optimize import (Step, distinct_rejections, materialize, materializations,
+                               optimize)
 from passes.rewriter import DeterministicRewriter
 import kir
 from skill_helpers import ROOT, ScriptedGate, gemm_cards, library, naive_source
@@ -391,6 +392,50 @@ def test_a_spent_card_makes_room_for_the_next_ranked_card(tmp_path: Path) -> Non
     assert result.termination == "exhausted"
 
 
+def test_a_repeated_rejection_is_one_entry_with_its_count_in_result_json(tmp_path: Path) -> None:
+    """The same card failing at the same anchor for the same reason on two states is one
+    `rejected` entry with "times": 2 in result.json and --json; `result.rejected` keeps both."""
+    lib = library(tmp_path, admitted=True)
+    gate = ScriptedGate(fails=lambda s: "tl.range(" in s)
+    result = optimize(_target(tmp_path), "gemm", lib, tier="interpret", out=tmp_path / "out",
+                      budget_steps=30, rewriter=DeterministicRewriter(), check_fn=gate, k=1,
+                      config_sweeps=False)
+    assert len(result.rejected) == 2 and len({s.state for s in result.rejected}) == 2
+    saved = json.loads((tmp_path / "out" / "result.json").read_text())
+    (entry,) = saved["rejected"]
+    assert entry["times"] == 2 and entry["pass"] == "software-pipelining"
+    assert entry["card"] == result.rejected[0].card and entry["stage"] == "correctness"
+    assert entry["anchor"] == result.rejected[0].anchor and "wrong_output" in entry["reason"]
+    assert result.to_json()["rejected"] == saved["rejected"]
+
+
+def test_distinct_rejections_fold_repeats_in_first_seen_order() -> None:
+    def step(card: str, anchor: str, reason: str, state: str, stage: str = "correctness",
+             rewriter: str = "deterministic") -> Step:
+        return Step(card, card.split(".")[0], anchor, False, stage, reason, rewriter=rewriter,
+                    state=state)
+
+    a = step("b-card.triton.1", "k/for[0]", "wrong_output: x", "s:1")
+    steps = [a, step("a-card.triton.2", "", "no site", "s:1", stage="materialize"),
+             step("b-card.triton.1", "k/for[0]", "wrong_output: x", "s:2"),
+             step("b-card.triton.1", "k/for[1]", "wrong_output: x", "s:2"),  # another anchor
+             step("b-card.triton.1", "k/for[0]", "timeout: y", "s:3"),  # another reason
+             step("a-card.triton.2", "", "no site", "s:4", stage="materialize"),
+             step("b-card.triton.1", "k/for[0]", "wrong_output: x", "s:5", rewriter="llm"),
+             step("b-card.triton.1", "k/for[0]", "wrong_output: x", "s:6")]
+    folded = distinct_rejections(steps)
+    assert [(r["card"], r["anchor"], r["reason"], r["rewriter"], r["times"]) for r in folded] == [
+        ("b-card.triton.1", "k/for[0]", "wrong_output: x", "deterministic", 3),
+        ("a-card.triton.2", "", "no site", "deterministic", 2),
+        ("b-card.triton.1", "k/for[1]", "wrong_output: x", "deterministic", 1),
+        ("b-card.triton.1", "k/for[0]", "timeout: y", "deterministic", 1),
+        ("b-card.triton.1", "k/for[0]", "wrong_output: x", "llm", 1)]
+    # the fields consumers read are those of the step's own JSON, plus "times"
+    assert folded[0] == {**a.to_json(), "times": 3}
+    assert sum(r["times"] for r in folded) == len(steps)
+    assert distinct_rejections([]) == []
+
+
 def test_a_tile_card_acts_first_on_the_tile_its_steps_resized() -> None:
     from dataclasses import replace
 
@@ -613,6 +658,43 @@ def test_a_near_tie_that_gives_a_card_the_context_of_its_evidence_is_walked_to_a
                      out=tmp_path / "o2", rewriter=DeterministicRewriter(),
                      check_fn=ScriptedGate(ms=alone), budget_steps=6, config_sweeps=False)
     assert again.applied == () and again.best_ms == 10.0
+
+
+@pytest.mark.parametrize("tma_cost, kept", [(1.14, True), (1.25, False)])
+def test_a_pairs_first_step_may_cost_more_than_a_near_tie(tmp_path: Path, tma_cost: float,
+                                                          kept: bool) -> None:
+    """A batched product's descriptors, read per program, cost 1.14x alone; with the
+    persistent loop (whose card's evidence ran with descriptors) the pair pays. Such a stone is
+    walked to within `PAIR_SLACK`, not only within the near tie of `ENABLER_SLACK`; beyond it
+    the pair is not tried."""
+    import lineage.optimize as opt
+    from lineage.skills import Library
+
+    assert opt.ENABLER_SLACK < 1.14 < opt.PAIR_SLACK < 1.25
+    lib_all = Library.open(ROOT / "bench/results/heldout/libraries/all")
+    wanted = {"tma-descriptors.triton.7de2c2db", "persistent-grid.triton.a9560196"}
+    lib = Library.open(tmp_path / "lib", create=True)
+    for card in lib_all.cards():
+        if card.id in wanted:
+            lib.put(card)
+    target = tmp_path / "bmm_start.py"
+    target.write_text((ROOT / "bench/heldout/bmm/bmm_start.py").read_text())
+
+    def ms(source: str) -> float:
+        tma = "make_tensor_descriptor(" in source
+        persistent = "tl.num_programs(0)" in source
+        flat = "flatten=True" in source
+        return 10.0 * (tma_cost if tma and not persistent else 1.0) * (
+            (0.85 if flat else 1.03) if persistent else 1.0)
+
+    result = optimize(target, str(ROOT / "bench/heldout/bmm"), lib, tier="device",
+                      out=tmp_path / "out", rewriter=DeterministicRewriter(),
+                      check_fn=ScriptedGate(ms=ms), budget_steps=6, config_sweeps=False)
+    if kept:
+        assert [s.pass_name for s in result.applied] == ["tma-descriptors", "persistent-grid"]
+        assert result.best_ms == pytest.approx(8.5)
+    else:
+        assert result.applied == () and result.best_ms == 10.0
 
 
 def test_steps_that_commute_with_a_card_do_not_enable_it() -> None:
@@ -864,3 +946,23 @@ def test_a_candidates_gate_is_limited_by_the_start_kernels_own(tmp_path: Path) -
              rewriter=DeterministicRewriter(), check_fn=gate(40.0, given), config_sweeps=False,
              gate_timeout=77.0)
     assert given and all(t == 77.0 for t in given)
+
+
+def test_a_kernel_whose_launch_is_not_found_is_named_in_the_notes(tmp_path: Path) -> None:
+    """A kernel the host hands to something the launch analysis does not follow (a dict of
+    launchers) has no launch-parameter site: the run says so instead of ending 'exhausted'
+    without a word."""
+    source = naive_source("gemm").replace(
+        "    matmul_kernel[(M // 32, N // 32)](",
+        "    launchers = {'mm': matmul_kernel}\n    launchers['mm'][(M // 32, N // 32)](")
+    assert source != naive_source("gemm")
+    target = tmp_path / "naive.py"
+    target.write_text(source)
+    result = optimize(target, "gemm", library(tmp_path, admitted=True), tier="interpret",
+                      out=tmp_path / "out", rewriter=DeterministicRewriter(),
+                      check_fn=ScriptedGate(ms=lambda s: 1.0), budget_steps=1)
+    assert any("matmul_kernel" in n and "no launch of it found" in n for n in result.notes), result.notes
+    direct = optimize(_target(tmp_path), "gemm", library(tmp_path / "l2", admitted=True),
+                      tier="interpret", out=tmp_path / "o2", rewriter=DeterministicRewriter(),
+                      check_fn=ScriptedGate(ms=lambda s: 1.0), budget_steps=1)
+    assert not any("no launch" in n for n in direct.notes)

@@ -289,6 +289,9 @@ def test_both_paths_match_torch_under_the_interpreter(source: str, tmp_path: Pat
         pytest.skip("interpreter not enabled")
     text = _rewrite(source)
     assert (source is FLIPPED) == ("tl.trans(b_desc.load([" in text)
+    # the batched product reads its operands through rank-3 descriptors over the whole tensors
+    # (the batch a program's id names first) and keeps its output a pointer store
+    assert (source is STYLED) == ("block_shape=[1, " in text) == ("_desc.store([" not in text)
     module = _load(text, tmp_path)
     g = torch.Generator().manual_seed(0)
     for m, n, k in ((48, 32, 64), (40, 24, 64), (37, 21, 45)):  # aligned: descriptors (partial
@@ -305,3 +308,28 @@ def test_both_paths_match_torch_under_the_interpreter(source: str, tmp_path: Pat
         assert module._descriptors_fit(a, b) == (k % 4 == 0)  # fp32 rows: 16 bytes = 4 elements
         out = module.run(a, b)
         assert torch.allclose(out, ref, atol=1e-3, rtol=1e-3), (m, n, k)
+
+
+def test_a_base_offset_by_a_batch_of_known_extent_is_lifted_to_rank_three() -> None:
+    """`ptr + index * stride` with the index a program id (extent `tl.num_programs`) or taken
+    modulo a parameter (extent that parameter), through names assigned once; a base of two
+    offsets, or an index of unknown extent, is not lifted."""
+    import ast
+
+    from passes.triton.affine import Scope
+    from passes.triton.tma import _lift
+
+    src = STYLED.replace("    z = tl.program_id(2)\n",
+                         "    z = tl.program_id(axis=2)\n    h = tl.program_id(1) % N\n"
+                         "    w = tl.program_id(1) // N\n")
+    mod = PyModule(kir.parse(src, language="triton"))
+    scope = Scope(mod, mod.kernels()[0])
+    lift = _lift(scope, "xb")
+    assert lift is not None and (lift.ptr, lift.index, lift.stride, lift.extent) == \
+        ("x", "z", "sxb", "tl.num_programs(2)")
+    assert lift.names == {"x", "sxb"}
+    assert _lift(scope, "y + h * syb").extent == "N"
+    assert _lift(scope, "y + w * syb") is None  # the extent of a quotient is not written
+    assert _lift(scope, "x + z * sxb + h * syb") is None
+    assert _lift(scope, "x") is None
+    ast.parse(src)

@@ -884,3 +884,22 @@ def unrolled(x_ptr, y_ptr, BLOCK: tl.constexpr, PASSES: tl.constexpr):
     assert found["_row_sum"].pipelined
     assert found["loads_through_a_helper"].pipelined
     assert not found["unrolled"].pipelined
+
+
+def test_a_dot_loops_own_sweep_steps_its_pipeline_before_its_tiles() -> None:
+    """A dot loop's pipeline depth pays as often as its tile: its own sweep reaches one stage
+    more and one fewer within the points, where a kernel of three tile roles used to spend
+    them all on the tiles."""
+    from lineage.transfer import sweep_own
+    from passes.triton.roles import KernelConfig, Param
+
+    mm = KernelConfig("mm", (Param("BM", "m", 64), Param("BN", "n", 128), Param("BK", "k", 64)),
+                      dot=True, num_warps=4, num_stages=4)
+    pts = sweep_own(mm)
+    assert len(pts) <= SWEEP_POINTS
+    assert pts[:2] == [{"m": 64, "n": 128, "k": 64, "num_warps": 4, "num_stages": 4},
+                       {"m": 64, "n": 128, "k": 64, "num_warps": 4, "num_stages": 5}]
+    assert {"m": 64, "n": 128, "k": 64, "num_warps": 4, "num_stages": 3} in pts
+    assert {"m": 128, "n": 128, "k": 64, "num_warps": 4, "num_stages": 4} in pts
+    flat = KernelConfig("mm", mm.params, dot=True, num_warps=4, num_stages=4, pipelined=False)
+    assert {p["num_stages"] for p in sweep_own(flat, points=32)} == {4}

@@ -42,7 +42,8 @@ def command(target: str, case: str, library: str, budget_steps: int, budget_usd:
     Writes OUT/best.<ext>, OUT/lineage.json (the run as a lineage) and OUT/result.json. The best
     kernel always passed the gate. JSON: {"best": {"path", "verdict"}, "applied": [{"card",
     "pass", "anchor", "rewriter", "ms", "speedup"}], "rejected": [{"card", "pass", "anchor",
-    "rewriter", "stage", "reason"}], "spent_usd", "lineage", "start_ms", "best_ms", "speedup",
+    "rewriter", "stage", "reason", "times"}] (each distinct rejection once, "times" how often it
+    happened; "near_miss" where true), "spent_usd", "lineage", "start_ms", "best_ms", "speedup",
     "termination", "notes", "gated", "seed", "llm"}; "llm" is null without an LLM back-end,
     else {"model", "calls", "failed", "attempts", "input_tokens", "output_tokens",
     "cache_creation_input_tokens", "cache_read_input_tokens", "spent_usd", "disabled"}
@@ -91,8 +92,9 @@ def command(target: str, case: str, library: str, budget_steps: int, budget_usd:
                f"({result.termination}, {result.gated} gated); spent ${result.spent_usd:.4f}{gain}")
     for step in result.applied:
         click.echo(f"  + {step.card} at {step.anchor} ({step.rewriter})")
-    for step in result.rejected:
-        click.echo(f"  - {step.card}: {step.stage}: {step.reason[:160]}")
+    for entry in data["rejected"]:
+        times = f" (x{entry['times']})" if entry["times"] > 1 else ""
+        click.echo(f"  - {entry['card']}: {entry['stage']}: {entry['reason'][:160]}{times}")
     if result.llm is not None and result.llm["calls"]:
         u = result.llm
         click.echo(f"llm ({u['model']}): {u['calls']} call(s), {u['failed']} failed; tokens in "

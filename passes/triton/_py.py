@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from passes._source import ByteEdit
@@ -82,11 +84,38 @@ class PyModule:
                 return dec
         return None
 
-    def launches(self, kernel: str) -> list[ast.Call]:
-        """Calls `kernel[grid](...)` anywhere in the module."""
-        return [n for n in self._nodes
-                if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)
-                and dotted(n.func.value) == kernel]
+    def launches(self, kernel: str, shared: bool = False) -> list[ast.Call]:
+        """The launches of the jit kernel named `kernel`: its calls `kernel[grid](...)` anywhere
+        in the module, then the launches `p[grid](...)` of the module-level functions it is
+        passed to as `p` (`helper_launches`). A helper's launch counts when the helper runs
+        `kernel` alone; with `shared`, also when it runs other kernels too (editing such a
+        launch edits theirs: `shared_launch` says so)."""
+        out = [n for n in self._nodes
+               if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)
+               and dotted(n.func.value) == kernel]
+        out += [h.call for h in helper_launches(self.tree)
+                if kernel in h.passed and (shared or set(h.passed) == {kernel})]
+        return out
+
+    def shared_launch(self, call: ast.Call) -> str | None:
+        """Why a rewrite cannot edit the launch `call` for one kernel: it is a helper's launch
+        (`helper_launches`) that the module passes other kernels too, or a kernel it cannot
+        read. None for a launch of one kernel."""
+        found = next((h for h in helper_launches(self.tree) if h.call is call), None)
+        if found is None or (len(set(found.passed)) == 1 and "" not in found.passed):
+            return None
+        runs = ", ".join(f"`{k}`" for k in sorted(set(found.passed) - {""}))
+        if "" in found.passed:
+            runs = f"{runs} and whatever a use of it passes unseen" if runs else \
+                "whatever the uses of it pass unseen"
+        return (f"the launch on line {call.lineno} is inside `{found.helper.name}`, which "
+                f"launches {runs} as its parameter `{found.param}`: editing it would change the "
+                "launch of every kernel it runs")
+
+    def sharing(self, kernel: str) -> str | None:
+        """Why a rewrite that edits every launch of `kernel` (its signature, its grid) cannot:
+        the `shared_launch` reason of its first launch that runs other kernels too."""
+        return next(filter(None, map(self.shared_launch, self.launches(kernel, shared=True))), None)
 
     def calls(self, root: ast.AST, names: set[str] | frozenset[str]) -> list[ast.Call]:
         """Calls under `root` whose callee's dotted name is in `names`, in source order."""
@@ -141,6 +170,95 @@ class PyModule:
             return ByteEdit(at, at, text + ", ")
         at = self.end(call) - 1  # just before the closing parenthesis
         return ByteEdit(at, at, text)
+
+
+@dataclass(frozen=True, slots=True)
+class HelperLaunch:
+    """A launch `p[grid](...)` inside a module-level function `helper` of its own parameter
+    `p` (`def _launch(kernel, x): kernel[grid](x, ...)`), with what each use of `helper` in
+    the module passes as `p`: the dotted name written there (`_launch(my_kernel, x)`,
+    `_launch(x=x, kernel=my_kernel)`, or the parameter's default), "" where a use does not
+    show it (a `*args` / `**kwargs` call, an expression, the helper passed around or bound in a
+    `partial`). A call of the helper that passes a kernel is a launch of that kernel, located
+    at `call`, where its launch keywords are written."""
+
+    call: ast.Call
+    helper: ast.FunctionDef
+    param: str
+    passed: tuple[str, ...]
+
+
+def helper_launches(tree: ast.Module) -> tuple[HelperLaunch, ...]:
+    """Every helper launch of a parsed module (`HelperLaunch`), in source order; one level of
+    helpers: a helper that hands its parameter on to another helper is not followed. Read
+    once per parsed tree."""
+    hit = _HELPERS.get(tree)
+    if hit is None:
+        hit = _HELPERS[tree] = _read_helper_launches(tree)
+    return hit
+
+
+_HELPERS: weakref.WeakKeyDictionary[ast.Module, tuple[HelperLaunch, ...]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _read_helper_launches(tree: ast.Module) -> tuple[HelperLaunch, ...]:
+    launching: list[tuple[ast.FunctionDef, list[tuple[ast.Call, str]]]] = []
+    for fn in tree.body:
+        if not isinstance(fn, ast.FunctionDef) or any(_decorator_name(d) in JIT_NAMES
+                                                      for d in fn.decorator_list):
+            continue
+        params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
+        # a parameter the function rebinds no longer holds what the caller passed
+        params -= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+                   and isinstance(n.ctx, (ast.Store, ast.Del))}
+        calls = [(n, n.func.value.id) for n in ast.walk(fn)
+                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)
+                 and isinstance(n.func.value, ast.Name) and n.func.value.id in params]
+        if calls:
+            launching.append((fn, sorted(calls, key=lambda c: (c[0].lineno, c[0].col_offset))))
+    if not launching:
+        return ()
+    names = {fn.name for fn, _ in launching}
+    called: dict[str, list[ast.Call]] = {}
+    loose: set[str] = set()  # helpers used other than by a call (passed, aliased, partial)
+    callees: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names:
+            called.setdefault(node.func.id, []).append(node)
+            callees.add(id(node.func))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load) \
+                and id(node) not in callees:
+            loose.add(node.id)
+    out: list[HelperLaunch] = []
+    for fn, calls in launching:
+        for call, param in calls:
+            passed = [_passed_as(fn, use, param) for use in called.get(fn.name, [])]
+            passed = [p for p in passed if p is not None] + ([""] if fn.name in loose else [])
+            out.append(HelperLaunch(call, fn, param, tuple(passed)))
+    return tuple(out)
+
+
+def _passed_as(fn: ast.FunctionDef, use: ast.Call, param: str) -> str | None:
+    """The dotted name the call `use` of `fn` passes as `param` ("" where it cannot be read;
+    None where the call leaves it out and it has no default: that call cannot run)."""
+    kw = next((k for k in use.keywords if k.arg == param), None)
+    if kw is not None:
+        return dotted(kw.value)
+    positional = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if param in positional:
+        i = positional.index(param)
+        if any(isinstance(a, ast.Starred) for a in use.args[:i + 1]):
+            return ""
+        if i < len(use.args):
+            return dotted(use.args[i])
+    if any(isinstance(a, ast.Starred) for a in use.args) or any(k.arg is None for k in use.keywords):
+        return ""
+    defaults = dict(zip(positional[len(positional) - len(fn.args.defaults):], fn.args.defaults))
+    defaults.update((a.arg, d) for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults)
+                    if d is not None)
+    return dotted(defaults[param]) if param in defaults else None
 
 
 # Parsed sources kept (a run's current states and candidates; about 2 MB for a 360-line module).

@@ -5,7 +5,8 @@ De-optimization keeps the first config (the one an expert lists first is its bes
   `@triton.autotune(...)` decorator is removed and the first config's values become keyword
   arguments of every launch of the kernel;
 - otherwise (a list built by code such as `configs=_configs()`, a config with a `pre_hook`, a
-  kernel launched elsewhere): the list is pinned to its first element (`configs=E[:1]`); the
+  kernel launched elsewhere or by a host helper that also launches other kernels, so that its
+  launch keywords are theirs too): the list is pinned to its first element (`configs=E[:1]`); the
   configs after it then offer no launch-parameter sites (they never run).
 Either way the comment lines directly above the decorator (they explain the tuned list) are
 removed with it and restored by the forward step.
@@ -93,7 +94,7 @@ class Autotune(Pass):
         for kernel in mod.kernels():
             dec = mod.decorator(kernel, "autotune")
             locus = mod.span(kernel)
-            launches = mod.launches(kernel.name)
+            launches = mod.launches(kernel.name, shared=True)
             # the comment explaining the decorator goes and comes back with it
             first = comment_above(mod.source, mod.stmt_span(kernel)[0])
             span = (min([first, *(mod.start(c) for c in launches)]),
@@ -142,9 +143,11 @@ class Autotune(Pass):
         if configs is None:
             return Skipped("no autotune decorator with a config list at the site",
                            {"site": site.anchor})
-        launches = mod.launches(kernel.name)
+        launches = mod.launches(kernel.name, shared=True)
         literal = _literal_configs(configs.value)
         values = _config_values(mod, literal[0]) if literal else None
+        if mod.sharing(kernel.name) is not None:
+            values = None  # pinning at the launch would pin the helper's other kernels too
         dec_index = kernel.decorator_list.index(dec)
         top = mod.stmt_span(kernel)[0]
         # a comment right above the autotune decorator describes the tuned list
@@ -194,9 +197,12 @@ class Autotune(Pass):
                 at = mod.stmt_span(kernel)[0]
                 edits.insert(0, ByteEdit(at, at, self.comment))
             return finish(ir, site, edits)
-        launches = mod.launches(kernel.name)
+        launches = mod.launches(kernel.name, shared=True)
         if not launches:
             return Skipped("the kernel is never launched in this module", {"kernel": kernel.name})
+        shared = mod.sharing(kernel.name)
+        if shared is not None:
+            return Skipped(shared, {"kernel": kernel.name})
         if self.decorator:
             names = [n for n in self.pinned.split(",") if n]
             fitted = _fit_decorator(self.decorator, mod, kernel)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from passes._source import ByteEdit, finish, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, dotted, literal_int, names_in
+from passes.triton._py import PyModule, callee, literal_int, names_in
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -37,12 +37,18 @@ class Holder:
 
 def holders(mod: PyModule) -> list[Holder]:
     """Every launch of a jit kernel and every `triton.Config(...)` call that can run, in
-    source order. Configs that a slice of their literal list cuts off (`[c0, c1, c2][:1]`, an
-    autotune list pinned to its first config) never run on any tier, so they are left out:
-    editing them would change nothing the gate can see."""
+    source order, each once. A launch in a host helper the kernel is passed to counts
+    (`PyModule.launches`); one that helper makes for several kernels is held by the first,
+    and a rewrite there refuses (`_shared`). Configs that a slice of their literal list cuts
+    off (`[c0, c1, c2][:1]`, an autotune list pinned to its first config) never run on any
+    tier, so they are left out: editing them would change nothing the gate can see."""
     found: list[Holder] = []
+    seen: set[int] = set()
     for kernel in mod.kernels():
-        found.extend(Holder(call, "launch", kernel) for call in mod.launches(kernel.name))
+        for call in mod.launches(kernel.name, shared=True):
+            if id(call) not in seen:
+                seen.add(id(call))
+                found.append(Holder(call, "launch", kernel))
     dead = cut_off_configs(mod)
     found.extend(Holder(call, "config", None) for call in mod.calls(mod.tree, CONFIG_NAMES)
                  if id(call) not in dead)
@@ -74,6 +80,16 @@ def cut_off_configs(mod: PyModule) -> set[int]:
 
 def autotuned(mod: PyModule, kernel: ast.FunctionDef | None) -> bool:
     return kernel is not None and mod.decorator(kernel, "autotune") is not None
+
+
+def _shared(mod: PyModule, node: ast.AST | None) -> Skipped | None:
+    """A rewrite of a launch (or of a keyword value in one) that a host helper makes for
+    several kernels refuses: the edit would retune every kernel it runs
+    (`PyModule.shared_launch`)."""
+    parent = mod.parents.get(node) if node is not None else None
+    call = mod.parents.get(parent) if isinstance(parent, ast.keyword) else node
+    reason = mod.shared_launch(call) if isinstance(call, ast.Call) else None
+    return Skipped(reason, {"line": call.lineno}) if reason is not None else None
 
 
 def comment_above(source: bytes, pos: int) -> int:
@@ -235,7 +251,7 @@ class TileSizes(Pass):
             return Skipped(f"the recorded step resized {self.tile}, not {name}",
                            {"tile": name, "recorded": self.tile})
         holder = next((h for n, lit, h in self._literals(mod) if lit is node), None)
-        refusal = _grid_refusal(mod, holder, name)
+        refusal = _shared(mod, holder) or _grid_refusal(mod, holder, name)
         if refusal is not None:
             return refusal
         current = node.value
@@ -322,10 +338,10 @@ def _grid_refusal(mod: PyModule, holder: ast.AST | None, tile: str) -> Skipped |
     the same tile (`grid = lambda meta: (cdiv(M, meta["BLOCK_M"]), ...)`); a grid fixed on
     the host would leave tiles unwritten or write out of bounds."""
     if isinstance(holder, ast.Call) and isinstance(holder.func, ast.Subscript):
-        kernel = next((k for k in mod.kernels() if k.name == dotted(holder.func.value)), None)
+        kernel = next((h.kernel for h in holders(mod) if h.call is holder), None)
         launches = [holder]
     elif isinstance(holder, ast.FunctionDef):
-        kernel, launches = holder, mod.launches(holder.name)
+        kernel, launches = holder, mod.launches(holder.name, shared=True)
     else:
         return None  # a config entry: the autotuned launch computes its grid from meta
     if kernel is None or tile not in _grid_tiles(kernel):
@@ -462,6 +478,9 @@ class NumWarps(_KeywordPass):
         kw = mod.keyword(call, "num_warps") if call is not None else None
         if kw is None or literal_int(kw.value) is None:
             return Skipped("no literal num_warps at the site", {"site": site.anchor})
+        shared = _shared(mod, call)
+        if shared is not None:
+            return shared
         position = mod.arguments(call).index(kw)
         return finish(ir, site, [mod.remove_argument(call, kw)],
                       options={"value": kw.value.value, "position": position})
@@ -473,6 +492,9 @@ class NumWarps(_KeywordPass):
             return Skipped("no launch or config at the site", {"site": site.anchor})
         if mod.keyword(call, "num_warps") is not None:
             return Skipped("num_warps is already set", {"site": site.anchor})
+        shared = _shared(mod, call)
+        if shared is not None:
+            return shared
         results, skip = self.check(ctx, {"num_warps": self.value})
         if skip:
             return skip
@@ -687,6 +709,9 @@ class SoftwarePipelining(_KeywordPass):
         node = _find_site(mod, site)
         if node is None or literal_int(node) is None or node.value <= 1:
             return Skipped("no pipelined num_stages at the site", {"site": site.anchor})
+        shared = _shared(mod, node)
+        if shared is not None:
+            return shared
         return finish(ir, site, [_value_edit(mod, node, 1)], options={"stages": node.value})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -696,6 +721,9 @@ class SoftwarePipelining(_KeywordPass):
             return skip
         node = _find_site(mod, site)
         if node is not None:
+            shared = _shared(mod, node)
+            if shared is not None:
+                return shared
             if node.value == self.stages:
                 return Skipped(f"num_stages is already {self.stages}", {"num_stages": node.value})
             return finish(ir, site, [_value_edit(mod, node, self.stages)], preconditions=results)

@@ -627,6 +627,9 @@ class GroupedOrdering(Pass):
         marked = [a.annotation for a in args if a.annotation is not None
                   and "constexpr" in ast.dump(a.annotation)]
         annotation = mod.text(marked[0]) if marked else f"{_tl_alias(kernel)}.constexpr"
+        shared = mod.sharing(kernel.name)
+        if shared is not None:  # every launch passes the new group size
+            return Skipped(shared, {"kernel": kernel.name})
         launches = mod.launches(kernel.name)
         default = f" = {DEFAULT_GROUP}" if kernel.args.defaults or not launches else ""
         at = mod.end(kernel.args.defaults[-1] if kernel.args.defaults else args[-1])
@@ -670,6 +673,9 @@ class GroupedOrdering(Pass):
             if axis.tile not in constexprs:
                 return Skipped(f"the {role} block {axis.tile} is not a constexpr parameter", detail)
             sizes[role] = passed[0]
+        shared = mod.sharing(kernel.name)
+        if shared is not None:
+            return Skipped(shared, detail)
         launches = mod.launches(kernel.name)
         if not launches:
             return Skipped("the kernel is not launched in this module: its grid cannot be "
@@ -990,6 +996,9 @@ class PersistentGrid(Pass):
         if carried:
             return Skipped("values computed in the tile loop are used after it",
                            {"names": carried})
+        shared = mod.sharing(found.kernel.name)
+        if shared is not None:  # the host grid it uncaps is the other kernels' too
+            return Skipped(shared, {"kernel": found.kernel.name})
         cap = self._host_cap(mod, found)
         if cap is None:
             return Skipped("cannot find the host grid capped by the SM count",
@@ -1046,6 +1055,9 @@ class PersistentGrid(Pass):
         indented = "".join((self.indent + line) if line.strip() else line
                            for line in text.splitlines(keepends=True))
         edits = [ByteEdit(start, end, self.header + indented)]
+        shared = mod.sharing(kernel.name)
+        if shared is not None:  # the host grid it caps is the other kernels' too
+            return Skipped(shared, {"kernel": kernel.name})
         grid = self._kept_node(mod, kernel)
         if grid is None:
             return Skipped("cannot find the host grid to cap", {"grid": self.grid_kept})

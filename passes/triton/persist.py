@@ -18,7 +18,9 @@ launch order, axis 0 fastest: the grid becomes `(min(T0 * T1 * ..., programs),)`
 `tl.program_id(a)` of the body reads its axis decoded from the index (`tile % T0`,
 `tile // T0 % T1`, ...).
 
-Refused, with the reason: `tl.num_programs` already read, a `return` in the body (it would end
+Each `tl.num_programs(a)` the walked body reads becomes axis a's tile count (a rank-3
+descriptor's batch extent). Refused, with the reason: `tl.num_programs` read before the first
+program id, a `return` in the body (it would end
 the walk), a grid that reads a host value the kernel does not receive, or counts tiles of a
 literal size (the kernel's count would go stale when a sweep retunes the tiles: the sweep goes
 first and its grid reads `meta`).
@@ -131,8 +133,6 @@ def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
     pids = mod.calls(kernel, PID)
     if not pids:
         return "the kernel reads no program id"
-    if mod.calls(kernel, NUM_PROGRAMS):
-        return "the kernel already reads tl.num_programs"
     launches = mod.launches(kernel.name)
     if not launches:
         return "the kernel is never launched in this module"
@@ -160,6 +160,15 @@ def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
         return "a program id's axis is not a constant within the grid"
     start = next(i for i, s in enumerate(kernel.body)
                  if any(isinstance(n, ast.Call) and callee(n) in PID for n in ast.walk(s)))
+    counts = mod.calls(kernel, NUM_PROGRAMS)
+    steps = {id(n) for loop in ast.walk(kernel) if isinstance(loop, ast.For) for n in ast.walk(loop.iter)}
+    if any(id(c) in steps for c in counts):
+        return "the kernel already walks its tiles: a loop steps by tl.num_programs"
+    walked = {id(n) for st in kernel.body[start:] for n in ast.walk(st)}
+    if any(id(c) not in walked or _axis(c) is None or _axis(c) >= len(axes) for c in counts):
+        # in the walked body each reads its axis's tile count; before it, the count of
+        # programs would change meaning
+        return "the kernel reads tl.num_programs before its first program id, or of no grid axis"
     if any(isinstance(n, ast.Return) for s in kernel.body[start:] for n in ast.walk(s)):
         return "the body returns early: in a loop over tiles that would end the program's walk"
     before = params | {n.id for st in kernel.body[:start] for n in ast.walk(st)
@@ -321,15 +330,29 @@ def walk_edits(mod: PyModule, walk: Walk, taken: set[str], keywords: str = "") -
     step = " " * 4
     helper = fresh_name("_resident_programs", taken)
     hoisted = _invariant_descriptors(mod, walk)
-    before = "".join(src[a:b].decode("utf-8") for a, b in hoisted)
+
+    # Each `tl.num_programs(a)` of the walked body reads axis a's tile count: the grid the
+    # programs walk, not the persistent grid's program count.
+    counts = sorted((c for s in kernel.body[walk.start:] for c in ast.walk(s)
+                     if isinstance(c, ast.Call) and callee(c) in NUM_PROGRAMS), key=mod.start)
+
+    def raw(a: int, b: int) -> str:  # the source from a to b, each tile count read in place
+        out, at = [], a
+        for c in counts:
+            if a <= mod.start(c) and mod.end(c) <= b:
+                out += [src[at:mod.start(c)].decode("utf-8"), f"({walk.axes[_axis(c)]})"]  # type: ignore[index]
+                at = mod.end(c)
+        return "".join(out) + src[at:b].decode("utf-8")
+
+    before = "".join(raw(a, b) for a, b in hoisted)
 
     def text(a: int, b: int) -> str:  # the source from a to b, the hoisted statements left out
         out, at = [], a
         for h0, h1 in hoisted:
             if a <= h0 and h1 <= b:
-                out.append(src[at:h0].decode("utf-8"))
+                out.append(raw(at, h0))
                 at = h1
-        return "".join(out) + src[at:b].decode("utf-8")
+        return "".join(out) + raw(at, b)
 
     if stmt is not None:
         tile, begin = stmt.targets[0].id, line_end(src, mod.end(stmt) - 1)  # type: ignore[attr-defined]
@@ -361,13 +384,19 @@ def walk_edits(mod: PyModule, walk: Walk, taken: set[str], keywords: str = "") -
     edits += _pass_new_parameters(mod, walk)
     imports = [n for n in mod.tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     at = line_end(src, mod.end(imports[-1]) - 1) if imports else 0
-    has_torch = any(a.name == "torch" and a.asname is None for n in imports
-                    if isinstance(n, ast.Import) for a in n.names)
-    edits.append(ByteEdit(at, at, ("" if has_torch else "import torch\n") + (
+    plain = {a.name for n in imports if isinstance(n, ast.Import) for a in n.names if a.asname is None}
+    # The SM count is read once per device: `run` is on the timed path, and a host that takes
+    # longer to issue a call than the GPU takes to run it is what a user's loop waits on.
+    per_device = fresh_name(f"{helper}_on", taken | {helper})
+    edits.append(ByteEdit(at, at, "".join(f"import {m}\n" for m in ("functools", "torch") if m not in plain) + (
+        f"\n\n@functools.lru_cache(maxsize=None)\n"
+        f"def {per_device}(index: int) -> int:\n"
+        '    """The SM count of CUDA device `index`."""\n'
+        "    return torch.cuda.get_device_properties(index).multi_processor_count\n"
         f"\n\ndef {helper}() -> int:\n"
         '    """Programs a persistent grid launches: one per SM (a few on the CPU interpreter)."""\n'
         "    if torch.cuda.is_available():\n"
-        "        return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count\n"
+        f"        return {per_device}(torch.cuda.current_device())\n"
         "    return 4\n")))
     return edits
 

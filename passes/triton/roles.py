@@ -19,7 +19,9 @@ entry, a default, or a host variable bound to a literal): a block size computed 
 problem (`triton.next_power_of_2(N)`) is not, and a sweep leaves it alone. A launch passes a
 value by keyword, positionally, through a `**NAME` dict bound once to a dict literal or a
 `dict(...)` of keywords, or through the keywords of `functools.partial(kernel[grid], ...)` whose
-result is called (`kernel_launches`); all of them count alike.
+result is called (`kernel_launches`); all of them count alike. A launch may sit in a host helper
+the kernel is passed to (`_launch(kernel, ...)` launching `kernel[grid](...)`:
+`PyModule.launches`); where that helper also runs other kernels, a sweep refuses to edit it.
 
 `joint_config(ir)` reads a kernel's whole launch configuration by role (tiles, warps, stages,
 group size); `sweep_edit(ir, kernel, configs)` writes a list of role-keyed configurations onto a
@@ -885,10 +887,12 @@ class Launch:
 
 
 def kernel_launches(mod: PyModule, kernel: ast.FunctionDef) -> list[Launch]:
-    """Every launch of `kernel` in the module: its `kernel[grid](...)` calls, then the calls of
-    a `functools.partial(kernel[grid], ...)` (called at once, or bound once to a name that is
-    called). Keywords a launch spreads from a dict (`**meta`, with `meta` bound once to a dict
-    literal or a `dict(...)` of keywords and not updated in place) count as passed."""
+    """Every launch of `kernel` in the module: its `kernel[grid](...)` calls and those of the
+    host helpers it is passed to, shared ones included (`PyModule.launches`; a rewrite of one
+    asks `PyModule.shared_launch`), then the calls of a `functools.partial(kernel[grid], ...)`
+    (called at once, or bound once to a name that is called). Keywords a launch spreads from a
+    dict (`**meta`, with `meta` bound once to a dict literal or a `dict(...)` of keywords and
+    not updated in place) count as passed."""
     hit = _LAUNCHES.get(kernel)
     if hit is None:
         hit = _LAUNCHES[kernel] = _read_launches(mod, kernel)
@@ -901,7 +905,7 @@ _LAUNCHES: weakref.WeakKeyDictionary[ast.FunctionDef, list[Launch]] = weakref.We
 def _read_launches(mod: PyModule, kernel: ast.FunctionDef) -> list[Launch]:
     out = [
         _launch(mod, kernel, call, call.func, [(call, 0)])  # type: ignore[arg-type]
-        for call in mod.launches(kernel.name)
+        for call in mod.launches(kernel.name, shared=True)
     ]
     partials = _partial_callees(mod)
     for made in ast.walk(mod.tree):
@@ -1428,7 +1432,8 @@ def sweep_edit(
     """Byte edits that make `kernel_name` autotune over `configs` (role-keyed, see
     `fit_configs`), and the fitted configs. Refused (with the reason) where the launch cannot
     take tuned parameters (a tile the kernel does not bounds-check only shrinks, to a divisor of
-    its value: `unchecked_tiles`): a launch that passes a tile positionally before other arguments, a
+    its value: `unchecked_tiles`): a launch a host helper makes for other kernels too
+    (`PyModule.shared_launch`), a launch that passes a tile positionally before other arguments, a
     grid that cannot be rewritten to read the tuned tiles, a host value reused beyond the
     launch. Buffers the autotuner's trial runs would change (atomics, in-place updates, a
     tensor passed as both input and output) are restored between them (`_restored`). Tuned
@@ -1451,6 +1456,9 @@ def sweep_edit(
         return SweepRefusal("no such kernel", {"kernel": kernel_name})
     current = kernel_config(mod, kernel)
     launches = kernel_launches(mod, kernel)
+    shared = mod.sharing(kernel_name)
+    if shared is not None:
+        return SweepRefusal(shared, {"kernel": kernel_name})
     pinned = _host_pinned(mod, launches, current)
     if pinned:  # the host needs these tiles as they are: the sweep tunes the rest around them
         current = dataclasses.replace(current, params=tuple(
@@ -1462,18 +1470,12 @@ def sweep_edit(
         return next(iter(pinned.values()))
     tuned = [n for n in fitted[0] if n not in LAUNCH_KEYS]
     if not launches:
-        kernels = {id(k) for k in mod.kernels()}
-        uses = [
-            n
-            for n in ast.walk(mod.tree)
-            if isinstance(n, ast.Name)
-            and n.id == kernel_name
-            and not any(id(f) in kernels for f in [mod.enclosing(n, ast.FunctionDef)] if f)
-        ]
+        uses = _host_uses(mod, kernel_name)
         if uses:
             return SweepRefusal(
                 f"the kernel is launched through a name the sweep cannot follow (line "
-                f"{uses[0].lineno}: a dict, a partial or an alias of `{kernel_name}`)",
+                f"{uses[0].lineno}: a dict, a partial, an alias of `{kernel_name}` or a helper "
+                "that does not launch it as `param[grid](...)`)",
                 {"kernel": kernel_name},
             )
         return SweepRefusal("the kernel is never launched in this module", {"kernel": kernel_name})
@@ -1555,6 +1557,41 @@ def sweep_edit(
         return _disjoint(list(dict.fromkeys(edits))), fitted
     except ValueError:
         return SweepRefusal("the rewrites of the launches overlap", {"kernel": kernel_name})
+
+
+def _host_uses(mod: PyModule, name: str) -> list[ast.Name]:
+    """The reads of `name` outside every jit function (the host code's), in `ast.walk` order."""
+    kernels = {id(k) for k in mod.kernels()}
+    return [
+        n
+        for n in ast.walk(mod.tree)
+        if isinstance(n, ast.Name)
+        and n.id == name
+        and not any(id(f) in kernels for f in [mod.enclosing(n, ast.FunctionDef)] if f)
+    ]
+
+
+def unlaunched(ir: KernelIR) -> tuple[str, ...]:
+    """One line per jit kernel of `ir` that no host code launches (`kernel_launches`, a host
+    helper's launch included) and no jit function calls (a device function is not launched):
+    no pass can read or tune its launch configuration, so it has no launch-parameter site.
+    The line names where the host hands the kernel on, when it does, to something the launch
+    analysis does not follow (an alias, a dict, a helper two levels down)."""
+    mod = PyModule(ir)
+    kernels = mod.kernels()
+    called = {c.func.id for k in kernels for c in ast.walk(k)
+              if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+    out: list[str] = []
+    for kernel in kernels:
+        if kernel.name in called or kernel_launches(mod, kernel):
+            continue
+        line = f"kernel `{kernel.name}`: no launch of it found in the module's host code"
+        uses = _host_uses(mod, kernel.name)
+        if uses:
+            line += (f" (line {min(n.lineno for n in uses)} hands it to something the launch "
+                     "analysis does not follow)")
+        out.append(line)
+    return tuple(out)
 
 
 def unchecked_caps(mod: PyModule, kernel: ast.FunctionDef, current: KernelConfig) -> dict[str, int]:

@@ -546,6 +546,9 @@ class EarlyExit(Pass):
         params = kernel.args.args
         param = next(a for a in params if a.arg == flag)
         p_index = params.index(param)
+        shared = mod.sharing(kernel.name)
+        if shared is not None:  # its launches stop passing the flag
+            return Skipped(shared, {"flag": flag})
         launches = mod.launches(kernel.name)
         kws = [mod.keyword(c, flag) for c in launches]
         if any(len(c.args) > p_index for c in launches):
@@ -587,6 +590,9 @@ class EarlyExit(Pass):
         at = mod.start(kernel) + region.find(needle)
         edits = [ByteEdit(at, at + len(needle), self.code),
                  _insert_param(mod, kernel, self.param_index, self.param)]
+        shared = mod.sharing(kernel.name) if self.value else None
+        if shared is not None:  # its launches start passing the flag
+            return Skipped(shared, {"flag": self.flag})
         if self.value:
             for call in mod.launches(kernel.name):
                 position = self.position if self.position >= 0 else len(mod.arguments(call))

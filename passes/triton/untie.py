@@ -944,6 +944,9 @@ def untie_edit(
     kernel = next((k for k in mod.kernels() if k.name == kernel_name), None)
     if kernel is None:
         return SweepRefusal("no such kernel", {"kernel": kernel_name})
+    shared = mod.sharing(kernel_name)
+    if shared is not None:  # its launches pass the renamed constexprs
+        return SweepRefusal(shared, {"kernel": kernel_name})
     found = shape_roles(kernel, jit_functions(mod))
     tied = [n for n in found.uses if len(found.roles_of(n)) > 1]
     if names is not None:
