@@ -697,6 +697,33 @@ def test_a_pairs_first_step_may_cost_more_than_a_near_tie(tmp_path: Path, tma_co
         assert result.applied == () and result.best_ms == 10.0
 
 
+def test_a_configuration_step_is_no_pairs_first_step(tmp_path: Path) -> None:
+    """A tile size 1.14x slower alone is not walked to for the sake of a card whose evidence
+    ran with tile sizes (nearly every card's did): the next sweep retunes it, and the walk
+    spends the run's box (leave-one-out gdn)."""
+    from types import SimpleNamespace
+
+    from lineage.optimize import _Kernel, _Run, _unlocked, state_id
+    from lineage.skills import Library
+    from passes.base import PassContext
+
+    lib = Library.open(ROOT / "bench/results/heldout/libraries/all")
+    cards = {c.id: c for c in lib.cards()}
+    tile, tma = cards["tile-sizes.triton.4c051e66"], cards["tma-descriptors.triton.7de2c2db"]
+    ctx = PassContext.for_case(str(ROOT / "bench/heldout/mm1024"), tier="device")
+    start = kir.parse((ROOT / "bench/heldout/mm1024/mm_naive.py").read_text(), "triton")
+    kernel = _Kernel(start.unparse(), start, state_id(start.unparse()), None, 10.0)
+    run = _Run(kernel, kernel)
+    job = SimpleNamespace(cards=tuple(cards.values()), ctx=ctx)  # what `_unlocked` reads
+
+    def step(card):
+        return next(m for m in materializations(card, start, DeterministicRewriter(), ctx,
+                                                sweeps=False) if m.ok).ir
+
+    assert _unlocked(tma, step(tma), run, job, pairs_only=True)  # a structural first step
+    assert _unlocked(tile, step(tile), run, job, pairs_only=True) == []
+
+
 def test_steps_that_commute_with_a_card_do_not_enable_it() -> None:
     """The descriptor step changes what the persistent rule writes (a flattened loop over
     descriptor loads); a tile size or a pipelining depth inside the loop it moves does not."""
