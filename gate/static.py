@@ -134,7 +134,9 @@ def _launch_to_compile(jit_fn: Any, variant: str, args: tuple[Any, ...], kwargs:
                           MappingProxyType(attrs), MappingProxyType(keep))
 
 
-def _record_launches(chan: Channel, job: Job) -> list[_TritonCompile]:
+def _record_launches(chan: Channel, job: Job) -> tuple[list[_TritonCompile], list[list[str]]]:
+    """The distinct compiles `run` asks for, and the launches they stand for: one group of
+    compile keys per launch (an autotuned launch: one key per configuration it would try)."""
     import torch
     import triton.runtime.autotuner as autotuner
     import triton.runtime.jit as jit
@@ -147,6 +149,9 @@ def _record_launches(chan: Channel, job: Job) -> list[_TritonCompile]:
     scratch = str(Path(job.scratch).resolve())
     pending: list[_TritonCompile] = []
     variant = [""]
+    # the launches one autotuned call stands for (its configurations): one group each
+    group: list[int | None] = [None]
+    groups: list[list[str]] = []
 
     def owns(fn: Any) -> bool:
         code = getattr(getattr(fn, "fn", None), "__code__", None)
@@ -156,7 +161,12 @@ def _record_launches(chan: Channel, job: Job) -> list[_TritonCompile]:
         # Specialize now: a config's pre_hook may have just reshaped a tensor descriptor that
         # the next config's pre_hook reshapes again.
         if owns(self):
-            pending.append(_launch_to_compile(self, variant[0], args, dict(kwargs), backend))
+            made = _launch_to_compile(self, variant[0], args, dict(kwargs), backend)
+            pending.append(made)
+            if group[0] is None:
+                groups.append([made.key()])
+            else:
+                groups[group[0]].append(made.key())
         return None
 
     def autotune_run(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -167,10 +177,17 @@ def _record_launches(chan: Channel, job: Job) -> list[_TritonCompile]:
             configs = self.prune_configs(kwargs) if len(self.configs) > 1 else self.configs
         except Exception:  # a pruning function that needs the GPU: compile them all
             configs = self.configs
-        for config in configs:
-            if config.pre_hook is not None:
-                config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
-            self.fn.run(*args, **kwargs, **config.all_kwargs())
+        outer = group[0]
+        if outer is None:  # an autotuner inside another records into the outer one's group
+            groups.append([])
+            group[0] = len(groups) - 1
+        try:
+            for config in configs:
+                if config.pre_hook is not None:
+                    config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
+                self.fn.run(*args, **kwargs, **config.all_kwargs())
+        finally:
+            group[0] = outer
         self.nargs = None
         return None
 
@@ -195,7 +212,7 @@ def _record_launches(chan: Channel, job: Job) -> list[_TritonCompile]:
     unique: dict[str, _TritonCompile] = {}
     for c in pending:
         unique.setdefault(c.key(), c)
-    return list(unique.values())
+    return list(unique.values()), [g for g in groups if g]
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +370,7 @@ def _ptxas_spills(log: str, name: str) -> tuple[int, int] | None:
 def _triton_facts(chan: Channel, job: Job) -> list[CompileFacts]:
     # Triton deletes ptxas' report unless asked to print it; the compile captures the print.
     os.environ.setdefault("TRITON_DUMP_PTXAS_LOG", "1")
-    compiles = _record_launches(chan, job)
+    compiles, groups = _record_launches(chan, job)
     _PENDING[:] = compiles
     _prewarm(compiles)
     workers = max(1, min(len(compiles), os.cpu_count() or 1))
@@ -365,7 +382,37 @@ def _triton_facts(chan: Channel, job: Job) -> list[CompileFacts]:
     if errors:
         chan.reject(FailureKind.COMPILE_ERROR, "compile",
                     f"{len(errors)} of {len(results)} compiles for {TARGET_NAME} failed; first: {errors[0]}")
-    return [CompileFacts.from_json(r) for r in results if isinstance(r, dict)]
+    out = [CompileFacts.from_json(r) for r in results if isinstance(r, dict)]
+    _check_shared_memory(chan, dict(zip((c.key() for c in compiles), out)), groups)
+    return out
+
+
+def _check_shared_memory(chan: Channel, by_key: Mapping[str, CompileFacts],
+                         groups: list[list[str]]) -> None:
+    """A launch all of whose compiles need more shared memory per block than the target lets a
+    kernel opt in to would not run there: rejected, as the device would. An autotuned launch
+    with some such configurations is flagged (the device's autotuner skips them)."""
+    limit = TARGET.shared_memory_per_block_optin
+    flagged: set[str] = set()
+    for keys in groups:
+        facts_ = [by_key[k] for k in dict.fromkeys(keys) if k in by_key]
+        over = [f for f in facts_ if (f.static_shared_bytes if f.shared_bytes is None
+                                      else f.shared_bytes) > limit]
+        if not over:
+            continue
+        worst = max(over, key=lambda f: f.shared_bytes or f.static_shared_bytes)
+        need = worst.shared_bytes or worst.static_shared_bytes
+        if len(over) == len(facts_):
+            chan.reject(FailureKind.COMPILE_ERROR, "compile",
+                        f"{worst.kernel} needs {need} bytes of shared memory per block in every "
+                        f"configuration it launches with ({worst.config}); {TARGET_NAME} allows "
+                        f"{limit}: it would not launch there")
+        text = (f"static: {len(over)} of {len(facts_)} configurations of {worst.kernel} need more "
+                f"shared memory than {TARGET_NAME} allows ({need} > {limit} bytes, "
+                f"{worst.config}): the autotuner on the device skips them")
+        if text not in flagged:
+            flagged.add(text)
+            chan.send("flag", text)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -141,3 +141,50 @@ def test_workers_take_the_callers_environment_but_the_tier_decides_interpretatio
     sass = verdict.facts.compiles[0].sass
     if gate_facts.find_disassembler() is not None:
         assert sass is not None and sass["LDG128"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("every", [False, True])
+def test_a_launch_needing_more_shared_memory_than_the_target_has(tmp_path: Path, every: bool) -> None:
+    """A 256x256x128 tile at 4 stages needs about 512 KB of shared memory, over the 227 KB an
+    sm_90 block may opt in to. Beside configurations that fit, the device's autotuner skips it:
+    flagged. As the launch's only configuration it would not launch: rejected, as on the GPU."""
+    huge = 'triton.Config({"BM": 256, "BN": 256, "BK": 128}, num_warps=8, num_stages=4),'
+    text = MATMUL.read_text()
+    first = '        triton.Config({"BM": 128, "BN": 128, "BK": 64}, num_warps=8, num_stages=3),'
+    assert first in text
+    if every:
+        start = text.index("    CONFIGS = [\n        triton.Config({\"BM\": 128")
+        end = text.index("    ]\n", start) + len("    ]\n")
+        text = text[:start] + f"    CONFIGS = [\n        {huge}\n    ]\n" + text[end:]
+    else:
+        text = text.replace(first, f"        {huge}\n{first}")
+    path = tmp_path / "matmul_triton.py"
+    path.write_text(text)
+    verdict = gate.check_file(path, "gemm", Tier.STATIC, cache=False)
+    if every:
+        assert not verdict.ok and verdict.failure_kind is FailureKind.COMPILE_ERROR
+        assert "shared memory" in verdict.reason and "would not launch" in verdict.reason
+    else:
+        assert verdict.ok, verdict.reason
+        assert any("1 of 5 configurations of matmul_kernel need more shared memory" in f
+                   for f in verdict.flags), verdict.flags
+        assert verdict.facts.over_shared_limit == 1
+
+
+@pytest.mark.parametrize("caller", [None, "0"])
+def test_workers_keep_fp_fusion_on_unless_the_caller_chose(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caller: str | None) -> None:
+    """Triton 3.9 warns from every process that its fusion default will change; the worker
+    keeps the default both versions have (on), and a caller's own setting wins."""
+    if caller is None:
+        monkeypatch.delenv("TRITON_DEFAULT_FP_FUSION", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", caller)
+    want = caller or "1"
+    path = tmp_path / "saxpy_triton.py"
+    path.write_text("import os\nassert os.environ.get('TRITON_DEFAULT_FP_FUSION') == "
+                    f"{want!r}, os.environ.get('TRITON_DEFAULT_FP_FUSION')\n"
+                    + (SAXPY / "saxpy_triton.py").read_text())
+    verdict = gate.check_file(path, SAXPY, Tier.STATIC, cache=False)
+    assert verdict.ok, verdict.reason

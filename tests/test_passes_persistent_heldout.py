@@ -147,3 +147,23 @@ def test_descriptors_first_then_persistent_declares_them_once_per_program(
         assert "block_shape=[1, " in text and "tl.num_programs(2)" not in text
         assert ".reshape(" in text and "_desc.store([" not in text
     _check_against_reference(text, case, tmp_path)
+
+
+def test_a_product_named_before_it_is_accumulated_and_a_body_that_uses_tile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tile = tl.dot(a, b)` then `acc += tile`: the accumulator is found through the name the
+    product is given (grouped order, descriptors and the persistent grid all apply), and the
+    persistent loop's index takes a name the body does not use."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    case = gate.load_case(HELDOUT / "bmm")
+    source = case.start_path().read_text()
+    named = source.replace("        acc += tl.dot(a_tile, b_tile)",
+                           "        tile = tl.dot(a_tile, b_tile)\n        acc += tile")
+    assert named != source
+    ir = kir.parse(named, language="triton")
+    for name, key in (STEPS[0], STEPS[2], STEPS[1]):
+        ir = _apply(ir, name, key)
+    text = ir.text
+    assert re.search(r"for tile_2 in tl\.range\(tl\.program_id\(0\), .*flatten=True\):", text), text
+    assert "tile = tl.dot(" in text and "acc += tile\n" in text
+    _check_against_reference(text, case, tmp_path)

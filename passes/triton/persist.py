@@ -65,8 +65,17 @@ class Walk:
 
     @property
     def tile(self) -> str:
-        """The loop's variable: the program-id name (one axis) or the linear tile index."""
-        return self.pid_stmt.targets[0].id if self.pid_stmt is not None else "tile"  # type: ignore[attr-defined]
+        """The loop's variable: the program-id name (one axis) or the linear tile index (`tile`,
+        or the first of `tile_2`, ... the kernel does not use)."""
+        if self.pid_stmt is not None:
+            return self.pid_stmt.targets[0].id  # type: ignore[attr-defined]
+        return fresh_name("tile", kernel_names(self.kernel))
+
+
+def kernel_names(kernel: ast.FunctionDef) -> set[str]:
+    """Every name a kernel reads, binds or takes: a name a rewrite adds must be none of them."""
+    return {n.id for n in ast.walk(kernel) if isinstance(n, ast.Name)} | {
+        a.arg for a in kernel.args.args + kernel.args.kwonlyargs}
 
 
 def _axis(call: ast.Call) -> int | None:
@@ -359,8 +368,9 @@ def walk_edits(mod: PyModule, walk: Walk, taken: set[str], keywords: str = "") -
         decoded = ""
         body = text(begin, end)
     else:  # several axes: one linear index, each program id decoded from it
-        tile = fresh_name("tile", taken)
-        names = [fresh_name(f"pid_axis{a}", taken) for a in range(len(walk.axes))]
+        local = taken | kernel_names(kernel)  # a body that assigns `tile` keeps its own
+        tile = fresh_name("tile", local)
+        names = [fresh_name(f"pid_axis{a}", local) for a in range(len(walk.axes))]
         decoded = "".join(f"{indent}{step}{n} = {v}\n"
                           for n, v in zip(names, _decode(tile, walk.axes)))
         calls = sorted((c for s in kernel.body[walk.start:] for c in ast.walk(s)

@@ -283,11 +283,20 @@ def dot_loops(node: ast.AST) -> list[ast.stmt]:
 
 def accumulators(loop: ast.AST) -> set[str]:
     """The names a loop's `tl.dot` accumulates into: `acc += tl.dot(..)`, `acc = acc + tl.dot(..)`,
-    `acc = tl.dot(a, b, acc)`."""
+    `acc = tl.dot(a, b, acc)`, also through a name the product is first given in the loop
+    (`part = tl.dot(a, b)`, then `acc += part` or `acc = acc + part`)."""
+    products = {t.id for node in ast.walk(loop) if isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call) and callee(node.value) in DOT
+                for t in node.targets if isinstance(t, ast.Name)}
+
+    def feeds(value: ast.AST) -> bool:
+        return _has_dot(value) or any(isinstance(n, ast.Name) and n.id in products
+                                      for n in ast.walk(value))
+
     out: set[str] = set()
     for node in ast.walk(loop):
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) \
-                and _has_dot(node.value):
+                and feeds(node.value):
             out.add(node.target.id)
         elif isinstance(node, ast.Call) and callee(node) in DOT:
             acc = node.args[2] if len(node.args) >= 3 else \
@@ -295,7 +304,7 @@ def accumulators(loop: ast.AST) -> set[str]:
             if isinstance(acc, ast.Name):
                 out.add(acc.id)
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.BinOp) \
-                and _has_dot(node.value):
+                and feeds(node.value):
             out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     return out
 
