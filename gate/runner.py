@@ -23,7 +23,7 @@ from gate import compare as cmp
 from gate import gpulock, transport
 from gate.cases import Case
 from gate.verdict import (Correctness, Facts, CompileFacts, FailureKind, SeedResult, Tier, Timing,
-                          VariantTiming, Verdict, reject)
+                          VariantTiming, Verdict, picks_of, reject)
 from gate.worker import (PHASE_CONFIG, PHASE_FAULT, PHASE_KNOCKOUT, PHASE_REFILL, PHASE_REVERIFY,
                          PHASE_SEALED, PHASE_SEED, PHASE_TIMED, Job, main as worker_main)
 
@@ -76,6 +76,7 @@ class _Judge:
     ref_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
     cand_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
     kernel_ms: dict[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
+    picks: dict[str, tuple[tuple[str, tuple[tuple[str, int], ...]], ...]] = field(default_factory=dict)
     timed_s: float = 0.0
     facts: Facts | None = None
     stage: str = "import"
@@ -145,6 +146,8 @@ class _Judge:
             self.timed_s = max(self.timed_s, msg[4])
         elif kind == "kernel_ms":
             self.kernel_ms[str(msg[1])] = _kernel_ms(msg[2])
+        elif kind == "picks":
+            self.picks[str(msg[1])] = picks_of(msg[2])
         elif kind == "flag":
             self.flags.append(str(msg[1]))
         elif kind == "facts":
@@ -297,7 +300,8 @@ class _Judge:
         timing = None
         if self.tier is Tier.DEVICE and self.cand_ms:
             variants = tuple(VariantTiming(v, self.cand_ms[v][0], self.ref_ms[v][0],
-                                           self.kernel_ms.get(v, ())) for v in self.cand_ms)
+                                           self.kernel_ms.get(v, ()), self.picks.get(v, ()))
+                             for v in self.cand_ms)
             timing = Timing(sum(v.candidate_ms for v in variants), sum(v.reference_ms for v in variants),
                             variants, timed_s=self.timed_s)
             if timing.speedup > SPEEDUP_FLAG:

@@ -259,10 +259,29 @@ class VariantTiming:
     kernels: tuple[tuple[str, float], ...] = ()
     """GPU ms per call of each of the candidate's own kernels in its profiled timed run
     (function name, ms; the slowest first): where the time goes, not part of the figure."""
+    picks: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    """The configuration each of the candidate's autotuners picked for this variant (kernel
+    function name, its constexprs, num_warps and num_stages): what a sweep around the kernel's
+    own configuration starts from."""
 
     @property
     def speedup(self) -> float:
         return self.reference_ms / self.candidate_ms if self.candidate_ms > 0 else float("inf")
+
+
+def picks_of(raw: Any) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
+    """Autotuners' picks as sent or stored ({kernel: {name: int}}), kept only as well-formed
+    integer entries (a pick informs the search and judges nothing)."""
+    if not isinstance(raw, Mapping):
+        return ()
+    out = []
+    for kernel, config in list(raw.items())[:64]:
+        if isinstance(config, Mapping):
+            items = tuple((str(k)[:100], int(v)) for k, v in list(config.items())[:32]
+                          if isinstance(v, int) and not isinstance(v, bool))
+            if items:
+                out.append((str(kernel)[:200], items))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,9 +312,19 @@ class Timing:
             "speedup": _finite_or_none(self.speedup), "timed_s": round(self.timed_s, 3),
             "variants": [{"variant": v.variant, "candidate_ms": v.candidate_ms,
                           "reference_ms": v.reference_ms, "speedup": _finite_or_none(v.speedup),
-                          **({"kernels": dict(v.kernels)} if v.kernels else {})}
+                          **({"kernels": dict(v.kernels)} if v.kernels else {}),
+                          **({"picks": {k: dict(c) for k, c in v.picks}} if v.picks else {})}
                          for v in self.variants],
         }
+
+    def picks(self) -> dict[str, dict[str, int]]:
+        """Kernel -> the configuration its autotuner picked, from the variant that took the
+        longest (its time weighs most in the figure); {} where no autotuner ran."""
+        out: dict[str, dict[str, int]] = {}
+        for v in sorted(self.variants, key=lambda v: -v.candidate_ms):
+            for kernel, config in v.picks:
+                out.setdefault(kernel, dict(config))
+        return out
 
     def kernel_shares(self) -> dict[str, float]:
         """Each own kernel's share of the candidate's profiled GPU time over all variants
@@ -313,7 +342,8 @@ class Timing:
                       tuple(VariantTiming(v["variant"], float(v["candidate_ms"]),
                                           float(v["reference_ms"]),
                                           tuple((str(k), float(ms)) for k, ms
-                                                in (v.get("kernels") or {}).items()))
+                                                in (v.get("kernels") or {}).items()),
+                                          picks_of(v.get("picks")))
                             for v in d.get("variants", ())),
                       float(d.get("timed_s", 0.0)))
 

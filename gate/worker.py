@@ -713,6 +713,26 @@ class _Runner:
             self.check_kernels("timing", f"{variant} timed runs")
             ms, wall = self.timed_runs(variant, traced=False, what=f"{variant}/untraced timed runs")
             self.chan.send("cand_ms", variant, ms, wall, self.timed_s)
+            self.send_picks(variant)
+
+    def send_picks(self, variant: str) -> None:
+        """The configuration each of the candidate's autotuners picked in the timed runs just
+        done (by the kernel function's name): constexprs, num_warps, num_stages. The verdict
+        reports them; a sweep around the kernel's own configuration starts there."""
+        picks: dict[str, dict[str, int]] = {}
+        for tuner in self.monitor.tuners.values():
+            config = getattr(tuner, "best_config", None)
+            name = getattr(self.guards.tuner_kernel(tuner), "__name__", None)
+            if config is None or not name:
+                continue
+            values = {str(k): v for k, v in (getattr(config, "kwargs", None) or {}).items()
+                      if isinstance(v, int) and not isinstance(v, bool)}
+            for key in ("num_warps", "num_stages"):
+                if isinstance(getattr(config, key, None), int):
+                    values[key] = getattr(config, key)
+            picks[name] = values
+        if picks:
+            self.chan.send("picks", variant, picks)
 
     def timed_runs(self, variant: str, *, traced: bool, what: str) -> tuple[float, float]:
         """Bench the candidate on input buffers refilled before every timed call; check the

@@ -260,7 +260,8 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                      sweeps: bool = True, transplants: bool = True,
                      site_order: Callable[[Site], float] | None = None,
                      own_sweeps: bool | None = None,
-                     heavy: bool = False) -> Iterator[Materialized]:
+                     heavy: bool = False,
+                     picks: Mapping[str, Mapping[str, int]] | None = None) -> Iterator[Materialized]:
     """Distinct candidate materializations of `card` on `ir`, best first; the last item has
     no IR (it carries every refusal) when nothing else came out.
 
@@ -283,7 +284,8 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     sweep around their own configuration on the kernels it does not fit (a row kernel whose
     only launch parameter is its warps), unless `sweeps` is False (the single-parameter
     rewrites alone, for ablation); `own_sweeps` (default: `sweeps`) decides the latter apart;
-    `heavy`: the kernel is slow to compile (`lineage.transfer.sweep_own`)."""
+    `heavy`: the kernel is slow to compile (`lineage.transfer.sweep_own`); `picks`: what its
+    autotuners picked on the device (`gate.verdict.Timing.picks`), where own sweeps start."""
     from passes.base import Applied  # noqa: PLC0415
 
     def ordered(items: Any, site: Callable[[Any], Site]) -> list[Any]:
@@ -363,7 +365,7 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     for made in repeats:
         produced = True
         yield made
-    for made in (ordered(_config_sweeps(card, ir, skip_site, own=True, heavy=heavy),
+    for made in (ordered(_config_sweeps(card, ir, skip_site, own=True, heavy=heavy, picks=picks),
                          lambda m: m.site)
                  if (sweeps if own_sweeps is None else own_sweeps) else ()):
         produced_sweep = True
@@ -375,7 +377,7 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
             for made in materializations(card, inlined, rewriter, ctx, max_sites=max_sites,
                                          skip_site=skip_site, sweeps=sweeps,
                                          transplants=transplants, site_order=site_order,
-                                         own_sweeps=own_sweeps, heavy=heavy):
+                                         own_sweeps=own_sweeps, heavy=heavy, picks=picks):
                 if made.ir is None:
                     break
                 produced = True
@@ -486,17 +488,22 @@ def _transplanted(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], boo
 
 
 def _config_sweeps(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], bool] | None,
-                   own: bool = False, heavy: bool = False) -> Iterator[Materialized]:
+                   own: bool = False, heavy: bool = False,
+                   picks: Mapping[str, Mapping[str, int]] | None = None,
+                   every: bool = False) -> Iterator[Materialized]:
     """A launch-parameter card's joint configuration and a sweep around it, written on each
     target kernel it fits (`lineage.transfer`): one candidate per kernel, before the card's
     single-parameter rewrites. With `own`, a sweep around the kernel's own configuration on
-    each kernel the recorded one does not fit (after the card's rewrites)."""
+    each kernel the recorded one does not fit (after the card's rewrites; with `every`, on
+    each kernel): the one its autotuner picked where `picks` (the current kernel's verdict)
+    names it."""
     from lineage.transfer import LAUNCH_PASSES, config_candidates, kernel_site  # noqa: PLC0415
 
     if card.pass_name not in LAUNCH_PASSES or not card.carrier.get("config") \
             or str(getattr(ir.language, "value", ir.language)) != "triton":
         return
-    for name, new_ir, fitted in config_candidates(card.carrier, ir, own=own, heavy=heavy):
+    for name, new_ir, fitted in config_candidates(card.carrier, ir, own=own, heavy=heavy,
+                                                  picks=picks, every=every):
         site = kernel_site(card.pass_name, ir, name)
         if site is None or (skip_site is not None and skip_site(site)):
             continue
@@ -924,9 +931,11 @@ def _used_up(card: SkillCard, run: _Run, best: bool = False) -> bool:
 def _own_sweep_round(cards: Sequence[SkillCard], run: _Run, job: _Job) -> bool:
     """After a round that kept nothing on a state whose sweep around a recorded configuration
     was gated: the first sweep around the kernel's own configuration that a launch card of the
-    round writes is gated too (one per state). The two are different hypotheses: the recorded
-    values may be far from what this kernel wants (a gdn kernel's 64-row block over a cross
-    entropy's 4 rows), its own neighbourhood (blocks and warps grown together) may not."""
+    round writes is gated too (one per state), on any kernel, one a recorded configuration fits
+    included; an autotuned kernel's own configuration is the one its autotuner picked
+    (`_picks`). The two are different hypotheses: the recorded values may be far from what this
+    kernel wants (a gdn kernel's 64-row block over a cross entropy's 4 rows), its own
+    neighbourhood (blocks and warps grown together, a pipeline one stage deeper) may not."""
     state = run.current.state
     if not job.sweeps or state not in run.swept or state in run.own_swept:
         return False
@@ -936,7 +945,8 @@ def _own_sweep_round(cards: Sequence[SkillCard], run: _Run, job: _Job) -> bool:
         left_out = _left_out(card, run)
         for made in _config_sweeps(card, run.current.ir,
                                    lambda s: kernel_of(s.anchor) in left_out, own=True,
-                                   heavy=job.heavy):
+                                   heavy=job.heavy, picks=_picks(run.current.verdict),
+                                   every=True):
             if not _unseen(made.ir.unparse(), run, job):
                 continue
             return _attempt_one(card, made, run, job)
@@ -975,7 +985,8 @@ def _attempt(card: SkillCard, run: _Run, job: _Job) -> bool:
     fresh = (m for m in materializations(card, run.current.ir, job.rewriter, job.ctx,
                                          skip_site=lambda s: kernel_of(s.anchor) in left_out,
                                          sweeps=sweeps, own_sweeps=own_sweeps,
-                                         heavy=job.heavy, site_order=(lambda s: -shares.get(kernel_of(s.anchor),
+                                         heavy=job.heavy, picks=_picks(run.current.verdict),
+                                         site_order=(lambda s: -shares.get(kernel_of(s.anchor),
                                                                            COLD_SHARE))
                                          if shares else None)
              if m.ir is None or _unseen(m.ir.unparse(), run, job))
@@ -1002,6 +1013,20 @@ def _fit(card: SkillCard, run: _Run) -> int:
         triton = str(getattr(ir.language, "value", ir.language)) == "triton"
         run.fits[key] = carrier_fit(card.carrier, ir) if triton else 0
     return run.fits[key]
+
+
+def _picks(verdict: Any) -> dict[str, dict[str, int]]:
+    """Kernel -> the configuration its autotuner picked in a verdict's timed runs (a Verdict or
+    its JSON; `gate.verdict.Timing.picks`); {} where none was recorded."""
+    from gate.verdict import Timing  # noqa: PLC0415
+
+    timing = verdict.get("timing") if isinstance(verdict, Mapping) else getattr(verdict, "timing", None)
+    if isinstance(timing, Mapping):
+        try:
+            timing = Timing.from_json(timing)
+        except (KeyError, TypeError, ValueError):
+            return {}
+    return timing.picks() if timing is not None else {}
 
 
 def _phases(verdict: Any) -> dict[str, float]:
@@ -1113,9 +1138,10 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
                     return True
             return False
     kernel = _advance(run, job, card, made, kernel, frozenset())
-    if made.rewriter == "config-sweep":  # its configurations were just swept: not again
-        run.swept.add(kernel.state)
-        run.own_swept.add(kernel.state)
+    if made.rewriter == "config-sweep":  # its configurations were just swept: not again,
+        run.swept.add(kernel.state)      # but around what its autotuners picked, where known
+        if not _picks(kernel.verdict):
+            run.own_swept.add(kernel.state)
     run.best, run.applied, run.stones, run.stone_depth = kernel, list(run.chain), [], 0
     job.say("accepted", {"card": card.id, "anchor": made.site.anchor, "ms": ms})
     return True

@@ -19,12 +19,14 @@ values (`passes.triton.untie`), so that the recorded 128x256x64 tile can be expr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
 from passes.triton.roles import (
     DOT_ROLES,
     KernelConfig,
+    Param,
     SweepRefusal,
     constexpr_globals_lifted,
     joint_config,
@@ -247,13 +249,30 @@ def carrier_fit(carrier: Mapping[str, Any], ir: KernelIR) -> int:
     return max((best_fit(recorded, t)[0] for t in joint_config(ir).values()), default=0)
 
 
+def picked(target: KernelConfig, pick: Mapping[str, int] | None) -> KernelConfig:
+    """`target` as its autotuner picked it on the device (`pick`: constexpr name -> value,
+    num_warps, num_stages; `gate.verdict.Timing.picks`): an autotuned kernel's own
+    configuration is the one it runs, not the first of its list. `target` where no pick names
+    its parameters."""
+    if not pick:
+        return target
+    params = tuple(Param(p.name, p.role, int(pick[p.name])) if p.name in pick and p.value is not None
+                   and int(pick[p.name]) > 0 else p for p in target.params)
+    warps = int(pick.get("num_warps", target.num_warps) or target.num_warps)
+    stages = int(pick.get("num_stages", target.num_stages) or target.num_stages)
+    return dataclasses.replace(target, params=params, num_warps=warps, num_stages=stages)
+
+
 def config_candidates(
     carrier: Mapping[str, Any], ir: KernelIR, skip_kernel: Any = None, own: bool = False,
-    heavy: bool = False,
+    heavy: bool = False, picks: Mapping[str, Mapping[str, int]] | None = None,
+    every: bool = False,
 ) -> list[tuple[str, KernelIR, list[dict[str, int]]]]:
     """(kernel name, rewritten IR, fitted configs) for each target kernel a recorded
     configuration fits, with a sweep around that configuration; with `own`, for each target
-    kernel none fits, with a sweep around the kernel's own configuration (`sweep_own`).
+    kernel none fits, with a sweep around the kernel's own configuration (`sweep_own`), the
+    one its autotuner picked where `picks` names it (`picked`); with `every` too, also on the
+    kernels a recorded configuration fits (after their recorded sweep: another hypothesis).
     Kernels the sweep is refused on (`sweep_edit`) are left out, as are those
     `skip_kernel(name)` names. `heavy`: see `sweep_own`."""
     from kir import Edit, Span  # noqa: PLC0415
@@ -268,12 +287,14 @@ def config_candidates(
         if skip_kernel is not None and skip_kernel(name):
             continue
         _, pair = best_fit(recorded, target)
-        if (pair is None) != own:
+        if own and every:
+            pair = None
+        elif (pair is None) != own:
             continue
         if pair is not None:
             configs = sweep_around(pair[0], also=pair[1], roles=set(target.by_role()))
         else:
-            configs = sweep_own(target, heavy=heavy)
+            configs = sweep_own(picked(target, (picks or {}).get(name)), heavy=heavy)
         configs = warps_cover(configs, target)
         if not configs:
             continue

@@ -43,8 +43,9 @@ class ScriptedGate:
 
     def __init__(self, fails: Callable[[str], bool] = lambda s: False,
                  ms: Callable[[str], float | None] = lambda s: None,
-                 kernels: Callable[[str], dict[str, float]] | None = None) -> None:
-        self.fails, self.ms, self.kernels = fails, ms, kernels
+                 kernels: Callable[[str], dict[str, float]] | None = None,
+                 picks: Callable[[str], dict[str, dict[str, int]]] | None = None) -> None:
+        self.fails, self.ms, self.kernels, self.picks = fails, ms, kernels, picks
         self.seen: list[str] = []
 
     def __call__(self, source: str, language: Any, case: Any, tier: Any, **kw: Any) -> Verdict:
@@ -55,6 +56,8 @@ class ScriptedGate:
                            "max rel err 0.3 > 0.005")
         ms = self.ms(source)
         profile = tuple(self.kernels(source).items()) if self.kernels and ms else ()
-        variants = (VariantTiming("default", ms, 1.0, profile),) if profile else ()
+        picked = tuple((k, tuple(c.items())) for k, c in self.picks(source).items()) \
+            if self.picks and ms else ()
+        variants = (VariantTiming("default", ms, 1.0, profile, picked),) if profile or picked else ()
         return Verdict(True, tier, "timing" if ms else "correctness",
                        timing=Timing(ms, 1.0, variants) if ms else None)

@@ -64,6 +64,11 @@ def test_simple_matmul_passes_the_gemm_case_at_real_shapes() -> None:
     verdict = _device(DATA / "cases" / "matmul_triton.py", "gemm", timeout=300)
     assert verdict.ok, verdict.reason  # autotuning inside the traced call is not torch compute
     assert verdict.timing.candidate_ms > 0
+    # what its autotuner picked, one of its four configurations: an own sweep starts there
+    pick = verdict.timing.picks()["matmul_kernel"]
+    assert (pick["BM"], pick["BN"], pick["BK"]) in {(128, 128, 64), (128, 64, 64), (64, 128, 64),
+                                                    (64, 64, 32)}
+    assert pick["num_warps"] in (4, 8) and pick["num_stages"] in (3, 4)
 
 
 @pytest.mark.parametrize(

@@ -993,3 +993,47 @@ def test_a_kernel_whose_launch_is_not_found_is_named_in_the_notes(tmp_path: Path
                       tier="interpret", out=tmp_path / "o2", rewriter=DeterministicRewriter(),
                       check_fn=ScriptedGate(ms=lambda s: 1.0), budget_steps=1)
     assert not any("no launch" in n for n in direct.notes)
+
+
+def test_the_own_sweep_starts_from_what_the_autotuner_picked(tmp_path: Path) -> None:
+    """A card's recorded sweep is kept on a 1024-cube product; on the device its autotuner
+    picks 64x128 at 4 stages, where 5 stages would be faster still. The round after it keeps
+    nothing, so the kernel's own configuration is swept: the one the autotuner picked (the
+    verdict's `picks`), not the first of the list (128x256), and its one-stage-deeper point is
+    what pays. Without the picks the own sweep starts from the list's first entry and never
+    proposes 64x128 at 5 stages."""
+    import re
+
+    from lineage.skills import Library
+
+    lib_all = Library.open(ROOT / "bench/results/heldout/libraries/all")
+    lib = Library.open(tmp_path / "lib", create=True)
+    lib.put(next(c for c in lib_all.cards() if c.id == "tile-sizes.triton.18d8cacb"))
+    target = tmp_path / "mm_naive.py"
+    target.write_text((ROOT / "bench/heldout/mm1024/mm_naive.py").read_text())
+    config = re.compile(r'triton\.Config\(\{"BM": (\d+), "BN": (\d+), "BK": (\d+)\}, '
+                        r'num_warps=(\d+), num_stages=(\d+)\)')
+    fastest = {(64, 128, 64, 4, 5): 10.5, (64, 128, 64, 4, 4): 11.2, (64, 64, 64, 4, 4): 11.6}
+
+    def configs(source: str) -> list[tuple[int, ...]]:
+        return [tuple(map(int, m)) for m in config.findall(source)]
+
+    def ms(source: str) -> float:
+        return min((fastest.get(c, 13.0) for c in configs(source)), default=25.0)
+
+    def picks(source: str) -> dict[str, dict[str, int]]:
+        found = configs(source)
+        if not found:
+            return {}
+        bm, bn, bk, w, s = min(found, key=lambda c: fastest.get(c, 13.0))
+        return {"matmul_kernel": {"BM": bm, "BN": bn, "BK": bk, "num_warps": w, "num_stages": s}}
+
+    def best(with_picks: bool, out: str) -> float:
+        gate_fn = ScriptedGate(ms=ms, picks=picks if with_picks else None)
+        result = optimize(target, str(ROOT / "bench/heldout/mm1024"), lib, tier="device",
+                          out=tmp_path / out, rewriter=DeterministicRewriter(),
+                          check_fn=gate_fn, budget_steps=8)
+        return result.best_ms
+
+    assert best(True, "picked") == pytest.approx(10.5)
+    assert best(False, "first") == pytest.approx(11.2)

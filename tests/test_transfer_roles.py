@@ -903,3 +903,33 @@ def test_a_dot_loops_own_sweep_steps_its_pipeline_before_its_tiles() -> None:
     assert {"m": 128, "n": 128, "k": 64, "num_warps": 4, "num_stages": 4} in pts
     flat = KernelConfig("mm", mm.params, dot=True, num_warps=4, num_stages=4, pipelined=False)
     assert {p["num_stages"] for p in sweep_own(flat, points=32)} == {4}
+
+
+def test_an_autotuned_kernels_own_configuration_is_what_its_autotuner_picked() -> None:
+    """The verdict's picks (kernel -> constexprs, warps, stages) become the kernel's own
+    configuration for a sweep around it; a pick naming nothing of the kernel changes nothing;
+    the timing keeps the picks through its JSON, from the variant that took longest."""
+    from gate.verdict import Timing, VariantTiming
+    from lineage.transfer import picked, sweep_own
+    from passes.triton.roles import KernelConfig, Param
+
+    mm = KernelConfig("mm", (Param("BM", "m", 128), Param("BN", "n", 256), Param("BK", "k", 64)),
+                      autotuned=True, dot=True, num_warps=8, num_stages=3)
+    pick = {"BM": 64, "BN": 128, "BK": 64, "num_warps": 4, "num_stages": 4}
+    own = picked(mm, pick)
+    assert own.by_role() == {"m": 64, "n": 128, "k": 64}
+    assert (own.num_warps, own.num_stages) == (4, 4)
+    assert sweep_own(own)[:2] == [{"m": 64, "n": 128, "k": 64, "num_warps": 4, "num_stages": 4},
+                                  {"m": 64, "n": 128, "k": 64, "num_warps": 4, "num_stages": 5}]
+    assert picked(mm, {"OTHER": 16}) == mm and picked(mm, None) == mm
+    timing = Timing(0.3, 0.2, (
+        VariantTiming("small", 0.1, 0.1, (), (("mm", (("BM", 32), ("num_warps", 2))),)),
+        VariantTiming("large", 0.2, 0.1, (), (("mm", tuple(pick.items())),))))
+    again = Timing.from_json(timing.to_json())
+    assert again.picks() == {"mm": pick}
+    assert again.to_json()["variants"][0]["picks"] == {"mm": {"BM": 32, "num_warps": 2}}
+    from gate.verdict import picks_of
+
+    assert picks_of({"k": {"BM": "x", "flag": True, "num_warps": 4}, "z": 5, "e": {}}) == \
+        (("k", (("num_warps", 4),)),)
+    assert picks_of(["not", "a", "mapping"]) == ()
