@@ -333,3 +333,25 @@ def test_a_base_offset_by_a_batch_of_known_extent_is_lifted_to_rank_three() -> N
     assert _lift(scope, "x + z * sxb + h * syb") is None
     assert _lift(scope, "x") is None
     ast.parse(src)
+
+
+def test_which_stride_is_unit_is_read_from_what_the_host_passes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """B stored N x K and read as a K x N tile through two stride parameters: the host passes
+    `b.stride(1)` (1, dense rows) for the tile's first axis. The descriptor reads the transposed
+    view, whose last stride is that one (a descriptor's last stride must be 1), and the host's
+    flag checks each descriptor's last stride is 1 at every launch; the tile matches torch."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    source = NAMED.replace("N = b.shape[1]", "N = b.shape[0]").replace(
+        "b.stride(0), b.stride(1)", "b.stride(1), b.stride(0)")
+    assert source != NAMED
+    text = _rewrite(source)
+    assert "tl.trans(b_desc.load([" in text
+    assert "strides=[sbn, sbk]" in text
+    assert " and b.stride(1) == 1" in text and " and a.stride(1) == 1" in text
+    module = _load(text, tmp_path)
+    g = torch.Generator().manual_seed(0)
+    for m, n, k in ((48, 32, 64), (37, 21, 45)):  # descriptors (aligned), then pointers
+        a, b = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
+        assert module._descriptors_fit(a, b) == (k % 4 == 0)
+        assert torch.allclose(module.run(a, b), a @ b.t(), atol=1e-3, rtol=1e-3), (m, n, k)

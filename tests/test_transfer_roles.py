@@ -878,12 +878,22 @@ def unrolled(x_ptr, y_ptr, BLOCK: tl.constexpr, PASSES: tl.constexpr):
     for _ in tl.static_range(PASSES):
         x = x * 2 + tl.load(y_ptr + tl.arange(0, BLOCK))
     tl.store(y_ptr + tl.arange(0, BLOCK), x)
+
+
+@triton.jit
+def staged_by_its_loop(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for start in tl.range(0, n, BLOCK, num_stages=2):
+        acc += tl.load(x_ptr + start + tl.arange(0, BLOCK))
+    tl.store(y_ptr + tl.arange(0, BLOCK), acc)
 '''
     found = joint_config(_ir(looped))
     assert found["through_helper"].pipelined
     assert found["_row_sum"].pipelined
     assert found["loads_through_a_helper"].pipelined
     assert not found["unrolled"].pipelined
+    # the loop sets its own depth: the launch's num_stages does not change it
+    assert not found["staged_by_its_loop"].pipelined
 
 
 def test_a_dot_loops_own_sweep_steps_its_pipeline_before_its_tiles() -> None:

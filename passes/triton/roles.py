@@ -1192,11 +1192,13 @@ def _pipelined(
     kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef], depth: int = 0
 ) -> bool:
     """`kernel` or a jit function it calls (3 calls deep) loads inside a loop that
-    `num_stages` pipelines: a `for` over `range` / `tl.range` (not `tl.static_range`) whose
-    body loads, itself or through a jit function it calls."""
+    `num_stages` pipelines: a `for` over `range` / `tl.range` (not `tl.static_range`, nor a
+    `tl.range` that sets its own `num_stages`, which the launch's does not change) whose body
+    loads, itself or through a jit function it calls."""
     for loop in ast.walk(kernel):
         if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) \
                 and callee(loop.iter) in RANGE_CALLS and callee(loop.iter) not in STATIC_RANGE \
+                and not any(k.arg == "num_stages" for k in loop.iter.keywords) \
                 and _loads(loop, functions, kernel.name):
             return True
     if depth >= 3:

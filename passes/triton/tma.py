@@ -272,6 +272,7 @@ class TmaDescriptors(Pass):
         decls: dict[int, tuple[str, list[str]]] = {}
         stores = [b for b in _output_boxes(mod, kernel) if not isinstance(b[1], str)]
         scope = Scope(mod, kernel)
+        unit_strides: set[str] = set()
         operands_at: int | None = None  # where the operands' descriptors are declared
         for call, box, loop in [*boxes, *stores]:
             is_store = callee(call) in STORE
@@ -289,10 +290,14 @@ class TmaDescriptors(Pass):
             shape, stride = box.shape, box.stride
             # The contiguous axis first (a transposed operand): the descriptor reads the
             # transposed view, whose contiguous axis is last, and the tile is transposed back.
-            flip = stride[0] == "1" and stride[1] != "1"
+            # Strides the host passes are told apart by what it passes (`_unit_axis`).
+            flip = stride[0] == "1" and stride[1] != "1" or \
+                "1" not in stride and _unit_axis(mod, kernel, launches, stride) == 0
             if flip:
                 blocks, offsets, shape, stride = (blocks[::-1], offsets[::-1], shape[::-1],
                                                   stride[::-1])
+            if stride[1] != "1":  # the host checks, per launch, that it is 1 (a descriptor's
+                unit_strides.add(stride[1])  # last stride must be)
             key = (lift or box.base, shape, stride, blocks)
             name, inline = by_box.get(key), ""
             if name is None:
@@ -351,9 +356,12 @@ class TmaDescriptors(Pass):
             passed = [*((p.arg, v) for p, v in zip(kernel.args.args, launch.args)),
                       *((k.arg, k.value) for k in launch.keywords if k.arg)]
             values = [mod.text(v) for p, v in passed if p not in constexprs and _may_be_tensor(v)]
+            given = dict(passed)
+            units = "".join(f" and {_p(mod.text(given[t]), given[t])} == 1"
+                            for t in sorted(unit_strides) if t in given)
             sep = ", " if launch.args or launch.keywords else ""
             end = mod.end(launch) - 1  # the closing parenthesis
-            edits.append(ByteEdit(end, end, f"{sep}{flag}={helper}({', '.join(values)})"))
+            edits.append(ByteEdit(end, end, f"{sep}{flag}={helper}({', '.join(values)}){units}"))
         at = _allocator_at(mod)
         edits.append(ByteEdit(at, at, _host_text(mod, helper, with_allocator=not _has_allocator(mod))))
         return finish(ir, site, sorted(edits, key=lambda e: e.start), preconditions=results)
@@ -455,6 +463,37 @@ def _lift(scope: Scope, base: str) -> _Lift | None:
                                                    if isinstance(n, ast.Name) and n.id != "tl"}
                 return _Lift(ptrs[0].id, ast.unparse(index), stride.id, extent, frozenset(names))
     return None
+
+
+def _unit_axis(mod: PyModule, kernel: ast.FunctionDef, launches: list[ast.Call],
+               stride: tuple[str, str]) -> int | None:
+    """Which of a box's two strides, both kernel parameters, the host passes as the stride of
+    a tensor's later axis (`x.stride(3)` beside `x.stride(2)`, or `x.stride(-1)`): the one a
+    dense tensor has as 1, where the descriptor's last axis goes. None where the first launch
+    does not say (other expressions, other tensors)."""
+    from passes.triton.roles import launch_arguments  # noqa: PLC0415
+
+    if not launches:
+        return None
+    given = launch_arguments(mod, kernel, launches[0])
+    axes = []
+    for name in stride:
+        node = given.get(name)
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "stride" and len(node.args) == 1
+                and isinstance(node.args[0], (ast.Constant, ast.UnaryOp))):
+            return None
+        try:
+            index = ast.literal_eval(node.args[0])
+        except ValueError:
+            return None
+        axes.append((ast.unparse(node.func.value), index))
+    (t0, i0), (t1, i1) = axes
+    if t0 != t1 or not isinstance(i0, int) or not isinstance(i1, int) or i0 == i1:
+        return None
+    if -1 in (i0, i1):
+        return 0 if i0 == -1 else 1
+    return 0 if i0 > i1 else 1
 
 
 def _transposed(text: str, flip: bool) -> str:
