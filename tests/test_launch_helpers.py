@@ -248,3 +248,4 @@ def twice(p, offs, mask):
     with pytest.raises(BadInputError, match="no kernel could be autotuned: kernel `double`: no "
                        "launch of it found in the module's host code; kernel `bump`: no launch"):
         autotune_control(no_host)  # the jit function `twice` is called, not launched
+

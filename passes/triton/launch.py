@@ -158,6 +158,30 @@ def _value_edit(mod: PyModule, node: ast.AST, value: int) -> ByteEdit:
     return ByteEdit(start, end, str(value))
 
 
+def _already_listed(mod: PyModule, node: ast.AST, value: int) -> Skipped | None:
+    """A value edit inside one `triton.Config(...)` of an autotune list that would make it the
+    same configuration as another entry of the list: the list would only time it twice."""
+    config = mod.parents.get(node)
+    while config is not None and not (isinstance(config, ast.Call) and callee(config) in CONFIG_NAMES):
+        config = mod.parents.get(config)
+    listed = mod.parents.get(config) if config is not None else None
+    if not isinstance(listed, (ast.List, ast.Tuple)):
+        return None
+    start, end = mod.span(config)
+    at, upto = mod.span(node)
+    src = mod.source
+    edited = src[start:at] + str(value).encode() + src[upto:end]
+    try:
+        after = ast.dump(ast.parse(edited.decode("utf-8"), mode="eval").body)
+    except SyntaxError:
+        return None
+    for other in listed.elts:
+        if other is not config and isinstance(other, ast.Call) and ast.dump(other) == after:
+            return Skipped("the configuration it would write is already in the autotune list",
+                           {"config": edited.decode("utf-8")})
+    return None
+
+
 def _find_site(mod: PyModule, site: Site) -> ast.AST | None:
     """The literal node the site was built on (by its recorded byte span)."""
     want = tuple(site.detail.get("value_span", ()))
@@ -726,6 +750,9 @@ class SoftwarePipelining(_KeywordPass):
                 return shared
             if node.value == self.stages:
                 return Skipped(f"num_stages is already {self.stages}", {"num_stages": node.value})
+            listed = _already_listed(mod, node, self.stages)
+            if listed is not None:
+                return listed
             return finish(ir, site, [_value_edit(mod, node, self.stages)], preconditions=results)
         found = next(((w, c) for w, c in self._counted_whiles(mod)
                       if mod.stmt_span(w)[1] == site.span[1]
