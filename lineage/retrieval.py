@@ -22,7 +22,6 @@ the reason, so a user sees why a card did not come back.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from kir.errors import BadInputError
 from lineage.skills import Library, SkillCard, locus_signature
+from passes._recent import Recent
 
 if TYPE_CHECKING:
     from kir import KernelIR
@@ -113,18 +113,12 @@ def kernel_sites(ir: KernelIR) -> tuple[tuple[dict[str, str], ...], tuple[dict[s
 
     language = str(getattr(ir.language, "value", ir.language))
     key = (language, ir.source, tuple(get_all_passes()))
-    hit = _SITES.get(key)
-    if hit is None:
-        hit = _SITES[key] = _read_kernel_sites(ir, language)
-        if len(_SITES) > SITES_KEPT:
-            _SITES.popitem(last=False)
-    else:
-        _SITES.move_to_end(key)
+    hit = _SITES.get(key, lambda: _read_kernel_sites(ir, language))
     return tuple(dict(r) for r in hit[0]), tuple(dict(r) for r in hit[1])
 
 
-_SITES: OrderedDict[tuple[str, bytes, tuple[str, ...]], tuple[tuple[dict[str, str], ...], ...]] = OrderedDict()
 SITES_KEPT = 128
+_SITES: Recent[tuple[tuple[dict[str, str], ...], ...]] = Recent(SITES_KEPT)
 
 
 def _read_kernel_sites(

@@ -943,3 +943,21 @@ def test_an_autotuned_kernels_own_configuration_is_what_its_autotuner_picked() -
     assert picks_of({"k": {"BM": "x", "flag": True, "num_warps": 4}, "z": 5, "e": {}}) == \
         (("k", (("num_warps", 4),)),)
     assert picks_of(["not", "a", "mapping"]) == ()
+
+
+def test_recent_keeps_the_last_answers_and_drops_the_least_recently_used() -> None:
+    from passes._recent import Recent
+
+    calls: list[str] = []
+
+    def compute(key: str):
+        return lambda: calls.append(key) or key.upper()
+
+    memo: Recent[str] = Recent(2)
+    assert memo.get("a", compute("a")) == "A" and memo.get("b", compute("b")) == "B"
+    assert memo.get("a", compute("a")) == "A" and calls == ["a", "b"]  # kept; "a" now recent
+    memo.get("c", compute("c"))  # drops "b", the least recently used
+    assert len(memo) == 2
+    memo.get("a", compute("a"))
+    memo.get("b", compute("b"))
+    assert calls == ["a", "b", "c", "b"]

@@ -37,11 +37,11 @@ import ast
 import copy
 import dataclasses
 import weakref
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from passes._recent import Recent
 from passes._source import ByteEdit, indent_of, line_start
 from passes.triton._py import PyModule, callee, dotted, literal_int, names_in
 
@@ -1227,19 +1227,15 @@ def _loads(node: ast.AST, functions: Mapping[str, ast.FunctionDef], own: str,
 def joint_config(ir: KernelIR) -> dict[str, KernelConfig]:
     """Every kernel's configuration by role, keyed by kernel name (read once per source among
     the last `CONFIGS_KEPT`)."""
-    hit = _CONFIGS.get(ir.source)
-    if hit is None:
+    def read() -> dict[str, KernelConfig]:
         mod = PyModule(ir)
-        hit = _CONFIGS[ir.source] = {k.name: kernel_config(mod, k) for k in mod.kernels()}
-        if len(_CONFIGS) > CONFIGS_KEPT:
-            _CONFIGS.popitem(last=False)
-    else:
-        _CONFIGS.move_to_end(ir.source)
-    return dict(hit)
+        return {k.name: kernel_config(mod, k) for k in mod.kernels()}
+
+    return dict(_CONFIGS.get(ir.source, read))
 
 
-_CONFIGS: OrderedDict[bytes, dict[str, KernelConfig]] = OrderedDict()
 CONFIGS_KEPT = 256
+_CONFIGS: Recent[dict[str, KernelConfig]] = Recent(CONFIGS_KEPT)
 
 
 # -- operator signature ----------------------------------------------------------------------
