@@ -396,12 +396,11 @@ def _check_shared_memory(chan: Channel, by_key: Mapping[str, CompileFacts],
     flagged: set[str] = set()
     for keys in groups:
         facts_ = [by_key[k] for k in dict.fromkeys(keys) if k in by_key]
-        over = [f for f in facts_ if (f.static_shared_bytes if f.shared_bytes is None
-                                      else f.shared_bytes) > limit]
+        over = [f for f in facts_ if f.shared_needed > limit]
         if not over:
             continue
-        worst = max(over, key=lambda f: f.shared_bytes or f.static_shared_bytes)
-        need = worst.shared_bytes or worst.static_shared_bytes
+        worst = max(over, key=lambda f: f.shared_needed)
+        need = worst.shared_needed
         if len(over) == len(facts_):
             chan.reject(FailureKind.COMPILE_ERROR, "compile",
                         f"{worst.kernel} needs {need} bytes of shared memory per block in every "

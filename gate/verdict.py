@@ -111,6 +111,12 @@ class CompileFacts:
             return None
         return self.static_shared_bytes + self.dynamic_shared_bytes
 
+    @property
+    def shared_needed(self) -> int:
+        """Shared memory per block the compile needs as far as known: static plus dynamic, or
+        the static part where the dynamic part is unknown."""
+        return self.static_shared_bytes if self.shared_bytes is None else self.shared_bytes
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kernel": self.kernel, "config": dict(self.config), "registers": self.registers,
@@ -183,8 +189,7 @@ class Facts:
         if props is None:
             return 0
         limit = props.shared_memory_per_block_optin
-        return sum(1 for c in self.compiles
-                   if (c.static_shared_bytes if c.shared_bytes is None else c.shared_bytes) > limit)
+        return sum(1 for c in self.compiles if c.shared_needed > limit)
 
     @property
     def spills(self) -> bool:

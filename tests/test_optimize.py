@@ -27,6 +27,19 @@ def _target(tmp_path: Path) -> Path:
     return path
 
 
+def _heldout_library(tmp_path: Path, ids: set[str]):
+    """A library under `tmp_path` holding the held-out library's cards `ids` (each must exist)."""
+    from lineage.skills import Library
+
+    lib = Library.open(tmp_path / "lib", create=True)
+    cards = [c for c in Library.open(ROOT / "bench/results/heldout/libraries/all").cards()
+             if c.id in ids]
+    assert {c.id for c in cards} == ids
+    for card in cards:
+        lib.put(card)
+    return lib
+
+
 def test_materialize_runs_the_pass_rule_at_the_cards_site() -> None:
     cards = gemm_cards(admitted=True)
     ir = kir.parse(naive_source("gemm"), language="triton")
@@ -623,17 +636,11 @@ def test_a_near_tie_that_gives_a_card_the_context_of_its_evidence_is_walked_to_a
     flattens over descriptor loads), is what pays. A pipelining candidate is a closer tie, so
     the fastest stone is not the descriptor step. The loop steps onto the descriptor candidate
     at once and keeps the pair."""
-    from lineage.skills import Library
-
-    lib_all = Library.open(ROOT / "bench/results/heldout/libraries/all")
-    wanted = {"tma-descriptors.triton.7de2c2db", "persistent-grid.triton.a9560196",
-              "software-pipelining.triton.d1263a6d"}
-    cards = [c for c in lib_all.cards() if c.id in wanted]
-    assert "tma-descriptors" in next(c for c in cards if c.pass_name == "persistent-grid"
+    lib = _heldout_library(tmp_path, {"tma-descriptors.triton.7de2c2db",
+                                      "persistent-grid.triton.a9560196",
+                                      "software-pipelining.triton.d1263a6d"})
+    assert "tma-descriptors" in next(c for c in lib.cards() if c.pass_name == "persistent-grid"
                                      ).scope["prior_actions"]
-    lib = Library.open(tmp_path / "lib", create=True)
-    for card in cards:
-        lib.put(card)
     target = tmp_path / "addmm_start.py"
     target.write_text((ROOT / "bench/heldout/addmm/addmm_start.py").read_text())
 
@@ -668,15 +675,10 @@ def test_a_pairs_first_step_may_cost_more_than_a_near_tie(tmp_path: Path, tma_co
     walked to within `PAIR_SLACK`, not only within the near tie of `ENABLER_SLACK`; beyond it
     the pair is not tried."""
     import lineage.optimize as opt
-    from lineage.skills import Library
 
     assert opt.ENABLER_SLACK < 1.14 < opt.PAIR_SLACK < 1.25
-    lib_all = Library.open(ROOT / "bench/results/heldout/libraries/all")
-    wanted = {"tma-descriptors.triton.7de2c2db", "persistent-grid.triton.a9560196"}
-    lib = Library.open(tmp_path / "lib", create=True)
-    for card in lib_all.cards():
-        if card.id in wanted:
-            lib.put(card)
+    lib = _heldout_library(tmp_path, {"tma-descriptors.triton.7de2c2db",
+                                      "persistent-grid.triton.a9560196"})
     target = tmp_path / "bmm_start.py"
     target.write_text((ROOT / "bench/heldout/bmm/bmm_start.py").read_text())
 
@@ -1004,11 +1006,7 @@ def test_the_own_sweep_starts_from_what_the_autotuner_picked(tmp_path: Path) -> 
     proposes 64x128 at 5 stages."""
     import re
 
-    from lineage.skills import Library
-
-    lib_all = Library.open(ROOT / "bench/results/heldout/libraries/all")
-    lib = Library.open(tmp_path / "lib", create=True)
-    lib.put(next(c for c in lib_all.cards() if c.id == "tile-sizes.triton.18d8cacb"))
+    lib = _heldout_library(tmp_path, {"tile-sizes.triton.18d8cacb"})
     target = tmp_path / "mm_naive.py"
     target.write_text((ROOT / "bench/heldout/mm1024/mm_naive.py").read_text())
     config = re.compile(r'triton\.Config\(\{"BM": (\d+), "BN": (\d+), "BK": (\d+)\}, '

@@ -20,7 +20,7 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, fresh_name, names_in
 from passes.triton.affine import Box, Scope, box_of, broadcast
 from passes.triton.launch import TRITON, comment_above
-from passes.triton.roles import accumulators, assignments, dot_loops, reached
+from passes.triton.roles import accumulators, assignments, dot_loops, launch_arguments, reached
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -471,8 +471,6 @@ def _unit_axis(mod: PyModule, kernel: ast.FunctionDef, launches: list[ast.Call],
     a tensor's later axis (`x.stride(3)` beside `x.stride(2)`, or `x.stride(-1)`): the one a
     dense tensor has as 1, where the descriptor's last axis goes. None where the first launch
     does not say (other expressions, other tensors)."""
-    from passes.triton.roles import launch_arguments  # noqa: PLC0415
-
     if not launches:
         return None
     given = launch_arguments(mod, kernel, launches[0])
