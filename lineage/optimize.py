@@ -42,8 +42,9 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   made is not swept again); that sweep goes to a card of the round whose recorded
   configuration shares the most roles with the kernel (`lineage.transfer.fit`: a reduction
   step recorded on a kernel with no output tile says nothing about a matmul's tile); when a
-  round keeps nothing after that sweep, one sweep around the kernel's own configuration is
-  gated on the state besides (the recorded values may be far from what the kernel wants);
+  round keeps nothing after that sweep, or before the loop walks from the state to an
+  enabling stone, one sweep around a kernel's own configuration is gated on the state besides
+  (the recorded values may be far from what the kernel wants), the hottest kernel's first;
 - a tile, warp or stage step on an entry of a literal autotune list is written as a new entry
   beside the one it edits (`_beside_in_list`): the autotuner picks between them, and the
   configuration the kernel was running with is not lost to a step kept on timing noise;
@@ -81,7 +82,8 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   its loop and builds descriptors once per program only over descriptor loads); such a pair's
   stone may be up to `PAIR_SLACK` slower, since the card's gain was measured with it. Whether a
   card materializes, and what it writes, is asked of the deterministic rules and the
-  transplant only (no LLM call).
+  transplant only (no LLM call). Where the state's own sweep is due (`_own_sweep_round`), it
+  is gated first: one gate on the state the walk would leave.
 - revisits (device tier): a card whose last gated candidate passed and was at most
   `NEAR_MISS` slower than the best (a tie within timing noise, not evidence against it) is
   tried once more on each later best kernel, when nothing else is left to try: no card is
@@ -651,6 +653,8 @@ class _Run:
     kernels (`lineage.transfer.carrier_fit`)."""
     sweep_fit: int = 0
     """The best fit among the cards of the current round: only such a card sweeps."""
+    round_cards: tuple[SkillCard, ...] = ()
+    """The cards of the current round (`_try_in_turn`): an own sweep is written by one of them."""
 
 
 def seeded_order(found: Sequence[Any], seed: int, round_: int = 0) -> list[Any]:
@@ -884,6 +888,7 @@ def _try_in_turn(cards: Sequence[SkillCard], run: _Run, job: _Job, save: Callabl
     kernel best (`_fit`); when nothing was kept, a sweep around the kernel's own configuration
     may follow (`_own_sweep_round`)."""
     run.sweep_fit = max((_fit(card, run) for card in cards), default=0)
+    run.round_cards = tuple(cards)
     for card in cards:
         if run.gated >= job.budget_steps or job.out_of_time():
             break
@@ -936,21 +941,33 @@ def _own_sweep_round(cards: Sequence[SkillCard], run: _Run, job: _Job) -> bool:
     (`_picks`). The two are different hypotheses: the recorded values may be far from what this
     kernel wants (a gdn kernel's 64-row block over a cross entropy's 4 rows), its own
     neighbourhood (blocks and warps grown together, a pipeline one stage deeper) may not."""
-    state = run.current.state
-    if not job.sweeps or state not in run.swept or state in run.own_swept:
+    if not _own_sweep_pending(run, job):
         return False
-    for card in cards:
-        if run.gated >= job.budget_steps or job.out_of_time():
-            return False
+    # Kernel first, hottest first (where the profile names several), then the first card of
+    # the round that may act on it: the card only writes the sweep, and a card used up on one
+    # kernel must not keep the hottest kernel from its own sweep (leave-one-out gdn: the
+    # pipelining card kept once on the hottest kernel, which then was swept last).
+    shares = kernel_shares(run.current.verdict)
+    picks = _picks(run.current.verdict)
+    offers: list[tuple[float, int, SkillCard, Materialized]] = []
+    for i, card in enumerate(cards):
         left_out = _left_out(card, run)
         for made in _config_sweeps(card, run.current.ir,
                                    lambda s: kernel_of(s.anchor) in left_out, own=True,
-                                   heavy=job.heavy, picks=_picks(run.current.verdict),
-                                   every=True):
-            if not _unseen(made.ir.unparse(), run, job):
-                continue
-            return _attempt_one(card, made, run, job)
-    return False
+                                   heavy=job.heavy, picks=picks, every=True):
+            if _unseen(made.ir.unparse(), run, job):
+                offers.append((-shares.get(kernel_of(made.site.anchor), 0.0), i, card, made))
+    if not offers or run.gated >= job.budget_steps or job.out_of_time():
+        return False
+    _, _, card, made = min(offers, key=lambda o: o[:2])
+    return _attempt_one(card, made, run, job)
+
+
+def _own_sweep_pending(run: _Run, job: _Job) -> bool:
+    """The current state's sweep around a recorded configuration was gated and its sweep
+    around its own configuration was not (`_own_sweep_round`)."""
+    state = run.current.state
+    return job.sweeps and state in run.swept and state not in run.own_swept
 
 
 def _left_out(card: SkillCard, run: _Run) -> set[str]:
@@ -1134,6 +1151,13 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
                 unlocked = _unlocked(card, made.ir, run, job,
                                      pairs_only=ms > best_ms * ENABLER_SLACK)
                 if unlocked:
+                    # The state's own sweep, where it is due, is one gate on this state and
+                    # is gated before the two-step bet leaves it (leave-one-out gdn: the walk
+                    # to an enabling stone came first, and the hottest kernel's own sweep,
+                    # 1.23x, only ran two stones later, past a shorter box).
+                    if _own_sweep_pending(run, job) \
+                            and _own_sweep_round(run.round_cards, run, job):
+                        return True
                     _step_onto(run, job, stone, unlocks=unlocked)
                     return True
             return False

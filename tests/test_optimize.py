@@ -1035,3 +1035,92 @@ def test_the_own_sweep_starts_from_what_the_autotuner_picked(tmp_path: Path) -> 
 
     assert best(True, "picked") == pytest.approx(10.5)
     assert best(False, "first") == pytest.approx(11.2)
+
+
+def test_a_due_own_sweep_is_gated_before_the_walk_to_an_enabling_stone(tmp_path: Path) -> None:
+    """A recorded sweep is kept on a 1024-cube product (its autotuner picks 64x128 at 4
+    stages); on that state the descriptor step is 1.10x slower and enables the persistent
+    grid (whose evidence ran with descriptors), and the pair does not pay here. The state's
+    own sweep, one stage deeper around the pick, does: it is gated before the walk leaves the
+    state, so a short budget reaches it (leave-one-out gdn's 1.23x own sweep came two stones
+    later and past its box)."""
+    import re
+
+    lib = _heldout_library(tmp_path, {"tile-sizes.triton.18d8cacb",
+                                      "tma-descriptors.triton.7de2c2db",
+                                      "persistent-grid.triton.a9560196"})
+    target = tmp_path / "mm_naive.py"
+    target.write_text((ROOT / "bench/heldout/mm1024/mm_naive.py").read_text())
+    config = re.compile(r'triton\.Config\(\{"BM": (\d+), "BN": (\d+), "BK": (\d+)[^}]*\}, '
+                        r'num_warps=(\d+), num_stages=(\d+)\)')
+    fastest = {(64, 128, 64, 4, 5): 10.5, (64, 128, 64, 4, 4): 11.2}
+
+    def configs(source: str) -> list[tuple[int, ...]]:
+        return [tuple(map(int, m)) for m in config.findall(source)]
+
+    def ms(source: str) -> float:
+        base = min((fastest.get(c, 13.0) for c in configs(source)), default=25.0)
+        tma = "make_tensor_descriptor(" in source
+        persistent = "tl.num_programs(0)" in source
+        return base * (1.10 if tma else 1.0) * (0.99 if persistent else 1.0)
+
+    def picks(source: str) -> dict[str, dict[str, int]]:
+        found = configs(source)
+        if not found:
+            return {}
+        bm, bn, bk, w, s = min(found, key=lambda c: fastest.get(c, 13.0))
+        return {"matmul_kernel": {"BM": bm, "BN": bn, "BK": bk, "num_warps": w, "num_stages": s}}
+
+    events: list[tuple[str, dict]] = []
+    result = optimize(target, str(ROOT / "bench/heldout/mm1024"), lib, tier="device",
+                      out=tmp_path / "out", rewriter=DeterministicRewriter(),
+                      check_fn=ScriptedGate(ms=ms, picks=picks), budget_steps=5,
+                      progress=lambda kind, data: events.append((kind, dict(data))))
+    assert result.best_ms == pytest.approx(10.5)
+    gated = [data["card"] for kind, data in events if kind == "gate"]
+    assert "persistent-grid.triton.a9560196" not in gated  # the walk did not come first
+    assert [s.rewriter for s in result.applied] == ["config-sweep", "config-sweep"]
+
+
+def test_the_own_sweep_goes_to_the_hottest_kernel_through_any_card_of_the_round(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file launching two kernels, the second one hot (80% of the profiled time). The round's
+    first launch card is used up on the hot kernel (kept there as often as it has evidence),
+    the second is not: the state's own sweep goes to the hot kernel, written by the second card,
+    not to the cold one by the first (leave-one-out gdn: its hottest kernel was swept last)."""
+    from types import SimpleNamespace
+
+    import lineage.optimize as opt
+    from lineage.graph import Lineage
+    from lineage.skills import Library
+
+    naive = (ROOT / "bench/heldout/mm1024/mm_naive.py").read_text()
+    kernel = naive[naive.index("@triton.jit"):naive.index("def run(")]
+    launch = next(ln for ln in naive.splitlines() if "matmul_kernel[grid](" in ln)
+    two = naive.replace("def run(", kernel.replace("matmul_kernel", "hot_kernel") + "\ndef run(")
+    indent = launch[:len(launch) - len(launch.lstrip())]
+    body = two[two.index(launch):two.index("return c")]
+    two = two.replace("return c", body.replace("matmul_kernel[grid]", "hot_kernel[grid]").strip()
+                      + "\n" + indent + "return c", 1)
+    ir = kir.parse(two, "triton")
+    cards = {c.id: c for c in Library.open(ROOT / "bench/results/heldout/libraries/all").cards()}
+    first, second = cards["tile-sizes.triton.18d8cacb"], cards["tile-sizes.triton.4c051e66"]
+    profile = {"matmul_kernel": 0.2, "hot_kernel": 0.8}
+    from gate import Tier, Timing, Verdict
+    from gate.verdict import VariantTiming
+
+    verdict = Verdict(True, Tier.DEVICE, "timing", timing=Timing(
+        1.0, 1.0, (VariantTiming("v", 1.0, 1.0, tuple(profile.items())),)))
+    kernel_ = opt._Kernel(two, ir, opt.state_id(two), verdict, 1.0)
+    run = opt._Run(kernel_, kernel_)
+    run.swept.add(kernel_.state)
+    # the first card was kept on the hot kernel as often as it has evidence
+    run.chain = [opt.Step(first.id, first.pass_name, "triton:run/launch:hot_kernel[0]", True)
+                 ] * max(1, len(first.evidence))
+    job = SimpleNamespace(sweeps=True, heavy=False, budget_steps=8, out_of_time=lambda: False,
+                          lineage=Lineage())
+    chosen: list[tuple[str, str]] = []
+    monkeypatch.setattr(opt, "_attempt_one", lambda card, made, run, job: chosen.append(
+        (card.id, opt.kernel_of(made.site.anchor))) or False)
+    opt._own_sweep_round([first, second], run, job)
+    assert chosen == [(second.id, "hot_kernel")]
