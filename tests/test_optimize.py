@@ -6,6 +6,7 @@ each outcome; materialization runs the real passes on real kernel text.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -997,6 +998,31 @@ def test_a_kernel_whose_launch_is_not_found_is_named_in_the_notes(tmp_path: Path
     assert not any("no launch" in n for n in direct.notes)
 
 
+class _AutotunedProduct:
+    """A scripted device for the 1024-cube product: the kernel's time is that of the fastest
+    entry of its autotune list (`fastest`, else 13; 25 without a list) and the autotuner picks
+    that entry."""
+
+    CONFIG = re.compile(r'triton\.Config\(\{"BM": (\d+), "BN": (\d+), "BK": (\d+)[^}]*\}, '
+                        r'num_warps=(\d+), num_stages=(\d+)\)')
+
+    def __init__(self, fastest: dict[tuple[int, ...], float]) -> None:
+        self.fastest = fastest
+
+    def configs(self, source: str) -> list[tuple[int, ...]]:
+        return [tuple(map(int, m)) for m in self.CONFIG.findall(source)]
+
+    def ms(self, source: str) -> float:
+        return min((self.fastest.get(c, 13.0) for c in self.configs(source)), default=25.0)
+
+    def picks(self, source: str) -> dict[str, dict[str, int]]:
+        found = self.configs(source)
+        if not found:
+            return {}
+        bm, bn, bk, w, s = min(found, key=lambda c: self.fastest.get(c, 13.0))
+        return {"matmul_kernel": {"BM": bm, "BN": bn, "BK": bk, "num_warps": w, "num_stages": s}}
+
+
 def test_the_own_sweep_starts_from_what_the_autotuner_picked(tmp_path: Path) -> None:
     """A card's recorded sweep is kept on a 1024-cube product; on the device its autotuner
     picks 64x128 at 4 stages, where 5 stages would be faster still. The round after it keeps
@@ -1004,30 +1030,14 @@ def test_the_own_sweep_starts_from_what_the_autotuner_picked(tmp_path: Path) -> 
     verdict's `picks`), not the first of the list (128x256), and its one-stage-deeper point is
     what pays. Without the picks the own sweep starts from the list's first entry and never
     proposes 64x128 at 5 stages."""
-    import re
-
     lib = _heldout_library(tmp_path, {"tile-sizes.triton.18d8cacb"})
     target = tmp_path / "mm_naive.py"
     target.write_text((ROOT / "bench/heldout/mm1024/mm_naive.py").read_text())
-    config = re.compile(r'triton\.Config\(\{"BM": (\d+), "BN": (\d+), "BK": (\d+)\}, '
-                        r'num_warps=(\d+), num_stages=(\d+)\)')
-    fastest = {(64, 128, 64, 4, 5): 10.5, (64, 128, 64, 4, 4): 11.2, (64, 64, 64, 4, 4): 11.6}
-
-    def configs(source: str) -> list[tuple[int, ...]]:
-        return [tuple(map(int, m)) for m in config.findall(source)]
-
-    def ms(source: str) -> float:
-        return min((fastest.get(c, 13.0) for c in configs(source)), default=25.0)
-
-    def picks(source: str) -> dict[str, dict[str, int]]:
-        found = configs(source)
-        if not found:
-            return {}
-        bm, bn, bk, w, s = min(found, key=lambda c: fastest.get(c, 13.0))
-        return {"matmul_kernel": {"BM": bm, "BN": bn, "BK": bk, "num_warps": w, "num_stages": s}}
+    device = _AutotunedProduct({(64, 128, 64, 4, 5): 10.5, (64, 128, 64, 4, 4): 11.2,
+                                (64, 64, 64, 4, 4): 11.6})
 
     def best(with_picks: bool, out: str) -> float:
-        gate_fn = ScriptedGate(ms=ms, picks=picks if with_picks else None)
+        gate_fn = ScriptedGate(ms=device.ms, picks=device.picks if with_picks else None)
         result = optimize(target, str(ROOT / "bench/heldout/mm1024"), lib, tier="device",
                           out=tmp_path / out, rewriter=DeterministicRewriter(),
                           check_fn=gate_fn, budget_steps=8)
@@ -1044,37 +1054,22 @@ def test_a_due_own_sweep_is_gated_before_the_walk_to_an_enabling_stone(tmp_path:
     own sweep, one stage deeper around the pick, does: it is gated before the walk leaves the
     state, so a short budget reaches it (leave-one-out gdn's 1.23x own sweep came two stones
     later and past its box)."""
-    import re
-
     lib = _heldout_library(tmp_path, {"tile-sizes.triton.18d8cacb",
                                       "tma-descriptors.triton.7de2c2db",
                                       "persistent-grid.triton.a9560196"})
     target = tmp_path / "mm_naive.py"
     target.write_text((ROOT / "bench/heldout/mm1024/mm_naive.py").read_text())
-    config = re.compile(r'triton\.Config\(\{"BM": (\d+), "BN": (\d+), "BK": (\d+)[^}]*\}, '
-                        r'num_warps=(\d+), num_stages=(\d+)\)')
-    fastest = {(64, 128, 64, 4, 5): 10.5, (64, 128, 64, 4, 4): 11.2}
-
-    def configs(source: str) -> list[tuple[int, ...]]:
-        return [tuple(map(int, m)) for m in config.findall(source)]
+    device = _AutotunedProduct({(64, 128, 64, 4, 5): 10.5, (64, 128, 64, 4, 4): 11.2})
 
     def ms(source: str) -> float:
-        base = min((fastest.get(c, 13.0) for c in configs(source)), default=25.0)
         tma = "make_tensor_descriptor(" in source
         persistent = "tl.num_programs(0)" in source
-        return base * (1.10 if tma else 1.0) * (0.99 if persistent else 1.0)
-
-    def picks(source: str) -> dict[str, dict[str, int]]:
-        found = configs(source)
-        if not found:
-            return {}
-        bm, bn, bk, w, s = min(found, key=lambda c: fastest.get(c, 13.0))
-        return {"matmul_kernel": {"BM": bm, "BN": bn, "BK": bk, "num_warps": w, "num_stages": s}}
+        return device.ms(source) * (1.10 if tma else 1.0) * (0.99 if persistent else 1.0)
 
     events: list[tuple[str, dict]] = []
     result = optimize(target, str(ROOT / "bench/heldout/mm1024"), lib, tier="device",
                       out=tmp_path / "out", rewriter=DeterministicRewriter(),
-                      check_fn=ScriptedGate(ms=ms, picks=picks), budget_steps=5,
+                      check_fn=ScriptedGate(ms=ms, picks=device.picks), budget_steps=5,
                       progress=lambda kind, data: events.append((kind, dict(data))))
     assert result.best_ms == pytest.approx(10.5)
     gated = [data["card"] for kind, data in events if kind == "gate"]
