@@ -295,7 +295,8 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
         return sorted(items, key=lambda x: site_order(site(x))) if site_order else items
 
     produced_sweep = False
-    for made in (ordered(_config_sweeps(card, ir, skip_site), lambda m: m.site) if sweeps else ()):
+    for made in (ordered(_config_sweeps(card, ir, skip_site, ctx=ctx), lambda m: m.site)
+                 if sweeps else ()):
         produced_sweep = True
         yield made
     sites = ordered((s for s in card_sites(card, ir) if skip_site is None or not skip_site(s)),
@@ -367,8 +368,8 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     for made in repeats:
         produced = True
         yield made
-    for made in (ordered(_config_sweeps(card, ir, skip_site, own=True, heavy=heavy, picks=picks),
-                         lambda m: m.site)
+    for made in (ordered(_config_sweeps(card, ir, skip_site, own=True, heavy=heavy, picks=picks,
+                                        ctx=ctx), lambda m: m.site)
                  if (sweeps if own_sweeps is None else own_sweeps) else ()):
         produced_sweep = True
         yield made
@@ -492,20 +493,24 @@ def _transplanted(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], boo
 def _config_sweeps(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], bool] | None,
                    own: bool = False, heavy: bool = False,
                    picks: Mapping[str, Mapping[str, int]] | None = None,
-                   every: bool = False) -> Iterator[Materialized]:
+                   every: bool = False, ctx: Any = None) -> Iterator[Materialized]:
     """A launch-parameter card's joint configuration and a sweep around it, written on each
     target kernel it fits (`lineage.transfer`): one candidate per kernel, before the card's
     single-parameter rewrites. With `own`, a sweep around the kernel's own configuration on
     each kernel the recorded one does not fit (after the card's rewrites; with `every`, on
     each kernel): the one its autotuner picked where `picks` (the current kernel's verdict)
-    names it."""
-    from lineage.transfer import LAUNCH_PASSES, config_candidates, kernel_site  # noqa: PLC0415
+    names it. A dot kernel's configurations fit the shared memory its operands need at the
+    element width of `ctx`'s `dtype` fact (`lineage.transfer.shared_fit`)."""
+    from lineage.transfer import (LAUNCH_PASSES, config_candidates,  # noqa: PLC0415
+                                  element_bytes, kernel_site)
 
     if card.pass_name not in LAUNCH_PASSES or not card.carrier.get("config") \
             or str(getattr(ir.language, "value", ir.language)) != "triton":
         return
+    facts = getattr(ctx, "facts", None) or {}
     for name, new_ir, fitted in config_candidates(card.carrier, ir, own=own, heavy=heavy,
-                                                  picks=picks, every=every):
+                                                  picks=picks, every=every,
+                                                  elem_bytes=element_bytes(facts.get("dtype"))):
         site = kernel_site(card.pass_name, ir, name)
         if site is None or (skip_site is not None and skip_site(site)):
             continue
@@ -954,7 +959,7 @@ def _own_sweep_round(cards: Sequence[SkillCard], run: _Run, job: _Job) -> bool:
         left_out = _left_out(card, run)
         for made in _config_sweeps(card, run.current.ir,
                                    lambda s: kernel_of(s.anchor) in left_out, own=True,
-                                   heavy=job.heavy, picks=picks, every=True):
+                                   heavy=job.heavy, picks=picks, every=True, ctx=job.ctx):
             if _unseen(made.ir.unparse(), run, job):
                 offers.append((-shares.get(kernel_of(made.site.anchor), 0.0), i, card, made))
     if not offers or run.gated >= job.budget_steps or job.out_of_time():

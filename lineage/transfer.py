@@ -20,6 +20,7 @@ values (`passes.triton.untie`), so that the recorded 128x256x64 tile can be expr
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
@@ -152,6 +153,55 @@ def warps_cover(configs: Sequence[dict[str, int]], target: KernelConfig) -> list
     return first_unique(out, len(out))
 
 
+def element_bytes(dtype: Any) -> int | None:
+    """Bytes of one element of a case's `dtype` fact ("fp32", "bf16", "float16", "fp8e4m3",
+    a torch dtype's text...), or None where the text names no width it knows."""
+    text = str(dtype or "").lower().replace("torch.", "")
+    bits = re.search(r"\d+", text)
+    if bits and int(bits.group()) in (8, 16, 32, 64):
+        return int(bits.group()) // 8
+    return {"half": 2, "float": 4, "double": 8}.get(text)
+
+
+def shared_fit(configs: Sequence[dict[str, int]], target: KernelConfig,
+               elem_bytes: int | None) -> list[dict[str, int]]:
+    """`configs` of a dot kernel whose operand tiles, pipelined, need more shared memory than
+    an sm_90 block may have (`num_stages` x (m x k + k x n) x `elem_bytes`) with fewer stages
+    (not below 2), then a narrower reduction step (not below 16); one that still does not fit
+    is left out. Recorded configurations are 16-bit ones: on fp32 operands a 128x256x64 tile
+    at 3 stages needs 288 KB, and half of a sweep's points could not compile (the device
+    autotuner skips them; the static tier flags them). Kernels without a dot, configurations
+    without the three roles, and an unknown element width are returned as they are."""
+    if not target.dot or not elem_bytes:
+        return list(configs)
+    from gate.target import STATIC_TARGET  # noqa: PLC0415 — pure data, no torch
+
+    limit = STATIC_TARGET.shared_memory_per_block_optin
+    own = target.by_role()
+    out: list[dict[str, int]] = []
+    for cfg in configs:
+        m, n, k = (int(cfg.get(r, own.get(r, 0))) for r in ("m", "n", "k"))
+        stages = int(cfg.get("num_stages", target.num_stages))
+        if not (m and n and k):
+            out.append(dict(cfg))
+            continue
+
+        def need(s: int, kk: int) -> int:
+            return max(s, 1) * (m * kk + kk * n) * elem_bytes  # noqa: B023 — used at once
+
+        fitted = stages
+        while fitted > 2 and need(fitted, k) > limit:
+            fitted -= 1
+        narrow = k
+        while need(fitted, narrow) > limit and narrow // 2 >= MIN_DOT_BLOCK:
+            narrow //= 2
+        if need(fitted, narrow) > limit:
+            continue
+        out.append({**cfg, **({"num_stages": fitted} if fitted != stages else {}),
+                    **({"k": narrow} if narrow != k else {})})
+    return first_unique(out, len(out))
+
+
 def first_unique(configs: Sequence[dict[str, int]], points: int) -> list[dict[str, int]]:
     """The first `points` distinct configurations, in order."""
     unique: list[dict[str, int]] = []
@@ -266,7 +316,7 @@ def picked(target: KernelConfig, pick: Mapping[str, int] | None) -> KernelConfig
 def config_candidates(
     carrier: Mapping[str, Any], ir: KernelIR, skip_kernel: Any = None, own: bool = False,
     heavy: bool = False, picks: Mapping[str, Mapping[str, int]] | None = None,
-    every: bool = False,
+    every: bool = False, elem_bytes: int | None = None,
 ) -> list[tuple[str, KernelIR, list[dict[str, int]]]]:
     """(kernel name, rewritten IR, fitted configs) for each target kernel a recorded
     configuration fits, with a sweep around that configuration; with `own`, for each target
@@ -274,7 +324,8 @@ def config_candidates(
     one its autotuner picked where `picks` names it (`picked`); with `every` too, also on the
     kernels a recorded configuration fits (after their recorded sweep: another hypothesis).
     Kernels the sweep is refused on (`sweep_edit`) are left out, as are those
-    `skip_kernel(name)` names. `heavy`: see `sweep_own`."""
+    `skip_kernel(name)` names. `heavy`: see `sweep_own`. `elem_bytes` (the case's element
+    width, where known): dot kernels' configurations are fitted to shared memory (`shared_fit`)."""
     from kir import Edit, Span  # noqa: PLC0415
     from kir.errors import KLineageError  # noqa: PLC0415
 
@@ -295,7 +346,7 @@ def config_candidates(
             configs = sweep_around(pair[0], also=pair[1], roles=set(target.by_role()))
         else:
             configs = sweep_own(picked(target, (picks or {}).get(name)), heavy=heavy)
-        configs = warps_cover(configs, target)
+        configs = shared_fit(warps_cover(configs, target), target, elem_bytes)
         if not configs:
             continue
         work = untied_for(ir, name, configs)

@@ -1113,7 +1113,7 @@ def test_the_own_sweep_goes_to_the_hottest_kernel_through_any_card_of_the_round(
     run.chain = [opt.Step(first.id, first.pass_name, "triton:run/launch:hot_kernel[0]", True)
                  ] * max(1, len(first.evidence))
     job = SimpleNamespace(sweeps=True, heavy=False, budget_steps=8, out_of_time=lambda: False,
-                          lineage=Lineage())
+                          lineage=Lineage(), ctx=None)
     chosen: list[tuple[str, str]] = []
     monkeypatch.setattr(opt, "_attempt_one", lambda card, made, run, job: chosen.append(
         (card.id, opt.kernel_of(made.site.anchor))) or False)

@@ -961,3 +961,34 @@ def test_recent_keeps_the_last_answers_and_drops_the_least_recently_used() -> No
     memo.get("a", compute("a"))
     memo.get("b", compute("b"))
     assert calls == ["a", "b", "c", "b"]
+
+
+def test_a_sweep_on_fp32_operands_fits_the_shared_memory_of_a_block() -> None:
+    """A recorded 16-bit configuration (128x256x64 at 3 stages, 192 KB of operand tiles)
+    needs 384 KB on fp32 operands: on a case whose dtype is fp32 every point of the sweep is
+    fitted to the 227 KB an sm_90 block may have (fewer stages first, then a narrower
+    reduction step), and one that cannot fit is left out; on 16-bit operands the recorded
+    point stays as it was, and without a known width nothing changes."""
+    from lineage.transfer import element_bytes
+
+    recorded = joint_config(_ir(MM_A))["mm"].to_json()
+    recorded.update(tiles={"m": 128, "n": 256, "k": 64}, num_warps=8, num_stages=3)
+    carrier = {"config": {"mm": recorded}}
+    limit = 227 * 1024
+
+    def need(cfg: dict, bytes_: int) -> int:
+        return cfg["num_stages"] * (cfg["TILE_ROWS"] * cfg["DEPTH"]
+                                    + cfg["DEPTH"] * cfg["TILE_COLS"]) * bytes_
+
+    [(_, _, wide)] = config_candidates(carrier, _ir(MM_B), elem_bytes=element_bytes("fp32"))
+    assert wide and all(need(c, 4) <= limit for c in wide)
+    assert {"TILE_ROWS": 128, "TILE_COLS": 256, "DEPTH": 64, "num_warps": 8,
+            "num_stages": 2} == wide[0]  # the recorded point with one stage fewer
+    [(_, _, half)] = config_candidates(carrier, _ir(MM_B), elem_bytes=element_bytes("bf16"))
+    assert half[0] == {"TILE_ROWS": 128, "TILE_COLS": 256, "DEPTH": 64, "num_warps": 8,
+                       "num_stages": 3}
+    assert all(need(c, 2) <= limit for c in half)
+    [(_, _, unknown)] = config_candidates(carrier, _ir(MM_B))
+    assert unknown[0] == half[0] and any(need(c, 4) > limit for c in unknown)
+    assert [element_bytes(d) for d in ("fp32", "bfloat16", "torch.float8_e4m3fn", "half", "?")] \
+        == [4, 2, 1, 2, None]
