@@ -63,25 +63,39 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def int_globals(tree: ast.Module) -> dict[str, int]:
-    """Module-level `name = <int literal>` assignments (bools and negatives excluded)."""
-    found: dict[str, int] = {}
+def _int_assignments(tree: ast.Module) -> list[tuple[str, ast.Constant]]:
+    """(name, literal) of each module-level integer assignment: `N = 4096`, `N: int = 4096`
+    and each pair of `M, N, K = 512, 256, 384` (bools and negatives excluded)."""
+    found: list[tuple[str, ast.Constant]] = []
     for stmt in tree.body:
-        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name) and isinstance(stmt.value, ast.Constant)
-                and type(stmt.value.value) is int and stmt.value.value >= 0):
-            found[stmt.targets[0].id] = stmt.value.value
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            target, value = stmt.target, stmt.value
+        else:
+            continue
+        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+                and len(target.elts) == len(value.elts):
+            pairs = list(zip(target.elts, value.elts))
+        else:
+            pairs = [(target, value)]
+        found += [(t.id, v) for t, v in pairs
+                  if isinstance(t, ast.Name) and isinstance(v, ast.Constant)
+                  and type(v.value) is int and v.value >= 0]
     return found
+
+
+def int_globals(tree: ast.Module) -> dict[str, int]:
+    """Module-level integer assignments (`_int_assignments`), name -> value."""
+    return {name: literal.value for name, literal in _int_assignments(tree)}
 
 
 def _with_sizes(tree: ast.Module, sizes: dict[str, int]) -> ast.Module:
     """A copy of `tree` whose integer-global assignments take the values of `sizes`."""
     new = ast.parse(ast.unparse(tree))
-    for stmt in new.body:
-        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id in sizes
-                and isinstance(stmt.value, ast.Constant) and type(stmt.value.value) is int):
-            stmt.value = ast.Constant(sizes[stmt.targets[0].id])
+    for name, literal in _int_assignments(new):
+        if name in sizes:
+            literal.value = sizes[name]
     return ast.fix_missing_locations(new)
 
 

@@ -221,6 +221,24 @@ def test_small_sizes_halve_the_largest_integer_global_first(tmp_path: Path) -> N
     assert small["rows"] == 64 and small["n_in"] < 8192
 
 
+def test_sizes_given_in_one_tuple_or_with_an_annotation_are_reduced_too(tmp_path: Path) -> None:
+    """`N, M, K, L = 8, 512, 256, 384` and `L: int = 384` are integer globals like `N = 8`:
+    the interpret tier's small sizes halve them (before, the tuple was not read and a problem
+    of 1.1 million elements was refused)."""
+    path = tmp_path / "mm3d.py"
+    path.write_text(
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Model(nn.Module):\n    def forward(self, A, B):\n        return torch.matmul(A, B)\n\n"
+        "N, M, K = 8, 512, 256\nL: int = 384\n\n"
+        "def get_inputs():\n    return [torch.randn(N, M, K), torch.randn(K, L)]\n\n"
+        "def get_init_inputs():\n    return []\n")
+    case = gate.load_case(path)
+    assert dict(case.shapes["default"]) == {"N": 8, "M": 512, "K": 256, "L": 384, "dtype": "fp32"}
+    small = dict(case.small_shapes["default"])
+    assert small["N"] == 8 and small["M"] < 512 and small["K"] < 256 and small["L"] < 384
+    assert small["N"] * small["M"] * small["K"] + small["K"] * small["L"] <= 1 << 15
+
+
 def test_bench_heldout_through_ray_gives_the_local_verdicts(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     env = {**__import__("os").environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
