@@ -964,8 +964,8 @@ def test_recent_keeps_the_last_answers_and_drops_the_least_recently_used() -> No
 
 
 def test_a_sweep_on_fp32_operands_fits_the_shared_memory_of_a_block() -> None:
-    """A recorded 16-bit configuration (128x256x64 at 3 stages, 192 KB of operand tiles)
-    needs 384 KB on fp32 operands: on a case whose dtype is fp32 every point of the sweep is
+    """A recorded 16-bit configuration (128x256x64 at 3 stages, 144 KB of operand tiles)
+    needs 288 KB on fp32 operands: on a case whose dtype is fp32 every point of the sweep is
     fitted to the 227 KB an sm_90 block may have (fewer stages first, then a narrower
     reduction step), and one that cannot fit is left out; on 16-bit operands the recorded
     point stays as it was, and without a known width nothing changes."""
