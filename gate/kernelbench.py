@@ -11,7 +11,8 @@ module with the contract of docs/INTERFACES.md ("Case modules"):
   problem's inputs as extra trailing inputs, so a kernel's `run(*inputs, *params, *buffers)`
   sees them; the reference applies the Model with exactly those tensors;
 - SHAPES: one variant, "default", holding the file's integer globals (module-level
-  `name = <int literal>`) and the dtype of its first floating input;
+  `name = <int literal>`, `name: int = <int literal>`, or names and literals paired in one
+  tuple assignment) and the dtype of its first floating input;
 - SMALL_SHAPES: the file's `get_small_inputs()` (with `get_small_init_inputs()` when it
   defines one) if it has one; otherwise the integer globals >= `MIN_REDUCIBLE` are halved,
   largest first, re-executing the module each time, until the inputs and parameters hold at
