@@ -328,6 +328,7 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
             return
         yield made
 
+    over_before: dict[str, Any] = {}  # `_over_shared`'s answer for `ir`, asked once
     for site in sites[:max_sites]:
         for backend in backends:
             if backend.name == "llm" and not (produced or repeats or transplant_tried):
@@ -352,6 +353,10 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                 new_ir = _beside_in_list(ir, result) or result.ir
                 text = new_ir.unparse()
                 if text in seen:
+                    continue
+                too_big = _over_shared(ir, new_ir, ctx, over_before)
+                if too_big:
+                    refusals.append(f"{backend.name} at {site.anchor}: {too_big}")
                     continue
                 seen.add(text)
                 made = Materialized(card, new_ir, site, str(backend.name), tuple(refusals),
@@ -387,6 +392,29 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                 yield dataclasses.replace(made, refusals=(*made.refusals, "helpers inlined"))
         if not produced:
             yield Materialized(card, None, None, refusals=tuple(refusals))
+
+
+def _over_shared(ir: KernelIR, new_ir: KernelIR, ctx: Any, memo: dict[str, Any]) -> str:
+    """Why `new_ir` is refused for shared memory ("" where it is not): an autotune entry of a
+    dot kernel it adds whose pipelined operand tiles need more shared memory than a block may
+    have at the element width of `ctx`'s `dtype` fact (`lineage.transfer.entries_over_shared`;
+    a single tile or stage step on a 16-bit entry of an fp32 kernel). `memo` keeps the answer
+    for `ir`."""
+    from lineage.transfer import element_bytes, entries_over_shared, shared_limit  # noqa: PLC0415
+
+    width = element_bytes((getattr(ctx, "facts", None) or {}).get("dtype"))
+    if not width:
+        return ""
+    if "before" not in memo:
+        memo["before"] = entries_over_shared(ir, width)
+    added = {text: need for text, need in entries_over_shared(new_ir, width).items()
+             if text not in memo["before"]}
+    if not added:
+        return ""
+    text, need = max(added.items(), key=lambda item: item[1])
+    return (f"the configuration it would write ({' '.join(text.split())}) needs "
+            f"{need // 1024} KB of shared memory for its operand tiles at {width}-byte elements, "
+            f"more than a block's {shared_limit() // 1024} KB")
 
 
 def _beside_in_list(ir: KernelIR, result: Any) -> KernelIR | None:

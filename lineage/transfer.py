@@ -163,20 +163,31 @@ def element_bytes(dtype: Any) -> int | None:
     return {"half": 2, "float": 4, "double": 8}.get(text)
 
 
+def shared_limit() -> int:
+    """The shared memory an sm_90 block may have (`gate.target`, 227 KB)."""
+    from gate.target import STATIC_TARGET  # noqa: PLC0415 — pure data, no torch
+
+    return STATIC_TARGET.shared_memory_per_block_optin
+
+
+def operand_bytes(m: int, n: int, k: int, stages: int, elem_bytes: int) -> int:
+    """Shared memory of a dot loop's pipelined operand tiles: `stages` x (m x k + k x n)
+    elements of `elem_bytes`."""
+    return max(stages, 1) * (m * k + k * n) * elem_bytes
+
+
 def shared_fit(configs: Sequence[dict[str, int]], target: KernelConfig,
                elem_bytes: int | None) -> list[dict[str, int]]:
     """`configs` of a dot kernel whose operand tiles, pipelined, need more shared memory than
-    an sm_90 block may have (`num_stages` x (m x k + k x n) x `elem_bytes`) with fewer stages
-    (not below 2), then a narrower reduction step (not below 16); one that still does not fit
-    is left out. Recorded configurations are 16-bit ones: on fp32 operands a 128x256x64 tile
-    at 3 stages needs 288 KB, and half of a sweep's points could not compile (the device
-    autotuner skips them; the static tier flags them). Kernels without a dot, configurations
-    without the three roles, and an unknown element width are returned as they are."""
+    an sm_90 block may have (`operand_bytes`) with fewer stages (not below 2), then a narrower
+    reduction step (not below 16); one that still does not fit is left out. Recorded
+    configurations are 16-bit ones: on fp32 operands a 128x256x64 tile at 3 stages needs
+    288 KB, and half of a sweep's points could not compile (the device autotuner skips them;
+    the static tier flags them). Kernels without a dot, configurations without the three
+    roles, and an unknown element width are returned as they are."""
     if not target.dot or not elem_bytes:
         return list(configs)
-    from gate.target import STATIC_TARGET  # noqa: PLC0415 — pure data, no torch
-
-    limit = STATIC_TARGET.shared_memory_per_block_optin
+    limit = shared_limit()
     own = target.by_role()
     out: list[dict[str, int]] = []
     for cfg in configs:
@@ -185,21 +196,52 @@ def shared_fit(configs: Sequence[dict[str, int]], target: KernelConfig,
         if not (m and n and k):
             out.append(dict(cfg))
             continue
-
-        def need(s: int, kk: int) -> int:
-            return max(s, 1) * (m * kk + kk * n) * elem_bytes  # noqa: B023 — used at once
-
         fitted = stages
-        while fitted > 2 and need(fitted, k) > limit:
+        while fitted > 2 and operand_bytes(m, n, k, fitted, elem_bytes) > limit:
             fitted -= 1
         narrow = k
-        while need(fitted, narrow) > limit and narrow // 2 >= MIN_DOT_BLOCK:
+        while operand_bytes(m, n, narrow, fitted, elem_bytes) > limit \
+                and narrow // 2 >= MIN_DOT_BLOCK:
             narrow //= 2
-        if need(fitted, narrow) > limit:
+        if operand_bytes(m, n, narrow, fitted, elem_bytes) > limit:
             continue
         out.append({**cfg, **({"num_stages": fitted} if fitted != stages else {}),
                     **({"k": narrow} if narrow != k else {})})
     return first_unique(out, len(out))
+
+
+def entries_over_shared(ir: KernelIR, elem_bytes: int | None) -> dict[str, int]:
+    """The autotune entries (`triton.Config(...)` text -> bytes) of the dot kernels of `ir`
+    whose operand tiles need more shared memory than a block may have at `elem_bytes`
+    (`operand_bytes`); {} where the width is unknown. A single tile, warp or stage step on an
+    entry is checked with it (`lineage.optimize.materializations`): a 256x256x64 entry at 2
+    stages on fp32 operands cannot compile, and the autotuner would only skip it."""
+    if not elem_bytes or str(getattr(ir.language, "value", ir.language)) != "triton":
+        return {}
+    from passes.triton._py import PyModule, literal_int  # noqa: PLC0415
+    from passes.triton.roles import autotune_entries  # noqa: PLC0415
+
+    limit = shared_limit()
+    mod = PyModule(ir)
+    configs = joint_config(ir)
+    over: dict[str, int] = {}
+    for kernel in mod.kernels():
+        target = configs.get(kernel.name)
+        if target is None or not target.dot:
+            continue
+        role_of = {p.name: p.role for p in target.params}
+        own = target.by_role()
+        for entry in autotune_entries(mod, kernel):
+            values = {role_of.get(str(getattr(key, "value", ""))): literal_int(value)
+                      for key, value in zip(entry.args[0].keys, entry.args[0].values)}
+            stages = next((literal_int(kw.value) for kw in entry.keywords
+                           if kw.arg == "num_stages"), None) or target.num_stages
+            m, n, k = (values.get(r) or own.get(r, 0) for r in ("m", "n", "k"))
+            if m and n and k:
+                need = operand_bytes(m, n, k, stages, elem_bytes)
+                if need > limit:
+                    over[mod.text(entry)] = need
+    return over
 
 
 def first_unique(configs: Sequence[dict[str, int]], points: int) -> list[dict[str, int]]:

@@ -1119,3 +1119,62 @@ def test_the_own_sweep_goes_to_the_hottest_kernel_through_any_card_of_the_round(
         (card.id, opt.kernel_of(made.site.anchor))) or False)
     opt._own_sweep_round([first, second], run, job)
     assert chosen == [(second.id, "hot_kernel")]
+
+
+FP32_AUTOTUNED = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(
+    configs=[
+        triton.Config({"TILE_M": 128, "TILE_N": 256, "KSTEP": 64}, num_warps=8, num_stages=2),
+    ],
+    key=["M", "N", "K"],
+)
+@triton.jit
+def mm(X, W, Y, M, N, K, TILE_M: tl.constexpr, TILE_N: tl.constexpr, KSTEP: tl.constexpr):
+    rows = tl.program_id(0) * TILE_M + tl.arange(0, TILE_M)
+    cols = tl.program_id(1) * TILE_N + tl.arange(0, TILE_N)
+    acc = tl.zeros([TILE_M, TILE_N], dtype=tl.float32)
+    for k in range(0, K, KSTEP):
+        ks = k + tl.arange(0, KSTEP)
+        x = tl.load(X + rows[:, None] * K + ks[None, :])
+        w = tl.load(W + ks[:, None] * N + cols[None, :])
+        acc += tl.dot(x, w)
+    tl.store(Y + rows[:, None] * N + cols[None, :], acc)
+
+
+def run(x, w):
+    M, K = x.shape
+    N = w.shape[1]
+    y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    grid = lambda meta: (triton.cdiv(M, meta["TILE_M"]), triton.cdiv(N, meta["TILE_N"]))
+    mm[grid](x, w, y, M, N, K)
+    return y
+'''
+
+
+def test_a_single_step_that_would_add_an_entry_too_big_for_shared_memory_is_refused(
+        tmp_path: Path) -> None:
+    """On fp32 operands a tile step that doubles the 128x256x64, 2-stage entry's rows writes a
+    256x256x64 entry: 256 KB of operand tiles, more than the 227 KB a block may have. It is
+    refused with the reason; at 16-bit elements (128 KB) it is written, and without a known
+    element width nothing is checked."""
+    from passes.base import PassContext
+
+    lib = _heldout_library(tmp_path, {"tile-sizes.triton.18d8cacb"})
+    [card] = lib.cards()
+    ir = kir.parse(FP32_AUTOTUNED, "triton")
+    big = '"TILE_M": 256, "TILE_N": 256, "KSTEP": 64}, num_warps=8, num_stages=2'
+
+    def made(dtype: str | None) -> list:
+        ctx = PassContext(facts={"dtype": dtype} if dtype else {})
+        return list(materializations(card, ir, DeterministicRewriter(), ctx, sweeps=False))
+
+    wide = made("fp32")
+    assert not any(m.ir is not None and big in m.ir.unparse() for m in wide)
+    assert any("256 KB of shared memory" in r and "more than a block's 227 KB" in r
+               for m in wide for r in m.refusals)
+    assert any(m.ir is not None and big in m.ir.unparse() for m in made("bf16"))
+    assert any(m.ir is not None and big in m.ir.unparse() for m in made(None))

@@ -1096,6 +1096,12 @@ def _updated(scope: ast.AST, name: str) -> bool:
     return False
 
 
+def autotune_entries(mod: PyModule, kernel: ast.FunctionDef) -> list[ast.Call]:
+    """The `triton.Config({...}, ...)` entries of `kernel`'s literal autotune list (one bound
+    to a module-level name too); [] where it has none."""
+    return _config_dicts(mod, kernel)
+
+
 def _config_dicts(mod: PyModule, kernel: ast.FunctionDef) -> list[ast.Call]:
     dec = mod.decorator(kernel, "autotune")
     if not isinstance(dec, ast.Call):
