@@ -7,7 +7,7 @@ triton: candidates run in worker processes, and the parent compares with numpy.
 """
 from __future__ import annotations
 
-from gate.cases import Case, list_cases, load_case
+from gate.cases import Case, case_beside, list_cases, load_case
 from gate.check import CheckRequest, check, check_file, check_many, gpu_available, resolve_tier
 from gate.verdict import (CompileFacts, Correctness, Facts, FailureKind, SeedResult, Tier, Timing,
                           VariantTiming, Verdict)
@@ -15,5 +15,5 @@ from gate.verdict import (CompileFacts, Correctness, Facts, FailureKind, SeedRes
 __all__ = [
     "Case", "CheckRequest", "CompileFacts", "Correctness", "Facts", "FailureKind", "SeedResult",
     "Tier", "Timing", "VariantTiming", "Verdict", "check", "check_file", "check_many",
-    "gpu_available", "list_cases", "load_case", "resolve_tier",
+    "case_beside", "gpu_available", "list_cases", "load_case", "resolve_tier",
 ]

@@ -276,6 +276,24 @@ def _problem_case(path: Path) -> Case:
         return _PROBLEMS[key]
 
 
+def case_beside(kernel: str | Path) -> str:
+    """The case a kernel file lies beside, for a command given no `--case`: the folder of a
+    `case.py` next to it, else the problem file `<stem>.py` next to a `<stem>_triton.py` (the
+    start kernel `klineage cases` names for a problem file). Raises `BadInputError` (one line)
+    where there is neither."""
+    path = Path(kernel).expanduser().resolve()
+    if (path.parent / "case.py").is_file():
+        return str(path.parent)
+    stem = path.stem
+    if stem.endswith("_triton"):
+        problem = path.with_name(stem.removesuffix("_triton") + ".py")
+        if problem.is_file() and _is_problem(problem):
+            return str(problem)
+    raise BadInputError(f"{kernel}: no --case given, and none lies beside it (a case.py in its "
+                        f"folder, or a problem file <stem>.py beside <stem>_triton.py); name one "
+                        f"with --case (see `klineage cases`)")
+
+
 def _problem_start(path: Path) -> str | None:
     """A problem file's start kernel: `<stem>_triton.py` beside it, when there is one."""
     start = path.with_name(f"{path.stem}_triton.py")

@@ -94,6 +94,29 @@ def test_gate_and_optimize_take_a_case_path_from_anywhere(ref: str, tmp_path: Pa
     assert gate.load_case(ref).path == case.path  # the lineage's reference finds the case again
 
 
+@pytest.mark.parametrize("ref", ["bench/heldout/softmax", "bench/heldout/kernelbench/sum_dim.py"])
+def test_without_case_the_case_beside_the_kernel_is_used(ref: str, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start kernel in a case folder, or `<stem>_triton.py` beside a problem file, is gated and
+    optimized with no --case; a kernel beside neither is a one-line error (exit 2)."""
+    case = gate.load_case(REPO / ref)
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = _run(capsys, "gate", str(case.start_path()), "--tier", "interpret", "--json")
+    assert code == 0 and json.loads(out)["ok"]
+    code, out, err = _run(capsys, "optimize", str(case.start_path()),
+                          "--library", str(REPO / "bench/results/roundtrip/device-7/libraries/all"),
+                          "--tier", "interpret", "--budget-steps", "0", "--out", str(tmp_path / "o"),
+                          "--json")
+    assert code == 0, err
+    lineage = json.loads((tmp_path / "o" / "lineage.json").read_text())
+    assert {n["case"] for n in lineage["nodes"] if n.get("case")} == {ref}
+    alone = tmp_path / "alone.py"
+    alone.write_text(case.start_path().read_text())
+    code, out, _ = _run(capsys, "gate", str(alone), "--json")
+    assert code == 2 and "no --case given, and none lies beside it" in json.loads(out)["error"]
+
+
 def test_cases_lists_folders_and_problem_files(capsys: pytest.CaptureFixture[str],
                                                monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)

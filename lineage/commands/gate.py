@@ -76,7 +76,7 @@ def verdict_json(verdict: object) -> dict:
 
 @click.command("gate")
 @click.argument("kernel", type=click.Path(dir_okay=False))
-@click.option("--case", "case", required=True, help="Case: a name under experts/, a case folder or its case.py, or a KernelBench problem file (see `klineage cases`).")
+@click.option("--case", "case", default=None, help="Case: a name under experts/, a case folder or its case.py, or a KernelBench problem file (see `klineage cases`). Default: the case beside the kernel (a case.py in its folder, or <stem>.py beside <stem>_triton.py).")
 @click.option("--tier", type=click.Choice(["static", "interpret", "device", "auto"]), default="auto",
               show_default=True, help="How far to gate (auto: device on a GPU, else interpret).")
 @click.option("--timeout", type=click.FloatRange(0, None, min_open=True), default=None,
@@ -108,6 +108,7 @@ def command(kernel: str, case: str, tier: str, timeout: float | None, no_cache: 
     import gate
 
     kernel_text(kernel)  # a missing, blank or non-text file is bad input, not a rejection
+    case = case or gate.case_beside(kernel)
     verdict = gate.check_file(kernel, case, tier, timeout=timeout, cache=not no_cache)
     if as_json:
         emit_json(verdict_json(verdict))

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from lineage.commands._common import Progress, emit_json, executor_options, output_dir
+from lineage.commands._common import Progress, emit_json, executor_options, kernel_text, output_dir
 
 
 def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_steps: int,
@@ -56,7 +56,7 @@ def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_s
 
 @click.command("induce")
 @click.argument("kernel", type=click.Path(dir_okay=False))
-@click.option("--case", "case", required=True, help="Case: a name under experts/, a case folder or its case.py, or a KernelBench problem file (see `klineage cases`).")
+@click.option("--case", "case", default=None, help="Case: a name under experts/, a case folder or its case.py, or a KernelBench problem file (see `klineage cases`). Default: the case beside the kernel (a case.py in its folder, or <stem>.py beside <stem>_triton.py).")
 @click.option("--tier", type=click.Choice(["static", "interpret", "device", "auto"]), default="auto",
               show_default=True, help="Gate tier used to validate every state.")
 @click.option("--out", "out", default="out/lineage", show_default=True, help="Output directory.")
@@ -87,8 +87,12 @@ def command(kernel: str, case: str, tier: str, out: str, width: int, first_branc
 
     JSON: {"out", "states", "transitions", "rejected", "termination", "root", "expert", "steps", "report"}.
     """
+    import gate
     from gate.executor import open_executor
 
+    if case is None:
+        kernel_text(kernel)
+        case = gate.case_beside(kernel)
     with open_executor(executor, address=ray_address) as gates:
         run_induction(kernel, case, tier, out, width, max_steps, max_rejections, resume, as_json,
                       library, first_branch=first_branch, pass_specs=pass_specs,

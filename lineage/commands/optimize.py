@@ -12,7 +12,7 @@ from lineage.commands._common import Progress, emit_json, executor_options, outp
 
 @click.command("optimize")
 @click.argument("target", type=click.Path(dir_okay=False))
-@click.option("--case", "case", required=True, help="Case: a name under experts/, a case folder or its case.py, or a KernelBench problem file (see `klineage cases`).")
+@click.option("--case", "case", default=None, help="Case: a name under experts/, a case folder or its case.py, or a KernelBench problem file (see `klineage cases`). Default: the case beside the kernel (a case.py in its folder, or <stem>.py beside <stem>_triton.py).")
 @click.option("--library", "library", required=True, help="SkillCard library directory.")
 @click.option("--budget-steps", type=click.IntRange(0, 1000), default=8, show_default=True,
               help="Most candidates to gate.")
@@ -63,6 +63,7 @@ def command(target: str, case: str, library: str, budget_steps: int, budget_usd:
     require_executor(executor, ray_address)
     config = LLMConfig.for_model(model, budget_usd=budget_usd) if model else None
     kir.parse_file(target)
+    case = case or gate.case_beside(target)
     gate.load_case(case)
     lib = Library.open(library)
     if not lib.cards(admitted_only=True):
