@@ -982,6 +982,7 @@ def _own_sweep_round(cards: Sequence[SkillCard], run: _Run, job: _Job) -> bool:
     # pipelining card kept once on the hottest kernel, which then was swept last).
     shares = kernel_shares(run.current.verdict)
     picks = _picks(run.current.verdict)
+    hottest = -max(shares.values(), default=0.0)
     offers: list[tuple[float, int, SkillCard, Materialized]] = []
     for i, card in enumerate(cards):
         left_out = _left_out(card, run)
@@ -990,6 +991,8 @@ def _own_sweep_round(cards: Sequence[SkillCard], run: _Run, job: _Job) -> bool:
                                    heavy=job.heavy, picks=picks, every=True, ctx=job.ctx):
             if _unseen(made.ir.unparse(), run, job):
                 offers.append((-shares.get(kernel_of(made.site.anchor), 0.0), i, card, made))
+        if offers and min(o[0] for o in offers) <= hottest:
+            break  # no later card can offer a hotter kernel (or the file has one kernel)
     if not offers or run.gated >= job.budget_steps or job.out_of_time():
         return False
     _, _, card, made = min(offers, key=lambda o: o[:2])
