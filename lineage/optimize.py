@@ -394,15 +394,23 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
             yield Materialized(card, None, None, refusals=tuple(refusals))
 
 
+def _element_width(ctx: Any) -> int | None:
+    """Bytes of one element of the case a pass context was built for (its `dtype` fact,
+    `lineage.transfer.element_bytes`); None where unknown."""
+    from lineage.transfer import element_bytes  # noqa: PLC0415
+
+    return element_bytes((getattr(ctx, "facts", None) or {}).get("dtype"))
+
+
 def _over_shared(ir: KernelIR, new_ir: KernelIR, ctx: Any, memo: dict[str, Any]) -> str:
     """Why `new_ir` is refused for shared memory ("" where it is not): an autotune entry of a
     dot kernel it adds whose pipelined operand tiles need more shared memory than a block may
     have at the element width of `ctx`'s `dtype` fact (`lineage.transfer.entries_over_shared`;
     a single tile or stage step on a 16-bit entry of an fp32 kernel). `memo` keeps the answer
     for `ir`."""
-    from lineage.transfer import element_bytes, entries_over_shared, shared_limit  # noqa: PLC0415
+    from lineage.transfer import entries_over_shared, shared_limit  # noqa: PLC0415
 
-    width = element_bytes((getattr(ctx, "facts", None) or {}).get("dtype"))
+    width = _element_width(ctx)
     if not width:
         return ""
     if "before" not in memo:
@@ -529,16 +537,14 @@ def _config_sweeps(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], bo
     each kernel): the one its autotuner picked where `picks` (the current kernel's verdict)
     names it. A dot kernel's configurations fit the shared memory its operands need at the
     element width of `ctx`'s `dtype` fact (`lineage.transfer.shared_fit`)."""
-    from lineage.transfer import (LAUNCH_PASSES, config_candidates,  # noqa: PLC0415
-                                  element_bytes, kernel_site)
+    from lineage.transfer import LAUNCH_PASSES, config_candidates, kernel_site  # noqa: PLC0415
 
     if card.pass_name not in LAUNCH_PASSES or not card.carrier.get("config") \
             or str(getattr(ir.language, "value", ir.language)) != "triton":
         return
-    facts = getattr(ctx, "facts", None) or {}
     for name, new_ir, fitted in config_candidates(card.carrier, ir, own=own, heavy=heavy,
                                                   picks=picks, every=every,
-                                                  elem_bytes=element_bytes(facts.get("dtype"))):
+                                                  elem_bytes=_element_width(ctx)):
         site = kernel_site(card.pass_name, ir, name)
         if site is None or (skip_site is not None and skip_site(site)):
             continue
@@ -1294,37 +1300,31 @@ def _unlocked(card: SkillCard, ir: Any, run: _Run, job: _Job, pairs_only: bool =
     different, slower loop. The descriptor step alone is a near tie, so it only ever stayed a
     stone. `pairs_only`: the second kind alone (a stone slower than `ENABLER_SLACK`, within
     `PAIR_SLACK`)."""
+    from lineage.transfer import LAUNCH_PASSES  # noqa: PLC0415
+
     failures = _failures(run)
     candidates = [c for c in job.cards if c.pass_name != card.pass_name
                   and failures[c.id] < MAX_CARD_FAILURES and not _full_kernels(c, run)]
-    state = run.current.state
-    if pairs_only:
-        from lineage.transfer import LAUNCH_PASSES  # noqa: PLC0415
 
+    def paired(c: SkillCard) -> bool:  # the second kind; launch-parameter cards carry their
+        # evidence's joint configuration in their sweep
+        return (c.pass_name not in LAUNCH_PASSES
+                and card.pass_name in (c.scope.get("prior_actions") or ())
+                and _rewrites_differently(c, card, run.current.ir, ir, job.ctx, run.rewrites))
+
+    if pairs_only:
         if card.pass_name in LAUNCH_PASSES:
             # a configuration step is in nearly every card's prior actions and is what the
             # next sweep retunes: its cost is not what a structural card's evidence paid for
             # (leave-one-out gdn walked to a 1.15x slower tile size and ran out of its box)
             return []
-        return [c.id for c in candidates if c.pass_name not in LAUNCH_PASSES
-                and card.pass_name in (c.scope.get("prior_actions") or ())
-                and _rewrites_differently(c, card, run.current.ir, ir, job.ctx, run.rewrites)]
+        return [c.id for c in candidates if paired(c)]
+    state = run.current.state
     if state not in run.blocked:
         run.blocked[state] = frozenset(c.id for c in job.cards
                                        if not _materializes(c, run.current.ir, job.ctx))
-    from lineage.transfer import LAUNCH_PASSES  # noqa: PLC0415
-
-    out = []
-    for c in candidates:
-        if c.id in run.blocked[state]:
-            if _materializes(c, ir, job.ctx):
-                out.append(c.id)
-        # launch-parameter cards carry their evidence's joint configuration in their sweep
-        elif (c.pass_name not in LAUNCH_PASSES
-              and card.pass_name in (c.scope.get("prior_actions") or ())
-              and _rewrites_differently(c, card, run.current.ir, ir, job.ctx, run.rewrites)):
-            out.append(c.id)
-    return out
+    return [c.id for c in candidates
+            if (_materializes(c, ir, job.ctx) if c.id in run.blocked[state] else paired(c))]
 
 
 def _first_rewrite(card: SkillCard, ir: Any, ctx: Any, memo: dict[tuple[str, str], Any]) -> Any:

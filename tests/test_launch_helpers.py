@@ -72,18 +72,8 @@ HELPER_KEYWORD = HELPER.replace("_launch(double, x, y, x.numel())",
                                 "_launch(x=x, y=y, n=x.numel(), kernel=double)")
 
 # Two kernels through one helper: its launch is theirs alike.
-SHARED = HEAD + '''
-def _launch(kernel, x, y, n):
-    grid = (triton.cdiv(n, 64),)
-    kernel[grid](x, y, n, BLOCK=64, num_warps=2, num_stages=2)
-
-
-def run(x):
-    y = torch.empty_like(x)
-    _launch(double, x, y, x.numel())
-    _launch(bump, y, y, x.numel())
-    return y
-'''
+SHARED = HELPER.replace("    _launch(double, x, y, x.numel())\n",
+                        "    _launch(double, x, y, x.numel())\n    _launch(bump, y, y, x.numel())\n")
 
 # The helper of the report: the block comes in through the helper's parameter.
 BLOCK_PARAM = HEAD + '''

@@ -1099,10 +1099,6 @@ def _updated(scope: ast.AST, name: str) -> bool:
 def autotune_entries(mod: PyModule, kernel: ast.FunctionDef) -> list[ast.Call]:
     """The `triton.Config({...}, ...)` entries of `kernel`'s literal autotune list (one bound
     to a module-level name too); [] where it has none."""
-    return _config_dicts(mod, kernel)
-
-
-def _config_dicts(mod: PyModule, kernel: ast.FunctionDef) -> list[ast.Call]:
     dec = mod.decorator(kernel, "autotune")
     if not isinstance(dec, ast.Call):
         return []
@@ -1135,7 +1131,7 @@ def param_values(
     autotuner config, else at the first launch (a literal, or a host name bound to one), else
     its default; None where none of these is a literal."""
     values: dict[str, int | None] = {}
-    configs = _config_dicts(mod, kernel)
+    configs = autotune_entries(mod, kernel)
     if configs:
         first = configs[0]
         for k, v in zip(first.args[0].keys, first.args[0].values):
@@ -1161,7 +1157,7 @@ def kernel_config(mod: PyModule, kernel: ast.FunctionDef) -> KernelConfig:
     first launch (else the parameters' defaults)."""
     roles = tile_roles(kernel, jit_functions(mod))
     warps, stages = DEFAULT_WARPS, DEFAULT_STAGES
-    configs = _config_dicts(mod, kernel)
+    configs = autotune_entries(mod, kernel)
     autotuned = mod.decorator(kernel, "autotune") is not None
     if configs:
         for kw in configs[0].keywords:
@@ -1613,7 +1609,7 @@ def unchecked_caps(mod: PyModule, kernel: ast.FunctionDef, current: KernelConfig
     list sets (the author's sizes are multiples of every one of those)."""
     unchecked = unchecked_tiles(kernel)
     caps = {p.name: p.value for p in current.params if p.value is not None and p.name in unchecked}
-    for call in _config_dicts(mod, kernel):
+    for call in autotune_entries(mod, kernel):
         for key, val in zip(call.args[0].keys, call.args[0].values):
             name = key.value if isinstance(key, ast.Constant) else None
             if name in caps and literal_int(val):
@@ -1848,7 +1844,7 @@ def _decorator_text(
     per_config = "".join(f", {k}={v}" for k, v in shared.items())
     # meta-parameters the author's first configuration sets that the sweep does not tune (a
     # split count with no tile role) keep that configuration's value
-    authored = _config_dicts(mod, kernel)
+    authored = autotune_entries(mod, kernel)
     untuned = [(mod.text(k), mod.text(v)) for k, v in zip(authored[0].args[0].keys,
                                                           authored[0].args[0].values)
                if isinstance(k, ast.Constant) and k.value not in fitted[0]] if authored else []

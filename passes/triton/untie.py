@@ -44,7 +44,6 @@ from passes.triton.roles import (
     RANGE_CALLS,
     SHAPED,
     SweepRefusal,
-    _config_dicts,
     _dividend,
     _facts,
     _grid_axis,
@@ -53,6 +52,7 @@ from passes.triton.roles import (
     constexpr_params,
     jit_functions,
     assignments,
+    autotune_entries,
     launch_arguments,
     launch_grid,
     pid_names,
@@ -973,7 +973,7 @@ def untie_edit(
             edits.append(ByteEdit(mod.start(use), mod.end(use), new[name][role]))
     edits += _signature(mod, kernel, new)
     handled: set[int] = set()
-    for dict_call in _config_dicts(mod, kernel):
+    for dict_call in autotune_entries(mod, kernel):
         entries = dict_call.args[0]
         for k, v in zip(entries.keys, entries.values):
             if isinstance(k, ast.Constant) and k.value in new:
