@@ -1113,7 +1113,7 @@ def test_the_own_sweep_goes_to_the_hottest_kernel_through_any_card_of_the_round(
     run.chain = [opt.Step(first.id, first.pass_name, "triton:run/launch:hot_kernel[0]", True)
                  ] * max(1, len(first.evidence))
     job = SimpleNamespace(sweeps=True, heavy=False, budget_steps=8, out_of_time=lambda: False,
-                          lineage=Lineage(), ctx=None)
+                          lineage=Lineage(), ctx=None, cards=(first, second))
     chosen: list[tuple[str, str]] = []
     monkeypatch.setattr(opt, "_attempt_one", lambda card, made, run, job: chosen.append(
         (card.id, opt.kernel_of(made.site.anchor))) or False)
@@ -1178,3 +1178,73 @@ def test_a_single_step_that_would_add_an_entry_too_big_for_shared_memory_is_refu
                for m in wide for r in m.refusals)
     assert any(m.ir is not None and big in m.ir.unparse() for m in made("bf16"))
     assert any(m.ir is not None and big in m.ir.unparse() for m in made(None))
+
+
+def test_structural_cards_are_asked_before_more_single_knob_steps(tmp_path: Path) -> None:
+    """On a device where every extra autotune entry is 1.5% faster, each single tile or stage
+    step is kept and makes a new state on which the launch cards rank first again: the
+    descriptor card, ranked below them, was never asked. Once a launch pass has had a
+    candidate gated, its cards wait while a card of another pass has not been asked in the
+    run, so the descriptors (0.7x here) come within six gates."""
+    ids = {"tile-sizes.triton.18d8cacb", "tile-sizes.triton.4c051e66",
+           "software-pipelining.triton.d1263a6d", "software-pipelining.triton.76e52f8c",
+           "tma-descriptors.triton.7de2c2db"}
+    lib = _heldout_library(tmp_path, ids)
+    target = tmp_path / "mm_naive.py"
+    target.write_text((ROOT / "bench/heldout/mm1024/mm_naive.py").read_text())
+
+    def ms(source: str) -> float:
+        entries = source.count("triton.Config(")
+        return 20.0 * 0.985 ** entries * (0.7 if "make_tensor_descriptor(" in source else 1.0)
+
+    events: list[tuple[str, dict]] = []
+    result = optimize(target, str(ROOT / "bench/heldout/mm1024"), lib, tier="device",
+                      out=tmp_path / "out", rewriter=DeterministicRewriter(),
+                      check_fn=ScriptedGate(ms=ms), budget_steps=6,
+                      progress=lambda kind, data: events.append((kind, dict(data))))
+    gated = [data["card"] for kind, data in events if kind == "gate"]
+    assert "tma-descriptors.triton.7de2c2db" in gated, gated
+    assert "tma-descriptors" in [s.pass_name for s in result.applied]
+    assert gated.index("tma-descriptors.triton.7de2c2db") <= 2, gated
+
+
+def test_no_launch_card_waits_once_every_structural_card_was_asked() -> None:
+    """`_knobs_deferred` sets aside the cards of launch passes that had a gated candidate,
+    only while some other card was never asked in the run."""
+    from types import SimpleNamespace
+
+    import lineage.optimize as opt
+
+    cards = [SimpleNamespace(id=f"{p}.triton.{i}", pass_name=p) for i, p in
+             enumerate(("tile-sizes", "tile-sizes", "num-warps", "tma-descriptors"))]
+    kernel_ = SimpleNamespace(state="s:1")
+    run = opt._Run(kernel_, kernel_)
+    assert opt._knobs_deferred(cards, run, set()) == set()  # nothing gated yet
+    run.rejected.append(opt.Step(cards[0].id, "tile-sizes", "a", False, stage="profile"))
+    assert opt._knobs_deferred(cards, run, set()) == {cards[0].id, cards[1].id}
+    assert opt._knobs_deferred(cards, run, {cards[3].id}) == set()  # the other card is spent
+    run.tried.add(("s:0", cards[3].id))
+    assert opt._knobs_deferred(cards, run, set()) == set()  # asked once: nothing waits
+
+
+def test_launch_cards_come_back_when_retrieval_offers_no_unasked_structural_card(
+        tmp_path: Path) -> None:
+    """A structural card retrieval never returns (its pass is already present in the kernel)
+    must not keep the launch cards waiting: the round is retrieved again without setting
+    them aside."""
+    from types import SimpleNamespace
+
+    import lineage.optimize as opt
+
+    lib = _heldout_library(tmp_path, {"tile-sizes.triton.18d8cacb",
+                                      "tma-descriptors.triton.7de2c2db"})
+    cards = lib.cards()
+    tile = next(c for c in cards if c.pass_name == "tile-sizes")
+    kernel_ = SimpleNamespace(state="s:1")
+    run = opt._Run(kernel_, kernel_)
+    run.rejected.append(opt.Step(tile.id, "tile-sizes", "a", False, stage="profile"))
+    assert opt._knobs_deferred(cards, run, set()) == {tile.id}
+    assert not opt._asks_new([], run)
+    assert opt._asks_new([SimpleNamespace(card=c) for c in cards], run)
+    run.tried.add(("s:0", "tma-descriptors.triton.7de2c2db"))
+    assert not opt._asks_new([SimpleNamespace(card=c) for c in cards], run)

@@ -2,6 +2,7 @@
 differently, the no-library control, and retrieval by operator signature."""
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import kir
@@ -320,12 +321,104 @@ def test_a_causal_key_loop_is_bounded_at_the_blocks_last_row_found_from_its_mask
     site = next(s for s in p.sites(ir) if s.detail.get("form") == "bound")
     assert not site.present and site.detail["limit"] == "qi * BQ + BQ"
     done = p.optimize(ir, site)
-    assert "range(0, tl.minimum(n, qi * BQ + BQ), BKV)" in done.ir.unparse()
+    assert "range(below_diagonal, tl.minimum(n, qi * BQ + BQ), BKV)" in done.ir.unparse()
     after = [s for s in p.sites(done.ir) if s.detail.get("form") == "bound"]
     assert [s.present for s in after] == [True]
     # without the key <= row mask there is nothing to bound
     plain = _ir(CAUSAL.replace("rows[:, None] >= keys[None, :]", "keys[None, :] < n"))
     assert not [s for s in p.sites(plain) if s.detail.get("form") == "bound"]
+
+
+def _loops(text: str) -> list[ast.For]:
+    return [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.For)]
+
+
+def test_key_blocks_below_the_diagonal_run_in_a_loop_of_their_own_without_masks() -> None:
+    """Bounding the key loop also splits it at the program's first row: the blocks that end at
+    or before it are masked for no row, so their loop has neither the causal `tl.where` nor the
+    bounds masks of its loads; the diagonal blocks keep the original body, and the blocks run
+    in the same order (a whole number of key blocks, none past the loop's bound)."""
+    from passes.registry import get_pass
+
+    p = get_pass("causal-block-skip")()
+    site = next(s for s in p.sites(_ir(CAUSAL)) if s.detail.get("form") == "bound")
+    out = p.optimize(_ir(CAUSAL), site).ir.unparse()
+    assert "below_diagonal = tl.minimum(tl.minimum(n, qi * BQ + BQ), qi * BQ) // BKV * BKV" in out
+    first, second = _loops(out)
+    assert ast.unparse(first.iter) == "range(0, below_diagonal, BKV)"
+    assert "tl.where" not in ast.unparse(first) and "mask" not in ast.unparse(first)
+    assert "tl.where(rows[:, None] >= keys[None, :]" in ast.unparse(second)
+    assert ast.unparse(second).count("mask=keys[:, None] < n") == 2
+    # split once: the split kernel offers no second split
+    assert not [s for s in p.sites(_ir(out)) if not s.present]
+
+
+def test_a_loop_that_already_stops_at_the_diagonal_is_split_there() -> None:
+    """The bound read from a variable that spells the block's last row another way
+    (`(qi + 1) * BQ`) is recognised as present; the split is the one open site."""
+    from passes.registry import get_pass
+
+    p = get_pass("causal-block-skip")()
+    text = CAUSAL.replace("    for j in range(0, n, BKV):",
+                          "    stop = tl.minimum((qi + 1) * BQ, n)\n    for j in range(0, stop, BKV):")
+    sites = p.sites(_ir(text))
+    assert [s.present for s in sites if s.detail.get("form") == "bound"] == [True]
+    [split] = [s for s in sites if not s.present]
+    assert split.detail == {"form": "split"}
+    out = p.optimize(_ir(text), split).ir.unparse()
+    first, second = _loops(out)
+    assert "mask" not in ast.unparse(first) and "tl.where" not in ast.unparse(first)
+    assert ast.unparse(second.iter) == "range(below_diagonal, stop, BKV)"
+
+
+def test_a_mask_the_split_cannot_prove_true_stays_in_the_first_loop() -> None:
+    """A sliding window (`rows - W >= keys`) is not implied below the diagonal: the first loop
+    keeps that `tl.where` and only drops the bounds masks, which the split does imply."""
+    from passes.registry import get_pass
+
+    p = get_pass("causal-block-skip")()
+    text = CAUSAL.replace("rows[:, None] >= keys[None, :]",
+                          "(rows[:, None] >= keys[None, :]) & (rows[:, None] - 64 < keys[None, :])")
+    site = next(s for s in p.sites(_ir(text)) if s.detail.get("form") == "bound")
+    first, _ = _loops(p.optimize(_ir(text), site).ir.unparse())
+    assert "tl.where(rows[:, None] - 64 < keys[None, :], x, -1e+30)" in ast.unparse(first)
+    assert "mask" not in ast.unparse(first)
+
+
+def test_a_causal_mask_a_flag_can_switch_off_bounds_no_loop() -> None:
+    """`(not CAUSAL) or rows >= keys` masks nothing when the flag is off: the key loop must
+    not stop at the diagonal then, so no bound site is offered (nor through a name the
+    condition is assigned to)."""
+    from passes.registry import get_pass
+
+    p = get_pass("causal-block-skip")()
+    for cond in ("(CAUSAL == 0) | (rows[:, None] >= keys[None, :])",
+                 "not CAUSAL or rows[:, None] >= keys[None, :]"):
+        text = CAUSAL.replace("x = tl.where(rows[:, None] >= keys[None, :], x, -1.0e30)",
+                              f"keep = {cond}\n        x = tl.where(keep, x, -1.0e30)")
+        text = text.replace("BKV: tl.constexpr)", "BKV: tl.constexpr, CAUSAL: tl.constexpr)")
+        assert "keep = " in text
+        assert not [s for s in p.sites(_ir(text)) if s.detail.get("form") in ("bound", "split")]
+    # the same mask as a plain conjunction is bounded
+    text = CAUSAL.replace("x = tl.where(rows[:, None] >= keys[None, :], x, -1.0e30)",
+                          "keep = (keys[None, :] < n) & (rows[:, None] >= keys[None, :])\n"
+                          "        x = tl.where(keep, x, -1.0e30)")
+    assert [s.detail["form"] for s in p.sites(_ir(text)) if s.detail.get("form")] == ["bound"]
+
+
+def test_the_split_attention_kernel_matches_the_reference_in_the_interpreter(tmp_path: Path) -> None:
+    import gate
+    from passes.registry import get_pass
+
+    case = ROOT_DIR / "bench/heldout/attn_causal"
+    start = kir.parse_file(case / "attn_start.py")
+    p = get_pass("causal-block-skip")()
+    site = next(s for s in p.sites(start) if s.detail.get("form") == "bound")
+    target = tmp_path / "attn_split.py"
+    target.write_text(p.optimize(start, site).ir.unparse())
+    assert "below_diagonal" in target.read_text()
+    verdict = gate.check_file(target, gate.load_case(str(case)), tier="interpret", cache=False)
+    assert verdict.ok, verdict.reason
 
 
 # A per-head product: `H` only splits the program id, `D` is the whole head dimension (loaded

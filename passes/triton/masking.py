@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import (ByteEdit, finish, indent_of, line_end, line_start, make_site,
                             restore_recorded)
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, literal_int, names_in
+from passes.triton._py import PyModule, callee, fresh_name, literal_int, names_in
 from passes.triton.launch import TRITON, comment_above, holders, kernel_tiles
 from passes.triton.roles import ARANGE, PID_CALLS, assignments, pid_names, reached
 
@@ -242,6 +244,11 @@ class Triangle:
     text: str = ""
     """The clamped bound when it is not `tl.minimum(<bound>, <limit>)` (a counted-blocks bound
     read from a variable: the count recomputed from the clamped size)."""
+    base: str = ""
+    """`row base`: the program's first row."""
+    terms: tuple[str, ...] = ()
+    """What the bound is at most: the arguments of the minimum it is (read through a variable
+    it is assigned to), else the bound itself."""
 
 
 def _row_block(mod: PyModule, kernel: ast.FunctionDef, names: set[str],
@@ -265,6 +272,30 @@ def _row_block(mod: PyModule, kernel: ast.FunctionDef, names: set[str],
     return None
 
 
+def _conjunctive(mod: PyModule, node: ast.AST, loop: ast.For, depth: int = 3) -> bool:
+    """Whether `node` only ever narrows what it feeds: it reaches its statement through `&` /
+    `and` alone (not under `|`, `or`, `not` or a conditional), and a name it is assigned to
+    is read the same way. `(keys < n) & (not CAUSAL or rows >= keys)` masks nothing when the
+    flag is off: a loop bound cut at the diagonal would be wrong there."""
+    cur = node
+    parent = mod.parents.get(cur)
+    while parent is not None and not isinstance(parent, ast.stmt):
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.BitAnd) \
+                or isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And) \
+                or isinstance(parent, ast.Subscript) and parent.value is cur:
+            cur, parent = parent, mod.parents.get(parent)
+            continue
+        if isinstance(parent, ast.Call) and cur in parent.args[:1] or isinstance(parent, ast.keyword):
+            break  # the condition of a `tl.where`, or a load's mask
+        return False
+    if isinstance(parent, ast.Assign) and cur is parent.value and depth > 0:
+        names = {t.id for t in parent.targets if isinstance(t, ast.Name)}
+        uses = [n for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id in names
+                and isinstance(n.ctx, ast.Load)]
+        return all(_conjunctive(mod, use, loop, depth - 1) for use in uses)
+    return True
+
+
 def triangles(mod: PyModule) -> list[Triangle]:
     """Loops over key blocks masked by a key <= row comparison (`Triangle`), in every kernel."""
     found: list[Triangle] = []
@@ -277,7 +308,7 @@ def triangles(mod: PyModule) -> list[Triangle]:
             inner = {t.id for a in ast.walk(loop) if isinstance(a, ast.Assign)
                      for t in a.targets if isinstance(t, ast.Name)} | {loop.target.id}
             assigns = assignments(loop)
-            limit = None
+            limit = base = None
             for cmp in ast.walk(loop):
                 if not (isinstance(cmp, ast.Compare) and len(cmp.ops) == 1):
                     continue
@@ -293,14 +324,14 @@ def triangles(mod: PyModule) -> list[Triangle]:
                 if names_in(right) & inner:
                     continue
                 rows = _row_block(mod, kernel, names_in(right), inner)
-                if rows is not None:
-                    limit = f"{rows[0]} + {rows[1]}"
+                if rows is not None and _conjunctive(mod, cmp, loop):
+                    limit, base = f"{rows[0]} + {rows[1]}", rows[0]
                     break
             if limit is None:
                 continue
             args = loop.iter.args
             bound = args[1] if len(args) >= 2 else args[0]
-            replace_with = None
+            replace_with = named = None
             if isinstance(bound, ast.Name):  # `n_blocks = tl.cdiv(seq, BLOCK)` counted blocks
                 outer = [a.value for a in ast.walk(kernel) if isinstance(a, ast.Assign)
                          and any(isinstance(t, ast.Name) and t.id == bound.id for t in a.targets)]
@@ -308,19 +339,244 @@ def triangles(mod: PyModule) -> list[Triangle]:
                         and callee(outer[0]).endswith("cdiv") and len(outer[0].args) == 2:
                     replace_with = (f"tl.cdiv(tl.minimum({mod.text(outer[0].args[0])}, {{limit}}), "
                                     f"{mod.text(outer[0].args[1])})")
+                elif len(outer) == 1 and len(args) == 3:
+                    named = outer[0]  # a key bound read from a variable: a clamp wraps the name
                 elif outer or len(args) < 2:
                     continue  # a count computed some other way: no clamp we can write
             elif isinstance(bound, ast.Call) and callee(bound).endswith("cdiv") and bound.args:
                 bound = bound.args[0]
-            clamped = bound
-            if isinstance(bound, ast.Call) and callee(bound).endswith("cdiv") and bound.args:
-                clamped = bound.args[0]
-            present = (isinstance(clamped, ast.Call) and callee(clamped) in MINIMUM
-                       and any(limit.replace(" ", "") in mod.text(a).replace(" ", "")
-                               for a in clamped.args))
+            clamped = named if named is not None else bound
+            if isinstance(clamped, ast.Call) and callee(clamped).endswith("cdiv") and clamped.args:
+                clamped = clamped.args[0]
+            minimum = isinstance(clamped, ast.Call) and callee(clamped) in MINIMUM
+            present = minimum and any(
+                limit.replace(" ", "") in mod.text(a).replace(" ", "")
+                or _same_sum(a, ast.parse(limit, mode="eval").body) for a in clamped.args)
+            terms = tuple(ast.unparse(a) for a in (clamped.args if minimum else [clamped]))
             found.append(Triangle(loop, bound, limit, present,
-                                  replace_with.replace("{limit}", limit) if replace_with else ""))
+                                  replace_with.replace("{limit}", limit) if replace_with else "",
+                                  base, terms))
     return found
+
+
+def _sum(expr: ast.AST) -> dict[tuple[str, ...], int] | None:
+    """`expr` as a polynomial (monomial of sorted factor texts -> integer coefficient) over
+    +, -, * of names and integers; anything else is a factor of its own text."""
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+        return {(): expr.value} if expr.value else {}
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
+        inner = _sum(expr.operand)
+        return None if inner is None else {k: -v for k, v in inner.items()}
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub, ast.Mult)):
+        a, b = _sum(expr.left), _sum(expr.right)
+        if a is None or b is None:
+            return None
+        out: dict[tuple[str, ...], int] = {}
+        if isinstance(expr.op, ast.Mult):
+            for ka, va in a.items():
+                for kb, vb in b.items():
+                    key = tuple(sorted(ka + kb))
+                    out[key] = out.get(key, 0) + va * vb
+        else:
+            sign = 1 if isinstance(expr.op, ast.Add) else -1
+            out = dict(a)
+            for kb, vb in b.items():
+                out[kb] = out.get(kb, 0) + sign * vb
+        return {k: v for k, v in out.items() if v}
+    return {(ast.unparse(expr).replace(" ", ""),): 1}
+
+
+def _same_sum(a: ast.AST, b: ast.AST) -> bool:
+    """`(qblk + 1) * BQ` and `qblk * BQ + BQ` are one value."""
+    x, y = _sum(a), _sum(b)
+    return x is not None and x == y
+
+
+WHERE = frozenset({"tl.where", "triton.language.where"})
+STORES = frozenset({"tl.store", "triton.language.store"})
+
+
+def _strip_index(expr: ast.AST) -> ast.AST:
+    """`x[None, :]` -> `x` (broadcast indexing keeps the values)."""
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    return expr
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """How a triangle loop splits at the program's first row: key blocks that end at or
+    before it are unmasked for every row of the program (`Split.loop`, the first loop, with
+    those comparisons folded to true), the rest keep the original body."""
+
+    name: str
+    """The variable holding the split point."""
+    assign: str
+    """`name = tl.minimum(<bound>, <row base>) // STEP * STEP`: a whole number of key blocks,
+    none past the loop's bound nor the program's first row."""
+    loop: str
+    """The first loop's text (unindented), its body folded."""
+    bound: str
+    """The second loop's bound (the clamped one)."""
+
+
+def _keys_of(expr: ast.AST, loop: ast.For, step: str, outer: dict[str, list[ast.AST]],
+             inner: dict[str, list[ast.AST]], mod: PyModule) -> bool:
+    """Whether `expr` holds exactly the keys of one iteration: `j + tl.arange(0, STEP)` for
+    loop variable j (directly, through a name assigned once, broadcast-indexed)."""
+    expr = _strip_index(expr)
+    if isinstance(expr, ast.Name) and len(inner.get(expr.id, [])) == 1:
+        expr = _strip_index(inner[expr.id][0])
+    if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add)):
+        return False
+
+    def arange(node: ast.AST) -> bool:
+        if isinstance(node, ast.Name) and len(outer.get(node.id, [])) == 1 \
+                and node.id not in inner:
+            node = outer[node.id][0]
+        return (isinstance(node, ast.Call) and callee(node) in ARANGE and len(node.args) == 2
+                and literal_int(node.args[0]) == 0
+                and ast.unparse(node.args[1]).replace(" ", "") == step)
+
+    var = loop.target.id
+    sides = (expr.left, expr.right)
+    return any(isinstance(a, ast.Name) and a.id == var and arange(b)
+               for a, b in (sides, sides[::-1]))
+
+
+class _Fold(ast.NodeTransformer):
+    """Folds comparisons known true into `True`, then `x & True`, names bound to `True`,
+    `tl.where(True, a, b)` and loads / stores masked by `True`."""
+
+    def __init__(self, true: Callable[[ast.Compare], bool]) -> None:
+        self.true = true
+        self.names: set[str] = set()
+        self.dropped: set[str] = set()
+
+    @staticmethod
+    def _is_true(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and node.value is True
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        return ast.Constant(True) if self.true(node) else node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return ast.Constant(True) if isinstance(node.ctx, ast.Load) and node.id in self.names else node
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.BitAnd):
+            if self._is_true(node.left):
+                return node.right
+            if self._is_true(node.right):
+                return node.left
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        name = callee(node)
+        if name in WHERE and len(node.args) == 3 and self._is_true(node.args[0]):
+            return node.args[1]
+        if name in LOADS or name in STORES:
+            at = 1 if name in LOADS else 2
+            mask = next((k for k in node.keywords if k.arg == "mask"), None)
+            if mask is not None and self._is_true(mask.value):
+                node.keywords = [k for k in node.keywords if k.arg not in ("mask", "other")]
+            elif mask is None and len(node.args) > at and self._is_true(node.args[at]):
+                node.args = node.args[:at]
+                node.keywords = [k for k in node.keywords if k.arg != "other"]
+        return node
+
+    def visit_Assign(self, node: ast.Assign) -> ast.AST | None:
+        self.generic_visit(node)
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and self._is_true(node.value):
+            self.names.add(node.targets[0].id)
+            self.dropped.add(node.targets[0].id)
+            return None
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, ast.Name) and node.value.id == node.targets[0].id:
+            return None  # `x = tl.where(True, x, y)` folded to `x = x`
+        return node
+
+
+def split_plan(mod: PyModule, kernel: ast.FunctionDef, tri: Triangle) -> Split | None:
+    """The split of triangle loop `tri` (`Split`), or None: a loop that does not start at 0 in
+    steps of the key block, or whose body has nothing to fold."""
+    import copy  # noqa: PLC0415
+
+    loop = tri.loop
+    args = loop.iter.args
+    if len(args) != 3 or literal_int(args[0]) != 0 or tri.text or not tri.base \
+            or isinstance(tri.bound, ast.Call) and callee(tri.bound).endswith("cdiv"):
+        return None
+    if loop.orelse or any(isinstance(n, (ast.Break, ast.Continue, ast.Return))
+                          for n in ast.walk(loop)):
+        return None
+    step = mod.text(args[2]).replace(" ", "")
+    bound = mod.text(tri.bound) if tri.present else f"tl.minimum({mod.text(tri.bound)}, {tri.limit})"
+    bounds = {t.replace(" ", "") for t in tri.terms}
+    inner_names = {t.id for a in ast.walk(loop) if isinstance(a, ast.Assign)
+                   for t in a.targets if isinstance(t, ast.Name)} | {loop.target.id}
+    outer = {k: v for k, v in assignments(kernel).items() if k not in inner_names}
+    base = tri.base.replace(" ", "")
+
+    def rows_of(expr: ast.AST) -> bool:
+        expr = _strip_index(expr)
+        if not isinstance(expr, ast.Name) or expr.id in inner_names:
+            return False
+        rows = _row_block(mod, kernel, {expr.id}, inner_names)
+        return rows is not None and rows[0].replace(" ", "") == base
+
+    copied = copy.deepcopy(loop)
+    inner = assignments(copied)
+
+    def true(cmp: ast.Compare) -> bool:
+        if len(cmp.ops) != 1:
+            return False
+        left, right, op = cmp.left, cmp.comparators[0], cmp.ops[0]
+        if isinstance(op, (ast.Gt, ast.GtE)):
+            left, right = right, left
+        elif not isinstance(op, (ast.Lt, ast.LtE)):
+            return False
+        if not _keys_of(left, copied, step, outer, inner, mod):
+            return False
+        # every key of the first loop lies below the split: below the program's first row,
+        # and below the loop's bound (so below each term the bound is the minimum of)
+        return rows_of(right) or (isinstance(op, ast.Lt)
+                                  and ast.unparse(right).replace(" ", "") in bounds)
+
+    fold = _Fold(true)
+    copied.body = [fold.visit(stmt) for stmt in copied.body]
+    copied.body = [stmt for stmt in copied.body if stmt is not None] or [ast.Pass()]
+    if ast.dump(ast.Module(copied.body, [])) == ast.dump(ast.Module(loop.body, [])):
+        return None
+    # a folded-away name read after the loop would read the first loop's value
+    after = {n.id for n in ast.walk(kernel) if isinstance(n, ast.Name)
+             and isinstance(n.ctx, ast.Load) and mod.start(n) >= mod.end(loop)}
+    if fold.dropped & after:
+        return None
+    taken = {n.id for n in ast.walk(kernel) if isinstance(n, ast.Name)} | {
+        a.arg for a in kernel.args.args}
+    name = fresh_name("below_diagonal", taken)
+    copied.iter.args[1] = ast.Name(name, ast.Load())
+    return Split(name, f"{name} = tl.minimum({bound}, {tri.base}) // {mod.text(args[2])} * "
+                       f"{mod.text(args[2])}", ast.unparse(copied), bound)
+
+
+def split_edits(mod: PyModule, tri: Triangle, plan: Split) -> tuple[int, int, list[ByteEdit]]:
+    """(start, end, edits) that write `plan`: the split point and the folded first loop above
+    the loop, which then starts at the split point (and stops at the clamped bound)."""
+    loop = tri.loop
+    pad = indent_of(mod.source, mod.start(loop))
+    start = line_start(mod.source, mod.start(loop))
+    head = "".join(pad + line + "\n" for line in (plan.assign + "\n" + plan.loop).splitlines())
+    edits = [ByteEdit(start, start, head),
+             ByteEdit(*mod.span(loop.iter.args[0]), plan.name)]
+    if not tri.present:
+        edits.append(ByteEdit(*mod.span(tri.bound), plan.bound))
+    return start, line_end(mod.source, mod.end(loop) - 1), edits
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,10 +641,18 @@ class CausalBlockSkip(Pass):
             start, end, _ = _block_text(mod, [stmt], comment=True)
             out.append(make_site(self.name, ir, index, (start, end), True, {"form": "ifexp"},
                                  mod.span(node)))
-        # a key loop masked against the rows: its bound can stop at the last row of the block
+        # a key loop masked against the rows: its bound can stop at the last row of the block;
+        # one that already stops there can still split off the key blocks below the diagonal,
+        # which no row masks (`split_plan`)
         for tri in triangles(mod):
             out.append(make_site(self.name, ir, index, mod.span(tri.bound), tri.present,
                                  {"form": "bound", "limit": tri.limit}, mod.span(tri.loop.iter)))
+            kernel = mod.kernel_of(tri.loop)
+            if tri.present and kernel is not None and split_plan(mod, kernel, tri) is not None:
+                start = line_start(mod.source, mod.start(tri.loop))
+                end = line_end(mod.source, mod.end(tri.loop) - 1)
+                out.append(make_site(self.name, ir, index, (start, end), False,
+                                     {"form": "split"}, mod.span(tri.loop.iter)))
         # kernels with a causal flag: a recorded skip can be restored there
         for kernel in mod.kernels():
             if any(_causal(a.arg) for a in kernel.args.args):
@@ -439,16 +703,34 @@ class CausalBlockSkip(Pass):
         return Skipped("no causal block skipping at the site", {"site": site.anchor})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
-        if site.detail.get("form") == "bound":
+        if site.detail.get("form") in ("bound", "split"):
             # The loop's keys are compared against the program's rows (`key <= row`): a key
             # block that starts past the block's last row is masked in full, so the loop stops
-            # at `row base + row block` (the gate checks the result like any rewrite).
+            # at `row base + row block`. A key block that ends at or before the block's first
+            # row is masked for no row: those blocks run in a loop of their own, first, with
+            # the comparisons that are true there folded away (the diagonal blocks keep the
+            # masked body; the blocks run in the same order). The gate checks the result like
+            # any rewrite.
             mod = PyModule(ir)
+            split = site.detail.get("form") == "split"
             for tri in triangles(mod):
-                if not tri.present and mod.span(tri.bound) == tuple(site.span):
-                    text = tri.text or f"tl.minimum({mod.text(tri.bound)}, {tri.limit})"
-                    return finish(ir, site, [ByteEdit(*site.span, text)],
-                                  options={"limit": tri.limit})
+                if split != tri.present:
+                    continue
+                start = line_start(mod.source, mod.start(tri.loop))
+                at = (start, line_end(mod.source, mod.end(tri.loop) - 1)) if split \
+                    else mod.span(tri.bound)
+                if at != tuple(site.span):
+                    continue
+                kernel = mod.kernel_of(tri.loop)
+                plan = split_plan(mod, kernel, tri) if kernel is not None else None
+                if plan is not None:
+                    lo, hi, edits = split_edits(mod, tri, plan)
+                    return finish(ir, dataclasses.replace(site, span=(min(lo, site.span[0]), max(
+                        hi, site.span[1]))), edits, options={"limit": tri.limit, "split": True})
+                if split:
+                    break
+                text = tri.text or f"tl.minimum({mod.text(tri.bound)}, {tri.limit})"
+                return finish(ir, site, [ByteEdit(*site.span, text)], options={"limit": tri.limit})
             return Skipped("no key loop masked against the rows at the site", {"site": site.anchor})
         if not self.code:
             return Skipped("restoring causal block skipping needs the recorded bounds "
