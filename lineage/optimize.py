@@ -853,7 +853,10 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
             found = retriever.retrieve(target, exclude=spent)  # structural card: none wait
         fresh = [r.card for r in seeded_order(found.cards, seed, rounds)]
         rounds += 1
-        kept = _try_in_turn(fresh, run, job, save)
+        # A state's due own sweep does not wait with the launch cards: it is one gate on this
+        # state, and a structural card kept first would leave the state unswept.
+        kept = bool(deferred) and _own_sweep_pending(run, job) and _own_sweep_round(fresh, run, job)
+        kept = kept or _try_in_turn(fresh, run, job, save)
         if kept or run.gated >= budget_steps or job.out_of_time():
             continue
         if fresh:  # the cards tried this round are now excluded: others may come up

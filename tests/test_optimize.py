@@ -1073,7 +1073,11 @@ def test_a_due_own_sweep_is_gated_before_the_walk_to_an_enabling_stone(tmp_path:
                       progress=lambda kind, data: events.append((kind, dict(data))))
     assert result.best_ms == pytest.approx(10.5)
     gated = [data["card"] for kind, data in events if kind == "gate"]
-    assert "persistent-grid.triton.a9560196" not in gated  # the walk did not come first
+    # the walk did not come first: the own sweep (the second gated sweep) came before it
+    sweeps = [i for i, card in enumerate(gated) if card == "tile-sizes.triton.18d8cacb"]
+    assert len(sweeps) >= 2
+    assert all(i > sweeps[1] for i, card in enumerate(gated)
+               if card == "persistent-grid.triton.a9560196")
     assert [s.rewriter for s in result.applied] == ["config-sweep", "config-sweep"]
 
 
