@@ -371,6 +371,29 @@ def test_a_loop_that_already_stops_at_the_diagonal_is_split_there() -> None:
     assert ast.unparse(second.iter) == "range(below_diagonal, stop, BKV)"
 
 
+def test_a_loop_counting_key_blocks_splits_at_the_block_of_the_first_row() -> None:
+    """`for j in range(n_blocks)` with keys `j * BKV + tl.arange(0, BKV)`: the first loop
+    counts the blocks that end at or before the program's first row, unmasked."""
+    from passes.registry import get_pass
+
+    p = get_pass("causal-block-skip")()
+    text = CAUSAL.replace("    for j in range(0, n, BKV):\n        keys = j + tl.arange(0, BKV)",
+                          "    n_blocks = tl.cdiv(n, BKV)\n    for j in range(n_blocks):\n"
+                          "        keys = j * BKV + tl.arange(0, BKV)")
+    assert "range(n_blocks)" in text
+    site = next(s for s in p.sites(_ir(text)) if s.detail.get("form") == "bound")
+    out = p.optimize(_ir(text), site).ir.unparse()
+    assert "below_diagonal = tl.minimum(tl.minimum(n, qi * BQ + BQ), qi * BQ) // BKV" in out
+    first, second = _loops(out)
+    assert ast.unparse(first.iter) == "range(0, below_diagonal)"
+    assert "tl.where" not in ast.unparse(first) and "mask" not in ast.unparse(first)
+    assert ast.unparse(second.iter) == "range(below_diagonal, tl.cdiv(tl.minimum(n, qi * BQ + BQ), BKV))"
+    # keys that do not start at j * BKV (blocks of another size than the count's): the count
+    # of BKV blocks says nothing about them, so no bound is offered
+    other = text.replace("keys = j * BKV + tl.arange(0, BKV)", "keys = j * D + tl.arange(0, BKV)")
+    assert not [s for s in p.sites(_ir(other)) if s.detail.get("form") in ("bound", "split")]
+
+
 def test_a_mask_the_split_cannot_prove_true_stays_in_the_first_loop() -> None:
     """A sliding window (`rows - W >= keys`) is not implied below the diagonal: the first loop
     keeps that `tl.where` and only drops the bounds masks, which the split does imply."""
@@ -406,12 +429,15 @@ def test_a_causal_mask_a_flag_can_switch_off_bounds_no_loop() -> None:
     assert [s.detail["form"] for s in p.sites(_ir(text)) if s.detail.get("form")] == ["bound"]
 
 
-def test_the_split_attention_kernel_matches_the_reference_in_the_interpreter(tmp_path: Path) -> None:
+@pytest.mark.parametrize("case_dir,start_file", [("attn_causal", "attn_start.py"),
+                                                  ("attn_gqa", "gqa_start.py")])
+def test_the_split_attention_kernel_matches_the_reference_in_the_interpreter(
+        tmp_path: Path, case_dir: str, start_file: str) -> None:
     import gate
     from passes.registry import get_pass
 
-    case = ROOT_DIR / "bench/heldout/attn_causal"
-    start = kir.parse_file(case / "attn_start.py")
+    case = ROOT_DIR / "bench/heldout" / case_dir
+    start = kir.parse_file(case / start_file)
     p = get_pass("causal-block-skip")()
     site = next(s for s in p.sites(start) if s.detail.get("form") == "bound")
     target = tmp_path / "attn_split.py"

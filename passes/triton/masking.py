@@ -308,7 +308,7 @@ def triangles(mod: PyModule) -> list[Triangle]:
             inner = {t.id for a in ast.walk(loop) if isinstance(a, ast.Assign)
                      for t in a.targets if isinstance(t, ast.Name)} | {loop.target.id}
             assigns = assignments(loop)
-            limit = base = None
+            limit = base = keys = None
             for cmp in ast.walk(loop):
                 if not (isinstance(cmp, ast.Compare) and len(cmp.ops) == 1):
                     continue
@@ -325,18 +325,26 @@ def triangles(mod: PyModule) -> list[Triangle]:
                     continue
                 rows = _row_block(mod, kernel, names_in(right), inner)
                 if rows is not None and _conjunctive(mod, cmp, loop):
-                    limit, base = f"{rows[0]} + {rows[1]}", rows[0]
+                    limit, base, keys = f"{rows[0]} + {rows[1]}", rows[0], left
                     break
             if limit is None:
                 continue
             args = loop.iter.args
             bound = args[1] if len(args) >= 2 else args[0]
             replace_with = named = None
+
+            def counts_blocks(div: ast.AST) -> bool:  # keys `j * div + tl.arange(0, div)`
+                outside = {k: v for k, v in assignments(kernel).items() if k not in inner}
+                return _keys_of(keys, loop, mod.text(div).replace(" ", ""), outside,
+                                assignments(loop), counted=True)
+
             if isinstance(bound, ast.Name):  # `n_blocks = tl.cdiv(seq, BLOCK)` counted blocks
                 outer = [a.value for a in ast.walk(kernel) if isinstance(a, ast.Assign)
                          and any(isinstance(t, ast.Name) and t.id == bound.id for t in a.targets)]
                 if len(outer) == 1 and isinstance(outer[0], ast.Call) \
                         and callee(outer[0]).endswith("cdiv") and len(outer[0].args) == 2:
+                    if not counts_blocks(outer[0].args[1]):
+                        continue  # blocks of another size than the count's: no clamp
                     replace_with = (f"tl.cdiv(tl.minimum({mod.text(outer[0].args[0])}, {{limit}}), "
                                     f"{mod.text(outer[0].args[1])})")
                 elif len(outer) == 1 and len(args) == 3:
@@ -344,6 +352,8 @@ def triangles(mod: PyModule) -> list[Triangle]:
                 elif outer or len(args) < 2:
                     continue  # a count computed some other way: no clamp we can write
             elif isinstance(bound, ast.Call) and callee(bound).endswith("cdiv") and bound.args:
+                if len(bound.args) != 2 or not counts_blocks(bound.args[1]):
+                    continue
                 bound = bound.args[0]
             clamped = named if named is not None else bound
             if isinstance(clamped, ast.Call) and callee(clamped).endswith("cdiv") and clamped.args:
@@ -417,31 +427,40 @@ class Split:
     loop: str
     """The first loop's text (unindented), its body folded."""
     bound: str
-    """The second loop's bound (the clamped one)."""
+    """The second loop's range arguments: from the split point to the clamped bound."""
 
 
 def _keys_of(expr: ast.AST, loop: ast.For, step: str, outer: dict[str, list[ast.AST]],
-             inner: dict[str, list[ast.AST]], mod: PyModule) -> bool:
+             inner: dict[str, list[ast.AST]], counted: bool = False) -> bool:
     """Whether `expr` holds exactly the keys of one iteration: `j + tl.arange(0, STEP)` for
-    loop variable j (directly, through a name assigned once, broadcast-indexed)."""
+    loop variable j stepping by STEP, or `j * STEP + tl.arange(0, STEP)` for a loop counting
+    blocks (`counted`); directly, through a name assigned once, broadcast-indexed."""
     expr = _strip_index(expr)
     if isinstance(expr, ast.Name) and len(inner.get(expr.id, [])) == 1:
         expr = _strip_index(inner[expr.id][0])
     if not (isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add)):
         return False
 
+    def flat(node: ast.AST) -> str:
+        return ast.unparse(node).replace(" ", "")
+
     def arange(node: ast.AST) -> bool:
         if isinstance(node, ast.Name) and len(outer.get(node.id, [])) == 1 \
                 and node.id not in inner:
             node = outer[node.id][0]
         return (isinstance(node, ast.Call) and callee(node) in ARANGE and len(node.args) == 2
-                and literal_int(node.args[0]) == 0
-                and ast.unparse(node.args[1]).replace(" ", "") == step)
+                and literal_int(node.args[0]) == 0 and flat(node.args[1]) == step)
 
     var = loop.target.id
+
+    def start(node: ast.AST) -> bool:  # the iteration's first key
+        if not counted:
+            return isinstance(node, ast.Name) and node.id == var
+        return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)
+                and {flat(node.left), flat(node.right)} == {var, step})
+
     sides = (expr.left, expr.right)
-    return any(isinstance(a, ast.Name) and a.id == var and arange(b)
-               for a, b in (sides, sides[::-1]))
+    return any(start(a) and arange(b) for a, b in (sides, sides[::-1]))
 
 
 class _Fold(ast.NodeTransformer):
@@ -502,21 +521,44 @@ class _Fold(ast.NodeTransformer):
 
 
 def split_plan(mod: PyModule, kernel: ast.FunctionDef, tri: Triangle) -> Split | None:
-    """The split of triangle loop `tri` (`Split`), or None: a loop that does not start at 0 in
-    steps of the key block, or whose body has nothing to fold."""
+    """The split of triangle loop `tri` (`Split`), or None: a loop that neither starts at 0
+    in steps of the key block nor counts key blocks from 0 (`range(tl.cdiv(size, STEP))`), or
+    whose body has nothing to fold."""
     import copy  # noqa: PLC0415
 
     loop = tri.loop
     args = loop.iter.args
-    if len(args) != 3 or literal_int(args[0]) != 0 or tri.text or not tri.base \
-            or isinstance(tri.bound, ast.Call) and callee(tri.bound).endswith("cdiv"):
+    if not tri.base or loop.orelse or any(isinstance(n, (ast.Break, ast.Continue, ast.Return))
+                                          for n in ast.walk(loop)):
         return None
-    if loop.orelse or any(isinstance(n, (ast.Break, ast.Continue, ast.Return))
-                          for n in ast.walk(loop)):
+    counted = len(args) == 1 or (literal_int(args[0]) == 0 and (
+        len(args) == 2 or len(args) == 3 and literal_int(args[2]) == 1))
+    if counted:
+        # the count is `tl.cdiv(size, STEP)`, inline (tri.bound is its size) or read from a
+        # variable (tri.text is the clamped count)
+        count = args[-1] if len(args) < 3 else args[1]
+        if isinstance(count, ast.Name):
+            value = assignments(kernel).get(count.id, [])
+            count = value[0] if len(value) == 1 else None
+        if not (isinstance(count, ast.Call) and callee(count).endswith("cdiv")
+                and len(count.args) == 2) or tri.present and tri.text:
+            return None
+        size, step_node = count.args
+        sized = (mod.text(size) if tri.present and not tri.text
+                 else f"tl.minimum({mod.text(size)}, {tri.limit})")
+        step_text = mod.text(step_node)
+        bound = f"tl.cdiv({sized}, {step_text})"
+        terms = [size.args if isinstance(size, ast.Call) and callee(size) in MINIMUM else [size]][0]
+        bounds = {ast.unparse(t).replace(" ", "") for t in terms}
+    elif len(args) == 3 and literal_int(args[0]) == 0 and not tri.text \
+            and not (isinstance(tri.bound, ast.Call) and callee(tri.bound).endswith("cdiv")):
+        step_text = mod.text(args[2])
+        bound = sized = (mod.text(tri.bound) if tri.present
+                         else f"tl.minimum({mod.text(tri.bound)}, {tri.limit})")
+        bounds = {t.replace(" ", "") for t in tri.terms}
+    else:
         return None
-    step = mod.text(args[2]).replace(" ", "")
-    bound = mod.text(tri.bound) if tri.present else f"tl.minimum({mod.text(tri.bound)}, {tri.limit})"
-    bounds = {t.replace(" ", "") for t in tri.terms}
+    step = step_text.replace(" ", "")
     inner_names = {t.id for a in ast.walk(loop) if isinstance(a, ast.Assign)
                    for t in a.targets if isinstance(t, ast.Name)} | {loop.target.id}
     outer = {k: v for k, v in assignments(kernel).items() if k not in inner_names}
@@ -540,7 +582,7 @@ def split_plan(mod: PyModule, kernel: ast.FunctionDef, tri: Triangle) -> Split |
             left, right = right, left
         elif not isinstance(op, (ast.Lt, ast.LtE)):
             return False
-        if not _keys_of(left, copied, step, outer, inner, mod):
+        if not _keys_of(left, copied, step, outer, inner, counted):
             return False
         # every key of the first loop lies below the split: below the program's first row,
         # and below the loop's bound (so below each term the bound is the minimum of)
@@ -560,22 +602,26 @@ def split_plan(mod: PyModule, kernel: ast.FunctionDef, tri: Triangle) -> Split |
     taken = {n.id for n in ast.walk(kernel) if isinstance(n, ast.Name)} | {
         a.arg for a in kernel.args.args}
     name = fresh_name("below_diagonal", taken)
-    copied.iter.args[1] = ast.Name(name, ast.Load())
-    return Split(name, f"{name} = tl.minimum({bound}, {tri.base}) // {mod.text(args[2])} * "
-                       f"{mod.text(args[2])}", ast.unparse(copied), bound)
+    if counted:  # blocks counted from 0: the first loop counts up to the split's block
+        copied.iter.args = [ast.Constant(0), ast.Name(name, ast.Load())]
+        assign = f"{name} = tl.minimum({sized}, {tri.base}) // {step_text}"
+        rest = f"{name}, {bound}"
+    else:
+        copied.iter.args[1] = ast.Name(name, ast.Load())
+        assign = f"{name} = tl.minimum({bound}, {tri.base}) // {step_text} * {step_text}"
+        rest = f"{name}, {bound}, {step_text}"
+    return Split(name, assign, ast.unparse(copied), rest)
 
 
 def split_edits(mod: PyModule, tri: Triangle, plan: Split) -> tuple[int, int, list[ByteEdit]]:
     """(start, end, edits) that write `plan`: the split point and the folded first loop above
-    the loop, which then starts at the split point (and stops at the clamped bound)."""
+    the loop, whose range then runs from the split point to the clamped bound."""
     loop = tri.loop
     pad = indent_of(mod.source, mod.start(loop))
     start = line_start(mod.source, mod.start(loop))
     head = "".join(pad + line + "\n" for line in (plan.assign + "\n" + plan.loop).splitlines())
-    edits = [ByteEdit(start, start, head),
-             ByteEdit(*mod.span(loop.iter.args[0]), plan.name)]
-    if not tri.present:
-        edits.append(ByteEdit(*mod.span(tri.bound), plan.bound))
+    args = loop.iter.args
+    edits = [ByteEdit(start, start, head), ByteEdit(mod.start(args[0]), mod.end(args[-1]), plan.bound)]
     return start, line_end(mod.source, mod.end(loop) - 1), edits
 
 
