@@ -429,6 +429,18 @@ def test_a_causal_mask_a_flag_can_switch_off_bounds_no_loop() -> None:
     assert [s.detail["form"] for s in p.sites(_ir(text)) if s.detail.get("form")] == ["bound"]
 
 
+@pytest.mark.parametrize("cond", ["rows[:, None] + 64 >= keys[None, :]",
+                                  "rows[:, None] >= keys[None, :] - 64"])
+def test_a_mask_that_reaches_past_the_rows_block_bounds_no_loop(cond: str) -> None:
+    """Keys up to `rows + 64` are kept: the loop may not stop at the block's last row."""
+    from passes.registry import get_pass
+
+    p = get_pass("causal-block-skip")()
+    text = CAUSAL.replace("rows[:, None] >= keys[None, :]", cond)
+    assert cond in text
+    assert not [s for s in p.sites(_ir(text)) if s.detail.get("form") in ("bound", "split")]
+
+
 @pytest.mark.parametrize("case_dir,start_file", [("attn_causal", "attn_start.py"),
                                                   ("attn_gqa", "gqa_start.py")])
 def test_the_split_attention_kernel_matches_the_reference_in_the_interpreter(

@@ -321,9 +321,10 @@ def triangles(mod: PyModule) -> list[Triangle]:
                 # keys (from the loop variable) on the left, rows (from outside) on the right
                 if loop.target.id not in reached(names_in(left), assigns):
                     continue
-                if names_in(right) & inner:
+                row = _strip_index(right)  # the rows themselves: `rows + offset >= keys`
+                if not isinstance(row, ast.Name) or row.id in inner:  # reaches past the block
                     continue
-                rows = _row_block(mod, kernel, names_in(right), inner)
+                rows = _row_block(mod, kernel, {row.id}, inner)
                 if rows is not None and _conjunctive(mod, cmp, loop):
                     limit, base, keys = f"{rows[0]} + {rows[1]}", rows[0], left
                     break
@@ -333,10 +334,15 @@ def triangles(mod: PyModule) -> list[Triangle]:
             bound = args[1] if len(args) >= 2 else args[0]
             replace_with = named = None
 
-            def counts_blocks(div: ast.AST) -> bool:  # keys `j * div + tl.arange(0, div)`
+            def counts_blocks(div: ast.AST, counted: bool = True) -> bool:
+                """The keys are `j * div + tl.arange(0, div)` (`j + tl.arange(0, div)` for a
+                loop stepping by div): an iteration's keys start at its block."""
                 outside = {k: v for k, v in assignments(kernel).items() if k not in inner}
                 return _keys_of(keys, loop, mod.text(div).replace(" ", ""), outside,
-                                assignments(loop), counted=True)
+                                assignments(loop), counted=counted)
+
+            if len(args) == 3 and literal_int(args[2]) != 1 and not counts_blocks(args[2], False):
+                continue  # keys shifted from the block (`keys - 64 <= rows`) reach past it
 
             if isinstance(bound, ast.Name):  # `n_blocks = tl.cdiv(seq, BLOCK)` counted blocks
                 outer = [a.value for a in ast.walk(kernel) if isinstance(a, ast.Assign)
