@@ -422,6 +422,13 @@ def test_a_causal_mask_a_flag_can_switch_off_bounds_no_loop() -> None:
         text = text.replace("BKV: tl.constexpr)", "BKV: tl.constexpr, CAUSAL: tl.constexpr)")
         assert "keep = " in text
         assert not [s for s in p.sites(_ir(text)) if s.detail.get("form") in ("bound", "split")]
+    # a mask applied under `if CAUSAL:` is switched off with the flag too
+    text = CAUSAL.replace("        x = tl.where(rows[:, None] >= keys[None, :], x, -1.0e30)",
+                          "        if CAUSAL:\n"
+                          "            x = tl.where(rows[:, None] >= keys[None, :], x, -1.0e30)")
+    text = text.replace("BKV: tl.constexpr)", "BKV: tl.constexpr, CAUSAL: tl.constexpr)")
+    assert "if CAUSAL:" in text
+    assert not [s for s in p.sites(_ir(text)) if s.detail.get("form") in ("bound", "split")]
     # the same mask as a plain conjunction is bounded
     text = CAUSAL.replace("x = tl.where(rows[:, None] >= keys[None, :], x, -1.0e30)",
                           "keep = (keys[None, :] < n) & (rows[:, None] >= keys[None, :])\n"

@@ -274,8 +274,8 @@ def _row_block(mod: PyModule, kernel: ast.FunctionDef, names: set[str],
 
 def _conjunctive(mod: PyModule, node: ast.AST, loop: ast.For, depth: int = 3) -> bool:
     """Whether `node` only ever narrows what it feeds: it reaches its statement through `&` /
-    `and` alone (not under `|`, `or`, `not` or a conditional), and a name it is assigned to
-    is read the same way. `(keys < n) & (not CAUSAL or rows >= keys)` masks nothing when the
+    `and` alone (not under `|`, `or`, `not` or a conditional), its statement lies in the loop's
+    own body (not under an `if`), and a name it is assigned to is read the same way. `(keys < n) & (not CAUSAL or rows >= keys)` masks nothing when the
     flag is off: a loop bound cut at the diagonal would be wrong there."""
     cur = node
     parent = mod.parents.get(cur)
@@ -288,6 +288,11 @@ def _conjunctive(mod: PyModule, node: ast.AST, loop: ast.For, depth: int = 3) ->
         if isinstance(parent, ast.Call) and cur in parent.args[:1] or isinstance(parent, ast.keyword):
             break  # the condition of a `tl.where`, or a load's mask
         return False
+    stmt = parent
+    while stmt is not None and stmt is not loop:  # `if CAUSAL:` around the mask: a flag again
+        if isinstance(stmt, (ast.If, ast.While, ast.For, ast.With, ast.Try)):
+            return False
+        stmt = mod.parents.get(stmt)
     if isinstance(parent, ast.Assign) and cur is parent.value and depth > 0:
         names = {t.id for t in parent.targets if isinstance(t, ast.Name)}
         uses = [n for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id in names
@@ -451,9 +456,10 @@ def _keys_of(expr: ast.AST, loop: ast.For, step: str, outer: dict[str, list[ast.
         return ast.unparse(node).replace(" ", "")
 
     def arange(node: ast.AST) -> bool:
+        node = _strip_index(node)  # `start + offs[None, :]`
         if isinstance(node, ast.Name) and len(outer.get(node.id, [])) == 1 \
                 and node.id not in inner:
-            node = outer[node.id][0]
+            node = _strip_index(outer[node.id][0])
         return (isinstance(node, ast.Call) and callee(node) in ARANGE and len(node.args) == 2
                 and literal_int(node.args[0]) == 0 and flat(node.args[1]) == step)
 
