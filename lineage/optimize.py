@@ -855,7 +855,10 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
         rounds += 1
         # A state's due own sweep does not wait with the launch cards: it is one gate on this
         # state, and a structural card kept first would leave the state unswept.
-        kept = bool(deferred) and _own_sweep_pending(run, job) and _own_sweep_round(fresh, run, job)
+        kept = False
+        if deferred and _own_sweep_pending(run, job):
+            kept = _own_sweep_round(fresh, run, job)
+            save()
         kept = kept or _try_in_turn(fresh, run, job, save)
         if kept or run.gated >= budget_steps or job.out_of_time():
             continue
@@ -1018,11 +1021,13 @@ def _asks_new(found: Sequence[Any], run: _Run) -> bool:
 def _own_sweep_round(cards: Sequence[SkillCard], run: _Run, job: _Job) -> bool:
     """After a round that kept nothing on a state whose sweep around a recorded configuration
     was gated: the first sweep around the kernel's own configuration that a launch card of the
-    round (else of the library) writes is gated too (one per state), on any kernel, one a recorded configuration fits
-    included; an autotuned kernel's own configuration is the one its autotuner picked
-    (`_picks`). The two are different hypotheses: the recorded values may be far from what this
-    kernel wants (a gdn kernel's 64-row block over a cross entropy's 4 rows), its own
-    neighbourhood (blocks and warps grown together, a pipeline one stage deeper) may not."""
+    round (else of the library) writes is gated too (one per state), on any kernel, one a
+    recorded configuration fits included; an autotuned kernel's own configuration is the one
+    its autotuner picked (`_picks`). The two are different hypotheses: the recorded values may
+    be far from what this kernel wants (a gdn kernel's 64-row block over a cross entropy's 4
+    rows), its own neighbourhood (blocks and warps grown together, a pipeline one stage
+    deeper) may not. A round whose launch cards wait (`_knobs_deferred`) gates the state's due
+    own sweep before its cards: a structural card kept first would leave the state unswept."""
     if not _own_sweep_pending(run, job):
         return False
     # Kernel first, hottest first (where the profile names several), then the first card of

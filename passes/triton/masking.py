@@ -275,8 +275,9 @@ def _row_block(mod: PyModule, kernel: ast.FunctionDef, names: set[str],
 def _conjunctive(mod: PyModule, node: ast.AST, loop: ast.For, depth: int = 3) -> bool:
     """Whether `node` only ever narrows what it feeds: it reaches its statement through `&` /
     `and` alone (not under `|`, `or`, `not` or a conditional), its statement lies in the loop's
-    own body (not under an `if`), and a name it is assigned to is read the same way. `(keys < n) & (not CAUSAL or rows >= keys)` masks nothing when the
-    flag is off: a loop bound cut at the diagonal would be wrong there."""
+    own body (not under an `if`), and a name it is assigned to is read the same way.
+    `(keys < n) & (not CAUSAL or rows >= keys)` masks nothing when the flag is off: a loop
+    bound cut at the diagonal would be wrong there."""
     cur = node
     parent = mod.parents.get(cur)
     while parent is not None and not isinstance(parent, ast.stmt):
@@ -285,7 +286,8 @@ def _conjunctive(mod: PyModule, node: ast.AST, loop: ast.For, depth: int = 3) ->
                 or isinstance(parent, ast.Subscript) and parent.value is cur:
             cur, parent = parent, mod.parents.get(parent)
             continue
-        if isinstance(parent, ast.Call) and cur in parent.args[:1] or isinstance(parent, ast.keyword):
+        if isinstance(parent, ast.Call) and cur in parent.args[:1] \
+                or isinstance(parent, ast.keyword):
             break  # the condition of a `tl.where`, or a load's mask
         return False
     stmt = parent
@@ -383,7 +385,8 @@ def triangles(mod: PyModule) -> list[Triangle]:
 def _sum(expr: ast.AST) -> dict[tuple[str, ...], int] | None:
     """`expr` as a polynomial (monomial of sorted factor texts -> integer coefficient) over
     +, -, * of names and integers; anything else is a factor of its own text."""
-    if isinstance(expr, ast.Constant) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, int) \
+            and not isinstance(expr.value, bool):
         return {(): expr.value} if expr.value else {}
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
         inner = _sum(expr.operand)
@@ -493,7 +496,8 @@ class _Fold(ast.NodeTransformer):
         return ast.Constant(True) if self.true(node) else node
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
-        return ast.Constant(True) if isinstance(node.ctx, ast.Load) and node.id in self.names else node
+        known = isinstance(node.ctx, ast.Load) and node.id in self.names
+        return ast.Constant(True) if known else node
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
         self.generic_visit(node)
@@ -560,7 +564,7 @@ def split_plan(mod: PyModule, kernel: ast.FunctionDef, tri: Triangle) -> Split |
                  else f"tl.minimum({mod.text(size)}, {tri.limit})")
         step_text = mod.text(step_node)
         bound = f"tl.cdiv({sized}, {step_text})"
-        terms = [size.args if isinstance(size, ast.Call) and callee(size) in MINIMUM else [size]][0]
+        terms = size.args if isinstance(size, ast.Call) and callee(size) in MINIMUM else [size]
         bounds = {ast.unparse(t).replace(" ", "") for t in terms}
     elif len(args) == 3 and literal_int(args[0]) == 0 and not tri.text \
             and not (isinstance(tri.bound, ast.Call) and callee(tri.bound).endswith("cdiv")):
@@ -633,7 +637,8 @@ def split_edits(mod: PyModule, tri: Triangle, plan: Split) -> tuple[int, int, li
     start = line_start(mod.source, mod.start(loop))
     head = "".join(pad + line + "\n" for line in (plan.assign + "\n" + plan.loop).splitlines())
     args = loop.iter.args
-    edits = [ByteEdit(start, start, head), ByteEdit(mod.start(args[0]), mod.end(args[-1]), plan.bound)]
+    edits = [ByteEdit(start, start, head),
+             ByteEdit(mod.start(args[0]), mod.end(args[-1]), plan.bound)]
     return start, line_end(mod.source, mod.end(loop) - 1), edits
 
 
