@@ -992,10 +992,10 @@ def _knobs_deferred(admitted: Sequence[SkillCard], run: _Run, spent: set[str]) -
     all: those are set aside for the round, so that every structural card is asked once before
     the budget goes to more single-knob steps. Empty when no such card is left.
 
-    Why: over 99 device runs of held-out and style kernels, single tile, warp and stage steps
-    on a swept kernel took most of the gates (830 of about 1,500) and were kept 7% of the
-    time, mostly for gains within 3%; structural steps (descriptors, a persistent grid, a
-    grouped order) were kept about 30% of the time. Each small keep made a new state on which
+    Why: over 92 device runs of held-out and style kernels (`bench/results/styles/h100*`,
+    `bench/results/heldout/h100x4-2ee4125`), single tile, warp and stage steps took 806 of
+    1,362 gated candidates and were kept 70 times (9%), half of those for gains within 3%;
+    the steps of other passes were kept 74 times in 271 (27%). Each small keep made a new state on which
     the same launch cards ranked first again, so a structural card ranked below them (an
     attention kernel and the gemm lineage's descriptors) was never asked within 16 gates."""
     from lineage.transfer import LAUNCH_PASSES  # noqa: PLC0415
