@@ -394,6 +394,24 @@ def test_a_loop_counting_key_blocks_splits_at_the_block_of_the_first_row() -> No
     assert not [s for s in p.sites(_ir(other)) if s.detail.get("form") in ("bound", "split")]
 
 
+def test_a_name_the_fold_would_read_as_true_but_is_assigned_again_stops_the_split() -> None:
+    """`ok = keys < n` folds to true below the diagonal; `ok` assigned again (to the causal
+    test of another row block) is not true there: no split, only the bound."""
+    from passes.registry import get_pass
+
+    p = get_pass("causal-block-skip")()
+    text = CAUSAL.replace(
+        "        x = tl.where(rows[:, None] >= keys[None, :], x, -1.0e30)",
+        "        ok = keys[None, :] < n\n"
+        "        x = tl.where(ok & (rows[:, None] >= keys[None, :]), x, -1.0e30)\n"
+        "        ok = rows[:, None] - 64 < keys[None, :]\n"
+        "        x = tl.where(ok, x, -1.0e30)")
+    assert text.count("ok = ") == 2
+    site = next(s for s in p.sites(_ir(text)) if s.detail.get("form") == "bound")
+    out = p.optimize(_ir(text), site).ir.unparse()
+    assert "below_diagonal" not in out and "tl.minimum(n, qi * BQ + BQ)" in out
+
+
 def test_a_mask_the_split_cannot_prove_true_stays_in_the_first_loop() -> None:
     """A sliding window (`rows - W >= keys`) is not implied below the diagonal: the first loop
     keeps that `tl.where` and only drops the bounds masks, which the split does imply."""

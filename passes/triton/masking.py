@@ -610,10 +610,13 @@ def split_plan(mod: PyModule, kernel: ast.FunctionDef, tri: Triangle) -> Split |
     copied.body = [stmt for stmt in copied.body if stmt is not None] or [ast.Pass()]
     if ast.dump(ast.Module(copied.body, [])) == ast.dump(ast.Module(loop.body, [])):
         return None
-    # a folded-away name read after the loop would read the first loop's value
+    # a folded-away name read after the loop would read the first loop's value; one assigned
+    # twice in the loop (or in a branch) is not true everywhere the fold read it as true
     after = {n.id for n in ast.walk(kernel) if isinstance(n, ast.Name)
              and isinstance(n.ctx, ast.Load) and mod.start(n) >= mod.end(loop)}
-    if fold.dropped & after:
+    stores = [n.id for n in ast.walk(loop)
+              if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+    if fold.dropped & after or any(stores.count(name) > 1 for name in fold.dropped):
         return None
     taken = {n.id for n in ast.walk(kernel) if isinstance(n, ast.Name)} | {
         a.arg for a in kernel.args.args}
