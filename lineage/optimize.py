@@ -1000,22 +1000,26 @@ def _knobs_deferred(admitted: Sequence[SkillCard], run: _Run, spent: set[str]) -
     attention kernel and the gemm lineage's descriptors) was never asked within 16 gates."""
     from lineage.transfer import LAUNCH_PASSES  # noqa: PLC0415
 
-    asked = {card for _state, card in run.tried}
-    if not any(c.pass_name not in LAUNCH_PASSES and c.id not in asked and c.id not in spent
-               for c in admitted):
+    if not any(c.id not in spent for c in _unasked_structural(admitted, run)):
         return set()
     knobs = {step.pass_name for step in (*run.applied, *run.chain, *_gated_rejections(run))
              if step.pass_name in LAUNCH_PASSES}
     return {c.id for c in admitted if c.pass_name in knobs}
 
 
-def _asks_new(found: Sequence[Any], run: _Run) -> bool:
-    """Whether retrieved cards (`Retrieved`) hold one of a structural pass not yet asked in
-    the run (what `_knobs_deferred` made room for)."""
+def _unasked_structural(cards: Sequence[SkillCard], run: _Run) -> list[SkillCard]:
+    """The cards of `cards` whose pass is not a launch pass and that the run has not asked on
+    any state."""
     from lineage.transfer import LAUNCH_PASSES  # noqa: PLC0415
 
     asked = {card for _state, card in run.tried}
-    return any(r.card.pass_name not in LAUNCH_PASSES and r.card.id not in asked for r in found)
+    return [c for c in cards if c.pass_name not in LAUNCH_PASSES and c.id not in asked]
+
+
+def _asks_new(found: Sequence[Any], run: _Run) -> bool:
+    """Whether retrieved cards (`Retrieved`) hold one of a structural pass not yet asked in
+    the run (what `_knobs_deferred` made room for)."""
+    return bool(_unasked_structural([r.card for r in found], run))
 
 
 def _own_sweep_round(cards: Sequence[SkillCard], run: _Run, job: _Job) -> bool:

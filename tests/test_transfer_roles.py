@@ -313,6 +313,14 @@ def attend(q, k, v, o, n, scale, D: tl.constexpr, BQ: tl.constexpr, BKV: tl.cons
 '''
 
 
+def _bounding_sites(text: str) -> list:
+    """The causal-block-skip sites of `text` that bound or split a key loop."""
+    from passes.registry import get_pass
+
+    return [s for s in get_pass("causal-block-skip")().sites(_ir(text))
+            if s.detail.get("form") in ("bound", "split")]
+
+
 def test_a_causal_key_loop_is_bounded_at_the_blocks_last_row_found_from_its_mask() -> None:
     from passes.registry import get_pass
 
@@ -391,7 +399,7 @@ def test_a_loop_counting_key_blocks_splits_at_the_block_of_the_first_row() -> No
     # keys that do not start at j * BKV (blocks of another size than the count's): the count
     # of BKV blocks says nothing about them, so no bound is offered
     other = text.replace("keys = j * BKV + tl.arange(0, BKV)", "keys = j * D + tl.arange(0, BKV)")
-    assert not [s for s in p.sites(_ir(other)) if s.detail.get("form") in ("bound", "split")]
+    assert not _bounding_sites(other)
 
 
 def test_a_name_the_fold_would_read_as_true_but_is_assigned_again_stops_the_split() -> None:
@@ -439,14 +447,14 @@ def test_a_causal_mask_a_flag_can_switch_off_bounds_no_loop() -> None:
                               f"keep = {cond}\n        x = tl.where(keep, x, -1.0e30)")
         text = text.replace("BKV: tl.constexpr)", "BKV: tl.constexpr, CAUSAL: tl.constexpr)")
         assert "keep = " in text
-        assert not [s for s in p.sites(_ir(text)) if s.detail.get("form") in ("bound", "split")]
+        assert not _bounding_sites(text)
     # a mask applied under `if CAUSAL:` is switched off with the flag too
     text = CAUSAL.replace("        x = tl.where(rows[:, None] >= keys[None, :], x, -1.0e30)",
                           "        if CAUSAL:\n"
                           "            x = tl.where(rows[:, None] >= keys[None, :], x, -1.0e30)")
     text = text.replace("BKV: tl.constexpr)", "BKV: tl.constexpr, CAUSAL: tl.constexpr)")
     assert "if CAUSAL:" in text
-    assert not [s for s in p.sites(_ir(text)) if s.detail.get("form") in ("bound", "split")]
+    assert not _bounding_sites(text)
     # the same mask as a plain conjunction is bounded
     text = CAUSAL.replace("x = tl.where(rows[:, None] >= keys[None, :], x, -1.0e30)",
                           "keep = (keys[None, :] < n) & (rows[:, None] >= keys[None, :])\n"
@@ -458,12 +466,9 @@ def test_a_causal_mask_a_flag_can_switch_off_bounds_no_loop() -> None:
                                   "rows[:, None] >= keys[None, :] - 64"])
 def test_a_mask_that_reaches_past_the_rows_block_bounds_no_loop(cond: str) -> None:
     """Keys up to `rows + 64` are kept: the loop may not stop at the block's last row."""
-    from passes.registry import get_pass
-
-    p = get_pass("causal-block-skip")()
     text = CAUSAL.replace("rows[:, None] >= keys[None, :]", cond)
     assert cond in text
-    assert not [s for s in p.sites(_ir(text)) if s.detail.get("form") in ("bound", "split")]
+    assert not _bounding_sites(text)
 
 
 @pytest.mark.parametrize("case_dir,start_file", [("attn_causal", "attn_start.py"),

@@ -303,6 +303,39 @@ def _conjunctive(mod: PyModule, node: ast.AST, loop: ast.For, depth: int = 3) ->
     return True
 
 
+def _ordered(cmp: ast.Compare) -> tuple[ast.expr, ast.expr, ast.cmpop] | None:
+    """(smaller side, larger side, operator) of a single `<`, `<=`, `>` or `>=` comparison
+    (`rows >= keys` gives keys, rows, `>=`), else None."""
+    if len(cmp.ops) != 1:
+        return None
+    left, right, op = cmp.left, cmp.comparators[0], cmp.ops[0]
+    if isinstance(op, (ast.Gt, ast.GtE)):
+        return right, left, op
+    return (left, right, op) if isinstance(op, (ast.Lt, ast.LtE)) else None
+
+
+def _loop_names(loop: ast.For) -> set[str]:
+    """The loop variable and every name the loop body assigns."""
+    return {t.id for a in ast.walk(loop) if isinstance(a, ast.Assign)
+            for t in a.targets if isinstance(t, ast.Name)} | {loop.target.id}
+
+
+def _outside(kernel: ast.FunctionDef, inner: set[str]) -> dict[str, list[ast.AST]]:
+    """The kernel's assignments of names the loop (`inner`) does not assign."""
+    return {k: v for k, v in assignments(kernel).items() if k not in inner}
+
+
+def _rows_of(mod: PyModule, kernel: ast.FunctionDef, expr: ast.AST,
+             inner: set[str]) -> tuple[str, str] | None:
+    """(row base text, row block text) when `expr` is the program's rows themselves (a name
+    assigned outside the loop as `base + tl.arange(0, BLOCK)`, maybe broadcast-indexed); an
+    expression of them (`rows + 64`) reaches past the block and is None."""
+    row = _strip_index(expr)
+    if not isinstance(row, ast.Name) or row.id in inner:
+        return None
+    return _row_block(mod, kernel, {row.id}, inner)
+
+
 def triangles(mod: PyModule) -> list[Triangle]:
     """Loops over key blocks masked by a key <= row comparison (`Triangle`), in every kernel."""
     found: list[Triangle] = []
@@ -312,26 +345,18 @@ def triangles(mod: PyModule) -> list[Triangle]:
                     and isinstance(loop.iter, ast.Call) and callee(loop.iter) in RANGE_CALLS
                     and loop.iter.args):
                 continue
-            inner = {t.id for a in ast.walk(loop) if isinstance(a, ast.Assign)
-                     for t in a.targets if isinstance(t, ast.Name)} | {loop.target.id}
+            inner = _loop_names(loop)
             assigns = assignments(loop)
             limit = base = keys = None
             for cmp in ast.walk(loop):
-                if not (isinstance(cmp, ast.Compare) and len(cmp.ops) == 1):
+                ordered = _ordered(cmp) if isinstance(cmp, ast.Compare) else None
+                if ordered is None:
                     continue
-                left, right = cmp.left, cmp.comparators[0]
-                op = cmp.ops[0]
-                if isinstance(op, (ast.GtE, ast.Gt)):
-                    left, right = right, left
-                elif not isinstance(op, (ast.LtE, ast.Lt)):
-                    continue
+                left, right, _ = ordered
                 # keys (from the loop variable) on the left, rows (from outside) on the right
                 if loop.target.id not in reached(names_in(left), assigns):
                     continue
-                row = _strip_index(right)  # the rows themselves: `rows + offset >= keys`
-                if not isinstance(row, ast.Name) or row.id in inner:  # reaches past the block
-                    continue
-                rows = _row_block(mod, kernel, {row.id}, inner)
+                rows = _rows_of(mod, kernel, right, inner)
                 if rows is not None and _conjunctive(mod, cmp, loop):
                     limit, base, keys = f"{rows[0]} + {rows[1]}", rows[0], left
                     break
@@ -344,9 +369,8 @@ def triangles(mod: PyModule) -> list[Triangle]:
             def counts_blocks(div: ast.AST, counted: bool = True) -> bool:
                 """The keys are `j * div + tl.arange(0, div)` (`j + tl.arange(0, div)` for a
                 loop stepping by div): an iteration's keys start at its block."""
-                outside = {k: v for k, v in assignments(kernel).items() if k not in inner}
-                return _keys_of(keys, loop, mod.text(div).replace(" ", ""), outside,
-                                assignments(loop), counted=counted)
+                return _keys_of(keys, loop, mod.text(div).replace(" ", ""),
+                                _outside(kernel, inner), assignments(loop), counted=counted)
 
             if len(args) == 3 and literal_int(args[2]) != 1 and not counts_blocks(args[2], False):
                 continue  # keys shifted from the block (`keys - 64 <= rows`) reach past it
@@ -575,35 +599,22 @@ def split_plan(mod: PyModule, kernel: ast.FunctionDef, tri: Triangle) -> Split |
     else:
         return None
     step = step_text.replace(" ", "")
-    inner_names = {t.id for a in ast.walk(loop) if isinstance(a, ast.Assign)
-                   for t in a.targets if isinstance(t, ast.Name)} | {loop.target.id}
-    outer = {k: v for k, v in assignments(kernel).items() if k not in inner_names}
+    inner_names = _loop_names(loop)
+    outer = _outside(kernel, inner_names)
     base = tri.base.replace(" ", "")
-
-    def rows_of(expr: ast.AST) -> bool:
-        expr = _strip_index(expr)
-        if not isinstance(expr, ast.Name) or expr.id in inner_names:
-            return False
-        rows = _row_block(mod, kernel, {expr.id}, inner_names)
-        return rows is not None and rows[0].replace(" ", "") == base
-
     copied = copy.deepcopy(loop)
     inner = assignments(copied)
 
     def true(cmp: ast.Compare) -> bool:
-        if len(cmp.ops) != 1:
+        ordered = _ordered(cmp)
+        if ordered is None or not _keys_of(ordered[0], copied, step, outer, inner, counted):
             return False
-        left, right, op = cmp.left, cmp.comparators[0], cmp.ops[0]
-        if isinstance(op, (ast.Gt, ast.GtE)):
-            left, right = right, left
-        elif not isinstance(op, (ast.Lt, ast.LtE)):
-            return False
-        if not _keys_of(left, copied, step, outer, inner, counted):
-            return False
+        right, op = ordered[1], ordered[2]
         # every key of the first loop lies below the split: below the program's first row,
         # and below the loop's bound (so below each term the bound is the minimum of)
-        return rows_of(right) or (isinstance(op, ast.Lt)
-                                  and ast.unparse(right).replace(" ", "") in bounds)
+        rows = _rows_of(mod, kernel, right, inner_names)
+        return (rows is not None and rows[0].replace(" ", "") == base) or (
+            isinstance(op, ast.Lt) and ast.unparse(right).replace(" ", "") in bounds)
 
     fold = _Fold(true)
     copied.body = [fold.visit(stmt) for stmt in copied.body]
