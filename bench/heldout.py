@@ -166,6 +166,13 @@ def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, 
                        "termination": result.termination, "gated": result.gated,
                        "state": "the lineage state with role best"}
         rec["cards"] = [s.card for s in result.applied]
+        if args.tier == "device" and best.get("ok") and result.applied:
+            # the search kept the fastest of many timed candidates, so its figure is biased low;
+            # the best kernel is gated once more, fresh, like the start and the control
+            again = _check(args, Path(result.best_path).read_text(), case, start_path)
+            rec["best"]["regate"] = _verdict_summary(again)
+            say(name, f"best gated again: {rec['best']['regate'].get('ms')} ms "
+                      f"({rec['best']['regate'].get('reason') or 'ok'})")
         # results are data: the best kernel is the lineage's state with role "best", not a copy
         Path(result.best_path).unlink(missing_ok=True)
     except Exception as exc:  # a failed run is a row of the table, not the end of the benchmark
@@ -280,7 +287,8 @@ def measure_extras(cases: Sequence[Any], records: dict[str, dict[str, Any]]) -> 
             copy = copy_ms(int(nbytes))
             rec["bandwidth"] = {"bytes": nbytes, "copy_ms": copy,
                                 "copy_tbs": nbytes / copy * 1e-9,
-                                **{f"{k}_of_copy": (copy / rec[k]["ms"]) if rec.get(k, {}).get("ms") else None
+                                **{f"{k}_of_copy": (copy / _measured(rec, k)["ms"])
+                                   if _measured(rec, k).get("ms") else None
                                    for k in ("start", "best", "control")},
                                 "reference_of_copy": copy / rec["reference_ms"] if rec.get("reference_ms") else None}
         rec["flag_gems"] = _gems(flag_gems, gems_error, module, inputs)
@@ -345,9 +353,26 @@ def _rel_err(out: Any, ref: Any) -> float:
     return worst
 
 
+def _regated(rec: dict[str, Any]) -> bool:
+    """Whether the record's best kernel was gated again after the search and passed."""
+    again = (rec.get("best") or {}).get("regate") or {}
+    return bool(again.get("ok") and again.get("ms"))
+
+
+def _measured(rec: dict[str, Any], key: str) -> dict[str, Any]:
+    """The measurement of `key` (start, best, control) the tables use. For best: the fresh gate
+    of the best kernel after the search (`regate`) where the record has one that passed, else
+    the search's own figure (the fastest of the candidates it timed, biased low)."""
+    entry = rec.get(key) or {}
+    return entry["regate"] if key == "best" and _regated(rec) else entry
+
+
 def _ratio(rec: dict[str, Any], key: str) -> float | None:
-    ms = (rec.get(key) or {}).get("ms")
-    ref = rec.get("reference_ms")
+    """Reference time over the kernel's, both from the same gate (one worker process) where
+    the measurement has its reference, else against the start gate's reference."""
+    entry = _measured(rec, key)
+    ms = entry.get("ms")
+    ref = entry.get("reference_ms") or rec.get("reference_ms")
     return ref / ms if ms and ref else None
 
 
@@ -360,11 +385,12 @@ def build_tables(records: Sequence[dict[str, Any]], args: argparse.Namespace) ->
     """The JSON result: per-operator rows and per-family geometric means."""
     rows = []
     for rec in sorted(records, key=lambda r: (r["family"], r["op"])):
-        best_ms = (rec.get("best") or {}).get("ms")
-        control_ms = (rec.get("control") or {}).get("ms")
-        rows.append({**rec, "start_vs_ref": _ratio(rec, "start"), "best_vs_ref": _ratio(rec, "best"),
-                     "control_vs_ref": _ratio(rec, "control"),
-                     "best_vs_control": control_ms / best_ms if best_ms and control_ms else None,
+        best_vs_ref, control_vs_ref = _ratio(rec, "best"), _ratio(rec, "control")
+        rows.append({**rec, "start_vs_ref": _ratio(rec, "start"), "best_vs_ref": best_vs_ref,
+                     "control_vs_ref": control_vs_ref,
+                     "best_from": "regate" if _regated(rec) else "search",
+                     "best_vs_control": best_vs_ref / control_vs_ref
+                     if best_vs_ref and control_vs_ref else None,
                      "compute_bound": (rec.get("intensity") or 0.0) >= COMPUTE_BOUND})
     families: dict[str, dict[str, Any]] = {}
     for fam in sorted({r["family"] for r in rows}):
@@ -406,14 +432,21 @@ def markdown(result: dict[str, Any], title: str = "Held-out tier",
              f"Library `{result['library']}`, {setting}. `x/ref` is the reference's time over the "
              f"kernel's (above 1: faster than the reference). Command: `{result['command']}`.", ""]
     if result["tier"] == "device":
-        lines += ["| family | operator | start ms | best ms | control ms | reference ms | FlagGems x/ref "
-                  "| start x/ref | best x/ref | control x/ref | best / control | of copy BW | cards | run |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["Each x/ref is of one gate: the kernel and the reference timed in the same worker "
+                  "process. `best ms` is the best kernel gated once more, fresh, after the search "
+                  "(like the start and the control); `search ms` is the figure the search kept it "
+                  "with (the fastest of the candidates it timed, so biased low). A row whose `best "
+                  "ms` is `search` predates the fresh gate: its best x/ref is the search's.", "",
+                  "| family | operator | start ms | best ms | search ms | control ms | reference ms "
+                  "| FlagGems x/ref | start x/ref | best x/ref | control x/ref | best / control "
+                  "| of copy BW | cards | run |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in result["rows"]:
             bw = (r.get("bandwidth") or {}).get("best_of_copy")
             gems = r.get("flag_gems") or {}
             lines.append(
                 f"| {r['family']} | {r['op']} | {_fmt(r['start'].get('ms'), '.4f')} "
+                f"| {_fmt(_measured(r, 'best').get('ms'), '.4f') if r['best_from'] == 'regate' else 'search'} "
                 f"| {_fmt((r.get('best') or {}).get('ms'), '.4f')} | {_fmt((r.get('control') or {}).get('ms'), '.4f')} "
                 f"| {_fmt(r.get('reference_ms'), '.4f')} | {_fmt(gems.get('vs_torch'))} "
                 f"| {_fmt(r['start_vs_ref'])} | {_fmt(r['best_vs_ref'])} | {_fmt(r['control_vs_ref'])} "

@@ -1,25 +1,22 @@
-"""Time a held-out run's best kernel against its reference again, in several fresh processes.
+"""Gate a held-out run's best kernel again, several times, to see how far one run's figure moves.
 
-    python3 bench/retime.py RECORD_DIR OP [OP ...] [--processes 5] [--rounds 7] [--out FILE]
+    python3 bench/retime.py RECORD_DIR OP [OP ...] [--gates 5] [--out FILE]
 
 RECORD_DIR is a folder of `bench/heldout.py` records (`ops/<op>.json` and
 `ops/<op>/optimize/lineage.json`). For each operator the best state of the run's lineage is
-written to a temporary module and timed in `--processes` fresh worker processes; each process
-imports the case, builds the default shape's inputs, checks the kernel's output against the
-reference once (the case's tolerance), lets an autotuned kernel tune on its first call, then
-takes `--rounds` alternating pairs of `triton.testing.do_bench` medians (kernel, reference;
-L2 flushed by do_bench). A process's ratio is the median over its rounds of reference / kernel;
-the operator's figure is the median over processes, with the smallest and largest process
-ratio beside it (what one run of the benchmark could have reported). Writes FILE.json and
-FILE.md (default: RECORD_DIR/retime). A GPU is needed.
+written to a temporary module and gated at the device tier `--gates` times, without the verdict
+cache: each gate is a fresh worker process that imports the kernel (an autotuned kernel tunes
+again) and times it and the reference the way every table figure was timed (`gate.worker`:
+do_bench median with the L2 flush, the GPU lead and the GPU lock). The operator's figure is the
+median over gates of reference / kernel, with the smallest and largest gate's ratio beside it
+(what one run of the benchmark could have reported) and each gate's autotuner picks. Writes
+FILE.json and FILE.md (default: RECORD_DIR/retime). A GPU is needed.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -44,53 +41,30 @@ def best_source(record_dir: Path, op: str) -> tuple[str, str]:
     return record["ref"], best[0]["source"]
 
 
-def worker(case_ref: str, kernel_path: str, rounds: int) -> dict[str, Any]:
-    """One process's measurement (run with `--worker`)."""
-    import importlib.util
+def gate_once(case_ref: str, kernel_path: Path, tier: str = "device") -> dict[str, Any]:
+    """One gate of the kernel (no cache): its times, ratio and autotuner picks (`ok` false
+    with the reason where it fails or has no timing, as at the interpret tier)."""
+    import gate
 
-    import torch
-    from triton.testing import do_bench
-
-    from gate.cases import load_case
-
-    case = load_case(case_ref)
-    mod = case.module()
-    shape = dict(next(iter(case.device_shapes.values())))
-    inputs = mod.make_inputs(shape, 0, "cuda")
-    spec = importlib.util.spec_from_file_location("retimed_kernel", kernel_path)
-    kernel = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(kernel)
-    out = kernel.run(*inputs)
-    ref = mod.reference(*inputs)
-    torch.cuda.synchronize()
-    err = float((out.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-12))
-    tol = case.tolerance_for(shape["dtype"])
-    if not err <= tol:
-        return {"ok": False, "reason": f"relative error {err:.3g} > {tol}"}
-    pairs = []
-    for _ in range(rounds):
-        k_ms = do_bench(lambda: kernel.run(*inputs), return_mode="median")
-        r_ms = do_bench(lambda: mod.reference(*inputs), return_mode="median")
-        pairs.append((k_ms, r_ms))
-    ratios = [r / k for k, r in pairs]
-    return {"ok": True, "rel_err": err, "kernel_ms": statistics.median(k for k, _ in pairs),
-            "reference_ms": statistics.median(r for _, r in pairs),
-            "ratio": statistics.median(ratios), "round_ratios": ratios}
+    verdict = gate.check_file(kernel_path, gate.load_case(case_ref), tier=tier, cache=False)
+    if not verdict.ok:
+        return {"ok": False, "reason": f"{verdict.failure_kind}: {verdict.reason}"}
+    if verdict.timing is None:
+        return {"ok": False, "reason": f"no timing at the {getattr(verdict.tier, 'value', verdict.tier)} tier"}
+    t = verdict.timing
+    picks = {name: dict(cfg) for v in t.variants for name, cfg in v.picks}
+    return {"ok": True, "kernel_ms": t.candidate_ms, "reference_ms": t.reference_ms,
+            "ratio": t.reference_ms / t.candidate_ms, "picks": picks}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("record_dir", nargs="?")
     ap.add_argument("ops", nargs="*")
-    ap.add_argument("--processes", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--gates", type=int, default=5)
     ap.add_argument("--out")
-    ap.add_argument("--worker", nargs=3, metavar=("CASE", "KERNEL", "ROUNDS"),
-                    help=argparse.SUPPRESS)
+    ap.add_argument("--tier", default="device", help="gate tier (interpret: a CPU smoke run)")
     args = ap.parse_args(argv)
-    if args.worker:
-        print(json.dumps(worker(args.worker[0], args.worker[1], int(args.worker[2]))))
-        return 0
     if not args.record_dir or not args.ops:
         ap.error("RECORD_DIR and at least one OP are needed")
     record_dir = Path(args.record_dir)
@@ -102,28 +76,23 @@ def main(argv: list[str] | None = None) -> int:
             path = Path(tmp) / f"{op}_best.py"
             path.write_text(source)
             runs = []
-            for i in range(args.processes):
-                print(f"retime: {op} process {i + 1}/{args.processes}", file=sys.stderr)
-                proc = subprocess.run([sys.executable, __file__, "--worker", case_ref, str(path),
-                                       str(args.rounds)], capture_output=True, text=True,
-                                      cwd=ROOT, env=dict(os.environ), timeout=600)
-                line = proc.stdout.strip().splitlines()[-1:] if proc.returncode == 0 else []
-                runs.append(json.loads(line[0]) if line else
-                            {"ok": False, "reason": proc.stderr.strip().splitlines()[-1:]})
+            for i in range(args.gates):
+                runs.append(gate_once(case_ref, path, args.tier))
+                print(f"retime: {op} gate {i + 1}/{args.gates}: {runs[-1]}", file=sys.stderr)
             good = [r["ratio"] for r in runs if r.get("ok")]
             results[op] = {"case": case_ref, "processes": runs,
                            "ratio": statistics.median(good) if good else None,
                            "min": min(good) if good else None, "max": max(good) if good else None}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(
-        {"record_dir": str(record_dir), "processes": args.processes, "rounds": args.rounds,
+        {"record_dir": str(record_dir), "gates": args.gates,
          "command": "python3 bench/retime.py " + " ".join(sys.argv[1:]), "ops": results},
         indent=1) + "\n")
     lines = [f"# Re-timed best kernels of `{record_dir}`", "",
-             f"`python3 bench/retime.py {' '.join(sys.argv[1:])}`: {args.processes} fresh "
-             f"processes per operator, {args.rounds} alternating do_bench pairs (kernel, "
-             "reference) in each; x/ref is reference / kernel time.", "",
-             "| operator | kernel ms (median) | reference ms (median) | x/ref median of processes "
+             f"`python3 bench/retime.py {' '.join(sys.argv[1:])}`: {args.gates} device gates "
+             "per operator (no verdict cache; each a fresh worker process, its autotuners tuning "
+             "again); x/ref is reference / kernel time.", "",
+             "| operator | kernel ms (median) | reference ms (median) | x/ref median of gates "
              "| smallest | largest |", "|---|---:|---:|---:|---:|---:|"]
     for op, r in results.items():
         ok = [p for p in r["processes"] if p.get("ok")]

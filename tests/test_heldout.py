@@ -312,3 +312,39 @@ def test_a_folders_flaggems_times_fill_the_column_where_a_record_has_none(tmp_pa
     bad = subprocess.run([*cmd[:2], "--tier", "interpret", "--gems-only"], capture_output=True,
                          text=True, timeout=120, cwd=tmp_path, env=env)
     assert bad.returncode == 2 and "--gems-only needs --tier device" in bad.stderr
+
+
+def test_tables_take_the_best_kernels_fresh_gate_and_each_gates_own_reference(tmp_path: Path) -> None:
+    """The search keeps the fastest of the candidates it timed, so its own figure of the best
+    kernel is biased low: a record's fresh gate of the best kernel (`regate`) is what the tables
+    use, each ratio against the reference of the same gate; a record without one (or whose fresh
+    gate failed) keeps the search's figure and says so."""
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("heldout_bench", REPO / "bench" / "heldout.py")
+    heldout = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(heldout)
+    base = {"family": "gemm", "intensity": 100.0, "reference_ms": 1.0,
+            "start": {"ok": True, "ms": 4.0, "reference_ms": 1.0},
+            "control": {"ok": True, "ms": 1.25, "reference_ms": 1.1}}
+    records = [
+        {**base, "op": "again", "best": {"ok": True, "ms": 0.9, "reference_ms": 1.0,
+                                         "regate": {"ok": True, "ms": 1.2, "reference_ms": 1.05}}},
+        {**base, "op": "failed", "best": {"ok": True, "ms": 0.9, "reference_ms": 1.0,
+                                          "regate": {"ok": False, "ms": None, "reason": "x"}}},
+        {**base, "op": "old", "best": {"ok": True, "ms": 0.9, "reference_ms": 1.0}},
+    ]
+    args = argparse.Namespace(tier="device", library="lib", budget_steps=16, box=300.0)
+    rows = {r["op"]: r for r in heldout.build_tables(records, args)["rows"]}
+    assert rows["again"]["best_from"] == "regate"
+    assert rows["again"]["best_vs_ref"] == pytest.approx(1.05 / 1.2)
+    assert rows["again"]["control_vs_ref"] == pytest.approx(1.1 / 1.25)
+    assert rows["again"]["best_vs_control"] == pytest.approx((1.05 / 1.2) / (1.1 / 1.25))
+    for op in ("failed", "old"):
+        assert rows[op]["best_from"] == "search"
+        assert rows[op]["best_vs_ref"] == pytest.approx(1.0 / 0.9)
+    text = heldout.markdown(heldout.build_tables(records, args))
+    line = next(l for l in text.splitlines() if "| again |" in l)
+    assert "| 1.2000 | 0.9000 |" in line
+    assert "| search | 0.9000 |" in next(l for l in text.splitlines() if "| old |" in l)
