@@ -114,11 +114,19 @@ def _check(args: argparse.Namespace, source: str, case: Any, path: Path) -> Any:
 
 
 def _verdict_summary(verdict: Any) -> dict[str, Any]:
+    """Pass/fail, the two times, and per variant the GPU time of each of the kernel's own
+    kernels and what its autotuners picked (a time well above its kernels' sum is host time in
+    `run`: a sync, a `.tolist()`; a pick that differs between two gates of one text explains
+    why their times differ)."""
     timing = verdict.timing
+    variants = {v.variant: {"kernels": dict(v.kernels),
+                            "picks": {name: dict(cfg) for name, cfg in v.picks}}
+                for v in (timing.variants if timing else ())}
     return {"ok": verdict.ok, "failure_kind": getattr(verdict.failure_kind, "value", verdict.failure_kind),
             "reason": verdict.reason,
             "ms": timing.candidate_ms if timing else None,
-            "reference_ms": timing.reference_ms if timing else None}
+            "reference_ms": timing.reference_ms if timing else None,
+            **({"variants": variants} if variants else {})}
 
 
 def _record(case: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -461,7 +469,14 @@ def markdown(result: dict[str, Any], title: str = "Held-out tier",
         lines += ["", f"Compute-bound operators (flops/byte >= {COMPUTE_BOUND:g}): library over control "
                   f"geomean {_fmt(c['compute_bound_geomean_best_vs_control'])}, worst "
                   f"{_fmt(c['compute_bound_min_best_vs_control'])} ({c['compute_bound_operators']} operators)."]
-        reasons = {r['op']: (r.get('flag_gems') or {}).get('reason') for r in result["rows"]}
+        borrowed = {r["op"]: (r.get("flag_gems") or {}).get("from") for r in result["rows"]
+                    if (r.get("flag_gems") or {}).get("ms")
+                    and (r.get("flag_gems") or {}).get("from") not in (None, r.get("records"))}
+        if borrowed:
+            lines += ["", "FlagGems column from another folder than the row's run: "
+                      + ", ".join(f"{k} ({v})" for k, v in borrowed.items()) + "."]
+        reasons = {r['op']: (r.get('flag_gems') or {}).get('reason')
+                   for r in result["rows"] if not (r.get('flag_gems') or {}).get('ms')}
         skipped = {k: v for k, v in reasons.items() if v}
         if skipped:
             lines += ["", "FlagGems column skipped: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())]
@@ -532,10 +547,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "ops").mkdir(parents=True, exist_ok=True)
     records: dict[str, dict[str, Any]] = {}
     origin: dict[str, str] = {}  # operator -> the records folder its record came from
+    gems_seen: dict[str, dict[str, Any]] = {}  # operator -> the latest record's FlagGems time
     for folder in args.records if args.tables_only else []:
         for path in sorted(Path(folder, "ops").glob("*.json")):
             records[path.stem] = json.loads(path.read_text())
             origin[path.stem] = Path(folder).name
+            gems = records[path.stem].get("flag_gems") or {}
+            if gems.get("ms"):
+                gems_seen[path.stem] = {**gems, "from": gems.get("from", Path(folder).name)}
     if args.gems_only:
         _write(out / "gems.json", measure_gems(cases))
     todo = []
@@ -546,7 +565,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             origin[slug(case)] = out.name
         elif not args.tables_only:
             todo.append(case)
-    # A folder's FlagGems measurements (--gems-only) fill the column where a record has none.
+    # FlagGems' time does not depend on the run's kernels: where the latest record of an
+    # operator has none (FlagGems did not import there), an earlier record's fills the column,
+    # naming its folder; so do a folder's FlagGems measurements (--gems-only).
+    for op, entry in gems_seen.items():
+        if op in records and not (records[op].get("flag_gems") or {}).get("ms"):
+            records[op]["flag_gems"] = entry
     for folder in [*(args.records if args.tables_only else []), str(out)]:
         gems = Path(folder, "gems.json")
         for op, entry in (json.loads(gems.read_text()) if gems.is_file() else {}).items():

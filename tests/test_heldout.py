@@ -348,3 +348,25 @@ def test_tables_take_the_best_kernels_fresh_gate_and_each_gates_own_reference(tm
     line = next(l for l in text.splitlines() if "| again |" in l)
     assert "| 1.2000 | 0.9000 |" in line
     assert "| search | 0.9000 |" in next(l for l in text.splitlines() if "| old |" in l)
+
+
+def test_an_earlier_records_flaggems_time_fills_a_later_record_without_one(tmp_path: Path) -> None:
+    """FlagGems' time does not depend on the run's kernels: a later record whose FlagGems did not
+    import takes the earlier record's time, and the table names the folder it came from."""
+    runs = REPO / "bench" / "results" / "heldout" / "h200x4-d4eb01b"
+    rec = json.loads((runs / "ops" / "bench__heldout__mm1024.json").read_text())
+    for name, gems in (("early", {"ms": 0.02, "vs_torch": 0.5}),
+                       ("late", {"ms": None, "reason": "import flag_gems failed"})):
+        (tmp_path / name / "ops").mkdir(parents=True)
+        (tmp_path / name / "ops" / "bench__heldout__mm1024.json").write_text(
+            json.dumps({**rec, "flag_gems": gems}))
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, str(REPO / "bench" / "heldout.py"), "--tier", "device", "--tables-only",
+           "--only", "mm1024", "--out", str(tmp_path / "late"), "--records", str(tmp_path / "early"),
+           "--results", str(tmp_path / "table")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = json.loads((tmp_path / "table.json").read_text())["rows"][0]
+    assert row["records"] == "late" and row["flag_gems"]["vs_torch"] == 0.5
+    assert row["flag_gems"]["from"] == "early"
+    assert "mm1024 (early)" in (tmp_path / "table.md").read_text()
