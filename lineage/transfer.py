@@ -56,12 +56,14 @@ WIDE_K = 64
 MAX_ACC_ELEMENTS = 128 * 256
 MAX_WARPS = 8
 # The fp32 accumulator elements a thread may hold in a swept configuration: a dot kernel's
-# output tile gets at least the warps that keep it there (`warps_cover`). 256 is a 128x256 tile
-# at 4 warps, the half-warp point of the recorded 8-warp configuration, which compiles (with
-# spills) in seconds. A card that records only a reduction step with one warp (a triangular
-# solve's k=32) fits a matmul by that step, and its sweep would give the matmul's 128x256 tile
-# one warp: 1024 a thread, which ptxas spilled for minutes, the rest of a run's box.
-ACC_PER_THREAD = 256
+# output tile gets at least the warps that keep it there (`warps_cover`). 128 is a 128x256 tile
+# at 8 warps, or 64x128 at 2: the largest share of the usual matmul configurations. A card that
+# records only a reduction step with one warp (a triangular solve's k=32) fits a matmul by that
+# step, and its sweep would give the matmul's 128x256 tile one warp: 1024 a thread, which ptxas
+# spilled for minutes, the rest of a run's box. At 256 a thread (128x256 at 4 warps, 32x256 at
+# 1) the kernels compiled but spilled: mm1024 ran 0.1014 ms against 0.0123 at its pick
+# (h100x4-b1cf421), 0.0415 against 0.0140 (h100-795cf0c).
+ACC_PER_THREAD = 128
 MOST_WARPS = 16
 # A kernel whose first run (compilation included) takes this long is compiled at no fewer than
 # half its warps by an own sweep (`sweep_own`).
@@ -384,11 +386,17 @@ def config_candidates(
             pair = None
         elif (pair is None) != own:
             continue
+        running = picked(target, (picks or {}).get(name))
         if pair is not None:
-            configs = sweep_around(pair[0], also=pair[1], roles=set(target.by_role()))
+            # a role the recorded configuration does not set stays as the kernel runs it: its
+            # autotuner's pick, not the first entry of its list (mm1024's list began 128x256
+            # and its pick was 64x128: a card that records only k and one warp swept 128x256
+            # tiles at 4 warps, 8x slower than the pick)
+            configs = [{**running.by_role(), **cfg}
+                       for cfg in sweep_around(pair[0], also=pair[1], roles=set(target.by_role()))]
         else:
-            configs = sweep_own(picked(target, (picks or {}).get(name)), heavy=heavy)
-        configs = shared_fit(warps_cover(configs, target), target, elem_bytes)
+            configs = sweep_own(running, heavy=heavy)
+        configs = shared_fit(warps_cover(configs, running), running, elem_bytes)
         if not configs:
             continue
         work = untied_for(ir, name, configs)

@@ -955,8 +955,8 @@ def test_a_dot_tile_swept_with_few_warps_gets_the_warps_that_hold_its_accumulato
     """A card whose recorded configuration has only a reduction step and one warp (a
     triangular solve's k=32) fits a matmul by that step; its sweep keeps the matmul's own
     128x256 tile, which one warp would hold as 1024 accumulator registers a thread (ptxas
-    spills for minutes). The sweep gives such a tile the warps to hold it; row kernels keep
-    theirs."""
+    spills for minutes; at four warps, 256 a thread, it compiles and spills). The sweep gives
+    such a tile the warps to hold it in 128 a thread; row kernels keep theirs."""
     from lineage.transfer import ACC_PER_THREAD, warps_cover
     from passes.triton.roles import KernelConfig, Param
 
@@ -965,7 +965,7 @@ def test_a_dot_tile_swept_with_few_warps_gets_the_warps_that_hold_its_accumulato
     out = warps_cover([{"k": 32, "num_warps": 1, "num_stages": 1},
                        {"m": 64, "n": 64, "num_warps": 2, "num_stages": 3},
                        {"m": 512, "n": 512, "num_warps": 8, "num_stages": 3}], mm)
-    assert out[0] == {"k": 32, "num_warps": 4, "num_stages": 1}
+    assert out[0] == {"k": 32, "num_warps": 8, "num_stages": 1}
     assert out[1] == {"m": 64, "n": 64, "num_warps": 2, "num_stages": 3}
     assert len(out) == 2  # 512x512 would need 32 warps: left out
     for cfg in out:
