@@ -1153,3 +1153,56 @@ def test_a_sweep_on_fp32_operands_fits_the_shared_memory_of_a_block() -> None:
     assert unknown[0] == half[0] and any(need(c, 4) > limit for c in unknown)
     assert [element_bytes(d) for d in ("fp32", "bfloat16", "torch.float8_e4m3fn", "half", "?")] \
         == [4, 2, 1, 2, None]
+
+
+AUTOTUNED_MM = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[
+    triton.Config({"BM": 128, "BN": 256, "BK": 64}, num_warps=8, num_stages=3),
+    triton.Config({"BM": 64, "BN": 128, "BK": 64}, num_warps=4, num_stages=4),
+], key=["M", "N", "K"])
+@triton.jit
+def mm(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        x = tl.load(a + rm[:, None] * K + (k0 + rk)[None, :],
+                    mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
+        y = tl.load(b + (k0 + rk)[:, None] * N + rn[None, :],
+                    mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(x, y)
+    tl.store(c + rm[:, None] * N + rn[None, :], acc.to(c.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    grid = lambda meta: (triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"]))
+    mm[grid](a, b, c, M, N, K)
+    return c
+'''
+
+
+def test_a_recorded_sweep_keeps_the_tiles_it_does_not_set_as_the_autotuner_picked_them() -> None:
+    """A card whose recorded configuration sets only a reduction step and one warp fits a
+    matmul by that step. The roles it does not set stay as the kernel runs them: the tile its
+    autotuner picked (64x128), not the first entry of its list (128x256, which the card's one
+    warp, lifted to cover its accumulator, would sweep at a spilling 256 registers a thread)."""
+    carrier = {"config": {"solve": {"kernel": "solve", "dot": True, "tiles": {"k": 32},
+                                    "num_warps": 1, "num_stages": 1}}}
+    pick = {"mm": {"BM": 64, "BN": 128, "BK": 64, "num_warps": 4, "num_stages": 4}}
+    [(name, _, fitted)] = config_candidates(carrier, _ir(AUTOTUNED_MM), picks=pick)
+    assert name == "mm" and fitted
+    assert {(c["BM"], c["BN"]) for c in fitted} == {(64, 128)}
+    assert all(64 * 128 <= 32 * c["num_warps"] * 128 for c in fitted)
+    [(_, _, unpicked)] = config_candidates(carrier, _ir(AUTOTUNED_MM))
+    assert {(c["BM"], c["BN"]) for c in unpicked} == {(128, 256)}
+    assert all(c["num_warps"] >= 8 for c in unpicked)
