@@ -471,6 +471,61 @@ def test_a_mask_that_reaches_past_the_rows_block_bounds_no_loop(cond: str) -> No
     assert not _bounding_sites(text)
 
 
+MASK = "x = tl.where(rows[:, None] >= keys[None, :], x, -1.0e30)"
+
+
+@pytest.mark.parametrize("mask", [
+    "x = tl.where(rows[:, None] >= keys[None, :], -1.0e30, x)",
+    "x = tl.where(keys[None, :] <= rows[:, None], float('-inf'), x)",
+    "x = tl.where(rows[:, None] >= keys[None, :], x, 0.0)",
+    "x = tl.where(keys[None, :] > rows[:, None], x, -1.0e30)",
+])
+def test_a_mask_that_keeps_the_keys_past_the_diagonal_or_zeroes_a_score_bounds_no_loop(
+        mask: str) -> None:
+    """Which side of a `tl.where` a comparison selects decides what it masks: `tl.where(past,
+    -inf, x)` drops the keys up to the diagonal and keeps the ones after it, and a score set to
+    zero before the exponential still weighs exp(0 - m). Neither may stop the loop at the
+    diagonal (each once did)."""
+    text = CAUSAL.replace(MASK, mask)
+    assert mask in text
+    assert not _bounding_sites(text)
+
+
+@pytest.mark.parametrize("mask", [
+    "x = x + tl.where(rows[:, None] >= keys[None, :], 0, -1.0e6)",
+    "x = x + tl.where(rows[:, None] >= keys[None, :], 0.0, float('-inf'))",
+    "future = (keys[None, :] > rows[:, None]) | (keys[None, :] >= n)\n"
+    "        x = tl.where(future, float('-inf'), x)",
+])
+def test_an_additive_mask_and_a_mask_of_what_to_drop_bound_the_loop(tmp_path: Path,
+                                                                     mask: str) -> None:
+    """The additive form (`x + tl.where(keep, 0, -1e6)`) and the dual form, a condition of
+    what to drop joined by `|` into the first value of a `tl.where`, bound the key loop like
+    `tl.where(keep, x, -inf)`; the bounded kernel matches the reference in the interpreter."""
+    import gate
+    from passes.registry import get_pass
+
+    text = CAUSAL.replace(MASK, mask)
+    assert mask.splitlines()[0] in text
+    p = get_pass("causal-block-skip")()
+    ir = _ir(text)
+    site = next(s for s in p.sites(ir) if s.detail.get("form") == "bound")
+    bounded = p.optimize(ir, site).ir.unparse()
+    assert "tl.minimum(n, qi * BQ + BQ)" in bounded
+    host = ("\nimport torch\n\n\ndef run(q, k, v):\n    B, H, S, D = q.shape\n"
+            "    o = torch.empty_like(q, dtype=torch.float32)\n"
+            "    for bh in range(B * H):\n"
+            "        b, h = divmod(bh, H)\n"
+            "        attend[(triton.cdiv(S, 16),)](q[b, h], k[b, h], v[b, h], o[b, h], S, D ** -0.5,"
+            " D=D, BQ=16, BKV=16)\n"
+            "    return o.to(q.dtype)\n")
+    target = tmp_path / "bounded.py"
+    target.write_text(bounded + host)
+    case = gate.load_case(str(ROOT_DIR / "bench/heldout/attn_causal"))
+    verdict = gate.check_file(target, case, tier="interpret", cache=False)
+    assert verdict.ok, verdict.reason
+
+
 @pytest.mark.parametrize("case_dir,start_file", [("attn_causal", "attn_start.py"),
                                                   ("attn_gqa", "gqa_start.py")])
 def test_the_split_attention_kernel_matches_the_reference_in_the_interpreter(

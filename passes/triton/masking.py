@@ -272,23 +272,31 @@ def _row_block(mod: PyModule, kernel: ast.FunctionDef, names: set[str],
     return None
 
 
-def _conjunctive(mod: PyModule, node: ast.AST, loop: ast.For, depth: int = 3) -> bool:
+def _conjunctive(mod: PyModule, node: ast.AST, loop: ast.For, depth: int = 3,
+                 dual: bool = False) -> bool:
     """Whether `node` only ever narrows what it feeds: it reaches its statement through `&` /
     `and` alone (not under `|`, `or`, `not` or a conditional), its statement lies in the loop's
     own body (not under an `if`), and a name it is assigned to is read the same way.
     `(keys < n) & (not CAUSAL or rows >= keys)` masks nothing when the flag is off: a loop
-    bound cut at the diagonal would be wrong there."""
+    bound cut at the diagonal would be wrong there. With `dual`, `node` is a condition of what
+    to drop (`keys > rows`): it must only ever widen what is dropped, through `|` / `or` alone
+    into the condition of a `tl.where` whose first value is the dropped one
+    (`tl.where(future, -inf, s)`); a load's mask keeps what it holds, so it cannot take one."""
+    joins = (ast.BitOr, ast.Or) if dual else (ast.BitAnd, ast.And)
     cur = node
     parent = mod.parents.get(cur)
     while parent is not None and not isinstance(parent, ast.stmt):
-        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.BitAnd) \
-                or isinstance(parent, ast.BoolOp) and isinstance(parent.op, ast.And) \
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, joins[0]) \
+                or isinstance(parent, ast.BoolOp) and isinstance(parent.op, joins[1]) \
                 or isinstance(parent, ast.Subscript) and parent.value is cur:
             cur, parent = parent, mod.parents.get(parent)
             continue
-        if isinstance(parent, ast.Call) and cur in parent.args[:1] \
-                or isinstance(parent, ast.keyword):
-            break  # the condition of a `tl.where`, or a load's mask
+        if isinstance(parent, ast.Call) and callee(parent) in WHERE and cur in parent.args[:1]:
+            if not _drops(mod, parent, loop, when=dual):
+                return False  # `tl.where(keys <= rows, -inf, s)` keeps the other side
+            break  # the condition of a `tl.where` that drops what the mask excludes
+        if isinstance(parent, ast.keyword) and parent.arg == "mask" and not dual:
+            break  # a load's or a store's mask
         return False
     stmt = parent
     while stmt is not None and stmt is not loop:  # `if CAUSAL:` around the mask: a flag again
@@ -299,8 +307,67 @@ def _conjunctive(mod: PyModule, node: ast.AST, loop: ast.For, depth: int = 3) ->
         names = {t.id for t in parent.targets if isinstance(t, ast.Name)}
         uses = [n for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id in names
                 and isinstance(n.ctx, ast.Load)]
-        return all(_conjunctive(mod, use, loop, depth - 1) for use in uses)
+        return all(_conjunctive(mod, use, loop, depth - 1, dual) for use in uses)
     return True
+
+
+WHERE = frozenset({"tl.where", "triton.language.where"})
+
+
+def _strong_drop(node: ast.AST) -> bool:
+    """-inf (`float("-inf")`, `-float("inf")`, `-math.inf`) or a literal at or below -1e4: a
+    score no softmax weight survives."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = node.operand
+        if isinstance(inner, ast.Constant) and isinstance(inner.value, (int, float)) \
+                and not isinstance(inner.value, bool):
+            return inner.value >= 1e4
+        if isinstance(inner, ast.Call) and callee(inner) == "float" and inner.args \
+                and isinstance(inner.args[0], ast.Constant) \
+                and str(inner.args[0].value).lower() in ("inf", "infinity"):
+            return True
+        return isinstance(inner, ast.Attribute) and inner.attr == "inf"
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+            and not isinstance(node.value, bool):
+        return node.value <= -1e4
+    return isinstance(node, ast.Call) and callee(node) == "float" and bool(node.args) \
+        and isinstance(node.args[0], ast.Constant) \
+        and str(node.args[0].value).lower() in ("-inf", "-infinity")
+
+
+SCORE_CALLS = frozenset({"tl.exp", "tl.exp2", "tl.math.exp", "tl.math.exp2", "tl.max",
+                         "triton.language.exp", "triton.language.exp2", "triton.language.max"})
+
+
+def _feeds_scores(mod: PyModule, node: ast.AST, loop: ast.For, depth: int = 3) -> bool:
+    """Whether `node`'s value reaches an exponential or a max in the loop (inline, or through
+    the names it is assigned to): there a zero is a score like any other, not a dropped one."""
+    cur, parent = node, mod.parents.get(node)
+    while parent is not None and not isinstance(parent, ast.stmt):
+        if isinstance(parent, ast.Call) and callee(parent) in SCORE_CALLS:
+            return True
+        cur, parent = parent, mod.parents.get(parent)
+    if isinstance(parent, ast.Assign) and cur is parent.value and depth > 0:
+        names = {t.id for t in parent.targets if isinstance(t, ast.Name)}
+        return any(_feeds_scores(mod, n, loop, depth - 1) for n in ast.walk(loop)
+                   if isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load))
+    return False
+
+
+def _drops(mod: PyModule, where: ast.Call, loop: ast.For, when: bool = False) -> bool:
+    """Whether `tl.where(cond, a, b)` drops what `cond` is `when` for (false: `b` is the
+    dropped value, true: `a` is): the dropped value removes an element's contribution and the
+    other does not. -inf or a large negative score does where it goes; zero does where the
+    value is a weight or a term of a sum (not where it reaches an exponential or a max,
+    `_feeds_scores`: a zeroed score still weighs exp(0 - m)). An additive mask
+    `tl.where(mask, 0, -1e6)` keeps where the mask holds; `tl.where(past, -inf, s)` drops what
+    `past` is true for."""
+    if len(where.args) != 3:
+        return False
+    kept, dropped = (where.args[2], where.args[1]) if when else (where.args[1], where.args[2])
+    zero = isinstance(dropped, ast.Constant) and not isinstance(dropped.value, bool) \
+        and dropped.value == 0 and not _feeds_scores(mod, where, loop)
+    return (_strong_drop(dropped) or zero) and not _strong_drop(kept)
 
 
 def _ordered(cmp: ast.Compare) -> tuple[ast.expr, ast.expr, ast.cmpop] | None:
@@ -353,12 +420,17 @@ def triangles(mod: PyModule) -> list[Triangle]:
                 if ordered is None:
                     continue
                 left, right, _ = ordered
-                # keys (from the loop variable) on the left, rows (from outside) on the right
-                if loop.target.id not in reached(names_in(left), assigns):
-                    continue
-                rows = _rows_of(mod, kernel, right, inner)
-                if rows is not None and _conjunctive(mod, cmp, loop):
-                    limit, base, keys = f"{rows[0]} + {rows[1]}", rows[0], left
+                # keys (from the loop variable) on the smaller side, rows (from outside) on the
+                # larger: a condition of what to keep (`keys <= rows`); the other way round, a
+                # condition of what to drop (`keys > rows`), the dual of the first
+                for keys_side, rows_side, dual in ((left, right, False), (right, left, True)):
+                    if loop.target.id not in reached(names_in(keys_side), assigns):
+                        continue
+                    rows = _rows_of(mod, kernel, rows_side, inner)
+                    if rows is not None and _conjunctive(mod, cmp, loop, dual=dual):
+                        limit, base, keys = f"{rows[0]} + {rows[1]}", rows[0], keys_side
+                        break
+                if limit is not None:
                     break
             if limit is None:
                 continue
