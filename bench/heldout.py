@@ -17,7 +17,9 @@ of every run, start and control included, is a job on the Ray cluster, one GPU p
 1. start: the start kernel gated at --tier (fresh, uncached): at the device tier its time and
    the reference's, measured by the gate in the same worker process;
 2. best: `lineage.optimize.optimize` with --library and --budget-steps gated candidates,
-   stopped at the operator's --box (seconds; the time-box of optimize);
+   stopped at the operator's --box (seconds; the time-box of optimize); at the device tier the
+   best kernel is then gated once more, fresh (`regate`): the search kept it as the fastest of
+   the candidates it timed, so its own figure is biased low, and the tables use the fresh one;
 3. control: `lineage.control.autotune_control(start, max_configs=budget)`: the start kernel under
    a generic `@triton.autotune` list of at most --budget-steps configurations (the same budget of
    candidates, timed by the autotuner), no library, gated once;
@@ -36,7 +38,8 @@ command. A run whose process was killed before its record was written (a call's 
 still has its optimize run's saved lineage: --from-partial records it from there (start = the
 root state's verdict, best = the fastest state the run kept) and gates only the control.
 
-The tables (per operator: times, ratios to the reference, cards applied; per family: geometric
+The tables (per operator: times, ratios to the reference, each of one gate's kernel and
+reference times, cards applied; per family: geometric
 means; the library against the control over compute-bound operators, flops / bytes_moved >=
 COMPUTE_BOUND) go to RESULTS.json and RESULTS.md from every record under OUT/ops (with
 --records, also from earlier runs' folders; each row names its run). At --tier interpret (a
