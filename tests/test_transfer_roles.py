@@ -526,6 +526,41 @@ def test_an_additive_mask_and_a_mask_of_what_to_drop_bound_the_loop(tmp_path: Pa
     assert verdict.ok, verdict.reason
 
 
+def test_a_banded_mask_starts_the_key_loop_at_the_band(tmp_path: Path) -> None:
+    """Sliding-window attention keeps a key when `keys <= rows` and `rows - keys < window`: no
+    key below `row base - window + 1` is kept for any row of the program, so the rewrite that
+    stops the loop at the diagonal also starts its first loop at the band (and the result
+    matches the reference in the interpreter). A loop that bumps a pointer it loads through
+    (`kp += BK * D`) cannot start later: it keeps its start."""
+    import gate
+    from passes.registry import get_pass
+
+    folder = ROOT_DIR / "bench/styles/attn_window"
+    text = (folder / "window_attn.py").read_text()
+    p = get_pass("causal-block-skip")()
+
+    def bounded(src: str) -> str:
+        ir = _ir(src)
+        site = next(s for s in p.sites(ir) if s.detail.get("form") == "bound")
+        return p.optimize(ir, site).ir.unparse()
+
+    out = bounded(text)
+    assert "for start in range(tl.maximum(qb * BQ - window + 1, 0) // BK * BK, below_diagonal" in out
+    target = tmp_path / "banded.py"
+    target.write_text(out)
+    verdict = gate.check_file(target, gate.load_case(str(folder)), tier="interpret", cache=False)
+    assert verdict.ok, verdict.reason
+    loop = ("    for start in range(0, S, BK):\n        keys = start + tl.arange(0, BK)\n"
+            "        k = tl.load(K + base + keys[:, None] * D + cols[None, :], mask=keys[:, None] < S,"
+            " other=0.0)")
+    moved = ("    kp = K + base + tl.arange(0, BK)[:, None] * D + cols[None, :]\n"
+             "    for start in range(0, S, BK):\n        keys = start + tl.arange(0, BK)\n"
+             "        k = tl.load(kp, mask=keys[:, None] < S, other=0.0)\n        kp += BK * D")
+    assert loop in text
+    out = bounded(text.replace(loop, moved))
+    assert "for start in range(0, below_diagonal, BK)" in out
+
+
 @pytest.mark.parametrize("case_dir,start_file", [("attn_causal", "attn_start.py"),
                                                   ("attn_gqa", "gqa_start.py")])
 def test_the_split_attention_kernel_matches_the_reference_in_the_interpreter(

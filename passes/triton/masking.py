@@ -523,6 +523,111 @@ def _strip_index(expr: ast.AST) -> ast.AST:
     return expr
 
 
+LOADS_STORES = frozenset({"tl.load", "triton.language.load", "tl.store", "triton.language.store",
+                          "tl.advance", "triton.language.advance"})
+
+
+def _poly_text(poly: dict[tuple[str, ...], int]) -> str:
+    """A `_sum` polynomial written back as an expression."""
+    terms = []
+    for mono, coef in sorted(poly.items()):
+        body = " * ".join(f if f.isidentifier() else f"({f})" for f in mono)
+        if not body:
+            terms.append(str(coef))
+        else:
+            terms.append(body if coef == 1 else f"-{body}" if coef == -1 else f"{coef} * {body}")
+    return " + ".join(terms).replace("+ -", "- ") or "0"
+
+
+def _moves_pointers(mod: PyModule, loop: ast.For) -> bool:
+    """Whether an iteration advances state the next one addresses memory with: a pointer or
+    block pointer bumped in the loop (`p += STEP`, `p = tl.advance(p, ...)`, `p = p + STEP`,
+    a name assigned both before and in the loop that a load or store addresses with). A loop
+    that does cannot start later without those advances."""
+    inner = _loop_names(loop) | {n.target.id for n in ast.walk(loop)
+                                 if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)}
+    kernel = mod.kernel_of(loop)
+    if kernel is None:
+        return True
+    lo, hi = mod.start(loop), mod.end(loop)
+    before = {a.arg for a in kernel.args.args} | {
+        t.id for n in ast.walk(kernel) if isinstance(n, (ast.Assign, ast.AugAssign))
+        and not lo <= mod.start(n) < hi
+        for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        if isinstance(t, ast.Name)}
+    carried = (inner - {loop.target.id}) & before
+    for call in ast.walk(loop):
+        if isinstance(call, ast.Call) and callee(call) in LOADS_STORES and call.args:
+            if names_in(call.args[0]) & carried:
+                return True
+    return False
+
+
+def window_start(mod: PyModule, kernel: ast.FunctionDef, loop: ast.For) -> str | None:
+    """The first key block a banded mask keeps for any row of the program, for a key loop
+    `range(0, bound, STEP)`: a comparison of the iteration's keys against the program's rows
+    and a loop-invariant width, e.g. `rows - keys < W` (reached like a causal mask,
+    `_conjunctive`), keeps no key below `row base - W + 1`, so the loop may start at
+    `tl.maximum(row base - W + 1, 0) // STEP * STEP`. None where there is no such comparison,
+    the loop does not start at a literal 0 in steps of its keys, its variable is read after it,
+    or it moves pointers the skipped iterations would have moved (`_moves_pointers`)."""
+    import copy  # noqa: PLC0415
+
+    args = loop.iter.args
+    if len(args) != 3 or literal_int(args[0]) != 0 or _moves_pointers(mod, loop):
+        return None
+    var = loop.target.id
+    if any(isinstance(n, ast.Name) and n.id == var and mod.start(n) >= mod.end(loop)
+           for n in ast.walk(kernel)):
+        return None
+    step = mod.text(args[2])
+    inner_names = _loop_names(loop)
+    outer, inner = _outside(kernel, inner_names), assignments(loop)
+    for cmp in ast.walk(loop):
+        ordered = _ordered(cmp) if isinstance(cmp, ast.Compare) else None
+        if ordered is None or not _conjunctive(mod, cmp, loop):
+            continue
+        keys = [n for n in ast.walk(cmp) if isinstance(n, ast.expr)
+                and _keys_of(n, loop, step.replace(" ", ""), outer, inner)]
+        rows = [(n, r) for n in ast.walk(cmp) if isinstance(n, ast.expr)
+                and (r := _rows_of(mod, kernel, n, inner_names)) is not None]
+        keys = [k for k in keys if not any(k is not o and k in set(ast.walk(o)) for o in keys)]
+        rows = [(n, r) for n, r in rows
+                if not any(n is not o and n in set(ast.walk(o)) for o, _ in rows)]
+        if len(keys) != 1 or len(rows) != 1:
+            continue
+        marked = copy.deepcopy(cmp)
+        spans = {(mod.start(keys[0]), mod.end(keys[0])): "__keys__",
+                 (mod.start(rows[0][0]), mod.end(rows[0][0])): "__rows__"}
+
+        class _Mark(ast.NodeTransformer):
+            def visit(self, node: ast.AST) -> ast.AST:
+                tag = spans.get((getattr(node, "_start", None), getattr(node, "_end", None)))
+                return ast.Name(tag, ast.Load()) if tag else self.generic_visit(node)
+
+        for a, b in zip(ast.walk(cmp), ast.walk(marked)):  # the copy's nodes know their spans
+            if isinstance(a, ast.expr):
+                b._start, b._end = mod.start(a), mod.end(a)
+        small, large, op = _ordered(_Mark().visit(marked))
+        a, b = _sum(small), _sum(large)
+        if a is None or b is None:
+            continue
+        diff = dict(b)
+        for k, v in a.items():
+            diff[k] = diff.get(k, 0) - v
+        diff = {k: v for k, v in diff.items() if v}
+        # kept where keys - rows + rest > 0 (`<`) or >= 0 (`<=`)
+        if diff.pop(("__keys__",), 0) != 1 or diff.pop(("__rows__",), 0) != -1:
+            continue
+        rest_names = {n for mono in diff for f in mono for n in names_in(ast.parse(f, mode="eval"))}
+        if not diff or any("__" in f for mono in diff for f in mono) or rest_names & inner_names:
+            continue
+        base = rows[0][1][0]
+        low = f"{base} - ({_poly_text(diff)})" + (" + 1" if isinstance(op, ast.Lt) else "")
+        return f"tl.maximum({low}, 0) // {step} * {step}"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Split:
     """How a triangle loop splits at the program's first row: key blocks that end at or
@@ -710,6 +815,9 @@ def split_plan(mod: PyModule, kernel: ast.FunctionDef, tri: Triangle) -> Split |
         rest = f"{name}, {bound}"
     else:
         copied.iter.args[1] = ast.Name(name, ast.Load())
+        window = window_start(mod, kernel, loop)
+        if window is not None:  # a banded mask: the first loop starts at the band
+            copied.iter.args[0] = ast.parse(window, mode="eval").body
         assign = f"{name} = tl.minimum({bound}, {tri.base}) // {step_text} * {step_text}"
         rest = f"{name}, {bound}, {step_text}"
     return Split(name, assign, ast.unparse(copied), rest)
@@ -879,7 +987,14 @@ class CausalBlockSkip(Pass):
                 if split:
                     break
                 text = tri.text or f"tl.minimum({mod.text(tri.bound)}, {tri.limit})"
-                return finish(ir, site, [ByteEdit(*site.span, text)], options={"limit": tri.limit})
+                edits = [ByteEdit(*site.span, text)]
+                window = window_start(mod, kernel, tri.loop) if kernel is not None else None
+                if window is not None:  # a banded mask: the loop starts at the band too
+                    first = tri.loop.iter.args[0]
+                    edits.insert(0, ByteEdit(mod.start(first), mod.end(first), window))
+                    site = dataclasses.replace(site, span=(min(mod.start(first), site.span[0]),
+                                                           site.span[1]))
+                return finish(ir, site, edits, options={"limit": tri.limit})
             return Skipped("no key loop masked against the rows at the site", {"site": site.anchor})
         if not self.code:
             return Skipped("restoring causal block skipping needs the recorded bounds "
