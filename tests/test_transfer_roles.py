@@ -559,6 +559,16 @@ def test_a_banded_mask_starts_the_key_loop_at_the_band(tmp_path: Path) -> None:
     assert loop in text
     out = bounded(text.replace(loop, moved))
     assert "for start in range(0, below_diagonal, BK)" in out
+    # the band written other ways gives the same first key (base - window + 1)
+    band = "(rows[:, None] - keys[None, :] < window)"
+    assert band in text
+    for other in ("(keys[None, :] > rows[:, None] - window)",
+                  "(keys[None, :] + window > rows[:, None])",
+                  "(rows[:, None] - keys[None, :] <= window - 1)"):
+        out = bounded(text.replace(band, other))
+        first = next(l for l in out.splitlines() if "for start in range(" in l)
+        assert first.replace(" ", "").startswith("forstartinrange(tl.maximum(qb*BQ-")
+        assert "window+1,0)" in first.replace(" ", "") or "(-1+window),0)" in first.replace(" ", "")
 
 
 @pytest.mark.parametrize("case_dir,start_file", [("attn_causal", "attn_start.py"),

@@ -623,7 +623,8 @@ def window_start(mod: PyModule, kernel: ast.FunctionDef, loop: ast.For) -> str |
         if not diff or any("__" in f for mono in diff for f in mono) or rest_names & inner_names:
             continue
         base = rows[0][1][0]
-        low = f"{base} - ({_poly_text(diff)})" + (" + 1" if isinstance(op, ast.Lt) else "")
+        strict = isinstance(op, (ast.Lt, ast.Gt))  # keys > rows - W: keys >= rows - W + 1
+        low = f"{base} - ({_poly_text(diff)})" + (" + 1" if strict else "")
         return f"tl.maximum({low}, 0) // {step} * {step}"
     return None
 
