@@ -49,7 +49,7 @@ def test_induce_resume_export_report(kernel: str, case: str, tier: str, tmp_path
     assert partial["transitions"] >= 1, partial
     before = Lineage.load(out)
 
-    resumed = _klineage(*common, "--max-steps", "4", "--resume", env=env)
+    resumed = _klineage(*common, "--max-steps", "3", "--resume", env=env)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads(resumed.stdout)
     after = Lineage.load(out)
