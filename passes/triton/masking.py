@@ -563,6 +563,21 @@ def _moves_pointers(mod: PyModule, loop: ast.For) -> bool:
     return False
 
 
+def _named(expr: ast.expr, names: dict[ast.AST, str]) -> ast.expr:
+    """A copy of `expr` with each of the nodes `names` holds replaced by a name of its own."""
+    import copy  # noqa: PLC0415
+
+    copied = copy.deepcopy(expr)
+    tags = {id(b): names[a] for a, b in zip(ast.walk(expr), ast.walk(copied)) if a in names}
+
+    class _Swap(ast.NodeTransformer):
+        def visit(self, node: ast.AST) -> ast.AST:
+            tag = tags.get(id(node))
+            return ast.Name(tag, ast.Load()) if tag else self.generic_visit(node)
+
+    return _Swap().visit(copied)
+
+
 def window_start(mod: PyModule, kernel: ast.FunctionDef, loop: ast.For) -> str | None:
     """The first key block a banded mask keeps for any row of the program, for a key loop
     `range(0, bound, STEP)`: a comparison of the iteration's keys against the program's rows
@@ -571,8 +586,6 @@ def window_start(mod: PyModule, kernel: ast.FunctionDef, loop: ast.For) -> str |
     `tl.maximum(row base - W + 1, 0) // STEP * STEP`. None where there is no such comparison,
     the loop does not start at a literal 0 in steps of its keys, its variable is read after it,
     or it moves pointers the skipped iterations would have moved (`_moves_pointers`)."""
-    import copy  # noqa: PLC0415
-
     args = loop.iter.args
     if len(args) != 3 or literal_int(args[0]) != 0 or _moves_pointers(mod, loop):
         return None
@@ -596,19 +609,7 @@ def window_start(mod: PyModule, kernel: ast.FunctionDef, loop: ast.For) -> str |
                 if not any(n is not o and n in set(ast.walk(o)) for o, _ in rows)]
         if len(keys) != 1 or len(rows) != 1:
             continue
-        marked = copy.deepcopy(cmp)
-        spans = {(mod.start(keys[0]), mod.end(keys[0])): "__keys__",
-                 (mod.start(rows[0][0]), mod.end(rows[0][0])): "__rows__"}
-
-        class _Mark(ast.NodeTransformer):
-            def visit(self, node: ast.AST) -> ast.AST:
-                tag = spans.get((getattr(node, "_start", None), getattr(node, "_end", None)))
-                return ast.Name(tag, ast.Load()) if tag else self.generic_visit(node)
-
-        for a, b in zip(ast.walk(cmp), ast.walk(marked)):  # the copy's nodes know their spans
-            if isinstance(a, ast.expr):
-                b._start, b._end = mod.start(a), mod.end(a)
-        small, large, op = _ordered(_Mark().visit(marked))
+        small, large, op = _ordered(_named(cmp, {keys[0]: "__keys__", rows[0][0]: "__rows__"}))
         a, b = _sum(small), _sum(large)
         if a is None or b is None:
             continue
