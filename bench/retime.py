@@ -23,38 +23,39 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "bench"):  # the project, and heldout.py beside this script
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 
 def best_source(record_dir: Path, op: str) -> tuple[str, str]:
     """(case ref, best kernel source) of operator `op`'s record in `record_dir`."""
+    from lineage.graph import Lineage
+
     matches = sorted((record_dir / "ops").glob(f"*{op}.json"))
     exact = [m for m in matches if m.stem.split("__")[-1] == op]
     if len(exact) != 1:
         raise SystemExit(f"retime: no single record of {op!r} in {record_dir}/ops")
     record = json.loads(exact[0].read_text())
-    lineage = json.loads((exact[0].with_suffix("") / "optimize" / "lineage.json").read_text())
-    best = [n for n in lineage["nodes"] if n["type"] == "state" and "best" in (n["roles"] or [])]
+    lin = Lineage.load(exact[0].with_suffix("") / "optimize" / "lineage.json")
+    best = list(lin.roles("best"))
     if len(best) != 1:
         raise SystemExit(f"retime: the lineage of {op!r} has {len(best)} best states")
-    return record["ref"], best[0]["source"]
+    return record["ref"], lin.node(best[0])["source"]
 
 
 def gate_once(case_ref: str, kernel_path: Path, tier: str = "device") -> dict[str, Any]:
-    """One gate of the kernel (no cache): its times, ratio and autotuner picks (`ok` false
-    with the reason where it fails or has no timing, as at the interpret tier)."""
+    """One gate of the kernel (no cache), summarized as the held-out tables summarize theirs
+    (`heldout._verdict_summary`: times, each variant's kernel times and autotuner picks) with
+    the ratio; `ok` false with the reason where it fails or has no timing (the interpret tier)."""
     import gate
+    from heldout import _verdict_summary
 
-    verdict = gate.check_file(kernel_path, gate.load_case(case_ref), tier=tier, cache=False)
-    if not verdict.ok:
-        return {"ok": False, "reason": f"{verdict.failure_kind}: {verdict.reason}"}
-    if verdict.timing is None:
-        return {"ok": False, "reason": f"no timing at the {getattr(verdict.tier, 'value', verdict.tier)} tier"}
-    t = verdict.timing
-    picks = {name: dict(cfg) for v in t.variants for name, cfg in v.picks}
-    return {"ok": True, "kernel_ms": t.candidate_ms, "reference_ms": t.reference_ms,
-            "ratio": t.reference_ms / t.candidate_ms, "picks": picks}
+    out = _verdict_summary(gate.check_file(kernel_path, gate.load_case(case_ref), tier=tier,
+                                           cache=False))
+    if out["ok"] and not (out["ms"] and out["reference_ms"]):
+        return {**out, "ok": False, "reason": f"no timing at the {tier} tier"}
+    return {**out, "ratio": out["reference_ms"] / out["ms"]} if out["ok"] else out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         if not ok:
             lines.append(f"| {op} | - | - | failed: {r['processes'][0].get('reason')} | | |")
             continue
-        k = statistics.median(p["kernel_ms"] for p in ok)
+        k = statistics.median(p["ms"] for p in ok)
         ref = statistics.median(p["reference_ms"] for p in ok)
         lines.append(f"| {op} | {k:.4f} | {ref:.4f} | {r['ratio']:.3f} | {r['min']:.3f} "
                      f"| {r['max']:.3f} |")
