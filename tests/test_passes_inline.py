@@ -93,3 +93,93 @@ def test_a_card_without_a_site_acts_on_the_kernel_with_its_helpers_inlined() -> 
     made = next(iter(materializations(card, ir, DeterministicRewriter(), ctx)))
     assert made.ok and "helpers inlined" in made.refusals
     assert "make_tensor_descriptor(" in made.ir.unparse()
+
+
+FLAGGED_HELPER = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _keys(acc, l_i, m_i, q, k_ptr, v_ptr, rows, lo, hi, n, scale,
+          BN: tl.constexpr, D: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    cols = tl.arange(0, BN)
+    dims = tl.arange(0, D)
+    for j in range(lo, hi, BN):
+        keys = j + cols
+        k = tl.load(k_ptr + keys[:, None] * D + dims[None, :], mask=keys[:, None] < n, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * scale
+        if IS_CAUSAL:
+            s = tl.where(rows[:, None] >= keys[None, :], s, float("-inf"))
+        else:
+            s = tl.where(keys[None, :] < n, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        v = tl.load(v_ptr + keys[:, None] * D + dims[None, :], mask=keys[:, None] < n, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attn(q_ptr, k_ptr, v_ptr, o_ptr, n, scale, BM: tl.constexpr, BN: tl.constexpr,
+         D: tl.constexpr, CAUSAL: tl.constexpr):
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    dims = tl.arange(0, D)
+    q = tl.load(q_ptr + rows[:, None] * D + dims[None, :], mask=rows[:, None] < n, other=0.0)
+    acc = tl.zeros((BM, D), dtype=tl.float32)
+    l_i = tl.zeros((BM,), dtype=tl.float32)
+    m_i = tl.full((BM,), float("-inf"), dtype=tl.float32)
+    if CAUSAL:
+        acc, l_i, m_i = _keys(acc, l_i, m_i, q, k_ptr, v_ptr, rows, 0, n, n, scale, BN, D, True)
+    else:
+        acc, l_i, m_i = _keys(acc, l_i, m_i, q, k_ptr, v_ptr, rows, 0, n, n, scale, BN, D, False)
+    tl.store(o_ptr + rows[:, None] * D + dims[None, :], acc / l_i[:, None], mask=rows[:, None] < n)
+
+
+def run(q, k, v, causal):
+    o = torch.empty_like(q)
+    n, d = q.shape
+    attn[(triton.cdiv(n, 64),)](q, k, v, o, n, d ** -0.5, BM=64, BN=64, D=d, CAUSAL=causal)
+    return o
+'''
+
+
+def test_a_flag_the_call_binds_to_a_literal_is_folded_and_its_masked_loop_becomes_a_site() -> None:
+    ir = kir.parse(FLAGGED_HELPER, "triton")
+    out = inline_helpers(ir)
+    assert out is not None
+    text = out.unparse()
+    kernel = text[text.index("def attn("):text.index("def run")]
+    # the causal call keeps the triangle's mask only, the other call the length mask only
+    assert "if True" not in kernel and "if False" not in kernel and "IS_CAUSAL" not in kernel
+    assert kernel.count("rows[:, None] >= keys[None, :]") == 1
+    compile(text, "inlined.py", "exec")
+    # under the flag the mask was no mask of every iteration; folded, the key loop of the
+    # causal call can stop at the row block's end
+    skip = get_pass("causal-block-skip")()
+    assert not [s for s in skip.sites(ir) if s.detail.get("form") == "bound"]
+    bounds = [s for s in skip.sites(out) if s.detail.get("form") == "bound"]
+    assert len(bounds) == 1 and not bounds[0].present
+    assert bounds[0].detail["limit"] == "tl.program_id(0) * BM + BM"
+
+
+def test_a_causal_card_from_another_operator_skips_blocks_behind_a_flagged_helper() -> None:
+    """The trmm lineage's card (a K loop of a triangular product stopped at the row block)
+    carries no recorded code an attention kernel has; on a kernel whose masked loop sits in a
+    helper under a flag, it acts on the kernel with the helper inlined and its flag folded."""
+    from lineage.optimize import materializations
+    from lineage.skills import Library
+    from passes.base import PassContext
+    from passes.rewriter import DeterministicRewriter
+
+    lib = Library.open(ROOT / "bench/results/heldout/libraries/loo-fmha")
+    card = next(c for c in lib.cards() if c.pass_name == "causal-block-skip")
+    assert card.scope["cases"] == ["trmm"] and card.admitted
+    ir = kir.parse(FLAGGED_HELPER, "triton")
+    made = next(iter(materializations(card, ir, DeterministicRewriter(), PassContext())))
+    assert made.ok and "helpers inlined" in made.refusals
+    text = made.ir.unparse()
+    assert "tl.minimum(n, tl.program_id(0) * BM + BM)" in text

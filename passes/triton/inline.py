@@ -10,12 +10,15 @@ A helper is inlined at a call `name = helper(args)` (a statement of a kernel, no
 arguments) when its body ends in its only `return value`, defines no function and declares
 no `global` / `nonlocal`. Its parameters are replaced by the arguments where an argument is a
 name or a literal, else bound by an assignment first; its own names that the kernel also uses
-are renamed; the call becomes the body followed by `name = value`.
+are renamed; the call becomes the body followed by `name = value`. A branch whose test the
+arguments made a literal (`if MASK_CAUSAL:` called with `True`, `elif False:`) is folded to the
+branch that runs, as Triton folds a constexpr flag: the specialized body is what the passes
+read (a mask under `if MASK_CAUSAL:` is a mask of every iteration once the flag is `True`).
 """
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from passes._source import ByteEdit, indent_of
 from passes.triton._py import PyModule, callee
@@ -56,6 +59,55 @@ class _Rename(ast.NodeTransformer):
             name = new.id if isinstance(new, ast.Name) else node.id
             return ast.copy_location(ast.Name(name, node.ctx), node)
         return ast.copy_location(new, node)
+
+
+def _literal_truth(test: ast.expr) -> bool | None:
+    """The truth of a literal test (`True`, `0`, `None`, `not False`), else None."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _literal_truth(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, ast.Constant) and not isinstance(test.value, (str, bytes)):
+        return bool(test.value)
+    return None
+
+
+class _FoldLiteralBranches(ast.NodeTransformer):
+    """`if True: A else: B` -> A, `x if False else y` -> y (an emptied block gets `pass`)."""
+
+    def _block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for stmt in stmts:
+            new = self.visit(stmt)
+            out.extend(new if isinstance(new, list) else [new] if new is not None else [])
+        return out
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                folded = self._block(block)
+                setattr(node, field, folded or ([ast.Pass()] if field == "body" else []))
+        for field, value in ast.iter_fields(node):
+            if field in ("body", "orelse", "finalbody") and isinstance(value, list):
+                continue
+            if isinstance(value, ast.AST):
+                setattr(node, field, self.visit(value))
+            elif isinstance(value, list):
+                setattr(node, field, [self.visit(v) if isinstance(v, ast.AST) else v
+                                      for v in value])
+        return node
+
+    def visit_If(self, node: ast.If) -> Any:
+        truth = _literal_truth(node.test)
+        if truth is None:
+            return self.generic_visit(node)
+        return self._block(node.body if truth else node.orelse)
+
+    def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
+        truth = _literal_truth(node.test)
+        if truth is None:
+            return self.generic_visit(node)
+        return self.visit(node.body if truth else node.orelse)
 
 
 def _call_arguments(fn: ast.FunctionDef, call: ast.Call) -> dict[str, ast.expr] | None:
@@ -107,7 +159,8 @@ def _inlined_body(fn: ast.FunctionDef, call: ast.Call, target: ast.expr,
     for name in _bound(fn) - set(bound):
         if name in taken:
             names[name] = ast.Name(fresh(name), ast.Load())
-    body = [_Rename(names).visit(ast.parse(ast.unparse(stmt)).body[0]) for stmt in fn.body]
+    renamed = [_Rename(names).visit(ast.parse(ast.unparse(stmt)).body[0]) for stmt in fn.body]
+    body = _FoldLiteralBranches()._block(renamed)
     ret = body[-1]
     assert isinstance(ret, ast.Return) and ret.value is not None
     lines = prologue + [ast.unparse(stmt) for stmt in body[:-1]]
