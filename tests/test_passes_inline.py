@@ -183,3 +183,23 @@ def test_a_causal_card_from_another_operator_skips_blocks_behind_a_flagged_helpe
     assert made.ok and "helpers inlined" in made.refusals
     text = made.ir.unparse()
     assert "tl.minimum(n, tl.program_id(0) * BM + BM)" in text
+
+
+def test_a_stage_number_the_call_binds_is_compared_and_folded() -> None:
+    """A helper that picks its mask by comparing a stage argument (`if STAGE == 2:`), called
+    with a literal: the comparison is folded like a flag, and a comparison with a name is not."""
+    text = (FLAGGED_HELPER
+            .replace("IS_CAUSAL: tl.constexpr", "STAGE: tl.constexpr")
+            .replace("if IS_CAUSAL:", "if STAGE == 2:")
+            .replace("scale, BN, D, True)", "scale, BN, D, 2)")
+            .replace("scale, BN, D, False)", "scale, BN, D, 3)"))
+    assert text.count("STAGE") == 2
+    out = inline_helpers(kir.parse(text, "triton")).unparse()
+    kernel = out[out.index("def attn("):out.index("def run")]
+    assert "== 2" not in kernel and kernel.count("rows[:, None] >= keys[None, :]") == 1
+    bounds = [s for s in get_pass("causal-block-skip")().sites(kir.parse(out, "triton"))
+              if s.detail.get("form") == "bound"]
+    assert len(bounds) == 1
+    # a test on a name the call does not bind to a literal stays a branch
+    kept = inline_helpers(kir.parse(text.replace("if STAGE == 2:", "if STAGE == n:"), "triton"))
+    assert "== n" in kept.unparse()[kept.unparse().index("def attn("):]

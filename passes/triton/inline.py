@@ -11,7 +11,8 @@ arguments) when its body ends in its only `return value`, defines no function an
 no `global` / `nonlocal`. Its parameters are replaced by the arguments where an argument is a
 name or a literal, else bound by an assignment first; its own names that the kernel also uses
 are renamed; the call becomes the body followed by `name = value`. A branch whose test the
-arguments made a literal (`if MASK_CAUSAL:` called with `True`, `elif False:`) is folded to the
+arguments made literal (`if MASK_CAUSAL:` called with `True`, `if STAGE == 2:` called with
+`3`) is folded to the
 branch that runs, as Triton folds a constexpr flag: the specialized body is what the passes
 read (a mask under `if MASK_CAUSAL:` is a mask of every iteration once the flag is `True`).
 """
@@ -61,14 +62,26 @@ class _Rename(ast.NodeTransformer):
         return ast.copy_location(new, node)
 
 
+_LITERAL_NODES = (ast.Constant, ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare, ast.unaryop,
+                  ast.operator, ast.boolop, ast.cmpop)
+
+
 def _literal_truth(test: ast.expr) -> bool | None:
-    """The truth of a literal test (`True`, `0`, `None`, `not False`), else None."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner = _literal_truth(test.operand)
-        return None if inner is None else not inner
-    if isinstance(test, ast.Constant) and not isinstance(test.value, (str, bytes)):
-        return bool(test.value)
-    return None
+    """The truth of a test made of literals and operators alone (`True`, `0`, `not False`,
+    `3 == 2`, `3 & 2`, `1 and 0 < 4`: a flag argument the call bound, compared or masked),
+    else None. Numbers and booleans only; an expression that raises is None."""
+    if not all(isinstance(n, _LITERAL_NODES) for n in ast.walk(test)):
+        return None
+    if any(isinstance(n, ast.Constant) and not isinstance(n.value, (bool, int, float, type(None)))
+           for n in ast.walk(test)):
+        return None
+    if any(isinstance(n, (ast.Pow, ast.LShift)) for n in ast.walk(test)):
+        return None  # no arbitrary-size arithmetic
+    try:
+        value = eval(compile(ast.Expression(test), "<flag>", "eval"), {"__builtins__": {}}, {})
+    except Exception:  # noqa: BLE001 - a literal test that fails to evaluate stays as written
+        return None
+    return bool(value)
 
 
 class _FoldLiteralBranches(ast.NodeTransformer):
