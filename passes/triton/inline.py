@@ -11,10 +11,10 @@ arguments) when its body ends in its only `return value`, defines no function an
 no `global` / `nonlocal`. Its parameters are replaced by the arguments where an argument is a
 name or a literal, else bound by an assignment first; its own names that the kernel also uses
 are renamed; the call becomes the body followed by `name = value`. A branch whose test the
-arguments made literal (`if MASK_CAUSAL:` called with `True`, `if STAGE == 2:` called with
-`3`) is folded to the
-branch that runs, as Triton folds a constexpr flag: the specialized body is what the passes
-read (a mask under `if MASK_CAUSAL:` is a mask of every iteration once the flag is `True`).
+arguments made literal (`if MASK_CAUSAL:` called with `True`, `if STAGE == 2:` called with `3`)
+is folded to the branch that runs, as Triton folds a constexpr flag: the specialized body is
+what the passes read (a mask under `if MASK_CAUSAL:` is a mask of every iteration once the flag
+is `True`).
 """
 from __future__ import annotations
 
