@@ -87,7 +87,11 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   its loop and builds descriptors once per program only over descriptor loads); such a pair's
   stone may be up to `PAIR_SLACK` slower, since the card's gain was measured with it. Whether a
   card materializes, and what it writes, is asked of the deterministic rules and the
-  transplant only (no LLM call). Where the state's own sweep is due (`_own_sweep_round`), it
+  transplant only (no LLM call). Such a walk is a bet on the cards it unlocks (`_Run.bet`):
+  they are tried on the stone first, and when none of them beats the best kernel the loop goes
+  back to the best at once, the stones dropped (mm1024 at c1d5a41 spent 13 of its 16 gates on
+  a descriptor stone 14% slower and a grouped order on top of it, none faster than the kernel
+  they left, while the best kernel's own sweep that had paid at 9ed1476 was never gated). Where the state's own sweep is due (`_own_sweep_round`), it
   is gated first: one gate on the state the walk would leave.
 - revisits (device tier): a card whose last gated candidate passed and was at most
   `NEAR_MISS` slower than the best (a tie within timing noise, not evidence against it) is
@@ -681,6 +685,10 @@ class _Run:
     stones: list[_Stone] = field(default_factory=list)
     """Stepping stones found since the last improvement, not yet walked to."""
     stone_depth: int = 0
+    bet: tuple[str, ...] = ()
+    """Ids of the cards the loop stepped onto the current stone for (an enabling or pair
+    stone): they are tried there first, and when none of them beats the best kernel the loop
+    goes back to it (`_try_in_turn`)."""
     reused: int = 0
     """Candidates answered from `verdicts` (not gated again)."""
     blocked: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -940,6 +948,9 @@ def _try_in_turn(cards: Sequence[SkillCard], run: _Run, job: _Job, save: Callabl
     configuration sweep goes to a card of the round whose recorded configuration fits the
     kernel best (`_fit`); when nothing was kept, a sweep around the kernel's own configuration
     may follow (`_own_sweep_round`)."""
+    bet = _bet_cards(run, job)
+    if bet:  # the stone was walked to for these: they come first, retrieved or not
+        cards = bet + [c for c in cards if c.id not in run.bet]
     run.sweep_fit = max((_fit(card, run) for card in cards), default=0)
     run.round_cards = tuple(cards)
     for card in cards:
@@ -952,9 +963,30 @@ def _try_in_turn(cards: Sequence[SkillCard], run: _Run, job: _Job, save: Callabl
         save()
         if kept:
             return True
+        if bet and not _bet_cards(run, job):
+            _back_to_best(run, job, "its cards did not beat the best kernel")
+            return False
     kept = _own_sweep_round(cards, run, job)
     save()
     return kept
+
+
+def _bet_cards(run: _Run, job: _Job) -> list[SkillCard]:
+    """The cards of `run.bet` not yet tried on the current kernel (the stone), in bet order;
+    empty when the loop is on no such stone."""
+    if not run.bet or run.current.state == run.best.state:
+        return []
+    by_id = {c.id: c for c in job.cards}
+    return [by_id[i] for i in run.bet
+            if i in by_id and (run.current.state, i) not in run.tried]
+
+
+def _back_to_best(run: _Run, job: _Job, why: str) -> None:
+    """Leave the stepping stones for the best kernel (the stones found so far are dropped:
+    each was slower than the best, and the bet that walked to them is lost)."""
+    job.say("back", {"reason": why, "ms": run.best.ms})
+    run.current, run.chain = run.best, list(run.applied)
+    run.stones, run.stone_depth, run.bet = [], 0, ()
 
 
 def kernel_of(anchor: str) -> str:
@@ -1258,6 +1290,7 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
                             and _own_sweep_round(run.round_cards, run, job):
                         return True
                     _step_onto(run, job, stone, unlocks=unlocked)
+                    run.bet = tuple(unlocked)
                     return True
             return False
     kernel = _advance(run, job, card, made, kernel, frozenset())
@@ -1266,6 +1299,7 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
         if not _picks(kernel.verdict):
             run.own_swept.add(kernel.state)
     run.best, run.applied, run.stones, run.stone_depth = kernel, list(run.chain), [], 0
+    run.bet = ()
     job.say("accepted", {"card": card.id, "anchor": made.site.anchor, "ms": ms})
     return True
 
@@ -1333,6 +1367,7 @@ def _step_onto(run: _Run, job: _Job, stone: _Stone, unlocks: Sequence[str] = ())
     """Make `stone` the current kernel (the best stays where it is)."""
     run.stones = []
     run.stone_depth += 1
+    run.bet = ()
     _advance(run, job, stone.card, stone.made, stone.kernel, frozenset({"stone"}))
     job.say("stone", {"card": stone.card.id, "ms": stone.kernel.ms,
                       **({"unlocks": ",".join(unlocks)} if unlocks else {})})

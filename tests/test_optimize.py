@@ -1252,3 +1252,43 @@ def test_launch_cards_come_back_when_retrieval_offers_no_unasked_structural_card
     assert opt._asks_new([SimpleNamespace(card=c) for c in cards], run)
     run.tried.add(("s:0", "tma-descriptors.triton.7de2c2db"))
     assert not opt._asks_new([SimpleNamespace(card=c) for c in cards], run)
+
+
+def test_a_lost_pair_bet_goes_back_to_the_best_kernel(tmp_path: Path) -> None:
+    """The loop steps onto a slower descriptor step for the persistent loop its card's evidence
+    ran with; when that card does not beat the best kernel there, the loop goes back to the best
+    at once instead of spending the budget on the stone (mm1024 at c1d5a41: 13 of 16 gates on
+    two stones 14% slower, none faster than the kernel they left). A pipelining step that pays
+    on the pointer kernel and not on the slower stone is then found on the best kernel."""
+    lib = _heldout_library(tmp_path, {"tma-descriptors.triton.7de2c2db",
+                                      "persistent-grid.triton.a9560196",
+                                      "software-pipelining.triton.d1263a6d"})
+    target = tmp_path / "addmm_start.py"
+    target.write_text((ROOT / "bench/heldout/addmm/addmm_start.py").read_text())
+
+    def ms(source: str) -> float:
+        tma = "make_tensor_descriptor(" in source
+        persistent = "tl.num_programs(0)" in source
+        staged = "num_stages=" in source
+        return 10.0 * (1.10 if tma else 1.0) * (1.05 if persistent else 1.0) * (
+            0.95 if staged else 1.0)
+
+    events: list[tuple[str, dict]] = []
+    gate = ScriptedGate(ms=ms)
+    result = optimize(target, str(ROOT / "bench/heldout/addmm"), lib, tier="device",
+                      out=tmp_path / "out", rewriter=DeterministicRewriter(),
+                      check_fn=gate, budget_steps=8, config_sweeps=False,
+                      progress=lambda e, d: events.append((e, dict(d))))
+    names = [e for e, _ in events]
+    assert "stone" in names and "back" in names, names
+    # the bet is the persistent loop alone: one gate on the stone, then back to the best kernel,
+    # where the next gate is the pipelining step (no descriptors in it) and it is kept
+    first = names.index("stone")
+    assert [e for e, _ in events[first:]][:4] == ["stone", "gate", "rejected", "back"]
+    assert events[first + 1][1]["card"] == "persistent-grid.triton.a9560196"
+    after = events[first + 4:first + 6]
+    assert [e for e, _ in after] == ["gate", "accepted"]
+    assert after[0][1]["card"] == "software-pipelining.triton.d1263a6d"
+    assert [s.pass_name for s in result.applied] == ["software-pipelining"]
+    assert result.best_ms == pytest.approx(9.5)
+    assert len(gate.seen) <= 8
