@@ -88,11 +88,13 @@ Gates are the loop's cost (seconds each on the device), so it spends them carefu
   stone may be up to `PAIR_SLACK` slower, since the card's gain was measured with it. Whether a
   card materializes, and what it writes, is asked of the deterministic rules and the
   transplant only (no LLM call). Such a walk is a bet on the cards it unlocks (`_Run.bet`):
-  they are tried on the stone first, and when none of them beats the best kernel the loop goes
-  back to the best at once, the stones dropped (mm1024 at c1d5a41 spent 13 of its 16 gates on
-  a descriptor stone 14% slower and a grouped order on top of it, none faster than the kernel
-  they left, while the best kernel's own sweep that had paid at 9ed1476 was never gated). Where the state's own sweep is due (`_own_sweep_round`), it
-  is gated first: one gate on the state the walk would leave.
+  they are tried on the stone first, and when they have all been tried there, at least one
+  gated, and none beat the best kernel, the loop goes back to the best at once, the stones
+  dropped; a bet card with no site on the stone leaves the walk going, since a step there may
+  give it one. (mm1024 at c1d5a41 spent 13 of its 16 gates on a descriptor stone 14% slower
+  and a grouped order on top of it, none faster than the kernel they left, while the best
+  kernel's own sweep that had paid at 9ed1476 was never gated.) Where the state's own sweep
+  is due (`_own_sweep_round`), it is gated first: one gate on the state the walk would leave.
 - revisits (device tier): a card whose last gated candidate passed and was at most
   `NEAR_MISS` slower than the best (a tie within timing noise, not evidence against it) is
   tried once more on each later best kernel, when nothing else is left to try: no card is
@@ -953,17 +955,23 @@ def _try_in_turn(cards: Sequence[SkillCard], run: _Run, job: _Job, save: Callabl
         cards = bet + [c for c in cards if c.id not in run.bet]
     run.sweep_fit = max((_fit(card, run) for card in cards), default=0)
     run.round_cards = tuple(cards)
+    lost = False  # a card of the bet was gated on the stone and did not beat the best
     for card in cards:
         if run.gated >= job.budget_steps or job.out_of_time():
             break
         run.tried.add((run.current.state, card.id))
         if event:
             job.say(event, {"card": card.id})
+        gated = run.gated
         kept = _attempt(card, run, job)
         save()
         if kept:
             return True
-        if bet and not _bet_cards(run, job):
+        lost = lost or (bool(bet) and card.id in run.bet and run.gated > gated)
+        if lost and not _bet_cards(run, job):
+            # A bet card that found no site here may still get one from a step on this stone
+            # (gemm's persistent loop needs the grouped order first): only a measured loss
+            # ends the bet.
             _back_to_best(run, job, "its cards did not beat the best kernel")
             return False
     kept = _own_sweep_round(cards, run, job)
