@@ -330,8 +330,10 @@ def test_a_causal_key_loop_is_bounded_at_the_blocks_last_row_found_from_its_mask
     assert not site.present and site.detail["limit"] == "qi * BQ + BQ"
     done = p.optimize(ir, site)
     assert "range(below_diagonal, tl.minimum(n, qi * BQ + BQ), BKV)" in done.ir.unparse()
-    after = [s for s in p.sites(done.ir) if s.detail.get("form") == "bound"]
-    assert [s.present for s in after] == [True]
+    # the clamped loop was split too: the split is what is present (undone first, then the
+    # clamp), not a second bound
+    after = [s.detail.get("form") for s in p.sites(done.ir) if s.present]
+    assert after == ["split"]
     # without the key <= row mask there is nothing to bound
     plain = _ir(CAUSAL.replace("rows[:, None] >= keys[None, :]", "keys[None, :] < n"))
     assert not [s for s in p.sites(plain) if s.detail.get("form") == "bound"]
@@ -1306,3 +1308,72 @@ def test_a_recorded_sweep_keeps_the_tiles_it_does_not_set_as_the_autotuner_picke
     [(_, _, unpicked)] = config_candidates(carrier, _ir(AUTOTUNED_MM))
     assert {(c["BM"], c["BN"]) for c in unpicked} == {(128, 256)}
     assert all(c["num_warps"] >= 8 for c in unpicked)
+
+
+TRMM = Path(__file__).resolve().parents[1] / "experts" / "trmm" / "trmm_triton.py"
+_TRMM_LOOP = """    for k0 in tl.range(0, tl.minimum(M, (pid_m + 1) * BLOCK_M), BLOCK_K):
+        ks = k0 + offs_k
+        a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak,
+                    mask=(rows[:, None] >= ks[None, :]) & (rows[:, None] < M), other=0.0)
+"""
+# The same product written split by hand: the blocks below the diagonal without the triangle's
+# mask (and without the K bound the clamp makes true), then the diagonal blocks masked.
+_TRMM_SPLIT = """    below = tl.minimum(tl.minimum(M, (pid_m + 1) * BLOCK_M), pid_m * BLOCK_M) // BLOCK_K * BLOCK_K
+    for k0 in tl.range(0, below, BLOCK_K):
+        ks = k0 + offs_k
+        a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak, mask=rows[:, None] < M, other=0.0)
+        b = tl.load(b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn, mask=cols[None, :] < N, other=0.0)
+        acc = tl.dot(a, b, acc)
+    for k0 in tl.range(below, tl.minimum(M, (pid_m + 1) * BLOCK_M), BLOCK_K):
+        ks = k0 + offs_k
+        a = tl.load(a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak,
+                    mask=(rows[:, None] >= ks[None, :]) & (rows[:, None] < M), other=0.0)
+"""
+
+
+def _trmm_split() -> str:
+    text = TRMM.read_text()
+    assert _TRMM_LOOP in text
+    return text.replace(_TRMM_LOOP, _TRMM_SPLIT)
+
+
+def test_a_key_loop_split_by_hand_is_merged_back_into_the_clamped_loop() -> None:
+    """A split loop (the blocks below the diagonal unmasked, then the diagonal blocks) is
+    undone into one clamped, masked loop, and the split of that loop is the hand-written one:
+    an expert written split walks back through the split, then the clamp."""
+    from passes.registry import get_pass
+    from passes.roundtrip import roundtrip
+    from passes.base import PassContext
+
+    p = get_pass("causal-block-skip")()
+    ir = _ir(_trmm_split())
+    [split] = [s for s in p.sites(ir) if s.present]
+    assert split.detail == {"form": "split"}
+    back = p.deoptimize(ir, split)
+    assert back.ok
+    text = back.ir.unparse()
+    assert "below" not in text and text.count("for k0 in") == 1
+    assert "tl.range(0, tl.minimum(M, (pid_m + 1) * BLOCK_M), BLOCK_K)" in text
+    # then the clamp is the site, as in the expert written unsplit
+    assert [s.detail.get("form") for s in p.sites(back.ir) if s.present] == ["bound"]
+    trip = roundtrip(p, ir, split, PassContext())
+    assert trip.backward.ok and trip.forward.ok
+    # forward writes its own split point's name; the loops are the hand-written ones
+    first, second = _loops(trip.forward.ir.unparse())
+    hand_first, hand_second = _loops(_trmm_split())
+    assert ast.dump(ast.Module(first.body, [])) == ast.dump(ast.Module(hand_first.body, []))
+    assert ast.dump(ast.Module(second.body, [])) == ast.dump(ast.Module(hand_second.body, []))
+
+
+def test_a_split_whose_first_loop_does_more_than_the_folded_body_is_not_merged() -> None:
+    """A first loop that is not the second's body with the diagonal's comparisons folded (here
+    it scales what it loads) would change the result if merged: no de-optimization."""
+    from passes.registry import get_pass
+
+    p = get_pass("causal-block-skip")()
+    text = _trmm_split().replace("        acc = tl.dot(a, b, acc)\n    for k0 in tl.range(below",
+                                 "        acc = tl.dot(a * 2, b, acc)\n    for k0 in tl.range(below")
+    assert text != _trmm_split()
+    ir = _ir(text)
+    [split] = [s for s in p.sites(ir) if s.present]
+    assert not p.deoptimize(ir, split).ok

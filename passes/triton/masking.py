@@ -838,10 +838,85 @@ def split_edits(mod: PyModule, tri: Triangle, plan: Split) -> tuple[int, int, li
     return start, line_end(mod.source, mod.end(loop) - 1), edits
 
 
+def split_pair(mod: PyModule, tri: Triangle) -> tuple[ast.stmt, ast.For] | None:
+    """(split point's assignment, first loop) when triangle loop `tri` is the second loop of a
+    split (`split_plan`): the statement before it is a loop over the same variable from some
+    start up to the name its own range starts from, and the one before that assigns that
+    name; else None."""
+    loop = tri.loop
+    args = loop.iter.args
+    if not tri.present or len(args) < 2 or not isinstance(args[0], ast.Name):
+        return None
+    parent = mod.parents.get(loop)
+    body = next((b for b in (getattr(parent, f, None) for f in ("body", "orelse"))
+                 if isinstance(b, list) and loop in b), None)
+    if body is None or body.index(loop) < 2:
+        return None
+    at = body.index(loop)
+    first, assign = body[at - 1], body[at - 2]
+    point = args[0].id
+    if not (isinstance(first, ast.For) and isinstance(first.target, ast.Name)
+            and first.target.id == loop.target.id and isinstance(first.iter, ast.Call)
+            and callee(first.iter) in RANGE_CALLS and len(first.iter.args) == len(args)
+            and isinstance(first.iter.args[1], ast.Name) and first.iter.args[1].id == point
+            and not first.orelse):
+        return None
+    if len(args) == 3 and ast.dump(first.iter.args[2]) != ast.dump(args[2]):
+        return None  # blocks of another step
+    if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1
+            and isinstance(assign.targets[0], ast.Name) and assign.targets[0].id == point):
+        return None
+    kernel = mod.kernel_of(loop)
+    reads = [n for n in ast.walk(kernel) if isinstance(n, ast.Name) and n.id == point
+             and isinstance(n.ctx, ast.Load)] if kernel is not None else []
+    if len(reads) != 2:  # the split point is read by the two ranges alone
+        return None
+    return assign, first
+
+
+def _merged_split(mod: PyModule, tri: Triangle) -> tuple[int, int, str] | None:
+    """(start, end, text) that writes a split loop back as one loop over every key block of
+    the clamped range, masked: the split point and the first loop removed, the second loop
+    starting where the first did. None unless that one loop splits again into a first loop of
+    the same body (`split_plan`: its comparisons that are true below the diagonal folded), so
+    merging loses nothing the first loop did."""
+    pair = split_pair(mod, tri)
+    if pair is None:
+        return None
+    assign, first = pair
+    start = line_start(mod.source, mod.start(assign))
+    end = line_end(mod.source, mod.end(tri.loop) - 1)
+    loop_at = line_start(mod.source, mod.start(tri.loop))
+    point = tri.loop.iter.args[0]
+    text = (mod.source[loop_at:mod.start(point)] + mod.text(first.iter.args[0]).encode()
+            + mod.source[mod.end(point):end]).decode("utf-8")
+    merged_source = (mod.source[:start] + text.encode() + mod.source[end:]).decode("utf-8")
+    try:
+        import kir  # noqa: PLC0415
+
+        merged = PyModule(kir.parse(merged_source, "triton"))
+    except Exception:  # noqa: BLE001 - a merge that does not parse is no merge
+        return None
+    for again in triangles(merged):
+        if merged.start(again.loop) != start + (mod.start(tri.loop) - loop_at):
+            continue
+        kernel = merged.kernel_of(again.loop)
+        plan = split_plan(merged, kernel, again) if kernel is not None else None
+        if plan is None:
+            return None
+        folded = ast.parse(plan.loop).body[0]
+        same = ast.dump(ast.Module(folded.body, [])) == ast.dump(ast.Module(first.body, []))
+        return (start, end, text) if same else None
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class CausalBlockSkip(Pass):
     """Causal attention that skips key blocks above the diagonal <-> one loop over every key
-    block with the causal mask applied."""
+    block with the causal mask applied. Forms: `staged` and `ifexp` (a causal flag's recorded
+    bounds), `bound` (the key loop clamped at the row block's end), `split` (a clamped loop
+    split at the row block's start, the blocks below it unmasked; undone into `bound` by
+    `_merged_split`)."""
 
     code: str = ""
     """The exact causal statement(s) to restore (recorded by a de-optimization)."""
@@ -904,6 +979,13 @@ class CausalBlockSkip(Pass):
         # one that already stops there can still split off the key blocks below the diagonal,
         # which no row masks (`split_plan`)
         for tri in triangles(mod):
+            pair = split_pair(mod, tri)
+            if pair is not None:  # already split: the split is what a de-optimization undoes
+                start = line_start(mod.source, mod.start(pair[0]))
+                end = line_end(mod.source, mod.end(tri.loop) - 1)
+                out.append(make_site(self.name, ir, index, (start, end), True,
+                                     {"form": "split"}, mod.span(tri.loop.iter)))
+                continue
             out.append(make_site(self.name, ir, index, mod.span(tri.bound), tri.present,
                                  {"form": "bound", "limit": tri.limit}, mod.span(tri.loop.iter)))
             kernel = mod.kernel_of(tri.loop)
@@ -921,6 +1003,13 @@ class CausalBlockSkip(Pass):
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         mod = PyModule(ir)
+        if site.detail.get("form") == "split":
+            for tri in triangles(mod):
+                merged = _merged_split(mod, tri)
+                if merged is not None and merged[:2] == tuple(site.span):
+                    return finish(ir, site, [ByteEdit(*merged)])
+            return Skipped("no split key loop at the site whose first loop is the second's "
+                           "body with the diagonal's comparisons folded", {"site": site.anchor})
         if site.detail.get("form") == "bound":
             for tri in triangles(mod):
                 if tri.present and mod.span(tri.bound) == tuple(site.span) \
