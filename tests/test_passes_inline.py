@@ -203,3 +203,57 @@ def test_a_stage_number_the_call_binds_is_compared_and_folded() -> None:
     # a test on a name the call does not bind to a literal stays a branch
     kept = inline_helpers(kir.parse(text.replace("if STAGE == 2:", "if STAGE == n:"), "triton"))
     assert "== n" in kept.unparse()[kept.unparse().index("def attn("):]
+
+
+ACCUMULATING_HELPERS = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _tile_product(a_ptr, b_ptr, rm, rn, k0, K, BK: tl.constexpr):
+    rk = k0 + tl.arange(0, BK)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * K + rn[None, :])
+    return tl.dot(a, b)
+
+
+@triton.jit
+def _write_tile(c_ptr, rm, rn, N, acc):
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(c_ptr.dtype.element_ty))
+
+
+@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, K, N, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        acc += _tile_product(a_ptr, b_ptr, rm, rn, k0, K, BK)
+    _write_tile(c_ptr, rm, rn, N, acc)
+
+
+def run(a, b):
+    c = torch.empty_like(a)
+    n = a.shape[0]
+    mm[(n // 64, n // 64)](a, b, c, n, n, BM=64, BN=64, BK=32)
+    return c
+'''
+
+
+def test_an_accumulating_call_and_an_epilogue_that_returns_nothing_are_inlined() -> None:
+    """`acc += helper(...)` takes the helper's value first, then updates; a helper that only
+    stores is written in place of its call statement: the kernel's K loop holds its loads and
+    dot, and its store is the kernel's own."""
+    out = inline_helpers(kir.parse(ACCUMULATING_HELPERS, "triton"))
+    assert out is not None
+    text = out.unparse()
+    kernel = text[text.index("def mm("):text.index("def run")]
+    assert "_tile_product(" not in kernel and "_write_tile(" not in kernel
+    assert "value_tile_product = tl.dot(a, b)" in kernel and "acc += value_tile_product" in kernel
+    assert "tl.store(c_ptr + rm[:, None] * N + rn[None, :]" in kernel
+    compile(text, "inlined.py", "exec")
+    assert inline_helpers(out) is None
+    # what the helpers hid is the kernel's now: a K loop of loads to pipeline
+    ir = kir.parse(ACCUMULATING_HELPERS, "triton")
+    assert _open_sites("software-pipelining", ir) == 0 < _open_sites("software-pipelining", out)

@@ -6,9 +6,10 @@ descriptor sites, a K loop in a helper is no pipelining site for the caller's la
 card has no site on a kernel, the optimize loop asks again on the kernel with its helpers
 inlined (`lineage.optimize.materializations`), so that what the helper hides becomes a site.
 
-A helper is inlined at a call `name = helper(args)` (a statement of a kernel, no `*` / `**`
-arguments) when its body ends in its only `return value`, defines no function and declares
-no `global` / `nonlocal`. Its parameters are replaced by the arguments where an argument is a
+A helper is inlined at a call `name = helper(args)` or `name op= helper(args)` (a statement of
+a kernel, no `*` / `**` arguments) when its body ends in its only `return value`, defines no
+function and declares no `global` / `nonlocal`; one that returns nothing (an epilogue that
+stores a tile) at a call that is a statement of its own. Its parameters are replaced by the arguments where an argument is a
 name or a literal, else bound by an assignment first; its own names that the kernel also uses
 are renamed; the call becomes the body followed by `name = value`. A branch whose test the
 arguments made literal (`if MASK_CAUSAL:` called with `True`, `if STAGE == 2:` called with `3`)
@@ -29,13 +30,29 @@ if TYPE_CHECKING:
 
 
 def _inlinable(fn: ast.FunctionDef) -> bool:
+    """A helper that ends in its only `return value` (called as `name = helper(...)` or
+    `name op= helper(...)`)."""
     if not fn.body or not isinstance(fn.body[-1], ast.Return) or fn.body[-1].value is None:
         return False
     returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    return len(returns) == 1 and _plain(fn)
+
+
+def _procedure(fn: ast.FunctionDef) -> bool:
+    """A helper that returns nothing (no `return`, or a bare one as its last statement), called
+    as a statement of its own (`helper(...)`, e.g. an epilogue that stores a tile)."""
+    returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    last_bare = bool(fn.body) and isinstance(fn.body[-1], ast.Return) and fn.body[-1].value is None
+    return bool(fn.body) and (not returns or returns == [fn.body[-1]] and last_bare) and _plain(fn)
+
+
+def _plain(fn: ast.FunctionDef) -> bool:
+    """No nested function, lambda, `global` / `nonlocal`, `*args` / `**kwargs` or keyword-only
+    or positional-only parameters."""
     nested = [n for n in ast.walk(fn) if n is not fn and isinstance(
         n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Global, ast.Nonlocal))]
     args = fn.args
-    return (len(returns) == 1 and not nested and args.vararg is None and args.kwarg is None
+    return (not nested and args.vararg is None and args.kwarg is None
             and not args.posonlyargs and not args.kwonlyargs)
 
 
@@ -141,9 +158,10 @@ def _call_arguments(fn: ast.FunctionDef, call: ast.Call) -> dict[str, ast.expr] 
     return bound
 
 
-def _inlined_body(fn: ast.FunctionDef, call: ast.Call, target: ast.expr,
-                  taken: set[str]) -> list[str] | None:
-    """The statements (source lines, unindented) that replace `target = fn(...)`."""
+def _inlined_body(fn: ast.FunctionDef, call: ast.Call, target: ast.expr | None,
+                  taken: set[str], op: ast.operator | None = None) -> list[str] | None:
+    """The statements (source lines, unindented) that replace `target = fn(...)` (with `op`,
+    `target op= fn(...)`; with no target, the statement `fn(...)` of a procedure)."""
     bound = _call_arguments(fn, call)
     if bound is None:
         return None
@@ -174,10 +192,19 @@ def _inlined_body(fn: ast.FunctionDef, call: ast.Call, target: ast.expr,
             names[name] = ast.Name(fresh(name), ast.Load())
     renamed = [_Rename(names).visit(ast.parse(ast.unparse(stmt)).body[0]) for stmt in fn.body]
     body = _FoldLiteralBranches()._block(renamed)
+    if target is None:  # a procedure: its body, without the bare `return` it may end in
+        if body and isinstance(body[-1], ast.Return):
+            body = body[:-1]
+        return prologue + [ast.unparse(stmt) for stmt in body]
     ret = body[-1]
     assert isinstance(ret, ast.Return) and ret.value is not None
     lines = prologue + [ast.unparse(stmt) for stmt in body[:-1]]
-    lines.append(f"{ast.unparse(target)} = {ast.unparse(ret.value)}")
+    if op is None:
+        lines.append(f"{ast.unparse(target)} = {ast.unparse(ret.value)}")
+    else:  # `acc += helper(...)`: the value first, then the update
+        value = fresh("value")
+        lines.append(f"{value} = {ast.unparse(ret.value)}")
+        lines.append(ast.unparse(ast.AugAssign(target, op, ast.Name(value, ast.Load()))))
     return lines
 
 
@@ -189,6 +216,7 @@ def inline_helpers(ir: KernelIR) -> KernelIR | None:
     mod = PyModule(ir)
     kernels = mod.kernels()
     helpers = {fn.name: fn for fn in kernels if _inlinable(fn)}
+    procedures = {fn.name: fn for fn in kernels if _procedure(fn)}
     launched = {k.name for k in kernels if mod.launches(k.name)}
     edits: list[ByteEdit] = []
     for kernel in kernels:
@@ -197,15 +225,25 @@ def inline_helpers(ir: KernelIR) -> KernelIR | None:
         taken = {n.id for n in ast.walk(kernel) if isinstance(n, ast.Name)} | {
             a.arg for a in kernel.args.args}
         for stmt in ast.walk(kernel):
-            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                    and isinstance(stmt.value, ast.Call)):
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+                    and isinstance(stmt.value, ast.Call):
+                helper = helpers.get(callee(stmt.value))
+                target, op = stmt.targets[0], None
+            elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.value, ast.Call):
+                helper = helpers.get(callee(stmt.value))
+                target, op = stmt.target, stmt.op
+            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+                helper = procedures.get(callee(stmt.value))
+                target, op = None, None
+            else:
                 continue
-            helper = helpers.get(callee(stmt.value))
             if helper is None or helper is kernel:
                 continue
-            lines = _inlined_body(helper, stmt.value, stmt.targets[0], taken)
+            lines = _inlined_body(helper, stmt.value, target, taken, op)
             if lines is None:
                 continue
+            if not lines:
+                lines = ["pass"]
             taken |= {n.id for line in lines for n in ast.walk(ast.parse(line))
                       if isinstance(n, ast.Name)}
             start, end = mod.stmt_span(stmt)
