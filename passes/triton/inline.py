@@ -9,9 +9,10 @@ inlined (`lineage.optimize.materializations`), so that what the helper hides bec
 A helper is inlined at a call `name = helper(args)` or `name op= helper(args)` (a statement of
 a kernel, no `*` / `**` arguments) when its body ends in its only `return value`, defines no
 function and declares no `global` / `nonlocal`; one that returns nothing (an epilogue that
-stores a tile) at a call that is a statement of its own. Its parameters are replaced by the arguments where an argument is a
-name or a literal, else bound by an assignment first; its own names that the kernel also uses
-are renamed; the call becomes the body followed by `name = value`. A branch whose test the
+stores a tile) at a call that is a statement of its own. Its parameters are replaced by the
+arguments where an argument is a name or a literal, else bound by an assignment first; its own
+names that the kernel also uses are renamed; the call becomes the body followed by
+`name = value`. A branch whose test the
 arguments made literal (`if MASK_CAUSAL:` called with `True`, `if STAGE == 2:` called with `3`)
 is folded to the branch that runs, as Triton folds a constexpr flag: the specialized body is
 what the passes read (a mask under `if MASK_CAUSAL:` is a mask of every iteration once the flag
@@ -102,36 +103,20 @@ def _literal_truth(test: ast.expr) -> bool | None:
 
 
 class _FoldLiteralBranches(ast.NodeTransformer):
-    """`if True: A else: B` -> A, `x if False else y` -> y (an emptied block gets `pass`)."""
-
-    def _block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
-        out: list[ast.stmt] = []
-        for stmt in stmts:
-            new = self.visit(stmt)
-            out.extend(new if isinstance(new, list) else [new] if new is not None else [])
-        return out
+    """`if True: A else: B` -> A, `x if False else y` -> y; a block the folds emptied gets
+    `pass` (`ast.NodeTransformer` splices the statement lists a visit returns)."""
 
     def generic_visit(self, node: ast.AST) -> ast.AST:
-        for field in ("body", "orelse", "finalbody"):
-            block = getattr(node, field, None)
-            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-                folded = self._block(block)
-                setattr(node, field, folded or ([ast.Pass()] if field == "body" else []))
-        for field, value in ast.iter_fields(node):
-            if field in ("body", "orelse", "finalbody") and isinstance(value, list):
-                continue
-            if isinstance(value, ast.AST):
-                setattr(node, field, self.visit(value))
-            elif isinstance(value, list):
-                setattr(node, field, [self.visit(v) if isinstance(v, ast.AST) else v
-                                      for v in value])
+        super().generic_visit(node)
+        if not isinstance(node, ast.Module) and getattr(node, "body", None) == []:
+            node.body = [ast.Pass()]
         return node
 
     def visit_If(self, node: ast.If) -> Any:
         truth = _literal_truth(node.test)
         if truth is None:
             return self.generic_visit(node)
-        return self._block(node.body if truth else node.orelse)
+        return self.visit(ast.Module(node.body if truth else node.orelse, [])).body
 
     def visit_IfExp(self, node: ast.IfExp) -> ast.AST:
         truth = _literal_truth(node.test)
@@ -191,7 +176,7 @@ def _inlined_body(fn: ast.FunctionDef, call: ast.Call, target: ast.expr | None,
         if name in taken:
             names[name] = ast.Name(fresh(name), ast.Load())
     renamed = [_Rename(names).visit(ast.parse(ast.unparse(stmt)).body[0]) for stmt in fn.body]
-    body = _FoldLiteralBranches()._block(renamed)
+    body = _FoldLiteralBranches().visit(ast.Module(renamed, [])).body
     if target is None:  # a procedure: its body, without the bare `return` it may end in
         if body and isinstance(body[-1], ast.Return):
             body = body[:-1]

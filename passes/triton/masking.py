@@ -512,7 +512,6 @@ def _same_sum(a: ast.AST, b: ast.AST) -> bool:
     return x is not None and x == y
 
 
-WHERE = frozenset({"tl.where", "triton.language.where"})
 STORES = frozenset({"tl.store", "triton.language.store"})
 
 
@@ -523,8 +522,7 @@ def _strip_index(expr: ast.AST) -> ast.AST:
     return expr
 
 
-LOADS_STORES = frozenset({"tl.load", "triton.language.load", "tl.store", "triton.language.store",
-                          "tl.advance", "triton.language.advance"})
+LOADS_STORES = LOADS | STORES | {"tl.advance", "triton.language.advance"}
 
 
 def _poly_text(poly: dict[tuple[str, ...], int]) -> str:
