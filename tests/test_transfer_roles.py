@@ -528,6 +528,33 @@ def test_an_additive_mask_and_a_mask_of_what_to_drop_bound_the_loop(tmp_path: Pa
     assert verdict.ok, verdict.reason
 
 
+@pytest.mark.parametrize("mask", [
+    "future = (keys[None, :] > rows[:, None]) | (keys[None, :] >= n)\n"
+    "        x = tl.where(future, float('-inf'), x)",
+    "x = tl.where((rows[:, None] < keys[None, :]) | (n <= keys[None, :]), -1.0e30, x)",
+])
+def test_a_mask_of_what_to_drop_is_folded_out_of_the_loop_below_the_diagonal(mask: str) -> None:
+    """Below the program's first row no key is past a row nor at or past the loop's bound: a
+    condition of what to drop is false there, so the first loop of the split has neither its
+    `tl.where` nor its name, and the diagonal blocks keep both."""
+    from passes.registry import get_pass
+
+    text = CAUSAL.replace(MASK, mask)
+    p = get_pass("causal-block-skip")()
+    site = next(s for s in p.sites(_ir(text)) if s.detail.get("form") == "bound")
+    first, second = _loops(p.optimize(_ir(text), site).ir.unparse())
+    assert "tl.where" not in ast.unparse(first) and "future" not in ast.unparse(first)
+    assert "mask" not in ast.unparse(first)
+    assert "tl.where" in ast.unparse(second)
+    # a term the split does not make false (a band: keys 64 rows or more behind) stays in
+    # the first loop, the causal term goes
+    band = CAUSAL.replace(MASK, "x = tl.where((keys[None, :] > rows[:, None]) | "
+                                "(rows[:, None] - keys[None, :] >= 64), -1.0e30, x)")
+    site = next(s for s in p.sites(_ir(band)) if s.detail.get("form") == "bound")
+    first, _ = _loops(p.optimize(_ir(band), site).ir.unparse())
+    assert "x = tl.where(rows[:, None] - keys[None, :] >= 64, -1e+30, x)" in ast.unparse(first)
+
+
 def test_a_banded_mask_starts_the_key_loop_at_the_band(tmp_path: Path) -> None:
     """Sliding-window attention keeps a key when `keys <= rows` and `rows - keys < window`: no
     key below `row base - window + 1` is kept for any row of the program, so the rewrite that

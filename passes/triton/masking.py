@@ -680,25 +680,42 @@ def _keys_of(expr: ast.AST, loop: ast.For, step: str, outer: dict[str, list[ast.
 
 
 class _Fold(ast.NodeTransformer):
-    """Folds comparisons known true into `True`, then `x & True`, names bound to `True`,
-    `tl.where(True, a, b)` and loads / stores masked by `True`."""
+    """Folds comparisons known true into `True` and known false into `False` (a mask of what
+    to keep, a mask of what to drop), then `x & True`, `x | False`, `~`, names bound to
+    either, `tl.where(True, a, b)`, `tl.where(False, a, b)` and loads / stores masked by
+    `True`."""
 
-    def __init__(self, true: Callable[[ast.Compare], bool]) -> None:
+    def __init__(self, true: Callable[[ast.Compare], bool],
+                 false: Callable[[ast.Compare], bool] = lambda cmp: False) -> None:
         self.true = true
-        self.names: set[str] = set()
+        self.false = false
+        self.names: dict[str, bool] = {}
         self.dropped: set[str] = set()
 
     @staticmethod
     def _is_true(node: ast.AST) -> bool:
         return isinstance(node, ast.Constant) and node.value is True
 
+    @staticmethod
+    def _is_false(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and node.value is False
+
     def visit_Compare(self, node: ast.Compare) -> ast.AST:
         self.generic_visit(node)
-        return ast.Constant(True) if self.true(node) else node
+        if self.true(node):
+            return ast.Constant(True)
+        return ast.Constant(False) if self.false(node) else node
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
         known = isinstance(node.ctx, ast.Load) and node.id in self.names
-        return ast.Constant(True) if known else node
+        return ast.Constant(self.names[node.id]) if known else node
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, (ast.Invert, ast.Not)) and isinstance(node.operand, ast.Constant) \
+                and isinstance(node.operand.value, bool):
+            return ast.Constant(not node.operand.value)
+        return node
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
         self.generic_visit(node)
@@ -707,6 +724,11 @@ class _Fold(ast.NodeTransformer):
                 return node.right
             if self._is_true(node.right):
                 return node.left
+        if isinstance(node.op, ast.BitOr):
+            if self._is_false(node.left):
+                return node.right
+            if self._is_false(node.right):
+                return node.left
         return node
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
@@ -714,6 +736,8 @@ class _Fold(ast.NodeTransformer):
         name = callee(node)
         if name in WHERE and len(node.args) == 3 and self._is_true(node.args[0]):
             return node.args[1]
+        if name in WHERE and len(node.args) == 3 and self._is_false(node.args[0]):
+            return node.args[2]
         if name in LOADS or name in STORES:
             at = 1 if name in LOADS else 2
             mask = next((k for k in node.keywords if k.arg == "mask"), None)
@@ -727,8 +751,8 @@ class _Fold(ast.NodeTransformer):
     def visit_Assign(self, node: ast.Assign) -> ast.AST | None:
         self.generic_visit(node)
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and self._is_true(node.value):
-            self.names.add(node.targets[0].id)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool):
+            self.names[node.targets[0].id] = node.value.value
             self.dropped.add(node.targets[0].id)
             return None
         if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
@@ -793,7 +817,18 @@ def split_plan(mod: PyModule, kernel: ast.FunctionDef, tri: Triangle) -> Split |
         return (rows is not None and rows[0].replace(" ", "") == base) or (
             isinstance(op, ast.Lt) and ast.unparse(right).replace(" ", "") in bounds)
 
-    fold = _Fold(true)
+    def false(cmp: ast.Compare) -> bool:
+        # the same facts read from the other side: no key of the first loop lies past a row
+        # of the program (`keys > rows`, `keys >= rows`) nor at or past the loop's bound
+        ordered = _ordered(cmp)
+        if ordered is None or not _keys_of(ordered[1], copied, step, outer, inner, counted):
+            return False
+        left = ordered[0]
+        rows = _rows_of(mod, kernel, left, inner_names)
+        return (rows is not None and rows[0].replace(" ", "") == base) or \
+            ast.unparse(left).replace(" ", "") in bounds
+
+    fold = _Fold(true, false)
     copied.body = [fold.visit(stmt) for stmt in copied.body]
     copied.body = [stmt for stmt in copied.body if stmt is not None] or [ast.Pass()]
     if ast.dump(ast.Module(copied.body, [])) == ast.dump(ast.Module(loop.body, [])):
