@@ -600,6 +600,37 @@ def test_a_banded_mask_starts_the_key_loop_at_the_band(tmp_path: Path) -> None:
         assert "window+1,0)" in first.replace(" ", "") or "(-1+window),0)" in first.replace(" ", "")
 
 
+def test_a_band_written_as_what_to_drop_starts_the_key_loop_at_the_band(tmp_path: Path) -> None:
+    """The sliding window as a condition of what to drop (`keys > rows`, `rows - keys >=
+    window` or past the end, joined by `|` into `tl.where(drop, -inf, s)`) keeps the negation
+    of the band term: the first loop starts where the kept band does, as for the mask of what
+    to keep, loses the causal and bounds terms, keeps the band's, and the kernel matches the
+    reference in the interpreter."""
+    import gate
+    from passes.registry import get_pass
+
+    folder = ROOT_DIR / "bench/styles/attn_window"
+    keep = ("ok = (keys[None, :] <= rows[:, None]) & (rows[:, None] - keys[None, :] < window)"
+            " & (keys[None, :] < S)\n        s = tl.where(ok, s, float(\"-inf\"))")
+    drop = ("drop = (keys[None, :] > rows[:, None]) | (rows[:, None] - keys[None, :] >= window)"
+            " | (keys[None, :] >= S)\n        s = tl.where(drop, float(\"-inf\"), s)")
+    text = (folder / "window_attn.py").read_text()
+    assert keep in text
+    ir = _ir(text.replace(keep, drop))
+    p = get_pass("causal-block-skip")()
+    site = next(s for s in p.sites(ir) if s.detail.get("form") == "bound")
+    out = p.optimize(ir, site).ir.unparse()
+    first, _ = _loops(out)
+    assert ast.unparse(first.iter).replace(" ", "") == \
+        "range(tl.maximum(qb*BQ-window+1,0)//BK*BK,below_diagonal,BK)"
+    assert "drop = rows[:, None] - keys[None, :] >= window\n" in ast.unparse(first)
+    assert "tl.where(drop, float('-inf'), s)" in ast.unparse(first)
+    target = tmp_path / "banded_drop.py"
+    target.write_text(out)
+    verdict = gate.check_file(target, gate.load_case(str(folder)), tier="interpret", cache=False)
+    assert verdict.ok, verdict.reason
+
+
 @pytest.mark.parametrize("case_dir,start_file", [("attn_causal", "attn_start.py"),
                                                   ("attn_gqa", "gqa_start.py")])
 def test_the_split_attention_kernel_matches_the_reference_in_the_interpreter(

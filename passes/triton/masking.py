@@ -580,7 +580,7 @@ def window_start(mod: PyModule, kernel: ast.FunctionDef, loop: ast.For) -> str |
     """The first key block a banded mask keeps for any row of the program, for a key loop
     `range(0, bound, STEP)`: a comparison of the iteration's keys against the program's rows
     and a loop-invariant width, e.g. `rows - keys < W` (reached like a causal mask,
-    `_conjunctive`), keeps no key below `row base - W + 1`, so the loop may start at
+    `_conjunctive`; or its negation as a condition of what to drop), keeps no key below `row base - W + 1`, so the loop may start at
     `tl.maximum(row base - W + 1, 0) // STEP * STEP`. None where there is no such comparison,
     the loop does not start at a literal 0 in steps of its keys, its variable is read after it,
     or it moves pointers the skipped iterations would have moved (`_moves_pointers`)."""
@@ -596,7 +596,12 @@ def window_start(mod: PyModule, kernel: ast.FunctionDef, loop: ast.For) -> str |
     outer, inner = _outside(kernel, inner_names), assignments(loop)
     for cmp in ast.walk(loop):
         ordered = _ordered(cmp) if isinstance(cmp, ast.Compare) else None
-        if ordered is None or not _conjunctive(mod, cmp, loop):
+        if ordered is None:
+            continue
+        # a comparison of what to keep, or of what to drop (`rows - keys >= W` joined by `|`
+        # into `tl.where(drop, -inf, s)`), which keeps its negation
+        dual = not _conjunctive(mod, cmp, loop)
+        if dual and not _conjunctive(mod, cmp, loop, dual=True):
             continue
         keys = [n for n in ast.walk(cmp) if isinstance(n, ast.expr)
                 and _keys_of(n, loop, step.replace(" ", ""), outer, inner)]
@@ -608,6 +613,9 @@ def window_start(mod: PyModule, kernel: ast.FunctionDef, loop: ast.For) -> str |
         if len(keys) != 1 or len(rows) != 1:
             continue
         small, large, op = _ordered(_named(cmp, {keys[0]: "__keys__", rows[0][0]: "__rows__"}))
+        strict = isinstance(op, (ast.Lt, ast.Gt))
+        if dual:  # not (small < large) is large <= small
+            small, large, strict = large, small, not strict
         a, b = _sum(small), _sum(large)
         if a is None or b is None:
             continue
@@ -622,7 +630,7 @@ def window_start(mod: PyModule, kernel: ast.FunctionDef, loop: ast.For) -> str |
         if not diff or any("__" in f for mono in diff for f in mono) or rest_names & inner_names:
             continue
         base = rows[0][1][0]
-        strict = isinstance(op, (ast.Lt, ast.Gt))  # keys > rows - W: keys >= rows - W + 1
+        # strict: keys > rows - W, so keys >= rows - W + 1
         low = f"{base} - ({_poly_text(diff)})" + (" + 1" if strict else "")
         return f"tl.maximum({low}, 0) // {step} * {step}"
     return None
