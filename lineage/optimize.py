@@ -390,8 +390,9 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
         produced_sweep = True
         yield made
     if not produced and not produced_sweep:
-        # what a jit helper hides (its loads, its K loop) is a site once the helper is inlined
-        inlined = _helpers_inlined(ir)
+        # what a jit helper hides (its loads, its K loop) is a site once the helper is inlined,
+        # what a flag every launch sets hides once the flag reads as its value
+        inlined, how = _helpers_inlined(ir)
         if inlined is not None:
             for made in materializations(card, inlined, rewriter, ctx, max_sites=max_sites,
                                          skip_site=skip_site, sweeps=sweeps,
@@ -400,7 +401,7 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                 if made.ir is None:
                     break
                 produced = True
-                yield dataclasses.replace(made, refusals=(*made.refusals, "helpers inlined"))
+                yield dataclasses.replace(made, refusals=(*made.refusals, *how))
         if not produced:
             yield Materialized(card, None, None, refusals=tuple(refusals))
 
@@ -474,29 +475,36 @@ def _beside_in_list(ir: KernelIR, result: Any) -> KernelIR | None:
     return None
 
 
-_INLINED: dict[str, KernelIR | None] = {}
-"""Source text -> its kernels with their helpers inlined (every card without a site asks)."""
+_INLINED: dict[str, tuple[KernelIR | None, tuple[str, ...]]] = {}
+"""Source text -> its kernels normalized (helpers inlined, flags specialized) and what was done
+(every card without a site asks)."""
 
 
-def _helpers_inlined(ir: KernelIR) -> KernelIR | None:
-    """`ir` with its kernels' `@triton.jit` helpers inlined (`passes.triton.inline`), or None
-    when it has none to inline (or is not Triton)."""
+def _helpers_inlined(ir: KernelIR) -> tuple[KernelIR | None, tuple[str, ...]]:
+    """(`ir` with its kernels' `@triton.jit` helpers inlined and the constexpr flags every launch
+    sets to one literal read as it (`passes.triton.inline`), what of the two was done), or
+    (None, ()) when neither applies (or it is not Triton)."""
     if str(getattr(ir.language, "value", ir.language)) != "triton":
-        return None
+        return None, ()
     source = ir.unparse()
-    known = _INLINED.get(source, ir)  # `ir` itself marks "not asked yet"
-    if known is not ir:
-        return known
-    from passes.triton.inline import inline_helpers  # noqa: PLC0415
+    if source in _INLINED:
+        return _INLINED[source]
+    from passes.triton.inline import inline_helpers, specialize_flags  # noqa: PLC0415
 
+    out: KernelIR | None = None
+    how: tuple[str, ...] = ()
     try:
-        inlined = inline_helpers(ir)
+        out = inline_helpers(ir)
+        how = ("helpers inlined",) if out is not None else ()
+        flagged = specialize_flags(out if out is not None else ir)
+        if flagged is not None:
+            out, how = flagged, (*how, "flags specialized")
     except (SyntaxError, ValueError, KLineageError):
-        inlined = None
+        out, how = None, ()
     if len(_INLINED) >= 64:  # runs of several operators share the process (bench/heldout.py)
         _INLINED.clear()
-    _INLINED[source] = inlined
-    return inlined
+    _INLINED[source] = (out, how)
+    return out, how
 
 
 def _transplanted(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], bool] | None

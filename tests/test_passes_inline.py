@@ -257,3 +257,113 @@ def test_an_accumulating_call_and_an_epilogue_that_returns_nothing_are_inlined()
     # what the helpers hid is the kernel's now: a K loop of loads to pipeline
     ir = kir.parse(ACCUMULATING_HELPERS, "triton")
     assert _open_sites("software-pipelining", ir) == 0 < _open_sites("software-pipelining", out)
+
+
+FLAGGED_KERNEL = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def attn(q, k, v, o, n, scale, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
+         IS_CAUSAL: tl.constexpr, MODE: tl.constexpr):
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    d = tl.arange(0, D)
+    qb = tl.load(q + rows[:, None] * D + d[None, :], mask=rows[:, None] < n, other=0.0)
+    m = tl.full([BM], float("-inf"), tl.float32)
+    s = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, D], tl.float32)
+    for j in range(0, n, BN):
+        keys = j + tl.arange(0, BN)
+        kb = tl.load(k + keys[:, None] * D + d[None, :], mask=keys[:, None] < n, other=0.0)
+        x = tl.dot(qb, tl.trans(kb)) * scale
+        keep = ((not IS_CAUSAL) or (rows[:, None] >= keys[None, :])) & (keys[None, :] < n)
+        x = tl.where(keep, x, -1.0e30)
+        if MODE == 1:
+            x = x * 1.0
+        mn = tl.maximum(m, tl.max(x, 1))
+        p = tl.exp(x - mn[:, None])
+        a = tl.exp(m - mn)
+        s = s * a + tl.sum(p, 1)
+        vb = tl.load(v + keys[:, None] * D + d[None, :], mask=keys[:, None] < n, other=0.0)
+        acc = acc * a[:, None] + tl.dot(p.to(vb.dtype), vb)
+        m = mn
+    tl.store(o + rows[:, None] * D + d[None, :], acc / s[:, None], mask=rows[:, None] < n)
+
+
+def run(q, k, v):
+    o = torch.empty_like(q)
+    n, d = q.shape
+    attn[(triton.cdiv(n, 64),)](q, k, v, o, n, d ** -0.5, BM=64, BN=64, D=d, IS_CAUSAL=True,
+                                MODE=2)
+    return o
+'''
+
+
+def test_a_kernel_flag_every_launch_sets_is_read_as_its_value() -> None:
+    """`IS_CAUSAL=True` at the only launch: `(not IS_CAUSAL) or rows >= keys` is the comparison
+    alone, the key loop becomes a bound site; `MODE == 1` (an integer read only in a branch
+    test) folds its branch away; the tile constexprs passed as literals stay names."""
+    from passes.triton.inline import specialize_flags
+
+    ir = kir.parse(FLAGGED_KERNEL, "triton")
+    skip = get_pass("causal-block-skip")()
+    assert not [s for s in skip.sites(ir) if s.detail.get("form") == "bound"]
+    out = specialize_flags(ir)
+    assert out is not None
+    kernel = out.unparse()[out.unparse().index("def attn("):out.unparse().index("def run")]
+    assert "IS_CAUSAL" not in kernel.split("):", 1)[1] and "MODE" not in kernel.split("):", 1)[1]
+    assert "keep = rows[:, None] >= keys[None, :] & (keys[None, :] < n)" not in kernel
+    assert "keep = (rows[:, None] >= keys[None, :]) & (keys[None, :] < n)" in kernel
+    assert "x * 1.0" not in kernel and "tl.arange(0, BM)" in kernel
+    compile(out.unparse(), "flagged.py", "exec")
+    bounds = [s for s in skip.sites(out) if s.detail.get("form") == "bound"]
+    assert len(bounds) == 1 and bounds[0].detail["limit"] == "tl.program_id(0) * BM + BM"
+    assert specialize_flags(out) is None  # nothing left to fold
+
+
+@pytest.mark.parametrize("launch", [
+    "IS_CAUSAL=causal, MODE=2",  # a runtime value: the flag may be off
+    "IS_CAUSAL=True, MODE=2)\n    attn[(1,)](q, k, v, o, n, 1.0, BM=64, BN=64, D=d, IS_CAUSAL=False, MODE=2",
+])
+def test_a_flag_a_launch_does_not_set_to_the_same_literal_stays(launch: str) -> None:
+    from passes.triton.inline import specialize_flags
+
+    text = FLAGGED_KERNEL.replace("IS_CAUSAL=True,\n                                MODE=2", launch)
+    text = text.replace("def run(q, k, v):", "def run(q, k, v, causal=True):")
+    assert launch.split(",")[0] in text
+    out = specialize_flags(kir.parse(text, "triton"))
+    # MODE still folds; the causal flag stays a name
+    assert out is not None and "not IS_CAUSAL" in out.unparse()
+    skip = get_pass("causal-block-skip")()
+    assert not [s for s in skip.sites(out) if s.detail.get("form") == "bound"]
+
+
+def test_a_card_without_a_site_acts_on_the_kernel_with_its_flags_specialized(tmp_path: Path) -> None:
+    """The trmm lineage's causal card on a kernel whose mask is switched by a flag the launch
+    sets: it acts on the kernel read with the flag's value, and the result matches the
+    reference in the interpreter."""
+    from lineage.optimize import materializations
+    from lineage.skills import Library
+    from passes.base import PassContext
+    from passes.rewriter import DeterministicRewriter
+
+    lib = Library.open(ROOT / "bench/results/heldout/libraries/loo-fmha")
+    card = next(c for c in lib.cards() if c.pass_name == "causal-block-skip")
+    made = next(iter(materializations(card, kir.parse(FLAGGED_KERNEL, "triton"),
+                                      DeterministicRewriter(), PassContext())))
+    assert made.ok and "flags specialized" in made.refusals
+    text = made.ir.unparse()
+    assert "tl.minimum(n, tl.program_id(0) * BM + BM)" in text
+    import gate
+
+    host = text[:text.index("def run(")] + (
+        "def run(q, k, v):\n    B, H, S, D = q.shape\n    o = torch.empty_like(q)\n"
+        "    for bh in range(B * H):\n        b, h = divmod(bh, H)\n"
+        "        attn[(triton.cdiv(S, 16),)](q[b, h], k[b, h], v[b, h], o[b, h], S, D ** -0.5,"
+        " BM=16, BN=16, D=D, IS_CAUSAL=True, MODE=2)\n    return o\n")
+    target = tmp_path / "specialized.py"
+    target.write_text(host)
+    case = gate.load_case(str(ROOT / "bench/heldout/attn_causal"))
+    verdict = gate.check_file(target, case, tier="interpret", cache=False)
+    assert verdict.ok, verdict.reason

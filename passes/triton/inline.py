@@ -88,18 +88,28 @@ def _literal_truth(test: ast.expr) -> bool | None:
     """The truth of a test made of literals and operators alone (`True`, `0`, `not False`,
     `3 == 2`, `3 & 2`, `1 and 0 < 4`: a flag argument the call bound, compared or masked),
     else None. Numbers and booleans only; an expression that raises is None."""
+    value = _literal_value(test)
+    return None if value is _NO_VALUE else bool(value)
+
+
+_NO_VALUE = object()
+
+
+def _literal_value(test: ast.expr) -> Any:
+    """The value of an expression made of literals and operators alone (`_literal_truth`), else
+    `_NO_VALUE`."""
     if not all(isinstance(n, _LITERAL_NODES) for n in ast.walk(test)):
-        return None
+        return _NO_VALUE
     if any(isinstance(n, ast.Constant) and not isinstance(n.value, (bool, int, float, type(None)))
            for n in ast.walk(test)):
-        return None
+        return _NO_VALUE
     if any(isinstance(n, (ast.Pow, ast.LShift)) for n in ast.walk(test)):
-        return None  # no arbitrary-size arithmetic
+        return _NO_VALUE  # no arbitrary-size arithmetic
     try:
-        value = eval(compile(ast.Expression(test), "<flag>", "eval"), {"__builtins__": {}}, {})
+        code = compile(ast.fix_missing_locations(ast.Expression(test)), "<flag>", "eval")
+        return eval(code, {"__builtins__": {}}, {})
     except Exception:  # noqa: BLE001 - a literal test that fails to evaluate stays as written
-        return None
-    return bool(value)
+        return _NO_VALUE
 
 
 class _FoldLiteralBranches(ast.NodeTransformer):
@@ -235,6 +245,151 @@ def inline_helpers(ir: KernelIR) -> KernelIR | None:
             pad = indent_of(mod.source, mod.start(stmt))
             text = "".join(pad + ln.replace("\n", "\n" + pad) + "\n" for ln in lines)
             edits.append(ByteEdit(start, end, text))
+    if not edits:
+        return None
+    edits.sort(key=lambda e: e.start)
+    return ir.apply(Edit(Span(e.start, e.end), e.text) for e in edits)
+
+
+class _FoldLiterals(_FoldLiteralBranches):
+    """Also folds expressions: a sub-expression of literals alone to its value (`not True`,
+    `True == 0`), then `x & True`, `x | False`, `True and x`, `False or x` to `x` and the
+    absorbing cases (`x | True`, `False and x`, ...) to the literal."""
+
+    def __init__(self) -> None:
+        self.folded = 0
+
+    def visit_If(self, node: ast.If) -> Any:
+        node.test = self.visit(node.test)
+        if _literal_truth(node.test) is not None:
+            self.folded += 1
+        return super().visit_If(node)
+
+    def _value(self, node: ast.expr) -> ast.expr:
+        """A boolean made of literals alone as its value; numbers (`-1.0e30`, `2 * 3`) stay as
+        written."""
+        if isinstance(node, ast.Constant):
+            return node
+        value = _literal_value(node)
+        if not isinstance(value, bool):
+            return node
+        self.folded += 1
+        return ast.copy_location(ast.Constant(value), node)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        self.generic_visit(node)
+        return self._value(node)
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        return self._value(node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, (ast.BitAnd, ast.BitOr)):
+            unit = isinstance(node.op, ast.BitAnd)  # x & True is x, x | False is x
+            for lit, other in ((node.left, node.right), (node.right, node.left)):
+                if isinstance(lit, ast.Constant) and isinstance(lit.value, bool):
+                    self.folded += 1
+                    return other if lit.value is unit else ast.Constant(not unit)
+        return self._value(node)
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> ast.AST:
+        self.generic_visit(node)
+        unit = isinstance(node.op, ast.And)  # True and x is x, False or x is x
+        kept: list[ast.expr] = []
+        for value in node.values:
+            if isinstance(value, ast.Constant) and isinstance(value.value, bool):
+                self.folded += 1
+                if value.value is not unit:
+                    return ast.Constant(not unit)
+                continue
+            kept.append(value)
+        if not kept:
+            return ast.Constant(unit)
+        if len(kept) == 1:
+            return kept[0]
+        node.values = kept
+        return node
+
+
+def _launch_literals(mod: PyModule, kernel: ast.FunctionDef) -> dict[str, Any]:
+    """Constexpr parameters of `kernel` that every launch passes the same literal (a bool or
+    an int), by name; none where a launch passes `*` / `**` arguments."""
+    params = [a.arg for a in kernel.args.args]
+    constexpr = {a.arg for a in kernel.args.args
+                 if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")}
+    launches = mod.launches(kernel.name)
+    if not launches:
+        return {}
+    seen: dict[str, list[Any]] = {}
+    for call in launches:
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None
+                                                                       for k in call.keywords):
+            return {}
+        given = {params[i]: a for i, a in enumerate(call.args) if i < len(params)}
+        given |= {k.arg: k.value for k in call.keywords if k.arg in constexpr}
+        for name in constexpr:
+            value = given.get(name)
+            literal = isinstance(value, ast.Constant) and isinstance(value.value, (bool, int))
+            seen.setdefault(name, []).append(value.value if literal else _UNBOUND)
+    return {name: vals[0] for name, vals in seen.items()
+            if all(v is not _UNBOUND and v == vals[0] and type(v) is type(vals[0]) for v in vals)}
+
+
+_UNBOUND = object()
+"""A launch that passes a flag no literal (or nothing: its default)."""
+
+
+def _tests_only(kernel: ast.FunctionDef, name: str) -> bool:
+    """Whether `name` is read only inside the tests of `if` statements and conditional
+    expressions of `kernel`."""
+    inside: set[int] = set()
+    for node in ast.walk(kernel):
+        if isinstance(node, (ast.If, ast.IfExp)):
+            inside |= {id(n) for n in ast.walk(node.test)}
+    return all(id(n) in inside for n in ast.walk(kernel)
+               if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load))
+
+
+class _Bind(ast.NodeTransformer):
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = values
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if isinstance(node.ctx, ast.Load) and node.id in self.values:
+            return ast.copy_location(ast.Constant(self.values[node.id]), node)
+        return node
+
+
+def specialize_flags(ir: KernelIR) -> KernelIR | None:
+    """`ir` with each launched kernel's constexpr flags that every launch binds to the same
+    literal (module docstring) read as that literal, and the branches and boolean expressions
+    that made literal folded; None when no kernel has such a flag whose reading folds anything.
+    The parameters stay in the signatures and the launches."""
+    import copy  # noqa: PLC0415
+
+    from kir import Edit, Span  # noqa: PLC0415
+
+    mod = PyModule(ir)
+    edits: list[ByteEdit] = []
+    for kernel in mod.kernels():
+        flags = {name: value for name, value in _launch_literals(mod, kernel).items()
+                 if isinstance(value, bool) or _tests_only(kernel, name)}
+        if not flags:
+            continue
+        body = copy.deepcopy(kernel.body)
+        fold = _FoldLiterals()
+        new = [fold.visit(_Bind(flags).visit(stmt)) for stmt in body]
+        new = [n for stmt in new for n in (stmt if isinstance(stmt, list) else [stmt])]
+        if not fold.folded:
+            continue
+        start = mod.stmt_span(kernel.body[0])[0]
+        end = mod.stmt_span(kernel.body[-1])[1]
+        pad = indent_of(mod.source, mod.start(kernel.body[0]))
+        text = "".join(pad + line + "\n" for stmt in new
+                       for line in ast.unparse(stmt).splitlines())
+        edits.append(ByteEdit(start, end, text))
     if not edits:
         return None
     edits.sort(key=lambda e: e.start)
