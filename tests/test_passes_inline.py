@@ -5,6 +5,7 @@ from pathlib import Path
 
 import kir
 import pytest
+from attention_sources import CAUSAL
 
 from passes import get_pass
 from passes.triton.inline import inline_helpers
@@ -259,45 +260,21 @@ def test_an_accumulating_call_and_an_epilogue_that_returns_nothing_are_inlined()
     assert _open_sites("software-pipelining", ir) == 0 < _open_sites("software-pipelining", out)
 
 
-FLAGGED_KERNEL = '''import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def attn(q, k, v, o, n, scale, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr,
-         IS_CAUSAL: tl.constexpr, MODE: tl.constexpr):
-    rows = tl.program_id(0) * BM + tl.arange(0, BM)
-    d = tl.arange(0, D)
-    qb = tl.load(q + rows[:, None] * D + d[None, :], mask=rows[:, None] < n, other=0.0)
-    m = tl.full([BM], float("-inf"), tl.float32)
-    s = tl.zeros([BM], tl.float32)
-    acc = tl.zeros([BM, D], tl.float32)
-    for j in range(0, n, BN):
-        keys = j + tl.arange(0, BN)
-        kb = tl.load(k + keys[:, None] * D + d[None, :], mask=keys[:, None] < n, other=0.0)
-        x = tl.dot(qb, tl.trans(kb)) * scale
-        keep = ((not IS_CAUSAL) or (rows[:, None] >= keys[None, :])) & (keys[None, :] < n)
-        x = tl.where(keep, x, -1.0e30)
-        if MODE == 1:
-            x = x * 1.0
-        mn = tl.maximum(m, tl.max(x, 1))
-        p = tl.exp(x - mn[:, None])
-        a = tl.exp(m - mn)
-        s = s * a + tl.sum(p, 1)
-        vb = tl.load(v + keys[:, None] * D + d[None, :], mask=keys[:, None] < n, other=0.0)
-        acc = acc * a[:, None] + tl.dot(p.to(vb.dtype), vb)
-        m = mn
-    tl.store(o + rows[:, None] * D + d[None, :], acc / s[:, None], mask=rows[:, None] < n)
-
+MASK = "        x = tl.where(rows[:, None] >= keys[None, :], x, -1.0e30)\n"
+# the attention kernel with its causal mask switched by a flag and a branch picked by a mode
+FLAGGED_KERNEL = "import torch\n" + CAUSAL.replace(
+    "BKV: tl.constexpr):", "BKV: tl.constexpr,\n           IS_CAUSAL: tl.constexpr, MODE: tl.constexpr):"
+).replace(MASK, "        keep = ((not IS_CAUSAL) or (rows[:, None] >= keys[None, :])) & (keys[None, :] < n)\n"
+                "        x = tl.where(keep, x, -1.0e30)\n"
+                "        if MODE == 1:\n            x = x * 1.0\n") + """
 
 def run(q, k, v):
     o = torch.empty_like(q)
     n, d = q.shape
-    attn[(triton.cdiv(n, 64),)](q, k, v, o, n, d ** -0.5, BM=64, BN=64, D=d, IS_CAUSAL=True,
-                                MODE=2)
+    attend[(triton.cdiv(n, 64),)](q, k, v, o, n, d ** -0.5, D=d, BQ=64, BKV=64, IS_CAUSAL=True,
+                                  MODE=2)
     return o
-'''
+"""
 
 
 def test_a_kernel_flag_every_launch_sets_is_read_as_its_value() -> None:
@@ -311,27 +288,27 @@ def test_a_kernel_flag_every_launch_sets_is_read_as_its_value() -> None:
     assert not [s for s in skip.sites(ir) if s.detail.get("form") == "bound"]
     out = specialize_flags(ir)
     assert out is not None
-    kernel = out.unparse()[out.unparse().index("def attn("):out.unparse().index("def run")]
+    kernel = out.unparse()[out.unparse().index("def attend("):out.unparse().index("def run")]
     assert "IS_CAUSAL" not in kernel.split("):", 1)[1] and "MODE" not in kernel.split("):", 1)[1]
     assert "keep = rows[:, None] >= keys[None, :] & (keys[None, :] < n)" not in kernel
     assert "keep = (rows[:, None] >= keys[None, :]) & (keys[None, :] < n)" in kernel
-    assert "x * 1.0" not in kernel and "tl.arange(0, BM)" in kernel
+    assert "x * 1.0" not in kernel and "tl.arange(0, BQ)" in kernel
     compile(out.unparse(), "flagged.py", "exec")
     bounds = [s for s in skip.sites(out) if s.detail.get("form") == "bound"]
-    assert len(bounds) == 1 and bounds[0].detail["limit"] == "tl.program_id(0) * BM + BM"
+    assert len(bounds) == 1 and bounds[0].detail["limit"] == "qi * BQ + BQ"
     assert specialize_flags(out) is None  # nothing left to fold
 
 
 @pytest.mark.parametrize("launch", [
     "IS_CAUSAL=causal, MODE=2",  # a runtime value: the flag may be off
-    "IS_CAUSAL=True, MODE=2)\n    attn[(1,)](q, k, v, o, n, 1.0, BM=64, BN=64, D=d, IS_CAUSAL=False, MODE=2",
+    "IS_CAUSAL=True, MODE=2)\n    attend[(1,)](q, k, v, o, n, 1.0, D=d, BQ=64, BKV=64, IS_CAUSAL=False, MODE=2",
 ])
 def test_a_flag_a_launch_does_not_set_to_the_same_literal_stays(launch: str) -> None:
     from passes.triton.inline import specialize_flags
 
-    text = FLAGGED_KERNEL.replace("IS_CAUSAL=True,\n                                MODE=2", launch)
+    text = FLAGGED_KERNEL.replace("IS_CAUSAL=True,\n                                  MODE=2", launch)
     text = text.replace("def run(q, k, v):", "def run(q, k, v, causal=True):")
-    assert launch.split(",")[0] in text
+    assert launch in text
     out = specialize_flags(kir.parse(text, "triton"))
     # MODE still folds; the causal flag stays a name
     assert out is not None and "not IS_CAUSAL" in out.unparse()
@@ -354,14 +331,14 @@ def test_a_card_without_a_site_acts_on_the_kernel_with_its_flags_specialized(tmp
                                       DeterministicRewriter(), PassContext())))
     assert made.ok and "flags specialized" in made.refusals
     text = made.ir.unparse()
-    assert "tl.minimum(n, tl.program_id(0) * BM + BM)" in text
+    assert "tl.minimum(n, qi * BQ + BQ)" in text
     import gate
 
     host = text[:text.index("def run(")] + (
         "def run(q, k, v):\n    B, H, S, D = q.shape\n    o = torch.empty_like(q)\n"
         "    for bh in range(B * H):\n        b, h = divmod(bh, H)\n"
-        "        attn[(triton.cdiv(S, 16),)](q[b, h], k[b, h], v[b, h], o[b, h], S, D ** -0.5,"
-        " BM=16, BN=16, D=D, IS_CAUSAL=True, MODE=2)\n    return o\n")
+        "        attend[(triton.cdiv(S, 16),)](q[b, h], k[b, h], v[b, h], o[b, h], S, D ** -0.5,"
+        " D=D, BQ=16, BKV=16, IS_CAUSAL=True, MODE=2)\n    return o\n")
     target = tmp_path / "specialized.py"
     target.write_text(host)
     case = gate.load_case(str(ROOT / "bench/heldout/attn_causal"))

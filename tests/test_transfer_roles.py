@@ -7,6 +7,7 @@ from pathlib import Path
 
 import kir
 import pytest
+from attention_sources import CAUSAL
 
 from lineage.control import apply_byte_edits, autotune_control, generic_configs
 from lineage.retrieval import signature_similarity
@@ -284,33 +285,6 @@ def test_two_launches_sharing_a_grid_variable_rewrite_it_once() -> None:
     compile(out, "two_launches.py", "exec")
 
 
-CAUSAL = '''
-import triton
-import triton.language as tl
-
-@triton.jit
-def attend(q, k, v, o, n, scale, D: tl.constexpr, BQ: tl.constexpr, BKV: tl.constexpr):
-    qi = tl.program_id(0)
-    rows = qi * BQ + tl.arange(0, BQ)
-    d = tl.arange(0, D)
-    qb = tl.load(q + rows[:, None] * D + d[None, :], mask=rows[:, None] < n, other=0.0)
-    m = tl.full([BQ], -1.0e30, tl.float32)
-    s = tl.zeros([BQ], tl.float32)
-    acc = tl.zeros([BQ, D], tl.float32)
-    for j in range(0, n, BKV):
-        keys = j + tl.arange(0, BKV)
-        kb = tl.load(k + keys[:, None] * D + d[None, :], mask=keys[:, None] < n, other=0.0)
-        x = tl.dot(qb, tl.trans(kb)) * scale
-        x = tl.where(rows[:, None] >= keys[None, :], x, -1.0e30)
-        mn = tl.maximum(m, tl.max(x, 1))
-        p = tl.exp(x - mn[:, None])
-        a = tl.exp(m - mn)
-        s = s * a + tl.sum(p, 1)
-        vb = tl.load(v + keys[:, None] * D + d[None, :], mask=keys[:, None] < n, other=0.0)
-        acc = acc * a[:, None] + tl.dot(p.to(vb.dtype), vb)
-        m = mn
-    tl.store(o + rows[:, None] * D + d[None, :], acc / s[:, None], mask=rows[:, None] < n)
-'''
 
 
 def _bounding_sites(text: str) -> list:
