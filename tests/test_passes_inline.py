@@ -344,3 +344,31 @@ def test_a_card_without_a_site_acts_on_the_kernel_with_its_flags_specialized(tmp
     case = gate.load_case(str(ROOT / "bench/heldout/attn_causal"))
     verdict = gate.check_file(target, case, tier="interpret", cache=False)
     assert verdict.ok, verdict.reason
+
+
+def test_a_kernel_flag_case_is_split_once_its_flag_reads_true(tmp_path: Path) -> None:
+    """The style case whose kernel takes the causal mask as a flag the launch sets, its
+    bounds mask a name indexed by broadcast (`inside[:, None]`) and both masks additive
+    (`scores += tl.where(..., 0.0, -inf)`): read with the flag's value the key loop is bounded
+    and split, the first loop keeps no mask, no `tl.where` of a mask and no `+= 0.0`, and the
+    kernel matches the reference in the interpreter."""
+    import ast
+
+    import gate
+    from passes.triton.inline import specialize_flags
+
+    folder = ROOT / "bench/styles/attn_kernel_flag"
+    ir = kir.parse((folder / "flag_attn.py").read_text(), "triton")
+    skip = get_pass("causal-block-skip")()
+    assert not [s for s in skip.sites(ir) if s.detail.get("form") == "bound"]
+    flagged = specialize_flags(ir)
+    site = next(s for s in skip.sites(flagged) if s.detail.get("form") == "bound")
+    text = skip.optimize(flagged, site).ir.unparse()
+    first = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.For))
+    body = ast.unparse(first)
+    assert "mask" not in body and "inside" not in body and "+= 0" not in body
+    assert body.count("tl.where") == 1  # the -inf guard of the running max
+    target = tmp_path / "split.py"
+    target.write_text(text)
+    verdict = gate.check_file(target, gate.load_case(str(folder)), tier="interpret", cache=False)
+    assert verdict.ok, verdict.reason

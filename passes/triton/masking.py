@@ -718,6 +718,18 @@ class _Fold(ast.NodeTransformer):
         known = isinstance(node.ctx, ast.Load) and node.id in self.names
         return ast.Constant(self.names[node.id]) if known else node
 
+    def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
+        self.generic_visit(node)  # `ok[:, None]` of an `ok` known true is true
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, bool):
+            return node.value
+        return node
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST | None:
+        self.generic_visit(node)  # `s += tl.where(True, 0.0, -inf)` folded to `s += 0.0`
+        zero = isinstance(node.value, ast.Constant) and not isinstance(node.value.value, bool) \
+            and node.value.value == 0
+        return None if zero and isinstance(node.op, (ast.Add, ast.Sub)) else node
+
     def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
         self.generic_visit(node)
         if isinstance(node.op, (ast.Invert, ast.Not)) and isinstance(node.operand, ast.Constant) \
