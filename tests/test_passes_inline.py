@@ -316,6 +316,21 @@ def test_a_flag_a_launch_does_not_set_to_the_same_literal_stays(launch: str) -> 
     assert not [s for s in skip.sites(out) if s.detail.get("form") == "bound"]
 
 
+def test_a_flag_left_to_its_default_is_read_as_the_default() -> None:
+    """`IS_CAUSAL: tl.constexpr = True` that no launch passes is the literal `True`; a launch
+    that passes another value than the default leaves the flag a name."""
+    from passes.triton.inline import specialize_flags
+
+    text = FLAGGED_KERNEL.replace("IS_CAUSAL: tl.constexpr, MODE: tl.constexpr):",
+                                  "MODE: tl.constexpr, IS_CAUSAL: tl.constexpr = True):")
+    launch = "IS_CAUSAL=True,\n                                  MODE=2"
+    assert launch in text and "IS_CAUSAL: tl.constexpr = True" in text
+    out = specialize_flags(kir.parse(text.replace(launch, "MODE=2"), "triton"))
+    assert out is not None and "not IS_CAUSAL" not in out.unparse()
+    out = specialize_flags(kir.parse(text.replace(launch, "MODE=2, IS_CAUSAL=causal"), "triton"))
+    assert out is not None and "not IS_CAUSAL" in out.unparse()
+
+
 def test_a_card_without_a_site_acts_on_the_kernel_with_its_flags_specialized(tmp_path: Path) -> None:
     """The trmm lineage's causal card on a kernel whose mask is switched by a flag the launch
     sets: it acts on the kernel read with the flag's value, and the result matches the

@@ -315,19 +315,22 @@ class _FoldLiterals(_FoldLiteralBranches):
 
 def _launch_literals(mod: PyModule, kernel: ast.FunctionDef) -> dict[str, Any]:
     """Constexpr parameters of `kernel` that every launch passes the same literal (a bool or
-    an int), by name; none where a launch passes `*` / `**` arguments."""
+    an int; a parameter a launch leaves out, its literal default), by name; none where a
+    launch passes `*` / `**` arguments."""
     params = [a.arg for a in kernel.args.args]
     constexpr = {a.arg for a in kernel.args.args
                  if a.annotation is not None and ast.unparse(a.annotation).endswith("constexpr")}
     launches = mod.launches(kernel.name)
     if not launches:
         return {}
+    defaults = dict(zip(params[len(params) - len(kernel.args.defaults):], kernel.args.defaults))
     seen: dict[str, list[Any]] = {}
     for call in launches:
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None
                                                                        for k in call.keywords):
             return {}
-        given = {params[i]: a for i, a in enumerate(call.args) if i < len(params)}
+        given = dict(defaults)  # a parameter a launch leaves out takes its default
+        given |= {params[i]: a for i, a in enumerate(call.args) if i < len(params)}
         given |= {k.arg: k.value for k in call.keywords if k.arg in constexpr}
         for name in constexpr:
             value = given.get(name)
