@@ -700,6 +700,12 @@ class _Fold(ast.NodeTransformer):
         self.names: dict[str, bool] = {}
         self.dropped: set[str] = set()
 
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        super().generic_visit(node)  # a block whose statements all folded away keeps a `pass`
+        if isinstance(node, (ast.If, ast.For, ast.While, ast.With)) and not node.body:
+            node.body = [ast.Pass()]
+        return node
+
     @staticmethod
     def _is_true(node: ast.AST) -> bool:
         return isinstance(node, ast.Constant) and node.value is True
