@@ -392,7 +392,7 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
     if not produced and not produced_sweep:
         # what a jit helper hides (its loads, its K loop) is a site once the helper is inlined,
         # what a flag every launch sets hides once the flag reads as its value
-        inlined, how = _helpers_inlined(ir)
+        inlined, how = _normalized(ir)
         if inlined is not None:
             for made in materializations(card, inlined, rewriter, ctx, max_sites=max_sites,
                                          skip_site=skip_site, sweeps=sweeps,
@@ -480,7 +480,7 @@ _INLINED: dict[str, tuple[KernelIR | None, tuple[str, ...]]] = {}
 (every card without a site asks)."""
 
 
-def _helpers_inlined(ir: KernelIR) -> tuple[KernelIR | None, tuple[str, ...]]:
+def _normalized(ir: KernelIR) -> tuple[KernelIR | None, tuple[str, ...]]:
     """(`ir` with its kernels' `@triton.jit` helpers inlined and the constexpr flags every launch
     sets to one literal read as it (`passes.triton.inline`), what of the two was done), or
     (None, ()) when neither applies (or it is not Triton)."""
@@ -493,14 +493,14 @@ def _helpers_inlined(ir: KernelIR) -> tuple[KernelIR | None, tuple[str, ...]]:
 
     out: KernelIR | None = None
     how: tuple[str, ...] = ()
-    try:
-        out = inline_helpers(ir)
-        how = ("helpers inlined",) if out is not None else ()
-        flagged = specialize_flags(out if out is not None else ir)
-        if flagged is not None:
-            out, how = flagged, (*how, "flags specialized")
-    except (SyntaxError, ValueError, KLineageError):
-        out, how = None, ()
+    for step, label in ((inline_helpers, "helpers inlined"),
+                        (specialize_flags, "flags specialized")):
+        try:
+            done = step(out if out is not None else ir)
+        except (SyntaxError, ValueError, KLineageError):
+            done = None  # that normalization does not apply; the other may
+        if done is not None:
+            out, how = done, (*how, label)
     if len(_INLINED) >= 64:  # runs of several operators share the process (bench/heldout.py)
         _INLINED.clear()
     _INLINED[source] = (out, how)
