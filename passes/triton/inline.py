@@ -289,7 +289,9 @@ class _FoldLiterals(_FoldLiteralBranches):
         if isinstance(node.op, (ast.BitAnd, ast.BitOr)):
             unit = isinstance(node.op, ast.BitAnd)  # x & True is x, x | False is x
             for lit, other in ((node.left, node.right), (node.right, node.left)):
-                if isinstance(lit, ast.Constant) and isinstance(lit.value, bool):
+                # with an integer x, x & True is x & 1 and x | True is x | 1
+                if isinstance(lit, ast.Constant) and isinstance(lit.value, bool) \
+                        and (lit.value is False or _boolean(other)):
                     self.folded += 1
                     return other if lit.value is unit else ast.Constant(not unit)
         return self._value(node)
@@ -311,6 +313,20 @@ class _FoldLiterals(_FoldLiteralBranches):
             return kept[0]
         node.values = kept
         return node
+
+
+def _boolean(node: ast.expr) -> bool:
+    """Whether `node` is a condition by its form (a comparison, `not`, `and` / `or`, or `&` /
+    `|` of conditions): `x & True` is `x` and `x | True` is `True` only for such an `x`."""
+    if isinstance(node, ast.Subscript):  # `ok[:, None]` broadcast
+        return _boolean(node.value)
+    if isinstance(node, (ast.Compare, ast.BoolOp)) or isinstance(node, ast.UnaryOp) \
+            and isinstance(node.op, ast.Not):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
+        return _boolean(node.operand)
+    return isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr)) \
+        and _boolean(node.left) and _boolean(node.right)
 
 
 def _launch_literals(mod: PyModule, kernel: ast.FunctionDef) -> dict[str, Any]:
