@@ -387,3 +387,17 @@ def test_a_kernel_flag_case_is_split_once_its_flag_reads_true(tmp_path: Path) ->
     target.write_text(text)
     verdict = gate.check_file(target, gate.load_case(str(folder)), tier="interpret", cache=False)
     assert verdict.ok, verdict.reason
+
+
+def test_a_flag_anded_with_integers_is_not_dropped() -> None:
+    """`x & True` is `x` for a condition, `x & 1` for integers: a flag read in integer
+    arithmetic keeps its literal there, while the same flag and a comparison folds."""
+    from passes.triton.inline import specialize_flags
+
+    text = FLAGGED_KERNEL.replace(
+        "        keys = j + tl.arange(0, BKV)\n",
+        "        keys = j + tl.arange(0, BKV)\n        odd = keys & IS_CAUSAL\n"
+        "        live = (keys < n) & IS_CAUSAL\n")
+    assert "odd = keys & IS_CAUSAL" in text
+    out = specialize_flags(kir.parse(text, "triton")).unparse()
+    assert "odd = keys & True" in out and "live = keys < n\n" in out
