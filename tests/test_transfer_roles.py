@@ -287,6 +287,24 @@ def test_two_launches_sharing_a_grid_variable_rewrite_it_once() -> None:
 
 
 
+def _causal_in_interpreter(kernel_text: str, tmp_path: Path):
+    """The gate's interpret-tier verdict of the `CAUSAL` kernel text `kernel_text` with a host
+    that runs it per (batch, head) on the held-out causal attention case."""
+    import gate
+
+    host = ("\nimport torch\n\n\ndef run(q, k, v):\n    B, H, S, D = q.shape\n"
+            "    o = torch.empty_like(q, dtype=torch.float32)\n"
+            "    for bh in range(B * H):\n"
+            "        b, h = divmod(bh, H)\n"
+            "        attend[(triton.cdiv(S, 16),)](q[b, h], k[b, h], v[b, h], o[b, h], S, D ** -0.5,"
+            " D=D, BQ=16, BKV=16)\n"
+            "    return o.to(q.dtype)\n")
+    target = tmp_path / "attend.py"
+    target.write_text(kernel_text + host)
+    case = gate.load_case(str(ROOT_DIR / "bench/heldout/attn_causal"))
+    return gate.check_file(target, case, tier="interpret", cache=False)
+
+
 def _bounding_sites(text: str) -> list:
     """The causal-block-skip sites of `text` that bound or split a key loop."""
     from passes.registry import get_pass
@@ -478,7 +496,6 @@ def test_an_additive_mask_and_a_mask_of_what_to_drop_bound_the_loop(tmp_path: Pa
     """The additive form (`x + tl.where(keep, 0, -1e6)`) and the dual form, a condition of
     what to drop joined by `|` into the first value of a `tl.where`, bound the key loop like
     `tl.where(keep, x, -inf)`; the bounded kernel matches the reference in the interpreter."""
-    import gate
     from passes.registry import get_pass
 
     text = CAUSAL.replace(MASK, mask)
@@ -488,17 +505,7 @@ def test_an_additive_mask_and_a_mask_of_what_to_drop_bound_the_loop(tmp_path: Pa
     site = next(s for s in p.sites(ir) if s.detail.get("form") == "bound")
     bounded = p.optimize(ir, site).ir.unparse()
     assert "tl.minimum(n, qi * BQ + BQ)" in bounded
-    host = ("\nimport torch\n\n\ndef run(q, k, v):\n    B, H, S, D = q.shape\n"
-            "    o = torch.empty_like(q, dtype=torch.float32)\n"
-            "    for bh in range(B * H):\n"
-            "        b, h = divmod(bh, H)\n"
-            "        attend[(triton.cdiv(S, 16),)](q[b, h], k[b, h], v[b, h], o[b, h], S, D ** -0.5,"
-            " D=D, BQ=16, BKV=16)\n"
-            "    return o.to(q.dtype)\n")
-    target = tmp_path / "bounded.py"
-    target.write_text(bounded + host)
-    case = gate.load_case(str(ROOT_DIR / "bench/heldout/attn_causal"))
-    verdict = gate.check_file(target, case, tier="interpret", cache=False)
+    verdict = _causal_in_interpreter(bounded, tmp_path)
     assert verdict.ok, verdict.reason
 
 
@@ -572,6 +579,36 @@ def test_a_banded_mask_starts_the_key_loop_at_the_band(tmp_path: Path) -> None:
         first = next(l for l in out.splitlines() if "for start in range(" in l)
         assert first.replace(" ", "").startswith("forstartinrange(tl.maximum(qb*BQ-")
         assert "window+1,0)" in first.replace(" ", "") or "(-1+window),0)" in first.replace(" ", "")
+
+
+@pytest.mark.parametrize("mask,bounds", [
+    ("x = tl.where(~(rows[:, None] >= keys[None, :]), -1.0e30, x)", True),
+    ("x = tl.where(~(keys[None, :] > rows[:, None]), x, -1.0e30)", True),
+    ("keep = ~((keys[None, :] > rows[:, None]) | (keys[None, :] >= n))\n"
+     "        x = tl.where(keep, x, -1.0e30)", True),
+    # the negations that keep the keys past the diagonal bound nothing
+    ("x = tl.where(~(rows[:, None] >= keys[None, :]), x, -1.0e30)", False),
+    ("x = tl.where(~(keys[None, :] > rows[:, None]), -1.0e30, x)", False),
+])
+def test_a_negated_mask_reads_as_its_dual(tmp_path: Path, mask: str, bounds: bool) -> None:
+    """`~keep` is a condition of what to drop and `~drop` one of what to keep: the negated
+    forms of the causal mask bound and split the key loop (the first loop without any
+    `tl.where`, and the kernel matches the reference in the interpreter), and a negation that
+    keeps the keys past the diagonal bounds nothing."""
+    from passes.registry import get_pass
+
+    text = CAUSAL.replace(MASK, mask)
+    assert mask.splitlines()[0] in text
+    p = get_pass("causal-block-skip")()
+    sites = [s for s in p.sites(_ir(text)) if s.detail.get("form") == "bound"]
+    assert bool(sites) is bounds
+    if not bounds:
+        return
+    out = p.optimize(_ir(text), sites[0]).ir.unparse()
+    first, second = _loops(out)
+    assert "tl.where" not in ast.unparse(first) and "tl.where" in ast.unparse(second)
+    verdict = _causal_in_interpreter(out, tmp_path)
+    assert verdict.ok, verdict.reason
 
 
 def test_a_band_written_as_what_to_drop_starts_the_key_loop_at_the_band(tmp_path: Path) -> None:

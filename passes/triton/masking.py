@@ -281,11 +281,19 @@ def _conjunctive(mod: PyModule, node: ast.AST, loop: ast.For, depth: int = 3,
     bound cut at the diagonal would be wrong there. With `dual`, `node` is a condition of what
     to drop (`keys > rows`): it must only ever widen what is dropped, through `|` / `or` alone
     into the condition of a `tl.where` whose first value is the dropped one
-    (`tl.where(future, -inf, s)`); a load's mask keeps what it holds, so it cannot take one."""
+    (`tl.where(future, -inf, s)`); a load's mask keeps what it holds, so it cannot take one.
+    A negation on the way swaps the two readings (`tl.where(~(keys <= rows), -inf, s)`)."""
     joins = (ast.BitOr, ast.Or) if dual else (ast.BitAnd, ast.And)
     cur = node
     parent = mod.parents.get(cur)
     while parent is not None and not isinstance(parent, ast.stmt):
+        if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, (ast.Invert, ast.Not)):
+            # `~keep` is a condition of what to drop, `~drop` one of what to keep (De Morgan:
+            # under the negation a conjunction of keeps reads as a disjunction of drops)
+            dual = not dual
+            joins = (ast.BitOr, ast.Or) if dual else (ast.BitAnd, ast.And)
+            cur, parent = parent, mod.parents.get(parent)
+            continue
         if isinstance(parent, ast.BinOp) and isinstance(parent.op, joins[0]) \
                 or isinstance(parent, ast.BoolOp) and isinstance(parent.op, joins[1]) \
                 or isinstance(parent, ast.Subscript) and parent.value is cur:
