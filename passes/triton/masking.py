@@ -588,10 +588,11 @@ def window_start(mod: PyModule, kernel: ast.FunctionDef, loop: ast.For) -> str |
     """The first key block a banded mask keeps for any row of the program, for a key loop
     `range(0, bound, STEP)`: a comparison of the iteration's keys against the program's rows
     and a loop-invariant width, e.g. `rows - keys < W` (reached like a causal mask,
-    `_conjunctive`; or its negation as a condition of what to drop), keeps no key below `row base - W + 1`, so the loop may start at
-    `tl.maximum(row base - W + 1, 0) // STEP * STEP`. None where there is no such comparison,
-    the loop does not start at a literal 0 in steps of its keys, its variable is read after it,
-    or it moves pointers the skipped iterations would have moved (`_moves_pointers`)."""
+    `_conjunctive`; or its negation as a condition of what to drop), keeps no key below
+    `row base - W + 1`, so the loop may start at `tl.maximum(row base - W + 1, 0) // STEP *
+    STEP`. None where there is no such comparison, the loop does not start at a literal 0 in
+    steps of its keys, its variable is read after it, or it moves pointers the skipped
+    iterations would have moved (`_moves_pointers`)."""
     args = loop.iter.args
     if len(args) != 3 or literal_int(args[0]) != 0 or _moves_pointers(mod, loop):
         return None
