@@ -475,7 +475,7 @@ def _beside_in_list(ir: KernelIR, result: Any) -> KernelIR | None:
     return None
 
 
-_INLINED: dict[str, tuple[KernelIR | None, tuple[str, ...]]] = {}
+_NORMALIZED: dict[str, tuple[KernelIR | None, tuple[str, ...]]] = {}
 """Source text -> its kernels normalized (helpers inlined, flags specialized) and what was done
 (every card without a site asks)."""
 
@@ -487,8 +487,8 @@ def _normalized(ir: KernelIR) -> tuple[KernelIR | None, tuple[str, ...]]:
     if str(getattr(ir.language, "value", ir.language)) != "triton":
         return None, ()
     source = ir.unparse()
-    if source in _INLINED:
-        return _INLINED[source]
+    if source in _NORMALIZED:
+        return _NORMALIZED[source]
     from passes.triton.inline import inline_helpers, specialize_flags  # noqa: PLC0415
 
     out: KernelIR | None = None
@@ -501,9 +501,9 @@ def _normalized(ir: KernelIR) -> tuple[KernelIR | None, tuple[str, ...]]:
             done = None  # that normalization does not apply; the other may
         if done is not None:
             out, how = done, (*how, label)
-    if len(_INLINED) >= 64:  # runs of several operators share the process (bench/heldout.py)
-        _INLINED.clear()
-    _INLINED[source] = (out, how)
+    if len(_NORMALIZED) >= 64:  # runs of several operators share the process (bench/heldout.py)
+        _NORMALIZED.clear()
+    _NORMALIZED[source] = (out, how)
     return out, how
 
 
@@ -1306,7 +1306,6 @@ def _attempt_one(card: SkillCard, made: Materialized, run: _Run, job: _Job) -> b
                             and _own_sweep_round(run.round_cards, run, job):
                         return True
                     _step_onto(run, job, stone, unlocks=unlocked)
-                    run.bet = tuple(unlocked)
                     return True
             return False
     kernel = _advance(run, job, card, made, kernel, frozenset())
@@ -1380,10 +1379,11 @@ def _walk_to_stone(run: _Run, job: _Job) -> bool:
 
 
 def _step_onto(run: _Run, job: _Job, stone: _Stone, unlocks: Sequence[str] = ()) -> None:
-    """Make `stone` the current kernel (the best stays where it is)."""
+    """Make `stone` the current kernel (the best stays where it is); the cards it `unlocks` are
+    the loop's bet on it (`_Run.bet`)."""
     run.stones = []
     run.stone_depth += 1
-    run.bet = ()
+    run.bet = tuple(unlocks)
     _advance(run, job, stone.card, stone.made, stone.kernel, frozenset({"stone"}))
     job.say("stone", {"card": stone.card.id, "ms": stone.kernel.ms,
                       **({"unlocks": ",".join(unlocks)} if unlocks else {})})

@@ -397,10 +397,8 @@ def specialize_flags(ir: KernelIR) -> KernelIR | None:
                  if isinstance(value, bool) or _tests_only(kernel, name)}
         if not flags:
             continue
-        body = copy.deepcopy(kernel.body)
         fold = _FoldLiterals()
-        new = [fold.visit(_Bind(flags).visit(stmt)) for stmt in body]
-        new = [n for stmt in new for n in (stmt if isinstance(stmt, list) else [stmt])]
+        new = fold.visit(_Bind(flags).visit(ast.Module(copy.deepcopy(kernel.body), []))).body
         if not fold.folded:
             continue
         start = mod.stmt_span(kernel.body[0])[0]

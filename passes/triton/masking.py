@@ -841,27 +841,25 @@ def split_plan(mod: PyModule, kernel: ast.FunctionDef, tri: Triangle) -> Split |
     copied = copy.deepcopy(loop)
     inner = assignments(copied)
 
-    def true(cmp: ast.Compare) -> bool:
-        ordered = _ordered(cmp)
-        if ordered is None or not _keys_of(ordered[0], copied, step, outer, inner, counted):
-            return False
-        right, op = ordered[1], ordered[2]
+    def keys_below(keys: ast.expr, other: ast.expr, bound_too: bool) -> bool:
         # every key of the first loop lies below the split: below the program's first row,
         # and below the loop's bound (so below each term the bound is the minimum of)
-        rows = _rows_of(mod, kernel, right, inner_names)
-        return (rows is not None and rows[0].replace(" ", "") == base) or (
-            isinstance(op, ast.Lt) and ast.unparse(right).replace(" ", "") in bounds)
-
-    def false(cmp: ast.Compare) -> bool:
-        # the same facts read from the other side: no key of the first loop lies past a row
-        # of the program (`keys > rows`, `keys >= rows`) nor at or past the loop's bound
-        ordered = _ordered(cmp)
-        if ordered is None or not _keys_of(ordered[1], copied, step, outer, inner, counted):
+        if not _keys_of(keys, copied, step, outer, inner, counted):
             return False
-        left = ordered[0]
-        rows = _rows_of(mod, kernel, left, inner_names)
-        return (rows is not None and rows[0].replace(" ", "") == base) or \
-            ast.unparse(left).replace(" ", "") in bounds
+        rows = _rows_of(mod, kernel, other, inner_names)
+        return (rows is not None and rows[0].replace(" ", "") == base) or (
+            bound_too and ast.unparse(other).replace(" ", "") in bounds)
+
+    def true(cmp: ast.Compare) -> bool:  # `keys < rows`, `keys <= rows`, `keys < bound`
+        ordered = _ordered(cmp)
+        return ordered is not None and keys_below(ordered[0], ordered[1],
+                                                  isinstance(ordered[2], ast.Lt))
+
+    def false(cmp: ast.Compare) -> bool:  # the same facts read from the other side
+        # no key of the first loop lies past a row (`keys > rows`, `keys >= rows`) nor at or
+        # past the loop's bound
+        ordered = _ordered(cmp)
+        return ordered is not None and keys_below(ordered[1], ordered[0], True)
 
     fold = _Fold(true, false)
     copied.body = [fold.visit(stmt) for stmt in copied.body]
