@@ -1,0 +1,1981 @@
+"""What the constructs of a CUDA C++ kernel *do*, found from their use, never their names.
+
+The roles below are read from the tree-sitter IR (`kir.cuda`) of a translation unit; the names
+a user chose (`As`, `tile`, `sdata`, `acc`, `TILE`) play no part. Each finder returns the roles
+it recognized and, for a construct that looks like a role but cannot be told, a `Refusal`
+saying why (`refusals(ir)` collects them).
+
+- `shared_arrays`: `__shared__` arrays with their element type and constant extents.
+- `stagings`: a global -> shared copy (`Staging`): a store into a shared array whose value is a
+  read of a global pointer parameter, written directly (`sh[i] = g[j]`), through a guarded
+  register temporary (`T v = 0; if (ok) v = g[j]; sh[i] = v;`), as a ternary
+  (`sh[i] = ok ? g[j] : 0`), or as a vector copy (`*(float4*)&sh[i] = *(const float4*)&g[j]`),
+  a conversion call around the read allowed. A barrier must follow it in the function.
+- `micro_kernels`: a GEMM micro-kernel (`MicroKernel`): a loop over K whose body stages tiles
+  of two operands in shared memory and runs a constant-trip inner loop of scalar multiply-adds
+  of the two tiles into a per-thread register tile (a scalar or a local array), then an
+  epilogue storing the accumulators to global memory. It carries the block tile (BM, BN, BK),
+  the thread tile (TM, TN), the warp tile where the launch's block is known, each operand's
+  layout in shared memory, the element and accumulator types, and the spans a rewrite replaces.
+- `reduction_trees`: a shared-memory reduction tree (`ReductionTree`): a loop whose stride is
+  halved (`s >>= 1`, `s /= 2`, `s = s / 2`) or doubled around a barrier, combining
+  `sh[t] (op)= sh[t + s]` under `if (t < s)` (or `t % (2*s) == 0`), or the same steps unrolled
+  with constant strides; the combine is a sum, a max or a min (`+=`, `fmaxf`, `max`, a
+  comparison ternary), over one or several arrays in the same steps.
+- `grid_stride_loops` / `block_stride_loops`: loops whose index starts at the thread's global
+  (or in-block) index and steps by the grid's (block's) thread count.
+- `row_reductions`: a block-stride loop that folds a row into a register (`acc += x[...]`,
+  `m = fmaxf(m, x[...])`) and the tree or shuffles that combine the threads' partials.
+- `register_blocks`: per-thread local arrays of constant extent (register tiles).
+- `launch_block`: the launch's block size as the host sets it: the kernel's host module beside
+  the `.cu` (`experts.cudahost.launch(func, grid, block, ...)`, `cuLaunchKernel(...)` with its
+  six dimensions, a CuPy `kernel(grid, block, args)` / `block=(...)` keyword), or a
+  `<<<grid, block>>>` launch in the translation unit; names are resolved to integer literals
+  bound once in the module or as a parameter default.
+- `constant_trip(loop)`: whether a `for` loop's trip count is known at compile time (literal,
+  macro, `constexpr`/`const` integer or template parameter bounds and steps).
+
+Positions are byte offsets of `KernelIR.source`. No GPU library is imported here.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from passes.cuda._c import code_view
+from passes.cuda._tree import (
+    Scope,
+    _evaluate,
+    block_items,
+    callee,
+    children,
+    declared_names,
+    if_parts,
+    key,
+    loop_body,
+    subtree,
+    text,
+)
+
+if TYPE_CHECKING:
+    from kir import KernelIR
+
+_TRIVIA = frozenset({"comment", "preproc_call"})
+VECTOR_BYTES = {"float4": 16, "int4": 16, "uint4": 16, "double2": 16, "float2": 8, "int2": 8,
+                "uint2": 8, "half2": 4, "__half2": 4, "__nv_bfloat162": 4, "nv_bfloat162": 4}
+ELEMENT_BYTES = {"float": 4, "int": 4, "unsigned": 4, "unsigned int": 4, "double": 8,
+                 "__half": 2, "half": 2, "__nv_bfloat16": 2, "nv_bfloat16": 2, "char": 1,
+                 "signed char": 1, "unsigned char": 1, "short": 2, "long long": 8, "int8_t": 1,
+                 "uint8_t": 1, "int16_t": 2, "int32_t": 4, "uint32_t": 4, "int64_t": 8}
+# conversions a load or a product may be wrapped in (they do not change which element is read)
+_CONVERSION = re.compile(r"^(?:__\w+2float|__float2\w+|__\w+_as_\w+|static_cast|float|double|"
+                         r"__ldg|__ldca|__ldcg|__ldcs|__ldlu|__ldcv|convert\w*|to_float)$")
+_SYNC = re.compile(r"^__syncthreads(?:_count|_and|_or)?$")
+_LOOP_TYPES = frozenset({"for_statement", "while_statement", "do_statement"})
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A construct that looks like `role` but whose role cannot be told: `reason` says why."""
+
+    role: str
+    reason: str
+    span: tuple[int, int]
+    kernel: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": self.role, "reason": self.reason, "span": list(self.span),
+                "kernel": self.kernel}
+
+
+@dataclass(frozen=True, slots=True)
+class SharedArray:
+    """A `__shared__` array: element type, extents (None: not a compile-time constant;
+    `dynamic`: an `extern __shared__` array of unknown size)."""
+
+    name: str
+    element: str
+    extents: tuple[int | None, ...]
+    decl: tuple[int, int]
+    dynamic: bool = False
+    align: int | None = None
+
+    @property
+    def element_bytes(self) -> int | None:
+        return element_bytes(self.element)
+
+
+@dataclass(frozen=True, slots=True)
+class Staging:
+    """A global -> shared copy. `form`: direct | temporary | ternary | vector. `store` is the
+    statement writing the shared array, `span` every statement of the copy (the temporary's
+    declaration and guard included); `guard` is the condition under which global memory is
+    read (None: always) and `fill` what the element is otherwise; `dst` / `src` are the
+    shared and global element expressions (`&dst` / `&src` are their addresses); `width` the
+    elements one copy moves (1, or a vector's lanes)."""
+
+    kernel: str
+    array: str
+    source: str
+    form: str
+    store: tuple[int, int]
+    span: tuple[int, int]
+    dst: str
+    src: str
+    guard: str | None
+    fill: str | None
+    element: str
+    width: int = 1
+    vector: str | None = None
+    loop: tuple[int, int] | None = None
+    """The innermost loop holding the copy (the K loop of a tiled kernel), or None."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "array": self.array, "source": self.source,
+                "form": self.form, "dst": self.dst, "src": self.src, "guard": self.guard,
+                "fill": self.fill, "element": self.element, "width": self.width,
+                "vector": self.vector, "span": list(self.span)}
+
+
+@dataclass(frozen=True, slots=True)
+class Operand:
+    """One operand of a micro-kernel as the inner loop reads it from shared memory.
+
+    `index`: the subscripts of the read (one per dimension; a flattened read has one),
+    `k_position`: which subscript carries the reduction index (for a flattened read: 0), and
+    `layout`: "k-contiguous" when consecutive k are adjacent in shared memory (an A tile
+    stored M x K, a B tile stored N x K), "k-strided" otherwise."""
+
+    array: str
+    index: tuple[str, ...]
+    k_position: int
+    layout: str
+    extents: tuple[int | None, ...]
+    read: str
+    """The read's expression text as the product uses it (before any conversion)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MicroKernel:
+    """A GEMM micro-kernel: per thread, `acc[TM][TN] += A[m][k] * B[k][n]` over a shared tile.
+
+    Sizes are None where they are not compile-time constants. `k_loop` is the loop over K
+    (staging + inner loop + barriers), `inner` the constant-trip loop over the tile's k (its
+    variable `k`), `update` the multiply-add statement, `epilogue` the statements after the
+    K loop that read the accumulator and store to `output` (a global pointer)."""
+
+    kernel: str
+    a: Operand
+    b: Operand
+    accumulator: str
+    acc_type: str
+    acc_extents: tuple[int, ...]
+    acc_index: tuple[str, ...]
+    """The subscripts of the accumulator in the multiply-add (empty for a scalar)."""
+    element: str
+    block_tile: tuple[int | None, int | None, int | None]
+    thread_tile: tuple[int, int]
+    warp_tile: tuple[int, int] | None
+    k_var: str
+    k_loop: tuple[int, int]
+    k_step: str
+    k_extent: str
+    inner: tuple[int, int]
+    update: tuple[int, int]
+    stagings: tuple[Staging, ...]
+    epilogue: tuple[tuple[int, int], ...]
+    output: str | None
+    block: tuple[int, int, int] | None
+    fma: str
+    """`mul-add` (`acc += a * b`), `fma` (`acc = fmaf(a, b, acc)`) or `assign-add`
+    (`acc = acc + a * b`)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "a": _operand_json(self.a), "b": _operand_json(self.b),
+                "accumulator": self.accumulator, "acc_type": self.acc_type,
+                "acc_extents": list(self.acc_extents), "acc_index": list(self.acc_index),
+                "element": self.element,
+                "block_tile": list(self.block_tile), "thread_tile": list(self.thread_tile),
+                "warp_tile": list(self.warp_tile) if self.warp_tile else None,
+                "k": self.k_var, "k_step": self.k_step, "k_extent": self.k_extent,
+                "stagings": [s.to_json() for s in self.stagings], "output": self.output,
+                "block": list(self.block) if self.block else None, "fma": self.fma}
+
+
+def _operand_json(op: Operand) -> dict[str, Any]:
+    return {"array": op.array, "index": list(op.index), "k_position": op.k_position,
+            "layout": op.layout, "extents": list(op.extents), "read": op.read}
+
+
+@dataclass(frozen=True, slots=True)
+class Combine:
+    """One array a reduction tree combines: `op` is sum | max | min, `statement` the combine's
+    text, `element` the array's element type."""
+
+    array: str
+    op: str
+    statement: str
+    element: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReductionTree:
+    """A shared-memory reduction tree: after `span`, slot 0 of each combined array holds the
+    reduction of its first `extent` slots, which thread `t` (the expression `tid`) wrote.
+
+    `extent` is "blockDim.x" or a constant; `stride` the stride variable (None: unrolled);
+    `form`: halving | doubling | unrolled. `span` covers the loop (or the unrolled steps) and
+    the barrier closing it; `store` the statements writing each thread's value into the
+    arrays before the tree (with the barrier after them), when found right before it."""
+
+    kernel: str
+    combines: tuple[Combine, ...]
+    tid: str
+    extent: str
+    extent_value: int | None
+    stride: str | None
+    form: str
+    span: tuple[int, int]
+    store: tuple[int, int] | None
+    values: tuple[str, ...]
+    """Per combined array, the value each thread stored into its slot (from `store`)."""
+    block: tuple[int, int, int] | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "tid": self.tid, "extent": self.extent,
+                "extent_value": self.extent_value, "stride": self.stride, "form": self.form,
+                "combines": [{"array": c.array, "op": c.op, "element": c.element}
+                             for c in self.combines],
+                "values": list(self.values), "span": list(self.span),
+                "block": list(self.block) if self.block else None}
+
+
+@dataclass(frozen=True, slots=True)
+class StrideLoop:
+    """A loop stepping by the grid's (`grid`) or the block's (`block`) thread count."""
+
+    kernel: str
+    kind: str
+    var: str
+    span: tuple[int, int]
+    start: str
+    bound: str
+    step: str
+
+
+@dataclass(frozen=True, slots=True)
+class RowReduction:
+    """A block-stride loop folding a row into register `acc` with `op`, and how the threads'
+    partials are combined (`tree`: a shared-memory tree; `shuffle`: warp shuffles; None)."""
+
+    kernel: str
+    acc: str
+    op: str
+    loop: StrideLoop
+    combine: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBlock:
+    """A per-thread local array of constant extents (a register tile)."""
+
+    kernel: str
+    name: str
+    element: str
+    extents: tuple[int, ...]
+    decl: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchBlock:
+    """The block size a launch uses: `dims` (x, y, z) or None with `reason`; `where` says
+    which launch form it was read from."""
+
+    dims: tuple[int, int, int] | None
+    where: str
+    reason: str = ""
+
+    @property
+    def threads(self) -> int | None:
+        return None if self.dims is None else self.dims[0] * self.dims[1] * self.dims[2]
+
+
+# ---------------------------------------------------------------------------------------------
+# the translation unit
+
+
+def element_bytes(element: str) -> int | None:
+    """Bytes of a scalar or vector element type by its spelling (None: unknown)."""
+    name = " ".join(element.replace("const", " ").replace("volatile", " ").split())
+    return VECTOR_BYTES.get(name) or ELEMENT_BYTES.get(name)
+
+
+class Unit:
+    """One translation unit read once: its kernels, constants and shared arrays. Finders take
+    a `Unit` (or build one from the IR)."""
+
+    def __init__(self, ir: KernelIR) -> None:
+        self.ir = ir
+        self.scope = Scope(ir)
+        self.constants: dict[str, str] = dict(self.scope.macros)
+        self.templates: set[str] = set()
+        for nid in range(len(ir)):
+            gtype = ir.grammar_type_of(nid)
+            if gtype == "declaration" and re.match(r"\s*(?:static\s+)?(?:constexpr|const)\b",
+                                                  text(ir, nid)):
+                for name, _ident, init in declared_names(ir, nid):
+                    if init is not None and self._int(text(ir, init)) is not None:
+                        self.constants.setdefault(name, text(ir, init))
+            elif gtype == "template_parameter_list":
+                for p in children(ir, nid):
+                    if ir.grammar_type_of(p) in ("parameter_declaration",
+                                                 "optional_parameter_declaration"):
+                        ident = [c for c in subtree(ir, p) if ir.grammar_type_of(c) == "identifier"]
+                        if ident:
+                            self.templates.add(ir.name_of(ident[0]) or "")
+        self.kernels: dict[str, int] = {}
+        for n in ir.walk():
+            if ir.grammar_type_of(n.id) == "function_definition" and "__global__" in \
+                    text(ir, n.id).split("{", 1)[0]:
+                name = _function_name(ir, n.id)
+                if name:
+                    self.kernels.setdefault(name, n.id)
+        self._launch: LaunchBlock | None = None
+
+    def _int(self, expr: str) -> int | None:
+        return _evaluate(expr, self.constants if hasattr(self, "constants") else {}, 0)
+
+    def value(self, expr: str) -> int | None:
+        """The integer value of a compile-time constant expression (literals, macros,
+        `constexpr`/`const` integers), or None."""
+        expr = re.sub(r"\b(?:static_cast|int|unsigned)\s*<?\s*(?:int|unsigned)?\s*>?\s*\(", "(",
+                      expr)
+        return _evaluate(expr, self.constants, 0)
+
+    def compile_time(self, expr: str) -> bool:
+        """Whether `expr` is known when the kernel is compiled (a constant or an expression of
+        template parameters and constants)."""
+        if self.value(expr) is not None:
+            return True
+        names = set(re.findall(r"[A-Za-z_]\w*", expr)) - {"sizeof"}
+        return bool(names) and all(n in self.templates or n in self.constants for n in names) \
+            and not re.search(r"[\[\].]|->", expr)
+
+    def kernel_of(self, nid: int) -> str:
+        for a in self.ir.ancestors(nid):
+            if self.ir.grammar_type_of(a) == "function_definition":
+                return _function_name(self.ir, a) or ""
+        return ""
+
+    def shared_arrays(self, fn: int | None = None) -> dict[str, SharedArray]:
+        """The shared arrays declared in function `fn` (all, file scope too, when None)."""
+        ir = self.ir
+        out: dict[str, SharedArray] = {}
+        nodes = subtree(ir, fn) if fn is not None else range(len(ir))
+        for nid in nodes:
+            if ir.grammar_type_of(nid) != "declaration" or "__shared__" not in \
+                    text(ir, nid).split("[", 1)[0].split("=", 1)[0]:
+                continue
+            decl_text = text(ir, nid)
+            element = _declared_type(ir, nid)
+            align = re.search(r"__align__\s*\(\s*(\d+)\s*\)", decl_text)
+            for name, ident, _init in declared_names(ir, nid):
+                dims = re.findall(r"\[([^\]]*)\]", _declarator_text(ir, ident, nid))
+                extents = tuple(self.value(d) if d.strip() else None for d in dims)
+                out[name] = SharedArray(name, element, extents, _span(ir, nid),
+                                        dynamic="extern" in decl_text.split("__shared__")[0] or
+                                        any(not d.strip() for d in dims),
+                                        align=int(align.group(1)) if align else None)
+        return out
+
+    def launch_block(self) -> LaunchBlock:
+        """The block size of the kernel's launches (see `launch_block`)."""
+        if self._launch is None:
+            self._launch = launch_block(self.ir)
+        return self._launch
+
+
+def _function_name(ir: KernelIR, fn: int) -> str | None:
+    for c in subtree(ir, fn):
+        if ir.grammar_type_of(c) == "function_declarator":
+            for k in children(ir, c):
+                if ir.grammar_type_of(k) in ("identifier", "field_identifier",
+                                             "qualified_identifier", "template_function"):
+                    return re.split(r"::|<", text(ir, k))[-1 if "::" in text(ir, k) else 0]
+            return None
+    return None
+
+
+def _declared_type(ir: KernelIR, decl: int) -> str:
+    parts = []
+    for c in children(ir, decl):
+        gtype = ir.grammar_type_of(c)
+        if gtype in ("primitive_type", "type_identifier", "sized_type_specifier",
+                     "qualified_identifier", "template_type"):
+            parts.append(text(ir, c))
+    return " ".join(parts) or "int"
+
+
+def _declarator_text(ir: KernelIR, ident: int, decl: int) -> str:
+    """The text of the array declarator around `ident` (its extents)."""
+    node = ident
+    while True:
+        parent = ir.parent_of(node)
+        if parent is None or parent == decl or ir.grammar_type_of(parent) not in (
+                "array_declarator", "pointer_declarator", "parenthesized_declarator"):
+            break
+        node = parent
+    return text(ir, node)
+
+
+def _span(ir: KernelIR, nid: int) -> tuple[int, int]:
+    s = ir.span_of(nid)
+    return (s.start, s.end)
+
+
+def _strip(ir: KernelIR, nid: int) -> int:
+    """`nid` without enclosing parentheses and value-preserving conversions (a cast, a
+    conversion call of one argument)."""
+    while True:
+        gtype = ir.grammar_type_of(nid)
+        kids = [c for c in children(ir, nid) if ir.grammar_type_of(c) not in _TRIVIA]
+        if gtype == "parenthesized_expression" and kids:
+            nid = kids[0]
+        elif gtype == "cast_expression" and kids:
+            nid = kids[-1]
+        elif gtype == "call_expression" and _CONVERSION.match(callee(ir, nid)):
+            args = children(ir, kids[-1]) if kids else []
+            args = [a for a in args if ir.grammar_type_of(a) not in _TRIVIA]
+            if len(args) != 1:
+                return nid
+            nid = args[0]
+        else:
+            return nid
+
+
+def _subscript(ir: KernelIR, nid: int) -> tuple[str | None, list[int]]:
+    """(base variable, index nodes outermost first) of `a[i][j]`; (None, []) otherwise."""
+    idx: list[int] = []
+    while ir.grammar_type_of(nid) == "subscript_expression":
+        kids = children(ir, nid)
+        args = [c for c in children(ir, kids[-1]) if ir.grammar_type_of(c) not in _TRIVIA]
+        if len(args) != 1:
+            return None, []
+        idx.insert(0, args[0])
+        nid = kids[0]
+    if ir.grammar_type_of(nid) == "identifier" and idx:
+        return ir.name_of(nid), idx
+    return None, []
+
+
+def _statements(ir: KernelIR, nid: int) -> list[int]:
+    return [it.node for it in block_items(ir, nid)]
+
+
+def _is_sync(ir: KernelIR, nid: int) -> bool:
+    """Whether statement `nid` is (or holds, at its top level) a block barrier call."""
+    for c in subtree(ir, nid):
+        if ir.grammar_type_of(c) == "call_expression" and _SYNC.match(callee(ir, c)):
+            return True
+    return False
+
+
+def _names(ir: KernelIR, nid: int) -> set[str]:
+    return {ir.name_of(c) or "" for c in subtree(ir, nid) if ir.grammar_type_of(c) == "identifier"}
+
+
+def _pointer_params(ir: KernelIR, fn: int) -> dict[str, str]:
+    """Pointer parameters of function `fn` -> their element type."""
+    out: dict[str, str] = {}
+    plist = next((c for c in subtree(ir, fn) if ir.grammar_type_of(c) == "parameter_list"), None)
+    if plist is None:
+        return out
+    for p in children(ir, plist):
+        if ir.grammar_type_of(p) != "parameter_declaration":
+            continue
+        if not any(ir.grammar_type_of(c) == "pointer_declarator" for c in subtree(ir, p)):
+            continue
+        name = ir.name_of(p) or ""
+        if not name:
+            idents = [c for c in subtree(ir, p) if ir.grammar_type_of(c) == "identifier"]
+            name = ir.name_of(idents[-1]) if idents else ""
+        if name:
+            out[name] = _declared_type(ir, p)
+    return out
+
+
+def _global_pointers(unit: Unit, fn: int) -> dict[str, str]:
+    """Pointer parameters of `fn` and local pointers derived from them (`const T* row = x +
+    off;`) -> element type."""
+    ir = unit.ir
+    out = _pointer_params(ir, fn)
+    for nid in subtree(ir, fn):
+        if ir.grammar_type_of(nid) != "declaration" or "__shared__" in text(ir, nid):
+            continue
+        if not any(ir.grammar_type_of(c) == "pointer_declarator" for c in children(ir, nid)) \
+                and "*" not in text(ir, nid).split("=")[0]:
+            continue
+        for name, _ident, init in declared_names(ir, nid):
+            if init is not None and _names(ir, init) & set(out):
+                out.setdefault(name, _declared_type(ir, nid))
+    return out
+
+
+def _global_read(unit: Unit, fn: int, nid: int, pointers: Mapping[str, str]
+                 ) -> tuple[str, str, int] | None:
+    """(pointer, element expression, lanes) when `nid` reads one element (or one vector) of
+    global memory through a pointer of `pointers`: `p[i]`, `*(p + i)`, `__ldg(&p[i])`,
+    `*reinterpret_cast<const float4*>(&p[i])`, `reinterpret_cast<const float4*>(p)[i]`."""
+    ir = unit.ir
+    node = _strip(ir, nid)
+    gtype = ir.grammar_type_of(node)
+    if gtype == "call_expression" and callee(ir, node).startswith("__ld"):
+        args = [a for a in children(ir, children(ir, node)[-1]) if ir.grammar_type_of(a) not in _TRIVIA]
+        if len(args) == 1:
+            inner = _strip(ir, args[0])
+            if ir.grammar_type_of(inner) == "pointer_expression" and ir.name_of(inner) == "&":
+                return _global_read(unit, fn, children(ir, inner)[-1], pointers)
+            base = _names(ir, inner) & set(pointers)
+            if len(base) == 1:
+                p = base.pop()
+                return p, f"*({text(ir, inner)})", 1
+        return None
+    vec = _vector_cast(ir, node)
+    if vec is not None:
+        lanes, addr_node = vec
+        base = _names(ir, addr_node) & set(pointers)
+        if len(base) == 1:
+            return base.pop(), text(ir, addr_node), lanes
+        return None
+    base, idx = _subscript(ir, node)
+    if base in pointers and len(idx) == 1:
+        return base, text(ir, node), 1
+    if gtype == "pointer_expression" and ir.name_of(node) == "*":
+        inner = children(ir, node)[-1]
+        names = _names(ir, inner) & set(pointers)
+        if len(names) == 1 and "[" not in text(ir, inner):
+            return names.pop(), text(ir, node), 1
+    return None
+
+
+_VEC_CAST = re.compile(r"^\*?\s*\(?\s*(?:reinterpret_cast\s*<\s*(?:const\s+)?(\w+)\s*\*\s*>|"
+                       r"\(\s*(?:const\s+)?(\w+)\s*\*\s*\))")
+
+
+def _vector_cast(ir: KernelIR, node: int) -> tuple[int, int] | None:
+    """(lanes, address node) of a vector access through a cast pointer: `*reinterpret_cast<
+    V*>(addr)`, `reinterpret_cast<V*>(addr)[0]`, `*(V*)(addr)`, `((V*)addr)[0]`."""
+    t = text(ir, node)
+    m = _VEC_CAST.match(t.strip())
+    if m is None:
+        return None
+    vec = m.group(1) or m.group(2)
+    if vec not in VECTOR_BYTES:
+        return None
+    lanes = {"float4": 4, "int4": 4, "uint4": 4, "double2": 2, "float2": 2, "int2": 2,
+             "uint2": 2, "half2": 2, "__half2": 2, "__nv_bfloat162": 2, "nv_bfloat162": 2}[vec]
+    # the address: the operand of the cast
+    for c in subtree(ir, node):
+        if ir.grammar_type_of(c) in ("cast_expression",):
+            return lanes, children(ir, c)[-1]
+        if ir.grammar_type_of(c) == "call_expression" and "reinterpret_cast" in text(ir, c)[:20]:
+            args = [a for a in children(ir, children(ir, c)[-1]) if ir.grammar_type_of(a) not in _TRIVIA]
+            if len(args) == 1:
+                return lanes, args[0]
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# staging
+
+
+def stagings(ir: KernelIR | Unit) -> tuple[list[Staging], list[Refusal]]:
+    """Every global -> shared copy of the unit (see the module docstring), and the stores into
+    shared memory that read global memory in a way not told apart (with the reason)."""
+    unit = ir if isinstance(ir, Unit) else Unit(ir)
+    out: list[Staging] = []
+    refused: list[Refusal] = []
+    for name, fn in unit.kernels.items():
+        found, why = _kernel_stagings(unit, name, fn)
+        out += found
+        refused += why
+    return out, refused
+
+
+def _kernel_stagings(unit: Unit, kernel: str, fn: int) -> tuple[list[Staging], list[Refusal]]:
+    ir = unit.ir
+    shared = unit.shared_arrays(fn) | {k: v for k, v in unit.shared_arrays().items()
+                                       if k not in unit.shared_arrays(fn)}
+    pointers = _global_pointers(unit, fn)
+    out: list[Staging] = []
+    refused: list[Refusal] = []
+    syncs = [ir.span_of(c).start for c in subtree(ir, fn)
+             if ir.grammar_type_of(c) == "call_expression" and _SYNC.match(callee(ir, c))]
+    for nid in subtree(ir, fn):
+        if ir.grammar_type_of(nid) != "expression_statement":
+            continue
+        kids = [c for c in children(ir, nid) if ir.grammar_type_of(c) not in _TRIVIA]
+        if not kids or ir.grammar_type_of(kids[0]) != "assignment_expression" or \
+                ir.name_of(kids[0]) != "=" and "=" not in _op(ir, kids[0]):
+            continue
+        assign = kids[0]
+        if _op(ir, assign) != "=":
+            continue
+        lhs, rhs = children(ir, assign)[0], children(ir, assign)[-1]
+        array, dst, lanes_dst = _shared_target(unit, lhs, shared)
+        if array is None:
+            continue
+        if not any(s > ir.span_of(nid).end for s in syncs):
+            continue
+        staged = _staged_value(unit, fn, nid, rhs, pointers)
+        if staged is None:
+            if _names(ir, rhs) & set(pointers):
+                refused.append(Refusal("staging", "a store into shared memory whose value "
+                                       "reads global memory in a form not recognized "
+                                       f"({' '.join(text(ir, rhs).split())[:60]})",
+                                       _span(ir, nid), kernel))
+            continue
+        form, source, src, guard, fill, lanes, first = staged
+        if lanes != lanes_dst:
+            refused.append(Refusal("staging", "the shared store and the global read move "
+                                   "different widths", _span(ir, nid), kernel))
+            continue
+        vector = None
+        if lanes > 1:
+            vector = re.search(r"(\w+)\s*\*", text(ir, lhs)).group(1)  # type: ignore[union-attr]
+            form = "vector" if form == "direct" else form
+        loop = next((a for a in ir.ancestors(nid) if ir.grammar_type_of(a) in _LOOP_TYPES), None)
+        start = ir.span_of(first).start
+        out.append(Staging(kernel, array, source, form, _span(ir, nid),
+                           (start, ir.span_of(nid).end), dst, src, guard, fill,
+                           shared[array].element, lanes, vector,
+                           _span(ir, loop) if loop is not None else None))
+    return out, refused
+
+
+def _op(ir: KernelIR, assign: int) -> str:
+    lhs, rhs = children(ir, assign)[0], children(ir, assign)[-1]
+    between = ir.source[ir.span_of(lhs).end:ir.span_of(rhs).start].decode()
+    return between.strip()
+
+
+def _shared_target(unit: Unit, lhs: int, shared: Mapping[str, SharedArray]
+                   ) -> tuple[str | None, str, int]:
+    """(shared array, element expression, lanes) that an assignment's left side writes."""
+    ir = unit.ir
+    base, idx = _subscript(ir, lhs)
+    if base in shared:
+        return base, text(ir, lhs), 1
+    vec = _vector_cast(ir, lhs)
+    if vec is not None:
+        lanes, addr = vec
+        names = _names(ir, addr) & set(shared)
+        if len(names) == 1:
+            return names.pop(), text(ir, addr), lanes
+    if ir.grammar_type_of(lhs) == "pointer_expression" and ir.name_of(lhs) == "*":
+        names = _names(ir, lhs) & set(shared)
+        if len(names) == 1:
+            return names.pop(), text(ir, lhs), 1
+    return None, "", 1
+
+
+def _staged_value(unit: Unit, fn: int, stmt: int, rhs: int, pointers: Mapping[str, str]
+                  ) -> tuple[str, str, str, str | None, str | None, int, int] | None:
+    """How the value stored into shared memory comes from global memory: (form, pointer,
+    element expression, guard, fill, lanes, first statement of the copy)."""
+    ir = unit.ir
+    node = _strip(ir, rhs)
+    read = _global_read(unit, fn, node, pointers)
+    if read is not None:
+        return "direct", read[0], read[1], None, None, read[2], stmt
+    if ir.grammar_type_of(node) == "conditional_expression":
+        kids = [c for c in children(ir, node) if ir.grammar_type_of(c) not in _TRIVIA]
+        cond, yes, no = kids[0], kids[1], kids[2]
+        for take, other, negate in ((yes, no, False), (no, yes, True)):
+            read = _global_read(unit, fn, take, pointers)
+            if read is not None and not (_names(ir, other) & set(pointers)):
+                guard = text(ir, cond)
+                guard = f"!({guard})" if negate else guard
+                return "ternary", read[0], read[1], guard, text(ir, other), read[2], stmt
+        return None
+    if ir.grammar_type_of(node) == "identifier":
+        return _temporary(unit, fn, stmt, ir.name_of(node) or "", pointers)
+    return None
+
+
+def _temporary(unit: Unit, fn: int, stmt: int, name: str, pointers: Mapping[str, str]
+               ) -> tuple[str, str, str, str | None, str | None, int, int] | None:
+    """A register temporary filled from global memory in the statements right before `stmt`
+    of the same block: `T v = g[i];`, `T v = fill; if (ok) v = g[i];`, `T v; if (ok) v = g[i];
+    else v = fill;`."""
+    ir = unit.ir
+    block = ir.parent_of(stmt)
+    if block is None:
+        return None
+    items = _statements(ir, block)
+    if stmt not in items:
+        return None
+    at = items.index(stmt)
+    guard = fill = None
+    read = None
+    first = stmt
+    for prev in reversed(items[:at]):
+        gtype = ir.grammar_type_of(prev)
+        if gtype == "if_statement" and read is None and name in _written_names(ir, prev):
+            cond, then, alt = if_parts(ir, prev)
+            value = _assigned_value(ir, then, name)
+            if value is None:
+                return None
+            read = _global_read(unit, fn, value, pointers)
+            if read is None:
+                return None
+            guard = text(ir, cond)
+            if alt is not None:
+                other = _assigned_value(ir, alt, name)
+                if other is None or _names(ir, other) & set(pointers):
+                    return None
+                fill = text(ir, other)
+            first = prev
+            continue
+        if gtype == "declaration" and name in [n for n, _, _ in declared_names(ir, prev)]:
+            init = next(i for n, _, i in declared_names(ir, prev) if n == name)
+            if read is None:
+                if init is None:
+                    return None
+                direct = _global_read(unit, fn, init, pointers)
+                if direct is not None:
+                    return "temporary", direct[0], direct[1], None, None, direct[2], prev
+                if ir.grammar_type_of(_strip(ir, init)) == "conditional_expression":
+                    value = _staged_value(unit, fn, prev, init, pointers)
+                    if value is not None:
+                        return ("temporary", value[1], value[2], value[3], value[4], value[5],
+                                prev)
+                return None
+            if fill is None:
+                if init is None:
+                    return None
+                if _names(ir, init) & set(pointers):
+                    return None
+                fill = text(ir, init)
+            return "temporary", read[0], read[1], guard, fill, read[2], prev
+        if name in _written_names(ir, prev):
+            return None
+    return None
+
+
+def _written_names(ir: KernelIR, nid: int) -> set[str]:
+    out = set()
+    for c in subtree(ir, nid):
+        if ir.grammar_type_of(c) in ("assignment_expression", "update_expression"):
+            target = children(ir, c)[0]
+            if ir.grammar_type_of(target) == "identifier":
+                out.add(ir.name_of(target) or "")
+    return out
+
+
+def _assigned_value(ir: KernelIR, stmt: int, name: str) -> int | None:
+    """The value of the one plain assignment `name = value;` that statement `stmt` is (or a
+    block holding only it)."""
+    items = _statements(ir, stmt)
+    if len(items) != 1 or ir.grammar_type_of(items[0]) != "expression_statement":
+        return None
+    kids = [c for c in children(ir, items[0]) if ir.grammar_type_of(c) not in _TRIVIA]
+    if not kids or ir.grammar_type_of(kids[0]) != "assignment_expression" or _op(ir, kids[0]) != "=":
+        return None
+    target = children(ir, kids[0])[0]
+    if ir.grammar_type_of(target) != "identifier" or ir.name_of(target) != name:
+        return None
+    return children(ir, kids[0])[-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMM micro-kernels
+
+_FMA_CALLS = re.compile(r"^(?:fmaf?|__fmaf?_r[nzud]|__fma_r[nzud]|__hfma|__hfma2)$")
+
+
+def micro_kernels(ir: KernelIR | Unit) -> tuple[list[MicroKernel], list[Refusal]]:
+    """Every GEMM micro-kernel of the unit (see `MicroKernel`), and the multiply-adds over
+    shared tiles that were not told apart as one (with the reason)."""
+    unit = ir if isinstance(ir, Unit) else Unit(ir)
+    out: list[MicroKernel] = []
+    refused: list[Refusal] = []
+    staged, _ = stagings(unit)
+    for name, fn in unit.kernels.items():
+        seen: set[tuple[int, int]] = set()
+        for nid in subtree(unit.ir, fn):
+            update = _multiply_add(unit, nid)
+            if update is None:
+                continue
+            found = _micro_kernel(unit, name, fn, nid, update, staged)
+            if found is None:
+                continue
+            if isinstance(found, Refusal):
+                refused.append(found)
+            elif found.k_loop not in seen:
+                seen.add(found.k_loop)
+                out.append(found)
+    return out, refused
+
+
+def _assignment(ir: KernelIR, stmt: int) -> int | None:
+    """The assignment expression that the expression statement `stmt` is, else None."""
+    if ir.grammar_type_of(stmt) != "expression_statement":
+        return None
+    kids = [c for c in children(ir, stmt) if ir.grammar_type_of(c) not in _TRIVIA]
+    if not kids or ir.grammar_type_of(kids[0]) != "assignment_expression":
+        return None
+    return kids[0]
+
+
+def _multiply_add(unit: Unit, stmt: int) -> tuple[int, int, int, str] | None:
+    """(accumulator lvalue, x, y, form) of a statement `acc += x * y;`, `acc = acc + x * y;`
+    or `acc = fmaf(x, y, acc);`."""
+    ir = unit.ir
+    assign = _assignment(ir, stmt)
+    if assign is None:
+        return None
+    lhs, rhs = children(ir, assign)[0], _strip(ir, children(ir, assign)[-1])
+    op = _op(ir, assign)
+    product = None
+    form = ""
+    if op == "+=":
+        product, form = rhs, "mul-add"
+    elif op == "=" and ir.grammar_type_of(rhs) == "binary_expression" and ir.name_of(rhs) == "+":
+        left, right = children(ir, rhs)[0], children(ir, rhs)[-1]
+        if key(ir, left) == key(ir, lhs):
+            product, form = _strip(ir, right), "assign-add"
+        elif key(ir, right) == key(ir, lhs):
+            product, form = _strip(ir, left), "assign-add"
+    elif op == "=" and ir.grammar_type_of(rhs) == "call_expression" and \
+            _FMA_CALLS.match(callee(ir, rhs)):
+        args = [a for a in children(ir, children(ir, rhs)[-1]) if ir.grammar_type_of(a) not in _TRIVIA]
+        if len(args) == 3 and key(ir, args[2]) == key(ir, lhs):
+            return lhs, args[0], args[1], "fma"
+        return None
+    if product is None:
+        return None
+    product = _strip(ir, product)
+    if ir.grammar_type_of(product) == "binary_expression" and ir.name_of(product) == "*":
+        x, y = children(ir, product)[0], children(ir, product)[-1]
+        return lhs, x, y, form
+    if ir.grammar_type_of(product) == "call_expression" and callee(ir, product) in ("__hmul", "__fmul_rn"):
+        args = [a for a in children(ir, children(ir, product)[-1]) if ir.grammar_type_of(a) not in _TRIVIA]
+        if len(args) == 2:
+            return lhs, args[0], args[1], form
+    return None
+
+
+def _loops_around(ir: KernelIR, nid: int, fn: int) -> list[int]:
+    """The loops holding `nid` inside function `fn`, innermost first."""
+    out = []
+    for a in ir.ancestors(nid):
+        if a == fn:
+            break
+        if ir.grammar_type_of(a) in _LOOP_TYPES:
+            out.append(a)
+    return out
+
+
+def for_parts(ir: KernelIR, loop: int) -> tuple[int | None, int | None, int | None]:
+    """(initializer, condition, update) nodes of a `for` loop's header (None where empty)."""
+    init = cond = update = None
+    head = [c for c in children(ir, loop) if ir.grammar_type_of(c) not in _TRIVIA][:-1]
+    src = ir.source
+    body = loop_body(ir, loop)
+    semis = [i for i in range(ir.span_of(loop).start, ir.span_of(body).start)
+             if src[i:i + 1] == b";"]
+    for c in head:
+        s = ir.span_of(c)
+        before = sum(1 for i in semis if i < s.start)
+        if ir.grammar_type_of(c) == "declaration":
+            init = c
+        elif before == 0:
+            init = c
+        elif before == 1:
+            cond = c
+        else:
+            update = c
+    return init, cond, update
+
+
+def _loop_init(ir: KernelIR, loop: int) -> tuple[str, int | None] | None:
+    """(variable, start value node) a `for` loop's header initializes (declared or assigned)."""
+    init, _cond, _update = for_parts(ir, loop)
+    if init is not None and ir.grammar_type_of(init) == "declaration":
+        names = declared_names(ir, init)
+        return (names[0][0], names[0][2]) if len(names) == 1 else None
+    if init is not None and ir.grammar_type_of(init) == "assignment_expression":
+        target = children(ir, init)[0]
+        if ir.grammar_type_of(target) == "identifier":
+            return ir.name_of(target) or "", children(ir, init)[-1]
+    return None
+
+
+def loop_var(ir: KernelIR, loop: int) -> str | None:
+    """The variable a `for` loop's header initializes (declared or assigned)."""
+    found = _loop_init(ir, loop)
+    return found[0] if found else None
+
+
+def _loop_start(ir: KernelIR, loop: int) -> int | None:
+    found = _loop_init(ir, loop)
+    return found[1] if found else None
+
+
+def constant_trip(unit: Unit, loop: int) -> tuple[bool, str]:
+    """Whether the `for` loop's trip count is known at compile time, and why not."""
+    ir = unit.ir
+    if ir.grammar_type_of(loop) != "for_statement":
+        return False, "not a counted for loop"
+    var = loop_var(ir, loop)
+    init, cond, update = for_parts(ir, loop)
+    start = _loop_start(ir, loop)
+    if var is None or start is None or cond is None or update is None:
+        return False, "the loop's header does not count one variable"
+    if not unit.compile_time(text(ir, start)):
+        return False, f"the start {text(ir, start)!r} is not a compile-time constant"
+    m = re.fullmatch(rf"\s*{re.escape(var)}\s*(<=|<|>=|>|!=)\s*(.+?)\s*", text(ir, cond), re.S) or \
+        re.fullmatch(rf"\s*(.+?)\s*(<=|<|>=|>|!=)\s*{re.escape(var)}\s*", text(ir, cond), re.S)
+    if m is None:
+        return False, f"the condition {text(ir, cond)!r} does not bound the variable"
+    bound = m.group(2) if m.group(1) in ("<=", "<", ">=", ">", "!=") else m.group(1)
+    if not unit.compile_time(bound):
+        return False, f"the bound {bound.strip()!r} is not a compile-time constant"
+    step = re.fullmatch(rf"\s*(?:\+\+|--)\s*{re.escape(var)}\s*|\s*{re.escape(var)}\s*(?:\+\+|--)\s*"
+                        rf"|\s*{re.escape(var)}\s*(?:[-+*/]=|<<=|>>=)\s*(.+?)\s*", text(ir, update), re.S)
+    if step is None or (step.group(1) is not None and not unit.compile_time(step.group(1))):
+        return False, f"the step {text(ir, update)!r} is not a compile-time constant"
+    if var in _written_names(ir, loop_body(ir, loop)):
+        return False, f"the body writes the loop variable {var}"
+    return True, ""
+
+
+def _trip_count(unit: Unit, loop: int) -> int | None:
+    """The trip count of a `for (v = a; v < b; v += c)` loop with constant a, b, c."""
+    ir = unit.ir
+    var = loop_var(ir, loop)
+    _init, cond, update = for_parts(ir, loop)
+    start = _loop_start(ir, loop)
+    if var is None or start is None or cond is None or update is None:
+        return None
+    a = unit.value(text(ir, start))
+    m = re.fullmatch(rf"\s*{re.escape(var)}\s*(<|<=)\s*(.+?)\s*", text(ir, cond), re.S)
+    if a is None or m is None:
+        return None
+    b = unit.value(m.group(2))
+    upd = text(ir, update).replace(" ", "")
+    c = 1 if upd in (f"++{var}", f"{var}++") else None
+    sm = re.fullmatch(rf"{re.escape(var)}\+=(.+)", upd)
+    if sm:
+        c = unit.value(sm.group(1))
+    if b is None or not c or c < 0:
+        return None
+    b += 1 if m.group(1) == "<=" else 0
+    return max(0, -(-(b - a) // c))
+
+
+def _shared_read(unit: Unit, nid: int, shared: Mapping[str, SharedArray], fn: int,
+                 limit: int) -> tuple[str, list[int], int] | None:
+    """(array, index nodes, read node) of the shared element an operand of a product reads:
+    directly (`As[i][k]`) or through a register the enclosing loops fill from one
+    (`a_frag[i] = As[..][k]` before the product, inside node `limit`)."""
+    ir = unit.ir
+    node = _strip(ir, nid)
+    base, idx = _subscript(ir, node)
+    if base in shared:
+        return base, idx, node
+    if ir.grammar_type_of(node) == "pointer_expression" and ir.name_of(node) == "*":
+        inner = _strip(ir, children(ir, node)[-1])
+        names = _names(ir, inner) & set(shared)
+        if len(names) == 1:
+            return names.pop(), [inner], node
+    name = base if base is not None else (ir.name_of(node) if ir.grammar_type_of(node) == "identifier" else None)
+    if name is None or name in shared:
+        return None
+    fills = []
+    for c in subtree(ir, limit):
+        if ir.grammar_type_of(c) != "assignment_expression" or _op(ir, c) != "=":
+            continue
+        target = children(ir, c)[0]
+        t_base, _ = _subscript(ir, target)
+        t_name = t_base or (ir.name_of(target) if ir.grammar_type_of(target) == "identifier" else None)
+        if t_name == name:
+            fills.append(c)
+    if len(fills) != 1:
+        for c in subtree(ir, limit):
+            if ir.grammar_type_of(c) == "init_declarator" and \
+                    ir.name_of(children(ir, c)[0]) == name:
+                fills.append(c)
+        if len(fills) != 1:
+            return None
+    value = _strip(ir, children(ir, fills[0])[-1])
+    base, idx = _subscript(ir, value)
+    if base in shared:
+        target = children(ir, fills[0])[0]
+        if ir.grammar_type_of(target) == "subscript_expression" and \
+                len(_subscript(ir, target)[1]) != len(_subscript(ir, node)[1]):
+            return None
+        return base, idx, value
+    return None
+
+
+def _micro_kernel(unit: Unit, kernel: str, fn: int, stmt: int,
+                  update: tuple[int, int, int, str], staged: Sequence[Staging]
+                  ) -> MicroKernel | Refusal | None:
+    ir = unit.ir
+    lhs, x, y, form = update
+    shared = unit.shared_arrays(fn)
+    where = _span(ir, stmt)
+    loops = _loops_around(ir, stmt, fn)
+    k_loops = [lp for lp in loops if any(_is_sync(ir, c) for c in _statements(ir, loop_body(ir, lp)))]
+    if not (_names(ir, x) | _names(ir, y)) & set(shared) and \
+            _shared_read(unit, x, shared, fn, loops[-1] if loops else fn) is None:
+        return None
+    if not k_loops:
+        return Refusal("micro-kernel", "the multiply-add is in no loop with a block barrier "
+                       "(no K loop over staged tiles)", where, kernel)
+    k_loop = k_loops[0]
+    ra = _shared_read(unit, x, shared, fn, k_loop)
+    rb = _shared_read(unit, y, shared, fn, k_loop)
+    if ra is None or rb is None:
+        return Refusal("micro-kernel", "a factor of the multiply-add is not read from a shared "
+                       "tile (directly or through a register filled from one)", where, kernel)
+    if ra[0] == rb[0]:
+        return Refusal("micro-kernel", "both factors read the same shared array", where, kernel)
+    acc_base, acc_idx = _subscript(ir, lhs)
+    acc = acc_base or (ir.name_of(lhs) if ir.grammar_type_of(lhs) == "identifier" else None)
+    if acc is None or acc in shared or acc in _pointer_params(ir, fn):
+        return Refusal("micro-kernel", "the accumulator is not a register of the thread",
+                       where, kernel)
+    inner_loops = [lp for lp in loops if lp != k_loop and ir.span_of(lp).start > ir.span_of(k_loop).start]
+    k_var = None
+    inner = None
+    for lp in inner_loops:
+        var = loop_var(ir, lp)
+        if var and any(var in _names(ir, i) for i in ra[1]) and any(var in _names(ir, i) for i in rb[1]):
+            k_var, inner = var, lp
+            break
+    if inner is None:
+        return Refusal("micro-kernel", "no loop inside the K loop runs over an index both "
+                       "tiles are read at", where, kernel)
+    ok, why = constant_trip(unit, inner)
+    if not ok:
+        return Refusal("micro-kernel", f"the loop over the tile's k: {why}", where, kernel)
+    op_a = _operand(unit, ra, shared, k_var, x)
+    op_b = _operand(unit, rb, shared, k_var, y)
+    if op_a is None or op_b is None:
+        return Refusal("micro-kernel", "the reduction index is in several subscripts of a tile",
+                       where, kernel)
+    if len(acc_idx) >= 1:  # A is the operand whose other index shares names with acc's first
+        first = _names(ir, acc_idx[0])
+        a_other = set().union(*(_names(ir, i) for n, i in enumerate(ra[1]) if n != op_a.k_position)) \
+            if len(ra[1]) > 1 else set()
+        b_other = set().union(*(_names(ir, i) for n, i in enumerate(rb[1]) if n != op_b.k_position)) \
+            if len(rb[1]) > 1 else set()
+        if first & b_other and not first & a_other:
+            op_a, op_b = op_b, op_a
+    bk = _trip_count(unit, inner)
+    bm = _other_extent(op_a)
+    bn = _other_extent(op_b)
+    acc_decl = _local_array(unit, fn, acc)
+    acc_extents = acc_decl[1] if acc_decl else ()
+    acc_type = acc_decl[0] if acc_decl else _local_type(unit, fn, acc)
+    if len(acc_extents) >= 2:
+        thread_tile = (acc_extents[0], acc_extents[1])
+    elif len(acc_extents) == 1:
+        thread_tile = (acc_extents[0], 1)
+    else:
+        thread_tile = (1, 1)
+    if bm is not None and bk is not None and len(op_a.extents) == 1 and op_a.extents[0]:
+        bm = op_a.extents[0] // bk
+    if bn is not None and bk is not None and len(op_b.extents) == 1 and op_b.extents[0]:
+        bn = op_b.extents[0] // bk
+    block = unit.launch_block().dims
+    warp = _warp_tile(block, bn, thread_tile)
+    parts = for_parts(ir, k_loop)
+    k_step = k_extent = ""
+    if parts[1] is not None:
+        m = re.search(r"(<=|<|!=)\s*(.+)$", text(ir, parts[1]), re.S)
+        k_extent = m.group(2).strip() if m else text(ir, parts[1])
+    if parts[2] is not None:
+        m = re.search(r"(?:\+=)\s*(.+)$", text(ir, parts[2]), re.S)
+        k_step = m.group(1).strip() if m else text(ir, parts[2])
+    feeds = tuple(s for s in staged if s.kernel == kernel and s.array in (op_a.array, op_b.array)
+                  and ir.span_of(k_loop).start <= s.store[0] < ir.span_of(k_loop).end)
+    epilogue, output = _epilogue(unit, fn, k_loop, acc)
+    return MicroKernel(kernel, op_a, op_b, acc, acc_type, tuple(e or 0 for e in acc_extents),
+                       tuple(text(ir, i) for i in acc_idx),
+                       shared[op_a.array].element, (bm, bn, bk), thread_tile, warp, k_var,
+                       _span(ir, k_loop), k_step, k_extent, _span(ir, inner), where, feeds,
+                       epilogue, output, block, form)
+
+
+def _operand(unit: Unit, read: tuple[str, list[int], int], shared: Mapping[str, SharedArray],
+             k_var: str, used: int) -> Operand | None:
+    ir = unit.ir
+    array, idx, node = read
+    holders = [n for n, i in enumerate(idx) if k_var in _names(ir, i)]
+    if len(holders) != 1:
+        return None
+    pos = holders[0]
+    if len(idx) > 1:
+        layout = "k-contiguous" if pos == len(idx) - 1 else "k-strided"
+    else:
+        layout = "k-contiguous" if _k_unit_stride(ir, idx[0], k_var) else "k-strided"
+    return Operand(array, tuple(text(ir, i) for i in idx), pos, layout, shared[array].extents,
+                   text(ir, used))
+
+
+def _k_unit_stride(ir: KernelIR, index: int, k_var: str) -> bool:
+    """Whether `k_var` enters a flattened index as a plain addend (not scaled)."""
+    node = _strip(ir, index)
+    if ir.grammar_type_of(node) == "identifier":
+        return ir.name_of(node) == k_var
+    if ir.grammar_type_of(node) == "binary_expression" and ir.name_of(node) in ("+", "-"):
+        return any(_k_unit_stride(ir, c, k_var) for c in children(ir, node)
+                   if ir.grammar_type_of(c) not in _TRIVIA)
+    return False
+
+
+def _other_extent(op: Operand) -> int | None:
+    if len(op.extents) == 2:
+        return op.extents[1 - op.k_position]
+    if len(op.extents) == 1:
+        return op.extents[0]
+    return None
+
+
+def _warp_tile(block: tuple[int, int, int] | None, bn: int | None,
+               thread_tile: tuple[int, int]) -> tuple[int, int] | None:
+    """The output tile of one warp when the block's threads are laid out over N first (x)."""
+    if block is None or bn is None or not thread_tile[1]:
+        return None
+    across = bn // thread_tile[1]
+    if across <= 0 or 32 % across and across % 32:
+        return None
+    if across >= 32:
+        return (thread_tile[0], 32 * thread_tile[1])
+    return ((32 // across) * thread_tile[0], across * thread_tile[1])
+
+
+def _local_array(unit: Unit, fn: int, name: str) -> tuple[str, tuple[int | None, ...]] | None:
+    ir = unit.ir
+    for nid in subtree(ir, fn):
+        if ir.grammar_type_of(nid) != "declaration" or "__shared__" in text(ir, nid):
+            continue
+        for n, ident, _init in declared_names(ir, nid):
+            if n == name:
+                dims = re.findall(r"\[([^\]]*)\]", _declarator_text(ir, ident, nid))
+                if not dims:
+                    return None
+                return _declared_type(ir, nid), tuple(unit.value(d) for d in dims)
+    return None
+
+
+def _local_type(unit: Unit, fn: int, name: str) -> str:
+    ir = unit.ir
+    for nid in subtree(ir, fn):
+        if ir.grammar_type_of(nid) == "declaration" and name in [n for n, _, _ in declared_names(ir, nid)]:
+            return _declared_type(ir, nid)
+    return ""
+
+
+def _epilogue(unit: Unit, fn: int, k_loop: int, acc: str) -> tuple[tuple[tuple[int, int], ...], str | None]:
+    """The statements after the K loop (in its block and the blocks around it) that read the
+    accumulator, and the global pointer they store to."""
+    ir = unit.ir
+    pointers = _pointer_params(ir, fn)
+    out: list[tuple[int, int]] = []
+    output = None
+    node = k_loop
+    while node != fn and node is not None:
+        parent = ir.parent_of(node)
+        if parent is None:
+            break
+        if ir.grammar_type_of(parent) == "compound_statement":
+            items = _statements(ir, parent)
+            for later in items[items.index(node) + 1:] if node in items else []:
+                if acc in _names(ir, later):
+                    out.append(_span(ir, later))
+                    for c in subtree(ir, later):
+                        if ir.grammar_type_of(c) == "assignment_expression":
+                            target = children(ir, c)[0]
+                            base = _subscript(ir, target)[0] or next(
+                                iter(_names(ir, target) & set(pointers)), None)
+                            if base in pointers:
+                                output = output or base
+            if out:
+                break
+        node = parent
+    return tuple(out), output
+
+
+# ---------------------------------------------------------------------------------------------
+# the launch's block size, as the host sets it
+
+_CHEVRON = re.compile(r"(\w+)\s*<<<\s*([^<>]*?)>>>")
+
+
+def launch_block(ir: KernelIR, kernel: str | None = None, host: str | None = None) -> LaunchBlock:
+    """The block size the launches of `kernel` (or of the unit's only kernel) use: read from
+    the host module `host` (text; by default the `.py` beside the IR's path) and from
+    `<<<grid, block>>>` launches in the unit. A launch whose block is not a literal bound once,
+    or launches that disagree, give dims None and the reason."""
+    unit = Unit(ir)
+    kernels = sorted(unit.kernels)
+    launches: list[tuple[str | None, tuple[int, int, int] | None, str]] = []
+    for m in _CHEVRON.finditer(ir.text):
+        args = _split_args(m.group(2))
+        if len(args) < 2:
+            continue
+        launches.append((m.group(1), _dim3_text(unit, args[1]), "<<<grid, block>>>"))
+    if host is None and ir.path:
+        beside = Path(ir.path).with_suffix(".py")
+        host = beside.read_text(encoding="utf-8") if beside.is_file() else None
+    if host is not None:
+        launches += host_launches(host)
+    wanted = kernel or (kernels[0] if len(kernels) == 1 else None)
+    mine = [entry for entry in launches if entry[0] == wanted]
+    if not mine:
+        mine = [entry for entry in launches if entry[0] is None or entry[0] not in kernels]
+        if len(kernels) > 1 and len({e[1] for e in mine}) > 1:
+            return LaunchBlock(None, "host", "the host launches several kernels and which one "
+                               "a launch runs is not told")
+    if not mine:
+        return LaunchBlock(None, "", "no launch of the kernel was found (no host module "
+                           "beside it, no <<<grid, block>>>)")
+    dims = {e[1] for e in mine}
+    if None in dims:
+        return LaunchBlock(None, mine[0][2], "a launch's block is not a literal bound once")
+    if len(dims) > 1:
+        return LaunchBlock(None, mine[0][2], f"the launches use different blocks {sorted(dims)}")
+    return LaunchBlock(dims.pop(), mine[0][2])
+
+
+def _split_args(body: str) -> list[str]:
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(body):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(body[start:i].strip())
+            start = i + 1
+    if body[start:].strip():
+        out.append(body[start:].strip())
+    return out
+
+
+def _dim3_text(unit: Unit, expr: str) -> tuple[int, int, int] | None:
+    expr = expr.strip()
+    m = re.fullmatch(r"(?:dim3\s*)?[({]\s*(.*?)\s*[)}]", expr, re.S)
+    parts = _split_args(m.group(1)) if m and "," in m.group(1) or (m and expr.startswith("dim3")) \
+        else [expr]
+    values = [unit.value(p) for p in parts]
+    if not values or None in values or len(values) > 3:
+        return _local_dim3(unit, expr)
+    dims = [int(v) for v in values] + [1, 1]  # type: ignore[arg-type]
+    return dims[0], dims[1], dims[2]
+
+
+def _local_dim3(unit: Unit, name: str) -> tuple[int, int, int] | None:
+    """A `dim3 name(x, y)` / `dim3 name = ...` / `int name = N` bound once in the unit."""
+    if not re.fullmatch(r"[A-Za-z_]\w*", name):
+        return None
+    hits = re.findall(rf"\bdim3\s+{name}\s*(?:\(([^()]*)\)|\{{([^{{}}]*)\}}|=\s*([^;]+));", unit.ir.text)
+    if len(hits) == 1:
+        body = next(h for h in hits[0] if h)
+        return _dim3_text(unit, f"({body})" if "," in body else body)
+    ints = re.findall(rf"\b(?:const\s+)?(?:int|unsigned|size_t)\s+{name}\s*=\s*([^;,]+)[;,]", unit.ir.text)
+    if len(ints) == 1 and unit.value(ints[0]) is not None:
+        return (int(unit.value(ints[0])), 1, 1)  # type: ignore[arg-type]
+    return None
+
+
+def host_launches(source: str) -> list[tuple[str | None, tuple[int, int, int] | None, str]]:
+    """(kernel name or None, block dims or None, form) of each launch a Python host module
+    makes: `*.launch(func, grid, block, ...)` (the project's cudahost), `cuLaunchKernel(func,
+    gx, gy, gz, bx, by, bz, ...)`, a CuPy kernel called as `k(grid, block, args)` or with
+    `block=`, and a `<<<grid, block>>>` launch inside a source string (`load_inline`)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    binds = _host_bindings(tree)
+    kernel_vars = _kernel_variables(tree)
+    out: list[tuple[str | None, tuple[int, int, int] | None, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "<<<" in node.value:
+            for m in _CHEVRON.finditer(node.value):
+                args = _split_args(m.group(2))
+                if len(args) >= 2:
+                    value = _c_int_tuple(args[1], node.value)
+                    out.append((m.group(1), value, "<<<grid, block>>>"))
+        if not isinstance(node, ast.Call):
+            continue
+        name = _call_name(node.func)
+        block_kw = next((k.value for k in node.keywords if k.arg == "block"), None)
+        if name.endswith("cuLaunchKernel") and len(node.args) >= 7:
+            dims = [_host_int(a, binds) for a in node.args[4:7]]
+            value = None if None in dims else tuple(dims)  # type: ignore[assignment]
+            out.append((_kernel_of(node.args[0], kernel_vars), value, "cuLaunchKernel"))
+        elif name.split(".")[-1] == "launch" and (len(node.args) >= 3 or block_kw is not None):
+            expr = block_kw if block_kw is not None else node.args[2]
+            out.append((_kernel_of(node.args[0], kernel_vars) if node.args else None,
+                        _host_dim3(expr, binds), "launch"))
+        elif isinstance(node.func, ast.Name) and node.func.id in kernel_vars and \
+                (len(node.args) >= 2 or block_kw is not None):
+            expr = block_kw if block_kw is not None else node.args[1]
+            out.append((kernel_vars[node.func.id], _host_dim3(expr, binds), "kernel call"))
+    return out
+
+
+def _call_name(func: ast.AST) -> str:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return _call_name(func.value) + "." + func.attr
+    return ""
+
+
+def _kernel_variables(tree: ast.AST) -> dict[str, str | None]:
+    """Variables bound to a compiled kernel: `k = cp.RawKernel(src, "name")`,
+    `k = module.get_function("name")`, `k = host.get_function(compiled, "name")` -> name."""
+    out: dict[str, str | None] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call):
+            name = _call_name(node.value.func).split(".")[-1]
+            if name in ("RawKernel", "get_function"):
+                literal = [a.value for a in node.value.args
+                           if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                out[node.targets[0].id] = literal[-1] if literal else None
+    return out
+
+
+def _kernel_of(expr: ast.AST, kernel_vars: Mapping[str, str | None]) -> str | None:
+    if isinstance(expr, ast.Name):
+        return kernel_vars.get(expr.id)
+    if isinstance(expr, ast.Call) and _call_name(expr.func).endswith("get_function"):
+        literal = [a.value for a in expr.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        return literal[-1] if literal else None
+    return None
+
+
+def _host_bindings(tree: ast.AST) -> dict[str, list[ast.AST]]:
+    """Every value a name is bound to anywhere in the module (assignments, tuple unpacking,
+    parameter defaults)."""
+    out: dict[str, list[ast.AST]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    out.setdefault(t.id, []).append(node.value)
+                elif isinstance(t, ast.Tuple) and isinstance(node.value, ast.Tuple) and \
+                        len(t.elts) == len(node.value.elts):
+                    for name, value in zip(t.elts, node.value.elts):
+                        if isinstance(name, ast.Name):
+                            out.setdefault(name.id, []).append(value)
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            out.setdefault(node.target.id, []).append(node)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args.args + node.args.kwonlyargs
+            defaults = [None] * (len(node.args.args) - len(node.args.defaults)) + \
+                list(node.args.defaults) + list(node.args.kw_defaults)
+            for a, d in zip(args, defaults):
+                out.setdefault(a.arg, []).append(d if d is not None else ast.Name("?"))
+    return out
+
+
+def _host_int(expr: ast.AST, binds: Mapping[str, list[ast.AST]], depth: int = 0) -> int | None:
+    if depth > 8:
+        return None
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+        return expr.value
+    if isinstance(expr, ast.Name):
+        values = binds.get(expr.id, [])
+        return _host_int(values[0], binds, depth + 1) if len(values) == 1 else None
+    if isinstance(expr, ast.BinOp):
+        left, right = _host_int(expr.left, binds, depth + 1), _host_int(expr.right, binds, depth + 1)
+        if left is None or right is None:
+            return None
+        ops = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__,
+               ast.FloorDiv: int.__floordiv__, ast.LShift: int.__lshift__}
+        fn = ops.get(type(expr.op))
+        return fn(left, right) if fn and (right or not isinstance(expr.op, ast.FloorDiv)) else None
+    if isinstance(expr, ast.Call) and _call_name(expr.func) == "int" and len(expr.args) == 1:
+        return _host_int(expr.args[0], binds, depth + 1)
+    return None
+
+
+def _host_dim3(expr: ast.AST, binds: Mapping[str, list[ast.AST]], depth: int = 0
+               ) -> tuple[int, int, int] | None:
+    if isinstance(expr, ast.Name) and depth < 8:
+        values = binds.get(expr.id, [])
+        if len(values) == 1 and isinstance(values[0], (ast.Tuple, ast.List)):
+            return _host_dim3(values[0], binds, depth + 1)
+    if isinstance(expr, (ast.Tuple, ast.List)):
+        dims = [_host_int(e, binds) for e in expr.elts]
+        if not dims or None in dims or len(dims) > 3:
+            return None
+        full = [int(d) for d in dims] + [1, 1]  # type: ignore[arg-type]
+        return full[0], full[1], full[2]
+    value = _host_int(expr, binds)
+    return None if value is None else (value, 1, 1)
+
+
+def _c_int_tuple(expr: str, source: str) -> tuple[int, int, int] | None:
+    """A block written in C++ inside a host string: a literal, `dim3(x, y)`, or a name bound
+    once in the string to one of those."""
+    expr = expr.strip()
+    m = re.fullmatch(r"(?:dim3\s*)?\(\s*([^()]*)\)", expr)
+    parts = _split_args(m.group(1)) if m else [expr]
+    values = [_evaluate(p, {}, 0) for p in parts]
+    if values and None not in values and len(values) <= 3:
+        full = [int(v) for v in values] + [1, 1]  # type: ignore[arg-type]
+        return full[0], full[1], full[2]
+    if re.fullmatch(r"[A-Za-z_]\w*", expr):
+        hits = re.findall(rf"\b(?:dim3|const\s+int|int|constexpr\s+int)\s+{expr}\s*(?:\(([^()]*)\)|=\s*([^;]+));",
+                          source)
+        if len(hits) == 1:
+            body = hits[0][0] or hits[0][1]
+            if hits[0][0]:
+                body = f"({body})"
+            return _c_int_tuple(body, "")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# shared-memory reduction trees
+
+_HALVE = re.compile(r"^\s*(\w+)\s*(?:>>=\s*1|/=\s*2|=\s*\1\s*(?:>>\s*1|/\s*2))\s*$")
+_DOUBLE = re.compile(r"^\s*(\w+)\s*(?:<<=\s*1|\*=\s*2|=\s*(?:\1\s*(?:<<\s*1|\*\s*2)|2\s*\*\s*\1)|\+=\s*\1)\s*$")
+_MAX_CALLS = re.compile(r"^(?:fmaxf?|max|__hmax|::max|std::max|cuda::std::max)$")
+_MIN_CALLS = re.compile(r"^(?:fminf?|min|__hmin|::min|std::min|cuda::std::min)$")
+
+
+def reduction_trees(ir: KernelIR | Unit) -> tuple[list[ReductionTree], list[Refusal]]:
+    """Every shared-memory reduction tree of the unit (see `ReductionTree`) and the loops that
+    halve or double a stride around a barrier but were not told apart as one (with why)."""
+    unit = ir if isinstance(ir, Unit) else Unit(ir)
+    out: list[ReductionTree] = []
+    refused: list[Refusal] = []
+    for name, fn in unit.kernels.items():
+        shared = unit.shared_arrays(fn) | unit.shared_arrays()
+        for nid in subtree(unit.ir, fn):
+            if unit.ir.grammar_type_of(nid) == "for_statement":
+                found = _tree_loop(unit, name, fn, nid, shared)
+                if isinstance(found, ReductionTree):
+                    out.append(found)
+                elif found is not None:
+                    refused.append(found)
+            elif unit.ir.grammar_type_of(nid) == "compound_statement":
+                found_u = _unrolled_tree(unit, name, fn, nid, shared)
+                if isinstance(found_u, ReductionTree):
+                    out.append(found_u)
+                elif found_u is not None:
+                    refused.append(found_u)
+    return out, refused
+
+
+def _combine(unit: Unit, stmt: int, shared: Mapping[str, SharedArray]
+             ) -> tuple[str, str, str, str] | None:
+    """(array, op, own index, partner index) of a combine statement `sh[i] += sh[j];`,
+    `sh[i] = sh[i] + sh[j];`, `sh[i] = fmaxf(sh[i], sh[j]);`, `sh[i] = a > b ? a : b;`."""
+    ir = unit.ir
+    assign = _assignment(ir, stmt)
+    if assign is None:
+        return None
+    lhs, rhs = children(ir, assign)[0], _strip(ir, children(ir, assign)[-1])
+    base, idx = _subscript(ir, lhs)
+    if base not in shared or len(idx) != 1:
+        return None
+    own = _flat(ir, idx[0])
+    op = _op(ir, assign)
+
+    def partner_of(node: int) -> str | None:
+        b, i = _subscript(ir, _strip(ir, node))
+        return _flat(ir, i[0]) if b == base and len(i) == 1 else None
+
+    def own_and_partner(a: int, b: int) -> str | None:
+        pa, pb = partner_of(a), partner_of(b)
+        if pa == own and pb is not None and pb != own:
+            return pb
+        if pb == own and pa is not None and pa != own:
+            return pa
+        return None
+
+    if op == "+=":
+        p = partner_of(rhs)
+        return (base, "sum", own, p) if p is not None and p != own else None
+    if op != "=":
+        return None
+    gtype = ir.grammar_type_of(rhs)
+    parts = [c for c in children(ir, rhs) if ir.grammar_type_of(c) not in _TRIVIA]
+    if gtype == "binary_expression" and ir.name_of(rhs) == "+":
+        p = own_and_partner(parts[0], parts[-1])
+        return (base, "sum", own, p) if p else None
+    if gtype == "call_expression":
+        args = [a for a in children(ir, parts[-1]) if ir.grammar_type_of(a) not in _TRIVIA]
+        name = callee(ir, rhs)
+        kind = "max" if _MAX_CALLS.match(name) else "min" if _MIN_CALLS.match(name) else None
+        if kind and len(args) == 2:
+            p = own_and_partner(args[0], args[1])
+            return (base, kind, own, p) if p else None
+        return None
+    if gtype == "conditional_expression":
+        cond, yes, no = parts[0], parts[1], parts[2]
+        cond = _strip(ir, cond)
+        if ir.grammar_type_of(cond) != "binary_expression" or ir.name_of(cond) not in (">", ">=", "<", "<="):
+            return None
+        c = [k for k in children(ir, cond) if ir.grammar_type_of(k) not in _TRIVIA]
+        if {_flat(ir, c[0]), _flat(ir, c[-1])} != {_flat(ir, yes), _flat(ir, no)}:
+            return None
+        p = own_and_partner(yes, no)
+        if p is None:
+            return None
+        picks_left_when_greater = _flat(ir, yes) == _flat(ir, c[0])
+        greater = ir.name_of(cond) in (">", ">=")
+        return (base, "max" if picks_left_when_greater == greater else "min", own, p)
+    return None
+
+
+def _thread_index(unit: Unit, fn: int, expr: str) -> bool:
+    """Whether `expr` is the thread's index in the block's x dimension (`threadIdx.x` or a
+    variable bound once to it)."""
+    e = re.sub(r"\s+", "", expr)
+    e = re.sub(r"^\((?:int|unsigned|unsignedint)\)", "", e)
+    e = re.sub(r"^(?:static_cast<(?:int|unsigned|unsignedint)>)\((.*)\)$", r"\1", e)
+    if e == "threadIdx.x":
+        return True
+    if not re.fullmatch(r"[A-Za-z_]\w*", e):
+        return False
+    ir = unit.ir
+    inits = []
+    for nid in subtree(ir, fn):
+        if ir.grammar_type_of(nid) == "declaration":
+            for n, _i, init in declared_names(ir, nid):
+                if n == e:
+                    inits.append(init)
+        elif ir.grammar_type_of(nid) in ("assignment_expression", "update_expression"):
+            t = children(ir, nid)[0]
+            if ir.grammar_type_of(t) == "identifier" and ir.name_of(t) == e:
+                return False
+    return len(inits) == 1 and inits[0] is not None and _thread_index(unit, fn, text(ir, inits[0]))
+
+
+def _tree_loop(unit: Unit, kernel: str, fn: int, loop: int,
+               shared: Mapping[str, SharedArray]) -> ReductionTree | Refusal | None:
+    ir = unit.ir
+    init, cond, update = for_parts(ir, loop)
+    var = loop_var(ir, loop)
+    start = _loop_start(ir, loop)
+    if var is None or update is None or cond is None or start is None:
+        return None
+    halving = _HALVE.match(text(ir, update))
+    doubling = _DOUBLE.match(text(ir, update))
+    if not (halving or doubling) or (halving or doubling).group(1) != var:  # type: ignore[union-attr]
+        return None
+    body = loop_body(ir, loop)
+    items = _statements(ir, body)
+    if not any(_is_sync(ir, s) for s in items):
+        return None
+    where = _span(ir, loop)
+
+    def refuse(why: str) -> Refusal:
+        return Refusal("reduction-tree", why, where, kernel)
+
+    guarded = [s for s in items if ir.grammar_type_of(s) == "if_statement"]
+    rest = [s for s in items if s not in guarded and not _is_sync(ir, s)]
+    index_var = None
+    if rest:  # the strided-index form: `int i = 2 * s * tid; if (i < n) sh[i] += sh[i + s];`
+        if len(rest) == 1 and ir.grammar_type_of(rest[0]) == "declaration" and \
+                len(declared_names(ir, rest[0])) == 1:
+            index_var = declared_names(ir, rest[0])[0]
+        else:
+            return refuse("the tree's loop does more than combine under a condition and "
+                          "synchronize")
+    if len(guarded) != 1 or _is_sync(ir, guarded[0]):
+        return refuse("the tree's loop is not one guarded combine followed by a barrier")
+    cond_node, then, alt = if_parts(ir, guarded[0])
+    if alt is not None:
+        return refuse("the tree's combine has an else branch")
+    combines = [_combine(unit, s, shared) for s in _statements(ir, then)]
+    if not combines or None in combines:
+        return refuse("a statement of the tree's step is not a sum, max or min of two slots "
+                      "of a shared array")
+    owns = {c[2] for c in combines}  # type: ignore[index]
+    if len(owns) != 1:
+        return refuse("the tree's combines write different slots")
+    own = owns.pop()
+    for c in combines:
+        if c[3] not in (f"{own}+{var}", f"{var}+{own}"):  # type: ignore[index]
+            return refuse(f"the partner slot {c[3]} is not the own slot plus the stride")  # type: ignore[index]
+    cond_text = _unparen(_flat(ir, cond_node))
+    start_text = _flat(ir, start)
+    if halving:
+        tid = own
+        if cond_text not in (f"{tid}<{var}", f"{var}>{tid}"):
+            return refuse(f"the tree's step runs under {text(ir, cond_node)}, not own slot < stride")
+        loop_cond = _flat(ir, cond)
+        if loop_cond not in (f"{var}>0", f"{var}>=1", f"{var}!=0", f"0<{var}", var):
+            return refuse(f"the tree stops at {text(ir, cond)} (a last warp-synchronous stage "
+                          "is not read)")
+        m = re.fullmatch(r"(.+?)(?:/2|>>1)", start_text)
+        if m is not None:
+            extent = _unparen(m.group(1))
+        else:
+            half = unit.value(text(ir, start))
+            if half is None:
+                return refuse(f"the tree's first stride {text(ir, start)} is neither half the "
+                              "block nor a constant")
+            extent = str(2 * half)
+        form = "halving"
+    else:
+        if start_text != "1":
+            return refuse("a doubling tree that does not start at stride 1")
+        loop_cond = re.fullmatch(rf"{re.escape(var)}<(.+)", _flat(ir, cond))
+        if loop_cond is None:
+            return refuse(f"the doubling tree's condition {text(ir, cond)} is not stride < n")
+        extent = loop_cond.group(1)
+        tid = own
+        if index_var is not None:
+            name, _i, init_node = index_var
+            if own != name or init_node is None:
+                return refuse("the strided index is not the combined slot")
+            factors = sorted(_flat(ir, init_node).replace("(", "").replace(")", "").split("*"))
+            if len(factors) != 3 or "2" not in factors or var not in factors:
+                return refuse(f"the strided index {text(ir, init_node)} is not 2 * stride * thread")
+            tid = next(f for f in factors if f not in ("2", var))
+            if cond_text != f"{own}<{extent}":
+                return refuse(f"the strided tree's step runs under {text(ir, cond_node)}")
+        else:
+            allowed = {f"{tid}%(2*{var})==0", f"{tid}%({var}*2)==0",
+                       f"({tid}&(2*{var}-1))==0", f"({tid}&({var}*2-1))==0"}
+            head = _unparen(cond_text.split("&&")[0])
+            bounded = cond_text.split("&&")[1:]
+            if head not in allowed or any(_unparen(b) != f"{tid}+{var}<{extent}" for b in bounded):
+                return refuse(f"the doubling tree's step runs under {text(ir, cond_node)}")
+        form = "doubling"
+    if not _thread_index(unit, fn, tid):
+        return refuse(f"the tree's slot index {tid} is not the thread's index threadIdx.x")
+    if extent != "blockDim.x" and unit.value(extent) is None:
+        return refuse(f"the tree's extent {extent} is neither blockDim.x nor a constant")
+    after = _later_slot_reads(unit, fn, loop, {c[0] for c in combines})  # type: ignore[index]
+    if after:
+        return refuse(f"a slot other than 0 is read after the tree ({after})")
+    cs = tuple(Combine(c[0], c[1], " ".join(text(ir, s).split()), shared[c[0]].element)  # type: ignore[index]
+               for c, s in zip(combines, _statements(ir, then)))
+    store, values = _tree_stores(unit, loop, cs, tid)
+    return ReductionTree(kernel, cs, tid, extent, unit.value(extent), var, form, where, store,
+                         values, unit.launch_block().dims)
+
+
+def _flat(ir: KernelIR, nid: int) -> str:
+    """A node's code without whitespace and comments (equal for the same code)."""
+    return re.sub(r"\s+", "", code_view(text(ir, nid)))
+
+
+def _unparen(t: str) -> str:
+    """Flat text without one pair of enclosing parentheses."""
+    if t.startswith("(") and t.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(t):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and i < len(t) - 1:
+                return t
+        return t[1:-1]
+    return t
+
+
+def _declared_inside(ir: KernelIR, name: str, node: int) -> bool:
+    return any(ir.grammar_type_of(c) == "declaration" and
+               name in [n for n, _, _ in declared_names(ir, c)] for c in subtree(ir, node))
+
+
+def _later_slot_reads(unit: Unit, fn: int, loop: int, arrays: set[str]) -> str:
+    """A read of an array of `arrays` at a slot other than 0 after `loop` (before the array is
+    written again), as text; '' when there is none."""
+    ir = unit.ir
+    end = ir.span_of(loop).end
+    for nid in subtree(ir, fn):
+        if ir.span_of(nid).start < end or ir.grammar_type_of(nid) != "subscript_expression":
+            continue
+        base, idx = _subscript(ir, nid)
+        if base not in arrays or len(idx) != 1:
+            continue
+        parent = ir.parent_of(nid)
+        if parent is not None and ir.grammar_type_of(parent) == "assignment_expression" and \
+                children(ir, parent)[0] == nid:
+            return ""  # written again: a new use of the array
+        if unit.value(text(ir, idx[0])) != 0:
+            return text(ir, nid)
+    return ""
+
+
+def _tree_stores(unit: Unit, loop: int, combines: Sequence[Combine], tid: str
+                 ) -> tuple[tuple[int, int] | None, tuple[str, ...]]:
+    """The statements right before the tree that store each thread's value into its slot of
+    every combined array, then a barrier: their span and the stored values."""
+    ir = unit.ir
+    parent = ir.parent_of(loop)
+    if parent is None or ir.grammar_type_of(parent) != "compound_statement":
+        return None, ()
+    items = _statements(ir, parent)
+    at = items.index(loop)
+    if at < 2 or not _is_sync(ir, items[at - 1]):
+        return None, ()
+    values: dict[str, str] = {}
+    first = at - 1
+    for s in reversed(items[:at - 1]):
+        if ir.grammar_type_of(s) != "expression_statement":
+            break
+        kids = [c for c in children(ir, s) if ir.grammar_type_of(c) not in _TRIVIA]
+        if not kids or ir.grammar_type_of(kids[0]) != "assignment_expression" or _op(ir, kids[0]) != "=":
+            break
+        base, idx = _subscript(ir, children(ir, kids[0])[0])
+        if base not in {c.array for c in combines} or base in values or len(idx) != 1 or \
+                _flat(ir, idx[0]) != tid:
+            break
+        values[base] = text(ir, children(ir, kids[0])[-1])
+        first = items.index(s)
+    if set(values) != {c.array for c in combines}:
+        return None, ()
+    return ((ir.span_of(items[first]).start, ir.span_of(items[at - 1]).end),
+            tuple(values[c.array] for c in combines))
+
+
+def _unrolled_tree(unit: Unit, kernel: str, fn: int, block: int,
+                   shared: Mapping[str, SharedArray]) -> ReductionTree | Refusal | None:
+    """Constant strides halving down to 1, one `if (t < C) combine; __syncthreads();` each."""
+    ir = unit.ir
+    items = _statements(ir, block)
+    i = 0
+    while i < len(items):
+        steps: list[tuple[int, int, list]] = []
+        j = i
+        while j + 1 < len(items) and ir.grammar_type_of(items[j]) == "if_statement" and \
+                _is_sync(ir, items[j + 1]) and not _is_sync(ir, items[j]):
+            cond, then, alt = if_parts(ir, items[j])
+            combines = [_combine(unit, s, shared) for s in _statements(ir, then)]
+            m = re.fullmatch(r"(\w+(?:\.\w+)?)<(.+)", _unparen(_flat(ir, cond)))
+            if alt is not None or not combines or None in combines or m is None:
+                break
+            stride = unit.value(m.group(2))
+            own = m.group(1)
+            if stride is None or any(c[2] != own or c[3] not in (f"{own}+{m.group(2)}",
+                                                                  f"{m.group(2)}+{own}")
+                                     for c in combines):  # type: ignore[index]
+                break
+            steps.append((items[j], stride, combines))
+            j += 2
+        if len(steps) >= 2:
+            strides = [s[1] for s in steps]
+            if all(a == 2 * b for a, b in zip(strides, strides[1:])) and strides[-1] == 1:
+                tid_text = steps[0][2][0][2]
+                if not _thread_index(unit, fn, tid_text):
+                    return Refusal("reduction-tree", f"the unrolled tree's slot index {tid_text} "
+                                   "is not threadIdx.x", _span(ir, steps[0][0]), kernel)
+                arrays = {c[0] for c in steps[0][2]}
+                span = (ir.span_of(steps[0][0]).start, ir.span_of(items[j - 1]).end)
+                after = _later_slot_reads(unit, fn, items[j - 1], arrays)
+                if after:
+                    return Refusal("reduction-tree", f"a slot other than 0 is read after the "
+                                   f"tree ({after})", span, kernel)
+                then = if_parts(ir, steps[0][0])[1]
+                cs = tuple(Combine(c[0], c[1], " ".join(text(ir, s).split()), shared[c[0]].element)
+                           for c, s in zip(steps[0][2], _statements(ir, then)))
+                extent = str(2 * strides[0])
+                store, values = _tree_stores(unit, steps[0][0], cs, tid_text)
+                return ReductionTree(kernel, cs, tid_text, extent, 2 * strides[0], None,
+                                     "unrolled", span, store, values, unit.launch_block().dims)
+            if strides[-1] != 1:
+                return Refusal("reduction-tree", f"the unrolled tree stops at stride "
+                               f"{strides[-1]} (its last warp-synchronous steps are not read)",
+                               (ir.span_of(steps[0][0]).start, ir.span_of(items[j - 1]).end),
+                               kernel)
+        i = max(j, i + 1)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# stride loops, row reductions, register blocks
+
+
+def _stride_kind(unit: Unit, fn: int, step: str, start: str) -> str | None:
+    s = re.sub(r"\s+", "", step)
+    s = re.sub(r"\(\w+\)", "", s)
+    grid = {"blockDim.x*gridDim.x", "gridDim.x*blockDim.x"}
+    if s in grid:
+        return "grid"
+    if s == "blockDim.x":
+        return "block"
+    launch = unit.launch_block().dims
+    value = unit.value(step)
+    if value is not None and launch is not None and value == launch[0] and "threadIdx.x" in \
+            _expand(unit, fn, start):
+        return "block"
+    if re.fullmatch(r"[A-Za-z_]\w*", s):
+        bound = _single_init(unit, fn, s)
+        if bound is not None:
+            return _stride_kind(unit, fn, bound, start)
+    return None
+
+
+def _single_init(unit: Unit, fn: int, name: str) -> str | None:
+    ir = unit.ir
+    inits = []
+    for nid in subtree(ir, fn):
+        if ir.grammar_type_of(nid) == "declaration":
+            inits += [init for n, _i, init in declared_names(ir, nid) if n == name]
+    if len(inits) == 1 and inits[0] is not None and name not in _written_names(ir, fn):
+        return text(ir, inits[0])
+    return None
+
+
+def _expand(unit: Unit, fn: int, expr: str, depth: int = 0) -> str:
+    """`expr` with variables bound once replaced by their initializers (a few levels deep)."""
+    if depth > 4:
+        return expr
+    def sub(m: re.Match[str]) -> str:
+        init = _single_init(unit, fn, m.group(0))
+        return f"({_expand(unit, fn, init, depth + 1)})" if init else m.group(0)
+    return re.sub(r"(?<![.\w])[A-Za-z_]\w*(?![\w(])", sub, expr)
+
+
+def stride_loops(ir: KernelIR | Unit) -> list[StrideLoop]:
+    """Grid-stride loops (start at the global thread index, step by the grid's thread count)
+    and block-stride loops (start at the thread's index in the block, step by the block)."""
+    unit = ir if isinstance(ir, Unit) else Unit(ir)
+    ir_ = unit.ir
+    out: list[StrideLoop] = []
+    for name, fn in unit.kernels.items():
+        for nid in subtree(ir_, fn):
+            if ir_.grammar_type_of(nid) != "for_statement":
+                continue
+            var = loop_var(ir_, nid)
+            start = _loop_start(ir_, nid)
+            _init, cond, update = for_parts(ir_, nid)
+            if var is None or start is None or update is None:
+                continue
+            m = re.fullmatch(rf"\s*{re.escape(var)}\s*\+=\s*(.+?)\s*", text(ir_, update), re.S)
+            if m is None:
+                continue
+            start_text = _expand(unit, fn, text(ir_, start))
+            if "threadIdx.x" not in start_text:
+                continue
+            kind = _stride_kind(unit, fn, m.group(1), start_text)
+            if kind == "grid" and "blockIdx.x" not in start_text:
+                continue
+            if kind is None:
+                continue
+            bound = ""
+            if cond is not None:
+                cm = re.search(r"(<=|<|!=)\s*(.+)$", text(ir_, cond), re.S)
+                bound = cm.group(2).strip() if cm else text(ir_, cond)
+            out.append(StrideLoop(name, kind, var, _span(ir_, nid), text(ir_, start), bound,
+                                  m.group(1).strip()))
+    return out
+
+
+def row_reductions(ir: KernelIR | Unit) -> list[RowReduction]:
+    """Block-stride loops folding a row into a register (`acc += x[..]`, `m = fmaxf(m, ..)`),
+    with how the block combines the partials afterwards."""
+    unit = ir if isinstance(ir, Unit) else Unit(ir)
+    ir_ = unit.ir
+    out: list[RowReduction] = []
+    trees, _ = reduction_trees(unit)
+    for loop in stride_loops(unit):
+        if loop.kind != "block":
+            continue
+        fn = unit.kernels[loop.kernel]
+        node = next(n for n in subtree(ir_, fn) if _span(ir_, n) == loop.span
+                    and ir_.grammar_type_of(n) == "for_statement")
+        for s in subtree(ir_, loop_body(ir_, node)):
+            if ir_.grammar_type_of(s) != "assignment_expression":
+                continue
+            target = children(ir_, s)[0]
+            if ir_.grammar_type_of(target) != "identifier":
+                continue
+            acc = ir_.name_of(target) or ""
+            op = _op(ir_, s)
+            rhs = _strip(ir_, children(ir_, s)[-1])
+            kind = None
+            if op in ("+=",):
+                kind = "sum"
+            elif op == "=" and ir_.grammar_type_of(rhs) == "call_expression" and \
+                    acc in _names(ir_, rhs):
+                name = callee(ir_, rhs)
+                kind = "max" if _MAX_CALLS.match(name) else "min" if _MIN_CALLS.match(name) else None
+            elif op == "=" and ir_.grammar_type_of(rhs) == "binary_expression" and \
+                    ir_.name_of(rhs) == "+" and acc in _names(ir_, rhs):
+                kind = "sum"
+            if kind is None or _declared_inside(ir_, acc, node):
+                continue
+            later = [t for t in trees if t.kernel == loop.kernel and t.span[0] > loop.span[1]]
+            shuffles = any(ir_.grammar_type_of(c) == "call_expression" and
+                           callee(ir_, c).startswith("__shfl") and ir_.span_of(c).start > loop.span[1]
+                           for c in subtree(ir_, fn))
+            combine = "tree" if later else "shuffle" if shuffles else None
+            out.append(RowReduction(loop.kernel, acc, kind, loop, combine))
+    return out
+
+
+def register_blocks(ir: KernelIR | Unit) -> list[RegisterBlock]:
+    """Per-thread local arrays of constant extents in the unit's kernels."""
+    unit = ir if isinstance(ir, Unit) else Unit(ir)
+    ir_ = unit.ir
+    out = []
+    for name, fn in unit.kernels.items():
+        for nid in subtree(ir_, fn):
+            if ir_.grammar_type_of(nid) != "declaration" or "__shared__" in text(ir_, nid) \
+                    or re.match(r"\s*(?:static|extern)\b", text(ir_, nid)):
+                continue
+            for var, ident, _init in declared_names(ir_, nid):
+                dims = re.findall(r"\[([^\]]*)\]", _declarator_text(ir_, ident, nid))
+                if not dims:
+                    continue
+                values = tuple(unit.value(d) for d in dims)
+                if None in values:
+                    continue
+                out.append(RegisterBlock(name, var, _declared_type(ir_, nid),
+                                         tuple(int(v) for v in values), _span(ir_, nid)))  # type: ignore[arg-type]
+    return out
+
+
+def refusals(ir: KernelIR) -> list[Refusal]:
+    """Every refusal of the finders: constructs that look like a role that cannot be told."""
+    unit = Unit(ir)
+    return stagings(unit)[1] + micro_kernels(unit)[1] + reduction_trees(unit)[1]
+
+
+def roles(ir: KernelIR) -> dict[str, Any]:
+    """Every role of the unit as JSON (what `klineage`'s reports and the tests read)."""
+    unit = Unit(ir)
+    staged, why_s = stagings(unit)
+    mks, why_m = micro_kernels(unit)
+    trees, why_t = reduction_trees(unit)
+    launch = unit.launch_block()
+    return {
+        "kernels": sorted(unit.kernels),
+        "launch": {"block": list(launch.dims) if launch.dims else None, "from": launch.where,
+                   "reason": launch.reason},
+        "stagings": [s.to_json() for s in staged],
+        "micro_kernels": [m.to_json() for m in mks],
+        "reduction_trees": [t.to_json() for t in trees],
+        "stride_loops": [{"kernel": s.kernel, "kind": s.kind, "var": s.var, "step": s.step}
+                         for s in stride_loops(unit)],
+        "row_reductions": [{"kernel": r.kernel, "acc": r.acc, "op": r.op, "combine": r.combine}
+                           for r in row_reductions(unit)],
+        "register_blocks": [{"kernel": b.kernel, "name": b.name, "extents": list(b.extents)}
+                            for b in register_blocks(unit)],
+        "refusals": [r.to_json() for r in why_s + why_m + why_t],
+    }
