@@ -82,6 +82,21 @@ def _parser() -> lark.Lark:
     return lark.Lark(grammar, parser="lalr", start="start")
 
 
+_SHOWN = 120  # characters of a query an error message quotes, at most
+
+
+def _shown(text: str, column: object = None) -> str:
+    """The query as an error message quotes it: whole when short, else the stretch around
+    `column` (1-based, where the parser stopped) with the characters left out counted."""
+    if len(text) <= _SHOWN:
+        return repr(text)
+    at = column - 1 if isinstance(column, int) and 0 < column <= len(text) else 0
+    start = max(0, min(at - _SHOWN // 2, len(text) - _SHOWN))
+    part = text[start:start + _SHOWN]
+    return (f"{'...' if start else ''}{part!r}{'...' if start + _SHOWN < len(text) else ''} "
+            f"({len(text)} characters)")
+
+
 @functools.lru_cache(maxsize=256)
 def parse_query(text: str) -> AnchorQuery:
     """Parse a query; raises `QueryError` (a `BadInputError`) with the offending column."""
@@ -89,7 +104,7 @@ def parse_query(text: str) -> AnchorQuery:
         tree = _parser().parse(text)
     except lark.exceptions.UnexpectedInput as exc:
         col = getattr(exc, "column", "?")
-        raise QueryError(f"bad anchor query {text!r} at column {col}") from None
+        raise QueryError(f"bad anchor query {_shown(text, col)} at column {col}") from None
     steps: list[Step] = []
     combinator: str | None = None
     for item in tree.children:
@@ -98,7 +113,7 @@ def parse_query(text: str) -> AnchorQuery:
             continue
         kind = str(item.children[0])
         if kind != "*" and kind not in K.ALL:
-            raise QueryError(f"bad anchor query {text!r}: unknown kind '{kind}' "
+            raise QueryError(f"bad anchor query {_shown(text)}: unknown kind '{kind}' "
                              f"(kinds: {', '.join(sorted(K.ALL))})")
         preds: list[Predicate] = []
         capture: str | None = None
@@ -109,7 +124,7 @@ def parse_query(text: str) -> AnchorQuery:
             attr = str(part.children[0])
             if attr not in ANCHOR_ATTRIBUTES and attr not in K.ATTRIBUTES:
                 known = ", ".join(sorted(ANCHOR_ATTRIBUTES | K.ATTRIBUTES))
-                raise QueryError(f"bad anchor query {text!r}: unknown attribute '{attr}' "
+                raise QueryError(f"bad anchor query {_shown(text)}: unknown attribute '{attr}' "
                                  f"(attributes: {known})")
             if len(part.children) == 1:
                 preds.append(Predicate(attr, None, None))

@@ -179,8 +179,13 @@ class Prepared:
         toolchain, device = platform
         # A view's variants join the key only when set: the keys of plain cases stay as they were.
         view = [",".join(self.case.variants)] if self.case.variants else []
+        # Where the text came from reaches the run twice: the scratch module is named by its
+        # stem (the compiler writes that file name into the PTX, and ptxas rejects one that is
+        # not ASCII), and its folder is on the module path (helpers beside the kernel). A verdict
+        # reached under one path is not the verdict of the same text under another.
+        origin = ["path", self.stem, str(self.src_path.parent)] if self.src_path is not None else []
         return cache_key([GATE_VERSION, self.source, self.host_text, self.language, self.case.digest(),
-                          self.tier.value, self.case.platform, toolchain, device, *view])
+                          self.tier.value, self.case.platform, toolchain, device, *view, *origin])
 
 
 def platform_of(tier: Tier) -> tuple[str, str]:
@@ -199,8 +204,18 @@ def prepare(source: str, language: Any, case: Case | str | Path, tier: Tier | st
     run_tier, flags = resolve_tier(tier, lang, gpu)
     src_path = Path(path).resolve() if path is not None else None
     host_text, stem = _host_text(host, src_path) if lang == "cuda" else ("", src_path.stem if src_path else "candidate")
-    return Prepared(source, lang, the_case, run_tier, flags, stem, host_text, src_path,
+    return Prepared(source, lang, the_case, run_tier, flags, scratch_stem(stem), host_text, src_path,
                     timeout if timeout is not None else DEFAULT_TIMEOUT_S[run_tier])
+
+
+def scratch_stem(stem: str) -> str:
+    """The name the scratch copy of a kernel gets: its own stem where that is ASCII, else the
+    stem with every non-ASCII character spelled as its code point. The compilers write the
+    file name into what they emit (PTX `.file`), and ptxas rejects a name that is not ASCII:
+    a kernel's verdict does not depend on the script its file name is written in."""
+    if stem.isascii():
+        return stem
+    return "".join(c if c.isascii() else f"_u{ord(c):x}_" for c in stem)
 
 
 def evaluate(job: Prepared) -> Verdict:

@@ -136,9 +136,16 @@ def _json_requested(args: Sequence[str]) -> bool:
     return False
 
 
+_LONGEST_ERROR = 1000  # characters of an error line; an input echoed into it may be huge
+
+
 def _one_line(text: str) -> str:
-    """An error message as one line (a multi-line message, e.g. from a parser, is joined)."""
-    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+    """An error message as one line (a multi-line message, e.g. from a parser, is joined), cut
+    to `_LONGEST_ERROR` characters with the length it had."""
+    line = " ".join(part.strip() for part in text.splitlines() if part.strip())
+    if len(line) <= _LONGEST_ERROR:
+        return line
+    return f"{line[:_LONGEST_ERROR]}... (cut: {len(line)} characters)"
 
 
 if __name__ == "__main__":

@@ -789,7 +789,24 @@ class Library:
                 lib._write_index()
                 return lib
             raise BadInputError(f"{root}: not a SkillCard library (no {_INDEX})")
-        return cls(root)
+        lib = cls(root)
+        lib.verify()
+        return lib
+
+    def verify(self) -> None:
+        """Read the index and every card: a file that is not what it should be is a
+        `BadInputError` naming it, raised before anything reads or writes the library (a run
+        that would rewrite the index or add cards leaves a corrupt library as it found it)."""
+        index = self.root / _INDEX
+        if index.exists():
+            try:
+                data = json.loads(index.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise BadInputError(f"{index}: not a library index ({exc})") from None
+            if not isinstance(data, dict) or not isinstance(data.get("cards", []), list):
+                raise BadInputError(f"{index}: not a library index (no list of cards)")
+        for card_id in self.ids():
+            self.get(card_id)
 
     def _card_path(self, card_id: str) -> Path:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", card_id):

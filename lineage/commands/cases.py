@@ -67,6 +67,10 @@ def command(dirs: tuple[str, ...], as_json: bool) -> None:
         for root in roots:
             if not root.exists():
                 raise BadInputError(f"{root}: no such folder or file")
+            # A folder may hold no case (the listing says so); a file named is meant as one.
+            if root.is_file() and not find_cases([root]):
+                raise BadInputError(f"{root}: not a case (a case.py, or a KernelBench problem "
+                                    "file with `class Model` and `get_inputs`)")
         records = [case_record(gate.load_case(p)) for p in find_cases(roots)]
     else:
         records = [case_record(gate.load_case(name)) for name in gate.list_cases()]

@@ -21,7 +21,8 @@ INTERPRET_PASSES = ("tile-sizes{floor=32}",)
 def command(tier: str, out: str, as_json: bool) -> None:
     """Induce the gemm expert's lineage (interpret tier on a CPU, device tier with timings on a
     GPU) into OUT and write OUT/report.html. At the interpret tier tiles shrink to 32, not 16
-    (induce --pass 'tile-sizes{floor=32}'). JSON: as `klineage induce --json`."""
+    (induce --pass 'tile-sizes{floor=32}'). A lineage already in OUT is kept beside the new
+    one, as OUT/lineage-<UTC time>.json. JSON: as `klineage induce --json`."""
     from gate import resolve_tier
 
     from lineage.commands._common import output_dir
@@ -30,4 +31,4 @@ def command(tier: str, out: str, as_json: bool) -> None:
     run_tier, _ = resolve_tier(tier, "triton")
     specs = INTERPRET_PASSES if run_tier.value == "interpret" else ()
     run_induction(str(EXPERT), "gemm", tier, out, width=1, max_steps=32, max_rejections=40,
-                  resume=False, as_json=as_json, pass_specs=specs)
+                  resume=False, as_json=as_json, pass_specs=specs, keep_previous=True)

@@ -1,10 +1,13 @@
 """`klineage induce KERNEL --case NAME`: guided de-optimization of an expert into a lineage."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import click
+
+from kir.errors import BadInputError
 
 from lineage.commands._common import Progress, emit_json, executor_options, kernel_text, output_dir
 
@@ -13,7 +16,10 @@ def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_s
                   max_rejections: int, resume: bool, as_json: bool, library: str | None = None,
                   quiet: bool = False, first_branch: int = 0,
                   pass_specs: tuple[str, ...] = (), compile_check: bool = False,
-                  executor: Any = None) -> dict:
+                  executor: Any = None, keep_previous: bool = False) -> dict:
+    """Induce and report; see `command`. An --out that already holds a lineage is continued
+    with `resume`, moved aside (to lineage-<UTC time>.json beside it) with `keep_previous`, and
+    otherwise refused: a run never replaces a lineage it was not asked to continue."""
     import gate
     import kir
     from lineage.induce import induce
@@ -22,7 +28,16 @@ def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_s
     # Everything the user named is checked before the (long) induction starts.
     kir.parse_file(kernel)
     gate.load_case(case)
-    output_dir(out)
+    existing = output_dir(out) / "lineage.json"
+    if existing.exists() and not resume:
+        if not keep_previous:
+            raise BadInputError(f"{out}: already holds a lineage ({existing.name}); --resume "
+                                "continues it, or name another --out")
+        existing.replace(existing.with_name(
+            f"lineage-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(existing.stat().st_mtime))}.json"))
+    elif resume and not existing.exists():
+        click.echo(f"klineage: nothing to resume in {out} (no lineage.json): starting a new lineage",
+                   err=True)
     lib = None
     if library:
         from lineage.skills import Library
