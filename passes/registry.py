@@ -49,6 +49,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "warp-specialization": ("passes.cuda.roles", "WarpSpecialization"),
     "mma-intrinsics": ("passes.cuda.compute", "MmaIntrinsics"),
     "wgmma": ("passes.cuda.compute", "Wgmma"),
+    "mma-micro-kernel": ("passes.cuda.mma_tile", "MmaMicroKernel"),
     # algorithmic intents (detection only; the LLM rewriter performs them)
     "radix-select": ("passes.algorithmic", "RadixSelect"),
     "gemm-phase-decomposition": ("passes.algorithmic", "GemmPhaseDecomposition"),

@@ -1,0 +1,1096 @@
+"""What a tiled GEMM's inner loop computes, found by running it symbolically for every thread.
+
+A shared-memory tiled GEMM keeps, per thread, a register tile of accumulators and, once per
+K step, adds to each accumulator the products of a row of one shared tile with a column of the
+other. Which tile is which, how each is laid out, which thread owns which output and how the
+user spelled all of that (flattened or 2-D arrays, transposed tiles, temporaries, `fmaf`,
+strided or blocked thread mappings, 1-D or 2-D blocks) is read from what the code *does*: the
+statements of the K loop that read the shared tiles (the "compute region", between two
+barriers) are translated to a small Python function and run for each thread of the block with
+the shared elements as symbols. The result must be, for every accumulator element of every
+thread, its own value plus a sum of products `P[m][k] * Q[k][n]` over one row of P and one
+column of Q, where
+
+- P's element (m, k) lives at `base + m * s_mn + k * s_k` of the flattened shared array, and
+  Q's element (k, n) likewise (an affine layout: row- or column-major, padded or not);
+- the block's accumulators cover every (m, n) of the BM x BN tile exactly once;
+- each thread's accumulator e holds (row(t) + dm_e, col(t) + dn_e), where row(t) and col(t)
+  are sums of one weight per bit of the thread's coordinates (blocked, strided and warp-tiled
+  mappings all have this form).
+
+Anything else is refused with the reason. The block size is given (a launch's `block`, or
+`__launch_bounds__`), or found as the largest block whose threads read inside the shared tiles
+and cover the tile exactly once.
+
+Positions are byte offsets of `KernelIR.source`. No GPU library is imported here.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from passes.cuda._tree import Scope, _evaluate, block_items, children, declared_names, subtree, text
+
+if TYPE_CHECKING:
+    from kir import KernelIR
+
+_TRIVIA = frozenset({"comment", "preproc_call", "preproc_include", "preproc_def"})
+_SYNC = re.compile(r"^__syncthreads$")
+_SIXTEEN_BIT = {"__nv_bfloat16": "bf16", "nv_bfloat16": "bf16", "__half": "fp16", "half": "fp16"}
+# calls that only change how an element is represented (the element read stays the same)
+_CONVERSION = re.compile(r"^(?:__bfloat162float|__half2float|__low2float|static_cast|float|"
+                         r"__float2float|to_float|__ldg)$")
+_FMA = re.compile(r"^(?:fmaf|fma|__fmaf_rn|__fmaf_rz|__fmaf_ru|__fmaf_rd|__fma_rn|__hfma)$")
+_PRODUCT = re.compile(r"^(?:__fmul_rn|__hmul|__fmul_rz)$")
+_STEP_LIMIT = 1 << 20
+
+
+class Refusal(Exception):
+    """The code is not a GEMM micro-kernel the rule can read; `args[0]` says why."""
+
+
+class _OutOfBounds(Refusal):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# symbolic values: a shared element, an accumulator's entry value, a sum of products
+
+
+class _Load:
+    __slots__ = ("arr", "idx")
+
+    def __init__(self, arr: str, idx: int) -> None:
+        self.arr, self.idx = arr, idx
+
+    def __mul__(self, other: Any) -> _Sum:
+        if type(other) is _Load:
+            return _Sum(None, [(self, other)])
+        raise Refusal("a shared element is scaled by something other than a shared element")
+
+    __rmul__ = __mul__
+
+    def __add__(self, other: Any) -> Any:
+        raise Refusal("shared elements are added without a product")
+
+    __radd__ = __sub__ = __rsub__ = __truediv__ = __add__
+
+    def __bool__(self) -> bool:
+        raise Refusal("a branch depends on a shared element")
+
+
+class _Acc:
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple) -> None:
+        self.key = key
+
+    def __add__(self, other: Any) -> Any:
+        if isinstance(other, _Sum) and other.base is None:
+            return _Sum(self, other.terms)
+        if isinstance(other, (int, float)) and other == 0:
+            return self
+        raise Refusal("an accumulator is updated by something other than products")
+
+    __radd__ = __add__
+
+    def __mul__(self, other: Any) -> Any:
+        raise Refusal("an accumulator is scaled inside the K loop")
+
+    __rmul__ = __sub__ = __rsub__ = __truediv__ = __mul__
+
+    def __bool__(self) -> bool:
+        raise Refusal("a branch depends on an accumulator")
+
+
+class _Sum:
+    __slots__ = ("base", "terms")
+
+    def __init__(self, base: _Acc | None, terms: list) -> None:
+        self.base, self.terms = base, terms
+
+    def __add__(self, other: Any) -> Any:
+        if type(other) is _Sum and (self.base is None or other.base is None):
+            return _Sum(self.base if self.base is not None else other.base,
+                        self.terms + other.terms)
+        if isinstance(other, _Acc) and self.base is None:
+            return _Sum(other, self.terms)
+        if isinstance(other, (int, float)) and other == 0:
+            return self
+        raise Refusal("products are combined with something other than a sum")
+
+    __radd__ = __add__
+
+    def __mul__(self, other: Any) -> Any:
+        raise Refusal("a product of more than two shared elements")
+
+    __rmul__ = __sub__ = __rsub__ = __truediv__ = __mul__
+
+    def __bool__(self) -> bool:
+        raise Refusal("a branch depends on a product")
+
+
+def _cdiv(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise Refusal("a division by zero in the tile indexing")
+        q = abs(a) // abs(b)
+        return q if (a >= 0) == (b > 0) else -q
+    raise Refusal("a division of non-integers in the inner loop")
+
+
+def _cmod(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int):
+        return a - _cdiv(a, b) * b
+    raise Refusal("a remainder of non-integers in the inner loop")
+
+
+class _Outer(dict):
+    """A register array declared outside the region: an entry never written holds its entry
+    value (an accumulator symbol)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def __missing__(self, key: tuple) -> _Acc:
+        return _Acc((self.name, key))
+
+
+class _Local(dict):
+    def __init__(self, fill: Any = None) -> None:
+        super().__init__()
+        self.fill = fill
+
+    def __missing__(self, key: tuple) -> Any:
+        if self.fill is None:
+            raise Refusal("a register array is read before it is written")
+        return self.fill
+
+
+# ---------------------------------------------------------------------------------------------
+# what the rule needs to know
+
+
+@dataclass(frozen=True, slots=True)
+class Tile:
+    """One operand's shared tile: element (mn, k) at `base + mn * s_mn + k * s_k` of the
+    flattened array `array` (declared at `decl`, a byte span), `extent` elements along mn.
+    `dtype` is what the array holds: bf16 | fp16 | f32 | the type's spelling."""
+
+    array: str
+    dtype: str
+    base: int
+    s_mn: int
+    s_k: int
+    extent: int
+    decl: tuple[int, int]
+    aligned: bool
+    """Whether the declaration already asks for 16-byte alignment."""
+
+
+@dataclass(frozen=True, slots=True)
+class Element:
+    """One accumulator of the thread's register tile: its lvalue text and its output cell
+    relative to the thread's base cell (row(t) + dm, col(t) + dn)."""
+
+    lvalue: str
+    dm: int
+    dn: int
+
+
+@dataclass(frozen=True, slots=True)
+class BitSum:
+    """A function of the thread coordinates: `const + sum(weights[axis][b] * bit b of axis)`."""
+
+    const: int
+    weights: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GemmTile:
+    """A recognized GEMM micro-kernel: P (BM x BK) times Q (BK x BN) per K step."""
+
+    kernel: str
+    a: Tile
+    b: Tile
+    bm: int
+    bn: int
+    bk: int
+    block: tuple[int, int]
+    loop: tuple[int, int]
+    """The K loop statement (with its leading comments and pragmas)."""
+    region: tuple[tuple[int, int], ...]
+    """The statements of the K loop body the tensor-core step replaces."""
+    elements: tuple[Element, ...]
+    row: BitSum
+    col: BitSum
+    shared_bytes: int
+    """Static shared memory the kernel declares."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "block_tile": [self.bm, self.bn, self.bk],
+                "block": list(self.block), "dtype": self.a.dtype,
+                "a": {"array": self.a.array, "s_m": self.a.s_mn, "s_k": self.a.s_k},
+                "b": {"array": self.b.array, "s_n": self.b.s_mn, "s_k": self.b.s_k},
+                "thread_tile": len(self.elements)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    name: str
+    dtype: str
+    dims: tuple[int, ...]
+    decl: tuple[int, int]
+    aligned: bool
+    bytes: int
+
+
+# ---------------------------------------------------------------------------------------------
+# finding the region
+
+
+class _Kernel:
+    """One kernel function: its shared arrays, names and the translation unit's constants."""
+
+    def __init__(self, ir: KernelIR, scope: Scope, fn: int) -> None:
+        self.ir, self.scope, self.fn = ir, scope, fn
+        scope.enter(fn)
+        self.name = ir.name_of(fn) or ""
+        self.types = _type_aliases(ir)
+        self.constants = _file_constants(ir)
+        self.shared: dict[str, _Shared] = {}
+        for nid in subtree(ir, fn):
+            if ir.grammar_type_of(nid) == "declaration" and "__shared__" in _qualifiers(ir, nid):
+                for name, ident, _ in declared_names(ir, nid):
+                    self.shared[name] = self._shared(nid, name, ident)
+
+    def constant(self, expr: str) -> int | None:
+        macros = {**self.constants, **self.scope.macros}
+        return _evaluate(expr, macros, 0)
+
+    def _shared(self, decl: int, name: str, ident: int) -> _Shared:
+        ir = self.ir
+        dims: list[int] = []
+        node = ir.parent_of(ident)
+        while node is not None and ir.grammar_type_of(node) == "array_declarator":
+            kids = [c for c in children(ir, node) if ir.grammar_type_of(c) not in _TRIVIA]
+            size = self.constant(text(ir, kids[-1])) if len(kids) > 1 else None
+            dims.insert(0, size if size is not None else -1)
+            node = ir.parent_of(node)
+        dims.reverse()
+        tname = next((text(ir, c) for c in children(ir, decl)
+                      if ir.grammar_type_of(c) in ("type_identifier", "primitive_type",
+                                                   "qualified_identifier")), "")
+        tname = self.types.get(tname, tname)
+        dtype = element_kind(tname)
+        size = {"bf16": 2, "fp16": 2, "f32": 4}.get(dtype, 4 if tname == "int" else 8)
+        count = 1
+        for d in dims:
+            count *= max(d, 0)
+        span = ir.span_of(decl)
+        aligned = bool(re.search(r"__align__|alignas", text(ir, decl)))
+        return _Shared(name, dtype, tuple(dims), (span.start, span.end), aligned, size * count)
+
+
+def element_kind(type_name: str) -> str:
+    """bf16 | fp16 | f32 for those element types (by any of their spellings), else the name."""
+    bare = type_name.replace("const", "").strip().split("::")[-1]
+    if bare == "float":
+        return "f32"
+    return _SIXTEEN_BIT.get(bare, bare)
+
+
+def variable_kind(ir: KernelIR, fn: int, name: str) -> str | None:
+    """`element_kind` of what the parameter or local `name` of function `fn` points to (or
+    is), typedefs and aliases of the unit resolved; None where it is not declared there."""
+    aliases = _type_aliases(ir)
+    for nid in subtree(ir, fn):
+        if ir.grammar_type_of(nid) not in ("parameter_declaration", "declaration"):
+            continue
+        if any(n == name for n, _, _ in declared_names(ir, nid)):
+            tname = next((text(ir, c) for c in children(ir, nid)
+                          if ir.grammar_type_of(c) in ("type_identifier", "primitive_type",
+                                                       "qualified_identifier")), "")
+            return element_kind(aliases.get(tname, tname))
+    return None
+
+
+def _qualifiers(ir: KernelIR, decl: int) -> set[str]:
+    return {text(ir, c) for c in children(ir, decl)
+            if ir.grammar_type_of(c) in ("type_qualifier", "storage_class_specifier")}
+
+
+def _type_aliases(ir: KernelIR) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for node in ir.find():
+        gtype = ir.grammar_type_of(node.id)
+        if gtype == "type_definition":
+            kids = [c for c in children(ir, node.id) if ir.grammar_type_of(c) == "type_identifier"]
+            if len(kids) == 2:
+                out[text(ir, kids[1])] = text(ir, kids[0])
+        elif gtype == "alias_declaration":
+            kids = children(ir, node.id)
+            if len(kids) >= 2:
+                out[text(ir, kids[0])] = text(ir, kids[-1]).strip()
+    return {k: out.get(v, v) for k, v in out.items()}
+
+
+def _file_constants(ir: KernelIR) -> dict[str, str]:
+    """`constexpr` / `const` integer constants at file (or namespace) scope, as texts."""
+    out: dict[str, str] = {}
+    for node in ir.find():
+        if ir.grammar_type_of(node.id) != "declaration":
+            continue
+        parent = ir.parent_of(node.id)
+        if parent is None or ir.grammar_type_of(parent) not in ("translation_unit",
+                                                                 "declaration_list"):
+            continue
+        if not _qualifiers(ir, node.id) & {"const", "constexpr"}:
+            continue
+        for name, _, init in declared_names(ir, node.id):
+            if init is not None:
+                out[name] = text(ir, init)
+    return out
+
+
+def _is_sync(ir: KernelIR, nid: int) -> bool:
+    if ir.grammar_type_of(nid) != "expression_statement":
+        return False
+    kids = children(ir, nid)
+    return bool(kids) and ir.grammar_type_of(kids[0]) == "call_expression" and \
+        bool(_SYNC.match(ir.attrs_of(kids[0]).get("callee") or ""))
+
+
+def _reads_shared(k: _Kernel, nid: int) -> bool:
+    ir = k.ir
+    return any(ir.grammar_type_of(c) == "identifier" and ir.name_of(c) in k.shared
+               for c in subtree(ir, nid))
+
+
+def _writes_shared(k: _Kernel, nid: int) -> bool:
+    ir = k.ir
+    for c in subtree(ir, nid):
+        if ir.grammar_type_of(c) in ("assignment_expression", "update_expression"):
+            target = children(ir, c)[0]
+            while ir.grammar_type_of(target) in ("subscript_expression", "parenthesized_expression"):
+                target = children(ir, target)[0]
+            if ir.grammar_type_of(target) == "identifier" and ir.name_of(target) in k.shared:
+                return True
+    return False
+
+
+def _multiplies(ir: KernelIR, nid: int) -> bool:
+    return any((ir.grammar_type_of(c) == "binary_expression" and ir.name_of(c) == "*")
+               or (ir.grammar_type_of(c) == "call_expression"
+                   and _FMA.match(ir.attrs_of(c).get("callee") or ""))
+               for c in subtree(ir, nid))
+
+
+def _candidate_regions(k: _Kernel) -> list[tuple[int, list[int], list]]:
+    """(K loop, compute statements, loop body items) of each loop whose body holds a barrier
+    and, between barriers, statements that read the shared tiles without writing them."""
+    ir = k.ir
+    out = []
+    for nid in subtree(ir, k.fn):
+        if ir.grammar_type_of(nid) not in ("for_statement", "while_statement"):
+            continue
+        body = [c for c in children(ir, nid) if ir.grammar_type_of(c) not in _TRIVIA][-1]
+        if ir.grammar_type_of(body) != "compound_statement":
+            continue
+        items = block_items(ir, body)
+        syncs = [i for i, it in enumerate(items) if _is_sync(ir, it.node)]
+        if not syncs:
+            continue
+        bounds = [-1, *syncs, len(items)]
+        for lo, hi in zip(bounds, bounds[1:]):
+            run = items[lo + 1:hi]
+            compute = [it for it in run if _reads_shared(k, it.node)
+                       and not _writes_shared(k, it.node)]
+            if compute and not any(_writes_shared(k, it.node) for it in run) and \
+                    any(_multiplies(ir, it.node) for it in compute):
+                out.append((nid, compute, items))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# translating the region to Python
+
+
+class _Translator:
+    """C statements and expressions of the region -> Python source over the symbols above."""
+
+    def __init__(self, k: _Kernel, region: list[int], loop_vars: set[str]) -> None:
+        self.k = k
+        self.region = region
+        self.loop_vars = loop_vars
+        self.declared: set[str] = set()
+        self.outer_written: dict[str, bool] = {}   # name -> is an array
+        self.needed: list[str] = []                # outer values read, in first-use order
+        self.uses_y = False
+        self.prelude: list[str] = []
+        self._resolving: set[str] = set()
+
+    # ---- names ------------------------------------------------------------------------------
+    def name(self, name: str) -> str:
+        k = self.k
+        if name in self.declared or name in self.outer_written:
+            return f"v_{name}"
+        if name in self.loop_vars:
+            raise Refusal(f"the inner loop depends on the K loop's variable {name}")
+        if name in k.shared:
+            raise Refusal(f"the shared array {name} is used other than by element")
+        value = k.constant(name)
+        if value is not None:
+            return str(value)
+        self.resolve(name)
+        return f"v_{name}"
+
+    def resolve(self, name: str) -> None:
+        """Emit `v_name = <its one definition>` into the prelude (once)."""
+        k = self.k
+        if f"v_{name} =" in "\n".join(self.prelude) or name in self._resolving:
+            return
+        if name in k.scope.params:
+            raise Refusal(f"the tile indexing depends on the kernel parameter {name}")
+        decls = k.scope.decls.get(name, [])
+        if len(decls) != 1 or decls[0][1] is None:
+            raise Refusal(f"{name} has no single definition the rule can evaluate")
+        if k.scope.writes.get(name):
+            raise Refusal(f"{name} is assigned after its definition")
+        self._resolving.add(name)
+        expr = self.expr(decls[0][1])
+        self._resolving.discard(name)
+        self.prelude.append(f"v_{name} = {expr}")
+
+    # ---- statements -------------------------------------------------------------------------
+    def block(self, nids: list[int], pad: str) -> list[str]:
+        out: list[str] = []
+        for nid in nids:
+            out += self.stmt(nid, pad)
+        return out or [pad + "pass"]
+
+    def stmt(self, nid: int, pad: str) -> list[str]:
+        ir = self.k.ir
+        gtype = ir.grammar_type_of(nid)
+        kids = [c for c in children(ir, nid) if ir.grammar_type_of(c) not in _TRIVIA]
+        if gtype in _TRIVIA or gtype == "empty_statement" or (gtype == "expression_statement"
+                                                               and not kids):
+            return []
+        if gtype == "compound_statement":
+            return self.block(kids, pad)
+        if gtype == "declaration":
+            return self.declaration(nid, pad)
+        if gtype == "expression_statement":
+            return [pad + line for line in self.effect(kids[0])]
+        if gtype == "if_statement":
+            cond = self.expr(children(ir, kids[0])[-1])
+            out = [f"{pad}if {cond}:", *self.block([kids[1]], pad + "    ")]
+            alt = next((c for c in kids[2:] if ir.grammar_type_of(c) == "else_clause"), None)
+            if alt is not None:
+                inner = [c for c in children(ir, alt) if ir.grammar_type_of(c) not in _TRIVIA]
+                out += [f"{pad}else:", *self.block(inner, pad + "    ")]
+            return out
+        if gtype == "for_statement":
+            return self.for_loop(nid, pad)
+        if gtype == "while_statement":
+            cond = self.expr(children(ir, kids[0])[-1])
+            return [f"{pad}while {cond}:", *_STEP(pad), *self.block([kids[-1]], pad + "    ")]
+        raise Refusal(f"a {gtype.replace('_', ' ')} in the inner loop")
+
+    def for_loop(self, nid: int, pad: str) -> list[str]:
+        ir = self.k.ir
+        kids = [c for c in children(ir, nid) if ir.grammar_type_of(c) not in _TRIVIA]
+        body = kids[-1]
+        heads = kids[:-1]
+        init = [h for h in heads if ir.grammar_type_of(h) == "declaration"]
+        rest = [h for h in heads if ir.grammar_type_of(h) != "declaration"]
+        src = text(ir, nid)
+        header = src[:src.index(")") + 1] if ")" in src else src
+        # the header's parts in order: init; cond; update (each may be missing)
+        parts = _header_parts(header)
+        out: list[str] = []
+        if init:
+            out += self.declaration(init[0], pad)
+        elif parts[0] and rest:
+            out += [pad + line for line in self.effect(rest.pop(0))]
+        cond = "1"
+        if parts[1] and rest:
+            cond = self.expr(rest.pop(0))
+        update = [self.effect(rest.pop(0))] if parts[2] and rest else []
+        out.append(f"{pad}while {cond}:")
+        out += _STEP(pad)
+        out += self.block([body], pad + "    ")
+        for lines in update:
+            out += [pad + "    " + line for line in lines]
+        return out
+
+    def declaration(self, nid: int, pad: str) -> list[str]:
+        ir = self.k.ir
+        out = []
+        for name, ident, init in declared_names(ir, nid):
+            self.declared.add(name)
+            is_array = ir.grammar_type_of(ir.parent_of(ident)) == "array_declarator"
+            if is_array:
+                fill = "0.0" if init is not None else "None"
+                out.append(f"{pad}v_{name} = _Local({fill})")
+            elif init is not None:
+                out.append(f"{pad}v_{name} = {self.expr(init)}")
+            else:
+                out.append(f"{pad}v_{name} = 0")
+        return out
+
+    def effect(self, nid: int) -> list[str]:
+        ir = self.k.ir
+        gtype = ir.grammar_type_of(nid)
+        if gtype == "assignment_expression":
+            kids = children(ir, nid)
+            op = ir.attrs_of(nid).get("op", "=")
+            target = self.lvalue(kids[0])
+            value = self.expr(kids[-1])
+            if op == "=":
+                return [f"{target} = {value}"]
+            if op in ("+=", "-=", "*=", "<<=", ">>=", "|=", "&=", "^="):
+                return [f"{target} = {target} {op[:-1]} ({value})"]
+            if op in ("/=", "%="):
+                fn = "_cdiv" if op == "/=" else "_cmod"
+                return [f"{target} = {fn}({target}, {value})"]
+            raise Refusal(f"an assignment {op} in the inner loop")
+        if gtype == "update_expression":
+            target = self.lvalue(children(ir, nid)[0])
+            sign = "+" if "++" in text(ir, nid) else "-"
+            return [f"{target} = {target} {sign} 1"]
+        if gtype == "comma_expression":
+            return [line for c in children(ir, nid) for line in self.effect(c)]
+        if gtype == "parenthesized_expression":
+            return self.effect(children(ir, nid)[0])
+        raise Refusal(f"a statement with no effect the rule reads ({text(ir, nid)[:40]})")
+
+    def lvalue(self, nid: int) -> str:
+        ir = self.k.ir
+        gtype = ir.grammar_type_of(nid)
+        if gtype == "identifier":
+            name = ir.name_of(nid) or ""
+            if name not in self.declared:
+                self.outer(name, False)
+            return f"v_{name}"
+        if gtype == "subscript_expression":
+            base, idx = self.subscripts(nid)
+            if base in self.k.shared:
+                raise Refusal("the inner loop writes shared memory")
+            if base not in self.declared:
+                self.outer(base, True)
+            return f"v_{base}[({', '.join(idx)},)]"
+        if gtype == "parenthesized_expression":
+            return self.lvalue(children(ir, nid)[0])
+        raise Refusal(f"an assignment to {text(ir, nid)[:40]}")
+
+    def outer(self, name: str, array: bool) -> None:
+        if name in self.k.scope.params:
+            raise Refusal(f"the inner loop writes the parameter {name}")
+        if name not in self.k.scope.decls:
+            raise Refusal(f"the inner loop writes {name}, declared nowhere in the kernel")
+        self.outer_written[name] = array
+
+    def subscripts(self, nid: int) -> tuple[str, list[str]]:
+        ir = self.k.ir
+        idx: list[str] = []
+        node = nid
+        while ir.grammar_type_of(node) == "subscript_expression":
+            kids = children(ir, node)
+            args = [c for c in children(ir, kids[-1]) if ir.grammar_type_of(c) not in _TRIVIA]
+            if len(args) != 1:
+                raise Refusal("a subscript the rule does not read")
+            idx.insert(0, self.expr(args[0]))
+            node = kids[0]
+        if ir.grammar_type_of(node) != "identifier":
+            raise Refusal(f"an element read through {text(ir, node)[:40]}")
+        return ir.name_of(node) or "", idx
+
+    # ---- expressions ------------------------------------------------------------------------
+    def expr(self, nid: int) -> str:
+        ir = self.k.ir
+        gtype = ir.grammar_type_of(nid)
+        kids = [c for c in children(ir, nid) if ir.grammar_type_of(c) not in _TRIVIA]
+        if gtype == "number_literal":
+            return _number(text(ir, nid))
+        if gtype in ("true", "false"):
+            return "1" if gtype == "true" else "0"
+        if gtype == "identifier":
+            return self.name(ir.name_of(nid) or "")
+        if gtype == "parenthesized_expression":
+            return f"({self.expr(kids[0])})"
+        if gtype == "field_expression":
+            return self.builtin(text(ir, nid))
+        if gtype == "subscript_expression":
+            base, idx = self.subscripts(nid)
+            if base in self.k.shared:
+                return f"_L({base!r}, ({', '.join(idx)},))"
+            if base not in self.declared and base not in self.outer_written:
+                if base in self.k.scope.arrays:  # a register array filled before the region
+                    raise Refusal(f"the inner loop reads the register array {base} it does not fill")
+                raise Refusal(f"the inner loop reads memory through {base}")
+            return f"v_{base}[({', '.join(idx)},)]"
+        if gtype == "binary_expression":
+            op = ir.name_of(nid) or ""
+            a, b = self.expr(kids[0]), self.expr(kids[-1])
+            if op == "/":
+                return f"_cdiv({a}, {b})"
+            if op == "%":
+                return f"_cmod({a}, {b})"
+            if op in ("+", "-", "*", "<<", ">>", "&", "|", "^"):
+                return f"({a} {op} {b})"
+            if op in ("<", "<=", ">", ">=", "==", "!="):
+                return f"int({a} {op} {b})"
+            if op in ("&&", "||"):
+                return f"int(bool({a}) {'and' if op == '&&' else 'or'} bool({b}))"
+            raise Refusal(f"the operator {op} in the inner loop")
+        if gtype == "unary_expression":
+            op = ir.name_of(nid) or text(ir, nid)[:1]
+            a = self.expr(kids[-1])
+            if op == "!":
+                return f"int(not {a})"
+            if op in ("-", "+", "~"):
+                return f"({op}{a})"
+            raise Refusal(f"the operator {op} in the inner loop")
+        if gtype == "conditional_expression":
+            c, a, b = (self.expr(x) for x in kids[:3])
+            return f"({a} if {c} else {b})"
+        if gtype == "cast_expression":
+            return self.expr(kids[-1])
+        if gtype == "call_expression":
+            return self.call(nid, kids)
+        raise Refusal(f"a {gtype.replace('_', ' ')} in the inner loop ({text(ir, nid)[:40]})")
+
+    def builtin(self, spelled: str) -> str:
+        m = re.fullmatch(r"\s*(threadIdx|blockDim|blockIdx|gridDim)\s*\.\s*([xyz])\s*", spelled)
+        if m is None:
+            raise Refusal(f"a member access {spelled.strip()[:40]} in the inner loop")
+        what, axis = m.groups()
+        if what in ("blockIdx", "gridDim"):
+            raise Refusal(f"the shared-tile indexing depends on {what}")
+        if axis == "z":
+            raise Refusal("a three-dimensional block")
+        if axis == "y":
+            self.uses_y = True
+        return ("_t" if what == "threadIdx" else "_b") + axis
+
+    def call(self, nid: int, kids: list[int]) -> str:
+        ir = self.k.ir
+        name = (ir.attrs_of(nid).get("callee") or "").split("::")[-1]
+        args = [c for c in children(ir, kids[-1]) if ir.grammar_type_of(c) not in _TRIVIA] \
+            if kids else []
+        if name in self.k.scope.function_macros:
+            return self.macro(name, [text(ir, a) for a in args])
+        values = [self.expr(a) for a in args]
+        if _CONVERSION.match(name) and len(values) == 1:
+            return values[0]
+        if _FMA.match(name) and len(values) == 3:
+            return f"({values[0]} * {values[1]} + {values[2]})"
+        if _PRODUCT.match(name) and len(values) == 2:
+            return f"({values[0]} * {values[1]})"
+        if name in ("min", "max") and len(values) == 2:
+            return f"{name}({values[0]}, {values[1]})"
+        raise Refusal(f"a call of {name or text(ir, nid)[:30]} in the inner loop")
+
+    def macro(self, name: str, args: list[str]) -> str:
+        import kir  # noqa: PLC0415 — parsing the macro's expansion
+
+        m = re.search(rf"#\s*define\s+{name}\s*\(([^)]*)\)", self.k.ir.text)
+        params = [p.strip() for p in m.group(1).split(",")] if m else []
+        body = self.k.scope.function_macros[name]
+        if len(params) != len(args):
+            raise Refusal(f"the macro {name} is called with {len(args)} arguments")
+        for p, a in zip(params, args):
+            body = re.sub(rf"\b{re.escape(p)}\b", f"({a})", body)
+        sub = kir.parse(f"void kl_expansion() {{ long kl_value = ({body}); }}", "cuda")
+        init = next(n.id for n in sub.find() if sub.grammar_type_of(n.id) == "init_declarator")
+        saved = self.k.ir
+        self.k.ir = sub
+        try:
+            return self.expr(children(sub, init)[-1])
+        finally:
+            self.k.ir = saved
+
+
+def _STEP(pad: str) -> list[str]:
+    """The step count a generated loop keeps (a loop that does not end is refused)."""
+    return [f"{pad}    _n += 1", f"{pad}    if _n > {_STEP_LIMIT}: _step()"]
+
+
+def _header_parts(header: str) -> tuple[bool, bool, bool]:
+    """Which of init / condition / update a `for (...)` header has."""
+    inside = header[header.index("(") + 1:header.rindex(")")] if "(" in header else ""
+    depth, parts, cur = 0, [], []
+    for ch in inside:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == ";" and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    parts += [""] * (3 - len(parts))
+    return bool(parts[0].strip()), bool(parts[1].strip()), bool(parts[2].strip())
+
+
+def _number(spelled: str) -> str:
+    s = spelled.replace("'", "").rstrip("uUlL")
+    if re.fullmatch(r"0[xX][0-9a-fA-F]+", s):
+        return str(int(s, 16))
+    if re.fullmatch(r"\d+", s):
+        return str(int(s))
+    s = s.rstrip("fF")
+    try:
+        return repr(float(s))
+    except ValueError:
+        raise Refusal(f"the number {spelled}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# running the region
+
+
+class _Program:
+    """The region compiled to a Python function of the thread coordinates."""
+
+    def __init__(self, k: _Kernel, region: list[int], loop_vars: set[str]) -> None:
+        tr = _Translator(k, region, loop_vars)
+        body = tr.block(region, "    ")
+        self.outer = dict(tr.outer_written)
+        self.uses_y = tr.uses_y
+        init = [f"    v_{n} = _Outer({n!r})" if arr else f"    v_{n} = _Acc(({n!r}, ()))"
+                for n, arr in self.outer.items()]
+        result = ", ".join(f"{n!r}: v_{n}" for n in self.outer)
+        source = "\n".join(["def _run(_tx, _ty, _bx, _by, _L, _step):", "    _n = 0",
+                            *("    " + line for line in tr.prelude), *init, *body,
+                            f"    return {{{result}}}"])
+        self.source = source
+        namespace: dict[str, Any] = {"_cdiv": _cdiv, "_cmod": _cmod, "_Outer": _Outer,
+                                     "_Local": _Local, "_Acc": _Acc}
+        exec(compile(source, "<gemm-region>", "exec"), namespace)  # noqa: S102 — our own translation
+        self.fn = namespace["_run"]
+        self.shared = k.shared
+
+    def run(self, tx: int, ty: int, bx: int, by: int) -> dict[str, Any]:
+        shared = self.shared
+
+        def load(arr: str, idx: tuple) -> _Load:
+            dims = shared[arr].dims
+            if len(idx) != len(dims):
+                raise Refusal(f"the shared array {arr} is read through a partial subscript")
+            flat = 0
+            for i, d in zip(idx, dims):
+                if not isinstance(i, int):
+                    raise Refusal(f"a shared index of {arr} is not an integer")
+                if i < 0 or (d >= 0 and i >= d):
+                    raise _OutOfBounds(f"thread ({tx}, {ty}) reads {arr} out of bounds")
+                flat = flat * max(d, 1) + i
+            return _Load(arr, flat)
+
+        def step() -> None:
+            raise Refusal("the inner loop does not end within the step limit")
+
+        try:
+            return self.fn(tx, ty, bx, by, load, step)
+        except (TypeError, ValueError, ZeroDivisionError, RecursionError) as exc:
+            raise Refusal(f"the inner loop computes something other than products ({exc})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# the analysis
+
+
+_CACHE: dict[tuple[bytes, tuple[int, int] | None], tuple[list[GemmTile], list[str]]] = {}
+
+
+def find_gemm_tiles(ir: KernelIR, block: tuple[int, int] | None = None
+                    ) -> tuple[list[GemmTile], list[str]]:
+    """Every GEMM micro-kernel of the kernels of `ir`, and a one-line reason for each candidate
+    region that is not one. `block` is the launch's (x, y) block size where known. Results
+    are kept per source text and block (the evaluation runs every thread of the block)."""
+    key = (ir.source, block)
+    hit = _CACHE.get(key)
+    if hit is None:
+        if len(_CACHE) > 64:
+            _CACHE.clear()
+        hit = _CACHE[key] = _find(ir, block)
+    return list(hit[0]), list(hit[1])
+
+
+def _find(ir: KernelIR, block: tuple[int, int] | None) -> tuple[list[GemmTile], list[str]]:
+    scope = Scope(ir)
+    found: list[GemmTile] = []
+    reasons: list[str] = []
+    for fn in sorted(scope.functions.values()):
+        if "__global__" not in (ir.attrs_of(fn).get("qualifiers") or ()):
+            continue
+        k = _Kernel(ir, scope, fn)
+        if len(k.shared) < 2:
+            continue
+        regions = _candidate_regions(k)
+        if not regions:
+            continue
+        if len(regions) > 1:
+            reasons.append(f"{k.name}: {len(regions)} regions read shared tiles (one K loop expected)")
+            continue
+        try:
+            found.append(_analyse(k, *regions[0], block))
+        except Refusal as exc:
+            reasons.append(f"{k.name}: {exc.args[0]}")
+    return found, reasons
+
+
+def _loop_vars(ir: KernelIR, loop: int) -> set[str]:
+    out = set()
+    for c in children(ir, loop):
+        if ir.grammar_type_of(c) == "declaration":
+            out |= {n for n, _, _ in declared_names(ir, c)}
+    return out
+
+
+def _launch_bounds(ir: KernelIR, fn: int) -> int | None:
+    head = ir.source[ir.span_of(fn).start:ir.span_of(fn).end].decode("utf-8", "replace")
+    m = re.search(r"__launch_bounds__\s*\(\s*(\d+)", head[:head.find("{")])
+    return int(m.group(1)) if m else None
+
+
+def _analyse(k: _Kernel, loop: int, compute: list, items: list,
+             block: tuple[int, int] | None) -> GemmTile:
+    ir = k.ir
+    program = _Program(k, [it.node for it in compute], _loop_vars(ir, loop))
+    uses_y = program.uses_y or "threadIdx.y" in text(ir, k.fn)
+    if block is None:
+        bounds = _launch_bounds(ir, k.fn)
+        if bounds is not None and not uses_y:
+            block = (bounds, 1)
+    results = _run_block(program, block, uses_y)
+    blk, per_thread = results
+    return _fit(k, loop, compute, blk, per_thread, program)
+
+
+def _candidates(uses_y: bool) -> list[tuple[int, int]]:
+    if not uses_y:
+        return [(t, 1) for t in range(1024, 31, -32)]
+    pows = [1 << i for i in range(11)]
+    shapes = [(x, y) for x in pows for y in pows if x * y <= 1024 and (x * y) % 32 == 0 and y > 1]
+    return sorted(shapes, key=lambda s: (-s[0] * s[1], -s[0]))
+
+
+def _run_block(program: _Program, block: tuple[int, int] | None, uses_y: bool
+               ) -> tuple[tuple[int, int], list[dict[str, Any]]]:
+    if block is not None:
+        return block, _run_all(program, block)
+    tried: list[str] = []
+    best: tuple[tuple[int, int], list[dict[str, Any]]] | None = None
+    for shape in _candidates(uses_y):
+        if best is not None and shape[0] * shape[1] < best[0][0] * best[0][1]:
+            break
+        try:
+            program.run(shape[0] - 1, shape[1] - 1, *shape)
+            runs = _run_all(program, shape)
+            _cells(program, runs)
+        except _OutOfBounds:
+            continue
+        except Refusal as exc:
+            tried.append(str(exc.args[0]))
+            continue
+        if best is not None:
+            raise Refusal(f"the block shape cannot be told ({best[0]} and {shape} both fit); "
+                          "give the launch's block")
+        best = (shape, runs)
+    if best is None:
+        why = f": {tried[0]}" if tried else ""
+        raise Refusal(f"no block size makes the threads cover the tile{why}")
+    return best
+
+
+def _run_all(program: _Program, block: tuple[int, int]) -> list[dict[str, Any]]:
+    bx, by = block
+    return [program.run(tx, ty, bx, by) for ty in range(by) for tx in range(bx)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Cells:
+    keys: list[tuple[str, tuple]]
+    terms: list[list[list]]   # [thread][element] -> products
+    temps: set[str]
+
+
+def _cells(program: _Program, runs: list[dict[str, Any]]) -> _Cells:
+    """Each thread's accumulators and their products; the same keys for every thread."""
+    keys: list[tuple[str, tuple]] | None = None
+    terms: list[list[list]] = []
+    temps: set[str] = set()
+    for res in runs:
+        mine: dict[tuple[str, tuple], list] = {}
+        for name, value in res.items():
+            entries = value.items() if isinstance(value, _Outer) else [((), value)]
+            for key, v in entries:
+                if isinstance(v, _Sum):
+                    if v.base is None or v.base.key != (name, key):
+                        raise Refusal(f"{name} is overwritten in the K loop, not accumulated")
+                    mine[(name, key)] = v.terms
+                elif isinstance(v, _Acc) and v.key == (name, key):
+                    continue
+                else:
+                    temps.add(name)
+        order = sorted(mine)
+        if keys is None:
+            keys = order
+        elif order != keys:
+            raise Refusal("the threads accumulate into different register elements")
+        terms.append([mine[key] for key in order])
+    if not keys:
+        raise Refusal("the inner loop accumulates no products")
+    if temps & {name for name, _ in keys}:
+        raise Refusal("a register array both accumulates and holds operands")
+    return _Cells(keys, terms, temps)
+
+
+def _fit(k: _Kernel, loop: int, compute: list, block: tuple[int, int],
+         runs: list[dict[str, Any]], program: _Program) -> GemmTile:
+    ir = k.ir
+    cells = _cells(program, runs)
+    first = cells.terms[0][0]
+    if not first:
+        raise Refusal("an accumulator receives no product")
+    p_arr, q_arr = first[0][0].arr, first[0][1].arr
+    if p_arr == q_arr:
+        raise Refusal("both factors come from the same shared array")
+    rows: list[list[tuple[int, ...]]] = []
+    cols: list[list[tuple[int, ...]]] = []
+    for per_thread in cells.terms:
+        r_t, c_t = [], []
+        for products in per_thread:
+            pairs = []
+            for x, y in products:
+                if x.arr == q_arr and y.arr == p_arr:
+                    x, y = y, x
+                if x.arr != p_arr or y.arr != q_arr:
+                    raise Refusal("the products do not pair the same two shared tiles")
+                pairs.append((x.idx, y.idx))
+            # k is numbered by P's addresses (the order the sum was written in does not count)
+            pairs.sort()
+            r_t.append(tuple(a for a, _ in pairs))
+            c_t.append(tuple(b for _, b in pairs))
+        rows.append(r_t)
+        cols.append(c_t)
+    bk = len(rows[0][0])
+    a_fit = _layout(rows, bk, "the first")
+    b_fit = _layout(cols, bk, "the second")
+    bm, bn = len(a_fit[3]), len(b_fit[3])
+    cover = Counter()
+    cell_of: list[list[tuple[int, int]]] = []
+    for r_t, c_t in zip(rows, cols):
+        cell_of.append([(a_fit[3][r[0]], b_fit[3][c[0]]) for r, c in zip(r_t, c_t)])
+        cover.update(cell_of[-1])
+    if len(cover) != bm * bn or any(v != 1 for v in cover.values()):
+        raise Refusal("the threads' accumulators do not cover the block tile exactly once")
+    _check_temps(k, cells.temps, [it for it in compute])
+    row, col, elements = _thread_map(block, cell_of, cells.keys, k)
+    shared_bytes = sum(s.bytes for s in k.shared.values())
+    sa, sb = k.shared[p_arr], k.shared[q_arr]
+    a = Tile(p_arr, sa.dtype, a_fit[0], a_fit[1], a_fit[2], bm, sa.decl, sa.aligned)
+    b = Tile(q_arr, sb.dtype, b_fit[0], b_fit[1], b_fit[2], bn, sb.decl, sb.aligned)
+    loop_item = next(it for it in _items_of(ir, loop))
+    return GemmTile(k.name, a, b, bm, bn, bk, block, (loop_item.start, loop_item.end),
+                    tuple((it.start, it.end) for it in compute), elements, row, col, shared_bytes)
+
+
+def _items_of(ir: KernelIR, loop: int) -> list:
+    parent = ir.parent_of(loop)
+    return [it for it in block_items(ir, parent) if it.node == loop] if parent is not None else []
+
+
+def _layout(seqs: list[list[tuple[int, ...]]], bk: int, which: str
+            ) -> tuple[int, int, int, dict[int, int]]:
+    """(base, s_mn, s_k, index of each row's start) of one operand's products."""
+    starts = sorted({seq[0] for per in seqs for seq in per})
+    s_k = seqs[0][0][1] - seqs[0][0][0] if bk > 1 else 1
+    for per in seqs:
+        for seq in per:
+            if len(seq) != bk:
+                raise Refusal("the accumulators receive different numbers of products")
+            if s_k == 0 or seq != tuple(range(seq[0], seq[0] + bk * s_k, s_k)):
+                raise Refusal(f"{which} tile's k steps are not evenly spaced in shared memory")
+    if len(starts) < 2:
+        raise Refusal(f"{which} tile has a single row")
+    s_mn = starts[1] - starts[0]
+    if any(s != starts[0] + i * s_mn for i, s in enumerate(starts)):
+        raise Refusal(f"{which} tile's rows are not evenly spaced in shared memory")
+    cells = {starts[0] + m * s_mn + kk * s_k for m in range(len(starts)) for kk in range(bk)}
+    if len(cells) != len(starts) * bk:
+        raise Refusal(f"{which} tile's elements overlap in shared memory")
+    return starts[0], s_mn, s_k, {s: i for i, s in enumerate(starts)}
+
+
+def _check_temps(k: _Kernel, temps: set[str], compute: list) -> None:
+    """Registers the region writes besides the accumulators must not be read elsewhere."""
+    ir = k.ir
+    inside = [(it.start, it.end) for it in compute]
+    for name in temps:
+        decl_spans = []
+        for ident, _ in k.scope.decls.get(name, []):
+            decl = ir.parent_of(ident)
+            while decl is not None and ir.grammar_type_of(decl) != "declaration":
+                decl = ir.parent_of(decl)
+            if decl is not None:
+                s = ir.span_of(decl)
+                decl_spans.append((s.start, s.end))
+        for nid in subtree(ir, k.fn):
+            if ir.grammar_type_of(nid) == "identifier" and ir.name_of(nid) == name:
+                at = ir.span_of(nid).start
+                if not any(a <= at < b for a, b in inside + decl_spans):
+                    raise Refusal(f"the register {name} the inner loop writes is read after it")
+
+
+def _thread_map(block: tuple[int, int], cell_of: list[list[tuple[int, int]]],
+                keys: list[tuple[str, tuple]], k: _Kernel
+                ) -> tuple[BitSum, BitSum, tuple[Element, ...]]:
+    bx, by = block
+    coords = [(tx, ty) for ty in range(by) for tx in range(bx)]
+    base = [cells[0] for cells in cell_of]
+    elements = []
+    for e, key in enumerate(keys):
+        dm = cell_of[0][e][0] - base[0][0]
+        dn = cell_of[0][e][1] - base[0][1]
+        if any(cells[e][0] - b[0] != dm or cells[e][1] - b[1] != dn
+               for cells, b in zip(cell_of, base)):
+            raise Refusal("an accumulator's offset from the thread's first one differs by thread")
+        elements.append(Element(_lvalue(key), dm, dn))
+    row = _bit_sum(coords, [b[0] for b in base], block, "rows")
+    col = _bit_sum(coords, [b[1] for b in base], block, "columns")
+    return row, col, tuple(elements)
+
+
+def _bit_sum(coords: list[tuple[int, int]], values: list[int], block: tuple[int, int],
+             what: str) -> BitSum:
+    index = {c: v for c, v in zip(coords, values)}
+    const = index[(0, 0)]
+    weights = []
+    for axis, size in enumerate(block):
+        ws = []
+        bit = 1
+        while bit < size:
+            probe = (bit, 0) if axis == 0 else (0, bit)
+            ws.append(index[probe] - const)
+            bit <<= 1
+        weights.append(tuple(ws))
+    for (tx, ty), v in index.items():
+        guess = const + sum(w for b, w in enumerate(weights[0]) if tx >> b & 1) + \
+            sum(w for b, w in enumerate(weights[1]) if ty >> b & 1)
+        if guess != v:
+            raise Refusal(f"the thread-to-output map of {what} is not a sum over the bits of "
+                          "the thread index")
+    return BitSum(const, tuple(weights))
+
+
+def _lvalue(key: tuple[str, tuple]) -> str:
+    name, idx = key
+    return name + "".join(f"[{i}]" for i in idx)

@@ -1,0 +1,534 @@
+"""`mma-micro-kernel`: a fp16 / bf16 GEMM micro-kernel of scalar multiply-adds over shared
+tiles -> warp-level tensor cores (`mma.sync m16n8k16`, fp32 accumulators).
+
+What the kernel computes is read by `passes.cuda.gemm_eval` (the K loop's inner region run
+symbolically for every thread): the two shared tiles with their layouts, the block tile
+BM x BN x BK, the block size and which output cell each of a thread's accumulators holds.
+The rewrite keeps everything else of the user's kernel — staging, barriers, epilogue, bounds,
+alpha / beta, activations — and changes three places:
+
+1. before the K loop: the warps' fp32 accumulator fragments, zeroed;
+2. in the K loop, the inner region becomes, per 16-wide k slice, fragment loads from the
+   user's shared tiles (`ldmatrix` where a tile is k- or mn-contiguous with 16-byte rows,
+   `.trans` for the mn-contiguous one; 32-bit or 16-bit shared loads otherwise) and
+   `mma.sync` on each warp's WTM x WTN part of the block tile;
+3. after the K loop: the fragments pass through a shared-memory exchange (in row chunks that
+   fit beside the kernel's own shared memory) into the thread's own accumulators, which the
+   user's epilogue then stores as before. The accumulators are added to (`+=`), so an
+   accumulator that starts at a bias keeps it.
+
+Preconditions (each refusal says which): element type fp16 / bf16 in both tiles; BK a multiple
+of 16; the block a whole number of warps; the block tile split into one warp tile per warp
+with WTM a multiple of 16 and WTN of 8; shared memory left for the exchange; `arch >= sm_80`.
+The rule is deterministic and has no de-optimization (there is no recorded step to restore).
+
+Positions are byte offsets of `KernelIR.source`. No GPU library is imported here.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from passes._source import ByteEdit, finish, make_site
+from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
+from passes.cuda._asm import helper_insert_at
+from passes.cuda._c import CSource
+from passes.cuda.annotations import CUDA
+from passes.cuda._tree import Scope, children, subtree
+from passes.cuda.gemm_eval import BitSum, GemmTile, Tile, find_gemm_tiles, variable_kind
+
+if TYPE_CHECKING:
+    from anchors import AnchorIndex
+    from kir import KernelIR
+
+PREFIX = "kl_tc_"
+STATIC_SHARED_LIMIT = 48 * 1024
+_SHARED_MARGIN = 512
+
+HELPERS = r"""// ---- tensor-core steps over shared tiles (mma.sync m16n8k16 / m16n8k8, fp32 accumulation) ----
+// D += A (16 x KS) * B (KS x 8); KS 8 uses a[0..1] and b[0]
+template <bool BF16, int KS>
+__device__ __forceinline__ void kl_tc_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  if (KS == 16 && BF16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else if (KS == 16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else if (BF16)
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+  else
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+}
+// two fp32 values (exactly representable in the 16-bit type) packed low-first
+template <bool BF16>
+__device__ __forceinline__ unsigned kl_tc_pack(float lo, float hi) {
+  unsigned r;
+  if (BF16)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// the elements p[0] and p[step], the first in the low half (LOAD 1: one load of both, step 1)
+template <bool BF16, int LOAD>
+__device__ __forceinline__ unsigned kl_tc_pair(const unsigned short* p, int step) {
+  if (LOAD == 1) return *reinterpret_cast<const unsigned*>(p);
+  return (unsigned)p[0] | ((unsigned)p[step] << 16);
+}
+template <bool BF16, int LOAD>
+__device__ __forceinline__ unsigned kl_tc_pair(const float* p, int step) {
+  if (LOAD == 1) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    return kl_tc_pack<BF16>(v.x, v.y);
+  }
+  return kl_tc_pack<BF16>(p[0], p[step]);
+}
+__device__ __forceinline__ unsigned kl_tc_smem(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// A fragment (rows r0..r0+15, k k0..k0+KS-1) of a tile whose element (r, k) is t[r * SR + k * SK].
+// MODE 0: element loads, 1: paired loads (k contiguous), 2: ldmatrix (k contiguous, 16-bit),
+// 3: ldmatrix.trans (r contiguous, 16-bit)
+template <bool BF16, int KS, int MODE, int SR, int SK, typename T>
+__device__ __forceinline__ void kl_tc_frag_a(unsigned (&f)[4], const T* t, int lane, int r0, int k0) {
+  if (MODE >= 2) {
+    const int j = lane >> 3, i = lane & 7;
+    const int r = r0 + 8 * (j & 1) + (MODE == 2 ? i : 0);
+    const int k = k0 + 8 * (j >> 1) + (MODE == 3 ? i : 0);
+    const unsigned addr = kl_tc_smem(t + r * SR + k * SK);
+    if (KS == 16 && MODE == 2)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3]) : "r"(addr));
+    else if (KS == 16)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3]) : "r"(addr));
+    else if (MODE == 2)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+                   : "=r"(f[0]), "=r"(f[1]) : "r"(addr));
+    else
+      asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+                   : "=r"(f[0]), "=r"(f[1]) : "r"(addr));
+    return;
+  }
+  const int g = lane >> 2, q = lane & 3;
+  const T* p = t + (r0 + g) * SR + (k0 + 2 * q) * SK;
+  f[0] = kl_tc_pair<BF16, MODE>(p, SK);
+  f[1] = kl_tc_pair<BF16, MODE>(p + 8 * SR, SK);
+  if (KS == 16) {
+    f[2] = kl_tc_pair<BF16, MODE>(p + 8 * SK, SK);
+    f[3] = kl_tc_pair<BF16, MODE>(p + 8 * SR + 8 * SK, SK);
+  }
+}
+// B fragment (k k0..k0+KS-1, columns n0..n0+7) of a tile whose element (k, n) is t[k * SK + n * SN].
+// MODE 0: element loads, 1: paired loads (k contiguous), 2: ldmatrix (k contiguous, 16-bit),
+// 3: ldmatrix.trans (n contiguous, 16-bit)
+template <bool BF16, int KS, int MODE, int SK, int SN, typename T>
+__device__ __forceinline__ void kl_tc_frag_b(unsigned (&f)[2], const T* t, int lane, int k0, int n0) {
+  if (MODE >= 2) {
+    const int j = (lane >> 3) & 1, i = lane & 7;
+    const int n = n0 + (MODE == 2 ? i : 0);
+    const int k = k0 + 8 * j + (MODE == 3 ? i : 0);
+    const unsigned addr = kl_tc_smem(t + k * SK + n * SN);
+    if (KS == 16 && MODE == 2)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+                   : "=r"(f[0]), "=r"(f[1]) : "r"(addr));
+    else if (KS == 16)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+                   : "=r"(f[0]), "=r"(f[1]) : "r"(addr));
+    else if (MODE == 2)
+      asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(f[0]) : "r"(addr));
+    else
+      asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(f[0]) : "r"(addr));
+    return;
+  }
+  const int g = lane >> 2, q = lane & 3;
+  const T* p = t + (k0 + 2 * q) * SK + (n0 + g) * SN;
+  f[0] = kl_tc_pair<BF16, MODE>(p, SK);
+  if (KS == 16) f[1] = kl_tc_pair<BF16, MODE>(p + 8 * SK, SK);
+}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How the block tile is split and read: a WM x WN grid of warps, each owning a WTM x WTN
+    warp tile of MI x NI mma tiles of depth `ks` (16 or 8) on `dtype` (bf16 | fp16) operands;
+    the operand load modes; the exchange's row chunk and row pitch."""
+
+    warps_m: int
+    warps_n: int
+    mi: int
+    ni: int
+    ks: int
+    dtype: str
+    mode_a: int
+    mode_b: int
+    chunk: int
+    ldc: int
+
+    @property
+    def wtm(self) -> int:
+        return 16 * self.mi
+
+    @property
+    def wtn(self) -> int:
+        return 8 * self.ni
+
+
+def plan(ir: KernelIR, tile: GemmTile) -> Plan | str:
+    """The split of `tile` onto warps and tensor-core tiles, or why there is none."""
+    dtype = operand_type(ir, tile)
+    if dtype not in ("bf16", "fp16"):
+        return dtype
+    threads = tile.block[0] * tile.block[1]
+    if tile.bk % 8:
+        return f"the K step BK={tile.bk} is not a multiple of 8 (mma.sync m16n8k8 / m16n8k16)"
+    if threads % 32:
+        return f"the block of {threads} threads is not a whole number of warps"
+    warps = threads // 32
+    splits = [(wm, warps // wm) for wm in range(1, warps + 1) if warps % wm == 0
+              and tile.bm % (16 * wm) == 0 and tile.bn % (8 * (warps // wm)) == 0]
+    if not splits:
+        return (f"the {tile.bm}x{tile.bn} block tile does not split into {warps} warp tiles of "
+                "multiples of 16x8")
+    # the squarest warp tile reads the fewest fragments per mma
+    wm, wn = min(splits, key=lambda s: (tile.bm // s[0] + tile.bn // s[1], -(tile.bm // s[0])))
+    ldc = tile.bn + 4
+    room = STATIC_SHARED_LIMIT - tile.shared_bytes - _SHARED_MARGIN
+    chunk = tile.bm
+    while chunk > 1 and (chunk * ldc * 4 > room or tile.bm % chunk):
+        chunk //= 2
+    if chunk * ldc * 4 > room:
+        return "no static shared memory is left for the accumulator exchange"
+    return Plan(wm, wn, tile.bm // wm // 16, tile.bn // wn // 8, 16 if tile.bk % 16 == 0 else 8,
+                dtype, _mode(tile.a), _mode(tile.b), chunk, ldc)
+
+
+def _mode(t: Tile) -> int:
+    """How a tile's fragments are read: 2 ldmatrix (k contiguous, 16-byte rows), 3
+    ldmatrix.trans (mn contiguous), 1 paired loads (k contiguous, even offsets), 0 single."""
+    sixteen = t.dtype in ("bf16", "fp16")
+    if sixteen and t.s_k == 1 and t.s_mn > 0 and t.s_mn % 8 == 0 and t.base % 8 == 0:
+        return 2
+    if sixteen and t.s_mn == 1 and t.s_k > 0 and t.s_k % 8 == 0 and t.base % 8 == 0:
+        return 3
+    if t.s_k == 1 and t.s_mn % 2 == 0 and t.base % 2 == 0:
+        return 1
+    return 0
+
+
+def operand_type(ir: KernelIR, tile: GemmTile) -> str:
+    """bf16 | fp16: the type both tiles' values have exactly (a 16-bit tile holds it; an fp32
+    tile holds it when every store into the tile copies a 16-bit global element or a zero),
+    else why neither."""
+    kinds = []
+    for t in (tile.a, tile.b):
+        if t.dtype in ("bf16", "fp16"):
+            kinds.append(t.dtype)
+        elif t.dtype == "f32":
+            staged = _staged_kind(ir, tile.kernel, t.array)
+            if staged not in ("bf16", "fp16"):
+                return staged
+            kinds.append(staged)
+        else:
+            return (f"the shared tile {t.array} holds {t.dtype} (fp16 / bf16, or fp32 staged from "
+                    "them, expected)")
+    if kinds[0] != kinds[1]:
+        return f"the tiles hold {kinds[0]} and {kinds[1]} values (one type expected)"
+    return kinds[0]
+
+
+def _staged_kind(ir: KernelIR, kernel: str, array: str) -> str:
+    """The 16-bit type every value stored into the fp32 shared `array` is converted from, or
+    why there is none."""
+    from passes.cuda import recognize  # noqa: PLC0415 — the staging roles
+
+    scope = Scope(ir)
+    fn = scope.functions.get(kernel)
+    if fn is None:
+        return f"the kernel {kernel} is not found"
+    copies = [s for s in recognize.stagings(ir)[0] if s.kernel == kernel and s.array == array]
+    stores = [n for n in subtree(ir, fn) if ir.grammar_type_of(n) == "assignment_expression"
+              and _target(ir, n) == array]
+    if not copies or len(copies) != len(stores):
+        return (f"the fp32 shared tile {array} is not filled only by copies of fp16 / bf16 "
+                "global elements")
+    kinds = set()
+    for c in copies:
+        if c.fill is not None and _literal(c.fill) != 0.0:
+            return f"the fp32 shared tile {array} is padded with {c.fill}, not zero"
+        kinds.add(variable_kind(ir, fn, c.source))
+    if len(kinds) != 1 or not kinds <= {"bf16", "fp16"}:
+        return (f"the fp32 shared tile {array} is copied from {', '.join(map(str, kinds))} "
+                "(fp16 / bf16 expected)")
+    return kinds.pop()
+
+
+def _target(ir: KernelIR, assign: int) -> str | None:
+    node = children(ir, assign)[0]
+    while ir.grammar_type_of(node) in ("subscript_expression", "parenthesized_expression"):
+        node = children(ir, node)[0]
+    return ir.name_of(node) if ir.grammar_type_of(node) == "identifier" else None
+
+
+def _literal(spelled: str) -> float | None:
+    bare = re.sub(r"^(?:__float2bfloat16|__float2half|__float2half_rn|__float2bfloat16_rn|"
+                  r"static_cast<[^>]*>|\([^)]*\))?\s*\(?\s*", "", spelled.strip()).rstrip(") ")
+    try:
+        return float(bare.rstrip("fF"))
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# the generated code
+
+
+def _pointer_type(t: Tile) -> str:
+    return "float" if t.dtype == "f32" else "unsigned short"
+
+
+def _tid(tile: GemmTile) -> str:
+    if tile.block[1] == 1:
+        return "(int)threadIdx.x"
+    return f"((int)threadIdx.x + {tile.block[0]} * (int)threadIdx.y)"
+
+
+def bit_sum_text(f: BitSum) -> str:
+    """C text of a `BitSum` over threadIdx.x / threadIdx.y: runs of bits whose weights double
+    become one shifted, masked field."""
+    terms = [str(f.const)] if f.const else []
+    for axis, weights in enumerate(f.weights):
+        var = "(int)threadIdx." + "xy"[axis]
+        b = 0
+        while b < len(weights):
+            if weights[b] == 0:
+                b += 1
+                continue
+            hi = b
+            while hi + 1 < len(weights) and weights[hi + 1] == 2 * weights[hi]:
+                hi += 1
+            field = var if b == 0 else f"({var} >> {b})"
+            if hi + 1 < len(weights):
+                field = f"({field} & {(1 << (hi - b + 1)) - 1})"
+            terms.append(field if weights[b] == 1 else f"{field} * {weights[b]}")
+            b = hi + 1
+    return " + ".join(terms) if terms else "0"
+
+
+def _warp_setup(tile: GemmTile, p: Plan, pad: str) -> list[str]:
+    tid = _tid(tile)
+    return [f"{pad}const int {PREFIX}lane = {tid} % 32, {PREFIX}warp = {tid} / 32;",
+            f"{pad}const int {PREFIX}wm = {PREFIX}warp / {p.warps_n} * {p.wtm}, "
+            f"{PREFIX}wn = {PREFIX}warp % {p.warps_n} * {p.wtn};"]
+
+
+def accumulators(p: Plan, pad: str) -> str:
+    return (f"{pad}// mma-micro-kernel: each warp's fp32 accumulator fragments\n"
+            f"{pad}float {PREFIX}acc[{p.mi}][{p.ni}][4] = {{}};\n")
+
+
+def k_step(tile: GemmTile, p: Plan, pad: str) -> str:
+    bf16 = "true" if p.dtype == "bf16" else "false"
+    ta, tb = (_pointer_type(t) for t in (tile.a, tile.b))
+    i1, i2, i3 = pad + "  ", pad + "    ", pad + "      "
+    lines = [f"{pad}{{  // mma-micro-kernel: this K step on tensor cores (mma.sync m16n8k16)",
+             *_warp_setup(tile, p, i1),
+             f"{i1}const {ta}* {PREFIX}pa = reinterpret_cast<const {ta}*>({tile.a.array}) + "
+             f"{tile.a.base};",
+             f"{i1}const {tb}* {PREFIX}pb = reinterpret_cast<const {tb}*>({tile.b.array}) + "
+             f"{tile.b.base};",
+             "#pragma unroll",
+             f"{i1}for (int {PREFIX}k = 0; {PREFIX}k < {tile.bk}; {PREFIX}k += {p.ks}) {{",
+             f"{i2}unsigned {PREFIX}fa[{p.mi}][4], {PREFIX}fb[{p.ni}][2];",
+             "#pragma unroll",
+             f"{i2}for (int {PREFIX}i = 0; {PREFIX}i < {p.mi}; ++{PREFIX}i)",
+             f"{i3}{PREFIX}frag_a<{bf16}, {p.ks}, {p.mode_a}, {tile.a.s_mn}, {tile.a.s_k}>({PREFIX}fa[{PREFIX}i], "
+             f"{PREFIX}pa, {PREFIX}lane, {PREFIX}wm + 16 * {PREFIX}i, {PREFIX}k);",
+             "#pragma unroll",
+             f"{i2}for (int {PREFIX}j = 0; {PREFIX}j < {p.ni}; ++{PREFIX}j)",
+             f"{i3}{PREFIX}frag_b<{bf16}, {p.ks}, {p.mode_b}, {tile.b.s_k}, {tile.b.s_mn}>({PREFIX}fb[{PREFIX}j], "
+             f"{PREFIX}pb, {PREFIX}lane, {PREFIX}k, {PREFIX}wn + 8 * {PREFIX}j);",
+             "#pragma unroll",
+             f"{i2}for (int {PREFIX}i = 0; {PREFIX}i < {p.mi}; ++{PREFIX}i)",
+             "#pragma unroll",
+             f"{i3}for (int {PREFIX}j = 0; {PREFIX}j < {p.ni}; ++{PREFIX}j)",
+             f"{i3}  {PREFIX}mma<{bf16}, {p.ks}>({PREFIX}acc[{PREFIX}i][{PREFIX}j], {PREFIX}fa[{PREFIX}i], "
+             f"{PREFIX}fb[{PREFIX}j]);",
+             f"{i1}}}",
+             f"{pad}}}"]
+    return "\n".join(lines)
+
+
+def exchange(tile: GemmTile, p: Plan, pad: str) -> str:
+    """The fragments -> the thread's own accumulators, `p.chunk` rows of the tile at a time."""
+    i1, i2, i3, i4 = pad + "  ", pad + "    ", pad + "      ", pad + "        "
+    c = p.chunk
+    lines = [f"{pad}{{  // mma-micro-kernel: the fragments into this thread's accumulators, "
+             "through shared memory",
+             f"{i1}__shared__ float {PREFIX}cs[{c * p.ldc}];",
+             *_warp_setup(tile, p, i1),
+             f"{i1}const int {PREFIX}row = {bit_sum_text(tile.row)}, "
+             f"{PREFIX}col = {bit_sum_text(tile.col)};",
+             "#pragma unroll 1",
+             f"{i1}for (int {PREFIX}c0 = 0; {PREFIX}c0 < {tile.bm}; {PREFIX}c0 += {c}) {{",
+             f"{i2}__syncthreads();",
+             "#pragma unroll",
+             f"{i2}for (int {PREFIX}i = 0; {PREFIX}i < {p.mi}; ++{PREFIX}i)",
+             "#pragma unroll",
+             f"{i3}for (int {PREFIX}j = 0; {PREFIX}j < {p.ni}; ++{PREFIX}j)",
+             "#pragma unroll",
+             f"{i3}  for (int {PREFIX}h = 0; {PREFIX}h < 2; ++{PREFIX}h) {{",
+             f"{i4}const int r = {PREFIX}wm + 16 * {PREFIX}i + {PREFIX}lane / 4 + 8 * {PREFIX}h "
+             f"- {PREFIX}c0;",
+             f"{i4}if (r >= 0 && r < {c}) {{",
+             f"{i4}  float* o = {PREFIX}cs + r * {p.ldc} + {PREFIX}wn + 8 * {PREFIX}j + "
+             f"2 * ({PREFIX}lane % 4);",
+             f"{i4}  o[0] = {PREFIX}acc[{PREFIX}i][{PREFIX}j][2 * {PREFIX}h];",
+             f"{i4}  o[1] = {PREFIX}acc[{PREFIX}i][{PREFIX}j][2 * {PREFIX}h + 1];",
+             f"{i4}}}",
+             f"{i3}  }}",
+             f"{i2}__syncthreads();"]
+    by_row: dict[int, list] = {}
+    for e in tile.elements:
+        by_row.setdefault(e.dm, []).append(e)
+    for dm, group in sorted(by_row.items()):
+        r = f"{PREFIX}row + {dm} - {PREFIX}c0" if dm else f"{PREFIX}row - {PREFIX}c0"
+        lines.append(f"{i2}if ((unsigned)({r}) < {c}u) {{")
+        lines.append(f"{i3}const float* s = {PREFIX}cs + ({r}) * {p.ldc} + {PREFIX}col;")
+        lines += [f"{i3}{e.lvalue} += s[{e.dn}];" for e in group]
+        lines.append(f"{i2}}}")
+    lines += [f"{i1}}}", f"{i1}__syncthreads();", f"{pad}}}"]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# the pass
+
+
+def _block_option(spec: str, ctx: PassContext | None) -> tuple[int, int] | None | str:
+    """The launch's block (x, y) from the option, else the context's `block` fact."""
+    value: Any = spec or (ctx.facts.get("block") if ctx is not None else None)
+    if value in (None, "", 0):
+        return None
+    if isinstance(value, int):
+        return (value, 1)
+    if isinstance(value, (list, tuple)):
+        dims = [int(v) for v in value] + [1, 1]
+    else:
+        parts = re.split(r"[x,\s]+", str(value).strip())
+        if not all(p.isdigit() for p in parts):
+            return f"block '{value}' is not N or NxM"
+        dims = [int(v) for v in parts] + [1, 1]
+    if dims[2] != 1:
+        return "a three-dimensional block"
+    return (dims[0], dims[1])
+
+
+@dataclass(frozen=True, slots=True)
+class MmaMicroKernel(Pass):
+    """A scalar-FMA GEMM micro-kernel over fp16/bf16 shared tiles -> warp-level mma.sync."""
+
+    block: str = ""
+    """The launch's block size, `N` or `NxM` (empty: the `block` fact of the context, the
+    kernel's `__launch_bounds__`, else the largest block that covers the tile exactly once)."""
+
+    name: ClassVar[str] = "mma-micro-kernel"
+    category: ClassVar[Category] = Category.COMPUTE
+    summary: ClassVar[str] = ("scalar FMA micro-kernel over fp16/bf16 shared tiles -> "
+                              "mma.sync m16n8k16 through the user's epilogue")
+    provides: ClassVar[tuple[str, ...]] = ("tensor-core",)
+    conflicts: ClassVar[tuple[str, ...]] = ("mma-intrinsics", "wgmma")
+    languages: ClassVar[tuple[str, ...]] = CUDA
+    platforms: ClassVar[tuple[str, ...]] = ("cuda",)
+    preconditions: ClassVar[tuple[str, ...]] = ("arch >= sm_80",)
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        whole = (0, len(ir.source))
+        src = CSource(ir)
+        at = src.code.find(f"{PREFIX}mma<")
+        if at >= 0:
+            return [make_site(self.name, ir, index, whole, True, {"calls": 1},
+                              src.bspan(at, at + len(PREFIX) + 3))]
+        if "__shared__" not in src.code or "__syncthreads" not in src.code:
+            return []
+        dims = _block_option(self.block, None)
+        tiles, reasons = find_gemm_tiles(ir, dims if isinstance(dims, tuple) else None)
+        out = [make_site(self.name, ir, index, whole, False, t.to_json(), t.loop) for t in tiles]
+        if not out and reasons:
+            out.append(make_site(self.name, ir, index, whole, False, {"refused": reasons[0]}))
+        return out
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        return Skipped("mma-micro-kernel has no de-optimization (nothing recorded to restore)")
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        results, skip = self.check(ctx)
+        if skip:
+            return skip
+        if PREFIX in ir.text:
+            return Skipped(f"the kernel already uses names starting {PREFIX}")
+        dims = _block_option(self.block, ctx)
+        if isinstance(dims, str):
+            return Skipped(dims)
+        tiles, reasons = find_gemm_tiles(ir, dims)
+        if not tiles:
+            return Skipped(reasons[0] if reasons else "no GEMM micro-kernel over shared tiles")
+        tile = next((t for t in tiles if t.loop[0] >= site.span[0] and t.loop[1] <= site.span[1]),
+                    None)
+        if tile is None:
+            return Skipped("no GEMM micro-kernel at the site")
+        p = plan(ir, tile)
+        if isinstance(p, str):
+            return Skipped(p, tile.to_json())
+        return finish(ir, site, rewrite_edits(ir, tile, p), preconditions=results)
+
+
+def rewrite_edits(ir: KernelIR, tile: GemmTile, p: Plan) -> list[ByteEdit]:
+    """The byte edits that put `tile`'s K step on tensor cores with the split `p`."""
+    source = ir.source
+    edits: list[ByteEdit] = []
+    at = CSource(ir).b(helper_insert_at(CSource(ir)))
+    edits.append(ByteEdit(at, at, HELPERS))
+    for t, mode in ((tile.a, p.mode_a), (tile.b, p.mode_b)):
+        if mode >= 1 and not t.aligned:
+            decl = source[t.decl[0]:t.decl[1]]
+            k = decl.find(b"__shared__")
+            pos = t.decl[0] + k + len(b"__shared__")
+            edits.append(ByteEdit(pos, pos, " __align__(16)"))
+    loop_line = source.rfind(b"\n", 0, tile.loop[0]) + 1
+    pad = _indent(source, tile.loop[0])
+    edits.append(ByteEdit(loop_line, loop_line, accumulators(p, pad)))
+    first = True
+    for start, end in tile.region:
+        line = source.rfind(b"\n", 0, start) + 1
+        whole_line = not source[line:start].strip()
+        nl = source.find(b"\n", end)
+        tail_blank = nl >= 0 and not source[end:nl].strip()
+        s = line if whole_line else start
+        e = nl + 1 if (whole_line and tail_blank) else end
+        if first:
+            text = k_step(tile, p, _indent(source, start)) + ("\n" if e > end else "")
+            edits.append(ByteEdit(s, e, text))
+            first = False
+        else:
+            edits.append(ByteEdit(s, e, ""))
+    after = source.find(b"\n", tile.loop[1])
+    after = len(source) if after < 0 else after + 1
+    edits.append(ByteEdit(after, after, exchange(tile, p, pad) + "\n"))
+    edits.sort(key=lambda e: (e.start, e.end))
+    return edits
+
+
+def _indent(source: bytes, pos: int) -> str:
+    line = source.rfind(b"\n", 0, pos) + 1
+    end = line
+    while end < len(source) and source[end:end + 1] in (b" ", b"\t"):
+        end += 1
+    return source[line:end].decode()
