@@ -119,7 +119,9 @@ def describe(exc: BaseException, limit: int = 600) -> str:
 
 
 def import_candidate(chan: Channel, job: Job, stage: str = "import") -> Any:
-    """Import the candidate module from the scratch folder; reject on failure."""
+    """Import the candidate module from the scratch folder; reject on failure. A module that
+    defines a `ModelNew` class instead of `run` gets a `run` that calls it
+    (`gate.hostforms.entry`)."""
     scratch = str(Path(job.scratch).resolve())
     sys.path.insert(0, scratch)
     if job.origin_dir:
@@ -137,6 +139,15 @@ def import_candidate(chan: Channel, job: Job, stage: str = "import") -> Any:
         kind = classify(exc)
         chan.reject(FailureKind.IMPORT_ERROR if kind is FailureKind.RUNTIME_ERROR else kind, stage,
                     f"importing the candidate raised {describe(exc)}")
-    if not callable(getattr(module, "run", None)):
-        chan.reject(FailureKind.IMPORT_ERROR, stage, "the module defines no callable `run`")
+    from gate.hostforms import entry  # noqa: PLC0415
+
+    try:
+        run = entry(module, job.case_path)
+    except Exception as exc:  # the host's model class does not build
+        chan.reject(FailureKind.IMPORT_ERROR, stage,
+                    f"building the module's ModelNew raised {describe(exc)}")
+    if run is None:
+        chan.reject(FailureKind.IMPORT_ERROR, stage,
+                    "the module defines no callable `run` (nor a `ModelNew` class)")
+    module.run = run
     return module

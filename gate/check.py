@@ -137,6 +137,18 @@ def _host_text(host: str | Path | None, path: Path | None) -> tuple[str, str]:
     return str(host), path.stem if path is not None else "candidate"
 
 
+def hosted(host_text: str, source: str) -> str:
+    """The CUDA host module to run for `source`: `host_text` with `source` written into the
+    CUDA source string it holds (`kir.embedded`: a `load_inline` / CuPy / NVRTC host that keeps
+    its source in the module), else `host_text` as it is (a host that reads the `.cu` beside
+    it). Raises `BadInputError` for a host whose source string cannot be told (several, or an
+    f-string)."""
+    from kir import embedded  # noqa: PLC0415
+
+    found = embedded.find(host_text, where="CUDA host module")
+    return found.splice(source) if found is not None else host_text
+
+
 def check(source: str, language: Any, case: Case | str | Path, tier: Tier | str = Tier.AUTO, *,
           path: str | Path | None = None, host: str | Path | None = None,
           timeout: float | None = None, cache: bool = True) -> Verdict:
@@ -204,6 +216,8 @@ def prepare(source: str, language: Any, case: Case | str | Path, tier: Tier | st
     run_tier, flags = resolve_tier(tier, lang, gpu)
     src_path = Path(path).resolve() if path is not None else None
     host_text, stem = _host_text(host, src_path) if lang == "cuda" else ("", src_path.stem if src_path else "candidate")
+    if lang == "cuda":
+        hosted(host_text, source)  # a host whose source string cannot be told: bad input now
     return Prepared(source, lang, the_case, run_tier, flags, scratch_stem(stem), host_text, src_path,
                     timeout if timeout is not None else DEFAULT_TIMEOUT_S[run_tier])
 
@@ -243,7 +257,7 @@ def _run(source: str, lang: str, case: Case, tier: Tier, stem: str, host_text: s
             cu = scratch / f"{stem}.cu"
             cu.write_text(source)
             module = scratch / f"{stem}.py"
-            module.write_text(host_text)
+            module.write_text(hosted(host_text, source))
         else:
             cu = None
             module = scratch / f"{stem}.py"
@@ -267,21 +281,25 @@ def _run(source: str, lang: str, case: Case, tier: Tier, stem: str, host_text: s
 
 def check_file(path: str | Path, case: Case | str | Path, tier: Tier | str = Tier.AUTO, *,
                timeout: float | None = None, cache: bool = True) -> Verdict:
-    """Gate a kernel file: a Triton `.py`, or a CUDA `.cu` with its host `.py` beside it."""
+    """Gate a kernel file: a Triton `.py`, or a CUDA kernel (`kir.embedded.cuda_unit`): a `.cu`
+    with its host `.py` beside it, that host module itself, or a Python host module that holds
+    its CUDA source as a string."""
+    from kir import embedded  # noqa: PLC0415
+
     p = Path(path)
     if not p.is_file():
         raise BadInputError(f"{p}: no such kernel file")
-    if p.suffix == ".cu":
-        lang = "cuda"
-    elif p.suffix == ".py":
-        lang = "triton"
-    else:
+    if p.suffix not in (".cu", ".py"):
         raise BadInputError(f"{p}: a kernel is a Triton .py or a CUDA .cu file")
     try:
         text = p.read_text()
     except UnicodeDecodeError:
         raise BadInputError(f"{p}: not UTF-8 text") from None
-    return check(text, lang, case, tier, path=p, timeout=timeout, cache=cache)
+    unit = embedded.cuda_unit(p)
+    if unit is not None:
+        return check(unit.source, "cuda", case, tier, path=unit.source_path, host=unit.host_path,
+                     timeout=timeout, cache=cache)
+    return check(text, "triton", case, tier, path=p, timeout=timeout, cache=cache)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,15 @@ The allow list of kernels a candidate's calls may run besides its own is what th
 A kernel is the candidate's own when the candidate launched a kernel of that name through the
 paths the gate hooks (Triton's JIT launch, `cuda.bindings.driver.cuLaunchKernel[Ex]`, which
 covers its NVRTC modules), or, for a CUDA candidate, when its `.cu` text defines a `__global__`
-function of that name. Anything else (cuBLAS, cuDNN, CUTLASS in a wheel, CuPy, XLA, a library
-reached through ctypes) is foreign.
+function of that name. Anything else (cuBLAS, cuDNN, CUTLASS in a wheel, CuPy's routines, XLA,
+a library reached through ctypes) is foreign.
+
+CuPy is two things: a compiler of the candidate's own CUDA source (`RawKernel`, `RawModule`)
+and a library of precompiled routines (`cupy.matmul`, `cupy.dot`, cuBLAS handles, `cupyx`). A
+module whose every use of `cupy` is one of `CUPY_OWN_SOURCE` (compiling its own source, and the
+zero-copy views, streams and dtypes a launch needs) may import it (`cupy_own_source`); any other
+use refuses the import. What such a kernel computes is still attributed at run time: a kernel
+CuPy brings (an elementwise routine behind `+`, cuBLAS behind `@`) is foreign by name.
 """
 from __future__ import annotations
 
@@ -64,14 +71,17 @@ def scan_source(source: str) -> list[Finding]:
 
     Sees `import x`, `from x import y` (also `from numba import cuda`), `importlib.import_module`
     / `__import__` with a literal name, and ctypes / cffi library loads (`CDLL`, `cdll.X`,
-    `LoadLibrary`, `ffi.dlopen`) and `torch.ops.load_library`. Text that does not parse yields
-    nothing (the parse check reports it)."""
+    `LoadLibrary`, `ffi.dlopen`) and `torch.ops.load_library`. An import of `cupy` by a module
+    that uses it only to compile its own source (`cupy_own_source`) is no finding; where it
+    uses more, each other use is named. Text that does not parse yields nothing (the parse
+    check reports it)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
     out: list[Finding] = []
     native = False
+    cupy_verdict = _cupy_uses(tree)
     for node in ast.walk(tree):
         names: list[str] = []
         if isinstance(node, ast.Import):
@@ -86,9 +96,13 @@ def scan_source(source: str) -> list[Finding]:
             if name.split(".")[0] in _NATIVE_MODULES:
                 native = True
             entry = _foreign(name)
+            if entry == "cupy" and isinstance(node, (ast.Import, ast.ImportFrom)) and cupy_verdict[0]:
+                continue
             if entry is not None:
                 out.append(Finding(node.lineno, f"imports {entry} ({name})"))
                 break
+    if not cupy_verdict[0]:
+        out.extend(cupy_verdict[1])
     for node in ast.walk(tree):
         loader = None
         if isinstance(node, ast.Attribute) and node.attr in _NATIVE_LOADERS:
@@ -101,6 +115,97 @@ def scan_source(source: str) -> list[Finding]:
             out.append(Finding(node.lineno, f"loads a native library ({loader})"))
     unique = {(f.line, f.what): f for f in out}
     return sorted(unique.values(), key=lambda f: (f.line, f.what))
+
+
+# What a module may reach through `cupy` when it compiles and launches its own CUDA source.
+CUPY_OWN_SOURCE = frozenset({
+    "RawKernel", "RawModule", "asarray", "from_dlpack", "empty", "ndarray", "dtype",
+    "cuda", "cuda.Stream", "cuda.ExternalStream", "cuda.get_current_stream", "cuda.Device",
+    "cuda.runtime.getDevice", "cuda.runtime.getDeviceProperties",
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "bool_",
+})
+_COMPILES_OWN = frozenset({"RawKernel", "RawModule"})
+
+
+def _dotted(node: ast.expr) -> list[str] | None:
+    """`a.b.c` as ["a", "b", "c"]; None for anything but names joined by attributes."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return [node.id, *reversed(parts)]
+
+
+def _cupy_uses(tree: ast.Module) -> tuple[bool, list[Finding]]:
+    """(whether `tree` uses CuPy only to compile and launch its own source, the uses that are
+    not that). The names `import cupy [as x]` binds are followed through attribute chains: a
+    chain must be one of `CUPY_OWN_SOURCE` (or lie under `cupy.cuda`'s listed names); a bare
+    use of the name (passed on, `getattr`) is not. `from cupy import N` imports N alone. The
+    answer is True only when some use is `RawKernel` / `RawModule`."""
+    aliases: set[str] = set()
+    bad: list[Finding] = []
+    compiles = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "cupy":
+                    aliases.add(a.asname or "cupy")
+                elif _foreign(a.name) == "cupy":
+                    bad.append(Finding(node.lineno, f"imports cupy ({a.name})"))
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level and \
+                _foreign(node.module) == "cupy":
+            if node.module != "cupy":
+                bad.append(Finding(node.lineno, f"imports cupy ({node.module})"))
+                continue
+            for a in node.names:
+                if a.name in CUPY_OWN_SOURCE:
+                    compiles |= a.name in _COMPILES_OWN
+                else:
+                    bad.append(Finding(node.lineno, f"uses cupy.{a.name}: only CuPy's compilers "
+                                                    f"of the candidate's own source may be used"))
+    if not aliases:
+        return compiles and not bad, bad
+    parents: dict[int, ast.AST] = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Name) and node.id in aliases):
+            continue
+        top: ast.expr = node
+        while isinstance(parents.get(id(top)), ast.Attribute):
+            top = parents[id(top)]  # type: ignore[assignment]
+        chain = _dotted(top) or [node.id]
+        path = ".".join(chain[1:])
+        if path in CUPY_OWN_SOURCE or any(path.startswith(e + ".") for e in CUPY_OWN_SOURCE
+                                          if e != "cuda"):
+            compiles |= path in _COMPILES_OWN
+            continue
+        shown = f"cupy.{path}" if path else "the cupy module itself"
+        bad.append(Finding(node.lineno, f"uses {shown}: only CuPy's compilers of the candidate's "
+                                        f"own source may be used"))
+    return compiles and not bad, bad
+
+
+def cupy_own_source(source: str) -> bool:
+    """Whether Python `source` uses CuPy, and only to compile and launch its own CUDA source
+    (`RawKernel` / `RawModule` and `CUPY_OWN_SOURCE`). False for text that does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    return _cupy_uses(tree)[0]
+
+
+def permitted_modules(source: str) -> frozenset[str]:
+    """The FOREIGN_MODULES entries the candidate of Python `source` may load at run time:
+    CuPy's (with the packages it loads itself) when it compiles its own source with CuPy."""
+    if cupy_own_source(source):
+        return frozenset({"cupy", "cupyx", "cupy_backends"})
+    return frozenset()
 
 
 def _callee(func: ast.expr) -> str:
@@ -117,9 +222,11 @@ def describe_findings(findings: Iterable[Finding], limit: int = 4) -> str:
     return shown + (f"; and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def loaded_foreign(modules: Iterable[str]) -> list[str]:
-    """The FOREIGN_MODULES entries that some of `modules` (names in sys.modules) fall under."""
-    return sorted({e for m in modules if (e := _foreign(m)) is not None})
+def loaded_foreign(modules: Iterable[str], permitted: Iterable[str] = ()) -> list[str]:
+    """The FOREIGN_MODULES entries that some of `modules` (names in sys.modules) fall under,
+    less the `permitted` ones (`permitted_modules`)."""
+    allowed = set(permitted)
+    return sorted({e for m in modules if (e := _foreign(m)) is not None and e not in allowed})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,12 @@ its CPU path, or fail. Three views make it see the static target (`gate.target`)
 - `record_cuda_launches(host)`: `experts.cudahost`'s kernel lookup, dynamic shared memory
   opt-in and launch are recorded instead of made (`CudaLaunches`), and host-side tensor-map
   encoders answer with an empty descriptor: nothing reaches a GPU.
+- `host_libraries(seen, host_text, props)`: the same for hosts that do not go through
+  `experts.cudahost`: `cuda.bindings.driver`'s context, device, module, function and launch
+  calls are answered from `props` and recorded (`record_driver`); a CuPy host of its own
+  source gets a stand-in `cupy` whose `RawKernel` / `RawModule` record their launches
+  (`cupy_stand_in`); `torch.utils.cpp_extension.load_inline` builds nothing and gives a module
+  whose functions record the `<<<...>>>` launches their C++ makes (`gate.hostforms`).
 
 Each is a context manager that puts back what it replaced. Nothing here is imported before
 the worker imports torch (no GPU library at module import).
@@ -266,15 +272,27 @@ class TracedKernel:
 class CudaLaunches:
     """Per (shape variant, kernel name): the dynamic shared memory (bytes) of each recorded
     launch, and the largest opt-in (`set_dynamic_shared`) host code made. `variant` is the
-    variant being traced; the caller sets it."""
+    variant being traced; the caller sets it. `unsized` counts launches whose shared memory
+    only the running host knows (a C++ wrapper's `<<<g, b, bytes>>>` with `bytes` computed)."""
 
     variant: str = ""
     launched: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     opt_in: dict[tuple[str, str], int] = field(default_factory=dict)
+    unsized: int = 0
 
     def count(self) -> int:
         """How many launches and opt-ins were recorded (so far)."""
-        return sum(len(v) for v in self.launched.values()) + len(self.opt_in)
+        return sum(len(v) for v in self.launched.values()) + len(self.opt_in) + self.unsized
+
+    def launch(self, kernel: str, shared_bytes: int | None) -> None:
+        if shared_bytes is None:
+            self.unsized += 1
+        else:
+            self.launched.setdefault((self.variant, kernel), []).append(int(shared_bytes))
+
+    def allow(self, kernel: str, nbytes: int) -> None:
+        key = (self.variant, kernel)
+        self.opt_in[key] = max(int(nbytes), self.opt_in.get(key, 0))
 
 
 def _name(func: Any) -> str | None:
@@ -282,8 +300,10 @@ def _name(func: Any) -> str | None:
 
 
 @contextlib.contextmanager
-def record_cuda_launches(host: ModuleType | None, arch: str) -> Iterator[CudaLaunches]:
-    """Record, instead of making, the launches host code makes through `experts.cudahost`.
+def record_cuda_launches(host: ModuleType | None, arch: str,
+                         seen: CudaLaunches | None = None) -> Iterator[CudaLaunches]:
+    """Record, instead of making, the launches host code makes through `experts.cudahost`
+    (into `seen`, or a new record).
 
     The helper's functions are replaced on the module and wherever `host` holds them under
     another name; `default_arch()` answers `arch`. A launch of a kernel that was not looked up
@@ -291,20 +311,19 @@ def record_cuda_launches(host: ModuleType | None, arch: str) -> Iterator[CudaLau
     """
     from experts import cudahost
 
-    seen = CudaLaunches()
+    seen = seen if seen is not None else CudaLaunches()
 
     def get_function(compiled: Any, kernel: str) -> TracedKernel:
         return TracedKernel(str(kernel))
 
     def set_dynamic_shared(func: Any, nbytes: int) -> None:
         if (name := _name(func)) is not None:
-            key = (seen.variant, name)
-            seen.opt_in[key] = max(int(nbytes), seen.opt_in.get(key, 0))
+            seen.allow(name, nbytes)
 
     def launch(func: Any, grid: Any, block: Any, shared_bytes: int, args: Any,
                stream: Any = None) -> None:
         if (name := _name(func)) is not None:
-            seen.launched.setdefault((seen.variant, name), []).append(int(shared_bytes))
+            seen.launch(name, int(shared_bytes))
 
     replacements = {"get_function": get_function, "set_dynamic_shared": set_dynamic_shared,
                     "launch": launch, "default_arch": lambda: arch}
@@ -342,4 +361,277 @@ def _empty_tensor_maps() -> Iterator[None]:
         return driver.CUresult.CUDA_SUCCESS, driver.CUtensorMap()
 
     with _patched(driver, {name: encode for name in names}):
+        yield
+
+
+# ---------------------------------------------------------------------------------------------
+# Hosts that do not go through experts.cudahost
+
+@contextlib.contextmanager
+def host_libraries(seen: CudaLaunches, host_text: str, props: TargetProperties,
+                   cuda_source: str = "") -> Iterator[None]:
+    """While active, the CUDA paths host code of `host_text` may take answer from `props` and
+    record their launches into `seen`: the driver (`record_driver`), a stand-in CuPy when the
+    host compiles its own source with CuPy (`cupy_stand_in`), and a `load_inline` that builds
+    nothing when it calls `load_inline` (`extension_stand_in`; `cuda_source` is the source its
+    C++ wrappers' launches are read from). Enter it before the host module is imported."""
+    from gate import foreign, hostforms
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(record_driver(seen, props))
+        if foreign.cupy_own_source(host_text):
+            stack.enter_context(cupy_stand_in(seen, props))
+        if hostforms.builds_extension(host_text):
+            stack.enter_context(extension_stand_in(seen, cuda_source))
+        yield
+
+
+_ATTRIBUTES = {
+    "COMPUTE_CAPABILITY_MAJOR": "major", "COMPUTE_CAPABILITY_MINOR": "minor",
+    "MULTIPROCESSOR_COUNT": "sm_count", "WARP_SIZE": "warp_size",
+    "MAX_THREADS_PER_BLOCK": "max_threads_per_block",
+    "MAX_THREADS_PER_MULTIPROCESSOR": "max_threads_per_sm",
+    "MAX_REGISTERS_PER_BLOCK": "registers_per_block",
+    "MAX_REGISTERS_PER_MULTIPROCESSOR": "registers_per_sm",
+    "MAX_SHARED_MEMORY_PER_BLOCK": "shared_memory_per_block",
+    "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": "shared_memory_per_block_optin",
+    "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": "shared_memory_per_sm",
+    "L2_CACHE_SIZE": "l2_cache_bytes", "CLOCK_RATE": "sm_clock_khz",
+    "MEMORY_CLOCK_RATE": "memory_clock_khz", "GLOBAL_MEMORY_BUS_WIDTH": "memory_bus_width_bits",
+}
+
+
+def device_attribute(props: TargetProperties, attribute: Any) -> int:
+    """A `CUdevice_attribute` (enum member or its name) of the target; 0 for one not in the
+    table (a capability flag the target is taken not to have)."""
+    name = getattr(attribute, "name", str(attribute)).removeprefix("CU_DEVICE_ATTRIBUTE_")
+    field_ = _ATTRIBUTES.get(name)
+    return int(getattr(props, field_)) if field_ else 0
+
+
+@contextlib.contextmanager
+def record_driver(seen: CudaLaunches, props: TargetProperties) -> Iterator[None]:
+    """`cuda.bindings.driver` as a host of the target sees it, nothing reaching a GPU:
+    initialization, device and context queries answer from `props`; a module load gives a
+    handle; `cuModuleGetFunction` / `cuLibraryGetKernel` give a `TracedKernel` of the name;
+    `cuLaunchKernel[Ex]` record (kernel, dynamic shared bytes) and `cuFuncSetAttribute` of the
+    dynamic shared size an opt-in; synchronizations and unloads succeed. Tensor-map encoders
+    give an empty descriptor. Other driver calls are left as they are."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        yield
+        return
+    ok = driver.CUresult.CUDA_SUCCESS
+    context, device = driver.CUcontext(1), driver.CUdevice(0)
+
+    def name_of(raw: Any) -> str:
+        return raw.decode() if isinstance(raw, (bytes, bytearray)) else str(raw)
+
+    def func_set_attribute(func: Any, attr: Any, value: Any) -> tuple[Any]:
+        if isinstance(func, TracedKernel) and "DYNAMIC_SHARED" in getattr(attr, "name", str(attr)):
+            seen.allow(func.name, int(value))
+        return (ok,)
+
+    def func_get_attribute(attr: Any, func: Any) -> tuple[Any, int]:
+        name = getattr(attr, "name", str(attr))
+        return ok, props.max_threads_per_block if "MAX_THREADS" in name else 0
+
+    def launch(func: Any, *args: Any, **kwargs: Any) -> tuple[Any]:
+        if isinstance(func, TracedKernel):
+            seen.launch(func.name, int(args[6]) if len(args) > 6 else 0)
+        return (ok,)
+
+    def launch_ex(config: Any, func: Any, *args: Any, **kwargs: Any) -> tuple[Any]:
+        if isinstance(func, TracedKernel):
+            seen.launch(func.name, int(getattr(config, "sharedMemBytes", 0) or 0))
+        return (ok,)
+
+    answers: dict[str, Any] = {
+        "cuInit": lambda *a, **k: (ok,),
+        "cuDriverGetVersion": lambda *a, **k: (ok, 12080),
+        "cuDeviceGet": lambda *a, **k: (ok, device),
+        "cuDeviceGetCount": lambda *a, **k: (ok, 1),
+        "cuDeviceGetName": lambda *a, **k: (ok, props.device_name.encode()),
+        "cuDeviceGetAttribute": lambda attr, *a, **k: (ok, device_attribute(props, attr)),
+        "cuDeviceComputeCapability": lambda *a, **k: (ok, props.major, props.minor),
+        "cuDevicePrimaryCtxRetain": lambda *a, **k: (ok, context),
+        "cuDevicePrimaryCtxRelease": lambda *a, **k: (ok,),
+        "cuCtxGetCurrent": lambda *a, **k: (ok, context),
+        "cuCtxSetCurrent": lambda *a, **k: (ok,),
+        "cuCtxPushCurrent": lambda *a, **k: (ok,),
+        "cuCtxPopCurrent": lambda *a, **k: (ok, context),
+        "cuCtxGetDevice": lambda *a, **k: (ok, device),
+        "cuCtxCreate": lambda *a, **k: (ok, context),
+        "cuCtxSynchronize": lambda *a, **k: (ok,),
+        "cuStreamSynchronize": lambda *a, **k: (ok,),
+        "cuModuleLoadData": lambda *a, **k: (ok, driver.CUmodule(1)),
+        "cuModuleLoadDataEx": lambda *a, **k: (ok, driver.CUmodule(1)),
+        "cuModuleLoad": lambda *a, **k: (ok, driver.CUmodule(1)),
+        "cuModuleUnload": lambda *a, **k: (ok,),
+        "cuModuleGetFunction": lambda module, name, *a, **k: (ok, TracedKernel(name_of(name))),
+        "cuLibraryLoadData": lambda *a, **k: (ok, driver.CUlibrary(1)),
+        "cuLibraryGetKernel": lambda lib, name, *a, **k: (ok, TracedKernel(name_of(name))),
+        "cuKernelGetFunction": lambda kernel, *a, **k: (ok, kernel),
+        "cuFuncSetAttribute": func_set_attribute,
+        "cuKernelSetAttribute": lambda attr, value, kernel, *a, **k: func_set_attribute(kernel, attr, value),
+        "cuFuncGetAttribute": func_get_attribute,
+        "cuFuncSetCacheConfig": lambda *a, **k: (ok,),
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor": lambda *a, **k: (ok, 1),
+        "cuLaunchKernel": launch,
+        "cuLaunchKernelEx": launch_ex,
+        "cuLaunchCooperativeKernel": launch,
+    }
+    present = {name: fn for name, fn in answers.items() if hasattr(driver, name)}
+    with _patched(driver, present), _empty_tensor_maps():
+        yield
+
+
+class _CupyStream:
+    """A CuPy stream as the stand-in gives it: the legacy default stream."""
+
+    ptr = 0
+    cuda_stream = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def use(self) -> Any:
+        return self
+
+    def synchronize(self) -> None:
+        return None
+
+
+class _CupyKernel:
+    """A stand-in `cupy.RawKernel`: a launch records (its name, `shared_mem`); setting
+    `max_dynamic_shared_size_bytes` records an opt-in."""
+
+    def __init__(self, seen: CudaLaunches, name: str) -> None:
+        object.__setattr__(self, "_seen", seen)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "attributes", {})
+
+    def __call__(self, grid: Any, block: Any, args: Any, *, shared_mem: int = 0,
+                 **kwargs: Any) -> None:
+        self._seen.launch(self.name, int(shared_mem))
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key == "max_dynamic_shared_size_bytes":
+            self._seen.allow(self.name, int(value))
+        object.__setattr__(self, key, value)
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def cupy_stand_in(seen: CudaLaunches, props: TargetProperties) -> Iterator[ModuleType]:
+    """A `cupy` module (in `sys.modules`) with what a host of its own source uses
+    (`gate.foreign.CUPY_OWN_SOURCE`): `RawKernel(code, name)` and `RawModule(...).get_function`
+    give `_CupyKernel`s; `asarray` / `from_dlpack` pass a tensor through; streams are the
+    default stream; device queries answer from `props`; dtypes are NumPy's."""
+    import numpy as np
+
+    def raw_kernel(code: str = "", name: str = "", *args: Any, **kwargs: Any) -> _CupyKernel:
+        return _CupyKernel(seen, str(name or kwargs.get("name", "")))
+
+    class RawModule:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+        def get_function(self, name: str) -> _CupyKernel:
+            return _CupyKernel(seen, str(name))
+
+        def compile(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    properties = {"major": props.major, "minor": props.minor,
+                  "multiProcessorCount": props.sm_count, "warpSize": props.warp_size,
+                  "maxThreadsPerBlock": props.max_threads_per_block,
+                  "sharedMemPerBlock": props.shared_memory_per_block,
+                  "sharedMemPerBlockOptin": props.shared_memory_per_block_optin,
+                  "name": props.device_name.encode()}
+    runtime = SimpleNamespace(getDevice=lambda: 0, getDeviceProperties=lambda *a: dict(properties))
+    cuda = ModuleType("cupy.cuda")
+    cuda.Stream = _CupyStream  # type: ignore[attr-defined]
+    cuda.ExternalStream = _CupyStream  # type: ignore[attr-defined]
+    cuda.get_current_stream = lambda *a, **k: _CupyStream()  # type: ignore[attr-defined]
+    cuda.Device = lambda *a, **k: _CupyStream()  # type: ignore[attr-defined]
+    cuda.runtime = runtime  # type: ignore[attr-defined]
+    module = ModuleType("cupy")
+    module.__dict__.update(
+        RawKernel=raw_kernel, RawModule=RawModule, asarray=lambda x, *a, **k: x,
+        from_dlpack=lambda x, *a, **k: x, cuda=cuda, ndarray=object, dtype=np.dtype,
+        **{n: getattr(np, n) for n in ("int8", "int16", "int32", "int64", "uint8", "uint16",
+                                       "uint32", "uint64", "float16", "float32", "float64",
+                                       "bool_")})
+    saved = {k: sys.modules.get(k) for k in ("cupy", "cupy.cuda")}
+    sys.modules["cupy"], sys.modules["cupy.cuda"] = module, cuda
+    try:
+        yield module
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                sys.modules.pop(key, None)
+            else:
+                sys.modules[key] = value
+
+
+class _Extension:
+    """A stand-in for the module `load_inline` builds: each function records the launches its
+    C++ wrapper makes (`gate.hostforms.chevron_launches`; one launch of unknown shared memory
+    where none is found) and returns a tensor like its first tensor argument."""
+
+    def __init__(self, seen: CudaLaunches, launches: dict[str, list[Any]]) -> None:
+        self._seen = seen
+        self._launches = launches
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        seen, launches = self._seen, self._launches.get(name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            import torch
+
+            for launch in launches or [None]:
+                if launch is None:
+                    seen.unsized += 1
+                else:
+                    seen.launch(launch.kernel, launch.shared_bytes)
+            first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+            return torch.empty_like(first) if first is not None else None
+
+        return call
+
+
+@contextlib.contextmanager
+def extension_stand_in(seen: CudaLaunches, cuda_source: str) -> Iterator[None]:
+    """`torch.utils.cpp_extension.load_inline` builds nothing while active: it gives an
+    `_Extension` over the launches in `cuda_source` (the candidate's; else the call's own
+    `cuda_sources`)."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    from gate import hostforms
+
+    def load_inline(name: str = "", cpp_sources: Any = "", cuda_sources: Any = None,
+                    *args: Any, **kwargs: Any) -> _Extension:
+        text = cuda_source
+        if not text:
+            parts = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or [])
+            text = "\n".join(parts)
+        try:
+            launches = hostforms.chevron_launches(text) if text else {}
+        except Exception:  # noqa: BLE001 — a source kir cannot read: launches of unknown size
+            launches = {}
+        return _Extension(seen, launches)
+
+    with _patched(cpp_extension, {"load_inline": load_inline}):
         yield

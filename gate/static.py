@@ -15,11 +15,14 @@ the way Triton's JIT derives them. Compiles run in parallel in forked processes,
 
 SASS opcode counts (nvdisasm) are added when `KLINEAGE_GATE_SASS=1` is set.
 
-CUDA: the candidate `.cu` text is compiled with NVRTC for sm_90a (`experts.cudahost`), with the
-`-D` defines the host module's optional `static_defines(shape) -> dict` gives for each variant.
-Then `run` is traced with `experts.cudahost`'s launches recorded instead of made: a kernel's
-dynamic shared memory is what its launches pass, else what host code opted it in to, else 0
-where its PTX declares no `extern` shared array, else unknown (`CompileFacts`).
+CUDA: the candidate `.cu` text (its device half: a `load_inline` source's C++ wrappers left
+out, `gate.hostforms.device_source`) is compiled with NVRTC for sm_90a (`experts.cudahost`),
+with the `-D` defines the host module's optional `static_defines(shape) -> dict` gives for each
+variant. Then `run` is traced with its launches recorded instead of made, whichever way the
+host makes them (`experts.cudahost`, `cuda.bindings.driver`, CuPy's `RawKernel` /
+`RawModule`, a `load_inline` extension: `gate.hostview.host_libraries`): a kernel's dynamic
+shared memory is what its launches pass, else what host code opted it in to, else 0 where its
+PTX declares no `extern` shared array, else unknown (`CompileFacts`).
 """
 from __future__ import annotations
 
@@ -418,15 +421,30 @@ def _check_shared_memory(chan: Channel, by_key: Mapping[str, CompileFacts],
 # CUDA
 
 def _cuda_facts(chan: Channel, job: Job) -> list[CompileFacts]:
-    from experts import cudahost
-
+    from gate import hostforms
     from gate.cases import import_case_module
 
     assert job.cu_path is not None
-    text = Path(job.cu_path).read_text()
-    with hostview.target_device(TARGET):
+    source = Path(job.cu_path).read_text()
+    text = hostforms.device_source(source)  # a load_inline source's C++ wrappers left out
+    seen = hostview.CudaLaunches()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(hostview.target_device(TARGET))
+        stack.enter_context(hostview.host_libraries(seen, Path(job.module_path).read_text(),
+                                                    TARGET, source))
         host = import_candidate(chan, job, stage="compile")
-    case = import_case_module(Path(job.case_path))
+        case = import_case_module(Path(job.case_path))
+        compiles = _cuda_compiles(chan, job, host, case, text)
+        launches, failures = _trace_cuda_launches(chan, host, case, seen)
+    return _cuda_compile_facts(chan, compiles, launches, failures)
+
+
+def _cuda_compiles(chan: Channel, job: Job, host: Any, case: Any, text: str) -> list[tuple]:
+    """NVRTC compiles of `text` for the target, one per distinct set of `static_defines`:
+    (first variant, defines, variants, Compiled, seconds)."""
+    from experts import cudahost
+
+    assert job.cu_path is not None
     defines_of = getattr(host, "static_defines", None)
     groups: dict[str, tuple[dict[str, Any], list[str]]] = {}  # first variant -> (defines, all)
     for variant, shape in case.SHAPES.items():
@@ -446,7 +464,15 @@ def _cuda_facts(chan: Channel, job: Job) -> list[CompileFacts]:
             chan.reject(FailureKind.COMPILE_ERROR, "compile",
                         f"NVRTC ({TARGET_NAME}): {describe(exc, 2000)}")
         compiled_groups.append((variant, defines, members, compiled, time.perf_counter() - t0))
-    launches, failures = _trace_cuda_launches(chan, host, case)
+    return compiled_groups
+
+
+def _cuda_compile_facts(chan: Channel, compiled_groups: list[tuple],
+                        launches: hostview.CudaLaunches,
+                        failures: list[_TraceFailure]) -> list[CompileFacts]:
+    """The facts of each compiled kernel, its dynamic shared memory from the traced launches."""
+    from experts import cudahost
+
     failed = {f.variant: f.reason for f in failures}
     out: list[CompileFacts] = []
     unknown: set[str] = set()
@@ -474,6 +500,10 @@ def _cuda_facts(chan: Channel, job: Job) -> list[CompileFacts]:
                 instructions=counts, sass=sass, compile_s=spent))
     if not out:
         chan.reject(FailureKind.COMPILE_ERROR, "compile", "the .cu file defines no kernel (.entry)")
+    silent = [f for f in failures if not f.recorded]
+    if silent and not unknown:  # said here where no kernel's shared memory depends on it
+        chan.send("flag", f"static: `run` for {silent[0].variant} failed before any launch, so "
+                          f"none of its launches was traced: {silent[0].reason}")
     if unknown:
         why = "; ".join(f"{v}: {r}" for v, r in failed.items())
         chan.send("flag", f"static: dynamic shared memory unknown for "
@@ -482,13 +512,15 @@ def _cuda_facts(chan: Channel, job: Job) -> list[CompileFacts]:
     return out
 
 
-def _trace_cuda_launches(chan: Channel, host: Any, case: Any
+def _trace_cuda_launches(chan: Channel, host: Any, case: Any, seen: hostview.CudaLaunches
                          ) -> tuple[hostview.CudaLaunches, list[_TraceFailure]]:
-    """The launches `host.run` makes through `experts.cudahost` on the target, per variant."""
+    """The launches `host.run` makes on the target, per variant, into `seen`: through
+    `experts.cudahost`, and (`hostview.host_libraries`, entered by the caller) through the
+    driver, CuPy or a `load_inline` extension."""
     import torch
 
     machine = "cuda" if torch.cuda.is_available() else "cpu"
-    with hostview.target_device(TARGET), hostview.record_cuda_launches(host, TARGET_NAME) as seen:
+    with hostview.target_device(TARGET), hostview.record_cuda_launches(host, TARGET_NAME, seen):
         def begin(name: str) -> None:
             seen.variant = name
 
@@ -501,10 +533,15 @@ def _dynamic_shared(kernel: str, variants: list[str], seen: hostview.CudaLaunche
     """(dynamic shared bytes or None, source) of `kernel` compiled for `variants` (see
     `gate.verdict.DYNAMIC_SHARED_SOURCES`): the largest traced launch, else the largest opt-in,
     else 0 when its PTX declares no dynamic shared array, else unknown."""
-    launched = [b for v in variants for b in seen.launched.get((v, kernel), ())]
+    from gate.foreign import base_name  # a C++ kernel's PTX entry is its mangled name
+
+    base = base_name(kernel)
+    launched = [b for (v, k), sizes in seen.launched.items()
+                if v in variants and (k == kernel or base_name(k) == base) for b in sizes]
     if launched:
         return max(launched), "launch"
-    opted = [seen.opt_in[(v, kernel)] for v in variants if (v, kernel) in seen.opt_in]
+    opted = [n for (v, k), n in seen.opt_in.items()
+             if v in variants and (k == kernel or base_name(k) == base)]
     if opted:
         return max(opted), "opt_in"
     if declares_dynamic is False:
