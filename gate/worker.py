@@ -180,6 +180,7 @@ class _Runner:
         if self.device == "cuda":
             self.kernels.warm_up()
         self.modules_before: set[str] = set()
+        self.permitted: frozenset[str] = frozenset()  # foreign modules the host may load
         self.reference_warnings: set[str] = set()  # sent as flags, each once
 
     # -- helpers -------------------------------------------------------------------------
@@ -412,6 +413,8 @@ class _Runner:
         if self.device == "cuda":
             self.monitor.install_cuda()
             self.monitor.gate_stream = int(self.cap.current_stream().cuda_stream)
+        if self.job.language == "cuda":
+            self.install_host_paths()
         if self.device == "cuda" and self.job.language == "triton":
             self.install_tuning_bench()
         self.watch = guards.TamperWatch()
@@ -419,6 +422,18 @@ class _Runner:
         module = import_candidate(self.chan, self.job)
         self.check_tamper("import")
         self.run_fn = module.run
+
+    def install_host_paths(self) -> None:
+        """A CUDA host that launches through CuPy (its own source) or a `load_inline` extension:
+        those launch paths are hooked too, and CuPy's modules may load (`gate.foreign`)."""
+        from gate import foreign, hostforms  # noqa: PLC0415
+
+        text = Path(self.job.module_path).read_text()
+        self.permitted = foreign.permitted_modules(text)
+        if self.permitted and self.device == "cuda":
+            self.monitor.install_cupy()
+        if hostforms.builds_extension(text):
+            self.monitor.install_extensions()
 
     def install_tuning_bench(self) -> None:
         """Device tier: a Triton autotuner in the candidate times its configurations the way
@@ -463,7 +478,7 @@ class _Runner:
                              f"after its checks, timers or torch were patched")
         from gate import foreign  # noqa: PLC0415
 
-        loaded = foreign.loaded_foreign(set(sys.modules) - self.modules_before)
+        loaded = foreign.loaded_foreign(set(sys.modules) - self.modules_before, self.permitted)
         if loaded:
             self.chan.reject(FailureKind.FOREIGN_LIBRARY, "anti_cheat",
                              f"candidate code imported {', '.join(loaded)} while it ran: the answer "
