@@ -7,8 +7,9 @@ Imported only inside a worker (it imports torch). What it provides:
   (torch, numpy, time, builtins, triton's launch and bench paths, CUDA driver launch calls, the
   gate's own modules); `changed()` names the ones rebound since the snapshot;
 - `LaunchMonitor`: hooks the Triton JIT launch path (`JITFunction.run`, the interpreter's
-  `InterpretedFunction.run`) and `cuda.bindings.driver.cuLaunchKernel[Ex]` to count launches of
-  the candidate's own kernels, check their stream, and suppress them (knockout);
+  `InterpretedFunction.run`), `cuda.bindings.driver.cuLaunchKernel[Ex]`, CuPy's `RawKernel` /
+  `RawModule` and the functions of a `load_inline` extension to count launches of the
+  candidate's own kernels, check their stream, and suppress them (knockout);
 - `KernelLog`: the GPU kernels that actually ran during the candidate's calls (CUPTI activity
   through torch's Kineto profiler, one CUDA-only session per call), for
   `gate.foreign.attribute_kernels`;
@@ -317,6 +318,85 @@ class LaunchMonitor:
         if hasattr(driver, "cuLaunchKernelEx"):
             self._patch(driver, "cuLaunchKernelEx", wrap(driver.cuLaunchKernelEx,
                                                          lambda a: a[0].hStream, lambda a: a[1]))
+
+    def install_extensions(self) -> None:
+        """Every function of a module `torch.utils.cpp_extension.load_inline` builds is a launch
+        path of the candidate's own kernels (its C++ launches them with `<<<...>>>`, which no
+        Python hook sees): each call counts as a launch, opens the seal, and is refused in the
+        knockout runs (a suppressed call raises `LaunchSuppressed` in both modes: its result
+        is made in C++ and cannot be left out)."""
+        import torch.utils.cpp_extension as cpp_extension
+
+        original = cpp_extension.load_inline
+        monitor = self
+
+        def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                monitor._on_launch(f"extension function {name}", None)
+                if monitor.mode == "silent":
+                    raise LaunchSuppressed(f"call of extension function {name} suppressed by the gate")
+                with monitor.sealing():
+                    return fn(*args, **kwargs)
+
+            call.__name__ = name
+            return call
+
+        def load_inline(*args: Any, **kwargs: Any) -> Any:
+            module = original(*args, **kwargs)
+            for name in [n for n in dir(module) if not n.startswith("_")]:
+                fn = getattr(module, name)
+                if callable(fn) and not isinstance(fn, type):
+                    setattr(module, name, wrap(name, fn))
+            return module
+
+        self._patch(cpp_extension, "load_inline", load_inline)
+
+    def install_cupy(self) -> None:
+        """CuPy's compilers of the candidate's own source (`cupy.RawKernel`, the functions of a
+        `cupy.RawModule`) give kernels whose launches are counted, stream-checked, sealed and
+        suppressed like a driver launch; the kernel's name joins `names`."""
+        import cupy
+
+        real_kernel, real_module = cupy.RawKernel, cupy.RawModule
+        monitor = self
+
+        class Kernel:
+            def __init__(self, inner: Any, name: str) -> None:
+                object.__setattr__(self, "_inner", inner)
+                object.__setattr__(self, "_name", str(name))
+
+            def __call__(self, grid: Any, block: Any, args: Any, **kwargs: Any) -> Any:
+                stream = kwargs.get("stream")
+                ptr = getattr(stream if stream is not None else cupy.cuda.get_current_stream(),
+                              "ptr", None)
+                monitor.names.add(self._name)
+                monitor._on_launch(self._name, int(ptr) if ptr is not None else None)
+                if monitor.mode == "silent":
+                    return None
+                with monitor.sealing():
+                    return self._inner(grid, block, args, **kwargs)
+
+            def __getattr__(self, key: str) -> Any:
+                return getattr(self._inner, key)
+
+            def __setattr__(self, key: str, value: Any) -> None:
+                setattr(self._inner, key, value)
+
+        class Module:
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                object.__setattr__(self, "_inner", real_module(*args, **kwargs))
+
+            def get_function(self, name: str) -> Kernel:
+                return Kernel(self._inner.get_function(name), name)
+
+            def __getattr__(self, key: str) -> Any:
+                return getattr(self._inner, key)
+
+        def raw_kernel(code: str, name: str, *args: Any, **kwargs: Any) -> Kernel:
+            return Kernel(real_kernel(code, name, *args, **kwargs), name)
+
+        self._patch(cupy, "RawKernel", raw_kernel)
+        self._patch(cupy, "RawModule", Module)
 
     def _name_function(self, driver: Any, function: Any) -> None:
         """Record the (mangled) name of a launched CUfunction, once per handle."""
