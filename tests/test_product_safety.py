@@ -176,3 +176,21 @@ def test_a_kernel_named_in_another_script_passes_the_static_tier_and_poisons_not
     second = gate.check_file(plain, "topk", Tier.STATIC)
     assert second.ok and not second.cached
     assert gate.check_file(plain, "topk", Tier.STATIC).cached
+
+
+def test_optimize_time_limit_is_the_loops_time_box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from skill_helpers import library, naive_source
+
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
+    target = tmp_path / "naive.py"
+    target.write_text(naive_source("gemm"))
+    lib = library(tmp_path, admitted=True)
+    rc = main(["optimize", str(target), "--case", "gemm", "--library", str(lib.root), "--tier",
+               "static", "--time-limit", "0.001", "--out", str(tmp_path / "out"), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert result["termination"] == "time-box" and result["gated"] == 0
+    assert Path(result["best"]["path"]).read_text() == target.read_text()
+    assert main(["optimize", str(target), "--case", "gemm", "--library", str(lib.root),
+                 "--time-limit", "0"]) == 2

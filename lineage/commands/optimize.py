@@ -1,6 +1,7 @@
 """`klineage optimize TARGET --case NAME --library DIR`: apply admitted SkillCards under the gate."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -31,12 +32,17 @@ from lineage.commands._common import Progress, emit_json, executor_options, outp
 @click.option("--model", "model", default=None,
               help="Model of the LLM rewriter (default: the first of `passes.llm_rewriter.MODELS`); "
                    "its prices bound --budget-usd. Used only with ANTHROPIC_API_KEY.")
+@click.option("--time-limit", "time_limit", type=click.FloatRange(0, None, min_open=True), default=None,
+              metavar="S", help="Seconds the run may take (the loop's time box): no candidate's "
+                                "gate starts after it, one started before it is cut to end near "
+                                "it, and the best kernel so far is kept (termination \"time-box\").")
 @click.option("--out", "out", default="out/optimize", show_default=True, help="Output directory.")
 @executor_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def command(target: str, case: str, library: str, budget_steps: int, budget_usd: float,
-            tier: str, k: int, no_sweeps: bool, seed: int, model: str | None, out: str,
-            executor: str, ray_address: str | None, as_json: bool) -> None:
+            tier: str, k: int, no_sweeps: bool, seed: int, model: str | None,
+            time_limit: float | None, out: str, executor: str, ray_address: str | None,
+            as_json: bool) -> None:
     """Optimize TARGET (any kernel that passes the gate) with the admitted cards of LIBRARY.
 
     Writes OUT/best.<ext>, OUT/lineage.json (the run as a lineage) and OUT/result.json. The best
@@ -76,11 +82,12 @@ def command(target: str, case: str, library: str, budget_steps: int, budget_usd:
             f"not yet admitted); admit them first: klineage skills {library} --admit "
             "LINEAGE_DIR [--held-out HELD_OUT_DIR] --tier interpret")
     output_dir(out)
+    deadline = time.monotonic() + time_limit if time_limit is not None else None
     with (open_executor(executor, address=ray_address) as gates,
           Progress(f"optimizing {Path(target).name} ({case})", enabled=not as_json) as progress):
         result = optimize(target, case, library, budget_steps=budget_steps, budget_usd=budget_usd,
                           tier=tier, out=out, k=k, progress=progress, seed=seed,
-                          config_sweeps=not no_sweeps,
+                          config_sweeps=not no_sweeps, deadline=deadline,
                           llm_config=config, executor=gates)
     if as_json:
         emit_json(result.to_json())
