@@ -25,7 +25,8 @@ from gate.worker import Job
 from kir.errors import BadInputError
 
 GATE_VERSION = "8"  # bump when a change to the gate could change a verdict
-DEFAULT_TIMEOUT_S = {Tier.STATIC: 300.0, Tier.INTERPRET: 300.0, Tier.DEVICE: 300.0}
+DEFAULT_TIMEOUT_S = {Tier.STATIC: 300.0, Tier.INTERPRET: 300.0, Tier.DEVICE: 300.0,
+                     Tier.EMULATE: 300.0}
 # Device-tier gates may run side by side: each worker takes its GPU's readers-writer lock
 # (`gate.gpulock`: exclusive while it times). With that lock switched off
 # (KLINEAGE_GPU_LOCK=off), one device-tier run at a time per process.
@@ -65,7 +66,9 @@ def resolve_tier(tier: Tier | str, language: str, gpu: bool | None = None) -> tu
     try:
         t = Tier(tier)
     except ValueError:
-        raise BadInputError(f"unknown tier '{tier}' (static, interpret, device, auto)") from None
+        raise BadInputError(f"unknown tier '{tier}' (static, interpret, emulate, device, auto)") from None
+    if t is Tier.EMULATE and language != "cuda":
+        return Tier.INTERPRET, ("emulate runs CUDA kernels: Triton kernels run in Triton's interpreter",)
     if t is Tier.AUTO:
         t = Tier.DEVICE if (gpu_available() if gpu is None else gpu) else Tier.INTERPRET
     if t is Tier.INTERPRET and language == "cuda":

@@ -21,6 +21,7 @@ class Tier(str, Enum):
     STATIC = "static"        # parse + compile for sm_90a on any CPU, facts from the artifacts
     INTERPRET = "interpret"  # Triton interpreter at the case's small shapes, 3 seeds
     DEVICE = "device"        # real shapes on the GPU, 3 seeds, then timing
+    EMULATE = "emulate"      # CUDA kernels emulated on the CPU (`gate.cudacpu`) at the small shapes
     AUTO = "auto"
 
 

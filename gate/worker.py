@@ -36,6 +36,7 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import traceback
@@ -85,6 +86,8 @@ def main(conn: Any, job: Job) -> None:
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     if job.tier == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"
+        _limit_memory()
+    elif job.tier == "emulate":
         _limit_memory()
     chan = Channel(conn)
     try:
@@ -182,6 +185,7 @@ class _Runner:
         self.modules_before: set[str] = set()
         self.permitted: frozenset[str] = frozenset()  # foreign modules the host may load
         self.reference_warnings: set[str] = set()  # sent as flags, each once
+        self.emulation = contextlib.ExitStack()  # emulate tier: the CPU stand-ins, for good
 
     # -- helpers -------------------------------------------------------------------------
     def _shape_table(self) -> Any:
@@ -410,6 +414,14 @@ class _Runner:
         self.monitor = guards.LaunchMonitor(candidate_dir=str(Path(self.job.scratch).resolve()))
         if self.job.language == "triton":
             self.monitor.install_triton()
+        emulating = self.job.tier == "emulate" and self.job.language == "cuda"
+        if emulating:
+            # The CUDA bindings and experts.cudahost answer from the CPU emulator from here on
+            # (`gate.cudacpu.host`), before the launch hooks and the tamper snapshot go in.
+            from gate.cudacpu import host as cudacpu_host  # noqa: PLC0415
+
+            self.emulation.enter_context(cudacpu_host.emulated())
+            self.monitor.install_cuda()
         if self.device == "cuda":
             self.monitor.install_cuda()
             self.monitor.gate_stream = int(self.cap.current_stream().cuda_stream)
@@ -422,6 +434,8 @@ class _Runner:
         module = import_candidate(self.chan, self.job)
         self.check_tamper("import")
         self.run_fn = module.run
+        if emulating:  # the host sees the emulated GPU, its inputs claim to live there
+            self.run_fn = functools.partial(cudacpu_host.host_call, module.run)
 
     def install_host_paths(self) -> None:
         """A CUDA host that launches through CuPy (its own source) or a `load_inline` extension:

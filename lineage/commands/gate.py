@@ -77,7 +77,7 @@ def verdict_json(verdict: object) -> dict:
 @click.command("gate")
 @click.argument("kernel", type=click.Path(dir_okay=False))
 @click.option("--case", "case", default=None, help="Case: a name under experts/, a case folder or its case.py, or a KernelBench problem file (see `klineage cases`). Default: the case beside the kernel (a case.py in its folder, or <stem>.py beside <stem>_triton.py).")
-@click.option("--tier", type=click.Choice(["static", "interpret", "device", "auto"]), default="auto",
+@click.option("--tier", type=click.Choice(["static", "interpret", "emulate", "device", "auto"]), default="auto",
               show_default=True, help="How far to gate (auto: device on a GPU, else interpret).")
 @click.option("--timeout", type=click.FloatRange(0, None, min_open=True), default=None,
               help="Seconds the candidate may run (default 300).")

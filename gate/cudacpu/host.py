@@ -1,0 +1,525 @@
+"""CUDA host code on the CPU: the driver and compiler calls a host module makes, answered by
+the emulator, so a candidate's real host module runs its kernels at the case's small shapes.
+
+`emulated()` (a context manager) installs, for the modules imported while it is active:
+
+- `experts.cudahost` (`from experts import cudahost`, `import experts.cudahost`): the same
+  API, with `compile_source` building the emulated library (after NVRTC accepts the source,
+  where NVRTC is installed: a source the GPU compiler rejects is a compile error here too),
+  `get_function` returning a `CpuFunction`, `set_dynamic_shared` recording the opt-in, and
+  `launch` going through `cuda.bindings.driver.cuLaunchKernel` as the real helper does;
+- `cuda.bindings.driver` / `cuda.bindings.nvrtc` (and the older `cuda.cuda` / `cuda.nvrtc`)
+  for hosts that call the bindings themselves: `nvrtcCreateProgram / CompileProgram /
+  GetPTX(Size) / GetCUBIN(Size) / GetProgramLog(Size) / DestroyProgram`, `cuInit`,
+  `cuDeviceGet(Count / Attribute / Name)`, `cuCtx*` (current, primary context, synchronize),
+  `cuModuleLoadData(Ex) / GetFunction / Unload`, `cuFuncSetAttribute / GetAttribute / GetName`,
+  `cuLaunchKernel`, `cuStreamCreate / Synchronize / Destroy`. The image NVRTC "returns" is a
+  token that names the emulated library; `cuModuleLoadData` turns it back into the library.
+  Kernel parameters are an address of an array of pointers, a `(values, types)` pair as
+  cuda-python accepts, or a NumPy array of addresses. Any other driver call raises
+  `CudaError` naming it (`cuMemAlloc`, `cuTensorMapEncodeTiled`, graphs ...: device memory is
+  torch's, TMA is not emulated);
+- the device the host code sees (`gate.hostview.target_device(EMULATED)`): compute capability
+  8.0, so a host that picks a kernel by architecture picks one the emulator runs (mma.sync,
+  ldmatrix, cp.async; no TMA / wgmma). Inputs are host tensors that say they are on `cuda:0`
+  (`host_call`), and tensors made "on the GPU" are made on the host.
+
+Everything is put back when the context ends. Nothing here imports torch or CUDA at import.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import enum
+import hashlib
+import importlib
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from gate.cudacpu.library import BuildError, EmulationError, Library, build
+from gate.target import TargetProperties
+
+__all__ = ["EMULATED", "CpuFunction", "emulated", "host_call", "nvrtc_check_enabled"]
+
+EMULATED = TargetProperties(
+    name="sm_80", device_name="cudacpu (CUDA emulated on the CPU, compute capability 8.0)",
+    major=8, minor=0, sm_count=108, warp_size=32, max_threads_per_block=1024,
+    max_threads_per_sm=2048, registers_per_block=65536, registers_per_sm=65536,
+    shared_memory_per_block=48 * 1024, shared_memory_per_block_optin=163 * 1024,
+    shared_memory_per_sm=164 * 1024, total_memory=16 * 2**30, l2_cache_bytes=40 * 2**20,
+    sm_clock_khz=1_410_000, memory_clock_khz=1_215_000, memory_bus_width_bits=5120,
+)
+_TOKEN = b"CUDACPU-LIBRARY:"
+_LIBRARIES: dict[str, Library] = {}
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class CpuFunction:
+    """A kernel of an emulated library: what `get_function` / `cuModuleGetFunction` return."""
+
+    library: Library
+    name: str
+
+    def __int__(self) -> int:
+        return id(self)
+
+
+def nvrtc_check_enabled() -> bool:
+    """Whether sources also go through NVRTC (when importable; `KLINEAGE_CUDACPU_NVRTC=0`
+    switches it off)."""
+    import os  # noqa: PLC0415
+
+    if os.environ.get("KLINEAGE_CUDACPU_NVRTC", "1") == "0":
+        return False
+    try:
+        importlib.import_module("cuda.bindings.nvrtc")
+    except ImportError:
+        return False
+    return True
+
+
+def _register(lib: Library) -> bytes:
+    key = hashlib.sha256(str(lib.path).encode()).hexdigest()[:32]
+    with _LOCK:
+        _LIBRARIES[key] = lib
+    return _TOKEN + key.encode() + b"\0"
+
+
+def _library_of(image: Any) -> Library | None:
+    if isinstance(image, int):
+        data = ctypes.string_at(image, len(_TOKEN) + 33)
+    elif hasattr(image, "tobytes"):
+        data = image.tobytes()
+    else:
+        data = bytes(image)
+    at = data.find(_TOKEN)
+    if at < 0:
+        return None
+    key = data[at + len(_TOKEN):at + len(_TOKEN) + 32].decode(errors="replace")
+    with _LOCK:
+        return _LIBRARIES.get(key)
+
+
+def _options(options: Sequence[Any]) -> tuple[dict[str, str], list[str]]:
+    """(-D defines, -I folders) of NVRTC options; the rest does not change the emulation."""
+    defines: dict[str, str] = {}
+    include: list[str] = []
+    items = [o.decode() if isinstance(o, (bytes, bytearray)) else str(o) for o in options]
+    i = 0
+    while i < len(items):
+        opt = items[i]
+        for flag, store in (("-D", "define"), ("--define-macro=", "define"), ("-I", "include"),
+                            ("--include-path=", "include")):
+            if opt.startswith(flag):
+                value = opt[len(flag):]
+                if not value and i + 1 < len(items):
+                    i += 1
+                    value = items[i]
+                if store == "define":
+                    name, _, val = value.partition("=")
+                    defines[name] = val or "1"
+                else:
+                    include.append(value)
+                break
+        i += 1
+    return defines, include
+
+
+# ---------------------------------------------------------------------------------------------
+# experts.cudahost
+
+def _cudahost_module(real: types.ModuleType, driver: types.ModuleType,
+                     real_nvrtc: types.ModuleType | None) -> types.ModuleType:
+    mod = types.ModuleType(real.__name__, real.__doc__)
+    mod.__dict__.update({k: v for k, v in vars(real).items() if not k.startswith("__")})
+    mod.__file__ = getattr(real, "__file__", None)
+    nvrtc_check = nvrtc_check_enabled() and real_nvrtc is not None
+
+    def compile_source(source: str, *, name: str = "kernel.cu", arch: str | None = None,
+                       options: Sequence[str] = (), include: Any = None,
+                       defines: dict[str, Any] | None = None) -> Any:
+        opts = [*(f"-D{k}={v}" for k, v in sorted((defines or {}).items())), *options,
+                *(f"-I{d}" for d in include or [])]
+        if arch:
+            opts.append(f"--gpu-architecture={arch}")
+        ptx, log = _nvrtc_compile(real_nvrtc, source, name, opts) if nvrtc_check else ("", None)
+        if log is not None:
+            raise real.CompileError(f"NVRTC could not compile {name} for {arch or real.DEFAULT_ARCH}", log)
+        defs, incs = _options(options)
+        try:
+            lib = build(source, name=name, defines={**defs, **(defines or {})},
+                        include=[*(include or []), *incs])
+        except BuildError as exc:
+            raise real.CompileError(f"the emulator cannot build {name}", str(exc)) from None
+        key = hashlib.sha256("\0".join([source, name, *opts]).encode()).hexdigest()
+        return real.Compiled(key=key, name=name, arch=arch or real.DEFAULT_ARCH, options=tuple(opts),
+                             ptx=ptx, cubin=_register(lib), log="")
+
+    def get_function(compiled: Any, kernel: str) -> CpuFunction:
+        lib = _library_of(compiled.cubin or b"")
+        if lib is None:
+            raise real.CudaError(f"cuModuleLoadData({compiled.name}) failed: not an emulated image")
+        if not lib.has(kernel):
+            raise real.CudaError(f"cuModuleGetFunction({kernel}) failed: CUDA_ERROR_NOT_FOUND (500)")
+        return CpuFunction(lib, kernel)
+
+    def set_dynamic_shared(func: Any, nbytes: int) -> None:
+        if isinstance(func, CpuFunction):
+            func.library.opt_in[func.name] = max(int(nbytes), func.library.opt_in.get(func.name, 0))
+
+    def function_attributes(func: Any) -> dict[str, int]:
+        return {"registers": 0, "shared_bytes": 0, "local_bytes": 0, "max_threads": 1024}
+
+    def launch(func: Any, grid: Any, block: Any, shared_bytes: int, args: Sequence[Any],
+               stream: Any = None) -> None:
+        g, b = real._dim3(grid), real._dim3(block)
+        packed = real.pack_args(args)
+        result = driver.cuLaunchKernel(func, *g, *b, int(shared_bytes), stream, packed.address, 0)
+        real._check(result, "cuLaunchKernel")
+
+    mod.compile_source = compile_source
+    mod.get_function = get_function
+    mod.set_dynamic_shared = set_dynamic_shared
+    mod.function_attributes = function_attributes
+    mod.launch = launch
+    mod.default_arch = lambda: EMULATED.name
+    mod.stream_of = lambda stream=None: stream
+    return mod
+
+
+# ---------------------------------------------------------------------------------------------
+# cuda.bindings.driver / nvrtc
+
+class _Result(enum.IntEnum):
+    CUDA_SUCCESS = 0
+    CUDA_ERROR_INVALID_VALUE = 1
+    CUDA_ERROR_NOT_FOUND = 500
+    CUDA_ERROR_LAUNCH_FAILED = 719
+    CUDA_ERROR_NOT_SUPPORTED = 801
+
+
+class _NvrtcResult(enum.IntEnum):
+    NVRTC_SUCCESS = 0
+    NVRTC_ERROR_INVALID_INPUT = 3
+    NVRTC_ERROR_COMPILATION = 6
+
+
+def _real(name: str) -> types.ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+class _Program:
+    def __init__(self, source: str, name: str) -> None:
+        self.source, self.name = source, name
+        self.image: bytes = b""
+        self.log = ""
+
+
+def _kernel_params(params: Any, nargs_hint: int = 0) -> Any:
+    """What `cuLaunchKernel` got as kernelParams, as `Library.launch` takes it (and what must
+    stay alive until the launch returns)."""
+    if params is None or params == 0:
+        return 0, None
+    if isinstance(params, int):
+        return params, None
+    if hasattr(params, "ctypes") and hasattr(params, "dtype"):  # a NumPy array of addresses
+        return int(params.ctypes.data), params
+    if isinstance(params, tuple) and len(params) == 2 and isinstance(params[0], (tuple, list)):
+        values, kinds = params
+        keep, pointers = [], []
+        for value, kind in zip(values, kinds):
+            if kind is None:  # a pointer-like object (CUdeviceptr, an int address, a tensor)
+                if hasattr(value, "data_ptr"):
+                    value = value.data_ptr()
+                cell: Any = ctypes.c_void_p(int(value))
+            else:
+                cell = kind(value) if not isinstance(value, kind) else value
+            keep.append(cell)
+            pointers.append(ctypes.addressof(cell))
+        array = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
+        keep.append(array)
+        return ctypes.addressof(array), keep
+    raise TypeError(f"kernelParams of type {type(params).__name__} are not emulated")
+
+
+def _driver_module(real: types.ModuleType | None) -> types.ModuleType:
+    mod = types.ModuleType("cuda.bindings.driver", "cuda.bindings.driver answered by the CPU emulator")
+    result = getattr(real, "CUresult", _Result)
+    ok = result.CUDA_SUCCESS
+
+    def err(name: str) -> Any:
+        return getattr(result, name, getattr(_Result, name))
+
+    handle = (lambda cls, v: getattr(real, cls)(v)) if real is not None else (lambda cls, v: v)
+    attr_names = {
+        "COMPUTE_CAPABILITY_MAJOR": EMULATED.major, "COMPUTE_CAPABILITY_MINOR": EMULATED.minor,
+        "MULTIPROCESSOR_COUNT": EMULATED.sm_count, "WARP_SIZE": EMULATED.warp_size,
+        "MAX_THREADS_PER_BLOCK": EMULATED.max_threads_per_block,
+        "MAX_SHARED_MEMORY_PER_BLOCK": EMULATED.shared_memory_per_block,
+        "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": EMULATED.shared_memory_per_block_optin,
+        "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": EMULATED.shared_memory_per_sm,
+        "MAX_REGISTERS_PER_BLOCK": EMULATED.registers_per_block,
+        "MAX_THREADS_PER_MULTIPROCESSOR": EMULATED.max_threads_per_sm,
+        "L2_CACHE_SIZE": EMULATED.l2_cache_bytes, "CLOCK_RATE": EMULATED.sm_clock_khz,
+    }
+
+    def attribute(attrib: Any, dev: Any = 0) -> Any:
+        name = getattr(attrib, "name", str(attrib)).replace("CU_DEVICE_ATTRIBUTE_", "")
+        return ok, attr_names.get(name, 0)
+
+    def module_load(image: Any, *rest: Any) -> Any:
+        lib = _library_of(image)
+        if lib is None:
+            return (err("CUDA_ERROR_INVALID_VALUE"), None)
+        return ok, lib
+
+    def get_function(module: Any, name: Any) -> Any:
+        kernel = name.decode() if isinstance(name, (bytes, bytearray)) else str(name)
+        if not isinstance(module, Library) or not module.has(kernel):
+            return (err("CUDA_ERROR_NOT_FOUND"), None)
+        return ok, CpuFunction(module, kernel)
+
+    def func_set_attribute(func: Any, attrib: Any, value: int) -> Any:
+        if isinstance(func, CpuFunction) and "DYNAMIC_SHARED" in getattr(attrib, "name", str(attrib)):
+            func.library.opt_in[func.name] = int(value)
+        return (ok,)
+
+    def func_get_attribute(attrib: Any, func: Any) -> Any:
+        name = getattr(attrib, "name", str(attrib))
+        return ok, 1024 if "MAX_THREADS" in name else 0
+
+    def func_get_name(func: Any) -> Any:
+        return (ok, func.name.encode()) if isinstance(func, CpuFunction) else (err("CUDA_ERROR_INVALID_VALUE"), b"")
+
+    def launch_kernel(func: Any, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int,
+                      stream: Any, params: Any, extra: Any) -> Any:
+        if not isinstance(func, CpuFunction):
+            return (err("CUDA_ERROR_INVALID_VALUE"),)
+        address, keep = _kernel_params(params)
+        try:
+            func.library.launch(func.name, (int(gx), int(gy), int(gz)), (int(bx), int(by), int(bz)),
+                                int(shared), address)
+        except EmulationError as exc:
+            raise EmulationError(f"cuLaunchKernel: {exc}") from None
+        del keep
+        return (ok,)
+
+    def success(*values: Any) -> Any:
+        return lambda *a, **k: (ok, *values) if values else (ok,)
+
+    ctx = handle("CUcontext", 1) if real is not None else 1
+    functions = {
+        "cuInit": success(), "cuDriverGetVersion": success(12080),
+        "cuDeviceGet": lambda ordinal: (ok, handle("CUdevice", int(ordinal))),
+        "cuDeviceGetCount": success(1), "cuDeviceGetAttribute": attribute,
+        "cuDeviceGetName": lambda n, d=0: (ok, EMULATED.device_name.encode()[: int(n)]),
+        "cuDeviceTotalMem": success(EMULATED.total_memory),
+        "cuCtxGetCurrent": success(ctx), "cuCtxSetCurrent": success(), "cuCtxGetDevice": success(0),
+        "cuCtxCreate": success(ctx), "cuCtxDestroy": success(), "cuCtxSynchronize": success(),
+        "cuCtxPushCurrent": success(), "cuCtxPopCurrent": success(ctx),
+        "cuDevicePrimaryCtxRetain": success(ctx), "cuDevicePrimaryCtxRelease": success(),
+        "cuModuleLoadData": module_load, "cuModuleLoadDataEx": module_load,
+        "cuModuleGetFunction": get_function, "cuModuleUnload": success(),
+        "cuLibraryLoadData": module_load,
+        "cuFuncSetAttribute": func_set_attribute, "cuFuncGetAttribute": func_get_attribute,
+        "cuFuncGetName": func_get_name, "cuFuncSetCacheConfig": success(),
+        "cuLaunchKernel": launch_kernel,
+        "cuStreamCreate": success(handle("CUstream", 0) if real is not None else 0),
+        "cuStreamSynchronize": success(), "cuStreamDestroy": success(), "cuStreamQuery": success(),
+        "cuGetErrorString": lambda e: (ok, getattr(e, "name", str(e)).encode()),
+        "cuGetErrorName": lambda e: (ok, getattr(e, "name", str(e)).encode()),
+    }
+    mod.__dict__.update(functions)
+    mod.CUresult = result
+    emulated_names = set(functions)
+
+    def missing(name: str) -> Any:
+        if name.startswith("cu") and name not in emulated_names and callable(getattr(real, name, None)):
+            def refuse(*args: Any, **kwargs: Any) -> Any:
+                raise EmulationError(f"the CUDA driver call {name} is not emulated on the CPU")
+            return refuse
+        if real is not None and hasattr(real, name):
+            return getattr(real, name)
+        raise AttributeError(name)
+
+    mod.__getattr__ = missing  # type: ignore[attr-defined]
+    return mod
+
+
+def _nvrtc_module(real: types.ModuleType | None, nvrtc_check: bool) -> types.ModuleType:
+    mod = types.ModuleType("cuda.bindings.nvrtc", "cuda.bindings.nvrtc answered by the CPU emulator")
+    result = getattr(real, "nvrtcResult", _NvrtcResult)
+    ok = result.NVRTC_SUCCESS
+
+    def create(source: Any, name: Any, *rest: Any) -> Any:
+        text = source.decode() if isinstance(source, (bytes, bytearray)) else str(source)
+        label = name.decode() if isinstance(name, (bytes, bytearray)) else str(name or "kernel.cu")
+        return ok, _Program(text, label or "kernel.cu")
+
+    def compile_program(prog: _Program, n: int = 0, options: Sequence[Any] = ()) -> Any:
+        opts = list(options or [])[: int(n) if n else None]
+        if nvrtc_check and real is not None:
+            _, log = _nvrtc_compile(real, prog.source, prog.name, opts)
+            if log is not None:
+                prog.log = log
+                return (result.NVRTC_ERROR_COMPILATION,)
+        defines, include = _options(opts)
+        try:
+            lib = build(prog.source, name=prog.name, defines=defines, include=include)
+        except BuildError as exc:
+            prog.log = str(exc)
+            return (result.NVRTC_ERROR_COMPILATION,)
+        prog.image = _register(lib)
+        return (ok,)
+
+    def size_of(prog: _Program) -> Any:
+        return ok, len(prog.image)
+
+    def copy_into(prog: _Program, buf: Any) -> Any:
+        data = prog.image
+        if isinstance(buf, bytearray):
+            buf[: len(data)] = data
+        elif isinstance(buf, int):
+            ctypes.memmove(buf, data, len(data))
+        elif isinstance(buf, bytes):  # cuda-python fills a bytes buffer in place
+            ctypes.memmove(ctypes.c_char_p(buf), data, min(len(buf), len(data)))
+        elif hasattr(buf, "ctypes"):
+            ctypes.memmove(buf.ctypes.data, data, len(data))
+        return (ok,)
+
+    def log_size(prog: _Program) -> Any:
+        return ok, len(prog.log.encode()) + 1
+
+    def log_into(prog: _Program, buf: Any) -> Any:
+        data = prog.log.encode() + b"\0"
+        if isinstance(buf, bytes):
+            ctypes.memmove(ctypes.c_char_p(buf), data, min(len(buf), len(data)))
+        elif isinstance(buf, bytearray):
+            buf[: len(data)] = data
+        return (ok,)
+
+    def unsupported(name: str) -> Any:
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise EmulationError(f"{name} is not emulated (name expressions of template kernels)")
+        return refuse
+
+    mod.__dict__.update({
+        "nvrtcCreateProgram": create, "nvrtcCompileProgram": compile_program,
+        "nvrtcGetPTXSize": size_of, "nvrtcGetPTX": copy_into, "nvrtcGetCUBINSize": size_of,
+        "nvrtcGetCUBIN": copy_into, "nvrtcGetProgramLogSize": log_size,
+        "nvrtcGetProgramLog": log_into, "nvrtcDestroyProgram": lambda prog: (ok,),
+        "nvrtcVersion": lambda: (ok, 12, 8),
+        "nvrtcGetErrorString": lambda e: (ok, getattr(e, "name", str(e)).encode()),
+        "nvrtcAddNameExpression": unsupported("nvrtcAddNameExpression"),
+        "nvrtcGetLoweredName": unsupported("nvrtcGetLoweredName"),
+        "nvrtcResult": result,
+    })
+    if real is not None:
+        mod.__getattr__ = lambda name: getattr(real, name)  # type: ignore[attr-defined]
+    return mod
+
+
+_NVRTC_SEEN: dict[str, tuple[str, str | None]] = {}
+
+
+def _nvrtc_compile(nvrtc: types.ModuleType, source: str, name: str, options: Sequence[Any]
+                   ) -> tuple[str, str | None]:
+    """(PTX, None) when the real NVRTC (`nvrtc`, the bindings module) compiles `source` with
+    `options` (for sm_90a unless they name an architecture); ("", its log) when it does not.
+    Cached in-process by the inputs."""
+    from experts import cudahost  # noqa: PLC0415  (plain Python: its bindings load lazily)
+
+    opts = [o.decode() if isinstance(o, (bytes, bytearray)) else str(o) for o in options]
+    if not any(o.startswith(("--gpu-architecture", "-arch")) for o in opts):
+        opts.append(f"--gpu-architecture={cudahost.DEFAULT_ARCH}")
+    if not any(o.startswith("-std") for o in opts):
+        opts.append("-std=c++17")
+    opts += [f"-I{d}" for d in cudahost.include_dirs()]
+    key = hashlib.sha256("\0".join([source, name, *opts]).encode()).hexdigest()
+    hit = _NVRTC_SEEN.get(key)
+    if hit is not None:
+        return hit
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        if int(err) != 0:
+            _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            out: tuple[str, str | None] = ("", log.rstrip(b"\0").decode(errors="replace"))
+        else:
+            _, size = nvrtc.nvrtcGetPTXSize(prog)
+            ptx = b" " * size
+            nvrtc.nvrtcGetPTX(prog, ptx)
+            out = (ptx.rstrip(b"\0").decode(errors="replace"), None)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    _NVRTC_SEEN[key] = out
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Installing the stand-ins
+
+@contextlib.contextmanager
+def emulated() -> Iterator[types.ModuleType]:
+    """Within: `experts.cudahost` and the CUDA bindings answer from the emulator (see the
+    module docstring). Yields the stand-in driver module."""
+    real_host = importlib.import_module("experts.cudahost")
+    real_driver = _real("cuda.bindings.driver")
+    real_nvrtc = _real("cuda.bindings.nvrtc")
+    driver = _driver_module(real_driver)
+    nvrtc = _nvrtc_module(real_nvrtc, nvrtc_check_enabled())
+    host = _cudahost_module(real_host, driver, real_nvrtc)
+    host._driver = lambda: driver  # noqa: SLF001  (the helper's own lookups)
+    host._nvrtc = lambda: nvrtc  # noqa: SLF001
+    modules = {"experts.cudahost": host, "cuda.bindings.driver": driver, "cuda.bindings.nvrtc": nvrtc}
+    if real_driver is not None:
+        modules.update({"cuda.cuda": driver, "cuda.nvrtc": nvrtc})
+    saved = {name: sys.modules.get(name) for name in modules}
+    parents = [("experts", "cudahost", host)]
+    if real_driver is not None:
+        parents += [("cuda.bindings", "driver", driver), ("cuda.bindings", "nvrtc", nvrtc)]
+    saved_attrs = []
+    try:
+        sys.modules.update(modules)
+        for parent, attr, value in parents:
+            pkg = sys.modules.get(parent)
+            if pkg is not None:
+                saved_attrs.append((pkg, attr, getattr(pkg, attr, None)))
+                setattr(pkg, attr, value)
+        yield driver
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = value
+        for pkg, attr, value in saved_attrs:
+            if value is None:
+                with contextlib.suppress(AttributeError):
+                    delattr(pkg, attr)
+            else:
+                setattr(pkg, attr, value)
+
+
+def host_call(run: Any, *inputs: Any) -> Any:
+    """`run(*inputs)` as on the emulated GPU: device queries answer `EMULATED`, the inputs say
+    they are on `cuda:0`, and what `run` returns comes back as plain host tensors."""
+    import torch  # noqa: PLC0415
+    from torch.utils._pytree import tree_map  # noqa: PLC0415
+
+    from gate import hostview  # noqa: PLC0415
+
+    with hostview.target_device(EMULATED), hostview.target_tensors() as put:
+        out = run(*put(inputs))
+    return tree_map(lambda v: v.as_subclass(torch.Tensor) if isinstance(v, torch.Tensor)
+                    and type(v) is not torch.Tensor else v, out)
