@@ -116,6 +116,20 @@ def _check(args: argparse.Namespace, source: str, case: Any, path: Path) -> Any:
     return check(source, "triton", case, args.tier, path=path, cache=False)
 
 
+def _check_file(args: argparse.Namespace, case: Any, path: Path) -> Any:
+    """One fresh gate of a kernel file: a CUDA kernel (`kir.embedded.cuda_unit`: a `.cu` with
+    its host module, that host module, or a host holding its source) as CUDA, else as Triton."""
+    import gate
+    from kir.embedded import cuda_unit
+
+    unit = cuda_unit(path)
+    if unit is None:
+        return _check(args, path.read_text(), case, path)
+    check = args.gates.check if getattr(args, "gates", None) is not None else gate.check
+    return check(unit.source, "cuda", case, args.tier, path=unit.source_path,
+                 host=unit.host_path, cache=False)
+
+
 def _verdict_summary(verdict: Any) -> dict[str, Any]:
     """Pass/fail, the two times, and per variant the GPU time of each of the kernel's own
     kernels and what its autotuners picked (a time well above its kernels' sum is host time in
@@ -151,7 +165,7 @@ def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, 
     start_path = case.start_path()
     rec = _record(case, args)
     say(name, f"gating the start kernel ({start_path.name}) at {args.tier}")
-    start = _check(args, start_path.read_text(), case, start_path)
+    start = _check_file(args, case, start_path)
     rec["start"] = _verdict_summary(start)
     rec["reference_ms"] = rec["start"]["reference_ms"]
     if not start.ok:
@@ -180,7 +194,7 @@ def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, 
         if args.tier == "device" and best.get("ok") and result.applied:
             # the search kept the fastest of many timed candidates, so its figure is biased low;
             # the best kernel is gated once more, fresh, like the start and the control
-            again = _check(args, Path(result.best_path).read_text(), case, start_path)
+            again = _check_file(args, case, Path(result.best_path))
             rec["best"]["regate"] = _verdict_summary(again)
             say(name, f"best gated again: {rec['best']['regate'].get('ms')} ms "
                       f"({rec['best']['regate'].get('reason') or 'ok'})")
@@ -252,8 +266,11 @@ def _path_to(lin: Any, source: str, target: str) -> list[dict[str, Any]]:
 
 def control(case: Any, start_path: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The start kernel under the generic autotune list, gated once (step 3)."""
-    import gate
+    from kir.embedded import cuda_unit
 
+    if cuda_unit(start_path) is not None:
+        return {"ok": None, "ms": None,
+                "reason": "no control for CUDA (the control is a Triton autotune list)"}
     try:
         from lineage.control import autotune_control
     except ImportError as exc:
