@@ -126,6 +126,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kir.embedded import cuda_unit, in_file
 from kir.errors import BadInputError, KLineageError
 from lineage.graph import KernelState, Lineage, Transition, atomic_write_text, state_id
 from lineage.retrieval import Retriever, Target, kernel_features, kernel_signature, kernel_sites
@@ -791,7 +792,10 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
         raise BadInputError(f"{target}: no such kernel file")
     lib = library if isinstance(library, Library) else Library.open(library)
     the_case = gate.load_case(case)
-    ir = kir.parse_file(path)
+    unit = cuda_unit(path)  # a CUDA kernel: its source, in a .cu or held in its host module
+    if unit is not None:
+        path = unit.source_path
+    ir = kir.parse(unit.source, "cuda", path=path) if unit is not None else kir.parse_file(path)
     language = str(getattr(ir.language, "value", ir.language))
     run_tier = executor.resolve_tier(tier, language) if executor is not None else resolve_tier(tier, language)
     notes: list[str] = []
@@ -893,8 +897,9 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
         notes.append(llm["disabled"])
     best = run.best
     best_path = out_dir / f"best{path.suffix}"
-    atomic_write_text(best_path, best.source)
-    if language == "cuda" and path.with_suffix(".py").is_file():
+    held = in_file(path) if language == "cuda" and path.suffix == ".py" else None
+    atomic_write_text(best_path, held.splice(best.source) if held is not None else best.source)
+    if language == "cuda" and path.suffix == ".cu" and path.with_suffix(".py").is_file():
         shutil.copyfile(path.with_suffix(".py"), best_path.with_suffix(".py"))
     node = lineage.node(best.state)
     node["roles"] = sorted(set(node.get("roles", [])) | {"best"})
