@@ -205,7 +205,10 @@ struct Parser {
   void statement(std::string s) {
     s = trim(s);
     while (!s.empty() && (s[0] == '{' || s[0] == '}')) s = trim(s.substr(1));
-    while (!s.empty() && s.back() == '}') s = trim(s.substr(0, s.size() - 1));
+    // a scope's closing brace, not the one closing a vector operand ({%0, %1, ...} last)
+    while (!s.empty() && s.back() == '}' &&
+           std::count(s.begin(), s.end(), '}') > std::count(s.begin(), s.end(), '{'))
+      s = trim(s.substr(0, s.size() - 1));
     if (s.empty()) return;
     if (s.compare(0, 4, ".reg") == 0) {
       declare(s);
