@@ -126,6 +126,7 @@ CUPY_OWN_SOURCE = frozenset({
     "float16", "float32", "float64", "bool_",
 })
 _COMPILES_OWN = frozenset({"RawKernel", "RawModule"})
+_CUPY_PACKAGES = frozenset({"cupy", "cupyx", "cupy_backends"})
 
 
 def _dotted(node: ast.expr) -> list[str] | None:
@@ -153,12 +154,12 @@ def _cupy_uses(tree: ast.Module) -> tuple[bool, list[Finding]]:
             for a in node.names:
                 if a.name == "cupy":
                     aliases.add(a.asname or "cupy")
-                elif _foreign(a.name) == "cupy":
-                    bad.append(Finding(node.lineno, f"imports cupy ({a.name})"))
+                elif _foreign(a.name) in _CUPY_PACKAGES:
+                    bad.append(Finding(node.lineno, f"imports {_foreign(a.name)} ({a.name})"))
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level and \
-                _foreign(node.module) == "cupy":
+                _foreign(node.module) in _CUPY_PACKAGES:
             if node.module != "cupy":
-                bad.append(Finding(node.lineno, f"imports cupy ({node.module})"))
+                bad.append(Finding(node.lineno, f"imports {_foreign(node.module)} ({node.module})"))
                 continue
             for a in node.names:
                 if a.name in CUPY_OWN_SOURCE:
