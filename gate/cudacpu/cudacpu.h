@@ -280,6 +280,78 @@ inline __nv_bfloat162 __bfloat162bfloat162(__nv_bfloat16 a) { return __nv_bfloat
 // The runtime: launches, blocks, fibers, barriers and warp collectives
 namespace cudacpu {
 
+// Fiber contexts. On x86-64 a switch saves the callee-saved registers and the FP control
+// words on the fiber's own stack (tens of nanoseconds); elsewhere ucontext (a system call per
+// switch for the signal mask).
+#if defined(__x86_64__)
+extern "C" void cudacpu_switch(void** save_sp, void* next_sp);
+asm(R"(
+  .text
+  .p2align 4
+  .type cudacpu_switch, @function
+cudacpu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size cudacpu_switch, .-cudacpu_switch
+)");
+struct Context {
+  void* sp = nullptr;
+};
+inline void context_make(Context& c, char* stack, size_t size, void (*entry)()) {
+  uintptr_t top = ((uintptr_t)(stack + size)) & ~(uintptr_t)15;
+  void** sp = (void**)top;
+  *--sp = nullptr;              // the entry function's return address: it never returns
+  *--sp = (void*)entry;         // where the first switch returns to
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;  // rbp rbx r12 r13 r14 r15
+  --sp;
+  uint32_t csr = 0x1f80, cw = 0x037f;
+  std::memcpy(sp, &csr, 4);
+  std::memcpy((char*)sp + 4, &cw, 4);
+  c.sp = sp;
+}
+inline void context_switch(Context& save, Context& next) { cudacpu_switch(&save.sp, next.sp); }
+inline void context_jump(Context& next) {
+  void* ignored;
+  cudacpu_switch(&ignored, next.sp);
+  __builtin_unreachable();
+}
+#else
+struct Context {
+  ucontext_t uc;
+};
+inline void context_make(Context& c, char* stack, size_t size, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+inline void context_switch(Context& save, Context& next) { swapcontext(&save.uc, &next.uc); }
+inline void context_jump(Context& next) {
+  setcontext(&next.uc);
+  __builtin_unreachable();
+}
+#endif
+
 enum State { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
 enum Op { OP_NONE, OP_SHFL_IDX, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR, OP_BALLOT, OP_ANY, OP_ALL,
           OP_MATCH_ANY, OP_MATCH_ALL, OP_REDUCE_ADD, OP_REDUCE_MIN, OP_REDUCE_MAX, OP_REDUCE_UMIN,
@@ -295,7 +367,7 @@ struct Thread;
 typedef void (*CustomFn)(Thread** lanes, unsigned group);
 
 struct Thread {
-  ucontext_t ctx;
+  Context ctx;
   char* stack;
   uint3 tid;
   unsigned linear, lane, warp;
@@ -320,7 +392,7 @@ struct Launch {
   unsigned nthreads;
   Thread* threads;
   uint3 block_idx;
-  ucontext_t sched;
+  Context sched;
   sigjmp_buf fault;
   bool failed;
   char error[512];
@@ -345,12 +417,12 @@ inline size_t static_shared_used = 0;
     l->failed = true;
   }
   va_end(ap);
-  if (l != nullptr && cur != nullptr) setcontext(&l->sched);
+  if (l != nullptr && cur != nullptr) context_jump(l->sched);
   if (l != nullptr) siglongjmp(l->fault, 1);  // from the scheduler: back to run_launch
   std::abort();
 }
 
-inline void yield() { swapcontext(&cur->ctx, &L->sched); }
+inline void yield() { context_switch(cur->ctx, L->sched); }
 
 // Per-block shared memory: static declarations get fixed offsets in the shared window (the
 // same in every block and launch: blocks run one at a time), dynamic shared memory follows.
@@ -565,7 +637,7 @@ inline void thread_entry() {
   cp_commit();
   cp_wait(0);  // copies never waited for still land (their data is not read by this thread)
   t->state = DONE;
-  setcontext(&l->sched);
+  context_jump(l->sched);
 }
 
 struct Stacks {
@@ -664,11 +736,7 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
             t.state = RUNNABLE;
             t.cp_open.clear();
             t.cp_groups.clear();
-            getcontext(&t.ctx);
-            t.ctx.uc_stack.ss_sp = t.stack + 4096;
-            t.ctx.uc_stack.ss_size = stack_bytes - 4096;
-            t.ctx.uc_link = nullptr;
-            makecontext(&t.ctx, thread_entry, 0);
+            context_make(t.ctx, t.stack + 4096, stack_bytes - 4096, thread_entry);
           }
           bool forward = ((bx + by + bz + seq) & 1u) == 0;
           for (;;) {
@@ -676,7 +744,7 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
               Thread& t = threads[forward ? k : l.nthreads - 1 - k];
               if (t.state != RUNNABLE) continue;
               cur = &t;
-              swapcontext(&l.sched, &t.ctx);
+              context_switch(l.sched, t.ctx);
               cur = nullptr;
             }
             if (l.failed) break;

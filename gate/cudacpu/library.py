@@ -179,16 +179,17 @@ def build(source: str, *, name: str = "kernel.cu", defines: dict[str, Any] | Non
     flags. Raises `BuildError` (one line first, then the compiler's log) when the source uses
     what the emulator does not support or does not compile as C++.
     """
-    try:
-        rewritten = prepass.rewrite(source, name)
-    except prepass.Unsupported as exc:
-        raise BuildError(f"{name}: not emulated: {exc}") from None
     cxx, version = _compiler()
     stubs = _stub_dir()
-    flags = [*FLAGS, f"-I{stubs}", f"-I{HERE}", "-include", str(HERE / "cudacpu.h")]
-    flags += [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
-    flags += [f"-I{Path(d).resolve()}" for d in include]
-    flags += list(options)
+    user = [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
+    user += [f"-I{Path(d).resolve()}" for d in include]
+    flags = [*FLAGS, f"-I{stubs}", f"-I{HERE}", "-include", str(HERE / "cudacpu.h"), *user, *options]
+    kernels = _expanded_kernels(cxx, source, [f"-I{stubs}", *user]) \
+        if prepass.defines_kernels_in_macros(source) else None
+    try:
+        rewritten = prepass.rewrite(source, name, kernels)
+    except prepass.Unsupported as exc:
+        raise BuildError(f"{name}: not emulated: {exc}") from None
     digest = hashlib.sha256()
     for part in (version, *flags, rewritten.text, *((HERE / h).read_text() for h in HEADERS)):
         digest.update(part.encode())
@@ -204,6 +205,19 @@ def build(source: str, *, name: str = "kernel.cu", defines: dict[str, Any] | Non
     lib = _load(target, rewritten.kernels, name)
     with _LOAD_LOCK:
         return _LOADED.setdefault(key, lib)
+
+
+def _expanded_kernels(cxx: str, source: str, flags: list[str]) -> list[str]:
+    """The non-template kernels of `source` after its macros are expanded (kernels written by
+    macros), found by the preprocessor with `__global__` spelled as a marker."""
+    marker = "__cudacpu_global_marker__"
+    proc = subprocess.run([cxx, "-E", "-P", "-x", "c++", "-std=c++17", "-D__CUDA_ARCH__=800",
+                           "-D__CUDACC__=1", f"-D__global__={marker}", *flags, "-"],
+                          input=source, capture_output=True, text=True)
+    if proc.returncode != 0:
+        log = proc.stderr.strip()
+        raise BuildError(f"the preprocessor rejects the source: {log.splitlines()[0] if log else ''}", log)
+    return [k for k, is_template in prepass.kernel_names(proc.stdout, marker) if not is_template]
 
 
 def _compile(cxx: str, flags: list[str], text: str, target: Path, name: str) -> None:

@@ -191,7 +191,7 @@ def _rewrite_shared(text: str, counter: list[int]) -> tuple[str, int]:
             raise Unsupported("a __shared__ declaration without its ending `;`")
         original = text[start:end]
         lead = original[: len(original) - len(original.lstrip())]
-        decl = masked[start:end].strip()  # comments blanked
+        decl = masked[start:end].replace("\\\n", "  ").strip()  # comments, splices blanked
         is_extern = re.search(r"\bextern\b", _mask(decl)) is not None
         body = _QUALIFIERS.sub(" ", decl).strip()
         base, items = _declarators(body)
@@ -280,6 +280,7 @@ def _operands(section: str) -> list[tuple[str, str]]:
 
 
 def _asm_call(content: str, masked: str) -> str:
+    content, masked = content.replace("\\\n", "  "), masked.replace("\\\n", "  ")  # line splices
     spans = _split_top(content, masked, ":")
     template = content[spans[0][0]:spans[0][1]].strip()
     extended = len(spans) > 1
@@ -337,12 +338,13 @@ def _rewrite_asm(text: str) -> tuple[str, int]:
 # ---------------------------------------------------------------------------------------------
 # kernels
 
-def kernel_names(source: str) -> list[tuple[str, bool]]:
-    """(name, is a template) of each `__global__` function `source` defines, in order."""
+def kernel_names(source: str, marker: str = "__global__") -> list[tuple[str, bool]]:
+    """(name, is a template) of each `__global__` function `source` defines, in order (`marker`:
+    the spelling of `__global__` in `source`)."""
     masked = re.sub(r"__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)", lambda m: " " * len(m.group(0)),
                     _mask(source))
     found: dict[str, bool] = {}
-    for m in re.finditer(r"\b__global__\b", masked):
+    for m in re.finditer(rf"\b{marker}\b", masked):
         end = masked.find("(", m.end())
         names = re.findall(r"[A-Za-z_]\w*", masked[m.end():end]) if end > 0 else []
         if not names:
@@ -355,13 +357,30 @@ def kernel_names(source: str) -> list[tuple[str, bool]]:
     return list(found.items())
 
 
-def rewrite(source: str, name: str = "kernel.cu") -> Rewritten:
-    """`source` rewritten for the emulator (see the module docstring). Raises `Unsupported`."""
+def defines_kernels_in_macros(source: str) -> bool:
+    """Whether a `__global__` function is written inside a macro (its name is then known only
+    after preprocessing: `kernel_names` of the expanded text)."""
+    lines = _mask(source).split("\n")
+    in_macro = False
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("#define") or in_macro:
+            if re.search(r"\b__global__\b", line):
+                return True
+            in_macro = stripped.endswith("\\")
+    return False
+
+
+def rewrite(source: str, name: str = "kernel.cu", kernels: list[str] | None = None) -> Rewritten:
+    """`source` rewritten for the emulator (see the module docstring); `kernels` are the
+    names to register (default: `kernel_names(source)`'s non-template kernels). Raises
+    `Unsupported`."""
     counter = [0]
     text = source
     text, shared = _rewrite_shared(text, counter)
     text, asm = _rewrite_asm(text)
-    kernels = [k for k, is_template in kernel_names(source) if not is_template]
+    if kernels is None:
+        kernels = [k for k, is_template in kernel_names(source) if not is_template]
     tail = "".join(f"CUDACPU_KERNEL({k})\n" for k in kernels)
     quoted = name.replace("\\", "/").replace('"', "")
     return Rewritten(f'#line 1 "{quoted}"\n{text}\n{tail}', tuple(kernels), shared, asm)

@@ -1,0 +1,263 @@
+"""The CPU emulation of CUDA kernels (`gate.cudacpu`): kernels checked against torch, races and
+missing waits the emulator must expose, refusals, faults, and real host modules run through it."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from gate.cudacpu import host
+from gate.cudacpu.library import BuildError, EmulationError, build
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = Path(__file__).parent / "data" / "cudacpu" / "kernels.cu"
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return build(KERNELS.read_text(), name=KERNELS.name)
+
+
+def _sum(lib, kernel: str, x: torch.Tensor) -> float:
+    out = torch.zeros(1)
+    lib.launch(kernel, 6, 256, 0, [x, out, x.numel()])
+    return out.item()
+
+
+def test_shared_memory_tree_reduction(lib):
+    x = torch.randn(3000, generator=torch.Generator().manual_seed(0))
+    assert _sum(lib, "tree_sum", x) == pytest.approx(x.sum().item(), rel=1e-4, abs=1e-3)
+
+
+def test_a_missing_barrier_in_the_tree_is_exposed(lib):
+    x = torch.rand(3000, generator=torch.Generator().manual_seed(1)) + 0.5
+    assert abs(_sum(lib, "tree_sum_racy", x) - x.sum().item()) > 1.0
+
+
+def test_warp_shuffle_softmax(lib):
+    x = torch.randn(37, 70, generator=torch.Generator().manual_seed(2))
+    y = torch.empty_like(x)
+    lib.launch("softmax_rows", 10, 128, 0, [x, y, 37, 70])  # 40 warps, 3 without a row
+    torch.testing.assert_close(y, torch.softmax(x, dim=1), rtol=1e-5, atol=1e-6)
+
+
+def test_votes(lib):
+    x = torch.randn(128, generator=torch.Generator().manual_seed(3))
+    x[64:96] = x[64:96].abs() + 0.1
+    count, any_, all_ = (torch.zeros(4, dtype=torch.int32) for _ in range(3))
+    lib.launch("votes", 2, 64, 0, [x, count, any_, all_])
+    pos = (x > 0).view(4, 32)
+    assert count.tolist() == pos.sum(1).tolist()
+    assert any_.tolist() == pos.any(1).int().tolist() and all_.tolist() == pos.all(1).int().tolist()
+    assert all_.tolist()[2] == 1
+
+
+def test_atomics(lib):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randint(0, 1000, (5000,), generator=g, dtype=torch.int32)
+    f = torch.randn(5000, generator=g)
+    bins = torch.zeros(16, dtype=torch.int32)
+    maxv = torch.full((1,), -1, dtype=torch.int32)
+    fmax = torch.full((1,), -1e30)
+    lib.launch("histogram", 4, 128, 0, [x, f, 5000, bins, maxv, fmax])
+    assert bins.tolist() == torch.bincount(x & 15, minlength=16).tolist()
+    assert maxv.item() == x.max().item() and fmax.item() == f.max().item()
+
+
+@pytest.mark.parametrize("M,N,K", [(40, 24, 50), (16, 16, 16)])
+def test_tiled_gemm_with_shared_tiles(lib, M, N, K):
+    g = torch.Generator().manual_seed(M)
+    a, b = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
+    c = torch.empty(M, N)
+    lib.launch("gemm_tiled", ((N + 15) // 16, (M + 15) // 16), (16, 16), 0, [a, b, c, M, N, K])
+    torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_tile_overwritten_before_it_is_read_is_exposed(lib):
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(32, 48, generator=g), torch.randn(48, 32, generator=g)
+    c = torch.empty(32, 32)
+    lib.launch("gemm_tiled_racy", (2, 2), (16, 16), 0, [a, b, c, 32, 32, 48])
+    assert not torch.allclose(c, a @ b, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("kernel,dtype", [("mma_tile_f16", torch.float16), ("mma_tile_bf16", torch.bfloat16)])
+def test_ldmatrix_and_mma_sync_match_torch_matmul(lib, kernel, dtype):
+    g = torch.Generator().manual_seed(6)
+    a, b = torch.randn(16, 16, generator=g).to(dtype), torch.randn(16, 8, generator=g).to(dtype)
+    c = torch.empty(16, 8)
+    lib.launch(kernel, 1, 32, 0, [a, b, c])
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-5)
+
+
+def _staged(n: int, src: torch.Tensor) -> torch.Tensor:
+    """What stage_copy writes: element i takes the float4 mirrored within its 128-stage,
+    components reversed; zeros where the mirror lies past n."""
+    out = torch.empty(n, 4)
+    for i in range(n):
+        stage, t = divmod(i, 128)
+        j = stage * 128 + 127 - t
+        out[i] = src[j].flip(0) if j < n else 0.0
+    return out
+
+
+def test_cp_async_staging_with_zero_fill(lib):
+    n = 300
+    src = torch.randn(n, 4, generator=torch.Generator().manual_seed(7))
+    dst = torch.full((n, 4), -7.0)
+    lib.launch("stage_copy", 2, 128, 0, [src, dst, n, 1])
+    torch.testing.assert_close(dst, _staged(n, src))
+
+
+def test_cp_async_read_before_its_wait_is_exposed(lib):
+    n = 256
+    src = torch.randn(n, 4, generator=torch.Generator().manual_seed(8))
+    dst = torch.zeros(n, 4)
+    lib.launch("stage_copy", 1, 128, 0, [src, dst, n, 0])
+    # Threads read copies that have not landed: the staging buffer's poison (NaN) shows.
+    assert torch.isnan(dst).any()
+    assert not torch.allclose(torch.nan_to_num(dst), _staged(n, src))
+
+
+def test_half_and_bfloat16_conversions_round_like_torch(lib):
+    x = torch.tensor([0.0, -0.0, 1.0, 1.0009765625 + 2**-12, 3.14159, -2.5e-5, 6e-8, 2.9e-8, 65504.0, 65519.0,
+                      65520.0, 1e5, -1e38, 3.0e38, float("inf"), float("-inf"), 1.00390625, 0.1, 7e-39])
+    x = torch.cat([x, torch.randn(200, generator=torch.Generator().manual_seed(9)) * 100])
+    n = x.numel()
+    h, b, h2 = torch.empty(n), torch.empty(n), torch.empty(n)
+    hb, bb = torch.empty(n, dtype=torch.int16), torch.empty(n, dtype=torch.int16)
+    packed = torch.empty(n, dtype=torch.int32)
+    lib.launch("convert", (n + 63) // 64, 64, 0, [x, h, b, hb, bb, h2, packed, n])
+    assert hb.tolist() == x.half().view(torch.int16).tolist()
+    assert bb.tolist() == x.bfloat16().view(torch.int16).tolist()
+    torch.testing.assert_close(h, x.half().float(), rtol=0, atol=0)
+    torch.testing.assert_close(b, x.bfloat16().float(), rtol=0, atol=0)
+    finite = x.abs() < 6e4
+    expect = (x.half() + x.half()).float() + torch.full_like(x, 3.0)
+    torch.testing.assert_close(h2[finite], expect[finite], rtol=0, atol=0)
+    lo = (packed & 0xFFFF).to(torch.int16)
+    hi = ((packed >> 16) & 0xFFFF).to(torch.int16)
+    assert hi.tolist() == x.bfloat16().view(torch.int16).tolist()
+    assert lo.tolist() == (-x).bfloat16().view(torch.int16).tolist()
+
+
+def test_a_shuffle_against_a_block_barrier_is_a_deadlock(lib):
+    with pytest.raises(EmulationError, match="deadlock.*__shfl_sync.*__syncthreads"):
+        lib.launch("divergent", 1, 32, 0, [torch.zeros(32)])
+
+
+def test_faults_and_traps_end_the_launch_not_the_process(lib):
+    with pytest.raises(EmulationError, match="illegal memory access"):
+        lib.launch("bad_address", 1, 32, 0, [torch.zeros(32)])
+    with pytest.raises(EmulationError, match="__trap"):
+        lib.launch("traps", 1, 32, 0, [torch.zeros(32)])
+    x = torch.ones(512)
+    assert _sum(lib, "tree_sum", x) == 512.0  # the library still runs after both
+
+
+def test_launch_errors_name_the_problem(lib):
+    with pytest.raises(EmulationError, match="no kernel 'nope'"):
+        lib.launch("nope", 1, 32, 0, [])
+    with pytest.raises(EmulationError, match="without opting in"):
+        lib.launch("tree_sum", 1, 256, 64 * 1024, [torch.zeros(4), torch.zeros(1), 4])
+    with pytest.raises(EmulationError, match="invalid block size"):
+        lib.launch("tree_sum", 1, 2048, 0, [torch.zeros(4), torch.zeros(1), 4])
+
+
+@pytest.mark.parametrize("asm,what", [
+    ('asm volatile("wgmma.fence.sync.aligned;" ::: "memory");', "wgmma"),
+    ('asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global [%0], [%1];" :: "r"(0), "l"(0));', "TMA"),
+    ('asm volatile("brev.b32 %0, %0;" : "+r"(v));', "brev.b32"),
+])
+def test_unsupported_inline_ptx_is_refused_with_its_name(asm, what):
+    src = f'extern "C" __global__ void k(unsigned* p) {{ unsigned v = p[0]; {asm} p[0] = v; }}'
+    with pytest.raises(BuildError, match=f"not emulated.*{what}"):
+        build(src, name="refused.cu")
+
+
+def test_a_compile_error_is_a_build_error():
+    with pytest.raises(BuildError, match="does not compile for the emulator"):
+        build('extern "C" __global__ void k(float* p) { p[0] = undefined_name; }', name="broken.cu")
+
+
+def _import_host(path: Path):
+    spec = importlib.util.spec_from_file_location(f"cudacpu_host_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_topk_expert_runs_through_its_own_host_module():
+    with host.emulated():
+        topk = _import_host(ROOT / "experts" / "topk" / "topk_cuda.py")
+        x = torch.randn(3, 300, generator=torch.Generator().manual_seed(10))
+        values, indices = host.host_call(topk.run, x, 37)
+    ref_values, _ = torch.topk(x, 37)
+    assert type(values) is torch.Tensor and values.device.type == "cpu"
+    torch.testing.assert_close(values, ref_values, rtol=0, atol=0)
+    assert torch.equal(torch.gather(x, 1, indices), values)
+
+
+DIRECT_HOST = '''
+import ctypes
+from pathlib import Path
+
+import numpy as np
+import torch
+from cuda.bindings import driver, nvrtc
+
+SOURCE = Path(__file__).with_suffix(".cu").read_text()
+
+
+def _build():
+    err, prog = nvrtc.nvrtcCreateProgram(SOURCE.encode(), b"k.cu", 0, [], [])
+    opts = [b"--gpu-architecture=sm_90", b"-DBLOCK=256"]
+    (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, err
+    err, size = nvrtc.nvrtcGetCUBINSize(prog)
+    image = b" " * size
+    (err,) = nvrtc.nvrtcGetCUBIN(prog, image)
+    driver.cuInit(0)
+    err, module = driver.cuModuleLoadData(image)
+    err, func = driver.cuModuleGetFunction(module, b"row_sum")
+    assert err == driver.CUresult.CUDA_SUCCESS, err
+    return func
+
+
+def run(x):
+    func = _build()
+    rows, cols = x.shape
+    out = torch.empty(rows, device=x.device, dtype=x.dtype)
+    args = ((x.data_ptr(), out.data_ptr(), cols), (None, None, ctypes.c_int))
+    (err,) = driver.cuLaunchKernel(func, rows, 1, 1, 256, 1, 1, 0, 0, args, 0)
+    assert err == driver.CUresult.CUDA_SUCCESS, err
+    return out
+'''
+ROW_SUM = '''
+extern "C" __global__ void row_sum(const float* x, float* out, int cols) {
+    __shared__ float part[BLOCK / 32];
+    const float* row = x + (size_t)blockIdx.x * cols;
+    float v = 0.f;
+    for (int c = threadIdx.x; c < cols; c += BLOCK) v += row[c];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.f;
+        for (int w = 0; w < BLOCK / 32; ++w) s += part[w];
+        out[blockIdx.x] = s;
+    }
+}
+'''
+
+
+def test_a_host_calling_the_cuda_bindings_directly(tmp_path):
+    (tmp_path / "direct.cu").write_text(ROW_SUM)
+    (tmp_path / "direct.py").write_text(DIRECT_HOST)
+    x = torch.randn(5, 1000, generator=torch.Generator().manual_seed(11))
+    with host.emulated():
+        module = _import_host(tmp_path / "direct.py")
+        out = host.host_call(module.run, x)
+    torch.testing.assert_close(out, x.sum(1), rtol=1e-5, atol=1e-4)
