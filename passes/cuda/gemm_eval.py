@@ -424,6 +424,7 @@ class _Translator:
 
     def __init__(self, k: _Kernel, region: list[int], loop_vars: set[str]) -> None:
         self.k = k
+        self.home = k.ir
         self.region = region
         self.loop_vars = loop_vars
         self.declared: set[str] = set()
@@ -461,18 +462,30 @@ class _Translator:
         if k.scope.writes.get(name):
             raise Refusal(f"{name} is assigned after its definition")
         self._resolving.add(name)
-        expr = self.expr(decls[0][1])
+        inside, self.k.ir = self.k.ir, self.home  # the definition is in the kernel's own text
+        try:
+            expr = self.expr(decls[0][1])
+        finally:
+            self.k.ir = inside
         self._resolving.discard(name)
         self.prelude.append(f"v_{name} = {expr}")
 
     # ---- statements -------------------------------------------------------------------------
     def block(self, nids: list[int], pad: str) -> list[str]:
         out: list[str] = []
-        for nid in nids:
-            out += self.stmt(nid, pad)
+        i = 0
+        while i < len(nids):
+            if _loses_body(self.k.ir, nids[i]) and i + 1 < len(nids):
+                # `for (...)` then a pragma line then its body: the grammar ends the loop at
+                # the pragma (an empty statement) and makes the body the next statement
+                out += self.stmt(nids[i], pad, nids[i + 1])
+                i += 2
+                continue
+            out += self.stmt(nids[i], pad)
+            i += 1
         return out or [pad + "pass"]
 
-    def stmt(self, nid: int, pad: str) -> list[str]:
+    def stmt(self, nid: int, pad: str, body: int | None = None) -> list[str]:
         ir = self.k.ir
         gtype = ir.grammar_type_of(nid)
         kids = [c for c in children(ir, nid) if ir.grammar_type_of(c) not in _TRIVIA]
@@ -494,17 +507,18 @@ class _Translator:
                 out += [f"{pad}else:", *self.block(inner, pad + "    ")]
             return out
         if gtype == "for_statement":
-            return self.for_loop(nid, pad)
+            return self.for_loop(nid, pad, body)
         if gtype == "while_statement":
             cond = self.expr(children(ir, kids[0])[-1])
-            return [f"{pad}while {cond}:", *_STEP(pad), *self.block([kids[-1]], pad + "    ")]
+            inner = self.block([kids[-1] if body is None else body], pad + "    ")
+            return [f"{pad}while {cond}:", *_STEP(pad), *inner]
         raise Refusal(f"a {gtype.replace('_', ' ')} in the inner loop")
 
-    def for_loop(self, nid: int, pad: str) -> list[str]:
+    def for_loop(self, nid: int, pad: str, body: int | None = None) -> list[str]:
         ir = self.k.ir
         kids = [c for c in children(ir, nid) if ir.grammar_type_of(c) not in _TRIVIA]
-        body = kids[-1]
         heads = kids[:-1]
+        body = kids[-1] if body is None else body
         init = [h for h in heads if ir.grammar_type_of(h) == "declaration"]
         rest = [h for h in heads if ir.grammar_type_of(h) != "declaration"]
         src = text(ir, nid)
@@ -713,6 +727,15 @@ class _Translator:
             return self.expr(children(sub, init)[-1])
         finally:
             self.k.ir = saved
+
+
+def _loses_body(ir: KernelIR, nid: int) -> bool:
+    """Whether the loop `nid` ends in an empty statement the grammar made up (its body was
+    cut off by a preprocessor line)."""
+    if ir.grammar_type_of(nid) not in ("for_statement", "while_statement"):
+        return False
+    last = [c for c in children(ir, nid) if ir.grammar_type_of(c) not in _TRIVIA][-1]
+    return ir.grammar_type_of(last) == "expression_statement" and not text(ir, last).strip()
 
 
 def _STEP(pad: str) -> list[str]:

@@ -1,0 +1,215 @@
+"""`mma-micro-kernel`: tiled GEMMs written as users write them (different names, tile sizes,
+layouts, 1-D and 2-D blocks, fp16 and bf16, 16-bit or widened fp32 shared tiles, bounds checks,
+bias / relu / alpha epilogues) go to mma.sync; the output compiles with NVRTC for sm_90a and,
+run on the CPU emulator at ragged small shapes, matches torch; refusals say why."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+import kir
+from passes import PassContext, Skipped, get_pass
+from nvrtc_helpers import ptx_for_sm90a
+
+DATA = Path(__file__).parent / "data" / "microkernels"
+CTX = PassContext(facts={"arch": "sm_90"})
+
+
+@dataclass(frozen=True)
+class Fixture:
+    file: str
+    detail: dict[str, Any]
+    """What the site must report (a subset of its detail)."""
+    ldmatrix: bool
+    """Whether both operands are read with ldmatrix (16-bit tiles with 16-byte rows)."""
+
+
+FIXTURES = [
+    Fixture("blocktile_bf16.cu", {"block_tile": [128, 128, 16], "block": [256, 1], "dtype": "bf16",
+                                  "a": {"array": "As", "s_m": 16, "s_k": 1},
+                                  "b": {"array": "Bs", "s_n": 1, "s_k": 128}, "thread_tile": 64},
+            True),
+    Fixture("strided_fp16_at.cu", {"block_tile": [64, 64, 32], "block": [16, 16], "dtype": "fp16",
+                                   "a": {"array": "a_t", "s_m": 1, "s_k": 64}, "thread_tile": 16},
+            True),
+    Fixture("nt_bias_relu_bf16.cu", {"block_tile": [64, 128, 16], "block": [128, 1],
+                                     "a": {"array": "xs", "s_m": 24, "s_k": 1},
+                                     "b": {"array": "ws", "s_n": 24, "s_k": 1}}, True),
+    Fixture("f32tiles_k8_fp16.cu", {"block_tile": [128, 128, 8], "block": [256, 1], "dtype": "f32",
+                                    "a": {"array": "sa", "s_m": 1, "s_k": 128}}, False),
+]
+
+
+def _rewrite(source: str, ctx: PassContext = CTX) -> tuple[Any, Any]:
+    ir = kir.parse(source, "cuda")
+    rule = get_pass("mma-micro-kernel")()
+    sites = [s for s in rule.sites(ir) if not s.present]
+    assert len(sites) == 1, sites
+    return sites[0], rule.optimize(ir, sites[0], ctx)
+
+
+@pytest.mark.parametrize("fx", FIXTURES, ids=lambda f: f.file)
+def test_the_rule_fires_and_its_output_compiles_for_sm90a(fx: Fixture) -> None:
+    site, result = _rewrite((DATA / fx.file).read_text())
+    for key, want in fx.detail.items():
+        got = site.detail[key]
+        assert (got == want if not isinstance(want, dict)
+                else {k: got[k] for k in want} == want), (key, got)
+    assert result.ok, result
+    text = result.ir.text
+    ptx = ptx_for_sm90a(text)
+    assert "mma.sync.aligned.m16n8k" in ptx
+    assert ("ldmatrix" in ptx) == fx.ldmatrix
+    # the user's epilogue is untouched, and the rule is now present (not applicable again)
+    epilogue = (DATA / fx.file).read_text().rsplit("__syncthreads();", 1)[1].split("}", 2)[2]
+    assert epilogue.strip()[:200] in text
+    again = get_pass("mma-micro-kernel")().sites(result.ir)
+    assert [s.present for s in again] == [True]
+
+
+# ---------------------------------------------------------------------------------------------
+# the CPU emulator: the rewrite computes what torch computes (and what the start computed)
+
+torch = pytest.importorskip("torch")
+
+
+def _emulated(source: str) -> Any:
+    library = pytest.importorskip("gate.cudacpu.library")
+    try:
+        return library.build(source)
+    except library.BuildError as exc:  # pragma: no cover - the failure message is the point
+        if "g++" in str(exc) and "not found" in str(exc):
+            pytest.skip(str(exc))
+        raise
+
+
+def _blocktile(lib: Any, m: int, n: int, k: int, dtype: Any) -> tuple[Any, Any]:
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    c = torch.randn(m, n).to(dtype)
+    want = 0.5 * (a.float() @ b.float()) + 2.0 * c.float()
+    lib.launch(lib.kernels[0], ((n + 127) // 128, (m + 127) // 128), 256, 0,
+               [m, n, k, 0.5, a, b, 2.0, c])
+    return c.float(), want
+
+
+def _strided(lib: Any, m: int, n: int, k: int, dtype: Any) -> tuple[Any, Any]:
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    c = torch.zeros(m, n, dtype=dtype)
+    lib.launch(lib.kernels[0], ((n + 63) // 64, (m + 63) // 64), (16, 16), 0, [a, b, c, m, n, k])
+    return c.float(), a.float() @ b.float()
+
+
+def _linear_relu(lib: Any, m: int, n: int, k: int, dtype: Any) -> tuple[Any, Any]:
+    x, w = torch.randn(m, k).to(dtype), torch.randn(n, k).to(dtype)
+    bias = torch.randn(n)
+    out = torch.zeros(m, n, dtype=dtype)
+    lib.launch(lib.kernels[0], ((n + 127) // 128, (m + 63) // 64), 128, 0, [x, w, bias, out, m, n, k])
+    return out.float(), torch.relu(x.float() @ w.float().T + bias)
+
+
+def _alpha(lib: Any, m: int, n: int, k: int, dtype: Any) -> tuple[Any, Any]:
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    c = torch.zeros(m, n, dtype=dtype)
+    lib.launch(lib.kernels[0], ((n + 127) // 128, (m + 127) // 128), 256, 0,
+               [a, b, c, m, n, k, 0.25])
+    return c.float(), 0.25 * (a.float() @ b.float())
+
+
+RUNS: dict[str, tuple[Callable[..., tuple[Any, Any]], Any]] = {
+    "blocktile_bf16.cu": (_blocktile, torch.bfloat16),
+    "strided_fp16_at.cu": (_strided, torch.float16),
+    "nt_bias_relu_bf16.cu": (_linear_relu, torch.bfloat16),
+    "f32tiles_k8_fp16.cu": (_alpha, torch.float16),
+}
+
+
+@pytest.mark.parametrize("fx", FIXTURES, ids=lambda f: f.file)
+def test_the_rewrite_matches_torch_on_the_cpu_emulator(fx: Fixture) -> None:
+    _, result = _rewrite((DATA / fx.file).read_text())
+    assert result.ok, result
+    lib = _emulated(result.ir.text)
+    run, dtype = RUNS[fx.file]
+    torch.manual_seed(0)
+    # ragged shapes: partial tiles in M, N and K exercise the user's bounds and zero fill
+    got, want = run(lib, 72, 136, 40, dtype)
+    tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
+    assert torch.allclose(got, want, atol=tol * want.abs().max().item(), rtol=tol), \
+        (got - want).abs().max()
+
+
+def test_the_rewrite_equals_the_start_kernel_on_the_emulator() -> None:
+    source = (DATA / "blocktile_bf16.cu").read_text()
+    _, result = _rewrite(source)
+    outputs = []
+    for text in (source, result.ir.text):
+        torch.manual_seed(1)
+        outputs.append(_blocktile(_emulated(text), 130, 136, 48, torch.bfloat16)[0])
+    # fp32 sums of exact bf16 products: the order differs, the values agree to rounding
+    assert torch.allclose(outputs[0], outputs[1], atol=1e-2, rtol=1e-2)
+
+
+# ---------------------------------------------------------------------------------------------
+# refusals
+
+
+def _refusal(source: str, ctx: PassContext = CTX) -> str:
+    ir = kir.parse(source, "cuda")
+    rule = get_pass("mma-micro-kernel")()
+    sites = [s for s in rule.sites(ir) if not s.present]
+    assert sites, "the candidate should be found"
+    result = rule.optimize(ir, sites[0], ctx)
+    assert isinstance(result, Skipped), result
+    return result.reason
+
+
+def test_refusals_say_why() -> None:
+    blocktile = (DATA / "blocktile_bf16.cu").read_text()
+    # a K step that no mma shape divides
+    assert "not a multiple of 8" in _refusal(blocktile.replace("#define BK 16", "#define BK 4"))
+    # fp32 tiles are accepted only when filled from 16-bit data
+    widened = (DATA / "f32tiles_k8_fp16.cu").read_text()
+    scaled = widened.replace("v = __half2float(B[", "v = 0.5f * __half2float(B[")
+    assert "not filled only by copies" in _refusal(scaled)
+    fp32 = widened.replace("const __half* A, const __half* B", "const float* A, const float* B") \
+        .replace("__half2float(A[", "(A[").replace("__half2float(B[", "(B[")
+    assert "copied from f32" in _refusal(fp32)
+    # an accumulator that is overwritten each step is no GEMM micro-kernel
+    overwritten = blocktile.replace(
+        "threadResults[resIdxM * TN + resIdxN] += regM[resIdxM] * regN[resIdxN];",
+        "threadResults[resIdxM * TN + resIdxN] = regM[resIdxM] * regN[resIdxN];")
+    assert "overwritten" in _refusal(overwritten)
+    # a block whose warps cannot each own a 16x8 multiple of a 32x32 tile
+    one_each = """
+#include <cuda_bf16.h>
+#define T 32
+extern "C" __global__ void mm(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int n) {
+  __shared__ __nv_bfloat16 sa[T][T];
+  __shared__ __nv_bfloat16 sb[T][T];
+  int tx = threadIdx.x, ty = threadIdx.y, row = blockIdx.y * T + ty, col = blockIdx.x * T + tx;
+  float acc = 0.0f;
+  for (int t = 0; t < n; t += T) {
+    sa[ty][tx] = A[row * n + t + tx];
+    sb[ty][tx] = B[(t + ty) * n + col];
+    __syncthreads();
+    for (int k = 0; k < T; ++k) acc += __bfloat162float(sa[ty][k]) * __bfloat162float(sb[k][tx]);
+    __syncthreads();
+  }
+  C[row * n + col] = __float2bfloat16(acc);
+}
+"""
+    assert "does not split into 32 warp tiles" in _refusal(one_each)
+    # the launch's block, where given, decides: with 512 threads the inner loop would read
+    # outside the shared tiles
+    ctx = CTX.with_facts({"block": [512, 1, 1]})
+    assert "out of bounds" in _refusal(blocktile, ctx)
+    assert re.search(r"sm_80", _refusal(blocktile, PassContext(facts={"arch": "sm_75"})))
+
+
+def test_a_product_with_global_memory_is_no_candidate() -> None:
+    # the inner loop reads B from global memory: only one operand is a shared tile
+    text = (Path(__file__).parent / "data" / "passes" / "tiled_mm.cu").read_text()
+    assert get_pass("mma-micro-kernel")().sites(kir.parse(text, "cuda")) == []
