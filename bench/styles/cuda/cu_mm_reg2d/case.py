@@ -1,7 +1,7 @@
 """CUDA style case `cu_mm_reg2d`: C = A @ B, 2-D register blocking (load_inline ModelNew host)."""
 from __future__ import annotations
 
-import torch
+from experts.gemm import case as gemm
 
 NAME = "cu_mm_reg2d"
 DESCRIPTION = "matrix product, bf16, 128x128 tiles with 8x8 results per thread (load_inline)"
@@ -15,28 +15,18 @@ EXPERTS: list = []
 START = "mm_reg2d.py"
 FAMILY = "gemm"
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-_SIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
-
 
 def make_inputs(shape: dict, seed: int, device: str) -> tuple:
-    g = torch.Generator(device=device).manual_seed(seed)
-    dt = _DTYPES[shape["dtype"]]
-    a = torch.randn(shape["M"], shape["K"], generator=g, device=device).to(dt)
-    b = torch.randn(shape["K"], shape["N"], generator=g, device=device).to(dt)
-    return (a, b)
+    return gemm.make_inputs(shape, seed, device)
 
 
-def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if a.device.type == "cpu":
-        return (a.float() @ b.float()).to(a.dtype)
-    return torch.matmul(a, b)
+def reference(a, b):
+    return gemm.reference(a, b)
 
 
 def flops(shape: dict) -> float:
-    return 2.0 * shape["M"] * shape["N"] * shape["K"]
+    return gemm.flops(shape)
 
 
 def bytes_moved(shape: dict) -> float:
-    return float(_SIZE[shape["dtype"]] * (shape["M"] * shape["K"] + shape["K"] * shape["N"]
-                                          + shape["M"] * shape["N"]))
+    return gemm.bytes_moved(shape)
