@@ -213,3 +213,40 @@ def test_a_product_with_global_memory_is_no_candidate() -> None:
     # the inner loop reads B from global memory: only one operand is a shared tile
     text = (Path(__file__).parent / "data" / "passes" / "tiled_mm.cu").read_text()
     assert get_pass("mma-micro-kernel")().sites(kir.parse(text, "cuda")) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# the device: the rewrite is correct at real sizes and faster than the start
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_rewrite_is_correct_and_faster_than_the_start() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    cudahost = pytest.importorskip("experts.cudahost")
+    from triton.testing import do_bench
+
+    source = (DATA / "blocktile_bf16.cu").read_text()
+    _, result = _rewrite(source)
+    stream = torch.cuda.current_stream()
+    funcs = [cudahost.get_function(cudahost.compile_source(text, name=f"{tag}.cu"), "sgemm_blocktile")
+             for tag, text in (("start", source), ("mma", result.ir.text))]
+
+    def run(func: Any, a: Any, b: Any, c: Any) -> Any:
+        m, k = a.shape
+        n = b.shape[1]
+        cudahost.launch(func, ((n + 127) // 128, (m + 127) // 128), 256, 0,
+                        [m, n, k, 1.0, a, b, 0.0, c], stream)
+        return c
+
+    for m, n, k in ((1024, 1024, 1024), (1000, 1032, 520)):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        want = a.float() @ b.float()
+        got = run(funcs[1], a, b, torch.zeros(m, n, device="cuda", dtype=torch.bfloat16)).float()
+        assert (got - want).abs().max() <= 2e-2 * want.abs().max()
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    start, mma = (do_bench(lambda f=f: run(f, a, b, c), return_mode="median") for f in funcs)
+    assert mma * 1.5 < start, (start, mma)
