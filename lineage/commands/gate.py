@@ -84,7 +84,8 @@ def verdict_json(verdict: object) -> dict:
 @click.option("--no-cache", is_flag=True, help="Recompute even when a verdict is cached.")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
 def command(kernel: str, case: str, tier: str, timeout: float | None, no_cache: bool, as_json: bool) -> None:
-    """Gate KERNEL (a Triton .py, or a CUDA .cu with its host .py beside it) against a case.
+    """Gate KERNEL (a Triton .py; a CUDA .cu with its host .py beside it, or that host; or a
+    Python host holding its CUDA source: a load_inline ModelNew, a CuPy RawKernel) against a case.
 
     Exit code 0 when the kernel passes, 1 when it is rejected, 2 for bad input.
 
