@@ -8,7 +8,8 @@ triton: candidates run in worker processes, and the parent compares with numpy.
 from __future__ import annotations
 
 from gate.cases import Case, case_beside, list_cases, load_case
-from gate.check import CheckRequest, check, check_file, check_many, gpu_available, resolve_tier
+from gate.check import CheckRequest, check, check_file, gpu_available, resolve_tier
+from gate.executor import check_many
 from gate.verdict import (CompileFacts, Correctness, Facts, FailureKind, SeedResult, Tier, Timing,
                           VariantTiming, Verdict)
 

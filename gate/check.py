@@ -9,7 +9,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import metadata
@@ -317,16 +316,3 @@ class CheckRequest:
     host: str | None = None
     timeout: float | None = None
     cache: bool = True
-
-
-def check_many(requests: Sequence[CheckRequest], jobs: int | None = None,
-               executor: Any = None) -> list[Verdict]:
-    """Gate independent candidates concurrently (each in its own worker), in request order:
-    through `executor` (a `gate.executor.Executor`, e.g. a Ray cluster) when given, else on
-    this machine with `jobs` at once (default: one per CPU)."""
-    from gate.executor import LocalExecutor  # noqa: PLC0415 — the executors build on this module
-
-    if executor is not None:
-        return executor.check_many(requests)
-    with LocalExecutor(jobs or max(1, min(len(requests), os.cpu_count() or 1))) as local:
-        return local.check_many(requests)

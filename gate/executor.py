@@ -1,4 +1,5 @@
-"""Executors: where gate jobs run. One interface, two implementations.
+"""Executors: where gate jobs run. One interface (`gate.executor_base.Executor`, re-exported
+here), two implementations.
 
 - `LocalExecutor`: this machine, each job in a fresh worker process (`gate.check`), several
   at once in threads; device-tier jobs share the GPU through `gate.gpulock`.
@@ -12,9 +13,9 @@ cached is answered from it and not sent, and a fresh verdict is cached by the ca
 whose executor fails it (a Ray worker or node that died, a cancelled task) gets a verdict of
 kind `gate_fault`, which is never cached: submitting the job again retries it.
 
-`open_executor("local" | "ray", address=...)` makes one; `add_executor_arguments` /
-`executor_from_args` give an argparse script the same `--executor` / `--ray-address` options
-as the `klineage` commands.
+`check_many` gates a batch through one. `open_executor("local" | "ray", address=...)` makes
+one; `add_executor_arguments` / `executor_from_args` give an argparse script the same
+`--executor` / `--ray-address` options as the `klineage` commands.
 """
 from __future__ import annotations
 
@@ -27,69 +28,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gate.cases import Case
-from gate.check import CheckRequest, check, resolve_tier
+from gate.check import CheckRequest, check
+from gate.executor_base import Executor
 from gate.verdict import Tier, Verdict
 from kir.errors import BadInputError
 
 EXECUTORS = ("local", "ray")
 RAY_MISSING = "the ray executor needs Ray: pip install 'klineage[ray]'"
-
-
-class Executor:
-    """Runs gate jobs (`CheckRequest`s) and returns their verdicts; thread-safe.
-
-    `submit` is the primitive; `check` has `gate.check`'s signature (so it can stand in for
-    it wherever a `check_fn` is taken) and `check_many` gates a batch in request order.
-    Raises `BadInputError` where `gate.check` would (unknown case, tier, language)."""
-
-    name: ClassVar[str] = ""
-    speculate: ClassVar[bool] = False
-    """Spare capacity is the norm (a cluster): a caller may send ahead jobs whose verdicts it
-    may not need (a card's second materialization while its first is gated)."""
-
-    def submit(self, request: CheckRequest) -> Future[Verdict]:
-        raise NotImplementedError
-
-    def gpu_available(self) -> bool:
-        """Whether device-tier jobs can run (a GPU on this machine / in the cluster)."""
-        raise NotImplementedError
-
-    def width(self, tier: Tier | str) -> int:
-        """How many jobs of `tier` it runs at once."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Release what the executor holds (a cluster it started is shut down)."""
-
-    def check(self, source: str, language: Any, case: Case | str | Path,
-              tier: Tier | str = Tier.AUTO, *, path: str | Path | None = None,
-              host: str | Path | None = None, timeout: float | None = None,
-              cache: bool = True) -> Verdict:
-        request = CheckRequest(source, str(getattr(language, "value", language)), case, tier,
-                               str(path) if path is not None else None,
-                               host if host is None or isinstance(host, str) else str(host),
-                               timeout, cache)
-        return self.submit(request).result()
-
-    def check_many(self, requests: Sequence[CheckRequest]) -> list[Verdict]:
-        futures = [self.submit(r) for r in requests]
-        return [f.result() for f in futures]
-
-    def concrete_tier(self, tier: str) -> str:
-        """`tier` with `auto` made concrete for this executor's machines (device where they
-        have a GPU, else interpret); other tiers as given."""
-        return ("device" if self.gpu_available() else "interpret") if tier == "auto" else tier
-
-    def resolve_tier(self, tier: Tier | str, language: str) -> str:
-        """The tier a job of `language` runs at (`gate.resolve_tier` on this executor's machines)."""
-        resolved, _ = resolve_tier(tier, language, self.gpu_available())
-        return resolved.value
-
-    def __enter__(self) -> Executor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class LocalExecutor(Executor):
@@ -128,6 +73,17 @@ class LocalExecutor(Executor):
 def _check_request(r: CheckRequest) -> Verdict:
     return check(r.source, r.language, r.case, r.tier, path=r.path, host=r.host,
                  timeout=r.timeout, cache=r.cache)
+
+
+def check_many(requests: Sequence[CheckRequest], jobs: int | None = None,
+               executor: Any = None) -> list[Verdict]:
+    """Gate independent candidates concurrently (each in its own worker), in request order:
+    through `executor` (an `Executor`, e.g. a Ray cluster) when given, else on
+    this machine with `jobs` at once (default: one per CPU)."""
+    if executor is not None:
+        return executor.check_many(requests)
+    with LocalExecutor(jobs or max(1, min(len(requests), os.cpu_count() or 1))) as local:
+        return local.check_many(requests)
 
 
 def require_executor(name: str, address: str | None = None) -> None:
@@ -187,4 +143,4 @@ def executor_from_args(args: argparse.Namespace, jobs: int | None = None) -> Exe
 
 
 __all__ = ["EXECUTORS", "Executor", "LocalExecutor", "RAY_MISSING", "add_executor_arguments",
-           "executor_from_args", "open_executor"]
+           "check_many", "executor_from_args", "open_executor"]

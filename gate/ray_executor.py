@@ -35,7 +35,7 @@ import ray.exceptions
 from gate.cache import VerdictCache
 from gate.cases import EXPERTS_DIR, load_case
 from gate.check import CheckRequest, Prepared, cacheable, evaluate, platform_of, prepare
-from gate.executor import Executor
+from gate.executor_base import Executor
 from gate.verdict import FailureKind, Tier, Verdict, reject
 from kir.errors import BadInputError
 

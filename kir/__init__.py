@@ -9,10 +9,9 @@ from kir import kinds
 from kir.errors import BadInputError, KLineageError, ParseError, QueryError
 from kir.ir import Edit, KernelIR, Language, Node, Span
 from kir.parse import detect_language, parse, parse_file
-from kir.treediff import Action, Delete, EditScript, Insert, Move, Update, diff
 
 __all__ = [
-    "Action", "BadInputError", "Delete", "Edit", "EditScript", "Insert", "Move", "Update", "KLineageError", "KernelIR", "Language", "Node", "ParseError",
-    "QueryError", "Span", "detect_language", "diff", "kinds", "parse", "parse_file",
+    "BadInputError", "Edit", "KLineageError", "KernelIR", "Language", "Node", "ParseError",
+    "QueryError", "Span", "detect_language", "kinds", "parse", "parse_file",
 ]
 

@@ -332,7 +332,7 @@ class Inducer:
 
         pred_id = self.lineage.add_state(self._state(pred_src, back.ir, pred_verdict, frozenset()))
         self._irs[pred_id] = back.ir
-        script = kir.diff(back.ir, fwd.ir)
+        script = anchors.diff(back.ir, fwd.ir)
         actions = jsonable(getattr(script, "actions", script))
         delta = None
         if pred_ms and cur_ms:

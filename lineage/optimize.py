@@ -5,7 +5,7 @@ applies (the pass's optimization sites, those at the card's locus first; for a p
 a rule module, the matches of the card's anchor query), and asks the rewriter — the pass's
 deterministic rule first, then the LLM rewriter when one is configured — to perform it there.
 Where the rule has no site or refuses, and before the LLM is asked, the card's recorded step
-(`carrier["edit"]`) is transplanted onto the kernel (`kir.transplant`: the step's anchors
+(`carrier["edit"]`) is transplanted onto the kernel (`anchors.transplant`: the step's anchors
 mapped onto the target's, its hunks renamed and applied; rewriter "transplant"); where they do
 not map, the refusal says so ("anchors do not map: ..."): that is where the LLM takes over.
 
@@ -516,7 +516,7 @@ def _transplanted(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], boo
     import anchors  # noqa: PLC0415
     import kir  # noqa: PLC0415
 
-    from kir.transplant import transplant_record  # noqa: PLC0415
+    from anchors.transplant import transplant_record  # noqa: PLC0415
     from passes.base import Site  # noqa: PLC0415
 
     step = card.carrier.get("edit")
@@ -1496,9 +1496,9 @@ def _line_changes(a: str, b: str) -> tuple[Counter[str], Counter[str]]:
 
 def _diff_actions(old: Any, new: Any) -> tuple[Mapping[str, Any], ...]:
     """The structured diff of a kept step, as `klineage diff --json` lists its actions."""
-    import kir  # noqa: PLC0415
+    import anchors  # noqa: PLC0415
 
-    script = kir.diff(old, new)
+    script = anchors.diff(old, new)
     return tuple(action.to_json() for action in script.actions)
 
 

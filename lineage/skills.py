@@ -88,7 +88,7 @@ class SkillCard:
       Triton card also `"config"`: `{kernel: joint launch configuration by role}` of that
       transition's result, and `"expert_config"`: the same of its lineage's expert state
       (`passes.triton.roles.KernelConfig.to_json`); and `"edit"`: that transition's step as
-      data (`kir.transplant.record`: the source state's whole text, the token hunks that make
+      data (`anchors.transplant.record`: the source state's whole text, the token hunks that make
       the destination, the anchors of its edit script), which `lineage.optimize` transplants
       onto a target whose anchors map (a card lifted before it was kept has none: no
       transplant).
@@ -633,11 +633,11 @@ def _carrier(before: str, after: str, diff: Sequence[Any]) -> dict[str, Any]:
 
 
 def _edit(before: str, after: str, language: str, diff: Sequence[Any]) -> dict[str, Any]:
-    """`{"edit": kir.transplant.record(...)}` of a step (the anchors its recorded diff names);
+    """`{"edit": anchors.transplant.record(...)}` of a step (the anchors its recorded diff names);
     {} when a state has no source or the step changed nothing."""
     if not before or not after or before == after:
         return {}
-    from kir.transplant import record  # noqa: PLC0415
+    from anchors.transplant import record  # noqa: PLC0415
 
     anchors = [str(a.get("anchor")) for a in diff if isinstance(a, Mapping) and a.get("anchor")]
     step = record(before, after, language, anchors)

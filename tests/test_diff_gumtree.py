@@ -1,4 +1,4 @@
-"""kir.diff: GumTree-style structured diff, simplified to subtree actions naming anchors."""
+"""anchors.diff: GumTree-style structured diff, simplified to subtree actions naming anchors."""
 from __future__ import annotations
 
 import pytest
@@ -24,7 +24,7 @@ def k(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 
 
 def _diff(new_text: str, old_text: str = BASE, lang: str = "triton"):
-    return kir.diff(kir.parse(old_text, lang), kir.parse(new_text, lang))
+    return anchors.diff(kir.parse(old_text, lang), kir.parse(new_text, lang))
 
 
 def _summary(script) -> list[tuple[str, str]]:
@@ -34,7 +34,7 @@ def _summary(script) -> list[tuple[str, str]]:
 def test_identical_kernels_have_no_actions():
     assert _diff(BASE).actions == ()
     tiled = kir.parse_file(EXAMPLES / "matmul_tiled.py")
-    assert kir.diff(tiled, kir.parse_file(EXAMPLES / "matmul_tiled.py")).actions == ()
+    assert anchors.diff(tiled, kir.parse_file(EXAMPLES / "matmul_tiled.py")).actions == ()
 
 
 def test_literal_change_is_one_update():
@@ -42,7 +42,7 @@ def test_literal_change_is_one_update():
     (act,) = script.actions
     assert (act.action, act.anchor, act.old_text, act.new_text) == (
         "update", "triton:k/assign:y[0]", "2", "3")
-    assert isinstance(act, kir.Update) and act.src_line == act.dst_line == 11
+    assert isinstance(act, anchors.Update) and act.src_line == act.dst_line == 11
 
 
 def test_operator_change_is_an_update_of_the_operation():
@@ -91,7 +91,7 @@ def test_reordered_statements_are_a_move():
 def test_cuda_diff_names_cuda_anchors():
     old = kir.parse_file(KERNELS / "softmax_rows.cu")
     new_text = old.text.replace("  s = warp_sum(s);\n", "  s = warp_sum(s);\n  __syncwarp();\n")
-    script = kir.diff(old, kir.parse(new_text, "cuda"))
+    script = anchors.diff(old, kir.parse(new_text, "cuda"))
     (act,) = script.actions
     assert (act.action, act.anchor, act.kind) == (
         "insert", "cuda:softmax_rows/call:__syncwarp[0]", "other")
@@ -102,7 +102,7 @@ def test_every_action_names_an_existing_anchor():
     old = kir.parse_file(EXAMPLES / "matmul_naive.py")
     new = kir.parse_file(EXAMPLES / "matmul_tiled.py")
     ia, ib = anchors.build_index(old), anchors.build_index(new)
-    script = kir.diff(old, new)
+    script = anchors.diff(old, new)
     assert len(script.actions) > 5
     kinds = {a.action for a in script.actions}
     assert {"insert", "delete", "update"} <= kinds
@@ -128,10 +128,10 @@ def test_json_shape():
 
 def test_mapping_covers_unchanged_nodes():
     old = kir.parse(BASE, "triton")
-    script = kir.diff(old, kir.parse(BASE.replace("y = x * 2", "y = x * 3"), "triton"))
+    script = anchors.diff(old, kir.parse(BASE.replace("y = x * 2", "y = x * 3"), "triton"))
     assert len(script.mapping) == len(old)  # every node matched, one label changed
 
 
 def test_cross_language_diff_is_bad_input():
     with pytest.raises(BadInputError, match="cannot diff"):
-        kir.diff(kir.parse(BASE, "triton"), kir.parse("int x;\n", "cuda"))
+        anchors.diff(kir.parse(BASE, "triton"), kir.parse("int x;\n", "cuda"))

@@ -1,4 +1,4 @@
-"""Hypothesis properties of kir.diff over generated edits of the corpus kernels."""
+"""Hypothesis properties of anchors.diff over generated edits of the corpus kernels."""
 from __future__ import annotations
 
 from hypothesis import given
@@ -15,8 +15,8 @@ def test_diff_of_an_edit_is_small_local_and_names_real_anchors(case):
     old, old_index = parsed_state(path)
     new = old.apply([gen.edit])
     new_index = anchors.build_index(new)
-    script = kir.diff(old, new)
-    assert kir.diff(old, old).actions == ()
+    script = anchors.diff(old, new)
+    assert anchors.diff(old, old).actions == ()
     if new.text == old.text:
         assert script.actions == ()
         return

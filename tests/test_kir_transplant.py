@@ -4,7 +4,7 @@ does not map."""
 from __future__ import annotations
 
 import kir
-from kir.transplant import transplant
+from anchors.transplant import transplant
 
 CUDA_BEFORE = """
 __global__ void scale_rows(const float* x, float* y, int n, float alpha) {
@@ -171,7 +171,7 @@ def test_a_deletion_at_the_end_of_a_python_line_keeps_the_line_break() -> None:
 
 
 def test_a_recorded_step_replays_exactly_even_when_it_reindents() -> None:
-    from kir.transplant import record, replay, transplant_record
+    from anchors.transplant import record, replay, transplant_record
 
     after = TRITON_BEFORE.replace(
         "    tl.store(c_ptr", "    if K > 0:\n        tl.store(c_ptr")

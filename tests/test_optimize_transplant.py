@@ -15,7 +15,7 @@ import pytest
 
 import gate
 import kir
-from kir.transplant import replay
+from anchors.transplant import replay
 from lineage.graph import Lineage
 from lineage.optimize import card_sites, materialize, materializations, optimize
 from lineage.skills import Library, SkillCard, Trial, lift
@@ -239,7 +239,7 @@ def test_the_device_gemm_cards_rebuild_the_expert_from_its_naive_root_by_transpl
     the least optimized state of the device lineage, the lifted cards map one after another
     (a step recorded after others maps once they are back) until the kernel is the expert again,
     token for token; the tensor-core and warp-specialization states compile for sm_90a."""
-    from kir.transplant import _tokens
+    from anchors.transplant import _tokens
 
     lin = Lineage.load(DEVICE_CUDA / "gemm_cuda" / "lineage.json")
     expert = next(s for s in lin.states() if "expert" in lin.node(s)["roles"])

@@ -12,6 +12,7 @@ import json
 
 import click
 
+import anchors
 import kir
 
 
@@ -45,7 +46,7 @@ def command(old: str, new: str, language: str | None, as_json: bool) -> None:
         if ir.error_nodes:
             click.echo(f"klineage: warning: {path}: {ir.error_nodes} syntax error node(s); the "
                        "diff covers what tree-sitter recovered", err=True)
-    script = kir.diff(a, b)
+    script = anchors.diff(a, b)
     if as_json:
         payload = {"old": old, "new": new, "language": a.language.value, **script.to_json()}
         click.echo(json.dumps(payload, indent=1))

@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from anchors.index import build_index
+from anchors.treediff import diff
 from kir.errors import KLineageError
 from kir.ir import Edit, KernelIR, Span
 from kir.parse import parse
@@ -264,9 +266,6 @@ def _smallest_nodes(ir: KernelIR, start: int, end: int) -> list[int]:
 def transplant(before: KernelIR, after: KernelIR, target: KernelIR) -> Transplant:
     """Perform the step `before -> after` on `target` (all of one language); see the module
     docstring. Never raises for a step that does not fit: the result says why."""
-    from anchors import build_index  # anchors builds on kir; imported lazily as in `diff`
-    from kir.treediff import diff  # noqa: PLC0415
-
     if len({before.language, after.language, target.language}) != 1:
         return Transplant(False, None, "the step and the target are in different languages")
     pieces = hunks(before.text, after.text)

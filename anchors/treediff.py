@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from anchors.index import build_index
 from kir import kinds as K
 from kir.errors import BadInputError
 from kir.ir import KernelIR, Span, label_hashes, labels, structure_hashes
@@ -295,8 +296,6 @@ def _lis_keep(seq: Sequence[int]) -> set[int]:
 
 def diff(old: KernelIR, new: KernelIR) -> EditScript:
     """Edit script from `old` to `new` (same language). Actions are in source order."""
-    from anchors import build_index  # anchors builds on kir; imported lazily to keep layering
-
     if old.language is not new.language:
         raise BadInputError(f"cannot diff {old.language.value} against {new.language.value}")
     ia, ib = build_index(old), build_index(new)
