@@ -831,6 +831,9 @@ inline unsigned __activemask() {
     if (base + i < cudacpu::L->nthreads && cudacpu::L->threads[base + i].state != cudacpu::DONE) m |= 1u << i;
   return m;
 }
+namespace cudacpu {
+[[noreturn]] inline void unsupported(const char* why) { fail("%s", why); }
+}
 [[noreturn]] inline void __trap() { cudacpu::fail("the kernel executed __trap()"); }
 inline void __brkpt() {}
 inline void __nanosleep(unsigned) {}

@@ -106,6 +106,9 @@ class Library:
     _lock: Any = field(repr=False, default_factory=threading.Lock)
     opt_in: dict[str, int] = field(default_factory=dict)
     """Dynamic shared memory each kernel was allowed (`set_dynamic_shared`), by name."""
+    refused: tuple[str, ...] = ()
+    """Why each inline PTX statement of the source is not emulated (a launch that reaches one
+    fails with that reason)."""
 
     def has(self, kernel: str) -> bool:
         return _resolve(kernel, self.kernels) is not None
@@ -203,6 +206,7 @@ def build(source: str, *, name: str = "kernel.cu", defines: dict[str, Any] | Non
     if not target.is_file():
         _compile(cxx, flags, rewritten.text, target, name)
     lib = _load(target, rewritten.kernels, name)
+    lib.refused = rewritten.refused
     with _LOAD_LOCK:
         return _LOADED.setdefault(key, lib)
 

@@ -9,8 +9,10 @@ user's lines):
   `extern __shared__ T s[];` -> a reference to the launch's dynamic shared memory;
 - every `asm(...)` statement becomes a call of the PTX emulator with its template and its
   operands (outputs by reference): `::cudacpu::ptx::exec(template, operands, n, extended)`.
-  A template made only of string literals is checked here against `SUPPORTED` and refused with
-  the instruction named; one built by macros is checked when it runs;
+  A template made only of string literals is checked here against `SUPPORTED`; one that holds
+  an instruction outside it becomes `::cudacpu::unsupported(reason)`, which ends the launch
+  that executes it with the instruction named (a source may hold kernels its host never
+  launches on this device); one built by macros is checked when it runs;
 - the kernels (`__global__` functions that are not templates) are registered by name, so a
   launch can find them (`CUDACPU_KERNEL(name)` appended at the end).
 
@@ -61,12 +63,14 @@ class Unsupported(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Rewritten:
-    """The rewritten source, the kernels it registers, and the counts of each rewrite."""
+    """The rewritten source, the kernels it registers, the counts of each rewrite, and why each
+    asm statement the emulator cannot run is refused (when it runs)."""
 
     text: str
     kernels: tuple[str, ...]
     shared_decls: int
     asm_statements: int
+    refused: tuple[str, ...] = ()
 
 
 def _mask(text: str) -> str:
@@ -286,8 +290,12 @@ def _asm_call(content: str, masked: str) -> str:
     extended = len(spans) > 1
     literal = _literal_text(template)
     if literal is not None:
-        for op in _instruction_heads(literal):
-            _check_supported(op)
+        try:
+            for op in _instruction_heads(literal):
+                _check_supported(op)
+        except Unsupported as exc:  # refused when it runs: the source may never execute it
+            message = str(exc).replace("\\", "\\\\").replace('"', '\\"')
+            return f'::cudacpu::unsupported("{message}")'
     outputs = _operands(content[spans[1][0]:spans[1][1]]) if len(spans) > 1 else []
     inputs = _operands(content[spans[2][0]:spans[2][1]]) if len(spans) > 2 else []
     if len(spans) > 4:
@@ -379,8 +387,9 @@ def rewrite(source: str, name: str = "kernel.cu", kernels: list[str] | None = No
     text = source
     text, shared = _rewrite_shared(text, counter)
     text, asm = _rewrite_asm(text)
+    refused = tuple(dict.fromkeys(m.group(1) for m in re.finditer(r'::cudacpu::unsupported\("(.*?)(?<!\\)"\)', text)))
     if kernels is None:
         kernels = [k for k, is_template in kernel_names(source) if not is_template]
     tail = "".join(f"CUDACPU_KERNEL({k})\n" for k in kernels)
     quoted = name.replace("\\", "/").replace('"', "")
-    return Rewritten(f'#line 1 "{quoted}"\n{text}\n{tail}', tuple(kernels), shared, asm)
+    return Rewritten(f'#line 1 "{quoted}"\n{text}\n{tail}', tuple(kernels), shared, asm, refused)
