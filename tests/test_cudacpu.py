@@ -279,3 +279,13 @@ def test_gemm_expert_mma_kernel_runs_through_its_own_host_module():
         a, b = torch.randn(136, 64, generator=g).half(), torch.randn(64, 200, generator=g).half()
         c = host.host_call(gemm.run, a, b)
     torch.testing.assert_close(c.float(), (a.float() @ b.float()).half().float(), rtol=0, atol=0)
+
+
+def test_run_host_runs_a_rewritten_source_through_a_host_module():
+    from gate.cudacpu import run_host
+
+    x = torch.randn(4, 700, generator=torch.Generator().manual_seed(13))
+    out = run_host(ROW_SUM, DIRECT_HOST, x, stem="direct")
+    torch.testing.assert_close(out, x.sum(1), rtol=1e-5, atol=1e-4)
+    broken = ROW_SUM.replace("__syncthreads();", "")
+    assert not torch.allclose(run_host(broken, DIRECT_HOST, x, stem="direct"), x.sum(1), rtol=1e-3, atol=1e-3)
