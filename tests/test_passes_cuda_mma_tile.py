@@ -250,3 +250,18 @@ def test_on_the_gpu_the_rewrite_is_correct_and_faster_than_the_start() -> None:
     c = torch.empty(2048, 2048, device="cuda", dtype=torch.bfloat16)
     start, mma = (do_bench(lambda f=f: run(f, a, b, c), return_mode="median") for f in funcs)
     assert mma * 1.5 < start, (start, mma)
+
+
+@pytest.mark.parametrize("name", ["blocktile_bf16.cu", "strided_fp16_at.cu"])
+def test_the_de_optimization_is_scalar_fma_and_the_round_trip_is_exact(name: str) -> None:
+    from passes.roundtrip import roundtrip
+
+    _, result = _rewrite((DATA / name).read_text())
+    rule = get_pass("mma-micro-kernel")()
+    site = next(s for s in rule.sites(result.ir) if s.present)
+    trip = roundtrip(rule, result.ir, site, CTX)
+    assert trip.same, trip.forward
+    scalar = trip.backward.ir.text
+    assert "kl_tc_" not in scalar
+    ptx = ptx_for_sm90a(scalar)
+    assert "mma.sync" not in ptx and "ldmatrix" not in ptx and "fma.rn.f32" in ptx

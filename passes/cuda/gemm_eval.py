@@ -303,6 +303,15 @@ def element_kind(type_name: str) -> str:
     return _SIXTEEN_BIT.get(bare, bare)
 
 
+def shared_dims(ir: KernelIR, kernel: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The `__shared__` arrays of function `kernel`: name -> (element kind, extents)."""
+    scope = Scope(ir)
+    fn = scope.functions.get(kernel)
+    if fn is None:
+        return {}
+    return {n: (s.dtype, s.dims) for n, s in _Kernel(ir, scope, fn).shared.items()}
+
+
 def variable_kind(ir: KernelIR, fn: int, name: str) -> str | None:
     """`element_kind` of what the parameter or local `name` of function `fn` points to (or
     is), typedefs and aliases of the unit resolved; None where it is not declared there."""

@@ -20,7 +20,9 @@ alpha / beta, activations — and changes three places:
 Preconditions (each refusal says which): element type fp16 / bf16 in both tiles; BK a multiple
 of 16; the block a whole number of warps; the block tile split into one warp tile per warp
 with WTM a multiple of 16 and WTN of 8; shared memory left for the exchange; `arch >= sm_80`.
-The rule is deterministic and has no de-optimization (there is no recorded step to restore).
+The rule is deterministic. Its de-optimization turns the rule's own output back into scalar
+multiply-adds over the same tiles into the same accumulators (`scalar_edits`); the rule applied
+to that gives the output again, so a kernel in this form can stand in a lineage.
 
 Positions are byte offsets of `KernelIR.source`. No GPU library is imported here.
 """
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._asm import helper_insert_at
-from passes.cuda._c import CSource
+from passes.cuda._c import CSource, functions
 from passes.cuda.annotations import CUDA
 from passes.cuda._tree import Scope, children, subtree
 from passes.cuda.gemm_eval import BitSum, GemmTile, Tile, find_gemm_tiles, variable_kind
@@ -466,7 +468,10 @@ class MmaMicroKernel(Pass):
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
-        return Skipped("mma-micro-kernel has no de-optimization (nothing recorded to restore)")
+        edits = scalar_edits(ir)
+        if isinstance(edits, str):
+            return Skipped(edits)
+        return finish(ir, site, edits)
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         results, skip = self.check(ctx)
@@ -532,3 +537,103 @@ def _indent(source: bytes, pos: int) -> str:
     while end < len(source) and source[end:end + 1] in (b" ", b"\t"):
         end += 1
     return source[line:end].decode()
+
+
+# ---------------------------------------------------------------------------------------------
+# the de-optimization: the rule's tensor-core form -> scalar multiply-adds over the same tiles
+
+_STEP_MARK = f"{{  // mma-micro-kernel: this K step"
+_EXCHANGE_MARK = f"{{  // mma-micro-kernel: the fragments into"
+_ACC_DECL = re.compile(r"[ \t]*// mma-micro-kernel: each warp's fp32 accumulator fragments\n"
+                       rf"[ \t]*float {PREFIX}acc\[\d+\]\[\d+\]\[4\] = \{{\}};\n")
+_OPERAND = re.compile(rf"{PREFIX}p([ab]) = reinterpret_cast<const [\w ]+\*>\((\w+)\) \+ (-?\d+);")
+_FRAG = re.compile(rf"{PREFIX}frag_([ab])<\w+, \d+, \d+, (-?\d+), (-?\d+)>")
+_DEPTH = re.compile(rf"{PREFIX}k < (\d+); {PREFIX}k \+= \d+")
+_MAP = re.compile(rf"const int {PREFIX}row = (.+?), {PREFIX}col = (.+?);\n")
+_GROUP = re.compile(rf"if \(\(unsigned\)\({PREFIX}row(?: \+ (-?\d+))? - {PREFIX}c0\) < \d+u\) \{{\n"
+                    r"[^\n]*\n((?:[ \t]*[^\n]+ \+= s\[\d+\];\n)+)")
+_ADD = re.compile(r"[ \t]*(.+?) \+= s\[(\d+)\];")
+_TO_FLOAT = {"bf16": "__bfloat162float", "fp16": "__half2float", "f32": ""}
+
+
+def scalar_edits(ir: KernelIR) -> list[ByteEdit] | str:
+    """Edits that turn the rule's output back into scalar multiply-adds over the same shared
+    tiles into the same accumulators (the helpers, fragments and exchange removed), or why
+    the kernel is not in the rule's form. The rule applied to the result gives the kernel
+    back."""
+    from passes.cuda.gemm_eval import shared_dims  # noqa: PLC0415
+
+    text = ir.text
+    src = CSource(ir)
+    step_at, swap_at = text.find(_STEP_MARK), text.find(_EXCHANGE_MARK)
+    helpers_at = text.find(HELPERS)
+    acc = _ACC_DECL.search(text)
+    if min(step_at, swap_at, helpers_at) < 0 or acc is None or text.count(_STEP_MARK) != 1:
+        return "the kernel is not in the form mma-micro-kernel writes"
+    step = text[step_at:src.close(step_at)]
+    swap_end = src.close(swap_at)
+    swap = text[swap_at:swap_end]
+    operands = {m.group(1): (m.group(2), int(m.group(3))) for m in _OPERAND.finditer(step)}
+    strides = {m.group(1): (int(m.group(2)), int(m.group(3))) for m in _FRAG.finditer(step)}
+    depth, where = _DEPTH.search(step), _MAP.search(swap)
+    groups = list(_GROUP.finditer(swap))
+    if set(operands) != {"a", "b"} or set(strides) != {"a", "b"} or not depth or not where \
+            or not groups:
+        return "the kernel's tensor-core step is not one mma-micro-kernel wrote"
+    around = [f for f in functions(src) if f.body_start <= step_at < f.body_end]
+    dims = shared_dims(ir, min(around, key=lambda f: f.body_end - f.body_start).name) \
+        if around else {}
+    (arr_a, base_a), (arr_b, base_b) = operands["a"], operands["b"]
+    if arr_a not in dims or arr_b not in dims:
+        return "the tensor-core step's tiles are not shared arrays of its kernel"
+    (sa_m, sa_k), (sb_k, sb_n) = strides["a"], strides["b"]
+    pad = _indent(ir.source, src.b(step_at))
+    inner = pad + "    "
+
+    def read(arr: str, flat: str) -> str:
+        kind, extents = dims[arr]
+        return f"{_TO_FLOAT[kind]}({_subscript(arr, flat, extents)})"
+
+    lines = [f"{{  // scalar multiply-adds over the shared tiles",
+             f"{pad}  const int kl_fma_row = {where.group(1)}, kl_fma_col = {where.group(2)};",
+             f"{pad}  for (int kl_fma_k = 0; kl_fma_k < {depth.group(1)}; ++kl_fma_k) {{"]
+    for g in groups:
+        dm = int(g.group(1) or 0)
+        for add in _ADD.finditer(g.group(2)):
+            dn = int(add.group(2))
+            fa = _affine(base_a, [("kl_fma_row", dm, sa_m), ("kl_fma_k", 0, sa_k)])
+            fb = _affine(base_b, [("kl_fma_k", 0, sb_k), ("kl_fma_col", dn, sb_n)])
+            lines.append(f"{inner}{add.group(1)} += {read(arr_a, fa)} * {read(arr_b, fb)};")
+    lines += [f"{pad}  }}", f"{pad}}}"]
+    edits = [ByteEdit(*src.bspan(helpers_at, helpers_at + len(HELPERS)), ""),
+             ByteEdit(*src.bspan(acc.start(), acc.end()), ""),
+             ByteEdit(*src.bspan(step_at, step_at + len(step)), "\n".join(lines))]
+    line_end = text.find("\n", swap_end)
+    edits.append(ByteEdit(*src.bspan(src.line_start(swap_at), line_end + 1 if line_end >= 0
+                                     else len(text)), ""))
+    return sorted(edits, key=lambda e: e.start)
+
+
+def _affine(base: int, terms: list[tuple[str, int, int]]) -> str:
+    """`base + sum((var + offset) * stride)` as C text, zero terms left out."""
+    parts = [str(base)] if base else []
+    for var, offset, stride in terms:
+        if stride == 0:
+            continue
+        v = f"({var} + {offset})" if offset else var
+        parts.append(v if stride == 1 else f"{v} * {stride}")
+    return " + ".join(parts) or "0"
+
+
+def _subscript(arr: str, flat: str, extents: tuple[int, ...]) -> str:
+    """`arr` indexed at the flattened element `flat` through its declared extents."""
+    if len(extents) == 1:
+        return f"{arr}[{flat}]"
+    out = []
+    for i, d in enumerate(extents):
+        size = 1
+        for e in extents[i + 1:]:
+            size *= e
+        index = f"({flat}) / {size}" if i == 0 else f"({flat}) / {size} % {d}"
+        out.append(index.replace(" / 1 %", " %").replace(" / 1", ""))
+    return arr + "".join(f"[{x}]" for x in out)
