@@ -59,15 +59,45 @@ def _top_functions(ir: Any) -> list[tuple[int, int, str, tuple[str, ...]]]:
     return out
 
 
+# What torch's extension builder passes nvcc for every CUDA source (torch.utils.cpp_extension),
+# so that a `load_inline` host's source is compiled under the same rules at the static tier;
+# NVRTC has no `--expt-relaxed-constexpr`: `-default-device` lets device code call the
+# unannotated `constexpr` helpers `device_source` keeps (every other one is blanked).
+EXTENSION_NVRTC_OPTIONS = ("-default-device", "-D__CUDA_NO_HALF_OPERATORS__",
+                           "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+                           "-D__CUDA_NO_HALF2_OPERATORS__")
+
+
+_EXTENSION_HEADERS = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"](?:torch/|ATen/|c10/|pybind11/)",
+                                re.M)
+
+
+def has_host_half(text: str) -> bool:
+    """Whether a CUDA source holds the host half of a torch extension: an include of torch's
+    extension API, a `<<<...>>>` launch or a pybind11 module (a `load_inline` source)."""
+    return bool(_EXTENSION_HEADERS.search(text)) or "<<<" in text or "PYBIND11_MODULE" in text
+
+
+def nvrtc_options(text: str) -> tuple[str, ...]:
+    """The NVRTC options that compile `text` as its host's compiler would: those of torch's
+    extension builder for a source with a host half, else none."""
+    return EXTENSION_NVRTC_OPTIONS if has_host_half(text) else ()
+
+
 def device_source(text: str) -> str:
-    """`text` with its host half blanked: functions qualified neither `__global__` nor
-    `__device__` (C++ wrappers, the pybind11 module) and includes of host-only headers. What
-    is left is what NVRTC compiles for the device; line numbers are kept (blanked code becomes
-    blank lines). A source without a host half comes back unchanged."""
+    """`text` with its host half blanked (`has_host_half`): functions qualified neither
+    `__global__` nor `__device__` nor `constexpr` (C++ wrappers, the pybind11 module) and
+    includes of host-only headers. What is left is what NVRTC compiles for the device; line
+    numbers are kept (blanked code becomes blank lines). A source without a host half comes
+    back unchanged (an unqualified function there is the author's, compiled as written)."""
+    if not has_host_half(text):
+        return text
     ir = kir.parse(text, "cuda")
     data = ir.source
     cuts = [(s, e) for s, e, _, quals in _top_functions(ir)
-            if not any(q in quals for q in _DEVICE_QUALIFIERS)]
+            if not any(q in quals for q in _DEVICE_QUALIFIERS)
+            and not re.match(rb"(?:template\s*<[^>]*>\s*)?(?:static\s+|inline\s+)*constexpr\b",
+                             data[s:e])]
     out = bytearray(data)
     for s, e in cuts:
         out[s:e] = bytes(b if b == 0x0A else 0x20 for b in data[s:e])

@@ -427,6 +427,7 @@ def _cuda_facts(chan: Channel, job: Job) -> list[CompileFacts]:
     assert job.cu_path is not None
     source = Path(job.cu_path).read_text()
     text = hostforms.device_source(source)  # a load_inline source's C++ wrappers left out
+    options = hostforms.nvrtc_options(source)
     seen = hostview.CudaLaunches()
     with contextlib.ExitStack() as stack:
         stack.enter_context(hostview.target_device(TARGET))
@@ -434,14 +435,15 @@ def _cuda_facts(chan: Channel, job: Job) -> list[CompileFacts]:
                                                     TARGET, source))
         host = import_candidate(chan, job, stage="compile")
         case = import_case_module(Path(job.case_path))
-        compiles = _cuda_compiles(chan, job, host, case, text)
+        compiles = _cuda_compiles(chan, job, host, case, text, options)
         launches, failures = _trace_cuda_launches(chan, host, case, seen)
     return _cuda_compile_facts(chan, compiles, launches, failures)
 
 
-def _cuda_compiles(chan: Channel, job: Job, host: Any, case: Any, text: str) -> list[tuple]:
-    """NVRTC compiles of `text` for the target, one per distinct set of `static_defines`:
-    (first variant, defines, variants, Compiled, seconds)."""
+def _cuda_compiles(chan: Channel, job: Job, host: Any, case: Any, text: str,
+                   options: tuple[str, ...] = ()) -> list[tuple]:
+    """NVRTC compiles of `text` (with `options`) for the target, one per distinct set of
+    `static_defines`: (first variant, defines, variants, Compiled, seconds)."""
     from experts import cudahost
 
     assert job.cu_path is not None
@@ -459,7 +461,7 @@ def _cuda_compiles(chan: Channel, job: Job, host: Any, case: Any, text: str) -> 
         t0 = time.perf_counter()
         try:
             compiled = cudahost.compile_source(text, name=Path(job.cu_path).name, arch=TARGET_NAME,
-                                               defines=defines)
+                                               defines=defines, options=options)
         except cudahost.CompileError as exc:
             chan.reject(FailureKind.COMPILE_ERROR, "compile",
                         f"NVRTC ({TARGET_NAME}): {describe(exc, 2000)}")

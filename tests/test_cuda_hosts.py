@@ -102,10 +102,12 @@ _LOAD_INLINE_SOURCE = textwrap.dedent("""\
     template <typename T>
     __device__ T twice(T v) { return v + v; }
 
+    constexpr int lanes(int threads) { return threads / 32; }  // used by device code
+
     __global__ void doubled(const float* __restrict__ x, float* y, int n) {
         extern __shared__ float stage[];
         int i = blockIdx.x * blockDim.x + threadIdx.x;
-        if (i < n) { stage[threadIdx.x] = twice(x[i]); y[i] = stage[threadIdx.x]; }
+        if (i < n && lanes(blockDim.x) > 0) { stage[threadIdx.x] = twice(x[i]); y[i] = stage[threadIdx.x]; }
     }
 
     torch::Tensor double_it(torch::Tensor x) {
@@ -135,8 +137,10 @@ def test_the_device_half_of_a_load_inline_source_compiles_with_nvrtc() -> None:
     assert hostforms.device_source(plain) == plain
     cudahost = pytest.importorskip("experts.cudahost")
     pytest.importorskip("cuda.bindings.nvrtc")
-    compiled = cudahost.compile_source(device, name="inline.cu", arch="sm_90a")
+    compiled = cudahost.compile_source(device, name="inline.cu", arch="sm_90a",
+                                       options=hostforms.nvrtc_options(_LOAD_INLINE_SOURCE))
     assert "doubled" in "".join(compiled.resources())
+    assert hostforms.nvrtc_options(plain) == ()
 
 
 def test_what_a_cpp_wrapper_launches_is_read_with_its_shared_memory() -> None:
@@ -205,7 +209,7 @@ def test_each_cuda_style_start_compiles_with_nvrtc_for_sm_90a(case: str) -> None
     unit = embedded.cuda_unit(loaded.start_path())
     assert unit is not None, f"{case}: the start is not a CUDA kernel"
     compiled = cudahost.compile_source(hostforms.device_source(unit.source), name=f"{case}.cu",
-                                       arch="sm_90a")
+                                       arch="sm_90a", options=hostforms.nvrtc_options(unit.source))
     assert compiled.cubin and compiled.resources(), compiled.log
     module_text = unit.host_path.read_text()
     assert foreign.scan_source(module_text) == []
