@@ -129,14 +129,15 @@ class Inducer:
             configured = pass_from_spec(spec)
             self._registry[configured.name] = configured
         self._graph = PassGraph.from_registry()
-        self.ctx = PassContext.for_case(self.case_name, tier="interpret" if self.tier == "interpret" else "device")
+        self.ctx = PassContext.for_case(self.case_name, tier="interpret" if self.tier in ("interpret", "emulate")
+                                        else "device")
         self._irs: dict[str, kir.KernelIR] = {}
 
     # ---- gate ---------------------------------------------------------------------------
     def _resolve_tier(self, tier: str) -> str:
         tier = str(getattr(tier, "value", tier))
-        if tier not in ("static", "interpret", "device", "auto"):
-            raise BadInputError(f"unknown tier {tier!r} (static|interpret|device|auto)")
+        if tier not in ("static", "interpret", "emulate", "device", "auto"):
+            raise BadInputError(f"unknown tier {tier!r} (static|interpret|emulate|device|auto)")
         if tier == "auto":
             gpu = self._executor.gpu_available() if self._executor is not None else self._gate.gpu_available()
             return "device" if gpu else "interpret"

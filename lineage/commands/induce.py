@@ -72,7 +72,7 @@ def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_s
 @click.command("induce")
 @click.argument("kernel", type=click.Path(dir_okay=False))
 @click.option("--case", "case", default=None, help="Case: a name under experts/, a case folder or its case.py, or a KernelBench problem file (see `klineage cases`). Default: the case beside the kernel (a case.py in its folder, or <stem>.py beside <stem>_triton.py).")
-@click.option("--tier", type=click.Choice(["static", "interpret", "device", "auto"]), default="auto",
+@click.option("--tier", type=click.Choice(["static", "interpret", "emulate", "device", "auto"]), default="auto",
               show_default=True, help="Gate tier used to validate every state.")
 @click.option("--out", "out", default="out/lineage", show_default=True, help="Output directory.")
 @click.option("--width", type=click.IntRange(1, 16), default=1, show_default=True,

@@ -19,7 +19,7 @@ from lineage.commands._common import Progress, emit_json, executor_options, outp
               help="Most candidates to gate.")
 @click.option("--budget-usd", type=click.FloatRange(0, None), default=1.0, show_default=True,
               help="Most USD the LLM rewriter may spend (used only with ANTHROPIC_API_KEY).")
-@click.option("--tier", type=click.Choice(["static", "interpret", "device", "auto"]), default="auto",
+@click.option("--tier", type=click.Choice(["static", "interpret", "emulate", "device", "auto"]), default="auto",
               show_default=True, help="Gate tier for every candidate.")
 @click.option("-k", "k", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Per-dimension top-k of retrieval.")

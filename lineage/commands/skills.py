@@ -25,7 +25,7 @@ from lineage.commands._common import emit_json, executor_options
                    "klineage induce --first-branch 1); its states that are no state of a card's "
                    "source lineage, in a lineage holding none of the card's evidence, are "
                    "contexts too (repeatable).")
-@click.option("--tier", type=click.Choice(["static", "interpret", "device", "auto"]),
+@click.option("--tier", type=click.Choice(["static", "interpret", "emulate", "device", "auto"]),
               default="auto", show_default=True, help="Gate tier of admission trials.")
 @click.option("--max-trials", type=click.IntRange(1, 50), default=2, show_default=True,
               help="Held-out contexts tried per card in admission.")
