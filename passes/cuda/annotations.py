@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._c import CSource, find_iter, functions
+from passes.cuda.recognize import Unit, constant_trip, launch_block
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -45,7 +46,15 @@ class PragmaUnroll(Pass):
 
     def _loops(self, src: CSource) -> list[tuple[int, int, bool]]:
         """(for start, header end, constant trip count) of the `for` loops: constant when the
-        condition's bound is a literal or an ALL_CAPS name (macro, constexpr, template)."""
+        condition's bound is a literal or an ALL_CAPS name (macro, constexpr, template), or
+        when start, bound and step are compile-time constants by their definitions
+        (`passes.cuda.recognize.constant_trip`: `constexpr int tile = 8;`, a template
+        parameter)."""
+        unit = Unit(src.ir) if src.ir is not None else None
+        counted = {}
+        if unit is not None:
+            counted = {src.ir.span_of(n.id).start: constant_trip(unit, n.id)[0]
+                       for n in src.ir.walk() if src.ir.grammar_type_of(n.id) == "for_statement"}
         out = []
         for m in find_iter(_FOR, src):
             paren = m.end() - 1
@@ -54,7 +63,9 @@ class PragmaUnroll(Pass):
             if len(parts) != 3:
                 continue
             cond = re.match(r"\s*\w+\s*(<=|<|>=|>|!=)\s*(.+?)\s*$", parts[1], re.S)
-            out.append((m.start(), end, bool(cond and _CONST_BOUND.match(cond.group(2)))))
+            constant = bool(cond and _CONST_BOUND.match(cond.group(2))) or \
+                counted.get(src.b(m.start()), False)
+            out.append((m.start(), end, constant))
         return out
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
@@ -112,7 +123,8 @@ class LaunchBounds(Pass):
 
     bounds: str = ""
     """The bounds to set (recorded by a de-optimization, e.g. `256, 2`); empty: the block size
-    from the facts (`block_threads`) or a `#define ...THREADS...` macro."""
+    from the facts (`block_threads`), else the block the kernel's launches use as the host
+    sets it (`passes.cuda.recognize.launch_block`), else a `#define ...THREADS...` macro."""
     sep: str = " "
     """The whitespace between the annotation and what follows it."""
     follows: str = ""
@@ -164,13 +176,17 @@ class LaunchBounds(Pass):
         bounds = self.bounds
         if not bounds:
             facts = dict(ctx.facts) if ctx is not None else {}
+            launch = launch_block(ir, site.detail.get("kernel"))
             if "block_threads" in facts:
                 bounds = str(facts["block_threads"])
+            elif launch.threads is not None:
+                bounds = str(launch.threads)
             else:
                 macro = _THREADS.search(src.text)
                 if macro is None:
                     return Skipped("the block size is unknown: record it or give the fact "
-                                   "block_threads", {"kernel": site.detail.get("kernel")})
+                                   f"block_threads ({launch.reason})",
+                                   {"kernel": site.detail.get("kernel")})
                 bounds = macro.group(1)
         first = bounds.split(",")[0].strip()
         facts = {"bound": int(first)} if first.isdigit() else {}

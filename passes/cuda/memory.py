@@ -11,6 +11,7 @@ from passes._source import ByteEdit, finish, make_site, restore_recorded
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._c import CSource, find_iter, functions
 from passes.cuda.annotations import CUDA
+from passes.cuda.recognize import stagings
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -298,6 +299,13 @@ class SmemStaging(Pass):
         src = CSource(ir)
         out = [make_site(self.name, ir, index, src.bspan(src.line_start(s.fill_start), s.reads[-1][1]), True,
                          {"array": s.array, "reads": len(s.reads)}) for s in self._stagings(src)]
+        # staging in the other forms users write (a guarded temporary, a ternary, a vector
+        # copy; found by role): present, so what requires staged tiles sees it; this rule
+        # de-optimizes only the direct form above
+        for st in stagings(ir)[0]:
+            if not any(site.span[0] <= st.store[0] and st.store[1] <= site.span[1] for site in out):
+                out.append(make_site(self.name, ir, index, st.span, True, {
+                    "array": st.array, "form": st.form, "source": st.source}, st.store))
         for decl in find_iter(_SHARED_DECL, src):  # a declared tile nobody uses
             fn = src.function_at(decl.start())
             if fn is not None and not re.search(rf"(?<![\w.]){decl.group(1)}\b",

@@ -7,18 +7,31 @@ waiting for it, so the data simply arrives earlier; the stage ring stays as it i
 forms: inline PTX `cp.async.{ca,cg}.shared.global [dst], [src], N[, src_size]`,
 `cp.async.commit_group`, `cp.async.wait_group N` / `wait_all`, and the CUDA pipeline
 primitives `__pipeline_memcpy_async`, `__pipeline_commit`, `__pipeline_wait_prior`.
+
+The forward rule also pipelines a K loop a user wrote with synchronous staging, found by role
+(`passes.cuda.recognize.stagings`, in any of their forms): a loop whose body stages tiles into
+shared arrays, then synchronizes, computes on them and synchronizes again. Each staged array
+gets a ring of `stages` slots; the copies of tile i + stages - 1 are issued as `cp.async`
+(zero-filled where the user's guard fails, by a source size of 0) while tile i is computed,
+with a prologue that issues the first stages - 1 tiles; each iteration issues its copies, then
+waits until at most stages - 1 groups are in flight (its own tile has landed) before the
+compute. It refuses (with the reason) where a copy is not 4, 8 or 16 bytes, where a
+guarded copy's fill is not zero, where the staged arrays are used outside the loop, or where the
+loop does anything but stage, synchronize and compute.
 """
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.cuda._c import CSource, asm_operands, find_iter
+from passes.cuda._c import CSource, asm_operands, code_view, find_iter
 from passes.cuda.annotations import CUDA
+from passes.cuda.recognize import Staging, stagings
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -60,6 +73,8 @@ class CpAsyncPipeline(Pass):
     pairs: str = ""
     """JSON list of [original, replacement] texts in source order (recorded by a
     de-optimization); restoring them re-derives the pipeline."""
+    stages: int = 3
+    """Slots of the ring the rule builds on a synchronously staged K loop (2 to 4)."""
 
     name: ClassVar[str] = "cp-async-pipeline"
     category: ClassVar[Category] = Category.STAGING
@@ -119,6 +134,11 @@ class CpAsyncPipeline(Pass):
         if copies:
             out.append(make_site(self.name, ir, index, (0, len(ir.source)), False,
                                  {"copies": len(copies)}, src.bspan(copies[0], copies[0] + 10)))
+        elif not any(o.replacement != _BARRIER for o in ops):
+            for loop in staged_loops(ir):
+                out.append(make_site(self.name, ir, index, loop.span, False,
+                                     {"arrays": sorted({s.array for s in loop.stagings}),
+                                      "copies": len(loop.stagings)}, loop.span))
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -134,11 +154,15 @@ class CpAsyncPipeline(Pass):
         return finish(ir, site, edits, options={"pairs": json.dumps(pairs)})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
-        if not self.pairs:
-            return Skipped("restoring a cp.async pipeline needs the recorded copies", {})
         results, skip = self.check(ctx)
         if skip:
             return skip
+        loop = next((lp for lp in staged_loops(ir) if lp.span == tuple(site.span)), None)
+        if loop is not None and (not self.pairs or
+                                 json.loads(self.pairs)[0][1].encode() not in ir.source):
+            return pipeline_loop(ir, site, loop, self.stages, results)
+        if not self.pairs:
+            return Skipped("restoring a cp.async pipeline needs the recorded copies", {})
         pairs = json.loads(self.pairs)
         text = ir.source
         pos, edits = site.span[0], []
@@ -150,3 +174,224 @@ class CpAsyncPipeline(Pass):
             edits.append(ByteEdit(at, at + len(needle), before))
             pos = at + len(needle)
         return finish(ir, site, edits, preconditions=results)
+
+
+# ---------------------------------------------------------------------------------------------
+# the forward rule on a K loop staged synchronously (by role)
+
+
+@dataclass(frozen=True, slots=True)
+class StagedLoop:
+    """A loop whose body stages tiles (`stagings`) before its first top-level barrier and
+    computes on them after it; `span` is the loop's."""
+
+    node: int
+    span: tuple[int, int]
+    stagings: tuple[Staging, ...]
+
+
+def staged_loops(ir: KernelIR) -> list[StagedLoop]:
+    """Loops holding global -> shared stagings before the first barrier of their body."""
+    from passes.cuda._tree import block_items, loop_body  # noqa: PLC0415
+
+    found: dict[int, list[Staging]] = {}
+    staged, _ = stagings(ir)
+    for st in staged:
+        node = _node_at(ir, st.store)
+        for a in ir.ancestors(node) if node is not None else ():
+            if ir.grammar_type_of(a) not in ("for_statement", "while_statement", "do_statement"):
+                continue
+            items = [it.node for it in block_items(ir, loop_body(ir, a))]
+            if any(_barrier(ir, it) for it in items):
+                found.setdefault(a, []).append(st)
+                break
+    return [StagedLoop(n, (ir.span_of(n).start, ir.span_of(n).end), tuple(v))
+            for n, v in sorted(found.items())]
+
+
+def _node_at(ir: KernelIR, span: tuple[int, int]) -> int | None:
+    return next((n.id for n in ir.walk() if (n.span.start, n.span.end) == tuple(span)
+                 and ir.grammar_type_of(n.id) == "expression_statement"), None)
+
+
+def _barrier(ir: KernelIR, nid: int) -> bool:
+    from passes.cuda._tree import callee, subtree  # noqa: PLC0415
+
+    return ir.grammar_type_of(nid) == "expression_statement" and any(
+        ir.grammar_type_of(c) == "call_expression" and callee(ir, c) == "__syncthreads"
+        for c in subtree(ir, nid))
+
+
+_ZERO = re.compile(r"^\(?\s*(?:\(\w+\)\s*)?(?:0+|0*\.0*|0+\.0*)[fFuUlL]*\s*\)?$|"
+                   r"^\w*\(\s*0*\.?0*[fF]?\s*\)$|^\w+\s*\{\s*\}$")
+
+
+def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
+                  results: list) -> PassResult:  # type: ignore[type-arg]
+    """`loop` (staged synchronously) as a `stages`-slot cp.async ring (see the module)."""
+    from passes.cuda._tree import block_items, children, loop_body, subtree, text  # noqa: PLC0415
+    from passes.cuda.recognize import Unit, element_bytes, for_parts, loop_var  # noqa: PLC0415
+
+    if not 2 <= stages <= 4:
+        return Skipped(f"a ring of {stages} stages (the rule builds 2 to 4)", {"stages": stages})
+    node = loop.node
+    if ir.grammar_type_of(node) != "for_statement":
+        return Skipped("the staged loop is not a counted for loop", {})
+    var = loop_var(ir, node)
+    _init, cond, update = for_parts(ir, node)
+    if var is None or cond is None or update is None:
+        return Skipped("the staged loop's header does not count one variable", {})
+    upd = re.sub(r"\s+", "", text(ir, update))
+    m = re.fullmatch(rf"{re.escape(var)}\+=(.+)", upd)
+    step = m.group(1) if m else "1" if upd in (f"++{var}", f"{var}++") else None
+    if step is None:
+        return Skipped(f"the staged loop's step {text(ir, update)} is not an increment", {})
+    items = [it for it in block_items(ir, loop_body(ir, node))]
+    first = next((i for i, it in enumerate(items) if _barrier(ir, it.node)), None)
+    if first is None or not _barrier(ir, items[-1].node) or first == len(items) - 1:
+        return Skipped("the loop is not: stage, synchronize, compute, synchronize", {})
+    unit = Unit(ir)
+    fn = next(a for a in ir.ancestors(node) if ir.grammar_type_of(a) == "function_definition")
+    shared = unit.shared_arrays(fn)
+    arrays = {st.array for st in loop.stagings}
+    produce = (items[0].start, items[first - 1].end) if first else None
+    if produce is None:
+        return Skipped("no staging before the loop's first barrier", {})
+    for st in loop.stagings:
+        if not (produce[0] <= st.span[0] and st.span[1] <= produce[1]):
+            return Skipped(f"a copy into {st.array} sits after the loop's first barrier", {})
+        size = (element_bytes(st.element) or 0) * st.width
+        if size not in (4, 8, 16):
+            return Skipped(f"a copy into {st.array} moves {size} bytes (cp.async moves 4, 8 "
+                           "or 16)", {"array": st.array, "bytes": size})
+        if st.guard is not None and not _ZERO.match(st.fill or ""):
+            return Skipped(f"a guarded copy into {st.array} fills {st.fill}, not zero "
+                           "(cp.async zero-fills)", {"array": st.array})
+        if st.array not in shared or None in shared[st.array].extents or shared[st.array].dynamic:
+            return Skipped(f"{st.array} is not a shared array of constant extents", {})
+    # the staged arrays are used only inside the loop; the producer part writes nothing else
+    for nid in subtree(ir, fn):
+        if ir.grammar_type_of(nid) == "identifier" and ir.name_of(nid) in arrays:
+            span = ir.span_of(nid)
+            decl = shared[ir.name_of(nid) or ""].decl
+            inside = loop.span[0] <= span.start < loop.span[1]
+            if not inside and not decl[0] <= span.start < decl[1]:
+                return Skipped(f"{ir.name_of(nid)} is used outside the staged loop", {})
+    copies = {st.span for st in loop.stagings}
+    for nid in subtree(ir, node):
+        span = ir.span_of(nid)
+        if not produce[0] <= span.start < produce[1]:
+            continue
+        if ir.grammar_type_of(nid) == "assignment_expression" and \
+                not any(a <= span.start < b for a, b in copies):
+            target = children(ir, nid)[0]
+            if ir.grammar_type_of(target) != "identifier":
+                return Skipped("the staging part of the loop stores to memory besides its "
+                               "copies", {})
+    from passes.cuda.recognize import declared_names  # noqa: PLC0415
+
+    local = {name for it in items[:first] if ir.grammar_type_of(it.node) == "declaration"
+             for name, _i, _v in declared_names(ir, it.node)}
+    later = {ir.name_of(n) for n in subtree(ir, node) if ir.grammar_type_of(n) == "identifier"
+             and ir.span_of(n).start >= items[first].start}
+    if local & later:
+        return Skipped(f"the compute reads {sorted(local & later)[0]}, declared where the "
+                       "tiles are staged", {})
+    total = sum(_bytes(shared[a]) for a in arrays) * stages
+    if total > 48 * 1024:
+        return Skipped(f"{stages} stages of the staged tiles take {total} bytes of static "
+                       "shared memory (48 KiB at most)", {"bytes": total})
+    src = ir.source.decode("utf-8")
+    body = loop_body(ir, node)
+    produce_text = _ring_copies(ir, src, produce, loop.stagings, arrays, "kl_put")
+    consume_start = items[first].start
+    consume_text = _ring_reads(src[consume_start:items[-1].end], arrays, "kl_get")
+    cond_text = text(ir, cond)
+    start_expr = _loop_start_text(ir, node)
+    if start_expr is None:
+        return Skipped("the staged loop's start is not read", {})
+    edits = []
+    for a in sorted(arrays):
+        d = shared[a].decl
+        decl = src[d[0]:d[1]]
+        edits.append(ByteEdit(d[0], d[1], re.sub(rf"\b{a}\s*\[", f"{a}[{stages}][", decl, count=1)))
+    ahead = f"({stages - 1}) * ({step})"
+    loop_head = src[ir.span_of(node).start:ir.span_of(body).start]
+    pro = (f"for (int kl_s = 0; kl_s < {stages - 1}; ++kl_s) {{\n"
+           f"  const auto kl_at = ({start_expr}) + kl_s * ({step});\n"
+           f"  {{ const auto {var} = kl_at; const int kl_put = kl_s;\n"
+           f"    if ({cond_text}) {{\n{produce_text}\n    }}\n  }}\n"
+           f"  asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\");\n}}\n")
+    main = (f"{loop_head}{{\n"
+            f"  const int kl_get = kl_it % {stages}; ++kl_it;\n"
+            f"  {{ const auto kl_at = {var} + {ahead}; const int kl_put = (kl_get + {stages - 1}) % {stages};\n"
+            f"    {{ const auto {var} = kl_at;\n      if ({cond_text}) {{\n{produce_text}\n      }}\n    }}\n  }}\n"
+            f"  asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\");\n"
+            f"  asm volatile(\"cp.async.wait_group {stages - 1};\\n\" ::: \"memory\");\n"
+            f"  {consume_text}\n}}\n"
+            f"asm volatile(\"cp.async.wait_all;\\n\" ::: \"memory\");")
+    text_ = ("{ // the staged loop as a cp.async ring of " + f"{stages} stages\nint kl_it = 0;\n"
+             + pro + main).replace("\n", "\n" + _indent(src, loop.span[0]) + "  ") + "\n" + \
+        _indent(src, loop.span[0]) + "}"
+    edits.append(ByteEdit(loop.span[0], loop.span[1], text_))
+    wide = Site(site.pass_name, site.anchor, site.present, site.detail,
+                (min(e.start for e in edits), max(e.end for e in edits)))
+    return finish(ir, wide, edits, preconditions=results)
+
+
+def _indent(src: str, pos: int) -> str:
+    line = src.rfind("\n", 0, pos) + 1
+    return src[line:pos] if not src[line:pos].strip() else ""
+
+
+def _bytes(array) -> int:  # noqa: ANN001
+    from passes.cuda.recognize import element_bytes  # noqa: PLC0415
+
+    total = element_bytes(array.element) or 4
+    for e in array.extents:
+        total *= e or 1
+    return total
+
+
+def _loop_start_text(ir: KernelIR, node: int) -> str | None:
+    from passes.cuda._tree import text  # noqa: PLC0415
+    from passes.cuda.recognize import _loop_init  # noqa: PLC0415
+
+    found = _loop_init(ir, node)
+    return text(ir, found[1]) if found and found[1] is not None else None
+
+
+def _ring_reads(text_: str, arrays: set[str], slot: str) -> str:
+    """`text_` with each staged array indexed by ring slot `slot` first."""
+    code = code_view(text_)
+    out, last = [], 0
+    for m in re.finditer(rf"(?<![\w.>])({'|'.join(map(re.escape, sorted(arrays)))})\s*\[", code):
+        out.append(text_[last:m.end() - 1] + f"[{slot}]")
+        last = m.end() - 1
+    return "".join(out) + text_[last:]
+
+
+def _ring_copies(ir: KernelIR, src: str, produce: tuple[int, int], copies: Sequence[Staging],
+                 arrays: set[str], slot: str) -> str:
+    """The staging part of the loop with each copy issued as `cp.async` into ring slot
+    `slot` (its guard as the source size: 0 zero-fills)."""
+    from passes.cuda.recognize import element_bytes  # noqa: PLC0415
+
+    data = src.encode("utf-8")
+    edits = []
+    for st in copies:
+        size = (element_bytes(st.element) or 0) * st.width
+        dst = _ring_reads(st.dst if st.width > 1 else f"&({st.dst})", arrays, slot)
+        source = st.src if st.width > 1 else f"&({st.src})"
+        valid = f"(({st.guard}) ? {size} : 0)" if st.guard else str(size)
+        kind = "cg" if size == 16 else "ca"
+        copy = (f'asm volatile("cp.async.{kind}.shared.global [%0], [%1], {size}, %2;\\n" :: '
+                f'"r"((unsigned)__cvta_generic_to_shared({dst})), "l"({source}), "r"({valid}) '
+                f': "memory");')
+        edits.append((st.span[0], st.span[1], copy))
+    out, last = [], produce[0]
+    for start, end, text_ in sorted(edits):
+        out.append(_ring_reads(data[last:start].decode("utf-8"), arrays, slot) + text_)
+        last = end
+    out.append(_ring_reads(data[last:produce[1]].decode("utf-8"), arrays, slot))
+    return "".join(out)

@@ -1979,3 +1979,33 @@ def roles(ir: KernelIR) -> dict[str, Any]:
                             for b in register_blocks(unit)],
         "refusals": [r.to_json() for r in why_s + why_m + why_t],
     }
+
+
+def tree_combine_text(combine: Combine, own: str, other: str) -> str:
+    """The combine statement of a reduction tree applied to registers: its own slot read and
+    written as `own`, its partner slot read as `other` (`sh[t] = fmaxf(sh[t], sh[t + s]);` ->
+    `v = fmaxf(v, w);`)."""
+    from kir import parse  # noqa: PLC0415 — kir is below passes; parse only when rewriting
+
+    head = "void f() { "
+    stmt_ir = parse(head + combine.statement + " }", "cuda")
+    stmt = next(n for n in range(len(stmt_ir))
+                if stmt_ir.grammar_type_of(n) == "expression_statement")
+    assign = _assignment(stmt_ir, stmt)
+    if assign is None:
+        return combine.statement
+    own_index = _flat(stmt_ir, _subscript(stmt_ir, children(stmt_ir, assign)[0])[1][0])
+    reads = []
+    for nid in subtree(stmt_ir, stmt):
+        parent = stmt_ir.parent_of(nid)
+        if stmt_ir.grammar_type_of(nid) != "subscript_expression" or \
+                stmt_ir.grammar_type_of(parent) == "subscript_expression":  # type: ignore[arg-type]
+            continue
+        base, idx = _subscript(stmt_ir, nid)
+        if base == combine.array and len(idx) == 1:
+            name = own if _flat(stmt_ir, idx[0]) == own_index else other
+            reads.append((_span(stmt_ir, nid), name))
+    out = stmt_ir.source
+    for (start, end), name in sorted(reads, reverse=True):
+        out = out[:start] + name.encode() + out[end:]
+    return out.decode()[len(head):-2].strip()

@@ -6,6 +6,16 @@ slot can be overwritten. Partner lanes follow the shuffle's definition (down: la
 it stays in the warp, else the lane itself; up: lane - delta when >= 0; xor: lane ^ mask;
 indexed: the source lane), so a tree reduction or scan built from shuffles keeps its result.
 Warps are formed from the linear thread index, which the shared slot is indexed by.
+
+The forward rule also acts on a shared-memory reduction tree a user wrote, found by its role
+(`passes.cuda.recognize.reduction_trees`: a stride halved or doubled around a barrier, or
+unrolled constant strides, combining slots by sum, max or min, one or several arrays at once):
+the tree becomes a reduction of each warp with `__shfl_down_sync`, one shared slot per warp,
+and the first warp reducing those slots; slot 0 of each array then holds the result as it did
+after the tree (the combine is the user's own statement, applied to registers). It needs the
+tree to cover the whole block, a power of two and a multiple of 32 threads in one dimension:
+proven from the launch's block size where the host sets it (refused where that block does not
+fit), otherwise checked at run time, the original tree kept as the fallback.
 """
 from __future__ import annotations
 
@@ -17,6 +27,7 @@ from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._c import CSource, find_iter
 from passes.cuda.annotations import CUDA
+from passes.cuda.recognize import ReductionTree, reduction_trees, tree_combine_text
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -99,6 +110,12 @@ class WarpShuffleReduce(Pass):
             end = fn.body_end if fn is not None else len(src.text)
             out.append(make_site(self.name, ir, index, src.bspan(start, end), False,
                                  {"buffer": m.group(1)}, src.bspan(m.start(), m.end())))
+        for tree in reduction_trees(ir)[0]:
+            if _shuffle_path_beside(ir, tree):
+                continue
+            out.append(make_site(self.name, ir, index, tree.span, False, {
+                "tree": tree.form, "arrays": [c.array for c in tree.combines],
+                "ops": [c.op for c in tree.combines], "extent": tree.extent}))
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -126,16 +143,122 @@ class WarpShuffleReduce(Pass):
         return Skipped("no warp shuffle at the site", {"site": site.anchor})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
-        if not self.before:
-            return Skipped("restoring a shuffle needs the recorded statement", {})
         results, skip = self.check(ctx)
         if skip:
             return skip
         region = ir.source[site.span[0]:site.span[1]]
         needle = self.after.encode("utf-8")
-        if not needle or not region.startswith(needle):
-            return Skipped("the recorded shared-memory exchange is not at the site", {})
-        start = site.span[0]
-        return finish(ir, site, [ByteEdit(start, start + len(needle), self.before)],
-                      preconditions=results)
+        if self.before and needle and region.startswith(needle):
+            start = site.span[0]
+            return finish(ir, site, [ByteEdit(start, start + len(needle), self.before)],
+                          preconditions=results)
+        tree = next((t for t in reduction_trees(ir)[0] if t.span == tuple(site.span)), None)
+        if tree is not None:
+            return _tree_to_shuffles(ir, site, tree, ctx, results)
+        if not self.before:
+            return Skipped("restoring a shuffle needs the recorded statement (and no "
+                           "shared-memory reduction tree is at the site)", {})
+        return Skipped("the recorded shared-memory exchange is not at the site", {})
+
+
+def _shuffle_path_beside(ir: KernelIR, tree: ReductionTree) -> bool:
+    """Whether `tree` is the fallback (else branch) of a branch whose other path already
+    reduces with warp shuffles: the rule applied there before."""
+    from passes.cuda._tree import children, if_parts, subtree  # noqa: PLC0415
+
+    for nid in range(len(ir)):
+        span = ir.span_of(nid)
+        if ir.grammar_type_of(nid) != "else_clause" or not (span.start <= tree.span[0]
+                                                             and tree.span[1] <= span.end):
+            continue
+        branch = ir.parent_of(nid)
+        if branch is None or ir.grammar_type_of(branch) != "if_statement":
+            continue
+        then = if_parts(ir, branch)[1]
+        if any(ir.grammar_type_of(c) == "call_expression" and
+               ir.name_of(children(ir, c)[0] if children(ir, c) else c) == "__shfl_down_sync"
+               or ir.grammar_type_of(c) == "identifier" and ir.name_of(c) == "__shfl_down_sync"
+               for c in subtree(ir, then)):
+            return True
+    return False
+
+
+def tree_guard(tree: ReductionTree, ctx: PassContext | None) -> tuple[str | None, Skipped | None]:
+    """The run-time condition under which the block fits the shuffle form of `tree` (None:
+    proven from the launch's block size or the fact `block_threads`), or why it never does."""
+    dims = tree.block
+    facts = dict(ctx.facts) if ctx is not None else {}
+    if dims is None and isinstance(facts.get("block_threads"), int):
+        dims = (int(facts["block_threads"]), 1, 1)
+    if dims is not None:
+        x = dims[0]
+        wanted = tree.extent_value if tree.extent_value is not None else x
+        if dims[1] * dims[2] != 1:
+            return None, Skipped("the launch's block is not one-dimensional", {"block": list(dims)})
+        if x != wanted:
+            return None, Skipped(f"the tree covers {wanted} slots and the block has {x} threads",
+                                 {"block": list(dims), "extent": wanted})
+        if x % 32 or x & (x - 1) or x > 1024:
+            return None, Skipped("the block size is not a power of two multiple of 32",
+                                 {"block": list(dims)})
+        return None, None
+    if tree.extent_value is not None:
+        e = tree.extent_value
+        if e % 32 or e & (e - 1) or e > 1024:
+            return None, Skipped(f"the tree covers {e} slots, not a power of two multiple of 32",
+                                 {"extent": e})
+        return f"blockDim.x == {e} && blockDim.y == 1 && blockDim.z == 1", None
+    return ("(blockDim.x & 31) == 0 && (blockDim.x & (blockDim.x - 1)) == 0 && "
+            "blockDim.y == 1 && blockDim.z == 1"), None
+
+
+def _tree_to_shuffles(ir: KernelIR, site: Site, tree: ReductionTree, ctx: PassContext | None,
+                      results: list) -> PassResult:  # type: ignore[type-arg]
+    guard, skip = tree_guard(tree, ctx)
+    if skip is not None:
+        return skip
+    src = CSource(ir)
+    start = src.text.encode("utf-8")[:tree.span[0]].decode("utf-8", "replace")
+    char_start = len(start)
+    indent = src.indent(char_start)
+    inner = indent + "  "
+    t = tree.tid
+    extent = tree.extent if tree.extent_value is None else str(tree.extent_value)
+    taken = set(re.findall(r"\bkl_\w+", src.text))
+    def fresh(stem: str) -> str:
+        n = 0
+        while f"{stem}{n}" in taken:
+            n += 1
+        taken.add(f"{stem}{n}")
+        return f"{stem}{n}"
+    names = [(c, fresh("kl_v"), fresh("kl_w"), fresh("kl_warp")) for c in tree.combines]
+    off = fresh("kl_o")
+    lines = ["// the tree as warp shuffles: each warp reduces its threads' values, one shared "
+             "slot per warp, then the first warp reduces the slots"]
+    for c, v, _w, slots in names:
+        lines.append(f"__shared__ {c.element} {slots}[32];")
+        lines.append(f"{c.element} {v} = {c.array}[{t}];")
+    body = " ".join(f"{{ const {c.element} {w} = __shfl_down_sync(0xffffffffu, {v}, {off}); "
+                    f"{tree_combine_text(c, v, w)} }}" for c, v, w, _s in names)
+    lines.append("#pragma unroll")
+    lines.append(f"for (int {off} = 16; {off} > 0; {off} >>= 1) {body}")
+    lines.append(f"if (({t} & 31) == 0) {{ " + " ".join(f"{s}[{t} >> 5] = {v};"
+                                                        for _c, v, _w, s in names) + " }")
+    lines.append("__syncthreads();")
+    lines.append(f"if ({t} < 32) {{")
+    for _c, v, _w, slots in names:  # lanes past the warp count read slot 0: lane 0 never sees them
+        lines.append(f"  {v} = {slots}[{t} < (({extent}) >> 5) ? {t} : 0];")
+    lines.append(f"  for (int {off} = ({extent}) >> 6; {off} > 0; {off} >>= 1) {body}")
+    lines.append(f"  if ({t} == 0) {{ " + " ".join(f"{c.array}[0] = {v};"
+                                                   for c, v, _w, _s in names) + " }")
+    lines.append("}")
+    lines.append("__syncthreads();")
+    original = ir.source[tree.span[0]:tree.span[1]].decode("utf-8")
+    if guard:
+        text = (f"if ({guard}) {{\n" + "".join(f"{inner}{ln}\n" for ln in lines)
+                + f"{indent}}} else {{\n{indent}  " + original.replace("\n", "\n  ")
+                + f"\n{indent}}}")
+    else:
+        text = "{\n" + "".join(f"{inner}{ln}\n" for ln in lines) + f"{indent}}}"
+    return finish(ir, site, [ByteEdit(tree.span[0], tree.span[1], text)], preconditions=results)
 
