@@ -28,7 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from gate.cudacpu import prepass
+from gate.cudacpu.prepass import Unsupported, defines_kernels_in_macros, kernel_names, rewrite
 
 __all__ = ["BuildError", "EmulationError", "Library", "build", "cache_dir", "STUB_HEADERS"]
 
@@ -188,10 +188,10 @@ def build(source: str, *, name: str = "kernel.cu", defines: dict[str, Any] | Non
     user += [f"-I{Path(d).resolve()}" for d in include]
     flags = [*FLAGS, f"-I{stubs}", f"-I{HERE}", "-include", str(HERE / "cudacpu.h"), *user, *options]
     kernels = _expanded_kernels(cxx, source, [f"-I{stubs}", *user]) \
-        if prepass.defines_kernels_in_macros(source) else None
+        if defines_kernels_in_macros(source) else None
     try:
-        rewritten = prepass.rewrite(source, name, kernels)
-    except prepass.Unsupported as exc:
+        rewritten = rewrite(source, name, kernels)
+    except Unsupported as exc:
         raise BuildError(f"{name}: not emulated: {exc}") from None
     digest = hashlib.sha256()
     for part in (version, *flags, rewritten.text, *((HERE / h).read_text() for h in HEADERS)):
@@ -221,7 +221,7 @@ def _expanded_kernels(cxx: str, source: str, flags: list[str]) -> list[str]:
     if proc.returncode != 0:
         log = proc.stderr.strip()
         raise BuildError(f"the preprocessor rejects the source: {log.splitlines()[0] if log else ''}", log)
-    return [k for k, is_template in prepass.kernel_names(proc.stdout, marker) if not is_template]
+    return [k for k, is_template in kernel_names(proc.stdout, marker) if not is_template]
 
 
 def _compile(cxx: str, flags: list[str], text: str, target: Path, name: str) -> None:
