@@ -20,7 +20,7 @@ from passes.triton.ordering import _tiling
 
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "bench" / "heldout"
-LIBRARY = ROOT / "bench" / "results" / "heldout" / "libraries" / "all"
+LIBRARY = ROOT / "tests" / "data" / "libraries" / "heldout_all"
 
 # 2-D grid, rows on axis 0: BM/BN/BK tiles, program ids named by the kernel's own words.
 GRID_2D = '''
