@@ -173,10 +173,10 @@ def test_refusals_say_why() -> None:
     # fp32 tiles are accepted only when filled from 16-bit data
     widened = (DATA / "f32tiles_k8_fp16.cu").read_text()
     scaled = widened.replace("v = __half2float(B[", "v = 0.5f * __half2float(B[")
-    assert "not filled only by copies" in _refusal(scaled)
+    assert "holds a value computed as 0.5f" in _refusal(scaled)
     fp32 = widened.replace("const __half* A, const __half* B", "const float* A, const float* B") \
         .replace("__half2float(A[", "(A[").replace("__half2float(B[", "(B[")
-    assert "copied from f32" in _refusal(fp32)
+    assert "holds elements of A (f32)" in _refusal(fp32)
     # an accumulator that is overwritten each step is no GEMM micro-kernel
     overwritten = blocktile.replace(
         "threadResults[resIdxM * TN + resIdxN] += regM[resIdxM] * regN[resIdxN];",

@@ -37,7 +37,7 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._asm import helper_insert_at
 from passes.cuda._c import CSource, functions
 from passes.cuda.annotations import CUDA
-from passes.cuda._tree import Scope, children, subtree
+from passes.cuda._tree import Scope, children, subtree, text
 from passes.cuda.gemm_eval import BitSum, GemmTile, Tile, find_gemm_tiles, variable_kind
 
 if TYPE_CHECKING:
@@ -247,29 +247,92 @@ def operand_type(ir: KernelIR, tile: GemmTile) -> str:
 
 
 def _staged_kind(ir: KernelIR, kernel: str, array: str) -> str:
-    """The 16-bit type every value stored into the fp32 shared `array` is converted from, or
-    why there is none."""
-    from passes.cuda import recognize  # noqa: PLC0415 — the staging roles
-
+    """The 16-bit type every value stored into the fp32 shared `array` is converted from (each
+    store's value, followed through the local variables it is assigned from, is a zero or a
+    widened element of a 16-bit array), or why there is none."""
     scope = Scope(ir)
     fn = scope.functions.get(kernel)
     if fn is None:
         return f"the kernel {kernel} is not found"
-    copies = [s for s in recognize.stagings(ir)[0] if s.kernel == kernel and s.array == array]
+    scope.enter(fn)
     stores = [n for n in subtree(ir, fn) if ir.grammar_type_of(n) == "assignment_expression"
               and _target(ir, n) == array]
-    if not copies or len(copies) != len(stores):
-        return (f"the fp32 shared tile {array} is not filled only by copies of fp16 / bf16 "
-                "global elements")
-    kinds = set()
-    for c in copies:
-        if c.fill is not None and _literal(c.fill) != 0.0:
-            return f"the fp32 shared tile {array} is padded with {c.fill}, not zero"
-        kinds.add(variable_kind(ir, fn, c.source))
-    if len(kinds) != 1 or not kinds <= {"bf16", "fp16"}:
-        return (f"the fp32 shared tile {array} is copied from {', '.join(map(str, kinds))} "
-                "(fp16 / bf16 expected)")
+    kinds: set[str] = set()
+    for store in stores:
+        if ir.attrs_of(store).get("op", "=") != "=":
+            return f"the fp32 shared tile {array} is updated in place, not only filled"
+        found = _widened(ir, fn, scope, children(ir, store)[-1], frozenset())
+        if isinstance(found, str):
+            return f"the fp32 shared tile {array} holds {found}"
+        kinds |= found
+    if len(kinds) != 1:
+        what = " and ".join(sorted(kinds)) or "no converted 16-bit element"
+        return f"the fp32 shared tile {array} holds {what} (one fp16 / bf16 source expected)"
     return kinds.pop()
+
+
+_WIDEN = re.compile(r"^(?:__bfloat162float|__half2float|float|static_cast|__ldg)$")
+
+
+def _widened(ir: KernelIR, fn: int, scope: Scope, nid: int, seen: frozenset[str]) -> set[str] | str:
+    """The 16-bit kinds the value `nid` is a widened element of (empty: only zeros), or what
+    else it is."""
+    gtype = ir.grammar_type_of(nid)
+    kids = [c for c in children(ir, nid) if ir.grammar_type_of(c) not in ("comment",)]
+    if gtype == "number_literal":
+        return set() if _literal(text(ir, nid)) == 0.0 else f"the constant {text(ir, nid)}"
+    if gtype == "parenthesized_expression":
+        return _widened(ir, fn, scope, kids[0], seen)
+    if gtype == "conditional_expression":
+        out: set[str] = set()
+        for branch in kids[1:3]:
+            got = _widened(ir, fn, scope, branch, seen)
+            if isinstance(got, str):
+                return got
+            out |= got
+        return out
+    if gtype == "cast_expression":
+        return _widened(ir, fn, scope, kids[-1], seen)
+    if gtype == "call_expression":
+        name = (ir.attrs_of(nid).get("callee") or "").split("::")[-1]
+        args = [c for c in children(ir, kids[-1]) if ir.grammar_type_of(c) != "comment"]
+        if _WIDEN.match(name) and len(args) == 1:
+            return _widened(ir, fn, scope, args[0], seen)
+        if re.match(r"^__float2(?:bfloat16|half)", name) and len(args) == 1 and \
+                _literal(text(ir, args[0])) == 0.0:
+            return set()
+        return f"a value computed by {name}"
+    if gtype in ("subscript_expression", "pointer_expression"):
+        base = _target_name(ir, nid)
+        kind = variable_kind(ir, fn, base) if base else None
+        if kind in ("bf16", "fp16"):
+            return {kind}
+        return f"elements of {base or text(ir, nid)[:30]} ({kind or 'unknown type'})"
+    if gtype == "identifier":
+        name = ir.name_of(nid) or ""
+        if name in seen or name in scope.params or name not in scope.decls:
+            return f"the value of {name}"
+        out = set()
+        values = [init for _, init in scope.decls[name] if init is not None]
+        for w in scope.writes.get(name, []):
+            if ir.grammar_type_of(w) != "assignment_expression" or \
+                    ir.attrs_of(w).get("op", "=") != "=":
+                return f"{name}, which is updated in place"
+            values.append(children(ir, w)[-1])
+        for v in values:
+            got = _widened(ir, fn, scope, v, seen | {name})
+            if isinstance(got, str):
+                return got
+            out |= got
+        return out
+    return f"a value computed as {text(ir, nid)[:40]}"
+
+
+def _target_name(ir: KernelIR, nid: int) -> str | None:
+    while ir.grammar_type_of(nid) in ("subscript_expression", "parenthesized_expression",
+                                      "pointer_expression", "binary_expression"):
+        nid = children(ir, nid)[0]
+    return ir.name_of(nid) if ir.grammar_type_of(nid) == "identifier" else None
 
 
 def _target(ir: KernelIR, assign: int) -> str | None:
@@ -414,9 +477,19 @@ def exchange(tile: GemmTile, p: Plan, pad: str) -> str:
 # the pass
 
 
-def _block_option(spec: str, ctx: PassContext | None) -> tuple[int, int] | None | str:
-    """The launch's block (x, y) from the option, else the context's `block` fact."""
+def _block_option(spec: str, ctx: PassContext | None, ir: KernelIR | None = None
+                  ) -> tuple[int, int] | None | str:
+    """The launch's block (x, y) from the option, else the context's `block` fact, else the
+    block the host's launches use (`recognize.launch_block`: the host module beside the
+    kernel's file, `<<<grid, block>>>`); None where none is told."""
     value: Any = spec or (ctx.facts.get("block") if ctx is not None else None)
+    if value in (None, "", 0) and ir is not None:
+        from passes.cuda.recognize import launch_block  # noqa: PLC0415
+
+        try:
+            value = launch_block(ir).dims
+        except (OSError, ValueError, SyntaxError):
+            value = None
     if value in (None, "", 0):
         return None
     if isinstance(value, int):
@@ -460,7 +533,7 @@ class MmaMicroKernel(Pass):
                               src.bspan(at, at + len(PREFIX) + 3))]
         if "__shared__" not in src.code or "__syncthreads" not in src.code:
             return []
-        dims = _block_option(self.block, None)
+        dims = _block_option(self.block, None, ir)
         tiles, reasons = find_gemm_tiles(ir, dims if isinstance(dims, tuple) else None)
         out = [make_site(self.name, ir, index, whole, False, t.to_json(), t.loop) for t in tiles]
         if not out and reasons:
@@ -479,7 +552,7 @@ class MmaMicroKernel(Pass):
             return skip
         if PREFIX in ir.text:
             return Skipped(f"the kernel already uses names starting {PREFIX}")
-        dims = _block_option(self.block, ctx)
+        dims = _block_option(self.block, ctx, ir)
         if isinstance(dims, str):
             return Skipped(dims)
         tiles, reasons = find_gemm_tiles(ir, dims)
