@@ -1,5 +1,12 @@
 """Memory-access passes of CUDA kernels: vectorized global access, shared-memory staging and
 `__restrict__` (read-only, non-aliased) pointers.
+
+`vectorize-global` also vectorizes a grid- or block-stride loop a user wrote with scalar
+accesses (found by role, `passes.cuda.recognize.stride_loops`): the pointers the body reads or
+writes at `base + i` in straight-line statements (loop-invariant base) move 16 bytes per
+access; each vector's elements run the body in turn with `i` bound to their index, the
+elements past the last whole vector run the scalar body, and a run-time check that every
+vectorized address is 16-byte aligned falls back to the loop as written.
 """
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ from passes._source import ByteEdit, finish, make_site, restore_recorded
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._c import CSource, find_iter, functions
 from passes.cuda.annotations import CUDA
-from passes.cuda.recognize import stagings
+from passes.cuda.recognize import StrideLoop, stagings, stride_loops
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -169,6 +176,10 @@ class VectorizeGlobal(Pass):
                for a in _accesses(src)]
         out += [make_site(self.name, ir, index, src.bspan(s, e), False, {"vectorized": text})
                 for s, e, text in self._canonical(src)]
+        for loop, plan in vector_loops(ir):
+            if isinstance(plan, _VectorPlan):
+                out.append(make_site(self.name, ir, index, loop.span, False, {
+                    "loop": loop.kind, "pointers": sorted(plan.pointers), "lanes": plan.lanes}))
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -186,6 +197,12 @@ class VectorizeGlobal(Pass):
             done = restore_recorded(ir, site, self.before, self.after)
             if done is not None:
                 return done
+        for loop, plan in vector_loops(ir):
+            if loop.span == tuple(site.span):
+                if not isinstance(plan, _VectorPlan):
+                    return plan
+                return finish(ir, site, [ByteEdit(loop.span[0], loop.span[1],
+                                                  _vector_loop_text(ir, loop, plan))])
         for start, end, text in self._canonical(src):
             if src.bspan(start, end) != tuple(site.span):
                 continue
@@ -432,3 +449,190 @@ def _restricted(src: CSource, fn) -> list[str]:  # noqa: ANN001
             if m:
                 out.append(m.group(1))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the forward rule on a stride loop (by role)
+
+
+@dataclass(frozen=True, slots=True)
+class _VectorPlan:
+    """Which pointers a stride loop's body accesses at `base + i` (pointer -> (base, element
+    type, written)), how many elements a 16-byte vector holds, and the loop's parts."""
+
+    pointers: dict
+    lanes: int
+    var: str
+    var_type: str
+    body: tuple[int, int]
+    spans: tuple  # (start, end, pointer, written) of each vectorized access
+
+
+def vector_loops(ir: KernelIR) -> list[tuple[StrideLoop, _VectorPlan | Skipped]]:
+    """Each grid- or block-stride loop of the unit with the plan that vectorizes it, or why
+    none does."""
+    from passes.cuda._tree import escapes  # noqa: PLC0415
+    from passes.cuda.recognize import Unit, _global_pointers  # noqa: PLC0415
+
+    unit = Unit(ir)
+    out = []
+    for loop in stride_loops(unit):
+        node = next(n.id for n in ir.walk() if (n.span.start, n.span.end) == loop.span
+                    and ir.grammar_type_of(n.id) == "for_statement")
+        if _under_alignment_check(ir, node):
+            continue  # the scalar path (or tail) of a loop vectorized already
+        out.append((loop, _plan(unit, loop, node, _global_pointers(unit, unit.kernels[loop.kernel]),
+                                escapes)))
+    return out
+
+
+def _plan(unit, loop: StrideLoop, node: int, pointers: dict, escapes) -> _VectorPlan | Skipped:  # noqa: ANN001
+    from passes.cuda._tree import children, declared_names, loop_body, subtree, text  # noqa: PLC0415
+    from passes.cuda.recognize import _flat, _subscript, _written_names, element_bytes  # noqa: PLC0415
+
+    ir = unit.ir
+    body = loop_body(ir, node)
+    why = escapes(ir, body)
+    if why:
+        return Skipped(f"the loop's body can leave by {why}", {})
+    head = [c for c in children(ir, node) if ir.grammar_type_of(c) == "declaration"]
+    if not head:
+        return Skipped("the loop variable is not declared in the loop's header", {})
+    var_type = text(ir, head[0]).split(loop.var)[0].strip() or "int"
+    written = _written_names(ir, body)
+    if loop.var in written or set(re.findall(r"[A-Za-z_]\w*", loop.bound)) & written:
+        return Skipped("the body writes the loop variable or its bound", {})
+    if any(ir.grammar_type_of(c) == "call_expression" and "sync" in text(ir, c).split("(")[0]
+           for c in subtree(ir, body)):
+        return Skipped("the body synchronizes", {})
+    if not re.fullmatch(rf"\s*{re.escape(loop.var)}\s*<\s*[^<>=]+", _cond_text(ir, node)):
+        return Skipped("the loop's condition is not `i < n`", {})
+    found: dict[str, list] = {}
+    bad: set[str] = set()
+    for c in subtree(ir, body):
+        if ir.grammar_type_of(c) != "subscript_expression":
+            continue
+        base, idx = _subscript(ir, c)
+        if base not in pointers:
+            continue
+        if len(idx) != 1:
+            bad.add(base)
+            continue
+        flat = _flat(ir, idx[0])
+        m = re.fullmatch(rf"{re.escape(loop.var)}|(.+)\+{re.escape(loop.var)}|{re.escape(loop.var)}\+(.+)", flat)
+        offset = None if m is None else (m.group(1) or m.group(2) or "0")
+        if offset is None or loop.var in re.findall(r"[A-Za-z_]\w*", offset) or \
+                set(re.findall(r"[A-Za-z_]\w*", offset)) & written or not _straight(ir, c, body):
+            bad.add(base)
+            continue
+        parent = ir.parent_of(c)
+        store = parent is not None and ir.grammar_type_of(parent) == "assignment_expression" and \
+            children(ir, parent)[0] == c
+        if store and (ir.source[ir.span_of(c).end:ir.span_of(children(ir, parent)[-1]).start]
+                      .decode().strip() != "="):
+            bad.add(base)
+            continue
+        found.setdefault(base, []).append((c, offset, store))
+    plans = {}
+    for name, uses in found.items():
+        if name in bad or len({u[1] for u in uses}) != 1 or len({u[2] for u in uses}) != 1:
+            continue
+        size = element_bytes(pointers[name])
+        if size not in (2, 4, 8):
+            continue
+        if uses[0][2] and sum(1 for u in uses) != 1:
+            continue
+        plans[name] = (uses[0][1], pointers[name].replace("const", "").strip(), uses[0][2], size)
+    if not plans:
+        return Skipped("no pointer the body reads or writes at base + i in straight-line code", {})
+    sizes = {p[3] for p in plans.values()}
+    size = max(sizes, key=lambda z: sum(1 for p in plans.values() if p[3] == z))
+    plans = {k: v for k, v in plans.items() if v[3] == size}
+    spans = tuple((ir.span_of(u[0]).start, ir.span_of(u[0]).end, name, u[2])
+                  for name, uses in found.items() if name in plans for u in uses)
+    del declared_names
+    return _VectorPlan(plans, 16 // size, loop.var, var_type,
+                       (ir.span_of(body).start, ir.span_of(body).end), spans)
+
+
+_ALIGNED = re.compile(r"reinterpret_cast\s*<\s*(?:unsigned\s+long\s+long|uintptr_t|size_t)\s*>"
+                      r"[^;{]*(?:&\s*(?:15|0xf|0xF)|%\s*16)[uUlL]*\b")
+
+
+def _under_alignment_check(ir: KernelIR, node: int) -> bool:
+    """Whether the loop `node` sits in a branch that tests addresses for 16-byte alignment."""
+    from passes.cuda._tree import if_parts, text  # noqa: PLC0415
+
+    for a in ir.ancestors(node):
+        if ir.grammar_type_of(a) == "if_statement" and _ALIGNED.search(text(ir, if_parts(ir, a)[0])):
+            return True
+    return False
+
+
+def _cond_text(ir: KernelIR, node: int) -> str:
+    from passes.cuda._tree import text  # noqa: PLC0415
+    from passes.cuda.recognize import for_parts  # noqa: PLC0415
+
+    cond = for_parts(ir, node)[1]
+    return text(ir, cond) if cond is not None else ""
+
+
+def _straight(ir: KernelIR, nid: int, body: int) -> bool:
+    """Whether `nid` runs every time the body does (no branch, loop or short-circuit between)."""
+    for a in ir.ancestors(nid):
+        if a == body:
+            return True
+        gtype = ir.grammar_type_of(a)
+        if gtype in ("if_statement", "conditional_expression", "for_statement", "while_statement",
+                     "do_statement", "switch_statement") or \
+                (gtype == "binary_expression" and ir.name_of(a) in ("&&", "||")):
+            return False
+    return False
+
+
+def _vector_loop_text(ir: KernelIR, loop: StrideLoop, plan: _VectorPlan) -> str:
+    """The vectorized loop, its scalar tail and the aligned-or-not branch (see the module)."""
+    src = ir.source.decode("utf-8")
+    data = ir.source
+    lanes, var = plan.lanes, plan.var
+    names = {p: f"kl_vec{i}" for i, p in enumerate(sorted(plan.pointers))}
+    body_text = data[plan.body[0]:plan.body[1]]
+    edits = []
+    for start, end, name, written in plan.spans:
+        elem = plan.pointers[name][1] if written else f"const {plan.pointers[name][1]}"
+        cast = f"reinterpret_cast<{elem}*>(&{names[name]})[kl_lane]"
+        edits.append((start - plan.body[0], end - plan.body[0], cast))
+    lane_body = body_text
+    for start, end, new in sorted(edits, reverse=True):
+        lane_body = lane_body[:start] + new.encode() + lane_body[end:]
+    base = lambda p: plan.pointers[p][0]  # noqa: E731
+    check = " | ".join(f"reinterpret_cast<unsigned long long>(&{p}[{base(p)}])"
+                       for p in sorted(plan.pointers))
+    loads = "".join(f"      {'uint4' if plan.pointers[p][2] else 'const uint4'} {names[p]}"
+                    + ("" if plan.pointers[p][2] else
+                       f" = *reinterpret_cast<const uint4*>(&{p}[{base(p)} + kl_j * {lanes}])")
+                    + ";\n" for p in sorted(plan.pointers))
+    stores = "".join(f"      *reinterpret_cast<uint4*>(&{p}[{base(p)} + kl_j * {lanes}]) = {names[p]};\n"
+                     for p in sorted(plan.pointers) if plan.pointers[p][2])
+    original = src[loop.span[0]:loop.span[1]]
+    indent = src[src.rfind("\n", 0, loop.span[0]) + 1:loop.span[0]]
+    indent = indent if not indent.strip() else ""
+    tail_head = f"for ({plan.var_type} {var} = kl_whole * {lanes} + ({loop.start}); {var} < {loop.bound}; {var} += {loop.step})"
+    text_ = (f"{{ // 16-byte accesses where every vectorized address is aligned, else the loop as written\n"
+             f"  if ((({check}) & 15ull) == 0) {{\n"
+             f"    const auto kl_whole = ({loop.bound}) / {lanes};\n"
+             f"    for (auto kl_j = ({loop.start}); kl_j < kl_whole; kl_j += {loop.step}) {{\n"
+             f"{loads}"
+             f"#pragma unroll\n"
+             f"      for (int kl_lane = 0; kl_lane < {lanes}; ++kl_lane) {{\n"
+             f"        const {plan.var_type} {var} = kl_j * {lanes} + kl_lane;\n"
+             f"        {lane_body.decode('utf-8')}\n"
+             f"      }}\n"
+             f"{stores}"
+             f"    }}\n"
+             f"    {tail_head} {body_text.decode('utf-8')}\n"
+             f"  }} else {{\n"
+             f"    {original}\n"
+             f"  }}\n"
+             f"}}")
+    return text_.replace("\n", "\n" + indent)
