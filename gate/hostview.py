@@ -16,8 +16,9 @@ its CPU path, or fail. Three views make it see the static target (`gate.target`)
 - `host_libraries(seen, host_text, props)`: the same for hosts that do not go through
   `experts.cudahost`: `cuda.bindings.driver`'s context, device, module, function and launch
   calls are answered from `props` and recorded (`record_driver`); a CuPy host of its own
-  source gets a stand-in `cupy` whose `RawKernel` / `RawModule` record their launches
-  (`cupy_stand_in`); `torch.utils.cpp_extension.load_inline` builds nothing and gives a module
+  source gets a stand-in `cupy` whose `RawKernel` / `RawModule` compile and launch through
+  `experts.cudahost` (`cupy_stand_in`: recorded there, or run by the emulate tier's
+  emulator); `torch.utils.cpp_extension.load_inline` builds nothing and gives a module
   whose functions record the `<<<...>>>` launches their C++ makes (`gate.hostforms`).
 
 Each is a context manager that puts back what it replaced. Nothing here is imported before
@@ -380,7 +381,7 @@ def host_libraries(seen: CudaLaunches, host_text: str, props: TargetProperties,
     with contextlib.ExitStack() as stack:
         stack.enter_context(record_driver(seen, props))
         if foreign.cupy_own_source(host_text):
-            stack.enter_context(cupy_stand_in(seen, props))
+            stack.enter_context(cupy_stand_in(props))
         if hostforms.builds_extension(host_text):
             stack.enter_context(extension_stand_in(seen, cuda_source))
         yield
@@ -509,45 +510,79 @@ class _CupyStream:
         return None
 
 
-class _CupyKernel:
-    """A stand-in `cupy.RawKernel`: a launch records (its name, `shared_mem`); setting
-    `max_dynamic_shared_size_bytes` records an opt-in."""
+def _cupy_argument(value: Any) -> Any:
+    """A CuPy kernel argument as `experts.cudahost.pack_args` takes it, with CuPy's widths: a
+    tensor (or a view of one) passes its address, a NumPy scalar its own type, a Python `int`
+    64 bits, a `float` a double, a `bool` one byte."""
+    import ctypes
 
-    def __init__(self, seen: CudaLaunches, name: str) -> None:
-        object.__setattr__(self, "_seen", seen)
+    import numpy as np
+
+    if hasattr(value, "data_ptr"):
+        return value
+    if isinstance(value, np.generic):
+        if value.dtype == np.float16:
+            return ctypes.c_uint16(int(value.view(np.uint16)))
+        return np.ctypeslib.as_ctypes_type(value.dtype)(value.item())
+    if isinstance(value, bool):
+        return ctypes.c_bool(value)
+    if isinstance(value, int):
+        return ctypes.c_int64(value)
+    if isinstance(value, float):
+        return ctypes.c_double(value)
+    raise TypeError(f"cannot pass {type(value).__name__} to a kernel")
+
+
+class _CupyKernel:
+    """A stand-in `cupy.RawKernel` that compiles and launches through `experts.cudahost` (as
+    that module is where it is called: the static tier's recorder, the emulator's): `code` is
+    compiled on the first launch; `max_dynamic_shared_size_bytes` becomes an opt-in."""
+
+    def __init__(self, code: str, name: str, options: Any = ()) -> None:
+        object.__setattr__(self, "code", code)
         object.__setattr__(self, "name", name)
+        object.__setattr__(self, "options", tuple(options or ()))
         object.__setattr__(self, "attributes", {})
+        object.__setattr__(self, "max_dynamic_shared_size_bytes", 0)
 
     def __call__(self, grid: Any, block: Any, args: Any, *, shared_mem: int = 0,
                  **kwargs: Any) -> None:
-        self._seen.launch(self.name, int(shared_mem))
+        import importlib
 
-    def __setattr__(self, key: str, value: Any) -> None:
-        if key == "max_dynamic_shared_size_bytes":
-            self._seen.allow(self.name, int(value))
-        object.__setattr__(self, key, value)
+        host = importlib.import_module("experts.cudahost")
+        compiled = host.compile_source(self.code, name=f"{self.name}.cu", options=self.options)
+        func = host.get_function(compiled, self.name)
+        if self.max_dynamic_shared_size_bytes:
+            host.set_dynamic_shared(func, int(self.max_dynamic_shared_size_bytes))
+        host.launch(func, grid, block, int(shared_mem), [_cupy_argument(a) for a in args])
 
     def compile(self, *args: Any, **kwargs: Any) -> None:
         return None
 
 
 @contextlib.contextmanager
-def cupy_stand_in(seen: CudaLaunches, props: TargetProperties) -> Iterator[ModuleType]:
+def cupy_stand_in(props: TargetProperties) -> Iterator[ModuleType]:
     """A `cupy` module (in `sys.modules`) with what a host of its own source uses
-    (`gate.foreign.CUPY_OWN_SOURCE`): `RawKernel(code, name)` and `RawModule(...).get_function`
-    give `_CupyKernel`s; `asarray` / `from_dlpack` pass a tensor through; streams are the
-    default stream; device queries answer from `props`; dtypes are NumPy's."""
+    (`gate.foreign.CUPY_OWN_SOURCE`): `RawKernel(code, name)` and `RawModule(code=...)
+    .get_function(name)` give `_CupyKernel`s; `asarray` / `from_dlpack` pass a tensor through;
+    streams are the default stream; device queries answer from `props`; dtypes are NumPy's.
+    A host that reads its source from a file (`RawModule(path=...)`) gets it read here."""
     import numpy as np
 
-    def raw_kernel(code: str = "", name: str = "", *args: Any, **kwargs: Any) -> _CupyKernel:
-        return _CupyKernel(seen, str(name or kwargs.get("name", "")))
+    def raw_kernel(code: str = "", name: str = "", options: Any = (), *args: Any,
+                   **kwargs: Any) -> _CupyKernel:
+        return _CupyKernel(code, str(name), options)
 
     class RawModule:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            return None
+        def __init__(self, code: str | None = None, path: str | None = None, options: Any = (),
+                     *args: Any, **kwargs: Any) -> None:
+            if code is None and path is not None:
+                with open(path, encoding="utf-8") as f:
+                    code = f.read()
+            self.code, self.options = code or "", tuple(options or ())
 
         def get_function(self, name: str) -> _CupyKernel:
-            return _CupyKernel(seen, str(name))
+            return _CupyKernel(self.code, str(name), self.options)
 
         def compile(self, *args: Any, **kwargs: Any) -> None:
             return None

@@ -444,7 +444,18 @@ class _Runner:
 
         text = Path(self.job.module_path).read_text()
         self.permitted = foreign.permitted_modules(text)
-        if self.permitted and self.device == "cuda":
+        emulating = self.job.tier == "emulate"
+        if emulating and hostforms.builds_extension(text):
+            self.chan.reject(FailureKind.UNSUPPORTED, "import",
+                             "the emulate tier cannot build a load_inline extension (its C++ host "
+                             "half needs nvcc and a CUDA build of torch): gate it at the static or "
+                             "device tier")
+        if self.permitted and emulating:  # CuPy's compilers through the emulated cudahost
+            from gate import hostview  # noqa: PLC0415
+            from gate.cudacpu.host import EMULATED  # noqa: PLC0415
+
+            self.emulation.enter_context(hostview.cupy_stand_in(EMULATED))
+        elif self.permitted and self.device == "cuda":
             self.monitor.install_cupy()
         if hostforms.builds_extension(text):
             self.monitor.install_extensions()

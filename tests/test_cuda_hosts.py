@@ -331,3 +331,28 @@ def test_each_host_convention_passes_the_device_gate(case: str) -> None:
     verdict = gate.check_file(loaded.start_path(), loaded, "device", cache=False)
     assert verdict.ok, verdict.reason
     assert verdict.timing is not None and verdict.timing.candidate_ms > 0
+
+
+@pytest.mark.parametrize("case", ["cu_sum_atomic", "cu_mm_reg1d", "cu_sum_tree"])
+def test_each_host_convention_is_right_at_the_emulate_tier(case: str) -> None:
+    """CuPy hosts (a RawModule fed views, a RawKernel fed addresses: through the emulated
+    cudahost) and a cuda.bindings host run their kernels on the CPU emulator at the case's
+    small shapes and match the torch reference."""
+    import gate
+
+    pytest.importorskip("torch")
+    pytest.importorskip("cuda.bindings.nvrtc")
+    loaded = gate.load_case(STYLES / case / "case.py")
+    verdict = gate.check_file(loaded.start_path(), loaded, "emulate", cache=False)
+    assert verdict.ok, verdict.reason
+    assert verdict.correctness is not None and verdict.correctness.max_rel_err <= 1e-4
+
+
+def test_a_load_inline_host_is_refused_at_the_emulate_tier_with_the_reason() -> None:
+    import gate
+
+    pytest.importorskip("torch")
+    loaded = gate.load_case(STYLES / "cu_softmax_rows" / "case.py")
+    verdict = gate.check_file(loaded.start_path(), loaded, "emulate", cache=False)
+    assert not verdict.ok and verdict.failure_kind.value == "unsupported"
+    assert "load_inline" in verdict.reason
