@@ -13,6 +13,7 @@ import pytest
 
 import kir
 from passes import PassContext, Skipped, get_pass
+from passes.cuda.gemm_eval import find_gemm_tiles
 from nvrtc_helpers import ptx_for_sm90a
 
 DATA = Path(__file__).parent / "data" / "microkernels"
@@ -265,3 +266,20 @@ def test_the_de_optimization_is_scalar_fma_and_the_round_trip_is_exact(name: str
     assert "kl_tc_" not in scalar
     ptx = ptx_for_sm90a(scalar)
     assert "mma.sync" not in ptx and "ldmatrix" not in ptx and "fma.rn.f32" in ptx
+
+
+def test_a_template_kernel_takes_the_arguments_its_launch_gives() -> None:
+    source = (DATA / "template_host_bf16.cu").read_text()
+    site, result = _rewrite(source)
+    assert site.detail["block_tile"] == [64, 128, 32] and site.detail["dtype"] == "bf16"
+    assert result.ok, result
+    device = result.ir.text[:result.ir.text.index("void launch_mm(")]
+    ptx = ptx_for_sm90a(device + "template __global__ void mm_templ<64, 128, 32, 4, 8, __nv_bfloat16>("
+                        "const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*, int, int, int);\n")
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16" in ptx
+    # a second instantiation with other tiles: the rewrite would fix one of them
+    twice = source.replace(
+        "<<<grid, 256>>>(a, b, c, M, N, K);",
+        "<<<grid, 256>>>(a, b, c, M, N, K);\n  mm_templ<64, 64, 16, 4, 4, __nv_bfloat16><<<grid, 256>>>(a, b, c, M, N, K);")
+    tiles, reasons = find_gemm_tiles(kir.parse(twice, "cuda"))
+    assert not tiles and "instantiated with 2 argument lists" in reasons[0]

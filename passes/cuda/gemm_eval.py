@@ -259,8 +259,9 @@ class _Kernel:
         self.ir, self.scope, self.fn = ir, scope, fn
         scope.enter(fn)
         self.name = ir.name_of(fn) or ""
-        self.types = _type_aliases(ir)
-        self.constants = _file_constants(ir)
+        values, types = template_bindings(ir, fn)
+        self.types = {**_type_aliases(ir), **types}
+        self.constants = {**_file_constants(ir), **values}
         self.shared: dict[str, _Shared] = {}
         for nid in subtree(ir, fn):
             if ir.grammar_type_of(nid) == "declaration" and "__shared__" in _qualifiers(ir, nid):
@@ -312,10 +313,50 @@ def shared_dims(ir: KernelIR, kernel: str) -> dict[str, tuple[str, tuple[int, ..
     return {n: (s.dtype, s.dims) for n, s in _Kernel(ir, scope, fn).shared.items()}
 
 
+def template_bindings(ir: KernelIR, fn: int) -> tuple[dict[str, str], dict[str, str]]:
+    """(value parameters, type parameters) of the function template `fn` as the unit
+    instantiates it: the one argument list its calls / launches (`k<128, 64><<<...>>>`) or an
+    explicit instantiation give, else the parameters' defaults. Raises `Refusal` when the unit
+    instantiates it with different arguments (the rewrite would fix one of them)."""
+    parent = ir.parent_of(fn)
+    if parent is None or ir.grammar_type_of(parent) != "template_declaration":
+        return {}, {}
+    plist = children(ir, parent, "template_parameter_list")
+    params = []
+    for c in children(ir, plist[0]) if plist else []:
+        gtype = ir.grammar_type_of(c)
+        kids = children(ir, c)
+        name = ir.name_of(c) or ""
+        default = text(ir, kids[-1]) if gtype.startswith("optional") and len(kids) > 2 else None
+        params.append((name, "type" in gtype, default))
+    name = ir.name_of(fn) or ""
+    uses = set()
+    for node in ir.find():
+        if ir.grammar_type_of(node.id) != "template_function":
+            continue
+        kids = children(ir, node.id)
+        inside = ir.span_of(fn).start <= ir.span_of(node.id).start < ir.span_of(fn).end
+        if kids and not inside and text(ir, kids[0]).split("::")[-1] == name:
+            uses.add(tuple(text(ir, a).strip() for a in children(ir, kids[-1])))
+    if len(uses) > 1:
+        raise Refusal(f"the template {name} is instantiated with {len(uses)} argument lists")
+    given = list(uses.pop()) if uses else []
+    values, types = {}, {}
+    for i, (pname, is_type, default) in enumerate(params):
+        arg = given[i] if i < len(given) else default
+        if arg is not None:
+            (types if is_type else values)[pname] = arg
+    return values, types
+
+
 def variable_kind(ir: KernelIR, fn: int, name: str) -> str | None:
     """`element_kind` of what the parameter or local `name` of function `fn` points to (or
-    is), typedefs and aliases of the unit resolved; None where it is not declared there."""
-    aliases = _type_aliases(ir)
+    is), typedefs, aliases and template arguments of the unit resolved; None where it is not
+    declared there."""
+    try:
+        aliases = {**_type_aliases(ir), **template_bindings(ir, fn)[1]}
+    except Refusal:
+        aliases = _type_aliases(ir)
     for nid in subtree(ir, fn):
         if ir.grammar_type_of(nid) not in ("parameter_declaration", "declaration"):
             continue
@@ -862,7 +903,11 @@ def _find(ir: KernelIR, block: tuple[int, int] | None) -> tuple[list[GemmTile], 
     for fn in sorted(scope.functions.values()):
         if "__global__" not in (ir.attrs_of(fn).get("qualifiers") or ()):
             continue
-        k = _Kernel(ir, scope, fn)
+        try:
+            k = _Kernel(ir, scope, fn)
+        except Refusal as exc:
+            reasons.append(f"{ir.name_of(fn)}: {exc.args[0]}")
+            continue
         if len(k.shared) < 2:
             continue
         regions = _candidate_regions(k)
