@@ -2,7 +2,7 @@
 no-library autotune control, on operators that contributed no lineage.
 
     python3 bench/heldout.py [DIR_OR_CASE ...] [--tier device|interpret]
-        [--library bench/results/heldout/libraries/all] [--budget-steps 12]
+        [--library DIR (default: the shipped library)] [--budget-steps 12]
         [--box 300] [--wall S] [--only mm1024,attn_gqa] [--jobs N] [--out DIR]
         [--results bench/results/heldout] [--fresh] [--tables-only [--records DIR ...]]
         [--gems-only]
@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-DEFAULT_LIBRARY = "bench/results/heldout/libraries/all"
+DEFAULT_LIBRARY = str(ROOT / "lineage" / "shipped_library")
 COMPUTE_BOUND = 64.0
 """flops / bytes_moved at or above which an operator counts as compute-bound."""
 _PRINT = threading.Lock()

@@ -858,9 +858,30 @@ class Library:
                             "locus": card.locus, "admitted": card.admitted,
                             "cases": list(card.scope.get("cases", [])),
                             "evidence": len(card.evidence)})
+        provenance = self.provenance
         atomic_write_text(self.root / _INDEX, json.dumps(
             {"format": CARD_FORMAT, "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             **({"provenance": provenance} if provenance is not None else {}),
              "cards": entries}, indent=1) + "\n")
+
+    @property
+    def provenance(self) -> dict[str, Any] | None:
+        """Where the library's cards come from, as its index records it (`set_provenance`):
+        e.g. the lineages lifted, the GPU and commit of admission; None when not recorded."""
+        try:
+            data = json.loads((self.root / _INDEX).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        found = data.get("provenance") if isinstance(data, dict) else None
+        return found if isinstance(found, dict) else None
+
+    def set_provenance(self, provenance: Mapping[str, Any]) -> None:
+        """Record `provenance` (JSON data) in the index; rewrites of the index keep it."""
+        index = self.root / _INDEX
+        data = json.loads(index.read_text(encoding="utf-8")) if index.is_file() else {}
+        data["provenance"] = _plain(provenance)
+        atomic_write_text(index, json.dumps(data, indent=1) + "\n")
+        self._write_index()
 
     def to_prompt(self, cards: Sequence[SkillCard] | None = None) -> str:
         """The library (or `cards`) as markdown: the LLM rewriter's cached prefix."""

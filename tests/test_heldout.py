@@ -84,10 +84,10 @@ def test_gate_and_optimize_take_a_case_path_from_anywhere(ref: str, tmp_path: Pa
     assert code == 0 and json.loads(out)["ok"]
     # Budget 0: the start kernel is gated and the pass context built from the case, nothing more.
     code, out, err = _run(capsys, "optimize", str(case.start_path()), "--case", str(REPO / ref),
-                          "--library", str(REPO / "bench/results/roundtrip/device-7/libraries/all"),
                           "--tier", "interpret", "--budget-steps", "0", "--out", str(tmp_path / "o"),
                           "--json")
     assert code == 0, err
+    assert json.loads(out)["library"]["shipped"] is True  # no --library: the shipped one, named
     lineage = json.loads((tmp_path / "o" / "lineage.json").read_text())
     refs = {n["case"] for n in lineage["nodes"] if n.get("case")}
     assert refs == {ref}
@@ -105,7 +105,6 @@ def test_without_case_the_case_beside_the_kernel_is_used(ref: str, tmp_path: Pat
     code, out, _ = _run(capsys, "gate", str(case.start_path()), "--tier", "interpret", "--json")
     assert code == 0 and json.loads(out)["ok"]
     code, out, err = _run(capsys, "optimize", str(case.start_path()),
-                          "--library", str(REPO / "bench/results/roundtrip/device-7/libraries/all"),
                           "--tier", "interpret", "--budget-steps", "0", "--out", str(tmp_path / "o"),
                           "--json")
     assert code == 0, err

@@ -1,4 +1,4 @@
-"""`klineage optimize TARGET --case NAME --library DIR`: apply admitted SkillCards under the gate."""
+"""`klineage optimize TARGET [--case NAME] [--library DIR]`: apply admitted SkillCards under the gate."""
 from __future__ import annotations
 
 import time
@@ -14,7 +14,9 @@ from lineage.commands._common import Progress, emit_json, executor_options, outp
 @click.command("optimize")
 @click.argument("target", type=click.Path(dir_okay=False))
 @click.option("--case", "case", default=None, help="Case: a name under experts/, a case folder or its case.py, or a KernelBench problem file (see `klineage cases`). Default: the case beside the kernel (a case.py in its folder, or <stem>.py beside <stem>_triton.py).")
-@click.option("--library", "library", required=True, help="SkillCard library directory.")
+@click.option("--library", "library", default=None,
+              help="SkillCard library directory (default: the library shipped with KLineage, "
+                   "lineage/shipped_library; the run names the one it used).")
 @click.option("--budget-steps", type=click.IntRange(0, 1000), default=8, show_default=True,
               help="Most candidates to gate.")
 @click.option("--budget-usd", type=click.FloatRange(0, None), default=1.0, show_default=True,
@@ -39,7 +41,7 @@ from lineage.commands._common import Progress, emit_json, executor_options, outp
 @click.option("--out", "out", default="out/optimize", show_default=True, help="Output directory.")
 @executor_options
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def command(target: str, case: str, library: str, budget_steps: int, budget_usd: float,
+def command(target: str, case: str, library: str | None, budget_steps: int, budget_usd: float,
             tier: str, k: int, no_sweeps: bool, seed: int, model: str | None,
             time_limit: float | None, out: str, executor: str, ray_address: str | None,
             as_json: bool) -> None:
@@ -55,12 +57,14 @@ def command(target: str, case: str, library: str, budget_steps: int, budget_usd:
     "cache_creation_input_tokens", "cache_read_input_tokens", "spent_usd", "disabled"}
     (cache reads stay 0 when the library prefix is too short to be cached). "gated" counts the candidates that went to the gate
     (a candidate reached again along another path reuses its verdict and is not counted).
+    "library": {"path", "shipped", "provenance"} names the library used (`provenance`: what its
+    index records; for the shipped library the lineages, GPU and commit its cards come from).
     """
     import gate
     import kir
     from gate.executor import open_executor
     from lineage.optimize import optimize
-    from lineage.skills import Library
+    from lineage.shipped import describe, open_library
     from passes.llm_rewriter import LLMConfig
 
     # Everything the user named is checked before the first gate.
@@ -71,7 +75,8 @@ def command(target: str, case: str, library: str, budget_steps: int, budget_usd:
     kir.parse_file(target)
     case = case or gate.case_beside(target)
     gate.load_case(case)
-    lib = Library.open(library)
+    lib, named = open_library(library)
+    library = named["path"]
     if not lib.cards(admitted_only=True):
         count = len(lib.ids())
         if count == 0:
@@ -90,8 +95,9 @@ def command(target: str, case: str, library: str, budget_steps: int, budget_usd:
                           config_sweeps=not no_sweeps, deadline=deadline,
                           llm_config=config, executor=gates)
     if as_json:
-        emit_json(result.to_json())
+        emit_json({**result.to_json(), "library": named})
         return
+    click.echo(describe(named), err=True)
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
     data = result.to_json()

@@ -1,4 +1,4 @@
-"""`klineage skills LIBRARY [--target KERNEL --case NAME]`: list or retrieve SkillCards."""
+"""`klineage skills [LIBRARY] [--target KERNEL --case NAME]`: list or retrieve SkillCards."""
 from __future__ import annotations
 
 import click
@@ -7,7 +7,7 @@ from lineage.commands._common import emit_json, executor_options
 
 
 @click.command("skills")
-@click.argument("library")
+@click.argument("library", required=False)
 @click.option("--target", "target", default=None, type=click.Path(dir_okay=False),
               help="Retrieve the admitted cards for this kernel (needs --case).")
 @click.option("--case", "case", default=None, help="Case of the target kernel.")
@@ -39,11 +39,13 @@ from lineage.commands._common import emit_json, executor_options
 @executor_options
 @click.option("--markdown", is_flag=True, help="Print the cards as readable markdown.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def command(library: str, target: str | None, case: str | None, platform: str, k: int,
+def command(library: str | None, target: str | None, case: str | None, platform: str, k: int,
             add: tuple[str, ...], admit_from: tuple[str, ...], held_out: tuple[str, ...], tier: str,
             max_trials: int, jobs: int | None, magnitude: bool, executor: str,
             ray_address: str | None, markdown: bool, as_json: bool) -> None:
     """List the SkillCards of LIBRARY, or with --target retrieve the admitted cards that fit it.
+    Without LIBRARY: the library shipped with KLineage (read-only: --add and --admit need a
+    LIBRARY); the JSON's "library" ({"path", "shipped", "provenance"}) names the one read.
 
     JSON: {"skills": [{"id", "intent", "pass", "admitted", "scope", "effect", "preconditions",
     "evidence", "risk"}]}; with --target each skill also has "score", "similarity" (per
@@ -54,8 +56,12 @@ def command(library: str, target: str | None, case: str | None, platform: str, k
     from kir.errors import BadInputError
     from lineage.graph import Lineage
     from lineage.retrieval import Retriever, target_from_kernel
+    from lineage.shipped import describe, open_library
     from lineage.skills import Library, lift
 
+    if library is None and (add or admit_from):
+        raise BadInputError("--add and --admit write into a library: name it (klineage skills "
+                            "LIBRARY ...); the shipped library is read-only")
     if target is not None and case is None:
         raise BadInputError("--target needs --case NAME")
     if held_out and not admit_from:
@@ -70,7 +76,12 @@ def command(library: str, target: str | None, case: str | None, platform: str, k
     to_add = [Lineage.load(p) for p in add]
     lineages = [Lineage.load(p) for p in admit_from]
     held = [Lineage.load(p) for p in held_out]
-    lib = Library.open(library, create=bool(add))
+    if add:
+        lib = Library.open(str(library), create=True)
+        named = {"path": str(library), "shipped": False, "provenance": lib.provenance}
+    else:
+        lib, named = open_library(library)
+    library = named["path"]
     for lineage in to_add:
         lib.add_all(lift(lineage))
     admission = None
@@ -93,11 +104,12 @@ def command(library: str, target: str | None, case: str | None, platform: str, k
     if target is None:
         cards = lib.cards()
         if as_json:
-            emit_json({"skills": [c.summary_json() for c in cards],
+            emit_json({"skills": [c.summary_json() for c in cards], "library": named,
                        **({"admission": admission} if admission is not None else {})})
         elif markdown:
             click.echo("\n".join(c.to_markdown() for c in cards))
         else:
+            click.echo(describe(named))
             click.echo(f"{len(cards)} SkillCard(s) in {library} "
                        f"({sum(c.admitted for c in cards)} admitted)")
             for c in cards:
@@ -106,13 +118,14 @@ def command(library: str, target: str | None, case: str | None, platform: str, k
         return
     result = Retriever(lib, k=k).retrieve(target_from_kernel(target, case, platform))
     if as_json:
-        emit_json({"target": result.target.to_json(),
+        emit_json({"target": result.target.to_json(), "library": named,
                    "skills": [r.to_json() for r in result.cards],
                    "skipped": dict(result.skipped),
                    **({"admission": admission} if admission is not None else {})})
     elif markdown:
         click.echo("\n".join(r.card.to_markdown() for r in result.cards))
     else:
+        click.echo(describe(named))
         click.echo(f"{len(result.cards)} admitted SkillCard(s) for {target} ({case}); "
                    f"{len(result.skipped)} skipped")
         for r in result.cards:
