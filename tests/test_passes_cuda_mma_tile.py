@@ -157,6 +157,41 @@ def test_the_rewrite_equals_the_start_kernel_on_the_emulator() -> None:
 # refusals
 
 
+TEXTBOOK = """
+#include <cuda_bf16.h>
+#define T 32
+extern "C" __global__ void mm(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int n) {
+  __shared__ __nv_bfloat16 sa[T][T];
+  __shared__ __nv_bfloat16 sb[T][T];
+  int tx = threadIdx.x, ty = threadIdx.y, row = blockIdx.y * T + ty, col = blockIdx.x * T + tx;
+  float acc = 0.0f;
+  for (int t = 0; t < n; t += T) {
+    sa[ty][tx] = A[row * n + t + tx];
+    sb[ty][tx] = B[(t + ty) * n + col];
+    __syncthreads();
+    for (int k = 0; k < T; ++k) acc += __bfloat162float(sa[ty][k]) * __bfloat162float(sb[k][tx]);
+    __syncthreads();
+  }
+  C[row * n + col] = __float2bfloat16(acc);
+}
+"""
+
+
+def test_a_tile_smaller_than_the_block_uses_the_warps_it_has_tiles_for() -> None:
+    # the textbook kernel: one output per thread of a 32x32 block, 32 warps for 8 warp tiles
+    site, result = _rewrite(TEXTBOOK)
+    assert site.detail["block"] == [32, 32] and result.ok, result
+    assert "if (kl_tc_warp < 8) {" in result.ir.text
+    lib = _emulated(result.ir.text)
+    torch.manual_seed(2)
+    n = 64
+    a, b = torch.randn(n, n).to(torch.bfloat16), torch.randn(n, n).to(torch.bfloat16)
+    c = torch.zeros(n, n, dtype=torch.bfloat16)
+    lib.launch(lib.kernels[0], (2, 2), (32, 32), 0, [a, b, c, n])
+    want = a.float() @ b.float()
+    assert (c.float() - want).abs().max() <= 2e-2 * want.abs().max()
+
+
 def _refusal(source: str, ctx: PassContext = CTX) -> str:
     ir = kir.parse(source, "cuda")
     rule = get_pass("mma-micro-kernel")()
@@ -183,26 +218,8 @@ def test_refusals_say_why() -> None:
         "threadResults[resIdxM * TN + resIdxN] += regM[resIdxM] * regN[resIdxN];",
         "threadResults[resIdxM * TN + resIdxN] = regM[resIdxM] * regN[resIdxN];")
     assert "overwritten" in _refusal(overwritten)
-    # a block whose warps cannot each own a 16x8 multiple of a 32x32 tile
-    one_each = """
-#include <cuda_bf16.h>
-#define T 32
-extern "C" __global__ void mm(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int n) {
-  __shared__ __nv_bfloat16 sa[T][T];
-  __shared__ __nv_bfloat16 sb[T][T];
-  int tx = threadIdx.x, ty = threadIdx.y, row = blockIdx.y * T + ty, col = blockIdx.x * T + tx;
-  float acc = 0.0f;
-  for (int t = 0; t < n; t += T) {
-    sa[ty][tx] = A[row * n + t + tx];
-    sb[ty][tx] = B[(t + ty) * n + col];
-    __syncthreads();
-    for (int k = 0; k < T; ++k) acc += __bfloat162float(sa[ty][k]) * __bfloat162float(sb[k][tx]);
-    __syncthreads();
-  }
-  C[row * n + col] = __float2bfloat16(acc);
-}
-"""
-    assert "does not split into 32 warp tiles" in _refusal(one_each)
+    # a block tile smaller than one 16x8 mma tile
+    assert "does not split into warp tiles" in _refusal(TEXTBOOK.replace("#define T 32", "#define T 8"))
     # the launch's block, where given, decides: with 512 threads the inner loop would read
     # outside the shared tiles
     ctx = CTX.with_facts({"block": [512, 1, 1]})

@@ -173,6 +173,14 @@ class Plan:
     mode_b: int
     chunk: int
     ldc: int
+    warps: int
+    """The block's warps (those past warps_m * warps_n take no part in the mma)."""
+
+    @property
+    def guard(self) -> str:
+        """The condition a warp of the mma meets ("" when every warp takes part)."""
+        used = self.warps_m * self.warps_n
+        return "" if used == self.warps else f"{PREFIX}warp < {used}"
 
     @property
     def wtm(self) -> int:
@@ -194,13 +202,15 @@ def plan(ir: KernelIR, tile: GemmTile) -> Plan | str:
     if threads % 32:
         return f"the block of {threads} threads is not a whole number of warps"
     warps = threads // 32
-    splits = [(wm, warps // wm) for wm in range(1, warps + 1) if warps % wm == 0
-              and tile.bm % (16 * wm) == 0 and tile.bn % (8 * (warps // wm)) == 0]
+    # as many warps as the tile has 16x8 warp tiles for (a small tile leaves some warps out of
+    # the mma), then the squarest warp tile: it reads the fewest fragments per mma
+    splits = [(wm, wn) for wm in range(1, warps + 1) for wn in range(1, warps // wm + 1)
+              if tile.bm % (16 * wm) == 0 and tile.bn % (8 * wn) == 0]
     if not splits:
-        return (f"the {tile.bm}x{tile.bn} block tile does not split into {warps} warp tiles of "
-                "multiples of 16x8")
-    # the squarest warp tile reads the fewest fragments per mma
-    wm, wn = min(splits, key=lambda s: (tile.bm // s[0] + tile.bn // s[1], -(tile.bm // s[0])))
+        return (f"the {tile.bm}x{tile.bn} block tile does not split into warp tiles of multiples "
+                "of 16x8")
+    wm, wn = min(splits, key=lambda s: (-s[0] * s[1], tile.bm // s[0] + tile.bn // s[1],
+                                        -(tile.bm // s[0])))
     ldc = tile.bn + 4
     room = STATIC_SHARED_LIMIT - tile.shared_bytes - _SHARED_MARGIN
     chunk = tile.bm
@@ -209,7 +219,7 @@ def plan(ir: KernelIR, tile: GemmTile) -> Plan | str:
     if chunk * ldc * 4 > room:
         return "no static shared memory is left for the accumulator exchange"
     return Plan(wm, wn, tile.bm // wm // 16, tile.bn // wn // 8, 16 if tile.bk % 16 == 0 else 8,
-                dtype, _mode(tile.a), _mode(tile.b), chunk, ldc)
+                dtype, _mode(tile.a), _mode(tile.b), chunk, ldc, warps)
 
 
 def _mode(t: Tile) -> int:
@@ -399,42 +409,68 @@ def accumulators(p: Plan, pad: str) -> str:
             f"{pad}float {PREFIX}acc[{p.mi}][{p.ni}][4] = {{}};\n")
 
 
+def _loops(pad: str, headers: list[str], body: list[str]) -> list[str]:
+    """`body` inside unrolled loops `headers` (outermost first), each with braces."""
+    out = []
+    for depth, header in enumerate(headers):
+        out += ["#pragma unroll", f"{pad}{'  ' * depth}{header} {{"]
+    inner = pad + "  " * len(headers)
+    out += [inner + line for line in body]
+    out += [f"{pad}{'  ' * d}}}" for d in reversed(range(len(headers)))]
+    return out
+
+
+def _guarded(p: Plan, pad: str, lines: list[str]) -> list[str]:
+    if not p.guard:
+        return lines
+    return [f"{pad}if ({p.guard}) {{", *(("  " + ln) if not ln.startswith("#") else ln
+                                       for ln in lines), f"{pad}}}"]
+
+
 def k_step(tile: GemmTile, p: Plan, pad: str) -> str:
     bf16 = "true" if p.dtype == "bf16" else "false"
     ta, tb = (_pointer_type(t) for t in (tile.a, tile.b))
-    i1, i2, i3 = pad + "  ", pad + "    ", pad + "      "
-    lines = [f"{pad}{{  // mma-micro-kernel: this K step on tensor cores (mma.sync m16n8k16)",
+    i1, i2 = pad + "  ", pad + "    "
+    i, j = f"{PREFIX}i", f"{PREFIX}j"
+    body = [f"unsigned {PREFIX}fa[{p.mi}][4], {PREFIX}fb[{p.ni}][2];",
+            *(ln[len(i2):] if not ln.startswith("#") else ln for ln in _loops(i2, [
+                f"for (int {i} = 0; {i} < {p.mi}; ++{i})"],
+                [f"{PREFIX}frag_a<{bf16}, {p.ks}, {p.mode_a}, {tile.a.s_mn}, {tile.a.s_k}>({PREFIX}fa[{i}], "
+                 f"{PREFIX}pa, {PREFIX}lane, {PREFIX}wm + 16 * {i}, {PREFIX}k);"])),
+            *(ln[len(i2):] if not ln.startswith("#") else ln for ln in _loops(i2, [
+                f"for (int {j} = 0; {j} < {p.ni}; ++{j})"],
+                [f"{PREFIX}frag_b<{bf16}, {p.ks}, {p.mode_b}, {tile.b.s_k}, {tile.b.s_mn}>({PREFIX}fb[{j}], "
+                 f"{PREFIX}pb, {PREFIX}lane, {PREFIX}k, {PREFIX}wn + 8 * {j});"])),
+            *(ln[len(i2):] if not ln.startswith("#") else ln for ln in _loops(i2, [
+                f"for (int {i} = 0; {i} < {p.mi}; ++{i})", f"for (int {j} = 0; {j} < {p.ni}; ++{j})"],
+                [f"{PREFIX}mma<{bf16}, {p.ks}>({PREFIX}acc[{i}][{j}], {PREFIX}fa[{i}], {PREFIX}fb[{j}]);"]))]
+    loop = _loops(i1, [f"for (int {PREFIX}k = 0; {PREFIX}k < {tile.bk}; {PREFIX}k += {p.ks})"], body)
+    lines = [f"{pad}{{  // mma-micro-kernel: this K step on tensor cores (mma.sync m16n8k{p.ks})",
              *_warp_setup(tile, p, i1),
              f"{i1}const {ta}* {PREFIX}pa = reinterpret_cast<const {ta}*>({tile.a.array}) + "
              f"{tile.a.base};",
              f"{i1}const {tb}* {PREFIX}pb = reinterpret_cast<const {tb}*>({tile.b.array}) + "
              f"{tile.b.base};",
-             "#pragma unroll",
-             f"{i1}for (int {PREFIX}k = 0; {PREFIX}k < {tile.bk}; {PREFIX}k += {p.ks}) {{",
-             f"{i2}unsigned {PREFIX}fa[{p.mi}][4], {PREFIX}fb[{p.ni}][2];",
-             "#pragma unroll",
-             f"{i2}for (int {PREFIX}i = 0; {PREFIX}i < {p.mi}; ++{PREFIX}i)",
-             f"{i3}{PREFIX}frag_a<{bf16}, {p.ks}, {p.mode_a}, {tile.a.s_mn}, {tile.a.s_k}>({PREFIX}fa[{PREFIX}i], "
-             f"{PREFIX}pa, {PREFIX}lane, {PREFIX}wm + 16 * {PREFIX}i, {PREFIX}k);",
-             "#pragma unroll",
-             f"{i2}for (int {PREFIX}j = 0; {PREFIX}j < {p.ni}; ++{PREFIX}j)",
-             f"{i3}{PREFIX}frag_b<{bf16}, {p.ks}, {p.mode_b}, {tile.b.s_k}, {tile.b.s_mn}>({PREFIX}fb[{PREFIX}j], "
-             f"{PREFIX}pb, {PREFIX}lane, {PREFIX}k, {PREFIX}wn + 8 * {PREFIX}j);",
-             "#pragma unroll",
-             f"{i2}for (int {PREFIX}i = 0; {PREFIX}i < {p.mi}; ++{PREFIX}i)",
-             "#pragma unroll",
-             f"{i3}for (int {PREFIX}j = 0; {PREFIX}j < {p.ni}; ++{PREFIX}j)",
-             f"{i3}  {PREFIX}mma<{bf16}, {p.ks}>({PREFIX}acc[{PREFIX}i][{PREFIX}j], {PREFIX}fa[{PREFIX}i], "
-             f"{PREFIX}fb[{PREFIX}j]);",
-             f"{i1}}}",
+             *_guarded(p, i1, loop),
              f"{pad}}}"]
     return "\n".join(lines)
 
 
 def exchange(tile: GemmTile, p: Plan, pad: str) -> str:
     """The fragments -> the thread's own accumulators, `p.chunk` rows of the tile at a time."""
-    i1, i2, i3, i4 = pad + "  ", pad + "    ", pad + "      ", pad + "        "
+    i1, i2, i3 = pad + "  ", pad + "    ", pad + "      "
     c = p.chunk
+    i, j, h = f"{PREFIX}i", f"{PREFIX}j", f"{PREFIX}h"
+    write = _loops(i2, [f"for (int {i} = 0; {i} < {p.mi}; ++{i})",
+                        f"for (int {j} = 0; {j} < {p.ni}; ++{j})",
+                        f"for (int {h} = 0; {h} < 2; ++{h})"],
+                   [f"const int r = {PREFIX}wm + 16 * {i} + {PREFIX}lane / 4 + 8 * {h} - {PREFIX}c0;",
+                    f"if (r >= 0 && r < {c}) {{",
+                    f"  float* o = {PREFIX}cs + r * {p.ldc} + {PREFIX}wn + 8 * {j} + "
+                    f"2 * ({PREFIX}lane % 4);",
+                    f"  o[0] = {PREFIX}acc[{i}][{j}][2 * {h}];",
+                    f"  o[1] = {PREFIX}acc[{i}][{j}][2 * {h} + 1];",
+                    "}"])
     lines = [f"{pad}{{  // mma-micro-kernel: the fragments into this thread's accumulators, "
              "through shared memory",
              f"{i1}__shared__ float {PREFIX}cs[{c * p.ldc}];",
@@ -444,21 +480,7 @@ def exchange(tile: GemmTile, p: Plan, pad: str) -> str:
              "#pragma unroll 1",
              f"{i1}for (int {PREFIX}c0 = 0; {PREFIX}c0 < {tile.bm}; {PREFIX}c0 += {c}) {{",
              f"{i2}__syncthreads();",
-             "#pragma unroll",
-             f"{i2}for (int {PREFIX}i = 0; {PREFIX}i < {p.mi}; ++{PREFIX}i)",
-             "#pragma unroll",
-             f"{i3}for (int {PREFIX}j = 0; {PREFIX}j < {p.ni}; ++{PREFIX}j)",
-             "#pragma unroll",
-             f"{i3}  for (int {PREFIX}h = 0; {PREFIX}h < 2; ++{PREFIX}h) {{",
-             f"{i4}const int r = {PREFIX}wm + 16 * {PREFIX}i + {PREFIX}lane / 4 + 8 * {PREFIX}h "
-             f"- {PREFIX}c0;",
-             f"{i4}if (r >= 0 && r < {c}) {{",
-             f"{i4}  float* o = {PREFIX}cs + r * {p.ldc} + {PREFIX}wn + 8 * {PREFIX}j + "
-             f"2 * ({PREFIX}lane % 4);",
-             f"{i4}  o[0] = {PREFIX}acc[{PREFIX}i][{PREFIX}j][2 * {PREFIX}h];",
-             f"{i4}  o[1] = {PREFIX}acc[{PREFIX}i][{PREFIX}j][2 * {PREFIX}h + 1];",
-             f"{i4}}}",
-             f"{i3}  }}",
+             *_guarded(p, i2, write),
              f"{i2}__syncthreads();"]
     by_row: dict[int, list] = {}
     for e in tile.elements:
