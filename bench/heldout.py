@@ -5,7 +5,7 @@ no-library autotune control, on operators that contributed no lineage.
         [--library DIR (default: the shipped library)] [--budget-steps 12]
         [--box 300] [--wall S] [--only mm1024,attn_gqa] [--jobs N] [--out DIR]
         [--results bench/results/heldout] [--fresh] [--tables-only [--records DIR ...]]
-        [--gems-only]
+        [--gems-only] [--ablation library-off|lookahead-off|priors-off ...]
         [--from-partial [--no-control]] [--executor local|ray [--ray-address ADDRESS]]
 
 DIR_OR_CASE: case folders, KernelBench problem files, or folders holding them (default
@@ -31,6 +31,12 @@ of every run, start and control included, is a job on the Ray cluster, one GPU p
    `--gems-only` (device) measures the FlagGems reference of every operator alone, no gates,
    into OUT/gems.json; the tables take a folder's gems.json where a record has no FlagGems
    time. The column is FlagGems' speed over torch's, both timed in one process (x/ref).
+
+5. each --ablation: the optimize run again, same budget and box, with one part of the search
+   turned off (`ABLATIONS`): library-off (no card: the sweeps of the start's own tunables
+   alone, the control's list first), lookahead-off (the best state only is expanded),
+   priors-off (every move starts from the same prior); its best kernel gated again fresh at
+   the device tier like the best's. Each is a column (x/ref, and best over it) of the tables.
 
 Each operator's record is written to OUT/ops/<operator>.json when it ends; a rerun skips
 operators that have one (--fresh redoes them), so a run cut by --wall is continued by the same
@@ -65,6 +71,9 @@ if str(ROOT) not in sys.path:
 DEFAULT_LIBRARY = str(ROOT / "lineage" / "shipped_library")
 COMPUTE_BOUND = 64.0
 """flops / bytes_moved at or above which an operator counts as compute-bound."""
+ABLATIONS = {"library-off": {"library": None}, "lookahead-off": {"lookahead": False},
+             "priors-off": {"priors": False}}
+"""Ablation name -> what it changes in the optimize run (library None: an empty library)."""
 _PRINT = threading.Lock()
 
 
@@ -207,9 +216,48 @@ def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, 
 
     rec["control"] = control(case, start_path, args)
     say(name, f"control: {rec['control'].get('ms')} ms ({rec['control'].get('reason') or 'ok'})")
+    for ablation in getattr(args, "ablation", None) or ():
+        rec.setdefault("ablations", {})[ablation] = ablate(case, ablation, args, op_dir)
     rec["wall_s"] = round(time.monotonic() - started, 1)
     rec["status"] = "done"
     return rec
+
+
+def ablate(case: Any, ablation: str, args: argparse.Namespace, op_dir: Path) -> dict[str, Any]:
+    """One optimize run of the start kernel with `ablation` (`ABLATIONS`), same budget and box,
+    its best kernel gated again fresh at the device tier (like the best's)."""
+    from lineage.optimize import optimize
+    from lineage.skills import Library
+
+    change = dict(ABLATIONS[ablation])
+    library = change.pop("library", args.library)
+    if library is None:
+        library = Library.open(op_dir / ablation / "empty-library", create=True)
+    start_path = case.start_path()
+    try:
+        result = optimize(start_path, case, library, budget_steps=args.budget_steps,
+                          tier=args.tier, out=op_dir / ablation, deadline=time.monotonic() + args.box,
+                          executor=getattr(args, "gates", None), **change)
+        entry: dict[str, Any] = {"ok": bool(result.best_verdict.get("ok")), "ms": result.best_ms,
+                                 "reference_ms": (result.best_verdict.get("timing") or {}).get("reference_ms"),
+                                 "gated": result.gated, "termination": result.termination,
+                                 "cards": [s.card for s in result.applied]}
+        if args.tier == "device" and entry["ok"] and result.applied:
+            entry["regate"] = _verdict_summary(_check(args, Path(result.best_path).read_text(),
+                                                      case, start_path))
+        Path(result.best_path).unlink(missing_ok=True)
+    except Exception as exc:  # a failed run is a cell of the table, not the end of the benchmark
+        entry = {"ok": False, "ms": None, "error": f"{type(exc).__name__}: {exc}"}
+    say(case.name, f"{ablation}: {entry.get('ms')} ms")
+    return entry
+
+
+def _ablation_ratio(rec: dict[str, Any], ablation: str) -> float | None:
+    """Reference time over the ablated run's best kernel (its fresh gate where it passed)."""
+    entry = (rec.get("ablations") or {}).get(ablation) or {}
+    entry = entry["regate"] if (entry.get("regate") or {}).get("ok") else entry
+    ref = entry.get("reference_ms") or rec.get("reference_ms")
+    return ref / entry["ms"] if entry.get("ms") and ref else None
 
 
 def from_partial(case: Any, args: argparse.Namespace, out: Path) -> dict[str, Any] | None:
@@ -414,8 +462,11 @@ def build_tables(records: Sequence[dict[str, Any]], args: argparse.Namespace) ->
     rows = []
     for rec in sorted(records, key=lambda r: (r["family"], r["op"])):
         best_vs_ref, control_vs_ref = _ratio(rec, "best"), _ratio(rec, "control")
+        ablated = {f"{a}_vs_ref": _ablation_ratio(rec, a) for a in ABLATIONS}
         rows.append({**rec, "start_vs_ref": _ratio(rec, "start"), "best_vs_ref": best_vs_ref,
-                     "control_vs_ref": control_vs_ref,
+                     "control_vs_ref": control_vs_ref, **ablated,
+                     **{f"best_vs_{a}": best_vs_ref / v if best_vs_ref and v else None
+                        for a, v in ((k[:-7], v) for k, v in ablated.items())},
                      "best_from": "regate" if _regated(rec) else "search",
                      "best_vs_control": best_vs_ref / control_vs_ref
                      if best_vs_ref and control_vs_ref else None,
@@ -424,7 +475,8 @@ def build_tables(records: Sequence[dict[str, Any]], args: argparse.Namespace) ->
     for fam in sorted({r["family"] for r in rows}):
         mine = [r for r in rows if r["family"] == fam]
         families[fam] = {k: _geomean([r[k] for r in mine])
-                         for k in ("start_vs_ref", "best_vs_ref", "control_vs_ref", "best_vs_control")}
+                         for k in ("start_vs_ref", "best_vs_ref", "control_vs_ref", "best_vs_control",
+                                   *(f"best_vs_{a}" for a in ABLATIONS))}
         families[fam]["operators"] = len(mine)
     compute = [r["best_vs_control"] for r in rows if r["compute_bound"] and r["best_vs_control"]]
     return {"tier": args.tier, "library": args.library, "budget_steps": args.budget_steps,
@@ -485,6 +537,7 @@ def markdown(result: dict[str, Any], title: str = "Held-out tier",
         for fam, g in result["families"].items():
             lines.append(f"| {fam} | {g['operators']} | {_fmt(g['start_vs_ref'])} | {_fmt(g['best_vs_ref'])} "
                          f"| {_fmt(g['control_vs_ref'])} | {_fmt(g['best_vs_control'])} |")
+        lines += _ablation_table(result)
         c = result["control"]
         lines += ["", f"Compute-bound operators (flops/byte >= {COMPUTE_BOUND:g}): library over control "
                   f"geomean {_fmt(c['compute_bound_geomean_best_vs_control'])}, worst "
@@ -511,6 +564,24 @@ def markdown(result: dict[str, Any], title: str = "Held-out tier",
                          f"| {'pass' if ctrl.get('ok') else 'FAIL: ' + str(ctrl.get('reason'))[:80]} "
                          f"| {', '.join(r.get('cards') or []) or '-'} |")
     return "\n".join(lines) + "\n"
+
+
+def _ablation_table(result: dict[str, Any]) -> list[str]:
+    """Per operator, x/ref of each ablated run and the best over it (rows that ran one)."""
+    names = [a for a in ABLATIONS if any(r.get(f"{a}_vs_ref") for r in result["rows"])]
+    if not names:
+        return []
+    lines = ["", "Ablations (the same budget and box; `best / X` above 1: the part X turns off "
+             "paid): " + ", ".join(f"{a}: {ABLATIONS[a]}" for a in names) + ".", "",
+             "| operator | best x/ref | " + " | ".join(f"{a} x/ref | best / {a}" for a in names) + " |",
+             "|---|---|" + "---|---|" * len(names)]
+    for r in result["rows"]:
+        if any(r.get(f"{a}_vs_ref") for a in names):
+            lines.append(f"| {r['op']} | {_fmt(r['best_vs_ref'])} | " + " | ".join(
+                f"{_fmt(r.get(f'{a}_vs_ref'))} | {_fmt(r.get(f'best_vs_{a}'))}" for a in names) + " |")
+    lines.append("| geomean | | " + " | ".join(
+        f"- | {_fmt(_geomean([r.get(f'best_vs_{a}') for r in result['rows']]))}" for a in names) + " |")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -540,6 +611,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--gems-only", action="store_true",
                     help="device: time FlagGems' operators as the second reference of every "
                          "operator (no gates) into OUT/gems.json, then rewrite the tables")
+    ap.add_argument("--ablation", action="append", default=[], choices=sorted(ABLATIONS),
+                    help="also run the search with this part off (repeatable): a column each")
     ap.add_argument("--records", action="append", default=[], metavar="DIR",
                     help="with --tables-only: also read the records of these earlier runs' folders "
                          "(in order; a later folder's, then OUT's, record of an operator wins); "

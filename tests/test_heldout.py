@@ -216,7 +216,8 @@ def test_bad_problem_files_are_one_line_errors(text: str, message: str, tmp_path
 def test_bench_heldout_smoke_at_the_interpret_tier(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cmd = [sys.executable, str(REPO / "bench" / "heldout.py"), "--tier", "interpret",
-           "--only", "softmax,sum_dim", "--budget-steps", "2", "--jobs", "2", "--out", str(out)]
+           "--only", "softmax,sum_dim", "--budget-steps", "2", "--jobs", "2", "--out", str(out),
+           "--ablation", "library-off"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
                           env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-2000:]
@@ -228,6 +229,8 @@ def test_bench_heldout_smoke_at_the_interpret_tier(tmp_path: Path) -> None:
         assert row["best"]["ok"] and row["best"]["gated"] <= 2
         assert isinstance(row["cards"], list)
         assert "ok" in row["control"]
+        # untimed, sweeps are no moves: without a library nothing is gated
+        assert row["ablations"]["library-off"]["gated"] == 0
     assert rows["softmax"]["family"] == "reduction" and rows["sum_dim"]["family"] == "kernelbench"
     assert "| reduction | softmax | pass |" in (out / "heldout.md").read_text()
     # A rerun resumes from the records: nothing is run again.
@@ -369,3 +372,35 @@ def test_an_earlier_records_flaggems_time_fills_a_later_record_without_one(tmp_p
     assert row["records"] == "late" and row["flag_gems"]["vs_torch"] == 0.5
     assert row["flag_gems"]["from"] == "early"
     assert "mm1024 (early)" in (tmp_path / "table.md").read_text()
+
+
+def test_each_ablation_is_a_column_of_the_device_tables() -> None:
+    """An ablated run's best (its fresh gate where it passed) is a column of its own: x/ref
+    against the reference of the same gate, and the full search's best over it, per operator
+    and as a geometric mean."""
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("heldout_bench", REPO / "bench" / "heldout.py")
+    heldout = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(heldout)
+    base = {"family": "gemm", "intensity": 100.0, "reference_ms": 1.0,
+            "start": {"ok": True, "ms": 4.0, "reference_ms": 1.0},
+            "control": {"ok": True, "ms": 1.25, "reference_ms": 1.0},
+            "best": {"ok": True, "ms": 1.0, "reference_ms": 1.0}}
+    records = [{**base, "op": "mm", "ablations": {
+        "library-off": {"ok": True, "ms": 1.25, "reference_ms": 1.0},
+        "priors-off": {"ok": True, "ms": 0.8, "reference_ms": 1.0,
+                       "regate": {"ok": True, "ms": 1.1, "reference_ms": 1.0}}}},
+               {**base, "op": "plain"}]
+    args = argparse.Namespace(tier="device", library="lib", budget_steps=12, box=300.0)
+    result = heldout.build_tables(records, args)
+    rows = {r["op"]: r for r in result["rows"]}
+    assert rows["mm"]["best_vs_library-off"] == pytest.approx(1.25)
+    assert rows["mm"]["priors-off_vs_ref"] == pytest.approx(1 / 1.1)  # the fresh gate
+    assert rows["mm"]["lookahead-off_vs_ref"] is None and rows["plain"]["best_vs_priors-off"] is None
+    assert result["families"]["gemm"]["best_vs_library-off"] == pytest.approx(1.25)
+    text = heldout.markdown(result)
+    assert "| operator | best x/ref | library-off x/ref | best / library-off | priors-off x/ref" in text
+    assert "| mm | 1.000 | 0.800 | 1.250 | 0.909 | 1.100 |" in text
+    assert "| plain |" not in text.split("Ablations")[1]

@@ -21,6 +21,9 @@ from passes.rewriter import DeterministicRewriter
 import kir
 from skill_helpers import ROOT, ScriptedGate, gemm_cards, library, naive_source
 
+# The held-out library's cards (a copy of a run's library: the tests do not depend on results).
+HELDOUT_LIBRARY = ROOT / "tests/data/libraries/heldout_all"
+
 
 def _target(tmp_path: Path) -> Path:
     path = tmp_path / "naive.py"
@@ -33,7 +36,7 @@ def _heldout_library(tmp_path: Path, ids: set[str]):
     from lineage.skills import Library
 
     lib = Library.open(tmp_path / "lib", create=True)
-    cards = [c for c in Library.open(ROOT / "bench/results/heldout/libraries/all").cards()
+    cards = [c for c in Library.open(HELDOUT_LIBRARY).cards()
              if c.id in ids]
     assert {c.id for c in cards} == ids
     for card in cards:
@@ -88,15 +91,16 @@ def test_device_tier_keeps_the_fastest_passing_kernel(tmp_path: Path) -> None:
     # Pipelining alone is fastest (8 ms), then both (7 ms) fails the gate: best is 8 ms.
     gate = ScriptedGate(fails=lambda s: "tl.range(" in s and "autotune" in s, ms=ms)
     result = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "out",
-                      rewriter=DeterministicRewriter(), check_fn=gate)
+                      rewriter=DeterministicRewriter(), check_fn=gate, config_sweeps=False)
     assert result.start_ms == 10.0 and result.best_ms == 8.0
-    assert [s.pass_name for s in result.applied] == ["software-pipelining"]
-    assert result.applied[0].speedup == pytest.approx(1.25)
+    # the path may pass through a tie (a stone); the step that paid is the pipelining one
+    assert result.applied[-1].pass_name == "software-pipelining"
+    assert result.applied[-1].speedup == pytest.approx(1.25)
     assert "autotune" not in result.best_path.read_text()
     # A candidate that passes but is slower is not kept either.
     slower = ScriptedGate(ms=lambda s: 10.0 + ("tl.range(" in s) + ("autotune" in s))
     again = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "o2",
-                     rewriter=DeterministicRewriter(), check_fn=slower)
+                     rewriter=DeterministicRewriter(), check_fn=slower, config_sweeps=False)
     assert again.applied == () and {s.stage for s in again.rejected} >= {"profile"}
     assert again.best_path.read_text() == naive_source("gemm")
 
@@ -379,7 +383,7 @@ def test_a_state_made_by_a_sweep_is_not_swept_again(tmp_path: Path) -> None:
 
     from lineage.skills import Library
 
-    lib = Library(ROOT / "bench/results/heldout/libraries/all")
+    lib = Library(HELDOUT_LIBRARY)
     target = tmp_path / "mm.py"
     target.write_text((ROOT / "experts/examples/matmul_naive.py").read_text())
     faster = itertools.count(1)  # every new candidate is faster: the loop keeps them all
@@ -478,9 +482,9 @@ def test_a_tile_card_acts_first_on_the_tile_its_steps_resized() -> None:
 
 
 def test_a_card_used_up_on_one_kernel_still_acts_on_another_kernel_of_the_file() -> None:
-    """A card is kept at most as often as it has evidence *per kernel* of the file (gdn's
-    file has four kernels that each take the tensor-core card once)."""
-    from lineage.optimize import _full_kernels, _Kernel, _Run, _used_up, kernel_of, Step
+    """A card is kept at most as often as it has evidence *per kernel* of the file (a file of
+    several kernels may take it once in each)."""
+    from lineage.optimize import _full_kernels, _State, _used_up, kernel_of, Step
     from lineage.optimize import card_sites, materializations
 
     assert kernel_of("triton:run/launch:_gdn_wy_kernel[0]") == "_gdn_wy_kernel"
@@ -493,18 +497,17 @@ def test_a_card_used_up_on_one_kernel_still_acts_on_another_kernel_of_the_file()
     two = naive.replace("def run(", kernel.replace("matmul_kernel", "matmul_kernel_b") + "def run(")
     ir = kir.parse(two, language="triton")
     assert {kernel_of(s.anchor) for s in card_sites(card, ir)} == {"matmul_kernel", "matmul_kernel_b"}
-    start = _Kernel(two, ir, "s:0", None, None)
-    run = _Run(start, start)
-    assert not _used_up(card, run)
-    run.chain.append(Step(card.id, card.pass_name, "triton:matmul_kernel/for[0]/assign:acc[0]", True))
-    assert _full_kernels(card, run) == {"matmul_kernel"}
-    assert not _used_up(card, run)  # matmul_kernel_b still has a site
-    full = _full_kernels(card, run)
+    state = _State(two, ir, None, None)
+    assert not _used_up(card, state)
+    state.path = (Step(card.id, card.pass_name, "triton:matmul_kernel/for[0]/assign:acc[0]", True),)
+    assert _full_kernels(card, state) == {"matmul_kernel"}
+    assert not _used_up(card, state)  # matmul_kernel_b still has a site
+    full = _full_kernels(card, state)
     made = next(materializations(card, ir, DeterministicRewriter(),
                                  skip_site=lambda s: kernel_of(s.anchor) in full))
     assert made.ok and kernel_of(made.site.anchor) == "matmul_kernel_b"
-    run.chain.append(Step(card.id, card.pass_name, "triton:matmul_kernel_b/for[0]/assign:acc[0]", True))
-    assert _used_up(card, run)
+    state.path += (Step(card.id, card.pass_name, "triton:matmul_kernel_b/for[0]/assign:acc[0]", True),)
+    assert _used_up(card, state)
 
 
 def _three_kernels(tmp_path: Path) -> Path:
@@ -588,14 +591,15 @@ def test_a_verdict_without_a_profile_of_several_kernels_orders_nothing() -> None
 
 def test_a_neutral_step_that_gives_another_card_its_site_is_walked_to_at_once(
         tmp_path: Path) -> None:
-    """gemm's grouped tile order is neutral on its own, but persistent-grid's recorded loop
-    body needs it. The loop steps onto the grouped kernel at once: left among the stones, it
-    would be cleared by the TMA card's improvements and fail out after two tries."""
+    """gemm's grouped tile order is neutral on its own (its card's effect is below 1), but
+    persistent-grid's recorded loop body needs it: once the persistent card found no site,
+    the grouped step's prior carries the persistent card's (an enabling step), and the loop
+    takes the persistent step from the grouped stone."""
     from dataclasses import replace
 
     from lineage.skills import Library, Trial, lift
 
-    lin = Lineage.load(ROOT / "bench/results/lineages/device/gemm/lineage.json")
+    lin = Lineage.load(ROOT / "tests/data/lineages/gemm_device.json")
     wanted = ("grouped-ordering", "persistent-grid", "tma-descriptors")
     cards = [c for c in lift(lin) if c.pass_name in wanted[:2]
              or (c.pass_name == wanted[2] and len(c.evidence) == 2)]  # the two TMA loads
@@ -621,12 +625,11 @@ def test_a_neutral_step_that_gives_another_card_its_site_is_walked_to_at_once(
     result = optimize(target, "gemm", lib, tier="device", out=tmp_path / "out",
                       rewriter=DeterministicRewriter(), check_fn=ScriptedGate(ms=ms))
     passes = [s.pass_name for s in result.applied]
-    assert passes[:2] == ["grouped-ordering", "persistent-grid"], passes
+    assert passes.index("grouped-ordering") < passes.index("persistent-grid"), passes
     assert result.best_ms < 0.81 * result.start_ms
-    assert [s.stage for s in result.rejected if s.pass_name == "grouped-ordering"] == ["profile"]
     steps = Lineage.load(result.lineage_path)
     stone = [s for s in steps.states() if "stone" in (steps.node(s).get("roles") or [])]
-    assert len(stone) == 1 and "group_id = " in steps.node(stone[0])["source"]
+    assert any("group_id = " in steps.node(s)["source"] for s in stone)
 
 
 def test_a_near_tie_that_gives_a_card_the_context_of_its_evidence_is_walked_to_at_once(
@@ -635,8 +638,9 @@ def test_a_near_tie_that_gives_a_card_the_context_of_its_evidence_is_walked_to_a
     prior actions). On a held-out kernel of pointer loads the descriptor step alone is a near
     tie and the persistent loop alone is slower; descriptors, then the persistent loop (which
     flattens over descriptor loads), is what pays. A pipelining candidate is a closer tie, so
-    the fastest stone is not the descriptor step. The loop steps onto the descriptor candidate
-    at once and keeps the pair."""
+    the fastest stone is not the descriptor step. On the descriptor stone the persistent card
+    is another move (its evidence's context is there: its measurements elsewhere do not count
+    against it), and the loop finds the pair within the budget."""
     lib = _heldout_library(tmp_path, {"tma-descriptors.triton.7de2c2db",
                                       "persistent-grid.triton.a9560196",
                                       "software-pipelining.triton.d1263a6d"})
@@ -655,29 +659,26 @@ def test_a_near_tie_that_gives_a_card_the_context_of_its_evidence_is_walked_to_a
 
     result = optimize(target, str(ROOT / "bench/heldout/addmm"), lib, tier="device",
                       out=tmp_path / "out", rewriter=DeterministicRewriter(),
-                      check_fn=ScriptedGate(ms=ms), budget_steps=6, config_sweeps=False)
-    assert [s.pass_name for s in result.applied] == ["tma-descriptors", "persistent-grid"]
-    assert result.best_ms == pytest.approx(10.0 * 1.02 * 0.7)
+                      check_fn=ScriptedGate(ms=ms), budget_steps=12, config_sweeps=False)
+    passes = [s.pass_name for s in result.applied]
+    assert passes.index("tma-descriptors") < passes.index("persistent-grid"), passes
+    assert result.best_ms < 10.0 * 1.02 * 0.71
 
     def alone(source: str) -> float:  # the pair does not pay: nothing is kept
         return ms(source) if "flatten=True" not in source else 10.5
 
     again = optimize(target, str(ROOT / "bench/heldout/addmm"), lib, tier="device",
                      out=tmp_path / "o2", rewriter=DeterministicRewriter(),
-                     check_fn=ScriptedGate(ms=alone), budget_steps=6, config_sweeps=False)
+                     check_fn=ScriptedGate(ms=alone), budget_steps=12, config_sweeps=False)
     assert again.applied == () and again.best_ms == 10.0
 
 
-@pytest.mark.parametrize("tma_cost, kept", [(1.14, True), (1.25, False)])
-def test_a_pairs_first_step_may_cost_more_than_a_near_tie(tmp_path: Path, tma_cost: float,
-                                                          kept: bool) -> None:
-    """A batched product's descriptors, read per program, cost 1.14x alone; with the
-    persistent loop (whose card's evidence ran with descriptors) the pair pays. Such a stone is
-    walked to within `PAIR_SLACK`, not only within the near tie of `ENABLER_SLACK`; beyond it
-    the pair is not tried."""
-    import lineage.optimize as opt
-
-    assert opt.ENABLER_SLACK < 1.14 < opt.PAIR_SLACK < 1.25
+@pytest.mark.parametrize("tma_cost", [1.14, 1.25])
+def test_a_pairs_first_step_may_cost_more_than_a_near_tie(tmp_path: Path, tma_cost: float) -> None:
+    """A batched product's descriptors, read per program, cost 1.14x (or 1.25x) alone; with
+    the persistent loop (whose card's evidence ran with descriptors) the pair pays. No slack
+    decides whether the slower stone is expanded: its moves are discounted by how much slower
+    it is, and with nothing better left within the budget the pair is found."""
     lib = _heldout_library(tmp_path, {"tma-descriptors.triton.7de2c2db",
                                       "persistent-grid.triton.a9560196"})
     target = tmp_path / "bmm_start.py"
@@ -692,151 +693,42 @@ def test_a_pairs_first_step_may_cost_more_than_a_near_tie(tmp_path: Path, tma_co
 
     result = optimize(target, str(ROOT / "bench/heldout/bmm"), lib, tier="device",
                       out=tmp_path / "out", rewriter=DeterministicRewriter(),
-                      check_fn=ScriptedGate(ms=ms), budget_steps=6, config_sweeps=False)
-    if kept:
-        assert [s.pass_name for s in result.applied] == ["tma-descriptors", "persistent-grid"]
-        assert result.best_ms == pytest.approx(8.5)
-    else:
-        assert result.applied == () and result.best_ms == 10.0
+                      check_fn=ScriptedGate(ms=ms), budget_steps=12, config_sweeps=False)
+    assert [s.pass_name for s in result.applied] == ["tma-descriptors", "persistent-grid"]
+    assert result.best_ms == pytest.approx(8.5) and result.gated <= 12
 
 
-def test_a_configuration_step_is_no_pairs_first_step(tmp_path: Path) -> None:
-    """A tile size 1.14x slower alone is not walked to for the sake of a card whose evidence
-    ran with tile sizes (nearly every card's did): the next sweep retunes it, and the walk
-    spends the run's box (leave-one-out gdn)."""
-    from types import SimpleNamespace
-
-    from lineage.optimize import _Kernel, _Run, _unlocked, state_id
-    from lineage.skills import Library
-    from passes.base import PassContext
-
-    lib = Library.open(ROOT / "bench/results/heldout/libraries/all")
-    cards = {c.id: c for c in lib.cards()}
-    tile, tma = cards["tile-sizes.triton.4c051e66"], cards["tma-descriptors.triton.7de2c2db"]
-    ctx = PassContext.for_case(str(ROOT / "bench/heldout/mm1024"), tier="device")
-    start = kir.parse((ROOT / "bench/heldout/mm1024/mm_naive.py").read_text(), "triton")
-    kernel = _Kernel(start.unparse(), start, state_id(start.unparse()), None, 10.0)
-    run = _Run(kernel, kernel)
-    job = SimpleNamespace(cards=tuple(cards.values()), ctx=ctx)  # what `_unlocked` reads
-
-    def step(card):
-        return next(m for m in materializations(card, start, DeterministicRewriter(), ctx,
-                                                sweeps=False) if m.ok).ir
-
-    assert _unlocked(tma, step(tma), run, job, pairs_only=True)  # a structural first step
-    assert _unlocked(tile, step(tile), run, job, pairs_only=True) == []
-
-
-def test_steps_that_commute_with_a_card_do_not_enable_it() -> None:
-    """The descriptor step changes what the persistent rule writes (a flattened loop over
-    descriptor loads); a tile size or a pipelining depth inside the loop it moves does not."""
-    from lineage.optimize import _rewrites_differently
-    from lineage.skills import Library
-    from passes.base import PassContext
-
-    lib = Library.open(ROOT / "bench/results/heldout/libraries/all")
-    cards = {c.id: c for c in lib.cards()}
-    tma, persistent, pipelining = (cards["tma-descriptors.triton.7de2c2db"],
-                                   cards["persistent-grid.triton.a9560196"],
-                                   cards["software-pipelining.triton.d1263a6d"])
-    ctx = PassContext.for_case(str(ROOT / "bench/heldout/addmm"), tier="device")
-    start = kir.parse((ROOT / "bench/heldout/addmm/addmm_start.py").read_text(), "triton")
-
-    def step(card):
-        return next(m for m in materializations(card, start, DeterministicRewriter(), ctx,
-                                                sweeps=False) if m.ok).ir
-
-    memo: dict = {}
-    assert _rewrites_differently(persistent, tma, start, step(tma), ctx, memo)
-    assert not _rewrites_differently(persistent, pipelining, start, step(pipelining), ctx, memo)
-    wider = kir.parse(start.unparse().replace("bm, bn, bk = 32, 32, 32",
-                                              "bm, bn, bk = 64, 32, 32"), "triton")
-    assert not _rewrites_differently(persistent, tma, start, wider, ctx, memo)
-
-
-def test_a_near_miss_is_tried_again_on_a_later_best_kernel(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Device tier: pipelining is 2% slower without the autotuner (a tie within timing noise)
-    and, with one failure allowed here, fails out of retrieval before the autotuner comes; with
-    the autotuner it is 20% faster. Once nothing else is left, the loop tries the near miss
-    again on the best kernel and keeps it. A card that was clearly slower is not tried again."""
-    import lineage.optimize as opt
-
-    monkeypatch.setattr(opt, "MAX_CARD_FAILURES", 1)
+def test_a_step_slower_alone_is_measured_again_where_its_pair_is(tmp_path: Path) -> None:
+    """Device tier: pipelining is 2% (or 10%) slower without the autotuner and 20% faster
+    with it. A slower measurement lowers the card's expected gain but does not end it: on the
+    autotuned state it is a move again, and the pair is kept. A tie within `MIN_GAIN` is
+    reported as a near miss."""
     lib = library(tmp_path, admitted=True)
 
-    def ms(source: str) -> float:
+    def ms(source: str, alone: float) -> float:
         t = 10.0 * (0.8 if "tl.dot(" in source else 1.0)
         tuned = "@triton.autotune" in source
         t *= 0.95 if tuned else 1.0
         if "tl.range(" in source:
-            t *= 0.8 if tuned else 1.02
+            t *= 0.8 if tuned else alone
         return t
 
-    events: list[str] = []
-    result = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "out",
-                      rewriter=DeterministicRewriter(), check_fn=ScriptedGate(ms=ms),
-                      budget_steps=20, progress=lambda event, data: events.append(event),
-                      config_sweeps=False)
-    passes = [s.pass_name for s in result.applied]
-    assert passes == ["tensor-core-dot", "autotune", "software-pipelining"], passes
-    assert result.best_ms == pytest.approx(10.0 * 0.8 * 0.95 * 0.8)
-    assert "revisit" in events
-    missed = [s for s in result.rejected if s.pass_name == "software-pipelining"]
-    assert len(missed) == 1 and missed[0].near_miss
-    assert result.to_json()["rejected"][0]["near_miss"] is True
-
-    def slower(source: str) -> float:  # pipelining 10% slower alone: no near miss
-        alone = "tl.range(" in source and "@triton.autotune" not in source
-        return ms(source) * (1.1 / 1.02 if alone else 1.0)
-
-    again = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "o2",
-                     rewriter=DeterministicRewriter(), check_fn=ScriptedGate(ms=slower),
-                     budget_steps=20, config_sweeps=False)
-    assert [s.pass_name for s in again.applied] == ["tensor-core-dot", "autotune"]
-    assert [s.near_miss for s in again.rejected if s.pass_name == "software-pipelining"] == [False]
-
-
-def test_a_revisit_goes_back_from_the_stepping_stones_to_the_best_kernel() -> None:
-    """Revisits come last: when the loop stands on a stepping stone with nothing left to try,
-    the near miss is tried on the best kernel, not on the stone, and the chain is the best's."""
-    from lineage.optimize import Step, _Job, _Kernel, _revisit, _revisits, _Run, _state
-    from passes.base import PassContext
-
-    cards = gemm_cards(admitted=True)
-    pipe = cards["software-pipelining"]
-    naive = naive_source("gemm")
-    best_ir = kir.parse(naive, language="triton")
-    stone_src = naive + "\n# a stepping stone\n"
-    stone_ir = kir.parse(stone_src, language="triton")
-    lin = Lineage()
-    ids = [lin.add_state(_state(src, ir, "triton", "gemm", "device",
-                                ScriptedGate(ms=lambda s: ms)(src, "triton", "gemm", "device"),
-                                frozenset()))
-           for src, ir, ms in ((naive, best_ir, 8.0), (stone_src, stone_ir, 8.1))]
-    best = _Kernel(naive, best_ir, ids[0], None, 8.0)
-    stone = _Kernel(stone_src, stone_ir, ids[1], None, 8.1)
-    applied = [Step(cards["tensor-core-dot"].id, "tensor-core-dot", "triton:matmul_kernel", True)]
-    run = _Run(stone, best, applied=list(applied),
-               chain=applied + [Step(cards["autotune"].id, "autotune", "triton:matmul_kernel", True)],
-               rejected=[Step(pipe.id, pipe.pass_name, "a", False, "profile", "not faster",
-                              state="s:old", near_miss=True),
-                         Step(cards["autotune"].id, "autotune", "a", False, "profile", "not faster",
-                              state="s:old", near_miss=False)])
-    assert [c.id for c in _revisits(run, list(cards.values()))] == [pipe.id]
-    gated: list[str] = []
-
-    def check(source: str):
-        gated.append(source)
-        return ScriptedGate(ms=lambda s: 6.0)(source, "triton", "gemm", "device")
-
-    job = _Job(DeterministicRewriter(), PassContext.for_case("gemm", tier="device"), check, lin,
-               "triton", "gemm", "device", "naive.py", lambda e, d: None, 10, None,
-               tuple(cards.values()))
-    assert _revisit(run, job, lambda: None)
-    assert len(gated) == 1 and "# a stepping stone" not in gated[0] and "tl.range(" in gated[0]
-    assert (ids[0], pipe.id) in run.tried and (ids[1], pipe.id) not in run.tried
-    assert [s.pass_name for s in run.applied] == ["tensor-core-dot", "software-pipelining"]
+    for alone in (1.02, 1.1):
+        result = optimize(_target(tmp_path), "gemm", lib, tier="device",
+                          out=tmp_path / f"o{alone}", rewriter=DeterministicRewriter(),
+                          check_fn=ScriptedGate(ms=lambda s: ms(s, alone)), budget_steps=20,
+                          config_sweeps=False)
+        assert set(s.pass_name for s in result.applied) == {
+            "tensor-core-dot", "autotune", "software-pipelining"}
+        assert result.best_ms == pytest.approx(10.0 * 0.8 * 0.95 * 0.8)
+        slower = [s for s in result.rejected if s.pass_name == "software-pipelining"
+                  and "not faster" in s.reason]
+        assert slower and not any(s.near_miss for s in slower)
+    tie = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "tie",
+                   rewriter=DeterministicRewriter(), check_fn=ScriptedGate(ms=lambda s: 10.0),
+                   budget_steps=3, config_sweeps=False)
+    assert tie.rejected and all(s.near_miss for s in tie.rejected)
+    assert tie.to_json()["rejected"][0]["near_miss"] is True
 
 
 def test_a_launch_card_carries_its_joint_configuration_to_the_target(tmp_path: Path) -> None:
@@ -889,7 +781,7 @@ def test_untimed_a_candidate_whose_every_configuration_spills_is_not_kept(tmp_pa
 
 
 def test_a_launch_step_on_an_autotune_list_adds_its_entry_beside_the_one_it_edits() -> None:
-    from lineage.optimize import _beside_in_list
+    from lineage.moves import _beside_in_list
     from passes import Applied, get_pass
 
     text = (ROOT / "bench/styles/mm_autotuned/mm_tuned.py").read_text()
@@ -920,7 +812,7 @@ def test_a_rejected_recorded_sweep_is_followed_by_one_sweep_of_the_kernels_own(
     configuration once (blocks and warps grown together), and here that is what pays."""
     from lineage.skills import Library
 
-    full = Library(ROOT / "bench/results/heldout/libraries/all")
+    full = Library(HELDOUT_LIBRARY)
     lib = Library.open(tmp_path / "lib", create=True)
     lib.add_all([full.get("autotune.triton.8d8039dd"), full.get("autotune.triton.6dd0e18a")])
     case = ROOT / "bench/styles/xent_chunks"
@@ -938,13 +830,12 @@ def test_a_rejected_recorded_sweep_is_followed_by_one_sweep_of_the_kernels_own(
     result = optimize(target, str(case), lib, tier="device", out=tmp_path / "out",
                       rewriter=DeterministicRewriter(), budget_steps=16, check_fn=gate)
     assert result.best_ms == 5.0
-    # the fitting card's sweep first (rejected), then one sweep of the kernel's own (kept)
-    assert [(s.card, s.kept) for s in result.rejected if s.rewriter == "config-sweep"] == [
-        ("autotune.triton.8d8039dd", False)]
-    assert [(s.card, s.rewriter) for s in result.applied][:1] == [
-        ("autotune.triton.6dd0e18a", "config-sweep")]
+    # the fitting card's recorded sweep was measured (slower), the kernel's own sweep kept
+    assert ("autotune.triton.8d8039dd", False) in [
+        (s.card, s.kept) for s in result.rejected if s.rewriter == "config-sweep"]
+    assert {"sweep.own", "sweep.plain"} & {s.card for s in result.applied}
     times = [ms(src) for src in gate.seen]
-    assert times.index(12.0) < times.index(5.0) and times.count(5.0) == 1
+    assert 12.0 in times and 5.0 in times
 
 
 def test_a_candidates_gate_is_limited_by_the_start_kernels_own(tmp_path: Path) -> None:
@@ -1047,13 +938,12 @@ def test_the_own_sweep_starts_from_what_the_autotuner_picked(tmp_path: Path) -> 
     assert best(False, "first") == pytest.approx(11.2)
 
 
-def test_a_due_own_sweep_is_gated_before_the_walk_to_an_enabling_stone(tmp_path: Path) -> None:
+def test_the_own_sweep_of_the_best_is_reached_besides_a_pair_that_does_not_pay(
+        tmp_path: Path) -> None:
     """A recorded sweep is kept on a 1024-cube product (its autotuner picks 64x128 at 4
-    stages); on that state the descriptor step is 1.10x slower and enables the persistent
-    grid (whose evidence ran with descriptors), and the pair does not pay here. The state's
-    own sweep, one stage deeper around the pick, does: it is gated before the walk leaves the
-    state, so a short budget reaches it (leave-one-out gdn's 1.23x own sweep came two stones
-    later and past its box)."""
+    stages); on that state the descriptor step is 1.10x slower and its card's pair (the
+    persistent grid, whose evidence ran with descriptors) does not pay here. The state's own
+    sweep, one stage deeper around the pick, does, and the budget reaches it."""
     lib = _heldout_library(tmp_path, {"tile-sizes.triton.18d8cacb",
                                       "tma-descriptors.triton.7de2c2db",
                                       "persistent-grid.triton.a9560196"})
@@ -1069,7 +959,7 @@ def test_a_due_own_sweep_is_gated_before_the_walk_to_an_enabling_stone(tmp_path:
     events: list[tuple[str, dict]] = []
     result = optimize(target, str(ROOT / "bench/heldout/mm1024"), lib, tier="device",
                       out=tmp_path / "out", rewriter=DeterministicRewriter(),
-                      check_fn=ScriptedGate(ms=ms, picks=device.picks), budget_steps=5,
+                      check_fn=ScriptedGate(ms=ms, picks=device.picks), budget_steps=8,
                       progress=lambda kind, data: events.append((kind, dict(data))))
     assert result.best_ms == pytest.approx(10.5)
     gated = [data["card"] for kind, data in events if kind == "gate"]
@@ -1078,51 +968,7 @@ def test_a_due_own_sweep_is_gated_before_the_walk_to_an_enabling_stone(tmp_path:
     assert len(sweeps) >= 2
     assert all(i > sweeps[1] for i, card in enumerate(gated)
                if card == "persistent-grid.triton.a9560196")
-    assert [s.rewriter for s in result.applied] == ["config-sweep", "config-sweep"]
-
-
-def test_the_own_sweep_goes_to_the_hottest_kernel_through_any_card_of_the_round(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A file launching two kernels, the second one hot (80% of the profiled time). The round's
-    first launch card is used up on the hot kernel (kept there as often as it has evidence),
-    the second is not: the state's own sweep goes to the hot kernel, written by the second card,
-    not to the cold one by the first (leave-one-out gdn: its hottest kernel was swept last)."""
-    from types import SimpleNamespace
-
-    import lineage.optimize as opt
-    from lineage.graph import Lineage
-    from lineage.skills import Library
-
-    naive = (ROOT / "bench/heldout/mm1024/mm_naive.py").read_text()
-    kernel = naive[naive.index("@triton.jit"):naive.index("def run(")]
-    launch = next(ln for ln in naive.splitlines() if "matmul_kernel[grid](" in ln)
-    two = naive.replace("def run(", kernel.replace("matmul_kernel", "hot_kernel") + "\ndef run(")
-    indent = launch[:len(launch) - len(launch.lstrip())]
-    body = two[two.index(launch):two.index("return c")]
-    two = two.replace("return c", body.replace("matmul_kernel[grid]", "hot_kernel[grid]").strip()
-                      + "\n" + indent + "return c", 1)
-    ir = kir.parse(two, "triton")
-    cards = {c.id: c for c in Library.open(ROOT / "bench/results/heldout/libraries/all").cards()}
-    first, second = cards["tile-sizes.triton.18d8cacb"], cards["tile-sizes.triton.4c051e66"]
-    profile = {"matmul_kernel": 0.2, "hot_kernel": 0.8}
-    from gate import Tier, Timing, Verdict
-    from gate.verdict import VariantTiming
-
-    verdict = Verdict(True, Tier.DEVICE, "timing", timing=Timing(
-        1.0, 1.0, (VariantTiming("v", 1.0, 1.0, tuple(profile.items())),)))
-    kernel_ = opt._Kernel(two, ir, opt.state_id(two), verdict, 1.0)
-    run = opt._Run(kernel_, kernel_)
-    run.swept.add(kernel_.state)
-    # the first card was kept on the hot kernel as often as it has evidence
-    run.chain = [opt.Step(first.id, first.pass_name, "triton:run/launch:hot_kernel[0]", True)
-                 ] * max(1, len(first.evidence))
-    job = SimpleNamespace(sweeps=True, heavy=False, budget_steps=8, out_of_time=lambda: False,
-                          lineage=Lineage(), ctx=None, cards=(first, second))
-    chosen: list[tuple[str, str]] = []
-    monkeypatch.setattr(opt, "_attempt_one", lambda card, made, run, job: chosen.append(
-        (card.id, opt.kernel_of(made.site.anchor))) or False)
-    opt._own_sweep_round([first, second], run, job)
-    assert chosen == [(second.id, "hot_kernel")]
+    assert result.applied[-1].card == "sweep.own"
 
 
 FP32_AUTOTUNED = '''import torch
@@ -1186,10 +1032,9 @@ def test_a_single_step_that_would_add_an_entry_too_big_for_shared_memory_is_refu
 
 def test_structural_cards_are_asked_before_more_single_knob_steps(tmp_path: Path) -> None:
     """On a device where every extra autotune entry is 1.5% faster, each single tile or stage
-    step is kept and makes a new state on which the launch cards rank first again: the
-    descriptor card, ranked below them, was never asked. Once a launch pass has had a
-    candidate gated, its cards wait while a card of another pass has not been asked in the
-    run, so the descriptors (0.7x here) come within six gates."""
+    step is kept and makes a new state on which the launch cards come up again. Their small
+    measured gains pull their expected gain below the descriptor card's prior, so the
+    descriptors (0.7x here) are gated and kept within the budget."""
     ids = {"tile-sizes.triton.18d8cacb", "tile-sizes.triton.4c051e66",
            "software-pipelining.triton.d1263a6d", "software-pipelining.triton.76e52f8c",
            "tma-descriptors.triton.7de2c2db"}
@@ -1204,54 +1049,11 @@ def test_structural_cards_are_asked_before_more_single_knob_steps(tmp_path: Path
     events: list[tuple[str, dict]] = []
     result = optimize(target, str(ROOT / "bench/heldout/mm1024"), lib, tier="device",
                       out=tmp_path / "out", rewriter=DeterministicRewriter(),
-                      check_fn=ScriptedGate(ms=ms), budget_steps=6,
+                      check_fn=ScriptedGate(ms=ms), budget_steps=12,
                       progress=lambda kind, data: events.append((kind, dict(data))))
     gated = [data["card"] for kind, data in events if kind == "gate"]
     assert "tma-descriptors.triton.7de2c2db" in gated, gated
     assert "tma-descriptors" in [s.pass_name for s in result.applied]
-    assert gated.index("tma-descriptors.triton.7de2c2db") <= 2, gated
-
-
-def test_no_launch_card_waits_once_every_structural_card_was_asked() -> None:
-    """`_knobs_deferred` sets aside the cards of launch passes that had a gated candidate,
-    only while some other card was never asked in the run."""
-    from types import SimpleNamespace
-
-    import lineage.optimize as opt
-
-    cards = [SimpleNamespace(id=f"{p}.triton.{i}", pass_name=p) for i, p in
-             enumerate(("tile-sizes", "tile-sizes", "num-warps", "tma-descriptors"))]
-    kernel_ = SimpleNamespace(state="s:1")
-    run = opt._Run(kernel_, kernel_)
-    assert opt._knobs_deferred(cards, run, set()) == set()  # nothing gated yet
-    run.rejected.append(opt.Step(cards[0].id, "tile-sizes", "a", False, stage="profile"))
-    assert opt._knobs_deferred(cards, run, set()) == {cards[0].id, cards[1].id}
-    assert opt._knobs_deferred(cards, run, {cards[3].id}) == set()  # the other card is spent
-    run.tried.add(("s:0", cards[3].id))
-    assert opt._knobs_deferred(cards, run, set()) == set()  # asked once: nothing waits
-
-
-def test_launch_cards_come_back_when_retrieval_offers_no_unasked_structural_card(
-        tmp_path: Path) -> None:
-    """A structural card retrieval never returns (its pass is already present in the kernel)
-    must not keep the launch cards waiting: the round is retrieved again without setting
-    them aside."""
-    from types import SimpleNamespace
-
-    import lineage.optimize as opt
-
-    lib = _heldout_library(tmp_path, {"tile-sizes.triton.18d8cacb",
-                                      "tma-descriptors.triton.7de2c2db"})
-    cards = lib.cards()
-    tile = next(c for c in cards if c.pass_name == "tile-sizes")
-    kernel_ = SimpleNamespace(state="s:1")
-    run = opt._Run(kernel_, kernel_)
-    run.rejected.append(opt.Step(tile.id, "tile-sizes", "a", False, stage="profile"))
-    assert opt._knobs_deferred(cards, run, set()) == {tile.id}
-    assert not opt._asks_new([], run)
-    assert opt._asks_new([SimpleNamespace(card=c) for c in cards], run)
-    run.tried.add(("s:0", "tma-descriptors.triton.7de2c2db"))
-    assert not opt._asks_new([SimpleNamespace(card=c) for c in cards], run)
 
 
 def test_a_lost_pair_bet_goes_back_to_the_best_kernel(tmp_path: Path) -> None:
@@ -1280,15 +1082,111 @@ def test_a_lost_pair_bet_goes_back_to_the_best_kernel(tmp_path: Path) -> None:
                       check_fn=gate, budget_steps=8, config_sweeps=False,
                       progress=lambda e, d: events.append((e, dict(d))))
     names = [e for e, _ in events]
-    assert "stone" in names and "back" in names, names
-    # the bet is the persistent loop alone: one gate on the stone, then back to the best kernel,
-    # where the next gate is the pipelining step (no descriptors in it) and it is kept
-    first = names.index("stone")
-    assert [e for e, _ in events[first:]][:4] == ["stone", "gate", "rejected", "back"]
-    assert events[first + 1][1]["card"] == "persistent-grid.triton.a9560196"
-    after = events[first + 4:first + 6]
-    assert [e for e, _ in after] == ["gate", "accepted"]
-    assert after[0][1]["card"] == "software-pipelining.triton.d1263a6d"
+    assert "stone" in names, names
+    # a move was taken from the slower descriptor stone; the pair did not pay, and the loop
+    # came back: the best is the pipelining step on the pointer kernel, with no descriptors
     assert [s.pass_name for s in result.applied] == ["software-pipelining"]
     assert result.best_ms == pytest.approx(9.5)
-    assert len(gate.seen) <= 8
+    assert "make_tensor_descriptor(" not in result.best_path.read_text()
+    assert len(gate.seen) <= 9 and result.gated <= 8
+
+
+def test_the_start_states_plain_sweep_is_in_the_frontier_and_gated_first(tmp_path: Path) -> None:
+    """Device tier: the first candidate gated is the start kernel under the no-library
+    control's autotune list (`lineage.control.autotune_control`), whatever the library holds."""
+    from lineage.control import autotune_control
+    from lineage.optimize import _choose, _frontier, _Run, _State
+
+    target = tmp_path / "mm_naive.py"
+    target.write_text((ROOT / "bench/heldout/mm1024/mm_naive.py").read_text())
+    case = str(ROOT / "bench/heldout/mm1024")
+    lib = _heldout_library(tmp_path, {"tile-sizes.triton.18d8cacb",
+                                      "tma-descriptors.triton.7de2c2db"})
+    events: list[tuple[str, dict]] = []
+    gate = ScriptedGate(ms=lambda s: 10.0)
+    optimize(target, case, lib, tier="device", out=tmp_path / "out", budget_steps=2,
+             rewriter=DeterministicRewriter(), check_fn=gate,
+             progress=lambda kind, data: events.append((kind, dict(data))))
+    gated = [data["card"] for kind, data in events if kind == "gate"]
+    assert gated[:2] == ["(start)", "sweep.plain"]
+    assert gate.seen[1] == autotune_control(target.read_text())
+    # in the frontier of the start state, and chosen first, even with priors off
+    from lineage.retrieval import Retriever
+    from lineage.graph import Lineage
+    ir = kir.parse(target.read_text(), "triton")
+    for priors in (True, False):
+        run = _Run(None, None, None, Lineage(), "triton", case, "cuda", "device", str(target),
+                   lambda e, d: None, 8, None, tuple(lib.cards()), Retriever(lib.cards()),
+                   priors=priors)
+        start = _State(target.read_text(), ir, None, 10.0, sid="s:0")
+        run.states, run.best = [start], start
+        assert "plain" in [o.kind for o in _frontier(start, run)]
+        assert _choose(run).kind == "plain"
+
+
+def test_a_moves_expected_gain_is_updated_by_what_it_measured(tmp_path: Path) -> None:
+    """A card's prior is its measured effect raised to its scope match; each candidate it
+    makes in the run moves its expected gain toward what was measured (a slower candidate
+    lowers it, a faster one raises it); with priors off every move starts at 1."""
+    import math
+
+    from lineage.optimize import PRIOR_WEIGHT, _gain, _move, _Option, _prior, _Run, _State
+    from lineage.retrieval import Retriever, Target, kernel_signature
+    from lineage.graph import Lineage
+
+    lib = _heldout_library(tmp_path, {"tile-sizes.triton.18d8cacb"})
+    [card] = lib.cards()
+    ir = kir.parse((ROOT / "bench/heldout/mm1024/mm_naive.py").read_text(), "triton")
+    target = Target("triton", "elsewhere", signature=kernel_signature(ir))
+    prior = _prior(card, target)
+    assert 0 < prior <= math.log(card.effect_score)  # a dot-loop card on a dot-loop kernel
+    run = _Run(None, None, None, Lineage(), "triton", "elsewhere", "cuda", "device", "x",
+               lambda e, d: None, 8, None, (card,), Retriever([card]))
+    option = _Option(_State("", ir, None, 10.0), "card", card, 0, prior)
+    before = _gain(option, run)
+    assert before == pytest.approx(math.exp(prior))
+    run.observed[_move(option)] = [math.log(10.0 / 11.0)]  # one candidate 10% slower
+    lowered = _gain(option, run)
+    assert lowered < before
+    assert math.log(lowered) == pytest.approx(
+        (PRIOR_WEIGHT * prior + math.log(10.0 / 11.0)) / (PRIOR_WEIGHT + 1))
+    run.observed[_move(option)].append(math.log(2.0))  # then one twice as fast
+    assert _gain(option, run) > lowered
+    run.priors = False
+    run.observed.clear()
+    assert _gain(option, run) == 1.0
+
+
+@pytest.mark.parametrize("with_library", [True, False])
+def test_the_best_is_never_worse_than_the_best_gated_sweep(tmp_path: Path, with_library: bool
+                                                           ) -> None:
+    """Whatever the cards do (here every card's candidate is slower than the start), the best
+    kernel reported is at least as fast as every gated sweep candidate, the control's among
+    them; without a library the run is the control and its sweeps alone, same budget."""
+    from lineage.control import autotune_control
+    from lineage.skills import Library
+
+    target = tmp_path / "mm_naive.py"
+    start = (ROOT / "bench/heldout/mm1024/mm_naive.py").read_text()
+    target.write_text(start)
+    control = autotune_control(start)
+    lib = _heldout_library(tmp_path, {"tile-sizes.triton.18d8cacb", "tma-descriptors.triton.7de2c2db",
+                                      "software-pipelining.triton.d1263a6d"}) if with_library \
+        else Library.open(tmp_path / "empty", create=True)
+
+    def ms(source: str) -> float:
+        if source == control:
+            return 7.0
+        return 9.0 if "triton.Config(" in source and "make_tensor_descriptor(" not in source \
+            else 12.0 if source != start else 10.0
+
+    gate = ScriptedGate(ms=ms)
+    result = optimize(target, str(ROOT / "bench/heldout/mm1024"), lib, tier="device",
+                      out=tmp_path / "out", rewriter=DeterministicRewriter(), check_fn=gate,
+                      budget_steps=6)
+    swept = [ms(src) for src in gate.seen[1:] if "triton.Config(" in src]
+    assert control in gate.seen and result.best_ms == min([10.0, *swept]) == 7.0
+    assert result.gated <= 6
+    if not with_library:
+        assert {s.card for s in result.applied} <= {"sweep.plain", "sweep.own"}
+        assert all(s.card.startswith("sweep.") for s in result.rejected)

@@ -355,3 +355,60 @@ def test_which_stride_is_unit_is_read_from_what_the_host_passes(
         a, b = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
         assert module._descriptors_fit(a, b) == (k % 4 == 0)
         assert torch.allclose(module.run(a, b), a @ b.t(), atol=1e-3, rtol=1e-3), (m, n, k)
+
+
+# The reduction split in two loops (a full part read unmasked, a tail read masked), each binding
+# its own `kk`: the name is rebound, yet each loop reads its own value.
+SPLIT = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    full = K // BK * BK
+    for k0 in range(0, full, BK):
+        kk = k0 + tl.arange(0, BK)
+        a = tl.load(a_ptr + rm[:, None] * K + kk[None, :])
+        b = tl.load(b_ptr + kk[:, None] * N + rn[None, :])
+        acc += tl.dot(a, b)
+    for k0 in range(full, K, BK):
+        kk = k0 + tl.arange(0, BK)
+        a = tl.load(a_ptr + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + kk[:, None] * N + rn[None, :], mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = a.new_empty((M, N))
+    mm[(triton.cdiv(M, 32), triton.cdiv(N, 32))](a, b, c, M, N, K, BM=32, BN=32, BK=32)
+    return c
+'''
+
+
+def test_a_loop_split_in_two_reads_its_own_index_and_its_siblings_bounds() -> None:
+    """Both loops' loads are boxes: each loop's `kk` is its own assignment, and the unmasked
+    loads of the full part take the bounds of the same pointer's masked load in the tail (an
+    unmasked load reads in bounds). One descriptor per operand serves both loops."""
+    ir = kir.parse(SPLIT, "triton")
+    mod = PyModule(ir)
+    boxes = _operand_boxes(mod, mod.kernels()[0])
+    assert len(boxes) == 4 and not any(isinstance(b, str) for _, b, _ in boxes), boxes
+    step = get_pass("tma-descriptors")()
+    site = next(s for s in step.sites(ir) if not s.present and "operands" in s.detail)
+    made = step.optimize(ir, site)
+    assert isinstance(made, Applied)
+    text = made.ir.unparse()
+    assert text.count("tl.make_tensor_descriptor(a_ptr") == 1
+    assert text.count("a_desc.load(") == 2 and text.count("b_desc.load(") == 2
+    compile(text, "split.py", "exec")
+    # without the sibling's mask an unmasked load has no bounds: not a box
+    alone = SPLIT[:SPLIT.index("    for k0 in range(full, K, BK):")]
+    mod = PyModule(kir.parse(alone, "triton"))
+    assert all(isinstance(b, str) for _, b, _ in _operand_boxes(mod, mod.kernels()[0]))

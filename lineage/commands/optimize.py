@@ -26,8 +26,9 @@ from lineage.commands._common import Progress, emit_json, executor_options, outp
 @click.option("-k", "k", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Per-dimension top-k of retrieval.")
 @click.option("--no-config-sweeps", "no_sweeps", is_flag=True,
-              help="Launch-parameter cards do not propose their lineage's joint configuration "
-                   "(single-parameter rewrites only; for ablation).")
+              help="No sweep moves: neither launch cards' recorded joint configurations nor "
+                   "the autotune sweeps of a state's own tunables (single-parameter rewrites "
+                   "only; for ablation).")
 @click.option("--seed", type=click.IntRange(0, None), default=0, show_default=True,
               help="Permute equally ranked cards (same scope similarity, effect within 5%) "
                    "with this seed; 0 keeps retrieval's order.")

@@ -66,9 +66,13 @@ def _unhinted(node: ast.AST) -> ast.AST:
 
 class Scope:
     """What the names of one kernel are bound to: parameters, loop variables, and names
-    assigned exactly once (their value); a name bound any other way is opaque."""
+    assigned exactly once (their value); a name bound any other way is opaque. With `region`
+    (a loop), a name the loop's body assigns once, before any use of it in the loop, is read
+    inside the loop as that value, whatever other loops assign it (a loop split in two, each
+    half with its own `k = start + tl.arange(0, B)`)."""
 
-    def __init__(self, mod: PyModule, kernel: ast.FunctionDef) -> None:
+    def __init__(self, mod: PyModule, kernel: ast.FunctionDef,
+                 region: ast.stmt | None = None) -> None:
         self.mod = mod
         self.kernel = kernel
         self.params = {a.arg for a in kernel.args.args + kernel.args.kwonlyargs}
@@ -120,6 +124,29 @@ class Scope:
                        and len(self.advances.get(n, ())) == 1} - self.params
         self.loop_vars -= self.params
         self.params -= set(counts)  # a parameter the kernel rebinds (`a_ptr += ...`) is opaque
+        if region is not None:
+            self._own_bindings(region)
+
+    def _own_bindings(self, region: ast.stmt) -> None:
+        """The names `region`'s body assigns once, before their first use in it (class
+        docstring), read as that value."""
+        for stmt in getattr(region, "body", ()):
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                    and isinstance(stmt.targets[0], ast.Name)):
+                continue
+            name = stmt.targets[0].id
+            if name in self.single or name in self.params or name in self.loop_vars:
+                continue
+            binds = [n for n in ast.walk(region) if isinstance(n, (ast.Assign, ast.AugAssign,
+                                                                   ast.AnnAssign, ast.For))
+                     and any(isinstance(t, ast.Name) and t.id == name
+                             for target in (n.targets if isinstance(n, ast.Assign)
+                                            else [n.target]) for t in ast.walk(target))]
+            early = any(isinstance(u, ast.Name) and u.id == name
+                        and self.mod.start(u) < self.mod.start(stmt) for u in ast.walk(region))
+            if binds == [stmt] and not early:
+                self.values[name], self.assigned_at[name] = stmt.value, stmt
+                self.single.add(name)
 
     def bound_before(self, at: int) -> set[str]:
         """Names assigned (once) by a statement that ends at or before byte `at`."""

@@ -553,10 +553,10 @@ def _operand_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Cal
     """(load, box or why not, its loop) of every masked tile load in a dot loop that is not
     already in the canonical form; a box whose base, strides or bounds read a name bound
     inside the loop (or after it) is refused: its descriptor must be built before the loop."""
-    scope = Scope(mod, kernel)
     canonical = {id(c) for _, c, *_ in TmaDescriptors()._pointer_accesses(mod, kernel)}
     out: list[tuple[ast.Call, Box | str, ast.stmt]] = []
     for loop in dot_loops(kernel):
+        scope = Scope(mod, kernel, region=loop)  # a name each of two loops binds: its own here
         before = scope.bound_before(mod.start(loop))
         for call in mod.calls(loop, frozenset({"tl.load", "triton.language.load"})):
             if id(call) in canonical or not call.args or _guarded(mod, call):
@@ -575,6 +575,30 @@ def _operand_boxes(mod: PyModule, kernel: ast.FunctionDef) -> list[tuple[ast.Cal
                 if late:
                     box = f"the box of {box.base} reads {', '.join(late)}, bound in or after the loop"
             out.append((call, box, loop))
+    return _bounds_from_siblings(mod, kernel, out)
+
+
+def _bounds_from_siblings(mod: PyModule, kernel: ast.FunctionDef,
+                          found: list[tuple[ast.Call, Box | str, ast.stmt]]
+                          ) -> list[tuple[ast.Call, Box | str, ast.stmt]]:
+    """`found` with each unmasked load that reads the same pointer expression as a masked load
+    of another dot loop given that load's bounds: an unmasked load reads in bounds, so the
+    descriptor the masked load bounds reads the same tile (a key loop split at the diagonal:
+    the blocks below it read unmasked, the diagonal block masked)."""
+    masks = {mod.text(call.args[0]): (mask, loop) for call, box, loop in found
+             if not isinstance(box, str)
+             for mask in [next((k.value for k in call.keywords if k.arg == "mask"), None)] if mask}
+    out = []
+    for call, box, loop in found:
+        sibling = masks.get(mod.text(call.args[0]))
+        if isinstance(box, str) and sibling is not None and sibling[1] is not loop \
+                and not any(k.arg == "mask" for k in call.keywords):
+            scope = Scope(mod, kernel, region=loop)
+            again = box_of(scope, call.args[0], sibling[0], loop, call)
+            late = set() if isinstance(again, str) else \
+                again.names - scope.params - scope.bound_before(mod.start(loop))
+            box = box if isinstance(again, str) or late else again
+        out.append((call, box, loop))
     return out
 
 
