@@ -42,6 +42,9 @@ FIXTURES = [
                                      "b": {"array": "ws", "s_n": 24, "s_k": 1}}, True),
     Fixture("f32tiles_k8_fp16.cu", {"block_tile": [128, 128, 8], "block": [256, 1], "dtype": "f32",
                                     "a": {"array": "sa", "s_m": 1, "s_k": 128}}, False),
+    Fixture("dynamic_smem_fp16.cu", {"block_tile": [128, 64, 32], "block": [256, 1], "dtype": "fp16",
+                                     "a": {"array": "As", "s_m": 32, "s_k": 1},
+                                     "b": {"array": "Bs", "s_n": 1, "s_k": 64}}, True),
 ]
 
 
@@ -120,7 +123,16 @@ def _alpha(lib: Any, m: int, n: int, k: int, dtype: Any) -> tuple[Any, Any]:
     return c.float(), 0.25 * (a.float() @ b.float())
 
 
+def _dynamic(lib: Any, m: int, n: int, k: int, dtype: Any) -> tuple[Any, Any]:
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    c = torch.zeros(m, n, dtype=dtype)
+    lib.launch(lib.kernels[0], ((n + 63) // 64, (m + 127) // 128), 256, (128 * 32 + 32 * 64) * 2,
+               [a, b, c, m, n, k])
+    return c.float(), a.float() @ b.float()
+
+
 RUNS: dict[str, tuple[Callable[..., tuple[Any, Any]], Any]] = {
+    "dynamic_smem_fp16.cu": (_dynamic, torch.float16),
     "blocktile_bf16.cu": (_blocktile, torch.bfloat16),
     "strided_fp16_at.cu": (_strided, torch.float16),
     "nt_bias_relu_bf16.cu": (_linear_relu, torch.bfloat16),
@@ -218,6 +230,9 @@ def test_refusals_say_why() -> None:
         "threadResults[resIdxM * TN + resIdxN] += regM[resIdxM] * regN[resIdxN];",
         "threadResults[resIdxM * TN + resIdxN] = regM[resIdxM] * regN[resIdxN];")
     assert "overwritten" in _refusal(overwritten)
+    # tiles cut from a dynamic buffer have no extent to bound the block by: the launch must say
+    dynamic = (DATA / "dynamic_smem_fp16.cu").read_text().replace("__launch_bounds__(256) ", "")
+    assert "block size cannot be told" in _refusal(dynamic)
     # a block tile smaller than one 16x8 mma tile
     assert "does not split into warp tiles" in _refusal(TEXTBOOK.replace("#define T 32", "#define T 8"))
     # the launch's block, where given, decides: with 512 threads the inner loop would read

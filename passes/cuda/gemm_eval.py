@@ -188,7 +188,11 @@ class Tile:
     extent: int
     decl: tuple[int, int]
     aligned: bool
-    """Whether the declaration already asks for 16-byte alignment."""
+    """Whether the declaration (of the array a pointer tile points into) already asks for
+    16-byte alignment."""
+    alignable: bool = True
+    """Whether aligning that declaration to 16 bytes aligns the tile (a pointer tile at a byte
+    offset that is not a multiple of 16 is not)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +250,7 @@ class _Shared:
     decl: tuple[int, int]
     aligned: bool
     bytes: int
+    alignable: bool = True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,6 +272,73 @@ class _Kernel:
             if ir.grammar_type_of(nid) == "declaration" and "__shared__" in _qualifiers(ir, nid):
                 for name, ident, _ in declared_names(ir, nid):
                     self.shared[name] = self._shared(nid, name, ident)
+        # pointers into a shared array (a dynamic shared buffer cut into tiles) are tiles too
+        for nid in subtree(ir, fn):
+            if ir.grammar_type_of(nid) != "declaration" or "__shared__" in _qualifiers(ir, nid):
+                continue
+            for name, ident, init in declared_names(ir, nid):
+                if init is not None and not self._repointed(name) and \
+                        ir.grammar_type_of(ir.parent_of(ident)) == "pointer_declarator":
+                    part = self._partition(nid, name, init)
+                    if part is not None:
+                        self.shared[name] = part
+
+    def _repointed(self, name: str) -> bool:
+        """Whether the pointer `name` itself is assigned or stepped (not what it points to)."""
+        ir = self.ir
+        for w in self.scope.writes.get(name, []):
+            target = children(ir, w)[0] if children(ir, w) else w
+            while ir.grammar_type_of(target) == "parenthesized_expression":
+                target = children(ir, target)[0]
+            if ir.grammar_type_of(w) == "update_expression" or \
+                    ir.grammar_type_of(target) == "identifier":
+                return True
+        return False
+
+    def _partition(self, decl: int, name: str, init: int) -> _Shared | None:
+        """A pointer `name` set once to a constant offset into a shared array, as a tile of
+        unknown extent (alignable when its byte offset is a multiple of 16)."""
+        ir = self.ir
+        node, offset = init, 0
+        while True:
+            gtype = ir.grammar_type_of(node)
+            kids = [c for c in children(ir, node) if ir.grammar_type_of(c) not in _TRIVIA]
+            if gtype in ("parenthesized_expression", "cast_expression"):
+                node = kids[-1]
+            elif gtype == "call_expression" and re.match(
+                    r"^(?:reinterpret_cast|static_cast)$", ir.attrs_of(node).get("callee") or ""):
+                node = children(ir, kids[-1])[0]
+            elif gtype == "pointer_expression" and ir.name_of(node) == "&" and \
+                    ir.grammar_type_of(kids[-1]) == "subscript_expression":
+                sub = children(ir, kids[-1])
+                value = self.constant(text(ir, children(ir, sub[-1])[0]))
+                if value is None:
+                    return None
+                offset += value
+                node = sub[0]
+            elif gtype == "binary_expression" and ir.name_of(node) == "+":
+                value = self.constant(text(ir, kids[-1]))
+                if value is None:
+                    return None
+                offset += value
+                node = kids[0]
+            else:
+                break
+        base = self.shared.get(ir.name_of(node) or "") if ir.grammar_type_of(node) == "identifier" \
+            else None
+        if base is None or len(base.dims) != 1:
+            return None
+        tname = next((text(ir, c) for c in children(ir, decl)
+                      if ir.grammar_type_of(c) in ("type_identifier", "primitive_type",
+                                                   "qualified_identifier")), "")
+        kind = element_kind(self.types.get(tname, tname))
+        unit = {"bf16": 2, "fp16": 2, "f32": 4}.get(base.dtype, 1 if base.dtype in (
+            "char", "unsigned char", "uint8_t") else 0)
+        if unit == 0:
+            return None
+        byte_offset = offset * unit
+        return _Shared(name, kind, (-1,), base.decl, base.aligned, 0,
+                       alignable=byte_offset % 16 == 0)
 
     def constant(self, expr: str) -> int | None:
         macros = {**self.constants, **self.scope.macros}
@@ -946,6 +1018,11 @@ def _analyse(k: _Kernel, loop: int, compute: list, items: list,
         bounds = _launch_bounds(ir, k.fn)
         if bounds is not None and not uses_y:
             block = (bounds, 1)
+    region_text = " ".join(text(ir, it.node) for it in compute)
+    if block is None and any(-1 in s.dims and re.search(rf"\b{s.name}\b", region_text)
+                             for s in k.shared.values()):
+        raise Refusal("the block size cannot be told for shared tiles of unknown extent "
+                      "(give the launch's block)")
     results = _run_block(program, block, uses_y)
     blk, per_thread = results
     return _fit(k, loop, compute, blk, per_thread, program)
@@ -1073,8 +1150,8 @@ def _fit(k: _Kernel, loop: int, compute: list, block: tuple[int, int],
     row, col, elements = _thread_map(block, cell_of, cells.keys, k)
     shared_bytes = sum(s.bytes for s in k.shared.values())
     sa, sb = k.shared[p_arr], k.shared[q_arr]
-    a = Tile(p_arr, sa.dtype, a_fit[0], a_fit[1], a_fit[2], bm, sa.decl, sa.aligned)
-    b = Tile(q_arr, sb.dtype, b_fit[0], b_fit[1], b_fit[2], bn, sb.decl, sb.aligned)
+    a = Tile(p_arr, sa.dtype, a_fit[0], a_fit[1], a_fit[2], bm, sa.decl, sa.aligned, sa.alignable)
+    b = Tile(q_arr, sb.dtype, b_fit[0], b_fit[1], b_fit[2], bn, sb.decl, sb.aligned, sb.alignable)
     loop_item = next(it for it in _items_of(ir, loop))
     return GemmTile(k.name, a, b, bm, bn, bk, block, (loop_item.start, loop_item.end),
                     tuple((it.start, it.end) for it in compute), elements, row, col, shared_bytes)

@@ -225,6 +225,8 @@ def plan(ir: KernelIR, tile: GemmTile) -> Plan | str:
 def _mode(t: Tile) -> int:
     """How a tile's fragments are read: 2 ldmatrix (k contiguous, 16-byte rows), 3
     ldmatrix.trans (mn contiguous), 1 paired loads (k contiguous, even offsets), 0 single."""
+    if not t.alignable:
+        return 0
     sixteen = t.dtype in ("bf16", "fp16")
     if sixteen and t.s_k == 1 and t.s_mn > 0 and t.s_mn % 8 == 0 and t.base % 8 == 0:
         return 2
@@ -596,8 +598,10 @@ def rewrite_edits(ir: KernelIR, tile: GemmTile, p: Plan) -> list[ByteEdit]:
     edits: list[ByteEdit] = []
     at = CSource(ir).b(helper_insert_at(CSource(ir)))
     edits.append(ByteEdit(at, at, HELPERS))
+    aligning = set()
     for t, mode in ((tile.a, p.mode_a), (tile.b, p.mode_b)):
-        if mode >= 1 and not t.aligned:
+        if mode >= 1 and not t.aligned and t.decl not in aligning:
+            aligning.add(t.decl)
             decl = source[t.decl[0]:t.decl[1]]
             k = decl.find(b"__shared__")
             pos = t.decl[0] + k + len(b"__shared__")
