@@ -36,8 +36,8 @@ def test_cases_json_lists_gemm_with_its_experts(capsys: pytest.CaptureFixture[st
                                {"path": "experts/gemm/gemm_cuda.cu", "language": "cuda"}]
     for case in cases.values():
         assert set(case) == {"name", "ref", "kind", "path", "description", "reference", "platform",
-                             "shapes", "small_shapes", "bench_shapes", "tolerance", "experts",
-                             "start"}
+                             "shapes", "small_shapes", "small_shapes_reason", "bench_shapes",
+                             "tolerance", "check", "experts", "start"}
         for expert in case["experts"]:
             assert (REPO / expert["path"]).is_file(), expert
 
@@ -100,7 +100,7 @@ def test_bench_rows_floors_and_results_files(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "experts.json").read_text())["gpu"] == "Test GPU"
     md = (tmp_path / "experts.md").read_text()
     assert "Test GPU" in md and "klineage bench --case gemm" in md
-    assert "| gemm | default | gemm_triton.py | 0.2000 | 0.1900 | 0.950 |" in md
+    assert "| gemm | default | gemm_triton.py | 0.2000 | 0.1900 | vendor | 0.950 |" in md
     assert "no: compile error" in md
     assert "0.950" in md.split("Geometric mean")[1]
 
@@ -218,7 +218,7 @@ def test_bench_rows_of_a_bench_only_variant_are_labelled_and_left_out_of_the_mea
     assert result["rows"][1]["shape"]["H"] == 64 and result["rows"][1]["bench_only"] is True
     bench.write_results(tmp_path, result, [gate_row, row])
     md = (tmp_path / "experts.md").read_text()
-    assert ("| fmha | paper-noncausal (bench only) | fmha_triton.py | 4.0000 | 3.6000 | 0.900 |"
+    assert ("| fmha | paper-noncausal (bench only) | fmha_triton.py | 4.0000 | 3.6000 | vendor | 0.900 |"
             in md)
     assert "- fmha / paper-noncausal: B=8 H=64 S=2048 D=128 causal=False dtype=fp16" in md
     assert "- fmha / fmha_triton.py: a note" in md
@@ -226,3 +226,64 @@ def test_bench_rows_of_a_bench_only_variant_are_labelled_and_left_out_of_the_mea
     # Benching one variant again keeps the case's other variants from the earlier run.
     kept, _ = bench.earlier_results(tmp_path, "GPU A", {("fmha", "paper-noncausal")})
     assert [(r.variant, r.notes) for r in kept] == [("noncausal", ())]
+
+
+def test_a_fallback_reference_is_flagged_and_left_out_of_the_mean(tmp_path: Path) -> None:
+    """gdn's reference on a GPU without flash-linear-attention announces its fallback; the
+    gate's flag marks the row, the table says FALLBACK and the headline leaves it out. A case
+    that declares HEADLINE_EXCLUDED (trmm) keeps its row, out of the mean, with its reason."""
+    import gate
+    from lineage.commands import bench
+
+    ceilings = {"matrix_tflops": 800.0, "copy_tbs": 4.0}
+
+    def verdict(ms: float, ref_ms: float, flags: tuple[str, ...] = ()) -> SimpleNamespace:
+        timing = SimpleNamespace(candidate_ms=ms, reference_ms=ref_ms, variants=(
+            SimpleNamespace(variant="default", candidate_ms=ms, reference_ms=ref_ms),))
+        return SimpleNamespace(ok=True, timing=timing, reason=None, flags=flags)
+
+    flag = ("reference (default): fallback: flash-linear-attention is not importable here; a "
+            "PyTorch chunked form in fp32 stands in for chunk_gated_delta_rule")
+    [gdn] = bench.rows_for_verdict(gate.load_case("gdn"), "gdn_triton.py", "triton",
+                                   verdict(0.35, 40.6, (flag,)), ceilings)
+    [gemm] = bench.rows_for_verdict(gate.load_case("gemm"), "gemm_triton.py", "triton",
+                                    verdict(0.2, 0.3), ceilings)
+    [trmm] = bench.rows_for_verdict(gate.load_case("trmm"), "trmm_triton.py", "triton",
+                                    verdict(0.3, 0.2), ceilings)
+    assert gdn.reference_backend.startswith("fallback: flash-linear-attention is not importable")
+    assert gdn.excluded and "fallback" in gdn.excluded
+    assert gemm.reference_backend == "vendor: cuBLAS via torch.matmul" and gemm.excluded is None
+    assert trmm.excluded == gate.load_case("trmm").module().HEADLINE_EXCLUDED
+    result = bench.build_result("GPU A", "klineage bench", ["klineage bench"], ceilings,
+                                "measured", [gdn, gemm, trmm])
+    assert result["geomean_triton_speedup"] == pytest.approx(1.5)
+    assert result["triton_case_variants"] == 1
+    assert {e["case"] for e in result["excluded"]} == {"gdn", "trmm"}
+    bench.write_results(tmp_path, result, [gdn, gemm, trmm])
+    md = (tmp_path / "experts.md").read_text()
+    gdn_line = next(line for line in md.splitlines() if line.startswith("| gdn |"))
+    assert "**FALLBACK**" in gdn_line and "(not in the mean)" in gdn_line
+    assert "- gdn / gdn_triton.py: its reference ran a fallback" in md
+    assert "- trmm / trmm_triton.py: the expert has not reached its reference" in md
+
+
+def test_gdns_reference_announces_its_fallback_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without flash-linear-attention, on a CUDA tensor, the reference warns `fallback: ...`
+    from the case's own lines (what the gate turns into the flag); on the CPU it does not."""
+    import warnings
+
+    import torch
+
+    import gate
+
+    module = gate.load_case("gdn").module()
+    monkeypatch.setattr(module, "_fla_chunk_gated_delta_rule", lambda: None)
+    monkeypatch.setattr(module, "chunked_reference", lambda q, k, v, g, beta: v.float())
+    fake = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    v = torch.zeros(1, 2, 1, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module.reference(fake, None, v, None, None)
+        module.reference(SimpleNamespace(device=SimpleNamespace(type="cpu")), None, v, None, None)
+    assert len(caught) == 1 and str(caught[0].message).startswith("fallback: ")
+    assert caught[0].filename == str(module.__file__)

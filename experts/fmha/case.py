@@ -82,8 +82,8 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
         except RuntimeError as exc:  # "No available kernel": decided once, not on every call
             _NO_FLASH.add(key)
             why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            warnings.warn(f"the flash back-end of SDPA is unavailable ({why}); SDPA's default "
-                          f"back-end choice is the reference", stacklevel=1)
+            warnings.warn(f"fallback: the flash back-end of SDPA is unavailable ({why}); SDPA's "
+                          f"default back-end choice is the reference", stacklevel=1)
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 

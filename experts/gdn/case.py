@@ -12,6 +12,8 @@ The output is o, (B, T, HV, V) in v's dtype; the final state is not returned.
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 NAME = "gdn"
@@ -60,10 +62,14 @@ def _fla_chunk_gated_delta_rule():
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
               beta: torch.Tensor) -> torch.Tensor:
-    """flash-linear-attention on a GPU when importable, else `chunked_reference` in fp32."""
+    """flash-linear-attention on a GPU when importable, else `chunked_reference` in fp32 (on a
+    GPU with a `fallback:` warning: the gate flags it and `klineage bench` marks the row)."""
     fla = _fla_chunk_gated_delta_rule() if q.device.type == "cuda" else None
     if fla is not None:
         return fla(q, k, v, g, beta, output_final_state=False)[0]
+    if q.device.type == "cuda":
+        warnings.warn("fallback: flash-linear-attention is not importable here; a PyTorch "
+                      "chunked form in fp32 stands in for chunk_gated_delta_rule", stacklevel=1)
     return chunked_reference(q, k, v, g, beta).to(v.dtype)
 
 

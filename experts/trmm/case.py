@@ -13,6 +13,10 @@ NAME = "trmm"
 DESCRIPTION = "triangular matrix product C = tril(A) @ B (BLAS trmm, left side, lower)"
 PLATFORM = "cuda"
 REFERENCE_NAME = "torch.tril then cuBLAS via torch.matmul"
+# Why `klineage bench` leaves this case out of its headline geometric mean (the row stays).
+HEADLINE_EXCLUDED = ("the expert has not reached its reference: it skips the product's blocks "
+                     "above the diagonal, but its K loop masks every block with the triangle, "
+                     "and cuBLAS's dense product of tril(A) runs at a higher rate than that loop")
 
 # The device shape: half of a 4096^3 product is above the diagonal. The small shape (what the
 # interpreter runs in seconds) fits the expert's first config, 128 x 128 x 64 tiles: two row

@@ -7,12 +7,19 @@ paper's workload, too slow for every gate); each set is one gate run, so the gat
 timed exactly as the gate times them. Every row gets two floors from the GPU's measured
 ceilings: FLOPs over the bf16 matrix rate (cuBLAS at 8192^3) and bytes over the
 device-to-device copy bandwidth; the floor is the larger one.
+
+Every row says which back-end its reference ran: the one the case's REFERENCE_NAME names
+("vendor"), or a fallback the case's reference announced with a warning starting "fallback:"
+(the gate's flag `reference (<variant>): fallback: ...`). A fallback row, and every row of a
+case whose module sets HEADLINE_EXCLUDED (why its figure is not a fair headline), stays in the
+table and is left out of the headline geometric mean, with the reason.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,13 +33,17 @@ from lineage.commands._common import emit_json, output_dir
 
 # Used only when the ceilings cannot be measured (figures measured on this project's GPUs).
 NOMINAL_CEILINGS = {"matrix_tflops": 790.0, "copy_tbs": 3.0}
+# The gate's flag for a reference that announced a fallback (see the module docstring).
+FALLBACK_FLAG = re.compile(r"^reference \([^)]*\): fallback: (?P<why>.*)$")
 
 
 @dataclass(frozen=True, slots=True)
 class BenchRow:
     """One (case, shape variant, expert) measurement. Times in ms; None where not reached.
     `bench_only`: the variant is one of the case's BENCH_SHAPES; `notes`: the verdict's flags
-    (e.g. the reference's fallback from its named back-end)."""
+    (e.g. the reference's fallback from its named back-end); `reference_backend`: "vendor: NAME"
+    or "fallback: WHY"; `excluded`: why the row is left out of the headline geometric mean
+    (None: it counts)."""
 
     case: str
     variant: str
@@ -50,6 +61,19 @@ class BenchRow:
     shape: dict[str, Any] = field(default_factory=dict)
     bench_only: bool = False
     notes: tuple[str, ...] = ()
+    reference_backend: str = ""
+    excluded: str | None = None
+
+
+def reference_backend(module: Any, notes: Sequence[str]) -> tuple[str, str | None]:
+    """(reference_backend, excluded) of a case's rows from its verdict's flags: a fallback
+    the reference announced, else the back-end REFERENCE_NAME names; excluded for a fallback or
+    the case's HEADLINE_EXCLUDED."""
+    fallback = next((m["why"] for n in notes if (m := FALLBACK_FLAG.match(n))), None)
+    if fallback is not None:
+        return f"fallback: {fallback}", f"its reference ran a fallback, not {module.REFERENCE_NAME}"
+    declared = getattr(module, "HEADLINE_EXCLUDED", None)
+    return f"vendor: {module.REFERENCE_NAME}", str(declared) if declared else None
 
 
 def _gpu_visible() -> bool:
@@ -135,6 +159,8 @@ def rows_for_verdict(case: Any, expert: str, language: str, verdict: Any,
         timed = {v.variant: v for v in verdict.timing.variants}
     rows = []
     table = case.device_shapes
+    notes = tuple(getattr(verdict, "flags", ()))
+    backend, excluded = reference_backend(module, notes)
     for variant, shape in table.items():
         flop, byte = floors_ms(module, dict(shape), ceilings)
         floor = max(flop, byte)
@@ -152,7 +178,7 @@ def rows_for_verdict(case: Any, expert: str, language: str, verdict: Any,
             flop_floor_ms=flop, byte_floor_ms=byte, floor_ms=floor,
             fraction_of_floor=(floor / t_ms) if t_ms else None,
             reason=verdict.reason, shape=dict(shape), bench_only=variant in case.bench_shapes,
-            notes=tuple(getattr(verdict, "flags", ()))))
+            notes=notes, reference_backend=backend, excluded=excluded))
     return rows
 
 
@@ -166,15 +192,19 @@ def geomean(values: list[float | None]) -> float | None:
 def build_result(gpu: str, command: str, commands: list[str], ceilings: dict[str, float], source: str,
                  rows: list[BenchRow]) -> dict[str, Any]:
     """The documented JSON form of a bench run (see `command`'s help). The geometric mean is
-    over the gate variants: benchmark-only rows would weigh their case twice."""
+    over the gate variants (benchmark-only rows would weigh their case twice) whose row is not
+    `excluded` (a fallback reference, a case's HEADLINE_EXCLUDED)."""
     triton_speedups = [r.speedup for r in rows
-                       if r.language == "triton" and r.speedup and not r.bench_only]
+                       if r.language == "triton" and r.speedup and not r.bench_only
+                       and not r.excluded]
     return {
         "gpu": gpu, "command": command, "commands": commands,
         "ceilings": ceilings, "ceilings_source": source,
         "rows": [asdict(r) for r in rows],
         "geomean_triton_speedup": geomean(list(triton_speedups)),
         "triton_case_variants": len(triton_speedups),
+        "excluded": [{"case": r.case, "variant": r.variant, "expert": r.expert, "why": r.excluded}
+                     for r in rows if r.excluded and r.language == "triton" and not r.bench_only],
     }
 
 
@@ -205,14 +235,28 @@ def _fmt(x: float | None, spec: str) -> str:
 
 def table_lines(rows: list[BenchRow]) -> list[str]:
     """The results as a markdown table."""
-    lines = ["| case | variant | expert | expert ms | reference ms | speedup | floor ms | fraction of floor | ok |",
-             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    lines = ["| case | variant | expert | expert ms | reference ms | reference | speedup | floor ms | fraction of floor | ok |",
+             "|---|---|---|---:|---:|---|---:|---:|---:|---|"]
     for r in rows:
         variant = f"{r.variant} (bench only)" if r.bench_only else r.variant
+        ref = "**FALLBACK**" if r.reference_backend.startswith("fallback:") else "vendor"
+        speedup = _fmt(r.speedup, ".3f") + (" (not in the mean)" if r.excluded else "")
         lines.append(f"| {r.case} | {variant} | {r.expert} | {_fmt(r.expert_ms, '.4f')} | "
-                     f"{_fmt(r.reference_ms, '.4f')} | {_fmt(r.speedup, '.3f')} | {r.floor_ms:.4f} | "
+                     f"{_fmt(r.reference_ms, '.4f')} | {ref} | {speedup} | {r.floor_ms:.4f} | "
                      f"{_fmt(r.fraction_of_floor, '.3f')} | {'yes' if r.ok else 'no: ' + (r.reason or '')[:80]} |")
     return lines
+
+
+def excluded_lines(rows: list[BenchRow]) -> list[str]:
+    """Why rows are left out of the geometric mean (one line per case, expert and reason)."""
+    seen = dict.fromkeys((r.case, r.expert, r.reference_backend, r.excluded)
+                         for r in rows if r.excluded)
+    if not seen:
+        return []
+    return ["Left out of the geometric mean:", ""] + [
+        f"- {case} / {expert}: {why}" + (f" (reference: {backend})"
+                                         if backend.startswith("fallback:") else "")
+        for case, expert, backend, why in seen] + [""]
 
 
 def shape_lines(rows: list[BenchRow]) -> list[str]:
@@ -243,7 +287,7 @@ def write_results(out_dir: Path, result: dict[str, Any], rows: list[BenchRow]) -
           *table_lines(rows), "",
           f"Geometric mean speedup over the Triton case-variants: {_fmt(result['geomean_triton_speedup'], '.3f')}"
           f" ({result['triton_case_variants']} case-variants; bench-only variants left out).", "",
-          *shape_lines(rows)]
+          *excluded_lines(rows), *shape_lines(rows)]
     (out_dir / "experts.md").write_text("\n".join(md))
 
 
@@ -283,8 +327,10 @@ def command(case_name: str, variants: tuple[str, ...], shape_set: str, out_dir: 
     "ceilings": {"matrix_tflops", "copy_tbs"}, "ceilings_source", "rows": [{"case", "variant",
     "expert", "language", "ok", "expert_ms", "reference_ms", "speedup", "flop_floor_ms",
     "byte_floor_ms", "floor_ms", "fraction_of_floor", "reason", "shape", "bench_only",
-    "notes"}], "geomean_triton_speedup" (over the Triton rows of gate variants),
-    "triton_case_variants"}. With --dry-run: {"plan": [{"case", "variant", "bench_only",
+    "notes", "reference_backend" ("vendor: NAME" | "fallback: WHY"), "excluded" (why the row is
+    not in the mean, or null)}], "geomean_triton_speedup" (over the Triton rows of gate variants
+    that are not excluded: a fallback reference or a case's HEADLINE_EXCLUDED),
+    "triton_case_variants", "excluded": [{"case", "variant", "expert", "why"}]}. With --dry-run: {"plan": [{"case", "variant", "bench_only",
     "shape", "experts"}]}.
     """
     import gate
@@ -356,3 +402,6 @@ def command(case_name: str, variants: tuple[str, ...], shape_set: str, out_dir: 
         click.echo(line)
     click.echo(f"geometric mean speedup (Triton case-variants): "
                f"{_fmt(result['geomean_triton_speedup'], '.3f')}")
+    for line in excluded_lines(rows):
+        if line:
+            click.echo(line)
