@@ -1,0 +1,430 @@
+"""KernelBench tier: the problems of a KernelBench checkout that have a start kernel here, each
+run as the held-out tier runs an operator, reported with KernelBench's own metrics.
+
+    python3 bench/kernelbench_tier.py --kernelbench DIR [--starts bench/kernelbench]
+        [--tier device|interpret] [--only NAME,...] [--budget-steps 12] [--box 300] [--wall S]
+        [--jobs N] [--library DIR] [--out DIR] [--fresh] [--tables-only] [--no-baselines]
+    python3 bench/kernelbench_tier.py --kernelbench DIR --stage DEST
+
+DIR (or $KERNELBENCH_DIR) is a KernelBench checkout (its root or its `KernelBench` folder, the
+one holding level1/, level2/ ...). A start kernel is a plain Triton module filed under STARTS
+by the problem's level and file name (STARTS/level1/1_Square_matrix_multiplication_.py for
+DIR/level1/1_Square_matrix_multiplication_.py), with `run(*inputs, *params, *buffers)` as
+docs/INTERFACES.md gives a problem file's inputs. The benchmark's files stay where DIR is:
+`--stage DEST` copies only the problem files that have a start kernel into DEST (an ignored
+folder of the repository, `.kb`, carries them to a GPU machine) and exits.
+
+Per problem (`bench/heldout.py`'s `bench_operator`): the start kernel gated at --tier, an
+optimize run of --budget-steps candidates within --box seconds (its best gated again, fresh),
+and the control (the start kernel under a plain autotune list of the same budget). A problem
+file the loader refuses is a row with its one-line reason, not the end of the run.
+
+Device tier, after the gates, in this process (`measure_baselines`): the problem's Model timed
+as a user would run it instead of a kernel, each by `triton.testing.do_bench` (median, L2
+flushed): eager PyTorch with the process's defaults (fp32 matmuls in full precision), eager with
+TF32 allowed (`torch.backends.cuda.matmul.allow_tf32` and cuDNN's), and
+`torch.compile(mode="max-autotune-no-cudagraphs")`. A kernel's ratio to each is the gate's
+x/ref (kernel and reference timed in one worker) times eager over that baseline (both timed
+here): the ratio to eager-TF32 says whether a speedup is more than the precision TF32 gives up.
+
+Tables (OUT/kernelbench.json and .md): per problem start, best, control, eager, eager-TF32 and
+torch.compile ms and the ratios; then KernelBench's metrics (`kernelbench_metrics`): fast_p at
+p = 0, 1, 1.5, 2 (the fraction of all problems whose kernel is correct and faster than the
+baseline by more than p) and the geometric-mean speedup over the correct ones, for start, best
+and control against each baseline. Records are OUT/ops/<problem>.json; a rerun continues
+(--fresh redoes). At --tier interpret nothing is timed: the tables say pass/fail.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+STARTS = ROOT / "bench" / "kernelbench"
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+BASELINES = ("eager", "eager_tf32", "compile")
+KERNELS = ("start", "best", "control")
+COMPILE_MODE = "max-autotune-no-cudagraphs"
+
+
+def _heldout() -> Any:
+    """bench/heldout.py as a module (the per-operator steps and table helpers)."""
+    if "heldout" in sys.modules:
+        return sys.modules["heldout"]
+    spec = importlib.util.spec_from_file_location("heldout", ROOT / "bench" / "heldout.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["heldout"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- pairing ----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Problem:
+    """One problem with a start kernel: `key` is "<level>/<file stem>"."""
+
+    level: str
+    problem: Path
+    start: Path
+
+    @property
+    def key(self) -> str:
+        return f"{self.level}/{self.problem.stem}"
+
+    @property
+    def slug(self) -> str:
+        return self.key.replace("/", "__")
+
+
+def problem_root(directory: Path) -> Path:
+    """The folder holding a checkout's level folders: `directory` itself, or its `KernelBench`
+    subfolder (the repository's layout). Raises `BadInputError` when neither has a level folder."""
+    from kir.errors import BadInputError
+
+    for root in (directory, directory / "KernelBench"):
+        if any(p.is_dir() and p.name.startswith("level") for p in (root.iterdir() if root.is_dir() else ())):
+            return root
+    raise BadInputError(f"{directory}: not a KernelBench checkout (no level1/, level2/ ... in it "
+                        f"or in its KernelBench/ folder)")
+
+
+def pair_problems(root: Path, starts: Path, only: Iterable[str] = ()) -> tuple[list[Problem], list[str]]:
+    """(problems with both a start kernel under `starts` and a problem file under `root`, the
+    start kernels whose problem file is missing, as keys), sorted by level and problem number.
+    `only` keeps the keys or file stems named."""
+    wanted = set(only)
+    found: list[Problem] = []
+    missing: list[str] = []
+    for start in sorted(starts.glob("level*/*.py")):
+        level = start.parent.name
+        problem = root / level / start.name
+        entry = Problem(level, problem, start)
+        if wanted and not ({entry.key, start.stem} & wanted):
+            continue
+        (found.append(entry) if problem.is_file() else missing.append(entry.key))
+    found.sort(key=lambda p: (p.level, _number(p.problem.stem), p.problem.stem))
+    return found, missing
+
+
+def _number(stem: str) -> int:
+    head = stem.split("_", 1)[0]
+    return int(head) if head.isdigit() else 1 << 30
+
+
+def stage(problems: Sequence[Problem], dest: Path) -> list[Path]:
+    """Copy the problem files of `problems` into dest/<level>/ (what a GPU run carries)."""
+    written = []
+    for p in problems:
+        target = dest / p.level / p.problem.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p.problem, target)
+        written.append(target)
+    return written
+
+
+# -- KernelBench's metrics ------------------------------------------------------------------
+
+def kernelbench_metrics(results: Sequence[tuple[bool, float | None, float | None]],
+                        thresholds: Sequence[float] = FAST_P) -> dict[str, Any]:
+    """KernelBench's metrics over `results`, one (correct, kernel ms, baseline ms) per problem.
+
+    fast_p: the fraction of *all* problems whose kernel is correct and whose speedup (baseline
+    ms / kernel ms) is greater than p; a problem without both times counts as not fast.
+    geomean_speedup: the geometric mean of the speedups of the correct problems with both times
+    (None when there is none). `n` counts every problem, `correct` the correct ones."""
+    speedups = [b / k for ok, k, b in results if ok and k and b and k > 0 and b > 0]
+    n = len(results)
+    return {"n": n, "correct": sum(1 for ok, _, _ in results if ok), "timed": len(speedups),
+            "fast_p": {f"{p:g}": (sum(1 for s in speedups if s > p) / n) if n else None
+                       for p in thresholds},
+            "geomean_speedup": math.exp(sum(math.log(s) for s in speedups) / len(speedups))
+            if speedups else None}
+
+
+# -- baselines ----------------------------------------------------------------------------------
+
+def _load_problem(path: Path) -> dict[str, Any]:
+    """The problem file executed as a module (KernelBench's own way of running it)."""
+    import runpy
+
+    return runpy.run_path(str(path), run_name="kernelbench_problem")
+
+
+def _rel_err(out: Any, ref: Any) -> float:
+    import torch
+
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    refs = ref if isinstance(ref, (tuple, list)) else (ref,)
+    worst = 0.0
+    for o, r in zip(outs, refs):
+        if isinstance(r, torch.Tensor) and r.is_floating_point():
+            diff = (o.double() - r.double()).norm()
+            worst = max(worst, float(diff / r.double().norm().clamp_min(1e-30)))
+    return worst
+
+
+def measure_baselines(path: Path, seed: int = 1234, compile_model: bool = True) -> dict[str, Any]:
+    """Eager, eager-TF32 and torch.compile times of a problem's Model on its real inputs, on
+    this process's GPU (module docstring); each entry's error says why where it failed. The
+    TF32 and compiled outputs' relative-norm errors to eager's are recorded beside them."""
+    import torch
+    from triton.testing import do_bench
+
+    out: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0)}
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        ns = _load_problem(path)
+        torch.manual_seed(seed)
+        inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+        model = ns["Model"](*ns["get_init_inputs"]()).cuda()
+
+        def timed(fn: Any) -> float:
+            with torch.no_grad():
+                return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+        with torch.no_grad():
+            ref = model(*inputs)
+        out["eager_ms"] = timed(lambda: model(*inputs))
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        with torch.no_grad():
+            out["eager_tf32_err"] = _rel_err(model(*inputs), ref)
+        out["eager_tf32_ms"] = timed(lambda: model(*inputs))
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        if compile_model:
+            try:
+                compiled = torch.compile(model, mode=COMPILE_MODE)
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    out["compile_err"] = _rel_err(compiled(*inputs), ref)
+                torch.cuda.synchronize()
+                out["compile_s"] = round(time.perf_counter() - t0, 1)
+                out["compile_ms"] = timed(lambda: compiled(*inputs))
+            except Exception as exc:  # noqa: BLE001 — a model torch.compile fails on: a cell says why
+                out["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        del ref, inputs, model
+    except Exception as exc:  # noqa: BLE001 — the row says why, the run goes on
+        out["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        torch.cuda.empty_cache()
+    return out
+
+
+# -- tables ---------------------------------------------------------------------------------------
+
+def _kernel_entry(rec: Mapping[str, Any], kernel: str) -> dict[str, Any]:
+    """The measurement of start / best / control the tables use (heldout's choice: the best's
+    fresh gate where it passed)."""
+    return _heldout()._measured(dict(rec), kernel)
+
+
+def kernel_vs(rec: Mapping[str, Any], kernel: str, baseline: str) -> tuple[bool, float | None, float | None]:
+    """(correct, kernel ms, baseline ms on the gate's clock) of one record: eager is the gate's
+    own reference time; TF32 and compile are scaled by eager's time measured beside them."""
+    entry = _kernel_entry(rec, kernel)
+    ok = bool(entry.get("ok"))
+    ms = entry.get("ms")
+    ref = entry.get("reference_ms") or rec.get("reference_ms")
+    base = rec.get("baselines") or {}
+    if baseline == "eager" or not ref:
+        return ok, ms, ref
+    other, eager = base.get(f"{baseline}_ms"), base.get("eager_ms")
+    return ok, ms, (ref * other / eager) if other and eager else None
+
+
+def build_tables(records: Sequence[Mapping[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON result: rows per problem and KernelBench's metrics per kernel and baseline."""
+    rows = []
+    for rec in sorted(records, key=lambda r: (r.get("level", ""), _number(r.get("op", "")))):
+        row = dict(rec)
+        for kernel in KERNELS:
+            for baseline in BASELINES:
+                ok, ms, base = kernel_vs(rec, kernel, baseline)
+                row[f"{kernel}_x_{baseline}"] = base / ms if ok and ms and base else None
+        rows.append(row)
+    metrics = {kernel: {baseline: kernelbench_metrics([kernel_vs(r, kernel, baseline) for r in records])
+                        for baseline in BASELINES} for kernel in KERNELS}
+    return {"tier": args.tier, "library": str(args.library), "budget_steps": args.budget_steps,
+            "box_s": args.box, "command": "python3 bench/kernelbench_tier.py " + " ".join(sys.argv[1:]),
+            "compile_mode": COMPILE_MODE, "rows": rows, "metrics": metrics}
+
+
+def _fmt(v: Any, spec: str = ".3f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    lines = [f"# KernelBench tier ({result['tier']})", "",
+             f"Library `{result['library']}`, budget {result['budget_steps']} gated candidates, box "
+             f"{result['box_s']:.0f} s per problem. Command: `{result['command']}`.", ""]
+    if result["tier"] != "device":
+        lines += ["| problem | start | optimize | best ok | control |", "|---|---|---|---|---|"]
+        for r in result["rows"]:
+            best, ctrl = r.get("best") or {}, r.get("control") or {}
+            start = r.get("start") or {}
+            lines.append(f"| {r['op']} | {'pass' if start.get('ok') else 'FAIL: ' + str(r.get('reason') or start.get('reason'))[:100]} "
+                         f"| {best.get('termination', best.get('error', '-'))} | {'pass' if best.get('ok') else 'FAIL'} "
+                         f"| {'pass' if ctrl.get('ok') else 'FAIL: ' + str(ctrl.get('reason'))[:80]} |")
+        return "\n".join(lines) + "\n"
+    lines += ["Times in ms. x/eager is of one gate (kernel and reference timed in one worker); "
+              "x/tf32 and x/compile scale it by eager over that baseline, both timed in the "
+              f"harness process (`torch.compile(mode=\"{result['compile_mode']}\")`).", "",
+              "| problem | start | best | control | eager | eager-TF32 | compile | start x/eager "
+              "| best x/eager | best x/tf32 | best x/compile | control x/eager | cards |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        base = r.get("baselines") or {}
+        lines.append(
+            f"| {r['op']} | {_fmt(_kernel_entry(r, 'start').get('ms'), '.4f')} "
+            f"| {_fmt(_kernel_entry(r, 'best').get('ms'), '.4f')} | {_fmt(_kernel_entry(r, 'control').get('ms'), '.4f')} "
+            f"| {_fmt(r.get('reference_ms'), '.4f')} | {_fmt(base.get('eager_tf32_ms'), '.4f')} "
+            f"| {_fmt(base.get('compile_ms'), '.4f')} | {_fmt(r.get('start_x_eager'))} | {_fmt(r.get('best_x_eager'))} "
+            f"| {_fmt(r.get('best_x_eager_tf32'))} | {_fmt(r.get('best_x_compile'))} "
+            f"| {_fmt(r.get('control_x_eager'))} | {', '.join(r.get('cards') or []) or '-'} |")
+    lines += ["", "KernelBench's metrics: fast_p is the fraction of all problems whose kernel is "
+              "correct and more than p times faster than the baseline; geomean over the correct ones.", "",
+              "| kernel | baseline | n | correct | fast_0 | fast_1 | fast_1.5 | fast_2 | geomean |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for kernel, by_base in result["metrics"].items():
+        for baseline, m in by_base.items():
+            fp = m["fast_p"]
+            lines.append(f"| {kernel} | {baseline} | {m['n']} | {m['correct']} | {_fmt(fp['0'])} | {_fmt(fp['1'])} "
+                         f"| {_fmt(fp['1.5'])} | {_fmt(fp['2'])} | {_fmt(m['geomean_speedup'])} |")
+    refused = [r for r in result["rows"] if r.get("status") == "refused"]
+    if refused:
+        lines += ["", "Refused by the loader: " + "; ".join(f"{r['op']}: {r['reason']}" for r in refused)]
+    return "\n".join(lines) + "\n"
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+def run_problem(p: Problem, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """One problem's record: heldout's steps on the problem's case with the start kernel given."""
+    import gate
+    from kir.errors import BadInputError
+
+    heldout = _heldout()
+    base = {"op": p.key, "level": p.level, "problem": str(p.problem), "tier": args.tier,
+            "start_file": str(p.start.relative_to(ROOT)) if p.start.is_relative_to(ROOT) else str(p.start)}
+    try:
+        case = dataclasses.replace(gate.load_case(p.problem), start=str(p.start.resolve()))
+    except BadInputError as exc:
+        heldout.say(p.key, f"refused: {exc}")
+        return {**base, "status": "refused", "reason": str(exc), "start": {"ok": False}}
+    rec = heldout.bench_operator(case, args, out)
+    return {**rec, **base, "ref": case.ref}
+
+
+def _write(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    tmp.replace(path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    heldout = _heldout()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernelbench", default=os.environ.get("KERNELBENCH_DIR"),
+                    help="a KernelBench checkout (default $KERNELBENCH_DIR)")
+    ap.add_argument("--starts", default=str(STARTS), help="start kernels, by level and problem file name")
+    ap.add_argument("--stage", default=None, metavar="DEST",
+                    help="copy the problem files that have a start kernel into DEST and exit")
+    ap.add_argument("--tier", choices=["device", "interpret"], default="device")
+    ap.add_argument("--library", default=heldout.DEFAULT_LIBRARY)
+    ap.add_argument("--budget-steps", type=int, default=12)
+    ap.add_argument("--box", type=float, default=300.0, help="seconds per problem")
+    ap.add_argument("--wall", type=float, default=None, help="no problem starts after this many seconds")
+    ap.add_argument("--only", default="", help="comma-separated problems (level1/NAME or NAME)")
+    ap.add_argument("--jobs", type=int, default=1, help="problems at once")
+    ap.add_argument("--out", default=None, help="records and tables (default bench/results/kernelbench-<tier>)")
+    ap.add_argument("--fresh", action="store_true", help="redo problems that have a record")
+    ap.add_argument("--tables-only", action="store_true", help="rewrite the tables from the records")
+    ap.add_argument("--no-baselines", action="store_true", help="device: skip eager-TF32 and torch.compile")
+    ap.add_argument("--no-compile", action="store_true", help="device: time eager and eager-TF32 only")
+    args = ap.parse_args(argv)
+    from kir.errors import BadInputError
+
+    if not args.kernelbench:
+        print("kernelbench_tier: give --kernelbench DIR or set KERNELBENCH_DIR", file=sys.stderr)
+        return 2
+    if args.budget_steps < 1 or args.jobs < 1 or args.box <= 0:
+        print("kernelbench_tier: --budget-steps, --jobs and --box must be positive", file=sys.stderr)
+        return 2
+    try:
+        root = problem_root(Path(args.kernelbench))
+    except BadInputError as exc:
+        print(f"kernelbench_tier: {exc}", file=sys.stderr)
+        return 2
+    problems, missing = pair_problems(root, Path(args.starts), [s for s in args.only.split(",") if s])
+    for key in missing:
+        heldout.say(key, f"start kernel without a problem file in {root}: skipped")
+    if not problems:
+        print(f"kernelbench_tier: no problem in {root} has a start kernel in {args.starts}", file=sys.stderr)
+        return 2
+    if args.stage:
+        written = stage(problems, Path(args.stage))
+        heldout.say("kernelbench", f"copied {len(written)} problem files into {args.stage}")
+        return 0
+    out = Path(args.out or ROOT / f"bench/results/kernelbench-{args.tier}")
+    if not Path(args.library).exists() and (ROOT / args.library).exists():
+        args.library = str(ROOT / args.library)
+    args.gates, args.ablation = None, []
+    records: dict[str, dict[str, Any]] = {}
+    todo = []
+    for p in problems:
+        path = out / "ops" / f"{p.slug}.json"
+        if path.is_file() and not args.fresh:
+            records[p.slug] = json.loads(path.read_text())
+        elif not args.tables_only:
+            todo.append(p)
+    heldout.say("kernelbench", f"{len(problems)} problems, {len(problems) - len(todo)} with a record, "
+                               f"{len(todo)} to run")
+    began = time.monotonic()
+
+    def one(p: Problem) -> None:
+        if args.wall is not None and time.monotonic() - began > args.wall:
+            heldout.say(p.key, "not started: --wall reached (rerun the command to continue)")
+            return
+        box = args.box if args.wall is None else min(args.box, args.wall - (time.monotonic() - began))
+        rec = run_problem(p, argparse.Namespace(**{**vars(args), "box": max(box, 1.0)}), out)
+        records[p.slug] = rec
+        _write(out / "ops" / f"{p.slug}.json", rec)
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(one, todo))
+    if args.tier == "device" and not args.no_baselines and not args.tables_only:
+        for p in problems:
+            rec = records.get(p.slug)
+            if rec is None or rec.get("status") == "refused" or "baselines" in rec:
+                continue
+            rec["baselines"] = measure_baselines(p.problem, compile_model=not args.no_compile)
+            heldout.say(p.key, f"baselines: {rec['baselines']}")
+            _write(out / "ops" / f"{p.slug}.json", rec)
+    result = build_tables(list(records.values()), args)
+    _write(out / "kernelbench.json", result)
+    (out / "kernelbench.md").write_text(markdown(result))
+    left = len(problems) - len(records)
+    heldout.say("kernelbench", f"wrote {out / 'kernelbench.json'} and .md ({len(records)} problems"
+                               + (f"; {left} not run yet: rerun the same command" if left else "") + ")")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
