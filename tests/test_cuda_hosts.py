@@ -356,3 +356,29 @@ def test_a_load_inline_host_is_refused_at_the_emulate_tier_with_the_reason() -> 
     verdict = gate.check_file(loaded.start_path(), loaded, "emulate", cache=False)
     assert not verdict.ok and verdict.failure_kind.value == "unsupported"
     assert "load_inline" in verdict.reason
+
+
+def test_optimize_writes_the_best_kernel_back_into_its_host(tmp_path: Path) -> None:
+    """A load_inline host is optimized as CUDA (the string's text is the kernel) and its best
+    kernel goes back into a copy of the host module, the rest of the module as it was."""
+    from lineage.optimize import optimize
+    from passes.rewriter import DeterministicRewriter
+    from skill_helpers import ScriptedGate
+
+    library = STYLES.parents[2] / "bench/results/roundtrip/cuda-device-h200/libraries/all"
+    if not library.is_dir():
+        pytest.skip("no CUDA skill library in this checkout")
+    folder = STYLES / "cu_softmax_rows"
+    start = folder / "softmax_rows.py"
+    scripted = ScriptedGate(ms=lambda s: 0.5 if "__shfl_down_sync" in s else 1.0)
+    result = optimize(start, str(folder / "case.py"), library, budget_steps=4, tier="static",
+                      out=tmp_path / "out", rewriter=DeterministicRewriter(), check_fn=scripted,
+                      config_sweeps=False)
+    assert scripted.seen and all("__global__" in s and "load_inline" not in s for s in scripted.seen)
+    best = Path(result.best_path)
+    assert best.suffix == ".py"
+    held = embedded.find(best.read_text())
+    assert held is not None and "__shfl_down_sync" in held.text, [s.card for s in result.applied]
+    original = embedded.find(start.read_text())
+    assert best.read_text()[:held.start] == start.read_text()[:original.start]
+    assert best.read_text()[held.end:] == start.read_text()[original.end:]
