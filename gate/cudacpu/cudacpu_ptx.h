@@ -56,6 +56,7 @@ struct Instr {
   std::vector<Arg> args;
   int pred = -1;
   bool pred_neg = false;
+  int d[4] = {0, 0, 0, 0};  // decoded once at parse time (per code: see decode())
   bool has(const char* m) const {
     for (const std::string& s : mods)
       if (s == m) return true;
@@ -240,8 +241,10 @@ struct Parser {
     if (in.code < 0) bad("instruction " + in.op);
     if (sp != std::string::npos)
       for (const std::string& a : split_top(s.substr(sp), ',')) in.args.push_back(arg(a));
+    decode(in);
     p.code.push_back(std::move(in));
   }
+  void decode(Instr& in);
   void run(const char* t) {
     tmpl = t;
     std::string text(t);
@@ -393,31 +396,43 @@ inline int type_of(const std::string& s) {
   if (s == "f32") return T_F32;
   return -1;
 }
-inline void do_mma(Frame& f, const Instr& in) {
+inline void decode_mma(Instr& in) {
   // mma.sync.aligned.m16n8k{8,16}.row.col.dtype.atype.btype.ctype d, a, b, c
   const std::vector<std::string>& m = in.mods;
   if (m.size() != 10 || m[1] != "sync" || m[2] != "aligned" || m[4] != "row" || m[5] != "col" ||
       (m[3] != "m16n8k16" && m[3] != "m16n8k8"))
     fail("inline PTX is not emulated: %s (mma.sync.aligned.m16n8k16/m16n8k8.row.col only)", in.op.c_str());
-  MmaIn p{};
-  p.k = m[3] == "m16n8k16" ? 16 : 8;
-  p.dtype = type_of(m[6]);
-  p.atype = type_of(m[7]);
-  p.ctype = type_of(m[9]);
-  if (p.atype == T_F32 || p.atype < 0 || type_of(m[8]) != p.atype || p.dtype < 0 || p.ctype < 0 ||
-      p.ctype == T_BF16 || p.dtype == T_BF16 || ((p.dtype == T_F16 || p.ctype == T_F16) && p.atype != T_F16))
+  int k = m[3] == "m16n8k16" ? 16 : 8, dtype = type_of(m[6]), atype = type_of(m[7]), ctype = type_of(m[9]);
+  if (atype == T_F32 || atype < 0 || type_of(m[8]) != atype || dtype < 0 || ctype < 0 || ctype == T_BF16 ||
+      dtype == T_BF16 || ((dtype == T_F16 || ctype == T_F16) && atype != T_F16))
     fail("inline PTX is not emulated: %s (f16 or bf16 inputs, f32 or f16 accumulators)", in.op.c_str());
   if (in.args.size() != 4) fail("%s: expected 4 operands", in.op.c_str());
-  std::vector<const Arg*> d = elems(in.args[0]), a = elems(in.args[1]), b = elems(in.args[2]), c = elems(in.args[3]);
-  size_t na = p.k / 4, nb = p.k / 8, nc = p.ctype == T_F32 ? 4 : 2, nd = p.dtype == T_F32 ? 4 : 2;
-  if (a.size() != na || b.size() != nb || c.size() != nc || d.size() != nd)
+  size_t na = k / 4, nb = k / 8, nc = ctype == T_F32 ? 4 : 2, nd = dtype == T_F32 ? 4 : 2;
+  if (elems(in.args[1]).size() != na || elems(in.args[2]).size() != nb || elems(in.args[3]).size() != nc ||
+      elems(in.args[0]).size() != nd)
     fail("%s: operand vectors of the wrong length", in.op.c_str());
-  for (size_t i = 0; i < na; ++i) p.a[i] = (uint32_t)get(f, *a[i]);
-  for (size_t i = 0; i < nb; ++i) p.b[i] = (uint32_t)get(f, *b[i]);
-  for (size_t i = 0; i < nc; ++i) p.c[i] = (uint32_t)get(f, *c[i]);
+  in.d[0] = k;
+  in.d[1] = atype;
+  in.d[2] = ctype;
+  in.d[3] = dtype;
+}
+inline void do_mma(Frame& f, const Instr& in) {
+  MmaIn p{};
+  p.k = in.d[0];
+  p.atype = in.d[1];
+  p.ctype = in.d[2];
+  p.dtype = in.d[3];
+  const Arg& d = in.args[0];
+  const Arg& a = in.args[1];
+  const Arg& b = in.args[2];
+  const Arg& c = in.args[3];
+  for (size_t i = 0; i < a.elems.size(); ++i) p.a[i] = (uint32_t)get(f, a.elems[i]);
+  for (size_t i = 0; i < b.elems.size(); ++i) p.b[i] = (uint32_t)get(f, b.elems[i]);
+  if (b.kind != A_VEC) p.b[0] = (uint32_t)get(f, b);
+  for (size_t i = 0; i < c.elems.size(); ++i) p.c[i] = (uint32_t)get(f, c.elems[i]);
   MmaOut o{};
   warp_collective(OP_CUSTOM, 0xffffffffu, 0, 0, 32, mma_resolve, &p, &o);
-  for (size_t i = 0; i < nd; ++i) set(f, *d[i], o.d[i]);
+  for (size_t i = 0; i < d.elems.size(); ++i) set(f, d.elems[i], o.d[i]);
 }
 
 // ---- ldmatrix / stmatrix (m8n8, 16-bit elements) ----
@@ -464,15 +479,20 @@ inline void stmatrix_resolve(Thread** lanes, unsigned) {
     }
   }
 }
+inline void decode_matrix(Instr& in, bool load) {
+  int num = in.has("x4") ? 4 : in.has("x2") ? 2 : in.has("x1") ? 1 : 0;
+  if (num == 0 || !in.has("m8n8") || !(in.has("b16")) || in.args.size() != 2)
+    fail("inline PTX is not emulated: %s (m8n8 .x1/.x2/.x4 .b16 only)", in.op.c_str());
+  if ((int)elems(in.args[load ? 0 : 1]).size() != num) fail("%s: expected %d registers", in.op.c_str(), num);
+  in.d[0] = num;
+  in.d[1] = in.has("trans");
+}
 inline void do_matrix(Frame& f, const Instr& in, bool load) {
   MatIn p{};
-  p.num = in.has("x4") ? 4 : in.has("x2") ? 2 : in.has("x1") ? 1 : 0;
-  p.trans = in.has("trans");
-  if (p.num == 0 || !in.has("m8n8") || !(in.has("b16")) || in.args.size() != 2)
-    fail("inline PTX is not emulated: %s (m8n8 .x1/.x2/.x4 .b16 only)", in.op.c_str());
+  p.num = in.d[0];
+  p.trans = in.d[1] != 0;
   const Arg& mem = in.args[load ? 1 : 0];
   std::vector<const Arg*> regs = elems(in.args[load ? 0 : 1]);
-  if ((int)regs.size() != p.num) fail("%s: expected %d registers", in.op.c_str(), p.num);
   p.row = address(f, in, mem, true);
   MatOut o{};
   if (load) {
@@ -488,8 +508,7 @@ inline void do_matrix(Frame& f, const Instr& in, bool load) {
 inline void do_cp_async(Frame& f, const Program& prog, const Instr& in) {
   // cp.async.{ca,cg}.shared{::cta}.global{.L2::..} [dst], [src], cp-size{, src-size | ignore-src}{, policy}
   size_t n = in.args.size();
-  bool hint = has_prefix(in, "L2::cache_hint");
-  if (n < 3) fail("%s: expected [dst], [src], size", in.op.c_str());
+  bool hint = in.d[0] != 0;
   unsigned char* dst = address(f, in, in.args[0], true);
   unsigned char* src = address(f, in, in.args[1], false);
   unsigned bytes = (unsigned)get(f, in.args[2]);
@@ -598,11 +617,18 @@ inline bool compare(const Instr& in, uint64_t a, uint64_t b) {
   }
   fail("inline PTX is not emulated: %s", in.op.c_str());
 }
-inline void do_ldst(Frame& f, const Instr& in, bool load) {
+inline void decode_ldst(Instr& in) {
   if (in.args.size() != 2) fail("%s: expected 2 operands", in.op.c_str());
-  int bits = type_bits(in), vec = in.has("v4") ? 4 : in.has("v2") ? 2 : 1;
   if (in.has("param") || in.has("local") || in.has("const")) fail("inline PTX is not emulated: %s", in.op.c_str());
-  unsigned char* p = address(f, in, in.args[load ? 1 : 0], shared_space(in));
+  in.d[0] = type_bits(in);
+  in.d[1] = in.has("v4") ? 4 : in.has("v2") ? 2 : 1;
+  in.d[2] = shared_space(in);
+  in.d[3] = type_signed(in);
+}
+inline void do_ldst(Frame& f, const Instr& in, bool load) {
+  int bits = in.d[0], vec = in.d[1];
+  bool is_signed = in.d[3] != 0;
+  unsigned char* p = address(f, in, in.args[load ? 1 : 0], in.d[2] != 0);
   std::vector<const Arg*> regs = elems(in.args[load ? 0 : 1]);
   if ((int)regs.size() != vec) fail("%s: expected %d registers", in.op.c_str(), vec);
   int bytes = bits / 8;
@@ -611,7 +637,7 @@ inline void do_ldst(Frame& f, const Instr& in, bool load) {
     if (load) {
       uint64_t v = 0;
       std::memcpy(&v, p + i * bytes, bytes);
-      if (type_signed(in) && bits < 64 && (v >> (bits - 1)) & 1) v |= ~0ull << bits;
+      if (is_signed && bits < 64 && (v >> (bits - 1)) & 1) v |= ~0ull << bits;
       set(f, *regs[i], v);
     } else {
       uint64_t v = get(f, *regs[i]);
@@ -673,6 +699,20 @@ inline void do_funary(Frame& f, const Instr& in) {
   setf(f, in.args[0], r);
 }
 
+inline void Parser::decode(Instr& in) {
+  switch (in.code) {
+    case C_MMA: decode_mma(in); break;
+    case C_LDMATRIX: decode_matrix(in, true); break;
+    case C_STMATRIX: decode_matrix(in, false); break;
+    case C_CP_ASYNC:
+      if (in.args.size() < 3) fail("%s: expected [dst], [src], size", in.op.c_str());
+      in.d[0] = has_prefix(in, "L2::cache_hint");
+      break;
+    case C_LD: case C_ST: decode_ldst(in); break;
+    default: break;
+  }
+}
+
 inline Program& program(const char* tmpl, bool extended) {
   static std::unordered_map<const char*, Program> cache;
   auto it = cache.find(tmpl);
@@ -685,8 +725,10 @@ inline Program& program(const char* tmpl, bool extended) {
 
 inline void exec(const char* tmpl, Operand* ops, int nops, bool extended) {
   Program& prog = program(tmpl, extended);
-  std::vector<uint64_t> locals((size_t)prog.nlocals, 0);
-  Frame f{ops, nops, locals.data(), tmpl};
+  uint64_t small[16] = {0};
+  std::vector<uint64_t> large(prog.nlocals > 16 ? (size_t)prog.nlocals : 0, 0);
+  uint64_t* locals = prog.nlocals > 16 ? large.data() : small;
+  Frame f{ops, nops, locals, tmpl};
   for (const Instr& in : prog.code) {
     if (in.pred >= 0 && ((locals[in.pred] != 0) == in.pred_neg)) continue;
     switch (in.code) {
