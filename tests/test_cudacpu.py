@@ -289,3 +289,11 @@ def test_run_host_runs_a_rewritten_source_through_a_host_module():
     torch.testing.assert_close(out, x.sum(1), rtol=1e-5, atol=1e-4)
     broken = ROW_SUM.replace("__syncthreads();", "")
     assert not torch.allclose(run_host(broken, DIRECT_HOST, x, stem="direct"), x.sum(1), rtol=1e-3, atol=1e-3)
+
+
+def test_cooperative_groups_tiles_and_reduce(lib):
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(14))
+    out, groups = torch.zeros(1), torch.zeros(125)
+    lib.launch("cg_sum", 4, 256, 0, [x, out, groups, 1000])
+    assert out.item() == pytest.approx(x.sum().item(), rel=1e-4, abs=1e-3)
+    torch.testing.assert_close(groups, x.view(125, 8).sum(1), rtol=1e-5, atol=1e-5)

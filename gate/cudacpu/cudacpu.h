@@ -909,6 +909,59 @@ inline unsigned __reduce_or_sync(unsigned mask, unsigned v) { return (unsigned)c
 inline unsigned __reduce_xor_sync(unsigned mask, unsigned v) { return (unsigned)cudacpu::warp_collective(cudacpu::OP_REDUCE_XOR, mask, v); }
 
 // ---------------------------------------------------------------------------------------------
+// cooperative_groups: the block, and tiles of up to a warp (tiled_partition<N>) with their
+// shuffles, votes and cg::reduce. Grid-wide groups (this_grid().sync()) are not emulated.
+namespace cooperative_groups {
+struct thread_block {
+  void sync() const { __syncthreads(); }
+  unsigned thread_rank() const { return cudacpu::cur->linear; }
+  unsigned size() const { return cudacpu::L->nthreads; }
+  unsigned num_threads() const { return size(); }
+  dim3 group_index() const { return dim3(blockIdx.x, blockIdx.y, blockIdx.z); }
+  dim3 thread_index() const { return dim3(threadIdx.x, threadIdx.y, threadIdx.z); }
+  dim3 group_dim() const { return blockDim; }
+  dim3 dim_threads() const { return blockDim; }
+};
+inline thread_block this_thread_block() { return thread_block(); }
+template <unsigned N>
+struct thread_block_tile {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "tiles of 1 to 32 threads, a power of two");
+  unsigned mask() const {
+    unsigned lane = cudacpu::cur->lane;
+    return N == 32 ? 0xffffffffu : (((1u << N) - 1u) << (lane & ~(N - 1)));
+  }
+  void sync() const { __syncwarp(mask()); }
+  unsigned thread_rank() const { return cudacpu::cur->lane & (N - 1); }
+  unsigned size() const { return N; }
+  unsigned num_threads() const { return N; }
+  unsigned meta_group_rank() const { return cudacpu::cur->linear / N; }
+  unsigned meta_group_size() const { return (cudacpu::L->nthreads + N - 1) / N; }
+  template <class T> T shfl(T v, int src) const { return __shfl_sync(mask(), v, src, N); }
+  template <class T> T shfl_down(T v, unsigned d) const { return __shfl_down_sync(mask(), v, d, N); }
+  template <class T> T shfl_up(T v, unsigned d) const { return __shfl_up_sync(mask(), v, d, N); }
+  template <class T> T shfl_xor(T v, int m) const { return __shfl_xor_sync(mask(), v, m, N); }
+  unsigned ballot(int p) const { return __ballot_sync(mask(), p) >> (cudacpu::cur->lane & ~(N - 1) & 31); }
+  int any(int p) const { return __any_sync(mask(), p); }
+  int all(int p) const { return __all_sync(mask(), p); }
+};
+template <unsigned N, class Parent>
+inline thread_block_tile<N> tiled_partition(const Parent&) { return thread_block_tile<N>(); }
+inline void sync(const thread_block& g) { g.sync(); }
+template <unsigned N> inline void sync(const thread_block_tile<N>& g) { g.sync(); }
+template <class T> struct plus { T operator()(T a, T b) const { return a + b; } };
+template <class T> struct less { T operator()(T a, T b) const { return a < b ? a : b; } };
+template <class T> struct greater { T operator()(T a, T b) const { return a > b ? a : b; } };
+template <class T> struct bit_and { T operator()(T a, T b) const { return a & b; } };
+template <class T> struct bit_or { T operator()(T a, T b) const { return a | b; } };
+template <class T> struct bit_xor { T operator()(T a, T b) const { return a ^ b; } };
+template <unsigned N, class T, class Op>
+inline T reduce(const thread_block_tile<N>& g, T v, Op op) {
+  for (unsigned o = N / 2; o > 0; o >>= 1) v = op(v, g.shfl_xor(v, (int)o));
+  return v;
+}
+}  // namespace cooperative_groups
+
+// ---------------------------------------------------------------------------------------------
 // Atomics: threads of a block never interleave inside one call, so read-modify-write is atomic.
 namespace cudacpu {
 template <class T> struct same { typedef T type; };

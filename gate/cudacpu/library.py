@@ -43,7 +43,8 @@ STUB_HEADERS = {
         "cuda_fp16.h", "cuda_bf16.h", "cuda_runtime.h", "cuda_runtime_api.h", "cuda.h",
         "device_launch_parameters.h", "cuda_pipeline.h", "cuda_pipeline_primitives.h",
         "vector_types.h", "vector_functions.h", "device_functions.h", "sm_80_intrinsics.h",
-        "cuda_fp16.hpp", "cuda_bf16.hpp", "crt/host_defines.h")
+        "cuda_fp16.hpp", "cuda_bf16.hpp", "crt/host_defines.h", "cooperative_groups.h",
+        "cooperative_groups/reduce.h")
 }
 STUB_HEADERS["math_constants.h"] = (
     "#pragma once\n#define CUDART_INF_F __int_as_float(0x7f800000)\n"

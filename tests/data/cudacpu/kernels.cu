@@ -203,3 +203,26 @@ extern "C" __global__ void traps(float* out) {
     if (threadIdx.x == 5) __trap();
     out[threadIdx.x] = 1.f;
 }
+
+// cooperative_groups: a block reduction through 32-thread tiles and 8-thread sub-tiles.
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+extern "C" __global__ void cg_sum(const float* x, float* out, float* groups8, int n) {
+    __shared__ float warp_sums[32];
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    cg::thread_block_tile<8> eight = cg::tiled_partition<8>(block);
+    int i = blockIdx.x * blockDim.x + block.thread_rank();
+    float v = i < n ? x[i] : 0.f;
+    float g8 = cg::reduce(eight, v, cg::plus<float>());
+    if (eight.thread_rank() == 0 && i < n) groups8[i / 8] = g8;
+    float w = cg::reduce(warp, v, cg::plus<float>());
+    if (warp.thread_rank() == 0) warp_sums[warp.meta_group_rank()] = w;
+    block.sync();
+    if (block.thread_rank() == 0) {
+        float s = 0.f;
+        for (unsigned k = 0; k < warp.meta_group_size(); ++k) s += warp_sums[k];
+        atomicAdd(out, s);
+    }
+}
