@@ -435,7 +435,7 @@ class _Runner:
         self.check_tamper("import")
         self.run_fn = module.run
         if emulating:  # the host sees the emulated GPU, its inputs claim to live there
-            self.run_fn = functools.partial(cudacpu_host.host_call, module.run)
+            self.run_fn = functools.partial(cudacpu_host.host_call, self.run_fn)
 
     def install_host_paths(self) -> None:
         """A CUDA host that launches through CuPy (its own source) or a `load_inline` extension:
