@@ -1,0 +1,203 @@
+"""The KernelBench tier harness (bench/kernelbench_tier.py): KernelBench's metrics, pairing start
+kernels with a checkout's problem files, staging them, the tables, and a smoke run at the
+interpret tier on a problem written here. The start kernels of bench/kernelbench are checked
+against the benchmark's own files where $KERNELBENCH_DIR points to a checkout."""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+STARTS = REPO / "bench" / "kernelbench"
+
+
+def _tier():
+    spec = importlib.util.spec_from_file_location("kernelbench_tier", REPO / "bench" / "kernelbench_tier.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("kernelbench_tier", module)  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+TIER = _tier()
+
+PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x):
+        return torch.relu(x) * self.scale
+
+
+rows = 48
+cols = 40
+
+
+def get_inputs():
+    return [torch.randn(rows, cols)]
+
+
+def get_init_inputs():
+    return [3.0]
+'''
+
+START = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0) * 3.0, mask=offs < n)
+
+
+def run(x):
+    y = torch.empty_like(x)
+    relu_scale[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+    return y
+'''
+
+
+def _checkout(tmp_path: Path) -> tuple[Path, Path]:
+    """A KernelBench-like checkout (repository layout) with two problems, and a starts folder
+    with a start kernel for one of them and for a problem the checkout lacks."""
+    kb = tmp_path / "kb"
+    (kb / "KernelBench" / "level1").mkdir(parents=True)
+    (kb / "KernelBench" / "level1" / "7_Relu_scale.py").write_text(PROBLEM)
+    (kb / "KernelBench" / "level1" / "12_Other.py").write_text(PROBLEM)
+    starts = tmp_path / "starts"
+    (starts / "level1").mkdir(parents=True)
+    (starts / "level1" / "7_Relu_scale.py").write_text(START)
+    (starts / "level2").mkdir()
+    (starts / "level2" / "3_Not_in_checkout.py").write_text(START)
+    return kb, starts
+
+
+def test_fast_p_counts_correct_and_faster_over_all_problems() -> None:
+    results = [(True, 1.0, 2.5),    # 2.5x
+               (True, 2.0, 3.0),    # 1.5x: not > 1.5
+               (False, 1.0, 10.0),  # wrong: never fast, not in the geomean
+               (True, 4.0, 2.0),    # 0.5x
+               (True, None, 1.0)]   # correct, not timed: not fast, not in the geomean
+    m = TIER.kernelbench_metrics(results)
+    assert m["n"] == 5 and m["correct"] == 4 and m["timed"] == 3
+    assert m["fast_p"] == {"0": 3 / 5, "1": 2 / 5, "1.5": 1 / 5, "2": 1 / 5}
+    assert math.isclose(m["geomean_speedup"], (2.5 * 1.5 * 0.5) ** (1 / 3))
+    empty = TIER.kernelbench_metrics([(False, 1.0, 1.0)])
+    assert empty["fast_p"]["0"] == 0.0 and empty["geomean_speedup"] is None
+
+
+def test_start_kernels_pair_with_the_checkouts_problem_files(tmp_path: Path) -> None:
+    kb, starts = _checkout(tmp_path)
+    root = TIER.problem_root(kb)
+    assert root == kb / "KernelBench" and TIER.problem_root(root) == root
+    problems, missing = TIER.pair_problems(root, starts)
+    assert [p.key for p in problems] == ["level1/7_Relu_scale"]
+    assert problems[0].problem == root / "level1" / "7_Relu_scale.py"
+    assert missing == ["level2/3_Not_in_checkout"]
+    assert TIER.pair_problems(root, starts, ["12_Other"])[0] == []
+    staged = TIER.stage(problems, tmp_path / ".kb")
+    assert staged == [tmp_path / ".kb" / "level1" / "7_Relu_scale.py"]
+    assert staged[0].read_text() == PROBLEM
+    from kir.errors import BadInputError
+
+    with pytest.raises(BadInputError, match="not a KernelBench checkout"):
+        TIER.problem_root(tmp_path / "starts" / "level1")
+
+
+def test_a_missing_checkout_is_a_one_line_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KERNELBENCH_DIR"}
+    for argv in ([], ["--kernelbench", str(tmp_path)]):
+        done = subprocess.run([sys.executable, str(REPO / "bench" / "kernelbench_tier.py"), *argv],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 2
+        assert len(done.stderr.strip().splitlines()) == 1 and "kernelbench_tier:" in done.stderr
+
+
+def test_device_tables_scale_the_gates_ratio_by_each_baseline() -> None:
+    rec = {"op": "level1/1_mm", "level": "level1", "status": "done", "reference_ms": 4.0,
+           "start": {"ok": True, "ms": 8.0, "reference_ms": 4.0},
+           "best": {"ok": True, "ms": 3.0, "regate": {"ok": True, "ms": 2.0, "reference_ms": 4.0}},
+           "control": {"ok": False, "ms": None},
+           "baselines": {"eager_ms": 5.0, "eager_tf32_ms": 2.5, "compile_ms": 1.0}}
+    refused = {"op": "level1/2_bad", "level": "level1", "status": "refused", "reason": "x.py: no",
+               "start": {"ok": False}}
+    args = argparse.Namespace(tier="device", library="lib", budget_steps=12, box=300.0)
+    result = TIER.build_tables([rec, refused], args)
+    row = next(r for r in result["rows"] if r["op"] == "level1/1_mm")
+    assert row["best_x_eager"] == 2.0  # the fresh gate of the best: 4 / 2
+    assert row["best_x_eager_tf32"] == 1.0  # eager-TF32 is twice eager's speed here
+    assert row["best_x_compile"] == pytest.approx(0.4)
+    assert row["start_x_eager"] == 0.5 and row["control_x_eager"] is None
+    best = result["metrics"]["best"]
+    assert best["eager"]["n"] == 2 and best["eager"]["fast_p"]["1.5"] == 0.5
+    assert best["eager_tf32"]["fast_p"]["1"] == 0.0 and best["eager_tf32"]["fast_p"]["0"] == 0.5
+    text = TIER.markdown(result)
+    assert "| best | compile | 2 | 1 |" in text and "Refused by the loader: level1/2_bad" in text
+
+
+def test_interpret_smoke_run_gates_start_best_and_control(tmp_path: Path) -> None:
+    kb, starts = _checkout(tmp_path)
+    out = tmp_path / "run"
+    cmd = [sys.executable, str(REPO / "bench" / "kernelbench_tier.py"), "--starts", str(starts),
+           "--tier", "interpret", "--budget-steps", "2", "--box", "120", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KERNELBENCH_DIR": str(kb)}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "level2/3_Not_in_checkout: start kernel without a problem file" in done.stderr
+    result = json.loads((out / "kernelbench.json").read_text())
+    (row,) = result["rows"]
+    assert row["op"] == "level1/7_Relu_scale" and row["status"] == "done"
+    assert row["start"]["ok"] and row["best"]["ok"] and row["control"]["ok"]
+    assert "| level1/7_Relu_scale | pass |" in (out / "kernelbench.md").read_text()
+
+
+def _start_files() -> list[Path]:
+    return sorted(STARTS.glob("level*/*.py"))
+
+
+def test_the_tier_has_twenty_start_kernels_of_levels_one_and_two() -> None:
+    levels = {p.parent.name for p in _start_files()}
+    assert levels <= {"level1", "level2"} and len(_start_files()) >= 20
+
+
+@pytest.mark.parametrize("path", _start_files(), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_start_kernels_are_plain_triton_modules(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= {"torch", "triton", "math"}, imported
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert "run" in functions
+    jitted = [f for f in functions.values()
+              if any(ast.unparse(d).startswith("triton.jit") for d in f.decorator_list)]
+    assert jitted, "no @triton.jit kernel"
+
+
+KB_DIR = os.environ.get("KERNELBENCH_DIR")
+
+
+@pytest.mark.skipif(not KB_DIR, reason="KERNELBENCH_DIR (a KernelBench checkout) not set")
+@pytest.mark.parametrize("path", _start_files(), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_start_kernel_passes_the_interpret_tier_on_the_benchmarks_problem(path: Path) -> None:
+    import gate
+
+    problem = TIER.problem_root(Path(KB_DIR)) / path.parent.name / path.name
+    verdict = gate.check_file(path, gate.load_case(problem), "interpret", cache=False)
+    assert verdict.ok, verdict.reason
