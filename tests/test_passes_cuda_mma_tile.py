@@ -315,3 +315,30 @@ def test_a_template_kernel_takes_the_arguments_its_launch_gives() -> None:
         "<<<grid, 256>>>(a, b, c, M, N, K);\n  mm_templ<64, 64, 16, 4, 4, __nv_bfloat16><<<grid, 256>>>(a, b, c, M, N, K);")
     tiles, reasons = find_gemm_tiles(kir.parse(twice, "cuda"))
     assert not tiles and "instantiated with 2 argument lists" in reasons[0]
+
+
+def test_two_kernels_of_one_file_are_rewritten_and_restored_one_at_a_time() -> None:
+    from passes.roundtrip import roundtrip
+
+    source = (DATA / "blocktile_bf16.cu").read_text()
+    kernel = source[source.index('extern "C"'):]
+    half = (kernel.replace("sgemm_blocktile", "hgemm_blocktile").replace("__nv_bfloat16", "__half")
+            .replace("__float2bfloat16", "__float2half").replace("__bfloat162float", "__half2float"))
+    ir = kir.parse(source.replace("#include <cuda_bf16.h>", "#include <cuda_bf16.h>\n#include <cuda_fp16.h>")
+                   + "\n" + half, "cuda")
+    rule = get_pass("mma-micro-kernel")()
+    for want in (["sgemm_blocktile", "hgemm_blocktile"], ["hgemm_blocktile"]):
+        sites = [s for s in rule.sites(ir) if not s.present]
+        assert [s.detail["kernel"] for s in sites] == want
+        result = rule.optimize(ir, sites[0], CTX)
+        assert result.ok, result
+        ir = result.ir
+    assert ir.text.count("__device__ __forceinline__ void kl_tc_mma(") == 1
+    ptx = ptx_for_sm90a(ir.text)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16" in ptx and ".f32.f16.f16.f32" in ptx
+    present = [s for s in rule.sites(ir) if s.present]
+    assert [s.detail["kernel"] for s in present] == ["sgemm_blocktile", "hgemm_blocktile"]
+    trip = roundtrip(rule, ir, present[1], CTX)
+    assert trip.same, trip.forward
+    # the other kernel keeps its tensor cores and the helpers it calls
+    assert "kl_tc_mma<true, 16>" in trip.backward.ir.text and "kl_tc_mma<false" not in trip.backward.ir.text

@@ -951,29 +951,34 @@ class _Program:
 # the analysis
 
 
-_CACHE: dict[tuple[bytes, tuple[int, int] | None], tuple[list[GemmTile], list[str]]] = {}
+_CACHE: dict[tuple[bytes, tuple[int, int] | None, frozenset[str] | None],
+             tuple[list[GemmTile], list[str]]] = {}
 
 
-def find_gemm_tiles(ir: KernelIR, block: tuple[int, int] | None = None
-                    ) -> tuple[list[GemmTile], list[str]]:
-    """Every GEMM micro-kernel of the kernels of `ir`, and a one-line reason for each candidate
-    region that is not one. `block` is the launch's (x, y) block size where known. Results
-    are kept per source text and block (the evaluation runs every thread of the block)."""
-    key = (ir.source, block)
+def find_gemm_tiles(ir: KernelIR, block: tuple[int, int] | None = None,
+                    kernels: frozenset[str] | None = None) -> tuple[list[GemmTile], list[str]]:
+    """Every GEMM micro-kernel of the kernels of `ir` (of those named in `kernels`, where
+    given), and a one-line reason for each candidate region that is not one. `block` is the
+    launch's (x, y) block size where known. Results are kept per source text, block and kernels
+    (the evaluation runs every thread of the block)."""
+    key = (ir.source, block, kernels)
     hit = _CACHE.get(key)
     if hit is None:
         if len(_CACHE) > 64:
             _CACHE.clear()
-        hit = _CACHE[key] = _find(ir, block)
+        hit = _CACHE[key] = _find(ir, block, kernels)
     return list(hit[0]), list(hit[1])
 
 
-def _find(ir: KernelIR, block: tuple[int, int] | None) -> tuple[list[GemmTile], list[str]]:
+def _find(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str] | None
+          ) -> tuple[list[GemmTile], list[str]]:
     scope = Scope(ir)
     found: list[GemmTile] = []
     reasons: list[str] = []
     for fn in sorted(scope.functions.values()):
         if "__global__" not in (ir.attrs_of(fn).get("qualifiers") or ()):
+            continue
+        if kernels is not None and ir.name_of(fn) not in kernels:
             continue
         try:
             k = _Kernel(ir, scope, fn)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._asm import helper_insert_at
-from passes.cuda._c import CSource, functions
+from passes.cuda._c import CSource, Function, functions
 from passes.cuda.annotations import CUDA
 from passes.cuda._tree import Scope, children, subtree, text
 from passes.cuda.gemm_eval import BitSum, GemmTile, Tile, find_gemm_tiles, variable_kind
@@ -551,21 +551,26 @@ class MmaMicroKernel(Pass):
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         whole = (0, len(ir.source))
         src = CSource(ir)
-        at = src.code.find(f"{PREFIX}mma<")
-        if at >= 0:
-            return [make_site(self.name, ir, index, whole, True, {"calls": 1},
-                              src.bspan(at, at + len(PREFIX) + 3))]
-        if "__shared__" not in src.code or "__syncthreads" not in src.code:
-            return []
+        out, plain = [], []
+        for f in _kernels(src):
+            at = src.text.find(_STEP_MARK, f.body_start, f.body_end)
+            if at >= 0:
+                out.append(make_site(self.name, ir, index, whole, True, {"kernel": f.name},
+                                     src.bspan(at, at + len(_STEP_MARK))))
+            else:
+                plain.append(f.name)
+        if not plain or "__shared__" not in src.code or "__syncthreads" not in src.code:
+            return out
         dims = _block_option(self.block, None, ir)
-        tiles, reasons = find_gemm_tiles(ir, dims if isinstance(dims, tuple) else None)
-        out = [make_site(self.name, ir, index, whole, False, t.to_json(), t.loop) for t in tiles]
-        if not out and reasons:
+        tiles, reasons = find_gemm_tiles(ir, dims if isinstance(dims, tuple) else None,
+                                         frozenset(plain))
+        out += [make_site(self.name, ir, index, whole, False, t.to_json(), t.loop) for t in tiles]
+        if not tiles and reasons:
             out.append(make_site(self.name, ir, index, whole, False, {"refused": reasons[0]}))
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
-        edits = scalar_edits(ir)
+        edits = scalar_edits(ir, site.detail.get("kernel"))
         if isinstance(edits, str):
             return Skipped(edits)
         return finish(ir, site, edits)
@@ -574,30 +579,52 @@ class MmaMicroKernel(Pass):
         results, skip = self.check(ctx)
         if skip:
             return skip
-        if PREFIX in ir.text:
+        src = CSource(ir)
+        mine = [f for f in _kernels(src) if src.text.find(_STEP_MARK, f.body_start, f.body_end) >= 0]
+        if PREFIX in _outside(src, mine):
             return Skipped(f"the kernel already uses names starting {PREFIX}")
         dims = _block_option(self.block, ctx, ir)
         if isinstance(dims, str):
             return Skipped(dims)
-        tiles, reasons = find_gemm_tiles(ir, dims)
+        plain = frozenset(f.name for f in _kernels(src)) - {f.name for f in mine}
+        tiles, reasons = find_gemm_tiles(ir, dims, plain)
         if not tiles:
             return Skipped(reasons[0] if reasons else "no GEMM micro-kernel over shared tiles")
-        tile = next((t for t in tiles if t.loop[0] >= site.span[0] and t.loop[1] <= site.span[1]),
-                    None)
+        wanted = site.detail.get("kernel")
+        tile = next((t for t in tiles if wanted in (None, t.kernel)), None)
         if tile is None:
-            return Skipped("no GEMM micro-kernel at the site")
+            return Skipped(f"no GEMM micro-kernel in {wanted}")
         p = plan(ir, tile)
         if isinstance(p, str):
             return Skipped(p, tile.to_json())
         return finish(ir, site, rewrite_edits(ir, tile, p), preconditions=results)
 
 
+def _kernels(src: CSource) -> list[Function]:
+    return [f for f in functions(src) if f.is_kernel]
+
+
+def _outside(src: CSource, kernels: list[Function]) -> str:
+    """The code view without the inserted helpers and the bodies of `kernels`."""
+    code = src.code
+    cuts = sorted([(f.body_start, f.body_end) for f in kernels])
+    at = src.text.find(HELPERS)
+    if at >= 0:
+        cuts = sorted(cuts + [(at, at + len(HELPERS))])
+    out, pos = [], 0
+    for a, b in cuts:
+        out.append(code[pos:a])
+        pos = max(pos, b)
+    return "".join(out) + code[pos:]
+
+
 def rewrite_edits(ir: KernelIR, tile: GemmTile, p: Plan) -> list[ByteEdit]:
     """The byte edits that put `tile`'s K step on tensor cores with the split `p`."""
     source = ir.source
     edits: list[ByteEdit] = []
-    at = CSource(ir).b(helper_insert_at(CSource(ir)))
-    edits.append(ByteEdit(at, at, HELPERS))
+    if HELPERS not in ir.text:  # another kernel of the unit may have them already
+        at = CSource(ir).b(helper_insert_at(CSource(ir)))
+        edits.append(ByteEdit(at, at, HELPERS))
     aligning = set()
     for t, mode in ((tile.a, p.mode_a), (tile.b, p.mode_b)):
         if mode >= 1 and not t.aligned and t.decl not in aligning:
@@ -655,19 +682,26 @@ _ADD = re.compile(r"[ \t]*(.+?) \+= s\[(\d+)\];")
 _TO_FLOAT = {"bf16": "__bfloat162float", "fp16": "__half2float", "f32": ""}
 
 
-def scalar_edits(ir: KernelIR) -> list[ByteEdit] | str:
-    """Edits that turn the rule's output back into scalar multiply-adds over the same shared
-    tiles into the same accumulators (the helpers, fragments and exchange removed), or why
-    the kernel is not in the rule's form. The rule applied to the result gives the kernel
-    back."""
+def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | str:
+    """Edits that turn the rule's output in `kernel` (the unit's only such kernel where None)
+    back into scalar multiply-adds over the same shared tiles into the same accumulators (its
+    fragments and exchange removed; the helpers too when no other kernel calls them), or why
+    the kernel is not in the rule's form. The rule applied to the result gives it back."""
     from passes.cuda.gemm_eval import shared_dims  # noqa: PLC0415
 
     text = ir.text
     src = CSource(ir)
-    step_at, swap_at = text.find(_STEP_MARK), text.find(_EXCHANGE_MARK)
+    mine = [f for f in _kernels(src) if text.find(_STEP_MARK, f.body_start, f.body_end) >= 0]
+    target = [f for f in mine if kernel in (None, f.name)]
+    if len(target) != 1:
+        return "the kernel is not in the form mma-micro-kernel writes"
+    fn = target[0]
+    step_at = text.find(_STEP_MARK, fn.body_start, fn.body_end)
+    swap_at = text.find(_EXCHANGE_MARK, fn.body_start, fn.body_end)
     helpers_at = text.find(HELPERS)
-    acc = _ACC_DECL.search(text)
-    if min(step_at, swap_at, helpers_at) < 0 or acc is None or text.count(_STEP_MARK) != 1:
+    acc = _ACC_DECL.search(text, fn.body_start, fn.body_end)
+    if min(step_at, swap_at, helpers_at) < 0 or acc is None or \
+            text.count(_STEP_MARK, fn.body_start, fn.body_end) != 1:
         return "the kernel is not in the form mma-micro-kernel writes"
     step = text[step_at:src.close(step_at)]
     swap_end = src.close(swap_at)
@@ -679,9 +713,7 @@ def scalar_edits(ir: KernelIR) -> list[ByteEdit] | str:
     if set(operands) != {"a", "b"} or set(strides) != {"a", "b"} or not depth or not where \
             or not groups:
         return "the kernel's tensor-core step is not one mma-micro-kernel wrote"
-    around = [f for f in functions(src) if f.body_start <= step_at < f.body_end]
-    dims = shared_dims(ir, min(around, key=lambda f: f.body_end - f.body_start).name) \
-        if around else {}
+    dims = shared_dims(ir, fn.name)
     (arr_a, base_a), (arr_b, base_b) = operands["a"], operands["b"]
     if arr_a not in dims or arr_b not in dims:
         return "the tensor-core step's tiles are not shared arrays of its kernel"
@@ -704,8 +736,9 @@ def scalar_edits(ir: KernelIR) -> list[ByteEdit] | str:
             fb = _affine(base_b, [("kl_fma_k", 0, sb_k), ("kl_fma_col", dn, sb_n)])
             lines.append(f"{inner}{add.group(1)} += {read(arr_a, fa)} * {read(arr_b, fb)};")
     lines += [f"{pad}  }}", f"{pad}}}"]
-    edits = [ByteEdit(*src.bspan(helpers_at, helpers_at + len(HELPERS)), ""),
-             ByteEdit(*src.bspan(acc.start(), acc.end()), ""),
+    edits = [ByteEdit(*src.bspan(helpers_at, helpers_at + len(HELPERS)), "")] if len(mine) == 1 \
+        else []
+    edits += [ByteEdit(*src.bspan(acc.start(), acc.end()), ""),
              ByteEdit(*src.bspan(step_at, step_at + len(step)), "\n".join(lines))]
     line_end = text.find("\n", swap_end)
     edits.append(ByteEdit(*src.bspan(src.line_start(swap_at), line_end + 1 if line_end >= 0
