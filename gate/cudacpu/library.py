@@ -104,7 +104,6 @@ class Library:
     kernels: tuple[str, ...]
     source_name: str
     _dll: Any = field(repr=False, default=None)
-    _lock: Any = field(repr=False, default_factory=threading.Lock)
     opt_in: dict[str, int] = field(default_factory=dict)
     """Dynamic shared memory each kernel was allowed (`set_dynamic_shared`), by name."""
     refused: tuple[str, ...] = ()
@@ -141,7 +140,7 @@ class Library:
             address = keep.address
         err = ctypes.create_string_buffer(600)
         stack = (stack_kb or int(os.environ.get("CUDACPU_STACK_KB", DEFAULT_STACK_KB))) * 1024
-        with self._lock:
+        with _LAUNCH_LOCK:  # one launch at a time per process: fault handlers are process-wide
             rc = self._dll.cudacpu_launch(name.encode(), dims, ctypes.c_size_t(int(shared_bytes)),
                                           ctypes.c_void_p(address), ctypes.c_size_t(stack), err,
                                           ctypes.c_size_t(len(err)))
@@ -171,6 +170,7 @@ def _resolve(kernel: str, kernels: Iterable[str]) -> str | None:
     return None
 
 
+_LAUNCH_LOCK = threading.Lock()
 _LOADED: dict[str, Library] = {}
 _LOAD_LOCK = threading.Lock()
 
