@@ -269,10 +269,21 @@ class VariantTiming:
     """The configuration each of the candidate's autotuners picked for this variant (kernel
     function name, its constexprs, num_warps and num_stages): what a sweep around the kernel's
     own configuration starts from."""
+    reference_tf32_ms: float | None = None
+    """fp32 cases: the reference timed the same way with TF32 allowed in matmuls and
+    convolutions (`torch.backends.cuda.matmul.allow_tf32`, cuDNN's), the baseline a user
+    picks when fp32 precision is not needed; None where not timed."""
 
     @property
     def speedup(self) -> float:
         return self.reference_ms / self.candidate_ms if self.candidate_ms > 0 else float("inf")
+
+    @property
+    def speedup_tf32(self) -> float | None:
+        """The reference with TF32 allowed over the candidate (None where not timed)."""
+        if self.reference_tf32_ms is None or self.candidate_ms <= 0:
+            return None
+        return self.reference_tf32_ms / self.candidate_ms
 
 
 def picks_of(raw: Any) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
@@ -312,12 +323,31 @@ class Timing:
     def speedup(self) -> float:
         return self.reference_ms / self.candidate_ms if self.candidate_ms > 0 else float("inf")
 
+    @property
+    def reference_tf32_ms(self) -> float | None:
+        """The variants' references timed with TF32 allowed, summed; None unless every variant
+        has one (`VariantTiming.reference_tf32_ms`)."""
+        values = [v.reference_tf32_ms for v in self.variants]
+        return sum(values) if values and all(v is not None for v in values) else None
+
+    @property
+    def speedup_tf32(self) -> float | None:
+        """x/ref_tf32: the reference with TF32 allowed over the candidate; above `speedup`'s
+        share of it, the speedup over the fp32 reference is partly precision."""
+        ref = self.reference_tf32_ms
+        return ref / self.candidate_ms if ref is not None and self.candidate_ms > 0 else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "candidate_ms": self.candidate_ms, "reference_ms": self.reference_ms,
             "speedup": _finite_or_none(self.speedup), "timed_s": round(self.timed_s, 3),
+            **({"reference_tf32_ms": self.reference_tf32_ms,
+                "speedup_tf32": _finite_or_none(self.speedup_tf32)}
+               if self.reference_tf32_ms is not None else {}),
             "variants": [{"variant": v.variant, "candidate_ms": v.candidate_ms,
                           "reference_ms": v.reference_ms, "speedup": _finite_or_none(v.speedup),
+                          **({"reference_tf32_ms": v.reference_tf32_ms}
+                             if v.reference_tf32_ms is not None else {}),
                           **({"kernels": dict(v.kernels)} if v.kernels else {}),
                           **({"picks": {k: dict(c) for k, c in v.picks}} if v.picks else {})}
                          for v in self.variants],
@@ -349,7 +379,8 @@ class Timing:
                                           float(v["reference_ms"]),
                                           tuple((str(k), float(ms)) for k, ms
                                                 in (v.get("kernels") or {}).items()),
-                                          picks_of(v.get("picks")))
+                                          picks_of(v.get("picks")),
+                                          _float_or_none(v.get("reference_tf32_ms")))
                             for v in d.get("variants", ())),
                       float(d.get("timed_s", 0.0)))
 
@@ -418,3 +449,7 @@ def reject(tier: Tier, stage: str, kind: FailureKind, reason: str, **parts: Any)
 def _finite_or_none(x: float) -> float | None:
     # JSON has no NaN/inf; an unmeasurable error or speedup is written as null.
     return x if x == x and x not in (float("inf"), float("-inf")) else None
+
+
+def _float_or_none(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None

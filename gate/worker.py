@@ -19,6 +19,8 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
     ("refs_done",)
     ("ref_ms", variant, ms, wall_ms, timed_s)         device tier (timed_s: seconds spent timing
                                                        so far in this worker)
+    ("ref_tf32_ms", variant, ms, timed_s)             device tier, fp32 inputs: the reference
+                                                       timed with TF32 allowed
     ("out", variant, phase, seed, outputs, launches)  a candidate call; phase is seed |
                                                        knockout | fault | sealed | timed |
                                                        reverify | refill (a call on refilled
@@ -57,6 +59,7 @@ PHASE_SEALED = "sealed"  # inputs visible only while the candidate's kernels run
 # phase reads "config <i> of <kernel> (<its values>)" and is judged against the seed's reference.
 PHASE_CONFIG = "config"
 REFILL_SAMPLE = 2  # outputs of each timed run checked (drawn after the calls ran), besides its last
+REFILL_SPARE_SETS = 4  # input-set sizes of device memory kept free beside a refill pool
 # An autotuner in the candidate times each configuration with at most this warm-up and this
 # much of repetitions (ms; Triton's defaults are 25 and 100): a median over hundreds of calls
 # for a kernel of 0.2 ms still, and a gemm expert's eight configurations cost 0.6 s less.
@@ -315,7 +318,23 @@ class _Runner:
                 ms, wall = self.bench(lambda: self.case.reference(*rotation.buffers),
                                       rotation.refill_next)
                 self.chan.send("ref_ms", variant, ms, wall, self.timed_s)
+                self._time_reference_tf32(variant, rotation)
             self._poison_cached_memory()
+
+    def _time_reference_tf32(self, variant: str, rotation: Any) -> None:
+        """fp32 inputs: the reference timed again, the same way, with TF32 allowed in matmuls
+        and convolutions (the baseline a user picks when fp32 precision is not needed; x/ref_tf32
+        of the verdict). The process's settings are restored before candidate code loads."""
+        torch = self.torch
+        if not any(type(t) is self.cap.tensor_type and t.dtype == torch.float32 for t in rotation.buffers):
+            return
+        saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        try:
+            ms, _ = self.bench(lambda: self.case.reference(*rotation.buffers), rotation.refill_next)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        self.chan.send("ref_tf32_ms", variant, ms, self.timed_s)
 
     def sealed_seed(self) -> int:
         """Fresh inputs for the sealed call (answers kept from other calls do not fit them)."""
@@ -382,7 +401,7 @@ class _Runner:
         donor = self.originals[(variant, PHASE_SEED, self.job.seeds[0])]
         fresh_only = str(getattr(self.case, "REFILL", "crossover")) == "fresh"
         sets = [(self.job.extra_seed, timed)]
-        for k in range(1, max(1, self.job.refill_sets)):
+        for k in range(1, self._refill_sets(variant, timed)):
             seed = self.job.refill_seed + k
             mixed = None if fresh_only else refill.crossover(timed, donor, seed)
             if mixed is not None and self._reference(variant, PHASE_REFILL, seed, mixed,
@@ -393,6 +412,26 @@ class _Runner:
             self._reference(variant, PHASE_REFILL, seed, fresh)
             sets.append((seed, fresh))
         return refill.Pool(sets)
+
+    def _refill_sets(self, variant: str, inputs: tuple[Any, ...]) -> int:
+        """How many input sets the variant's refill pool holds: the job's number, fewer where
+        the device's free memory holds fewer copies of `inputs` (each set of the pool is one
+        copy; the rotation's buffers, a call's clone and a crossover's temporaries need about
+        `REFILL_SPARE_SETS` more), never fewer than two, so that refilled calls still see new
+        values in their buffers. A smaller pool is flagged."""
+        torch = self.torch
+        wanted = max(1, self.job.refill_sets)
+        size = sum(t.numel() * t.element_size() for t in inputs if type(t) is self.cap.tensor_type)
+        if self.device != "cuda" or size == 0:
+            return wanted
+        free, _ = torch.cuda.mem_get_info()
+        free += torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+        sets = max(2, min(wanted, int(free // size) - REFILL_SPARE_SETS))
+        if sets < wanted:
+            self.chan.send("flag", f"{variant}: refilled calls rotate through {sets} input sets, "
+                                   f"not {wanted}: {size / 2**30:.1f} GiB a set, "
+                                   f"{free / 2**30:.1f} GiB free on the device")
+        return sets
 
     def _rotation(self, variant: str) -> Any:
         """Fresh buffers (a copy of the timed set) that refilled calls of `variant` rotate in."""
