@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
-"""Build the shipped SkillCard library (`lineage/shipped_library/`) with its provenance.
+"""Build the shipped SkillCard library (`lineage/shipped_library.json`) with its provenance.
 
     # on a GPU machine: lift the experts' device lineages, admit the cards at the device tier on
     # their held-out lineages, record GPU, commit, lineages and command in the index
-    python3 bench/build_library.py rebuild --out DIR [--tier device] [--jobs N]
+    python3 bench/build_library.py rebuild --out DIR [--tier device] [--jobs N] [--bundle FILE]
     # put admitted libraries together (each part's GPU, commit and date as they were admitted)
     python3 bench/build_library.py assemble --out DIR --part LIB GPU COMMIT DATE [--part ...]
+        [--bundle FILE]
 
 `rebuild` reads the lineages under bench/results/lineages: `device/*` (Triton) and
 `device-cuda/*` (CUDA) are lifted; `heldout/*` and `heldout-cuda/*` are the held-out contexts of
 admission (`klineage skills --admit ... --held-out ...`). It runs the `klineage` of this
-repository (`python3 -m lineage`). Then copy DIR over lineage/shipped_library and bump
-`VERSION` below. `assemble` copies the admitted cards of each LIB and records, per part, the
+repository (`python3 -m lineage`). DIR is a library folder; `--bundle
+lineage/shipped_library.json` also writes its admitted cards and provenance as the bundle the
+package ships (bump `VERSION` below when the cards change). `assemble` copies the admitted cards of each LIB and records, per part, the
 lineages its cards were lifted from (the lineage folder of each card's source expert).
 """
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lineage.shipped import write_bundle  # noqa: E402
 from lineage.skills import Library  # noqa: E402
 
 VERSION = "1"
@@ -125,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     asm.add_argument("--out", type=Path, required=True)
     asm.add_argument("--part", nargs=4, action="append", required=True,
                      metavar=("LIB", "GPU", "COMMIT", "DATE"))
+    for p in (rb, asm):
+        p.add_argument("--bundle", type=Path, default=None,
+                       help="also write the admitted cards and provenance as this bundle file")
     args = ap.parse_args(argv)
     if args.out.exists() and any(args.out.iterdir()):
         print(f"build_library: {args.out} is not empty; name a new folder", file=sys.stderr)
@@ -137,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                         "command": "python3 bench/build_library.py " + " ".join(
                             sys.argv[1:] if argv is None else argv),
                         **provenance})
+    if args.bundle is not None:
+        write_bundle(lib, args.bundle, lib.provenance or {})
     print(json.dumps(lib.provenance, indent=1))
     return 0
 

@@ -68,7 +68,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-DEFAULT_LIBRARY = str(ROOT / "lineage" / "shipped_library")
+DEFAULT_LIBRARY = None  # the shipped library (lineage.shipped), unpacked when first asked for
 COMPUTE_BOUND = 64.0
 """flops / bytes_moved at or above which an operator counts as compute-bound."""
 ABLATIONS = {"library-off": {"library": None}, "lookahead-off": {"lookahead": False},
@@ -628,6 +628,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out or ROOT / f"bench/results/heldout-{args.tier}")
     results = Path(args.results) if args.results else (
         ROOT / "bench/results/heldout" if args.tier == "device" else out / "heldout")
+    if args.library is None:
+        from lineage.shipped import shipped_library_path
+
+        args.library = str(shipped_library_path())
     if not Path(args.library).exists() and (ROOT / args.library).exists():
         args.library = str(ROOT / args.library)
     from kir.errors import BadInputError

@@ -1,6 +1,6 @@
-"""The library that comes with the package: package data a wheel carries, loaded through
-importlib.resources, with its provenance; `klineage skills` / `optimize` read it when no library
-is named and say so."""
+"""The library that comes with the package: one bundle file of package data a wheel carries,
+read through importlib.resources and unpacked into a library folder, with its provenance;
+`klineage skills` / `optimize` read it when no library is named and say so."""
 from __future__ import annotations
 
 import fnmatch
@@ -22,10 +22,17 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("kir", "anchors", "passes", "lineage", "gate", "experts", "grammars")
 
 
-def test_the_shipped_library_loads_with_its_provenance() -> None:
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_the_shipped_library_loads_with_its_provenance(tmp_path: Path) -> None:
     root = shipped_library_path()
-    assert root.resolve() == (ROOT / "lineage" / "shipped_library").resolve()
+    assert root.is_relative_to(tmp_path / "cache") and shipped_library_path() == root
     lib = Library.open(root)
+    bundle = json.loads((ROOT / "lineage" / "shipped_library.json").read_text())
+    assert sorted(lib.ids()) == sorted(c["id"] for c in bundle["cards"])
     cards = lib.cards(admitted_only=True)
     assert {c.language for c in cards} == {"triton", "cuda"}
     prov = lib.provenance
@@ -37,13 +44,10 @@ def test_the_shipped_library_loads_with_its_provenance() -> None:
             assert (ROOT / lineage / "lineage.json").is_file(), lineage
 
 
-def test_package_data_declares_every_file_of_the_library() -> None:
+def test_package_data_declares_the_bundle() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = config["tool"]["setuptools"]["package-data"]["lineage"]
-    files = [p.relative_to(ROOT / "lineage").as_posix()
-             for p in (ROOT / "lineage" / "shipped_library").rglob("*") if p.is_file()]
-    assert files
-    assert [f for f in files if not any(fnmatch.fnmatch(f, pat) for pat in patterns)] == []
+    assert any(fnmatch.fnmatch("shipped_library.json", pat) for pat in patterns)
 
 
 def test_a_built_wheel_carries_the_library(tmp_path: Path) -> None:
@@ -60,10 +64,9 @@ def test_a_built_wheel_carries_the_library(tmp_path: Path) -> None:
         pytest.skip(f"no wheel builder here: {done.stderr.strip()[-200:]}")
     assert done.returncode == 0, done.stderr[-2000:]
     wheel = next(tmp_path.glob("klineage-*.whl"))
-    names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {f"lineage/{p.relative_to(ROOT / 'lineage').as_posix()}"
-               for p in (ROOT / "lineage" / "shipped_library").rglob("*.json")}
-    assert shipped and shipped <= names
+    with zipfile.ZipFile(wheel) as whl:
+        carried = json.loads(whl.read("lineage/shipped_library.json"))
+    assert carried == json.loads((ROOT / "lineage" / "shipped_library.json").read_text())
 
 
 def test_skills_without_a_library_reads_the_shipped_one(capsys: pytest.CaptureFixture[str]) -> None:
@@ -81,3 +84,14 @@ def test_the_shipped_library_is_not_written(tmp_path: Path, capsys: pytest.Captu
     rc = main(["skills", "--add", str(ROOT / "tests" / "data" / "lineages" / "gemm.json")])
     assert rc == 2 and "read-only" in capsys.readouterr().err
     assert sorted(p.name for p in (shipped_library_path() / "cards").iterdir()) == before
+
+
+def test_a_folder_left_without_its_index_is_unpacked_again(tmp_path: Path) -> None:
+    root = shipped_library_path()
+    (root / "index.json").unlink()  # as a folder someone emptied by hand
+    for card in (root / "cards").iterdir():
+        card.unlink()
+    again = shipped_library_path()
+    assert again == root and (root / "index.json").is_file()
+    assert len(Library.open(again).ids()) == len(
+        json.loads((ROOT / "lineage" / "shipped_library.json").read_text())["cards"])

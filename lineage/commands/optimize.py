@@ -16,7 +16,7 @@ from lineage.commands._common import Progress, emit_json, executor_options, outp
 @click.option("--case", "case", default=None, help="Case: a name under experts/, a case folder or its case.py, or a KernelBench problem file (see `klineage cases`). Default: the case beside the kernel (a case.py in its folder, or <stem>.py beside <stem>_triton.py).")
 @click.option("--library", "library", default=None,
               help="SkillCard library directory (default: the library shipped with KLineage, "
-                   "lineage/shipped_library; the run names the one it used).")
+                   "lineage/shipped_library.json; the run names the one it used).")
 @click.option("--budget-steps", type=click.IntRange(0, 1000), default=8, show_default=True,
               help="Most candidates to gate.")
 @click.option("--budget-usd", type=click.FloatRange(0, None), default=1.0, show_default=True,
