@@ -238,8 +238,8 @@ def _tree_to_shuffles(ir: KernelIR, site: Site, tree: ReductionTree, ctx: PassCo
     for c, v, _w, slots in names:
         lines.append(f"__shared__ {c.element} {slots}[32];")
         lines.append(f"{c.element} {v} = {c.array}[{t}];")
-    body = " ".join(f"{{ const {c.element} {w} = __shfl_down_sync(0xffffffffu, {v}, {off}); "
-                    f"{tree_combine_text(c, v, w)} }}" for c, v, w, _s in names)
+    body = "{ " + " ".join(f"{{ const {c.element} {w} = __shfl_down_sync(0xffffffffu, {v}, {off}); "
+                           f"{tree_combine_text(c, v, w)} }}" for c, v, w, _s in names) + " }"
     lines.append("#pragma unroll")
     lines.append(f"for (int {off} = 16; {off} > 0; {off} >>= 1) {body}")
     lines.append(f"if (({t} & 31) == 0) {{ " + " ".join(f"{s}[{t} >> 5] = {v};"

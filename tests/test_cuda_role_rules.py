@@ -1,0 +1,252 @@
+"""The CUDA forward rules on roles, on kernels that never were a state of any lineage
+(tests/cuda_role_sources.py, and the same kernels renamed): each rule's output compiles with
+NVRTC for sm_90a and, run on the CPU (`gate.cudacpu`), computes what the kernel as written
+computes at small shapes, block sizes and alignments; refusals say why."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import kir
+from nvrtc_helpers import ptx_for_sm90a
+from passes import Applied, PassContext, Skipped, get_pass
+
+import cuda_role_sources as S
+from test_cuda_roles import _renamed
+
+CTX = PassContext(facts={"arch": "sm_90"})
+
+
+def _apply_all(pass_name: str, text: str, ctx: PassContext = CTX, **options) -> tuple[str, list]:  # noqa: ANN003
+    """The kernel after the pass's rule acted at every open site, and the results."""
+    p = get_pass(pass_name).from_options(options)
+    ir = kir.parse(text, "cuda")
+    results = []
+    for _ in range(8):
+        sites = [s for s in p.sites(ir) if not s.present]
+        for site in sites:
+            result = p.optimize(ir, site, ctx)
+            results.append(result)
+            if isinstance(result, Applied):
+                ir = result.ir
+                break
+        else:
+            break
+    return ir.text, results
+
+
+def _lib(text: str, name: str):  # noqa: ANN202
+    cudacpu = pytest.importorskip("gate.cudacpu")
+    try:
+        return cudacpu.build(text, name=name)
+    except cudacpu.BuildError as exc:  # the C++ compiler is missing or the source is refused
+        if "not emulated" in str(exc):
+            raise
+        pytest.skip(f"the CPU emulation does not build here: {str(exc).splitlines()[0]}")
+
+
+def _kernel(source: str, name: str) -> str:
+    """The kernel `name` as `source` calls it (itself, or renamed by `_renamed`)."""
+    return re.search(rf"__global__ void (\w*(?:{name}|{name[::-1].lower()}))\(", source).group(1)
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# -- shared-memory tree -> warp shuffles -------------------------------------------------------
+def _row_outputs(lib, kernel: str, x: torch.Tensor, block: int, outs: int, extra=()) -> list:  # noqa: ANN001
+    rows, cols = x.shape
+    results = [torch.zeros(rows) for _ in range(outs)]
+    lib.launch(kernel, rows, block, 0, [x, *results, cols, *extra])
+    return results
+
+
+@pytest.mark.parametrize("rename", [False, True], ids=["as-written", "renamed"])
+def test_trees_become_shuffles_that_compile_and_compute_the_same(rename: bool) -> None:
+    source = S.ROW_SUM + S.MOMENTS + S.UNROLLED_MAX
+    if rename:
+        source = _renamed(source)
+    out, results = _apply_all("warp-shuffle-reduce", source)
+    assert sum(isinstance(r, Applied) for r in results) == 3, results
+    assert out.count("__shfl_down_sync") == 8  # two per array: within the warps, then across
+    ptx_for_sm90a(out)
+    names = [_kernel(source, n) for n in ("row_sum", "moments", "block_max")]
+    before, after = _lib(source, "tree.cu"), _lib(out, "shuffles.cu")
+    x = torch.randn(5, 700, generator=_gen(0))
+    for block in (32, 64, 256, 96):  # 96: not a power of two, the guard keeps the tree
+        want = _row_outputs(before, names[0], x, block, 1)
+        got = _row_outputs(after, names[0], x, block, 1)
+        assert torch.allclose(got[0], want[0], rtol=1e-5, atol=1e-4)
+        if block != 96:
+            assert torch.allclose(got[0], x.sum(1), rtol=1e-4, atol=1e-3)
+    for block in (128, 512):
+        mean, var = [torch.zeros(5), torch.zeros(5)], None
+        after.launch(names[1], 5, block, 0, [x, mean[0], mean[1], 700])
+        assert torch.allclose(mean[0], x.mean(1), atol=1e-4)
+        assert torch.allclose(mean[1], x.var(1, unbiased=False), atol=1e-3)
+        del var
+    flat = torch.randn(3000, generator=_gen(1))
+    for block in (128, 64):  # 64: the unrolled tree covers 128 slots, the guard keeps it
+        got, want = torch.zeros(4), torch.zeros(4)
+        before.launch(names[2], 4, block, 0, [flat, want, 3000])
+        after.launch(names[2], 4, block, 0, [flat, got, 3000])
+        assert torch.equal(got, want)
+        if block == 128:
+            assert got.max().item() == flat.max().item()
+
+
+def test_softmax_and_min_trees_keep_their_results() -> None:
+    out, results = _apply_all("warp-shuffle-reduce", S.SOFTMAX + S.DOUBLING_MIN)
+    assert sum(isinstance(r, Applied) for r in results) == 3, results
+    assert "blockDim.x == 128 && blockDim.y == 1" in out  # constant extents: checked at run time
+    ptx_for_sm90a(out)
+    lib = _lib(out, "softmax_min.cu")
+    x = torch.randn(6, 300, generator=_gen(2))
+    y = torch.zeros_like(x)
+    lib.launch("row_softmax", 6, 128, 0, [x, y, 300])
+    assert torch.allclose(y, torch.softmax(x, 1), atol=1e-5)
+    data = torch.randn(4 * 256, generator=_gen(3))
+    res = torch.zeros(4)
+    lib.launch("seg_min", 4, 256, 0, [data, res])
+    assert torch.equal(res, data.view(4, 256).min(1).values)
+
+
+def test_a_block_the_host_sets_decides_the_guard(tmp_path) -> None:  # noqa: ANN001
+    (tmp_path / "rows.cu").write_text(S.ROW_SUM)
+    p = get_pass("warp-shuffle-reduce")()
+    (tmp_path / "rows.py").write_text(S.HOST_CUDAHOST)  # 256 threads: proven, no guard
+    ir = kir.parse_file(tmp_path / "rows.cu")
+    site = next(s for s in p.sites(ir) if not s.present)
+    result = p.optimize(ir, site, CTX)
+    assert isinstance(result, Applied) and "blockDim.y == 1" not in result.ir.text
+    assert "} else {" not in result.ir.text
+    (tmp_path / "rows.py").write_text(S.HOST_CUDAHOST.replace("256", "48"))
+    ir = kir.parse_file(tmp_path / "rows.cu")
+    result = p.optimize(ir, site, CTX)
+    assert isinstance(result, Skipped)
+    assert result.reason == "the block size is not a power of two multiple of 32"
+
+
+def test_a_refused_tree_is_no_site() -> None:
+    p = get_pass("warp-shuffle-reduce")()
+    assert [s for s in p.sites(kir.parse(S.WARP_TAIL, "cuda")) if not s.present] == []
+
+
+# -- synchronous staging -> a cp.async ring ----------------------------------------------------
+def _matmul(lib, kernel: str, a: torch.Tensor, b: torch.Tensor, grid, block,  # noqa: ANN001
+            n: int | None = None) -> torch.Tensor:
+    m, k = a.shape
+    n = b.shape[1] if n is None else n
+    c = torch.zeros(m, n)
+    lib.launch(kernel, grid, block, 0, [a, b, c, m, n, k])
+    return c
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_tiled_gemm_staging_becomes_a_cp_async_ring(stages: int) -> None:
+    out, results = _apply_all("cp-async-pipeline", S.TILED, stages=stages)
+    assert [type(r) for r in results] == [Applied]
+    assert "cp.async.ca.shared.global" in out and f"wait_group {stages - 1}" in out
+    assert f"As[{stages}][TILE][TILE]" in out
+    ptx_for_sm90a(out)
+    lib = _lib(out, f"tiled_ring{stages}.cu")
+    a, b = torch.randn(37, 45, generator=_gen(4)), torch.randn(45, 29, generator=_gen(5))
+    c = _matmul(lib, "matmul_tiled", a, b, (2, 3), (16, 16))
+    assert torch.allclose(c, a @ b, atol=1e-4)
+
+
+def test_a_blocked_gemm_with_a_transposed_operand_gets_a_ring() -> None:
+    source = _renamed(S.BLOCKED_NT)
+    out, results = _apply_all("cp-async-pipeline", source)
+    assert [type(r) for r in results] == [Applied]
+    ptx_for_sm90a(out)
+    kernel = _kernel(source, "gemm_nt")
+    before, after = _lib(source, "nt.cu"), _lib(out, "nt_ring.cu")
+    a, bt = torch.randn(40, 21, generator=_gen(6)), torch.randn(35, 21, generator=_gen(7))
+    want = _matmul(before, kernel, a, bt, (2, 2), 256, n=35)
+    got = _matmul(after, kernel, a, bt, (2, 2), 256, n=35)
+    assert torch.allclose(want, a @ bt.T, atol=1e-4) and torch.equal(got, want)
+
+
+def test_two_byte_staging_is_refused_with_the_reason() -> None:
+    _out, results = _apply_all("cp-async-pipeline", S.BLOCKED_BF16)
+    assert [r.reason for r in results] == [
+        "a copy into sa moves 2 bytes (cp.async moves 4, 8 or 16)"]
+
+
+def test_a_non_zero_fill_is_refused() -> None:
+    _out, results = _apply_all("cp-async-pipeline", S.TILED.replace(": 0.f;", ": 1.f;"))
+    assert [r.reason for r in results] == [
+        "a guarded copy into Bs fills 1.f, not zero (cp.async zero-fills)"]
+
+
+def test_staging_through_a_guarded_temporary_counts_as_staged() -> None:
+    from lineage.retrieval import kernel_features
+
+    for source in (S.TILED, _renamed(S.BLOCKED_BF16), S.BLOCKED_NT):
+        assert "smem-staging" in {f["pass"] for f in kernel_features(kir.parse(source, "cuda"))}
+
+
+# -- 128-bit global access with a run-time alignment check ------------------------------------
+def test_stride_loops_are_vectorized_with_an_alignment_fallback() -> None:
+    source = S.SAXPY + S.ROW_SUM
+    out, results = _apply_all("vectorize-global", source)
+    assert sum(isinstance(r, Applied) for r in results) == 2, results
+    assert out.count("reinterpret_cast<const uint4*>") == 2 and "& 15ull" in out
+    ptx_for_sm90a(out)
+    lib = _lib(out, "vectorized.cu")
+    base = torch.randn(1 + 1003, generator=_gen(8))
+    for offset in (0, 1):  # 1: misaligned by one element, the loop as written runs
+        xs = base[offset:offset + 1003]
+        ys = torch.zeros(1004)[offset:offset + 1003]
+        lib.launch("axpb", 3, 64, 0, [xs, ys, 2.0, 1003])
+        assert torch.allclose(ys, 2.0 * xs + 1.0)
+    x = torch.randn(3, 259, generator=_gen(9))  # rows of 259: the second row is misaligned
+    res = torch.zeros(3)
+    lib.launch("row_sum", 3, 64, 0, [x, res, 259])
+    assert torch.allclose(res, x.sum(1), atol=1e-4)
+
+
+def test_a_loop_that_can_leave_early_is_not_vectorized() -> None:
+    text = S.SAXPY.replace("ys[idx] = alpha * v + 1.0f;", "if (v < 0.f) break; ys[idx] = alpha * v;")
+    p = get_pass("vectorize-global")()
+    from passes.cuda.memory import vector_loops
+
+    assert [s for s in p.sites(kir.parse(text, "cuda")) if not s.present] == []
+    assert [plan.reason for _, plan in vector_loops(kir.parse(text, "cuda"))] == [
+        "the loop's body can leave by break"]
+
+
+# -- annotations from roles ------------------------------------------------------------------
+def test_launch_bounds_from_the_block_the_host_launches(tmp_path) -> None:  # noqa: ANN001
+    (tmp_path / "g.cu").write_text(S.BLOCKED_BF16)
+    (tmp_path / "g.py").write_text(S.HOST_CUDAHOST)
+    out, results = _apply_all("launch-bounds", (tmp_path / "g.cu").read_text())
+    assert isinstance(results[0], Skipped) and "no launch of the kernel was found" in results[0].reason
+    ir = kir.parse_file(tmp_path / "g.cu")
+    p = get_pass("launch-bounds")()
+    result = p.optimize(ir, next(s for s in p.sites(ir) if not s.present), CTX)
+    assert isinstance(result, Applied) and "__launch_bounds__(256) gemm_rb" in result.ir.text
+    ptx_for_sm90a(result.ir.text)
+    del out
+
+
+def test_unrolling_loops_bounded_by_constexpr_and_template_parameters() -> None:
+    text = r"""
+    constexpr int items = 8;
+    template <int width> __global__ void scale(const float* x, float* y, float a) {
+      float r[items];
+      for (int i = 0; i < items; ++i) r[i] = x[threadIdx.x * items + i] * a;
+      for (int j = 0; j < width; j += 2) y[threadIdx.x * width + j] = r[j % items];
+      for (int j = 0; j < (int)a; ++j) y[j] = 0.f;
+    }
+    template __global__ void scale<4>(const float*, float*, float);
+    """
+    out, results = _apply_all("pragma-unroll", text)
+    assert out.count("#pragma unroll") == 2
+    assert isinstance(results[-1], Skipped)
+    assert results[-1].reason == "precondition failed: constant_trip_count"
+    ptx_for_sm90a(out)
