@@ -237,7 +237,10 @@ class _Synthesized:
         with self.lock:
             ns = self.namespace(shape)
             torch.manual_seed(seed)
-            inputs, model = _built(ns, small=shape.get("inputs") == "get_small_inputs")
+            # Made where they are used: a problem's real sizes (GBs of torch.rand) take seconds
+            # on the CPU and a copy to the GPU, milliseconds on the GPU itself.
+            with torch.device(device):
+                inputs, model = _built(ns, small=shape.get("inputs") == "get_small_inputs")
             model = model.to(device)
             if device == "cpu":
                 model = model.to(torch.float32) if _has_bf16(model) else model
