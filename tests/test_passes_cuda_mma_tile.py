@@ -342,3 +342,17 @@ def test_two_kernels_of_one_file_are_rewritten_and_restored_one_at_a_time() -> N
     assert trip.same, trip.forward
     # the other kernel keeps its tensor cores and the helpers it calls
     assert "kl_tc_mma<true, 16>" in trip.backward.ir.text and "kl_tc_mma<false" not in trip.backward.ir.text
+
+
+@pytest.mark.parametrize("name, edit", [
+    ("blocktile_bf16.cu", ("#define BK 16", "#define BK 8")),
+    ("strided_fp16_at.cu", ("constexpr int TILE_K = 32;", "constexpr int TILE_K = 8;"))])
+def test_a_k_step_of_8_runs_m16n8k8_from_ldmatrix_and_matches_torch(name: str, edit: tuple) -> None:
+    source = (DATA / name).read_text().replace(*edit)
+    _, result = _rewrite(source)
+    assert result.ok, result
+    assert re.search(r"kl_tc_frag_a<\w+, 8, [23],", result.ir.text)  # k8 fragments by ldmatrix
+    run, dtype = RUNS[name]
+    torch.manual_seed(3)
+    got, want = run(_emulated(result.ir.text), 72, 136, 40, dtype)
+    assert (got - want).abs().max() <= 2e-2 * want.abs().max()

@@ -154,6 +154,30 @@ __device__ __forceinline__ void kl_tc_frag_b(unsigned (&f)[2], const T* t, int l
   f[0] = kl_tc_pair<BF16, MODE>(p, SK);
   if (KS == 16) f[1] = kl_tc_pair<BF16, MODE>(p + 8 * SK, SK);
 }
+// two B fragments side by side (columns n0..n0+7 into f, n0+8..n0+15 into g) with one ldmatrix
+template <bool BF16, int KS, int MODE, int SK, int SN, typename T>
+__device__ __forceinline__ void kl_tc_frag_b2(unsigned (&f)[2], unsigned (&g)[2], const T* t, int lane, int k0, int n0) {
+  if (MODE < 2) {
+    kl_tc_frag_b<BF16, KS, MODE, SK, SN>(f, t, lane, k0, n0);
+    kl_tc_frag_b<BF16, KS, MODE, SK, SN>(g, t, lane, k0, n0 + 8);
+    return;
+  }
+  const int j = lane >> 3, i = lane & 7;
+  const int kb = KS == 16 ? (j & 1) : 0, nb = KS == 16 ? (j >> 1) : (j & 1);
+  const int n = n0 + 8 * nb + (MODE == 2 ? i : 0);
+  const int k = k0 + 8 * kb + (MODE == 3 ? i : 0);
+  const unsigned addr = kl_tc_smem(t + k * SK + n * SN);
+  if (KS == 16 && MODE == 2)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(f[0]), "=r"(f[1]), "=r"(g[0]), "=r"(g[1]) : "r"(addr));
+  else if (KS == 16)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(f[0]), "=r"(f[1]), "=r"(g[0]), "=r"(g[1]) : "r"(addr));
+  else if (MODE == 2)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(f[0]), "=r"(g[0]) : "r"(addr));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(f[0]), "=r"(g[0]) : "r"(addr));
+}
 """
 
 
@@ -440,8 +464,11 @@ def k_step(tile: GemmTile, p: Plan, pad: str) -> str:
                 [f"{PREFIX}frag_a<{bf16}, {p.ks}, {p.mode_a}, {tile.a.s_mn}, {tile.a.s_k}>({PREFIX}fa[{i}], "
                  f"{PREFIX}pa, {PREFIX}lane, {PREFIX}wm + 16 * {i}, {PREFIX}k);"])),
             *(ln[len(i2):] if not ln.startswith("#") else ln for ln in _loops(i2, [
-                f"for (int {j} = 0; {j} < {p.ni}; ++{j})"],
-                [f"{PREFIX}frag_b<{bf16}, {p.ks}, {p.mode_b}, {tile.b.s_k}, {tile.b.s_mn}>({PREFIX}fb[{j}], "
+                f"for (int {j} = 0; {j} < {p.ni}; {j} += {2 if p.ni % 2 == 0 else 1})"],
+                [f"{PREFIX}frag_b2<{bf16}, {p.ks}, {p.mode_b}, {tile.b.s_k}, {tile.b.s_mn}>({PREFIX}fb[{j}], "
+                 f"{PREFIX}fb[{j} + 1], {PREFIX}pb, {PREFIX}lane, {PREFIX}k, {PREFIX}wn + 8 * {j});"]
+                if p.ni % 2 == 0 else [
+                f"{PREFIX}frag_b<{bf16}, {p.ks}, {p.mode_b}, {tile.b.s_k}, {tile.b.s_mn}>({PREFIX}fb[{j}], "
                  f"{PREFIX}pb, {PREFIX}lane, {PREFIX}k, {PREFIX}wn + 8 * {j});"])),
             *(ln[len(i2):] if not ln.startswith("#") else ln for ln in _loops(i2, [
                 f"for (int {i} = 0; {i} < {p.mi}; ++{i})", f"for (int {j} = 0; {j} < {p.ni}; ++{j})"],
@@ -673,7 +700,7 @@ _EXCHANGE_MARK = f"{{  // mma-micro-kernel: the fragments into"
 _ACC_DECL = re.compile(r"[ \t]*// mma-micro-kernel: each warp's fp32 accumulator fragments\n"
                        rf"[ \t]*float {PREFIX}acc\[\d+\]\[\d+\]\[4\] = \{{\}};\n")
 _OPERAND = re.compile(rf"{PREFIX}p([ab]) = reinterpret_cast<const [\w ]+\*>\((\w+)\) \+ (-?\d+);")
-_FRAG = re.compile(rf"{PREFIX}frag_([ab])<\w+, \d+, \d+, (-?\d+), (-?\d+)>")
+_FRAG = re.compile(rf"{PREFIX}frag_([ab])2?<\w+, \d+, \d+, (-?\d+), (-?\d+)>")
 _DEPTH = re.compile(rf"{PREFIX}k < (\d+); {PREFIX}k \+= \d+")
 _MAP = re.compile(rf"const int {PREFIX}row = (.+?), {PREFIX}col = (.+?);\n")
 _GROUP = re.compile(rf"if \(\(unsigned\)\({PREFIX}row(?: \+ (-?\d+))? - {PREFIX}c0\) < \d+u\) \{{\n"
