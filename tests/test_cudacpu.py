@@ -297,3 +297,10 @@ def test_cooperative_groups_tiles_and_reduce(lib):
     lib.launch("cg_sum", 4, 256, 0, [x, out, groups, 1000])
     assert out.item() == pytest.approx(x.sum().item(), rel=1e-4, abs=1e-3)
     torch.testing.assert_close(groups, x.view(125, 8).sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_warp_synchronous_volatile_steps_run_in_lockstep(lib):
+    x = torch.randn(3000, generator=torch.Generator().manual_seed(15))
+    out = torch.zeros(1)
+    lib.launch("tree_sum_warp_sync", 6, 256, 0, [x, out, x.numel()])
+    assert out.item() == pytest.approx(x.sum().item(), rel=1e-4, abs=1e-3)

@@ -18,7 +18,8 @@ Execution model: blocks run one after another; a block's threads are fibers on o
 each run until a barrier, a warp collective or its end; the order alternates between blocks
 (first to last, last to first) and shared memory starts each block poisoned (all bits set), so
 a read that no barrier orders after the write it needs sees poison in one order or the other.
-Warp collectives resolve once every lane of their mask that has not exited has arrived.
+Warp collectives resolve once every lane of their mask that has not exited has arrived;
+accesses through `volatile` pointers run the warp's lanes in lockstep.
 cp.async copies land when their group is waited for (or the thread ends). Atomics are plain
 read-modify-writes (no thread runs inside another's). The emulated device is compute capability
 8.0 (`__CUDA_ARCH__` 800); host code sees `host.EMULATED`.
@@ -45,9 +46,12 @@ block, fences as no-ops); any other instruction ends the launch that reaches it 
 instruction named (`Library.refused` lists them for a source).
 
 Not modeled: timing and performance of any kind; memory ordering beyond barriers (memory is
-sequentially consistent, so a missing `__threadfence` or `volatile` passes); warp-synchronous
-code that relies on lockstep execution without `__syncwarp` (lanes run one after another, so
-it reads stale values: it fails here as it may on Volta and later GPUs); shuffles that read
+sequentially consistent, so a missing `__threadfence` passes); warp-synchronous code that
+relies on lockstep execution without `__syncwarp` is run in lockstep only where it reads and
+writes through `volatile T*` pointers (each access waits for the warp's other running lanes:
+the classic unrolled last warp of a tree); through plain pointers or `volatile` arrays its lanes
+run one after another and read stale values (it fails here, as it may on Volta and later GPUs);
+shuffles that read
 from lanes outside the mask or that have exited (they return the caller's own value); named
 barriers for part of a block, TMA (`cp.async.bulk`), `wgmma`, `mbarrier`, `setmaxnreg`,
 thread block clusters, cooperative groups, WMMA (`mma.h`), dynamic parallelism, texture and

@@ -352,7 +352,7 @@ inline void context_jump(Context& next) {
 }
 #endif
 
-enum State { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
+enum State { RUNNABLE, AT_BARRIER, AT_WARP, AT_LOCKSTEP, DONE };
 enum Op { OP_NONE, OP_SHFL_IDX, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR, OP_BALLOT, OP_ANY, OP_ALL,
           OP_MATCH_ANY, OP_MATCH_ALL, OP_REDUCE_ADD, OP_REDUCE_MIN, OP_REDUCE_MAX, OP_REDUCE_UMIN,
           OP_REDUCE_UMAX, OP_REDUCE_AND, OP_REDUCE_OR, OP_REDUCE_XOR, OP_SYNCWARP, OP_CUSTOM };
@@ -491,6 +491,56 @@ inline uint64_t warp_collective(int op, unsigned mask, uint64_t val, int arg = 0
   yield();
   return t->result;
 }
+
+// Accesses through `volatile` pointers (`lockstep_ptr`): warp-synchronous code written for
+// lanes that run in lockstep. Each access waits until every lane of the warp that is still
+// running has come to such an access or is blocked elsewhere, so the lanes of a warp perform
+// their n-th volatile accesses together, as converged lanes do on the GPU.
+inline void lockstep() {
+  cur->state = AT_LOCKSTEP;
+  yield();
+}
+inline bool release_lockstep(Launch& l) {
+  bool any = false;
+  for (unsigned i = 0; i < l.nthreads; ++i)
+    if (l.threads[i].state == AT_LOCKSTEP) {
+      l.threads[i].state = RUNNABLE;
+      any = true;
+    }
+  return any;
+}
+template <class T>
+struct lockstep_ref {
+  T* p;
+  operator T() const {
+    lockstep();
+    return *(volatile T*)p;
+  }
+  const lockstep_ref& operator=(T v) const {
+    lockstep();
+    *(volatile T*)p = v;
+    return *this;
+  }
+  const lockstep_ref& operator=(const lockstep_ref& o) const { return *this = (T)o; }
+  const lockstep_ref& operator+=(T v) const { return *this = (T)*this + v; }
+  const lockstep_ref& operator-=(T v) const { return *this = (T)*this - v; }
+  const lockstep_ref& operator*=(T v) const { return *this = (T)*this * v; }
+  const lockstep_ref& operator/=(T v) const { return *this = (T)*this / v; }
+  T* operator&() const { return p; }
+};
+template <class T>
+struct lockstep_ptr {
+  T* p;
+  lockstep_ptr(T* q = nullptr) : p(q) {}
+  lockstep_ptr(volatile T* q) : p(const_cast<T*>(q)) {}
+  lockstep_ref<T> operator[](ptrdiff_t i) const { return lockstep_ref<T>{p + i}; }
+  lockstep_ref<T> operator*() const { return lockstep_ref<T>{p}; }
+  lockstep_ptr operator+(ptrdiff_t i) const { return lockstep_ptr(p + i); }
+  lockstep_ptr operator-(ptrdiff_t i) const { return lockstep_ptr(p - i); }
+  lockstep_ptr& operator+=(ptrdiff_t i) { p += i; return *this; }
+  lockstep_ptr& operator-=(ptrdiff_t i) { p -= i; return *this; }
+  operator volatile T*() const { return p; }
+};
 
 inline void resolve_group(Thread** lanes, unsigned group) {
   Thread* first = nullptr;
@@ -750,6 +800,7 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
             if (l.failed) break;
             if (resolve_warps(l)) continue;
             if (l.failed) break;
+            if (release_lockstep(l)) continue;
             unsigned done = 0, waiting = 0;
             for (unsigned i = 0; i < l.nthreads; ++i) {
               done += threads[i].state == DONE;

@@ -1,6 +1,6 @@
 """The source rewrite that lets CUDA C++ device code compile as C++ for the emulator.
 
-Three rewrites, each keeping the line count of what it replaces (so compiler messages name the
+Four rewrites, each keeping the line count of what it replaces (so compiler messages name the
 user's lines):
 
 - every `__shared__` declaration (function or file scope, any number of declarators) becomes a
@@ -13,6 +13,9 @@ user's lines):
   an instruction outside it becomes `::cudacpu::unsupported(reason)`, which ends the launch
   that executes it with the instruction named (a source may hold kernels its host never
   launches on this device); one built by macros is checked when it runs;
+- every `volatile T* name` declaration becomes `::cudacpu::lockstep_ptr<T> name`: the
+  lanes of a warp perform their accesses through it together (warp-synchronous code written
+  for converged lanes, such as a tree's last steps through a volatile shared pointer);
 - the kernels (`__global__` functions that are not templates) are registered by name, so a
   launch can find them (`CUDACPU_KERNEL(name)` appended at the end).
 
@@ -223,6 +226,27 @@ def _apply(text: str, edits: list[tuple[int, int, str]]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# volatile pointers
+
+_VOLATILE_POINTER = re.compile(
+    r"\bvolatile\s+((?:const\s+)?(?:unsigned\s+|signed\s+)?(?:long\s+)*[A-Za-z_][\w:]*)\s*\*\s*"
+    r"(?:__restrict__\s*|__restrict\s*)?(?=[A-Za-z_]\w*\s*[=,;)\[])")
+
+
+def _rewrite_volatile(text: str) -> tuple[str, int]:
+    """`volatile T* name` declarations (parameters, locals) become `lockstep_ptr<T> name`:
+    warp-synchronous code that reads and writes through them runs with its lanes in lockstep."""
+    masked = _mask(text)
+    edits = []
+    for m in _VOLATILE_POINTER.finditer(masked):
+        kind = text[m.start(1):m.end(1)]
+        if kind.split()[-1] in ("struct", "class"):
+            continue
+        edits.append((m.start(), m.end(), f"::cudacpu::lockstep_ptr<{kind}> "))
+    return _apply(text, edits), len(edits)
+
+
+# ---------------------------------------------------------------------------------------------
 # asm statements
 
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "'": "'", "0": "\0", "r": "\r"}
@@ -386,6 +410,7 @@ def rewrite(source: str, name: str = "kernel.cu", kernels: list[str] | None = No
     counter = [0]
     text = source
     text, shared = _rewrite_shared(text, counter)
+    text, _ = _rewrite_volatile(text)
     text, asm = _rewrite_asm(text)
     refused = tuple(dict.fromkeys(m.group(1) for m in re.finditer(r'::cudacpu::unsupported\("(.*?)(?<!\\)"\)', text)))
     if kernels is None:

@@ -226,3 +226,30 @@ extern "C" __global__ void cg_sum(const float* x, float* out, float* groups8, in
         atomicAdd(out, s);
     }
 }
+
+// The classic block reduction whose last six steps run warp-synchronously through a volatile
+// pointer, without barriers (lanes of a converged warp in lockstep).
+__device__ void warp_reduce(volatile float* s, int t) {
+    s[t] += s[t + 32];
+    s[t] += s[t + 16];
+    s[t] += s[t + 8];
+    s[t] += s[t + 4];
+    s[t] += s[t + 2];
+    s[t] += s[t + 1];
+}
+extern "C" __global__ void tree_sum_warp_sync(const float* x, float* out, int n) {
+    __shared__ float buf[256];
+    int t = threadIdx.x;
+    int i = blockIdx.x * blockDim.x * 2 + t;
+    float v = 0.f;
+    if (i < n) v += x[i];
+    if (i + (int)blockDim.x < n) v += x[i + blockDim.x];
+    buf[t] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 32; s >>= 1) {
+        if (t < s) buf[t] += buf[t + s];
+        __syncthreads();
+    }
+    if (t < 32) warp_reduce(buf, t);
+    if (t == 0) atomicAdd(out, buf[0]);
+}
