@@ -30,7 +30,8 @@ from typing import Any, Iterable, Sequence
 
 from gate.cudacpu.prepass import Unsupported, defines_kernels_in_macros, kernel_names, rewrite
 
-__all__ = ["BuildError", "EmulationError", "Library", "build", "cache_dir", "STUB_HEADERS"]
+__all__ = ["BuildError", "EmulationError", "Library", "build", "cache_dir", "emulator_digest",
+           "STUB_HEADERS"]
 
 HERE = Path(__file__).resolve().parent
 HEADERS = ("cudacpu.h", "cudacpu_ptx.h")
@@ -65,6 +66,16 @@ class BuildError(RuntimeError):
 
 class EmulationError(RuntimeError):
     """A launch failed in the emulator (illegal address, trap, deadlock, unsupported PTX...)."""
+
+
+@lru_cache(maxsize=1)
+def emulator_digest() -> str:
+    """A hash of the emulator itself (its headers and Python modules): verdicts reached under
+    one emulator are cached apart from another's."""
+    digest = hashlib.sha256()
+    for path in sorted([*(HERE / h for h in HEADERS), *HERE.glob("*.py")]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def cache_dir() -> Path:
