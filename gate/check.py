@@ -199,7 +199,17 @@ class Prepared:
         # reached under one path is not the verdict of the same text under another.
         origin = ["path", self.stem, str(self.src_path.parent)] if self.src_path is not None else []
         return cache_key([GATE_VERSION, self.source, self.host_text, self.language, self.case.digest(),
-                          self.tier.value, self.case.platform, toolchain, device, *view, *origin])
+                          self.tier.value, self.case.platform, toolchain, device, *view, *origin,
+                          *_emulator(self.tier)])
+
+
+def _emulator(tier: Tier) -> list[str]:
+    """The emulator's own hash at the emulate tier (its verdicts follow its version); else []."""
+    if tier is not Tier.EMULATE:
+        return []
+    from gate.cudacpu.library import emulator_digest  # noqa: PLC0415
+
+    return ["cudacpu", emulator_digest()]
 
 
 def platform_of(tier: Tier) -> tuple[str, str]:
