@@ -569,8 +569,8 @@ class MmaMicroKernel(Pass):
     category: ClassVar[Category] = Category.COMPUTE
     summary: ClassVar[str] = ("scalar FMA micro-kernel over fp16/bf16 shared tiles -> "
                               "mma.sync m16n8k16 through the user's epilogue")
+    # its output is mma.sync / ldmatrix inline PTX, which mma-intrinsics may in turn read
     provides: ClassVar[tuple[str, ...]] = ("tensor-core",)
-    conflicts: ClassVar[tuple[str, ...]] = ("mma-intrinsics", "wgmma")
     languages: ClassVar[tuple[str, ...]] = CUDA
     platforms: ClassVar[tuple[str, ...]] = ("cuda",)
     preconditions: ClassVar[tuple[str, ...]] = ("arch >= sm_80",)
