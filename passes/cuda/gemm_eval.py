@@ -233,6 +233,8 @@ class GemmTile:
     col: BitSum
     shared_bytes: int
     """Static shared memory the kernel declares."""
+    dynamic: bool = False
+    """Whether the kernel also uses dynamic shared memory (of a size the host sets)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"kernel": self.kernel, "block_tile": [self.bm, self.bn, self.bk],
@@ -251,6 +253,7 @@ class _Shared:
     aligned: bool
     bytes: int
     alignable: bool = True
+    extern: bool = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,7 +368,9 @@ class _Kernel:
             count *= max(d, 0)
         span = ir.span_of(decl)
         aligned = bool(re.search(r"__align__|alignas", text(ir, decl)))
-        return _Shared(name, dtype, tuple(dims), (span.start, span.end), aligned, size * count)
+        extern = bool(ir.attrs_of(decl).get("extern"))
+        return _Shared(name, dtype, tuple(dims), (span.start, span.end), aligned, size * count,
+                       extern=extern)
 
 
 def element_kind(type_name: str) -> str:
@@ -1154,12 +1159,14 @@ def _fit(k: _Kernel, loop: int, compute: list, block: tuple[int, int],
     _check_temps(k, cells.temps, [it for it in compute])
     row, col, elements = _thread_map(block, cell_of, cells.keys, k)
     shared_bytes = sum(s.bytes for s in k.shared.values())
+    dynamic = any(s.extern for s in k.shared.values())
     sa, sb = k.shared[p_arr], k.shared[q_arr]
     a = Tile(p_arr, sa.dtype, a_fit[0], a_fit[1], a_fit[2], bm, sa.decl, sa.aligned, sa.alignable)
     b = Tile(q_arr, sb.dtype, b_fit[0], b_fit[1], b_fit[2], bn, sb.decl, sb.aligned, sb.alignable)
     loop_item = next(it for it in _items_of(ir, loop))
     return GemmTile(k.name, a, b, bm, bn, bk, block, (loop_item.start, loop_item.end),
-                    tuple((it.start, it.end) for it in compute), elements, row, col, shared_bytes)
+                    tuple((it.start, it.end) for it in compute), elements, row, col, shared_bytes,
+                    dynamic)
 
 
 def _items_of(ir: KernelIR, loop: int) -> list:

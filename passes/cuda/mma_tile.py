@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
 PREFIX = "kl_tc_"
 STATIC_SHARED_LIMIT = 48 * 1024
+# the exchange's share beside a dynamic shared buffer whose size only the host knows
+DYNAMIC_EXCHANGE_LIMIT = 8 * 1024
 _SHARED_MARGIN = 512
 
 HELPERS = r"""// ---- tensor-core steps over shared tiles (mma.sync m16n8k16 / m16n8k8, fp32 accumulation) ----
@@ -237,6 +239,8 @@ def plan(ir: KernelIR, tile: GemmTile) -> Plan | str:
                                         -(tile.bm // s[0])))
     ldc = tile.bn + 4
     room = STATIC_SHARED_LIMIT - tile.shared_bytes - _SHARED_MARGIN
+    if tile.dynamic:  # the host's dynamic share counts against the same 48 KiB without opt-in
+        room = min(room, DYNAMIC_EXCHANGE_LIMIT)
     chunk = tile.bm
     while chunk > 1 and (chunk * ldc * 4 > room or tile.bm % chunk):
         chunk //= 2
