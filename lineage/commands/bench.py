@@ -63,6 +63,10 @@ class BenchRow:
     notes: tuple[str, ...] = ()
     reference_backend: str = ""
     excluded: str | None = None
+    reference_tf32_ms: float | None = None
+    """fp32 cases: the reference timed in the same worker with TF32 allowed (the baseline a user
+    picks when fp32 precision is not needed); `speedup_tf32` is it over the expert's time."""
+    speedup_tf32: float | None = None
 
 
 def reference_backend(module: Any, notes: Sequence[str]) -> tuple[str, str | None]:
@@ -165,8 +169,10 @@ def rows_for_verdict(case: Any, expert: str, language: str, verdict: Any,
         flop, byte = floors_ms(module, dict(shape), ceilings)
         floor = max(flop, byte)
         t = timed.get(variant)
+        tf32 = getattr(t, "reference_tf32_ms", None)
         if t is None and verdict.timing is not None and len(table) == 1:
             t_ms, r_ms = verdict.timing.candidate_ms, verdict.timing.reference_ms
+            tf32 = getattr(verdict.timing, "reference_tf32_ms", None)
         elif t is not None:
             t_ms, r_ms = t.candidate_ms, t.reference_ms
         else:
@@ -178,7 +184,8 @@ def rows_for_verdict(case: Any, expert: str, language: str, verdict: Any,
             flop_floor_ms=flop, byte_floor_ms=byte, floor_ms=floor,
             fraction_of_floor=(floor / t_ms) if t_ms else None,
             reason=verdict.reason, shape=dict(shape), bench_only=variant in case.bench_shapes,
-            notes=notes, reference_backend=backend, excluded=excluded))
+            notes=notes, reference_backend=backend, excluded=excluded,
+            reference_tf32_ms=tf32, speedup_tf32=(tf32 / t_ms) if tf32 and t_ms else None))
     return rows
 
 
@@ -235,14 +242,14 @@ def _fmt(x: float | None, spec: str) -> str:
 
 def table_lines(rows: list[BenchRow]) -> list[str]:
     """The results as a markdown table."""
-    lines = ["| case | variant | expert | expert ms | reference ms | reference | speedup | floor ms | fraction of floor | ok |",
-             "|---|---|---|---:|---:|---|---:|---:|---:|---|"]
+    lines = ["| case | variant | expert | expert ms | reference ms | reference | speedup | x/ref_tf32 | floor ms | fraction of floor | ok |",
+             "|---|---|---|---:|---:|---|---:|---:|---:|---:|---|"]
     for r in rows:
         variant = f"{r.variant} (bench only)" if r.bench_only else r.variant
         ref = "**FALLBACK**" if r.reference_backend.startswith("fallback:") else "vendor"
         speedup = _fmt(r.speedup, ".3f") + (" (not in the mean)" if r.excluded else "")
         lines.append(f"| {r.case} | {variant} | {r.expert} | {_fmt(r.expert_ms, '.4f')} | "
-                     f"{_fmt(r.reference_ms, '.4f')} | {ref} | {speedup} | {r.floor_ms:.4f} | "
+                     f"{_fmt(r.reference_ms, '.4f')} | {ref} | {speedup} | {_fmt(r.speedup_tf32, '.3f')} | {r.floor_ms:.4f} | "
                      f"{_fmt(r.fraction_of_floor, '.3f')} | {'yes' if r.ok else 'no: ' + (r.reason or '')[:80]} |")
     return lines
 
@@ -328,7 +335,9 @@ def command(case_name: str, variants: tuple[str, ...], shape_set: str, out_dir: 
     "expert", "language", "ok", "expert_ms", "reference_ms", "speedup", "flop_floor_ms",
     "byte_floor_ms", "floor_ms", "fraction_of_floor", "reason", "shape", "bench_only",
     "notes", "reference_backend" ("vendor: NAME" | "fallback: WHY"), "excluded" (why the row is
-    not in the mean, or null)}], "geomean_triton_speedup" (over the Triton rows of gate variants
+    not in the mean, or null), "reference_tf32_ms", "speedup_tf32" (fp32 cases: the reference
+    timed with TF32 allowed, and it over the expert's time; else null)}],
+    "geomean_triton_speedup" (over the Triton rows of gate variants
     that are not excluded: a fallback reference or a case's HEADLINE_EXCLUDED),
     "triton_case_variants", "excluded": [{"case", "variant", "expert", "why"}]}. With --dry-run: {"plan": [{"case", "variant", "bench_only",
     "shape", "experts"}]}.
