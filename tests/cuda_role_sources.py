@@ -295,3 +295,27 @@ torch::Tensor launch(torch::Tensor x) {
 }
 """
 '''
+
+# a block sum in a `__device__` helper reducing through a pointer parameter that every call
+# passes a shared array for, `/= 2` from a macro
+HELPER_SUM = r"""
+#define NT 256
+__device__ float block_sum(float v, float* buf) {
+  buf[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = NT / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) buf[threadIdx.x] += buf[threadIdx.x + s];
+    __syncthreads();
+  }
+  float total = buf[0];
+  __syncthreads();
+  return total;
+}
+__global__ void center(const float* x, float* y, int n) {
+  __shared__ float scratch[NT];
+  float s = 0.f;
+  for (int i = threadIdx.x; i < n; i += NT) s += x[blockIdx.x * n + i];
+  const float mean = block_sum(s, scratch) / n;
+  for (int i = threadIdx.x; i < n; i += NT) y[blockIdx.x * n + i] = x[blockIdx.x * n + i] - mean;
+}
+"""

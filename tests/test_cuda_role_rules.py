@@ -130,6 +130,20 @@ def test_a_block_the_host_sets_decides_the_guard(tmp_path) -> None:  # noqa: ANN
     assert result.reason == "the block size is not a power of two multiple of 32"
 
 
+def test_a_tree_in_a_device_helper_over_a_shared_parameter() -> None:
+    source = _renamed(S.HELPER_SUM)
+    out, results = _apply_all("warp-shuffle-reduce", source)
+    assert [type(r) for r in results] == [Applied]
+    ptx_for_sm90a(out)
+    kernel = _kernel(source, "center")
+    x = torch.randn(3, 1000, generator=_gen(10))
+    want, got = torch.zeros_like(x), torch.zeros_like(x)
+    _lib(source, "helper.cu").launch(kernel, 3, 256, 0, [x, want, 1000])
+    _lib(out, "helper_shuffles.cu").launch(kernel, 3, 256, 0, [x, got, 1000])
+    assert torch.allclose(got, want, atol=1e-5)
+    assert torch.allclose(got, x - x.mean(1, keepdim=True), atol=1e-4)
+
+
 def test_a_refused_tree_is_no_site() -> None:
     p = get_pass("warp-shuffle-reduce")()
     assert [s for s in p.sites(kir.parse(S.WARP_TAIL, "cuda")) if not s.present] == []
@@ -175,6 +189,14 @@ def test_two_byte_staging_is_refused_with_the_reason() -> None:
     _out, results = _apply_all("cp-async-pipeline", S.BLOCKED_BF16)
     assert [r.reason for r in results] == [
         "a copy into sa moves 2 bytes (cp.async moves 4, 8 or 16)"]
+
+
+def test_a_staging_that_converts_is_not_copied_as_bytes() -> None:
+    text = "#include <cuda_fp16.h>\n" + S.TILED.replace("const float* A", "const __half* A").replace(
+        "a = A[row * K + t + tx];", "a = __half2float(A[row * K + t + tx]);")
+    _out, results = _apply_all("cp-async-pipeline", text)
+    assert [r.reason for r in results] == [
+        "a copy into As converts what it reads (cp.async copies bytes)"]
 
 
 def test_a_non_zero_fill_is_refused() -> None:

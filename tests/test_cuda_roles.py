@@ -19,7 +19,7 @@ def _renamed(text: str) -> str:
     the kernel itself) given another name; CUDA's own names and types stay."""
     keep = {"threadIdx", "blockIdx", "blockDim", "gridDim", "x", "y", "z", "float", "int",
             "unsigned", "const", "size_t", "for", "if", "else", "return", "void", "include",
-            "define", "constexpr", "volatile", "__global__", "__shared__", "__restrict__",
+            "define", "constexpr", "volatile", "__global__", "__device__", "__shared__", "__restrict__",
             "__syncthreads", "fmaxf", "fminf", "fmaf", "rsqrtf", "__expf", "cuda_bf16", "h",
             "__nv_bfloat16", "__float2bfloat16", "__bfloat162float", "f"}
     names = sorted(set(re.findall(r"\b[A-Za-z_]\w*\b", text)) - keep)

@@ -260,6 +260,9 @@ def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
     for st in loop.stagings:
         if not (produce[0] <= st.span[0] and st.span[1] <= produce[1]):
             return Skipped(f"a copy into {st.array} sits after the loop's first barrier", {})
+        if st.converted:
+            return Skipped(f"a copy into {st.array} converts what it reads (cp.async copies "
+                           "bytes)", {"array": st.array})
         size = (element_bytes(st.element) or 0) * st.width
         if size not in (4, 8, 16):
             return Skipped(f"a copy into {st.array} moves {size} bytes (cp.async moves 4, 8 "

@@ -133,12 +133,15 @@ class Staging:
     vector: str | None = None
     loop: tuple[int, int] | None = None
     """The innermost loop holding the copy (the K loop of a tiled kernel), or None."""
+    converted: bool = False
+    """The copy converts what it reads (a conversion call or cast, or a global element type
+    other than the shared one): it moves values, not bytes."""
 
     def to_json(self) -> dict[str, Any]:
         return {"kernel": self.kernel, "array": self.array, "source": self.source,
                 "form": self.form, "dst": self.dst, "src": self.src, "guard": self.guard,
                 "fill": self.fill, "element": self.element, "width": self.width,
-                "vector": self.vector, "span": list(self.span)}
+                "vector": self.vector, "converted": self.converted, "span": list(self.span)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,12 +341,16 @@ class Unit:
                         if ident:
                             self.templates.add(ir.name_of(ident[0]) or "")
         self.kernels: dict[str, int] = {}
+        self.functions: dict[str, int] = {}
         for n in ir.walk():
-            if ir.grammar_type_of(n.id) == "function_definition" and "__global__" in \
-                    text(ir, n.id).split("{", 1)[0]:
-                name = _function_name(ir, n.id)
-                if name:
-                    self.kernels.setdefault(name, n.id)
+            if ir.grammar_type_of(n.id) != "function_definition":
+                continue
+            name = _function_name(ir, n.id)
+            if not name:
+                continue
+            self.functions.setdefault(name, n.id)
+            if "__global__" in text(ir, n.id).split("{", 1)[0]:
+                self.kernels.setdefault(name, n.id)
         self._launch: LaunchBlock | None = None
 
     def _int(self, expr: str) -> int | None:
@@ -392,6 +399,34 @@ class Unit:
                                         align=int(align.group(1)) if align else None)
         return out
 
+    def shared_views(self, fn: int) -> dict[str, SharedArray]:
+        """The shared arrays function `fn` sees: its own, the unit's, and its pointer
+        parameters that every call in the unit passes a shared array for (a `__device__`
+        helper reducing through `float* buf`)."""
+        out = self.shared_arrays() | self.shared_arrays(fn)
+        ir = self.ir
+        name = _function_name(ir, fn) or ""
+        params = [p for p in _parameter_names(ir, fn)]
+        calls = [c for c in range(len(ir)) if ir.grammar_type_of(c) == "call_expression"
+                 and callee(ir, c) == name]
+        for i, param in enumerate(params):
+            if param not in _pointer_params(ir, fn) or not calls:
+                continue
+            passed = set()
+            for c in calls:
+                caller = next((a for a in ir.ancestors(c)
+                               if ir.grammar_type_of(a) == "function_definition"), None)
+                args = [a for a in children(ir, children(ir, c)[-1])
+                        if ir.grammar_type_of(a) not in _TRIVIA]
+                seen = self.shared_arrays() | (self.shared_arrays(caller) if caller else {})
+                arg = text(ir, args[i]).strip() if i < len(args) else ""
+                passed.add(seen[arg] if arg in seen else None)
+            if len(passed) == 1 and None not in passed:
+                view = passed.pop()
+                out[param] = SharedArray(param, view.element, view.extents, view.decl,
+                                         view.dynamic, view.align)
+        return out
+
     def launch_block(self) -> LaunchBlock:
         """The block size of the kernel's launches (see `launch_block`)."""
         if self._launch is None:
@@ -408,6 +443,18 @@ def _function_name(ir: KernelIR, fn: int) -> str | None:
                     return re.split(r"::|<", text(ir, k))[-1 if "::" in text(ir, k) else 0]
             return None
     return None
+
+
+def _parameter_names(ir: KernelIR, fn: int) -> list[str]:
+    plist = next((c for c in subtree(ir, fn) if ir.grammar_type_of(c) == "parameter_list"), None)
+    if plist is None:
+        return []
+    out = []
+    for p in children(ir, plist):
+        if ir.grammar_type_of(p) in ("parameter_declaration", "optional_parameter_declaration"):
+            idents = [c for c in subtree(ir, p) if ir.grammar_type_of(c) == "identifier"]
+            out.append(ir.name_of(idents[-1]) or "" if idents else "")
+    return out
 
 
 def _declared_type(ir: KernelIR, decl: int) -> str:
@@ -633,7 +680,11 @@ def _kernel_stagings(unit: Unit, kernel: str, fn: int) -> tuple[list[Staging], l
             continue
         staged = _staged_value(unit, fn, nid, rhs, pointers)
         if staged is None:
-            if _names(ir, rhs) & set(pointers):
+            if _filled_from_global(unit, fn, nid, rhs, pointers):
+                refused.append(Refusal("staging", "a temporary filled from global memory in a "
+                                       "form not told (nested conditions or several writes)",
+                                       _span(ir, nid), kernel))
+            elif _names(ir, rhs) & set(pointers):
                 refused.append(Refusal("staging", "a store into shared memory whose value "
                                        "reads global memory in a form not recognized "
                                        f"({' '.join(text(ir, rhs).split())[:60]})",
@@ -650,11 +701,30 @@ def _kernel_stagings(unit: Unit, kernel: str, fn: int) -> tuple[list[Staging], l
             form = "vector" if form == "direct" else form
         loop = next((a for a in ir.ancestors(nid) if ir.grammar_type_of(a) in _LOOP_TYPES), None)
         start = ir.span_of(first).start
+        converted = _converts(ir, first, nid, src) or \
+            _plain_type(pointers[source]) != _plain_type(shared[array].element)
         out.append(Staging(kernel, array, source, form, _span(ir, nid),
                            (start, ir.span_of(nid).end), dst, src, guard, fill,
                            shared[array].element, lanes, vector,
-                           _span(ir, loop) if loop is not None else None))
+                           _span(ir, loop) if loop is not None else None, converted))
     return out, refused
+
+
+def _plain_type(name: str) -> str:
+    return " ".join(name.replace("const", " ").replace("volatile", " ").split())
+
+
+def _converts(ir: KernelIR, first: int, last: int, src: str) -> bool:
+    """Whether the statements of a copy wrap its global read in a conversion (a call or a
+    cast taking the read as its argument)."""
+    flat = re.sub(r"\s+", "", src)
+    for nid in range(first, ir.subtree_end(last)):
+        if ir.grammar_type_of(nid) in ("call_expression", "cast_expression") and \
+                re.sub(r"\s+", "", text(ir, nid)) != flat and flat in re.sub(r"\s+", "", text(ir, nid)):
+            if ir.grammar_type_of(nid) == "call_expression" and callee(ir, nid).startswith("__ld"):
+                continue
+            return True
+    return False
 
 
 def _op(ir: KernelIR, assign: int) -> str:
@@ -765,6 +835,27 @@ def _temporary(unit: Unit, fn: int, stmt: int, name: str, pointers: Mapping[str,
         if name in _written_names(ir, prev):
             return None
     return None
+
+
+def _filled_from_global(unit: Unit, fn: int, stmt: int, rhs: int,
+                        pointers: Mapping[str, str]) -> bool:
+    """Whether the value stored (a variable) is assigned a global read somewhere before the
+    store in its block."""
+    ir = unit.ir
+    node = _strip(ir, rhs)
+    if ir.grammar_type_of(node) != "identifier":
+        return False
+    name = ir.name_of(node)
+    block = ir.parent_of(stmt)
+    for prev in _statements(ir, block) if block is not None else []:
+        if prev == stmt:
+            break
+        for c in subtree(ir, prev):
+            if ir.grammar_type_of(c) == "assignment_expression" and \
+                    text(ir, children(ir, c)[0]).strip() == name and \
+                    _names(ir, children(ir, c)[-1]) & set(pointers):
+                return True
+    return False
 
 
 def _written_names(ir: KernelIR, nid: int) -> set[str]:
@@ -1321,8 +1412,9 @@ def host_launches(source: str) -> list[tuple[str | None, tuple[int, int, int] | 
             continue
         name = _call_name(node.func)
         block_kw = next((k.value for k in node.keywords if k.arg == "block"), None)
-        if name.endswith("cuLaunchKernel") and len(node.args) >= 7:
-            dims = [_host_int(a, binds) for a in node.args[4:7]]
+        args = _driver_args(node.args) if name.endswith("cuLaunchKernel") else node.args
+        if name.endswith("cuLaunchKernel") and len(args) >= 7:
+            dims = [_host_int(a, binds) if a is not None else None for a in args[4:7]]
             value = None if None in dims else tuple(dims)  # type: ignore[assignment]
             out.append((_kernel_of(node.args[0], kernel_vars), value, "cuLaunchKernel"))
         elif name.split(".")[-1] == "launch" and (len(node.args) >= 3 or block_kw is not None):
@@ -1333,6 +1425,22 @@ def host_launches(source: str) -> list[tuple[str | None, tuple[int, int, int] | 
                 (len(node.args) >= 2 or block_kw is not None):
             expr = block_kw if block_kw is not None else node.args[1]
             out.append((kernel_vars[node.func.id], _host_dim3(expr, binds), "kernel call"))
+    return out
+
+
+def _driver_args(args: Sequence[ast.AST]) -> list[ast.AST | None]:
+    """`cuLaunchKernel`'s arguments with a starred grid or block (`*grid`) spread into its
+    three dimensions (unknown values: None)."""
+    out: list[ast.AST | None] = []
+    for a in args:
+        if isinstance(a, ast.Starred):
+            value = a.value
+            if isinstance(value, (ast.Tuple, ast.List)):
+                out += list(value.elts)
+            else:
+                out += [None, None, None]
+        else:
+            out.append(a)
     return out
 
 
@@ -1467,8 +1575,8 @@ def reduction_trees(ir: KernelIR | Unit) -> tuple[list[ReductionTree], list[Refu
     unit = ir if isinstance(ir, Unit) else Unit(ir)
     out: list[ReductionTree] = []
     refused: list[Refusal] = []
-    for name, fn in unit.kernels.items():
-        shared = unit.shared_arrays(fn) | unit.shared_arrays()
+    for name, fn in unit.functions.items():
+        shared = unit.shared_views(fn)
         for nid in subtree(unit.ir, fn):
             if unit.ir.grammar_type_of(nid) == "for_statement":
                 found = _tree_loop(unit, name, fn, nid, shared)
