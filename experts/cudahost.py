@@ -166,9 +166,10 @@ def include_dirs() -> list[str]:
             candidates.extend(sorted(base.glob("cu*/include")))
     for cand in candidates:
         if (cand / "cuda_fp16.h").is_file() or (cand / "cuda_runtime.h").is_file():
-            text = str(cand)
-            if text not in found:
-                found.append(text)
+            # CUDA 13 keeps libcu++ (`cuda/std/...`, which cooperative_groups.h includes) apart.
+            for folder in (cand, cand / "cccl"):
+                if folder.is_dir() and str(folder) not in found:
+                    found.append(str(folder))
     return found
 
 

@@ -304,3 +304,57 @@ def test_warp_synchronous_volatile_steps_run_in_lockstep(lib):
     out = torch.zeros(1)
     lib.launch("tree_sum_warp_sync", 6, 256, 0, [x, out, x.numel()])
     assert out.item() == pytest.approx(x.sum().item(), rel=1e-4, abs=1e-3)
+
+
+def _agreement_cases():
+    """(kernel, grid, block, args(device), exact): kernels whose every tensor argument must
+    come out the same on the GPU and on the emulator (exact: bit for bit)."""
+    g = torch.Generator().manual_seed(16)
+    x70 = torch.randn(37, 70, generator=g)
+    a, b = torch.randn(40, 50, generator=g), torch.randn(50, 24, generator=g)
+    h16, h8 = torch.randn(16, 16, generator=g), torch.randn(16, 8, generator=g)
+    src = torch.randn(300, 4, generator=g)
+    conv = torch.cat([torch.tensor([0.0, 6e-8, 65519.0, 65520.0, 1e38, float("inf"), float("nan")]),
+                      torch.randn(57, generator=g) * 100])
+    ints, floats = torch.randint(0, 1000, (3000,), generator=g, dtype=torch.int32), torch.randn(3000, generator=g)
+    sums = torch.randn(3000, generator=g)
+    return [
+        ("softmax_rows", 10, 128, lambda d: [x70.to(d), torch.empty(37, 70, device=d), 37, 70], False),
+        ("gemm_tiled", (2, 3), (16, 16), lambda d: [a.to(d), b.to(d), torch.empty(40, 24, device=d), 40, 24, 50], False),
+        ("mma_tile_f16", 1, 32, lambda d: [h16.half().to(d), h8.half().to(d), torch.empty(16, 8, device=d)], False),
+        ("mma_tile_bf16", 1, 32, lambda d: [h16.bfloat16().to(d), h8.bfloat16().to(d), torch.empty(16, 8, device=d)], False),
+        ("stage_copy", 2, 128, lambda d: [src.to(d), torch.zeros(300, 4, device=d), 300, 1], True),
+        ("convert", 1, 64, lambda d: [conv.to(d), *(torch.empty(64, device=d) for _ in range(2)),
+                                      *(torch.empty(64, dtype=torch.int16, device=d) for _ in range(2)),
+                                      torch.empty(64, device=d), torch.empty(64, dtype=torch.int32, device=d), 64], True),
+        ("votes", 2, 64, lambda d: [sums[:128].to(d), *(torch.zeros(4, dtype=torch.int32, device=d) for _ in range(3))], True),
+        ("histogram", 4, 128, lambda d: [ints.to(d), floats.to(d), 3000, torch.zeros(16, dtype=torch.int32, device=d),
+                                         torch.full((1,), -1, dtype=torch.int32, device=d),
+                                         torch.full((1,), -1e30, device=d)], True),
+        ("tree_sum", 6, 256, lambda d: [sums.to(d), torch.zeros(1, device=d), 3000], False),
+        ("tree_sum_warp_sync", 6, 256, lambda d: [sums.to(d), torch.zeros(1, device=d), 3000], False),
+        ("cg_sum", 4, 256, lambda d: [sums[:1000].to(d), torch.zeros(1, device=d), torch.zeros(125, device=d), 1000], False),
+    ]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", _agreement_cases(), ids=lambda c: c[0])
+def test_the_emulator_agrees_with_the_gpu(lib, case):
+    """The same kernels, compiled by NVRTC and run on the GPU: every output equals the
+    emulator's (bit for bit where the kernel's arithmetic order is fixed)."""
+    from experts import cudahost
+
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    kernel, grid, block, make, exact = case
+    func = cudahost.get_function(cudahost.compile_source(KERNELS.read_text(), name=KERNELS.name), kernel)
+    on_gpu, on_cpu = make("cuda"), make("cpu")
+    cudahost.launch(func, grid, block, 0, on_gpu, torch.cuda.current_stream())
+    torch.cuda.synchronize()
+    lib.launch(kernel, grid, block, 0, on_cpu)
+    for i, (g, c) in enumerate(zip(on_gpu, on_cpu)):
+        if isinstance(g, torch.Tensor):
+            if exact:
+                assert torch.equal(g.cpu().view(torch.uint8), c.view(torch.uint8)), (kernel, i)
+            else:
+                torch.testing.assert_close(g.cpu().float(), c.float(), rtol=1e-4, atol=1e-4, msg=f"{kernel} arg {i}")
