@@ -272,3 +272,24 @@ def test_unrolling_loops_bounded_by_constexpr_and_template_parameters() -> None:
     assert isinstance(results[-1], Skipped)
     assert results[-1].reason == "precondition failed: constant_trip_count"
     ptx_for_sm90a(out)
+
+
+# -- a card lifted from an expert's lineage materializes the rule on a user's kernel ---------
+def test_cards_from_the_expert_lineages_take_the_role_rules_on_a_user_kernel() -> None:
+    from pathlib import Path
+
+    from lineage.graph import Lineage
+    from lineage.optimize import materialize
+    from lineage.skills import lift
+    from passes.rewriter import DeterministicRewriter
+
+    lineages = Path(__file__).resolve().parents[1] / "bench" / "results" / "cuda" / "lineages"
+    cards = {c.pass_name: c for name in ("topk_cuda_static", "gemm_cuda_static")
+             for c in lift(Lineage.load(lineages / name / "lineage.json"))}
+    for pass_name, source, marker in (("warp-shuffle-reduce", S.RMS, "__shfl_down_sync"),
+                                      ("cp-async-pipeline", S.TILED, "cp.async.ca.shared.global")):
+        target = kir.parse(_renamed(source), "cuda")
+        made = materialize(cards[pass_name], target, DeterministicRewriter())
+        assert made.ok and made.rewriter == "deterministic", made.refusals
+        assert marker in made.ir.text and marker not in target.text
+        ptx_for_sm90a(made.ir.text)
