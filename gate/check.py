@@ -71,7 +71,8 @@ def resolve_tier(tier: Tier | str, language: str, gpu: bool | None = None) -> tu
     if t is Tier.AUTO:
         t = Tier.DEVICE if (gpu_available() if gpu is None else gpu) else Tier.INTERPRET
     if t is Tier.INTERPRET and language == "cuda":
-        return Tier.STATIC, ("cuda kernels have no interpreter: gated at the static tier",)
+        return Tier.STATIC, ("cuda kernels have no interpreter: gated at the static tier (the emulate "
+                             "tier runs them on the CPU)",)
     return t, ()
 
 
