@@ -198,6 +198,13 @@ KB_DIR = os.environ.get("KERNELBENCH_DIR")
 def test_start_kernel_passes_the_interpret_tier_on_the_benchmarks_problem(path: Path) -> None:
     import gate
 
+    from kir.errors import BadInputError
+
     problem = TIER.problem_root(Path(KB_DIR)) / path.parent.name / path.name
-    verdict = gate.check_file(path, gate.load_case(problem), "interpret", cache=False)
+    case = gate.load_case(problem)
+    try:
+        dict(case.small_shapes)
+    except BadInputError as exc:  # the loader finds no CPU-sized variant of this problem
+        pytest.skip(str(exc))
+    verdict = gate.check_file(path, case, "interpret", cache=False)
     assert verdict.ok, verdict.reason

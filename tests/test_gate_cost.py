@@ -1,0 +1,138 @@
+"""The cost of a device gate against the GPU work in it (bench/gate_cost.py), and the reference
+timed with TF32 allowed beside the fp32 one (x/ref_tf32): arithmetic on the CPU, the budget and
+the baseline on a GPU with a large problem written here."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from gate.verdict import Timing, VariantTiming
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _bench(name: str):
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+COST = _bench("gate_cost")
+
+
+def test_overhead_is_the_wall_time_outside_the_timed_gpu_runs() -> None:
+    phases = [("spawn", 1.0), ("references", 4.0), ("timing", 6.0), ("autotune timing", 2.0)]
+    c = COST.cost(phases, wall_s=14.0, timed_s=5.0)
+    assert c["gpu_s"] == 7.0 and c["overhead_s"] == 7.0
+    assert c["overhead_allowed_s"] == pytest.approx(5.0 + 0.2 * 7.0)
+    assert not c["within_budget"]  # 7 s outside the GPU runs, 6.4 s allowed
+    assert COST.cost(phases, wall_s=12.0, timed_s=5.0)["within_budget"]
+    assert not COST.cost({"timing": 1.0}, wall_s=31.0, timed_s=30.0)["within_budget"]  # wall > 30 s
+    text = COST.table([{"op": "level1/x", "bytes": 2e9, "ok": True, **c}])
+    assert "| level1/x | 2.00 | pass | 14.0 | 7.0 | 7.0 | 6.4 | MISSED | 1.00 | 4.00 | 6.00 | 2.00 |" in text
+
+
+def test_the_tf32_reference_time_travels_in_the_verdict_and_the_bench_row() -> None:
+    timing = Timing(2.0, 4.0, (VariantTiming("default", 2.0, 4.0, reference_tf32_ms=3.0),), 1.0)
+    back = Timing.from_json(timing.to_json())
+    assert back.reference_tf32_ms == 3.0 and back.speedup_tf32 == 1.5 and back.speedup == 2.0
+    assert Timing(2.0, 4.0, (VariantTiming("default", 2.0, 4.0),)).to_json().get("speedup_tf32") is None
+    from lineage.commands import bench
+
+    case = SimpleNamespace(name="p", device_shapes={"default": {"dtype": "fp32"}}, bench_shapes={},
+                           module=lambda: SimpleNamespace(REFERENCE_NAME="torch", flops=lambda s: 1e9,
+                                                                  bytes_moved=lambda s: 1e9))
+    verdict = SimpleNamespace(ok=True, reason=None, flags=(), timing=back)
+    [row] = bench.rows_for_verdict(case, "k.py", "triton", verdict, {"matrix_tflops": 1.0, "copy_tbs": 1.0})
+    assert row.reference_tf32_ms == 3.0 and row.speedup_tf32 == 1.5
+    assert "| 2.000 | 1.500 |" in "\n".join(bench.table_lines([row]))
+
+
+# A problem of 4.3 GB of fp32 input and a plain start kernel for it, written for this test.
+LARGE_PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x / torch.sqrt(torch.mean(x * x, dim=1, keepdim=True) + 1e-5)
+
+
+n = 64
+c = 64
+h = 512
+w = 512
+
+
+def get_inputs():
+    return [torch.rand(n, c, h, w)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+LARGE_START = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def channel_rms(x_ptr, y_ptr, C, P, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr):
+    img = tl.program_id(1).to(tl.int64)
+    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    ch = tl.arange(0, BLOCK_C)
+    offs = img * C * P + ch[:, None] * P + p[None, :]
+    keep = (ch[:, None] < C) & (p[None, :] < P)
+    x = tl.load(x_ptr + offs, mask=keep, other=0.0)
+    scale = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / C + 1e-5)
+    tl.store(y_ptr + offs, x * scale[None, :], mask=keep)
+
+
+def run(x):
+    n, c = x.shape[0], x.shape[1]
+    p = x.numel() // (n * c)
+    y = torch.empty_like(x)
+    channel_rms[(triton.cdiv(p, 32), n)](x, y, c, p, BLOCK_C=triton.next_power_of_2(c), BLOCK_P=32)
+    return y
+'''
+
+
+@pytest.mark.gpu
+def test_a_large_problems_device_gate_meets_the_phase_budget(tmp_path: Path) -> None:
+    import gate
+
+    problem = tmp_path / "channel_rms.py"
+    problem.write_text(LARGE_PROBLEM)
+    start = tmp_path / "channel_rms_start.py"
+    start.write_text(LARGE_START)
+    row = COST.gate_once(start, gate.load_case(problem))
+    assert row["ok"], row["reason"]
+    assert row["wall_s"] <= COST.WALL_BUDGET_S, row
+    assert row["overhead_s"] <= row["overhead_allowed_s"], row
+    assert {"references", "correctness", "timing"} <= set(row["phases"])
+
+
+@pytest.mark.gpu
+def test_an_fp32_problems_verdict_has_the_tf32_reference(tmp_path: Path) -> None:
+    import gate
+
+    problem = tmp_path / "small_rms.py"
+    problem.write_text(LARGE_PROBLEM.replace("n = 64", "n = 2"))
+    start = tmp_path / "small_rms_start.py"
+    start.write_text(LARGE_START)
+    verdict = gate.check_file(start, gate.load_case(problem), "device", cache=False)
+    assert verdict.ok, verdict.reason
+    assert verdict.timing.reference_tf32_ms is not None and verdict.timing.reference_tf32_ms > 0
+    assert "speedup_tf32" in verdict.to_json()["timing"]
