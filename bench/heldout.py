@@ -140,7 +140,8 @@ def _check_file(args: argparse.Namespace, case: Any, path: Path) -> Any:
 
 
 def _verdict_summary(verdict: Any) -> dict[str, Any]:
-    """Pass/fail, the two times, and per variant the GPU time of each of the kernel's own
+    """Pass/fail, the two times (and the reference's with TF32 allowed, fp32 cases), the
+    verdict's flags (a lower-precision result among them), and per variant the GPU time of each of the kernel's own
     kernels and what its autotuners picked (a time well above its kernels' sum is host time in
     `run`: a sync, a `.tolist()`; a pick that differs between two gates of one text explains
     why their times differ)."""
@@ -152,6 +153,8 @@ def _verdict_summary(verdict: Any) -> dict[str, Any]:
             "reason": verdict.reason,
             "ms": timing.candidate_ms if timing else None,
             "reference_ms": timing.reference_ms if timing else None,
+            "reference_tf32_ms": timing.reference_tf32_ms if timing else None,
+            "flags": list(verdict.flags),
             **({"variants": variants} if variants else {})}
 
 
