@@ -432,6 +432,15 @@ def _rel_err(out: Any, ref: Any) -> float:
     return worst
 
 
+def _control_cell(ctrl: dict[str, Any]) -> str:
+    """The control column at the interpret tier: pass, FAIL with why, or n/a (no control for
+    the operator: `ok` None)."""
+    if ctrl.get("ok"):
+        return "pass"
+    head = "n/a" if ctrl.get("ok") is None and ctrl.get("reason") else "FAIL"
+    return f"{head}: {str(ctrl.get('reason'))[:80]}"
+
+
 def _regated(rec: dict[str, Any]) -> bool:
     """Whether the record's best kernel was gated again after the search and passed."""
     again = (rec.get("best") or {}).get("regate") or {}
@@ -564,7 +573,7 @@ def markdown(result: dict[str, Any], title: str = "Held-out tier",
             ctrl = r.get("control") or {}
             lines.append(f"| {r['family']} | {r['op']} | {'pass' if r['start']['ok'] else 'FAIL'} "
                          f"| {best.get('termination', best.get('error', '-'))} | {'pass' if best.get('ok') else 'FAIL'} "
-                         f"| {'pass' if ctrl.get('ok') else 'FAIL: ' + str(ctrl.get('reason'))[:80]} "
+                         f"| {_control_cell(ctrl)} "
                          f"| {', '.join(r.get('cards') or []) or '-'} |")
     return "\n".join(lines) + "\n"
 
