@@ -27,8 +27,12 @@ TF32 allowed (`torch.backends.cuda.matmul.allow_tf32` and cuDNN's), and
 x/ref (kernel and reference timed in one worker) times eager over that baseline (both timed
 here): the ratio to eager-TF32 says whether a speedup is more than the precision TF32 gives up.
 
+The gate itself times the reference with TF32 allowed too (fp32 problems, in its worker,
+`Timing.reference_tf32_ms`); where it did, the eager-TF32 ratio is the gate's own.
+
 Tables (OUT/kernelbench.json and .md): per problem start, best, control, eager, eager-TF32 and
-torch.compile ms and the ratios; then KernelBench's metrics (`kernelbench_metrics`): fast_p at
+torch.compile ms and the ratios, and which kernels the gate flagged as computing in lower
+precision than the fp32 reference; then KernelBench's metrics (`kernelbench_metrics`): fast_p at
 p = 0, 1, 1.5, 2 (the fraction of all problems whose kernel is correct and faster than the
 baseline by more than p) and the geometric-mean speedup over the correct ones, for start, best
 and control against each baseline. Records are OUT/ops/<problem>.json; a rerun continues
@@ -234,7 +238,8 @@ def _kernel_entry(rec: Mapping[str, Any], kernel: str) -> dict[str, Any]:
 
 def kernel_vs(rec: Mapping[str, Any], kernel: str, baseline: str) -> tuple[bool, float | None, float | None]:
     """(correct, kernel ms, baseline ms on the gate's clock) of one record: eager is the gate's
-    own reference time; TF32 and compile are scaled by eager's time measured beside them."""
+    own reference time, eager-TF32 the gate's reference with TF32 allowed where the gate timed
+    it; otherwise TF32 and compile are scaled by eager's time measured beside them."""
     entry = _kernel_entry(rec, kernel)
     ok = bool(entry.get("ok"))
     ms = entry.get("ms")
@@ -242,8 +247,16 @@ def kernel_vs(rec: Mapping[str, Any], kernel: str, baseline: str) -> tuple[bool,
     base = rec.get("baselines") or {}
     if baseline == "eager" or not ref:
         return ok, ms, ref
+    if baseline == "eager_tf32" and entry.get("reference_tf32_ms"):
+        return ok, ms, entry["reference_tf32_ms"]
     other, eager = base.get(f"{baseline}_ms"), base.get("eager_ms")
     return ok, ms, (ref * other / eager) if other and eager else None
+
+
+def lower_precision(entry: Mapping[str, Any]) -> bool:
+    """Whether a gate's summary carries the verdict's lower-precision flag (the kernel computed
+    in lower precision than the fp32 reference: its speedup is partly precision)."""
+    return any(str(f).startswith("lower precision") for f in entry.get("flags") or ())
 
 
 def build_tables(records: Sequence[Mapping[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
@@ -255,6 +268,7 @@ def build_tables(records: Sequence[Mapping[str, Any]], args: argparse.Namespace)
             for baseline in BASELINES:
                 ok, ms, base = kernel_vs(rec, kernel, baseline)
                 row[f"{kernel}_x_{baseline}"] = base / ms if ok and ms and base else None
+        row["lower_precision"] = [k for k in KERNELS if lower_precision(_kernel_entry(rec, k))]
         rows.append(row)
     metrics = {kernel: {baseline: kernelbench_metrics([kernel_vs(r, kernel, baseline) for r in records])
                         for baseline in BASELINES} for kernel in KERNELS}
@@ -284,8 +298,8 @@ def markdown(result: Mapping[str, Any]) -> str:
               "x/tf32 and x/compile scale it by eager over that baseline, both timed in the "
               f"harness process (`torch.compile(mode=\"{result['compile_mode']}\")`).", "",
               "| problem | start | best | control | eager | eager-TF32 | compile | start x/eager "
-              "| best x/eager | best x/tf32 | best x/compile | control x/eager | cards |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| best x/eager | best x/tf32 | best x/compile | control x/eager | lower precision | cards |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         base = r.get("baselines") or {}
         lines.append(
@@ -294,7 +308,8 @@ def markdown(result: Mapping[str, Any]) -> str:
             f"| {_fmt(r.get('reference_ms'), '.4f')} | {_fmt(base.get('eager_tf32_ms'), '.4f')} "
             f"| {_fmt(base.get('compile_ms'), '.4f')} | {_fmt(r.get('start_x_eager'))} | {_fmt(r.get('best_x_eager'))} "
             f"| {_fmt(r.get('best_x_eager_tf32'))} | {_fmt(r.get('best_x_compile'))} "
-            f"| {_fmt(r.get('control_x_eager'))} | {', '.join(r.get('cards') or []) or '-'} |")
+            f"| {_fmt(r.get('control_x_eager'))} | {', '.join(r.get('lower_precision') or []) or '-'} "
+            f"| {', '.join(r.get('cards') or []) or '-'} |")
     lines += ["", "KernelBench's metrics: fast_p is the fraction of all problems whose kernel is "
               "correct and more than p times faster than the baseline; geomean over the correct ones.", "",
               "| kernel | baseline | n | correct | fast_0 | fast_1 | fast_1.5 | fast_2 | geomean |",

@@ -133,7 +133,8 @@ def test_a_missing_checkout_is_a_one_line_error(tmp_path: Path) -> None:
 def test_device_tables_scale_the_gates_ratio_by_each_baseline() -> None:
     rec = {"op": "level1/1_mm", "level": "level1", "status": "done", "reference_ms": 4.0,
            "start": {"ok": True, "ms": 8.0, "reference_ms": 4.0},
-           "best": {"ok": True, "ms": 3.0, "regate": {"ok": True, "ms": 2.0, "reference_ms": 4.0}},
+           "best": {"ok": True, "ms": 3.0, "regate": {"ok": True, "ms": 2.0, "reference_ms": 4.0,
+                                                       "flags": ["lower precision (default): error 0.001"]}},
            "control": {"ok": False, "ms": None},
            "baselines": {"eager_ms": 5.0, "eager_tf32_ms": 2.5, "compile_ms": 1.0}}
     refused = {"op": "level1/2_bad", "level": "level1", "status": "refused", "reason": "x.py: no",
@@ -150,6 +151,10 @@ def test_device_tables_scale_the_gates_ratio_by_each_baseline() -> None:
     assert best["eager_tf32"]["fast_p"]["1"] == 0.0 and best["eager_tf32"]["fast_p"]["0"] == 0.5
     text = TIER.markdown(result)
     assert "| best | compile | 2 | 1 |" in text and "Refused by the loader: level1/2_bad" in text
+    assert row["lower_precision"] == ["best"] and "| best | -" in text
+    # where the gate timed the reference with TF32 allowed, that time is the baseline
+    rec["start"]["reference_tf32_ms"] = 1.0
+    assert TIER.kernel_vs(rec, "start", "eager_tf32") == (True, 8.0, 1.0)
 
 
 def test_interpret_smoke_run_gates_start_best_and_control(tmp_path: Path) -> None:
