@@ -396,6 +396,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         heldout.say("kernelbench", f"copied {len(written)} problem files into {args.stage}")
         return 0
     out = Path(args.out or ROOT / f"bench/results/kernelbench-{args.tier}")
+    if args.library is None:  # heldout's default: the shipped library
+        from lineage.shipped import shipped_library_path
+
+        args.library = str(shipped_library_path())
     if not Path(args.library).exists() and (ROOT / args.library).exists():
         args.library = str(ROOT / args.library)
     args.gates, args.ablation = None, []
