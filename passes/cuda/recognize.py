@@ -851,9 +851,10 @@ def _filled_from_global(unit: Unit, fn: int, stmt: int, rhs: int,
         if prev == stmt:
             break
         for c in subtree(ir, prev):
-            if ir.grammar_type_of(c) == "assignment_expression" and \
+            if ir.grammar_type_of(c) == "assignment_expression" and _op(ir, c) == "=" and \
                     text(ir, children(ir, c)[0]).strip() == name and \
-                    _names(ir, children(ir, c)[-1]) & set(pointers):
+                    name not in _names(ir, children(ir, c)[-1]) and \
+                    _global_read(unit, fn, children(ir, c)[-1], pointers) is not None:
                 return True
     return False
 

@@ -1,0 +1,173 @@
+"""Which CUDA roles and role-based forward rules fire on each kernel, and whether each rule's
+output passes the gate.
+
+    python3 bench/cuda_roles.py [DIR ...] --out OUT [--tier static|emulate|device] [--json]
+
+DIR: kernel folders holding a `case.py` and a CUDA start (a `.cu` with its host `.py`, or a
+host module holding its source); default: every folder of bench/styles/cuda. For each kernel:
+the roles `passes.cuda.recognize` finds (stagings by form, GEMM micro-kernels with their tiles,
+reduction trees, stride loops, the launch block, refusals with reasons), then each rule
+(`warp-shuffle-reduce`, `cp-async-pipeline`, `vectorize-global`, `launch-bounds`,
+`pragma-unroll`) applied at every open site it takes (its refusals kept), and the result gated
+at --tier against the folder's case (static: NVRTC for sm_90a; emulate: the CPU emulation at the
+case's small shapes; device: the GPU). Writes OUT/cuda_roles.json and OUT/cuda_roles.md;
+--json prints the JSON. Progress goes to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+RULES = ("warp-shuffle-reduce", "cp-async-pipeline", "vectorize-global", "launch-bounds",
+         "pragma-unroll")
+MAX_SITES = 8
+
+
+def _start(folder: Path) -> Path | None:
+    """The CUDA start of a kernel folder: its `.cu`, else a host module holding the source."""
+    from kir.embedded import cuda_unit  # noqa: PLC0415
+
+    cus = sorted(folder.glob("*.cu"))
+    if cus:
+        return cus[0]
+    for p in sorted(folder.glob("*.py")):
+        if p.name != "case.py" and cuda_unit(p) is not None:
+            return p
+    return None
+
+
+def _apply(name: str, ir: Any, ctx: Any) -> tuple[Any, int, list[str]]:
+    """The IR after the rule acted at each open site it takes, the count, its refusals."""
+    from passes import Applied, get_pass  # noqa: PLC0415
+
+    the_pass = get_pass(name)()
+    applied, refusals = 0, []
+    for _ in range(MAX_SITES):
+        taken = False
+        for site in [s for s in the_pass.sites(ir) if not s.present]:
+            result = the_pass.optimize(ir, site, ctx)
+            if isinstance(result, Applied):
+                ir, applied, taken = result.ir, applied + 1, True
+                break
+            why = getattr(result, "reason", None) or getattr(result, "error", "")
+            if why not in refusals:
+                refusals.append(why)
+        if not taken:
+            break
+    return ir, applied, refusals
+
+
+def kernel_report(folder: Path, tier: str) -> dict[str, Any]:
+    """Roles, rules and verdicts of one kernel folder."""
+    import gate  # noqa: PLC0415
+    import kir  # noqa: PLC0415
+    from kir.embedded import cuda_unit  # noqa: PLC0415
+    from passes import PassContext  # noqa: PLC0415
+    from passes.cuda import recognize  # noqa: PLC0415
+
+    start = _start(folder)
+    if start is None:
+        return {"kernel": folder.name, "error": "no CUDA start in the folder"}
+    unit = cuda_unit(start)
+    ir = kir.parse(unit.source, "cuda")
+    roles = recognize.roles(ir)
+    launch = recognize.launch_block(ir, host=unit.host_path.read_text())
+    roles["launch"] = {"block": list(launch.dims) if launch.dims else None, "from": launch.where,
+                       "reason": launch.reason}
+    facts: dict[str, Any] = {"arch": "sm_90"}
+    if launch.threads:
+        facts["block_threads"] = launch.threads
+    ctx = PassContext(facts=facts)
+    rules = {}
+    for name in RULES:
+        new_ir, count, refusals = _apply(name, ir, ctx)
+        entry: dict[str, Any] = {"applied": count, "refusals": refusals}
+        if count:
+            verdict = gate.check(unit.text_of(new_ir.text), "cuda", folder, tier,
+                                 path=unit.source_path, cache=False)
+            entry["verdict"] = {"ok": bool(verdict.ok), "stage": str(verdict.stage),
+                                "reason": str(verdict.reason or "")[:300]}
+        rules[name] = entry
+        print(f"[cuda_roles] {folder.name} {name}: applied {count}"
+              + (f", gate {'ok' if entry['verdict']['ok'] else entry['verdict']['reason'][:80]}"
+                 if count else ""), file=sys.stderr)
+    return {"kernel": folder.name, "start": str(start.relative_to(ROOT) if start.is_relative_to(ROOT)
+                                                   else start), "roles": _summary(roles),
+            "rules": rules}
+
+
+def _summary(roles: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "launch": roles["launch"],
+        "stagings": [f"{s['array']}:{s['form']}" + (" (converts)" if s.get("converted") else "")
+                     for s in roles["stagings"]],
+        "micro_kernels": [{"block_tile": m["block_tile"], "thread_tile": m["thread_tile"],
+                           "layouts": [m["a"]["layout"], m["b"]["layout"]],
+                           "element": m["element"], "warp_tile": m["warp_tile"]}
+                          for m in roles["micro_kernels"]],
+        "reduction_trees": [f"{t['form']} {'+'.join(c['op'] for c in t['combines'])} over "
+                            f"{t['extent']}" for t in roles["reduction_trees"]],
+        "stride_loops": [s["kind"] for s in roles["stride_loops"]],
+        "row_reductions": [f"{r['op']} ({r['combine']})" for r in roles["row_reductions"]],
+        "refusals": [f"{r['role']}: {r['reason']}" for r in roles["refusals"]],
+    }
+
+
+def _markdown(rows: list[dict[str, Any]], tier: str) -> str:
+    lines = [f"# CUDA roles and role-based rules on each kernel (gate tier: {tier})", "",
+             "| kernel | launch block | roles | rules applied (gate) | refusals |",
+             "|---|---|---|---|---|"]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"| {row['kernel']} | | {row['error']} | | |")
+            continue
+        r = row["roles"]
+        roles = []
+        roles += [f"staging {s}" for s in r["stagings"]]
+        roles += [f"micro-kernel {m['block_tile']} thread {m['thread_tile']} {m['element']}"
+                  for m in r["micro_kernels"]]
+        roles += [f"tree {t}" for t in r["reduction_trees"]]
+        roles += [f"{k}-stride loop" for k in r["stride_loops"]]
+        applied = [f"{n} x{e['applied']} ({'ok' if e['verdict']['ok'] else 'FAIL: ' + e['verdict']['reason'][:60]})"
+                   for n, e in row["rules"].items() if e["applied"]]
+        refused = sorted({f"{n}: {why}" for n, e in row["rules"].items() if not e["applied"]
+                          for why in e["refusals"][:1]} | set(r["refusals"][:2]))
+        block = r["launch"]["block"] or r["launch"]["reason"]
+        lines.append(f"| {row['kernel']} | {block} | {'; '.join(roles) or '-'} | "
+                     f"{'; '.join(applied) or '-'} | {'; '.join(refused) or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dirs", nargs="*", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tier", default="static", choices=("static", "emulate", "device"))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    dirs = args.dirs or sorted(p for p in (ROOT / "bench" / "styles" / "cuda").iterdir() if p.is_dir())
+    for d in dirs:
+        if not (d / "case.py").is_file():
+            print(f"error: {d}: no case.py in the kernel folder", file=sys.stderr)
+            return 2
+    rows = [kernel_report(d.resolve(), args.tier) for d in dirs]
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = {"tier": args.tier, "kernels": rows}
+    (args.out / "cuda_roles.json").write_text(json.dumps(data, indent=1) + "\n")
+    (args.out / "cuda_roles.md").write_text(_markdown(rows, args.tier))
+    if args.json:
+        print(json.dumps(data, indent=1))
+    else:
+        print(_markdown(rows, args.tier))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
