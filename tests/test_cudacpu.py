@@ -334,6 +334,8 @@ def _agreement_cases():
         ("tree_sum", 6, 256, lambda d: [sums.to(d), torch.zeros(1, device=d), 3000], False),
         ("tree_sum_warp_sync", 6, 256, lambda d: [sums.to(d), torch.zeros(1, device=d), 3000], False),
         ("cg_sum", 4, 256, lambda d: [sums[:1000].to(d), torch.zeros(1, device=d), torch.zeros(125, device=d), 1000], False),
+        ("bulk_stage", 3, 256, lambda d: [torch.randn(3, 256, 4, generator=torch.Generator().manual_seed(18)).to(d),
+                                          torch.empty(3, 256, device=d)], True),
     ]
 
 
@@ -358,3 +360,10 @@ def test_the_emulator_agrees_with_the_gpu(lib, case):
                 assert torch.equal(g.cpu().view(torch.uint8), c.view(torch.uint8)), (kernel, i)
             else:
                 torch.testing.assert_close(g.cpu().float(), c.float(), rtol=1e-4, atol=1e-4, msg=f"{kernel} arg {i}")
+
+
+def test_bulk_copy_completing_on_an_mbarrier(lib):
+    src = torch.randn(3, 256, 4, generator=torch.Generator().manual_seed(17))
+    dst = torch.empty(3, 256)
+    lib.launch("bulk_stage", 3, 256, 0, [src, dst])
+    torch.testing.assert_close(dst, src.flip(1).sum(2))

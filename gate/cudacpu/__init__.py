@@ -40,10 +40,12 @@ vector types (`float4`, `int4`... with CUDA's alignment, `make_*`); `__ldg` and 
 loads / stores; `__cvta_generic_to_shared`; the `cuda_pipeline.h` primitives; device
 `assert`, `__trap`, `printf`; `#pragma unroll` (ignored). Inline PTX: `prepass.SUPPORTED`
 (mma.sync m16n8k16 / m16n8k8 with f16 / bf16 inputs, ldmatrix / stmatrix m8n8, cp.async with
-zero fill and its groups, cvt between f32 and f16 / bf16 (x2), cvta, mov with special registers,
-setp / selp, ld / st (shared, global), integer and f32 arithmetic, barriers of the whole
-block, fences as no-ops); any other instruction ends the launch that reaches it with the
-instruction named (`Library.refused` lists them for a source).
+zero fill and its groups, 1-D bulk copies (`cp.async.bulk`, not `.tensor`) completing on
+mbarriers, mbarrier init / arrive (expect_tx) / complete_tx / try_wait (parity), branches to
+labels within a statement (wait loops), cvt between f32 and f16 / bf16 (x2), cvta, mov with
+special registers, setp / selp, ld / st (shared, global), integer and f32 arithmetic, barriers
+of the whole block, fences as no-ops); any other instruction ends the launch that reaches it
+with the instruction named (`Library.refused` lists them for a source).
 
 Not modeled: timing and performance of any kind; memory ordering beyond barriers (memory is
 sequentially consistent, so a missing `__threadfence` passes); warp-synchronous code that
@@ -53,7 +55,8 @@ the classic unrolled last warp of a tree); through plain pointers or `volatile` 
 run one after another and read stale values (it fails here, as it may on Volta and later GPUs);
 shuffles that read
 from lanes outside the mask or that have exited (they return the caller's own value); named
-barriers for part of a block, TMA (`cp.async.bulk`), `wgmma`, `mbarrier`, `setmaxnreg`,
+barriers for part of a block, TMA tensor copies (`cp.async.bulk.tensor`: their tensor maps
+are encoded on the host), `wgmma`, `setmaxnreg`,
 thread block clusters, cooperative groups, WMMA (`mma.h`), dynamic parallelism, texture and
 surface memory, `cudaMemcpyToSymbol` on `__constant__`; out-of-bounds accesses that stay inside
 mapped host memory (an access outside it is an `illegal memory access`); kernels that are

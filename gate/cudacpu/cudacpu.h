@@ -402,6 +402,7 @@ struct Launch {
 inline thread_local Launch* L = nullptr;
 inline thread_local Thread* cur = nullptr;
 inline unsigned long launch_seq = 0;
+inline unsigned long block_seq = 0;  // counts the blocks run (state kept per block checks it)
 
 constexpr size_t STATIC_SHARED_CAP = 256 * 1024;
 constexpr size_t DYNAMIC_SHARED_CAP = 256 * 1024;
@@ -775,6 +776,7 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
       for (unsigned by = 0; by < l.grid.y && !l.failed; ++by)
         for (unsigned bx = 0; bx < l.grid.x && !l.failed; ++bx) {
           l.block_idx = uint3{bx, by, bz};
+          ++block_seq;
           std::memset(shared_window, 0xff, static_shared_used);
           std::memset(shared_window + STATIC_SHARED_CAP, 0xff, l.dynamic_bytes);
           for (unsigned i = 0; i < l.nthreads; ++i) {

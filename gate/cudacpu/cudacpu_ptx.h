@@ -48,7 +48,8 @@ struct Arg {
   std::vector<Arg> elems;  // vector elements; A_MEM: elems[0] is the base
 };
 enum Code { C_NOP, C_MMA, C_LDMATRIX, C_STMATRIX, C_CP_ASYNC, C_CP_COMMIT, C_CP_WAIT, C_CP_WAIT_ALL, C_CVT,
-            C_CVTA, C_MOV, C_SETP, C_BAR, C_LD, C_ST, C_ALU, C_FUNARY, C_FMA, C_SELP };
+            C_CVTA, C_MOV, C_SETP, C_BAR, C_LD, C_ST, C_ALU, C_FUNARY, C_FMA, C_SELP, C_BRA, C_MBARRIER,
+            C_BULK, C_BULK_NOP };
 struct Instr {
   int code = C_NOP;
   std::string op;
@@ -67,6 +68,8 @@ struct Program {
   std::vector<Instr> code;
   int nlocals = 0;
   std::vector<bool> local_pred;
+  std::unordered_map<std::string, int> labels;  // label -> index of the instruction it marks
+  std::vector<std::string> label_names;         // branch targets, by Instr::d[0]
 };
 
 inline std::string trim(const std::string& s) {
@@ -178,6 +181,13 @@ struct Parser {
     if (h == "mma") return C_MMA;
     if (h == "ldmatrix") return C_LDMATRIX;
     if (h == "stmatrix") return C_STMATRIX;
+    if (h == "cp" && in.mods.size() > 2 && in.mods[1] == "async" && in.mods[2] == "bulk") {
+      if (in.mods.size() > 3 && (in.mods[3] == "tensor" || in.mods[3] == "reduce")) return -1;
+      if (in.mods.size() > 3 && (in.mods[3] == "commit_group" || in.mods[3] == "wait_group" ||
+                                 in.mods[3] == "prefetch"))
+        return C_BULK_NOP;
+      return C_BULK;
+    }
     if (h == "cp" && in.mods.size() > 1 && in.mods[1] == "async") {
       if (in.mods.size() > 2 && in.mods[2] == "commit_group") return C_CP_COMMIT;
       if (in.mods.size() > 2 && in.mods[2] == "wait_group") return C_CP_WAIT;
@@ -192,6 +202,8 @@ struct Parser {
     if (h == "selp") return C_SELP;
     if (h == "bar" || h == "barrier") return in.has("sync") || in.mods.size() == 1 ? C_BAR : -1;
     if (h == "membar" || h == "fence" || h == "prefetch" || h == "griddepcontrol") return C_NOP;
+    if (h == "bra") return C_BRA;
+    if (h == "mbarrier") return C_MBARRIER;
     if (h == "ld") return C_LD;
     if (h == "st") return C_ST;
     if (h == "add" || h == "sub" || h == "mul" || h == "and" || h == "or" || h == "xor" || h == "shl" ||
@@ -214,6 +226,18 @@ struct Parser {
     if (s.compare(0, 4, ".reg") == 0) {
       declare(s);
       return;
+    }
+    // labels (`NAME:`) mark the next instruction; a statement may start with several
+    for (;;) {
+      size_t colon = s.find(':');
+      size_t word = 0;
+      while (word < s.size() && (std::isalnum((unsigned char)s[word]) || s[word] == '_' || s[word] == '$')) ++word;
+      if (colon == std::string::npos || word == 0 || trim(s.substr(word, colon - word)) != "" ||
+          (colon + 1 < s.size() && s[colon + 1] == ':'))
+        break;
+      p.labels[s.substr(0, word)] = (int)p.code.size();
+      s = trim(s.substr(colon + 1));
+      if (s.empty()) return;
     }
     Instr in;
     if (s[0] == '@') {
@@ -239,6 +263,13 @@ struct Parser {
     }
     in.code = code_of(in);
     if (in.code < 0) bad("instruction " + in.op);
+    if (in.code == C_BRA) {  // the operand is a label, not a register
+      if (sp == std::string::npos) bad("a branch without its label");
+      in.d[0] = (int)p.label_names.size();
+      p.label_names.push_back(trim(s.substr(sp)));
+      p.code.push_back(std::move(in));
+      return;
+    }
     if (sp != std::string::npos)
       for (const std::string& a : split_top(s.substr(sp), ',')) in.args.push_back(arg(a));
     decode(in);
@@ -699,6 +730,97 @@ inline void do_funary(Frame& f, const Instr& in) {
   setf(f, in.args[0], r);
 }
 
+// ---- mbarrier and 1-D bulk copies (cp.async.bulk, not .tensor) ----
+// An mbarrier is kept beside shared memory, by its shared address: expected and pending
+// arrivals, the transaction bytes still to come, and the phase. A bulk copy lands when it is
+// issued and completes its bytes on its barrier at once (a legal schedule of the hardware's).
+struct Mbarrier {
+  unsigned long block = 0;  // the block that initialized it (`block_seq`)
+  unsigned expected = 0, pending = 0;
+  long long tx = 0;
+  unsigned phase = 0;
+};
+inline std::unordered_map<uint64_t, Mbarrier>& mbarriers() {
+  static std::unordered_map<uint64_t, Mbarrier> table;
+  return table;
+}
+inline Mbarrier& mbarrier_at(const Instr& in, uint64_t addr) {
+  auto it = mbarriers().find(addr);
+  if (it == mbarriers().end() || it->second.block != block_seq)
+    fail("%s on an mbarrier this block never initialized", in.op.c_str());
+  return it->second;
+}
+inline void mbarrier_progress(Mbarrier& b) {
+  if (b.pending == 0 && b.tx <= 0) {
+    b.phase ^= 1u;
+    b.pending = b.expected;
+    b.tx = 0;
+  }
+}
+inline uint64_t bar_address(Frame& f, const Instr& in, const Arg& a) {
+  if (a.kind != A_MEM) fail("%s: expected [mbarrier]", in.op.c_str());
+  return get(f, a.elems[0]) + (uint64_t)a.imm;
+}
+inline bool do_mbarrier(Frame& f, const Instr& in) {
+  // returns false when a try_wait / test_wait finds the phase not yet complete
+  const std::string& what = in.mods.size() > 1 ? in.mods[1] : std::string();
+  if (what == "init") {
+    Mbarrier b;
+    b.block = block_seq;
+    b.expected = b.pending = (unsigned)get(f, in.args.at(1));
+    mbarriers()[bar_address(f, in, in.args.at(0))] = b;
+  } else if (what == "inval") {
+    mbarriers().erase(bar_address(f, in, in.args.at(0)));
+  } else if (what == "expect_tx" || what == "complete_tx") {
+    Mbarrier& b = mbarrier_at(in, bar_address(f, in, in.args.at(0)));
+    long long bytes = (long long)get(f, in.args.at(1));
+    b.tx += what == "expect_tx" ? bytes : -bytes;
+    if (what == "complete_tx") mbarrier_progress(b);
+  } else if (what == "arrive") {
+    // mbarrier.arrive{.expect_tx}{.release.cta}.shared{::cta}.b64 state|_, [bar]{, count|tx}
+    bool expect = in.has("expect_tx");
+    const Arg& bar = in.args.size() > 1 && in.args[1].kind == A_MEM ? in.args[1] : in.args.at(0);
+    bool has_state = in.args.size() > 1 && in.args[1].kind == A_MEM;
+    Mbarrier& b = mbarrier_at(in, bar_address(f, in, bar));
+    size_t extra = has_state ? 2 : 1;
+    unsigned count = 1;
+    if (expect) b.tx += (long long)get(f, in.args.at(extra));
+    else if (in.args.size() > extra) count = (unsigned)get(f, in.args[extra]);
+    if (has_state) set(f, in.args[0], b.phase);
+    if (count > b.pending) fail("%s: more arrivals than the mbarrier expects", in.op.c_str());
+    b.pending -= count;
+    mbarrier_progress(b);
+  } else if (what == "try_wait" || what == "test_wait") {
+    // mbarrier.try_wait{.parity}.shared{::cta}.b64 p, [bar], state|parity
+    Mbarrier& b = mbarrier_at(in, bar_address(f, in, in.args.at(1)));
+    unsigned want = (unsigned)get(f, in.args.at(2)) & 1u;
+    bool done = b.phase != want;  // the phase of parity `want` (or token) has completed
+    set(f, in.args[0], done);
+    return done;
+  } else {
+    fail("inline PTX is not emulated: %s", in.op.c_str());
+  }
+  return true;
+}
+inline void do_bulk(Frame& f, const Instr& in) {
+  // cp.async.bulk.shared::{cluster,cta}.global.mbarrier::complete_tx::bytes [dst], [src], size, [bar]
+  // cp.async.bulk.global.shared::cta.bulk_group [dst], [src], size
+  bool to_shared = in.mods.size() > 3 && in.mods[3].compare(0, 6, "shared") == 0;
+  if (in.args.size() < 3 || has_prefix(in, "multicast")) fail("inline PTX is not emulated: %s", in.op.c_str());
+  unsigned char* dst = address(f, in, in.args[0], to_shared);
+  unsigned char* src = address(f, in, in.args[1], !to_shared);
+  unsigned bytes = (unsigned)get(f, in.args[2]);
+  if (bytes % 16 != 0 || (uintptr_t)dst % 16 != 0 || (uintptr_t)src % 16 != 0)
+    fail("%s: sizes and addresses must be multiples of 16 bytes", in.op.c_str());
+  std::memcpy(dst, src, bytes);
+  if (to_shared) {
+    if (in.args.size() < 4) fail("%s: expected its mbarrier", in.op.c_str());
+    Mbarrier& b = mbarrier_at(in, bar_address(f, in, in.args[3]));
+    b.tx -= bytes;
+    mbarrier_progress(b);
+  }
+}
+
 inline void Parser::decode(Instr& in) {
   switch (in.code) {
     case C_MMA: decode_mma(in); break;
@@ -729,9 +851,24 @@ inline void exec(const char* tmpl, Operand* ops, int nops, bool extended) {
   std::vector<uint64_t> large(prog.nlocals > 16 ? (size_t)prog.nlocals : 0, 0);
   uint64_t* locals = prog.nlocals > 16 ? large.data() : small;
   Frame f{ops, nops, locals, tmpl};
-  for (const Instr& in : prog.code) {
+  long spins = 0;
+  for (size_t pc = 0; pc < prog.code.size(); ++pc) {
+    const Instr& in = prog.code[pc];
     if (in.pred >= 0 && ((locals[in.pred] != 0) == in.pred_neg)) continue;
     switch (in.code) {
+      case C_BRA: {
+        auto it = prog.labels.find(prog.label_names.at((size_t)in.d[0]));
+        if (it == prog.labels.end()) fail("inline PTX: a branch to an unknown label (in \"%.80s\")", tmpl);
+        if ((size_t)it->second <= pc) {  // a backward branch: a wait loop lets the others run
+          if (++spins > 10000000) fail("inline PTX: a wait loop that never ends (in \"%.80s\")", tmpl);
+          lockstep();
+        }
+        pc = (size_t)it->second - 1;
+        break;
+      }
+      case C_MBARRIER: do_mbarrier(f, in); break;
+      case C_BULK: do_bulk(f, in); break;
+      case C_BULK_NOP: break;
       case C_NOP: break;
       case C_MMA: do_mma(f, in); break;
       case C_LDMATRIX: do_matrix(f, in, true); break;

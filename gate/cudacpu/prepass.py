@@ -48,12 +48,20 @@ SUPPORTED = (
     ("ex2", "f32"), ("rcp", "f32"), ("rsqrt", "f32"), ("sqrt", "f32"), ("lg2", "f32"),
     ("sin", "f32"), ("cos", "f32"), ("tanh", "f32"), ("neg", "f32"), ("abs", "f32"),
     ("bar.sync", "the whole block"), ("barrier.sync", "the whole block"),
+    ("mbarrier.init", ""), ("mbarrier.inval", ""), ("mbarrier.arrive", "also .expect_tx"),
+    ("mbarrier.expect_tx", ""), ("mbarrier.complete_tx", ""),
+    ("mbarrier.try_wait", "also .parity"), ("mbarrier.test_wait", "also .parity"),
+    ("cp.async.bulk.shared::cluster.global", "1-D, completing on an mbarrier"),
+    ("cp.async.bulk.shared::cta.global", "1-D, completing on an mbarrier"),
+    ("cp.async.bulk.global.shared::cta", "1-D bulk store"),
+    ("cp.async.bulk.commit_group", ""), ("cp.async.bulk.wait_group", ""),
+    ("cp.async.bulk.prefetch", "no effect"), ("bra", "within the statement (wait loops)"),
     ("membar", "no effect: memory is sequentially consistent"),
     ("fence", "no effect"), ("prefetch", "no effect"), ("griddepcontrol", "no effect"),
 )
 _UNSUPPORTED_HINTS = {
-    "wgmma": "wgmma (Hopper warpgroup MMA)", "cp.async.bulk": "TMA bulk copies",
-    "mbarrier": "mbarrier", "tcgen05": "tcgen05", "setmaxnreg": "setmaxnreg",
+    "wgmma": "wgmma (Hopper warpgroup MMA)", "cp.async.bulk.tensor": "TMA tensor copies",
+    "cp.async.bulk.reduce": "reducing bulk copies", "tcgen05": "tcgen05", "setmaxnreg": "setmaxnreg",
     "elect": "elect.sync", "red": "red (use atomic builtins)", "atom": "atom (use atomic builtins)",
     "shfl": "shfl in asm (use the __shfl_*_sync builtins)", "vote": "vote in asm",
     "bar.arrive": "bar.arrive (named barriers)", "barrier.arrive": "barrier.arrive",
@@ -271,6 +279,7 @@ def _instruction_heads(template: str) -> list[str]:
         s = stmt.strip().lstrip("{}").strip()
         if not s or s.startswith(".reg") or s == "}":
             continue
+        s = re.sub(r"^(?:[A-Za-z_$][\w$]*\s*:(?!:)\s*)+", "", s).strip("} \t\n")  # labels
         if s.startswith("@"):
             s = s.split(None, 1)[1] if len(s.split(None, 1)) > 1 else ""
         if s:

@@ -253,3 +253,27 @@ extern "C" __global__ void tree_sum_warp_sync(const float* x, float* out, int n)
     if (t < 32) warp_reduce(buf, t);
     if (t == 0) atomicAdd(out, buf[0]);
 }
+
+// A 1-D TMA bulk copy into shared memory, completing on an mbarrier that every thread waits on
+// in a try_wait loop; each thread then reads another thread's float4.
+extern "C" __global__ void bulk_stage(const float4* src, float* dst) {
+    __shared__ __align__(16) float4 buf[256];
+    __shared__ __align__(8) unsigned long long bar;
+    unsigned bar_addr = (unsigned)__cvta_generic_to_shared(&bar);
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar_addr), "r"(1));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned bytes = 256 * 16;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_addr), "r"(bytes) : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     ::"r"((unsigned)__cvta_generic_to_shared(buf)), "l"(src + blockIdx.x * 256), "r"(bytes),
+                     "r"(bar_addr) : "memory");
+    }
+    asm volatile("{\n .reg .pred P1;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+                 " @P1 bra DONE;\n bra WAIT;\n DONE:\n }" ::"r"(bar_addr), "r"(0) : "memory");
+    float4 v = buf[255 - threadIdx.x];
+    dst[blockIdx.x * 256 + threadIdx.x] = v.x + v.y + v.z + v.w;
+}
