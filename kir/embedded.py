@@ -196,7 +196,8 @@ def cuda_unit(path: str | Path) -> CudaUnit | None:
     """The CUDA kernel `path` stands for, or None when it is not one: a `.cu` (its host the
     `.py` of the same stem); a `.py` host module holding its CUDA source (`in_file`); a `.py`
     host module beside a `.cu` of its stem that defines no `@triton.jit` kernel. Raises
-    `BadInputError` like `in_file`."""
+    `BadInputError` like `in_file`, and for a `.py` that compiles CUDA (`load_inline`, CuPy,
+    NVRTC) from a source that is neither one string literal nor a `.cu` beside it."""
     p = Path(path)
     if p.suffix == ".cu":
         try:
@@ -206,12 +207,36 @@ def cuda_unit(path: str | Path) -> CudaUnit | None:
     held = in_file(p)
     if held is not None:
         return CudaUnit(held.text, p, p, held)
+    if p.suffix != ".py" or not p.is_file():
+        return None
+    try:
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+    except (SyntaxError, UnicodeDecodeError, OSError):
+        return None
+    if _defines_triton_kernel(tree):
+        return None
     beside = p.with_suffix(".cu")
-    if p.suffix == ".py" and beside.is_file():
-        try:
-            tree = ast.parse(p.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError, OSError):
-            return None
-        if not _defines_triton_kernel(tree):
-            return cuda_unit(beside)
+    if beside.is_file():
+        return cuda_unit(beside)
+    compiler = _compiles_cuda(tree)
+    if compiler is not None:
+        raise BadInputError(f"{p}: calls {compiler} but holds no CUDA source as one string literal "
+                            f"defining a __global__ function, and no {beside.name} is beside it "
+                            f"(a source built at run time cannot be rewritten)")
+    return None
+
+
+# Calls that compile CUDA source a host module hands them.
+_COMPILERS = frozenset({"load_inline", "RawKernel", "RawModule", "nvrtcCreateProgram",
+                        "compile_source"})
+
+
+def _compiles_cuda(tree: ast.Module) -> str | None:
+    """The name of the first call in `tree` that compiles CUDA source, if any."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name in _COMPILERS:
+                return name
     return None

@@ -79,6 +79,9 @@ def test_cuda_units_of_the_file_conventions(tmp_path: Path) -> None:
     assert held is not None and held.host_path == held.source_path == tmp_path / "held.py"
     assert "3.0f" in held.text_of(_KERNEL.replace("2.0f", "3.0f"))
     assert embedded.cuda_unit(tmp_path / "tri.py") is None  # a Triton module is not a CUDA host
+    (tmp_path / "built.py").write_text("import cupy\nSRC = HEAD + BODY\nk = cupy.RawKernel(SRC, 'k')\n")
+    with pytest.raises(BadInputError, match="calls RawKernel but holds no CUDA source"):
+        embedded.cuda_unit(tmp_path / "built.py")
 
 
 def test_the_gate_runs_a_host_with_the_candidates_source_in_it() -> None:
