@@ -63,6 +63,9 @@ class Case:
     variants: tuple[str, ...] = ()
     """The variants the device tier runs, drawn from `shapes` and `bench_shapes` (a view made by
     `with_variants`); empty: every variant of `shapes`."""
+    allclose: tuple[float, float] | None = None
+    """(atol, rtol): the case's correctness check is `torch.allclose(out, ref, atol, rtol)` on
+    every output (KernelBench's own check, a problem file's), in place of `tolerance`."""
 
     @property
     def device_shapes(self) -> Mapping[str, Mapping[str, Any]]:
@@ -113,6 +116,17 @@ class Case:
         if dtype in self.tolerance:
             return float(self.tolerance[dtype])
         return float(max(self.tolerance.values()))
+
+    def check_text(self) -> str:
+        """How the gate compares a candidate's outputs with the reference's, in words (what a
+        verdict's correctness reports as its `check`)."""
+        if self.allclose is not None:
+            atol, rtol = self.allclose
+            return (f"KernelBench's check: torch.allclose(out, ref, atol={atol:g}, rtol={rtol:g}) "
+                    f"on every output")
+        if self.has_compare:
+            return "the case's own compare(out, ref, inputs) error <= its tolerance by dtype"
+        return "relative-norm error ||out - ref|| / ||ref|| <= the case's tolerance by dtype"
 
     def digest(self) -> str:
         """sha256 of the case module's text (part of the verdict cache key); for a problem file,
@@ -266,13 +280,16 @@ def _problem_case(path: Path) -> Case:
         if key not in _PROBLEMS:
             fields = kernelbench.describe(path)
             table = {k: MappingProxyType(dict(v)) for k, v in fields["SHAPES"].items()}
-            small = {k: MappingProxyType(dict(v)) for k, v in fields["SMALL_SHAPES"].items()}
+            small = fields["SMALL_SHAPES"]  # derived on first use (`kernelbench.SmallShapes`)
+            if not isinstance(small, kernelbench.SmallShapes):
+                small = MappingProxyType({k: MappingProxyType(dict(v)) for k, v in small.items()})
             _PROBLEMS[key] = Case(
                 name=fields["NAME"], path=path, description=fields["DESCRIPTION"],
                 platform=fields["PLATFORM"], reference_name=fields["REFERENCE_NAME"],
-                shapes=MappingProxyType(table), small_shapes=MappingProxyType(small),
+                shapes=MappingProxyType(table), small_shapes=small,
                 tolerance=MappingProxyType(dict(fields["TOLERANCE"])), experts=(),
-                has_compare=False, start=_problem_start(path), problem=True)
+                has_compare=False, start=_problem_start(path), problem=True,
+                allclose=fields["ALLCLOSE"])
         return _PROBLEMS[key]
 
 
@@ -313,6 +330,45 @@ def find_cases(roots: list[Path]) -> list[Path]:
             if f.name == "case.py" or _is_problem(f):
                 found.add(f.resolve())
     return sorted(found)
+
+
+def scan_cases(roots: list[Path], progress: Any = None) -> tuple[list[Case], list[tuple[Path, str]]]:
+    """Load every case `find_cases(roots)` finds, going on past the ones that do not load:
+    (the cases loaded, [(path, one-line reason)] of the others). A .py under a root that does not
+    parse is among the others (it may be a problem file with a typo). `progress(i, n, path,
+    reason or None)` is called after each file."""
+    found = find_cases(roots)
+    refused: list[tuple[Path, str]] = []
+    for root in roots:
+        for f in ([root] if root.is_file() else sorted(root.rglob("*.py"))):
+            if "__pycache__" not in f.parts and f.resolve() not in found and (why := _unparsable(f)):
+                refused.append((f.resolve(), f"{f}: does not parse as Python ({why})"))
+    cases: list[Case] = []
+    for i, path in enumerate(found, 1):
+        try:
+            cases.append(load_case(path))
+            reason = None
+        except BadInputError as exc:
+            reason = str(exc)
+        except Exception as exc:  # a case module that fails to import: its own code's error
+            text = " ".join(str(exc).split())[:300]
+            reason = f"{path}: case module fails to import ({type(exc).__name__}: {text})"
+        if reason is not None:
+            refused.append((path, reason))
+        if progress is not None:
+            progress(i, len(found), path, reason)
+    return cases, sorted(refused)
+
+
+def _unparsable(path: Path) -> str | None:
+    """Why a .py does not parse (None when it does)."""
+    try:
+        ast.parse(path.read_text(), filename=str(path))
+    except (SyntaxError, ValueError) as exc:
+        return " ".join(str(exc).split())
+    except (UnicodeDecodeError, OSError) as exc:
+        return type(exc).__name__
+    return None
 
 
 def list_cases() -> list[str]:

@@ -157,11 +157,14 @@ def _nonfinite(o: np.ndarray, r: np.ndarray) -> float:
 def compare(out: Sequence[tuple[Any, ...]], ref: Sequence[tuple[Any, ...]], *, tolerance: float,
             low_tolerance: float | None = None,
             case_compare: Callable[..., float] | None = None,
-            inputs: Sequence[tuple[Any, ...]] | None = None) -> Outcome:
+            inputs: Sequence[tuple[Any, ...]] | None = None,
+            allclose: tuple[float, float] | None = None) -> Outcome:
     """Compare encoded outputs (see gate.transport) against the reference's.
 
     With `case_compare` (a case's own `compare(out, ref, inputs) -> float`), that error is used
-    instead of the norm after the structure checks.
+    instead of the norm after the structure checks. With `allclose` (atol, rtol), the outputs
+    pass when every element of every tensor output is close (`allclose_misses`), in place of
+    `tolerance`; the relative-norm error is still what the outcome reports.
     """
     bad = _structure(out, ref)
     if bad is not None:
@@ -186,6 +189,8 @@ def compare(out: Sequence[tuple[Any, ...]], ref: Sequence[tuple[Any, ...]], *, t
     if err != err:
         return Outcome(False, err, FailureKind.NAN_OUTPUT,
                        "output holds NaN/inf where the reference is finite (unwritten or poisoned)")
+    if allclose is not None and case_compare is None:
+        return _judge_allclose(out, ref, err, allclose, low_tolerance)
     if err <= tolerance:
         return Outcome(True, err)
     if low_tolerance is not None and err <= low_tolerance:
@@ -194,6 +199,45 @@ def compare(out: Sequence[tuple[Any, ...]], ref: Sequence[tuple[Any, ...]], *, t
                        f"of fp16/bf16/tf32 arithmetic: computed in lower precision than the case")
     return Outcome(False, err, FailureKind.WRONG_OUTPUT,
                    f"relative error {err:.3g} exceeds the tolerance {tolerance:g}")
+
+
+def _judge_allclose(out: Sequence[tuple[Any, ...]], ref: Sequence[tuple[Any, ...]], err: float,
+                    allclose: tuple[float, float], low_tolerance: float | None) -> Outcome:
+    atol, rtol = allclose
+    for i, (o, r) in enumerate(zip(out, ref)):
+        if o[0] != "tensor":
+            continue
+        misses = allclose_misses(raw_numpy(o).ravel(), raw_numpy(r).ravel(), atol, rtol,
+                                 bf16=o[1] == "bfloat16")
+        if misses:
+            what = (f"output {i}: {misses} of {raw_numpy(o).size} elements differ by more than "
+                    f"atol {atol:g} + rtol {rtol:g} x |out| (relative error {err:.3g})")
+            if low_tolerance is not None and err <= low_tolerance:
+                return Outcome(False, err, FailureKind.PRECISION_DOWNGRADE,
+                               f"{what}, typical of fp16/bf16/tf32 arithmetic: computed in lower "
+                               f"precision than the case")
+            return Outcome(False, err, FailureKind.WRONG_OUTPUT, what)
+    return Outcome(True, err)
+
+
+def allclose_misses(o: np.ndarray, r: np.ndarray, atol: float, rtol: float, *, bf16: bool = False) -> int:
+    """Elements of flat `o` (the candidate's) not close to flat `r` (the reference's) by the test
+    of `torch.allclose(r, o, atol, rtol)`, as KernelBench calls it: |r - o| <= atol + rtol * |o|,
+    equal infinities close, NaN never (float64, a chunk at a time; with `bf16` both hold
+    bfloat16 bits)."""
+    misses = 0
+    od = np.empty(min(o.size, _CHUNK), dtype=np.float64)
+    rd = np.empty_like(od)
+    with np.errstate(all="ignore"):
+        for i in range(0, o.size, _CHUNK):
+            m = min(_CHUNK, o.size - i)
+            oc, rc = od[:m], rd[:m]
+            oc[...] = _widen(o[i:i + m], bf16)
+            rc[...] = _widen(r[i:i + m], bf16)
+            close = np.abs(rc - oc) <= atol + rtol * np.abs(oc)
+            close |= oc == rc
+            misses += m - int(np.count_nonzero(close))
+    return misses
 
 
 def same_payload(a: Sequence[tuple[Any, ...]], b: Sequence[tuple[Any, ...]]) -> bool:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gate import compare as cmp
-from gate import gpulock, transport
+from gate import gpulock, precision, transport
 from gate.cases import Case
 from gate.verdict import (Correctness, Facts, CompileFacts, FailureKind, SeedResult, Tier, Timing,
                           VariantTiming, Verdict, picks_of, reject)
@@ -96,6 +96,10 @@ class _Judge:
     """`refs_done` arrived: every reference was made before candidate code loaded, so a later
     one was forged by candidate code over the worker's pipe."""
     sent: set[tuple[str, str, int]] = field(default_factory=set)
+    probe_err: dict[tuple[str, int], float] = field(default_factory=dict)
+    """(variant, seed) -> error of the reference on TF32-rounded inputs (`gate.precision`)."""
+    lower: list[str] = field(default_factory=list)
+    """Variants on which the candidate computed in lower precision than the reference."""
 
     def use_gpu_lock(self, path: str | None) -> None:
         if path:
@@ -119,18 +123,22 @@ class _Judge:
         seeds = tuple(sorted({r.seed for r in self.results
                               if (r.variant, PHASE_REFILL, r.seed) not in self.refs}))
         errs = [r.rel_err for r in self.results]
-        return Correctness(seeds, max(errs) if errs else 0.0, tuple(self.results))
+        return Correctness(seeds, max(errs) if errs else 0.0, tuple(self.results),
+                           check=self.case.check_text(), lower_precision=tuple(self.lower),
+                           probe_err=tuple((v, e) for (v, _), e in self.probe_err.items()))
 
     def handle(self, msg: tuple[Any, ...]) -> bool:
         """Digest one message; True when the run is decided (see `verdict`) or finished."""
         if self.verdict is not None:
             return True
         kind = msg[0]
-        if kind in ("ref", "refs_done") and self.refs_closed:
+        if kind in ("ref", "refs_done", "precision") and self.refs_closed:
             self._forged(f"a '{kind}' message after the references were closed")
         elif kind == "ref":
             _, variant, phase, seed, outputs, inputs = msg
             self.refs[(variant, phase, seed)] = (outputs, inputs)
+        elif kind == "precision":
+            self.probe_err[(str(msg[1]), int(msg[2]))] = float(msg[3])
         elif kind == "stage":
             self.stage = msg[1]
         elif kind == "mark":
@@ -214,6 +222,15 @@ class _Judge:
             and self.tier is Tier.DEVICE \
             else "anti_cheat" if phase == PHASE_SEALED else "correctness"
         self.results.append(SeedResult(variant, seed, outcome.rel_err, phase))
+        probe = self.probe_err.get((variant, seed)) if phase == PHASE_SEED else None
+        if outcome.ok and probe is not None and variant not in self.lower \
+                and precision.lower_precision(outcome.rel_err, probe):
+            self.lower.append(variant)
+            self.flags.append(
+                f"lower precision ({variant}): error {outcome.rel_err:.3g} is "
+                f"{outcome.rel_err / probe:.2g}x that of the reference on TF32-rounded inputs "
+                f"({probe:.3g}): computed in lower precision than the fp32 reference "
+                f"(TF32 / bf16 / fp16 operands); passes {self.case.check_text()}")
         if not outcome.ok:
             assert outcome.kind is not None and outcome.reason is not None
             kind, reason = outcome.kind, outcome.reason
@@ -253,7 +270,8 @@ class _Judge:
             outcome = cmp.compare(outputs, ref_outputs, tolerance=self.case.tolerance_for(dtype),
                                   low_tolerance=cmp.lower_precision_tolerance(
                                       dtype, dict(self.case.tolerance)),
-                                  case_compare=self.case_compare, inputs=inputs)
+                                  case_compare=self.case_compare, inputs=inputs,
+                                  allclose=self.case.allclose)
         lock_s = self.gpu_lock.waited_s - waited
         self.compare_s += time.perf_counter() - t0 - lock_s
         self.compare_lock_s += lock_s

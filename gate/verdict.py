@@ -237,6 +237,14 @@ class Correctness:
     seeds: tuple[int, ...]
     max_rel_err: float
     results: tuple[SeedResult, ...] = ()
+    check: str = ""
+    """How outputs were compared, in words (`gate.Case.check_text`)."""
+    lower_precision: tuple[str, ...] = ()
+    """The variants on which the candidate computed in lower precision than the fp32 reference
+    (`gate.precision`): a passing result, but a speedup partly bought with precision."""
+    probe_err: tuple[tuple[str, float], ...] = ()
+    """(variant, relative error of the reference on TF32-rounded inputs): the yardstick of
+    `lower_precision` (`gate.precision`), where the case was probed."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -244,6 +252,9 @@ class Correctness:
             "max_rel_err": _finite_or_none(self.max_rel_err),
             "results": [{"variant": r.variant, "seed": r.seed, "phase": r.phase,
                          "rel_err": _finite_or_none(r.rel_err)} for r in self.results],
+            "check": self.check,
+            "lower_precision": list(self.lower_precision),
+            "tf32_probe_err": {v: _finite_or_none(e) for v, e in self.probe_err},
         }
 
     @staticmethod
@@ -254,7 +265,9 @@ class Correctness:
         return Correctness(
             tuple(d["seeds"]), num(d["max_rel_err"]),
             tuple(SeedResult(r["variant"], r["seed"], num(r["rel_err"]), r.get("phase", "seed"))
-                  for r in d.get("results", ())))
+                  for r in d.get("results", ())),
+            str(d.get("check", "")), tuple(d.get("lower_precision", ())),
+            tuple((str(v), num(e)) for v, e in d.get("tf32_probe_err", {}).items()))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,8 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
     ("ref", variant, phase, seed, outputs, inputs)    reference result (inputs only for cases
                                                        with their own compare); phase refill:
                                                        a crossover of the pool (`gate.refill`)
+    ("precision", variant, seed, error)               the reference's error on the seed's inputs
+                                                       rounded to TF32 (fp32 cases; `gate.precision`)
     ("refs_done",)
     ("ref_ms", variant, ms, wall_ms, timed_s)         device tier (timed_s: seconds spent timing
                                                        so far in this worker)
@@ -386,11 +388,32 @@ class _Runner:
         with_inputs = hasattr(self.case, "compare")
         self.chan.send("ref", variant, phase, seed, self.encode(ref),
                        self.encode(inputs) if with_inputs else None)
+        if phase == PHASE_SEED and seed == self.job.seeds[0]:
+            self._precision_probe(variant, seed, inputs, ref)
         # The reference's answer must not survive where a candidate could find it.
         for t in tensors:
             self.guards.poison_(t)
         del ref, tensors
         return True
+
+    def _precision_probe(self, variant: str, seed: int, inputs: tuple[Any, ...], ref: Any) -> None:
+        """Send ("precision", variant, seed, error of the reference on these inputs rounded to
+        TF32): the yardstick of a lower-precision candidate (`gate.precision`; fp32 inputs
+        only). It informs a flag and judges nothing, so a reference that fails here is skipped."""
+        from gate import precision
+
+        if not precision.applies(inputs):
+            return
+        try:
+            with self.lock.shared(), self.torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                low = self.case.reference(*precision.rounded_inputs(inputs))
+                err = precision.relative_error(low, ref)
+                self.sync()
+        except Exception:  # noqa: BLE001 — see the docstring
+            return
+        del low
+        self.chan.send("precision", variant, seed, err)
 
     def _pool(self, variant: str) -> Any:
         """The variant's refill pool (`gate.refill`): the timed set, then crossovers of it with

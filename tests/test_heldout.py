@@ -239,11 +239,13 @@ def test_bench_heldout_smoke_at_the_interpret_tier(tmp_path: Path) -> None:
     assert again.returncode == 0 and "2 with a record, 0 to run" in again.stderr
 
 
-def test_small_sizes_halve_the_largest_integer_global_first(tmp_path: Path) -> None:
+def test_small_sizes_divide_the_sizes_by_one_common_factor(tmp_path: Path) -> None:
+    """The problem's proportions are kept: every literal size is divided by the same factor."""
     path = tmp_path / "wide.py"
     path.write_text(PROBLEM.replace("rows = 4096", "rows = 64").replace("n_in = 512", "n_in = 8192"))
     small = dict(gate.load_case(path).small_shapes["default"])
-    assert small["rows"] == 64 and small["n_in"] < 8192
+    assert small["n_in"] < 8192
+    assert 8192 // small["n_in"] == 64 // small["rows"] == 256 // small["n_out"]
 
 
 def test_sizes_given_in_one_tuple_or_with_an_annotation_are_reduced_too(tmp_path: Path) -> None:
