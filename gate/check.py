@@ -23,7 +23,7 @@ from gate.verdict import FailureKind, Tier, Verdict, reject
 from gate.worker import Job
 from kir.errors import BadInputError
 
-GATE_VERSION = "8"  # bump when a change to the gate could change a verdict
+GATE_VERSION = "9"  # bump when a change to the gate could change a verdict
 DEFAULT_TIMEOUT_S = {Tier.STATIC: 300.0, Tier.INTERPRET: 300.0, Tier.DEVICE: 300.0,
                      Tier.EMULATE: 300.0}
 # Device-tier gates may run side by side: each worker takes its GPU's readers-writer lock
@@ -227,6 +227,8 @@ def prepare(source: str, language: Any, case: Case | str | Path, tier: Tier | st
     lang = _language(language)
     the_case = case if isinstance(case, Case) else load_case(case)
     run_tier, flags = resolve_tier(tier, lang, gpu)
+    if run_tier is Tier.INTERPRET:
+        dict(the_case.small_shapes)  # a problem file sizes itself here; one it cannot: BadInputError
     src_path = Path(path).resolve() if path is not None else None
     host_text, stem = _host_text(host, src_path) if lang == "cuda" else ("", src_path.stem if src_path else "candidate")
     if lang == "cuda":
