@@ -86,14 +86,21 @@ def slug(case: Any) -> str:
     return case.ref.replace("/", "__").removesuffix(".py")
 
 
-def operators(paths: Sequence[str], only: set[str]) -> list[Any]:
-    """The cases with a start kernel under `paths`, filtered by name or ref in `only`."""
-    import gate
-    from gate.cases import find_cases
+def operators(paths: Sequence[str], only: set[str], tier: str = "device") -> list[Any]:
+    """The cases with a start kernel under `paths`, filtered by name or ref in `only`. A file
+    that does not load (and, at the interpret tier, a problem file with no interpret-tier
+    sizes) is reported on stderr with its one-line reason and left out."""
+    from gate.cases import scan_cases
 
-    found = find_cases([Path(p) if Path(p).exists() else ROOT / p for p in paths])
-    cases = [gate.load_case(p) for p in found]
+    cases, refused = scan_cases([Path(p) if Path(p).exists() else ROOT / p for p in paths])
+    for path, reason in refused:
+        say(path.name, f"not an operator: {reason}")
     cases = [c for c in cases if c.start_path() is not None and c.start_path().is_file()]
+    if tier == "interpret":
+        unsized = {c.ref: why for c in cases if (why := getattr(c.small_shapes, "reason", lambda: None)())}
+        for ref, why in unsized.items():
+            say(ref, f"not an operator at the interpret tier: {why}")
+        cases = [c for c in cases if c.ref not in unsized]
     if only:
         cases = [c for c in cases if c.name in only or c.ref in only]
         missing = only - {c.name for c in cases} - {c.ref for c in cases}
@@ -649,7 +656,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kir.errors import BadInputError
 
     try:
-        cases = operators(args.paths, {s for s in args.only.split(",") if s})
+        cases = operators(args.paths, {s for s in args.only.split(",") if s}, args.tier)
     except BadInputError as exc:
         print(f"heldout: {exc}", file=sys.stderr)
         return 2

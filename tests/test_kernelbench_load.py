@@ -227,3 +227,22 @@ def test_a_case_module_keeps_its_tolerance_table(verdicts: dict) -> None:
     v = verdicts["bf16_case"]
     assert not v.ok and v.failure_kind is FailureKind.PRECISION_DOWNGRADE
     assert v.correctness.check.startswith("relative-norm error")
+
+
+def test_heldout_scan_goes_on_past_a_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("heldout_scan", Path(__file__).parent.parent / "bench" / "heldout.py")
+    assert spec is not None and spec.loader is not None
+    heldout = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(heldout)
+    for name in ("expr_sizes_matmul.py", "inputs_raise.py", "fixed_width_mlp.py"):
+        shutil.copy(PROBLEMS / name, tmp_path / name)
+        (tmp_path / name.replace(".py", "_triton.py")).write_text("def run(*inputs):\n    pass\n")
+    capsys.readouterr()
+    device = heldout.operators([str(tmp_path)], set(), "device")
+    assert sorted(c.name for c in device) == ["expr_sizes_matmul", "fixed_width_mlp"]
+    assert "inputs_raise.py: not an operator" in capsys.readouterr().err
+    interpret = heldout.operators([str(tmp_path)], set(), "interpret")
+    assert [c.name for c in interpret] == ["expr_sizes_matmul"]
+    assert "not an operator at the interpret tier" in capsys.readouterr().err
