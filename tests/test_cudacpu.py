@@ -334,6 +334,7 @@ def _agreement_cases():
         ("tree_sum", 6, 256, lambda d: [sums.to(d), torch.zeros(1, device=d), 3000], False),
         ("tree_sum_warp_sync", 6, 256, lambda d: [sums.to(d), torch.zeros(1, device=d), 3000], False),
         ("cg_sum", 4, 256, lambda d: [sums[:1000].to(d), torch.zeros(1, device=d), torch.zeros(125, device=d), 1000], False),
+        ("named_handoff", 1, 128, lambda d: [sums[:64].to(d), torch.empty(192, device=d), 1], True),
         ("bulk_stage", 3, 256, lambda d: [torch.randn(3, 256, 4, generator=torch.Generator().manual_seed(18)).to(d),
                                           torch.empty(3, 256, device=d)], True),
     ]
@@ -367,3 +368,15 @@ def test_bulk_copy_completing_on_an_mbarrier(lib):
     dst = torch.empty(3, 256)
     lib.launch("bulk_stage", 3, 256, 0, [src, dst])
     torch.testing.assert_close(dst, src.flip(1).sum(2))
+
+
+def test_named_barriers_hand_a_tile_between_warps(lib):
+    x = torch.randn(64, generator=torch.Generator().manual_seed(19))
+    want = torch.stack([2 * x[r * 32:(r + 1) * 32].flip(0) + w for r in range(2) for w in (1, 2, 3)]).view(-1)
+    y = torch.empty(192)
+    lib.launch("named_handoff", 1, 128, 0, [x, y, 1])
+    torch.testing.assert_close(y, want)
+    y.zero_()
+    lib.launch("named_handoff", 1, 128, 0, [x, y, 0])  # the producer refills the tile too early
+    assert not torch.allclose(y, want)
+    torch.testing.assert_close(y[96:], want[96:])

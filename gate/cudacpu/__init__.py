@@ -38,30 +38,34 @@ __dp4a`...), bit casts and rounding conversions; `__half`, `__nv_bfloat16`, `hal
 `__nv_bfloat162` with their conversions (round to nearest even, as the GPU) and arithmetic;
 vector types (`float4`, `int4`... with CUDA's alignment, `make_*`); `__ldg` and the cache-hint
 loads / stores; `__cvta_generic_to_shared`; the `cuda_pipeline.h` primitives; device
-`assert`, `__trap`, `printf`; `#pragma unroll` (ignored). Inline PTX: `prepass.SUPPORTED`
+`assert`, `__trap`, `printf`; `cooperative_groups` blocks and tiles of up to a warp
+(`tiled_partition<N>`, their shuffles and votes, `cg::reduce`); `#pragma unroll` (ignored).
+Inline PTX: `prepass.SUPPORTED`
 (mma.sync m16n8k16 / m16n8k8 with f16 / bf16 inputs, ldmatrix / stmatrix m8n8, cp.async with
 zero fill and its groups, 1-D bulk copies (`cp.async.bulk`, not `.tensor`) completing on
 mbarriers, mbarrier init / arrive (expect_tx) / complete_tx / try_wait (parity), branches to
 labels within a statement (wait loops), cvt between f32 and f16 / bf16 (x2), cvta, mov with
-special registers, setp / selp, ld / st (shared, global), integer and f32 arithmetic, barriers
-of the whole block, fences as no-ops); any other instruction ends the launch that reaches it
-with the instruction named (`Library.refused` lists them for a source).
+special registers, setp / selp, ld / st (shared, global), integer and f32 arithmetic, bar.sync /
+bar.arrive for the block and for named barriers of part of it, fences as no-ops); any other
+instruction ends the launch that reaches it with the instruction named (`Library.refused` lists
+them for a source).
 
 Not modeled: timing and performance of any kind; memory ordering beyond barriers (memory is
 sequentially consistent, so a missing `__threadfence` passes); warp-synchronous code that
 relies on lockstep execution without `__syncwarp` is run in lockstep only where it reads and
 writes through `volatile T*` pointers (each access waits for the warp's other running lanes:
-the classic unrolled last warp of a tree); through plain pointers or `volatile` arrays its lanes
-run one after another and read stale values (it fails here, as it may on Volta and later GPUs);
-shuffles that read
-from lanes outside the mask or that have exited (they return the caller's own value); named
-barriers for part of a block, TMA tensor copies (`cp.async.bulk.tensor`: their tensor maps
-are encoded on the host), `wgmma`, `setmaxnreg`,
-thread block clusters, cooperative groups, WMMA (`mma.h`), dynamic parallelism, texture and
-surface memory, `cudaMemcpyToSymbol` on `__constant__`; out-of-bounds accesses that stay inside
-mapped host memory (an access outside it is an `illegal memory access`); kernels that are
-templates or overloaded (a host cannot launch those by plain name either, except through NVRTC
-name expressions, which are refused).
+the classic unrolled last warp of a tree); through plain pointers or `volatile` arrays its
+lanes run one after another and read stale values (it fails here, as it may on Volta and later
+GPUs); shuffles that read from lanes outside the mask or that have exited (they return the
+caller's own value); TMA tensor copies (`cp.async.bulk.tensor`: their tensor maps are encoded
+on the host), `wgmma`, `setmaxnreg`, thread block clusters, grid-wide cooperative groups
+(`this_grid().sync()`), WMMA (`mma.h`), dynamic parallelism, texture and surface memory,
+`cudaMemcpyToSymbol` / `cuModuleGetGlobal` on `__constant__`; host modules whose kernels come
+from a `load_inline` extension (its C++ host half needs nvcc and a CUDA build of torch: the
+gate refuses them at this tier); out-of-bounds accesses that stay inside mapped host memory (an
+access outside it is an `illegal memory access`); kernels that are templates or overloaded (a
+host cannot launch those by plain name either, except through NVRTC name expressions, which
+are refused).
 """
 from __future__ import annotations
 

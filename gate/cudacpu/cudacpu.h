@@ -352,7 +352,7 @@ inline void context_jump(Context& next) {
 }
 #endif
 
-enum State { RUNNABLE, AT_BARRIER, AT_WARP, AT_LOCKSTEP, DONE };
+enum State { RUNNABLE, AT_BARRIER, AT_WARP, AT_LOCKSTEP, AT_NAMED, DONE };
 enum Op { OP_NONE, OP_SHFL_IDX, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR, OP_BALLOT, OP_ANY, OP_ALL,
           OP_MATCH_ANY, OP_MATCH_ALL, OP_REDUCE_ADD, OP_REDUCE_MIN, OP_REDUCE_MAX, OP_REDUCE_UMIN,
           OP_REDUCE_UMAX, OP_REDUCE_AND, OP_REDUCE_OR, OP_REDUCE_XOR, OP_SYNCWARP, OP_CUSTOM };
@@ -380,6 +380,7 @@ struct Thread {
   const void* in;
   void* out;
   int bar_pred;
+  unsigned bar_id, bar_count;  // a named barrier (bar.sync id, count) it waits at
   std::vector<Copy> cp_open;
   std::vector<std::vector<Copy>> cp_groups;
 };
@@ -397,6 +398,7 @@ struct Launch {
   bool failed;
   char error[512];
   const char* kernel;
+  unsigned named_arrived[16];  // arrivals (bar.arrive) at each named barrier's current phase
 };
 
 inline thread_local Launch* L = nullptr;
@@ -472,6 +474,38 @@ inline void cp_wait_all() {
 }
 
 // ---- barriers and warp collectives ----
+// Named barriers (bar.sync / bar.arrive id, count): a barrier completes once `count` threads
+// have arrived at it, waiting (sync) or not (arrive); its waiting threads are then released.
+inline void named_barrier_sync(unsigned id, unsigned count) {
+  if (id >= 16) fail("named barrier %u (0 to 15)", id);
+  cur->bar_id = id;
+  cur->bar_count = count;
+  cur->state = AT_NAMED;
+  yield();
+}
+inline void named_barrier_arrive(unsigned id, unsigned count) {
+  if (id >= 16) fail("named barrier %u (0 to 15)", id);
+  (void)count;
+  L->named_arrived[id] += 1;
+}
+inline bool release_named(Launch& l) {
+  bool any = false;
+  for (unsigned id = 0; id < 16; ++id) {
+    unsigned waiting = 0, count = 0;
+    for (unsigned i = 0; i < l.nthreads; ++i)
+      if (l.threads[i].state == AT_NAMED && l.threads[i].bar_id == id) {
+        ++waiting;
+        count = l.threads[i].bar_count;
+      }
+    if (waiting == 0 || waiting + l.named_arrived[id] < count) continue;
+    for (unsigned i = 0; i < l.nthreads; ++i)
+      if (l.threads[i].state == AT_NAMED && l.threads[i].bar_id == id) l.threads[i].state = RUNNABLE;
+    l.named_arrived[id] -= count > waiting ? count - waiting : 0;  // extra arrivals: the next phase's
+    any = true;
+  }
+  return any;
+}
+
 inline void block_barrier(int pred = 0) {
   cur->bar_pred = pred;
   cur->state = AT_BARRIER;
@@ -678,6 +712,10 @@ inline void describe_deadlock(Launch& l) {
              j, OP_NAMES[o.op], o.mask);
     }
   }
+  for (unsigned i = 0; i < l.nthreads; ++i)
+    if (l.threads[i].state == AT_NAMED)
+      fail("deadlock in block (%u,%u,%u): thread %u waits at named barrier %u for %u threads, which never arrive",
+           l.block_idx.x, l.block_idx.y, l.block_idx.z, i, l.threads[i].bar_id, l.threads[i].bar_count);
   fail("deadlock in block (%u,%u,%u): no thread can proceed", l.block_idx.x, l.block_idx.y, l.block_idx.z);
 }
 
@@ -777,6 +815,7 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
         for (unsigned bx = 0; bx < l.grid.x && !l.failed; ++bx) {
           l.block_idx = uint3{bx, by, bz};
           ++block_seq;
+          std::memset(l.named_arrived, 0, sizeof(l.named_arrived));
           std::memset(shared_window, 0xff, static_shared_used);
           std::memset(shared_window + STATIC_SHARED_CAP, 0xff, l.dynamic_bytes);
           for (unsigned i = 0; i < l.nthreads; ++i) {
@@ -803,6 +842,7 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
             if (resolve_warps(l)) continue;
             if (l.failed) break;
             if (release_lockstep(l)) continue;
+            if (release_named(l)) continue;
             unsigned done = 0, waiting = 0;
             for (unsigned i = 0; i < l.nthreads; ++i) {
               done += threads[i].state == DONE;

@@ -200,7 +200,8 @@ struct Parser {
     if (h == "mov") return C_MOV;
     if (h == "setp") return C_SETP;
     if (h == "selp") return C_SELP;
-    if (h == "bar" || h == "barrier") return in.has("sync") || in.mods.size() == 1 ? C_BAR : -1;
+    if (h == "bar" || h == "barrier")
+      return in.has("sync") || in.has("arrive") || in.mods.size() == 1 ? C_BAR : -1;
     if (h == "membar" || h == "fence" || h == "prefetch" || h == "griddepcontrol") return C_NOP;
     if (h == "bra") return C_BRA;
     if (h == "mbarrier") return C_MBARRIER;
@@ -902,12 +903,15 @@ inline void exec(const char* tmpl, Operand* ops, int nops, bool extended) {
         break;
       }
       case C_BAR: {
-        if (in.has("arrive") || in.has("red")) fail("inline PTX is not emulated: %s", in.op.c_str());
-        if (!in.args.empty() && get(f, in.args[0]) != 0 && in.args.size() < 2)
-          fail("inline PTX is not emulated: %s with a named barrier", in.op.c_str());
-        if (in.args.size() >= 2 && get(f, in.args[1]) != L->nthreads)
-          fail("inline PTX is not emulated: %s for part of the block", in.op.c_str());
-        block_barrier();
+        // bar.sync / barrier.sync{.aligned} id{, count}; bar.arrive / barrier.arrive id, count
+        if (in.has("red")) fail("inline PTX is not emulated: %s", in.op.c_str());
+        unsigned id = in.args.empty() ? 0u : (unsigned)get(f, in.args[0]);
+        unsigned count = in.args.size() >= 2 ? (unsigned)get(f, in.args[1]) : L->nthreads;
+        if (count == 0 || count % 32 != 0 && count != L->nthreads)
+          fail("%s: a thread count of %u (a multiple of 32)", in.op.c_str(), count);
+        if (in.has("arrive")) named_barrier_arrive(id, count);
+        else if (id == 0 && count == L->nthreads) block_barrier();
+        else named_barrier_sync(id, count);
         break;
       }
       case C_LD: do_ldst(f, in, true); break;

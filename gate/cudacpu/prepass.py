@@ -47,7 +47,8 @@ SUPPORTED = (
     ("shr", ""), ("min", ""), ("max", ""), ("fma", "f32"), ("mad", "f32"),
     ("ex2", "f32"), ("rcp", "f32"), ("rsqrt", "f32"), ("sqrt", "f32"), ("lg2", "f32"),
     ("sin", "f32"), ("cos", "f32"), ("tanh", "f32"), ("neg", "f32"), ("abs", "f32"),
-    ("bar.sync", "the whole block"), ("barrier.sync", "the whole block"),
+    ("bar.sync", "id, count: the block or named barriers"), ("barrier.sync", ""),
+    ("bar.arrive", "named barriers"), ("barrier.arrive", ""),
     ("mbarrier.init", ""), ("mbarrier.inval", ""), ("mbarrier.arrive", "also .expect_tx"),
     ("mbarrier.expect_tx", ""), ("mbarrier.complete_tx", ""),
     ("mbarrier.try_wait", "also .parity"), ("mbarrier.test_wait", "also .parity"),
@@ -64,7 +65,6 @@ _UNSUPPORTED_HINTS = {
     "cp.async.bulk.reduce": "reducing bulk copies", "tcgen05": "tcgen05", "setmaxnreg": "setmaxnreg",
     "elect": "elect.sync", "red": "red (use atomic builtins)", "atom": "atom (use atomic builtins)",
     "shfl": "shfl in asm (use the __shfl_*_sync builtins)", "vote": "vote in asm",
-    "bar.arrive": "bar.arrive (named barriers)", "barrier.arrive": "barrier.arrive",
 }
 
 

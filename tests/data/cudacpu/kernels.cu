@@ -277,3 +277,22 @@ extern "C" __global__ void bulk_stage(const float4* src, float* dst) {
     float4 v = buf[255 - threadIdx.x];
     dst[blockIdx.x * 256 + threadIdx.x] = v.x + v.y + v.z + v.w;
 }
+
+// Warp specialization with named barriers: warp 0 produces a tile into shared memory, warps
+// 1-3 consume it; barrier 1 hands the tile over (the producer arrives, the consumers wait),
+// barrier 2 hands the buffer back. With `guard` 0 the producer does not wait for it.
+extern "C" __global__ void named_handoff(const float* x, float* y, int guard) {
+    __shared__ float buf[32];
+    int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    for (int round = 0; round < 2; ++round) {
+        if (warp == 0) {
+            if (round > 0 && guard) asm volatile("bar.sync 2, 128;" ::: "memory");
+            buf[lane] = x[round * 32 + lane] * 2.f;
+            asm volatile("bar.arrive 1, 128;" ::: "memory");
+        } else {
+            asm volatile("bar.sync 1, 128;" ::: "memory");
+            y[round * 96 + (warp - 1) * 32 + lane] = buf[31 - lane] + warp;
+            if (round == 0 && guard) asm volatile("bar.arrive 2, 128;" ::: "memory");
+        }
+    }
+}
