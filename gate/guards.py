@@ -53,6 +53,7 @@ class Captured:
     is_floating_point: Callable[..., bool]
     is_complex: Callable[..., bool]
     tensor_type: type
+    frombuffer: Callable[..., Any]
     synchronize: Callable[[], None] | None
     current_stream: Callable[[], Any] | None
     perf_counter: Callable[[], float]
@@ -66,7 +67,7 @@ class Captured:
             copy_=torch.Tensor.copy_, equal=torch.equal,
             untyped_storage=torch.Tensor.untyped_storage, storage_ptr=torch.UntypedStorage.data_ptr,
             is_floating_point=torch.Tensor.is_floating_point, is_complex=torch.Tensor.is_complex,
-            tensor_type=torch.Tensor,
+            tensor_type=torch.Tensor, frombuffer=torch.frombuffer,
             synchronize=torch.cuda.synchronize if cuda else None,
             current_stream=torch.cuda.current_stream if cuda else None,
             perf_counter=time.perf_counter,

@@ -130,3 +130,18 @@ def run(a, x, y):
     verdict = gate.check(source, "triton", saxpy, Tier.INTERPRET, cache=False)
     assert not verdict.ok
     assert verdict.failure_kind is FailureKind.CRASH, (verdict.failure_kind, verdict.reason)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
+def test_a_tensor_copied_straight_into_a_sealed_file_arrives_intact(dtype: str) -> None:
+    import torch
+
+    from gate.guards import Captured
+
+    t = torch.arange(3 * 1024 * 256, dtype=torch.float32).reshape(3, 1024, 256).transpose(1, 2)
+    t = t.to(getattr(torch, dtype))
+    sealed = transport.Sealed.copy_of(t, Captured.take())  # the device tier's path, on any tensor
+    parent, child = _pipe()
+    Channel(child).send("out", ("tensor", dtype, tuple(t.shape), sealed))
+    _, item = transport.receive(parent, parent.recv())
+    assert np.array_equal(transport.to_numpy(item), t.float().numpy() if dtype == "bfloat16" else t.numpy())
