@@ -151,8 +151,8 @@ def resolve_tier(tier: str, language: str) -> str:
     """The concrete tier for `tier` ("auto": device where a GPU is present, else interpret);
     BadInputError for an unknown tier."""
     tier = str(getattr(tier, "value", tier))
-    if tier not in ("static", "interpret", "device", "auto"):
-        raise BadInputError(f"unknown tier {tier!r} (static|interpret|device|auto)")
+    if tier not in ("static", "interpret", "emulate", "device", "auto"):
+        raise BadInputError(f"unknown tier {tier!r} (static|interpret|emulate|device|auto)")
     from gate.check import resolve_tier as gate_resolve  # noqa: PLC0415
 
     resolved, _ = gate_resolve(tier, language)
