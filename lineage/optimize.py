@@ -162,7 +162,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
         rewriter, note = default_rewriter(config, library=lib.to_prompt(admitted))
         if note:
             notes.append(note)
-    ctx = PassContext.for_case(the_case.ref, tier="interpret" if run_tier == "interpret" else "device")
+    ctx = PassContext.for_case(the_case.ref, tier="interpret" if run_tier in ("interpret", "emulate")
+                               else "device")
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     limit: list[float | None] = [None]  # a candidate's gate limit, set from the start's gate
