@@ -29,7 +29,8 @@ a time; a size at which the file's `get_inputs()`, `Model(...)` or the Model's f
 is never used (its constraints, e.g. channels divisible by groups, are the Model's own). A
 size fits when the inputs and Model tensors hold at most `SMALL_ELEMENTS` elements and the
 outputs at most `SMALL_OUTPUT_ELEMENTS`. A file for which none fits still loads; using its
-SMALL_SHAPES raises `BadInputError`, one line naming the file and the reason.
+SMALL_SHAPES raises `BadInputError`, one line naming the file and the reason. The outcome is
+kept on disk (the gate's cache folder, under the file's path and digest) for later processes.
 
 Loading a problem file executes it (imports torch); the sizes are measured on the meta device,
 so the file's real sizes are never allocated here; only a fitting small size runs for real.
@@ -38,6 +39,8 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -459,8 +462,8 @@ def _fields(problem: Problem) -> dict[str, Any]:
         key = (str(path.resolve()), digest(path))
         with _LOCK:
             if key not in _SMALL:
-                _SMALL[key] = SmallShapes(
-                    lambda: {"default": {**problem.resolved(SizeSearch(problem).find()), "dtype": small_dtype}})
+                _SMALL[key] = SmallShapes(lambda: {"default": {**_remembered(problem, key),
+                                                               "dtype": small_dtype}})
             small = _SMALL[key]
     return {
         "NAME": path.stem,
@@ -473,6 +476,37 @@ def _fields(problem: Problem) -> dict[str, Any]:
         "ALLCLOSE": ALLCLOSE,
         "EXPERTS": [],
     }
+
+
+def _remembered(problem: Problem, key: tuple[str, str]) -> dict[str, Any]:
+    """The small sizes of `problem` (`SizeSearch`), or its `BadInputError`, kept on disk under
+    its path and digest (the gate's workers, one process per candidate, read them there)."""
+    from gate.cache import cache_dir  # noqa: PLC0415
+
+    name = hashlib.sha256("\n".join(key).encode()).hexdigest()
+    memo = cache_dir() / "problem-sizes" / f"{name}.json"
+    try:
+        found = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        found = None
+    if isinstance(found, dict) and isinstance(found.get("sizes"), dict):
+        return found["sizes"]
+    if isinstance(found, dict) and isinstance(found.get("reason"), str):
+        raise BadInputError(found["reason"])
+    try:
+        record: dict[str, Any] = {"sizes": problem.resolved(SizeSearch(problem).find())}
+    except BadInputError as exc:
+        record = {"reason": str(exc)}
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f"{memo.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, memo)
+    except OSError:
+        pass  # a cache that cannot be written: the next process searches again
+    if "reason" in record:
+        raise BadInputError(record["reason"])
+    return record["sizes"]
 
 
 def digest(path: Path) -> str:

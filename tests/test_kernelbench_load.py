@@ -22,6 +22,12 @@ PROBLEMS = Path(__file__).parent / "data" / "problems"
 PRECISION = PROBLEMS / "precision"
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Small sizes are searched for here, not read from a cache an earlier run left."""
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+
+
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     capsys.readouterr()
     code = main(list(argv))
@@ -55,8 +61,10 @@ def _check_small(name: str) -> dict:
                                 "stride": [1, 2], "bias_shape": [64, 1, 1]}),
     ("huge_scan.py", {"batch_size": 32768, "input_shape": [32768], "dim": 1}),
 ])
-def test_sizes_are_read_from_whatever_expression_wrote_them(name: str, sizes: dict) -> None:
-    case = gate.load_case(PROBLEMS / name)
+def test_sizes_are_read_from_whatever_expression_wrote_them(name: str, sizes: dict,
+                                                           tmp_path: Path) -> None:
+    shutil.copy(PROBLEMS / name, tmp_path / name)  # a path of its own: nothing derived for it yet
+    case = gate.load_case(tmp_path / name)
     assert dict(case.shapes["default"]) == {**sizes, "dtype": "fp32"}
     # The device and static tiers need no small sizes: none were derived.
     assert "not derived" in repr(case.small_shapes)
