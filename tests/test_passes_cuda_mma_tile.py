@@ -356,3 +356,14 @@ def test_a_k_step_of_8_runs_m16n8k8_from_ldmatrix_and_matches_torch(name: str, e
     torch.manual_seed(3)
     got, want = run(_emulated(result.ir.text), 72, 136, 40, dtype)
     assert (got - want).abs().max() <= 2e-2 * want.abs().max()
+
+
+def test_threads_that_take_different_paths_are_read_one_at_a_time() -> None:
+    source = (DATA / "blocktile_bf16.cu").read_text()
+    old = "threadResults[resIdxM * TN + resIdxN] += regM[resIdxM] * regN[resIdxN];"
+    new = ("if (threadIdx.x & 1) threadResults[resIdxM * TN + resIdxN] += regM[resIdxM] * regN[resIdxN];\n"
+           "          else threadResults[resIdxM * TN + resIdxN] += regN[resIdxN] * regM[resIdxM];")
+    (odd_even,), _ = find_gemm_tiles(kir.parse(source.replace(old, new), "cuda"), (256, 1))
+    (plain,), _ = find_gemm_tiles(kir.parse(source, "cuda"), (256, 1))
+    assert (odd_even.a, odd_even.b, odd_even.elements, odd_even.row, odd_even.col) == \
+        (plain.a, plain.b, plain.elements, plain.row, plain.col)

@@ -31,6 +31,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from passes.cuda._tree import Scope, _evaluate, block_items, children, declared_names, subtree, text
 
 if TYPE_CHECKING:
@@ -132,19 +134,88 @@ class _Sum:
         raise Refusal("a branch depends on a product")
 
 
+class _Divergent(Exception):
+    """The threads take different paths here: run them one at a time."""
+
+
+def _vector(*xs: Any) -> bool:
+    return any(isinstance(x, np.ndarray) for x in xs)
+
+
+def _integers(*xs: Any) -> bool:
+    return all(isinstance(x, (int, np.integer)) or (isinstance(x, np.ndarray) and x.dtype.kind in "iub")
+               for x in xs)
+
+
 def _cdiv(a: Any, b: Any) -> Any:
-    if isinstance(a, int) and isinstance(b, int):
-        if b == 0:
-            raise Refusal("a division by zero in the tile indexing")
-        q = abs(a) // abs(b)
-        return q if (a >= 0) == (b > 0) else -q
-    raise Refusal("a division of non-integers in the inner loop")
+    if not _integers(a, b):
+        raise Refusal("a division of non-integers in the inner loop")
+    if np.any(np.asarray(b) == 0):
+        raise Refusal("a division by zero in the tile indexing")
+    if _vector(a, b):
+        q = np.abs(a) // np.abs(b)
+        return np.where((np.asarray(a) >= 0) == (np.asarray(b) > 0), q, -q)
+    q = abs(int(a)) // abs(int(b))
+    return q if (a >= 0) == (b > 0) else -q
 
 
 def _cmod(a: Any, b: Any) -> Any:
-    if isinstance(a, int) and isinstance(b, int):
-        return a - _cdiv(a, b) * b
-    raise Refusal("a remainder of non-integers in the inner loop")
+    if not _integers(a, b):
+        raise Refusal("a remainder of non-integers in the inner loop")
+    return a - _cdiv(a, b) * b
+
+
+def _t(x: Any) -> bool:
+    """A condition's truth, the same in every thread (else `_Divergent`)."""
+    if isinstance(x, np.ndarray):
+        if x.all():
+            return True
+        if not x.any():
+            return False
+        raise _Divergent()
+    return bool(x)
+
+
+def _and(a: Any, b: Any) -> Any:
+    return np.logical_and(a, b) if _vector(a, b) else int(bool(a) and bool(b))
+
+
+def _or(a: Any, b: Any) -> Any:
+    return np.logical_or(a, b) if _vector(a, b) else int(bool(a) or bool(b))
+
+
+def _not(a: Any) -> Any:
+    return np.logical_not(a) if _vector(a) else int(not a)
+
+
+def _sel(c: Any, a: Any, b: Any) -> Any:
+    if isinstance(c, np.ndarray) and c.any() and not c.all():
+        if _integers(a, b) or all(isinstance(x, (int, float, np.ndarray)) for x in (a, b)):
+            return np.where(c, a, b)
+        raise _Divergent()
+    return a if _t(c) else b
+
+
+def _min(a: Any, b: Any) -> Any:
+    return np.minimum(a, b) if _vector(a, b) else min(a, b)
+
+
+def _max(a: Any, b: Any) -> Any:
+    return np.maximum(a, b) if _vector(a, b) else max(a, b)
+
+
+def _k(*idx: Any) -> tuple:
+    """A register array's index, the same in every thread (else `_Divergent`)."""
+    out = []
+    for i in idx:
+        if isinstance(i, np.ndarray):
+            if (i != i.flat[0]).any():
+                raise _Divergent()
+            i = i.flat[0]
+        if not isinstance(i, (int, np.integer)):
+            raise Refusal("a register array is indexed by a non-integer")
+        out.append(int(i))
+    return tuple(out)
 
 
 class _Outer(dict):
@@ -627,7 +698,7 @@ class _Translator:
             return [pad + line for line in self.effect(kids[0])]
         if gtype == "if_statement":
             cond = self.expr(children(ir, kids[0])[-1])
-            out = [f"{pad}if {cond}:", *self.block([kids[1]], pad + "    ")]
+            out = [f"{pad}if _t({cond}):", *self.block([kids[1]], pad + "    ")]
             alt = next((c for c in kids[2:] if ir.grammar_type_of(c) == "else_clause"), None)
             if alt is not None:
                 inner = [c for c in children(ir, alt) if ir.grammar_type_of(c) not in _TRIVIA]
@@ -638,7 +709,7 @@ class _Translator:
         if gtype == "while_statement":
             cond = self.expr(children(ir, kids[0])[-1])
             inner = self.block([kids[-1] if body is None else body], pad + "    ")
-            return [f"{pad}while {cond}:", *_STEP(pad), *inner]
+            return [f"{pad}while _t({cond}):", *_STEP(pad), *inner]
         raise Refusal(f"a {gtype.replace('_', ' ')} in the inner loop")
 
     def for_loop(self, nid: int, pad: str, body: int | None = None) -> list[str]:
@@ -661,7 +732,7 @@ class _Translator:
         if parts[1] and rest:
             cond = self.expr(rest.pop(0))
         update = [self.effect(rest.pop(0))] if parts[2] and rest else []
-        out.append(f"{pad}while {cond}:")
+        out.append(f"{pad}while _t({cond}):")
         out += _STEP(pad)
         out += self.block([body], pad + "    ")
         for lines in update:
@@ -723,7 +794,7 @@ class _Translator:
                 raise Refusal("the inner loop writes shared memory")
             if base not in self.declared:
                 self.outer(base, True)
-            return f"v_{base}[({', '.join(idx)},)]"
+            return f"v_{base}[_k({', '.join(idx)})]"
         if gtype == "parenthesized_expression":
             return self.lvalue(children(ir, nid)[0])
         raise Refusal(f"an assignment to {text(ir, nid)[:40]}")
@@ -773,7 +844,7 @@ class _Translator:
                 if base in self.k.scope.arrays:  # a register array filled before the region
                     raise Refusal(f"the inner loop reads the register array {base} it does not fill")
                 raise Refusal(f"the inner loop reads memory through {base}")
-            return f"v_{base}[({', '.join(idx)},)]"
+            return f"v_{base}[_k({', '.join(idx)})]"
         if gtype == "binary_expression":
             op = ir.name_of(nid) or ""
             a, b = self.expr(kids[0]), self.expr(kids[-1])
@@ -784,21 +855,21 @@ class _Translator:
             if op in ("+", "-", "*", "<<", ">>", "&", "|", "^"):
                 return f"({a} {op} {b})"
             if op in ("<", "<=", ">", ">=", "==", "!="):
-                return f"int({a} {op} {b})"
+                return f"({a} {op} {b})"
             if op in ("&&", "||"):
-                return f"int(bool({a}) {'and' if op == '&&' else 'or'} bool({b}))"
+                return f"{'_and' if op == '&&' else '_or'}({a}, {b})"
             raise Refusal(f"the operator {op} in the inner loop")
         if gtype == "unary_expression":
             op = ir.name_of(nid) or text(ir, nid)[:1]
             a = self.expr(kids[-1])
             if op == "!":
-                return f"int(not {a})"
+                return f"_not({a})"
             if op in ("-", "+", "~"):
                 return f"({op}{a})"
             raise Refusal(f"the operator {op} in the inner loop")
         if gtype == "conditional_expression":
             c, a, b = (self.expr(x) for x in kids[:3])
-            return f"({a} if {c} else {b})"
+            return f"_sel({c}, {a}, {b})"
         if gtype == "cast_expression":
             return self.expr(kids[-1])
         if gtype == "call_expression":
@@ -833,7 +904,7 @@ class _Translator:
         if _PRODUCT.match(name) and len(values) == 2:
             return f"({values[0]} * {values[1]})"
         if name in ("min", "max") and len(values) == 2:
-            return f"{name}({values[0]}, {values[1]})"
+            return f"_{name}({values[0]}, {values[1]})"
         raise Refusal(f"a call of {name or text(ir, nid)[:30]} in the inner loop")
 
     def macro(self, name: str, args: list[str]) -> str:
@@ -922,34 +993,48 @@ class _Program:
                             f"    return {{{result}}}"])
         self.source = source
         namespace: dict[str, Any] = {"_cdiv": _cdiv, "_cmod": _cmod, "_Outer": _Outer,
-                                     "_Local": _Local, "_Acc": _Acc}
+                                     "_Local": _Local, "_Acc": _Acc, "_t": _t, "_and": _and,
+                                     "_or": _or, "_not": _not, "_sel": _sel, "_min": _min,
+                                     "_max": _max, "_k": _k}
         exec(compile(source, "<gemm-region>", "exec"), namespace)  # noqa: S102 — our own translation
         self.fn = namespace["_run"]
         self.shared = k.shared
 
-    def run(self, tx: int, ty: int, bx: int, by: int) -> dict[str, Any]:
+    def _load(self, where: str) -> Any:
         shared = self.shared
 
         def load(arr: str, idx: tuple) -> _Load:
             dims = shared[arr].dims
             if len(idx) != len(dims):
                 raise Refusal(f"the shared array {arr} is read through a partial subscript")
-            flat = 0
+            if not _integers(*idx):
+                raise Refusal(f"a shared index of {arr} is not an integer")
+            flat: Any = 0
             for i, d in zip(idx, dims):
-                if not isinstance(i, int):
-                    raise Refusal(f"a shared index of {arr} is not an integer")
-                if i < 0 or (d >= 0 and i >= d):
-                    raise _OutOfBounds(f"thread ({tx}, {ty}) reads {arr} out of bounds")
+                if np.any(np.asarray(i) < 0) or (d >= 0 and np.any(np.asarray(i) >= d)):
+                    raise _OutOfBounds(f"{where} reads {arr} out of bounds")
                 flat = flat * max(d, 1) + i
             return _Load(arr, flat)
+        return load
 
+    def _call(self, tx: Any, ty: Any, bx: int, by: int, where: str) -> dict[str, Any]:
         def step() -> None:
             raise Refusal("the inner loop does not end within the step limit")
 
         try:
-            return self.fn(tx, ty, bx, by, load, step)
+            return self.fn(tx, ty, bx, by, self._load(where), step)
         except (TypeError, ValueError, ZeroDivisionError, RecursionError) as exc:
             raise Refusal(f"the inner loop computes something other than products ({exc})") from None
+
+    def run(self, tx: int, ty: int, bx: int, by: int) -> dict[str, Any]:
+        """The region's outcome in thread (tx, ty) of a (bx, by) block."""
+        return self._call(tx, ty, bx, by, f"thread ({tx}, {ty})")
+
+    def run_block(self, bx: int, by: int) -> dict[str, Any]:
+        """The region's outcome in every thread at once: integers become arrays over the
+        threads (x fastest); raises `_Divergent` where the threads take different paths."""
+        ty, tx = np.divmod(np.arange(bx * by, dtype=np.int64), bx)
+        return self._call(tx, ty, bx, by, "a thread")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1033,9 +1118,8 @@ def _analyse(k: _Kernel, loop: int, compute: list, items: list,
                              for s in k.shared.values()):
         raise Refusal("the block size cannot be told for shared tiles of unknown extent "
                       "(give the launch's block)")
-    results = _run_block(program, block, uses_y)
-    blk, per_thread = results
-    return _fit(k, loop, compute, blk, per_thread, program)
+    blk, cells = _run_block(program, block, uses_y)
+    return _fit(k, loop, compute, blk, cells)
 
 
 def _candidates(uses_y: bool) -> list[tuple[int, int]]:
@@ -1047,18 +1131,17 @@ def _candidates(uses_y: bool) -> list[tuple[int, int]]:
 
 
 def _run_block(program: _Program, block: tuple[int, int] | None, uses_y: bool
-               ) -> tuple[tuple[int, int], list[dict[str, Any]]]:
+               ) -> tuple[tuple[int, int], _Cells]:
     if block is not None:
         return block, _run_all(program, block)
     tried: list[str] = []
-    best: tuple[tuple[int, int], list[dict[str, Any]]] | None = None
+    best: tuple[tuple[int, int], _Cells] | None = None
     for shape in _candidates(uses_y):
         if best is not None and shape[0] * shape[1] < best[0][0] * best[0][1]:
             break
         try:
             program.run(shape[0] - 1, shape[1] - 1, *shape)
-            runs = _run_all(program, shape)
-            _cells(program, runs)
+            cells = _run_all(program, shape)
         except _OutOfBounds:
             continue
         except Refusal as exc:
@@ -1067,102 +1150,105 @@ def _run_block(program: _Program, block: tuple[int, int] | None, uses_y: bool
         if best is not None:
             raise Refusal(f"the block shape cannot be told ({best[0]} and {shape} both fit); "
                           "give the launch's block")
-        best = (shape, runs)
+        best = (shape, cells)
     if best is None:
         why = f": {tried[0]}" if tried else ""
         raise Refusal(f"no block size makes the threads cover the tile{why}")
     return best
 
 
-def _run_all(program: _Program, block: tuple[int, int]) -> list[dict[str, Any]]:
-    bx, by = block
-    return [program.run(tx, ty, bx, by) for ty in range(by) for tx in range(bx)]
-
-
 @dataclass(frozen=True, slots=True)
 class _Cells:
+    """The products every thread adds to each accumulator: for element e (of `keys`), product j
+    in thread t is `p[idx_p[e, j, t]] * q[idx_q[e, j, t]]`."""
+
     keys: list[tuple[str, tuple]]
-    terms: list[list[list]]   # [thread][element] -> products
+    p: str
+    q: str
+    idx_p: np.ndarray
+    idx_q: np.ndarray
     temps: set[str]
 
 
-def _cells(program: _Program, runs: list[dict[str, Any]]) -> _Cells:
-    """Each thread's accumulators and their products; the same keys for every thread."""
-    keys: list[tuple[str, tuple]] | None = None
-    terms: list[list[list]] = []
+def _run_all(program: _Program, block: tuple[int, int]) -> _Cells:
+    """Each thread's accumulators and their products (the threads run together, or one at a
+    time where their paths differ)."""
+    bx, by = block
+    count = bx * by
     temps: set[str] = set()
-    for res in runs:
-        mine: dict[tuple[str, tuple], list] = {}
-        for name, value in res.items():
-            entries = value.items() if isinstance(value, _Outer) else [((), value)]
-            for key, v in entries:
-                if isinstance(v, _Sum):
-                    if v.base is None or v.base.key != (name, key):
-                        raise Refusal(f"{name} is overwritten in the K loop, not accumulated")
-                    mine[(name, key)] = v.terms
-                elif isinstance(v, _Acc) and v.key == (name, key):
-                    continue
-                else:
-                    temps.add(name)
-        order = sorted(mine)
-        if keys is None:
-            keys = order
-        elif order != keys:
-            raise Refusal("the threads accumulate into different register elements")
-        terms.append([mine[key] for key in order])
+    try:
+        outcomes = [_accumulated(program.run_block(bx, by), temps)]
+    except _Divergent:
+        outcomes = [_accumulated(program.run(tx, ty, bx, by), temps)
+                    for ty in range(by) for tx in range(bx)]
+    keys = sorted(outcomes[0])
     if not keys:
         raise Refusal("the inner loop accumulates no products")
+    if any(sorted(o) != keys for o in outcomes):
+        raise Refusal("the threads accumulate into different register elements")
     if temps & {name for name, _ in keys}:
         raise Refusal("a register array both accumulates and holds operands")
-    return _Cells(keys, terms, temps)
-
-
-def _fit(k: _Kernel, loop: int, compute: list, block: tuple[int, int],
-         runs: list[dict[str, Any]], program: _Program) -> GemmTile:
-    ir = k.ir
-    cells = _cells(program, runs)
-    first = cells.terms[0][0]
+    first = outcomes[0][keys[0]]
     if not first:
         raise Refusal("an accumulator receives no product")
-    p_arr, q_arr = first[0][0].arr, first[0][1].arr
-    if p_arr == q_arr:
+    p, q = first[0][0].arr, first[0][1].arr
+    if p == q:
         raise Refusal("both factors come from the same shared array")
-    rows: list[list[tuple[int, ...]]] = []
-    cols: list[list[tuple[int, ...]]] = []
-    for per_thread in cells.terms:
-        r_t, c_t = [], []
-        for products in per_thread:
-            pairs = []
-            for x, y in products:
-                if x.arr == q_arr and y.arr == p_arr:
+    declared = list(program.shared)
+    if declared.index(q) < declared.index(p):  # P (the rows' tile) is the one declared first
+        p, q = q, p
+    depth = len(first)
+    if any(len(o[key]) != depth for o in outcomes for key in keys):
+        raise Refusal("the accumulators receive different numbers of products")
+    idx_p = np.empty((len(keys), depth, count), dtype=np.int64)
+    idx_q = np.empty_like(idx_p)
+    for t, outcome in enumerate(outcomes):
+        cols = slice(None) if len(outcomes) == 1 else slice(t, t + 1)
+        for e, key in enumerate(keys):
+            for j, (x, y) in enumerate(outcome[key]):
+                if x.arr == q and y.arr == p:
                     x, y = y, x
-                if x.arr != p_arr or y.arr != q_arr:
+                if x.arr != p or y.arr != q:
                     raise Refusal("the products do not pair the same two shared tiles")
-                pairs.append((x.idx, y.idx))
-            # k is numbered by P's addresses (the order the sum was written in does not count)
-            pairs.sort()
-            r_t.append(tuple(a for a, _ in pairs))
-            c_t.append(tuple(b for _, b in pairs))
-        rows.append(r_t)
-        cols.append(c_t)
-    bk = len(rows[0][0])
-    a_fit = _layout(rows, bk, "the first")
-    b_fit = _layout(cols, bk, "the second")
-    bm, bn = len(a_fit[3]), len(b_fit[3])
-    cover = Counter()
-    cell_of: list[list[tuple[int, int]]] = []
-    for r_t, c_t in zip(rows, cols):
-        cell_of.append([(a_fit[3][r[0]], b_fit[3][c[0]]) for r, c in zip(r_t, c_t)])
-        cover.update(cell_of[-1])
-    if len(cover) != bm * bn or any(v != 1 for v in cover.values()):
+                idx_p[e, j, cols] = x.idx
+                idx_q[e, j, cols] = y.idx
+    return _Cells(keys, p, q, idx_p, idx_q, temps)
+
+
+def _accumulated(res: dict[str, Any], temps: set[str]) -> dict[tuple[str, tuple], list]:
+    mine: dict[tuple[str, tuple], list] = {}
+    for name, value in res.items():
+        entries = value.items() if isinstance(value, _Outer) else [((), value)]
+        for key, v in entries:
+            if isinstance(v, _Sum):
+                if v.base is None or v.base.key != (name, key):
+                    raise Refusal(f"{name} is overwritten in the K loop, not accumulated")
+                mine[(name, key)] = v.terms
+            elif not (isinstance(v, _Acc) and v.key == (name, key)):
+                temps.add(name)
+    return mine
+
+
+def _fit(k: _Kernel, loop: int, compute: list, block: tuple[int, int], cells: _Cells) -> GemmTile:
+    ir = k.ir
+    # k is numbered by P's addresses (the order the sum was written in does not count)
+    order = np.argsort(cells.idx_p, axis=1, kind="stable")
+    idx_p = np.take_along_axis(cells.idx_p, order, axis=1)
+    idx_q = np.take_along_axis(cells.idx_q, order, axis=1)
+    bk = idx_p.shape[1]
+    base_a, s_am, s_ak, m = _layout(idx_p, "the first")
+    base_b, s_bn, s_bk, n = _layout(idx_q, "the second")
+    bm, bn = int(m.max()) + 1, int(n.max()) + 1
+    cells_mn = np.unique(m * bn + n, return_counts=True)
+    if len(cells_mn[0]) != bm * bn or (cells_mn[1] != 1).any():
         raise Refusal("the threads' accumulators do not cover the block tile exactly once")
-    _check_temps(k, cells.temps, [it for it in compute])
-    row, col, elements = _thread_map(block, cell_of, cells.keys, k)
+    _check_temps(k, cells.temps, list(compute))
+    row, col, elements = _thread_map(block, m, n, cells.keys)
     shared_bytes = sum(s.bytes for s in k.shared.values())
     dynamic = any(s.extern for s in k.shared.values())
-    sa, sb = k.shared[p_arr], k.shared[q_arr]
-    a = Tile(p_arr, sa.dtype, a_fit[0], a_fit[1], a_fit[2], bm, sa.decl, sa.aligned, sa.alignable)
-    b = Tile(q_arr, sb.dtype, b_fit[0], b_fit[1], b_fit[2], bn, sb.decl, sb.aligned, sb.alignable)
+    sa, sb = k.shared[cells.p], k.shared[cells.q]
+    a = Tile(cells.p, sa.dtype, base_a, s_am, s_ak, bm, sa.decl, sa.aligned, sa.alignable)
+    b = Tile(cells.q, sb.dtype, base_b, s_bn, s_bk, bn, sb.decl, sb.aligned, sb.alignable)
     loop_item = next(it for it in _items_of(ir, loop))
     return GemmTile(k.name, a, b, bm, bn, bk, block, (loop_item.start, loop_item.end),
                     tuple((it.start, it.end) for it in compute), elements, row, col, shared_bytes,
@@ -1174,26 +1260,25 @@ def _items_of(ir: KernelIR, loop: int) -> list:
     return [it for it in block_items(ir, parent) if it.node == loop] if parent is not None else []
 
 
-def _layout(seqs: list[list[tuple[int, ...]]], bk: int, which: str
-            ) -> tuple[int, int, int, dict[int, int]]:
-    """(base, s_mn, s_k, index of each row's start) of one operand's products."""
-    starts = sorted({seq[0] for per in seqs for seq in per})
-    s_k = seqs[0][0][1] - seqs[0][0][0] if bk > 1 else 1
-    for per in seqs:
-        for seq in per:
-            if len(seq) != bk:
-                raise Refusal("the accumulators receive different numbers of products")
-            if s_k == 0 or seq != tuple(range(seq[0], seq[0] + bk * s_k, s_k)):
-                raise Refusal(f"{which} tile's k steps are not evenly spaced in shared memory")
+def _layout(idx: np.ndarray, which: str) -> tuple[int, int, int, np.ndarray]:
+    """(base, s_mn, s_k, row of each (element, thread)) of one operand whose product j of
+    element e in thread t reads `idx[e, j, t]`: element (mn, k) must lie at
+    `base + mn * s_mn + k * s_k`, rows evenly spaced, no two elements at one place."""
+    bk = idx.shape[1]
+    s_k = int(idx[0, 1, 0] - idx[0, 0, 0]) if bk > 1 else 1
+    steps = np.arange(bk, dtype=np.int64)[None, :, None] * s_k
+    if s_k == 0 or ((idx - idx[:, :1, :]) != steps).any():
+        raise Refusal(f"{which} tile's k steps are not evenly spaced in shared memory")
+    starts = np.unique(idx[:, 0, :])
     if len(starts) < 2:
         raise Refusal(f"{which} tile has a single row")
-    s_mn = starts[1] - starts[0]
-    if any(s != starts[0] + i * s_mn for i, s in enumerate(starts)):
+    s_mn = int(starts[1] - starts[0])
+    if (starts != starts[0] + np.arange(len(starts)) * s_mn).any():
         raise Refusal(f"{which} tile's rows are not evenly spaced in shared memory")
-    cells = {starts[0] + m * s_mn + kk * s_k for m in range(len(starts)) for kk in range(bk)}
-    if len(cells) != len(starts) * bk:
+    grid = starts[:, None] + np.arange(bk)[None, :] * s_k
+    if len(np.unique(grid)) != grid.size:
         raise Refusal(f"{which} tile's elements overlap in shared memory")
-    return starts[0], s_mn, s_k, {s: i for i, s in enumerate(starts)}
+    return int(starts[0]), s_mn, s_k, (idx[:, 0, :] - starts[0]) // s_mn
 
 
 def _check_temps(k: _Kernel, temps: set[str], compute: list) -> None:
@@ -1216,44 +1301,37 @@ def _check_temps(k: _Kernel, temps: set[str], compute: list) -> None:
                     raise Refusal(f"the register {name} the inner loop writes is read after it")
 
 
-def _thread_map(block: tuple[int, int], cell_of: list[list[tuple[int, int]]],
-                keys: list[tuple[str, tuple]], k: _Kernel
-                ) -> tuple[BitSum, BitSum, tuple[Element, ...]]:
+def _thread_map(block: tuple[int, int], m: np.ndarray, n: np.ndarray,
+                keys: list[tuple[str, tuple]]) -> tuple[BitSum, BitSum, tuple[Element, ...]]:
+    """Thread t's element e holds cell (m[e, t], n[e, t]) = (row(t) + dm_e, col(t) + dn_e)."""
+    dm, dn = m - m[:1, :], n - n[:1, :]
+    if (dm != dm[:, :1]).any() or (dn != dn[:, :1]).any():
+        raise Refusal("an accumulator's offset from the thread's first one differs by thread")
+    elements = tuple(Element(_lvalue(key), int(dm[e, 0]), int(dn[e, 0]))
+                     for e, key in enumerate(keys))
+    return _bit_sum(m[0], block, "rows"), _bit_sum(n[0], block, "columns"), elements
+
+
+def _bit_sum(values: np.ndarray, block: tuple[int, int], what: str) -> BitSum:
+    """`values[t]` (thread t = x + bx * y) as a constant plus one weight per bit of x and y."""
     bx, by = block
-    coords = [(tx, ty) for ty in range(by) for tx in range(bx)]
-    base = [cells[0] for cells in cell_of]
-    elements = []
-    for e, key in enumerate(keys):
-        dm = cell_of[0][e][0] - base[0][0]
-        dn = cell_of[0][e][1] - base[0][1]
-        if any(cells[e][0] - b[0] != dm or cells[e][1] - b[1] != dn
-               for cells, b in zip(cell_of, base)):
-            raise Refusal("an accumulator's offset from the thread's first one differs by thread")
-        elements.append(Element(_lvalue(key), dm, dn))
-    row = _bit_sum(coords, [b[0] for b in base], block, "rows")
-    col = _bit_sum(coords, [b[1] for b in base], block, "columns")
-    return row, col, tuple(elements)
-
-
-def _bit_sum(coords: list[tuple[int, int]], values: list[int], block: tuple[int, int],
-             what: str) -> BitSum:
-    index = {c: v for c, v in zip(coords, values)}
-    const = index[(0, 0)]
+    t = np.arange(bx * by)
+    x, y = t % bx, t // bx
+    const = int(values[0])
     weights = []
-    for axis, size in enumerate(block):
+    guess = np.full(t.shape, const, dtype=np.int64)
+    for coord, size, unit in ((x, bx, 1), (y, by, bx)):
         ws = []
         bit = 1
         while bit < size:
-            probe = (bit, 0) if axis == 0 else (0, bit)
-            ws.append(index[probe] - const)
+            w = int(values[bit * unit]) - const
+            ws.append(w)
+            guess += ((coord // bit) & 1) * w
             bit <<= 1
         weights.append(tuple(ws))
-    for (tx, ty), v in index.items():
-        guess = const + sum(w for b, w in enumerate(weights[0]) if tx >> b & 1) + \
-            sum(w for b, w in enumerate(weights[1]) if ty >> b & 1)
-        if guess != v:
-            raise Refusal(f"the thread-to-output map of {what} is not a sum over the bits of "
-                          "the thread index")
+    if (guess != values).any():
+        raise Refusal(f"the thread-to-output map of {what} is not a sum over the bits of the "
+                      "thread index")
     return BitSum(const, tuple(weights))
 
 
