@@ -8,7 +8,7 @@ host module holding its source); default: every folder of bench/styles/cuda. For
 the roles `passes.cuda.recognize` finds (stagings by form, GEMM micro-kernels with their tiles,
 reduction trees, stride loops, the launch block, refusals with reasons), then each rule
 (`warp-shuffle-reduce`, `cp-async-pipeline`, `vectorize-global`, `launch-bounds`,
-`pragma-unroll`) applied at every open site it takes (its refusals kept), and the result gated
+`pragma-unroll`, `mma-micro-kernel`) applied at every open site it takes (its refusals kept), and the result gated
 at --tier against the folder's case (static: NVRTC for sm_90a; emulate: the CPU emulation at the
 case's small shapes; device: the GPU). Writes OUT/cuda_roles.json and OUT/cuda_roles.md;
 --json prints the JSON. Progress goes to stderr.
@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 RULES = ("warp-shuffle-reduce", "cp-async-pipeline", "vectorize-global", "launch-bounds",
-         "pragma-unroll")
+         "pragma-unroll", "mma-micro-kernel")
 MAX_SITES = 8
 
 
