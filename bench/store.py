@@ -151,6 +151,13 @@ def pass_sites(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
                "metrics": _pick(r, ("deterministic", "present", "files_present", "applicable"))}
 
 
+def walkthrough(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
+    """`bench/walkthrough.py`: the README's walk-through, one row per step."""
+    for step in data["steps"]:
+        yield {"operator": step["step"], "variant": data.get("machine"),
+               "metrics": _pick(step, [k for k in step if k != "step"])}
+
+
 # record kind -> (how a file is recognized, how it is read)
 EXTRACTORS: dict[str, tuple[Callable[[Path, Mapping[str, Any]], bool],
                             Callable[[Path, Mapping[str, Any]], Iterator[Row]]]] = {
@@ -170,6 +177,8 @@ EXTRACTORS: dict[str, tuple[Callable[[Path, Mapping[str, Any]], bool],
         isinstance(r, Mapping) and "measures" in r for r in d["runs"].values()), gate_speed),
     "sites": (lambda p, d: isinstance(d.get("passes"), list) and bool(d["passes"])
               and "present" in d["passes"][0], pass_sites),
+    "walkthrough": (lambda p, d: isinstance(d.get("steps"), list) and bool(d["steps"])
+                    and "step" in d["steps"][0], walkthrough),
 }
 
 # A file's benchmark: the name of its table (where it lives decides, then its kind).
@@ -179,7 +188,7 @@ def benchmark_of(path: Path, kind: str) -> str:
     if kind == "case":
         return str(rel.stem if len(rel.parts) == 1 else top)
     return {"experts": "experts", "gate_profile": "gate_profile", "parse": "parse",
-            "gate": "gate", "sites": "sites"}.get(kind, top)
+            "gate": "gate", "sites": "sites", "walkthrough": "walkthrough"}.get(kind, top)
 
 
 def _git(*args: str) -> str:
@@ -272,6 +281,10 @@ TABLES: dict[str, dict[str, Any]] = {
                "columns": ["status", "reference_ms", "start.ms", "best.ms", "control.ms",
                            "best_vs_ref", "best_vs_control", "best.gated"],
                "headline": ("best_vs_ref", lambda r: r["metrics"].get("status") == "done")},
+    "walkthrough": {"title": "The README's walk-through (`bench/walkthrough.py`, interpret tier)",
+                    "columns": ["seconds", "ok", "states", "transitions", "cards", "admitted",
+                                "rejected", "untried", "kept", "cards_kept", "termination",
+                                "gated"]},
     "roundtrip": {"title": "SkillCard roundtrip and leave-one-out",
                   "columns": ["tier", "expert_ms", "start_ms", "best_ms", "fraction_of_expert",
                               "speedup", "reached_gate"]},
