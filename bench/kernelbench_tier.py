@@ -340,7 +340,11 @@ def run_problem(p: Problem, args: argparse.Namespace, out: Path) -> dict[str, An
     except BadInputError as exc:
         heldout.say(p.key, f"refused: {exc}")
         return {**base, "status": "refused", "reason": str(exc), "start": {"ok": False}}
-    rec = heldout.bench_operator(case, args, out)
+    try:
+        rec = heldout.bench_operator(case, args, out)
+    except BadInputError as exc:  # e.g. no interpret-tier sizes: refused at this tier
+        heldout.say(p.key, f"refused at {args.tier}: {exc}")
+        return {**base, "status": "refused", "reason": str(exc), "start": {"ok": False}}
     return {**rec, **base, "ref": case.ref}
 
 

@@ -81,9 +81,13 @@ def _checkout(tmp_path: Path) -> tuple[Path, Path]:
     (kb / "KernelBench" / "level1").mkdir(parents=True)
     (kb / "KernelBench" / "level1" / "7_Relu_scale.py").write_text(PROBLEM)
     (kb / "KernelBench" / "level1" / "12_Other.py").write_text(PROBLEM)
+    # sizes too large to shrink for the CPU: refused at the interpret tier, a row that says so
+    (kb / "KernelBench" / "level1" / "8_Huge.py").write_text(
+        PROBLEM.replace("torch.randn(rows, cols)", "torch.randn(70000, 3)"))
     starts = tmp_path / "starts"
     (starts / "level1").mkdir(parents=True)
     (starts / "level1" / "7_Relu_scale.py").write_text(START)
+    (starts / "level1" / "8_Huge.py").write_text(START)
     (starts / "level2").mkdir()
     (starts / "level2" / "3_Not_in_checkout.py").write_text(START)
     return kb, starts
@@ -108,10 +112,11 @@ def test_start_kernels_pair_with_the_checkouts_problem_files(tmp_path: Path) -> 
     root = TIER.problem_root(kb)
     assert root == kb / "KernelBench" and TIER.problem_root(root) == root
     problems, missing = TIER.pair_problems(root, starts)
-    assert [p.key for p in problems] == ["level1/7_Relu_scale"]
+    assert [p.key for p in problems] == ["level1/7_Relu_scale", "level1/8_Huge"]
     assert problems[0].problem == root / "level1" / "7_Relu_scale.py"
     assert missing == ["level2/3_Not_in_checkout"]
     assert TIER.pair_problems(root, starts, ["12_Other"])[0] == []
+    problems = problems[:1]
     staged = TIER.stage(problems, tmp_path / ".kb")
     assert staged == [tmp_path / ".kb" / "level1" / "7_Relu_scale.py"]
     assert staged[0].read_text() == PROBLEM
@@ -167,7 +172,9 @@ def test_interpret_smoke_run_gates_start_best_and_control(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr[-2000:]
     assert "level2/3_Not_in_checkout: start kernel without a problem file" in done.stderr
     result = json.loads((out / "kernelbench.json").read_text())
-    (row,) = result["rows"]
+    row, huge = result["rows"]
+    assert huge["op"] == "level1/8_Huge" and huge["status"] == "refused"
+    assert "interpret" in huge["reason"] and len(huge["reason"].splitlines()) == 1
     assert row["op"] == "level1/7_Relu_scale" and row["status"] == "done"
     assert row["start"]["ok"] and row["best"]["ok"] and row["control"]["ok"]
     assert "| level1/7_Relu_scale | pass |" in (out / "kernelbench.md").read_text()
