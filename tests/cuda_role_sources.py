@@ -319,3 +319,46 @@ __global__ void center(const float* x, float* y, int n) {
   for (int i = threadIdx.x; i < n; i += NT) y[blockIdx.x * n + i] = x[blockIdx.x * n + i] - mean;
 }
 """
+
+# a softmax whose max and sum are reduced with warp shuffles, a shared slot per warp and the
+# first warp (lane / warp ids bound once; the partner in a temporary or inline)
+SHUFFLE_SOFTMAX = r"""__global__ void softmax_warp(const float* in, float* out, int cols) {
+  __shared__ float wmax[32];
+  __shared__ float wsum[32];
+  __shared__ float bcast[2];
+  const int tid = threadIdx.x;
+  const int lane = tid & 31, warp = tid >> 5;
+  const float* row = in + blockIdx.x * cols;
+  float m = -3.0e38f;
+  for (int c = tid; c < cols; c += blockDim.x) m = fmaxf(m, row[c]);
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_down_sync(0xffffffff, m, off));
+  if (lane == 0) wmax[warp] = m;
+  __syncthreads();
+  if (warp == 0) {
+    m = lane < (blockDim.x >> 5) ? wmax[lane] : -3.0e38f;
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_down_sync(0xffffffff, m, off));
+    if (lane == 0) bcast[0] = m;
+  }
+  __syncthreads();
+  const float mx = bcast[0];
+  float s = 0.f;
+  for (int c = tid; c < cols; c += blockDim.x) s += __expf(row[c] - mx);
+  for (int off = 16; off > 0; off >>= 1) {
+    float other = __shfl_down_sync(0xffffffff, s, off);
+    s += other;
+  }
+  if (lane == 0) wsum[warp] = s;
+  __syncthreads();
+  if (tid < 32) {
+    s = lane < (blockDim.x >> 5) ? wsum[lane] : 0.f;
+    for (int off = 16; off > 0; off >>= 1) {
+      float other = __shfl_down_sync(0xffffffff, s, off);
+      s += other;
+    }
+    if (tid == 0) { bcast[1] = s; }
+  }
+  __syncthreads();
+  const float denom = bcast[1];
+  for (int c = tid; c < cols; c += blockDim.x) out[blockIdx.x * cols + c] = __expf(row[c] - mx) / denom;
+}
+"""

@@ -144,6 +144,33 @@ def test_a_tree_in_a_device_helper_over_a_shared_parameter() -> None:
     assert torch.allclose(got, x - x.mean(1, keepdim=True), atol=1e-4)
 
 
+def test_a_shuffle_block_reduction_is_de_optimized_into_a_tree_and_back() -> None:
+    from passes.roundtrip import roundtrip
+
+    source = _renamed(S.SHUFFLE_SOFTMAX)
+    p = get_pass("warp-shuffle-reduce")()
+    ir = kir.parse(source, "cuda")
+    sites = [s for s in p.sites(ir) if s.present and "block_reduction" in s.detail]
+    assert len(sites) == 2
+    trip = roundtrip(p, ir, sites[1], CTX)
+    assert trip.same, trip  # the recorded text comes back exactly
+    back = trip.backward.ir
+    assert "__shfl_down_sync" in back.text and back.text.count("kl_s >>= 1") == 1
+    tree = next(s for s in p.sites(back) if not s.present and s.detail.get("tree"))
+    forward = p.optimize(back, tree, CTX)  # no record: the tree rule
+    assert isinstance(forward, Applied)
+    kernel = _kernel(source, "softmax_warp")
+    x = torch.randn(4, 333, generator=_gen(11))
+    for text, name in ((source, "sm_shfl.cu"), (back.text, "sm_tree.cu"),
+                       (forward.ir.text, "sm_again.cu")):
+        ptx_for_sm90a(text)
+        lib = _lib(text, name)
+        for block in (256, 64):
+            y = torch.zeros_like(x)
+            lib.launch(kernel, 4, block, 0, [x, y, 333])
+            assert torch.allclose(y, torch.softmax(x, 1), atol=1e-5), (name, block)
+
+
 def test_a_refused_tree_is_no_site() -> None:
     p = get_pass("warp-shuffle-reduce")()
     assert [s for s in p.sites(kir.parse(S.WARP_TAIL, "cuda")) if not s.present] == []

@@ -2118,3 +2118,194 @@ def tree_combine_text(combine: Combine, own: str, other: str) -> str:
     for (start, end), name in sorted(reads, reverse=True):
         out = out[:start] + name.encode() + out[end:]
     return out.decode()[len(head):-2].strip()
+
+
+# ---------------------------------------------------------------------------------------------
+# block reductions with warp shuffles (what the tree rule makes, and what people write)
+
+
+@dataclass(frozen=True, slots=True)
+class ShuffleReduction:
+    """A block reduction through warp shuffles: each warp folds its values with
+    `__shfl_down_sync` over strides 16..1, lane 0 of each warp stores to a shared slot per warp,
+    a barrier, then the first warp folds the slots and thread 0 runs `result` (the statements
+    using the block's value). `values` are the registers reduced, `combines` their fold
+    statements with the register written `{own}` and the partner's value `{other}`, `elements`
+    their types; `span` covers the whole reduction (a closing barrier included)."""
+
+    kernel: str
+    tid: str
+    values: tuple[str, ...]
+    elements: tuple[str, ...]
+    combines: tuple[str, ...]
+    result: str
+    span: tuple[int, int]
+    closing_barrier: bool
+
+
+def shuffle_reductions(ir: KernelIR | Unit) -> list[ShuffleReduction]:
+    """Every block reduction through warp shuffles in the unit (see `ShuffleReduction`)."""
+    unit = ir if isinstance(ir, Unit) else Unit(ir)
+    out = []
+    for name, fn in unit.functions.items():
+        for nid in subtree(unit.ir, fn):
+            if unit.ir.grammar_type_of(nid) == "compound_statement":
+                out += _shuffle_reductions_in(unit, name, fn, nid)
+    return out
+
+
+def _flat_items(ir: KernelIR, nid: int) -> list[int]:
+    """The statements of a block, nested plain blocks flattened."""
+    out = []
+    for s in _statements(ir, nid):
+        out += _flat_items(ir, s) if ir.grammar_type_of(s) == "compound_statement" else [s]
+    return out
+
+
+def _warp_fold(unit: Unit, loop: int, first: bool) -> list[tuple[str, str]] | None:
+    """(register, combine template) of each value a loop `for (o = 16; o > 0; o >>= 1)` folds
+    with `__shfl_down_sync` (the first phase starts at 16; the second at any stride)."""
+    ir = unit.ir
+    if ir.grammar_type_of(loop) != "for_statement":
+        return None
+    var, start = loop_var(ir, loop), _loop_start(ir, loop)
+    _i, cond, update = for_parts(ir, loop)
+    if var is None or start is None or cond is None or update is None or \
+            not _HALVE.match(text(ir, update)) or _flat(ir, cond) not in (f"{var}>0", f"{var}>=1"):
+        return None
+    if first and unit.value(_flat(ir, start).replace("warpSize", "32")) != 16:
+        return None
+    items = _flat_items(ir, loop_body(ir, loop))
+    folds = []
+    pending: dict[str, str] = {}  # a partner register -> the register it shuffles
+    for s in items:
+        if ir.grammar_type_of(s) == "declaration" and len(declared_names(ir, s)) == 1:
+            name, _ident, init = declared_names(ir, s)[0]
+            shfl = _shfl_of(ir, init, var) if init is not None else None
+            if shfl is None:
+                return None
+            pending[name] = shfl
+            continue
+        assign = _assignment(ir, s)
+        if assign is None:
+            return None
+        target = children(ir, assign)[0]
+        if ir.grammar_type_of(target) != "identifier":
+            return None
+        own = ir.name_of(target) or ""
+        template = text(ir, s)
+        calls = [c for c in subtree(ir, s) if ir.grammar_type_of(c) == "call_expression"
+                 and _shfl_of(ir, c, var) == own]
+        partner = next((p for p, v in pending.items() if v == own and p in _names(ir, s)), None)
+        if calls:
+            span = ir.span_of(calls[0])
+            base = ir.span_of(s).start
+            template = template[:span.start - base] + "{other}" + template[span.end - base:]
+        elif partner is not None:
+            template = re.sub(rf"\b{re.escape(partner)}\b", "{other}", template)
+        else:
+            return None
+        template = re.sub(rf"(?<![\w.]){re.escape(own)}\b", "{own}", template)
+        folds.append((own, template))
+    return folds or None
+
+
+def _shfl_of(ir: KernelIR, node: int, stride: str) -> str | None:
+    """The register `__shfl_down_sync(mask, v, stride)` shuffles, when `node` is that call."""
+    node = _strip(ir, node)
+    if ir.grammar_type_of(node) != "call_expression" or callee(ir, node) != "__shfl_down_sync":
+        return None
+    args = [a for a in children(ir, children(ir, node)[-1]) if ir.grammar_type_of(a) not in _TRIVIA]
+    if len(args) not in (3, 4) or _flat(ir, args[2]) != stride or \
+            ir.grammar_type_of(args[1]) != "identifier":
+        return None
+    return ir.name_of(args[1])
+
+
+def _shuffle_reductions_in(unit: Unit, kernel: str, fn: int, block: int) -> list[ShuffleReduction]:
+    ir = unit.ir
+    items = _statements(ir, block)
+    found = []
+    for at, first in enumerate(items):
+        folds = _warp_fold(unit, first, True)
+        if folds is None or at + 3 >= len(items):
+            continue
+        store, barrier, second = items[at + 1], items[at + 2], items[at + 3]
+        if ir.grammar_type_of(store) != "if_statement" or not _is_sync(ir, barrier) or \
+                ir.grammar_type_of(second) != "if_statement" or _is_sync(ir, store):
+            continue
+        cond, then, _alt = if_parts(ir, store)
+        lane_zero = _flat(ir, cond)
+        tid = next((t for t in _thread_names(unit, fn) if lane_zero in (
+            f"({t}&31)==0", f"{t}%32==0", f"({t}%32)==0") or lane_zero in
+            {f"{lane}==0" for lane in _lane_names(unit, fn, t)}), None)
+        if tid is None:
+            continue
+        slots = {}
+        for s in _flat_items(ir, then):
+            assign = _assignment(ir, s)
+            base, idx = _subscript(ir, children(ir, assign)[0]) if assign is not None else (None, [])
+            value = _flat(ir, children(ir, assign)[-1]) if assign is not None else ""
+            if base is None or len(idx) != 1 or value not in dict(folds):
+                break
+            slots[value] = base
+        if set(slots) != {v for v, _ in folds}:
+            continue
+        cond2, then2, alt2 = if_parts(ir, second)
+        warps = {f"{tid}>>5", f"{tid}/32"} | _bound_to(unit, fn, {f"{tid}>>5", f"{tid}/32"})
+        if alt2 is not None or not (_flat(ir, cond2) in (f"{tid}<32", f"{tid}<warpSize") or
+                                    any(_flat(ir, cond2) == f"{w}==0" for w in warps)):
+            continue
+        inner = _flat_items(ir, then2)
+        fold_at = next((i for i, s in enumerate(inner) if _warp_fold(unit, s, False)), None)
+        if fold_at is None or fold_at + 1 != len(inner) - 1:
+            continue
+        tail = inner[-1]
+        if ir.grammar_type_of(tail) != "if_statement":
+            continue
+        cond3, result, alt3 = if_parts(ir, tail)
+        lanes = {f"{tid}==0"} | {f"{lane}==0" for lane in _lane_names(unit, fn, tid)}
+        if alt3 is not None or _flat(ir, cond3) not in lanes:
+            continue
+        closing = at + 4 < len(items) and _is_sync(ir, items[at + 4])
+        end = ir.span_of(items[at + 4 if closing else at + 3]).end
+        values = tuple(v for v, _ in folds)
+        found.append(ShuffleReduction(
+            kernel, tid, values, tuple(_local_type(unit, fn, v) or "float" for v in values),
+            tuple(t for _, t in folds), _block_text(ir, result), (ir.span_of(first).start, end),
+            closing))
+    return found
+
+
+def _block_text(ir: KernelIR, nid: int) -> str:
+    t = text(ir, nid).strip()
+    return t[1:-1].strip() if ir.grammar_type_of(nid) == "compound_statement" else t
+
+
+def _thread_names(unit: Unit, fn: int) -> list[str]:
+    """`threadIdx.x` and the variables bound once to it in function `fn`."""
+    ir = unit.ir
+    names = ["threadIdx.x"]
+    for nid in subtree(ir, fn):
+        if ir.grammar_type_of(nid) == "declaration":
+            names += [n for n, _i, init in declared_names(ir, nid)
+                      if init is not None and _thread_index(unit, fn, n)]
+    return names
+
+
+def _bound_to(unit: Unit, fn: int, exprs: set[str]) -> set[str]:
+    """Variables of `fn` bound once to one of `exprs` (flat texts)."""
+    ir = unit.ir
+    out = set()
+    for nid in subtree(ir, fn):
+        if ir.grammar_type_of(nid) == "declaration":
+            for n, _i, init in declared_names(ir, nid):
+                if init is not None and _unparen(_flat(ir, init)) in exprs and \
+                        n not in _written_names(ir, fn):
+                    out.add(n)
+    return out
+
+
+def _lane_names(unit: Unit, fn: int, tid: str) -> set[str]:
+    return _bound_to(unit, fn, {f"{tid}&31", f"{tid}%32", f"{tid}&(warpSize-1)",
+                                f"{tid}%warpSize"})

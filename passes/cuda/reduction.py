@@ -16,6 +16,13 @@ after the tree (the combine is the user's own statement, applied to registers). 
 tree to cover the whole block, a power of two and a multiple of 32 threads in one dimension:
 proven from the launch's block size where the host sets it (refused where that block does not
 fit), otherwise checked at run time, the original tree kept as the fallback.
+
+Its inverse acts on the same roles: a block reduction through warp shuffles
+(`recognize.shuffle_reductions`: a fold over strides 16..1 per warp, a shared slot per warp,
+the first warp folding the slots, thread 0 using the value) is de-optimized into one
+shared-memory tree over the block (a slot per thread, strides halved from blockDim.x / 2),
+thread 0 using slot 0; the recorded text restores it exactly, and without a record the tree
+rule above turns the tree back into shuffles.
 """
 from __future__ import annotations
 
@@ -27,7 +34,13 @@ from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._c import CSource, find_iter
 from passes.cuda.annotations import CUDA
-from passes.cuda.recognize import ReductionTree, reduction_trees, tree_combine_text
+from passes.cuda.recognize import (
+    ReductionTree,
+    ShuffleReduction,
+    reduction_trees,
+    shuffle_reductions,
+    tree_combine_text,
+)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -110,6 +123,9 @@ class WarpShuffleReduce(Pass):
             end = fn.body_end if fn is not None else len(src.text)
             out.append(make_site(self.name, ir, index, src.bspan(start, end), False,
                                  {"buffer": m.group(1)}, src.bspan(m.start(), m.end())))
+        for red in shuffle_reductions(ir):
+            out.append(make_site(self.name, ir, index, red.span, True, {
+                "block_reduction": list(red.values)}))
         for tree in reduction_trees(ir)[0]:
             if _shuffle_path_beside(ir, tree):
                 continue
@@ -119,6 +135,11 @@ class WarpShuffleReduce(Pass):
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        red = next((r for r in shuffle_reductions(ir) if r.span == tuple(site.span)), None)
+        if red is not None:
+            text = _tree_text(ir, red)
+            return finish(ir, site, [ByteEdit(red.span[0], red.span[1], text)], options={
+                "before": ir.source[red.span[0]:red.span[1]].decode("utf-8"), "after": text})
         src = CSource(ir)
         for s in self._shuffles(src):
             if isinstance(s, tuple) or src.bspan(s.stmt_start, s.stmt_end) != tuple(site.span):
@@ -152,6 +173,10 @@ class WarpShuffleReduce(Pass):
             start = site.span[0]
             return finish(ir, site, [ByteEdit(start, start + len(needle), self.before)],
                           preconditions=results)
+        around = _recorded_around(ir, site, needle) if self.before and needle else None
+        if around is not None:  # the tree a block reduction was de-optimized into
+            return finish(ir, around, [ByteEdit(around.span[0], around.span[1], self.before)],
+                          preconditions=results)
         tree = next((t for t in reduction_trees(ir)[0] if t.span == tuple(site.span)), None)
         if tree is not None:
             return _tree_to_shuffles(ir, site, tree, ctx, results)
@@ -159,6 +184,52 @@ class WarpShuffleReduce(Pass):
             return Skipped("restoring a shuffle needs the recorded statement (and no "
                            "shared-memory reduction tree is at the site)", {})
         return Skipped("the recorded shared-memory exchange is not at the site", {})
+
+
+def _recorded_around(ir: KernelIR, site: Site, needle: bytes) -> Site | None:
+    """The site widened to the one occurrence of `needle` that holds it, if there is one."""
+    hits = []
+    at = ir.source.find(needle)
+    while at >= 0:
+        if at <= site.span[0] and site.span[1] <= at + len(needle):
+            hits.append(at)
+        at = ir.source.find(needle, at + 1)
+    if len(hits) != 1:
+        return None
+    return Site(site.pass_name, site.anchor, site.present, site.detail,
+                (hits[0], hits[0] + len(needle)))
+
+
+def _tree_text(ir: KernelIR, red: ShuffleReduction) -> str:
+    """A block reduction through shuffles as one shared-memory tree (see the module)."""
+    src = CSource(ir)
+    start = len(ir.source[:red.span[0]].decode("utf-8", "replace"))
+    indent = src.indent(start)
+    taken = set(re.findall(r"\bkl_tree\d+\b", src.text))
+    slots = []
+    n = 0
+    for _ in red.values:
+        while f"kl_tree{n}" in taken:
+            n += 1
+        taken.add(f"kl_tree{n}")
+        slots.append(f"kl_tree{n}")
+    t = red.tid
+    lines = ["// the block's values reduced by one shared-memory tree"]
+    for value, element, slot in zip(red.values, red.elements, slots):
+        lines.append(f"__shared__ {element} {slot}[1024];")
+        lines.append(f"{slot}[{t}] = {value};")
+    lines.append("__syncthreads();")
+    lines.append("for (int kl_s = blockDim.x / 2; kl_s > 0; kl_s >>= 1) {")
+    folds = " ".join(c.format(own=f"{slot}[{t}]", other=f"{slot}[{t} + kl_s]")
+                     for c, slot in zip(red.combines, slots))
+    lines.append(f"  if ({t} < kl_s) {{ {folds} }}")
+    lines.append("  __syncthreads();")
+    lines.append("}")
+    reads = " ".join(f"{v} = {slot}[0];" for v, slot in zip(red.values, slots))
+    lines.append(f"if ({t} == 0) {{ {reads} {red.result} }}")
+    if red.closing_barrier:
+        lines.append("__syncthreads();")
+    return "{\n" + "".join(f"{indent}  {ln}\n" for ln in lines) + f"{indent}}}"
 
 
 def _shuffle_path_beside(ir: KernelIR, tree: ReductionTree) -> bool:
