@@ -64,7 +64,7 @@ class Case:
     """The variants the device tier runs, drawn from `shapes` and `bench_shapes` (a view made by
     `with_variants`); empty: every variant of `shapes`."""
     allclose: tuple[float, float] | None = None
-    """(atol, rtol): the case's correctness check is `torch.allclose(out, ref, atol, rtol)` on
+    """(atol, rtol): the case's correctness check is `torch.allclose(ref, out, atol, rtol)` on
     every output (KernelBench's own check, a problem file's), in place of `tolerance`."""
 
     @property
@@ -122,7 +122,7 @@ class Case:
         verdict's correctness reports as its `check`)."""
         if self.allclose is not None:
             atol, rtol = self.allclose
-            return (f"KernelBench's check: torch.allclose(out, ref, atol={atol:g}, rtol={rtol:g}) "
+            return (f"KernelBench's check: torch.allclose(ref, out, atol={atol:g}, rtol={rtol:g}) "
                     f"on every output")
         if self.has_compare:
             return "the case's own compare(out, ref, inputs) error <= its tolerance by dtype"

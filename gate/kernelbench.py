@@ -54,7 +54,7 @@ from kir.errors import BadInputError
 # ALLCLOSE instead).
 TOLERANCE = {"fp32": 2e-3, "fp16": 5e-3, "bf16": 1e-2}
 ALLCLOSE = (1e-2, 1e-2)
-"""(atol, rtol) of KernelBench's correctness check: `torch.allclose(out, ref, atol, rtol)` on
+"""(atol, rtol) of KernelBench's correctness check: `torch.allclose(ref, out, atol, rtol)` on
 every output."""
 SMALL_ELEMENTS = 1 << 15
 SMALL_OUTPUT_ELEMENTS = 1 << 17
