@@ -4,6 +4,7 @@ run as the held-out tier runs an operator, reported with KernelBench's own metri
     python3 bench/kernelbench_tier.py --kernelbench DIR [--starts bench/kernelbench]
         [--tier device|interpret] [--only NAME,...] [--budget-steps 12] [--box 300] [--wall S]
         [--jobs N] [--library DIR] [--out DIR] [--fresh] [--tables-only] [--no-baselines]
+        [--no-compile] [--start-only]
     python3 bench/kernelbench_tier.py --kernelbench DIR --stage DEST
 
 DIR (or $KERNELBENCH_DIR) is a KernelBench checkout (its root or its `KernelBench` folder, the
@@ -16,8 +17,9 @@ folder of the repository, `.kb`, carries them to a GPU machine) and exits.
 
 Per problem (`bench/heldout.py`'s `bench_operator`): the start kernel gated at --tier, an
 optimize run of --budget-steps candidates within --box seconds (its best gated again, fresh),
-and the control (the start kernel under a plain autotune list of the same budget). A problem
-file the loader refuses is a row with its one-line reason, not the end of the run.
+and the control (the start kernel under a plain autotune list of the same budget); with
+--start-only, the start kernel's gate alone. A problem file the loader refuses, or the gate at
+the run's tier, is a row with its one-line reason, not the end of the run.
 
 Device tier, after the gates, in this process (`measure_baselines`): the problem's Model timed
 as a user would run it instead of a kernel, each by `triton.testing.do_bench` (median, L2
@@ -290,9 +292,10 @@ def markdown(result: Mapping[str, Any]) -> str:
         for r in result["rows"]:
             best, ctrl = r.get("best") or {}, r.get("control") or {}
             start = r.get("start") or {}
+            best_ok = "-" if not best else "pass" if best.get("ok") else "FAIL"
+            ctrl_ok = "-" if not ctrl else "pass" if ctrl.get("ok") else "FAIL: " + str(ctrl.get("reason"))[:80]
             lines.append(f"| {r['op']} | {'pass' if start.get('ok') else 'FAIL: ' + str(r.get('reason') or start.get('reason'))[:100]} "
-                         f"| {best.get('termination', best.get('error', '-'))} | {'pass' if best.get('ok') else 'FAIL'} "
-                         f"| {'pass' if ctrl.get('ok') else 'FAIL: ' + str(ctrl.get('reason'))[:80]} |")
+                         f"| {best.get('termination', best.get('error', '-'))} | {best_ok} | {ctrl_ok} |")
         return "\n".join(lines) + "\n"
     lines += ["Times in ms. x/eager is of one gate (kernel and reference timed in one worker); "
               "x/tf32 and x/compile scale it by eager over that baseline, both timed in the "
@@ -341,7 +344,13 @@ def run_problem(p: Problem, args: argparse.Namespace, out: Path) -> dict[str, An
         heldout.say(p.key, f"refused: {exc}")
         return {**base, "status": "refused", "reason": str(exc), "start": {"ok": False}}
     try:
-        rec = heldout.bench_operator(case, args, out)
+        if args.start_only:
+            heldout.say(p.key, f"gating the start kernel at {args.tier}")
+            summary = heldout._verdict_summary(heldout._check_file(args, case, p.start))
+            rec = {**heldout._record(case, args), "start": summary, "reference_ms": summary["reference_ms"],
+                   "status": "start only"}
+        else:
+            rec = heldout.bench_operator(case, args, out)
     except BadInputError as exc:  # e.g. no interpret-tier sizes: refused at this tier
         heldout.say(p.key, f"refused at {args.tier}: {exc}")
         return {**base, "status": "refused", "reason": str(exc), "start": {"ok": False}}
@@ -375,6 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tables-only", action="store_true", help="rewrite the tables from the records")
     ap.add_argument("--no-baselines", action="store_true", help="device: skip eager-TF32 and torch.compile")
     ap.add_argument("--no-compile", action="store_true", help="device: time eager and eager-TF32 only")
+    ap.add_argument("--start-only", action="store_true",
+                    help="gate the start kernels alone (no optimize run, no control); their records "
+                         "stand until --fresh")
     args = ap.parse_args(argv)
     from kir.errors import BadInputError
 
@@ -436,6 +448,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for p in problems:
             rec = records.get(p.slug)
             if rec is None or rec.get("status") == "refused" or "baselines" in rec:
+                continue
+            if args.wall is not None and time.monotonic() - began > args.wall:
+                heldout.say(p.key, "baselines not measured: --wall reached (rerun the command to continue)")
                 continue
             rec["baselines"] = measure_baselines(p.problem, compile_model=not args.no_compile)
             heldout.say(p.key, f"baselines: {rec['baselines']}")
