@@ -90,8 +90,8 @@ def kernel_report(folder: Path, tier: str) -> dict[str, Any]:
         new_ir, count, refusals = _apply(name, ir, ctx)
         entry: dict[str, Any] = {"applied": count, "refusals": refusals}
         if count:
-            verdict = gate.check(unit.text_of(new_ir.text), "cuda", folder, tier,
-                                 path=unit.source_path, cache=False)
+            verdict = gate.check(new_ir.text, "cuda", folder, tier, path=unit.source_path,
+                                 host=unit.host_path, cache=False)
             entry["verdict"] = {"ok": bool(verdict.ok), "stage": str(verdict.stage),
                                 "reason": str(verdict.reason or "")[:300]}
         rules[name] = entry

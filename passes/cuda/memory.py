@@ -17,8 +17,20 @@ from typing import TYPE_CHECKING, ClassVar
 from passes._source import ByteEdit, finish, make_site, restore_recorded
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._c import CSource, find_iter, functions
+from passes.cuda._tree import children, escapes, if_parts, loop_body, subtree, text
 from passes.cuda.annotations import CUDA
-from passes.cuda.recognize import StrideLoop, stagings, stride_loops
+from passes.cuda.recognize import (
+    StrideLoop,
+    Unit,
+    element_bytes,
+    flat_code,
+    for_parts,
+    global_pointers,
+    stagings,
+    stride_loops,
+    subscript,
+    written_names,
+)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -471,8 +483,6 @@ class _VectorPlan:
 def vector_loops(ir: KernelIR) -> list[tuple[StrideLoop, _VectorPlan | Skipped]]:
     """Each grid- or block-stride loop of the unit with the plan that vectorizes it, or why
     none does."""
-    from passes.cuda._tree import escapes  # noqa: PLC0415
-    from passes.cuda.recognize import Unit, _global_pointers  # noqa: PLC0415
 
     unit = Unit(ir)
     out = []
@@ -481,14 +491,12 @@ def vector_loops(ir: KernelIR) -> list[tuple[StrideLoop, _VectorPlan | Skipped]]
                     and ir.grammar_type_of(n.id) == "for_statement")
         if _under_alignment_check(ir, node):
             continue  # the scalar path (or tail) of a loop vectorized already
-        out.append((loop, _plan(unit, loop, node, _global_pointers(unit, unit.kernels[loop.kernel]),
+        out.append((loop, _plan(unit, loop, node, global_pointers(unit, unit.kernels[loop.kernel]),
                                 escapes)))
     return out
 
 
 def _plan(unit, loop: StrideLoop, node: int, pointers: dict, escapes) -> _VectorPlan | Skipped:  # noqa: ANN001
-    from passes.cuda._tree import children, declared_names, loop_body, subtree, text  # noqa: PLC0415
-    from passes.cuda.recognize import _flat, _subscript, _written_names, element_bytes  # noqa: PLC0415
 
     ir = unit.ir
     body = loop_body(ir, node)
@@ -499,7 +507,7 @@ def _plan(unit, loop: StrideLoop, node: int, pointers: dict, escapes) -> _Vector
     if not head:
         return Skipped("the loop variable is not declared in the loop's header", {})
     var_type = text(ir, head[0]).split(loop.var)[0].strip() or "int"
-    written = _written_names(ir, body)
+    written = written_names(ir, body)
     if loop.var in written or set(re.findall(r"[A-Za-z_]\w*", loop.bound)) & written:
         return Skipped("the body writes the loop variable or its bound", {})
     if any(ir.grammar_type_of(c) == "call_expression" and "sync" in text(ir, c).split("(")[0]
@@ -512,13 +520,13 @@ def _plan(unit, loop: StrideLoop, node: int, pointers: dict, escapes) -> _Vector
     for c in subtree(ir, body):
         if ir.grammar_type_of(c) != "subscript_expression":
             continue
-        base, idx = _subscript(ir, c)
+        base, idx = subscript(ir, c)
         if base not in pointers:
             continue
         if len(idx) != 1:
             bad.add(base)
             continue
-        flat = _flat(ir, idx[0])
+        flat = flat_code(ir, idx[0])
         m = re.fullmatch(rf"{re.escape(loop.var)}|(.+)\+{re.escape(loop.var)}|{re.escape(loop.var)}\+(.+)", flat)
         offset = None if m is None else (m.group(1) or m.group(2) or "0")
         if offset is None or loop.var in re.findall(r"[A-Za-z_]\w*", offset) or \
@@ -550,7 +558,6 @@ def _plan(unit, loop: StrideLoop, node: int, pointers: dict, escapes) -> _Vector
     plans = {k: v for k, v in plans.items() if v[3] == size}
     spans = tuple((ir.span_of(u[0]).start, ir.span_of(u[0]).end, name, u[2])
                   for name, uses in found.items() if name in plans for u in uses)
-    del declared_names
     return _VectorPlan(plans, 16 // size, loop.var, var_type,
                        (ir.span_of(body).start, ir.span_of(body).end), spans)
 
@@ -561,7 +568,6 @@ _ALIGNED = re.compile(r"reinterpret_cast\s*<\s*(?:unsigned\s+long\s+long|uintptr
 
 def _under_alignment_check(ir: KernelIR, node: int) -> bool:
     """Whether the loop `node` sits in a branch that tests addresses for 16-byte alignment."""
-    from passes.cuda._tree import if_parts, text  # noqa: PLC0415
 
     for a in ir.ancestors(node):
         if ir.grammar_type_of(a) == "if_statement" and _ALIGNED.search(text(ir, if_parts(ir, a)[0])):
@@ -570,8 +576,6 @@ def _under_alignment_check(ir: KernelIR, node: int) -> bool:
 
 
 def _cond_text(ir: KernelIR, node: int) -> str:
-    from passes.cuda._tree import text  # noqa: PLC0415
-    from passes.cuda.recognize import for_parts  # noqa: PLC0415
 
     cond = for_parts(ir, node)[1]
     return text(ir, cond) if cond is not None else ""

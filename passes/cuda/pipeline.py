@@ -30,8 +30,25 @@ from typing import TYPE_CHECKING, ClassVar
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._c import CSource, asm_operands, code_view, find_iter
+from passes.cuda._tree import (
+    block_items,
+    callee,
+    children,
+    declared_names,
+    loop_body,
+    subtree,
+    text,
+)
 from passes.cuda.annotations import CUDA
-from passes.cuda.recognize import Staging, stagings
+from passes.cuda.recognize import (
+    Staging,
+    Unit,
+    element_bytes,
+    for_parts,
+    loop_init,
+    loop_var,
+    stagings,
+)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -192,7 +209,6 @@ class StagedLoop:
 
 def staged_loops(ir: KernelIR) -> list[StagedLoop]:
     """Loops holding global -> shared stagings before the first barrier of their body."""
-    from passes.cuda._tree import block_items, loop_body  # noqa: PLC0415
 
     found: dict[int, list[Staging]] = {}
     staged, _ = stagings(ir)
@@ -215,7 +231,6 @@ def _node_at(ir: KernelIR, span: tuple[int, int]) -> int | None:
 
 
 def _barrier(ir: KernelIR, nid: int) -> bool:
-    from passes.cuda._tree import callee, subtree  # noqa: PLC0415
 
     return ir.grammar_type_of(nid) == "expression_statement" and any(
         ir.grammar_type_of(c) == "call_expression" and callee(ir, c) == "__syncthreads"
@@ -229,8 +244,6 @@ _ZERO = re.compile(r"^\(?\s*(?:\(\w+\)\s*)?(?:0+|0*\.0*|0+\.0*)[fFuUlL]*\s*\)?$|
 def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
                   results: list) -> PassResult:  # type: ignore[type-arg]
     """`loop` (staged synchronously) as a `stages`-slot cp.async ring (see the module)."""
-    from passes.cuda._tree import block_items, children, loop_body, subtree, text  # noqa: PLC0415
-    from passes.cuda.recognize import Unit, element_bytes, for_parts, loop_var  # noqa: PLC0415
 
     if not 2 <= stages <= 4:
         return Skipped(f"a ring of {stages} stages (the rule builds 2 to 4)", {"stages": stages})
@@ -291,7 +304,6 @@ def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
             if ir.grammar_type_of(target) != "identifier":
                 return Skipped("the staging part of the loop stores to memory besides its "
                                "copies", {})
-    from passes.cuda.recognize import declared_names  # noqa: PLC0415
 
     local = {name for it in items[:first] if ir.grammar_type_of(it.node) == "declaration"
              for name, _i, _v in declared_names(ir, it.node)}
@@ -348,7 +360,6 @@ def _indent(src: str, pos: int) -> str:
 
 
 def _bytes(array) -> int:  # noqa: ANN001
-    from passes.cuda.recognize import element_bytes  # noqa: PLC0415
 
     total = element_bytes(array.element) or 4
     for e in array.extents:
@@ -357,10 +368,8 @@ def _bytes(array) -> int:  # noqa: ANN001
 
 
 def _loop_start_text(ir: KernelIR, node: int) -> str | None:
-    from passes.cuda._tree import text  # noqa: PLC0415
-    from passes.cuda.recognize import _loop_init  # noqa: PLC0415
 
-    found = _loop_init(ir, node)
+    found = loop_init(ir, node)
     return text(ir, found[1]) if found and found[1] is not None else None
 
 
@@ -378,7 +387,6 @@ def _ring_copies(ir: KernelIR, src: str, produce: tuple[int, int], copies: Seque
                  arrays: set[str], slot: str) -> str:
     """The staging part of the loop with each copy issued as `cp.async` into ring slot
     `slot` (its guard as the source size: 0 zero-fills)."""
-    from passes.cuda.recognize import element_bytes  # noqa: PLC0415
 
     data = src.encode("utf-8")
     edits = []

@@ -354,7 +354,7 @@ class Unit:
         self._launch: LaunchBlock | None = None
 
     def _int(self, expr: str) -> int | None:
-        return _evaluate(expr, self.constants if hasattr(self, "constants") else {}, 0)
+        return _evaluate(expr, self.constants, 0)
 
     def value(self, expr: str) -> int | None:
         """The integer value of a compile-time constant expression (literals, macros,
@@ -504,7 +504,7 @@ def _strip(ir: KernelIR, nid: int) -> int:
             return nid
 
 
-def _subscript(ir: KernelIR, nid: int) -> tuple[str | None, list[int]]:
+def subscript(ir: KernelIR, nid: int) -> tuple[str | None, list[int]]:
     """(base variable, index nodes outermost first) of `a[i][j]`; (None, []) otherwise."""
     idx: list[int] = []
     while ir.grammar_type_of(nid) == "subscript_expression":
@@ -555,7 +555,7 @@ def _pointer_params(ir: KernelIR, fn: int) -> dict[str, str]:
     return out
 
 
-def _global_pointers(unit: Unit, fn: int) -> dict[str, str]:
+def global_pointers(unit: Unit, fn: int) -> dict[str, str]:
     """Pointer parameters of `fn` and local pointers derived from them (`const T* row = x +
     off;`) -> element type."""
     ir = unit.ir
@@ -598,7 +598,7 @@ def _global_read(unit: Unit, fn: int, nid: int, pointers: Mapping[str, str]
         if len(base) == 1:
             return base.pop(), text(ir, addr_node), lanes
         return None
-    base, idx = _subscript(ir, node)
+    base, idx = subscript(ir, node)
     if base in pointers and len(idx) == 1:
         return base, text(ir, node), 1
     if gtype == "pointer_expression" and ir.name_of(node) == "*":
@@ -657,7 +657,7 @@ def _kernel_stagings(unit: Unit, kernel: str, fn: int) -> tuple[list[Staging], l
     ir = unit.ir
     shared = unit.shared_arrays(fn) | {k: v for k, v in unit.shared_arrays().items()
                                        if k not in unit.shared_arrays(fn)}
-    pointers = _global_pointers(unit, fn)
+    pointers = global_pointers(unit, fn)
     out: list[Staging] = []
     refused: list[Refusal] = []
     syncs = [ir.span_of(c).start for c in subtree(ir, fn)
@@ -737,7 +737,7 @@ def _shared_target(unit: Unit, lhs: int, shared: Mapping[str, SharedArray]
                    ) -> tuple[str | None, str, int]:
     """(shared array, element expression, lanes) that an assignment's left side writes."""
     ir = unit.ir
-    base, idx = _subscript(ir, lhs)
+    base, idx = subscript(ir, lhs)
     if base in shared:
         return base, text(ir, lhs), 1
     vec = _vector_cast(ir, lhs)
@@ -795,7 +795,7 @@ def _temporary(unit: Unit, fn: int, stmt: int, name: str, pointers: Mapping[str,
     first = stmt
     for prev in reversed(items[:at]):
         gtype = ir.grammar_type_of(prev)
-        if gtype == "if_statement" and read is None and name in _written_names(ir, prev):
+        if gtype == "if_statement" and read is None and name in written_names(ir, prev):
             cond, then, alt = if_parts(ir, prev)
             value = _assigned_value(ir, then, name)
             if value is None:
@@ -832,7 +832,7 @@ def _temporary(unit: Unit, fn: int, stmt: int, name: str, pointers: Mapping[str,
                     return None
                 fill = text(ir, init)
             return "temporary", read[0], read[1], guard, fill, read[2], prev
-        if name in _written_names(ir, prev):
+        if name in written_names(ir, prev):
             return None
     return None
 
@@ -859,7 +859,7 @@ def _filled_from_global(unit: Unit, fn: int, stmt: int, rhs: int,
     return False
 
 
-def _written_names(ir: KernelIR, nid: int) -> set[str]:
+def written_names(ir: KernelIR, nid: int) -> set[str]:
     out = set()
     for c in subtree(ir, nid):
         if ir.grammar_type_of(c) in ("assignment_expression", "update_expression"):
@@ -995,7 +995,7 @@ def for_parts(ir: KernelIR, loop: int) -> tuple[int | None, int | None, int | No
     return init, cond, update
 
 
-def _loop_init(ir: KernelIR, loop: int) -> tuple[str, int | None] | None:
+def loop_init(ir: KernelIR, loop: int) -> tuple[str, int | None] | None:
     """(variable, start value node) a `for` loop's header initializes (declared or assigned)."""
     init, _cond, _update = for_parts(ir, loop)
     if init is not None and ir.grammar_type_of(init) == "declaration":
@@ -1010,12 +1010,12 @@ def _loop_init(ir: KernelIR, loop: int) -> tuple[str, int | None] | None:
 
 def loop_var(ir: KernelIR, loop: int) -> str | None:
     """The variable a `for` loop's header initializes (declared or assigned)."""
-    found = _loop_init(ir, loop)
+    found = loop_init(ir, loop)
     return found[0] if found else None
 
 
 def _loop_start(ir: KernelIR, loop: int) -> int | None:
-    found = _loop_init(ir, loop)
+    found = loop_init(ir, loop)
     return found[1] if found else None
 
 
@@ -1042,7 +1042,7 @@ def constant_trip(unit: Unit, loop: int) -> tuple[bool, str]:
                         rf"|\s*{re.escape(var)}\s*(?:[-+*/]=|<<=|>>=)\s*(.+?)\s*", text(ir, update), re.S)
     if step is None or (step.group(1) is not None and not unit.compile_time(step.group(1))):
         return False, f"the step {text(ir, update)!r} is not a compile-time constant"
-    if var in _written_names(ir, loop_body(ir, loop)):
+    if var in written_names(ir, loop_body(ir, loop)):
         return False, f"the body writes the loop variable {var}"
     return True, ""
 
@@ -1078,7 +1078,7 @@ def _shared_read(unit: Unit, nid: int, shared: Mapping[str, SharedArray], fn: in
     (`a_frag[i] = As[..][k]` before the product, inside node `limit`)."""
     ir = unit.ir
     node = _strip(ir, nid)
-    base, idx = _subscript(ir, node)
+    base, idx = subscript(ir, node)
     if base in shared:
         return base, idx, node
     if ir.grammar_type_of(node) == "pointer_expression" and ir.name_of(node) == "*":
@@ -1094,7 +1094,7 @@ def _shared_read(unit: Unit, nid: int, shared: Mapping[str, SharedArray], fn: in
         if ir.grammar_type_of(c) != "assignment_expression" or _op(ir, c) != "=":
             continue
         target = children(ir, c)[0]
-        t_base, _ = _subscript(ir, target)
+        t_base, _ = subscript(ir, target)
         t_name = t_base or (ir.name_of(target) if ir.grammar_type_of(target) == "identifier" else None)
         if t_name == name:
             fills.append(c)
@@ -1106,11 +1106,11 @@ def _shared_read(unit: Unit, nid: int, shared: Mapping[str, SharedArray], fn: in
         if len(fills) != 1:
             return None
     value = _strip(ir, children(ir, fills[0])[-1])
-    base, idx = _subscript(ir, value)
+    base, idx = subscript(ir, value)
     if base in shared:
         target = children(ir, fills[0])[0]
         if ir.grammar_type_of(target) == "subscript_expression" and \
-                len(_subscript(ir, target)[1]) != len(_subscript(ir, node)[1]):
+                len(subscript(ir, target)[1]) != len(subscript(ir, node)[1]):
             return None
         return base, idx, value
     return None
@@ -1139,7 +1139,7 @@ def _micro_kernel(unit: Unit, kernel: str, fn: int, stmt: int,
                        "tile (directly or through a register filled from one)", where, kernel)
     if ra[0] == rb[0]:
         return Refusal("micro-kernel", "both factors read the same shared array", where, kernel)
-    acc_base, acc_idx = _subscript(ir, lhs)
+    acc_base, acc_idx = subscript(ir, lhs)
     acc = acc_base or (ir.name_of(lhs) if ir.grammar_type_of(lhs) == "identifier" else None)
     if acc is None or acc in shared or acc in _pointer_params(ir, fn):
         return Refusal("micro-kernel", "the accumulator is not a register of the thread",
@@ -1297,7 +1297,7 @@ def _epilogue(unit: Unit, fn: int, k_loop: int, acc: str) -> tuple[tuple[tuple[i
                     for c in subtree(ir, later):
                         if ir.grammar_type_of(c) == "assignment_expression":
                             target = children(ir, c)[0]
-                            base = _subscript(ir, target)[0] or next(
+                            base = subscript(ir, target)[0] or next(
                                 iter(_names(ir, target) & set(pointers)), None)
                             if base in pointers:
                                 output = output or base
@@ -1603,15 +1603,15 @@ def _combine(unit: Unit, stmt: int, shared: Mapping[str, SharedArray]
     if assign is None:
         return None
     lhs, rhs = children(ir, assign)[0], _strip(ir, children(ir, assign)[-1])
-    base, idx = _subscript(ir, lhs)
+    base, idx = subscript(ir, lhs)
     if base not in shared or len(idx) != 1:
         return None
-    own = _flat(ir, idx[0])
+    own = flat_code(ir, idx[0])
     op = _op(ir, assign)
 
     def partner_of(node: int) -> str | None:
-        b, i = _subscript(ir, _strip(ir, node))
-        return _flat(ir, i[0]) if b == base and len(i) == 1 else None
+        b, i = subscript(ir, _strip(ir, node))
+        return flat_code(ir, i[0]) if b == base and len(i) == 1 else None
 
     def own_and_partner(a: int, b: int) -> str | None:
         pa, pb = partner_of(a), partner_of(b)
@@ -1645,12 +1645,12 @@ def _combine(unit: Unit, stmt: int, shared: Mapping[str, SharedArray]
         if ir.grammar_type_of(cond) != "binary_expression" or ir.name_of(cond) not in (">", ">=", "<", "<="):
             return None
         c = [k for k in children(ir, cond) if ir.grammar_type_of(k) not in _TRIVIA]
-        if {_flat(ir, c[0]), _flat(ir, c[-1])} != {_flat(ir, yes), _flat(ir, no)}:
+        if {flat_code(ir, c[0]), flat_code(ir, c[-1])} != {flat_code(ir, yes), flat_code(ir, no)}:
             return None
         p = own_and_partner(yes, no)
         if p is None:
             return None
-        picks_left_when_greater = _flat(ir, yes) == _flat(ir, c[0])
+        picks_left_when_greater = flat_code(ir, yes) == flat_code(ir, c[0])
         greater = ir.name_of(cond) in (">", ">=")
         return (base, "max" if picks_left_when_greater == greater else "min", own, p)
     return None
@@ -1727,13 +1727,13 @@ def _tree_loop(unit: Unit, kernel: str, fn: int, loop: int,
     for c in combines:
         if c[3] not in (f"{own}+{var}", f"{var}+{own}"):  # type: ignore[index]
             return refuse(f"the partner slot {c[3]} is not the own slot plus the stride")  # type: ignore[index]
-    cond_text = _unparen(_flat(ir, cond_node))
-    start_text = _flat(ir, start)
+    cond_text = _unparen(flat_code(ir, cond_node))
+    start_text = flat_code(ir, start)
     if halving:
         tid = own
         if cond_text not in (f"{tid}<{var}", f"{var}>{tid}"):
             return refuse(f"the tree's step runs under {text(ir, cond_node)}, not own slot < stride")
-        loop_cond = _flat(ir, cond)
+        loop_cond = flat_code(ir, cond)
         if loop_cond not in (f"{var}>0", f"{var}>=1", f"{var}!=0", f"0<{var}", var):
             return refuse(f"the tree stops at {text(ir, cond)} (a last warp-synchronous stage "
                           "is not read)")
@@ -1750,7 +1750,7 @@ def _tree_loop(unit: Unit, kernel: str, fn: int, loop: int,
     else:
         if start_text != "1":
             return refuse("a doubling tree that does not start at stride 1")
-        loop_cond = re.fullmatch(rf"{re.escape(var)}<(.+)", _flat(ir, cond))
+        loop_cond = re.fullmatch(rf"{re.escape(var)}<(.+)", flat_code(ir, cond))
         if loop_cond is None:
             return refuse(f"the doubling tree's condition {text(ir, cond)} is not stride < n")
         extent = loop_cond.group(1)
@@ -1759,7 +1759,7 @@ def _tree_loop(unit: Unit, kernel: str, fn: int, loop: int,
             name, _i, init_node = index_var
             if own != name or init_node is None:
                 return refuse("the strided index is not the combined slot")
-            factors = sorted(_flat(ir, init_node).replace("(", "").replace(")", "").split("*"))
+            factors = sorted(flat_code(ir, init_node).replace("(", "").replace(")", "").split("*"))
             if len(factors) != 3 or "2" not in factors or var not in factors:
                 return refuse(f"the strided index {text(ir, init_node)} is not 2 * stride * thread")
             tid = next(f for f in factors if f not in ("2", var))
@@ -1787,7 +1787,7 @@ def _tree_loop(unit: Unit, kernel: str, fn: int, loop: int,
                          values, unit.launch_block().dims)
 
 
-def _flat(ir: KernelIR, nid: int) -> str:
+def flat_code(ir: KernelIR, nid: int) -> str:
     """A node's code without whitespace and comments (equal for the same code)."""
     return re.sub(r"\s+", "", code_view(text(ir, nid)))
 
@@ -1818,7 +1818,7 @@ def _later_slot_reads(unit: Unit, fn: int, loop: int, arrays: set[str]) -> str:
     for nid in subtree(ir, fn):
         if ir.span_of(nid).start < end or ir.grammar_type_of(nid) != "subscript_expression":
             continue
-        base, idx = _subscript(ir, nid)
+        base, idx = subscript(ir, nid)
         if base not in arrays or len(idx) != 1:
             continue
         parent = ir.parent_of(nid)
@@ -1850,9 +1850,9 @@ def _tree_stores(unit: Unit, loop: int, combines: Sequence[Combine], tid: str
         kids = [c for c in children(ir, s) if ir.grammar_type_of(c) not in _TRIVIA]
         if not kids or ir.grammar_type_of(kids[0]) != "assignment_expression" or _op(ir, kids[0]) != "=":
             break
-        base, idx = _subscript(ir, children(ir, kids[0])[0])
+        base, idx = subscript(ir, children(ir, kids[0])[0])
         if base not in {c.array for c in combines} or base in values or len(idx) != 1 or \
-                _flat(ir, idx[0]) != tid:
+                flat_code(ir, idx[0]) != tid:
             break
         values[base] = text(ir, children(ir, kids[0])[-1])
         first = items.index(s)
@@ -1875,7 +1875,7 @@ def _unrolled_tree(unit: Unit, kernel: str, fn: int, block: int,
                 _is_sync(ir, items[j + 1]) and not _is_sync(ir, items[j]):
             cond, then, alt = if_parts(ir, items[j])
             combines = [_combine(unit, s, shared) for s in _statements(ir, then)]
-            m = re.fullmatch(r"(\w+(?:\.\w+)?)<(.+)", _unparen(_flat(ir, cond)))
+            m = re.fullmatch(r"(\w+(?:\.\w+)?)<(.+)", _unparen(flat_code(ir, cond)))
             if alt is not None or not combines or None in combines or m is None:
                 break
             stride = unit.value(m.group(2))
@@ -1945,7 +1945,7 @@ def _single_init(unit: Unit, fn: int, name: str) -> str | None:
     for nid in subtree(ir, fn):
         if ir.grammar_type_of(nid) == "declaration":
             inits += [init for n, _i, init in declared_names(ir, nid) if n == name]
-    if len(inits) == 1 and inits[0] is not None and name not in _written_names(ir, fn):
+    if len(inits) == 1 and inits[0] is not None and name not in written_names(ir, fn):
         return text(ir, inits[0])
     return None
 
@@ -2103,16 +2103,16 @@ def tree_combine_text(combine: Combine, own: str, other: str) -> str:
     assign = _assignment(stmt_ir, stmt)
     if assign is None:
         return combine.statement
-    own_index = _flat(stmt_ir, _subscript(stmt_ir, children(stmt_ir, assign)[0])[1][0])
+    own_index = flat_code(stmt_ir, subscript(stmt_ir, children(stmt_ir, assign)[0])[1][0])
     reads = []
     for nid in subtree(stmt_ir, stmt):
         parent = stmt_ir.parent_of(nid)
         if stmt_ir.grammar_type_of(nid) != "subscript_expression" or \
                 stmt_ir.grammar_type_of(parent) == "subscript_expression":  # type: ignore[arg-type]
             continue
-        base, idx = _subscript(stmt_ir, nid)
+        base, idx = subscript(stmt_ir, nid)
         if base == combine.array and len(idx) == 1:
-            name = own if _flat(stmt_ir, idx[0]) == own_index else other
+            name = own if flat_code(stmt_ir, idx[0]) == own_index else other
             reads.append((_span(stmt_ir, nid), name))
     out = stmt_ir.source
     for (start, end), name in sorted(reads, reverse=True):
@@ -2171,9 +2171,9 @@ def _warp_fold(unit: Unit, loop: int, first: bool) -> list[tuple[str, str]] | No
     var, start = loop_var(ir, loop), _loop_start(ir, loop)
     _i, cond, update = for_parts(ir, loop)
     if var is None or start is None or cond is None or update is None or \
-            not _HALVE.match(text(ir, update)) or _flat(ir, cond) not in (f"{var}>0", f"{var}>=1"):
+            not _HALVE.match(text(ir, update)) or flat_code(ir, cond) not in (f"{var}>0", f"{var}>=1"):
         return None
-    if first and unit.value(_flat(ir, start).replace("warpSize", "32")) != 16:
+    if first and unit.value(flat_code(ir, start).replace("warpSize", "32")) != 16:
         return None
     items = _flat_items(ir, loop_body(ir, loop))
     folds = []
@@ -2216,7 +2216,7 @@ def _shfl_of(ir: KernelIR, node: int, stride: str) -> str | None:
     if ir.grammar_type_of(node) != "call_expression" or callee(ir, node) != "__shfl_down_sync":
         return None
     args = [a for a in children(ir, children(ir, node)[-1]) if ir.grammar_type_of(a) not in _TRIVIA]
-    if len(args) not in (3, 4) or _flat(ir, args[2]) != stride or \
+    if len(args) not in (3, 4) or flat_code(ir, args[2]) != stride or \
             ir.grammar_type_of(args[1]) != "identifier":
         return None
     return ir.name_of(args[1])
@@ -2235,7 +2235,7 @@ def _shuffle_reductions_in(unit: Unit, kernel: str, fn: int, block: int) -> list
                 ir.grammar_type_of(second) != "if_statement" or _is_sync(ir, store):
             continue
         cond, then, _alt = if_parts(ir, store)
-        lane_zero = _flat(ir, cond)
+        lane_zero = flat_code(ir, cond)
         tid = next((t for t in _thread_names(unit, fn) if lane_zero in (
             f"({t}&31)==0", f"{t}%32==0", f"({t}%32)==0") or lane_zero in
             {f"{lane}==0" for lane in _lane_names(unit, fn, t)}), None)
@@ -2244,8 +2244,8 @@ def _shuffle_reductions_in(unit: Unit, kernel: str, fn: int, block: int) -> list
         slots = {}
         for s in _flat_items(ir, then):
             assign = _assignment(ir, s)
-            base, idx = _subscript(ir, children(ir, assign)[0]) if assign is not None else (None, [])
-            value = _flat(ir, children(ir, assign)[-1]) if assign is not None else ""
+            base, idx = subscript(ir, children(ir, assign)[0]) if assign is not None else (None, [])
+            value = flat_code(ir, children(ir, assign)[-1]) if assign is not None else ""
             if base is None or len(idx) != 1 or value not in dict(folds):
                 break
             slots[value] = base
@@ -2253,8 +2253,8 @@ def _shuffle_reductions_in(unit: Unit, kernel: str, fn: int, block: int) -> list
             continue
         cond2, then2, alt2 = if_parts(ir, second)
         warps = {f"{tid}>>5", f"{tid}/32"} | _bound_to(unit, fn, {f"{tid}>>5", f"{tid}/32"})
-        if alt2 is not None or not (_flat(ir, cond2) in (f"{tid}<32", f"{tid}<warpSize") or
-                                    any(_flat(ir, cond2) == f"{w}==0" for w in warps)):
+        if alt2 is not None or not (flat_code(ir, cond2) in (f"{tid}<32", f"{tid}<warpSize") or
+                                    any(flat_code(ir, cond2) == f"{w}==0" for w in warps)):
             continue
         inner = _flat_items(ir, then2)
         fold_at = next((i for i, s in enumerate(inner) if _warp_fold(unit, s, False)), None)
@@ -2265,7 +2265,7 @@ def _shuffle_reductions_in(unit: Unit, kernel: str, fn: int, block: int) -> list
             continue
         cond3, result, alt3 = if_parts(ir, tail)
         lanes = {f"{tid}==0"} | {f"{lane}==0" for lane in _lane_names(unit, fn, tid)}
-        if alt3 is not None or _flat(ir, cond3) not in lanes:
+        if alt3 is not None or flat_code(ir, cond3) not in lanes:
             continue
         closing = at + 4 < len(items) and _is_sync(ir, items[at + 4])
         end = ir.span_of(items[at + 4 if closing else at + 3]).end
@@ -2300,8 +2300,8 @@ def _bound_to(unit: Unit, fn: int, exprs: set[str]) -> set[str]:
     for nid in subtree(ir, fn):
         if ir.grammar_type_of(nid) == "declaration":
             for n, _i, init in declared_names(ir, nid):
-                if init is not None and _unparen(_flat(ir, init)) in exprs and \
-                        n not in _written_names(ir, fn):
+                if init is not None and _unparen(flat_code(ir, init)) in exprs and \
+                        n not in written_names(ir, fn):
                     out.add(n)
     return out
 

@@ -235,7 +235,7 @@ def _tree_text(ir: KernelIR, red: ShuffleReduction) -> str:
 def _shuffle_path_beside(ir: KernelIR, tree: ReductionTree) -> bool:
     """Whether `tree` is the fallback (else branch) of a branch whose other path already
     reduces with warp shuffles: the rule applied there before."""
-    from passes.cuda._tree import children, if_parts, subtree  # noqa: PLC0415
+    from passes.cuda._tree import callee, if_parts, subtree  # noqa: PLC0415
 
     for nid in range(len(ir)):
         span = ir.span_of(nid)
@@ -246,9 +246,7 @@ def _shuffle_path_beside(ir: KernelIR, tree: ReductionTree) -> bool:
         if branch is None or ir.grammar_type_of(branch) != "if_statement":
             continue
         then = if_parts(ir, branch)[1]
-        if any(ir.grammar_type_of(c) == "call_expression" and
-               ir.name_of(children(ir, c)[0] if children(ir, c) else c) == "__shfl_down_sync"
-               or ir.grammar_type_of(c) == "identifier" and ir.name_of(c) == "__shfl_down_sync"
+        if any(ir.grammar_type_of(c) == "call_expression" and callee(ir, c) == "__shfl_down_sync"
                for c in subtree(ir, then)):
             return True
     return False
