@@ -254,3 +254,18 @@ def test_heldout_scan_goes_on_past_a_bad_file(tmp_path: Path, capsys: pytest.Cap
     interpret = heldout.operators([str(tmp_path)], set(), "interpret")
     assert [c.name for c in interpret] == ["expr_sizes_matmul"]
     assert "not an operator at the interpret tier" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_tf32_product_passes_flagged_and_an_ieee_one_unflagged(tmp_path: Path) -> None:
+    problem = PRECISION / "matmul_rand.py"
+    tf32 = tmp_path / "tf32.py"
+    tf32.write_text(_candidate(tmp_path, "ieee").read_text().replace('input_precision="ieee"',
+                                                                     'input_precision="tf32"'))
+    found = {name: gate.check_file(path, problem, Tier.DEVICE, cache=False)
+             for name, path in (("tf32", tf32), ("ieee", tmp_path / "ieee.py"))}
+    for v in found.values():
+        assert v.ok, v.reason
+        assert v.correctness.check.startswith("KernelBench's check")
+    assert found["tf32"].correctness.lower_precision == ("default",)
+    assert found["ieee"].correctness.lower_precision == ()
