@@ -4,11 +4,11 @@ The yardstick is measured on the case itself: the worker runs the reference once
 first seed's inputs with every fp32 tensor rounded to TF32 (10 mantissa bits, to nearest even),
 and sends the relative-norm error of that run against the reference (`probe_error`). That is
 the error a computation whose products see TF32 (or bf16 / fp16) operands shows on this case
-and these values; fp32 arithmetic in another order stays orders of magnitude below it. A
+and these values; fp32 arithmetic in another order stays well below it. A
 candidate whose error on that seed reaches `LOWER_PRECISION_SHARE` of it computed in lower
 precision than the reference (`lower_precision`): the verdict says so (a flag and
 `Correctness.lower_precision`), and a speedup measured against the fp32 reference is then
-partly precision, not skill. Cases with no fp32 tensor among their inputs are not probed.
+partly precision, not skill. Only variants of dtype fp32 are probed.
 
 Runs in the gate's worker (torch) for the probe; `lower_precision` is plain arithmetic.
 """

@@ -388,7 +388,8 @@ class _Runner:
         with_inputs = hasattr(self.case, "compare")
         self.chan.send("ref", variant, phase, seed, self.encode(ref),
                        self.encode(inputs) if with_inputs else None)
-        if phase == PHASE_SEED and seed == self.job.seeds[0]:
+        if phase == PHASE_SEED and seed == self.job.seeds[0] \
+                and self.shapes[variant].get("dtype") == "fp32":
             self._precision_probe(variant, seed, inputs, ref)
         # The reference's answer must not survive where a candidate could find it.
         for t in tensors:
@@ -398,8 +399,8 @@ class _Runner:
 
     def _precision_probe(self, variant: str, seed: int, inputs: tuple[Any, ...], ref: Any) -> None:
         """Send ("precision", variant, seed, error of the reference on these inputs rounded to
-        TF32): the yardstick of a lower-precision candidate (`gate.precision`; fp32 inputs
-        only). It informs a flag and judges nothing, so a reference that fails here is skipped."""
+        TF32): the yardstick of a lower-precision candidate (`gate.precision`; variants of dtype
+        fp32 only). It informs a flag and judges nothing, so a reference that fails here is skipped."""
         from gate import precision
 
         if not precision.applies(inputs):
