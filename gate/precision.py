@@ -2,7 +2,7 @@
 
 The yardstick is measured on the case itself: the worker runs the reference once more on the
 first seed's inputs with every fp32 tensor rounded to TF32 (10 mantissa bits, to nearest even),
-and sends the relative-norm error of that run against the reference (`probe_error`). That is
+and sends the relative-norm error of that run against the reference (`relative_error`). That is
 the error a computation whose products see TF32 (or bf16 / fp16) operands shows on this case
 and these values; fp32 arithmetic in another order stays well below it. A
 candidate whose error on that seed reaches `LOWER_PRECISION_SHARE` of it computed in lower
