@@ -18,7 +18,6 @@ and met the budget, 1 otherwise, 2 for bad input.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import time
@@ -27,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "bench"):  # the packages, and bench/kernelbench_tier.py
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 WALL_BUDGET_S = 30.0
 OVERHEAD_FIXED_S = 5.0
@@ -66,13 +66,9 @@ def gate_once(start: Path, case: Any) -> dict[str, Any]:
 
 
 def _tier() -> Any:
-    if "kernelbench_tier" in sys.modules:
-        return sys.modules["kernelbench_tier"]
-    spec = importlib.util.spec_from_file_location("kernelbench_tier", ROOT / "bench" / "kernelbench_tier.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kernelbench_tier"] = module
-    spec.loader.exec_module(module)
-    return module
+    import kernelbench_tier
+
+    return kernelbench_tier
 
 
 def problem_bytes(case: Any) -> float:

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import math
 import os
@@ -56,8 +55,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "bench"):  # the packages, and bench/heldout.py as `heldout`
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 STARTS = ROOT / "bench" / "kernelbench"
 FAST_P = (0.0, 1.0, 1.5, 2.0)
@@ -67,14 +67,10 @@ COMPILE_MODE = "max-autotune-no-cudagraphs"
 
 
 def _heldout() -> Any:
-    """bench/heldout.py as a module (the per-operator steps and table helpers)."""
-    if "heldout" in sys.modules:
-        return sys.modules["heldout"]
-    spec = importlib.util.spec_from_file_location("heldout", ROOT / "bench" / "heldout.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["heldout"] = module
-    spec.loader.exec_module(module)
-    return module
+    """bench/heldout.py (the per-operator steps and table helpers)."""
+    import heldout
+
+    return heldout
 
 
 # -- pairing ----------------------------------------------------------------------------------
