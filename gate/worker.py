@@ -450,7 +450,7 @@ class _Runner:
             return wanted
         free, _ = torch.cuda.mem_get_info()
         free += torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
-        sets = max(2, min(wanted, int(free // size) - REFILL_SPARE_SETS))
+        sets = min(wanted, max(2, int(free // size) - REFILL_SPARE_SETS))
         if sets < wanted:
             self.chan.send("flag", f"{variant}: refilled calls rotate through {sets} input sets, "
                                    f"not {wanted}: {size / 2**30:.1f} GiB a set, "
