@@ -367,3 +367,17 @@ def test_threads_that_take_different_paths_are_read_one_at_a_time() -> None:
     (plain,), _ = find_gemm_tiles(kir.parse(source, "cuda"), (256, 1))
     assert (odd_even.a, odd_even.b, odd_even.elements, odd_even.row, odd_even.col) == \
         (plain.a, plain.b, plain.elements, plain.row, plain.col)
+
+
+def test_the_tensor_core_tiles_expert_restores_to_scalar_fma_and_back() -> None:
+    from passes.roundtrip import roundtrip
+
+    expert = Path(__file__).parent.parent / "experts" / "gemm" / "gemm_cuda_tiles.cu"
+    ir = kir.parse(expert.read_text(), "cuda")
+    rule = get_pass("mma-micro-kernel")()
+    present = [s for s in rule.sites(ir) if s.present]
+    assert [s.detail["kernel"] for s in present] == ["gemm_tiles_bf16", "gemm_tiles_fp16"]
+    for site in present:
+        trip = roundtrip(rule, ir, site, CTX)
+        assert trip.same, trip.forward
+        ptx_for_sm90a(trip.backward.ir.text)

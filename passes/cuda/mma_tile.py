@@ -797,6 +797,6 @@ def _subscript(arr: str, flat: str, extents: tuple[int, ...]) -> str:
         size = 1
         for e in extents[i + 1:]:
             size *= e
-        index = f"({flat}) / {size}" if i == 0 else f"({flat}) / {size} % {d}"
-        out.append(index.replace(" / 1 %", " %").replace(" / 1", ""))
+        index = f"({flat})" if size == 1 else f"({flat}) / {size}"
+        out.append(index if i == 0 else f"{index} % {d}")
     return arr + "".join(f"[{x}]" for x in out)
