@@ -228,10 +228,10 @@ class _State:
     parent: _State | None = None
     card: SkillCard | None = None
     made: Materialized | None = None
-    sid: str = ""
-    """Its lineage state id once recorded (a move was taken from it, or it was the best)."""
-    path: tuple[Step, ...] = ()
-    """The steps from the start to it."""
+    sid: str = ""  # its lineage state, once recorded (a move was taken from it, or it is the best)
+    path: tuple[Step, ...] = ()  # the steps from the start to it
+    target: Target | None = None  # what retrieval conditions on (`_frontier`)
+    used_up: dict[str, bool] = field(default_factory=dict)  # card id -> `_used_up`
 
 
 @dataclass(eq=False)
@@ -284,8 +284,7 @@ class _Run:
     observed: dict[str, list[float]] = field(default_factory=dict)
     """Move (`_move`) -> log speedup of each of its timed candidates over its state."""
     failures: Counter[str] = field(default_factory=Counter)
-    verdicts: dict[str, Any] = field(default_factory=dict)
-    """Source text -> verdict of every candidate gated in this run."""
+    verdicts: dict[str, Any] = field(default_factory=dict)  # text -> verdict of every gated one
     applied: list[Step] = field(default_factory=list)
     rejected: list[Step] = field(default_factory=list)
     gated: int = 0
@@ -349,11 +348,14 @@ def _prior(card: SkillCard, target: Target) -> float:
 def _frontier(state: _State, run: _Run) -> list[_Option]:
     """The moves of `state` not yet spent: its own sweeps (timed Triton runs), the recorded
     sweep of the retrieved launch card that fits it best, and the retrieved cards."""
-    present, open_ = kernel_sites(state.ir)
-    target = Target(run.language, run.case, run.platform, present,
-                    signature=kernel_signature(state.ir), open_sites=open_)
+    if state.target is None:  # what retrieval conditions on does not change with the run
+        present, open_ = kernel_sites(state.ir)
+        state.target = Target(run.language, run.case, run.platform, present,
+                              signature=kernel_signature(state.ir), open_sites=open_)
+    target = state.target
     spent = {c.id for c in run.cards if run.failures[c.id] >= MAX_CARD_FAILURES
-             or _spent(run, state, "card", c.id) or _used_up(c, state)}
+             or getattr(run.options.get((id(state), "card", c.id)), "done", False)
+             or _used_up(c, state)}
     found = [r.card for r in seeded_order(run.retriever.retrieve(target, exclude=spent).cards,
                                           run.seed)]
     moves: list[tuple[str, SkillCard, float]] = []
@@ -397,11 +399,6 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
     return out
 
 
-def _spent(run: _Run, state: _State, kind: str, card_id: str) -> bool:
-    option = run.options.get((id(state), kind, card_id))
-    return option is not None and option.done
-
-
 def _sweep_kind(options: Mapping[str, Any]) -> str:
     return "plain" if options.get("plain") else "own" if options.get("own") else "recorded"
 
@@ -422,8 +419,11 @@ def _left_out(card: SkillCard, state: _State) -> set[str]:
 
 def _used_up(card: SkillCard, state: _State) -> bool:
     """Every site `card` has on `state` lies in a kernel it is used up on."""
-    full = _full_kernels(card, state)
-    return bool(full) and all(kernel_of(s.anchor) in full for s in card_sites(card, state.ir))
+    if card.id not in state.used_up:
+        full = _full_kernels(card, state)
+        state.used_up[card.id] = bool(full) and all(kernel_of(s.anchor) in full
+                                                    for s in card_sites(card, state.ir))
+    return state.used_up[card.id]
 
 
 def _stream(option: _Option, run: _Run) -> Iterator[Materialized]:

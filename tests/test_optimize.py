@@ -497,17 +497,17 @@ def test_a_card_used_up_on_one_kernel_still_acts_on_another_kernel_of_the_file()
     two = naive.replace("def run(", kernel.replace("matmul_kernel", "matmul_kernel_b") + "def run(")
     ir = kir.parse(two, language="triton")
     assert {kernel_of(s.anchor) for s in card_sites(card, ir)} == {"matmul_kernel", "matmul_kernel_b"}
-    state = _State(two, ir, None, None)
-    assert not _used_up(card, state)
-    state.path = (Step(card.id, card.pass_name, "triton:matmul_kernel/for[0]/assign:acc[0]", True),)
+    assert not _used_up(card, _State(two, ir, None, None))
+    kept = (Step(card.id, card.pass_name, "triton:matmul_kernel/for[0]/assign:acc[0]", True),)
+    state = _State(two, ir, None, None, path=kept)  # a state's path is fixed when it is made
     assert _full_kernels(card, state) == {"matmul_kernel"}
     assert not _used_up(card, state)  # matmul_kernel_b still has a site
     full = _full_kernels(card, state)
     made = next(materializations(card, ir, DeterministicRewriter(),
                                  skip_site=lambda s: kernel_of(s.anchor) in full))
     assert made.ok and kernel_of(made.site.anchor) == "matmul_kernel_b"
-    state.path += (Step(card.id, card.pass_name, "triton:matmul_kernel_b/for[0]/assign:acc[0]", True),)
-    assert _used_up(card, state)
+    kept += (Step(card.id, card.pass_name, "triton:matmul_kernel_b/for[0]/assign:acc[0]", True),)
+    assert _used_up(card, _State(two, ir, None, None, path=kept))
 
 
 def _three_kernels(tmp_path: Path) -> Path:
@@ -1190,3 +1190,27 @@ def test_the_best_is_never_worse_than_the_best_gated_sweep(tmp_path: Path, with_
     if not with_library:
         assert {s.card for s in result.applied} <= {"sweep.plain", "sweep.own"}
         assert all(s.card.startswith("sweep.") for s in result.rejected)
+
+
+def test_on_a_row_kernel_the_sweeps_outrank_the_cards_of_dot_loops() -> None:
+    """A row-reduction start (no dot loop): the tile and pipelining cards of the library were
+    measured on dot loops, so their scope match, and with it their prior, is nil; the state's
+    own sweeps (block size, rows per program, warps, vector width) come before them."""
+    import gate
+    from lineage.graph import Lineage
+    from lineage.optimize import _frontier, _gain, _Run, _State
+    from lineage.retrieval import Retriever
+    from lineage.skills import Library
+
+    cards = Library.open(HELDOUT_LIBRARY).cards(admitted_only=True)
+    case = gate.load_case(ROOT / "bench/heldout/rmsnorm")
+    source = case.start_path().read_text()
+    run = _Run(None, None, None, Lineage(), "triton", case.ref, "cuda", "device", "x",
+               lambda e, d: None, 12, None, tuple(cards), Retriever(cards))
+    start = _State(source, kir.parse(source, "triton"), None, 1.0, sid="s:0")
+    run.states, run.best = [start], start
+    gains = {(o.kind, o.card.pass_name): _gain(o, run) for o in _frontier(start, run)}
+    sweeps = min(gains[("plain", "autotune")], gains[("own", "autotune")])
+    dot_cards = [g for (kind, name), g in gains.items() if kind == "card"
+                 and name in ("tile-sizes", "software-pipelining", "tma-descriptors")]
+    assert dot_cards and max(dot_cards) < sweeps
