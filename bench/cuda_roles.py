@@ -10,8 +10,10 @@ reduction trees, stride loops, the launch block, refusals with reasons), then ea
 (`warp-shuffle-reduce`, `cp-async-pipeline`, `vectorize-global`, `launch-bounds`,
 `pragma-unroll`, `mma-micro-kernel`) applied at every open site it takes (its refusals kept), and the result gated
 at --tier against the folder's case (static: NVRTC for sm_90a; emulate: the CPU emulation at the
-case's small shapes; device: the GPU). Writes OUT/cuda_roles.json and OUT/cuda_roles.md;
---json prints the JSON. Progress goes to stderr.
+case's small shapes; device: the GPU, where the start is timed too and each output's time is
+set against it); "all of the above" gates the start with every rule that passed alone applied
+one after another. Writes OUT/cuda_roles.json and OUT/cuda_roles.md; --json prints the JSON.
+Progress goes to stderr.
 """
 from __future__ import annotations
 
@@ -86,21 +88,43 @@ def kernel_report(folder: Path, tier: str) -> dict[str, Any]:
         facts["block_threads"] = launch.threads
     ctx = PassContext(facts=facts)
     rules = {}
+    start_verdict = None
+    if tier == "device":  # the start's own time, in the same process as the rules' outputs
+        start_verdict = _verdict(gate.check(ir.text, "cuda", folder, tier, path=unit.source_path,
+                                            host=unit.host_path, cache=False))
+    combined, total = ir, 0
     for name in RULES:
         new_ir, count, refusals = _apply(name, ir, ctx)
         entry: dict[str, Any] = {"applied": count, "refusals": refusals}
         if count:
             verdict = gate.check(new_ir.text, "cuda", folder, tier, path=unit.source_path,
                                  host=unit.host_path, cache=False)
-            entry["verdict"] = {"ok": bool(verdict.ok), "stage": str(verdict.stage),
-                                "reason": str(verdict.reason or "")[:300]}
+            entry["verdict"] = _verdict(verdict)
         rules[name] = entry
+        if count and entry["verdict"]["ok"]:  # the rules that passed alone, one after another
+            combined, more, _ = _apply(name, combined, ctx)
+            total += more
         print(f"[cuda_roles] {folder.name} {name}: applied {count}"
               + (f", gate {'ok' if entry['verdict']['ok'] else entry['verdict']['reason'][:80]}"
                  if count else ""), file=sys.stderr)
+    if total and sum(1 for e in rules.values() if e["applied"]) > 1:
+        rules["all of the above"] = {"applied": total, "refusals": [], "verdict": _verdict(
+            gate.check(combined.text, "cuda", folder, tier, path=unit.source_path,
+                       host=unit.host_path, cache=False))}
     return {"kernel": folder.name, "start": str(start.relative_to(ROOT) if start.is_relative_to(ROOT)
                                                    else start), "roles": _summary(roles),
-            "rules": rules}
+            "rules": rules, "start_verdict": start_verdict}
+
+
+def _verdict(verdict: Any) -> dict[str, Any]:
+    """The verdict's outcome, and at the device tier the candidate's and the reference's ms."""
+    out: dict[str, Any] = {"ok": bool(verdict.ok), "stage": str(verdict.stage),
+                           "reason": str(verdict.reason or "")[:300]}
+    timing = getattr(verdict, "timing", None)
+    if timing is not None:
+        out["ms"] = timing.candidate_ms
+        out["reference_ms"] = timing.reference_ms
+    return out
 
 
 def _summary(roles: dict[str, Any]) -> dict[str, Any]:
@@ -120,6 +144,14 @@ def _summary(roles: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _outcome(verdict: dict[str, Any], start: dict[str, Any] | None) -> str:
+    if not verdict["ok"]:
+        return "FAIL: " + verdict["reason"][:60]
+    if start and start.get("ms") and verdict.get("ms"):
+        return f"ok, {verdict['ms']:.4g} ms, {start['ms'] / verdict['ms']:.2f}x the start"
+    return "ok"
+
+
 def _markdown(rows: list[dict[str, Any]], tier: str) -> str:
     lines = [f"# CUDA roles and role-based rules on each kernel (gate tier: {tier})", "",
              "| kernel | launch block | roles | rules applied (gate) | refusals |",
@@ -135,7 +167,7 @@ def _markdown(rows: list[dict[str, Any]], tier: str) -> str:
                   for m in r["micro_kernels"]]
         roles += [f"tree {t}" for t in r["reduction_trees"]]
         roles += [f"{k}-stride loop" for k in r["stride_loops"]]
-        applied = [f"{n} x{e['applied']} ({'ok' if e['verdict']['ok'] else 'FAIL: ' + e['verdict']['reason'][:60]})"
+        applied = [f"{n} x{e['applied']} ({_outcome(e['verdict'], row.get('start_verdict'))})"
                    for n, e in row["rules"].items() if e["applied"]]
         refused = sorted({f"{n}: {why}" for n, e in row["rules"].items() if not e["applied"]
                           for why in e["refusals"][:1]} | set(r["refusals"][:2]))
