@@ -75,6 +75,7 @@ class _Judge:
     results: list[SeedResult] = field(default_factory=list)
     ref_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
     ref_tf32_ms: dict[str, float] = field(default_factory=dict)
+    ref_compile_ms: dict[str, float] = field(default_factory=dict)
     cand_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
     kernel_ms: dict[str, tuple[tuple[str, float], ...]] = field(default_factory=dict)
     picks: dict[str, tuple[tuple[str, tuple[tuple[str, int], ...]], ...]] = field(default_factory=dict)
@@ -150,8 +151,9 @@ class _Judge:
         elif kind == "ref_ms":
             self.ref_ms[msg[1]] = (msg[2], msg[3])
             self.timed_s = max(self.timed_s, msg[4])
-        elif kind == "ref_tf32_ms":
-            self.ref_tf32_ms[str(msg[1])] = float(msg[2])
+        elif kind in ("ref_tf32_ms", "ref_compile_ms"):
+            table = self.ref_tf32_ms if kind == "ref_tf32_ms" else self.ref_compile_ms
+            table[str(msg[1])] = float(msg[2])
             self.timed_s = max(self.timed_s, msg[3])
         elif kind == "cand_ms":
             self.cand_ms[msg[1]] = (msg[2], msg[3])
@@ -323,7 +325,7 @@ class _Judge:
         if self.tier is Tier.DEVICE and self.cand_ms:
             variants = tuple(VariantTiming(v, self.cand_ms[v][0], self.ref_ms[v][0],
                                            self.kernel_ms.get(v, ()), self.picks.get(v, ()),
-                                           self.ref_tf32_ms.get(v))
+                                           self.ref_tf32_ms.get(v), self.ref_compile_ms.get(v))
                              for v in self.cand_ms)
             timing = Timing(sum(v.candidate_ms for v in variants), sum(v.reference_ms for v in variants),
                             variants, timed_s=self.timed_s)

@@ -286,6 +286,9 @@ class VariantTiming:
     """fp32 cases: the reference timed the same way with TF32 allowed in matmuls and
     convolutions (`torch.backends.cuda.matmul.allow_tf32`, cuDNN's), the baseline a user
     picks when fp32 precision is not needed; None where not timed."""
+    reference_compile_ms: float | None = None
+    """The reference under `torch.compile(mode="max-autotune-no-cudagraphs")`, timed the same
+    way in the same worker, where the gate was asked to (KLINEAGE_GATE_COMPILE=1); else None."""
 
     @property
     def speedup(self) -> float:
@@ -350,6 +353,19 @@ class Timing:
         ref = self.reference_tf32_ms
         return ref / self.candidate_ms if ref is not None and self.candidate_ms > 0 else None
 
+    @property
+    def reference_compile_ms(self) -> float | None:
+        """The variants' references under torch.compile, summed; None unless every variant has
+        one (`VariantTiming.reference_compile_ms`)."""
+        values = [v.reference_compile_ms for v in self.variants]
+        return sum(values) if values and all(v is not None for v in values) else None
+
+    @property
+    def speedup_compile(self) -> float | None:
+        """x/compile: the reference under torch.compile over the candidate."""
+        ref = self.reference_compile_ms
+        return ref / self.candidate_ms if ref is not None and self.candidate_ms > 0 else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "candidate_ms": self.candidate_ms, "reference_ms": self.reference_ms,
@@ -357,10 +373,15 @@ class Timing:
             **({"reference_tf32_ms": self.reference_tf32_ms,
                 "speedup_tf32": _finite_or_none(self.speedup_tf32)}
                if self.reference_tf32_ms is not None else {}),
+            **({"reference_compile_ms": self.reference_compile_ms,
+                "speedup_compile": _finite_or_none(self.speedup_compile)}
+               if self.reference_compile_ms is not None else {}),
             "variants": [{"variant": v.variant, "candidate_ms": v.candidate_ms,
                           "reference_ms": v.reference_ms, "speedup": _finite_or_none(v.speedup),
                           **({"reference_tf32_ms": v.reference_tf32_ms}
                              if v.reference_tf32_ms is not None else {}),
+                          **({"reference_compile_ms": v.reference_compile_ms}
+                             if v.reference_compile_ms is not None else {}),
                           **({"kernels": dict(v.kernels)} if v.kernels else {}),
                           **({"picks": {k: dict(c) for k, c in v.picks}} if v.picks else {})}
                          for v in self.variants],
@@ -393,7 +414,8 @@ class Timing:
                                           tuple((str(k), float(ms)) for k, ms
                                                 in (v.get("kernels") or {}).items()),
                                           picks_of(v.get("picks")),
-                                          _float_or_none(v.get("reference_tf32_ms")))
+                                          _float_or_none(v.get("reference_tf32_ms")),
+                                          _float_or_none(v.get("reference_compile_ms")))
                             for v in d.get("variants", ())),
                       float(d.get("timed_s", 0.0)))
 

@@ -23,6 +23,8 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
                                                        so far in this worker)
     ("ref_tf32_ms", variant, ms, timed_s)             device tier, fp32 inputs: the reference
                                                        timed with TF32 allowed
+    ("ref_compile_ms", variant, ms, timed_s)          device tier, KLINEAGE_GATE_COMPILE=1: the
+                                                       reference under torch.compile, timed
     ("out", variant, phase, seed, outputs, launches)  a candidate call; phase is seed |
                                                        knockout | fault | sealed | timed |
                                                        reverify | refill (a call on refilled
@@ -65,6 +67,7 @@ REFILL_SPARE_SETS = 4  # input-set sizes of device memory kept free beside a ref
 # An autotuner in the candidate times each configuration with at most this warm-up and this
 # much of repetitions (ms; Triton's defaults are 25 and 100): a median over hundreds of calls
 # for a kernel of 0.2 ms still, and a gemm expert's eight configurations cost 0.6 s less.
+COMPILE_MODE = "max-autotune-no-cudagraphs"  # the torch.compile baseline (KLINEAGE_GATE_COMPILE=1)
 TUNE_WARMUP_MS = 10
 TUNE_REP_MS = 40
 
@@ -321,6 +324,7 @@ class _Runner:
                                       rotation.refill_next)
                 self.chan.send("ref_ms", variant, ms, wall, self.timed_s)
                 self._time_reference_tf32(variant, rotation)
+                self._time_reference_compiled(variant, rotation)
             self._poison_cached_memory()
 
     def _time_reference_tf32(self, variant: str, rotation: Any) -> None:
@@ -337,6 +341,30 @@ class _Runner:
         finally:
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
         self.chan.send("ref_tf32_ms", variant, ms, self.timed_s)
+
+    def _time_reference_compiled(self, variant: str, rotation: Any) -> None:
+        """With KLINEAGE_GATE_COMPILE=1 in the caller's environment: the reference under
+        `torch.compile(mode=COMPILE_MODE)`, compiled (and autotuned) first, then timed the same
+        way, before candidate code loads (x/compile of the verdict). A reference torch.compile
+        fails on is a flag, not a rejection."""
+        if os.environ.get("KLINEAGE_GATE_COMPILE") != "1":
+            return
+        torch = self.torch
+        try:
+            compiled = torch.compile(self.case.reference, mode=COMPILE_MODE)
+
+            def call() -> Any:
+                with torch.no_grad():
+                    return compiled(*rotation.buffers)
+
+            with self.lock.shared():
+                call()
+                self.sync()
+            ms, _ = self.bench(call, rotation.refill_next)
+        except Exception as exc:  # noqa: BLE001 — a baseline, not a verdict
+            self.chan.send("flag", f"reference ({variant}): no torch.compile baseline: {describe(exc)[:300]}")
+            return
+        self.chan.send("ref_compile_ms", variant, ms, self.timed_s)
 
     def sealed_seed(self) -> int:
         """Fresh inputs for the sealed call (answers kept from other calls do not fit them)."""
