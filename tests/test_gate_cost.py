@@ -45,6 +45,9 @@ def test_the_tf32_reference_time_travels_in_the_verdict_and_the_bench_row() -> N
     back = Timing.from_json(timing.to_json())
     assert back.reference_tf32_ms == 3.0 and back.speedup_tf32 == 1.5 and back.speedup == 2.0
     assert Timing(2.0, 4.0, (VariantTiming("default", 2.0, 4.0),)).to_json().get("speedup_tf32") is None
+    compiled = Timing(2.0, 4.0, (VariantTiming("default", 2.0, 4.0, reference_compile_ms=1.0),))
+    again = Timing.from_json(compiled.to_json())
+    assert again.speedup_compile == 0.5 and again.reference_tf32_ms is None
     from lineage.commands import bench
 
     case = SimpleNamespace(name="p", device_shapes={"default": {"dtype": "fp32"}}, bench_shapes={},
@@ -125,8 +128,11 @@ def test_a_large_problems_device_gate_meets_the_phase_budget(tmp_path: Path) -> 
 
 
 @pytest.mark.gpu
-def test_an_fp32_problems_verdict_has_the_tf32_reference(tmp_path: Path) -> None:
+def test_an_fp32_problems_verdict_has_the_tf32_and_compiled_references(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import gate
+
+    monkeypatch.setenv("KLINEAGE_GATE_COMPILE", "1")
 
     problem = tmp_path / "small_rms.py"
     problem.write_text(LARGE_PROBLEM.replace("n = 64", "n = 2"))
@@ -136,3 +142,5 @@ def test_an_fp32_problems_verdict_has_the_tf32_reference(tmp_path: Path) -> None
     assert verdict.ok, verdict.reason
     assert verdict.timing.reference_tf32_ms is not None and verdict.timing.reference_tf32_ms > 0
     assert "speedup_tf32" in verdict.to_json()["timing"]
+    assert verdict.timing.reference_compile_ms is not None, verdict.flags
+    assert verdict.to_json()["timing"]["speedup_compile"] > 0
