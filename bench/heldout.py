@@ -161,6 +161,7 @@ def _verdict_summary(verdict: Any) -> dict[str, Any]:
             "ms": timing.candidate_ms if timing else None,
             "reference_ms": timing.reference_ms if timing else None,
             "reference_tf32_ms": timing.reference_tf32_ms if timing else None,
+            "reference_compile_ms": timing.reference_compile_ms if timing else None,
             "flags": list(verdict.flags),
             **({"variants": variants} if variants else {})}
 
