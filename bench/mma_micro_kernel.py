@@ -8,7 +8,8 @@ The start kernel (default: tests/data/microkernels/blocktile_bf16.cu, a tutorial
 block-tiling GEMM with scalar FMAs) takes `(M, N, K, alpha, A, B, beta, C)` and is launched on
 a (N / BN, M / BM) grid of the block the rule reports. The rule's output is compiled with NVRTC
 beside it; both are checked against an fp32 product at the timed shape and at a ragged one, then
-cuBLAS (torch.matmul), the start and the rewrite are timed with
+cuBLAS (torch.matmul), the start, the rewrite and experts/gemm/gemm_cuda_tiles (a tutorial-style
+GEMM with 16-byte staging in the rule's form) are timed with
 `triton.testing.do_bench(..., return_mode="median")` (cuBLAS first and again last). `--bk N`
 also times the start and its rewrite with the start's BK macro set to N (what a tile-size move
 would add). Writes result.json, result.md and the rewritten sources into --out.
@@ -137,6 +138,13 @@ def _measure(args: argparse.Namespace, kernels: dict[str, tuple[str, dict[str, A
         except Exception:  # noqa: BLE001 — one variant failing must not lose the others
             traceback.print_exc()
             times[name] = float("nan")
+    # the tutorial-style expert in the rule's form (16-byte staging, padded 128x128x32 tiles)
+    from experts.gemm import gemm_cuda_tiles  # noqa: PLC0415
+
+    want = a.float() @ b.float()
+    checks["gemm_cuda_tiles"] = [((gemm_cuda_tiles.run(a, b).float() - want).abs().max()
+                                  / want.abs().max()).item()]
+    times["gemm_cuda_tiles"] = do_bench(lambda: gemm_cuda_tiles.run(a, b), return_mode="median")
     times["cublas_again"] = do_bench(lambda: torch.matmul(a, b), return_mode="median")
     cublas = min(times["cublas"], times["cublas_again"])
     flops = 2.0 * s ** 3
