@@ -30,7 +30,8 @@ x/ref (kernel and reference timed in one worker) times eager over that baseline 
 here): the ratio to eager-TF32 says whether a speedup is more than the precision TF32 gives up.
 
 The gate itself times the reference with TF32 allowed too (fp32 problems, in its worker,
-`Timing.reference_tf32_ms`); where it did, the eager-TF32 ratio is the gate's own.
+`Timing.reference_tf32_ms`), and under torch.compile where KLINEAGE_GATE_COMPILE=1 is set (a
+compile per gate: meant for --start-only runs); where it did, the ratio is the gate's own.
 
 Tables (OUT/kernelbench.json and .md): per problem start, best, control, eager, eager-TF32 and
 torch.compile ms and the ratios, and which kernels the gate flagged as computing in lower
@@ -236,8 +237,9 @@ def _kernel_entry(rec: Mapping[str, Any], kernel: str) -> dict[str, Any]:
 
 def kernel_vs(rec: Mapping[str, Any], kernel: str, baseline: str) -> tuple[bool, float | None, float | None]:
     """(correct, kernel ms, baseline ms on the gate's clock) of one record: eager is the gate's
-    own reference time, eager-TF32 the gate's reference with TF32 allowed where the gate timed
-    it; otherwise TF32 and compile are scaled by eager's time measured beside them."""
+    own reference time, eager-TF32 and compile the gate's reference with TF32 allowed or under
+    torch.compile where the gate timed them (KLINEAGE_GATE_COMPILE=1 for the latter); otherwise
+    they are scaled by eager's time measured beside them in this process."""
     entry = _kernel_entry(rec, kernel)
     ok = bool(entry.get("ok"))
     ms = entry.get("ms")
@@ -245,8 +247,9 @@ def kernel_vs(rec: Mapping[str, Any], kernel: str, baseline: str) -> tuple[bool,
     base = rec.get("baselines") or {}
     if baseline == "eager" or not ref:
         return ok, ms, ref
-    if baseline == "eager_tf32" and entry.get("reference_tf32_ms"):
-        return ok, ms, entry["reference_tf32_ms"]
+    own = entry.get(f"reference_{baseline.removeprefix('eager_')}_ms")  # the gate's own, if timed
+    if own:
+        return ok, ms, own
     other, eager = base.get(f"{baseline}_ms"), base.get("eager_ms")
     return ok, ms, (ref * other / eager) if other and eager else None
 

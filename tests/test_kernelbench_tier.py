@@ -160,6 +160,9 @@ def test_device_tables_scale_the_gates_ratio_by_each_baseline() -> None:
     # where the gate timed the reference with TF32 allowed, that time is the baseline
     rec["start"]["reference_tf32_ms"] = 1.0
     assert TIER.kernel_vs(rec, "start", "eager_tf32") == (True, 8.0, 1.0)
+    rec["start"]["reference_compile_ms"] = 16.0
+    assert TIER.kernel_vs(rec, "start", "compile") == (True, 8.0, 16.0)
+    assert TIER.kernel_vs(rec, "best", "compile") == (True, 2.0, pytest.approx(0.8))  # 4 * 1 / 5
 
 
 def test_interpret_smoke_run_gates_start_best_and_control(tmp_path: Path) -> None:
