@@ -83,11 +83,13 @@ def test_a_rerun_of_the_demo_keeps_the_previous_lineage_beside(
     out.mkdir()
     shutil.copy(LINEAGE, out / "lineage.json")
     before = (out / "lineage.json").read_bytes()
+    (out / "report.html").write_text("<html></html>")
     with pytest.raises(KLineageError, match="induction reached"):
         run_induction(str(EXPERT), "gemm", "interpret", str(out), 1, 4, 4, resume=False,
                       as_json=False, quiet=True, keep_previous=True)
-    kept = list(out.glob("lineage-*.json"))
-    assert len(kept) == 1 and kept[0].read_bytes() == before
+    kept = list(out.glob("previous-*"))
+    assert len(kept) == 1 and (kept[0] / "lineage.json").read_bytes() == before
+    assert (kept[0] / "report.html").is_file()
     assert not (out / "lineage.json").exists()
 
 
@@ -192,5 +194,15 @@ def test_optimize_time_limit_is_the_loops_time_box(tmp_path: Path, monkeypatch: 
     assert rc == 0
     assert result["termination"] == "time-box" and result["gated"] == 0
     assert Path(result["best"]["path"]).read_text() == target.read_text()
+    assert result["previous"] is None
+    # a second run into the same --out keeps the first one's files beside its own
+    first = (tmp_path / "out" / "lineage.json").read_bytes()
+    rc = main(["optimize", str(target), "--case", "gemm", "--library", str(lib.root), "--tier",
+               "static", "--time-limit", "0.001", "--out", str(tmp_path / "out"), "--json"])
+    again = json.loads(capsys.readouterr().out)
+    assert rc == 0 and again["previous"]
+    kept = Path(again["previous"])
+    assert kept.parent == tmp_path / "out" and (kept / "lineage.json").read_bytes() == first
+    assert sorted(p.name for p in kept.iterdir()) == ["best.py", "lineage.json", "result.json"]
     assert main(["optimize", str(target), "--case", "gemm", "--library", str(lib.root),
                  "--time-limit", "0"]) == 2

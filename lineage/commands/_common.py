@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,23 @@ def output_file(path: str | Path, option: str = "--output") -> Path:
         raise BadInputError(f"{p}: {option} names a folder, not a file")
     output_dir(p.parent if str(p.parent) else ".", option)
     return p
+
+
+def set_aside(folder: Path, patterns: Sequence[str]) -> Path | None:
+    """Move the files an earlier run wrote into `folder` (those matching `patterns`) into
+    `folder/previous-<UTC time of the newest>/`, so that a new run writes beside them and loses
+    nothing. Returns that folder, or None when there was nothing to move."""
+    found = sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
+    if not found:
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(max(p.stat().st_mtime for p in found)))
+    dest, n = folder / f"previous-{stamp}", 1
+    while dest.exists():
+        dest, n = folder / f"previous-{stamp}-{n}", n + 1
+    dest.mkdir()
+    for p in found:
+        p.replace(dest / p.name)
+    return dest
 
 
 def kernel_text(path: str | Path) -> str:

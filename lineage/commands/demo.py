@@ -21,8 +21,8 @@ INTERPRET_PASSES = ("tile-sizes{floor=32}",)
 def command(tier: str, out: str, as_json: bool) -> None:
     """Induce the gemm expert's lineage (interpret tier on a CPU, device tier with timings on a
     GPU) into OUT and write OUT/report.html. At the interpret tier tiles shrink to 32, not 16
-    (induce --pass 'tile-sizes{floor=32}'). A lineage already in OUT is kept beside the new
-    one, as OUT/lineage-<UTC time>.json. JSON: as `klineage induce --json`."""
+    (induce --pass 'tile-sizes{floor=32}'). A lineage already in OUT is kept, with its
+    report, in OUT/previous-<UTC time>/. JSON: as `klineage induce --json`."""
     from gate import resolve_tier
 
     from lineage.commands._common import output_dir

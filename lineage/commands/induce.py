@@ -1,7 +1,6 @@
 """`klineage induce KERNEL --case NAME`: guided de-optimization of an expert into a lineage."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +8,8 @@ import click
 
 from kir.errors import BadInputError
 
-from lineage.commands._common import Progress, emit_json, executor_options, kernel_text, output_dir
+from lineage.commands._common import (Progress, emit_json, executor_options, kernel_text,
+                                      output_dir, set_aside)
 
 
 def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_steps: int,
@@ -18,8 +18,9 @@ def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_s
                   pass_specs: tuple[str, ...] = (), compile_check: bool = False,
                   executor: Any = None, keep_previous: bool = False) -> dict:
     """Induce and report; see `command`. An --out that already holds a lineage is continued
-    with `resume`, moved aside (to lineage-<UTC time>.json beside it) with `keep_previous`, and
-    otherwise refused: a run never replaces a lineage it was not asked to continue."""
+    with `resume`, set aside (with its report, into OUT/previous-<UTC time>/) with
+    `keep_previous`, and otherwise refused: a run never replaces a lineage it was not asked to
+    continue."""
     import gate
     import kir
     from lineage.induce import induce
@@ -33,8 +34,8 @@ def run_induction(kernel: str, case: str, tier: str, out: str, width: int, max_s
         if not keep_previous:
             raise BadInputError(f"{out}: already holds a lineage ({existing.name}); --resume "
                                 "continues it, or name another --out")
-        existing.replace(existing.with_name(
-            f"lineage-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(existing.stat().st_mtime))}.json"))
+        kept = set_aside(existing.parent, ("lineage.json", "report.html"))
+        click.echo(f"klineage: the lineage already in {out} is kept in {kept}", err=True)
     elif resume and not existing.exists():
         click.echo(f"klineage: nothing to resume in {out} (no lineage.json): starting a new lineage",
                    err=True)

@@ -8,7 +8,7 @@ import click
 
 from kir.errors import BadInputError
 
-from lineage.commands._common import Progress, emit_json, executor_options, output_dir
+from lineage.commands._common import Progress, emit_json, executor_options, output_dir, set_aside
 
 
 @click.command("optimize")
@@ -60,6 +60,8 @@ def command(target: str, case: str, library: str | None, budget_steps: int, budg
     (a candidate reached again along another path reuses its verdict and is not counted).
     "library": {"path", "shipped", "provenance"} names the library used (`provenance`: what its
     index records; for the shipped library the lineages, GPU and commit its cards come from).
+    An earlier run's files in OUT (lineage.json, result.json, best.*) are first moved into
+    OUT/previous-<UTC time>/ ("previous" in the JSON; null when there were none).
     """
     import gate
     import kir
@@ -87,7 +89,9 @@ def command(target: str, case: str, library: str | None, budget_steps: int, budg
             f"{library}: no admitted SkillCard ({count} hypothes{'i' if count == 1 else 'e'}s "
             f"not yet admitted); admit them first: klineage skills {library} --admit "
             "LINEAGE_DIR [--held-out HELD_OUT_DIR] --tier interpret")
-    output_dir(out)
+    previous = set_aside(output_dir(out), ("lineage.json", "result.json", "best.*"))
+    if previous is not None:
+        click.echo(f"klineage: the earlier run in {out} is kept in {previous}", err=True)
     deadline = time.monotonic() + time_limit if time_limit is not None else None
     with (open_executor(executor, address=ray_address) as gates,
           Progress(f"optimizing {Path(target).name} ({case})", enabled=not as_json) as progress):
@@ -96,7 +100,8 @@ def command(target: str, case: str, library: str | None, budget_steps: int, budg
                           config_sweeps=not no_sweeps, deadline=deadline,
                           llm_config=config, executor=gates)
     if as_json:
-        emit_json({**result.to_json(), "library": named})
+        emit_json({**result.to_json(), "library": named,
+                   "previous": str(previous) if previous is not None else None})
         return
     click.echo(describe(named), err=True)
     for note in result.notes:
