@@ -22,7 +22,9 @@ Warp collectives resolve once every lane of their mask that has not exited has a
 accesses through `volatile` pointers run the warp's lanes in lockstep.
 cp.async copies land when their group is waited for (or the thread ends). Atomics are plain
 read-modify-writes (no thread runs inside another's). The emulated device is compute capability
-8.0 (`__CUDA_ARCH__` 800); host code sees `host.EMULATED`.
+8.0 to host code (`host.EMULATED`: a host that picks a kernel by architecture picks its sm_80
+path), `__CUDA_ARCH__` 800 to device code; a host may still launch its Hopper kernels (TMA,
+wgmma), which run.
 
 Supported: `__global__ / __device__ / __host__ / __forceinline__ / __launch_bounds__ /
 __restrict__ / __align__ / __constant__` device globals; `__shared__` (any scope, several
@@ -42,8 +44,13 @@ loads / stores; `__cvta_generic_to_shared`; the `cuda_pipeline.h` primitives; de
 (`tiled_partition<N>`, their shuffles and votes, `cg::reduce`); `#pragma unroll` (ignored).
 Inline PTX: `prepass.SUPPORTED`
 (mma.sync m16n8k16 / m16n8k8 with f16 / bf16 inputs, ldmatrix / stmatrix m8n8, cp.async with
-zero fill and its groups, 1-D bulk copies (`cp.async.bulk`, not `.tensor`) completing on
-mbarriers, mbarrier init / arrive (expect_tx) / complete_tx / try_wait (parity), branches to
+zero fill and its groups, 1-D bulk copies (`cp.async.bulk`) completing on mbarriers, TMA
+tensor copies in tile mode (`cp.async.bulk.tensor`, 1-5 dimensions, 32 / 64 / 128-byte
+swizzles, zero fill, loads on mbarriers and stores; maps from the emulated
+`cuTensorMapEncodeTiled`), `wgmma.mma_async` m64nNk16 with f32 accumulators and f16 / bf16
+operands from shared-memory descriptors (K- or MN-major, any swizzle; a warpgroup-wide
+collective, its result there when issued), mbarrier init / arrive (expect_tx) / complete_tx /
+try_wait (parity), `setmaxnreg` (no effect), branches to
 labels within a statement (wait loops), cvt between f32 and f16 / bf16 (x2), cvta, mov with
 special registers, setp / selp, ld / st (shared, global), integer and f32 arithmetic, bar.sync /
 bar.arrive for the block and for named barriers of part of it, fences as no-ops); any other
@@ -57,8 +64,8 @@ writes through `volatile T*` pointers (each access waits for the warp's other ru
 the classic unrolled last warp of a tree); through plain pointers or `volatile` arrays its
 lanes run one after another and read stale values (it fails here, as it may on Volta and later
 GPUs); shuffles that read from lanes outside the mask or that have exited (they return the
-caller's own value); TMA tensor copies (`cp.async.bulk.tensor`: their tensor maps are encoded
-on the host), `wgmma`, `setmaxnreg`, thread block clusters, grid-wide cooperative groups
+caller's own value); TMA im2col / gather / multicast modes, wgmma with A in registers or
+f16 accumulators, tcgen05, thread block clusters beyond one block, grid-wide cooperative groups
 (`this_grid().sync()`), WMMA (`mma.h`), dynamic parallelism, texture and surface memory,
 `cudaMemcpyToSymbol` / `cuModuleGetGlobal` on `__constant__`; host modules whose kernels come
 from a `load_inline` extension (its C++ host half needs nvcc and a CUDA build of torch: the

@@ -355,12 +355,14 @@ inline void context_jump(Context& next) {
 enum State { RUNNABLE, AT_BARRIER, AT_WARP, AT_LOCKSTEP, AT_NAMED, DONE };
 enum Op { OP_NONE, OP_SHFL_IDX, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR, OP_BALLOT, OP_ANY, OP_ALL,
           OP_MATCH_ANY, OP_MATCH_ALL, OP_REDUCE_ADD, OP_REDUCE_MIN, OP_REDUCE_MAX, OP_REDUCE_UMIN,
-          OP_REDUCE_UMAX, OP_REDUCE_AND, OP_REDUCE_OR, OP_REDUCE_XOR, OP_SYNCWARP, OP_CUSTOM };
+          OP_REDUCE_UMAX, OP_REDUCE_AND, OP_REDUCE_OR, OP_REDUCE_XOR, OP_SYNCWARP, OP_CUSTOM,
+          OP_WARPGROUP };
 static const char* const OP_NAMES[] = {
     "none", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync",
     "__any_sync", "__all_sync", "__match_any_sync", "__match_all_sync", "__reduce_add_sync",
     "__reduce_min_sync", "__reduce_max_sync", "__reduce_min_sync", "__reduce_max_sync",
-    "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync", "__syncwarp", "a warp-wide PTX instruction"};
+    "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync", "__syncwarp", "a warp-wide PTX instruction",
+    "a warpgroup-wide PTX instruction"};
 
 struct Copy { void* dst; const void* src; unsigned bytes; unsigned src_bytes; };
 struct Thread;
@@ -406,10 +408,15 @@ inline thread_local Thread* cur = nullptr;
 inline unsigned long launch_seq = 0;
 inline unsigned long block_seq = 0;  // counts the blocks run (state kept per block checks it)
 
-constexpr size_t STATIC_SHARED_CAP = 256 * 1024;
+// Shared memory as the GPU lays it out: the module's static `__shared__` variables from address
+// 0 (each given its offset when the library loads), the launch's dynamic shared memory after
+// them (1 KiB aligned), so that addresses stay below 256 KiB as wgmma descriptors need.
+constexpr size_t SHARED_WINDOW = 512 * 1024;
 constexpr size_t DYNAMIC_SHARED_CAP = 256 * 1024;
-alignas(128) inline unsigned char shared_window[STATIC_SHARED_CAP + DYNAMIC_SHARED_CAP];
+// 4 KiB aligned: swizzled layouts (TMA, wgmma) follow shared-address bits, as on the GPU.
+alignas(4096) inline unsigned char shared_window[SHARED_WINDOW];
 inline size_t static_shared_used = 0;
+inline size_t dynamic_base() { return (static_shared_used + 1023) & ~size_t(1023); }
 
 [[noreturn]] inline void fail(const char* fmt, ...) {
   Launch* l = L;
@@ -427,22 +434,26 @@ inline size_t static_shared_used = 0;
 
 inline void yield() { context_switch(cur->ctx, L->sched); }
 
-// Per-block shared memory: static declarations get fixed offsets in the shared window (the
-// same in every block and launch: blocks run one at a time), dynamic shared memory follows.
-template <class T, int ID>
-inline T& shared_var() {
-  static size_t offset = SIZE_MAX;
-  if (offset == SIZE_MAX) {
-    size_t at = (static_shared_used + 127) & ~size_t(127);
-    if (at + sizeof(T) > STATIC_SHARED_CAP) fail("static shared memory exceeds %zu bytes", STATIC_SHARED_CAP);
-    offset = at;
-    static_shared_used = at + sizeof(T);
+// Per-block shared memory: static declarations get fixed offsets in the shared window when the
+// library loads (the same in every block and launch: blocks run one at a time).
+inline size_t allocate_static(size_t bytes, size_t align) {
+  size_t at = (static_shared_used + align - 1) & ~(align - 1);
+  if (at + bytes > SHARED_WINDOW - DYNAMIC_SHARED_CAP) {
+    fprintf(stderr, "cudacpu: static shared memory exceeds %zu bytes\n", SHARED_WINDOW - DYNAMIC_SHARED_CAP);
+    std::abort();
   }
-  return *reinterpret_cast<T*>(shared_window + offset);
+  static_shared_used = at + bytes;
+  return at;
+}
+template <class T, int ID, size_t ALIGN>
+inline const size_t shared_offset = allocate_static(sizeof(T), ALIGN > 16 ? ALIGN : 16);
+template <class T, int ID, size_t ALIGN = 16>
+inline T& shared_var() {
+  return *reinterpret_cast<T*>(shared_window + shared_offset<T, ID, ALIGN>);
 }
 template <class T>
 inline T& dynamic_shared() {
-  return *reinterpret_cast<T*>(shared_window + STATIC_SHARED_CAP);
+  return *reinterpret_cast<T*>(shared_window + dynamic_base());
 }
 inline unsigned char* shared_base() { return shared_window; }
 inline bool is_shared(const void* p) {
@@ -674,7 +685,7 @@ inline bool resolve_warps(Launch& l) {
     }
     for (int i = 0; i < 32; ++i) {
       Thread* t = lanes[i];
-      if (t == nullptr || t->state != AT_WARP) continue;
+      if (t == nullptr || t->state != AT_WARP || t->op == OP_WARPGROUP) continue;
       if (!(t->mask >> i & 1u))
         fail("thread %u (lane %d) calls %s with a mask (0x%08x) that leaves out its own lane", t->linear, i,
              OP_NAMES[t->op], t->mask);
@@ -690,6 +701,36 @@ inline bool resolve_warps(Launch& l) {
         any = true;
       }
     }
+  }
+  return any;
+}
+
+// Warpgroup collectives (wgmma): the 128 threads of a warpgroup (threads 128g .. 128g+127)
+// that have not exited meet; `custom` gets them in order (lanes[i] is thread 128g + i).
+inline bool resolve_warpgroups(Launch& l) {
+  bool any = false;
+  for (unsigned g = 0; g * 128 < l.nthreads; ++g) {
+    Thread* lanes[128];
+    bool waiting = false, ready = true;
+    CustomFn fn = nullptr;
+    for (unsigned i = 0; i < 128; ++i) {
+      unsigned idx = g * 128 + i;
+      lanes[i] = idx < l.nthreads ? &l.threads[idx] : nullptr;
+      Thread* t = lanes[i];
+      if (t == nullptr || t->state == DONE) continue;
+      if (t->state == AT_WARP && t->op == OP_WARPGROUP) {
+        if (fn != nullptr && t->custom != fn) fail("divergent warpgroup instructions in warpgroup %u", g);
+        fn = t->custom;
+        waiting = true;
+      } else {
+        ready = false;
+      }
+    }
+    if (!waiting || !ready) continue;
+    fn(lanes, 0);
+    for (unsigned i = 0; i < 128; ++i)
+      if (lanes[i] != nullptr && lanes[i]->state == AT_WARP) lanes[i]->state = RUNNABLE;
+    any = true;
   }
   return any;
 }
@@ -783,7 +824,7 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
     snprintf(l.error, sizeof(l.error), "invalid grid size (%u,%u,%u)", l.grid.x, l.grid.y, l.grid.z);
     return 1;
   }
-  if (l.dynamic_bytes > DYNAMIC_SHARED_CAP) {
+  if (l.dynamic_bytes > DYNAMIC_SHARED_CAP || dynamic_base() + l.dynamic_bytes > SHARED_WINDOW) {
     snprintf(l.error, sizeof(l.error), "dynamic shared memory of %zu bytes exceeds the emulator's %zu", l.dynamic_bytes,
              DYNAMIC_SHARED_CAP);
     return 1;
@@ -817,7 +858,7 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
           ++block_seq;
           std::memset(l.named_arrived, 0, sizeof(l.named_arrived));
           std::memset(shared_window, 0xff, static_shared_used);
-          std::memset(shared_window + STATIC_SHARED_CAP, 0xff, l.dynamic_bytes);
+          std::memset(shared_window + dynamic_base(), 0xff, l.dynamic_bytes);
           for (unsigned i = 0; i < l.nthreads; ++i) {
             Thread& t = threads[i];
             t.linear = i;
@@ -841,6 +882,7 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
             if (l.failed) break;
             if (resolve_warps(l)) continue;
             if (l.failed) break;
+            if (resolve_warpgroups(l)) continue;
             if (release_lockstep(l)) continue;
             if (release_named(l)) continue;
             unsigned done = 0, waiting = 0;

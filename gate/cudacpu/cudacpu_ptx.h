@@ -49,7 +49,7 @@ struct Arg {
 };
 enum Code { C_NOP, C_MMA, C_LDMATRIX, C_STMATRIX, C_CP_ASYNC, C_CP_COMMIT, C_CP_WAIT, C_CP_WAIT_ALL, C_CVT,
             C_CVTA, C_MOV, C_SETP, C_BAR, C_LD, C_ST, C_ALU, C_FUNARY, C_FMA, C_SELP, C_BRA, C_MBARRIER,
-            C_BULK, C_BULK_NOP };
+            C_BULK, C_BULK_NOP, C_TENSOR, C_WGMMA };
 struct Instr {
   int code = C_NOP;
   std::string op;
@@ -115,6 +115,12 @@ struct Parser {
     if (s[0] == '[') {
       a.kind = A_MEM;
       std::string inner = trim(s.substr(1, s.size() - 2));
+      std::vector<std::string> parts = split_top(inner, ',');
+      if (parts.size() == 2) {  // a tensor operand: [tensor map, {coordinates}]
+        a.elems.push_back(arg(parts[0]));
+        a.elems.push_back(arg(parts[1]));
+        return a;
+      }
       size_t plus = inner.find_first_of("+-", 1);
       a.elems.push_back(arg(plus == std::string::npos ? inner : inner.substr(0, plus)));
       if (plus != std::string::npos) {
@@ -182,7 +188,8 @@ struct Parser {
     if (h == "ldmatrix") return C_LDMATRIX;
     if (h == "stmatrix") return C_STMATRIX;
     if (h == "cp" && in.mods.size() > 2 && in.mods[1] == "async" && in.mods[2] == "bulk") {
-      if (in.mods.size() > 3 && (in.mods[3] == "tensor" || in.mods[3] == "reduce")) return -1;
+      if (in.mods.size() > 3 && in.mods[3] == "tensor") return C_TENSOR;
+      if (in.mods.size() > 3 && in.mods[3] == "reduce") return -1;
       if (in.mods.size() > 3 && (in.mods[3] == "commit_group" || in.mods[3] == "wait_group" ||
                                  in.mods[3] == "prefetch"))
         return C_BULK_NOP;
@@ -204,6 +211,13 @@ struct Parser {
       return in.has("sync") || in.has("arrive") || in.mods.size() == 1 ? C_BAR : -1;
     if (h == "membar" || h == "fence" || h == "prefetch" || h == "griddepcontrol") return C_NOP;
     if (h == "bra") return C_BRA;
+    if (h == "setmaxnreg") return C_NOP;  // register budgets do not change what a kernel computes
+    if (h == "wgmma") {
+      if (in.mods.size() > 1 && in.mods[1] == "mma_async") return C_WGMMA;
+      if (in.mods.size() > 1 && (in.mods[1] == "fence" || in.mods[1] == "commit_group" || in.mods[1] == "wait_group"))
+        return C_NOP;  // wgmma runs when issued: its results are there before any wait
+      return -1;
+    }
     if (h == "mbarrier") return C_MBARRIER;
     if (h == "ld") return C_LD;
     if (h == "st") return C_ST;
@@ -797,6 +811,7 @@ inline bool do_mbarrier(Frame& f, const Instr& in) {
     unsigned want = (unsigned)get(f, in.args.at(2)) & 1u;
     bool done = b.phase != want;  // the phase of parity `want` (or token) has completed
     set(f, in.args[0], done);
+    if (!done) lockstep();  // a wait loop around it: let the other threads run first
     return done;
   } else {
     fail("inline PTX is not emulated: %s", in.op.c_str());
@@ -822,6 +837,164 @@ inline void do_bulk(Frame& f, const Instr& in) {
   }
 }
 
+// ---- TMA tensor copies (tile mode) ----
+// The tensor map a host encodes through cuTensorMapEncodeTiled (answered by gate.cudacpu.host):
+// 16 u64 words: magic, global address, rank | element size << 8 | swizzle << 16, global
+// dimensions [3..7], global strides in bytes of dimensions 1.. [8..11], box dimensions
+// (16 bits each) [12..13].
+constexpr uint64_t TENSOR_MAP_MAGIC = 0x3150434144554343ull;  // "CUDACPU1"
+struct TensorMap {
+  const uint64_t* w;
+  unsigned rank() const { return (unsigned)(w[2] & 0xff); }
+  unsigned esize() const { return (unsigned)((w[2] >> 8) & 0xff); }
+  unsigned swizzle() const { return (unsigned)((w[2] >> 16) & 0xff); }  // 0 none, 1 32 B, 2 64 B, 3 128 B
+  uint64_t dim(unsigned i) const { return w[3 + i]; }
+  uint64_t stride(unsigned i) const { return i == 0 ? esize() : w[8 + i - 1]; }
+  unsigned box(unsigned i) const { return (unsigned)((w[12 + i / 4] >> (16 * (i % 4))) & 0xffff); }
+};
+// The shared address a swizzle mode puts a 16-byte chunk at (the GPU's address-bit XOR).
+inline uint32_t swizzled(uint32_t addr, unsigned bits) {
+  return bits == 0 ? addr : addr ^ (((addr >> 7) & ((1u << bits) - 1u)) << 4);
+}
+inline unsigned swizzle_bits(unsigned mode) { return mode == 3 ? 3u : mode == 2 ? 2u : mode == 1 ? 1u : 0u; }
+inline void do_tensor(Frame& f, const Instr& in) {
+  // load: cp.async.bulk.tensor.Nd.shared::cluster.global{.tile}.mbarrier::complete_tx::bytes
+  //       [dst], [map, {c0, ...}], [mbar]
+  // store: cp.async.bulk.tensor.Nd.global.shared::cta{.tile}.bulk_group [map, {c0, ...}], [src]
+  bool load = in.mods.size() > 5 && in.mods[5].compare(0, 6, "shared") == 0;
+  if (has_prefix(in, "im2col") || has_prefix(in, "multicast") || has_prefix(in, "gather") ||
+      has_prefix(in, "scatter"))
+    fail("inline PTX is not emulated: %s (tile mode only)", in.op.c_str());
+  const Arg& tensor = in.args.at(load ? 1 : 0);
+  const Arg& smem = in.args.at(load ? 0 : 1);
+  if (tensor.kind != A_MEM || tensor.elems.size() != 2) fail("%s: expected [map, {coordinates}]", in.op.c_str());
+  TensorMap map{(const uint64_t*)(uintptr_t)get(f, tensor.elems[0])};
+  if (map.w[0] != TENSOR_MAP_MAGIC) fail("%s: the tensor map was not encoded by the emulated driver", in.op.c_str());
+  std::vector<const Arg*> coords = elems(tensor.elems[1]);
+  unsigned rank = map.rank();
+  if (coords.size() != rank) fail("%s: %zu coordinates for a rank-%u tensor map", in.op.c_str(), coords.size(), rank);
+  int64_t c[5] = {0, 0, 0, 0, 0};
+  for (unsigned i = 0; i < rank; ++i) c[i] = (int64_t)(int32_t)get(f, *coords[i]);
+  unsigned es = map.esize(), bits = swizzle_bits(map.swizzle());
+  uint32_t base = (uint32_t)(address(f, in, smem, true) - shared_base());
+  unsigned row_bytes = map.box(0) * es;
+  if (bits && row_bytes != (16u << bits)) fail("%s: a box row of %u bytes under a %u-byte swizzle", in.op.c_str(), row_bytes, 16u << bits);
+  unsigned box_elems = 1;
+  for (unsigned i = 0; i < rank; ++i) box_elems *= map.box(i);
+  const unsigned char* g = (const unsigned char*)(uintptr_t)map.w[1];
+  for (unsigned e = 0; e < box_elems; ++e) {
+    unsigned rest = e;
+    bool inside = true;
+    uint64_t goff = 0;
+    for (unsigned i = 0; i < rank; ++i) {
+      int64_t at = c[i] + rest % map.box(i);
+      rest /= map.box(i);
+      if (at < 0 || (uint64_t)at >= map.dim(i)) inside = false;
+      else goff += (uint64_t)at * map.stride(i);
+    }
+    unsigned char* s = shared_base() + swizzled(base + e * es, bits);
+    if (load) {
+      if (inside) std::memcpy(s, g + goff, es);
+      else std::memset(s, 0, es);
+    } else if (inside) {
+      std::memcpy(const_cast<unsigned char*>(g) + goff, s, es);
+    }
+  }
+  if (load) {
+    if (in.args.size() < 3) fail("%s: expected its mbarrier", in.op.c_str());
+    Mbarrier& b = mbarrier_at(in, bar_address(f, in, in.args[2]));
+    b.tx -= (long long)box_elems * es;
+    mbarrier_progress(b);
+  }
+}
+
+// ---- wgmma.mma_async (m64nNk16, f32 accumulators, f16 / bf16 operands from descriptors) ----
+struct WgIn {
+  uint64_t desc_a, desc_b;
+  int n, type, scale_a, scale_b, trans_a, trans_b;
+  bool accumulate;
+  uint32_t* acc;  // this thread's N/2 accumulators (f32 bits), read and written
+};
+// The 16-bit element (mn, k) of a descriptor's operand: start address, leading / stride byte
+// offsets, swizzle mode (bits 62-63: 0 none, 1 128 B, 2 64 B, 3 32 B), K- or MN-major.
+inline float desc_element(uint64_t desc, unsigned mn, unsigned k, bool mn_major, int type) {
+  uint32_t start = (uint32_t)(desc & 0x3fff) << 4, lbo = (uint32_t)((desc >> 16) & 0x3fff) << 4,
+           sbo = (uint32_t)((desc >> 32) & 0x3fff) << 4;
+  unsigned mode = (unsigned)(desc >> 62) & 3u;
+  unsigned bits = mode == 1 ? 3u : mode == 2 ? 2u : mode == 3 ? 1u : 0u;
+  uint32_t addr;
+  if (bits == 0) {  // 8 x 8 core matrices of 16-byte rows
+    addr = mn_major ? start + (mn / 8) * sbo + (mn % 8) * 2 + (k / 8) * lbo + (k % 8) * 16
+                    : start + (mn / 8) * sbo + (mn % 8) * 16 + (k / 8) * lbo + (k % 8) * 2;
+  } else {  // atoms of 8 rows of (16 << bits) bytes
+    uint32_t row = 16u << bits, per_row = row / 2;
+    addr = mn_major ? start + (mn / per_row) * lbo + (mn % per_row) * 2 + (k / 8) * sbo + (k % 8) * row
+                    : start + (mn / 8) * sbo + (mn % 8) * row + k * 2;
+    addr = swizzled(addr, bits);
+  }
+  if (addr + 2 > sizeof(shared_window)) fail("wgmma: a descriptor addresses past shared memory");
+  unsigned short v;
+  std::memcpy(&v, shared_base() + addr, 2);
+  return type == T_BF16 ? bf16_to_float(v) : half_to_float(v);
+}
+inline void wgmma_resolve(Thread** lanes, unsigned) {
+  const WgIn* p = nullptr;
+  for (int i = 0; i < 128 && p == nullptr; ++i)
+    if (lanes[i] != nullptr && lanes[i]->state == AT_WARP) p = (const WgIn*)lanes[i]->in;
+  int n = p->n;
+  std::vector<float> A(64 * 16), B(16 * (size_t)n);
+  for (unsigned m = 0; m < 64; ++m)
+    for (unsigned k = 0; k < 16; ++k) A[m * 16 + k] = p->scale_a * desc_element(p->desc_a, m, k, p->trans_a != 0, p->type);
+  for (unsigned k = 0; k < 16; ++k)
+    for (unsigned j = 0; j < (unsigned)n; ++j)
+      B[k * n + j] = p->scale_b * desc_element(p->desc_b, j, k, p->trans_b != 0, p->type);
+  for (int t = 0; t < 128; ++t) {
+    if (lanes[t] == nullptr || lanes[t]->state != AT_WARP) continue;
+    const WgIn& q = *(const WgIn*)lanes[t]->in;
+    int w = t / 32, lane = t % 32, g = lane >> 2, c = lane & 3;
+    for (int j = 0; j < n / 8; ++j)
+      for (int i = 0; i < 4; ++i) {
+        int row = 16 * w + g + 8 * (i >> 1), col = 8 * j + 2 * c + (i & 1);
+        float acc = q.accumulate ? u2f(q.acc[4 * j + i]) : 0.0f;
+        for (int k = 0; k < 16; ++k) acc += A[row * 16 + k] * B[k * n + col];
+        q.acc[4 * j + i] = f2u(acc);
+      }
+  }
+}
+inline void decode_wgmma(Instr& in) {
+  // wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} d, a-desc, b-desc, scale-d,
+  //   imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
+  const std::vector<std::string>& m = in.mods;
+  if (m.size() != 8 || m[2] != "sync" || m[3] != "aligned" || m[4].compare(0, 3, "m64") != 0 || m[5] != "f32" ||
+      (m[6] != "f16" && m[6] != "bf16") || m[7] != m[6])
+    fail("inline PTX is not emulated: %s (m64nNk16 with f32 accumulators, f16 / bf16 operands)", in.op.c_str());
+  int n = std::atoi(m[4].c_str() + m[4].find('n') + 1);
+  if (m[4].find("k16") == std::string::npos || n < 8 || n > 256 || n % 8 != 0)
+    fail("inline PTX is not emulated: %s", in.op.c_str());
+  if (in.args.size() != 8) fail("%s: expected both operands from descriptors (8 operands)", in.op.c_str());
+  if ((int)elems(in.args[0]).size() != n / 2) fail("%s: expected %d accumulators", in.op.c_str(), n / 2);
+  in.d[0] = n;
+  in.d[1] = type_of(m[6]);
+}
+inline void do_wgmma(Frame& f, const Instr& in) {
+  WgIn p{};
+  p.n = in.d[0];
+  p.type = in.d[1];
+  p.desc_a = get(f, in.args[1]);
+  p.desc_b = get(f, in.args[2]);
+  p.accumulate = get(f, in.args[3]) != 0;
+  p.scale_a = (int)(int32_t)get(f, in.args[4]) < 0 ? -1 : 1;
+  p.scale_b = (int)(int32_t)get(f, in.args[5]) < 0 ? -1 : 1;
+  p.trans_a = (int)get(f, in.args[6]);
+  p.trans_b = (int)get(f, in.args[7]);
+  const Arg& d = in.args[0];
+  uint32_t acc[128];
+  for (int i = 0; i < p.n / 2; ++i) acc[i] = (uint32_t)get(f, d.elems[i]);
+  p.acc = acc;
+  warp_collective(OP_WARPGROUP, 0xffffffffu, 0, 0, 32, wgmma_resolve, &p, nullptr);
+  for (int i = 0; i < p.n / 2; ++i) set(f, d.elems[i], acc[i]);
+}
+
 inline void Parser::decode(Instr& in) {
   switch (in.code) {
     case C_MMA: decode_mma(in); break;
@@ -832,6 +1005,7 @@ inline void Parser::decode(Instr& in) {
       in.d[0] = has_prefix(in, "L2::cache_hint");
       break;
     case C_LD: case C_ST: decode_ldst(in); break;
+    case C_WGMMA: decode_wgmma(in); break;
     default: break;
   }
 }
@@ -870,6 +1044,8 @@ inline void exec(const char* tmpl, Operand* ops, int nops, bool extended) {
       case C_MBARRIER: do_mbarrier(f, in); break;
       case C_BULK: do_bulk(f, in); break;
       case C_BULK_NOP: break;
+      case C_TENSOR: do_tensor(f, in); break;
+      case C_WGMMA: do_wgmma(f, in); break;
       case C_NOP: break;
       case C_MMA: do_mma(f, in); break;
       case C_LDMATRIX: do_matrix(f, in, true); break;

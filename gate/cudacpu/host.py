@@ -13,16 +13,17 @@ the emulator, so a candidate's real host module runs its kernels at the case's s
   GetPTX(Size) / GetCUBIN(Size) / GetProgramLog(Size) / DestroyProgram`, `cuInit`,
   `cuDeviceGet(Count / Attribute / Name)`, `cuCtx*` (current, primary context, synchronize),
   `cuModuleLoadData(Ex) / GetFunction / Unload`, `cuFuncSetAttribute / GetAttribute / GetName`,
-  `cuLaunchKernel`, `cuStreamCreate / Synchronize / Destroy`. The image NVRTC "returns" is a
-  token that names the emulated library; `cuModuleLoadData` turns it back into the library.
-  Kernel parameters are an address of an array of pointers, a `(values, types)` pair as
-  cuda-python accepts, or a NumPy array of addresses. Any other driver call raises
-  `CudaError` naming it (`cuMemAlloc`, `cuTensorMapEncodeTiled`, graphs ...: device memory is
-  torch's, TMA is not emulated);
+  `cuLaunchKernel`, `cuStreamCreate / Synchronize / Destroy`, `cuTensorMapEncodeTiled` (tile
+  mode: the 128 bytes hold the emulator's own encoding of the map, which its TMA copies read).
+  The image NVRTC "returns" is a token that names the emulated library; `cuModuleLoadData`
+  turns it back into the library. Kernel parameters are an address of an array of pointers, a
+  `(values, types)` pair as cuda-python accepts, or a NumPy array of addresses. Any other
+  driver call raises `EmulationError` naming it (`cuMemAlloc`, graphs, im2col tensor maps
+  ...: device memory is torch's);
 - the device the host code sees (`gate.hostview.target_device(EMULATED)`): compute capability
-  8.0, so a host that picks a kernel by architecture picks one the emulator runs (mma.sync,
-  ldmatrix, cp.async; no TMA / wgmma). Inputs are host tensors that say they are on `cuda:0`
-  (`host_call`), and tensors made "on the GPU" are made on the host.
+  8.0, so a host that picks a kernel by architecture picks its mma.sync / ldmatrix / cp.async
+  path (a host may still launch its TMA / wgmma kernels: they run too). Inputs are host tensors
+  that say they are on `cuda:0` (`host_call`), and tensors made "on the GPU" are made on the host.
 
 Everything is put back when the context ends. Nothing here imports torch or CUDA at import.
 """
@@ -315,6 +316,18 @@ def _driver_module(real: types.ModuleType | None) -> types.ModuleType:
     def success(*values: Any) -> Any:
         return lambda *a, **k: (ok, *values) if values else (ok,)
 
+    def encode_tiled(dtype: Any, rank: int, address: Any, dims: Any, strides: Any, box: Any,
+                     element_strides: Any, interleave: Any, swizzle: Any, l2: Any, oob: Any) -> Any:
+        if real is None:
+            return (err("CUDA_ERROR_NOT_SUPPORTED"), None)
+        words = _tensor_map_words(dtype, int(rank), address, dims, strides, box, element_strides,
+                                  interleave, swizzle, oob)
+        if words is None:
+            return (err("CUDA_ERROR_INVALID_VALUE"), None)
+        tmap = real.CUtensorMap()
+        ctypes.memmove(int(tmap.getPtr()), (ctypes.c_uint64 * 16)(*words), 128)
+        return ok, tmap
+
     ctx = handle("CUcontext", 1) if real is not None else 1
     functions = {
         "cuInit": success(), "cuDriverGetVersion": success(12080),
@@ -331,7 +344,7 @@ def _driver_module(real: types.ModuleType | None) -> types.ModuleType:
         "cuLibraryLoadData": module_load,
         "cuFuncSetAttribute": func_set_attribute, "cuFuncGetAttribute": func_get_attribute,
         "cuFuncGetName": func_get_name, "cuFuncSetCacheConfig": success(),
-        "cuLaunchKernel": launch_kernel,
+        "cuLaunchKernel": launch_kernel, "cuTensorMapEncodeTiled": encode_tiled,
         "cuStreamCreate": success(handle("CUstream", 0) if real is not None else 0),
         "cuStreamSynchronize": success(), "cuStreamDestroy": success(), "cuStreamQuery": success(),
         "cuGetErrorString": lambda e: (ok, getattr(e, "name", str(e)).encode()),
@@ -342,7 +355,9 @@ def _driver_module(real: types.ModuleType | None) -> types.ModuleType:
     emulated_names = set(functions)
 
     def missing(name: str) -> Any:
-        if name.startswith("cu") and name not in emulated_names and callable(getattr(real, name, None)):
+        target = getattr(real, name, None)
+        if name.startswith("cu") and name not in emulated_names and callable(target) \
+                and not isinstance(target, type):  # a driver call; types (cuuint64_t ...) pass
             def refuse(*args: Any, **kwargs: Any) -> Any:
                 raise EmulationError(f"the CUDA driver call {name} is not emulated on the CPU")
             return refuse
@@ -352,6 +367,39 @@ def _driver_module(real: types.ModuleType | None) -> types.ModuleType:
 
     mod.__getattr__ = missing  # type: ignore[attr-defined]
     return mod
+
+
+_ELEMENT_BYTES = {"UINT8": 1, "UINT16": 2, "UINT32": 4, "INT32": 4, "UINT64": 8, "INT64": 8,
+                  "FLOAT16": 2, "FLOAT32": 4, "FLOAT64": 8, "BFLOAT16": 2, "FLOAT32_FTZ": 4,
+                  "TFLOAT32": 4, "TFLOAT32_FTZ": 4}
+_SWIZZLE = {"SWIZZLE_NONE": 0, "SWIZZLE_32B": 1, "SWIZZLE_64B": 2, "SWIZZLE_128B": 3}
+TENSOR_MAP_MAGIC = 0x3150434144554343  # "CUDACPU1": cudacpu_ptx.h's TensorMap reads the same words
+
+
+def _tensor_map_words(dtype: Any, rank: int, address: Any, dims: Any, strides: Any, box: Any,
+                      element_strides: Any, interleave: Any, swizzle: Any, oob: Any) -> list[int] | None:
+    """The 16 words of an emulated tensor map (tile mode, rank 1-5, element strides 1, no
+    interleave, zero fill); None for anything else."""
+    def ints(values: Any) -> list[int]:
+        return [int(getattr(v, "value", v) if not isinstance(v, int) else v) for v in values]
+
+    name = getattr(dtype, "name", str(dtype)).replace("CU_TENSOR_MAP_DATA_TYPE_", "")
+    esize = _ELEMENT_BYTES.get(name)
+    mode = _SWIZZLE.get(getattr(swizzle, "name", str(swizzle)).replace("CU_TENSOR_MAP_", ""))
+    flat = getattr(interleave, "name", str(interleave)).endswith("INTERLEAVE_NONE")
+    dims_, strides_, box_, steps = ints(dims), ints(strides), ints(box), ints(element_strides)
+    if esize is None or mode is None or not flat or not 1 <= rank <= 5 or any(s != 1 for s in steps) \
+            or len(dims_) != rank or len(box_) != rank or len(strides_) != rank - 1 or "NAN" in str(oob):
+        return None
+    words = [0] * 16
+    words[0] = TENSOR_MAP_MAGIC
+    words[1] = int(getattr(address, "value", address)) if not isinstance(address, int) else address
+    words[2] = rank | (esize << 8) | (mode << 16)
+    words[3:3 + rank] = dims_
+    words[8:8 + rank - 1] = strides_
+    for i, b in enumerate(box_):
+        words[12 + i // 4] |= (b & 0xFFFF) << (16 * (i % 4))
+    return words
 
 
 def _nvrtc_module(real: types.ModuleType | None, nvrtc_check: bool) -> types.ModuleType:

@@ -57,12 +57,17 @@ SUPPORTED = (
     ("cp.async.bulk.global.shared::cta", "1-D bulk store"),
     ("cp.async.bulk.commit_group", ""), ("cp.async.bulk.wait_group", ""),
     ("cp.async.bulk.prefetch", "no effect"), ("bra", "within the statement (wait loops)"),
+    ("cp.async.bulk.tensor", "tile mode, 1-5 dimensions, maps from the emulated cuTensorMapEncodeTiled, "
+                             "32/64/128-byte swizzles, zero fill; loads on an mbarrier, stores"),
+    ("wgmma.mma_async.sync.aligned", "m64nNk16, f32 accumulators, f16 / bf16 operands from descriptors"),
+    ("wgmma.fence", "no effect"), ("wgmma.commit_group", "no effect"),
+    ("wgmma.wait_group", "no effect: a wgmma's result is there when it is issued"),
+    ("setmaxnreg", "no effect"),
     ("membar", "no effect: memory is sequentially consistent"),
     ("fence", "no effect"), ("prefetch", "no effect"), ("griddepcontrol", "no effect"),
 )
 _UNSUPPORTED_HINTS = {
-    "wgmma": "wgmma (Hopper warpgroup MMA)", "cp.async.bulk.tensor": "TMA tensor copies",
-    "cp.async.bulk.reduce": "reducing bulk copies", "tcgen05": "tcgen05", "setmaxnreg": "setmaxnreg",
+    "cp.reduce.async.bulk": "reducing bulk copies", "tcgen05": "tcgen05 (Blackwell tensor memory)",
     "elect": "elect.sync", "red": "red (use atomic builtins)", "atom": "atom (use atomic builtins)",
     "shfl": "shfl in asm (use the __shfl_*_sync builtins)", "vote": "vote in asm",
 }
@@ -208,23 +213,46 @@ def _rewrite_shared(text: str, counter: list[int]) -> tuple[str, int]:
         lead = original[: len(original) - len(original.lstrip())]
         decl = masked[start:end].replace("\\\n", "  ").strip()  # comments, splices blanked
         is_extern = re.search(r"\bextern\b", _mask(decl)) is not None
+        aligned = re.search(r"\b(?:__align__|alignas)\s*\(\s*(\d+)\s*\)", decl)
+        align = int(aligned.group(1)) if aligned else 128
         body = _QUALIFIERS.sub(" ", decl).strip()
         base, items = _declarators(body)
+        file_scope = _depth(masked, start) == 0
         parts = []
         for stars, name, dims in items:
-            if is_extern:
+            if is_extern and file_scope:
+                # the launch's dynamic shared memory, wherever the launch puts it: a name that
+                # reads it at each use (a reference bound when the library loads could not)
+                kind = f"{base} {stars}{dims or ''}".strip()
+                parts.append(f"\n#define {name} (::cudacpu::dynamic_shared<{kind}>())\n")
+            elif is_extern:
                 kind = f"{base} {stars}{dims or ''}".strip()
                 parts.append(f"{base} {stars}(&{name}){dims} = ::cudacpu::dynamic_shared<{kind}>();")
             else:
                 counter[0] += 1
                 kind = f"{base} {stars}{dims}".strip()
                 parts.append(f"{base} {stars}(&{name}){dims} = "
-                             f"::cudacpu::shared_var<{kind}, {counter[0]}>();")
+                             f"::cudacpu::shared_var<{kind}, {counter[0]}, {align}>();")
+        if is_extern and file_scope:  # the `;` goes too: macros end at their line
+            new = "".join(parts)
+            if not lead or lead.endswith("\n"):
+                new = new[1:]  # already at the start of a line
+            end += 1
+            original = text[start:end]
+            edits.append((start, end, lead + new + "\\\n" * max(0, original[len(lead):].count("\n") - 1)))
+            done_until = end
+            continue
         new = " ".join(parts)
         new = new[:-1] if new.endswith(";") else new  # the source's own `;` ends the last one
         edits.append((start, end, lead + _keep_lines(original[len(lead):], new)))
         done_until = end
     return _apply(text, edits), len(edits)
+
+
+def _depth(masked: str, at: int) -> int:
+    """Brace depth at offset `at` of masked text (0: file scope; namespaces count too, so a
+    declaration inside `namespace x { }` reads as nested)."""
+    return masked.count("{", 0, at) - masked.count("}", 0, at)
 
 
 def _apply(text: str, edits: list[tuple[int, int, str]]) -> str:
