@@ -3,7 +3,8 @@ from it compute the case's answer when the expert's own host module runs them on
 emulator (`gate.cudacpu`) at the case's small shapes. A wrong rewrite fails here without a GPU.
 
 (The emulated device is compute capability 8.0: a host that picks a kernel by architecture runs
-its mma.sync path; a rewrite of a kernel the host does not launch there is built, not run.)
+its mma.sync path there; the gemm expert's Hopper kernel (TMA, wgmma) is run too, through the
+host's own switch.)
 """
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ cudacpu = pytest.importorskip("gate.cudacpu")
 import gate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPERTS = [("topk", "topk_cuda"), ("gemm", "gemm_cuda")]
+# (case, expert stem, host texts appended to its host module: each a way of running it)
+EXPERTS = [("topk", "topk_cuda", ("",)),
+           ("gemm", "gemm_cuda", ("", "\n\ndef run(a, b):\n    return matmul(a, b, kernel='wgmma')\n"))]
 
 
 def _cuda_passes() -> list[str]:
@@ -39,12 +42,13 @@ def _error(case: gate.Case, out: object, inputs: tuple) -> float:
                      max(torch.linalg.vector_norm(r.double()), 1e-30)) for o, r in zip(outs, refs))
 
 
-def _check(case: gate.Case, source: str, host: Path, what: str) -> None:
+def _check(case: gate.Case, source: str, host: Path, runs: tuple[str, ...], what: str) -> None:
     shape = dict(next(iter(case.small_shapes.values())))
     inputs = tuple(case.module().make_inputs(shape, 3, "cpu"))
-    out = cudacpu.run_host(source, host, *inputs)
-    err = _error(case, out, inputs)
-    assert err <= case.tolerance_for(str(shape.get("dtype", ""))), f"{what}: error {err:.3g}"
+    for extra in runs:
+        out = cudacpu.run_host(source, host.read_text() + extra, *inputs, stem=host.stem)
+        err = _error(case, out, inputs)
+        assert err <= case.tolerance_for(str(shape.get("dtype", ""))), f"{what}{extra!r}: error {err:.3g}"
 
 
 @pytest.fixture(autouse=True)
@@ -54,8 +58,9 @@ def _no_nvrtc(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case_name,stem", EXPERTS)
-def test_cuda_rules_on_the_experts_compute_the_answer_on_the_emulator(case_name: str, stem: str) -> None:
+@pytest.mark.parametrize("case_name,stem,runs", EXPERTS)
+def test_cuda_rules_on_the_experts_compute_the_answer_on_the_emulator(case_name: str, stem: str,
+                                                                      runs: tuple[str, ...]) -> None:
     case = gate.load_case(case_name)
     folder = ROOT / "experts" / case_name
     host = folder / f"{stem}.py"
@@ -71,12 +76,12 @@ def test_cuda_rules_on_the_experts_compute_the_answer_on_the_emulator(case_name:
         back = rule.deoptimize(ir, present[0], ctx)
         if not isinstance(back, Applied):
             continue
-        _check(case, back.ir.text, host, f"{name} de-optimized")
+        _check(case, back.ir.text, host, runs, f"{name} de-optimized")
         checked += 1
         absent = [s for s in rule.sites(back.ir) if not s.present]
         if not absent:
             continue
         forward = rule.optimize(back.ir, absent[0], ctx)
         if isinstance(forward, Applied) and forward.ir.text not in (text, back.ir.text):
-            _check(case, forward.ir.text, host, f"{name} forward")
+            _check(case, forward.ir.text, host, runs, f"{name} forward")
     assert checked > 0
