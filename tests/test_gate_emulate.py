@@ -54,6 +54,44 @@ def run(x):
     cudahost.launch(func, x.shape[0], 128, 0, (x, out, x.shape[1]), torch.cuda.current_stream(x.device))
     return out
 '''
+# The same launch through cuda.bindings directly (NVRTC program, module, cuLaunchKernel).
+DIRECT_HOST = '''
+import ctypes
+from pathlib import Path
+
+import torch
+from cuda.bindings import driver, nvrtc
+
+SOURCE = Path(__file__).with_suffix(".cu")
+_FUNC = []
+
+
+def _function():
+    if not _FUNC:
+        err, prog = nvrtc.nvrtcCreateProgram(SOURCE.read_bytes(), b"row_sum.cu", 0, [], [])
+        opts = [b"--gpu-architecture=sm_90a"]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise RuntimeError(f"nvrtc: {err}")
+        err, size = nvrtc.nvrtcGetCUBINSize(prog)
+        image = b" " * size
+        nvrtc.nvrtcGetCUBIN(prog, image)
+        driver.cuInit(0)
+        err, module = driver.cuModuleLoadData(image)
+        err, func = driver.cuModuleGetFunction(module, b"row_sum")
+        _FUNC.append(func)
+    return _FUNC[0]
+
+
+def run(x):
+    out = torch.empty(x.shape[0], device=x.device, dtype=x.dtype)
+    args = ((x.data_ptr(), out.data_ptr(), x.shape[1]), (None, None, ctypes.c_int))
+    stream = torch.cuda.current_stream(x.device).cuda_stream
+    (err,) = driver.cuLaunchKernel(_function(), x.shape[0], 1, 1, 128, 1, 1, 0, stream, args, 0)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"launch: {err}")
+    return out
+'''
 KERNEL = '''
 extern "C" __global__ void row_sum(const float* __restrict__ x, float* __restrict__ out, int cols) {
     __shared__ float buf[128];
@@ -78,11 +116,13 @@ def case_dir(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("barrier,ok", [("__syncthreads();", True), ("", False)])
-def test_emulate_tier_judges_a_cuda_candidate_through_its_host(case_dir, barrier, ok):
+@pytest.mark.parametrize("barrier,ok,host", [("__syncthreads();", True, HOST), ("", False, HOST),
+                                             ("__syncthreads();", True, DIRECT_HOST)],
+                         ids=["cudahost", "racy", "bindings"])
+def test_emulate_tier_judges_a_cuda_candidate_through_its_host(case_dir, barrier, ok, host):
     cu = case_dir / "row_sum.cu"
     cu.write_text(KERNEL.replace("BARRIER", barrier))
-    (case_dir / "row_sum.py").write_text(HOST)
+    (case_dir / "row_sum.py").write_text(host)
     verdict = gate.check_file(cu, case_dir, Tier.EMULATE, cache=False)
     assert verdict.tier is Tier.EMULATE
     assert verdict.ok is ok, verdict.reason
