@@ -78,7 +78,7 @@ def kernel_report(folder: Path, tier: str) -> dict[str, Any]:
     if start is None:
         return {"kernel": folder.name, "error": "no CUDA start in the folder"}
     unit = cuda_unit(start)
-    ir = kir.parse(unit.source, "cuda")
+    ir = kir.parse(unit.source, "cuda", path=unit.source_path)  # the host beside it: launches
     roles = recognize.roles(ir)
     launch = recognize.launch_block(ir, host=unit.host_path.read_text())
     roles["launch"] = {"block": list(launch.dims) if launch.dims else None, "from": launch.where,
