@@ -269,3 +269,25 @@ def test_on_the_gpu_a_tf32_product_passes_flagged_and_an_ieee_one_unflagged(tmp_
         assert v.correctness.check.startswith("KernelBench's check")
     assert found["tf32"].correctness.lower_precision == ("default",)
     assert found["ieee"].correctness.lower_precision == ()
+
+
+def test_the_load_count_of_a_checkout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "kernelbench_load", Path(__file__).parent.parent / "bench" / "kernelbench_load.py")
+    assert spec is not None and spec.loader is not None
+    load = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(load)
+    level = tmp_path / "KernelBench" / "level1"
+    level.mkdir(parents=True)
+    for name in ("tuple_shape_reduce.py", "fixed_width_mlp.py", "inputs_raise.py"):
+        shutil.copy(PROBLEMS / name, level / name)
+    capsys.readouterr()
+    assert load.main(["--kernelbench", str(tmp_path), "--levels", "1", "--json"]) == 0
+    out = capsys.readouterr()
+    row = json.loads(out.out)["levels"][0]
+    assert (row["files"], row["device"], row["interpret"]) == (3, 2, 1)
+    assert [r["file"] for r in row["refused"]] == ["inputs_raise.py"]
+    assert [r["file"] for r in row["no_interpret_sizes"]] == ["fixed_width_mlp.py"]
+    assert load.main(["--kernelbench", str(tmp_path / "nowhere")]) == 2
