@@ -122,8 +122,9 @@ def command(dirs: tuple[str, ...], as_json: bool) -> None:
             click.echo(f"  small: none ({rec['small_shapes_reason']})")
         for variant, shape in rec["bench_shapes"].items():
             click.echo(f"  bench {variant}: {_shape_text(shape)}")
-        tol = ", ".join(f"{k} {v:g}" for k, v in rec["tolerance"].items())
-        click.echo(f"  tolerance: {tol}")
+        if rec["kind"] != "problem":  # a problem is judged by its check alone
+            tol = ", ".join(f"{k} {v:g}" for k, v in rec["tolerance"].items())
+            click.echo(f"  tolerance: {tol}")
         click.echo(f"  check: {rec['check']}")
         for expert in rec["experts"]:
             click.echo(f"  expert ({expert['language']}): {expert['path']}")
