@@ -233,6 +233,9 @@ def test_refusals_say_why() -> None:
     # tiles cut from a dynamic buffer have no extent to bound the block by: the launch must say
     dynamic = (DATA / "dynamic_smem_fp16.cu").read_text().replace("__launch_bounds__(256) ", "")
     assert "block size cannot be told" in _refusal(dynamic)
+    # an accumulator the K loop also reads outside the inner loop would be read too early
+    clamped = blocktile.replace("    A += BK;\n", "    A += BK;\n    if (threadResults[0] > 1e30f) threadResults[0] = 0.0f;\n")
+    assert "used in the K loop outside the inner loop" in _refusal(clamped)
     # a block tile smaller than one 16x8 mma tile
     assert "does not split into warp tiles" in _refusal(TEXTBOOK.replace("#define T 32", "#define T 8"))
     # the launch's block, where given, decides: with 512 threads the inner loop would read

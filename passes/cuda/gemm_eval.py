@@ -1243,6 +1243,7 @@ def _fit(k: _Kernel, loop: int, compute: list, block: tuple[int, int], cells: _C
     if len(cells_mn[0]) != bm * bn or (cells_mn[1] != 1).any():
         raise Refusal("the threads' accumulators do not cover the block tile exactly once")
     _check_temps(k, cells.temps, list(compute))
+    _check_accumulators(k, {name for name, _ in cells.keys}, loop, list(compute))
     row, col, elements = _thread_map(block, m, n, cells.keys)
     shared_bytes = sum(s.bytes for s in k.shared.values())
     dynamic = any(s.extern for s in k.shared.values())
@@ -1299,6 +1300,20 @@ def _check_temps(k: _Kernel, temps: set[str], compute: list) -> None:
                 at = ir.span_of(nid).start
                 if not any(a <= at < b for a, b in inside + decl_spans):
                     raise Refusal(f"the register {name} the inner loop writes is read after it")
+
+
+def _check_accumulators(k: _Kernel, names: set[str], loop: int, compute: list) -> None:
+    """The accumulators are touched in the K loop only by the region (the rewrite fills them
+    after the loop: a read or write elsewhere in the loop would see them too early)."""
+    ir = k.ir
+    inside = [(it.start, it.end) for it in compute]
+    span = ir.span_of(loop)
+    for nid in subtree(ir, loop):
+        if ir.grammar_type_of(nid) == "identifier" and ir.name_of(nid) in names:
+            at = ir.span_of(nid).start
+            if span.start <= at < span.end and not any(a <= at < b for a, b in inside):
+                raise Refusal(f"the accumulator {ir.name_of(nid)} is used in the K loop outside "
+                              "the inner loop")
 
 
 def _thread_map(block: tuple[int, int], m: np.ndarray, n: np.ndarray,
