@@ -394,3 +394,8 @@ def test_gemm_expert_wgmma_kernel_runs_through_its_own_host_module(epilogue, dty
         a, b = torch.randn(200, 72, generator=g).to(dtype), torch.randn(72, 264, generator=g).to(dtype)
         c = host.host_call(lambda x, y: gemm.matmul(x, y, kernel="wgmma", defines={"WG_EPILOGUE": epilogue}), a, b)
     assert torch.equal(c, (a.float() @ b.float()).to(dtype))
+
+
+def test_a_wait_that_no_thread_completes_is_a_deadlock(lib):
+    with pytest.raises(EmulationError, match="deadlock.*never|deadlock.*no thread completes"):
+        lib.launch("stuck_wait", 1, 64, 0, [torch.zeros(64)])

@@ -383,6 +383,7 @@ struct Thread {
   void* out;
   int bar_pred;
   unsigned bar_id, bar_count;  // a named barrier (bar.sync id, count) it waits at
+  bool spin;  // at AT_LOCKSTEP: it polls (a wait that found nothing yet), nothing else
   std::vector<Copy> cp_open;
   std::vector<std::vector<Copy>> cp_groups;
 };
@@ -407,6 +408,7 @@ inline thread_local Launch* L = nullptr;
 inline thread_local Thread* cur = nullptr;
 inline unsigned long launch_seq = 0;
 inline unsigned long block_seq = 0;  // counts the blocks run (state kept per block checks it)
+inline unsigned long progress = 0;   // counts what threads do for one another (see run_launch)
 
 // Shared memory as the GPU lays it out: the module's static `__shared__` variables from address
 // 0 (each given its offset when the library loads), the launch's dynamic shared memory after
@@ -489,6 +491,7 @@ inline void cp_wait_all() {
 // have arrived at it, waiting (sync) or not (arrive); its waiting threads are then released.
 inline void named_barrier_sync(unsigned id, unsigned count) {
   if (id >= 16) fail("named barrier %u (0 to 15)", id);
+  ++progress;
   cur->bar_id = id;
   cur->bar_count = count;
   cur->state = AT_NAMED;
@@ -497,6 +500,7 @@ inline void named_barrier_sync(unsigned id, unsigned count) {
 inline void named_barrier_arrive(unsigned id, unsigned count) {
   if (id >= 16) fail("named barrier %u (0 to 15)", id);
   (void)count;
+  ++progress;
   L->named_arrived[id] += 1;
 }
 inline bool release_named(Launch& l) {
@@ -518,6 +522,7 @@ inline bool release_named(Launch& l) {
 }
 
 inline void block_barrier(int pred = 0) {
+  ++progress;
   cur->bar_pred = pred;
   cur->state = AT_BARRIER;
   yield();
@@ -525,6 +530,7 @@ inline void block_barrier(int pred = 0) {
 inline uint64_t warp_collective(int op, unsigned mask, uint64_t val, int arg = 0, int width = 32,
                                 CustomFn custom = nullptr, const void* in = nullptr, void* out = nullptr) {
   Thread* t = cur;
+  ++progress;
   t->op = op;
   t->mask = mask;
   t->val = val;
@@ -542,8 +548,9 @@ inline uint64_t warp_collective(int op, unsigned mask, uint64_t val, int arg = 0
 // lanes that run in lockstep. Each access waits until every lane of the warp that is still
 // running has come to such an access or is blocked elsewhere, so the lanes of a warp perform
 // their n-th volatile accesses together, as converged lanes do on the GPU.
-inline void lockstep() {
+inline void lockstep(bool spin = false) {
   cur->state = AT_LOCKSTEP;
+  cur->spin = spin;
   yield();
 }
 inline bool release_lockstep(Launch& l) {
@@ -767,6 +774,7 @@ inline void thread_entry() {
   cp_commit();
   cp_wait(0);  // copies never waited for still land (their data is not read by this thread)
   t->state = DONE;
+  ++progress;
   context_jump(l->sched);
 }
 
@@ -871,6 +879,8 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
             context_make(t.ctx, t.stack + 4096, stack_bytes - 4096, thread_entry);
           }
           bool forward = ((bx + by + bz + seq) & 1u) == 0;
+          unsigned idle_rounds = 0;
+          unsigned long progress_seen = progress;
           for (;;) {
             for (unsigned k = 0; k < l.nthreads && !l.failed; ++k) {
               Thread& t = threads[forward ? k : l.nthreads - 1 - k];
@@ -883,6 +893,15 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
             if (resolve_warps(l)) continue;
             if (l.failed) break;
             if (resolve_warpgroups(l)) continue;
+            // A round in which every thread that ran only polled changes nothing: the polls
+            // wait for what no thread will do (an mbarrier phase that never completes).
+            bool polls = false;
+            for (unsigned i = 0; i < l.nthreads; ++i) polls = polls || (threads[i].state == AT_LOCKSTEP && threads[i].spin);
+            idle_rounds = polls && progress == progress_seen ? idle_rounds + 1 : 0;
+            progress_seen = progress;
+            if (idle_rounds > 3)
+              fail("deadlock in block (%u,%u,%u): threads poll a wait (an mbarrier phase) that no thread completes",
+                   l.block_idx.x, l.block_idx.y, l.block_idx.z);
             if (release_lockstep(l)) continue;
             if (release_named(l)) continue;
             unsigned done = 0, waiting = 0;

@@ -779,6 +779,7 @@ inline uint64_t bar_address(Frame& f, const Instr& in, const Arg& a) {
 inline bool do_mbarrier(Frame& f, const Instr& in) {
   // returns false when a try_wait / test_wait finds the phase not yet complete
   const std::string& what = in.mods.size() > 1 ? in.mods[1] : std::string();
+  if (what != "try_wait" && what != "test_wait") ++progress;
   if (what == "init") {
     Mbarrier b;
     b.block = block_seq;
@@ -811,7 +812,8 @@ inline bool do_mbarrier(Frame& f, const Instr& in) {
     unsigned want = (unsigned)get(f, in.args.at(2)) & 1u;
     bool done = b.phase != want;  // the phase of parity `want` (or token) has completed
     set(f, in.args[0], done);
-    if (!done) lockstep();  // a wait loop around it: let the other threads run first
+    if (done) ++progress;
+    else lockstep(true);  // a wait loop around it: let the other threads run first
     return done;
   } else {
     fail("inline PTX is not emulated: %s", in.op.c_str());
@@ -819,6 +821,7 @@ inline bool do_mbarrier(Frame& f, const Instr& in) {
   return true;
 }
 inline void do_bulk(Frame& f, const Instr& in) {
+  ++progress;
   // cp.async.bulk.shared::{cluster,cta}.global.mbarrier::complete_tx::bytes [dst], [src], size, [bar]
   // cp.async.bulk.global.shared::cta.bulk_group [dst], [src], size
   bool to_shared = in.mods.size() > 3 && in.mods[3].compare(0, 6, "shared") == 0;
@@ -858,6 +861,7 @@ inline uint32_t swizzled(uint32_t addr, unsigned bits) {
 }
 inline unsigned swizzle_bits(unsigned mode) { return mode == 3 ? 3u : mode == 2 ? 2u : mode == 1 ? 1u : 0u; }
 inline void do_tensor(Frame& f, const Instr& in) {
+  ++progress;
   // load: cp.async.bulk.tensor.Nd.shared::cluster.global{.tile}.mbarrier::complete_tx::bytes
   //       [dst], [map, {c0, ...}], [mbar]
   // store: cp.async.bulk.tensor.Nd.global.shared::cta{.tile}.bulk_group [map, {c0, ...}], [src]
@@ -1036,7 +1040,7 @@ inline void exec(const char* tmpl, Operand* ops, int nops, bool extended) {
         if (it == prog.labels.end()) fail("inline PTX: a branch to an unknown label (in \"%.80s\")", tmpl);
         if ((size_t)it->second <= pc) {  // a backward branch: a wait loop lets the others run
           if (++spins > 10000000) fail("inline PTX: a wait loop that never ends (in \"%.80s\")", tmpl);
-          lockstep();
+          lockstep(true);
         }
         pc = (size_t)it->second - 1;
         break;

@@ -296,3 +296,18 @@ extern "C" __global__ void named_handoff(const float* x, float* y, int guard) {
         }
     }
 }
+
+// Waits on an mbarrier phase that never completes (its expected arrival never comes).
+extern "C" __global__ void stuck_wait(float* out) {
+    __shared__ __align__(8) unsigned long long bar;
+    unsigned bar_addr = (unsigned)__cvta_generic_to_shared(&bar);
+    if (threadIdx.x == 0) asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar_addr), "r"(2));
+    __syncthreads();
+    if (threadIdx.x == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar_addr) : "memory");
+    unsigned done = 0;
+    while (!done) {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar_addr), "r"(0) : "memory");
+    }
+    out[threadIdx.x] = 1.f;
+}
