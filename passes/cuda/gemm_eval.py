@@ -27,7 +27,6 @@ Positions are byte offsets of `KernelIR.source`. No GPU library is imported here
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
