@@ -320,3 +320,38 @@ def test_cards_from_the_expert_lineages_take_the_role_rules_on_a_user_kernel() -
         assert made.ok and made.rewriter == "deterministic", made.refusals
         assert marker in made.ir.text and marker not in target.text
         ptx_for_sm90a(made.ir.text)
+
+
+# -- on the GPU: each rule's output on one small shape ----------------------------------------
+@pytest.mark.gpu
+def test_the_rules_outputs_on_the_gpu() -> None:
+    from experts import cudahost
+
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+
+    def run(text: str, kernel: str, grid, block, args) -> None:  # noqa: ANN001
+        func = cudahost.get_function(cudahost.compile_source(text, name=f"{kernel}.cu"), kernel)
+        cudahost.launch(func, grid, block, 0, args)
+        torch.cuda.synchronize()
+
+    trees, _ = _apply_all("warp-shuffle-reduce", S.ROW_SUM + S.SOFTMAX)
+    x = torch.randn(7, 1000, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    out = torch.zeros(7, device="cuda")
+    run(trees, "row_sum", 7, 256, [x, out, 1000])
+    assert torch.allclose(out, x.sum(1), rtol=1e-4, atol=1e-3)
+    y = torch.zeros_like(x)
+    run(trees, "row_softmax", 7, 128, [x, y, 1000])
+    assert torch.allclose(y, torch.softmax(x, 1), atol=1e-5)
+    ring, _ = _apply_all("cp-async-pipeline", S.TILED, stages=3)
+    a = torch.randn(130, 70, device="cuda")
+    b = torch.randn(70, 90, device="cuda")
+    c = torch.zeros(130, 90, device="cuda")
+    run(ring, "matmul_tiled", (6, 9), (16, 16), [a, b, c, 130, 90, 70])
+    assert torch.allclose(c, a @ b, atol=1e-3, rtol=1e-3)
+    vec, _ = _apply_all("vectorize-global", S.SAXPY)
+    xs = torch.randn(100003, device="cuda")
+    for offset in (0, 1):
+        ys = torch.zeros(100004, device="cuda")
+        run(vec, "axpb", 40, 256, [xs[offset:], ys[offset:], 2.0, 100003 - offset])
+        assert torch.allclose(ys[offset:100003], 2.0 * xs[offset:] + 1.0)
