@@ -4,7 +4,7 @@ no-library autotune control, on operators that contributed no lineage.
     python3 bench/heldout.py [DIR_OR_CASE ...] [--tier device|interpret]
         [--library DIR (default: the shipped library)] [--budget-steps 12]
         [--box 300] [--wall S] [--only mm1024,attn_gqa] [--jobs N] [--out DIR]
-        [--results bench/results/heldout] [--fresh] [--tables-only [--records DIR ...]]
+        [--results OUT/heldout] [--fresh] [--tables-only [--records DIR ...]]
         [--gems-only] [--ablation library-off|lookahead-off|priors-off ...]
         [--from-partial [--no-control]] [--executor local|ray [--ray-address ADDRESS]]
 
@@ -619,8 +619,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_executor_arguments(ap)
     ap.add_argument("--out", default=None, help="records folder (default bench/results/heldout-<tier>)")
     ap.add_argument("--results", default=None,
-                    help="tables path without suffix (default bench/results/heldout at the device "
-                         "tier, OUT/heldout otherwise)")
+                    help="tables path without suffix (default OUT/heldout; bench/results/heldout.md "
+                         "is generated from the store: bench/store.py ingest OUT/heldout.json)")
     ap.add_argument("--fresh", action="store_true", help="redo operators that have a record")
     ap.add_argument("--tables-only", action="store_true", help="rewrite the tables from the records")
     ap.add_argument("--from-partial", action="store_true",
@@ -646,8 +646,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("heldout: --budget-steps, --jobs and --box must be positive", file=sys.stderr)
         return 2
     out = Path(args.out or ROOT / f"bench/results/heldout-{args.tier}")
-    results = Path(args.results) if args.results else (
-        ROOT / "bench/results/heldout" if args.tier == "device" else out / "heldout")
+    # The tables under bench/results are generated from the store: a run's tables stay in its
+    # folder until `python3 bench/store.py ingest OUT/heldout.json` adds them.
+    results = Path(args.results) if args.results else out / "heldout"
     if args.library is None:
         from lineage.shipped import shipped_library_path
 

@@ -279,7 +279,7 @@ def shape_lines(rows: list[BenchRow]) -> list[str]:
 
 
 def write_results(out_dir: Path, result: dict[str, Any], rows: list[BenchRow]) -> None:
-    """bench/results/experts.json (the --json form) and experts.md (the table and how it was made)."""
+    """OUT/experts.json (the --json form) and OUT/experts.md (the table and how it was made)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / "experts.json.tmp"
     tmp.write_text(json.dumps(result, indent=2))
@@ -308,8 +308,9 @@ def write_results(out_dir: Path, result: dict[str, Any], rows: list[BenchRow]) -
               show_default=True,
               help="Which variants: the gate shapes (SHAPES), the benchmark-only ones "
                    "(BENCH_SHAPES), or all.")
-@click.option("--out", "out_dir", default="bench/results", show_default=True,
-              help="Folder for experts.json and experts.md.")
+@click.option("--out", "out_dir", default="out/bench", show_default=True,
+              help="Folder for experts.json and experts.md (bench/results/experts.md is generated "
+                   "from the results store: python3 bench/store.py ingest OUT/experts.json).")
 @click.option("--nominal-ceilings", is_flag=True,
               help="Use nominal ceilings (790 TFLOP/s, 3.0 TB/s) instead of measuring them.")
 @click.option("--timeout", type=click.FloatRange(0, None, min_open=True), default=None,
