@@ -399,3 +399,58 @@ def test_gemm_expert_wgmma_kernel_runs_through_its_own_host_module(epilogue, dty
 def test_a_wait_that_no_thread_completes_is_a_deadlock(lib):
     with pytest.raises(EmulationError, match="deadlock.*never|deadlock.*no thread completes"):
         lib.launch("stuck_wait", 1, 64, 0, [torch.zeros(64)])
+
+
+GLOBALS_SOURCE = '''
+__constant__ float weights[4];
+__device__ int launches = 0;
+extern "C" __global__ void weighted(const float* x, float* y, float* scratch, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        scratch[i] = x[i] * weights[i % 4];
+        y[i] = scratch[i] + (float)launches;
+    }
+}
+'''
+GLOBALS_HOST = '''
+import ctypes
+from pathlib import Path
+
+import numpy as np
+import torch
+from cuda.bindings import driver, nvrtc
+
+
+def run(x):
+    err, prog = nvrtc.nvrtcCreateProgram(Path(__file__).with_suffix(".cu").read_bytes(), b"g.cu", 0, [], [])
+    (err,) = nvrtc.nvrtcCompileProgram(prog, 0, [])
+    err, size = nvrtc.nvrtcGetPTXSize(prog)
+    ptx = b" " * size
+    nvrtc.nvrtcGetPTX(prog, ptx)
+    err, module = driver.cuModuleLoadData(ptx)
+    err, func = driver.cuModuleGetFunction(module, b"weighted")
+    err, wptr, wsize = driver.cuModuleGetGlobal(module, b"weights")
+    assert wsize == 16
+    driver.cuMemcpyHtoD(wptr, np.array([1, 2, 3, 4], dtype=np.float32), 16)
+    err, lptr, _ = driver.cuModuleGetGlobal(module, b"launches")
+    driver.cuMemsetD32(lptr, 5, 1)
+    n = x.numel()
+    err, scratch = driver.cuMemAlloc(4 * n)
+    y = torch.empty_like(x)
+    args = ((x.data_ptr(), y.data_ptr(), int(scratch), n), (None, None, None, ctypes.c_int))
+    (err,) = driver.cuLaunchKernel(func, (n + 63) // 64, 1, 1, 64, 1, 1, 0, 0, args, 0)
+    back = np.zeros(n, dtype=np.float32)
+    driver.cuMemcpyDtoH(back, scratch, 4 * n)
+    driver.cuMemFree(scratch)
+    return y, torch.from_numpy(back)
+'''
+
+
+def test_device_globals_and_driver_memory_calls():
+    from gate.cudacpu import run_host
+
+    x = torch.randn(100, generator=torch.Generator().manual_seed(21))
+    y, scratch = run_host(GLOBALS_SOURCE, GLOBALS_HOST, x, stem="globals")
+    w = torch.tensor([1.0, 2.0, 3.0, 4.0]).repeat(25)
+    torch.testing.assert_close(scratch, x * w)
+    torch.testing.assert_close(y, x * w + 5.0)

@@ -67,7 +67,8 @@ GPUs); shuffles that read from lanes outside the mask or that have exited (they 
 caller's own value); TMA im2col / gather / multicast modes, wgmma with A in registers or
 f16 accumulators, tcgen05, thread block clusters beyond one block, grid-wide cooperative groups
 (`this_grid().sync()`), WMMA (`mma.h`), dynamic parallelism, texture and surface memory,
-`cudaMemcpyToSymbol` / `cuModuleGetGlobal` on `__constant__`; host modules whose kernels come
+the runtime API on the host (`cudaMemcpyToSymbol` ...; the driver's `cuModuleGetGlobal`,
+`cuMemAlloc` and `cuMemcpy*` are answered); host modules whose kernels come
 from a `load_inline` extension (its C++ host half needs nvcc and a CUDA build of torch: the
 gate refuses them at this tier); out-of-bounds accesses that stay inside mapped host memory (an
 access outside it is an `illegal memory access`); kernels that are templates or overloaded (a

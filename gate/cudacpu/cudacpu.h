@@ -946,7 +946,15 @@ template <class... P>
 struct Register {
   Register(const char* name, void (*invoke)(void**)) { registry().push_back(KernelEntry{name, invoke}); }
 };
+// File-scope `__device__` / `__constant__` variables, by name: what cuModuleGetGlobal finds.
+struct GlobalEntry { const char* name; void* address; size_t bytes; };
+inline std::vector<GlobalEntry>& globals() { static std::vector<GlobalEntry> g; return g; }
+struct RegisterGlobal {
+  RegisterGlobal(const char* name, void* address, size_t bytes) { globals().push_back(GlobalEntry{name, address, bytes}); }
+};
 }  // namespace cudacpu
+#define CUDACPU_GLOBAL(name) \
+  static ::cudacpu::RegisterGlobal cudacpu_global_##name(#name, (void*)&(name), sizeof(name));
 
 #define CUDACPU_KERNEL(name)                                                                    \
   static void cudacpu_invoke_##name(void** args) {                                              \
@@ -1296,6 +1304,16 @@ inline void __pipeline_wait_prior(size_t n) { cudacpu::cp_wait((unsigned)n); }
 // The library's C interface (the only symbols it exports: build with -fvisibility=hidden)
 #define CUDACPU_EXPORT extern "C" __attribute__((visibility("default")))
 CUDACPU_EXPORT int cudacpu_kernel_count() { return (int)cudacpu::registry().size(); }
+// The address and size of the module's global variable `name`; 0 when it has none.
+CUDACPU_EXPORT int cudacpu_global(const char* name, void** address, size_t* bytes) {
+  for (const cudacpu::GlobalEntry& g : cudacpu::globals())
+    if (std::strcmp(g.name, name) == 0) {
+      *address = g.address;
+      *bytes = g.bytes;
+      return 1;
+    }
+  return 0;
+}
 CUDACPU_EXPORT const char* cudacpu_kernel_name(int i) { return cudacpu::registry()[(size_t)i].name; }
 // Launches kernel `name` on grid dims[0..2] x block dims[3..5] with `shared` bytes of dynamic
 // shared memory; args[i] points at the value of parameter i. 0 on success; else 1 and a

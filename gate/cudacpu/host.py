@@ -14,12 +14,14 @@ the emulator, so a candidate's real host module runs its kernels at the case's s
   `cuDeviceGet(Count / Attribute / Name)`, `cuCtx*` (current, primary context, synchronize),
   `cuModuleLoadData(Ex) / GetFunction / Unload`, `cuFuncSetAttribute / GetAttribute / GetName`,
   `cuLaunchKernel`, `cuStreamCreate / Synchronize / Destroy`, `cuTensorMapEncodeTiled` (tile
-  mode: the 128 bytes hold the emulator's own encoding of the map, which its TMA copies read).
+  mode: the 128 bytes hold the emulator's own encoding of the map, which its TMA copies read),
+  `cuModuleGetGlobal` (a file-scope `__device__` / `__constant__` variable), `cuMemAlloc /
+  Free`, `cuMemcpy*` and `cuMemsetD8/16/32` (and their Async forms): device memory is host
+  memory.
   The image NVRTC "returns" is a token that names the emulated library; `cuModuleLoadData`
   turns it back into the library. Kernel parameters are an address of an array of pointers, a
   `(values, types)` pair as cuda-python accepts, or a NumPy array of addresses. Any other
-  driver call raises `EmulationError` naming it (`cuMemAlloc`, graphs, im2col tensor maps
-  ...: device memory is torch's);
+  driver call raises `EmulationError` naming it (graphs, events, im2col tensor maps ...);
 - the device the host code sees (`gate.hostview.target_device(EMULATED)`): compute capability
   8.0, so a host that picks a kernel by architecture picks its mma.sync / ldmatrix / cp.async
   path (a host may still launch its TMA / wgmma kernels: they run too). Inputs are host tensors
@@ -224,6 +226,23 @@ class _Program:
         self.log = ""
 
 
+def _address(value: Any) -> int:
+    """The host address behind a device pointer or host buffer a driver call was given."""
+    if isinstance(value, int):
+        return value
+    if hasattr(value, "data_ptr"):
+        return int(value.data_ptr())
+    if hasattr(value, "ctypes") and hasattr(value, "dtype"):  # a NumPy array
+        return int(value.ctypes.data)
+    if isinstance(value, bytearray):
+        return ctypes.addressof((ctypes.c_char * len(value)).from_buffer(value))
+    if isinstance(value, bytes):
+        return ctypes.cast(ctypes.c_char_p(value), ctypes.c_void_p).value or 0
+    if isinstance(value, ctypes._SimpleCData) or isinstance(value, ctypes.Array):
+        return ctypes.addressof(value)
+    return int(value)  # CUdeviceptr and the like
+
+
 def _kernel_params(params: Any, nargs_hint: int = 0) -> Any:
     """What `cuLaunchKernel` got as kernelParams, as `Library.launch` takes it (and what must
     stay alive until the launch returns)."""
@@ -316,6 +335,37 @@ def _driver_module(real: types.ModuleType | None) -> types.ModuleType:
     def success(*values: Any) -> Any:
         return lambda *a, **k: (ok, *values) if values else (ok,)
 
+    # Device memory is host memory: allocations are kept here until freed.
+    allocations: dict[int, Any] = {}
+
+    def mem_alloc(nbytes: int) -> Any:
+        buf = ctypes.create_string_buffer(max(1, int(nbytes)) + 255)
+        address = (ctypes.addressof(buf) + 255) & ~255  # cudaMalloc's alignment
+        allocations[address] = buf
+        return ok, handle("CUdeviceptr", address)
+
+    def mem_free(ptr: Any) -> Any:
+        allocations.pop(_address(ptr), None)
+        return (ok,)
+
+    def memcpy(dst: Any, src: Any, nbytes: int, *rest: Any) -> Any:
+        ctypes.memmove(_address(dst), _address(src), int(nbytes))
+        return (ok,)
+
+    def memset(width: int) -> Any:
+        def fill(ptr: Any, value: int, count: int, *rest: Any) -> Any:
+            kind = {1: ctypes.c_uint8, 2: ctypes.c_uint16, 4: ctypes.c_uint32}[width]
+            (kind * int(count)).from_address(_address(ptr))[:] = [int(value)] * int(count)
+            return (ok,)
+        return fill
+
+    def module_global(module: Any, name: Any) -> Any:
+        key = name.decode() if isinstance(name, (bytes, bytearray)) else str(name)
+        found = module.global_symbol(key) if isinstance(module, Library) else None
+        if found is None:
+            return (err("CUDA_ERROR_NOT_FOUND"), None, 0)
+        return ok, handle("CUdeviceptr", found[0]), found[1]
+
     def encode_tiled(dtype: Any, rank: int, address: Any, dims: Any, strides: Any, box: Any,
                      element_strides: Any, interleave: Any, swizzle: Any, l2: Any, oob: Any) -> Any:
         if real is None:
@@ -345,6 +395,12 @@ def _driver_module(real: types.ModuleType | None) -> types.ModuleType:
         "cuFuncSetAttribute": func_set_attribute, "cuFuncGetAttribute": func_get_attribute,
         "cuFuncGetName": func_get_name, "cuFuncSetCacheConfig": success(),
         "cuLaunchKernel": launch_kernel, "cuTensorMapEncodeTiled": encode_tiled,
+        "cuModuleGetGlobal": module_global, "cuMemAlloc": mem_alloc, "cuMemAllocAsync": mem_alloc,
+        "cuMemFree": mem_free, "cuMemFreeAsync": mem_free,
+        **{name: memcpy for name in ("cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD", "cuMemcpyHtoDAsync",
+                                     "cuMemcpyDtoH", "cuMemcpyDtoHAsync", "cuMemcpyDtoD", "cuMemcpyDtoDAsync")},
+        "cuMemsetD8": memset(1), "cuMemsetD8Async": memset(1), "cuMemsetD16": memset(2),
+        "cuMemsetD16Async": memset(2), "cuMemsetD32": memset(4), "cuMemsetD32Async": memset(4),
         "cuStreamCreate": success(handle("CUstream", 0) if real is not None else 0),
         "cuStreamSynchronize": success(), "cuStreamDestroy": success(), "cuStreamQuery": success(),
         "cuGetErrorString": lambda e: (ok, getattr(e, "name", str(e)).encode()),

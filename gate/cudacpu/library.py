@@ -124,6 +124,14 @@ class Library:
     def has(self, kernel: str) -> bool:
         return _resolve(kernel, self.kernels) is not None
 
+    def global_symbol(self, name: str) -> tuple[int, int] | None:
+        """(address, bytes) of the source's file-scope `__device__` / `__constant__` variable
+        `name` (what `cuModuleGetGlobal` answers); None when it has none."""
+        address, size = ctypes.c_void_p(), ctypes.c_size_t()
+        if self._dll.cudacpu_global(name.encode(), ctypes.byref(address), ctypes.byref(size)):
+            return int(address.value or 0), int(size.value)
+        return None
+
     def launch(self, kernel: str, grid: int | Sequence[int], block: int | Sequence[int],
                shared_bytes: int, args: Sequence[Any] | Any, stack_kb: int | None = None) -> None:
         """Run `kernel` on `grid` x `block` with `shared_bytes` of dynamic shared memory.
@@ -257,5 +265,7 @@ def _load(path: Path, kernels: tuple[str, ...], name: str) -> Library:
     dll.cudacpu_launch.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint), ctypes.c_size_t,
                                    ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
     dll.cudacpu_kernel_name.restype = ctypes.c_char_p
+    dll.cudacpu_global.restype = ctypes.c_int
+    dll.cudacpu_global.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
     found = tuple(dll.cudacpu_kernel_name(i).decode() for i in range(dll.cudacpu_kernel_count()))
     return Library(path, found or kernels, name, dll)

@@ -426,6 +426,26 @@ def kernel_names(source: str, marker: str = "__global__") -> list[tuple[str, boo
     return list(found.items())
 
 
+_GLOBAL_VARIABLE = re.compile(
+    r"\b(?:__constant__|__device__)\b(?P<decl>[^;{}()=]*?)\b(?P<name>[A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*(?:=|;)")
+
+
+def global_names(source: str) -> list[str]:
+    """Names of the file-scope `__device__` / `__constant__` variables `source` defines (not
+    functions, not `extern` declarations, not templates)."""
+    masked = _mask(source)
+    names: dict[str, None] = {}
+    for m in _GLOBAL_VARIABLE.finditer(masked):
+        statement = max(masked.rfind(c, 0, m.start()) for c in ";{}") + 1
+        if _depth(masked, m.start()) != 0 or re.search(r"\bextern\b", masked[statement:m.end()]):
+            continue
+        line_start = masked.rfind("\n", 0, m.start()) + 1
+        if masked[line_start:m.start()].lstrip().startswith("#"):
+            continue  # inside a macro definition
+        names.setdefault(m.group("name"), None)
+    return list(names)
+
+
 def defines_kernels_in_macros(source: str) -> bool:
     """Whether a `__global__` function is written inside a macro (its name is then known only
     after preprocessing: `kernel_names` of the expanded text)."""
@@ -453,5 +473,6 @@ def rewrite(source: str, name: str = "kernel.cu", kernels: list[str] | None = No
     if kernels is None:
         kernels = [k for k, is_template in kernel_names(source) if not is_template]
     tail = "".join(f"CUDACPU_KERNEL({k})\n" for k in kernels)
+    tail += "".join(f"CUDACPU_GLOBAL({g})\n" for g in global_names(source))
     quoted = name.replace("\\", "/").replace('"', "")
     return Rewritten(f'#line 1 "{quoted}"\n{text}\n{tail}', tuple(kernels), shared, asm, refused)
