@@ -58,7 +58,9 @@ instruction ends the launch that reaches it with the instruction named (`Library
 them for a source).
 
 Not modeled: timing and performance of any kind; memory ordering beyond barriers (memory is
-sequentially consistent, so a missing `__threadfence` passes); warp-synchronous code that
+sequentially consistent, so a missing `__threadfence` passes); blocks that wait for one
+another (an inter-block spin lock, a decoupled look-back scan: blocks run one after another, so
+such a kernel hangs until the gate's time limit); warp-synchronous code that
 relies on lockstep execution without `__syncwarp` is run in lockstep only where it reads and
 writes through `volatile T*` pointers (each access waits for the warp's other running lanes:
 the classic unrolled last warp of a tree); through plain pointers or `volatile` arrays its
