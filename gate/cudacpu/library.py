@@ -234,6 +234,10 @@ def build(source: str, *, name: str = "kernel.cu", defines: dict[str, Any] | Non
 def _expanded_kernels(cxx: str, source: str, flags: list[str]) -> list[str]:
     """The non-template kernels of `source` after its macros are expanded (kernels written by
     macros), found by the preprocessor with `__global__` spelled as a marker."""
+    key = hashlib.sha256("\0".join([cxx, source, *flags]).encode()).hexdigest()[:40]
+    known = cache_dir() / f"{key}.kernels"
+    if known.is_file():
+        return known.read_text().split()
     marker = "__cudacpu_global_marker__"
     proc = subprocess.run([cxx, "-E", "-P", "-x", "c++", "-std=c++17", "-D__CUDA_ARCH__=800",
                            "-D__CUDACC__=1", f"-D__global__={marker}", *flags, "-"],
@@ -241,7 +245,11 @@ def _expanded_kernels(cxx: str, source: str, flags: list[str]) -> list[str]:
     if proc.returncode != 0:
         log = proc.stderr.strip()
         raise BuildError(f"the preprocessor rejects the source: {log.splitlines()[0] if log else ''}", log)
-    return [k for k, is_template in kernel_names(proc.stdout, marker) if not is_template]
+    found = [k for k, is_template in kernel_names(proc.stdout, marker) if not is_template]
+    tmp = known.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(" ".join(found))
+    os.replace(tmp, known)
+    return found
 
 
 def _compile(cxx: str, flags: list[str], text: str, target: Path, name: str) -> None:
