@@ -263,7 +263,7 @@ def lower_precision(entry: Mapping[str, Any]) -> bool:
 def build_tables(records: Sequence[Mapping[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
     """The JSON result: rows per problem and KernelBench's metrics per kernel and baseline."""
     rows = []
-    for rec in sorted(records, key=lambda r: (r.get("level", ""), _number(r.get("op", "")))):
+    for rec in sorted(records, key=lambda r: (r.get("level", ""), _number(r.get("op", "").rsplit("/", 1)[-1]))):
         row = dict(rec)
         for kernel in KERNELS:
             for baseline in BASELINES:
