@@ -2,9 +2,8 @@
 from it compute the case's answer when the expert's own host module runs them on the CPU
 emulator (`gate.cudacpu`) at the case's small shapes. A wrong rewrite fails here without a GPU.
 
-(The emulated device is compute capability 8.0: a host that picks a kernel by architecture runs
-its mma.sync path there; the gemm expert's Hopper kernel (TMA, wgmma) is run too, through the
-host's own switch.)
+(The emulated device is sm_90a: a host that picks a kernel by architecture runs its Hopper
+kernel there; the gemm expert's mma.sync kernel is run too, through the host's own switch.)
 """
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ import gate  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 # (case, expert stem, host texts appended to its host module: each a way of running it)
 EXPERTS = [("topk", "topk_cuda", ("",)),
-           ("gemm", "gemm_cuda", ("", "\n\ndef run(a, b):\n    return matmul(a, b, kernel='wgmma')\n"))]
+           ("gemm", "gemm_cuda", ("", "\n\ndef run(a, b):\n    return matmul(a, b, kernel='mma')\n"))]
 
 
 def _cuda_passes() -> list[str]:

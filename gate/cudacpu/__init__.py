@@ -21,10 +21,9 @@ a read that no barrier orders after the write it needs sees poison in one order 
 Warp collectives resolve once every lane of their mask that has not exited has arrived;
 accesses through `volatile` pointers run the warp's lanes in lockstep.
 cp.async copies land when their group is waited for (or the thread ends). Atomics are plain
-read-modify-writes (no thread runs inside another's). The emulated device is compute capability
-8.0 to host code (`host.EMULATED`: a host that picks a kernel by architecture picks its sm_80
-path), `__CUDA_ARCH__` 800 to device code; a host may still launch its Hopper kernels (TMA,
-wgmma), which run.
+read-modify-writes (no thread runs inside another's). The emulated device is the static tier's
+sm_90a target, to host code (`host.EMULATED`: a host that picks a kernel by architecture picks
+the one the device tier runs) and to device code (`__CUDA_ARCH__` 900).
 
 Supported: `__global__ / __device__ / __host__ / __forceinline__ / __launch_bounds__ /
 __restrict__ / __align__ / __constant__` device globals; `__shared__` (any scope, several

@@ -10,7 +10,7 @@
 // alternates between blocks (first to last, last to first), so a read of another thread's
 // write that no barrier orders sees the shared memory's poison (all bits set) in one order or
 // the other. cp.async copies complete when a thread waits for their group, not when issued.
-// The emulated device is compute capability 8.0 (`__CUDA_ARCH__` 800).
+// The emulated device is an sm_90a GPU (`__CUDA_ARCH__` 900).
 #pragma once
 #include <algorithm>
 #include <cfloat>
@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#define __CUDA_ARCH__ 800
+#define __CUDA_ARCH__ 900
 #define __CUDACC__ 1
 #define __global__
 #define __device__

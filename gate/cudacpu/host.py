@@ -22,10 +22,10 @@ the emulator, so a candidate's real host module runs its kernels at the case's s
   turns it back into the library. Kernel parameters are an address of an array of pointers, a
   `(values, types)` pair as cuda-python accepts, or a NumPy array of addresses. Any other
   driver call raises `EmulationError` naming it (graphs, events, im2col tensor maps ...);
-- the device the host code sees (`gate.hostview.target_device(EMULATED)`): compute capability
-  8.0, so a host that picks a kernel by architecture picks its mma.sync / ldmatrix / cp.async
-  path (a host may still launch its TMA / wgmma kernels: they run too). Inputs are host tensors
-  that say they are on `cuda:0` (`host_call`), and tensors made "on the GPU" are made on the host.
+- the device the host code sees (`gate.hostview.target_device(EMULATED)`): the static tier's
+  target, an sm_90a GPU, so a host that picks a kernel by architecture picks the one the device
+  tier runs (TMA and wgmma kernels included). Inputs are host tensors that say they are on
+  `cuda:0` (`host_call`), and tensors made "on the GPU" are made on the host.
 
 Everything is put back when the context ends. Nothing here imports torch or CUDA at import.
 """
@@ -40,22 +40,17 @@ import sys
 import threading
 import types
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from gate.cudacpu.library import BuildError, EmulationError, Library, build
-from gate.target import TargetProperties
+from gate.target import STATIC_TARGET
 
 __all__ = ["EMULATED", "CpuFunction", "emulated", "host_call", "nvrtc_check_enabled"]
 
-EMULATED = TargetProperties(
-    name="sm_80", device_name="cudacpu (CUDA emulated on the CPU, compute capability 8.0)",
-    major=8, minor=0, sm_count=108, warp_size=32, max_threads_per_block=1024,
-    max_threads_per_sm=2048, registers_per_block=65536, registers_per_sm=65536,
-    shared_memory_per_block=48 * 1024, shared_memory_per_block_optin=163 * 1024,
-    shared_memory_per_sm=164 * 1024, total_memory=16 * 2**30, l2_cache_bytes=40 * 2**20,
-    sm_clock_khz=1_410_000, memory_clock_khz=1_215_000, memory_bus_width_bits=5120,
-)
+# The static target's properties (an H100, sm_90a): host code takes the path it takes there,
+# TMA / wgmma kernels included, so the emulate tier checks what the device tier runs.
+EMULATED = replace(STATIC_TARGET, device_name="cudacpu (CUDA emulated on the CPU as an sm_90a device)")
 _TOKEN = b"CUDACPU-LIBRARY:"
 _LIBRARIES: dict[str, Library] = {}
 _LOCK = threading.Lock()
@@ -335,6 +330,17 @@ def _driver_module(real: types.ModuleType | None) -> types.ModuleType:
     def success(*values: Any) -> Any:
         return lambda *a, **k: (ok, *values) if values else (ok,)
 
+    def launch_kernel_ex(config: Any, func: Any, params: Any, extra: Any) -> Any:
+        for i in range(int(getattr(config, "numAttrs", 0) or 0)):
+            attr = config.attrs[i]
+            if "CLUSTER_DIMENSION" in getattr(getattr(attr, "id", None), "name", ""):
+                dims = attr.value.clusterDim
+                if (int(dims.x), int(dims.y), int(dims.z)) != (1, 1, 1):
+                    raise EmulationError("cuLaunchKernelEx: thread block clusters are not emulated")
+        return launch_kernel(func, config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX,
+                             config.blockDimY, config.blockDimZ, config.sharedMemBytes, config.hStream,
+                             params, extra)
+
     # Device memory is host memory: allocations are kept here until freed.
     allocations: dict[int, Any] = {}
 
@@ -394,7 +400,8 @@ def _driver_module(real: types.ModuleType | None) -> types.ModuleType:
         "cuLibraryLoadData": module_load,
         "cuFuncSetAttribute": func_set_attribute, "cuFuncGetAttribute": func_get_attribute,
         "cuFuncGetName": func_get_name, "cuFuncSetCacheConfig": success(),
-        "cuLaunchKernel": launch_kernel, "cuTensorMapEncodeTiled": encode_tiled,
+        "cuLaunchKernel": launch_kernel, "cuLaunchKernelEx": launch_kernel_ex,
+        "cuTensorMapEncodeTiled": encode_tiled,
         "cuModuleGetGlobal": module_global, "cuMemAlloc": mem_alloc, "cuMemAllocAsync": mem_alloc,
         "cuMemFree": mem_free, "cuMemFreeAsync": mem_free,
         **{name: memcpy for name in ("cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD", "cuMemcpyHtoDAsync",

@@ -239,7 +239,7 @@ def _expanded_kernels(cxx: str, source: str, flags: list[str]) -> list[str]:
     if known.is_file():
         return known.read_text().split()
     marker = "__cudacpu_global_marker__"
-    proc = subprocess.run([cxx, "-E", "-P", "-x", "c++", "-std=c++17", "-D__CUDA_ARCH__=800",
+    proc = subprocess.run([cxx, "-E", "-P", "-x", "c++", "-std=c++17", "-D__CUDA_ARCH__=900",
                            "-D__CUDACC__=1", f"-D__global__={marker}", *flags, "-"],
                           input=source, capture_output=True, text=True)
     if proc.returncode != 0:
