@@ -355,3 +355,24 @@ def test_the_rules_outputs_on_the_gpu() -> None:
         ys = torch.zeros(100004, device="cuda")
         run(vec, "axpb", 40, 256, [xs[offset:], ys[offset:], 2.0, 100003 - offset])
         assert torch.allclose(ys[offset:100003], 2.0 * xs[offset:] + 1.0)
+
+
+def test_a_bf16_stride_loop_moves_eight_elements_per_access() -> None:
+    text = r"""
+    #include <cuda_bf16.h>
+    __global__ void scale_bf16(const __nv_bfloat16* __restrict__ in, __nv_bfloat16* __restrict__ out,
+                               float s, int n) {
+      for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        out[i] = __float2bfloat16(__bfloat162float(in[i]) * s);
+    }"""
+    out, results = _apply_all("vectorize-global", text)
+    assert [type(r) for r in results] == [Applied] and "kl_lane < 8" in out
+    ptx_for_sm90a(out)
+    before, after = _lib(text, "bf16.cu"), _lib(out, "bf16_vec.cu")
+    for offset in (0, 3):  # 3: misaligned, the loop as written runs
+        xs = torch.randn(1001 + offset, generator=_gen(12)).to(torch.bfloat16)[offset:]
+        want = torch.zeros(1001 + offset, dtype=torch.bfloat16)[offset:]
+        got = torch.zeros(1001 + offset, dtype=torch.bfloat16)[offset:]
+        before.launch("scale_bf16", 2, 64, 0, [xs, want, 1.5, 1001])
+        after.launch("scale_bf16", 2, 64, 0, [xs, got, 1.5, 1001])
+        assert torch.equal(got, want)
