@@ -42,6 +42,9 @@ FIXTURES = [
                                      "b": {"array": "ws", "s_n": 24, "s_k": 1}}, True),
     Fixture("f32tiles_k8_fp16.cu", {"block_tile": [128, 128, 8], "block": [256, 1], "dtype": "f32",
                                     "a": {"array": "sa", "s_m": 1, "s_k": 128}}, False),
+    Fixture("warptile_bf16.cu", {"block_tile": [128, 128, 16], "block": [128, 1], "dtype": "bf16",
+                                 "a": {"array": "As", "s_m": 1, "s_k": 128}, "thread_tile": 128},
+            True),
     Fixture("dynamic_smem_fp16.cu", {"block_tile": [128, 64, 32], "block": [256, 1], "dtype": "fp16",
                                      "a": {"array": "As", "s_m": 32, "s_k": 1},
                                      "b": {"array": "Bs", "s_n": 1, "s_k": 64}}, True),
@@ -131,7 +134,18 @@ def _dynamic(lib: Any, m: int, n: int, k: int, dtype: Any) -> tuple[Any, Any]:
     return c.float(), a.float() @ b.float()
 
 
+def _warptile(lib: Any, m: int, n: int, k: int, dtype: Any) -> tuple[Any, Any]:
+    # the kernel has no bounds checks: whole tiles only
+    m, n, k = 128, 256, 48
+    a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+    c = torch.randn(m, n)
+    want = 0.5 * (a.float() @ b.float()) + 2.0 * c
+    lib.launch(lib.kernels[0], (n // 128, m // 128), 128, 0, [m, n, k, 0.5, a, b, 2.0, c])
+    return c, want
+
+
 RUNS: dict[str, tuple[Callable[..., tuple[Any, Any]], Any]] = {
+    "warptile_bf16.cu": (_warptile, torch.bfloat16),
     "dynamic_smem_fp16.cu": (_dynamic, torch.float16),
     "blocktile_bf16.cu": (_blocktile, torch.bfloat16),
     "strided_fp16_at.cu": (_strided, torch.float16),

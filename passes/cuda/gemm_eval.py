@@ -1097,10 +1097,11 @@ def _loop_vars(ir: KernelIR, loop: int) -> set[str]:
     return out
 
 
-def _launch_bounds(ir: KernelIR, fn: int) -> int | None:
-    head = ir.source[ir.span_of(fn).start:ir.span_of(fn).end].decode("utf-8", "replace")
-    m = re.search(r"__launch_bounds__\s*\(\s*(\d+)", head[:head.find("{")])
-    return int(m.group(1)) if m else None
+def _launch_bounds(k: _Kernel) -> int | None:
+    """The kernel's `__launch_bounds__` thread count (a constant, macro or template value)."""
+    head = text(k.ir, k.fn)
+    m = re.search(r"__launch_bounds__\s*\(\s*([^,)]+)", head[:head.find("{")])
+    return k.constant(m.group(1)) if m else None
 
 
 def _analyse(k: _Kernel, loop: int, compute: list, items: list,
@@ -1109,7 +1110,7 @@ def _analyse(k: _Kernel, loop: int, compute: list, items: list,
     program = _Program(k, [it.node for it in compute], _loop_vars(ir, loop))
     uses_y = program.uses_y or "threadIdx.y" in text(ir, k.fn)
     if block is None:
-        bounds = _launch_bounds(ir, k.fn)
+        bounds = _launch_bounds(k)
         if bounds is not None and not uses_y:
             block = (bounds, 1)
     region_text = " ".join(text(ir, it.node) for it in compute)
