@@ -478,7 +478,7 @@ class _Runner:
             return wanted
         free, _ = torch.cuda.mem_get_info()
         free += torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
-        sets = min(wanted, max(2, int(free // size) - REFILL_SPARE_SETS))
+        sets = pool_sets(wanted, size, free)
         if sets < wanted:
             self.chan.send("flag", f"{variant}: refilled calls rotate through {sets} input sets, "
                                    f"not {wanted}: {size / 2**30:.1f} GiB a set, "
@@ -949,6 +949,14 @@ class _Runner:
         if not self.kernels.available and self.kernels.reason:
             self.chan.send("flag", f"GPU kernels not attributed: the profiler did not start "
                                    f"({self.kernels.reason[:200]})")
+
+
+def pool_sets(wanted: int, set_bytes: int, free_bytes: int) -> int:
+    """Input sets of a refill pool that `free_bytes` of device memory hold beside
+    `REFILL_SPARE_SETS` spare set sizes: at most `wanted`, never fewer than two (unless fewer are
+    wanted), so that refilled calls still see new values."""
+    fits = free_bytes // set_bytes - REFILL_SPARE_SETS if set_bytes > 0 else wanted
+    return min(wanted, max(2, int(fits)))
 
 
 def _does_not_fit(exc: BaseException) -> bool:
