@@ -238,7 +238,7 @@ def _address(value: Any) -> int:
     return int(value)  # CUdeviceptr and the like
 
 
-def _kernel_params(params: Any, nargs_hint: int = 0) -> Any:
+def _kernel_params(params: Any) -> Any:
     """What `cuLaunchKernel` got as kernelParams, as `Library.launch` takes it (and what must
     stay alive until the launch returns)."""
     if params is None or params == 0:
