@@ -362,3 +362,29 @@ SHUFFLE_SOFTMAX = r"""__global__ void softmax_warp(const float* in, float* out, 
   for (int c = tid; c < cols; c += blockDim.x) out[blockIdx.x * cols + c] = __expf(row[c] - mx) / denom;
 }
 """
+
+# the textbook tiled GEMM in fp32 with both temporaries declared, then both guarded, then both
+# stored (the copies' statements interleave), a tile count as the loop's bound
+TILED_INTERLEAVED = r"""
+#define TS 32
+extern "C" __global__ void mm_two_temps(const float* __restrict__ lhs, const float* __restrict__ rhs,
+                                        float* __restrict__ res, int rows, int cols, int depth) {
+  __shared__ float tl[TS][TS], tr[TS][TS];
+  const int c = threadIdx.x, r = threadIdx.y;
+  const int gr = blockIdx.y * TS + r, gc = blockIdx.x * TS + c;
+  float total = 0.0f;
+  for (int step = 0; step < (depth + TS - 1) / TS; ++step) {
+    const int kl = step * TS + c, kr = step * TS + r;
+    float x0 = 0.0f;
+    float y0 = 0.0f;
+    if (gr < rows && kl < depth) x0 = lhs[(size_t)gr * depth + kl];
+    if (kr < depth && gc < cols) y0 = rhs[(size_t)kr * cols + gc];
+    tl[r][c] = x0;
+    tr[r][c] = y0;
+    __syncthreads();
+    for (int q = 0; q < TS; ++q) total += tl[r][q] * tr[q][c];
+    __syncthreads();
+  }
+  if (gr < rows && gc < cols) res[(size_t)gr * cols + gc] = total;
+}
+"""

@@ -199,6 +199,18 @@ def test_tiled_gemm_staging_becomes_a_cp_async_ring(stages: int) -> None:
     assert torch.allclose(c, a @ b, atol=1e-4)
 
 
+def test_interleaved_temporaries_each_become_their_copy() -> None:
+    source = _renamed(S.TILED_INTERLEAVED)
+    out, results = _apply_all("cp-async-pipeline", source)
+    assert [type(r) for r in results] == [Applied]
+    assert out.count("cp.async.ca.shared.global") == 4  # two copies, prologue and loop
+    ptx_for_sm90a(out)
+    kernel = _kernel(source, "mm_two_temps")
+    a, b = torch.randn(50, 70, generator=_gen(13)), torch.randn(70, 33, generator=_gen(14))
+    c = _matmul(_lib(out, "interleaved_ring.cu"), kernel, a, b, (2, 2), (32, 32))
+    assert torch.allclose(c, a @ b, atol=1e-4)
+
+
 def test_a_blocked_gemm_with_a_transposed_operand_gets_a_ring() -> None:
     source = _renamed(S.BLOCKED_NT)
     out, results = _apply_all("cp-async-pipeline", source)

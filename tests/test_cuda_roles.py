@@ -22,7 +22,7 @@ def _renamed(text: str) -> str:
             "define", "constexpr", "volatile", "__global__", "__device__", "__shared__", "__restrict__",
             "__syncthreads", "fmaxf", "fminf", "fmaf", "rsqrtf", "__expf", "cuda_bf16", "h",
             "__nv_bfloat16", "__float2bfloat16", "__bfloat162float", "f", "__shfl_down_sync",
-            "warpSize"}
+            "warpSize", "extern", "C"}
     names = sorted(set(re.findall(r"\b[A-Za-z_]\w*\b", text)) - keep)
     table = {n: f"q{i}_{n[::-1].lower()}" for i, n in enumerate(names)}
     return re.sub(r"\b[A-Za-z_]\w*\b", lambda m: table.get(m.group(0), m.group(0)), text)

@@ -326,10 +326,12 @@ def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
     if start_expr is None:
         return Skipped("the staged loop's start is not read", {})
     edits = []
+    decls: dict[tuple[int, int], str] = {}  # one edit per declaration (it may declare several)
     for a in sorted(arrays):
         d = shared[a].decl
-        decl = src[d[0]:d[1]]
-        edits.append(ByteEdit(d[0], d[1], re.sub(rf"\b{a}\s*\[", f"{a}[{stages}][", decl, count=1)))
+        decl = decls.get(d, src[d[0]:d[1]])
+        decls[d] = re.sub(rf"\b{a}\s*\[", f"{a}[{stages}][", decl, count=1)
+    edits += [ByteEdit(d[0], d[1], text_) for d, text_ in sorted(decls.items())]
     ahead = f"({stages - 1}) * ({step})"
     loop_head = src[ir.span_of(node).start:ir.span_of(body).start]
     pro = (f"for (int kl_s = 0; kl_s < {stages - 1}; ++kl_s) {{\n"
@@ -399,7 +401,9 @@ def _ring_copies(ir: KernelIR, src: str, produce: tuple[int, int], copies: Seque
         copy = (f'asm volatile("cp.async.{kind}.shared.global [%0], [%1], {size}, %2;\\n" :: '
                 f'"r"((unsigned)__cvta_generic_to_shared({dst})), "l"({source}), "r"({valid}) '
                 f': "memory");')
-        edits.append((st.span[0], st.span[1], copy))
+        parts = st.parts or (st.span,)
+        edits += [(a, b, "") for a, b in parts[:-1]]  # the temporary's declaration and guard
+        edits.append((parts[-1][0], parts[-1][1], copy))
     out, last = [], produce[0]
     for start, end, text_ in sorted(edits):
         out.append(_ring_reads(data[last:start].decode("utf-8"), arrays, slot) + text_)

@@ -136,6 +136,9 @@ class Staging:
     converted: bool = False
     """The copy converts what it reads (a conversion call or cast, or a global element type
     other than the shared one): it moves values, not bytes."""
+    parts: tuple[tuple[int, int], ...] = ()
+    """The statements of the copy in order (a temporary's declaration, its guard, the store
+    last); others may stand between them (`span` runs from the first to the store)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"kernel": self.kernel, "array": self.array, "source": self.source,
@@ -690,7 +693,7 @@ def _kernel_stagings(unit: Unit, kernel: str, fn: int) -> tuple[list[Staging], l
                                        f"({' '.join(text(ir, rhs).split())[:60]})",
                                        _span(ir, nid), kernel))
             continue
-        form, source, src, guard, fill, lanes, first = staged
+        form, source, src, guard, fill, lanes, parts = staged
         if lanes != lanes_dst:
             refused.append(Refusal("staging", "the shared store and the global read move "
                                    "different widths", _span(ir, nid), kernel))
@@ -700,13 +703,15 @@ def _kernel_stagings(unit: Unit, kernel: str, fn: int) -> tuple[list[Staging], l
             vector = re.search(r"(\w+)\s*\*", text(ir, lhs)).group(1)  # type: ignore[union-attr]
             form = "vector" if form == "direct" else form
         loop = next((a for a in ir.ancestors(nid) if ir.grammar_type_of(a) in _LOOP_TYPES), None)
-        start = ir.span_of(first).start
-        converted = _converts(ir, first, nid, src) or \
+        nodes = (*parts, nid)
+        start = min(ir.span_of(n).start for n in nodes)
+        converted = any(_converts(ir, n, src) for n in nodes) or \
             _plain_type(pointers[source]) != _plain_type(shared[array].element)
         out.append(Staging(kernel, array, source, form, _span(ir, nid),
                            (start, ir.span_of(nid).end), dst, src, guard, fill,
                            shared[array].element, lanes, vector,
-                           _span(ir, loop) if loop is not None else None, converted))
+                           _span(ir, loop) if loop is not None else None, converted,
+                           tuple(_span(ir, n) for n in nodes)))
     return out, refused
 
 
@@ -714,11 +719,11 @@ def _plain_type(name: str) -> str:
     return " ".join(name.replace("const", " ").replace("volatile", " ").split())
 
 
-def _converts(ir: KernelIR, first: int, last: int, src: str) -> bool:
-    """Whether the statements of a copy wrap its global read in a conversion (a call or a
-    cast taking the read as its argument)."""
+def _converts(ir: KernelIR, stmt: int, src: str) -> bool:
+    """Whether a statement of a copy wraps its global read in a conversion (a call or a cast
+    taking the read as its argument)."""
     flat = re.sub(r"\s+", "", src)
-    for nid in range(first, ir.subtree_end(last)):
+    for nid in subtree(ir, stmt):
         if ir.grammar_type_of(nid) in ("call_expression", "cast_expression") and \
                 re.sub(r"\s+", "", text(ir, nid)) != flat and flat in re.sub(r"\s+", "", text(ir, nid)):
             if ir.grammar_type_of(nid) == "call_expression" and callee(ir, nid).startswith("__ld"):
@@ -754,14 +759,14 @@ def _shared_target(unit: Unit, lhs: int, shared: Mapping[str, SharedArray]
 
 
 def _staged_value(unit: Unit, fn: int, stmt: int, rhs: int, pointers: Mapping[str, str]
-                  ) -> tuple[str, str, str, str | None, str | None, int, int] | None:
+                  ) -> tuple[str, str, str, str | None, str | None, int, tuple[int, ...]] | None:
     """How the value stored into shared memory comes from global memory: (form, pointer,
-    element expression, guard, fill, lanes, first statement of the copy)."""
+    element expression, guard, fill, lanes, the statements of the copy before the store)."""
     ir = unit.ir
     node = _strip(ir, rhs)
     read = _global_read(unit, fn, node, pointers)
     if read is not None:
-        return "direct", read[0], read[1], None, None, read[2], stmt
+        return "direct", read[0], read[1], None, None, read[2], ()
     if ir.grammar_type_of(node) == "conditional_expression":
         kids = [c for c in children(ir, node) if ir.grammar_type_of(c) not in _TRIVIA]
         cond, yes, no = kids[0], kids[1], kids[2]
@@ -770,7 +775,7 @@ def _staged_value(unit: Unit, fn: int, stmt: int, rhs: int, pointers: Mapping[st
             if read is not None and not (_names(ir, other) & set(pointers)):
                 guard = text(ir, cond)
                 guard = f"!({guard})" if negate else guard
-                return "ternary", read[0], read[1], guard, text(ir, other), read[2], stmt
+                return "ternary", read[0], read[1], guard, text(ir, other), read[2], ()
         return None
     if ir.grammar_type_of(node) == "identifier":
         return _temporary(unit, fn, stmt, ir.name_of(node) or "", pointers)
@@ -778,7 +783,7 @@ def _staged_value(unit: Unit, fn: int, stmt: int, rhs: int, pointers: Mapping[st
 
 
 def _temporary(unit: Unit, fn: int, stmt: int, name: str, pointers: Mapping[str, str]
-               ) -> tuple[str, str, str, str | None, str | None, int, int] | None:
+               ) -> tuple[str, str, str, str | None, str | None, int, tuple[int, ...]] | None:
     """A register temporary filled from global memory in the statements right before `stmt`
     of the same block: `T v = g[i];`, `T v = fill; if (ok) v = g[i];`, `T v; if (ok) v = g[i];
     else v = fill;`."""
@@ -792,7 +797,7 @@ def _temporary(unit: Unit, fn: int, stmt: int, name: str, pointers: Mapping[str,
     at = items.index(stmt)
     guard = fill = None
     read = None
-    first = stmt
+    guarded: int | None = None
     for prev in reversed(items[:at]):
         gtype = ir.grammar_type_of(prev)
         if gtype == "if_statement" and read is None and name in written_names(ir, prev):
@@ -809,7 +814,7 @@ def _temporary(unit: Unit, fn: int, stmt: int, name: str, pointers: Mapping[str,
                 if other is None or _names(ir, other) & set(pointers):
                     return None
                 fill = text(ir, other)
-            first = prev
+            guarded = prev
             continue
         if gtype == "declaration" and name in [n for n, _, _ in declared_names(ir, prev)]:
             init = next(i for n, _, i in declared_names(ir, prev) if n == name)
@@ -818,12 +823,12 @@ def _temporary(unit: Unit, fn: int, stmt: int, name: str, pointers: Mapping[str,
                     return None
                 direct = _global_read(unit, fn, init, pointers)
                 if direct is not None:
-                    return "temporary", direct[0], direct[1], None, None, direct[2], prev
+                    return "temporary", direct[0], direct[1], None, None, direct[2], (prev,)
                 if ir.grammar_type_of(_strip(ir, init)) == "conditional_expression":
                     value = _staged_value(unit, fn, prev, init, pointers)
                     if value is not None:
                         return ("temporary", value[1], value[2], value[3], value[4], value[5],
-                                prev)
+                                (prev,))
                 return None
             if fill is None:
                 if init is None:
@@ -831,7 +836,8 @@ def _temporary(unit: Unit, fn: int, stmt: int, name: str, pointers: Mapping[str,
                 if _names(ir, init) & set(pointers):
                     return None
                 fill = text(ir, init)
-            return "temporary", read[0], read[1], guard, fill, read[2], prev
+            return ("temporary", read[0], read[1], guard, fill, read[2],
+                    (prev,) if guarded is None else (prev, guarded))
         if name in written_names(ir, prev):
             return None
     return None
