@@ -28,6 +28,7 @@ Positions are byte offsets of `KernelIR.source`. No GPU library is imported here
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -183,6 +184,30 @@ __device__ __forceinline__ void kl_tc_frag_b2(unsigned (&f)[2], unsigned (&g)[2]
 """
 
 
+WGMMA_HELPERS = r"""// ---- warpgroup MMA steps over canonical copies of shared tiles (wgmma, sm_90a) ----
+// a shared-memory matrix descriptor: K-major, no swizzle, 8x8 core matrices of 16-byte rows
+// `lbo` bytes apart along K and `sbo` bytes apart along M / N
+__device__ __forceinline__ unsigned long long kl_tc_desc(const void* p, unsigned lbo, unsigned sbo) {
+  const unsigned long long a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  return ((a & 0x3FFFFull) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+         ((unsigned long long)(sbo >> 4) << 32);
+}
+// the 16-bit pattern of an element (a 16-bit element as it is; an fp32 one rounded, exact for
+// values that came from the 16-bit type)
+template <bool BF16>
+__device__ __forceinline__ unsigned short kl_tc_bits(unsigned short v) { return v; }
+template <bool BF16>
+__device__ __forceinline__ unsigned short kl_tc_bits(float v) {
+  unsigned short r;
+  if (BF16)
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
+  else
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(v));
+  return r;
+}
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """How the block tile is split and read: a WM x WN grid of warps, each owning a WTM x WTN
@@ -201,6 +226,8 @@ class Plan:
     ldc: int
     warps: int
     """The block's warps (those past warps_m * warps_n take no part in the mma)."""
+    wgmma: bool = False
+    """Warpgroups of 4 warps issue wgmma m64n(8 ni)k16 (warps_m = 4 x groups, warps_n = 1)."""
 
     @property
     def guard(self) -> str:
@@ -248,6 +275,29 @@ def plan(ir: KernelIR, tile: GemmTile) -> Plan | str:
         return "no static shared memory is left for the accumulator exchange"
     return Plan(wm, wn, tile.bm // wm // 16, tile.bn // wn // 8, 16 if tile.bk % 16 == 0 else 8,
                 dtype, _mode(tile.a), _mode(tile.b), chunk, ldc, warps)
+
+
+def plan_wgmma(ir: KernelIR, tile: GemmTile) -> Plan | str:
+    """The split of `tile` onto warpgroups that each issue wgmma m64nBNk16 on 64 of its rows,
+    or why there is none."""
+    dtype = operand_type(ir, tile)
+    if dtype not in ("bf16", "fp16"):
+        return dtype
+    threads = tile.block[0] * tile.block[1]
+    if tile.bk % 16:
+        return f"the K step BK={tile.bk} is not a multiple of 16 (wgmma k16)"
+    if threads % 128:
+        return f"the block of {threads} threads is not a whole number of warpgroups"
+    if tile.bm % 64 or tile.bm // 64 > threads // 128:
+        return f"the block tile's {tile.bm} rows are not 64 rows per warpgroup of the block"
+    if tile.bn % 8 or tile.bn > 256:
+        return f"the block tile's {tile.bn} columns are not a wgmma N (a multiple of 8 up to 256)"
+    copies = (tile.bm + tile.bn) * tile.bk * 2
+    base = plan(ir, dataclasses.replace(tile, shared_bytes=tile.shared_bytes + copies + 128))
+    if isinstance(base, str):
+        return base
+    return dataclasses.replace(base, warps_m=4 * (tile.bm // 64), warps_n=1, mi=1,
+                               ni=tile.bn // 8, ks=16, wgmma=True)
 
 
 def _mode(t: Tile) -> int:
@@ -458,6 +508,8 @@ def _guarded(p: Plan, pad: str, lines: list[str]) -> list[str]:
 
 
 def k_step(tile: GemmTile, p: Plan, pad: str) -> str:
+    if p.wgmma:
+        return _k_step_wgmma(tile, p, pad)
     bf16 = "true" if p.dtype == "bf16" else "false"
     ta, tb = (_pointer_type(t) for t in (tile.a, tile.b))
     i1, i2 = pad + "  ", pad + "    "
@@ -485,6 +537,62 @@ def k_step(tile: GemmTile, p: Plan, pad: str) -> str:
              f"{i1}const {tb}* {PREFIX}pb = reinterpret_cast<const {tb}*>({tile.b.array}) + "
              f"{tile.b.base};",
              *_guarded(p, i1, loop),
+             f"{pad}}}"]
+    return "\n".join(lines)
+
+
+def _k_step_wgmma(tile: GemmTile, p: Plan, pad: str) -> str:
+    """Copy this K step's tiles into K-major canonical buffers, then each warpgroup issues
+    wgmma m64n(BN)k16 per 16-wide k slice on its 64 rows."""
+    bf16 = "true" if p.dtype == "bf16" else "false"
+    ptx_type = "bf16" if p.dtype == "bf16" else "f16"
+    ta, tb = (_pointer_type(t) for t in (tile.a, tile.b))
+    bm, bn, bk = tile.bm, tile.bn, tile.bk
+    threads = tile.block[0] * tile.block[1]
+    i1, i2, i3 = pad + "  ", pad + "    ", pad + "      "
+    regs = ", ".join(f"%{r}" for r in range(bn // 2))
+    outs = ", ".join(f'"+f"({PREFIX}acc[0][{j}][{r}])' for j in range(bn // 8) for r in range(4))
+
+    def canonical(rows: str, k: str) -> str:
+        return f"(({rows}) >> 3) * {bk * 8} + (({k}) >> 3) * 64 + (({rows}) & 7) * 8 + (({k}) & 7)"
+
+    lines = [f"{pad}{{  // mma-micro-kernel: this K step on tensor cores (wgmma m64n{bn}k16)",
+             f"{i1}__shared__ __align__(128) unsigned short {PREFIX}ca[{bm * bk}];",
+             f"{i1}__shared__ __align__(128) unsigned short {PREFIX}cb[{bn * bk}];",
+             f"{i1}const int {PREFIX}tid = {_tid(tile)}, {PREFIX}warp = {PREFIX}tid / 32;",
+             f"{i1}const {ta}* {PREFIX}pa = reinterpret_cast<const {ta}*>({tile.a.array}) + "
+             f"{tile.a.base};",
+             f"{i1}const {tb}* {PREFIX}pb = reinterpret_cast<const {tb}*>({tile.b.array}) + "
+             f"{tile.b.base};",
+             f"{i1}for (int e = {PREFIX}tid; e < {bm * bk}; e += {threads}) {{",
+             f"{i2}const int r = e / {bk}, k = e % {bk};",
+             f"{i2}{PREFIX}ca[{canonical('r', 'k')}] = {PREFIX}bits<{bf16}>({PREFIX}pa[r * "
+             f"{tile.a.s_mn} + k * {tile.a.s_k}]);",
+             f"{i1}}}",
+             f"{i1}for (int e = {PREFIX}tid; e < {bn * bk}; e += {threads}) {{",
+             f"{i2}const int n = e / {bk}, k = e % {bk};",
+             f"{i2}{PREFIX}cb[{canonical('n', 'k')}] = {PREFIX}bits<{bf16}>({PREFIX}pb[k * "
+             f"{tile.b.s_k} + n * {tile.b.s_mn}]);",
+             f"{i1}}}",
+             f'{i1}asm volatile("fence.proxy.async.shared::cta;" ::: "memory");',
+             f"{i1}__syncthreads();",
+             f"{i1}if ({PREFIX}warp < {p.warps_m}) {{",
+             f"{i2}const unsigned short* {PREFIX}ga = {PREFIX}ca + {PREFIX}warp / 4 * {64 * bk};",
+             f'{i2}asm volatile("wgmma.fence.sync.aligned;" ::: "memory");',
+             "#pragma unroll",
+             f"{i2}for (int {PREFIX}k = 0; {PREFIX}k < {bk}; {PREFIX}k += 16) {{",
+             f"{i3}const unsigned long long da = {PREFIX}desc({PREFIX}ga + {PREFIX}k * 8, 128, "
+             f"{bk * 16});",
+             f"{i3}const unsigned long long db = {PREFIX}desc({PREFIX}cb + {PREFIX}k * 8, 128, "
+             f"{bk * 16});",
+             f'{i3}asm volatile("wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{ptx_type}.{ptx_type} '
+             f'{{{regs}}}, %{bn // 2}, %{bn // 2 + 1}, 1, 1, 1, 0, 0;"',
+             f"{i3}             : {outs}",
+             f'{i3}             : "l"(da), "l"(db));',
+             f"{i2}}}",
+             f'{i2}asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");',
+             f'{i2}asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");',
+             f"{i1}}}",
              f"{pad}}}"]
     return "\n".join(lines)
 
@@ -568,6 +676,9 @@ class MmaMicroKernel(Pass):
     block: str = ""
     """The launch's block size, `N` or `NxM` (empty: the `block` fact of the context, the
     kernel's `__launch_bounds__`, else the largest block that covers the tile exactly once)."""
+    wgmma: bool = False
+    """Issue the K step as Hopper warpgroup MMA (wgmma m64nBNk16, sm_90a) from K-major copies
+    of the tiles made each step, instead of warp-level mma.sync."""
 
     name: ClassVar[str] = "mma-micro-kernel"
     category: ClassVar[Category] = Category.COMPUTE
@@ -601,10 +712,13 @@ class MmaMicroKernel(Pass):
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
-        edits = scalar_edits(ir, site.detail.get("kernel"))
+        kernel = site.detail.get("kernel")
+        edits = scalar_edits(ir, kernel)
         if isinstance(edits, str):
             return Skipped(edits)
-        return finish(ir, site, edits)
+        src = CSource(ir)
+        body = next((ir.text[f.body_start:f.body_end] for f in _kernels(src) if f.name == kernel), "")
+        return finish(ir, site, edits, options={"wgmma": _WGMMA_STEP in body})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         results, skip = self.check(ctx)
@@ -625,7 +739,9 @@ class MmaMicroKernel(Pass):
         tile = next((t for t in tiles if wanted in (None, t.kernel)), None)
         if tile is None:
             return Skipped(f"no GEMM micro-kernel in {wanted}")
-        p = plan(ir, tile)
+        if self.wgmma and ctx is not None and str(ctx.facts.get("arch", "sm_90")) < "sm_90":
+            return Skipped("wgmma needs sm_90a")
+        p = plan_wgmma(ir, tile) if self.wgmma else plan(ir, tile)
         if isinstance(p, str):
             return Skipped(p, tile.to_json())
         return finish(ir, site, rewrite_edits(ir, tile, p), preconditions=results)
@@ -653,9 +769,12 @@ def rewrite_edits(ir: KernelIR, tile: GemmTile, p: Plan) -> list[ByteEdit]:
     """The byte edits that put `tile`'s K step on tensor cores with the split `p`."""
     source = ir.source
     edits: list[ByteEdit] = []
-    if HELPERS not in ir.text:  # another kernel of the unit may have them already
+    wanted = HELPERS + (WGMMA_HELPERS if p.wgmma and WGMMA_HELPERS not in ir.text else "")
+    if HELPERS in ir.text:  # another kernel of the unit has them already
+        wanted = wanted[len(HELPERS):]
+    if wanted:
         at = CSource(ir).b(helper_insert_at(CSource(ir)))
-        edits.append(ByteEdit(at, at, HELPERS))
+        edits.append(ByteEdit(at, at, wanted))
     aligning = set()
     for t, mode in ((tile.a, p.mode_a), (tile.b, p.mode_b)):
         if mode >= 1 and not t.aligned and t.decl not in aligning:
@@ -705,6 +824,8 @@ _ACC_DECL = re.compile(r"[ \t]*// mma-micro-kernel: each warp's fp32 accumulator
                        rf"[ \t]*float {PREFIX}acc\[\d+\]\[\d+\]\[4\] = \{{\}};\n")
 _OPERAND = re.compile(rf"{PREFIX}p([ab]) = reinterpret_cast<const [\w ]+\*>\((\w+)\) \+ (-?\d+);")
 _FRAG = re.compile(rf"{PREFIX}frag_([ab])2?<\w+, \d+, \d+, (-?\d+), (-?\d+)>")
+_WGMMA_STEP = "on tensor cores (wgmma m64n"
+_COPY = re.compile(rf"{PREFIX}p([ab])\[(?:r|k) \* (-?\d+) \+ (?:k|n) \* (-?\d+)\]")
 _DEPTH = re.compile(rf"{PREFIX}k < (\d+); {PREFIX}k \+= \d+")
 _MAP = re.compile(rf"const int {PREFIX}row = (.+?), {PREFIX}col = (.+?);\n")
 _GROUP = re.compile(rf"if \(\(unsigned\)\({PREFIX}row(?: \+ (-?\d+))? - {PREFIX}c0\) < \d+u\) \{{\n"
@@ -739,6 +860,9 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
     swap = text[swap_at:swap_end]
     operands = {m.group(1): (m.group(2), int(m.group(3))) for m in _OPERAND.finditer(step)}
     strides = {m.group(1): (int(m.group(2)), int(m.group(3))) for m in _FRAG.finditer(step)}
+    wgmma = _WGMMA_STEP in step
+    if wgmma:  # the copies into the canonical buffers read each tile at its strides
+        strides = {m.group(1): (int(m.group(2)), int(m.group(3))) for m in _COPY.finditer(step)}
     depth, where = _DEPTH.search(step), _MAP.search(swap)
     groups = list(_GROUP.finditer(swap))
     if set(operands) != {"a", "b"} or set(strides) != {"a", "b"} or not depth or not where \
@@ -769,6 +893,9 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
     lines += [f"{pad}  }}", f"{pad}}}"]
     edits = [ByteEdit(*src.bspan(helpers_at, helpers_at + len(HELPERS)), "")] if len(mine) == 1 \
         else []
+    wg_at = text.find(WGMMA_HELPERS)
+    if wgmma and wg_at >= 0 and sum(_WGMMA_STEP in text[f.body_start:f.body_end] for f in mine) == 1:
+        edits.append(ByteEdit(*src.bspan(wg_at, wg_at + len(WGMMA_HELPERS)), ""))
     edits += [ByteEdit(*src.bspan(acc.start(), acc.end()), ""),
              ByteEdit(*src.bspan(step_at, step_at + len(step)), "\n".join(lines))]
     line_end = text.find("\n", swap_end)
