@@ -10,7 +10,8 @@ a (N / BN, M / BM) grid of the block the rule reports. The rule's output is comp
 beside it; both are checked against an fp32 product at the timed shape and at a ragged one, then
 cuBLAS (torch.matmul), the start, the rewrite and experts/gemm/gemm_cuda_tiles (a tutorial-style
 GEMM with 16-byte staging in the rule's form) are timed with
-`triton.testing.do_bench(..., return_mode="median")` (cuBLAS first and again last). `--bk N`
+`triton.testing.do_bench(..., return_mode="median")` (cuBLAS first and again last). On sm_90a
+the rule's wgmma form (`+wgmma`) is timed beside its mma.sync form (`+mma`). `--bk N`
 also times the start and its rewrite with the start's BK macro set to N (what a tile-size move
 would add). Writes result.json, result.md and the rewritten sources into --out.
 """
@@ -36,16 +37,16 @@ from passes import PassContext, get_pass  # noqa: E402
 START = ROOT / "tests" / "data" / "microkernels" / "blocktile_bf16.cu"
 
 
-def rewrite(source: str, arch: str) -> tuple[str, dict[str, Any]]:
-    """The rule's output for `source` and the site it used (raises on a refusal)."""
+def rewrite(source: str, arch: str, wgmma: bool = False) -> tuple[str, dict[str, Any]] | str:
+    """The rule's output for `source` and the site it used, or the rule's refusal."""
     ir = kir.parse(source, "cuda")
-    rule = get_pass("mma-micro-kernel")()
+    rule = get_pass("mma-micro-kernel").from_options({"wgmma": wgmma})
     sites = [s for s in rule.sites(ir) if not s.present]
     if not sites:
-        raise SystemExit("mma-micro-kernel finds no site in the start kernel")
+        return "mma-micro-kernel finds no site in the start kernel"
     result = rule.optimize(ir, sites[0], PassContext(facts={"arch": arch}))
     if not result.ok:
-        raise SystemExit(f"mma-micro-kernel refused: {getattr(result, 'reason', result)}")
+        return f"mma-micro-kernel refused: {getattr(result, 'reason', result)}"
     return result.ir.text, dict(sites[0].detail)
 
 
@@ -70,19 +71,29 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     arch = "sm_90a" if args.dry else cudahost.default_arch()
     kernels: dict[str, tuple[str, dict[str, Any]]] = {}
+    refused: dict[str, str] = {}
+    ctx_arch = "sm_90" if arch.startswith("sm_9") else arch.split("a")[0]
     for name, text in variants(args.start.read_text(), args.bk).items():
-        new, detail = rewrite(text, "sm_90" if arch.startswith("sm_9") else arch.split("a")[0])
         (args.out / f"{name}.cu").write_text(text)
-        (args.out / f"{name}.mma.cu").write_text(new)
-        kernels[name] = (text, detail)
-        kernels[f"{name}+mma"] = (new, detail)
+        for form, wgmma in (("mma", False), ("wgmma", True)):
+            if wgmma and not arch.startswith("sm_90"):
+                continue
+            got = rewrite(text, ctx_arch, wgmma)
+            if isinstance(got, str):
+                refused[f"{name}+{form}"] = got
+                print(f"{name}+{form}: {got}", flush=True)
+                continue
+            (args.out / f"{name}.{form}.cu").write_text(got[0])
+            kernels.setdefault(name, (text, got[1]))
+            kernels[f"{name}+{form}"] = got
     compiled = {}
     for name, (text, _) in kernels.items():
         c = cudahost.compile_source(text, name=f"{name}.cu", arch=arch)
         compiled[name] = c
         print(f"compiled {name}: {c.resources()}", flush=True)
     record: dict[str, Any] = {"start": str(args.start), "size": args.size, "arch": arch,
-                              "kernels": {n: d for n, (_, d) in kernels.items()}}
+                              "kernels": {n: d for n, (_, d) in kernels.items()},
+                              "refused": refused}
     if args.dry:
         (args.out / "result.json").write_text(json.dumps(record, indent=2))
         print("dry run: every variant compiled")
