@@ -224,10 +224,39 @@ def test_a_blocked_gemm_with_a_transposed_operand_gets_a_ring() -> None:
     assert torch.allclose(want, a @ bt.T, atol=1e-4) and torch.equal(got, want)
 
 
-def test_two_byte_staging_is_refused_with_the_reason() -> None:
+def test_two_byte_copies_in_a_loop_of_their_own_are_refused_with_the_reason() -> None:
     _out, results = _apply_all("cp-async-pipeline", S.BLOCKED_BF16)
     assert [r.reason for r in results] == [
-        "a copy into sa moves 2 bytes (cp.async moves 4, 8 or 16)"]
+        "a copy into sa moves 2 bytes (cp.async moves 4, 8 or 16) and the pair with the next "
+        "thread's is not told: the copy runs in a loop of its own"]
+
+
+def test_two_byte_copies_pair_up_with_the_next_threads(tmp_path) -> None:  # noqa: ANN001
+    bf16 = "#include <cuda_bf16.h>\n" + S.TILED_INTERLEAVED.replace(
+        "const float* __restrict__ lhs, const float* __restrict__ rhs",
+        "const __nv_bfloat16* __restrict__ lhs, const __nv_bfloat16* __restrict__ rhs").replace(
+        "__shared__ float tl[TS][TS], tr[TS][TS];", "__shared__ __nv_bfloat16 tl[TS][TS], tr[TS][TS];").replace(
+        "float x0 = 0.0f;", "__nv_bfloat16 x0 = __float2bfloat16(0.0f);").replace(
+        "float y0 = 0.0f;", "__nv_bfloat16 y0 = __float2bfloat16(0.0f);").replace(
+        "total += tl[r][q] * tr[q][c];", "total += __bfloat162float(tl[r][q]) * __bfloat162float(tr[q][c]);")
+    (tmp_path / "mm.cu").write_text(bf16)
+    p = get_pass("cp-async-pipeline")()
+    ir = kir.parse_file(tmp_path / "mm.cu")
+    site = next(s for s in p.sites(ir) if not s.present)
+    assert "not known to be even" in p.optimize(ir, site, CTX).reason  # no host: no block
+    (tmp_path / "mm.py").write_text("import experts.cudahost as host\n"
+                                    "def run(a, b):\n    host.launch(f, (1, 1), (32, 32), 0, [a])\n")
+    ir = kir.parse_file(tmp_path / "mm.cu")
+    result = p.optimize(ir, site, CTX)
+    assert isinstance(result, Applied), result
+    assert result.ir.text.count("(threadIdx.x & 1) == 0") == 4
+    ptx_for_sm90a(result.ir.text)
+    lib = _lib(result.ir.text, "pairs.cu")
+    for k in (64, 45):  # 45: odd rows, every other pair misaligned: copied by the threads
+        a = torch.randn(40, k, generator=_gen(15)).to(torch.bfloat16)
+        b = torch.randn(k, 37, generator=_gen(16)).to(torch.bfloat16)
+        c = _matmul(lib, "mm_two_temps", a, b, (2, 2), (32, 32))
+        assert torch.allclose(c, a.float() @ b.float(), atol=1e-3, rtol=1e-3)
 
 
 def test_a_staging_that_converts_is_not_copied_as_bytes() -> None:

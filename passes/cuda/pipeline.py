@@ -15,13 +15,18 @@ gets a ring of `stages` slots; the copies of tile i + stages - 1 are issued as `
 (zero-filled where the user's guard fails, by a source size of 0) while tile i is computed,
 with a prologue that issues the first stages - 1 tiles; each iteration issues its copies, then
 waits until at most stages - 1 groups are in flight (its own tile has landed) before the
-compute. It refuses (with the reason) where a copy is not 4, 8 or 16 bytes, where a
+compute. A 2-byte copy (one bf16 / fp16 element per thread and tile) is paired with the next
+thread's where that is the next element in shared and in global memory and the launch's block
+has an even x size: even threads copy 4 bytes (copying both elements themselves where the
+source is not 4-byte aligned). It refuses (with the reason) where a copy is not 4, 8 or 16
+bytes and cannot be paired, where a
 guarded copy's fill is not zero, where the staged arrays are used outside the loop, or where the
 loop does anything but stage, synchronize and compute.
 """
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +49,7 @@ from passes.cuda.recognize import (
     Staging,
     Unit,
     element_bytes,
+    expand_locals,
     for_parts,
     loop_init,
     loop_var,
@@ -277,7 +283,13 @@ def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
             return Skipped(f"a copy into {st.array} converts what it reads (cp.async copies "
                            "bytes)", {"array": st.array})
         size = (element_bytes(st.element) or 0) * st.width
-        if size not in (4, 8, 16):
+        if size == 2 and st.width == 1:
+            why = _pairing(unit, fn, node, st)
+            if why:
+                return Skipped(f"a copy into {st.array} moves 2 bytes (cp.async moves 4, 8 or "
+                               f"16) and the pair with the next thread's is not told: {why}",
+                               {"array": st.array, "bytes": size})
+        elif size not in (4, 8, 16):
             return Skipped(f"a copy into {st.array} moves {size} bytes (cp.async moves 4, 8 "
                            "or 16)", {"array": st.array, "bytes": size})
         if st.guard is not None and not _ZERO.match(st.fill or ""):
@@ -318,7 +330,7 @@ def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
                        "shared memory (48 KiB at most)", {"bytes": total})
     src = ir.source.decode("utf-8")
     body = loop_body(ir, node)
-    produce_text = _ring_copies(ir, src, produce, loop.stagings, arrays, "kl_put")
+    produce_text = _ring_copies(ir, src, produce, loop.stagings, arrays, "kl_put", unit, fn)
     consume_start = items[first].start
     consume_text = _ring_reads(src[consume_start:items[-1].end], arrays, "kl_get")
     cond_text = text(ir, cond)
@@ -331,6 +343,8 @@ def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
         d = shared[a].decl
         decl = decls.get(d, src[d[0]:d[1]])
         decls[d] = re.sub(rf"\b{a}\s*\[", f"{a}[{stages}][", decl, count=1)
+        if "__align__" not in decls[d]:  # 4-byte pairs and 16-byte vectors land aligned
+            decls[d] = decls[d].replace("__shared__", "__shared__ __align__(16)", 1)
     edits += [ByteEdit(d[0], d[1], text_) for d, text_ in sorted(decls.items())]
     ahead = f"({stages - 1}) * ({step})"
     loop_head = src[ir.span_of(node).start:ir.span_of(body).start]
@@ -386,14 +400,19 @@ def _ring_reads(text_: str, arrays: set[str], slot: str) -> str:
 
 
 def _ring_copies(ir: KernelIR, src: str, produce: tuple[int, int], copies: Sequence[Staging],
-                 arrays: set[str], slot: str) -> str:
+                 arrays: set[str], slot: str, unit: Unit, fn: int) -> str:
     """The staging part of the loop with each copy issued as `cp.async` into ring slot
-    `slot` (its guard as the source size: 0 zero-fills)."""
-
+    `slot` (its guard as the source size: 0 zero-fills); a 2-byte copy pairs with the next
+    thread's (`_paired_text`)."""
     data = src.encode("utf-8")
     edits = []
     for st in copies:
         size = (element_bytes(st.element) or 0) * st.width
+        if size == 2:
+            parts = st.parts or (st.span,)
+            edits += [(a, b, "") for a, b in parts[:-1]]
+            edits.append((parts[-1][0], parts[-1][1], _paired_text(unit, fn, st, arrays, slot)))
+            continue
         dst = _ring_reads(st.dst if st.width > 1 else f"&({st.dst})", arrays, slot)
         source = st.src if st.width > 1 else f"&({st.src})"
         valid = f"(({st.guard}) ? {size} : 0)" if st.guard else str(size)
@@ -410,3 +429,96 @@ def _ring_copies(ir: KernelIR, src: str, produce: tuple[int, int], copies: Seque
         last = end
     out.append(_ring_reads(data[last:produce[1]].decode("utf-8"), arrays, slot))
     return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2-byte copies in pairs: an even thread copies its element and the next thread's
+
+_PROBES = 24
+
+
+def _neighbour(expr: str) -> str:
+    return re.sub(r"\bthreadIdx\s*\.\s*x\b", "(threadIdx.x + 1)", expr)
+
+
+def _pairing(unit: Unit, fn: int, loop: int, st: Staging) -> str:
+    """Why a 2-byte copy cannot be paired with the next thread's ('' when it can): the copy
+    runs once per thread per tile (not in a loop of its own), the launch's block has an even x
+    size, and for even threadIdx.x the next thread's element is the next one in shared memory
+    (the last subscript + 1, from an even one) and in global memory (the index + 1), checked
+    by evaluating the expressions (locals expanded) at sample points."""
+    if st.loop is not None and st.loop != (unit.ir.span_of(loop).start, unit.ir.span_of(loop).end):
+        return "the copy runs in a loop of its own"
+    block = unit.launch_block().dims
+    if block is None or block[0] % 2:
+        return "the launch's block x size is not known to be even"
+    dst = _indices(st.dst)
+    src = _indices(st.src)
+    if dst is None or src is None or len(src[1]) != 1:
+        return "the element expressions are not subscripts"
+    env_names = set()
+    exprs = [expand_locals(unit, fn, e) for e in (*dst[1], src[1][0])]
+    for e in exprs:
+        env_names |= {re.sub(r"\s+", "", n) for n in
+                      re.findall(r"(?<![.\w])[A-Za-z_]\w*(?:\s*\.\s*[xyz])?", e)}
+    env_names = {n for n in env_names if unit.value(n) is None}  # constants keep their value
+    rng = random.Random(0)
+    for _ in range(_PROBES):
+        env = {n: rng.randrange(0, 64) for n in env_names}
+        env["threadIdx.x"] = 2 * rng.randrange(0, block[0] // 2)
+        own = [_c_eval(unit, e, env) for e in exprs]
+        nxt = [_c_eval(unit, _neighbour(e), env) for e in exprs]
+        if None in own or None in nxt:
+            return "an index is not integer arithmetic"
+        *d_own, s_own = own
+        *d_nxt, s_nxt = nxt
+        if d_nxt[:-1] != d_own[:-1] or d_nxt[-1] != d_own[-1] + 1 or d_own[-1] % 2 or \
+                s_nxt != s_own + 1:
+            return "the next thread's element is not the next one in memory"
+    return ""
+
+
+def _indices(expr: str) -> tuple[str, list[str]] | None:
+    m = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*((?:\[[^\[\]]+\]\s*)+)", expr)
+    if m is None:
+        return None
+    return m.group(1), re.findall(r"\[([^\[\]]+)\]", m.group(2))
+
+
+def _c_eval(unit: Unit, expr: str, env: dict) -> int | None:
+    """An integer C expression of `env`'s names and the unit's constants, or None."""
+    text_ = re.sub(r"\(\s*(?:size_t|int|unsigned(?:\s+int)?|long(?:\s+long)?)\s*\)", "", expr)
+    text_ = re.sub(r"static_cast\s*<[^<>]*>", "", text_)
+
+    def name(m: re.Match[str]) -> str:
+        key = re.sub(r"\s+", "", m.group(0))
+        if key in env:
+            return str(env[key])
+        value = unit.value(key)
+        return str(value) if value is not None else key
+
+    text_ = re.sub(r"(?<![.\w])[A-Za-z_]\w*(?:\s*\.\s*[xyz])?", name, text_)
+    if re.search(r"[A-Za-z_]", text_):
+        return None
+    return unit.value(text_)
+
+
+def _paired_text(unit: Unit, fn: int, st: Staging, arrays: set[str], slot: str) -> str:
+    """Even threads issue one 4-byte cp.async for their element and the next thread's (the
+    source size 4, 2 or 0 by the two guards); where the source is not 4-byte aligned, or the
+    first guard fails and the second holds, they copy the two elements themselves."""
+    guard = st.guard or "true"
+    fill = st.fill or "0"
+    own_dst = _ring_reads(st.dst, arrays, slot)
+    nxt_dst = _ring_reads(_neighbour(expand_locals(unit, fn, st.dst)), arrays, slot)
+    nxt_src = _neighbour(expand_locals(unit, fn, st.src))
+    nxt_guard = _neighbour(expand_locals(unit, fn, guard))
+    return ("if ((threadIdx.x & 1) == 0) { "
+            f"const bool kl_p0 = ({guard}), kl_p1 = ({nxt_guard}); "
+            f"const void* kl_from = &({st.src}); "
+            "if ((reinterpret_cast<unsigned long long>(kl_from) & 3ull) == 0 && (kl_p0 || !kl_p1)) "
+            'asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\\n" :: '
+            f'"r"((unsigned)__cvta_generic_to_shared(&({own_dst}))), "l"(kl_from), '
+            '"r"(kl_p0 ? (kl_p1 ? 4 : 2) : 0) : "memory"); '
+            f"else {{ {own_dst} = kl_p0 ? {st.src} : {fill}; "
+            f"{nxt_dst} = kl_p1 ? {nxt_src} : {fill}; }} }}")

@@ -1936,7 +1936,7 @@ def _stride_kind(unit: Unit, fn: int, step: str, start: str) -> str | None:
     launch = unit.launch_block().dims
     value = unit.value(step)
     if value is not None and launch is not None and value == launch[0] and "threadIdx.x" in \
-            _expand(unit, fn, start):
+            expand_locals(unit, fn, start):
         return "block"
     if re.fullmatch(r"[A-Za-z_]\w*", s):
         bound = _single_init(unit, fn, s)
@@ -1956,13 +1956,13 @@ def _single_init(unit: Unit, fn: int, name: str) -> str | None:
     return None
 
 
-def _expand(unit: Unit, fn: int, expr: str, depth: int = 0) -> str:
+def expand_locals(unit: Unit, fn: int, expr: str, depth: int = 0) -> str:
     """`expr` with variables bound once replaced by their initializers (a few levels deep)."""
     if depth > 4:
         return expr
     def sub(m: re.Match[str]) -> str:
         init = _single_init(unit, fn, m.group(0))
-        return f"({_expand(unit, fn, init, depth + 1)})" if init else m.group(0)
+        return f"({expand_locals(unit, fn, init, depth + 1)})" if init else m.group(0)
     return re.sub(r"(?<![.\w])[A-Za-z_]\w*(?![\w(])", sub, expr)
 
 
@@ -1984,7 +1984,7 @@ def stride_loops(ir: KernelIR | Unit) -> list[StrideLoop]:
             m = re.fullmatch(rf"\s*{re.escape(var)}\s*\+=\s*(.+?)\s*", text(ir_, update), re.S)
             if m is None:
                 continue
-            start_text = _expand(unit, fn, text(ir_, start))
+            start_text = expand_locals(unit, fn, text(ir_, start))
             if "threadIdx.x" not in start_text:
                 continue
             kind = _stride_kind(unit, fn, m.group(1), start_text)
