@@ -1635,6 +1635,8 @@ def _host_pinned(mod: PyModule, launches: Sequence[Launch],
     % tk == 0`, a descriptor's block shape, a buffer sized by it; see `_host_reuse`), with the
     reason: they keep their value, and a sweep tunes the other parameters around them."""
     out: dict[str, SweepRefusal] = {}
+    kernel = next((k for k in mod.kernels() if k.name == current.kernel), None)
+    rewritten = _grid_nodes(mod, kernel) if kernel is not None else frozenset()
     for launch in launches:
         target = launch_grid(mod, launch.site)
         if target is None:
@@ -1644,10 +1646,27 @@ def _host_pinned(mod: PyModule, launches: Sequence[Launch],
         blocks = _descriptor_block_reads(mod, launch)
         for name in tiles:  # the launch's other tile arguments may read the same host value
             reused = None if name in out else _host_reuse(mod, launch.site, target, [name], args,
-                                                          tiles, blocks)
+                                                          tiles, blocks | rewritten)
             if reused is not None:
                 out[name] = reused
+        for sub in ast.walk(target) if kernel is not None else ():
+            if literal_int(sub) is None or _dividend(target, sub) is None:
+                continue
+            if _literal_owners(mod, kernel, target, sub, args) is None:
+                for name in tiles:
+                    if literal_int(args[name]) == literal_int(sub) and name not in out:
+                        out[name] = SweepRefusal(
+                            f"the grid divides by {literal_int(sub)} (line {sub.lineno}) and "
+                            f"which tile's block count that is cannot be told: {name} keeps "
+                            f"its value", {"tile": name, "line": sub.lineno})
     return out
+
+
+def _grid_nodes(mod: PyModule, kernel: ast.FunctionDef) -> frozenset[int]:
+    """The nodes of every launch grid of `kernel`: a sweep rewrites each of them, so a division
+    in one launch's grid is no host use of a tile another launch passes."""
+    grids = (launch_grid(mod, launch.site) for launch in kernel_launches(mod, kernel))
+    return frozenset(id(n) for g in grids if g is not None for n in ast.walk(g))
 
 
 def _host_descriptors(mod: PyModule, launch: Launch) -> list[tuple[str, ast.List | ast.Tuple]]:
@@ -1935,7 +1954,8 @@ def _grid_rewrite(
             "the launch grid is not bound once where the kernel is launched",
             {"grid": dotted(grid)},
         )
-    reused = _host_reuse(mod, launch.site, target, tuned, args, extra=_descriptor_block_reads(mod, launch))
+    reused = _host_reuse(mod, launch.site, target, tuned, args,
+                         extra=_descriptor_block_reads(mod, launch) | _grid_nodes(mod, kernel))
     if reused is not None:
         return reused
     if isinstance(target, (ast.Lambda, ast.FunctionDef)):
@@ -1984,7 +2004,17 @@ def _grid_rewrite(
                 and literal_int(sub) == literal_int(node)
                 and _dividend(target, sub) is not None
             ):
-                replace.append((sub, name))
+                # a literal is the tile's copy only where data flow ties it to the tile: the
+                # size it divides or the program axis it counts (`_literal_owners`)
+                owners = _literal_owners(mod, kernel, target, sub, args)
+                if owners == {name}:
+                    replace.append((sub, name))
+                elif owners is None:
+                    return SweepRefusal(
+                        f"the grid divides by {literal_int(sub)} (line {sub.lineno}), and which "
+                        f"tile's block count that is cannot be told: {name} cannot be tuned",
+                        {"tile": name, "line": sub.lineno},
+                    )
     unpassed = _unpassed_grid_divisors(mod, kernel, launch, target, shaping, args)
     if isinstance(unpassed, SweepRefusal):
         return unpassed
@@ -2044,6 +2074,40 @@ def _grid_rewrite(
     if isinstance(grid, ast.Name):
         return [ByteEdit(mod.start(target), mod.end(target), new_text)]
     return [ByteEdit(mod.start(grid), mod.end(grid), new_text)]
+
+
+def _literal_owners(
+    mod: PyModule, kernel: ast.FunctionDef, grid: ast.AST, node: ast.AST,
+    args: Mapping[str, ast.AST],
+) -> set[str] | None:
+    """The tile constexprs a literal divisor `node` of a host-computed `grid` is the copy of,
+    told by data flow, never by equal values: the launch passes the tile the same literal, and
+    the literal divides the host value of a size the tile tiles in the kernel (`_tile_dims`:
+    `cdiv(H, 64)` where the launch passes H as the N that `offs_n < N` compares) or sits in the
+    grid axis whose program id the tile scales (`_tile_axes`), with neither fact against it.
+    Empty: the literal counts blocks of no tile passed that value (a chunk count of another
+    size). None: it cannot be told (a tile with that value and no fact either way, or several
+    tiles that fit equally), so no tile of that value may be tuned by rewriting it."""
+    value = literal_int(node)
+    candidates = [t for t, a in args.items() if value is not None and literal_int(a) == value
+                  and t in constexpr_params(kernel)]
+    dividend = _dividend(grid, node)
+    host = mod.text(dividend) if dividend is not None else None
+    axis = _grid_axis(grid, node)
+    dims, axes = _tile_dims(kernel), _tile_axes(kernel)
+    tied: set[str] = set()
+    unknown = False
+    for t in candidates:
+        sizes = {mod.text(args[d]) for d in dims.get(t, ()) if d in args}
+        by_size = (host in sizes) if sizes and host is not None else None
+        by_axis = (axes[t] == axis) if t in axes and axis is not None else None
+        if by_size is None and by_axis is None:
+            unknown = True
+        elif by_size is not False and by_axis is not False:
+            tied.add(t)
+    if len(tied) > 1 or (unknown and not tied):
+        return None
+    return tied
 
 
 def _unpassed_grid_divisors(
