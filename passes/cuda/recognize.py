@@ -22,8 +22,11 @@ saying why (`refusals(ir)` collects them).
   `sh[t] (op)= sh[t + s]` under `if (t < s)` (or `t % (2*s) == 0`), or the same steps unrolled
   with constant strides; the combine is a sum, a max or a min (`+=`, `fmaxf`, `max`, a
   comparison ternary), over one or several arrays in the same steps.
-- `grid_stride_loops` / `block_stride_loops`: loops whose index starts at the thread's global
-  (or in-block) index and steps by the grid's (block's) thread count.
+- `shuffle_reductions`: a block reduction through warp shuffles (`ShuffleReduction`): a fold
+  over strides 16..1 per warp, lane 0 of each warp storing to a shared slot per warp, a barrier,
+  the first warp folding the slots, thread 0 using the value.
+- `stride_loops`: loops whose index starts at the thread's global (or in-block) index and
+  steps by the grid's (block's) thread count (`StrideLoop.kind` grid | block).
 - `row_reductions`: a block-stride loop that folds a row into a register (`acc += x[...]`,
   `m = fmaxf(m, x[...])`) and the tree or shuffles that combine the threads' partials.
 - `register_blocks`: per-thread local arrays of constant extent (register tiles).
