@@ -171,9 +171,24 @@ def test_a_shuffle_block_reduction_is_de_optimized_into_a_tree_and_back() -> Non
             assert torch.allclose(y, torch.softmax(x, 1), atol=1e-5), (name, block)
 
 
+def test_a_tree_finished_warp_synchronously_becomes_shuffles() -> None:
+    source = S.WARP_TAIL + S.WARP_TAIL_CALL
+    out, results = _apply_all("warp-shuffle-reduce", source)
+    assert sum(isinstance(r, Applied) for r in results) == 2, results
+    ptx_for_sm90a(out)
+    x = torch.randn(2 * 3 * 256, generator=_gen(17))
+    lib = _lib(out, "warp_tail.cu")
+    got = torch.zeros(3)
+    lib.launch("old_style_sum", 3, 256, 0, [x, got])
+    assert torch.allclose(got, x[:768].view(3, 256).sum(1), atol=1e-4)
+    lib.launch("sum_with_call", 3, 256, 0, [x, got])
+    assert torch.allclose(got, (x[:768] + x[768:]).view(3, 256).sum(1), atol=1e-4)
+
+
 def test_a_refused_tree_is_no_site() -> None:
     p = get_pass("warp-shuffle-reduce")()
-    assert [s for s in p.sites(kir.parse(S.WARP_TAIL, "cuda")) if not s.present] == []
+    text = S.WARP_TAIL_CALL.replace(" buf[lane] += buf[lane + 1];", "")
+    assert [s for s in p.sites(kir.parse(text, "cuda")) if not s.present] == []
 
 
 # -- synchronous staging -> a cp.async ring ----------------------------------------------------

@@ -50,11 +50,20 @@ def test_reduction_trees_in_every_spelling(rename: bool) -> None:
         assert all(t["values"] for t in trees)  # the values stored before the tree were found
 
 
-def test_a_tree_that_ends_warp_synchronously_is_refused_with_the_reason() -> None:
-    roles = _roles(S.WARP_TAIL)
+@pytest.mark.parametrize("rename", [False, True], ids=["as-written", "renamed"])
+def test_a_tree_finished_by_the_first_warp(rename: bool) -> None:
+    for source in (S.WARP_TAIL, S.WARP_TAIL_CALL):
+        roles = _roles(_renamed(source) if rename else source)
+        assert [(t["form"], t["extent"]) for t in roles["reduction_trees"]] == \
+            [("halving", "blockDim.x")]
+
+
+def test_a_first_warp_stage_that_is_not_told_is_refused_with_the_reason() -> None:
+    roles = _roles(S.WARP_TAIL_CALL.replace(" buf[lane] += buf[lane + 1];", ""))
     assert roles["reduction_trees"] == []
     assert [r["reason"] for r in roles["refusals"] if r["role"] == "reduction-tree"] == [
-        "the tree stops at s > 32 (a last warp-synchronous stage is not read)"]
+        "the tree stops at s > 32 and ends with a warp-synchronous stage that is not told: "
+        "the first warp's strides are [32, 16, 8, 4, 2], not 32 down to 1"]
 
 
 def test_a_tree_whose_other_slots_are_read_later_is_refused() -> None:

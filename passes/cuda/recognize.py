@@ -1743,7 +1743,14 @@ def _tree_loop(unit: Unit, kernel: str, fn: int, loop: int,
         if cond_text not in (f"{tid}<{var}", f"{var}>{tid}"):
             return refuse(f"the tree's step runs under {text(ir, cond_node)}, not own slot < stride")
         loop_cond = flat_code(ir, cond)
-        if loop_cond not in (f"{var}>0", f"{var}>=1", f"{var}!=0", f"0<{var}", var):
+        tail_end = None
+        if loop_cond in (f"{var}>32", f"{var}>warpSize"):
+            tail = _warp_tail(unit, fn, loop, tid, {c[0] for c in combines}, shared)  # type: ignore[index]
+            if isinstance(tail, str):
+                return refuse(f"the tree stops at {text(ir, cond)} and ends with a warp-"
+                              f"synchronous stage that is not told: {tail}")
+            tail_end = tail
+        elif loop_cond not in (f"{var}>0", f"{var}>=1", f"{var}!=0", f"0<{var}", var):
             return refuse(f"the tree stops at {text(ir, cond)} (a last warp-synchronous stage "
                           "is not read)")
         m = re.fullmatch(r"(.+?)(?:/2|>>1)", start_text)
@@ -1786,14 +1793,78 @@ def _tree_loop(unit: Unit, kernel: str, fn: int, loop: int,
         return refuse(f"the tree's slot index {tid} is not the thread's index threadIdx.x")
     if extent != "blockDim.x" and unit.value(extent) is None:
         return refuse(f"the tree's extent {extent} is neither blockDim.x nor a constant")
-    after = _later_slot_reads(unit, fn, loop, {c[0] for c in combines})  # type: ignore[index]
+    tail_end = tail_end if halving else None
+    last = tail_end if tail_end is not None else loop
+    after = _later_slot_reads(unit, fn, last, {c[0] for c in combines})  # type: ignore[index]
     if after:
         return refuse(f"a slot other than 0 is read after the tree ({after})")
     cs = tuple(Combine(c[0], c[1], " ".join(text(ir, s).split()), shared[c[0]].element)  # type: ignore[index]
                for c, s in zip(combines, _statements(ir, then)))
     store, values = _tree_stores(unit, loop, cs, tid)
+    if tail_end is not None:
+        where = (where[0], ir.span_of(tail_end).end)
     return ReductionTree(kernel, cs, tid, extent, unit.value(extent), var, form, where, store,
                          values, unit.launch_block().dims)
+
+
+def _warp_tail(unit: Unit, fn: int, loop: int, tid: str, arrays: set[str],
+               shared: Mapping[str, SharedArray]) -> int | str:
+    """The statement right after a tree loop that stops at stride 32 when it finishes the tree
+    within the first warp: `if (t < 32) { ...; a[t] += a[t + 32]; ... a[t] += a[t + 1]; }`
+    (through a volatile alias of the array, or in a device function called as `f(a, t)`),
+    each step combining like the loop. Returns the statement, or why it is not told."""
+    ir = unit.ir
+    parent = ir.parent_of(loop)
+    items = _statements(ir, parent) if parent is not None else []
+    if loop not in items or items.index(loop) + 1 >= len(items):
+        return "nothing follows the loop"
+    nxt = items[items.index(loop) + 1]
+    if ir.grammar_type_of(nxt) != "if_statement":
+        return "the loop is not followed by a branch of the first warp"
+    cond, then, alt = if_parts(ir, nxt)
+    if alt is not None or _unparen(flat_code(ir, cond)) not in (f"{tid}<32", f"{tid}<warpSize"):
+        return f"the branch after the loop runs under {text(ir, cond)}"
+    body = _flat_items(ir, then)
+    own, views = tid, dict(shared)
+    if len(body) == 1 and ir.grammar_type_of(body[0]) == "expression_statement":
+        call = next((c for c in children(ir, body[0]) if ir.grammar_type_of(c) == "call_expression"), None)
+        target = unit.functions.get(callee(ir, call)) if call is not None else None
+        if target is None:
+            return "the first warp's stage is not a call of a function of the unit"
+        args = [flat_code(ir, a) for a in children(ir, children(ir, call)[-1])
+                if ir.grammar_type_of(a) not in _TRIVIA]
+        params = _parameter_names(ir, target)
+        if tid not in args or len(args) != len(params):
+            return "the first warp's stage is not given the thread's index"
+        own = params[args.index(tid)]
+        views = unit.shared_views(target)
+        arrays = {params[i] for i, a in enumerate(args) if a in arrays}
+        body = _flat_items(ir, _function_body(ir, target))
+    for s in body:  # a volatile alias of the array: `volatile float* v = sdata;`
+        if ir.grammar_type_of(s) == "declaration":
+            for name, _i, init in declared_names(ir, s):
+                if init is None or flat_code(ir, init) not in arrays:
+                    return "the first warp's stage declares something other than an alias"
+                views[name] = views[flat_code(ir, init)]
+                arrays = arrays | {name}
+    steps = [s for s in body if ir.grammar_type_of(s) != "declaration"]
+    strides = []
+    for s in steps:
+        c = _combine(unit, s, views)
+        if c is None or c[0] not in arrays or c[2] != own:
+            return "a statement of the first warp's stage is not a combine of the array"
+        m = re.fullmatch(rf"{re.escape(own)}\+(\w+)|(\w+)\+{re.escape(own)}", c[3])
+        stride = unit.value((m.group(1) or m.group(2))) if m else None
+        if stride is None:
+            return f"the partner {c[3]} is not the own slot plus a constant"
+        strides.append(stride)
+    if strides != [32, 16, 8, 4, 2, 1]:
+        return f"the first warp's strides are {strides}, not 32 down to 1"
+    return nxt
+
+
+def _function_body(ir: KernelIR, fn: int) -> int:
+    return next(c for c in children(ir, fn) if ir.grammar_type_of(c) == "compound_statement")
 
 
 def flat_code(ir: KernelIR, nid: int) -> str:
