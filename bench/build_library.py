@@ -7,6 +7,10 @@
     # put admitted libraries together (each part's GPU, commit and date as they were admitted)
     python3 bench/build_library.py assemble --out DIR --part LIB GPU COMMIT DATE [--part ...]
         [--bundle FILE]
+    # add the admitted cards of LIB to an existing bundle as one more part, admitted at TIER
+    # (e.g. emulate: CUDA run on the CPU, no GPU and no timing)
+    python3 bench/build_library.py extend --out DIR --from-bundle lineage/shipped_library.json
+        --part LIB --tier emulate --commit COMMIT --date DATE [--held-out DIR ...] [--bundle FILE]
 
 `rebuild` reads the lineages under bench/results/lineages: `device/*` (Triton) and
 `device-cuda/*` (CUDA) are lifted; `heldout/*` and `heldout-cuda/*` are the held-out contexts of
@@ -14,7 +18,11 @@ admission (`klineage skills --admit ... --held-out ...`). It runs the `klineage`
 repository (`python3 -m lineage`). DIR is a library folder; `--bundle
 lineage/shipped_library.json` also writes its admitted cards and provenance as the bundle the
 package ships (bump `VERSION` below when the cards change). `assemble` copies the admitted cards of each LIB and records, per part, the
-lineages its cards were lifted from (the lineage folder of each card's source expert).
+lineages its cards were lifted from (the lineage folder of each card's source expert). `extend`
+keeps every card and part of the bundle and adds LIB's admitted cards whose ids the bundle does
+not hold (a card of the same id keeps the evidence and admission it shipped with; the skipped
+ids are recorded), as a part with LIB's own tier, GPU ("no GPU" below the device tier),
+commit and date, and the lineages its cards were lifted from (--lineage).
 """
 from __future__ import annotations
 
@@ -33,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from lineage.shipped import write_bundle  # noqa: E402
 from lineage.skills import Library  # noqa: E402
 
-VERSION = "1"
+VERSION = "2"
 LINEAGES = ROOT / "bench" / "results" / "lineages"
 # language -> (lineages lifted, held-out lineages of admission), globs under LINEAGES
 SOURCES = {"triton": ("device/*/lineage.json", "heldout/*/lineage.json"),
@@ -117,6 +125,36 @@ def assemble(out: Path, specs: list[list[str]]) -> dict[str, Any]:
     return {"parts": parts}
 
 
+def _source_lineages(cards: list[Any]) -> list[str]:
+    """The device lineage folder of each card's source expert (where one exists)."""
+    return sorted({_rel(p) for c in cards for s in c.sources if (p := _lineage_of(s)) is not None})
+
+
+def extend(out: Path, bundle: Path, source_dir: str, tier: str, commit: str, date: str,
+           lineages: list[str], held_out: list[str], admitted_by: str = "") -> dict[str, Any]:
+    from lineage.skills import SkillCard  # noqa: PLC0415
+
+    data = json.loads(bundle.read_text(encoding="utf-8"))
+    lib = Library.open(out, create=True)
+    for card in data["cards"]:
+        lib.put(SkillCard.from_json(card))
+    shipped = set(lib.ids())
+    cards = [c for c in Library.open(source_dir).cards() if c.admitted]
+    new = [c for c in cards if c.id not in shipped]
+    for card in new:
+        lib.put(card)
+    parts = list((data.get("provenance") or {}).get("parts") or [])
+    parts.append({"language": ",".join(sorted({c.language for c in new})) or "none",
+                  "tier": tier, "gpu": _gpu_name() if tier == "device" else "no GPU",
+                  "commit": commit, "date": date,
+                  "lineages": lineages or _source_lineages(new),
+                  "held_out": held_out, "cards": len(new), "from": source_dir,
+                  **({"admitted_by": admitted_by} if admitted_by else {}),
+                  "ids": sorted(c.id for c in new),
+                  "already_shipped": sorted(c.id for c in cards if c.id in shipped)})
+    return {"parts": parts, "extended_from": str(bundle)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -128,15 +166,39 @@ def main(argv: list[str] | None = None) -> int:
     asm.add_argument("--out", type=Path, required=True)
     asm.add_argument("--part", nargs=4, action="append", required=True,
                      metavar=("LIB", "GPU", "COMMIT", "DATE"))
-    for p in (rb, asm):
+    ext = sub.add_parser("extend", help="add an admitted library to a bundle as one more part")
+    ext.add_argument("--out", type=Path, required=True)
+    ext.add_argument("--from-bundle", type=Path, required=True,
+                     help="the bundle whose cards and parts are kept")
+    ext.add_argument("--part", required=True, metavar="LIB", help="the admitted library added")
+    ext.add_argument("--tier", required=True, choices=["device", "emulate", "interpret", "static"],
+                     help="the gate tier LIB's cards were admitted at")
+    ext.add_argument("--commit", required=True, help="the commit LIB was admitted at")
+    ext.add_argument("--date", required=True, help="the date LIB was admitted (YYYY-MM-DD)")
+    ext.add_argument("--lineage", action="append", default=[],
+                     help="a lineage folder LIB's cards were lifted from (repeatable; default: "
+                          "read from the cards)")
+    ext.add_argument("--held-out", action="append", default=[],
+                     help="a held-out lineage folder of LIB's admission (repeatable)")
+    ext.add_argument("--admitted-by", default="",
+                     help="the command that admitted LIB's cards (recorded in the part)")
+    for p in (rb, asm, ext):
         p.add_argument("--bundle", type=Path, default=None,
                        help="also write the admitted cards and provenance as this bundle file")
     args = ap.parse_args(argv)
     if args.out.exists() and any(args.out.iterdir()):
         print(f"build_library: {args.out} is not empty; name a new folder", file=sys.stderr)
         return 2
-    provenance = (rebuild(args.out, args.tier, args.jobs) if args.cmd == "rebuild"
-                  else assemble(args.out, args.part))
+    if args.cmd == "extend":
+        if not args.from_bundle.is_file():
+            print(f"build_library: no bundle at {args.from_bundle}", file=sys.stderr)
+            return 2
+        provenance = extend(args.out, args.from_bundle, args.part, args.tier, args.commit,
+                            args.date, args.lineage, args.held_out, args.admitted_by)
+    elif args.cmd == "rebuild":
+        provenance = rebuild(args.out, args.tier, args.jobs)
+    else:
+        provenance = assemble(args.out, args.part)
     lib = Library.open(args.out, create=True)
     lib.set_provenance({"version": VERSION, "commit": _git_commit(),
                         "built": datetime.date.today().isoformat(),

@@ -1,8 +1,9 @@
 """The SkillCard library that comes with the package (`lineage/shipped_library.json`).
 
-It holds the admitted cards lifted from the experts' device-tier lineages, Triton and CUDA in
-one library (retrieval keeps to the target's language), and where they come from (the
-provenance: the lineages lifted, the GPU and commit of admission, the command that built it;
+It holds the admitted cards lifted from the experts' lineages (device tier; CUDA cards of an
+emulate-tier lineage too, admitted without timing), Triton and CUDA in one library (retrieval
+keeps to the target's language), and where they come from (the provenance, per part: the
+lineages lifted, the tier, GPU and commit of admission, the command that built it;
 `bench/build_library.py` rebuilds it on a GPU machine). It ships as one JSON file, package
 data, and is unpacked on first use into a library folder under the verdict cache's folder
 (`$KLINEAGE_CACHE_DIR/shipped-library/<content hash>/`, `Library.provenance` in its index).
@@ -86,8 +87,9 @@ def describe(named: dict[str, Any]) -> str:
         return f"library: {named['path']}"
     prov = named.get("provenance") or {}
     parts = "; ".join(
-        f"{p.get('language')}: {p.get('cards')} cards admitted at the {p.get('tier')} tier on "
-        f"{p.get('gpu')} (commit {p.get('commit')})" for p in prov.get("parts", []))
+        f"{p.get('language')}: {p.get('cards')} cards admitted at the {p.get('tier')} tier "
+        f"{'without a GPU' if p.get('gpu') == 'no GPU' else 'on ' + str(p.get('gpu'))} "
+        f"(commit {p.get('commit')})" for p in prov.get("parts", []))
     return (f"library: the shipped library, version {prov.get('version', '?')}, built at commit "
             f"{prov.get('commit', '?')} ({parts or 'no provenance recorded'}): {named['path']}")
 

@@ -38,10 +38,21 @@ def test_the_shipped_library_loads_with_its_provenance(tmp_path: Path) -> None:
     prov = lib.provenance
     assert prov is not None and prov["version"] and prov["commit"]
     for part in prov["parts"]:
-        assert part["gpu"] and part["commit"] and part["tier"] == "device"
-        assert part["cards"] == sum(c.language == part["language"] for c in cards)
+        assert part["gpu"] and part["commit"] and part["tier"] in ("device", "emulate")
+        # a tier below the device's ran on no GPU and says so
+        assert (part["gpu"] == "no GPU") == (part["tier"] != "device"), part
         for lineage in part["lineages"]:
             assert (ROOT / lineage / "lineage.json").is_file(), lineage
+    # every admitted card is counted by one part; a part naming its cards names cards it holds
+    assert sum(part["cards"] for part in prov["parts"]) == len(cards)
+    by_id = {c.id: c for c in cards}
+    for part in prov["parts"]:
+        ids = part.get("ids")
+        if ids is not None:
+            assert len(ids) == part["cards"] and set(ids) <= set(by_id)
+            assert {by_id[i].language for i in ids} == {part["language"]}
+            if part["tier"] != "device":  # admitted without timing: no speedup is claimed
+                assert all(by_id[i].speedup is None for i in ids), ids
 
 
 def test_package_data_declares_the_bundle() -> None:
