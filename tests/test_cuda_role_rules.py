@@ -226,6 +226,31 @@ def test_interleaved_temporaries_each_become_their_copy() -> None:
     assert torch.allclose(c, a @ b, atol=1e-4)
 
 
+def test_a_ring_under_a_tensor_core_micro_kernel_that_passes_the_tile_on(tmp_path) -> None:  # noqa: ANN001
+    """The tensor-core rule reads the tiles through a pointer cast of the bare array: the ring
+    makes that a cast of the slot."""
+    bf16 = _bf16_interleaved()
+    (tmp_path / "mm.cu").write_text(bf16)
+    (tmp_path / "mm.py").write_text("import experts.cudahost as host\n"
+                                    "def run(a, b):\n    host.launch(f, (1, 1), (32, 32), 0, [a])\n")
+    ir = kir.parse_file(tmp_path / "mm.cu")
+    tc = get_pass("mma-micro-kernel")()
+    site = next((s for s in tc.sites(ir) if not s.present), None)
+    made = tc.optimize(ir, site, CTX) if site is not None else None
+    if not isinstance(made, Applied):
+        pytest.skip(f"the tensor-core rule does not take this kernel: {made}")
+    ring = get_pass("cp-async-pipeline")()
+    site = next(s for s in ring.sites(made.ir) if not s.present)
+    result = ring.optimize(made.ir, site, CTX)
+    assert isinstance(result, Applied), result
+    ptx_for_sm90a(result.ir.text)
+    lib = _lib(result.ir.text, "tc_ring.cu")
+    a = torch.randn(64, 96, generator=_gen(18)).to(torch.bfloat16)
+    b = torch.randn(96, 64, generator=_gen(19)).to(torch.bfloat16)
+    c = _matmul(lib, "mm_two_temps", a, b, (2, 2), (32, 32))
+    assert torch.allclose(c, a.float() @ b.float(), atol=1e-2, rtol=1e-2)
+
+
 def test_a_blocked_gemm_with_a_transposed_operand_gets_a_ring() -> None:
     source = _renamed(S.BLOCKED_NT)
     out, results = _apply_all("cp-async-pipeline", source)
@@ -246,15 +271,18 @@ def test_two_byte_copies_in_a_loop_of_their_own_are_refused_with_the_reason() ->
         "thread's is not told: the copy runs in a loop of its own"]
 
 
-def test_two_byte_copies_pair_up_with_the_next_threads(tmp_path) -> None:  # noqa: ANN001
-    bf16 = "#include <cuda_bf16.h>\n" + S.TILED_INTERLEAVED.replace(
+def _bf16_interleaved() -> str:
+    return "#include <cuda_bf16.h>\n" + S.TILED_INTERLEAVED.replace(
         "const float* __restrict__ lhs, const float* __restrict__ rhs",
         "const __nv_bfloat16* __restrict__ lhs, const __nv_bfloat16* __restrict__ rhs").replace(
         "__shared__ float tl[TS][TS], tr[TS][TS];", "__shared__ __nv_bfloat16 tl[TS][TS], tr[TS][TS];").replace(
         "float x0 = 0.0f;", "__nv_bfloat16 x0 = __float2bfloat16(0.0f);").replace(
         "float y0 = 0.0f;", "__nv_bfloat16 y0 = __float2bfloat16(0.0f);").replace(
         "total += tl[r][q] * tr[q][c];", "total += __bfloat162float(tl[r][q]) * __bfloat162float(tr[q][c]);")
-    (tmp_path / "mm.cu").write_text(bf16)
+
+
+def test_two_byte_copies_pair_up_with_the_next_threads(tmp_path) -> None:  # noqa: ANN001
+    (tmp_path / "mm.cu").write_text(_bf16_interleaved())
     p = get_pass("cp-async-pipeline")()
     ir = kir.parse_file(tmp_path / "mm.cu")
     site = next(s for s in p.sites(ir) if not s.present)

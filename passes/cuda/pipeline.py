@@ -390,12 +390,14 @@ def _loop_start_text(ir: KernelIR, node: int) -> str | None:
 
 
 def _ring_reads(text_: str, arrays: set[str], slot: str) -> str:
-    """`text_` with each staged array indexed by ring slot `slot` first."""
+    """`text_` with each use of a staged array made a use of its ring slot `slot`: `a[i]`
+    becomes `a[slot][i]`, and a bare `a` (passed on, cast to a pointer) `a[slot]`, which has
+    the type the bare array had."""
     code = code_view(text_)
     out, last = [], 0
-    for m in re.finditer(rf"(?<![\w.>])({'|'.join(map(re.escape, sorted(arrays)))})\s*\[", code):
-        out.append(text_[last:m.end() - 1] + f"[{slot}]")
-        last = m.end() - 1
+    for m in re.finditer(rf"(?<![\w.>])({'|'.join(map(re.escape, sorted(arrays)))})\b", code):
+        out.append(text_[last:m.end()] + f"[{slot}]")
+        last = m.end()
     return "".join(out) + text_[last:]
 
 
