@@ -71,6 +71,17 @@ class Channel:
             self.conn.recv()
         self.quiet_s += time.perf_counter() - t0
 
+    def answer(self, kind: str) -> tuple[Any, ...]:
+        """The parent's answer of `kind` to the message just sent (a late "go" of `wait_quiet`
+        is passed over); a parent that does not answer within `QUIET_WAIT_S` ends the run."""
+        while self.conn.poll(QUIET_WAIT_S):
+            msg = self.conn.recv()
+            if isinstance(msg, tuple) and msg and msg[0] == kind:
+                return msg
+            if msg != ("go",):
+                break
+        raise Stop
+
     def reject(self, kind: FailureKind, stage: str, reason: str) -> None:
         self.send("reject", kind.value, stage, reason)
         raise Stop

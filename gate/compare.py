@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+import secrets
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -186,11 +187,26 @@ def compare(out: Sequence[tuple[Any, ...]], ref: Sequence[tuple[Any, ...]], *, t
             err = e if e != e else max(err, e)
             if err != err:
                 break
+    if allclose is not None and case_compare is None and err == err:
+        atol, rtol = allclose
+        misses = [allclose_misses(raw_numpy(o).ravel(), raw_numpy(r).ravel(), atol, rtol,
+                                  bf16=o[1] == "bfloat16") if o[0] == "tensor" else 0
+                  for o, r in zip(out, ref)]
+        return _decide(out, err, tolerance, low_tolerance, allclose, misses)
+    return _decide(out, err, tolerance, low_tolerance, None, [])
+
+
+def _decide(out: Sequence[tuple[Any, ...]], err: float, tolerance: float,
+            low_tolerance: float | None, allclose: tuple[float, float] | None,
+            misses: Sequence[int], where: str = "") -> Outcome:
+    """The outcome of a call whose error is `err` (and, with `allclose`, whose tensor outputs
+    have `misses` elements not close, in output order)."""
     if err != err:
         return Outcome(False, err, FailureKind.NAN_OUTPUT,
-                       "output holds NaN/inf where the reference is finite (unwritten or poisoned)")
-    if allclose is not None and case_compare is None:
-        return _judge_allclose(out, ref, err, allclose, low_tolerance)
+                       "output holds NaN/inf where the reference is finite (unwritten or "
+                       "poisoned)" + where)
+    if allclose is not None:
+        return _judge_allclose(out, err, allclose, low_tolerance, misses, where)
     if err <= tolerance:
         return Outcome(True, err)
     if low_tolerance is not None and err <= low_tolerance:
@@ -198,26 +214,101 @@ def compare(out: Sequence[tuple[Any, ...]], ref: Sequence[tuple[Any, ...]], *, t
                        f"relative error {err:.3g} exceeds the tolerance {tolerance:g} but is typical "
                        f"of fp16/bf16/tf32 arithmetic: computed in lower precision than the case")
     return Outcome(False, err, FailureKind.WRONG_OUTPUT,
-                   f"relative error {err:.3g} exceeds the tolerance {tolerance:g}")
+                   f"relative error {err:.3g} exceeds the tolerance {tolerance:g}{where}")
 
 
-def _judge_allclose(out: Sequence[tuple[Any, ...]], ref: Sequence[tuple[Any, ...]], err: float,
-                    allclose: tuple[float, float], low_tolerance: float | None) -> Outcome:
+def _judge_allclose(out: Sequence[tuple[Any, ...]], err: float, allclose: tuple[float, float],
+                    low_tolerance: float | None, misses: Sequence[int], where: str = "") -> Outcome:
     atol, rtol = allclose
-    for i, (o, r) in enumerate(zip(out, ref)):
-        if o[0] != "tensor":
-            continue
-        misses = allclose_misses(raw_numpy(o).ravel(), raw_numpy(r).ravel(), atol, rtol,
-                                 bf16=o[1] == "bfloat16")
-        if misses:
-            what = (f"output {i}: {misses} of {raw_numpy(o).size} elements differ by more than "
-                    f"atol {atol:g} + rtol {rtol:g} x |out| (relative error {err:.3g})")
+    for i, (o, missed) in enumerate(zip(out, misses)):
+        if o[0] == "tensor" and missed:
+            what = (f"output {i}: {missed} of {math.prod(o[2])} elements differ by more than "
+                    f"atol {atol:g} + rtol {rtol:g} x |out| (relative error {err:.3g}){where}")
             if low_tolerance is not None and err <= low_tolerance:
                 return Outcome(False, err, FailureKind.PRECISION_DOWNGRADE,
                                f"{what}, typical of fp16/bf16/tf32 arithmetic: computed in lower "
                                f"precision than the case")
             return Outcome(False, err, FailureKind.WRONG_OUTPUT, what)
     return Outcome(True, err)
+
+
+def held_outcome(out: Sequence[tuple[Any, ...]], ref: Sequence[tuple[Any, ...]],
+                 figures: Mapping[str, Any], *, tolerance: float,
+                 low_tolerance: float | None = None,
+                 allclose: tuple[float, float] | None = None) -> Outcome:
+    """`compare` for an output the worker compared on its device against a held reference
+    (`gate.heldcompare.judge`): `out` and `ref` are headers (items without bytes), `figures`
+    the worker's error, allclose misses per tensor output and the place of the worst element."""
+    bad = _structure(out, ref)
+    if bad is not None:
+        return bad
+    for i, (o, r) in enumerate(zip(out, ref)):
+        if o[0] == "value" and o[1] != r[1]:
+            return Outcome(False, float("inf"), FailureKind.WRONG_OUTPUT,
+                           f"output {i} is {o[1]!r}, the reference's is {r[1]!r}")
+    err = float(figures["err"])
+    at = figures.get("at")
+    where = (f" (output {at[0]}, element {at[1]}: {at[2]:.6g}, the reference's {at[3]:.6g})"
+             if at else "")
+    misses: list[int] = []
+    if allclose is not None:
+        counts = iter(int(m) for m in figures.get("misses", ()))
+        misses = [next(counts, 0) if o[0] == "tensor" else 0 for o in out]
+    return _decide(out, err, tolerance, low_tolerance, allclose, misses, where)
+
+
+SAMPLE_ASKED = 256
+"""Places of each tensor output the parent asks the worker for, with each held comparison
+(drawn among the places of its sample of the reference, `gate.heldcompare.SAMPLE_PLACES`)."""
+
+
+def new_key() -> int:
+    """A fresh 63-bit key for a held reference, from the operating system's random source."""
+    return secrets.randbits(63)
+
+
+SAMPLE_SLACK = 10.0
+"""A sample's relative error may exceed the error the worker reported (or the tolerance) by
+this factor before the two are taken to contradict each other: a few hundred places of an
+honest output scatter around its error, a wrong output's sample is off by orders of magnitude."""
+
+
+def sample_contradicts(outcome: Outcome, samples: Sequence[Any], asked: Sequence[Any],
+                       values: Sequence[Any], *, tolerance: float,
+                       allclose: tuple[float, float] | None = None) -> str | None:
+    """Why the output's values at the `asked` places (indices into each tensor output's
+    `samples` of the reference, kept by the parent) contradict a passing `outcome` the worker's
+    figures gave, or None. Contradictions: the sample holds NaN / inf where the reference is
+    finite, an element KernelBench's allclose rejects, or a relative error beyond `SAMPLE_SLACK`
+    times the reported one (or the tolerance)."""
+    if not outcome.ok:
+        return None
+    num = den = 0.0
+    for i, (sample, picks, got) in enumerate(zip(samples, asked, values)):
+        if not sample or not picks:
+            continue
+        if got is None or len(got) != len(picks):
+            return f"output {i}: {len(got or ())} sampled values for {len(picks)} places asked"
+        ref = np.array([sample[1][k] for k in picks], dtype=np.float64)
+        out = np.array(got, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            if (np.isfinite(ref) & ~np.isfinite(out)).any() or np.isnan(out).any():
+                return f"output {i}: the sample holds NaN/inf where the reference is finite"
+            if allclose is not None:
+                atol, rtol = allclose
+                close = (np.abs(ref - out) <= atol + rtol * np.abs(out)) | (out == ref)
+                if not close.all():
+                    j = int(np.argmin(close))
+                    return (f"output {i}: element {sample[0][picks[j]]} is {out[j]:.6g}, the "
+                            f"reference's {ref[j]:.6g}, beyond KernelBench's allclose")
+            finite = np.isfinite(ref)
+            num += float(np.sum((out[finite] - ref[finite]) ** 2))
+            den += float(np.sum(ref[finite] ** 2))
+    err = math.sqrt(num) / max(math.sqrt(den), _TINY)
+    bound = SAMPLE_SLACK * max(outcome.rel_err, tolerance)
+    if allclose is None and err > bound:
+        return f"the sample's relative error {err:.3g} is beyond {bound:.3g}"
+    return None
 
 
 def allclose_misses(o: np.ndarray, r: np.ndarray, atol: float, rtol: float, *, bf16: bool = False) -> int:

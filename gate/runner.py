@@ -25,7 +25,8 @@ from gate.cases import Case
 from gate.verdict import (Correctness, Facts, CompileFacts, FailureKind, SeedResult, Tier, Timing,
                           VariantTiming, Verdict, picks_of, reject)
 from gate.worker import (PHASE_CONFIG, PHASE_FAULT, PHASE_KNOCKOUT, PHASE_REFILL, PHASE_REVERIFY,
-                         PHASE_SEALED, PHASE_SEED, PHASE_TIMED, Job, main as worker_main)
+                         PHASE_SEALED, PHASE_SEED, PHASE_TIMED, REFILL_SAMPLE, Job,
+                         main as worker_main)
 
 _LOG = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 180.0
@@ -101,6 +102,20 @@ class _Judge:
     """(variant, seed) -> error of the reference on TF32-rounded inputs (`gate.precision`)."""
     lower: list[str] = field(default_factory=list)
     """Variants on which the candidate computed in lower precision than the reference."""
+    held: dict[tuple[str, str, int], dict[str, Any]] = field(default_factory=dict)
+    """References the worker holds masked (`gate.heldcompare`): key, headers, sample, digest."""
+    pending: tuple[Any, ...] | None = None
+    """The held comparison asked for and not yet answered: (variant, phase, seed, reference,
+    outputs' headers, sampled places asked)."""
+    failing: tuple[Any, ...] | None = None
+    """A held output that failed, waiting for its figures against the variant's other sets:
+    (variant, phase, seed, outcome, reference, the other sets asked)."""
+    outbox: list[tuple[Any, ...]] = field(default_factory=list)
+    """Answers to send to the worker (`supervise` sends them)."""
+    refill_budget: int | None = None
+    """With held references: the most refilled-call outputs a variant may send (each one is
+    answered with a key, so a forged one must not go unnoticed)."""
+    refill_sent: dict[str, int] = field(default_factory=dict)
 
     def use_gpu_lock(self, path: str | None) -> None:
         if path:
@@ -137,6 +152,9 @@ class _Judge:
             self._forged(f"a '{kind}' message after the references were closed")
         elif kind == "ref":
             _, variant, phase, seed, outputs, inputs = msg
+            if isinstance(outputs, dict) and outputs.get("held"):
+                self.held[(variant, phase, seed)] = dict(outputs)
+                outputs = list(outputs["headers"])
             self.refs[(variant, phase, seed)] = (outputs, inputs)
         elif kind == "precision":
             self.probe_err[(str(msg[1]), int(msg[2]))] = float(msg[3])
@@ -169,6 +187,10 @@ class _Judge:
             self.stage = "compile"
         elif kind == "out":
             self._judge_out(*msg[1:])
+        elif kind == "judged":
+            self._judged(*msg[1:])
+        elif kind == "others":
+            self._others(*msg[1:])
         elif kind == "reject":
             self._fail(FailureKind(msg[1]), msg[2], msg[3])
         elif kind == "done":
@@ -176,16 +198,21 @@ class _Judge:
         return self.verdict is not None
 
     def _check_case(self) -> None:
-        by_variant: dict[str, list[Any]] = {}
-        for (variant, phase, _), (outputs, _) in self.refs.items():
-            if phase == PHASE_SEED:
-                by_variant.setdefault(variant, []).append(outputs)
+        # per seed of a variant: (all zeros, what equal results share: the encoded items, or a
+        # held reference's digest of its bytes)
+        by_variant: dict[str, list[tuple[bool, Any]]] = {}
+        for key, (outputs, _) in self.refs.items():
+            if key[1] == PHASE_SEED:
+                held = self.held.get(key)
+                seen = (cmp.all_zero(outputs), outputs) if held is None else \
+                    (bool(held["zero"]), held["digest"])
+                by_variant.setdefault(key[0], []).append(seen)
         for variant, outs in by_variant.items():
-            if all(cmp.all_zero(o) for o in outs):
+            if all(zero for zero, _ in outs):
                 self._fail(FailureKind.BAD_CASE, "correctness",
                            f"the reference output of {variant} is all zeros for every seed: "
                            f"the case cannot tell a kernel from one that writes zeros")
-            elif len(outs) > 1 and all(cmp.same_payload(outs[0], o) for o in outs[1:]):
+            elif len(outs) > 1 and all(_same(outs[0][1], o) for _, o in outs[1:]):
                 self._fail(FailureKind.BAD_CASE, "correctness",
                            f"the reference output of {variant} does not depend on the inputs")
 
@@ -209,7 +236,114 @@ class _Judge:
         if key not in self.refs:
             self._forged(f"an output for {variant}/{phase} seed {seed}, which has no reference")
             return
-        outcome = self._compare(variant, outputs, key)
+        if key in self.held:
+            self._ask_held(variant, phase, seed, outputs, key)
+            return
+        self._decided(variant, phase, seed, self._compare(variant, outputs, key), outputs, key)
+
+    def _ask_held(self, variant: str, phase: str, seed: int, outputs: Any,
+                  key: tuple[str, str, int]) -> None:
+        """An output to be compared in the worker against a held reference: check its
+        structure here, then answer with the reference's key, a fresh one and the sampled
+        places the worker returns the output's values at (`gate.heldcompare`)."""
+        import random  # noqa: PLC0415
+
+        if self.pending is not None or not (isinstance(outputs, dict) and outputs.get("held")):
+            self._forged(f"an output for {variant}/{phase} seed {seed} out of turn")
+            return
+        if phase == PHASE_REFILL and self.refill_budget is not None:
+            self.refill_sent[variant] = self.refill_sent.get(variant, 0) + 1
+            if self.refill_sent[variant] > self.refill_budget:
+                self._forged(f"more refilled-call outputs of {variant} than the worker sends")
+                return
+        headers = [tuple(h) for h in outputs["headers"]]
+        held = self.held[key]
+        bad = cmp.held_outcome(headers, [tuple(h) for h in held["headers"]], {"err": 0.0},
+                               tolerance=0.0)
+        if not bad.ok:
+            self._decided(variant, phase, seed, bad, None, key)
+            return
+        rng = random.SystemRandom()
+        picks = [rng.sample(range(len(s[0])), min(cmp.SAMPLE_ASKED, len(s[0]))) if s else None
+                 for s in held["samples"]]
+        places = [[s[0][k] for k in p] if s and p else None for s, p in zip(held["samples"], picks)]
+        fresh = cmp.new_key()
+        self.outbox.append(("judge", key, held["key"], fresh, places, self.case.allclose))
+        held["key"] = fresh
+        self.pending = (variant, phase, seed, key, headers, picks)
+
+    def _judged(self, variant: str, phase: str, seed: int, figures: Any) -> None:
+        """The worker's figures for the held comparison asked for last."""
+        pending = self.pending
+        if pending is None or pending[:3] != (variant, phase, seed) or not isinstance(figures, dict):
+            self._forged(f"figures for {variant}/{phase} seed {seed} that were not asked for")
+            return
+        self.pending = None
+        key, headers, picks = pending[3:]
+        dtype = str(self._shape(variant).get("dtype", ""))
+        tolerance = self.case.tolerance_for(dtype)
+        t0 = time.perf_counter()
+        try:
+            outcome = cmp.held_outcome(
+                headers, [tuple(h) for h in self.held[key]["headers"]], figures,
+                tolerance=tolerance,
+                low_tolerance=cmp.lower_precision_tolerance(dtype, dict(self.case.tolerance)),
+                allclose=self.case.allclose)
+            wrong = cmp.sample_contradicts(outcome, self.held[key]["samples"], picks,
+                                           list(figures.get("values") or ()), tolerance=tolerance,
+                                           allclose=self.case.allclose)
+        except (TypeError, ValueError, KeyError, IndexError) as exc:
+            wrong = f"the figures do not read ({exc})"
+        self.compare_s += time.perf_counter() - t0
+        if wrong is not None:
+            self._fail(FailureKind.TAMPERING, "anti_cheat",
+                       f"{variant}/{phase} seed {seed}: the worker's comparison says the output "
+                       f"matches, the parent's sample of the reference says otherwise: {wrong}; "
+                       f"the gate does not trust a run whose comparison was subverted")
+            return
+        if not outcome.ok and outcome.kind is FailureKind.WRONG_OUTPUT:
+            others = [k for k in self.held if k[0] == variant and k != key and k[1] != PHASE_REVERIFY]
+            asked = []
+            for other in others:
+                fresh = cmp.new_key()
+                asked.append((other, self.held[other]["key"], fresh))
+                self.held[other]["key"] = fresh
+            self.outbox.append(("more", asked))
+            self.failing = (variant, phase, seed, outcome, key, others)
+            return
+        self.outbox.append(("more", []))
+        self._decided(variant, phase, seed, outcome, None, key)
+
+    def _others(self, variant: str, phase: str, seed: int, found: Any) -> None:
+        """The figures of a failing held output against the variant's other sets: the first
+        it matches names whose answer it is (a result reused across calls)."""
+        failing = self.failing
+        if failing is None or failing[:3] != (variant, phase, seed) or not isinstance(found, list):
+            self._forged(f"figures against other sets for {variant}/{phase} seed {seed} that "
+                         f"were not asked for")
+            return
+        self.failing = None
+        outcome, key, others = failing[3:]
+        dtype = str(self._shape(variant).get("dtype", ""))
+        other = None
+        for ref, figures in zip(others, found):
+            try:
+                ok = cmp.held_outcome(
+                    [tuple(h) for h in self.held[ref]["headers"]],
+                    [tuple(h) for h in self.held[ref]["headers"]], figures,
+                    tolerance=self.case.tolerance_for(dtype), allclose=self.case.allclose).ok
+            except (TypeError, ValueError, KeyError, IndexError):
+                ok = False
+            if ok:
+                other = _set_name(ref)
+                break
+        self._decided(variant, phase, seed, outcome, None, key, other)
+
+    def _decided(self, variant: str, phase: str, seed: int, outcome: cmp.Outcome, outputs: Any,
+                 key: tuple[str, str, int], other: str | None = None) -> None:
+        """Record the outcome of one output (`outputs`: its encoded items, None when compared
+        in the worker; `other`: the input set whose answer it is, where the worker found one)
+        and reject where it fails."""
         if phase in (PHASE_KNOCKOUT, PHASE_FAULT):
             self.stage = "anti_cheat"
             if outcome.ok:
@@ -236,8 +370,9 @@ class _Judge:
         if not outcome.ok:
             assert outcome.kind is not None and outcome.reason is not None
             kind, reason = outcome.kind, outcome.reason
-            other = self._answers_other_inputs(variant, outputs, key) \
-                if kind is FailureKind.WRONG_OUTPUT else None
+            # whose answer it is can be told only where the parent holds the references
+            if other is None and kind is FailureKind.WRONG_OUTPUT and outputs is not None:
+                other = self._answers_other_inputs(variant, outputs, key)
             if other is not None:
                 # The answer to other inputs: a result kept from an earlier call and returned again.
                 kind = FailureKind.REUSED_OUTPUT
@@ -286,8 +421,7 @@ class _Judge:
         for other in self.refs:
             if other[0] == variant and other != key and other[1] != PHASE_REVERIFY:
                 if self._compare(variant, outputs, other).ok:
-                    return f"{other[1]} set {other[2]}" if other[1] == PHASE_REFILL else \
-                        f"the {other[1]} inputs of seed {other[2]}"
+                    return _set_name(other)
         return None
 
     def _missing(self) -> str | None:
@@ -339,10 +473,23 @@ class _Judge:
                                timing=timing, flags=tuple(flags))
 
 
+def _set_name(key: tuple[str, str, int]) -> str:
+    """An input set described: "refill set 7", "the timed inputs of seed 3"."""
+    return f"{key[1]} set {key[2]}" if key[1] == PHASE_REFILL else f"the {key[1]} inputs of seed {key[2]}"
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Two references' results are the same: equal digests, or bit-identical encoded items."""
+    return a == b if isinstance(a, str) else cmp.same_payload(a, b)
+
+
 def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
     """Run `job` in a fresh worker under `timeout` seconds (after start-up) and judge it."""
     judge = _Judge(case, tier, case_compare=case.module().compare if case.has_compare else None,
                    seeds=tuple(job.seeds))
+    # timed runs (two per variant) send their sample and last call; repeated calls one each
+    judge.refill_budget = 2 * (REFILL_SAMPLE + 1) if tier is Tier.DEVICE else \
+        max(job.repeat_calls, job.refill_sets)
     ctx = _context()
     parent, child = ctx.Pipe(duplex=True)  # the worker asks before timing (`wait_quiet`)
     proc = ctx.Process(target=worker_main, args=(child, job), daemon=True)
@@ -381,7 +528,10 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
                 if msg[0] == "quiet":  # every output sent before it has been judged
                     parent.send(("go",))
                     continue
-                if judge.handle(msg) or msg[0] == "done":
+                decided = judge.handle(msg)
+                while judge.outbox and not decided:
+                    parent.send(judge.outbox.pop(0))
+                if decided or msg[0] == "done":
                     break
             elif ready or not proc.is_alive():
                 proc.join(5)

@@ -25,7 +25,15 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
                                                        timed with TF32 allowed
     ("ref_compile_ms", variant, ms, timed_s)          device tier, KLINEAGE_GATE_COMPILE=1: the
                                                        reference under torch.compile, timed
-    ("out", variant, phase, seed, outputs, launches)  a candidate call; phase is seed |
+    ("out", variant, phase, seed, outputs, launches)  a candidate call (with held references,
+                                                       `gate.heldcompare`, outputs are headers
+                                                       alone: the parent answers ("judge",
+                                                       reference, key, fresh key, places,
+                                                       allclose) and the worker sends
+                                                       ("judged", variant, phase, seed,
+                                                       figures), answered ("more", other sets'
+                                                       keys) when it fails; then ("others",
+                                                       ..., figures against each)); phase is seed |
                                                        knockout | fault | sealed | timed |
                                                        reverify | refill (a call on refilled
                                                        inputs; seed names the set of the
@@ -194,6 +202,8 @@ class _Runner:
         self.permitted: frozenset[str] = frozenset()  # foreign modules the host may load
         self.reference_warnings: set[str] = set()  # sent as flags, each once
         self.emulation = contextlib.ExitStack()  # emulate tier: the CPU stand-ins, for good
+        self.held_mode = _held_mode(job.tier, hasattr(self.case, "compare"))
+        self.vault: dict[tuple[str, str, int], list[Any]] = {}  # held references (masked)
 
     # -- helpers -------------------------------------------------------------------------
     def _shape_table(self) -> Any:
@@ -413,9 +423,20 @@ class _Runner:
         if finite_like and not all(bool(torch.isfinite(t).all()) for t in tensors
                                    if t.is_floating_point() or t.is_complex()):
             return False
-        with_inputs = hasattr(self.case, "compare")
-        self.chan.send("ref", variant, phase, seed, self.encode(ref),
-                       self.encode(inputs) if with_inputs else None)
+        if self.held_mode:  # kept here, masked; the parent gets its key, headers and a sample
+            from gate import heldcompare  # noqa: PLC0415
+
+            key = heldcompare.new_key()
+            with self.lock.shared():
+                held, summary = heldcompare.hold(ref, key, digest=phase == PHASE_SEED)
+                self.sync()
+            self.vault[(variant, phase, seed)] = held
+            self.chan.send("ref", variant, phase, seed, {**summary, "key": key}, None)
+            del key, held, summary
+        else:
+            with_inputs = hasattr(self.case, "compare")
+            self.chan.send("ref", variant, phase, seed, self.encode(ref),
+                           self.encode(inputs) if with_inputs else None)
         if phase == PHASE_SEED and seed == self.job.seeds[0] \
                 and self.shapes[variant].get("dtype") == "fp32":
             self._precision_probe(variant, seed, inputs, ref)
@@ -706,7 +727,40 @@ class _Runner:
                                      f"expected a strided tensor on {self.device}")
 
     def send_out(self, variant: str, phase: str, seed: int, res: dict[str, Any]) -> None:
-        self.chan.send("out", variant, phase, seed, self.encode(res["out"]), res["launches"])
+        self.report(variant, phase, seed, res["out"], res["launches"])
+
+    def report(self, variant: str, phase: str, seed: int, outputs: Any, launches: int) -> None:
+        """Send one call's outputs to be judged: whole (`gate.transport`), or, with held
+        references, compared here on the parent's key and the figures sent (`gate.heldcompare`)."""
+        if not self.held_mode:
+            self.chan.send("out", variant, phase, seed, self.encode(outputs), launches)
+            return
+        from gate import heldcompare  # noqa: PLC0415
+
+        self.chan.send("out", variant, phase, seed,
+                       {"held": True, "headers": heldcompare.headers(outputs)}, launches)
+        _, ref, key, fresh, places, allclose = self.chan.answer("judge")
+        held = self.vault.get(tuple(ref))
+        if held is None:
+            self.chan.reject(FailureKind.TAMPERING, "anti_cheat",
+                             f"the parent asked for a comparison with {ref}, which this worker "
+                             f"does not hold: messages on the gate's pipe were forged")
+        with self.lock.shared():
+            figures = heldcompare.judge(outputs, held, key, fresh, places,
+                                        tuple(allclose) if allclose else None)
+            self.sync()
+        del key, fresh
+        self.chan.send("judged", variant, phase, seed, figures)
+        # A failing output is compared with the variant's other sets too (whose answer is it?);
+        # the parent sends their keys only then.
+        _, others = self.chan.answer("more")
+        if others:
+            with self.lock.shared():
+                found = [heldcompare.judge(outputs, self.vault[tuple(ref)], key, fresh, [],
+                                           tuple(allclose) if allclose else None)
+                         for ref, key, fresh in others if tuple(ref) in self.vault]
+                self.sync()
+            self.chan.send("others", variant, phase, seed, found)
 
     # -- phases --------------------------------------------------------------------------
     def correctness(self) -> None:
@@ -908,8 +962,7 @@ class _Runner:
                              f"{calls[0]} timed calls launched only {res['launches']} kernels: "
                              f"the candidate skips its kernel when timed")
         for index, outputs in sample.kept + [(last[1], last[0])]:
-            self.chan.send("out", variant, PHASE_REFILL, rotation.pool.seed(index),
-                           self.encode(outputs), res["launches"])
+            self.report(variant, PHASE_REFILL, rotation.pool.seed(index), outputs, res["launches"])
         return ms, wall
 
     def send_kernel_ms(self, variant: str, calls: int) -> None:
@@ -949,6 +1002,17 @@ class _Runner:
         if not self.kernels.available and self.kernels.reason:
             self.chan.send("flag", f"GPU kernels not attributed: the profiler did not start "
                                    f"({self.kernels.reason[:200]})")
+
+
+def _held_mode(tier: str, own_compare: bool) -> bool:
+    """Whether outputs are compared in the worker against held references
+    (`gate.heldcompare`): on the device tier, unless the case compares with its own function
+    (which gets the outputs whole) or `KLINEAGE_GATE_COMPARE=parent`; on the other tiers only
+    with `KLINEAGE_GATE_COMPARE=worker`."""
+    choice = os.environ.get("KLINEAGE_GATE_COMPARE", "")
+    if own_compare or choice == "parent":
+        return False
+    return choice == "worker" or tier == "device"
 
 
 def pool_sets(wanted: int, set_bytes: int, free_bytes: int) -> int:

@@ -154,3 +154,21 @@ def test_an_fp32_problems_verdict_has_the_tf32_and_compiled_references(
     assert "speedup_tf32" in verdict.to_json()["timing"]
     assert verdict.timing.reference_compile_ms is not None, verdict.flags
     assert verdict.to_json()["timing"]["speedup_compile"] > 0
+
+
+def test_an_interpret_gate_records_each_phase_for_the_cost_table() -> None:
+    """The phases bench/gate_cost.py tabulates are in the verdict at the interpret tier too:
+    the worker's phases in order, the parent's comparisons, each a duration in seconds."""
+    import gate
+
+    saxpy = REPO / "tests" / "data" / "cases" / "saxpy"
+    verdict = gate.check_file(saxpy / "saxpy_triton.py", saxpy, "interpret", cache=False)
+    assert verdict.ok, verdict.reason
+    names = [name for name, _ in verdict.phases]
+    worker = ["start-up", "references", "load_candidate", "correctness", "configs", "knockout",
+              "sealed", "repeat"]
+    assert [n for n in names if n in worker] == worker
+    assert "spawn" in names and "compare (parent)" in names
+    assert all(s >= 0 for _, s in verdict.phases)
+    row = COST.cost(verdict.phases, wall_s=sum(s for _, s in verdict.phases), timed_s=0.0)
+    assert set(worker) <= set(row["phases"]) and row["gpu_s"] == 0.0

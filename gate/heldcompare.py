@@ -1,0 +1,234 @@
+"""Comparison on the worker's own device against references held there under a mask (worker
+side; imports torch).
+
+Sending every output to the parent and comparing it there with numpy (`gate.compare`) costs a
+device-to-host copy and a CPU pass per output: tens of seconds for a gate whose outputs are
+gigabytes. Here the worker keeps each reference on its device and compares there, and only
+figures travel. What the parent-side design guaranteed, and how it still holds:
+
+- *The reference is out of the candidate's reach.* The candidate runs in the worker and can
+  find any tensor it holds (the garbage collector, the caching allocator's block list), so a
+  reference kept in the clear could simply be copied out by a kernel. A held reference is kept
+  as its bytes XOR a one-time pad drawn from a key (`Held`); the key goes to the parent with
+  the reference's summary before candidate code loads, and the worker forgets it. To judge an
+  output, the worker sends its structure (`header`) and the parent answers with the key and a
+  fresh one; the worker unmasks a chunk at a time, compares, and masks again under the fresh
+  key, so a key the worker had once opens nothing later. The parent answers each output once
+  (a second request for the same check is a forged message: `gate.runner`).
+- *The figures are the parent's to judge.* The worker computes sums (relative-norm error in
+  float64, NaN / inf placement, KernelBench's allclose misses, the place of the worst or first
+  failing element); tolerances and verdicts stay in the parent (`gate.compare.held_outcome`).
+- *A subverted comparison is caught.* Candidate code could rebind what the comparison computes
+  with (a dispatcher override of a torch op escapes `guards.TamperWatch`). So the parent also
+  keeps its own sample of each reference, taken at places drawn before candidate code loaded,
+  and with each key it asks for the output at a random subset of them, drawn then; it rejects a
+  run whose figures claim a match that the sample contradicts (`gate.compare.sample_contradicts`).
+  A wrong output right at every sampled place can pass the sample alone; the figures then have
+  to be forged as well.
+
+Outputs of a case with its own `compare(out, ref, inputs)` still go to the parent whole.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gate.compare import new_key
+
+__all__ = ["Held", "headers", "hold", "judge", "new_key"]
+
+CHUNK_BYTES = 1 << 26  # the unmasked piece of a reference that exists at one time (with
+# its float64 temporaries, about 1 GB of device memory)
+SAMPLE_PLACES = 2048  # places per tensor output whose reference values the parent keeps
+_GOLDEN = 0x9E3779B97F4A7C15
+_SEED_MASK = (1 << 63) - 1
+
+
+def _pad(key: int, index: int, nbytes: int, device: Any) -> torch.Tensor:
+    gen = torch.Generator(device=device)
+    gen.manual_seed((key ^ ((index + 1) * _GOLDEN)) & _SEED_MASK)
+    return torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=device, generator=gen)
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().reshape(-1).view(torch.uint8)
+
+
+@dataclass(slots=True)
+class Held:
+    """One tensor of a reference, masked: its bytes XOR the pad of `key` (chunk by chunk)."""
+
+    masked: torch.Tensor  # uint8, flat
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+    def _chunks(self) -> list[tuple[int, int, int]]:
+        size = torch.empty((), dtype=self.dtype).element_size()
+        step = max(size, CHUNK_BYTES // size * size)
+        n = self.masked.numel()
+        return [(i, b, min(b + step, n)) for i, b in enumerate(range(0, n, step))]
+
+    def mask(self, key: int) -> None:
+        """XOR each chunk (in the clear) with the pad of `key`."""
+        for i, b, e in self._chunks():
+            piece = self.masked[b:e]
+            piece.bitwise_xor_(_pad(key, i, e - b, piece.device))
+
+    def pieces(self, key: int, fresh: int | None = None) -> Any:
+        """(first element, the reference's elements of one chunk in the clear), chunk by chunk;
+        with `fresh`, each chunk is masked under `fresh` once the caller is done with it."""
+        size = torch.empty((), dtype=self.dtype).element_size()
+        for i, b, e in self._chunks():
+            clear = self.masked[b:e] ^ _pad(key, i, e - b, self.masked.device)
+            yield b // size, clear.view(self.dtype)
+            if fresh is not None:
+                self.masked[b:e] = clear.bitwise_xor_(_pad(fresh, i, e - b, clear.device))
+            del clear
+
+
+def hold(ref: Any, key: int, rng: random.Random | None = None, *,
+         digest: bool = True) -> tuple[list[Any], dict[str, Any]]:
+    """Mask a reference result (one tensor or a tuple / list of them, scalars beside) under
+    `key`: (the held items, one per output: a `Held` or the plain value; the summary the parent
+    keeps: each output's header, its sample (places, float values), whether every tensor is all
+    zeros, with `digest` a digest of its bytes (else "")."""
+    rng = rng or random.SystemRandom()
+    items = list(ref) if isinstance(ref, (tuple, list)) else [ref]
+    held: list[Any] = []
+    headers, samples, digests = [], [], []
+    zero = True
+    any_tensor = False
+    for x in items:
+        if not isinstance(x, torch.Tensor):
+            held.append(x)
+            headers.append(header(x))
+            samples.append(None)
+            continue
+        any_tensor = True
+        flat = x.detach().reshape(-1)
+        places = sorted(rng.sample(range(flat.numel()), min(SAMPLE_PLACES, flat.numel())))
+        index = torch.tensor(places, dtype=torch.int64, device=flat.device)
+        samples.append((places, flat[index].to(torch.float64).tolist()))
+        zero = zero and not bool(flat.any()) if flat.numel() else zero
+        digests.append(_digest(flat) if digest else "")
+        entry = Held(_bytes(x).clone(), x.dtype, tuple(x.shape))
+        entry.mask(key)
+        held.append(entry)
+        headers.append(header(x))
+    summary = {"held": True, "headers": headers, "samples": samples,
+               "zero": zero and any_tensor, "digest": ":".join(digests)}
+    return held, summary
+
+
+def _digest(flat: torch.Tensor) -> str:
+    """Two weighted sums of the tensor's bytes (int64, wrapping), chunk by chunk: equal
+    references give equal digests; different ones almost never do."""
+    raw = _bytes(flat)
+    a = torch.zeros((), dtype=torch.int64, device=raw.device)
+    b = torch.zeros((), dtype=torch.int64, device=raw.device)
+    step = 1 << 26
+    for start in range(0, raw.numel(), step):
+        piece = raw[start:start + step].to(torch.int64)
+        pos = torch.arange(start, start + piece.numel(), dtype=torch.int64, device=raw.device)
+        a += (piece * (pos % 65521 + 1)).sum()
+        b += (piece * (pos * 2654435761 % 4294967291 + 7)).sum()
+    return f"{int(a)}.{int(b)}.{raw.numel()}"
+
+
+def header(x: Any) -> tuple[Any, ...]:
+    """The structure of one output as the parent compares it (`gate.transport` items without
+    their bytes): ("tensor", dtype, shape, None) | ("value", x) | ("other", type, detail)."""
+    if type(x) is torch.Tensor:
+        return ("tensor", str(x.dtype).removeprefix("torch."), tuple(x.shape), None)
+    if isinstance(x, torch.Tensor):
+        return ("other", type(x).__name__, "a tensor subclass")
+    if isinstance(x, (bool, int, float)) or x is None:
+        return ("value", x)
+    return ("other", type(x).__name__, repr(type(x)))
+
+
+def headers(out: Any) -> list[tuple[Any, ...]]:
+    return [header(x) for x in (out if isinstance(out, (tuple, list)) else [out])]
+
+
+def judge(out: Any, held: list[Any], key: int, fresh: int, asked: list[list[int] | None],
+          allclose: tuple[float, float] | None) -> dict[str, Any]:
+    """Compare `out` (same structure as the held reference: the parent checked the headers)
+    with the reference held under `key`, then mask it again under `fresh`. Returns figures only:
+    `err` (the largest relative-norm error over tensor outputs, float64; NaN where the output
+    holds NaN / inf where the reference is finite or NaN anywhere; inf where the reference's own
+    inf / NaN places differ), `misses` (per tensor output, elements not close by KernelBench's
+    `allclose`, when asked), `at` (output, flat index, output value, reference value: the first
+    element failing allclose, else the largest difference), `values` (the output at the places
+    `asked`, per output)."""
+    items = list(out) if isinstance(out, (tuple, list)) else [out]
+    err = 0.0
+    misses: list[int] = []
+    at: tuple[int, int, float, float] | None = None
+    values: list[list[float] | None] = []
+    for i, (o, r) in enumerate(zip(items, held)):
+        if not isinstance(r, Held):
+            values.append(None)
+            continue
+        flat = o.detach().reshape(-1)
+        stats = _tensor_stats(flat, r, key, fresh, allclose)
+        e = stats["err"]
+        err = e if e != e else max(err, e)
+        if allclose is not None:
+            misses.append(stats["misses"])
+        if at is None and (stats["misses"] or allclose is None) and stats["at"] is not None:
+            at = (i, *stats["at"])
+        picks = asked[i] if i < len(asked) else None
+        if picks:
+            index = torch.tensor(picks, dtype=torch.int64, device=flat.device)
+            values.append(flat[index].to(torch.float64).tolist())
+        else:
+            values.append(None)
+    return {"err": err, "misses": misses, "at": at, "values": values}
+
+
+def _tensor_stats(flat: torch.Tensor, ref: Held, key: int, fresh: int,
+                  allclose: tuple[float, float] | None) -> dict[str, Any]:
+    """Float64 sums over one output against its held reference, a chunk at a time (each chunk
+    masked under `fresh` after its sums)."""
+    device = flat.device
+    zero = torch.zeros((), dtype=torch.float64, device=device)
+    num, den = zero.clone(), zero.clone()
+    nan_bad = torch.zeros((), dtype=torch.bool, device=device)
+    inf_bad = nan_bad.clone()
+    missed = torch.zeros((), dtype=torch.int64, device=device)
+    first_miss: int | None = None
+    worst = (-1.0, 0, 0.0, 0.0)
+    for start, r in ref.pieces(key, fresh):
+        o = flat[start:start + r.numel()].to(torch.float64)
+        r = r.to(torch.float64)
+        rf, of = torch.isfinite(r), torch.isfinite(o)
+        nan_bad |= (~of & rf).any() | torch.isnan(o).any()
+        inf_bad |= (~rf & (o != r)).any()
+        d = torch.where(rf, o - r, 0.0)
+        num += (d * d).sum()
+        den += torch.where(rf, r * r, 0.0).sum()
+        if allclose is not None:
+            atol, rtol = allclose
+            bad = ~(((r - o).abs() <= atol + rtol * o.abs()) | (o == r))
+            count = bad.sum()
+            missed += count
+            if first_miss is None and int(count):
+                j = int(torch.argmax(bad.to(torch.uint8)))
+                first_miss = start + j
+                worst = (float("inf"), start + j, float(o[j]), float(r[j]))
+        if first_miss is None and d.numel():
+            j = int(torch.argmax(d.abs()))
+            if float(d[j].abs()) > worst[0]:
+                worst = (float(d[j].abs()), start + j, float(o[j]), float(r[j]))
+        del o, r, d
+    if bool(nan_bad):
+        err = float("nan")
+    elif bool(inf_bad):
+        err = float("inf")
+    else:
+        err = float(num.sqrt() / torch.clamp(den.sqrt(), min=torch.finfo(torch.float64).tiny))
+    return {"err": err, "misses": int(missed), "at": worst[1:] if worst[0] >= 0 else None}

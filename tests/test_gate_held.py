@@ -1,0 +1,170 @@
+"""Comparison in the worker against references it holds masked (`gate.heldcompare`), the
+device tier's way, run here on the CPU: its figures agree with the parent's numpy comparison,
+the held bytes open only with the parent's current key, a subverted comparison is caught by
+the parent's sample, and the gate's checks hold at the interpret tier with
+`KLINEAGE_GATE_COMPARE=worker` (a reused answer named, a copied held reference and a forged key
+request rejected)."""
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import gate
+from gate import FailureKind, Tier
+from gate import compare as cmp
+from gate import heldcompare
+from gate.guards import Captured
+from gate.transport import encode_all
+
+DATA = Path(__file__).parent / "data"
+SAXPY = DATA / "cases" / "saxpy"
+
+
+def _numpy_outcome(out, ref, tolerance=1e-5, allclose=None) -> cmp.Outcome:
+    cap = Captured.take()
+    return cmp.compare(encode_all(out, cap), encode_all(ref, cap), tolerance=tolerance,
+                       allclose=allclose)
+
+
+def _held_outcome(out, ref, tolerance=1e-5, allclose=None) -> tuple[cmp.Outcome, dict]:
+    key = cmp.new_key()
+    held, summary = heldcompare.hold(ref, key, random.Random(1))
+    figures = heldcompare.judge(out, held, key, cmp.new_key(), [], allclose)
+    outcome = cmp.held_outcome(heldcompare.headers(out), summary["headers"], figures,
+                               tolerance=tolerance, allclose=allclose)
+    return outcome, figures
+
+
+def _cases() -> list[tuple[str, object, object]]:
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(3000, generator=g)
+    near = ref + 1e-7 * torch.randn(3000, generator=g)
+    far = ref + 1e-2 * torch.randn(3000, generator=g)
+    nan_out = near.clone()
+    nan_out[1234] = float("nan")
+    inf_ref = ref.clone()
+    inf_ref[7] = float("inf")
+    inf_same, inf_other = near.clone(), near.clone()
+    inf_same[7], inf_other[7] = float("inf"), float("-inf")
+    tiny = torch.full((64,), 1e-300, dtype=torch.float64)
+    bf = ref.to(torch.bfloat16)
+    return [
+        ("close", near, ref),
+        ("far", far, ref),
+        ("nan in the output", nan_out, ref),
+        ("inf matched", inf_same, inf_ref),
+        ("inf of the other sign", inf_other, inf_ref),
+        ("zeros for a tiny reference", torch.zeros(64, dtype=torch.float64), tiny),
+        ("bf16", (bf.float() * 1.001).to(torch.bfloat16), bf),
+        ("two outputs and a scalar", (far, near, 3), (ref, ref, 3)),
+    ]
+
+
+@pytest.mark.parametrize("name,out,ref", _cases(), ids=[c[0] for c in _cases()])
+def test_the_worker_figures_agree_with_the_parents_numpy_comparison(
+        name: str, out, ref, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heldcompare, "CHUNK_BYTES", 1024)  # several chunks per output
+    for allclose in (None, (1e-2, 1e-2)):
+        want = _numpy_outcome(out, ref, allclose=allclose)
+        got, figures = _held_outcome(out, ref, allclose=allclose)
+        assert (got.ok, got.kind) == (want.ok, want.kind), (name, got, want)
+        if math.isfinite(want.rel_err):
+            assert got.rel_err == pytest.approx(want.rel_err, rel=1e-9, abs=1e-300), name
+        else:
+            assert (got.rel_err != got.rel_err) == (want.rel_err != want.rel_err), name
+        if allclose is not None and not want.ok and want.kind is FailureKind.WRONG_OUTPUT:
+            assert want.reason.split(" (relative")[0] in got.reason, (got.reason, want.reason)
+
+
+def test_the_first_failing_element_is_named() -> None:
+    ref = torch.zeros(100)
+    out = ref.clone()
+    out[41] = 0.5
+    outcome, figures = _held_outcome(out, ref, allclose=(1e-2, 1e-2))
+    assert not outcome.ok and figures["at"][:2] == (0, 41)
+    assert "element 41: 0.5" in outcome.reason
+
+
+def test_held_bytes_open_only_under_the_current_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heldcompare, "CHUNK_BYTES", 4096)
+    ref = torch.randn(10_000)
+    key, fresh = cmp.new_key(), cmp.new_key()
+    [held], summary = heldcompare.hold(ref, key)
+    raw = ref.view(torch.uint8)
+    # the reference cannot be read from what the worker keeps
+    assert (held.masked == raw).float().mean() < 0.05
+    clear = torch.cat([c for _, c in held.pieces(key)])
+    assert torch.equal(clear, ref)
+    figures = heldcompare.judge(ref.clone(), [held], key, fresh, [], None)
+    assert figures["err"] == 0.0
+    # after a comparison the old key opens noise, the fresh one the reference
+    assert not torch.equal(torch.cat([c for _, c in held.pieces(key)]).view(torch.uint8), raw)
+    assert torch.equal(torch.cat([c for _, c in held.pieces(fresh)]), ref)
+    assert summary["headers"] == [("tensor", "float32", (10_000,), None)]
+    places, values = summary["samples"][0]
+    assert values == [float(ref[p]) for p in places]
+
+
+def test_figures_forged_to_say_match_are_caught_by_the_parents_sample() -> None:
+    ref = torch.randn(5000)
+    garbage = torch.randn(5000)
+    key = cmp.new_key()
+    held, summary = heldcompare.hold(ref, key)
+    samples = summary["samples"]
+    picks = [random.sample(range(len(samples[0][0])), cmp.SAMPLE_ASKED)]
+    places = [[samples[0][0][k] for k in picks[0]]]
+    honest = heldcompare.judge(garbage, held, key, cmp.new_key(), places, None)
+    forged = {**honest, "err": 0.0}  # a subverted comparison claims a match
+    outcome = cmp.held_outcome(heldcompare.headers(garbage), summary["headers"], forged,
+                               tolerance=1e-5)
+    assert outcome.ok
+    why = cmp.sample_contradicts(outcome, samples, picks, forged["values"], tolerance=1e-5)
+    assert why is not None and "sample" in why
+    close = ref + 1e-7 * torch.randn(5000)
+    fine = heldcompare.judge(close, held, cmp.new_key(), cmp.new_key(), places, None)
+    assert fine["err"] > 1e3  # the key moved on: the old one opens noise
+    again, summary2 = heldcompare.hold(ref, key)
+    fine = heldcompare.judge(close, again, key, cmp.new_key(), places, None)
+    ok = cmp.held_outcome(heldcompare.headers(close), summary2["headers"], fine, tolerance=1e-5)
+    assert ok.ok and cmp.sample_contradicts(ok, samples, picks, fine["values"], tolerance=1e-5) is None
+    assert np.isfinite(fine["values"][0]).all()
+
+
+def _gate_held(path: Path, monkeypatch: pytest.MonkeyPatch) -> gate.Verdict:
+    monkeypatch.setenv("KLINEAGE_GATE_COMPARE", "worker")
+    return gate.check_file(path, SAXPY, Tier.INTERPRET, cache=False, timeout=60)
+
+
+def test_an_interpret_gate_with_held_references_passes_the_honest_kernel_with_its_phases(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    verdict = _gate_held(SAXPY / "saxpy_triton.py", monkeypatch)
+    assert verdict.ok, verdict.reason
+    phases = [r.phase for r in verdict.correctness.results]
+    assert phases.count("seed") == 3 and phases.count("sealed") == 1 and phases.count("refill") >= 4
+    assert verdict.correctness.max_rel_err < 1e-6
+    names = dict(verdict.phases)
+    assert {"references", "correctness", "knockout", "sealed", "repeat"} <= set(names)
+
+
+def test_with_held_references_a_reused_answer_is_named_with_its_inputs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    verdict = _gate_held(DATA / "cheats" / "reuse_data_ptr.py", monkeypatch)
+    assert verdict.failure_kind is FailureKind.REUSED_OUTPUT, verdict.reason
+    assert "answer to other inputs" in verdict.reason
+
+
+def test_a_held_reference_copied_by_the_candidate_is_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    verdict = _gate_held(DATA / "exploits" / "held_reference_copy.py", monkeypatch)
+    assert not verdict.ok
+    assert verdict.failure_kind in (FailureKind.WRONG_OUTPUT, FailureKind.NAN_OUTPUT), verdict.reason
+
+
+def test_a_key_asked_for_by_candidate_code_is_a_forged_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    verdict = _gate_held(DATA / "exploits" / "held_key_request.py", monkeypatch)
+    assert verdict.failure_kind is FailureKind.TAMPERING, verdict.reason
+    assert "pipe" in verdict.reason
