@@ -1,0 +1,77 @@
+"""16-byte staging (`passes.cuda.stage_vector`): the 2-byte staging loops of tiled GEMMs written
+as users write them become copies of 8 elements per thread; the output compiles with NVRTC for
+sm_90a with 16-byte global loads, and on the CPU emulator at ragged shapes (partial tiles, rows
+that are not 16-byte aligned, so the element-wise fallback runs) it matches torch, before and
+after `mma-micro-kernel`; the loops it cannot take say why."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import kir
+from nvrtc_helpers import ptx_for_sm90a
+from passes.cuda.stage_vector import VectorStaging, staging_loops, vectorize_all
+from test_passes_cuda_mma_tile import DATA, RUNS, _emulated, _rewrite
+
+torch = pytest.importorskip("torch")
+
+TAKEN = {"blocktile_bf16.cu": {"As", "Bs"}, "strided_fp16_at.cu": {"b_s"}}
+
+
+def _vectorized(file: str) -> str:
+    out, _ = vectorize_all(kir.parse((DATA / file).read_text(), "cuda"))
+    return out
+
+
+@pytest.mark.parametrize("file", sorted(TAKEN))
+def test_the_staging_loops_become_16_byte_copies(file: str) -> None:
+    plans = staging_loops(kir.parse((DATA / file).read_text(), "cuda"))
+    taken = {st.array for st, p in plans if isinstance(p, VectorStaging)}
+    assert taken == TAKEN[file]
+    out = _vectorized(file)
+    ptx = ptx_for_sm90a(out)
+    assert re.search(r"ld\.global(\.nc)?\.v4\.", ptx), "no 16-byte global load"
+    assert re.search(r"st\.shared\.v4\.", ptx), "no 16-byte shared store"
+    # the arrays it took are 16-byte aligned, and nothing is left for it to take
+    for array in TAKEN[file]:
+        assert re.search(rf"__shared__ __align__\(16\)[^;]*\b{array}\b", out), array
+    again, _ = vectorize_all(kir.parse(out, "cuda"))
+    assert again == out
+
+
+@pytest.mark.parametrize("file", sorted(TAKEN))
+@pytest.mark.parametrize("shape", [(72, 136, 40), (40, 72, 37)], ids=["aligned-rows", "odd-k"])
+@pytest.mark.parametrize("mma", [False, True], ids=["scalar", "mma"])
+def test_the_rewrite_matches_torch_on_the_cpu_emulator(file: str, shape: tuple[int, int, int],
+                                                        mma: bool) -> None:
+    text = _vectorized(file)
+    if mma:
+        _, result = _rewrite(text)
+        assert result.ok, result
+        text = result.ir.text
+        assert "mma.sync" in text and "kl_sv_" in text
+    run, dtype = RUNS[file]
+    torch.manual_seed(3)
+    got, want = run(_emulated(text), *shape, dtype)
+    tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
+    assert torch.allclose(got, want, atol=tol * want.abs().max().item(), rtol=tol), \
+        (got - want).abs().max()
+
+
+def test_loops_it_cannot_take_say_why() -> None:
+    reasons = dict(
+        (st.array, p.reason) for st, p in
+        staging_loops(kir.parse((DATA / "strided_fp16_at.cu").read_text(), "cuda"))
+        if not isinstance(p, VectorStaging))
+    # the transposed A tile: consecutive threads write a column, not consecutive elements
+    assert "c0 + thread + threads * iteration" in reasons["a_t"]
+    reasons = [p.reason for _st, p in
+               staging_loops(kir.parse((DATA / "warptile_bf16.cu").read_text(), "cuda"))]
+    assert reasons and all("does more than the copy" in r for r in reasons)
+    # a staging loop whose trip count is known only at run time
+    runtime = (DATA / "blocktile_bf16.cu").read_text().replace(
+        "loadOffset < BM; loadOffset += strideA", "loadOffset < M - cRow * BM; loadOffset += strideA")
+    reasons = {st.array: p.reason for st, p in staging_loops(kir.parse(runtime, "cuda"))
+               if not isinstance(p, VectorStaging)}
+    assert "not compile-time constants" in reasons["As"]
