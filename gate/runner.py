@@ -239,6 +239,9 @@ class _Judge:
         if key in self.held:
             self._ask_held(variant, phase, seed, outputs, key)
             return
+        if not isinstance(outputs, (list, tuple)):  # headers alone where nothing is held
+            self._forged(f"an output for {variant}/{phase} seed {seed} without its values")
+            return
         self._decided(variant, phase, seed, self._compare(variant, outputs, key), outputs, key)
 
     def _ask_held(self, variant: str, phase: str, seed: int, outputs: Any,
