@@ -11,7 +11,10 @@ beside it; both are checked against an fp32 product at the timed shape and at a 
 cuBLAS (torch.matmul), the start, the rewrite and experts/gemm/gemm_cuda_tiles (a tutorial-style
 GEMM with 16-byte staging in the rule's form) are timed with
 `triton.testing.do_bench(..., return_mode="median")` (cuBLAS first and again last). On sm_90a
-the rule's wgmma form (`+wgmma`) is timed beside its mma.sync form (`+mma`). `--bk N`
+the rule's wgmma form (`+wgmma`) is timed beside its mma.sync form (`+mma`). `+stage16` is the
+start with its 2-byte staging loops copying 16 bytes per thread (`passes.cuda.stage_vector`),
+timed alone and under the rule (`+stage16+mma`, `+stage16+wgmma`) and, where
+cp-async-pipeline takes that, pipelined (`+stage16+mma+cp.async`; its refusal is recorded). `--bk N`
 also times the start and its rewrite with the start's BK macro set to N (what a tile-size move
 would add). Writes result.json, result.md and the rewritten sources into --out.
 """
@@ -33,20 +36,25 @@ sys.path.insert(0, str(ROOT / "tests"))
 import kir  # noqa: E402
 from experts import cudahost  # noqa: E402
 from passes import PassContext, get_pass  # noqa: E402
+from passes.cuda.stage_vector import vectorize_all  # noqa: E402
 
 START = ROOT / "tests" / "data" / "microkernels" / "blocktile_bf16.cu"
 
 
 def rewrite(source: str, arch: str, wgmma: bool = False) -> tuple[str, dict[str, Any]] | str:
     """The rule's output for `source` and the site it used, or the rule's refusal."""
+    return apply(source, get_pass("mma-micro-kernel").from_options({"wgmma": wgmma}), arch)
+
+
+def apply(source: str, rule: Any, arch: str) -> tuple[str, dict[str, Any]] | str:
+    """`rule`'s output at its first open site of `source` and the site's detail, or why not."""
     ir = kir.parse(source, "cuda")
-    rule = get_pass("mma-micro-kernel").from_options({"wgmma": wgmma})
     sites = [s for s in rule.sites(ir) if not s.present]
     if not sites:
-        return "mma-micro-kernel finds no site in the start kernel"
+        return f"{rule.name} finds no site in the kernel"
     result = rule.optimize(ir, sites[0], PassContext(facts={"arch": arch}))
     if not result.ok:
-        return f"mma-micro-kernel refused: {getattr(result, 'reason', result)}"
+        return f"{rule.name} refused: {getattr(result, 'reason', result)}"
     return result.ir.text, dict(sites[0].detail)
 
 
@@ -58,6 +66,50 @@ def variants(start: str, bks: list[int]) -> dict[str, str]:
             raise SystemExit("--bk needs a start kernel with one `#define BK` line")
         out[f"start_bk{bk}"] = text
     return out
+
+
+def tensor_core_forms(out: Path, name: str, text: str,
+                      kernels: dict[str, tuple[str, dict[str, Any]]], refused: dict[str, str],
+                      arch: str, ctx_arch: str) -> dict[str, Any] | None:
+    """`name+mma` (and `name+wgmma` on sm_90) of `text` into `kernels` (files NAME.FORM.cu in
+    `out`, `+` written `.`), refusals into `refused`; the detail of the site the rule used."""
+    site = None
+    for form, wgmma in (("mma", False), ("wgmma", True)):
+        if wgmma and not arch.startswith("sm_90"):
+            continue
+        got = rewrite(text, ctx_arch, wgmma)
+        if isinstance(got, str):
+            refused[f"{name}+{form}"] = got
+            print(f"{name}+{form}: {got}", flush=True)
+            continue
+        (out / f"{name.replace('+', '.')}.{form}.cu").write_text(got[0])
+        kernels[f"{name}+{form}"] = got
+        site = site or got[1]
+    return site
+
+
+def staged_variants(out: Path, name: str, kernels: dict[str, tuple[str, dict[str, Any]]],
+                    refused: dict[str, str], arch: str, ctx_arch: str) -> None:
+    """`name+stage16` (passes.cuda.stage_vector: 16-byte staging copies, on the block the
+    mma rule reported), then its mma / wgmma rewrites and, on the mma.sync form,
+    cp-async-pipeline; what refuses is recorded in `refused`."""
+    text, detail = kernels[name]
+    staged, why = vectorize_all(kir.parse(text, "cuda"), tuple(detail["block"]))
+    if staged == text:
+        refused[f"{name}+stage16"] = "; ".join(why) or "no 2-byte staging loop"
+        print(f"{name}+stage16: {refused[f'{name}+stage16']}", flush=True)
+        return
+    (out / f"{name}.stage16.cu").write_text(staged)
+    kernels[f"{name}+stage16"] = (staged, detail)
+    tensor_core_forms(out, f"{name}+stage16", staged, kernels, refused, arch, ctx_arch)
+    if f"{name}+stage16+mma" in kernels:
+        piped = apply(kernels[f"{name}+stage16+mma"][0], get_pass("cp-async-pipeline")(), ctx_arch)
+        if isinstance(piped, str):
+            refused[f"{name}+stage16+mma+cp.async"] = piped
+            print(f"{name}+stage16+mma+cp.async: {piped}", flush=True)
+        else:
+            (out / f"{name}.stage16.mma.cp_async.cu").write_text(piped[0])
+            kernels[f"{name}+stage16+mma+cp.async"] = (piped[0], detail)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,17 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     ctx_arch = "sm_90" if arch.startswith("sm_9") else arch.split("a")[0]
     for name, text in variants(args.start.read_text(), args.bk).items():
         (args.out / f"{name}.cu").write_text(text)
-        for form, wgmma in (("mma", False), ("wgmma", True)):
-            if wgmma and not arch.startswith("sm_90"):
-                continue
-            got = rewrite(text, ctx_arch, wgmma)
-            if isinstance(got, str):
-                refused[f"{name}+{form}"] = got
-                print(f"{name}+{form}: {got}", flush=True)
-                continue
-            (args.out / f"{name}.{form}.cu").write_text(got[0])
-            kernels.setdefault(name, (text, got[1]))
-            kernels[f"{name}+{form}"] = got
+        site = tensor_core_forms(args.out, name, text, kernels, refused, arch, ctx_arch)
+        if site is not None:
+            kernels[name] = (text, site)
+        if name in kernels:
+            staged_variants(args.out, name, kernels, refused, arch, ctx_arch)
     compiled = {}
     for name, (text, _) in kernels.items():
         c = cudahost.compile_source(text, name=f"{name}.cu", arch=arch)
