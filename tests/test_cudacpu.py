@@ -143,6 +143,21 @@ def test_half_and_bfloat16_conversions_round_like_torch(lib):
     assert lo.tolist() == (-x).bfloat16().view(torch.int16).tolist()
 
 
+def test_nan_converts_to_the_canonical_nans(lib):
+    # float -> half / bfloat16 (cvt.rn): 0x7fff whatever the sign and payload; half -> float
+    # (cvt.f32.f16): the canonical f32 NaN 0x7fffffff, as the CUDA headers model the device
+    x = torch.tensor([0x7FC00000, 0xFFC00000 - (1 << 32), 0x7F800001], dtype=torch.int32).view(torch.float32)
+    n = x.numel()
+    h, b, h2 = torch.empty(n), torch.empty(n), torch.empty(n)
+    hb, bb = torch.empty(n, dtype=torch.int16), torch.empty(n, dtype=torch.int16)
+    packed = torch.empty(n, dtype=torch.int32)
+    lib.launch("convert", 1, 64, 0, [x, h, b, hb, bb, h2, packed, n])
+    assert hb.tolist() == bb.tolist() == [0x7FFF] * n
+    assert packed.tolist() == [0x7FFF7FFF] * n
+    assert h.view(torch.int32).tolist() == h2.view(torch.int32).tolist() == [0x7FFFFFFF] * n
+    assert torch.isnan(b).all()
+
+
 def test_a_shuffle_against_a_block_barrier_is_a_deadlock(lib):
     with pytest.raises(EmulationError, match="deadlock.*__shfl_sync.*__syncthreads"):
         lib.launch("divergent", 1, 32, 0, [torch.zeros(32)])

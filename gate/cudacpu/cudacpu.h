@@ -107,7 +107,9 @@ inline unsigned short float_to_half(float f) {  // round to nearest even
 }
 inline float half_to_float(unsigned short h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  if (e == 0x1f) return u2f(sign | 0x7f800000u | (m << 13));
+  // cvt.f32.f16 gives the canonical f32 NaN (0x7fffffff: no sign, no payload), as the CUDA
+  // headers' own model of it (__internal_half2float) does; an infinity keeps its sign
+  if (e == 0x1f) return u2f(m ? 0x7fffffffu : (sign | 0x7f800000u));
   if (e == 0) { float v = (float)m * 5.9604644775390625e-08f; return sign ? -v : v; }
   return u2f(sign | ((e + 112u) << 23) | (m << 13));
 }
