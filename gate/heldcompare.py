@@ -64,6 +64,12 @@ class Held:
     masked: torch.Tensor  # uint8, flat
     dtype: torch.dtype
     shape: tuple[int, ...]
+    device: Any = None
+    """Where it is compared (the masked bytes may wait in host memory: `park`)."""
+
+    def park(self) -> None:
+        """Keep the masked bytes in host memory; each comparison brings one chunk at a time."""
+        self.masked = self.masked.to("cpu", copy=True)
 
     def _chunks(self) -> list[tuple[int, int, int]]:
         size = torch.empty((), dtype=self.dtype).element_size()
@@ -78,14 +84,16 @@ class Held:
             piece.bitwise_xor_(_pad(key, i, e - b, piece.device))
 
     def pieces(self, key: int, fresh: int | None = None) -> Any:
-        """(first element, the reference's elements of one chunk in the clear), chunk by chunk;
-        with `fresh`, each chunk is masked under `fresh` once the caller is done with it."""
+        """(first element, the reference's elements of one chunk in the clear, on `device`),
+        chunk by chunk; with `fresh`, each chunk is masked under `fresh` once the caller is done
+        with it."""
         size = torch.empty((), dtype=self.dtype).element_size()
+        device = self.device if self.device is not None else self.masked.device
         for i, b, e in self._chunks():
-            clear = self.masked[b:e] ^ _pad(key, i, e - b, self.masked.device)
+            clear = self.masked[b:e].to(device) ^ _pad(key, i, e - b, device)
             yield b // size, clear.view(self.dtype)
             if fresh is not None:
-                self.masked[b:e] = clear.bitwise_xor_(_pad(fresh, i, e - b, clear.device))
+                self.masked[b:e] = clear.bitwise_xor_(_pad(fresh, i, e - b, device))
             del clear
 
 
@@ -114,7 +122,7 @@ def hold(ref: Any, key: int, rng: random.Random | None = None, *,
         samples.append((places, flat[index].to(torch.float64).tolist()))
         zero = zero and not bool(flat.any()) if flat.numel() else zero
         digests.append(_digest(flat) if digest else "")
-        entry = Held(_bytes(x).clone(), x.dtype, tuple(x.shape))
+        entry = Held(_bytes(x).clone(), x.dtype, tuple(x.shape), x.device)
         entry.mask(key)
         held.append(entry)
         headers.append(header(x))

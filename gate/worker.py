@@ -204,6 +204,7 @@ class _Runner:
         self.emulation = contextlib.ExitStack()  # emulate tier: the CPU stand-ins, for good
         self.held_mode = _held_mode(job.tier, hasattr(self.case, "compare"))
         self.vault: dict[tuple[str, str, int], list[Any]] = {}  # held references (masked)
+        self.parked: set[tuple[str, str, int]] = set()  # input sets waiting in host memory
 
     # -- helpers -------------------------------------------------------------------------
     def _shape_table(self) -> Any:
@@ -320,12 +321,26 @@ class _Runner:
                 for phase, seed in [(PHASE_SEED, s) for s in self.job.seeds] + extra]
 
     def references(self) -> None:
+        """Each input set of `plan` is drawn and its reference computed once, before candidate
+        code loads; every phase that calls the candidate on a set is judged against that one
+        reference. Sets that device memory cannot hold beside the refill pools wait in host
+        memory between their uses (`_park_if_short`)."""
         for variant, phase, seed in self.plan():
             inputs = self._draw(variant, seed)
             self._reference(variant, phase, seed, inputs)
             self.originals[(variant, phase, seed)] = inputs
+            del inputs
+            self._park_if_short((variant, phase, seed))
         for variant in self.shapes:
             self.pools[variant] = self._pool(variant)
+        for variant in self.shapes:
+            parked = [k for k in self.parked if k[0] == variant]
+            if parked:
+                self.chan.send("flag", f"{variant}: {len(parked)} of "
+                                       f"{sum(1 for k in self.originals if k[0] == variant)} input "
+                                       f"sets wait in host memory between their uses "
+                                       f"({self._set_bytes(self.originals[parked[0]]) / 2**30:.1f} "
+                                       f"GiB a set)")
         self.chan.send("refs_done")
         if self.device == "cuda":
             for variant in self.shapes:
@@ -375,6 +390,43 @@ class _Runner:
             self.chan.send("flag", f"reference ({variant}): no torch.compile baseline: {describe(exc)[:300]}")
             return
         self.chan.send("ref_compile_ms", variant, ms, self.timed_s)
+
+    def _set_bytes(self, inputs: tuple[Any, ...]) -> int:
+        return sum(t.numel() * t.element_size() for t in inputs if type(t) is self.cap.tensor_type)
+
+    def _park_if_short(self, key: tuple[str, str, int]) -> None:
+        """Move the input set `key` (and its held reference) to host memory when the device's
+        free memory no longer holds its variant's refill pool beside it (`must_park`), or
+        always with `KLINEAGE_GATE_PARK=1`. The timed set (the pool's first) and the first
+        seed's (the pool's donor; the configuration and knockout calls run on it) stay."""
+        variant, phase, seed = key
+        if phase == PHASE_TIMED or (phase == PHASE_SEED and seed == self.job.seeds[0]):
+            return
+        inputs = self.originals[key]
+        size = self._set_bytes(inputs)
+        forced = os.environ.get("KLINEAGE_GATE_PARK") == "1"
+        if not forced:
+            if self.device != "cuda" or size == 0:
+                return
+            torch = self.torch
+            free, _ = torch.cuda.mem_get_info()
+            free += torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+            if not must_park(free, size, max(1, self.job.refill_sets)):
+                return
+        self.originals[key] = tuple(x.to("cpu", copy=True) if type(x) is self.cap.tensor_type else x
+                                    for x in inputs)
+        del inputs
+        for item in self.vault.get(key, ()):
+            if hasattr(item, "park"):
+                item.park()
+        self.parked.add(key)
+
+    def original(self, key: tuple[str, str, int]) -> tuple[Any, ...]:
+        """The input set `key` on the run's device (a copy brought back where it was parked)."""
+        inputs = self.originals[key]
+        if key not in self.parked:
+            return inputs
+        return tuple(x.to(self.device) if type(x) is self.cap.tensor_type else x for x in inputs)
 
     def sealed_seed(self) -> int:
         """Fresh inputs for the sealed call (answers kept from other calls do not fit them)."""
@@ -768,7 +820,7 @@ class _Runner:
         for variant, phase, seed in self.plan():
             if phase != PHASE_SEED:
                 continue
-            original = self.originals[(variant, phase, seed)]
+            original = self.original((variant, phase, seed))
             inputs = self.clone_inputs(original)
             res = self.call(inputs, "run")
             self.check_call(res, inputs, original, "correctness", f"{variant}/seed {seed}")
@@ -853,7 +905,7 @@ class _Runner:
         self.chan.send("stage", "anti_cheat")
         seed = self.sealed_seed()
         for variant in self.shapes:
-            original = self.originals[(variant, PHASE_SEALED, seed)]
+            original = self.original((variant, PHASE_SEALED, seed))
             inputs = self.clone_inputs(original)
             seal = self.guards.Seal(inputs, self.cap)
             res = self.call(inputs, "run", seal=seal)
@@ -993,7 +1045,7 @@ class _Runner:
     def reverify(self) -> None:
         """Device tier: one more fresh-input check, always (the parent flags >10x speedups)."""
         for variant in self.shapes:
-            original = self.originals[(variant, PHASE_REVERIFY, self.job.reverify_seed)]
+            original = self.original((variant, PHASE_REVERIFY, self.job.reverify_seed))
             inputs = self.clone_inputs(original)
             res = self.call(inputs, "run")
             self.check_call(res, inputs, original, "timing", f"{variant}/re-verification")
@@ -1013,6 +1065,13 @@ def _held_mode(tier: str, own_compare: bool) -> bool:
     if own_compare or choice == "parent":
         return False
     return choice == "worker" or tier == "device"
+
+
+def must_park(free_bytes: int, set_bytes: int, pool: int) -> bool:
+    """Whether an input set of `set_bytes` should wait in host memory: the device's
+    `free_bytes` no longer hold a refill pool of `pool` sets and `REFILL_SPARE_SETS` spare
+    set sizes (the rotation's buffers, a call's clone, the candidate's own allocations)."""
+    return free_bytes < (pool + REFILL_SPARE_SETS) * set_bytes
 
 
 def pool_sets(wanted: int, set_bytes: int, free_bytes: int) -> int:

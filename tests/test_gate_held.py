@@ -168,3 +168,26 @@ def test_a_key_asked_for_by_candidate_code_is_a_forged_message(monkeypatch: pyte
     verdict = _gate_held(DATA / "exploits" / "held_key_request.py", monkeypatch)
     assert verdict.failure_kind is FailureKind.TAMPERING, verdict.reason
     assert "pipe" in verdict.reason
+
+
+def test_input_sets_that_do_not_fit_wait_in_host_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A set whose device memory the refill pool needs is parked on the host with its held
+    reference (`worker.must_park`; forced here with KLINEAGE_GATE_PARK=1): the gate's checks
+    run as before on the sets brought back, and the verdict says how many sets waited."""
+    from gate.worker import REFILL_SPARE_SETS, must_park
+
+    gib = 1 << 30
+    assert not must_park(100 * gib, 1 * gib, 4)
+    assert must_park((4 + REFILL_SPARE_SETS) * 8 * gib - 1, 8 * gib, 4)
+    assert not must_park((4 + REFILL_SPARE_SETS) * 8 * gib, 8 * gib, 4)
+    monkeypatch.setenv("KLINEAGE_GATE_PARK", "1")
+    for mode in ("worker", "parent"):
+        monkeypatch.setenv("KLINEAGE_GATE_COMPARE", mode)
+        verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False,
+                                  timeout=60)
+        assert verdict.ok, (mode, verdict.reason)
+        # of the five sets (three seeds, timed, sealed), the first seed's and the timed stay
+        assert any("3 of 5 input sets wait in host memory" in f for f in verdict.flags), verdict.flags
+        cheat = gate.check_file(DATA / "cheats" / "reuse_data_ptr.py", SAXPY, Tier.INTERPRET,
+                                cache=False, timeout=60)
+        assert cheat.failure_kind is FailureKind.REUSED_OUTPUT, (mode, cheat.reason)
