@@ -1,7 +1,7 @@
 """What one device gate costs on large problems, by phase, against the GPU work in it.
 
     python3 bench/gate_cost.py --kernelbench DIR [--starts bench/kernelbench] [--count 5]
-        [--only NAME,...] [--out DIR]
+        [--only NAME,...] [--compare parent,worker] [--out DIR]
 
 Takes the KernelBench tier's problems (`bench/kernelbench_tier.py`: a checkout given by
 --kernelbench or $KERNELBENCH_DIR, start kernels under --starts), ranks them by the bytes of
@@ -12,7 +12,10 @@ the worker's phases, the parent's comparisons, the waits), the GPU work (`gpu_s`
 worker spent in timed runs of the reference and the candidate, `Timing.timed_s`, plus its
 autotuners' timing of configurations) and the rest (`overhead_s` = end-to-end - gpu_s), then
 whether it meets the budget: end-to-end <= `WALL_BUDGET_S` and overhead <= `OVERHEAD_FIXED_S` +
-`OVERHEAD_SHARE` x gpu_s. OUT/gate_cost.json holds the rows. Exit code 0 when every gate passed
+`OVERHEAD_SHARE` x gpu_s. `--compare` gates each problem once per comparison mode
+(`KLINEAGE_GATE_COMPARE`: `parent`, outputs sent whole and compared with numpy, the way before
+held references; `worker`, compared on the GPU against held references, the device tier's
+default), a row each, named `problem [mode]`: the before / after table. OUT/gate_cost.json holds the rows. Exit code 0 when every gate passed
 and met the budget, 1 otherwise, 2 for bad input.
 """
 from __future__ import annotations
@@ -103,13 +106,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=5, help="the largest problems gated")
     ap.add_argument("--only", default="", help="comma-separated problems instead of the largest")
     ap.add_argument("--out", default=None, help="folder for gate_cost.json (default: none written)")
+    ap.add_argument("--compare", default="", help="comparison modes, comma-separated (parent, "
+                                                  "worker); default: the gate's own")
     args = ap.parse_args(argv)
+    modes = [m for m in args.compare.split(",") if m]
     import gate
     from kir.errors import BadInputError
 
     tier = _tier()
     if not args.kernelbench or args.count < 1:
         print("gate_cost: give --kernelbench DIR (or KERNELBENCH_DIR) and a positive --count", file=sys.stderr)
+        return 2
+    if any(m not in ("parent", "worker") for m in modes):
+        print(f"gate_cost: --compare takes parent and worker, not {args.compare}", file=sys.stderr)
         return 2
     try:
         root = tier.problem_root(Path(args.kernelbench))
@@ -132,11 +141,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = sized if args.only else sized[:args.count]
     rows = []
     for nbytes, p, case in chosen:
-        print(f"[{time.strftime('%H:%M:%S')}] {p.key}: {nbytes / 1e9:.2f} GB, gating at the device tier",
-              file=sys.stderr, flush=True)
-        row = {"op": p.key, "bytes": nbytes, **gate_once(p.start, case)}
-        print(f"[{time.strftime('%H:%M:%S')}] {p.key}: {json.dumps(row)}", file=sys.stderr, flush=True)
-        rows.append(row)
+        for mode in modes or [None]:
+            name = p.key if mode is None else f"{p.key} [{mode}]"
+            if mode is not None:
+                os.environ["KLINEAGE_GATE_COMPARE"] = mode
+            print(f"[{time.strftime('%H:%M:%S')}] {name}: {nbytes / 1e9:.2f} GB, gating at the "
+                  f"device tier", file=sys.stderr, flush=True)
+            row = {"op": name, "bytes": nbytes, **gate_once(p.start, case)}
+            print(f"[{time.strftime('%H:%M:%S')}] {name}: {json.dumps(row)}", file=sys.stderr, flush=True)
+            rows.append(row)
     print(table(rows), end="")
     if args.out:
         out = Path(args.out)
