@@ -304,7 +304,10 @@ class _Judge:
                        f"matches, the parent's sample of the reference says otherwise: {wrong}; "
                        f"the gate does not trust a run whose comparison was subverted")
             return
-        if not outcome.ok and outcome.kind is FailureKind.WRONG_OUTPUT:
+        # only where the failure rejects the run: the other sets' keys then open nothing that
+        # matters (a knockout call is meant to fail, and the run goes on)
+        if not outcome.ok and outcome.kind is FailureKind.WRONG_OUTPUT \
+                and phase not in (PHASE_KNOCKOUT, PHASE_FAULT):
             others = [k for k in self.held if k[0] == variant and k != key and k[1] != PHASE_REVERIFY]
             asked = []
             for other in others:

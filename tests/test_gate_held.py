@@ -191,3 +191,28 @@ def test_input_sets_that_do_not_fit_wait_in_host_memory(monkeypatch: pytest.Monk
         cheat = gate.check_file(DATA / "cheats" / "reuse_data_ptr.py", SAXPY, Tier.INTERPRET,
                                 cache=False, timeout=60)
         assert cheat.failure_kind is FailureKind.REUSED_OUTPUT, (mode, cheat.reason)
+
+
+def test_a_knockout_call_that_fails_as_it_should_opens_no_other_reference() -> None:
+    """The other sets' keys go to the worker only for a failure that rejects the run: a
+    knockout call's wrong output (what it should give) leaves every other key unsent."""
+    from gate.cases import load_case
+    from gate.runner import _Judge
+    from gate.verdict import Tier as T
+
+    judge = _Judge(load_case(SAXPY), T.INTERPRET)
+    header = [("tensor", "float32", (8,), None)]
+    for phase, seed in (("seed", 1), ("seed", 2), ("sealed", 3)):
+        judge.handle(("ref", "default", phase, seed,
+                      {"held": True, "headers": header, "samples": [None], "zero": False,
+                       "digest": str(seed), "key": seed}, None))
+    judge.handle(("refs_done",))
+    judge.handle(("out", "default", "knockout", 1, {"held": True, "headers": header}, 1))
+    assert judge.outbox and judge.outbox[-1][0] == "judge"
+    judge.handle(("judged", "default", "knockout", 1, {"err": 1.0, "misses": [8], "values": [None]}))
+    assert judge.verdict is None and judge.outbox[-1] == ("more", [])
+    judge.handle(("out", "default", "seed", 2, {"held": True, "headers": header}, 1))
+    judge.handle(("judged", "default", "seed", 2, {"err": 1.0, "misses": [8], "values": [None]}))
+    more = judge.outbox[-1]
+    assert more[0] == "more" and {tuple(k) for k, _, _ in more[1]} == {
+        ("default", "seed", 1), ("default", "sealed", 3)}
