@@ -116,6 +116,9 @@ class _Judge:
     """With held references: the most refilled-call outputs a variant may send (each one is
     answered with a key, so a forged one must not go unnoticed)."""
     refill_sent: dict[str, int] = field(default_factory=dict)
+    config_budget: int | None = None
+    """Configuration outputs the worker announced (`("configs", n)`, once)."""
+    config_sent: int = 0
 
     def use_gpu_lock(self, path: str | None) -> None:
         if path:
@@ -187,6 +190,11 @@ class _Judge:
             self.stage = "compile"
         elif kind == "out":
             self._judge_out(*msg[1:])
+        elif kind == "configs":
+            if self.config_budget is not None or not isinstance(msg[1], int):
+                self._forged("a second announcement of the configuration calls")
+            else:
+                self.config_budget = msg[1]
         elif kind == "judged":
             self._judged(*msg[1:])
         elif kind == "others":
@@ -254,6 +262,11 @@ class _Judge:
         if self.pending is not None or not (isinstance(outputs, dict) and outputs.get("held")):
             self._forged(f"an output for {variant}/{phase} seed {seed} out of turn")
             return
+        if phase.startswith(PHASE_CONFIG + " "):
+            self.config_sent += 1
+            if self.config_budget is None or self.config_sent > self.config_budget:
+                self._forged("more configuration outputs than the worker announced")
+                return
         if phase == PHASE_REFILL and self.refill_budget is not None:
             self.refill_sent[variant] = self.refill_sent.get(variant, 0) + 1
             if self.refill_sent[variant] > self.refill_budget:

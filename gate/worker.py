@@ -38,6 +38,8 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
                                                        reverify | refill (a call on refilled
                                                        inputs; seed names the set of the
                                                        variant's pool)
+    ("configs", n)                                    before the configuration calls: at most n
+                                                       of their outputs follow
     ("cand_ms", variant, ms, wall_ms, timed_s)        device tier
     ("flag", text)                                    a finding that does not reject (among
                                                        them each warning raised at the case
@@ -837,6 +839,9 @@ class _Runner:
         the GPU (the errors Triton's autotuner itself skips) is skipped: neither can be picked.
         The autotuners' choices are restored afterwards."""
         tuners = [t for t in self.monitor.tuners.values() if len(getattr(t, "configs", ())) > 1]
+        # how many configuration outputs may follow: the parent answers no more (each is
+        # answered with a key where references are held)
+        self.chan.send("configs", len(self.shapes) * sum(len(t.configs) for t in tuners))
         if not tuners:
             return
         self.chan.send("stage", "correctness")

@@ -216,3 +216,10 @@ def test_a_knockout_call_that_fails_as_it_should_opens_no_other_reference() -> N
     more = judge.outbox[-1]
     assert more[0] == "more" and {tuple(k) for k, _, _ in more[1]} == {
         ("default", "seed", 1), ("default", "sealed", 3)}
+
+
+def test_a_key_asked_for_under_a_configuration_name_is_a_forged_message(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    verdict = _gate_held(DATA / "exploits" / "held_config_request.py", monkeypatch)
+    assert verdict.failure_kind is FailureKind.TAMPERING, verdict.reason
+    assert "configuration outputs" in verdict.reason
