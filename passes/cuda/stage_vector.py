@@ -6,7 +6,8 @@ moves 4, 8 or 16 bytes) can take the copy.
 Found by role (`recognize.stagings`), by what the copy does, never by names. The copy must:
 - move bytes (no conversion), read one global element through a subscript and write one shared
   element, and be the only thing its loop does (besides declaring the locals it reads);
-- run in a `for (v = v0; v < E; v += S)` loop of constant trip count (the same for every thread)
+- run in a `for (v = v0; v < E; v += S)` loop (or `v <= E`, `v + P < E`, `v + P <= E`; `++v`)
+  of constant trip count (the same for every thread)
   in a block whose size the launch gives (the host, `<<< >>>`) or, for a GEMM micro-kernel, the
   block its thread map needs (`gemm_eval.find_gemm_tiles`); the block's thread count is a
   multiple of 8;
@@ -130,7 +131,9 @@ def _plan(unit: Unit, st: Staging, block: tuple[int, int] | None) -> VectorStagi
         return Skipped("the copy runs in the K loop, not in a staging loop of its own", {})
     mine = set(st.parts) | {st.store}
     own: list[tuple[str, str]] = []
-    for stmt in (c for c in children(ir, body) if ir.grammar_type_of(c) not in _TRIVIA):
+    statements = [c for c in children(ir, body) if ir.grammar_type_of(c) not in _TRIVIA] \
+        if ir.grammar_type_of(body) == "compound_statement" else [body]
+    for stmt in statements:
         span = (ir.span_of(stmt).start, ir.span_of(stmt).end)
         if span in mine:
             continue
@@ -142,9 +145,10 @@ def _plan(unit: Unit, st: Staging, block: tuple[int, int] | None) -> VectorStagi
             own.append((name, text(ir, value)))
     if var in written_names(ir, body):
         return Skipped("the loop body writes the loop variable", {})
-    m_init = re.fullmatch(rf"\s*(?:const\s+)?(?:int|unsigned|long)?\s*{re.escape(var)}\s*=\s*(.+?);?\s*",
+    m_init = re.fullmatch(rf"\s*(?:[\w:]+\s+)*{re.escape(var)}\s*=\s*(.+?);?\s*",
                           text(ir, init), re.S)
-    m_cond = re.fullmatch(rf"\s*{re.escape(var)}\s*<\s*(.+?)\s*", text(ir, cond), re.S)
+    m_cond = re.fullmatch(rf"\s*{re.escape(var)}\s*(?:\+\s*(?P<plus>[^<]+?)\s*)?(?P<op><=?)\s*(.+?)\s*",
+                          text(ir, cond), re.S)
     m_step = re.fullmatch(rf"\s*{re.escape(var)}\s*\+=\s*(.+?)\s*", text(ir, update), re.S)
     increment = re.fullmatch(rf"\s*(?:\+\+\s*{re.escape(var)}|{re.escape(var)}\s*\+\+)\s*",
                              text(ir, update))
@@ -153,7 +157,9 @@ def _plan(unit: Unit, st: Staging, block: tuple[int, int] | None) -> VectorStagi
     start = expand_locals(unit, fn, m_init.group(1))
     step_text = m_step.group(1) if m_step is not None else "1"
     step = unit.value(expand_locals(unit, fn, step_text))
-    bound = unit.value(expand_locals(unit, fn, m_cond.group(1)))
+    # v + p < b  <=>  v < b - p;  v + p <= b  <=>  v < b - p + 1
+    bound = unit.value(expand_locals(unit, fn, f"({m_cond.group(3)}) - ({m_cond.group('plus') or 0})"
+                                     f" + {int(m_cond.group('op') == '<=')}"))
     if step is None or step <= 0 or bound is None:
         return Skipped("the staging loop's bound and step are not compile-time constants", {})
     shape = _block(unit, st, block)
@@ -294,7 +300,8 @@ def vectorize(ir: KernelIR, plan: VectorStaging) -> str:
     expand = lambda e: expand_locals(unit, fn, _inline(e, list(plan.locals_)))  # noqa: E731
     dst, src = expand(st.dst), expand(st.src)
     guard = expand(st.guard) if st.guard else "true"
-    fill = expand(st.fill) if st.fill else "0"
+    value = (f"({_lane(guard, plan, 'kl_sv_e')}) ? {_lane(src, plan, 'kl_sv_e')} : "
+             f"{expand(st.fill or '0')}" if st.guard else _lane(src, plan, "kl_sv_e"))
     linear = "threadIdx.x" if plan.block[1] == 1 else \
         f"(threadIdx.x + {plan.block[0]} * threadIdx.y)"
     pad = " " * (plan.loop[0] - ir.source.rfind(b"\n", 0, plan.loop[0]) - 1)
@@ -313,8 +320,7 @@ def vectorize(ir: KernelIR, plan: VectorStaging) -> str:
         f"*reinterpret_cast<const uint4*>(&({_lane(src, plan, '0')}));",
         "  } else {",
         f"    for (int kl_sv_e = 0; kl_sv_e < {CHUNK}; ++kl_sv_e)",
-        f"      {_lane(dst, plan, 'kl_sv_e')} = ({_lane(guard, plan, 'kl_sv_e')}) ? "
-        f"{_lane(src, plan, 'kl_sv_e')} : {fill};",
+        f"      {_lane(dst, plan, 'kl_sv_e')} = {value};",
         "  }",
         "}",
     ]
