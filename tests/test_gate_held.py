@@ -223,3 +223,21 @@ def test_a_key_asked_for_under_a_configuration_name_is_a_forged_message(
     verdict = _gate_held(DATA / "exploits" / "held_config_request.py", monkeypatch)
     assert verdict.failure_kind is FailureKind.TAMPERING, verdict.reason
     assert "configuration outputs" in verdict.reason
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["worker", "parent"])
+def test_on_the_gpu_both_comparison_modes_give_the_same_verdicts(
+        mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KLINEAGE_GATE_COMPARE", mode)
+    verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.DEVICE, cache=False)
+    assert verdict.ok, verdict.reason
+    assert verdict.correctness.max_rel_err < 1e-6
+    phases = [r.phase for r in verdict.correctness.results]
+    assert phases.count("seed") == 3 and "reverify" in phases and "refill" in phases
+    wrong = gate.check_file(DATA / "bugs" / "saxpy_autotune_slow_wrong.py", SAXPY, Tier.DEVICE,
+                            cache=False)
+    assert wrong.failure_kind is FailureKind.WRONG_OUTPUT, wrong.reason
+    assert "config 1 of saxpy_kernel" in wrong.reason
+    reused = gate.check_file(DATA / "cheats" / "reuse_data_ptr.py", SAXPY, Tier.DEVICE, cache=False)
+    assert reused.failure_kind is FailureKind.REUSED_OUTPUT, reused.reason
