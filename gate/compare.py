@@ -1,4 +1,6 @@
-"""Output comparison, done in the gate's parent process with numpy (out of any candidate's reach).
+"""Output comparison, done in the gate's parent process with numpy (out of any candidate's reach),
+and the parent's judgement of figures the worker computed on its device against a held
+reference (`held_outcome`, checked against the parent's own sample: `sample_contradicts`).
 
 The metric is the relative-norm error ||out - ref|| / ||ref|| in float64 per output tensor, the
 largest over a call's outputs. NaN or inf where the reference is finite never passes. The

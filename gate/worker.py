@@ -1,6 +1,8 @@
 """The gate's worker: one fresh process per candidate and tier, supervised by `gate.runner`.
 
-The worker reports to its parent over a pipe; the parent compares and decides. Order inside
+The worker reports to its parent over a pipe; the parent decides, comparing outputs itself or,
+on the device tier, judging the figures of the worker's comparison against references held
+masked under keys only the parent keeps (`gate.heldcompare`). Order inside
 the worker matters: the case's inputs and reference outputs (and, on the device, the
 reference's timing) are made and sent *before* any candidate code is imported; then the
 launch hooks and the tamper snapshot go in, then the candidate loads. Messages (tuples):
