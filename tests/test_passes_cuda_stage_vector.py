@@ -76,6 +76,14 @@ def test_loops_it_cannot_take_say_why() -> None:
     reasons = {st.array: p.reason for st, p in staging_loops(kir.parse(two, "cuda"))
                if not isinstance(p, VectorStaging)}
     assert "does more than the copy" in reasons["Bs"]
+    # a guard reading a per-thread value that is assigned twice (not expandable): refused,
+    # since another thread copies the element
+    varying = (DATA / "blocktile_bf16.cu").read_text().replace(
+        "  for (int bkIdx = 0;", "  int lim = M - (int)(threadIdx.x % 2);\n  lim += 1;\n  for (int bkIdx = 0;").replace(
+        "if (r < M && c < K)", "if (r < lim && c < K)")
+    reasons = {st.array: p.reason for st, p in staging_loops(kir.parse(varying, "cuda"))
+               if not isinstance(p, VectorStaging)}
+    assert "reads lim, set per thread" in reasons["As"]
     # a staging loop whose trip count is known only at run time
     runtime = (DATA / "blocktile_bf16.cu").read_text().replace(
         "loadOffset < BM; loadOffset += strideA", "loadOffset < M - cRow * BM; loadOffset += strideA")

@@ -176,12 +176,37 @@ def _plan(unit: Unit, st: Staging, block: tuple[int, int] | None) -> VectorStagi
                        "and a global pointer", {})
     expand = lambda e: expand_locals(unit, fn, _inline(e, own))  # noqa: E731
     exprs = {"d": expand(dst), "g": expand(src.group(1)), "v0": start}
+    # every name left after expansion must be the same for all threads: a chunk is copied by
+    # another thread than the one whose expressions these are
+    left = {n for e in (*exprs.values(), expand(st.guard or ""), expand(st.fill or ""))
+            for n in re.findall(r"(?<![.\w])[A-Za-z_]\w*", e)} - {var}
+    varying = sorted(left & _thread_locals(unit, fn))
+    if varying:
+        return Skipped(f"the copy reads {', '.join(varying)}, set per thread in a way not "
+                       "expanded (several assignments)", {})
     found = _fit(unit, st, exprs, var, step, bound, shape, (ir.span_of(loop).start,
                                                               ir.span_of(loop).end), step_text)
     if isinstance(found, VectorStaging):
         return VectorStaging(**{f: getattr(found, f) for f in found.__dataclass_fields__
                                 if f != "locals_"}, locals_=tuple(own))
     return found
+
+
+def _thread_locals(unit: Unit, fn: int) -> set[str]:
+    """The locals of `fn` some declaration or assignment of which reads the thread index."""
+    ir = unit.ir
+    out: set[str] = set()
+    for nid in subtree(ir, fn):
+        kind = ir.grammar_type_of(nid)
+        if kind == "declaration":
+            for name, _ident, value in declared_names(ir, nid):
+                if value is not None and "threadIdx" in expand_locals(unit, fn, text(ir, value)):
+                    out.add(name)
+        elif kind == "assignment_expression":
+            lhs, rhs = children(ir, nid)[0], children(ir, nid)[-1]
+            if "threadIdx" in expand_locals(unit, fn, text(ir, rhs)):
+                out.add(text(ir, lhs).split("[")[0].strip())
+    return out
 
 
 def _inline(expr: str, own: list[tuple[str, str]]) -> str:
