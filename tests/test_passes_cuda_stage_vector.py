@@ -90,3 +90,21 @@ def test_loops_it_cannot_take_say_why() -> None:
     reasons = {st.array: p.reason for st, p in staging_loops(kir.parse(runtime, "cuda"))
                if not isinstance(p, VectorStaging)}
     assert "not compile-time constants" in reasons["As"]
+
+
+def test_the_gpu_benchmark_builds_its_staged_rows(tmp_path) -> None:  # noqa: ANN001
+    """bench/mma_micro_kernel.py --dry: every row it would time compiles for sm_90a, the staged
+    ones among them, and cp-async-pipeline on the staged mma form is a row or a recorded refusal."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "mma_micro_kernel.py"
+    spec = importlib.util.spec_from_file_location("mma_micro_kernel_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--out", str(tmp_path), "--dry"]) == 0
+    record = json.loads((tmp_path / "result.json").read_text())
+    assert {"start", "start+mma", "start+stage16", "start+stage16+mma"} <= set(record["kernels"])
+    assert "start+stage16+mma+cp.async" in set(record["kernels"]) | set(record["refused"])
+    assert "kl_sv_" in (tmp_path / "start.stage16.mma.cu").read_text()
