@@ -196,3 +196,29 @@ def test_compile_time_trip_counts() -> None:
     got = [R.constant_trip(unit, lp) for lp in loops]
     assert [ok for ok, _ in got] == [True, True, False]
     assert got[2][1] == "the bound '(int)r[0]' is not a compile-time constant"
+
+
+def test_a_same_width_vector_move_is_no_conversion() -> None:
+    """A 16-byte copy through `reinterpret_cast<uint4*>` (the gemm expert's, and the form
+    passes.cuda.stage_vector writes) moves bytes; a copy that converts its value (bf16 read
+    into a float tile, a conversion call around the read) still converts."""
+    from pathlib import Path
+
+    from passes.cuda.stage_vector import vectorize_all
+
+    root = Path(__file__).resolve().parents[1]
+    expert = (root / "experts/gemm/gemm_cuda_tiles.cu").read_text()
+    user = (root / "tests/data/microkernels/blocktile_bf16.cu").read_text()
+    staged, _ = vectorize_all(kir.parse(user, "cuda"))
+    assert "reinterpret_cast<uint4*>" in staged
+    for text_ in (expert, staged):
+        found, _ = R.stagings(kir.parse(text_, "cuda"))
+        vectors = [s for s in found if s.vector == "uint4"]
+        assert vectors and not any(s.converted for s in vectors)
+        assert not any(s.converted for s in found)
+    tile = ("__global__ void k(const __nv_bfloat16* a, float* o, int n) {\n"
+            "  __shared__ float t[64];\n"
+            "  t[threadIdx.x] = __bfloat162float(a[threadIdx.x]);\n"
+            "  __syncthreads();\n  o[threadIdx.x] = t[threadIdx.x];\n}\n")
+    found, _ = R.stagings(kir.parse(tile, "cuda"))
+    assert found and all(s.converted for s in found)

@@ -722,14 +722,22 @@ def _plain_type(name: str) -> str:
     return " ".join(name.replace("const", " ").replace("volatile", " ").split())
 
 
+_POINTER_CAST = re.compile(r"^(?:reinterpret_cast\s*<[^<>]*\*\s*>|\(\s*(?:const\s+)?"
+                           r"(?:volatile\s+)?\w+\s*\*\s*\))")
+
+
 def _converts(ir: KernelIR, stmt: int, src: str) -> bool:
     """Whether a statement of a copy wraps its global read in a conversion (a call or a cast
-    taking the read as its argument)."""
+    taking the read as its argument). A cast of the address to another pointer type (a
+    vector move, `*reinterpret_cast<const uint4*>(&p[i])`) reads the bytes as they are: the
+    width it moves is checked against the shared store's, so it is no conversion."""
     flat = re.sub(r"\s+", "", src)
     for nid in subtree(ir, stmt):
         if ir.grammar_type_of(nid) in ("call_expression", "cast_expression") and \
                 re.sub(r"\s+", "", text(ir, nid)) != flat and flat in re.sub(r"\s+", "", text(ir, nid)):
             if ir.grammar_type_of(nid) == "call_expression" and callee(ir, nid).startswith("__ld"):
+                continue
+            if _POINTER_CAST.match(text(ir, nid).strip()):
                 continue
             return True
     return False
