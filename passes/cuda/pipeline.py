@@ -18,9 +18,14 @@ waits until at most stages - 1 groups are in flight (its own tile has landed) be
 compute. A 2-byte copy (one bf16 / fp16 element per thread and tile) is paired with the next
 thread's where that is the next element in shared and in global memory and the launch's block
 has an even x size: even threads copy 4 bytes (copying both elements themselves where the
-source is not 4-byte aligned). It refuses (with the reason) where a copy is not 4, 8 or 16
-bytes and cannot be paired, where a
-guarded copy's fill is not zero, where the staged arrays are used outside the loop, or where the
+source is not 4-byte aligned). A chunked staging (`if (whole) <one 4/8/16-byte copy> else
+<element copies>`, as passes.cuda.stage_vector writes it) issues the whole chunk as one
+cp.async and keeps the fallback's element copies as ordinary stores into the same ring slot
+(complete at the barrier before their tile's compute). A source pointer the compute part moves
+on by a loop-invariant step (`A += BK;`) is read `stages - 1` steps ahead by the copies in
+flight. It refuses (with the reason) where a copy is not 4, 8 or 16 bytes and cannot be paired
+or kept as a fallback, where a guarded copy's fill is not zero, where a source pointer is
+written otherwise in the loop, where the staged arrays are used outside the loop, or where the
 loop does anything but stage, synchronize and compute.
 """
 from __future__ import annotations
@@ -54,6 +59,7 @@ from passes.cuda.recognize import (
     loop_init,
     loop_var,
     stagings,
+    written_names,
 )
 
 if TYPE_CHECKING:
@@ -276,13 +282,16 @@ def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
     produce = (items[0].start, items[first - 1].end) if first else None
     if produce is None:
         return Skipped("no staging before the loop's first barrier", {})
+    kept = _fallbacks(ir, loop.stagings)
     for st in loop.stagings:
         if not (produce[0] <= st.span[0] and st.span[1] <= produce[1]):
             return Skipped(f"a copy into {st.array} sits after the loop's first barrier", {})
+        if st in kept:  # stays an ordinary store into the ring slot
+            continue
         if st.converted:
             return Skipped(f"a copy into {st.array} converts what it reads (cp.async copies "
                            "bytes)", {"array": st.array})
-        size = (element_bytes(st.element) or 0) * st.width
+        size = _copy_bytes(st)
         if size == 2 and st.width == 1:
             why = _pairing(unit, fn, node, st)
             if why:
@@ -297,6 +306,12 @@ def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
                            "(cp.async zero-fills)", {"array": st.array})
         if st.array not in shared or None in shared[st.array].extents or shared[st.array].dynamic:
             return Skipped(f"{st.array} is not a shared array of constant extents", {})
+        if size in (8, 16) and _bytes(shared[st.array]) % size:
+            return Skipped(f"a slot of {st.array} is not a multiple of the {size}-byte copy "
+                           "into it (the next slot would not be aligned)", {"array": st.array})
+    advances = _advances(ir, node, items, first, {st.source for st in loop.stagings})
+    if isinstance(advances, str):
+        return Skipped(advances, {})
     # the staged arrays are used only inside the loop; the producer part writes nothing else
     for nid in subtree(ir, fn):
         if ir.grammar_type_of(nid) == "identifier" and ir.name_of(nid) in arrays:
@@ -330,7 +345,8 @@ def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
                        "shared memory (48 KiB at most)", {"bytes": total})
     src = ir.source.decode("utf-8")
     body = loop_body(ir, node)
-    produce_text = _ring_copies(ir, src, produce, loop.stagings, arrays, "kl_put", unit, fn)
+    produce_text = _advanced(_ring_copies(ir, src, produce, loop.stagings, arrays, "kl_put",
+                                          unit, fn, kept), advances, "kl_ahead")
     consume_start = items[first].start
     consume_text = _ring_reads(src[consume_start:items[-1].end], arrays, "kl_get")
     cond_text = text(ir, cond)
@@ -350,13 +366,14 @@ def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
     loop_head = src[ir.span_of(node).start:ir.span_of(body).start]
     pro = (f"for (int kl_s = 0; kl_s < {stages - 1}; ++kl_s) {{\n"
            f"  const auto kl_at = ({start_expr}) + kl_s * ({step});\n"
-           f"  {{ const auto {var} = kl_at; const int kl_put = kl_s;\n"
+           f"  {{ const auto {var} = kl_at; const int kl_put = kl_s, kl_ahead = kl_s;\n"
            f"    if ({cond_text}) {{\n{produce_text}\n    }}\n  }}\n"
            f"  asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\");\n}}\n")
     main = (f"{loop_head}{{\n"
             f"  const int kl_get = kl_it % {stages}; ++kl_it;\n"
             f"  {{ const auto kl_at = {var} + {ahead}; const int kl_put = (kl_get + {stages - 1}) % {stages};\n"
-            f"    {{ const auto {var} = kl_at;\n      if ({cond_text}) {{\n{produce_text}\n      }}\n    }}\n  }}\n"
+            f"    {{ const auto {var} = kl_at; const int kl_ahead = {stages - 1};\n"
+            f"      if ({cond_text}) {{\n{produce_text}\n      }}\n    }}\n  }}\n"
             f"  asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\");\n"
             f"  asm volatile(\"cp.async.wait_group {stages - 1};\\n\" ::: \"memory\");\n"
             f"  {consume_text}\n}}\n"
@@ -402,14 +419,17 @@ def _ring_reads(text_: str, arrays: set[str], slot: str) -> str:
 
 
 def _ring_copies(ir: KernelIR, src: str, produce: tuple[int, int], copies: Sequence[Staging],
-                 arrays: set[str], slot: str, unit: Unit, fn: int) -> str:
+                 arrays: set[str], slot: str, unit: Unit, fn: int,
+                 kept: frozenset[Staging] = frozenset()) -> str:
     """The staging part of the loop with each copy issued as `cp.async` into ring slot
     `slot` (its guard as the source size: 0 zero-fills); a 2-byte copy pairs with the next
-    thread's (`_paired_text`)."""
+    thread's (`_paired_text`); a copy of `kept` stays an ordinary store into the slot."""
     data = src.encode("utf-8")
     edits = []
     for st in copies:
-        size = (element_bytes(st.element) or 0) * st.width
+        if st in kept:
+            continue
+        size = _copy_bytes(st)
         if size == 2:
             parts = st.parts or (st.span,)
             edits += [(a, b, "") for a, b in parts[:-1]]
@@ -431,6 +451,80 @@ def _ring_copies(ir: KernelIR, src: str, produce: tuple[int, int], copies: Seque
         last = end
     out.append(_ring_reads(data[last:produce[1]].decode("utf-8"), arrays, slot))
     return "".join(out)
+
+
+def _copy_bytes(st: Staging) -> int:
+    """Bytes one copy moves: its vector type's, or its elements'."""
+    if st.vector is not None and element_bytes(st.vector):
+        return element_bytes(st.vector) or 0
+    return (element_bytes(st.element) or 0) * st.width
+
+
+def _fallbacks(ir: KernelIR, copies: Sequence[Staging]) -> frozenset[Staging]:
+    """Copies that are the fallback of a chunked staging: they sit in the `else` branch of an
+    `if` whose other branch holds a copy into the same array that cp.async moves whole (4, 8
+    or 16 bytes, not converted). They stay ordinary stores into the ring slot: the slot's
+    last reader finished at the barrier ending the previous iteration, and the barrier before
+    the compute of their tile makes them visible."""
+    out = set()
+    for st in copies:
+        node = _node_at(ir, st.store)
+        for a in ir.ancestors(node) if node is not None else ():
+            if ir.grammar_type_of(a) != "if_statement":
+                continue
+            alt = next((c for c in children(ir, a) if ir.grammar_type_of(c) == "else_clause"), None)
+            if alt is None or not ir.span_of(alt).start <= st.store[0] < ir.span_of(alt).end:
+                continue
+            then = ir.span_of(a).start, ir.span_of(alt).start
+            if any(o.array == st.array and then[0] <= o.span[0] and o.span[1] <= then[1]
+                   and not o.converted and _copy_bytes(o) in (4, 8, 16) for o in copies):
+                out.add(st)
+            break
+    return frozenset(out)
+
+
+_ADVANCE = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:\+=\s*(.+?)|=\s*\1\s*\+\s*(.+?))\s*;\s*$", re.S)
+
+
+def _advances(ir: KernelIR, node: int, items: Sequence, first: int,  # type: ignore[type-arg]
+              sources: set[str]) -> dict[str, str] | str:
+    """Pointers the copies read from that the loop's compute part moves on by a loop-invariant
+    step each iteration (`A += BK;` at the top level of the body, after the first barrier):
+    pointer -> step. A copy of tile i + n reads `pointer + n * step`. The reason (a string)
+    where a source pointer is written otherwise in the loop."""
+    out: dict[str, str] = {}
+    moved: set[str] = set()
+    for it in items[first:]:
+        m = _ADVANCE.match(text(ir, it.node))
+        if m and m.group(1) in sources and ir.grammar_type_of(it.node) == "expression_statement":
+            if m.group(1) in out:
+                return f"the loop moves {m.group(1)} more than once"
+            out[m.group(1)] = (m.group(2) or m.group(3)).strip()
+            moved.add(it.node)
+    written = set()
+    for it in items:
+        if it.node not in moved:
+            written |= written_names(ir, it.node)
+    for name in sorted(sources & written):
+        return f"the loop writes {name}, which the copies read from, besides moving it on"
+    body_names = written | set(out)
+    for name, step in out.items():
+        used = set(re.findall(r"(?<![.\w])[A-Za-z_]\w*", step))
+        if used & body_names:
+            return f"the step {step} that {name} moves by changes in the loop"
+    return out
+
+
+def _advanced(text_: str, advances: dict[str, str], ahead: str) -> str:
+    """`text_` with each moved pointer `p` read as `(p + ahead * (step))`."""
+    if not advances:
+        return text_
+    code = code_view(text_)
+    out, last = [], 0
+    for m in re.finditer(rf"(?<![\w.>])({'|'.join(map(re.escape, sorted(advances)))})\b(?!\s*\()", code):
+        out.append(text_[last:m.start()] + f"({m.group(1)} + {ahead} * ({advances[m.group(1)]}))")
+        last = m.end()
+    return "".join(out) + text_[last:]
 
 
 # ---------------------------------------------------------------------------------------------
