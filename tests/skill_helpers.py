@@ -61,3 +61,31 @@ class ScriptedGate:
         variants = (VariantTiming("default", ms, 1.0, profile, picked),) if profile or picked else ()
         return Verdict(True, tier, "timing" if ms else "correctness",
                        timing=Timing(ms, 1.0, variants) if ms else None)
+
+
+def packed_library(name: str) -> Path:
+    """The library folder packed in tests/data/libraries/NAME.json (its files by relative path,
+    one JSON file in the repository instead of a folder of cards), unpacked once per content
+    into the temporary folder; a half-written unpack is never used."""
+    import hashlib  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    text = (ROOT / "tests" / "data" / "libraries" / f"{name}.json").read_text()
+    root = Path(tempfile.gettempdir()) / "klineage-test-libraries" / (
+        f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}")
+    if (root / "index.json").is_file():
+        return root
+    tmp = root.with_name(f"{root.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for rel, body in json.loads(text)["files"].items():
+        path = tmp / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body)
+    try:
+        tmp.rename(root)
+    except OSError:  # another process unpacked it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return root

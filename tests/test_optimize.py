@@ -19,10 +19,10 @@ from lineage.optimize import (Step, distinct_rejections, materialize, materializ
                                optimize)
 from passes.rewriter import DeterministicRewriter
 import kir
-from skill_helpers import ROOT, ScriptedGate, gemm_cards, library, naive_source
+from skill_helpers import ROOT, ScriptedGate, gemm_cards, library, naive_source, packed_library
 
 # The held-out library's cards (a copy of a run's library: the tests do not depend on results).
-HELDOUT_LIBRARY = ROOT / "tests/data/libraries/heldout_all"
+HELDOUT_LIBRARY = packed_library("heldout_all")
 
 
 def _target(tmp_path: Path) -> Path:

@@ -14,13 +14,14 @@ import torch
 
 import kir
 from module_helpers import load_module
+from skill_helpers import packed_library
 from passes import Applied, Skipped, get_pass
 from passes.triton._py import PyModule
 from passes.triton.ordering import _tiling
 
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT = ROOT / "bench" / "heldout"
-LIBRARY = ROOT / "tests" / "data" / "libraries" / "heldout_all"
+LIBRARY = packed_library("heldout_all")
 
 # 2-D grid, rows on axis 0: BM/BN/BK tiles, program ids named by the kernel's own words.
 GRID_2D = '''

@@ -6,6 +6,7 @@ from pathlib import Path
 import kir
 import pytest
 from attention_sources import CAUSAL
+from skill_helpers import packed_library
 
 from passes import get_pass
 from passes.triton.inline import inline_helpers
@@ -87,7 +88,7 @@ def test_a_card_without_a_site_acts_on_the_kernel_with_its_helpers_inlined() -> 
     from passes.base import PassContext
     from passes.rewriter import DeterministicRewriter
 
-    lib = Library.open(ROOT / "tests/data/libraries/heldout_all")
+    lib = Library.open(packed_library("heldout_all"))
     card = next(c for c in lib.cards() if c.id == "tma-descriptors.triton.7de2c2db")
     ir = kir.parse(HELPER_SOURCE, "triton")
     ctx = PassContext.for_case(str(HELPER_CASE), tier="device")
@@ -176,7 +177,7 @@ def test_a_causal_card_from_another_operator_skips_blocks_behind_a_flagged_helpe
     from passes.base import PassContext
     from passes.rewriter import DeterministicRewriter
 
-    lib = Library.open(ROOT / "tests/data/libraries/heldout_all")
+    lib = Library.open(packed_library("heldout_all"))
     card = next(c for c in lib.cards()
                 if c.pass_name == "causal-block-skip" and c.scope["cases"] == ["trmm"])
     assert card.admitted
@@ -341,7 +342,7 @@ def test_a_card_without_a_site_acts_on_the_kernel_with_its_flags_specialized(tmp
     from passes.base import PassContext
     from passes.rewriter import DeterministicRewriter
 
-    lib = Library.open(ROOT / "tests/data/libraries/heldout_all")
+    lib = Library.open(packed_library("heldout_all"))
     card = next(c for c in lib.cards()
                 if c.pass_name == "causal-block-skip" and c.scope["cases"] == ["trmm"])
     made = next(iter(materializations(card, kir.parse(FLAGGED_KERNEL, "triton"),
