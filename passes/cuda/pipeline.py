@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -410,10 +410,18 @@ def _ring_reads(text_: str, arrays: set[str], slot: str) -> str:
     """`text_` with each use of a staged array made a use of its ring slot `slot`: `a[i]`
     becomes `a[slot][i]`, and a bare `a` (passed on, cast to a pointer) `a[slot]`, which has
     the type the bare array had."""
+    return _each_use(text_, arrays, lambda name: f"{name}[{slot}]")
+
+
+def _each_use(text_: str, names: Collection[str], use: Callable[[str], str]) -> str:
+    """`text_` with each use of a name of `names` in its code (not a member, not a call)
+    replaced by `use(name)`."""
+    if not names:
+        return text_
     code = code_view(text_)
     out, last = [], 0
-    for m in re.finditer(rf"(?<![\w.>])({'|'.join(map(re.escape, sorted(arrays)))})\b", code):
-        out.append(text_[last:m.end()] + f"[{slot}]")
+    for m in re.finditer(rf"(?<![\w.>])({'|'.join(map(re.escape, sorted(names)))})\b(?!\s*\()", code):
+        out.append(text_[last:m.start()] + use(m.group(1)))
         last = m.end()
     return "".join(out) + text_[last:]
 
@@ -517,14 +525,7 @@ def _advances(ir: KernelIR, node: int, items: Sequence, first: int,  # type: ign
 
 def _advanced(text_: str, advances: dict[str, str], ahead: str) -> str:
     """`text_` with each moved pointer `p` read as `(p + ahead * (step))`."""
-    if not advances:
-        return text_
-    code = code_view(text_)
-    out, last = [], 0
-    for m in re.finditer(rf"(?<![\w.>])({'|'.join(map(re.escape, sorted(advances)))})\b(?!\s*\()", code):
-        out.append(text_[last:m.start()] + f"({m.group(1)} + {ahead} * ({advances[m.group(1)]}))")
-        last = m.end()
-    return "".join(out) + text_[last:]
+    return _each_use(text_, advances, lambda name: f"({name} + {ahead} * ({advances[name]}))")
 
 
 # ---------------------------------------------------------------------------------------------
