@@ -14,8 +14,8 @@ autotuners' timing of configurations) and the rest (`overhead_s` = end-to-end - 
 whether it meets the budget: end-to-end <= `WALL_BUDGET_S` and overhead <= `OVERHEAD_FIXED_S` +
 `OVERHEAD_SHARE` x gpu_s. `--compare` gates each problem once per comparison mode
 (`KLINEAGE_GATE_COMPARE`: `parent`, outputs sent whole and compared with numpy, the way before
-held references; `worker`, compared on the GPU against held references, the device tier's
-default), a row each, named `problem [mode]`: the before / after table. OUT/gate_cost.json holds the rows. Exit code 0 when every gate passed
+held references and the default; `worker`, compared on the GPU against held references,
+opt-in), a row each, named `problem [mode]`: the before / after table. OUT/gate_cost.json holds the rows. Exit code 0 when every gate passed
 and met the budget, 1 otherwise, 2 for bad input.
 """
 from __future__ import annotations
