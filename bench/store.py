@@ -116,6 +116,17 @@ def case_timings(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
                                     "correct"))}
 
 
+def micro_kernel(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
+    """`bench/mma_micro_kernel.py`: a CUDA GEMM start and its rewrites against cuBLAS, one row
+    per kernel timed (refused rewrites have no row)."""
+    size = data.get("size")
+    for name, ms in (data.get("ms") or {}).items():
+        yield {"operator": f"mma_micro_kernel {size}^3", "variant": name,
+               "metrics": _pick({"ms": ms, "vs_cublas": (data.get("vs_cublas") or {}).get(name),
+                                 "tflops": (data.get("tflops") or {}).get(name)},
+                                ("ms", "vs_cublas", "tflops"))}
+
+
 def gate_profile(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
     """`bench/gate_profile.py`: wall seconds of one gate per expert kernel."""
     for r in data["records"]:
@@ -179,6 +190,8 @@ EXTRACTORS: dict[str, tuple[Callable[[Path, Mapping[str, Any]], bool],
               and "present" in d["passes"][0], pass_sites),
     "walkthrough": (lambda p, d: isinstance(d.get("steps"), list) and bool(d["steps"])
                     and "step" in d["steps"][0], walkthrough),
+    "micro_kernel": (lambda p, d: isinstance(d.get("ms"), Mapping) and isinstance(
+        d.get("vs_cublas"), Mapping), micro_kernel),
 }
 
 # A file's benchmark: the name of its table (where it lives decides, then its kind).
@@ -214,8 +227,8 @@ def rows_of(path: Path) -> list[Row]:
     folder = _run_folder(path)
     base = {"benchmark": benchmark_of(path, kind), "command": data.get("command"),
             "commit": data.get("commit") or folder.get("commit") or (logged[0] if logged else None),
-            "gpu": data.get("gpu") or folder.get("gpu"),
-            "date": data.get("date") or (logged[1] if len(logged) > 1 else None),
+            "gpu": data.get("gpu") or data.get("device") or folder.get("gpu"),
+            "date": data.get("date") or (str(data["when"])[:10] if data.get("when") else None) or (logged[1] if len(logged) > 1 else None),
             "source": str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT)
             else str(path)}
     out = []
