@@ -367,6 +367,23 @@ def test_launch_bounds_from_the_block_the_host_launches(tmp_path) -> None:  # no
     del out
 
 
+def test_recorded_launch_bounds_that_name_another_kernels_macro_give_way_to_the_host_block(
+        tmp_path) -> None:  # noqa: ANN001
+    """A card's recorded bounds written with a macro of the kernel it was learned on (absent
+    here) are not copied: the bounds come from the block this kernel's host launches."""
+    (tmp_path / "g.cu").write_text(S.BLOCKED_BF16)
+    (tmp_path / "g.py").write_text(S.HOST_CUDAHOST)
+    ir = kir.parse_file(tmp_path / "g.cu")
+    p = get_pass("launch-bounds").from_options({"bounds": "OTHER_KERNEL_THREADS, 1"})
+    result = p.optimize(ir, next(s for s in p.sites(ir) if not s.present), CTX)
+    assert isinstance(result, Applied)
+    assert "OTHER_KERNEL_THREADS" not in result.ir.text
+    assert "__launch_bounds__(256) gemm_rb" in result.ir.text
+    kept = get_pass("launch-bounds").from_options({"bounds": "256, 2"})
+    result = kept.optimize(ir, next(s for s in kept.sites(ir) if not s.present), CTX)
+    assert isinstance(result, Applied) and "__launch_bounds__(256, 2) gemm_rb" in result.ir.text
+
+
 def test_unrolling_loops_bounded_by_constexpr_and_template_parameters() -> None:
     text = r"""
     constexpr int items = 8;

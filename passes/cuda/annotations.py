@@ -117,6 +117,14 @@ _BOUNDS = re.compile(r"__launch_bounds__\s*\(")
 _THREADS = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w*THREADS\w*)[ \t]+(\S[^\n]*)$", re.M)
 
 
+def _foreign_names(bounds: str, code: str) -> list[str]:
+    """The identifiers in recorded `bounds` (a macro or constant of the kernel the bounds were
+    recorded on) that `code` never names: bounds written with them do not compile here and
+    say nothing of this kernel's block."""
+    return [n for n in re.findall(r"[A-Za-z_]\w*", bounds)
+            if not re.search(rf"\b{re.escape(n)}\b", code)]
+
+
 @dataclass(frozen=True, slots=True)
 class LaunchBounds(Pass):
     """`__launch_bounds__(max threads[, min blocks])` on a `__global__` function."""
@@ -174,6 +182,8 @@ class LaunchBounds(Pass):
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         src = CSource(ir)
         bounds = self.bounds
+        if bounds and _foreign_names(bounds, src.code):
+            bounds = ""  # recorded on a kernel whose names this one lacks: its own block instead
         if not bounds:
             facts = dict(ctx.facts) if ctx is not None else {}
             launch = launch_block(ir, site.detail.get("kernel"))
