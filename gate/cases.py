@@ -232,8 +232,8 @@ def load_case(name_or_path: str | Path | Case) -> Case:
     if _is_problem(path):
         return _problem_case(path)
     values, functions = _literals(path)
-    if any(k not in values for k in _REQUIRED):
-        # Not plain literals: fall back to importing the module (needs torch).
+    if any(k not in values for k in _REQUIRED) or any(f not in functions for f in _FUNCTIONS):
+        # Not plain literals, or functions it imports: fall back to importing it (needs torch).
         module = import_case_module(path)
         values.update({k: getattr(module, k) for k in dir(module) if k.isupper()})
         functions.update(k for k in ("make_inputs", "reference", "compare") if hasattr(module, k))

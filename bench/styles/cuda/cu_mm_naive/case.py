@@ -1,7 +1,7 @@
 """CUDA style case `cu_mm_naive`: C = A @ B, one thread per output (cudahost host)."""
 from __future__ import annotations
 
-from experts.gemm import case as gemm
+from experts.gemm.case import bytes_moved, flops, make_inputs, reference  # noqa: F401
 
 NAME = "cu_mm_naive"
 DESCRIPTION = "matrix product, bf16, a naive CUDA kernel (one thread per element)"
@@ -14,19 +14,3 @@ TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3, "fp32": 1e-4}
 EXPERTS: list = []
 START = "mm_naive.cu"
 FAMILY = "gemm"
-
-
-def make_inputs(shape: dict, seed: int, device: str) -> tuple:
-    return gemm.make_inputs(shape, seed, device)
-
-
-def reference(a, b):
-    return gemm.reference(a, b)
-
-
-def flops(shape: dict) -> float:
-    return gemm.flops(shape)
-
-
-def bytes_moved(shape: dict) -> float:
-    return gemm.bytes_moved(shape)

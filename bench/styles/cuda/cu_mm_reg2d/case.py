@@ -1,7 +1,7 @@
 """CUDA style case `cu_mm_reg2d`: C = A @ B, 2-D register blocking (load_inline ModelNew host)."""
 from __future__ import annotations
 
-from experts.gemm import case as gemm
+from experts.gemm.case import bytes_moved, flops, make_inputs, reference  # noqa: F401
 
 NAME = "cu_mm_reg2d"
 DESCRIPTION = "matrix product, bf16, 128x128 tiles with 8x8 results per thread (load_inline)"
@@ -14,19 +14,3 @@ TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3, "fp32": 1e-4}
 EXPERTS: list = []
 START = "mm_reg2d.py"
 FAMILY = "gemm"
-
-
-def make_inputs(shape: dict, seed: int, device: str) -> tuple:
-    return gemm.make_inputs(shape, seed, device)
-
-
-def reference(a, b):
-    return gemm.reference(a, b)
-
-
-def flops(shape: dict) -> float:
-    return gemm.flops(shape)
-
-
-def bytes_moved(shape: dict) -> float:
-    return gemm.bytes_moved(shape)
