@@ -7,46 +7,33 @@ site, a sweep around a launch card's recorded joint configuration, the generic a
 of the state's own tunables (what the no-library control writes: `lineage.control`), or a
 sweep around the configuration the state runs with.
 
-Every move has an expected gain (a speedup factor): its prior, updated by what its candidates
-measured in the run (`_gain`). A card's prior is its measured effect raised to how well its
-scope matches the state (`_prior`: operator structure, language, the optimizations its
-evidence ran with); a sweep's is `SWEEP_PRIOR`. The policy (`_choose`) takes the (state, move)
-of highest expected gain, discounted by how much slower the state is than the best kernel,
-among every state of the run, so near-best states stay expandable: a step whose gain needs
-a second step (a stepping stone), a step that gives another card its site (an enabling step),
-a card whose evidence ran with a step the state has (a pair) and a card measured as a tie on
-an earlier state (a revisit) are all such choices, not mechanisms of their own. The start
-state's plain sweep is taken first: the control is the floor, so a run's best is never worse
-than it (within timing noise).
+Every move has an expected gain, its prior (`_prior`: a card's measured effect raised to its
+scope match; `SWEEP_PRIOR` for a sweep) updated by what its candidates measured (`_gain`),
+and an expected cost, the gate seconds of its state times what its kind's candidates cost
+over their states' gates in the run (`_cost`). The policy (`_choose`) gates the start's plain
+sweep first (the control is the floor: a run's best is never worse than it, within timing
+noise), then the move of highest expected log gain over the best kernel, per expected gate
+second where the time box, not the budget, is what runs out first. Stepping stones, enabling
+steps, pairs and revisits are outcomes of that rule over every state of the run.
 
-Rules every candidate obeys (the space, not the policy):
-- device tier: a candidate is the new best when it passes the gate and is `MIN_GAIN` faster
-  than the best; any other passing candidate becomes a state of the run;
-- untimed tiers (interpret, static): a card's candidate is kept when it passes and its pass
-  finds more of its optimization (`feature_appears`), else it is refused before the gate;
-  sweeps, which only timing can judge, are not moves there; at the static tier a Triton
-  candidate whose every configuration spills registers where its state's did not is refused;
-- a card whose candidates failed the gate `MAX_CARD_FAILURES` times is out of the run; a
-  (state, move) makes at most `CANDIDATES_PER_CARD` candidates; a card is kept at most as
-  often per kernel of the file as it has evidence transitions;
-- a candidate that is already a state, or whose text was gated before, takes no gate (the
-  verdict is reused); kernels under `COLD_SHARE` of a multi-kernel profile take no candidate.
+Rules of the space (not policy): a device-tier candidate is the new best when it passes and
+is `MIN_GAIN` faster than the best, any other passing candidate is a state; untimed tiers keep
+a card's candidate when it passes and its pass finds more of its optimization
+(`feature_appears`), have no sweep moves, and at the static tier refuse a Triton candidate
+whose every configuration spills where its state's did not; a card failing
+`MAX_CARD_FAILURES` times is out; a (state, move) makes at most `CANDIDATES_PER_CARD`
+candidates; a card is kept per kernel at most as often as it has evidence; a text gated
+before reuses its verdict; kernels under `COLD_SHARE` of a multi-kernel profile take none.
 
-The run is recorded as a lineage (saved after every candidate): the start (role `root`),
-every best and every state a move was taken from (role `stone` when it was not the best), the
-transitions between them, and every rejected candidate as risk evidence. The best kernel
-always passed the gate.
-
-`seed` permutes retrieved cards whose scope similarity is equal and whose effect lies within
-`EFFECT_TIE` (a fixed permutation per seed); it orders moves of equal expected gain. Seed 0
-keeps retrieval's order.
+The run is recorded as a lineage (saved after every candidate): the start (role `root`), every
+best and every state a move was taken from (role `stone` when not the best), the transitions
+between them, every rejected candidate as risk evidence. `seed` permutes retrieved cards of
+equal scope similarity whose effect lies within `EFFECT_TIE` (seed 0: retrieval's order).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -54,16 +41,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kir.embedded import cuda_unit, in_file
+from kir.embedded import cuda_unit
 from kir.errors import BadInputError
-from lineage.graph import Lineage, Transition, atomic_write_text, state_id
+from lineage.graph import Lineage, Transition, state_id
 from lineage.moves import (Materialized, all_configs_spill,
                            autotune_picks, card_sites, feature_appears, first_run_s,
                            gate_seconds, kernel_of, kernel_shares, materialize, materializations,
                            own_sweeps, plain_sweep, recorded_sweeps, verdict_ms)
 from lineage.outcome import (EFFECT_TIE, OptimizeResult, Step, diff_actions, distinct_rejections,
-                             failure_kind, lineage_state, llm_report, resolve_tier, seeded_order,
-                             spent_usd, verdict_json)
+                             failure_kind, finish, lineage_state, resolve_tier, seeded_order,
+                             verdict_json)
 from lineage.retrieval import (Retriever, Target, kernel_signature, kernel_sites,
                                signature_similarity, similarity)
 from lineage.skills import Library, SkillCard
@@ -184,8 +171,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     say("gate", {"card": "(start)"})
     began = time.monotonic()
     verdict = check(start_src, boxed=False)
-    limit[0] = max(CANDIDATE_GATE_FLOOR_S,
-                   CANDIDATE_GATE_FACTOR * (gate_seconds(verdict) or time.monotonic() - began))
+    start_s = gate_seconds(verdict) or time.monotonic() - began
+    limit[0] = max(CANDIDATE_GATE_FLOOR_S, CANDIDATE_GATE_FACTOR * start_s)
     if not verdict.ok:
         raise BadInputError(f"{target} fails the gate at the {run_tier} tier "
                             f"({failure_kind(verdict)}: {verdict.reason}); nothing correct to start from")
@@ -198,7 +185,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
                sweeps=config_sweeps and run_tier == "device" and language == "triton",
                lookahead=lookahead, priors=priors,
                heavy=first_run_s(verdict) >= HEAVY_FIRST_RUN_S)
-    start = _State(start_src, ir, verdict, verdict_ms(verdict))
+    start = _State(start_src, ir, verdict, verdict_ms(verdict), seconds=start_s)
     start.sid = run.lineage.add_state(lineage_state(start_src, ir, verdict, language, the_case.ref, run_tier,
                                                  frozenset({"root"})))
     run.states, run.best, run.verdicts[start_src] = [start], start, verdict
@@ -213,7 +200,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
             break
         _pull(option, run)
         run.lineage.save(out_dir / "lineage.json")  # an interrupted run keeps what it learned
-    return _finish(run, start, path, out_dir, termination, notes, seed)
+    return finish(run, start, path, out_dir, termination, notes, seed)
 
 
 # -- the run and its frontier ----------------------------------------------------------------------
@@ -225,6 +212,7 @@ class _State:
     ir: Any
     verdict: Any
     ms: float | None
+    seconds: float = 0.0  # what its own gate took
     parent: _State | None = None
     card: SkillCard | None = None
     made: Materialized | None = None
@@ -283,6 +271,9 @@ class _Run:
     options: dict[tuple[int, str, str], _Option] = field(default_factory=dict)
     observed: dict[str, list[float]] = field(default_factory=dict)
     """Move (`_move`) -> log speedup of each of its timed candidates over its state."""
+    costs: dict[str, list[float]] = field(default_factory=dict)
+    """Move kind -> log of each of its candidates' gate seconds over its state's."""
+    gate_s: float = 0.0  # seconds the run's candidates' gates took
     failures: Counter[str] = field(default_factory=Counter)
     verdicts: dict[str, Any] = field(default_factory=dict)  # text -> verdict of every gated one
     applied: list[Step] = field(default_factory=list)
@@ -301,21 +292,42 @@ class _Run:
 
 def _choose(run: _Run) -> _Option | None:
     """The policy: among the moves of every state (the best alone without lookahead), the
-    start's plain sweep first (the control is the floor), then the highest expected gain
-    discounted by how much slower its state is than the best; ties: the faster state, then
-    the move's rank."""
+    start's plain sweep first (the control is the floor), then the highest expected log gain
+    over the best (the move's gain discounted by how much slower its state is than the best),
+    per expected gate second where the time box binds (`_paced`; a bet expected to lose costs
+    its seconds); ties: the cheaper move, the faster state, the move's rank."""
     beam = sorted(run.states if run.lookahead else [run.best],
                   key=lambda s: (s is not run.best, s.ms or math.inf))
     options = [o for state in beam for o in _frontier(state, run)]
     if not options:
         return None
+    paced = _paced(run)
 
     def value(o: _Option) -> tuple[Any, ...]:
         behind = (run.best.ms / o.state.ms) if run.best.ms and o.state.ms else 1.0
         floor = o.kind == "plain" and o.state is run.states[0]
-        return (floor, _gain(o, run) * behind, -beam.index(o.state), -o.rank)
+        gain, cost = math.log(_gain(o, run) * behind), _cost(o, run) if paced else 1.0
+        return (floor, gain / cost if gain > 0 else gain * cost, -cost, -beam.index(o.state),
+                -o.rank)
 
     return max(options, key=value)
+
+
+def _cost(option: _Option, run: _Run) -> float:
+    """A move's expected gate seconds: its state's own gate's times the geometric mean ratio
+    of its kind's candidates' gates to their states' in the run (a prior ratio of 1, weighted
+    `PRIOR_WEIGHT`: a candidate costs what its state cost until its kind was measured)."""
+    seen = run.costs.get(option.kind, [])
+    state_s = option.state.seconds or run.states[0].seconds or 1.0
+    return state_s * math.exp(sum(seen) / (PRIOR_WEIGHT + len(seen)))
+
+
+def _paced(run: _Run) -> bool:
+    """The time box, not the budget of gates, ends the run at the pace gates took so far."""
+    if run.deadline is None:
+        return False
+    pace = (run.states[0].seconds + run.gate_s) / (run.gated + 1)
+    return (run.budget - run.gated) * pace > run.deadline - time.monotonic()
 
 
 def _gain(option: _Option, run: _Run) -> float:
@@ -503,10 +515,17 @@ def _judge(option: _Option, made: Materialized, run: _Run) -> None:
                        f"{card.pass_name} is not present after the rewrite")
     source = made.ir.unparse()
     verdict = run.verdicts.get(source)
+    seconds = gate_seconds(verdict)  # a reused verdict: what its gate took when it ran
     if verdict is None:
         run.gated += 1
         run.say("gate", {"card": card.id, "anchor": made.site.anchor})
+        began = time.monotonic()
         verdict = run.check(source)
+        seconds = (0.0 if getattr(verdict, "cached", False) else gate_seconds(verdict)) \
+            or time.monotonic() - began
+        run.gate_s += seconds
+        if state.seconds and seconds > 0:
+            run.costs.setdefault(option.kind, []).append(math.log(seconds / state.seconds))
         if failure_kind(verdict) == "timeout" and run.out_of_time():
             # cut by the time box: not a verdict on the card, never reused
             return _reject(option, made, run, "time-box", "the gate was cut at the end of the time box")
@@ -525,7 +544,7 @@ def _judge(option: _Option, made: Materialized, run: _Run) -> None:
     ms = verdict_ms(verdict)
     if ms and state.ms:
         run.observed.setdefault(_move(option), []).append(math.log(state.ms / ms))
-    new = _State(source, made.ir, verdict, ms, state, card, made)
+    new = _State(source, made.ir, verdict, ms, seconds, state, card, made)
     new.path = (*state.path, Step(card.id, card.pass_name, made.site.anchor, True, ms=ms,
                                   speedup=state.ms / ms if ms and state.ms else None,
                                   rewriter=made.rewriter))
@@ -562,35 +581,6 @@ def _record(state: _State, run: _Run, roles: frozenset[str]) -> None:
                                      else "deterministic"),
         case=run.case, language=run.language, platform="cuda", expert=run.expert,
         step=len(state.path)))
-
-
-def _finish(run: _Run, start: _State, path: Path, out_dir: Path, termination: str,
-            notes: list[str], seed: int) -> OptimizeResult:
-    """Write the best kernel, the lineage and result.json; the result."""
-    spent = spent_usd(run.rewriter)
-    llm = llm_report(run.rewriter)
-    if llm is not None and llm["disabled"]:
-        notes.append(llm["disabled"])
-    best = run.best
-    best_path = out_dir / f"best{path.suffix}"
-    held = in_file(path) if run.language == "cuda" and path.suffix == ".py" else None
-    atomic_write_text(best_path, held.splice(best.source) if held is not None else best.source)
-    if run.language == "cuda" and path.suffix == ".cu" and path.with_suffix(".py").is_file():
-        shutil.copyfile(path.with_suffix(".py"), best_path.with_suffix(".py"))
-    node = run.lineage.node(best.sid)
-    node["roles"] = sorted(set(node.get("roles", [])) | {"best"})
-    run.lineage.add_run({"target": str(path), "case": run.case, "tier": run.tier,
-                         "termination": termination, "steps": run.gated,
-                         "kept": len(run.applied), "reused_verdicts": run.reused, "seed": seed,
-                         "spent_usd": spent, "llm": llm, "kind": "optimize",
-                         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    lineage_path = out_dir / "lineage.json"
-    run.lineage.save(lineage_path)
-    result = OptimizeResult(best_path, verdict_json(best.verdict), tuple(run.applied),
-                            tuple(run.rejected), spent, lineage_path, start.ms, best.ms,
-                            termination, tuple(notes), gated=run.gated, seed=seed, llm=llm)
-    atomic_write_text(out_dir / "result.json", json.dumps(result.to_json(), indent=1) + "\n")
-    return result
 
 
 __all__ = ["CANDIDATES_PER_CARD", "EFFECT_TIE", "MIN_GAIN", "Materialized", "OptimizeResult",

@@ -1,8 +1,12 @@
 """What an optimize run reports (`lineage.optimize`): its steps, its result, the records it
-writes into its lineage, and the seeded order of equally ranked cards."""
+writes into its lineage and its output folder (`finish`), and the seeded order of equally
+ranked cards."""
 from __future__ import annotations
 
+import json
 import random
+import shutil
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -10,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from kir.errors import BadInputError
-from lineage.graph import KernelState
+from kir.embedded import in_file
+from lineage.graph import KernelState, atomic_write_text
 
 # Effect scores within this relative distance count as equal ranks (a seed may reorder them).
 EFFECT_TIE = 0.05
@@ -175,7 +180,36 @@ def spent_usd(rewriter: Any) -> float:
     return total
 
 
+def finish(run: Any, start: Any, path: Path, out_dir: Path, termination: str,
+           notes: list[str], seed: int) -> OptimizeResult:
+    """Write an optimize run's best kernel (CUDA: into its host, or beside its host module),
+    its lineage and result.json; the result. `run` and `start` are `lineage.optimize`'s."""
+    spent = spent_usd(run.rewriter)
+    llm = llm_report(run.rewriter)
+    if llm is not None and llm["disabled"]:
+        notes.append(llm["disabled"])
+    best = run.best
+    best_path = out_dir / f"best{path.suffix}"
+    held = in_file(path) if run.language == "cuda" and path.suffix == ".py" else None
+    atomic_write_text(best_path, held.splice(best.source) if held is not None else best.source)
+    if run.language == "cuda" and path.suffix == ".cu" and path.with_suffix(".py").is_file():
+        shutil.copyfile(path.with_suffix(".py"), best_path.with_suffix(".py"))
+    node = run.lineage.node(best.sid)
+    node["roles"] = sorted(set(node.get("roles", [])) | {"best"})
+    run.lineage.add_run({"target": str(path), "case": run.case, "tier": run.tier,
+                         "termination": termination, "steps": run.gated,
+                         "kept": len(run.applied), "reused_verdicts": run.reused, "seed": seed,
+                         "spent_usd": spent, "llm": llm, "kind": "optimize",
+                         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    lineage_path = out_dir / "lineage.json"
+    run.lineage.save(lineage_path)
+    result = OptimizeResult(best_path, verdict_json(best.verdict), tuple(run.applied),
+                            tuple(run.rejected), spent, lineage_path, start.ms, best.ms,
+                            termination, tuple(notes), gated=run.gated, seed=seed, llm=llm)
+    atomic_write_text(out_dir / "result.json", json.dumps(result.to_json(), indent=1) + "\n")
+    return result
+
 
 __all__ = ["EFFECT_TIE", "OptimizeResult", "Step", "diff_actions", "distinct_rejections",
-           "failure_kind", "lineage_state", "llm_report", "resolve_tier", "seeded_order",
+           "failure_kind", "finish", "lineage_state", "llm_report", "resolve_tier", "seeded_order",
            "spent_usd", "verdict_json"]
