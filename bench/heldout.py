@@ -5,7 +5,7 @@ no-library autotune control, on operators that contributed no lineage.
         [--library DIR (default: the shipped library)] [--budget-steps 12]
         [--box 300] [--wall S] [--only mm1024,attn_gqa] [--jobs N] [--out DIR]
         [--results OUT/heldout] [--fresh] [--tables-only [--records DIR ...]]
-        [--gems-only] [--ablation library-off|lookahead-off|priors-off ...]
+        [--gems-only] [--ablation library-off,lookahead-off,priors-off]
         [--from-partial [--no-control]] [--executor local|ray [--ray-address ADDRESS]]
 
 DIR_OR_CASE: case folders, KernelBench problem files, or folders holding them (default
@@ -32,11 +32,14 @@ of every run, start and control included, is a job on the Ray cluster, one GPU p
    into OUT/gems.json; the tables take a folder's gems.json where a record has no FlagGems
    time. The column is FlagGems' speed over torch's, both timed in one process (x/ref).
 
-5. each --ablation: the optimize run again, same budget and box, with one part of the search
-   turned off (`ABLATIONS`): library-off (no card: the sweeps of the start's own tunables
-   alone, the control's list first), lookahead-off (the best state only is expanded),
-   priors-off (every move starts from the same prior); its best kernel gated again fresh at
-   the device tier like the best's. Each is a column (x/ref, and best over it) of the tables.
+5. each --ablation (a comma list, or the option repeated): the optimize run again with one
+   part of the search turned off (`ABLATIONS`): library-off (no card: the sweeps of the
+   start's own tunables alone, the control's list first), lookahead-off (the best state only
+   is expanded), priors-off (every move starts from the same prior). The ablated runs start
+   with the full search (step 2), each with the same budget and a box ending at the same time,
+   and share its start and control gates; each best kernel is gated again fresh at the device
+   tier like the best's. Each is a column (x/ref, and best over it) of the tables; at the
+   interpret tier, pass/fail and the candidates gated.
 
 Each operator's record is written to OUT/ops/<operator>.json when it ends; a rerun skips
 operators that have one (--fresh redoes them), so a run cut by --wall is continued by the same
@@ -175,10 +178,8 @@ def _record(case: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """Gate the start kernel, optimize it, gate the control (module docstring, steps 1-3)."""
-    import gate
-    from lineage.optimize import optimize
-
+    """Gate the start kernel, optimize it (beside each ablation), gate the control (module
+    docstring, steps 1-3 and 5)."""
     name = case.name
     started = time.monotonic()
     deadline = started + args.box
@@ -193,73 +194,66 @@ def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, 
         rec["status"] = "start fails"
         return rec
 
-    say(name, f"optimize: budget {args.budget_steps}, box {args.box:.0f}s")
+    ablations = list(getattr(args, "ablation", None) or ())
+    say(name, f"optimize: budget {args.budget_steps}, box {args.box:.0f}s"
+              + (f", beside {', '.join(ablations)}" if ablations else ""))
     op_dir = out / "ops" / slug(case)
 
     def progress(event: str, data: dict[str, Any]) -> None:
         if event == "kept" or (event == "rejected" and data.get("stage") != "materialize"):
             say(name, f"  {event} {data.get('card', '')} {data.get('reason', '') or ''}".rstrip())
 
-    try:
-        result = optimize(start_path, case, args.library, budget_steps=args.budget_steps,
-                          tier=args.tier, out=op_dir / "optimize", progress=progress,
-                          deadline=deadline, executor=getattr(args, "gates", None))
-        best = result.best_verdict
-        timing = best.get("timing") or {}
-        rec["best"] = {"ok": bool(best.get("ok")), "ms": result.best_ms,
-                       "reference_ms": timing.get("reference_ms"),
-                       "termination": result.termination, "gated": result.gated,
-                       "state": "the lineage state with role best"}
-        rec["cards"] = [s.card for s in result.applied]
-        if args.tier == "device" and best.get("ok") and result.applied:
-            # the search kept the fastest of many timed candidates, so its figure is biased low;
-            # the best kernel is gated once more, fresh, like the start and the control
-            again = _check_file(args, case, Path(result.best_path))
-            rec["best"]["regate"] = _verdict_summary(again)
-            say(name, f"best gated again: {rec['best']['regate'].get('ms')} ms "
-                      f"({rec['best']['regate'].get('reason') or 'ok'})")
-        # results are data: the best kernel is the lineage's state with role "best", not a copy
-        Path(result.best_path).unlink(missing_ok=True)
-    except Exception as exc:  # a failed run is a row of the table, not the end of the benchmark
-        rec["best"] = {"ok": False, "ms": None, "error": f"{type(exc).__name__}: {exc}"}
-        rec["cards"] = []
+    # the full search and each ablation run at once, each its own box from the same moment:
+    # the columns of one row share the start's and the control's gates and the GPU's conditions
+    with ThreadPoolExecutor(1 + len(ablations)) as pool:
+        runs = [pool.submit(search, case, args, op_dir / "optimize", deadline, None, progress),
+                *(pool.submit(search, case, args, op_dir / a, deadline, a) for a in ablations)]
+        best, *ablated = [r.result() for r in runs]
+    rec["cards"] = best.pop("cards", [])
+    rec["best"] = {**best, "state": "the lineage state with role best"} if best.get("ok") else best
     say(name, f"best: {rec['best'].get('ms')} ms, cards {', '.join(rec['cards']) or 'none'}")
+    if ablations:
+        rec["ablations"] = dict(zip(ablations, ablated))
 
     rec["control"] = control(case, start_path, args)
     say(name, f"control: {rec['control'].get('ms')} ms ({rec['control'].get('reason') or 'ok'})")
-    for ablation in getattr(args, "ablation", None) or ():
-        rec.setdefault("ablations", {})[ablation] = ablate(case, ablation, args, op_dir)
     rec["wall_s"] = round(time.monotonic() - started, 1)
     rec["status"] = "done"
     return rec
 
 
-def ablate(case: Any, ablation: str, args: argparse.Namespace, op_dir: Path) -> dict[str, Any]:
-    """One optimize run of the start kernel with `ablation` (`ABLATIONS`), same budget and box,
-    its best kernel gated again fresh at the device tier (like the best's)."""
+def search(case: Any, args: argparse.Namespace, out_dir: Path, deadline: float,
+           ablation: str | None = None, progress: Any = None) -> dict[str, Any]:
+    """One optimize run of the start kernel into `out_dir`, stopped at `deadline`, with
+    `ablation` (`ABLATIONS`) turned off where given; at the device tier its best kernel gated
+    again, fresh (`regate`: the search kept the fastest of many timed candidates, so its own
+    figure is biased low). The entry: ok, ms, reference_ms, termination, gated, cards."""
     from lineage.optimize import optimize
     from lineage.skills import Library
 
-    change = dict(ABLATIONS[ablation])
+    change = dict(ABLATIONS[ablation]) if ablation else {}
     library = change.pop("library", args.library)
     if library is None:
-        library = Library.open(op_dir / ablation / "empty-library", create=True)
-    start_path = case.start_path()
+        library = Library.open(out_dir / "empty-library", create=True)
     try:
-        result = optimize(start_path, case, library, budget_steps=args.budget_steps,
-                          tier=args.tier, out=op_dir / ablation, deadline=time.monotonic() + args.box,
+        result = optimize(case.start_path(), case, library, budget_steps=args.budget_steps,
+                          tier=args.tier, out=out_dir, progress=progress, deadline=deadline,
                           executor=getattr(args, "gates", None), **change)
-        entry: dict[str, Any] = {"ok": bool(result.best_verdict.get("ok")), "ms": result.best_ms,
-                                 "reference_ms": (result.best_verdict.get("timing") or {}).get("reference_ms"),
-                                 "gated": result.gated, "termination": result.termination,
+        best = result.best_verdict
+        entry: dict[str, Any] = {"ok": bool(best.get("ok")), "ms": result.best_ms,
+                                 "reference_ms": (best.get("timing") or {}).get("reference_ms"),
+                                 "termination": result.termination, "gated": result.gated,
                                  "cards": [s.card for s in result.applied]}
         if args.tier == "device" and entry["ok"] and result.applied:
-            entry["regate"] = _verdict_summary(_check(args, Path(result.best_path).read_text(),
-                                                      case, start_path))
+            entry["regate"] = _verdict_summary(_check_file(args, case, Path(result.best_path)))
+            say(case.name, f"{ablation or 'best'} gated again: {entry['regate'].get('ms')} ms "
+                           f"({entry['regate'].get('reason') or 'ok'})")
+        # results are data: the best kernel is the lineage's state with role "best", not a copy
         Path(result.best_path).unlink(missing_ok=True)
     except Exception as exc:  # a failed run is a cell of the table, not the end of the benchmark
-        entry = {"ok": False, "ms": None, "error": f"{type(exc).__name__}: {exc}"}
-    say(case.name, f"{ablation}: {entry.get('ms')} ms")
+        entry = {"ok": False, "ms": None, "error": f"{type(exc).__name__}: {exc}", "cards": []}
+    if ablation:
+        say(case.name, f"{ablation}: {entry.get('ms')} ms")
     return entry
 
 
@@ -449,6 +443,13 @@ def _control_cell(ctrl: dict[str, Any]) -> str:
     return f"{head}: {str(ctrl.get('reason'))[:80]}"
 
 
+def _ablation_cell(entry: dict[str, Any]) -> str:
+    """An ablated run at the interpret tier: pass or FAIL, and the candidates it gated."""
+    if not entry:
+        return "-"
+    return f"{'pass' if entry.get('ok') else 'FAIL'} ({entry.get('gated', 0)} gated)"
+
+
 def _regated(rec: dict[str, Any]) -> bool:
     """Whether the record's best kernel was gated again after the search and passed."""
     again = (rec.get("best") or {}).get("regate") or {}
@@ -574,15 +575,18 @@ def markdown(result: dict[str, Any], title: str = "Held-out tier",
         if skipped:
             lines += ["", "FlagGems column skipped: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())]
     else:
-        lines += ["| family | operator | start | optimize | best ok | control | cards |",
-                  "|---|---|---|---|---|---|---|"]
+        names = [a for a in ABLATIONS if any(a in (r.get("ablations") or {}) for r in result["rows"])]
+        lines += ["| family | operator | start | optimize | best ok | control | cards |"
+                  + "".join(f" {a} |" for a in names), "|---|---|---|---|---|---|---|" + "---|" * len(names)]
         for r in result["rows"]:
             best = r.get("best") or {}
             ctrl = r.get("control") or {}
+            ablated = [(r.get("ablations") or {}).get(a) or {} for a in names]
             lines.append(f"| {r['family']} | {r['op']} | {'pass' if r['start']['ok'] else 'FAIL'} "
                          f"| {best.get('termination', best.get('error', '-'))} | {'pass' if best.get('ok') else 'FAIL'} "
                          f"| {_control_cell(ctrl)} "
-                         f"| {', '.join(r.get('cards') or []) or '-'} |")
+                         f"| {', '.join(r.get('cards') or []) or '-'} |"
+                         + "".join(f" {_ablation_cell(e)} |" for e in ablated))
     return "\n".join(lines) + "\n"
 
 
@@ -631,13 +635,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--gems-only", action="store_true",
                     help="device: time FlagGems' operators as the second reference of every "
                          "operator (no gates) into OUT/gems.json, then rewrite the tables")
-    ap.add_argument("--ablation", action="append", default=[], choices=sorted(ABLATIONS),
-                    help="also run the search with this part off (repeatable): a column each")
+    ap.add_argument("--ablation", action="append", default=[],
+                    help="also run the search with these parts off (comma list, repeatable: "
+                         f"{', '.join(ABLATIONS)}): a column each")
     ap.add_argument("--records", action="append", default=[], metavar="DIR",
                     help="with --tables-only: also read the records of these earlier runs' folders "
                          "(in order; a later folder's, then OUT's, record of an operator wins); "
                          "each row names the folder its record came from")
     args = ap.parse_args(argv)
+    args.ablation = list(dict.fromkeys(a for given in args.ablation for a in given.split(",") if a))
+    unknown = [a for a in args.ablation if a not in ABLATIONS]
+    if unknown:
+        print(f"heldout: unknown --ablation {', '.join(unknown)} (one of {', '.join(ABLATIONS)})",
+              file=sys.stderr)
+        return 2
     if args.gems_only and args.tier != "device":
         print("heldout: --gems-only needs --tier device", file=sys.stderr)
         return 2

@@ -24,6 +24,7 @@ the data in `TABLES`.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import math
 import re
@@ -88,7 +89,14 @@ def operators(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
                "metrics": _pick(r, ("status", "reference_ms", "start.ms", "best.ms", "control.ms",
                                     "start_vs_ref", "best_vs_ref", "control_vs_ref",
                                     "best_vs_control", "best.gated", "flag_gems.vs_torch",
-                                    "wall_s"))}
+                                    "wall_s", *_ablation_metrics(r)))}
+
+
+def _ablation_metrics(row: Mapping[str, Any]) -> list[str]:
+    """The metrics of each ablated run a held-out row holds (`bench/heldout.py --ablation`):
+    the best over it and its x/ref (device tier), the candidates it gated, whether it passed."""
+    return [m for a in (row.get("ablations") or {})
+            for m in (f"best_vs_{a}", f"{a}_vs_ref", f"ablations.{a}.gated", f"ablations.{a}.ok")]
 
 
 def roundtrip(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
@@ -281,18 +289,26 @@ def ingest(paths: Iterable[Path], store: Path = STORE) -> tuple[int, list[str]]:
 # -- the tables ---------------------------------------------------------------------------------
 # benchmark -> title, metric columns in order (others the rows hold follow), and the headline:
 # the geometric mean of one metric over the rows that are not marked `excluded`.
+# The held-out tables: best over the vendor (x/ref) and over the control, then each ablation's
+# column beside them (`bench/heldout.py --ablation`: the best over the ablated run's best, the
+# ablated run's x/ref; its gated candidates and pass). A column with `*` stands for every
+# metric it matches (`fnmatch`), in name order.
+HELDOUT_COLUMNS = ["status", "reference_ms", "start.ms", "best.ms", "control.ms", "best_vs_ref",
+                   "best_vs_control", "best_vs_*-off", "*-off_vs_ref", "best.gated",
+                   "ablations.*"]
 TABLES: dict[str, dict[str, Any]] = {
     "experts": {"title": "Expert kernels vs their references (`klineage bench`)",
                 "columns": ["language", "expert_ms", "reference_ms", "speedup", "floor_ms",
                             "fraction_of_floor", "ok", "reference_backend", "excluded"],
                 "headline": ("speedup", lambda r: r["metrics"].get("language") == "triton")},
     "heldout": {"title": "Held-out operators: library vs start, vendor and autotune control",
-                "columns": ["status", "reference_ms", "start.ms", "best.ms", "control.ms",
-                            "best_vs_ref", "best_vs_control", "best.gated"],
+                "columns": HELDOUT_COLUMNS,
                 "headline": ("best_vs_ref", lambda r: r["metrics"].get("status") == "done")},
+    "heldout-search": {"title": "Held-out operators under the one-policy search, with ablations",
+                       "columns": HELDOUT_COLUMNS,
+                       "headline": ("best_vs_ref", lambda r: r["metrics"].get("status") == "done")},
     "styles": {"title": "Style tier: start kernels in other styles",
-               "columns": ["status", "reference_ms", "start.ms", "best.ms", "control.ms",
-                           "best_vs_ref", "best_vs_control", "best.gated"],
+               "columns": HELDOUT_COLUMNS,
                "headline": ("best_vs_ref", lambda r: r["metrics"].get("status") == "done")},
     "walkthrough": {"title": "The README's walk-through (`bench/walkthrough.py`, interpret tier)",
                     "columns": ["seconds", "ok", "states", "transitions", "cards", "admitted",
@@ -332,8 +348,10 @@ def render_table(benchmark: str, rows: list[Row]) -> str:
         lines += [f"## {gpu or 'no GPU'}, commit {commit or '?'}, {date or 'undated'}", ""]
         if command:
             lines += [f"Command: `{command}`", ""]
-        columns = [c for c in spec.get("columns", []) if any(c in r["metrics"] for r in group)]
-        columns += sorted({k for r in group for k in r["metrics"]} - set(columns))
+        held = sorted({k for r in group for k in r["metrics"]})
+        columns = list(dict.fromkeys(k for c in spec.get("columns", []) for k in held
+                                     if fnmatch.fnmatchcase(k, c)))
+        columns += [k for k in held if k not in columns]
         lines.append("| operator | variant | " + " | ".join(columns) + " |")
         lines.append("|---|---|" + "---:|" * len(columns))
         for r in group:

@@ -1,0 +1,85 @@
+"""bench/heldout.py --ablation: every ablation named in one comma list is a column of the same
+table in one invocation, beside the full search, sharing its start and control gates; the
+records become store rows (bench/store.py) whose ablation metrics are columns beside
+best / control."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ALL = ("library-off", "lookahead-off", "priors-off")
+
+
+def _heldout(tmp_path: Path, *argv: str, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO / "bench" / "heldout.py"), *argv],
+                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def _store():
+    spec = importlib.util.spec_from_file_location("results_store", REPO / "bench" / "store.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_three_ablations_are_columns_of_one_interpret_tier_run(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = _heldout(tmp_path, "--tier", "interpret", "--only", "softmax", "--budget-steps", "2",
+                    "--out", str(out), "--ablation", ",".join(ALL))
+    assert done.returncode == 0, done.stderr[-2000:]
+    [row] = json.loads((out / "heldout.json").read_text())["rows"]
+    assert row["status"] == "done" and row["start"]["ok"] and row["best"]["ok"]
+    assert set(row["ablations"]) == set(ALL)
+    for name, entry in row["ablations"].items():
+        assert entry["ok"] and entry["gated"] <= 2 and entry["termination"], name
+        # each ran in its own folder, as a lineage of its own
+        assert (out / "ops" / "bench__heldout__softmax" / name / "lineage.json").is_file()
+    # untimed, sweeps are no moves: without a library nothing is gated
+    assert row["ablations"]["library-off"]["gated"] == 0
+    # one start gate and one control gate for the row: the ablations share them
+    assert done.stderr.count("gating the start kernel") == 1
+    assert done.stderr.count("softmax: control:") == 1
+    table = (out / "heldout.md").read_text()
+    assert "| cards | library-off | lookahead-off | priors-off |" in table
+    assert "pass (0 gated) |" in table
+    # the store reads each ablation's cells and renders them beside best / control
+    store = _store()
+    rows = store.rows_of(out / "heldout.json")
+    [stored] = rows
+    assert stored["metrics"]["ablations.library-off.gated"] == 0
+    assert all(stored["metrics"][f"ablations.{a}.ok"] is True for a in ALL)
+    header = store.render_table("heldout", rows).split("| operator |", 1)[1].split("\n", 1)[0]
+    cells = [c.strip() for c in header.split("|")]
+    assert cells.index("best.gated") < cells.index("ablations.library-off.gated") \
+        < cells.index("ablations.priors-off.ok")
+
+
+def test_device_rows_put_each_ablation_beside_best_over_control() -> None:
+    """At the device tier the best over each ablated run and its x/ref come right after
+    best / control, whatever else the rows hold."""
+    store = _store()
+    metrics = {"status": "done", "best_vs_ref": 1.1, "best_vs_control": 1.2, "wall_s": 3.0,
+               "best_vs_priors-off": 1.05, "best_vs_library-off": 1.3,
+               "library-off_vs_ref": 0.85, "priors-off_vs_ref": 1.05, "start_vs_ref": 0.3}
+    row = {"benchmark": "heldout", "operator": "mm", "variant": "gemm", "metrics": metrics,
+           "command": "c", "commit": "x", "gpu": "G", "date": "d", "source": "s"}
+    header = store.render_table("heldout", [row]).split("| operator |", 1)[1].split("\n", 1)[0]
+    cells = [c.strip() for c in header.split("|") if c.strip()]
+    at = cells.index("best_vs_control")
+    assert cells[at + 1:at + 5] == ["best_vs_library-off", "best_vs_priors-off",
+                                    "library-off_vs_ref", "priors-off_vs_ref"]
+
+
+def test_an_unknown_ablation_is_a_one_line_error(tmp_path: Path) -> None:
+    done = _heldout(tmp_path, "--tier", "interpret", "--only", "softmax", "--out",
+                    str(tmp_path / "run"), "--ablation", "library-off,no-such-part", timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("heldout: unknown --ablation no-such-part (one of "
+                                   "library-off, lookahead-off, priors-off)")
+    assert not (tmp_path / "run").exists()
