@@ -94,6 +94,8 @@ class _Judge:
     seeds: tuple[int, ...] = ()
     """The job's correctness seeds: a finished run must have sent an output for each of them,
     on every variant (`_check_complete`)."""
+    variant_seeds: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """The seeds the worker kept per variant (`("seeds", variant, seeds)`, before `refs_done`)."""
     refs_closed: bool = False
     """`refs_done` arrived: every reference was made before candidate code loaded, so a later
     one was forged by candidate code over the worker's pipe."""
@@ -151,7 +153,7 @@ class _Judge:
         if self.verdict is not None:
             return True
         kind = msg[0]
-        if kind in ("ref", "refs_done", "precision") and self.refs_closed:
+        if kind in ("ref", "refs_done", "precision", "seeds") and self.refs_closed:
             self._forged(f"a '{kind}' message after the references were closed")
         elif kind == "ref":
             _, variant, phase, seed, outputs, inputs = msg
@@ -159,6 +161,8 @@ class _Judge:
                 self.held[(variant, phase, seed)] = dict(outputs)
                 outputs = list(outputs["headers"])
             self.refs[(variant, phase, seed)] = (outputs, inputs)
+        elif kind == "seeds":
+            self._kept_seeds(msg[1], msg[2])
         elif kind == "precision":
             self.probe_err[(str(msg[1]), int(msg[2]))] = float(msg[3])
         elif kind == "stage":
@@ -204,6 +208,19 @@ class _Judge:
         elif kind == "done":
             self._finish()
         return self.verdict is not None
+
+    def _kept_seeds(self, variant: Any, seeds: Any) -> None:
+        """The worker kept `seeds` of the job's for `variant` (its input sets sized to the
+        device's memory, `gate.memplan`): the first ones, at least `memplan.MIN_SEEDS` of
+        them (or all, when the job has fewer), said once per variant."""
+        from gate.memplan import MIN_SEEDS  # noqa: PLC0415
+
+        kept = tuple(seeds) if isinstance(seeds, (list, tuple)) else ()
+        if variant in self.variant_seeds or not kept or kept != self.seeds[:len(kept)] \
+                or len(kept) < min(MIN_SEEDS, len(self.seeds)):
+            self._forged(f"a set of seeds {seeds!r} for {variant} the job never asked for")
+            return
+        self.variant_seeds[variant] = kept
 
     def _check_case(self) -> None:
         # per seed of a variant: (all zeros, what equal results share: the encoded items, or a
@@ -450,7 +467,7 @@ class _Judge:
         table = self.case.device_shapes if self.tier is Tier.DEVICE else self.case.small_shapes
         phases = {(r.variant, r.phase, r.seed) for r in self.results}
         for variant in table:
-            for seed in self.seeds:
+            for seed in self.variant_seeds.get(variant, self.seeds):
                 if (variant, PHASE_SEED, seed) not in phases:
                     return f"the output of {variant}/seed {seed}"
             if not any(v == variant and p == PHASE_REFILL for v, p, _ in phases):

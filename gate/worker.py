@@ -18,6 +18,10 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
     ("ref", variant, phase, seed, outputs, inputs)    reference result (inputs only for cases
                                                        with their own compare); phase refill:
                                                        a crossover of the pool (`gate.refill`)
+    ("seeds", variant, seeds)                         the correctness seeds kept for the
+                                                       variant (the first of the job's; fewer
+                                                       where the device's memory holds fewer
+                                                       input sets, `gate.memplan`)
     ("precision", variant, seed, error)               the reference's error on the seed's inputs
                                                        rounded to TF32 (fp32 cases; `gate.precision`)
     ("refs_done",)
@@ -75,7 +79,6 @@ PHASE_SEALED = "sealed"  # inputs visible only while the candidate's kernels run
 # phase reads "config <i> of <kernel> (<its values>)" and is judged against the seed's reference.
 PHASE_CONFIG = "config"
 REFILL_SAMPLE = 2  # outputs of each timed run checked (drawn after the calls ran), besides its last
-REFILL_SPARE_SETS = 4  # input-set sizes of device memory kept free beside a refill pool
 # An autotuner in the candidate times each configuration with at most this warm-up and this
 # much of repetitions (ms; Triton's defaults are 25 and 100): a median over hundreds of calls
 # for a kernel of 0.2 ms still, and a gemm expert's eight configurations cost 0.6 s less.
@@ -209,6 +212,9 @@ class _Runner:
         self.held_mode = _held_mode(job.tier, hasattr(self.case, "compare"))
         self.vault: dict[tuple[str, str, int], list[Any]] = {}  # held references (masked)
         self.parked: set[tuple[str, str, int]] = set()  # input sets waiting in host memory
+        self.set_plans: dict[str, Any] = {}  # variant -> memplan.SetPlan
+        self.out_bytes: dict[str, int] = {}  # variant -> bytes of its first reference's tensors
+        self.work_bytes: dict[str, int] = {}  # variant -> memplan.working_bytes
 
     # -- helpers -------------------------------------------------------------------------
     def _shape_table(self) -> Any:
@@ -317,26 +323,30 @@ class _Runner:
         return self.sleep_rate
 
     # -- reference phase -----------------------------------------------------------------
-    def plan(self) -> list[tuple[str, str, int]]:
+    def plan(self, variant: str | None = None) -> list[tuple[str, str, int]]:
+        """The input sets of each variant (or of `variant`): its correctness seeds (the job's,
+        or as many as its `memplan.SetPlan` keeps), the timed, sealed and (device) re-verification
+        sets."""
         extra = [(PHASE_TIMED, self.job.extra_seed), (PHASE_SEALED, self.sealed_seed())]
         if self.device == "cuda":
             extra.append((PHASE_REVERIFY, self.job.reverify_seed))
-        return [(variant, phase, seed) for variant in self.shapes
-                for phase, seed in [(PHASE_SEED, s) for s in self.job.seeds] + extra]
+        return [(v, phase, seed) for v in ([variant] if variant else self.shapes)
+                for phase, seed in [(PHASE_SEED, s) for s in self.seeds_of(v)] + extra]
+
+    def seeds_of(self, variant: str) -> tuple[int, ...]:
+        plan = self.set_plans.get(variant)
+        return tuple(self.job.seeds[:plan.seeds]) if plan else tuple(self.job.seeds)
 
     def references(self) -> None:
         """Each input set of `plan` is drawn and its reference computed once, before candidate
         code loads; every phase that calls the candidate on a set is judged against that one
-        reference. Sets that device memory cannot hold beside the refill pools wait in host
-        memory between their uses (`_park_if_short`)."""
-        for variant, phase, seed in self.plan():
-            inputs = self._draw(variant, seed)
-            self._reference(variant, phase, seed, inputs)
-            self.originals[(variant, phase, seed)] = inputs
-            del inputs
-            self._park_if_short((variant, phase, seed))
+        reference. How many sets a variant keeps follows from the device memory free before
+        its first set and the bytes of that set, its reference and the reference's step
+        (`gate.memplan`); the worker tells the parent the seeds it kept. Sets that the plan (or,
+        later, the device's free memory) cannot hold wait in host memory between their uses
+        (`_park`)."""
         for variant in self.shapes:
-            self.pools[variant] = self._pool(variant)
+            self._variant_references(variant)
         for variant in self.shapes:
             parked = [k for k in self.parked if k[0] == variant]
             if parked:
@@ -355,6 +365,73 @@ class _Runner:
                 self._time_reference_tf32(variant, rotation)
                 self._time_reference_compiled(variant, rotation)
             self._poison_cached_memory()
+
+    def _variant_references(self, variant: str) -> None:
+        """The input sets and references of one variant: the first seed's set, then the plan
+        its sizes allow (`_set_plan`), then the other sets and the refill pool."""
+        free = self._free_bytes()
+        first = self.plan(variant)[0]
+        peak_from = self._reset_peak()
+        inputs = self._draw(variant, first[2])
+        self._reference(*first, inputs)
+        self.originals[first] = inputs
+        plan = self._set_plan(variant, inputs, free, self._peak_since(peak_from))
+        del inputs
+        self.chan.send("seeds", variant, list(self.seeds_of(variant)))
+        if plan.reduced:
+            self.chan.send("flag", f"{variant}: input sets sized to the device's memory: {plan.reason}")
+        keys = self.plan(variant)
+        # the seeds after the first, the sealed and the re-verification sets may wait in host
+        # memory; the last of them first (the re-verification set is used last)
+        parkable = [k for k in keys if k != first and k[1] != PHASE_TIMED]
+        to_park = set(parkable[len(parkable) - plan.parked:]) if plan.parked else set()
+        for key in keys[1:]:
+            inputs = self._draw(variant, key[2])
+            self._reference(*key, inputs)
+            self.originals[key] = inputs
+            del inputs
+            if key in to_park or (key in parkable and self._short(variant)):
+                self._park(key)
+        self.pools[variant] = self._pool(variant)
+
+    def _free_bytes(self) -> int:
+        """Device memory this worker can still allocate (free, and cached by its allocator);
+        0 off the device."""
+        if self.device != "cuda":
+            return 0
+        torch = self.torch
+        free, _ = torch.cuda.mem_get_info()
+        return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
+
+    def _reset_peak(self) -> int:
+        if self.device != "cuda":
+            return 0
+        self.torch.cuda.reset_peak_memory_stats()
+        return int(self.torch.cuda.memory_allocated())
+
+    def _peak_since(self, start: int) -> int:
+        if self.device != "cuda":
+            return 0
+        return max(0, int(self.torch.cuda.max_memory_allocated()) - start)
+
+    def _set_plan(self, variant: str, inputs: tuple[Any, ...], free: int, peak: int) -> Any:
+        """The variant's `memplan.SetPlan` (kept in `set_plans`): from the device's free memory
+        before its first set, that set's bytes, its reference's and the reference step's peak;
+        off the device, or with `KLINEAGE_GATE_SETS=job`, the job's numbers."""
+        from gate import memplan  # noqa: PLC0415
+
+        seeds, pool = len(self.job.seeds), max(1, self.job.refill_sets)
+        fixed = 3 if self.device == "cuda" else 2
+        set_bytes = self._set_bytes(inputs)
+        out_bytes = self.out_bytes.get(variant, 0)
+        self.work_bytes[variant] = memplan.working_bytes(set_bytes, out_bytes, peak)
+        if self.device != "cuda" or os.environ.get("KLINEAGE_GATE_SETS") == "job":
+            plan = memplan.SetPlan(seeds, pool, 0, seeds + fixed + pool - 1)
+        else:
+            plan = memplan.plan_sets(free, set_bytes, out_bytes, seeds=seeds, pool=pool,
+                                     fixed=fixed, held=self.held_mode, reference_peak=peak)
+        self.set_plans[variant] = plan
+        return plan
 
     def _time_reference_tf32(self, variant: str, rotation: Any) -> None:
         """fp32 inputs: the reference timed again, the same way, with TF32 allowed in matmuls
@@ -398,34 +475,24 @@ class _Runner:
     def _set_bytes(self, inputs: tuple[Any, ...]) -> int:
         return sum(t.numel() * t.element_size() for t in inputs if type(t) is self.cap.tensor_type)
 
-    def _park_if_short(self, key: tuple[str, str, int]) -> None:
-        """Move the input set `key` (and its held reference) to host memory when the device's
-        free memory no longer holds its variant's refill pool beside it (`must_park`), or
-        always with `KLINEAGE_GATE_PARK=1`. The timed set (the pool's first) and the first
-        seed's (the pool's donor; the configuration and knockout calls run on it) stay."""
-        variant, phase, seed = key
-        if phase == PHASE_TIMED or (phase == PHASE_SEED and seed == self.job.seeds[0]):
-            return
+    def _park(self, key: tuple[str, str, int]) -> None:
+        """Move the input set `key` (and its held reference) to host memory."""
         inputs = self.originals[key]
-        if not self._short(self._set_bytes(inputs)):
-            return
         self.originals[key] = tuple(x.to("cpu", copy=True) if type(x) is self.cap.tensor_type else x
                                     for x in inputs)
         del inputs
         self._park_reference(key)
         self.parked.add(key)
 
-    def _short(self, set_bytes: int) -> bool:
-        """Device memory no longer holds a refill pool beside a set of `set_bytes` (`must_park`;
-        always with `KLINEAGE_GATE_PARK=1`)."""
+    def _short(self, variant: str) -> bool:
+        """The device no longer has the working memory of `variant`'s calls free (another
+        process took memory since the plan; `memplan.working_bytes`), or
+        `KLINEAGE_GATE_PARK=1` asks to park every set that may wait."""
         if os.environ.get("KLINEAGE_GATE_PARK") == "1":
             return True
-        if self.device != "cuda" or set_bytes == 0:
+        if self.device != "cuda":
             return False
-        torch = self.torch
-        free, _ = torch.cuda.mem_get_info()
-        free += torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
-        return must_park(free, set_bytes, max(1, self.job.refill_sets))
+        return self._free_bytes() < self.work_bytes.get(variant, 0)
 
     def _park_reference(self, key: tuple[str, str, int]) -> None:
         """The held reference of `key` (masked) waits in host memory (`heldcompare.Held.park`)."""
@@ -484,6 +551,7 @@ class _Runner:
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         tensors = [t for t in (ref if isinstance(ref, (tuple, list)) else (ref,))
                    if isinstance(t, torch.Tensor)]
+        self.out_bytes.setdefault(variant, sum(t.numel() * t.element_size() for t in tensors))
         if finite_like and not all(bool(torch.isfinite(t).all()) for t in tensors
                                    if t.is_floating_point() or t.is_complex()):
             return False
@@ -538,7 +606,7 @@ class _Runner:
         donor = self.originals[(variant, PHASE_SEED, self.job.seeds[0])]
         fresh_only = str(getattr(self.case, "REFILL", "crossover")) == "fresh"
         sets = [(self.job.extra_seed, timed)]
-        for k in range(1, self._refill_sets(variant, timed)):
+        for k in range(1, self.set_plans[variant].pool):
             seed = self.job.refill_seed + k
             mixed = None if fresh_only else refill.crossover(timed, donor, seed)
             if mixed is not None and self._reference(variant, PHASE_REFILL, seed, mixed,
@@ -550,29 +618,9 @@ class _Runner:
                 sets.append((seed, mixed))
             # the pool's inputs stay on the device (refills copy them between timed calls);
             # its references are compared only for the few sampled calls
-            if self._short(self._set_bytes(mixed)):
+            if self._short(variant):
                 self._park_reference((variant, PHASE_REFILL, seed))
         return refill.Pool(sets)
-
-    def _refill_sets(self, variant: str, inputs: tuple[Any, ...]) -> int:
-        """How many input sets the variant's refill pool holds: the job's number, fewer where
-        the device's free memory holds fewer copies of `inputs` (each set of the pool is one
-        copy; the rotation's buffers, a call's clone and a crossover's temporaries need about
-        `REFILL_SPARE_SETS` more), never fewer than two, so that refilled calls still see new
-        values in their buffers. A smaller pool is flagged."""
-        torch = self.torch
-        wanted = max(1, self.job.refill_sets)
-        size = sum(t.numel() * t.element_size() for t in inputs if type(t) is self.cap.tensor_type)
-        if self.device != "cuda" or size == 0:
-            return wanted
-        free, _ = torch.cuda.mem_get_info()
-        free += torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
-        sets = pool_sets(wanted, size, free)
-        if sets < wanted:
-            self.chan.send("flag", f"{variant}: refilled calls rotate through {sets} input sets, "
-                                   f"not {wanted}: {size / 2**30:.1f} GiB a set, "
-                                   f"{free / 2**30:.1f} GiB free on the device")
-        return sets
 
     def _rotation(self, variant: str) -> Any:
         """Fresh buffers (a copy of the timed set) that refilled calls of `variant` rotate in."""
@@ -1077,28 +1125,15 @@ class _Runner:
 
 def _held_mode(tier: str, own_compare: bool) -> bool:
     """Whether outputs are compared in the worker against held references
-    (`gate.heldcompare`): only with `KLINEAGE_GATE_COMPARE=worker`, and never for a case that
-    compares with its own function (which gets the outputs whole). By default every tier sends
-    whole outputs to the parent: on an H200 the held comparison ran out of device memory on an
-    8.6 GB problem (the held references beside the refill pool), so it stays opt-in until its
-    memory bound is shown on the largest problems."""
-    del tier  # the same default on every tier
-    return not own_compare and os.environ.get("KLINEAGE_GATE_COMPARE", "") == "worker"
-
-
-def must_park(free_bytes: int, set_bytes: int, pool: int) -> bool:
-    """Whether an input set of `set_bytes` should wait in host memory: the device's
-    `free_bytes` no longer hold a refill pool of `pool` sets and `REFILL_SPARE_SETS` spare
-    set sizes (the rotation's buffers, a call's clone, the candidate's own allocations)."""
-    return free_bytes < (pool + REFILL_SPARE_SETS) * set_bytes
-
-
-def pool_sets(wanted: int, set_bytes: int, free_bytes: int) -> int:
-    """Input sets of a refill pool that `free_bytes` of device memory hold beside
-    `REFILL_SPARE_SETS` spare set sizes: at most `wanted`, never fewer than two (unless fewer are
-    wanted), so that refilled calls still see new values."""
-    fits = free_bytes // set_bytes - REFILL_SPARE_SETS if set_bytes > 0 else wanted
-    return min(wanted, max(2, int(fits)))
+    (`gate.heldcompare`): by default on the device tier (the comparison runs on the GPU and
+    only figures travel; the sets a run keeps are sized so that the held references fit beside
+    them, `gate.memplan`), elsewhere with `KLINEAGE_GATE_COMPARE=worker`;
+    `KLINEAGE_GATE_COMPARE=parent` sends whole outputs to the parent on every tier. Never for a
+    case that compares with its own function (which gets the outputs whole)."""
+    choice = os.environ.get("KLINEAGE_GATE_COMPARE", "")
+    if own_compare or choice == "parent":
+        return False
+    return choice == "worker" or tier == "device"
 
 
 def _does_not_fit(exc: BaseException) -> bool:

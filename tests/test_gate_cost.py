@@ -40,16 +40,6 @@ def test_overhead_is_the_wall_time_outside_the_timed_gpu_runs() -> None:
     assert "| level1/x | 2.00 | pass | 14.0 | 7.0 | 7.0 | 6.4 | MISSED | 1.00 | 4.00 | 6.00 | 2.00 |" in text
 
 
-def test_a_refill_pool_holds_what_free_device_memory_allows() -> None:
-    from gate.worker import REFILL_SPARE_SETS, pool_sets
-
-    gib = 1 << 30
-    assert pool_sets(4, 1 * gib, 100 * gib) == 4  # plenty: the job's number
-    assert pool_sets(4, 8 * gib, (REFILL_SPARE_SETS + 3) * 8 * gib) == 3
-    assert pool_sets(4, 8 * gib, 20 * gib) == 2  # tight: still one crossover besides the timed set
-    assert pool_sets(1, 8 * gib, 200 * gib) == 1 and pool_sets(4, 0, 0) == 4
-
-
 def test_the_tf32_reference_time_travels_in_the_verdict_and_the_bench_row() -> None:
     timing = Timing(2.0, 4.0, (VariantTiming("default", 2.0, 4.0, reference_tf32_ms=3.0),), 1.0)
     back = Timing.from_json(timing.to_json())

@@ -171,15 +171,9 @@ def test_a_key_asked_for_by_candidate_code_is_a_forged_message(monkeypatch: pyte
 
 
 def test_input_sets_that_do_not_fit_wait_in_host_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A set whose device memory the refill pool needs is parked on the host with its held
-    reference (`worker.must_park`; forced here with KLINEAGE_GATE_PARK=1): the gate's checks
-    run as before on the sets brought back, and the verdict says how many sets waited."""
-    from gate.worker import REFILL_SPARE_SETS, must_park
-
-    gib = 1 << 30
-    assert not must_park(100 * gib, 1 * gib, 4)
-    assert must_park((4 + REFILL_SPARE_SETS) * 8 * gib - 1, 8 * gib, 4)
-    assert not must_park((4 + REFILL_SPARE_SETS) * 8 * gib, 8 * gib, 4)
+    """A set the device cannot hold (`gate.memplan`; forced here with KLINEAGE_GATE_PARK=1)
+    is parked on the host with its held reference: the gate's checks run as before on the sets
+    brought back, and the verdict says how many sets waited."""
     monkeypatch.setenv("KLINEAGE_GATE_PARK", "1")
     for mode in ("worker", "parent"):
         monkeypatch.setenv("KLINEAGE_GATE_COMPARE", mode)

@@ -1,0 +1,107 @@
+"""How many input sets a device gate keeps, from the device memory free when it starts.
+
+A gate draws its input sets and computes their references before candidate code loads: the
+correctness seeds, the timed set, the sealed set, the re-verification set, and the crossovers
+of the refill pool (`gate.refill`). Each set costs its inputs and, where the worker holds the
+references (`gate.heldcompare`), its reference's bytes. Beside them the run needs working
+memory: a call's clone of its inputs and the sealed call's copies, the candidate's outputs and
+the sampled ones kept during the timed runs, the reference's own temporaries. A problem of
+gigabytes cannot keep them all: `plan_sets` shrinks, in this order, the refill pool (to
+`MIN_POOL` sets: the timed set and one crossover, so refilled calls still see fresh values in
+the same buffers), the correctness seeds (to `MIN_SEEDS`: the check that the reference depends
+on its inputs compares two), and parks what still does not fit in host memory (each parked
+set costs a copy out and one back per use, so it is the last resort).
+
+Pure arithmetic on byte counts (no torch): the worker measures the numbers, the plan is
+tested on the CPU with made-up ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIN_POOL = 2
+MIN_SEEDS = 2
+SLACK_BYTES = 3 << 30
+"""Device memory left for what is not counted: the CUDA context's and libraries' workspaces,
+the L2 flush buffer, the held comparison's float64 chunks, the candidate's own temporaries."""
+PHASE_WORK = ((1.0, 2 + 2), (2.0, 1), (3.5, 0))
+"""(input-set sizes, output sizes) in use beside the kept sets, per kind of phase (phases do not
+overlap, so the largest counts): the timed runs (the rotation's buffers; the current output,
+the one before it, the sampled ones), the sealed call (its clone and the hidden copies; its
+output), a refill crossover (its random mask, its copy and a temporary)."""
+@dataclass(frozen=True, slots=True)
+class SetPlan:
+    """What one variant keeps. `seeds`: correctness seeds drawn; `pool`: sets the refilled
+    calls rotate through (the timed set included); `parked`: sets that wait in host memory
+    (counted among those that may: the seeds after the first, the sealed and re-verification
+    sets); `sets`: every set drawn. `reason` says why fewer than asked (empty when none)."""
+
+    seeds: int
+    pool: int
+    parked: int
+    sets: int
+    reason: str = ""
+
+    @property
+    def reduced(self) -> bool:
+        return bool(self.reason)
+
+
+def working_bytes(set_bytes: int, out_bytes: int, reference_peak: int = 0) -> int:
+    """Device memory a run needs beside its kept sets: the larger of what the first set's
+    reference step took (`reference_peak`, measured: the reference's temporaries and output,
+    its masked copy, the precision probe's rounded inputs) and what each kind of phase needs
+    (`PHASE_WORK`), plus `SLACK_BYTES`."""
+    calls = max(int(i * set_bytes + o * out_bytes) for i, o in PHASE_WORK)
+    return max(reference_peak, calls) + SLACK_BYTES
+
+
+def kept_bytes(seeds: int, pool: int, fixed: int, set_bytes: int, out_bytes: int,
+               held: bool) -> int:
+    """Device bytes of the kept sets: every set's inputs, and its reference where held."""
+    per_set = set_bytes + (out_bytes if held else 0)
+    return (seeds + fixed + pool - 1) * per_set
+
+
+def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, pool: int,
+              fixed: int, held: bool, reference_peak: int = 0) -> SetPlan:
+    """The sets one variant keeps, given `free_bytes` of device memory before its first set
+    was drawn, the bytes of one input set and of one reference output, the seeds and pool
+    asked for, `fixed` further sets (timed, sealed and, on the device, re-verification) and
+    whether references are held on the device. Never fewer than `MIN_POOL` / `MIN_SEEDS` (or
+    the numbers asked, when smaller); what does not fit then is parked (the seeds after the
+    first, the sealed and re-verification sets may be; the first seed, the timed set and the
+    pool's crossovers stay: the refills copy from them)."""
+    want_seeds, want_pool = max(1, seeds), max(1, pool)
+    work = working_bytes(set_bytes, out_bytes, reference_peak)
+    per_set = set_bytes + (out_bytes if held else 0)
+
+    def fits(s: int, p: int) -> bool:
+        return kept_bytes(s, p, fixed, set_bytes, out_bytes, held) + work <= free_bytes
+
+    s, p = want_seeds, want_pool
+    while not fits(s, p) and p > min(MIN_POOL, want_pool):
+        p -= 1
+    while not fits(s, p) and s > min(MIN_SEEDS, want_seeds):
+        s -= 1
+    total = s + fixed + p - 1
+    parkable = (s - 1) + max(0, fixed - 1)  # seeds after the first; sealed, re-verification
+    parked = 0
+    if per_set > 0:
+        room = max(0, free_bytes - work)
+        resident = room // per_set
+        parked = int(min(parkable, max(0, total - resident)))
+    reason = ""
+    if (s, p) != (want_seeds, want_pool) or parked:
+        gib = 1 << 30
+        reason = (f"{s} of {want_seeds} seeds, a refill pool of {p} of {want_pool} sets"
+                  + (f", {parked} set(s) waiting in host memory" if parked else "")
+                  + f": {set_bytes / gib:.1f} GiB of inputs"
+                  + (f" and {out_bytes / gib:.1f} GiB of reference" if held else "")
+                  + f" a set, {free_bytes / gib:.1f} GiB free on the device, "
+                    f"{work / gib:.1f} GiB kept for the calls")
+    return SetPlan(s, p, parked, total, reason)
+
+
+__all__ = ["MIN_POOL", "MIN_SEEDS", "PHASE_WORK", "SLACK_BYTES", "SetPlan", "kept_bytes", "plan_sets",
+           "working_bytes"]

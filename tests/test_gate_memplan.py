@@ -1,0 +1,126 @@
+"""How many input sets a device gate keeps (`gate.memplan`), on made-up free-memory figures,
+and the parent's side of it: the seeds the worker says it kept are the ones judged."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gate.memplan import MIN_POOL, MIN_SEEDS, SLACK_BYTES, kept_bytes, plan_sets, working_bytes
+
+GIB = 1 << 30
+SAXPY = Path(__file__).resolve().parent / "data" / "cases" / "saxpy"
+
+
+def _fits(plan, free: int, set_bytes: int, out_bytes: int, peak: int, held: bool) -> bool:
+    resident = plan.sets - plan.parked
+    per_set = set_bytes + (out_bytes if held else 0)
+    return resident * per_set + working_bytes(set_bytes, out_bytes, peak) <= free
+
+
+def test_a_small_problem_keeps_every_set_it_asked_for() -> None:
+    plan = plan_sets(140 * GIB, GIB // 4, GIB // 4, seeds=3, pool=4, fixed=3, held=True)
+    assert (plan.seeds, plan.pool, plan.parked, plan.sets) == (3, 4, 0, 9)
+    assert not plan.reduced and plan.reason == ""
+
+
+def test_a_large_problem_shrinks_the_pool_then_the_seeds_and_fits_without_parking() -> None:
+    # 8 GiB of inputs and 8 GiB of output a set on a 140 GiB device (an H200's free memory)
+    plan = plan_sets(140 * GIB, 8 * GIB, 8 * GIB, seeds=3, pool=4, fixed=3, held=True,
+                     reference_peak=24 * GIB)
+    assert plan.pool == MIN_POOL and plan.seeds == MIN_SEEDS and plan.parked == 0
+    assert _fits(plan, 140 * GIB, 8 * GIB, 8 * GIB, 24 * GIB, held=True)
+    assert "2 of 3 seeds" in plan.reason and "140.0 GiB free" in plan.reason
+    # the same sizes when references go to the parent: only inputs stay, every set fits
+    whole = plan_sets(140 * GIB, 8 * GIB, 8 * GIB, seeds=3, pool=4, fixed=3, held=False,
+                      reference_peak=24 * GIB)
+    assert (whole.seeds, whole.pool, whole.parked) == (3, 4, 0)
+    # a pool of three fits where a pool of four does not: the pool shrinks one set at a time
+    need = kept_bytes(3, 3, 3, GIB, 0, held=False) + working_bytes(GIB, 0)
+    mid = plan_sets(need, GIB, 0, seeds=3, pool=4, fixed=3, held=False)
+    assert (mid.seeds, mid.pool, mid.parked) == (3, 3, 0)
+    assert plan_sets(need - 1, GIB, 0, seeds=3, pool=4, fixed=3, held=False).pool == 2
+
+
+def test_what_still_does_not_fit_waits_in_host_memory_and_the_first_sets_stay() -> None:
+    plan = plan_sets(60 * GIB, 8 * GIB, 8 * GIB, seeds=3, pool=4, fixed=3, held=True,
+                     reference_peak=24 * GIB)
+    assert (plan.seeds, plan.pool) == (MIN_SEEDS, MIN_POOL)
+    # parkable: the second seed, the sealed and the re-verification sets (never the first
+    # seed, the timed set or the pool's crossover)
+    assert plan.parked == 3 and "3 set(s) waiting in host memory" in plan.reason
+    less = plan_sets(110 * GIB, 8 * GIB, 8 * GIB, seeds=3, pool=4, fixed=3, held=True,
+                     reference_peak=24 * GIB)
+    assert 0 < less.parked < 3
+    assert _fits(less, 110 * GIB, 8 * GIB, 8 * GIB, 24 * GIB, held=True)
+
+
+def test_the_working_memory_counts_the_measured_reference_step_and_the_calls() -> None:
+    assert working_bytes(GIB, GIB) == 5 * GIB + SLACK_BYTES  # the timed runs: 1 input, 4 outputs
+    assert working_bytes(GIB, 0) == int(3.5 * GIB) + SLACK_BYTES  # a crossover's temporaries
+    assert working_bytes(GIB, GIB, reference_peak=20 * GIB) == 20 * GIB + SLACK_BYTES
+    # a larger measured peak means fewer sets kept
+    light = plan_sets(100 * GIB, 4 * GIB, 4 * GIB, seeds=3, pool=4, fixed=3, held=True)
+    heavy = plan_sets(100 * GIB, 4 * GIB, 4 * GIB, seeds=3, pool=4, fixed=3, held=True,
+                      reference_peak=60 * GIB)
+    assert heavy.sets - heavy.parked < light.sets - light.parked
+
+
+def test_fewer_seeds_or_pool_sets_asked_for_are_never_raised() -> None:
+    plan = plan_sets(GIB, 8 * GIB, 8 * GIB, seeds=1, pool=1, fixed=2, held=True)
+    assert (plan.seeds, plan.pool) == (1, 1) and plan.parked == 1  # only the sealed set may wait
+
+
+def test_the_parent_judges_the_seeds_the_worker_kept_and_refuses_others() -> None:
+    from gate.cases import load_case
+    from gate.runner import _Judge
+    from gate.verdict import FailureKind, Tier
+
+    case = load_case(SAXPY)
+    judge = _Judge(case, Tier.INTERPRET, seeds=(11, 12, 13))
+    judge.handle(("seeds", "default", [11, 12]))
+    assert judge.verdict is None and judge.variant_seeds["default"] == (11, 12)
+    missing = judge._missing()
+    assert missing is not None and "seed 11" in missing  # still owed: the kept seeds' outputs
+    for bad in ([12, 13], [11], []):  # not the first ones, fewer than MIN_SEEDS, none
+        other = _Judge(case, Tier.INTERPRET, seeds=(11, 12, 13))
+        other.handle(("seeds", "default", bad))
+        assert other.verdict is not None and other.verdict.failure_kind is FailureKind.TAMPERING
+    late = _Judge(case, Tier.INTERPRET, seeds=(11, 12, 13))
+    late.handle(("refs_done",))
+    late.handle(("seeds", "default", [11, 12]))  # after the references closed: candidate code
+    assert late.verdict is not None and late.verdict.failure_kind is FailureKind.TAMPERING
+    twice = _Judge(case, Tier.INTERPRET, seeds=(11, 12, 13))
+    twice.handle(("seeds", "default", [11, 12, 13]))
+    twice.handle(("seeds", "default", [11, 12]))
+    assert twice.verdict is not None and twice.verdict.failure_kind is FailureKind.TAMPERING
+
+
+@pytest.mark.gpu
+def test_held_references_are_the_device_default_and_fit_on_a_large_problem(tmp_path: Path) -> None:
+    """A problem whose five-plus input sets and held references do not all fit on the device
+    (sized from its free memory) is gated with fewer sets and no out-of-memory."""
+    import torch
+
+    import gate
+
+    free, _ = torch.cuda.mem_get_info()
+    # one input set (and its output) of about a ninth of the free memory
+    rows = max(1024, int(free / 9 / 4 / 8192))
+    problem = tmp_path / "scale_rows.py"
+    problem.write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n        return x * 2.0\n\n\n"
+        f"rows = {rows}\ncols = 8192\n\n\ndef get_inputs():\n    return [torch.rand(rows, cols)]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    start = tmp_path / "scale_rows_start.py"
+    start.write_text(
+        "import torch\nimport triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        "def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n"
+        "    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    keep = offs < n\n    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=keep) * 2.0, mask=keep)\n\n\n"
+        "def run(x):\n    y = torch.empty_like(x)\n    n = x.numel()\n"
+        "    scale[(triton.cdiv(n, 4096),)](x, y, n, BLOCK=4096)\n    return y\n")
+    verdict = gate.check_file(start, gate.load_case(problem), "device", cache=False)
+    assert verdict.ok, verdict.reason
+    assert any("sized to the device's memory" in f for f in verdict.flags), verdict.flags
