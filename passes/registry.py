@@ -38,6 +38,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "causal-block-skip": ("passes.triton.masking", "CausalBlockSkip"),
     "tma-descriptors": ("passes.triton.tma", "TmaDescriptors"),
     # CUDA C++
+    "row-cache": ("passes.cuda.row_cache", "RowCache"),
     "vectorize-global": ("passes.cuda.memory", "VectorizeGlobal"),
     "smem-staging": ("passes.cuda.memory", "SmemStaging"),
     "restrict-readonly": ("passes.cuda.memory", "RestrictReadonly"),
@@ -50,6 +51,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "mma-intrinsics": ("passes.cuda.compute", "MmaIntrinsics"),
     "wgmma": ("passes.cuda.compute", "Wgmma"),
     "mma-micro-kernel": ("passes.cuda.mma_tile", "MmaMicroKernel"),
+    "gemm-schedule": ("passes.cuda.gemm_schedule", "GemmSchedule"),
     # algorithmic intents (detection only; the LLM rewriter performs them)
     "radix-select": ("passes.algorithmic", "RadixSelect"),
     "gemm-phase-decomposition": ("passes.algorithmic", "GemmPhaseDecomposition"),

@@ -719,7 +719,7 @@ class _Translator:
         init = [h for h in heads if ir.grammar_type_of(h) == "declaration"]
         rest = [h for h in heads if ir.grammar_type_of(h) != "declaration"]
         src = text(ir, nid)
-        header = src[:src.index(")") + 1] if ")" in src else src
+        header = src[:_closing(src, src.find("(")) + 1] if "(" in src else src
         # the header's parts in order: init; cond; update (each may be missing)
         parts = _header_parts(header)
         out: list[str] = []
@@ -938,6 +938,19 @@ def _loses_body(ir: KernelIR, nid: int) -> bool:
 def _STEP(pad: str) -> list[str]:
     """The step count a generated loop keeps (a loop that does not end is refused)."""
     return [f"{pad}    _n += 1", f"{pad}    if _n > {_STEP_LIMIT}: _step()"]
+
+
+def _closing(src: str, open_at: int) -> int:
+    """The position of the `)` that closes the `(` at `open_at` (the end when none does)."""
+    depth = 0
+    for i in range(max(open_at, 0), len(src)):
+        if src[i] == "(":
+            depth += 1
+        elif src[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    return len(src) - 1
 
 
 def _header_parts(header: str) -> tuple[bool, bool, bool]:

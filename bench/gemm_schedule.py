@@ -1,0 +1,265 @@
+"""Users' tiled GEMM kernels before and after `gemm-schedule`, against cuBLAS, in one process.
+
+    python3 bench/gemm_schedule.py --out OUT_DIR            # on a GPU (sm_80+)
+    python3 bench/gemm_schedule.py --out OUT_DIR --dry      # rewrite + NVRTC compile only (CPU)
+
+The starts: the tutorial 2-D block-tiling GEMM (tests/data/microkernels/blocktile_bf16.cu,
+launched on a (N / 128, M / 128) grid of 256 threads) and every GEMM of the CUDA style tier
+(bench/styles/cuda/cu_mm_*: a `.cu` with its host module, or a host module holding the kernel's
+source as a string — CuPy RawKernel, load_inline). For each, the rule is applied with the block
+the host launches; the rewritten kernel replaces the start's source in a copy of its host
+module, so the start and the rewrite run through the same host code. Both are checked against
+the case's reference, then cuBLAS (torch.matmul), the start and the rewrite are timed with
+`triton.testing.do_bench(..., return_mode="median")` (cuBLAS again last; the better of the two
+cuBLAS times is the reference). Writes result.json, result.md and the rewritten sources.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import json
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import kir  # noqa: E402
+from passes import PassContext, get_pass  # noqa: E402
+from passes.cuda.recognize import launch_block  # noqa: E402
+
+TUTORIAL = ROOT / "tests" / "data" / "microkernels" / "blocktile_bf16.cu"
+STYLES = ROOT / "bench" / "styles" / "cuda"
+
+
+def embedded(py_text: str) -> tuple[str, tuple[int, int]] | None:
+    """The CUDA source a host module holds as a string literal, and the literal's span."""
+    tree = ast.parse(py_text)
+    lines = py_text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                "__global__" in node.value:
+            a = starts[node.lineno - 1] + node.col_offset
+            b = starts[node.end_lineno - 1] + node.end_col_offset
+            return node.value, (a, b)
+    return None
+
+
+def rewrite(source: str, block: tuple[int, int, int] | None, arch: str) -> tuple[str, dict] | str:
+    """The rule's output and its site's detail, or its refusal."""
+    rule = get_pass("gemm-schedule").from_options(
+        {"block": f"{block[0]}x{block[1]}" if block else ""})
+    ir = kir.parse(source, "cuda")
+    sites = [s for s in rule.sites(ir) if not s.present]
+    if not sites:
+        return "gemm-schedule finds no site"
+    if "refused" in sites[0].detail:
+        return f"gemm-schedule refused: {sites[0].detail['refused']}"
+    result = rule.optimize(ir, sites[0], PassContext(facts={"arch": arch}))
+    if not result.ok:
+        return f"gemm-schedule refused: {getattr(result, 'reason', result)}"
+    return result.ir.text, dict(sites[0].detail)
+
+
+def style_starts() -> list[dict[str, Any]]:
+    """Each CUDA style GEMM: its case, start source, host text and how to rebuild the host."""
+    out = []
+    for case_dir in sorted(STYLES.glob("cu_mm_*")):
+        case = _load(case_dir / "case.py", f"kl_case_{case_dir.name}")
+        start = case_dir / case.START
+        if start.suffix == ".cu":
+            host = start.with_suffix(".py")
+            out.append({"name": case_dir.name, "case": case, "source": start.read_text(),
+                        "host": host, "host_text": host.read_text(), "kind": "cu"})
+        else:
+            text = start.read_text()
+            found = embedded(text)
+            if found is None:
+                continue
+            out.append({"name": case_dir.name, "case": case, "source": found[0], "host": start,
+                        "host_text": text, "kind": "py", "span": found[1]})
+    return out
+
+
+def _load(path: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def rebuilt_host(start: dict[str, Any], text: str, where: Path) -> Path:
+    """A copy of the start's host module in `where` whose kernel source is `text`."""
+    where.mkdir(parents=True, exist_ok=True)
+    host = where / start["host"].name
+    if start["kind"] == "cu":
+        shutil.copy(start["host"], host)
+        (where / start["host"].with_suffix(".cu").name).write_text(text)
+    else:
+        a, b = start["span"]
+        host_text = start["host_text"]
+        host.write_text(host_text[:a] + repr(text) + host_text[b:])
+    return host
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--dry", action="store_true", help="rewrite and compile only (no GPU)")
+    ap.add_argument("--budget", type=float, default=200.0,
+                    help="seconds after which no further start is measured")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    began = time.time()
+    arch = "sm_90a"
+    if not args.dry:
+        from experts import cudahost  # noqa: PLC0415
+
+        arch = cudahost.default_arch()
+    ctx_arch = "sm_90" if arch.startswith("sm_9") else arch.rstrip("a")
+    record: dict[str, Any] = {"size": args.size, "arch": arch, "starts": {}}
+    work = Path(tempfile.mkdtemp(prefix="kl_gemm_schedule_"))
+    entries: dict[str, dict[str, Any]] = {}
+    # the tutorial start (no host module: launched here)
+    tut = TUTORIAL.read_text()
+    got = rewrite(tut, (256, 1, 1), ctx_arch)
+    entries["tutorial_blocktile"] = {"source": tut, "rewrite": got, "block": (256, 1, 1)}
+    for start in style_starts():
+        block = launch_block(kir.parse(start["source"], "cuda"), host=start["host_text"]).dims
+        got = rewrite(start["source"], block, ctx_arch)
+        entries[start["name"]] = {"source": start["source"], "rewrite": got, "block": block,
+                                  "start": start}
+    for name, e in entries.items():
+        (args.out / f"{name}.start.cu").write_text(e["source"])
+        if isinstance(e["rewrite"], str):
+            print(f"{name}: {e['rewrite']}", flush=True)
+            record["starts"][name] = {"refused": e["rewrite"], "block": e["block"]}
+            continue
+        (args.out / f"{name}.gemm_schedule.cu").write_text(e["rewrite"][0])
+        record["starts"][name] = {"site": e["rewrite"][1], "block": e["block"]}
+        print(f"{name}: rewritten ({e['rewrite'][1]})", flush=True)
+    if args.dry:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from nvrtc_helpers import ptx_for_sm90a  # noqa: PLC0415
+
+        from gate.hostforms import device_source  # noqa: PLC0415
+
+        for name, e in entries.items():
+            if not isinstance(e["rewrite"], str):
+                ptx = ptx_for_sm90a(device_source(e["rewrite"][0]))
+                record["starts"][name]["ptx_mma"] = ptx.count("mma.sync")
+                print(f"compiled {name}: {ptx.count('mma.sync')} mma.sync", flush=True)
+        (args.out / "result.json").write_text(json.dumps(record, indent=2, default=str))
+        return 0
+    _measure(args, entries, record, work, began)
+    return 0
+
+
+def _measure(args: argparse.Namespace, entries: dict[str, dict[str, Any]], record: dict[str, Any],
+             work: Path, began: float) -> None:
+    import torch
+    from triton.testing import do_bench
+
+    from experts import cudahost
+
+    record["device"] = torch.cuda.get_device_name()
+    s = args.size
+    rows = []
+    for name, e in entries.items():
+        if isinstance(e["rewrite"], str):
+            continue
+        if time.time() - began > args.budget:
+            record["starts"][name]["skipped"] = "time budget spent"
+            continue
+        try:
+            runs, inputs, reference = _runs(name, e, s, work, cudahost)
+            times: dict[str, float] = {"cublas": do_bench(reference, return_mode="median")}
+            want = reference().float()
+            errs = {}
+            for label, fn in runs.items():
+                got = fn().float()
+                errs[label] = ((got - want).abs().max() / want.abs().max()).item()
+                times[label] = do_bench(fn, return_mode="median")
+            times["cublas_again"] = do_bench(reference, return_mode="median")
+            cublas = min(times["cublas"], times["cublas_again"])
+            rec = record["starts"][name]
+            rec.update({"ms": times, "max_rel_err": errs,
+                        "vs_cublas": {k: cublas / v for k, v in times.items()},
+                        "speedup": times["start"] / times["rewrite"]})
+            rows.append((name, times["start"], times["rewrite"], cublas, errs))
+            print(f"{name}: start {times['start']:.3f} ms ({cublas / times['start']:.3f}x cuBLAS), "
+                  f"rewrite {times['rewrite']:.3f} ms ({cublas / times['rewrite']:.3f}x cuBLAS), "
+                  f"errs {errs}", flush=True)
+        except Exception as exc:  # noqa: BLE001 — one start failing must not lose the others
+            traceback.print_exc()
+            record["starts"][name]["error"] = f"{type(exc).__name__}: {exc}"
+        (args.out / "result.json").write_text(json.dumps(record, indent=2, default=str))
+    record["when"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    (args.out / "result.json").write_text(json.dumps(record, indent=2, default=str))
+    lines = [f"# gemm-schedule at {s}^3 on {record['device']}", "",
+             "| start | start ms | rewrite ms | cuBLAS ms | start vs cuBLAS | rewrite vs cuBLAS | "
+             "max rel err (start, rewrite) |", "|---|---:|---:|---:|---:|---:|---|"]
+    for name, ts, tr, tc, errs in rows:
+        lines.append(f"| {name} | {ts:.3f} | {tr:.3f} | {tc:.3f} | {tc / ts:.3f} | {tc / tr:.3f} | "
+                     f"{errs['start']:.1e}, {errs['rewrite']:.1e} |")
+    for name, rec in record["starts"].items():
+        if "refused" in rec or "error" in rec or "skipped" in rec:
+            lines.append(f"| {name} | {rec.get('refused') or rec.get('error') or rec['skipped']} "
+                         "| | | | | |")
+    (args.out / "result.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def _runs(name: str, e: dict[str, Any], s: int, work: Path, cudahost: Any
+          ) -> tuple[dict[str, Callable[[], Any]], tuple, Callable[[], Any]]:
+    """(start and rewrite as zero-argument calls on the timed inputs, the inputs, cuBLAS)."""
+    import torch
+
+    from gate.hostforms import entry
+
+    if "start" not in e:  # the tutorial kernel: launched here
+        a = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty(s, s, device="cuda", dtype=torch.bfloat16)
+        stream = torch.cuda.current_stream()
+
+        def launcher(text: str, label: str) -> Callable[[], Any]:
+            func = cudahost.get_function(cudahost.compile_source(text, name=f"{label}.cu"),
+                                         "sgemm_blocktile")
+
+            def run() -> Any:
+                cudahost.launch(func, ((s + 127) // 128, (s + 127) // 128), (256, 1, 1), 0,
+                                [s, s, s, 1.0, a, b, 0.0, c], stream)
+                return c
+            return run
+        return ({"start": launcher(e["source"], f"{name}_start"),
+                 "rewrite": launcher(e["rewrite"][0], f"{name}_rewrite")}, (a, b),
+                lambda: torch.matmul(a, b))
+    start = e["start"]
+    case = start["case"]
+    shape = dict(case.SHAPES["default"])
+    for key in ("M", "N", "K"):
+        if key in shape:
+            shape[key] = s
+    inputs = case.make_inputs(shape, 0, "cuda")
+    original = _load(start["host"], f"kl_host_start_{name}")
+    rebuilt = _load(rebuilt_host(start, e["rewrite"][0], work / name), f"kl_host_rewrite_{name}")
+    case_path = str(STYLES / name / "case.py")
+    f_start, f_rewrite = entry(original, case_path), entry(rebuilt, case_path)
+    return ({"start": lambda: f_start(*inputs), "rewrite": lambda: f_rewrite(*inputs)}, inputs,
+            lambda: case.reference(*inputs))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,544 @@
+"""What a recognized GEMM micro-kernel computes in global terms: which global matrices its shared
+tiles are staged from, laid out how, bounded by which parameters, for which output block.
+
+`passes.cuda.gemm_eval` reads the K loop's inner region: two shared tiles P (BM x BK) and Q
+(BK x BN), and which output cell of the block tile each thread's accumulator holds. This module
+reads the rest of the kernel up to the end of the K loop — the staging of the tiles in whatever
+form the user wrote it (guarded temporaries, ternaries, pointer bumps, 2-D or flattened tiles,
+fp32 tiles of converted 16-bit elements, loads spread over loops) — by running it, thread by
+thread, on probe values: integer parameters get distinct odd values, pointer parameters become
+symbolic bases, `blockIdx` a few probe blocks, and the region is replaced by a tick that counts
+K steps. What the shared tiles hold at each tick must then be exactly
+
+    P(m, k) = A[(m0 + m) * sm + (t * BK + k) * sk]   where m0 + m < M and t * BK + k < K, else 0
+    Q(k, n) = B[(t * BK + k) * sk' + (n0 + n) * sn'] where n0 + n < N and t * BK + k < K, else 0
+
+with one of each pair of strides 1 and the other the value of an integer parameter (the
+leading dimension), m0 = blockIdx.{x|y} * BM and n0 = blockIdx.{y|x} * BN, and M, N, K integer
+parameters whose values bound the zero fill; the K loop runs ceil(K / BK) times. The
+hypothesis is fitted on a few elements and then checked on every element of every probe:
+a kernel that does anything else is refused with the reason.
+
+No GPU library is imported here.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from passes.cuda._tree import Scope, block_items, children, declared_names, text
+from passes.cuda.gemm_eval import (GemmTile, Refusal, Tile, _cdiv, _cmod, _and, _or, _not, _sel,
+                                   _min, _max, _k, _Kernel, _Local, _Translator, _is_sync,
+                                   _STEP_LIMIT, element_kind, _TRIVIA)
+
+if TYPE_CHECKING:
+    from kir import KernelIR
+
+_IDENTITY = re.compile(r"^(?:__float2bfloat16(?:_rn)?|__float2half(?:_rn)?|__bfloat162float|"
+                       r"__half2float|__float2float|float|static_cast|__ldg|__nv_bfloat16|__half|"
+                       r"half|nv_bfloat16)$")
+_TICK_LIMIT = 2
+"""K steps the wide probe follows (the narrow probe runs the K loop to its end)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Operand:
+    """One global operand: element (mn, k) at `ptr[mn * ld + k]` (k contiguous) or
+    `ptr[k * ld + mn]` (mn contiguous); `ld` names an integer parameter."""
+
+    ptr: str
+    k_contiguous: bool
+    ld: str
+    bound: str
+    """The integer parameter bounding mn (M for A, N for B)."""
+    axis: str
+    """The blockIdx component that steps the block's origin along mn (`x` or `y`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalGemm:
+    """C[m][n] = sum_k A(m, k) B(k, n) as the kernel stages it, per output block BM x BN."""
+
+    kernel: str
+    a: Operand
+    b: Operand
+    k: str
+    """The integer parameter bounding k (and the K loop's trip count)."""
+    dtype: str
+    """Element type of both global operands: bf16 | fp16."""
+    tile: GemmTile
+
+    def to_json(self) -> dict[str, Any]:
+        def op(o: Operand, mn: str) -> dict[str, Any]:
+            return {"pointer": o.ptr, "layout": f"{mn}k" if o.k_contiguous else f"k{mn}",
+                    "ld": o.ld, "bound": o.bound, "block_axis": o.axis}
+
+        return {"kernel": self.kernel, "dtype": self.dtype, "A": op(self.a, "m"),
+                "B": op(self.b, "n"), "K": self.k,
+                "block_tile": [self.tile.bm, self.tile.bn, self.tile.bk],
+                "block": list(self.tile.block)}
+
+
+# ---------------------------------------------------------------------------------------------
+# symbolic global memory
+
+
+class _GElem:
+    """The element `ptr[off]` of a global operand, as staged (conversions do not change it)."""
+
+    __slots__ = ("ptr", "off")
+
+    def __init__(self, ptr: str, off: int) -> None:
+        self.ptr, self.off = ptr, off
+
+    def _refuse(self, *_: Any) -> Any:
+        raise Refusal("the staging computes with a loaded element (it must copy it)")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = __neg__ = _refuse
+
+    def __bool__(self) -> bool:
+        raise Refusal("a branch of the staging depends on a loaded element")
+
+
+class _GPtr:
+    """A pointer parameter (or a pointer derived from one) at element offset `off`."""
+
+    __slots__ = ("ptr", "off")
+
+    def __init__(self, ptr: str, off: int = 0) -> None:
+        self.ptr, self.off = ptr, off
+
+    def __add__(self, other: Any) -> _GPtr:
+        if isinstance(other, bool) or not isinstance(other, int):
+            raise Refusal(f"the pointer {self.ptr} is moved by a non-integer")
+        return _GPtr(self.ptr, self.off + int(other))
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Any) -> _GPtr:
+        return self.__add__(-other)
+
+    def _refuse(self, *_: Any) -> Any:
+        raise Refusal(f"the pointer {self.ptr} is used other than to index it")
+
+    __mul__ = __rmul__ = __truediv__ = __lt__ = __gt__ = __le__ = __ge__ = _refuse
+
+    def __bool__(self) -> bool:
+        raise Refusal(f"a branch depends on the pointer {self.ptr}")
+
+
+class _Stop(Exception):
+    """The probe followed the K steps it needs."""
+
+
+def _read(obj: Any, idx: tuple) -> Any:
+    if isinstance(obj, _GPtr):
+        if len(idx) != 1:
+            raise Refusal(f"the pointer {obj.ptr} is indexed twice")
+        i = idx[0]
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise Refusal(f"the pointer {obj.ptr} is indexed by a non-integer")
+        return _GElem(obj.ptr, obj.off + i)
+    if isinstance(obj, _Local):
+        return obj[_k(*idx)]
+    raise Refusal("an element read through something other than a pointer or register array")
+
+
+# ---------------------------------------------------------------------------------------------
+# translating the kernel up to the end of the K loop
+
+
+class _StagingTranslator(_Translator):
+    """The kernel's statements up to the end of the K loop -> Python; the GEMM region becomes a
+    tick, barriers vanish, shared stores are recorded and global reads are symbolic."""
+
+    def __init__(self, k: _Kernel, region: set[int], ints: list[str], pointers: list[str]) -> None:
+        super().__init__(k, [], set())
+        self.region = region
+        self.ints, self.pointers = ints, pointers
+        self.ticked = False
+
+    def name(self, name: str) -> str:
+        if name in self.declared or name in self.outer_written:
+            return f"v_{name}"
+        if name in self.k.shared:
+            raise Refusal(f"the shared array {name} is used other than by element")
+        if name in self.ints or name in self.pointers:
+            return f"v_{name}"
+        value = self.k.constant(name)
+        if value is not None:
+            return str(value)
+        if name in self.k.scope.params:
+            raise Refusal(f"the staging depends on the parameter {name} (neither an integer nor "
+                          "a 16-bit pointer)")
+        raise Refusal(f"{name} is used before the staging declares it")
+
+    def outer(self, name: str, array: bool) -> None:
+        if name in self.pointers or name in self.ints:
+            return
+        super().outer(name, array)
+
+    def stmt(self, nid: int, pad: str, body: int | None = None) -> list[str]:
+        ir = self.k.ir
+        if nid in self.region:
+            if self.ticked:
+                return []
+            self.ticked = True
+            return [f"{pad}_tick()"]
+        if _is_sync(ir, nid):
+            return []
+        gtype = ir.grammar_type_of(nid)
+        if gtype in ("break_statement", "continue_statement", "return_statement", "goto_statement",
+                     "do_statement", "switch_statement"):
+            raise Refusal(f"a {gtype.replace('_', ' ')} in the staging")
+        return super().stmt(nid, pad, body)
+
+    def declaration(self, nid: int, pad: str) -> list[str]:
+        ir = self.k.ir
+        if "__shared__" in text(ir, nid):
+            return []
+        return super().declaration(nid, pad)
+
+    def effect(self, nid: int) -> list[str]:
+        ir = self.k.ir
+        if ir.grammar_type_of(nid) == "assignment_expression":
+            kids = children(ir, nid)
+            target = kids[0]
+            while ir.grammar_type_of(target) == "parenthesized_expression":
+                target = children(ir, target)[0]
+            if ir.grammar_type_of(target) == "subscript_expression":
+                base, idx = self.subscripts(target)
+                if base in self.k.shared:
+                    if ir.attrs_of(nid).get("op", "=") != "=":
+                        raise Refusal(f"the staging updates {base} in place")
+                    return [f"_st({base!r}, ({', '.join(idx)},), {self.expr(kids[-1])})"]
+        if ir.grammar_type_of(nid) == "call_expression":
+            raise Refusal(f"a call of {ir.attrs_of(nid).get('callee') or '?'} in the staging")
+        return super().effect(nid)
+
+    def expr(self, nid: int) -> str:
+        ir = self.k.ir
+        if ir.grammar_type_of(nid) == "subscript_expression":
+            base, idx = self.subscripts(nid)
+            if base in self.k.shared:
+                raise Refusal(f"the staging reads the shared array {base}")
+            return f"_rd({self.name(base)}, ({', '.join(idx)},))"
+        if ir.grammar_type_of(nid) == "sizeof_expression":
+            raise Refusal("a sizeof in the staging")
+        return super().expr(nid)
+
+    def builtin(self, spelled: str) -> str:
+        m = re.fullmatch(r"\s*(threadIdx|blockDim|blockIdx|gridDim)\s*\.\s*([xyz])\s*", spelled)
+        if m is None:
+            raise Refusal(f"a member access {spelled.strip()[:40]} in the staging")
+        what, axis = m.groups()
+        if what == "gridDim":
+            raise Refusal("the staging depends on gridDim")
+        if axis == "z":
+            return "0"
+        return {"threadIdx": "_t", "blockDim": "_b", "blockIdx": "_c"}[what] + axis
+
+    def call(self, nid: int, kids: list[int]) -> str:
+        ir = self.k.ir
+        name = (ir.attrs_of(nid).get("callee") or "").split("::")[-1].split("<")[0]
+        if _IDENTITY.match(name):
+            args = [c for c in children(ir, kids[-1]) if ir.grammar_type_of(c) not in _TRIVIA]
+            if len(args) == 1:
+                return self.expr(args[0])
+        return super().call(nid, kids)
+
+
+def _kernel_params(k: _Kernel) -> tuple[list[str], list[str], dict[str, str]]:
+    """(integer parameters, pointer parameters, pointer -> element kind) in declared order."""
+    ir = k.ir
+    ints, ptrs, kinds = [], [], {}
+    for nid in children(ir, next(c for c in _subtree_first(ir, k.fn, "parameter_list"))):
+        if ir.grammar_type_of(nid) != "parameter_declaration":
+            continue
+        spelled = text(ir, nid)
+        for name, ident, _ in declared_names(ir, nid):
+            tname = next((text(ir, c) for c in children(ir, nid)
+                          if ir.grammar_type_of(c) in ("type_identifier", "primitive_type",
+                                                       "sized_type_specifier",
+                                                       "qualified_identifier")), "")
+            tname = k.types.get(tname, tname)
+            if "*" in spelled:
+                ptrs.append(name)
+                kinds[name] = element_kind(tname)
+            elif re.search(r"\b(?:int|long|unsigned|size_t|int64_t|int32_t|uint32_t|short)\b",
+                           tname):
+                ints.append(name)
+    return ints, ptrs, kinds
+
+
+def _subtree_first(ir: KernelIR, fn: int, gtype: str) -> list[int]:
+    from passes.cuda._tree import subtree  # noqa: PLC0415
+
+    return [n for n in subtree(ir, fn) if ir.grammar_type_of(n) == gtype][:1]
+
+
+class _StagingProgram:
+    """The kernel up to the end of its K loop as a Python function of one thread."""
+
+    def __init__(self, k: _Kernel, tile: GemmTile, ints: list[str], pointers: list[str]) -> None:
+        ir = k.ir
+        body = children(ir, k.fn, "compound_statement")
+        if not body:
+            raise Refusal("the kernel has no body")
+        items = block_items(ir, body[0])
+        loop_at = next((i for i, it in enumerate(items) if (it.start, it.end) == tile.loop), None)
+        if loop_at is None:
+            raise Refusal("the K loop is not a statement of the kernel's body")
+        region = {n for n in _nodes_in(ir, body[0], tile.region)}
+        tr = _StagingTranslator(k, region, ints, pointers)
+        lines = tr.block([it.node for it in items[:loop_at + 1]], "    ")
+        if not tr.ticked:
+            raise Refusal("the K loop's inner region is not a statement of the K loop")
+        head = ["def _run(_tx, _ty, _bx, _by, _cx, _cy, _P, _st, _rd, _tick, _step):", "    _n = 0"]
+        head += [f"    v_{n} = _P[{n!r}]" for n in ints + pointers]
+        source = "\n".join(head + ["    " + line for line in tr.prelude] + lines)
+        namespace: dict[str, Any] = {"_cdiv": _cdiv, "_cmod": _cmod, "_Local": _Local, "_t": _truth,
+                                     "_and": _and, "_or": _or, "_not": _not, "_sel": _sel,
+                                     "_min": _min, "_max": _max, "_k": _k}
+        exec(compile(source, "<gemm-staging>", "exec"), namespace)  # noqa: S102 — our translation
+        self.fn = namespace["_run"]
+        self.source = source
+        self.shared = k.shared
+
+    def run(self, block: tuple[int, int], cta: tuple[int, int], params: dict[str, Any],
+            ticks: int | None) -> tuple[dict[tuple[str, int], list[tuple[int, Any]]], int]:
+        """Every thread of block `cta` run on `params`: the stores of each shared element as
+        (tick, value) in order, and the number of ticks (K steps) the K loop made."""
+        bx, by = block
+        stores: dict[tuple[str, int], list[tuple[int, Any]]] = {}
+        count = [0]
+
+        def st(arr: str, idx: tuple, value: Any) -> None:
+            dims = self.shared[arr].dims
+            if len(idx) != len(dims):
+                raise Refusal(f"the shared array {arr} is written through a partial subscript")
+            flat = 0
+            for i, d in zip(idx, dims):
+                if isinstance(i, bool) or not isinstance(i, int) or i < 0 or (d >= 0 and i >= d):
+                    raise Refusal(f"the staging writes {arr} out of its bounds")
+                flat = flat * max(d, 1) + i
+            if not (isinstance(value, _GElem) or (isinstance(value, (int, float))
+                                                  and not isinstance(value, bool) and value == 0)):
+                raise Refusal(f"the staging stores into {arr} something other than a global "
+                              "element or zero")
+            stores.setdefault((arr, flat), []).append((count[0], value))
+
+        def tick() -> None:
+            count[0] += 1
+            if ticks is not None and count[0] >= ticks:
+                raise _Stop()
+
+        def step() -> None:
+            raise Refusal("the staging does not end within the step limit")
+
+        trips = []
+        for ty in range(by):
+            for tx in range(bx):
+                count[0] = 0
+                try:
+                    self.fn(tx, ty, bx, by, cta[0], cta[1], params, st, _read, tick, step)
+                except _Stop:
+                    pass
+                except (TypeError, ValueError, ZeroDivisionError, RecursionError, IndexError,
+                        KeyError) as exc:
+                    raise Refusal(f"the staging does something the rule does not read ({exc})") \
+                        from None
+                trips.append(count[0])
+        if len(set(trips)) != 1:
+            raise Refusal("the threads run the K loop different numbers of times")
+        return stores, trips[0]
+
+
+def _truth(x: Any) -> bool:
+    return bool(x)
+
+
+def _nodes_in(ir: KernelIR, root: int, spans: tuple[tuple[int, int], ...]) -> list[int]:
+    from passes.cuda._tree import subtree  # noqa: PLC0415
+
+    out = []
+    for nid in subtree(ir, root):
+        s = ir.span_of(nid)
+        if any(s.start >= a and s.end <= b for a, b in spans) and \
+                (ir.parent_of(nid) is None or not any(
+                    ir.span_of(ir.parent_of(nid)).start >= a and ir.span_of(ir.parent_of(nid)).end <= b
+                    for a, b in spans)):
+            out.append(nid)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# fitting the global meaning
+
+
+def _state(stores: dict[tuple[str, int], list[tuple[int, Any]]], arr: str, flat: int,
+           tick: int) -> Any:
+    """What element `flat` of `arr` holds when K step `tick` reads it (None: never written)."""
+    got = None
+    for t, v in stores.get((arr, flat), []):
+        if t <= tick:
+            got = v
+    return got
+
+
+def _probe_values(ints: list[str], big: int, small: int) -> list[dict[str, int]]:
+    """Two assignments of distinct odd values: every integer large; then every integer small
+    except those `big` must stay large (filled in by the caller)."""
+    return [{n: big + 2 * i for i, n in enumerate(ints)},
+            {n: small + 2 * i for i, n in enumerate(ints)}]
+
+
+def trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
+    """The global meaning of `tile`'s kernel (see the module docstring), or `Refusal`."""
+    scope = Scope(ir)
+    fn = scope.functions.get(tile.kernel)
+    if fn is None:
+        raise Refusal(f"the kernel {tile.kernel} is not defined in the unit")
+    k = _Kernel(ir, scope, fn)
+    ints, ptrs, kinds = _kernel_params(k)
+    if len(ints) < 3:
+        raise Refusal("the kernel has fewer than three integer parameters (M, N, K)")
+    program = _StagingProgram(k, tile, ints, ptrs)
+    bm, bn, bk = tile.bm, tile.bn, tile.bk
+    big = 2 * max(bm, bn) + 1
+    wide = {n: big + 2 * i for i, n in enumerate(ints)}
+    blocks = [(0, 0), (1, 0), (0, 1), (2, 2)]
+    runs = []
+    for cta in blocks:
+        stores, _ = program.run(tile.block, cta, {**wide, **{p: _GPtr(p) for p in ptrs}},
+                                _TICK_LIMIT)
+        runs.append((wide, cta, stores, _TICK_LIMIT))
+    a = _fit(tile.a, bm, bk, runs, wide, "the first", rows=True)
+    b = _fit(tile.b, bn, bk, runs, wide, "the second", rows=False)
+    if a.axis == b.axis:
+        raise Refusal("the output block's rows and columns follow the same blockIdx component")
+    # the narrow probe: K (and every other integer but the two bounds) small, the K loop to its end
+    narrow = {n: (wide[n] if n in (a.bound, b.bound) else 2 * bk + 3 + 2 * i)
+              for i, n in enumerate(ints)}
+    if len(set(narrow.values())) != len(narrow):
+        raise Refusal("the probe values of the integer parameters collide")
+    for cta in ((0, 0), (2, 2)):
+        stores, trips = program.run(tile.block, cta, {**narrow, **{p: _GPtr(p) for p in ptrs}},
+                                    None)
+        runs.append((narrow, cta, stores, trips))
+    kb = _k_bound(tile.a, bk, runs[-2:], a, narrow, "the first", rows=True)
+    if _k_bound(tile.b, bk, runs[-2:], b, narrow, "the second", rows=False) != kb:
+        raise Refusal("the two tiles' k are bounded by different parameters")
+    for values, cta, stores, trips in runs[-2:]:
+        want = -(-values[kb] // bk)
+        if trips != want:
+            raise Refusal(f"the K loop makes {trips} steps where ceil({kb} / {bk}) = {want}")
+    for t, op, rows in ((tile.a, a, True), (tile.b, b, False)):
+        _check(t, bm if rows else bn, bk, runs, op, kb, rows)
+    if kinds.get(a.ptr) != kinds.get(b.ptr) or kinds.get(a.ptr) not in ("bf16", "fp16"):
+        raise Refusal(f"the global operands are {kinds.get(a.ptr)} and {kinds.get(b.ptr)} "
+                      "(bf16 or fp16 both expected)")
+    return GlobalGemm(tile.kernel, a, b, kb, kinds[a.ptr], tile)
+
+
+def _cells(t: Tile, extent: int, bk: int) -> list[tuple[int, int, int]]:
+    return [(mn, kk, t.base + mn * t.s_mn + kk * t.s_k) for mn in range(extent) for kk in range(bk)]
+
+
+def _fit(t: Tile, extent: int, bk: int, runs: list, values: dict[str, int], which: str,
+         rows: bool) -> Operand:
+    """The operand hypothesis of tile `t` from the wide probe's first blocks."""
+    name = "rows" if rows else "columns"
+    first = runs[0][2]
+
+    def elem(stores: Any, mn: int, kk: int) -> _GElem:
+        v = _state(stores, t.array, t.base + mn * t.s_mn + kk * t.s_k, 0)
+        if not isinstance(v, _GElem):
+            raise Refusal(f"{which} tile's first element is not staged from global memory")
+        return v
+
+    e00, e10, e01 = elem(first, 0, 0), elem(first, 1, 0), elem(first, 0, 1)
+    if len({e00.ptr, e10.ptr, e01.ptr}) != 1 or e00.off != 0:
+        raise Refusal(f"{which} tile's first block does not start at its matrix's origin")
+    d_mn, d_k = e10.off, e01.off
+    if d_k == 1:
+        k_contiguous, ld = True, d_mn
+    elif d_mn == 1:
+        k_contiguous, ld = False, d_k
+    else:
+        raise Refusal(f"neither the k nor the {name} of {which} tile are contiguous in memory")
+    lds = [n for n, v in values.items() if v == ld]
+    if len(lds) != 1:
+        raise Refusal(f"the leading dimension of {which} tile's matrix is not an integer "
+                      "parameter")
+    unit = 1 if k_contiguous else 0
+    axis = None
+    for ax, cta in (("x", (1, 0)), ("y", (0, 1))):
+        stores = next(s for _, c, s, _ in runs if c == cta)
+        v = _state(stores, t.array, t.base, 0)
+        if isinstance(v, _GElem) and v.ptr == e00.ptr:
+            origin = v.off // ld if unit else v.off
+            if origin == extent and (v.off % ld == 0 or not unit):
+                if axis is not None:
+                    raise Refusal(f"both blockIdx components step {which} tile's {name}")
+                axis = ax
+    if axis is None:
+        raise Refusal(f"no blockIdx component steps {which} tile's {name} by the tile")
+    # the bound: the first zero-filled row of the last probe block, at k in bounds
+    corner = next(s for _, c, s, _ in runs if c == (2, 2))
+    first_zero = None
+    for mn in range(extent):
+        v = _state(corner, t.array, t.base + mn * t.s_mn, 0)
+        if not isinstance(v, _GElem):
+            first_zero = 2 * extent + mn
+            break
+    if first_zero is None:
+        raise Refusal(f"the staging of {which} tile does not zero-fill past its {name}' bound "
+                      "(a bounds-checked staging is needed to tell the bound)")
+    bounds = [n for n, v in values.items() if v == first_zero]
+    if len(bounds) != 1:
+        raise Refusal(f"{which} tile's {name} are bounded by no integer parameter")
+    return Operand(e00.ptr, k_contiguous, lds[0], bounds[0], axis)
+
+
+def _k_bound(t: Tile, bk: int, runs: list, op: Operand, values: dict[str, int], which: str,
+             rows: bool) -> str:
+    """The parameter bounding k: the first zero-filled k of the narrow probe's last K step."""
+    _, _, stores, trips = runs[0]
+    last = trips - 1
+    for kk in range(bk):
+        v = _state(stores, t.array, t.base + kk * t.s_k, last)
+        if not isinstance(v, _GElem):
+            names = [n for n, val in values.items() if val == last * bk + kk]
+            if len(names) != 1:
+                break
+            return names[0]
+    raise Refusal(f"the staging of {which} tile does not zero-fill past K (a bounds-checked "
+                  "staging is needed)")
+
+
+def _check(t: Tile, extent: int, bk: int, runs: list, op: Operand, kb: str, rows: bool) -> None:
+    """Every element of every probe is what the hypothesis says."""
+    which = "the first" if rows else "the second"
+    for values, cta, stores, trips in runs:
+        block = cta[0] if op.axis == "x" else cta[1]
+        origin = block * extent
+        ld = values[op.ld]
+        for tick in range(trips):
+            for mn, kk, flat in _cells(t, extent, bk):
+                g_mn, g_k = origin + mn, tick * bk + kk
+                v = _state(stores, t.array, flat, tick)
+                if v is None:
+                    raise Refusal(f"the staging leaves element ({mn}, {kk}) of {which} tile "
+                                  "unwritten")
+                inside = g_mn < values[op.bound] and g_k < values[kb]
+                if not inside:
+                    if isinstance(v, _GElem):
+                        raise Refusal(f"the staging of {which} tile reads past its bounds")
+                    continue
+                want = g_mn * ld + g_k if op.k_contiguous else g_k * ld + g_mn
+                if not isinstance(v, _GElem) or v.ptr != op.ptr or v.off != want:
+                    raise Refusal(f"element ({mn}, {kk}) of {which} tile is not its matrix's "
+                                  f"element at step {tick}")

@@ -1,0 +1,530 @@
+"""`gemm-schedule`: a recognized tiled GEMM kernel keeps its signature, launch and epilogue and
+gets an expert schedule for its main loop.
+
+What the kernel computes is read in two steps: `passes.cuda.gemm_eval` finds the K loop's inner
+region (the shared tiles, the block tile BM x BN x BK, which output cell each of a thread's
+accumulators holds) and `passes.cuda.gemm_global` traces the staging of the tiles back to global
+memory (the two operands' pointers, row- or column-major layouts, leading dimensions, the M / N /
+K parameters that bound them, which blockIdx component steps rows and columns). With that the
+kernel's body becomes:
+
+- a persistent loop over 128 x 128 output tiles (grouped for L2 reuse) that works with whatever
+  grid the user's host launches (blockIdx / gridDim linearized; a block beyond the tile count
+  does nothing);
+- per tile, a K loop over 32-deep slices staged by `cp.async` in 16-byte chunks (zero-filled
+  past M, N and K; element copies where a leading dimension or base is not 16-byte aligned) into
+  a ring of padded shared tiles, read with `ldmatrix` into `mma.sync m16n8k16` on warp tiles of
+  several mma tiles (fp32 accumulation);
+- per user-sized block the tile covers, the user's own body with `blockIdx` replaced by that
+  block's coordinates and the K loop replaced by an exchange of the accumulator fragments
+  (through shared memory) into the user's accumulators, so the user's epilogue (alpha / beta,
+  bias, activation, bounds, conversion) writes the output as before.
+
+Preconditions (each refusal says which): the kernel is a GEMM micro-kernel `gemm_eval` reads and
+whose staging `gemm_global` traces; bf16 / fp16 global operands; the block size is known (the
+host's launch, the `block` fact or option, `__launch_bounds__`) and is 4, 8, 16 or 32 warps; the
+user's block tile divides 128 x 128; the body has no `return` (a block leaving the persistent
+loop early would strand the others at its barriers); static shared memory fits 48 KiB (the
+user's launch passes no dynamic shared memory for it); `arch >= sm_80`. Deterministic. The
+de-optimization turns the rule's output back into a plain tiled kernel with synchronous scalar
+staging and scalar multiply-adds into the same accumulators (`scalar_form`), which the rule
+reads again to give the same output, so the rule can stand in a lineage.
+
+Positions are byte offsets of `KernelIR.source`. No GPU library is imported here.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from passes._source import ByteEdit, finish, make_site
+from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
+from passes.cuda._asm import helper_insert_at
+from passes.cuda._c import CSource, Function, functions
+from passes.cuda._tree import Scope
+from passes.cuda.annotations import CUDA
+from passes.cuda.gemm_eval import GemmTile, Refusal, find_gemm_tiles, _Kernel
+from passes.cuda.gemm_global import GlobalGemm, Operand, trace
+from passes.cuda.mma_tile import HELPERS as MMA_HELPERS, _block_option, bit_sum_text
+
+if TYPE_CHECKING:
+    from anchors import AnchorIndex
+    from kir import KernelIR
+
+PREFIX = "kl_gs_"
+STATIC_SHARED_LIMIT = 48 * 1024
+TILE_M, TILE_N, TILE_K = 128, 128, 32
+PAD = 8
+"""Elements of padding per shared row (16 bytes: ldmatrix rows fall in distinct bank groups)."""
+MARK = "// gemm-schedule: "
+_WARPS = {4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8)}
+
+HELPERS = r"""// ---- 16-byte asynchronous staging of 128-wide, 32-deep GEMM slices (cp.async, zero fill) ----
+__device__ __forceinline__ void kl_gs_cp16(void* dst, const void* src, int bytes) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void kl_gs_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void kl_gs_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
+// one operand's slice into a padded shared tile: KC (k contiguous in memory) keeps it as
+// tile[mn][PITCH] from g[mn * ld + k], else as tile[k][PITCH] from g[k * ld + mn]; elements past
+// mn_end / k_end are zero; VEC: 16-byte copies (ld a multiple of 8, g 16-byte aligned)
+template <bool KC, int MN, int BK, int PITCH, int NT>
+__device__ __forceinline__ void kl_gs_load(unsigned short* tile, const unsigned short* g, long ld,
+                                           int mn0, int k0, int mn_end, int k_end, bool vec, int tid) {
+  constexpr int CH = KC ? BK / 8 : MN / 8;
+  constexpr int ROWS = KC ? MN : BK;
+  for (int c = tid; c < ROWS * CH; c += NT) {
+    const int r = c / CH, e = (c % CH) * 8;
+    const int mn = KC ? mn0 + r : mn0 + e, k = KC ? k0 + e : k0 + r;
+    int valid;
+    long at;
+    if (KC) {
+      valid = mn < mn_end ? min(max(k_end - k, 0), 8) : 0;
+      at = (long)mn * ld + k;
+    } else {
+      valid = k < k_end ? min(max(mn_end - mn, 0), 8) : 0;
+      at = (long)k * ld + mn;
+    }
+    unsigned short* dst = tile + r * PITCH + e;
+    if (vec) {
+      kl_gs_cp16(dst, valid > 0 ? g + at : g, valid * 2);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dst[i] = i < valid ? g[at + i] : (unsigned short)0;
+    }
+  }
+}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """The expert schedule for one kernel: warps_m x warps_n warps, each a (16 mi) x (8 ni) warp
+    tile of the 128 x 128 tile; `stages` slots of padded 32-deep slices; the exchange's row
+    chunk and row pitch."""
+
+    threads: int
+    warps_m: int
+    warps_n: int
+    stages: int
+    chunk: int
+    ldx: int
+    smem: int
+    """Bytes of the ring (the exchange reuses them)."""
+
+    @property
+    def mi(self) -> int:
+        return TILE_M // self.warps_m // 16
+
+    @property
+    def ni(self) -> int:
+        return TILE_N // self.warps_n // 8
+
+
+def _slice_elems(op: Operand, mn: int) -> int:
+    """Elements of one operand's padded 32-deep slice of a `mn`-wide tile."""
+    return mn * (TILE_K + PAD) if op.k_contiguous else TILE_K * (mn + PAD)
+
+
+def plan(g: GlobalGemm, kept_shared: int) -> Schedule | str:
+    """The schedule for `g`, or why there is none. `kept_shared`: bytes of the user's shared
+    arrays the rewritten body still uses."""
+    t = g.tile
+    threads = t.block[0] * t.block[1]
+    if threads % 32 or threads // 32 not in _WARPS:
+        return f"the block of {threads} threads is not 4, 8, 16 or 32 warps"
+    if TILE_M % t.bm or TILE_N % t.bn or t.bn % 2:
+        return f"the {t.bm}x{t.bn} block tile does not divide the {TILE_M}x{TILE_N} tile"
+    wm, wn = _WARPS[threads // 32]
+    per_stage = 2 * (_slice_elems(g.a, TILE_M) + _slice_elems(g.b, TILE_N))
+    room = STATIC_SHARED_LIMIT - kept_shared
+    stages = min(4, room // per_stage)
+    if stages < 2:
+        return "no room for two slices of the 128x128x32 tile in 48 KiB of static shared memory"
+    smem = stages * per_stage
+    ldx = t.bn + 4
+    chunk = t.bm
+    while chunk > 1 and chunk * ldx * 4 > smem:
+        chunk //= 2
+    return Schedule(threads, wm, wn, stages, chunk, ldx, smem)
+
+
+# ---------------------------------------------------------------------------------------------
+# the emitted body
+
+
+def _mode(op: Operand, rows: bool) -> tuple[int, int, int]:
+    """(ldmatrix mode, stride 1, stride 2) of the kl_tc fragment readers for one operand's
+    slice: A (r, k) strides (SR, SK); B (k, n) strides (SK, SN)."""
+    mn = TILE_M if rows else TILE_N
+    if op.k_contiguous:
+        pitch = TILE_K + PAD
+        return (2, pitch, 1) if rows else (2, 1, pitch)
+    pitch = mn + PAD
+    return (3, 1, pitch) if rows else (3, pitch, 1)
+
+
+def _tid(t: GemmTile) -> str:
+    if t.block[1] == 1:
+        return "(int)threadIdx.x"
+    return f"((int)threadIdx.x + {t.block[0]} * (int)threadIdx.y)"
+
+
+def main_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
+    """The tile's K loop: cp.async ring, ldmatrix, mma.sync into `kl_gs_acc`."""
+    p = PREFIX
+    bf16 = "true" if g.dtype == "bf16" else "false"
+    a_el, b_el = _slice_elems(g.a, TILE_M), _slice_elems(g.b, TILE_N)
+    ma, sa1, sa2 = _mode(g.a, True)
+    mb, sb1, sb2 = _mode(g.b, False)
+    pa, pb = (TILE_K + PAD if g.a.k_contiguous else TILE_M + PAD,
+              TILE_K + PAD if g.b.k_contiguous else TILE_N + PAD)
+    ka, kb = ("true" if g.a.k_contiguous else "false", "true" if g.b.k_contiguous else "false")
+
+    def load(slot: str, kt: str) -> str:
+        return (f"kl_gs_load<{ka}, {TILE_M}, {TILE_K}, {pa}, {s.threads}>({p}sa + ({slot}) * {a_el}, "
+                f"{p}ga, {p}lda, {p}m0, ({kt}) * {TILE_K}, {p}M, {p}K, {p}veca, {p}tid); "
+                f"kl_gs_load<{kb}, {TILE_N}, {TILE_K}, {pb}, {s.threads}>({p}sb + ({slot}) * {b_el}, "
+                f"{p}gb, {p}ldb, {p}n0, ({kt}) * {TILE_K}, {p}N, {p}K, {p}vecb, {p}tid);")
+
+    i = pad
+    return [
+        f"{i}#pragma unroll",
+        f"{i}for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
+        f"{i}  for (int {p}j = 0; {p}j < {s.ni}; ++{p}j)",
+        f"{i}    for (int {p}h = 0; {p}h < 4; ++{p}h) {p}acc[{p}i][{p}j][{p}h] = 0.0f;",
+        f"{i}const int {p}kt = ({p}K + {TILE_K - 1}) / {TILE_K};",
+        f"{i}for (int {p}s = 0; {p}s < {s.stages - 1}; ++{p}s) {{",
+        f"{i}  if ({p}s < {p}kt) {{ {load(f'{p}s', f'{p}s')} }}",
+        f"{i}  kl_gs_commit();",
+        f"{i}}}",
+        f"{i}#pragma unroll 1",
+        f"{i}for (int {p}k = 0; {p}k < {p}kt; ++{p}k) {{",
+        f"{i}  kl_gs_wait<{s.stages - 2}>();",
+        f"{i}  __syncthreads();",
+        f"{i}  {{",
+        f"{i}    const int {p}next = {p}k + {s.stages - 1};",
+        f"{i}    if ({p}next < {p}kt) {{ {load(f'{p}next % {s.stages}', f'{p}next')} }}",
+        f"{i}    kl_gs_commit();",
+        f"{i}  }}",
+        f"{i}  const unsigned short* {p}ta = {p}sa + ({p}k % {s.stages}) * {a_el};",
+        f"{i}  const unsigned short* {p}tb = {p}sb + ({p}k % {s.stages}) * {b_el};",
+        f"{i}#pragma unroll",
+        f"{i}  for (int {p}kk = 0; {p}kk < {TILE_K}; {p}kk += 16) {{",
+        f"{i}    unsigned {p}fa[{s.mi}][4], {p}fb[{s.ni}][2];",
+        f"{i}#pragma unroll",
+        f"{i}    for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
+        f"{i}      kl_tc_frag_a<{bf16}, 16, {ma}, {sa1}, {sa2}>({p}fa[{p}i], {p}ta, {p}lane, "
+        f"{p}wm + 16 * {p}i, {p}kk);",
+        f"{i}#pragma unroll",
+        f"{i}    for (int {p}j = 0; {p}j < {s.ni}; {p}j += 2)",
+        f"{i}      kl_tc_frag_b2<{bf16}, 16, {mb}, {sb1}, {sb2}>({p}fb[{p}j], {p}fb[{p}j + 1], {p}tb, "
+        f"{p}lane, {p}kk, {p}wn + 8 * {p}j);",
+        f"{i}#pragma unroll",
+        f"{i}    for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
+        f"{i}#pragma unroll",
+        f"{i}      for (int {p}j = 0; {p}j < {s.ni}; ++{p}j)",
+        f"{i}        kl_tc_mma<{bf16}, 16>({p}acc[{p}i][{p}j], {p}fa[{p}i], {p}fb[{p}j]);",
+        f"{i}  }}",
+        f"{i}}}",
+        f"{i}kl_gs_wait<0>();",
+        f"{i}__syncthreads();",
+    ]
+
+
+def exchange(g: GlobalGemm, s: Schedule, pad: str) -> str:
+    """The fragments of the user block at (`kl_gs_sm`, `kl_gs_sn`) of the tile into the thread's
+    own accumulators, in row chunks through the ring's shared memory (added: `+=`)."""
+    p, t = PREFIX, g.tile
+    c = s.chunk
+    i1, i2, i3 = pad + "  ", pad + "    ", pad + "      "
+    lines = [f"{{  {MARK}the tile's fragments into this thread's accumulators",
+             f"{i1}float* {p}x = reinterpret_cast<float*>({p}smem);",
+             f"{i1}const int {p}row = {bit_sum_text(t.row)}, {p}col = {bit_sum_text(t.col)};",
+             f"{i1}#pragma unroll 1",
+             f"{i1}for (int {p}c0 = 0; {p}c0 < {t.bm}; {p}c0 += {c}) {{",
+             f"{i2}__syncthreads();",
+             f"{i2}#pragma unroll",
+             f"{i2}for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
+             f"{i2}#pragma unroll",
+             f"{i2}  for (int {p}j = 0; {p}j < {s.ni}; ++{p}j)",
+             f"{i2}#pragma unroll",
+             f"{i2}    for (int {p}h = 0; {p}h < 2; ++{p}h) {{",
+             f"{i3}  const int r = {p}wm + 16 * {p}i + {p}lane / 4 + 8 * {p}h - {p}sm - {p}c0;",
+             f"{i3}  const int q = {p}wn + 8 * {p}j + 2 * ({p}lane % 4) - {p}sn;",
+             f"{i3}  if ((unsigned)r < {c}u && (unsigned)q < {t.bn}u) {{",
+             f"{i3}    {p}x[r * {s.ldx} + q] = {p}acc[{p}i][{p}j][2 * {p}h];",
+             f"{i3}    {p}x[r * {s.ldx} + q + 1] = {p}acc[{p}i][{p}j][2 * {p}h + 1];",
+             f"{i3}  }}",
+             f"{i2}    }}",
+             f"{i2}__syncthreads();"]
+    by_row: dict[int, list] = {}
+    for e in t.elements:
+        by_row.setdefault(e.dm, []).append(e)
+    for dm, group in sorted(by_row.items()):
+        r = f"{p}row + {dm} - {p}c0" if dm else f"{p}row - {p}c0"
+        lines.append(f"{i2}if ((unsigned)({r}) < {c}u) {{")
+        lines.append(f"{i3}const float* x = {p}x + ({r}) * {s.ldx} + {p}col;")
+        lines += [f"{i3}{e.lvalue} += x[{e.dn}];" for e in group]
+        lines.append(f"{i2}}}")
+    lines += [f"{i1}}}", f"{i1}__syncthreads();", f"{pad}}}"]
+    return "\n".join(lines)
+
+
+_BUILTIN = re.compile(r"\b(blockIdx|gridDim)\b")
+
+
+def user_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function, dropped: list[str]
+              ) -> str:
+    """The user's body (inside its braces) with the K loop replaced by the exchange, blockIdx /
+    gridDim by the virtual block's, the dropped shared tiles' declarations removed."""
+    src = CSource(ir)
+    text = ir.text
+    loop = (src_char(ir, g.tile.loop[0]), src_char(ir, g.tile.loop[1]))
+    pad = src.indent(loop[0])
+    body = text[fn.body_start + 1:loop[0]] + exchange(g, s, pad) + text[loop[1]:fn.body_end - 1]
+    code = CSource.of_text(body).code
+    out, pos = [], 0
+    for m in _BUILTIN.finditer(code):
+        out.append(body[pos:m.start()])
+        out.append(f"{PREFIX}vb" if m.group(1) == "blockIdx" else f"{PREFIX}vg")
+        pos = m.end()
+    body = "".join(out) + body[pos:]
+    for name in dropped:
+        decl = re.compile(rf"[ \t]*__shared__[^;{{}}]*\b{re.escape(name)}\b[^;]*;[ \t]*\n?")
+        body = decl.sub("", body, count=1)
+    return body
+
+
+def src_char(ir: KernelIR, byte: int) -> int:
+    """The character offset of byte `byte` of the source."""
+    return len(ir.source[:byte].decode("utf-8", errors="replace"))
+
+
+def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function, dropped: list[str],
+             written: list[str]) -> str:
+    """The kernel's whole new body (with braces)."""
+    p, t = PREFIX, g.tile
+    a_el, b_el = _slice_elems(g.a, TILE_M), _slice_elems(g.b, TILE_N)
+    row_axis, col_axis = g.a.axis, g.b.axis
+    sub_m, sub_n = TILE_M // t.bm, TILE_N // t.bn
+    vb = {row_axis: f"(unsigned)({p}tm * {sub_m} + {p}v / {sub_n})",
+          col_axis: f"(unsigned)({p}tn * {sub_n} + {p}v % {sub_n})"}
+    vg = {row_axis: f"(unsigned)(({p}M + {t.bm - 1}) / {t.bm})",
+          col_axis: f"(unsigned)(({p}N + {t.bn - 1}) / {t.bn})"}
+    facts = json.dumps({**g.to_json(), "schedule": [TILE_M, TILE_N, TILE_K, s.stages]},
+                       sort_keys=True)
+    restore = " ".join(f"{n} = {p}in_{n};" for n in written)
+    i1, i2, i3 = "  ", "    ", "      "
+    lines = [
+        "{",
+        f"{i1}{MARK}{facts}",
+        f"{i1}// a persistent loop over {TILE_M}x{TILE_N} tiles: cp.async {s.stages}-slot ring, "
+        "ldmatrix + mma.sync m16n8k16,",
+        f"{i1}// then, per {t.bm}x{t.bn} block of the tile, the kernel's own body with the block's "
+        "coordinates and its accumulators filled",
+        f"{i1}__shared__ __align__(128) unsigned char {p}smem[{s.smem}];",
+        *[f"{i1}const auto {p}in_{n} = {n};" for n in written],
+        f"{i1}const int {p}M = {g.a.bound}, {p}N = {g.b.bound}, {p}K = {g.k};",
+        f"{i1}const long {p}lda = {g.a.ld}, {p}ldb = {g.b.ld};",
+        f"{i1}const unsigned short* {p}ga = reinterpret_cast<const unsigned short*>({g.a.ptr});",
+        f"{i1}const unsigned short* {p}gb = reinterpret_cast<const unsigned short*>({g.b.ptr});",
+        f"{i1}const bool {p}veca = ({p}lda % 8 == 0) && ((reinterpret_cast<unsigned long long>({p}ga) & 15) == 0);",
+        f"{i1}const bool {p}vecb = ({p}ldb % 8 == 0) && ((reinterpret_cast<unsigned long long>({p}gb) & 15) == 0);",
+        f"{i1}unsigned short* {p}sa = reinterpret_cast<unsigned short*>({p}smem);",
+        f"{i1}unsigned short* {p}sb = {p}sa + {s.stages * a_el};",
+        f"{i1}const int {p}tid = {_tid(t)}, {p}lane = {p}tid % 32, {p}warp = {p}tid / 32;",
+        f"{i1}const int {p}wm = {p}warp / {s.warps_n} * {TILE_M // s.warps_m}, "
+        f"{p}wn = {p}warp % {s.warps_n} * {TILE_N // s.warps_n};",
+        f"{i1}const int {p}tiles_m = ({p}M + {TILE_M - 1}) / {TILE_M}, "
+        f"{p}tiles_n = ({p}N + {TILE_N - 1}) / {TILE_N};",
+        f"{i1}const int {p}blocks = (int)(gridDim.x * gridDim.y * gridDim.z);",
+        f"{i1}float {p}acc[{s.mi}][{s.ni}][4];",
+        f"{i1}#pragma unroll 1",
+        f"{i1}for (int {p}t = (int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)); "
+        f"{p}t < {p}tiles_m * {p}tiles_n; {p}t += {p}blocks) {{",
+        f"{i2}// grouped order: 8 tile rows at a time share the B slices in L2",
+        f"{i2}const int {p}group = {p}t / (8 * {p}tiles_n), {p}first = {p}group * 8;",
+        f"{i2}const int {p}rows = min({p}tiles_m - {p}first, 8);",
+        f"{i2}const int {p}tm = {p}first + ({p}t % (8 * {p}tiles_n)) % {p}rows;",
+        f"{i2}const int {p}tn = ({p}t % (8 * {p}tiles_n)) / {p}rows;",
+        f"{i2}const int {p}m0 = {p}tm * {TILE_M}, {p}n0 = {p}tn * {TILE_N};",
+        *main_loop(g, s, i2),
+        f"{i2}#pragma unroll 1",
+        f"{i2}for (int {p}v = 0; {p}v < {sub_m * sub_n}; ++{p}v) {{",
+        f"{i3}const int {p}sm = {p}v / {sub_n} * {t.bm}, {p}sn = {p}v % {sub_n} * {t.bn};",
+        f"{i3}if ({p}m0 + {p}sm >= {p}M || {p}n0 + {p}sn >= {p}N) continue;",
+        f"{i3}const uint3 {p}vb = make_uint3({vb.get('x', '0u')}, {vb.get('y', '0u')}, 0u);",
+        f"{i3}const uint3 {p}vg = make_uint3({vg.get('x', '1u')}, {vg.get('y', '1u')}, 1u);",
+    ]
+    if restore:
+        lines.append(f"{i3}{restore}")
+    lines += [f"{i3}{{  {MARK}the kernel's own body for this block",
+              user_body(ir, g, s, fn, dropped),
+              f"{i3}}}",
+              f"{i2}}}",
+              f"{i1}}}",
+              "}"]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# the analysis, shared by sites and optimize
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    g: GlobalGemm
+    fn: Function
+    dropped: list[str]
+    written: list[str]
+    kept_shared: int
+
+
+def analyse(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str]
+            ) -> tuple[list[_Found], list[str]]:
+    """Each plain kernel whose GEMM the rule can read, and a reason for each it cannot."""
+    tiles, reasons = find_gemm_tiles(ir, block, kernels)
+    src = CSource(ir)
+    by_name = {f.name: f for f in _kernels(src)}
+    found: list[_Found] = []
+    for t in tiles:
+        fn = by_name.get(t.kernel)
+        if fn is None:
+            reasons.append(f"{t.kernel}: its definition is not found")
+            continue
+        if block is None and not _bounded(ir, fn):
+            reasons.append(f"{t.kernel}: the block size is not known (give the host's launch or "
+                           "the block fact)")
+            continue
+        body = src.code[fn.body_start:fn.body_end]
+        if re.search(r"\breturn\b", body):
+            reasons.append(f"{t.kernel}: the body returns early (a block would leave the "
+                           "persistent loop and strand the others at its barriers)")
+            continue
+        if re.search(r"\b(?:extern\s+__shared__|__shared__\s+extern)\b", body):
+            reasons.append(f"{t.kernel}: the kernel uses dynamic shared memory")
+            continue
+        try:
+            g = trace(ir, t)
+        except Refusal as exc:
+            reasons.append(f"{t.kernel}: {exc.args[0]}")
+            continue
+        scope = Scope(ir)
+        k = _Kernel(ir, scope, scope.functions[t.kernel])
+        loop = (src_char(ir, t.loop[0]), src_char(ir, t.loop[1]))
+        rest = src.code[fn.body_start:loop[0]] + src.code[loop[1]:fn.body_end]
+        dropped, kept = [], 0
+        for name, sh in k.shared.items():
+            if len(re.findall(rf"\b{re.escape(name)}\b", rest)) <= 1 and sh.bytes:
+                dropped.append(name)
+            else:
+                kept += sh.bytes
+        written = sorted(n for n in k.scope.params if k.scope.writes.get(n))
+        found.append(_Found(g, fn, dropped, written, kept))
+    return found, reasons
+
+
+def _bounded(ir: KernelIR, fn: Function) -> bool:
+    head = ir.text[fn.start:fn.body_start]
+    return "__launch_bounds__" in head
+
+
+def _kernels(src: CSource) -> list[Function]:
+    return [f for f in functions(src) if f.is_kernel]
+
+
+def _present(src: CSource, f: Function) -> bool:
+    return src.text.find(MARK, f.body_start, f.body_end) >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class GemmSchedule(Pass):
+    """A recognized tiled GEMM kernel -> the same kernel on an expert main-loop schedule."""
+
+    block: str = ""
+    """The launch's block size, `N` or `NxM` (empty: the `block` fact of the context, the host's
+    launch beside the kernel, `__launch_bounds__`)."""
+
+    name: ClassVar[str] = "gemm-schedule"
+    category: ClassVar[Category] = Category.COMPUTE
+    summary: ClassVar[str] = ("tiled GEMM kernel -> persistent 128x128x32 cp.async + ldmatrix + "
+                              "mma.sync schedule through the kernel's own epilogue")
+    provides: ClassVar[tuple[str, ...]] = ("tensor-core", "async-copy")
+    languages: ClassVar[tuple[str, ...]] = CUDA
+    platforms: ClassVar[tuple[str, ...]] = ("cuda",)
+    preconditions: ClassVar[tuple[str, ...]] = ("arch >= sm_80",)
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        whole = (0, len(ir.source))
+        src = CSource(ir)
+        out, plain = [], []
+        for f in _kernels(src):
+            if _present(src, f):
+                at = src.text.find(MARK, f.body_start, f.body_end)
+                out.append(make_site(self.name, ir, index, whole, True, {"kernel": f.name},
+                                     src.bspan(at, at + len(MARK))))
+            else:
+                plain.append(f.name)
+        if not plain or "__shared__" not in src.code or "__syncthreads" not in src.code:
+            return out
+        dims = _block_option(self.block, None, ir)
+        found, reasons = analyse(ir, dims if isinstance(dims, tuple) else None, frozenset(plain))
+        out += [make_site(self.name, ir, index, whole, False, f.g.to_json(), f.g.tile.loop)
+                for f in found]
+        if not found and reasons:
+            out.append(make_site(self.name, ir, index, whole, False, {"refused": reasons[0]}))
+        return out
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        results, skip = self.check(ctx)
+        if skip:
+            return skip
+        src = CSource(ir)
+        if PREFIX in src.code:
+            return Skipped(f"the kernel already uses names starting {PREFIX}")
+        dims = _block_option(self.block, ctx, ir)
+        if isinstance(dims, str):
+            return Skipped(dims)
+        plain = frozenset(f.name for f in _kernels(src) if not _present(src, f))
+        found, reasons = analyse(ir, dims, plain)
+        wanted = site.detail.get("kernel")
+        f = next((x for x in found if wanted in (None, x.g.kernel)), None)
+        if f is None:
+            return Skipped(reasons[0] if reasons else "no tiled GEMM kernel the rule can read")
+        s = plan(f.g, f.kept_shared)
+        if isinstance(s, str):
+            return Skipped(s, f.g.to_json())
+        return finish(ir, site, rewrite_edits(ir, f, s), preconditions=results)
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        from passes.cuda.gemm_scalar import scalar_edits  # noqa: PLC0415
+
+        edits = scalar_edits(ir, site.detail.get("kernel"))
+        if isinstance(edits, str):
+            return Skipped(edits)
+        return finish(ir, site, edits)
+
+
+def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule) -> list[ByteEdit]:
+    src = CSource(ir)
+    edits: list[ByteEdit] = []
+    wanted = ""
+    if MMA_HELPERS not in ir.text:
+        wanted += MMA_HELPERS
+    if HELPERS not in ir.text:
+        wanted += HELPERS
+    if wanted:
+        at = src.b(helper_insert_at(src))
+        edits.append(ByteEdit(at, at, wanted))
+    fn = f.fn
+    if not _bounded(ir, fn):
+        at = src.b(fn.name_start)
+        edits.append(ByteEdit(at, at, f"__launch_bounds__({s.threads}) "))
+    body = new_body(ir, f.g, s, fn, f.dropped, f.written)
+    edits.append(ByteEdit(src.b(fn.body_start), src.b(fn.body_end), body))
+    return sorted(edits, key=lambda e: (e.start, e.end))
