@@ -1,19 +1,21 @@
 """Which CUDA roles and role-based forward rules fire on each kernel, and whether each rule's
 output passes the gate.
 
-    python3 bench/cuda_roles.py [DIR ...] --out OUT [--tier static|emulate|device] [--json]
+    python3 bench/cuda_roles.py [DIR ...] --out OUT [--tier static|emulate|device] [--rules R,...]
+        [--json]
 
 DIR: kernel folders holding a `case.py` and a CUDA start (a `.cu` with its host `.py`, or a
 host module holding its source); default: every folder of bench/styles/cuda. For each kernel:
 the roles `passes.cuda.recognize` finds (stagings by form, GEMM micro-kernels with their tiles,
 reduction trees, stride loops, the launch block, refusals with reasons), then each rule
-(`warp-shuffle-reduce`, `cp-async-pipeline`, `vectorize-global`, `launch-bounds`,
-`pragma-unroll`, `mma-micro-kernel`) applied at every open site it takes (its refusals kept), and the result gated
-at --tier against the folder's case (static: NVRTC for sm_90a; emulate: the CPU emulation at the
-case's small shapes; device: the GPU, where the start is timed too and each output's time is
-set against it); "all of the above" gates the start with every rule that passed alone applied
-one after another. Writes OUT/cuda_roles.json and OUT/cuda_roles.md; --json prints the JSON.
-Progress goes to stderr.
+(`row-cache`, `warp-shuffle-reduce`, `cp-async-pipeline`, `vectorize-global`, `launch-bounds`,
+`pragma-unroll`, `mma-micro-kernel`; --rules: some of them, in that order) applied at every
+open site it takes (its refusals kept), and the result gated at --tier against the folder's
+case (static: NVRTC for sm_90a; emulate: the CPU emulation at the case's small shapes; device:
+the GPU, where the start is timed too and each output's time is set against it and against a
+copy of the case's `bytes_moved` timed in this process); "all of the above" gates the start
+with every rule that passed alone applied one after another. Writes OUT/cuda_roles.json and
+OUT/cuda_roles.md; --json prints the JSON. Progress goes to stderr.
 """
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-RULES = ("warp-shuffle-reduce", "cp-async-pipeline", "vectorize-global", "launch-bounds",
-         "pragma-unroll", "mma-micro-kernel")
+RULES = ("row-cache", "warp-shuffle-reduce", "cp-async-pipeline", "vectorize-global",
+         "launch-bounds", "pragma-unroll", "mma-micro-kernel")
 MAX_SITES = 8
 
 
@@ -66,8 +68,8 @@ def _apply(name: str, ir: Any, ctx: Any) -> tuple[Any, int, list[str]]:
     return ir, applied, refusals
 
 
-def kernel_report(folder: Path, tier: str) -> dict[str, Any]:
-    """Roles, rules and verdicts of one kernel folder."""
+def kernel_report(folder: Path, tier: str, rule_names: tuple[str, ...] = RULES) -> dict[str, Any]:
+    """Roles, rules (`rule_names`, in that order) and verdicts of one kernel folder."""
     import gate  # noqa: PLC0415
     import kir  # noqa: PLC0415
     from kir.embedded import cuda_unit  # noqa: PLC0415
@@ -93,7 +95,7 @@ def kernel_report(folder: Path, tier: str) -> dict[str, Any]:
         start_verdict = _verdict(gate.check(ir.text, "cuda", folder, tier, path=unit.source_path,
                                             host=unit.host_path, cache=False))
     combined, total = ir, 0
-    for name in RULES:
+    for name in rule_names:
         new_ir, count, refusals = _apply(name, ir, ctx)
         entry: dict[str, Any] = {"applied": count, "refusals": refusals}
         if count:
@@ -113,7 +115,28 @@ def kernel_report(folder: Path, tier: str) -> dict[str, Any]:
                        host=unit.host_path, cache=False))}
     return {"kernel": folder.name, "start": str(start.relative_to(ROOT) if start.is_relative_to(ROOT)
                                                    else start), "roles": _summary(roles),
-            "rules": rules, "start_verdict": start_verdict}
+            "rules": rules, "start_verdict": start_verdict,
+            "bandwidth": _copy_bandwidth(folder) if tier == "device" else None}
+
+
+def _copy_bandwidth(folder: Path) -> dict[str, Any] | None:
+    """A device copy of the case's `bytes_moved` (half read, half written) timed in this process
+    the way bench/heldout.py times it: the bandwidth a memory-bound kernel is set against."""
+    import importlib.util  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+    from triton.testing import do_bench  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location(f"case_{folder.name}", folder / "case.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "bytes_moved"):
+        return None
+    nbytes = int(module.bytes_moved(dict(next(iter(module.SHAPES.values())))))
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = float(do_bench(lambda: dst.copy_(src), warmup=25, rep=100, return_mode="median"))
+    return {"bytes": nbytes, "copy_ms": ms, "copy_tbs": nbytes / ms * 1e-9}
 
 
 def _verdict(verdict: Any) -> dict[str, Any]:
@@ -144,11 +167,13 @@ def _summary(roles: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _outcome(verdict: dict[str, Any], start: dict[str, Any] | None) -> str:
+def _outcome(verdict: dict[str, Any], start: dict[str, Any] | None,
+             bandwidth: dict[str, Any] | None = None) -> str:
     if not verdict["ok"]:
         return "FAIL: " + verdict["reason"][:60]
     if start and start.get("ms") and verdict.get("ms"):
-        return f"ok, {verdict['ms']:.4g} ms, {start['ms'] / verdict['ms']:.2f}x the start"
+        copy = f", {bandwidth['copy_ms'] / verdict['ms']:.2f} of copy" if bandwidth else ""
+        return f"ok, {verdict['ms']:.4g} ms, {start['ms'] / verdict['ms']:.2f}x the start{copy}"
     return "ok"
 
 
@@ -167,8 +192,13 @@ def _markdown(rows: list[dict[str, Any]], tier: str) -> str:
                   for m in r["micro_kernels"]]
         roles += [f"tree {t}" for t in r["reduction_trees"]]
         roles += [f"{k}-stride loop" for k in r["stride_loops"]]
-        applied = [f"{n} x{e['applied']} ({_outcome(e['verdict'], row.get('start_verdict'))})"
+        bandwidth = row.get("bandwidth")
+        applied = [f"{n} x{e['applied']} ({_outcome(e['verdict'], row.get('start_verdict'), bandwidth)})"
                    for n, e in row["rules"].items() if e["applied"]]
+        start = row.get("start_verdict") or {}
+        if bandwidth and start.get("ms"):
+            applied.insert(0, f"start {start['ms']:.4g} ms, {bandwidth['copy_ms'] / start['ms']:.2f} "
+                              f"of copy ({bandwidth['copy_tbs']:.2f} TB/s)")
         refused = sorted({f"{n}: {why}" for n, e in row["rules"].items() if not e["applied"]
                           for why in e["refusals"][:1]} | set(r["refusals"][:2]))
         block = r["launch"]["block"] or r["launch"]["reason"]
@@ -183,13 +213,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tier", default="static", choices=("static", "emulate", "device"))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--rules", default="", help="comma-separated rules to apply (default: all)")
     args = parser.parse_args(argv)
+    rules = tuple(r for r in args.rules.split(",") if r) or RULES
+    unknown = sorted(set(rules) - set(RULES))
+    if unknown:
+        print(f"error: unknown rule {unknown[0]} (one of {', '.join(RULES)})", file=sys.stderr)
+        return 2
     dirs = args.dirs or sorted(p for p in (ROOT / "bench" / "styles" / "cuda").iterdir() if p.is_dir())
     for d in dirs:
         if not (d / "case.py").is_file():
             print(f"error: {d}: no case.py in the kernel folder", file=sys.stderr)
             return 2
-    rows = [kernel_report(d.resolve(), args.tier) for d in dirs]
+    rows = [kernel_report(d.resolve(), args.tier, rules) for d in dirs]
     args.out.mkdir(parents=True, exist_ok=True)
     data = {"tier": args.tier, "kernels": rows}
     (args.out / "cuda_roles.json").write_text(json.dumps(data, indent=1) + "\n")

@@ -491,9 +491,34 @@ def vector_loops(ir: KernelIR) -> list[tuple[StrideLoop, _VectorPlan | Skipped]]
                     and ir.grammar_type_of(n.id) == "for_statement")
         if _under_alignment_check(ir, node):
             continue  # the scalar path (or tail) of a loop vectorized already
-        out.append((loop, _plan(unit, loop, node, global_pointers(unit, unit.kernels[loop.kernel]),
-                                escapes)))
+        fn = unit.kernels[loop.kernel]
+        pointers = global_pointers(unit, fn) | _shared_rows(unit, fn, node)
+        out.append((loop, _plan(unit, loop, node, pointers, escapes)))
     return out
+
+
+def _shared_rows(unit, fn: int, node: int) -> dict[str, str]:  # noqa: ANN001
+    """The one-dimensional shared arrays the stride loop `node` may access 16 bytes at a time
+    (name -> element type). Vectorizing moves an element to another thread of the block, so a
+    shared array the loop writes needs the barrier right after the loop before anyone reads it;
+    where none follows, the array is left as written (its reads are vectorized all the same)."""
+    ir = unit.ir
+    arrays = {name: arr.element for name, arr in unit.shared_views(fn).items()
+              if len(arr.extents) == 1}
+    parent = ir.parent_of(node)
+    items = [c for c in children(ir, parent) if ir.grammar_type_of(c) != "comment"] \
+        if parent is not None else []
+    after = items[items.index(node) + 1] if node in items and items.index(node) + 1 < len(items) \
+        else None
+    barrier = after is not None and re.fullmatch(r"__syncthreads\s*\(\s*\)\s*;",
+                                                text(ir, after).strip()) is not None
+    if not barrier:
+        body = loop_body(ir, node)
+        for c in subtree(ir, body):
+            if ir.grammar_type_of(c) == "assignment_expression":
+                base, _ = subscript(ir, children(ir, c)[0])
+                arrays.pop(base or "", None)
+    return arrays
 
 
 def _plan(unit, loop: StrideLoop, node: int, pointers: dict, escapes) -> _VectorPlan | Skipped:  # noqa: ANN001

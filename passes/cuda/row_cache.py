@@ -1,0 +1,416 @@
+"""A row read by several passes from global memory <-> the row read once into shared memory.
+
+Row-wise kernels (softmax, RMSNorm, LayerNorm, ...) often walk one row several times with the
+same block-stride loop: a max pass, a sum pass and a write pass, each reading `x[i]` from global
+memory again. The forward rule reads the row once: a block-stride copy of the row into a static
+shared array (`__align__(16)`, so that `vectorize-global` can turn the copy into 16-byte moves),
+a barrier, and each pass reading the shared copy instead. The shared array holds at most `budget`
+bytes (and never more than 48 KB less the kernel's own static shared memory, less a reserve for
+dynamic shared memory where the kernel declares `extern __shared__`); a row longer than that runs
+the passes as written (the check is on the loop bound, at run time, once per row).
+
+Found by role (never by names): in one kernel, two or more `for (v = S; v < E; v += P)` loops
+stepping by the block's thread count (`recognize.stride_loops`), statements of one block with
+the same start, bound and step, read one global pointer `p` as `p[v]` (nothing else of `p` in
+those loops). Preconditions, each refusal naming the one that failed:
+- the kernel never writes through `p` (nor reassigns it), and no global store or atomic runs
+  between the first pass and the last one (the last pass may write; a store of its own
+  element after reading it is what a write pass does);
+- the start, bound and step are written nowhere in the kernel, the bound is the same for every
+  thread of the block, and no pass changes its loop variable or leaves early;
+- the passes are not under a condition or loop that differs between the block's threads, and
+  no thread may have returned before them (the copy ends with `__syncthreads()`; inside a loop
+  over rows it also starts with one, so a slow thread's last pass over the previous row is
+  done before the copy overwrites it);
+- the element size is known and the budget leaves room for at least 256 elements.
+
+The de-optimization acts on the same form: the cached row (the shared array, its size check,
+the copy) goes and each pass runs as written again (the guarded branch's other side).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from passes._source import ByteEdit, finish, make_site
+from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
+from passes.cuda._tree import UNIFORM, Scope, children, escapes, if_parts, loop_body, subtree, text
+from passes.cuda.annotations import CUDA
+from passes.cuda.recognize import (StrideLoop, Unit, element_bytes, expand_locals, flat_code,
+                                   for_parts, global_pointers, stride_loops, subscript,
+                                   written_names)
+
+if TYPE_CHECKING:
+    from anchors import AnchorIndex
+    from kir import KernelIR
+
+STATIC_LIMIT = 48 * 1024
+"""Static shared memory a block may declare without opting in."""
+DYNAMIC_RESERVE = 8 * 1024
+"""Bytes left for the dynamic shared memory of a kernel that declares `extern __shared__`."""
+MIN_ELEMENTS = 256
+_LOOPS = ("for_statement", "while_statement", "do_statement")
+_CACHE_DECL = re.compile(r"__shared__\s+__align__\(16\)\s+[\w\s:]+?\s+(kl_row\d+)\[(\d+)\];")
+
+
+@dataclass(frozen=True, slots=True)
+class RowPasses:
+    """A row that `loops` (spans, in order) read from global pointer `pointer` at their loop
+    variable, with the loops' common header (`start`, `bound`, `step`) and how many elements of
+    type `element` the shared copy holds (`capacity`)."""
+
+    kernel: str
+    pointer: str
+    element: str
+    loops: tuple[tuple[int, int], ...]
+    start: str
+    bound: str
+    step: str
+    capacity: int
+    in_loop: bool
+    size: int
+    reads: tuple[tuple[int, int, int], ...]
+    """(loop number, start, end) of each `p[v]` the passes read."""
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return self.loops[0][0], self.loops[-1][1]
+
+
+def _norm(s: str) -> str:
+    return re.sub(r"\s+", "", s)
+
+
+def _for_node(ir: KernelIR, loop: StrideLoop) -> int:
+    return next(n.id for n in ir.walk() if (n.span.start, n.span.end) == loop.span
+                and ir.grammar_type_of(n.id) == "for_statement")
+
+
+def _own_shared_bytes(unit: Unit, fn: int) -> tuple[int | None, bool]:
+    """(bytes of the static shared arrays function `fn` sees or None when one has no constant
+    size, whether it declares dynamic shared memory)."""
+    ir = unit.ir
+    seen = {}
+    for name, arr in unit.shared_arrays().items():
+        owner = next((a for a in ir.ancestors(ir_node(ir, arr.decl))
+                      if ir.grammar_type_of(a) == "function_definition"), None)
+        if owner is None or owner == fn:
+            seen[name] = arr
+    total, dynamic = 0, False
+    for arr in seen.values():
+        if arr.dynamic:
+            dynamic = True
+            continue
+        size = arr.element_bytes
+        if size is None or any(e is None for e in arr.extents):
+            return None, dynamic
+        n = size
+        for e in arr.extents:
+            n *= e
+        total += n
+    return total, dynamic
+
+
+def ir_node(ir: KernelIR, span: tuple[int, int]) -> int:
+    """The outermost node whose span is `span`."""
+    return next(n.id for n in ir.walk() if (n.span.start, n.span.end) == tuple(span))
+
+
+def row_passes(ir: KernelIR | Unit, budget: int = 32 * 1024) -> list[RowPasses | Skipped]:
+    """Each row that several block-stride passes read from global memory, with the plan that
+    reads it once, or why it cannot be cached (see the module)."""
+    unit = ir if isinstance(ir, Unit) else Unit(ir)
+    out: list[RowPasses | Skipped] = []
+    groups: dict[tuple, list[StrideLoop]] = {}
+    for loop in stride_loops(unit):
+        if loop.kind != "block":
+            continue
+        node = _for_node(unit.ir, loop)
+        parent = unit.ir.parent_of(node)
+        groups.setdefault((loop.kernel, parent, _norm(loop.start), _norm(loop.bound),
+                           _norm(loop.step)), []).append(loop)
+    for (kernel, _parent, *_head), loops in groups.items():
+        if len(loops) < 2:
+            continue
+        fn = unit.kernels[kernel]
+        pointers = global_pointers(unit, fn)
+        reads: dict[str, list[int]] = {}
+        for k, loop in enumerate(loops):
+            body = loop_body(unit.ir, _for_node(unit.ir, loop))
+            for c in subtree(unit.ir, body):
+                if unit.ir.grammar_type_of(c) == "identifier" and unit.ir.name_of(c) in pointers \
+                        and not _stored(unit.ir, c):
+                    reads.setdefault(unit.ir.name_of(c) or "", []).append(k)
+        for pointer, where in reads.items():
+            if len(set(where)) >= 2:
+                out.append(_plan(unit, fn, kernel, pointer, pointers, loops, budget))
+    return out
+
+
+def _stored(ir: KernelIR, ident: int) -> bool:
+    """Whether identifier `ident` is the pointer of a plain store `p[..] = value`."""
+    sub = ir.parent_of(ident)
+    if sub is None or ir.grammar_type_of(sub) != "subscript_expression":
+        return False
+    assign = ir.parent_of(sub)
+    return assign is not None and ir.grammar_type_of(assign) == "assignment_expression" and \
+        children(ir, assign)[0] == sub and \
+        ir.source[ir.span_of(sub).end:ir.span_of(children(ir, assign)[-1]).start].decode().strip() == "="
+
+
+def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops: list[StrideLoop],
+          budget: int) -> RowPasses | Skipped:
+    ir = unit.ir
+    facts = {"kernel": kernel, "pointer": pointer}
+    nodes = [_for_node(ir, lp) for lp in loops]
+    first, last = loops[0].span, loops[-1].span
+    passes, reads = [], []
+    for k, (loop, node) in enumerate(zip(loops, nodes, strict=True)):
+        body = loop_body(ir, node)
+        mine = []
+        for c in subtree(ir, body):
+            if ir.grammar_type_of(c) != "identifier" or ir.name_of(c) != pointer:
+                continue
+            sub = ir.parent_of(c)
+            base, idx = subscript(ir, sub) if sub is not None else (None, [])
+            if base != pointer or len(idx) != 1 or flat_code(ir, idx[0]) != loop.var or \
+                    children(ir, sub)[0] != c:
+                return Skipped(f"pass {k + 1} uses `{pointer}` otherwise than at its loop "
+                               f"variable `{pointer}[{loop.var}]`", facts)
+            mine.append((ir.span_of(sub).start, ir.span_of(sub).end))
+        if mine:
+            passes.append(k)
+            reads += [(k, s, e) for s, e in mine]
+        why = escapes(ir, body)
+        if why:
+            return Skipped(f"pass {k + 1} can leave by {why}", facts)
+        if loop.var in written_names(ir, body):
+            return Skipped(f"pass {k + 1} writes its loop variable", facts)
+        cond = for_parts(ir, node)[1]
+        if cond is None or not re.fullmatch(rf"\s*{re.escape(loop.var)}\s*<\s*[^<>=]+",
+                                            text(ir, cond)):
+            return Skipped(f"pass {k + 1}'s condition is not `{loop.var} < bound`", facts)
+    loops = loops[passes[0]:passes[-1] + 1]
+    nodes = nodes[passes[0]:passes[-1] + 1]
+    reads = [(k - passes[0], s, e) for k, s, e in reads]
+    first, last = loops[0].span, loops[-1].span
+    for c in subtree(ir, fn):
+        gtype = ir.grammar_type_of(c)
+        if gtype in ("assignment_expression", "update_expression"):
+            target = children(ir, c)[0]
+            base, _ = subscript(ir, target)
+            name = base or next((ir.name_of(t) for t in subtree(ir, target)
+                                 if ir.grammar_type_of(t) == "identifier"), None)
+            if name == pointer:
+                return Skipped(f"the kernel writes the row (`{text(ir, c)[:40]}`)", facts)
+            if name in pointers and first[0] <= ir.span_of(c).start < last[0] and \
+                    ir.grammar_type_of(target) != "identifier":
+                return Skipped("a global store runs between the passes over the row "
+                               f"(`{text(ir, c)[:40]}`): it could change the row", facts)
+        elif gtype == "call_expression" and "atomic" in text(ir, c).split("(")[0] and \
+                first[0] <= ir.span_of(c).start < last[0]:
+            return Skipped("an atomic runs between the passes over the row", facts)
+    header = loops[0]
+    loop_vars = {lp.var for lp in loops}
+    written = written_names(ir, fn) - loop_vars
+    for part in (header.start, header.bound, header.step):
+        names = set(re.findall(r"(?<![.\w])[A-Za-z_]\w*", part)) - {"threadIdx", "blockDim"}
+        if names & written:
+            return Skipped(f"the kernel writes `{sorted(names & written)[0]}`, which the passes' "
+                           "header reads", facts)
+    if _norm(expand_locals(unit, fn, header.start)).strip("()") != "threadIdx.x":
+        return Skipped(f"the passes start at `{header.start}`, not at the thread's index "
+                       "(the copy covers the row from its first element)", facts)
+    if "threadIdx" in expand_locals(unit, fn, header.bound):
+        return Skipped("the passes' bound differs between threads", facts)
+    scope = Scope(ir)
+    scope.enter(fn)
+    in_loop = False
+    for a in ir.ancestors(nodes[0]):
+        if a == fn:
+            break
+        gtype = ir.grammar_type_of(a)
+        cond = None
+        if gtype == "if_statement":
+            cond = if_parts(ir, a)[0]
+        elif gtype in _LOOPS:
+            in_loop = True
+            cond = for_parts(ir, a)[1] if gtype == "for_statement" else children(ir, a)[1]
+        if cond is not None and scope.threads(cond) != UNIFORM:
+            return Skipped("the passes sit under a condition that differs between threads (the "
+                           "copy's barrier needs the whole block)", facts)
+    for c in subtree(ir, fn):
+        if ir.grammar_type_of(c) == "return_statement" and ir.span_of(c).start < first[0]:
+            guards = [if_parts(ir, a)[0] for a in ir.ancestors(c)
+                      if ir.grammar_type_of(a) == "if_statement"]
+            if not guards or any(scope.threads(g) != UNIFORM for g in guards):
+                return Skipped("a thread may return before the passes (the copy's barrier "
+                               "needs the whole block)", facts)
+    element = pointers[pointer].replace("const", " ").replace("volatile", " ")
+    element = " ".join(element.replace("__restrict__", " ").split())
+    size = element_bytes(element)
+    if size is None or 16 % size:
+        return Skipped(f"the row's element type `{element}` has no known size", facts)
+    own, dynamic = _own_shared_bytes(unit, fn)
+    if own is None:
+        return Skipped("the kernel's own shared memory has no compile-time size", facts)
+    room = min(budget, STATIC_LIMIT - own - (DYNAMIC_RESERVE if dynamic else 0))
+    capacity = (room // size) // 8 * 8
+    if capacity < MIN_ELEMENTS:
+        return Skipped(f"shared memory leaves room for {max(capacity, 0)} elements of the row "
+                       f"(the kernel holds {own} bytes)", {**facts, "own_bytes": own})
+    return RowPasses(kernel, pointer, element, tuple(lp.span for lp in loops), header.start,
+                     header.bound, header.step, capacity, in_loop, size, tuple(reads))
+
+
+def _fresh(ir: KernelIR) -> str:
+    n = 0
+    while f"kl_row{n}" in ir.text:
+        n += 1
+    return f"kl_row{n}"
+
+
+def _indent(src: str, pos: int) -> str:
+    line = src[src.rfind("\n", 0, pos) + 1:pos]
+    return line if not line.strip() else ""
+
+
+def cached_text(ir: KernelIR, plan: RowPasses) -> str:
+    """The text replacing the passes' span: the shared copy and each pass on it or as written."""
+    data = ir.source
+    src = ir.text
+    name = _fresh(ir)
+    fits = f"{name}_fits"
+    ind = _indent(src, plan.span[0])
+    lanes = 16 // plan.size
+    barrier_before = f"\n{ind}  __syncthreads();" if plan.in_loop else ""
+    copy = (f'asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\\n" :: "r"((unsigned)'
+            f'__cvta_generic_to_shared(&{name}[kl_c * {lanes}])), "l"(&{plan.pointer}[kl_c * {lanes}]) '
+            f': "memory");')
+    head = (f"__shared__ __align__(16) {plan.element} {name}[{plan.capacity}];\n"
+            f"{ind}const bool {fits} = ({plan.bound}) <= {plan.capacity};\n"
+            f"{ind}if ({fits}) {{  // the row read once into shared memory; the passes read the copy"
+            f"{barrier_before}\n"
+            f"{ind}  const long long kl_t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);\n"
+            f"{ind}  const long long kl_n = blockDim.x * blockDim.y * blockDim.z, kl_len = ({plan.bound});\n"
+            f"{ind}  long long kl_done = 0;\n"
+            f"{ind}  if ((reinterpret_cast<unsigned long long>({plan.pointer}) & 15ull) == 0) {{  // 16 bytes per cp.async\n"
+            f"{ind}    kl_done = kl_len / {lanes} * {lanes};\n"
+            f"{ind}    for (long long kl_c = kl_t; kl_c < kl_len / {lanes}; kl_c += kl_n)\n"
+            f"{ind}      {copy}\n"
+            f"{ind}    asm volatile(\"cp.async.wait_all;\\n\" ::: \"memory\");\n"
+            f"{ind}  }}\n"
+            f"{ind}  for (long long kl_i = kl_done + kl_t; kl_i < kl_len; kl_i += kl_n) {name}[kl_i] = {plan.pointer}[kl_i];\n"
+            f"{ind}  __syncthreads();\n"
+            f"{ind}}}\n{ind}")
+    pieces = [head]
+    cursor = plan.span[0]
+    for k, (ls, le) in enumerate(plan.loops):
+        pieces.append(data[cursor:ls].decode("utf-8"))
+        original = data[ls:le].decode("utf-8")
+        edits = sorted(((s, e) for kk, s, e in plan.reads if kk == k), reverse=True)
+        if not edits:
+            pieces.append(original)
+        else:
+            cached = data[ls:le]
+            for s, e in edits:
+                sub = data[s:e].decode("utf-8")
+                idx = sub[sub.index("[") + 1:sub.rindex("]")]
+                cached = cached[:s - ls] + f"{name}[{idx}]".encode() + cached[e - ls:]
+            inner = cached.decode("utf-8").replace("\n", "\n  ")
+            pieces.append(f"if ({fits}) {{\n{ind}  {inner}\n{ind}}} else {{\n"
+                          f"{ind}  {original.replace(chr(10), chr(10) + '  ')}\n{ind}}}")
+        cursor = le
+    return "".join(pieces)
+
+
+@dataclass(frozen=True, slots=True)
+class CachedRow:
+    """The form the forward rule writes: the shared array's declaration (span), the size check
+    and the copy, and the guarded passes (spans of the `if` statements)."""
+
+    name: str
+    head: tuple[int, int]
+    guarded: tuple[tuple[int, int], ...]
+    originals: tuple[str, ...]
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return self.head[0], self.guarded[-1][1] if self.guarded else self.head[1]
+
+
+def cached_rows(ir: KernelIR) -> list[CachedRow]:
+    """Rows cached in the forward rule's form (see the module)."""
+    out = []
+    for n in ir.walk():
+        if ir.grammar_type_of(n.id) != "declaration":
+            continue
+        m = _CACHE_DECL.fullmatch(text(ir, n.id).strip())
+        if m is None:
+            continue
+        name = m.group(1)
+        parent = ir.parent_of(n.id)
+        items = [c for c in children(ir, parent) if ir.grammar_type_of(c) not in ("comment",)]
+        at = items.index(n.id)
+        if at + 2 >= len(items) or ir.grammar_type_of(items[at + 2]) != "if_statement":
+            continue
+        fill = items[at + 2]
+        head = (ir.span_of(n.id).start, ir.span_of(fill).end)
+        guarded, originals = [], []
+        for c in items[at + 3:]:
+            if ir.grammar_type_of(c) != "if_statement":
+                continue
+            cond, _then, alt = if_parts(ir, c)
+            if _norm(text(ir, cond)).strip("()") != f"{name}_fits" or alt is None:
+                continue
+            guarded.append((ir.span_of(c).start, ir.span_of(c).end))
+            originals.append(text(ir, alt).strip()[1:-1].strip().replace("\n  ", "\n"))
+        if guarded:
+            out.append(CachedRow(name, head, tuple(guarded), tuple(originals)))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RowCache(Pass):
+    """Passes re-reading a row from global memory <-> the row read once into shared memory."""
+
+    budget: int = 32 * 1024
+    """Bytes of static shared memory the row's copy may take (at most 48 KB less the kernel's
+    own static shared memory, less 8 KB where it declares dynamic shared memory)."""
+
+    name: ClassVar[str] = "row-cache"
+    category: ClassVar[Category] = Category.STAGING
+    summary: ClassVar[str] = "a row read once into shared memory <-> every pass re-reads it"
+    languages: ClassVar[tuple[str, ...]] = CUDA
+    platforms: ClassVar[tuple[str, ...]] = ("cuda",)
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        out = [make_site(self.name, ir, index, c.span, True, {"array": c.name,
+                                                              "passes": len(c.guarded)})
+               for c in cached_rows(ir)]
+        for plan in row_passes(ir, self.budget):
+            if isinstance(plan, RowPasses):
+                out.append(make_site(self.name, ir, index, plan.span, False, {
+                    "pointer": plan.pointer, "passes": len(plan.loops),
+                    "capacity": plan.capacity}, plan.loops[0]))
+        return out
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        for c in cached_rows(ir):
+            if c.span != tuple(site.span):
+                continue
+            edits = [ByteEdit(c.head[0], c.guarded[0][0], "")]
+            edits += [ByteEdit(s, e, orig) for (s, e), orig in zip(c.guarded, c.originals,
+                                                                      strict=True)]
+            return finish(ir, site, edits, options={"budget": self.budget})
+        return Skipped("no cached row at the site", {"site": site.anchor})
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        for plan in row_passes(ir, self.budget):
+            if isinstance(plan, RowPasses) and plan.span == tuple(site.span):
+                return finish(ir, site, [ByteEdit(*plan.span, cached_text(ir, plan))])
+        refused = [p for p in row_passes(ir, self.budget) if isinstance(p, Skipped)]
+        if refused:
+            return refused[0]
+        return Skipped("no row read by several passes at the site", {"site": site.anchor})

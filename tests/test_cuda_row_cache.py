@@ -1,0 +1,199 @@
+"""`row-cache` on row kernels written here in styles the repository's kernels do not use: the
+row that several passes read is read once into shared memory, the output compiles with NVRTC
+for sm_90a and, run on the CPU (`gate.cudacpu`), computes what the kernel as written computes
+(odd row lengths, rows longer than the copy holds, misaligned rows after `vectorize-global`);
+the de-optimization gives the kernel back; refusals say why."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import kir
+from nvrtc_helpers import ptx_for_sm90a
+from passes import Applied, Skipped, get_pass
+from passes.cuda.row_cache import RowPasses, row_passes
+
+from test_cuda_role_rules import CTX, _apply_all, _gen, _lib
+
+# fp16 softmax: warp-shuffle (xor) reductions, a stride kept in a local, the row's width a
+# parameter named like a count, three passes (max, sum of exponentials, write)
+HALF_SOFTMAX = r"""
+#include <cuda_fp16.h>
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_add(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__global__ void softmax_half(const __half* src, __half* dst, int count) {
+  __shared__ float per_warp[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int stride = blockDim.x;
+  const __half* in_row = src + (long long)blockIdx.x * count;
+  __half* out_row = dst + (long long)blockIdx.x * count;
+  float best = __int_as_float(0xff800000);
+  for (int j = threadIdx.x; j < count; j += stride) best = fmaxf(best, __half2float(in_row[j]));
+  best = warp_max(best);
+  if (lane == 0) per_warp[warp] = best;
+  __syncthreads();
+  best = per_warp[0];
+  for (int w = 1; w < warps; ++w) best = fmaxf(best, per_warp[w]);
+  __syncthreads();
+  float acc = 0.f;
+  for (int j = threadIdx.x; j < count; j += stride) acc += expf(__half2float(in_row[j]) - best);
+  acc = warp_add(acc);
+  if (lane == 0) per_warp[warp] = acc;
+  __syncthreads();
+  float total = 0.f;
+  for (int w = 0; w < warps; ++w) total += per_warp[w];
+  for (int j = threadIdx.x; j < count; j += stride)
+    out_row[j] = __float2half(expf(__half2float(in_row[j]) - best) / total);
+}
+"""
+
+# fp32 LayerNorm-style centring in a persistent kernel: a grid-stride loop over rows, the passes
+# nested in it, `unsigned` loop variables, the bound held in a const local, a constant-size tree
+PERSISTENT_CENTER = r"""
+#define WIDTH 64
+__global__ void center_rows(float* __restrict__ out, const float* __restrict__ in, unsigned rows,
+                            unsigned dim) {
+  __shared__ float partial[WIDTH];
+  for (unsigned r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* p = in + (size_t)r * dim;
+    const unsigned n = dim;
+    float s = 0.f;
+    for (unsigned k = threadIdx.x; k < n; k += blockDim.x) s += p[k];
+    partial[threadIdx.x] = s;
+    __syncthreads();
+    for (unsigned h = WIDTH / 2; h > 0; h >>= 1) {
+      if (threadIdx.x < h) partial[threadIdx.x] += partial[threadIdx.x + h];
+      __syncthreads();
+    }
+    const float mean = partial[0] / n;
+    __syncthreads();
+    float q = 0.f;
+    for (unsigned k = threadIdx.x; k < n; k += blockDim.x) { float d = p[k] - mean; q += d * d; }
+    partial[threadIdx.x] = q;
+    __syncthreads();
+    for (unsigned h = WIDTH / 2; h > 0; h >>= 1) {
+      if (threadIdx.x < h) partial[threadIdx.x] += partial[threadIdx.x + h];
+      __syncthreads();
+    }
+    const float inv = rsqrtf(partial[0] / n + 1e-5f);
+    __syncthreads();
+    for (unsigned k = threadIdx.x; k < n; k += blockDim.x) out[(size_t)r * dim + k] = (p[k] - mean) * inv;
+  }
+}
+"""
+
+
+def _renamed(source: str) -> str:
+    """Every name the kernels declare given another one (CUDA's own names and types stay)."""
+    mine = sorted(set(re.findall(r"\b[a-z_]\w*\b", source)) & {
+        "warp_max", "warp_add", "softmax_half", "src", "dst", "count", "per_warp", "lane", "warp",
+        "warps", "stride", "in_row", "out_row", "best", "acc", "total", "j", "w", "o", "v"})
+    table = {n: f"z{i}{n[::-1]}" for i, n in enumerate(mine)}
+    return re.sub(r"\b[A-Za-z_]\w*\b", lambda m: table.get(m.group(0), m.group(0)), source)
+
+
+def _half_softmax(lib, kernel: str, x: torch.Tensor, block: int) -> torch.Tensor:  # noqa: ANN001
+    y = torch.zeros_like(x)
+    lib.launch(kernel, x.shape[0], block, 0, [x, y, x.shape[1]])
+    return y
+
+
+def _centered(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.layer_norm(x, (x.shape[1],), eps=1e-5)
+
+
+@pytest.mark.parametrize("rename", [False, True], ids=["as-written", "renamed"])
+def test_a_softmax_row_is_read_once_and_computes_the_same(rename: bool) -> None:
+    source = _renamed(HALF_SOFTMAX) if rename else HALF_SOFTMAX
+    kernel = "softmax_half" if not rename else next(
+        w for w in re.findall(r"\w+", source) if w.endswith("flah_xamtfos"))
+    plans = row_passes(kir.parse(source, "cuda"), budget=1024)
+    assert [type(p) for p in plans] == [RowPasses] and len(plans[0].loops) == 3
+    assert plans[0].capacity == 512  # 1024 bytes of 2-byte elements
+    out, results = _apply_all("row-cache", source, budget=1024)
+    assert [type(r) for r in results] == [Applied]
+    # the declaration, the copy (16 bytes per cp.async, the rest element by element), 3 passes
+    assert out.count("kl_row0[") == 6 and out.count("cp.async.cg.shared.global") == 1
+    ptx_for_sm90a(out)
+    before, after = _lib(source, "softmax_half.cu"), _lib(out, "softmax_half_cached.cu")
+    for cols in (37, 301, 512, 700):  # 700: longer than the copy holds, the passes as written
+        x = (3 * torch.randn(3, cols, generator=_gen(cols))).half()
+        want = _half_softmax(before, kernel, x, 64)
+        got = _half_softmax(after, kernel, x, 64)
+        assert torch.equal(got, want), cols
+        assert torch.allclose(got.float(), torch.softmax(x.float(), 1), atol=2e-3)
+
+
+def test_rows_of_a_persistent_kernel_with_the_rules_after_it() -> None:
+    out, results = _apply_all("row-cache", PERSISTENT_CENTER, budget=2048)
+    assert [type(r) for r in results] == [Applied]
+    assert out.count("__syncthreads();") == PERSISTENT_CENTER.count("__syncthreads();") + 2
+    both, vec = _apply_all("vectorize-global", out)
+    assert sum(isinstance(r, Applied) for r in vec) >= 3
+    trees, shuffles = _apply_all("warp-shuffle-reduce", both)
+    assert sum(isinstance(r, Applied) for r in shuffles) == 2
+    ptx_for_sm90a(trees)
+    libs = [_lib(t, f"center_{i}.cu") for i, t in enumerate((PERSISTENT_CENTER, out, trees))]
+    for dim in (1, 203, 512, 517, 900):  # 900 floats: more than the 2 KB copy holds
+        x = torch.randn(7, dim, generator=_gen(dim))
+        outs = []
+        for lib in libs:
+            y = torch.zeros_like(x)
+            lib.launch("center_rows", 3, 64, 0, [y, x, 7, dim])  # 3 blocks walk 7 rows
+            outs.append(y)
+        assert torch.allclose(outs[0], _centered(x), atol=1e-4)
+        assert torch.equal(outs[1], outs[0]), dim  # the same sums in the same order
+        assert torch.allclose(outs[2], outs[0], atol=1e-5), dim
+
+
+def test_the_de_optimization_gives_the_passes_back() -> None:
+    p = get_pass("row-cache")()
+    for source in (HALF_SOFTMAX, PERSISTENT_CENTER):
+        ir = kir.parse(source, "cuda")
+        site = next(s for s in p.sites(ir) if not s.present)
+        cached = p.optimize(ir, site, CTX)
+        assert isinstance(cached, Applied)
+        present = [s for s in p.sites(cached.ir) if s.present]
+        assert len(present) == 1 and not [s for s in p.sites(cached.ir) if not s.present]
+        back = p.deoptimize(cached.ir, present[0], CTX)
+        assert isinstance(back, Applied) and back.ir.text == source
+
+
+def _refusal(source: str, **kw) -> str:  # noqa: ANN003
+    plans = row_passes(kir.parse(source, "cuda"), **kw)
+    assert len(plans) == 1 and isinstance(plans[0], Skipped), plans
+    p = get_pass("row-cache").from_options(kw)
+    assert [s for s in p.sites(kir.parse(source, "cuda")) if not s.present] == []
+    return plans[0].reason
+
+
+def test_refusals_say_why() -> None:
+    inplace = HALF_SOFTMAX.replace("const __half* src", "__half* src").replace(
+        "const __half* in_row", "__half* in_row").replace(
+        "out_row[j] = __float2half", "in_row[j] = __float2half")
+    assert _refusal(inplace).startswith("the kernel writes the row")
+    between = PERSISTENT_CENTER.replace("float d = p[k] - mean;",
+                                        "float d = p[k] - mean; out[(size_t)r * dim + k] = d;")
+    assert _refusal(between).startswith("a global store runs between the passes")
+    shifted = HALF_SOFTMAX.replace("acc += expf(__half2float(in_row[j])",
+                                   "acc += expf(__half2float(in_row[j ^ 1])")
+    assert "otherwise than at its loop variable" in _refusal(shifted)
+    divergent = PERSISTENT_CENTER.replace("for (unsigned r = blockIdx.x; r < rows; r += gridDim.x)",
+                                          "if (threadIdx.x < 48) for (unsigned r = blockIdx.x; "
+                                          "r < rows; r += gridDim.x)")
+    assert "differs between threads" in _refusal(divergent)
+    early = HALF_SOFTMAX.replace("const int stride = blockDim.x;",
+                                 "const int stride = blockDim.x;\n  if (threadIdx.x >= count) return;")
+    assert "may return before the passes" in _refusal(early)
+    full = PERSISTENT_CENTER.replace("__shared__ float partial[WIDTH];",
+                                     "__shared__ float partial[WIDTH];\n  __shared__ float pad[12000];")
+    assert _refusal(full).startswith("shared memory leaves room for")
+    assert "leaves room for 128 elements" in _refusal(PERSISTENT_CENTER, budget=512)
