@@ -98,7 +98,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     `deadline` (a `time.monotonic()` value) stops the loop before a gate that would start
     after it (termination "time-box"; the best kernel so far is returned as usual), and a
     candidate's gate started before it may run at most `BOX_GRACE_S` past it (its time limit is
-    cut to fit; a gate cut so is set aside as "time-box", not held against its card).
+    cut to fit; a gate cut so is set aside as "time-box", not held against its card); the
+    start's plain sweep, the control, is gated whatever the box.
     `gate_timeout` bounds every gate; without it a candidate's gate may take
     `CANDIDATE_GATE_FACTOR` times the start kernel's own (at least `CANDIDATE_GATE_FLOOR_S`).
     Ablations: `config_sweeps=False` leaves out every sweep move (cards' recorded
@@ -157,7 +158,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
 
     def check(source: str, boxed: bool = True) -> Any:
         kwargs: dict[str, Any] = {"path": path}
-        cap = gate_timeout if gate_timeout is not None or not boxed else limit[0]
+        cap = gate_timeout if gate_timeout is not None else limit[0]
         if boxed and deadline is not None:  # a candidate's gate ends near the box, not after it
             left = max(deadline - time.monotonic(), 0.0) + BOX_GRACE_S
             cap = min(cap, left) if cap is not None else left
@@ -191,12 +192,9 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     run.states, run.best, run.verdicts[start_src] = [start], start, verdict
     termination = "budget-steps"
     while run.gated < budget_steps:
-        if run.out_of_time():
-            termination = "time-box"
-            break
         option = _choose(run)
-        if option is None:
-            termination = "exhausted"
+        if option is None or (run.out_of_time() and not _floor(option, run)):
+            termination = "exhausted" if option is None else "time-box"
             break
         _pull(option, run)
         run.lineage.save(out_dir / "lineage.json")  # an interrupted run keeps what it learned
@@ -305,12 +303,17 @@ def _choose(run: _Run) -> _Option | None:
 
     def value(o: _Option) -> tuple[Any, ...]:
         behind = (run.best.ms / o.state.ms) if run.best.ms and o.state.ms else 1.0
-        floor = o.kind == "plain" and o.state is run.states[0]
+        floor = _floor(o, run)
         gain, cost = math.log(_gain(o, run) * behind), _cost(o, run) if paced else 1.0
         return (floor, gain / cost if gain > 0 else gain * cost, -cost, -beam.index(o.state),
                 -o.rank)
 
     return max(options, key=value)
+
+
+def _floor(option: _Option, run: _Run) -> bool:
+    """The start's plain sweep: the control, gated first and whatever the time box."""
+    return option.kind == "plain" and option.state is run.states[0]
 
 
 def _cost(option: _Option, run: _Run) -> float:
@@ -520,7 +523,7 @@ def _judge(option: _Option, made: Materialized, run: _Run) -> None:
         run.gated += 1
         run.say("gate", {"card": card.id, "anchor": made.site.anchor})
         began = time.monotonic()
-        verdict = run.check(source)
+        verdict = run.check(source, not _floor(option, run))  # the control's, whatever the box
         seconds = (0.0 if getattr(verdict, "cached", False) else gate_seconds(verdict)) \
             or time.monotonic() - began
         run.gate_s += seconds

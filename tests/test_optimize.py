@@ -368,7 +368,7 @@ def test_a_gate_started_in_the_box_is_cut_to_end_near_it_and_not_held_against_it
 
     result = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "out",
                       rewriter=DeterministicRewriter(), check_fn=gate, budget_steps=5,
-                      deadline=time.monotonic() + box / 2)
+                      deadline=time.monotonic() + box / 2, config_sweeps=False)
     assert limits[0] is None
     assert len(limits) == 2 and limits[1] is not None
     assert limits[1] <= opt.BOX_GRACE_S + box / 2

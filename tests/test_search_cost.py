@@ -99,3 +99,27 @@ def test_a_moves_cost_is_its_states_gate_times_its_kinds_measured_ratio() -> Non
     assert not _paced(run)  # 10 gates at 4 s fit in 100 s
     run.gate_s, run.gated = 4.0 + 96.0, 2  # the pace is now 35 s a gate: 8 more do not fit
     assert _paced(run)
+
+
+def test_the_control_is_gated_even_when_the_box_is_spent_before_it(tmp_path: Path) -> None:
+    """A box already spent when the search starts (the start's gate waited for a busy GPU)
+    still gates the start's plain sweep, under the candidates' gate limit and not the box's,
+    and nothing after it: the run ends no worse than the control."""
+    from lineage import optimize as opt
+
+    target = tmp_path / "mm_naive.py"
+    target.write_text(START)
+    control = autotune_control(START)
+    limits: list[object] = []
+    scripted = ScriptedGate(ms=lambda s: 7.0 if s == control else 10.0)
+
+    def gate(source: str, language: object, case: object, tier: object, **kw: object):
+        limits.append(kw.get("timeout"))
+        return scripted(source, language, case, tier, **kw)
+
+    result = optimize(target, CASE, Library.open(packed_library("heldout_all")), tier="device",
+                      out=tmp_path / "out", budget_steps=8, rewriter=DeterministicRewriter(),
+                      check_fn=gate, deadline=time.monotonic() - 1.0)
+    assert scripted.seen == [START, control]
+    assert limits[1] is not None and limits[1] >= opt.CANDIDATE_GATE_FLOOR_S
+    assert result.termination == "time-box" and result.gated == 1 and result.best_ms == 7.0
