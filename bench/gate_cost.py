@@ -1,22 +1,30 @@
 """What one device gate costs on large problems, by phase, against the GPU work in it.
 
     python3 bench/gate_cost.py --kernelbench DIR [--starts bench/kernelbench] [--count 5]
-        [--only NAME,...] [--compare parent,worker] [--out DIR]
+        [--only NAME,...] [--mode before,after] [--out DIR]
 
 Takes the KernelBench tier's problems (`bench/kernelbench_tier.py`: a checkout given by
 --kernelbench or $KERNELBENCH_DIR, start kernels under --starts), ranks them by the bytes of
-their inputs and Model tensors at the real size, and gates the start kernel of the --count
-largest at the device tier, fresh (no verdict cache), one at a time. Per problem it prints the
-end-to-end wall time of `gate.check_file`, each phase the verdict records (`Verdict.phases`:
-the worker's phases, the parent's comparisons, the waits), the GPU work (`gpu_s`: seconds the
-worker spent in timed runs of the reference and the candidate, `Timing.timed_s`, plus its
+their inputs and Model tensors at the real size (measured on the loaded problem, on the meta
+device), and gates the start kernel of the --count largest at the device tier, fresh (no
+verdict cache), one at a time. Per problem it prints the end-to-end wall time of
+`gate.check_file`, each phase the verdict records (`Verdict.phases`: the worker's phases and
+the parts of its start-up, the parent's comparisons, the waits), the GPU work (`gpu_s`: seconds
+the worker spent in timed runs of the reference and the candidate, `Timing.timed_s`, plus its
 autotuners' timing of configurations) and the rest (`overhead_s` = end-to-end - gpu_s), then
 whether it meets the budget: end-to-end <= `WALL_BUDGET_S` and overhead <= `OVERHEAD_FIXED_S` +
-`OVERHEAD_SHARE` x gpu_s. `--compare` gates each problem once per comparison mode
-(`KLINEAGE_GATE_COMPARE`: `parent`, outputs sent whole and compared with numpy, the way before
-held references and the default; `worker`, compared on the GPU against held references,
-opt-in), a row each, named `problem [mode]`: the before / after table. OUT/gate_cost.json holds the rows. Exit code 0 when every gate passed
-and met the budget, 1 otherwise, 2 for bad input.
+`OVERHEAD_SHARE` x gpu_s.
+
+`--mode` gates every problem once per mode (`MODES`: the gate's settings, as environment
+variables), all problems of one mode in a row: `before` is the gate as it was (whole outputs
+compared in the parent, the job's number of input sets, each worker started for its job),
+`after` the gate's defaults (references held and compared on the GPU, input sets sized to the
+device's memory, the next worker started while a gate runs; the run's first worker is started
+when the mode begins, `gate.prestart`, so only the first gate of the mode waits for it);
+`parent` / `worker` choose the comparison alone (`--compare` is the same option). A row per
+problem and mode, named `problem [mode]`. OUT/gate_cost.json holds the rows (`bench/store.py
+ingest` reads it), OUT/gate_cost.md the table. Exit code 0 when every gate passed and met the
+budget, 1 otherwise, 2 for bad input.
 """
 from __future__ import annotations
 
@@ -36,6 +44,15 @@ for _path in (ROOT, ROOT / "bench"):  # the packages, and bench/kernelbench_tier
 WALL_BUDGET_S = 30.0
 OVERHEAD_FIXED_S = 5.0
 OVERHEAD_SHARE = 0.2
+MODES: dict[str, dict[str, str | None]] = {
+    "before": {"KLINEAGE_GATE_COMPARE": "parent", "KLINEAGE_GATE_SETS": "job",
+               "KLINEAGE_GATE_STANDBY": "0"},
+    "after": {"KLINEAGE_GATE_COMPARE": None, "KLINEAGE_GATE_SETS": None,
+              "KLINEAGE_GATE_STANDBY": None},
+    "parent": {"KLINEAGE_GATE_COMPARE": "parent"},
+    "worker": {"KLINEAGE_GATE_COMPARE": "worker"},
+}
+"""Gate settings per mode (environment variables; None: unset, the gate's default)."""
 GPU_PHASES = ("autotune timing",)
 """Phases (besides `Timing.timed_s`) that are the candidate's own GPU work."""
 
@@ -97,6 +114,42 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def comparison(rows: Sequence[Mapping[str, Any]]) -> str:
+    """One line per problem gated in more than one mode: wall and overhead seconds by mode."""
+    by_problem: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        by_problem.setdefault(str(r.get("problem", r["op"])), []).append(r)
+    lines = []
+    for problem, group in by_problem.items():
+        if len(group) > 1:
+            lines.append(f"{problem}: " + "; ".join(
+                f"{r.get('mode')}: wall {r.get('wall_s', 0):.1f} s, overhead "
+                f"{r.get('overhead_s', 0):.1f} s of {r.get('overhead_allowed_s', 0):.1f} allowed"
+                f"{'' if r.get('ok') else ' (FAIL)'}" for r in group))
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def apply_mode(mode: str, environ: Any = None) -> None:
+    """Set the environment variables of `mode` (`MODES`) in `environ` (os.environ)."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    for name, value in MODES[mode].items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
+
+
+def _gpu_name() -> str | None:
+    try:
+        import torch
+
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    except ImportError:
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import os
 
@@ -106,10 +159,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=5, help="the largest problems gated")
     ap.add_argument("--only", default="", help="comma-separated problems instead of the largest")
     ap.add_argument("--out", default=None, help="folder for gate_cost.json (default: none written)")
-    ap.add_argument("--compare", default="", help="comparison modes, comma-separated (parent, "
-                                                  "worker); default: the gate's own")
+    ap.add_argument("--mode", "--compare", dest="mode", default="",
+                    help=f"gate settings, comma-separated ({', '.join(MODES)}); default: the "
+                         f"gate's own")
     args = ap.parse_args(argv)
-    modes = [m for m in args.compare.split(",") if m]
+    modes = [m for m in args.mode.split(",") if m]
     import gate
     from kir.errors import BadInputError
 
@@ -117,8 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.kernelbench or args.count < 1:
         print("gate_cost: give --kernelbench DIR (or KERNELBENCH_DIR) and a positive --count", file=sys.stderr)
         return 2
-    if any(m not in ("parent", "worker") for m in modes):
-        print(f"gate_cost: --compare takes parent and worker, not {args.compare}", file=sys.stderr)
+    if any(m not in MODES for m in modes):
+        print(f"gate_cost: --mode takes {', '.join(MODES)}, not {args.mode}", file=sys.stderr)
         return 2
     try:
         root = tier.problem_root(Path(args.kernelbench))
@@ -139,26 +193,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     sized.sort(key=lambda item: -item[0])
     chosen = sized if args.only else sized[:args.count]
+    print(f"[{time.strftime('%H:%M:%S')}] the {len(chosen)} largest problems: "
+          + ", ".join(f"{p.key} ({n / 1e9:.2f} GB)" for n, p, _ in chosen), file=sys.stderr, flush=True)
     rows = []
-    for nbytes, p, case in chosen:
-        for mode in modes or [None]:
+    for mode in modes or [None]:
+        if mode is not None:
+            apply_mode(mode)
+            gate.prestart("device")  # a no-op where standby workers are off
+        for nbytes, p, case in chosen:
             name = p.key if mode is None else f"{p.key} [{mode}]"
-            if mode is not None:
-                os.environ["KLINEAGE_GATE_COMPARE"] = mode
             print(f"[{time.strftime('%H:%M:%S')}] {name}: {nbytes / 1e9:.2f} GB, gating at the "
                   f"device tier", file=sys.stderr, flush=True)
-            row = {"op": name, "bytes": nbytes, **gate_once(p.start, case)}
+            try:
+                measured = gate_once(p.start, case)
+            except Exception as exc:  # noqa: BLE001 — one problem's failure is its row
+                measured = {"ok": False, "reason": f"{type(exc).__name__}: {exc}"[:500],
+                            **cost({}, 0.0, 0.0)}
+            row = {"op": name, "problem": p.key, "mode": mode or "default", "bytes": nbytes,
+                   **measured}
             print(f"[{time.strftime('%H:%M:%S')}] {name}: {json.dumps(row)}", file=sys.stderr, flush=True)
             rows.append(row)
+            if args.out:  # after every row: a run cut short keeps what it measured
+                _write(Path(args.out), rows, argv)
     print(table(rows), end="")
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "gate_cost.json").write_text(json.dumps({"rows": rows, "wall_budget_s": WALL_BUDGET_S,
-                                                        "overhead_fixed_s": OVERHEAD_FIXED_S,
-                                                        "overhead_share": OVERHEAD_SHARE}, indent=1) + "\n")
-        (out / "gate_cost.md").write_text(table(rows))
+    print(comparison(rows), end="")
     return 0 if all(r["ok"] and r["within_budget"] for r in rows) else 1
+
+
+def _write(out: Path, rows: Sequence[Mapping[str, Any]], argv: Sequence[str] | None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"rows": list(rows), "wall_budget_s": WALL_BUDGET_S, "overhead_fixed_s": OVERHEAD_FIXED_S,
+              "overhead_share": OVERHEAD_SHARE, "gpu": _gpu_name(),
+              "command": "python3 bench/gate_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+    tmp = out / "gate_cost.json.tmp"
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(out / "gate_cost.json")
+    (out / "gate_cost.md").write_text(table(rows) + "\n" + comparison(rows))
 
 
 if __name__ == "__main__":

@@ -142,6 +142,18 @@ def gate_profile(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
                "metrics": _pick(r, ("ok", "wall_s", "candidate_ms"))}
 
 
+def gate_cost(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
+    """`bench/gate_cost.py`: one device gate per problem and mode, its wall and GPU seconds,
+    the overhead against its budget, and each phase."""
+    for r in data["rows"]:
+        phases = [f"phases.{k}" for k in (r.get("phases") or {})]
+        yield {"operator": r.get("problem") or r["op"], "variant": r.get("mode"),
+               "gpu": data.get("gpu"),
+               "metrics": _pick(r, ("ok", "bytes", "wall_s", "gpu_s", "overhead_s",
+                                    "overhead_allowed_s", "within_budget", "candidate_ms",
+                                    "reference_ms", *phases))}
+
+
 def parse_speed(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
     """`bench/bench_parse.py`: parse throughput per language, query and diff latency."""
     for lang in ("cuda", "triton"):
@@ -191,6 +203,8 @@ EXTRACTORS: dict[str, tuple[Callable[[Path, Mapping[str, Any]], bool],
              or (isinstance(d.get("variants"), list | Mapping) and "case" in d), case_timings),
     "gate_profile": (lambda p, d: isinstance(d.get("records"), list) and bool(d["records"])
                      and "wall_s" in d["records"][0], gate_profile),
+    "gate_cost": (lambda p, d: isinstance(d.get("rows"), list) and bool(d["rows"])
+                  and "overhead_s" in d["rows"][0] and "within_budget" in d["rows"][0], gate_cost),
     "parse": (lambda p, d: "cuda" in d and "triton" in d and "query" in d, parse_speed),
     "gate": (lambda p, d: isinstance(d.get("runs"), Mapping) and all(
         isinstance(r, Mapping) and "measures" in r for r in d["runs"].values()), gate_speed),
@@ -208,7 +222,8 @@ def benchmark_of(path: Path, kind: str) -> str:
     top = rel.parts[0] if len(rel.parts) > 1 else rel.stem
     if kind == "case":
         return str(rel.stem if len(rel.parts) == 1 else top)
-    return {"experts": "experts", "gate_profile": "gate_profile", "parse": "parse",
+    return {"experts": "experts", "gate_profile": "gate_profile", "gate_cost": "gate_cost",
+            "parse": "parse",
             "gate": "gate", "sites": "sites", "walkthrough": "walkthrough"}.get(kind, top)
 
 
@@ -314,6 +329,10 @@ TABLES: dict[str, dict[str, Any]] = {
                     "columns": ["seconds", "ok", "states", "transitions", "cards", "admitted",
                                 "rejected", "untried", "kept", "cards_kept", "termination",
                                 "gated"]},
+    "gate_cost": {"title": "One device gate on the largest problems: wall, GPU work, overhead "
+                           "against 5 s + 20% of the GPU work (`bench/gate_cost.py`)",
+                  "columns": ["ok", "bytes", "wall_s", "gpu_s", "overhead_s", "overhead_allowed_s",
+                              "within_budget", "phases.*"]},
     "roundtrip": {"title": "SkillCard roundtrip and leave-one-out",
                   "columns": ["tier", "expert_ms", "start_ms", "best_ms", "fraction_of_expert",
                               "speedup", "reached_gate"]},

@@ -26,7 +26,7 @@ from gate.verdict import (Correctness, Facts, CompileFacts, FailureKind, SeedRes
                           VariantTiming, Verdict, picks_of, reject)
 from gate.worker import (PHASE_CONFIG, PHASE_FAULT, PHASE_KNOCKOUT, PHASE_REFILL, PHASE_REVERIFY,
                          PHASE_SEALED, PHASE_SEED, PHASE_TIMED, REFILL_SAMPLE, Job,
-                         main as worker_main)
+                         main as worker_main, standby as worker_standby)
 
 _LOG = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 180.0
@@ -526,12 +526,15 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
     # timed runs (two per variant) send their sample and last call; repeated calls one each
     judge.refill_budget = 2 * (REFILL_SAMPLE + 1) if tier is Tier.DEVICE else \
         max(job.repeat_calls, job.refill_sets)
-    ctx = _context()
-    parent, child = ctx.Pipe(duplex=True)  # the worker asks before timing (`wait_quiet`)
-    proc = ctx.Process(target=worker_main, args=(child, job), daemon=True)
     spawn_t0 = time.perf_counter()
-    _start(proc)
-    child.close()
+    proc, parent = STANDBY.take(job)
+    if proc is None:
+        ctx = _context()
+        parent, child = ctx.Pipe(duplex=True)  # the worker asks before timing (`wait_quiet`)
+        proc = ctx.Process(target=worker_main, args=(child, job), daemon=True)
+        _start(proc)
+        child.close()
+    STANDBY.prepare(job.tier, job.env)  # the next gate's worker starts up while this one runs
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     started = False
     try:
@@ -586,6 +589,95 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
 
 
 _START_LOCK = threading.Lock()
+
+
+class Standby:
+    """Workers started before their jobs (`gate.worker.standby`), one per (tier, environment):
+    a worker's start-up (imports, the CUDA context, the profiler's first session: seconds) then
+    runs while the previous gate of a run does, instead of in front of the next one.
+
+    Each standby worker takes exactly one job and ends with it, as a worker started for the job
+    would: no candidate code runs in a process before its own job. A job whose environment
+    differs from the one a standby started under gets a fresh worker (and the standby is
+    ended). `KLINEAGE_GATE_STANDBY=0` turns it off (every job starts its worker from scratch,
+    the way before)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ready: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Any, Any]] = {}
+
+    @staticmethod
+    def enabled() -> bool:
+        return os.environ.get("KLINEAGE_GATE_STANDBY", "1") != "0"
+
+    def prepare(self, tier: str, env: tuple[tuple[str, str], ...]) -> None:
+        """Start a standby worker for jobs of `tier` in `env` unless one is waiting; end the
+        standby workers of other environments (a run's environment changed)."""
+        if not self.enabled():
+            return
+        key = (tier, tuple(env))
+        with self._lock:
+            stale = [k for k in self._ready if k[1] != key[1]]
+            for k in stale:
+                _end_standby(*self._ready.pop(k))
+            found = self._ready.get(key)
+            if found is not None and found[0].is_alive():
+                return
+            ctx = _context()
+            parent, child = ctx.Pipe(duplex=True)
+            proc = ctx.Process(target=worker_standby, args=(child, tier, key[1]), daemon=True)
+            try:
+                _start(proc)
+            except OSError as exc:  # the next job starts its own worker
+                _LOG.warning("no standby gate worker: %s", exc)
+                parent.close()
+                return
+            finally:
+                child.close()
+            self._ready[key] = (proc, parent)
+
+    def take(self, job: Job) -> tuple[Any, Any]:
+        """(process, pipe) of a standby worker now running `job`, or (None, None) when none
+        for its tier and environment is alive."""
+        if not self.enabled():
+            return None, None
+        with self._lock:
+            found = self._ready.pop((job.tier, tuple(job.env)), None)
+        if found is None:
+            return None, None
+        proc, parent = found
+        try:
+            if not proc.is_alive():
+                raise OSError("the standby worker has ended")
+            parent.send(("job", job))
+        except (OSError, ValueError):
+            _end_standby(proc, parent)
+            return None, None
+        return proc, parent
+
+    def close(self) -> None:
+        """End every standby worker (they are daemons: they also end with this process)."""
+        with self._lock:
+            for proc, parent in self._ready.values():
+                _end_standby(proc, parent)
+            self._ready.clear()
+
+
+def _end_standby(proc: Any, parent: Any) -> None:
+    try:
+        parent.close()
+    except OSError:
+        pass
+    _end(proc)
+
+
+STANDBY = Standby()
+
+
+def prestart(tier: Tier | str) -> None:
+    """Start a worker for `tier` in this process's environment ahead of the run's first gate
+    (`Standby`); a no-op when standby workers are off."""
+    STANDBY.prepare(getattr(tier, "value", str(tier)), tuple(os.environ.items()))
 
 
 def _start(proc: Any) -> None:

@@ -70,7 +70,7 @@ from gate import static
 from gate.channel import Channel, Job, Stop, classify, describe, exception_chain, import_candidate
 from gate.verdict import FailureKind
 
-__all__ = ["Channel", "Job", "Stop", "classify", "describe", "import_candidate", "main"]
+__all__ = ["Channel", "Job", "Stop", "classify", "describe", "import_candidate", "main", "standby"]
 
 PHASE_SEED, PHASE_KNOCKOUT, PHASE_FAULT, PHASE_TIMED, PHASE_REVERIFY, PHASE_REFILL = (
     "seed", "knockout", "fault", "timed", "reverify", "refill")
@@ -97,20 +97,8 @@ def main(conn: Any, job: Job) -> None:
         os.setpgrp()  # own process group: the parent can end the candidate's children too
     except OSError:
         pass
-    # A fork-server child inherits the server's environment from when it started: use the
-    # caller's current one instead, and let the tier alone decide whether Triton interprets.
-    if job.env:
-        os.environ.clear()
-        os.environ.update(dict(job.env))
-    os.environ.pop("TRITON_INTERPRET", None)
-    # Floating-point fusion stays what Triton 3.6 (the GPU machine's) and 3.9 do by default,
-    # on, unless the caller chose: 3.9 warns from every worker that its default will change,
-    # and verdicts taken under two Triton versions should compute alike.
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    if job.tier == "interpret":
-        os.environ["TRITON_INTERPRET"] = "1"
-        _limit_memory()
-    elif job.tier == "emulate":
+    _environment(job.env, job.tier)
+    if job.tier in ("interpret", "emulate"):
         _limit_memory()
     chan = Channel(conn)
     try:
@@ -130,6 +118,71 @@ def main(conn: Any, job: Job) -> None:
     finally:
         sys.stderr.flush()  # the process ends with os._exit: nothing else flushes it
         conn.close()
+
+
+def _environment(env: tuple[tuple[str, str], ...], tier: str) -> None:
+    """The worker's environment: the caller's `env` (a fork-server child inherits the
+    server's from when it started), with the tier alone deciding whether Triton interprets."""
+    if env:
+        os.environ.clear()
+        os.environ.update(dict(env))
+    os.environ.pop("TRITON_INTERPRET", None)
+    # Floating-point fusion stays what Triton 3.6 (the GPU machine's) and 3.9 do by default,
+    # on, unless the caller chose: 3.9 warns from every worker that its default will change,
+    # and verdicts taken under two Triton versions should compute alike.
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    if tier == "interpret":
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def standby(conn: Any, tier: str, env: tuple[tuple[str, str], ...]) -> None:
+    """Process entry point of a worker started before its job (`gate.runner.Standby`).
+
+    While the previous gate runs it does the start-up every job of `tier` in `env` needs and
+    that does not depend on the job: the gate's worker-side imports, Triton's, and on the
+    device the CUDA context and the profiler's first session (under the GPU's shared lock, so
+    never during another gate's timed runs). Then it waits for ("job", Job) and runs it as
+    `main` does. No candidate code has run in it before the job: the process is as fresh as
+    one started for the job. It ends quietly when the parent closes the pipe first."""
+    try:
+        os.setpgrp()
+    except OSError:
+        pass
+    try:
+        _environment(env, tier)
+        _warm(tier)
+    except Exception:  # noqa: BLE001 — the job's own start-up says what is wrong
+        pass
+    try:
+        msg = conn.recv()
+    except (EOFError, OSError):
+        return
+    if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "job" and isinstance(msg[1], Job):
+        main(conn, msg[1])
+
+
+def _warm(tier: str) -> None:
+    """The job-independent start-up of a worker of `tier` (`standby`)."""
+    if tier == "static":
+        return
+    import torch  # noqa: PLC0415
+
+    from gate import compare, foreign, gpulock, guards, heldcompare, hostforms, memplan, refill, transport  # noqa: F401, PLC0415
+    from gate.cases import import_case_module  # noqa: F401, PLC0415
+
+    if tier in ("device", "interpret"):  # the emulate tier imports Triton only if a host does
+        import triton  # noqa: F401, PLC0415
+        import triton.testing  # noqa: F401, PLC0415
+    if tier != "device" or not torch.cuda.is_available():
+        return
+    lock = gpulock.for_current_device(torch)
+    try:
+        with lock.shared():
+            torch.empty(1, device="cuda")
+            torch.cuda.synchronize()
+            guards.KernelLog(torch.cuda.synchronize).warm_up()
+    finally:
+        lock.close()
 
 
 INTERPRET_MEMORY_FRACTION = 0.5  # of the machine's memory, at most INTERPRET_MEMORY_MAX_GIB
@@ -162,10 +215,38 @@ def _limit_memory() -> None:
 # ---------------------------------------------------------------------------------------------
 # interpret / device tiers
 
+class _Laps:
+    """Adds (name, seconds since the previous lap) to a list, summing repeated names."""
+
+    def __init__(self, into: list[tuple[str, float]]) -> None:
+        import time  # noqa: PLC0415
+
+        self.into, self.clock = into, time.perf_counter
+        self.last = self.clock()
+
+    def restart(self) -> None:
+        """The next lap counts from now."""
+        self.last = self.clock()
+
+    def __call__(self, name: str) -> None:
+        now = self.clock()
+        for i, (seen, s) in enumerate(self.into):
+            if seen == name:
+                self.into[i] = (name, s + now - self.last)
+                break
+        else:
+            self.into.append((name, now - self.last))
+        self.last = now
+
+
 class _Runner:
     """State of one interpret/device run inside the worker."""
 
     def __init__(self, chan: Channel, job: Job) -> None:
+        self.startup: list[tuple[str, float]] = []  # (part of the start-up, seconds)
+        lap = _Laps(self.startup)
+        self.parts: list[tuple[str, float]] = []  # (part of the phase just run, seconds)
+        self.lap = _Laps(self.parts)
         import torch
 
         from gate import gpulock, guards, refill
@@ -173,13 +254,16 @@ class _Runner:
 
         self.chan, self.job, self.torch, self.guards, self.refill = chan, job, torch, guards, refill
         self.device = "cuda" if job.tier == "device" else "cpu"
+        lap("start-up: gate imports")
         if self.device == "cuda" and not torch.cuda.is_available():
             chan.reject(FailureKind.UNSUPPORTED, "import", "the device tier needs a CUDA GPU; none is visible")
+        lap("start-up: cuda")
         try:
             self.case = import_case_module(Path(job.case_path))
         except Exception as exc:
             chan.reject(FailureKind.BAD_CASE, "import", f"the case module does not import: {describe(exc)}")
         self.shapes = self._shape_table()
+        lap("start-up: case")
         self.cap = guards.Captured.take()
         self.do_bench = None
         # Shared around kernel runs, exclusive around timed ones (other gates may share the GPU).
@@ -187,11 +271,13 @@ class _Runner:
         self.lock: Any = gpulock.NoLock()
         if self.device == "cuda":
             self.lock = gpulock.for_current_device(torch)
+        lap("start-up: cuda")
         if job.language == "triton" or self.device == "cuda":
             import triton  # noqa: F401  (imported before the candidate so its hooks can go in)
             import triton.testing
 
             self.do_bench = triton.testing.do_bench
+        lap("start-up: triton import")
         ref = self.case.reference
         self.reference_code = (str(Path(ref.__code__.co_filename).resolve()), ref.__code__.co_name)
         self.originals: dict[tuple[str, str, int], tuple[Any, ...]] = {}
@@ -205,6 +291,7 @@ class _Runner:
         self.kernels = guards.KernelLog(self.cap.synchronize)
         if self.device == "cuda":
             self.kernels.warm_up()
+        lap("start-up: kernel log")
         self.modules_before: set[str] = set()
         self.permitted: frozenset[str] = frozenset()  # foreign modules the host may load
         self.reference_warnings: set[str] = set()  # sent as flags, each once
@@ -345,6 +432,7 @@ class _Runner:
         (`gate.memplan`); the worker tells the parent the seeds it kept. Sets that the plan (or,
         later, the device's free memory) cannot hold wait in host memory between their uses
         (`_park`)."""
+        self.lap.restart()
         for variant in self.shapes:
             self._variant_references(variant)
         for variant in self.shapes:
@@ -356,6 +444,7 @@ class _Runner:
                                        f"({self._set_bytes(self.originals[parked[0]]) / 2**30:.1f} "
                                        f"GiB a set)")
         self.chan.send("refs_done")
+        self.lap("references: flags")
         if self.device == "cuda":
             for variant in self.shapes:
                 rotation = self._rotation(variant)
@@ -365,6 +454,7 @@ class _Runner:
                 self._time_reference_tf32(variant, rotation)
                 self._time_reference_compiled(variant, rotation)
             self._poison_cached_memory()
+            self.lap("references: timed")
 
     def _variant_references(self, variant: str) -> None:
         """The input sets and references of one variant: the first seed's set, then the plan
@@ -373,6 +463,7 @@ class _Runner:
         first = self.plan(variant)[0]
         peak_from = self._reset_peak()
         inputs = self._draw(variant, first[2])
+        self.lap("references: draw")
         self._reference(*first, inputs)
         self.originals[first] = inputs
         plan = self._set_plan(variant, inputs, free, self._peak_since(peak_from))
@@ -387,11 +478,13 @@ class _Runner:
         to_park = set(parkable[len(parkable) - plan.parked:]) if plan.parked else set()
         for key in keys[1:]:
             inputs = self._draw(variant, key[2])
+            self.lap("references: draw")
             self._reference(*key, inputs)
             self.originals[key] = inputs
             del inputs
             if key in to_park or (key in parkable and self._short(variant)):
                 self._park(key)
+                self.lap("references: park")
         self.pools[variant] = self._pool(variant)
 
     def _free_bytes(self) -> int:
@@ -535,6 +628,7 @@ class _Runner:
                 with torch.no_grad():
                     ref = self.case.reference(*self.clone_inputs(inputs))
                 self.sync()
+            self.lap("references: compute")
         except Exception as exc:
             if finite_like:
                 return False
@@ -569,9 +663,11 @@ class _Runner:
             with_inputs = hasattr(self.case, "compare")
             self.chan.send("ref", variant, phase, seed, self.encode(ref),
                            self.encode(inputs) if with_inputs else None)
+        self.lap("references: hold and send" if self.held_mode else "references: send")
         if phase == PHASE_SEED and seed == self.job.seeds[0] \
                 and self.shapes[variant].get("dtype") == "fp32":
             self._precision_probe(variant, seed, inputs, ref)
+            self.lap("references: precision probe")
         # The reference's answer must not survive where a candidate could find it.
         for t in tensors:
             self.guards.poison_(t)
@@ -609,6 +705,7 @@ class _Runner:
         for k in range(1, self.set_plans[variant].pool):
             seed = self.job.refill_seed + k
             mixed = None if fresh_only else refill.crossover(timed, donor, seed)
+            self.lap("references: crossover")
             if mixed is not None and self._reference(variant, PHASE_REFILL, seed, mixed,
                                                      finite_like=True):
                 sets.append((seed, mixed))
@@ -1155,9 +1252,14 @@ def _run(chan: Channel, job: Job) -> None:
               runner.knockout, runner.sealed]
     phases += [runner.timing, runner.reverify] if runner.device == "cuda" else [runner.repeat]
     chan.send("mark", "start-up", time.perf_counter() - start)
+    for name, seconds in runner.startup:
+        chan.send("mark", name, seconds)
     for phase in phases:
         t0 = time.perf_counter()
         phase()
+        for name, seconds in runner.parts:
+            chan.send("mark", name, seconds)
+        runner.parts.clear()
         chan.send("mark", phase.__name__, time.perf_counter() - t0)
     if runner.tuning_s:
         chan.send("mark", "autotune timing", runner.tuning_s)

@@ -162,3 +162,46 @@ def test_an_interpret_gate_records_each_phase_for_the_cost_table() -> None:
     assert all(s >= 0 for _, s in verdict.phases)
     row = COST.cost(verdict.phases, wall_s=sum(s for _, s in verdict.phases), timed_s=0.0)
     assert set(worker) <= set(row["phases"]) and row["gpu_s"] == 0.0
+
+
+def test_the_budget_check_fails_where_the_overhead_or_the_wall_is_over() -> None:
+    # within: 4 s outside 20 s of GPU work (9 s allowed), 24 s in all
+    assert COST.cost({"timing": 20.0}, wall_s=24.0, timed_s=20.0)["within_budget"]
+    over = COST.cost({"spawn": 4.4, "timing": 1.2}, wall_s=8.2, timed_s=1.2)  # 7 s > 5.24 s
+    assert not over["within_budget"] and over["overhead_s"] == 7.0
+    assert over["overhead_allowed_s"] == pytest.approx(5.24)
+    row = {"op": "level1/4 [before]", "problem": "level1/4", "mode": "before", "bytes": 8.6e9,
+           "ok": True, **over}
+    after = {**row, "op": "level1/4 [after]", "mode": "after",
+             **COST.cost({"timing": 1.2}, wall_s=5.0, timed_s=1.2)}
+    text = COST.table([row, after])
+    assert "| level1/4 [before] | 8.60 | pass | 8.2 | 1.2 | 7.0 | 5.2 | MISSED |" in text
+    assert "| level1/4 [after] | 8.60 | pass | 5.0 | 1.2 | 3.8 | 5.2 | met |" in text
+    line = COST.comparison([row, after])
+    assert line.startswith("level1/4: before: wall 8.2 s") and "after: wall 5.0 s" in line
+
+
+def test_the_modes_set_and_clear_the_gates_settings() -> None:
+    env = {"KLINEAGE_GATE_COMPARE": "worker", "OTHER": "x"}
+    COST.apply_mode("before", env)
+    assert env == {"KLINEAGE_GATE_COMPARE": "parent", "KLINEAGE_GATE_SETS": "job",
+                   "KLINEAGE_GATE_STANDBY": "0", "OTHER": "x"}
+    COST.apply_mode("after", env)
+    assert env == {"OTHER": "x"}
+
+
+def test_the_store_reads_a_gate_cost_record(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("results_store", REPO / "bench" / "store.py")
+    store = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(store)
+    row = {"op": "level1/4 [after]", "problem": "level1/4", "mode": "after", "bytes": 8.6e9,
+           "ok": True, "reason": None, "candidate_ms": 1.0, "reference_ms": 2.0,
+           **COST.cost({"spawn": 0.3, "timing": 1.2}, wall_s=5.0, timed_s=1.2)}
+    record = tmp_path / "gate_cost.json"
+    record.write_text(__import__("json").dumps({"rows": [row], "gpu": "NVIDIA H200",
+                                                 "wall_budget_s": 30.0}))
+    [got] = store.rows_of(record)
+    assert got["benchmark"] == "gate_cost" and got["operator"] == "level1/4"
+    assert got["variant"] == "after" and got["gpu"] == "NVIDIA H200"
+    assert got["metrics"]["overhead_s"] == 3.8 and got["metrics"]["within_budget"] is True
+    assert got["metrics"]["phases.spawn"] == 0.3
