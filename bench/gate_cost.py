@@ -19,8 +19,10 @@ whether it meets the budget: end-to-end <= `WALL_BUDGET_S` and overhead <= `OVER
 variables), all problems of one mode in a row: `before` is the gate as it was (whole outputs
 compared in the parent, the job's number of input sets, each worker started for its job),
 `after` the gate's defaults (references held and compared on the GPU, input sets sized to the
-device's memory, the next worker started while a gate runs; the run's first worker is started
-when the mode begins, `gate.prestart`, so only the first gate of the mode waits for it);
+device's memory, the next worker started while a gate runs); each mode starts its first
+worker before its first gate (`gate.prestart`; a worker's start-up is paid once per run, and
+its seconds are reported as the mode's `run_start_s`, apart from the gates) and, unless
+--reuse-compiled, compiles with a fresh Triton cache (as a run's new candidates do);
 `parent` / `worker` choose the comparison alone (`--compare` is the same option). A row per
 problem and mode, named `problem [mode]`. OUT/gate_cost.json holds the rows (`bench/store.py
 ingest` reads it), OUT/gate_cost.md the table. Exit code 0 when every gate passed and met the
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -53,6 +56,8 @@ MODES: dict[str, dict[str, str | None]] = {
     "worker": {"KLINEAGE_GATE_COMPARE": "worker"},
 }
 """Gate settings per mode (environment variables; None: unset, the gate's default)."""
+STARTUP_WAIT_S = 120.0
+"""At most this long is waited for the run's first worker to start up (`gate.prestart`)."""
 GPU_PHASES = ("autotune timing",)
 """Phases (besides `Timing.timed_s`) that are the candidate's own GPU work."""
 
@@ -159,6 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=5, help="the largest problems gated")
     ap.add_argument("--only", default="", help="comma-separated problems instead of the largest")
     ap.add_argument("--out", default=None, help="folder for gate_cost.json (default: none written)")
+    ap.add_argument("--reuse-compiled", dest="fresh_compile", action="store_false",
+                    help="keep Triton's compile cache across modes (default: a fresh one per mode)")
     ap.add_argument("--mode", "--compare", dest="mode", default="",
                     help=f"gate settings, comma-separated ({', '.join(MODES)}); default: the "
                          f"gate's own")
@@ -196,10 +203,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"[{time.strftime('%H:%M:%S')}] the {len(chosen)} largest problems: "
           + ", ".join(f"{p.key} ({n / 1e9:.2f} GB)" for n, p, _ in chosen), file=sys.stderr, flush=True)
     rows = []
+    starts: dict[str, float] = {}
     for mode in modes or [None]:
         if mode is not None:
             apply_mode(mode)
-            gate.prestart("device")  # a no-op where standby workers are off
+        if args.fresh_compile:  # every mode compiles its kernels, as a run's new candidates do
+            os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"gate-cost-{mode}-triton-")
+        # the run's first worker, started before its first gate (a no-op where standby workers
+        # are off): paid once per run, reported apart from the gates
+        starts[mode or "default"] = round(gate.prestart("device", wait=STARTUP_WAIT_S), 2)
+        print(f"[{time.strftime('%H:%M:%S')}] mode {mode}: run start-up {starts[mode or 'default']:.2f} s",
+              file=sys.stderr, flush=True)
         for nbytes, p, case in chosen:
             name = p.key if mode is None else f"{p.key} [{mode}]"
             print(f"[{time.strftime('%H:%M:%S')}] {name}: {nbytes / 1e9:.2f} GB, gating at the "
@@ -214,16 +228,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"[{time.strftime('%H:%M:%S')}] {name}: {json.dumps(row)}", file=sys.stderr, flush=True)
             rows.append(row)
             if args.out:  # after every row: a run cut short keeps what it measured
-                _write(Path(args.out), rows, argv)
+                _write(Path(args.out), rows, argv, starts)
     print(table(rows), end="")
     print(comparison(rows), end="")
     return 0 if all(r["ok"] and r["within_budget"] for r in rows) else 1
 
 
-def _write(out: Path, rows: Sequence[Mapping[str, Any]], argv: Sequence[str] | None) -> None:
+def _write(out: Path, rows: Sequence[Mapping[str, Any]], argv: Sequence[str] | None,
+           starts: Mapping[str, float]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     record = {"rows": list(rows), "wall_budget_s": WALL_BUDGET_S, "overhead_fixed_s": OVERHEAD_FIXED_S,
-              "overhead_share": OVERHEAD_SHARE, "gpu": _gpu_name(),
+              "overhead_share": OVERHEAD_SHARE, "gpu": _gpu_name(), "run_start_s": dict(starts),
               "command": "python3 bench/gate_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     tmp = out / "gate_cost.json.tmp"
     tmp.write_text(json.dumps(record, indent=1) + "\n")

@@ -567,6 +567,8 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
                 if msg[0] == "quiet":  # every output sent before it has been judged
                     parent.send(("go",))
                     continue
+                if msg[0] == "warm":  # a standby worker's start-up ended (`Standby`)
+                    continue
                 decided = judge.handle(msg)
                 while judge.outbox and not decided:
                     parent.send(judge.outbox.pop(0))
@@ -605,17 +607,35 @@ class Standby:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ready: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Any, Any]] = {}
+        self._warm: set[int] = set()  # pids of standby workers whose start-up has ended
 
     @staticmethod
     def enabled() -> bool:
         return os.environ.get("KLINEAGE_GATE_STANDBY", "1") != "0"
 
-    def prepare(self, tier: str, env: tuple[tuple[str, str], ...]) -> None:
+    def prepare(self, tier: str, env: tuple[tuple[str, str], ...], wait: float = 0.0) -> float:
         """Start a standby worker for jobs of `tier` in `env` unless one is waiting; end the
-        standby workers of other environments (a run's environment changed)."""
+        standby workers of other environments (a run's environment changed). With `wait`,
+        wait at most that many seconds for its start-up to end; the seconds waited."""
+        t0 = time.perf_counter()
         if not self.enabled():
-            return
-        key = (tier, tuple(env))
+            _ensure_server()
+            return time.perf_counter() - t0
+        self._start(tier, tuple(env))
+        if wait > 0:
+            with self._lock:
+                found = self._ready.get((tier, tuple(env)))
+            if found is not None and found[0].pid not in self._warm:
+                proc, parent = found
+                try:
+                    if parent.poll(wait) and parent.recv() == ("warm",):
+                        self._warm.add(proc.pid)
+                except (EOFError, OSError):
+                    pass
+        return time.perf_counter() - t0
+
+    def _start(self, tier: str, env: tuple[tuple[str, str], ...]) -> None:
+        key = (tier, env)
         with self._lock:
             stale = [k for k in self._ready if k[1] != key[1]]
             for k in stale:
@@ -663,6 +683,21 @@ class Standby:
             self._ready.clear()
 
 
+def _ensure_server() -> None:
+    """Start the fork server workers come from, if that is how they start (its imports are
+    paid once per process)."""
+    ctx = _context()
+    if ctx.get_start_method() == "forkserver":
+        # the server imports its preloads before its first fork: one empty child waits for them
+        proc = ctx.Process(target=_nothing, daemon=True)
+        _start(proc)
+        proc.join(STARTUP_TIMEOUT_S)
+
+
+def _nothing() -> None:
+    """An empty worker (`_ensure_server`)."""
+
+
 def _end_standby(proc: Any, parent: Any) -> None:
     try:
         parent.close()
@@ -674,10 +709,12 @@ def _end_standby(proc: Any, parent: Any) -> None:
 STANDBY = Standby()
 
 
-def prestart(tier: Tier | str) -> None:
+def prestart(tier: Tier | str, wait: float = 0.0) -> float:
     """Start a worker for `tier` in this process's environment ahead of the run's first gate
-    (`Standby`); a no-op when standby workers are off."""
-    STANDBY.prepare(getattr(tier, "value", str(tier)), tuple(os.environ.items()))
+    (`Standby`); with `wait`, wait at most that many seconds for its start-up (imports, CUDA
+    context, libraries) to end. Where standby workers are off, only the fork server they come
+    from is started. The seconds taken."""
+    return STANDBY.prepare(getattr(tier, "value", str(tier)), tuple(os.environ.items()), wait)
 
 
 def _start(proc: Any) -> None:
