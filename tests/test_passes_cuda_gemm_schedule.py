@@ -97,9 +97,10 @@ def _embedded(path: Path) -> str:
     return device_source(text)
 
 
-def _rewrite(source: str, block: str, ctx: PassContext = CTX) -> tuple[Any, Any]:
+def _rewrite(source: str, block: str, ctx: PassContext = CTX, wgmma: bool = False
+             ) -> tuple[Any, Any]:
     ir = kir.parse(source, "cuda")
-    rule = get_pass("gemm-schedule").from_options({"block": block})
+    rule = get_pass("gemm-schedule").from_options({"block": block, "wgmma": wgmma})
     sites = [s for s in rule.sites(ir) if not s.present]
     assert len(sites) == 1 and "refused" not in sites[0].detail, sites
     return sites[0], rule.optimize(ir, sites[0], ctx)
@@ -213,6 +214,38 @@ def test_the_rewrite_compiles_for_sm90a_and_matches_torch_on_the_emulator(name: 
         got, want = run(lib, m, n, k)
         assert torch.allclose(got, want, atol=tol * want.abs().max().item(), rtol=tol), \
             (m, n, k, (got - want).abs().max())
+
+
+WGMMA_CASES = [name for name in CASES if "1024 threads" not in name]
+
+
+@pytest.mark.parametrize("name", WGMMA_CASES)
+def test_the_wgmma_form_compiles_for_sm90a_and_matches_torch_on_the_emulator(name: str) -> None:
+    source, block, run, tol = CASES[name]
+    _, result = _rewrite(source(), block, wgmma=True)
+    assert result.ok, result
+    text = result.ir.text
+    ptx = ptx_for_sm90a(text)
+    assert "wgmma.mma_async" in ptx and "cp.async" in ptx and "mma.sync" not in ptx
+    lib = _emulated(text)
+    torch.manual_seed(0)
+    for m, n, k in ((72, 136, 40), (130, 40, 45)):
+        got, want = run(lib, m, n, k)
+        assert torch.allclose(got, want, atol=tol * want.abs().max().item(), rtol=tol), \
+            (m, n, k, (got - want).abs().max())
+
+
+def test_the_wgmma_form_refuses_blocks_that_are_not_warpgroups() -> None:
+    textbook = (STYLES / "cu_mm_smem_tiled" / "mm_tiled.cu").read_text()
+    ir = kir.parse(textbook, "cuda")
+    rule = get_pass("gemm-schedule").from_options({"block": "32x32", "wgmma": True})
+    result = rule.optimize(ir, next(s for s in rule.sites(ir) if not s.present), CTX)
+    assert isinstance(result, Skipped) and "1, 2 or 4 warpgroups" in result.reason
+    ir = kir.parse((MICRO / "blocktile_bf16.cu").read_text(), "cuda")
+    rule = get_pass("gemm-schedule").from_options({"block": "256", "wgmma": True})
+    result = rule.optimize(ir, next(s for s in rule.sites(ir) if not s.present),
+                           PassContext(facts={"arch": "sm_80"}))
+    assert isinstance(result, Skipped) and "sm_90a" in result.reason
 
 
 def test_the_site_reports_the_global_meaning() -> None:

@@ -60,6 +60,8 @@ PAD = 8
 """Elements of padding per shared row (16 bytes: ldmatrix rows fall in distinct bank groups)."""
 MARK = "// gemm-schedule: "
 _WARPS = {4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8)}
+_GROUPS = {128: (1, 1), 256: (2, 1), 512: (2, 2)}
+"""Warpgroup grids of the wgmma schedule by block size (each warpgroup 64 rows x 128 / gn)."""
 
 HELPERS = r"""// ---- 16-byte asynchronous staging of 128-wide, 32-deep GEMM slices (cp.async, zero fill) ----
 __device__ __forceinline__ void kl_gs_cp16(void* dst, const void* src, int bytes) {
@@ -69,10 +71,12 @@ __device__ __forceinline__ void kl_gs_cp16(void* dst, const void* src, int bytes
 __device__ __forceinline__ void kl_gs_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 __device__ __forceinline__ void kl_gs_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
-// one operand's slice into a padded shared tile: KC (k contiguous in memory) keeps it as
-// tile[mn][PITCH] from g[mn * ld + k], else as tile[k][PITCH] from g[k * ld + mn]; elements past
-// mn_end / k_end are zero; VEC: 16-byte copies (ld a multiple of 8, g 16-byte aligned)
-template <bool KC, int MN, int BK, int PITCH, int NT>
+// one operand's slice into a shared tile: KC (k contiguous in memory) keeps it as rows of k per
+// mn from g[mn * ld + k], else as rows of mn per k from g[k * ld + mn]; elements past mn_end /
+// k_end are zero; VEC: 16-byte copies (ld a multiple of 8, g 16-byte aligned). SW 0: rows of
+// PITCH elements; SW 1: K-major rows of BK = 32 elements, 64-byte swizzle; SW 2: MN-major atoms of
+// 64 elements x BK rows, 128-byte swizzle (the wgmma canonical layouts)
+template <bool KC, int MN, int BK, int PITCH, int NT, int SW>
 __device__ __forceinline__ void kl_gs_load(unsigned short* tile, const unsigned short* g, long ld,
                                            int mn0, int k0, int mn_end, int k_end, bool vec, int tid) {
   constexpr int CH = KC ? BK / 8 : MN / 8;
@@ -89,7 +93,15 @@ __device__ __forceinline__ void kl_gs_load(unsigned short* tile, const unsigned 
       valid = k < k_end ? min(max(mn_end - mn, 0), 8) : 0;
       at = (long)k * ld + mn;
     }
-    unsigned short* dst = tile + r * PITCH + e;
+    int off = r * PITCH + e;
+    if (SW == 1) {
+      const int b = r * BK * 2 + e * 2;
+      off = (b ^ (((b >> 7) & 3) << 4)) / 2;
+    } else if (SW == 2) {
+      const int b = (e / 64) * BK * 128 + r * 128 + (e % 64) * 2;
+      off = (b ^ (((b >> 7) & 7) << 4)) / 2;
+    }
+    unsigned short* dst = tile + off;
     if (vec) {
       kl_gs_cp16(dst, valid > 0 ? g + at : g, valid * 2);
     } else {
@@ -98,14 +110,23 @@ __device__ __forceinline__ void kl_gs_load(unsigned short* tile, const unsigned 
     }
   }
 }
+// a wgmma shared-memory descriptor: start, leading / stride byte offsets, swizzle mode
+// (1: 128-byte, 2: 64-byte)
+__device__ __forceinline__ unsigned long long kl_gs_desc(const void* p, unsigned lbo, unsigned sbo,
+                                                         unsigned mode) {
+  const unsigned long long a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  return ((a & 0x3FFFFull) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
+         ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)mode << 62);
+}
 """
 
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    """The expert schedule for one kernel: warps_m x warps_n warps, each a (16 mi) x (8 ni) warp
-    tile of the 128 x 128 tile; `stages` slots of padded 32-deep slices; the exchange's row
-    chunk and row pitch."""
+    """The expert schedule for one kernel: a warps_m x warps_n grid of warps (mma.sync) or of
+    warpgroups (wgmma) over the 128 x 128 tile, each owning mi x ni accumulator fragments
+    (16 x 8 each for mma.sync, 64-row blocks of n8 column groups for wgmma); `stages` slots of
+    32-deep slices; the exchange's row chunk and row pitch."""
 
     threads: int
     warps_m: int
@@ -115,32 +136,46 @@ class Schedule:
     ldx: int
     smem: int
     """Bytes of the ring (the exchange reuses them)."""
+    wgmma: bool = False
+
+    @property
+    def row_step(self) -> int:
+        """Rows between a thread's fragment rows i and i + 1."""
+        return 64 if self.wgmma else 16
 
     @property
     def mi(self) -> int:
-        return TILE_M // self.warps_m // 16
+        return TILE_M // self.warps_m // self.row_step
 
     @property
     def ni(self) -> int:
         return TILE_N // self.warps_n // 8
 
 
-def _slice_elems(op: Operand, mn: int) -> int:
-    """Elements of one operand's padded 32-deep slice of a `mn`-wide tile."""
+def _slice_elems(op: Operand, mn: int, wgmma: bool = False) -> int:
+    """Elements of one operand's 32-deep slice of a `mn`-wide tile (padded rows for mma.sync,
+    swizzled unpadded rows for wgmma)."""
+    if wgmma:
+        return mn * TILE_K
     return mn * (TILE_K + PAD) if op.k_contiguous else TILE_K * (mn + PAD)
 
 
-def plan(g: GlobalGemm, kept_shared: int) -> Schedule | str:
+def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False) -> Schedule | str:
     """The schedule for `g`, or why there is none. `kept_shared`: bytes of the user's shared
     arrays the rewritten body still uses."""
     t = g.tile
     threads = t.block[0] * t.block[1]
-    if threads % 32 or threads // 32 not in _WARPS:
-        return f"the block of {threads} threads is not 4, 8, 16 or 32 warps"
     if TILE_M % t.bm or TILE_N % t.bn or t.bn % 2:
         return f"the {t.bm}x{t.bn} block tile does not divide the {TILE_M}x{TILE_N} tile"
-    wm, wn = _WARPS[threads // 32]
-    per_stage = 2 * (_slice_elems(g.a, TILE_M) + _slice_elems(g.b, TILE_N))
+    if wgmma:
+        if threads not in _GROUPS:
+            return f"the block of {threads} threads is not 1, 2 or 4 warpgroups (wgmma)"
+        wm, wn = _GROUPS[threads]
+    else:
+        if threads % 32 or threads // 32 not in _WARPS:
+            return f"the block of {threads} threads is not 4, 8, 16 or 32 warps"
+        wm, wn = _WARPS[threads // 32]
+    per_stage = 2 * (_slice_elems(g.a, TILE_M, wgmma) + _slice_elems(g.b, TILE_N, wgmma))
     room = STATIC_SHARED_LIMIT - kept_shared
     stages = min(4, room // per_stage)
     if stages < 2:
@@ -150,7 +185,7 @@ def plan(g: GlobalGemm, kept_shared: int) -> Schedule | str:
     chunk = t.bm
     while chunk > 1 and chunk * ldx * 4 > smem:
         chunk //= 2
-    return Schedule(threads, wm, wn, stages, chunk, ldx, smem)
+    return Schedule(threads, wm, wn, stages, chunk, ldx, smem, wgmma)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,25 +209,34 @@ def _tid(t: GemmTile) -> str:
     return f"((int)threadIdx.x + {t.block[0]} * (int)threadIdx.y)"
 
 
-def main_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
-    """The tile's K loop: cp.async ring, ldmatrix, mma.sync into `kl_gs_acc`."""
+def _loads(g: GlobalGemm, s: Schedule) -> Any:
+    """`load(slot, kt)`: the C statement staging K slice `kt` into ring slot `slot`."""
     p = PREFIX
-    bf16 = "true" if g.dtype == "bf16" else "false"
-    a_el, b_el = _slice_elems(g.a, TILE_M), _slice_elems(g.b, TILE_N)
-    ma, sa1, sa2 = _mode(g.a, True)
-    mb, sb1, sb2 = _mode(g.b, False)
-    pa, pb = (TILE_K + PAD if g.a.k_contiguous else TILE_M + PAD,
-              TILE_K + PAD if g.b.k_contiguous else TILE_N + PAD)
-    ka, kb = ("true" if g.a.k_contiguous else "false", "true" if g.b.k_contiguous else "false")
+    a_el, b_el = (_slice_elems(g.a, TILE_M, s.wgmma), _slice_elems(g.b, TILE_N, s.wgmma))
+
+    def one(op: Operand, mn: int, ring: str, elems: int, glob: str, ld: str, mn0: str,
+            bound: str, vec: str, slot: str, kt: str) -> str:
+        kc = "true" if op.k_contiguous else "false"
+        pitch = TILE_K + PAD if op.k_contiguous else mn + PAD
+        sw = 0 if not s.wgmma else (1 if op.k_contiguous else 2)
+        return (f"kl_gs_load<{kc}, {mn}, {TILE_K}, {pitch}, {s.threads}, {sw}>({p}{ring} + ({slot}) * "
+                f"{elems}, {p}{glob}, {p}{ld}, {p}{mn0}, ({kt}) * {TILE_K}, {p}{bound}, {p}K, "
+                f"{p}{vec}, {p}tid);")
 
     def load(slot: str, kt: str) -> str:
-        return (f"kl_gs_load<{ka}, {TILE_M}, {TILE_K}, {pa}, {s.threads}>({p}sa + ({slot}) * {a_el}, "
-                f"{p}ga, {p}lda, {p}m0, ({kt}) * {TILE_K}, {p}M, {p}K, {p}veca, {p}tid); "
-                f"kl_gs_load<{kb}, {TILE_N}, {TILE_K}, {pb}, {s.threads}>({p}sb + ({slot}) * {b_el}, "
-                f"{p}gb, {p}ldb, {p}n0, ({kt}) * {TILE_K}, {p}N, {p}K, {p}vecb, {p}tid);")
+        return (one(g.a, TILE_M, "sa", a_el, "ga", "lda", "m0", "M", "veca", slot, kt) + " " +
+                one(g.b, TILE_N, "sb", b_el, "gb", "ldb", "n0", "N", "vecb", slot, kt))
+    return load
 
+
+def main_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
+    """The tile's K loop: a cp.async ring, then ldmatrix + mma.sync (or wgmma) into
+    `kl_gs_acc`."""
+    p = PREFIX
+    load = _loads(g, s)
+    a_el, b_el = (_slice_elems(g.a, TILE_M, s.wgmma), _slice_elems(g.b, TILE_N, s.wgmma))
     i = pad
-    return [
+    head = [
         f"{i}#pragma unroll",
         f"{i}for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
         f"{i}  for (int {p}j = 0; {p}j < {s.ni}; ++{p}j)",
@@ -205,6 +249,7 @@ def main_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
         f"{i}#pragma unroll 1",
         f"{i}for (int {p}k = 0; {p}k < {p}kt; ++{p}k) {{",
         f"{i}  kl_gs_wait<{s.stages - 2}>();",
+        *([f'{i}  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");'] if s.wgmma else []),
         f"{i}  __syncthreads();",
         f"{i}  {{",
         f"{i}    const int {p}next = {p}k + {s.stages - 1};",
@@ -213,26 +258,71 @@ def main_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
         f"{i}  }}",
         f"{i}  const unsigned short* {p}ta = {p}sa + ({p}k % {s.stages}) * {a_el};",
         f"{i}  const unsigned short* {p}tb = {p}sb + ({p}k % {s.stages}) * {b_el};",
-        f"{i}#pragma unroll",
-        f"{i}  for (int {p}kk = 0; {p}kk < {TILE_K}; {p}kk += 16) {{",
-        f"{i}    unsigned {p}fa[{s.mi}][4], {p}fb[{s.ni}][2];",
-        f"{i}#pragma unroll",
-        f"{i}    for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
-        f"{i}      kl_tc_frag_a<{bf16}, 16, {ma}, {sa1}, {sa2}>({p}fa[{p}i], {p}ta, {p}lane, "
+    ]
+    tail = [f"{i}}}", f"{i}kl_gs_wait<0>();", f"{i}__syncthreads();"]
+    return head + (_wgmma_step(g, s, i + "  ") if s.wgmma else _mma_step(g, s, i + "  ")) + tail
+
+
+def _mma_step(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
+    p = PREFIX
+    bf16 = "true" if g.dtype == "bf16" else "false"
+    ma, sa1, sa2 = _mode(g.a, True)
+    mb, sb1, sb2 = _mode(g.b, False)
+    return [
+        "#pragma unroll",
+        f"{i}for (int {p}kk = 0; {p}kk < {TILE_K}; {p}kk += 16) {{",
+        f"{i}  unsigned {p}fa[{s.mi}][4], {p}fb[{s.ni}][2];",
+        "#pragma unroll",
+        f"{i}  for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
+        f"{i}    kl_tc_frag_a<{bf16}, 16, {ma}, {sa1}, {sa2}>({p}fa[{p}i], {p}ta, {p}lane, "
         f"{p}wm + 16 * {p}i, {p}kk);",
-        f"{i}#pragma unroll",
-        f"{i}    for (int {p}j = 0; {p}j < {s.ni}; {p}j += 2)",
-        f"{i}      kl_tc_frag_b2<{bf16}, 16, {mb}, {sb1}, {sb2}>({p}fb[{p}j], {p}fb[{p}j + 1], {p}tb, "
+        "#pragma unroll",
+        f"{i}  for (int {p}j = 0; {p}j < {s.ni}; {p}j += 2)",
+        f"{i}    kl_tc_frag_b2<{bf16}, 16, {mb}, {sb1}, {sb2}>({p}fb[{p}j], {p}fb[{p}j + 1], {p}tb, "
         f"{p}lane, {p}kk, {p}wn + 8 * {p}j);",
-        f"{i}#pragma unroll",
-        f"{i}    for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
-        f"{i}#pragma unroll",
-        f"{i}      for (int {p}j = 0; {p}j < {s.ni}; ++{p}j)",
-        f"{i}        kl_tc_mma<{bf16}, 16>({p}acc[{p}i][{p}j], {p}fa[{p}i], {p}fb[{p}j]);",
+        "#pragma unroll",
+        f"{i}  for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
+        "#pragma unroll",
+        f"{i}    for (int {p}j = 0; {p}j < {s.ni}; ++{p}j)",
+        f"{i}      kl_tc_mma<{bf16}, 16>({p}acc[{p}i][{p}j], {p}fa[{p}i], {p}fb[{p}j]);",
+        f"{i}}}",
+    ]
+
+
+def _descriptor(op: Operand, rows: bool, base: str, kk: str) -> str:
+    """The descriptor of one operand's 64-row (A) or wgmma-N-column (B) block at `base` (its
+    first mn, a multiple of 64 for MN-major slices) and k offset `kk` of the slot."""
+    p = PREFIX
+    ring = "ta" if rows else "tb"
+    if op.k_contiguous:  # rows of 32 k, 64-byte swizzle, 8-row groups 512 bytes apart
+        return f"kl_gs_desc({p}{ring} + ({base}) * {TILE_K} + {kk}, 16, 512, 2)"
+    # atoms of 64 mn x 32 k rows (128-byte swizzle): 4096 bytes between atoms, 8 k rows = 1024 bytes
+    return f"kl_gs_desc({p}{ring} + ({base}) * {TILE_K} + {kk} * 64, {64 * TILE_K * 2}, 1024, 1)"
+
+
+def _wgmma_step(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
+    p = PREFIX
+    n = TILE_N // s.warps_n
+    ptx = "bf16" if g.dtype == "bf16" else "f16"
+    regs = ", ".join(f"%{r}" for r in range(n // 2))
+    outs = ", ".join(f'"+f"({p}acc[{p}i][{j}][{r}])' for j in range(n // 8) for r in range(4))
+    ta, tb = (0 if g.a.k_contiguous else 1), (0 if g.b.k_contiguous else 1)
+    return [
+        f'{i}asm volatile("wgmma.fence.sync.aligned;" ::: "memory");',
+        "#pragma unroll",
+        f"{i}for (int {p}i = 0; {p}i < {s.mi}; ++{p}i) {{",
+        "#pragma unroll",
+        f"{i}  for (int {p}kk = 0; {p}kk < {TILE_K}; {p}kk += 16) {{",
+        f"{i}    const unsigned long long da = {_descriptor(g.a, True, f'{p}gm0 + 64 * {p}i', f'{p}kk')};",
+        f"{i}    const unsigned long long db = {_descriptor(g.b, False, f'{p}gn0', f'{p}kk')};",
+        f'{i}    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} '
+        f'{{{regs}}}, %{n // 2}, %{n // 2 + 1}, 1, 1, 1, {ta}, {tb};"',
+        f"{i}                 : {outs}",
+        f'{i}                 : "l"(da), "l"(db));',
         f"{i}  }}",
         f"{i}}}",
-        f"{i}kl_gs_wait<0>();",
-        f"{i}__syncthreads();",
+        f'{i}asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");',
+        f'{i}asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");',
     ]
 
 
@@ -254,7 +344,7 @@ def exchange(g: GlobalGemm, s: Schedule, pad: str) -> str:
              f"{i2}  for (int {p}j = 0; {p}j < {s.ni}; ++{p}j)",
              f"{i2}#pragma unroll",
              f"{i2}    for (int {p}h = 0; {p}h < 2; ++{p}h) {{",
-             f"{i3}  const int r = {p}wm + 16 * {p}i + {p}lane / 4 + 8 * {p}h - {p}sm - {p}c0;",
+             f"{i3}  const int r = {p}wm + {s.row_step} * {p}i + {p}lane / 4 + 8 * {p}h - {p}sm - {p}c0;",
              f"{i3}  const int q = {p}wn + 8 * {p}j + 2 * ({p}lane % 4) - {p}sn;",
              f"{i3}  if ((unsigned)r < {c}u && (unsigned)q < {t.bn}u) {{",
              f"{i3}    {p}x[r * {s.ldx} + q] = {p}acc[{p}i][{p}j][2 * {p}h];",
@@ -305,11 +395,23 @@ def src_char(ir: KernelIR, byte: int) -> int:
     return len(ir.source[:byte].decode("utf-8", errors="replace"))
 
 
+def _warp_origin(s: Schedule, pad: str) -> list[str]:
+    """`kl_gs_wm` / `kl_gs_wn`: the warp's first fragment row and column in the tile (and, for
+    wgmma, `kl_gs_gm0` / `kl_gs_gn0`: its warpgroup's)."""
+    p = PREFIX
+    if not s.wgmma:
+        return [f"{pad}const int {p}wm = {p}warp / {s.warps_n} * {TILE_M // s.warps_m}, "
+                f"{p}wn = {p}warp % {s.warps_n} * {TILE_N // s.warps_n};"]
+    return [f"{pad}const int {p}gm0 = {p}warp / 4 / {s.warps_n} * {TILE_M // s.warps_m}, "
+            f"{p}gn0 = {p}warp / 4 % {s.warps_n} * {TILE_N // s.warps_n};",
+            f"{pad}const int {p}wm = {p}gm0 + 16 * ({p}warp % 4), {p}wn = {p}gn0;"]
+
+
 def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function, dropped: list[str],
              written: list[str]) -> str:
     """The kernel's whole new body (with braces)."""
     p, t = PREFIX, g.tile
-    a_el, b_el = _slice_elems(g.a, TILE_M), _slice_elems(g.b, TILE_N)
+    a_el = _slice_elems(g.a, TILE_M, s.wgmma)
     row_axis, col_axis = g.a.axis, g.b.axis
     sub_m, sub_n = TILE_M // t.bm, TILE_N // t.bn
     vb = {row_axis: f"(unsigned)({p}tm * {sub_m} + {p}v / {sub_n})",
@@ -327,7 +429,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function, dropped: li
         "ldmatrix + mma.sync m16n8k16,",
         f"{i1}// then, per {t.bm}x{t.bn} block of the tile, the kernel's own body with the block's "
         "coordinates and its accumulators filled",
-        f"{i1}__shared__ __align__(128) unsigned char {p}smem[{s.smem}];",
+        f"{i1}__shared__ __align__(1024) unsigned char {p}smem[{s.smem}];",
         *[f"{i1}const auto {p}in_{n} = {n};" for n in written],
         f"{i1}const int {p}M = {g.a.bound}, {p}N = {g.b.bound}, {p}K = {g.k};",
         f"{i1}const long {p}lda = {g.a.ld}, {p}ldb = {g.b.ld};",
@@ -338,8 +440,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function, dropped: li
         f"{i1}unsigned short* {p}sa = reinterpret_cast<unsigned short*>({p}smem);",
         f"{i1}unsigned short* {p}sb = {p}sa + {s.stages * a_el};",
         f"{i1}const int {p}tid = {_tid(t)}, {p}lane = {p}tid % 32, {p}warp = {p}tid / 32;",
-        f"{i1}const int {p}wm = {p}warp / {s.warps_n} * {TILE_M // s.warps_m}, "
-        f"{p}wn = {p}warp % {s.warps_n} * {TILE_N // s.warps_n};",
+        *_warp_origin(s, i1),
         f"{i1}const int {p}tiles_m = ({p}M + {TILE_M - 1}) / {TILE_M}, "
         f"{p}tiles_n = ({p}N + {TILE_N - 1}) / {TILE_N};",
         f"{i1}const int {p}blocks = (int)(gridDim.x * gridDim.y * gridDim.z);",
@@ -450,6 +551,10 @@ class GemmSchedule(Pass):
     """The launch's block size, `N` or `NxM` (empty: the `block` fact of the context, the host's
     launch beside the kernel, `__launch_bounds__`)."""
 
+    wgmma: bool = False
+    """Issue the tile's K steps as Hopper warpgroup MMA (wgmma m64nNk16 from 64- / 128-byte
+    swizzled slices, sm_90a) instead of ldmatrix + mma.sync."""
+
     name: ClassVar[str] = "gemm-schedule"
     category: ClassVar[Category] = Category.COMPUTE
     summary: ClassVar[str] = ("tiled GEMM kernel -> persistent 128x128x32 cp.async + ldmatrix + "
@@ -496,7 +601,9 @@ class GemmSchedule(Pass):
         f = next((x for x in found if wanted in (None, x.g.kernel)), None)
         if f is None:
             return Skipped(reasons[0] if reasons else "no tiled GEMM kernel the rule can read")
-        s = plan(f.g, f.kept_shared)
+        if self.wgmma and ctx is not None and str(ctx.facts.get("arch", "sm_90")) < "sm_90":
+            return Skipped("wgmma needs sm_90a")
+        s = plan(f.g, f.kept_shared, self.wgmma)
         if isinstance(s, str):
             return Skipped(s, f.g.to_json())
         return finish(ir, site, rewrite_edits(ir, f, s), preconditions=results)
