@@ -1322,13 +1322,17 @@ def fit_configs(target: KernelConfig, configs: Sequence[Mapping[str, Any]]) -> l
     """Role-keyed configs (`{"m": 128, "n": 256, "k": 64, "num_warps": 8, ...}`) as the target's
     own parameter values: a role the target lacks is dropped, a tunable parameter the configs
     do not set keeps its current value, duplicates go (first kept). Parameters of a role that
-    several share (two `vec` blocks) all take the role's value."""
+    several share (two `vec` blocks) all take the role's value. A loop step the host computes
+    (no literal value) takes the `loop` a config sets explicitly: any step walks the same
+    range (`sweep_edit` keeps it only where every config sets it and the loop is masked)."""
     out: list[dict[str, int]] = []
     seen: set[tuple[tuple[str, int], ...]] = set()
     for cfg in configs:
         values: dict[str, int] = {}
         for p in target.params:
             if p.value is None:
+                if p.role == "loop" and "loop" in cfg:
+                    values[p.name] = int(cfg["loop"])
                 continue
             v = int(cfg.get(p.role, p.value))
             # a `vec` block is all of its masked range a program covers: smaller drops elements
@@ -1473,6 +1477,7 @@ def sweep_edit(
         current = dataclasses.replace(current, params=tuple(
             dataclasses.replace(p, value=None) if p.name in pinned else p for p in current.params))
     fitted = _within_unchecked(fit_configs(current, configs), unchecked_caps(mod, kernel, current))
+    fitted = _host_steps_whole(fitted, current, unchecked_tiles(kernel) | set(pinned))
     if not fitted:
         return SweepRefusal("no configuration to set", {"kernel": kernel_name})
     if pinned and fitted == fit_configs(current, [{}]):  # nothing but the pinned tiles changed
@@ -1629,6 +1634,21 @@ def _within_unchecked(fitted: list[dict[str, int]], caps: Mapping[str, int]) -> 
     return out
 
 
+def _host_steps_whole(fitted: list[dict[str, int]], current: KernelConfig,
+                      kept: set[str]) -> list[dict[str, int]]:
+    """`fitted` with each loop step the host computes (`fit_configs`) left to the host unless
+    every configuration sets it and it is not in `kept` (a step the kernel does not mask, or
+    one the host reads beyond the launch); duplicates this makes go, first kept."""
+    host = {p.name for p in current.params if p.value is None}
+    drop = {n for n in host if n in kept or not all(n in cfg for cfg in fitted)}
+    out: list[dict[str, int]] = []
+    for cfg in fitted:
+        cfg = {k: v for k, v in cfg.items() if k not in drop}
+        if cfg not in out:
+            out.append(cfg)
+    return out
+
+
 def _host_pinned(mod: PyModule, launches: Sequence[Launch],
                  current: KernelConfig) -> dict[str, SweepRefusal]:
     """Tiles a launch passes from a host value the host also reads beyond the launch (`assert K
@@ -1642,7 +1662,8 @@ def _host_pinned(mod: PyModule, launches: Sequence[Launch],
         if target is None:
             continue
         args = launch.values()
-        tiles = [p.name for p in current.params if p.value is not None and p.name in args]
+        tiles = [p.name for p in current.params
+                 if (p.value is not None or p.role == "loop") and p.name in args]
         blocks = _descriptor_block_reads(mod, launch)
         for name in tiles:  # the launch's other tile arguments may read the same host value
             reused = None if name in out else _host_reuse(mod, launch.site, target, [name], args,
