@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import metadata
@@ -249,11 +250,14 @@ def scratch_stem(stem: str) -> str:
 
 def evaluate(job: Prepared) -> Verdict:
     """Run a prepared job on this machine (parse, then a fresh worker); no cache."""
+    t0 = time.perf_counter()
     verdict = _parse(job.source, job.language, job.src_path, job.tier) or _foreign_code(
         job.host_text if job.language == "cuda" else job.source, job.tier)
     if verdict is None:
+        parsed = time.perf_counter() - t0
         verdict = _run(job.source, job.language, job.case, job.tier, job.stem, job.host_text,
                        job.src_path, job.timeout)
+        verdict = replace(verdict, phases=(("parse (parent)", parsed), *verdict.phases))
     if job.flags:
         verdict = replace(verdict, flags=verdict.flags + job.flags)
     return verdict

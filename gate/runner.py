@@ -579,9 +579,11 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
                 _died(judge, proc.exitcode)
                 break
     finally:
+        end_t0 = time.perf_counter()
         _end(proc)
         parent.close()
         judge.gpu_lock.close()
+        judge.phases.append(("end (parent)", time.perf_counter() - end_t0))
     if judge.verdict is None:  # "done" arrived without a decision: cannot happen, but never lie
         return reject(tier, judge.stage, FailureKind.INTERNAL, "the worker finished without a verdict")
     phases = judge.phases + ([("compare (parent)", judge.compare_s)] if judge.compare_s else [])

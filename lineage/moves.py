@@ -485,8 +485,8 @@ def _phases(verdict: Any) -> dict[str, float]:
 
 def gate_seconds(verdict: Any) -> float:
     """Wall seconds of the worker phases a verdict records (what its gate took); 0 where it
-    records none."""
-    return sum(_phases(verdict).values(), 0.0)
+    records none. The parts of a phase (`phase: part`) are in the phase already."""
+    return sum((s for name, s in _phases(verdict).items() if ": " not in name), 0.0)
 
 
 def first_run_s(verdict: Any) -> float:
