@@ -197,3 +197,54 @@ def test_refusals_say_why() -> None:
                                      "__shared__ float partial[WIDTH];\n  __shared__ float pad[12000];")
     assert _refusal(full).startswith("shared memory leaves room for")
     assert "leaves room for 128 elements" in _refusal(PERSISTENT_CENTER, budget=512)
+
+
+# a row kept in shared memory by hand (no size check: rows of at most 2048), then scaled by the
+# inverse of its largest magnitude
+PLAIN_CACHE = r"""
+__global__ void absmax_scale(const float* in, float* out, int n) {
+  __shared__ float line[2048];
+  __shared__ float red[256];
+  const float* src = in + (size_t)blockIdx.x * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) line[i] = src[i];
+  __syncthreads();
+  float m = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, fabsf(line[i]));
+  red[threadIdx.x] = m;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+    __syncthreads();
+  }
+  const float scale = red[0] > 0.f ? 1.f / red[0] : 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[(size_t)blockIdx.x * n + i] = line[i] * scale;
+}
+"""
+
+
+def test_a_row_cached_by_hand_is_walked_back_and_cached_again() -> None:
+    p = get_pass("row-cache")()
+    ir = kir.parse(PLAIN_CACHE, "cuda")
+    present = [s for s in p.sites(ir) if s.present]
+    assert len(present) == 1 and present[0].detail == {"array": "line", "reads": 2}
+    back = p.deoptimize(ir, present[0], CTX)
+    assert isinstance(back, Applied)
+    assert "line" not in back.ir.text and back.ir.text.count("src[i]") == 2
+    again = p.optimize(back.ir, next(s for s in p.sites(back.ir) if not s.present), CTX)
+    assert isinstance(again, Applied)
+    texts = (PLAIN_CACHE, back.ir.text, again.ir.text)
+    for i, text in enumerate(texts):
+        ptx_for_sm90a(text)
+    libs = [_lib(t, f"absmax_{i}.cu") for i, t in enumerate(texts)]
+    for n in (100, 333, 2048):
+        x = torch.randn(4, n, generator=_gen(n))
+        outs = []
+        for lib in libs:
+            y = torch.zeros_like(x)
+            lib.launch("absmax_scale", 4, 256, 0, [x, y, n])
+            outs.append(y)
+        assert torch.allclose(outs[0], x / x.abs().amax(1, keepdim=True), atol=1e-6)
+        assert torch.equal(outs[1], outs[0]) and torch.equal(outs[2], outs[0]), n
+    # a read of the copy outside the passes keeps the role from being told: no site
+    odd = PLAIN_CACHE.replace("const float scale = red[0]", "const float scale = line[0] * 0.f + red[0]")
+    assert [s for s in p.sites(kir.parse(odd, "cuda")) if s.present] == []

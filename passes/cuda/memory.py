@@ -6,7 +6,9 @@ accesses (found by role, `passes.cuda.recognize.stride_loops`): the pointers the
 writes at `base + i` in straight-line statements (loop-invariant base) move 16 bytes per
 access; each vector's elements run the body in turn with `i` bound to their index, the
 elements past the last whole vector run the scalar body, and a run-time check that every
-vectorized address is 16-byte aligned falls back to the loop as written.
+vectorized address is 16-byte aligned falls back to the loop as written. One-dimensional
+shared arrays the body accesses at `i` move 16 bytes at a time too (a shared array the loop
+writes only where a barrier follows the loop: a vector moves elements between threads).
 """
 from __future__ import annotations
 

@@ -24,8 +24,13 @@ those loops). Preconditions, each refusal naming the one that failed:
   done before the copy overwrites it);
 - the element size is known and the budget leaves room for at least 256 elements.
 
-The de-optimization acts on the same form: the cached row (the shared array, its size check,
-the copy) goes and each pass runs as written again (the guarded branch's other side).
+The copy moves 16 bytes per `cp.async` where the row starts on a 16-byte boundary (checked at
+run time), element by element otherwise and for the row's tail.
+
+The de-optimization acts on rows kept in shared memory by role (`cached_rows`): the forward
+rule's form and the forms an expert writes, a copy guarded by a size check with each pass
+`if (C) { on the copy } else { on global memory }`, or an unguarded copy loop `S[v] = p[v]`
+whose passes read `S[w]`; the copy goes and each pass reads global memory again.
 """
 from __future__ import annotations
 
@@ -35,10 +40,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.cuda._tree import UNIFORM, Scope, children, escapes, if_parts, loop_body, subtree, text
+from passes.cuda._tree import (UNIFORM, Scope, children, declared_names, escapes, if_parts,
+                               loop_body, subtree, text)
 from passes.cuda.annotations import CUDA
 from passes.cuda.recognize import (StrideLoop, Unit, element_bytes, expand_locals, flat_code,
-                                   for_parts, global_pointers, stride_loops, subscript,
+                                   for_parts, global_pointers, loop_var, stride_loops, subscript,
                                    written_names)
 
 if TYPE_CHECKING:
@@ -51,7 +57,6 @@ DYNAMIC_RESERVE = 8 * 1024
 """Bytes left for the dynamic shared memory of a kernel that declares `extern __shared__`."""
 MIN_ELEMENTS = 256
 _LOOPS = ("for_statement", "while_statement", "do_statement")
-_CACHE_DECL = re.compile(r"__shared__\s+__align__\(16\)\s+[\w\s:]+?\s+(kl_row\d+)\[(\d+)\];")
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,48 +332,157 @@ def cached_text(ir: KernelIR, plan: RowPasses) -> str:
 
 @dataclass(frozen=True, slots=True)
 class CachedRow:
-    """The form the forward rule writes: the shared array's declaration (span), the size check
-    and the copy, and the guarded passes (spans of the `if` statements)."""
+    """A row held in shared array `array`: the statements that go when the passes read global
+    memory again (`removed`: the copy, and the array's and the guard's declarations where
+    nothing else uses them) and the edits that make the passes read `pointer` (`edits`)."""
 
-    name: str
-    head: tuple[int, int]
-    guarded: tuple[tuple[int, int], ...]
-    originals: tuple[str, ...]
-
-    @property
-    def span(self) -> tuple[int, int]:
-        return self.head[0], self.guarded[-1][1] if self.guarded else self.head[1]
+    array: str
+    pointer: str | None
+    removed: tuple[tuple[int, int], ...]
+    edits: tuple[tuple[int, int, str], ...]
+    span: tuple[int, int]
 
 
-def cached_rows(ir: KernelIR) -> list[CachedRow]:
-    """Rows cached in the forward rule's form (see the module)."""
+def _statement_items(ir: KernelIR, block: int) -> list[int]:
+    return [c for c in children(ir, block) if ir.grammar_type_of(c) not in ("comment", "{", "}")]
+
+
+def _upto_next(ir: KernelIR, items: list[int], at: int) -> tuple[int, int]:
+    """Statement `items[at]` with the space after it (up to the next statement or the block's end)."""
+    start = ir.span_of(items[at]).start
+    end = ir.span_of(items[at]).end
+    if at + 1 < len(items):
+        return start, ir.span_of(items[at + 1]).start
+    rest = ir.source[end:]
+    return start, end + len(rest) - len(rest.lstrip(b" \t\n"))
+
+
+def _writes_array(ir: KernelIR, nid: int, array: str) -> bool:
+    for c in subtree(ir, nid):
+        gtype = ir.grammar_type_of(c)
+        if gtype in ("assignment_expression", "update_expression"):
+            base, _ = subscript(ir, children(ir, c)[0])
+            if base == array:
+                return True
+        elif gtype == "gnu_asm_expression" and re.search(rf"&\s*{re.escape(array)}\s*\[", text(ir, c)):
+            return True
+    return False
+
+
+def _uses(ir: KernelIR, nid: int, name: str) -> list[int]:
+    return [c for c in subtree(ir, nid) if ir.grammar_type_of(c) == "identifier" and
+            ir.name_of(c) == name]
+
+
+def cached_rows(ir: KernelIR | Unit) -> list[CachedRow]:
+    """Rows a kernel keeps in shared memory for its passes, by role: a one-dimensional shared
+    array written by one statement of a block (the copy), read by later statements of that
+    block and nowhere else, in one of two forms:
+    - guarded: the copy is `if (C) { ... }`, and each pass that reads the array is
+      `if (C) { pass on the array } else { pass on global memory }`: the passes become their
+      `else` side;
+    - plain: the copy is `for (...) S[v] = p[v];` and the passes are block-stride loops with
+      the copy's bound reading `S[w]` at their loop variable: they read `p[w]` instead.
+    The copy goes (a barrier after it stays), and so do the array's declaration and a guard
+    variable's when nothing else uses them."""
+    unit = ir if isinstance(ir, Unit) else Unit(ir)
+    ir_ = unit.ir
     out = []
-    for n in ir.walk():
-        if ir.grammar_type_of(n.id) != "declaration":
-            continue
-        m = _CACHE_DECL.fullmatch(text(ir, n.id).strip())
-        if m is None:
-            continue
-        name = m.group(1)
-        parent = ir.parent_of(n.id)
-        items = [c for c in children(ir, parent) if ir.grammar_type_of(c) not in ("comment",)]
-        at = items.index(n.id)
-        if at + 2 >= len(items) or ir.grammar_type_of(items[at + 2]) != "if_statement":
-            continue
-        fill = items[at + 2]
-        head = (ir.span_of(n.id).start, ir.span_of(fill).end)
-        guarded, originals = [], []
-        for c in items[at + 3:]:
+    for fn in unit.kernels.values():
+        for name, arr in unit.shared_arrays(fn).items():
+            if len(arr.extents) != 1 or arr.dynamic:
+                continue
+            found = _cached_row(unit, fn, name, ir_node(ir_, arr.decl))
+            if found is not None:
+                out.append(found)
+    return out
+
+
+def _cached_row(unit: Unit, fn: int, array: str, decl: int) -> CachedRow | None:
+    ir = unit.ir
+    writers = [c for c in subtree(ir, fn) if ir.grammar_type_of(c) in
+               ("expression_statement", "gnu_asm_expression") and _writes_array(ir, c, array)]
+    if not writers:
+        return None
+    block = ir.parent_of(decl)
+    items = _statement_items(ir, block) if block is not None else []
+    fill = next((i for i, c in enumerate(items) if all(
+        ir.span_of(c).start <= ir.span_of(w).start < ir.span_of(c).end for w in writers)), None)
+    if fill is None:
+        return None
+    node = items[fill]
+    uses = [u for u in _uses(ir, fn, array) if not ir.span_of(decl).start <= ir.span_of(u).start
+            < ir.span_of(decl).end and not ir.span_of(node).start <= ir.span_of(u).start
+            < ir.span_of(node).end]
+    removed = [_upto_next(ir, items, fill)]
+    edits: list[tuple[int, int, str]] = []
+    pointer = None
+    if ir.grammar_type_of(node) == "if_statement" and if_parts(ir, node)[2] is None:
+        guard = _norm(text(ir, if_parts(ir, node)[0])).strip("()")
+        passes = []
+        for c in items[fill + 1:]:
             if ir.grammar_type_of(c) != "if_statement":
                 continue
-            cond, _then, alt = if_parts(ir, c)
-            if _norm(text(ir, cond)).strip("()") != f"{name}_fits" or alt is None:
-                continue
-            guarded.append((ir.span_of(c).start, ir.span_of(c).end))
-            originals.append(text(ir, alt).strip()[1:-1].strip().replace("\n  ", "\n"))
-        if guarded:
-            out.append(CachedRow(name, head, tuple(guarded), tuple(originals)))
-    return out
+            cond, then, alt = if_parts(ir, c)
+            if alt is not None and _norm(text(ir, cond)).strip("()") == guard and _uses(ir, then, array):
+                passes.append(c)
+                inner = text(ir, alt).strip()
+                if ir.grammar_type_of(alt) == "compound_statement":
+                    inner = inner[1:-1].strip().replace("\n  ", "\n")
+                edits.append((ir.span_of(c).start, ir.span_of(c).end, inner))
+        inside = lambda u: any(ir.span_of(p).start <= ir.span_of(u).start < ir.span_of(p).end  # noqa: E731
+                               for p in passes)
+        if not passes or not all(inside(u) for u in uses):
+            return None
+        if re.fullmatch(r"[A-Za-z_]\w*", guard):
+            gdecl = next((i for i, c in enumerate(items[:fill]) if ir.grammar_type_of(c) == "declaration"
+                          and [n for n, _i, _v in declared_names(ir, c)] == [guard]), None)
+            if gdecl is not None and all(inside(u) or ir.span_of(node).start <= ir.span_of(u).start
+                                         < ir.span_of(node).end or ir.span_of(items[gdecl]).start <=
+                                         ir.span_of(u).start < ir.span_of(items[gdecl]).end
+                                         for u in _uses(ir, fn, guard)):
+                removed.append(_upto_next(ir, items, gdecl))
+    elif ir.grammar_type_of(node) == "for_statement":
+        body = [c for c in subtree(ir, loop_body(ir, node)) if ir.grammar_type_of(c) == "assignment_expression"]
+        var = loop_var(ir, node)
+        if len(body) != 1 or var is None:
+            return None
+        lhs, rhs = children(ir, body[0])[0], children(ir, body[0])[-1]
+        base, idx = subscript(ir, lhs)
+        pbase, pidx = subscript(ir, rhs)
+        if base != array or len(idx) != 1 or flat_code(ir, idx[0]) != var or pbase is None or \
+                len(pidx) != 1 or flat_code(ir, pidx[0]) != var:
+            return None
+        pointer = pbase
+        bound = _norm(text(ir, for_parts(ir, node)[1] or node)).split("<", 1)[-1]
+        loops = {lp.span: lp for lp in stride_loops(unit) if lp.kind == "block"}
+        for u in uses:
+            sub = ir.parent_of(u)
+            loop = next((a for a in ir.ancestors(u) if ir.grammar_type_of(a) == "for_statement"
+                         and _span_of(ir, a) in loops), None)
+            if loop is None or sub is None or ir.grammar_type_of(sub) != "subscript_expression" or \
+                    _stored(ir, u) or _norm(loops[_span_of(ir, loop)].bound) != bound:
+                return None
+            _b, sidx = subscript(ir, sub)
+            if len(sidx) != 1 or flat_code(ir, sidx[0]) != loops[_span_of(ir, loop)].var:
+                return None
+            edits.append((ir.span_of(u).start, ir.span_of(u).end, pointer))
+    else:
+        return None
+    if not edits:
+        return None
+    others = [u for u in _uses(ir, fn, array) if not any(s <= ir.span_of(u).start < e for s, e in removed)
+              and not any(s <= ir.span_of(u).start < e for s, e, _t in edits)
+              and not ir.span_of(decl).start <= ir.span_of(u).start < ir.span_of(decl).end]
+    if not others and len(declared_names(ir, decl)) == 1 and decl in items:
+        removed.append(_upto_next(ir, items, items.index(decl)))
+    span = (min([s for s, _e in removed] + [s for s, _e, _t in edits]),
+            max([e for _s, e in removed] + [e for _s, e, _t in edits]))
+    return CachedRow(array, pointer, tuple(sorted(removed)), tuple(sorted(edits)), span)
+
+
+def _span_of(ir: KernelIR, nid: int) -> tuple[int, int]:
+    return ir.span_of(nid).start, ir.span_of(nid).end
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,8 +500,8 @@ class RowCache(Pass):
     platforms: ClassVar[tuple[str, ...]] = ("cuda",)
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
-        out = [make_site(self.name, ir, index, c.span, True, {"array": c.name,
-                                                              "passes": len(c.guarded)})
+        out = [make_site(self.name, ir, index, c.span, True, {"array": c.array,
+                                                              "reads": len(c.edits)})
                for c in cached_rows(ir)]
         for plan in row_passes(ir, self.budget):
             if isinstance(plan, RowPasses):
@@ -400,10 +514,10 @@ class RowCache(Pass):
         for c in cached_rows(ir):
             if c.span != tuple(site.span):
                 continue
-            edits = [ByteEdit(c.head[0], c.guarded[0][0], "")]
-            edits += [ByteEdit(s, e, orig) for (s, e), orig in zip(c.guarded, c.originals,
-                                                                      strict=True)]
-            return finish(ir, site, edits, options={"budget": self.budget})
+            edits = [ByteEdit(s, e, "") for s, e in c.removed]
+            edits += [ByteEdit(s, e, t) for s, e, t in c.edits]
+            return finish(ir, site, sorted(edits, key=lambda e: e.start),
+                          options={"budget": self.budget})
         return Skipped("no cached row at the site", {"site": site.anchor})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
