@@ -50,6 +50,9 @@ def run_job(payload: dict[str, Any]) -> dict[str, Any]:
     """Body of a gate task on a cluster worker: the job as `RayExecutor._payload` packed it,
     run by `gate.check.evaluate`. Returns {"verdict": JSON, "platform": [toolchain, device],
     "node": host name}."""
+    # The task's process may run its next task on another GPU (or none): no worker is started
+    # ahead of a job in it (`gate.runner.Standby`).
+    os.environ["KLINEAGE_GATE_STANDBY"] = "0"
     case = load_case(payload["case"])
     if case.digest() != payload["case_digest"]:
         raise BadInputError(f"case {case.name} at {case.path} on {socket.gethostname()} differs "

@@ -534,7 +534,8 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
         proc = ctx.Process(target=worker_main, args=(child, job), daemon=True)
         _start(proc)
         child.close()
-    STANDBY.prepare(job.tier, job.env)  # the next gate's worker starts up while this one runs
+    # the next gate's worker starts up while this one runs (from the second gate of a run on)
+    STANDBY.prepare(job.tier, job.env, repeat=True)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     started = False
     try:
@@ -610,19 +611,30 @@ class Standby:
         self._lock = threading.Lock()
         self._ready: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Any, Any]] = {}
         self._warm: set[int] = set()  # pids of standby workers whose start-up has ended
+        self._last: tuple[str, tuple[tuple[str, str], ...]] | None = None
 
     @staticmethod
     def enabled() -> bool:
         return os.environ.get("KLINEAGE_GATE_STANDBY", "1") != "0"
 
-    def prepare(self, tier: str, env: tuple[tuple[str, str], ...], wait: float = 0.0) -> float:
+    def prepare(self, tier: str, env: tuple[tuple[str, str], ...], wait: float = 0.0, *,
+                repeat: bool = False) -> float:
         """Start a standby worker for jobs of `tier` in `env` unless one is waiting; end the
-        standby workers of other environments (a run's environment changed). With `wait`,
-        wait at most that many seconds for its start-up to end; the seconds waited."""
+        standby workers of other environments (a run's environment changed). With `repeat`,
+        only when the previous call was for the same tier and environment (a run of gates:
+        a lone gate leaves no worker behind). With `wait`, wait at most that many seconds for
+        its start-up to end; the seconds taken."""
         t0 = time.perf_counter()
         if not self.enabled():
             _ensure_server()
             return time.perf_counter() - t0
+        key = (tier, tuple(env))
+        with self._lock:
+            again, self._last = self._last == key, key
+            for k in [k for k in self._ready if k[1] != key[1]]:  # the environment moved on
+                _end_standby(*self._ready.pop(k))
+        if repeat and not again:
+            return 0.0
         self._start(tier, tuple(env))
         if wait > 0:
             with self._lock:
@@ -639,9 +651,6 @@ class Standby:
     def _start(self, tier: str, env: tuple[tuple[str, str], ...]) -> None:
         key = (tier, env)
         with self._lock:
-            stale = [k for k in self._ready if k[1] != key[1]]
-            for k in stale:
-                _end_standby(*self._ready.pop(k))
             found = self._ready.get(key)
             if found is not None and found[0].is_alive():
                 return

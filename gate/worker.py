@@ -522,6 +522,8 @@ class _Runner:
         fixed = 3 if self.device == "cuda" else 2
         set_bytes = self._set_bytes(inputs)
         out_bytes = self.out_bytes.get(variant, 0)
+        # the peak holds the first set itself (its inputs, its held reference): kept, not work
+        peak = max(0, peak - set_bytes - (out_bytes if self.held_mode else 0))
         self.work_bytes[variant] = memplan.working_bytes(set_bytes, out_bytes, peak)
         if self.device != "cuda" or os.environ.get("KLINEAGE_GATE_SETS") == "job":
             plan = memplan.SetPlan(seeds, pool, 0, seeds + fixed + pool - 1)

@@ -37,6 +37,9 @@ def test_each_gate_runs_in_a_process_no_candidate_ran_in_before(tmp_path: Path,
     marker = tmp_path / "pids.txt"
     candidate = _candidate(tmp_path, marker)
     runner.STANDBY.close()
+    runner.STANDBY._last = None
+    alone = gate.check_file(candidate, SAXPY, Tier.INTERPRET, cache=False, timeout=60)
+    assert alone.ok and not runner.STANDBY._ready  # a lone gate leaves no worker behind
     first = gate.check_file(candidate, SAXPY, Tier.INTERPRET, cache=False, timeout=60)
     assert first.ok, first.reason
     [(key, (waiting, _))] = list(runner.STANDBY._ready.items())
@@ -46,8 +49,8 @@ def test_each_gate_runs_in_a_process_no_candidate_ran_in_before(tmp_path: Path,
     waiting.join(10)
     assert not waiting.is_alive()  # it took the second job and ended with it
     rows = [line.split() for line in marker.read_text().splitlines()]
-    assert [r[1] for r in rows] == ["0", "0"]  # no candidate had run in either process
-    assert rows[0][0] != rows[1][0] and int(rows[1][0]) == waiting.pid
+    assert [r[1] for r in rows] == ["0", "0", "0"]  # no candidate had run in any of them
+    assert len({r[0] for r in rows}) == 3 and int(rows[2][0]) == waiting.pid
     assert runner.STANDBY._ready  # and the next one is starting
     runner.STANDBY.close()
 
@@ -56,8 +59,9 @@ def test_a_changed_environment_gets_a_fresh_worker_and_off_means_none(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KLINEAGE_GATE_STANDBY", "1")
     runner.STANDBY.close()
-    runner.prestart(Tier.INTERPRET)
+    assert runner.prestart(Tier.INTERPRET, wait=60) > 0  # waited for its start-up
     [(_, (waiting, _))] = list(runner.STANDBY._ready.items())
+    assert waiting.pid in runner.STANDBY._warm
     monkeypatch.setenv("KLINEAGE_TEST_SETTING", "changed")  # the caller's environment moved on
     verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False,
                               timeout=60)
