@@ -366,28 +366,90 @@ def exchange(g: GlobalGemm, s: Schedule, pad: str) -> str:
 
 
 _BUILTIN = re.compile(r"\b(blockIdx|gridDim)\b")
+_PURE_CALL = re.compile(r"^(?:min|max|static_cast|reinterpret_cast|__float2bfloat16(?:_rn)?|"
+                        r"__float2half(?:_rn)?|__bfloat162float|__half2float|float|int|"
+                        r"unsigned|make_float2|make_float4)$")
+_EFFECT = re.compile(r"\+\+|--|(?:[-+*/%&|^]|<<|>>)=")
 
 
-def user_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function, dropped: list[str]
-              ) -> str:
-    """The user's body (inside its braces) with the K loop replaced by the exchange, blockIdx /
-    gridDim by the virtual block's, the dropped shared tiles' declarations removed."""
+def user_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
+              removed: list[tuple[int, int]]) -> str:
+    """The user's body (inside its braces) with the K loop replaced by the exchange, the dead
+    declarations (`removed`, character spans of whole lines) cut and blockIdx / gridDim
+    replaced by the virtual block's."""
     src = CSource(ir)
     text = ir.text
     loop = (src_char(ir, g.tile.loop[0]), src_char(ir, g.tile.loop[1]))
     pad = src.indent(loop[0])
-    body = text[fn.body_start + 1:loop[0]] + exchange(g, s, pad) + text[loop[1]:fn.body_end - 1]
+    pieces, pos = [], fn.body_start + 1
+    for a, b in sorted(removed):
+        pieces.append(text[pos:a])
+        pos = b
+    pieces.append(text[pos:loop[0]])
+    body = "".join(pieces) + exchange(g, s, pad) + text[loop[1]:fn.body_end - 1]
     code = CSource.of_text(body).code
     out, pos = [], 0
     for m in _BUILTIN.finditer(code):
         out.append(body[pos:m.start()])
         out.append(f"{PREFIX}vb" if m.group(1) == "blockIdx" else f"{PREFIX}vg")
         pos = m.end()
-    body = "".join(out) + body[pos:]
-    for name in dropped:
-        decl = re.compile(rf"[ \t]*__shared__[^;{{}}]*\b{re.escape(name)}\b[^;]*;[ \t]*\n?")
-        body = decl.sub("", body, count=1)
-    return body
+    return "".join(out) + body[pos:]
+
+
+def _line(text: str, a: int, b: int) -> tuple[int, int]:
+    """`[a, b)` widened to whole lines where only blanks share them."""
+    start = text.rfind("\n", 0, a) + 1
+    if text[start:a].strip():
+        start = a
+    end = text.find("\n", b)
+    end = len(text) if end < 0 else end + 1
+    if text[b:end].strip():
+        end = b
+    return start, end
+
+
+def dead_declarations(ir: KernelIR, fn: Function, tile: GemmTile) -> list[tuple[int, int]]:
+    """Character spans (whole lines) of the declarations before the K loop that nothing left
+    reads once the loop is gone (the shared tiles, the staging's indices), latest first: a
+    declaration without side effects whose names the rest of the body never mentions."""
+    from passes.cuda._tree import block_items, children, declared_names  # noqa: PLC0415
+
+    src = CSource(ir)
+    scope = Scope(ir)
+    body = children(ir, scope.functions[tile.kernel], "compound_statement")[0]
+    items = block_items(ir, body)
+    at = next(i for i, it in enumerate(items) if (it.start, it.end) == tile.loop)
+    code = src.code
+    spans = [_line(ir.text, src_char(ir, ir.span_of(it.node).start),
+                   src_char(ir, ir.span_of(it.node).end)) for it in items[:at]]
+    tail = code[src_char(ir, tile.loop[1]):fn.body_end]
+    removed: list[int] = []
+    for i in reversed(range(at)):
+        node = items[i].node
+        if ir.grammar_type_of(node) != "declaration":
+            continue
+        spelled = code[spans[i][0]:spans[i][1]]
+        if _EFFECT.search(spelled) or any(not _PURE_CALL.match(m.group(1)) for m in
+                                          re.finditer(r"(\w+)\s*\(", spelled)
+                                          if m.group(1) != "__align__"):
+            continue
+        names = [n for n, _, _ in declared_names(ir, node)]
+        rest = " ".join(code[a:b] for j, (a, b) in enumerate(spans)
+                        if j != i and j not in removed) + tail
+        if not any(re.search(rf"\b{re.escape(n)}\b", rest) for n in names):
+            removed.append(i)
+    return [spans[i] for i in removed]
+
+
+def _written(code: str, names: set[str]) -> list[str]:
+    """The names of `names` that `code` assigns or steps."""
+    out = []
+    for n in sorted(names):
+        e = re.escape(n)
+        if re.search(rf"(?<![\w.>]){e}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|(?:\+\+|--)\s*{e}\b|"
+                     rf"(?<![\w.>]){e}\s*(?:\+\+|--)", code):
+            out.append(n)
+    return out
 
 
 def src_char(ir: KernelIR, byte: int) -> int:
@@ -407,8 +469,8 @@ def _warp_origin(s: Schedule, pad: str) -> list[str]:
             f"{pad}const int {p}wm = {p}gm0 + 16 * ({p}warp % 4), {p}wn = {p}gn0;"]
 
 
-def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function, dropped: list[str],
-             written: list[str]) -> str:
+def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
+             removed: list[tuple[int, int]], written: list[str]) -> str:
     """The kernel's whole new body (with braces)."""
     p, t = PREFIX, g.tile
     a_el = _slice_elems(g.a, TILE_M, s.wgmma)
@@ -418,8 +480,8 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function, dropped: li
           col_axis: f"(unsigned)({p}tn * {sub_n} + {p}v % {sub_n})"}
     vg = {row_axis: f"(unsigned)(({p}M + {t.bm - 1}) / {t.bm})",
           col_axis: f"(unsigned)(({p}N + {t.bn - 1}) / {t.bn})"}
-    facts = json.dumps({**g.to_json(), "schedule": [TILE_M, TILE_N, TILE_K, s.stages]},
-                       sort_keys=True)
+    facts = json.dumps({**g.to_json(), "schedule": [TILE_M, TILE_N, TILE_K, s.stages],
+                        "wgmma": s.wgmma}, sort_keys=True)
     restore = " ".join(f"{n} = {p}in_{n};" for n in written)
     i1, i2, i3 = "  ", "    ", "      "
     lines = [
@@ -465,7 +527,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function, dropped: li
     if restore:
         lines.append(f"{i3}{restore}")
     lines += [f"{i3}{{  {MARK}the kernel's own body for this block",
-              user_body(ir, g, s, fn, dropped),
+              user_body(ir, g, s, fn, removed),
               f"{i3}}}",
               f"{i2}}}",
               f"{i1}}}",
@@ -481,7 +543,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function, dropped: li
 class _Found:
     g: GlobalGemm
     fn: Function
-    dropped: list[str]
+    removed: list[tuple[int, int]]
     written: list[str]
     kept_shared: int
 
@@ -517,16 +579,16 @@ def analyse(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str]
             continue
         scope = Scope(ir)
         k = _Kernel(ir, scope, scope.functions[t.kernel])
+        removed = dead_declarations(ir, fn, t)
         loop = (src_char(ir, t.loop[0]), src_char(ir, t.loop[1]))
-        rest = src.code[fn.body_start:loop[0]] + src.code[loop[1]:fn.body_end]
-        dropped, kept = [], 0
-        for name, sh in k.shared.items():
-            if len(re.findall(rf"\b{re.escape(name)}\b", rest)) <= 1 and sh.bytes:
-                dropped.append(name)
-            else:
-                kept += sh.bytes
-        written = sorted(n for n in k.scope.params if k.scope.writes.get(n))
-        found.append(_Found(g, fn, dropped, written, kept))
+        kept_code = [src.code[fn.body_start:loop[0]], src.code[loop[1]:fn.body_end]]
+        for a, b in removed:
+            kept_code[0] = kept_code[0].replace(src.code[a:b], "", 1)
+        rest = "".join(kept_code)
+        kept = sum(sh.bytes for name, sh in k.shared.items()
+                   if re.search(rf"\b{re.escape(name)}\b", rest))
+        written = _written(rest, k.scope.params)
+        found.append(_Found(g, fn, removed, written, kept))
     return found, reasons
 
 
@@ -537,6 +599,19 @@ def _bounded(ir: KernelIR, fn: Function) -> bool:
 
 def _kernels(src: CSource) -> list[Function]:
     return [f for f in functions(src) if f.is_kernel]
+
+
+def _outside(src: CSource) -> str:
+    """The code view without the inserted helpers and the bodies of the rule's own kernels."""
+    cuts = [(f.body_start, f.body_end) for f in _kernels(src) if _present(src, f)]
+    at = src.text.find(HELPERS)
+    if at >= 0:
+        cuts.append((at, at + len(HELPERS)))
+    out, pos = [], 0
+    for a, b in sorted(cuts):
+        out.append(src.code[pos:a])
+        pos = max(pos, b)
+    return "".join(out) + src.code[pos:]
 
 
 def _present(src: CSource, f: Function) -> bool:
@@ -590,7 +665,7 @@ class GemmSchedule(Pass):
         if skip:
             return skip
         src = CSource(ir)
-        if PREFIX in src.code:
+        if PREFIX in _outside(src):
             return Skipped(f"the kernel already uses names starting {PREFIX}")
         dims = _block_option(self.block, ctx, ir)
         if isinstance(dims, str):
@@ -609,12 +684,12 @@ class GemmSchedule(Pass):
         return finish(ir, site, rewrite_edits(ir, f, s), preconditions=results)
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
-        from passes.cuda.gemm_scalar import scalar_edits  # noqa: PLC0415
+        from passes.cuda.gemm_scalar import scalar_edits, wgmma_form  # noqa: PLC0415
 
         edits = scalar_edits(ir, site.detail.get("kernel"))
         if isinstance(edits, str):
             return Skipped(edits)
-        return finish(ir, site, edits)
+        return finish(ir, site, edits, options={"wgmma": wgmma_form(ir, site.detail.get("kernel"))})
 
 
 def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule) -> list[ByteEdit]:
@@ -631,7 +706,10 @@ def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule) -> list[ByteEdit]:
     fn = f.fn
     if not _bounded(ir, fn):
         at = src.b(fn.name_start)
-        edits.append(ByteEdit(at, at, f"__launch_bounds__({s.threads}) "))
-    body = new_body(ir, f.g, s, fn, f.dropped, f.written)
+        # two blocks of the wgmma schedule share an SM (48 KiB each): their loads hide each
+        # other's latency, which needs at most 128 registers a thread at 256 threads
+        blocks = ", 2" if s.wgmma and s.threads <= 256 else ""
+        edits.append(ByteEdit(at, at, f"__launch_bounds__({s.threads}{blocks}) "))
+    body = new_body(ir, f.g, s, fn, f.removed, f.written)
     edits.append(ByteEdit(src.b(fn.body_start), src.b(fn.body_end), body))
     return sorted(edits, key=lambda e: (e.start, e.end))

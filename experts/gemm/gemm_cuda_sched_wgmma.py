@@ -1,0 +1,1 @@
+gemm_cuda_sched.py

@@ -1,0 +1,177 @@
+"""The de-optimization of `gemm-schedule`: its output back to a plain tiled GEMM kernel.
+
+The rule's output keeps the user's body (with the K loop replaced by the fragment exchange and
+blockIdx / gridDim by the virtual block's) inside a persistent main loop, and records what it
+read (`// gemm-schedule: {facts}`: the operands' pointers, layouts, leading dimensions, bounds
+and block axes, K, the element type, the block tile and block). `scalar_edits` puts that body
+back as the kernel's body, with the exchange replaced by a synchronous tiled K loop over the
+same block tile: shared tiles `kl_st_a` (BM x BK) and `kl_st_b` (BK x BN) filled element by
+element with zero fill past M, N and K, then scalar multiply-adds into the same accumulators
+the exchange filled (each at the output cell it held). Parameters the body moves (a pointer
+bumped to the block's origin) are read through copies taken at entry. The rule reads the
+result again and gives its output back (the copies and tiles are dead once the loop is gone).
+
+Positions are byte offsets of `KernelIR.source`. No GPU library is imported here.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from passes._source import ByteEdit
+from passes.cuda._c import CSource, Function, functions
+from passes.cuda.gemm_schedule import HELPERS, MARK, PREFIX, _written
+from passes.cuda.mma_tile import HELPERS as MMA_HELPERS
+
+if TYPE_CHECKING:
+    from kir import KernelIR
+
+_BODY = "{  " + MARK + "the kernel's own body for this block\n"
+_TAIL = "\n      }\n    }\n  }\n}"
+_EXCHANGE = "{  " + MARK + "the tile's fragments into this thread's accumulators"
+_MAP = re.compile(rf"const int {PREFIX}row = (.+?), {PREFIX}col = (.+?);\n")
+_GROUP = re.compile(rf"if \(\(unsigned\)\({PREFIX}row(?: \+ (-?\d+))? - {PREFIX}c0\) < \d+u\) \{{\n"
+                    r"[^\n]*\n((?:[ \t]*[^\n]+ \+= x\[-?\d+\];\n)+)")
+_ADD = re.compile(r"[ \t]*(.+?) \+= x\[(-?\d+)\];")
+_VIRTUAL = re.compile(rf"\b{PREFIX}(vb|vg)\b")
+_TYPES = {"bf16": ("__nv_bfloat16", "__float2bfloat16(0.0f)", "__bfloat162float"),
+          "fp16": ("__half", "__float2half(0.0f)", "__half2float")}
+ST = "kl_st_"
+
+
+def _facts(text: str, fn: Function) -> dict[str, Any] | None:
+    at = text.find(MARK + "{", fn.body_start, fn.body_end)
+    if at < 0:
+        return None
+    line = text[at + len(MARK):text.find("\n", at)]
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
+def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | str:
+    """Edits that turn the rule's output in `kernel` (the unit's only such kernel where None)
+    back into a plain tiled kernel (see the module docstring), or why it is not in the rule's
+    form."""
+    text = ir.text
+    src = CSource(ir)
+    mine = [f for f in functions(src) if f.is_kernel and _facts(text, f) is not None]
+    target = [f for f in mine if kernel in (None, f.name)]
+    if len(target) != 1:
+        return "the kernel is not in the form gemm-schedule writes"
+    fn = target[0]
+    facts = _facts(text, fn)
+    start = text.find(_BODY, fn.body_start, fn.body_end)
+    if start < 0 or text[fn.body_end - len(_TAIL):fn.body_end] != _TAIL:
+        return "the kernel's body is not where gemm-schedule puts it"
+    body = text[start + len(_BODY):fn.body_end - len(_TAIL)]
+    view = CSource.of_text(body)
+    x0 = body.find(_EXCHANGE)
+    if x0 < 0:
+        return "the kernel has no gemm-schedule exchange"
+    x1 = view.close(x0)
+    swap = body[x0:x1]
+    where = _MAP.search(swap)
+    groups = list(_GROUP.finditer(swap))
+    if where is None or not groups:
+        return "the exchange is not one gemm-schedule wrote"
+    pad = view.indent(x0)
+    try:
+        loop = _scalar_loop(facts, where.group(1), where.group(2), groups, pad,
+                            _entry_copies(body, facts))
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"the recorded facts are incomplete ({exc})"
+    restored = body[:x0] + loop + body[x1:]
+    code = CSource.of_text(restored).code
+    out, pos = [], 0
+    for m in _VIRTUAL.finditer(code):
+        out.append(restored[pos:m.start()])
+        out.append("blockIdx" if m.group(1) == "vb" else "gridDim")
+        pos = m.end()
+    restored = "".join(out) + restored[pos:]
+    copies = _entry_copies(body, facts)
+    if copies:
+        nl = restored.find("\n") + 1
+        restored = restored[:nl] + "".join(f"  const auto {ST}in_{n} = {n};\n" for n in copies) + \
+            restored[nl:]
+    edits = [ByteEdit(*src.bspan(fn.body_start, fn.body_end), "{" + restored + "}")]
+    others = [f for f in mine if f is not fn]
+    rest = text[:fn.body_start] + text[fn.body_end:]
+    for helpers, name in ((HELPERS, "kl_gs_"), (MMA_HELPERS, "kl_tc_")):
+        at = text.find(helpers)
+        if at < 0 or others:
+            continue
+        outside = rest.replace(helpers, "")
+        if name == "kl_tc_" and "kl_tc_" in CSource.of_text(outside).code:
+            continue  # another kernel's mma-micro-kernel step reads them
+        edits.append(ByteEdit(*src.bspan(at, at + len(helpers)), ""))
+    return sorted(edits, key=lambda e: e.start)
+
+
+def wgmma_form(ir: KernelIR, kernel: str | None = None) -> bool:
+    """Whether the rule's output in `kernel` is its wgmma form."""
+    src = CSource(ir)
+    for f in functions(src):
+        facts = _facts(ir.text, f) if f.is_kernel and kernel in (None, f.name) else None
+        if facts is not None:
+            return bool(facts.get("wgmma"))
+    return False
+
+
+def _entry_copies(body: str, facts: dict[str, Any]) -> list[str]:
+    """The parameters the loop reads that the body moves (read through entry copies)."""
+    used = {facts["A"]["pointer"], facts["B"]["pointer"], facts["A"]["ld"], facts["B"]["ld"],
+            facts["A"]["bound"], facts["B"]["bound"], facts["K"]}
+    return _written(CSource.of_text(body).code, used)
+
+
+def _scalar_loop(facts: dict[str, Any], row: str, col: str, groups: list[re.Match[str]],
+                 pad: str, copies: list[str]) -> str:
+    bm, bn, bk = (int(v) for v in facts["block_tile"])
+    bx, by = (int(v) for v in facts["block"])
+    elem, zero, to_float = _TYPES[facts["dtype"]]
+    a, b = facts["A"], facts["B"]
+
+    def name(n: str) -> str:
+        return f"{ST}in_{n}" if n in copies else n
+
+    tid = "(int)threadIdx.x" if by == 1 else f"((int)threadIdx.x + {bx} * (int)threadIdx.y)"
+    kk, m_, n_ = name(facts["K"]), name(a["bound"]), name(b["bound"])
+    a_at = (f"(size_t){ST}gm * {name(a['ld'])} + {ST}gk" if a["layout"] == "mk"
+            else f"(size_t){ST}gk * {name(a['ld'])} + {ST}gm")
+    b_at = (f"(size_t){ST}gk * {name(b['ld'])} + {ST}gn" if b["layout"] == "kn"
+            else f"(size_t){ST}gn * {name(b['ld'])} + {ST}gk")
+    i1, i2, i3 = pad + "  ", pad + "    ", pad + "      "
+    lines = [f"__shared__ {elem} {ST}a[{bm * bk}];",
+             f"{pad}__shared__ {elem} {ST}b[{bk * bn}];",
+             f"{pad}for (int {ST}k0 = 0; {ST}k0 < {kk}; {ST}k0 += {bk}) {{",
+             f"{i1}for (int {ST}e = {tid}; {ST}e < {bm * bk}; {ST}e += {bx * by}) {{",
+             f"{i2}const int {ST}m = {ST}e / {bk}, {ST}k = {ST}e % {bk};",
+             f"{i2}const int {ST}gm = (int)blockIdx.{a['block_axis']} * {bm} + {ST}m, "
+             f"{ST}gk = {ST}k0 + {ST}k;",
+             f"{i2}{ST}a[{ST}e] = ({ST}gm < {m_} && {ST}gk < {kk}) ? {name(a['pointer'])}[{a_at}] "
+             f": {zero};",
+             f"{i1}}}",
+             f"{i1}for (int {ST}e = {tid}; {ST}e < {bk * bn}; {ST}e += {bx * by}) {{",
+             f"{i2}const int {ST}k = {ST}e / {bn}, {ST}n = {ST}e % {bn};",
+             f"{i2}const int {ST}gk = {ST}k0 + {ST}k, "
+             f"{ST}gn = (int)blockIdx.{b['block_axis']} * {bn} + {ST}n;",
+             f"{i2}{ST}b[{ST}e] = ({ST}gk < {kk} && {ST}gn < {n_}) ? {name(b['pointer'])}[{b_at}] "
+             f": {zero};",
+             f"{i1}}}",
+             f"{i1}__syncthreads();",
+             f"{i1}{{",
+             f"{i2}const int {ST}row = {row}, {ST}col = {col};",
+             f"{i2}for (int {ST}k = 0; {ST}k < {bk}; ++{ST}k) {{"]
+    for g in groups:
+        dm = int(g.group(1) or 0)
+        r = f"({ST}row + {dm})" if dm else f"{ST}row"
+        for add in _ADD.finditer(g.group(2)):
+            dn = int(add.group(2))
+            c = f"{ST}col + {dn}" if dn else f"{ST}col"
+            lines.append(f"{i3}{add.group(1)} += {to_float}({ST}a[{r} * {bk} + {ST}k]) * "
+                         f"{to_float}({ST}b[{ST}k * {bn} + {c}]);")
+    lines += [f"{i2}}}", f"{i1}}}", f"{i1}__syncthreads();", f"{pad}}}"]
+    return "\n".join(lines)
