@@ -84,8 +84,9 @@ def test_the_two_kernel_saxpy_passes_at_the_interpret_tier() -> None:
 def test_a_verdict_says_where_the_gate_spent_its_time() -> None:
     verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False)
     phases = dict(verdict.phases)
-    # the worker's phases in the order run, after its start
-    assert list(phases)[:2] == ["spawn", "start-up"]
+    # the parent's parse, then the worker's phases in the order run, after its start
+    assert list(phases)[:3] == ["parse (parent)", "spawn", "start-up"]
+    assert "end (parent)" in phases and "start-up: case" in phases
     assert {"references", "load_candidate", "correctness", "knockout", "repeat"} <= set(phases)
     assert all(sec >= 0 for sec in phases.values())
     data = json.loads(json.dumps(verdict.to_json()))
