@@ -14,6 +14,7 @@ per-axis bounds) is not a box, and the caller leaves the access alone.
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from passes.triton._py import PyModule, callee
@@ -23,6 +24,9 @@ SCALAR_CALLS = frozenset({
     "min", "max", "triton.language.program_id", "triton.language.cdiv",
 })
 ARANGE = frozenset({"tl.arange", "triton.language.arange"})
+# Loops whose counter counts (the iterations a loop has done are its counter over its step).
+COUNTED = frozenset({"range", "tl.range", "triton.language.range", "tl.static_range",
+                     "triton.language.static_range"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +127,25 @@ class Scope:
         self.walked = {n for n, c in counts.items() if c == 2 and n in self.values
                        and len(self.advances.get(n, ())) == 1} - self.params
         self.loop_vars -= self.params
+        rebased = self._rebased(counts)
         self.params -= set(counts)  # a parameter the kernel rebinds (`a_ptr += ...`) is opaque
+        # but one moved once by a scalar before any loop (`a_ptr += pid_b * stride_ab`, a
+        # batch's base) is a scalar from there on: a loop reads it as it is then
+        self.params |= {n for n, aug in rebased.items() if self.scalar(aug.value)}
         if region is not None:
             self._own_bindings(region)
+
+    def _rebased(self, counts: Mapping[str, int]) -> dict[str, ast.AugAssign]:
+        """Parameters bound once more, by an `+=` among the kernel's top statements that comes
+        before its first loop: parameter -> that statement."""
+        body = self.kernel.body
+        first_loop = min((self.mod.start(n) for n in ast.walk(self.kernel)
+                          if isinstance(n, (ast.For, ast.While))), default=None)
+        return {n.target.id: n for n in body
+                if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)
+                and isinstance(n.target, ast.Name) and n.target.id in self.params
+                and counts.get(n.target.id) == 1
+                and (first_loop is None or self.mod.start(n) < first_loop)}
 
     def _own_bindings(self, region: ast.stmt) -> None:
         """The names `region`'s body assigns once, before their first use in it (class
@@ -250,8 +270,7 @@ def _terms(scope: Scope, node: ast.AST, walked: list[str] | None = None,
 def _loop_count(scope: Scope, loop: ast.stmt, step: str) -> str | None:
     """`count * step` as text, `count` the iterations a `for` loop has done, or None."""
     if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)
-            and isinstance(loop.iter, ast.Call) and callee(loop.iter) in (
-                "range", "tl.range", "triton.language.range", "tl.static_range")):
+            and isinstance(loop.iter, ast.Call) and callee(loop.iter) in COUNTED):
         return None
     args = loop.iter.args
     start = args[0] if len(args) >= 2 else None
@@ -264,6 +283,31 @@ def _loop_count(scope: Scope, loop: ast.stmt, step: str) -> str | None:
     if ast.dump(ast.parse(scope.mod.text(stride), mode="eval")) == ast.dump(ast.parse(step, mode="eval")):
         return k
     return None
+
+
+def _walked_extent(scope: Scope, loop: ast.stmt | None, idx: Index) -> str | None:
+    """The extent E over which a counted loop walks an index it does not mask: `v * B +
+    tl.arange(0, B)` over `range(E // B)` (never past E), or `v + tl.arange(0, B)` over
+    `range(0, E, B)` (past E only where E is not a multiple of B, where the unmasked load read
+    beyond its tensor already); None for any other index or loop."""
+    if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)
+            and isinstance(loop.iter, ast.Call) and callee(loop.iter) in COUNTED
+            and len(idx.offsets) == 1 and not idx.wrap) or loop.iter.keywords:
+        return None
+    args, v, text = loop.iter.args, loop.target.id, scope.mod.text
+    if not args or len(args) > 3 or (len(args) >= 2 and not _same(text(args[0]), "0")):
+        return None
+    stop = args[1] if len(args) >= 2 else args[0]
+    offset = ast.parse(idx.offsets[0], mode="eval").body
+    if len(args) < 3 or _same(text(args[2]), "1"):
+        factors = {ast.unparse(offset.left), ast.unparse(offset.right)} \
+            if isinstance(offset, ast.BinOp) and isinstance(offset.op, ast.Mult) else set()
+        whole = isinstance(stop, ast.BinOp) and isinstance(stop.op, ast.FloorDiv) \
+            and _same(text(stop.right), idx.block)
+        return text(stop.left) if whole and factors == {v, ast.unparse(ast.parse(idx.block))} \
+            else None
+    same_step = _same(text(args[2]), idx.block)
+    return text(stop) if same_step and isinstance(offset, ast.Name) and offset.id == v else None
 
 
 def _same(a: str, b: str) -> bool:
@@ -389,6 +433,10 @@ def box_of(scope: Scope, ptr: ast.AST, mask: ast.AST | None, loop: ast.stmt | No
             # dimension the tile spans whole), so the block is a bound that changes nothing
             shape[axis] = idx.block
             bound_nodes.append(ast.parse(idx.block, mode="eval").body)
+        elif axis not in shape and mask is not None and _walked_extent(scope, loop, idx):
+            # unmasked, walked by the loop's own counter: the loop reads [0, extent) on it
+            shape[axis] = _walked_extent(scope, loop, idx)
+            bound_nodes.append(ast.parse(shape[axis], mode="eval").body)
     if set(shape) != {0, 1}:
         return "the mask does not bound both axes" if mask is not None else \
             "the access has no mask: the bounds of the box are not written anywhere"

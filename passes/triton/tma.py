@@ -11,6 +11,7 @@ Removing the last of a run of descriptor assignments also removes the comment ab
 from __future__ import annotations
 
 import ast
+import itertools
 import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -353,12 +354,19 @@ class TmaDescriptors(Pass):
         for launch in launches:
             constexprs = {a.arg for a in kernel.args.args if a.annotation is not None
                           and "constexpr" in mod.text(a.annotation)}
-            passed = [*((p.arg, v) for p, v in zip(kernel.args.args, launch.args)),
+            # positional arguments up to the first `*args` are the parameters they stand at;
+            # a parameter inside an expansion (`*a.stride()`) is read from the whole tuple
+            plain = list(itertools.takewhile(lambda v: not isinstance(v, ast.Starred), launch.args))
+            passed = [*((p.arg, v) for p, v in zip(kernel.args.args, plain)),
                       *((k.arg, k.value) for k in launch.keywords if k.arg)]
             values = [mod.text(v) for p, v in passed if p not in constexprs and _may_be_tensor(v)]
             given = dict(passed)
+            spread = [i for i, a in enumerate(kernel.args.args) if a.arg in unit_strides
+                      and a.arg not in given] if len(plain) < len(launch.args) else []
+            whole = f"({', '.join(mod.text(v) for v in launch.args)},)"
             units = "".join(f" and {_p(mod.text(given[t]), given[t])} == 1"
-                            for t in sorted(unit_strides) if t in given)
+                            for t in sorted(unit_strides) if t in given) + \
+                "".join(f" and {whole}[{i}] == 1" for i in spread)
             sep = ", " if launch.args or launch.keywords else ""
             end = mod.end(launch) - 1  # the closing parenthesis
             edits.append(ByteEdit(end, end, f"{sep}{flag}={helper}({', '.join(values)}){units}"))
