@@ -6,7 +6,8 @@ accesses (found by role, `passes.cuda.recognize.stride_loops`): the pointers the
 writes at `base + i` in straight-line statements (loop-invariant base) move 16 bytes per
 access; each vector's elements run the body in turn with `i` bound to their index, the
 elements past the last whole vector run the scalar body, and a run-time check that every
-vectorized address is 16-byte aligned falls back to the loop as written. One-dimensional
+vectorized address is 16-byte aligned falls back to the loop as written (one site per loop,
+and one more per kernel for all of its loops at once). One-dimensional
 shared arrays the body accesses at `i` move 16 bytes at a time too (a shared array the loop
 writes only where a barrier follows the loop: a vector moves elements between threads).
 """
@@ -190,6 +191,10 @@ class VectorizeGlobal(Pass):
                for a in _accesses(src)]
         out += [make_site(self.name, ir, index, src.bspan(s, e), False, {"vectorized": text})
                 for s, e, text in self._canonical(src)]
+        for loops in _loop_groups(ir):
+            span = (loops[0][0].span[0], loops[-1][0].span[1])
+            out.append(make_site(self.name, ir, index, span, False, {
+                "loops": len(loops), "kernel": loops[0][0].kernel}, loops[0][0].span))
         for loop, plan in vector_loops(ir):
             if isinstance(plan, _VectorPlan):
                 out.append(make_site(self.name, ir, index, loop.span, False, {
@@ -211,6 +216,10 @@ class VectorizeGlobal(Pass):
             done = restore_recorded(ir, site, self.before, self.after)
             if done is not None:
                 return done
+        for loops in _loop_groups(ir):
+            if (loops[0][0].span[0], loops[-1][0].span[1]) == tuple(site.span):
+                return finish(ir, site, [ByteEdit(lp.span[0], lp.span[1], _vector_loop_text(ir, lp, plan))
+                                         for lp, plan in loops])
         for loop, plan in vector_loops(ir):
             if loop.span == tuple(site.span):
                 if not isinstance(plan, _VectorPlan):
@@ -496,6 +505,23 @@ def vector_loops(ir: KernelIR) -> list[tuple[StrideLoop, _VectorPlan | Skipped]]
         fn = unit.kernels[loop.kernel]
         pointers = global_pointers(unit, fn) | _shared_rows(unit, fn, node)
         out.append((loop, _plan(unit, loop, node, pointers, escapes)))
+    return out
+
+
+def _loop_groups(ir: KernelIR) -> list[list[tuple[StrideLoop, _VectorPlan]]]:
+    """Per kernel with two or more stride loops the rule takes, those loops (none inside
+    another), in source order: one site vectorizes them all."""
+    groups: dict[str, list] = {}
+    for loop, plan in vector_loops(ir):
+        if isinstance(plan, _VectorPlan):
+            groups.setdefault(loop.kernel, []).append((loop, plan))
+    out = []
+    for loops in groups.values():
+        loops.sort(key=lambda lp: lp[0].span)
+        outer = [lp for lp in loops if not any(o[0].span[0] <= lp[0].span[0] and lp[0].span[1] <= o[0].span[1]
+                                               and o is not lp for o in loops)]
+        if len(outer) >= 2:
+            out.append(outer)
     return out
 
 

@@ -2,12 +2,14 @@
 
 Row-wise kernels (softmax, RMSNorm, LayerNorm, ...) often walk one row several times with the
 same block-stride loop: a max pass, a sum pass and a write pass, each reading `x[i]` from global
-memory again. The forward rule reads the row once: a block-stride copy of the row into a static
-shared array (`__align__(16)`, so that `vectorize-global` can turn the copy into 16-byte moves),
-a barrier, and each pass reading the shared copy instead. The shared array holds at most `budget`
-bytes (and never more than 48 KB less the kernel's own static shared memory, less a reserve for
-dynamic shared memory where the kernel declares `extern __shared__`); a row longer than that runs
-the passes as written (the check is on the loop bound, at run time, once per row).
+memory again. The forward rule reads the row once: a copy of the row into a static shared array
+(`__align__(16)`) by the whole block, a barrier, and each pass reading the shared copy instead
+(`vectorize-global` can then read it 16 bytes at a time). The shared array holds at most
+`budget` bytes, never more than 48 KB less the kernel's own static shared memory (less a reserve
+for dynamic shared memory where the kernel declares `extern __shared__`), and, where the
+launch's block size is known, no more than one block's share of an SM holding as many blocks
+as its threads allow (the copy costs no occupancy); a row longer than that runs the passes as
+written (the check is on the loop bound, at run time, once per row).
 
 Found by role (never by names): in one kernel, two or more `for (v = S; v < E; v += P)` loops
 stepping by the block's thread count (`recognize.stride_loops`), statements of one block with
@@ -56,6 +58,10 @@ STATIC_LIMIT = 48 * 1024
 DYNAMIC_RESERVE = 8 * 1024
 """Bytes left for the dynamic shared memory of a kernel that declares `extern __shared__`."""
 MIN_ELEMENTS = 256
+SM_SHARED, SM_THREADS, SM_BLOCKS, BLOCK_RESERVED = 228 * 1024, 2048, 32, 1024
+"""An sm_90 multiprocessor's shared memory, threads and blocks, and the shared memory the
+system keeps per block: where the launch's block size is known, the copy takes at most the
+share of one block when the SM holds as many blocks as its threads allow."""
 _LOOPS = ("for_statement", "while_statement", "do_statement")
 
 
@@ -261,6 +267,11 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
     if own is None:
         return Skipped("the kernel's own shared memory has no compile-time size", facts)
     room = min(budget, STATIC_LIMIT - own - (DYNAMIC_RESERVE if dynamic else 0))
+    threads = unit.launch_block().threads
+    if threads:  # the copy leaves the SM room for as many blocks as its threads allow
+        blocks = max(1, min(SM_BLOCKS, SM_THREADS // threads))
+        room = min(room, SM_SHARED // blocks - BLOCK_RESERVED - own -
+                   (DYNAMIC_RESERVE if dynamic else 0))
     capacity = (room // size) // 8 * 8
     if capacity < MIN_ELEMENTS:
         return Skipped(f"shared memory leaves room for {max(capacity, 0)} elements of the row "
