@@ -103,11 +103,12 @@ def problem_bytes(case: Any) -> float:
     return float(module.bytes_moved(shape)) if hasattr(module, "bytes_moved") else 0.0
 
 
-def table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The per-phase table: one row per problem, the phases in the order first seen."""
+def table(rows: Sequence[Mapping[str, Any]], parts: bool = False) -> str:
+    """The per-phase table: one row per problem, the phases in the order first seen; with
+    `parts`, the parts of phases (`phase: part`) instead of the phases."""
     names: list[str] = []
     for r in rows:
-        names += [n for n in r.get("phases", {}) if n not in names]
+        names += [n for n in r.get("phases", {}) if n not in names and (": " in n) == parts]
     head = ["problem", "GB", "ok", "wall s", "gpu s", "overhead s", "allowed s", "budget", *names]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -231,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _write(Path(args.out), rows, argv, starts)
     print(table(rows), end="")
     print(comparison(rows), end="")
+    print("\nParts of the phases:\n" + table(rows, parts=True), end="")
     return 0 if all(r["ok"] and r["within_budget"] for r in rows) else 1
 
 
@@ -243,7 +245,8 @@ def _write(out: Path, rows: Sequence[Mapping[str, Any]], argv: Sequence[str] | N
     tmp = out / "gate_cost.json.tmp"
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     tmp.replace(out / "gate_cost.json")
-    (out / "gate_cost.md").write_text(table(rows) + "\n" + comparison(rows))
+    (out / "gate_cost.md").write_text(table(rows) + "\n" + comparison(rows)
+                                      + "\nParts of the phases:\n\n" + table(rows, parts=True))
 
 
 if __name__ == "__main__":

@@ -177,6 +177,10 @@ def test_the_budget_check_fails_where_the_overhead_or_the_wall_is_over() -> None
     text = COST.table([row, after])
     assert "| level1/4 [before] | 8.60 | pass | 8.2 | 1.2 | 7.0 | 5.2 | MISSED |" in text
     assert "| level1/4 [after] | 8.60 | pass | 5.0 | 1.2 | 3.8 | 5.2 | met |" in text
+    assert "spawn" in text and "timing" in text
+    parts = {**after, "phases": {"start-up": 0.5, "start-up: cuda": 0.4, "timing": 1.2}}
+    assert "start-up: cuda" not in COST.table([parts])
+    assert "| start-up: cuda |" in COST.table([parts], parts=True)
     line = COST.comparison([row, after])
     assert line.startswith("level1/4: before: wall 8.2 s") and "after: wall 5.0 s" in line
 
