@@ -144,6 +144,9 @@ def standby(conn: Any, tier: str, env: tuple[tuple[str, str], ...]) -> None:
     never during another gate's timed runs). Then it waits for ("job", Job) and runs it as
     `main` does. No candidate code has run in it before the job: the process is as fresh as
     one started for the job. It ends quietly when the parent closes the pipe first."""
+    sys.stdout.flush()  # as in `main`: the parent's stdout may carry JSON
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     try:
         os.setpgrp()
     except OSError:
