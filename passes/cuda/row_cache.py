@@ -62,6 +62,9 @@ SM_SHARED, SM_THREADS, SM_BLOCKS, BLOCK_RESERVED = 228 * 1024, 2048, 32, 1024
 """An sm_90 multiprocessor's shared memory, threads and blocks, and the shared memory the
 system keeps per block: where the launch's block size is known, the copy takes at most the
 share of one block when the SM holds as many blocks as its threads allow."""
+SLOTS_RESERVE = 1024
+"""Bytes of that share left to the shared slots later rules add (a warp-shuffle reduction's
+slot per warp)."""
 _LOOPS = ("for_statement", "while_statement", "do_statement")
 
 
@@ -270,7 +273,7 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
     threads = unit.launch_block().threads
     if threads:  # the copy leaves the SM room for as many blocks as its threads allow
         blocks = max(1, min(SM_BLOCKS, SM_THREADS // threads))
-        room = min(room, SM_SHARED // blocks - BLOCK_RESERVED - own -
+        room = min(room, SM_SHARED // blocks - BLOCK_RESERVED - SLOTS_RESERVE - own -
                    (DYNAMIC_RESERVE if dynamic else 0))
     capacity = (room // size) // 8 * 8
     if capacity < MIN_ELEMENTS:
