@@ -1,7 +1,7 @@
 """What one device gate costs on large problems, by phase, against the GPU work in it.
 
     python3 bench/gate_cost.py --kernelbench DIR [--starts bench/kernelbench] [--count 5]
-        [--only NAME,...] [--mode before,after] [--out DIR]
+        [--only NAME,...] [--mode before,after] [--gate-timeout S] [--out DIR]
 
 Takes the KernelBench tier's problems (`bench/kernelbench_tier.py`: a checkout given by
 --kernelbench or $KERNELBENCH_DIR, start kernels under --starts), ranks them by the bytes of
@@ -77,12 +77,13 @@ def cost(phases: Sequence[tuple[str, float]] | Mapping[str, float], wall_s: floa
             "phases": {k: round(v, 2) for k, v in table.items()}}
 
 
-def gate_once(start: Path, case: Any) -> dict[str, Any]:
-    """Gate `start` on `case` at the device tier, fresh, and measure it (`cost`)."""
+def gate_once(start: Path, case: Any, timeout: float | None = None) -> dict[str, Any]:
+    """Gate `start` on `case` at the device tier, fresh, and measure it (`cost`); `timeout`:
+    the gate's time limit after its worker started (None: the gate's default)."""
     import gate
 
     t0 = time.perf_counter()
-    verdict = gate.check_file(start, case, "device", cache=False)
+    verdict = gate.check_file(start, case, "device", cache=False, timeout=timeout)
     wall = time.perf_counter() - t0
     timed = verdict.timing.timed_s if verdict.timing else 0.0
     return {"ok": verdict.ok, "reason": verdict.reason, **cost(verdict.phases, wall, timed),
@@ -165,6 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=5, help="the largest problems gated")
     ap.add_argument("--only", default="", help="comma-separated problems instead of the largest")
     ap.add_argument("--out", default=None, help="folder for gate_cost.json (default: none written)")
+    ap.add_argument("--gate-timeout", type=float, default=None,
+                    help="each gate's time limit in seconds after its worker started (a gate "
+                         "over it is a failed row); default: the gate's own")
     ap.add_argument("--reuse-compiled", dest="fresh_compile", action="store_false",
                     help="keep Triton's compile cache across modes (default: a fresh one per mode)")
     ap.add_argument("--mode", "--compare", dest="mode", default="",
@@ -220,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"[{time.strftime('%H:%M:%S')}] {name}: {nbytes / 1e9:.2f} GB, gating at the "
                   f"device tier", file=sys.stderr, flush=True)
             try:
-                measured = gate_once(p.start, case)
+                measured = gate_once(p.start, case, args.gate_timeout)
             except Exception as exc:  # noqa: BLE001 — one problem's failure is its row
                 measured = {"ok": False, "reason": f"{type(exc).__name__}: {exc}"[:500],
                             **cost({}, 0.0, 0.0)}
