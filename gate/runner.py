@@ -2,7 +2,9 @@
 
 Workers start from a fork server that has imported torch and nothing else (never candidate
 code, never CUDA), so each candidate gets a fresh process with a clean CUDA context for a
-fraction of a cold start; `KLINEAGE_GATE_START=spawn` starts each from scratch instead.
+fraction of a cold start; `KLINEAGE_GATE_START=spawn` starts each from scratch instead. From
+the second gate of a run on, the next worker starts up while a gate runs and waits for its job
+(`Standby`): still a process no candidate code has run in.
 A hang, a signal, `os._exit` or the OOM killer end only the worker; the verdict says which.
 """
 from __future__ import annotations
