@@ -206,8 +206,10 @@ def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, 
     # the full search and each ablation run at once, each its own box from the same moment:
     # the columns of one row share the start's and the control's gates and the GPU's conditions
     with ThreadPoolExecutor(1 + len(ablations)) as pool:
-        runs = [pool.submit(search, case, args, op_dir / "optimize", deadline, None, progress),
-                *(pool.submit(search, case, args, op_dir / a, deadline, a) for a in ablations)]
+        runs = [pool.submit(search, case, args, op_dir / "optimize", deadline, None, progress,
+                            start),
+                *(pool.submit(search, case, args, op_dir / a, deadline, a, None, start)
+                  for a in ablations)]
         best, *ablated = [r.result() for r in runs]
     rec["cards"] = best.pop("cards", [])
     rec["best"] = {**best, "state": "the lineage state with role best"} if best.get("ok") else best
@@ -223,13 +225,26 @@ def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, 
 
 
 def search(case: Any, args: argparse.Namespace, out_dir: Path, deadline: float,
-           ablation: str | None = None, progress: Any = None) -> dict[str, Any]:
+           ablation: str | None = None, progress: Any = None,
+           start: Any = None) -> dict[str, Any]:
     """One optimize run of the start kernel into `out_dir`, stopped at `deadline`, with
     `ablation` (`ABLATIONS`) turned off where given; at the device tier its best kernel gated
     again, fresh (`regate`: the search kept the fastest of many timed candidates, so its own
-    figure is biased low). The entry: ok, ms, reference_ms, termination, gated, cards."""
+    figure is biased low). A Triton start's verdict `start` (the row's gate of the same
+    text) is the run's start gate: the columns of a row start from one measurement. The
+    entry: ok, ms, reference_ms, termination, gated, cards."""
+    import gate
     from lineage.optimize import optimize
     from lineage.skills import Library
+
+    text = case.start_path().read_text()
+
+    def check(source: str, language: str, the_case: Any, tier: Any, **kw: Any) -> Any:
+        if start is not None and language == "triton" and source == text:
+            return start
+        gates = getattr(args, "gates", None)
+        return (gates.check if gates is not None else gate.check)(source, language, the_case,
+                                                                   tier, **kw)
 
     change = dict(ABLATIONS[ablation]) if ablation else {}
     library = change.pop("library", args.library)
@@ -238,7 +253,7 @@ def search(case: Any, args: argparse.Namespace, out_dir: Path, deadline: float,
     try:
         result = optimize(case.start_path(), case, library, budget_steps=args.budget_steps,
                           tier=args.tier, out=out_dir, progress=progress, deadline=deadline,
-                          executor=getattr(args, "gates", None), **change)
+                          executor=getattr(args, "gates", None), check_fn=check, **change)
         best = result.best_verdict
         entry: dict[str, Any] = {"ok": bool(best.get("ok")), "ms": result.best_ms,
                                  "reference_ms": (best.get("timing") or {}).get("reference_ms"),

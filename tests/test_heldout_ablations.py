@@ -83,3 +83,35 @@ def test_an_unknown_ablation_is_a_one_line_error(tmp_path: Path) -> None:
     assert done.stderr.strip() == ("heldout: unknown --ablation no-such-part (one of "
                                    "library-off, lookahead-off, priors-off)")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_columns_of_a_row_share_its_start_gate(tmp_path: Path, monkeypatch) -> None:
+    """The full search and each ablated search start from the row's one gate of the start
+    kernel: at the interpret tier on softmax the start's text is gated once in all (the
+    control, a different text, once more)."""
+    import argparse
+
+    import gate
+    from gate.cases import scan_cases
+    from lineage.control import autotune_control
+    from lineage.shipped import shipped_library_path
+
+    spec = importlib.util.spec_from_file_location("heldout_bench_share", REPO / "bench" / "heldout.py")
+    heldout = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(heldout)
+    [case] = [c for c in scan_cases([REPO / "bench/heldout"])[0] if c.name == "softmax"]
+    start = case.start_path().read_text()
+    seen: list[str] = []
+    real = gate.check
+
+    def counting(source, *a, **kw):
+        seen.append(source)
+        return real(source, *a, **kw)
+
+    monkeypatch.setattr(gate, "check", counting)
+    args = argparse.Namespace(tier="interpret", library=str(shipped_library_path()),
+                              budget_steps=1, box=300.0, ablation=list(ALL), gates=None)
+    rec = heldout.bench_operator(case, args, tmp_path)
+    assert rec["status"] == "done" and set(rec["ablations"]) == set(ALL)
+    assert seen.count(start) == 1
+    assert seen.count(autotune_control(start, max_configs=1)) == 1
