@@ -6,8 +6,8 @@ accesses (found by role, `passes.cuda.recognize.stride_loops`): the pointers the
 writes at `base + i` in straight-line statements (loop-invariant base) move 16 bytes per
 access; each vector's elements run the body in turn with `i` bound to their index, the
 elements past the last whole vector run the scalar body, and a run-time check that every
-vectorized address is 16-byte aligned falls back to the loop as written (one site per loop,
-and one more per kernel for all of its loops at once). One-dimensional
+vectorized address is 16-byte aligned falls back to the loop as written (one site per kernel
+for all of its loops at once, one per loop where a kernel has one). One-dimensional
 shared arrays the body accesses at `i` move 16 bytes at a time too (a shared array the loop
 writes only where a barrier follows the loop: a vector moves elements between threads).
 """
@@ -191,12 +191,14 @@ class VectorizeGlobal(Pass):
                for a in _accesses(src)]
         out += [make_site(self.name, ir, index, src.bspan(s, e), False, {"vectorized": text})
                 for s, e, text in self._canonical(src)]
+        grouped = set()
         for loops in _loop_groups(ir):
             span = (loops[0][0].span[0], loops[-1][0].span[1])
             out.append(make_site(self.name, ir, index, span, False, {
                 "loops": len(loops), "kernel": loops[0][0].kernel}, loops[0][0].span))
+            grouped |= {lp.kernel for lp, _plan in loops}
         for loop, plan in vector_loops(ir):
-            if isinstance(plan, _VectorPlan):
+            if isinstance(plan, _VectorPlan) and loop.kernel not in grouped:
                 out.append(make_site(self.name, ir, index, loop.span, False, {
                     "loop": loop.kind, "pointers": sorted(plan.pointers), "lanes": plan.lanes}))
         return out
