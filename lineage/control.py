@@ -4,8 +4,9 @@
 generic configurations over its tunable launch parameters, found by role
 (`passes.triton.roles`): for a kernel that reduces with `tl.dot` in a loop, the familiar list of
 (M, N, K) tiles with their warps and stages; for any other kernel, its block sizes at 1x, 2x and
-4x with 2 to 16 warps, a loop step the host computes from the problem as 1x, 2x and 4x
-`HOST_LOOP_STEP` (or warps alone when no block size is a literal or a loop step). No lineage or card is
+4x with 2 to 16 warps; the loop step of a kernel whose only tile it is (a row walked in 1-D
+chunks) from at least `HOST_LOOP_STEP`, also where the host computes it from the problem (or
+warps alone when no block size is a literal or a loop step). No lineage or card is
 consulted: it is what a user would do without KLineage, and what the library has to beat.
 """
 
@@ -50,16 +51,18 @@ BLOCK_CONFIGS: tuple[tuple[int, int], ...] = (
     (2, 16),
 )
 WARP_CONFIGS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-# A loop step the host computes (`min(1024, next_power_of_2(N))`) at scale 1 of BLOCK_CONFIGS:
-# the chunk a row kernel commonly walks its row in, in elements.
+# The loop step of a kernel whose only tile it is (a row walked in 1-D chunks), at scale 1 of
+# BLOCK_CONFIGS when the host computes it or it was written smaller: the chunk a row kernel
+# commonly walks its row in, in elements.
 HOST_LOOP_STEP = 1024
 
 
 def generic_configs(config: KernelConfig, max_configs: int = 8) -> list[dict[str, int]]:
     """Role-keyed generic configurations for one kernel (see the module docstring)."""
     tiles = config.by_role()
-    host_loop = "loop" not in tiles and any(p.role == "loop" and p.value is None
-                                            for p in config.params)
+    # a row walked in 1-D chunks: any step walks the same masked range (`sweep_edit` keeps an
+    # unmasked one at divisors of its own), so the list reaches the common chunks
+    chunks = set(tiles) <= {"loop"} and any(p.role == "loop" for p in config.params)
     out: list[dict[str, int]] = []
     if config.dot and {"m", "n", "k"} & set(tiles):
         for m, n, k, w, s in DOT_CONFIGS:
@@ -67,11 +70,11 @@ def generic_configs(config: KernelConfig, max_configs: int = 8) -> list[dict[str
             if "group" in tiles:
                 cfg["group"] = 8
             out.append({**cfg, "num_warps": w, "num_stages": s})
-    elif any(r in tiles for r in ("grid", "vec", "loop")) or host_loop:
+    elif any(r in tiles for r in ("grid", "vec", "loop")) or chunks:
         for scale, w in BLOCK_CONFIGS:
             cfg = {r: v * scale for r, v in tiles.items() if r in ("grid", "vec", "loop")}
-            if host_loop:
-                cfg["loop"] = HOST_LOOP_STEP * scale
+            if chunks:
+                cfg["loop"] = max(tiles.get("loop", 0), HOST_LOOP_STEP) * scale
             out.append({**cfg, "num_warps": w, "num_stages": config.num_stages})
     else:
         out = [{"num_warps": w, "num_stages": config.num_stages} for w in WARP_CONFIGS]

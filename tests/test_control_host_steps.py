@@ -1,7 +1,8 @@
-"""The generic autotune list (`lineage.control`) sweeps a loop step the host computes from the
-problem (`min(1024, next_power_of_2(N))`): any step walks the same masked range, so the list
-sets it as a literal; a step the kernel does not mask, or one the host reads beyond the launch,
-is left to the host."""
+"""The generic autotune list (`lineage.control`) of a row walked in 1-D chunks (the loop step
+is the kernel's only tile) reaches the common chunks, whether the host computes the step from
+the problem (`min(1024, next_power_of_2(N))`) or it was written small: any step walks the same
+masked range. A step the kernel does not mask, or one the host reads beyond the launch, is left
+as it is; a loop step beside another tile keeps the author's scale."""
 from __future__ import annotations
 
 import re
@@ -66,6 +67,15 @@ def test_a_host_step_that_is_not_safe_to_change_stays_with_the_host(variant: str
     assert not _steps(control, "CH"), why
     assert "CH=ch" in control
     assert re.findall(r"num_warps=(\d+)", control)  # the warps are swept still
+
+
+def test_a_small_written_chunk_reaches_the_common_chunks_and_a_2d_tile_keeps_its_scale() -> None:
+    small = CHUNKED.replace("CH=ch)", "CH=64)")
+    assert _steps(autotune_control(small), "CH") == {HOST_LOOP_STEP, 2 * HOST_LOOP_STEP,
+                                                      4 * HOST_LOOP_STEP}
+    # a loop step beside another tile (a GEMV's rows per program): scaled from the author's
+    gemv = gate.load_case(ROOT / "bench/styles/gemv_defaults")
+    assert _steps(autotune_control(gemv.start_path().read_text()), "BLOCK_K") == {128, 256, 512}
 
 
 def test_rmsnorms_control_sweeps_its_step_and_passes_the_interpret_gate() -> None:
