@@ -269,3 +269,52 @@ def test_the_cached_rows_on_the_gpu() -> None:
             cudahost.launch(func, 5, 256, 0, [x, y, cols])
             torch.cuda.synchronize()
             assert torch.allclose(y.float(), torch.softmax(x.float(), 1), atol=2e-3), cols
+
+
+# no row pointer: every pass indexes the matrix at the row's offset plus its loop variable
+FLAT_LOG_SOFTMAX = r"""
+__global__ void log_softmax_flat(const float* logits, float* out, int vocab) {
+  __shared__ float red[128];
+  float hi = -3.0e38f;
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) hi = fmaxf(hi, logits[(size_t)blockIdx.x * vocab + v]);
+  red[threadIdx.x] = hi;
+  __syncthreads();
+  for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+    __syncthreads();
+  }
+  hi = red[0];
+  __syncthreads();
+  float z = 0.f;
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x) z += expf(logits[(size_t)blockIdx.x * vocab + v] - hi);
+  red[threadIdx.x] = z;
+  __syncthreads();
+  for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+    __syncthreads();
+  }
+  const float lse = hi + logf(red[0]);
+  for (int v = threadIdx.x; v < vocab; v += blockDim.x)
+    out[(size_t)blockIdx.x * vocab + v] = logits[(size_t)blockIdx.x * vocab + v] - lse;
+}
+"""
+
+
+def test_passes_that_index_the_matrix_at_the_rows_offset() -> None:
+    out, results = _apply_all("row-cache", FLAT_LOG_SOFTMAX, budget=2048)
+    assert [type(r) for r in results] == [Applied]
+    assert "kl_row0[v]" in out and out.count("logits[") == 2 + 3 + 1  # copy (2), passes as written
+    ptx_for_sm90a(out)
+    before, after = _lib(FLAT_LOG_SOFTMAX, "lsm.cu"), _lib(out, "lsm_cached.cu")
+    for vocab in (77, 512, 513, 1000):  # 1000 floats: more than the 2 KB copy holds
+        x = 3 * torch.randn(3, vocab, generator=_gen(vocab))
+        want, got = torch.zeros_like(x), torch.zeros_like(x)
+        before.launch("log_softmax_flat", 3, 128, 0, [x, want, vocab])
+        after.launch("log_softmax_flat", 3, 128, 0, [x, got, vocab])
+        assert torch.equal(got, want), vocab
+        assert torch.allclose(got, torch.log_softmax(x, 1), atol=1e-4)
+    second_pass = "z += expf(logits[(size_t)blockIdx.x * vocab + v]"
+    for index, why in (("1 + v", "the passes read `logits` at different offsets"),
+                       ("2 * v", "pass 2 uses `logits` otherwise than at its loop variable")):
+        changed = FLAT_LOG_SOFTMAX.replace(second_pass, second_pass.replace("+ v]", f"+ {index}]"))
+        assert _refusal(changed).startswith(why)

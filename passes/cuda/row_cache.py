@@ -13,8 +13,9 @@ written (the check is on the loop bound, at run time, once per row).
 
 Found by role (never by names): in one kernel, two or more `for (v = S; v < E; v += P)` loops
 stepping by the block's thread count (`recognize.stride_loops`), statements of one block with
-the same start, bound and step, read one global pointer `p` as `p[v]` (nothing else of `p` in
-those loops). Preconditions, each refusal naming the one that failed:
+the same start, bound and step, read one global pointer `p` as `p[off + v]` (a row pointer,
+`off` empty, or the matrix at the row's offset: the same `off` in every pass, the same for
+every thread, nothing else of `p` in those loops). Preconditions, each refusal naming the one that failed:
 - the kernel never writes through `p` (nor reassigns it), and no global store or atomic runs
   between the first pass and the last one (the last pass may write; a store of its own
   element after reading it is what a write pass does);
@@ -84,8 +85,16 @@ class RowPasses:
     capacity: int
     in_loop: bool
     size: int
-    reads: tuple[tuple[int, int, int], ...]
-    """(loop number, start, end) of each `p[v]` the passes read."""
+    reads: tuple[tuple[int, int, int, str], ...]
+    """(loop number, start, end, loop variable) of each `p[off + v]` the passes read."""
+    index: tuple[str, str] = ("", "")
+    """One read's index as written and its loop variable (`off + v`, the same `off` in all)."""
+
+    def at(self, i: str) -> str:
+        """The row's element `i` (`p[off + i]`), as the passes index it."""
+        expr, var = self.index
+        index = re.sub(rf"(?<![.\w]){re.escape(var)}(?!\w)", f"({i})", expr)
+        return f"{self.pointer}[{index}]"
 
     @property
     def span(self) -> tuple[int, int]:
@@ -162,6 +171,21 @@ def row_passes(ir: KernelIR | Unit, budget: int = 32 * 1024) -> list[RowPasses |
     return out
 
 
+def _offset(ir: KernelIR, index: int, var: str) -> str | None:
+    """`off` of an index `var`, `off + var` or `var + off` (`off` not reading `var`; "" for
+    none), else None."""
+    flat = flat_code(ir, index)
+    if flat == var:
+        return ""
+    m = re.fullmatch(rf"{re.escape(var)}\+(.+)|(.+)\+{re.escape(var)}", flat)
+    if m is None:
+        return None
+    off = m.group(1) or m.group(2)
+    names = set(re.findall(r"(?<![.\w])[A-Za-z_]\w*", off))
+    # an operator binding looser than `+` would make the split wrong: such offsets are refused
+    return None if var in names or re.search(r"[?:&|^<>=,]|\+\+|--", off) else off
+
+
 def _stored(ir: KernelIR, ident: int) -> bool:
     """Whether identifier `ident` is the pointer of a plain store `p[..] = value`."""
     sub = ir.parent_of(ident)
@@ -180,6 +204,8 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
     nodes = [_for_node(ir, lp) for lp in loops]
     first, last = loops[0].span, loops[-1].span
     passes, reads = [], []
+    offsets: set[str] = set()
+    index = ("", "")
     for k, (loop, node) in enumerate(zip(loops, nodes, strict=True)):
         body = loop_body(ir, node)
         mine = []
@@ -188,14 +214,16 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
                 continue
             sub = ir.parent_of(c)
             base, idx = subscript(ir, sub) if sub is not None else (None, [])
-            if base != pointer or len(idx) != 1 or flat_code(ir, idx[0]) != loop.var or \
-                    children(ir, sub)[0] != c:
+            offset = _offset(ir, idx[0], loop.var) if base == pointer and len(idx) == 1 else None
+            if offset is None or children(ir, sub)[0] != c:
                 return Skipped(f"pass {k + 1} uses `{pointer}` otherwise than at its loop "
-                               f"variable `{pointer}[{loop.var}]`", facts)
+                               f"variable plus a fixed offset (`{pointer}[{loop.var}]`)", facts)
+            offsets.add(offset)
+            index = index if index[0] else (text(ir, idx[0]), loop.var)
             mine.append((ir.span_of(sub).start, ir.span_of(sub).end))
         if mine:
             passes.append(k)
-            reads += [(k, s, e) for s, e in mine]
+            reads += [(k, s, e, loop.var) for s, e in mine]
         why = escapes(ir, body)
         if why:
             return Skipped(f"pass {k + 1} can leave by {why}", facts)
@@ -205,9 +233,13 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
         if cond is None or not re.fullmatch(rf"\s*{re.escape(loop.var)}\s*<\s*[^<>=]+",
                                             text(ir, cond)):
             return Skipped(f"pass {k + 1}'s condition is not `{loop.var} < bound`", facts)
+    if len(offsets) > 1:
+        return Skipped(f"the passes read `{pointer}` at different offsets ({', '.join(sorted(offsets))})",
+                       facts)
+    offset = offsets.pop()
     loops = loops[passes[0]:passes[-1] + 1]
     nodes = nodes[passes[0]:passes[-1] + 1]
-    reads = [(k - passes[0], s, e) for k, s, e in reads]
+    reads = [(k - passes[0], s, e, v) for k, s, e, v in reads]
     first, last = loops[0].span, loops[-1].span
     for c in subtree(ir, fn):
         gtype = ir.grammar_type_of(c)
@@ -228,7 +260,7 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
     header = loops[0]
     loop_vars = {lp.var for lp in loops}
     written = written_names(ir, fn) - loop_vars
-    for part in (header.start, header.bound, header.step):
+    for part in (header.start, header.bound, header.step, offset):
         names = set(re.findall(r"(?<![.\w])[A-Za-z_]\w*", part)) - {"threadIdx", "blockDim"}
         if names & written:
             return Skipped(f"the kernel writes `{sorted(names & written)[0]}`, which the passes' "
@@ -238,6 +270,8 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
                        "(the copy covers the row from its first element)", facts)
     if "threadIdx" in expand_locals(unit, fn, header.bound):
         return Skipped("the passes' bound differs between threads", facts)
+    if "threadIdx" in expand_locals(unit, fn, offset):
+        return Skipped(f"the row's offset `{offset}` differs between threads", facts)
     scope = Scope(ir)
     scope.enter(fn)
     in_loop = False
@@ -280,7 +314,7 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
         return Skipped(f"shared memory leaves room for {max(capacity, 0)} elements of the row "
                        f"(the kernel holds {own} bytes)", {**facts, "own_bytes": own})
     return RowPasses(kernel, pointer, element, tuple(lp.span for lp in loops), header.start,
-                     header.bound, header.step, capacity, in_loop, size, tuple(reads))
+                     header.bound, header.step, capacity, in_loop, size, tuple(reads), index)
 
 
 def _fresh(ir: KernelIR) -> str:
@@ -304,8 +338,9 @@ def cached_text(ir: KernelIR, plan: RowPasses) -> str:
     ind = _indent(src, plan.span[0])
     lanes = 16 // plan.size
     barrier_before = f"\n{ind}  __syncthreads();" if plan.in_loop else ""
+    chunk = plan.at(f"kl_c * {lanes}")
     copy = (f'asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\\n" :: "r"((unsigned)'
-            f'__cvta_generic_to_shared(&{name}[kl_c * {lanes}])), "l"(&{plan.pointer}[kl_c * {lanes}]) '
+            f'__cvta_generic_to_shared(&{name}[kl_c * {lanes}])), "l"(&{chunk}) '
             f': "memory");')
     head = (f"__shared__ __align__(16) {plan.element} {name}[{plan.capacity}];\n"
             f"{ind}const bool {fits} = ({plan.bound}) <= {plan.capacity};\n"
@@ -314,13 +349,13 @@ def cached_text(ir: KernelIR, plan: RowPasses) -> str:
             f"{ind}  const long long kl_t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);\n"
             f"{ind}  const long long kl_n = blockDim.x * blockDim.y * blockDim.z, kl_len = ({plan.bound});\n"
             f"{ind}  long long kl_done = 0;\n"
-            f"{ind}  if ((reinterpret_cast<unsigned long long>({plan.pointer}) & 15ull) == 0) {{  // 16 bytes per cp.async\n"
+            f"{ind}  if ((reinterpret_cast<unsigned long long>(&{plan.at('0')}) & 15ull) == 0) {{  // 16 bytes per cp.async\n"
             f"{ind}    kl_done = kl_len / {lanes} * {lanes};\n"
             f"{ind}    for (long long kl_c = kl_t; kl_c < kl_len / {lanes}; kl_c += kl_n)\n"
             f"{ind}      {copy}\n"
             f"{ind}    asm volatile(\"cp.async.wait_all;\\n\" ::: \"memory\");\n"
             f"{ind}  }}\n"
-            f"{ind}  for (long long kl_i = kl_done + kl_t; kl_i < kl_len; kl_i += kl_n) {name}[kl_i] = {plan.pointer}[kl_i];\n"
+            f"{ind}  for (long long kl_i = kl_done + kl_t; kl_i < kl_len; kl_i += kl_n) {name}[kl_i] = {plan.at('kl_i')};\n"
             f"{ind}  __syncthreads();\n"
             f"{ind}}}\n{ind}")
     pieces = [head]
@@ -328,15 +363,13 @@ def cached_text(ir: KernelIR, plan: RowPasses) -> str:
     for k, (ls, le) in enumerate(plan.loops):
         pieces.append(data[cursor:ls].decode("utf-8"))
         original = data[ls:le].decode("utf-8")
-        edits = sorted(((s, e) for kk, s, e in plan.reads if kk == k), reverse=True)
+        edits = sorted(((s, e, v) for kk, s, e, v in plan.reads if kk == k), reverse=True)
         if not edits:
             pieces.append(original)
         else:
             cached = data[ls:le]
-            for s, e in edits:
-                sub = data[s:e].decode("utf-8")
-                idx = sub[sub.index("[") + 1:sub.rindex("]")]
-                cached = cached[:s - ls] + f"{name}[{idx}]".encode() + cached[e - ls:]
+            for s, e, v in edits:
+                cached = cached[:s - ls] + f"{name}[{v}]".encode() + cached[e - ls:]
             inner = cached.decode("utf-8").replace("\n", "\n  ")
             pieces.append(f"if ({fits}) {{\n{ind}  {inner}\n{ind}}} else {{\n"
                           f"{ind}  {original.replace(chr(10), chr(10) + '  ')}\n{ind}}}")
