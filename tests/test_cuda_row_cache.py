@@ -318,3 +318,14 @@ def test_passes_that_index_the_matrix_at_the_rows_offset() -> None:
                        ("2 * v", "pass 2 uses `logits` otherwise than at its loop variable")):
         changed = FLAT_LOG_SOFTMAX.replace(second_pass, second_pass.replace("+ v]", f"+ {index}]"))
         assert _refusal(changed).startswith(why)
+    # a read through a load intrinsic is read from the copy, a taken address is refused
+    ldg = FLAT_LOG_SOFTMAX.replace(second_pass, "z += expf(__ldg(&logits[(size_t)blockIdx.x * vocab + v])")
+    out, results = _apply_all("row-cache", ldg, budget=2048)
+    assert [type(r) for r in results] == [Applied] and "expf(kl_row0[v] - hi)" in out
+    x = torch.randn(2, 300, generator=_gen(5))
+    want, got = torch.zeros_like(x), torch.zeros_like(x)
+    before.launch("log_softmax_flat", 2, 128, 0, [x, want, 300])
+    _lib(out, "lsm_ldg.cu").launch("log_softmax_flat", 2, 128, 0, [x, got, 300])
+    assert torch.equal(got, want)
+    taken = FLAT_LOG_SOFTMAX.replace(second_pass, "z += expf(*(&logits[(size_t)blockIdx.x * vocab + v])")
+    assert _refusal(taken) == "pass 2 takes the address of an element of `logits`"

@@ -15,7 +15,8 @@ Found by role (never by names): in one kernel, two or more `for (v = S; v < E; v
 stepping by the block's thread count (`recognize.stride_loops`), statements of one block with
 the same start, bound and step, read one global pointer `p` as `p[off + v]` (a row pointer,
 `off` empty, or the matrix at the row's offset: the same `off` in every pass, the same for
-every thread, nothing else of `p` in those loops). Preconditions, each refusal naming the one that failed:
+every thread, nothing else of `p` in those loops; a load intrinsic `__ldg(&p[off + v])` counts
+as a read, another taken address is refused). Preconditions, each refusal naming the one that failed:
 - the kernel never writes through `p` (nor reassigns it), and no global store or atomic runs
   between the first pass and the last one (the last pass may write; a store of its own
   element after reading it is what a write pass does);
@@ -43,8 +44,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.cuda._tree import (UNIFORM, Scope, children, declared_names, escapes, if_parts,
-                               loop_body, subtree, text)
+from passes.cuda._tree import (UNIFORM, Scope, callee, children, declared_names, escapes,
+                               if_parts, loop_body, subtree, text)
 from passes.cuda.annotations import CUDA
 from passes.cuda.recognize import (StrideLoop, Unit, element_bytes, expand_locals, flat_code,
                                    for_parts, global_pointers, loop_var, stride_loops, subscript,
@@ -186,6 +187,22 @@ def _offset(ir: KernelIR, index: int, var: str) -> str | None:
     return None if var in names or re.search(r"[?:&|^<>=,]|\+\+|--", off) else off
 
 
+def _read_of(ir: KernelIR, sub: int) -> int | None:
+    """The expression reading element `sub` (`p[i]`): itself, or a load call `__ldg(&p[i])`
+    (`__ldcg`, ...) around it; None where its address is taken otherwise."""
+    parent = ir.parent_of(sub)
+    if parent is None or ir.grammar_type_of(parent) != "pointer_expression":
+        return sub
+    args = ir.parent_of(parent)
+    call = ir.parent_of(args) if args is not None else None
+    if call is not None and ir.grammar_type_of(args) == "argument_list" and \
+            ir.grammar_type_of(call) == "call_expression" and \
+            re.fullmatch(r"__ld(?:g|ca|cg|cs|lu|cv)", callee(ir, call)) and \
+            len([c for c in children(ir, args) if ir.grammar_type_of(c) not in ("(", ")", ",", "comment")]) == 1:
+        return call
+    return None
+
+
 def _stored(ir: KernelIR, ident: int) -> bool:
     """Whether identifier `ident` is the pointer of a plain store `p[..] = value`."""
     sub = ir.parent_of(ident)
@@ -218,9 +235,12 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
             if offset is None or children(ir, sub)[0] != c:
                 return Skipped(f"pass {k + 1} uses `{pointer}` otherwise than at its loop "
                                f"variable plus a fixed offset (`{pointer}[{loop.var}]`)", facts)
+            read = _read_of(ir, sub)
+            if read is None:
+                return Skipped(f"pass {k + 1} takes the address of an element of `{pointer}`", facts)
             offsets.add(offset)
             index = index if index[0] else (text(ir, idx[0]), loop.var)
-            mine.append((ir.span_of(sub).start, ir.span_of(sub).end))
+            mine.append((ir.span_of(read).start, ir.span_of(read).end))
         if mine:
             passes.append(k)
             reads += [(k, s, e, loop.var) for s, e in mine]
