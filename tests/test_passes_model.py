@@ -20,7 +20,8 @@ TRITON_RULES = {"autotune", "tile-sizes", "num-warps", "software-pipelining", "g
                 "scan-fusion", "early-exit"}
 CUDA_RULES = {"vectorize-global", "smem-staging", "pragma-unroll", "launch-bounds",
               "warp-shuffle-reduce", "cp-async-pipeline", "restrict-readonly", "wgmma",
-              "mma-intrinsics", "tma-bulk-copy", "warp-specialization", "mma-micro-kernel"}
+              "mma-intrinsics", "tma-bulk-copy", "warp-specialization", "mma-micro-kernel",
+              "row-cache"}
 
 
 def test_registry_is_lazy_and_complete() -> None:
