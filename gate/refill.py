@@ -118,4 +118,5 @@ class Reservoir:
             return
         slot = self.rng.randrange(self.offered)
         if slot < self.size:
+            self.kept[slot] = (index, None)  # the replaced copy goes before the new one is made
             self.kept[slot] = (index, self.snapshot(outputs))

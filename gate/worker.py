@@ -1161,6 +1161,9 @@ class _Runner:
         pending = [False]  # the last call's outputs not yet offered to the sample
 
         def fn() -> None:
+            # the previous call's outputs go first (offered to the sample already, or a warm-up
+            # call's): one output's memory at a time
+            last[0] = None
             if traced:
                 with trace:
                     last[0] = self.run_fn(*rotation.buffers)
