@@ -74,3 +74,20 @@ def test_a_changed_environment_gets_a_fresh_worker_and_off_means_none(
     again = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False,
                             timeout=60)
     assert again.ok and not runner.STANDBY._ready
+
+
+@pytest.mark.gpu
+def test_on_the_device_a_standby_worker_starts_the_next_gate_in_under_a_second(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KLINEAGE_GATE_STANDBY", "1")
+    runner.STANDBY.close()
+    runner.prestart(Tier.DEVICE, wait=120)
+    verdicts = [gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.DEVICE, cache=False)
+                for _ in range(2)]
+    for v in verdicts:
+        assert v.ok, v.reason
+        phases = dict(v.phases)
+        # the worker was up: the job's own start-up alone (no CUDA context, no imports)
+        assert phases["spawn"] < 1.0, phases
+        assert phases.get("start-up: cuda", 0.0) < 0.5, phases
+    runner.STANDBY.close()
