@@ -56,7 +56,7 @@ MODES: dict[str, dict[str, str | None]] = {
     "worker": {"KLINEAGE_GATE_COMPARE": "worker"},
 }
 """Gate settings per mode (environment variables; None: unset, the gate's default)."""
-STARTUP_WAIT_S = 120.0
+STARTUP_WAIT_S = 60.0
 """At most this long is waited for the run's first worker to start up (`gate.prestart`)."""
 GPU_PHASES = ("autotune timing",)
 """Phases (besides `Timing.timed_s`) that are the candidate's own GPU work."""
