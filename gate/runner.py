@@ -628,7 +628,8 @@ class Standby:
         its start-up to end; the seconds taken."""
         t0 = time.perf_counter()
         if not self.enabled():
-            _ensure_server()
+            if not repeat:  # a run's start: its workers' fork server at least
+                _ensure_server()
             return time.perf_counter() - t0
         key = (tier, tuple(env))
         with self._lock:
