@@ -216,7 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"gate-cost-{mode}-triton-")
         # the run's first worker, started before its first gate (a no-op where standby workers
         # are off): paid once per run, reported apart from the gates
-        starts[mode or "default"] = round(gate.prestart("device", wait=STARTUP_WAIT_S), 2)
+        starts[mode or "default"] = round(gate.prestart("device", wait=STARTUP_WAIT_S,
+                                                        case=chosen[0][2]), 2)
         print(f"[{time.strftime('%H:%M:%S')}] mode {mode}: run start-up {starts[mode or 'default']:.2f} s",
               file=sys.stderr, flush=True)
         for nbytes, p, case in chosen:

@@ -537,7 +537,7 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
         _start(proc)
         child.close()
     # the next gate's worker starts up while this one runs (from the second gate of a run on)
-    STANDBY.prepare(job.tier, job.env, repeat=True)
+    STANDBY.prepare(job.tier, job.env, repeat=True, case_path=job.case_path)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     started = False
     try:
@@ -620,12 +620,13 @@ class Standby:
         return os.environ.get("KLINEAGE_GATE_STANDBY", "1") != "0"
 
     def prepare(self, tier: str, env: tuple[tuple[str, str], ...], wait: float = 0.0, *,
-                repeat: bool = False) -> float:
+                repeat: bool = False, case_path: str | None = None) -> float:
         """Start a standby worker for jobs of `tier` in `env` unless one is waiting; end the
         standby workers of other environments (a run's environment changed). With `repeat`,
         only when the previous call was for the same tier and environment (a run of gates:
-        a lone gate leaves no worker behind). With `wait`, wait at most that many seconds for
-        its start-up to end; the seconds taken."""
+        a lone gate leaves no worker behind). With `case_path`, the worker also imports that
+        case (a run's next gate is most likely of the same case). With `wait`, wait at most
+        that many seconds for its start-up to end; the seconds taken."""
         t0 = time.perf_counter()
         if not self.enabled():
             if not repeat:  # a run's start: its workers' fork server at least
@@ -638,7 +639,7 @@ class Standby:
                 _end_standby(*self._ready.pop(k))
         if repeat and not again:
             return 0.0
-        self._start(tier, tuple(env))
+        self._start(tier, tuple(env), case_path)
         if wait > 0:
             with self._lock:
                 found = self._ready.get((tier, tuple(env)))
@@ -651,7 +652,7 @@ class Standby:
                     pass
         return time.perf_counter() - t0
 
-    def _start(self, tier: str, env: tuple[tuple[str, str], ...]) -> None:
+    def _start(self, tier: str, env: tuple[tuple[str, str], ...], case_path: str | None) -> None:
         key = (tier, env)
         with self._lock:
             found = self._ready.get(key)
@@ -659,7 +660,8 @@ class Standby:
                 return
             ctx = _context()
             parent, child = ctx.Pipe(duplex=True)
-            proc = ctx.Process(target=worker_standby, args=(child, tier, key[1]), daemon=True)
+            proc = ctx.Process(target=worker_standby, args=(child, tier, key[1], case_path),
+                               daemon=True)
             try:
                 _start(proc)
             except OSError as exc:  # the next job starts its own worker
@@ -723,12 +725,15 @@ def _end_standby(proc: Any, parent: Any) -> None:
 STANDBY = Standby()
 
 
-def prestart(tier: Tier | str, wait: float = 0.0) -> float:
+def prestart(tier: Tier | str, wait: float = 0.0, case: Any = None) -> float:
     """Start a worker for `tier` in this process's environment ahead of the run's first gate
     (`Standby`); with `wait`, wait at most that many seconds for its start-up (imports, CUDA
-    context, libraries) to end. Where standby workers are off, only the fork server they come
-    from is started. The seconds taken."""
-    return STANDBY.prepare(getattr(tier, "value", str(tier)), tuple(os.environ.items()), wait)
+    context, libraries) to end; with `case` (a `Case` or its path), the worker imports that
+    case too. Where standby workers are off, only the fork server they come from is started.
+    The seconds taken."""
+    path = getattr(case, "path", case)
+    return STANDBY.prepare(getattr(tier, "value", str(tier)), tuple(os.environ.items()), wait,
+                           case_path=str(path) if path is not None else None)
 
 
 def _start(proc: Any) -> None:

@@ -135,13 +135,16 @@ def _environment(env: tuple[tuple[str, str], ...], tier: str) -> None:
         os.environ["TRITON_INTERPRET"] = "1"
 
 
-def standby(conn: Any, tier: str, env: tuple[tuple[str, str], ...]) -> None:
+def standby(conn: Any, tier: str, env: tuple[tuple[str, str], ...],
+            case_path: str | None = None) -> None:
     """Process entry point of a worker started before its job (`gate.runner.Standby`).
 
     While the previous gate runs it does the start-up every job of `tier` in `env` needs and
     that does not depend on the job: the gate's worker-side imports, Triton's, and on the
-    device the CUDA context and the profiler's first session (under the GPU's shared lock, so
-    never during another gate's timed runs). Then it waits for ("job", Job) and runs it as
+    device the CUDA context, the libraries' handles and the profiler's first session (the two
+    library calls under the GPU's shared lock, so never during another gate's timed runs), and
+    with `case_path` the case a run's next gate most likely has (imported before any candidate
+    code, as a job imports its case). Then it waits for ("job", Job) and runs it as
     `main` does. No candidate code has run in it before the job: the process is as fresh as
     one started for the job. It ends quietly when the parent closes the pipe first."""
     sys.stdout.flush()  # as in `main`: the parent's stdout may carry JSON
@@ -153,7 +156,7 @@ def standby(conn: Any, tier: str, env: tuple[tuple[str, str], ...]) -> None:
         pass
     try:
         _environment(env, tier)
-        _warm(tier)
+        _warm(tier, case_path)
     except Exception:  # noqa: BLE001 — the job's own start-up says what is wrong
         pass
     try:
@@ -165,14 +168,20 @@ def standby(conn: Any, tier: str, env: tuple[tuple[str, str], ...]) -> None:
         main(conn, msg[1])
 
 
-def _warm(tier: str) -> None:
+def _warm(tier: str, case_path: str | None = None) -> None:
     """The job-independent start-up of a worker of `tier` (`standby`)."""
     if tier == "static":
         return
     import torch  # noqa: PLC0415
 
     from gate import compare, foreign, gpulock, guards, heldcompare, hostforms, memplan, refill, transport  # noqa: F401, PLC0415
-    from gate.cases import import_case_module  # noqa: F401, PLC0415
+    from gate.cases import import_case_module  # noqa: PLC0415
+
+    if case_path:
+        try:
+            import_case_module(Path(case_path))
+        except Exception:  # noqa: BLE001 — the job imports it again and says why
+            pass
 
     if tier in ("device", "interpret"):  # the emulate tier imports Triton only if a host does
         import triton  # noqa: F401, PLC0415
