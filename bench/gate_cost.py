@@ -86,7 +86,8 @@ def gate_once(start: Path, case: Any, timeout: float | None = None) -> dict[str,
     verdict = gate.check_file(start, case, "device", cache=False, timeout=timeout)
     wall = time.perf_counter() - t0
     timed = verdict.timing.timed_s if verdict.timing else 0.0
-    return {"ok": verdict.ok, "reason": verdict.reason, **cost(verdict.phases, wall, timed),
+    return {"ok": verdict.ok, "reason": verdict.reason, "flags": [f[:300] for f in verdict.flags],
+            **cost(verdict.phases, wall, timed),
             "candidate_ms": verdict.timing.candidate_ms if verdict.timing else None,
             "reference_ms": verdict.timing.reference_ms if verdict.timing else None}
 
