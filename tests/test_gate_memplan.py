@@ -124,3 +124,64 @@ def test_held_references_are_the_device_default_and_fit_on_a_large_problem(tmp_p
     verdict = gate.check_file(start, gate.load_case(problem), "device", cache=False)
     assert verdict.ok, verdict.reason
     assert any("sized to the device's memory" in f for f in verdict.flags), verdict.flags
+
+
+class _Chan:
+    def __init__(self) -> None:
+        self.sent: list[tuple] = []
+
+    def send(self, *msg) -> None:
+        self.sent.append(msg)
+
+    def reject(self, kind, stage, reason) -> None:
+        raise AssertionError(f"rejected: {kind} {stage} {reason}")
+
+
+def _runner_on_a_made_up_device(free: int, monkeypatch: pytest.MonkeyPatch):
+    """A worker's run state for the saxpy case whose sets live on the CPU while it reads
+    `free` bytes of device memory (and no reference step's peak): the device tier's planning
+    without a GPU. Slack left out, so that the small sets decide."""
+    import dataclasses
+
+    from gate import memplan, worker
+    from gate.channel import Job
+
+    monkeypatch.setattr(memplan, "SLACK_BYTES", 0)
+    monkeypatch.setenv("KLINEAGE_GATE_COMPARE", "worker")
+    job = Job(tier="interpret", language="triton", module_path=str(SAXPY / "saxpy_triton.py"),
+              cu_path=None, scratch=str(SAXPY), origin_dir=None, case_path=str(SAXPY / "case.py"),
+              seeds=(11, 12, 13), extra_seed=14, reverify_seed=15, sealed_seed=16,
+              refill_seed=2**30 + 5, refill_sets=4)
+    chan = _Chan()
+    run = worker._Runner(chan, job)
+    run.job = dataclasses.replace(job, tier="device")
+    run.device = "cuda"  # the plan's branch; the tensors stay where make_inputs puts them
+    run._free_bytes = lambda: free
+    run._reset_peak = lambda: 0
+    run._peak_since = lambda start: 0
+    run._draw = lambda variant, seed: tuple(run.case.make_inputs(dict(run.shapes[variant]), seed, "cpu"))
+    return run, chan
+
+
+def test_the_worker_keeps_the_sets_its_plan_allows_and_tells_the_parent_its_seeds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    run, chan = _runner_on_a_made_up_device(10**12, monkeypatch)
+    [variant] = list(run.shapes)
+    set_bytes = run._set_bytes(run._draw(variant, 1))
+    out_bytes = set_bytes // 2  # saxpy: two inputs, one output of their size
+    run._variant_references(variant)
+    assert ("seeds", variant, [11, 12, 13]) in chan.sent and not run.parked
+    assert len(run.pools[variant].sets) == 4
+    # room for the working memory and four sets (inputs and held references): the pool
+    # shrinks to two sets, the seeds to two, and one set waits in host memory
+    per_set = set_bytes + out_bytes
+    free = working_bytes(set_bytes, out_bytes) + 5 * per_set
+    run, chan = _runner_on_a_made_up_device(free, monkeypatch)
+    run._variant_references(variant)
+    plan = run.set_plans[variant]
+    assert (plan.seeds, plan.pool, plan.parked) == (2, 2, 1)
+    assert ("seeds", variant, [11, 12]) in chan.sent
+    assert sorted(k[1] for k in run.originals) == ["reverify", "sealed", "seed", "seed", "timed"]
+    assert run.parked == {(variant, "reverify", 15)}  # the set used last waits
+    assert [s for s, _ in run.pools[variant].sets][0] == 14 and len(run.pools[variant].sets) == 2
+    assert any("sized to the device's memory" in m[1] for m in chan.sent if m[0] == "flag")
