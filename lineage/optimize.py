@@ -524,10 +524,9 @@ def _judge(option: _Option, made: Materialized, run: _Run) -> None:
         run.say("gate", {"card": card.id, "anchor": made.site.anchor})
         began = time.monotonic()
         verdict = run.check(source, not _floor(option, run))  # the control's, whatever the box
-        seconds = (0.0 if getattr(verdict, "cached", False) else gate_seconds(verdict)) \
-            or time.monotonic() - began
+        seconds = gate_seconds(verdict) or time.monotonic() - began
         run.gate_s += seconds
-        if state.seconds and seconds > 0:
+        if state.seconds and seconds > 0 and not getattr(verdict, "cached", False):
             run.costs.setdefault(option.kind, []).append(math.log(seconds / state.seconds))
         if failure_kind(verdict) == "timeout" and run.out_of_time():
             # cut by the time box: not a verdict on the card, never reused
