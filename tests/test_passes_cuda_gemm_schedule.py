@@ -235,6 +235,29 @@ def test_the_wgmma_form_compiles_for_sm90a_and_matches_torch_on_the_emulator(nam
             (m, n, k, (got - want).abs().max())
 
 
+@pytest.mark.parametrize("name", ["tutorial 2-D blocktiling, pointer bumps, alpha/beta",
+                                  "transposed B (linear layer), padded fp32 tiles",
+                                  "1-D register blocking, CuPy RawKernel, 512 threads"])
+def test_the_wide_wgmma_form_matches_torch_on_the_emulator(name: str) -> None:
+    source, block, run, tol = CASES[name]
+    ir = kir.parse(source(), "cuda")
+    rule = get_pass("gemm-schedule").from_options({"block": block, "wgmma": True, "wide": True})
+    result = rule.optimize(ir, next(s for s in rule.sites(ir) if not s.present), CTX)
+    assert result.ok, result
+    assert "m64n256k16" in result.ir.text or "m64n128k16" in result.ir.text
+    ptx_for_sm90a(result.ir.text)
+    lib = _emulated(result.ir.text)
+    torch.manual_seed(5)
+    for m, n, k in ((72, 300, 40), (130, 136, 45)):
+        got, want = run(lib, m, n, k)
+        assert torch.allclose(got, want, atol=tol * want.abs().max().item(), rtol=tol), \
+            (m, n, k, (got - want).abs().max())
+    # the wide tile is a wgmma schedule only
+    narrow = get_pass("gemm-schedule").from_options({"block": block, "wide": True})
+    refused = narrow.optimize(ir, next(s for s in narrow.sites(ir) if not s.present), CTX)
+    assert isinstance(refused, Skipped) and "wgmma schedule" in refused.reason
+
+
 def test_the_wgmma_form_refuses_blocks_that_are_not_warpgroups() -> None:
     textbook = (STYLES / "cu_mm_smem_tiled" / "mm_tiled.cu").read_text()
     ir = kir.parse(textbook, "cuda")

@@ -110,14 +110,16 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
     return sorted(edits, key=lambda e: e.start)
 
 
-def wgmma_form(ir: KernelIR, kernel: str | None = None) -> bool:
-    """Whether the rule's output in `kernel` is its wgmma form."""
+def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, bool]:
+    """The rule's options that give the output in `kernel` again (`wgmma`, and `wide` for its
+    128x256 tile)."""
     src = CSource(ir)
     for f in functions(src):
         facts = _facts(ir.text, f) if f.is_kernel and kernel in (None, f.name) else None
         if facts is not None:
-            return bool(facts.get("wgmma"))
-    return False
+            return {"wgmma": bool(facts.get("wgmma")),
+                    **({"wide": True} if facts.get("wide") else {})}
+    return {"wgmma": False}
 
 
 def _entry_copies(body: str, facts: dict[str, Any]) -> list[str]:

@@ -61,6 +61,7 @@ PAD = 8
 MARK = "// gemm-schedule: "
 _WARPS = {4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8)}
 _GROUPS = {128: (1, 1), 256: (2, 1), 512: (2, 2)}
+_WIDE_GROUPS = {256: (2, 1), 512: (2, 2)}
 """Warpgroup grids of the wgmma schedule by block size (each warpgroup 64 rows x 128 / gn)."""
 
 HELPERS = r"""// ---- 16-byte asynchronous staging of 128-wide, 32-deep GEMM slices (cp.async, zero fill) ----
@@ -137,6 +138,8 @@ class Schedule:
     smem: int
     """Bytes of the ring (the exchange reuses them)."""
     wgmma: bool = False
+    tn: int = TILE_N
+    """The tile's columns (128, or 256 for the wide wgmma tile)."""
 
     @property
     def row_step(self) -> int:
@@ -149,7 +152,7 @@ class Schedule:
 
     @property
     def ni(self) -> int:
-        return TILE_N // self.warps_n // 8
+        return self.tn // self.warps_n // 8
 
 
 def _slice_elems(op: Operand, mn: int, wgmma: bool = False) -> int:
@@ -160,22 +163,28 @@ def _slice_elems(op: Operand, mn: int, wgmma: bool = False) -> int:
     return mn * (TILE_K + PAD) if op.k_contiguous else TILE_K * (mn + PAD)
 
 
-def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False) -> Schedule | str:
+def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = False
+         ) -> Schedule | str:
     """The schedule for `g`, or why there is none. `kept_shared`: bytes of the user's shared
-    arrays the rewritten body still uses."""
+    arrays the rewritten body still uses; `wide`: 128x256 tiles (wgmma only)."""
     t = g.tile
     threads = t.block[0] * t.block[1]
-    if TILE_M % t.bm or TILE_N % t.bn or t.bn % 2:
-        return f"the {t.bm}x{t.bn} block tile does not divide the {TILE_M}x{TILE_N} tile"
+    tn = 2 * TILE_N if wide else TILE_N
+    if wide and not wgmma:
+        return "the 128x256 tile is a wgmma schedule"
+    if TILE_M % t.bm or tn % t.bn or t.bn % 2:
+        return f"the {t.bm}x{t.bn} block tile does not divide the {TILE_M}x{tn} tile"
     if wgmma:
-        if threads not in _GROUPS:
-            return f"the block of {threads} threads is not 1, 2 or 4 warpgroups (wgmma)"
-        wm, wn = _GROUPS[threads]
+        groups = _WIDE_GROUPS if wide else _GROUPS
+        if threads not in groups:
+            return (f"the block of {threads} threads is not "
+                    f"{'2 or 4' if wide else '1, 2 or 4'} warpgroups (wgmma, {TILE_M}x{tn} tile)")
+        wm, wn = groups[threads]
     else:
         if threads % 32 or threads // 32 not in _WARPS:
             return f"the block of {threads} threads is not 4, 8, 16 or 32 warps"
         wm, wn = _WARPS[threads // 32]
-    per_stage = 2 * (_slice_elems(g.a, TILE_M, wgmma) + _slice_elems(g.b, TILE_N, wgmma))
+    per_stage = 2 * (_slice_elems(g.a, TILE_M, wgmma) + _slice_elems(g.b, tn, wgmma))
     room = STATIC_SHARED_LIMIT - kept_shared
     stages = min(4, room // per_stage)
     if stages < 2:
@@ -185,7 +194,7 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False) -> Schedule | str
     chunk = t.bm
     while chunk > 1 and chunk * ldx * 4 > smem:
         chunk //= 2
-    return Schedule(threads, wm, wn, stages, chunk, ldx, smem, wgmma)
+    return Schedule(threads, wm, wn, stages, chunk, ldx, smem, wgmma, tn)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,7 +221,7 @@ def _tid(t: GemmTile) -> str:
 def _loads(g: GlobalGemm, s: Schedule) -> Any:
     """`load(slot, kt)`: the C statement staging K slice `kt` into ring slot `slot`."""
     p = PREFIX
-    a_el, b_el = (_slice_elems(g.a, TILE_M, s.wgmma), _slice_elems(g.b, TILE_N, s.wgmma))
+    a_el, b_el = (_slice_elems(g.a, TILE_M, s.wgmma), _slice_elems(g.b, s.tn, s.wgmma))
 
     def one(op: Operand, mn: int, ring: str, elems: int, glob: str, ld: str, mn0: str,
             bound: str, vec: str, slot: str, kt: str) -> str:
@@ -225,7 +234,7 @@ def _loads(g: GlobalGemm, s: Schedule) -> Any:
 
     def load(slot: str, kt: str) -> str:
         return (one(g.a, TILE_M, "sa", a_el, "ga", "lda", "m0", "M", "veca", slot, kt) + " " +
-                one(g.b, TILE_N, "sb", b_el, "gb", "ldb", "n0", "N", "vecb", slot, kt))
+                one(g.b, s.tn, "sb", b_el, "gb", "ldb", "n0", "N", "vecb", slot, kt))
     return load
 
 
@@ -234,7 +243,7 @@ def main_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
     `kl_gs_acc`."""
     p = PREFIX
     load = _loads(g, s)
-    a_el, b_el = (_slice_elems(g.a, TILE_M, s.wgmma), _slice_elems(g.b, TILE_N, s.wgmma))
+    a_el, b_el = (_slice_elems(g.a, TILE_M, s.wgmma), _slice_elems(g.b, s.tn, s.wgmma))
     i = pad
     head = [
         f"{i}#pragma unroll",
@@ -302,7 +311,7 @@ def _descriptor(op: Operand, rows: bool, base: str, kk: str) -> str:
 
 def _wgmma_step(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
     p = PREFIX
-    n = TILE_N // s.warps_n
+    n = s.tn // s.warps_n
     ptx = "bf16" if g.dtype == "bf16" else "f16"
     regs = ", ".join(f"%{r}" for r in range(n // 2))
     outs = ", ".join(f'"+f"({p}acc[{p}i][{j}][{r}])' for j in range(n // 8) for r in range(4))
@@ -465,7 +474,7 @@ def _warp_origin(s: Schedule, pad: str) -> list[str]:
         return [f"{pad}const int {p}wm = {p}warp / {s.warps_n} * {TILE_M // s.warps_m}, "
                 f"{p}wn = {p}warp % {s.warps_n} * {TILE_N // s.warps_n};"]
     return [f"{pad}const int {p}gm0 = {p}warp / 4 / {s.warps_n} * {TILE_M // s.warps_m}, "
-            f"{p}gn0 = {p}warp / 4 % {s.warps_n} * {TILE_N // s.warps_n};",
+            f"{p}gn0 = {p}warp / 4 % {s.warps_n} * {s.tn // s.warps_n};",
             f"{pad}const int {p}wm = {p}gm0 + 16 * ({p}warp % 4), {p}wn = {p}gn0;"]
 
 
@@ -475,19 +484,21 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
     p, t = PREFIX, g.tile
     a_el = _slice_elems(g.a, TILE_M, s.wgmma)
     row_axis, col_axis = g.a.axis, g.b.axis
-    sub_m, sub_n = TILE_M // t.bm, TILE_N // t.bn
+    tn = s.tn
+    sub_m, sub_n = TILE_M // t.bm, tn // t.bn
     vb = {row_axis: f"(unsigned)({p}tm * {sub_m} + {p}v / {sub_n})",
           col_axis: f"(unsigned)({p}tn * {sub_n} + {p}v % {sub_n})"}
     vg = {row_axis: f"(unsigned)(({p}M + {t.bm - 1}) / {t.bm})",
           col_axis: f"(unsigned)(({p}N + {t.bn - 1}) / {t.bn})"}
-    facts = json.dumps({**g.to_json(), "schedule": [TILE_M, TILE_N, TILE_K, s.stages],
-                        "wgmma": s.wgmma}, sort_keys=True)
+    facts = json.dumps({**g.to_json(), "schedule": [TILE_M, tn, TILE_K, s.stages],
+                        "wgmma": s.wgmma, **({"wide": True} if tn > TILE_N else {})},
+                       sort_keys=True)
     restore = " ".join(f"{n} = {p}in_{n};" for n in written)
     i1, i2, i3 = "  ", "    ", "      "
     lines = [
         "{",
         f"{i1}{MARK}{facts}",
-        f"{i1}// a persistent loop over {TILE_M}x{TILE_N} tiles: cp.async {s.stages}-slot ring, "
+        f"{i1}// a persistent loop over {TILE_M}x{tn} tiles: cp.async {s.stages}-slot ring, "
         "ldmatrix + mma.sync m16n8k16,",
         f"{i1}// then, per {t.bm}x{t.bn} block of the tile, the kernel's own body with the block's "
         "coordinates and its accumulators filled",
@@ -504,7 +515,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         f"{i1}const int {p}tid = {_tid(t)}, {p}lane = {p}tid % 32, {p}warp = {p}tid / 32;",
         *_warp_origin(s, i1),
         f"{i1}const int {p}tiles_m = ({p}M + {TILE_M - 1}) / {TILE_M}, "
-        f"{p}tiles_n = ({p}N + {TILE_N - 1}) / {TILE_N};",
+        f"{p}tiles_n = ({p}N + {tn - 1}) / {tn};",
         f"{i1}const int {p}blocks = (int)(gridDim.x * gridDim.y * gridDim.z);",
         f"{i1}float {p}acc[{s.mi}][{s.ni}][4];",
         f"{i1}#pragma unroll 1",
@@ -515,7 +526,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         f"{i2}const int {p}rows = min({p}tiles_m - {p}first, 8);",
         f"{i2}const int {p}tm = {p}first + ({p}t % (8 * {p}tiles_n)) % {p}rows;",
         f"{i2}const int {p}tn = ({p}t % (8 * {p}tiles_n)) / {p}rows;",
-        f"{i2}const int {p}m0 = {p}tm * {TILE_M}, {p}n0 = {p}tn * {TILE_N};",
+        f"{i2}const int {p}m0 = {p}tm * {TILE_M}, {p}n0 = {p}tn * {tn};",
         *main_loop(g, s, i2),
         f"{i2}#pragma unroll 1",
         f"{i2}for (int {p}v = 0; {p}v < {sub_m * sub_n}; ++{p}v) {{",
@@ -630,6 +641,10 @@ class GemmSchedule(Pass):
     """Issue the tile's K steps as Hopper warpgroup MMA (wgmma m64nNk16 from 64- / 128-byte
     swizzled slices, sm_90a) instead of ldmatrix + mma.sync."""
 
+    wide: bool = False
+    """With `wgmma`: 128x256 tiles (two 24 KiB slots; half the operand traffic per output of the
+    128x128 tile) instead of 128x128."""
+
     name: ClassVar[str] = "gemm-schedule"
     category: ClassVar[Category] = Category.COMPUTE
     summary: ClassVar[str] = ("tiled GEMM kernel -> persistent 128x128x32 cp.async + ldmatrix + "
@@ -678,18 +693,18 @@ class GemmSchedule(Pass):
             return Skipped(reasons[0] if reasons else "no tiled GEMM kernel the rule can read")
         if self.wgmma and ctx is not None and str(ctx.facts.get("arch", "sm_90")) < "sm_90":
             return Skipped("wgmma needs sm_90a")
-        s = plan(f.g, f.kept_shared, self.wgmma)
+        s = plan(f.g, f.kept_shared, self.wgmma, self.wide)
         if isinstance(s, str):
             return Skipped(s, f.g.to_json())
         return finish(ir, site, rewrite_edits(ir, f, s), preconditions=results)
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
-        from passes.cuda.gemm_scalar import scalar_edits, wgmma_form  # noqa: PLC0415
+        from passes.cuda.gemm_scalar import form_options, scalar_edits  # noqa: PLC0415
 
         edits = scalar_edits(ir, site.detail.get("kernel"))
         if isinstance(edits, str):
             return Skipped(edits)
-        return finish(ir, site, edits, options={"wgmma": wgmma_form(ir, site.detail.get("kernel"))})
+        return finish(ir, site, edits, options=form_options(ir, site.detail.get("kernel")))
 
 
 def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule) -> list[ByteEdit]:
@@ -706,10 +721,9 @@ def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule) -> list[ByteEdit]:
     fn = f.fn
     if not _bounded(ir, fn):
         at = src.b(fn.name_start)
-        # two blocks of the wgmma schedule share an SM (48 KiB each): their loads hide each
-        # other's latency, which needs at most 128 registers a thread at 256 threads
-        blocks = ", 2" if s.wgmma and s.threads <= 256 else ""
-        edits.append(ByteEdit(at, at, f"__launch_bounds__({s.threads}{blocks}) "))
+        # (a second block per SM would need <= 128 registers a thread at 256 threads: the
+        # exchange holds the fragments and the kernel's own accumulators at once and spills)
+        edits.append(ByteEdit(at, at, f"__launch_bounds__({s.threads}) "))
     body = new_body(ir, f.g, s, fn, f.removed, f.written)
     edits.append(ByteEdit(src.b(fn.body_start), src.b(fn.body_end), body))
     return sorted(edits, key=lambda e: (e.start, e.end))
