@@ -329,3 +329,41 @@ def test_passes_that_index_the_matrix_at_the_rows_offset() -> None:
     assert torch.equal(got, want)
     taken = FLAT_LOG_SOFTMAX.replace(second_pass, "z += expf(*(&logits[(size_t)blockIdx.x * vocab + v])")
     assert _refusal(taken) == "pass 2 takes the address of an element of `logits`"
+
+
+# one warp per row (several rows per block): lane-strided passes, xor-shuffle reductions
+WARP_ROWS = r"""
+__global__ void softmax_warp_rows(const float* __restrict__ x, float* __restrict__ y, int rows, int n) {
+  const int lane = threadIdx.x & 31;
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const float* xr = x + (size_t)row * n;
+  float m = -3.0e38f;
+  for (int i = lane; i < n; i += 32) m = fmaxf(m, xr[i]);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float s = 0.f;
+  for (int i = lane; i < n; i += 32) s += __expf(xr[i] - m);
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  for (int i = lane; i < n; i += 32) y[(size_t)row * n + i] = __expf(xr[i] - m) / s;
+}
+"""
+
+
+def test_warp_strided_rows_move_sixteen_bytes_per_access() -> None:
+    from passes.cuda.recognize import stride_loops
+
+    assert [lp.kind for lp in stride_loops(kir.parse(WARP_ROWS, "cuda"))] == ["warp"] * 3
+    out, results = _apply_all("vectorize-global", WARP_ROWS)
+    assert [type(r) for r in results] == [Applied] and out.count("& 15ull) == 0") == 3
+    ptx_for_sm90a(out)
+    before, after = _lib(WARP_ROWS, "warp_rows.cu"), _lib(out, "warp_rows_vec.cu")
+    for n in (29, 128, 301):  # 29 and 301: every other row misaligned, the loop as written
+        x = 2 * torch.randn(7, n, generator=_gen(n))  # 7 rows: the last block has an idle warp
+        want, got = torch.zeros_like(x), torch.zeros_like(x)
+        before.launch("softmax_warp_rows", 2, 128, 0, [x, want, 7, n])
+        after.launch("softmax_warp_rows", 2, 128, 0, [x, got, 7, n])
+        assert torch.allclose(got, want, atol=1e-6) and torch.allclose(got, torch.softmax(x, 1), atol=1e-5)
+    # a row pointer that differs between the lanes of a warp is not read 16 bytes at a time
+    skewed = WARP_ROWS.replace("x + (size_t)row * n;", "x + (size_t)row * n + lane % 3;")
+    sites = [s.detail for s in get_pass("vectorize-global")().sites(kir.parse(skewed, "cuda"))]
+    assert sites == [{"loop": "warp", "pointers": ["y"], "lanes": 4}]

@@ -1,7 +1,7 @@
 """Memory-access passes of CUDA kernels: vectorized global access, shared-memory staging and
 `__restrict__` (read-only, non-aliased) pointers.
 
-`vectorize-global` also vectorizes a grid- or block-stride loop a user wrote with scalar
+`vectorize-global` also vectorizes a grid-, block- or warp-stride loop a user wrote with scalar
 accesses (found by role, `passes.cuda.recognize.stride_loops`): the pointers the body reads or
 writes at `base + i` in straight-line statements (loop-invariant base) move 16 bytes per
 access; each vector's elements run the body in turn with `i` bound to their index, the
@@ -9,7 +9,9 @@ elements past the last whole vector run the scalar body, and a run-time check th
 vectorized address is 16-byte aligned falls back to the loop as written (one site per kernel
 for all of its loops at once, one per loop where a kernel has one). One-dimensional
 shared arrays the body accesses at `i` move 16 bytes at a time too (a shared array the loop
-writes only where a barrier follows the loop: a vector moves elements between threads).
+writes only where a barrier follows the loop: a vector moves elements between threads). In a
+warp-stride loop (one warp per row) a pointer is vectorized only where it and its offset are
+the same for the warp's 32 threads, so that a warp takes one side of the alignment check.
 """
 from __future__ import annotations
 
@@ -596,6 +598,9 @@ def _plan(unit, loop: StrideLoop, node: int, pointers: dict, escapes) -> _Vector
             bad.add(base)
             continue
         found.setdefault(base, []).append((c, offset, store))
+    if loop.kind == "warp":  # each warp takes one branch of the alignment check: bases per warp
+        bad |= {name for name, uses in found.items()
+                if not all(_warp_uniform(unit, loop, c) for c, _o, _s in uses)}
     plans = {}
     for name, uses in found.items():
         if name in bad or len({u[1] for u in uses}) != 1 or len({u[2] for u in uses}) != 1:
@@ -615,6 +620,22 @@ def _plan(unit, loop: StrideLoop, node: int, pointers: dict, escapes) -> _Vector
                   for name, uses in found.items() if name in plans for u in uses)
     return _VectorPlan(plans, 16 // size, loop.var, var_type,
                        (ir.span_of(body).start, ir.span_of(body).end), spans)
+
+
+def _warp_uniform(unit, loop: StrideLoop, access: int) -> bool:  # noqa: ANN001
+    """Whether the pointer and the offset of `access` (`p[off + i]`) are the same for the 32
+    threads of a warp."""
+    from passes.cuda._tree import UNIFORM, Scope  # noqa: PLC0415
+
+    ir = unit.ir
+    scope = Scope(ir)
+    scope.enter(unit.kernels[loop.kernel])
+    pointer, idx = children(ir, access)[0], subscript(ir, access)[1][0]
+    parts = [pointer]
+    if flat_code(ir, idx) != loop.var:
+        parts += [c for c in children(ir, idx) if ir.grammar_type_of(c) not in ("+", "comment")
+                  and flat_code(ir, c) != loop.var]
+    return all(scope.threads(c) == UNIFORM or scope.threads(c) % 32 == 0 for c in parts)
 
 
 _ALIGNED = re.compile(r"reinterpret_cast\s*<\s*(?:unsigned\s+long\s+long|uintptr_t|size_t)\s*>"

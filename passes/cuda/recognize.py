@@ -265,7 +265,8 @@ class ReductionTree:
 
 @dataclass(frozen=True, slots=True)
 class StrideLoop:
-    """A loop stepping by the grid's (`grid`) or the block's (`block`) thread count."""
+    """A loop stepping by the grid's (`grid`), the block's (`block`) or a warp's (`warp`)
+    thread count."""
 
     kernel: str
     kind: str
@@ -2007,6 +2008,10 @@ def _unrolled_tree(unit: Unit, kernel: str, fn: int, block: int,
 # stride loops, row reductions, register blocks
 
 
+_LANE = re.compile(r"threadIdx\.x(?:&(?:31|0x1[fF]|warpSize-1)|%(?:32|warpSize))")
+"""The thread's lane in its warp (parentheses and casts removed)."""
+
+
 def _stride_kind(unit: Unit, fn: int, step: str, start: str) -> str | None:
     s = re.sub(r"\s+", "", step)
     s = re.sub(r"\(\w+\)", "", s)
@@ -2015,6 +2020,9 @@ def _stride_kind(unit: Unit, fn: int, step: str, start: str) -> str | None:
         return "grid"
     if s == "blockDim.x":
         return "block"
+    if s in ("32", "warpSize") and _LANE.fullmatch(
+            re.sub(r"\(\w+\)|\s+", "", expand_locals(unit, fn, start)).replace("(", "").replace(")", "")):
+        return "warp"
     launch = unit.launch_block().dims
     value = unit.value(step)
     if value is not None and launch is not None and value == launch[0] and "threadIdx.x" in \
@@ -2049,8 +2057,9 @@ def expand_locals(unit: Unit, fn: int, expr: str, depth: int = 0) -> str:
 
 
 def stride_loops(ir: KernelIR | Unit) -> list[StrideLoop]:
-    """Grid-stride loops (start at the global thread index, step by the grid's thread count)
-    and block-stride loops (start at the thread's index in the block, step by the block)."""
+    """Grid-stride loops (start at the global thread index, step by the grid's thread count),
+    block-stride loops (start at the thread's index in the block, step by the block) and
+    warp-stride loops (start at the thread's lane, step by 32)."""
     unit = ir if isinstance(ir, Unit) else Unit(ir)
     ir_ = unit.ir
     out: list[StrideLoop] = []
