@@ -201,15 +201,15 @@ def judge(out: Any, held: list[Any], key: int, fresh: int, asked: list[list[int]
 def _tensor_stats(flat: torch.Tensor, ref: Held, key: int, fresh: int,
                   allclose: tuple[float, float] | None) -> dict[str, Any]:
     """Float64 sums over one output against its held reference, a chunk at a time (each chunk
-    masked under `fresh` after its sums)."""
+    masked under `fresh` after its sums). Every figure stays on the device until the last
+    chunk is done (one synchronization per output, not a few per chunk): per chunk its misses,
+    its first failing element and its largest difference, each with its place and values."""
     device = flat.device
     zero = torch.zeros((), dtype=torch.float64, device=device)
     num, den = zero.clone(), zero.clone()
     nan_bad = torch.zeros((), dtype=torch.bool, device=device)
     inf_bad = nan_bad.clone()
-    missed = torch.zeros((), dtype=torch.int64, device=device)
-    first_miss: int | None = None
-    worst = (-1.0, 0, 0.0, 0.0)
+    rows: list[torch.Tensor] = []
     for start, r in ref.pieces(key, fresh):
         o = flat[start:start + r.numel()].to(torch.float64)
         r = r.to(torch.float64)
@@ -219,24 +219,36 @@ def _tensor_stats(flat: torch.Tensor, ref: Held, key: int, fresh: int,
         d = torch.where(rf, o - r, 0.0)
         num += (d * d).sum()
         den += torch.where(rf, r * r, 0.0).sum()
+        if not d.numel():
+            continue
+        size = d.abs()
+        j = torch.argmax(size).view(1)
+        worst = [size.index_select(0, j), (j + start).to(torch.float64), o.index_select(0, j),
+                 r.index_select(0, j)]
+        miss = [zero.view(1)] * 4
         if allclose is not None:
             atol, rtol = allclose
             bad = ~(((r - o).abs() <= atol + rtol * o.abs()) | (o == r))
-            count = bad.sum()
-            missed += count
-            if first_miss is None and int(count):
-                j = int(torch.argmax(bad.to(torch.uint8)))
-                first_miss = start + j
-                worst = (float("inf"), start + j, float(o[j]), float(r[j]))
-        if first_miss is None and d.numel():
-            j = int(torch.argmax(d.abs()))
-            if float(d[j].abs()) > worst[0]:
-                worst = (float(d[j].abs()), start + j, float(o[j]), float(r[j]))
-        del o, r, d
+            first = torch.argmax(bad.to(torch.uint8)).view(1)
+            miss = [bad.sum().to(torch.float64).view(1), (first + start).to(torch.float64),
+                    o.index_select(0, first), r.index_select(0, first)]
+        rows.append(torch.cat(miss + worst))
+        del o, r, d, size
+    table = torch.stack(rows).tolist() if rows else []
+    missed = sum(int(t[0]) for t in table)
+    at: tuple[int, float, float] | None = None
+    first_miss = next((t for t in table if t[0] > 0), None)
+    if first_miss is not None:
+        at = (int(first_miss[1]), first_miss[2], first_miss[3])
+    else:
+        largest = -1.0  # the first chunk's element of the largest finite difference
+        for t in table:
+            if t[4] == t[4] and t[4] > largest:
+                largest, at = t[4], (int(t[5]), t[6], t[7])
     if bool(nan_bad):
         err = float("nan")
     elif bool(inf_bad):
         err = float("inf")
     else:
         err = float(num.sqrt() / torch.clamp(den.sqrt(), min=torch.finfo(torch.float64).tiny))
-    return {"err": err, "misses": int(missed), "at": worst[1:] if worst[0] >= 0 else None}
+    return {"err": err, "misses": missed, "at": at}
