@@ -24,10 +24,11 @@ MIN_SEEDS = 2
 SLACK_BYTES = 3 << 30
 """Device memory left for what is not counted: the CUDA context's and libraries' workspaces,
 the L2 flush buffer, the held comparison's float64 chunks, the candidate's own temporaries."""
-PHASE_WORK = ((1.0, 1 + 2 + 1), (2.0, 1), (3.5, 0))
+PHASE_WORK = ((1.0, 1 + 2), (2.0, 1), (3.5, 0))
 """(input-set sizes, output sizes) in use beside the kept sets, per kind of phase (phases do not
-overlap, so the largest counts): the timed runs (the rotation's buffers; the current output,
-the sampled ones, one to spare), the sealed call (its clone and the hidden copies; its
+overlap, so the largest counts): the timed runs (the rotation's buffers; the current output
+and the two sampled ones: `gate.worker` drops an output before the next call and a sampled
+copy before its replacement is made), the sealed call (its clone and the hidden copies; its
 output), a refill crossover (its random mask, its copy and a temporary)."""
 @dataclass(frozen=True, slots=True)
 class SetPlan:
