@@ -328,7 +328,10 @@ def test_stride_loops_are_vectorized_with_an_alignment_fallback() -> None:
     source = S.SAXPY + S.ROW_SUM
     out, results = _apply_all("vectorize-global", source)
     assert sum(isinstance(r, Applied) for r in results) == 2, results
-    assert out.count("reinterpret_cast<const uint4*>") == 2 and "& 15ull" in out
+    # two vectors in flight per thread (the next iteration's loaded with the current one's)
+    assert out.count("reinterpret_cast<const uint4*>") == 4 and "& 15ull" in out
+    one, _ = _apply_all("vectorize-global", source, ahead=1)
+    assert one.count("reinterpret_cast<const uint4*>") == 2 and "kl_j1" not in one
     ptx_for_sm90a(out)
     lib = _lib(out, "vectorized.cu")
     base = torch.randn(1 + 1003, generator=_gen(8))

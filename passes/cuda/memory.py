@@ -4,10 +4,12 @@
 `vectorize-global` also vectorizes a grid-, block- or warp-stride loop a user wrote with scalar
 accesses (found by role, `passes.cuda.recognize.stride_loops`): the pointers the body reads or
 writes at `base + i` in straight-line statements (loop-invariant base) move 16 bytes per
-access; each vector's elements run the body in turn with `i` bound to their index, the
-elements past the last whole vector run the scalar body, and a run-time check that every
-vectorized address is 16-byte aligned falls back to the loop as written (one site per kernel
-for all of its loops at once, one per loop where a kernel has one). One-dimensional
+access (option `ahead`, default 2: a thread loads its next vectors with the current one, so
+that two are in flight; its elements are still visited in the loop's order); each vector's
+elements run the body in turn with `i` bound to their index, the elements past the last whole
+vector run the scalar body, and a run-time check that every vectorized address is 16-byte
+aligned falls back to the loop as written (one site per kernel for all of its loops at once,
+one per loop where a kernel has one). One-dimensional
 shared arrays the body accesses at `i` move 16 bytes at a time too (a shared array the loop
 writes only where a barrier follows the loop: a vector moves elements between threads). In a
 warp-stride loop (one warp per row) a pointer is vectorized only where it and its offset are
@@ -153,6 +155,9 @@ class VectorizeGlobal(Pass):
     """The exact vector access to restore (recorded by a de-optimization)."""
     after: str = ""
     """What the de-optimization wrote in its place."""
+    ahead: int = 2
+    """Vectors a thread of a vectorized stride loop loads before it uses the first (its next
+    iterations' loads in flight with the current one's; 1: one at a time)."""
 
     name: ClassVar[str] = "vectorize-global"
     category: ClassVar[Category] = Category.STAGING
@@ -220,16 +225,19 @@ class VectorizeGlobal(Pass):
             done = restore_recorded(ir, site, self.before, self.after)
             if done is not None:
                 return done
+        if not 1 <= self.ahead <= 4:
+            return Skipped(f"ahead={self.ahead}: a thread keeps 1 to 4 vectors in flight", {})
         for loops in _loop_groups(ir):
             if (loops[0][0].span[0], loops[-1][0].span[1]) == tuple(site.span):
-                return finish(ir, site, [ByteEdit(lp.span[0], lp.span[1], _vector_loop_text(ir, lp, plan))
+                return finish(ir, site, [ByteEdit(lp.span[0], lp.span[1],
+                                                  _vector_loop_text(ir, lp, plan, self.ahead))
                                          for lp, plan in loops])
         for loop, plan in vector_loops(ir):
             if loop.span == tuple(site.span):
                 if not isinstance(plan, _VectorPlan):
                     return plan
                 return finish(ir, site, [ByteEdit(loop.span[0], loop.span[1],
-                                                  _vector_loop_text(ir, loop, plan))])
+                                                  _vector_loop_text(ir, loop, plan, self.ahead))])
         for start, end, text in self._canonical(src):
             if src.bspan(start, end) != tuple(site.span):
                 continue
@@ -670,8 +678,9 @@ def _straight(ir: KernelIR, nid: int, body: int) -> bool:
     return False
 
 
-def _vector_loop_text(ir: KernelIR, loop: StrideLoop, plan: _VectorPlan) -> str:
-    """The vectorized loop, its scalar tail and the aligned-or-not branch (see the module)."""
+def _vector_loop_text(ir: KernelIR, loop: StrideLoop, plan: _VectorPlan, ahead: int = 1) -> str:
+    """The vectorized loop, its scalar tail and the aligned-or-not branch (see the module), each
+    thread loading `ahead` vectors before it runs the first."""
     src = ir.source.decode("utf-8")
     data = ir.source
     lanes, var = plan.lanes, plan.var
@@ -688,27 +697,51 @@ def _vector_loop_text(ir: KernelIR, loop: StrideLoop, plan: _VectorPlan) -> str:
     base = lambda p: plan.pointers[p][0]  # noqa: E731
     check = " | ".join(f"reinterpret_cast<unsigned long long>(&{p}[{base(p)}])"
                        for p in sorted(plan.pointers))
-    loads = "".join(f"      {'uint4' if plan.pointers[p][2] else 'const uint4'} {names[p]}"
-                    + ("" if plan.pointers[p][2] else
-                       f" = *reinterpret_cast<const uint4*>(&{p}[{base(p)} + kl_j * {lanes}])")
-                    + ";\n" for p in sorted(plan.pointers))
-    stores = "".join(f"      *reinterpret_cast<uint4*>(&{p}[{base(p)} + kl_j * {lanes}]) = {names[p]};\n"
-                     for p in sorted(plan.pointers) if plan.pointers[p][2])
     original = src[loop.span[0]:loop.span[1]]
     indent = src[src.rfind("\n", 0, loop.span[0]) + 1:loop.span[0]]
     indent = indent if not indent.strip() else ""
     tail_head = f"for ({plan.var_type} {var} = kl_whole * {lanes} + ({loop.start}); {var} < {loop.bound}; {var} += {loop.step})"
+
+    def vector(p: str, j: str) -> str:
+        return f"*reinterpret_cast<const uint4*>(&{p}[{base(p)} + {j} * {lanes}])"
+
+    def chunk(j: str, suffix: str, pad: str) -> str:
+        """The lanes of vector `j` run the body, then the written vectors are stored."""
+        body = lane_body.decode("utf-8")
+        for p in sorted(plan.pointers, reverse=True):
+            body = body.replace(f"&{names[p]})", f"&{names[p]}{suffix})")
+        stores = "".join(f"{pad}*reinterpret_cast<uint4*>(&{p}[{base(p)} + {j} * {lanes}]) = "
+                         f"{names[p]}{suffix};\n" for p in sorted(plan.pointers) if plan.pointers[p][2])
+        return (f"#pragma unroll\n"
+                f"{pad}for (int kl_lane = 0; kl_lane < {lanes}; ++kl_lane) {{\n"
+                f"{pad}  const {plan.var_type} {var} = {j} * {lanes} + kl_lane;\n"
+                f"{pad}  {body}\n"
+                f"{pad}}}\n{stores}")
+
+    # each thread loads its next vectors with the current ones (`ahead` in flight), then runs
+    # them in order: its elements are visited in the order the loop as written visits them
+    js = ["kl_j"] + [f"kl_j{k}" for k in range(1, ahead)]
+    head = "".join(f"      const auto {js[k]} = kl_j + {k} * ({loop.step});\n" for k in range(1, ahead))
+    loads = ""
+    for k, j in enumerate(js):
+        suffix = f"_{k}" if k else ""
+        for p in sorted(plan.pointers):
+            if plan.pointers[p][2]:
+                loads += f"      uint4 {names[p]}{suffix};\n"
+            elif k == 0:
+                loads += f"      const uint4 {names[p]} = {vector(p, j)};\n"
+            else:
+                loads += (f"      const uint4 {names[p]}{suffix} = {j} < kl_whole ? {vector(p, j)} : "
+                          f"make_uint4(0u, 0u, 0u, 0u);\n")
+    runs = chunk("kl_j", "", "      ")
+    for k in range(1, ahead):
+        runs += f"      if ({js[k]} < kl_whole) {{\n" + chunk(js[k], f"_{k}", "        ") + "      }\n"
+    step = loop.step if ahead == 1 else f"{ahead} * ({loop.step})"
     text_ = (f"{{ // 16-byte accesses where every vectorized address is aligned, else the loop as written\n"
              f"  if ((({check}) & 15ull) == 0) {{\n"
              f"    const auto kl_whole = ({loop.bound}) / {lanes};\n"
-             f"    for (auto kl_j = ({loop.start}); kl_j < kl_whole; kl_j += {loop.step}) {{\n"
-             f"{loads}"
-             f"#pragma unroll\n"
-             f"      for (int kl_lane = 0; kl_lane < {lanes}; ++kl_lane) {{\n"
-             f"        const {plan.var_type} {var} = kl_j * {lanes} + kl_lane;\n"
-             f"        {lane_body.decode('utf-8')}\n"
-             f"      }}\n"
-             f"{stores}"
+             f"    for (auto kl_j = ({loop.start}); kl_j < kl_whole; kl_j += {step}) {{\n"
+             f"{head}{loads}{runs}"
              f"    }}\n"
              f"    {tail_head} {body_text.decode('utf-8')}\n"
              f"  }} else {{\n"
