@@ -87,6 +87,67 @@ extern "C" __global__ void gemm_ld(int m, int n, int k, const __nv_bfloat16* A, 
 """
 
 
+# 16-byte staging through float4 where a row chunk is whole, element copies at the edges
+VECTOR_STAGING = r"""
+#include <cuda_fp16.h>
+extern "C" __global__ void hgemm_vec(const half* __restrict__ A, const half* __restrict__ B,
+                                     half* __restrict__ C, int M, int N, int K) {
+  __shared__ __align__(16) half sA[64][32];
+  __shared__ __align__(16) half sB[32][64];
+  const int t = threadIdx.x;
+  const int bm = blockIdx.y * 64, bn = blockIdx.x * 64;
+  const int ty = t / 8, tx = t % 8;
+  float acc[4][8] = {};
+  for (int k0 = 0; k0 < K; k0 += 32) {
+    for (int c = t; c < 256; c += 128) {
+      const int r = c / 4, col = (c % 4) * 8;
+      if (bm + r < M && k0 + col + 8 <= K) {
+        *reinterpret_cast<float4*>(&sA[r][col]) =
+            *reinterpret_cast<const float4*>(&A[(size_t)(bm + r) * K + k0 + col]);
+      } else {
+        for (int e = 0; e < 8; ++e)
+          sA[r][col + e] = (bm + r < M && k0 + col + e < K) ? A[(size_t)(bm + r) * K + k0 + col + e]
+                                                           : __float2half(0.f);
+      }
+    }
+    for (int c = t; c < 256; c += 128) {
+      const int r = c / 8, col = (c % 8) * 8;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (k0 + r < K && bn + col + 8 <= N) {
+        v = reinterpret_cast<const float4*>(B + (size_t)(k0 + r) * N + bn + col)[0];
+        reinterpret_cast<float4*>(&sB[r][col])[0] = v;
+      } else {
+        for (int e = 0; e < 8; ++e)
+          sB[r][col + e] = (k0 + r < K && bn + col + e < N) ? B[(size_t)(k0 + r) * N + bn + col + e]
+                                                           : __float2half(0.f);
+      }
+    }
+    __syncthreads();
+    for (int kk = 0; kk < 32; ++kk)
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 8; ++j)
+          acc[i][j] += __half2float(sA[ty * 4 + i][kk]) * __half2float(sB[kk][tx * 8 + j]);
+    __syncthreads();
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 8; ++j) {
+      const int r = bm + ty * 4 + i, c = bn + tx * 8 + j;
+      if (r < M && c < N) C[(size_t)r * N + c] = __float2half(acc[i][j]);
+    }
+}
+"""
+
+
+def _stage16_tutorial() -> str:
+    """The tutorial kernel after `passes.cuda.stage_vector` (16-byte staging copies where a
+    chunk is whole and aligned, element copies elsewhere)."""
+    from passes.cuda.stage_vector import vectorize_all
+
+    text, _ = vectorize_all(kir.parse((MICRO / "blocktile_bf16.cu").read_text(), "cuda"), (256, 1))
+    assert "reinterpret_cast<uint4*>" in text
+    return text
+
+
 def _embedded(path: Path) -> str:
     """The CUDA source a host module holds as a string (its device half)."""
     from gate.hostforms import device_source
@@ -196,6 +257,10 @@ CASES: dict[str, tuple[Callable[[], str], str, Callable[..., tuple[Any, Any]], f
         (lambda: LEADING_DIMS, "128", _leading_dims(8), 2e-2),
     "explicit leading dimensions (unaligned rows: element copies)":
         (lambda: LEADING_DIMS, "128", _leading_dims(3), 2e-2),
+    "16-byte vector staging (float4) with element copies at the edges":
+        (lambda: VECTOR_STAGING, "128", _square(64, 128, torch.float16), 4e-3),
+    "tutorial after 16-byte staging (stage_vector)":
+        (_stage16_tutorial, "256", _blocktile, 2e-2),
 }
 
 

@@ -103,17 +103,18 @@ class _GElem:
 
 
 class _GPtr:
-    """A pointer parameter (or a pointer derived from one) at element offset `off`."""
+    """A pointer parameter (or a pointer derived from one) at element offset `off`, elements of
+    `esize` bytes."""
 
-    __slots__ = ("ptr", "off")
+    __slots__ = ("ptr", "off", "esize")
 
-    def __init__(self, ptr: str, off: int = 0) -> None:
-        self.ptr, self.off = ptr, off
+    def __init__(self, ptr: str, off: int = 0, esize: int = 2) -> None:
+        self.ptr, self.off, self.esize = ptr, off, esize
 
     def __add__(self, other: Any) -> _GPtr:
         if isinstance(other, bool) or not isinstance(other, int):
             raise Refusal(f"the pointer {self.ptr} is moved by a non-integer")
-        return _GPtr(self.ptr, self.off + int(other))
+        return _GPtr(self.ptr, self.off + int(other), self.esize)
 
     __radd__ = __add__
 
@@ -133,7 +134,78 @@ class _Stop(Exception):
     """The probe followed the K steps it needs."""
 
 
+_SIZES = {"bf16": 2, "fp16": 2, "f32": 4}
+_VECTOR_BYTES = {"float4": 16, "int4": 16, "uint4": 16, "double2": 16, "longlong2": 16,
+                 "float2": 8, "int2": 8, "uint2": 8, "double": 8, "long long": 8,
+                 "unsigned long long": 8, "__nv_bfloat162": 4, "nv_bfloat162": 4, "__half2": 4,
+                 "half2": 4, "float": 4, "int": 4, "unsigned": 4, "unsigned int": 4,
+                 "uint32_t": 4, "__nv_bfloat16": 2, "__half": 2, "half": 2,
+                 "unsigned short": 2, "short": 2}
+
+
+class _SAddr:
+    """The address of element `flat` of the shared array `arr` (elements of `size` bytes)."""
+
+    __slots__ = ("arr", "flat", "size")
+
+    def __init__(self, arr: str, flat: int, size: int) -> None:
+        self.arr, self.flat, self.size = arr, flat, size
+
+
+class _VPtr:
+    """A pointer cast to a vector of `vbytes` bytes over `base` (a `_GPtr` or `_SAddr`)."""
+
+    __slots__ = ("base", "esize", "vbytes")
+
+    def __init__(self, base: Any, esize: int, vbytes: int) -> None:
+        if vbytes % esize:
+            raise Refusal("a vector copy that splits an element")
+        self.base, self.esize, self.vbytes = base, esize, vbytes
+
+    def at(self, i: Any) -> _VPtr:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise Refusal("a vector pointer indexed by a non-integer")
+        lanes = self.vbytes // self.esize
+        b = self.base
+        moved = _GPtr(b.ptr, b.off + i * lanes) if isinstance(b, _GPtr) else \
+            _SAddr(b.arr, b.flat + i * lanes, b.size)
+        return _VPtr(moved, self.esize, self.vbytes)
+
+
+class _Vec:
+    """A loaded vector: its lanes (global elements or zeros) of `esize` bytes each; `lanes`
+    None for a zero vector of `vbytes` bytes."""
+
+    __slots__ = ("lanes", "esize", "vbytes")
+
+    def __init__(self, lanes: list | None, esize: int, vbytes: int) -> None:
+        self.lanes, self.esize, self.vbytes = lanes, esize, vbytes
+
+
+def _deref(p: Any) -> Any:
+    if isinstance(p, _VPtr) and isinstance(p.base, _GPtr):
+        n = p.vbytes // p.esize
+        return _Vec([_GElem(p.base.ptr, p.base.off + i) for i in range(n)], p.esize, p.vbytes)
+    if isinstance(p, _GPtr):
+        return _GElem(p.ptr, p.off)
+    raise Refusal("a value read through a pointer the rule does not follow")
+
+
+def _addr(p: Any) -> int:
+    """An address as an integer: operands' bases are taken as 16-byte aligned (the copies a
+    staging picks by alignment then take their aligned branch where the offset allows)."""
+    if isinstance(p, _VPtr):
+        p = p.base
+    if isinstance(p, _GPtr):
+        return (1 << 20) + p.off * p.esize
+    if isinstance(p, _SAddr):
+        return p.flat * p.size
+    raise Refusal("an address taken of something other than an operand or a shared tile")
+
+
 def _read(obj: Any, idx: tuple) -> Any:
+    if isinstance(obj, _VPtr):
+        return _deref(obj.at(idx[0]))
     if isinstance(obj, _GPtr):
         if len(idx) != 1:
             raise Refusal(f"the pointer {obj.ptr} is indexed twice")
@@ -201,6 +273,14 @@ class _StagingTranslator(_Translator):
             return []
         return super().declaration(nid, pad)
 
+    def _plain(self, nid: int) -> bool:
+        """Whether the subscript chain `nid` ends at a name (not at a cast or a call)."""
+        ir = self.k.ir
+        node = nid
+        while ir.grammar_type_of(node) == "subscript_expression":
+            node = children(ir, node)[0]
+        return ir.grammar_type_of(node) == "identifier"
+
     def effect(self, nid: int) -> list[str]:
         ir = self.k.ir
         if ir.grammar_type_of(nid) == "assignment_expression":
@@ -208,6 +288,19 @@ class _StagingTranslator(_Translator):
             target = kids[0]
             while ir.grammar_type_of(target) == "parenthesized_expression":
                 target = children(ir, target)[0]
+            vector = ir.grammar_type_of(target) == "pointer_expression" or (
+                ir.grammar_type_of(target) == "subscript_expression" and not self._plain(target))
+            if vector:
+                if ir.attrs_of(nid).get("op", "=") != "=":
+                    raise Refusal("the staging updates a vector in place")
+                if ir.grammar_type_of(target) == "pointer_expression":
+                    inner = [c for c in children(ir, target) if ir.grammar_type_of(c) not in _TRIVIA]
+                    where = self.expr(inner[-1])
+                else:
+                    sub = children(ir, target)
+                    args = [c for c in children(ir, sub[-1]) if ir.grammar_type_of(c) not in _TRIVIA]
+                    where = f"_vat({self.expr(sub[0])}, {self.expr(args[0])})"
+                return [f"_vst({where}, {self.expr(kids[-1])})"]
             if ir.grammar_type_of(target) == "subscript_expression":
                 base, idx = self.subscripts(target)
                 if base in self.k.shared:
@@ -220,6 +313,12 @@ class _StagingTranslator(_Translator):
 
     def expr(self, nid: int) -> str:
         ir = self.k.ir
+        if ir.grammar_type_of(nid) == "pointer_expression":
+            return self.pointer(nid)
+        if ir.grammar_type_of(nid) == "subscript_expression" and not self._plain(nid):
+            kids = children(ir, nid)
+            args = [c for c in children(ir, kids[-1]) if ir.grammar_type_of(c) not in _TRIVIA]
+            return f"_rd({self.expr(kids[0])}, ({', '.join(self.expr(a) for a in args)},))"
         if ir.grammar_type_of(nid) == "subscript_expression":
             base, idx = self.subscripts(nid)
             if base in self.k.shared:
@@ -228,6 +327,39 @@ class _StagingTranslator(_Translator):
         if ir.grammar_type_of(nid) == "sizeof_expression":
             raise Refusal("a sizeof in the staging")
         return super().expr(nid)
+
+    def pointer(self, nid: int) -> str:
+        """`&x[i]` (an address in a shared tile or an operand) or `*p`."""
+        ir = self.k.ir
+        kids = [c for c in children(ir, nid) if ir.grammar_type_of(c) not in _TRIVIA]
+        target = kids[-1]
+        while ir.grammar_type_of(target) == "parenthesized_expression":
+            target = children(ir, target)[0]
+        if ir.name_of(nid) == "*" or text(ir, nid).lstrip().startswith("*"):
+            return f"_deref({self.expr(target)})"
+        if ir.grammar_type_of(target) != "subscript_expression":
+            raise Refusal(f"an address taken of {text(ir, target)[:40]}")
+        base, idx = self.subscripts(target)
+        if base in self.k.shared:
+            return f"_saddr({base!r}, ({', '.join(idx)},))"
+        return f"_gaddr({self.name(base)}, ({', '.join(idx)},))"
+
+    def cast(self, nid: int, arg: int) -> str:
+        """`reinterpret_cast<T>(x)`: a vector pointer, or an address as an integer."""
+        spelled = text(self.k.ir, nid)
+        m = re.match(r"\s*reinterpret_cast\s*<\s*(?:const\s+)?(?:volatile\s+)?([\w: ]+?)\s*"
+                     r"(\*?)\s*(?:const\s*)?>", spelled)
+        if m is None:
+            raise Refusal(f"a cast the rule does not read ({spelled[:40]})")
+        tname = m.group(1).split("::")[-1].strip()
+        if not m.group(2):
+            if re.search(r"long|size_t|uintptr_t|intptr_t", tname):
+                return f"_addr({self.expr(arg)})"
+            raise Refusal(f"a pointer cast to {tname}")
+        size = _VECTOR_BYTES.get(tname)
+        if size is None:
+            raise Refusal(f"a pointer cast to {tname}*")
+        return f"_vcast({self.expr(arg)}, {size})"
 
     def builtin(self, spelled: str) -> str:
         m = re.fullmatch(r"\s*(threadIdx|blockDim|blockIdx|gridDim)\s*\.\s*([xyz])\s*", spelled)
@@ -243,6 +375,13 @@ class _StagingTranslator(_Translator):
     def call(self, nid: int, kids: list[int]) -> str:
         ir = self.k.ir
         name = (ir.attrs_of(nid).get("callee") or "").split("::")[-1].split("<")[0]
+        args = [c for c in children(ir, kids[-1]) if ir.grammar_type_of(c) not in _TRIVIA] \
+            if kids else []
+        if name == "reinterpret_cast" and len(args) == 1:
+            return self.cast(nid, args[0])
+        m = re.fullmatch(r"make_(\w+?)(\d)", name)
+        if m and f"{m.group(1)}{m.group(2)}" in _VECTOR_BYTES:
+            return f"_vzero({_VECTOR_BYTES[m.group(1) + m.group(2)]}, {', '.join(self.expr(a) for a in args)})"
         if _IDENTITY.match(name):
             args = [c for c in children(ir, kids[-1]) if ir.grammar_type_of(c) not in _TRIVIA]
             if len(args) == 1:
@@ -302,7 +441,10 @@ class _StagingProgram:
         namespace: dict[str, Any] = {"_cdiv": _cdiv, "_cmod": _cmod, "_Local": _Local, "_t": _truth,
                                      "_and": _and, "_or": _or, "_not": _not, "_sel": _sel,
                                      "_min": _min, "_max": _max, "_k": _k}
+        namespace.update({"_deref": _deref, "_addr": _addr, "_vzero": _vzero, "_vcast": _vcast,
+                          "_vat": _vat, "_gaddr": _gaddr})
         exec(compile(source, "<gemm-staging>", "exec"), namespace)  # noqa: S102 — our translation
+        self.namespace = namespace
         self.fn = namespace["_run"]
         self.source = source
         self.shared = k.shared
@@ -315,20 +457,43 @@ class _StagingProgram:
         stores: dict[tuple[str, int], list[tuple[int, Any]]] = {}
         count = [0]
 
-        def st(arr: str, idx: tuple, value: Any) -> None:
+        def flat_of(arr: str, idx: tuple) -> int:
             dims = self.shared[arr].dims
             if len(idx) != len(dims):
-                raise Refusal(f"the shared array {arr} is written through a partial subscript")
+                raise Refusal(f"the shared array {arr} is addressed through a partial subscript")
             flat = 0
             for i, d in zip(idx, dims):
                 if isinstance(i, bool) or not isinstance(i, int) or i < 0 or (d >= 0 and i >= d):
                     raise Refusal(f"the staging writes {arr} out of its bounds")
                 flat = flat * max(d, 1) + i
+            return flat
+
+        def put(arr: str, flat: int, value: Any) -> None:
             if not (isinstance(value, _GElem) or (isinstance(value, (int, float))
                                                   and not isinstance(value, bool) and value == 0)):
                 raise Refusal(f"the staging stores into {arr} something other than a global "
                               "element or zero")
+            if flat >= _extent(self.shared[arr].dims):
+                raise Refusal(f"the staging writes {arr} out of its bounds")
             stores.setdefault((arr, flat), []).append((count[0], value))
+
+        def st(arr: str, idx: tuple, value: Any) -> None:
+            put(arr, flat_of(arr, idx), value)
+
+        def saddr(arr: str, idx: tuple) -> _SAddr:
+            return _SAddr(arr, flat_of(arr, idx), _SIZES.get(self.shared[arr].dtype, 4))
+
+        def vst(p: Any, value: Any) -> None:
+            if not (isinstance(p, _VPtr) and isinstance(p.base, _SAddr)):
+                raise Refusal("the staging stores a vector somewhere other than a shared tile")
+            lanes = p.vbytes // p.esize
+            if not isinstance(value, _Vec) or value.vbytes != p.vbytes or \
+                    (value.lanes is not None and value.esize != p.esize):
+                raise Refusal("a vector copy into a shared tile changes the element size")
+            for i in range(lanes):
+                put(p.base.arr, p.base.flat + i, 0 if value.lanes is None else value.lanes[i])
+
+        self.namespace.update({"_saddr": saddr, "_vst": vst})
 
         def tick() -> None:
             count[0] += 1
@@ -354,6 +519,41 @@ class _StagingProgram:
         if len(set(trips)) != 1:
             raise Refusal("the threads run the K loop different numbers of times")
         return stores, trips[0]
+
+
+def _extent(dims: tuple[int, ...]) -> int:
+    n = 1
+    for d in dims:
+        n *= d if d > 0 else 1 << 30
+    return n
+
+
+def _vzero(vbytes: int, *lanes: Any) -> _Vec:
+    if any(not isinstance(x, (int, float)) or x != 0 for x in lanes):
+        raise Refusal("a vector built of values other than zeros in the staging")
+    return _Vec(None, 0, vbytes)
+
+
+def _vcast(x: Any, vbytes: int) -> _VPtr:
+    if isinstance(x, _VPtr):
+        x = x.base
+    if isinstance(x, _GPtr):
+        return _VPtr(x, x.esize, vbytes)
+    if isinstance(x, _SAddr):
+        return _VPtr(x, x.size, vbytes)
+    raise Refusal("a vector pointer to something other than an operand or a shared tile")
+
+
+def _vat(p: Any, i: Any) -> _VPtr:
+    if not isinstance(p, _VPtr):
+        raise Refusal("an element of something other than a vector pointer is written")
+    return p.at(i)
+
+
+def _gaddr(p: Any, idx: tuple) -> _GPtr:
+    if not isinstance(p, _GPtr) or len(idx) != 1:
+        raise Refusal("an address taken in something other than an operand")
+    return p + idx[0]
 
 
 def _truth(x: Any) -> bool:
@@ -406,14 +606,14 @@ def trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
     if len(ints) < 3:
         raise Refusal("the kernel has fewer than three integer parameters (M, N, K)")
     program = _StagingProgram(k, tile, ints, ptrs)
+    bases = {p: _GPtr(p, 0, _SIZES.get(kinds.get(p, ""), 1)) for p in ptrs}
     bm, bn, bk = tile.bm, tile.bn, tile.bk
     big = 2 * max(bm, bn) + 1
     wide = {n: big + 2 * i for i, n in enumerate(ints)}
     blocks = [(0, 0), (1, 0), (0, 1), (2, 2)]
     runs = []
     for cta in blocks:
-        stores, _ = program.run(tile.block, cta, {**wide, **{p: _GPtr(p) for p in ptrs}},
-                                _TICK_LIMIT)
+        stores, _ = program.run(tile.block, cta, {**wide, **bases}, _TICK_LIMIT)
         runs.append((wide, cta, stores, _TICK_LIMIT))
     a = _fit(tile.a, bm, bk, runs, wide, "the first", rows=True)
     b = _fit(tile.b, bn, bk, runs, wide, "the second", rows=False)
@@ -425,8 +625,7 @@ def trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
     if len(set(narrow.values())) != len(narrow):
         raise Refusal("the probe values of the integer parameters collide")
     for cta in ((0, 0), (2, 2)):
-        stores, trips = program.run(tile.block, cta, {**narrow, **{p: _GPtr(p) for p in ptrs}},
-                                    None)
+        stores, trips = program.run(tile.block, cta, {**narrow, **bases}, None)
         runs.append((narrow, cta, stores, trips))
     kb = _k_bound(tile.a, bk, runs[-2:], a, narrow, "the first", rows=True)
     if _k_bound(tile.b, bk, runs[-2:], b, narrow, "the second", rows=False) != kb:
