@@ -9,13 +9,13 @@ host module holding its source); default: every folder of bench/styles/cuda. For
 the roles `passes.cuda.recognize` finds (stagings by form, GEMM micro-kernels with their tiles,
 reduction trees, stride loops, the launch block, refusals with reasons), then each rule
 (`row-cache`, `warp-shuffle-reduce`, `cp-async-pipeline`, `vectorize-global`, `launch-bounds`,
-`pragma-unroll`, `mma-micro-kernel`; --rules: some of them, in that order) applied at every
-open site it takes (its refusals kept), and the result gated at --tier against the folder's
-case (static: NVRTC for sm_90a; emulate: the CPU emulation at the case's small shapes; device:
-the GPU, where the start is timed too and each output's time is set against it and against a
-copy of the case's `bytes_moved` timed in this process); "all of the above" gates the start
-with every rule that passed alone applied one after another. Writes OUT/cuda_roles.json and
-OUT/cuda_roles.md; --json prints the JSON. Progress goes to stderr.
+`pragma-unroll`, `mma-micro-kernel`; --rules: some of them, with options, in that order)
+applied at every open site it takes (its refusals kept), and the result gated at --tier
+against the folder's case (static: NVRTC for sm_90a; emulate: the CPU emulation at the case's
+small shapes; device: the GPU, where the start is timed too and each output's time is set
+against it and against a copy of the case's `bytes_moved` timed in this process); "all of the
+above" gates the start with every rule that passed alone applied one after another. Writes
+OUT/cuda_roles.json and OUT/cuda_roles.md; --json prints the JSON. Progress goes to stderr.
 """
 from __future__ import annotations
 
@@ -50,8 +50,10 @@ def _start(folder: Path) -> Path | None:
 def _apply(name: str, ir: Any, ctx: Any) -> tuple[Any, int, list[str]]:
     """The IR after the rule acted at each open site it takes, the count, its refusals."""
     from passes import Applied, get_pass  # noqa: PLC0415
+    from passes.base import parse_pass_spec  # noqa: PLC0415
 
-    the_pass = get_pass(name)()
+    base, options = parse_pass_spec(name)
+    the_pass = get_pass(base).from_options(options)
     applied, refusals = 0, []
     for _ in range(MAX_SITES):
         taken = False
@@ -213,10 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tier", default="static", choices=("static", "emulate", "device"))
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--rules", default="", help="comma-separated rules to apply (default: all)")
+    parser.add_argument("--rules", default="",
+                        help="comma-separated rules to apply, each a name or a spec such as "
+                             "'vectorize-global{ahead=1}' (default: all)")
     args = parser.parse_args(argv)
     rules = tuple(r for r in args.rules.split(",") if r) or RULES
-    unknown = sorted(set(rules) - set(RULES))
+    unknown = sorted({r.split("{")[0] for r in rules} - set(RULES))
     if unknown:
         print(f"error: unknown rule {unknown[0]} (one of {', '.join(RULES)})", file=sys.stderr)
         return 2
