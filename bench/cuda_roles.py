@@ -229,11 +229,13 @@ def main(argv: list[str] | None = None) -> int:
         if not (d / "case.py").is_file():
             print(f"error: {d}: no case.py in the kernel folder", file=sys.stderr)
             return 2
-    rows = [kernel_report(d.resolve(), args.tier, rules) for d in dirs]
     args.out.mkdir(parents=True, exist_ok=True)
-    data = {"tier": args.tier, "kernels": rows}
-    (args.out / "cuda_roles.json").write_text(json.dumps(data, indent=1) + "\n")
-    (args.out / "cuda_roles.md").write_text(_markdown(rows, args.tier))
+    rows: list[dict[str, Any]] = []
+    for d in dirs:  # written after each kernel: a run cut short keeps what it measured
+        rows.append(kernel_report(d.resolve(), args.tier, rules))
+        data = {"tier": args.tier, "kernels": rows}
+        (args.out / "cuda_roles.json").write_text(json.dumps(data, indent=1) + "\n")
+        (args.out / "cuda_roles.md").write_text(_markdown(rows, args.tier))
     if args.json:
         print(json.dumps(data, indent=1))
     else:
