@@ -269,6 +269,15 @@ def test_the_cached_rows_on_the_gpu() -> None:
             cudahost.launch(func, 5, 256, 0, [x, y, cols])
             torch.cuda.synchronize()
             assert torch.allclose(y.float(), torch.softmax(x.float(), 1), atol=2e-3), cols
+    warps, _ = _apply_all("vectorize-global", WARP_ROWS)
+    func = cudahost.get_function(cudahost.compile_source(warps, name="warp_rows.cu"),
+                                 "softmax_warp_rows")
+    for n in (301, 4096):
+        x = torch.randn(9, n, device="cuda", generator=g)
+        y = torch.zeros_like(x)
+        cudahost.launch(func, 3, 128, 0, [x, y, 9, n])
+        torch.cuda.synchronize()
+        assert torch.allclose(y, torch.softmax(x, 1), atol=1e-5), n
 
 
 # no row pointer: every pass indexes the matrix at the row's offset plus its loop variable
