@@ -376,3 +376,44 @@ def test_warp_strided_rows_move_sixteen_bytes_per_access() -> None:
     skewed = WARP_ROWS.replace("x + (size_t)row * n;", "x + (size_t)row * n + lane % 3;")
     sites = [s.detail for s in get_pass("vectorize-global")().sites(kir.parse(skewed, "cuda"))]
     assert sites == [{"loop": "warp", "pointers": ["y"], "lanes": 4}]
+
+
+# the row read through a float4 view (the user vectorized the passes themselves)
+RMS_FLOAT4 = r"""
+__global__ void rms4(const float* __restrict__ x, float* __restrict__ y, int n, float eps) {
+  __shared__ float red[32];
+  const float4* xr = reinterpret_cast<const float4*>(x + (size_t)blockIdx.x * n);
+  float4* yr = reinterpret_cast<float4*>(y + (size_t)blockIdx.x * n);
+  const int n4 = n / 4;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+    float4 v = xr[i];
+    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  }
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  float t = 0.f;
+  for (int w = 0; w < (blockDim.x >> 5); ++w) t += red[w];
+  const float r = rsqrtf(t / n + eps);
+  for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+    float4 v = xr[i];
+    v.x *= r; v.y *= r; v.z *= r; v.w *= r;
+    yr[i] = v;
+  }
+}
+"""
+
+
+def test_a_row_read_through_a_vector_view_is_cached_by_vectors() -> None:
+    out, results = _apply_all("row-cache", RMS_FLOAT4, budget=4096)
+    assert [type(r) for r in results] == [Applied] and "float4 kl_row0[256]" in out
+    ptx_for_sm90a(out)
+    before, after = _lib(RMS_FLOAT4, "rms4.cu"), _lib(out, "rms4_cached.cu")
+    for n in (1024, 2000):  # 2000 floats: 500 vectors, more than the copy's 256
+        x = torch.randn(3, n, generator=_gen(n))
+        want, got = torch.zeros_like(x), torch.zeros_like(x)
+        before.launch("rms4", 3, 128, 0, [x, want, n, 1e-6])
+        after.launch("rms4", 3, 128, 0, [x, got, n, 1e-6])
+        assert torch.equal(got, want), n
+        assert torch.allclose(got, x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6), atol=1e-5)
