@@ -2117,6 +2117,7 @@ def _literal_owners(
     axis = _grid_axis(grid, node)
     dims, axes = _tile_dims(kernel), _tile_axes(kernel)
     tied: set[str] = set()
+    counted: set[str] = set()  # tied ones that scale the program id of the literal's axis
     unknown = False
     for t in candidates:
         sizes = {mod.text(args[d]) for d in dims.get(t, ()) if d in args}
@@ -2126,6 +2127,13 @@ def _literal_owners(
             unknown = True
         elif by_size is not False and by_axis is not False:
             tied.add(t)
+            if by_axis:
+                counted.add(t)
+    # Several tiles may tile the size the literal divides (an attention kernel's query and
+    # key tiles both tile the sequence); the one that scales the axis's program id is the
+    # block that axis counts, where no other tied tile scales a program id at all.
+    if len(counted) == 1 and not any(t in axes for t in tied - counted):
+        tied = counted
     if len(tied) > 1 or (unknown and not tied):
         return None
     return tied

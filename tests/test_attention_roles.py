@@ -1,0 +1,114 @@
+"""Attention kernels written in styles the expert's lineage never saw keep the steps it learnt:
+the launch grid's literal is told to be the query tile's block count (the key tile tiles the
+same sequence but scales no program id), so the plain sweep tunes both tiles. Each rewrite is
+checked against torch under the Triton interpreter at small shapes."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import kir
+
+from lineage.control import autotune_control
+
+# Causal grouped-query attention in torch: the gate's reference at the interpreter's shapes.
+PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, q, k, v):
+        group = q.shape[1] // k.shape[1]
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        s = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+        n = q.shape[2]
+        future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        return torch.softmax(s.masked_fill(future, float("-inf")), -1) @ v
+
+
+def get_inputs():
+    return [torch.randn(1, 4, 80, 32), torch.randn(1, 2, 80, 32), torch.randn(1, 2, 80, 32)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+# The same operator restyled: heads on grid axis 1 and batch on axis 2, the key tile loaded
+# transposed by its pointers, the causal mask as an additive bias computed from the key index,
+# the running sum rescaled before the maximum is stored, exp written as exp2 of a scaled
+# argument, and one literal 16 for both tiles in the launch and the grid.
+START = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def grouped_causal(Qp, Kp, Vp, Op, scale, n_ctx, n_heads, kv_heads,
+                   s_qb, s_qh, s_kb, s_kh, s_ob, s_oh,
+                   HD: tl.constexpr, TQ: tl.constexpr, TK: tl.constexpr):
+    blk = tl.program_id(0)
+    head = tl.program_id(1)
+    bat = tl.program_id(2)
+    kvh = head // (n_heads // kv_heads)
+    qi = blk * TQ + tl.arange(0, TQ)
+    di = tl.arange(0, HD)
+    qt = tl.load(Qp + bat * s_qb + head * s_qh + qi[:, None] * HD + di[None, :],
+                 mask=qi[:, None] < n_ctx, other=0.0)
+    run_max = tl.zeros([TQ], tl.float32) - 1.0e30
+    run_sum = tl.zeros([TQ], tl.float32)
+    out = tl.zeros([TQ, HD], tl.float32)
+    for lo in range(0, n_ctx, TK):
+        ki = lo + tl.arange(0, TK)
+        kt = tl.load(Kp + bat * s_kb + kvh * s_kh + ki[None, :] * HD + di[:, None],
+                     mask=ki[None, :] < n_ctx, other=0.0)
+        logits = tl.dot(qt, kt) * scale
+        logits += tl.where((ki[None, :] > qi[:, None]) | (ki[None, :] >= n_ctx), -1.0e30, 0.0)
+        top = tl.maximum(run_max, tl.max(logits, 1))
+        shrink = tl.math.exp2((run_max - top) * 1.4426950408889634)
+        w = tl.math.exp2((logits - top[:, None]) * 1.4426950408889634)
+        run_sum = run_sum * shrink + tl.sum(w, 1)
+        vt = tl.load(Vp + bat * s_kb + kvh * s_kh + ki[:, None] * HD + di[None, :],
+                     mask=ki[:, None] < n_ctx, other=0.0)
+        out = out * shrink[:, None] + tl.dot(w.to(vt.dtype), vt)
+        run_max = top
+    tl.store(Op + bat * s_ob + head * s_oh + qi[:, None] * HD + di[None, :],
+             out / run_sum[:, None], mask=qi[:, None] < n_ctx)
+
+
+def run(q, k, v):
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    nb, hq, n, hd = q.shape
+    o = torch.empty_like(q)
+    grouped_causal[(triton.cdiv(n, 16), hq, nb)](
+        q, k, v, o, hd ** -0.5, n, hq, k.shape[1],
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), o.stride(0), o.stride(1),
+        HD=hd, TQ=16, TK=16)
+    return o
+'''
+
+
+def _gate(tmp_path: Path, text: str) -> None:
+    import gate
+
+    problem = tmp_path / "grouped_causal_attention.py"
+    problem.write_text(PROBLEM)
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text(text)
+    verdict = gate.check_file(kernel, gate.load_case(problem), "interpret", cache=False)
+    assert verdict.ok, verdict.reason
+
+
+def test_the_grid_literal_goes_to_the_query_tile_and_both_tiles_are_swept(tmp_path: Path) -> None:
+    out = autotune_control(START)
+    launch = next(line for line in out.splitlines() if "grouped_causal[" in line)
+    # the grid counts query blocks: it follows TQ; TK, which steps the key loop, is swept too
+    assert 'triton.cdiv(n, meta["TQ"])' in launch, launch
+    assert "TQ=" not in out and "TK=" not in out.split("def run")[1]
+    assert '"TQ": 128, "TK": 64' in out, out[:600]
+    _gate(tmp_path, out)
