@@ -138,6 +138,56 @@ extern "C" __global__ void hgemm_vec(const half* __restrict__ A, const half* __r
 """
 
 
+# a 1-D grid: blockIdx.x counts the output blocks row by row (or, with the two lines swapped,
+# column by column); 64x32 tiles, 128 threads, each a 4x4 register tile
+LINEAR_GRID = r"""
+#include <cuda_bf16.h>
+#define TM 64
+#define TN 32
+#define TK 16
+extern "C" __global__ void mm_linear(const __nv_bfloat16* a, const __nv_bfloat16* b,
+                                     __nv_bfloat16* c, int m, int n, int k) {
+  __shared__ __nv_bfloat16 ta[TM][TK];
+  __shared__ __nv_bfloat16 tb[TK][TN];
+  const int tiles_n = (n + TN - 1) / TN;
+  const int br = blockIdx.x / tiles_n, bc = blockIdx.x % tiles_n;
+  const int r0 = br * TM, c0 = bc * TN;
+  const int tid = threadIdx.x, tr = tid / 8, tc = tid % 8;
+  float acc[4][4] = {};
+  for (int k0 = 0; k0 < k; k0 += TK) {
+    for (int e = tid; e < TM * TK; e += 128) {
+      const int i = e / TK, j = e % TK;
+      ta[i][j] = (r0 + i < m && k0 + j < k) ? a[(size_t)(r0 + i) * k + k0 + j] : __float2bfloat16(0.0f);
+    }
+    for (int e = tid; e < TK * TN; e += 128) {
+      const int i = e / TN, j = e % TN;
+      tb[i][j] = (k0 + i < k && c0 + j < n) ? b[(size_t)(k0 + i) * n + c0 + j] : __float2bfloat16(0.0f);
+    }
+    __syncthreads();
+    for (int kk = 0; kk < TK; ++kk)
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j)
+          acc[i][j] += __bfloat162float(ta[tr * 4 + i][kk]) * __bfloat162float(tb[kk][tc * 4 + j]);
+    __syncthreads();
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j)
+      if (r0 + tr * 4 + i < m && c0 + tc * 4 + j < n)
+        c[(size_t)(r0 + tr * 4 + i) * n + c0 + tc * 4 + j] = __float2bfloat16(acc[i][j]);
+}
+"""
+LINEAR_GRID_COLUMNS = LINEAR_GRID.replace(
+    "  const int tiles_n = (n + TN - 1) / TN;\n  const int br = blockIdx.x / tiles_n, bc = blockIdx.x % tiles_n;",
+    "  const int tiles_m = (m + TM - 1) / TM;\n  const int br = blockIdx.x % tiles_m, bc = blockIdx.x / tiles_m;")
+
+
+def _linear(lib: Any, m: int, n: int, k: int) -> tuple[Any, Any]:
+    a, b = _ab(m, n, k, torch.bfloat16)
+    c = torch.zeros(m, n, dtype=torch.bfloat16)
+    lib.launch(lib.kernels[0], (_cdiv(m, 64) * _cdiv(n, 32), 1), 128, 0, [a, b, c, m, n, k])
+    return c.float(), a.float() @ b.float()
+
+
 def _stage16_tutorial() -> str:
     """The tutorial kernel after `passes.cuda.stage_vector` (16-byte staging copies where a
     chunk is whole and aligned, element copies elsewhere)."""
@@ -261,6 +311,10 @@ CASES: dict[str, tuple[Callable[[], str], str, Callable[..., tuple[Any, Any]], f
         (lambda: VECTOR_STAGING, "128", _square(64, 128, torch.float16), 4e-3),
     "tutorial after 16-byte staging (stage_vector)":
         (_stage16_tutorial, "256", _blocktile, 2e-2),
+    "1-D grid counting blocks row-major":
+        (lambda: LINEAR_GRID, "128", _linear, 2e-2),
+    "1-D grid counting blocks column-major":
+        (lambda: LINEAR_GRID_COLUMNS, "128", _linear, 2e-2),
 }
 
 
@@ -347,6 +401,9 @@ def test_the_site_reports_the_global_meaning() -> None:
     assert (site.detail["A"]["ld"], site.detail["B"]["ld"], site.detail["K"]) == ("lda", "ldb", "k")
     site, _ = _rewrite((STYLES / "cu_mm_bt" / "linear_bt.cu").read_text(), "16x16")
     assert site.detail["B"]["layout"] == "nk" and site.detail["B"]["ld"] == "K"
+    assert "grid" not in site.detail
+    assert _rewrite(LINEAR_GRID, "128")[0].detail["grid"] == "row"
+    assert _rewrite(LINEAR_GRID_COLUMNS, "128")[0].detail["grid"] == "col"
 
 
 def test_the_rewrite_equals_the_start_on_the_emulator() -> None:
@@ -461,6 +518,7 @@ def test_on_the_gpu_the_rewrite_is_correct_and_faster_than_the_start() -> None:
 
 
 @pytest.mark.parametrize("name,wgmma", [("tutorial 2-D blocktiling, pointer bumps, alpha/beta", False),
+                                        ("1-D grid counting blocks column-major", True),
                                         ("transposed B (linear layer), padded fp32 tiles", True),
                                         ("column-major A, flattened tiles", False),
                                         ("explicit leading dimensions (16-byte rows), bias + relu", True)])

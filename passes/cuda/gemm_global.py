@@ -40,6 +40,9 @@ _IDENTITY = re.compile(r"^(?:__float2bfloat16(?:_rn)?|__float2half(?:_rn)?|__bfl
                        r"half|nv_bfloat16)$")
 _TICK_LIMIT = 2
 """K steps the wide probe follows (the narrow probe runs the K loop to its end)."""
+_SCAN = 40
+"""Output tiles probed along one axis at most (the wide probe's bounds fall within 2 x 128 + a
+few elements)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,9 @@ class GlobalGemm:
     dtype: str
     """Element type of both global operands: bf16 | fp16."""
     tile: GemmTile
+    order: str = "2d"
+    """How blockIdx names the output block: `2d` (one component for rows, one for columns), or
+    blockIdx.x alone counting blocks `row`-major (columns fastest) or `col`-major."""
 
     def to_json(self) -> dict[str, Any]:
         def op(o: Operand, mn: str) -> dict[str, Any]:
@@ -77,7 +83,7 @@ class GlobalGemm:
         return {"kernel": self.kernel, "dtype": self.dtype, "A": op(self.a, "m"),
                 "B": op(self.b, "n"), "K": self.k,
                 "block_tile": [self.tile.bm, self.tile.bn, self.tile.bk],
-                "block": list(self.tile.block)}
+                "block": list(self.tile.block), **({"grid": self.order} if self.order != "2d" else {})}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -610,21 +616,42 @@ def trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
     bm, bn, bk = tile.bm, tile.bn, tile.bk
     big = 2 * max(bm, bn) + 1
     wide = {n: big + 2 * i for i, n in enumerate(ints)}
-    blocks = [(0, 0), (1, 0), (0, 1), (2, 2)]
     runs = []
-    for cta in blocks:
+
+    def probe(cta: tuple[int, int]) -> Any:
         stores, _ = program.run(tile.block, cta, {**wide, **bases}, _TICK_LIMIT)
         runs.append((wide, cta, stores, _TICK_LIMIT))
-    a = _fit(tile.a, bm, bk, runs, wide, "the first", rows=True)
-    b = _fit(tile.b, bn, bk, runs, wide, "the second", rows=False)
-    if a.axis == b.axis:
-        raise Refusal("the output block's rows and columns follow the same blockIdx component")
+        return stores
+
+    first = probe((0, 0))
+    lay_a = _layout(tile.a, first, wide, "the first", "rows")
+    lay_b = _layout(tile.b, first, wide, "the second", "columns")
+    order, axes, period = _order(probe, tile, lay_a, lay_b)
+
+    def block_of(i: int, j: int) -> tuple[int, int]:
+        """The probe block of output tile (i, j) in this order."""
+        if order == "row":
+            return (i * period + j, 0)
+        if order == "col":
+            return (j * period + i, 0)
+        cta = [0, 0]
+        cta["xy".index(axes[0])], cta["xy".index(axes[1])] = i, j
+        return (cta[0], cta[1])
+
+    a, ia = _fit(tile.a, bm, lay_a, lambda i: probe(block_of(i, 0)), axes[0], wide, True)
+    b, ib = _fit(tile.b, bn, lay_b, lambda j: probe(block_of(0, j)), axes[1], wide, False)
+    corner = block_of(ia, ib)
+    if order != "2d":  # the count of blocks per row (or column) is the bound's tile count
+        bound, extent = (b.bound, bn) if order == "row" else (a.bound, bm)
+        if period != -(-wide[bound] // extent):
+            raise Refusal(f"blockIdx.x counts {period} blocks a {'row' if order == 'row' else 'column'}"
+                          f" where ceil({bound} / {extent}) = {-(-wide[bound] // extent)}")
     # the narrow probe: K (and every other integer but the two bounds) small, the K loop to its end
     narrow = {n: (wide[n] if n in (a.bound, b.bound) else 2 * bk + 3 + 2 * i)
               for i, n in enumerate(ints)}
     if len(set(narrow.values())) != len(narrow):
         raise Refusal("the probe values of the integer parameters collide")
-    for cta in ((0, 0), (2, 2)):
+    for cta in ((0, 0), corner):
         stores, trips = program.run(tile.block, cta, {**narrow, **bases}, None)
         runs.append((narrow, cta, stores, trips))
     kb = _k_bound(tile.a, bk, runs[-2:], a, narrow, "the first", rows=True)
@@ -634,31 +661,31 @@ def trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
         want = -(-values[kb] // bk)
         if trips != want:
             raise Refusal(f"the K loop makes {trips} steps where ceil({kb} / {bk}) = {want}")
+    origins = _origins(order, a, b, bm, bn)
     for t, op, rows in ((tile.a, a, True), (tile.b, b, False)):
-        _check(t, bm if rows else bn, bk, runs, op, kb, rows)
+        _check(t, bm if rows else bn, bk, runs, op, kb, rows, origins)
     if kinds.get(a.ptr) != kinds.get(b.ptr) or kinds.get(a.ptr) not in ("bf16", "fp16"):
         raise Refusal(f"the global operands are {kinds.get(a.ptr)} and {kinds.get(b.ptr)} "
                       "(bf16 or fp16 both expected)")
-    return GlobalGemm(tile.kernel, a, b, kb, kinds[a.ptr], tile)
+    return GlobalGemm(tile.kernel, a, b, kb, kinds[a.ptr], tile, order)
 
 
 def _cells(t: Tile, extent: int, bk: int) -> list[tuple[int, int, int]]:
     return [(mn, kk, t.base + mn * t.s_mn + kk * t.s_k) for mn in range(extent) for kk in range(bk)]
 
 
-def _fit(t: Tile, extent: int, bk: int, runs: list, values: dict[str, int], which: str,
-         rows: bool) -> Operand:
-    """The operand hypothesis of tile `t` from the wide probe's first blocks."""
-    name = "rows" if rows else "columns"
-    first = runs[0][2]
+def _layout(t: Tile, stores: Any, values: dict[str, int], which: str, name: str
+            ) -> tuple[str, bool, str, int]:
+    """(pointer, k contiguous, leading-dimension parameter, its value) of tile `t`'s operand
+    from the first block's first K step."""
 
-    def elem(stores: Any, mn: int, kk: int) -> _GElem:
+    def elem(mn: int, kk: int) -> _GElem:
         v = _state(stores, t.array, t.base + mn * t.s_mn + kk * t.s_k, 0)
         if not isinstance(v, _GElem):
             raise Refusal(f"{which} tile's first element is not staged from global memory")
         return v
 
-    e00, e10, e01 = elem(first, 0, 0), elem(first, 1, 0), elem(first, 0, 1)
+    e00, e10, e01 = elem(0, 0), elem(1, 0), elem(0, 1)
     if len({e00.ptr, e10.ptr, e01.ptr}) != 1 or e00.off != 0:
         raise Refusal(f"{which} tile's first block does not start at its matrix's origin")
     d_mn, d_k = e10.off, e01.off
@@ -672,34 +699,78 @@ def _fit(t: Tile, extent: int, bk: int, runs: list, values: dict[str, int], whic
     if len(lds) != 1:
         raise Refusal(f"the leading dimension of {which} tile's matrix is not an integer "
                       "parameter")
-    unit = 1 if k_contiguous else 0
-    axis = None
-    for ax, cta in (("x", (1, 0)), ("y", (0, 1))):
-        stores = next(s for _, c, s, _ in runs if c == cta)
-        v = _state(stores, t.array, t.base, 0)
-        if isinstance(v, _GElem) and v.ptr == e00.ptr:
-            origin = v.off // ld if unit else v.off
-            if origin == extent and (v.off % ld == 0 or not unit):
-                if axis is not None:
-                    raise Refusal(f"both blockIdx components step {which} tile's {name}")
-                axis = ax
-    if axis is None:
-        raise Refusal(f"no blockIdx component steps {which} tile's {name} by the tile")
-    # the bound: the first zero-filled row of the last probe block, at k in bounds
-    corner = next(s for _, c, s, _ in runs if c == (2, 2))
-    first_zero = None
-    for mn in range(extent):
-        v = _state(corner, t.array, t.base + mn * t.s_mn, 0)
-        if not isinstance(v, _GElem):
-            first_zero = 2 * extent + mn
-            break
-    if first_zero is None:
-        raise Refusal(f"the staging of {which} tile does not zero-fill past its {name}' bound "
-                      "(a bounds-checked staging is needed to tell the bound)")
-    bounds = [n for n, v in values.items() if v == first_zero]
-    if len(bounds) != 1:
-        raise Refusal(f"{which} tile's {name} are bounded by no integer parameter")
-    return Operand(e00.ptr, k_contiguous, lds[0], bounds[0], axis)
+    return e00.ptr, k_contiguous, lds[0], ld
+
+
+def _origin(t: Tile, stores: Any, lay: tuple[str, bool, str, int]) -> int | None:
+    """The first mn a block's tile holds (None where its first element is not staged)."""
+    v = _state(stores, t.array, t.base, 0)
+    ptr, kc, _, ld = lay
+    if not isinstance(v, _GElem) or v.ptr != ptr or (kc and v.off % ld):
+        return None
+    return v.off // ld if kc else v.off
+
+
+def _order(probe: Any, tile: GemmTile, lay_a: tuple, lay_b: tuple
+           ) -> tuple[str, tuple[str, str], int]:
+    """How blockIdx names output blocks: (order, the blockIdx components stepping rows and
+    columns, blocks per row / column of a linear order)."""
+    bm, bn = tile.bm, tile.bn
+
+    def at(cta: tuple[int, int]) -> tuple[int | None, int | None]:
+        stores = probe(cta)
+        return _origin(tile.a, stores, lay_a), _origin(tile.b, stores, lay_b)
+
+    x, y = at((1, 0)), at((0, 1))
+    if x == (0, bn) and y == (bm, 0):
+        return "2d", ("y", "x"), 0
+    if x == (bm, 0) and y == (0, bn):
+        return "2d", ("x", "y"), 0
+    if y == (0, 0) and x in ((0, bn), (bm, 0)):
+        row = x == (0, bn)
+        for count in range(2, _SCAN):
+            got = at((count, 0))
+            if got == ((bm, 0) if row else (0, bn)):
+                return ("row" if row else "col"), ("x", "x"), count
+            if got != ((0, count * bn) if row else (count * bm, 0)):
+                break
+    raise Refusal("the blocks' tiles follow no blockIdx order the rule reads (2-D, or "
+                  "blockIdx.x counting row- or column-major)")
+
+
+def _origins(order: str, a: Operand, b: Operand, bm: int, bn: int) -> Any:
+    """(values, block) -> (first row, first column) of that block's output tile."""
+
+    def origins(values: dict[str, int], cta: tuple[int, int]) -> tuple[int, int]:
+        if order == "2d":
+            return cta["xy".index(a.axis)] * bm, cta["xy".index(b.axis)] * bn
+        if order == "row":
+            per = -(-values[b.bound] // bn)
+            return cta[0] // per * bm, cta[0] % per * bn
+        per = -(-values[a.bound] // bm)
+        return cta[0] % per * bm, cta[0] // per * bn
+    return origins
+
+
+def _fit(t: Tile, extent: int, lay: tuple, stores_at: Any, axis: str, values: dict[str, int],
+         rows: bool) -> tuple[Operand, int]:
+    """The operand of tile `t` (its layout and the parameter bounding its mn: the first
+    zero-filled mn, at k in bounds, of the output tiles stepped along mn from the third on) and
+    the index of the tile where the bound falls. `stores_at(i)` probes the i-th tile along mn."""
+    which, name = ("the first", "rows") if rows else ("the second", "columns")
+    for i in range(2, _SCAN):
+        stores = stores_at(i)
+        for mn in range(extent):
+            v = _state(stores, t.array, t.base + mn * t.s_mn, 0)
+            if not isinstance(v, _GElem):
+                bounds = [n for n, val in values.items() if val == i * extent + mn]
+                if len(bounds) != 1:
+                    raise Refusal(f"{which} tile's {name} are bounded by no integer parameter")
+                return Operand(lay[0], lay[1], lay[2], bounds[0], axis), i
+            if v.ptr != lay[0]:
+                raise Refusal(f"{which} tile's {name} are staged from two operands")
+    raise Refusal(f"the staging of {which} tile does not zero-fill past its {name}' bound "
+                  "(a bounds-checked staging is needed to tell the bound)")
 
 
 def _k_bound(t: Tile, bk: int, runs: list, op: Operand, values: dict[str, int], which: str,
@@ -718,12 +789,12 @@ def _k_bound(t: Tile, bk: int, runs: list, op: Operand, values: dict[str, int], 
                   "staging is needed)")
 
 
-def _check(t: Tile, extent: int, bk: int, runs: list, op: Operand, kb: str, rows: bool) -> None:
+def _check(t: Tile, extent: int, bk: int, runs: list, op: Operand, kb: str, rows: bool,
+           origins: Any) -> None:
     """Every element of every probe is what the hypothesis says."""
     which = "the first" if rows else "the second"
     for values, cta, stores, trips in runs:
-        block = cta[0] if op.axis == "x" else cta[1]
-        origin = block * extent
+        origin = origins(values, cta)[0 if rows else 1]
         ld = values[op.ld]
         for tick in range(trips):
             for mn, kk, flat in _cells(t, extent, bk):

@@ -145,13 +145,23 @@ def _scalar_loop(facts: dict[str, Any], row: str, col: str, groups: list[re.Matc
             else f"(size_t){ST}gk * {name(a['ld'])} + {ST}gm")
     b_at = (f"(size_t){ST}gk * {name(b['ld'])} + {ST}gn" if b["layout"] == "kn"
             else f"(size_t){ST}gn * {name(b['ld'])} + {ST}gk")
+    order = facts.get("grid", "2d")
+    if order == "2d":
+        row0 = f"(int)blockIdx.{a['block_axis']} * {bm}"
+        col0 = f"(int)blockIdx.{b['block_axis']} * {bn}"
+    else:  # blockIdx.x counting the blocks row- or column-major
+        rows_u, cols_u = f"(({m_} + {bm - 1}) / {bm})", f"(({n_} + {bn - 1}) / {bn})"
+        row0 = (f"(int)blockIdx.x / {cols_u} * {bm}" if order == "row"
+                else f"(int)blockIdx.x % {rows_u} * {bm}")
+        col0 = (f"(int)blockIdx.x % {cols_u} * {bn}" if order == "row"
+                else f"(int)blockIdx.x / {rows_u} * {bn}")
     i1, i2, i3 = pad + "  ", pad + "    ", pad + "      "
     lines = [f"__shared__ {elem} {ST}a[{bm * bk}];",
              f"{pad}__shared__ {elem} {ST}b[{bk * bn}];",
              f"{pad}for (int {ST}k0 = 0; {ST}k0 < {kk}; {ST}k0 += {bk}) {{",
              f"{i1}for (int {ST}e = {tid}; {ST}e < {bm * bk}; {ST}e += {bx * by}) {{",
              f"{i2}const int {ST}m = {ST}e / {bk}, {ST}k = {ST}e % {bk};",
-             f"{i2}const int {ST}gm = (int)blockIdx.{a['block_axis']} * {bm} + {ST}m, "
+             f"{i2}const int {ST}gm = {row0} + {ST}m, "
              f"{ST}gk = {ST}k0 + {ST}k;",
              f"{i2}{ST}a[{ST}e] = ({ST}gm < {m_} && {ST}gk < {kk}) ? {name(a['pointer'])}[{a_at}] "
              f": {zero};",
@@ -159,7 +169,7 @@ def _scalar_loop(facts: dict[str, Any], row: str, col: str, groups: list[re.Matc
              f"{i1}for (int {ST}e = {tid}; {ST}e < {bk * bn}; {ST}e += {bx * by}) {{",
              f"{i2}const int {ST}k = {ST}e / {bn}, {ST}n = {ST}e % {bn};",
              f"{i2}const int {ST}gk = {ST}k0 + {ST}k, "
-             f"{ST}gn = (int)blockIdx.{b['block_axis']} * {bn} + {ST}n;",
+             f"{ST}gn = {col0} + {ST}n;",
              f"{i2}{ST}b[{ST}e] = ({ST}gk < {kk} && {ST}gn < {n_}) ? {name(b['pointer'])}[{b_at}] "
              f": {zero};",
              f"{i1}}}",

@@ -486,10 +486,15 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
     row_axis, col_axis = g.a.axis, g.b.axis
     tn = s.tn
     sub_m, sub_n = TILE_M // t.bm, tn // t.bn
-    vb = {row_axis: f"(unsigned)({p}tm * {sub_m} + {p}v / {sub_n})",
-          col_axis: f"(unsigned)({p}tn * {sub_n} + {p}v % {sub_n})"}
-    vg = {row_axis: f"(unsigned)(({p}M + {t.bm - 1}) / {t.bm})",
-          col_axis: f"(unsigned)(({p}N + {t.bn - 1}) / {t.bn})"}
+    vm, vn = f"({p}tm * {sub_m} + {p}v / {sub_n})", f"({p}tn * {sub_n} + {p}v % {sub_n})"
+    rows_u, cols_u = f"(({p}M + {t.bm - 1}) / {t.bm})", f"(({p}N + {t.bn - 1}) / {t.bn})"
+    if g.order == "row":  # blockIdx.x counts the kernel's blocks row by row
+        vb, vg = {"x": f"(unsigned)({vm} * {cols_u} + {vn})"}, {"x": f"(unsigned)({rows_u} * {cols_u})"}
+    elif g.order == "col":
+        vb, vg = {"x": f"(unsigned)({vn} * {rows_u} + {vm})"}, {"x": f"(unsigned)({rows_u} * {cols_u})"}
+    else:
+        vb = {row_axis: f"(unsigned){vm}", col_axis: f"(unsigned){vn}"}
+        vg = {row_axis: f"(unsigned){rows_u}", col_axis: f"(unsigned){cols_u}"}
     facts = json.dumps({**g.to_json(), "schedule": [TILE_M, tn, TILE_K, s.stages],
                         "wgmma": s.wgmma, **({"wide": True} if tn > TILE_N else {})},
                        sort_keys=True)
