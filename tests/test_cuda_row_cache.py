@@ -417,3 +417,22 @@ def test_a_row_read_through_a_vector_view_is_cached_by_vectors() -> None:
         after.launch("rms4", 3, 128, 0, [x, got, n, 1e-6])
         assert torch.equal(got, want), n
         assert torch.allclose(got, x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6), atol=1e-5)
+
+
+def test_a_persistent_kernel_indexing_rows_by_its_loop_variable() -> None:
+    flat = PERSISTENT_CENTER.replace("s += p[k];", "s += in[(size_t)r * dim + k];").replace(
+        "float d = p[k] - mean;", "float d = in[(size_t)r * dim + k] - mean;").replace(
+        "= (p[k] - mean) * inv;", "= (in[(size_t)r * dim + k] - mean) * inv;")
+    assert "p[k]" not in flat
+    # r changes between rows, never while the passes run: the copy is made again for each row
+    out, results = _apply_all("row-cache", flat, budget=2048)
+    assert [type(r) for r in results] == [Applied] and "in[(size_t)r * dim + (kl_i)]" in out
+    before, after = _lib(flat, "center_flat.cu"), _lib(out, "center_flat_cached.cu")
+    for dim in (203, 517, 900):
+        x = torch.randn(7, dim, generator=_gen(dim))
+        want, got = torch.zeros_like(x), torch.zeros_like(x)
+        before.launch("center_rows", 3, 64, 0, [want, x, 7, dim])
+        after.launch("center_rows", 3, 64, 0, [got, x, 7, dim])
+        assert torch.equal(got, want), dim
+    moved = flat.replace("const float mean = partial[0] / n;", "const float mean = partial[0] / n; r += 0;")
+    assert _refusal(moved) == "the passes write `r`, which their header or the row's offset reads"

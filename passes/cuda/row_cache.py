@@ -20,8 +20,10 @@ as a read, another taken address is refused). Preconditions, each refusal naming
 - the kernel never writes through `p` (nor reassigns it), and no global store or atomic runs
   between the first pass and the last one (the last pass may write; a store of its own
   element after reading it is what a write pass does);
-- the start, bound and step are written nowhere in the kernel, the bound is the same for every
-  thread of the block, and no pass changes its loop variable or leaves early;
+- nothing from the first pass to the end of the last writes what the start, bound, step or
+  offset read (the copy is made right before the first pass, again on each trip of a loop
+  around them), the bound and the offset are the same for every thread of the block, and no
+  pass changes its loop variable or leaves early;
 - the passes are not under a condition or loop that differs between the block's threads, and
   no thread may have returned before them (the copy ends with `__syncthreads()`; inside a loop
   over rows it also starts with one, so a slow thread's last pass over the previous row is
@@ -203,6 +205,19 @@ def _read_of(ir: KernelIR, sub: int) -> int | None:
     return None
 
 
+def _target_name(ir: KernelIR, assign: int) -> str | None:
+    """The variable an assignment or update writes (an array's or pointer's own name for an
+    element store)."""
+    target = children(ir, assign)[0]
+    if ir.grammar_type_of(assign) == "update_expression" and ir.grammar_type_of(target) != "identifier":
+        target = children(ir, assign)[-1]
+    base, _ = subscript(ir, target)
+    if base:
+        return base
+    return next((ir.name_of(t) for t in subtree(ir, target) if ir.grammar_type_of(t) == "identifier"),
+                None)
+
+
 def _stored(ir: KernelIR, ident: int) -> bool:
     """Whether identifier `ident` is the pointer of a plain store `p[..] = value`."""
     sub = ir.parent_of(ident)
@@ -223,6 +238,7 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
     passes, reads = [], []
     offsets: set[str] = set()
     index = ("", "")
+    offset_node: int | None = None
     for k, (loop, node) in enumerate(zip(loops, nodes, strict=True)):
         body = loop_body(ir, node)
         mine = []
@@ -239,7 +255,11 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
             if read is None:
                 return Skipped(f"pass {k + 1} takes the address of an element of `{pointer}`", facts)
             offsets.add(offset)
-            index = index if index[0] else (text(ir, idx[0]), loop.var)
+            if not index[0]:
+                index = (text(ir, idx[0]), loop.var)
+                offset_node = next((c for c in children(ir, idx[0]) if offset and
+                                    ir.grammar_type_of(c) not in ("+", "comment") and
+                                    flat_code(ir, c) != loop.var), None)
             mine.append((ir.span_of(read).start, ir.span_of(read).end))
         if mine:
             passes.append(k)
@@ -277,23 +297,29 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
         elif gtype == "call_expression" and "atomic" in text(ir, c).split("(")[0] and \
                 first[0] <= ir.span_of(c).start < last[0]:
             return Skipped("an atomic runs between the passes over the row", facts)
+    loop_var_names = {lp.var for lp in loops}
     header = loops[0]
-    loop_vars = {lp.var for lp in loops}
-    written = written_names(ir, fn) - loop_vars
+    # the copy is made right before the first pass: what the passes' header and offset read
+    # must keep its value from there to the end of the last pass (a write before, or in the
+    # update of a loop around them, happens before the copy is made again)
+    written = {name for c in subtree(ir, fn) if first[0] <= ir.span_of(c).start < last[1]
+               and ir.grammar_type_of(c) in ("assignment_expression", "update_expression")
+               for name in [_target_name(ir, c)] if name} - loop_var_names
     for part in (header.start, header.bound, header.step, offset):
         names = set(re.findall(r"(?<![.\w])[A-Za-z_]\w*", part)) - {"threadIdx", "blockDim"}
         if names & written:
-            return Skipped(f"the kernel writes `{sorted(names & written)[0]}`, which the passes' "
-                           "header reads", facts)
+            return Skipped(f"the passes write `{sorted(names & written)[0]}`, which their header "
+                           "or the row's offset reads", facts)
     if _norm(expand_locals(unit, fn, header.start)).strip("()") != "threadIdx.x":
         return Skipped(f"the passes start at `{header.start}`, not at the thread's index "
                        "(the copy covers the row from its first element)", facts)
-    if "threadIdx" in expand_locals(unit, fn, header.bound):
-        return Skipped("the passes' bound differs between threads", facts)
-    if "threadIdx" in expand_locals(unit, fn, offset):
-        return Skipped(f"the row's offset `{offset}` differs between threads", facts)
     scope = Scope(ir)
     scope.enter(fn)
+    bound = for_parts(ir, nodes[0])[1]
+    if bound is not None and scope.threads(children(ir, bound)[-1]) != UNIFORM:
+        return Skipped("the passes' bound differs between threads", facts)
+    if offset_node is not None and scope.threads(offset_node) != UNIFORM:
+        return Skipped(f"the row's offset `{offset}` differs between threads", facts)
     in_loop = False
     for a in ir.ancestors(nodes[0]):
         if a == fn:
