@@ -377,6 +377,31 @@ def test_the_wide_wgmma_form_matches_torch_on_the_emulator(name: str) -> None:
     assert isinstance(refused, Skipped) and "wgmma schedule" in refused.reason
 
 
+@pytest.mark.parametrize("name", ["tutorial 2-D blocktiling, pointer bumps, alpha/beta",
+                                  "column-major A, flattened tiles"])
+def test_sixteen_deep_slices_match_torch_on_the_emulator(name: str) -> None:
+    source, block, run, tol = CASES[name]
+    ir = kir.parse(source(), "cuda")
+    rule = get_pass("gemm-schedule").from_options({"block": block, "bk": 16})
+    site = next(s for s in rule.sites(ir) if not s.present)
+    result = rule.optimize(ir, site, CTX)
+    assert result.ok, result
+    assert '"bk": 16' in result.ir.text
+    lib = _emulated(result.ir.text)
+    torch.manual_seed(6)
+    for m, n, k in ((72, 136, 40), (130, 40, 45)):
+        got, want = run(lib, m, n, k)
+        assert torch.allclose(got, want, atol=tol * want.abs().max().item(), rtol=tol)
+    from passes.roundtrip import roundtrip
+
+    done = next(s for s in rule.sites(result.ir) if s.present)
+    assert rule.deoptimize(result.ir, done, CTX).options == {"wgmma": False, "bk": 16}
+    assert roundtrip(rule, result.ir, done, CTX).same
+    wg = get_pass("gemm-schedule").from_options({"block": block, "bk": 16, "wgmma": True})
+    refused = wg.optimize(ir, site, CTX)
+    assert isinstance(refused, Skipped) and "32 deep" in refused.reason
+
+
 def test_the_wgmma_form_refuses_blocks_that_are_not_warpgroups() -> None:
     textbook = (STYLES / "cu_mm_smem_tiled" / "mm_tiled.cu").read_text()
     ir = kir.parse(textbook, "cuda")

@@ -118,7 +118,8 @@ def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, bool]:
         facts = _facts(ir.text, f) if f.is_kernel and kernel in (None, f.name) else None
         if facts is not None:
             return {"wgmma": bool(facts.get("wgmma")),
-                    **({"wide": True} if facts.get("wide") else {})}
+                    **({"wide": True} if facts.get("wide") else {}),
+                    **({"bk": int(facts["bk"])} if facts.get("bk") else {})}
     return {"wgmma": False}
 
 

@@ -140,6 +140,8 @@ class Schedule:
     wgmma: bool = False
     tn: int = TILE_N
     """The tile's columns (128, or 256 for the wide wgmma tile)."""
+    bk: int = TILE_K
+    """The slice depth (32, or 16 for more, shallower slots)."""
 
     @property
     def row_step(self) -> int:
@@ -155,18 +157,23 @@ class Schedule:
         return self.tn // self.warps_n // 8
 
 
-def _slice_elems(op: Operand, mn: int, wgmma: bool = False) -> int:
-    """Elements of one operand's 32-deep slice of a `mn`-wide tile (padded rows for mma.sync,
+def _slice_elems(op: Operand, mn: int, wgmma: bool = False, bk: int = TILE_K) -> int:
+    """Elements of one operand's `bk`-deep slice of a `mn`-wide tile (padded rows for mma.sync,
     swizzled unpadded rows for wgmma)."""
     if wgmma:
-        return mn * TILE_K
-    return mn * (TILE_K + PAD) if op.k_contiguous else TILE_K * (mn + PAD)
+        return mn * bk
+    return mn * (bk + PAD) if op.k_contiguous else bk * (mn + PAD)
 
 
-def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = False
-         ) -> Schedule | str:
+def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = False,
+         bk: int = TILE_K) -> Schedule | str:
     """The schedule for `g`, or why there is none. `kept_shared`: bytes of the user's shared
-    arrays the rewritten body still uses; `wide`: 128x256 tiles (wgmma only)."""
+    arrays the rewritten body still uses; `wide`: 128x256 tiles (wgmma only); `bk`: the slice
+    depth (16 or 32)."""
+    if bk not in (16, 32):
+        return f"a slice depth of {bk} (16 or 32)"
+    if wgmma and bk != TILE_K:
+        return f"the wgmma slices are {TILE_K} deep (64-byte swizzled rows)"
     t = g.tile
     threads = t.block[0] * t.block[1]
     tn = 2 * TILE_N if wide else TILE_N
@@ -184,9 +191,9 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = Fals
         if threads % 32 or threads // 32 not in _WARPS:
             return f"the block of {threads} threads is not 4, 8, 16 or 32 warps"
         wm, wn = _WARPS[threads // 32]
-    per_stage = 2 * (_slice_elems(g.a, TILE_M, wgmma) + _slice_elems(g.b, tn, wgmma))
+    per_stage = 2 * (_slice_elems(g.a, TILE_M, wgmma, bk) + _slice_elems(g.b, tn, wgmma, bk))
     room = STATIC_SHARED_LIMIT - kept_shared
-    stages = min(4, room // per_stage)
+    stages = min(8, room // per_stage)
     if stages < 2:
         return "no room for two slices of the 128x128x32 tile in 48 KiB of static shared memory"
     smem = stages * per_stage
@@ -194,19 +201,19 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = Fals
     chunk = t.bm
     while chunk > 1 and chunk * ldx * 4 > smem:
         chunk //= 2
-    return Schedule(threads, wm, wn, stages, chunk, ldx, smem, wgmma, tn)
+    return Schedule(threads, wm, wn, stages, chunk, ldx, smem, wgmma, tn, bk)
 
 
 # ---------------------------------------------------------------------------------------------
 # the emitted body
 
 
-def _mode(op: Operand, rows: bool) -> tuple[int, int, int]:
+def _mode(op: Operand, rows: bool, bk: int = TILE_K) -> tuple[int, int, int]:
     """(ldmatrix mode, stride 1, stride 2) of the kl_tc fragment readers for one operand's
     slice: A (r, k) strides (SR, SK); B (k, n) strides (SK, SN)."""
     mn = TILE_M if rows else TILE_N
     if op.k_contiguous:
-        pitch = TILE_K + PAD
+        pitch = bk + PAD
         return (2, pitch, 1) if rows else (2, 1, pitch)
     pitch = mn + PAD
     return (3, 1, pitch) if rows else (3, pitch, 1)
@@ -221,15 +228,15 @@ def _tid(t: GemmTile) -> str:
 def _loads(g: GlobalGemm, s: Schedule) -> Any:
     """`load(slot, kt)`: the C statement staging K slice `kt` into ring slot `slot`."""
     p = PREFIX
-    a_el, b_el = (_slice_elems(g.a, TILE_M, s.wgmma), _slice_elems(g.b, s.tn, s.wgmma))
+    a_el, b_el = (_slice_elems(g.a, TILE_M, s.wgmma, s.bk), _slice_elems(g.b, s.tn, s.wgmma, s.bk))
 
     def one(op: Operand, mn: int, ring: str, elems: int, glob: str, ld: str, mn0: str,
             bound: str, vec: str, slot: str, kt: str) -> str:
         kc = "true" if op.k_contiguous else "false"
-        pitch = TILE_K + PAD if op.k_contiguous else mn + PAD
+        pitch = s.bk + PAD if op.k_contiguous else mn + PAD
         sw = 0 if not s.wgmma else (1 if op.k_contiguous else 2)
-        return (f"kl_gs_load<{kc}, {mn}, {TILE_K}, {pitch}, {s.threads}, {sw}>({p}{ring} + ({slot}) * "
-                f"{elems}, {p}{glob}, {p}{ld}, {p}{mn0}, ({kt}) * {TILE_K}, {p}{bound}, {p}K, "
+        return (f"kl_gs_load<{kc}, {mn}, {s.bk}, {pitch}, {s.threads}, {sw}>({p}{ring} + ({slot}) * "
+                f"{elems}, {p}{glob}, {p}{ld}, {p}{mn0}, ({kt}) * {s.bk}, {p}{bound}, {p}K, "
                 f"{p}{vec}, {p}tid);")
 
     def load(slot: str, kt: str) -> str:
@@ -243,14 +250,14 @@ def main_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
     `kl_gs_acc`."""
     p = PREFIX
     load = _loads(g, s)
-    a_el, b_el = (_slice_elems(g.a, TILE_M, s.wgmma), _slice_elems(g.b, s.tn, s.wgmma))
+    a_el, b_el = (_slice_elems(g.a, TILE_M, s.wgmma, s.bk), _slice_elems(g.b, s.tn, s.wgmma, s.bk))
     i = pad
     head = [
         f"{i}#pragma unroll",
         f"{i}for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
         f"{i}  for (int {p}j = 0; {p}j < {s.ni}; ++{p}j)",
         f"{i}    for (int {p}h = 0; {p}h < 4; ++{p}h) {p}acc[{p}i][{p}j][{p}h] = 0.0f;",
-        f"{i}const int {p}kt = ({p}K + {TILE_K - 1}) / {TILE_K};",
+        f"{i}const int {p}kt = ({p}K + {s.bk - 1}) / {s.bk};",
         f"{i}for (int {p}s = 0; {p}s < {s.stages - 1}; ++{p}s) {{",
         f"{i}  if ({p}s < {p}kt) {{ {load(f'{p}s', f'{p}s')} }}",
         f"{i}  kl_gs_commit();",
@@ -275,11 +282,11 @@ def main_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
 def _mma_step(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
     p = PREFIX
     bf16 = "true" if g.dtype == "bf16" else "false"
-    ma, sa1, sa2 = _mode(g.a, True)
-    mb, sb1, sb2 = _mode(g.b, False)
+    ma, sa1, sa2 = _mode(g.a, True, s.bk)
+    mb, sb1, sb2 = _mode(g.b, False, s.bk)
     return [
         "#pragma unroll",
-        f"{i}for (int {p}kk = 0; {p}kk < {TILE_K}; {p}kk += 16) {{",
+        f"{i}for (int {p}kk = 0; {p}kk < {s.bk}; {p}kk += 16) {{",
         f"{i}  unsigned {p}fa[{s.mi}][4], {p}fb[{s.ni}][2];",
         "#pragma unroll",
         f"{i}  for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
@@ -298,15 +305,15 @@ def _mma_step(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
     ]
 
 
-def _descriptor(op: Operand, rows: bool, base: str, kk: str) -> str:
+def _descriptor(op: Operand, rows: bool, base: str, kk: str, bk: int) -> str:
     """The descriptor of one operand's 64-row (A) or wgmma-N-column (B) block at `base` (its
     first mn, a multiple of 64 for MN-major slices) and k offset `kk` of the slot."""
     p = PREFIX
     ring = "ta" if rows else "tb"
     if op.k_contiguous:  # rows of 32 k, 64-byte swizzle, 8-row groups 512 bytes apart
-        return f"kl_gs_desc({p}{ring} + ({base}) * {TILE_K} + {kk}, 16, 512, 2)"
-    # atoms of 64 mn x 32 k rows (128-byte swizzle): 4096 bytes between atoms, 8 k rows = 1024 bytes
-    return f"kl_gs_desc({p}{ring} + ({base}) * {TILE_K} + {kk} * 64, {64 * TILE_K * 2}, 1024, 1)"
+        return f"kl_gs_desc({p}{ring} + ({base}) * {bk} + {kk}, 16, {8 * bk * 2}, 2)"
+    # atoms of 64 mn x bk k rows (128-byte swizzle), 8 k rows = 1024 bytes
+    return f"kl_gs_desc({p}{ring} + ({base}) * {bk} + {kk} * 64, {64 * bk * 2}, 1024, 1)"
 
 
 def _wgmma_step(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
@@ -321,9 +328,9 @@ def _wgmma_step(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
         "#pragma unroll",
         f"{i}for (int {p}i = 0; {p}i < {s.mi}; ++{p}i) {{",
         "#pragma unroll",
-        f"{i}  for (int {p}kk = 0; {p}kk < {TILE_K}; {p}kk += 16) {{",
-        f"{i}    const unsigned long long da = {_descriptor(g.a, True, f'{p}gm0 + 64 * {p}i', f'{p}kk')};",
-        f"{i}    const unsigned long long db = {_descriptor(g.b, False, f'{p}gn0', f'{p}kk')};",
+        f"{i}  for (int {p}kk = 0; {p}kk < {s.bk}; {p}kk += 16) {{",
+        f"{i}    const unsigned long long da = {_descriptor(g.a, True, f'{p}gm0 + 64 * {p}i', f'{p}kk', s.bk)};",
+        f"{i}    const unsigned long long db = {_descriptor(g.b, False, f'{p}gn0', f'{p}kk', s.bk)};",
         f'{i}    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} '
         f'{{{regs}}}, %{n // 2}, %{n // 2 + 1}, 1, 1, 1, {ta}, {tb};"',
         f"{i}                 : {outs}",
@@ -482,7 +489,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
              removed: list[tuple[int, int]], written: list[str]) -> str:
     """The kernel's whole new body (with braces)."""
     p, t = PREFIX, g.tile
-    a_el = _slice_elems(g.a, TILE_M, s.wgmma)
+    a_el = _slice_elems(g.a, TILE_M, s.wgmma, s.bk)
     row_axis, col_axis = g.a.axis, g.b.axis
     tn = s.tn
     sub_m, sub_n = TILE_M // t.bm, tn // t.bn
@@ -495,9 +502,9 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
     else:
         vb = {row_axis: f"(unsigned){vm}", col_axis: f"(unsigned){vn}"}
         vg = {row_axis: f"(unsigned){rows_u}", col_axis: f"(unsigned){cols_u}"}
-    facts = json.dumps({**g.to_json(), "schedule": [TILE_M, tn, TILE_K, s.stages],
-                        "wgmma": s.wgmma, **({"wide": True} if tn > TILE_N else {})},
-                       sort_keys=True)
+    facts = json.dumps({**g.to_json(), "schedule": [TILE_M, tn, s.bk, s.stages],
+                        "wgmma": s.wgmma, **({"wide": True} if tn > TILE_N else {}),
+                        **({"bk": s.bk} if s.bk != TILE_K else {})}, sort_keys=True)
     restore = " ".join(f"{n} = {p}in_{n};" for n in written)
     i1, i2, i3 = "  ", "    ", "      "
     lines = [
@@ -646,6 +653,9 @@ class GemmSchedule(Pass):
     """Issue the tile's K steps as Hopper warpgroup MMA (wgmma m64nNk16 from 64- / 128-byte
     swizzled slices, sm_90a) instead of ldmatrix + mma.sync."""
 
+    bk: int = TILE_K
+    """The depth of a staged slice: 32, or 16 (mma.sync only: twice the slots in the same shared
+    memory)."""
     wide: bool = False
     """With `wgmma`: 128x256 tiles (two 24 KiB slots; half the operand traffic per output of the
     128x128 tile) instead of 128x128."""
@@ -698,7 +708,7 @@ class GemmSchedule(Pass):
             return Skipped(reasons[0] if reasons else "no tiled GEMM kernel the rule can read")
         if self.wgmma and ctx is not None and str(ctx.facts.get("arch", "sm_90")) < "sm_90":
             return Skipped("wgmma needs sm_90a")
-        s = plan(f.g, f.kept_shared, self.wgmma, self.wide)
+        s = plan(f.g, f.kept_shared, self.wgmma, self.wide, int(self.bk))
         if isinstance(s, str):
             return Skipped(s, f.g.to_json())
         return finish(ir, site, rewrite_edits(ir, f, s), preconditions=results)
