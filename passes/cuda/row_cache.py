@@ -200,7 +200,7 @@ def _read_of(ir: KernelIR, sub: int) -> int | None:
     if call is not None and ir.grammar_type_of(args) == "argument_list" and \
             ir.grammar_type_of(call) == "call_expression" and \
             re.fullmatch(r"__ld(?:g|ca|cg|cs|lu|cv)", callee(ir, call)) and \
-            len([c for c in children(ir, args) if ir.grammar_type_of(c) not in ("(", ")", ",", "comment")]) == 1:
+            sum(ir.grammar_type_of(c) not in ("(", ")", ",", "comment") for c in children(ir, args)) == 1:
         return call
     return None
 
@@ -536,7 +536,8 @@ def _cached_row(unit: Unit, fn: int, array: str, decl: int) -> CachedRow | None:
                                          for u in _uses(ir, fn, guard)):
                 removed.append(_upto_next(ir, items, gdecl))
     elif ir.grammar_type_of(node) == "for_statement":
-        body = [c for c in subtree(ir, loop_body(ir, node)) if ir.grammar_type_of(c) == "assignment_expression"]
+        body = [c for c in subtree(ir, loop_body(ir, node))
+                if ir.grammar_type_of(c) == "assignment_expression"]
         var = loop_var(ir, node)
         if len(body) != 1 or var is None:
             return None
