@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from passes.cuda._tree import Scope, block_items, children, declared_names, text
 from passes.cuda.gemm_eval import (GemmTile, Refusal, Tile, _cdiv, _cmod, _and, _or, _not, _sel,
                                    _min, _max, _k, _Kernel, _Local, _Translator, _is_sync,
-                                   _STEP_LIMIT, element_kind, _TRIVIA)
+                                   element_kind, _TRIVIA)
 
 if TYPE_CHECKING:
     from kir import KernelIR
