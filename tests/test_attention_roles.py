@@ -112,3 +112,71 @@ def test_the_grid_literal_goes_to_the_query_tile_and_both_tiles_are_swept(tmp_pa
     assert "TQ=" not in out and "TK=" not in out.split("def run")[1]
     assert '"TQ": 128, "TK": 64' in out, out[:600]
     _gate(tmp_path, out)
+
+
+# The host of the same kernel binds the tiles to names first (`tq, tk = 16, 16`) and writes
+# Triton's default warps out: the fmha lineage's tile and warp steps have their sites there.
+HOST_NAMES = START.split("def run")[0] + '''def run(q, k, v):
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    nb, hq, n, hd = q.shape
+    o = torch.empty_like(q)
+    tq, tk = 16, 16
+    grouped_causal[(triton.cdiv(n, tq), hq, nb)](
+        q, k, v, o, hd ** -0.5, n, hq, k.shape[1],
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), o.stride(0), o.stride(1),
+        HD=hd, TQ=tq, TK=tk, num_warps=4)
+    return o
+'''
+
+
+@pytest.mark.parametrize("tile", ["TQ", "TK"])
+def test_a_tile_passed_from_a_host_name_is_resized_where_the_name_is_bound(
+        tmp_path: Path, tile: str) -> None:
+    from passes import Applied, get_pass
+
+    ir = kir.parse(HOST_NAMES, "triton")
+    rule = get_pass("tile-sizes").from_options({"value": 32, "tile": tile})
+    site = next(s for s in rule.sites(ir) if not s.present and s.detail["tile"] == tile)
+    made = rule.optimize(ir, site)
+    assert isinstance(made, Applied), made
+    after = made.ir.unparse()
+    # one literal changes; the grid, which divides by tq, follows it
+    assert ("tq, tk = 32, 16" if tile == "TQ" else "tq, tk = 16, 32") in after
+    assert after.replace("32, 16", "16, 16").replace("16, 32", "16, 16") == HOST_NAMES
+    _gate(tmp_path, after)
+
+
+def test_a_host_name_the_grid_does_not_follow_is_refused_with_its_reason() -> None:
+    from passes import Skipped, get_pass
+
+    text = HOST_NAMES.replace("triton.cdiv(n, tq)", "triton.cdiv(n, 16)")
+    ir = kir.parse(text, "triton")
+    rule = get_pass("tile-sizes")()
+    site = next(s for s in rule.sites(ir) if not s.present and s.detail["tile"] == "TQ")
+    made = rule.optimize(ir, site)
+    assert isinstance(made, Skipped) and "launch grid does not derive from TQ" in made.reason
+
+
+def test_one_literal_bound_to_two_tile_names_is_no_site() -> None:
+    from passes import get_pass
+
+    text = HOST_NAMES.replace("tq, tk = 16, 16", "tq = tk = 16")
+    sites = get_pass("tile-sizes")().sites(kir.parse(text, "triton"))
+    assert not sites  # resizing the literal would resize both tiles: neither step is that
+
+
+def test_default_warps_written_out_are_a_site_of_the_warp_step(tmp_path: Path) -> None:
+    from passes import Applied, get_pass
+
+    ir = kir.parse(HOST_NAMES, "triton")
+    rule = get_pass("num-warps").from_options({"value": 8})
+    [site] = rule.sites(ir)
+    assert not site.present  # the kernel does not have the step: 4 is what Triton picks anyway
+    made = rule.optimize(ir, site)
+    assert isinstance(made, Applied), made
+    after = made.ir.unparse()
+    assert after == HOST_NAMES.replace("num_warps=4)", "num_warps=8)")
+    _gate(tmp_path, after)
+    # a value already chosen is left alone
+    chosen = kir.parse(HOST_NAMES.replace("num_warps=4", "num_warps=2"), "triton")
+    assert all(s.present for s in rule.sites(chosen))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from passes._source import ByteEdit, finish, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, literal_int, names_in
+from passes.triton.roles import DEFAULT_WARPS, host_binding
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -237,6 +238,10 @@ class TileSizes(Pass):
                 for kw in call.keywords:
                     if kw.arg and kw.arg in names and literal_int(kw.value) is not None:
                         found.append((kw.arg, kw.value, call))
+                    elif kw.arg and kw.arg in names:  # `BLOCK_M=bm` with `bm = 64` on the host
+                        bound = host_binding(mod, call, kw.value)
+                        if bound is not None:
+                            found.append((kw.arg, bound, call))
         for kernel in mod.kernels():
             args = kernel.args
             defaults = args.defaults
@@ -275,7 +280,7 @@ class TileSizes(Pass):
             return Skipped(f"the recorded step resized {self.tile}, not {name}",
                            {"tile": name, "recorded": self.tile})
         holder = next((h for n, lit, h in self._literals(mod) if lit is node), None)
-        refusal = _shared(mod, holder) or _grid_refusal(mod, holder, name)
+        refusal = _shared(mod, holder) or _grid_refusal(mod, holder, name, _host_name(mod, node))
         if refusal is not None:
             return refusal
         current = node.value
@@ -357,10 +362,28 @@ def _unchecked(mod: PyModule, holder: ast.AST | None) -> dict[str, int]:
     return caps
 
 
-def _grid_refusal(mod: PyModule, holder: ast.AST | None, tile: str) -> Skipped | None:
+def _host_name(mod: PyModule, node: ast.AST) -> str:
+    """The host name a tile literal is bound to (`bm` of `bm = 64`, of `bm, bn = 64, 32`);
+    '' for a literal written at a launch, a config or a signature."""
+    parent = mod.parents.get(node)
+    if isinstance(parent, (ast.Tuple, ast.List)):
+        at = parent.elts.index(node)
+        parent = mod.parents.get(parent)
+        targets = parent.targets if isinstance(parent, ast.Assign) else []
+        names = [t.elts[at] for t in targets if isinstance(t, (ast.Tuple, ast.List))
+                 and len(t.elts) > at]
+    else:
+        names = list(getattr(parent, "targets", None) or [getattr(parent, "target", None)])
+    named = [n.id for n in names if isinstance(n, ast.Name)]
+    return named[0] if isinstance(parent, (ast.Assign, ast.AnnAssign)) and named else ""
+
+
+def _grid_refusal(mod: PyModule, holder: ast.AST | None, tile: str,
+                  host: str = "") -> Skipped | None:
     """Resizing a tile that maps programs to output tiles needs a launch grid computed from
-    the same tile (`grid = lambda meta: (cdiv(M, meta["BLOCK_M"]), ...)`); a grid fixed on
-    the host would leave tiles unwritten or write out of bounds."""
+    the same tile (`grid = lambda meta: (cdiv(M, meta["BLOCK_M"]), ...)`, or from the host
+    name `host` the tile is passed from); a grid fixed on the host would leave tiles
+    unwritten or write out of bounds."""
     if isinstance(holder, ast.Call) and isinstance(holder.func, ast.Subscript):
         kernel = next((h.kernel for h in holders(mod) if h.call is holder), None)
         launches = [holder]
@@ -371,7 +394,7 @@ def _grid_refusal(mod: PyModule, holder: ast.AST | None, tile: str) -> Skipped |
     if kernel is None or tile not in _grid_tiles(kernel):
         return None
     for launch in launches:
-        if not _grid_reads(mod, launch, tile):
+        if not (_grid_reads(mod, launch, tile) or host and host in names_in(_grid(mod, launch))):
             return Skipped(f"the launch grid does not derive from {tile}: resizing it would "
                            "change which output tiles the programs cover",
                            {"tile": tile, "grid": mod.text(launch.func.slice)})
@@ -424,6 +447,14 @@ def _reads_program_id(expr: ast.AST) -> bool:
 
 def _grid_reads(mod: PyModule, launch: ast.Call, tile: str) -> bool:
     """Whether the launch grid is computed from the launch's meta-parameter `tile`."""
+    grid = _grid(mod, launch)
+    if not isinstance(grid, (ast.Lambda, ast.FunctionDef)):
+        return False
+    return any(isinstance(n, ast.Constant) and n.value == tile for n in ast.walk(grid))
+
+
+def _grid(mod: PyModule, launch: ast.Call) -> ast.AST:
+    """The launch's grid: the subscript, or what the name there is bound to in the host."""
     grid = launch.func.slice
     if isinstance(grid, ast.Name):
         host = mod.enclosing(launch, ast.FunctionDef) or mod.tree
@@ -435,9 +466,7 @@ def _grid_reads(mod: PyModule, launch: ast.Call, tile: str) -> bool:
                                                     for t in node.targets):
                 grid = node.value
                 break
-    if not isinstance(grid, (ast.Lambda, ast.FunctionDef)):
-        return False
-    return any(isinstance(n, ast.Constant) and n.value == tile for n in ast.walk(grid))
+    return grid
 
 
 # ---------------------------------------------------------------------------------------------
@@ -492,7 +521,9 @@ class NumWarps(_KeywordPass):
             if kw is None:
                 if not any(k.arg is None for k in holder.call.keywords):  # `**config` may set it
                     out.append(self._site_of(ir, index, mod, holder.call, False, {}))
-            elif value is not None and value != 4:
+            elif value == DEFAULT_WARPS:  # written out, Triton's default is still unchosen
+                out.append(self._site_of(ir, index, mod, holder.call, False, {"num_warps": value}))
+            elif value is not None:
                 out.append(self._site_of(ir, index, mod, holder.call, True, {"num_warps": value}))
         return out
 
@@ -514,7 +545,9 @@ class NumWarps(_KeywordPass):
         call = self._holder_at(mod, site)
         if call is None:
             return Skipped("no launch or config at the site", {"site": site.anchor})
-        if mod.keyword(call, "num_warps") is not None:
+        kw = mod.keyword(call, "num_warps")
+        written = literal_int(kw.value) if kw is not None else None
+        if kw is not None and (written != DEFAULT_WARPS or self.value == written):
             return Skipped("num_warps is already set", {"site": site.anchor})
         shared = _shared(mod, call)
         if shared is not None:
@@ -522,6 +555,9 @@ class NumWarps(_KeywordPass):
         results, skip = self.check(ctx, {"num_warps": self.value})
         if skip:
             return skip
+        if kw is not None:  # the default written out: the value changes where it is written
+            return finish(ir, site, [_value_edit(mod, kw.value, self.value)], options={},
+                          preconditions=results)
         position = self.position if self.position >= 0 else len(mod.arguments(call))
         edit = mod.insert_argument(call, position, f"num_warps={self.value}")
         return finish(ir, site, [edit], options={}, preconditions=results)

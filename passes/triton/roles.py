@@ -665,6 +665,28 @@ def _host_literal(mod: PyModule, call: ast.AST, expr: ast.AST) -> int | None:
     return _module_literal(mod, expr)
 
 
+def host_binding(mod: PyModule, call: ast.AST, expr: ast.AST) -> ast.Constant | None:
+    """The int literal a launch argument's host name is bound to: a name assigned once in the
+    function around the launch, to a literal that binds it alone (`BLOCK = 32`, the element of
+    `BM, BN = 64, 32`; not `BM = BN = 32`, whose one literal sizes both). Rewriting that
+    literal resizes the argument and every host read of the name alike (a grid that divides by
+    it). None otherwise."""
+    scope = mod.enclosing(call, ast.FunctionDef)
+    if not isinstance(expr, ast.Name) or scope is None:
+        return None
+    bound = _bindings(ast.walk(scope), expr.id)
+    stores = [n for n in ast.walk(scope)
+              if isinstance(n, ast.Name) and n.id == expr.id and isinstance(n.ctx, ast.Store)]
+    if len(bound) != 1 or len(stores) != 1 or literal_int(bound[0]) is None:
+        return None
+    statement = mod.parents.get(bound[0])
+    while statement is not None and not isinstance(statement, (ast.Assign, ast.AnnAssign)):
+        statement = mod.parents.get(statement)
+    if isinstance(statement, ast.Assign) and len(statement.targets) > 1:
+        return None
+    return bound[0] if isinstance(bound[0], ast.Constant) else None
+
+
 def _parameters(fn: ast.FunctionDef) -> list[str]:
     return [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
 
