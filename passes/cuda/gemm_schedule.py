@@ -20,6 +20,10 @@ kernel's body becomes:
   (through shared memory) into the user's accumulators, so the user's epilogue (alpha / beta,
   bias, activation, bounds, conversion) writes the output as before.
 
+Options: `wgmma` (sm_90a: 64- / 128-byte swizzled slices read by `wgmma.mma_async m64nNk16`
+per warpgroup), `wide` (with wgmma: 128x256 tiles), `bk` (16: shallower slices and more slots
+for the mma.sync form), `block` (the launch's block where no host tells it).
+
 Preconditions (each refusal says which): the kernel is a GEMM micro-kernel `gemm_eval` reads and
 whose staging `gemm_global` traces; bf16 / fp16 global operands; the block size is known (the
 host's launch, the `block` fact or option, `__launch_bounds__`) and is 4, 8, 16 or 32 warps; the
