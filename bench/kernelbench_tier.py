@@ -44,6 +44,7 @@ and control against each baseline. Records are OUT/ops/<problem>.json; a rerun c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -179,51 +180,162 @@ def _rel_err(out: Any, ref: Any) -> float:
     return worst
 
 
-def measure_baselines(path: Path, seed: int = 1234, compile_model: bool = True) -> dict[str, Any]:
-    """Eager, eager-TF32 and torch.compile times of a problem's Model on its real inputs, on
-    this process's GPU (module docstring); each entry's error says why where it failed. The
-    TF32 and compiled outputs' relative-norm errors to eager's are recorded beside them."""
+def _inductor_benchmark_lock(lock: Any) -> bool:
+    """Route torch.compile's autotuning measurements through `lock.exclusive` where this
+    torch lets a harness do so (`set_gpu_benchmark_lock_context`); False where it does not."""
+    try:
+        from torch._inductor.runtime import benchmarking
+    except ImportError:
+        return False
+    setter = getattr(benchmarking, "set_gpu_benchmark_lock_context", None)
+    if setter is None:
+        return False
+    setter(lock.exclusive)
+    return True
+
+
+def time_baselines(model: Any, inputs: Sequence[Any], lock: Any, bench: Any,
+                   compile_fn: Any = None, write: Any = None,
+                   compile_benchmarks_locked: bool = False) -> dict[str, Any]:
+    """Eager, eager-TF32 and (with `compile_fn`, which wraps a module) compiled times of
+    `model(*inputs)`, each by `bench(fn) -> ms`, on the GPU `lock` (a `gate.gpulock` lock)
+    belongs to, as a gate's worker shares it: every untimed run (the reference output, each
+    baseline's first call) holds the shared lock and every `bench` the exclusive one, so the
+    figures are sound beside concurrent gates and never disturb theirs. The compile (the first
+    call of the compiled model, which also autotunes it) holds the shared lock throughout,
+    unless `compile_benchmarks_locked` (its autotuning measurements take the exclusive lock
+    themselves): then it holds no lock. `write(out)` is called with the figures so far before
+    each step ("stage" names it) and at the end ("stage": "done"), so a process stopped
+    during the compile keeps eager's."""
+    import contextlib
+
+    import torch
+
+    out: dict[str, Any] = {}
+    write = write or (lambda _: None)
+
+    def step(name: str) -> None:
+        out["stage"] = name
+        write(dict(out))
+
+    def run(fn: Any) -> Any:
+        with lock.shared(), torch.no_grad():
+            return fn()
+
+    def timed(fn: Any) -> float:
+        with lock.exclusive(), torch.no_grad():
+            return float(bench(fn))
+
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        step("eager")
+        ref = run(lambda: model(*inputs))
+        out["eager_ms"] = timed(lambda: model(*inputs))
+        step("eager_tf32")
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        out["eager_tf32_err"] = _rel_err(run(lambda: model(*inputs)), ref)
+        out["eager_tf32_ms"] = timed(lambda: model(*inputs))
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        if compile_fn is not None:
+            step("compile")
+            try:
+                compiled = compile_fn(model)
+                t0 = time.perf_counter()
+                held = contextlib.nullcontext() if compile_benchmarks_locked else lock.shared()
+                with held, torch.no_grad():
+                    result = compiled(*inputs)
+                out["compile_s"] = round(time.perf_counter() - t0, 1)
+                out["compile_err"] = _rel_err(result, ref)
+                out["compile_ms"] = timed(lambda: compiled(*inputs))
+                out["compile_status"] = "ok"
+            except Exception as exc:  # noqa: BLE001 — a model torch.compile fails on: a cell says why
+                out["compile_status"] = "error"
+                out["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    step("done")
+    return out
+
+
+def baseline_child(path: Path, out_file: Path, compile_model: bool = True, seed: int = 1234) -> int:
+    """The baselines of one problem in this process (meant to be a child of the harness:
+    `--baseline-child`), on its GPU, its figures written to `out_file` as they come."""
     import torch
     from triton.testing import do_bench
 
-    out: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0)}
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    from gate import gpulock
+
+    def write(data: Mapping[str, Any]) -> None:
+        _write(out_file, {"gpu": torch.cuda.get_device_name(0), **data})
+
+    lock = gpulock.for_current_device(torch)
+    locked = compile_model and _inductor_benchmark_lock(lock)
     try:
         ns = _load_problem(path)
         torch.manual_seed(seed)
         with torch.device("cuda"):  # drawn on the GPU, as the gate draws a problem's inputs
             inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
             model = ns["Model"](*ns["get_init_inputs"]()).cuda()
+        out = time_baselines(
+            model, inputs, lock, lambda fn: do_bench(fn, warmup=25, rep=100, return_mode="median"),
+            (lambda m: torch.compile(m, mode=COMPILE_MODE)) if compile_model else None, write, locked)
+        write({**out, "compile_lock": "autotuning measurements exclusive" if locked
+               else "compile under the shared lock"})
+    except Exception as exc:  # noqa: BLE001 — the row says why
+        write({"stage": "done", "error": f"{type(exc).__name__}: {exc}"[:300]})
+    return 0
 
-        def timed(fn: Any) -> float:
-            with torch.no_grad():
-                return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
-        with torch.no_grad():
-            ref = model(*inputs)
-        out["eager_ms"] = timed(lambda: model(*inputs))
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        with torch.no_grad():
-            out["eager_tf32_err"] = _rel_err(model(*inputs), ref)
-        out["eager_tf32_ms"] = timed(lambda: model(*inputs))
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-        if compile_model:
+def measure_baselines(path: Path, timeout: float, compile_model: bool = True,
+                      threads: int | None = None, command: Sequence[str] | None = None) -> dict[str, Any]:
+    """A problem's baselines (`time_baselines`) measured by a child process given `timeout`
+    seconds in all; the child and every process it started (torch.compile's compile workers)
+    are stopped when it runs over. The entry holds what the child measured before that, and
+    says where it was stopped: `compile_status` "timeout" when in the compile, else `error`.
+    `threads` bounds torch.compile's compile workers (several children at once share the
+    CPU); `command` replaces the child's command line (tests)."""
+    import signal
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="kb-baseline-") as tmp:
+        out_file = Path(tmp) / "baselines.json"
+        cmd = list(command) if command else [
+            sys.executable, str(Path(__file__).resolve()), "--baseline-child", str(path),
+            "--child-out", str(out_file), *([] if compile_model else ["--no-compile"])]
+        env = {**os.environ, "KB_BASELINE_OUT": str(out_file),
+               **({"TORCHINDUCTOR_COMPILE_THREADS": str(threads)} if threads else {})}
+        t0 = time.monotonic()
+        # stderr to a file: a process that outlived the group cannot hold this call on a pipe
+        with open(Path(tmp) / "stderr.txt", "w+") as err_file:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err_file, env=env,
+                                    start_new_session=True)  # its own group: stopped whole
             try:
-                compiled = torch.compile(model, mode=COMPILE_MODE)
-                t0 = time.perf_counter()
-                with torch.no_grad():
-                    out["compile_err"] = _rel_err(compiled(*inputs), ref)
-                torch.cuda.synchronize()
-                out["compile_s"] = round(time.perf_counter() - t0, 1)
-                out["compile_ms"] = timed(lambda: compiled(*inputs))
-            except Exception as exc:  # noqa: BLE001 — a model torch.compile fails on: a cell says why
-                out["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        del ref, inputs, model
-    except Exception as exc:  # noqa: BLE001 — the row says why, the run goes on
-        out["error"] = f"{type(exc).__name__}: {exc}"[:300]
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-        torch.cuda.empty_cache()
+                proc.wait(timeout=timeout)
+                stopped = False
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                stopped = True
+            err_file.seek(0)
+            err = err_file.read()
+        try:
+            out = json.loads(out_file.read_text())
+        except (OSError, json.JSONDecodeError):
+            out = {}
+    out["wall_s"] = round(time.monotonic() - t0, 1)
+    if stopped:
+        out["timeout_s"] = timeout
+        if out.get("stage") == "compile":
+            out["compile_status"] = "timeout"
+            out["compile_error"] = f"torch.compile did not finish within the {timeout:.0f} s given"
+        else:
+            out["error"] = f"stopped after {timeout:.0f} s at {out.get('stage') or 'start-up'}"
+    elif out.get("stage") != "done" and "error" not in out:
+        tail = (err or "").strip().splitlines()
+        out["error"] = f"the baseline process ended with code {proc.returncode}" + (
+            f": {tail[-1][:240]}" if tail else "")
     return out
 
 
@@ -261,7 +373,11 @@ def lower_precision(entry: Mapping[str, Any]) -> bool:
 
 
 def build_tables(records: Sequence[Mapping[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
-    """The JSON result: rows per problem and KernelBench's metrics per kernel and baseline."""
+    """The JSON result: rows per problem (every problem of the run: refused and not started
+    ones too), each with the baselines on the gate's clock (eager = the start gate's reference;
+    eager-TF32 and compile as `kernel_vs` gives them for the start) and each kernel's ratio to
+    each baseline; KernelBench's metrics per kernel and baseline over all problems
+    (`metrics`) and over the compute-bound ones (`compute_bound`)."""
     rows = []
     for rec in sorted(records, key=lambda r: (r.get("level", ""), _number(r.get("op", "").rsplit("/", 1)[-1]))):
         row = dict(rec)
@@ -269,17 +385,47 @@ def build_tables(records: Sequence[Mapping[str, Any]], args: argparse.Namespace)
             for baseline in BASELINES:
                 ok, ms, base = kernel_vs(rec, kernel, baseline)
                 row[f"{kernel}_x_{baseline}"] = base / ms if ok and ms and base else None
+        for baseline in BASELINES:
+            row[f"{baseline}_ms"] = kernel_vs(rec, "start", baseline)[2]
+        row["compile_status"] = (rec.get("baselines") or {}).get("compile_status")
         row["lower_precision"] = [k for k in KERNELS if lower_precision(_kernel_entry(rec, k))]
         rows.append(row)
-    metrics = {kernel: {baseline: kernelbench_metrics([kernel_vs(r, kernel, baseline) for r in records])
-                        for baseline in BASELINES} for kernel in KERNELS}
+    bound = [r for r in records if r.get("compute_bound")]
+
+    def table(subset: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return {kernel: {baseline: kernelbench_metrics([kernel_vs(r, kernel, baseline) for r in subset])
+                         for baseline in BASELINES} for kernel in KERNELS}
+
     return {"tier": args.tier, "library": str(args.library), "budget_steps": args.budget_steps,
             "box_s": args.box, "command": "python3 bench/kernelbench_tier.py " + " ".join(sys.argv[1:]),
-            "compile_mode": COMPILE_MODE, "rows": rows, "metrics": metrics}
+            "compile_mode": COMPILE_MODE, "rows": rows, "metrics": table(records),
+            "compute_bound": {"problems": [r.get("op") for r in bound],
+                              "unclassified": [r.get("op") for r in records if "compute_bound" not in r],
+                              "threshold_flops_per_byte": _heldout().COMPUTE_BOUND,
+                              "metrics": table(bound)},
+            "status": {s: sum(1 for r in records if _status(r) == s)
+                       for s in sorted({_status(r) for r in records})}}
+
+
+def _status(rec: Mapping[str, Any]) -> str:
+    """A record's status without its details ("done, box cut by --wall (...)" -> "box cut")."""
+    text = str(rec.get("status") or "-")
+    return "box cut by --wall" if "box cut" in text else text
 
 
 def _fmt(v: Any, spec: str = ".3f") -> str:
     return "-" if v is None else format(v, spec)
+
+
+def _metrics_lines(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
+    lines = ["| kernel | baseline | n | correct | fast_0 | fast_1 | fast_1.5 | fast_2 | geomean |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for kernel, by_base in metrics.items():
+        for baseline, m in by_base.items():
+            fp = m["fast_p"]
+            lines.append(f"| {kernel} | {baseline} | {m['n']} | {m['correct']} | {_fmt(fp['0'])} | {_fmt(fp['1'])} "
+                         f"| {_fmt(fp['1.5'])} | {_fmt(fp['2'])} | {_fmt(m['geomean_speedup'])} |")
+    return lines
 
 
 def markdown(result: Mapping[str, Any]) -> str:
@@ -287,40 +433,55 @@ def markdown(result: Mapping[str, Any]) -> str:
              f"Library `{result['library']}`, budget {result['budget_steps']} gated candidates, box "
              f"{result['box_s']:.0f} s per problem. Command: `{result['command']}`.", ""]
     if result["tier"] != "device":
-        lines += ["| problem | start | optimize | best ok | control |", "|---|---|---|---|---|"]
+        lines += ["| problem | status | start | optimize | best ok | control | FLOP/B |",
+                  "|---|---|---|---|---|---|---|"]
         for r in result["rows"]:
             best, ctrl = r.get("best") or {}, r.get("control") or {}
             start = r.get("start") or {}
             best_ok = "-" if not best else "pass" if best.get("ok") else "FAIL"
             ctrl_ok = "-" if not ctrl else "pass" if ctrl.get("ok") else "FAIL: " + str(ctrl.get("reason"))[:80]
-            lines.append(f"| {r['op']} | {'pass' if start.get('ok') else 'FAIL: ' + str(r.get('reason') or start.get('reason'))[:100]} "
-                         f"| {best.get('termination', best.get('error', '-'))} | {best_ok} | {ctrl_ok} |")
+            start_cell = "pass" if start.get("ok") else "-" if "not started" in str(r.get("status")) else \
+                "FAIL: " + str(r.get("reason") or start.get("reason"))[:100]
+            lines.append(f"| {r['op']} | {r.get('status', '-')} | {start_cell} "
+                         f"| {best.get('termination', best.get('error', '-'))} | {best_ok} | {ctrl_ok} "
+                         f"| {_fmt(r.get('intensity'), '.1f')} |")
         return "\n".join(lines) + "\n"
-    lines += ["Times in ms. x/eager is of one gate (kernel and reference timed in one worker); "
-              "x/tf32 and x/compile scale it by eager over that baseline, both timed in the "
-              f"harness process (`torch.compile(mode=\"{result['compile_mode']}\")`).", "",
-              "| problem | start | best | control | eager | eager-TF32 | compile | start x/eager "
+    lines += ["Times in ms, on the gate's clock: eager is the start gate's reference (timed in its "
+              "worker, beside the kernel); eager-TF32 the same gate's reference with TF32 allowed; "
+              "compile is eager scaled by compile over eager, both timed by the harness under the GPU "
+              f"lock (`torch.compile(mode=\"{result['compile_mode']}\")`). CB: compute-bound "
+              f"(FLOPs per byte >= {result['compute_bound']['threshold_flops_per_byte']:g}).", "",
+              "| problem | status | CB | start | best | control | eager | eager-TF32 | compile | start x/eager "
               "| best x/eager | best x/tf32 | best x/compile | control x/eager | lower precision | cards |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        base = r.get("baselines") or {}
+        compile_cell = _fmt(r.get("compile_ms"), ".4f")
+        if r.get("compile_status") and r["compile_status"] != "ok":
+            compile_cell = r["compile_status"]
+        cb = "-" if "compute_bound" not in r else "yes" if r["compute_bound"] else "no"
         lines.append(
-            f"| {r['op']} | {_fmt(_kernel_entry(r, 'start').get('ms'), '.4f')} "
+            f"| {r['op']} | {r.get('status', '-')} | {cb} | {_fmt(_kernel_entry(r, 'start').get('ms'), '.4f')} "
             f"| {_fmt(_kernel_entry(r, 'best').get('ms'), '.4f')} | {_fmt(_kernel_entry(r, 'control').get('ms'), '.4f')} "
-            f"| {_fmt(r.get('reference_ms'), '.4f')} | {_fmt(base.get('eager_tf32_ms'), '.4f')} "
-            f"| {_fmt(base.get('compile_ms'), '.4f')} | {_fmt(r.get('start_x_eager'))} | {_fmt(r.get('best_x_eager'))} "
+            f"| {_fmt(r.get('eager_ms'), '.4f')} | {_fmt(r.get('eager_tf32_ms'), '.4f')} "
+            f"| {compile_cell} | {_fmt(r.get('start_x_eager'))} | {_fmt(r.get('best_x_eager'))} "
             f"| {_fmt(r.get('best_x_eager_tf32'))} | {_fmt(r.get('best_x_compile'))} "
             f"| {_fmt(r.get('control_x_eager'))} | {', '.join(r.get('lower_precision') or []) or '-'} "
             f"| {', '.join(r.get('cards') or []) or '-'} |")
-    lines += ["", "KernelBench's metrics: fast_p is the fraction of all problems whose kernel is "
-              "correct and more than p times faster than the baseline; geomean over the correct ones.", "",
-              "| kernel | baseline | n | correct | fast_0 | fast_1 | fast_1.5 | fast_2 | geomean |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for kernel, by_base in result["metrics"].items():
-        for baseline, m in by_base.items():
-            fp = m["fast_p"]
-            lines.append(f"| {kernel} | {baseline} | {m['n']} | {m['correct']} | {_fmt(fp['0'])} | {_fmt(fp['1'])} "
-                         f"| {_fmt(fp['1.5'])} | {_fmt(fp['2'])} | {_fmt(m['geomean_speedup'])} |")
+    bound = result["compute_bound"]
+    goal = bound["metrics"]["best"]["eager_tf32"]
+    vs_compile = result["metrics"]["best"]["compile"]
+    lines += ["", "Status: " + ", ".join(f"{n} {s}" for s, n in result["status"].items()) + ".", "",
+              f"Best over eager-TF32, geometric mean over the {goal['timed']} compute-bound problems "
+              f"timed ({len(bound['problems'])} compute-bound): {_fmt(goal['geomean_speedup'])}. "
+              f"fast_1 against torch.compile: {_fmt(vs_compile['fast_p']['1'])} of {vs_compile['n']} problems.",
+              "", "KernelBench's metrics over every problem of the run (refused and not started ones "
+              "count as not fast): fast_p is the fraction of all problems whose kernel is correct and "
+              "more than p times faster than the baseline; geomean over the correct ones timed.", ""]
+    lines += _metrics_lines(result["metrics"])
+    lines += ["", "Over the compute-bound problems: " + (", ".join(bound["problems"]) or "none") + ".", ""]
+    lines += _metrics_lines(bound["metrics"])
+    if bound["unclassified"]:
+        lines += ["", "Not classified (no FLOP count): " + ", ".join(bound["unclassified"])]
     refused = [r for r in result["rows"] if r.get("status") == "refused"]
     if refused:
         lines += ["", "Refused by the loader: " + "; ".join(f"{r['op']}: {r['reason']}" for r in refused)]
@@ -329,8 +490,25 @@ def markdown(result: Mapping[str, Any]) -> str:
 
 # -- the run ----------------------------------------------------------------------------------------
 
+def problem_work(case: Any) -> dict[str, Any]:
+    """FLOPs, bytes (inputs, Model tensors and outputs) and FLOPs per byte of one forward of a
+    problem at its real sizes (`gate.kernelbench`'s `work`, on the meta device), and whether
+    that makes it compute-bound (intensity at or above the held-out tier's `COMPUTE_BOUND`);
+    `work_error` where the forward cannot be counted."""
+    from kir.errors import BadInputError
+
+    try:
+        flops, bytes_in, bytes_out = case.module().work(dict(next(iter(case.shapes.values()))))
+    except (BadInputError, AttributeError) as exc:
+        return {"work_error": str(exc)}
+    intensity = flops / max(bytes_in + bytes_out, 1.0)
+    return {"flops": flops, "bytes": bytes_in + bytes_out, "intensity": round(intensity, 2),
+            "compute_bound": intensity >= _heldout().COMPUTE_BOUND}
+
+
 def run_problem(p: Problem, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """One problem's record: heldout's steps on the problem's case with the start kernel given."""
+    """One problem's record: heldout's steps on the problem's case with the start kernel given;
+    its status says when --wall cut its box."""
     import gate
     from kir.errors import BadInputError
 
@@ -342,6 +520,7 @@ def run_problem(p: Problem, args: argparse.Namespace, out: Path) -> dict[str, An
     except BadInputError as exc:
         heldout.say(p.key, f"refused: {exc}")
         return {**base, "status": "refused", "reason": str(exc), "start": {"ok": False}}
+    base.update(problem_work(case))
     try:
         if args.start_only:
             heldout.say(p.key, f"gating the start kernel at {args.tier}")
@@ -350,10 +529,28 @@ def run_problem(p: Problem, args: argparse.Namespace, out: Path) -> dict[str, An
                    "status": "start only"}
         else:
             rec = heldout.bench_operator(case, args, out)
+            rec["box_s"] = round(args.box, 1)
+            if rec.get("status") == "done" and args.box < args.box_asked:
+                rec["status"] = f"done, box cut by --wall ({args.box:.0f} of {args.box_asked:.0f} s)"
     except BadInputError as exc:  # e.g. no interpret-tier sizes: refused at this tier
         heldout.say(p.key, f"refused at {args.tier}: {exc}")
         return {**base, "status": "refused", "reason": str(exc), "start": {"ok": False}}
     return {**rec, **base, "ref": case.ref}
+
+
+def not_started(p: Problem) -> dict[str, Any]:
+    """The table's row of a problem --wall left unstarted (not written as a record: a rerun
+    runs it)."""
+    import gate
+    from kir.errors import BadInputError
+
+    row = {"op": p.key, "level": p.level, "problem": str(p.problem), "status": "not started (--wall)",
+           "start": {"ok": False}}
+    try:
+        row.update(problem_work(gate.load_case(p.problem)))
+    except BadInputError as exc:
+        row["reason"] = str(exc)
+    return row
 
 
 def _write(path: Path, data: Any) -> None:
@@ -361,6 +558,47 @@ def _write(path: Path, data: Any) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
     tmp.replace(path)
+
+
+def _shard(text: str) -> tuple[int, int]:
+    """"K/N" -> (K, N), 0 <= K < N."""
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and int(k) < int(n)):
+        raise ValueError(f"--shard {text!r}: give K/N with 0 <= K < N")
+    return int(k), int(n)
+
+
+def baselines_pass(problems: Sequence[Problem], records: dict[str, dict[str, Any]],
+                   args: argparse.Namespace, out: Path) -> None:
+    """Device tier: the baselines of every problem with a record and none measured yet,
+    `--baseline-jobs` child processes at once (`measure_baselines`), each given
+    `--baseline-timeout` seconds and none starting or running past `--baseline-wall` seconds
+    after the pass began; a problem the wall leaves unmeasured says so and is measured by a
+    rerun."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    heldout = _heldout()
+    todo = [p for p in problems if (rec := records.get(p.slug)) is not None
+            and rec.get("status") != "refused" and rec.get("tier") == "device"
+            and ((rec.get("baselines") or {}).get("skipped") or "baselines" not in rec)]
+    began = time.monotonic()
+    threads = max(1, (os.cpu_count() or 2) // args.baseline_jobs)
+    heldout.say("kernelbench", f"baselines of {len(todo)} problems, {args.baseline_jobs} at once, "
+                               f"{args.baseline_timeout:.0f} s each, wall {args.baseline_wall:.0f} s")
+
+    def one(p: Problem) -> None:
+        left = args.baseline_wall - (time.monotonic() - began)
+        rec = records[p.slug]
+        if left < 5:
+            rec["baselines"] = {"skipped": "not measured: --baseline-wall reached (rerun to measure)"}
+        else:
+            rec["baselines"] = measure_baselines(p.problem, min(args.baseline_timeout, left),
+                                                 compile_model=not args.no_compile, threads=threads)
+        heldout.say(p.key, f"baselines: {rec['baselines']}")
+        _write(out / "ops" / f"{p.slug}.json", rec)
+
+    with ThreadPoolExecutor(args.baseline_jobs) as pool:
+        list(pool.map(one, todo))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -375,32 +613,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--library", default=heldout.DEFAULT_LIBRARY)
     ap.add_argument("--budget-steps", type=int, default=12)
     ap.add_argument("--box", type=float, default=300.0, help="seconds per problem")
-    ap.add_argument("--wall", type=float, default=None, help="no problem starts after this many seconds")
+    ap.add_argument("--wall", type=float, default=None,
+                    help="no problem starts after this many seconds, and none's box runs past it")
     ap.add_argument("--only", default="", help="comma-separated problems (level1/NAME or NAME)")
+    ap.add_argument("--shard", default=None, metavar="K/N",
+                    help="run the K-th of N interleaved parts of the problems (several processes)")
     ap.add_argument("--jobs", type=int, default=1, help="problems at once")
     ap.add_argument("--out", default=None, help="records and tables (default bench/results/kernelbench-<tier>)")
     ap.add_argument("--fresh", action="store_true", help="redo problems that have a record")
     ap.add_argument("--tables-only", action="store_true", help="rewrite the tables from the records")
-    ap.add_argument("--no-baselines", action="store_true", help="device: skip eager-TF32 and torch.compile")
+    ap.add_argument("--no-baselines", action="store_true", help="device: skip the baselines pass")
+    ap.add_argument("--baselines-only", action="store_true",
+                    help="device: the baselines pass alone, over the problems that have a record")
     ap.add_argument("--no-compile", action="store_true", help="device: time eager and eager-TF32 only")
+    ap.add_argument("--baseline-jobs", type=int, default=4, help="baseline processes at once")
+    ap.add_argument("--baseline-timeout", type=float, default=150.0,
+                    help="seconds one problem's baselines (torch.compile included) may take")
+    ap.add_argument("--baseline-wall", type=float, default=600.0,
+                    help="seconds the baselines pass may take")
     ap.add_argument("--start-only", action="store_true",
                     help="gate the start kernels alone (no optimize run, no control); their records "
                          "stand until --fresh")
+    ap.add_argument("--baseline-child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     from kir.errors import BadInputError
 
+    if args.baseline_child:
+        return baseline_child(Path(args.baseline_child), Path(args.child_out), not args.no_compile)
     if not args.kernelbench:
         print("kernelbench_tier: give --kernelbench DIR or set KERNELBENCH_DIR", file=sys.stderr)
         return 2
-    if args.budget_steps < 1 or args.jobs < 1 or args.box <= 0:
-        print("kernelbench_tier: --budget-steps, --jobs and --box must be positive", file=sys.stderr)
+    if min(args.budget_steps, args.jobs, args.box, args.baseline_jobs, args.baseline_timeout,
+           args.baseline_wall) <= 0:
+        print("kernelbench_tier: --budget-steps, --jobs, --box and the --baseline-* values must be "
+              "positive", file=sys.stderr)
         return 2
     try:
+        shard = _shard(args.shard) if args.shard else (0, 1)
         root = problem_root(Path(args.kernelbench))
-    except BadInputError as exc:
+    except (BadInputError, ValueError) as exc:
         print(f"kernelbench_tier: {exc}", file=sys.stderr)
         return 2
     problems, missing = pair_problems(root, Path(args.starts), [s for s in args.only.split(",") if s])
+    problems = problems[shard[0]::shard[1]]
     for key in missing:
         heldout.say(key, f"start kernel without a problem file in {root}: skipped")
     if not problems:
@@ -417,14 +673,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.library = str(shipped_library_path())
     if not Path(args.library).exists() and (ROOT / args.library).exists():
         args.library = str(ROOT / args.library)
-    args.gates, args.ablation = None, []
+    args.gates, args.ablation, args.box_asked = None, [], args.box
     records: dict[str, dict[str, Any]] = {}
     todo = []
     for p in problems:
         path = out / "ops" / f"{p.slug}.json"
         if path.is_file() and not args.fresh:
             records[p.slug] = json.loads(path.read_text())
-        elif not args.tables_only:
+        elif not (args.tables_only or args.baselines_only):
             todo.append(p)
     heldout.say("kernelbench", f"{len(problems)} problems, {len(problems) - len(todo)} with a record, "
                                f"{len(todo)} to run")
@@ -444,17 +700,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(one, todo))
     if args.tier == "device" and not args.no_baselines and not args.tables_only:
-        for p in problems:
-            rec = records.get(p.slug)
-            if rec is None or rec.get("status") == "refused" or "baselines" in rec:
-                continue
-            if args.wall is not None and time.monotonic() - began > args.wall:
-                heldout.say(p.key, "baselines not measured: --wall reached (rerun the command to continue)")
-                continue
-            rec["baselines"] = measure_baselines(p.problem, compile_model=not args.no_compile)
-            heldout.say(p.key, f"baselines: {rec['baselines']}")
-            _write(out / "ops" / f"{p.slug}.json", rec)
-    result = build_tables(list(records.values()), args)
+        baselines_pass(problems, records, args, out)
+    rows = [records.get(p.slug) or not_started(p) for p in problems]
+    result = build_tables(rows, args)
     _write(out / "kernelbench.json", result)
     (out / "kernelbench.md").write_text(markdown(result))
     left = len(problems) - len(records)

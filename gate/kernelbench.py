@@ -635,6 +635,8 @@ class _Synthesized:
         module.make_inputs = self.make_inputs
         module.reference = self.reference
         module.bytes_moved = self.bytes_moved
+        module.flops = self.flops
+        module.work = self.work
         return module
 
     def bytes_moved(self, shape: dict) -> float:
@@ -646,6 +648,37 @@ class _Synthesized:
                 {k: v for k, v in shape.items() if k not in ("dtype", "inputs")}),
                 small=shape.get("inputs") == "get_small_inputs")
         return float(sum(t.numel() * t.element_size() for t in _tensors(inputs) + _model_tensors(model)))
+
+    def flops(self, shape: dict) -> float:
+        """FLOPs of one forward at `shape`, as `work` counts them."""
+        return self.work(shape)[0]
+
+    def work(self, shape: dict) -> tuple[float, float, float]:
+        """(FLOPs, bytes in, bytes out) of one forward of the Model at `shape`, run on the meta
+        device (nothing allocated): FLOPs as torch's FLOP counter counts them (matrix products,
+        convolutions, attention; elementwise work and reductions count 0), bytes in those of the
+        inputs and Model tensors, bytes out those of the outputs. A forward that does not run
+        on the meta device is a one-line `BadInputError`."""
+        import torch  # noqa: PLC0415
+        from torch.utils.flop_counter import FlopCounterMode  # noqa: PLC0415
+
+        sizes = {k: v for k, v in shape.items() if k not in ("dtype", "inputs")}
+        with self.lock, torch.device("meta"):
+            try:
+                inputs, model = _built(self.problem.execute(sizes),
+                                       small=shape.get("inputs") == "get_small_inputs")
+                with FlopCounterMode(display=False) as counter, torch.no_grad():
+                    outputs = model(*inputs)
+            except Exception as exc:  # noqa: BLE001 — a Model the meta device cannot run
+                why = " ".join(f"{type(exc).__name__}: {exc}".split())[:160]
+                raise BadInputError(f"{self.path}: its forward does not run on the meta device, "
+                                    f"so no FLOP count ({why})") from None
+
+        def nbytes(values: Any) -> float:
+            return float(sum(t.numel() * t.element_size() for t in values))
+
+        return (float(counter.get_total_flops()), nbytes(_tensors(inputs) + _model_tensors(model)),
+                nbytes(_tensors(outputs)))
 
 
 def _has_bf16(model: Any) -> bool:

@@ -180,7 +180,7 @@ def test_interpret_smoke_run_gates_start_best_and_control(tmp_path: Path) -> Non
     assert "interpret" in huge["reason"] and len(huge["reason"].splitlines()) == 1
     assert row["op"] == "level1/7_Relu_scale" and row["status"] == "done"
     assert row["start"]["ok"] and row["best"]["ok"] and row["control"]["ok"]
-    assert "| level1/7_Relu_scale | pass |" in (out / "kernelbench.md").read_text()
+    assert "| level1/7_Relu_scale | done | pass |" in (out / "kernelbench.md").read_text()
 
 
 def _start_files() -> list[Path]:
@@ -223,3 +223,255 @@ def test_start_kernel_passes_the_interpret_tier_on_the_benchmarks_problem(path: 
         pytest.skip(str(exc))
     verdict = gate.check_file(path, case, "interpret", cache=False)
     assert verdict.ok, verdict.reason
+
+
+# -- the harness's baselines, the compile bound, compute-bound problems ---------------------------
+
+def _lock_state(path: Path) -> str:
+    """What another process would see of the GPU lock at `path`: "free", "shared" (a reader
+    holds it) or "exclusive"."""
+    import fcntl
+
+    fd = os.open(f"{path}.rw", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return "free"
+        except BlockingIOError:
+            pass
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return "shared"
+        except BlockingIOError:
+            return "exclusive"
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("benchmarks_locked", [False, True])
+def test_baselines_are_timed_under_the_exclusive_gpu_lock(tmp_path: Path, benchmarks_locked: bool) -> None:
+    import torch
+
+    from gate.gpulock import GpuLock
+
+    path = tmp_path / "gpu.lock"
+    lock = GpuLock(path)
+    model = torch.nn.Linear(8, 4)
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    seen: dict[str, list[str]] = {"bench": [], "model": [], "compiled": []}
+
+    class Probe(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen["compiled"].append(_lock_state(path))
+            return self.inner(x)
+
+    def bench(fn) -> float:
+        seen["bench"].append(_lock_state(path))
+        fn()
+        return 1.0
+
+    writes = []
+    out = TIER.time_baselines(model, [torch.randn(3, 8)], lock, bench, compile_fn=Probe,
+                              write=writes.append, compile_benchmarks_locked=benchmarks_locked)
+    assert seen["bench"] == ["exclusive"] * 3  # eager, eager-TF32, compiled: each timing alone
+    # the compiled model's first call (the compile) under the shared lock, or under none where
+    # its autotuning measurements take the exclusive lock themselves; its timing exclusive
+    assert seen["compiled"] == ["free" if benchmarks_locked else "shared", "exclusive"]
+    assert out["eager_ms"] == out["eager_tf32_ms"] == out["compile_ms"] == 1.0
+    assert out["compile_status"] == "ok" and out["compile_err"] == 0.0
+    assert [w["stage"] for w in writes] == ["eager", "eager_tf32", "compile", "done"]
+    assert "eager_ms" in writes[2] and "compile_ms" not in writes[2]  # kept if stopped in the compile
+    assert _lock_state(path) == "free"
+    assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == flags
+
+
+def test_baselines_wait_for_a_gate_that_is_timing(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    import torch
+
+    from gate.gpulock import GpuLock
+
+    path = tmp_path / "gpu.lock"
+    gate_lock, mine = GpuLock(path), GpuLock(path)
+    benched = []
+    with gate_lock.exclusive():  # a gate timing its kernel
+        worker = threading.Thread(target=TIER.time_baselines, args=(
+            torch.nn.Linear(4, 4), [torch.randn(2, 4)], mine, lambda fn: benched.append(1) or 1.0))
+        worker.start()
+        time.sleep(0.5)
+        assert benched == []  # not even the untimed reference run went ahead
+    worker.join(timeout=30)
+    assert benched == [1, 1]
+
+
+_CHILD = '''
+import json, os, subprocess, sys, time
+pid = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]).pid
+open({pid_file!r}, "w").write(str(pid))
+json.dump({{"stage": "{stage}", "eager_ms": 2.0, "eager_tf32_ms": 1.0}}, open(os.environ["KB_BASELINE_OUT"], "w"))
+time.sleep(120)
+'''
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.parametrize("stage", ["compile", "eager_tf32"])
+def test_a_baseline_over_its_time_is_stopped_and_recorded_as_such(tmp_path: Path, stage: str) -> None:
+    import time
+
+    pid_file = tmp_path / "grandchild.pid"
+    t0 = time.monotonic()
+    out = TIER.measure_baselines(tmp_path / "p.py", timeout=3.0, command=[
+        sys.executable, "-c", _CHILD.format(stage=stage, pid_file=str(pid_file))])
+    assert time.monotonic() - t0 < 30
+    assert out["timeout_s"] == 3.0 and out["eager_ms"] == 2.0  # what it measured before stays
+    if stage == "compile":
+        assert out["compile_status"] == "timeout" and "within the 3 s" in out["compile_error"]
+        assert "error" not in out
+    else:
+        assert "compile_status" not in out and out["error"] == "stopped after 3 s at eager_tf32"
+    deadline = time.monotonic() + 10
+    grandchild = int(pid_file.read_text())
+    while not _gone(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(grandchild)  # the child's own children (compile workers) are stopped too
+
+
+def test_a_baseline_process_that_dies_says_why(tmp_path: Path) -> None:
+    out = TIER.measure_baselines(tmp_path / "p.py", timeout=60.0, command=[
+        sys.executable, "-c", "import sys; print('CUDA error: out of memory', file=sys.stderr); sys.exit(3)"])
+    assert out["error"] == "the baseline process ended with code 3: CUDA error: out of memory"
+
+
+def _problem(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / f"{name}.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\n" + body)
+    return path
+
+
+def test_compute_bound_is_decided_by_flops_per_byte_at_the_real_sizes(tmp_path: Path) -> None:
+    import gate
+
+    gemm = _problem(tmp_path, "a", '''
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.relu(a @ b)
+
+M = 4096 * 2
+def get_inputs():
+    return [torch.randn(M, M), torch.randn(M, M)]
+
+def get_init_inputs():
+    return []
+''')
+    matvec = _problem(tmp_path, "b", '''
+class Model(nn.Module):
+    def forward(self, a, x):
+        return torch.matmul(a, x)
+
+shape = (16384, 16384)
+def get_inputs():
+    return [torch.randn(*shape), torch.randn(shape[1], 1)]
+
+def get_init_inputs():
+    return []
+''')
+    conv = _problem(tmp_path, "c", '''
+class Model(nn.Module):
+    def __init__(self, cin, cout, k):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, k, bias=False)
+
+    def forward(self, x):
+        return self.conv(x)
+
+batch, cin, cout, k, side = 16, 64, 128, 3, 130
+def get_inputs():
+    return [torch.randn(batch, cin, side, side)]
+
+def get_init_inputs():
+    return [cin, cout, k]
+''')
+    softmax = _problem(tmp_path, "d", '''
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+def get_inputs():
+    return [torch.randn(4096, 65536)]
+
+def get_init_inputs():
+    return []
+''')
+    works = {p.stem: TIER.problem_work(gate.load_case(p)) for p in (gemm, matvec, conv, softmax)}
+    m = 8192
+    assert works["a"]["flops"] == 2 * m ** 3 and works["a"]["bytes"] == 3 * m * m * 4
+    assert works["a"]["compute_bound"] and works["c"]["compute_bound"]
+    conv_flops = 2 * 16 * 128 * 128 * 128 * 64 * 9
+    assert works["c"]["flops"] == conv_flops
+    assert not works["b"]["compute_bound"] and works["b"]["intensity"] == pytest.approx(0.5, rel=1e-3)
+    assert not works["d"]["compute_bound"] and works["d"]["flops"] == 0.0
+    broken = _problem(tmp_path, "e", '''
+class Model(nn.Module):
+    def forward(self, x):
+        return x * float(x.sum())
+
+def get_inputs():
+    return [torch.randn(64)]
+
+def get_init_inputs():
+    return []
+''')
+    error = TIER.problem_work(gate.load_case(broken))["work_error"]
+    assert "meta device" in error and len(error.splitlines()) == 1
+
+
+def test_tables_count_every_problem_and_the_compute_bound_ones_apart() -> None:
+    def rec(op: str, bound: bool, best_ms: float | None, base: dict, status: str = "done") -> dict:
+        r = {"op": op, "level": "level1", "status": status, "compute_bound": bound, "tier": "device",
+             "reference_ms": 4.0, "start": {"ok": True, "ms": 8.0, "reference_ms": 4.0,
+                                            "reference_tf32_ms": 2.0},
+             "best": {"ok": best_ms is not None, "ms": best_ms, "reference_ms": 4.0},
+             "control": {"ok": True, "ms": 6.0, "reference_ms": 4.0}, "baselines": base}
+        return r
+
+    timed = {"eager_ms": 4.0, "eager_tf32_ms": 2.0, "compile_ms": 2.0, "compile_status": "ok"}
+    stopped = {"eager_ms": 4.0, "eager_tf32_ms": 2.0, "compile_status": "timeout"}
+    records = [rec("level1/1_mm", True, 1.0, timed),          # 2x TF32 eager, 2x compile
+               rec("level1/2_mm", True, 4.0, stopped,         # 0.5x TF32 eager, compile timed out
+                   status="done, box cut by --wall (80 of 150 s)"),
+               {"op": "level1/3_mm", "level": "level1", "status": "not started (--wall)",
+                "compute_bound": True, "start": {"ok": False}},
+               rec("level1/4_sum", False, 2.0, timed)]
+    args = argparse.Namespace(tier="device", library="lib", budget_steps=12, box=150.0)
+    result = TIER.build_tables(records, args)
+    bound = result["compute_bound"]
+    assert bound["problems"] == ["level1/1_mm", "level1/2_mm", "level1/3_mm"]
+    goal = bound["metrics"]["best"]["eager_tf32"]
+    assert goal["n"] == 3 and goal["timed"] == 2 and goal["geomean_speedup"] == pytest.approx(1.0)
+    assert goal["fast_p"]["1"] == pytest.approx(1 / 3)
+    vs_compile = result["metrics"]["best"]["compile"]
+    assert vs_compile["n"] == 4 and vs_compile["fast_p"]["1"] == pytest.approx(1 / 4)  # 1_mm only
+    rows = {r["op"]: r for r in result["rows"]}
+    assert rows["level1/2_mm"]["compile_status"] == "timeout" and rows["level1/2_mm"]["compile_ms"] is None
+    assert rows["level1/1_mm"]["eager_tf32_ms"] == 2.0 and rows["level1/1_mm"]["compile_ms"] == 2.0
+    assert result["status"] == {"box cut by --wall": 1, "done": 2, "not started (--wall)": 1}
+    text = TIER.markdown(result)
+    assert "| level1/2_mm | done, box cut by --wall (80 of 150 s) | yes |" in text
+    assert "| timeout |" in text and "| level1/3_mm | not started (--wall) | yes |" in text
+    assert "geometric mean over the 2 compute-bound problems timed (3 compute-bound): 1.000" in text
+    assert "fast_1 against torch.compile: 0.250 of 4 problems" in text
