@@ -2,9 +2,10 @@
 run as the held-out tier runs an operator, reported with KernelBench's own metrics.
 
     python3 bench/kernelbench_tier.py --kernelbench DIR [--starts bench/kernelbench]
-        [--tier device|interpret] [--only NAME,...] [--budget-steps 12] [--box 300] [--wall S]
-        [--jobs N] [--library DIR] [--out DIR] [--fresh] [--tables-only] [--no-baselines]
-        [--no-compile] [--start-only]
+        [--tier device|interpret] [--only NAME,...] [--shard K/N] [--budget-steps 12] [--box 300]
+        [--wall S] [--jobs N] [--gpu-memory GB] [--library DIR] [--out DIR] [--fresh]
+        [--tables-only] [--start-only] [--no-baselines | --baselines-only] [--no-compile]
+        [--baseline-jobs 4] [--baseline-timeout 150] [--baseline-wall 600]
     python3 bench/kernelbench_tier.py --kernelbench DIR --stage DEST
 
 DIR (or $KERNELBENCH_DIR) is a KernelBench checkout (its root or its `KernelBench` folder, the
@@ -21,13 +22,22 @@ and the control (the start kernel under a plain autotune list of the same budget
 --start-only, the start kernel's gate alone. A problem file the loader refuses, or the gate at
 the run's tier, is a row with its one-line reason, not the end of the run.
 
-Device tier, after the gates, in this process (`measure_baselines`): the problem's Model timed
+Device tier, after the gates (a pass of its own: `baselines_pass`), the problem's Model timed
 as a user would run it instead of a kernel, each by `triton.testing.do_bench` (median, L2
-flushed): eager PyTorch with the process's defaults (fp32 matmuls in full precision), eager with
-TF32 allowed (`torch.backends.cuda.matmul.allow_tf32` and cuDNN's), and
-`torch.compile(mode="max-autotune-no-cudagraphs")`. A kernel's ratio to each is the gate's
-x/ref (kernel and reference timed in one worker) times eager over that baseline (both timed
-here): the ratio to eager-TF32 says whether a speedup is more than the precision TF32 gives up.
+flushed), in a child process per problem (`--baseline-jobs` at once): eager PyTorch with the
+process's defaults (fp32 matmuls in full precision), eager with TF32 allowed, and
+`torch.compile(mode="max-autotune-no-cudagraphs")`. The children share the GPU lock as a gate's
+worker does (`time_baselines`: timings exclusive), so their figures are sound beside gates; each
+child is given `--baseline-timeout` seconds (a compile over it is stopped, its process group
+with it, and recorded as a timeout; what was measured before stays) and none runs past
+`--baseline-wall`. A kernel's ratio to compile is the gate's x/ref (kernel and reference timed
+in one worker) times eager over compile (both timed in the child).
+
+With --gpu-memory, the problems run smallest first and no more at once than their memory
+allows (`MemoryBudget`); a problem --wall leaves unstarted is a row that says so (a rerun runs
+it), and one whose box --wall cut says that in its status. Each row carries its FLOPs, bytes
+and FLOPs per byte at the real sizes (`problem_work`): compute-bound problems are those at or
+above the held-out tier's threshold, and the tables give KernelBench's metrics over them apart.
 
 The gate itself times the reference with TF32 allowed too (fp32 problems, in its worker,
 `Timing.reference_tf32_ms`), and under torch.compile where KLINEAGE_GATE_COMPILE=1 is set (a
@@ -52,7 +62,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -350,8 +360,9 @@ def _kernel_entry(rec: Mapping[str, Any], kernel: str) -> dict[str, Any]:
 def kernel_vs(rec: Mapping[str, Any], kernel: str, baseline: str) -> tuple[bool, float | None, float | None]:
     """(correct, kernel ms, baseline ms on the gate's clock) of one record: eager is the gate's
     own reference time, eager-TF32 and compile the gate's reference with TF32 allowed or under
-    torch.compile where the gate timed them (KLINEAGE_GATE_COMPILE=1 for the latter); otherwise
-    they are scaled by eager's time measured beside them in this process."""
+    torch.compile where the gate timed them (KLINEAGE_GATE_COMPILE=1 for the latter), else where
+    the start's gate timed them (scaled by this gate's reference over the start gate's);
+    otherwise they are scaled by eager's time measured beside them by the harness."""
     entry = _kernel_entry(rec, kernel)
     ok = bool(entry.get("ok"))
     ms = entry.get("ms")
@@ -359,9 +370,13 @@ def kernel_vs(rec: Mapping[str, Any], kernel: str, baseline: str) -> tuple[bool,
     base = rec.get("baselines") or {}
     if baseline == "eager" or not ref:
         return ok, ms, ref
-    own = entry.get(f"reference_{baseline.removeprefix('eager_')}_ms")  # the gate's own, if timed
+    field = f"reference_{baseline.removeprefix('eager_')}_ms"
+    own = entry.get(field)  # the gate's own, if timed
     if own:
         return ok, ms, own
+    start = rec.get("start") or {}
+    if start.get(field) and start.get("reference_ms"):
+        return ok, ms, ref * start[field] / start["reference_ms"]
     other, eager = base.get(f"{baseline}_ms"), base.get("eager_ms")
     return ok, ms, (ref * other / eager) if other and eager else None
 
@@ -530,7 +545,8 @@ def run_problem(p: Problem, args: argparse.Namespace, out: Path) -> dict[str, An
         else:
             rec = heldout.bench_operator(case, args, out)
             rec["box_s"] = round(args.box, 1)
-            if rec.get("status") == "done" and args.box < args.box_asked:
+            cut = (rec.get("best") or {}).get("termination") == "time-box"  # the box, not the budget
+            if rec.get("status") == "done" and cut and args.box < args.box_asked:
                 rec["status"] = f"done, box cut by --wall ({args.box:.0f} of {args.box_asked:.0f} s)"
     except BadInputError as exc:  # e.g. no interpret-tier sizes: refused at this tier
         heldout.say(p.key, f"refused at {args.tier}: {exc}")
@@ -538,19 +554,36 @@ def run_problem(p: Problem, args: argparse.Namespace, out: Path) -> dict[str, An
     return {**rec, **base, "ref": case.ref}
 
 
-def not_started(p: Problem) -> dict[str, Any]:
-    """The table's row of a problem --wall left unstarted (not written as a record: a rerun
-    runs it)."""
+def not_started(p: Problem, status: str) -> dict[str, Any]:
+    """The table's row of a problem without a record, `status` saying why (not written as a
+    record: a rerun runs it)."""
+    row = {"op": p.key, "level": p.level, "problem": str(p.problem), "status": status,
+           "start": {"ok": False}}
+    return with_work(p, row)
+
+
+def with_work(p: Problem, rec: dict[str, Any]) -> dict[str, Any]:
+    """`rec` with the problem's `problem_work` where it has none (a record of an earlier run)."""
     import gate
     from kir.errors import BadInputError
 
-    row = {"op": p.key, "level": p.level, "problem": str(p.problem), "status": "not started (--wall)",
-           "start": {"ok": False}}
+    if "compute_bound" in rec or "work_error" in rec or rec.get("status") == "refused":
+        return rec
     try:
-        row.update(problem_work(gate.load_case(p.problem)))
+        return {**rec, **problem_work(gate.load_case(p.problem))}
     except BadInputError as exc:
-        row["reason"] = str(exc)
-    return row
+        return {**rec, "work_error": str(exc)}
+
+
+def _bytes_of(p: Problem) -> float:
+    """A problem's bytes at its real sizes (`problem_work`; 0 where it does not load)."""
+    import gate
+    from kir.errors import BadInputError
+
+    try:
+        return float(problem_work(gate.load_case(p.problem)).get("bytes") or 0.0)
+    except BadInputError:
+        return 0.0
 
 
 def _write(path: Path, data: Any) -> None:
@@ -568,13 +601,48 @@ def _shard(text: str) -> tuple[int, int]:
     return int(k), int(n)
 
 
+SETS_HELD = 3
+"""Copies of a problem's bytes (inputs, Model tensors, outputs) a running problem is taken to
+hold on the GPU (an input set, its reference outputs, a kernel's outputs) by `MemoryBudget`."""
+
+
+class MemoryBudget:
+    """Problems at once bounded by GPU memory: a running problem holds `SETS_HELD` times its
+    bytes; one starts when that fits in what the running ones leave of `total` bytes, or when
+    none runs (a problem larger than the budget runs alone). `total` None: no bound."""
+
+    def __init__(self, total: float | None) -> None:
+        import threading
+
+        self.total = total
+        self.used = 0.0
+        self.running = 0
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, nbytes: float | None) -> Iterator[None]:
+        need = SETS_HELD * float(nbytes or 0.0) if self.total is not None else 0.0
+        with self._cond:
+            while self.running and self.used + need > (self.total or 0.0) and need:
+                self._cond.wait()
+            self.used += need
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.used -= need
+                self.running -= 1
+                self._cond.notify_all()
+
+
 def baselines_pass(problems: Sequence[Problem], records: dict[str, dict[str, Any]],
-                   args: argparse.Namespace, out: Path) -> None:
+                   args: argparse.Namespace, out: Path, budget: MemoryBudget) -> None:
     """Device tier: the baselines of every problem with a record and none measured yet,
     `--baseline-jobs` child processes at once (`measure_baselines`), each given
     `--baseline-timeout` seconds and none starting or running past `--baseline-wall` seconds
-    after the pass began; a problem the wall leaves unmeasured says so and is measured by a
-    rerun."""
+    after the pass began, and no more at once than `budget` lets run; a problem the wall leaves
+    unmeasured says so and is measured by a rerun."""
     from concurrent.futures import ThreadPoolExecutor
 
     heldout = _heldout()
@@ -587,13 +655,14 @@ def baselines_pass(problems: Sequence[Problem], records: dict[str, dict[str, Any
                                f"{args.baseline_timeout:.0f} s each, wall {args.baseline_wall:.0f} s")
 
     def one(p: Problem) -> None:
-        left = args.baseline_wall - (time.monotonic() - began)
         rec = records[p.slug]
-        if left < 5:
-            rec["baselines"] = {"skipped": "not measured: --baseline-wall reached (rerun to measure)"}
-        else:
-            rec["baselines"] = measure_baselines(p.problem, min(args.baseline_timeout, left),
-                                                 compile_model=not args.no_compile, threads=threads)
+        with budget.hold(rec.get("bytes")):
+            left = args.baseline_wall - (time.monotonic() - began)
+            if left < 5:
+                rec["baselines"] = {"skipped": "not measured: --baseline-wall reached (rerun to measure)"}
+            else:
+                rec["baselines"] = measure_baselines(p.problem, min(args.baseline_timeout, left),
+                                                     compile_model=not args.no_compile, threads=threads)
         heldout.say(p.key, f"baselines: {rec['baselines']}")
         _write(out / "ops" / f"{p.slug}.json", rec)
 
@@ -619,6 +688,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--shard", default=None, metavar="K/N",
                     help="run the K-th of N interleaved parts of the problems (several processes)")
     ap.add_argument("--jobs", type=int, default=1, help="problems at once")
+    ap.add_argument("--gpu-memory", type=float, default=None, metavar="GB",
+                    help="problems at once bounded by their GPU memory (MemoryBudget); the "
+                         "smallest problems run first")
     ap.add_argument("--out", default=None, help="records and tables (default bench/results/kernelbench-<tier>)")
     ap.add_argument("--fresh", action="store_true", help="redo problems that have a record")
     ap.add_argument("--tables-only", action="store_true", help="rewrite the tables from the records")
@@ -684,14 +756,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             todo.append(p)
     heldout.say("kernelbench", f"{len(problems)} problems, {len(problems) - len(todo)} with a record, "
                                f"{len(todo)} to run")
+    walled: set[str] = set()
+    budget = MemoryBudget(args.gpu_memory * 1e9 if args.gpu_memory else None)
+    sizes: dict[str, float] = {}
+    if args.gpu_memory:
+        sizes = {p.slug: _bytes_of(p) for p in problems}
+        todo.sort(key=lambda p: sizes[p.slug])
     began = time.monotonic()
 
     def one(p: Problem) -> None:
-        if args.wall is not None and time.monotonic() - began > args.wall:
-            heldout.say(p.key, "not started: --wall reached (rerun the command to continue)")
-            return
-        box = args.box if args.wall is None else min(args.box, args.wall - (time.monotonic() - began))
-        rec = run_problem(p, argparse.Namespace(**{**vars(args), "box": max(box, 1.0)}), out)
+        with budget.hold(sizes.get(p.slug)):
+            if args.wall is not None and time.monotonic() - began > args.wall:
+                heldout.say(p.key, "not started: --wall reached (rerun the command to continue)")
+                walled.add(p.slug)
+                return
+            box = args.box if args.wall is None else min(args.box, args.wall - (time.monotonic() - began))
+            rec = run_problem(p, argparse.Namespace(**{**vars(args), "box": max(box, 1.0)}), out)
         records[p.slug] = rec
         _write(out / "ops" / f"{p.slug}.json", rec)
 
@@ -700,8 +780,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(one, todo))
     if args.tier == "device" and not args.no_baselines and not args.tables_only:
-        baselines_pass(problems, records, args, out)
-    rows = [records.get(p.slug) or not_started(p) for p in problems]
+        baselines_pass(problems, records, args, out, budget)
+    rows = [with_work(p, records[p.slug]) if p.slug in records else
+            not_started(p, "not started (--wall)" if p.slug in walled else "not run yet") for p in problems]
     result = build_tables(rows, args)
     _write(out / "kernelbench.json", result)
     (out / "kernelbench.md").write_text(markdown(result))

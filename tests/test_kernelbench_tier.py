@@ -162,7 +162,10 @@ def test_device_tables_scale_the_gates_ratio_by_each_baseline() -> None:
     assert TIER.kernel_vs(rec, "start", "eager_tf32") == (True, 8.0, 1.0)
     rec["start"]["reference_compile_ms"] = 16.0
     assert TIER.kernel_vs(rec, "start", "compile") == (True, 8.0, 16.0)
-    assert TIER.kernel_vs(rec, "best", "compile") == (True, 2.0, pytest.approx(0.8))  # 4 * 1 / 5
+    # the start gate's compile time, scaled by the best's gate's reference over the start's
+    assert TIER.kernel_vs(rec, "best", "compile") == (True, 2.0, pytest.approx(16.0))
+    rec["start"]["reference_compile_ms"] = None  # else the harness's: 4 * 1 / 5
+    assert TIER.kernel_vs(rec, "best", "compile") == (True, 2.0, pytest.approx(0.8))
 
 
 def test_interpret_smoke_run_gates_start_best_and_control(tmp_path: Path) -> None:
@@ -475,3 +478,32 @@ def test_tables_count_every_problem_and_the_compute_bound_ones_apart() -> None:
     assert "| timeout |" in text and "| level1/3_mm | not started (--wall) | yes |" in text
     assert "geometric mean over the 2 compute-bound problems timed (3 compute-bound): 1.000" in text
     assert "fast_1 against torch.compile: 0.250 of 4 problems" in text
+
+
+def test_the_memory_budget_holds_back_a_problem_that_does_not_fit() -> None:
+    import threading
+    import time
+
+    budget = TIER.MemoryBudget(10.0 * TIER.SETS_HELD)
+    log = []
+
+    def run(name: str, nbytes: float, hold_s: float) -> None:
+        with budget.hold(nbytes):
+            log.append(("in", name))
+            time.sleep(hold_s)
+            log.append(("out", name))
+
+    first = threading.Thread(target=run, args=("big", 8.0, 0.4))
+    first.start()
+    time.sleep(0.1)
+    small = threading.Thread(target=run, args=("small", 2.0, 0.0))  # fits beside it
+    large = threading.Thread(target=run, args=("large", 6.0, 0.0))  # waits for it
+    small.start()
+    small.join(timeout=5)
+    large.start()
+    large.join(timeout=5)
+    first.join(timeout=5)
+    assert log.index(("in", "small")) < log.index(("out", "big")) < log.index(("in", "large"))
+    alone = TIER.MemoryBudget(1.0)
+    with alone.hold(100.0):  # larger than the budget: runs, alone
+        assert alone.running == 1
