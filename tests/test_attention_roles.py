@@ -180,3 +180,20 @@ def test_default_warps_written_out_are_a_site_of_the_warp_step(tmp_path: Path) -
     # a value already chosen is left alone
     chosen = kir.parse(HOST_NAMES.replace("num_warps=4", "num_warps=2"), "triton")
     assert all(s.present for s in rule.sites(chosen))
+
+
+@pytest.mark.parametrize("binding", ["tq, tk = 16, 16", "tq = tk = 16"])
+def test_autotuning_pins_the_tiles_a_host_name_passes(tmp_path: Path, binding: str) -> None:
+    from passes import Applied, get_pass
+
+    text = HOST_NAMES.replace("tq, tk = 16, 16", binding)
+    ir = kir.parse(text, "triton")
+    rule = get_pass("autotune")()
+    [site] = [s for s in rule.sites(ir) if not s.present]
+    made = rule.optimize(ir, site)
+    assert isinstance(made, Applied), made
+    after = made.ir.unparse()
+    assert 'triton.Config({"TQ": 16, "TK": 16}, num_warps=4' in after
+    assert 'grouped_causal[lambda meta: (triton.cdiv(n, meta["TQ"]), hq, nb)]' in after
+    assert "TQ=tq" not in after and "TK=tk" not in after
+    _gate(tmp_path, after)

@@ -24,6 +24,7 @@ from passes._source import ByteEdit, finish, indent_of, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, literal_int
 from passes.triton.launch import CONFIG_NAMES, TRITON, comment_above, kernel_tiles, slice_keep
+from passes.triton.roles import _host_literal as host_literal
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -235,6 +236,9 @@ class Autotune(Pass):
         for kw in launches[0].keywords:
             if kw.arg and kw.arg in tiles_of and literal_int(kw.value) is not None:
                 pinned[kw.arg] = mod.text(kw.value)
+            elif kw.arg and kw.arg in tiles_of and host_literal(mod, launches[0], kw.value):
+                # a host name bound once to a literal (`BM, BN = 64, 32`): its value is pinned
+                pinned[kw.arg] = str(host_literal(mod, launches[0], kw.value))
             elif kw.arg in ("num_warps", "num_stages") and literal_int(kw.value) is not None:
                 pinned[kw.arg] = mod.text(kw.value)
         tiles = {k: v for k, v in pinned.items() if k not in LAUNCH_META}
