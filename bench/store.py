@@ -99,6 +99,36 @@ def _ablation_metrics(row: Mapping[str, Any]) -> list[str]:
             for m in (f"best_vs_{a}", f"{a}_vs_ref", f"ablations.{a}.gated", f"ablations.{a}.ok")]
 
 
+KERNELBENCH_METRICS = "KernelBench metrics"
+"""The variant of a KernelBench-tier store row that holds fast_p / geomean of one kernel
+against one baseline (its operator: "<kernel> vs <baseline> (<problems>)")."""
+
+
+def kernelbench(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
+    """`bench/kernelbench_tier.py`: one row per problem (times on the gate's clock, ratios to
+    each baseline, status, FLOPs per byte and whether that is compute-bound), and one row per
+    kernel and baseline with KernelBench's metrics over all problems and over the
+    compute-bound ones."""
+    for r in data["rows"]:
+        yield {"operator": r["op"], "variant": r.get("level"),
+               "metrics": _pick(r, ("status", "compute_bound", "intensity", "start_ms", "best_ms",
+                                    "control_ms", "eager_ms", "eager_tf32_ms", "compile_ms",
+                                    "compile_status", *(f"{k}_x_{b}" for k in ("start", "best", "control")
+                                                        for b in ("eager", "eager_tf32", "compile")),
+                                    "best.gated", "wall_s"))}
+    bound = data.get("compute_bound") or {}
+    for label, table in (("all problems", data.get("metrics") or {}),
+                         ("compute-bound", bound.get("metrics") or {})):
+        for kernel, by_base in table.items():
+            for baseline, m in by_base.items():
+                flat = {"n": m.get("n"), "correct": m.get("correct"), "timed": m.get("timed"),
+                        **{f"fast_{p}": v for p, v in (m.get("fast_p") or {}).items()},
+                        "geomean": m.get("geomean_speedup")}  # names with a dot: not _pick's paths
+                yield {"operator": f"{kernel} vs {baseline} ({label})", "variant": KERNELBENCH_METRICS,
+                       "metrics": {k: round(v, 6) if isinstance(v, float) else v
+                                   for k, v in flat.items() if _scalar(v)}}
+
+
 def roundtrip(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
     """`bench/roundtrip.py`: one row per run (a case's roundtrip trial or leave-one-out)."""
     for r in data["runs"]:
@@ -194,6 +224,8 @@ EXTRACTORS: dict[str, tuple[Callable[[Path, Mapping[str, Any]], bool],
                             Callable[[Path, Mapping[str, Any]], Iterator[Row]]]] = {
     "experts": (lambda p, d: isinstance(d.get("rows"), list) and bool(d["rows"])
                 and "expert_ms" in d["rows"][0], experts),
+    "kernelbench": (lambda p, d: isinstance(d.get("rows"), list) and bool(d["rows"])
+                    and "compile_mode" in d and isinstance(d.get("metrics"), Mapping), kernelbench),
     "operators": (lambda p, d: isinstance(d.get("rows"), list) and bool(d["rows"])
                   and "op" in d["rows"][0] and "family" in d["rows"][0], operators),
     "roundtrip": (lambda p, d: isinstance(d.get("runs"), list) and bool(d["runs"])
@@ -333,6 +365,20 @@ TABLES: dict[str, dict[str, Any]] = {
                            "against 5 s + 20% of the GPU work (`bench/gate_cost.py`)",
                   "columns": ["ok", "bytes", "wall_s", "gpu_s", "overhead_s", "overhead_allowed_s",
                               "within_budget", "phases.*"]},
+    "kernelbench": {"title": "KernelBench tier: start, best and control against eager, eager-TF32 "
+                             "and torch.compile (`bench/kernelbench_tier.py`)",
+                    "columns": ["status", "compute_bound", "intensity", "start_ms", "best_ms", "control_ms",
+                                "eager_ms", "eager_tf32_ms", "compile_ms", "compile_status",
+                                "start_x_eager", "best_x_eager", "best_x_eager_tf32", "best_x_compile",
+                                "control_x_eager", "control_x_eager_tf32", "control_x_compile", "best.gated"],
+                    "headline": ("best_x_eager_tf32", lambda r: r["metrics"].get("compute_bound") is True
+                                 and r["metrics"].get("best_x_eager_tf32") is not None,
+                                 "the compute-bound problems timed"),
+                    "apart": (lambda r: r.get("variant") == KERNELBENCH_METRICS,
+                              "KernelBench's metrics: fast_p is the fraction of all problems (refused and "
+                              "not run ones count as not fast) whose kernel is correct and more than p "
+                              "times faster than the baseline; geomean over the correct ones timed",
+                              ["n", "correct", "timed", "fast_0", "fast_1", "fast_1.5", "fast_2", "geomean"])},
     "roundtrip": {"title": "SkillCard roundtrip and leave-one-out",
                   "columns": ["tier", "expert_ms", "start_ms", "best_ms", "fraction_of_expert",
                               "speedup", "reached_gate"]},
@@ -352,6 +398,19 @@ def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
+def _grid(rows: list[Row], order: list[str]) -> list[str]:
+    """The markdown table of `rows`: the metrics `order` matches first (fnmatch patterns), then
+    the others the rows hold, by name."""
+    held = sorted({k for r in rows for k in r["metrics"]})
+    columns = list(dict.fromkeys(k for c in order for k in held if fnmatch.fnmatchcase(k, c)))
+    columns += [k for k in held if k not in columns]
+    lines = ["| operator | variant | " + " | ".join(columns) + " |", "|---|---|" + "---:|" * len(columns)]
+    for r in rows:
+        cells = [_fmt(r["metrics"].get(c)) for c in columns]
+        lines.append(f"| {_fmt(r['operator'])} | {_fmt(r.get('variant'))} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def render_table(benchmark: str, rows: list[Row]) -> str:
     """The markdown of one benchmark: one section per run (command, GPU, commit)."""
     spec = TABLES.get(benchmark, {})
@@ -367,29 +426,26 @@ def render_table(benchmark: str, rows: list[Row]) -> str:
         lines += [f"## {gpu or 'no GPU'}, commit {commit or '?'}, {date or 'undated'}", ""]
         if command:
             lines += [f"Command: `{command}`", ""]
-        held = sorted({k for r in group for k in r["metrics"]})
-        columns = list(dict.fromkeys(k for c in spec.get("columns", []) for k in held
-                                     if fnmatch.fnmatchcase(k, c)))
-        columns += [k for k in held if k not in columns]
-        lines.append("| operator | variant | " + " | ".join(columns) + " |")
-        lines.append("|---|---|" + "---:|" * len(columns))
-        for r in group:
-            cells = [_fmt(r["metrics"].get(c)) for c in columns]
-            lines.append(f"| {_fmt(r['operator'])} | {_fmt(r.get('variant'))} | "
-                         + " | ".join(cells) + " |")
+        apart_of, apart_title, apart_columns = spec.get("apart") or (lambda r: False, "", [])
+        apart = [r for r in group if apart_of(r)]
+        group = [r for r in group if not apart_of(r)]
+        lines += _grid(group, spec.get("columns", []))
         if "headline" in spec:
-            metric, counts = spec["headline"]
+            metric, counts, *about = spec["headline"]
             kept = [r for r in group if counts(r) and not r["metrics"].get("excluded")]
             left = [r for r in group if counts(r) and r["metrics"].get("excluded")]
             g = _geomean([r["metrics"].get(metric) for r in kept])
             if g is not None:
-                text = f"Geometric mean of {metric}: {g:.3f} over {len(kept)} rows"
+                text = f"Geometric mean of {metric}: {g:.3f} over {len(kept)} rows" + "".join(
+                    f" ({a})" for a in about)
                 if left:
                     text += (" (left out: " + ", ".join(
                         f"{r['operator']} {r.get('variant') or ''}: {r['metrics']['excluded']}".strip()
                         for r in left) + ")")
                 lines += ["", text + "."]
-        sources = sorted({r["source"] for r in group})
+        if apart:
+            lines += ["", apart_title + ".", ""] + _grid(apart, apart_columns)
+        sources = sorted({r["source"] for r in group + apart})
         lines += ["", "Records: " + ", ".join(f"`{s}`" for s in sources), ""]
     return "\n".join(lines).rstrip() + "\n"
 

@@ -49,3 +49,41 @@ def test_a_record_becomes_rows_and_an_excluded_row_leaves_the_headline(tmp_path:
     text = store.render_table("experts", got)
     assert "Geometric mean of speedup: 2.000 over 1 rows (left out: b" in text
     assert "| b | default (b.py) |" in text and "fallback: pytorch" in text
+
+
+def test_a_kernelbench_tier_record_renders_its_problems_and_its_metrics_apart(tmp_path: Path) -> None:
+    import argparse
+
+    store = _store()
+    tier_spec = importlib.util.spec_from_file_location("kernelbench_tier", ROOT / "bench" / "kernelbench_tier.py")
+    tier = importlib.util.module_from_spec(tier_spec)
+    sys.modules.setdefault("kernelbench_tier", tier)
+    tier_spec.loader.exec_module(tier)
+    timed = {"ok": True, "ms": 1.0, "reference_ms": 4.0, "reference_tf32_ms": 2.0}
+    records = [{"op": "level1/1_mm", "level": "level1", "status": "done", "compute_bound": True,
+                "intensity": 600.0, "reference_ms": 4.0, "start": dict(timed, ms=8.0), "best": timed,
+                "control": dict(timed, ms=2.0),
+                "baselines": {"eager_ms": 4.0, "compile_ms": 8.0, "compile_status": "ok"}},
+               {"op": "level1/2_sum", "level": "level1", "status": "not run yet", "compute_bound": False,
+                "intensity": 0.0, "start": {"ok": False}}]
+    result = tier.build_tables(records, argparse.Namespace(tier="device", library="lib", budget_steps=12,
+                                                           box=100.0))
+    record = tmp_path / "kernelbench" / "h200-abc1234" / "kernelbench.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps(result))
+    rows = store.rows_of(record)
+    problems = {r["operator"]: r["metrics"] for r in rows if r["variant"] != store.KERNELBENCH_METRICS}
+    assert problems["level1/1_mm"]["best_x_eager_tf32"] == 2.0 and problems["level1/1_mm"]["best_x_compile"] == 8.0
+    assert problems["level1/1_mm"]["compile_ms"] == 8.0 and problems["level1/2_sum"]["status"] == "not run yet"
+    metrics = {r["operator"]: r["metrics"] for r in rows if r["variant"] == store.KERNELBENCH_METRICS}
+    assert metrics["best vs compile (all problems)"]["fast_1.5"] == 0.5  # 1 of 2 problems
+    assert metrics["best vs eager_tf32 (compute-bound)"] == {"n": 1, "correct": 1, "timed": 1, "fast_0": 1.0,
+                                                              "fast_1": 1.0, "fast_1.5": 1.0, "fast_2": 0.0,
+                                                              "geomean": 2.0}
+    for r in rows:
+        r["benchmark"] = "kernelbench"
+    text = store.render_table("kernelbench", rows)
+    head, _, apart = text.partition("KernelBench's metrics")
+    assert "| level1/1_mm | level1 | done | yes | 600 | 8 | 1 | 2 | 4 | 2 | 8 |" in head
+    assert "fast_1.5" not in head and "| best vs compile (all problems) |" in apart
+    assert "Geometric mean of best_x_eager_tf32: 2.000 over 1 rows (the compute-bound problems timed)" in head
