@@ -209,14 +209,15 @@ def time_baselines(model: Any, inputs: Sequence[Any], lock: Any, bench: Any,
                    compile_benchmarks_locked: bool = False) -> dict[str, Any]:
     """Eager, eager-TF32 and (with `compile_fn`, which wraps a module) compiled times of
     `model(*inputs)`, each by `bench(fn) -> ms`, on the GPU `lock` (a `gate.gpulock` lock)
-    belongs to, as a gate's worker shares it: every untimed run (the reference output, each
-    baseline's first call) holds the shared lock and every `bench` the exclusive one, so the
-    figures are sound beside concurrent gates and never disturb theirs. The compile (the first
-    call of the compiled model, which also autotunes it) holds the shared lock throughout,
-    unless `compile_benchmarks_locked` (its autotuning measurements take the exclusive lock
-    themselves): then it holds no lock. `write(out)` is called with the figures so far before
-    each step ("stage" names it) and at the end ("stage": "done"), so a process stopped
-    during the compile keeps eager's."""
+    belongs to, shared as a gate's worker shares it: untimed runs (the reference output) hold
+    the shared lock, and the three timings are taken one after another in one hold of the
+    exclusive lock, so the figures are sound beside concurrent gates and never disturb theirs.
+    The compile (the compiled model's first call, which also autotunes it) comes first and
+    holds the shared lock throughout, unless `compile_benchmarks_locked` (its autotuning
+    measurements take the exclusive lock themselves): then it holds none. One exclusive hold
+    per problem, after its compile, keeps processes compiling side by side from waiting on
+    each other's compiles more than once. `write(out)` is called with the figures so far
+    before each step ("stage" names it) and at the end ("stage": "done")."""
     import contextlib
 
     import torch
@@ -228,39 +229,36 @@ def time_baselines(model: Any, inputs: Sequence[Any], lock: Any, bench: Any,
         out["stage"] = name
         write(dict(out))
 
-    def run(fn: Any) -> Any:
-        with lock.shared(), torch.no_grad():
-            return fn()
-
-    def timed(fn: Any) -> float:
-        with lock.exclusive(), torch.no_grad():
-            return float(bench(fn))
-
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    compiled = None
     try:
-        step("eager")
-        ref = run(lambda: model(*inputs))
-        out["eager_ms"] = timed(lambda: model(*inputs))
-        step("eager_tf32")
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        out["eager_tf32_err"] = _rel_err(run(lambda: model(*inputs)), ref)
-        out["eager_tf32_ms"] = timed(lambda: model(*inputs))
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        step("reference")
+        with lock.shared(), torch.no_grad():
+            ref = model(*inputs)
         if compile_fn is not None:
             step("compile")
             try:
-                compiled = compile_fn(model)
+                wrapped = compile_fn(model)
                 t0 = time.perf_counter()
                 held = contextlib.nullcontext() if compile_benchmarks_locked else lock.shared()
                 with held, torch.no_grad():
-                    result = compiled(*inputs)
+                    result = wrapped(*inputs)
                 out["compile_s"] = round(time.perf_counter() - t0, 1)
                 out["compile_err"] = _rel_err(result, ref)
-                out["compile_ms"] = timed(lambda: compiled(*inputs))
-                out["compile_status"] = "ok"
+                compiled = wrapped
             except Exception as exc:  # noqa: BLE001 — a model torch.compile fails on: a cell says why
                 out["compile_status"] = "error"
                 out["compile_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        step("timing")
+        with lock.exclusive(), torch.no_grad():
+            out["eager_ms"] = float(bench(lambda: model(*inputs)))
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+            out["eager_tf32_err"] = _rel_err(model(*inputs), ref)
+            out["eager_tf32_ms"] = float(bench(lambda: model(*inputs)))
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+            if compiled is not None:
+                out["compile_ms"] = float(bench(lambda: compiled(*inputs)))
+                out["compile_status"] = "ok"
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
     step("done")
@@ -270,29 +268,32 @@ def time_baselines(model: Any, inputs: Sequence[Any], lock: Any, bench: Any,
 def baseline_child(path: Path, out_file: Path, compile_model: bool = True, seed: int = 1234) -> int:
     """The baselines of one problem in this process (meant to be a child of the harness:
     `--baseline-child`), on its GPU, its figures written to `out_file` as they come."""
-    import torch
-    from triton.testing import do_bench
-
-    from gate import gpulock
+    facts: dict[str, Any] = {}
 
     def write(data: Mapping[str, Any]) -> None:
-        _write(out_file, {"gpu": torch.cuda.get_device_name(0), **data})
+        _write(out_file, {**facts, **data})
 
-    lock = gpulock.for_current_device(torch)
-    locked = compile_model and _inductor_benchmark_lock(lock)
     try:
+        import torch
+        from triton.testing import do_bench
+
+        from gate import gpulock
+
+        facts["gpu"] = torch.cuda.get_device_name(0)
+        lock = gpulock.for_current_device(torch)
+        locked = compile_model and _inductor_benchmark_lock(lock)
+        facts["compile_lock"] = ("autotuning measurements exclusive" if locked
+                                 else "compile under the shared lock")
         ns = _load_problem(path)
         torch.manual_seed(seed)
         with torch.device("cuda"):  # drawn on the GPU, as the gate draws a problem's inputs
             inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
             model = ns["Model"](*ns["get_init_inputs"]()).cuda()
-        out = time_baselines(
+        time_baselines(
             model, inputs, lock, lambda fn: do_bench(fn, warmup=25, rep=100, return_mode="median"),
             (lambda m: torch.compile(m, mode=COMPILE_MODE)) if compile_model else None, write, locked)
-        write({**out, "compile_lock": "autotuning measurements exclusive" if locked
-               else "compile under the shared lock"})
     except Exception as exc:  # noqa: BLE001 — the row says why
-        write({"stage": "done", "error": f"{type(exc).__name__}: {exc}"[:300]})
+        write({"stage": "done", "error": " ".join(f"{type(exc).__name__}: {exc}".split())[:300]})
     return 0
 
 
@@ -400,6 +401,8 @@ def build_tables(records: Sequence[Mapping[str, Any]], args: argparse.Namespace)
             for baseline in BASELINES:
                 ok, ms, base = kernel_vs(rec, kernel, baseline)
                 row[f"{kernel}_x_{baseline}"] = base / ms if ok and ms and base else None
+        for kernel in KERNELS:
+            row[f"{kernel}_ms"] = _kernel_entry(rec, kernel).get("ms")
         for baseline in BASELINES:
             row[f"{baseline}_ms"] = kernel_vs(rec, "start", baseline)[2]
         row["compile_status"] = (rec.get("baselines") or {}).get("compile_status")
@@ -649,6 +652,8 @@ def baselines_pass(problems: Sequence[Problem], records: dict[str, dict[str, Any
     todo = [p for p in problems if (rec := records.get(p.slug)) is not None
             and rec.get("status") != "refused" and rec.get("tier") == "device"
             and ((rec.get("baselines") or {}).get("skipped") or "baselines" not in rec)]
+    if budget.total is not None:  # as the gates ran: smallest first
+        todo.sort(key=lambda p: float(records[p.slug].get("bytes") or 0.0))
     began = time.monotonic()
     threads = max(1, (os.cpu_count() or 2) // args.baseline_jobs)
     heldout.say("kernelbench", f"baselines of {len(todo)} problems, {args.baseline_jobs} at once, "
@@ -754,7 +759,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             records[p.slug] = json.loads(path.read_text())
         elif not (args.tables_only or args.baselines_only):
             todo.append(p)
-    heldout.say("kernelbench", f"{len(problems)} problems, {len(problems) - len(todo)} with a record, "
+    heldout.say("kernelbench", f"{len(problems)} problems, {len(records)} with a record, "
                                f"{len(todo)} to run")
     walled: set[str] = set()
     budget = MemoryBudget(args.gpu_memory * 1e9 if args.gpu_memory else None)

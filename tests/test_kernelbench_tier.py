@@ -288,8 +288,8 @@ def test_baselines_are_timed_under_the_exclusive_gpu_lock(tmp_path: Path, benchm
     assert seen["compiled"] == ["free" if benchmarks_locked else "shared", "exclusive"]
     assert out["eager_ms"] == out["eager_tf32_ms"] == out["compile_ms"] == 1.0
     assert out["compile_status"] == "ok" and out["compile_err"] == 0.0
-    assert [w["stage"] for w in writes] == ["eager", "eager_tf32", "compile", "done"]
-    assert "eager_ms" in writes[2] and "compile_ms" not in writes[2]  # kept if stopped in the compile
+    assert [w["stage"] for w in writes] == ["reference", "compile", "timing", "done"]
+    assert "compile_s" in writes[2] and "eager_ms" not in writes[2]  # compiled first, then timed
     assert _lock_state(path) == "free"
     assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == flags
 
@@ -313,6 +313,10 @@ def test_baselines_wait_for_a_gate_that_is_timing(tmp_path: Path) -> None:
         assert benched == []  # not even the untimed reference run went ahead
     worker.join(timeout=30)
     assert benched == [1, 1]
+    failing = TIER.time_baselines(torch.nn.Linear(4, 4), [torch.randn(2, 4)], mine, lambda fn: 1.0,
+                                  compile_fn=lambda m: (_ for _ in ()).throw(RuntimeError("no backend")))
+    assert failing["compile_status"] == "error" and "no backend" in failing["compile_error"]
+    assert failing["eager_ms"] == 1.0 and "compile_ms" not in failing
 
 
 _CHILD = '''
