@@ -2,7 +2,7 @@
 output passes the gate.
 
     python3 bench/cuda_roles.py [DIR ...] --out OUT [--tier static|emulate|device] [--rules R,...]
-        [--json]
+        [--jobs N] [--json]
 
 DIR: kernel folders holding a `case.py` and a CUDA start (a `.cu` with its host `.py`, or a
 host module holding its source); default: every folder of bench/styles/cuda. For each kernel:
@@ -14,7 +14,9 @@ applied at every open site it takes (its refusals kept), and the result gated at
 against the folder's case (static: NVRTC for sm_90a; emulate: the CPU emulation at the case's
 small shapes; device: the GPU, where the start is timed too and each output's time is set
 against it and against a copy of the case's `bytes_moved` timed in this process); "all of the
-above" gates the start with every rule that passed alone applied one after another. Writes
+above" gates the start with every rule that passed alone applied one after another. --jobs:
+gates of one kernel at once (builds side by side; at the device tier each timed section takes
+the GPU's lock, `gate.gpulock`, and so does the copy). Writes
 OUT/cuda_roles.json and OUT/cuda_roles.md; --json prints the JSON. Progress goes to stderr.
 """
 from __future__ import annotations
@@ -70,8 +72,13 @@ def _apply(name: str, ir: Any, ctx: Any) -> tuple[Any, int, list[str]]:
     return ir, applied, refusals
 
 
-def kernel_report(folder: Path, tier: str, rule_names: tuple[str, ...] = RULES) -> dict[str, Any]:
-    """Roles, rules (`rule_names`, in that order) and verdicts of one kernel folder."""
+def kernel_report(folder: Path, tier: str, rule_names: tuple[str, ...] = RULES,
+                  jobs: int = 1) -> dict[str, Any]:
+    """Roles, rules (`rule_names`, in that order) and verdicts of one kernel folder; `jobs`
+    gates at once (each gate is its own process: builds run side by side, the device tier's
+    timed sections take the GPU's lock one at a time)."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
     import gate  # noqa: PLC0415
     import kir  # noqa: PLC0415
     from kir.embedded import cuda_unit  # noqa: PLC0415
@@ -91,30 +98,48 @@ def kernel_report(folder: Path, tier: str, rule_names: tuple[str, ...] = RULES) 
     if launch.threads:
         facts["block_threads"] = launch.threads
     ctx = PassContext(facts=facts)
-    rules = {}
-    start_verdict = None
-    if tier == "device":  # the start's own time, in the same process as the rules' outputs
-        start_verdict = _verdict(gate.check(ir.text, "cuda", folder, tier, path=unit.source_path,
-                                            host=unit.host_path, cache=False))
-    combined, total = ir, 0
-    for name in rule_names:
-        new_ir, count, refusals = _apply(name, ir, ctx)
-        entry: dict[str, Any] = {"applied": count, "refusals": refusals}
-        if count:
-            verdict = gate.check(new_ir.text, "cuda", folder, tier, path=unit.source_path,
-                                 host=unit.host_path, cache=False)
-            entry["verdict"] = _verdict(verdict)
-        rules[name] = entry
-        if count and entry["verdict"]["ok"]:  # the rules that passed alone, one after another
+
+    def check(text: str) -> dict[str, Any]:
+        return _verdict(gate.check(text, "cuda", folder, tier, path=unit.source_path,
+                                   host=unit.host_path, cache=False))
+
+    def combine(names: list[str]) -> tuple[Any, int]:
+        combined, total = ir, 0
+        for name in names:
             combined, more, _ = _apply(name, combined, ctx)
             total += more
-        print(f"[cuda_roles] {folder.name} {name}: applied {count}"
-              + (f", gate {'ok' if entry['verdict']['ok'] else entry['verdict']['reason'][:80]}"
-                 if count else ""), file=sys.stderr)
-    if total and sum(1 for e in rules.values() if e["applied"]) > 1:
-        rules["all of the above"] = {"applied": total, "refusals": [], "verdict": _verdict(
-            gate.check(combined.text, "cuda", folder, tier, path=unit.source_path,
-                       host=unit.host_path, cache=False))}
+        return combined, total
+
+    rules: dict[str, dict[str, Any]] = {}
+    outputs: dict[str, Any] = {}
+    for name in rule_names:
+        new_ir, count, refusals = _apply(name, ir, ctx)
+        rules[name] = {"applied": count, "refusals": refusals}
+        if count:
+            outputs[name] = new_ir
+    applied = [n for n in rule_names if n in outputs]
+    # the start, each rule's output and (guessing every rule passes alone) all of them at once
+    combined, total = combine(applied)
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        start_job = pool.submit(check, ir.text) if tier == "device" else None
+        pending = {n: pool.submit(check, outputs[n].text) for n in applied}
+        all_job = pool.submit(check, combined.text) if total and len(applied) > 1 else None
+        for name in applied:
+            rules[name]["verdict"] = pending[name].result()
+            print(f"[cuda_roles] {folder.name} {name}: applied {rules[name]['applied']}, gate "
+                  + ("ok" if rules[name]["verdict"]["ok"] else rules[name]["verdict"]["reason"][:80]),
+                  file=sys.stderr)
+        start_verdict = start_job.result() if start_job is not None else None
+        passed = [n for n in applied if rules[n]["verdict"]["ok"]]
+        if passed != applied:  # the rules that passed alone, one after another
+            combined, total = combine(passed)
+            all_job = pool.submit(check, combined.text) if total and len(passed) > 1 else None
+        if all_job is not None:
+            rules["all of the above"] = {"applied": total, "refusals": [],
+                                         "verdict": all_job.result()}
+    for name in rule_names:
+        if not rules[name]["applied"]:
+            print(f"[cuda_roles] {folder.name} {name}: applied 0", file=sys.stderr)
     return {"kernel": folder.name, "start": str(start.relative_to(ROOT) if start.is_relative_to(ROOT)
                                                    else start), "roles": _summary(roles),
             "rules": rules, "start_verdict": start_verdict,
@@ -137,7 +162,10 @@ def _copy_bandwidth(folder: Path) -> dict[str, Any] | None:
     nbytes = int(module.bytes_moved(dict(next(iter(module.SHAPES.values())))))
     src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    ms = float(do_bench(lambda: dst.copy_(src), warmup=25, rep=100, return_mode="median"))
+    from gate import gpulock  # noqa: PLC0415
+
+    with gpulock.for_current_device(torch).exclusive():  # no gate's kernels run meanwhile
+        ms = float(do_bench(lambda: dst.copy_(src), warmup=25, rep=100, return_mode="median"))
     return {"bytes": nbytes, "copy_ms": ms, "copy_tbs": nbytes / ms * 1e-9}
 
 
@@ -215,11 +243,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tier", default="static", choices=("static", "emulate", "device"))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="gates of one kernel at once (each its own process; default 1)")
     parser.add_argument("--rules", default="",
                         help="comma-separated rules to apply, each a name or a spec such as "
                              "'vectorize-global{ahead=1}' (default: all)")
     args = parser.parse_args(argv)
     rules = tuple(r for r in args.rules.split(",") if r) or RULES
+    if args.jobs < 1:
+        print("error: --jobs must be positive", file=sys.stderr)
+        return 2
     unknown = sorted({r.split("{")[0] for r in rules} - set(RULES))
     if unknown:
         print(f"error: unknown rule {unknown[0]} (one of {', '.join(RULES)})", file=sys.stderr)
@@ -232,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     for d in dirs:  # written after each kernel: a run cut short keeps what it measured
-        rows.append(kernel_report(d.resolve(), args.tier, rules))
+        rows.append(kernel_report(d.resolve(), args.tier, rules, args.jobs))
         data = {"tier": args.tier, "kernels": rows}
         (args.out / "cuda_roles.json").write_text(json.dumps(data, indent=1) + "\n")
         (args.out / "cuda_roles.md").write_text(_markdown(rows, args.tier))

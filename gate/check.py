@@ -19,6 +19,7 @@ from typing import Any
 from gate import foreign, gpulock
 from gate.cache import VerdictCache, cache_key
 from gate.cases import Case, load_case
+from gate.hostforms import builds_extension
 from gate.runner import supervise
 from gate.verdict import FailureKind, Tier, Verdict, reject
 from gate.worker import Job
@@ -263,6 +264,17 @@ def evaluate(job: Prepared) -> Verdict:
     return verdict
 
 
+def _extension_dir(hosted_text: str) -> str:
+    """Where torch builds the `load_inline` extension of a host module: one folder per module
+    text. Torch serializes the builds of one extension name in one folder, so that candidates
+    of one host (the same name, other sources) built by gates at once would queue behind each
+    other; the same text finds its earlier build."""
+    import hashlib  # noqa: PLC0415
+
+    digest = hashlib.sha256(hosted_text.encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / "klineage-extensions" / digest)
+
+
 def cacheable(verdict: Verdict) -> bool:
     """Whether a verdict may be cached (timeouts, crashes and faults of the gate are not)."""
     return verdict.failure_kind not in _UNCACHED
@@ -283,12 +295,15 @@ def _run(source: str, lang: str, case: Case, tier: Tier, stem: str, host_text: s
             module.write_text(source)
         rng = random.SystemRandom()
         base = rng.randrange(1, 2**30)  # fresh seeds: nothing to memorize
+        env = dict(os.environ)
+        if lang == "cuda" and "TORCH_EXTENSIONS_DIR" not in env and builds_extension(host_text):
+            env["TORCH_EXTENSIONS_DIR"] = _extension_dir(module.read_text())
         job = Job(tier=tier.value, language=lang, module_path=str(module),
                   cu_path=str(cu) if cu else None, scratch=str(scratch),
                   origin_dir=str(src_path.parent) if src_path else None,
                   case_path=str(case.path), seeds=(base, base + 1, base + 2),
                   extra_seed=base + 3, reverify_seed=base + 4, sealed_seed=base + 5,
-                  refill_seed=rng.randrange(2**30, 2**31), env=tuple(os.environ.items()),
+                  refill_seed=rng.randrange(2**30, 2**31), env=tuple(env.items()),
                   variants=case.variants)
         if tier is Tier.DEVICE and gpulock.lock_path("any") is None:
             with _DEVICE_LOCK:
