@@ -10,7 +10,8 @@ source as a string — CuPy RawKernel, load_inline). For each, the rule is appli
 the host launches; the rewritten kernel replaces the start's source in a copy of its host
 module, so the start and the rewrite run through the same host code. Both are checked against
 the case's reference, then cuBLAS (torch.matmul), the start and the rule's forms (+mma and
-+mma_bk16: 32- and 16-deep slices; on sm_90a +wgmma and +wgmma_wide: 128x128 and 128x256 tiles)
++mma_bk16: 32- and 16-deep slices; on sm_90a +wgmma, +wgmma_overlap (one K step's MMAs in flight)
+and +wgmma_wide: 128x128 and 128x256 tiles)
 are timed with
 `triton.testing.do_bench(..., return_mode="median")` (cuBLAS again last; the better of the two
 cuBLAS times is the reference). Writes result.json, result.md and the rewritten sources.
@@ -58,9 +59,10 @@ def embedded(py_text: str) -> tuple[str, tuple[int, int]] | None:
 
 
 FORMS = {"mma": {}, "mma_bk16": {"bk": 16}, "wgmma": {"wgmma": True},
+         "wgmma_overlap": {"wgmma": True, "overlap": True},
          "wgmma_wide": {"wgmma": True, "wide": True}}
-"""The rule's forms timed: mma.sync on 32- and 16-deep slices (any sm_80+), wgmma on 128x128 and
-on 128x256 tiles (sm_90a)."""
+"""The rule's forms timed: mma.sync on 32- and 16-deep slices (any sm_80+), wgmma on 128x128
+tiles (K steps one after another, or overlapping) and on 128x256 tiles (sm_90a)."""
 
 
 def rewrite(source: str, block: tuple[int, int, int] | None, arch: str, form: str = "mma"
@@ -145,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="kl_gemm_schedule_"))
     entries: dict[str, dict[str, Any]] = {}
     # the tutorial start (no host module: launched here)
-    forms = ["mma", "mma_bk16"] + (["wgmma", "wgmma_wide"] if arch.startswith("sm_90") else [])
+    forms = ["mma", "mma_bk16"] + (["wgmma", "wgmma_overlap", "wgmma_wide"]
+                                   if arch.startswith("sm_90") else [])
     tut = TUTORIAL.read_text()
     entries["tutorial_blocktile"] = {"source": tut, "block": (256, 1, 1)}
     # kernels a host builds with a C++ toolchain (load_inline) compile slowest: measured last

@@ -402,6 +402,39 @@ def test_sixteen_deep_slices_match_torch_on_the_emulator(name: str) -> None:
     assert isinstance(refused, Skipped) and "32 deep" in refused.reason
 
 
+@pytest.mark.parametrize("name", ["tutorial 2-D blocktiling, pointer bumps, alpha/beta",
+                                  "column-major A, flattened tiles",
+                                  "explicit leading dimensions (unaligned rows: element copies)"])
+def test_overlapping_wgmma_k_steps_match_torch_on_the_emulator(name: str) -> None:
+    source, block, run, tol = CASES[name]
+    ir = kir.parse(source(), "cuda")
+    rule = get_pass("gemm-schedule").from_options({"block": block, "wgmma": True, "overlap": True})
+    site = next(s for s in rule.sites(ir) if not s.present)
+    result = rule.optimize(ir, site, CTX)
+    assert result.ok, result
+    text = result.ir.text
+    assert "wgmma.wait_group.sync.aligned 1;" in text and '"overlap": true' in text
+    ptx_for_sm90a(text)
+    lib = _emulated(text)
+    torch.manual_seed(7)
+    for m, n, k in ((72, 136, 136), (130, 40, 45)):
+        got, want = run(lib, m, n, k)
+        assert torch.allclose(got, want, atol=tol * want.abs().max().item(), rtol=tol)
+    from passes.roundtrip import roundtrip
+
+    done = next(s for s in rule.sites(result.ir) if s.present)
+    assert roundtrip(rule, result.ir, done, CTX).same
+    # two slots cannot hold one slice in flight, one loading and one multiplied
+    wide = get_pass("gemm-schedule").from_options(
+        {"block": block, "wgmma": True, "overlap": True, "wide": True})
+    refused = wide.optimize(ir, site, CTX)
+    assert isinstance(refused, Skipped)
+    threads = 1
+    for dim in block.split("x"):
+        threads *= int(dim)
+    assert ("three slots" if threads >= 256 else "warpgroups") in refused.reason
+
+
 def test_the_wgmma_form_refuses_blocks_that_are_not_warpgroups() -> None:
     textbook = (STYLES / "cu_mm_smem_tiled" / "mm_tiled.cu").read_text()
     ir = kir.parse(textbook, "cuda")

@@ -119,7 +119,8 @@ def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, bool]:
         if facts is not None:
             return {"wgmma": bool(facts.get("wgmma")),
                     **({"wide": True} if facts.get("wide") else {}),
-                    **({"bk": int(facts["bk"])} if facts.get("bk") else {})}
+                    **({"bk": int(facts["bk"])} if facts.get("bk") else {}),
+                    **({"overlap": True} if facts.get("overlap") else {})}
     return {"wgmma": False}
 
 

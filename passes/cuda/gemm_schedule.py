@@ -22,7 +22,8 @@ kernel's body becomes:
 
 Options: `wgmma` (sm_90a: 64- / 128-byte swizzled slices read by `wgmma.mma_async m64nNk16`
 per warpgroup), `wide` (with wgmma: 128x256 tiles), `bk` (16: shallower slices and more slots
-for the mma.sync form), `block` (the launch's block where no host tells it).
+for the mma.sync form), `overlap` (with wgmma: one K step's MMAs in flight while the next is
+issued), `block` (the launch's block where no host tells it).
 
 Preconditions (each refusal says which): the kernel is a GEMM micro-kernel `gemm_eval` reads and
 whose staging `gemm_global` traces; bf16 / fp16 global operands; the block size is known (the
@@ -146,6 +147,14 @@ class Schedule:
     """The tile's columns (128, or 256 for the wide wgmma tile)."""
     bk: int = TILE_K
     """The slice depth (32, or 16 for more, shallower slots)."""
+    overlap: bool = False
+    """wgmma: one K step's warpgroup MMAs stay in flight while the next is issued (the ring then
+    runs one slice ahead instead of stages - 1)."""
+
+    @property
+    def ahead(self) -> int:
+        """Slices in flight ahead of the one being multiplied."""
+        return self.stages - 2 if self.overlap else self.stages - 1
 
     @property
     def row_step(self) -> int:
@@ -170,7 +179,7 @@ def _slice_elems(op: Operand, mn: int, wgmma: bool = False, bk: int = TILE_K) ->
 
 
 def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = False,
-         bk: int = TILE_K) -> Schedule | str:
+         bk: int = TILE_K, overlap: bool = False) -> Schedule | str:
     """The schedule for `g`, or why there is none. `kept_shared`: bytes of the user's shared
     arrays the rewritten body still uses; `wide`: 128x256 tiles (wgmma only); `bk`: the slice
     depth (16 or 32)."""
@@ -178,6 +187,8 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = Fals
         return f"a slice depth of {bk} (16 or 32)"
     if wgmma and bk != TILE_K:
         return f"the wgmma slices are {TILE_K} deep (64-byte swizzled rows)"
+    if overlap and not wgmma:
+        return "overlapping K steps is a wgmma schedule"
     t = g.tile
     threads = t.block[0] * t.block[1]
     tn = 2 * TILE_N if wide else TILE_N
@@ -200,12 +211,14 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = Fals
     stages = min(8, room // per_stage)
     if stages < 2:
         return "no room for two slices of the 128x128x32 tile in 48 KiB of static shared memory"
+    if overlap and stages < 3:
+        return "overlapping K steps needs three slots (one in flight, one loading, one multiplied)"
     smem = stages * per_stage
     ldx = t.bn + 4
     chunk = t.bm
     while chunk > 1 and chunk * ldx * 4 > smem:
         chunk //= 2
-    return Schedule(threads, wm, wn, stages, chunk, ldx, smem, wgmma, tn, bk)
+    return Schedule(threads, wm, wn, stages, chunk, ldx, smem, wgmma, tn, bk, overlap)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,24 +275,27 @@ def main_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
         f"{i}  for (int {p}j = 0; {p}j < {s.ni}; ++{p}j)",
         f"{i}    for (int {p}h = 0; {p}h < 4; ++{p}h) {p}acc[{p}i][{p}j][{p}h] = 0.0f;",
         f"{i}const int {p}kt = ({p}K + {s.bk - 1}) / {s.bk};",
-        f"{i}for (int {p}s = 0; {p}s < {s.stages - 1}; ++{p}s) {{",
+        f"{i}for (int {p}s = 0; {p}s < {s.ahead}; ++{p}s) {{",
         f"{i}  if ({p}s < {p}kt) {{ {load(f'{p}s', f'{p}s')} }}",
         f"{i}  kl_gs_commit();",
         f"{i}}}",
         f"{i}#pragma unroll 1",
         f"{i}for (int {p}k = 0; {p}k < {p}kt; ++{p}k) {{",
-        f"{i}  kl_gs_wait<{s.stages - 2}>();",
+        f"{i}  kl_gs_wait<{s.ahead - 1}>();",
         *([f'{i}  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");'] if s.wgmma else []),
         f"{i}  __syncthreads();",
         f"{i}  {{",
-        f"{i}    const int {p}next = {p}k + {s.stages - 1};",
+        f"{i}    const int {p}next = {p}k + {s.ahead};",
         f"{i}    if ({p}next < {p}kt) {{ {load(f'{p}next % {s.stages}', f'{p}next')} }}",
         f"{i}    kl_gs_commit();",
         f"{i}  }}",
         f"{i}  const unsigned short* {p}ta = {p}sa + ({p}k % {s.stages}) * {a_el};",
         f"{i}  const unsigned short* {p}tb = {p}sb + ({p}k % {s.stages}) * {b_el};",
     ]
-    tail = [f"{i}}}", f"{i}kl_gs_wait<0>();", f"{i}__syncthreads();"]
+    tail = [f"{i}}}",
+            *([f'{i}asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");']
+              if s.overlap else []),
+            f"{i}kl_gs_wait<0>();", f"{i}__syncthreads();"]
     return head + (_wgmma_step(g, s, i + "  ") if s.wgmma else _mma_step(g, s, i + "  ")) + tail
 
 
@@ -342,7 +358,7 @@ def _wgmma_step(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
         f"{i}  }}",
         f"{i}}}",
         f'{i}asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");',
-        f'{i}asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");',
+        f'{i}asm volatile("wgmma.wait_group.sync.aligned {1 if s.overlap else 0};" ::: "memory");',
     ]
 
 
@@ -508,7 +524,8 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         vg = {row_axis: f"(unsigned){rows_u}", col_axis: f"(unsigned){cols_u}"}
     facts = json.dumps({**g.to_json(), "schedule": [TILE_M, tn, s.bk, s.stages],
                         "wgmma": s.wgmma, **({"wide": True} if tn > TILE_N else {}),
-                        **({"bk": s.bk} if s.bk != TILE_K else {})}, sort_keys=True)
+                        **({"bk": s.bk} if s.bk != TILE_K else {}),
+                        **({"overlap": True} if s.overlap else {})}, sort_keys=True)
     restore = " ".join(f"{n} = {p}in_{n};" for n in written)
     i1, i2, i3 = "  ", "    ", "      "
     lines = [
@@ -660,6 +677,9 @@ class GemmSchedule(Pass):
     bk: int = TILE_K
     """The depth of a staged slice: 32, or 16 (mma.sync only: twice the slots in the same shared
     memory)."""
+    overlap: bool = False
+    """With `wgmma`: keep one K step's MMAs in flight while the next is issued (the ring runs
+    one slice ahead)."""
     wide: bool = False
     """With `wgmma`: 128x256 tiles (two 24 KiB slots; half the operand traffic per output of the
     128x128 tile) instead of 128x128."""
@@ -712,7 +732,7 @@ class GemmSchedule(Pass):
             return Skipped(reasons[0] if reasons else "no tiled GEMM kernel the rule can read")
         if self.wgmma and ctx is not None and str(ctx.facts.get("arch", "sm_90")) < "sm_90":
             return Skipped("wgmma needs sm_90a")
-        s = plan(f.g, f.kept_shared, self.wgmma, self.wide, int(self.bk))
+        s = plan(f.g, f.kept_shared, self.wgmma, self.wide, int(self.bk), self.overlap)
         if isinstance(s, str):
             return Skipped(s, f.g.to_json())
         return finish(ir, site, rewrite_edits(ir, f, s), preconditions=results)
