@@ -589,6 +589,17 @@ def _bytes_of(p: Problem) -> float:
         return 0.0
 
 
+def _walled_before(tables: Path, problems: Sequence[Problem]) -> set[str]:
+    """The problems an earlier invocation's tables (`tables`) say --wall left unstarted (a
+    later --tables-only or --baselines-only keeps saying so)."""
+    try:
+        rows = json.loads(tables.read_text()).get("rows") or []
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return set()
+    left = {r.get("op") for r in rows if str(r.get("status")).startswith("not started")}
+    return {p.slug for p in problems if p.key in left}
+
+
 def _write(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -786,6 +797,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         list(pool.map(one, todo))
     if args.tier == "device" and not args.no_baselines and not args.tables_only:
         baselines_pass(problems, records, args, out, budget)
+    walled |= _walled_before(out / "kernelbench.json", problems)
     rows = [with_work(p, records[p.slug]) if p.slug in records else
             not_started(p, "not started (--wall)" if p.slug in walled else "not run yet") for p in problems]
     result = build_tables(rows, args)
