@@ -601,8 +601,27 @@ def _probe_values(ints: list[str], big: int, small: int) -> list[dict[str, int]]
             {n: small + 2 * i for i, n in enumerate(ints)}]
 
 
+_CACHE: dict[tuple[bytes, GemmTile], GlobalGemm | str] = {}
+
+
 def trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
-    """The global meaning of `tile`'s kernel (see the module docstring), or `Refusal`."""
+    """The global meaning of `tile`'s kernel (see the module docstring), or `Refusal`. Results
+    are kept per source text and tile (the probes run every thread of several blocks)."""
+    key = (ir.source, tile)
+    hit = _CACHE.get(key)
+    if hit is None:
+        if len(_CACHE) > 64:
+            _CACHE.clear()
+        try:
+            hit = _CACHE[key] = _trace(ir, tile)
+        except Refusal as exc:
+            hit = _CACHE[key] = str(exc.args[0])
+    if isinstance(hit, str):
+        raise Refusal(hit)
+    return hit
+
+
+def _trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
     scope = Scope(ir)
     fn = scope.functions.get(tile.kernel)
     if fn is None:
