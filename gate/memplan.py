@@ -24,12 +24,16 @@ MIN_SEEDS = 2
 SLACK_BYTES = 3 << 30
 """Device memory left for what is not counted: the CUDA context's and libraries' workspaces,
 the L2 flush buffer, the held comparison's float64 chunks, the candidate's own temporaries."""
-PHASE_WORK = ((1.0, 1 + 2), (2.0, 1), (3.5, 0))
+PHASE_WORK = ((1.0, 1 + 2), (2.0, 2), (3.5, 0))
 """(input-set sizes, output sizes) in use beside the kept sets, per kind of phase (phases do not
 overlap, so the largest counts): the timed runs (the rotation's buffers; the current output
 and the two sampled ones: `gate.worker` drops an output before the next call and a sampled
-copy before its replacement is made), the sealed call (its clone and the hidden copies; its
-output), a refill crossover (its random mask, its copy and a temporary)."""
+copy before its replacement is made), the sealed call (its clone and the inputs' hidden
+copies; its output and the output's, which `guards.Seal` keeps as a copy of an input buffer),
+a refill crossover (its random mask, its copy and a temporary). The sets are counted as kept
+from the first to the last phase, though the worker lets each go after its last call (the
+seeds after the correctness calls, the first after the knockout calls, the sealed set after
+the sealed call): the later phases have that much more room."""
 @dataclass(frozen=True, slots=True)
 class SetPlan:
     """What one variant keeps. `seeds`: correctness seeds drawn; `pool`: sets the refilled

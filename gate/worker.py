@@ -83,6 +83,7 @@ REFILL_SAMPLE = 2  # outputs of each timed run checked (drawn after the calls ra
 # much of repetitions (ms; Triton's defaults are 25 and 100): a median over hundreds of calls
 # for a kernel of 0.2 ms still, and a gemm expert's eight configurations cost 0.6 s less.
 COMPILE_MODE = "max-autotune-no-cudagraphs"  # the torch.compile baseline (KLINEAGE_GATE_COMPILE=1)
+POISON_PIECE_BYTES = 1 << 28  # cached memory poisoned a piece at a time where it is fragmented
 TUNE_WARMUP_MS = 10
 TUNE_REP_MS = 40
 
@@ -133,6 +134,11 @@ def _environment(env: tuple[tuple[str, str], ...], tier: str) -> None:
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     if tier == "interpret":
         os.environ["TRITON_INTERPRET"] = "1"
+    if tier == "device":
+        # A problem of gigabytes keeps sets of a few large tensors beside the calls' equally
+        # large temporaries (`gate.memplan`): split cached blocks would leave gigabytes that
+        # fit none of them (an H200 ran out with 6 GiB so reserved). Unless the caller chose.
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 
 def standby(conn: Any, tier: str, env: tuple[tuple[str, str], ...],
@@ -623,6 +629,12 @@ class _Runner:
             if hasattr(item, "park"):
                 item.park()
 
+    def _release(self, key: tuple[str, str, int]) -> None:
+        """The input set `key` has had its last call: its inputs go (its held reference stays,
+        for naming whose answer a wrong output is)."""
+        self.originals.pop(key, None)
+        self.parked.discard(key)
+
     def original(self, key: tuple[str, str, int]) -> tuple[Any, ...]:
         """The input set `key` on the run's device (a copy brought back where it was parked)."""
         inputs = self.originals[key]
@@ -755,13 +767,28 @@ class _Runner:
         return self.refill.Rotation(pool, self.clone_inputs(pool.inputs(0)), self.cap.copy_)
 
     def _poison_cached_memory(self) -> None:
+        """Poison the memory the allocator keeps cached (where references were): one block of
+        its size, or, where that does not fit in one piece, pieces of `POISON_PIECE_BYTES`
+        until it is covered or the device is full."""
         torch = self.torch
         free = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
-        if free >= 4:
-            block = torch.empty(free // 4, dtype=torch.float32, device="cuda")
+        if free < 4:
+            return
+        try:
+            blocks = [torch.empty(free // 4, dtype=torch.float32, device="cuda")]
+        except torch.cuda.OutOfMemoryError:
+            blocks, done = [], 0
+            try:
+                while done < free:
+                    blocks.append(torch.empty(POISON_PIECE_BYTES // 4, dtype=torch.float32,
+                                              device="cuda"))
+                    done += POISON_PIECE_BYTES
+            except torch.cuda.OutOfMemoryError:
+                pass
+        for block in blocks:
             self.guards.poison_(block)
-            self.sync()
-            del block
+        self.sync()
+        del blocks
 
     # -- candidate -----------------------------------------------------------------------
     def load_candidate(self) -> None:
@@ -1016,6 +1043,9 @@ class _Runner:
             res = self.call(inputs, "run")
             self.check_call(res, inputs, original, "correctness", f"{variant}/seed {seed}")
             self.send_out(variant, phase, seed, res)
+            del original, inputs, res  # before the next set's copy is made
+            if seed != self.job.seeds[0]:  # the first seed's runs again (configs, knockout)
+                self._release((variant, phase, seed))
         self.check_kernels("correctness", "correctness calls")
 
     def configs(self) -> None:
@@ -1046,6 +1076,7 @@ class _Runner:
                         tuner.cache.clear()
                         tuner.best_config = None
                         self.monitor.pin = (tuner, config)
+                        inputs = res = None  # the previous configuration's, before this copy
                         inputs = self.clone_inputs(original)
                         try:
                             res = self.call(inputs, "run")
@@ -1088,7 +1119,11 @@ class _Runner:
                 self.check_inputs(inputs, original, f"the {phase} run")
                 self.check_output_types(res["out"], f"the {phase} run")
                 self.send_out(variant, phase, seed, res)
+            del inputs, res
+        del original
         self.check_kernels("anti_cheat", "knockout calls")
+        for v in self.shapes:  # the first seed's sets have had their last call
+            self._release((v, PHASE_SEED, seed))
 
     def sealed(self) -> None:
         """One call per variant on fresh inputs whose float tensors hold poison except while
@@ -1113,6 +1148,8 @@ class _Runner:
             if os.environ.get("KLINEAGE_GATE_DEBUG") == "1":
                 print(f"klineage gate sealed call {variant}: {seal.launches} launches, "
                       f"{seal.replayed} host copies replayed", file=sys.stderr, flush=True)
+            del original, inputs, seal, res
+            self._release((variant, PHASE_SEALED, seed))
         self.check_kernels("anti_cheat", "sealed calls")
 
     def repeat(self) -> None:
