@@ -325,10 +325,10 @@ def measure_baselines(path: Path, timeout: float, compile_model: bool = True,
                 proc.wait(timeout=timeout)
                 stopped = False
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
                 stopped = True
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # what it left running too
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             err_file.seek(0)
             err = err_file.read()
         try:
