@@ -147,8 +147,8 @@ def standby(conn: Any, tier: str, env: tuple[tuple[str, str], ...],
 
     While the previous gate runs it does the start-up every job of `tier` in `env` needs and
     that does not depend on the job: the gate's worker-side imports, Triton's, and on the
-    device the CUDA context, the libraries' handles and the profiler's first session (the two
-    library calls under the GPU's shared lock, so never during another gate's timed runs), and
+    device the CUDA context, the libraries' handles, Triton's driver helpers and the profiler's
+    first session (none of which launches a kernel: another gate may be timing meanwhile), and
     with `case_path` the case a run's next gate most likely has (imported before any candidate
     code, as a job imports its case). Then it waits for ("job", Job) and runs it as
     `main` does. No candidate code has run in it before the job: the process is as fresh as
@@ -194,10 +194,9 @@ def _warm(tier: str, case_path: str | None = None) -> None:
         import triton.testing  # noqa: F401, PLC0415
     if tier != "device" or not torch.cuda.is_available():
         return
-    # Nothing here runs a kernel but the two library calls, under the GPU's shared lock (no
-    # other gate is timing meanwhile); the context, the libraries' loading and handles and the
-    # profiler's first session launch none.
-    x = torch.empty(16, 16, device="cuda")
+    # No kernel runs here (another gate may be timing): the context, the libraries' loading
+    # and handles, Triton's driver helpers and the profiler's first session launch none.
+    torch.empty(16, 16, device="cuda")
     torch.backends.cudnn.version()
     torch.cuda.current_blas_handle()
     try:
@@ -207,16 +206,6 @@ def _warm(tier: str, case_path: str | None = None) -> None:
     except Exception:  # noqa: BLE001 — the job's first launch builds them then
         pass
     guards.KernelLog(torch.cuda.synchronize).warm_up()
-    lock = gpulock.for_current_device(torch)
-    try:
-        with lock.shared():
-            x.fill_(1.0)
-            torch.mm(x, x)
-            torch.nn.functional.conv2d(x.view(1, 1, 16, 16), x[:3, :3].reshape(1, 1, 3, 3))
-            torch.cuda.synchronize()
-    finally:
-        lock.close()
-    del x
 
 
 INTERPRET_MEMORY_FRACTION = 0.5  # of the machine's memory, at most INTERPRET_MEMORY_MAX_GIB
