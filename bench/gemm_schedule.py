@@ -264,7 +264,8 @@ def _runs(name: str, e: dict[str, Any], s: int, work: Path, cudahost: Any
     if "start" not in e:  # the tutorial kernel: launched here
         a = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
-        c = torch.empty(s, s, device="cuda", dtype=torch.bfloat16)
+        # zeros: the kernel reads C for its beta term (beta = 0 times garbage could be NaN)
+        c = torch.zeros(s, s, device="cuda", dtype=torch.bfloat16)
         stream = torch.cuda.current_stream()
 
         def launcher(text: str, label: str) -> Callable[[], Any]:
