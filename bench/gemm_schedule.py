@@ -214,6 +214,7 @@ def _measure(args: argparse.Namespace, entries: dict[str, dict[str, Any]], recor
             errs, failed = {}, {}
             for label, fn in runs.items():
                 try:
+                    fn().zero_()  # an output buffer shared by the variants starts empty
                     got = fn().float()
                     errs[label] = ((got - want).abs().max() / want.abs().max()).item()
                     times[label] = do_bench(fn, return_mode="median")
