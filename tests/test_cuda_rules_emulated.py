@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # (case, expert stem, host texts appended to its host module: each a way of running it)
 EXPERTS = [("topk", "topk_cuda", ("",)),
            ("gemm", "gemm_cuda", ("", "\n\ndef run(a, b):\n    return matmul(a, b, kernel='mma')\n")),
-           ("l2norm", "l2norm_cuda", ("",)), ("l2norm", "l2norm_plain", ("",))]
+           ("l2norm", "l2norm_cuda", ("",)), ("l2norm", "l2norm_plain", ("",)),
+           ("layernorm_bf16", "layernorm_cuda", ("",))]
 
 
 def _cuda_passes() -> list[str]:

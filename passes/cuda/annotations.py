@@ -117,6 +117,58 @@ _BOUNDS = re.compile(r"__launch_bounds__\s*\(")
 _THREADS = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w*THREADS\w*)[ \t]+(\S[^\n]*)$", re.M)
 
 
+SM_THREADS, SM_BLOCKS = 2048, 32
+"""Threads and blocks an sm_90 multiprocessor holds at once."""
+
+
+def _value(expr: str, code: str) -> int | None:
+    """The value of `expr`: a decimal literal, or a name `#define`d to one in `code`."""
+    expr = expr.strip().strip("()").strip()
+    if expr.isdigit():
+        return int(expr)
+    m = re.search(rf"^[ \t]*#[ \t]*define[ \t]+{re.escape(expr)}[ \t]+\(?(\d+)\)?[ \t]*$", code, re.M)
+    return int(m.group(1)) if m and re.fullmatch(r"[A-Za-z_]\w*", expr) else None
+
+
+def resident_blocks(threads: str, code: str) -> str:
+    """The minimum blocks per multiprocessor at which a block of `threads` (an expression of
+    `code`) fills the SM's threads: `2048 / threads`, at most 32; written as a literal where
+    `threads` has a known value, else as an expression of it."""
+    n = _value(threads, code)
+    if n:
+        return str(max(1, min(SM_BLOCKS, SM_THREADS // n)))
+    return f"({SM_THREADS} / ({threads}) < {SM_BLOCKS} ? {SM_THREADS} / ({threads}) : {SM_BLOCKS})"
+
+
+def _split_bounds(bounds: str) -> list[str]:
+    """The arguments of `__launch_bounds__(bounds)` (commas inside parentheses kept)."""
+    out, depth, cur = [], 0, ""
+    for ch in bounds:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return [*out, cur.strip()] if cur.strip() else out
+
+
+def _is_resident(args: list[str], code: str) -> bool:
+    """Whether bounds `args` (max threads, min blocks) ask for the blocks that fill the SM's
+    threads (`resident_blocks`)."""
+    if len(args) != 2:
+        return False
+    threads, blocks = _value(args[0], code), _value(args[1], code)
+    if threads and blocks is not None:
+        return blocks == max(1, min(SM_BLOCKS, SM_THREADS // threads))
+    return _norm_expr(args[1]) == _norm_expr(resident_blocks(args[0], code))
+
+
+def _norm_expr(s: str) -> str:
+    return re.sub(r"\s+", "", s)
+
+
 def _foreign_names(bounds: str, code: str) -> list[str]:
     """The identifiers in recorded `bounds` (a macro or constant of the kernel the bounds were
     recorded on) that `code` never names: bounds written with them do not compile here and
@@ -138,6 +190,12 @@ class LaunchBounds(Pass):
     follows: str = ""
     """The word the annotation stood in front of (recorded; e.g. `__global__` or the
     function's name); empty: in front of the function's name."""
+    resident: bool = False
+    """Also the minimum blocks per multiprocessor at which the block fills the SM's 2048
+    threads (`2048 / threads`, at most 32): ptxas then budgets registers so that they never
+    hold fewer blocks on an SM than its threads do (32 registers a thread on sm_90). A
+    memory-bound kernel keeps as many rows or tiles in flight per SM as its threads allow; its
+    bounds without a minimum (`__launch_bounds__(T)`) are a site of this form too."""
 
     name: ClassVar[str] = "launch-bounds"
     category: ClassVar[Category] = Category.COMPUTE
@@ -154,9 +212,13 @@ class LaunchBounds(Pass):
             end = src.close(m.end() - 1)
             fn = next((f for f in kernels if m.start() < f.name_start < m.start() + 400), None)
             locus = src.bspan(fn.start, fn.params_end) if fn else src.bspan(m.start(), end)
+            bounds = src.text[m.end():end - 1]
             out.append(make_site(self.name, ir, index, src.bspan(m.start(), _skip_ws(src, end)),
-                                 True, {"bounds": src.text[m.end():end - 1],
-                                        "kernel": fn.name if fn else None}, locus))
+                                 True, {"bounds": bounds, "kernel": fn.name if fn else None}, locus))
+            if self.resident and len(_split_bounds(bounds)) == 1:  # a minimum to add
+                out.append(make_site(self.name, ir, index, src.bspan(m.start(), end), False,
+                                     {"bounds": bounds, "kernel": fn.name if fn else None,
+                                      "widen": True}, src.bspan(m.start(), end)))
         for fn in kernels:
             head = src.code[fn.start - 200 if fn.start > 200 else 0:fn.name_start]
             if "__launch_bounds__" in re.split(r"[;}]", head)[-1]:
@@ -174,14 +236,17 @@ class LaunchBounds(Pass):
             if src.bspan(m.start(), stop) != tuple(site.span):
                 continue
             follows = re.match(r"\w+", src.code[stop:])
+            bounds = src.text[m.end():end - 1]
+            args = _split_bounds(bounds)
+            resident = _is_resident(args, src.code)
             return finish(ir, site, [src.edit(m.start(), stop, "")], options={
-                "bounds": src.text[m.end():end - 1], "sep": src.text[end:stop] or " ",
-                "follows": follows.group(0) if follows else ""})
+                "bounds": args[0] if resident else bounds, "sep": src.text[end:stop] or " ",
+                "follows": follows.group(0) if follows else "", **({"resident": True} if resident else {})})
         return Skipped("no __launch_bounds__ at the site", {"site": site.anchor})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         src = CSource(ir)
-        bounds = self.bounds
+        bounds = site.detail.get("bounds", "") if site.detail.get("widen") else self.bounds
         if bounds and _foreign_names(bounds, src.code):
             bounds = ""  # recorded on a kernel whose names this one lacks: its own block instead
         if not bounds:
@@ -198,11 +263,18 @@ class LaunchBounds(Pass):
                                    f"block_threads ({launch.reason})",
                                    {"kernel": site.detail.get("kernel")})
                 bounds = macro.group(1)
-        first = bounds.split(",")[0].strip()
+        first = _split_bounds(bounds)[0] if _split_bounds(bounds) else bounds
         facts = {"bound": int(first)} if first.isdigit() else {}
         results, skip = self.check(ctx, facts)
         if skip:
             return skip
+        if self.resident and len(_split_bounds(bounds)) == 1:
+            bounds = f"{first}, {resident_blocks(first, src.code)}"
+        if site.detail.get("widen"):  # `__launch_bounds__(T)` as written, its minimum added
+            if not self.resident:
+                return Skipped("the kernel has its __launch_bounds__ already", {"site": site.anchor})
+            return finish(ir, site, [ByteEdit(site.span[0], site.span[1],
+                                              f"__launch_bounds__({bounds})")], preconditions=results)
         at = site.span[1]  # in front of the function's name
         if self.follows:  # or in front of the word it preceded (e.g. `__global__`)
             head = ir.source[site.span[0]:site.span[1]]

@@ -48,7 +48,7 @@ from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._tree import (UNIFORM, Scope, callee, children, declared_names, escapes,
                                if_parts, loop_body, subtree, text)
-from passes.cuda.annotations import CUDA
+from passes.cuda.annotations import CUDA, SM_BLOCKS, SM_THREADS
 from passes.cuda.recognize import (StrideLoop, Unit, element_bytes, expand_locals, flat_code,
                                    for_parts, global_pointers, loop_var, stride_loops, subscript,
                                    written_names)
@@ -62,9 +62,9 @@ STATIC_LIMIT = 48 * 1024
 DYNAMIC_RESERVE = 8 * 1024
 """Bytes left for the dynamic shared memory of a kernel that declares `extern __shared__`."""
 MIN_ELEMENTS = 256
-SM_SHARED, SM_THREADS, SM_BLOCKS, BLOCK_RESERVED = 228 * 1024, 2048, 32, 1024
-"""An sm_90 multiprocessor's shared memory, threads and blocks, and the shared memory the
-system keeps per block: where the launch's block size is known, the copy takes at most the
+SM_SHARED, BLOCK_RESERVED = 228 * 1024, 1024
+"""An sm_90 multiprocessor's shared memory and the shared memory the system keeps per block
+(its threads and blocks: `annotations.SM_THREADS`, `SM_BLOCKS`): where the launch's block size is known, the copy takes at most the
 share of one block when the SM holds as many blocks as its threads allow."""
 SLOTS_RESERVE = 1024
 """Bytes of that share left to the shared slots later rules add (a warp-shuffle reduction's
