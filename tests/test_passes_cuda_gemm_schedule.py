@@ -335,7 +335,7 @@ def test_the_rewrite_compiles_for_sm90a_and_matches_torch_on_the_emulator(name: 
             (m, n, k, (got - want).abs().max())
 
 
-WGMMA_CASES = [name for name in CASES if "1024 threads" not in name]
+WGMMA_CASES = list(CASES)
 
 
 @pytest.mark.parametrize("name", WGMMA_CASES)
@@ -437,10 +437,19 @@ def test_overlapping_wgmma_k_steps_match_torch_on_the_emulator(name: str) -> Non
 
 def test_the_wgmma_form_refuses_blocks_that_are_not_warpgroups() -> None:
     textbook = (STYLES / "cu_mm_smem_tiled" / "mm_tiled.cu").read_text()
+    small = textbook.replace("#define TILE 32", "#define TILE 8")
+    ir = kir.parse(small, "cuda")
+    rule = get_pass("gemm-schedule").from_options({"block": "8x8", "wgmma": True})
+    result = rule.optimize(ir, next(s for s in rule.sites(ir) if not s.present), CTX)
+    assert isinstance(result, Skipped) and "1, 2, 4 or 8 warpgroups" in result.reason
+    # eight warpgroups run the MMA on four of them; the wide tile would need all eight
     ir = kir.parse(textbook, "cuda")
     rule = get_pass("gemm-schedule").from_options({"block": "32x32", "wgmma": True})
     result = rule.optimize(ir, next(s for s in rule.sites(ir) if not s.present), CTX)
-    assert isinstance(result, Skipped) and "1, 2 or 4 warpgroups" in result.reason
+    assert result.ok and "if (kl_gs_warp < 16) {" in result.ir.text
+    wide = get_pass("gemm-schedule").from_options({"block": "32x32", "wgmma": True, "wide": True})
+    result = wide.optimize(ir, next(s for s in wide.sites(ir) if not s.present), CTX)
+    assert isinstance(result, Skipped) and "2 or 4 warpgroups" in result.reason
     ir = kir.parse((MICRO / "blocktile_bf16.cu").read_text(), "cuda")
     rule = get_pass("gemm-schedule").from_options({"block": "256", "wgmma": True})
     result = rule.optimize(ir, next(s for s in rule.sites(ir) if not s.present),

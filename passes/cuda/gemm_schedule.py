@@ -65,9 +65,10 @@ PAD = 8
 """Elements of padding per shared row (16 bytes: ldmatrix rows fall in distinct bank groups)."""
 MARK = "// gemm-schedule: "
 _WARPS = {4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8)}
-_GROUPS = {128: (1, 1), 256: (2, 1), 512: (2, 2)}
+_GROUPS = {128: (1, 1), 256: (2, 1), 512: (2, 2), 1024: (2, 2)}
 _WIDE_GROUPS = {256: (2, 1), 512: (2, 2)}
-"""Warpgroup grids of the wgmma schedule by block size (each warpgroup 64 rows x 128 / gn)."""
+"""Warpgroup grids of the wgmma schedule by block size (each warpgroup 64 rows x 128 / gn); a
+block of eight warpgroups runs the MMAs on four of them (all eight stage and exchange)."""
 
 HELPERS = r"""// ---- 16-byte asynchronous staging of 128-wide, 32-deep GEMM slices (cp.async, zero fill) ----
 __device__ __forceinline__ void kl_gs_cp16(void* dst, const void* src, int bytes) {
@@ -152,6 +153,13 @@ class Schedule:
     runs one slice ahead instead of stages - 1)."""
 
     @property
+    def active(self) -> int:
+        """Warps that hold accumulator fragments (the MMA's; the rest only stage and exchange)."""
+        if self.wgmma:
+            return 4 * self.warps_m * self.warps_n
+        return self.threads // 32
+
+    @property
     def ahead(self) -> int:
         """Slices in flight ahead of the one being multiplied."""
         return self.stages - 2 if self.overlap else self.stages - 1
@@ -200,7 +208,7 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = Fals
         groups = _WIDE_GROUPS if wide else _GROUPS
         if threads not in groups:
             return (f"the block of {threads} threads is not "
-                    f"{'2 or 4' if wide else '1, 2 or 4'} warpgroups (wgmma, {TILE_M}x{tn} tile)")
+                    f"{'2 or 4' if wide else '1, 2, 4 or 8'} warpgroups (wgmma, {TILE_M}x{tn} tile)")
         wm, wn = groups[threads]
     else:
         if threads % 32 or threads // 32 not in _WARPS:
@@ -337,6 +345,13 @@ def _descriptor(op: Operand, rows: bool, base: str, kk: str, bk: int) -> str:
 
 
 def _wgmma_step(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
+    if s.active < s.threads // 32:  # the warpgroups past the MMA's only stage and exchange
+        return [f"{i}if ({PREFIX}warp < {s.active}) {{",
+                *_wgmma_issue(g, s, i + "  "), f"{i}}}"]
+    return _wgmma_issue(g, s, i)
+
+
+def _wgmma_issue(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
     p = PREFIX
     n = s.tn // s.warps_n
     ptx = "bf16" if g.dtype == "bf16" else "f16"
@@ -366,6 +381,7 @@ def exchange(g: GlobalGemm, s: Schedule, pad: str) -> str:
     """The fragments of the user block at (`kl_gs_sm`, `kl_gs_sn`) of the tile into the thread's
     own accumulators, in row chunks through the ring's shared memory (added: `+=`)."""
     p, t = PREFIX, g.tile
+    guard = f" && {p}warp < {s.active}" if s.active < s.threads // 32 else ""
     c = s.chunk
     i1, i2, i3 = pad + "  ", pad + "    ", pad + "      "
     lines = [f"{{  {MARK}the tile's fragments into this thread's accumulators",
@@ -382,7 +398,7 @@ def exchange(g: GlobalGemm, s: Schedule, pad: str) -> str:
              f"{i2}    for (int {p}h = 0; {p}h < 2; ++{p}h) {{",
              f"{i3}  const int r = {p}wm + {s.row_step} * {p}i + {p}lane / 4 + 8 * {p}h - {p}sm - {p}c0;",
              f"{i3}  const int q = {p}wn + 8 * {p}j + 2 * ({p}lane % 4) - {p}sn;",
-             f"{i3}  if ((unsigned)r < {c}u && (unsigned)q < {t.bn}u) {{",
+             f"{i3}  if ((unsigned)r < {c}u && (unsigned)q < {t.bn}u{guard}) {{",
              f"{i3}    {p}x[r * {s.ldx} + q] = {p}acc[{p}i][{p}j][2 * {p}h];",
              f"{i3}    {p}x[r * {s.ldx} + q + 1] = {p}acc[{p}i][{p}j][2 * {p}h + 1];",
              f"{i3}  }}",
