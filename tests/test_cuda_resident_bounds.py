@@ -165,7 +165,8 @@ def test_resident_bounds_on_a_larger_block_and_a_refusal() -> None:
     assert isinstance(refused, Skipped) and "block size is unknown" in refused.reason
 
 
-def test_the_shipped_card_materializes_full_occupancy_on_a_user_kernel(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+def test_the_shipped_card_materializes_full_occupancy_on_a_user_kernel(
+        tmp_path, monkeypatch) -> None:  # noqa: ANN001
     from lineage.shipped import open_library  # noqa: PLC0415
 
     monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path))
