@@ -3,7 +3,8 @@ use: the bounds ask for the blocks that fill an SM's threads (2048 / threads), s
 keeps a thread's registers at 32 and registers never hold fewer blocks on an SM than threads do
 (a row kernel whose vectorized passes take more registers otherwise); the output compiles with
 NVRTC for sm_90a and computes the answer on the CPU emulation; the de-optimization records the
-form so that a card materializes it on a kernel with another block size; the shipped card does."""
+form so that a card materializes it on a kernel with another block size; the shipped card does.
+bench/cuda_roles.py gates a kernel's rule outputs at once (--jobs)."""
 from __future__ import annotations
 
 import re
@@ -184,3 +185,24 @@ def test_the_shipped_card_materializes_full_occupancy_on_a_user_kernel(
     result = rule.optimize(ir, site, PassContext(facts={"block_threads": 128}))
     assert isinstance(result, Applied)
     assert re.search(r"__launch_bounds__\(128, 16\)\s*normalize_rows", result.ir.text)
+
+
+def test_cuda_roles_gates_a_kernels_rule_outputs_at_once(tmp_path, capsys) -> None:  # noqa: ANN001
+    import importlib.util  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    pytest.importorskip("experts.cudahost")
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("cuda_roles", root / "bench" / "cuda_roles.py")
+    roles = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(roles)
+    folder = root / "bench" / "styles" / "cuda" / "cu_layernorm"
+    assert roles.main([str(folder), "--out", str(tmp_path), "--jobs", "0"]) == 2
+    rc = roles.main([str(folder), "--tier", "static", "--jobs", "3", "--json", "--out", str(tmp_path),
+                     "--rules", "warp-shuffle-reduce,launch-bounds{resident=1}"])
+    assert rc == 0
+    rules = json.loads(capsys.readouterr().out)["kernels"][0]["rules"]
+    assert set(rules) == {"warp-shuffle-reduce", "launch-bounds{resident=1}", "all of the above"}
+    assert all(r["applied"] and r["verdict"]["ok"] for r in rules.values()), rules
+    assert (tmp_path / "cuda_roles.md").is_file()
