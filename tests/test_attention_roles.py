@@ -197,3 +197,21 @@ def test_autotuning_pins_the_tiles_a_host_name_passes(tmp_path: Path, binding: s
     assert 'grouped_causal[lambda meta: (triton.cdiv(n, meta["TQ"]), hq, nb)]' in after
     assert "TQ=tq" not in after and "TK=tk" not in after
     _gate(tmp_path, after)
+
+
+def test_a_key_loop_over_tl_range_without_a_depth_is_a_pipelining_site(tmp_path: Path) -> None:
+    from passes import Applied, get_pass
+
+    text = START.replace("for lo in range(0, n_ctx, TK):", "for lo in tl.range(0, n_ctx, TK):")
+    ir = kir.parse(text, "triton")
+    rule = get_pass("software-pipelining").from_options({"stages": 3})
+    [site] = [s for s in rule.sites(ir) if s.detail.get("loop") == "lo"]
+    made = rule.optimize(ir, site)
+    assert isinstance(made, Applied), made
+    after = made.ir.unparse()
+    assert after == text.replace("tl.range(0, n_ctx, TK)", "tl.range(0, n_ctx, TK, num_stages=3)")
+    _gate(tmp_path, after)
+    # a depth already written (by keyword or position) is the other kind of site
+    for written in ("tl.range(0, n_ctx, TK, num_stages=2)", "tl.range(0, n_ctx, TK, 2)"):
+        other = kir.parse(text.replace("tl.range(0, n_ctx, TK)", written), "triton")
+        assert not any(s.detail.get("loop") == "lo" for s in rule.sites(other))

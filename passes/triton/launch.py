@@ -566,6 +566,13 @@ class NumWarps(_KeywordPass):
 STATIC_RANGES = ("tl.static_range", "triton.language.static_range")
 
 
+def _depthless(mod: PyModule, call: ast.Call) -> bool:
+    """A `tl.range(start, end, step)` that sets no pipeline depth (the launch's applies)."""
+    return (callee(call) in RANGE_NAMES and len(call.args) <= 3
+            and mod.keyword(call, "num_stages") is None
+            and not any(k.arg is None for k in call.keywords))
+
+
 def _loads(node: ast.AST) -> bool:
     """Whether `node` loads memory (`tl.load`, a descriptor's or block pointer's `.load`)."""
     return any(isinstance(c, ast.Call) and (callee(c) == "tl.load" or callee(c).endswith(".load"))
@@ -713,9 +720,10 @@ class SoftwarePipelining(_KeywordPass):
         return calls
 
     def _loops(self, mod: PyModule) -> list[ast.For]:
-        """Kernel loops over plain `range(...)` whose body loads memory, and unrolled
-        `tl.static_range(...)` loops whose body loads the operands of a `tl.dot` (an unrolled
-        loop is not pipelined) and whose variable no compile-time construct reads."""
+        """Kernel loops over plain `range(...)` (or a `tl.range(...)` that sets no depth)
+        whose body loads memory, and unrolled `tl.static_range(...)` loops whose body loads the
+        operands of a `tl.dot` (an unrolled loop is not pipelined) and whose variable no
+        compile-time construct reads."""
         out = []
         for kernel in mod.kernels():
             for node in ast.walk(kernel):
@@ -724,7 +732,7 @@ class SoftwarePipelining(_KeywordPass):
                 loads = _loads(node)
                 if loads and _inner_loop_loads(node):
                     continue  # the loop inside is the one to pipeline (a K loop in a tile loop)
-                if callee(node.iter) == "range" and loads:
+                if (callee(node.iter) == "range" or _depthless(mod, node.iter)) and loads:
                     out.append(node)
                 elif (callee(node.iter) in STATIC_RANGES and loads and any(
                         callee(c) == "tl.dot" for c in ast.walk(node) if isinstance(c, ast.Call))
@@ -796,9 +804,9 @@ class SoftwarePipelining(_KeywordPass):
         if found is not None:
             return finish(ir, site, _counted_for(mod, *found, self.stages), preconditions=results)
         call = self._holder_at(mod, site)
-        if call is None or callee(call) not in ("range", *STATIC_RANGES):
+        if call is None or not (callee(call) in ("range", *STATIC_RANGES) or _depthless(mod, call)):
             return Skipped("no loop or num_stages at the site", {"site": site.anchor})
         start, _ = mod.span(call.func)
-        edits = [ByteEdit(start, mod.end(call.func), "tl.range"),
-                 mod.insert_argument(call, len(mod.arguments(call)), f"num_stages={self.stages}")]
+        edits = [] if callee(call) in RANGE_NAMES else [ByteEdit(start, mod.end(call.func), "tl.range")]
+        edits.append(mod.insert_argument(call, len(mod.arguments(call)), f"num_stages={self.stages}"))
         return finish(ir, site, edits, preconditions=results)
