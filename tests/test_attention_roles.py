@@ -215,3 +215,24 @@ def test_a_key_loop_over_tl_range_without_a_depth_is_a_pipelining_site(tmp_path:
     for written in ("tl.range(0, n_ctx, TK, num_stages=2)", "tl.range(0, n_ctx, TK, 2)"):
         other = kir.parse(text.replace("tl.range(0, n_ctx, TK)", written), "triton")
         assert not any(s.detail.get("loop") == "lo" for s in rule.sites(other))
+
+
+def test_bench_card_sites_names_the_site_or_the_reason_of_each_fmha_card(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.util
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("_card_sites", root / "bench" / "card_sites.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    kernel = tmp_path / "restyled.py"
+    kernel.write_text(HOST_NAMES)
+    assert tool.main([str(kernel), "--case", "fmha", "--json"]) == 0
+    rows = {r["pass"]: r for r in json.loads(capsys.readouterr().out)[str(kernel)]}
+    for found in ("tile-sizes", "num-warps", "autotune", "causal-block-skip"):
+        assert rows[found]["site"], rows[found]
+    # the kernel has tl.dot, and exp2 with log2(e) in its argument: neither step is left
+    for absent in ("tensor-core-dot", "exp2-fold"):
+        assert rows[absent]["refusals"] == [f"no site for {absent}"], rows[absent]
+    assert tool.main([str(tmp_path / "absent.py")]) == 2
