@@ -292,8 +292,12 @@ class _Runner:
         # Shared around kernel runs, exclusive around timed ones (other gates may share the GPU).
         self.calls = 0  # candidate calls made (the first one compiles)
         self.lock: Any = gpulock.NoLock()
+        self.ledger: Any = None  # planned device memory of the gates on this GPU (`gate.memledger`)
         if self.device == "cuda":
+            from gate.memledger import Ledger  # noqa: PLC0415
+
             self.lock = gpulock.for_current_device(torch)
+            self.ledger = Ledger.beside(getattr(self.lock, "path", None))
         lap("start-up: cuda")
         if job.language == "triton" or self.device == "cuda":
             import triton  # noqa: F401  (imported before the candidate so its hooks can go in)
@@ -481,15 +485,20 @@ class _Runner:
 
     def _variant_references(self, variant: str) -> None:
         """The input sets and references of one variant: the first seed's set, then the plan
-        its sizes allow (`_set_plan`), then the other sets and the refill pool."""
-        free = self._free_bytes()
-        first = self.plan(variant)[0]
-        peak_from = self._reset_peak()
-        inputs = self._draw(variant, first[2])
-        self.lap("references: draw")
-        self._reference(*first, inputs)
-        self.originals[first] = inputs
-        plan = self._set_plan(variant, inputs, free, self._peak_since(peak_from))
+        its sizes allow (`_set_plan`), then the other sets and the refill pool. The plan is
+        made from the free memory less what the other gates on this GPU have planned and not
+        yet allocated, and what it will still allocate is written for them (`gate.memledger`)."""
+        with self._planning():
+            free = self._free_bytes() - self._others_planned()
+            first = self.plan(variant)[0]
+            peak_from = self._reset_peak()
+            inputs = self._draw(variant, first[2])
+            self.lap("references: draw")
+            self._reference(*first, inputs)
+            self.originals[first] = inputs
+            plan = self._set_plan(variant, inputs, free, self._peak_since(peak_from))
+            per_set = self._set_bytes(inputs) + (self.out_bytes.get(variant, 0) if self.held_mode else 0)
+            self._reserve((plan.sets - 1) * per_set + self.work_bytes[variant])
         del inputs
         self.chan.send("seeds", variant, list(self.seeds_of(variant)))
         if plan.reduced:
@@ -509,6 +518,28 @@ class _Runner:
                 self._park(key)
                 self.lap("references: park")
         self.pools[variant] = self._pool(variant)
+        self._reserve(max(self.work_bytes.values()))  # the sets are allocated: the calls' work
+
+    def _planning(self) -> Any:
+        return contextlib.nullcontext() if self.ledger is None else self.ledger.planning()
+
+    def _others_planned(self) -> int:
+        if self.ledger is None:
+            return 0
+        try:
+            return self.ledger.others()
+        except OSError:
+            return 0
+
+    def _reserve(self, nbytes: int) -> None:
+        if self.ledger is not None:
+            with contextlib.suppress(OSError):
+                self.ledger.reserve(nbytes)
+
+    def release_planned(self) -> None:
+        """This gate allocates nothing more (its run is over)."""
+        if self.ledger is not None:
+            self.ledger.release()
 
     def _free_bytes(self) -> int:
         """Device memory this worker can still allocate (free, and cached by its allocator);
@@ -610,7 +641,7 @@ class _Runner:
             return True
         if self.device != "cuda":
             return False
-        return self._free_bytes() < self.work_bytes.get(variant, 0)
+        return self._free_bytes() - self._others_planned() < self.work_bytes.get(variant, 0)
 
     def _park_reference(self, key: tuple[str, str, int]) -> None:
         """The held reference of `key` (masked) waits in host memory (`heldcompare.Held.park`)."""
@@ -1328,3 +1359,4 @@ def _run(chan: Channel, job: Job) -> None:
         chan.send("mark", "gpu lock wait", runner.lock.waited_s)
     if chan.quiet_s:
         chan.send("mark", "parent compare wait", chan.quiet_s)
+    runner.release_planned()

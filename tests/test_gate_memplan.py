@@ -186,3 +186,80 @@ def test_the_worker_keeps_the_sets_its_plan_allows_and_tells_the_parent_its_seed
     assert run.parked == {(variant, "reverify", 15)}  # the set used last waits
     assert [s for s, _ in run.pools[variant].sets][0] == 14 and len(run.pools[variant].sets) == 2
     assert any("sized to the device's memory" in m[1] for m in chan.sent if m[0] == "flag")
+
+
+def test_a_cap_in_the_environment_bounds_the_free_memory_a_gate_plans_for(monkeypatch) -> None:
+    from gate import memplan
+
+    monkeypatch.delenv(memplan.CAP_ENV, raising=False)
+    full = plan_sets(140 * GIB, 4 * GIB, 4 * GIB, seeds=3, pool=4, fixed=3, held=True)
+    monkeypatch.setenv(memplan.CAP_ENV, str(40 * GIB))
+    capped = plan_sets(140 * GIB, 4 * GIB, 4 * GIB, seeds=3, pool=4, fixed=3, held=True)
+    assert not full.reduced and capped.reduced and "40.0 GiB free" in capped.reason
+    monkeypatch.delenv(memplan.CAP_ENV)
+    assert capped == plan_sets(40 * GIB, 4 * GIB, 4 * GIB, seeds=3, pool=4, fixed=3, held=True)
+    assert memplan.gate_bytes(4 * GIB, 4 * GIB, seeds=3, pool=4, fixed=3) > 40 * GIB
+    for bad in ("", "abc", "-5", "0"):
+        monkeypatch.setenv(memplan.CAP_ENV, bad)
+        assert memplan.device_cap() is None
+        assert plan_sets(140 * GIB, 4 * GIB, 4 * GIB, seeds=3, pool=4, fixed=3, held=True) == full
+
+
+def test_the_ledger_counts_what_other_live_gates_planned(tmp_path: Path) -> None:
+    """Two gates on one GPU: each plans from the free memory less what the other said it will
+    still allocate; a dead worker's count is dropped."""
+    import os
+    import subprocess
+    import sys
+
+    from gate.memledger import Ledger
+
+    mine = Ledger(tmp_path / "gpu.mem", pid=os.getpid())
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        theirs = Ledger(tmp_path / "gpu.mem", pid=other.pid)
+        with mine.planning():
+            assert mine.others() == 0
+            theirs.reserve(40 * GIB)
+            assert mine.others() == 40 * GIB and theirs.others() == 0
+        theirs.reserve(5 * GIB)  # its sets are allocated now: its calls' work is left
+        assert mine.others() == 5 * GIB
+        mine.reserve(7 * GIB)
+        assert theirs.others() == 7 * GIB
+        mine.release()
+        assert theirs.others() == 0
+    finally:
+        other.kill()
+        other.wait()
+    assert mine.others() == 0  # the other worker ended: its count goes
+    assert not (tmp_path / "gpu.mem" / str(other.pid)).exists()
+    assert Ledger.beside(None) is None
+
+
+def test_a_worker_plans_around_what_another_gate_on_the_gpu_will_allocate(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+    import sys
+
+    from gate.memledger import Ledger
+
+    run, chan = _runner_on_a_made_up_device(0, monkeypatch)
+    [variant] = list(run.shapes)
+    set_bytes = run._set_bytes(run._draw(variant, 1))
+    per_set = set_bytes + set_bytes // 2
+    room = working_bytes(set_bytes, set_bytes // 2) + 9 * per_set  # every set fits when alone
+    run._free_bytes = lambda: room
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        Ledger(tmp_path / "gpu.mem", pid=other.pid).reserve(4 * per_set)
+        run.ledger = Ledger(tmp_path / "gpu.mem")
+        run._variant_references(variant)
+        plan = run.set_plans[variant]
+        assert plan.sets - plan.parked <= 5 and plan.reduced  # four sets' room is the other's
+        # what this worker will still allocate is written for the others, then its calls' work
+        assert Ledger(tmp_path / "gpu.mem", pid=other.pid).others() == run.work_bytes[variant]
+        run.release_planned()
+        assert Ledger(tmp_path / "gpu.mem", pid=other.pid).others() == 0
+    finally:
+        other.kill()
+        other.wait()
