@@ -520,8 +520,8 @@ def problem_work(case: Any) -> dict[str, Any]:
     except (BadInputError, AttributeError) as exc:
         return {"work_error": str(exc)}
     intensity = flops / max(bytes_in + bytes_out, 1.0)
-    return {"flops": flops, "bytes": bytes_in + bytes_out, "intensity": round(intensity, 2),
-            "compute_bound": intensity >= _heldout().COMPUTE_BOUND}
+    return {"flops": flops, "bytes": bytes_in + bytes_out, "bytes_in": bytes_in, "bytes_out": bytes_out,
+            "intensity": round(intensity, 2), "compute_bound": intensity >= _heldout().COMPUTE_BOUND}
 
 
 def run_problem(p: Problem, args: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -578,15 +578,31 @@ def with_work(p: Problem, rec: dict[str, Any]) -> dict[str, Any]:
         return {**rec, "work_error": str(exc)}
 
 
-def _bytes_of(p: Problem) -> float:
-    """A problem's bytes at its real sizes (`problem_work`; 0 where it does not load)."""
+def _bytes_of(p: Problem) -> tuple[float, float]:
+    """A problem's bytes at its real sizes, (inputs and Model tensors, outputs)
+    (`problem_work`; zeros where it does not load or cannot be counted)."""
     import gate
     from kir.errors import BadInputError
 
     try:
-        return float(problem_work(gate.load_case(p.problem)).get("bytes") or 0.0)
+        work = problem_work(gate.load_case(p.problem))
     except BadInputError:
-        return 0.0
+        return 0.0, 0.0
+    return float(work.get("bytes_in") or 0.0), float(work.get("bytes_out") or 0.0)
+
+
+def gate_reservation(bytes_in: float, bytes_out: float) -> float:
+    """Device bytes one problem's gate holds when it keeps every input set a gate asks for
+    (`gate.memplan.gate_bytes`: the seeds, the timed, sealed and re-verification sets, the
+    refill pool, each with its held reference, and the calls' working memory). A gate never
+    plans more than that, so problems whose reservations fit the budget together never make
+    one another's gates short, whenever each measures the free memory."""
+    from gate import memplan
+    from gate.channel import Job
+
+    return float(memplan.gate_bytes(int(bytes_in), int(bytes_out), seeds=GATE_SEEDS,
+                                    pool=Job.__dataclass_fields__["refill_sets"].default,
+                                    fixed=3, held=True))
 
 
 def _walled_before(tables: Path, problems: Sequence[Problem]) -> set[str]:
@@ -615,15 +631,19 @@ def _shard(text: str) -> tuple[int, int]:
     return int(k), int(n)
 
 
+GATE_SEEDS = 3
+"""Correctness seeds a gate draws (`gate.check`)."""
 SETS_HELD = 3
-"""Copies of a problem's bytes (inputs, Model tensors, outputs) a running problem is taken to
-hold on the GPU (an input set, its reference outputs, a kernel's outputs) by `MemoryBudget`."""
+"""Copies of a problem's bytes (inputs, Model tensors, outputs) a baseline process is taken
+to hold on the GPU (an input set, the eager and the compiled outputs)."""
 
 
 class MemoryBudget:
-    """Problems at once bounded by GPU memory: a running problem holds `SETS_HELD` times its
-    bytes; one starts when that fits in what the running ones leave of `total` bytes, or when
-    none runs (a problem larger than the budget runs alone). `total` None: no bound."""
+    """Problems at once bounded by GPU memory: a running problem holds the bytes its `hold`
+    reserved; one starts when that fits in what the running ones leave of `total` bytes, or
+    when none runs (a problem larger than the budget runs alone: nothing starts beside it,
+    and its gates size their sets to the device's free memory, at most `total`: the run sets
+    `gate.memplan.CAP_ENV`). `total` None: no bound."""
 
     def __init__(self, total: float | None) -> None:
         import threading
@@ -635,7 +655,7 @@ class MemoryBudget:
 
     @contextlib.contextmanager
     def hold(self, nbytes: float | None) -> Iterator[None]:
-        need = SETS_HELD * float(nbytes or 0.0) if self.total is not None else 0.0
+        need = float(nbytes or 0.0) if self.total is not None else 0.0
         with self._cond:
             while self.running and self.used + need > (self.total or 0.0) and need:
                 self._cond.wait()
@@ -648,6 +668,26 @@ class MemoryBudget:
                 self.used -= need
                 self.running -= 1
                 self._cond.notify_all()
+
+
+@contextlib.contextmanager
+def _gate_memory_cap(gb: float | None) -> Iterator[None]:
+    """With a --gpu-memory budget, the gates started meanwhile plan their sets for at most
+    that many bytes (`gate.memplan.CAP_ENV`: a problem larger than the budget runs alone and
+    takes the budget, not the whole device); the caller's setting is restored after."""
+    from gate import memplan
+
+    before = os.environ.get(memplan.CAP_ENV)
+    if gb:
+        os.environ[memplan.CAP_ENV] = str(int(gb * 1e9))
+    try:
+        yield
+    finally:
+        if gb:
+            if before is None:
+                os.environ.pop(memplan.CAP_ENV, None)
+            else:
+                os.environ[memplan.CAP_ENV] = before
 
 
 def baselines_pass(problems: Sequence[Problem], records: dict[str, dict[str, Any]],
@@ -672,7 +712,7 @@ def baselines_pass(problems: Sequence[Problem], records: dict[str, dict[str, Any
 
     def one(p: Problem) -> None:
         rec = records[p.slug]
-        with budget.hold(rec.get("bytes")):
+        with budget.hold(SETS_HELD * float(rec.get("bytes") or 0.0)):
             left = args.baseline_wall - (time.monotonic() - began)
             if left < 5:
                 rec["baselines"] = {"skipped": "not measured: --baseline-wall reached (rerun to measure)"}
@@ -705,8 +745,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="run the K-th of N interleaved parts of the problems (several processes)")
     ap.add_argument("--jobs", type=int, default=1, help="problems at once")
     ap.add_argument("--gpu-memory", type=float, default=None, metavar="GB",
-                    help="problems at once bounded by their GPU memory (MemoryBudget); the "
-                         "smallest problems run first")
+                    help="problems at once bounded by the GPU memory their gates hold "
+                         "(gate_reservation, MemoryBudget); the smallest problems run first")
     ap.add_argument("--out", default=None, help="records and tables (default bench/results/kernelbench-<tier>)")
     ap.add_argument("--fresh", action="store_true", help="redo problems that have a record")
     ap.add_argument("--tables-only", action="store_true", help="rewrite the tables from the records")
@@ -776,7 +816,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     budget = MemoryBudget(args.gpu_memory * 1e9 if args.gpu_memory else None)
     sizes: dict[str, float] = {}
     if args.gpu_memory:
-        sizes = {p.slug: _bytes_of(p) for p in problems}
+        sizes = {p.slug: gate_reservation(*_bytes_of(p)) for p in todo}
         todo.sort(key=lambda p: sizes[p.slug])
     began = time.monotonic()
 
@@ -793,7 +833,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(args.jobs) as pool:
+    with _gate_memory_cap(args.gpu_memory), ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(one, todo))
     if args.tier == "device" and not args.no_baselines and not args.tables_only:
         baselines_pass(problems, records, args, out, budget)

@@ -17,6 +17,7 @@ tested on the CPU with made-up ones.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 MIN_POOL = 2
@@ -34,6 +35,21 @@ a refill crossover (its random mask, its copy and a temporary). The sets are cou
 from the first to the last phase, though the worker lets each go after its last call (the
 seeds after the correctness calls, the first after the knockout calls, the sealed set after
 the sealed call): the later phases have that much more room."""
+CAP_ENV = "KLINEAGE_GATE_MEMORY"
+"""Environment variable: the most device memory, in bytes, a gate plans its sets for (a run
+of several gates on one device reserves each its share; `plan_sets` takes the smaller of it
+and the free memory)."""
+
+
+def device_cap() -> int | None:
+    """`CAP_ENV`'s bytes, or None where unset, not a number or not positive."""
+    try:
+        cap = int(float(os.environ.get(CAP_ENV, "")))
+    except ValueError:
+        return None
+    return cap if cap > 0 else None
+
+
 @dataclass(frozen=True, slots=True)
 class SetPlan:
     """What one variant keeps. `seeds`: correctness seeds drawn; `pool`: sets the refilled
@@ -68,6 +84,14 @@ def kept_bytes(seeds: int, pool: int, fixed: int, set_bytes: int, out_bytes: int
     return (seeds + fixed + pool - 1) * per_set
 
 
+def gate_bytes(set_bytes: int, out_bytes: int, *, seeds: int, pool: int, fixed: int,
+               held: bool = True, reference_peak: int = 0) -> int:
+    """Device bytes a gate holds when it keeps every set asked for: its kept sets and its
+    working memory (what `plan_sets` plans for when memory is plentiful, and never more)."""
+    return (kept_bytes(max(1, seeds), max(1, pool), fixed, set_bytes, out_bytes, held)
+            + working_bytes(set_bytes, out_bytes, reference_peak))
+
+
 def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, pool: int,
               fixed: int, held: bool, reference_peak: int = 0) -> SetPlan:
     """The sets one variant keeps, given `free_bytes` of device memory before its first set
@@ -76,7 +100,11 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
     whether references are held on the device. Never fewer than `MIN_POOL` / `MIN_SEEDS` (or
     the numbers asked, when smaller); what does not fit then is parked (the seeds after the
     first, the sealed and re-verification sets may be; the first seed, the timed set and the
-    pool's crossovers stay: the refills copy from them)."""
+    pool's crossovers stay: the refills copy from them). `free_bytes` counts at most
+    `device_cap()`."""
+    cap = device_cap()
+    if cap is not None:
+        free_bytes = min(free_bytes, cap)
     want_seeds, want_pool = max(1, seeds), max(1, pool)
     work = working_bytes(set_bytes, out_bytes, reference_peak)
     per_set = set_bytes + (out_bytes if held else 0)
@@ -108,5 +136,5 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
     return SetPlan(s, p, parked, total, reason)
 
 
-__all__ = ["MIN_POOL", "MIN_SEEDS", "PHASE_WORK", "SLACK_BYTES", "SetPlan", "kept_bytes", "plan_sets",
-           "working_bytes"]
+__all__ = ["CAP_ENV", "MIN_POOL", "MIN_SEEDS", "PHASE_WORK", "SLACK_BYTES", "SetPlan", "device_cap",
+           "gate_bytes", "kept_bytes", "plan_sets", "working_bytes"]

@@ -488,7 +488,7 @@ def test_the_memory_budget_holds_back_a_problem_that_does_not_fit() -> None:
     import threading
     import time
 
-    budget = TIER.MemoryBudget(10.0 * TIER.SETS_HELD)
+    budget = TIER.MemoryBudget(10.0)
     log = []
 
     def run(name: str, nbytes: float, hold_s: float) -> None:
@@ -511,3 +511,52 @@ def test_the_memory_budget_holds_back_a_problem_that_does_not_fit() -> None:
     alone = TIER.MemoryBudget(1.0)
     with alone.hold(100.0):  # larger than the budget: runs, alone
         assert alone.running == 1
+
+
+def test_the_admission_reserves_what_a_gate_plans_so_gates_started_at_once_all_fit() -> None:
+    """Made-up problems on a made-up 100 GB budget: whatever order the gates measure the free
+    memory in (each sees the budget less the sets of the gates that drew theirs already),
+    every admitted gate keeps every set it asks for, and their sets fit the budget together."""
+    from gate import memplan
+
+    budget = 100e9
+    sizes = [(int(a), int(b)) for a, b in ((1e8, 1e8), (4e8, 4e6), (1e9, 1e9), (2e9, 5e8), (3e8, 3e9))]
+    reserve = [TIER.gate_reservation(a, b) for a, b in sizes]
+    assert all(r > 9 * (a + b) for r, (a, b) in zip(reserve, sizes))  # every set, held references
+    admitted, used = [], 0.0
+    for r, size in sorted(zip(reserve, sizes)):
+        if used + r <= budget:
+            admitted.append(size)
+            used += r
+    assert len(admitted) >= 4
+    for order in (admitted, admitted[::-1]):  # who measures first does not matter
+        held = 0
+        for set_bytes, out_bytes in order:
+            plan = memplan.plan_sets(int(budget) - held, set_bytes, out_bytes, seeds=TIER.GATE_SEEDS,
+                                     pool=4, fixed=3, held=True)
+            assert not plan.reduced, plan.reason
+            held += memplan.gate_bytes(set_bytes, out_bytes, seeds=plan.seeds, pool=plan.pool,
+                                       fixed=3)
+        assert held <= budget
+    big = TIER.gate_reservation(8e9, 8e9)  # larger than the budget: it is admitted alone
+    assert big > budget
+    one = TIER.MemoryBudget(budget)
+    with one.hold(reserve[0]):
+        blocked = threading_start(one, big)
+        assert blocked.is_alive()  # waits for the device to itself
+    blocked.join(timeout=5)
+    assert not blocked.is_alive()
+
+
+def threading_start(budget, nbytes: float):
+    import threading
+    import time
+
+    def hold() -> None:
+        with budget.hold(nbytes):
+            pass
+
+    t = threading.Thread(target=hold)
+    t.start()
+    time.sleep(0.2)
+    return t
