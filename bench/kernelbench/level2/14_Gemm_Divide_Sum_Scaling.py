@@ -1,5 +1,9 @@
 """sum over the hidden dimension of (x @ W.T) / 2, times 1.5, kept as (batch, 1): a tiled GEMM
-writes the product, a second kernel sums each row and scales it."""
+writes the product, a second kernel sums each row and scales it.
+
+The row sums cancel (terms of both signs, a result far smaller than its terms), so the
+product is computed in full fp32 (`input_precision="ieee"`): with TF32 operands a few sums
+miss KernelBench's own check (atol = rtol = 1e-2) at the real sizes."""
 import torch
 import triton
 import triton.language as tl
@@ -16,7 +20,7 @@ def gemm_nt(x_ptr, w_ptr, t_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK
         k = k0 + tl.arange(0, BK)
         a = tl.load(x_ptr + m[:, None] * K + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
         b = tl.load(w_ptr + n[None, :] * K + k[:, None], mask=(n[None, :] < N) & (k[:, None] < K), other=0.0)
-        acc += tl.dot(a, b)
+        acc += tl.dot(a, b, input_precision="ieee")
     tl.store(t_ptr + m[:, None] * N + n[None, :], acc, mask=(m[:, None] < M) & (n[None, :] < N))
 
 
