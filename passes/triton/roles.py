@@ -2143,7 +2143,7 @@ def _literal_owners(
     unknown = False
     for t in candidates:
         sizes = {mod.text(args[d]) for d in dims.get(t, ()) if d in args}
-        by_size = (host in sizes) if sizes and host is not None else None
+        by_size = _tiles_size(mod, dividend, sizes) if sizes and dividend is not None else None
         by_axis = (axes[t] == axis) if t in axes and axis is not None else None
         if by_size is None and by_axis is None:
             unknown = True
@@ -2159,6 +2159,27 @@ def _literal_owners(
     if len(tied) > 1 or (unknown and not tied):
         return None
     return tied
+
+
+def _tiles_size(mod: PyModule, dividend: ast.AST | None, sizes: set[str]) -> bool:
+    """Whether a grid's `dividend` is the host value of a size a tile tiles (`sizes`: the host
+    texts the launch passes for the kernel's size parameters): one of them, or a product of
+    them (`cdiv(oh * ow, 64)` where the kernel compares the tile's offsets with `OH * OW`)."""
+    if dividend is None:
+        return False
+    if mod.text(dividend) in sizes:
+        return True
+    if not (isinstance(dividend, ast.BinOp) and isinstance(dividend.op, ast.Mult)):
+        return False
+    terms: list[ast.AST] = []
+    todo: list[ast.AST] = [dividend]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            todo += [node.left, node.right]
+        else:
+            terms.append(node)
+    return all(mod.text(t) in sizes for t in terms)
 
 
 def _unpassed_grid_divisors(
@@ -2187,7 +2208,7 @@ def _unpassed_grid_divisors(
         sizes = {mod.text(args[d]) for d in dims.get(name, ()) if d in args}
         # the divisors of this tile's size or of the grid axis its program id comes from
         shaped = [d for d in divisors
-                  if mod.text(_dividend(grid, d)) in sizes
+                  if _tiles_size(mod, _dividend(grid, d), sizes)
                   or (axes.get(name) is not None and _grid_axis(grid, d) == axes[name])]
         found = [d for d in (shaped if shaped else divisors)
                  if _host_literal(mod, launch.site, d) == value]
