@@ -3,7 +3,7 @@ run as the held-out tier runs an operator, reported with KernelBench's own metri
 
     python3 bench/kernelbench_tier.py --kernelbench DIR [--starts bench/kernelbench]
         [--tier device|interpret] [--only NAME,...] [--shard K/N] [--budget-steps 12] [--box 300]
-        [--wall S] [--jobs N] [--gpu-memory GB] [--library DIR] [--out DIR] [--fresh]
+        [--wall S] [--jobs N] [--gpu-memory GB] [--library DIR] [--out DIR] [--fresh | --redo-unfinished]
         [--tables-only] [--start-only] [--no-baselines | --baselines-only] [--no-compile]
         [--baseline-jobs 4] [--baseline-timeout 150] [--baseline-wall 600]
     python3 bench/kernelbench_tier.py --kernelbench DIR --stage DEST
@@ -557,6 +557,11 @@ def run_problem(p: Problem, args: argparse.Namespace, out: Path) -> dict[str, An
     return {**rec, **base, "ref": case.ref}
 
 
+def unfinished(rec: Mapping[str, Any]) -> bool:
+    """A record that --redo-unfinished runs again: any status but a finished run ("done")."""
+    return str(rec.get("status")) != "done"
+
+
 def not_started(p: Problem, status: str) -> dict[str, Any]:
     """The table's row of a problem without a record, `status` saying why (not written as a
     record: a rerun runs it)."""
@@ -749,6 +754,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "(gate_reservation, MemoryBudget); the smallest problems run first")
     ap.add_argument("--out", default=None, help="records and tables (default bench/results/kernelbench-<tier>)")
     ap.add_argument("--fresh", action="store_true", help="redo problems that have a record")
+    ap.add_argument("--redo-unfinished", action="store_true",
+                    help="also run again the problems whose record is not a finished run (a start "
+                         "that failed, a box --wall cut, a refusal); a record stands until replaced")
     ap.add_argument("--tables-only", action="store_true", help="rewrite the tables from the records")
     ap.add_argument("--no-baselines", action="store_true", help="device: skip the baselines pass")
     ap.add_argument("--baselines-only", action="store_true",
@@ -808,7 +816,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = out / "ops" / f"{p.slug}.json"
         if path.is_file() and not args.fresh:
             records[p.slug] = json.loads(path.read_text())
-        elif not (args.tables_only or args.baselines_only):
+            if args.redo_unfinished and not unfinished(records[p.slug]):
+                continue
+        if not (args.tables_only or args.baselines_only) and (p.slug not in records or args.redo_unfinished):
             todo.append(p)
     heldout.say("kernelbench", f"{len(problems)} problems, {len(records)} with a record, "
                                f"{len(todo)} to run")

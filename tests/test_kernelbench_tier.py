@@ -560,3 +560,33 @@ def threading_start(budget, nbytes: float):
     t.start()
     time.sleep(0.2)
     return t
+
+
+def test_redo_unfinished_runs_again_only_what_did_not_finish(tmp_path: Path, monkeypatch) -> None:
+    """--redo-unfinished over an earlier run's records: a finished record stands, one whose
+    start failed or whose box --wall cut is run again and replaced, a problem without one runs."""
+    kb, starts = _checkout(tmp_path)
+    (kb / "KernelBench" / "level1" / "9_Third.py").write_text(PROBLEM)
+    (starts / "level1" / "9_Third.py").write_text(START)
+    (kb / "KernelBench" / "level1" / "10_Fourth.py").write_text(PROBLEM)
+    (starts / "level1" / "10_Fourth.py").write_text(START)
+    out = tmp_path / "run"
+    before = {"level1__7_Relu_scale": "done", "level1__8_Huge": "start fails",
+              "level1__9_Third": "done, box cut by --wall (40 of 100 s)"}
+    for slug, status in before.items():
+        TIER._write(out / "ops" / f"{slug}.json", {"op": slug, "status": status, "tier": "interpret"})
+    ran = []
+
+    def fake_run(p, args, where):
+        ran.append(p.key)
+        return {"op": p.key, "status": "done", "tier": "interpret", "start": {"ok": True}}
+
+    monkeypatch.setattr(TIER, "run_problem", fake_run)
+    argv = ["--kernelbench", str(kb), "--starts", str(starts), "--tier", "interpret", "--out", str(out)]
+    assert TIER.main([*argv, "--redo-unfinished"]) == 0
+    assert sorted(ran) == ["level1/10_Fourth", "level1/8_Huge", "level1/9_Third"]
+    statuses = {s: json.loads((out / "ops" / f"{s}.json").read_text())["status"] for s in before}
+    assert set(statuses.values()) == {"done"}
+    ran.clear()
+    assert TIER.main(argv) == 0 and ran == []  # every problem has a record now
+    assert TIER.unfinished({"status": "refused"}) and not TIER.unfinished({"status": "done"})
