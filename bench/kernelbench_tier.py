@@ -33,8 +33,9 @@ with it, and recorded as a timeout; what was measured before stays) and none run
 `--baseline-wall`. A kernel's ratio to compile is the gate's x/ref (kernel and reference timed
 in one worker) times eager over compile (both timed in the child).
 
-With --gpu-memory, the problems run smallest first and no more at once than their memory
-allows (`MemoryBudget`); a problem --wall leaves unstarted is a row that says so (a rerun runs
+With --gpu-memory, the problems run smallest first and no more at once than the memory their
+gates plan allows (`gate_reservation`, `MemoryBudget`: one larger than the budget runs alone,
+its gates planning for the budget); a problem --wall leaves unstarted is a row that says so (a rerun runs
 it), and one whose box --wall cut says that in its status. Each row carries its FLOPs, bytes
 and FLOPs per byte at the real sizes (`problem_work`): compute-bound problems are those at or
 above the held-out tier's threshold, and the tables give KernelBench's metrics over them apart.
