@@ -14,10 +14,13 @@ K steps. What the shared tiles hold at each tick must then be exactly
     Q(k, n) = B[(t * BK + k) * sk' + (n0 + n) * sn'] where n0 + n < N and t * BK + k < K, else 0
 
 with one of each pair of strides 1 and the other the value of an integer parameter (the
-leading dimension), m0 = blockIdx.{x|y} * BM and n0 = blockIdx.{y|x} * BN, and M, N, K integer
-parameters whose values bound the zero fill; the K loop runs ceil(K / BK) times. The
+leading dimension), (m0, n0) the block's output origin — m0 = blockIdx.{x|y} * BM and
+n0 = blockIdx.{y|x} * BN, or blockIdx.x counting the blocks row- or column-major — and M, N, K
+integer parameters whose values bound the zero fill; the K loop runs ceil(K / BK) times. The
 hypothesis is fitted on a few elements and then checked on every element of every probe:
-a kernel that does anything else is refused with the reason.
+a kernel that does anything else is refused with the reason. Vector copies (`reinterpret_cast`
+to float4 / uint4 / ... pointers) are followed lane by lane; an address cast to an integer
+(an alignment test) reads the operands' bases as 16-byte aligned.
 
 No GPU library is imported here.
 """
