@@ -21,15 +21,21 @@ import triton.language as tl
 
 
 @triton.jit
-def affine_rows(inp, wt, bias, res, R, C, D, SR: tl.constexpr, SC: tl.constexpr, SD: tl.constexpr):
-    r = tl.program_id(0) * SR + tl.arange(0, SR)
-    c = tl.program_id(1) * SC + tl.arange(0, SC)
+def affine_rows(inp, wt, bias, res, R, C, D, s_in, s_wt, SR: tl.constexpr, SC: tl.constexpr,
+                SD: tl.constexpr):
+    pr, pc = tl.program_id(0), tl.program_id(1)
+    r = pr * SR + tl.arange(0, SR)
+    c = pc * SC + tl.arange(0, SC)
+    step = tl.arange(0, SD)
+    p_in = inp + r[:, None] * s_in + step[None, :]
+    p_wt = wt + step[:, None] + c[None, :] * s_wt
     total = tl.zeros((SR, SC), dtype=tl.float32)
-    for d0 in range(0, D, SD):
-        d = d0 + tl.arange(0, SD)
-        lhs = tl.load(inp + r[:, None] * D + d[None, :], mask=(r[:, None] < R) & (d[None, :] < D), other=0.0)
-        rhs = tl.load(wt + c[None, :] * D + d[:, None], mask=(c[None, :] < C) & (d[:, None] < D), other=0.0)
+    for left in range(D, 0, -SD):
+        lhs = tl.load(p_in, mask=(r[:, None] < R) & (step[None, :] < left), other=0.0)
+        rhs = tl.load(p_wt, mask=(step[:, None] < left) & (c[None, :] < C), other=0.0)
         total = tl.dot(lhs, rhs, total, input_precision="ieee")
+        p_in += SD
+        p_wt += SD
     total += tl.load(bias + c, mask=c < C, other=0.0)[None, :]
     tl.store(res + r[:, None] * C + c[None, :], total, mask=(r[:, None] < R) & (c[None, :] < C))
 
@@ -38,8 +44,8 @@ def run(x, w, b):
     rows, depth = x.shape
     cols = w.shape[0]
     y = torch.empty((rows, cols), device=x.device, dtype=torch.float32)
-    affine_rows[(triton.cdiv(rows, 64), triton.cdiv(cols, 64))](x, w, b, y, rows, cols, depth,
-                                                                 SR=64, SC=64, SD=32)
+    affine_rows[(triton.cdiv(rows, 64), triton.cdiv(cols, 64))](
+        x, w, b, y, rows, cols, depth, x.stride(0), w.stride(0), SR=64, SC=64, SD=32)
     return y
 '''
 
