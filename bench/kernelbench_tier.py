@@ -829,6 +829,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.gpu_memory:
         sizes = {p.slug: gate_reservation(*_bytes_of(p)) for p in todo}
         todo.sort(key=lambda p: sizes[p.slug])
+    # problems without a search yet (never run, or their start failed) before reruns of a box
+    # --wall cut: those rows have results already
+    todo.sort(key=lambda p: bool((records.get(p.slug) or {}).get("best")))
     began = time.monotonic()
 
     def one(p: Problem) -> None:
