@@ -473,6 +473,30 @@ def test_the_site_reports_the_global_meaning() -> None:
     assert _rewrite(LINEAR_GRID_COLUMNS, "128")[0].detail["grid"] == "col"
 
 
+@pytest.mark.parametrize("wgmma", [False, True])
+def test_a_staging_without_bounds_checks_takes_whole_tiles_of_the_launch(wgmma: bool) -> None:
+    # the warp-tiled kernel checks no bounds: M and N are the launch's whole tiles (gridDim), K
+    # the parameter whose whole steps the K loop makes
+    from passes.roundtrip import roundtrip
+
+    site, result = _rewrite((MICRO / "warptile_bf16.cu").read_text(), "128", wgmma=wgmma)
+    assert (site.detail["A"]["bound"], site.detail["B"]["bound"], site.detail["K"]) == ("", "", "K")
+    assert result.ok, result
+    assert "(int)gridDim.y * 128" in result.ir.text
+    ptx_for_sm90a(result.ir.text)
+    lib = _emulated(result.ir.text)
+    torch.manual_seed(8)
+    m, n, k = 128, 256, 48
+    a, b = _ab(m, n, k, torch.bfloat16)
+    c = torch.randn(m, n)
+    want = 0.5 * (a.float() @ b.float()) + 2.0 * c
+    lib.launch(lib.kernels[0], (n // 128, m // 128), 128, 0, [m, n, k, 0.5, a, b, 2.0, c])
+    assert torch.allclose(c, want, atol=1e-3 * want.abs().max().item(), rtol=1e-3)
+    rule = get_pass("gemm-schedule").from_options({"block": "128", "wgmma": wgmma})
+    done = next(s for s in rule.sites(result.ir) if s.present)
+    assert roundtrip(rule, result.ir, done, CTX).same
+
+
 def test_the_rewrite_equals_the_start_on_the_emulator() -> None:
     source = (MICRO / "blocktile_bf16.cu").read_text()
     _, result = _rewrite(source, "256")
@@ -510,8 +534,11 @@ def _refusal(source: str, block: str = "", ctx: PassContext = CTX) -> str:
 
 def test_refusals_say_why() -> None:
     blocktile = (MICRO / "blocktile_bf16.cu").read_text()
-    # staging without bounds checks: M, N and K cannot be told from it
-    assert "does not zero-fill" in _refusal((MICRO / "warptile_bf16.cu").read_text(), "128")
+    # staging without bounds checks under a 1-D grid: the output's extent cannot be told
+    unguarded = LINEAR_GRID.replace("(r0 + i < m && k0 + j < k) ? ", "").replace(
+        " : __float2bfloat16(0.0f);\n    }\n    for", ";\n    }\n    for", 1)
+    assert "r0 + i < m" not in unguarded
+    assert "1-D grid" in _refusal(unguarded, "128")
     # a staging that computes with what it loads is not a copy of the operand
     scaled = blocktile.replace("v = A[(innerRowA + loadOffset) * K + innerColA];",
                                "v = __float2bfloat16(2.0f * __bfloat162float(A[(innerRowA + loadOffset) * K + innerColA]));")

@@ -18,7 +18,9 @@ leading dimension), (m0, n0) the block's output origin — m0 = blockIdx.{x|y} *
 n0 = blockIdx.{y|x} * BN, or blockIdx.x counting the blocks row- or column-major — and M, N, K
 integer parameters whose values bound the zero fill; the K loop runs ceil(K / BK) times. The
 hypothesis is fitted on a few elements and then checked on every element of every probe:
-a kernel that does anything else is refused with the reason. Vector copies (`reinterpret_cast`
+a kernel that does anything else is refused with the reason. A staging that checks no bound
+along M or N (a kernel for whole tiles only) gets bound "" there (the launch's grid then gives
+the output's extent); one that does not check K names K by the K loop's trip count. Vector copies (`reinterpret_cast`
 to float4 / uint4 / ... pointers) are followed lane by lane; an address cast to an integer
 (an alignment test) reads the operands' bases as 16-byte aligned.
 
@@ -663,29 +665,47 @@ def _trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
     a, ia = _fit(tile.a, bm, lay_a, lambda i: probe(block_of(i, 0)), axes[0], wide, True)
     b, ib = _fit(tile.b, bn, lay_b, lambda j: probe(block_of(0, j)), axes[1], wide, False)
     corner = block_of(ia, ib)
+    if order != "2d" and "" in (a.bound, b.bound):
+        raise Refusal("a staging without bounds checks under a 1-D grid: the output's extent "
+                      "cannot be told (a bounds-checked staging is needed)")
     if order != "2d":  # the count of blocks per row (or column) is the bound's tile count
         bound, extent = (b.bound, bn) if order == "row" else (a.bound, bm)
         if period != -(-wide[bound] // extent):
             raise Refusal(f"blockIdx.x counts {period} blocks a {'row' if order == 'row' else 'column'}"
                           f" where ceil({bound} / {extent}) = {-(-wide[bound] // extent)}")
-    # the narrow probe: K (and every other integer but the two bounds) small, the K loop to its end
-    narrow = {n: (wide[n] if n in (a.bound, b.bound) else 2 * bk + 3 + 2 * i)
-              for i, n in enumerate(ints)}
+    # the narrow probe: K (and every other integer but the two bounds) small, the K loop to its
+    # end; those integers make K loops of distinct trip counts (K told by its trip count where
+    # the staging does not zero-fill past it)
+    narrow, trips_seen = {}, {-(-wide[n] // bk) for n in (a.bound, b.bound) if n}
+    count = 3
+    for n in ints:
+        if n in (a.bound, b.bound):
+            narrow[n] = wide[n]
+            continue
+        while count in trips_seen:
+            count += 1
+        narrow[n] = bk * (count - 1) + 3 if bk > 3 else bk * (count - 1) + 1
+        trips_seen.add(count)
     if len(set(narrow.values())) != len(narrow):
         raise Refusal("the probe values of the integer parameters collide")
     for cta in ((0, 0), corner):
         stores, trips = program.run(tile.block, cta, {**narrow, **bases}, None)
         runs.append((narrow, cta, stores, trips))
     kb = _k_bound(tile.a, bk, runs[-2:], a, narrow, "the first", rows=True)
-    if _k_bound(tile.b, bk, runs[-2:], b, narrow, "the second", rows=False) != kb:
+    kb_b = _k_bound(tile.b, bk, runs[-2:], b, narrow, "the second", rows=False)
+    if kb.lstrip("~") != kb_b.lstrip("~"):
         raise Refusal("the two tiles' k are bounded by different parameters")
+    whole_k = kb.startswith("~") and kb_b.startswith("~")
+    kb = kb.lstrip("~")
+    if "" in (a.bound, b.bound) and kb in (a.bound, b.bound):
+        raise Refusal("K is the bound of an output dimension")
     for values, cta, stores, trips in runs[-2:]:
         want = -(-values[kb] // bk)
         if trips != want:
             raise Refusal(f"the K loop makes {trips} steps where ceil({kb} / {bk}) = {want}")
     origins = _origins(order, a, b, bm, bn)
     for t, op, rows in ((tile.a, a, True), (tile.b, b, False)):
-        _check(t, bm if rows else bn, bk, runs, op, kb, rows, origins)
+        _check(t, bm if rows else bn, bk, runs, op, "" if whole_k else kb, rows, origins)
     if kinds.get(a.ptr) != kinds.get(b.ptr) or kinds.get(a.ptr) not in ("bf16", "fp16"):
         raise Refusal(f"the global operands are {kinds.get(a.ptr)} and {kinds.get(b.ptr)} "
                       "(bf16 or fp16 both expected)")
@@ -780,7 +800,7 @@ def _fit(t: Tile, extent: int, lay: tuple, stores_at: Any, axis: str, values: di
     zero-filled mn, at k in bounds, of the output tiles stepped along mn from the third on) and
     the index of the tile where the bound falls. `stores_at(i)` probes the i-th tile along mn."""
     which, name = ("the first", "rows") if rows else ("the second", "columns")
-    for i in range(2, _SCAN):
+    for i in range(2, min(_SCAN, max(values.values()) // extent + 3)):
         stores = stores_at(i)
         for mn in range(extent):
             v = _state(stores, t.array, t.base + mn * t.s_mn, 0)
@@ -791,8 +811,8 @@ def _fit(t: Tile, extent: int, lay: tuple, stores_at: Any, axis: str, values: di
                 return Operand(lay[0], lay[1], lay[2], bounds[0], axis), i
             if v.ptr != lay[0]:
                 raise Refusal(f"{which} tile's {name} are staged from two operands")
-    raise Refusal(f"the staging of {which} tile does not zero-fill past its {name}' bound "
-                  "(a bounds-checked staging is needed to tell the bound)")
+    # no bounds check: the kernel covers whole tiles, as many as the launch's grid has
+    return Operand(lay[0], lay[1], lay[2], "", axis), 2
 
 
 def _k_bound(t: Tile, bk: int, runs: list, op: Operand, values: dict[str, int], which: str,
@@ -807,13 +827,19 @@ def _k_bound(t: Tile, bk: int, runs: list, op: Operand, values: dict[str, int], 
             if len(names) != 1:
                 break
             return names[0]
-    raise Refusal(f"the staging of {which} tile does not zero-fill past K (a bounds-checked "
-                  "staging is needed)")
+    # no zero fill past K: the kernel reads whole K steps; K is the integer whose steps the
+    # loop made (the probe's integers give distinct step counts)
+    names = [n for n, val in values.items() if -(-val // bk) == trips]
+    if len(names) == 1:
+        return "~" + names[0]  # "~": read in whole steps, not bounded element by element
+    raise Refusal(f"the staging of {which} tile does not zero-fill past K and its K loop's trip "
+                  "count names no single integer parameter")
 
 
 def _check(t: Tile, extent: int, bk: int, runs: list, op: Operand, kb: str, rows: bool,
            origins: Any) -> None:
-    """Every element of every probe is what the hypothesis says."""
+    """Every element of every probe is what the hypothesis says (`kb` empty: k is read in
+    whole steps, never zero-filled; an operand without a bound: mn likewise)."""
     which = "the first" if rows else "the second"
     for values, cta, stores, trips in runs:
         origin = origins(values, cta)[0 if rows else 1]
@@ -825,7 +851,7 @@ def _check(t: Tile, extent: int, bk: int, runs: list, op: Operand, kb: str, rows
                 if v is None:
                     raise Refusal(f"the staging leaves element ({mn}, {kk}) of {which} tile "
                                   "unwritten")
-                inside = g_mn < values[op.bound] and g_k < values[kb]
+                inside = (not op.bound or g_mn < values[op.bound]) and (not kb or g_k < values[kb])
                 if not inside:
                     if isinstance(v, _GElem):
                         raise Refusal(f"the staging of {which} tile reads past its bounds")

@@ -127,7 +127,7 @@ def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, bool]:
 def _entry_copies(body: str, facts: dict[str, Any]) -> list[str]:
     """The parameters the loop reads that the body moves (read through entry copies)."""
     used = {facts["A"]["pointer"], facts["B"]["pointer"], facts["A"]["ld"], facts["B"]["ld"],
-            facts["A"]["bound"], facts["B"]["bound"], facts["K"]}
+            facts["A"]["bound"], facts["B"]["bound"], facts["K"]} - {""}
     return _written(CSource.of_text(body).code, used)
 
 
@@ -157,6 +157,9 @@ def _scalar_loop(facts: dict[str, Any], row: str, col: str, groups: list[re.Matc
                 else f"(int)blockIdx.x % {rows_u} * {bm}")
         col0 = (f"(int)blockIdx.x % {cols_u} * {bn}" if order == "row"
                 else f"(int)blockIdx.x / {rows_u} * {bn}")
+    # a staging the rule found without bounds checks along M or N is restored without them
+    guard_a = f"{ST}gm < {m_} && " if a["bound"] else ""
+    guard_b = f" && {ST}gn < {n_}" if b["bound"] else ""
     i1, i2, i3 = pad + "  ", pad + "    ", pad + "      "
     lines = [f"__shared__ {elem} {ST}a[{bm * bk}];",
              f"{pad}__shared__ {elem} {ST}b[{bk * bn}];",
@@ -165,14 +168,14 @@ def _scalar_loop(facts: dict[str, Any], row: str, col: str, groups: list[re.Matc
              f"{i2}const int {ST}m = {ST}e / {bk}, {ST}k = {ST}e % {bk};",
              f"{i2}const int {ST}gm = {row0} + {ST}m, "
              f"{ST}gk = {ST}k0 + {ST}k;",
-             f"{i2}{ST}a[{ST}e] = ({ST}gm < {m_} && {ST}gk < {kk}) ? {name(a['pointer'])}[{a_at}] "
+             f"{i2}{ST}a[{ST}e] = ({guard_a}{ST}gk < {kk}) ? {name(a['pointer'])}[{a_at}] "
              f": {zero};",
              f"{i1}}}",
              f"{i1}for (int {ST}e = {tid}; {ST}e < {bk * bn}; {ST}e += {bx * by}) {{",
              f"{i2}const int {ST}k = {ST}e / {bn}, {ST}n = {ST}e % {bn};",
              f"{i2}const int {ST}gk = {ST}k0 + {ST}k, "
              f"{ST}gn = {col0} + {ST}n;",
-             f"{i2}{ST}b[{ST}e] = ({ST}gk < {kk} && {ST}gn < {n_}) ? {name(b['pointer'])}[{b_at}] "
+             f"{i2}{ST}b[{ST}e] = ({ST}gk < {kk}{guard_b}) ? {name(b['pointer'])}[{b_at}] "
              f": {zero};",
              f"{i1}}}",
              f"{i1}__syncthreads();",

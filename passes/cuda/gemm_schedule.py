@@ -509,6 +509,12 @@ def src_char(ir: KernelIR, byte: int) -> int:
     return len(ir.source[:byte].decode("utf-8", errors="replace"))
 
 
+def _extent(op: Operand, block: int) -> str:
+    """The output's extent along an operand's mn: its bounding parameter, or, for a staging
+    without bounds checks (whole tiles only), the launch's blocks along that axis."""
+    return op.bound or f"(int)gridDim.{op.axis} * {block}"
+
+
 def _warp_origin(s: Schedule, pad: str) -> list[str]:
     """`kl_gs_wm` / `kl_gs_wn`: the warp's first fragment row and column in the tile (and, for
     wgmma, `kl_gs_gm0` / `kl_gs_gn0`: its warpgroup's)."""
@@ -553,7 +559,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         "coordinates and its accumulators filled",
         f"{i1}__shared__ __align__(1024) unsigned char {p}smem[{s.smem}];",
         *[f"{i1}const auto {p}in_{n} = {n};" for n in written],
-        f"{i1}const int {p}M = {g.a.bound}, {p}N = {g.b.bound}, {p}K = {g.k};",
+        f"{i1}const int {p}M = {_extent(g.a, t.bm)}, {p}N = {_extent(g.b, t.bn)}, {p}K = {g.k};",
         f"{i1}const long {p}lda = {g.a.ld}, {p}ldb = {g.b.ld};",
         f"{i1}const unsigned short* {p}ga = reinterpret_cast<const unsigned short*>({g.a.ptr});",
         f"{i1}const unsigned short* {p}gb = reinterpret_cast<const unsigned short*>({g.b.ptr});",
