@@ -264,6 +264,14 @@ def _linear_bt(lib: Any, m: int, n: int, k: int) -> tuple[Any, Any]:
     return y.float(), x.float() @ w.float().T
 
 
+def _linear_relu(lib: Any, m: int, n: int, k: int) -> tuple[Any, Any]:
+    x, w = _ab(m, n, k, torch.bfloat16, bt=True)
+    bias = torch.randn(n)
+    out = torch.zeros(m, n, dtype=torch.bfloat16)
+    lib.launch(lib.kernels[0], (_cdiv(n, 128), _cdiv(m, 64)), 128, 0, [x, w, bias, out, m, n, k])
+    return out.float(), torch.relu(x.float() @ w.float().T + bias)
+
+
 def _column_major_a(lib: Any, m: int, n: int, k: int) -> tuple[Any, Any]:
     at = torch.randn(k, m).to(torch.float16)
     b = torch.randn(k, n).to(torch.float16)
@@ -311,6 +319,8 @@ CASES: dict[str, tuple[Callable[[], str], str, Callable[..., tuple[Any, Any]], f
         (lambda: VECTOR_STAGING, "128", _square(64, 128, torch.float16), 4e-3),
     "tutorial after 16-byte staging (stage_vector)":
         (_stage16_tutorial, "256", _blocktile, 2e-2),
+    "linear layer x @ w^T + bias, relu, 64x128 tiles":
+        (lambda: (MICRO / "nt_bias_relu_bf16.cu").read_text(), "128", _linear_relu, 2e-2),
     "1-D grid counting blocks row-major":
         (lambda: LINEAR_GRID, "128", _linear, 2e-2),
     "1-D grid counting blocks column-major":
