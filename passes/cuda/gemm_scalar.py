@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from passes._source import ByteEdit
 from passes.cuda._c import CSource, Function, functions
-from passes.cuda.gemm_schedule import HELPERS, MARK, PREFIX, _written
+from passes.cuda._gemm_text import HELPERS, MARK, PREFIX, written as _written
 from passes.cuda.mma_tile import HELPERS as MMA_HELPERS
 
 if TYPE_CHECKING:

@@ -50,82 +50,26 @@ from passes.cuda._asm import helper_insert_at
 from passes.cuda._c import CSource, Function, functions
 from passes.cuda._tree import Scope
 from passes.cuda.annotations import CUDA
+from passes.cuda._gemm_text import HELPERS, MARK, PREFIX, written as _written
 from passes.cuda.gemm_eval import GemmTile, Refusal, find_gemm_tiles, _Kernel
 from passes.cuda.gemm_global import GlobalGemm, Operand, trace
+from passes.cuda.gemm_scalar import form_options, scalar_edits
 from passes.cuda.mma_tile import HELPERS as MMA_HELPERS, _block_option, bit_sum_text
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
     from kir import KernelIR
 
-PREFIX = "kl_gs_"
 STATIC_SHARED_LIMIT = 48 * 1024
 TILE_M, TILE_N, TILE_K = 128, 128, 32
 PAD = 8
 """Elements of padding per shared row (16 bytes: ldmatrix rows fall in distinct bank groups)."""
-MARK = "// gemm-schedule: "
 _WARPS = {4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8)}
 _GROUPS = {128: (1, 1), 256: (2, 1), 512: (2, 2), 1024: (2, 2)}
 _WIDE_GROUPS = {256: (2, 1), 512: (2, 2)}
 """Warpgroup grids of the wgmma schedule by block size (each warpgroup 64 rows x 128 / gn); a
 block of eight warpgroups runs the MMAs on four of them (all eight stage and exchange)."""
 
-HELPERS = r"""// ---- 16-byte asynchronous staging of 128-wide, 32-deep GEMM slices (cp.async, zero fill) ----
-__device__ __forceinline__ void kl_gs_cp16(void* dst, const void* src, int bytes) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(d), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void kl_gs_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void kl_gs_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N)); }
-// one operand's slice into a shared tile: KC (k contiguous in memory) keeps it as rows of k per
-// mn from g[mn * ld + k], else as rows of mn per k from g[k * ld + mn]; elements past mn_end /
-// k_end are zero; VEC: 16-byte copies (ld a multiple of 8, g 16-byte aligned). SW 0: rows of
-// PITCH elements; SW 1: K-major rows of BK = 32 elements, 64-byte swizzle; SW 2: MN-major atoms of
-// 64 elements x BK rows, 128-byte swizzle (the wgmma canonical layouts)
-template <bool KC, int MN, int BK, int PITCH, int NT, int SW>
-__device__ __forceinline__ void kl_gs_load(unsigned short* tile, const unsigned short* g, long ld,
-                                           int mn0, int k0, int mn_end, int k_end, bool vec, int tid) {
-  constexpr int CH = KC ? BK / 8 : MN / 8;
-  constexpr int ROWS = KC ? MN : BK;
-  for (int c = tid; c < ROWS * CH; c += NT) {
-    const int r = c / CH, e = (c % CH) * 8;
-    const int mn = KC ? mn0 + r : mn0 + e, k = KC ? k0 + e : k0 + r;
-    int valid;
-    long at;
-    if (KC) {
-      valid = mn < mn_end ? min(max(k_end - k, 0), 8) : 0;
-      at = (long)mn * ld + k;
-    } else {
-      valid = k < k_end ? min(max(mn_end - mn, 0), 8) : 0;
-      at = (long)k * ld + mn;
-    }
-    int off = r * PITCH + e;
-    if (SW == 1) {
-      const int b = r * BK * 2 + e * 2;
-      off = (b ^ (((b >> 7) & 3) << 4)) / 2;
-    } else if (SW == 2) {
-      const int b = (e / 64) * BK * 128 + r * 128 + (e % 64) * 2;
-      off = (b ^ (((b >> 7) & 7) << 4)) / 2;
-    }
-    unsigned short* dst = tile + off;
-    if (vec) {
-      kl_gs_cp16(dst, valid > 0 ? g + at : g, valid * 2);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) dst[i] = i < valid ? g[at + i] : (unsigned short)0;
-    }
-  }
-}
-// a wgmma shared-memory descriptor: start, leading / stride byte offsets, swizzle mode
-// (1: 128-byte, 2: 64-byte)
-__device__ __forceinline__ unsigned long long kl_gs_desc(const void* p, unsigned lbo, unsigned sbo,
-                                                         unsigned mode) {
-  const unsigned long long a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  return ((a & 0x3FFFFull) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
-         ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)mode << 62);
-}
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,17 +437,6 @@ def dead_declarations(ir: KernelIR, fn: Function, tile: GemmTile) -> list[tuple[
     return [spans[i] for i in removed]
 
 
-def _written(code: str, names: set[str]) -> list[str]:
-    """The names of `names` that `code` assigns or steps."""
-    out = []
-    for n in sorted(names):
-        e = re.escape(n)
-        if re.search(rf"(?<![\w.>]){e}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|(?:\+\+|--)\s*{e}\b|"
-                     rf"(?<![\w.>]){e}\s*(?:\+\+|--)", code):
-            out.append(n)
-    return out
-
-
 def src_char(ir: KernelIR, byte: int) -> int:
     """The character offset of byte `byte` of the source."""
     return len(ir.source[:byte].decode("utf-8", errors="replace"))
@@ -760,8 +693,6 @@ class GemmSchedule(Pass):
         return finish(ir, site, rewrite_edits(ir, f, s), preconditions=results)
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
-        from passes.cuda.gemm_scalar import form_options, scalar_edits  # noqa: PLC0415
-
         edits = scalar_edits(ir, site.detail.get("kernel"))
         if isinstance(edits, str):
             return Skipped(edits)
