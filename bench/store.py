@@ -17,7 +17,8 @@ kept sorted, so the store diffs line by line.
 
 What a record holds is read by the `EXTRACTORS` below, one per kind of record (the JSON that
 `klineage bench --out`, `bench/heldout.py`, `bench/roundtrip.py`, the per-case `bench/bench_*.py`,
-`bench/gate_profile.py` and `bench/bench_parse.py` write); a file no extractor reads is skipped
+`bench/gate_profile.py`, `bench/gemm_schedule.py`, `bench/cuda_roles.py --tier device`
+and `bench/bench_parse.py` write); a file no extractor reads is skipped
 with a note. The tables' layout (which metrics, in which order, how a headline is formed) is
 the data in `TABLES`.
 """
@@ -165,6 +166,66 @@ def micro_kernel(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
                                 ("ms", "vs_cublas", "tflops"))}
 
 
+def gemm_schedule(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
+    """`bench/gemm_schedule.py`: each start GEMM and its `gemm-schedule` rewrites against
+    cuBLAS, one row per variant timed (ms, x cuBLAS, max relative error) and one per variant
+    refused or failed (its reason, first line, as `status`)."""
+    size = data.get("size")
+    for start, s in (data.get("starts") or {}).items():
+        operator = f"gemm_schedule {size}^3: {start}"
+        if s.get("error"):
+            yield {"operator": operator, "variant": "start",
+                   "metrics": {"status": "error: " + _first_line(s["error"])}}
+        for name, ms in (s.get("ms") or {}).items():
+            yield {"operator": operator, "variant": name,
+                   "metrics": _pick({"ms": ms, "vs_cublas": (s.get("vs_cublas") or {}).get(name),
+                                     "max_rel_err": (s.get("max_rel_err") or {}).get(name)},
+                                    ("ms", "vs_cublas", "max_rel_err"))}
+        for kind, reasons in (("refused", s.get("refused")), ("failed", s.get("failed"))):
+            for name, reason in (reasons or {}).items():
+                yield {"operator": operator, "variant": "+" + name.lstrip("+"),
+                       "metrics": {"status": f"{kind}: {_first_line(reason)}"}}
+
+
+def _first_line(text: Any, width: int = 100) -> str:
+    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
+    return line if len(line) <= width else line[:width - 3] + "..."
+
+
+def cuda_roles(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
+    """`bench/cuda_roles.py --tier device`: per start kernel, the start's gate and each
+    role-based rule's output gated alone (`all of the above`: every rule that passed alone,
+    applied in turn): ms, the reference's ms over it (`x_ref`), the start's ms over it
+    (`x_start`), the fraction of a device copy's bandwidth it reaches (`of_copy`)."""
+    for k in data["kernels"]:
+        start = k.get("start_verdict") or {}
+        copy_ms = (k.get("bandwidth") or {}).get("copy_ms")
+        entries = [("start", None, start)] + [
+            (rule, r.get("applied"), r.get("verdict") or {}) for rule, r in (k.get("rules") or {}).items()]
+        for name, applied, v in entries:
+            if applied == 0:  # the rule found no site: nothing was gated
+                refusals = (k.get("rules") or {})[name].get("refusals") or []
+                yield {"operator": k["kernel"], "variant": name,
+                       "metrics": {"applied": 0, "reason": _first_line(
+                           refusals[0] if refusals else "no site")}}
+                continue
+            ms = v.get("ms") if v.get("ok") else None
+            yield {"operator": k["kernel"], "variant": name,
+                   "metrics": _pick({"applied": applied, "ok": v.get("ok"), "ms": ms,
+                                     "reference_ms": v.get("reference_ms"),
+                                     "x_ref": _ratio(v.get("reference_ms"), ms),
+                                     "x_start": _ratio(start.get("ms"), ms) if name != "start" else None,
+                                     "of_copy": _ratio(copy_ms, ms),
+                                     "reason": _first_line(v.get("reason")) if not v.get("ok") else None},
+                                    ("applied", "ok", "ms", "reference_ms", "x_ref", "x_start",
+                                     "of_copy", "reason"))}
+
+
+def _ratio(num: Any, den: Any) -> float | None:
+    ok = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (num, den))
+    return num / den if ok and den > 0 else None
+
+
 def gate_profile(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
     """`bench/gate_profile.py`: wall seconds of one gate per expert kernel."""
     for r in data["records"]:
@@ -244,6 +305,10 @@ EXTRACTORS: dict[str, tuple[Callable[[Path, Mapping[str, Any]], bool],
               and "present" in d["passes"][0], pass_sites),
     "walkthrough": (lambda p, d: isinstance(d.get("steps"), list) and bool(d["steps"])
                     and "step" in d["steps"][0], walkthrough),
+    "gemm_schedule": (lambda p, d: isinstance(d.get("starts"), Mapping) and "size" in d and all(
+        isinstance(v, Mapping) and "site" in v for v in d["starts"].values()), gemm_schedule),
+    "cuda_roles": (lambda p, d: d.get("tier") == "device" and isinstance(d.get("kernels"), list)
+                   and bool(d["kernels"]) and "rules" in d["kernels"][0], cuda_roles),
     "micro_kernel": (lambda p, d: isinstance(d.get("ms"), Mapping) and isinstance(
         d.get("vs_cublas"), Mapping), micro_kernel),
 }
@@ -256,7 +321,8 @@ def benchmark_of(path: Path, kind: str) -> str:
         return str(rel.stem if len(rel.parts) == 1 else top)
     return {"experts": "experts", "gate_profile": "gate_profile", "gate_cost": "gate_cost",
             "parse": "parse",
-            "gate": "gate", "sites": "sites", "walkthrough": "walkthrough"}.get(kind, top)
+            "gate": "gate", "sites": "sites", "walkthrough": "walkthrough",
+            "cuda_roles": "cuda_roles-device"}.get(kind, top)
 
 
 def _git(*args: str) -> str:
@@ -379,6 +445,12 @@ TABLES: dict[str, dict[str, Any]] = {
                               "not run ones count as not fast) whose kernel is correct and more than p "
                               "times faster than the baseline; geomean over the correct ones timed",
                               ["n", "correct", "timed", "fast_0", "fast_1", "fast_1.5", "fast_2", "geomean"])},
+    "cuda": {"title": "CUDA GEMM kernels and their rewrites against cuBLAS",
+             "columns": ["ms", "vs_cublas", "tflops", "max_rel_err", "status"]},
+    "cuda_roles-device": {"title": "Role-based rules on the CUDA style tier, each output gated on the "
+                                   "device (`bench/cuda_roles.py --tier device`)",
+                          "columns": ["applied", "ok", "ms", "reference_ms", "x_ref", "x_start",
+                                      "of_copy", "reason"]},
     "roundtrip": {"title": "SkillCard roundtrip and leave-one-out",
                   "columns": ["tier", "expert_ms", "start_ms", "best_ms", "fraction_of_expert",
                               "speedup", "reached_gate"]},

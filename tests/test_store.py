@@ -87,3 +87,53 @@ def test_a_kernelbench_tier_record_renders_its_problems_and_its_metrics_apart(tm
     assert "| level1/1_mm | level1 | done | yes | 600 | 8 | 1 | 2 | 4 | 2 | 8 |" in head
     assert "fast_1.5" not in head and "| best vs compile (all problems) |" in apart
     assert "Geometric mean of best_x_eager_tf32: 2.000 over 1 rows (the compute-bound problems timed)" in head
+
+
+def test_a_gemm_schedule_record_gives_a_row_per_variant_timed_refused_or_failed(tmp_path: Path) -> None:
+    store = _store()
+    site = {"kernel": "k", "block_tile": [64, 64, 16]}
+    record = tmp_path / "cuda" / "h200-abc1234" / "gemm_schedule.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"size": 512, "arch": "sm_90a", "device": "NVIDIA H200", "when": "2026-01-02 03:04:05",
+        "starts": {"tiled": {"site": site, "refused": {"wgmma_wide": "the block is not 2 or 4 warpgroups"},
+                             "ms": {"cublas": 0.5, "start": 5.0, "+mma": 1.0},
+                             "vs_cublas": {"cublas": 1.0, "start": 0.1, "+mma": 0.5},
+                             "max_rel_err": {"start": 0.003, "+mma": 0.0},
+                             "failed": {"+wgmma": "CompileException: ptxas error\nmore lines"}},
+                   "naive": {"site": None, "refused": {"mma": "no site"}},
+                   "broken": {"site": site, "refused": {}, "error": "CudaError: not found"}}}))
+    rows = {(r["operator"], r["variant"]): r for r in store.rows_of(record)}
+    timed = rows[("gemm_schedule 512^3: tiled", "+mma")]
+    assert timed["metrics"] == {"ms": 1.0, "vs_cublas": 0.5, "max_rel_err": 0.0}
+    assert (timed["commit"], timed["gpu"], timed["date"]) == ("abc1234", "NVIDIA H200", "2026-01-02")
+    assert rows[("gemm_schedule 512^3: tiled", "+wgmma")]["metrics"] == {
+        "status": "failed: CompileException: ptxas error"}
+    assert rows[("gemm_schedule 512^3: tiled", "+wgmma_wide")]["metrics"]["status"].startswith("refused: ")
+    assert rows[("gemm_schedule 512^3: naive", "+mma")]["metrics"] == {"status": "refused: no site"}
+    assert rows[("gemm_schedule 512^3: broken", "start")]["metrics"] == {"status": "error: CudaError: not found"}
+    assert len(rows) == 7
+
+
+def test_a_device_cuda_roles_record_sets_each_rule_against_the_start(tmp_path: Path) -> None:
+    store = _store()
+    verdict = {"ok": True, "stage": "timing", "reason": "", "ms": 0.5, "reference_ms": 1.0}
+    kernel = {"kernel": "cu_sum", "start_verdict": dict(verdict, ms=2.0),
+              "bandwidth": {"copy_ms": 0.25},
+              "rules": {"vectorize-global": {"applied": 2, "refusals": [], "verdict": verdict},
+                        "row-cache": {"applied": 0, "refusals": []},
+                        "launch-bounds": {"applied": 1, "refusals": [],
+                                          "verdict": {"ok": False, "reason": "output differs\nat 3",
+                                                      "ms": None}}}}
+    record = tmp_path / "cuda_roles" / "h200-abc1234" / "cuda_roles.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"tier": "device", "kernels": [kernel]}))
+    rows = {r["variant"]: r for r in store.rows_of(record)}
+    assert rows["start"]["benchmark"] == "cuda_roles-device" and rows["start"]["commit"] == "abc1234"
+    assert rows["start"]["metrics"] == {"ok": True, "ms": 2.0, "reference_ms": 1.0, "x_ref": 0.5,
+                                        "of_copy": 0.125}
+    assert rows["vectorize-global"]["metrics"] == {"applied": 2, "ok": True, "ms": 0.5, "reference_ms": 1.0,
+                                                   "x_ref": 2.0, "x_start": 4.0, "of_copy": 0.5}
+    assert rows["row-cache"]["metrics"] == {"applied": 0, "reason": "no site"}
+    assert rows["launch-bounds"]["metrics"] == {"applied": 1, "ok": False, "reason": "output differs"}
+    record.write_text(json.dumps({"tier": "static", "kernels": [kernel]}))  # no timings: not a store record
+    assert store.rows_of(record) == []
