@@ -30,8 +30,9 @@ PHASE_WORK = ((1.0, 1 + 2), (2.0, 2), (3.5, 0))
 overlap, so the largest counts): the timed runs (the rotation's buffers; the current output
 and the two sampled ones: `gate.worker` drops an output before the next call and a sampled
 copy before its replacement is made), the sealed call (its clone and the inputs' hidden
-copies; its output and the output's, which `guards.Seal` keeps as a copy of an input buffer),
-a refill crossover (its random mask, its copy and a temporary). The sets are counted as kept
+copies; its output and the output's, which `guards.Seal` keeps as a copy of an input buffer;
+as much as a correctness or knockout call's copy and output while the previous call's are
+still held), a refill crossover (its random mask, its copy and a temporary). The sets are counted as kept
 from the first to the last phase, though the worker lets each go after its last call (the
 seeds after the correctness calls, the first after the knockout calls, the sealed set after
 the sealed call): the later phases have that much more room."""

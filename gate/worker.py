@@ -1063,7 +1063,6 @@ class _Runner:
             res = self.call(inputs, "run")
             self.check_call(res, inputs, original, "correctness", f"{variant}/seed {seed}")
             self.send_out(variant, phase, seed, res)
-            del original, inputs, res  # before the next set's copy is made
             if seed != self.job.seeds[0]:  # the first seed's runs again (configs, knockout)
                 self._release((variant, phase, seed))
         self.check_kernels("correctness", "correctness calls")
@@ -1096,7 +1095,6 @@ class _Runner:
                         tuner.cache.clear()
                         tuner.best_config = None
                         self.monitor.pin = (tuner, config)
-                        inputs = res = None  # the previous configuration's, before this copy
                         inputs = self.clone_inputs(original)
                         try:
                             res = self.call(inputs, "run")
@@ -1139,8 +1137,6 @@ class _Runner:
                 self.check_inputs(inputs, original, f"the {phase} run")
                 self.check_output_types(res["out"], f"the {phase} run")
                 self.send_out(variant, phase, seed, res)
-            del inputs, res
-        del original
         self.check_kernels("anti_cheat", "knockout calls")
         for v in self.shapes:  # the first seed's sets have had their last call
             self._release((v, PHASE_SEED, seed))
