@@ -224,29 +224,35 @@ def _tensor_stats(flat: torch.Tensor, ref: Held, key: int, fresh: int,
     inf_bad = nan_bad.clone()
     rows: list[torch.Tensor] = []
     for start, r in ref.pieces(key, fresh):
+        # float64 temporaries are most of the time of a gigabyte output: as few as possible,
+        # the rest made in place
         o = flat[start:start + r.numel()].to(torch.float64)
         r = r.to(torch.float64)
         rf, of = torch.isfinite(r), torch.isfinite(o)
         nan_bad |= (~of & rf).any() | torch.isnan(o).any()
         inf_bad |= (~rf & (o != r)).any()
-        d = torch.where(rf, o - r, 0.0)
-        num += (d * d).sum()
-        den += torch.where(rf, r * r, 0.0).sum()
+        d = torch.sub(o, r).masked_fill_(~rf, 0.0)
+        num += torch.dot(d, d)
+        finite_r = r.masked_fill(~rf, 0.0)
+        den += torch.dot(finite_r, finite_r)
+        del finite_r
         if not d.numel():
             continue
-        size = d.abs()
+        size = d.abs_()  # d is not needed signed any more
         j = torch.argmax(size).view(1)
         worst = [size.index_select(0, j), (j + start).to(torch.float64), o.index_select(0, j),
                  r.index_select(0, j)]
+        del d, size
         miss = [zero.view(1)] * 4
         if allclose is not None:
             atol, rtol = allclose
-            bad = ~(((r - o).abs() <= atol + rtol * o.abs()) | (o == r))
+            within = torch.sub(r, o).abs_() <= o.abs().mul_(rtol).add_(atol)
+            bad = within.logical_or_(o == r).logical_not_()
             first = torch.argmax(bad.to(torch.uint8)).view(1)
             miss = [bad.sum().to(torch.float64).view(1), (first + start).to(torch.float64),
                     o.index_select(0, first), r.index_select(0, first)]
         rows.append(torch.cat(miss + worst))
-        del o, r, d, size
+        del o, r
     table = torch.stack(rows).tolist() if rows else []
     missed = sum(int(t[0]) for t in table)
     at: tuple[int, float, float] | None = None
