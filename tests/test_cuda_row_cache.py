@@ -252,6 +252,10 @@ def test_a_row_cached_by_hand_is_walked_back_and_cached_again() -> None:
 
 
 @pytest.mark.gpu
+def _extern_c(text: str) -> str:
+    return text if 'extern "C"' in text else text.replace("__global__ void", 'extern "C" __global__ void')
+
+
 def test_the_cached_rows_on_the_gpu() -> None:
     from experts import cudahost
 
@@ -261,7 +265,8 @@ def test_the_cached_rows_on_the_gpu() -> None:
     both, _ = _apply_all("vectorize-global", cached)
     g = torch.Generator("cuda").manual_seed(0)
     for text in (cached, both):
-        func = cudahost.get_function(cudahost.compile_source(text, name="softmax_half.cu"),
+        # plain (unmangled) names for cuModuleGetFunction
+        func = cudahost.get_function(cudahost.compile_source(_extern_c(text), name="softmax_half.cu"),
                                      "softmax_half")
         for cols in (301, 4096, 20000):  # 20000: longer than the copy holds
             x = (3 * torch.randn(5, cols, device="cuda", generator=g)).half()
@@ -270,7 +275,7 @@ def test_the_cached_rows_on_the_gpu() -> None:
             torch.cuda.synchronize()
             assert torch.allclose(y.float(), torch.softmax(x.float(), 1), atol=2e-3), cols
     warps, _ = _apply_all("vectorize-global", WARP_ROWS)
-    func = cudahost.get_function(cudahost.compile_source(warps, name="warp_rows.cu"),
+    func = cudahost.get_function(cudahost.compile_source(_extern_c(warps), name="warp_rows.cu"),
                                  "softmax_warp_rows")
     for n in (301, 4096):
         x = torch.randn(9, n, device="cuda", generator=g)
