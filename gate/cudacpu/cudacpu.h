@@ -797,6 +797,14 @@ struct Stacks {
     }
     return stacks[i];
   }
+  // a launch's stacks go back when it ends: every loaded module keeps its own pool, and a
+  // process that loads many modules would otherwise run out of memory mappings
+  // (vm.max_map_count: each stack is two mappings, the guard page and the rest)
+  void release() {
+    for (char* s : stacks) munmap(s, size);
+    stacks.clear();
+    size = 0;
+  }
   bool in_guard(const void* a) const {
     for (char* s : stacks)
       if ((const char*)a >= s && (const char*)a < s + 4096) return true;
@@ -1337,6 +1345,7 @@ CUDACPU_EXPORT int cudacpu_launch(const char* name, const unsigned* dims, size_t
   l.args = args;
   l.kernel = entry->name;
   int rc = cudacpu::run_launch(l, stack_bytes);
+  cudacpu::stacks.release();
   if (rc != 0) snprintf(err, errlen, "%s", l.error);
   return rc;
 }
