@@ -21,7 +21,6 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-DEFAULT_LIBRARY = ROOT / "bench" / "results" / "heldout" / "libraries" / "all"
 
 
 def card_rows(kernel: Path, cards: list[Any]) -> list[dict[str, Any]]:
@@ -45,15 +44,16 @@ def card_rows(kernel: Path, cards: list[Any]) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kernels", nargs="+", type=Path)
-    parser.add_argument("--library", type=Path, default=DEFAULT_LIBRARY)
+    parser.add_argument("--library", type=Path, default=None,
+                        help="a SkillCard library folder (default: the shipped library)")
     parser.add_argument("--case", default="", help="only the cards lifted from this case's lineage")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     from kir.errors import KLineageError
-    from lineage.skills import Library
+    from lineage.shipped import open_library
 
     try:
-        cards = [c for c in Library.open(args.library).cards()
+        cards = [c for c in open_library(args.library)[0].cards()
                  if not args.case or any(s.get("case") == args.case for s in c.sources)]
         missing = [str(k) for k in args.kernels if not k.is_file()]
         if missing:

@@ -230,7 +230,8 @@ def test_bench_card_sites_names_the_site_or_the_reason_of_each_fmha_card(
     kernel.write_text(HOST_NAMES)
     assert tool.main([str(kernel), "--case", "fmha", "--json"]) == 0
     rows = {r["pass"]: r for r in json.loads(capsys.readouterr().out)[str(kernel)]}
-    for found in ("tile-sizes", "num-warps", "autotune", "causal-block-skip"):
+    # the shipped library's fmha cards: each step the restyled kernel has a site for is found
+    for found in ("tile-sizes", "autotune", "causal-block-skip"):
         assert rows[found]["site"], rows[found]
     # the kernel has tl.dot, and exp2 with log2(e) in its argument: neither step is left
     for absent in ("tensor-core-dot", "exp2-fold"):
