@@ -7,7 +7,8 @@ Besides a host module that defines `run(*inputs)` and launches through NVRTC + c
   kernels come from `torch.utils.cpp_extension.load_inline(cuda_sources=...)`: `entry` makes
   its `run`; the source's host half (the C++ wrappers, the pybind11 module, torch headers)
   is left out where only the device code is compiled (`device_source`), and what each C++
-  wrapper launches with `<<<...>>>` is read from the source (`chevron_launches`);
+  wrapper launches with `<<<...>>>` is read from the source (`chevron_launches`), and the
+  dynamic shared memory it allows a kernel first (`dynamic_shared_limits`);
 - a CuPy host: `cupy.RawKernel` / `cupy.RawModule` of the candidate's own source
   (`gate.foreign.cupy_own_source` says whether a module uses CuPy only so).
 
@@ -204,6 +205,23 @@ def chevron_launches(text: str) -> dict[str, list[Chevron]]:
                 shared = constant_bytes(_substituted(args[2], names)) \
                     if len(args) > 2 and args[2] else 0
                 out.setdefault(name, []).append(Chevron(kernel, shared))
+    return out
+
+
+_LIMIT = re.compile(r"\bcudaFuncSetAttribute\s*\(\s*&?\s*(\w+)\s*,\s*"
+                    r"cudaFuncAttributeMaxDynamicSharedMemorySize\s*,\s*([^;]*?)\)\s*;")
+
+
+def dynamic_shared_limits(text: str) -> dict[str, int | None]:
+    """Per kernel, the dynamic shared memory the host half of `text` allows it with
+    `cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)` (what a
+    launch above 48 KiB needs first): the bytes where made of literals, `sizeof` and + - * /,
+    else None. The largest where several calls name one kernel."""
+    out: dict[str, int | None] = {}
+    for m in _LIMIT.finditer(text):
+        value = constant_bytes(m.group(2))
+        have = out.get(m.group(1), 0)
+        out[m.group(1)] = None if value is None or have is None else max(have, value)
     return out
 
 

@@ -669,3 +669,213 @@ def test_the_experts_in_the_rules_form_restore_and_match_torch() -> None:
             lib.launch(kernel, (_cdiv(n, 128), _cdiv(m, 128)), 256, 0, [a, b, c, m, n, k])
             want = a.float() @ b.float()
             assert (c.float() - want).abs().max() <= 2e-2 * want.abs().max()
+
+
+# ---------------------------------------------------------------------------------------------
+# the deep form: dynamic shared memory, the launch in the same source edited
+
+
+def _inline_source(path: Path) -> str:
+    """The whole CUDA source a load_inline host holds (the C++ wrapper with its launch too)."""
+    tree = ast.parse(path.read_text())
+    return next(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                and isinstance(n.value, str) and "__global__" in n.value)
+
+
+def _with_launch(source: str, block: str) -> str:
+    """`source` with a C++ wrapper after it that launches its kernel with `<<<grid, block>>>`
+    on the kernel's own parameters (a load_inline source's host half)."""
+    ir = kir.parse(source, "cuda")
+    kernel = next(n for n in ir.walk() if n.kind == "kernel")
+    params = source[source.index("(", source.index(kernel.name + "(")):]
+    params = params[:params.index(")") + 1]
+    names = [p.split()[-1].lstrip("*") for p in params[1:-1].split(",")]
+    dims = ", ".join(block.split("x"))
+    return (source + f"\nvoid host_launch(dim3 grid, {params[1:-1]}) {{\n"
+            f"  {kernel.name}<<<grid, dim3({dims})>>>({', '.join(names)});\n}}\n")
+
+
+DEEP_CASES: dict[str, tuple[Callable[[], str], str, Callable[..., tuple[Any, Any]], float]] = {
+    "load_inline ModelNew (fp32 shared tiles, A transposed in shared memory)":
+        (lambda: _inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py"), "256",
+         _square(128, 256, torch.bfloat16), 2e-2),
+    "transposed B (K-major B), wrapper launch":
+        (lambda: _with_launch((STYLES / "cu_mm_bt" / "linear_bt.cu").read_text(), "16x16"),
+         "16x16", _linear_bt, 2e-2),
+    "column-major A (MN-major A), wrapper launch":
+        (lambda: _with_launch(COLUMN_MAJOR_A, "16x16"), "16x16", _column_major_a, 4e-3),
+}
+
+
+def _deep(source: str, options: dict[str, Any], ctx: PassContext = CTX) -> Any:
+    ir = kir.parse(source, "cuda")
+    rule = get_pass("gemm-schedule").from_options(options)
+    site = next(s for s in rule.sites(ir) if not s.present)
+    return rule.optimize(ir, site, ctx)
+
+
+def _launched_on_the_emulator(text: str, run: Callable[..., tuple[Any, Any]], tol: float,
+                              shapes: tuple[tuple[int, int, int], ...]) -> None:
+    """The device half of `text` on the emulator, launched with the dynamic shared memory its
+    edited `<<<...>>>` passes, after the limit its host half raises (read by gate.hostforms)."""
+    from gate.hostforms import chevron_launches, device_source, dynamic_shared_limits
+
+    launches = [c for calls in chevron_launches(text).values() for c in calls]
+    limits = dynamic_shared_limits(text)
+    assert launches and all(c.shared_bytes and c.shared_bytes > 48 * 1024 for c in launches)
+    assert {c.kernel for c in launches} == set(limits)
+    assert all(limits[c.kernel] == c.shared_bytes for c in launches)
+    # the limit is raised before the launch in the same function, once (a static)
+    for c in launches:
+        raise_at = text.index(f"cudaFuncSetAttribute({c.kernel},")
+        assert "static const" in text[text.rfind("\n", 0, raise_at):raise_at]
+        assert raise_at < text.index(f"{c.kernel}<<<")
+    lib = _emulated(device_source(text))
+    kernel, nbytes = launches[0].kernel, launches[0].shared_bytes
+
+    class Launching:
+        kernels = [kernel]
+
+        @staticmethod
+        def launch(name: str, grid: Any, block: Any, shared: int, args: Any) -> None:
+            assert shared == 0  # the case's launcher passes what the start's launch passed
+            lib.launch(name, grid, block, nbytes, args)
+
+    with pytest.raises(Exception, match="dynamic shared memory"):  # no opt-in: refused
+        run(Launching, *shapes[0])
+    lib.opt_in[kernel] = limits[kernel]
+    torch.manual_seed(9)
+    for m, n, k in shapes:
+        got, want = run(Launching, m, n, k)
+        assert torch.allclose(got, want, atol=tol * want.abs().max().item(), rtol=tol), \
+            (m, n, k, (got - want).abs().max())
+
+
+@pytest.mark.parametrize("options", [{"wgmma": True, "deep": True},
+                                     {"wgmma": True, "deep": True, "wide": True},
+                                     {"wgmma": True, "deep": True, "stages": 3},
+                                     {"deep": True, "stages": 5}],
+                         ids=["wgmma", "wgmma-wide", "wgmma-3-slots", "mma-5-slots"])
+@pytest.mark.parametrize("name", list(DEEP_CASES))
+def test_the_deep_form_edits_the_launch_and_matches_torch_on_the_emulator(
+        name: str, options: dict[str, Any]) -> None:
+    from gate.hostforms import device_source
+
+    source, block, run, tol = DEEP_CASES[name]
+    result = _deep(source(), {"block": block, **options})
+    assert result.ok, result
+    text = result.ir.text
+    assert "extern __shared__" in text and '"deep": true' in text
+    if options.get("wgmma"):
+        ptx = ptx_for_sm90a(device_source(text))
+        assert "wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1;" in ptx
+        assert "mma.sync" not in ptx
+    else:
+        cudahost = pytest.importorskip("experts.cudahost")
+        ptx = cudahost.compile_source(device_source(text), name="deep.cu", arch="sm_80").ptx
+        assert "mma.sync.aligned.m16n8k16" in ptx and "cp.async" in ptx
+    _launched_on_the_emulator(text, run, tol, ((72, 136, 136), (130, 40, 45)))
+
+
+def test_the_deep_form_refuses_a_kernel_launched_by_a_host_module_of_its_own(tmp_path: Path
+                                                                             ) -> None:
+    # NVRTC + cuda-python host beside the kernel: the .cu holds no launch to give the bytes
+    start = STYLES / "cu_mm_smem_tiled" / "mm_tiled.cu"
+    ir = kir.parse(start.read_text(), "cuda", path=str(start))
+    rule = get_pass("gemm-schedule").from_options({"wgmma": True, "deep": True})
+    site = next(s for s in rule.sites(ir) if not s.present)
+    result = rule.optimize(ir, site, CTX)
+    assert isinstance(result, Skipped)
+    assert "mm_tiled.py launches it" in result.reason and "\n" not in result.reason
+    # a CuPy RawKernel's source: the same refusal, the static form still applies
+    cupy = _embedded(STYLES / "cu_mm_reg1d" / "mm_reg1d.py")
+    refused = _deep(cupy, {"block": "512", "deep": True})
+    assert isinstance(refused, Skipped) and "not launched in this source" in refused.reason
+    assert _deep(cupy, {"block": "512"}).ok
+
+
+LAUNCHES = r"""
+#include <cuda_bf16.h>
+__global__ void mm(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, int m, int n,
+                   int k) {
+  __shared__ __nv_bfloat16 ta[32][32];
+  __shared__ __nv_bfloat16 tb[32][32];
+  const int r = threadIdx.y, q = threadIdx.x;
+  const int row = blockIdx.y * 32 + r, col = blockIdx.x * 32 + q;
+  float s = 0.f;
+  for (int k0 = 0; k0 < k; k0 += 32) {
+    ta[r][q] = (row < m && k0 + q < k) ? a[(size_t)row * k + k0 + q] : __float2bfloat16(0.f);
+    tb[r][q] = (k0 + r < k && col < n) ? b[(size_t)(k0 + r) * n + col] : __float2bfloat16(0.f);
+    __syncthreads();
+    for (int kk = 0; kk < 32; ++kk) s += __bfloat162float(ta[r][kk]) * __bfloat162float(tb[kk][q]);
+    __syncthreads();
+  }
+  if (row < m && col < n) c[(size_t)row * n + col] = __float2bfloat16(s);
+}
+
+void square(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, int n,
+            cudaStream_t stream) {
+  dim3 grid((n + 31) / 32, (n + 31) / 32);
+  if (n > 0) {
+    mm<<<grid, dim3(32, 32), 0, stream>>>(a, b, c, n, n, n);
+  }
+  mm<<<grid,
+       dim3(32, 32)>>>(a, b, c, n, n, n);
+}
+"""
+
+
+def test_the_launch_edit_passes_the_bytes_raises_the_limit_once_and_is_undone() -> None:
+    from gate.hostforms import chevron_launches, dynamic_shared_limits
+    from passes.roundtrip import roundtrip
+
+    result = _deep(LAUNCHES, {"wgmma": True, "deep": True, "stages": 5})
+    assert result.ok, result
+    text = result.ir.text
+    nbytes = 5 * 2 * (128 * 64 * 2) + 1024
+    assert chevron_launches(text) == {"square": [hostforms_chevron("mm", nbytes)] * 2}
+    assert dynamic_shared_limits(text) == {"mm": nbytes}
+    # each launch statement: the limit raised on the line before (a static: once), the stream kept
+    assert f"mm<<<grid, dim3(32, 32), {nbytes}, stream>>>(a, b, c, n, n, n);" in text
+    assert f"mm<<<grid, dim3(32, 32), {nbytes}>>>(a, b, c, n, n, n);" in text
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if "mm<<<" in line:
+            assert lines[i - 1].lstrip().startswith("{ static const cudaError_t kl_gs_limit = "
+                                                    f"cudaFuncSetAttribute(mm, "
+                                                    "cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                                                    f"{nbytes});")
+            assert _indent(lines[i - 1]) == _indent(line)
+    # the de-optimization gives the launches back as written; the rule gives this output again
+    rule = get_pass("gemm-schedule").from_options({"wgmma": True, "deep": True, "stages": 5})
+    done = next(s for s in rule.sites(result.ir) if s.present)
+    back = rule.deoptimize(result.ir, done, CTX)
+    assert back.ok and back.options == {"wgmma": True, "overlap": True, "deep": True, "stages": 5}
+    plain = back.ir.text
+    assert "mm<<<grid, dim3(32, 32), 0, stream>>>(a, b, c, n, n, n);" in plain
+    assert "mm<<<grid,\n       dim3(32, 32)>>>(a, b, c, n, n, n);" in plain
+    assert "cudaFuncSetAttribute" not in plain and "kl_gs_" not in plain
+    assert roundtrip(rule, result.ir, done, CTX).same
+    # a launch that already passes dynamic shared memory is not the rule's to change
+    passing = LAUNCHES.replace("dim3(32, 32), 0, stream", "dim3(32, 32), 4096, stream")
+    refused = _deep(passing, {"deep": True})
+    assert isinstance(refused, Skipped) and "already passes dynamic shared memory" in refused.reason
+    # a ring that does not fit the architecture's dynamic shared memory
+    # (padded mma.sync slices: 35 KiB a slot)
+    assert _deep(LAUNCHES, {"deep": True, "stages": 6}).ok
+    big = _deep(LAUNCHES, {"deep": True, "stages": 5}, PassContext(facts={"arch": "sm_80"}))
+    assert isinstance(big, Skipped) and "163 KiB" in big.reason
+    small = _deep(LAUNCHES, {"deep": True}, PassContext(facts={"arch": "sm_86"}))
+    assert isinstance(small, Skipped) and "3 slices" in small.reason and "99 KiB" in small.reason
+    # a slot count is an option of the deep form only
+    assert isinstance(_deep(LAUNCHES, {"stages": 4}), Skipped)
+
+
+def hostforms_chevron(kernel: str, nbytes: int) -> Any:
+    from gate.hostforms import Chevron
+
+    return Chevron(kernel, nbytes)
+
+
+def _indent(line: str) -> str:
+    return line[:len(line) - len(line.lstrip())]

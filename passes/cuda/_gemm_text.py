@@ -69,6 +69,28 @@ __device__ __forceinline__ unsigned long long kl_gs_desc(const void* p, unsigned
 }
 """
 
+DEEP_HELPERS = r"""// ---- 64-deep K-major slices with the 128-byte swizzle (wgmma's canonical K-major layout) ----
+// rows of 64 k per mn from g[mn * ld + k] (128 bytes a row); the 16-byte chunk c of row r sits at
+// chunk c ^ (r % 8); elements past mn_end / k_end are zero; VEC: 16-byte cp.async copies
+template <int MN, int NT>
+__device__ __forceinline__ void kl_gs_load_k128(unsigned short* tile, const unsigned short* g, long ld,
+                                                int mn0, int k0, int mn_end, int k_end, bool vec, int tid) {
+  for (int c = tid; c < MN * 8; c += NT) {
+    const int r = c / 8, e = (c % 8) * 8;
+    const int mn = mn0 + r, k = k0 + e;
+    const int valid = mn < mn_end ? min(max(k_end - k, 0), 8) : 0;
+    const long at = (long)mn * ld + k;
+    unsigned short* dst = tile + r * 64 + ((c % 8) ^ (r % 8)) * 8;
+    if (vec) {
+      kl_gs_cp16(dst, valid > 0 ? g + at : g, valid * 2);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dst[i] = i < valid ? g[at + i] : (unsigned short)0;
+    }
+  }
+}
+"""
+
 
 def written(code: str, names: set[str]) -> list[str]:
     """The names of `names` that `code` assigns or steps."""

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from passes._source import ByteEdit
 from passes.cuda._c import CSource, Function, functions
-from passes.cuda._gemm_text import HELPERS, MARK, PREFIX, written as _written
+from passes.cuda._gemm_text import DEEP_HELPERS, HELPERS, MARK, PREFIX, written as _written
+from passes.cuda.gemm_launch import undo_edits
 from passes.cuda.mma_tile import HELPERS as MMA_HELPERS
 
 if TYPE_CHECKING:
@@ -99,7 +100,8 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
     edits = [ByteEdit(*src.bspan(fn.body_start, fn.body_end), "{" + restored + "}")]
     others = [f for f in mine if f is not fn]
     rest = text[:fn.body_start] + text[fn.body_end:]
-    for helpers, name in ((HELPERS, "kl_gs_"), (MMA_HELPERS, "kl_tc_")):
+    edits += undo_edits(ir, fn.name)
+    for helpers, name in ((HELPERS, "kl_gs_"), (DEEP_HELPERS, "kl_gs_"), (MMA_HELPERS, "kl_tc_")):
         at = text.find(helpers)
         if at < 0 or others:
             continue
@@ -110,9 +112,9 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
     return sorted(edits, key=lambda e: e.start)
 
 
-def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, bool]:
-    """The rule's options that give the output in `kernel` again (`wgmma`, and `wide` for its
-    128x256 tile)."""
+def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, Any]:
+    """The rule's options that give the output in `kernel` again (`wgmma`, `wide` for its
+    128x256 tile, `bk`, `overlap`, `deep` with its `stages`)."""
     src = CSource(ir)
     for f in functions(src):
         facts = _facts(ir.text, f) if f.is_kernel and kernel in (None, f.name) else None
@@ -120,7 +122,9 @@ def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, bool]:
             return {"wgmma": bool(facts.get("wgmma")),
                     **({"wide": True} if facts.get("wide") else {}),
                     **({"bk": int(facts["bk"])} if facts.get("bk") else {}),
-                    **({"overlap": True} if facts.get("overlap") else {})}
+                    **({"overlap": True} if facts.get("overlap") else {}),
+                    **({"deep": True, "stages": int(facts["schedule"][3])}
+                       if facts.get("deep") else {})}
     return {"wgmma": False}
 
 

@@ -23,14 +23,18 @@ kernel's body becomes:
 Options: `wgmma` (sm_90a: 64- / 128-byte swizzled slices read by `wgmma.mma_async m64nNk16`
 per warpgroup), `wide` (with wgmma: 128x256 tiles), `bk` (16: shallower slices and more slots
 for the mma.sync form), `overlap` (with wgmma: one K step's MMAs in flight while the next is
-issued), `block` (the launch's block where no host tells it).
+issued), `block` (the launch's block where no host tells it), `deep` with `stages` (64-deep
+slices in 3 to 6 slots of dynamic shared memory: 128-byte swizzled for wgmma, which then always
+keeps one K step in flight; the kernel's `<<<grid, block>>>` launches in the same source are
+edited to pass the bytes and to raise the kernel's limit first: `passes.cuda.gemm_launch`).
 
 Preconditions (each refusal says which): the kernel is a GEMM micro-kernel `gemm_eval` reads and
 whose staging `gemm_global` traces; bf16 / fp16 global operands; the block size is known (the
 host's launch, the `block` fact or option, `__launch_bounds__`) and is 4, 8, 16 or 32 warps; the
 user's block tile divides 128 x 128; the body has no `return` (a block leaving the persistent
 loop early would strand the others at its barriers); static shared memory fits 48 KiB (the
-user's launch passes no dynamic shared memory for it); `arch >= sm_80`. Deterministic. The
+user's launch passes no dynamic shared memory for it), or, in the deep form, the ring fits the
+architecture's dynamic shared memory and the unit holds the kernel's launches; `arch >= sm_80`. Deterministic. The
 de-optimization turns the rule's output back into a plain tiled kernel with synchronous scalar
 staging and scalar multiply-adds into the same accumulators (`scalar_form`), which the rule
 reads again to give the same output, so the rule can stand in a lineage.
@@ -50,7 +54,8 @@ from passes.cuda._asm import helper_insert_at
 from passes.cuda._c import CSource, Function, functions
 from passes.cuda._tree import Scope
 from passes.cuda.annotations import CUDA
-from passes.cuda._gemm_text import HELPERS, MARK, PREFIX, written as _written
+from passes.cuda._gemm_text import DEEP_HELPERS, HELPERS, MARK, PREFIX, written as _written
+from passes.cuda.gemm_launch import launch_edits, limit_lines
 from passes.cuda.gemm_eval import GemmTile, Refusal, find_gemm_tiles, _Kernel
 from passes.cuda.gemm_global import GlobalGemm, Operand, trace
 from passes.cuda.gemm_scalar import form_options, scalar_edits
@@ -61,7 +66,13 @@ if TYPE_CHECKING:
     from kir import KernelIR
 
 STATIC_SHARED_LIMIT = 48 * 1024
+DYNAMIC_SHARED_LIMIT = {"sm_90": 227 * 1024, "sm_80": 163 * 1024}
+"""Shared memory a block may opt in to, by architecture (99 KiB on the others of sm_80+)."""
 TILE_M, TILE_N, TILE_K = 128, 128, 32
+DEEP_K = 64
+"""The slice depth of the deep form (128-byte rows: the 128-byte swizzle for wgmma)."""
+ALIGN_SLACK = 1024
+"""Bytes the deep form asks beyond its ring, to start the ring at a 1024-byte boundary."""
 PAD = 8
 """Elements of padding per shared row (16 bytes: ldmatrix rows fall in distinct bank groups)."""
 _WARPS = {4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8)}
@@ -95,6 +106,13 @@ class Schedule:
     overlap: bool = False
     """wgmma: one K step's warpgroup MMAs stay in flight while the next is issued (the ring then
     runs one slice ahead instead of stages - 1)."""
+    deep: bool = False
+    """The ring lives in dynamic shared memory (64-deep slices; the launch passes `launch_bytes`)."""
+
+    @property
+    def launch_bytes(self) -> int:
+        """Dynamic shared memory the launch passes (deep form), else 0."""
+        return self.smem + ALIGN_SLACK if self.deep else 0
 
     @property
     def active(self) -> int:
@@ -130,14 +148,29 @@ def _slice_elems(op: Operand, mn: int, wgmma: bool = False, bk: int = TILE_K) ->
     return mn * (bk + PAD) if op.k_contiguous else bk * (mn + PAD)
 
 
+def dynamic_limit(arch: str) -> int:
+    """The dynamic shared memory a block of `arch` ("sm_90", "sm_80", ...) may opt in to."""
+    return DYNAMIC_SHARED_LIMIT.get(arch.rstrip("a"), 99 * 1024)
+
+
 def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = False,
-         bk: int = TILE_K, overlap: bool = False) -> Schedule | str:
+         bk: int = TILE_K, overlap: bool = False, deep: bool = False, stages: int = 0,
+         arch: str = "sm_90") -> Schedule | str:
     """The schedule for `g`, or why there is none. `kept_shared`: bytes of the user's shared
     arrays the rewritten body still uses; `wide`: 128x256 tiles (wgmma only); `bk`: the slice
-    depth (16 or 32)."""
+    depth (16 or 32); `deep`: 64-deep slices in `stages` slots (0: four, or as many as fit) of
+    the dynamic shared memory `arch` allows."""
     if bk not in (16, 32):
         return f"a slice depth of {bk} (16 or 32)"
-    if wgmma and bk != TILE_K:
+    if deep:
+        if bk != TILE_K:
+            return f"the deep form's slices are {DEEP_K} deep"
+        if stages and not 3 <= stages <= 6:
+            return f"{stages} slots in the deep form (3 to 6)"
+        bk, overlap = DEEP_K, overlap or wgmma
+    elif stages:
+        return "a slot count is an option of the deep form"
+    if wgmma and bk not in (TILE_K, DEEP_K):
         return f"the wgmma slices are {TILE_K} deep (64-byte swizzled rows)"
     if overlap and not wgmma:
         return "overlapping K steps is a wgmma schedule"
@@ -159,8 +192,16 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = Fals
             return f"the block of {threads} threads is not 4, 8, 16 or 32 warps"
         wm, wn = _WARPS[threads // 32]
     per_stage = 2 * (_slice_elems(g.a, TILE_M, wgmma, bk) + _slice_elems(g.b, tn, wgmma, bk))
-    room = STATIC_SHARED_LIMIT - kept_shared
-    stages = min(8, room // per_stage)
+    if deep:
+        room = dynamic_limit(arch) - kept_shared - ALIGN_SLACK
+        fit = room // per_stage
+        if fit < max(3, stages):
+            return (f"no room for {max(3, stages)} slices of the {TILE_M}x{tn}x{bk} tile in "
+                    f"{dynamic_limit(arch) // 1024} KiB of {arch}'s dynamic shared memory")
+        stages = stages or min(4, fit)
+    else:
+        room = STATIC_SHARED_LIMIT - kept_shared
+        stages = min(8, room // per_stage)
     if stages < 2:
         return "no room for two slices of the 128x128x32 tile in 48 KiB of static shared memory"
     if overlap and stages < 3:
@@ -170,7 +211,7 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = Fals
     chunk = t.bm
     while chunk > 1 and chunk * ldx * 4 > smem:
         chunk //= 2
-    return Schedule(threads, wm, wn, stages, chunk, ldx, smem, wgmma, tn, bk, overlap)
+    return Schedule(threads, wm, wn, stages, chunk, ldx, smem, wgmma, tn, bk, overlap, deep)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,6 +245,10 @@ def _loads(g: GlobalGemm, s: Schedule) -> Any:
         kc = "true" if op.k_contiguous else "false"
         pitch = s.bk + PAD if op.k_contiguous else mn + PAD
         sw = 0 if not s.wgmma else (1 if op.k_contiguous else 2)
+        if sw == 1 and s.bk == DEEP_K:  # 128-byte rows: the 128-byte swizzle
+            return (f"kl_gs_load_k128<{mn}, {s.threads}>({p}{ring} + ({slot}) * {elems}, "
+                    f"{p}{glob}, {p}{ld}, {p}{mn0}, ({kt}) * {s.bk}, {p}{bound}, {p}K, {p}{vec}, "
+                    f"{p}tid);")
         return (f"kl_gs_load<{kc}, {mn}, {s.bk}, {pitch}, {s.threads}, {sw}>({p}{ring} + ({slot}) * "
                 f"{elems}, {p}{glob}, {p}{ld}, {p}{mn0}, ({kt}) * {s.bk}, {p}{bound}, {p}K, "
                 f"{p}{vec}, {p}tid);")
@@ -282,8 +327,9 @@ def _descriptor(op: Operand, rows: bool, base: str, kk: str, bk: int) -> str:
     first mn, a multiple of 64 for MN-major slices) and k offset `kk` of the slot."""
     p = PREFIX
     ring = "ta" if rows else "tb"
-    if op.k_contiguous:  # rows of 32 k, 64-byte swizzle, 8-row groups 512 bytes apart
-        return f"kl_gs_desc({p}{ring} + ({base}) * {bk} + {kk}, 16, {8 * bk * 2}, 2)"
+    if op.k_contiguous:  # rows of bk k (64 / 128 bytes, so swizzled), 8-row groups apart
+        mode = 1 if bk == DEEP_K else 2
+        return f"kl_gs_desc({p}{ring} + ({base}) * {bk} + {kk}, 16, {8 * bk * 2}, {mode})"
     # atoms of 64 mn x bk k rows (128-byte swizzle), 8 k rows = 1024 bytes
     return f"kl_gs_desc({p}{ring} + ({base}) * {bk} + {kk} * 64, {64 * bk * 2}, 1024, 1)"
 
@@ -460,6 +506,17 @@ def _warp_origin(s: Schedule, pad: str) -> list[str]:
             f"{pad}const int {p}wm = {p}gm0 + 16 * ({p}warp % 4), {p}wn = {p}gn0;"]
 
 
+def _ring_declaration(s: Schedule, pad: str) -> list[str]:
+    """`kl_gs_smem`: the ring's shared memory (static, or the launch's dynamic shared memory
+    from its first 1024-byte boundary)."""
+    p = PREFIX
+    if not s.deep:
+        return [f"{pad}__shared__ __align__(1024) unsigned char {p}smem[{s.smem}];"]
+    return [f"{pad}extern __shared__ __align__(1024) unsigned char {p}dyn[];",
+            f"{pad}unsigned char* {p}smem = {p}dyn + ((1024u - ((unsigned)__cvta_generic_to_shared("
+            f"{p}dyn) & 1023u)) & 1023u);"]
+
+
 def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
              removed: list[tuple[int, int]], written: list[str]) -> str:
     """The kernel's whole new body (with braces)."""
@@ -479,7 +536,8 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         vg = {row_axis: f"(unsigned){rows_u}", col_axis: f"(unsigned){cols_u}"}
     facts = json.dumps({**g.to_json(), "schedule": [TILE_M, tn, s.bk, s.stages],
                         "wgmma": s.wgmma, **({"wide": True} if tn > TILE_N else {}),
-                        **({"bk": s.bk} if s.bk != TILE_K else {}),
+                        **({"bk": s.bk} if s.bk not in (TILE_K, DEEP_K) else {}),
+                        **({"deep": True} if s.deep else {}),
                         **({"overlap": True} if s.overlap else {})}, sort_keys=True)
     restore = " ".join(f"{n} = {p}in_{n};" for n in written)
     i1, i2, i3 = "  ", "    ", "      "
@@ -490,7 +548,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         "ldmatrix + mma.sync m16n8k16,",
         f"{i1}// then, per {t.bm}x{t.bn} block of the tile, the kernel's own body with the block's "
         "coordinates and its accumulators filled",
-        f"{i1}__shared__ __align__(1024) unsigned char {p}smem[{s.smem}];",
+        *_ring_declaration(s, i1),
         *[f"{i1}const auto {p}in_{n} = {n};" for n in written],
         f"{i1}const int {p}M = {_extent(g.a, t.bm)}, {p}N = {_extent(g.b, t.bn)}, {p}K = {g.k};",
         f"{i1}const long {p}lda = {g.a.ld}, {p}ldb = {g.b.ld};",
@@ -603,9 +661,11 @@ def _kernels(src: CSource) -> list[Function]:
 def _outside(src: CSource) -> str:
     """The code view without the inserted helpers and the bodies of the rule's own kernels."""
     cuts = [(f.body_start, f.body_end) for f in _kernels(src) if _present(src, f)]
-    at = src.text.find(HELPERS)
-    if at >= 0:
-        cuts.append((at, at + len(HELPERS)))
+    for helpers in (HELPERS, DEEP_HELPERS):
+        at = src.text.find(helpers)
+        if at >= 0:
+            cuts.append((at, at + len(helpers)))
+    cuts += limit_lines(src.text)
     out, pos = [], 0
     for a, b in sorted(cuts):
         out.append(src.code[pos:a])
@@ -638,6 +698,12 @@ class GemmSchedule(Pass):
     wide: bool = False
     """With `wgmma`: 128x256 tiles (two 24 KiB slots; half the operand traffic per output of the
     128x128 tile) instead of 128x128."""
+    deep: bool = False
+    """64-deep slices in dynamic shared memory (128-byte swizzled for wgmma, one K step in
+    flight), the kernel's launches in the same source edited to pass the bytes and raise the
+    kernel's limit first; refused where the launch is in a host module of its own."""
+    stages: int = 0
+    """With `deep`: the ring's slots, 3 to 6 (0: four, or as many as fit)."""
 
     name: ClassVar[str] = "gemm-schedule"
     category: ClassVar[Category] = Category.COMPUTE
@@ -687,10 +753,18 @@ class GemmSchedule(Pass):
             return Skipped(reasons[0] if reasons else "no tiled GEMM kernel the rule can read")
         if self.wgmma and ctx is not None and str(ctx.facts.get("arch", "sm_90")) < "sm_90":
             return Skipped("wgmma needs sm_90a")
-        s = plan(f.g, f.kept_shared, self.wgmma, self.wide, int(self.bk), self.overlap)
+        arch = str(ctx.facts.get("arch", "sm_90")) if ctx is not None else "sm_90"
+        s = plan(f.g, f.kept_shared, self.wgmma, self.wide, int(self.bk), self.overlap,
+                 self.deep, int(self.stages), arch)
         if isinstance(s, str):
             return Skipped(s, f.g.to_json())
-        return finish(ir, site, rewrite_edits(ir, f, s), preconditions=results)
+        edits = rewrite_edits(ir, f, s)
+        if s.deep:
+            host = launch_edits(ir, f.g.kernel, s.launch_bytes)
+            if isinstance(host, str):
+                return Skipped(host, f.g.to_json())
+            edits = sorted(edits + host, key=lambda e: (e.start, e.end))
+        return finish(ir, site, edits, preconditions=results)
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         edits = scalar_edits(ir, site.detail.get("kernel"))
@@ -707,6 +781,8 @@ def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule) -> list[ByteEdit]:
         wanted += MMA_HELPERS
     if HELPERS not in ir.text:
         wanted += HELPERS
+    if s.deep and s.wgmma and DEEP_HELPERS not in ir.text:
+        wanted += DEEP_HELPERS
     if wanted:
         at = src.b(helper_insert_at(src))
         edits.append(ByteEdit(at, at, wanted))

@@ -1,0 +1,117 @@
+"""The host side of `gemm-schedule`'s deep form: the `<<<grid, block>>>` launches of a kernel in
+its own translation unit (the C++ wrapper of a `load_inline` source) edited to pass the kernel's
+dynamic shared memory and to raise the kernel's limit on it first, and that edit undone.
+
+Each launch statement of the kernel becomes
+
+    { static const cudaError_t kl_gs_limit = cudaFuncSetAttribute(K,
+        cudaFuncAttributeMaxDynamicSharedMemorySize, BYTES); (void)kl_gs_limit; }  // MARK{"launch": ...}
+    K<<<grid, block, BYTES>>>(...);
+
+(one line before the launch; a function-local static raises the limit once per process). The
+comment records the launch's configuration as written, which `undo_edits` puts back.
+
+Preconditions (each refusal says which): the unit launches the kernel with `<<<...>>>` (a kernel
+whose launch is in a host module of its own — NVRTC + cuda-python, CuPy — cannot be given the
+bytes); each launch is a statement on its own line; a launch passes no dynamic shared memory
+(a third argument, where given, is a literal zero). Positions are byte offsets of
+`KernelIR.source`. No GPU library is imported here.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from passes._source import ByteEdit
+from passes.cuda._gemm_text import MARK, PREFIX
+from passes.cuda.recognize import _split_args
+
+if TYPE_CHECKING:
+    from kir import KernelIR
+
+TAG = MARK + '{"launch": '
+"""How the line that raises a kernel's limit starts its comment."""
+_ZERO = re.compile(r"0+[uUlL]*")
+
+
+def launch_edits(ir: KernelIR, kernel: str, nbytes: int) -> list[ByteEdit] | str:
+    """Edits that make every `<<<...>>>` launch of `kernel` in `ir` pass `nbytes` of dynamic
+    shared memory after raising the kernel's limit to it, or why they cannot be made."""
+    data = ir.source
+    edits: list[ByteEdit] = []
+    for node in ir.walk():
+        if node.kind != "launch" or str(node.attrs.get("callee") or node.name or "") != kernel:
+            continue
+        parent = ir.node(node.parent) if node.parent is not None else None
+        if parent is None or parent.grammar_type != "expression_statement":
+            return f"a launch of {kernel} is not a statement of its own"
+        start = parent.span.start
+        line = data.rfind(b"\n", 0, start) + 1
+        if data[line:start].strip():
+            return f"a launch of {kernel} shares its line with other code"
+        at = data.find(b"<<<", node.span.start, node.span.end)
+        end = data.find(b">>>", at + 3, node.span.end)
+        if at < 0 or end < 0:
+            return f"a launch of {kernel} has no <<<...>>> configuration"
+        config = data[at + 3:end].decode("utf-8")
+        args = _split_args(config)
+        if len(args) >= 3 and not _ZERO.fullmatch(args[2].strip()):
+            return f"a launch of {kernel} already passes dynamic shared memory ({args[2].strip()})"
+        new = list(args)
+        if len(new) == 2:
+            new.append(str(nbytes))
+        else:
+            new[2] = str(nbytes)
+        indent = data[line:start].decode("utf-8")
+        limit = (f"{indent}{{ static const cudaError_t {PREFIX}limit = cudaFuncSetAttribute("
+                 f"{kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, {nbytes}); "
+                 f"(void){PREFIX}limit; }}  {TAG}{json.dumps(config)}}}\n")
+        edits.append(ByteEdit(line, line, limit))
+        edits.append(ByteEdit(at + 3, end, ", ".join(new)))
+    if not edits:
+        beside = Path(ir.path).with_suffix(".py") if ir.path else None
+        where = f" ({beside.name} launches it)" if beside is not None and beside.is_file() else ""
+        return (f"{kernel} is not launched in this source{where}: its launch is in a host module "
+                "of its own, which cannot be given the dynamic shared memory the deep schedule "
+                "needs")
+    return edits
+
+
+def undo_edits(ir: KernelIR, kernel: str) -> list[ByteEdit]:
+    """Edits that take back every launch edit of `launch_edits` for `kernel` in `ir`: the line
+    raising the limit goes, the launch after it gets its configuration as written."""
+    data = ir.source
+    tag = TAG.encode()
+    mine = f"cudaFuncSetAttribute({kernel},".encode()
+    edits: list[ByteEdit] = []
+    pos = data.find(tag)
+    while pos >= 0:
+        line = data.rfind(b"\n", 0, pos) + 1
+        stop = data.find(b"\n", pos)
+        stop = len(data) if stop < 0 else stop
+        if mine not in data[line:pos]:
+            pos = data.find(tag, stop)
+            continue
+        config = json.loads(data[pos + len(tag):stop].decode("utf-8").rstrip()[:-1])
+        edits.append(ByteEdit(line, min(stop + 1, len(data)), ""))
+        at = data.find(b"<<<", stop)
+        end = data.find(b">>>", at + 3)
+        if at >= 0 and end >= 0:
+            edits.append(ByteEdit(at + 3, end, config))
+        pos = data.find(tag, stop)
+    return edits
+
+
+def limit_lines(text: str) -> list[tuple[int, int]]:
+    """Character spans of the lines `launch_edits` added to `text`."""
+    out = []
+    pos = text.find(TAG)
+    while pos >= 0:
+        line = text.rfind("\n", 0, pos) + 1
+        stop = text.find("\n", pos)
+        stop = len(text) if stop < 0 else stop + 1
+        out.append((line, stop))
+        pos = text.find(TAG, stop)
+    return out
