@@ -3,18 +3,28 @@
     python3 bench/gemm_schedule.py --out OUT_DIR            # on a GPU (sm_80+)
     python3 bench/gemm_schedule.py --out OUT_DIR --dry      # rewrite + NVRTC compile only (CPU)
 
-The starts: the tutorial 2-D block-tiling GEMM (tests/data/microkernels/blocktile_bf16.cu,
-launched on a (N / 128, M / 128) grid of 256 threads) and every GEMM of the CUDA style tier
-(bench/styles/cuda/cu_mm_*: a `.cu` with its host module, or a host module holding the kernel's
-source as a string — CuPy RawKernel, load_inline). For each, the rule is applied with the block
-the host launches; the rewritten kernel replaces the start's source in a copy of its host
-module, so the start and the rewrite run through the same host code. Both are checked against
-the case's reference, then cuBLAS (torch.matmul), the start and the rule's forms (+mma and
-+mma_bk16: 32- and 16-deep slices; on sm_90a +wgmma, +wgmma_overlap (one K step's MMAs in flight)
-and +wgmma_wide: 128x128 and 128x256 tiles)
-are timed with
-`triton.testing.do_bench(..., return_mode="median")` (cuBLAS again last; the better of the two
-cuBLAS times is the reference). Writes result.json, result.md and the rewritten sources.
+The starts: the tutorial 2-D block-tiling GEMM (tests/data/microkernels/blocktile_bf16.cu)
+with a C++ wrapper beside it that launches it on a (N / 128, M / 128) grid of 256 threads, as a
+load_inline source holds it, and every GEMM of the CUDA style tier (bench/styles/cuda/cu_mm_*:
+a `.cu` with its host module, or a host module holding the kernel's source as a string — CuPy
+RawKernel, load_inline). For each, the rule is applied with the block the host launches; the
+rewritten kernel replaces the start's source in a copy of its host module, so the start and
+the rewrite run through the same host code, except where the host would build a C++ extension
+per form (load_inline) and for the tutorial: there the device half is compiled with NVRTC (the
+kernel given C linkage, as a C++ name is mangled) and launched here with the dynamic shared
+memory the source's own `<<<...>>>` launch passes, after the limit its wrapper raises. All are
+checked against the case's reference, then cuBLAS (torch.matmul), the start and the rule's
+forms are timed with `triton.testing.do_bench(..., return_mode="median")` (cuBLAS again last;
+the better of the two cuBLAS times is the reference): +mma and +mma_bk16 (32- and 16-deep
+slices), +mma_deep (64-deep slices, four slots of dynamic shared memory); on sm_90a +wgmma,
++wgmma_overlap (one K step's MMAs in flight), +wgmma_wide (128x256 tiles), and the deep wgmma
+forms +wgmma_deep3, +wgmma_deep, +wgmma_deep5 (3, 4, 5 slots of 128x128x64 slices) and
++wgmma_deep_wide3, +wgmma_deep_wide (3, 4 slots of 128x256x64 slices). The deep forms need
+the launch in the kernel's own source (load_inline, the tutorial's wrapper); elsewhere they are
+refused with the reason. Starts whose forms include deep ones are measured first; `--budget`
+seconds after the start no further start is begun. Writes result.json, result.md and the
+rewritten sources. `--dry` also checks that each kernel launched here is found by its plain
+name in the PTX and that each deep form's launch passes its bytes after raising the limit.
 """
 from __future__ import annotations
 
@@ -39,6 +49,14 @@ from passes import PassContext, get_pass  # noqa: E402
 from passes.cuda.recognize import launch_block  # noqa: E402
 
 TUTORIAL = ROOT / "tests" / "data" / "microkernels" / "blocktile_bf16.cu"
+TUTORIAL_HOST = """
+// the host half, as a load_inline source holds it beside its kernel
+void launch_blocktile(int M, int N, int K, float alpha, const __nv_bfloat16* A,
+                      const __nv_bfloat16* B, float beta, __nv_bfloat16* C) {
+  dim3 grid((N + 127) / 128, (M + 127) / 128);
+  sgemm_blocktile<<<grid, 256>>>(M, N, K, alpha, A, B, beta, C);
+}
+"""
 STYLES = ROOT / "bench" / "styles" / "cuda"
 
 
@@ -58,11 +76,20 @@ def embedded(py_text: str) -> tuple[str, tuple[int, int]] | None:
     return None
 
 
-FORMS = {"mma": {}, "mma_bk16": {"bk": 16}, "wgmma": {"wgmma": True},
+FORMS = {"mma": {}, "mma_bk16": {"bk": 16}, "mma_deep": {"deep": True},
+         "wgmma": {"wgmma": True},
          "wgmma_overlap": {"wgmma": True, "overlap": True},
-         "wgmma_wide": {"wgmma": True, "wide": True}}
-"""The rule's forms timed: mma.sync on 32- and 16-deep slices (any sm_80+), wgmma on 128x128
-tiles (K steps one after another, or overlapping) and on 128x256 tiles (sm_90a)."""
+         "wgmma_wide": {"wgmma": True, "wide": True},
+         "wgmma_deep3": {"wgmma": True, "deep": True, "stages": 3},
+         "wgmma_deep": {"wgmma": True, "deep": True},
+         "wgmma_deep5": {"wgmma": True, "deep": True, "stages": 5},
+         "wgmma_deep_wide3": {"wgmma": True, "deep": True, "wide": True, "stages": 3},
+         "wgmma_deep_wide": {"wgmma": True, "deep": True, "wide": True}}
+"""The rule's forms timed: mma.sync on 32- and 16-deep slices and on 64-deep slices in dynamic
+shared memory (any sm_80+); wgmma (sm_90a) on 128x128 tiles (K steps one after another, or
+overlapping), on 128x256 tiles, and the deep forms (64-deep 128-byte swizzled slices in 3 to 5
+slots of dynamic shared memory, one K step in flight) on both tiles."""
+SM90_FORMS = tuple(f for f in FORMS if f.startswith("wgmma"))
 
 
 def rewrite(source: str, block: tuple[int, int, int] | None, arch: str, form: str = "mma"
@@ -147,12 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="kl_gemm_schedule_"))
     entries: dict[str, dict[str, Any]] = {}
     # the tutorial start (no host module: launched here)
-    forms = ["mma", "mma_bk16"] + (["wgmma", "wgmma_overlap", "wgmma_wide"]
-                                   if arch.startswith("sm_90") else [])
-    tut = TUTORIAL.read_text()
-    entries["tutorial_blocktile"] = {"source": tut, "block": (256, 1, 1)}
-    # kernels a host builds with a C++ toolchain (load_inline) compile slowest: measured last
-    for start in sorted(style_starts(), key=lambda st: "load_inline" in st["host_text"]):
+    forms = [f for f in FORMS if arch.startswith("sm_90") or f not in SM90_FORMS]
+    entries["tutorial_blocktile"] = {"source": TUTORIAL.read_text() + TUTORIAL_HOST,
+                                     "block": (256, 1, 1)}
+    for start in style_starts():
         block = launch_block(kir.parse(start["source"], "cuda"), host=start["host_text"]).dims
         entries[start["name"]] = {"source": start["source"], "block": block, "start": start}
     for name, e in entries.items():
@@ -169,22 +194,79 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} +{form}: rewritten ({got[1]})", flush=True)
         record["starts"][name] = {"block": e["block"], "refused": refused,
                                   "site": next((d for _, d in e["forms"].values()), None)}
+    # the starts with deep forms first (the budget may end the run), the rest as listed
+    entries = dict(sorted(entries.items(), key=lambda kv: not any(
+        FORMS[f].get("deep") for f in kv[1]["forms"])))
     if args.dry:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from nvrtc_helpers import ptx_for_sm90a  # noqa: PLC0415
-
-        from gate.hostforms import device_source  # noqa: PLC0415
-
-        for name, e in entries.items():
-            for form, (text, _) in e["forms"].items():
-                ptx = ptx_for_sm90a(device_source(text))
-                count = ptx.count("wgmma.mma_async" if form.startswith("wgmma") else "mma.sync")
-                record["starts"][name][f"ptx_{form}"] = count
-                print(f"compiled {name} +{form}: {count} {form} instructions", flush=True)
-        (args.out / "result.json").write_text(json.dumps(record, indent=2, default=str))
-        return 0
+        return _dry(args, entries, record)
     _measure(args, entries, record, work, began)
     return 0
+
+
+def direct(e: dict[str, Any]) -> bool:
+    """Whether a start is launched here (the tutorial, a host building a C++ extension)."""
+    return "start" not in e or "load_inline" in e["start"]["host_text"]
+
+
+def direct_source(text: str, kernel: str) -> str:
+    """The device half of `text` (`gate.hostforms.device_source`) with `kernel` given C
+    linkage, so that `cuModuleGetFunction` finds it by its plain name (NVRTC mangles a C++
+    kernel's name)."""
+    from gate.hostforms import device_source  # noqa: PLC0415
+    from passes.cuda._c import CSource, functions  # noqa: PLC0415
+
+    device = device_source(text)
+    fn = next(f for f in functions(CSource(kir.parse(device, "cuda")))
+              if f.is_kernel and f.name == kernel)
+    head = max(device.rfind(c, 0, fn.name_start) for c in ";}") + 1
+    at = device.find("__global__", head, fn.name_start)
+    if at < 0 or re.search(r'extern\s*"C"', device[head:fn.name_start]):
+        return device
+    return device[:at] + 'extern "C" ' + device[at:]
+
+
+def host_launch(text: str, kernel: str) -> tuple[int, int]:
+    """(the dynamic shared memory the source's own `<<<...>>>` launches of `kernel` pass, the
+    limit its host half raises for it first); (0, 0) for a source that launches it elsewhere."""
+    from gate.hostforms import chevron_launches, dynamic_shared_limits  # noqa: PLC0415
+
+    passed = [c.shared_bytes or 0 for calls in chevron_launches(text).values()
+              for c in calls if c.kernel == kernel]
+    return max(passed, default=0), dynamic_shared_limits(text).get(kernel) or 0
+
+
+def _dry(args: argparse.Namespace, entries: dict[str, dict[str, Any]], record: dict[str, Any]
+         ) -> int:
+    """Every form compiled with NVRTC for sm_90a (as the GPU would load it, for the starts
+    launched here), and the deep forms' launch edits read back."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from nvrtc_helpers import ptx_for_sm90a  # noqa: PLC0415
+
+    from gate.hostforms import device_source  # noqa: PLC0415
+
+    failed = []
+    for name, e in entries.items():
+        for form, (text, detail) in e["forms"].items():
+            kernel = detail["kernel"]
+            ptx = ptx_for_sm90a(direct_source(text, kernel) if direct(e) else device_source(text))
+            count = ptx.count("wgmma.mma_async" if form.startswith("wgmma") else "mma.sync")
+            rec = record["starts"][name]
+            rec[f"ptx_{form}"] = count
+            line = f"compiled {name} +{form}: {count} {form} instructions"
+            if direct(e) and f".entry {kernel}(" not in ptx:
+                failed.append(f"{name} +{form}: no entry named {kernel} in the PTX")
+            if FORMS[form].get("deep"):
+                passed, limit = host_launch(text, kernel)
+                rec[f"launch_{form}"] = {"shared_bytes": passed, "limit": limit}
+                line += f"; its launch passes {passed} bytes after raising the limit to {limit}"
+                if not (48 * 1024 < passed <= limit):
+                    failed.append(f"{name} +{form}: the launch passes {passed} bytes, limit {limit}")
+            print(line, flush=True)
+    record["failed"] = failed
+    (args.out / "result.json").write_text(json.dumps(record, indent=2, default=str))
+    for why in failed:
+        print(f"FAILED {why}", flush=True)
+    return 1 if failed else 0
 
 
 def _measure(args: argparse.Namespace, entries: dict[str, dict[str, Any]], record: dict[str, Any],
@@ -201,12 +283,11 @@ def _measure(args: argparse.Namespace, entries: dict[str, dict[str, Any]], recor
         if not e["forms"]:
             continue
         left = args.budget - (time.time() - began)
-        builds = "start" in e and "load_inline" in e["start"]["host_text"]
         if left <= 0:
             record["starts"][name]["skipped"] = "time budget spent"
             continue
-        if builds:  # a C++ build per form is minutes: launched here from what the rule read
-            e["direct"] = True
+        # a C++ build per form is minutes: launched here from what the rule read
+        e["direct"] = "start" in e and direct(e)
         try:
             runs, inputs, reference = _runs(name, e, s, work, cudahost)
             times: dict[str, float] = {"cublas": do_bench(reference, return_mode="median")}
@@ -270,11 +351,10 @@ def _runs(name: str, e: dict[str, Any], s: int, work: Path, cudahost: Any
         stream = torch.cuda.current_stream()
 
         def launcher(text: str, label: str) -> Callable[[], Any]:
-            func = cudahost.get_function(cudahost.compile_source(text, name=f"{label}.cu"),
-                                         "sgemm_blocktile")
+            func, shared = _load_kernel(text, "sgemm_blocktile", label, cudahost)
 
             def run() -> Any:
-                cudahost.launch(func, ((s + 127) // 128, (s + 127) // 128), (256, 1, 1), 0,
+                cudahost.launch(func, ((s + 127) // 128, (s + 127) // 128), (256, 1, 1), shared,
                                 [s, s, s, 1.0, a, b, 0.0, c], stream)
                 return c
             return run
@@ -297,6 +377,21 @@ def _runs(name: str, e: dict[str, Any], s: int, work: Path, cudahost: Any
         fn = entry(_load(host, f"kl_host_{form}_{name}"), case_path)
         runs[f"+{form}"] = lambda fn=fn: fn(*inputs)
     return runs, inputs, lambda: case.reference(*inputs)
+
+
+def _load_kernel(text: str, kernel: str, label: str, cudahost: Any) -> tuple[Any, int]:
+    """`kernel` of `text` compiled with NVRTC (its device half, C linkage) and loaded, its
+    dynamic shared memory limit raised as the source's host half raises it, and the bytes
+    its own launch passes (0 where the source has no launch of it)."""
+    from gate.hostforms import nvrtc_options  # noqa: PLC0415
+
+    compiled = cudahost.compile_source(direct_source(text, kernel), name=f"{label}.cu",
+                                       options=nvrtc_options(text))
+    func = cudahost.get_function(compiled, kernel)
+    shared, limit = host_launch(text, kernel)
+    if limit:
+        cudahost.set_dynamic_shared(func, limit)
+    return func, shared
 
 
 def _direct_runs(name: str, e: dict[str, Any], s: int, cudahost: Any
@@ -347,11 +442,10 @@ def _direct_runs(name: str, e: dict[str, Any], s: int, cudahost: Any
     stream = torch.cuda.current_stream()
 
     def launcher(text: str, label: str) -> Callable[[], Any]:
-        func = cudahost.get_function(cudahost.compile_source(device_source(text),
-                                                             name=f"{label}.cu"), detail["kernel"])
+        func, shared = _load_kernel(text, detail["kernel"], label, cudahost)
 
         def run() -> Any:
-            cudahost.launch(func, tuple(grid), block, 0, args, stream)
+            cudahost.launch(func, tuple(grid), block, shared, args, stream)
             return C
         return run
     runs = {"start": launcher(e["source"], f"{name}_start")}

@@ -879,3 +879,36 @@ def hostforms_chevron(kernel: str, nbytes: int) -> Any:
 
 def _indent(line: str) -> str:
     return line[:len(line) - len(line.lstrip())]
+
+
+def test_the_bench_loads_a_cpp_kernel_by_its_plain_name_and_launches_it_as_its_source_does(
+        ) -> None:
+    # bench/gemm_schedule.py launches load_inline kernels itself: NVRTC mangles a C++ kernel's
+    # name, so the bench gives it C linkage; a deep form runs with its launch's bytes
+    import importlib.util
+
+    from gate.cudacpu.host import emulated
+    from gate.hostforms import device_source
+
+    spec = importlib.util.spec_from_file_location("kl_bench_gemm_schedule",
+                                                  ROOT / "bench" / "gemm_schedule.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    source = _inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py")
+    kernel = "gemm_reg2d_kernel"
+    assert f".entry {kernel}(" not in ptx_for_sm90a(device_source(source))
+    assert f".entry {kernel}(" in ptx_for_sm90a(bench.direct_source(source, kernel))
+    text, detail = bench.rewrite(source, (256, 1, 1), "sm_90", "wgmma_deep")
+    assert detail["kernel"] == kernel
+    torch.manual_seed(10)
+    m, n, k = 130, 140, 72
+    a, b = _ab(m, n, k, torch.bfloat16)
+    c = torch.zeros(m, n, dtype=torch.bfloat16)
+    with emulated():
+        from experts import cudahost
+
+        func, shared = bench._load_kernel(text, kernel, "deep", cudahost)
+        assert shared == bench.host_launch(text, kernel)[0] > 48 * 1024
+        cudahost.launch(func, (_cdiv(n, 128), _cdiv(m, 128)), 256, shared, [a, b, c, m, n, k])
+    want = a.float() @ b.float()
+    assert (c.float() - want).abs().max() <= 2e-2 * want.abs().max()
