@@ -18,8 +18,10 @@ whether it meets the budget: end-to-end <= `WALL_BUDGET_S` and overhead <= `OVER
 `--mode` gates every problem once per mode (`MODES`: the gate's settings, as environment
 variables), all problems of one mode in a row: `before` is the gate as it was (whole outputs
 compared in the parent, the job's number of input sets, each worker started for its job),
-`after` the gate's defaults (references held and compared on the GPU, input sets sized to the
-device's memory, the next worker started while a gate runs); each mode starts its first
+`after` the gate's defaults (references held and compared on the GPU, fp32 ones in one pass
+by `gate.fusedcompare`, input sets sized to the device's memory, the next worker started
+while a gate runs), `unfused` the defaults with every held comparison done by torch ops
+(`KLINEAGE_GATE_FUSED=0`); each mode starts its first
 worker before its first gate (`gate.prestart`; a worker's start-up is paid once per run, and
 its seconds are reported as the mode's `run_start_s`, apart from the gates) and, unless
 --reuse-compiled, compiles with a fresh Triton cache (as a run's new candidates do);
@@ -49,9 +51,11 @@ OVERHEAD_FIXED_S = 5.0
 OVERHEAD_SHARE = 0.2
 MODES: dict[str, dict[str, str | None]] = {
     "before": {"KLINEAGE_GATE_COMPARE": "parent", "KLINEAGE_GATE_SETS": "job",
-               "KLINEAGE_GATE_STANDBY": "0"},
+               "KLINEAGE_GATE_STANDBY": "0", "KLINEAGE_GATE_FUSED": "0"},
     "after": {"KLINEAGE_GATE_COMPARE": None, "KLINEAGE_GATE_SETS": None,
-              "KLINEAGE_GATE_STANDBY": None},
+              "KLINEAGE_GATE_STANDBY": None, "KLINEAGE_GATE_FUSED": None},
+    "unfused": {"KLINEAGE_GATE_COMPARE": None, "KLINEAGE_GATE_SETS": None,
+                "KLINEAGE_GATE_STANDBY": None, "KLINEAGE_GATE_FUSED": "0"},
     "parent": {"KLINEAGE_GATE_COMPARE": "parent"},
     "worker": {"KLINEAGE_GATE_COMPARE": "worker"},
 }

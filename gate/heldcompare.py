@@ -27,9 +27,14 @@ figures travel. What the parent-side design guaranteed, and how it still holds:
   to be forged as well.
 
 Outputs of a case with its own `compare(out, ref, inputs)` still go to the parent whole.
+
+An fp32 reference on a GPU is masked and compared by `gate.fusedcompare` (one pass, the pads
+made in registers: `Held.fused`); other references by torch ops a chunk at a time.
+`KLINEAGE_GATE_FUSED=0` compares every reference with torch ops.
 """
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +43,7 @@ import torch
 
 from gate.compare import new_key
 
-__all__ = ["Held", "headers", "hold", "judge", "new_key"]
+__all__ = ["Held", "fused_applies", "headers", "hold", "judge", "new_key", "xor_pad_"]
 
 CHUNK_BYTES = 1 << 26  # the unmasked piece of a reference that exists at one time (with
 # its float64 temporaries, about 1 GB of device memory)
@@ -57,8 +62,20 @@ def _pad(key: int, index: int, nbytes: int, device: Any) -> torch.Tensor:
     return words.view(torch.uint8)[:nbytes]
 
 
+def xor_pad_(flat: torch.Tensor, key: int, index: int) -> torch.Tensor:
+    """`flat` (uint8) XOR the pad of `key` for stream `index`, in place: masks bytes in the
+    clear and unmasks masked ones (`gate.guards.Seal` keeps its real values so)."""
+    return flat.bitwise_xor_(_pad(key, index, flat.numel(), flat.device))
+
+
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.detach().reshape(-1).view(torch.uint8)
+
+
+def fused_applies(t: torch.Tensor) -> bool:
+    """Whether `t` is held and compared by `gate.fusedcompare`: an fp32 tensor on a GPU, unless
+    KLINEAGE_GATE_FUSED=0."""
+    return t.is_cuda and t.dtype == torch.float32 and os.environ.get("KLINEAGE_GATE_FUSED") != "0"
 
 
 @dataclass(slots=True)
@@ -70,6 +87,8 @@ class Held:
     shape: tuple[int, ...]
     device: Any = None
     """Where it is compared (the masked bytes may wait in host memory: `park`)."""
+    fused: bool = False
+    """Masked by `gate.fusedcompare`'s pads (fp32), opened only by its kernels."""
 
     def park(self) -> None:
         """Keep the masked bytes in host memory; each comparison brings one chunk at a time."""
@@ -83,6 +102,12 @@ class Held:
 
     def mask(self, key: int) -> None:
         """XOR each chunk (in the clear) with the pad of `key`."""
+        if self.fused:
+            from gate import fusedcompare  # noqa: PLC0415
+
+            words = self.masked.view(torch.int32)
+            fusedcompare.xor_words(words, words, key)
+            return
         for i, b, e in self._chunks():
             piece = self.masked[b:e]
             piece.bitwise_xor_(_pad(key, i, e - b, piece.device))
@@ -93,6 +118,9 @@ class Held:
         with it."""
         size = torch.empty((), dtype=self.dtype).element_size()
         device = self.device if self.device is not None else self.masked.device
+        if self.fused:
+            yield from self._fused_pieces(key, fresh, device)
+            return
         for i, b, e in self._chunks():
             clear = self.masked[b:e].to(device) ^ _pad(key, i, e - b, device)
             yield b // size, clear.view(self.dtype)
@@ -100,13 +128,27 @@ class Held:
                 self.masked[b:e] = clear.bitwise_xor_(_pad(fresh, i, e - b, device))
             del clear
 
+    def _fused_pieces(self, key: int, fresh: int | None, device: Any) -> Any:
+        from gate import fusedcompare  # noqa: PLC0415
+
+        for _, b, e in self._chunks():
+            words = self.masked[b:e].view(torch.int32)
+            clear = torch.empty(words.numel(), dtype=torch.int32, device=device)
+            fusedcompare.xor_words(words.to(device), clear, key, b // 4)
+            yield b // 4, clear.view(self.dtype)
+            if fresh is not None:
+                fusedcompare.xor_words(clear, clear, fresh, b // 4)
+                self.masked[b:e].copy_(clear.view(torch.uint8))
+            del clear
+
 
 def hold(ref: Any, key: int, rng: random.Random | None = None, *,
-         digest: bool = True) -> tuple[list[Any], dict[str, Any]]:
+         digest: bool = True, fused: bool | None = None) -> tuple[list[Any], dict[str, Any]]:
     """Mask a reference result (one tensor or a tuple / list of them, scalars beside) under
     `key`: (the held items, one per output: a `Held` or the plain value; the summary the parent
     keeps: each output's header, its sample (places, float values), whether every tensor is all
-    zeros, with `digest` a digest of its bytes (else "")."""
+    zeros, with `digest` a digest of its bytes (else "")). `fused`: hold fp32 tensors for
+    `gate.fusedcompare` (None: where `fused_applies`)."""
     rng = rng or random.SystemRandom()
     items = list(ref) if isinstance(ref, (tuple, list)) else [ref]
     held: list[Any] = []
@@ -126,13 +168,26 @@ def hold(ref: Any, key: int, rng: random.Random | None = None, *,
         samples.append((places, flat[index].to(torch.float64).tolist()))
         zero = zero and not bool(flat.any()) if flat.numel() else zero
         digests.append(_digest(flat) if digest else "")
-        entry = Held(_bytes(x).clone(), x.dtype, tuple(x.shape), x.device)
-        entry.mask(key)
-        held.append(entry)
+        if fused_applies(x) if fused is None else fused and x.dtype == torch.float32:
+            held.append(_hold_fused(x, key))
+        else:
+            entry = Held(_bytes(x).clone(), x.dtype, tuple(x.shape), x.device)
+            entry.mask(key)
+            held.append(entry)
         headers.append(header(x))
     summary = {"held": True, "headers": headers, "samples": samples,
                "zero": zero and any_tensor, "digest": ":".join(digests)}
     return held, summary
+
+
+def _hold_fused(x: torch.Tensor, key: int) -> Held:
+    """An fp32 tensor masked as it is copied (one pass: `gate.fusedcompare.xor_words`)."""
+    from gate import fusedcompare  # noqa: PLC0415
+
+    words = x.detach().reshape(-1).view(torch.int32)
+    masked = torch.empty(words.numel() * 4, dtype=torch.uint8, device=x.device)
+    fusedcompare.xor_words(words, masked.view(torch.int32), key)
+    return Held(masked, x.dtype, tuple(x.shape), x.device, fused=True)
 
 
 def _digest(flat: torch.Tensor) -> str:
@@ -195,7 +250,12 @@ def judge(out: Any, held: list[Any], key: int, fresh: int, asked: list[list[int]
             values.append(None)
             continue
         flat = o.detach().reshape(-1)
-        stats = _tensor_stats(flat, r, key, fresh, allclose)
+        if r.fused and flat.dtype == r.dtype and flat.device == torch.device(r.device):
+            from gate import fusedcompare  # noqa: PLC0415
+
+            stats = fusedcompare.stats(flat, r.masked, key, fresh, allclose, CHUNK_BYTES // 4)
+        else:
+            stats = _tensor_stats(flat, r, key, fresh, allclose)
         e = stats["err"]
         err = e if e != e else max(err, e)
         if allclose is not None:

@@ -86,6 +86,9 @@ COMPILE_MODE = "max-autotune-no-cudagraphs"  # the torch.compile baseline (KLINE
 POISON_PIECE_BYTES = 1 << 28  # cached memory poisoned a piece at a time where it is fragmented
 TUNE_WARMUP_MS = 10
 TUNE_REP_MS = 40
+# Attributes of `_Runner` that change while candidate code runs (counters); the others keep
+# their identity from the candidate's import on (`guards.TamperWatch.watch_instance`).
+RUNNER_MUTABLE = frozenset({"calls", "timed_s", "tuning_s", "sleep_rate"})
 
 
 def main(conn: Any, job: Job) -> None:
@@ -205,7 +208,22 @@ def _warm(tier: str, case_path: str | None = None) -> None:
         runtime.driver.active.get_current_device()  # Triton's driver helpers (built once per cache)
     except Exception:  # noqa: BLE001 — the job's first launch builds them then
         pass
+    _warm_gate_kernels()
     guards.KernelLog(torch.cuda.synchronize).warm_up()
+
+
+def _warm_gate_kernels() -> None:
+    """Compile the gate's own comparison kernels (`gate.fusedcompare`; from Triton's cache
+    after a run's first worker) without launching them: before candidate code loads, and
+    where a worker starts ahead of its job, outside the gate."""
+    if os.environ.get("KLINEAGE_GATE_FUSED") == "0":
+        return
+    try:
+        from gate import fusedcompare  # noqa: PLC0415
+
+        fusedcompare.warm()
+    except Exception:  # noqa: BLE001 — the first comparison compiles them then
+        pass
 
 
 INTERPRET_MEMORY_FRACTION = 0.5  # of the machine's memory, at most INTERPRET_MEMORY_MAX_GIB
@@ -319,7 +337,12 @@ class _Runner:
         if self.device == "cuda":
             self.kernels.warm_up()
         lap("start-up: kernel log")
+        if self.device == "cuda" and _held_mode(job.tier, hasattr(self.case, "compare")):
+            _warm_gate_kernels()
+            lap("start-up: gate kernels")
         self.modules_before: set[str] = set()
+        self.threads_before: frozenset[int] = frozenset()  # Python threads before candidate code
+        self.audit: Any = None  # the process's `guards.AuditGuard`, armed at candidate import
         self.permitted: frozenset[str] = frozenset()  # foreign modules the host may load
         self.reference_warnings: set[str] = set()  # sent as flags, each once
         self.emulation = contextlib.ExitStack()  # emulate tier: the CPU stand-ins, for good
@@ -327,6 +350,8 @@ class _Runner:
         self.vault: dict[tuple[str, str, int], list[Any]] = {}  # held references (masked)
         self.parked: set[tuple[str, str, int]] = set()  # input sets waiting in host memory
         self.set_plans: dict[str, Any] = {}  # variant -> memplan.SetPlan
+        # the sealed sets' (dtype, shape) per input where kept masked (`_mask_sealed`), else None
+        self.sealed_meta: dict[tuple[str, str, int], list[Any]] = {}
         self.out_bytes: dict[str, int] = {}  # variant -> bytes of its first reference's tensors
         self.work_bytes: dict[str, int] = {}  # variant -> memplan.working_bytes
 
@@ -509,16 +534,60 @@ class _Runner:
         parkable = [k for k in keys if k != first and k[1] != PHASE_TIMED]
         to_park = set(parkable[len(parkable) - plan.parked:]) if plan.parked else set()
         for key in keys[1:]:
-            inputs = self._draw(variant, key[2])
+            inputs = self._draw(variant, _draw_seed(key))
             self.lap("references: draw")
             self._reference(*key, inputs)
-            self.originals[key] = inputs
+            self.originals[key] = self._mask_sealed(key, inputs) if key[1] == PHASE_SEALED else inputs
             del inputs
             if key in to_park or (key in parkable and self._short(variant)):
                 self._park(key)
                 self.lap("references: park")
         self.pools[variant] = self._pool(variant)
         self._reserve(max(self.work_bytes.values()))  # the sets are allocated: the calls' work
+
+    def _mask_sealed(self, key: tuple[str, str, int], inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The sealed set as the worker keeps it: each input the seal will hold
+        (`guards.Seal.sealable`) as its bytes masked under a key that goes to the parent and
+        is forgotten here (`sealed_meta` keeps its dtype and shape); the seal asks the parent
+        for it at each launch of the sealed call. Its real values are never in the clear while
+        candidate code runs."""
+        from gate import heldcompare  # noqa: PLC0415
+
+        chain = heldcompare.new_key()
+        kept, meta = [], []
+        for x in inputs:
+            if self.guards.Seal.sealable(self.cap, x):
+                flat = self.cap.view(self.cap.contiguous(self.cap.clone(x)), -1).view(self.torch.uint8)
+                kept.append(heldcompare.xor_pad_(flat, chain, sum(m is not None for m in meta)))
+                meta.append((x.dtype, tuple(x.shape)))
+            else:
+                kept.append(x)
+                meta.append(None)
+        self.sealed_meta[key] = meta
+        self.chan.send("seal_key", key[0], chain)
+        del chain
+        return tuple(kept)
+
+    def _sealed_inputs(self, key: tuple[str, str, int]) -> tuple[tuple[Any, ...], list[Any]]:
+        """The sealed call's inputs (fresh tensors holding poison where the set is masked) and
+        the masked bytes of those the seal holds, in order."""
+        inputs, masked = [], []
+        for x, m in zip(self.original(key), self.sealed_meta[key]):
+            if m is None:
+                inputs.append(self.cap.clone(x) if type(x) is self.cap.tensor_type else x)
+                continue
+            t = self.torch.empty(m[1], dtype=m[0], device=self.device)
+            self.guards.poison_(t)
+            inputs.append(t)
+            masked.append(x)
+        return tuple(inputs), masked
+
+    def _seal_keys(self, variant: str) -> tuple[int, int]:
+        """The key the sealed call's real values are masked under now and a fresh one, from
+        the parent (`Seal.keys`)."""
+        self.chan.send("unseal", variant)
+        _, key, fresh = self.chan.answer("unsealed")
+        return key, fresh
 
     def _planning(self) -> Any:
         return contextlib.nullcontext() if self.ledger is None else self.ledger.planning()
@@ -813,6 +882,7 @@ class _Runner:
     # -- candidate -----------------------------------------------------------------------
     def load_candidate(self) -> None:
         guards = self.guards
+        _forget_seeds(self.torch)
         self.monitor = guards.LaunchMonitor(candidate_dir=str(Path(self.job.scratch).resolve()))
         if self.job.language == "triton":
             self.monitor.install_triton()
@@ -833,11 +903,17 @@ class _Runner:
             self.install_tuning_bench()
         self.watch = guards.TamperWatch()
         self.modules_before = set(sys.modules)
+        self.threads_before = frozenset(sys._current_frames())
+        self.audit = guards.AuditGuard.install()
+        self.audit.arm(str(Path(self.job.scratch).resolve()))
         module = import_candidate(self.chan, self.job)
         self.check_tamper("import")
         self.run_fn = module.run
         if emulating:  # the host sees the emulated GPU, its inputs claim to live there
             self.run_fn = functools.partial(cudacpu_host.host_call, self.run_fn)
+        # The worker's own attributes from here on: a method shadowed, an instrument swapped
+        # (its checks, its module of guards) is tampering; counters change.
+        self.watch.watch_instance("worker", self, mutable=RUNNER_MUTABLE)
 
     def install_host_paths(self) -> None:
         """A CUDA host that launches through CuPy (its own source) or a `load_inline` extension:
@@ -897,6 +973,10 @@ class _Runner:
         driver.get_benchmarker = lambda: tuning_bench
 
     def check_tamper(self, stage: str) -> None:
+        if self.audit is not None and self.audit.findings:
+            self.chan.reject(FailureKind.TAMPERING, stage,
+                             f"candidate code tried {self.audit.findings[0]}, which the gate "
+                             f"refused: it reaches into the gate's own process")
         changed = self.watch.changed()
         if changed:
             shown = ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else "")
@@ -1150,11 +1230,15 @@ class _Runner:
         self.chan.send("stage", "anti_cheat")
         seed = self.sealed_seed()
         for variant in self.shapes:
-            original = self.original((variant, PHASE_SEALED, seed))
-            inputs = self.clone_inputs(original)
-            seal = self.guards.Seal(inputs, self.cap)
+            inputs, masked = self._sealed_inputs((variant, PHASE_SEALED, seed))
+            seal = self.guards.Seal(inputs, self.cap, check=self.beside_launch,
+                                    keys=functools.partial(self._seal_keys, variant), masked=masked)
             res = self.call(inputs, "run", seal=seal)
             what = f"{variant}/sealed inputs"
+            if seal.breach is not None:
+                self.chan.reject(FailureKind(seal.breach[0]), "anti_cheat", f"{what}: {seal.breach[1]}")
+            if res["exc"] is not None and classify(res["exc"]) is FailureKind.TAMPERING:
+                self.check_tamper("anti_cheat")
             if res["exc"] is not None:
                 self.chan.reject(FailureKind.HOST_COMPUTE, "anti_cheat",
                                  f"run raised on {what} when its inputs are visible only to its "
@@ -1164,9 +1248,31 @@ class _Runner:
             if os.environ.get("KLINEAGE_GATE_DEBUG") == "1":
                 print(f"klineage gate sealed call {variant}: {seal.launches} launches, "
                       f"{seal.replayed} host copies replayed", file=sys.stderr, flush=True)
-            del original, inputs, seal, res
+            del inputs, masked, seal, res
             self._release((variant, PHASE_SEALED, seed))
         self.check_kernels("anti_cheat", "sealed calls")
+
+    def beside_launch(self) -> tuple[str, str] | None:
+        """What of the candidate's could run while a sealed launch's window is open (the
+        inputs' real values in memory), as (failure kind, reason); None when nothing: a thread
+        it started (not one the worker had before it loaded), or the gate's code, instruments
+        or worker tampered with (`check_tamper`'s findings)."""
+        import threading  # noqa: PLC0415
+
+        others = set(sys._current_frames()) - self.threads_before - {threading.get_ident()}
+        if others:
+            return (FailureKind.HOST_COMPUTE.value,
+                    f"{len(others)} thread(s) started by the candidate ran while its kernel "
+                    f"launched on sealed inputs (code beside a launch reads the real inputs); "
+                    f"threads must end before run returns")
+        if self.audit is not None and self.audit.findings:
+            return (FailureKind.TAMPERING.value,
+                    f"candidate code tried {self.audit.findings[0]}, which the gate refused")
+        changed = self.watch.changed()
+        if changed:
+            return (FailureKind.TAMPERING.value,
+                    f"candidate code replaced {', '.join(changed[:8])} before a sealed launch")
+        return None
 
     def repeat(self) -> None:
         """Interpret tier: repeated calls on the same input buffers, refilled with another set
@@ -1304,6 +1410,32 @@ class _Runner:
         if not self.kernels.available and self.kernels.reason:
             self.chan.send("flag", f"GPU kernels not attributed: the profiler did not start "
                                    f"({self.kernels.reason[:200]})")
+
+
+def _draw_seed(key: tuple[str, str, int]) -> int:
+    """The seed an input set is drawn with: the job's, except for the sealed set, drawn with a
+    secret one the worker keeps nowhere (the job's seed names the set in messages alone), so
+    that candidate code reading the job cannot draw the sealed inputs again."""
+    if key[1] != PHASE_SEALED:
+        return key[2]
+    import secrets  # noqa: PLC0415
+
+    return secrets.randbelow((1 << 31) - 1) + 1
+
+
+def _forget_seeds(torch: Any) -> None:
+    """Reseed the process's global generators from the system's entropy: a case whose
+    make_inputs seeds them leaves the last seed drawn with (`torch.initial_seed()`) and the
+    generators' states behind, from which candidate code could draw a set again."""
+    import random  # noqa: PLC0415
+
+    torch.seed()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.seed_all()
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
 
 
 def _held_mode(tier: str, own_compare: bool) -> bool:

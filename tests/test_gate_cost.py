@@ -191,7 +191,9 @@ def test_the_modes_set_and_clear_the_gates_settings() -> None:
     env = {"KLINEAGE_GATE_COMPARE": "worker", "OTHER": "x"}
     COST.apply_mode("before", env)
     assert env == {"KLINEAGE_GATE_COMPARE": "parent", "KLINEAGE_GATE_SETS": "job",
-                   "KLINEAGE_GATE_STANDBY": "0", "OTHER": "x"}
+                   "KLINEAGE_GATE_STANDBY": "0", "KLINEAGE_GATE_FUSED": "0", "OTHER": "x"}
+    COST.apply_mode("unfused", env)
+    assert env == {"KLINEAGE_GATE_FUSED": "0", "OTHER": "x"}
     COST.apply_mode("after", env)
     assert env == {"OTHER": "x"}
 

@@ -1,0 +1,263 @@
+"""One-pass comparison and masking of fp32 references on the worker's device (worker side;
+imports torch and triton; used by `gate.heldcompare` for references held on a GPU).
+
+The held comparison of `gate.heldcompare` done with torch ops costs some forty passes over
+each chunk of a reference (the pad drawn into memory twice, float64 copies of both sides, a
+temporary per test): a quarter of a second per 8 GiB output on an H200, a dozen times a gate.
+Here one kernel reads the masked reference and the output once, makes the pads in registers,
+writes the reference back masked under the fresh key and leaves per-block partial figures that
+a few small reductions turn into `heldcompare`'s figures. A second kernel XORs words with a
+pad: masking a reference as it is copied in (`hold`), opening a chunk (`Held.pieces`).
+
+The pad of 32-bit word `4 q + c` under a 63-bit key is word c of Philox4x32-10 with counter
+(q mod 2^32, q div 2^32, 0, 0) and key (key mod 2^32, key div 2^32): a function of (key, word)
+alone, so any chunk (starting at a multiple of 4 words) opens on its own, and a pad never
+exists in memory. A reference masked
+this way is only opened by these kernels (`Held.fused`); the torch path's pads differ.
+
+Figures, per block of `BLOCK` elements (float64 sums of float64 values, as the torch path):
+sum of squared differences and of squared reference values where the reference is finite,
+whether the output is NaN / non-finite where the reference is finite, whether the reference's
+non-finite places differ from the output's, allclose misses and the first one (place, both
+values), the largest finite difference (first place, both values). Partial rows are reduced
+in a fixed order: the figures do not change from run to run.
+
+All scalars (sizes, offsets, keys, tolerances) travel in one float64 tensor (exact below
+2^53), so each kernel compiles once per variant whatever the sizes; `warm` compiles them
+without launching anything (a worker's start-up, `gate.worker.standby`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["BLOCK", "FIELDS", "applies", "pad_words", "relative_error", "stats", "warm", "xor_words"]
+
+BLOCK = 2048  # elements of one program (8 per thread at 8 warps: 121 registers on sm_90)
+NUM_WARPS = 8
+FIELDS = 12  # figures of one block (`_judge_kernel`'s partial row)
+_NONE: tl.constexpr = tl.constexpr(1 << 62)  # "no place" in a partial row (beyond any index)
+_INF: tl.constexpr = tl.constexpr(float("inf"))
+_TINY = float(torch.finfo(torch.float64).tiny)
+
+
+@triton.jit
+def _pad(first, k0, k1, ROWS: tl.constexpr):
+    """The pad of words first .. first + 4 ROWS - 1 (`first` a multiple of 4): word 4 q + c
+    is word c of Philox4x32-10 at counter (q low, q high, 0, 0), key (k0, k1); uint32."""
+    q = (first >> 2) + tl.arange(0, ROWS).to(tl.int64)
+    c0 = (q & 0xFFFFFFFF).to(tl.uint32)
+    c1 = ((q >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    c2 = tl.zeros_like(c0)
+    c3 = tl.zeros_like(c0)
+    m0: tl.constexpr = 0xD2511F53
+    m1: tl.constexpr = 0xCD9E8D57
+    w0: tl.constexpr = 0x9E3779B9
+    w1: tl.constexpr = 0xBB67AE85
+    for _ in tl.static_range(10):
+        hi0 = tl.umulhi(c0, m0)
+        lo0 = c0 * m0
+        hi1 = tl.umulhi(c2, m1)
+        lo1 = c2 * m1
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+        k0 = k0 + w0
+        k1 = k1 + w1
+    return tl.interleave(tl.interleave(c0, c2), tl.interleave(c1, c3))
+
+
+@triton.jit
+def _key(params, at):
+    return tl.load(params + at).to(tl.int64).to(tl.uint32)
+
+
+@triton.jit
+def _xor_kernel(src, dst, params, BLOCK: tl.constexpr):
+    """dst[j] = src[j] ^ pad(base + j) over int32 words; params: n, base, key low, key high."""
+    n = tl.load(params).to(tl.int64)
+    base = tl.load(params + 1).to(tl.int64)
+    start = tl.program_id(0).to(tl.int64) * BLOCK
+    offs = start + tl.arange(0, BLOCK)
+    inside = offs < n
+    words = tl.load(src + offs, mask=inside, other=0).to(tl.uint32, bitcast=True)
+    words = words ^ _pad(base + start, _key(params, 2), _key(params, 3), BLOCK // 4)
+    tl.store(dst + offs, words.to(tl.int32, bitcast=True), mask=inside)
+
+
+@triton.jit
+def _judge_kernel(out, ref, part, params, ALLCLOSE: tl.constexpr, MASKED: tl.constexpr,
+                  BLOCK: tl.constexpr):
+    """One block's figures (a row of `part`, `FIELDS` float64) of `out` against `ref`.
+
+    params: n, base (element index of out[0] and ref[0]), key low, key high, fresh low, fresh
+    high, atol, rtol. MASKED: `ref` holds the reference's int32 words masked under the key;
+    they are written back masked under the fresh key. Else `ref` is the fp32 reference."""
+    n = tl.load(params).to(tl.int64)
+    base = tl.load(params + 1).to(tl.int64)
+    pid = tl.program_id(0).to(tl.int64)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < n
+    if MASKED:
+        words = tl.load(ref + offs, mask=inside, other=0).to(tl.uint32, bitcast=True)
+        words = words ^ _pad(base + pid * BLOCK, _key(params, 2), _key(params, 3), BLOCK // 4)
+        again = words ^ _pad(base + pid * BLOCK, _key(params, 4), _key(params, 5), BLOCK // 4)
+        tl.store(ref + offs, again.to(tl.int32, bitcast=True), mask=inside)
+        r = words.to(tl.float32, bitcast=True).to(tl.float64)
+    else:
+        r = tl.load(ref + offs, mask=inside, other=0.0).to(tl.float64)
+    o = tl.load(out + offs, mask=inside, other=0.0).to(tl.float64)
+    r_finite = (tl.abs(r) < _INF) & inside
+    o_finite = tl.abs(o) < _INF
+    nan_bad = tl.max(((r_finite & (o_finite == 0)) | ((o != o) & inside)).to(tl.int32), axis=0)
+    inf_bad = tl.max((inside & (r_finite == 0) & (o != r)).to(tl.int32), axis=0)
+    d = tl.where(r_finite, o - r, 0.0)
+    num = tl.sum(d * d, axis=0)
+    den = tl.sum(tl.where(r_finite, r * r, 0.0), axis=0)
+    size = tl.abs(d)
+    size = tl.where(inside & (size == size), size, -1.0)  # NaN: not a finite difference
+    largest = tl.max(size, axis=0)
+    at = tl.min(tl.where(size == largest, offs, _NONE), axis=0)
+    row = part + pid * 12
+    tl.store(row + 0, num)
+    tl.store(row + 1, den)
+    tl.store(row + 2, nan_bad.to(tl.float64))
+    tl.store(row + 3, inf_bad.to(tl.float64))
+    tl.store(row + 8, largest)
+    tl.store(row + 9, (base + at).to(tl.float64))
+    tl.store(row + 10, tl.sum(tl.where(offs == at, o, 0.0), axis=0))
+    tl.store(row + 11, tl.sum(tl.where(offs == at, r, 0.0), axis=0))
+    if ALLCLOSE:  # KernelBench's test: |r - o| <= atol + rtol |o|, or equal
+        atol = tl.load(params + 6)
+        rtol = tl.load(params + 7)
+        close = tl.abs(r - o) <= tl.abs(o) * rtol + atol
+        bad = inside & ((close | (o == r)) == 0)
+    else:
+        bad = offs < 0  # no test: nothing misses
+    first = tl.min(tl.where(bad, offs, _NONE), axis=0)
+    tl.store(row + 4, tl.sum(bad.to(tl.int32), axis=0).to(tl.float64))
+    tl.store(row + 5, tl.where(first == _NONE, _NONE, base + first).to(tl.float64))
+    tl.store(row + 6, tl.sum(tl.where(offs == first, o, 0.0), axis=0))
+    tl.store(row + 7, tl.sum(tl.where(offs == first, r, 0.0), axis=0))
+
+
+def applies(t: torch.Tensor) -> bool:
+    """Whether a reference tensor can be held and compared by these kernels: fp32."""
+    return t.dtype == torch.float32
+
+
+def _split(key: int) -> tuple[int, int]:
+    return key & 0xFFFFFFFF, (key >> 32) & 0xFFFFFFFF
+
+
+def _params(device: Any, *values: float) -> torch.Tensor:
+    return torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
+
+
+def _blocks(n: int) -> tuple[int]:
+    return (max(1, triton.cdiv(n, BLOCK)),)
+
+
+def xor_words(src: torch.Tensor, dst: torch.Tensor, key: int, base: int = 0) -> None:
+    """dst = src ^ pad(key) word by word (int32 views of equal size on one device; `base`: the
+    word index of src[0] in the whole tensor, a multiple of 4). dst may be src."""
+    if base % 4:
+        raise ValueError(f"a pad starts at a multiple of 4 words, not {base}")
+    n = src.numel()
+    if n:
+        params = _params(src.device, n, base, *_split(key))
+        _xor_kernel[_blocks(n)](src, dst, params, BLOCK=BLOCK, num_warps=NUM_WARPS)
+        params.zero_()  # the key does not stay behind in device memory
+
+
+def pad_words(key: int, n: int, base: int = 0, device: Any = "cpu") -> torch.Tensor:
+    """The pad of words base .. base + n - 1 under `key` (int32): for tests and checks; the
+    kernels never write a pad out."""
+    zeros = torch.zeros(n, dtype=torch.int32, device=device)
+    xor_words(zeros, zeros, key, base)
+    return zeros
+
+
+def _partials(out: torch.Tensor, ref: torch.Tensor, params: torch.Tensor, *, masked: bool,
+              allclose: bool) -> torch.Tensor:
+    n = out.numel()
+    part = torch.empty((_blocks(n)[0], FIELDS), dtype=torch.float64, device=out.device)
+    _judge_kernel[_blocks(n)](out, ref, part, params, ALLCLOSE=allclose, MASKED=masked,
+                              BLOCK=BLOCK, num_warps=NUM_WARPS, enable_fp_fusion=False)
+    return part
+
+
+def _figures(parts: list[torch.Tensor]) -> list[float]:
+    """The partial rows reduced in a fixed order, read back in one synchronization: num, den,
+    nan, inf, misses, then the first miss (place, o, r) and the largest difference (size,
+    place, o, r)."""
+    t = torch.cat(parts) if len(parts) > 1 else parts[0]
+    sums = torch.stack([t[:, 0].sum(), t[:, 1].sum(), t[:, 2].max(), t[:, 3].max(), t[:, 4].sum()])
+    first = torch.argmin(t[:, 5])
+    largest = torch.argmax(t[:, 8])  # the first block of the largest (argmax keeps the first)
+    return torch.cat([sums, t[first, 5:8], t[largest, 8:12]]).tolist()
+
+
+def stats(flat: torch.Tensor, masked: torch.Tensor, key: int, fresh: int,
+          allclose: tuple[float, float] | None, chunk: int) -> dict[str, Any]:
+    """`heldcompare`'s figures of one fp32 output `flat` (flat, contiguous) against the
+    reference held in `masked` (uint8, masked by `xor_words` under `key`), which is masked
+    again under `fresh`. Where `masked` waits in host memory, a chunk of `chunk` elements at a
+    time comes to the output's device and goes back."""
+    flat = flat.contiguous()
+    device = flat.device
+    atol, rtol = allclose if allclose is not None else (0.0, 0.0)
+    n = flat.numel()
+    parts = []
+    here = masked.device == device
+    step = n if here else max(4, chunk // 4 * 4)  # pads start at multiples of 4 words
+    for b in range(0, n, step):
+        e = min(n, b + step)
+        words = masked.view(torch.int32)[b:e]
+        piece = words if here else words.to(device)
+        params = _params(device, e - b, b, *_split(key), *_split(fresh), atol, rtol)
+        parts.append(_partials(flat[b:e], piece, params, masked=True, allclose=allclose is not None))
+        params.zero_()
+        if not here:
+            words.copy_(piece)
+        del piece
+    num, den, nan_bad, inf_bad, misses, miss_at, miss_o, miss_r, size, big_at, big_o, big_r = \
+        _figures(parts)
+    at = None
+    if misses > 0:
+        at = (int(miss_at), miss_o, miss_r)
+    elif size >= 0:
+        at = (int(big_at), big_o, big_r)
+    if nan_bad:
+        err = float("nan")
+    elif inf_bad:
+        err = float("inf")
+    else:
+        err = math.sqrt(num) / max(math.sqrt(den), _TINY)
+    return {"err": err, "misses": int(misses), "at": at}
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| of two fp32 tensors of one shape on one device, float64 sums in
+    one pass (where the reference is finite; inf where the output is not finite there or the
+    non-finite places differ)."""
+    o, r = out.reshape(-1).contiguous(), ref.reshape(-1).contiguous()
+    params = _params(o.device, o.numel(), 0, 0, 0, 0, 0, 0.0, 0.0)
+    num, den, nan_bad, inf_bad = _figures([_partials(o, r, params, masked=False, allclose=False)])[:4]
+    if nan_bad or inf_bad:
+        return float("inf")
+    return math.sqrt(num) / max(math.sqrt(den), 1e-300)
+
+
+def warm(device: Any = "cuda") -> None:
+    """Compile both kernels (each variant the gate launches) without launching them."""
+    words = torch.empty(16, dtype=torch.int32, device=device)
+    values = torch.empty(16, dtype=torch.float32, device=device)
+    params = torch.empty(8, dtype=torch.float64, device=device)
+    part = torch.empty((1, FIELDS), dtype=torch.float64, device=device)
+    _xor_kernel.warmup(words, words, params, BLOCK=BLOCK, num_warps=NUM_WARPS, grid=(1,))
+    for allclose, masked, ref in ((True, True, words), (False, True, words), (False, False, values)):
+        _judge_kernel.warmup(values, ref, part, params, ALLCLOSE=allclose, MASKED=masked,
+                             BLOCK=BLOCK, num_warps=NUM_WARPS, enable_fp_fusion=False, grid=(1,))

@@ -1,0 +1,182 @@
+"""The one-pass held comparison (`gate.fusedcompare`), run here in Triton's interpreter on the
+CPU: its pads are Philox4x32-10 of (key, word), its figures are those of the torch path and of
+the parent's numpy comparison, a reference held by it opens only under the parent's current
+key (also when it waits in host memory), and the precision probe's error agrees."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from gate import compare as cmp
+from gate import fusedcompare, heldcompare, precision
+from gate.guards import Captured
+from gate.transport import encode_all
+
+# the interpreter computes masked-off lanes and NaN arithmetic in numpy, which warns
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+@pytest.fixture(autouse=True)
+def _small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fusedcompare, "BLOCK", 256)  # several blocks per output
+
+
+@triton.jit
+def _randint4x(out, seed, ROWS: tl.constexpr):
+    q = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    words = tl.randint4x(seed, q)
+    for c in tl.static_range(4):
+        tl.store(out + q * 4 + c, words[c].to(tl.int32, bitcast=True))
+
+
+def test_the_pad_is_philox_of_the_key_and_the_word_index() -> None:
+    key = 0x5DEECE66D1234567
+    want = torch.empty(512, dtype=torch.int32)
+    # Triton's Philox4x32-10: word 4q + c is word c at counter (q, 0, 0, 0)
+    _randint4x[(2,)](want, key, ROWS=64)
+    assert torch.equal(fusedcompare.pad_words(key, 512), want)
+    # a chunk's pad is the pad at its place; words past 2^34 have pads of their own
+    assert torch.equal(fusedcompare.pad_words(key, 100, base=300), want[300:400])
+    assert not torch.equal(fusedcompare.pad_words(key, 100, base=1 << 34), want[:100])
+    assert not torch.equal(fusedcompare.pad_words(key + 1, 512), want)
+    with pytest.raises(ValueError):
+        fusedcompare.pad_words(key, 100, base=3)
+
+
+def _fp32_cases() -> list[tuple[str, object, object]]:
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(1000, generator=g)
+    near = ref + 1e-7 * torch.randn(1000, generator=g)
+    far = ref + 1e-2 * torch.randn(1000, generator=g)
+    nan_out = near.clone()
+    nan_out[634] = float("nan")
+    inf_ref = ref.clone()
+    inf_ref[7] = float("inf")
+    inf_same, inf_other = near.clone(), near.clone()
+    inf_same[7], inf_other[7] = float("inf"), float("-inf")
+    one_off = ref.clone()
+    one_off[999] += 1.0  # in the last, partial block
+    return [
+        ("close", near, ref),
+        ("far", far, ref),
+        ("one element off at the end", one_off, ref),
+        ("nan in the output", nan_out, ref),
+        ("inf matched", inf_same, inf_ref),
+        ("inf of the other sign", inf_other, inf_ref),
+        ("zeros for a zero reference", torch.zeros(300), torch.zeros(300)),
+        ("a matrix, two outputs and a scalar", (far.view(20, 50), near, 3), (ref.view(20, 50), ref, 3)),
+    ]
+
+
+def _judge(out, ref, allclose, *, fused: bool, park: bool = False) -> tuple[dict, dict]:
+    key = cmp.new_key()
+    held, summary = heldcompare.hold(ref, key, random.Random(1), fused=fused)
+    if park:
+        for h in held:
+            if isinstance(h, heldcompare.Held):
+                h.park()
+    return heldcompare.judge(out, held, key, cmp.new_key(), [], allclose), summary
+
+
+@pytest.mark.parametrize("name,out,ref", _fp32_cases(), ids=[c[0] for c in _fp32_cases()])
+def test_the_fused_figures_are_the_torch_paths_and_agree_with_the_parent(
+        name: str, out, ref, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heldcompare, "CHUNK_BYTES", 1024)  # parked: several chunks
+    cap = Captured.take()
+    for allclose in (None, (1e-2, 1e-2)):
+        plain, _ = _judge(out, ref, allclose, fused=False)
+        for park in (False, True):
+            fused, summary = _judge(out, ref, allclose, fused=True, park=park)
+            assert fused["misses"] == plain["misses"], (name, park)
+            if math.isfinite(plain["err"]):
+                assert fused["err"] == pytest.approx(plain["err"], rel=1e-12, abs=1e-300), name
+            else:
+                assert (fused["err"] != fused["err"]) == (plain["err"] != plain["err"]), name
+            if plain["misses"] and any(plain["misses"]):
+                assert repr(fused["at"]) == repr(plain["at"]), (name, fused["at"], plain["at"])
+            got = cmp.held_outcome(heldcompare.headers(out), summary["headers"], fused,
+                                   tolerance=1e-5, allclose=allclose)
+            want = cmp.compare(encode_all(out, cap), encode_all(ref, cap), tolerance=1e-5,
+                               allclose=allclose)
+            assert (got.ok, got.kind) == (want.ok, want.kind), (name, got, want)
+
+
+def test_the_largest_difference_and_the_first_miss_are_named() -> None:
+    ref = torch.zeros(1000)
+    out = ref.clone()
+    out[700], out[41], out[900] = 0.25, 0.5, 0.5  # 41 and 900 tie: the first is named
+    for fused in (True, False):
+        figures, _ = _judge(out, ref, None, fused=fused)
+        assert figures["at"] == (0, 41, 0.5, 0.0), fused
+        figures, _ = _judge(out, ref, (1e-2, 1e-2), fused=fused)
+        assert figures["misses"] == [3] and figures["at"] == (0, 41, 0.5, 0.0), fused
+
+
+def test_a_fused_held_reference_opens_only_under_the_current_key(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heldcompare, "CHUNK_BYTES", 4096)
+    ref = torch.randn(3000)
+    key, fresh = cmp.new_key(), cmp.new_key()
+    [held], summary = heldcompare.hold(ref, key, fused=True)
+    assert held.fused and held.shape == (3000,)
+    words = ref.view(torch.int32)
+    # what the worker keeps is the reference XOR the pad, nothing readable
+    assert torch.equal(held.masked.view(torch.int32), words ^ fusedcompare.pad_words(key, 3000))
+    assert (held.masked == ref.view(torch.uint8)).float().mean() < 0.05
+    assert torch.equal(torch.cat([c for _, c in held.pieces(key)]), ref)
+    assert heldcompare.judge(ref.clone(), [held], key, fresh, [], None)["err"] == 0.0
+    # after a comparison the old key opens noise, the fresh one the reference
+    stale = heldcompare.judge(ref.clone(), [held], key, cmp.new_key(), [], None)
+    assert not stale["err"] < 1.0
+    [held], _ = heldcompare.hold(ref, key, fused=True)
+    heldcompare.judge(ref.clone(), [held], key, fresh, [], None)
+    held.park()  # parked: each chunk comes back, is compared, and leaves masked anew
+    newer = cmp.new_key()
+    assert heldcompare.judge(ref.clone(), [held], fresh, newer, [], None)["err"] == 0.0
+    assert torch.equal(torch.cat([c for _, c in held.pieces(newer)]), ref)
+    places, values = summary["samples"][0]
+    assert values == [float(ref[p]) for p in places]
+
+
+def test_other_dtypes_and_cpu_tensors_keep_the_torch_path() -> None:
+    key = cmp.new_key()
+    [half], _ = heldcompare.hold(torch.randn(100).half(), key, fused=True)
+    [cpu], _ = heldcompare.hold(torch.randn(100), key)
+    assert not half.fused and not cpu.fused
+
+
+def test_the_precision_probes_error_is_the_same_in_one_pass() -> None:
+    g = torch.Generator().manual_seed(3)
+    ref = torch.randn(64, 50, generator=g)
+    low = precision.tf32_rounded(ref) * 1.0001
+    want = precision.relative_error(low, ref)
+    assert fusedcompare.relative_error(low, ref) == pytest.approx(want, rel=1e-12)
+    bad = low.clone()
+    bad[3, 4] = float("nan")
+    assert fusedcompare.relative_error(bad, ref) == math.inf == precision.relative_error(bad, ref)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_fused_figures_are_the_torch_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fusedcompare, "BLOCK", 2048)
+    fusedcompare.warm()  # compiles without launching; the launches below reuse it
+    g = torch.Generator(device="cuda").manual_seed(5)
+    ref = torch.randn((1 << 22) + 3, generator=g, device="cuda")
+    out = ref + 1e-3 * torch.randn(ref.numel(), generator=g, device="cuda")
+    out[12345] = float("nan")
+    for o in (out, torch.where(out != out, ref, out)):
+        for allclose in (None, (1e-3, 1e-3)):
+            plain, _ = _judge(o, ref, allclose, fused=False)
+            fused, _ = _judge(o, ref, allclose, fused=True)
+            assert fused["misses"] == plain["misses"]
+            assert repr(fused["err"]) == repr(plain["err"]) or \
+                fused["err"] == pytest.approx(plain["err"], rel=1e-12)
+    [held], _ = heldcompare.hold(ref, 7, fused=True)
+    held.park()
+    assert heldcompare.judge(ref.clone(), [held], 7, 8, [], None)["err"] == 0.0
+    assert fusedcompare.relative_error(out, ref) == math.inf
