@@ -69,24 +69,43 @@ __device__ __forceinline__ unsigned long long kl_gs_desc(const void* p, unsigned
 }
 """
 
-DEEP_HELPERS = r"""// ---- 64-deep K-major slices with the 128-byte swizzle (wgmma's canonical K-major layout) ----
-// rows of 64 k per mn from g[mn * ld + k] (128 bytes a row); the 16-byte chunk c of row r sits at
-// chunk c ^ (r % 8); elements past mn_end / k_end are zero; VEC: 16-byte cp.async copies
+DEEP_HELPERS = r"""// ---- 64-deep slices with the 128-byte swizzle (wgmma's canonical layouts), unrolled copies ----
+// one 16-byte chunk: `valid` elements from g + at, zeros after them (cp.async where VEC)
+__device__ __forceinline__ void kl_gs_chunk(unsigned short* dst, const unsigned short* g, long at,
+                                            int valid, bool vec) {
+  if (vec) {
+    kl_gs_cp16(dst, valid > 0 ? g + at : g, valid * 2);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dst[i] = i < valid ? g[at + i] : (unsigned short)0;
+  }
+}
+// K-major: rows of 64 k per mn from g[mn * ld + k] (128 bytes a row), chunk c of row r at chunk
+// c ^ (r % 8); elements past mn_end / k_end are zero
 template <int MN, int NT>
 __device__ __forceinline__ void kl_gs_load_k128(unsigned short* tile, const unsigned short* g, long ld,
                                                 int mn0, int k0, int mn_end, int k_end, bool vec, int tid) {
-  for (int c = tid; c < MN * 8; c += NT) {
-    const int r = c / 8, e = (c % 8) * 8;
-    const int mn = mn0 + r, k = k0 + e;
-    const int valid = mn < mn_end ? min(max(k_end - k, 0), 8) : 0;
-    const long at = (long)mn * ld + k;
-    unsigned short* dst = tile + r * 64 + ((c % 8) ^ (r % 8)) * 8;
-    if (vec) {
-      kl_gs_cp16(dst, valid > 0 ? g + at : g, valid * 2);
-    } else {
+  static_assert(MN * 8 % NT == 0, "whole rounds of chunks");
 #pragma unroll
-      for (int i = 0; i < 8; ++i) dst[i] = i < valid ? g[at + i] : (unsigned short)0;
-    }
+  for (int i = 0; i < MN * 8 / NT; ++i) {
+    const int c = tid + i * NT, r = c / 8, e = (c % 8) * 8;
+    const int mn = mn0 + r, k = k0 + e;
+    kl_gs_chunk(tile + r * 64 + ((c % 8) ^ (r % 8)) * 8, g, (long)mn * ld + k,
+                mn < mn_end ? min(max(k_end - k, 0), 8) : 0, vec);
+  }
+}
+// MN-major: atoms of 64 mn x 64 k rows from g[k * ld + mn] (8 KiB each, a row 128 bytes), chunk
+// c of row r at chunk c ^ (r % 8) of its atom
+template <int MN, int NT>
+__device__ __forceinline__ void kl_gs_load_mn128(unsigned short* tile, const unsigned short* g, long ld,
+                                                 int mn0, int k0, int mn_end, int k_end, bool vec, int tid) {
+  static_assert(64 * MN / 8 % NT == 0, "whole rounds of chunks");
+#pragma unroll
+  for (int i = 0; i < 64 * MN / 8 / NT; ++i) {
+    const int c = tid + i * NT, r = c / (MN / 8), e = (c % (MN / 8)) * 8;
+    const int k = k0 + r, mn = mn0 + e;
+    kl_gs_chunk(tile + (e / 64) * 4096 + r * 64 + (((e % 64) / 8) ^ (r % 8)) * 8, g,
+                (long)k * ld + mn, k < k_end ? min(max(mn_end - mn, 0), 8) : 0, vec);
   }
 }
 """

@@ -245,10 +245,10 @@ def _loads(g: GlobalGemm, s: Schedule) -> Any:
         kc = "true" if op.k_contiguous else "false"
         pitch = s.bk + PAD if op.k_contiguous else mn + PAD
         sw = 0 if not s.wgmma else (1 if op.k_contiguous else 2)
-        if sw == 1 and s.bk == DEEP_K:  # 128-byte rows: the 128-byte swizzle
-            return (f"kl_gs_load_k128<{mn}, {s.threads}>({p}{ring} + ({slot}) * {elems}, "
-                    f"{p}{glob}, {p}{ld}, {p}{mn0}, ({kt}) * {s.bk}, {p}{bound}, {p}K, {p}{vec}, "
-                    f"{p}tid);")
+        if sw and s.bk == DEEP_K:  # 128-byte rows: the 128-byte swizzle, unrolled copies
+            return (f"kl_gs_load_{'k' if sw == 1 else 'mn'}128<{mn}, {s.threads}>({p}{ring} + "
+                    f"({slot}) * {elems}, {p}{glob}, {p}{ld}, {p}{mn0}, ({kt}) * {s.bk}, "
+                    f"{p}{bound}, {p}K, {p}{vec}, {p}tid);")
         return (f"kl_gs_load<{kc}, {mn}, {s.bk}, {pitch}, {s.threads}, {sw}>({p}{ring} + ({slot}) * "
                 f"{elems}, {p}{glob}, {p}{ld}, {p}{mn0}, ({kt}) * {s.bk}, {p}{bound}, {p}K, "
                 f"{p}{vec}, {p}tid);")
