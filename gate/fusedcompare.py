@@ -75,16 +75,29 @@ def _key(params, at):
 
 
 @triton.jit
-def _xor_kernel(src, dst, params, BLOCK: tl.constexpr):
-    """dst[j] = src[j] ^ pad(base + j) over int32 words; params: n, base, key low, key high."""
+def _xor_kernel(src, dst, part, params, DIGEST: tl.constexpr, BLOCK: tl.constexpr):
+    """dst[j] = src[j] ^ pad(base + j) over int32 words; params: n, base, key low, key high.
+    DIGEST: a row of `part` (int64) gets the block's two weighted sums of the 8-byte words of
+    src (`heldcompare._digest`'s, word w weighted w % 65521 + 1 and w * 2654435761 %
+    4294967291 + 7, wrapping), over the words src holds whole."""
     n = tl.load(params).to(tl.int64)
     base = tl.load(params + 1).to(tl.int64)
     start = tl.program_id(0).to(tl.int64) * BLOCK
     offs = start + tl.arange(0, BLOCK)
     inside = offs < n
-    words = tl.load(src + offs, mask=inside, other=0).to(tl.uint32, bitcast=True)
-    words = words ^ _pad(base + start, _key(params, 2), _key(params, 3), BLOCK // 4)
+    clear = tl.load(src + offs, mask=inside, other=0)
+    words = clear.to(tl.uint32, bitcast=True) ^ _pad(base + start, _key(params, 2), _key(params, 3),
+                                                     BLOCK // 4)
     tl.store(dst + offs, words.to(tl.int32, bitcast=True), mask=inside)
+    if DIGEST:
+        lo, hi = tl.split(tl.reshape(clear, [BLOCK // 2, 2]))
+        value = lo.to(tl.uint32, bitcast=True).to(tl.int64) | (hi.to(tl.int64) << 32)
+        pair = (start >> 1) + tl.arange(0, BLOCK // 2).to(tl.int64)
+        value = tl.where(2 * pair + 1 < n, value, 0)
+        place = (base >> 1) + pair
+        row = part + tl.program_id(0).to(tl.int64) * 2
+        tl.store(row, tl.sum(value * (place % 65521 + 1), axis=0))
+        tl.store(row + 1, tl.sum(value * (place * 2654435761 % 4294967291 + 7), axis=0))
 
 
 @triton.jit
@@ -160,16 +173,22 @@ def _blocks(n: int) -> tuple[int]:
     return (max(1, triton.cdiv(n, BLOCK)),)
 
 
-def xor_words(src: torch.Tensor, dst: torch.Tensor, key: int, base: int = 0) -> None:
+def xor_words(src: torch.Tensor, dst: torch.Tensor, key: int, base: int = 0, *,
+              digest: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:
     """dst = src ^ pad(key) word by word (int32 views of equal size on one device; `base`: the
-    word index of src[0] in the whole tensor, a multiple of 4). dst may be src."""
+    word index of src[0] in the whole tensor, a multiple of 4). dst may be src. With `digest`
+    (base 0), also the two weighted sums of src's whole 8-byte words (int64 tensors on the
+    device, before `heldcompare._digest` mixes them)."""
     if base % 4:
         raise ValueError(f"a pad starts at a multiple of 4 words, not {base}")
     n = src.numel()
+    part = torch.zeros((_blocks(n)[0] if digest else 1, 2), dtype=torch.int64, device=src.device)
     if n:
         params = _params(src.device, n, base, *_split(key))
-        _xor_kernel[_blocks(n)](src, dst, params, BLOCK=BLOCK, num_warps=NUM_WARPS)
+        _xor_kernel[_blocks(n)](src, dst, part, params, DIGEST=digest, BLOCK=BLOCK,
+                                num_warps=NUM_WARPS)
         params.zero_()  # the key does not stay behind in device memory
+    return (part[:, 0].sum(), part[:, 1].sum()) if digest else None
 
 
 def pad_words(key: int, n: int, base: int = 0, device: Any = "cpu") -> torch.Tensor:
@@ -257,7 +276,10 @@ def warm(device: Any = "cuda") -> None:
     values = torch.empty(16, dtype=torch.float32, device=device)
     params = torch.empty(8, dtype=torch.float64, device=device)
     part = torch.empty((1, FIELDS), dtype=torch.float64, device=device)
-    _xor_kernel.warmup(words, words, params, BLOCK=BLOCK, num_warps=NUM_WARPS, grid=(1,))
+    sums = torch.empty((1, 2), dtype=torch.int64, device=device)
+    for digest in (False, True):
+        _xor_kernel.warmup(words, words, sums, params, DIGEST=digest, BLOCK=BLOCK,
+                           num_warps=NUM_WARPS, grid=(1,))
     for allclose, masked, ref in ((True, True, words), (False, True, words), (False, False, values)):
         _judge_kernel.warmup(values, ref, part, params, ALLCLOSE=allclose, MASKED=masked,
                              BLOCK=BLOCK, num_warps=NUM_WARPS, enable_fp_fusion=False, grid=(1,))

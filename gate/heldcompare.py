@@ -167,10 +167,12 @@ def hold(ref: Any, key: int, rng: random.Random | None = None, *,
         index = torch.tensor(places, dtype=torch.int64, device=flat.device)
         samples.append((places, flat[index].to(torch.float64).tolist()))
         zero = zero and not bool(flat.any()) if flat.numel() else zero
-        digests.append(_digest(flat) if digest else "")
         if fused_applies(x) if fused is None else fused and x.dtype == torch.float32:
-            held.append(_hold_fused(x, key))
+            entry, sums = _hold_fused(x, key, digest)
+            held.append(entry)
+            digests.append(_digest(flat, sums) if digest else "")
         else:
+            digests.append(_digest(flat) if digest else "")
             entry = Held(_bytes(x).clone(), x.dtype, tuple(x.shape), x.device)
             entry.mask(key)
             held.append(entry)
@@ -180,20 +182,24 @@ def hold(ref: Any, key: int, rng: random.Random | None = None, *,
     return held, summary
 
 
-def _hold_fused(x: torch.Tensor, key: int) -> Held:
-    """An fp32 tensor masked as it is copied (one pass: `gate.fusedcompare.xor_words`)."""
+def _hold_fused(x: torch.Tensor, key: int, digest: bool) -> tuple[Held, Any]:
+    """An fp32 tensor masked as it is copied (one pass: `gate.fusedcompare.xor_words`), with
+    `digest` the weighted sums of its 8-byte words from the same pass (None where its bytes do
+    not split into aligned words: `_digest` reads them itself)."""
     from gate import fusedcompare  # noqa: PLC0415
 
     words = x.detach().reshape(-1).view(torch.int32)
     masked = torch.empty(words.numel() * 4, dtype=torch.uint8, device=x.device)
-    fusedcompare.xor_words(words, masked.view(torch.int32), key)
-    return Held(masked, x.dtype, tuple(x.shape), x.device, fused=True)
+    sums = fusedcompare.xor_words(words, masked.view(torch.int32), key,
+                                  digest=digest and words.data_ptr() % 8 == 0)
+    return Held(masked, x.dtype, tuple(x.shape), x.device, fused=True), sums
 
 
-def _digest(flat: torch.Tensor) -> str:
+def _digest(flat: torch.Tensor, body_sums: Any = None) -> str:
     """Two weighted sums of the tensor's 8-byte words (int64, wrapping; its bytes where it
     does not split into aligned words, and the last few), a piece at a time: equal references
-    give equal digests; different ones almost never do."""
+    give equal digests; different ones almost never do. `body_sums`: the two sums over the
+    whole words, made already (`gate.fusedcompare.xor_words`)."""
     raw = _bytes(flat)
     words = raw.numel() // 8
     try:
@@ -205,6 +211,9 @@ def _digest(flat: torch.Tensor) -> str:
     b = torch.zeros((), dtype=torch.int64, device=raw.device)
     step = 1 << 23
     for part in (body, tail):
+        if body_sums is not None and part is body:
+            a, b = a + body_sums[0], b + body_sums[1]
+            part = part[:0]
         for start in range(0, part.numel(), step):
             piece = part[start:start + step].to(torch.int64)
             pos = torch.arange(start, start + piece.numel(), dtype=torch.int64, device=raw.device)

@@ -143,6 +143,17 @@ def test_a_fused_held_reference_opens_only_under_the_current_key(
     assert values == [float(ref[p]) for p in places]
 
 
+@pytest.mark.parametrize("n", [1, 7, 1000, 1001])
+def test_the_digest_made_in_the_masking_pass_is_the_torch_paths(n: int) -> None:
+    ref = torch.randn(n, generator=torch.Generator().manual_seed(n)) * 1e3
+    _, fused = heldcompare.hold(ref, cmp.new_key(), fused=True)
+    _, plain = heldcompare.hold(ref, cmp.new_key(), fused=False)
+    assert fused["digest"] == plain["digest"] == heldcompare._digest(ref)
+    other = ref.clone()
+    other[n // 2] += 1.0
+    assert heldcompare.hold(other, cmp.new_key(), fused=True)[1]["digest"] != fused["digest"]
+
+
 def test_other_dtypes_and_cpu_tensors_keep_the_torch_path() -> None:
     key = cmp.new_key()
     [half], _ = heldcompare.hold(torch.randn(100).half(), key, fused=True)
