@@ -912,3 +912,49 @@ def test_the_bench_loads_a_cpp_kernel_by_its_plain_name_and_launches_it_as_its_s
         cudahost.launch(func, (_cdiv(n, 128), _cdiv(m, 128)), 256, shared, [a, b, c, m, n, k])
     want = a.float() @ b.float()
     assert (c.float() - want).abs().max() <= 2e-2 * want.abs().max()
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_deep_forms_are_correct_through_their_own_launch() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    cudahost = pytest.importorskip("experts.cudahost")
+    from triton.testing import do_bench
+
+    from gate.hostforms import chevron_launches, device_source, dynamic_shared_limits
+
+    source = _with_launch((MICRO / "blocktile_bf16.cu").read_text(), "256")
+    forms = [{"deep": True}]
+    if torch.cuda.get_device_capability() == (9, 0):
+        forms += [{"wgmma": True, "deep": True}, {"wgmma": True, "deep": True, "wide": True}]
+    stream = torch.cuda.current_stream()
+    loaded = []
+    for options in [None, *forms]:
+        text = source if options is None else _deep(source, {"block": "256", **options}).ir.text
+        func = cudahost.get_function(cudahost.compile_source(device_source(text), name="deep.cu"),
+                                     "sgemm_blocktile")
+        shared = max((c.shared_bytes or 0 for calls in chevron_launches(text).values()
+                      for c in calls), default=0)
+        if shared:
+            cudahost.set_dynamic_shared(func, dynamic_shared_limits(text)["sgemm_blocktile"])
+        loaded.append((func, shared))
+
+    def run(at: tuple[Any, int], a: Any, b: Any, c: Any) -> Any:
+        m, k = a.shape
+        n = b.shape[1]
+        cudahost.launch(at[0], (_cdiv(n, 128), _cdiv(m, 128)), 256, at[1],
+                        [m, n, k, 1.0, a, b, 0.0, c], stream)
+        return c
+
+    for m, n, k in ((1024, 1024, 1024), (1000, 1032, 520), (999, 1001, 517)):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        want = a.float() @ b.float()
+        for at in loaded[1:]:
+            got = run(at, a, b, torch.zeros(m, n, device="cuda", dtype=torch.bfloat16)).float()
+            assert (got - want).abs().max() <= 2e-2 * want.abs().max()
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    c = torch.zeros(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    start, *deep = (do_bench(lambda at=at: run(at, a, b, c), return_mode="median") for at in loaded)
+    assert all(ms * 3 < start for ms in deep), (start, deep)
