@@ -244,6 +244,10 @@ class _Facts:
     offset (`grid` also holds those scaling a longer product, like `bh * S * D`)."""
     clamped: set[str] = field(default_factory=set)
     """Names passed directly to `min` / `tl.minimum` (a group size clamped to the tiles left)."""
+    trips: set[str] = field(default_factory=set)
+    """Names that are the whole trip count of a loop from 0 whose values the kernel compares
+    with a bound (`for r in tl.static_range(R)`, `if first + r < M`): with a program's offset
+    scaled by the same name, the rows a program walks one by one."""
     dot_loop: bool = False
 
     def absorb(self, other: _Facts, rename: Mapping[str, str]) -> None:
@@ -263,6 +267,7 @@ class _Facts:
         self.bounded |= tr(other.bounded)
         self.clamped |= tr(other.clamped)
         self.offsets |= tr(other.offsets)
+        self.trips |= tr(other.trips)
         for n, dims in other.shapes.items():
             if n in rename and all(d in rename for d in dims):
                 self.shapes.setdefault(rename[n], (rename[dims[0]], rename[dims[1]]))
@@ -328,6 +333,7 @@ def _read_own_facts(kernel: ast.FunctionDef) -> _Facts:
     assigns = assignments(kernel)
     loops = [n for n in ast.walk(kernel) if isinstance(n, (ast.For, ast.While))]
     trip_scaled: dict[str, bool] = {}  # names scaling a value computed from a loop's trip
+    compared = {n for c in ast.walk(kernel) if isinstance(c, ast.Compare) for n in names_in(c)}
     for loop in loops:
         innermost_dot = _has_dot(loop) and not any(
             inner is not loop and _has_dot(inner)
@@ -355,6 +361,9 @@ def _read_own_facts(kernel: ast.FunctionDef) -> _Facts:
                 facts.steps[n] = facts.steps.get(n, False) or innermost_dot
         if var is None:
             continue
+        count = _trip_count(loop.iter)
+        if isinstance(count, ast.Name) and _trip_values(loop, var) & compared:
+            facts.trips.add(count.id)
         for node in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
             # an offset advanced by the block each trip (`off_k += BK`, `ptrs += BK * s`)
             if (
@@ -414,7 +423,7 @@ def _read_own_facts(kernel: ast.FunctionDef) -> _Facts:
                 for side, other in ((node.left, node.right), (node.right, node.left)):
                     if isinstance(side, ast.Name) and from_pid(other):
                         facts.grid.add(side.id)
-                        if names_in(other) <= pid and not _range_extents(other) and not any(
+                        if _index_names(other) <= pid and not _range_extents(other) and not any(
                             n in ranged for n in names_in(other)
                         ):
                             facts.offsets.add(side.id)
@@ -437,6 +446,26 @@ def _read_own_facts(kernel: ast.FunctionDef) -> _Facts:
         facts.dotted_into |= accumulators(loop)
         facts.dot_loop = facts.dot_loop or _has_dot(loop)
     return facts
+
+
+def _index_names(node: ast.AST) -> set[str]:
+    """The names `node` computes with, a program id read in place (`tl.program_id(0)`) not
+    counting its module name."""
+    inside = {id(n) for c in ast.walk(node) if isinstance(c, ast.Call) and callee(c) in PID_CALLS
+              for n in ast.walk(c.func)}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in inside}
+
+
+def _trip_count(iterable: ast.Call) -> ast.AST | None:
+    """The stop of a range call that counts from 0 in steps of 1 (`range(R)`, `tl.range(0, R)`,
+    `tl.static_range(R)`): the loop's whole trip count; None for any other range."""
+    args = iterable.args
+    if len(args) == 1 and not any(k.arg == "step" for k in iterable.keywords):
+        return args[0]
+    if len(args) == 2 and literal_int(args[0]) == 0 \
+            and not any(k.arg == "step" for k in iterable.keywords):
+        return args[1]
+    return None
 
 
 def _trip_values(loop: ast.For, var: str) -> set[str]:
@@ -590,7 +619,10 @@ def _read_tile_roles(
     for name in constexprs:
         if name in roles or name in facts.persistent:
             continue
-        if name in facts.grid and (name in facts.sizing or name in facts.steps):
+        if name in facts.grid and (name in facts.sizing or name in facts.steps
+                                   or name in facts.offsets and name in facts.trips):
+            # a program's block, sized by a range or walked row by row (`pid * R`, then
+            # `for r in range(R)`: rows per program)
             roles[name] = "grid"
         elif name in facts.steps:
             roles[name] = "loop"

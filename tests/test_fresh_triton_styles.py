@@ -1,0 +1,56 @@
+"""Kernels written in styles the roles first missed (`bench/styles/`): what each construct is
+found to be, the sweep and card rewrites that follow from it, their refusals where a rewrite
+would be unsound, and the rewritten kernels passing the interpret gate on their cases."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import gate
+import kir
+
+from lineage.control import apply_byte_edits, autotune_control
+from passes.triton._py import PyModule
+from passes.triton.roles import joint_config, sweep_edit, unchecked_tiles
+
+ROOT = Path(__file__).resolve().parent.parent
+STYLES = ROOT / "bench" / "styles"
+
+
+def _ir(text: str) -> kir.KernelIR:
+    return kir.parse(text, "triton")
+
+
+def _gated(text: str, folder: str) -> None:
+    case = gate.load_case(STYLES / folder)
+    verdict = gate.check(text, "triton", case, "interpret", path=case.start_path(), cache=False)
+    assert verdict.ok, verdict.reason
+
+
+# -- rows per program walked one by one -------------------------------------------------------
+def test_rows_a_program_walks_one_by_one_are_its_block_and_a_sweep_tunes_them() -> None:
+    """`first = tl.program_id(0) * R`, then `for r in tl.static_range(R)` with `first + r`
+    checked against the row count: R is the program's block of rows (role grid), tunable like a
+    block size; the grid the host divides by it follows the tuned value."""
+    text = (STYLES / "softmax_rows_static/rows_softmax.py").read_text()
+    config = joint_config(_ir(text))["softmax_rows"]
+    assert config.by_role() == {"grid": 4}
+    made = sweep_edit(_ir(text), "softmax_rows", [{"grid": 8, "num_warps": 8}, {"grid": 1}])
+    assert not hasattr(made, "reason"), made
+    assert [c["ROWS_PER_PROG"] for c in made[1]] == [8, 1]
+    out = apply_byte_edits(text, made[0])
+    assert 'triton.cdiv(n_rows, meta["ROWS_PER_PROG"])' in out
+    _gated(out, "softmax_rows_static")
+    assert '"ROWS_PER_PROG": 16' in autotune_control(text)
+
+
+def test_a_loop_count_the_kernel_never_bounds_is_not_a_block() -> None:
+    """A constexpr that is the trip count of a loop whose values are never compared with a
+    bound (K rounds of a top-k, each writing `row * K + j`) is part of the problem: no role."""
+    text = (STYLES / "softmax_rows_static/rows_softmax.py").read_text()
+    unguarded = text.replace("        if row < n_rows:\n", "        if True:\n")
+    assert unguarded != text
+    assert joint_config(_ir(unguarded))["softmax_rows"].by_role() == {}
+    topk = (ROOT / "bench/heldout/topk_k8/topk_select.py").read_text()
+    assert "K" not in {p.name for p in joint_config(_ir(topk))["row_topk"].params}
+    kernel = next(k for k in PyModule(_ir(text)).kernels() if k.name == "softmax_rows")
+    assert unchecked_tiles(kernel) == set()
