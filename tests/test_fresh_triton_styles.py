@@ -54,3 +54,18 @@ def test_a_loop_count_the_kernel_never_bounds_is_not_a_block() -> None:
     assert "K" not in {p.name for p in joint_config(_ir(topk))["row_topk"].params}
     kernel = next(k for k in PyModule(_ir(text)).kernels() if k.name == "softmax_rows")
     assert unchecked_tiles(kernel) == set()
+
+
+# -- a K loop that counts blocks and moves block pointers ------------------------------------
+def test_a_block_pointer_advanced_by_a_tile_in_the_dot_loop_makes_it_the_k_tile() -> None:
+    """`for _ in range(0, tl.cdiv(K, BK))` with `tl.advance(p, (0, BK))`: the loop steps its
+    block by BK though it counts blocks, so BK is the dot's K tile and the sweep's K tiles
+    reach it (before, BK kept the author's value in every configuration)."""
+    text = (STYLES / "mm_blockptr_at/bp_at.py").read_text()
+    assert joint_config(_ir(text))["bp_at_matmul"].by_role() == {"m": 64, "n": 64, "k": 32}
+    out = autotune_control(text)
+    assert '"BK": 64' in out
+    compile(out, "bp_at.py", "exec")  # Triton 3.9 compiles no block pointer: device tier only
+    # the tile a block pointer is advanced by outside any dot loop keeps no K role
+    rows = text.replace("acc += tl.dot(x, y)", "acc += x[:, :1] * y[:1, :]")
+    assert "k" not in joint_config(_ir(rows))["bp_at_matmul"].by_role()

@@ -67,6 +67,7 @@ PID_CALLS = frozenset({"tl.program_id", "triton.language.program_id"})
 ARANGE = frozenset({"tl.arange", "triton.language.arange"})
 SHAPED = frozenset({"tl.zeros", "tl.full", "triton.language.zeros", "triton.language.full"})
 DOT = frozenset({"tl.dot", "triton.language.dot"})
+ADVANCE = frozenset({"tl.advance", "triton.language.advance"})
 ATOMICS_PREFIX = ("tl.atomic_", "triton.language.atomic_")
 
 
@@ -340,6 +341,8 @@ def _read_own_facts(kernel: ast.FunctionDef) -> _Facts:
             for inner in ast.walk(loop)
             if isinstance(inner, (ast.For, ast.While))
         )
+        for n in _advanced_by(loop):
+            facts.steps[n] = facts.steps.get(n, False) or innermost_dot
         if isinstance(loop, ast.While):
             # `while k < K: ... k += BK`: a name the body adds to a value each trip steps it
             for node in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
@@ -446,6 +449,18 @@ def _read_own_facts(kernel: ast.FunctionDef) -> _Facts:
         facts.dotted_into |= accumulators(loop)
         facts.dot_loop = facts.dot_loop or _has_dot(loop)
     return facts
+
+
+def _advanced_by(loop: ast.AST) -> set[str]:
+    """Names a block pointer is moved by each trip of `loop` (`p = tl.advance(p, (0, BK))`):
+    the loop steps its block by them, whatever it counts."""
+    out: set[str] = set()
+    for node in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
+        if isinstance(node, ast.Call) and callee(node) in ADVANCE and len(node.args) >= 2:
+            offsets = node.args[1]
+            elts = offsets.elts if isinstance(offsets, (ast.Tuple, ast.List)) else [offsets]
+            out |= {e.id for e in elts if isinstance(e, ast.Name)}
+    return out
 
 
 def _index_names(node: ast.AST) -> set[str]:
