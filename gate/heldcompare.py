@@ -30,7 +30,8 @@ Outputs of a case with its own `compare(out, ref, inputs)` still go to the paren
 
 An fp32 reference on a GPU is masked and compared by `gate.fusedcompare` (one pass, the pads
 made in registers: `Held.fused`); other references by torch ops a chunk at a time.
-`KLINEAGE_GATE_FUSED=0` compares every reference with torch ops.
+`KLINEAGE_GATE_FUSED=0` compares every reference with torch ops, `=1` fp32 ones in one pass
+on the CPU as well (in Triton's interpreter).
 """
 from __future__ import annotations
 
@@ -74,8 +75,10 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
 
 def fused_applies(t: torch.Tensor) -> bool:
     """Whether `t` is held and compared by `gate.fusedcompare`: an fp32 tensor on a GPU, unless
-    KLINEAGE_GATE_FUSED=0."""
-    return t.is_cuda and t.dtype == torch.float32 and os.environ.get("KLINEAGE_GATE_FUSED") != "0"
+    KLINEAGE_GATE_FUSED=0; with KLINEAGE_GATE_FUSED=1 on the CPU too (where Triton interprets:
+    the interpret tier)."""
+    choice = os.environ.get("KLINEAGE_GATE_FUSED", "")
+    return t.dtype == torch.float32 and choice != "0" and (t.is_cuda or choice == "1")
 
 
 @dataclass(slots=True)

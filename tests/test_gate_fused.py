@@ -191,3 +191,25 @@ def test_on_the_gpu_the_fused_figures_are_the_torch_paths(monkeypatch: pytest.Mo
     held.park()
     assert heldcompare.judge(ref.clone(), [held], 7, 8, [], None)["err"] == 0.0
     assert fusedcompare.relative_error(out, ref) == math.inf
+
+
+def test_an_interpret_gate_holds_and_judges_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's own flow with the one-pass path (forced on the CPU): the honest kernel
+    passes every check, a reused answer is still named, and sets parked in host memory are
+    judged chunk by chunk."""
+    import gate
+    from gate import FailureKind, Tier
+    from pathlib import Path
+
+    saxpy = Path(__file__).parent / "data" / "cases" / "saxpy"
+    monkeypatch.setenv("KLINEAGE_GATE_COMPARE", "worker")
+    monkeypatch.setenv("KLINEAGE_GATE_FUSED", "1")
+    verdict = gate.check_file(saxpy / "saxpy_triton.py", saxpy, Tier.INTERPRET, cache=False, timeout=120)
+    assert verdict.ok, verdict.reason
+    assert verdict.correctness.max_rel_err < 1e-6
+    phases = [r.phase for r in verdict.correctness.results]
+    assert phases.count("seed") == 3 and phases.count("sealed") == 1 and phases.count("refill") >= 4
+    monkeypatch.setenv("KLINEAGE_GATE_PARK", "1")
+    cheat = gate.check_file(Path(__file__).parent / "data" / "cheats" / "reuse_data_ptr.py", saxpy,
+                            Tier.INTERPRET, cache=False, timeout=120)
+    assert cheat.failure_kind is FailureKind.REUSED_OUTPUT, cheat.reason
