@@ -7,7 +7,9 @@ temporary per test): a quarter of a second per 8 GiB output on an H200, a dozen 
 Here one kernel reads the masked reference and the output once, makes the pads in registers,
 writes the reference back masked under the fresh key and leaves per-block partial figures that
 a few small reductions turn into `heldcompare`'s figures. A second kernel XORs words with a
-pad: masking a reference as it is copied in (`hold`), opening a chunk (`Held.pieces`).
+pad: masking a reference as it is copied in (`hold`), opening a chunk (`Held.pieces`). The
+precision probe (`gate.precision`) rounds its inputs to TF32 and measures its error with one
+pass each as well.
 
 The pad of 32-bit word `4 q + c` under a 63-bit key is word c of Philox4x32-10 with counter
 (q mod 2^32, q div 2^32, 0, 0) and key (key mod 2^32, key div 2^32): a function of (key, word)
@@ -35,7 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["BLOCK", "FIELDS", "applies", "pad_words", "relative_error", "stats", "warm", "xor_words"]
+__all__ = ["BLOCK", "FIELDS", "applies", "pad_words", "relative_error", "stats", "tf32_rounded", "warm",
+           "xor_words"]
 
 BLOCK = 2048  # elements of one program (8 per thread at 8 warps: 121 registers on sm_90)
 NUM_WARPS = 8
@@ -156,6 +159,19 @@ def _judge_kernel(out, ref, part, params, ALLCLOSE: tl.constexpr, MASKED: tl.con
     tl.store(row + 7, tl.sum(tl.where(offs == first, r, 0.0), axis=0))
 
 
+@triton.jit
+def _tf32_kernel(src, dst, params, BLOCK: tl.constexpr):
+    """dst = src (fp32 bits, int32 words) rounded to TF32, to nearest even at 10 mantissa
+    bits; inf and NaN as they are (`gate.precision.tf32_rounded`'s rounding); params: n."""
+    n = tl.load(params).to(tl.int64)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < n
+    bits = tl.load(src + offs, mask=inside, other=0)
+    special = (bits & 0x7F800000) == 0x7F800000
+    rounded = (bits + (((bits >> 13) & 1) + 0xFFF)) & -0x2000
+    tl.store(dst + offs, tl.where(special, bits, rounded), mask=inside)
+
+
 def applies(t: torch.Tensor) -> bool:
     """Whether a reference tensor can be held and compared by these kernels: fp32."""
     return t.dtype == torch.float32
@@ -270,6 +286,18 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return math.sqrt(num) / max(math.sqrt(den), 1e-300)
 
 
+def tf32_rounded(t: torch.Tensor) -> torch.Tensor:
+    """A copy of an fp32 tensor rounded to TF32 in one pass (`gate.precision.tf32_rounded`)."""
+    src = t.contiguous()
+    out = torch.empty_like(src)
+    n = src.numel()
+    if n:
+        params = _params(src.device, n)
+        _tf32_kernel[_blocks(n)](src.view(torch.int32), out.view(torch.int32), params,
+                                 BLOCK=BLOCK, num_warps=NUM_WARPS)
+    return out.view(t.shape)
+
+
 def warm(device: Any = "cuda") -> None:
     """Compile both kernels (each variant the gate launches) without launching them."""
     words = torch.empty(16, dtype=torch.int32, device=device)
@@ -277,6 +305,7 @@ def warm(device: Any = "cuda") -> None:
     params = torch.empty(8, dtype=torch.float64, device=device)
     part = torch.empty((1, FIELDS), dtype=torch.float64, device=device)
     sums = torch.empty((1, 2), dtype=torch.int64, device=device)
+    _tf32_kernel.warmup(words, words, params, BLOCK=BLOCK, num_warps=NUM_WARPS, grid=(1,))
     for digest in (False, True):
         _xor_kernel.warmup(words, words, sums, params, DIGEST=digest, BLOCK=BLOCK,
                            num_warps=NUM_WARPS, grid=(1,))

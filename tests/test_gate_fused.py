@@ -213,3 +213,15 @@ def test_an_interpret_gate_holds_and_judges_in_one_pass(monkeypatch: pytest.Monk
     cheat = gate.check_file(Path(__file__).parent / "data" / "cheats" / "reuse_data_ptr.py", saxpy,
                             Tier.INTERPRET, cache=False, timeout=120)
     assert cheat.failure_kind is FailureKind.REUSED_OUTPUT, cheat.reason
+
+
+def test_the_one_pass_tf32_rounding_is_the_torch_rounding(monkeypatch: pytest.MonkeyPatch) -> None:
+    g = torch.Generator().manual_seed(4)
+    x = torch.cat([torch.randn(996, generator=g) * 10.0 ** torch.randint(-40, 39, (996,), generator=g),
+                   torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 3.4028235e38,
+                                 1e-45, 1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11])]).view(3, 335)
+    want = precision.tf32_rounded(x)
+    got = fusedcompare.tf32_rounded(x)
+    assert got.shape == x.shape and torch.equal(got.view(torch.int32), want.view(torch.int32))
+    monkeypatch.setenv("KLINEAGE_GATE_FUSED", "1")  # the probe takes the one pass
+    assert torch.equal(precision.tf32_rounded(x).view(torch.int32), want.view(torch.int32))
