@@ -245,6 +245,8 @@ def stats(flat: torch.Tensor, masked: torch.Tensor, key: int, fresh: int,
     device = flat.device
     atol, rtol = allclose if allclose is not None else (0.0, 0.0)
     n = flat.numel()
+    if n == 0:
+        return {"err": 0.0, "misses": 0, "at": None}
     parts = []
     here = masked.device == device
     step = n if here else max(4, chunk // 4 * 4)  # pads start at multiples of 4 words

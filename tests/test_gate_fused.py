@@ -69,6 +69,7 @@ def _fp32_cases() -> list[tuple[str, object, object]]:
         ("inf matched", inf_same, inf_ref),
         ("inf of the other sign", inf_other, inf_ref),
         ("zeros for a zero reference", torch.zeros(300), torch.zeros(300)),
+        ("empty", torch.zeros(0, 4), torch.zeros(0, 4)),
         ("a matrix, two outputs and a scalar", (far.view(20, 50), near, 3), (ref.view(20, 50), ref, 3)),
     ]
 
