@@ -188,11 +188,26 @@ class Scope:
         code = code_view(ir.text)
         self.macros: dict[str, str] = {}
         self.function_macros: dict[str, str] = {}
+        self.macro_params: dict[str, list[str]] = {}
         for m in _DEFINE.finditer(ir.text):
             if not code[m.start():m.end()].strip():
                 continue
             body = m.group(3).replace("\\\n", " ")
             (self.function_macros if m.group(2) else self.macros)[m.group(1)] = body
+            if m.group(2):
+                self.macro_params[m.group(1)] = [p.strip() for p in m.group(2)[1:-1].split(",")
+                                                 if p.strip()]
+
+    def expansion(self, name: str, args: list[str]) -> str | None:
+        """The text a call of the function-like macro `name` with `args` expands to (each
+        parameter replaced by its parenthesized argument), or None (no such macro, or another
+        number of arguments)."""
+        if name not in self.function_macros or len(self.macro_params[name]) != len(args):
+            return None
+        body = self.function_macros[name]
+        for p, a in zip(self.macro_params[name], args):
+            body = re.sub(rf"\b{re.escape(p)}\b", f"({a})", body)
+        return body.strip()
 
     # ---- the function in view -------------------------------------------------------------
     def enter(self, fn: int) -> None:
@@ -260,6 +275,36 @@ class Scope:
             return set()
         return {i for i, p in enumerate(children(ir, plist))
                 if any(ir.grammar_type_of(c) == "reference_declarator" for c in subtree(ir, p))}
+
+    def returned(self, name: str) -> tuple[list[str], str] | None:
+        """(parameter names, returned expression) of a function of the unit whose body is one
+        `return expr;` over value parameters (an index helper: `int row_of(int t) { return t /
+        W; }`), or None."""
+        fn = self.functions.get(name)
+        if fn is None:
+            return None
+        ir = self.ir
+        body = children(ir, fn, "compound_statement")
+        items = block_items(ir, body[0]) if body else []
+        if len(items) != 1 or ir.grammar_type_of(items[0].node) != "return_statement":
+            return None
+        value = [c for c in children(ir, items[0].node) if ir.grammar_type_of(c) not in
+                 ("comment", "return", ";")]
+        plist = next((c for c in subtree(ir, fn) if ir.grammar_type_of(c) == "parameter_list"), None)
+        if len(value) != 1 or plist is None:
+            return None
+        params = []
+        for p in children(ir, plist):
+            if ir.grammar_type_of(p) != "parameter_declaration":
+                continue
+            if any(ir.grammar_type_of(c) in ("reference_declarator", "pointer_declarator",
+                                             "array_declarator") for c in subtree(ir, p)):
+                return None
+            names = declared_names(ir, p)
+            if len(names) != 1:
+                return None
+            params.append(names[0][0])
+        return params, text(ir, value[0])
 
     # ---- asynchronous copies --------------------------------------------------------------
     def issues_copies(self, nid: int) -> bool:

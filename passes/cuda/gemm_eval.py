@@ -895,6 +895,9 @@ class _Translator:
             if kids else []
         if name in self.k.scope.function_macros:
             return self.macro(name, [text(ir, a) for a in args])
+        helper = self.k.scope.returned(name)
+        if helper is not None:  # an index helper of one `return`: its expression, inlined
+            return self.expand(name, helper[0], helper[1], [text(ir, a) for a in args])
         values = [self.expr(a) for a in args]
         if _CONVERSION.match(name) and len(values) == 1:
             return values[0]
@@ -907,13 +910,16 @@ class _Translator:
         raise Refusal(f"a call of {name or text(ir, nid)[:30]} in the inner loop")
 
     def macro(self, name: str, args: list[str]) -> str:
-        import kir  # noqa: PLC0415 — parsing the macro's expansion
+        scope = self.k.scope
+        return self.expand(name, scope.macro_params.get(name, []), scope.function_macros[name],
+                           args)
 
-        m = re.search(rf"#\s*define\s+{name}\s*\(([^)]*)\)", self.k.ir.text)
-        params = [p.strip() for p in m.group(1).split(",")] if m else []
-        body = self.k.scope.function_macros[name]
+    def expand(self, name: str, params: list[str], body: str, args: list[str]) -> str:
+        """The translation of `body` with each parameter replaced by its argument."""
+        import kir  # noqa: PLC0415 — parsing the expansion
+
         if len(params) != len(args):
-            raise Refusal(f"the macro {name} is called with {len(args)} arguments")
+            raise Refusal(f"{name} is called with {len(args)} arguments")
         for p, a in zip(params, args):
             body = re.sub(rf"\b{re.escape(p)}\b", f"({a})", body)
         sub = kir.parse(f"void kl_expansion() {{ long kl_value = ({body}); }}", "cuda")

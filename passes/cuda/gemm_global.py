@@ -41,8 +41,9 @@ if TYPE_CHECKING:
     from kir import KernelIR
 
 _IDENTITY = re.compile(r"^(?:__float2bfloat16(?:_rn)?|__float2half(?:_rn)?|__bfloat162float|"
-                       r"__half2float|__float2float|float|static_cast|__ldg|__nv_bfloat16|__half|"
+                       r"__half2float|__float2float|float|static_cast|__nv_bfloat16|__half|"
                        r"half|nv_bfloat16)$")
+_LOAD = re.compile(r"^__ld(?:g|ca|cg|cs|lu|cv)$")
 _TICK_LIMIT = 2
 """K steps the wide probe follows (the narrow probe runs the K loop to its end)."""
 _SCAN = 40
@@ -374,6 +375,9 @@ class _StagingTranslator(_Translator):
 
     def builtin(self, spelled: str) -> str:
         m = re.fullmatch(r"\s*(threadIdx|blockDim|blockIdx|gridDim)\s*\.\s*([xyz])\s*", spelled)
+        lane = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*\.\s*([xyzw])\s*", spelled)
+        if m is None and lane is not None:  # a lane of a vector the staging loaded
+            return f"_lane({self.name(lane.group(1))}, {'xyzw'.index(lane.group(2))})"
         if m is None:
             raise Refusal(f"a member access {spelled.strip()[:40]} in the staging")
         what, axis = m.groups()
@@ -397,6 +401,8 @@ class _StagingTranslator(_Translator):
             args = [c for c in children(ir, kids[-1]) if ir.grammar_type_of(c) not in _TRIVIA]
             if len(args) == 1:
                 return self.expr(args[0])
+        if _LOAD.match(name) and len(args) == 1:  # `__ldg(p)`: the element at the address
+            return f"_deref({self.expr(args[0])})"
         return super().call(nid, kids)
 
 
@@ -453,7 +459,7 @@ class _StagingProgram:
                                      "_and": _and, "_or": _or, "_not": _not, "_sel": _sel,
                                      "_min": _min, "_max": _max, "_k": _k}
         namespace.update({"_deref": _deref, "_addr": _addr, "_vzero": _vzero, "_vcast": _vcast,
-                          "_vat": _vat, "_gaddr": _gaddr})
+                          "_vat": _vat, "_gaddr": _gaddr, "_lane": _lane})
         exec(compile(source, "<gemm-staging>", "exec"), namespace)  # noqa: S102 — our translation
         self.namespace = namespace
         self.fn = namespace["_run"]
@@ -543,6 +549,17 @@ def _vzero(vbytes: int, *lanes: Any) -> _Vec:
     if any(not isinstance(x, (int, float)) or x != 0 for x in lanes):
         raise Refusal("a vector built of values other than zeros in the staging")
     return _Vec(None, 0, vbytes)
+
+
+def _lane(v: Any, i: int) -> Any:
+    """Lane `i` of a loaded vector (`v.x`, `v.y` ...)."""
+    if not isinstance(v, _Vec):
+        raise Refusal("a member of something other than a loaded vector in the staging")
+    if v.lanes is None:
+        return 0
+    if i >= len(v.lanes):
+        raise Refusal("a member past the vector's lanes in the staging")
+    return v.lanes[i]
 
 
 def _vcast(x: Any, vbytes: int) -> _VPtr:

@@ -10,30 +10,40 @@ saying why (`refusals(ir)` collects them).
   read of a global pointer parameter, written directly (`sh[i] = g[j]`), through a guarded
   register temporary (`T v = 0; if (ok) v = g[j]; sh[i] = v;`), as a ternary
   (`sh[i] = ok ? g[j] : 0`), or as a vector copy (`*(float4*)&sh[i] = *(const float4*)&g[j]`),
-  a conversion call around the read allowed. A barrier must follow it in the function.
+  a conversion call or a load intrinsic (`__ldg(&g[j])`) around the read allowed, the read
+  possibly spelled by a function-like macro that expands to one subscript (`AT(g, r, c)`; the
+  expansion is the copy's source). A fill named by a constant bound once (`const T zero =
+  T(0);`) is that constant. A barrier must follow it in the function.
 - `micro_kernels`: a GEMM micro-kernel (`MicroKernel`): a loop over K whose body stages tiles
   of two operands in shared memory and runs a constant-trip inner loop of scalar multiply-adds
   of the two tiles into a per-thread register tile (a scalar or a local array), then an
   epilogue storing the accumulators to global memory. It carries the block tile (BM, BN, BK),
   the thread tile (TM, TN), the warp tile where the launch's block is known, each operand's
   layout in shared memory, the element and accumulator types, and the spans a rewrite replaces.
-- `reduction_trees`: a shared-memory reduction tree (`ReductionTree`): a loop whose stride is
-  halved (`s >>= 1`, `s /= 2`, `s = s / 2`) or doubled around a barrier, combining
-  `sh[t] (op)= sh[t + s]` under `if (t < s)` (or `t % (2*s) == 0`), or the same steps unrolled
-  with constant strides; the combine is a sum, a max or a min (`+=`, `fmaxf`, `max`, a
-  comparison ternary), over one or several arrays in the same steps.
+- `reduction_trees`: a shared-memory reduction tree (`ReductionTree`): a `for` loop whose
+  stride is halved (`s >>= 1`, `s /= 2`, `s = s / 2`) or doubled around a barrier (or a
+  `while` loop over a stride declared right before it and updated last in its body),
+  combining `sh[t] (op)= sh[t + s]` under `if (t < s)` (with `&& t + s < extent`, or
+  `t % (2*s) == 0`), or the same steps unrolled with constant strides; the combine is a sum, a
+  max or a min (`+=`, `fmaxf`, `max`, a comparison ternary), over one or several arrays in the
+  same steps, the slots possibly copied to locals first (`a = sh[t]; b = sh[t + s]; sh[t] = a +
+  b;`). The array is a shared array, a shared pointer parameter or a local pointer bound once
+  into one (`float* red = smem + n;`). The extent is the block (`blockDim.x`, or a local
+  bound to it), a constant, or a template parameter (its value where every instantiation in
+  the unit names the same one).
 - `shuffle_reductions`: a block reduction through warp shuffles (`ShuffleReduction`): a fold
   over strides 16..1 per warp, lane 0 of each warp storing to a shared slot per warp, a barrier,
   the first warp folding the slots, thread 0 using the value.
 - `stride_loops`: loops whose index starts at the thread's global (or in-block) index and
-  steps by the grid's (block's) thread count (`StrideLoop.kind` grid | block).
+  steps by the grid's (block's) thread count (`StrideLoop.kind` grid | block); a constant or
+  template-parameter step counts as the block's where the launch's block proves it.
 - `row_reductions`: a block-stride loop that folds a row into a register (`acc += x[...]`,
   `m = fmaxf(m, x[...])`) and the tree or shuffles that combine the threads' partials.
 - `register_blocks`: per-thread local arrays of constant extent (register tiles).
 - `launch_block`: the launch's block size as the host sets it: the kernel's host module beside
   the `.cu` (`experts.cudahost.launch(func, grid, block, ...)`, `cuLaunchKernel(...)` with its
   six dimensions, a CuPy `kernel(grid, block, args)` / `block=(...)` keyword), or a
-  `<<<grid, block>>>` launch in the translation unit; names are resolved to integer literals
+  `<<<grid, block>>>` launch in the translation unit (of a template too: `k<256><<<g, b>>>`); names are resolved to integer literals
   bound once in the module or as a parameter default.
 - `constant_trip(loop)`: whether a `for` loop's trip count is known at compile time (literal,
   macro, `constexpr`/`const` integer or template parameter bounds and steps).
@@ -379,6 +389,40 @@ class Unit:
         return bool(names) and all(n in self.templates or n in self.constants for n in names) \
             and not re.search(r"[\[\].]|->", expr)
 
+    def template_value(self, fn: int, expr: str) -> int | None:
+        """The value of `expr` over function `fn`'s template parameters where every call of
+        `fn` in the unit passes the same constant template arguments (`f<256>(...)`), or
+        None (no such call, or calls that differ)."""
+        ir = self.ir
+        decl = ir.parent_of(fn)
+        if decl is None or ir.grammar_type_of(decl) != "template_declaration":
+            return None
+        params = []
+        for plist in children(ir, decl, "template_parameter_list"):
+            for p in children(ir, plist):
+                ident = [c for c in subtree(ir, p) if ir.grammar_type_of(c) == "identifier"]
+                if ir.grammar_type_of(p) in ("parameter_declaration",
+                                             "optional_parameter_declaration") and ident:
+                    params.append(ir.name_of(ident[-1]) or "")
+        name = _function_name(ir, fn)
+        seen: set[tuple[int | None, ...]] = set()
+        for c in range(len(ir)):
+            if ir.grammar_type_of(c) != "call_expression" or callee(ir, c) != name:
+                continue
+            targs = [a for a in subtree(ir, children(ir, c)[0])
+                     if ir.grammar_type_of(a) == "template_argument_list"]
+            if not targs:
+                return None
+            args = [a for a in children(ir, targs[0]) if ir.grammar_type_of(a) not in _TRIVIA]
+            seen.add(tuple(self.value(text(ir, a)) for a in args))
+        if len(seen) != 1:
+            return None
+        values = seen.pop()
+        if len(values) != len(params) or None in values:
+            return None
+        bound = dict(self.constants) | {p: str(v) for p, v in zip(params, values)}
+        return _evaluate(expr, bound, 0)
+
     def kernel_of(self, nid: int) -> str:
         for a in self.ir.ancestors(nid):
             if self.ir.grammar_type_of(a) == "function_definition":
@@ -406,12 +450,16 @@ class Unit:
                                         align=int(align.group(1)) if align else None)
         return out
 
-    def shared_views(self, fn: int) -> dict[str, SharedArray]:
+    def shared_views(self, fn: int, aliases: bool = False) -> dict[str, SharedArray]:
         """The shared arrays function `fn` sees: its own, the unit's, and its pointer
         parameters that every call in the unit passes a shared array for (a `__device__`
-        helper reducing through `float* buf`)."""
+        helper reducing through `float* buf`). With `aliases`, also its local pointers bound
+        once into one of those (`float* red = smem + n;`, `&buf[k]`): their extents and
+        alignment are unknown (None, dynamic)."""
         out = self.shared_arrays() | self.shared_arrays(fn)
         ir = self.ir
+        if aliases:
+            out |= self._shared_aliases(fn, out)
         name = _function_name(ir, fn) or ""
         params = [p for p in _parameter_names(ir, fn)]
         calls = [c for c in range(len(ir)) if ir.grammar_type_of(c) == "call_expression"
@@ -432,6 +480,30 @@ class Unit:
                 view = passed.pop()
                 out[param] = SharedArray(param, view.element, view.extents, view.decl,
                                          view.dynamic, view.align)
+        return out
+
+    def _shared_aliases(self, fn: int, views: Mapping[str, SharedArray]) -> dict[str, SharedArray]:
+        ir = self.ir
+        written = written_names(ir, fn)
+        out: dict[str, SharedArray] = {}
+        for nid in subtree(ir, fn):
+            if ir.grammar_type_of(nid) != "declaration" or "__shared__" in text(ir, nid) or \
+                    "*" not in text(ir, nid).split("=", 1)[0]:
+                continue
+            for name, _ident, init in declared_names(ir, nid):
+                if init is None or name in written or name in views:
+                    continue
+                m = re.fullmatch(r"\(?\s*(?:&\s*)?([A-Za-z_]\w*)\b(.*?)\)?", " ".join(text(ir, init).split()))
+                if m is None or m.group(1) not in views or "[" in m.group(1):
+                    continue
+                rest = m.group(2).strip()
+                if rest and not (re.fullmatch(r"\+.+", rest) and "&" not in text(ir, init)) and \
+                        not (re.fullmatch(r"\[[^\[\]]+\]", rest) and "&" in text(ir, init)):
+                    continue
+                element = _declared_type(ir, nid)
+                if _plain_type(element) != _plain_type(views[m.group(1)].element):
+                    continue
+                out[name] = SharedArray(name, element, (None,), _span(ir, nid), True, None)
         return out
 
     def launch_block(self) -> LaunchBlock:
@@ -506,6 +578,11 @@ def _strip(ir: KernelIR, nid: int) -> int:
             args = [a for a in args if ir.grammar_type_of(a) not in _TRIVIA]
             if len(args) != 1:
                 return nid
+            if callee(ir, nid).startswith("__ld"):  # a load of the element at an address
+                arg = _strip(ir, args[0])
+                if ir.grammar_type_of(arg) != "pointer_expression" or ir.name_of(arg) != "&":
+                    return nid
+                args = [children(ir, arg)[-1]]
             nid = args[0]
         else:
             return nid
@@ -587,6 +664,8 @@ def _global_read(unit: Unit, fn: int, nid: int, pointers: Mapping[str, str]
     ir = unit.ir
     node = _strip(ir, nid)
     gtype = ir.grammar_type_of(node)
+    if gtype == "call_expression" and callee(ir, node) in unit.scope.function_macros:
+        return _macro_read(unit, node, pointers)
     if gtype == "call_expression" and callee(ir, node).startswith("__ld"):
         args = [a for a in children(ir, children(ir, node)[-1]) if ir.grammar_type_of(a) not in _TRIVIA]
         if len(args) == 1:
@@ -614,6 +693,33 @@ def _global_read(unit: Unit, fn: int, nid: int, pointers: Mapping[str, str]
         if len(names) == 1 and "[" not in text(ir, inner):
             return names.pop(), text(ir, node), 1
     return None
+
+
+def _macro_read(unit: Unit, node: int, pointers: Mapping[str, str]) -> tuple[str, str, int] | None:
+    """(pointer, element expression, 1) when the call of a function-like macro `node` expands
+    to one subscript of a pointer of `pointers` (`AT(A, r, c, ld)` -> `A[(r) * (ld) + (c)]`);
+    the element expression is the expansion."""
+    ir = unit.ir
+    args = [text(ir, a) for a in children(ir, children(ir, node)[-1])
+            if ir.grammar_type_of(a) not in _TRIVIA]
+    expanded = unit.scope.expansion(callee(ir, node), args)
+    if expanded is None:
+        return None
+    e = expanded
+    while e != _unparen(e):
+        e = _unparen(e).strip()
+    m = re.match(r"\(?\s*([A-Za-z_]\w*)\s*\)?\s*\[", e)
+    if m is None or m.group(1) not in pointers:
+        return None
+    depth = 0
+    for i in range(m.end() - 1, len(e)):
+        depth += e[i] == "["
+        depth -= e[i] == "]"
+        if depth == 0:
+            break
+    if depth or i != len(e) - 1 or "[" in e[m.end():i]:
+        return None
+    return m.group(1), f"{m.group(1)}{e[m.end() - 1:]}", 1
 
 
 _VEC_CAST = re.compile(r"^\*?\s*\(?\s*(?:reinterpret_cast\s*<\s*(?:const\s+)?(\w+)\s*\*\s*>|"
@@ -698,6 +804,7 @@ def _kernel_stagings(unit: Unit, kernel: str, fn: int) -> tuple[list[Staging], l
                                        _span(ir, nid), kernel))
             continue
         form, source, src, guard, fill, lanes, parts = staged
+        fill = _bound_value(unit, fn, fill, pointers)
         if lanes != lanes_dst:
             refused.append(Refusal("staging", "the shared store and the global read move "
                                    "different widths", _span(ir, nid), kernel))
@@ -717,6 +824,17 @@ def _kernel_stagings(unit: Unit, kernel: str, fn: int) -> tuple[list[Staging], l
                            _span(ir, loop) if loop is not None else None, converted,
                            tuple(_span(ir, n) for n in nodes)))
     return out, refused
+
+
+def _bound_value(unit: Unit, fn: int, expr: str | None, pointers: Mapping[str, str]) -> str | None:
+    """`expr`, or where it is a variable bound once and never written (`const T zero =
+    T(0);`) to a value that reads no global memory, that value."""
+    if expr is None or not re.fullmatch(r"\s*[A-Za-z_]\w*\s*", expr):
+        return expr
+    init = _single_init(unit, fn, expr.strip())
+    if init is None or set(re.findall(r"[A-Za-z_]\w*", init)) & set(pointers):
+        return expr
+    return " ".join(init.split())
 
 
 def _plain_type(name: str) -> str:
@@ -1328,7 +1446,7 @@ def _epilogue(unit: Unit, fn: int, k_loop: int, acc: str) -> tuple[tuple[tuple[i
 # ---------------------------------------------------------------------------------------------
 # the launch's block size, as the host sets it
 
-_CHEVRON = re.compile(r"(\w+)\s*<<<\s*([^<>]*?)>>>")
+_CHEVRON = re.compile(r"(\w+)\s*(?:<[^<>;(){}]*>)?\s*<<<\s*([^<>]*?)>>>")  # `k<256><<<...>>>` too
 
 
 def launch_block(ir: KernelIR, kernel: str | None = None, host: str | None = None) -> LaunchBlock:
@@ -1595,10 +1713,12 @@ def reduction_trees(ir: KernelIR | Unit) -> tuple[list[ReductionTree], list[Refu
     out: list[ReductionTree] = []
     refused: list[Refusal] = []
     for name, fn in unit.functions.items():
-        shared = unit.shared_views(fn)
+        shared = unit.shared_views(fn, aliases=True)
         for nid in subtree(unit.ir, fn):
-            if unit.ir.grammar_type_of(nid) == "for_statement":
-                found = _tree_loop(unit, name, fn, nid, shared)
+            if unit.ir.grammar_type_of(nid) in ("for_statement", "while_statement"):
+                finder = _tree_loop if unit.ir.grammar_type_of(nid) == "for_statement" \
+                    else _while_tree
+                found = finder(unit, name, fn, nid, shared)
                 if isinstance(found, ReductionTree):
                     out.append(found)
                 elif found is not None:
@@ -1674,6 +1794,43 @@ def _combine(unit: Unit, stmt: int, shared: Mapping[str, SharedArray]
     return None
 
 
+def _slot_locals_inlined(unit: Unit, items: list[int], shared: Mapping[str, SharedArray]
+                         ) -> list[tuple[Unit, int, str]]:
+    """The statements of a tree's step as (unit, statement, text), with locals that only copy
+    a slot (`float a = sh[t]; float b = sh[t + s]; sh[t] = a + b;`) put back in place of their
+    uses (`sh[t] = sh[t] + sh[t + s];`, parsed on its own); without such locals, the
+    statements as they are."""
+    ir = unit.ir
+    copies: dict[str, str] = {}
+    rest = []
+    for s in items:
+        names = declared_names(ir, s) if ir.grammar_type_of(s) == "declaration" else []
+        if not rest and len(names) == 1 and names[0][2] is not None:
+            base, idx = subscript(ir, _strip(ir, names[0][2]))
+            if base in shared and len(idx) == 1:
+                copies[names[0][0]] = text(ir, _strip(ir, names[0][2]))
+                continue
+        rest.append(s)
+    if not copies:
+        return [(unit, s, text(ir, s)) for s in items]
+    if any(set(copies) & written_names(ir, s) for s in rest):
+        return [(unit, s, text(ir, s)) for s in items]  # a copy written again: told as is
+    from kir import parse  # noqa: PLC0415 — kir is below passes; parsed only for this form
+
+    out = []
+    for s in rest:
+        inlined = re.sub(r"(?<![.\w])[A-Za-z_]\w*\b(?!\s*\()",
+                         lambda m: f"({copies[m.group(0)]})" if m.group(0) in copies else m.group(0),
+                         text(ir, s))
+        sub = Unit(parse("void kl_step() { " + inlined + " }", "cuda"))
+        stmt = next((n for n in range(len(sub.ir))
+                     if sub.ir.grammar_type_of(n) == "expression_statement"), None)
+        if stmt is None:
+            return [(unit, s, text(ir, s)) for s in items]
+        out.append((sub, stmt, inlined))
+    return out
+
+
 def _thread_index(unit: Unit, fn: int, expr: str) -> bool:
     """Whether `expr` is the thread's index in the block's x dimension (`threadIdx.x` or a
     variable bound once to it)."""
@@ -1700,21 +1857,87 @@ def _thread_index(unit: Unit, fn: int, expr: str) -> bool:
 
 def _tree_loop(unit: Unit, kernel: str, fn: int, loop: int,
                shared: Mapping[str, SharedArray]) -> ReductionTree | Refusal | None:
+    """A `for` loop over a halving or doubling stride as a tree (with a `#pragma unroll`
+    right before it, that line too)."""
     ir = unit.ir
-    init, cond, update = for_parts(ir, loop)
+    _init, cond, update = for_parts(ir, loop)
     var = loop_var(ir, loop)
     start = _loop_start(ir, loop)
     if var is None or update is None or cond is None or start is None:
         return None
-    halving = _HALVE.match(text(ir, update))
-    doubling = _DOUBLE.match(text(ir, update))
+    where = _span(ir, loop)
+    pragma = _pragma_before(ir, loop)
+    if pragma is not None:
+        where = (ir.span_of(pragma).start, where[1])
+    return _tree_parts(unit, kernel, fn, loop, shared, var, start, cond, text(ir, update),
+                       _statements(ir, loop_body(ir, loop)), where, loop)
+
+
+def _pragma_before(ir: KernelIR, node: int) -> int | None:
+    """The `#pragma unroll` line right before statement `node`, if there is one."""
+    parent = ir.parent_of(node)
+    if parent is None:
+        return None
+    kids = children(ir, parent)
+    at = kids.index(node) if node in kids else 0
+    prev = kids[at - 1] if at > 0 else None
+    if prev is not None and ir.grammar_type_of(prev) == "preproc_call" and \
+            re.match(r"\s*#\s*pragma\s+unroll\b", text(ir, prev)):
+        return prev
+    return None
+
+
+def _while_tree(unit: Unit, kernel: str, fn: int, loop: int,
+                shared: Mapping[str, SharedArray]) -> ReductionTree | Refusal | None:
+    """`T s = start; while (s > 0) { ...; s >>= 1; }` as a tree: the stride declared by the
+    statement right before the loop (and used nowhere after it), updated by the loop body's
+    last statement."""
+    ir = unit.ir
+    parent = ir.parent_of(loop)
+    if parent is None or ir.grammar_type_of(parent) != "compound_statement":
+        return None
+    kids = [c for c in children(ir, loop) if ir.grammar_type_of(c) not in _TRIVIA]
+    clause, body = kids[0], kids[-1]
+    cond = next((c for c in children(ir, clause) if ir.grammar_type_of(c) not in _TRIVIA), None)
+    items = _statements(ir, body) if ir.grammar_type_of(body) == "compound_statement" else []
+    siblings = _statements(ir, parent)
+    if cond is None or len(items) < 2 or loop not in siblings or siblings.index(loop) == 0:
+        return None
+    decl = siblings[siblings.index(loop) - 1]
+    last = items[-1]
+    if ir.grammar_type_of(decl) != "declaration" or len(declared_names(ir, decl)) != 1 or \
+            ir.grammar_type_of(last) != "expression_statement":
+        return None
+    var, _ident, start = declared_names(ir, decl)[0]
+    update = text(ir, last).strip().rstrip(";")
+    step = _HALVE.match(update) or _DOUBLE.match(update)
+    if start is None or step is None or step.group(1) != var:
+        return None
+    where = (ir.span_of(decl).start, ir.span_of(loop).end)
+    if any(var in written_names(ir, s) for s in items[:-1]):
+        return Refusal("reduction-tree", f"the tree's body writes its stride {var} besides "
+                       "the last statement", where, kernel)
+    later = [n for n in subtree(ir, parent) if ir.span_of(n).start >= where[1]
+             and ir.grammar_type_of(n) == "identifier" and ir.name_of(n) == var]
+    if later:
+        return Refusal("reduction-tree", f"the stride {var} is used after the tree", where, kernel)
+    return _tree_parts(unit, kernel, fn, loop, shared, var, start, cond, update, items[:-1],
+                       where, decl)
+
+
+def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str, SharedArray],
+                var: str, start: int, cond: int, update: str, items: list[int],
+                where: tuple[int, int], first: int) -> ReductionTree | Refusal | None:
+    """The tree a loop over stride `var` (from `start`, while `cond`, stepped by `update`;
+    body statements `items`, the update excluded) makes; `first`: its first statement (the
+    thread's stores into the arrays come right before it)."""
+    ir = unit.ir
+    halving = _HALVE.match(update)
+    doubling = _DOUBLE.match(update)
     if not (halving or doubling) or (halving or doubling).group(1) != var:  # type: ignore[union-attr]
         return None
-    body = loop_body(ir, loop)
-    items = _statements(ir, body)
     if not any(_is_sync(ir, s) for s in items):
         return None
-    where = _span(ir, loop)
 
     def refuse(why: str) -> Refusal:
         return Refusal("reduction-tree", why, where, kernel)
@@ -1734,7 +1957,8 @@ def _tree_loop(unit: Unit, kernel: str, fn: int, loop: int,
     cond_node, then, alt = if_parts(ir, guarded[0])
     if alt is not None:
         return refuse("the tree's combine has an else branch")
-    combines = [_combine(unit, s, shared) for s in _statements(ir, then)]
+    steps = _slot_locals_inlined(unit, _statements(ir, then), shared)
+    combines = [_combine(u, s, shared) for u, s, _t in steps]
     if not combines or None in combines:
         return refuse("a statement of the tree's step is not a sum, max or min of two slots "
                       "of a shared array")
@@ -1749,7 +1973,12 @@ def _tree_loop(unit: Unit, kernel: str, fn: int, loop: int,
     start_text = flat_code(ir, start)
     if halving:
         tid = own
-        if cond_text not in (f"{tid}<{var}", f"{var}>{tid}"):
+        heads = (f"{tid}<{var}", f"{var}>{tid}")
+        # `t < s && t + s < n`: the second bound holds for every t < s where n is the extent
+        bounded = [_unparen(c) for c in cond_text.split("&&")]
+        if cond_text not in heads and not (len(bounded) == 2 and bounded[0] in heads and
+                                           re.fullmatch(rf"{re.escape(tid)}\+{re.escape(var)}<.+",
+                                                        bounded[1])):
             return refuse(f"the tree's step runs under {text(ir, cond_node)}, not own slot < stride")
         loop_cond = flat_code(ir, cond)
         tail_end = None
@@ -1771,6 +2000,13 @@ def _tree_loop(unit: Unit, kernel: str, fn: int, loop: int,
                 return refuse(f"the tree's first stride {text(ir, start)} is neither half the "
                               "block nor a constant")
             extent = str(2 * half)
+        if extent != "blockDim.x" and _unparen(re.sub(r"\s+", "", expand_locals(unit, fn, extent))) \
+                == "blockDim.x":  # `const int n = blockDim.x;` ... `n / 2`
+            extent = "blockDim.x"
+        if len(bounded) == 2 and cond_text not in heads and \
+                bounded[1] != f"{tid}+{var}<{extent}":
+            return refuse(f"the tree's step runs under {text(ir, cond_node)}, a bound other "
+                          "than the tree's extent")
         form = "halving"
     else:
         if start_text != "1":
@@ -1800,19 +2036,22 @@ def _tree_loop(unit: Unit, kernel: str, fn: int, loop: int,
         form = "doubling"
     if not _thread_index(unit, fn, tid):
         return refuse(f"the tree's slot index {tid} is not the thread's index threadIdx.x")
-    if extent != "blockDim.x" and unit.value(extent) is None:
-        return refuse(f"the tree's extent {extent} is neither blockDim.x nor a constant")
+    extent_value = unit.value(extent)
+    if extent != "blockDim.x" and extent_value is None:
+        if not unit.compile_time(extent):
+            return refuse(f"the tree's extent {extent} is neither blockDim.x nor a constant")
+        extent_value = unit.template_value(fn, extent)
     tail_end = tail_end if halving else None
     last = tail_end if tail_end is not None else loop
     after = _later_slot_reads(unit, fn, last, {c[0] for c in combines})  # type: ignore[index]
     if after:
         return refuse(f"a slot other than 0 is read after the tree ({after})")
-    cs = tuple(Combine(c[0], c[1], " ".join(text(ir, s).split()), shared[c[0]].element)  # type: ignore[index]
-               for c, s in zip(combines, _statements(ir, then)))
-    store, values = _tree_stores(unit, loop, cs, tid)
+    cs = tuple(Combine(c[0], c[1], " ".join(t.split()), shared[c[0]].element)  # type: ignore[index]
+               for c, (_u, _s, t) in zip(combines, steps))
+    store, values = _tree_stores(unit, first, cs, tid)
     if tail_end is not None:
         where = (where[0], ir.span_of(tail_end).end)
-    return ReductionTree(kernel, cs, tid, extent, unit.value(extent), var, form, where, store,
+    return ReductionTree(kernel, cs, tid, extent, extent_value, var, form, where, store,
                          values, unit.launch_block().dims)
 
 
@@ -2025,6 +2264,8 @@ def _stride_kind(unit: Unit, fn: int, step: str, start: str) -> str | None:
         return "warp"
     launch = unit.launch_block().dims
     value = unit.value(step)
+    if value is None and unit.compile_time(step):  # a template parameter: its instantiation's
+        value = unit.template_value(fn, step)
     if value is not None and launch is not None and value == launch[0] and "threadIdx.x" in \
             expand_locals(unit, fn, start):
         return "block"

@@ -259,6 +259,10 @@ def tree_guard(tree: ReductionTree, ctx: PassContext | None) -> tuple[str | None
     facts = dict(ctx.facts) if ctx is not None else {}
     if dims is None and isinstance(facts.get("block_threads"), int):
         dims = (int(facts["block_threads"]), 1, 1)
+    if tree.extent_value is None and tree.extent != "blockDim.x":  # a template parameter
+        e = f"({tree.extent})"
+        return (f"blockDim.x == {e} && ({e} & 31) == 0 && ({e} & ({e} - 1)) == 0 && "
+                "blockDim.y == 1 && blockDim.z == 1"), None
     if dims is not None:
         x = dims[0]
         wanted = tree.extent_value if tree.extent_value is not None else x

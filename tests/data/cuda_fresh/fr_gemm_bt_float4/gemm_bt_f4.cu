@@ -1,5 +1,6 @@
 // C = A @ B^T in fp32 with B stored (N, K), both K-contiguous. 32x32 tiles of C per block of
-// 16x16 threads (2x2 each), K in steps of 16 read as float4 (the host requires K % 4 == 0).
+// 16x16 threads (2x2 each), K in steps of 16 read as float4 where all four are inside (the host requires K % 4 == 0,
+// so the vector loads are aligned), element by element at the edges.
 #define TILE 32
 #define KSTEP 16
 
@@ -16,14 +17,22 @@ extern "C" __global__ void gemm_abt_f4(const float* A, const float* B, float* C,
         if (tid < TILE * KSTEP / 4) {
             const int r = tid / (KSTEP / 4), q = tid % (KSTEP / 4);
             const int kq = k0 + q * 4;
-            float4 va = make_float4(0.f, 0.f, 0.f, 0.f);
-            float4 vb = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (row0 + r < M && kq < K) va = *reinterpret_cast<const float4*>(&A[(size_t)(row0 + r) * K + kq]);
-            if (col0 + r < N && kq < K) vb = *reinterpret_cast<const float4*>(&B[(size_t)(col0 + r) * K + kq]);
-            a_tile[r][q * 4 + 0] = va.x; a_tile[r][q * 4 + 1] = va.y;
-            a_tile[r][q * 4 + 2] = va.z; a_tile[r][q * 4 + 3] = va.w;
-            b_tile[r][q * 4 + 0] = vb.x; b_tile[r][q * 4 + 1] = vb.y;
-            b_tile[r][q * 4 + 2] = vb.z; b_tile[r][q * 4 + 3] = vb.w;
+            if (row0 + r < M && kq + 3 < K) {
+                const float4 va = *reinterpret_cast<const float4*>(&A[(size_t)(row0 + r) * K + kq]);
+                a_tile[r][q * 4 + 0] = va.x; a_tile[r][q * 4 + 1] = va.y;
+                a_tile[r][q * 4 + 2] = va.z; a_tile[r][q * 4 + 3] = va.w;
+            } else {
+                for (int i = 0; i < 4; ++i)
+                    a_tile[r][q * 4 + i] = (row0 + r < M && kq + i < K) ? A[(size_t)(row0 + r) * K + kq + i] : 0.f;
+            }
+            if (col0 + r < N && kq + 3 < K) {
+                const float4 vb = *reinterpret_cast<const float4*>(&B[(size_t)(col0 + r) * K + kq]);
+                b_tile[r][q * 4 + 0] = vb.x; b_tile[r][q * 4 + 1] = vb.y;
+                b_tile[r][q * 4 + 2] = vb.z; b_tile[r][q * 4 + 3] = vb.w;
+            } else {
+                for (int i = 0; i < 4; ++i)
+                    b_tile[r][q * 4 + i] = (col0 + r < N && kq + i < K) ? B[(size_t)(col0 + r) * K + kq + i] : 0.f;
+            }
         }
         __syncthreads();
         for (int kk = 0; kk < KSTEP; ++kk) {
