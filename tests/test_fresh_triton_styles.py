@@ -69,3 +69,31 @@ def test_a_block_pointer_advanced_by_a_tile_in_the_dot_loop_makes_it_the_k_tile(
     # the tile a block pointer is advanced by outside any dot loop keeps no K role
     rows = text.replace("acc += tl.dot(x, y)", "acc += x[:, :1] * y[:1, :]")
     assert "k" not in joint_config(_ir(rows))["bp_at_matmul"].by_role()
+
+
+# -- tiles a @triton.heuristics sets ---------------------------------------------------------
+def test_a_tile_a_heuristic_sets_to_a_constant_is_tuned_and_the_heuristic_gives_way() -> None:
+    """`"ROWS": lambda args: 2` pins ROWS as a launch keyword would, and Triton runs heuristics
+    after the autotuner picks: the sweep tunes ROWS and takes its entry out of the heuristics
+    (else every configuration would run with 2); a heuristic that computes its value
+    (`next_power_of_2(N)`) stays, its tile untuned."""
+    text = (STYLES / "rmsnorm_heur_keepdims/heur_rms.py").read_text()
+    assert joint_config(_ir(text))["rms_tile"].by_role() == {"grid": 2}
+    made = sweep_edit(_ir(text), "rms_tile", [{"grid": 4, "num_warps": 8}, {"grid": 1}])
+    assert not hasattr(made, "reason"), made
+    out = apply_byte_edits(text, made[0])
+    assert '"ROWS": lambda' not in out and '"BLOCK_N": lambda args: triton.next_power_of_2' in out
+    assert [c["ROWS"] for c in made[1]] == [4, 1]
+    _gated(out, "rmsnorm_heur_keepdims")
+
+
+def test_a_launch_value_a_heuristic_overrides_is_not_tunable() -> None:
+    """A tile passed at the launch but computed by a heuristic runs with the heuristic's value:
+    sweeping the launch's would change nothing, so it has none."""
+    text = (STYLES / "mm_ieee_where/ieee_mm.py").read_text()
+    passed = text.replace("c.stride(0), c.stride(1), BM=32, BN=32)",
+                          "c.stride(0), c.stride(1), BM=32, BN=32, BK=32)")
+    assert passed != text
+    for source in (text, passed):
+        params = {p.name: p.value for p in joint_config(_ir(source))["ieee_matmul"].params}
+        assert params == {"BM": 32, "BN": 32, "BK": None}

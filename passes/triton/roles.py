@@ -1193,18 +1193,44 @@ def autotune_entries(mod: PyModule, kernel: ast.FunctionDef) -> list[ast.Call]:
     ]
 
 
+def heuristic_entries(mod: PyModule, kernel: ast.FunctionDef) -> tuple[ast.Dict | None,
+                                                                         dict[str, ast.AST]]:
+    """The dict of `kernel`'s `@triton.heuristics({...})` (or `values={...}`) and each
+    parameter it sets -> the function computing it; (None, {}) without one. Triton runs these
+    after the autotuner picks a config and before the launch, so what they set wins over both."""
+    dec = mod.decorator(kernel, "heuristics")
+    if not isinstance(dec, ast.Call):
+        return None, {}
+    table = next((k.value for k in dec.keywords if k.arg == "values"),
+                 dec.args[0] if dec.args else None)
+    if not isinstance(table, ast.Dict):
+        return None, {}
+    return table, {str(k.value): v for k, v in zip(table.keys, table.values)
+                   if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+
+
+def heuristic_constant(fn: ast.AST) -> int | None:
+    """The int a heuristic always returns (`lambda args: 2`), else None."""
+    return literal_int(fn.body) if isinstance(fn, ast.Lambda) else None
+
+
 def param_values(
     mod: PyModule, kernel: ast.FunctionDef, names: Sequence[str]
 ) -> dict[str, int | None]:
-    """The int each of `names` (kernel parameters) is run with: its value in the first
-    autotuner config, else at the first launch (a literal, or a host name bound to one), else
-    its default; None where none of these is a literal."""
-    values: dict[str, int | None] = {}
+    """The int each of `names` (kernel parameters) is run with: what a heuristic sets it to
+    where one does (None where it computes it), else its value in the first autotuner config,
+    else at the first launch (a literal, or a host name bound to one), else its default; None
+    where none of these is a literal."""
+    values: dict[str, int | None] = {
+        n: heuristic_constant(fn) for n, fn in heuristic_entries(mod, kernel)[1].items()
+        if n in names
+    }
     configs = autotune_entries(mod, kernel)
     if configs:
         first = configs[0]
         for k, v in zip(first.args[0].keys, first.args[0].values):
-            if isinstance(k, ast.Constant) and str(k.value) in names:
+            if isinstance(k, ast.Constant) and str(k.value) in names \
+                    and str(k.value) not in values:
                 values[str(k.value)] = literal_int(v)
     launches = kernel_launches(mod, kernel)
     if launches:
@@ -1623,6 +1649,10 @@ def sweep_edit(
     hook = _descriptor_hook(mod, kernel, launches, tuned)
     if isinstance(hook, SweepRefusal):
         return hook
+    table, heuristics = heuristic_entries(mod, kernel)
+    if table is not None:  # a heuristic's constant would override every tuned value
+        edits.extend(_removals(mod, table, [k for k in table.keys if isinstance(k, ast.Constant)
+                                            and k.value in tuned and k.value in heuristics]))
     text = _decorator_text(mod, kernel, fitted, dec, hook, _restored(mod, kernel, launches))
     if dec is not None:
         start = line_start(mod.source, mod.start(dec))
