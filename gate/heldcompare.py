@@ -73,12 +73,18 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.detach().reshape(-1).view(torch.uint8)
 
 
+FUSED_OFF: str | None = None
+"""Why this process holds and compares every reference with torch ops (`gate.fusedcompare`'s
+kernels did not compile here), or None."""
+
+
 def fused_applies(t: torch.Tensor) -> bool:
     """Whether `t` is held and compared by `gate.fusedcompare`: an fp32 tensor on a GPU, unless
-    KLINEAGE_GATE_FUSED=0; with KLINEAGE_GATE_FUSED=1 on the CPU too (where Triton interprets:
-    the interpret tier)."""
+    KLINEAGE_GATE_FUSED=0 or its kernels do not compile (`FUSED_OFF`); with
+    KLINEAGE_GATE_FUSED=1 on the CPU too (where Triton interprets: the interpret tier)."""
     choice = os.environ.get("KLINEAGE_GATE_FUSED", "")
-    return t.dtype == torch.float32 and choice != "0" and (t.is_cuda or choice == "1")
+    return t.dtype == torch.float32 and choice != "0" and FUSED_OFF is None \
+        and (t.is_cuda or choice == "1")
 
 
 @dataclass(slots=True)

@@ -226,3 +226,22 @@ def test_the_one_pass_tf32_rounding_is_the_torch_rounding(monkeypatch: pytest.Mo
     assert got.shape == x.shape and torch.equal(got.view(torch.int32), want.view(torch.int32))
     monkeypatch.setenv("KLINEAGE_GATE_FUSED", "1")  # the probe takes the one pass
     assert torch.equal(precision.tf32_rounded(x).view(torch.int32), want.view(torch.int32))
+
+
+def test_where_the_kernels_do_not_compile_the_torch_path_holds_and_compares(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KLINEAGE_GATE_FUSED", "1")
+    monkeypatch.setattr(heldcompare, "FUSED_OFF", None)
+    assert fusedcompare.warm("cpu") and heldcompare.FUSED_OFF is None
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("ptxas fatal: no such instruction")
+
+    monkeypatch.setattr(fusedcompare._judge_kernel, "warmup", broken, raising=False)
+    assert fusedcompare.warm("cpu") is False
+    assert "ptxas fatal" in heldcompare.FUSED_OFF and "one-pass comparison off" in capsys.readouterr().err
+    ref = torch.randn(100)
+    key = cmp.new_key()
+    [held], _ = heldcompare.hold(ref, key)
+    assert not held.fused
+    assert heldcompare.judge(ref.clone(), [held], key, cmp.new_key(), [], None)["err"] == 0.0
