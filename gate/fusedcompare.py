@@ -21,7 +21,8 @@ Figures, per block of `BLOCK` elements (float64 sums of float64 values, as the t
 sum of squared differences and of squared reference values where the reference is finite,
 whether the output is NaN / non-finite where the reference is finite, whether the reference's
 non-finite places differ from the output's, allclose misses and the first one (place, both
-values), the largest finite difference (first place, both values). Partial rows are reduced
+values), the largest finite difference (first place, both values), whether the reference
+holds a non-finite value. Partial rows are reduced
 in a fixed order: the figures do not change from run to run.
 
 All scalars (sizes, offsets, keys, tolerances) travel in one float64 tensor (exact below
@@ -43,7 +44,7 @@ __all__ = ["BLOCK", "FIELDS", "applies", "pad_words", "relative_error", "stats",
 
 BLOCK = 2048  # elements of one program (8 per thread at 8 warps: 121 registers on sm_90)
 NUM_WARPS = 8
-FIELDS = 12  # figures of one block (`_judge_kernel`'s partial row)
+FIELDS = 13  # figures of one block (`_judge_kernel`'s partial row)
 _NONE: tl.constexpr = tl.constexpr(1 << 62)  # "no place" in a partial row (beyond any index)
 _INF: tl.constexpr = tl.constexpr(float("inf"))
 _TINY = float(torch.finfo(torch.float64).tiny)
@@ -137,11 +138,12 @@ def _judge_kernel(out, ref, part, params, ALLCLOSE: tl.constexpr, MASKED: tl.con
     size = tl.where(inside & (size == size), size, -1.0)  # NaN: not a finite difference
     largest = tl.max(size, axis=0)
     at = tl.min(tl.where(size == largest, offs, _NONE), axis=0)
-    row = part + pid * 12
+    row = part + pid * 13
     tl.store(row + 0, num)
     tl.store(row + 1, den)
     tl.store(row + 2, nan_bad.to(tl.float64))
     tl.store(row + 3, inf_bad.to(tl.float64))
+    tl.store(row + 12, tl.max((inside & (r_finite == 0)).to(tl.int32), axis=0).to(tl.float64))
     tl.store(row + 8, largest)
     tl.store(row + 9, (base + at).to(tl.float64))
     tl.store(row + 10, tl.sum(tl.where(offs == at, o, 0.0), axis=0))
@@ -233,7 +235,7 @@ def _figures(parts: list[torch.Tensor]) -> list[float]:
     sums = torch.stack([t[:, 0].sum(), t[:, 1].sum(), t[:, 2].max(), t[:, 3].max(), t[:, 4].sum()])
     first = torch.argmin(t[:, 5])
     largest = torch.argmax(t[:, 8])  # the first block of the largest (argmax keeps the first)
-    return torch.cat([sums, t[first, 5:8], t[largest, 8:12]]).tolist()
+    return torch.cat([sums, t[first, 5:8], t[largest, 8:12], t[:, 12].max().view(1)]).tolist()
 
 
 def stats(flat: torch.Tensor, masked: torch.Tensor, key: int, fresh: int,
@@ -261,7 +263,7 @@ def stats(flat: torch.Tensor, masked: torch.Tensor, key: int, fresh: int,
         if not here:
             words.copy_(piece)
         del piece
-    num, den, nan_bad, inf_bad, misses, miss_at, miss_o, miss_r, size, big_at, big_o, big_r = \
+    num, den, nan_bad, inf_bad, misses, miss_at, miss_o, miss_r, size, big_at, big_o, big_r, _ = \
         _figures(parts)
     at = None
     if misses > 0:
@@ -279,12 +281,12 @@ def stats(flat: torch.Tensor, masked: torch.Tensor, key: int, fresh: int,
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| of two fp32 tensors of one shape on one device, float64 sums in
-    one pass (where the reference is finite; inf where the output is not finite there or the
-    non-finite places differ)."""
+    one pass; inf where either holds a non-finite value (as `gate.precision.relative_error`)."""
     o, r = out.reshape(-1).contiguous(), ref.reshape(-1).contiguous()
     params = _params(o.device, o.numel(), 0, 0, 0, 0, 0, 0.0, 0.0)
-    num, den, nan_bad, inf_bad = _figures([_partials(o, r, params, masked=False, allclose=False)])[:4]
-    if nan_bad or inf_bad:
+    figures = _figures([_partials(o, r, params, masked=False, allclose=False)])
+    num, den, nan_bad, inf_bad, ref_nonfinite = *figures[:4], figures[12]
+    if nan_bad or inf_bad or ref_nonfinite:
         return float("inf")
     return math.sqrt(num) / max(math.sqrt(den), 1e-300)
 
