@@ -42,7 +42,7 @@ import triton.language as tl
 __all__ = ["BLOCK", "FIELDS", "applies", "pad_words", "relative_error", "stats", "tf32_rounded", "warm",
            "xor_words"]
 
-BLOCK = 2048  # elements of one program (8 per thread at 8 warps: 121 registers on sm_90)
+BLOCK = 2048  # elements of one program (8 per thread at 8 warps: about 110 registers on sm_90)
 NUM_WARPS = 8
 FIELDS = 13  # figures of one block (`_judge_kernel`'s partial row)
 _NONE: tl.constexpr = tl.constexpr(1 << 62)  # "no place" in a partial row (beyond any index)

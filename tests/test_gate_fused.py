@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 import torch
 import triton
 import triton.language as tl
 
+import gate
+from gate import FailureKind, Tier
 from gate import compare as cmp
 from gate import fusedcompare, heldcompare, precision
 from gate.guards import Captured
@@ -19,6 +22,7 @@ from gate.transport import encode_all
 
 # the interpreter computes masked-off lanes and NaN arithmetic in numpy, which warns
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture(autouse=True)
@@ -201,11 +205,7 @@ def test_an_interpret_gate_holds_and_judges_in_one_pass(monkeypatch: pytest.Monk
     """The worker's own flow with the one-pass path (forced on the CPU): the honest kernel
     passes every check, a reused answer is still named, and sets parked in host memory are
     judged chunk by chunk."""
-    import gate
-    from gate import FailureKind, Tier
-    from pathlib import Path
-
-    saxpy = Path(__file__).parent / "data" / "cases" / "saxpy"
+    saxpy = DATA / "cases" / "saxpy"
     monkeypatch.setenv("KLINEAGE_GATE_COMPARE", "worker")
     monkeypatch.setenv("KLINEAGE_GATE_FUSED", "1")
     verdict = gate.check_file(saxpy / "saxpy_triton.py", saxpy, Tier.INTERPRET, cache=False, timeout=120)
@@ -214,7 +214,7 @@ def test_an_interpret_gate_holds_and_judges_in_one_pass(monkeypatch: pytest.Monk
     phases = [r.phase for r in verdict.correctness.results]
     assert phases.count("seed") == 3 and phases.count("sealed") == 1 and phases.count("refill") >= 4
     monkeypatch.setenv("KLINEAGE_GATE_PARK", "1")
-    cheat = gate.check_file(Path(__file__).parent / "data" / "cheats" / "reuse_data_ptr.py", saxpy,
+    cheat = gate.check_file(DATA / "cheats" / "reuse_data_ptr.py", saxpy,
                             Tier.INTERPRET, cache=False, timeout=120)
     assert cheat.failure_kind is FailureKind.REUSED_OUTPUT, cheat.reason
 
