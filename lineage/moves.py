@@ -101,6 +101,17 @@ def card_sites(card: SkillCard, ir: KernelIR) -> list[Site]:
                  (m.anchor.span.start, m.anchor.span.end)) for m in index.query(query)]
 
 
+def tuned(cls: Any, variants: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """`variants`, then each with every other value of a tunable option it sets (the rule's
+    `tunables`): a recorded slot count of four also tries three and five."""
+    out = list(variants)
+    for variant in variants:
+        for key, values in (getattr(cls, "tunables", None) or {}).items():
+            if key in variant:
+                out += [v for v in ({**variant, key: x} for x in values) if v not in out]
+    return out
+
+
 def _fits_recorded(card: SkillCard, site: Site) -> bool:
     """Whether a recorded variant of `card` names this site's detail (e.g. the tile the
     recorded step resized: option `tile` = the site's `tile`); True when none names any."""
@@ -152,7 +163,8 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
 
     Order: for each site (the card's locus first), each back-end (a chain is unwrapped so a
     result names the back-end that made it): a deterministic back-end tries the card's recorded
-    option variants for the site (`SkillCard.option_candidates`) and then the pass's defaults
+    option variants for the site (`SkillCard.option_candidates`), then those with the other
+    values of the rule's tunable options (`tuned`), and then the pass's defaults
     (a recorded value may name what only the source kernel has, e.g. its accumulator); the LLM
     back-end is asked once per site. A candidate whose edit re-inserts a line the kernel already
     has (most likely a variant already applied at another site, e.g. the same TMA descriptor)
@@ -220,7 +232,7 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                     produced = True
                     yield made
             variants = card.option_candidates(site.anchor)
-            variants = variants[:1] if backend.name == "llm" else variants + [{}]
+            variants = variants[:1] if backend.name == "llm" else tuned(cls, variants) + [{}]
             for options in variants:
                 view = _CardView(card, card.pass_name,
                                  _known_options(cls, options) if cls is not None else options)

@@ -195,6 +195,9 @@ class Pass:
     platforms: ClassVar[tuple[str, ...]] = ("cuda",)
     preconditions: ClassVar[tuple[str, ...]] = ()
     deterministic: ClassVar[bool] = True
+    tunables: ClassVar[Mapping[str, tuple[Any, ...]]] = _EMPTY
+    """Options a search may sweep where a recorded step sets them: option -> the values to try
+    besides the recorded one (e.g. a pipeline's slot count)."""
 
     # -- the three operations -------------------------------------------------------------
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:

@@ -958,3 +958,19 @@ def test_on_the_gpu_the_deep_forms_are_correct_through_their_own_launch() -> Non
     c = torch.zeros(4096, 4096, device="cuda", dtype=torch.bfloat16)
     start, *deep = (do_bench(lambda at=at: run(at, a, b, c), return_mode="median") for at in loaded)
     assert all(ms * 3 < start for ms in deep), (start, deep)
+
+
+def test_the_slot_count_is_a_tunable_the_search_sweeps_around_a_recorded_deep_step() -> None:
+    from lineage.moves import tuned
+
+    rule = get_pass("gemm-schedule")
+    assert dict(rule.tunables) == {"stages": (3, 4, 5)}
+    recorded = {"wgmma": True, "overlap": True, "deep": True, "stages": 4}
+    variants = tuned(rule, [recorded, {"wgmma": True}])
+    assert variants[:2] == [recorded, {"wgmma": True}]  # the recorded ones first, as recorded
+    assert [v["stages"] for v in variants[2:]] == [3, 5]
+    assert all({**v, "stages": 4} == recorded for v in variants[2:])
+    source = _inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py")
+    texts = {v["stages"]: _deep(source, dict(v)).ir.text for v in variants if "stages" in v}
+    assert len(set(texts.values())) == 3
+    assert all(f'"schedule": [128, 128, 64, {n}]' in text for n, text in texts.items())

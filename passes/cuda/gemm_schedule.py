@@ -45,7 +45,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from passes._source import ByteEdit, finish, make_site
@@ -713,6 +715,7 @@ class GemmSchedule(Pass):
     languages: ClassVar[tuple[str, ...]] = CUDA
     platforms: ClassVar[tuple[str, ...]] = ("cuda",)
     preconditions: ClassVar[tuple[str, ...]] = ("arch >= sm_80",)
+    tunables: ClassVar[Mapping[str, tuple[Any, ...]]] = MappingProxyType({"stages": (3, 4, 5)})
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         whole = (0, len(ir.source))
