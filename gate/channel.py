@@ -88,7 +88,10 @@ class Channel:
 
 
 def classify(exc: BaseException) -> FailureKind:
-    """Failure kind of an exception raised by candidate code or by the device."""
+    """Failure kind of an exception raised by candidate code or by the device (an operation
+    the gate refused, `gate.guards.GateRefusal`, is tampering)."""
+    if any(getattr(e, "gate_refusal", False) is True for e in exception_chain(exc)):
+        return FailureKind.TAMPERING
     text = f"{type(exc).__name__}: {exc}".lower()
     if isinstance(exc, MemoryError) or "out of memory" in text or "outofmemory" in text \
             or "can't allocate memory" in text or "cannot allocate memory" in text:

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import builtins
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
+from types import FunctionType, MethodType, ModuleType
 from typing import Any
 
 import torch
@@ -117,30 +118,156 @@ def _entries(owner: Any) -> Iterable[tuple[str, Any]]:
                                                                       classmethod, property))]
 
 
+def _code_of(value: Any) -> Any:
+    """The code object a watched entry runs (a function's, or the function under a static /
+    class method), or None: swapping `__code__` keeps a function's identity."""
+    fn = value.__func__ if isinstance(value, (staticmethod, classmethod, MethodType)) else value
+    return fn.__code__ if isinstance(fn, FunctionType) else None
+
+
+def _own_classes(name: str, module: ModuleType) -> list[tuple[str, type]]:
+    """The classes a gate module defines: their methods are the gate's code too."""
+    return [(f"{name}.{key}", value) for key, value in list(vars(module).items())
+            if isinstance(value, type) and getattr(value, "__module__", None) == name]
+
+
 class TamperWatch:
-    """Identity snapshot of watched functions; `changed()` lists what was rebound or removed."""
+    """Identity snapshot of watched functions; `changed()` lists what was rebound or removed.
+
+    Watched: the attributes of the modules and classes of `_watched_modules`, the methods of
+    every class a gate module defines, the code object under each watched function (a
+    `__code__` swap keeps the function's identity), and the instance attributes of objects
+    added with `watch_instance` (an attribute rebound or added there: a method shadowed, a
+    module of the gate's swapped for a stand-in)."""
 
     def __init__(self) -> None:
         self._owners = _watched_modules()
-        self._ids = {(name, key): id(value) for name, owner in self._owners
-                     for key, value in _entries(owner)}
-        self._keep = [value for _, owner in self._owners for _, value in _entries(owner)]
+        self._owners += [own for name, mod in list(self._owners)
+                         if isinstance(mod, ModuleType) and (name == "gate" or name.startswith("gate."))
+                         for own in _own_classes(name, mod)]
+        self._ids: dict[str, dict[str, tuple[int, int]]] = {
+            name: {key: (id(value), id(_code_of(value))) for key, value in _entries(owner)}
+            for name, owner in self._owners}
+        self._keep = [(value, _code_of(value)) for _, owner in self._owners
+                      for _, value in _entries(owner)]
         self._modules = {name: id(mod) for name, mod in self._owners if isinstance(mod, ModuleType)}
+        self._instances: list[tuple[str, Any, dict[str, int], frozenset[str]]] = []
 
-    def changed(self) -> list[str]:
+    def watch_instance(self, name: str, obj: Any, mutable: Iterable[str] = ()) -> None:
+        """Watch the instance attributes of `obj` from now on (those in `mutable` may change)."""
+        state = {k: id(v) for k, v in vars(obj).items()}
+        self._keep.append(list(vars(obj).values()))
+        self._instances.append((name, obj, state, frozenset(mutable)))
+
+    def changed(self, gate_only: bool = False) -> list[str]:
+        """What was rebound or removed since the snapshot; with `gate_only`, of the gate's own
+        modules, classes and watched instances alone (torch's device queries are answered by
+        stand-ins while an emulated host runs)."""
         out = []
         for name, owner in self._owners:
+            if gate_only and not _GATE_MODULE.match(name):
+                continue
             current = dict(_entries(owner))
-            for (owner_name, key), ident in self._ids.items():
-                if owner_name != name:
-                    continue
+            for key, (ident, code) in self._ids[name].items():
                 value = current.get(key)
-                if value is None or id(value) != ident:
+                if value is None or id(value) != ident or id(_code_of(value)) != code:
                     out.append(f"{name}.{key}")
         for name, ident in self._modules.items():
+            if gate_only and not _GATE_MODULE.match(name):
+                continue
             if id(sys.modules.get(name)) != ident:
                 out.append(f"sys.modules[{name!r}]")
+        for name, obj, state, mutable in self._instances:
+            now = vars(obj)
+            out += [f"{name}.{key}" for key in set(state) | set(now)
+                    if key not in mutable and (key not in now or id(now[key]) != state.get(key))]
         return sorted(set(out))
+
+
+class GateRefusal(PermissionError):
+    """Raised into candidate code by `AuditGuard` when it refuses an operation."""
+
+    gate_refusal = True
+
+
+class _Refused(GateRefusal, RuntimeError):
+    """A refused `sys.addaudithook` (a RuntimeError: Python then drops the new hook quietly)."""
+
+
+# Operations no kernel's host code needs and that reach into the gate's process: a hook that
+# runs candidate code inside the gate's own frames (and while its kernels run), a walk of the
+# interpreter's heap to the gate's objects, a code object swapped under a function, a signal
+# to a process that is not the worker's.
+AUDITED = frozenset({"sys.settrace", "sys.setprofile", "sys.addaudithook", "gc.get_objects",
+                     "gc.get_referrers", "gc.get_referents", "object.__setattr__",
+                     "object.__delattr__", "os.kill", "os.killpg"})
+_CODE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+_GATE_MODULE = re.compile(r"gate(\.|$)")
+
+
+class AuditGuard:
+    """A Python audit hook (`sys.addaudithook`, which nothing can remove) that, once `arm`ed
+    before candidate code loads, refuses the operations of `AUDITED` that candidate code
+    could use to reach into the gate: it raises `GateRefusal` into the caller and records a
+    one-line finding (`findings`), which the worker rejects as tampering even where the
+    candidate caught the exception. Refused: tracing and profiling hooks (`sys.settrace`,
+    `sys.setprofile`; they would run candidate code in the gate's frames), further audit
+    hooks, the heap walks of `gc` (`get_objects`, `get_referrers`, `get_referents`),
+    replacing the code object, defaults or keyword defaults of one of the gate's functions
+    (its identity unchanged, so that a swap undone before a check is seen by none), and `os.kill` / `os.killpg` of a process outside the worker's process
+    group (stopping or killing the gate itself; signal 0, a liveness probe, is allowed).
+    What it cannot see (no audit event): rebinding an attribute of a class or module, which
+    `TamperWatch` reports, and walking frames from a traceback."""
+
+    _installed: AuditGuard | None = None
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.findings: list[str] = []
+
+    @classmethod
+    def install(cls) -> AuditGuard:
+        """The process's guard (one hook per process: a second install returns the first)."""
+        if cls._installed is None:
+            guard = cls()
+            sys.addaudithook(guard._hook)
+            cls._installed = guard
+        return cls._installed
+
+    def arm(self) -> None:
+        """Refuse from now on (candidate code is about to load)."""
+        self.armed = True
+
+    def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if not self.armed or event not in AUDITED:
+            return
+        why = self._refusal(event, args)
+        if why is None:
+            return
+        self.findings.append(why)
+        raise (_Refused if event == "sys.addaudithook" else GateRefusal)(
+            f"the gate refuses {why} in candidate code")
+
+    def _refusal(self, event: str, args: tuple[Any, ...]) -> str | None:
+        if event in ("object.__setattr__", "object.__delattr__"):
+            target, attr = (args + (None, None))[:2]
+            if attr not in _CODE_ATTRS or not isinstance(target, FunctionType) or \
+                    not _GATE_MODULE.match(str(getattr(target, "__module__", "") or "")):
+                return None  # libraries set defaults of functions they make (namedtuple)
+            return f"replacing {attr} of the gate's {target.__qualname__}"
+        if event in ("os.kill", "os.killpg"):
+            target, sig = (args + (None, None))[:2]
+            if sig == 0 or not isinstance(target, int):
+                return None
+            try:
+                group = target if event == "os.killpg" else \
+                    os.getpgrp() if target in (0, os.getpid()) else os.getpgid(target)
+            except OSError:
+                return None  # no such process: the call fails by itself
+            if group == os.getpgrp():
+                return None
+            return f"{event}({target}, {sig}) (a process outside the gate's worker)"
+        return f"{event} (it reaches into the gate's own process)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,12 +327,15 @@ class LaunchMonitor:
         if self.mode == "raise":
             raise LaunchSuppressed(f"launch of {what} suppressed by the gate")
 
-    def sealing(self) -> Any:
-        """Around one launch of the candidate's kernel: the sealed call's inputs hold their
-        real values (`Seal.launch`); a no-op outside that call."""
+    def sealing(self, *args: Any, **kwargs: Any) -> Any:
+        """Around one launch of the candidate's kernel, given the launch's arguments: the sealed
+        call's inputs hold their real values, and tensors passed to the kernel are sealed from
+        then on (`Seal.launch`); a no-op outside that call."""
         import contextlib  # noqa: PLC0415
 
-        return self.seal.launch() if self.seal is not None else contextlib.nullcontext()
+        if self.seal is None:
+            return contextlib.nullcontext()
+        return self.seal.launch([*args, *kwargs.values()])
 
     @staticmethod
     def _patch(owner: Any, name: str, new: Any) -> None:
@@ -276,7 +406,7 @@ class LaunchMonitor:
             monitor._on_launch(name, stream)
             if monitor.mode == "silent":
                 return None
-            with monitor.sealing():
+            with monitor.sealing(*args, **kwargs):
                 kernel = original(jit_self, *args, **kwargs)
             compiled = getattr(kernel, "name", None)
             if isinstance(compiled, str):
@@ -336,7 +466,7 @@ class LaunchMonitor:
                 monitor._on_launch(f"extension function {name}", None)
                 if monitor.mode == "silent":
                     raise LaunchSuppressed(f"call of extension function {name} suppressed by the gate")
-                with monitor.sealing():
+                with monitor.sealing(*args, **kwargs):
                     return fn(*args, **kwargs)
 
             call.__name__ = name
@@ -672,14 +802,56 @@ def poison_(t: torch.Tensor) -> None:
 # return a copy of their first argument: what host code does with its inputs before a launch.
 SEAL_WRITE_OPS = {"copy_": 0, "fill_": 0, "zero_": 0, "_copy_from": 1, "_copy_from_and_resize": 1}
 SEAL_COPY_OPS = frozenset({"_to_copy", "clone", "lift_fresh_copy"})
+# Ops that make a new tensor of the candidate's (sealed from then on, `Seal.adopt`).
+SEAL_NEW_OPS = ALLOC_OPS | frozenset({"zeros", "zeros_like", "new_zeros", "ones", "ones_like",
+                                       "new_ones", "full", "full_like", "new_full"})
 
 
 @dataclass(slots=True)
 class _Sealed:
     tensor: torch.Tensor
-    real: torch.Tensor  # the values it holds while a kernel of the candidate runs
+    real: torch.Tensor  # its bytes (uint8, flat) while a kernel of the candidate runs
     ptr: int  # its storage's address
     is_input: bool
+    masked: bool = False  # `real` is masked under the seal's current key
+    poisoned: bool = False  # holds the poison the seal wrote (until host code writes into it)
+
+
+class SealBreach(RuntimeError):
+    """Raised from a launch of the sealed call that the seal refuses to open (`Seal.breach`)."""
+
+
+def _block_signals() -> Any:
+    """Block every signal in this thread (a Python handler then runs after, not during, a
+    sealed launch); the mask to restore, or None where signals cannot be masked here."""
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    if threading.current_thread() is not threading.main_thread() or \
+            not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+
+
+def _restore_signals(mask: Any) -> None:
+    if mask is not None:
+        import signal  # noqa: PLC0415
+
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _local_keys() -> Callable[[], tuple[int, int]]:
+    """Keys for a seal without a parent to hold them (in-process use): each window's pair,
+    chained, kept here."""
+    import secrets  # noqa: PLC0415
+
+    chain = [secrets.randbits(63)]
+
+    def keys() -> tuple[int, int]:
+        current, chain[0] = chain[0], secrets.randbits(63)
+        return current, chain[0]
+
+    return keys
 
 
 class Seal:
@@ -698,11 +870,41 @@ class Seal:
     input) and every sealed tensor holds poison again, also when the launch raised. A copy the
     op trace does not see (a thread, a forked child, NumPy, ctypes) is not replayed.
 
+    The candidate's own floating-point buffers are sealed as well: each one the op trace sees
+    it allocate during the call (`adopt`) and each tensor passed to one of its launches
+    (allocated before the call too, or wrapping NumPy memory), as a whole storage. So what a
+    kernel writes (a copy of the inputs among it) is poison to host code between launches
+    too; it is kept, restored at the next launch and for the outputs. Host code that writes
+    into such a buffer between launches, traced or not, keeps what it wrote.
+
+    The real values the seal keeps are themselves out of host code's reach: between launches
+    each is masked (its bytes XOR a pad drawn from a key, `heldcompare.xor_pad_`); `keys()`
+    gives each window the key they are masked under and a fresh one to mask them under after
+    it (the worker asks the parent, which alone keeps the chain, `gate.runner`), and the keys
+    are dropped when the window closes. The inputs' real values may arrive masked already
+    (`masked`: the bytes of each floating-point input in order, masked under the chain's first
+    key, the inputs themselves holding poison), so that they never exist in the clear in the
+    worker while candidate code can run.
+
+    While a launch's window is open no candidate code may run beside it: every signal is
+    blocked in the main thread (a handler runs after the window, on poison), and `check` (the
+    worker's, called as the window opens and before it closes) names a reason to refuse, e.g.
+    a thread of the candidate's alive or the gate's code tampered with; the first reason is
+    kept in `breach` (the worker rejects the call), and a window refused as it opens raises
+    `SealBreach` without restoring anything.
+
     The gate's own ops run with `busy` set: the op trace neither checks, poisons nor records
     them. Every torch function used is one of `Captured`'s, bound before candidate code loaded.
+    Slotted: no instance attribute can shadow a method.
     """
 
-    def __init__(self, inputs: tuple[Any, ...], cap: Captured) -> None:
+    __slots__ = ("cap", "busy", "launching", "launches", "replayed", "entries", "pending", "ptrs",
+                 "breach", "check", "keys")
+
+    def __init__(self, inputs: tuple[Any, ...], cap: Captured,
+                 check: Callable[[], tuple[str, str] | None] | None = None,
+                 keys: Callable[[], tuple[int, int]] | None = None,
+                 masked: list[torch.Tensor] | None = None) -> None:
         self.cap = cap
         self.busy = False
         self.launching = 0
@@ -711,22 +913,59 @@ class Seal:
         self.entries: list[_Sealed] = []
         self.pending: list[tuple[Any, tuple[Any, ...], dict[str, Any], torch.Tensor, bool]] = []
         self.ptrs: set[int] = set()
-        for x in inputs:
-            if type(x) is cap.tensor_type and x.numel() and (cap.is_floating_point(x) or
-                                                             cap.is_complex(x)):
-                self._add(x, is_input=True)
+        self.breach: tuple[str, str] | None = None  # (failure kind value, reason)
+        self.check = check
+        self.keys = keys if keys is not None else _local_keys()
+        sealed = [x for x in inputs if self.sealable(cap, x)]
+        if masked is not None and len(masked) != len(sealed):
+            raise ValueError(f"{len(masked)} masked values for {len(sealed)} sealed inputs")
+        for i, x in enumerate(sealed):
+            self._add(x, is_input=True, real=None if masked is None else masked[i])
+
+    @staticmethod
+    def sealable(cap: Captured, t: Any) -> bool:
+        """Whether `t` is sealed as an input: a non-empty floating-point or complex tensor."""
+        return type(t) is cap.tensor_type and t.numel() > 0 and \
+            (cap.is_floating_point(t) or cap.is_complex(t))
 
     def _ptr(self, t: torch.Tensor) -> int:
         return self.cap.storage_ptr(self.cap.untyped_storage(t))
 
-    def _add(self, t: torch.Tensor, *, is_input: bool) -> None:
+    def _bytes(self, t: torch.Tensor) -> torch.Tensor:
+        """A copy of `t`'s values as flat bytes (in its logical order)."""
+        cap = self.cap
+        flat = cap.view(cap.contiguous(cap.clone(t)), -1)
+        return flat.view(torch.uint8)
+
+    def _add(self, t: torch.Tensor, *, is_input: bool, real: torch.Tensor | None = None) -> None:
         ptr = self._ptr(t)
-        self.entries.append(_Sealed(t, self.cap.clone(t), ptr, is_input))
+        masked = real is not None
+        self.entries.append(_Sealed(t, real if masked else self._bytes(t), ptr, is_input, masked))
         self.ptrs.add(ptr)
 
     def _tracked(self, value: Any) -> bool:
         return type(value) is self.cap.tensor_type and value.numel() > 0 and \
             self._ptr(value) in self.ptrs
+
+    def _whole(self, t: torch.Tensor) -> torch.Tensor:
+        """A tensor of `t`'s dtype over the whole of its storage."""
+        storage = self.cap.untyped_storage(t)
+        whole = torch.empty(0, dtype=t.dtype, device=t.device)
+        return whole.set_(storage, 0, (storage.nbytes() // t.element_size(),))
+
+    def adopt(self, values: Iterable[Any]) -> None:
+        """The candidate's own floating-point tensors among `values` (not sealed yet) are
+        sealed from now on, each as its whole storage, with the values they hold now."""
+        fresh = [v for v in values if self.sealable(self.cap, v) and not self._tracked(v)]
+        if not fresh:
+            return
+        busy, self.busy = self.busy, True
+        try:
+            for v in fresh:
+                if not self._tracked(v):
+                    self._add(self._whole(v), is_input=False)
+        finally:
+            self.busy = busy
 
     def _sync(self) -> None:
         if self.cap.synchronize is not None:
@@ -738,6 +977,7 @@ class Seal:
                 self.cap.fill_(e.tensor, float("nan"))
             elif e.tensor.dtype != torch.bool:
                 self.cap.fill_(e.tensor, torch.iinfo(e.tensor.dtype).min)
+            e.poisoned = True
 
     def _between_launches(self, work: Callable[[], None]) -> None:
         """`work` done by the gate (not traced as the candidate's) with the device idle on
@@ -757,7 +997,11 @@ class Seal:
     def observe(self, name: str, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                 out: Any) -> None:
         """An allowed op of the candidate's host code (from the op trace): a copy out of a
-        sealed tensor, or a write into one, is recorded for replay at the next launch."""
+        sealed tensor, or a write into one, is recorded for replay at the next launch; a
+        buffer it allocates is sealed (`adopt`)."""
+        if name in SEAL_NEW_OPS:
+            self.adopt([out])
+            return
         position = SEAL_WRITE_OPS.get(name)
         if position is not None:
             dest = args[position] if len(args) > position else None
@@ -773,56 +1017,98 @@ class Seal:
             self.pending.append((func, args, kwargs, out, True))
             self.ptrs.add(self._ptr(out))
 
-    def _restore(self) -> None:
-        """Real values into every sealed tensor, then the host copies recorded since."""
-        copy_, clone = self.cap.copy_, self.cap.clone
-        for e in self.entries:
-            copy_(e.tensor, e.real)
+    def _holds_poison(self, t: torch.Tensor) -> bool:
+        if self.cap.is_floating_point(t) or self.cap.is_complex(t):
+            return bool(torch.isnan(t).all())
+        return t.dtype == torch.bool or bool((t == torch.iinfo(t.dtype).min).all())
+
+    def _put(self, e: _Sealed, clear: torch.Tensor) -> None:
+        """The bytes `clear` into `e`'s tensor."""
+        self.cap.copy_(e.tensor, self.cap.view(clear.view(e.tensor.dtype), e.tensor.shape))
+
+    def _restore(self, key: int) -> list[torch.Tensor | None]:
+        """Real values into every sealed tensor (unmasked under `key`), then the host copies
+        recorded since. A buffer of the candidate's that no longer holds the poison was
+        written by host code since (untraced): what it wrote is its value. The inputs' bytes
+        in the clear are returned (None for the other entries), to be masked again after."""
+        from gate.heldcompare import xor_pad_  # noqa: PLC0415
+
+        clone = self.cap.clone
+        clears: list[torch.Tensor | None] = []
+        for i, e in enumerate(self.entries):
+            if not e.is_input and e.poisoned and not self._holds_poison(e.tensor):
+                e.real, e.masked = self._bytes(e.tensor), False
+            clear = xor_pad_(clone(e.real), key, i) if e.masked else e.real
+            self._put(e, clear)
+            e.poisoned = False
+            clears.append(clear if e.is_input else None)
         pending, self.pending = self.pending, []
         for func, args, kwargs, dest, returns_copy in pending:
             if returns_copy:
-                copy_(dest, func(*args, **kwargs))
+                self.cap.copy_(dest, func(*args, **kwargs))
             else:
                 func(*args, **kwargs)
             self.replayed += 1
-            ptr = self._ptr(dest)
-            for e in self.entries:
-                if e.ptr == ptr:
-                    e.real = clone(e.tensor)
             if not any(e.tensor is dest for e in self.entries):
                 self._add(dest, is_input=False)
+                clears.append(None)
+        return clears
 
-    def launch(self) -> Any:
-        """Context of one launch: real values in before it, poison back after it."""
+    def _mask(self, key: int, clears: list[torch.Tensor | None]) -> None:
+        """Every entry's real value masked under `key`: an input's from `clears`, another's as
+        the kernel left it (a kernel may write into a copy of an input); then poison."""
+        from gate.heldcompare import xor_pad_  # noqa: PLC0415
+
+        for i, e in enumerate(self.entries):
+            clear = clears[i] if i < len(clears) and clears[i] is not None else self._bytes(e.tensor)
+            e.real, e.masked = xor_pad_(clear, key, i), True
+        self._poison()
+
+    def _checked(self) -> bool:
+        """Whether the window may open (or closes) with nothing of the candidate's beside it;
+        the first reason to refuse goes into `breach`."""
+        found = self.check() if self.check is not None else None
+        if found is not None and self.breach is None:
+            self.breach = found
+        return found is None
+
+    def launch(self, args: Iterable[Any] = ()) -> Any:
+        """Context of one launch: real values in before it, poison back after it; tensors
+        among the launch's `args` are sealed first (`adopt`)."""
         import contextlib  # noqa: PLC0415
 
         if self.launching:  # a launch inside a launch (a launcher over the driver's call)
             return contextlib.nullcontext()
         seal = self
 
-        def after() -> None:
-            for e in seal.entries:
-                if not e.is_input:  # what the kernel wrote into a copy stays its own
-                    e.real = seal.cap.clone(e.tensor)
-            seal._poison()
-
         @contextlib.contextmanager
         def window() -> Any:
-            seal._between_launches(seal._restore)
-            seal.launching += 1
+            if not seal._checked():
+                raise SealBreach(f"the gate refused to open a sealed launch: {seal.breach[1]}")
+            mask = _block_signals()
             try:
-                yield
+                seal.adopt(args)
+                key, fresh = seal.keys()
+                clears: list[Any] = []
+                seal._between_launches(lambda: clears.extend(seal._restore(key)))
+                seal.launching += 1
+                try:
+                    yield
+                finally:
+                    seal.launching -= 1
+                    seal.launches += 1
+                    seal._checked()
+                    seal._between_launches(lambda: seal._mask(fresh, clears))
+                    del key, fresh, clears
             finally:
-                seal.launching -= 1
-                seal.launches += 1
-                seal._between_launches(after)
+                _restore_signals(mask)
 
         return window()
 
     def outputs(self, out: Any) -> Any:
-        """After the call: the outputs as the candidate left them, where a sealed copy of an
-        input is an output (or part of one) with its real values (copies recorded since the
-        last launch replayed), cloned; the candidate's tensors hold poison again after."""
+        """After the call: the outputs as the candidate left them, where a sealed tensor is an
+        output (or part of one) with its real values (copies recorded since the last launch
+        replayed), cloned; the candidate's tensors hold poison again after."""
         cap = self.cap
         items = out if isinstance(out, (tuple, list)) else (out,)
         self.busy = True
@@ -830,7 +1116,9 @@ class Seal:
             self._sync()
             ptrs = {self._ptr(t) for t in items if type(t) is cap.tensor_type and t.numel()}
             if self.pending or ptrs & {e.ptr for e in self.entries}:
-                self._restore()
+                key, _ = self.keys()  # the last window of the call: nothing is masked again
+                self._restore(key)
+                del key
             kept = [cap.clone(t) if type(t) is cap.tensor_type else t for t in items]
             self._poison()
             self._sync()

@@ -123,6 +123,13 @@ class _Judge:
     config_budget: int | None = None
     """Configuration outputs the worker announced (`("configs", n)`, once)."""
     config_sent: int = 0
+    seal_keys: dict[str, int] = field(default_factory=dict)
+    """Per variant, the key its sealed call's real values are masked under now (`guards.Seal`):
+    the worker sent the first one before candidate code loaded and forgot it; each launch
+    window of the sealed call asks for it and a fresh one (`("unseal", variant)`)."""
+    unseals: dict[str, int] = field(default_factory=dict)
+    """Per variant, the seal's keys handed out (at most one per launch, and one for the
+    outputs)."""
 
     def use_gpu_lock(self, path: str | None) -> None:
         if path:
@@ -155,8 +162,15 @@ class _Judge:
         if self.verdict is not None:
             return True
         kind = msg[0]
-        if kind in ("ref", "refs_done", "precision", "seeds") and self.refs_closed:
+        if kind in ("ref", "refs_done", "precision", "seeds", "seal_key") and self.refs_closed:
             self._forged(f"a '{kind}' message after the references were closed")
+        elif kind == "seal_key":
+            if msg[1] in self.seal_keys:
+                self._forged(f"a second key for the sealed inputs of {msg[1]}")
+            else:
+                self.seal_keys[str(msg[1])] = int(msg[2])
+        elif kind == "unseal":
+            self._unseal(str(msg[1]))
         elif kind == "ref":
             _, variant, phase, seed, outputs, inputs = msg
             if isinstance(outputs, dict) and outputs.get("held"):
@@ -211,6 +225,17 @@ class _Judge:
             self._finish()
         return self.verdict is not None
 
+    def _unseal(self, variant: str) -> None:
+        """A launch window of `variant`'s sealed call (or its outputs) asks for the key its
+        real values are masked under and a fresh one to mask them under after it."""
+        if not self.refs_closed or variant not in self.seal_keys:
+            self._forged(f"a request for the sealed inputs' key of {variant} outside the sealed call")
+            return
+        key, fresh = self.seal_keys[variant], cmp.new_key()
+        self.seal_keys[variant] = fresh
+        self.unseals[variant] = self.unseals.get(variant, 0) + 1
+        self.outbox.append(("unsealed", key, fresh))
+
     def _kept_seeds(self, variant: Any, seeds: Any) -> None:
         """The worker kept `seeds` of the job's for `variant` (its input sets sized to the
         device's memory, `gate.memplan`): the first ones, at least `memplan.MIN_SEEDS` of
@@ -253,6 +278,10 @@ class _Judge:
     def _judge_out(self, variant: str, phase: str, seed: int, outputs: Any, launches: int) -> None:
         if not self.refs_closed:
             self._forged("an output before the references were closed")
+            return
+        if phase == PHASE_SEALED and self.unseals.get(variant, 0) > int(launches) + 1:
+            self._forged(f"{self.unseals[variant]} requests for the sealed inputs' keys of "
+                         f"{variant} in a call of {launches} launches")
             return
         if phase != PHASE_REFILL:  # each check's output is sent once; refilled calls may repeat
             if (variant, phase, seed) in self.sent:

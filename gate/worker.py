@@ -905,7 +905,7 @@ class _Runner:
         self.modules_before = set(sys.modules)
         self.threads_before = frozenset(sys._current_frames())
         self.audit = guards.AuditGuard.install()
-        self.audit.arm(str(Path(self.job.scratch).resolve()))
+        self.audit.arm()
         module = import_candidate(self.chan, self.job)
         self.check_tamper("import")
         self.run_fn = module.run
@@ -1254,11 +1254,19 @@ class _Runner:
 
     def beside_launch(self) -> tuple[str, str] | None:
         """What of the candidate's could run while a sealed launch's window is open (the
-        inputs' real values in memory), as (failure kind, reason); None when nothing: a thread
-        it started (not one the worker had before it loaded), or the gate's code, instruments
-        or worker tampered with (`check_tamper`'s findings)."""
+        inputs' real values in memory), as (failure kind, reason); None when nothing: a launch
+        from a thread other than the one that calls run, a thread the candidate started (not
+        one the worker had before it loaded) alive, or the gate's code, instruments
+        or worker tampered with (`check_tamper`'s findings; torch's own functions are
+        checked after the call, as an emulated host answers its device queries with
+        stand-ins meanwhile)."""
         import threading  # noqa: PLC0415
 
+        if threading.current_thread() is not threading.main_thread():
+            return (FailureKind.HOST_COMPUTE.value,
+                    "the candidate launched a kernel from a thread of its own on sealed inputs "
+                    "(the thread that called run could read the real inputs meanwhile); "
+                    "kernels must launch from the thread that calls run")
         others = set(sys._current_frames()) - self.threads_before - {threading.get_ident()}
         if others:
             return (FailureKind.HOST_COMPUTE.value,
@@ -1268,7 +1276,7 @@ class _Runner:
         if self.audit is not None and self.audit.findings:
             return (FailureKind.TAMPERING.value,
                     f"candidate code tried {self.audit.findings[0]}, which the gate refused")
-        changed = self.watch.changed()
+        changed = self.watch.changed(gate_only=True)
         if changed:
             return (FailureKind.TAMPERING.value,
                     f"candidate code replaced {', '.join(changed[:8])} before a sealed launch")

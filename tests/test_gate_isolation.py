@@ -79,8 +79,15 @@ def run(a, x, y):
     zero_kernel[(triton.cdiv(x.numel(), 1024),)](out, x.numel(), BLOCK=1024)
     return out
 '''
-_PIPES = ("import gc\nfrom multiprocessing.connection import Connection\n"
-          "PIPES = [o for o in gc.get_objects() if isinstance(o, Connection) and not o.closed]\n")
+# The worker's objects, reached through the frames below the candidate's import (the gate
+# refuses gc's heap walks, not frames): every local of them.
+_FRAMES = ("def gate_locals():\n"
+           "    try:\n        raise LookupError\n"
+           "    except LookupError as exc:\n        frame = exc.__traceback__.tb_frame\n"
+           "    while frame is not None:\n"
+           "        yield from list(frame.f_locals.values())\n        frame = frame.f_back\n")
+_PIPES = ("from multiprocessing.connection import Connection\n" + _FRAMES +
+          "PIPES = [v.conn for v in gate_locals() if isinstance(getattr(v, 'conn', None), Connection)]\n")
 
 
 @pytest.mark.parametrize(
@@ -103,10 +110,10 @@ def test_a_verdict_the_candidate_wrote_into_the_cache_is_not_read_back(
     # crashes (crashes are not cached): the next gate of the same text must run it again.
     monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path))
     source = (
-        "import gc, os, sys\nimport gate.check, gate.verdict as gv, gate.cache as gca\n"
+        "import os, sys\nimport gate.check, gate.verdict as gv, gate.cache as gca\n"
         "gc_ = sys.modules['gate.check']\n"
-        "from gate.cases import load_case\n"
-        "job = next(o for o in gc.get_objects() if type(o).__name__ == 'Job')\n"
+        "from gate.cases import load_case\n" + _FRAMES +
+        "job = next(o for o in gate_locals() if type(o).__name__ == 'Job')\n"
         "case, tier = load_case(job.case_path), gv.Tier(job.tier)\n"
         "key = gc_.cache_key([gc_.GATE_VERSION, open(__file__).read(), '', 'triton', case.digest(),\n"
         "                     tier.value, case.platform, *gc_.platform_of(tier)])\n"
