@@ -63,19 +63,37 @@ def _pad(key: int, index: int, nbytes: int, device: Any) -> torch.Tensor:
     return words.view(torch.uint8)[:nbytes]
 
 
+FUSED_OFF: str | None = None
+"""Why this process holds and compares every reference with torch ops (`gate.fusedcompare`'s
+kernels did not compile here), or None."""
+
+
 def xor_pad_(flat: torch.Tensor, key: int, index: int) -> torch.Tensor:
     """`flat` (uint8) XOR the pad of `key` for stream `index`, in place: masks bytes in the
-    clear and unmasks masked ones (`gate.guards.Seal` keeps its real values so)."""
-    return flat.bitwise_xor_(_pad(key, index, flat.numel(), flat.device))
+    clear and unmasks masked ones (`gate.guards.Seal` keeps its real values so). On a GPU, in
+    one pass with the pad made in registers (`gate.fusedcompare.xor_words`, under a key of
+    the stream's own) where the bytes are whole 32-bit words (as `fused_applies`: on the CPU
+    too with KLINEAGE_GATE_FUSED=1); else a drawn pad. Which pad follows from the device and
+    the byte count alone, so masking and unmasking agree."""
+    choice = os.environ.get("KLINEAGE_GATE_FUSED", "")
+    if not ((flat.is_cuda or choice == "1") and flat.numel() % 4 == 0 and FUSED_OFF is None
+            and choice != "0"):
+        return flat.bitwise_xor_(_pad(key, index, flat.numel(), flat.device))
+    from gate import fusedcompare  # noqa: PLC0415
+
+    stream_key = (key ^ ((index + 1) * _GOLDEN)) & _SEED_MASK
+    try:
+        words = flat.view(torch.int32)
+    except RuntimeError:  # not aligned to 4 bytes: through an aligned copy
+        words = flat.clone().view(torch.int32)
+        fusedcompare.xor_words(words, words, stream_key)
+        return flat.copy_(words.view(torch.uint8))
+    fusedcompare.xor_words(words, words, stream_key)
+    return flat
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.detach().reshape(-1).view(torch.uint8)
-
-
-FUSED_OFF: str | None = None
-"""Why this process holds and compares every reference with torch ops (`gate.fusedcompare`'s
-kernels did not compile here), or None."""
 
 
 def fused_applies(t: torch.Tensor) -> bool:

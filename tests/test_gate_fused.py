@@ -159,6 +159,22 @@ def test_the_digest_made_in_the_masking_pass_is_the_torch_paths(n: int) -> None:
     assert heldcompare.hold(other, cmp.new_key(), fused=True)[1]["digest"] != fused["digest"]
 
 
+def test_a_sealed_streams_pad_is_one_pass_where_the_bytes_are_whole_words(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KLINEAGE_GATE_FUSED", "1")
+    raw = torch.randn(300).view(torch.uint8)
+    masked = heldcompare.xor_pad_(raw.clone(), 11, 2)
+    assert (masked == raw).float().mean() < 0.05
+    stream = (11 ^ (3 * heldcompare._GOLDEN)) & heldcompare._SEED_MASK
+    assert torch.equal(masked.view(torch.int32), raw.view(torch.int32) ^ fusedcompare.pad_words(stream, 300))
+    unaligned = torch.zeros(1201, dtype=torch.uint8)[1:]  # bytes not on a 4-byte boundary
+    unaligned.copy_(masked)
+    assert torch.equal(heldcompare.xor_pad_(unaligned, 11, 2), raw)
+    assert not torch.equal(heldcompare.xor_pad_(masked.clone(), 11, 3), raw)  # another stream
+    odd = torch.arange(7, dtype=torch.uint8)  # not whole words: the drawn pad, still a round trip
+    assert torch.equal(heldcompare.xor_pad_(heldcompare.xor_pad_(odd.clone(), 5, 0), 5, 0), odd)
+
+
 def test_other_dtypes_and_cpu_tensors_keep_the_torch_path() -> None:
     key = cmp.new_key()
     [half], _ = heldcompare.hold(torch.randn(100).half(), key, fused=True)
@@ -195,6 +211,10 @@ def test_on_the_gpu_the_fused_figures_are_the_torch_paths(monkeypatch: pytest.Mo
             assert fused["misses"] == plain["misses"]
             assert repr(fused["err"]) == repr(plain["err"]) or \
                 fused["err"] == pytest.approx(plain["err"], rel=1e-12)
+    raw = ref.view(torch.uint8)
+    masked = heldcompare.xor_pad_(raw.clone(), 11, 2)  # a sealed input's stream, in one pass
+    assert (masked == raw).float().mean() < 0.05
+    assert torch.equal(heldcompare.xor_pad_(masked, 11, 2), raw)
     [held], _ = heldcompare.hold(ref, 7, fused=True)
     held.park()
     assert heldcompare.judge(ref.clone(), [held], 7, 8, [], None)["err"] == 0.0
