@@ -72,12 +72,13 @@ def xor_pad_(flat: torch.Tensor, key: int, index: int) -> torch.Tensor:
     """`flat` (uint8) XOR the pad of `key` for stream `index`, in place: masks bytes in the
     clear and unmasks masked ones (`gate.guards.Seal` keeps its real values so). On a GPU, in
     one pass with the pad made in registers (`gate.fusedcompare.xor_words`, under a key of
-    the stream's own) where the bytes are whole 32-bit words (as `fused_applies`: on the CPU
-    too with KLINEAGE_GATE_FUSED=1); else a drawn pad. Which pad follows from the device and
-    the byte count alone, so masking and unmasking agree."""
+    the stream's own) where the bytes are whole 32-bit words (on the CPU too with
+    KLINEAGE_GATE_FUSED=1); else a drawn pad. Which pad follows from the device and the byte
+    count alone, so masking and unmasking agree. The seal works between the candidate's
+    launches, where the profiler attributes kernels: its one kernel is allowed by name, the
+    drawn pad's torch kernels are not, so KLINEAGE_GATE_FUSED=0 does not apply here."""
     choice = os.environ.get("KLINEAGE_GATE_FUSED", "")
-    if not ((flat.is_cuda or choice == "1") and flat.numel() % 4 == 0 and FUSED_OFF is None
-            and choice != "0"):
+    if not ((flat.is_cuda or choice == "1") and flat.numel() % 4 == 0 and FUSED_OFF is None):
         return flat.bitwise_xor_(_pad(key, index, flat.numel(), flat.device))
     from gate import fusedcompare  # noqa: PLC0415
 

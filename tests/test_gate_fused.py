@@ -260,7 +260,7 @@ def test_where_the_kernels_do_not_compile_the_torch_path_holds_and_compares(
     def broken(*args, **kwargs):
         raise RuntimeError("ptxas fatal: no such instruction")
 
-    monkeypatch.setattr(fusedcompare._judge_kernel, "warmup", broken, raising=False)
+    monkeypatch.setattr(fusedcompare.klineage_gate_judge, "warmup", broken, raising=False)
     assert fusedcompare.warm("cpu") is False
     assert "ptxas fatal" in heldcompare.FUSED_OFF and "one-pass comparison off" in capsys.readouterr().err
     ref = torch.randn(100)
