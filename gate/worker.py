@@ -213,11 +213,10 @@ def _warm(tier: str, case_path: str | None = None) -> None:
 
 
 def _warm_gate_kernels() -> None:
-    """Compile the gate's own comparison kernels (`gate.fusedcompare`; from Triton's cache
-    after a run's first worker) without launching them: before candidate code loads, and
-    where a worker starts ahead of its job, outside the gate."""
-    if os.environ.get("KLINEAGE_GATE_FUSED") == "0":
-        return
+    """Compile the gate's own kernels (`gate.fusedcompare`: the comparison's, and the sealed
+    inputs' masks, which every mode uses; from Triton's cache after a run's first worker)
+    without launching them: before candidate code loads, and where a worker starts ahead of
+    its job, outside the gate."""
     try:
         from gate import fusedcompare  # noqa: PLC0415
 
