@@ -97,3 +97,25 @@ def test_a_launch_value_a_heuristic_overrides_is_not_tunable() -> None:
     for source in (text, passed):
         params = {p.name: p.value for p in joint_config(_ir(source))["ieee_matmul"].params}
         assert params == {"BM": 32, "BN": 32, "BK": None}
+
+
+# -- a program count the host computes into a variable ---------------------------------------
+def test_the_autotune_rule_writes_a_host_program_count_into_the_grid_it_feeds() -> None:
+    """`programs = min(sms, cdiv(M, bm) * cdiv(N, bn))` then `kernel[(programs,)]` (a persistent
+    kernel's host): the autotune rule, like the sweep, writes the count into the grid, which
+    then reads the tuned tiles; a count the host also reads elsewhere keeps the refusal."""
+    from passes import Applied, Skipped, get_pass
+
+    rule = get_pass("autotune")()
+    text = (STYLES / "mm_persist_range/persist_mm.py").read_text()
+    site = next(s for s in rule.sites(_ir(text)) if not s.present)
+    made = rule.optimize(_ir(text), site)
+    assert isinstance(made, Applied), made
+    out = made.ir.unparse()
+    assert 'min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]))' in out
+    assert "programs = " not in out and "BLOCK_M=bm" not in out
+    _gated(out, "mm_persist_range")
+    kept = text.replace("    return c\n", "    assert programs > 0\n    return c\n")
+    site = next(s for s in rule.sites(_ir(kept)) if not s.present)
+    refused = rule.optimize(_ir(kept), site)
+    assert isinstance(refused, Skipped) and "beyond the launch" in refused.reason

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_start, make_site
-from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
+from passes.base import Applied, Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, literal_int
 from passes.triton.launch import CONFIG_NAMES, TRITON, comment_above, kernel_tiles, slice_keep
 from passes.triton.roles import _host_literal as host_literal
@@ -198,6 +198,9 @@ class Autotune(Pass):
                 at = mod.stmt_span(kernel)[0]
                 edits.insert(0, ByteEdit(at, at, self.comment))
             return finish(ir, site, edits)
+        counted = _counts_in_grids(self, ir, site, ctx, kernel.name)
+        if counted is not None:
+            return counted
         launches = mod.launches(kernel.name, shared=True)
         if not launches:
             return Skipped("the kernel is never launched in this module", {"kernel": kernel.name})
@@ -256,6 +259,32 @@ class Autotune(Pass):
         text = (f"{indent}@triton.autotune(configs=[\n" + "\n".join(lines) + "\n"
                 f"{indent}], key={keys!r})\n")
         return list(pinned), text
+
+
+def _counts_in_grids(rule: Autotune, ir: KernelIR, site: Site, ctx: PassContext | None,
+                     kernel: str) -> PassResult | None:
+    """The rewrite made on `ir` with each host variable holding the program count a grid of
+    `kernel` reads written into that grid (`roles._grid_counts_inlined`: `programs = min(sms,
+    cdiv(M, bm) * cdiv(N, bn))` before `kernel[(programs,)]`), so that the grid can follow the
+    tuned tiles; as one edit of the site's region. None where no grid reads such a variable or
+    the inlining reaches outside the site."""
+    from passes.triton.roles import _grid_counts_inlined  # noqa: PLC0415
+
+    counted = _grid_counts_inlined(ir, kernel)
+    there = next((s for s in rule.sites(counted) if s.detail.get("kernel") == kernel
+                  and not s.present), None) if counted is not None else None
+    if there is None:
+        return None
+    made = rule.optimize(counted, there, ctx)
+    if not isinstance(made, Applied):
+        return made
+    old, new = ir.source, made.ir.source
+    lo, hi = site.span
+    tail = len(old) - hi
+    if new[:lo] != old[:lo] or new[len(new) - tail:] != old[hi:]:
+        return None
+    return finish(ir, site, [ByteEdit(lo, hi, new[lo:len(new) - tail].decode("utf-8"))],
+                  options=made.options, preconditions=made.preconditions)
 
 
 def _grids_follow(mod: PyModule, kernel: ast.FunctionDef, tuned: list[str]) -> list[ByteEdit] | Skipped:
