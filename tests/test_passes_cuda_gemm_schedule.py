@@ -751,12 +751,20 @@ def _launched_on_the_emulator(text: str, run: Callable[..., tuple[Any, Any]], to
             (m, n, k, (got - want).abs().max())
 
 
-@pytest.mark.parametrize("options", [{"wgmma": True, "deep": True},
-                                     {"wgmma": True, "deep": True, "wide": True},
-                                     {"wgmma": True, "deep": True, "stages": 3},
-                                     {"deep": True, "stages": 5}],
-                         ids=["wgmma", "wgmma-wide", "wgmma-3-slots", "mma-5-slots"])
-@pytest.mark.parametrize("name", list(DEEP_CASES))
+_INLINE, _KMAJOR_B, _MNMAJOR_A = DEEP_CASES
+
+
+# every form on the load_inline kernel (K-major A, MN-major B); the other operand layouts of
+# the 128-byte swizzle on the wgmma forms
+@pytest.mark.parametrize("name,options", [
+    (_INLINE, {"wgmma": True, "deep": True}),
+    (_INLINE, {"wgmma": True, "deep": True, "wide": True}),
+    (_INLINE, {"wgmma": True, "deep": True, "stages": 3}),
+    (_INLINE, {"deep": True, "stages": 5}),
+    (_KMAJOR_B, {"wgmma": True, "deep": True, "wide": True}),
+    (_MNMAJOR_A, {"wgmma": True, "deep": True, "stages": 5}),
+], ids=["wgmma", "wgmma-wide", "wgmma-3-slots", "mma-5-slots", "k-major-b-wide",
+        "mn-major-a-5-slots"])
 def test_the_deep_form_edits_the_launch_and_matches_torch_on_the_emulator(
         name: str, options: dict[str, Any]) -> None:
     from gate.hostforms import device_source

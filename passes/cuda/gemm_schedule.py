@@ -263,7 +263,8 @@ def _loads(g: GlobalGemm, s: Schedule) -> Any:
 
 def main_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
     """The tile's K loop: a cp.async ring, then ldmatrix + mma.sync (or wgmma) into
-    `kl_gs_acc`."""
+    `kl_gs_acc`. In the deep wgmma form a step's MMAs are issued before its slice is requested
+    (the tensor cores work while the threads issue the copies)."""
     p = PREFIX
     load = _loads(g, s)
     a_el, b_el = (_slice_elems(g.a, TILE_M, s.wgmma, s.bk), _slice_elems(g.b, s.tn, s.wgmma, s.bk))
@@ -283,19 +284,25 @@ def main_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
         f"{i}  kl_gs_wait<{s.ahead - 1}>();",
         *([f'{i}  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");'] if s.wgmma else []),
         f"{i}  __syncthreads();",
+    ]
+    refill = [
         f"{i}  {{",
         f"{i}    const int {p}next = {p}k + {s.ahead};",
         f"{i}    if ({p}next < {p}kt) {{ {load(f'{p}next % {s.stages}', f'{p}next')} }}",
         f"{i}    kl_gs_commit();",
         f"{i}  }}",
-        f"{i}  const unsigned short* {p}ta = {p}sa + ({p}k % {s.stages}) * {a_el};",
-        f"{i}  const unsigned short* {p}tb = {p}sb + ({p}k % {s.stages}) * {b_el};",
     ]
+    slot = [f"{i}  const unsigned short* {p}ta = {p}sa + ({p}k % {s.stages}) * {a_el};",
+            f"{i}  const unsigned short* {p}tb = {p}sb + ({p}k % {s.stages}) * {b_el};"]
     tail = [f"{i}}}",
             *([f'{i}asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");']
               if s.overlap else []),
             f"{i}kl_gs_wait<0>();", f"{i}__syncthreads();"]
-    return head + (_wgmma_step(g, s, i + "  ") if s.wgmma else _mma_step(g, s, i + "  ")) + tail
+    if s.wgmma and s.deep:  # the slot refilled held step k - 2's slice, whose MMAs are done
+        wait = f'{i}  asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");'
+        return head + slot + _wgmma_step(g, s, i + "  ", wait=False) + refill + [wait] + tail
+    return head + refill + slot + (_wgmma_step(g, s, i + "  ") if s.wgmma
+                                   else _mma_step(g, s, i + "  ")) + tail
 
 
 def _mma_step(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
@@ -336,14 +343,16 @@ def _descriptor(op: Operand, rows: bool, base: str, kk: str, bk: int) -> str:
     return f"kl_gs_desc({p}{ring} + ({base}) * {bk} + {kk} * 64, {64 * bk * 2}, 1024, 1)"
 
 
-def _wgmma_step(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
+def _wgmma_step(g: GlobalGemm, s: Schedule, i: str, wait: bool = True) -> list[str]:
+    """One K step's warpgroup MMAs, committed, then (`wait`) waited for down to the groups the
+    schedule keeps in flight."""
     if s.active < s.threads // 32:  # the warpgroups past the MMA's only stage and exchange
         return [f"{i}if ({PREFIX}warp < {s.active}) {{",
-                *_wgmma_issue(g, s, i + "  "), f"{i}}}"]
-    return _wgmma_issue(g, s, i)
+                *_wgmma_issue(g, s, i + "  ", wait), f"{i}}}"]
+    return _wgmma_issue(g, s, i, wait)
 
 
-def _wgmma_issue(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
+def _wgmma_issue(g: GlobalGemm, s: Schedule, i: str, wait: bool = True) -> list[str]:
     p = PREFIX
     n = s.tn // s.warps_n
     ptx = "bf16" if g.dtype == "bf16" else "f16"
@@ -365,7 +374,8 @@ def _wgmma_issue(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
         f"{i}  }}",
         f"{i}}}",
         f'{i}asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");',
-        f'{i}asm volatile("wgmma.wait_group.sync.aligned {1 if s.overlap else 0};" ::: "memory");',
+        *([f'{i}asm volatile("wgmma.wait_group.sync.aligned {1 if s.overlap else 0};" ::: '
+           '"memory");'] if wait else []),
     ]
 
 
