@@ -239,20 +239,25 @@ def _dry(args: argparse.Namespace, entries: dict[str, dict[str, Any]], record: d
          ) -> int:
     """Every form compiled with NVRTC for sm_90a (as the GPU would load it, for the starts
     launched here), and the deep forms' launch edits read back."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from nvrtc_helpers import ptx_for_sm90a  # noqa: PLC0415
-
-    from gate.hostforms import device_source  # noqa: PLC0415
+    from experts import cudahost  # noqa: PLC0415
+    from gate.hostforms import device_source, nvrtc_options  # noqa: PLC0415
 
     failed = []
     for name, e in entries.items():
         for form, (text, detail) in e["forms"].items():
             kernel = detail["kernel"]
-            ptx = ptx_for_sm90a(direct_source(text, kernel) if direct(e) else device_source(text))
+            here = direct(e)
+            compiled = cudahost.compile_source(
+                direct_source(text, kernel) if here else device_source(text),
+                name=f"{name}_{form}.cu", arch="sm_90a", options=nvrtc_options(text) if here else ())
+            ptx = compiled.ptx
             count = ptx.count("wgmma.mma_async" if form.startswith("wgmma") else "mma.sync")
             rec = record["starts"][name]
             rec[f"ptx_{form}"] = count
-            line = f"compiled {name} +{form}: {count} {form} instructions"
+            use = next(iter(compiled.resources().values()), {})
+            rec[f"resources_{form}"] = use
+            line = (f"compiled {name} +{form}: {count} {form} instructions, "
+                    f"{use.get('registers')} registers, {use.get('spill_stores')} bytes spilled")
             if direct(e) and f".entry {kernel}(" not in ptx:
                 failed.append(f"{name} +{form}: no entry named {kernel} in the PTX")
             if FORMS[form].get("deep"):

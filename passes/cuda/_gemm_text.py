@@ -69,7 +69,7 @@ __device__ __forceinline__ unsigned long long kl_gs_desc(const void* p, unsigned
 }
 """
 
-DEEP_HELPERS = r"""// ---- 64-deep slices with the 128-byte swizzle (wgmma's canonical layouts), unrolled copies ----
+DEEP_HELPERS = r"""// ---- 64-deep slices with the 128-byte swizzle (wgmma's canonical layouts), copies unrolled by four ----
 // one 16-byte chunk: `valid` elements from g + at, zeros after them (cp.async where VEC)
 __device__ __forceinline__ void kl_gs_chunk(unsigned short* dst, const unsigned short* g, long at,
                                             int valid, bool vec) {
@@ -86,7 +86,7 @@ template <int MN, int NT>
 __device__ __forceinline__ void kl_gs_load_k128(unsigned short* tile, const unsigned short* g, long ld,
                                                 int mn0, int k0, int mn_end, int k_end, bool vec, int tid) {
   static_assert(MN * 8 % NT == 0, "whole rounds of chunks");
-#pragma unroll
+#pragma unroll 4
   for (int i = 0; i < MN * 8 / NT; ++i) {
     const int c = tid + i * NT, r = c / 8, e = (c % 8) * 8;
     const int mn = mn0 + r, k = k0 + e;
@@ -100,7 +100,7 @@ template <int MN, int NT>
 __device__ __forceinline__ void kl_gs_load_mn128(unsigned short* tile, const unsigned short* g, long ld,
                                                  int mn0, int k0, int mn_end, int k_end, bool vec, int tid) {
   static_assert(64 * MN / 8 % NT == 0, "whole rounds of chunks");
-#pragma unroll
+#pragma unroll 4
   for (int i = 0; i < 64 * MN / 8 / NT; ++i) {
     const int c = tid + i * NT, r = c / (MN / 8), e = (c % (MN / 8)) * 8;
     const int k = k0 + r, mn = mn0 + e;
