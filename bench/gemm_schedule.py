@@ -22,9 +22,11 @@ forms +wgmma_deep3, +wgmma_deep, +wgmma_deep5 (3, 4, 5 slots of 128x128x64 slice
 +wgmma_deep_wide3, +wgmma_deep_wide (3, 4 slots of 128x256x64 slices). The deep forms need
 the launch in the kernel's own source (load_inline, the tutorial's wrapper); elsewhere they are
 refused with the reason. Starts whose forms include deep ones are measured first; `--budget`
-seconds after the start no further start is begun (30 s later, no further form is timed). Writes result.json, result.md and the
-rewritten sources. `--dry` also checks that each kernel launched here is found by its plain
-name in the PTX and that each deep form's launch passes its bytes after raising the limit.
+seconds after the start no further start is begun (30 s later, no further form is timed; 150 s
+later the run stops, exit code 3, with what it measured written). Writes result.json,
+result.md and the rewritten sources. `--dry` also checks that each kernel launched here is
+found by its plain name in the PTX and that each deep form's launch passes its bytes after
+raising the limit, and records each form's registers and spills.
 """
 from __future__ import annotations
 
@@ -32,10 +34,12 @@ import argparse
 import ast
 import importlib.util
 import json
+import os
 import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -199,8 +203,19 @@ def main(argv: list[str] | None = None) -> int:
         FORMS[f].get("deep") for f in kv[1]["forms"])))
     if args.dry:
         return _dry(args, entries, record)
+    # a kernel that never finishes must not hold the GPU: what was measured is on disk already
+    watchdog = threading.Timer(args.budget + 150, _give_up, (args.out,))
+    watchdog.daemon = True
+    watchdog.start()
     _measure(args, entries, record, work, began)
+    watchdog.cancel()
     return 0
+
+
+def _give_up(out: Path) -> None:
+    print(f"gemm_schedule: still running 150 s past the budget; stopping (results so far in "
+          f"{out / 'result.json'})", flush=True)
+    os._exit(3)
 
 
 def direct(e: dict[str, Any]) -> bool:
