@@ -84,6 +84,9 @@ ACTS = [
     ("fr_dot_atomic", "warp-shuffle-reduce", 1),  # `unsigned` stride, `s >= 1`, atomicAdd after
     ("fr_softmax_dyn", "warp-shuffle-reduce", 2),  # over `float* red = smem + cols`
     ("fr_rms_bf162", "warp-shuffle-reduce", 1),
+    ("fr_tmpl_l2", "row-cache", 1),  # passes in a `__device__` helper every thread calls alike
+    ("fr_tmpl_l2", "vectorize-global", 1),  # stepping by the template's BLOCK = the launch's
+    ("fr_dot_atomic", "vectorize-global", 1),  # `i += BS * gridDim.x`: a grid-stride loop
     ("fr_gemm_ldg", "cp-async-pipeline", 1),  # `c ? __ldg(&A[i]) : zero`, zero a named constant
     ("fr_gemm_ldg", "gemm-schedule", 1),
     ("fr_gemm_macros", "gemm-schedule", 1),  # tiles indexed through `__device__` helpers
@@ -98,7 +101,8 @@ def test_the_rule_acts_on_the_fresh_kernel_and_keeps_its_answer(folder: str, rul
     assert applied == count, refusals
     ptx = ptx_for_sm90a(out)
     marks = {"warp-shuffle-reduce": "shfl.sync.down", "cp-async-pipeline": "cp.async",
-             "mma-micro-kernel": "mma.sync", "gemm-schedule": "mma.sync"}
+             "mma-micro-kernel": "mma.sync", "gemm-schedule": "mma.sync",
+             "row-cache": "cp.async", "vectorize-global": ".v4."}
     assert marks[rule] in ptx
     err, tol = _emulated_error(FRESH / folder, out)
     assert err <= tol, f"{rule} on {folder}: error {err:.3g} over {tol}"
@@ -399,3 +403,43 @@ def test_a_template_kernel_launched_with_chevrons_reads_its_instantiation() -> N
         got = torch.zeros(3)
         _lib(text, f"template_{rule}.cu").launch("rowsum", 3, 256, 0, [x, got, 1001])
         assert torch.allclose(got, x.sum(1), rtol=1e-5, atol=1e-4), rule
+
+
+HELPER_ROWS = r"""
+__device__ void scale_row(const float* src, float* dst, int n) {
+  __shared__ float part[128];
+  float s = 0.f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += src[i] * src[i];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 64; h > 0; h >>= 1) {
+    if (threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i] * part[0];
+}
+extern "C" __global__ void rows(const float* x, float* y, int n) {
+  CALL
+}
+"""
+
+
+def test_loops_of_a_helper_count_only_where_every_thread_calls_it_alike() -> None:
+    alike = "scale_row(x + (size_t)blockIdx.x * n, y + (size_t)blockIdx.x * n, n);"
+    branched = "if (threadIdx.x < 64) " + alike
+    per_thread = "scale_row(x + (size_t)threadIdx.x * n, y + (size_t)blockIdx.x * n, n);"
+    after_return = "if (blockIdx.x >= 4) return; " + alike
+    kinds = {}
+    for name, call in (("alike", alike), ("branched", branched), ("per thread", per_thread),
+                       ("after a return", after_return)):
+        ir = kir.parse(HELPER_ROWS.replace("CALL", call), "cuda")
+        kinds[name] = [s.kind for s in R.stride_loops(ir)]
+    assert kinds == {"alike": ["block", "block"], "branched": [], "per thread": [],
+                     "after a return": []}
+    out, results = _apply_all("row-cache", HELPER_ROWS.replace("CALL", alike))
+    assert [type(r) for r in results] == [Applied]
+    ptx_for_sm90a(out)
+    x = torch.randn(3, 333, generator=_gen(51))
+    got = torch.zeros_like(x)
+    _lib(out, "helper_rows.cu").launch("rows", 3, 128, 0, [x, got, 333])
+    assert torch.allclose(got, x * (x * x).sum(1, keepdim=True), rtol=1e-5, atol=1e-3)

@@ -32,6 +32,14 @@ inline Operand in(char c, const T& v) {
   }
   return o;
 }
+// A pointer by value: an address computed from a `__restrict__` pointer in a template has a
+// type that a `const T&` will not bind to in g++.
+template <class T>
+inline Operand in(char c, T* v) {
+  Operand o{c, false, nullptr, (int)sizeof(T*), 0};
+  o.bits = (uint64_t)(uintptr_t)v;
+  return o;
+}
 template <class T>
 inline Operand out(char c, T& r, bool read) {
   static_assert(sizeof(T) <= 8, "an asm output operand holds at most 8 bytes");

@@ -514,7 +514,7 @@ def vector_loops(ir: KernelIR) -> list[tuple[StrideLoop, _VectorPlan | Skipped]]
                     and ir.grammar_type_of(n.id) == "for_statement")
         if _under_alignment_check(ir, node):
             continue  # the scalar path (or tail) of a loop vectorized already
-        fn = unit.kernels[loop.kernel]
+        fn = unit.block_helpers()[loop.kernel]
         pointers = global_pointers(unit, fn) | _shared_rows(unit, fn, node)
         out.append((loop, _plan(unit, loop, node, pointers, escapes)))
     return out
@@ -637,7 +637,7 @@ def _warp_uniform(unit, loop: StrideLoop, access: int) -> bool:  # noqa: ANN001
 
     ir = unit.ir
     scope = Scope(ir)
-    scope.enter(unit.kernels[loop.kernel])
+    scope.enter(unit.block_helpers()[loop.kernel])
     pointer, idx = children(ir, access)[0], subscript(ir, access)[1][0]
     parts = [pointer]
     if flat_code(ir, idx) != loop.var:

@@ -36,7 +36,8 @@ saying why (`refusals(ir)` collects them).
   the first warp folding the slots, thread 0 using the value.
 - `stride_loops`: loops whose index starts at the thread's global (or in-block) index and
   steps by the grid's (block's) thread count (`StrideLoop.kind` grid | block); a constant or
-  template-parameter step counts as the block's where the launch's block proves it.
+  template-parameter step counts as the block's where the launch's block proves it. Loops of
+  kernels and of `__device__` helpers every thread of a block calls alike (`block_helpers`).
 - `row_reductions`: a block-stride loop that folds a row into a register (`acc += x[...]`,
   `m = fmaxf(m, x[...])`) and the tree or shuffles that combine the threads' partials.
 - `register_blocks`: per-thread local arrays of constant extent (register tiles).
@@ -369,6 +370,7 @@ class Unit:
             if "__global__" in text(ir, n.id).split("{", 1)[0]:
                 self.kernels.setdefault(name, n.id)
         self._launch: LaunchBlock | None = None
+        self._helpers: dict[str, int] | None = None
 
     def _int(self, expr: str) -> int | None:
         return _evaluate(expr, self.constants, 0)
@@ -422,6 +424,55 @@ class Unit:
             return None
         bound = dict(self.constants) | {p: str(v) for p, v in zip(params, values)}
         return _evaluate(expr, bound, 0)
+
+    def block_helpers(self) -> dict[str, int]:
+        """The kernels and the `__device__` functions that every thread of a block calls
+        alike: each call of one in the unit is a statement of a kernel's (or such a helper's)
+        body outside any branch or loop, no `return` comes before it there, and its arguments
+        are the same for every thread of the block. A block-wide loop in one is a loop of the
+        block, as in the kernel."""
+        if self._helpers is None:
+            from passes.cuda._tree import UNIFORM  # noqa: PLC0415
+
+            ir = self.ir
+            found = dict(self.kernels)
+            calls: dict[str, list[int]] = {}
+            for c in range(len(ir)):
+                if ir.grammar_type_of(c) == "call_expression" and callee(ir, c) in self.functions:
+                    calls.setdefault(callee(ir, c), []).append(c)
+            changed = True
+            while changed:
+                changed = False
+                for name, fn in self.functions.items():
+                    if name in found or not calls.get(name):
+                        continue
+                    if all(self._uniform_call(c, found, UNIFORM) for c in calls[name]):
+                        found[name] = fn
+                        changed = True
+            self._helpers = found
+        return self._helpers
+
+    def _uniform_call(self, call: int, callers: Mapping[str, int], uniform: int) -> bool:
+        ir = self.ir
+        fn = next((a for a in ir.ancestors(call) if ir.grammar_type_of(a) == "function_definition"),
+                  None)
+        if fn is None or (_function_name(ir, fn) or "") not in callers:
+            return False
+        body = children(ir, fn, "compound_statement")
+        for a in ir.ancestors(call):
+            if a == (body[0] if body else None):
+                break
+            if ir.grammar_type_of(a) not in ("compound_statement", "expression_statement",
+                                             "declaration", "init_declarator",
+                                             "assignment_expression", "parenthesized_expression"):
+                return False
+        start = ir.span_of(call).start
+        if any(ir.grammar_type_of(r) == "return_statement" and ir.span_of(r).start < start
+               for r in subtree(ir, fn)):
+            return False
+        self.scope.enter(fn)
+        args = [a for a in children(ir, children(ir, call)[-1]) if ir.grammar_type_of(a) not in _TRIVIA]
+        return all(self.scope.threads(a) == uniform for a in args)
 
     def kernel_of(self, nid: int) -> str:
         for a in self.ir.ancestors(nid):
@@ -2259,6 +2310,10 @@ def _stride_kind(unit: Unit, fn: int, step: str, start: str) -> str | None:
         return "grid"
     if s == "blockDim.x":
         return "block"
+    scaled = re.fullmatch(r"(.+)\*gridDim\.x|gridDim\.x\*(.+)", s)
+    if scaled and "gridDim" not in (scaled.group(1) or scaled.group(2)) and \
+            _stride_kind(unit, fn, scaled.group(1) or scaled.group(2), start) == "block":
+        return "grid"  # the block's thread count (proven from the launch) times the grid's
     if s in ("32", "warpSize") and _LANE.fullmatch(
             re.sub(r"\(\w+\)|\s+", "", expand_locals(unit, fn, start)).replace("(", "").replace(")", "")):
         return "warp"
@@ -2304,7 +2359,7 @@ def stride_loops(ir: KernelIR | Unit) -> list[StrideLoop]:
     unit = ir if isinstance(ir, Unit) else Unit(ir)
     ir_ = unit.ir
     out: list[StrideLoop] = []
-    for name, fn in unit.kernels.items():
+    for name, fn in unit.block_helpers().items():
         for nid in subtree(ir_, fn):
             if ir_.grammar_type_of(nid) != "for_statement":
                 continue
@@ -2343,7 +2398,7 @@ def row_reductions(ir: KernelIR | Unit) -> list[RowReduction]:
     for loop in stride_loops(unit):
         if loop.kind != "block":
             continue
-        fn = unit.kernels[loop.kernel]
+        fn = unit.block_helpers()[loop.kernel]
         node = next(n for n in subtree(ir_, fn) if _span(ir_, n) == loop.span
                     and ir_.grammar_type_of(n) == "for_statement")
         for s in subtree(ir_, loop_body(ir_, node)):

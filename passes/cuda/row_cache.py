@@ -11,7 +11,8 @@ launch's block size is known, no more than one block's share of an SM holding as
 as its threads allow (the copy costs no occupancy); a row longer than that runs the passes as
 written (the check is on the loop bound, at run time, once per row).
 
-Found by role (never by names): in one kernel, two or more `for (v = S; v < E; v += P)` loops
+Found by role (never by names): in one kernel (or one `__device__` helper every thread of the
+block calls alike, `Unit.block_helpers`), two or more `for (v = S; v < E; v += P)` loops
 stepping by the block's thread count (`recognize.stride_loops`), statements of one block with
 the same start, bound and step, read one global pointer `p` as `p[off + v]` (a row pointer,
 `off` empty, or the matrix at the row's offset: the same `off` in every pass, the same for
@@ -115,14 +116,16 @@ def _for_node(ir: KernelIR, loop: StrideLoop) -> int:
 
 def _own_shared_bytes(unit: Unit, fn: int) -> tuple[int | None, bool]:
     """(bytes of the static shared arrays function `fn` sees or None when one has no constant
-    size, whether it declares dynamic shared memory)."""
+    size, whether it declares dynamic shared memory). For a `__device__` helper, every shared
+    array of the unit counts (its callers' and the other helpers' too)."""
     ir = unit.ir
+    helper = fn not in unit.kernels.values()
     seen = {}
     for name, arr in unit.shared_arrays().items():
         owner = next((a for a in ir.ancestors(ir_node(ir, arr.decl))
                       if ir.grammar_type_of(a) == "function_definition"), None)
-        if owner is None or owner == fn:
-            seen[name] = arr
+        if owner is None or owner == fn or helper:
+            seen[(name, arr.decl)] = arr
     total, dynamic = 0, False
     for arr in seen.values():
         if arr.dynamic:
@@ -159,7 +162,7 @@ def row_passes(ir: KernelIR | Unit, budget: int = 32 * 1024) -> list[RowPasses |
     for (kernel, _parent, *_head), loops in groups.items():
         if len(loops) < 2:
             continue
-        fn = unit.kernels[kernel]
+        fn = unit.block_helpers()[kernel]
         pointers = global_pointers(unit, fn)
         reads: dict[str, list[int]] = {}
         for k, loop in enumerate(loops):
