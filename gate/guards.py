@@ -407,7 +407,12 @@ class LaunchMonitor:
             if monitor.mode == "silent":
                 return None
             with monitor.sealing(*args, **kwargs):
-                kernel = original(jit_self, *args, **kwargs)
+                if monitor.seal is not None and _interpreting():
+                    # the interpreter runs the kernel's body as Python in this process
+                    kernel = monitor.seal.isolated(lambda: original(jit_self, *args, **kwargs),
+                                                   [*args, *kwargs.values()])
+                else:
+                    kernel = original(jit_self, *args, **kwargs)
             compiled = getattr(kernel, "name", None)
             if isinstance(compiled, str):
                 monitor.names.add(compiled)
@@ -821,23 +826,42 @@ class SealBreach(RuntimeError):
     """Raised from a launch of the sealed call that the seal refuses to open (`Seal.breach`)."""
 
 
-def _block_signals() -> Any:
-    """Block every signal in this thread (a Python handler then runs after, not during, a
-    sealed launch); the mask to restore, or None where signals cannot be masked here."""
+def _hold_signals() -> Any:
+    """While a sealed launch's window is open, Python's signal handlers are deferred: each
+    one set is replaced by one that notes the signal (Python runs handlers in the main thread
+    whichever thread the signal reached, so masking signals in one thread does not hold them
+    back). (handlers, signals noted) for `_release_signals`; None off the main thread, where
+    handlers cannot be set."""
     import signal  # noqa: PLC0415
     import threading  # noqa: PLC0415
 
-    if threading.current_thread() is not threading.main_thread() or \
-            not hasattr(signal, "pthread_sigmask"):
+    if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    held: dict[int, Any] = {}
+    noted: list[int] = []
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                signal.signal(sig, lambda signum, frame: noted.append(signum))
+                held[sig] = handler
+        except (ValueError, OSError, RuntimeError):
+            continue
+    return held, noted
 
 
-def _restore_signals(mask: Any) -> None:
-    if mask is not None:
-        import signal  # noqa: PLC0415
+def _release_signals(state: Any) -> None:
+    """The handlers back, then each signal noted meanwhile handled (on poison, after the
+    window)."""
+    if state is None:
+        return
+    import signal  # noqa: PLC0415
 
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    held, noted = state
+    for sig, handler in held.items():
+        signal.signal(sig, handler)
+    for sig in noted:
+        held[sig](sig, None)
 
 
 def _local_keys() -> Callable[[], tuple[int, int]]:
@@ -870,12 +894,14 @@ class Seal:
     input) and every sealed tensor holds poison again, also when the launch raised. A copy the
     op trace does not see (a thread, a forked child, NumPy, ctypes) is not replayed.
 
-    The candidate's own floating-point buffers are sealed as well: each one the op trace sees
+    The candidate's own buffers, of every dtype, are sealed as well: each one the op trace sees
     it allocate during the call (`adopt`) and each tensor passed to one of its launches
     (allocated before the call too, or wrapping NumPy memory), as a whole storage. So what a
-    kernel writes (a copy of the inputs among it) is poison to host code between launches
-    too; it is kept, restored at the next launch and for the outputs. Host code that writes
-    into such a buffer between launches, traced or not, keeps what it wrote.
+    kernel writes (a copy of the inputs among it, also as integer bits) is poison to host code
+    between launches too (an integer buffer holds its dtype's minimum, a bool one True); it is
+    kept, restored at the next launch and for the outputs. Host code that writes into such a
+    buffer between launches, traced or not, keeps what it wrote; host code that reads a
+    kernel's result between launches (a count to size the next grid) reads poison.
 
     The real values the seal keeps are themselves out of host code's reach: between launches
     each is masked (its bytes XOR a pad drawn from a key, `heldcompare.xor_pad_`); `keys()`
@@ -886,8 +912,8 @@ class Seal:
     key, the inputs themselves holding poison), so that they never exist in the clear in the
     worker while candidate code can run.
 
-    While a launch's window is open no candidate code may run beside it: every signal is
-    blocked in the main thread (a handler runs after the window, on poison), and `check` (the
+    While a launch's window is open no candidate code may run beside it: Python's signal
+    handlers are deferred (a handler runs after the window, on poison), and `check` (the
     worker's, called as the window opens and before it closes) names a reason to refuse, e.g.
     a thread of the candidate's alive or the gate's code tampered with; the first reason is
     kept in `breach` (the worker rejects the call), and a window refused as it opens raises
@@ -899,7 +925,7 @@ class Seal:
     """
 
     __slots__ = ("cap", "busy", "launching", "launches", "replayed", "entries", "pending", "ptrs",
-                 "breach", "check", "keys")
+                 "breach", "check", "keys", "input_ptrs")
 
     def __init__(self, inputs: tuple[Any, ...], cap: Captured,
                  check: Callable[[], tuple[str, str] | None] | None = None,
@@ -916,6 +942,8 @@ class Seal:
         self.breach: tuple[str, str] | None = None  # (failure kind value, reason)
         self.check = check
         self.keys = keys if keys is not None else _local_keys()
+        # every input's storage: those not sealed (integers, bools) stay as they are
+        self.input_ptrs = {self._ptr(x) for x in inputs if type(x) is cap.tensor_type and x.numel()}
         sealed = [x for x in inputs if self.sealable(cap, x)]
         if masked is not None and len(masked) != len(sealed):
             raise ValueError(f"{len(masked)} masked values for {len(sealed)} sealed inputs")
@@ -954,9 +982,11 @@ class Seal:
         return whole.set_(storage, 0, (storage.nbytes() // t.element_size(),))
 
     def adopt(self, values: Iterable[Any]) -> None:
-        """The candidate's own floating-point tensors among `values` (not sealed yet) are
-        sealed from now on, each as its whole storage, with the values they hold now."""
-        fresh = [v for v in values if self.sealable(self.cap, v) and not self._tracked(v)]
+        """The candidate's own tensors among `values` (not sealed yet), of any dtype (a kernel
+        may store a float's bits as integers), are sealed from now on, each as its whole
+        storage, with the values they hold now."""
+        fresh = [v for v in values if type(v) is self.cap.tensor_type and v.numel() > 0
+                 and not self._tracked(v) and self._ptr(v) not in self.input_ptrs]
         if not fresh:
             return
         busy, self.busy = self.busy, True
@@ -975,7 +1005,9 @@ class Seal:
         for e in self.entries:
             if self.cap.is_floating_point(e.tensor) or self.cap.is_complex(e.tensor):
                 self.cap.fill_(e.tensor, float("nan"))
-            elif e.tensor.dtype != torch.bool:
+            elif e.tensor.dtype == torch.bool:
+                self.cap.fill_(e.tensor, True)
+            else:
                 self.cap.fill_(e.tensor, torch.iinfo(e.tensor.dtype).min)
             e.poisoned = True
 
@@ -1020,7 +1052,9 @@ class Seal:
     def _holds_poison(self, t: torch.Tensor) -> bool:
         if self.cap.is_floating_point(t) or self.cap.is_complex(t):
             return bool(torch.isnan(t).all())
-        return t.dtype == torch.bool or bool((t == torch.iinfo(t.dtype).min).all())
+        if t.dtype == torch.bool:
+            return bool(t.all())
+        return bool((t == torch.iinfo(t.dtype).min).all())
 
     def _put(self, e: _Sealed, clear: torch.Tensor) -> None:
         """The bytes `clear` into `e`'s tensor."""
@@ -1028,15 +1062,17 @@ class Seal:
 
     def _restore(self, key: int) -> list[torch.Tensor | None]:
         """Real values into every sealed tensor (unmasked under `key`), then the host copies
-        recorded since. A buffer of the candidate's that no longer holds the poison was
-        written by host code since (untraced): what it wrote is its value. The inputs' bytes
+        recorded since. A buffer of the candidate's sealed since the last window, or that no
+        longer holds the poison (host code wrote into it, untraced), has its current contents
+        as its value. The inputs' bytes
         in the clear are returned (None for the other entries), to be masked again after."""
         from gate.heldcompare import xor_pad_  # noqa: PLC0415
 
         clone = self.cap.clone
         clears: list[torch.Tensor | None] = []
         for i, e in enumerate(self.entries):
-            if not e.is_input and e.poisoned and not self._holds_poison(e.tensor):
+            if not e.is_input and (not e.masked or e.poisoned and not self._holds_poison(e.tensor)):
+                # sealed since the last window, or written by host code since: as it is now
                 e.real, e.masked = self._bytes(e.tensor), False
             clear = xor_pad_(clone(e.real), key, i) if e.masked else e.real
             self._put(e, clear)
@@ -1064,6 +1100,64 @@ class Seal:
             e.real, e.masked = xor_pad_(clear, key, i), True
         self._poison()
 
+    def isolated(self, launch: Callable[[], Any], args: Iterable[Any] = ()) -> Any:
+        """Run `launch` (an interpreted launch, inside its window) in a forked child and bring
+        back only what its kernel wrote to memory: the contents of every sealed tensor and of
+        every tensor among `args`, through a shared mapping. The interpreter runs a kernel's
+        body as Python in the process; a body that keeps what it loads in a Python object (a
+        list of its module, an attribute of a constexpr argument) keeps it in the child, which
+        ends with the launch. The child's exception, if any, is raised here (as a
+        RuntimeError naming it); its return value is not brought back (None)."""
+        import mmap  # noqa: PLC0415
+
+        cap = self.cap
+        targets: dict[int, torch.Tensor] = {e.ptr: e.tensor for e in self.entries}
+        for v in args:
+            if type(v) is cap.tensor_type and v.numel() and self._ptr(v) not in targets:
+                targets[self._ptr(v)] = self._whole(v)
+        views = [t for t in targets.values() if t.device.type == "cpu"]
+        sizes = [t.numel() * t.element_size() for t in views]
+        shared = mmap.mmap(-1, max(1, sum(sizes)) + 4096)
+        self._sync()
+        pid = os.fork()
+        if pid == 0:  # the child: the launch, then its memory out, then nothing else
+            code = 0
+            try:
+                # one thread: the parent's OpenMP pool is not in the child (a parallel op
+                # would wait for it forever)
+                torch.set_num_threads(1)
+                launch()
+                flat = torch.frombuffer(shared, dtype=torch.uint8)
+                offset = 4096
+                for t, n in zip(views, sizes):
+                    flat[offset:offset + n].copy_(self._bytes(t))
+                    offset += n
+            except BaseException as exc:  # noqa: BLE001 — reported to the parent
+                message = f"{type(exc).__name__}: {exc}"[:4000].encode("utf-8", "replace")
+                shared[:4 + len(message)] = len(message).to_bytes(4, "little") + message
+                code = 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        try:
+            if os.waitstatus_to_exitcode(status) != 0:
+                size = int.from_bytes(shared[:4], "little")
+                what = shared[4:4 + size].decode("utf-8", "replace") if size else \
+                    f"the launch's process ended with status {status}"
+                raise RuntimeError(f"interpreted launch failed: {what}")
+            flat = torch.frombuffer(shared, dtype=torch.uint8)
+            offset = 4096
+            busy, self.busy = self.busy, True
+            try:
+                for t, n in zip(views, sizes):
+                    cap.copy_(t, cap.view(flat[offset:offset + n].view(t.dtype), t.shape))
+                    offset += n
+            finally:
+                self.busy = busy
+            del flat
+        finally:
+            shared.close()
+        return None
+
     def _checked(self) -> bool:
         """Whether the window may open (or closes) with nothing of the candidate's beside it;
         the first reason to refuse goes into `breach`."""
@@ -1085,7 +1179,7 @@ class Seal:
         def window() -> Any:
             if not seal._checked():
                 raise SealBreach(f"the gate refused to open a sealed launch: {seal.breach[1]}")
-            mask = _block_signals()
+            deferred = _hold_signals()
             try:
                 seal.adopt(args)
                 key, fresh = seal.keys()
@@ -1101,7 +1195,7 @@ class Seal:
                     seal._between_launches(lambda: seal._mask(fresh, clears))
                     del key, fresh, clears
             finally:
-                _restore_signals(mask)
+                _release_signals(deferred)
 
         return window()
 
