@@ -19,7 +19,8 @@ the better of the two cuBLAS times is the reference): +mma and +mma_bk16 (32- an
 slices), +mma_deep (64-deep slices, four slots of dynamic shared memory); on sm_90a +wgmma,
 +wgmma_overlap (one K step's MMAs in flight), +wgmma_wide (128x256 tiles), and the deep wgmma
 forms +wgmma_deep3, +wgmma_deep, +wgmma_deep5 (3, 4, 5 slots of 128x128x64 slices) and
-+wgmma_deep_wide3, +wgmma_deep_wide (3, 4 slots of 128x256x64 slices). The deep forms need
++wgmma_deep_wide3, +wgmma_deep_wide (3, 4 slots of 128x256x64 slices), +wgmma_deep_ws3 and
++wgmma_deep_ws (3, 4 slots; specialized warps: one warpgroup fills the ring). The deep forms need
 the launch in the kernel's own source (load_inline, the tutorial's wrapper); elsewhere they are
 refused with the reason. Starts whose forms include deep ones are measured first; `--budget`
 seconds after the start no further start is begun (30 s later, no further form is timed; 150 s
@@ -88,11 +89,15 @@ FORMS = {"mma": {}, "mma_bk16": {"bk": 16}, "mma_deep": {"deep": True},
          "wgmma_deep": {"wgmma": True, "deep": True},
          "wgmma_deep5": {"wgmma": True, "deep": True, "stages": 5},
          "wgmma_deep_wide3": {"wgmma": True, "deep": True, "wide": True, "stages": 3},
-         "wgmma_deep_wide": {"wgmma": True, "deep": True, "wide": True}}
+         "wgmma_deep_wide": {"wgmma": True, "deep": True, "wide": True},
+         "wgmma_deep_ws3": {"wgmma": True, "deep": True, "specialize": True, "stages": 3},
+         "wgmma_deep_ws": {"wgmma": True, "deep": True, "specialize": True}}
 """The rule's forms timed: mma.sync on 32- and 16-deep slices and on 64-deep slices in dynamic
 shared memory (any sm_80+); wgmma (sm_90a) on 128x128 tiles (K steps one after another, or
 overlapping), on 128x256 tiles, and the deep forms (64-deep 128-byte swizzled slices in 3 to 5
-slots of dynamic shared memory, one K step in flight) on both tiles."""
+slots of dynamic shared memory, one K step in flight) on both tiles, the last two with
+specialized warps (one warpgroup fills the ring, the others multiply; mbarriers hand the slots
+over)."""
 SM90_FORMS = tuple(f for f in FORMS if f.startswith("wgmma"))
 
 

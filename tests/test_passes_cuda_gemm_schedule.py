@@ -763,8 +763,9 @@ _INLINE, _KMAJOR_B, _MNMAJOR_A = DEEP_CASES
     (_INLINE, {"deep": True, "stages": 5}),
     (_KMAJOR_B, {"wgmma": True, "deep": True, "wide": True}),
     (_MNMAJOR_A, {"wgmma": True, "deep": True, "stages": 5}),
+    (_KMAJOR_B, {"wgmma": True, "deep": True, "specialize": True}),
 ], ids=["wgmma", "wgmma-wide", "wgmma-3-slots", "mma-5-slots", "k-major-b-wide",
-        "mn-major-a-5-slots"])
+        "mn-major-a-5-slots", "k-major-b-specialized"])
 def test_the_deep_form_edits_the_launch_and_matches_torch_on_the_emulator(
         name: str, options: dict[str, Any]) -> None:
     from gate.hostforms import device_source
@@ -783,6 +784,41 @@ def test_the_deep_form_edits_the_launch_and_matches_torch_on_the_emulator(
         ptx = cudahost.compile_source(device_source(text), name="deep.cu", arch="sm_80").ptx
         assert "mma.sync.aligned.m16n8k16" in ptx and "cp.async" in ptx
     _launched_on_the_emulator(text, run, tol, ((72, 136, 136), (130, 40, 45)))
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+def test_specialized_warps_hand_the_slots_over_by_mbarriers_across_tiles(stages: int) -> None:
+    from gate.hostforms import chevron_launches, device_source, dynamic_shared_limits
+    from passes.roundtrip import roundtrip
+
+    options = {"wgmma": True, "deep": True, "specialize": True, "stages": stages}
+    result = _deep(_inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py"), options)
+    assert result.ok, result
+    text = result.ir.text
+    ptx = ptx_for_sm90a(device_source(text))
+    assert "mbarrier.try_wait.parity" in ptx and "m64n128k16" in ptx and "bar.sync" in ptx
+    lib = _emulated(device_source(text))
+    kernel = lib.kernels[0]
+    nbytes = chevron_launches(text)["gemm_bf16"][0].shared_bytes
+    lib.opt_in[kernel] = dynamic_shared_limits(text)[kernel]
+    torch.manual_seed(11)
+    # fewer blocks than tiles: each block takes several tiles, the barriers' phases run on
+    for grid, (m, n, k) in (((1, 1), (130, 300, 200)), ((2, 1), (257, 140, 333))):
+        a, b = _ab(m, n, k, torch.bfloat16)
+        c = torch.zeros(m, n, dtype=torch.bfloat16)
+        lib.launch(kernel, grid, 256, nbytes, [a, b, c, m, n, k])
+        want = a.float() @ b.float()
+        assert (c.float() - want).abs().max() <= 2e-2 * want.abs().max(), (grid, m, n, k)
+    rule = get_pass("gemm-schedule").from_options(options)
+    done = next(s for s in rule.sites(result.ir) if s.present)
+    assert rule.deoptimize(result.ir, done, CTX).options == {**options, "overlap": True}
+    assert roundtrip(rule, result.ir, done, CTX).same
+    # a block the table does not split into fillers and MMA warpgroups (1024 threads), and the
+    # form outside the deep wgmma schedule
+    big = _deep(LAUNCHES, options)
+    assert isinstance(big, Skipped) and "no warpgroup to fill the ring" in big.reason
+    alone = _deep(LAUNCHES, {"deep": True, "specialize": True})
+    assert isinstance(alone, Skipped) and "deep wgmma schedule" in alone.reason
 
 
 def test_the_deep_form_refuses_a_kernel_launched_by_a_host_module_of_its_own(tmp_path: Path
@@ -934,7 +970,8 @@ def test_on_the_gpu_the_deep_forms_are_correct_through_their_own_launch() -> Non
     source = _with_launch((MICRO / "blocktile_bf16.cu").read_text(), "256")
     forms = [{"deep": True}]
     if torch.cuda.get_device_capability() == (9, 0):
-        forms += [{"wgmma": True, "deep": True}, {"wgmma": True, "deep": True, "wide": True}]
+        forms += [{"wgmma": True, "deep": True}, {"wgmma": True, "deep": True, "wide": True},
+                  {"wgmma": True, "deep": True, "specialize": True}]
     stream = torch.cuda.current_stream()
     loaded = []
     for options in [None, *forms]:

@@ -110,6 +110,26 @@ __device__ __forceinline__ void kl_gs_load_mn128(unsigned short* tile, const uns
 }
 """
 
+BARRIER_HELPERS = r"""// ---- mbarriers handing ring slots between the warps that fill them and those that multiply ----
+__device__ __forceinline__ void kl_gs_bar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+               :: "r"(static_cast<unsigned>(__cvta_generic_to_shared(bar))), "r"(count) : "memory");
+}
+__device__ __forceinline__ void kl_gs_bar_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];"
+               :: "r"(static_cast<unsigned>(__cvta_generic_to_shared(bar))) : "memory");
+}
+// until the phase of `parity` has completed
+__device__ __forceinline__ void kl_gs_bar_wait(unsigned long long* bar, unsigned parity) {
+  const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));
+  unsigned done = 0;
+  while (!done) {
+    asm volatile("{\n.reg .pred q;\nmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 q, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, q;\n}\n" : "=r"(done) : "r"(b), "r"(parity) : "memory");
+  }
+}
+"""
+
 
 def written(code: str, names: set[str]) -> list[str]:
     """The names of `names` that `code` assigns or steps."""

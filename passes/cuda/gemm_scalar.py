@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from passes._source import ByteEdit
 from passes.cuda._c import CSource, Function, functions
-from passes.cuda._gemm_text import DEEP_HELPERS, HELPERS, MARK, PREFIX, written as _written
+from passes.cuda._gemm_text import (BARRIER_HELPERS, DEEP_HELPERS, HELPERS, MARK, PREFIX,
+                                    written as _written)
 from passes.cuda.gemm_launch import undo_edits
 from passes.cuda.mma_tile import HELPERS as MMA_HELPERS
 
@@ -101,7 +102,8 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
     others = [f for f in mine if f is not fn]
     rest = text[:fn.body_start] + text[fn.body_end:]
     edits += undo_edits(ir, fn.name)
-    for helpers, name in ((HELPERS, "kl_gs_"), (DEEP_HELPERS, "kl_gs_"), (MMA_HELPERS, "kl_tc_")):
+    for helpers, name in ((HELPERS, "kl_gs_"), (DEEP_HELPERS, "kl_gs_"), (BARRIER_HELPERS, "kl_gs_"),
+                          (MMA_HELPERS, "kl_tc_")):
         at = text.find(helpers)
         if at < 0 or others:
             continue
@@ -124,7 +126,8 @@ def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, Any]:
                     **({"bk": int(facts["bk"])} if facts.get("bk") else {}),
                     **({"overlap": True} if facts.get("overlap") else {}),
                     **({"deep": True, "stages": int(facts["schedule"][3])}
-                       if facts.get("deep") else {})}
+                       if facts.get("deep") else {}),
+                    **({"specialize": True} if facts.get("specialize") else {})}
     return {"wgmma": False}
 
 

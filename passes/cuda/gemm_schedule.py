@@ -56,7 +56,8 @@ from passes.cuda._asm import helper_insert_at
 from passes.cuda._c import CSource, Function, functions
 from passes.cuda._tree import Scope
 from passes.cuda.annotations import CUDA
-from passes.cuda._gemm_text import DEEP_HELPERS, HELPERS, MARK, PREFIX, written as _written
+from passes.cuda._gemm_text import (BARRIER_HELPERS, DEEP_HELPERS, HELPERS, MARK, PREFIX,
+                                    written as _written)
 from passes.cuda.gemm_launch import launch_edits, limit_lines
 from passes.cuda.gemm_eval import GemmTile, Refusal, find_gemm_tiles, _Kernel
 from passes.cuda.gemm_global import GlobalGemm, Operand, trace
@@ -80,6 +81,9 @@ PAD = 8
 _WARPS = {4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8)}
 _GROUPS = {128: (1, 1), 256: (2, 1), 512: (2, 2), 1024: (2, 2)}
 _WIDE_GROUPS = {256: (2, 1), 512: (2, 2)}
+_SPECIALIZED_GROUPS = {False: {256: (1, 1), 384: (2, 1), 512: (2, 1)}, True: {384: (2, 1), 512: (2, 1)}}
+"""Warpgroups that multiply in the specialized form, by tile (wide or not) and block size (the
+other warpgroups fill the ring)."""
 """Warpgroup grids of the wgmma schedule by block size (each warpgroup 64 rows x 128 / gn); a
 block of eight warpgroups runs the MMAs on four of them (all eight stage and exchange)."""
 
@@ -110,6 +114,9 @@ class Schedule:
     runs one slice ahead instead of stages - 1)."""
     deep: bool = False
     """The ring lives in dynamic shared memory (64-deep slices; the launch passes `launch_bytes`)."""
+    specialize: bool = False
+    """Deep wgmma: the warps past the MMA's warpgroups fill the ring, the MMA's warpgroups only
+    multiply, each slot handed over by a pair of mbarriers (full, empty)."""
 
     @property
     def launch_bytes(self) -> int:
@@ -157,13 +164,15 @@ def dynamic_limit(arch: str) -> int:
 
 def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = False,
          bk: int = TILE_K, overlap: bool = False, deep: bool = False, stages: int = 0,
-         arch: str = "sm_90") -> Schedule | str:
+         arch: str = "sm_90", specialize: bool = False) -> Schedule | str:
     """The schedule for `g`, or why there is none. `kept_shared`: bytes of the user's shared
     arrays the rewritten body still uses; `wide`: 128x256 tiles (wgmma only); `bk`: the slice
     depth (16 or 32); `deep`: 64-deep slices in `stages` slots (0: four, or as many as fit) of
     the dynamic shared memory `arch` allows."""
     if bk not in (16, 32):
         return f"a slice depth of {bk} (16 or 32)"
+    if specialize and not (deep and wgmma):
+        return "specialized warps are a form of the deep wgmma schedule"
     if deep:
         if bk != TILE_K:
             return f"the deep form's slices are {DEEP_K} deep"
@@ -183,7 +192,14 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = Fals
         return "the 128x256 tile is a wgmma schedule"
     if TILE_M % t.bm or tn % t.bn or t.bn % 2:
         return f"the {t.bm}x{t.bn} block tile does not divide the {TILE_M}x{tn} tile"
-    if wgmma:
+    if specialize:
+        groups = _SPECIALIZED_GROUPS[wide]
+        if threads not in groups:
+            return (f"the block of {threads} threads has no warpgroup to fill the ring beside "
+                    f"those multiplying the {TILE_M}x{tn} tile (specialized: "
+                    f"{', '.join(str(n) for n in groups)} threads)")
+        wm, wn = groups[threads]
+    elif wgmma:
         groups = _WIDE_GROUPS if wide else _GROUPS
         if threads not in groups:
             return (f"the block of {threads} threads is not "
@@ -195,7 +211,7 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = Fals
         wm, wn = _WARPS[threads // 32]
     per_stage = 2 * (_slice_elems(g.a, TILE_M, wgmma, bk) + _slice_elems(g.b, tn, wgmma, bk))
     if deep:
-        room = dynamic_limit(arch) - kept_shared - ALIGN_SLACK
+        room = dynamic_limit(arch) - kept_shared - ALIGN_SLACK - (16 * 6 if specialize else 0)
         fit = room // per_stage
         if fit < max(3, stages):
             return (f"no room for {max(3, stages)} slices of the {TILE_M}x{tn}x{bk} tile in "
@@ -213,7 +229,8 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = Fals
     chunk = t.bm
     while chunk > 1 and chunk * ldx * 4 > smem:
         chunk //= 2
-    return Schedule(threads, wm, wn, stages, chunk, ldx, smem, wgmma, tn, bk, overlap, deep)
+    return Schedule(threads, wm, wn, stages, chunk, ldx, smem, wgmma, tn, bk, overlap, deep,
+                    specialize)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,9 +254,11 @@ def _tid(t: GemmTile) -> str:
     return f"((int)threadIdx.x + {t.block[0]} * (int)threadIdx.y)"
 
 
-def _loads(g: GlobalGemm, s: Schedule) -> Any:
-    """`load(slot, kt)`: the C statement staging K slice `kt` into ring slot `slot`."""
+def _loads(g: GlobalGemm, s: Schedule, threads: int = 0, tid: str = "") -> Any:
+    """`load(slot, kt)`: the C statement staging K slice `kt` into ring slot `slot`, by the
+    block's threads (or by `threads` of them numbered by `tid`)."""
     p = PREFIX
+    nt, tid = threads or s.threads, tid or f"{p}tid"
     a_el, b_el = (_slice_elems(g.a, TILE_M, s.wgmma, s.bk), _slice_elems(g.b, s.tn, s.wgmma, s.bk))
 
     def one(op: Operand, mn: int, ring: str, elems: int, glob: str, ld: str, mn0: str,
@@ -248,12 +267,12 @@ def _loads(g: GlobalGemm, s: Schedule) -> Any:
         pitch = s.bk + PAD if op.k_contiguous else mn + PAD
         sw = 0 if not s.wgmma else (1 if op.k_contiguous else 2)
         if sw and s.bk == DEEP_K:  # 128-byte rows: the 128-byte swizzle, unrolled copies
-            return (f"kl_gs_load_{'k' if sw == 1 else 'mn'}128<{mn}, {s.threads}>({p}{ring} + "
+            return (f"kl_gs_load_{'k' if sw == 1 else 'mn'}128<{mn}, {nt}>({p}{ring} + "
                     f"({slot}) * {elems}, {p}{glob}, {p}{ld}, {p}{mn0}, ({kt}) * {s.bk}, "
-                    f"{p}{bound}, {p}K, {p}{vec}, {p}tid);")
-        return (f"kl_gs_load<{kc}, {mn}, {s.bk}, {pitch}, {s.threads}, {sw}>({p}{ring} + ({slot}) * "
+                    f"{p}{bound}, {p}K, {p}{vec}, {tid});")
+        return (f"kl_gs_load<{kc}, {mn}, {s.bk}, {pitch}, {nt}, {sw}>({p}{ring} + ({slot}) * "
                 f"{elems}, {p}{glob}, {p}{ld}, {p}{mn0}, ({kt}) * {s.bk}, {p}{bound}, {p}K, "
-                f"{p}{vec}, {p}tid);")
+                f"{p}{vec}, {tid});")
 
     def load(slot: str, kt: str) -> str:
         return (one(g.a, TILE_M, "sa", a_el, "ga", "lda", "m0", "M", "veca", slot, kt) + " " +
@@ -265,6 +284,8 @@ def main_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
     """The tile's K loop: a cp.async ring, then ldmatrix + mma.sync (or wgmma) into
     `kl_gs_acc`. In the deep wgmma form a step's MMAs are issued before its slice is requested
     (the tensor cores work while the threads issue the copies)."""
+    if s.specialize:
+        return _specialized_loop(g, s, pad)
     p = PREFIX
     load = _loads(g, s)
     a_el, b_el = (_slice_elems(g.a, TILE_M, s.wgmma, s.bk), _slice_elems(g.b, s.tn, s.wgmma, s.bk))
@@ -303,6 +324,79 @@ def main_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
         return head + slot + _wgmma_step(g, s, i + "  ", wait=False) + refill + [wait] + tail
     return head + refill + slot + (_wgmma_step(g, s, i + "  ") if s.wgmma
                                    else _mma_step(g, s, i + "  ")) + tail
+
+
+def _specialized_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
+    """The tile's K loop with specialized warps: the fillers copy slice k into slot
+    (fill + k) % stages once the MMA's warpgroups released it (`kl_gs_bar[stages + slot]`) and
+    mark it full (`kl_gs_bar[slot]`) once their copies landed, `stages - 2` slices behind the
+    newest; the MMA's warpgroups wait for a slot to be full, issue its MMAs, and release the
+    slot of the step before once those are done (one step in flight). `kl_gs_fill` counts the
+    slices the block's ring has taken (the barriers' phases)."""
+    p, n = PREFIX, s.stages
+    lag = n - 2
+    fillers = s.threads - 32 * s.active
+    load = _loads(g, s, fillers, f"{p}ftid")
+    a_el, b_el = (_slice_elems(g.a, TILE_M, True, s.bk), _slice_elems(g.b, s.tn, True, s.bk))
+    fence = 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory");'
+    i, i1, i2 = pad, pad + "  ", pad + "    "
+    return [
+        f"{i}#pragma unroll",
+        f"{i}for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
+        f"{i}  for (int {p}j = 0; {p}j < {s.ni}; ++{p}j)",
+        f"{i}    for (int {p}h = 0; {p}h < 4; ++{p}h) {p}acc[{p}i][{p}j][{p}h] = 0.0f;",
+        f"{i}const int {p}kt = ({p}K + {s.bk - 1}) / {s.bk};",
+        f"{i}if ({p}warp >= {s.active}) {{  // the fillers",
+        f"{i1}const int {p}ftid = {p}tid - {32 * s.active};",
+        f"{i1}#pragma unroll 1",
+        f"{i1}for (int {p}k = 0; {p}k < {p}kt; ++{p}k) {{",
+        f"{i2}const int {p}f = {p}fill + {p}k, {p}slot = {p}f % {n};",
+        f"{i2}if ({p}f >= {n}) kl_gs_bar_wait({p}bar + {n} + {p}slot, ({p}f / {n} - 1) & 1);",
+        f"{i2}{load(f'{p}slot', f'{p}k')}",
+        f"{i2}kl_gs_commit();",
+        f"{i2}if ({p}k >= {lag}) {{",
+        f"{i2}  kl_gs_wait<{lag}>();",
+        f"{i2}  {fence}",
+        f"{i2}  kl_gs_bar_arrive({p}bar + ({p}f - {lag}) % {n});",
+        f"{i2}}}",
+        f"{i1}}}",
+        f"{i1}kl_gs_wait<0>();",
+        f"{i1}{fence}",
+        f"{i1}for (int {p}k = max({p}kt - {lag}, 0); {p}k < {p}kt; ++{p}k) "
+        f"kl_gs_bar_arrive({p}bar + ({p}fill + {p}k) % {n});",
+        f"{i}}} else {{  // the MMA's warpgroups",
+        f"{i1}#pragma unroll 1",
+        f"{i1}for (int {p}k = 0; {p}k < {p}kt; ++{p}k) {{",
+        f"{i2}const int {p}f = {p}fill + {p}k, {p}slot = {p}f % {n};",
+        f"{i2}kl_gs_bar_wait({p}bar + {p}slot, ({p}f / {n}) & 1);",
+        f"{i2}const unsigned short* {p}ta = {p}sa + {p}slot * {a_el};",
+        f"{i2}const unsigned short* {p}tb = {p}sb + {p}slot * {b_el};",
+        *_wgmma_issue(g, s, i2, wait=False),
+        f'{i2}asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");',
+        f"{i2}if ({p}k > 0) kl_gs_bar_arrive({p}bar + {n} + ({p}f - 1) % {n});",
+        f"{i1}}}",
+        f'{i1}asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");',
+        f"{i1}if ({p}kt > 0) kl_gs_bar_arrive({p}bar + {n} + ({p}fill + {p}kt - 1) % {n});",
+        f"{i}}}",
+        f"{i}{p}fill += {p}kt;",
+        f"{i}__syncthreads();",
+    ]
+
+
+def _barriers(s: Schedule, pad: str) -> list[str]:
+    """The specialized form's slot barriers (full, then empty, per slot), set up once."""
+    if not s.specialize:
+        return []
+    p, n = PREFIX, s.stages
+    return [f"{pad}__shared__ __align__(8) unsigned long long {p}bar[{2 * n}];",
+            f"{pad}if ({p}tid == 0) {{",
+            f"{pad}  for (int {p}s = 0; {p}s < {n}; ++{p}s) {{",
+            f"{pad}    kl_gs_bar_init({p}bar + {p}s, {s.threads - 32 * s.active});",
+            f"{pad}    kl_gs_bar_init({p}bar + {n} + {p}s, {32 * s.active});",
+            f"{pad}  }}",
+            f"{pad}}}",
+            f"{pad}__syncthreads();",
+            f"{pad}int {p}fill = 0;"]
 
 
 def _mma_step(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
@@ -550,6 +644,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
                         "wgmma": s.wgmma, **({"wide": True} if tn > TILE_N else {}),
                         **({"bk": s.bk} if s.bk not in (TILE_K, DEEP_K) else {}),
                         **({"deep": True} if s.deep else {}),
+                        **({"specialize": True} if s.specialize else {}),
                         **({"overlap": True} if s.overlap else {})}, sort_keys=True)
     restore = " ".join(f"{n} = {p}in_{n};" for n in written)
     i1, i2, i3 = "  ", "    ", "      "
@@ -572,6 +667,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         f"{i1}unsigned short* {p}sb = {p}sa + {s.stages * a_el};",
         f"{i1}const int {p}tid = {_tid(t)}, {p}lane = {p}tid % 32, {p}warp = {p}tid / 32;",
         *_warp_origin(s, i1),
+        *_barriers(s, i1),
         f"{i1}const int {p}tiles_m = ({p}M + {TILE_M - 1}) / {TILE_M}, "
         f"{p}tiles_n = ({p}N + {tn - 1}) / {tn};",
         f"{i1}const int {p}blocks = (int)(gridDim.x * gridDim.y * gridDim.z);",
@@ -673,7 +769,7 @@ def _kernels(src: CSource) -> list[Function]:
 def _outside(src: CSource) -> str:
     """The code view without the inserted helpers and the bodies of the rule's own kernels."""
     cuts = [(f.body_start, f.body_end) for f in _kernels(src) if _present(src, f)]
-    for helpers in (HELPERS, DEEP_HELPERS):
+    for helpers in (HELPERS, DEEP_HELPERS, BARRIER_HELPERS):
         at = src.text.find(helpers)
         if at >= 0:
             cuts.append((at, at + len(helpers)))
@@ -716,6 +812,10 @@ class GemmSchedule(Pass):
     kernel's limit first; refused where the launch is in a host module of its own."""
     stages: int = 0
     """With `deep`: the ring's slots, 3 to 6 (0: four, or as many as fit)."""
+    specialize: bool = False
+    """With `deep` and `wgmma`: one warpgroup (or two) fills the ring and the others only
+    multiply, handing each slot over by mbarriers (blocks of 256 threads: one warpgroup
+    multiplies the 128x128 tile; 384 or 512: two, 128x128 or 128x256 with `wide`)."""
 
     name: ClassVar[str] = "gemm-schedule"
     category: ClassVar[Category] = Category.COMPUTE
@@ -768,7 +868,7 @@ class GemmSchedule(Pass):
             return Skipped("wgmma needs sm_90a")
         arch = str(ctx.facts.get("arch", "sm_90")) if ctx is not None else "sm_90"
         s = plan(f.g, f.kept_shared, self.wgmma, self.wide, int(self.bk), self.overlap,
-                 self.deep, int(self.stages), arch)
+                 self.deep, int(self.stages), arch, self.specialize)
         if isinstance(s, str):
             return Skipped(s, f.g.to_json())
         edits = rewrite_edits(ir, f, s)
@@ -796,6 +896,8 @@ def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule) -> list[ByteEdit]:
         wanted += HELPERS
     if s.deep and s.wgmma and DEEP_HELPERS not in ir.text:
         wanted += DEEP_HELPERS
+    if s.specialize and BARRIER_HELPERS not in ir.text:
+        wanted += BARRIER_HELPERS
     if wanted:
         at = src.b(helper_insert_at(src))
         edits.append(ByteEdit(at, at, wanted))
