@@ -26,7 +26,9 @@ for the mma.sync form), `overlap` (with wgmma: one K step's MMAs in flight while
 issued), `block` (the launch's block where no host tells it), `deep` with `stages` (64-deep
 slices in 3 to 6 slots of dynamic shared memory: 128-byte swizzled for wgmma, which then always
 keeps one K step in flight; the kernel's `<<<grid, block>>>` launches in the same source are
-edited to pass the bytes and to raise the kernel's limit first: `passes.cuda.gemm_launch`).
+edited to pass the bytes and to raise the kernel's limit first: `passes.cuda.gemm_launch`),
+`specialize` (deep wgmma: warps that only fill the ring and warpgroups that only multiply,
+each slot handed over by a full and an empty mbarrier).
 
 Preconditions (each refusal says which): the kernel is a GEMM micro-kernel `gemm_eval` reads and
 whose staging `gemm_global` traces; bf16 / fp16 global operands; the block size is known (the
