@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import pickle
 import re
 import sys
 import time
@@ -299,6 +300,9 @@ class LaunchMonitor:
     as the compiled kernel / the driver names them: what `KernelLog` attributes to it."""
     tuners: dict[int, Any] = field(default_factory=dict)
     """The candidate's own autotuners that ran (`triton.autotune`), by id, in launch order."""
+    isolate: bool = False
+    """Kernels run in this process (the interpreter, the CUDA emulator): a launch of the
+    sealed call runs in a forked child (`Seal.isolated`)."""
     pin: tuple[Any, Any] | None = None
     """(autotuner, configuration): that autotuner's choice is forced to that configuration
     (`_wrap_bench`), as if it had timed fastest; None: autotuners choose as they do."""
@@ -407,7 +411,7 @@ class LaunchMonitor:
             if monitor.mode == "silent":
                 return None
             with monitor.sealing(*args, **kwargs):
-                if monitor.seal is not None and _interpreting():
+                if monitor.seal is not None and monitor.isolate:
                     # the interpreter runs the kernel's body as Python in this process
                     kernel = monitor.seal.isolated(lambda: original(jit_self, *args, **kwargs),
                                                    [*args, *kwargs.values()])
@@ -443,6 +447,9 @@ class LaunchMonitor:
                 if monitor.mode == "silent":
                     return (ok,)
                 with monitor.sealing():
+                    if monitor.seal is not None and monitor.isolate:
+                        # an emulated kernel runs in this process, on host memory
+                        return monitor.seal.isolated(lambda: original(*args, **kwargs))
                     return original(*args, **kwargs)
 
             launch.__name__ = original.__name__
@@ -1106,8 +1113,10 @@ class Seal:
         every tensor among `args`, through a shared mapping. The interpreter runs a kernel's
         body as Python in the process; a body that keeps what it loads in a Python object (a
         list of its module, an attribute of a constexpr argument) keeps it in the child, which
-        ends with the launch. The child's exception, if any, is raised here (as a
-        RuntimeError naming it); its return value is not brought back (None)."""
+        ends with the launch; so does an emulated CUDA kernel that writes where no tensor of
+        the call is (a buffer passed as a raw pointer, a `__device__` global). The child's
+        exception, if any, is raised here (as a RuntimeError naming it); its return value
+        comes back where it pickles in 4000 bytes (else None)."""
         import mmap  # noqa: PLC0415
 
         cap = self.cap
@@ -1126,7 +1135,13 @@ class Seal:
                 # one thread: the parent's OpenMP pool is not in the child (a parallel op
                 # would wait for it forever)
                 torch.set_num_threads(1)
-                launch()
+                value = launch()
+                try:
+                    kept = pickle.dumps(value)
+                except Exception:  # noqa: BLE001 — not brought back
+                    kept = pickle.dumps(None)
+                if len(kept) <= 4000:
+                    shared[:4 + len(kept)] = len(kept).to_bytes(4, "little") + kept
                 flat = torch.frombuffer(shared, dtype=torch.uint8)
                 offset = 4096
                 for t, n in zip(views, sizes):
@@ -1154,9 +1169,10 @@ class Seal:
             finally:
                 self.busy = busy
             del flat
+            size = int.from_bytes(shared[:4], "little")
+            return pickle.loads(shared[4:4 + size]) if size else None
         finally:
             shared.close()
-        return None
 
     def _checked(self) -> bool:
         """Whether the window may open (or closes) with nothing of the candidate's beside it;

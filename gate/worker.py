@@ -882,7 +882,8 @@ class _Runner:
     def load_candidate(self) -> None:
         guards = self.guards
         _forget_seeds(self.torch)
-        self.monitor = guards.LaunchMonitor(candidate_dir=str(Path(self.job.scratch).resolve()))
+        self.monitor = guards.LaunchMonitor(candidate_dir=str(Path(self.job.scratch).resolve()),
+                                            isolate=self.device == "cpu")
         if self.job.language == "triton":
             self.monitor.install_triton()
         emulating = self.job.tier == "emulate" and self.job.language == "cuda"
