@@ -443,3 +443,47 @@ def test_loops_of_a_helper_count_only_where_every_thread_calls_it_alike() -> Non
     got = torch.zeros_like(x)
     _lib(out, "helper_rows.cu").launch("rows", 3, 128, 0, [x, got, 333])
     assert torch.allclose(got, x * (x * x).sum(1, keepdim=True), rtol=1e-5, atol=1e-3)
+
+
+PAIR_STAGED = r"""
+#include <cuda_bf16.h>
+extern "C" __global__ void pairs(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
+                                 int M, int N, int K) {
+  __shared__ float As[16][16];
+  __shared__ float Bs[16][16];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int row = blockIdx.y * 16 + ty, col = blockIdx.x * 16 + tx;
+  float acc = 0.f;
+  for (int t = 0; t < K; t += 16) {
+    if (tx < 8) {
+      const PAIR p = *reinterpret_cast<const PAIR*>(&A[row * K + t + 2 * tx]);
+      As[ty][2 * tx] = CONV(p.x);
+      As[ty][2 * tx + 1] = CONV(p.y);
+    }
+    Bs[ty][tx] = __bfloat162float(B[(t + ty) * N + col]);
+    __syncthreads();
+    for (int k = 0; k < 16; ++k) acc += As[ty][k] * Bs[k][tx];
+    __syncthreads();
+  }
+  C[row * N + col] = __float2bfloat16(acc);
+}
+"""
+
+
+def test_fp32_tiles_filled_from_lanes_of_16_bit_pairs_take_tensor_cores() -> None:
+    ctx = PassContext(facts={"arch": "sm_90", "block_threads": 256})
+    p = get_pass("mma-micro-kernel")()
+    packed = kir.parse(PAIR_STAGED.replace("PAIR", "uint2").replace("CONV", "float"), "cuda")
+    why = [p.optimize(packed, s, ctx) for s in p.sites(packed) if not s.present]
+    assert why and "lanes of p, a vector of bf16 elements read whole" in why[0].reason
+    text = PAIR_STAGED.replace("PAIR", "__nv_bfloat162").replace("CONV", "__bfloat162float")
+    ir = kir.parse(text, "cuda")
+    result = p.optimize(ir, next(s for s in p.sites(ir) if not s.present), ctx)
+    assert isinstance(result, Applied), result
+    assert "mma.sync" in ptx_for_sm90a(result.ir.text)
+    a = torch.randn(32, 64, generator=_gen(61)).bfloat16()
+    b = torch.randn(64, 48, generator=_gen(62)).bfloat16()
+    c = torch.zeros(32, 48, dtype=torch.bfloat16)
+    _lib(result.ir.text, "pairs.cu").launch("pairs", (3, 2), (16, 16), 0, [a, b, c, 32, 48, 64])
+    want = a.float() @ b.float()
+    assert torch.allclose(c.float(), want, rtol=2e-2, atol=5e-2)

@@ -38,7 +38,7 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._asm import helper_insert_at
 from passes.cuda._c import CSource, Function, functions
 from passes.cuda.annotations import CUDA
-from passes.cuda._tree import Scope, children, subtree, text
+from passes.cuda._tree import Scope, children, declared_names, subtree, text
 from passes.cuda.gemm_eval import BitSum, GemmTile, Tile, find_gemm_tiles, variable_kind
 
 if TYPE_CHECKING:
@@ -394,6 +394,10 @@ def _widened(ir: KernelIR, fn: int, scope: Scope, nid: int, seen: frozenset[str]
         return f"a value computed by {name}"
     if gtype in ("subscript_expression", "pointer_expression"):
         base = _target_name(ir, nid)
+        vector = re.match(r"\s*\*\s*\(?\s*(?:reinterpret_cast\s*<[^>]*>|\([^)]*\*\s*\))\s*\(?\s*&\s*"
+                          r"([A-Za-z_]\w*)\s*\[", text(ir, nid))
+        if vector is not None:  # a vector read through a cast address: the array it reads
+            base = vector.group(1)
         kind = variable_kind(ir, fn, base) if base else None
         if kind in ("bf16", "fp16"):
             return {kind}
@@ -415,7 +419,27 @@ def _widened(ir: KernelIR, fn: int, scope: Scope, nid: int, seen: frozenset[str]
                 return got
             out |= got
         return out
+    if gtype == "field_expression" and re.fullmatch(r"\s*[A-Za-z_]\w*\s*\.\s*[xyzw]\s*", text(ir, nid)):
+        return _lane(ir, fn, scope, kids[0], seen)
     return f"a value computed as {text(ir, nid)[:40]}"
+
+
+_PAIRS = {"__half2": "fp16", "half2": "fp16", "__nv_bfloat162": "bf16", "nv_bfloat162": "bf16"}
+
+
+def _lane(ir: KernelIR, fn: int, scope: Scope, vec: int, seen: frozenset[str]) -> set[str] | str:
+    """What a lane of the local vector `vec` (`v.x`) holds: a 16-bit element where `v` is a
+    pair of them read from an array of that type; the vector's source otherwise (a float lane
+    is not a widened 16-bit element, and integer lanes hold packed bits)."""
+    name = text(ir, vec).strip()
+    decl = next((d for d in subtree(ir, fn) if ir.grammar_type_of(d) == "declaration"
+                 and any(n == name for n, _, _ in declared_names(ir, d))), None)
+    spelled = text(ir, decl).split("=")[0] if decl is not None else ""
+    pair = next((k for t, k in _PAIRS.items() if re.search(rf"\b{t}\b", spelled)), None)
+    got = _widened(ir, fn, scope, vec, seen)
+    if isinstance(got, str) or (pair is not None and got <= {pair}):
+        return got
+    return f"lanes of {name}, a vector of {' and '.join(sorted(got)) or 'zeros'} elements read whole"
 
 
 def _target_name(ir: KernelIR, nid: int) -> str | None:
