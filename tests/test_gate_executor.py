@@ -28,6 +28,8 @@ from skill_helpers import gemm_cards, library, naive_source
 DATA = Path(__file__).parent / "data"
 SAXPY = DATA / "cases" / "saxpy"
 GOOD = SAXPY / "saxpy_triton.py"
+# gemm at sizes where its naive kernel's gates take seconds in the interpreter, not tens
+SMALL_GEMM = DATA / "cases" / "gemm_small"
 
 
 def signature(verdict: Any) -> tuple[Any, ...]:
@@ -138,9 +140,9 @@ def test_an_interpret_tier_optimize_through_ray_takes_the_local_path(
     runs = []
     for name, gates in (("local", LocalExecutor(1)), ("ray", ray_gates)):
         monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / name / "cache"))
-        result = optimize(target, "gemm", library(tmp_path / name, admitted=True), tier="interpret",
-                          out=tmp_path / name / "out", rewriter=DeterministicRewriter(),
-                          budget_steps=3, executor=gates)
+        result = optimize(target, str(SMALL_GEMM), library(tmp_path / name, admitted=True),
+                          tier="interpret", out=tmp_path / name / "out",
+                          rewriter=DeterministicRewriter(), budget_steps=3, executor=gates)
         runs.append(([(s.card, s.anchor) for s in result.applied],
                      [(s.card, s.anchor, s.stage) for s in result.rejected],
                      result.gated, result.termination, result.best_path.read_text()))
