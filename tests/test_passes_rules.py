@@ -17,7 +17,7 @@ from passes.roundtrip import forward_site, normalized
 
 DATA = Path(__file__).parent / "data" / "passes"
 PAIRS = sorted((DATA / "expected").iterdir())
-RAGGED_GEMM = Path(__file__).parent / "data" / "cases" / "gemm_ragged"
+SMALL_GEMM = Path(__file__).parent / "data" / "cases" / "gemm_small"
 CTX = PassContext(facts={"arch": "sm_90", "dtype": "fp16", "K": 128, "M": 64, "N": 64})
 
 # pass -> what optimizing the de-optimized kernel without recorded options gives:
@@ -154,27 +154,40 @@ def test_older_tile_records_get_their_tile_from_the_edited_literal() -> None:
     assert cls.recorded_options({"value": 32}, "f(16)", [{"src_span": [2, 4]}]) == {"value": 32}
 
 
-def test_tiles_of_a_fixed_host_grid_are_not_resized() -> None:
-    # mm_pinned launches cdiv(M, 32) * cdiv(N, 32) programs whatever BLOCK_M/BLOCK_N are
+def test_tiles_of_a_fixed_host_grid_are_resized_with_its_copies_or_not_at_all() -> None:
+    # mm_pinned launches cdiv(M, 32) * cdiv(N, 32) programs: each 32 is the copy of the tile
+    # whose size it divides (`offs_m < M`), and is resized with it
     ir = kir.parse_file(DATA / "mm_pinned.py")
     p = get_pass("tile-sizes")()
     results = {s.detail["tile"]: p.deoptimize(ir, s) for s in p.sites(ir) if s.present}
+    assert "grid = (triton.cdiv(M, 16) * triton.cdiv(N, 32),)" in results["BLOCK_M"].ir.text
+    assert "grid = (triton.cdiv(M, 32) * triton.cdiv(N, 16),)" in results["BLOCK_N"].ir.text
+    assert isinstance(results["BLOCK_K"], Applied)  # the K step does not map programs
+    # a grid with no copy of the tile launches its programs whatever BLOCK_M is
+    fixed = ir.text.replace("grid = (triton.cdiv(M, 32) * triton.cdiv(N, 32),)",
+                            "grid = (triton.cdiv(M * N, 1024),)")
+    ir = kir.parse(fixed, language="triton")
+    results = {s.detail["tile"]: p.deoptimize(ir, s) for s in p.sites(ir) if s.present}
     assert isinstance(results["BLOCK_M"], Skipped) and "grid" in results["BLOCK_M"].reason
     assert isinstance(results["BLOCK_N"], Skipped)
-    assert isinstance(results["BLOCK_K"], Applied)  # the K step does not map programs
 
 
-def test_a_tile_scaling_a_program_id_read_in_place_keeps_a_fixed_grid() -> None:
+def test_a_tile_scaling_a_program_id_read_in_place_takes_its_grid_copy_along() -> None:
     """The held-out sum_dim kernel: `cols = tl.program_id(1) * BLOCK_C + ...` (no pid variable)
-    under a host grid of `cdiv(C, 64)`. Resizing BLOCK_C would leave columns unwritten (or write
-    past them); the row step CHUNK_R is free."""
+    under a host grid of `cdiv(C, 64)`, BLOCK_C=64 at the launch: the grid's 64 on the axis
+    BLOCK_C scales is its copy, resized with it (a grid left at 64 would leave columns
+    unwritten, or write past them); the row step CHUNK_R is free."""
     ir = kir.parse_file(DATA.parent.parent.parent / "bench/heldout/kernelbench/sum_dim_triton.py")
     p = get_pass("tile-sizes")()
     results = {s.detail["tile"]: p.optimize(ir, s) for s in p.sites(ir) if not s.present}
-    assert isinstance(results["BLOCK_C"], Skipped) and "grid" in results["BLOCK_C"].reason
+    assert "[(B, triton.cdiv(C, 128))]" in results["BLOCK_C"].ir.text
+    assert "BLOCK_C=128" in results["BLOCK_C"].ir.text
     assert isinstance(results["CHUNK_R"], Applied)
+    other_axis = ir.text.replace("[(B, triton.cdiv(C, 64))]", "[(triton.cdiv(C, 64), B)]")
+    assert other_axis != ir.text
+    ir = kir.parse(other_axis, language="triton")
     shrunk = {s.detail["tile"]: p.deoptimize(ir, s) for s in p.sites(ir) if s.present}
-    assert isinstance(shrunk["BLOCK_C"], Skipped)
+    assert isinstance(shrunk["BLOCK_C"], Skipped) and "grid" in shrunk["BLOCK_C"].reason
 
 
 def test_even_k_without_flag_needs_known_divisibility() -> None:
@@ -223,9 +236,9 @@ def test_deoptimized_own_kernels_still_compute_gemm(kernel: str) -> None:
     naive, steps = deoptimize_all(ir)
     removed = {name for name, _ in steps}
     assert {"tensor-core-dot", "tile-sizes"} <= removed
-    # gemm at sizes no tile divides: the naive kernel's 16-wide tiles take the interpreter
-    # tens of seconds per gate at the gemm case's own sizes
-    verdict = gate.check(naive.text, "triton", str(RAGGED_GEMM), tier="interpret",
+    # gemm at small sizes: the naive kernel's 16-wide tiles take the interpreter tens of
+    # seconds per gate at the gemm case's own sizes
+    verdict = gate.check(naive.text, "triton", str(SMALL_GEMM), tier="interpret",
                          path=str(DATA / kernel), cache=False)
     assert verdict.ok, (steps, verdict.stage, verdict.reason)
 

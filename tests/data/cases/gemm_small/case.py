@@ -1,8 +1,8 @@
 """A test case: the gemm workload (experts/gemm, and named so) at small sizes that tiles up to
 64 divide, for kernels that assume whole tiles (the naive gemm of the test lineages).
 
-The interpreter runs every program of a launch in Python: a run of gates on a 32-wide gemm
-kernel at the gemm case's interpret sizes takes minutes, at these sizes seconds.
+The interpreter runs every program of a launch in Python: a run of gates on a gemm kernel
+with 16- or 32-wide tiles at the gemm case's interpret sizes takes minutes, here seconds.
 Plain Python and torch only, like every case module (docs/INTERFACES.md, "Case modules").
 """
 from __future__ import annotations
