@@ -23,6 +23,7 @@ Imported only inside a worker (it imports torch). What it provides:
 from __future__ import annotations
 
 import builtins
+import gc
 import os
 import pickle
 import re
@@ -920,7 +921,9 @@ class Seal:
     worker while candidate code can run.
 
     While a launch's window is open no candidate code may run beside it: Python's signal
-    handlers are deferred (a handler runs after the window, on poison), and `check` (the
+    handlers are deferred (a handler runs after the window, on poison), the cyclic garbage
+    collector is off and whatever the seal lets go of is let go after the poison (a finalizer
+    or weakref callback of candidate code runs on poison), and `check` (the
     worker's, called as the window opens and before it closes) names a reason to refuse, e.g.
     a thread of the candidate's alive or the gate's code tampered with; the first reason is
     kept in `breach` (the worker rejects the call), and a window refused as it opens raises
@@ -932,7 +935,7 @@ class Seal:
     """
 
     __slots__ = ("cap", "busy", "launching", "launches", "replayed", "entries", "pending", "ptrs",
-                 "breach", "check", "keys", "input_ptrs")
+                 "breach", "check", "keys", "input_ptrs", "graveyard")
 
     def __init__(self, inputs: tuple[Any, ...], cap: Captured,
                  check: Callable[[], tuple[str, str] | None] | None = None,
@@ -949,6 +952,9 @@ class Seal:
         self.breach: tuple[str, str] | None = None  # (failure kind value, reason)
         self.check = check
         self.keys = keys if keys is not None else _local_keys()
+        # what the gate lets go of while a window is open, let go once the inputs hold poison
+        # again: a finalizer or weakref callback of candidate code on it runs then
+        self.graveyard: list[Any] = []
         # every input's storage: those not sealed (integers, bools) stay as they are
         self.input_ptrs = {self._ptr(x) for x in inputs if type(x) is cap.tensor_type and x.numel()}
         sealed = [x for x in inputs if self.sealable(cap, x)]
@@ -1080,12 +1086,14 @@ class Seal:
         for i, e in enumerate(self.entries):
             if not e.is_input and (not e.masked or e.poisoned and not self._holds_poison(e.tensor)):
                 # sealed since the last window, or written by host code since: as it is now
+                self.graveyard.append(e.real)
                 e.real, e.masked = self._bytes(e.tensor), False
             clear = xor_pad_(clone(e.real), key, i) if e.masked else e.real
             self._put(e, clear)
             e.poisoned = False
             clears.append(clear if e.is_input else None)
         pending, self.pending = self.pending, []
+        self.graveyard.append(pending)
         for func, args, kwargs, dest, returns_copy in pending:
             if returns_copy:
                 self.cap.copy_(dest, func(*args, **kwargs))
@@ -1102,10 +1110,12 @@ class Seal:
         the kernel left it (a kernel may write into a copy of an input); then poison."""
         from gate.heldcompare import xor_pad_  # noqa: PLC0415
 
-        for i, e in enumerate(self.entries):
-            clear = clears[i] if i < len(clears) and clears[i] is not None else self._bytes(e.tensor)
-            e.real, e.masked = xor_pad_(clear, key, i), True
+        masked = [xor_pad_(clears[i] if i < len(clears) and clears[i] is not None
+                           else self._bytes(e.tensor), key, i) for i, e in enumerate(self.entries)]
         self._poison()
+        for e, real in zip(self.entries, masked):
+            self.graveyard.append(e.real)
+            e.real, e.masked = real, True
 
     def isolated(self, launch: Callable[[], Any], args: Iterable[Any] = ()) -> Any:
         """Run `launch` (an interpreted launch, inside its window) in a forked child and bring
@@ -1196,6 +1206,8 @@ class Seal:
             if not seal._checked():
                 raise SealBreach(f"the gate refused to open a sealed launch: {seal.breach[1]}")
             deferred = _hold_signals()
+            collecting = gc.isenabled()
+            gc.disable()  # no finalizer of candidate code runs inside the window
             try:
                 seal.adopt(args)
                 key, fresh = seal.keys()
@@ -1211,6 +1223,9 @@ class Seal:
                     seal._between_launches(lambda: seal._mask(fresh, clears))
                     del key, fresh, clears
             finally:
+                seal.graveyard.clear()
+                if collecting:
+                    gc.enable()
                 _release_signals(deferred)
 
         return window()
@@ -1222,9 +1237,11 @@ class Seal:
         cap = self.cap
         items = out if isinstance(out, (tuple, list)) else (out,)
         self.busy = True
+        collecting = gc.isenabled()
         try:
             self._sync()
             ptrs = {self._ptr(t) for t in items if type(t) is cap.tensor_type and t.numel()}
+            gc.disable()
             if self.pending or ptrs & {e.ptr for e in self.entries}:
                 key, _ = self.keys()  # the last window of the call: nothing is masked again
                 self._restore(key)
@@ -1234,4 +1251,7 @@ class Seal:
             self._sync()
         finally:
             self.busy = False
+            self.graveyard.clear()
+            if collecting:
+                gc.enable()
         return tuple(kept) if isinstance(out, (tuple, list)) else kept[0]
