@@ -24,7 +24,12 @@ launch hooks and the tamper snapshot go in, then the candidate loads. Messages (
                                                        input sets, `gate.memplan`)
     ("precision", variant, seed, error)               the reference's error on the seed's inputs
                                                        rounded to TF32 (fp32 cases; `gate.precision`)
+    ("seal_key", variant, key)                        the key the variant's sealed set is masked
+                                                       under (`_mask_sealed`), then forgotten
     ("refs_done",)
+    ("unseal", variant)                               a launch window of the sealed call: the
+                                                       parent answers ("unsealed", key, fresh key)
+                                                       (`guards.Seal.keys`)
     ("ref_ms", variant, ms, wall_ms, timed_s)         device tier (timed_s: seconds spent timing
                                                        so far in this worker)
     ("ref_tf32_ms", variant, ms, timed_s)             device tier, fp32 inputs: the reference
