@@ -823,7 +823,8 @@ SEAL_NEW_OPS = ALLOC_OPS | frozenset({"zeros", "zeros_like", "new_zeros", "ones"
 @dataclass(slots=True)
 class _Sealed:
     tensor: torch.Tensor
-    real: torch.Tensor  # its bytes (uint8, flat) while a kernel of the candidate runs
+    real: torch.Tensor  # its bytes (uint8, flat) while a kernel of the candidate runs, masked
+    # between launches (`masked`)
     ptr: int  # its storage's address
     is_input: bool
     masked: bool = False  # `real` is masked under the seal's current key
@@ -1069,29 +1070,37 @@ class Seal:
             return bool(t.all())
         return bool((t == torch.iinfo(t.dtype).min).all())
 
-    def _put(self, e: _Sealed, clear: torch.Tensor) -> None:
-        """The bytes `clear` into `e`'s tensor."""
-        self.cap.copy_(e.tensor, self.cap.view(clear.view(e.tensor.dtype), e.tensor.shape))
+    def _put(self, e: _Sealed) -> None:
+        """`e`'s kept bytes (in the clear) into its tensor."""
+        self.cap.copy_(e.tensor, self.cap.view(e.real.view(e.tensor.dtype), e.tensor.shape))
 
-    def _restore(self, key: int) -> list[torch.Tensor | None]:
-        """Real values into every sealed tensor (unmasked under `key`), then the host copies
-        recorded since. A buffer of the candidate's sealed since the last window, or that no
-        longer holds the poison (host code wrote into it, untraced), has its current contents
-        as its value. The inputs' bytes
-        in the clear are returned (None for the other entries), to be masked again after."""
+    def _keep(self, e: _Sealed) -> None:
+        """`e`'s tensor as it is now into its kept bytes (in the clear), in place where they
+        fit: a sealed call holds one copy of each sealed tensor, however many launches."""
+        cap = self.cap
+        now = cap.view(cap.contiguous(e.tensor), -1).view(torch.uint8)
+        if e.real.numel() == now.numel() and e.real.device == now.device:
+            e.real.copy_(now)
+        else:
+            self.graveyard.append(e.real)
+            e.real = cap.clone(now)
+        e.masked = False
+
+    def _restore(self, key: int) -> None:
+        """Real values into every sealed tensor (its kept bytes unmasked under `key`, in
+        place), then the host copies recorded since. A buffer of the candidate's sealed since
+        the last window, or that no longer holds the poison (host code wrote into it,
+        untraced), has its current contents as its value."""
         from gate.heldcompare import xor_pad_  # noqa: PLC0415
 
-        clone = self.cap.clone
-        clears: list[torch.Tensor | None] = []
         for i, e in enumerate(self.entries):
             if not e.is_input and (not e.masked or e.poisoned and not self._holds_poison(e.tensor)):
-                # sealed since the last window, or written by host code since: as it is now
-                self.graveyard.append(e.real)
-                e.real, e.masked = self._bytes(e.tensor), False
-            clear = xor_pad_(clone(e.real), key, i) if e.masked else e.real
-            self._put(e, clear)
+                self._keep(e)  # sealed since the last window, or written by host code since
+            elif e.masked:
+                xor_pad_(e.real, key, i)
+                e.masked = False
+            self._put(e)
             e.poisoned = False
-            clears.append(clear if e.is_input else None)
         pending, self.pending = self.pending, []
         self.graveyard.append(pending)
         for func, args, kwargs, dest, returns_copy in pending:
@@ -1102,20 +1111,20 @@ class Seal:
             self.replayed += 1
             if not any(e.tensor is dest for e in self.entries):
                 self._add(dest, is_input=False)
-                clears.append(None)
-        return clears
 
-    def _mask(self, key: int, clears: list[torch.Tensor | None]) -> None:
-        """Every entry's real value masked under `key`: an input's from `clears`, another's as
-        the kernel left it (a kernel may write into a copy of an input); then poison."""
+    def _mask(self, key: int) -> None:
+        """Every entry's kept bytes masked under `key` (in place): an input's as they were, a
+        buffer's as the kernel left it (a kernel may write into a copy of an input); then
+        poison."""
         from gate.heldcompare import xor_pad_  # noqa: PLC0415
 
-        masked = [xor_pad_(clears[i] if i < len(clears) and clears[i] is not None
-                           else self._bytes(e.tensor), key, i) for i, e in enumerate(self.entries)]
+        for i, e in enumerate(self.entries):
+            if not e.is_input:
+                self._keep(e)
+            if not e.masked:
+                xor_pad_(e.real, key, i)
+                e.masked = True
         self._poison()
-        for e, real in zip(self.entries, masked):
-            self.graveyard.append(e.real)
-            e.real, e.masked = real, True
 
     def isolated(self, launch: Callable[[], Any], args: Iterable[Any] = ()) -> Any:
         """Run `launch` (an interpreted launch, inside its window) in a forked child and bring
@@ -1211,8 +1220,7 @@ class Seal:
             try:
                 seal.adopt(args)
                 key, fresh = seal.keys()
-                clears: list[Any] = []
-                seal._between_launches(lambda: clears.extend(seal._restore(key)))
+                seal._between_launches(lambda: seal._restore(key))
                 seal.launching += 1
                 try:
                     yield
@@ -1220,8 +1228,8 @@ class Seal:
                     seal.launching -= 1
                     seal.launches += 1
                     seal._checked()
-                    seal._between_launches(lambda: seal._mask(fresh, clears))
-                    del key, fresh, clears
+                    seal._between_launches(lambda: seal._mask(fresh))
+                    del key, fresh
             finally:
                 seal.graveyard.clear()
                 if collecting:
