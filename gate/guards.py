@@ -1250,10 +1250,12 @@ class Seal:
             self._sync()
             ptrs = {self._ptr(t) for t in items if type(t) is cap.tensor_type and t.numel()}
             gc.disable()
+            # the last window of the call (nothing is masked again), asked for always: the
+            # parent counts one key per launch and this one
+            key, _ = self.keys()
             if self.pending or ptrs & {e.ptr for e in self.entries}:
-                key, _ = self.keys()  # the last window of the call: nothing is masked again
                 self._restore(key)
-                del key
+            del key
             kept = [cap.clone(t) if type(t) is cap.tensor_type else t for t in items]
             self._poison()
             self._sync()

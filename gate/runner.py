@@ -128,8 +128,7 @@ class _Judge:
     the worker sent the first one before candidate code loaded and forgot it; each launch
     window of the sealed call asks for it and a fresh one (`("unseal", variant)`)."""
     unseals: dict[str, int] = field(default_factory=dict)
-    """Per variant, the seal's keys handed out (at most one per launch, and one for the
-    outputs)."""
+    """Per variant, the seal's keys handed out (one per launch, and one for the outputs)."""
 
     def use_gpu_lock(self, path: str | None) -> None:
         if path:
@@ -279,7 +278,8 @@ class _Judge:
         if not self.refs_closed:
             self._forged("an output before the references were closed")
             return
-        if phase == PHASE_SEALED and self.unseals.get(variant, 0) > int(launches) + 1:
+        if phase == PHASE_SEALED and variant in self.seal_keys \
+                and self.unseals.get(variant, 0) != int(launches) + 1:
             self._forged(f"{self.unseals[variant]} requests for the sealed inputs' keys of "
                          f"{variant} in a call of {launches} launches")
             return
