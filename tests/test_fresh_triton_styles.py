@@ -119,3 +119,20 @@ def test_the_autotune_rule_writes_a_host_program_count_into_the_grid_it_feeds() 
     site = next(s for s in rule.sites(_ir(kept)) if not s.present)
     refused = rule.optimize(_ir(kept), site)
     assert isinstance(refused, Skipped) and "beyond the launch" in refused.reason
+
+
+# -- a grid that repeats the launch's literal tile -------------------------------------------
+def test_a_tile_step_resizes_the_grids_copy_of_its_literal() -> None:
+    """`kernel[(cdiv(M, 32), cdiv(N, 32))](..., BM=32, BN=32)`: each 32 of the grid is the copy
+    of the tile whose size it divides, told by data flow (`rm < M` where the launch passes M),
+    so a tile step resizes it along and the programs still cover the output."""
+    from passes import Applied, get_pass
+
+    text = (STYLES / "mm_ieee_where/ieee_mm.py").read_text()
+    step = get_pass("tile-sizes")()
+    site = next(s for s in step.sites(_ir(text)) if not s.present and s.detail["tile"] == "BM")
+    made = step.optimize(_ir(text), site)
+    assert isinstance(made, Applied), made
+    out = made.ir.unparse()
+    assert "[(triton.cdiv(M, 64), triton.cdiv(N, 32))]" in out and "BM=64, BN=32" in out
+    _gated(out, "mm_ieee_where")

@@ -257,9 +257,11 @@ class TileSizes(Pass):
         roles = _all_tiles(kernel_tiles(mod))
         for name, lit, holder in self._literals(mod):
             value = lit.value
-            span = mod.span(lit)
+            # the region holds the grid's copies of the literal too: they are resized with it
+            spans = [mod.span(lit), *(mod.span(c) for c, _ in _grid_copies(mod, holder, name, lit))]
+            span = (min(a for a, _ in spans), max(b for _, b in spans))
             detail = {"tile": name, "role": roles.get(name, ""), "size": value,
-                      "value_span": list(span)}
+                      "value_span": list(mod.span(lit))}
             if value > self.floor:
                 out.append(make_site(self.name, ir, index, span, True, detail, mod.span(holder)))
             out.append(make_site(self.name, ir, index, span, False, detail, mod.span(holder)))
@@ -280,7 +282,9 @@ class TileSizes(Pass):
             return Skipped(f"the recorded step resized {self.tile}, not {name}",
                            {"tile": name, "recorded": self.tile})
         holder = next((h for n, lit, h in self._literals(mod) if lit is node), None)
-        refusal = _shared(mod, holder) or _grid_refusal(mod, holder, name, _host_name(mod, node))
+        copies = _grid_copies(mod, holder, name, node)
+        refusal = _shared(mod, holder) or (None if copies else _grid_refusal(
+            mod, holder, name, _host_name(mod, node)))
         if refusal is not None:
             return refusal
         current = node.value
@@ -308,8 +312,10 @@ class TileSizes(Pass):
             options["tile"] = name
         if role:
             options["role"] = role
-        return finish(ir, site, [_value_edit(mod, node, target)], options=options,
-                      preconditions=results)
+        edits = [_value_edit(mod, node, target)]
+        for copy, less in copies:  # the grid's copies of the tile's value follow it
+            edits.append(_value_edit(mod, copy, target - less))
+        return finish(ir, site, edits, options=options, preconditions=results)
 
     @classmethod
     def recorded_options(cls, options: Mapping[str, Any], before: str,
@@ -376,6 +382,56 @@ def _host_name(mod: PyModule, node: ast.AST) -> str:
         names = list(getattr(parent, "targets", None) or [getattr(parent, "target", None)])
     named = [n.id for n in names if isinstance(n, ast.Name)]
     return named[0] if isinstance(parent, (ast.Assign, ast.AnnAssign)) and named else ""
+
+
+def _grid_copies(mod: PyModule, holder: ast.AST | None, tile: str,
+                 literal: ast.AST) -> list[tuple[ast.AST, int]]:
+    """The literals of a host-computed grid that copy the value a launch passes `tile` as the
+    `literal` it writes (`kernel[(cdiv(M, 32), ...)](..., BM=32)`), told by data flow
+    (`roles._literal_owners`), each with what it is less than the tile (0 for `cdiv(M, 32)`,
+    1 for the 31 of `(M + 31) // 32`): resized with the tile, they keep the grid covering the
+    output. Empty where the grid has none, where one of the tile's value cannot be told apart
+    from another tile's, or where the grid is a name read beyond this launch."""
+    from passes.triton.roles import (  # noqa: PLC0415
+        _division,
+        _literal_owners,
+        kernel_launches,
+        launch_grid,
+    )
+
+    if not (isinstance(holder, ast.Call) and isinstance(holder.func, ast.Subscript)
+            and any(kw.value is literal for kw in holder.keywords)):
+        return []
+    kernel = next((h.kernel for h in holders(mod) if h.call is holder), None)
+    launch = next((x for x in kernel_launches(mod, kernel) if x.call is holder), None) \
+        if kernel is not None else None
+    grid = launch_grid(mod, launch.site) if launch is not None else None
+    if grid is None or isinstance(grid, (ast.Lambda, ast.FunctionDef)):
+        return []
+    named = holder.func.slice
+    host = mod.enclosing(holder, ast.FunctionDef)
+    if isinstance(named, ast.Name) and host is not None and sum(
+            isinstance(n, ast.Name) and n.id == named.id and isinstance(n.ctx, ast.Load)
+            for n in ast.walk(host)) != 1:
+        return []
+    value, args = literal_int(literal), launch.values()
+    out: list[tuple[ast.AST, int]] = []
+    for division in ast.walk(grid):
+        found = _division(division)
+        if found is None or literal_int(found[1]) != value:
+            continue
+        owners = _literal_owners(mod, kernel, grid, found[1], args)
+        if owners is None:
+            return []
+        if tile not in owners:
+            continue
+        out.append((found[1], 0))
+        left = division.left if isinstance(division, ast.BinOp) else None
+        if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Add):
+            if literal_int(left.right) != value - 1:
+                return []
+            out.append((left.right, 1))
+    return out
 
 
 def _grid_refusal(mod: PyModule, holder: ast.AST | None, tile: str,

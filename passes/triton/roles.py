@@ -2,8 +2,10 @@
 
 A constexpr parameter of a `@triton.jit` kernel is a *tile* when it sizes a block of the
 program's data: it is the extent of a `tl.arange(0, P)`, a dimension of `tl.zeros`/`tl.full`,
-a `block_shape` entry, the step of a loop (`range(0, K, P)`, `tl.range(...)`), or it scales a
-program id (`pid_m * P`). Its *role* says which block:
+a `block_shape` entry, the step of a loop (`range(0, K, P)`, `tl.range(...)`, or what a block
+pointer is `tl.advance`d by each trip), or it scales a program id (`pid_m * P`) and is the
+trip count of a loop whose rows are bounds-checked (`for r in range(P)`: rows per program).
+Its *role* says which block:
 
 - in a kernel with a `tl.dot` inside a loop: ``m`` and ``n`` are the two dimensions of the
   dot's accumulator (`acc = tl.zeros((P, Q))` with `acc += tl.dot(..)` or `tl.dot(a, b, acc)`),
@@ -15,8 +17,10 @@ program id (`pid_m * P`). Its *role* says which block:
   group size of a grouped tile order).
 
 A parameter is *tunable* when its value comes from a literal (a launch keyword, a config
-entry, a default, or a host variable bound to a literal): a block size computed from the
-problem (`triton.next_power_of_2(N)`) is not, and a sweep leaves it alone. A launch passes a
+entry, a default, a host variable bound to a literal, or a `@triton.heuristics` entry that
+returns a constant, which a sweep then takes out): a block size computed from the problem
+(`triton.next_power_of_2(N)`, also by a heuristic, which overrides the launch) is not, and a
+sweep leaves it alone. A launch passes a
 value by keyword, positionally, through a `**NAME` dict bound once to a dict literal or a
 `dict(...)` of keywords, or through the keywords of `functools.partial(kernel[grid], ...)` whose
 result is called (`kernel_launches`); all of them count alike. A launch may sit in a host helper

@@ -8,7 +8,7 @@ LOG2E = 1.4426950408889634
 
 @triton.jit
 def mm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr = 16):
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr = 32):
     pid = tl.program_id(0)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     pid_m = pid // num_pid_n
@@ -33,7 +33,7 @@ def run(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    grid = (triton.cdiv(M, 32) * triton.cdiv(N, 32),)
+    grid = (triton.cdiv(M, 16) * triton.cdiv(N, 32),)
     mm_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                    c.stride(0), c.stride(1), BLOCK_M=32, BLOCK_N=32, num_warps=8, num_stages=3)
+                    c.stride(0), c.stride(1), BLOCK_M=16, BLOCK_N=32, num_warps=8, num_stages=3)
     return c
