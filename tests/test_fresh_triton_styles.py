@@ -85,6 +85,14 @@ def test_a_tile_a_heuristic_sets_to_a_constant_is_tuned_and_the_heuristic_gives_
     assert '"ROWS": lambda' not in out and '"BLOCK_N": lambda args: triton.next_power_of_2' in out
     assert [c["ROWS"] for c in made[1]] == [4, 1]
     _gated(out, "rmsnorm_heur_keepdims")
+    # a recorded tile step resizes the constant where the heuristic returns it
+    from passes import Applied, get_pass
+
+    step = get_pass("tile-sizes").from_options({"value": 32})
+    site = next(s for s in step.sites(_ir(text)) if not s.present)
+    resized = step.optimize(_ir(text), site)
+    assert isinstance(resized, Applied) and '"ROWS": lambda args: 32,' in resized.ir.unparse()
+    assert '"BLOCK_N": lambda args: triton.next_power_of_2(args["N"])' in resized.ir.unparse()
 
 
 def test_a_launch_value_a_heuristic_overrides_is_not_tunable() -> None:

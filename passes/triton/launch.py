@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from passes._source import ByteEdit, finish, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, literal_int, names_in
-from passes.triton.roles import DEFAULT_WARPS, host_binding
+from passes.triton.roles import (
+    DEFAULT_WARPS,
+    heuristic_constant,
+    heuristic_entries,
+    host_binding,
+)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -249,6 +254,10 @@ class TileSizes(Pass):
             for param, default in zip(params, defaults):
                 if param.arg in tiles.get(kernel.name, {}) and literal_int(default) is not None:
                     found.append((param.arg, default, kernel))
+            # `"ROWS": lambda args: 2`: Triton runs heuristics last, so this is the value
+            for name, fn in heuristic_entries(mod, kernel)[1].items():
+                if name in tiles.get(kernel.name, {}) and heuristic_constant(fn) is not None:
+                    found.append((name, fn.body, kernel))
         return found
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
