@@ -200,7 +200,9 @@ class _Refused(GateRefusal, RuntimeError):
 # runs candidate code inside the gate's own frames (and while its kernels run), a walk of the
 # interpreter's heap to the gate's objects, a code object swapped under a function, a signal
 # to a process that is not the worker's.
-AUDITED = frozenset({"sys.settrace", "sys.setprofile", "sys.addaudithook", "gc.get_objects",
+AUDITED = frozenset({"sys.settrace", "sys.setprofile", "sys._settraceallthreads",
+                     "sys._setprofileallthreads", "sys.monitoring.register_callback",
+                     "sys.addaudithook", "gc.get_objects",
                      "gc.get_referrers", "gc.get_referents", "object.__setattr__",
                      "object.__delattr__", "os.kill", "os.killpg"})
 _CODE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
@@ -213,7 +215,8 @@ class AuditGuard:
     could use to reach into the gate: it raises `GateRefusal` into the caller and records a
     one-line finding (`findings`), which the worker rejects as tampering even where the
     candidate caught the exception. Refused: tracing and profiling hooks (`sys.settrace`,
-    `sys.setprofile`; they would run candidate code in the gate's frames), further audit
+    `sys.setprofile`, their all-threads forms and `sys.monitoring` callbacks, Python 3.12; they
+    would run candidate code in the gate's frames), further audit
     hooks, the heap walks of `gc` (`get_objects`, `get_referrers`, `get_referents`),
     replacing the code object, defaults or keyword defaults of one of the gate's functions
     (its identity unchanged, so that a swap undone before a check is seen by none), and `os.kill` / `os.killpg` of a process outside the worker's process
