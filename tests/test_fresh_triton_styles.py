@@ -93,6 +93,12 @@ def test_a_tile_a_heuristic_sets_to_a_constant_is_tuned_and_the_heuristic_gives_
     resized = step.optimize(_ir(text), site)
     assert isinstance(resized, Applied) and '"ROWS": lambda args: 32,' in resized.ir.unparse()
     assert '"BLOCK_N": lambda args: triton.next_power_of_2(args["N"])' in resized.ir.unparse()
+    # the autotune rule lists the constant as the launch's pinned values, the entry out
+    rule = get_pass("autotune")()
+    listed = rule.optimize(_ir(text), next(s for s in rule.sites(_ir(text)) if not s.present))
+    assert isinstance(listed, Applied), listed
+    assert 'triton.Config({"ROWS": 2}, num_warps=8' in listed.ir.unparse()
+    assert '"ROWS": lambda' not in listed.ir.unparse()
 
 
 def test_a_launch_value_a_heuristic_overrides_is_not_tunable() -> None:

@@ -25,6 +25,7 @@ from passes.base import Applied, Category, Pass, PassContext, PassResult, Site, 
 from passes.triton._py import PyModule, callee, literal_int
 from passes.triton.launch import CONFIG_NAMES, TRITON, comment_above, kernel_tiles, slice_keep
 from passes.triton.roles import _host_literal as host_literal
+from passes.triton.roles import _removals, heuristic_constant, heuristic_entries
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -105,6 +106,7 @@ class Autotune(Pass):
                 tiles = kernel_tiles(mod).get(kernel.name, {})
                 pinned = [kw.arg for c in launches for kw in c.keywords
                           if kw.arg and (kw.arg in tiles or kw.arg in LAUNCH_META)]
+                pinned += list(_heuristic_pins(mod, kernel))
                 if pinned:
                     out.append(make_site(self.name, ir, index, span, False,
                                          {**detail, "pinned": sorted(set(pinned))}, locus))
@@ -222,6 +224,10 @@ class Autotune(Pass):
             for kw in call.keywords:
                 if kw.arg in names:
                     edits.append(mod.remove_argument(call, kw))
+        table, _ = heuristic_entries(mod, kernel)
+        if table is not None:  # a heuristic's constant would override every config's value
+            edits += _removals(mod, table, [k for k in table.keys if isinstance(k, ast.Constant)
+                                            and k.value in names])
         grids = _grids_follow(mod, kernel, [n for n in names if n not in LAUNCH_META])
         if isinstance(grids, Skipped):
             return grids
@@ -244,6 +250,7 @@ class Autotune(Pass):
                 pinned[kw.arg] = str(host_literal(mod, launches[0], kw.value))
             elif kw.arg in ("num_warps", "num_stages") and literal_int(kw.value) is not None:
                 pinned[kw.arg] = mod.text(kw.value)
+        pinned.update({n: str(v) for n, v in _heuristic_pins(mod, kernel).items()})
         tiles = {k: v for k, v in pinned.items() if k not in LAUNCH_META}
         if not tiles:
             return [], ""
@@ -259,6 +266,13 @@ class Autotune(Pass):
         text = (f"{indent}@triton.autotune(configs=[\n" + "\n".join(lines) + "\n"
                 f"{indent}], key={keys!r})\n")
         return list(pinned), text
+
+
+def _heuristic_pins(mod: PyModule, kernel: ast.FunctionDef) -> dict[str, int]:
+    """Tiles of `kernel` a `@triton.heuristics` entry sets to a constant, with the constant."""
+    tiles = kernel_tiles(mod).get(kernel.name, {})
+    return {n: heuristic_constant(fn) for n, fn in heuristic_entries(mod, kernel)[1].items()
+            if n in tiles and heuristic_constant(fn) is not None}
 
 
 def _counts_in_grids(rule: Autotune, ir: KernelIR, site: Site, ctx: PassContext | None,
