@@ -196,6 +196,11 @@ class _Refused(GateRefusal, RuntimeError):
     """A refused `sys.addaudithook` (a RuntimeError: Python then drops the new hook quietly)."""
 
 
+# Audit events of a new process (or program): refused where candidate code starts one itself
+# (a child may signal the gate, or compute out of every hook's sight); a library it calls
+# (Triton running ptxas) may.
+PROCESS_STARTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
+                  "os.fork", "os.forkpty")
 # Operations no kernel's host code needs and that reach into the gate's process: a hook that
 # runs candidate code inside the gate's own frames (and while its kernels run), a walk of the
 # interpreter's heap to the gate's objects, a code object swapped under a function, a signal
@@ -204,7 +209,7 @@ AUDITED = frozenset({"sys.settrace", "sys.setprofile", "sys._settraceallthreads"
                      "sys._setprofileallthreads", "sys.monitoring.register_callback",
                      "sys.addaudithook", "gc.get_objects",
                      "gc.get_referrers", "gc.get_referents", "object.__setattr__",
-                     "object.__delattr__", "os.kill", "os.killpg"})
+                     "object.__delattr__", "os.kill", "os.killpg", *PROCESS_STARTS})
 _CODE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 _GATE_MODULE = re.compile(r"gate(\.|$)")
 
@@ -219,8 +224,12 @@ class AuditGuard:
     would run candidate code in the gate's frames), further audit
     hooks, the heap walks of `gc` (`get_objects`, `get_referrers`, `get_referents`),
     replacing the code object, defaults or keyword defaults of one of the gate's functions
-    (its identity unchanged, so that a swap undone before a check is seen by none), and `os.kill` / `os.killpg` of a process outside the worker's process
-    group (stopping or killing the gate itself; signal 0, a liveness probe, is allowed).
+    (its identity unchanged, so that a swap undone before a check is seen by none),
+    `os.kill` / `os.killpg` of a process outside the worker's process group (stopping or
+    killing the gate itself; signal 0, a liveness probe, is allowed), and starting a process
+    (`PROCESS_STARTS`) where the code that asks for it, the standard library's frames passed
+    over, is the candidate's (under one of `arm`'s folders; the gate's own forks and a
+    library's, e.g. Triton's ptxas, are allowed).
     What it cannot see (no audit event): rebinding an attribute of a class or module, which
     `TamperWatch` reports, and walking frames from a traceback."""
 
@@ -228,6 +237,7 @@ class AuditGuard:
 
     def __init__(self) -> None:
         self.armed = False
+        self.candidate_dirs: tuple[str, ...] = ()
         self.findings: list[str] = []
 
     @classmethod
@@ -239,9 +249,31 @@ class AuditGuard:
             cls._installed = guard
         return cls._installed
 
-    def arm(self) -> None:
-        """Refuse from now on (candidate code is about to load)."""
+    def arm(self, candidate_dirs: Iterable[str] = ()) -> None:
+        """Refuse from now on (candidate code is about to load from `candidate_dirs`)."""
+        self.candidate_dirs = tuple(str(Path(d).resolve()) for d in candidate_dirs if d)
         self.armed = True
+
+    def _started_by_candidate(self) -> bool:
+        """Whether the nearest caller outside the standard library (and this module) is code
+        of the candidate's; the gate's own code and other libraries are not."""
+        import sysconfig  # noqa: PLC0415
+
+        paths = sysconfig.get_paths()
+        stdlib = str(Path(paths["stdlib"]).resolve())
+        libraries = {str(Path(paths[k]).resolve()) + os.sep for k in ("purelib", "platlib")}
+        gate_dir = str(Path(__file__).resolve().parent)
+        frame = sys._getframe(1)
+        while frame is not None:
+            name = str(Path(frame.f_code.co_filename).resolve())
+            if name == str(Path(__file__).resolve()) or name.startswith(stdlib) or \
+                    frame.f_code.co_filename.startswith("<frozen"):
+                frame = frame.f_back
+                continue
+            if name.startswith(gate_dir + os.sep) or any(name.startswith(d) for d in libraries):
+                return False
+            return any(name.startswith(d + os.sep) for d in self.candidate_dirs)
+        return False
 
     def _hook(self, event: str, args: tuple[Any, ...]) -> None:
         if not self.armed or event not in AUDITED:
@@ -272,6 +304,10 @@ class AuditGuard:
             if group == os.getpgrp():
                 return None
             return f"{event}({target}, {sig}) (a process outside the gate's worker)"
+        if event in PROCESS_STARTS:
+            if not self._started_by_candidate():
+                return None
+            return f"{event} (a process of its own: it could signal the gate, or compute out of sight)"
         return f"{event} (it reaches into the gate's own process)"
 
 

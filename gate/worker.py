@@ -910,7 +910,7 @@ class _Runner:
         self.modules_before = set(sys.modules)
         self.threads_before = frozenset(sys._current_frames())
         self.audit = guards.AuditGuard.install()
-        self.audit.arm()
+        self.audit.arm([self.job.scratch, self.job.origin_dir or ""])
         module = import_candidate(self.chan, self.job)
         self.check_tamper("import")
         self.run_fn = module.run

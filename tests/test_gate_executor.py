@@ -7,7 +7,11 @@ a job gives that job a `gate_fault` (not cached: a retry runs it) and the other 
 """
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,23 +41,39 @@ def signature(verdict: Any) -> tuple[Any, ...]:
     return verdict.ok, verdict.tier, verdict.stage, verdict.failure_kind
 
 
-# A candidate that SIGKILLs the Ray worker running its gate (its nearest ancestor whose
-# command line is a Ray task's) the first time it is imported, then behaves as GOOD.
+# A candidate that, the first time it is imported, writes its worker's pid to a marker and
+# waits: the test then SIGKILLs the Ray worker running its gate (the worker's nearest ancestor
+# whose command line is a Ray task's; the gate refuses a candidate's own signals to processes
+# outside its worker). Later imports behave as GOOD.
 KILLER = '''
-import os, signal
+import os, time
 from pathlib import Path
 _marker = Path({marker!r})
 if not _marker.exists():
-    _marker.write_text("killed once")
-    _pid = os.getpid()
-    while _pid > 1:
-        with open(f"/proc/{{_pid}}/stat") as _f:
-            _pid = int(_f.read().rsplit(")", 1)[1].split()[1])
-        with open(f"/proc/{{_pid}}/cmdline", "rb") as _f:
-            if _f.read().startswith(b"ray::"):
-                os.kill(_pid, signal.SIGKILL)
-                break
+    _marker.write_text(str(os.getpid()))
+    time.sleep(120)
 '''
+
+
+def _kill_ray_worker_when_marked(marker: Path) -> threading.Thread:
+    """A thread that waits for `marker` (a gate worker's pid) and SIGKILLs the Ray worker
+    above that process."""
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (marker.is_file() and marker.read_text()):
+            time.sleep(0.05)
+        pid = int(marker.read_text())
+        while pid > 1:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().startswith(b"ray::"):
+                    os.kill(pid, signal.SIGKILL)
+                    return
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +127,9 @@ def test_a_killed_ray_worker_fails_only_its_job_and_a_retry_runs_it(
                 CheckRequest(killer, "triton", str(SAXPY), "interpret", path=str(GOOD)),
                 CheckRequest(good + "\n# another candidate\n", "triton", str(SAXPY), "interpret",
                              path=str(GOOD))]
+    watcher = _kill_ray_worker_when_marked(tmp_path / "marker")
     first = gate.check_many(requests, executor=ray_gates)
+    watcher.join(5)
     assert (tmp_path / "marker").is_file()  # the worker was killed in the middle of the job
     assert first[0].ok and first[2].ok, (first[0].reason, first[2].reason)
     assert first[1].failure_kind is FailureKind.GATE_FAULT and not first[1].ok
