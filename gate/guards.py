@@ -263,10 +263,12 @@ class AuditGuard:
         stdlib = str(Path(paths["stdlib"]).resolve())
         libraries = {str(Path(paths[k]).resolve()) + os.sep for k in ("purelib", "platlib")}
         gate_dir = str(Path(__file__).resolve().parent)
+        own = {AuditGuard._hook.__code__, AuditGuard._refusal.__code__,
+               AuditGuard._started_by_candidate.__code__}
         frame = sys._getframe(1)
         while frame is not None:
             name = str(Path(frame.f_code.co_filename).resolve())
-            if name == str(Path(__file__).resolve()) or name.startswith(stdlib) or \
+            if frame.f_code in own or name.startswith(stdlib) or \
                     frame.f_code.co_filename.startswith("<frozen"):
                 frame = frame.f_back
                 continue
