@@ -1014,11 +1014,19 @@ class Seal:
     def _ptr(self, t: torch.Tensor) -> int:
         return self.cap.storage_ptr(self.cap.untyped_storage(t))
 
+    @staticmethod
+    def kept_bytes(cap: Captured, t: torch.Tensor) -> torch.Tensor:
+        """A copy of `t`'s values as flat bytes (in its logical order), zero-padded to whole
+        32-bit words: masked on a GPU by the gate's one allowed kernel
+        (`heldcompare.xor_pad_`), not by torch's random and bitwise kernels, which the kernel
+        attribution of the sealed call would name as foreign."""
+        flat = cap.view(cap.contiguous(t), -1).view(torch.uint8)
+        kept = torch.zeros(-(-flat.numel() // 4) * 4, dtype=torch.uint8, device=t.device)
+        cap.copy_(kept[:flat.numel()], flat)
+        return kept
+
     def _bytes(self, t: torch.Tensor) -> torch.Tensor:
-        """A copy of `t`'s values as flat bytes (in its logical order)."""
-        cap = self.cap
-        flat = cap.view(cap.contiguous(cap.clone(t)), -1)
-        return flat.view(torch.uint8)
+        return self.kept_bytes(self.cap, t)
 
     def _add(self, t: torch.Tensor, *, is_input: bool, real: torch.Tensor | None = None) -> None:
         ptr = self._ptr(t)
@@ -1105,6 +1113,8 @@ class Seal:
             self.ptrs.add(self._ptr(out))
 
     def _holds_poison(self, t: torch.Tensor) -> bool:
+        if t.device.type != "cpu":  # judged on the host: a reduction kernel would be foreign
+            t = self.cap.cpu(t)
         if self.cap.is_floating_point(t) or self.cap.is_complex(t):
             return bool(torch.isnan(t).all())
         if t.dtype == torch.bool:
@@ -1113,18 +1123,20 @@ class Seal:
 
     def _put(self, e: _Sealed) -> None:
         """`e`'s kept bytes (in the clear) into its tensor."""
-        self.cap.copy_(e.tensor, self.cap.view(e.real.view(e.tensor.dtype), e.tensor.shape))
+        n = e.tensor.numel() * e.tensor.element_size()
+        self.cap.copy_(e.tensor, self.cap.view(e.real[:n].view(e.tensor.dtype), e.tensor.shape))
 
     def _keep(self, e: _Sealed) -> None:
         """`e`'s tensor as it is now into its kept bytes (in the clear), in place where they
         fit: a sealed call holds one copy of each sealed tensor, however many launches."""
         cap = self.cap
         now = cap.view(cap.contiguous(e.tensor), -1).view(torch.uint8)
-        if e.real.numel() == now.numel() and e.real.device == now.device:
-            e.real.copy_(now)
+        if e.real.numel() == -(-now.numel() // 4) * 4 and e.real.device == now.device:
+            cap.copy_(e.real[:now.numel()], now)
+            e.real[now.numel():].zero_()
         else:
             self.graveyard.append(e.real)
-            e.real = cap.clone(now)
+            e.real = self._bytes(e.tensor)
         e.masked = False
 
     def _restore(self, key: int) -> None:

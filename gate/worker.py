@@ -561,7 +561,7 @@ class _Runner:
         kept, meta = [], []
         for x in inputs:
             if self.guards.Seal.sealable(self.cap, x):
-                flat = self.cap.view(self.cap.contiguous(self.cap.clone(x)), -1).view(self.torch.uint8)
+                flat = self.guards.Seal.kept_bytes(self.cap, x)
                 kept.append(heldcompare.xor_pad_(flat, chain, sum(m is not None for m in meta)))
                 meta.append((x.dtype, tuple(x.shape)))
             else:
