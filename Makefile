@@ -32,12 +32,15 @@ demo: $(STAMP)
 	$(BIN)/klineage demo
 
 # The suite runs in TEST_JOBS processes (pytest-xdist), one test file per process at a time so
-# that a file's module-scoped fixtures (induced lineages) are built once. TEST_JOBS=0 runs it in
-# this process. The log ends with the slowest tests (where the suite's time goes).
+# that a file's module-scoped fixtures (induced lineages) are built once. Files are handed out
+# in collection order, where files with a test marked slow come first (tests/conftest.py): the
+# long ones start early instead of last. TEST_JOBS=0 runs it in this process. The log ends with
+# the slowest tests (where the suite's time goes).
 TEST_JOBS ?= 2
 
 test: $(STAMP) sysdeps
-	$(BIN)/python -m pytest -q -m "not gpu" -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile --durations=25; rc=$$?; \
+	$(BIN)/python -m pytest -q -m "not gpu" -p no:cacheprovider -n $(TEST_JOBS) --dist loadfile \
+	  --no-loadscope-reorder --durations=25; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$rc
 
 # On the GPU machine: uses the system python (which has torch+triton for CUDA).

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 
 def _gpu() -> bool:
     try:
@@ -22,3 +24,12 @@ def _gpu() -> bool:
 
 if not _gpu():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files holding a test marked `slow` are collected first (each file's tests stay together,
+    in their order). `make test` hands whole files to its workers in collection order
+    (pytest-xdist `--dist loadfile --no-loadscope-reorder`): a long file handed out last would
+    keep one worker busy while the others have nothing left to run."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)

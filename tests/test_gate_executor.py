@@ -155,6 +155,7 @@ def test_admission_through_ray_gives_the_local_trials(
     assert results[1][0]["admitted"], results[1]
 
 
+@pytest.mark.slow
 def test_an_interpret_tier_optimize_through_ray_takes_the_local_path(
         ray_gates: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "gemm_naive.py"
