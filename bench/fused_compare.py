@@ -54,9 +54,7 @@ def measure(gib: float, repeat: int) -> dict[str, Any]:
     for name, fused in (("torch", "0"), ("fused", "1")):
         os.environ["KLINEAGE_GATE_FUSED"] = fused
         if fused == "1":
-            from gate import fusedcompare
-
-            fusedcompare.warm()
+            heldcompare.warm()
         key = new_key()
         hold_s, (held, _) = _seconds(lambda: heldcompare.hold(ref, key, digest=False), repeat)
         keys = [key]

@@ -32,7 +32,6 @@ without launching anything (a worker's start-up, `gate.worker.standby`).
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any
 
 import torch
@@ -306,10 +305,9 @@ def tf32_rounded(t: torch.Tensor) -> torch.Tensor:
     return out.view(t.shape)
 
 
-def warm(device: Any = "cuda") -> bool:
-    """Compile the kernels (each variant the gate launches) without launching them. Where one
-    does not compile, the process holds and compares with torch ops from here on
-    (`heldcompare.FUSED_OFF` says why, on stderr too) and False is returned."""
+def compile_error(device: Any = "cuda") -> str | None:
+    """Compile the kernels (each variant the gate launches) without launching them: None, or
+    why one does not compile (`heldcompare.warm` then turns the one pass off)."""
     try:
         # (Triton's interpreter runs a warm-up: n = 0 there, nothing read or written)
         words = torch.zeros(16, dtype=torch.int32, device=device)
@@ -327,10 +325,5 @@ def warm(device: Any = "cuda") -> bool:
                                  BLOCK=BLOCK, num_warps=NUM_WARPS, enable_fp_fusion=False,
                                  grid=(1,))
     except Exception as exc:  # noqa: BLE001 — the torch path compares the same figures
-        from gate import heldcompare  # noqa: PLC0415
-
-        heldcompare.FUSED_OFF = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-        print(f"klineage gate: one-pass comparison off, kernels do not compile: "
-              f"{heldcompare.FUSED_OFF}", file=sys.stderr, flush=True)
-        return False
-    return True
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    return None

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,22 @@ def _pad(key: int, index: int, nbytes: int, device: Any) -> torch.Tensor:
 FUSED_OFF: str | None = None
 """Why this process holds and compares every reference with torch ops (`gate.fusedcompare`'s
 kernels did not compile here), or None."""
+
+
+def warm(device: Any = "cuda") -> bool:
+    """Compile `gate.fusedcompare`'s kernels without launching them. Where one does not
+    compile, this process holds and compares with torch ops from here on (`FUSED_OFF` says
+    why, on stderr too) and False is returned."""
+    global FUSED_OFF  # noqa: PLW0603 — one answer per process
+    from gate import fusedcompare  # noqa: PLC0415
+
+    error = fusedcompare.compile_error(device)
+    if error is None:
+        return True
+    FUSED_OFF = error
+    print(f"klineage gate: one-pass comparison off, kernels do not compile: {error}",
+          file=sys.stderr, flush=True)
+    return False
 
 
 def xor_pad_(flat: torch.Tensor, key: int, index: int) -> torch.Tensor:

@@ -223,9 +223,9 @@ def _warm_gate_kernels() -> None:
     without launching them: before candidate code loads, and where a worker starts ahead of
     its job, outside the gate."""
     try:
-        from gate import fusedcompare  # noqa: PLC0415
+        from gate import heldcompare  # noqa: PLC0415
 
-        fusedcompare.warm()
+        heldcompare.warm()
     except Exception:  # noqa: BLE001 — the first comparison compiles them then
         pass
 

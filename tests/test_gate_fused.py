@@ -199,7 +199,7 @@ def test_the_precision_probes_error_is_the_same_in_one_pass() -> None:
 @pytest.mark.gpu
 def test_on_the_gpu_the_fused_figures_are_the_torch_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fusedcompare, "BLOCK", 2048)
-    fusedcompare.warm()  # compiles without launching; the launches below reuse it
+    heldcompare.warm()  # compiles without launching; the launches below reuse it
     g = torch.Generator(device="cuda").manual_seed(5)
     ref = torch.randn((1 << 22) + 3, generator=g, device="cuda")
     out = ref + 1e-3 * torch.randn(ref.numel(), generator=g, device="cuda")
@@ -255,13 +255,13 @@ def test_where_the_kernels_do_not_compile_the_torch_path_holds_and_compares(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("KLINEAGE_GATE_FUSED", "1")
     monkeypatch.setattr(heldcompare, "FUSED_OFF", None)
-    assert fusedcompare.warm("cpu") and heldcompare.FUSED_OFF is None
+    assert heldcompare.warm("cpu") and heldcompare.FUSED_OFF is None
 
     def broken(*args, **kwargs):
         raise RuntimeError("ptxas fatal: no such instruction")
 
     monkeypatch.setattr(fusedcompare.klineage_gate_judge, "warmup", broken, raising=False)
-    assert fusedcompare.warm("cpu") is False
+    assert heldcompare.warm("cpu") is False
     assert "ptxas fatal" in heldcompare.FUSED_OFF and "one-pass comparison off" in capsys.readouterr().err
     ref = torch.randn(100)
     key = cmp.new_key()
