@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from passes._source import ByteEdit, Offsets
@@ -18,41 +19,47 @@ if TYPE_CHECKING:
     from kir import KernelIR
 
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
+_BRACKET = re.compile(r"[()\[\]{}]")
 
 
+@lru_cache(maxsize=64)
 def code_view(text: str) -> str:
-    """`text` with comments and string/char literals replaced by spaces (newlines kept)."""
-    out = list(text)
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            j = min(j + 1, n)
-            if c == "'" and j - i > 8:  # not a char literal (a digit separator): leave it
-                i += 1
-                continue
-            for k in range(i + 1, j - 1):
-                if out[k] != "\n":
-                    out[k] = " "
-            i = j
-            continue
+    """`text` with comments and string/char literals replaced by spaces (newlines kept).
+    Remembered for the last texts seen: the rules view the same kernel text many times.
+
+    A literal ends at its closing quote, at the end of its line (an unterminated one, whose
+    last character is kept) or of the text; a backslash escapes the character after it. A
+    quote whose literal would be longer than a character literal can be (a digit separator,
+    `1'000'000`) is code."""
+    pieces: list[str] = []
+    done = i = 0
+    n = len(text)
+    while (m := _SKIPPED.search(text, i)) is not None:
+        quote = m.group("quote")
+        if quote is None:  # a comment: blanked whole
+            start, end = m.start(), m.end()
         else:
-            i += 1
-            continue
-        for k in range(i, j):
-            if out[k] != "\n":
-                out[k] = " "
-        i = j
-    return "".join(out)
+            body = (_DOUBLE_BODY if quote == '"' else _SINGLE_BODY).match(text, m.end())
+            stop = min(body.end() + 1, n)
+            if quote == "'" and stop - m.start() > 8:
+                i = m.start() + 1
+                continue
+            start, end = m.start() + 1, stop - 1
+        if end > start:
+            pieces += [text[done:start], _blank(text[start:end])]
+            done = end
+        i = max(end, m.start() + 1) if quote is None else stop
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+_SKIPPED = re.compile(r"//[^\n]*|/\*[\s\S]*?(?:\*/|\Z)|(?P<quote>[\"'])")
+_DOUBLE_BODY = re.compile(r'(?:\\[\s\S]?|[^"\\\n])*')
+_SINGLE_BODY = re.compile(r"(?:\\[\s\S]?|[^'\\\n])*")
+
+
+def _blank(segment: str) -> str:
+    return re.sub(r"[^\n]", " ", segment)
 
 
 class CSource:
@@ -82,18 +89,9 @@ class CSource:
 
     def close(self, open_at: int) -> int:
         """Index just past the bracket matching the one at `open_at` (len(text) if none)."""
-        opener = self.code[open_at]
-        closer = _PAIRS[opener]
-        depth = 0
-        for i in range(open_at, len(self.code)):
-            ch = self.code[i]
-            if ch == opener:
-                depth += 1
-            elif ch == closer:
-                depth -= 1
-                if depth == 0:
-                    return i + 1
-        return len(self.code)
+        if self.code[open_at] not in _PAIRS:
+            raise KeyError(self.code[open_at])
+        return _bracket_ends(self.code).get(open_at, len(self.code))
 
     def statement_end(self, start: int) -> int:
         """Index just past the `;` ending the statement that starts at `start` (brackets
@@ -164,6 +162,9 @@ class CSource:
 
     def functions(self) -> list[Function]:
         """Function definitions (`__global__` / `__device__` ones and plain ones) with bodies."""
+        return list(_function_table(self.text))
+
+    def _scan_functions(self) -> list[Function]:
         out = []
         for m in _FUNC.finditer(self.code):
             name_start = m.start("name")
@@ -206,6 +207,28 @@ class CSource:
         if self.text[open_at + 1:end].strip():
             out.append(_trim(self.text, start, end))
         return out
+
+
+@lru_cache(maxsize=64)
+def _bracket_ends(code: str) -> dict[int, int]:
+    """Each opening bracket's index in `code` -> the index just past its match (counting
+    brackets of its own kind only); unmatched ones are left out."""
+    ends: dict[int, int] = {}
+    open_at: dict[str, list[int]] = {opener: [] for opener in _PAIRS}
+    closes = {closer: opener for opener, closer in _PAIRS.items()}
+    for m in _BRACKET.finditer(code):
+        ch, i = m.group(), m.start()
+        if ch in open_at:
+            open_at[ch].append(i)
+        elif open_at[closes[ch]]:
+            ends[open_at[closes[ch]].pop()] = i + 1
+    return ends
+
+
+@lru_cache(maxsize=64)
+def _function_table(text: str) -> tuple[Function, ...]:
+    """`CSource.functions` of a text (a rule asks for them many times per kernel text)."""
+    return tuple(CSource.of_text(text)._scan_functions())
 
 
 def _trim(text: str, start: int, end: int) -> tuple[int, int]:
