@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["BLOCK", "FIELDS", "applies", "pad_words", "relative_error", "stats", "tf32_rounded", "warm",
+__all__ = ["BLOCK", "FIELDS", "applies", "pad_words", "relative_error", "stats", "tf32_rounded", "compile_error",
            "xor_words"]
 
 BLOCK = 2048  # elements of one program (8 per thread at 8 warps: about 110 registers on sm_90)
@@ -74,26 +74,26 @@ def _pad(first, k0, k1, ROWS: tl.constexpr):
 
 
 @triton.jit
-def _key(params, at):
-    return tl.load(params + at).to(tl.int64).to(tl.uint32)
+def _key(prm, at):
+    return tl.load(prm + at).to(tl.int64).to(tl.uint32)
 
 
 # Named for the profiler: a sealed call's windows unmask and mask its inputs with it
 # (`heldcompare.xor_pad_`) while the candidate's kernels are attributed, and
 # `gate.foreign.kernel_allowed` lets this name alone through (it copies, it computes nothing).
 @triton.jit
-def klineage_gate_xor(src, dst, part, params, DIGEST: tl.constexpr, BLOCK: tl.constexpr):
-    """dst[j] = src[j] ^ pad(base + j) over int32 words; params: n, base, key low, key high.
+def klineage_gate_xor(src, dst, part, prm, DIGEST: tl.constexpr, BLOCK: tl.constexpr):
+    """dst[j] = src[j] ^ pad(base + j) over int32 words; prm: n, base, key low, key high.
     DIGEST: a row of `part` (int64) gets the block's two weighted sums of the 8-byte words of
     src (`heldcompare._digest`'s, word w weighted w % 65521 + 1 and w * 2654435761 %
     4294967291 + 7, wrapping), over the words src holds whole."""
-    n = tl.load(params).to(tl.int64)
-    base = tl.load(params + 1).to(tl.int64)
+    n = tl.load(prm).to(tl.int64)
+    base = tl.load(prm + 1).to(tl.int64)
     start = tl.program_id(0).to(tl.int64) * BLOCK
     offs = start + tl.arange(0, BLOCK)
     inside = offs < n
     clear = tl.load(src + offs, mask=inside, other=0)
-    words = clear.to(tl.uint32, bitcast=True) ^ _pad(base + start, _key(params, 2), _key(params, 3),
+    words = clear.to(tl.uint32, bitcast=True) ^ _pad(base + start, _key(prm, 2), _key(prm, 3),
                                                      BLOCK // 4)
     tl.store(dst + offs, words.to(tl.int32, bitcast=True), mask=inside)
     if DIGEST:
@@ -108,22 +108,22 @@ def klineage_gate_xor(src, dst, part, params, DIGEST: tl.constexpr, BLOCK: tl.co
 
 
 @triton.jit
-def klineage_gate_judge(out, ref, part, params, ALLCLOSE: tl.constexpr, MASKED: tl.constexpr,
+def klineage_gate_judge(out, ref, part, prm, ALLCLOSE: tl.constexpr, MASKED: tl.constexpr,
                   BLOCK: tl.constexpr):
     """One block's figures (a row of `part`, `FIELDS` float64) of `out` against `ref`.
 
-    params: n, base (element index of out[0] and ref[0]), key low, key high, fresh low, fresh
+    prm: n, base (element index of out[0] and ref[0]), key low, key high, fresh low, fresh
     high, atol, rtol. MASKED: `ref` holds the reference's int32 words masked under the key;
     they are written back masked under the fresh key. Else `ref` is the fp32 reference."""
-    n = tl.load(params).to(tl.int64)
-    base = tl.load(params + 1).to(tl.int64)
+    n = tl.load(prm).to(tl.int64)
+    base = tl.load(prm + 1).to(tl.int64)
     pid = tl.program_id(0).to(tl.int64)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     inside = offs < n
     if MASKED:
         words = tl.load(ref + offs, mask=inside, other=0).to(tl.uint32, bitcast=True)
-        words = words ^ _pad(base + pid * BLOCK, _key(params, 2), _key(params, 3), BLOCK // 4)
-        again = words ^ _pad(base + pid * BLOCK, _key(params, 4), _key(params, 5), BLOCK // 4)
+        words = words ^ _pad(base + pid * BLOCK, _key(prm, 2), _key(prm, 3), BLOCK // 4)
+        again = words ^ _pad(base + pid * BLOCK, _key(prm, 4), _key(prm, 5), BLOCK // 4)
         tl.store(ref + offs, again.to(tl.int32, bitcast=True), mask=inside)
         r = words.to(tl.float32, bitcast=True).to(tl.float64)
     else:
@@ -151,8 +151,8 @@ def klineage_gate_judge(out, ref, part, params, ALLCLOSE: tl.constexpr, MASKED: 
     tl.store(row + 10, tl.sum(tl.where(offs == at, o, 0.0), axis=0))
     tl.store(row + 11, tl.sum(tl.where(offs == at, r, 0.0), axis=0))
     if ALLCLOSE:  # KernelBench's test: |r - o| <= atol + rtol |o|, or equal
-        atol = tl.load(params + 6)
-        rtol = tl.load(params + 7)
+        atol = tl.load(prm + 6)
+        rtol = tl.load(prm + 7)
         close = tl.abs(r - o) <= tl.abs(o) * rtol + atol
         bad = inside & ((close | (o == r)) == 0)
     else:
@@ -165,10 +165,10 @@ def klineage_gate_judge(out, ref, part, params, ALLCLOSE: tl.constexpr, MASKED: 
 
 
 @triton.jit
-def klineage_gate_tf32(src, dst, params, BLOCK: tl.constexpr):
+def klineage_gate_tf32(src, dst, prm, BLOCK: tl.constexpr):
     """dst = src (fp32 bits, int32 words) rounded to TF32, to nearest even at 10 mantissa
-    bits; inf and NaN as they are (`gate.precision.tf32_rounded`'s rounding); params: n."""
-    n = tl.load(params).to(tl.int64)
+    bits; inf and NaN as they are (`gate.precision.tf32_rounded`'s rounding); prm: n."""
+    n = tl.load(prm).to(tl.int64)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = offs < n
     bits = tl.load(src + offs, mask=inside, other=0)
@@ -205,10 +205,10 @@ def xor_words(src: torch.Tensor, dst: torch.Tensor, key: int, base: int = 0, *,
     n = src.numel()
     part = torch.zeros((_blocks(n)[0] if digest else 1, 2), dtype=torch.int64, device=src.device)
     if n:
-        params = _params(src.device, n, base, *_split(key))
-        klineage_gate_xor[_blocks(n)](src, dst, part, params, DIGEST=digest, BLOCK=BLOCK,
+        prm = _params(src.device, n, base, *_split(key))
+        klineage_gate_xor[_blocks(n)](src, dst, part, prm, DIGEST=digest, BLOCK=BLOCK,
                                 num_warps=NUM_WARPS)
-        params.zero_()  # the key does not stay behind in device memory
+        prm.zero_()  # the key does not stay behind in device memory
     return (part[:, 0].sum(), part[:, 1].sum()) if digest else None
 
 
@@ -220,11 +220,11 @@ def pad_words(key: int, n: int, base: int = 0, device: Any = "cpu") -> torch.Ten
     return zeros
 
 
-def _partials(out: torch.Tensor, ref: torch.Tensor, params: torch.Tensor, *, masked: bool,
+def _partials(out: torch.Tensor, ref: torch.Tensor, prm: torch.Tensor, *, masked: bool,
               allclose: bool) -> torch.Tensor:
     n = out.numel()
     part = torch.empty((_blocks(n)[0], FIELDS), dtype=torch.float64, device=out.device)
-    klineage_gate_judge[_blocks(n)](out, ref, part, params, ALLCLOSE=allclose, MASKED=masked,
+    klineage_gate_judge[_blocks(n)](out, ref, part, prm, ALLCLOSE=allclose, MASKED=masked,
                               BLOCK=BLOCK, num_warps=NUM_WARPS, enable_fp_fusion=False)
     return part
 
@@ -259,9 +259,9 @@ def stats(flat: torch.Tensor, masked: torch.Tensor, key: int, fresh: int,
         e = min(n, b + step)
         words = masked.view(torch.int32)[b:e]
         piece = words if here else words.to(device)
-        params = _params(device, e - b, b, *_split(key), *_split(fresh), atol, rtol)
-        parts.append(_partials(flat[b:e], piece, params, masked=True, allclose=allclose is not None))
-        params.zero_()
+        prm = _params(device, e - b, b, *_split(key), *_split(fresh), atol, rtol)
+        parts.append(_partials(flat[b:e], piece, prm, masked=True, allclose=allclose is not None))
+        prm.zero_()
         if not here:
             words.copy_(piece)
         del piece
@@ -285,8 +285,8 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| of two fp32 tensors of one shape on one device, float64 sums in
     one pass; inf where either holds a non-finite value (as `gate.precision.relative_error`)."""
     o, r = out.reshape(-1).contiguous(), ref.reshape(-1).contiguous()
-    params = _params(o.device, o.numel(), 0, 0, 0, 0, 0, 0.0, 0.0)
-    figures = _figures([_partials(o, r, params, masked=False, allclose=False)])
+    prm = _params(o.device, o.numel(), 0, 0, 0, 0, 0, 0.0, 0.0)
+    figures = _figures([_partials(o, r, prm, masked=False, allclose=False)])
     num, den, nan_bad, inf_bad, ref_nonfinite = *figures[:4], figures[12]
     if nan_bad or inf_bad or ref_nonfinite:
         return float("inf")
@@ -299,8 +299,8 @@ def tf32_rounded(t: torch.Tensor) -> torch.Tensor:
     out = torch.empty_like(src)
     n = src.numel()
     if n:
-        params = _params(src.device, n)
-        klineage_gate_tf32[_blocks(n)](src.view(torch.int32), out.view(torch.int32), params,
+        prm = _params(src.device, n)
+        klineage_gate_tf32[_blocks(n)](src.view(torch.int32), out.view(torch.int32), prm,
                                  BLOCK=BLOCK, num_warps=NUM_WARPS)
     return out.view(t.shape)
 
@@ -312,16 +312,16 @@ def compile_error(device: Any = "cuda") -> str | None:
         # (Triton's interpreter runs a warm-up: n = 0 there, nothing read or written)
         words = torch.zeros(16, dtype=torch.int32, device=device)
         values = torch.zeros(16, dtype=torch.float32, device=device)
-        params = torch.zeros(8, dtype=torch.float64, device=device)
+        prm = torch.zeros(8, dtype=torch.float64, device=device)
         part = torch.zeros((1, FIELDS), dtype=torch.float64, device=device)
         sums = torch.zeros((1, 2), dtype=torch.int64, device=device)
-        klineage_gate_tf32.warmup(words, words, params, BLOCK=BLOCK, num_warps=NUM_WARPS, grid=(1,))
+        klineage_gate_tf32.warmup(words, words, prm, BLOCK=BLOCK, num_warps=NUM_WARPS, grid=(1,))
         for digest in (False, True):
-            klineage_gate_xor.warmup(words, words, sums, params, DIGEST=digest, BLOCK=BLOCK,
+            klineage_gate_xor.warmup(words, words, sums, prm, DIGEST=digest, BLOCK=BLOCK,
                                num_warps=NUM_WARPS, grid=(1,))
         for allclose, masked, ref in ((True, True, words), (False, True, words),
                                       (False, False, values)):
-            klineage_gate_judge.warmup(values, ref, part, params, ALLCLOSE=allclose, MASKED=masked,
+            klineage_gate_judge.warmup(values, ref, part, prm, ALLCLOSE=allclose, MASKED=masked,
                                  BLOCK=BLOCK, num_warps=NUM_WARPS, enable_fp_fusion=False,
                                  grid=(1,))
     except Exception as exc:  # noqa: BLE001 — the torch path compares the same figures
