@@ -1198,7 +1198,8 @@ class Seal:
                 targets[self._ptr(v)] = self._whole(v)
         views = [t for t in targets.values() if t.device.type == "cpu"]
         sizes = [t.numel() * t.element_size() for t in views]
-        shared = mmap.mmap(-1, max(1, sum(sizes)) + 4096)
+        # each view's bytes start on a 16-byte boundary (a byte slice is viewed as its dtype)
+        shared = mmap.mmap(-1, max(1, sum(-(-n // 16) * 16 for n in sizes)) + 4096)
         self._sync()
         pid = os.fork()
         if pid == 0:  # the child: the launch, then its memory out, then nothing else
@@ -1217,8 +1218,8 @@ class Seal:
                 flat = torch.frombuffer(shared, dtype=torch.uint8)
                 offset = 4096
                 for t, n in zip(views, sizes):
-                    flat[offset:offset + n].copy_(self._bytes(t))
-                    offset += n
+                    flat[offset:offset + n].copy_(self._bytes(t)[:n])  # kept bytes are whole words
+                    offset += -(-n // 16) * 16
             except BaseException as exc:  # noqa: BLE001 — reported to the parent
                 message = f"{type(exc).__name__}: {exc}"[:4000].encode("utf-8", "replace")
                 shared[:4 + len(message)] = len(message).to_bytes(4, "little") + message
@@ -1237,7 +1238,7 @@ class Seal:
             try:
                 for t, n in zip(views, sizes):
                     cap.copy_(t, cap.view(flat[offset:offset + n].view(t.dtype), t.shape))
-                    offset += n
+                    offset += -(-n // 16) * 16
             finally:
                 self.busy = busy
             del flat
