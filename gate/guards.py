@@ -1199,7 +1199,8 @@ class Seal:
         views = [t for t in targets.values() if t.device.type == "cpu"]
         sizes = [t.numel() * t.element_size() for t in views]
         # each view's bytes start on a 16-byte boundary (a byte slice is viewed as its dtype)
-        shared = mmap.mmap(-1, max(1, sum(-(-n // 16) * 16 for n in sizes)) + 4096)
+        slots = [-(-n // 16) * 16 for n in sizes]
+        shared = mmap.mmap(-1, max(1, sum(slots)) + 4096)
         self._sync()
         pid = os.fork()
         if pid == 0:  # the child: the launch, then its memory out, then nothing else
@@ -1217,9 +1218,9 @@ class Seal:
                     shared[:4 + len(kept)] = len(kept).to_bytes(4, "little") + kept
                 flat = torch.frombuffer(shared, dtype=torch.uint8)
                 offset = 4096
-                for t, n in zip(views, sizes):
+                for t, n, slot in zip(views, sizes, slots):
                     flat[offset:offset + n].copy_(self._bytes(t)[:n])  # kept bytes are whole words
-                    offset += -(-n // 16) * 16
+                    offset += slot
             except BaseException as exc:  # noqa: BLE001 — reported to the parent
                 message = f"{type(exc).__name__}: {exc}"[:4000].encode("utf-8", "replace")
                 shared[:4 + len(message)] = len(message).to_bytes(4, "little") + message
@@ -1236,9 +1237,9 @@ class Seal:
             offset = 4096
             busy, self.busy = self.busy, True
             try:
-                for t, n in zip(views, sizes):
+                for t, n, slot in zip(views, sizes, slots):
                     cap.copy_(t, cap.view(flat[offset:offset + n].view(t.dtype), t.shape))
-                    offset += -(-n // 16) * 16
+                    offset += slot
             finally:
                 self.busy = busy
             del flat

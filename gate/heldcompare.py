@@ -93,35 +93,25 @@ def xor_pad_(flat: torch.Tensor, key: int, index: int) -> torch.Tensor:
     KLINEAGE_GATE_FUSED=1); else a drawn pad. Which pad follows from the device and the byte
     count alone, so masking and unmasking agree. The seal works between the candidate's
     launches, where the profiler attributes kernels: its one kernel is allowed by name, the
-    drawn pad's torch kernels are not, so KLINEAGE_GATE_FUSED=0 does not apply here."""
+    drawn pad's torch kernels are not, so KLINEAGE_GATE_FUSED=0 does not apply here, and the
+    seal's bytes come padded to whole words (`guards.Seal.kept_bytes`)."""
     choice = os.environ.get("KLINEAGE_GATE_FUSED", "")
     if flat.is_cuda and FUSED_OFF is not None:
         # a drawn pad's torch kernels would read as the candidate's foreign kernels
         raise RuntimeError(f"the gate's masking kernel does not compile here ({FUSED_OFF}): "
                            "a sealed call cannot run on this GPU")
-    if not ((flat.is_cuda or choice == "1") and FUSED_OFF is None):
+    if not ((flat.is_cuda or choice == "1") and flat.numel() % 4 == 0 and FUSED_OFF is None):
         return flat.bitwise_xor_(_pad(key, index, flat.numel(), flat.device))
     from gate import fusedcompare  # noqa: PLC0415
 
     stream_key = (key ^ ((index + 1) * _GOLDEN)) & _SEED_MASK
-    whole = flat.numel() - flat.numel() % 4
-    body = flat[:whole]
     try:
-        words = body.view(torch.int32)
+        words = flat.view(torch.int32)
     except RuntimeError:  # not aligned to 4 bytes: through an aligned copy
-        words = body.clone().view(torch.int32)
+        words = flat.clone().view(torch.int32)
         fusedcompare.xor_words(words, words, stream_key)
-        body.copy_(words.view(torch.uint8))
-    else:
-        fusedcompare.xor_words(words, words, stream_key)
-    if whole < flat.numel():
-        # the last 1-3 bytes: byte j of the pad's word `whole // 4`, XORed on the host (copies
-        # only, no kernel beside the gate's own)
-        w = whole // 4
-        pad = fusedcompare.pad_words(stream_key, 4, w - w % 4, flat.device).cpu()
-        tail = flat[whole:]
-        cut = pad.view(torch.uint8)[(w % 4) * 4:(w % 4) * 4 + tail.numel()]
-        tail.copy_(tail.cpu().bitwise_xor_(cut))
+        return flat.copy_(words.view(torch.uint8))
+    fusedcompare.xor_words(words, words, stream_key)
     return flat
 
 
