@@ -244,6 +244,9 @@ _ALLOWED_KERNELS = (
     # the gate's own XOR of a sealed call's inputs with a pad between launches
     # (`gate.fusedcompare.klineage_gate_xor`): a copy that computes nothing
     re.compile(r"^klineage_gate_xor$"),
+    # the gate's test of whether a sealed buffer still holds its poison
+    # (`gate.fusedcompare.klineage_gate_unlike`): it reads and counts, it writes no tensor
+    re.compile(r"^klineage_gate_unlike$"),
 )
 _DRIVER_ACTIVITIES = ("Memcpy ", "Memset ")
 

@@ -9,7 +9,9 @@ writes the reference back masked under the fresh key and leaves per-block partia
 a few small reductions turn into `heldcompare`'s figures. A second kernel XORs words with a
 pad: masking a reference as it is copied in (`hold`), opening a chunk (`Held.pieces`). The
 precision probe (`gate.precision`) rounds its inputs to TF32 and measures its error with one
-pass each as well.
+pass each as well. A fourth counts the words of a buffer that differ from a fill (whether a
+sealed buffer still holds its poison, `guards.Seal`), so that the test reads it once on its
+device instead of copying it to the host.
 
 The pad of 32-bit word `4 q + c` under a 63-bit key is word c of Philox4x32-10 with counter
 (q mod 2^32, q div 2^32, 0, 0) and key (key mod 2^32, key div 2^32): a function of (key, word)
@@ -38,7 +40,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["BLOCK", "FIELDS", "applies", "pad_words", "relative_error", "stats", "tf32_rounded", "compile_error",
+__all__ = ["BLOCK", "FIELDS", "applies", "count_unlike", "pad_words", "relative_error", "stats", "tf32_rounded", "compile_error",
            "xor_words"]
 
 BLOCK = 2048  # elements of one program (8 per thread at 8 warps: about 110 registers on sm_90)
@@ -165,6 +167,25 @@ def klineage_gate_judge(out, ref, part, prm, ALLCLOSE: tl.constexpr, MASKED: tl.
 
 
 @triton.jit
+def klineage_gate_unlike(src, found, prm, BLOCK: tl.constexpr):
+    """found[0] += the number of int32 words of src that differ from a fill's pattern: word j
+    is to hold prm[1 + j % 4]; prm: n, the four words (signed, exact in float64). Reads src
+    once and writes one counter: it computes nothing of an answer."""
+    n = tl.load(prm).to(tl.int64)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < n
+    words = tl.load(src + offs, mask=inside, other=0)
+    lane = offs % 4
+    want = tl.where(lane == 0, tl.load(prm + 1).to(tl.int64).to(tl.int32),
+                    tl.where(lane == 1, tl.load(prm + 2).to(tl.int64).to(tl.int32),
+                             tl.where(lane == 2, tl.load(prm + 3).to(tl.int64).to(tl.int32),
+                                      tl.load(prm + 4).to(tl.int64).to(tl.int32))))
+    unlike = tl.sum((inside & (words != want)).to(tl.int32), axis=0)
+    if unlike > 0:
+        tl.atomic_add(found, unlike)
+
+
+@triton.jit
 def klineage_gate_tf32(src, dst, prm, BLOCK: tl.constexpr):
     """dst = src (fp32 bits, int32 words) rounded to TF32, to nearest even at 10 mantissa
     bits; inf and NaN as they are (`gate.precision.tf32_rounded`'s rounding); prm: n."""
@@ -210,6 +231,22 @@ def xor_words(src: torch.Tensor, dst: torch.Tensor, key: int, base: int = 0, *,
                                 num_warps=NUM_WARPS)
         prm.zero_()  # the key does not stay behind in device memory
     return (part[:, 0].sum(), part[:, 1].sum()) if digest else None
+
+
+def count_unlike(words: torch.Tensor, pattern: list[int]) -> int:
+    """How many words of `words` (int32, flat) differ from `pattern` (four int32 values,
+    word j to hold pattern[j % 4]): whether a buffer still holds the fill written into it,
+    judged on its device in one pass (`guards.Seal`: a 4 GiB buffer copied to the host for
+    the test took seconds). Only the count comes back."""
+    n = words.numel()
+    if not n:
+        return 0
+    if len(pattern) != 4:
+        raise ValueError(f"a fill pattern is four words, not {len(pattern)}")
+    found = torch.zeros(1, dtype=torch.int32, device=words.device)
+    prm = _params(words.device, n, *pattern)
+    klineage_gate_unlike[_blocks(n)](words, found, prm, BLOCK=BLOCK, num_warps=NUM_WARPS)
+    return int(found.cpu()[0])
 
 
 def pad_words(key: int, n: int, base: int = 0, device: Any = "cpu") -> torch.Tensor:
@@ -316,6 +353,8 @@ def compile_error(device: Any = "cuda") -> str | None:
         part = torch.zeros((1, FIELDS), dtype=torch.float64, device=device)
         sums = torch.zeros((1, 2), dtype=torch.int64, device=device)
         klineage_gate_tf32.warmup(words, words, prm, BLOCK=BLOCK, num_warps=NUM_WARPS, grid=(1,))
+        klineage_gate_unlike.warmup(words, words, prm, BLOCK=BLOCK, num_warps=NUM_WARPS,
+                                    grid=(1,))
         for digest in (False, True):
             klineage_gate_xor.warmup(words, words, sums, prm, DIGEST=digest, BLOCK=BLOCK,
                                num_warps=NUM_WARPS, grid=(1,))

@@ -1113,13 +1113,25 @@ class Seal:
             self.ptrs.add(self._ptr(out))
 
     def _holds_poison(self, t: torch.Tensor) -> bool:
-        if t.device.type != "cpu":  # judged on the host: a reduction kernel would be foreign
+        """Whether `t` holds the poison `_poison` wrote: on a GPU, the fill's bytes throughout,
+        counted by the gate's own kernel (`heldcompare.holds_fill`; torch's reductions would
+        read as foreign kernels, and a copy to the host costs seconds a GiB); else on the
+        host, NaN / True / the minimum throughout."""
+        from gate.heldcompare import holds_fill  # noqa: PLC0415
+
+        floating = self.cap.is_floating_point(t) or self.cap.is_complex(t)
+        value = float("nan") if floating else True if t.dtype == torch.bool else \
+            torch.iinfo(t.dtype).min
+        if t.device.type != "cpu":
+            found = holds_fill(t, value)
+            if found is not None:
+                return found
             t = self.cap.cpu(t)
-        if self.cap.is_floating_point(t) or self.cap.is_complex(t):
+        if floating:
             return bool(torch.isnan(t).all())
         if t.dtype == torch.bool:
             return bool(t.all())
-        return bool((t == torch.iinfo(t.dtype).min).all())
+        return bool((t == value).all())
 
     def _put(self, e: _Sealed) -> None:
         """`e`'s kept bytes (in the clear) into its tensor."""

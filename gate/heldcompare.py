@@ -115,6 +115,33 @@ def xor_pad_(flat: torch.Tensor, key: int, index: int) -> torch.Tensor:
     return flat
 
 
+def holds_fill(t: torch.Tensor, value: Any) -> bool | None:
+    """Whether every byte of `t` (a whole storage, on a GPU) is what `fill_(value)` writes
+    there, judged in one pass on the device by the gate's own kernel
+    (`fusedcompare.count_unlike`; the pattern made by the same fill, the last 1-3 bytes
+    compared on the host; on the CPU too with KLINEAGE_GATE_FUSED=1, where Triton
+    interprets); None where that kernel does not apply (on the CPU otherwise, where it does
+    not compile, an element wider than 16 bytes): the caller tests on the host."""
+    size = t.element_size()
+    on_cpu = os.environ.get("KLINEAGE_GATE_FUSED", "") == "1"
+    if not (t.is_cuda or on_cpu) or FUSED_OFF is not None or size > 16 or 16 % size:
+        return None
+    from gate import fusedcompare  # noqa: PLC0415
+
+    pattern = torch.empty(16 // size, dtype=t.dtype, device=t.device)
+    pattern.fill_(value)
+    words = [int(w) for w in pattern.view(torch.int32).cpu()]
+    flat = t.detach().reshape(-1).view(torch.uint8)
+    whole = flat.numel() // 4 * 4
+    if whole and fusedcompare.count_unlike(flat[:whole].view(torch.int32), words):
+        return False
+    if whole == flat.numel():
+        return True
+    tail = flat[whole:].cpu()
+    want = pattern.view(torch.uint8).cpu()
+    return all(int(tail[i]) == int(want[(whole + i) % 16]) for i in range(tail.numel()))
+
+
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.detach().reshape(-1).view(torch.uint8)
 

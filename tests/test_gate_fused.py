@@ -175,6 +175,57 @@ def test_a_sealed_streams_pad_is_one_pass_where_the_bytes_are_whole_words(
     assert torch.equal(heldcompare.xor_pad_(heldcompare.xor_pad_(odd.clone(), 5, 0), 5, 0), odd)
 
 
+def test_the_fill_count_counts_the_words_unlike_the_pattern() -> None:
+    g = torch.Generator().manual_seed(5)
+    pattern = [7, -1, 0x7FC00000, -(1 << 31)]
+    words = torch.tensor(pattern * 250, dtype=torch.int32)  # 1000 words, several blocks
+    assert fusedcompare.count_unlike(words, pattern) == 0
+    assert fusedcompare.count_unlike(words, pattern[1:] + pattern[:1]) == 1000  # shifted: none
+    places = torch.randperm(1000, generator=g)[:37]
+    words[places] ^= 1 << 12
+    assert fusedcompare.count_unlike(words, pattern) == 37
+    assert fusedcompare.count_unlike(words[:0], pattern) == 0
+    with pytest.raises(ValueError):
+        fusedcompare.count_unlike(words, pattern[:2])
+
+
+@pytest.mark.parametrize("dtype,value", [
+    (torch.float32, float("nan")), (torch.float16, float("nan")), (torch.bfloat16, float("nan")),
+    (torch.float64, float("nan")), (torch.complex64, float("nan")), (torch.int64, -(1 << 63)),
+    (torch.int8, -128), (torch.bool, True)])
+@pytest.mark.parametrize("n", [1, 7, 1030])
+def test_a_sealed_buffer_is_judged_poisoned_in_one_pass_as_on_the_host(
+        monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, value: object, n: int) -> None:
+    """The sealed call's test of whether a buffer still holds its poison (`Seal._holds_poison`)
+    reads it on its device: the same answer as the host's for every dtype and byte count,
+    whichever element (first, middle, or one in the last 1-3 bytes) was written."""
+    monkeypatch.setenv("KLINEAGE_GATE_FUSED", "1")
+    t = torch.empty(n, dtype=dtype)
+    t.fill_(value)
+    assert heldcompare.holds_fill(t, value) is True
+    for place in {0, n // 2, n - 1}:
+        written = t.clone()
+        written[place] = 0 if dtype is not torch.bool else False
+        assert heldcompare.holds_fill(written, value) is False, place
+    other = torch.empty(n, dtype=dtype)
+    other.fill_(0 if dtype is not torch.bool else False)
+    assert heldcompare.holds_fill(other, value) is False
+    monkeypatch.setenv("KLINEAGE_GATE_FUSED", "0")
+    assert heldcompare.holds_fill(t, value) is None  # on the CPU: the host's test
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_sealed_buffer_is_judged_poisoned_in_one_pass() -> None:
+    heldcompare.warm()
+    for dtype, value in ((torch.float32, float("nan")), (torch.bfloat16, float("nan")),
+                         (torch.int32, -(1 << 31)), (torch.bool, True)):
+        t = torch.empty(3 * 2048 + 5, dtype=dtype, device="cuda")
+        t.fill_(value)
+        assert heldcompare.holds_fill(t, value) is True
+        t[4000] = 0 if dtype is not torch.bool else False
+        assert heldcompare.holds_fill(t, value) is False
+
+
 def test_the_gates_kernels_take_no_parameter_triton_s_binder_shadows() -> None:
     """Triton 3.6 binds a launch's arguments in a generated function whose locals include
     `params` and `specialization`: a kernel parameter of such a name is shadowed by a dict
