@@ -79,6 +79,7 @@ def test_kernels_are_attributed_to_the_candidate_or_the_allow_list() -> None:
         "std::array<char*, 2ul>)",
         "at::cuda::(anonymous namespace)::spin_kernel(long)",
         "klineage_gate_xor",  # the gate's XOR of a sealed call's inputs between launches
+        "klineage_gate_unlike",  # the gate's test that a sealed buffer holds its poison
         "Memcpy DtoD (Device -> Device)",
         "Memset (Device)",
         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas",
@@ -90,7 +91,7 @@ def test_kernels_are_attributed_to_the_candidate_or_the_allow_list() -> None:
     ]
     assert foreign.attribute_kernels(executed, own) == [
         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas",
-        executed[10],
+        executed[11],
         "cupy_matmul",
         "klineage_gate_judge",
     ]
