@@ -206,3 +206,52 @@ def test_cuda_roles_gates_a_kernels_rule_outputs_at_once(tmp_path, capsys) -> No
     assert set(rules) == {"warp-shuffle-reduce", "launch-bounds{resident=1}", "all of the above"}
     assert all(r["applied"] and r["verdict"]["ok"] for r in rules.values()), rules
     assert (tmp_path / "cuda_roles.md").is_file()
+
+
+# a register-blocked product: each thread keeps a 6x8 tile of results and two fragments
+BLOCKED = r"""
+extern "C" __global__ void blocked_product(const float* a, const float* b, float* c, int n) {
+  __shared__ float sa[16][97], sb[16][129];
+  float part[6][8] = {};
+  float fa[6], fb[8];
+  const int r0 = blockIdx.y * 96 + (threadIdx.x / 16) * 6, c0 = blockIdx.x * 128 + (threadIdx.x % 16) * 8;
+  for (int k0 = 0; k0 < n; k0 += 16) {
+    for (int i = threadIdx.x; i < 16 * 96; i += blockDim.x) sa[i % 16][i / 16] = a[(blockIdx.y * 96 + i / 16) * n + k0 + i % 16];
+    for (int i = threadIdx.x; i < 16 * 128; i += blockDim.x) sb[i / 128][i % 128] = b[(k0 + i / 128) * n + blockIdx.x * 128 + i % 128];
+    __syncthreads();
+    for (int k = 0; k < 16; ++k) {
+      for (int i = 0; i < 6; ++i) fa[i] = sa[k][(threadIdx.x / 16) * 6 + i];
+      for (int j = 0; j < 8; ++j) fb[j] = sb[k][(threadIdx.x % 16) * 8 + j];
+      for (int i = 0; i < 6; ++i)
+        for (int j = 0; j < 8; ++j) part[i][j] += fa[i] * fb[j];
+    }
+    __syncthreads();
+  }
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 8; ++j) c[(r0 + i) * n + c0 + j] = part[i][j];
+}
+"""
+
+
+def test_resident_bounds_are_refused_where_register_tiles_would_spill() -> None:
+    """At 2048 / 256 = 8 blocks an SM leaves 32 registers a thread: a thread holding 62 words
+    of register tiles would spill them (a 10x slower product), so the minimum is refused with
+    the tiles named; bounds without a minimum still apply, and so do the bounds on a row
+    kernel whose thread holds no tile."""
+    ctx = PassContext(facts={"arch": "sm_90", "block_threads": 256})
+    rule = get_pass("launch-bounds").from_options({"resident": True})
+    ir = kir.parse(BLOCKED, "cuda")
+    site = next(s for s in rule.sites(ir) if not s.present)
+    refused = rule.optimize(ir, site, ctx)
+    assert isinstance(refused, Skipped), refused
+    assert "62 words" in refused.reason and "part[6][8]" in refused.reason and "32 registers" in refused.reason
+    recorded = get_pass("launch-bounds").from_options({"bounds": "256, 4"})
+    assert isinstance(recorded.optimize(ir, site, ctx), Skipped)  # 64 registers: 62 > 32
+    loose = get_pass("launch-bounds").from_options({"bounds": "256, 1"})
+    applied = loose.optimize(ir, site, ctx)
+    assert isinstance(applied, Applied) and "__launch_bounds__(256, 1)" in applied.ir.text
+    plain = get_pass("launch-bounds")().optimize(ir, site, ctx)
+    assert isinstance(plain, Applied) and "__launch_bounds__(256)" in plain.ir.text
+    out, results = _apply_all("launch-bounds", ROW_NORM, PassContext(facts={"block_threads": 256}),
+                              resident=True)
+    assert "__launch_bounds__(256, 8)" in out

@@ -118,6 +118,49 @@ _THREADS = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w*THREADS\w*)[ \t]+(\S[^\n]*
 
 
 SM_THREADS, SM_BLOCKS = 2048, 32
+SM_REGISTERS = 65536  # 32-bit registers of an SM (sm_70 and later)
+_WORDS = {"double": 2, "long long": 2, "int64_t": 2, "uint64_t": 2, "size_t": 2, "long": 2,
+          "half": 0.5, "__half": 0.5, "__nv_bfloat16": 0.5, "half2": 1, "__half2": 1,
+          "__nv_bfloat162": 1, "float2": 2, "float4": 4, "int2": 2, "int4": 4, "uint4": 4,
+          "double2": 4, "char": 0.25, "int8_t": 0.25, "uint8_t": 0.25, "bool": 0.25}
+
+
+def register_tile_words(ir: KernelIR, kernel: str | None) -> tuple[float, list[str]]:
+    """32-bit words a thread of `kernel` (every kernel where None) holds in its register
+    tiles (per-thread local arrays of constant extents, `recognize.register_blocks`), and
+    their declarations as `name[a][b]`."""
+    from passes.cuda.recognize import register_blocks  # noqa: PLC0415
+
+    words, names = 0.0, []
+    for block in register_blocks(ir):
+        if kernel is not None and block.kernel != kernel:
+            continue
+        count = 1
+        for extent in block.extents:
+            count *= extent
+        element = re.sub(r"\b(?:const|volatile|unsigned|signed|register)\b", "", block.element).strip()
+        words += count * _WORDS.get(element, 1)
+        names.append(block.name + "".join(f"[{e}]" for e in block.extents))
+    return words, names
+
+
+def _budget_refusal(ir: KernelIR, kernel: str | None, threads: str, blocks: str,
+                    code: str) -> Skipped | None:
+    """A minimum of `blocks` blocks of `threads` leaves ptxas SM_REGISTERS / (threads x
+    blocks) registers a thread: refused where the kernel's register tiles alone take more
+    than half of them (the rest holds addresses, indices and temporaries), as they would
+    spill to local memory."""
+    n, b = _value(threads, code), _value(blocks, code)
+    if not n or not b:
+        return None
+    budget = min(255, SM_REGISTERS // (n * b) // 8 * 8)
+    words, names = register_tile_words(ir, kernel)
+    if words > budget / 2:
+        return Skipped(f"its thread holds {words:g} words in register tiles ({', '.join(names)}): "
+                       f"at {b} blocks of {n} threads an SM leaves {budget} registers a thread, "
+                       "and they would spill", {"kernel": kernel, "budget": budget,
+                                                "tile_words": words})
+    return None
 """Threads and blocks an sm_90 multiprocessor holds at once."""
 
 
@@ -270,6 +313,11 @@ class LaunchBounds(Pass):
             return skip
         if self.resident and len(_split_bounds(bounds)) == 1:
             bounds = f"{first}, {resident_blocks(first, src.code)}"
+        parts = _split_bounds(bounds)
+        if len(parts) == 2:
+            refused = _budget_refusal(ir, site.detail.get("kernel"), parts[0], parts[1], src.code)
+            if refused is not None:
+                return refused
         if site.detail.get("widen"):  # `__launch_bounds__(T)` as written, its minimum added
             if not self.resident:
                 return Skipped("the kernel has its __launch_bounds__ already", {"site": site.anchor})
