@@ -25,7 +25,7 @@ from gate.verdict import FailureKind, Tier, Verdict, reject
 from gate.worker import Job
 from kir.errors import BadInputError
 
-GATE_VERSION = "9"  # bump when a change to the gate could change a verdict
+GATE_VERSION = "10"  # bump when a change to the gate could change a verdict
 DEFAULT_TIMEOUT_S = {Tier.STATIC: 300.0, Tier.INTERPRET: 300.0, Tier.DEVICE: 300.0,
                      Tier.EMULATE: 300.0}
 # Device-tier gates may run side by side: each worker takes its GPU's readers-writer lock

@@ -348,6 +348,9 @@ class LaunchMonitor:
     pin: tuple[Any, Any] | None = None
     """(autotuner, configuration): that autotuner's choice is forced to that configuration
     (`_wrap_bench`), as if it had timed fastest; None: autotuners choose as they do."""
+    kept: dict[int, set[int]] = field(default_factory=dict)
+    """By autotuner id, the ids of the configurations its own pruning (`prune_configs_by`)
+    kept on its calls since the caller last cleared this (`_wrap_prune`)."""
     _owned: dict[str, bool] = field(default_factory=dict)
     _function_names: dict[int, str] = field(default_factory=dict)
 
@@ -403,6 +406,9 @@ class LaunchMonitor:
         if hasattr(autotuner.Autotuner, "_bench"):
             self._patch(autotuner.Autotuner, "_bench", self._wrap_bench(autotuner.Autotuner._bench))
         self._patch(autotuner.Autotuner, "run", self._wrap_tuner(autotuner.Autotuner.run))
+        if hasattr(autotuner.Autotuner, "prune_configs"):
+            self._patch(autotuner.Autotuner, "prune_configs",
+                        self._wrap_prune(autotuner.Autotuner.prune_configs))
 
     def _wrap_tuner(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """Records each autotuner of the candidate's that runs (`tuners`), so that every one of
@@ -415,6 +421,18 @@ class LaunchMonitor:
             return original(tuner, *args, **kwargs)
 
         return run
+
+    def _wrap_prune(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Records which configurations an autotuner's pruning keeps on each call (`kept`):
+        one it drops there is never run there, whatever its timing would be."""
+        monitor = self
+
+        def prune(tuner: Any, *args: Any, **kwargs: Any) -> Any:
+            configs = original(tuner, *args, **kwargs)
+            monitor.kept.setdefault(id(tuner), set()).update(id(c) for c in configs)
+            return configs
+
+        return prune
 
     def _wrap_bench(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """Autotuning: Triton's own benchmarking is not the candidate's computation, so the op

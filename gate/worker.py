@@ -1160,7 +1160,13 @@ class _Runner:
         variant's first seed, and its output goes to the parent like a seed's. A configuration
         the autotuner's pruning drops for a shape is not run on it, and one that does not fit
         the GPU (the errors Triton's autotuner itself skips) is skipped: neither can be picked.
-        The autotuners' choices are restored afterwards."""
+        The autotuners' choices are restored afterwards.
+
+        A configuration the pruning dropped on every call of the runs before on the variant
+        (`LaunchMonitor.kept`: it saw the same arguments) is not run again to find that out.
+        Under the interpreter, configurations that differ only in what the compiler alone
+        reads (`_interpreted_alike`: warps, stages, CTAs, registers) run the same Python on the
+        same inputs: the first of them that runs on a variant stands for the others there."""
         tuners = [t for t in self.monitor.tuners.values() if len(getattr(t, "configs", ())) > 1]
         # how many configuration outputs may follow: the parent answers no more (each is
         # answered with a key where references are held)
@@ -1176,15 +1182,25 @@ class _Runner:
             try:
                 for variant in self.shapes:
                     original = self.originals[(variant, PHASE_SEED, seed)]
+                    kept: set[int] | None = None  # what pruning kept on the runs before
+                    ran: set[Any] = set()  # `_interpreted_alike` keys checked on this variant
                     for index, config in enumerate(list(tuner.configs)):
+                        if kept is not None and id(config) not in kept:
+                            continue  # pruned for this shape: the autotuner never runs it here
+                        alike = _interpreted_alike(config) if self.job.tier == "interpret" else None
+                        if alike is not None and alike in ran:
+                            continue
                         tuner.cache.clear()
                         tuner.best_config = None
                         self.monitor.pin = (tuner, config)
+                        self.monitor.kept.pop(id(tuner), None)
                         inputs = self.clone_inputs(original)
                         try:
                             res = self.call(inputs, "run")
                         finally:
                             self.monitor.pin = None
+                        if id(tuner) in self.monitor.kept:
+                            kept = (kept or set()) | self.monitor.kept[id(tuner)]
                         phase = (f"{PHASE_CONFIG} {index} of {kernel} "
                                  f"({self.guards.tuner_config_text(config)})")
                         if res["exc"] is not None and _does_not_fit(res["exc"]):
@@ -1195,6 +1211,8 @@ class _Runner:
                         self.check_call(res, inputs, original, "correctness",
                                         f"{variant}/seed {seed} under {phase}")
                         self.send_out(variant, phase, seed, res)
+                        if alike is not None:
+                            ran.add(alike)
             finally:
                 tuner.cache.clear()
                 tuner.cache.update(saved)
@@ -1462,6 +1480,36 @@ def _held_mode(tier: str, own_compare: bool) -> bool:
     if own_compare or choice == "parent":
         return False
     return choice == "worker" or tier == "device"
+
+
+# Fields of a `triton.Config` that only the compiler reads: an interpreted kernel runs alike
+# under any values of them (its constexprs are the config's kwargs).
+COMPILER_ONLY_CONFIG_FIELDS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg"})
+
+
+def _interpreted_alike(config: Any) -> Any:
+    """A key equal for two autotune configurations exactly when the interpreter runs them
+    alike: every field but `COMPILER_ONLY_CONFIG_FIELDS`, the kwargs by type and value, any
+    other object (a pre-hook) by identity. None (never alike) for a configuration without
+    plain fields."""
+    fields = getattr(config, "__dict__", None)
+    if not isinstance(fields, dict):
+        return None
+
+    def value_key(value: Any) -> Any:
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return (type(value).__qualname__, repr(value))
+        return ("object", id(value))
+
+    key = []
+    for name, value in sorted(fields.items()):
+        if name in COMPILER_ONLY_CONFIG_FIELDS:
+            continue
+        if name == "kwargs" and isinstance(value, dict):
+            key.append((name, tuple(sorted((str(k), value_key(v)) for k, v in value.items()))))
+        else:
+            key.append((name, value_key(value)))
+    return (type(config), tuple(key))
 
 
 def _does_not_fit(exc: BaseException) -> bool:

@@ -293,3 +293,28 @@ def test_every_autotune_configuration_is_checked_not_only_the_one_picked(tmp_pat
     phases = {r.phase for r in verdict.correctness.results}
     assert {p.split(" (")[0] for p in phases if p.startswith("config")} == \
         {"config 0 of matmul_kernel", "config 1 of matmul_kernel"}
+
+
+def test_configurations_pruned_or_run_alike_by_the_interpreter_are_not_run_twice(tmp_path: Path) -> None:
+    # Four configurations: the second differs from the first only in warps and stages (the
+    # interpreter runs the same Python for both), the third has other tiles, and the candidate's
+    # own pruning drops the fourth. The first stands for the second; the fourth never runs.
+    text = MATMUL.read_text().replace(
+        'CONFIGS = [triton.Config({"BM": 32, "BN": 32, "BK": 32}, num_warps=4, num_stages=1)]',
+        'CONFIGS = [triton.Config({"BM": 32, "BN": 32, "BK": 32}, num_warps=4, num_stages=1),\n'
+        '               triton.Config({"BM": 32, "BN": 32, "BK": 32}, num_warps=8, num_stages=3),\n'
+        '               triton.Config({"BM": 32, "BN": 64, "BK": 64}, num_warps=4, num_stages=1),\n'
+        '               triton.Config({"BM": 64, "BN": 64, "BK": 32}, num_warps=4, num_stages=1)]')
+    text = text.replace(
+        '@triton.autotune(configs=CONFIGS, key=["M", "N", "K"])',
+        'def _prune(configs, named_args, **kwargs):\n'
+        '    return [c for c in configs if c.kwargs["BM"] == 32]\n\n\n'
+        '@triton.autotune(configs=CONFIGS, key=["M", "N", "K"], '
+        'prune_configs_by={"early_config_prune": _prune})')
+    assert text.count("_prune") == 3 and text.count("triton.Config(") >= 7
+    path = tmp_path / "four_configs.py"
+    path.write_text(text)
+    verdict = gate.check_file(path, str(DATA / "cases" / "gemm_small"), Tier.INTERPRET, cache=False)
+    assert verdict.ok, verdict.reason
+    phases = {r.phase.split(" (")[0] for r in verdict.correctness.results if r.phase.startswith("config")}
+    assert phases == {"config 0 of matmul_kernel", "config 2 of matmul_kernel"}
