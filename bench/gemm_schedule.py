@@ -81,7 +81,11 @@ def embedded(py_text: str) -> tuple[str, tuple[int, int]] | None:
     return None
 
 
-FORMS = {"mma": {}, "mma_bk16": {"bk": 16}, "mma_deep": {"deep": True},
+FORMS = {"wgmma_deep_wide_p": {"wgmma": True, "deep": True, "wide": True, "producer": True},
+         "wgmma_deep_p": {"wgmma": True, "deep": True, "producer": True},
+         "wgmma_deep_wide_p3": {"wgmma": True, "deep": True, "wide": True, "producer": True,
+                                "stages": 3},
+         "mma": {}, "mma_bk16": {"bk": 16}, "mma_deep": {"deep": True},
          "wgmma": {"wgmma": True},
          "wgmma_overlap": {"wgmma": True, "overlap": True},
          "wgmma_wide": {"wgmma": True, "wide": True},
@@ -97,7 +101,10 @@ shared memory (any sm_80+); wgmma (sm_90a) on 128x128 tiles (K steps one after a
 overlapping), on 128x256 tiles, and the deep forms (64-deep 128-byte swizzled slices in 3 to 5
 slots of dynamic shared memory, one K step in flight) on both tiles, the last two with
 specialized warps (one warpgroup fills the ring, the others multiply; mbarriers hand the slots
-over)."""
+over). First (timed first on a start whose launch is in its own source, refused elsewhere): the
+producer forms, whose launch grows by a warpgroup that only fills the ring, so that the launch's
+own warpgroups all multiply (+wgmma_deep_wide_p: 128x256 tiles, two 64x256 warpgroups, 4 slots;
++wgmma_deep_p: 128x128 tiles; +wgmma_deep_wide_p3: 3 slots and a whole-block exchange)."""
 SM90_FORMS = tuple(f for f in FORMS if f.startswith("wgmma"))
 
 
@@ -255,6 +262,17 @@ def host_launch(text: str, kernel: str) -> tuple[int, int]:
     return max(passed, default=0), dynamic_shared_limits(text).get(kernel) or 0
 
 
+def launched_block(text: str, kernel: str, default: tuple[int, int, int]
+                   ) -> tuple[int, int, int]:
+    """The block the source's own `<<<grid, dim3(x, y, z), ...>>>` launches of `kernel` pass
+    (the producer forms of gemm-schedule write it so: the launch's block and a warpgroup),
+    else `default` (the block the start's host launches)."""
+    found = {tuple(int(v) for v in m.groups()) for m in re.finditer(
+        rf"\b{re.escape(kernel)}\s*<<<[^,<>]+,\s*dim3\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)",
+        text)}
+    return found.pop() if len(found) == 1 else default
+
+
 def _dry(args: argparse.Namespace, entries: dict[str, dict[str, Any]], record: dict[str, Any]
          ) -> int:
     """Every form compiled with NVRTC for sm_90a (as the GPU would load it, for the starts
@@ -284,6 +302,10 @@ def _dry(args: argparse.Namespace, entries: dict[str, dict[str, Any]], record: d
                 passed, limit = host_launch(text, kernel)
                 rec[f"launch_{form}"] = {"shared_bytes": passed, "limit": limit}
                 line += f"; its launch passes {passed} bytes after raising the limit to {limit}"
+                if FORMS[form].get("producer"):
+                    block = launched_block(text, kernel, (0, 0, 0))
+                    rec[f"block_{form}"] = block
+                    line += f", block {block[0]}x{block[1]}x{block[2]}"
                 if not (48 * 1024 < passed <= limit):
                     failed.append(f"{name} +{form}: the launch passes {passed} bytes, limit {limit}")
             print(line, flush=True)
@@ -380,15 +402,16 @@ def _runs(name: str, e: dict[str, Any], s: int, work: Path, cudahost: Any
 
         def launcher(text: str, label: str) -> Callable[[], Any]:
             func, shared = _load_kernel(text, "sgemm_blocktile", label, cudahost)
+            block = launched_block(text, "sgemm_blocktile", (256, 1, 1))
 
             def run() -> Any:
-                cudahost.launch(func, ((s + 127) // 128, (s + 127) // 128), (256, 1, 1), shared,
+                cudahost.launch(func, ((s + 127) // 128, (s + 127) // 128), block, shared,
                                 [s, s, s, 1.0, a, b, 0.0, c], stream)
                 return c
             return run
         runs = {"start": launcher(e["source"], f"{name}_start")}
         for form, (text, _) in e["forms"].items():
-            runs[f"+{form}"] = launcher(text, f"{name}_{form}")
+            runs[f"+{form}"] = _or_failing(launcher, text, f"{name}_{form}")
         return runs, (a, b), lambda: torch.matmul(a, b)
     start = e["start"]
     case = start["case"]
@@ -405,6 +428,20 @@ def _runs(name: str, e: dict[str, Any], s: int, work: Path, cudahost: Any
         fn = entry(_load(host, f"kl_host_{form}_{name}"), case_path)
         runs[f"+{form}"] = lambda fn=fn: fn(*inputs)
     return runs, inputs, lambda: case.reference(*inputs)
+
+
+def _or_failing(launcher: Callable[[str, str], Callable[[], Any]], text: str, label: str
+                ) -> Callable[[], Any]:
+    """`launcher(text, label)`, or, where the form does not build or load, a call that raises
+    why (recorded as that form's failure; the start's other forms are still timed)."""
+    try:
+        return launcher(text, label)
+    except Exception as exc:  # noqa: BLE001 — one form failing must not lose the others
+        why = f"{type(exc).__name__}: {exc}"
+
+        def failing() -> Any:
+            raise RuntimeError(why)
+        return failing
 
 
 def _load_kernel(text: str, kernel: str, label: str, cudahost: Any) -> tuple[Any, int]:
@@ -471,14 +508,15 @@ def _direct_runs(name: str, e: dict[str, Any], s: int, cudahost: Any
 
     def launcher(text: str, label: str) -> Callable[[], Any]:
         func, shared = _load_kernel(text, detail["kernel"], label, cudahost)
+        own = launched_block(text, detail["kernel"], block)
 
         def run() -> Any:
-            cudahost.launch(func, tuple(grid), block, shared, args, stream)
+            cudahost.launch(func, tuple(grid), own, shared, args, stream)
             return C
         return run
     runs = {"start": launcher(e["source"], f"{name}_start")}
     for form, (text, _) in e["forms"].items():
-        runs[f"+{form}"] = launcher(text, f"{name}_{form}")
+        runs[f"+{form}"] = _or_failing(launcher, text, f"{name}_{form}")
     return runs, (A, B), lambda: torch.matmul(A, B)
 
 

@@ -715,9 +715,11 @@ def _deep(source: str, options: dict[str, Any], ctx: PassContext = CTX) -> Any:
 
 
 def _launched_on_the_emulator(text: str, run: Callable[..., tuple[Any, Any]], tol: float,
-                              shapes: tuple[tuple[int, int, int], ...]) -> None:
+                              shapes: tuple[tuple[int, int, int], ...],
+                              block: tuple[int, int, int] | None = None) -> None:
     """The device half of `text` on the emulator, launched with the dynamic shared memory its
-    edited `<<<...>>>` passes, after the limit its host half raises (read by gate.hostforms)."""
+    edited `<<<...>>>` passes, after the limit its host half raises (read by gate.hostforms),
+    and with `block` where the edited launch changed the block."""
     from gate.hostforms import chevron_launches, device_source, dynamic_shared_limits
 
     launches = [c for calls in chevron_launches(text).values() for c in calls]
@@ -737,9 +739,9 @@ def _launched_on_the_emulator(text: str, run: Callable[..., tuple[Any, Any]], to
         kernels = [kernel]
 
         @staticmethod
-        def launch(name: str, grid: Any, block: Any, shared: int, args: Any) -> None:
+        def launch(name: str, grid: Any, own: Any, shared: int, args: Any) -> None:
             assert shared == 0  # the case's launcher passes what the start's launch passed
-            lib.launch(name, grid, block, nbytes, args)
+            lib.launch(name, grid, block or own, nbytes, args)
 
     with pytest.raises(Exception, match="dynamic shared memory"):  # no opt-in: refused
         run(Launching, *shapes[0])
@@ -819,6 +821,114 @@ def test_specialized_warps_hand_the_slots_over_by_mbarriers_across_tiles(stages:
     assert isinstance(big, Skipped) and "no warpgroup to fill the ring" in big.reason
     alone = _deep(LAUNCHES, {"deep": True, "specialize": True})
     assert isinstance(alone, Skipped) and "deep wgmma schedule" in alone.reason
+
+
+def _launched_block(text: str, kernel: str) -> tuple[int, int, int]:
+    """The block of the (edited) `<<<grid, dim3(x, y, z), ...>>>` launches of `kernel`."""
+    import re
+
+    found = {tuple(int(v) for v in m.groups()) for m in re.finditer(
+        rf"\b{kernel}<<<[^,]+,\s*dim3\((\d+), (\d+), (\d+)\)", text)}
+    assert len(found) == 1, found
+    return found.pop()
+
+
+# the producer form: the launch's block grows by a warpgroup that fills the ring
+@pytest.mark.parametrize("name,options,grown", [
+    (_INLINE, {"wide": True}, (384, 1, 1)),
+    (_INLINE, {}, (384, 1, 1)),
+    (_KMAJOR_B, {"wide": True}, (16, 24, 1)),
+    (_MNMAJOR_A, {"stages": 3}, (16, 24, 1)),
+], ids=["wide", "128x128", "k-major-b-wide-2d-block", "mn-major-a-3-slots"])
+def test_a_producer_warpgroup_grows_the_launch_and_matches_torch_on_the_emulator(
+        name: str, options: dict[str, Any], grown: tuple[int, int, int]) -> None:
+    from gate.hostforms import device_source
+
+    source, block, run, tol = DEEP_CASES[name]
+    options = {"wgmma": True, "deep": True, "producer": True, **options}
+    result = _deep(source(), {"block": block, **options})
+    assert result.ok, result
+    text = result.ir.text
+    kernel = next(n.name for n in kir.parse(text, "cuda").walk() if n.kind == "kernel")
+    assert _launched_block(text, kernel) == grown
+    assert f"__launch_bounds__({grown[0] * grown[1]}, 1)" in text
+    ptx = ptx_for_sm90a(device_source(text))
+    for needed in ("setmaxnreg.dec.sync.aligned.u32 40", "setmaxnreg.inc.sync.aligned.u32",
+                   "cp.async.mbarrier.arrive.noinc.shared::cta.b64", "mbarrier.try_wait.parity",
+                   "wgmma.mma_async", f"bar.sync 1, {grown[0] * grown[1] - 128}"):
+        assert needed in ptx, needed
+    _launched_on_the_emulator(text, run, tol, ((72, 136, 136), (130, 40, 45)), grown)
+
+
+def test_the_producer_runs_ahead_across_tiles_and_its_breakages_are_caught() -> None:
+    from gate.cudacpu.library import EmulationError
+    from gate.hostforms import chevron_launches, device_source, dynamic_shared_limits
+    from passes.roundtrip import roundtrip
+
+    source = _inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py")
+    options = {"wgmma": True, "deep": True, "wide": True, "producer": True}
+    result = _deep(source, {"block": "256", **options})
+    assert result.ok, result
+    text = result.ir.text
+    nbytes = chevron_launches(text)["gemm_bf16"][0].shared_bytes
+    # four 48 KiB slots, then the exchange's 64 rows of 132 floats, then the alignment slack
+    assert nbytes == 4 * 49152 + 64 * 132 * 4 + 1024
+
+    def launched(device: str, block: int, shapes: Any) -> None:
+        lib = _emulated(device)
+        kernel = lib.kernels[0]
+        lib.opt_in[kernel] = dynamic_shared_limits(text)[kernel]
+        torch.manual_seed(13)
+        for grid, (m, n, k) in shapes:
+            a, b = _ab(m, n, k, torch.bfloat16)
+            c = torch.zeros(m, n, dtype=torch.bfloat16)
+            lib.launch(kernel, grid, block, nbytes, [a, b, c, m, n, k])
+            want = a.float() @ b.float()
+            assert (c.float() - want).abs().max() <= 2e-2 * want.abs().max(), (grid, m, n, k)
+
+    # fewer blocks than tiles, K steps not a multiple of the slots: the producer fills the next
+    # tile's slices while the MMA's warpgroups write this one, the barriers' phases run on;
+    # an odd K takes the element copies (the producer arrives itself)
+    shapes = (((1, 1), (130, 300, 333)), ((2, 1), (257, 140, 200)), ((1, 1), (140, 260, 91)))
+    launched(device_source(text), 384, shapes)
+    # launched with its own block (no producer warpgroup), nothing fills the ring: caught
+    with pytest.raises(EmulationError, match="deadlock"):
+        launched(device_source(text), 256, shapes[:1])
+    # multiplying a slot before it is full: caught
+    wait = "kl_gs_bar_wait(kl_gs_bar + kl_gs_slot, (kl_gs_f / 4) & 1);"
+    assert text.count(wait) == 1
+    with pytest.raises((AssertionError, EmulationError)):
+        launched(device_source(text.replace(wait, "")), 384, shapes[:1])
+    # the de-optimization gives the launch its own block back; the rule gives this output again
+    rule = get_pass("gemm-schedule").from_options(options)
+    done = next(s for s in rule.sites(result.ir) if s.present)
+    back = rule.deoptimize(result.ir, done, CTX)
+    assert back.ok and back.options == {**options, "overlap": True, "stages": 4}
+    assert "<<<grid, block>>>" in back.ir.text and "kl_gs_" not in back.ir.text
+    assert roundtrip(rule, result.ir, done, CTX).same
+
+
+def test_the_producer_form_refuses_what_it_cannot_grow() -> None:
+    source = _inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py")
+    producer = {"wgmma": True, "deep": True, "producer": True}
+    # a block of 1024 threads has no room for another warpgroup in the table
+    big = _deep(LAUNCHES, producer)
+    assert isinstance(big, Skipped) and "beside a producer" in big.reason
+    # the form belongs to the deep wgmma schedule, apart from the specialized warps
+    assert "deep wgmma schedule" in _deep(source, {"block": "256", "producer": True}).reason
+    both = _deep(source, {"block": "256", **producer, "specialize": True})
+    assert isinstance(both, Skipped) and "two forms" in both.reason
+    # the kernel's own bounds fix its block
+    bounded = source.replace("__global__ void gemm_reg2d_kernel",
+                             "__global__ void __launch_bounds__(256) gemm_reg2d_kernel")
+    refused = _deep(bounded, producer)
+    assert isinstance(refused, Skipped) and "__launch_bounds__" in refused.reason
+    # a block barrier in the body the rewrite keeps would wait for the added warpgroup
+    synced = source.replace("    for (int i = 0; i < TM; ++i) {\n        int gm",
+                            "    __syncthreads();\n    for (int i = 0; i < TM; ++i) {\n        int gm")
+    assert synced != source
+    refused = _deep(synced, {"block": "256", **producer})
+    assert isinstance(refused, Skipped) and "block barrier" in refused.reason
 
 
 def test_the_deep_form_refuses_a_kernel_launched_by_a_host_module_of_its_own(tmp_path: Path
@@ -955,6 +1065,18 @@ def test_the_bench_loads_a_cpp_kernel_by_its_plain_name_and_launches_it_as_its_s
         assert shared == bench.host_launch(text, kernel)[0] > 48 * 1024
         cudahost.launch(func, (_cdiv(n, 128), _cdiv(m, 128)), 256, shared, [a, b, c, m, n, k])
     want = a.float() @ b.float()
+    assert (c.float() - want).abs().max() <= 2e-2 * want.abs().max()
+    # a producer form launches the block its edited launch passes (the start's and a warpgroup)
+    assert bench.launched_block(text, kernel, (256, 1, 1)) == (256, 1, 1)
+    text, _ = bench.rewrite(source, (256, 1, 1), "sm_90", "wgmma_deep_wide_p")
+    block = bench.launched_block(text, kernel, (256, 1, 1))
+    assert block == (384, 1, 1)
+    c.zero_()
+    with emulated():
+        from experts import cudahost
+
+        func, shared = bench._load_kernel(text, kernel, "producer", cudahost)
+        cudahost.launch(func, (_cdiv(n, 128), _cdiv(m, 128)), block, shared, [a, b, c, m, n, k])
     assert (c.float() - want).abs().max() <= 2e-2 * want.abs().max()
 
 

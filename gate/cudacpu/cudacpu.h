@@ -903,6 +903,9 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
             if (resolve_warps(l)) continue;
             if (l.failed) break;
             if (resolve_warpgroups(l)) continue;
+            // a named barrier whose count is reached releases its threads even while others
+            // poll (a warpgroup waiting at one while another spins on an mbarrier it will arrive at)
+            if (release_named(l)) continue;
             // A round in which every thread that ran only polled changes nothing: the polls
             // wait for what no thread will do (an mbarrier phase that never completes).
             bool polls = false;
@@ -913,7 +916,6 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
               fail("deadlock in block (%u,%u,%u): threads poll a wait (an mbarrier phase) that no thread completes",
                    l.block_idx.x, l.block_idx.y, l.block_idx.z);
             if (release_lockstep(l)) continue;
-            if (release_named(l)) continue;
             unsigned done = 0, waiting = 0;
             for (unsigned i = 0; i < l.nthreads; ++i) {
               done += threads[i].state == DONE;

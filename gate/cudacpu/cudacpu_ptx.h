@@ -57,7 +57,7 @@ struct Arg {
 };
 enum Code { C_NOP, C_MMA, C_LDMATRIX, C_STMATRIX, C_CP_ASYNC, C_CP_COMMIT, C_CP_WAIT, C_CP_WAIT_ALL, C_CVT,
             C_CVTA, C_MOV, C_SETP, C_BAR, C_LD, C_ST, C_ALU, C_FUNARY, C_FMA, C_SELP, C_BRA, C_MBARRIER,
-            C_BULK, C_BULK_NOP, C_TENSOR, C_WGMMA };
+            C_BULK, C_BULK_NOP, C_TENSOR, C_WGMMA, C_CP_ARRIVE };
 struct Instr {
   int code = C_NOP;
   std::string op;
@@ -208,6 +208,7 @@ struct Parser {
       if (in.mods.size() > 2 && in.mods[2] == "wait_group") return C_CP_WAIT;
       if (in.mods.size() > 2 && in.mods[2] == "wait_all") return C_CP_WAIT_ALL;
       if (in.mods.size() > 2 && (in.mods[2] == "ca" || in.mods[2] == "cg")) return C_CP_ASYNC;
+      if (in.mods.size() > 3 && in.mods[2] == "mbarrier" && in.mods[3] == "arrive") return C_CP_ARRIVE;
       return -1;
     }
     if (h == "cvt") return C_CVT;
@@ -828,6 +829,18 @@ inline bool do_mbarrier(Frame& f, const Instr& in) {
   }
   return true;
 }
+// cp.async.mbarrier.arrive{.noinc}.shared{::cta}.b64 [bar]: the thread's earlier cp.async copies
+// complete now (a legal schedule: they may land any time before the arrive-on), then the arrive-on
+// counts against the barrier's expected arrivals (.noinc) or is balanced by its own increment
+inline void do_cp_arrive(Frame& f, const Instr& in) {
+  ++progress;
+  Mbarrier& b = mbarrier_at(in, bar_address(f, in, in.args.at(0)));
+  cp_wait_all();
+  if (!in.has("noinc")) return;
+  if (b.pending == 0) fail("%s: more arrivals than the mbarrier expects", in.op.c_str());
+  b.pending -= 1;
+  mbarrier_progress(b);
+}
 inline void do_bulk(Frame& f, const Instr& in) {
   ++progress;
   // cp.async.bulk.shared::{cluster,cta}.global.mbarrier::complete_tx::bytes [dst], [src], size, [bar]
@@ -1066,6 +1079,7 @@ inline void exec(const char* tmpl, Operand* ops, int nops, bool extended) {
       case C_CP_COMMIT: cp_commit(); break;
       case C_CP_WAIT: cp_wait((unsigned)get(f, in.args.at(0))); break;
       case C_CP_WAIT_ALL: cp_wait_all(); break;
+      case C_CP_ARRIVE: do_cp_arrive(f, in); break;
       case C_CVT: do_cvt(f, in); break;
       case C_CVTA: {
         uint64_t v = get(f, in.args.at(1));

@@ -37,6 +37,7 @@ SUPPORTED = (
     ("cp.async.ca", "shared <- global, 4/8/16 bytes, src-size or ignore-src zero fill"),
     ("cp.async.cg", "shared <- global, 16 bytes, src-size or ignore-src zero fill"),
     ("cp.async.commit_group", ""), ("cp.async.wait_group", ""), ("cp.async.wait_all", ""),
+    ("cp.async.mbarrier.arrive", "the thread's copies land, then .noinc counts an arrival"),
     ("cvt", "f32 <-> f16 / bf16, f32 pair -> f16x2 / bf16x2"),
     ("cvta", "to / from .shared"),
     ("mov", "registers, special registers (%laneid, %warpid, %tid ...), vector pack / unpack"),

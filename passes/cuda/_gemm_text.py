@@ -119,6 +119,12 @@ __device__ __forceinline__ void kl_gs_bar_arrive(unsigned long long* bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];"
                :: "r"(static_cast<unsigned>(__cvta_generic_to_shared(bar))) : "memory");
 }
+// an arrive-on `bar` once the thread's earlier cp.async copies have landed, counted against the
+// barrier's expected arrivals (the thread goes on at once)
+__device__ __forceinline__ void kl_gs_cp_arrive(unsigned long long* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];"
+               :: "r"(static_cast<unsigned>(__cvta_generic_to_shared(bar))) : "memory");
+}
 // until the phase of `parity` has completed
 __device__ __forceinline__ void kl_gs_bar_wait(unsigned long long* bar, unsigned parity) {
   const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(bar));

@@ -2,11 +2,12 @@
 its own translation unit (the C++ wrapper of a `load_inline` source) edited to pass the kernel's
 dynamic shared memory and to raise the kernel's limit on it first, and that edit undone.
 
-Each launch statement of the kernel becomes
+Each launch statement of the kernel becomes (with BLOCK its own block, or the block the rewrite
+asks for: the producer form adds a warpgroup)
 
     { static const cudaError_t kl_gs_limit = cudaFuncSetAttribute(K,
         cudaFuncAttributeMaxDynamicSharedMemorySize, BYTES); (void)kl_gs_limit; }  // MARK{"launch": ...}
-    K<<<grid, block, BYTES>>>(...);
+    K<<<grid, BLOCK, BYTES>>>(...);
 
 (one line before the launch; a function-local static raises the limit once per process). The
 comment records the launch's configuration as written, which `undo_edits` puts back.
@@ -36,9 +37,11 @@ TAG = MARK + '{"launch": '
 _ZERO = re.compile(r"0+[uUlL]*")
 
 
-def launch_edits(ir: KernelIR, kernel: str, nbytes: int) -> list[ByteEdit] | str:
+def launch_edits(ir: KernelIR, kernel: str, nbytes: int, block: str | None = None
+                 ) -> list[ByteEdit] | str:
     """Edits that make every `<<<...>>>` launch of `kernel` in `ir` pass `nbytes` of dynamic
-    shared memory after raising the kernel's limit to it, or why they cannot be made."""
+    shared memory after raising the kernel's limit to it (and, where `block` is given, launch
+    that block instead of its own), or why they cannot be made."""
     data = ir.source
     edits: list[ByteEdit] = []
     for node in ir.walk():
@@ -60,6 +63,8 @@ def launch_edits(ir: KernelIR, kernel: str, nbytes: int) -> list[ByteEdit] | str
         if len(args) >= 3 and not _ZERO.fullmatch(args[2].strip()):
             return f"a launch of {kernel} already passes dynamic shared memory ({args[2].strip()})"
         new = list(args)
+        if block is not None and len(new) >= 2:
+            new[1] = block
         if len(new) == 2:
             new.append(str(nbytes))
         else:

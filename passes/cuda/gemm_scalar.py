@@ -36,7 +36,8 @@ _MAP = re.compile(rf"const int {PREFIX}row = (.+?), {PREFIX}col = (.+?);\n")
 _GROUP = re.compile(rf"if \(\(unsigned\)\({PREFIX}row(?: \+ (-?\d+))? - {PREFIX}c0\) < \d+u\) \{{\n"
                     r"[^\n]*\n((?:[ \t]*[^\n]+ \+= x\[-?\d+\];\n)+)")
 _ADD = re.compile(r"[ \t]*(.+?) \+= x\[(-?\d+)\];")
-_VIRTUAL = re.compile(rf"\b{PREFIX}(vb|vg)\b")
+_VIRTUAL = re.compile(rf"\b{PREFIX}(vb|vg|vd)\b")
+_BUILTINS = {"vb": "blockIdx", "vg": "gridDim", "vd": "blockDim"}
 _TYPES = {"bf16": ("__nv_bfloat16", "__float2bfloat16(0.0f)", "__bfloat162float"),
           "fp16": ("__half", "__float2half(0.0f)", "__half2float")}
 ST = "kl_st_"
@@ -90,7 +91,7 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
     out, pos = [], 0
     for m in _VIRTUAL.finditer(code):
         out.append(restored[pos:m.start()])
-        out.append("blockIdx" if m.group(1) == "vb" else "gridDim")
+        out.append(_BUILTINS[m.group(1)])
         pos = m.end()
     restored = "".join(out) + restored[pos:]
     copies = _entry_copies(body, facts)
@@ -116,7 +117,7 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
 
 def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, Any]:
     """The rule's options that give the output in `kernel` again (`wgmma`, `wide` for its
-    128x256 tile, `bk`, `overlap`, `deep` with its `stages`)."""
+    128x256 tile, `bk`, `overlap`, `deep` with its `stages`, `specialize`, `producer`)."""
     src = CSource(ir)
     for f in functions(src):
         facts = _facts(ir.text, f) if f.is_kernel and kernel in (None, f.name) else None
@@ -127,7 +128,8 @@ def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, Any]:
                     **({"overlap": True} if facts.get("overlap") else {}),
                     **({"deep": True, "stages": int(facts["schedule"][3])}
                        if facts.get("deep") else {}),
-                    **({"specialize": True} if facts.get("specialize") else {})}
+                    **({"specialize": True} if facts.get("specialize") else {}),
+                    **({"producer": True} if facts.get("producer") else {})}
     return {"wgmma": False}
 
 

@@ -28,7 +28,12 @@ slices in 3 to 6 slots of dynamic shared memory: 128-byte swizzled for wgmma, wh
 keeps one K step in flight; the kernel's `<<<grid, block>>>` launches in the same source are
 edited to pass the bytes and to raise the kernel's limit first: `passes.cuda.gemm_launch`),
 `specialize` (deep wgmma: warps that only fill the ring and warpgroups that only multiply,
-each slot handed over by a full and an empty mbarrier).
+each slot handed over by a full and an empty mbarrier), `producer` (deep wgmma: the launch's
+block grows by one warpgroup that only fills the ring, its copies landing on the slots' full
+mbarriers by `cp.async.mbarrier.arrive`, running ahead into the next tile while the launch's own
+warpgroups, which only multiply, write this one through an exchange of its own shared memory;
+registers move from the added warpgroup to the others with `setmaxnreg`; refused where the
+kernel's own `__launch_bounds__` fix its block or the body it keeps waits at a block barrier).
 
 Preconditions (each refusal says which): the kernel is a GEMM micro-kernel `gemm_eval` reads and
 whose staging `gemm_global` traces; bf16 / fp16 global operands; the block size is known (the
@@ -86,6 +91,15 @@ _WIDE_GROUPS = {256: (2, 1), 512: (2, 2)}
 _SPECIALIZED_GROUPS = {False: {256: (1, 1), 384: (2, 1), 512: (2, 1)}, True: {384: (2, 1), 512: (2, 1)}}
 """Warpgroups that multiply in the specialized form, by tile (wide or not) and block size (the
 other warpgroups fill the ring)."""
+PRODUCER = 128
+"""Threads of the warpgroup the `producer` form adds to the launch's block to fill the ring."""
+_PRODUCER_GROUPS = {False: {128: (1, 1), 256: (2, 1), 512: (2, 2)},
+                    True: {256: (2, 1), 512: (2, 2)}}
+"""Warpgroup grids of the `producer` form by tile (wide or not) and the launch's own block size:
+the launch's warps multiply, the added warpgroup fills the ring."""
+PRODUCER_REGS = 40
+"""Registers a thread of the added warpgroup keeps (`setmaxnreg.dec`); the multiplying
+warpgroups take what it gives back (`setmaxnreg.inc`)."""
 """Warpgroup grids of the wgmma schedule by block size (each warpgroup 64 rows x 128 / gn); a
 block of eight warpgroups runs the MMAs on four of them (all eight stage and exchange)."""
 
@@ -119,11 +133,29 @@ class Schedule:
     specialize: bool = False
     """Deep wgmma: the warps past the MMA's warpgroups fill the ring, the MMA's warpgroups only
     multiply, each slot handed over by a pair of mbarriers (full, empty)."""
+    producer: bool = False
+    """Deep wgmma: the launch's block grows by one warpgroup (`PRODUCER` threads, the last ones)
+    that only fills the ring, tile after tile; the launch's own warps only multiply and run the
+    kernel's body; the exchange has shared memory of its own (`xbytes`, after the ring), so the
+    ring fills with the next tile's slices while the body writes this one's."""
+    xbytes: int = 0
+    """Bytes of the exchange's own shared memory (producer form), else 0 (it reuses the ring)."""
 
     @property
     def launch_bytes(self) -> int:
         """Dynamic shared memory the launch passes (deep form), else 0."""
-        return self.smem + ALIGN_SLACK if self.deep else 0
+        return self.smem + self.xbytes + ALIGN_SLACK if self.deep else 0
+
+    @property
+    def user_threads(self) -> int:
+        """Threads of the block as the kernel's own launch sets it."""
+        return self.threads - PRODUCER if self.producer else self.threads
+
+    @property
+    def consumer_regs(self) -> int:
+        """Registers a multiplying thread raises its budget to in the producer form: what the
+        added warpgroup gives back, shared by the launch's threads (multiples of 8, at most 240)."""
+        return min(240, (65536 - PRODUCER * PRODUCER_REGS) // self.user_threads // 8 * 8)
 
     @property
     def active(self) -> int:
@@ -166,11 +198,15 @@ def dynamic_limit(arch: str) -> int:
 
 def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = False,
          bk: int = TILE_K, overlap: bool = False, deep: bool = False, stages: int = 0,
-         arch: str = "sm_90", specialize: bool = False) -> Schedule | str:
+         arch: str = "sm_90", specialize: bool = False, producer: bool = False
+         ) -> Schedule | str:
     """The schedule for `g`, or why there is none. `kept_shared`: bytes of the user's shared
     arrays the rewritten body still uses; `wide`: 128x256 tiles (wgmma only); `bk`: the slice
     depth (16 or 32); `deep`: 64-deep slices in `stages` slots (0: four, or as many as fit) of
-    the dynamic shared memory `arch` allows."""
+    the dynamic shared memory `arch` allows; `producer`: the block grows by a warpgroup that fills
+    the ring."""
+    if producer:
+        return _producer_plan(g, kept_shared, wide, bk, deep, wgmma, specialize, stages, arch)
     if bk not in (16, 32):
         return f"a slice depth of {bk} (16 or 32)"
     if specialize and not (deep and wgmma):
@@ -235,6 +271,59 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = Fals
                     specialize)
 
 
+def grown_block(block: tuple[int, int]) -> tuple[int, int] | str:
+    """The launch's block `block` (x, y) with `PRODUCER` threads added after its own (the added
+    warpgroup's linear thread ids follow the launch's), or why it cannot be grown so."""
+    bx, by = block
+    if by == 1:
+        return (bx + PRODUCER, 1)
+    if PRODUCER % bx:
+        return (f"the {bx}x{by} block cannot grow by a warpgroup of whole rows ({bx} does not "
+                f"divide {PRODUCER})")
+    return (bx, by + PRODUCER // bx)
+
+
+def _producer_plan(g: GlobalGemm, kept_shared: int, wide: bool, bk: int, deep: bool, wgmma: bool,
+                   specialize: bool, stages: int, arch: str) -> Schedule | str:
+    """The producer form's schedule: the launch's warpgroups multiply (each 64 rows or 128 rows
+    of the tile), an added warpgroup fills `stages` (0: four, else three) 64-deep slots, and the
+    exchange gets the largest row chunk that fits beside the ring."""
+    if not (deep and wgmma):
+        return "a producer warpgroup is a form of the deep wgmma schedule"
+    if specialize:
+        return "a producer warpgroup and specialized warps of the launch's block are two forms"
+    if bk != TILE_K:
+        return f"the deep form's slices are {DEEP_K} deep"
+    if stages and not 3 <= stages <= 6:
+        return f"{stages} slots in the deep form (3 to 6)"
+    t = g.tile
+    threads = t.block[0] * t.block[1]
+    tn = 2 * TILE_N if wide else TILE_N
+    if TILE_M % t.bm or tn % t.bn or t.bn % 2:
+        return f"the {t.bm}x{t.bn} block tile does not divide the {TILE_M}x{tn} tile"
+    groups = _PRODUCER_GROUPS[wide]
+    if threads not in groups:
+        sizes = [str(n) for n in groups]
+        return (f"the block of {threads} threads is not {', '.join(sizes[:-1])} or {sizes[-1]} "
+                f"threads (the warpgroups multiplying the {TILE_M}x{tn} tile beside a producer)")
+    grown = grown_block(t.block)
+    if isinstance(grown, str):
+        return grown
+    wm, wn = groups[threads]
+    per_stage = 2 * (_slice_elems(g.a, TILE_M, True, DEEP_K) + _slice_elems(g.b, tn, True, DEEP_K))
+    ldx = t.bn + 4
+    room = dynamic_limit(arch) - kept_shared - ALIGN_SLACK - 16 * 6
+    for n in ((stages,) if stages else (4, 3)):
+        chunk = t.bm
+        while chunk > 1 and chunk * ldx * 4 > room - n * per_stage:
+            chunk //= 2
+        if chunk * ldx * 4 <= room - n * per_stage and chunk >= min(t.bm, 16):
+            return Schedule(threads + PRODUCER, wm, wn, n, chunk, ldx, n * per_stage, True, tn,
+                            DEEP_K, True, True, False, True, chunk * ldx * 4)
+    return (f"no room for {stages or 3} slices of the {TILE_M}x{tn}x{DEEP_K} tile and an exchange "
+            f"of 16 rows in {dynamic_limit(arch) // 1024} KiB of {arch}'s dynamic shared memory")
+
+
 # ---------------------------------------------------------------------------------------------
 # the emitted body
 
@@ -288,16 +377,14 @@ def main_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
     (the tensor cores work while the threads issue the copies)."""
     if s.specialize:
         return _specialized_loop(g, s, pad)
+    if s.producer:
+        return _consumer_loop(g, s, pad)
     p = PREFIX
     load = _loads(g, s)
     a_el, b_el = (_slice_elems(g.a, TILE_M, s.wgmma, s.bk), _slice_elems(g.b, s.tn, s.wgmma, s.bk))
     i = pad
     head = [
-        f"{i}#pragma unroll",
-        f"{i}for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
-        f"{i}  for (int {p}j = 0; {p}j < {s.ni}; ++{p}j)",
-        f"{i}    for (int {p}h = 0; {p}h < 4; ++{p}h) {p}acc[{p}i][{p}j][{p}h] = 0.0f;",
-        f"{i}const int {p}kt = ({p}K + {s.bk - 1}) / {s.bk};",
+        *_zeroed(s, i),
         f"{i}for (int {p}s = 0; {p}s < {s.ahead}; ++{p}s) {{",
         f"{i}  if ({p}s < {p}kt) {{ {load(f'{p}s', f'{p}s')} }}",
         f"{i}  kl_gs_commit();",
@@ -343,11 +430,7 @@ def _specialized_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
     fence = 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory");'
     i, i1, i2 = pad, pad + "  ", pad + "    "
     return [
-        f"{i}#pragma unroll",
-        f"{i}for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
-        f"{i}  for (int {p}j = 0; {p}j < {s.ni}; ++{p}j)",
-        f"{i}    for (int {p}h = 0; {p}h < 4; ++{p}h) {p}acc[{p}i][{p}j][{p}h] = 0.0f;",
-        f"{i}const int {p}kt = ({p}K + {s.bk - 1}) / {s.bk};",
+        *_zeroed(s, i),
         f"{i}if ({p}warp >= {s.active}) {{  // the fillers",
         f"{i1}const int {p}ftid = {p}tid - {32 * s.active};",
         f"{i1}#pragma unroll 1",
@@ -385,16 +468,117 @@ def _specialized_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
     ]
 
 
+def _producer_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
+    """The added warpgroup's whole work (producer form): it lowers its register budget, then,
+    for each of the block's tiles in the order the MMA's warpgroups take them, copies slice k
+    into slot (fill + k) % stages once that slot was released (`kl_gs_bar[stages + slot]`, by
+    one arrival per multiplying warp) and has the slot's full barrier (`kl_gs_bar[slot]`) arrive
+    when its copies land (`cp.async.mbarrier.arrive`: it never waits for its own copies; where an
+    operand is copied element by element, it waits for its copies and arrives itself). It runs
+    ahead into the next tile while the others write this one. It leaves the kernel at the end."""
+    p, n = PREFIX, s.stages
+    load = _loads(g, s, PRODUCER, f"{p}ftid")
+    i, i1, i2, i3 = pad, pad + "  ", pad + "    ", pad + "      "
+    return [
+        f"{i}if ({p}warp >= {s.active}) {{  // the added warpgroup: fills the ring",
+        f'{i1}asm volatile("setmaxnreg.dec.sync.aligned.u32 {PRODUCER_REGS};");',
+        f"{i1}const int {p}ftid = {p}tid - {32 * s.active};",
+        f"{i1}#pragma unroll 1",
+        f"{i1}for (int {p}t = {_first_tile()}; {p}t < {p}tiles_m * {p}tiles_n; {p}t += {p}blocks) {{",
+        *_tile_origin(s, i2),
+        f"{i2}const int {p}kt = ({p}K + {s.bk - 1}) / {s.bk};",
+        f"{i2}#pragma unroll 1",
+        f"{i2}for (int {p}k = 0; {p}k < {p}kt; ++{p}k) {{",
+        f"{i3}const int {p}f = {p}fill + {p}k, {p}slot = {p}f % {n};",
+        f"{i3}if ({p}f >= {n}) kl_gs_bar_wait({p}bar + {n} + {p}slot, ({p}f / {n} - 1) & 1);",
+        f"{i3}{load(f'{p}slot', f'{p}k')}",
+        f"{i3}if ({p}veca && {p}vecb) {{",
+        f"{i3}  kl_gs_cp_arrive({p}bar + {p}slot);",
+        f"{i3}}} else {{  // element copies: their stores are done before the arrival",
+        f"{i3}  kl_gs_commit();",
+        f"{i3}  kl_gs_wait<0>();",
+        f"{i3}  kl_gs_bar_arrive({p}bar + {p}slot);",
+        f"{i3}}}",
+        f"{i2}}}",
+        f"{i2}{p}fill += {p}kt;",
+        f"{i1}}}",
+        f"{i1}kl_gs_commit();",
+        f"{i1}kl_gs_wait<0>();",
+        f"{i1}return;",
+        f"{i}}}",
+        f'{i}asm volatile("setmaxnreg.inc.sync.aligned.u32 {s.consumer_regs};");',
+    ]
+
+
+def _consumer_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
+    """The tile's K loop of the multiplying warpgroups (producer form): wait for slot
+    (fill + k) % stages to be full, make the copies visible to the tensor cores' reads
+    (`fence.proxy.async`), issue its MMAs, and once the step before is done, release that step's
+    slot (one arrival per warp, by its first lane); one step in flight."""
+    p, n = PREFIX, s.stages
+    a_el, b_el = (_slice_elems(g.a, TILE_M, True, s.bk), _slice_elems(g.b, s.tn, True, s.bk))
+    i, i1 = pad, pad + "  "
+    release = f"{{ __syncwarp(); if ({p}lane == 0) kl_gs_bar_arrive({p}bar + {n} + "
+    return [
+        *_zeroed(s, i),
+        f"{i}#pragma unroll 1",
+        f"{i}for (int {p}k = 0; {p}k < {p}kt; ++{p}k) {{",
+        f"{i1}const int {p}f = {p}fill + {p}k, {p}slot = {p}f % {n};",
+        f"{i1}kl_gs_bar_wait({p}bar + {p}slot, ({p}f / {n}) & 1);",
+        f'{i1}asm volatile("fence.proxy.async.shared::cta;" ::: "memory");',
+        f"{i1}const unsigned short* {p}ta = {p}sa + {p}slot * {a_el};",
+        f"{i1}const unsigned short* {p}tb = {p}sb + {p}slot * {b_el};",
+        *_wgmma_issue(g, s, i1, wait=False),
+        f'{i1}asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");',
+        f"{i1}if ({p}k > 0) {release}({p}f - 1) % {n}); }}",
+        f"{i}}}",
+        f'{i}asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");',
+        f"{i}if ({p}kt > 0) {release}({p}fill + {p}kt - 1) % {n}); }}",
+        f"{i}{p}fill += {p}kt;",
+    ]
+
+
+def _zeroed(s: Schedule, i: str) -> list[str]:
+    """The accumulators set to zero and `kl_gs_kt`, the tile's K steps."""
+    p = PREFIX
+    return [f"{i}#pragma unroll",
+            f"{i}for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
+            f"{i}  for (int {p}j = 0; {p}j < {s.ni}; ++{p}j)",
+            f"{i}    for (int {p}h = 0; {p}h < 4; ++{p}h) {p}acc[{p}i][{p}j][{p}h] = 0.0f;",
+            f"{i}const int {p}kt = ({p}K + {s.bk - 1}) / {s.bk};"]
+
+
+def _first_tile() -> str:
+    return "(int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z))"
+
+
+def _tile_origin(s: Schedule, pad: str) -> list[str]:
+    """`kl_gs_tm` / `kl_gs_tn` / `kl_gs_m0` / `kl_gs_n0`: tile `kl_gs_t`'s place, in a grouped
+    order (8 tile rows at a time, so that they share the B slices in L2)."""
+    p, i2 = PREFIX, pad
+    return [
+        f"{i2}// grouped order: 8 tile rows at a time share the B slices in L2",
+        f"{i2}const int {p}group = {p}t / (8 * {p}tiles_n), {p}first = {p}group * 8;",
+        f"{i2}const int {p}rows = min({p}tiles_m - {p}first, 8);",
+        f"{i2}const int {p}tm = {p}first + ({p}t % (8 * {p}tiles_n)) % {p}rows;",
+        f"{i2}const int {p}tn = ({p}t % (8 * {p}tiles_n)) / {p}rows;",
+        f"{i2}const int {p}m0 = {p}tm * {TILE_M}, {p}n0 = {p}tn * {s.tn};",
+    ]
+
+
 def _barriers(s: Schedule, pad: str) -> list[str]:
-    """The specialized form's slot barriers (full, then empty, per slot), set up once."""
-    if not s.specialize:
+    """The specialized and producer forms' slot barriers (full, then empty, per slot), set up
+    once: a slot is full once each filling thread arrived, and empty once each multiplying
+    thread (specialized) or warp (producer) did."""
+    if not (s.specialize or s.producer):
         return []
     p, n = PREFIX, s.stages
+    empty = s.active if s.producer else 32 * s.active
     return [f"{pad}__shared__ __align__(8) unsigned long long {p}bar[{2 * n}];",
             f"{pad}if ({p}tid == 0) {{",
             f"{pad}  for (int {p}s = 0; {p}s < {n}; ++{p}s) {{",
             f"{pad}    kl_gs_bar_init({p}bar + {p}s, {s.threads - 32 * s.active});",
-            f"{pad}    kl_gs_bar_init({p}bar + {n} + {p}s, {32 * s.active});",
+            f"{pad}    kl_gs_bar_init({p}bar + {n} + {p}s, {empty});",
             f"{pad}  }}",
             f"{pad}}}",
             f"{pad}__syncthreads();",
@@ -479,15 +663,20 @@ def exchange(g: GlobalGemm, s: Schedule, pad: str) -> str:
     """The fragments of the user block at (`kl_gs_sm`, `kl_gs_sn`) of the tile into the thread's
     own accumulators, in row chunks through the ring's shared memory (added: `+=`)."""
     p, t = PREFIX, g.tile
-    guard = f" && {p}warp < {s.active}" if s.active < s.threads // 32 else ""
+    guard = f" && {p}warp < {s.active}" if s.active < s.user_threads // 32 else ""
     c = s.chunk
     i1, i2, i3 = pad + "  ", pad + "    ", pad + "      "
+    # the producer form: the exchange's own memory after the ring, a barrier of the launch's
+    # threads only (the added warpgroup is filling the ring meanwhile)
+    sync = (f'asm volatile("bar.sync 1, {s.user_threads};" ::: "memory");' if s.producer
+            else "__syncthreads();")
+    x = f"{p}smem + {s.smem}" if s.producer else f"{p}smem"
     lines = [f"{{  {MARK}the tile's fragments into this thread's accumulators",
-             f"{i1}float* {p}x = reinterpret_cast<float*>({p}smem);",
+             f"{i1}float* {p}x = reinterpret_cast<float*>({x});",
              f"{i1}const int {p}row = {bit_sum_text(t.row)}, {p}col = {bit_sum_text(t.col)};",
              f"{i1}#pragma unroll 1",
              f"{i1}for (int {p}c0 = 0; {p}c0 < {t.bm}; {p}c0 += {c}) {{",
-             f"{i2}__syncthreads();",
+             f"{i2}{sync}",
              f"{i2}#pragma unroll",
              f"{i2}for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
              f"{i2}#pragma unroll",
@@ -501,7 +690,7 @@ def exchange(g: GlobalGemm, s: Schedule, pad: str) -> str:
              f"{i3}    {p}x[r * {s.ldx} + q + 1] = {p}acc[{p}i][{p}j][2 * {p}h + 1];",
              f"{i3}  }}",
              f"{i2}    }}",
-             f"{i2}__syncthreads();"]
+             f"{i2}{sync}"]
     by_row: dict[int, list] = {}
     for e in t.elements:
         by_row.setdefault(e.dm, []).append(e)
@@ -511,11 +700,12 @@ def exchange(g: GlobalGemm, s: Schedule, pad: str) -> str:
         lines.append(f"{i3}const float* x = {p}x + ({r}) * {s.ldx} + {p}col;")
         lines += [f"{i3}{e.lvalue} += x[{e.dn}];" for e in group]
         lines.append(f"{i2}}}")
-    lines += [f"{i1}}}", f"{i1}__syncthreads();", f"{pad}}}"]
+    lines += [f"{i1}}}", f"{i1}{sync}", f"{pad}}}"]
     return "\n".join(lines)
 
 
 _BUILTIN = re.compile(r"\b(blockIdx|gridDim)\b")
+_BUILTIN_DIM = re.compile(r"\b(blockIdx|gridDim|blockDim)\b")
 _PURE_CALL = re.compile(r"^(?:min|max|static_cast|reinterpret_cast|__float2bfloat16(?:_rn)?|"
                         r"__float2half(?:_rn)?|__bfloat162float|__half2float|float|int|"
                         r"unsigned|make_float2|make_float4)$")
@@ -539,9 +729,10 @@ def user_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
     body = "".join(pieces) + exchange(g, s, pad) + text[loop[1]:fn.body_end - 1]
     code = CSource.of_text(body).code
     out, pos = [], 0
-    for m in _BUILTIN.finditer(code):
+    virtual = {"blockIdx": f"{PREFIX}vb", "gridDim": f"{PREFIX}vg", "blockDim": f"{PREFIX}vd"}
+    for m in (_BUILTIN_DIM if s.producer else _BUILTIN).finditer(code):
         out.append(body[pos:m.start()])
-        out.append(f"{PREFIX}vb" if m.group(1) == "blockIdx" else f"{PREFIX}vg")
+        out.append(virtual[m.group(1)])
         pos = m.end()
     return "".join(out) + body[pos:]
 
@@ -647,6 +838,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
                         **({"bk": s.bk} if s.bk not in (TILE_K, DEEP_K) else {}),
                         **({"deep": True} if s.deep else {}),
                         **({"specialize": True} if s.specialize else {}),
+                        **({"producer": True} if s.producer else {}),
                         **({"overlap": True} if s.overlap else {})}, sort_keys=True)
     restore = " ".join(f"{n} = {p}in_{n};" for n in written)
     i1, i2, i3 = "  ", "    ", "      "
@@ -673,16 +865,11 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         f"{i1}const int {p}tiles_m = ({p}M + {TILE_M - 1}) / {TILE_M}, "
         f"{p}tiles_n = ({p}N + {tn - 1}) / {tn};",
         f"{i1}const int {p}blocks = (int)(gridDim.x * gridDim.y * gridDim.z);",
+        *(_producer_loop(g, s, i1) if s.producer else []),
         f"{i1}float {p}acc[{s.mi}][{s.ni}][4];",
         f"{i1}#pragma unroll 1",
-        f"{i1}for (int {p}t = (int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)); "
-        f"{p}t < {p}tiles_m * {p}tiles_n; {p}t += {p}blocks) {{",
-        f"{i2}// grouped order: 8 tile rows at a time share the B slices in L2",
-        f"{i2}const int {p}group = {p}t / (8 * {p}tiles_n), {p}first = {p}group * 8;",
-        f"{i2}const int {p}rows = min({p}tiles_m - {p}first, 8);",
-        f"{i2}const int {p}tm = {p}first + ({p}t % (8 * {p}tiles_n)) % {p}rows;",
-        f"{i2}const int {p}tn = ({p}t % (8 * {p}tiles_n)) / {p}rows;",
-        f"{i2}const int {p}m0 = {p}tm * {TILE_M}, {p}n0 = {p}tn * {tn};",
+        f"{i1}for (int {p}t = {_first_tile()}; {p}t < {p}tiles_m * {p}tiles_n; {p}t += {p}blocks) {{",
+        *_tile_origin(s, i2),
         *main_loop(g, s, i2),
         f"{i2}#pragma unroll 1",
         f"{i2}for (int {p}v = 0; {p}v < {sub_m * sub_n}; ++{p}v) {{",
@@ -690,6 +877,8 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         f"{i3}if ({p}m0 + {p}sm >= {p}M || {p}n0 + {p}sn >= {p}N) continue;",
         f"{i3}const uint3 {p}vb = make_uint3({vb.get('x', '0u')}, {vb.get('y', '0u')}, 0u);",
         f"{i3}const uint3 {p}vg = make_uint3({vg.get('x', '1u')}, {vg.get('y', '1u')}, 1u);",
+        *([f"{i3}const uint3 {p}vd = make_uint3({t.block[0]}u, {t.block[1]}u, 1u);"]
+          if s.producer else []),
     ]
     if restore:
         lines.append(f"{i3}{restore}")
@@ -713,6 +902,8 @@ class _Found:
     removed: list[tuple[int, int]]
     written: list[str]
     kept_shared: int
+    rest: str = ""
+    """The code of the body the rewrite keeps (outside the K loop and the dead declarations)."""
 
 
 def analyse(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str]
@@ -755,7 +946,7 @@ def analyse(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str]
         kept = sum(sh.bytes for name, sh in k.shared.items()
                    if re.search(rf"\b{re.escape(name)}\b", rest))
         written = _written(rest, k.scope.params)
-        found.append(_Found(g, fn, removed, written, kept))
+        found.append(_Found(g, fn, removed, written, kept, rest))
     return found, reasons
 
 
@@ -818,6 +1009,11 @@ class GemmSchedule(Pass):
     """With `deep` and `wgmma`: one warpgroup (or two) fills the ring and the others only
     multiply, handing each slot over by mbarriers (blocks of 256 threads: one warpgroup
     multiplies the 128x128 tile; 384 or 512: two, 128x128 or 128x256 with `wide`)."""
+    producer: bool = False
+    """With `deep` and `wgmma`: the kernel's launches in the same source get one more warpgroup
+    that only fills the ring (copies landing on mbarriers, running ahead across tiles), the
+    launch's own warpgroups only multiply and run the kernel's body (128x256 with `wide`: two
+    warpgroups of 64x256 at 256 threads), the registers moved from the one to the others."""
 
     name: ClassVar[str] = "gemm-schedule"
     category: ClassVar[Category] = Category.COMPUTE
@@ -870,12 +1066,20 @@ class GemmSchedule(Pass):
             return Skipped("wgmma needs sm_90a")
         arch = str(ctx.facts.get("arch", "sm_90")) if ctx is not None else "sm_90"
         s = plan(f.g, f.kept_shared, self.wgmma, self.wide, int(self.bk), self.overlap,
-                 self.deep, int(self.stages), arch, self.specialize)
+                 self.deep, int(self.stages), arch, self.specialize, self.producer)
         if isinstance(s, str):
             return Skipped(s, f.g.to_json())
+        if s.producer:
+            why = _producer_refusal(ir, f)
+            if why:
+                return Skipped(why, f.g.to_json())
         edits = rewrite_edits(ir, f, s)
         if s.deep:
-            host = launch_edits(ir, f.g.kernel, s.launch_bytes)
+            block = None
+            if s.producer:
+                bx, by = grown_block(f.g.tile.block)
+                block = f"dim3({bx}, {by}, 1)"
+            host = launch_edits(ir, f.g.kernel, s.launch_bytes, block)
             if isinstance(host, str):
                 return Skipped(host, f.g.to_json())
             edits = sorted(edits + host, key=lambda e: (e.start, e.end))
@@ -888,6 +1092,23 @@ class GemmSchedule(Pass):
         return finish(ir, site, edits, options=form_options(ir, site.detail.get("kernel")))
 
 
+def _producer_refusal(ir: KernelIR, f: _Found) -> str:
+    """Why the kernel's block cannot grow by a producer warpgroup, or "": its own bounds fix the
+    block (bounds of the grown block, as the rule's de-optimization leaves them, do not), or the
+    body the rewrite keeps waits at a block barrier (the added warpgroup is not there to
+    arrive)."""
+    bounds = re.search(r"__launch_bounds__\s*\(\s*(\d+)", ir.text[f.fn.start:f.fn.body_start])
+    grown = f.g.tile.block[0] * f.g.tile.block[1] + PRODUCER
+    if _bounded(ir, f.fn) and (bounds is None or int(bounds.group(1)) != grown):
+        return (f"{f.g.kernel}: its __launch_bounds__ fix the block at the launch's size (a "
+                "producer warpgroup would exceed them)")
+    if re.search(r"\b(?:__syncthreads\w*|__barrier_sync|bar\.sync|barrier\.sync)\b|"
+                 r"\bthis_thread_block\b", CSource.of_text(f.rest).code):
+        return (f"{f.g.kernel}: the body outside the K loop waits at a block barrier, which the "
+                "added warpgroup does not reach")
+    return ""
+
+
 def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule) -> list[ByteEdit]:
     src = CSource(ir)
     edits: list[ByteEdit] = []
@@ -898,7 +1119,7 @@ def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule) -> list[ByteEdit]:
         wanted += HELPERS
     if s.deep and s.wgmma and DEEP_HELPERS not in ir.text:
         wanted += DEEP_HELPERS
-    if s.specialize and BARRIER_HELPERS not in ir.text:
+    if (s.specialize or s.producer) and BARRIER_HELPERS not in ir.text:
         wanted += BARRIER_HELPERS
     if wanted:
         at = src.b(helper_insert_at(src))
@@ -908,7 +1129,8 @@ def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule) -> list[ByteEdit]:
         at = src.b(fn.name_start)
         # (a second block per SM would need <= 128 registers a thread at 256 threads: the
         # exchange holds the fragments and the kernel's own accumulators at once and spills)
-        edits.append(ByteEdit(at, at, f"__launch_bounds__({s.threads}) "))
+        bounds = f"{s.threads}, 1" if s.producer else f"{s.threads}"
+        edits.append(ByteEdit(at, at, f"__launch_bounds__({bounds}) "))
     body = new_body(ir, f.g, s, fn, f.removed, f.written)
     edits.append(ByteEdit(src.b(fn.body_start), src.b(fn.body_end), body))
     return sorted(edits, key=lambda e: (e.start, e.end))
