@@ -833,18 +833,28 @@ def _launched_block(text: str, kernel: str) -> tuple[int, int, int]:
     return found.pop()
 
 
+PRODUCER_CASES = {
+    **DEEP_CASES,
+    "tutorial 2-D blocktiling (alpha / beta, pointer bumps), wrapper launch":
+        (lambda: _with_launch((MICRO / "blocktile_bf16.cu").read_text(), "256"), "256",
+         _blocktile, 2e-2),
+}
+_TUTORIAL = list(PRODUCER_CASES)[-1]
+
+
 # the producer form: the launch's block grows by a warpgroup that fills the ring
 @pytest.mark.parametrize("name,options,grown", [
+    (_TUTORIAL, {"wide": True}, (384, 1, 1)),
     (_INLINE, {"wide": True}, (384, 1, 1)),
     (_INLINE, {}, (384, 1, 1)),
     (_KMAJOR_B, {"wide": True}, (16, 24, 1)),
     (_MNMAJOR_A, {"stages": 3}, (16, 24, 1)),
-], ids=["wide", "128x128", "k-major-b-wide-2d-block", "mn-major-a-3-slots"])
+], ids=["tutorial-wide", "wide", "128x128", "k-major-b-wide-2d-block", "mn-major-a-3-slots"])
 def test_a_producer_warpgroup_grows_the_launch_and_matches_torch_on_the_emulator(
         name: str, options: dict[str, Any], grown: tuple[int, int, int]) -> None:
     from gate.hostforms import device_source
 
-    source, block, run, tol = DEEP_CASES[name]
+    source, block, run, tol = PRODUCER_CASES[name]
     options = {"wgmma": True, "deep": True, "producer": True, **options}
     result = _deep(source(), {"block": block, **options})
     assert result.ok, result

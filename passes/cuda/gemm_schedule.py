@@ -574,7 +574,11 @@ def _barriers(s: Schedule, pad: str) -> list[str]:
         return []
     p, n = PREFIX, s.stages
     empty = s.active if s.producer else 32 * s.active
-    return [f"{pad}__shared__ __align__(8) unsigned long long {p}bar[{2 * n}];",
+    # (producer form: a block past the tile count leaves at once, before any barrier)
+    leave = [f"{pad}if ({_first_tile()} >= (({p}M + {TILE_M - 1}) / {TILE_M}) * "
+             f"(({p}N + {s.tn - 1}) / {s.tn})) return;"] if s.producer else []
+    return [*leave,
+            f"{pad}__shared__ __align__(8) unsigned long long {p}bar[{2 * n}];",
             f"{pad}if ({p}tid == 0) {{",
             f"{pad}  for (int {p}s = 0; {p}s < {n}; ++{p}s) {{",
             f"{pad}    kl_gs_bar_init({p}bar + {p}s, {s.threads - 32 * s.active});",
