@@ -24,7 +24,8 @@ forms +wgmma_deep3, +wgmma_deep, +wgmma_deep5 (3, 4, 5 slots of 128x128x64 slice
 the launch in the kernel's own source (load_inline, the tutorial's wrapper); elsewhere they are
 refused with the reason. Starts whose forms include deep ones are measured first; `--budget`
 seconds after the start no further start is begun (30 s later, no further form is timed; 150 s
-later the run stops, exit code 3, with what it measured written). Writes result.json,
+later the run stops, exit code 3, with what it measured written: each form's time is written
+as it is measured, `partial_ms`). Writes result.json,
 result.md and the rewritten sources. `--dry` also checks that each kernel launched here is
 found by its plain name in the PTX and that each deep form's launch passes its bytes after
 raising the limit, and records each form's registers and spills.
@@ -349,6 +350,12 @@ def _measure(args: argparse.Namespace, entries: dict[str, dict[str, Any]], recor
                     got = fn().float()
                     errs[label] = ((got - want).abs().max() / want.abs().max()).item()
                     times[label] = do_bench(fn, return_mode="median")
+                    # each time on disk at once: a form that never finishes (the watchdog
+                    # ends the run) does not lose the ones before it
+                    print(f"{name} {label}: {times[label]:.3f} ms ({times['cublas'] / times[label]:.3f}"
+                          f"x cuBLAS), err {errs[label]:.1e}", flush=True)
+                    record["starts"][name]["partial_ms"] = dict(times)
+                    (args.out / "result.json").write_text(json.dumps(record, indent=2, default=str))
                 except Exception as exc:  # noqa: BLE001 — a form the host cannot build (a
                     # CuPy host compiles for sm_90, not sm_90a) must not lose the others
                     failed[label] = f"{type(exc).__name__}: {str(exc)[:300]}"

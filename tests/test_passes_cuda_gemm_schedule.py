@@ -6,6 +6,7 @@ emulator at ragged small shapes, matches torch; refusals say why."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -825,8 +826,6 @@ def test_specialized_warps_hand_the_slots_over_by_mbarriers_across_tiles(stages:
 
 def _launched_block(text: str, kernel: str) -> tuple[int, int, int]:
     """The block of the (edited) `<<<grid, dim3(x, y, z), ...>>>` launches of `kernel`."""
-    import re
-
     found = {tuple(int(v) for v in m.groups()) for m in re.finditer(
         rf"\b{kernel}<<<[^,]+,\s*dim3\((\d+), (\d+), (\d+)\)", text)}
     assert len(found) == 1, found
@@ -1103,7 +1102,9 @@ def test_on_the_gpu_the_deep_forms_are_correct_through_their_own_launch() -> Non
     forms = [{"deep": True}]
     if torch.cuda.get_device_capability() == (9, 0):
         forms += [{"wgmma": True, "deep": True}, {"wgmma": True, "deep": True, "wide": True},
-                  {"wgmma": True, "deep": True, "specialize": True}]
+                  {"wgmma": True, "deep": True, "specialize": True},
+                  {"wgmma": True, "deep": True, "wide": True, "producer": True},
+                  {"wgmma": True, "deep": True, "producer": True}]
     stream = torch.cuda.current_stream()
     loaded = []
     for options in [None, *forms]:
@@ -1114,12 +1115,14 @@ def test_on_the_gpu_the_deep_forms_are_correct_through_their_own_launch() -> Non
                       for c in calls), default=0)
         if shared:
             cudahost.set_dynamic_shared(func, dynamic_shared_limits(text)["sgemm_blocktile"])
-        loaded.append((func, shared))
+        grown = re.search(r"sgemm_blocktile<<<[^,]+,\s*dim3\((\d+), (\d+), (\d+)\)", text)
+        block = tuple(int(v) for v in grown.groups()) if grown else (256, 1, 1)
+        loaded.append((func, shared, block))
 
-    def run(at: tuple[Any, int], a: Any, b: Any, c: Any) -> Any:
+    def run(at: tuple[Any, int, Any], a: Any, b: Any, c: Any) -> Any:
         m, k = a.shape
         n = b.shape[1]
-        cudahost.launch(at[0], (_cdiv(n, 128), _cdiv(m, 128)), 256, at[1],
+        cudahost.launch(at[0], (_cdiv(n, 128), _cdiv(m, 128)), at[2], at[1],
                         [m, n, k, 1.0, a, b, 0.0, c], stream)
         return c
 
