@@ -43,7 +43,8 @@ loads / stores; `__cvta_generic_to_shared`; the `cuda_pipeline.h` primitives; de
 (`tiled_partition<N>`, their shuffles and votes, `cg::reduce`); `#pragma unroll` (ignored).
 Inline PTX: `prepass.SUPPORTED`
 (mma.sync m16n8k16 / m16n8k8 with f16 / bf16 inputs, ldmatrix / stmatrix m8n8, cp.async with
-zero fill and its groups, 1-D bulk copies (`cp.async.bulk`) completing on mbarriers, TMA
+zero fill and its groups, `cp.async.mbarrier.arrive` (.noinc: the thread's copies land at it and
+it counts an arrival), 1-D bulk copies (`cp.async.bulk`) completing on mbarriers, TMA
 tensor copies in tile mode (`cp.async.bulk.tensor`, 1-5 dimensions, 32 / 64 / 128-byte
 swizzles, zero fill, loads on mbarriers and stores; maps from the emulated
 `cuTensorMapEncodeTiled`), `wgmma.mma_async` m64nNk16 with f32 accumulators and f16 / bf16
