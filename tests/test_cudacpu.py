@@ -397,6 +397,19 @@ def test_named_barriers_hand_a_tile_between_warps(lib):
     torch.testing.assert_close(y[96:], want[96:])
 
 
+def test_cp_async_copies_arrive_on_an_mbarrier_when_they_land(lib):
+    # the producer polls the empty barrier while the consumers meet at a named barrier of their
+    # own: the named barrier completes all the same
+    x = torch.randn(5 * 32, generator=torch.Generator().manual_seed(23))
+    want = torch.stack([x[r * 32:(r + 1) * 32].flip(0) + w for r in range(5) for w in (1, 2)]).view(-1)
+    y = torch.zeros(5 * 64)
+    lib.launch("cp_arrive_ring", 1, 96, 0, [x, y, 5, 1])
+    torch.testing.assert_close(y, want)
+    # without .noinc the copies' arrival is balanced by its own increment: nothing completes
+    with pytest.raises(EmulationError, match="deadlock"):
+        lib.launch("cp_arrive_ring", 1, 96, 0, [x, y, 5, 0])
+
+
 @pytest.mark.parametrize("epilogue,dtype", [(1, torch.bfloat16), (2, torch.float16)])
 def test_gemm_expert_wgmma_kernel_runs_through_its_own_host_module(epilogue, dtype):
     """The expert's Hopper kernel (TMA tensor copies with 128-byte swizzle on mbarriers, a

@@ -297,6 +297,46 @@ extern "C" __global__ void named_handoff(const float* x, float* y, int guard) {
     }
 }
 
+__device__ void wait_parity(unsigned bar_addr, unsigned parity) {
+    unsigned done = 0;
+    while (!done) {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar_addr), "r"(parity) : "memory");
+    }
+}
+
+// A one-slot ring between a producer warp, whose cp.async copies arrive on the slot's full
+// mbarrier when they land, and two consumer warps, which meet at a named barrier of their own
+// (while the producer polls the empty mbarrier) before they release the slot. With `noinc` 0
+// the copies' arrival is balanced by its own increment: the full barrier never completes.
+extern "C" __global__ void cp_arrive_ring(const float* x, float* y, int rounds, int noinc) {
+    __shared__ __align__(16) float buf[32];
+    __shared__ __align__(8) unsigned long long bar[2];
+    unsigned full = (unsigned)__cvta_generic_to_shared(&bar[0]);
+    unsigned empty = (unsigned)__cvta_generic_to_shared(&bar[1]);
+    int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(full), "r"(32));
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(empty), "r"(64));
+    }
+    __syncthreads();
+    for (int r = 0; r < rounds; ++r) {
+        if (warp == 0) {
+            if (r > 0) wait_parity(empty, (r - 1) & 1);
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;"
+                         ::"r"((unsigned)__cvta_generic_to_shared(buf + lane)), "l"(x + r * 32 + lane) : "memory");
+            if (noinc) asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full) : "memory");
+            else asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(full) : "memory");
+        } else {
+            wait_parity(full, r & 1);
+            float v = buf[31 - lane] + warp;
+            asm volatile("bar.sync 1, 64;" ::: "memory");
+            y[r * 64 + (warp - 1) * 32 + lane] = v;
+            asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(empty) : "memory");
+        }
+    }
+}
+
 // Waits on an mbarrier phase that never completes (its expected arrival never comes).
 extern "C" __global__ void stuck_wait(float* out) {
     __shared__ __align__(8) unsigned long long bar;
