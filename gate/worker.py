@@ -890,6 +890,10 @@ class _Runner:
         self.monitor = guards.LaunchMonitor(candidate_dir=str(Path(self.job.scratch).resolve()),
                                             isolate=self.device == "cpu")
         if self.job.language == "triton":
+            if self.job.tier == "interpret":
+                from gate import interpcalls  # noqa: PLC0415
+
+                interpcalls.install()
             self.monitor.install_triton()
         emulating = self.job.tier == "emulate" and self.job.language == "cuda"
         if emulating:
