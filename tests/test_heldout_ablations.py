@@ -115,3 +115,40 @@ def test_the_columns_of_a_row_share_its_start_gate(tmp_path: Path, monkeypatch) 
     assert rec["status"] == "done" and set(rec["ablations"]) == set(ALL)
     assert seen.count(start) == 1
     assert seen.count(autotune_control(start, max_configs=1)) == 1
+
+
+def test_fresh_gates_wait_until_every_search_ended(tmp_path: Path, monkeypatch) -> None:
+    """With several operators at once on the device, each best (the search's and each
+    ablation's) is gated again and the control gated only after every search has ended, one
+    at a time, in that order; each best's file is then removed and the record is done."""
+    import argparse
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("heldout_bench_quiet", REPO / "bench" / "heldout.py")
+    heldout = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(heldout)
+    ns = argparse.Namespace
+    assert heldout._deferred(ns(tier="device", jobs=3))
+    assert not heldout._deferred(ns(tier="device", jobs=1))
+    assert not heldout._deferred(ns(tier="interpret", jobs=3))
+    assert not heldout._deferred(ns(tier="device", jobs=3, from_partial=True))
+    best, ablated = tmp_path / "best.py", tmp_path / "ablated.py"
+    best.write_text("# best")
+    ablated.write_text("# ablated")
+    rec = {"best": {"ok": True, "ms": 1.0, "pending": str(best)},
+           "ablations": {"library-off": {"ok": True, "ms": 1.5, "pending": str(ablated)},
+                         "priors-off": {"ok": True, "ms": 2.0}},
+           "control": {"ok": None, "ms": None, "pending": True}, "status": "searched"}
+    calls: list[str] = []
+    monkeypatch.setattr(heldout, "_check_file", lambda args, case, path: calls.append(path.name) or path.name)
+    monkeypatch.setattr(heldout, "_verdict_summary", lambda verdict: {"ok": True, "ms": len(verdict) / 10})
+    monkeypatch.setattr(heldout, "control",
+                        lambda case, path, args: calls.append("control") or {"ok": True, "ms": 0.7})
+    case = SimpleNamespace(name="op", start_path=lambda: tmp_path / "start.py")
+    heldout.settle(case, rec, ns(tier="device", jobs=3))
+    assert calls == ["best.py", "ablated.py", "control"]
+    assert rec["best"]["regate"]["ms"] == 0.7 and "pending" not in rec["best"]
+    assert rec["ablations"]["library-off"]["regate"]["ms"] == 1.0
+    assert "regate" not in rec["ablations"]["priors-off"]
+    assert rec["control"]["ms"] == 0.7 and rec["status"] == "done"
+    assert not best.exists() and not ablated.exists()
