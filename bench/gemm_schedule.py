@@ -307,6 +307,13 @@ def _dry(args: argparse.Namespace, entries: dict[str, dict[str, Any]], record: d
                     block = launched_block(text, kernel, (0, 0, 0))
                     rec[f"block_{form}"] = block
                     line += f", block {block[0]}x{block[1]}x{block[2]}"
+                    # setmaxnreg.inc waits for registers the block holds: it must start with
+                    # the most its bounds allow, as the rewrite assumed
+                    threads = block[0] * block[1] * block[2]
+                    bound = min(65536 // max(threads, 1), 255) // 8 * 8
+                    if "setmaxnreg.inc" in ptx and use.get("registers") != bound:
+                        failed.append(f"{name} +{form}: {use.get('registers')} registers, not the "
+                                      f"{bound} setmaxnreg assumes")
                 if not (48 * 1024 < passed <= limit):
                     failed.append(f"{name} +{form}: the launch passes {passed} bytes, limit {limit}")
             print(line, flush=True)

@@ -940,6 +940,20 @@ def test_the_producer_form_refuses_what_it_cannot_grow() -> None:
     assert isinstance(refused, Skipped) and "block barrier" in refused.reason
 
 
+def test_the_producer_moves_no_more_registers_than_the_block_holds() -> None:
+    from passes.cuda.gemm_schedule import PRODUCER, PRODUCER_REGS, Schedule
+
+    def moved(own: int) -> tuple[int, int, bool]:
+        s = Schedule(own + PRODUCER, 1, 1, 4, 1, 1, 1, True, producer=True)
+        # what the multiplying threads take is at most what the added warpgroup gives back
+        assert (s.consumer_regs - s.launch_regs) * own <= \
+            (s.launch_regs - PRODUCER_REGS) * PRODUCER or not s.moves_registers
+        return s.launch_regs, s.consumer_regs, s.moves_registers
+    assert moved(256) == (168, 232, True)
+    assert moved(512) == (96, 104, True)
+    assert moved(128)[2] is False  # 248 registers a thread already: none moved
+
+
 def test_the_deep_form_refuses_a_kernel_launched_by_a_host_module_of_its_own(tmp_path: Path
                                                                              ) -> None:
     # NVRTC + cuda-python host beside the kernel: the .cu holds no launch to give the bytes

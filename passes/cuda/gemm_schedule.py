@@ -91,6 +91,8 @@ _WIDE_GROUPS = {256: (2, 1), 512: (2, 2)}
 _SPECIALIZED_GROUPS = {False: {256: (1, 1), 384: (2, 1), 512: (2, 1)}, True: {384: (2, 1), 512: (2, 1)}}
 """Warpgroups that multiply in the specialized form, by tile (wide or not) and block size (the
 other warpgroups fill the ring)."""
+"""Warpgroup grids of the wgmma schedule by block size (each warpgroup 64 rows x 128 / gn); a
+block of eight warpgroups runs the MMAs on four of them (all eight stage and exchange)."""
 PRODUCER = 128
 """Threads of the warpgroup the `producer` form adds to the launch's block to fill the ring."""
 _PRODUCER_GROUPS = {False: {128: (1, 1), 256: (2, 1), 512: (2, 2)},
@@ -100,8 +102,6 @@ the launch's warps multiply, the added warpgroup fills the ring."""
 PRODUCER_REGS = 40
 """Registers a thread of the added warpgroup keeps (`setmaxnreg.dec`); the multiplying
 warpgroups take what it gives back (`setmaxnreg.inc`)."""
-"""Warpgroup grids of the wgmma schedule by block size (each warpgroup 64 rows x 128 / gn); a
-block of eight warpgroups runs the MMAs on four of them (all eight stage and exchange)."""
 
 
 
@@ -152,10 +152,23 @@ class Schedule:
         return self.threads - PRODUCER if self.producer else self.threads
 
     @property
+    def launch_regs(self) -> int:
+        """Registers a thread of the block starts with: the most `__launch_bounds__(threads, 1)`
+        allows (what ptxas gives a kernel that moves registers with `setmaxnreg`)."""
+        return min(65536 // self.threads, 255) // 8 * 8
+
+    @property
     def consumer_regs(self) -> int:
-        """Registers a multiplying thread raises its budget to in the producer form: what the
-        added warpgroup gives back, shared by the launch's threads (multiples of 8, at most 240)."""
-        return min(240, (65536 - PRODUCER * PRODUCER_REGS) // self.user_threads // 8 * 8)
+        """Registers a multiplying thread raises its budget to in the producer form: its own and
+        what the added warpgroup gives back, shared by the launch's threads (multiples of 8, at
+        most 240). No more than it starts with: no registers move."""
+        given = (self.launch_regs - PRODUCER_REGS) * PRODUCER // self.user_threads // 8 * 8
+        return min(240, self.launch_regs + given)
+
+    @property
+    def moves_registers(self) -> bool:
+        """Whether the producer form moves registers (`setmaxnreg`) to the multiplying threads."""
+        return self.producer and self.consumer_regs > self.launch_regs
 
     @property
     def active(self) -> int:
@@ -481,7 +494,8 @@ def _producer_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
     i, i1, i2, i3 = pad, pad + "  ", pad + "    ", pad + "      "
     return [
         f"{i}if ({p}warp >= {s.active}) {{  // the added warpgroup: fills the ring",
-        f'{i1}asm volatile("setmaxnreg.dec.sync.aligned.u32 {PRODUCER_REGS};");',
+        *([f'{i1}asm volatile("setmaxnreg.dec.sync.aligned.u32 {PRODUCER_REGS};");']
+          if s.moves_registers else []),
         f"{i1}const int {p}ftid = {p}tid - {32 * s.active};",
         f"{i1}#pragma unroll 1",
         f"{i1}for (int {p}t = {_first_tile()}; {p}t < {p}tiles_m * {p}tiles_n; {p}t += {p}blocks) {{",
@@ -506,7 +520,8 @@ def _producer_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
         f"{i1}kl_gs_wait<0>();",
         f"{i1}return;",
         f"{i}}}",
-        f'{i}asm volatile("setmaxnreg.inc.sync.aligned.u32 {s.consumer_regs};");',
+        *([f'{i}asm volatile("setmaxnreg.inc.sync.aligned.u32 {s.consumer_regs};");']
+          if s.moves_registers else []),
     ]
 
 
