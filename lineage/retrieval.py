@@ -147,13 +147,18 @@ def _read_kernel_sites(
 
 
 def target_from_kernel(path: str | Path, case: str | None = None, platform: str = "cuda") -> Target:
-    """The retrieval target of a kernel file; raises BadInputError if it does not parse."""
+    """The retrieval target of a kernel file (a CUDA kernel held in its host module, e.g. a
+    `load_inline` source or a CuPy RawKernel, is read as CUDA, as `optimize` reads it); raises
+    BadInputError if it does not parse."""
     import kir  # noqa: PLC0415
+    from kir.embedded import cuda_unit  # noqa: PLC0415
 
     file = Path(path)
     if not file.is_file():
         raise BadInputError(f"{path}: no such kernel file")
-    ir = kir.parse_file(file)
+    unit = cuda_unit(file)
+    ir = kir.parse(unit.source, "cuda", path=unit.source_path) if unit is not None \
+        else kir.parse_file(file)
     present, open_ = kernel_sites(ir)
     return Target(language=str(getattr(ir.language, "value", ir.language)), case=case,
                   platform=platform, features=present, open_sites=open_,

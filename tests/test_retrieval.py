@@ -265,3 +265,29 @@ def test_at_equal_similarity_the_top_k_goes_to_passes_that_can_act_one_card_per_
     got = [r.card.id for r in Retriever(cards, k=2, declarations=DECLS).retrieve(target).cards]
     assert "tc" in got and len([g for g in got if g.startswith("pipe.")]) == 1, got
     assert not [g for g in got if g.startswith("a-")], got
+
+
+def test_a_cuda_kernel_held_in_its_host_module_is_a_cuda_target(tmp_path: Path) -> None:
+    """A load_inline host (the KernelBench solution form) holds its kernel as a string: the
+    target is that CUDA source, as `optimize` reads it, not the Python module."""
+    host = tmp_path / "solution.py"
+    host.write_text('''import torch
+from torch.utils.cpp_extension import load_inline
+
+src = r"""
+#include <torch/extension.h>
+__global__ void scale_rows(const float* x, float* y, int n, float s) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        y[i] = x[i] * s;
+}
+torch::Tensor scale(torch::Tensor x, double s) {
+    auto y = torch::empty_like(x);
+    scale_rows<<<128, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), (int)x.numel(), (float)s);
+    return y;
+}
+"""
+ext = load_inline(name="scale_ext", cpp_sources="torch::Tensor scale(torch::Tensor x, double s);",
+                  cuda_sources=src, functions=["scale"])
+''')
+    target = target_from_kernel(host, "softmax")
+    assert target.language == "cuda"
