@@ -1161,9 +1161,12 @@ def test_the_slot_count_is_a_tunable_the_search_sweeps_around_a_recorded_deep_st
     assert dict(rule.tunables) == {"stages": (3, 4, 5)}
     recorded = {"wgmma": True, "overlap": True, "deep": True, "stages": 4}
     variants = tuned(rule, [recorded, {"wgmma": True}])
-    assert variants[:2] == [recorded, {"wgmma": True}]  # the recorded ones first, as recorded
-    assert [v["stages"] for v in variants[2:]] == [3, 5]
-    assert all({**v, "stages": 4} == recorded for v in variants[2:])
+    # the rule's fullest form on top of each recorded variant first, then the recorded ones
+    full = {**recorded, "wide": True}
+    assert variants[:4] == [full, {"wgmma": True, "deep": True, "wide": True}, recorded,
+                            {"wgmma": True}]
+    assert [v["stages"] for v in variants[4:]] == [3, 5]
+    assert all({**v, "stages": 4} == recorded for v in variants[4:])
     source = _inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py")
     texts = {v["stages"]: _deep(source, dict(v)).ir.text for v in variants if "stages" in v}
     assert len(set(texts.values())) == 3

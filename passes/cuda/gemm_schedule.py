@@ -1043,6 +1043,8 @@ class GemmSchedule(Pass):
     platforms: ClassVar[tuple[str, ...]] = ("cuda",)
     preconditions: ClassVar[tuple[str, ...]] = ("arch >= sm_80",)
     tunables: ClassVar[Mapping[str, tuple[Any, ...]]] = MappingProxyType({"stages": (3, 4, 5)})
+    reach: ClassVar[Mapping[str, Any]] = MappingProxyType({"wgmma": True, "deep": True,
+                                                           "wide": True})
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         whole = (0, len(ir.source))
