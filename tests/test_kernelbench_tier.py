@@ -592,3 +592,21 @@ def test_redo_unfinished_runs_again_only_what_did_not_finish(tmp_path: Path, mon
     ran.clear()
     assert TIER.main(argv) == 0 and ran == []  # every problem has a record now
     assert TIER.unfinished({"status": "refused"}) and not TIER.unfinished({"status": "done"})
+
+
+def test_a_searched_record_waits_for_its_fresh_gates_not_for_a_new_search() -> None:
+    """With several problems at once on the device a record ends its search as "searched"
+    (bench/heldout.py's settle gates it after every search): --redo-unfinished does not search
+    it again, and a box --wall cut is named once it is done."""
+    tier = _tier()
+    assert not tier.unfinished({"status": "searched"}) and not tier.unfinished({"status": "done"})
+    assert tier.unfinished({"status": "start fails"})
+    rec = {"status": "done", "box_s": 40.0, "best": {"termination": "time-box"}}
+    tier.name_cut(rec, 100.0)
+    assert rec["status"] == "done, box cut by --wall (40 of 100 s)"
+    whole = {"status": "done", "box_s": 100.0, "best": {"termination": "time-box"}}
+    tier.name_cut(whole, 100.0)
+    assert whole["status"] == "done"
+    waiting = {"status": "searched", "box_s": 40.0, "best": {"termination": "time-box"}}
+    tier.name_cut(waiting, 100.0)
+    assert waiting["status"] == "searched"
