@@ -3,6 +3,7 @@ missing waits the emulator must expose, refusals, faults, and real host modules 
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -482,3 +483,29 @@ def test_device_globals_and_driver_memory_calls():
     w = torch.tensor([1.0, 2.0, 3.0, 4.0]).repeat(25)
     torch.testing.assert_close(scratch, x * w)
     torch.testing.assert_close(y, x * w + 5.0)
+
+
+def test_builds_read_the_emulation_header_precompiled_once_and_compute_the_same(tmp_path, monkeypatch):
+    from gate.cudacpu import library
+
+    monkeypatch.setenv("KLINEAGE_CUDACPU_CACHE", str(tmp_path / "cache"))
+    x = torch.randn(3000, generator=torch.Generator().manual_seed(9))
+    sums = {}
+    for pch in ("1", "0"):
+        monkeypatch.setenv("KLINEAGE_CUDACPU_PCH", pch)
+        library._precompiled.cache_clear()
+        built = build(KERNELS.read_text() + "\n// " + pch, name=KERNELS.name)
+        sums[pch] = _sum(built, "tree_sum", x)
+        folders = list((tmp_path / "cache").glob("pch-*"))
+        assert len(folders) == 1 and (folders[0] / "cudacpu.h.gch").is_file(), folders
+        # a second source finds the precompiled header built by the first
+        assert library._precompiled.cache_info().currsize == 1
+    library._precompiled.cache_clear()
+    # GCC reads it (`-H` marks a precompiled header it uses with "!") under the build's flags
+    cxx, _ = library._compiler()
+    flags = [*library.COMPILE_FLAGS, f"-I{library._stub_dir()}", f"-I{library.HERE}"]
+    used = subprocess.run([cxx, *flags, "-include", str(folders[0] / "cudacpu.h"), "-H",
+                           "-fsyntax-only", "-x", "c++", "-"], input="int main() { return 0; }\n",
+                          capture_output=True, text=True)
+    assert used.returncode == 0 and f"! {folders[0] / 'cudacpu.h.gch'}" in used.stderr, used.stderr[:2000]
+    assert sums["1"] == sums["0"] == pytest.approx(x.sum().item(), rel=1e-4, abs=1e-3)
