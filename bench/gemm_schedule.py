@@ -82,7 +82,11 @@ def embedded(py_text: str) -> tuple[str, tuple[int, int]] | None:
     return None
 
 
-FORMS = {"wgmma_deep_wide_p": {"wgmma": True, "deep": True, "wide": True, "producer": True},
+FORMS = {"wgmma_deep_wide_tma": {"wgmma": True, "deep": True, "wide": True, "producer": True,
+                                 "tma": True},
+         "wgmma_deep_wide_tma3": {"wgmma": True, "deep": True, "wide": True, "producer": True,
+                                  "tma": True, "stages": 3},
+         "wgmma_deep_wide_p": {"wgmma": True, "deep": True, "wide": True, "producer": True},
          "wgmma_deep_p": {"wgmma": True, "deep": True, "producer": True},
          "wgmma_deep_wide_p3": {"wgmma": True, "deep": True, "wide": True, "producer": True,
                                 "stages": 3},
@@ -103,7 +107,9 @@ overlapping), on 128x256 tiles, and the deep forms (64-deep 128-byte swizzled sl
 slots of dynamic shared memory, one K step in flight) on both tiles, the last two with
 specialized warps (one warpgroup fills the ring, the others multiply; mbarriers hand the slots
 over). First (timed first on a start whose launch is in its own source, refused elsewhere): the
-producer forms, whose launch grows by a warpgroup that only fills the ring, so that the launch's
+TMA forms (+wgmma_deep_wide_tma, 4 slots, and +wgmma_deep_wide_tma3, 3 slots: the producer form
+below with each slot filled by one thread's TMA copies from tensor maps the launch passes, built
+here as the source's own launch builds them), then the producer forms, whose launch grows by a warpgroup that only fills the ring, so that the launch's
 own warpgroups all multiply (+wgmma_deep_wide_p: 128x256 tiles, two 64x256 warpgroups, 4 slots;
 +wgmma_deep_p: 128x128 tiles; +wgmma_deep_wide_p3: 3 slots and a whole-block exchange)."""
 SM90_FORMS = tuple(f for f in FORMS if f.startswith("wgmma"))
@@ -274,6 +280,81 @@ def launched_block(text: str, kernel: str, default: tuple[int, int, int]
     return found.pop() if len(found) == 1 else default
 
 
+def schedule_facts(text: str, kernel: str) -> dict[str, Any] | None:
+    """What gemm-schedule recorded in `kernel` of `text` (its `// gemm-schedule: {...}` line),
+    or None where the kernel is not in the rule's form."""
+    from passes.cuda._gemm_text import MARK  # noqa: PLC0415
+
+    for line in text.splitlines():
+        at = line.find(MARK + "{")
+        if at >= 0 and f'"kernel": {json.dumps(kernel)}' in line and '"launch"' not in line:
+            return json.loads(line[at + len(MARK):])
+    return None
+
+
+class ParameterBytes:
+    """A kernel argument passed by value from bytes (`experts.cudahost.pack_args` takes it by
+    `getPtr`), 64-byte aligned as a tensor map is."""
+
+    def __init__(self, data: bytes) -> None:
+        import ctypes  # noqa: PLC0415
+
+        self._buffer = ctypes.create_string_buffer(len(data) + 64)
+        self._at = (ctypes.addressof(self._buffer) + 63) & ~63
+        ctypes.memmove(self._at, data, len(data))
+
+    def getPtr(self) -> int:  # noqa: N802 — the name cuda-python's objects use
+        return self._at
+
+
+def tensor_maps(facts: dict[str, Any], values: dict[str, Any]) -> ParameterBytes:
+    """The TMA form's `kl_gs_maps` argument for a launch whose arguments are `values` (by the
+    kernel's parameter names): both operands' tensor maps encoded with the driver's
+    cuTensorMapEncodeTiled as the source's own launch encodes them (`kl_gs_tma_maps`), and
+    `ok` only where both were (else the kernel fills the ring with cp.async)."""
+    import ctypes  # noqa: PLC0415
+
+    from cuda.bindings import driver as drv  # noqa: PLC0415
+
+    def value(name: str) -> int:
+        v = values[name] if name in values else int(name)
+        return int(v.data_ptr()) if hasattr(v, "data_ptr") else int(v)
+    dtype = (drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16 if facts["dtype"] == "fp16"
+             else drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16)
+    words, ok = [], True
+    for ptr, ld, inner, outer, box in facts["tma"]:
+        base, pitch, n_in, n_out = value(ptr), value(ld), value(inner), value(outer)
+        tmap = None
+        if n_in > 0 and n_out > 0 and pitch >= n_in and pitch * 2 % 16 == 0 and base % 16 == 0:
+            err, tmap = drv.cuTensorMapEncodeTiled(
+                dtype, 2, base, [drv.cuuint64_t(n_in), drv.cuuint64_t(n_out)],
+                [drv.cuuint64_t(pitch * 2)], [drv.cuuint32_t(64), drv.cuuint32_t(box)],
+                [drv.cuuint32_t(1), drv.cuuint32_t(1)],
+                drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+                drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+                drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+            tmap = tmap if int(err) == 0 else None
+        ok = ok and tmap is not None
+        words.append(ctypes.string_at(int(tmap.getPtr()), 128) if tmap is not None else bytes(128))
+    return ParameterBytes(b"".join(words) + int(ok).to_bytes(4, "little") + bytes(60))
+
+
+def launch_args(text: str, kernel: str, args: list[Any]) -> list[Any]:
+    """The arguments a launch of `kernel` in `text` passes for `args` (the start's): those, and
+    for gemm-schedule's TMA form the tensor maps after them."""
+    facts = schedule_facts(text, kernel)
+    if not facts or "tma" not in facts:
+        return list(args)
+    from gate.hostforms import device_source  # noqa: PLC0415
+    from passes.cuda._tree import Scope  # noqa: PLC0415
+    from passes.cuda.recognize import _parameter_names  # noqa: PLC0415
+
+    ir = kir.parse(device_source(text), "cuda")
+    names = _parameter_names(ir, Scope(ir).functions[kernel])
+    return list(args) + [tensor_maps(facts, dict(zip(names, args)))]
+
+
 def _dry(args: argparse.Namespace, entries: dict[str, dict[str, Any]], record: dict[str, Any]
          ) -> int:
     """Every form compiled with NVRTC for sm_90a (as the GPU would load it, for the starts
@@ -314,6 +395,13 @@ def _dry(args: argparse.Namespace, entries: dict[str, dict[str, Any]], record: d
                     if "setmaxnreg.inc" in ptx and use.get("registers") != bound:
                         failed.append(f"{name} +{form}: {use.get('registers')} registers, not the "
                                       f"{bound} setmaxnreg assumes")
+                if FORMS[form].get("tma"):
+                    copies = ptx.count("cp.async.bulk.tensor")
+                    rec[f"tma_{form}"] = copies
+                    line += f", {copies} TMA copies"
+                    if not copies or "kl_gs_tma_maps(" not in text:
+                        failed.append(f"{name} +{form}: no TMA copies, or no launch building "
+                                      "their maps")
                 if not (48 * 1024 < passed <= limit):
                     failed.append(f"{name} +{form}: the launch passes {passed} bytes, limit {limit}")
             print(line, flush=True)
@@ -417,10 +505,11 @@ def _runs(name: str, e: dict[str, Any], s: int, work: Path, cudahost: Any
         def launcher(text: str, label: str) -> Callable[[], Any]:
             func, shared = _load_kernel(text, "sgemm_blocktile", label, cudahost)
             block = launched_block(text, "sgemm_blocktile", (256, 1, 1))
+            full = launch_args(text, "sgemm_blocktile", [s, s, s, 1.0, a, b, 0.0, c])
 
             def run() -> Any:
-                cudahost.launch(func, ((s + 127) // 128, (s + 127) // 128), block, shared,
-                                [s, s, s, 1.0, a, b, 0.0, c], stream)
+                cudahost.launch(func, ((s + 127) // 128, (s + 127) // 128), block, shared, full,
+                                stream)
                 return c
             return run
         runs = {"start": launcher(e["source"], f"{name}_start")}
@@ -523,9 +612,10 @@ def _direct_runs(name: str, e: dict[str, Any], s: int, cudahost: Any
     def launcher(text: str, label: str) -> Callable[[], Any]:
         func, shared = _load_kernel(text, detail["kernel"], label, cudahost)
         own = launched_block(text, detail["kernel"], block)
+        full = launch_args(text, detail["kernel"], args)
 
         def run() -> Any:
-            cudahost.launch(func, tuple(grid), own, shared, args, stream)
+            cudahost.launch(func, tuple(grid), own, shared, full, stream)
             return C
         return run
     runs = {"start": launcher(e["source"], f"{name}_start")}

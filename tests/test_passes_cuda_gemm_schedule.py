@@ -1118,8 +1118,9 @@ def test_on_the_gpu_the_deep_forms_are_correct_through_their_own_launch() -> Non
         forms += [{"wgmma": True, "deep": True}, {"wgmma": True, "deep": True, "wide": True},
                   {"wgmma": True, "deep": True, "specialize": True},
                   {"wgmma": True, "deep": True, "wide": True, "producer": True},
-                  {"wgmma": True, "deep": True, "producer": True}]
+                  {"wgmma": True, "deep": True, "producer": True}, TMA]
     stream = torch.cuda.current_stream()
+    bench = _bench()
     loaded = []
     for options in [None, *forms]:
         text = source if options is None else _deep(source, {"block": "256", **options}).ir.text
@@ -1131,13 +1132,14 @@ def test_on_the_gpu_the_deep_forms_are_correct_through_their_own_launch() -> Non
             cudahost.set_dynamic_shared(func, dynamic_shared_limits(text)["sgemm_blocktile"])
         grown = re.search(r"sgemm_blocktile<<<[^,]+,\s*dim3\((\d+), (\d+), (\d+)\)", text)
         block = tuple(int(v) for v in grown.groups()) if grown else (256, 1, 1)
-        loaded.append((func, shared, block))
+        loaded.append((func, shared, block, text))
 
-    def run(at: tuple[Any, int, Any], a: Any, b: Any, c: Any) -> Any:
+    def run(at: tuple[Any, int, Any, str], a: Any, b: Any, c: Any) -> Any:
         m, k = a.shape
         n = b.shape[1]
-        cudahost.launch(at[0], (_cdiv(n, 128), _cdiv(m, 128)), at[2], at[1],
-                        [m, n, k, 1.0, a, b, 0.0, c], stream)
+        # the TMA form's tensor maps as its own launch builds them (K = 517: cp.async instead)
+        args = bench.launch_args(at[3], "sgemm_blocktile", [m, n, k, 1.0, a, b, 0.0, c])
+        cudahost.launch(at[0], (_cdiv(n, 128), _cdiv(m, 128)), at[2], at[1], args, stream)
         return c
 
     for m, n, k in ((1024, 1024, 1024), (1000, 1032, 520), (999, 1001, 517)):
@@ -1171,3 +1173,114 @@ def test_the_slot_count_is_a_tunable_the_search_sweeps_around_a_recorded_deep_st
     texts = {v["stages"]: _deep(source, dict(v)).ir.text for v in variants if "stages" in v}
     assert len(set(texts.values())) == 3
     assert all(f'"schedule": [128, 128, 64, {n}]' in text for n, text in texts.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# the TMA form: the producer warpgroup's slots filled by one thread's tensor copies
+
+
+def _bench() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kl_bench_gemm_schedule_tma",
+                                                  ROOT / "bench" / "gemm_schedule.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+TMA = {"wgmma": True, "deep": True, "wide": True, "producer": True, "tma": True}
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+def test_tma_copies_fill_the_producer_ring_and_match_torch_through_the_bench_launch(
+        stages: int) -> None:
+    import ctypes
+
+    from gate.cudacpu.host import emulated
+    from gate.hostforms import device_source
+
+    bench = _bench()
+    source = _inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py")
+    kernel = "gemm_reg2d_kernel"
+    form = "wgmma_deep_wide_tma" if stages == 4 else "wgmma_deep_wide_tma3"
+    text, _ = bench.rewrite(source, (256, 1, 1), "sm_90", form)
+    assert bench.FORMS[form] == {**TMA, **({"stages": 3} if stages == 3 else {})}
+    # the kernel takes the maps by value; its own launch builds them from its own arguments
+    assert "const __grid_constant__ kl_gs_maps kl_gs_tma)" in text
+    assert re.search(r"M, N, K, kl_gs_tma_maps\(false, \(const void\*\)\(reinterpret_cast<const "
+                     r"__nv_bfloat16\*>\(A\.data_ptr<at::BFloat16>\(\)\)\), \(long long\)\(K\), "
+                     r"\(long long\)\(K\), \(long long\)\(M\), 128u, ", text)
+    ptx = ptx_for_sm90a(device_source(text))
+    assert ptx.count("cp.async.bulk.tensor.2d") == 5  # A: one 64x128 box; B (MN-major): four atoms
+    assert "mbarrier.arrive.expect_tx" in ptx and "m64n256k16" in ptx
+    block = bench.launched_block(text, kernel, (256, 1, 1))
+    assert block == (384, 1, 1)
+    torch.manual_seed(12)
+
+    def launched(device_text: str, shapes: Any, own: Any = block) -> None:
+        with emulated():
+            from experts import cudahost
+
+            func, shared = bench._load_kernel(device_text, kernel, form, cudahost)
+            for grid, (m, n, k) in shapes:
+                a, b = _ab(m, n, k, torch.bfloat16)
+                c = torch.zeros(m, n, dtype=torch.bfloat16)
+                args = bench.launch_args(device_text, kernel, [a, b, c, m, n, k])
+                cudahost.launch(func, grid, own, shared, args)
+                want = a.float() @ b.float()
+                assert (c.float() - want).abs().max() <= 2e-2 * want.abs().max(), (grid, m, n, k)
+    # ragged M, N and K (boxes past them zero-filled), fewer blocks than tiles (the ring runs
+    # on across tiles); K = 91 rows of 182 bytes cannot be described: cp.async fills the ring
+    shapes = (((1, 1), (130, 264, 200)), ((2, 1), (257, 136, 72)), ((1, 1), (72, 300, 91)))
+    facts = bench.schedule_facts(text, kernel)
+    assert facts["tma"] == [["A", "K", "K", "M", 128], ["B", "N", "N", "K", 64]]
+
+    def encoded(m: int, n: int, k: int) -> bool:
+        a, b = _ab(m, n, k, torch.bfloat16)
+        with emulated():
+            maps = bench.launch_args(text, kernel, [a, b, None, m, n, k])[-1]
+        return ctypes.string_at(maps.getPtr() + 256, 4) != bytes(4)
+    assert [encoded(*shape) for _, shape in shapes] == [True, True, False]
+    launched(text, shapes)
+    # a box landing where the one before it did: caught
+    second = "kl_gs_sb + kl_gs_slot * 16384 + 4096, &kl_gs_tma.b"
+    assert text.count(second) == 1
+    with pytest.raises(AssertionError):
+        launched(text.replace(second, "kl_gs_sb + kl_gs_slot * 16384 + 0, &kl_gs_tma.b"),
+                 shapes[:1])
+
+
+def test_the_tma_form_is_undone_with_its_parameter_and_launch_and_comes_back() -> None:
+    from passes.roundtrip import roundtrip
+
+    source = _inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py")
+    result = _deep(source, {"block": "256", **TMA})
+    assert result.ok, result
+    rule = get_pass("gemm-schedule").from_options({"block": "256", **TMA})
+    done = next(s for s in rule.sites(result.ir) if s.present)
+    back = rule.deoptimize(result.ir, done, CTX)
+    assert back.ok and back.options == {**TMA, "overlap": True, "stages": 4}
+    plain = back.ir.text
+    assert "kl_gs_" not in plain and "cudaGetDriverEntryPoint" not in plain
+    assert "<<<grid, block>>>" in plain and "M, N, K);" in plain
+    assert roundtrip(rule, result.ir, done, CTX).same
+
+
+def test_the_tma_form_refuses_what_a_tensor_map_cannot_describe() -> None:
+    source = _inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py")
+    # a form of the producer warpgroup
+    alone = _deep(source, {"block": "256", "wgmma": True, "deep": True, "tma": True})
+    assert isinstance(alone, Skipped) and "producer warpgroup" in alone.reason
+    # a staging that checks no bound has no extent for the map
+    unbounded = _with_launch((MICRO / "warptile_bf16.cu").read_text()
+                             .replace("__launch_bounds__(NUM_THREADS) ", ""), "128")
+    refused = _deep(unbounded, {"block": "128", **TMA, "wide": False})
+    assert isinstance(refused, Skipped) and "checks no bound" in refused.reason
+    assert "\n" not in refused.reason
+    assert _deep(unbounded, {"block": "128", **TMA, "wide": False, "tma": False}).ok
+    # the maps would evaluate the launch's arguments again: one with a side effect is refused
+    stepping = source.replace("M, N, K);", "M, N, K++);")
+    assert stepping != source
+    refused = _deep(stepping, {"block": "256", **TMA})
+    assert isinstance(refused, Skipped) and "side effect" in refused.reason

@@ -137,6 +137,78 @@ __device__ __forceinline__ void kl_gs_bar_wait(unsigned long long* bar, unsigned
 """
 
 
+TMA_PARAMETER = f"const __grid_constant__ kl_gs_maps {PREFIX}tma"
+"""The parameter the TMA form adds to its kernel: both operands' tensor maps, by value."""
+
+TMA_HELPERS = r"""// ---- TMA: whole slices copied by tensor maps, landing on the slots' mbarriers (sm_90a) ----
+#include <cuda.h>
+// a 2-D tensor map (the driver's CUtensorMap, 128 bytes) and the pair the kernel takes by value;
+// `ok`: both were encoded (else the kernel stages with cp.async)
+struct __align__(64) kl_gs_tmap { unsigned long long w[16]; };
+struct __align__(64) kl_gs_maps { kl_gs_tmap a, b; int ok; };
+// the box of `map` at (c0 inner, c1 outer) into `dst`, its bytes counted on `bar`; zeros where
+// the box leaves the tensor
+__device__ __forceinline__ void kl_gs_tma_load(void* dst, const kl_gs_tmap* map, unsigned long long* bar,
+                                               int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3}], [%4];"
+               :: "r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))), "l"(map), "r"(c0), "r"(c1),
+                  "r"(static_cast<unsigned>(__cvta_generic_to_shared(bar))) : "memory");
+}
+// one arrival on `bar` that also expects `bytes` of copies to land on it
+__device__ __forceinline__ void kl_gs_bar_expect(unsigned long long* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
+               :: "r"(static_cast<unsigned>(__cvta_generic_to_shared(bar))), "r"(bytes) : "memory");
+}
+// host: the driver's cuTensorMapEncodeTiled, through the runtime (no link to the driver library)
+static void* kl_gs_tma_entry() {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                         cudaEnableDefault, &found);
+#else
+  const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &found);
+#endif
+  return e == cudaSuccess && found == cudaDriverEntryPointSuccess ? fn : nullptr;
+}
+// host: the map of a row-major (outer x inner) operand with leading dimension `ld` elements, boxes of
+// 64 inner x `box` outer elements, 128-byte swizzle (the wgmma layout of a 64-deep slice), zero fill;
+// false where the driver cannot describe it (a base or row pitch not 16-byte aligned, an empty extent)
+static bool kl_gs_tma_encode(kl_gs_tmap* map, bool half, const void* base, long long ld, long long inner,
+                             long long outer, unsigned box) {
+  typedef CUresult (*encode_t)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                               const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                               CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const encode_t encode = reinterpret_cast<encode_t>(kl_gs_tma_entry());
+  if (encode == nullptr || inner <= 0 || outer <= 0 || ld < inner || (ld * 2) % 16 != 0 ||
+      reinterpret_cast<unsigned long long>(base) % 16 != 0)
+    return false;
+  const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+  const cuuint64_t pitch[1] = {(cuuint64_t)(ld * 2)};
+  const cuuint32_t boxes[2] = {64u, box}, steps[2] = {1u, 1u};
+  CUtensorMap m;
+  if (encode(&m, half ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+             const_cast<void*>(base), dims, pitch, boxes, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    return false;
+  static_assert(sizeof(CUtensorMap) == sizeof(kl_gs_tmap), "a tensor map is 128 bytes");
+  const unsigned long long* w = reinterpret_cast<const unsigned long long*>(&m);
+  for (int i = 0; i < 16; ++i) map->w[i] = w[i];
+  return true;
+}
+// host: both operands' maps, as the kernel's launch passes them
+static kl_gs_maps kl_gs_tma_maps(bool half, const void* a, long long lda, long long a_inner, long long a_outer,
+                                 unsigned a_box, const void* b, long long ldb, long long b_inner,
+                                 long long b_outer, unsigned b_box) {
+  kl_gs_maps maps = {};
+  maps.ok = kl_gs_tma_encode(&maps.a, half, a, lda, a_inner, a_outer, a_box) &&
+            kl_gs_tma_encode(&maps.b, half, b, ldb, b_inner, b_outer, b_box);
+  return maps;
+}
+"""
+
 def written(code: str, names: set[str]) -> list[str]:
     """The names of `names` that `code` assigns or steps."""
     out = []

@@ -10,7 +10,9 @@ asks for: the producer form adds a warpgroup)
     K<<<grid, BLOCK, BYTES>>>(...);
 
 (one line before the launch; a function-local static raises the limit once per process). The
-comment records the launch's configuration as written, which `undo_edits` puts back.
+comment records the launch's configuration as written, which `undo_edits` puts back. Where the
+rewrite asks for an added argument (the producer form's tensor maps), it is written from the
+launch's own arguments after them, and the comment records the argument list as written too.
 
 Preconditions (each refusal says which): the unit launches the kernel with `<<<...>>>` (a kernel
 whose launch is in a host module of its own — NVRTC + cuda-python, CuPy — cannot be given the
@@ -23,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from passes._source import ByteEdit
 from passes.cuda._gemm_text import MARK, PREFIX
@@ -37,11 +39,13 @@ TAG = MARK + '{"launch": '
 _ZERO = re.compile(r"0+[uUlL]*")
 
 
-def launch_edits(ir: KernelIR, kernel: str, nbytes: int, block: str | None = None
-                 ) -> list[ByteEdit] | str:
+def launch_edits(ir: KernelIR, kernel: str, nbytes: int, block: str | None = None,
+                 extra: Callable[[list[str]], str] | None = None) -> list[ByteEdit] | str:
     """Edits that make every `<<<...>>>` launch of `kernel` in `ir` pass `nbytes` of dynamic
     shared memory after raising the kernel's limit to it (and, where `block` is given, launch
-    that block instead of its own), or why they cannot be made."""
+    that block instead of its own; where `extra` is given, pass one more argument after the
+    launch's own, `extra(its arguments)`, which returns a refusal starting "!" where it cannot be
+    written), or why they cannot be made."""
     data = ir.source
     edits: list[ByteEdit] = []
     for node in ir.walk():
@@ -70,11 +74,24 @@ def launch_edits(ir: KernelIR, kernel: str, nbytes: int, block: str | None = Non
         else:
             new[2] = str(nbytes)
         indent = data[line:start].decode("utf-8")
+        record = json.dumps(config)
+        added: list[ByteEdit] = []
+        if extra is not None:
+            call = arguments(data, end + 3, parent.span.end)
+            if call is None:
+                return f"a launch of {kernel} has no argument list after its configuration"
+            own = call[2]
+            more = extra(_split_args(own) if own.strip() else [])
+            if more.startswith("!"):
+                return more[1:]
+            record += f', "args": {json.dumps(own)}'
+            added.append(ByteEdit(call[0], call[1], (own + ", " if own.strip() else "") + more))
         limit = (f"{indent}{{ static const cudaError_t {PREFIX}limit = cudaFuncSetAttribute("
                  f"{kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, {nbytes}); "
-                 f"(void){PREFIX}limit; }}  {TAG}{json.dumps(config)}}}\n")
+                 f"(void){PREFIX}limit; }}  {TAG}{record}}}\n")
         edits.append(ByteEdit(line, line, limit))
         edits.append(ByteEdit(at + 3, end, ", ".join(new)))
+        edits += added
     if not edits:
         beside = Path(ir.path).with_suffix(".py") if ir.path else None
         where = f" ({beside.name} launches it)" if beside is not None and beside.is_file() else ""
@@ -99,14 +116,36 @@ def undo_edits(ir: KernelIR, kernel: str) -> list[ByteEdit]:
         if mine not in data[line:pos]:
             pos = data.find(tag, stop)
             continue
-        config = json.loads(data[pos + len(tag):stop].decode("utf-8").rstrip()[:-1])
+        recorded = json.loads(data[pos + len(MARK):stop].decode("utf-8").rstrip())
         edits.append(ByteEdit(line, min(stop + 1, len(data)), ""))
         at = data.find(b"<<<", stop)
         end = data.find(b">>>", at + 3)
         if at >= 0 and end >= 0:
-            edits.append(ByteEdit(at + 3, end, config))
+            edits.append(ByteEdit(at + 3, end, recorded["launch"]))
+            call = arguments(data, end + 3, len(data)) if "args" in recorded else None
+            if call is not None:
+                edits.append(ByteEdit(call[0], call[1], recorded["args"]))
         pos = data.find(tag, stop)
     return edits
+
+
+def arguments(data: bytes, pos: int, stop: int) -> tuple[int, int, str] | None:
+    """The byte span inside the parentheses of the argument list that starts at `pos` (after
+    blanks), and its text, or None where there is none before `stop`."""
+    while pos < stop and data[pos:pos + 1].isspace():
+        pos += 1
+    if data[pos:pos + 1] != b"(":
+        return None
+    depth = 0
+    for i in range(pos, stop):
+        c = data[i:i + 1]
+        if c in (b"(", b"[", b"{"):
+            depth += 1
+        elif c in (b")", b"]", b"}"):
+            depth -= 1
+            if depth == 0:
+                return pos + 1, i, data[pos + 1:i].decode("utf-8")
+    return None
 
 
 def limit_lines(text: str) -> list[tuple[int, int]]:

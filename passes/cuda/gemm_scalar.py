@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from passes._source import ByteEdit
 from passes.cuda._c import CSource, Function, functions
 from passes.cuda._gemm_text import (BARRIER_HELPERS, DEEP_HELPERS, HELPERS, MARK, PREFIX,
-                                    written as _written)
+                                    TMA_HELPERS, TMA_PARAMETER, written as _written)
 from passes.cuda.gemm_launch import undo_edits
 from passes.cuda.mma_tile import HELPERS as MMA_HELPERS
 
@@ -100,11 +100,16 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
         restored = restored[:nl] + "".join(f"  const auto {ST}in_{n} = {n};\n" for n in copies) + \
             restored[nl:]
     edits = [ByteEdit(*src.bspan(fn.body_start, fn.body_end), "{" + restored + "}")]
+    head = text.find(TMA_PARAMETER, fn.name_start, fn.body_start)
+    if head >= 0:  # the TMA form's tensor maps leave the parameters
+        before = text.rfind(",", fn.name_start, head)
+        cut = before if before >= 0 and not text[before + 1:head].strip() else head
+        edits.append(ByteEdit(*src.bspan(cut, head + len(TMA_PARAMETER)), ""))
     others = [f for f in mine if f is not fn]
     rest = text[:fn.body_start] + text[fn.body_end:]
     edits += undo_edits(ir, fn.name)
     for helpers, name in ((HELPERS, "kl_gs_"), (DEEP_HELPERS, "kl_gs_"), (BARRIER_HELPERS, "kl_gs_"),
-                          (MMA_HELPERS, "kl_tc_")):
+                          (TMA_HELPERS, "kl_gs_"), (MMA_HELPERS, "kl_tc_")):
         at = text.find(helpers)
         if at < 0 or others:
             continue
@@ -129,7 +134,8 @@ def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, Any]:
                     **({"deep": True, "stages": int(facts["schedule"][3])}
                        if facts.get("deep") else {}),
                     **({"specialize": True} if facts.get("specialize") else {}),
-                    **({"producer": True} if facts.get("producer") else {})}
+                    **({"producer": True} if facts.get("producer") else {}),
+                    **({"tma": True} if facts.get("tma") else {})}
     return {"wgmma": False}
 
 

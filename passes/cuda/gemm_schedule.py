@@ -33,7 +33,10 @@ block grows by one warpgroup that only fills the ring, its copies landing on the
 mbarriers by `cp.async.mbarrier.arrive`, running ahead into the next tile while the launch's own
 warpgroups, which only multiply, write this one through an exchange of its own shared memory;
 registers move from the added warpgroup to the others with `setmaxnreg`; refused where the
-kernel's own `__launch_bounds__` fix its block or the body it keeps waits at a block barrier).
+kernel's own `__launch_bounds__` fix its block or the body it keeps waits at a block barrier),
+`tma` (producer form: one thread of the added warpgroup fills each slot with TMA tensor copies
+from maps the edited launches build on the host and pass as a `__grid_constant__` parameter;
+where the host cannot encode them, the warpgroup's cp.async fills the ring).
 
 Preconditions (each refusal says which): the kernel is a GEMM micro-kernel `gemm_eval` reads and
 whose staging `gemm_global` traces; bf16 / fp16 global operands; the block size is known (the
@@ -53,7 +56,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -64,7 +67,7 @@ from passes.cuda._c import CSource, Function, functions
 from passes.cuda._tree import Scope
 from passes.cuda.annotations import CUDA
 from passes.cuda._gemm_text import (BARRIER_HELPERS, DEEP_HELPERS, HELPERS, MARK, PREFIX,
-                                    written as _written)
+                                    TMA_HELPERS, TMA_PARAMETER, written as _written)
 from passes.cuda.gemm_launch import launch_edits, limit_lines
 from passes.cuda.gemm_eval import GemmTile, Refusal, find_gemm_tiles, _Kernel
 from passes.cuda.gemm_global import GlobalGemm, Operand, trace
@@ -140,6 +143,9 @@ class Schedule:
     ring fills with the next tile's slices while the body writes this one's."""
     xbytes: int = 0
     """Bytes of the exchange's own shared memory (producer form), else 0 (it reuses the ring)."""
+    tma: bool = False
+    """Producer form: one thread of the added warpgroup fills each slot with TMA copies (tensor
+    maps the launch passes), where the maps were encoded; else the warpgroup's cp.async."""
 
     @property
     def launch_bytes(self) -> int:
@@ -211,15 +217,18 @@ def dynamic_limit(arch: str) -> int:
 
 def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = False,
          bk: int = TILE_K, overlap: bool = False, deep: bool = False, stages: int = 0,
-         arch: str = "sm_90", specialize: bool = False, producer: bool = False
-         ) -> Schedule | str:
+         arch: str = "sm_90", specialize: bool = False, producer: bool = False,
+         tma: bool = False) -> Schedule | str:
     """The schedule for `g`, or why there is none. `kept_shared`: bytes of the user's shared
     arrays the rewritten body still uses; `wide`: 128x256 tiles (wgmma only); `bk`: the slice
     depth (16 or 32); `deep`: 64-deep slices in `stages` slots (0: four, or as many as fit) of
     the dynamic shared memory `arch` allows; `producer`: the block grows by a warpgroup that fills
     the ring."""
+    if tma and not producer:
+        return "TMA copies are a form of the producer warpgroup (option producer)"
     if producer:
-        return _producer_plan(g, kept_shared, wide, bk, deep, wgmma, specialize, stages, arch)
+        s = _producer_plan(g, kept_shared, wide, bk, deep, wgmma, specialize, stages, arch)
+        return replace(s, tma=True) if tma and isinstance(s, Schedule) else s
     if bk not in (16, 32):
         return f"a slice depth of {bk} (16 or 32)"
     if specialize and not (deep and wgmma):
@@ -497,6 +506,8 @@ def _producer_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
         *([f'{i1}asm volatile("setmaxnreg.dec.sync.aligned.u32 {PRODUCER_REGS};");']
           if s.moves_registers else []),
         f"{i1}const int {p}ftid = {p}tid - {32 * s.active};",
+        *([f"{i1}if ({p}tma.ok && {p}ftid != 0) return;  // TMA: one thread issues the copies"]
+          if s.tma else []),
         f"{i1}#pragma unroll 1",
         f"{i1}for (int {p}t = {_first_tile()}; {p}t < {p}tiles_m * {p}tiles_n; {p}t += {p}blocks) {{",
         *_tile_origin(s, i2),
@@ -505,6 +516,7 @@ def _producer_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
         f"{i2}for (int {p}k = 0; {p}k < {p}kt; ++{p}k) {{",
         f"{i3}const int {p}f = {p}fill + {p}k, {p}slot = {p}f % {n};",
         f"{i3}if ({p}f >= {n}) kl_gs_bar_wait({p}bar + {n} + {p}slot, ({p}f / {n} - 1) & 1);",
+        *(_tma_copies(g, s, i3) if s.tma else []),
         f"{i3}{load(f'{p}slot', f'{p}k')}",
         f"{i3}if ({p}veca && {p}vecb) {{",
         f"{i3}  kl_gs_cp_arrive({p}bar + {p}slot);",
@@ -523,6 +535,77 @@ def _producer_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
         *([f'{i}asm volatile("setmaxnreg.inc.sync.aligned.u32 {s.consumer_regs};");']
           if s.moves_registers else []),
     ]
+
+
+def _tma_copies(g: GlobalGemm, s: Schedule, i: str) -> list[str]:
+    """The TMA form's copies of slice `kl_gs_k` into slot `kl_gs_slot` (one thread): the slot's
+    full barrier expects the slice's bytes (boxes past M, N or K are zero-filled and count in
+    full), then one box per operand (K-major: 64 k x the tile's rows) or per 64 columns of it
+    (MN-major: 64 mn x 64 k, one 128-byte swizzled atom each)."""
+    p = PREFIX
+    a_el, b_el = (_slice_elems(g.a, TILE_M, True, s.bk), _slice_elems(g.b, s.tn, True, s.bk))
+
+    def boxes(op: Operand, mn: int, ring: str, elems: int, mp: str, mn0: str) -> list[str]:
+        dst = f"{p}{ring} + {p}slot * {elems}"
+        if op.k_contiguous:
+            return [f"kl_gs_tma_load({dst}, &{p}tma.{mp}, {p}bar + {p}slot, {p}k * {s.bk}, {p}{mn0});"]
+        return [f"kl_gs_tma_load({dst} + {j * 64 * s.bk}, &{p}tma.{mp}, {p}bar + {p}slot, "
+                f"{p}{mn0} + {64 * j}, {p}k * {s.bk});" for j in range(mn // 64)]
+    copies = boxes(g.a, TILE_M, "sa", a_el, "a", "m0") + boxes(g.b, s.tn, "sb", b_el, "b", "n0")
+    return [f"{i}if ({p}tma.ok) {{",
+            f"{i}  kl_gs_bar_expect({p}bar + {p}slot, {2 * (a_el + b_el)}u);",
+            *[f"{i}  {c}" for c in copies],
+            f"{i}  continue;",
+            f"{i}}}"]
+
+
+def tma_maps(g: GlobalGemm, s: Schedule) -> list[list[Any]] | str:
+    """The TMA form's two tensor maps (A, B), each `[pointer, ld, inner, outer, box]` in the
+    kernel's parameters (a row-major outer x inner operand, boxes of 64 inner x `box` outer
+    elements), or why an operand cannot be described so."""
+    out = []
+    for name, op, k_box in (("A", g.a, TILE_M), ("B", g.b, s.tn)):
+        if not op.bound:
+            return (f"the staging of {name} checks no bound on its {'rows' if name == 'A' else 'columns'}"
+                    " (a tensor map needs the operand's extent)")
+        if re.fullmatch(r"\d+", op.ld) and int(op.ld) * 2 % 16:
+            return f"{name}'s leading dimension {op.ld} is not a multiple of 16 bytes (TMA)"
+        if op.k_contiguous:
+            out.append([op.ptr, op.ld, g.k, op.bound, k_box])
+        else:
+            out.append([op.ptr, op.ld, op.bound, g.k, 64])
+    return out
+
+
+def tma_argument(ir: KernelIR, g: GlobalGemm, s: Schedule) -> Any:
+    """`extra` for `launch_edits`: the launch's argument building both tensor maps on the host
+    (`kl_gs_tma_maps`) from the launch's own arguments for the kernel's parameters."""
+    from passes.cuda.recognize import _parameter_names  # noqa: PLC0415
+
+    names = _parameter_names(ir, Scope(ir).functions[g.kernel])
+    maps = tma_maps(g, s)
+
+    def extra(args: list[str]) -> str:
+        if isinstance(maps, str):
+            return "!" + maps
+        if len(args) != len(names):
+            return (f"!a launch of {g.kernel} passes {len(args)} arguments for its "
+                    f"{len(names)} parameters")
+        bound = dict(zip(names, args))
+        if any(re.search(r"\+\+|--|(?<![=!<>])=(?!=)", bound.get(n, ""))
+               for m in maps for n in m[:4]):
+            return (f"!a launch of {g.kernel} passes an argument with a side effect (the tensor "
+                    "maps would evaluate it again)")
+
+        def arg(n: str) -> str:
+            return f"({bound[n]})" if n in bound else n
+        half = "true" if g.dtype == "fp16" else "false"
+        parts = [half]
+        for ptr, ld, inner, outer, box in maps:
+            parts += [f"(const void*){arg(ptr)}", f"(long long){arg(ld)}",
+                      f"(long long){arg(inner)}", f"(long long){arg(outer)}", f"{box}u"]
+        return f"{PREFIX}tma_maps({', '.join(parts)})"
+    return extra
 
 
 def _consumer_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
@@ -596,7 +679,8 @@ def _barriers(s: Schedule, pad: str) -> list[str]:
             f"{pad}__shared__ __align__(8) unsigned long long {p}bar[{2 * n}];",
             f"{pad}if ({p}tid == 0) {{",
             f"{pad}  for (int {p}s = 0; {p}s < {n}; ++{p}s) {{",
-            f"{pad}    kl_gs_bar_init({p}bar + {p}s, {s.threads - 32 * s.active});",
+            f"{pad}    kl_gs_bar_init({p}bar + {p}s, "
+            f"{f'{p}tma.ok ? 1 : ' if s.tma else ''}{s.threads - 32 * s.active});",
             f"{pad}    kl_gs_bar_init({p}bar + {n} + {p}s, {empty});",
             f"{pad}  }}",
             f"{pad}}}",
@@ -858,6 +942,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
                         **({"deep": True} if s.deep else {}),
                         **({"specialize": True} if s.specialize else {}),
                         **({"producer": True} if s.producer else {}),
+                        **({"tma": tma_maps(g, s)} if s.tma else {}),
                         **({"overlap": True} if s.overlap else {})}, sort_keys=True)
     restore = " ".join(f"{n} = {p}in_{n};" for n in written)
     i1, i2, i3 = "  ", "    ", "      "
@@ -981,7 +1066,7 @@ def _kernels(src: CSource) -> list[Function]:
 def _outside(src: CSource) -> str:
     """The code view without the inserted helpers and the bodies of the rule's own kernels."""
     cuts = [(f.body_start, f.body_end) for f in _kernels(src) if _present(src, f)]
-    for helpers in (HELPERS, DEEP_HELPERS, BARRIER_HELPERS):
+    for helpers in (HELPERS, DEEP_HELPERS, BARRIER_HELPERS, TMA_HELPERS):
         at = src.text.find(helpers)
         if at >= 0:
             cuts.append((at, at + len(helpers)))
@@ -1033,6 +1118,12 @@ class GemmSchedule(Pass):
     that only fills the ring (copies landing on mbarriers, running ahead across tiles), the
     launch's own warpgroups only multiply and run the kernel's body (128x256 with `wide`: two
     warpgroups of 64x256 at 256 threads), the registers moved from the one to the others."""
+    tma: bool = False
+    """With `producer`: one thread of the added warpgroup fills each slot with two-dimensional
+    TMA copies (128-byte swizzled boxes, zero fill past M, N and K) from tensor maps the edited
+    launches build on the host (`cuTensorMapEncodeTiled` through the runtime's driver entry
+    point) and pass as a `__grid_constant__` parameter; where the host cannot encode them (a
+    base or row pitch not 16-byte aligned) the warpgroup's cp.async fills the ring instead."""
 
     name: ClassVar[str] = "gemm-schedule"
     category: ClassVar[Category] = Category.COMPUTE
@@ -1087,7 +1178,7 @@ class GemmSchedule(Pass):
             return Skipped("wgmma needs sm_90a")
         arch = str(ctx.facts.get("arch", "sm_90")) if ctx is not None else "sm_90"
         s = plan(f.g, f.kept_shared, self.wgmma, self.wide, int(self.bk), self.overlap,
-                 self.deep, int(self.stages), arch, self.specialize, self.producer)
+                 self.deep, int(self.stages), arch, self.specialize, self.producer, self.tma)
         if isinstance(s, str):
             return Skipped(s, f.g.to_json())
         if s.producer:
@@ -1100,7 +1191,8 @@ class GemmSchedule(Pass):
             if s.producer:
                 bx, by = grown_block(f.g.tile.block)
                 block = f"dim3({bx}, {by}, 1)"
-            host = launch_edits(ir, f.g.kernel, s.launch_bytes, block)
+            host = launch_edits(ir, f.g.kernel, s.launch_bytes, block,
+                                tma_argument(ir, f.g, s) if s.tma else None)
             if isinstance(host, str):
                 return Skipped(host, f.g.to_json())
             edits = sorted(edits + host, key=lambda e: (e.start, e.end))
@@ -1142,6 +1234,8 @@ def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule) -> list[ByteEdit]:
         wanted += DEEP_HELPERS
     if (s.specialize or s.producer) and BARRIER_HELPERS not in ir.text:
         wanted += BARRIER_HELPERS
+    if s.tma and TMA_HELPERS not in ir.text:
+        wanted += TMA_HELPERS
     if wanted:
         at = src.b(helper_insert_at(src))
         edits.append(ByteEdit(at, at, wanted))
@@ -1152,6 +1246,11 @@ def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule) -> list[ByteEdit]:
         # exchange holds the fragments and the kernel's own accumulators at once and spills)
         bounds = f"{s.threads}, 1" if s.producer else f"{s.threads}"
         edits.append(ByteEdit(at, at, f"__launch_bounds__({bounds}) "))
+    if s.tma:  # the tensor maps, by value in the kernel's parameter space
+        close = src.code.rfind(")", fn.name_start, fn.body_start)
+        empty = not src.code[src.code.find("(", fn.name_start) + 1:close].strip()
+        at = src.b(close)
+        edits.append(ByteEdit(at, at, ("" if empty else ", ") + TMA_PARAMETER))
     body = new_body(ir, f.g, s, fn, f.removed, f.written)
     edits.append(ByteEdit(src.b(fn.body_start), src.b(fn.body_end), body))
     return sorted(edits, key=lambda e: (e.start, e.end))
