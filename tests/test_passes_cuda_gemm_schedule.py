@@ -1284,3 +1284,32 @@ def test_the_tma_form_refuses_what_a_tensor_map_cannot_describe() -> None:
     assert stepping != source
     refused = _deep(stepping, {"block": "256", **TMA})
     assert isinstance(refused, Skipped) and "side effect" in refused.reason
+
+
+def test_the_tma_forms_host_half_compiles_with_nvcc_where_the_toolkit_is_installed(
+        tmp_path: Path) -> None:
+    # the whole source as load_inline hands it to nvcc: the kernel and the wrapper whose launch
+    # encodes the tensor maps through the runtime's driver entry point (no -lcuda)
+    import os
+    import shutil
+    import subprocess
+
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    nvcc = shutil.which("nvcc") or str(Path(home) / "bin" / "nvcc")
+    if not Path(nvcc).is_file():
+        pytest.skip("no CUDA toolkit (nvcc)")
+    source = _with_launch((MICRO / "blocktile_bf16.cu").read_text(), "256")
+    result = _deep(source, {"block": "256", **TMA})
+    assert result.ok, result
+    unit = tmp_path / "tma.cu"
+    unit.write_text(result.ir.text)
+    done = subprocess.run([nvcc, "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-c",
+                           str(unit), "-o", str(tmp_path / "tma.o")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # the same source with the maps' helper broken does not: nvcc checks the host half
+    broken = result.ir.text.replace("CU_TENSOR_MAP_SWIZZLE_128B", "CU_TENSOR_MAP_SWIZZLE_129B")
+    unit.write_text(broken)
+    assert subprocess.run([nvcc, "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-c",
+                           str(unit), "-o", str(tmp_path / "tma.o")], capture_output=True,
+                          timeout=300).returncode != 0
