@@ -497,7 +497,9 @@ def _producer_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
     one arrival per multiplying warp) and has the slot's full barrier (`kl_gs_bar[slot]`) arrive
     when its copies land (`cp.async.mbarrier.arrive`: it never waits for its own copies; where an
     operand is copied element by element, it waits for its copies and arrives itself). It runs
-    ahead into the next tile while the others write this one. It leaves the kernel at the end."""
+    ahead into the next tile while the others write this one. It leaves the kernel at the end.
+    TMA form, where the launch's maps were encoded: its first thread alone does this, each slot
+    filled by `_tma_copies` (the full barrier then counts one arrival); the others leave."""
     p, n = PREFIX, s.stages
     load = _loads(g, s, PRODUCER, f"{p}ftid")
     i, i1, i2, i3 = pad, pad + "  ", pad + "    ", pad + "      "
