@@ -330,6 +330,8 @@ class _Runner:
         ref = self.case.reference
         self.reference_code = (str(Path(ref.__code__.co_filename).resolve()), ref.__code__.co_name)
         self.originals: dict[tuple[str, str, int], tuple[Any, ...]] = {}
+        # by variant, what each autotuner's pruning kept on its first seed's correctness call
+        self.first_kept: dict[str, dict[int, set[int]]] = {}
         self.timed_s = 0.0  # seconds spent inside timed runs (the rest is the gate's overhead)
         self.sleep_rate: float | None = None  # `torch.cuda._sleep` cycles per microsecond
         self.monitor: Any = None
@@ -1149,7 +1151,10 @@ class _Runner:
                 continue
             original = self.original((variant, phase, seed))
             inputs = self.clone_inputs(original)
+            self.monitor.kept.clear()
             res = self.call(inputs, "run")
+            if seed == self.job.seeds[0]:
+                self.first_kept[variant] = {k: set(v) for k, v in self.monitor.kept.items()}
             self.check_call(res, inputs, original, "correctness", f"{variant}/seed {seed}")
             self.send_out(variant, phase, seed, res)
             if seed != self.job.seeds[0]:  # the first seed's runs again (configs, knockout)
@@ -1168,7 +1173,10 @@ class _Runner:
 
         A configuration the pruning dropped on every call of the runs before on the variant
         (`LaunchMonitor.kept`: it saw the same arguments) is not run again to find that out.
-        Under the interpreter, configurations that differ only in what the compiler alone
+        Under the interpreter, where the pruning kept one configuration alone on each call of
+        the variant's first correctness call, that call ran exactly what forcing it runs (one
+        configuration left is not timed): its output, judged already, stands for it. Under the
+        interpreter, configurations that differ only in what the compiler alone
         reads (`_interpreted_alike`: warps, stages, CTAs, registers) run the same Python on the
         same inputs: the first of them that runs on a variant stands for the others there."""
         tuners = [t for t in self.monitor.tuners.values() if len(getattr(t, "configs", ())) > 1]
@@ -1188,6 +1196,10 @@ class _Runner:
                     original = self.originals[(variant, PHASE_SEED, seed)]
                     kept: set[int] | None = None  # what pruning kept on the runs before
                     ran: set[Any] = set()  # `_interpreted_alike` keys checked on this variant
+                    if self.job.tier == "interpret":
+                        kept = self.first_kept.get(variant, {}).get(id(tuner))
+                        if kept is not None and len(kept) == 1:
+                            continue  # the correctness call ran it alone
                     for index, config in enumerate(list(tuner.configs)):
                         if kept is not None and id(config) not in kept:
                             continue  # pruned for this shape: the autotuner never runs it here

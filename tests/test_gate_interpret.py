@@ -318,3 +318,8 @@ def test_configurations_pruned_or_run_alike_by_the_interpreter_are_not_run_twice
     assert verdict.ok, verdict.reason
     phases = {r.phase.split(" (")[0] for r in verdict.correctness.results if r.phase.startswith("config")}
     assert phases == {"config 0 of matmul_kernel", "config 2 of matmul_kernel"}
+    # Pruning that keeps one configuration alone: the correctness calls ran exactly it.
+    path.write_text(text.replace('c.kwargs["BM"] == 32]', 'c.kwargs["BK"] == 64]'))
+    verdict = gate.check_file(path, str(DATA / "cases" / "gemm_small"), Tier.INTERPRET, cache=False)
+    assert verdict.ok, verdict.reason
+    assert {r.phase for r in verdict.correctness.results} == {"seed", "sealed", "refill"}
