@@ -280,15 +280,29 @@ def _two_configs(tmp_path: Path, second_bk: int) -> Path:
     return path
 
 
+def _thin_gemm(tmp_path: Path) -> Path:
+    """The small gemm test case at M 32, N 64 and the gemm case's K, 192 (which BK 128 does not
+    divide): one or two 32-wide tiles instead of the gemm case's sixty."""
+    folder = tmp_path / "gemm_thin"
+    folder.mkdir()
+    small = '{"default": {"M": 64, "N": 128, "K": 128, "dtype": "fp16"}}'
+    text = (DATA / "cases" / "gemm_small" / "case.py").read_text()
+    assert small in text
+    (folder / "case.py").write_text(text.replace(small, small.replace('"M": 64, "N": 128, "K": 128',
+                                                                      '"M": 32, "N": 64, "K": 192')))
+    return folder
+
+
 def test_every_autotune_configuration_is_checked_not_only_the_one_picked(tmp_path: Path) -> None:
     # The interpreter cannot time, so the autotuner runs the first configuration; the second
     # (BK 128 over K 192) leaves K's last 64 out and is wrong: the gate runs it too.
-    verdict = gate.check_file(_two_configs(tmp_path, 128), "gemm", Tier.INTERPRET, cache=False)
+    case = str(_thin_gemm(tmp_path))
+    verdict = gate.check_file(_two_configs(tmp_path, 128), case, Tier.INTERPRET, cache=False)
     assert verdict.failure_kind is FailureKind.WRONG_OUTPUT, verdict.reason
     assert verdict.stage == "correctness"
     assert "config 1 of matmul_kernel" in verdict.reason and "BK=128" in verdict.reason
     # The same kernel whose second configuration divides K passes, both configurations run.
-    verdict = gate.check_file(_two_configs(tmp_path, 64), "gemm", Tier.INTERPRET, cache=False)
+    verdict = gate.check_file(_two_configs(tmp_path, 64), case, Tier.INTERPRET, cache=False)
     assert verdict.ok, verdict.reason
     phases = {r.phase for r in verdict.correctness.results}
     assert {p.split(" (")[0] for p in phases if p.startswith("config")} == \
