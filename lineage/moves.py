@@ -102,16 +102,16 @@ def card_sites(card: SkillCard, ir: KernelIR) -> list[Site]:
 
 
 def tuned(cls: Any, variants: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Each of `variants` in the rule's fullest form first (its `reach` on top: refused where
-    the kernel does not allow it, at no gate), then `variants`, then each with every other
-    value of a tunable option it sets (the rule's `tunables`): a recorded slot count of four
-    also tries three and five."""
-    reach = dict(getattr(cls, "reach", None) or {})
+    """Each of `variants` in the rule's fullest forms first (each of its `reach`, best first,
+    on top: refused where the kernel does not allow it, at no gate), then `variants`, then
+    each with every other value of a tunable option it sets (the rule's `tunables`): a
+    recorded slot count of four also tries three and five."""
     out: list[Mapping[str, Any]] = []
-    for variant in variants if reach else ():
-        full = {**variant, **reach}
-        if full not in out and full not in variants:
-            out.append(full)
+    for variant in variants:
+        for form in getattr(cls, "reach", None) or ():
+            full = {**variant, **form}
+            if full not in out and full not in variants:
+                out.append(full)
     out += [v for v in variants if v not in out]
     for variant in variants:
         for key, values in (getattr(cls, "tunables", None) or {}).items():

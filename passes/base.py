@@ -198,11 +198,11 @@ class Pass:
     tunables: ClassVar[Mapping[str, tuple[Any, ...]]] = _EMPTY
     """Options a search may sweep where a recorded step sets them: option -> the values to try
     besides the recorded one (e.g. a pipeline's slot count)."""
-    reach: ClassVar[Mapping[str, Any]] = _EMPTY
-    """The rule's fullest form: options a search tries on top of each recorded variant before
-    it (`lineage.moves.tuned`), where the kernel allows them; where it does not, the rule
-    refuses and no gate is spent (e.g. a GEMM schedule's deep, wide form, which needs the
-    launch in the kernel's own source)."""
+    reach: ClassVar[tuple[Mapping[str, Any], ...]] = ()
+    """The rule's fullest forms, best first: option sets a search tries on top of each
+    recorded variant before it (`lineage.moves.tuned`), where the kernel allows them; where it
+    does not, the rule refuses and no gate is spent (e.g. a GEMM schedule's deep, wide forms,
+    which need the launch in the kernel's own source)."""
 
     # -- the three operations -------------------------------------------------------------
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:

@@ -927,11 +927,24 @@ def test_the_producer_form_refuses_what_it_cannot_grow() -> None:
     assert "deep wgmma schedule" in _deep(source, {"block": "256", "producer": True}).reason
     both = _deep(source, {"block": "256", **producer, "specialize": True})
     assert isinstance(both, Skipped) and "two forms" in both.reason
-    # the kernel's own bounds fix its block
-    bounded = source.replace("__global__ void gemm_reg2d_kernel",
-                             "__global__ void __launch_bounds__(256) gemm_reg2d_kernel")
-    refused = _deep(bounded, producer)
-    assert isinstance(refused, Skipped) and "__launch_bounds__" in refused.reason
+    # the kernel's own bounds fix its block where they ask for more than the launch's size
+    for bounds in ("256, 2", "512"):
+        bounded = source.replace("__global__ void gemm_reg2d_kernel",
+                                 f"__global__ void __launch_bounds__({bounds}) gemm_reg2d_kernel")
+        refused = _deep(bounded, producer)
+        assert isinstance(refused, Skipped) and "__launch_bounds__" in refused.reason, bounds
+    # bounds that say only the launch's block size are written for the grown block
+    for bounds in ("256", "256, 1"):
+        bounded = source.replace("__global__ void gemm_reg2d_kernel",
+                                 f"__global__ void __launch_bounds__({bounds}) gemm_reg2d_kernel")
+        grown = _deep(bounded, producer)
+        assert grown.ok, getattr(grown, "reason", "")
+        assert grown.ir.text.count("__launch_bounds__") == 1
+        assert "__launch_bounds__(384, 1) gemm_reg2d_kernel" in grown.ir.text
+        assert "dim3(384, 1, 1)" in grown.ir.text
+        from gate.hostforms import device_source
+
+        ptx_for_sm90a(device_source(grown.ir.text))
     # a block barrier in the body the rewrite keeps would wait for the added warpgroup
     synced = source.replace("    for (int i = 0; i < TM; ++i) {\n        int gm",
                             "    __syncthreads();\n    for (int i = 0; i < TM; ++i) {\n        int gm")
@@ -1170,12 +1183,13 @@ def test_the_slot_count_is_a_tunable_the_search_sweeps_around_a_recorded_deep_st
     assert dict(rule.tunables) == {"stages": (3, 4, 5)}
     recorded = {"wgmma": True, "overlap": True, "deep": True, "stages": 4}
     variants = tuned(rule, [recorded, {"wgmma": True}])
-    # the rule's fullest form on top of each recorded variant first, then the recorded ones
-    full = {**recorded, "wide": True}
-    assert variants[:4] == [full, {"wgmma": True, "deep": True, "wide": True}, recorded,
-                            {"wgmma": True}]
-    assert [v["stages"] for v in variants[4:]] == [3, 5]
-    assert all({**v, "stages": 4} == recorded for v in variants[4:])
+    # the rule's fullest forms on top of each recorded variant first, then the recorded ones
+    tma = {"wide": True, "producer": True, "tma": True}
+    wide = {"wgmma": True, "deep": True, "wide": True}
+    assert variants[:6] == [{**recorded, **tma}, {**recorded, "wide": True}, {**wide, **tma},
+                            wide, recorded, {"wgmma": True}]
+    assert [v["stages"] for v in variants[6:]] == [3, 5]
+    assert all({**v, "stages": 4} == recorded for v in variants[6:])
     source = _inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py")
     texts = {v["stages"]: _deep(source, dict(v)).ir.text for v in variants if "stages" in v}
     assert len(set(texts.values())) == 3
