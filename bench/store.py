@@ -187,6 +187,23 @@ def gemm_schedule(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
                        "metrics": {"status": f"{kind}: {_first_line(reason)}"}}
 
 
+def gate_verdicts(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
+    """`klineage gate --json` verdicts gathered in one record ({"case", "reference",
+    "verdicts": {name: verdict}}): one row per kernel gated, its time and the reference's on
+    the gate's clock, their ratio as `vs_<reference>`, its largest error, and why it failed."""
+    ratio = f"vs_{data.get('reference') or 'reference'}"
+    for name, verdict in (data.get("verdicts") or {}).items():
+        timing = verdict.get("timing") or {}
+        metrics = {"ms": timing.get("candidate_ms"), "reference_ms": timing.get("reference_ms"),
+                   ratio: timing.get("speedup"),
+                   "max_rel_err": (verdict.get("correctness") or {}).get("max_rel_err"),
+                   "ok": verdict.get("ok")}
+        if not verdict.get("ok"):
+            metrics["status"] = f"{verdict.get('failure_kind')}: {_first_line(verdict.get('reason'))}"
+        yield {"operator": f"gate: {data.get('case')}", "variant": name,
+               "metrics": _pick(metrics, tuple(metrics))}
+
+
 def _first_line(text: Any, width: int = 100) -> str:
     line = str(text).strip().splitlines()[0] if str(text).strip() else ""
     return line if len(line) <= width else line[:width - 3] + "..."
@@ -311,6 +328,8 @@ EXTRACTORS: dict[str, tuple[Callable[[Path, Mapping[str, Any]], bool],
                    and bool(d["kernels"]) and "rules" in d["kernels"][0], cuda_roles),
     "micro_kernel": (lambda p, d: isinstance(d.get("ms"), Mapping) and isinstance(
         d.get("vs_cublas"), Mapping), micro_kernel),
+    "gate_verdicts": (lambda p, d: isinstance(d.get("verdicts"), Mapping) and bool(d["verdicts"])
+                      and "case" in d, gate_verdicts),
 }
 
 # A file's benchmark: the name of its table (where it lives decides, then its kind).

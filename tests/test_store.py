@@ -137,3 +137,21 @@ def test_a_device_cuda_roles_record_sets_each_rule_against_the_start(tmp_path: P
     assert rows["launch-bounds"]["metrics"] == {"applied": 1, "ok": False, "reason": "output differs"}
     record.write_text(json.dumps({"tier": "static", "kernels": [kernel]}))  # no timings: not a store record
     assert store.rows_of(record) == []
+
+
+def test_gathered_gate_verdicts_give_a_row_per_kernel_gated(tmp_path: Path) -> None:
+    store = _store()
+    record = tmp_path / "cuda" / "h200-abc1234" / "gate_verdicts.json"
+    record.parent.mkdir(parents=True)
+    passed = {"ok": True, "failure_kind": None, "reason": None,
+              "correctness": {"max_rel_err": 0.0},
+              "timing": {"candidate_ms": 0.26, "reference_ms": 0.18, "speedup": 0.69}}
+    failed = {"ok": False, "failure_kind": "wrong_output", "reason": "rel err 0.5\nat (3, 4)"}
+    record.write_text(json.dumps({"case": "mm", "reference": "cublas", "command": "klineage gate ...",
+                                  "verdicts": {"+tma": passed, "+broken": failed}}))
+    rows = {r["variant"]: r for r in store.rows_of(record)}
+    assert rows["+tma"]["operator"] == "gate: mm"
+    assert rows["+tma"]["metrics"] == {"ms": 0.26, "reference_ms": 0.18, "vs_cublas": 0.69,
+                                       "max_rel_err": 0.0, "ok": True}
+    assert rows["+broken"]["metrics"] == {"ok": False, "status": "wrong_output: rel err 0.5"}
+    assert rows["+tma"]["commit"] == "abc1234" and rows["+tma"]["command"] == "klineage gate ..."
