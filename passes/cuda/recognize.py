@@ -371,6 +371,8 @@ class Unit:
                 self.kernels.setdefault(name, n.id)
         self._launch: LaunchBlock | None = None
         self._helpers: dict[str, int] | None = None
+        self._shared: dict[int | None, dict[str, SharedArray]] = {}  # `shared_arrays`, by fn
+        self._calls: dict[str, list[int]] | None = None  # call expressions, by callee
 
     def _int(self, expr: str) -> int | None:
         return _evaluate(expr, self.constants, 0)
@@ -481,7 +483,23 @@ class Unit:
         return ""
 
     def shared_arrays(self, fn: int | None = None) -> dict[str, SharedArray]:
-        """The shared arrays declared in function `fn` (all, file scope too, when None)."""
+        """The shared arrays declared in function `fn` (all, file scope too, when None): a new
+        dict each call, read from the unit once per `fn`."""
+        if fn not in self._shared:
+            self._shared[fn] = self._read_shared_arrays(fn)
+        return dict(self._shared[fn])
+
+    def calls_to(self, name: str) -> list[int]:
+        """The call expressions of the unit whose callee is `name`, in node order."""
+        if self._calls is None:
+            ir, found = self.ir, {}
+            for c in range(len(ir)):
+                if ir.grammar_type_of(c) == "call_expression":
+                    found.setdefault(callee(ir, c), []).append(c)
+            self._calls = found
+        return list(self._calls.get(name, ()))
+
+    def _read_shared_arrays(self, fn: int | None) -> dict[str, SharedArray]:
         ir = self.ir
         out: dict[str, SharedArray] = {}
         nodes = subtree(ir, fn) if fn is not None else range(len(ir))
@@ -513,8 +531,7 @@ class Unit:
             out |= self._shared_aliases(fn, out)
         name = _function_name(ir, fn) or ""
         params = [p for p in _parameter_names(ir, fn)]
-        calls = [c for c in range(len(ir)) if ir.grammar_type_of(c) == "call_expression"
-                 and callee(ir, c) == name]
+        calls = self.calls_to(name)
         for i, param in enumerate(params):
             if param not in _pointer_params(ir, fn) or not calls:
                 continue
