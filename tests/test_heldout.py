@@ -266,6 +266,7 @@ def test_sizes_given_in_one_tuple_or_with_an_annotation_are_reduced_too(tmp_path
     assert small["N"] * small["M"] * small["K"] + small["K"] * small["L"] <= 1 << 15
 
 
+@pytest.mark.slow  # a Ray cluster's start and a bench run; the file's gates take minutes in all
 def test_bench_heldout_through_ray_gives_the_local_verdicts(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     env = {**__import__("os").environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
