@@ -118,6 +118,7 @@ _THREADS = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w*THREADS\w*)[ \t]+(\S[^\n]*
 
 
 SM_THREADS, SM_BLOCKS = 2048, 32
+"""Threads and blocks an sm_90 multiprocessor holds at once."""
 SM_REGISTERS = 65536  # 32-bit registers of an SM (sm_70 and later)
 _WORDS = {"double": 2, "long long": 2, "int64_t": 2, "uint64_t": 2, "size_t": 2, "long": 2,
           "half": 0.5, "__half": 0.5, "__nv_bfloat16": 0.5, "half2": 1, "__half2": 1,
@@ -161,7 +162,6 @@ def _budget_refusal(ir: KernelIR, kernel: str | None, threads: str, blocks: str,
                        "and they would spill", {"kernel": kernel, "budget": budget,
                                                 "tile_words": words})
     return None
-"""Threads and blocks an sm_90 multiprocessor holds at once."""
 
 
 def _value(expr: str, code: str) -> int | None:
