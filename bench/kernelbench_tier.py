@@ -544,7 +544,6 @@ def name_cut(rec: dict[str, Any], box_asked: float) -> None:
 def run_problem(p: Problem, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """One problem's record: heldout's steps on the problem's case with the start kernel given;
     its status says when --wall cut its box."""
-    import gate
     from kir.errors import BadInputError
 
     heldout = _heldout()
