@@ -130,15 +130,15 @@ def holds_fill(t: torch.Tensor, value: Any) -> bool | None:
 
     pattern = torch.empty(16 // size, dtype=t.dtype, device=t.device)
     pattern.fill_(value)
-    words = [int(w) for w in pattern.view(torch.int32).cpu()]
+    want = pattern.view(torch.uint8).cpu()  # the fill's 16 bytes, once on the host
     flat = t.detach().reshape(-1).view(torch.uint8)
     whole = flat.numel() // 4 * 4
-    if whole and fusedcompare.count_unlike(flat[:whole].view(torch.int32), words):
+    if whole and fusedcompare.count_unlike(flat[:whole].view(torch.int32),
+                                           [int(w) for w in want.view(torch.int32)]):
         return False
     if whole == flat.numel():
         return True
     tail = flat[whole:].cpu()
-    want = pattern.view(torch.uint8).cpu()
     return all(int(tail[i]) == int(want[(whole + i) % 16]) for i in range(tail.numel()))
 
 
