@@ -93,6 +93,18 @@ def gate_bytes(set_bytes: int, out_bytes: int, *, seeds: int, pool: int, fixed: 
             + working_bytes(set_bytes, out_bytes, reference_peak))
 
 
+def least_bytes(set_bytes: int, out_bytes: int, *, pool: int, fixed: int, held: bool = True,
+                reference_peak: int = 0) -> int:
+    """Device bytes a gate holds at the least `plan_sets` ever plans: the sets that never wait
+    in host memory (the first seed, the timed set and the pool's crossovers, at most `MIN_POOL`
+    sets in the pool) and its working memory. Given at least this much, a gate keeps fewer sets
+    and parks the rest instead of running out of memory."""
+    p = min(MIN_POOL, max(1, pool))
+    resident = 1 + (1 if fixed else 0) + p - 1
+    per_set = set_bytes + (out_bytes if held else 0)
+    return resident * per_set + working_bytes(set_bytes, out_bytes, reference_peak)
+
+
 def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, pool: int,
               fixed: int, held: bool, reference_peak: int = 0) -> SetPlan:
     """The sets one variant keeps, given `free_bytes` of device memory before its first set
@@ -138,4 +150,4 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
 
 
 __all__ = ["CAP_ENV", "MIN_POOL", "MIN_SEEDS", "PHASE_WORK", "SLACK_BYTES", "SetPlan", "device_cap",
-           "gate_bytes", "kept_bytes", "plan_sets", "working_bytes"]
+           "gate_bytes", "kept_bytes", "least_bytes", "plan_sets", "working_bytes"]

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gate.memplan import MIN_POOL, MIN_SEEDS, SLACK_BYTES, kept_bytes, plan_sets, working_bytes
+from gate.memplan import (MIN_POOL, MIN_SEEDS, SLACK_BYTES, gate_bytes, kept_bytes, least_bytes, plan_sets,
+                          working_bytes)
 
 GIB = 1 << 30
 SAXPY = Path(__file__).resolve().parent / "data" / "cases" / "saxpy"
@@ -53,6 +54,25 @@ def test_what_still_does_not_fit_waits_in_host_memory_and_the_first_sets_stay() 
                      reference_peak=24 * GIB)
     assert 0 < less.parked < 3
     assert _fits(less, 110 * GIB, 8 * GIB, 8 * GIB, 24 * GIB, held=True)
+
+
+@pytest.mark.parametrize("sizes", [(8 * GIB, 8 * GIB, 0), (8 * GIB, 0, 0), (GIB // 100, 4 * GIB, 0),
+                                   (GIB, GIB, 12 * GIB), (GIB // 4, GIB // 4, 0)])
+def test_the_least_a_gate_holds_is_a_plan_that_fits_and_less_would_not(sizes) -> None:
+    """Given `least_bytes`, a gate keeps the fewest sets it ever keeps (parking the rest) and
+    they fit; given a byte less, its resident sets and working memory would not."""
+    set_bytes, out_bytes, peak = sizes
+    least = least_bytes(set_bytes, out_bytes, pool=4, fixed=3, held=True, reference_peak=peak)
+    plan = plan_sets(least, set_bytes, out_bytes, seeds=3, pool=4, fixed=3, held=True,
+                     reference_peak=peak)
+    assert (plan.seeds, plan.pool) == (MIN_SEEDS, MIN_POOL)
+    assert _fits(plan, least, set_bytes, out_bytes, peak, held=True)
+    assert plan.sets - plan.parked == 3  # the first seed, the timed set, the pool's crossover
+    assert not _fits(plan, least - 1, set_bytes, out_bytes, peak, held=True)
+    full = gate_bytes(set_bytes, out_bytes, seeds=3, pool=4, fixed=3, reference_peak=peak)
+    assert least < full
+    assert not plan_sets(full, set_bytes, out_bytes, seeds=3, pool=4, fixed=3, held=True,
+                         reference_peak=peak).reduced
 
 
 def test_the_working_memory_counts_the_measured_reference_step_and_the_calls() -> None:
