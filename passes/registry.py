@@ -39,6 +39,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "tma-descriptors": ("passes.triton.tma", "TmaDescriptors"),
     # CUDA C++
     "row-cache": ("passes.cuda.row_cache", "RowCache"),
+    "row-registers": ("passes.cuda.row_registers", "RowRegisters"),
     "vectorize-global": ("passes.cuda.memory", "VectorizeGlobal"),
     "smem-staging": ("passes.cuda.memory", "SmemStaging"),
     "restrict-readonly": ("passes.cuda.memory", "RestrictReadonly"),

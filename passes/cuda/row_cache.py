@@ -146,9 +146,11 @@ def ir_node(ir: KernelIR, span: tuple[int, int]) -> int:
     return next(n.id for n in ir.walk() if (n.span.start, n.span.end) == tuple(span))
 
 
-def row_passes(ir: KernelIR | Unit, budget: int = 32 * 1024) -> list[RowPasses | Skipped]:
+def row_passes(ir: KernelIR | Unit, budget: int | None = 32 * 1024) -> list[RowPasses | Skipped]:
     """Each row that several block-stride passes read from global memory, with the plan that
-    reads it once, or why it cannot be cached (see the module)."""
+    reads it once, or why it cannot be cached (see the module). `budget` None: the row is not
+    copied to shared memory (`row-registers` keeps it in registers), so no room is checked
+    there and `capacity` is 0."""
     unit = ir if isinstance(ir, Unit) else Unit(ir)
     out: list[RowPasses | Skipped] = []
     groups: dict[tuple, list[StrideLoop]] = {}
@@ -233,7 +235,7 @@ def _stored(ir: KernelIR, ident: int) -> bool:
 
 
 def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops: list[StrideLoop],
-          budget: int) -> RowPasses | Skipped:
+          budget: int | None) -> RowPasses | Skipped:
     ir = unit.ir
     facts = {"kernel": kernel, "pointer": pointer}
     nodes = [_for_node(ir, lp) for lp in loops]
@@ -349,6 +351,9 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
     size = element_bytes(element)
     if size is None or 16 % size:
         return Skipped(f"the row's element type `{element}` has no known size", facts)
+    if budget is None:
+        return RowPasses(kernel, pointer, element, tuple(lp.span for lp in loops), header.start,
+                         header.bound, header.step, 0, in_loop, size, tuple(reads), index)
     own, dynamic = _own_shared_bytes(unit, fn)
     if own is None:
         return Skipped("the kernel's own shared memory has no compile-time size", facts)
@@ -582,6 +587,14 @@ def _span_of(ir: KernelIR, nid: int) -> tuple[int, int]:
     return ir.span_of(nid).start, ir.span_of(nid).end
 
 
+def passes_back(ir: KernelIR, site: Site, removed: tuple[tuple[int, int], ...],
+                edits: tuple[tuple[int, int, str], ...], options: dict) -> PassResult:
+    """The de-optimization of a row kept apart: the `removed` statements go, each pass becomes
+    its text in `edits` (the pass reading global memory), `options` re-derive the step."""
+    out = [ByteEdit(s, e, "") for s, e in removed] + [ByteEdit(s, e, t) for s, e, t in edits]
+    return finish(ir, site, sorted(out, key=lambda e: e.start), options=options)
+
+
 @dataclass(frozen=True, slots=True)
 class RowCache(Pass):
     """Passes re-reading a row from global memory <-> the row read once into shared memory."""
@@ -609,12 +622,8 @@ class RowCache(Pass):
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         for c in cached_rows(ir):
-            if c.span != tuple(site.span):
-                continue
-            edits = [ByteEdit(s, e, "") for s, e in c.removed]
-            edits += [ByteEdit(s, e, t) for s, e, t in c.edits]
-            return finish(ir, site, sorted(edits, key=lambda e: e.start),
-                          options={"budget": self.budget})
+            if c.span == tuple(site.span):
+                return passes_back(ir, site, c.removed, c.edits, {"budget": self.budget})
         return Skipped("no cached row at the site", {"site": site.anchor})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:

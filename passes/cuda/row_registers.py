@@ -1,0 +1,320 @@
+"""A row read by several passes from global memory <-> the row held in registers, read once.
+
+Row kernels (softmax, LayerNorm, RMSNorm, norms, row sums) walk one row several times with the
+same block-stride loop. `row-cache` keeps the row in shared memory; this rule keeps it in the
+threads' registers instead, for rows short enough: each thread loads its part of the row as
+`vectors` 16-byte vectors at the top, all at once (the loads of a row are in flight together,
+which a block-stride pass reading one element per step never has), and every pass runs over
+those registers. The row crosses global memory once, no barrier is added, no shared memory is
+taken, and the passes' other 16-bit / 32-bit pointers at the same index (a weight, a bias, the
+output) move 16 bytes per access where aligned.
+
+Found by role, with `row-cache`'s recognition (`row_cache.row_passes`, no shared room
+checked): two or more block-stride passes of one block with the same header that read one
+global pointer `p` at `p[off + v]` and never write it (every refusal of that recognition
+applies: a store or atomic between the passes, a pass that leaves early, a bound or offset
+that differs between threads, ...). Thread t of T holds the vectors `c = t + k * T`,
+k < `vectors`, i.e. elements `c * L .. c * L + L - 1` (L elements per 16 bytes); each pass
+visits, per thread, exactly those elements, so every element of `[0, bound)` is visited once
+in each pass, by one thread, as before; a thread's own partial results (a sum, a max) fold its
+elements in another order (the reassociation `vectorize-global` makes too).
+
+The rewrite is taken at run time only where it is that kernel: the row has at most
+`vectors * L * T` elements, the loops step by the block's threads (`step == blockDim.x`,
+unless it is written so), and the row starts on a 16-byte boundary; elsewhere the passes run
+as written. A vector past the row's end is loaded element by element; a vector whose other
+pointers are not 16-byte aligned runs element by element on the registers.
+
+The de-optimization (`register_rows`) recognizes the form by role: a local array of a 16-byte
+vector type with a constant extent, a `const bool` guard declared next to it, a guarded
+statement that only fills the array, and passes `if (guard) { ... } else { pass }`; the array,
+the guard and the fill go, each pass becomes its `else` side, and `vectors` is recorded.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from passes._source import ByteEdit, finish, make_site
+from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
+from passes.cuda._tree import declared_names, if_parts, loop_body, subtree, text
+from passes.cuda.annotations import CUDA
+from passes.cuda.memory import VECTORS, vector_loops
+from passes.cuda.row_cache import (RowPasses, _indent, _statement_items, _upto_next, passes_back,
+                                   row_passes)
+
+if TYPE_CHECKING:
+    from anchors import AnchorIndex
+    from kir import KernelIR
+
+MAX_VECTORS = 16
+"""At most this many 16-byte vectors per thread (64 registers of the row)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _PassVectors:
+    """The other pointers one pass accesses at `base + v` with the row's element size:
+    name -> (base, element type, written), and each access (start, end, name, written)."""
+
+    pointers: dict
+    spans: tuple
+
+
+def _fresh(ir: KernelIR) -> str:
+    n = 0
+    while f"kl_reg{n}" in ir.text:
+        n += 1
+    return f"kl_reg{n}"
+
+
+def _pass_vectors(ir: KernelIR, plan: RowPasses) -> list[_PassVectors]:
+    """Per pass of `plan`, the pointers besides the row that move 16 bytes at a time."""
+    plans = {loop.span: vp for loop, vp in vector_loops(ir)}
+    out = []
+    for span in plan.loops:
+        vp = plans.get(span)
+        if vp is None or isinstance(vp, Skipped) or vp.lanes != 16 // plan.size:
+            out.append(_PassVectors({}, ()))
+            continue
+        pointers = {k: v for k, v in vp.pointers.items() if k != plan.pointer}
+        spans = tuple(s for s in vp.spans if s[2] in pointers)
+        out.append(_PassVectors(pointers, spans))
+    return out
+
+
+def _var_type(ir: KernelIR, span: tuple[int, int], var: str) -> str:
+    """The declared type of a pass's loop variable (`int` where the header does not say)."""
+    header = ir.source[span[0]:span[1]].decode("utf-8").split(";", 1)[0]
+    m = re.search(rf"\(\s*(.*?)\b{re.escape(var)}\s*=", header, re.S)
+    kind = m.group(1).strip() if m else ""
+    return kind or "int"
+
+
+def _body_span(ir: KernelIR, span: tuple[int, int]) -> tuple[int, int]:
+    node = next(n.id for n in ir.walk() if (n.span.start, n.span.end) == span
+                and ir.grammar_type_of(n.id) == "for_statement")
+    body = loop_body(ir, node)
+    return ir.span_of(body).start, ir.span_of(body).end
+
+
+def _replaced(data: bytes, lo: int, hi: int, edits: list[tuple[int, int, str]]) -> str:
+    """Bytes `[lo, hi)` of `data` with `edits` (absolute spans inside) applied."""
+    out = data[lo:hi]
+    for s, e, new in sorted(edits, reverse=True):
+        out = out[:s - lo] + new.encode() + out[e - lo:]
+    return out.decode("utf-8")
+
+
+def registers_text(ir: KernelIR, plan: RowPasses, vectors: int) -> str:
+    """The text replacing the passes' span: the row loaded into registers once, and each pass
+    on the registers or as written (see the module)."""
+    data, src = ir.source, ir.text
+    name = _fresh(ir)
+    fits, ind = f"{name}_fits", _indent(src, plan.span[0])
+    lanes, elem = 16 // plan.size, plan.element
+    step = plan.step.strip()
+    same_step = "" if re.sub(r"[\s()]", "", step) == "blockDim.x" else f" && ({step}) == blockDim.x"
+    chunk = f"const long long kl_c = (long long)({plan.start}) + (long long)kl_k * ({step});"
+    head = (f"uint4 {name}[{vectors}];  // the row in registers: {vectors} vectors of 16 bytes per thread\n"
+            f"{ind}const bool {fits} = ({plan.bound}) <= {vectors * lanes} * ({step}){same_step} && "
+            f"(reinterpret_cast<unsigned long long>(&{plan.at('0')}) & 15ull) == 0;\n"
+            f"{ind}if ({fits}) {{  // every vector of the row this thread holds is loaded before any is used\n"
+            f"{ind}#pragma unroll\n"
+            f"{ind}  for (int kl_k = 0; kl_k < {vectors}; ++kl_k) {{\n"
+            f"{ind}    {chunk}\n"
+            f"{ind}    if ((kl_c + 1) * {lanes} <= ({plan.bound})) {{\n"
+            f"{ind}      {name}[kl_k] = *reinterpret_cast<const uint4*>(&{plan.at(f'kl_c * {lanes}')});\n"
+            f"{ind}    }} else {{\n"
+            f"{ind}      {name}[kl_k] = make_uint4(0u, 0u, 0u, 0u);\n"
+            f"{ind}#pragma unroll\n"
+            f"{ind}      for (int kl_l = 0; kl_l < {lanes}; ++kl_l)\n"
+            f"{ind}        if (kl_c * {lanes} + kl_l < ({plan.bound})) "
+            f"reinterpret_cast<{elem}*>(&{name}[kl_k])[kl_l] = {plan.at(f'kl_c * {lanes} + kl_l')};\n"
+            f"{ind}    }}\n"
+            f"{ind}  }}\n"
+            f"{ind}}}\n{ind}")
+    lane = f"reinterpret_cast<const {elem}*>(&{name}[kl_k])[kl_l]"
+    others = _pass_vectors(ir, plan)
+    pieces, cursor = [head], plan.span[0]
+    for k, (ls, le) in enumerate(plan.loops):
+        pieces.append(data[cursor:ls].decode("utf-8"))
+        cursor = le
+        original = data[ls:le].decode("utf-8")
+        reads = [(s, e, lane) for kk, s, e, _v in plan.reads if kk == k]
+        if not reads:
+            pieces.append(original)
+            continue
+        var = next(v for kk, _s, _e, v in plan.reads if kk == k)
+        vtype = _var_type(ir, (ls, le), var)
+        bs, be = _body_span(ir, (ls, le))
+        scalar_body = _replaced(data, bs, be, reads)
+        lane_decl = f"const {vtype} {var} = kl_c * {lanes} + kl_l;"
+        scalar = (f"#pragma unroll\n"
+                  f"{ind}      for (int kl_l = 0; kl_l < {lanes}; ++kl_l) {{\n"
+                  f"{ind}        {lane_decl}\n"
+                  f"{ind}        if ({var} < ({plan.bound})) {scalar_body}\n"
+                  f"{ind}      }}")
+        pv = others[k]
+        whole = f"(kl_c + 1) * {lanes} <= ({plan.bound})"
+        if pv.pointers:
+            names = {p: f"kl_v{i}" for i, p in enumerate(sorted(pv.pointers))}
+            vec_edits = list(reads)
+            for s, e, p, written in pv.spans:
+                t = pv.pointers[p][1] if written else f"const {pv.pointers[p][1]}"
+                vec_edits.append((s, e, f"reinterpret_cast<{t}*>(&{names[p]})[kl_l]"))
+            vec_body = _replaced(data, bs, be, vec_edits)
+            at = lambda p, j: f"&{p}[{pv.pointers[p][0]} + {j}]"  # noqa: E731
+            aligned = " | ".join(f"reinterpret_cast<unsigned long long>({at(p, 0)})"
+                                 for p in sorted(pv.pointers))
+            loads = "".join(f"{ind}        const uint4 {names[p]} = *reinterpret_cast<const uint4*>"
+                            f"({at(p, f'kl_c * {lanes}')});\n"
+                            for p in sorted(pv.pointers) if not pv.pointers[p][2])
+            outs = "".join(f"{ind}        uint4 {names[p]};\n"
+                           for p in sorted(pv.pointers) if pv.pointers[p][2])
+            stores = "".join(f"{ind}        *reinterpret_cast<uint4*>({at(p, f'kl_c * {lanes}')}) = {names[p]};\n"
+                             for p in sorted(pv.pointers) if pv.pointers[p][2])
+            inner = (f"if ({whole} && (({aligned}) & 15ull) == 0) {{  // its other pointers 16 bytes at a time\n"
+                     f"{loads}{outs}"
+                     f"{ind}#pragma unroll\n"
+                     f"{ind}        for (int kl_l = 0; kl_l < {lanes}; ++kl_l) {{\n"
+                     f"{ind}          {lane_decl}\n"
+                     f"{ind}          {vec_body}\n"
+                     f"{ind}        }}\n{stores}"
+                     f"{ind}      }} else {{\n"
+                     f"{ind}      {scalar.replace(chr(10), chr(10) + '  ')}\n"
+                     f"{ind}      }}")
+        else:
+            inner = scalar
+        pieces.append(f"if ({fits}) {{\n"
+                      f"{ind}#pragma unroll\n"
+                      f"{ind}  for (int kl_k = 0; kl_k < {vectors}; ++kl_k) {{\n"
+                      f"{ind}    {chunk}\n"
+                      f"{ind}    {inner}\n"
+                      f"{ind}  }}\n"
+                      f"{ind}}} else {{\n"
+                      f"{ind}  {original.replace(chr(10), chr(10) + '  ')}\n"
+                      f"{ind}}}")
+    pieces.append(data[cursor:plan.span[1]].decode("utf-8"))
+    return "".join(pieces)
+
+
+# -- the rule's form, read back ----------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class RegisterRow:
+    """A row held in local vector array `array` (`vectors` of them per thread) under guard
+    `guard`: the statements that go (`removed`) and each pass's `else` side (`edits`)."""
+
+    array: str
+    guard: str
+    vectors: int
+    removed: tuple[tuple[int, int], ...]
+    edits: tuple[tuple[int, int, str], ...]
+    span: tuple[int, int]
+
+
+_ARRAY = re.compile(rf"^\s*(?:{'|'.join(v for v, (_s, _c, b) in VECTORS.items() if b == 16)})"
+                    r"\s+(\w+)\s*\[\s*(\d+)\s*\]\s*;\s*$")
+_GUARD = re.compile(r"^\s*const\s+bool\s+(\w+)\s*=")
+
+
+def register_rows(ir: KernelIR) -> list[RegisterRow]:
+    """Rows held in registers by the rule's form, by role (see the module)."""
+    out = []
+    for node in ir.walk():
+        if ir.grammar_type_of(node.id) != "compound_statement":
+            continue
+        items = _statement_items(ir, node.id)
+        for i in range(len(items) - 2):
+            found = _register_row(ir, items, i)
+            if found is not None:
+                out.append(found)
+    return out
+
+
+def _register_row(ir: KernelIR, items: list[int], i: int) -> RegisterRow | None:
+    m = _ARRAY.match(text(ir, items[i]))
+    g = _GUARD.match(text(ir, items[i + 1]))
+    if m is None or g is None or ir.grammar_type_of(items[i + 1]) != "declaration" or \
+            "__shared__" in text(ir, items[i]):
+        return None
+    array, guard = m.group(1), g.group(1)
+    if [n for n, _i, _v in declared_names(ir, items[i + 1])] != [guard]:
+        return None
+    fill = items[i + 2]
+
+    def guarded(c: int) -> bool:
+        return ir.grammar_type_of(c) == "if_statement" and \
+            re.sub(r"[\s()]", "", text(ir, if_parts(ir, c)[0])) == guard
+
+    if not guarded(fill) or if_parts(ir, fill)[2] is not None:
+        return None
+    uses = lambda n, name: [c for c in subtree(ir, n) if ir.grammar_type_of(c) == "identifier"  # noqa: E731
+                            and ir.name_of(c) == name]
+    edits, passes = [], []
+    for c in items[i + 3:]:
+        if not guarded(c):
+            continue
+        _cond, then, alt = if_parts(ir, c)
+        if alt is None or not uses(then, array) or uses(alt, array):
+            return None
+        inner = text(ir, alt).strip()
+        if ir.grammar_type_of(alt) == "compound_statement":
+            inner = inner[1:-1].strip().replace("\n  ", "\n")
+        edits.append((ir.span_of(c).start, ir.span_of(c).end, inner))
+        passes.append(c)
+    inside = lambda u: any(ir.span_of(p).start <= ir.span_of(u).start < ir.span_of(p).end  # noqa: E731
+                           for p in [items[i], items[i + 1], fill, *passes])
+    block = ir.parent_of(items[i])
+    if not edits or not all(inside(u) for name in (array, guard) for u in uses(block, name)):
+        return None
+    removed = tuple(_upto_next(ir, items, j) for j in (i, i + 1, i + 2))
+    span = (removed[0][0], max(e for _s, e, _t in edits))
+    return RegisterRow(array, guard, int(m.group(2)), removed, tuple(edits), span)
+
+
+@dataclass(frozen=True, slots=True)
+class RowRegisters(Pass):
+    """Passes re-reading a row from global memory <-> the row held in registers, read once."""
+
+    vectors: int = 4
+    """16-byte vectors of the row each thread holds (a row of up to `vectors * 16 / element
+    bytes * threads` elements takes the register form; a longer one runs as written)."""
+
+    name: ClassVar[str] = "row-registers"
+    category: ClassVar[Category] = Category.STAGING
+    summary: ClassVar[str] = "a row read once into registers <-> every pass re-reads it"
+    languages: ClassVar[tuple[str, ...]] = CUDA
+    platforms: ClassVar[tuple[str, ...]] = ("cuda",)
+    tunables: ClassVar[Mapping[str, tuple[Any, ...]]] = MappingProxyType({"vectors": (2, 4, 8)})
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        out = [make_site(self.name, ir, index, r.span, True, {"array": r.array,
+                                                              "vectors": r.vectors})
+               for r in register_rows(ir)]
+        for plan in row_passes(ir, None):
+            if isinstance(plan, RowPasses):
+                out.append(make_site(self.name, ir, index, plan.span, False, {
+                    "pointer": plan.pointer, "passes": len(plan.loops)}, plan.loops[0]))
+        return out
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        for r in register_rows(ir):
+            if r.span == tuple(site.span):
+                return passes_back(ir, site, r.removed, r.edits, {"vectors": r.vectors})
+        return Skipped("no row held in registers at the site", {"site": site.anchor})
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        if not 1 <= self.vectors <= MAX_VECTORS:
+            return Skipped(f"vectors={self.vectors}: a thread holds 1 to {MAX_VECTORS} vectors "
+                           "of the row", {"vectors": self.vectors})
+        plans = row_passes(ir, None)
+        for plan in plans:
+            if isinstance(plan, RowPasses) and plan.span == tuple(site.span):
+                return finish(ir, site, [ByteEdit(*plan.span, registers_text(ir, plan, self.vectors))])
+        refused = [p for p in plans if isinstance(p, Skipped)]
+        if refused:
+            return refused[0]
+        return Skipped("no row read by several passes at the site", {"site": site.anchor})
