@@ -3,7 +3,8 @@ run as the held-out tier runs an operator, reported with KernelBench's own metri
 
     python3 bench/kernelbench_tier.py --kernelbench DIR [--starts bench/kernelbench]
         [--tier device|interpret] [--only NAME,...] [--shard K/N] [--budget-steps 12] [--box 300]
-        [--wall S] [--jobs N] [--gpu-memory GB] [--library DIR] [--out DIR] [--fresh | --redo-unfinished]
+        [--wall S] [--settle-wall S] [--jobs N] [--gpus N] [--gpu-memory GB] [--library DIR]
+        [--out DIR] [--fresh | --redo-unfinished] [--commit SHA | --any-commit]
         [--tables-only] [--start-only] [--no-baselines | --baselines-only] [--no-compile]
         [--baseline-jobs 4] [--baseline-timeout 150] [--baseline-wall 600]
     python3 bench/kernelbench_tier.py --kernelbench DIR --stage DEST
@@ -33,10 +34,21 @@ with it, and recorded as a timeout; what was measured before stays) and none run
 `--baseline-wall`. A kernel's ratio to compile is the gate's x/ref (kernel and reference timed
 in one worker) times eager over compile (both timed in the child).
 
-With --gpu-memory, the problems run smallest first and no more at once than the memory their
-gates plan allows (`gate_reservation`, `MemoryBudget`: one larger than the budget runs alone,
-its gates planning for the budget); a problem --wall leaves unstarted is a row that says so (a rerun runs
-it), and one whose box --wall cut says that in its status. Each row carries its FLOPs, bytes
+At the device tier each problem runs in a process of its own (`problem_process`), pinned to
+one GPU of the machine (`--gpus N`, default every visible one: `gpuslots`, one memory pool per
+GPU; each GPU has its own GPU lock and memory ledger, so timed sections exclude only the gates
+of their GPU). With --gpu-memory (GB per GPU), the problems run smallest first, each placed
+where what its gate holds at the least fits (`gate_memory`: the fewest input sets a gate keeps,
+the rest waiting in host memory) and granted up to what it would keep at the most; its gates
+plan their sets for at most the grant (`gate.memplan.CAP_ENV`), so several problems share a GPU
+where they fit and the largest take turns. A problem --wall leaves unstarted is a row that says
+so (a rerun runs it), and one whose box --wall cut says that in its status. The fresh gates
+(each best again, the control) run after every search, one problem at a time per GPU, none
+after --settle-wall.
+
+Every record names the commit it measured (--commit, $KLINEAGE_COMMIT or the checkout's HEAD);
+records of another commit are kept apart: not in the tables' figures (their rows say so, and
+`kept_apart` lists them), and run again by a rerun (`--any-commit` counts them as this run's). Each row carries its FLOPs, bytes
 and FLOPs per byte at the real sizes (`problem_work`): compute-bound problems are those at or
 above the held-out tier's threshold, and the tables give KernelBench's metrics over them apart.
 
@@ -63,7 +75,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -299,13 +311,15 @@ def baseline_child(path: Path, out_file: Path, compile_model: bool = True, seed:
 
 
 def measure_baselines(path: Path, timeout: float, compile_model: bool = True,
-                      threads: int | None = None, command: Sequence[str] | None = None) -> dict[str, Any]:
+                      threads: int | None = None, command: Sequence[str] | None = None,
+                      env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A problem's baselines (`time_baselines`) measured by a child process given `timeout`
     seconds in all; the child and every process it started (torch.compile's compile workers)
     are stopped when it runs over. The entry holds what the child measured before that, and
     says where it was stopped: `compile_status` "timeout" when in the compile, else `error`.
     `threads` bounds torch.compile's compile workers (several children at once share the
-    CPU); `command` replaces the child's command line (tests)."""
+    CPU); `env` is the child's environment (default this process's: `gpuslots.slot_env` pins
+    it to a GPU); `command` replaces the child's command line (tests)."""
     import signal
     import subprocess
     import tempfile
@@ -315,7 +329,7 @@ def measure_baselines(path: Path, timeout: float, compile_model: bool = True,
         cmd = list(command) if command else [
             sys.executable, str(Path(__file__).resolve()), "--baseline-child", str(path),
             "--child-out", str(out_file), *([] if compile_model else ["--no-compile"])]
-        env = {**os.environ, "KB_BASELINE_OUT": str(out_file),
+        env = {**(os.environ if env is None else env), "KB_BASELINE_OUT": str(out_file),
                **({"TORCHINDUCTOR_COMPILE_THREADS": str(threads)} if threads else {})}
         t0 = time.monotonic()
         # stderr to a file: a process that outlived the group cannot hold this call on a pipe
@@ -450,7 +464,13 @@ def _metrics_lines(metrics: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> li
 def markdown(result: Mapping[str, Any]) -> str:
     lines = [f"# KernelBench tier ({result['tier']})", "",
              f"Library `{result['library']}`, budget {result['budget_steps']} gated candidates, box "
-             f"{result['box_s']:.0f} s per problem. Command: `{result['command']}`.", ""]
+             f"{result['box_s']:.0f} s per problem"
+             + (f", commit {result['commit']}" if result.get("commit") else "")
+             + f". Command: `{result['command']}`.", ""]
+    if result.get("kept_apart"):
+        lines += ["Kept apart (records of another commit, not in these figures): "
+                  + "; ".join(f"{r['op']} ({r.get('commit') or 'no commit'}: {r.get('status')})"
+                              for r in result["kept_apart"]), ""]
     if result["tier"] != "device":
         lines += ["| problem | status | start | optimize | best ok | control | FLOP/B |",
                   "|---|---|---|---|---|---|---|"]
@@ -611,18 +631,25 @@ def _bytes_of(p: Problem) -> tuple[float, float]:
     return float(work.get("bytes_in") or 0.0), float(work.get("bytes_out") or 0.0)
 
 
-def gate_reservation(bytes_in: float, bytes_out: float) -> float:
-    """Device bytes one problem's gate holds when it keeps every input set a gate asks for
-    (`gate.memplan.gate_bytes`: the seeds, the timed, sealed and re-verification sets, the
-    refill pool, each with its held reference, and the calls' working memory). A gate never
-    plans more than that, so problems whose reservations fit the budget together never make
-    one another's gates short, whenever each measures the free memory."""
+def gate_memory(bytes_in: float, bytes_out: float) -> Any:
+    """What one problem's gate holds on the device (`gpuslots.GateMemory`), from the bytes of
+    one input set and of its outputs: at the least (`gate.memplan.least_bytes`: the first
+    seed, the timed set and one crossover with their held references, the rest waiting in host
+    memory, and the calls' working memory) and at the most (`gate.memplan.gate_bytes`: every
+    set a gate asks for). A gate granted anything between plans its sets for what it was
+    granted (`gpuslots.slot_env`), so problems whose grants fit together never make one
+    another's gates short."""
+    import gpuslots
+
     from gate import memplan
     from gate.channel import Job
 
-    return float(memplan.gate_bytes(int(bytes_in), int(bytes_out), seeds=GATE_SEEDS,
-                                    pool=Job.__dataclass_fields__["refill_sets"].default,
-                                    fixed=3, held=True))
+    pool = Job.__dataclass_fields__["refill_sets"].default
+    set_bytes, out_bytes = int(bytes_in), int(bytes_out)
+    return gpuslots.GateMemory(
+        least=float(memplan.least_bytes(set_bytes, out_bytes, pool=pool, fixed=3, held=True)),
+        most=float(memplan.gate_bytes(set_bytes, out_bytes, seeds=GATE_SEEDS, pool=pool, fixed=3,
+                                      held=True)))
 
 
 def _walled_before(tables: Path, problems: Sequence[Problem]) -> set[str]:
@@ -658,92 +685,211 @@ SETS_HELD = 3
 to hold on the GPU (an input set, the eager and the compiled outputs)."""
 
 
-class MemoryBudget:
-    """Problems at once bounded by GPU memory: a running problem holds the bytes its `hold`
-    reserved; one starts when that fits in what the running ones leave of `total` bytes, or
-    when none runs (a problem larger than the budget runs alone: nothing starts beside it,
-    and its gates size their sets to the device's free memory, at most `total`: the run sets
-    `gate.memplan.CAP_ENV`). `total` None: no bound."""
+def run_commit(args: argparse.Namespace) -> str | None:
+    """The commit this run measures: --commit, else $KLINEAGE_COMMIT, else the repository's
+    HEAD where it is a git checkout (a tree copied without its history has none: None)."""
+    import subprocess
 
-    def __init__(self, total: float | None) -> None:
-        import threading
-
-        self.total = total
-        self.used = 0.0
-        self.running = 0
-        self._cond = threading.Condition()
-
-    @contextlib.contextmanager
-    def hold(self, nbytes: float | None) -> Iterator[None]:
-        need = float(nbytes or 0.0) if self.total is not None else 0.0
-        with self._cond:
-            while self.running and self.used + need > (self.total or 0.0) and need:
-                self._cond.wait()
-            self.used += need
-            self.running += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self.used -= need
-                self.running -= 1
-                self._cond.notify_all()
-
-
-@contextlib.contextmanager
-def _gate_memory_cap(gb: float | None) -> Iterator[None]:
-    """With a --gpu-memory budget, the gates started meanwhile plan their sets for at most
-    that many bytes (`gate.memplan.CAP_ENV`: a problem larger than the budget runs alone and
-    takes the budget, not the whole device); the caller's setting is restored after."""
-    from gate import memplan
-
-    before = os.environ.get(memplan.CAP_ENV)
-    if gb:
-        os.environ[memplan.CAP_ENV] = str(int(gb * 1e9))
+    for given in (getattr(args, "commit", None), os.environ.get("KLINEAGE_COMMIT")):
+        if given and given.strip():
+            return given.strip()[:12]
     try:
-        yield
-    finally:
-        if gb:
-            if before is None:
-                os.environ.pop(memplan.CAP_ENV, None)
-            else:
-                os.environ[memplan.CAP_ENV] = before
+        head = subprocess.run(["git", "rev-parse", "--short=7", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head.stdout.strip() or None) if head.returncode == 0 else None
+
+
+def other_commit(rec: Mapping[str, Any], commit: str | None) -> str | None:
+    """The commit `rec` was measured at when that is not `commit` ("unknown" for a record
+    that does not say); None when it is, or when the run's commit is not known."""
+    if not commit:
+        return None
+    at = rec.get("commit")
+    if at and (str(at).startswith(commit) or commit.startswith(str(at))):
+        return None
+    return str(at or "unknown")
+
+
+def _gpu_list(args: argparse.Namespace) -> list[str | None]:
+    """The GPUs the run spreads its problems over (`gpuslots.visible_gpus`); one unpinned
+    slot off the device tier."""
+    import gpuslots
+
+    if args.tier != "device":
+        return [None]
+
+    def detected() -> int:
+        import torch
+
+        return torch.cuda.device_count()
+
+    return list(gpuslots.visible_gpus(args.gpus, detected=detected))
+
+
+def child_argv(p: Problem, args: argparse.Namespace, out: Path, child_out: Path,
+               settle: bool = False) -> list[str]:
+    """The command line of the process that runs one problem (`problem_child`)."""
+    return [sys.executable, str(Path(__file__).resolve()), "--kernelbench", str(args.kernelbench),
+            "--starts", str(args.starts), "--tier", args.tier, "--library", str(args.library),
+            "--budget-steps", str(args.budget_steps), "--box", f"{args.box:.3f}",
+            "--box-asked", f"{args.box_asked:.3f}", "--jobs", str(args.jobs), "--out", str(out),
+            "--problem-child", p.key, "--child-out", str(child_out),
+            *(["--start-only"] if args.start_only else []), *(["--settle"] if settle else [])]
+
+
+def problem_process(p: Problem, args: argparse.Namespace, out: Path, slot: Any,
+                    settle: bool = False, record: Mapping[str, Any] | None = None,
+                    command: Sequence[str] | None = None) -> dict[str, Any]:
+    """One problem's record made by a process of its own (`problem_child`) in `slot`: pinned to
+    the slot's GPU, its gates planning for at most the slot's grant (`gpuslots.slot_env`);
+    with `settle`, the fresh gates `record` waits for. Its log goes to this process's
+    stderr. A process that ends without a record gives one that says how it ended (a rerun
+    with --redo-unfinished runs it again). `command` replaces the child's command (tests)."""
+    import subprocess
+    import tempfile
+
+    import gpuslots
+
+    with tempfile.TemporaryDirectory(prefix="kb-problem-") as tmp:
+        child_out = Path(tmp) / "record.json"
+        if record is not None:
+            _write(child_out, record)
+        cmd = list(command) if command else child_argv(p, args, out, child_out, settle)
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, env=gpuslots.slot_env(slot),
+                              check=False)
+        try:
+            rec = json.loads(child_out.read_text())
+        except (OSError, json.JSONDecodeError):
+            rec = None
+    ended = f"the problem's process ended with code {done.returncode}"
+    if rec is None:
+        return {"op": p.key, "level": p.level, "problem": str(p.problem), "tier": args.tier,
+                "status": "harness error", "start": {"ok": False}, "reason": f"{ended} without a record"}
+    if settle and done.returncode != 0:  # the record as it was: still waiting for its gates
+        rec["settle_error"] = ended
+    return rec
+
+
+def problem_child(args: argparse.Namespace) -> int:
+    """`--problem-child KEY`: run one problem (or, with --settle, the fresh gates of the record
+    at --child-out) in this process and write its record to --child-out."""
+    heldout = _heldout()
+    problems, _ = pair_problems(problem_root(Path(args.kernelbench)), Path(args.starts),
+                                [args.problem_child])
+    target = Path(args.child_out)
+    if not problems:
+        print(f"kernelbench_tier: no problem {args.problem_child}", file=sys.stderr)
+        return 2
+    p = problems[0]
+    args.gates, args.ablation = None, []
+    try:
+        if args.settle:
+            rec = json.loads(target.read_text())
+            heldout.settle(problem_case(p), rec, args)
+            name_cut(rec, args.box_asked)
+        else:
+            rec = run_problem(p, args, Path(args.out))
+    except Exception as exc:  # noqa: BLE001 — the row says why; the run goes on
+        heldout.say(p.key, f"harness error: {type(exc).__name__}: {exc}")
+        if args.settle:
+            return 1
+        rec = {"op": p.key, "level": p.level, "problem": str(p.problem), "tier": args.tier,
+               "status": "harness error", "start": {"ok": False},
+               "reason": " ".join(f"{type(exc).__name__}: {exc}".split())[:300]}
+    _write(target, rec)
+    return 0
+
+
+def run_in_slot(p: Problem, args: argparse.Namespace, out: Path, slot: Any) -> dict[str, Any]:
+    """One problem's record: at the device tier in a process of its own in `slot`
+    (`problem_process`), elsewhere in this process (`run_problem`)."""
+    if args.tier == "device":
+        return problem_process(p, args, out, slot)
+    return run_problem(p, args, out)
+
+
+def settle_all(problems: Sequence[Problem], records: dict[str, dict[str, Any]],
+               args: argparse.Namespace, out: Path, gpus: Sequence[str | None], began: float) -> None:
+    """The fresh gates (each best again, the control) of every record whose search ended,
+    now that no search runs beside them (bench/heldout.py's settle): one problem at a time
+    per GPU; none starts --settle-wall seconds after the run began (its record keeps
+    "searched", and --redo-unfinished gates it)."""
+    import gpuslots
+
+    heldout = _heldout()
+    waiting = [p for p in problems if (records.get(p.slug) or {}).get("status") == "searched"]
+    if not waiting:
+        return
+
+    def one(p: Problem, slot: Any) -> None:
+        rec = records[p.slug]
+        if args.tier == "device":
+            rec = problem_process(p, args, out, slot, settle=True, record=rec)
+        else:
+            heldout.settle(problem_case(p), rec, args)
+            name_cut(rec, args.box_asked)
+        records[p.slug] = rec
+        _write(out / "ops" / f"{p.slug}.json", rec)
+
+    def late() -> bool:
+        return args.settle_wall is not None and time.monotonic() - began > args.settle_wall
+
+    left = gpuslots.schedule(waiting, lambda _: gpuslots.GateMemory(0.0, 0.0),
+                             gpuslots.Admission(gpus, None), one, len(gpus), stop=late)
+    for p in left:
+        heldout.say(p.key, "fresh gates not run: --settle-wall reached (--redo-unfinished runs them)")
 
 
 def baselines_pass(problems: Sequence[Problem], records: dict[str, dict[str, Any]],
-                   args: argparse.Namespace, out: Path, budget: MemoryBudget) -> None:
+                   args: argparse.Namespace, out: Path, gpus: Sequence[str | None],
+                   total: float | None) -> None:
     """Device tier: the baselines of every problem with a record and none measured yet,
-    `--baseline-jobs` child processes at once (`measure_baselines`), each given
-    `--baseline-timeout` seconds and none starting or running past `--baseline-wall` seconds
-    after the pass began, and no more at once than `budget` lets run; a problem the wall leaves
-    unmeasured says so and is measured by a rerun."""
-    from concurrent.futures import ThreadPoolExecutor
+    `--baseline-jobs` child processes at once (`measure_baselines`), each pinned to a GPU
+    of `gpus` with room for what it holds (`SETS_HELD` copies of the problem's bytes, out of
+    `total` per GPU), each given `--baseline-timeout` seconds, none starting or running past
+    `--baseline-wall` seconds after the pass began. A problem the wall leaves unmeasured, or
+    cuts short, says so and is measured by a rerun (a compile the wall cut is no timeout)."""
+    import gpuslots
 
     heldout = _heldout()
     todo = [p for p in problems if (rec := records.get(p.slug)) is not None
-            and rec.get("status") != "refused" and rec.get("tier") == "device"
+            and rec.get("status") not in ("refused", "harness error") and rec.get("tier") == "device"
             and ((rec.get("baselines") or {}).get("skipped") or "baselines" not in rec)]
-    if budget.total is not None:  # as the gates ran: smallest first
-        todo.sort(key=lambda p: float(records[p.slug].get("bytes") or 0.0))
+    todo.sort(key=lambda p: float(records[p.slug].get("bytes") or 0.0))  # smallest first
     began = time.monotonic()
     threads = max(1, (os.cpu_count() or 2) // args.baseline_jobs)
-    heldout.say("kernelbench", f"baselines of {len(todo)} problems, {args.baseline_jobs} at once, "
-                               f"{args.baseline_timeout:.0f} s each, wall {args.baseline_wall:.0f} s")
+    heldout.say("kernelbench", f"baselines of {len(todo)} problems, {args.baseline_jobs} at once on "
+                               f"{len(gpus)} GPU(s), {args.baseline_timeout:.0f} s each, wall "
+                               f"{args.baseline_wall:.0f} s")
 
-    def one(p: Problem) -> None:
+    def need(p: Problem) -> Any:
+        held = SETS_HELD * float(records[p.slug].get("bytes") or 0.0)
+        return gpuslots.GateMemory(held, held)
+
+    def one(p: Problem, slot: Any) -> None:
         rec = records[p.slug]
-        with budget.hold(SETS_HELD * float(rec.get("bytes") or 0.0)):
-            left = args.baseline_wall - (time.monotonic() - began)
-            if left < 5:
-                rec["baselines"] = {"skipped": "not measured: --baseline-wall reached (rerun to measure)"}
-            else:
-                rec["baselines"] = measure_baselines(p.problem, min(args.baseline_timeout, left),
-                                                     compile_model=not args.no_compile, threads=threads)
+        left = args.baseline_wall - (time.monotonic() - began)
+        given = min(args.baseline_timeout, left)
+        measured = measure_baselines(p.problem, given, compile_model=not args.no_compile,
+                                     threads=threads, env=gpuslots.slot_env(slot))
+        if measured.get("timeout_s") is not None and given < args.baseline_timeout:
+            measured = {"skipped": f"not measured: --baseline-wall left it {given:.0f} of "
+                                   f"{args.baseline_timeout:.0f} s (rerun to measure)",
+                        "cut": measured}
+        rec["baselines"] = measured
         heldout.say(p.key, f"baselines: {rec['baselines']}")
         _write(out / "ops" / f"{p.slug}.json", rec)
 
-    with ThreadPoolExecutor(args.baseline_jobs) as pool:
-        list(pool.map(one, todo))
+    def late() -> bool:
+        return args.baseline_wall - (time.monotonic() - began) < min(args.baseline_timeout, 20.0)
+
+    left = gpuslots.schedule(todo, need, gpuslots.Admission(gpus, total), one, args.baseline_jobs,
+                             stop=late)
+    for p in left:
+        records[p.slug]["baselines"] = {"skipped": "not measured: --baseline-wall reached (rerun to measure)"}
+        _write(out / "ops" / f"{p.slug}.json", records[p.slug])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -760,13 +906,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--box", type=float, default=300.0, help="seconds per problem")
     ap.add_argument("--wall", type=float, default=None,
                     help="no problem starts after this many seconds, and none's box runs past it")
+    ap.add_argument("--settle-wall", type=float, default=None,
+                    help="no fresh gate (best again, control) starts after this many seconds")
     ap.add_argument("--only", default="", help="comma-separated problems (level1/NAME or NAME)")
     ap.add_argument("--shard", default=None, metavar="K/N",
                     help="run the K-th of N interleaved parts of the problems (several processes)")
-    ap.add_argument("--jobs", type=int, default=1, help="problems at once")
+    ap.add_argument("--jobs", type=int, default=1, help="problems at once (over every GPU)")
+    ap.add_argument("--gpus", type=int, default=None,
+                    help="device: spread the problems over this many GPUs (default: every visible one)")
     ap.add_argument("--gpu-memory", type=float, default=None, metavar="GB",
-                    help="problems at once bounded by the GPU memory their gates hold "
-                         "(gate_reservation, MemoryBudget); the smallest problems run first")
+                    help="device memory per GPU the problems' gates may hold together "
+                         "(gate_memory, gpuslots.Admission); the smallest problems run first")
+    ap.add_argument("--commit", default=None,
+                    help="the commit measured (default $KLINEAGE_COMMIT, else the checkout's HEAD); "
+                         "records of another commit are kept apart and run again")
+    ap.add_argument("--any-commit", action="store_true",
+                    help="count records of other commits as this run's (each row names its commit)")
     ap.add_argument("--out", default=None, help="records and tables (default bench/results/kernelbench-<tier>)")
     ap.add_argument("--fresh", action="store_true", help="redo problems that have a record")
     ap.add_argument("--redo-unfinished", action="store_true",
@@ -786,19 +941,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="gate the start kernels alone (no optimize run, no control); their records "
                          "stand until --fresh")
     ap.add_argument("--baseline-child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--problem-child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--settle", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--box-asked", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     from kir.errors import BadInputError
 
     if args.baseline_child:
         return baseline_child(Path(args.baseline_child), Path(args.child_out), not args.no_compile)
+    if args.problem_child:
+        args.box_asked = args.box if args.box_asked is None else args.box_asked
+        return problem_child(args)
     if not args.kernelbench:
         print("kernelbench_tier: give --kernelbench DIR or set KERNELBENCH_DIR", file=sys.stderr)
         return 2
     if min(args.budget_steps, args.jobs, args.box, args.baseline_jobs, args.baseline_timeout,
-           args.baseline_wall) <= 0:
-        print("kernelbench_tier: --budget-steps, --jobs, --box and the --baseline-* values must be "
-              "positive", file=sys.stderr)
+           args.baseline_wall, args.gpus or 1) <= 0:
+        print("kernelbench_tier: --budget-steps, --jobs, --box, --gpus and the --baseline-* values "
+              "must be positive", file=sys.stderr)
         return 2
     try:
         shard = _shard(args.shard) if args.shard else (0, 1)
@@ -817,6 +978,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         written = stage(problems, Path(args.stage))
         heldout.say("kernelbench", f"copied {len(written)} problem files into {args.stage}")
         return 0
+    try:
+        gpus = _gpu_list(args)
+    except ValueError as exc:
+        print(f"kernelbench_tier: {exc}", file=sys.stderr)
+        return 2
     out = Path(args.out or ROOT / f"bench/results/kernelbench-{args.tier}")
     if args.library is None:  # heldout's default: the shipped library
         from lineage.shipped import shipped_library_path
@@ -825,58 +991,73 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not Path(args.library).exists() and (ROOT / args.library).exists():
         args.library = str(ROOT / args.library)
     args.gates, args.ablation, args.box_asked = None, [], args.box
+    commit = None if args.any_commit else run_commit(args)
+    measuring = not (args.tables_only or args.baselines_only)
     records: dict[str, dict[str, Any]] = {}
+    apart: dict[str, dict[str, Any]] = {}  # records of another commit: not this run's figures
     todo = []
     for p in problems:
         path = out / "ops" / f"{p.slug}.json"
         if path.is_file() and not args.fresh:
-            records[p.slug] = json.loads(path.read_text())
-            if args.redo_unfinished and not unfinished(records[p.slug]):
-                continue
-        if not (args.tables_only or args.baselines_only) and (p.slug not in records or args.redo_unfinished):
+            rec = json.loads(path.read_text())
+            if other_commit(rec, commit):
+                apart[p.slug] = rec
+            else:
+                records[p.slug] = rec
+                if args.redo_unfinished and not unfinished(rec):
+                    continue
+        if measuring and (p.slug not in records or args.redo_unfinished):
             todo.append(p)
-    heldout.say("kernelbench", f"{len(problems)} problems, {len(records)} with a record, "
-                               f"{len(todo)} to run")
+    heldout.say("kernelbench", f"{len(problems)} problems, {len(records)} with a record"
+                               + (f" at {commit}" if commit else "")
+                               + (f", {len(apart)} measured at another commit (kept apart)" if apart else "")
+                               + f", {len(todo)} to run on {len(gpus)} GPU(s)")
+    import gpuslots
+
     walled: set[str] = set()
-    budget = MemoryBudget(args.gpu_memory * 1e9 if args.gpu_memory else None)
-    sizes: dict[str, float] = {}
-    if args.gpu_memory:
-        sizes = {p.slug: gate_reservation(*_bytes_of(p)) for p in todo}
-        todo.sort(key=lambda p: sizes[p.slug])
+    total = args.gpu_memory * 1e9 if args.gpu_memory else None
+    needs: dict[str, Any] = {}
+    if total is not None:
+        needs = {p.slug: gate_memory(*_bytes_of(p)) for p in todo}
+        todo.sort(key=lambda p: needs[p.slug].least)
     # problems without a search yet (never run, or their start failed) before reruns of a box
     # --wall cut: those rows have results already
     todo.sort(key=lambda p: bool((records.get(p.slug) or {}).get("best")))
     began = time.monotonic()
 
-    def one(p: Problem) -> None:
-        with budget.hold(sizes.get(p.slug)):
-            if args.wall is not None and time.monotonic() - began > args.wall:
-                heldout.say(p.key, "not started: --wall reached (rerun the command to continue)")
-                walled.add(p.slug)
-                return
-            box = args.box if args.wall is None else min(args.box, args.wall - (time.monotonic() - began))
-            rec = run_problem(p, argparse.Namespace(**{**vars(args), "box": max(box, 1.0)}), out)
+    def one(p: Problem, slot: Any) -> None:
+        box = args.box if args.wall is None else min(args.box, args.wall - (time.monotonic() - began))
+        if slot.gpu is not None or slot.grant is not None:
+            heldout.say(p.key, f"on GPU {slot.gpu}" + (f", {slot.grant / 1e9:.1f} GB granted to its gates"
+                                                       if slot.grant is not None else ""))
+        rec = run_in_slot(p, argparse.Namespace(**{**vars(args), "box": max(box, 1.0)}), out, slot)
+        rec.update({"commit": commit, "gpu_slot": slot.gpu,
+                    "granted_gb": None if slot.grant is None else round(slot.grant / 1e9, 1)})
         records[p.slug] = rec
+        apart.pop(p.slug, None)
         _write(out / "ops" / f"{p.slug}.json", rec)
 
-    from concurrent.futures import ThreadPoolExecutor
+    def walled_off() -> bool:
+        return args.wall is not None and time.monotonic() - began > args.wall
 
-    with _gate_memory_cap(args.gpu_memory), ThreadPoolExecutor(args.jobs) as pool:
-        list(pool.map(one, todo))
-        # the fresh gates (each best again, the control), one at a time, now that no search
-        # runs beside them (bench/heldout.py's settle); a record cut before keeps "searched"
-        for p in problems if not (args.tables_only or args.baselines_only) else ():
-            rec = records.get(p.slug)
-            if rec is not None and rec.get("status") == "searched":
-                heldout.settle(problem_case(p), rec, args)
-                name_cut(rec, args.box_asked)
-                _write(out / "ops" / f"{p.slug}.json", rec)
+    zero = gpuslots.GateMemory(0.0, 0.0)
+    for p in gpuslots.schedule(todo, lambda q: needs.get(q.slug, zero), gpuslots.Admission(gpus, total),
+                               one, args.jobs, stop=walled_off):
+        heldout.say(p.key, "not started: --wall reached (rerun the command to continue)")
+        walled.add(p.slug)
+    if measuring:
+        settle_all(problems, records, args, out, gpus, began)
     if args.tier == "device" and not args.no_baselines and not args.tables_only:
-        baselines_pass(problems, records, args, out, budget)
+        baselines_pass(problems, records, args, out, gpus, total)
     walled |= _walled_before(out / "kernelbench.json", problems)
     rows = [with_work(p, records[p.slug]) if p.slug in records else
-            not_started(p, "not started (--wall)" if p.slug in walled else "not run yet") for p in problems]
+            not_started(p, "not started (--wall)" if p.slug in walled else
+                        f"not run at {commit} (a record of {apart[p.slug].get('commit') or 'another commit'} "
+                        f"kept apart)" if p.slug in apart else "not run yet") for p in problems]
     result = build_tables(rows, args)
+    result["commit"] = commit
+    result["kept_apart"] = [{"op": rec.get("op"), "commit": rec.get("commit"), "status": rec.get("status")}
+                            for rec in apart.values()]
     _write(out / "kernelbench.json", result)
     (out / "kernelbench.md").write_text(markdown(result))
     left = len(problems) - len(records)

@@ -484,82 +484,205 @@ def test_tables_count_every_problem_and_the_compute_bound_ones_apart() -> None:
     assert "fast_1 against torch.compile: 0.250 of 4 problems" in text
 
 
-def test_the_memory_budget_holds_back_a_problem_that_does_not_fit() -> None:
-    import threading
-    import time
-
-    budget = TIER.MemoryBudget(10.0)
-    log = []
-
-    def run(name: str, nbytes: float, hold_s: float) -> None:
-        with budget.hold(nbytes):
-            log.append(("in", name))
-            time.sleep(hold_s)
-            log.append(("out", name))
-
-    first = threading.Thread(target=run, args=("big", 8.0, 0.4))
-    first.start()
-    time.sleep(0.1)
-    small = threading.Thread(target=run, args=("small", 2.0, 0.0))  # fits beside it
-    large = threading.Thread(target=run, args=("large", 6.0, 0.0))  # waits for it
-    small.start()
-    small.join(timeout=5)
-    large.start()
-    large.join(timeout=5)
-    first.join(timeout=5)
-    assert log.index(("in", "small")) < log.index(("out", "big")) < log.index(("in", "large"))
-    alone = TIER.MemoryBudget(1.0)
-    with alone.hold(100.0):  # larger than the budget: runs, alone
-        assert alone.running == 1
+def _slots():
+    spec = importlib.util.spec_from_file_location("gpuslots", REPO / "bench" / "gpuslots.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpuslots", module)
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_the_admission_reserves_what_a_gate_plans_so_gates_started_at_once_all_fit() -> None:
-    """Made-up problems on a made-up 100 GB budget: whatever order the gates measure the free
-    memory in (each sees the budget less the sets of the gates that drew theirs already),
-    every admitted gate keeps every set it asks for, and their sets fit the budget together."""
+SLOTS = _slots()
+GB = 1e9
+
+
+def test_a_gate_granted_less_than_it_asks_keeps_fewer_sets_and_the_grants_fit_together() -> None:
+    """Made-up problems on two made-up 135 GB GPUs, placed smallest first: the largest ones
+    (16 GB of inputs and outputs a set) run two to a GPU where their least fits, each gate
+    plans for its grant whatever order they measure the free memory in, its resident sets
+    and working memory fit in the grant, and the grants of one GPU fit its pool."""
     from gate import memplan
 
-    budget = 100e9
-    sizes = [(int(a), int(b)) for a, b in ((1e8, 1e8), (4e8, 4e6), (1e9, 1e9), (2e9, 5e8), (3e8, 3e9))]
-    reserve = [TIER.gate_reservation(a, b) for a, b in sizes]
-    assert all(r > 9 * (a + b) for r, (a, b) in zip(reserve, sizes))  # every set, held references
-    admitted, used = [], 0.0
-    for r, size in sorted(zip(reserve, sizes)):
-        if used + r <= budget:
-            admitted.append(size)
-            used += r
-    assert len(admitted) >= 4
-    for order in (admitted, admitted[::-1]):  # who measures first does not matter
-        held = 0
-        for set_bytes, out_bytes in order:
-            plan = memplan.plan_sets(int(budget) - held, set_bytes, out_bytes, seeds=TIER.GATE_SEEDS,
-                                     pool=4, fixed=3, held=True)
-            assert not plan.reduced, plan.reason
-            held += memplan.gate_bytes(set_bytes, out_bytes, seeds=plan.seeds, pool=plan.pool,
-                                       fixed=3)
-        assert held <= budget
-    big = TIER.gate_reservation(8e9, 8e9)  # larger than the budget: it is admitted alone
-    assert big > budget
-    one = TIER.MemoryBudget(budget)
-    with one.hold(reserve[0]):
-        blocked = threading_start(one, big)
-        assert blocked.is_alive()  # waits for the device to itself
-    blocked.join(timeout=5)
-    assert not blocked.is_alive()
+    total = 135 * GB
+    sizes = [(1e8, 1e8), (3e8, 3e7), (1.3e9, 5e8), (8.6e9, 0), (8.6e9, 0), (4.3e9, 4.3e9),
+             (7.5e9, 7.5e9), (8.6e9, 8.6e9)]
+    needs = [TIER.gate_memory(a, b) for a, b in sizes]
+    assert all(n.least < n.most for n in needs)
+    assert needs[-1].most > total > needs[-1].least  # it would not fit at every set it asks for
+    admission = SLOTS.Admission(["0", "1"], total)
+    placed = []
+    order = sorted(range(len(sizes)), key=lambda i: needs[i].least)
+    for k, i in enumerate(order):
+        after = needs[order[k + 1]] if k + 1 < len(order) else None
+        slot = admission.place(needs[i], after)
+        if slot is None:
+            break
+        assert needs[i].least <= slot.grant <= needs[i].most
+        placed.append((i, slot))
+    assert len(placed) >= 6  # the 8.6 GB-input problems share the GPUs instead of taking turns
+    for gpu in ("0", "1"):
+        mine = [(i, s) for i, s in placed if s.gpu == gpu]
+        assert sum(s.grant for _, s in mine) <= total
+        for order_seen in (mine, mine[::-1]):
+            allocated = 0
+            for i, slot in order_seen:
+                set_bytes, out_bytes = (int(x) for x in sizes[i])
+                free = min(int(total) - allocated, int(slot.grant))
+                plan = memplan.plan_sets(free, set_bytes, out_bytes, seeds=TIER.GATE_SEEDS, pool=4,
+                                         fixed=3, held=True)
+                resident = (plan.sets - plan.parked) * (set_bytes + out_bytes)
+                held = resident + memplan.working_bytes(set_bytes, out_bytes)
+                assert held <= slot.grant  # fewer sets (parked ones) instead of out of memory
+                allocated += held
+            assert allocated <= total
+    # what does not fit waits; a release makes room; a problem larger than a GPU runs alone
+    waiting = next(i for i in order if i not in {j for j, _ in placed}) if len(placed) < len(sizes) else None
+    if waiting is not None:
+        assert admission.place(needs[waiting]) is None
+    for _, slot in placed:
+        admission.release(slot)
+    assert admission.used == [0.0, 0.0] and admission.running == [0, 0]
+    huge = SLOTS.GateMemory(200 * GB, 300 * GB)
+    alone = admission.place(huge)
+    assert alone is not None and alone.grant == total
+    other = admission.place(huge)
+    assert other is not None and other.gpu != alone.gpu  # the other GPU is idle
+    assert admission.place(SLOTS.GateMemory(GB, GB)) is None  # nothing beside them
 
 
-def threading_start(budget, nbytes: float):
+def test_a_grant_leaves_the_next_problems_least_where_it_fits_beside() -> None:
+    need = SLOTS.GateMemory(60 * GB, 110 * GB)
+    assert SLOTS.grant(need, 135 * GB, None) == 110 * GB
+    assert SLOTS.grant(need, 135 * GB, need) == 75 * GB  # room for the next one's 60
+    assert SLOTS.grant(need, 100 * GB, need) == 100 * GB  # the next one would not fit anyway
+    assert SLOTS.grant(SLOTS.GateMemory(5 * GB, 6 * GB), 135 * GB, need) == 6 * GB
+    unbounded = SLOTS.Admission(["0", "1"], None)
+    first, second = unbounded.place(need), unbounded.place(need)
+    assert first.grant is None and {first.gpu, second.gpu} == {"0", "1"}
+
+
+def test_the_schedule_runs_in_order_within_jobs_and_room_and_stops_starting_at_the_wall() -> None:
     import threading
     import time
 
-    def hold() -> None:
-        with budget.hold(nbytes):
-            pass
+    admission = SLOTS.Admission(["0"], 10.0)
+    log, lock, live, most = [], threading.Lock(), [0], [0]
 
-    t = threading.Thread(target=hold)
-    t.start()
-    time.sleep(0.2)
-    return t
+    def run(item, slot) -> None:
+        with lock:
+            live[0] += 1
+            most[0] = max(most[0], live[0])
+            log.append(("in", item[0], slot.grant))
+        time.sleep(item[2])
+        with lock:
+            live[0] -= 1
+            log.append(("out", item[0]))
+
+    items = [("a", 3.0, 0.3), ("b", 3.0, 0.3), ("c", 6.0, 0.0), ("d", 1.0, 0.0)]
+    left = SLOTS.schedule(items, lambda it: SLOTS.GateMemory(it[1], it[1]), admission, run, jobs=3)
+    assert left == [] and most[0] == 2  # a and b together; c waits for room, d behind c
+    assert [e[1] for e in log if e[0] == "in"] == ["a", "b", "c", "d"]
+    assert log.index(("in", "c", 6.0)) > log.index(("out", "a"))
+    started = []
+    stop = SLOTS.schedule(items, lambda it: SLOTS.GateMemory(it[1], it[1]), admission,
+                          lambda it, slot: started.append(it[0]), jobs=1,
+                          stop=lambda: len(started) >= 2)
+    assert started == ["a", "b"] and [it[0] for it in stop] == ["c", "d"]
+
+
+def test_a_problems_process_is_pinned_to_its_gpu_and_plans_for_its_grant(tmp_path: Path, monkeypatch) -> None:
+    """The device tier runs each problem in a process of its own: CUDA_VISIBLE_DEVICES names
+    its GPU, the gates' memory cap is its grant, and a run's one GPU lock path becomes one per
+    GPU; a process that ends without a record gives a row that says so."""
+    from gate import memplan
+
+    assert SLOTS.CAP_ENV == memplan.CAP_ENV
+    monkeypatch.setenv("KLINEAGE_GPU_LOCK", str(tmp_path / "lock"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    assert SLOTS.visible_gpus(None) == ["4", "5"] and SLOTS.visible_gpus(1) == ["4"]
+    with pytest.raises(ValueError):
+        SLOTS.visible_gpus(3)
+    assert SLOTS.visible_gpus(2, environ={}) == ["0", "1"]
+    assert SLOTS.visible_gpus(None, environ={}, detected=lambda: 3) == ["0", "1", "2"]
+    p = TIER.Problem("level1", tmp_path / "7_x.py", tmp_path / "start.py")
+    args = argparse.Namespace(tier="device")
+    script = ("import json, os, sys; out = sys.argv[sys.argv.index('--child-out') + 1]; "
+              "json.dump({'op': 'level1/7_x', 'status': 'done', 'env': {k: os.environ.get(k) for k in "
+              "('CUDA_VISIBLE_DEVICES', 'KLINEAGE_GATE_MEMORY', 'KLINEAGE_GPU_LOCK')}}, open(out, 'w'))")
+    slot = SLOTS.Slot("5", 1, 42e9)
+    captured = {}
+
+    def fake_argv(p, args, out, child_out, settle=False):
+        captured["settle"] = settle
+        return [sys.executable, "-c", script, "--child-out", str(child_out)]
+
+    monkeypatch.setattr(TIER, "child_argv", fake_argv)
+    rec = TIER.problem_process(p, args, tmp_path, slot)
+    assert rec["env"] == {"CUDA_VISIBLE_DEVICES": "5", "KLINEAGE_GATE_MEMORY": str(int(42e9)),
+                          "KLINEAGE_GPU_LOCK": f"{tmp_path / 'lock'}.gpu5"}
+    died = TIER.problem_process(p, args, tmp_path, slot, command=[sys.executable, "-c", "raise SystemExit(3)"])
+    assert died["status"] == "harness error" and "code 3 without a record" in died["reason"]
+    assert TIER.unfinished(died)
+    waiting = {"op": "level1/7_x", "status": "searched"}
+    kept = TIER.problem_process(p, args, tmp_path, slot, settle=True, record=waiting,
+                                command=[sys.executable, "-c", "raise SystemExit(1)"])
+    assert kept["status"] == "searched" and "code 1" in kept["settle_error"]
+
+
+def test_a_baseline_the_wall_cut_short_is_measured_again_not_a_compile_timeout(tmp_path: Path, monkeypatch) -> None:
+    kb, starts = _checkout(tmp_path)
+    problems, _ = TIER.pair_problems(kb / "KernelBench", starts)
+    p = problems[0]
+    records = {p.slug: {"op": p.key, "status": "done", "tier": "device", "bytes": 1e6}}
+    given = []
+
+    def fake(path, timeout, **kw):
+        given.append((timeout, kw["env"].get("CUDA_VISIBLE_DEVICES")))
+        return {"stage": "compile", "timeout_s": timeout, "compile_status": "timeout"}
+
+    monkeypatch.setattr(TIER, "measure_baselines", fake)
+    args = argparse.Namespace(baseline_jobs=1, baseline_timeout=100.0, baseline_wall=30.0,
+                              no_compile=False)
+    TIER.baselines_pass(problems, records, args, tmp_path, ["3"], None)
+    base = records[p.slug]["baselines"]
+    assert given[0][0] <= 30.0 and given[0][1] == "3"
+    assert "skipped" in base and "compile_status" not in base  # a rerun measures it
+    records[p.slug]["baselines"] = None
+    records[p.slug].pop("baselines")
+    args.baseline_wall = 500.0
+    TIER.baselines_pass(problems, records, args, tmp_path, ["3"], None)
+    assert records[p.slug]["baselines"]["compile_status"] == "timeout"  # its own 100 s: a timeout
+
+
+def test_records_of_another_commit_are_kept_apart_and_run_again(tmp_path: Path, monkeypatch) -> None:
+    kb, starts = _checkout(tmp_path)
+    out = tmp_path / "run"
+    TIER._write(out / "ops" / "level1__7_Relu_scale.json",
+                {"op": "level1/7_Relu_scale", "status": "done", "tier": "interpret", "commit": "aaaaaaa",
+                 "start": {"ok": True}})
+    TIER._write(out / "ops" / "level1__8_Huge.json",
+                {"op": "level1/8_Huge", "status": "done", "tier": "interpret", "commit": "bbbbbbb",
+                 "start": {"ok": True}})
+    argv = ["--kernelbench", str(kb), "--starts", str(starts), "--tier", "interpret", "--out", str(out)]
+    assert TIER.main([*argv, "--tables-only", "--commit", "bbbbbbb"]) == 0
+    result = json.loads((out / "kernelbench.json").read_text())
+    rows = {r["op"]: r for r in result["rows"]}
+    assert result["commit"] == "bbbbbbb"
+    assert rows["level1/7_Relu_scale"]["status"].startswith("not run at bbbbbbb")
+    assert rows["level1/8_Huge"]["status"] == "done"
+    assert result["kept_apart"] == [{"op": "level1/7_Relu_scale", "commit": "aaaaaaa", "status": "done"}]
+    assert "Kept apart" in (out / "kernelbench.md").read_text()
+    ran = []
+
+    def fake_run(p, args, where):
+        ran.append(p.key)
+        return {"op": p.key, "status": "done", "tier": "interpret", "start": {"ok": True}}
+
+    monkeypatch.setattr(TIER, "run_problem", fake_run)
+    assert TIER.main([*argv, "--commit", "bbbbbbb"]) == 0
+    assert ran == ["level1/7_Relu_scale"]  # measured again at this commit, the other stands
+    assert json.loads((out / "ops" / "level1__7_Relu_scale.json").read_text())["commit"] == "bbbbbbb"
+    assert json.loads((out / "kernelbench.json").read_text())["kept_apart"] == []
 
 
 def test_redo_unfinished_runs_again_only_what_did_not_finish(tmp_path: Path, monkeypatch) -> None:
@@ -575,6 +698,7 @@ def test_redo_unfinished_runs_again_only_what_did_not_finish(tmp_path: Path, mon
               "level1__9_Third": "done, box cut by --wall (40 of 100 s)"}
     for slug, status in before.items():
         TIER._write(out / "ops" / f"{slug}.json", {"op": slug, "status": status, "tier": "interpret",
+                                                   "commit": "c0ffee0",
                                                    **({"best": {"ok": True}} if "cut" in status else {})})
     ran = []
 
@@ -583,7 +707,8 @@ def test_redo_unfinished_runs_again_only_what_did_not_finish(tmp_path: Path, mon
         return {"op": p.key, "status": "done", "tier": "interpret", "start": {"ok": True}}
 
     monkeypatch.setattr(TIER, "run_problem", fake_run)
-    argv = ["--kernelbench", str(kb), "--starts", str(starts), "--tier", "interpret", "--out", str(out)]
+    argv = ["--kernelbench", str(kb), "--starts", str(starts), "--tier", "interpret", "--out", str(out),
+            "--commit", "c0ffee0"]
     assert TIER.main([*argv, "--redo-unfinished"]) == 0
     assert sorted(ran[:2]) == ["level1/10_Fourth", "level1/8_Huge"]  # no search yet: first
     assert ran[2:] == ["level1/9_Third"]

@@ -1,0 +1,155 @@
+"""Benchmark jobs placed on the GPUs of one machine by the device memory their gates hold.
+
+Each GPU is one pool of `total` bytes. A job states what its gates hold on the device
+(`GateMemory`): `least`, the most a gate needs when it keeps the fewest input sets it ever
+keeps (`gate.memplan.least_bytes`: the rest wait in host memory), and `most`, when it keeps
+every set it asks for (`gate.memplan.gate_bytes`). `Admission.place` puts the job at the head
+of the queue on the GPU with the most room where its `least` fits and grants it bytes between
+the two: as much as it can use, less the `least` of the job next in line when that one would
+fit beside it. The job's processes then plan for at most the grant (`gate.memplan.CAP_ENV`)
+and run on that GPU alone (`CUDA_VISIBLE_DEVICES`): a gate given less than it asks for keeps
+fewer sets instead of running out of memory, and jobs whose grants fit together never make
+one another short. A job larger than a whole GPU runs there alone, granted all of it.
+
+`schedule` runs a queue in order (the head waits for room; nothing overtakes it), `jobs` at
+once at most, and stops starting jobs once its `stop()` says so. Pure bookkeeping: tested on
+the CPU with made-up sizes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+CAP_ENV = "KLINEAGE_GATE_MEMORY"
+"""`gate.memplan.CAP_ENV` (named here so the placement needs no gate import)."""
+LOCK_ENV = "KLINEAGE_GPU_LOCK"
+"""`gate.gpulock`'s lock path: where a run sets one path, each GPU gets its own beside it."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GateMemory:
+    """A job's device bytes: the least its gates run with, and the most they would keep."""
+
+    least: float
+    most: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Slot:
+    """Where a job runs: `gpu` (a `CUDA_VISIBLE_DEVICES` entry; None: not pinned), the pool's
+    index, and the bytes granted (None: no bound)."""
+
+    gpu: str | None
+    index: int
+    grant: float | None
+
+
+class Admission:
+    """One pool of `total` bytes per GPU of `gpus` (None: no memory bound; jobs then go to the
+    GPU running the fewest)."""
+
+    def __init__(self, gpus: Sequence[str | None], total: float | None) -> None:
+        if not gpus:
+            raise ValueError("no GPU to place jobs on")
+        self.gpus = list(gpus)
+        self.total = total
+        self.used = [0.0] * len(gpus)
+        self.running = [0] * len(gpus)
+
+    def place(self, need: GateMemory, after: GateMemory | None = None) -> Slot | None:
+        """The slot of a job needing `need` (`after`: the job next in line), or None when no
+        GPU has room for it now."""
+        if self.total is None:
+            i = min(range(len(self.gpus)), key=lambda k: self.running[k])
+            return self._take(i, None)
+        rooms = [self.total - u for u in self.used]
+        fits = [i for i in range(len(self.gpus)) if need.least <= rooms[i]]
+        if not fits:  # larger than what any GPU has left: alone on an idle one, granted it all
+            idle = [i for i in range(len(self.gpus)) if self.running[i] == 0]
+            return self._take(idle[0], self.total) if idle and need.least > self.total else None
+        i = max(fits, key=lambda k: rooms[k])
+        return self._take(i, grant(need, rooms[i], after))
+
+    def _take(self, i: int, granted: float | None) -> Slot:
+        self.used[i] += granted or 0.0
+        self.running[i] += 1
+        return Slot(self.gpus[i], i, granted)
+
+    def release(self, slot: Slot) -> None:
+        self.used[slot.index] -= slot.grant or 0.0
+        self.running[slot.index] -= 1
+
+
+def grant(need: GateMemory, room: float, after: GateMemory | None = None) -> float:
+    """Bytes granted to a job needing `need` where `room` is free (`need.least` <= `room`):
+    what it can use up to `need.most`, leaving the next job's `least` where that fits beside
+    it, never less than its own `least`."""
+    spare = room - need.least
+    keep = after.least if after is not None and after.least <= spare else 0.0
+    return max(need.least, min(need.most, room - keep))
+
+
+def visible_gpus(count: int | None, environ: Mapping[str, str] | None = None,
+                 detected: Callable[[], int] | None = None) -> list[str]:
+    """The GPUs to spread jobs over: the first `count` entries of `CUDA_VISIBLE_DEVICES` where
+    set, else indices 0..count-1; without `count`, every visible one (`detected()`: the
+    device count, e.g. `torch.cuda.device_count`; at least one)."""
+    env = os.environ if environ is None else environ
+    listed = [g.strip() for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    if count is None:
+        count = len(listed) if listed else max(1, detected() if detected else 1)
+    if listed and count > len(listed):
+        raise ValueError(f"--gpus {count}: CUDA_VISIBLE_DEVICES names {len(listed)}")
+    return listed[:count] if listed else [str(i) for i in range(count)]
+
+
+def slot_env(slot: Slot, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a job's process in `slot`: pinned to its GPU, its gates planning for
+    at most its grant, and, where the run names one GPU lock path, that GPU's own lock."""
+    env = dict(os.environ if environ is None else environ)
+    if slot.gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = slot.gpu
+        lock = env.get(LOCK_ENV, "").strip()
+        if lock and lock.lower() != "off":
+            env[LOCK_ENV] = f"{lock}.gpu{slot.gpu}"
+    if slot.grant is not None:
+        env[CAP_ENV] = str(int(slot.grant))
+    else:
+        env.pop(CAP_ENV, None)
+    return env
+
+
+def schedule(queue: Sequence[Any], need: Callable[[Any], GateMemory], admission: Admission,
+             run: Callable[[Any, Slot], None], jobs: int,
+             stop: Callable[[], bool] = lambda: False) -> list[Any]:
+    """Run `run(item, slot)` for the items of `queue` in order, each once `admission` places it
+    and fewer than `jobs` run; none starts once `stop()` is true. The items left unstarted
+    (in order). An exception of `run` propagates after the running ones end."""
+    pending = list(queue)
+    running: dict[Future[None], Slot] = {}
+    errors: list[BaseException] = []
+    jobs = max(1, jobs)
+    with ThreadPoolExecutor(jobs) as pool:
+        while pending or running:
+            while pending and len(running) < jobs and not stop():
+                slot = admission.place(need(pending[0]), need(pending[1]) if len(pending) > 1 else None)
+                if slot is None:  # an idle machine places any job: something runs and will end
+                    break
+                running[pool.submit(run, pending.pop(0), slot)] = slot
+            if not running:
+                break
+            done, _ = wait(list(running), timeout=5.0, return_when=FIRST_COMPLETED)
+            for future in done:
+                admission.release(running.pop(future))
+                if future.exception() is not None:
+                    errors.append(future.exception())
+    if errors:
+        raise errors[0]
+    return pending
+
+
+__all__ = ["Admission", "CAP_ENV", "GateMemory", "Slot", "grant", "schedule", "slot_env",
+           "visible_gpus"]
