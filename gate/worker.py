@@ -1297,6 +1297,10 @@ class _Runner:
                 self.chan.reject(FailureKind(seal.breach[0]), "anti_cheat", f"{what}: {seal.breach[1]}")
             if res["exc"] is not None and classify(res["exc"]) is FailureKind.TAMPERING:
                 self.check_tamper("anti_cheat")
+            if res["exc"] is not None and classify(res["exc"]) is FailureKind.OUT_OF_MEMORY:
+                # the device ran out beside the call: no sign of host code reading inputs
+                self.chan.reject(FailureKind.OUT_OF_MEMORY, "anti_cheat",
+                                 f"run raised on {what}: {describe(res['exc'])}")
             if res["exc"] is not None:
                 self.chan.reject(FailureKind.HOST_COMPUTE, "anti_cheat",
                                  f"run raised on {what} when its inputs are visible only to its "

@@ -124,3 +124,23 @@ def test_host_copies_of_the_inputs_are_replayed_at_each_launch(source: str) -> N
     assert [r.phase for r in results].count("sealed") == 1
     assert all(r.rel_err < 1e-6 for r in results if r.phase == "sealed")
     assert "sealed" in dict(verdict.phases)
+
+
+# Runs out of device memory on the sealed call only (found by host code: the NaN it sees there).
+_OOM_ON_SEALED = _HEAD + '''
+import math
+
+
+def run(a, x, y):
+    if math.isnan(float(x.numpy()[0])):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+    out = torch.empty_like(x)
+    axpy_kernel[(triton.cdiv(x.numel(), 256),)](a, x, y, out, x.numel(), BLOCK=256)
+    return out
+'''
+
+
+def test_running_out_of_device_memory_on_the_sealed_call_is_out_of_memory_not_host_compute() -> None:
+    verdict = _gate(_OOM_ON_SEALED)
+    assert verdict.failure_kind is FailureKind.OUT_OF_MEMORY, (verdict.failure_kind, verdict.reason)
+    assert verdict.stage == "anti_cheat" and "sealed inputs" in verdict.reason
