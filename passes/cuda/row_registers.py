@@ -108,6 +108,17 @@ def _replaced(data: bytes, lo: int, hi: int, edits: list[tuple[int, int, str]]) 
     return out.decode("utf-8")
 
 
+def _lines(lines: list[tuple[int, str]], ind: str) -> str:
+    """Statements at their depths (two spaces each) under indentation `ind`, the first line
+    unindented (it continues the line the replaced text started on); a statement spanning
+    lines keeps its own relative indentation. `#pragma` lines sit one level out."""
+    out = []
+    for depth, line in lines:
+        pad = ind + "  " * depth
+        out.append(pad + line.replace("\n", "\n" + "  " * depth))
+    return "\n".join(out)[len(ind):]
+
+
 def registers_text(ir: KernelIR, plan: RowPasses, vectors: int) -> str:
     """The text replacing the passes' span: the row loaded into registers once, and each pass
     on the registers or as written (see the module)."""
@@ -152,51 +163,37 @@ def registers_text(ir: KernelIR, plan: RowPasses, vectors: int) -> str:
         bs, be = _body_span(ir, (ls, le))
         scalar_body = _replaced(data, bs, be, reads)
         lane_decl = f"const {vtype} {var} = kl_c * {lanes} + kl_l;"
-        scalar = (f"#pragma unroll\n"
-                  f"{ind}      for (int kl_l = 0; kl_l < {lanes}; ++kl_l) {{\n"
-                  f"{ind}        {lane_decl}\n"
-                  f"{ind}        if ({var} < ({plan.bound})) {scalar_body}\n"
-                  f"{ind}      }}")
         pv = others[k]
-        whole = f"(kl_c + 1) * {lanes} <= ({plan.bound})"
+        lines = [(0, f"if ({fits}) {{"), (0, "#pragma unroll"),
+                 (1, f"for (int kl_k = 0; kl_k < {vectors}; ++kl_k) {{"), (2, chunk)]
+        depth = 2
         if pv.pointers:
             names = {p: f"kl_v{i}" for i, p in enumerate(sorted(pv.pointers))}
             vec_edits = list(reads)
             for s, e, p, written in pv.spans:
                 t = pv.pointers[p][1] if written else f"const {pv.pointers[p][1]}"
                 vec_edits.append((s, e, f"reinterpret_cast<{t}*>(&{names[p]})[kl_l]"))
-            vec_body = _replaced(data, bs, be, vec_edits)
             at = lambda p, j: f"&{p}[{pv.pointers[p][0]} + {j}]"  # noqa: E731
             aligned = " | ".join(f"reinterpret_cast<unsigned long long>({at(p, 0)})"
                                  for p in sorted(pv.pointers))
-            loads = "".join(f"{ind}        const uint4 {names[p]} = *reinterpret_cast<const uint4*>"
-                            f"({at(p, f'kl_c * {lanes}')});\n"
-                            for p in sorted(pv.pointers) if not pv.pointers[p][2])
-            outs = "".join(f"{ind}        uint4 {names[p]};\n"
-                           for p in sorted(pv.pointers) if pv.pointers[p][2])
-            stores = "".join(f"{ind}        *reinterpret_cast<uint4*>({at(p, f'kl_c * {lanes}')}) = {names[p]};\n"
-                             for p in sorted(pv.pointers) if pv.pointers[p][2])
-            inner = (f"if ({whole} && (({aligned}) & 15ull) == 0) {{  // its other pointers 16 bytes at a time\n"
-                     f"{loads}{outs}"
-                     f"{ind}#pragma unroll\n"
-                     f"{ind}        for (int kl_l = 0; kl_l < {lanes}; ++kl_l) {{\n"
-                     f"{ind}          {lane_decl}\n"
-                     f"{ind}          {vec_body}\n"
-                     f"{ind}        }}\n{stores}"
-                     f"{ind}      }} else {{\n"
-                     f"{ind}      {scalar.replace(chr(10), chr(10) + '  ')}\n"
-                     f"{ind}      }}")
-        else:
-            inner = scalar
-        pieces.append(f"if ({fits}) {{\n"
-                      f"{ind}#pragma unroll\n"
-                      f"{ind}  for (int kl_k = 0; kl_k < {vectors}; ++kl_k) {{\n"
-                      f"{ind}    {chunk}\n"
-                      f"{ind}    {inner}\n"
-                      f"{ind}  }}\n"
-                      f"{ind}}} else {{\n"
-                      f"{ind}  {original.replace(chr(10), chr(10) + '  ')}\n"
-                      f"{ind}}}")
+            lines.append((2, f"if ((kl_c + 1) * {lanes} <= ({plan.bound}) && (({aligned}) & 15ull) == 0) {{"
+                             "  // its other pointers 16 bytes at a time"))
+            lines += [(3, f"const uint4 {names[p]} = *reinterpret_cast<const uint4*>({at(p, f'kl_c * {lanes}')});")
+                      for p in sorted(pv.pointers) if not pv.pointers[p][2]]
+            lines += [(3, f"uint4 {names[p]};") for p in sorted(pv.pointers) if pv.pointers[p][2]]
+            lines += [(2, "#pragma unroll"), (3, f"for (int kl_l = 0; kl_l < {lanes}; ++kl_l) {{"),
+                      (4, lane_decl), (4, _replaced(data, bs, be, vec_edits)), (3, "}")]
+            lines += [(3, f"*reinterpret_cast<uint4*>({at(p, f'kl_c * {lanes}')}) = {names[p]};")
+                      for p in sorted(pv.pointers) if pv.pointers[p][2]]
+            lines.append((2, "} else {"))
+            depth = 3
+        lines += [(depth - 1, "#pragma unroll"), (depth, f"for (int kl_l = 0; kl_l < {lanes}; ++kl_l) {{"),
+                  (depth + 1, lane_decl), (depth + 1, f"if ({var} < ({plan.bound})) {scalar_body}"),
+                  (depth, "}")]
+        if pv.pointers:
+            lines.append((2, "}"))
+        lines += [(1, "}"), (0, "} else {"), (1, original), (0, "}")]
+        pieces.append(_lines(lines, ind))
     pieces.append(data[cursor:plan.span[1]].decode("utf-8"))
     return "".join(pieces)
 
