@@ -4,15 +4,16 @@ Each GPU is one pool of `total` bytes. A job states what its gates hold on the d
 (`GateMemory`): `least`, the most a gate needs when it keeps the fewest input sets it ever
 keeps (`gate.memplan.least_bytes`: the rest wait in host memory), and `most`, when it keeps
 every set it asks for (`gate.memplan.gate_bytes`). `Admission.place` puts the job at the head
-of the queue on the GPU with the most room where its `least` fits and grants it bytes between
-the two: as much as it can use, less the `least` of the job next in line when that one would
-fit beside it. The job's processes then plan for at most the grant (`gate.memplan.CAP_ENV`)
+of the queue on the GPU with the most room where its `least` fits and grants it its `most`
+where the `least` of the job next in line still fits beside it, else its `least`. The job's processes then plan for at most the grant (`gate.memplan.CAP_ENV`)
 and run on that GPU alone (`CUDA_VISIBLE_DEVICES`): a gate given less than it asks for keeps
 fewer sets instead of running out of memory, and jobs whose grants fit together never make
 one another short. A job larger than a whole GPU runs there alone, granted all of it.
 
-`schedule` runs a queue in order (the head waits for room; nothing overtakes it), `jobs` at
-once at most, and stops starting jobs once its `stop()` says so. Pure bookkeeping: tested on
+`schedule` runs a queue in order, `jobs` at once at most: the first job that fits starts, so
+a job waiting for room lets later, smaller ones start meanwhile (a queue of the largest first
+runs them side by side and fills the room around them with the small ones). It stops starting
+jobs once its `stop()` says so. Pure bookkeeping: tested on
 the CPU with made-up sizes.
 """
 from __future__ import annotations
@@ -84,12 +85,11 @@ class Admission:
 
 
 def grant(need: GateMemory, room: float, after: GateMemory | None = None) -> float:
-    """Bytes granted to a job needing `need` where `room` is free (`need.least` <= `room`):
-    what it can use up to `need.most`, leaving the next job's `least` where that fits beside
-    it, never less than its own `least`."""
-    spare = room - need.least
-    keep = after.least if after is not None and after.least <= spare else 0.0
-    return max(need.least, min(need.most, room - keep))
+    """Bytes granted to a job needing `need` where `room` is free (`need.least` <= `room`): its
+    `most` where that leaves the next job's `least` free beside it, else its `least` (a grant
+    in between would keep the next job from a GPU it will fit on once another job ends)."""
+    keep = after.least if after is not None else 0.0
+    return need.most if need.most + keep <= room else need.least
 
 
 def visible_gpus(count: int | None, environ: Mapping[str, str] | None = None,
@@ -125,8 +125,8 @@ def slot_env(slot: Slot, environ: Mapping[str, str] | None = None) -> dict[str, 
 def schedule(queue: Sequence[Any], need: Callable[[Any], GateMemory], admission: Admission,
              run: Callable[[Any, Slot], None], jobs: int,
              stop: Callable[[], bool] = lambda: False) -> list[Any]:
-    """Run `run(item, slot)` for the items of `queue` in order, each once `admission` places it
-    and fewer than `jobs` run; none starts once `stop()` is true. The items left unstarted
+    """Run `run(item, slot)` for the items of `queue`, each once `admission` places it and fewer
+    than `jobs` run, the first in order that fits first; none starts once `stop()` is true. The items left unstarted
     (in order). An exception of `run` propagates after the running ones end."""
     pending = list(queue)
     running: dict[Future[None], Slot] = {}
@@ -135,10 +135,11 @@ def schedule(queue: Sequence[Any], need: Callable[[Any], GateMemory], admission:
     with ThreadPoolExecutor(jobs) as pool:
         while pending or running:
             while pending and len(running) < jobs and not stop():
-                slot = admission.place(need(pending[0]), need(pending[1]) if len(pending) > 1 else None)
-                if slot is None:  # an idle machine places any job: something runs and will end
+                placed = _first_placed(pending, need, admission)
+                if placed is None:  # an idle machine places any job: something runs and will end
                     break
-                running[pool.submit(run, pending.pop(0), slot)] = slot
+                i, slot = placed
+                running[pool.submit(run, pending.pop(i), slot)] = slot
             if not running:
                 break
             done, _ = wait(list(running), timeout=5.0, return_when=FIRST_COMPLETED)
@@ -149,6 +150,17 @@ def schedule(queue: Sequence[Any], need: Callable[[Any], GateMemory], admission:
     if errors:
         raise errors[0]
     return pending
+
+
+def _first_placed(pending: Sequence[Any], need: Callable[[Any], GateMemory],
+                  admission: Admission) -> tuple[int, Slot] | None:
+    """(index, slot) of the first pending job `admission` places now (the job after it is
+    the next in line), or None."""
+    for i, item in enumerate(pending):
+        slot = admission.place(need(item), need(pending[i + 1]) if i + 1 < len(pending) else None)
+        if slot is not None:
+            return i, slot
+    return None
 
 
 __all__ = ["Admission", "CAP_ENV", "GateMemory", "Slot", "grant", "schedule", "slot_env",

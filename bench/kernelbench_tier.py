@@ -37,8 +37,9 @@ in one worker) times eager over compile (both timed in the child).
 At the device tier each problem runs in a process of its own (`problem_process`), pinned to
 one GPU of the machine (`--gpus N`, default every visible one: `gpuslots`, one memory pool per
 GPU; each GPU has its own GPU lock and memory ledger, so timed sections exclude only the gates
-of their GPU). With --gpu-memory (GB per GPU), the problems run smallest first, each placed
-where what its gate holds at the least fits (`gate_memory`: the fewest input sets a gate keeps,
+of their GPU). With --gpu-memory (GB per GPU), the problems run largest first (the smaller ones
+filling the room around them: `gpuslots.schedule`), each placed where what its gate holds at
+the least fits (`gate_memory`: the fewest input sets a gate keeps,
 the rest waiting in host memory) and granted up to what it would keep at the most; its gates
 plan their sets for at most the grant (`gate.memplan.CAP_ENV`), so several problems share a GPU
 where they fit and the largest take turns. A problem --wall leaves unstarted is a row that says
@@ -916,7 +917,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="device: spread the problems over this many GPUs (default: every visible one)")
     ap.add_argument("--gpu-memory", type=float, default=None, metavar="GB",
                     help="device memory per GPU the problems' gates may hold together "
-                         "(gate_memory, gpuslots.Admission); the smallest problems run first")
+                         "(gate_memory, gpuslots.Admission); the largest problems start first")
     ap.add_argument("--commit", default=None,
                     help="the commit measured (default $KLINEAGE_COMMIT, else the checkout's HEAD); "
                          "records of another commit are kept apart and run again")
@@ -1017,9 +1018,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     walled: set[str] = set()
     total = args.gpu_memory * 1e9 if args.gpu_memory else None
     needs: dict[str, Any] = {}
-    if total is not None:
+    if total is not None:  # the largest first: the small ones fill the room around them
         needs = {p.slug: gate_memory(*_bytes_of(p)) for p in todo}
-        todo.sort(key=lambda p: needs[p.slug].least)
+        todo.sort(key=lambda p: -needs[p.slug].least)
     # problems without a search yet (never run, or their start failed) before reruns of a box
     # --wall cut: those rows have results already
     todo.sort(key=lambda p: bool((records.get(p.slug) or {}).get("best")))

@@ -550,11 +550,11 @@ def test_a_gate_granted_less_than_it_asks_keeps_fewer_sets_and_the_grants_fit_to
     assert admission.place(SLOTS.GateMemory(GB, GB)) is None  # nothing beside them
 
 
-def test_a_grant_leaves_the_next_problems_least_where_it_fits_beside() -> None:
+def test_a_grant_is_the_most_where_the_next_problems_least_fits_beside_else_the_least() -> None:
     need = SLOTS.GateMemory(60 * GB, 110 * GB)
-    assert SLOTS.grant(need, 135 * GB, None) == 110 * GB
-    assert SLOTS.grant(need, 135 * GB, need) == 75 * GB  # room for the next one's 60
-    assert SLOTS.grant(need, 100 * GB, need) == 100 * GB  # the next one would not fit anyway
+    assert SLOTS.grant(need, 135 * GB, None) == 110 * GB  # nothing waits: every set
+    assert SLOTS.grant(need, 135 * GB, need) == 60 * GB  # the next one's 60 fit beside it
+    assert SLOTS.grant(need, 100 * GB, need) == 60 * GB  # and will, once another ends
     assert SLOTS.grant(SLOTS.GateMemory(5 * GB, 6 * GB), 135 * GB, need) == 6 * GB
     unbounded = SLOTS.Admission(["0", "1"], None)
     first, second = unbounded.place(need), unbounded.place(need)
@@ -580,8 +580,8 @@ def test_the_schedule_runs_in_order_within_jobs_and_room_and_stops_starting_at_t
 
     items = [("a", 3.0, 0.3), ("b", 3.0, 0.3), ("c", 6.0, 0.0), ("d", 1.0, 0.0)]
     left = SLOTS.schedule(items, lambda it: SLOTS.GateMemory(it[1], it[1]), admission, run, jobs=3)
-    assert left == [] and most[0] == 2  # a and b together; c waits for room, d behind c
-    assert [e[1] for e in log if e[0] == "in"] == ["a", "b", "c", "d"]
+    assert left == [] and most[0] == 3  # a, b and d together; c waits for room
+    assert [e[1] for e in log if e[0] == "in"] == ["a", "b", "d", "c"]
     assert log.index(("in", "c", 6.0)) > log.index(("out", "a"))
     started = []
     stop = SLOTS.schedule(items, lambda it: SLOTS.GateMemory(it[1], it[1]), admission,
