@@ -629,6 +629,27 @@ def test_a_problems_process_is_pinned_to_its_gpu_and_plans_for_its_grant(tmp_pat
     assert kept["status"] == "searched" and "code 1" in kept["settle_error"]
 
 
+def test_a_problems_own_process_runs_it_and_settles_it_from_the_same_command_line(tmp_path: Path,
+                                                                                monkeypatch) -> None:
+    """The child command line the device tier starts per problem (`child_argv`), run here at
+    the interpret tier: the start kernel's gate in the child, its record back to the parent;
+    then a record waiting for its fresh gates gets its control gated in a second child."""
+    kb, starts = _checkout(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    problems, _ = TIER.pair_problems(kb / "KernelBench", starts)
+    p = next(q for q in problems if q.key == "level1/7_Relu_scale")
+    args = argparse.Namespace(kernelbench=str(kb), starts=str(starts), tier="interpret",
+                              library=str(tmp_path / "no-library"), budget_steps=2, box=60.0,
+                              box_asked=60.0, jobs=2, start_only=True)
+    rec = TIER.problem_process(p, args, tmp_path / "run", SLOTS.Slot(None, 0, None))
+    assert rec["status"] == "start only" and rec["start"]["ok"], rec
+    waiting = {**rec, "status": "searched", "best": {"ok": False, "ms": None},
+               "control": {"ok": None, "pending": True}}
+    settled = TIER.problem_process(p, args, tmp_path / "run", SLOTS.Slot(None, 0, None), settle=True,
+                                   record=waiting)
+    assert settled["status"] == "done" and settled["control"]["ok"], settled
+
+
 def test_a_baseline_the_wall_cut_short_is_measured_again_not_a_compile_timeout(tmp_path: Path, monkeypatch) -> None:
     kb, starts = _checkout(tmp_path)
     problems, _ = TIER.pair_problems(kb / "KernelBench", starts)
