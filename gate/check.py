@@ -146,12 +146,18 @@ def hosted(host_text: str, source: str) -> str:
     """The CUDA host module to run for `source`: `host_text` with `source` written into the
     CUDA source string it holds (`kir.embedded`: a `load_inline` / CuPy / NVRTC host that keeps
     its source in the module), else `host_text` as it is (a host that reads the `.cu` beside
-    it). Raises `BadInputError` for a host whose source string cannot be told (several, or an
-    f-string)."""
-    from kir import embedded  # noqa: PLC0415
+    it), its launches edited as the source's host-launch lines ask (`kir.hostlaunch`: dynamic
+    shared memory, a grown block, tensor maps a rewrite needs). Raises `BadInputError` for a host
+    whose source string cannot be told (several, or an f-string) or whose launches cannot be
+    edited so."""
+    from kir import embedded, hostlaunch  # noqa: PLC0415
 
     found = embedded.find(host_text, where="CUDA host module")
-    return found.splice(source) if found is not None else host_text
+    text = found.splice(source) if found is not None else host_text
+    try:
+        return hostlaunch.apply(text, source)
+    except hostlaunch.HostLaunchError as exc:
+        raise BadInputError(f"CUDA host module: {exc}") from None
 
 
 def check(source: str, language: Any, case: Case | str | Path, tier: Tier | str = Tier.AUTO, *,

@@ -512,14 +512,18 @@ class _CupyStream:
 
 def _cupy_argument(value: Any) -> Any:
     """A CuPy kernel argument as `experts.cudahost.pack_args` takes it, with CuPy's widths: a
-    tensor (or a view of one) passes its address, a NumPy scalar its own type, a Python `int`
-    64 bits, a `float` a double, a `bool` one byte."""
+    tensor (or a view of one) passes its address, a NumPy scalar its own type (a structured one
+    its bytes, by value), a Python `int` 64 bits, a `float` a double, a `bool` one byte."""
     import ctypes
 
     import numpy as np
 
     if hasattr(value, "data_ptr"):
         return value
+    if isinstance(value, np.void):  # a structured scalar: the struct's bytes, by value
+        from kir import hostlaunch
+
+        return hostlaunch.helpers()["_KlHostBytes"](value.tobytes())
     if isinstance(value, np.generic):
         if value.dtype == np.float16:
             return ctypes.c_uint16(int(value.view(np.uint16)))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kir.errors import BadInputError
+from kir import hostlaunch
 from kir.embedded import in_file
 from lineage.graph import KernelState, atomic_write_text
 
@@ -191,9 +191,12 @@ def finish(run: Any, start: Any, path: Path, out_dir: Path, termination: str,
     best = run.best
     best_path = out_dir / f"best{path.suffix}"
     held = in_file(path) if run.language == "cuda" and path.suffix == ".py" else None
-    atomic_write_text(best_path, held.splice(best.source) if held is not None else best.source)
+    # a CUDA host module gets the launch edits the best source asks (kir.hostlaunch)
+    atomic_write_text(best_path, hostlaunch.apply(held.splice(best.source), best.source)
+                      if held is not None else best.source)
     if run.language == "cuda" and path.suffix == ".cu" and path.with_suffix(".py").is_file():
-        shutil.copyfile(path.with_suffix(".py"), best_path.with_suffix(".py"))
+        atomic_write_text(best_path.with_suffix(".py"),
+                          hostlaunch.apply(path.with_suffix(".py").read_text(), best.source))
     node = run.lineage.node(best.sid)
     node["roles"] = sorted(set(node.get("roles", [])) | {"best"})
     run.lineage.add_run({"target": str(path), "case": run.case, "tier": run.tier,

@@ -967,20 +967,25 @@ def test_the_producer_moves_no_more_registers_than_the_block_holds() -> None:
     assert moved(128)[2] is False  # 248 registers a thread already: none moved
 
 
-def test_the_deep_form_refuses_a_kernel_launched_by_a_host_module_of_its_own(tmp_path: Path
-                                                                             ) -> None:
-    # NVRTC + cuda-python host beside the kernel: the .cu holds no launch to give the bytes
+def test_the_deep_form_asks_a_host_module_of_its_own_for_the_launch_and_refuses_without_one(
+        ) -> None:
+    from kir import hostlaunch
+
+    # NVRTC + cudahost host beside the kernel: the .cu asks the host for the launch
     start = STYLES / "cu_mm_smem_tiled" / "mm_tiled.cu"
     ir = kir.parse(start.read_text(), "cuda", path=str(start))
     rule = get_pass("gemm-schedule").from_options({"wgmma": True, "deep": True})
     site = next(s for s in rule.sites(ir) if not s.present)
     result = rule.optimize(ir, site, CTX)
-    assert isinstance(result, Skipped)
-    assert "mm_tiled.py launches it" in result.reason and "\n" not in result.reason
-    # a CuPy RawKernel's source: the same refusal, the static form still applies
+    assert result.ok, result
+    [asked] = hostlaunch.directives(result.ir.text)
+    assert asked.kernel == "matmul_tiled" and asked.shared_bytes > 48 * 1024
+    assert asked.block_from == (32, 32, 1) and asked.block is None
+    # a CuPy RawKernel's source with no host beside it: refused, the static form still applies
     cupy = _embedded(STYLES / "cu_mm_reg1d" / "mm_reg1d.py")
     refused = _deep(cupy, {"block": "512", "deep": True})
     assert isinstance(refused, Skipped) and "not launched in this source" in refused.reason
+    assert "no Python host module" in refused.reason and "\n" not in refused.reason
     assert _deep(cupy, {"block": "512"}).ok
 
 

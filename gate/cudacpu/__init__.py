@@ -94,7 +94,9 @@ def run_host(source: str, host: str | Path, *inputs: Any, stem: str | None = Non
 
     `source` is the `.cu` text the host compiles (a rewrite under test); `host` is the host
     module (its path, or its text). Both are copied into a fresh folder as `<stem>.cu` and
-    `<stem>.py` (stem: the host file's, else "candidate"), the host is imported there under
+    `<stem>.py` (stem: the host file's, else "candidate"; a host holding its source as a string
+    holds `source` instead; its launches edited as the source's host-launch lines ask,
+    `kir.hostlaunch`), the host is imported there under
     `emulated()` and called through `host_call`. Inputs are host tensors (and scalars);
     outputs come back as host tensors. Raises what the host raises: `CompileError` from
     `experts.cudahost` when the source does not build, `CudaError` / `EmulationError` when a
@@ -108,6 +110,10 @@ def run_host(source: str, host: str | Path, *inputs: Any, stem: str | None = Non
     if isinstance(host, str) and "\n" not in host:
         host = Path(host)
     text = host.read_text() if isinstance(host, Path) else host
+    from kir import embedded, hostlaunch  # noqa: PLC0415
+
+    held = embedded.find(text)  # a host holding its source as a string runs `source` instead
+    text = hostlaunch.apply(held.splice(source) if held is not None else text, source)
     if stem is None:
         stem = host.stem if isinstance(host, Path) else "candidate"
     folder = Path(tempfile.mkdtemp(prefix="cudacpu-host-"))

@@ -251,6 +251,15 @@ def _kernel_params(params: Any) -> Any:
         values, kinds = params
         keep, pointers = [], []
         for value, kind in zip(values, kinds):
+            if kind is None and isinstance(value, ctypes.Structure):  # by value, as cuda-python
+                keep.append(value)
+                pointers.append(ctypes.addressof(value))
+                continue
+            if kind is None and callable(getattr(value, "getPtr", None)) and \
+                    not hasattr(value, "__int__"):  # a structure by value (CUtensorMap ...)
+                keep.append(value)
+                pointers.append(int(value.getPtr()))
+                continue
             if kind is None:  # a pointer-like object (CUdeviceptr, an int address, a tensor)
                 if hasattr(value, "data_ptr"):
                     value = value.data_ptr()

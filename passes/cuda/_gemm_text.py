@@ -209,6 +209,14 @@ static kl_gs_maps kl_gs_tma_maps(bool half, const void* a, long long lda, long l
 }
 """
 
+_INCLUDE = "#include <cuda.h>\n"
+TMA_DEVICE_HELPERS = (TMA_HELPERS[:TMA_HELPERS.index(_INCLUDE)] +
+                      TMA_HELPERS[TMA_HELPERS.index(_INCLUDE) + len(_INCLUDE):
+                                  TMA_HELPERS.index("// host: the driver's")])
+"""The device half of `TMA_HELPERS` (the maps' types, the copy, the expecting arrival): what a
+kernel launched by a Python host gets (the host encodes the maps, `kir.hostlaunch`)."""
+
+
 def written(code: str, names: set[str]) -> list[str]:
     """The names of `names` that `code` assigns or steps."""
     out = []

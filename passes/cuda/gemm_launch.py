@@ -14,19 +14,25 @@ comment records the launch's configuration as written, which `undo_edits` puts b
 rewrite asks for an added argument (the producer form's tensor maps), it is written from the
 launch's own arguments after them, and the comment records the argument list as written too.
 
-Preconditions (each refusal says which): the unit launches the kernel with `<<<...>>>` (a kernel
-whose launch is in a host module of its own — NVRTC + cuda-python, CuPy — cannot be given the
-bytes); each launch is a statement on its own line; a launch passes no dynamic shared memory
-(a third argument, where given, is a literal zero). Positions are byte offsets of
-`KernelIR.source`. No GPU library is imported here.
+Preconditions (each refusal says which): each launch is a statement on its own line; a launch
+passes no dynamic shared memory (a third argument, where given, is a literal zero).
+
+A kernel the unit does not launch is launched by the Python host module beside the unit's file
+(a `.cu`'s `.py`; the module holding the source as a string): `host_edits` writes what the
+launch must do as the source's host-launch line (`kir.hostlaunch.Directive`, at the end of the
+source), which the gate and the optimize loop's output apply to the host (CuPy kernel calls,
+`experts.cudahost.launch`, `cuLaunchKernel`), where `kir.hostlaunch.refusal` finds each launch
+of the kernel. Positions are byte offsets of `KernelIR.source`. No GPU library is imported here.
 """
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from kir import hostlaunch
+from kir.hostlaunch import Directive
 from passes._source import ByteEdit
 from passes.cuda._gemm_text import MARK, PREFIX
 from passes.cuda.recognize import _split_args
@@ -101,13 +107,81 @@ def launch_edits(ir: KernelIR, kernel: str, nbytes: int, block: str | None = Non
     return edits
 
 
+def launched_here(ir: KernelIR, kernel: str) -> bool:
+    """Whether the unit itself launches `kernel` (a `<<<...>>>` launch, edited or not)."""
+    return any(node.kind == "launch" and str(node.attrs.get("callee") or node.name or "") == kernel
+               for node in ir.walk())
+
+
+def host_module(ir: KernelIR) -> Path | None:
+    """The Python host module beside the unit's file (for a source held in a `.py`: that
+    module), or None where there is none."""
+    if not ir.path:
+        return None
+    beside = Path(ir.path).with_suffix(".py")
+    return beside if beside.is_file() else None
+
+
+def host_edits(ir: KernelIR, directive: Directive, kernels: int) -> list[ByteEdit] | str:
+    """The edit that writes `directive` (what the host's launches of its kernel must do) as the
+    source's last line, or why the host module's launches cannot be edited so (`kernels`: how
+    many kernels the unit defines)."""
+    host = host_module(ir)
+    if host is None:
+        return (f"{directive.kernel} is not launched in this source and no Python host module is "
+                "beside it: its launch cannot be given the dynamic shared memory the deep "
+                "schedule needs")
+    try:
+        text = host.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{host.name} cannot be read ({exc})"
+    why = hostlaunch.refusal(hostlaunch.strip(text), directive.kernel, kernels == 1, host.name)
+    if why:
+        return why
+    data = ir.source
+    lead = "" if not data or data.endswith(b"\n") else "\n"
+    return [ByteEdit(len(data), len(data), lead + directive.line() + "\n")]
+
+
+def parameter_bytes(ir: KernelIR, fn: Any) -> list[list[Any]]:
+    """[name, bytes] of each parameter of the function `fn` (a `passes.cuda._c.Function`): a
+    pointer 8, a 64-bit integer or double 8, a 16-bit type 2, a byte 1, anything else 4."""
+    text = ir.text[fn.params_start + 1:fn.params_end - 1]
+    out: list[list[Any]] = []
+    for decl in _split_args(text):
+        words = re.findall(r"[A-Za-z_]\w*", decl.split("=")[0])
+        if not words:
+            continue
+        kinds = " ".join(words[:-1])
+        if "*" in decl or "&" in decl:
+            size = 8
+        elif re.search(r"\b(long|size_t|ptrdiff_t|int64_t|uint64_t|double)\b", kinds):
+            size = 8
+        elif re.search(r"\b(short|half|__half|__nv_bfloat16|int16_t|uint16_t)\b", kinds):
+            size = 2
+        elif re.search(r"\b(char|bool|int8_t|uint8_t)\b", kinds):
+            size = 1
+        else:
+            size = 4
+        out.append([words[-1], size])
+    return out
+
+
 def undo_edits(ir: KernelIR, kernel: str) -> list[ByteEdit]:
     """Edits that take back every launch edit of `launch_edits` for `kernel` in `ir`: the line
-    raising the limit goes, the launch after it gets its configuration as written."""
+    raising the limit goes, the launch after it gets its configuration as written; and the
+    host-launch lines `host_edits` wrote for it."""
     data = ir.source
     tag = TAG.encode()
     mine = f"cudaFuncSetAttribute({kernel},".encode()
     edits: list[ByteEdit] = []
+    pos = 0
+    for line in data.splitlines(keepends=True):
+        text = line.decode("utf-8", errors="replace")
+        if text.lstrip().startswith(hostlaunch.TAG) and \
+                hostlaunch.directive_lines(text, kernel):
+            edits.append(ByteEdit(pos, pos + len(line), ""))
+        pos += len(line)
     pos = data.find(tag)
     while pos >= 0:
         line = data.rfind(b"\n", 0, pos) + 1

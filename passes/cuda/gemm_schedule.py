@@ -66,9 +66,12 @@ from passes.cuda._asm import helper_insert_at
 from passes.cuda._c import CSource, Function, functions
 from passes.cuda._tree import Scope
 from passes.cuda.annotations import CUDA
+from kir.hostlaunch import Directive
 from passes.cuda._gemm_text import (BARRIER_HELPERS, DEEP_HELPERS, HELPERS, MARK, PREFIX,
-                                    TMA_HELPERS, TMA_PARAMETER, written as _written)
-from passes.cuda.gemm_launch import launch_edits, limit_lines
+                                    TMA_DEVICE_HELPERS, TMA_HELPERS, TMA_PARAMETER,
+                                    written as _written)
+from passes.cuda.gemm_launch import (launch_edits, launched_here, limit_lines, parameter_bytes,
+                                     host_edits)
 from passes.cuda.gemm_eval import GemmTile, Refusal, find_gemm_tiles, _Kernel
 from passes.cuda.gemm_global import GlobalGemm, Operand, trace
 from passes.cuda.gemm_scalar import form_options, scalar_edits
@@ -1068,7 +1071,7 @@ def _kernels(src: CSource) -> list[Function]:
 def _outside(src: CSource) -> str:
     """The code view without the inserted helpers and the bodies of the rule's own kernels."""
     cuts = [(f.body_start, f.body_end) for f in _kernels(src) if _present(src, f)]
-    for helpers in (HELPERS, DEEP_HELPERS, BARRIER_HELPERS, TMA_HELPERS):
+    for helpers in (HELPERS, DEEP_HELPERS, BARRIER_HELPERS, TMA_HELPERS, TMA_DEVICE_HELPERS):
         at = src.text.find(helpers)
         if at >= 0:
             cuts.append((at, at + len(helpers)))
@@ -1190,14 +1193,18 @@ class GemmSchedule(Pass):
             why = _producer_refusal(ir, f)
             if why:
                 return Skipped(why, f.g.to_json())
-        edits = rewrite_edits(ir, f, s)
+        here = not s.deep or launched_here(ir, f.g.kernel)
+        edits = rewrite_edits(ir, f, s, host_launched=not here)
         if s.deep:
             block = None
             if s.producer:
                 bx, by = grown_block(f.g.tile.block)
                 block = f"dim3({bx}, {by}, 1)"
-            host = launch_edits(ir, f.g.kernel, s.launch_bytes, block,
-                                tma_argument(ir, f.g, s) if s.tma else None)
+            if here:
+                host = launch_edits(ir, f.g.kernel, s.launch_bytes, block,
+                                    tma_argument(ir, f.g, s) if s.tma else None)
+            else:
+                host = _host_directive(ir, f, s, len(_kernels(src)))
             if isinstance(host, str):
                 return Skipped(host, f.g.to_json())
             edits = sorted(edits + host, key=lambda e: (e.start, e.end))
@@ -1208,6 +1215,25 @@ class GemmSchedule(Pass):
         if isinstance(edits, str):
             return Skipped(edits)
         return finish(ir, site, edits, options=form_options(ir, site.detail.get("kernel")))
+
+
+def _host_directive(ir: KernelIR, f: _Found, s: Schedule, kernels: int) -> list[ByteEdit] | str:
+    """The deep form's launch for a kernel its Python host module launches: the host-launch
+    line (`passes.cuda.gemm_launch.host_edits`) asking for the ring's bytes, the grown block
+    (producer form), sm_90a (wgmma) and the operands' tensor maps (TMA form), or why the host's
+    launches cannot be edited."""
+    tma = None
+    if s.tma:
+        maps = tma_maps(f.g, s)
+        if isinstance(maps, str):
+            return maps
+        tma = {"dtype": f.g.dtype, "params": parameter_bytes(ir, f.fn), "maps": maps}
+    bx, by = f.g.tile.block
+    grown = grown_block(f.g.tile.block) if s.producer else None
+    directive = Directive(f.g.kernel, s.launch_bytes, (bx, by, 1),
+                          (grown[0], grown[1], 1) if isinstance(grown, tuple) else None,
+                          "sm_90a" if s.wgmma else None, tma)
+    return host_edits(ir, directive, kernels)
 
 
 def _producer_refusal(ir: KernelIR, f: _Found) -> str:
@@ -1239,7 +1265,11 @@ def _own_block_bounds(ir: KernelIR, f: _Found) -> tuple[int, int] | None:
     return f.fn.start + m.start(), f.fn.start + m.end()
 
 
-def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule) -> list[ByteEdit]:
+def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule, host_launched: bool = False
+                  ) -> list[ByteEdit]:
+    """The kernel's edits (helpers, bounds, the TMA parameter, the new body); `host_launched`:
+    its launch is in a Python host module (the TMA form's helpers then leave the maps' encoding
+    to the host)."""
     src = CSource(ir)
     edits: list[ByteEdit] = []
     wanted = ""
@@ -1251,8 +1281,9 @@ def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule) -> list[ByteEdit]:
         wanted += DEEP_HELPERS
     if (s.specialize or s.producer) and BARRIER_HELPERS not in ir.text:
         wanted += BARRIER_HELPERS
-    if s.tma and TMA_HELPERS not in ir.text:
-        wanted += TMA_HELPERS
+    tma_helpers = TMA_DEVICE_HELPERS if host_launched else TMA_HELPERS
+    if s.tma and tma_helpers not in ir.text:
+        wanted += tma_helpers
     if wanted:
         at = src.b(helper_insert_at(src))
         edits.append(ByteEdit(at, at, wanted))
