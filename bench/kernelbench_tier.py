@@ -3,7 +3,8 @@ run as the held-out tier runs an operator, reported with KernelBench's own metri
 
     python3 bench/kernelbench_tier.py --kernelbench DIR [--starts bench/kernelbench]
         [--tier device|interpret] [--only NAME,...] [--shard K/N] [--budget-steps 12] [--box 300]
-        [--wall S] [--settle-wall S] [--jobs N] [--gpus N] [--gpu-memory GB] [--library DIR]
+        [--wall S] [--settle-wall S] [--settle-jobs N] [--jobs N] [--gpus N] [--gpu-memory GB]
+        [--baselines-in-slot] [--library DIR]
         [--out DIR] [--fresh | --redo-unfinished] [--commit SHA | --any-commit]
         [--tables-only] [--start-only] [--no-baselines | --baselines-only] [--no-compile]
         [--baseline-jobs 4] [--baseline-timeout 150] [--baseline-wall 600]
@@ -44,8 +45,10 @@ the rest waiting in host memory) and granted up to what it would keep at the mos
 plan their sets for at most the grant (`gate.memplan.CAP_ENV`), so several problems share a GPU
 where they fit and the largest take turns. A problem --wall leaves unstarted is a row that says
 so (a rerun runs it), and one whose box --wall cut says that in its status. The fresh gates
-(each best again, the control) run after every search, one problem at a time per GPU, none
-after --settle-wall.
+(each best again, the control) run after every search, --settle-jobs problems at a time per
+GPU, none after --settle-wall. With --baselines-in-slot, a problem's baselines are timed right
+after its search in its own slot (the GPU lock makes the timings exclusive beside the other
+searches), so the baselines pass has only the rest to do.
 
 Every record names the commit it measured (--commit, $KLINEAGE_COMMIT or the checkout's HEAD);
 records of another commit are kept apart: not in the tables' figures (their rows say so, and
@@ -812,17 +815,22 @@ def run_in_slot(p: Problem, args: argparse.Namespace, out: Path, slot: Any) -> d
 
 
 def settle_all(problems: Sequence[Problem], records: dict[str, dict[str, Any]],
-               args: argparse.Namespace, out: Path, gpus: Sequence[str | None], began: float) -> None:
+               args: argparse.Namespace, out: Path, gpus: Sequence[str | None], total: float | None,
+               began: float) -> None:
     """The fresh gates (each best again, the control) of every record whose search ended,
-    now that no search runs beside them (bench/heldout.py's settle): one problem at a time
-    per GPU; none starts --settle-wall seconds after the run began (its record keeps
-    "searched", and --redo-unfinished gates it)."""
+    now that no search runs beside them (bench/heldout.py's settle): --settle-jobs problems at
+    a time per GPU (placed by the memory their gates hold, as the searches were); none starts
+    --settle-wall seconds after the run began (its record keeps "searched", and
+    --redo-unfinished gates it)."""
     import gpuslots
 
     heldout = _heldout()
     waiting = [p for p in problems if (records.get(p.slug) or {}).get("status") == "searched"]
     if not waiting:
         return
+    needs = {p.slug: gate_memory(*_bytes_of(p)) for p in waiting} if total is not None else {}
+    waiting.sort(key=lambda p: -needs[p.slug].least if needs else 0.0)
+    zero = gpuslots.GateMemory(0.0, 0.0)
 
     def one(p: Problem, slot: Any) -> None:
         rec = records[p.slug]
@@ -837,10 +845,27 @@ def settle_all(problems: Sequence[Problem], records: dict[str, dict[str, Any]],
     def late() -> bool:
         return args.settle_wall is not None and time.monotonic() - began > args.settle_wall
 
-    left = gpuslots.schedule(waiting, lambda _: gpuslots.GateMemory(0.0, 0.0),
-                             gpuslots.Admission(gpus, None), one, len(gpus), stop=late)
+    left = gpuslots.schedule(waiting, lambda q: needs.get(q.slug, zero), gpuslots.Admission(gpus, total),
+                             one, args.settle_jobs * len(gpus), stop=late)
     for p in left:
         heldout.say(p.key, "fresh gates not run: --settle-wall reached (--redo-unfinished runs them)")
+
+
+def slot_baselines(p: Problem, args: argparse.Namespace, slot: Any, given: float,
+                   beside: int) -> dict[str, Any]:
+    """One problem's baselines (`measure_baselines`) in `slot` (pinned to its GPU), given
+    `given` seconds, its compile's workers a share of the CPU among `beside` processes; a run
+    the time given cut short (less than --baseline-timeout) is not a measurement: it says so,
+    and a rerun measures it (a compile it cut is no timeout)."""
+    import gpuslots
+
+    threads = max(1, (os.cpu_count() or 2) // max(1, beside))
+    measured = measure_baselines(p.problem, given, compile_model=not args.no_compile,
+                                 threads=threads, env=gpuslots.slot_env(slot))
+    if measured.get("timeout_s") is not None and given < args.baseline_timeout:
+        return {"skipped": f"not measured: the wall left it {given:.0f} of "
+                           f"{args.baseline_timeout:.0f} s (rerun to measure)", "cut": measured}
+    return measured
 
 
 def baselines_pass(problems: Sequence[Problem], records: dict[str, dict[str, Any]],
@@ -860,7 +885,6 @@ def baselines_pass(problems: Sequence[Problem], records: dict[str, dict[str, Any
             and ((rec.get("baselines") or {}).get("skipped") or "baselines" not in rec)]
     todo.sort(key=lambda p: float(records[p.slug].get("bytes") or 0.0))  # smallest first
     began = time.monotonic()
-    threads = max(1, (os.cpu_count() or 2) // args.baseline_jobs)
     heldout.say("kernelbench", f"baselines of {len(todo)} problems, {args.baseline_jobs} at once on "
                                f"{len(gpus)} GPU(s), {args.baseline_timeout:.0f} s each, wall "
                                f"{args.baseline_wall:.0f} s")
@@ -871,15 +895,8 @@ def baselines_pass(problems: Sequence[Problem], records: dict[str, dict[str, Any
 
     def one(p: Problem, slot: Any) -> None:
         rec = records[p.slug]
-        left = args.baseline_wall - (time.monotonic() - began)
-        given = min(args.baseline_timeout, left)
-        measured = measure_baselines(p.problem, given, compile_model=not args.no_compile,
-                                     threads=threads, env=gpuslots.slot_env(slot))
-        if measured.get("timeout_s") is not None and given < args.baseline_timeout:
-            measured = {"skipped": f"not measured: --baseline-wall left it {given:.0f} of "
-                                   f"{args.baseline_timeout:.0f} s (rerun to measure)",
-                        "cut": measured}
-        rec["baselines"] = measured
+        given = min(args.baseline_timeout, args.baseline_wall - (time.monotonic() - began))
+        rec["baselines"] = slot_baselines(p, args, slot, given, args.baseline_jobs)
         heldout.say(p.key, f"baselines: {rec['baselines']}")
         _write(out / "ops" / f"{p.slug}.json", rec)
 
@@ -909,6 +926,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="no problem starts after this many seconds, and none's box runs past it")
     ap.add_argument("--settle-wall", type=float, default=None,
                     help="no fresh gate (best again, control) starts after this many seconds")
+    ap.add_argument("--settle-jobs", type=int, default=1,
+                    help="problems whose fresh gates run at once per GPU (after every search)")
+    ap.add_argument("--baselines-in-slot", action="store_true",
+                    help="device: time each problem's baselines right after its search, in its "
+                         "slot (its GPU and memory), beside the other problems' searches")
     ap.add_argument("--only", default="", help="comma-separated problems (level1/NAME or NAME)")
     ap.add_argument("--shard", default=None, metavar="K/N",
                     help="run the K-th of N interleaved parts of the problems (several processes)")
@@ -958,9 +980,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("kernelbench_tier: give --kernelbench DIR or set KERNELBENCH_DIR", file=sys.stderr)
         return 2
     if min(args.budget_steps, args.jobs, args.box, args.baseline_jobs, args.baseline_timeout,
-           args.baseline_wall, args.gpus or 1) <= 0:
-        print("kernelbench_tier: --budget-steps, --jobs, --box, --gpus and the --baseline-* values "
-              "must be positive", file=sys.stderr)
+           args.baseline_wall, args.gpus or 1, args.settle_jobs) <= 0:
+        print("kernelbench_tier: --budget-steps, --jobs, --box, --gpus, --settle-jobs and the "
+              "--baseline-* values must be positive", file=sys.stderr)
         return 2
     try:
         shard = _shard(args.shard) if args.shard else (0, 1)
@@ -1025,6 +1047,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # --wall cut: those rows have results already
     todo.sort(key=lambda p: bool((records.get(p.slug) or {}).get("best")))
     began = time.monotonic()
+    in_slot = args.baselines_in_slot and args.tier == "device" and not args.no_baselines
 
     def one(p: Problem, slot: Any) -> None:
         box = args.box if args.wall is None else min(args.box, args.wall - (time.monotonic() - began))
@@ -1034,6 +1057,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rec = run_in_slot(p, argparse.Namespace(**{**vars(args), "box": max(box, 1.0)}), out, slot)
         rec.update({"commit": commit, "gpu_slot": slot.gpu,
                     "granted_gb": None if slot.grant is None else round(slot.grant / 1e9, 1)})
+        if in_slot and rec.get("status") not in ("refused", "harness error") and not walled_off():
+            rec["baselines"] = slot_baselines(p, args, slot, args.baseline_timeout, args.jobs)
         records[p.slug] = rec
         apart.pop(p.slug, None)
         _write(out / "ops" / f"{p.slug}.json", rec)
@@ -1047,7 +1072,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         heldout.say(p.key, "not started: --wall reached (rerun the command to continue)")
         walled.add(p.slug)
     if measuring:
-        settle_all(problems, records, args, out, gpus, began)
+        settle_all(problems, records, args, out, gpus, total, began)
     if args.tier == "device" and not args.no_baselines and not args.tables_only:
         baselines_pass(problems, records, args, out, gpus, total)
     walled |= _walled_before(out / "kernelbench.json", problems)

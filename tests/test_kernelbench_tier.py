@@ -675,6 +675,30 @@ def test_a_baseline_the_wall_cut_short_is_measured_again_not_a_compile_timeout(t
     assert records[p.slug]["baselines"]["compile_status"] == "timeout"  # its own 100 s: a timeout
 
 
+def test_baselines_in_a_problems_slot_are_timed_on_its_gpu_and_not_again(tmp_path: Path, monkeypatch) -> None:
+    """--baselines-in-slot at the device tier: each problem's baselines right after its run,
+    pinned to the GPU its run had; the baselines pass then has nothing left to measure."""
+    kb, starts = _checkout(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
+    ran, measured = [], []
+
+    def fake_run(p, args, out, slot):
+        ran.append((p.key, slot.gpu))
+        return {"op": p.key, "level": p.level, "status": "done", "tier": "device", "start": {"ok": True}}
+
+    def fake_measure(path, timeout, **kw):
+        measured.append((Path(path).stem, kw["env"]["CUDA_VISIBLE_DEVICES"]))
+        return {"stage": "done", "eager_ms": 1.0, "eager_tf32_ms": 1.0}
+
+    monkeypatch.setattr(TIER, "run_in_slot", fake_run)
+    monkeypatch.setattr(TIER, "measure_baselines", fake_measure)
+    argv = ["--kernelbench", str(kb), "--starts", str(starts), "--tier", "device", "--out", str(tmp_path / "run"),
+            "--commit", "c0ffee0", "--jobs", "2", "--baselines-in-slot"]
+    assert TIER.main(argv) == 0
+    assert sorted(g for _, g in ran) == ["6", "7"]  # spread over the visible GPUs
+    assert sorted(measured) == sorted((key.split("/")[1], gpu) for key, gpu in ran)  # once each, on its GPU
+
+
 def test_records_of_another_commit_are_kept_apart_and_run_again(tmp_path: Path, monkeypatch) -> None:
     kb, starts = _checkout(tmp_path)
     out = tmp_path / "run"
