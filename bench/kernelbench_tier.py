@@ -790,7 +790,7 @@ def problem_child(args: argparse.Namespace) -> int:
     args.gates, args.ablation = None, []
     try:
         if args.settle:
-            rec = json.loads(target.read_text())
+            rec = rebase_pending(json.loads(target.read_text()), Path(args.out))
             heldout.settle(problem_case(p), rec, args)
             name_cut(rec, args.box_asked)
         else:
@@ -804,6 +804,22 @@ def problem_child(args: argparse.Namespace) -> int:
                "reason": " ".join(f"{type(exc).__name__}: {exc}".split())[:300]}
     _write(target, rec)
     return 0
+
+
+def rebase_pending(rec: dict[str, Any], out: Path) -> dict[str, Any]:
+    """`rec` with each kernel file waiting for its fresh gate (a "pending" path under an
+    "ops" folder) found under `out`'s where it is no longer where it was written (a run's
+    folder carried to another machine)."""
+    entries = [rec.get("best") or {}, *(rec.get("ablations") or {}).values()]
+    for entry in entries:
+        path = entry.get("pending")
+        if not path or Path(path).is_file() or "ops" not in Path(path).parts:
+            continue
+        parts = Path(path).parts
+        moved = out.joinpath(*parts[len(parts) - parts[::-1].index("ops") - 1:])
+        if moved.is_file():
+            entry["pending"] = str(moved)
+    return rec
 
 
 def run_in_slot(p: Problem, args: argparse.Namespace, out: Path, slot: Any) -> dict[str, Any]:
@@ -951,7 +967,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="also run again the problems whose record is not a finished run (a start "
                          "that failed, a box --wall cut, a refusal); a record stands until replaced")
     ap.add_argument("--tables-only", action="store_true", help="rewrite the tables from the records")
-    ap.add_argument("--no-baselines", action="store_true", help="device: skip the baselines pass")
+    ap.add_argument("--no-baselines", action="store_true", help="device: skip the baselines pass (not --baselines-in-slot)")
     ap.add_argument("--baselines-only", action="store_true",
                     help="device: the baselines pass alone, over the problems that have a record")
     ap.add_argument("--no-compile", action="store_true", help="device: time eager and eager-TF32 only")
@@ -1047,7 +1063,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # --wall cut: those rows have results already
     todo.sort(key=lambda p: bool((records.get(p.slug) or {}).get("best")))
     began = time.monotonic()
-    in_slot = args.baselines_in_slot and args.tier == "device" and not args.no_baselines
+    in_slot = args.baselines_in_slot and args.tier == "device"
 
     def one(p: Problem, slot: Any) -> None:
         box = args.box if args.wall is None else min(args.box, args.wall - (time.monotonic() - began))

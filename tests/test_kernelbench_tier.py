@@ -650,6 +650,17 @@ def test_a_problems_own_process_runs_it_and_settles_it_from_the_same_command_lin
     assert settled["status"] == "done" and settled["control"]["ok"], settled
 
 
+def test_a_best_kernel_waiting_for_its_fresh_gate_is_found_in_a_carried_run_folder(tmp_path: Path) -> None:
+    best = tmp_path / "here" / "ops" / "level1__7_x" / "optimize" / "best.py"
+    best.parent.mkdir(parents=True)
+    best.write_text("# kernel\n")
+    rec = {"best": {"pending": "/elsewhere/run/ops/level1__7_x/optimize/best.py"},
+           "ablations": {"library-off": {"pending": "/elsewhere/run/ops/level1__7_x/library-off/best.py"}}}
+    TIER.rebase_pending(rec, tmp_path / "here")
+    assert rec["best"]["pending"] == str(best)
+    assert rec["ablations"]["library-off"]["pending"].startswith("/elsewhere")  # not carried: as it was
+
+
 def test_a_baseline_the_wall_cut_short_is_measured_again_not_a_compile_timeout(tmp_path: Path, monkeypatch) -> None:
     kb, starts = _checkout(tmp_path)
     problems, _ = TIER.pair_problems(kb / "KernelBench", starts)
