@@ -743,14 +743,19 @@ def child_argv(p: Problem, args: argparse.Namespace, out: Path, child_out: Path,
             *(["--start-only"] if args.start_only else []), *(["--settle"] if settle else [])]
 
 
+STOPPED_CODES = frozenset({-2, -9, -15, 130, 137, 143})
+"""Exit codes of a process stopped by SIGINT, SIGKILL or SIGTERM (a run's time limit)."""
+
+
 def problem_process(p: Problem, args: argparse.Namespace, out: Path, slot: Any,
                     settle: bool = False, record: Mapping[str, Any] | None = None,
-                    command: Sequence[str] | None = None) -> dict[str, Any]:
+                    command: Sequence[str] | None = None) -> dict[str, Any] | None:
     """One problem's record made by a process of its own (`problem_child`) in `slot`: pinned to
     the slot's GPU, its gates planning for at most the slot's grant (`gpuslots.slot_env`);
     with `settle`, the fresh gates `record` waits for. Its log goes to this process's
     stderr. A process that ends without a record gives one that says how it ended (a rerun
-    with --redo-unfinished runs it again). `command` replaces the child's command (tests)."""
+    with --redo-unfinished runs it again), or None where it was stopped by a signal (the run's
+    time limit: an earlier record stands). `command` replaces the child's command (tests)."""
     import subprocess
     import tempfile
 
@@ -768,6 +773,8 @@ def problem_process(p: Problem, args: argparse.Namespace, out: Path, slot: Any,
         except (OSError, json.JSONDecodeError):
             rec = None
     ended = f"the problem's process ended with code {done.returncode}"
+    if rec is None and done.returncode in STOPPED_CODES:
+        return None  # stopped (the run's time limit): no record, any earlier one stands
     if rec is None:
         return {"op": p.key, "level": p.level, "problem": str(p.problem), "tier": args.tier,
                 "status": "harness error", "start": {"ok": False}, "reason": f"{ended} without a record"}
@@ -822,9 +829,9 @@ def rebase_pending(rec: dict[str, Any], out: Path) -> dict[str, Any]:
     return rec
 
 
-def run_in_slot(p: Problem, args: argparse.Namespace, out: Path, slot: Any) -> dict[str, Any]:
+def run_in_slot(p: Problem, args: argparse.Namespace, out: Path, slot: Any) -> dict[str, Any] | None:
     """One problem's record: at the device tier in a process of its own in `slot`
-    (`problem_process`), elsewhere in this process (`run_problem`)."""
+    (`problem_process`; None where it was stopped), elsewhere in this process (`run_problem`)."""
     if args.tier == "device":
         return problem_process(p, args, out, slot)
     return run_problem(p, args, out)
@@ -851,7 +858,7 @@ def settle_all(problems: Sequence[Problem], records: dict[str, dict[str, Any]],
     def one(p: Problem, slot: Any) -> None:
         rec = records[p.slug]
         if args.tier == "device":
-            rec = problem_process(p, args, out, slot, settle=True, record=rec)
+            rec = problem_process(p, args, out, slot, settle=True, record=rec) or rec
         else:
             heldout.settle(problem_case(p), rec, args)
             name_cut(rec, args.box_asked)
@@ -1071,6 +1078,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             heldout.say(p.key, f"on GPU {slot.gpu}" + (f", {slot.grant / 1e9:.1f} GB granted to its gates"
                                                        if slot.grant is not None else ""))
         rec = run_in_slot(p, argparse.Namespace(**{**vars(args), "box": max(box, 1.0)}), out, slot)
+        if rec is None:
+            heldout.say(p.key, "stopped before its record (a rerun runs it)")
+            return
         rec.update({"commit": commit, "gpu_slot": slot.gpu,
                     "granted_gb": None if slot.grant is None else round(slot.grant / 1e9, 1)})
         if in_slot and rec.get("status") not in ("refused", "harness error") and not walled_off():

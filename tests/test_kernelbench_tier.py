@@ -623,6 +623,8 @@ def test_a_problems_process_is_pinned_to_its_gpu_and_plans_for_its_grant(tmp_pat
     died = TIER.problem_process(p, args, tmp_path, slot, command=[sys.executable, "-c", "raise SystemExit(3)"])
     assert died["status"] == "harness error" and "code 3 without a record" in died["reason"]
     assert TIER.unfinished(died)
+    stopped = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]
+    assert TIER.problem_process(p, args, tmp_path, slot, command=stopped) is None  # a time limit: no record
     waiting = {"op": "level1/7_x", "status": "searched"}
     kept = TIER.problem_process(p, args, tmp_path, slot, settle=True, record=waiting,
                                 command=[sys.executable, "-c", "raise SystemExit(1)"])
