@@ -882,7 +882,7 @@ def slot_baselines(p: Problem, args: argparse.Namespace, slot: Any, given: float
     and a rerun measures it (a compile it cut is no timeout)."""
     import gpuslots
 
-    threads = max(1, (os.cpu_count() or 2) // max(1, beside))
+    threads = max(2, (os.cpu_count() or 2) // max(1, beside))  # one compile worker: minutes
     measured = measure_baselines(p.problem, given, compile_model=not args.no_compile,
                                  threads=threads, env=gpuslots.slot_env(slot))
     if measured.get("timeout_s") is not None and given < args.baseline_timeout:
