@@ -1,20 +1,20 @@
 """Benchmark jobs placed on the GPUs of one machine by the device memory their gates hold.
 
 Each GPU is one pool of `total` bytes. A job states what its gates hold on the device
-(`GateMemory`): `least`, the most a gate needs when it keeps the fewest input sets it ever
-keeps (`gate.memplan.least_bytes`: the rest wait in host memory), and `most`, when it keeps
-every set it asks for (`gate.memplan.gate_bytes`). `Admission.place` puts the job at the head
-of the queue on the GPU with the most room where its `least` fits and grants it its `most`
-where the `least` of the job next in line still fits beside it, else its `least`. The job's processes then plan for at most the grant (`gate.memplan.CAP_ENV`)
-and run on that GPU alone (`CUDA_VISIBLE_DEVICES`): a gate given less than it asks for keeps
-fewer sets instead of running out of memory, and jobs whose grants fit together never make
-one another short. A job larger than a whole GPU runs there alone, granted all of it.
+(`GateMemory`): `least`, what a gate holds when it keeps the fewest input sets it ever keeps
+(`gate.memplan.least_bytes`: the rest wait in host memory), and `most`, when it keeps every
+set it asks for (`gate.memplan.gate_bytes`). `Admission.place` puts a job on the GPU with the
+most room where its `least` fits and grants it its `most` where the `least` of the job next
+in line still fits beside it, else its `least`. The job's processes then plan for at most
+the grant (`gate.memplan.CAP_ENV`) and run on that GPU alone (`CUDA_VISIBLE_DEVICES`): a gate
+granted less than it asks for keeps fewer sets instead of running out of memory, and jobs
+whose grants fit together never make one another short. A job larger than a whole GPU runs
+there alone, granted all of it.
 
 `schedule` runs a queue in order, `jobs` at once at most: the first job that fits starts, so
 a job waiting for room lets later, smaller ones start meanwhile (a queue of the largest first
 runs them side by side and fills the room around them with the small ones). It stops starting
-jobs once its `stop()` says so. Pure bookkeeping: tested on
-the CPU with made-up sizes.
+jobs once its `stop()` says so. Pure bookkeeping: tested on the CPU with made-up sizes.
 """
 from __future__ import annotations
 
