@@ -48,7 +48,8 @@ so (a rerun runs it), and one whose box --wall cut says that in its status. The 
 (each best again, the control) run after every search, --settle-jobs problems at a time per
 GPU, none after --settle-wall. With --baselines-in-slot, a problem's baselines are timed right
 after its search in its own slot (the GPU lock makes the timings exclusive beside the other
-searches), so the baselines pass has only the rest to do.
+searches) where they end before --settle-wall (without it: where --wall is not reached), so
+the baselines pass has only the rest to do.
 
 Every record names the commit it measured (--commit, $KLINEAGE_COMMIT or the checkout's HEAD);
 records of another commit are kept apart: not in the tables' figures (their rows say so, and
@@ -1083,7 +1084,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return
         rec.update({"commit": commit, "gpu_slot": slot.gpu,
                     "granted_gb": None if slot.grant is None else round(slot.grant / 1e9, 1)})
-        if in_slot and rec.get("status") not in ("refused", "harness error") and not walled_off():
+        if in_slot and rec.get("status") not in ("refused", "harness error") and baselines_fit():
             rec["baselines"] = slot_baselines(p, args, slot, args.baseline_timeout, args.jobs)
         records[p.slug] = rec
         apart.pop(p.slug, None)
@@ -1091,6 +1092,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def walled_off() -> bool:
         return args.wall is not None and time.monotonic() - began > args.wall
+
+    def baselines_fit() -> bool:  # in the slot: ending before the fresh gates' last start
+        if args.settle_wall is not None:
+            return time.monotonic() - began + args.baseline_timeout <= args.settle_wall
+        return not walled_off()
 
     zero = gpuslots.GateMemory(0.0, 0.0)
     for p in gpuslots.schedule(todo, lambda q: needs.get(q.slug, zero), gpuslots.Admission(gpus, total),
