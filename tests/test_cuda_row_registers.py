@@ -218,3 +218,28 @@ def test_refusals_say_why() -> None:
     site = next(s for s in p.sites(ir) if not s.present)
     result = p.optimize(ir, site, CTX)
     assert isinstance(result, Skipped) and result.reason.startswith("vectors=0: a thread holds 1 to 16")
+
+
+@pytest.mark.parametrize("start", ["cu_layernorm/layernorm.cu", "cu_softmax_rows/softmax_rows.py"])
+def test_the_shipped_card_is_retrieved_and_materializes_on_the_style_tiers_rows(
+        start: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lineage.moves import materialize  # noqa: PLC0415
+    from lineage.retrieval import Retriever, target_from_kernel  # noqa: PLC0415
+    from lineage.shipped import open_library  # noqa: PLC0415
+    from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
+
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path))
+    lib, named = open_library(None)
+    cards = [c for c in lib.cards(admitted_only=True) if c.pass_name == "row-registers"]
+    assert cards and all(any(t.ok for t in c.verification) for c in cards)  # a held-out trial
+    assert any(set(p.get("ids") or ()) & {c.id for c in cards} and p["tier"] == "emulate"
+               for p in named["provenance"]["parts"])
+    path = STYLES / start
+    target = target_from_kernel(path, str(path.parent), "cuda")
+    found = [r.card for r in Retriever(lib).retrieve(target).cards if r.card.pass_name == "row-registers"]
+    assert found, f"no row-registers card retrieved for {start}"
+    unit = cuda_unit(path)
+    ir = kir.parse(unit.source, "cuda", path=unit.source_path)
+    made = materialize(found[0], ir, DeterministicRewriter(), CTX, max_sites=1)
+    assert made.ir is not None and made.rewriter == "deterministic", made
+    assert len(register_rows(made.ir)) == 1
