@@ -2,6 +2,7 @@
 
     python3 bench/gemm_schedule.py --out OUT_DIR            # on a GPU (sm_80+)
     python3 bench/gemm_schedule.py --out OUT_DIR --dry      # rewrite + NVRTC compile only (CPU)
+    python3 bench/gemm_schedule.py --out OUT_DIR --starts cu_mm_reg1d,cu_mm_bt --forms reach
 
 The starts: the tutorial 2-D block-tiling GEMM (tests/data/microkernels/blocktile_bf16.cu)
 with a C++ wrapper beside it that launches it on a (N / 128, M / 128) grid of 256 threads, as a
@@ -20,15 +21,19 @@ slices), +mma_deep (64-deep slices, four slots of dynamic shared memory); on sm_
 +wgmma_overlap (one K step's MMAs in flight), +wgmma_wide (128x256 tiles), and the deep wgmma
 forms +wgmma_deep3, +wgmma_deep, +wgmma_deep5 (3, 4, 5 slots of 128x128x64 slices) and
 +wgmma_deep_wide3, +wgmma_deep_wide (3, 4 slots of 128x256x64 slices), +wgmma_deep_ws3 and
-+wgmma_deep_ws (3, 4 slots; specialized warps: one warpgroup fills the ring). The deep forms need
-the launch in the kernel's own source (load_inline, the tutorial's wrapper); elsewhere they are
++wgmma_deep_ws (3, 4 slots; specialized warps: one warpgroup fills the ring). The deep forms edit
+the launch in the kernel's own source (load_inline, the tutorial's wrapper), or ask the start's
+Python host module for it (CuPy RawKernel, experts.cudahost and cuLaunchKernel hosts: the copy of
+the host the form runs through gets the launch edits, `kir.hostlaunch`); elsewhere they are
 refused with the reason. Starts whose forms include deep ones are measured first; `--budget`
 seconds after the start no further start is begun (30 s later, no further form is timed; 150 s
 later the run stops, exit code 3, with what it measured written: each form's time is written
 as it is measured, `partial_ms`). Writes result.json,
 result.md and the rewritten sources. `--dry` also checks that each kernel launched here is
 found by its plain name in the PTX and that each deep form's launch passes its bytes after
-raising the limit, and records each form's registers and spills.
+raising the limit (a hosted form: that its host is asked for the bytes and its launch is edited),
+and records each form's registers and spills. `--starts` and `--forms` (FORMS' names; `reach`:
+the rule's `Pass.reach` forms) choose what is rewritten and timed.
 """
 from __future__ import annotations
 
@@ -38,7 +43,6 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 import threading
@@ -115,12 +119,14 @@ own warpgroups all multiply (+wgmma_deep_wide_p: 128x256 tiles, two 64x256 warpg
 SM90_FORMS = tuple(f for f in FORMS if f.startswith("wgmma"))
 
 
-def rewrite(source: str, block: tuple[int, int, int] | None, arch: str, form: str = "mma"
-            ) -> tuple[str, dict] | str:
-    """The rule's output in `form` and its site's detail, or its refusal."""
+def rewrite(source: str, block: tuple[int, int, int] | None, arch: str, form: str = "mma",
+            path: Path | None = None) -> tuple[str, dict] | str:
+    """The rule's output in `form` and its site's detail, or its refusal; `path`: where the
+    source is (a `.cu` with its host module beside it, or the host module holding it), so that
+    the deep forms can ask that host for their launch."""
     rule = get_pass("gemm-schedule").from_options(
         {"block": f"{block[0]}x{block[1]}" if block else "", **FORMS[form]})
-    ir = kir.parse(source, "cuda")
+    ir = kir.parse(source, "cuda", path=str(path) if path is not None else None)
     sites = [s for s in rule.sites(ir) if not s.present]
     if not sites:
         return "gemm-schedule finds no site"
@@ -162,10 +168,13 @@ def _load(path: Path, name: str) -> Any:
 
 def rebuilt_host(start: dict[str, Any], text: str, where: Path) -> Path:
     """A copy of the start's host module in `where` whose kernel source is `text`."""
+    from kir import hostlaunch  # noqa: PLC0415
+
     where.mkdir(parents=True, exist_ok=True)
     host = where / start["host"].name
     if start["kind"] == "cu":
-        shutil.copy(start["host"], host)
+        # the launches edited as the source's host-launch line asks (the deep forms)
+        host.write_text(hostlaunch.apply(start["host_text"], text))
         (where / start["host"].with_suffix(".cu").name).write_text(text)
     else:
         a, b = start["span"]
@@ -173,7 +182,7 @@ def rebuilt_host(start: dict[str, Any], text: str, where: Path) -> Path:
         rebuilt = host_text[:a] + repr(text) + host_text[b:]
         # an extension built under the start's name would be the start's again in this process
         rebuilt = re.sub(r"\bname\s*=\s*([\"'])(\w+)\1", rf"name=\1\2_{where.name}\1", rebuilt)
-        host.write_text(rebuilt)
+        host.write_text(hostlaunch.apply(rebuilt, text))
     return host
 
 
@@ -184,7 +193,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry", action="store_true", help="rewrite and compile only (no GPU)")
     ap.add_argument("--budget", type=float, default=200.0,
                     help="seconds after which no further start is measured")
+    ap.add_argument("--starts", default="",
+                    help="comma-separated starts to measure (tutorial_blocktile, cu_mm_*; "
+                         "default: all)")
+    ap.add_argument("--forms", default="",
+                    help="comma-separated forms to apply (names of FORMS; 'reach': the rule's "
+                         "fullest forms, Pass.reach; default: all)")
     args = ap.parse_args(argv)
+    try:
+        chosen = chosen_forms(args.forms)
+    except ValueError as exc:
+        print(f"gemm_schedule: {exc}", file=sys.stderr)
+        return 2
+    wanted = {n for n in args.starts.split(",") if n}
     args.out.mkdir(parents=True, exist_ok=True)
     began = time.time()
     arch = "sm_90a"
@@ -197,17 +218,28 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="kl_gemm_schedule_"))
     entries: dict[str, dict[str, Any]] = {}
     # the tutorial start (no host module: launched here)
-    forms = [f for f in FORMS if arch.startswith("sm_90") or f not in SM90_FORMS]
-    entries["tutorial_blocktile"] = {"source": TUTORIAL.read_text() + TUTORIAL_HOST,
-                                     "block": (256, 1, 1)}
+    forms = [f for f in chosen if arch.startswith("sm_90") or f not in SM90_FORMS]
+    if not wanted or "tutorial_blocktile" in wanted:
+        entries["tutorial_blocktile"] = {"source": TUTORIAL.read_text() + TUTORIAL_HOST,
+                                         "block": (256, 1, 1)}
     for start in style_starts():
+        if wanted and start["name"] not in wanted:
+            continue
         block = launch_block(kir.parse(start["source"], "cuda"), host=start["host_text"]).dims
         entries[start["name"]] = {"source": start["source"], "block": block, "start": start}
+    missing = wanted - set(entries)
+    if missing:
+        print(f"gemm_schedule: no start named {', '.join(sorted(missing))}", file=sys.stderr)
+        return 2
     for name, e in entries.items():
         (args.out / f"{name}.start.cu").write_text(e["source"])
         e["forms"], refused = {}, {}
+        where = None
+        if "start" in e:  # its file: the deep forms ask its host module for their launch
+            where = (e["start"]["host"].with_suffix(".cu") if e["start"]["kind"] == "cu"
+                     else e["start"]["host"])
         for form in forms:
-            got = rewrite(e["source"], e["block"], ctx_arch, form)
+            got = rewrite(e["source"], e["block"], ctx_arch, form, where)
             if isinstance(got, str):
                 refused[form] = got
                 print(f"{name} +{form}: {got}", flush=True)
@@ -229,6 +261,23 @@ def main(argv: list[str] | None = None) -> int:
     _measure(args, entries, record, work, began)
     watchdog.cancel()
     return 0
+
+
+def chosen_forms(spec: str) -> list[str]:
+    """The forms `--forms` names, in FORMS' order ("reach": the rule's `Pass.reach` forms);
+    every form where `spec` is empty. ValueError for an unknown name."""
+    if not spec:
+        return list(FORMS)
+    names: set[str] = set()
+    for name in (n.strip() for n in spec.split(",") if n.strip()):
+        if name == "reach":
+            reach = [dict(r) for r in get_pass("gemm-schedule").reach]
+            names |= {f for f, options in FORMS.items() if options in reach}
+        elif name in FORMS:
+            names.add(name)
+        else:
+            raise ValueError(f"unknown form {name!r} (reach, {', '.join(FORMS)})")
+    return [f for f in FORMS if f in names]
 
 
 def _give_up(out: Path) -> None:
@@ -292,52 +341,17 @@ def schedule_facts(text: str, kernel: str) -> dict[str, Any] | None:
     return None
 
 
-class ParameterBytes:
-    """A kernel argument passed by value from bytes (`experts.cudahost.pack_args` takes it by
-    `getPtr`), 64-byte aligned as a tensor map is."""
+def tensor_maps(facts: dict[str, Any], names: list[str], args: list[Any]) -> Any:
+    """The TMA form's `kl_gs_maps` argument for a launch passing `args` for the kernel's
+    parameters `names`: both operands' tensor maps encoded with the driver's
+    cuTensorMapEncodeTiled as the source's own launch encodes them, `ok` only where both were
+    (else the kernel fills the ring with cp.async): the host helper's encoding
+    (`kir.hostlaunch`), passed by value (`getPtr`)."""
+    from kir import hostlaunch  # noqa: PLC0415
 
-    def __init__(self, data: bytes) -> None:
-        import ctypes  # noqa: PLC0415
-
-        self._buffer = ctypes.create_string_buffer(len(data) + 64)
-        self._at = (ctypes.addressof(self._buffer) + 63) & ~63
-        ctypes.memmove(self._at, data, len(data))
-
-    def getPtr(self) -> int:  # noqa: N802 — the name cuda-python's objects use
-        return self._at
-
-
-def tensor_maps(facts: dict[str, Any], values: dict[str, Any]) -> ParameterBytes:
-    """The TMA form's `kl_gs_maps` argument for a launch whose arguments are `values` (by the
-    kernel's parameter names): both operands' tensor maps encoded with the driver's
-    cuTensorMapEncodeTiled as the source's own launch encodes them (`kl_gs_tma_maps`), and
-    `ok` only where both were (else the kernel fills the ring with cp.async)."""
-    import ctypes  # noqa: PLC0415
-
-    from cuda.bindings import driver as drv  # noqa: PLC0415
-
-    def value(name: str) -> int:
-        v = values[name] if name in values else int(name)
-        return int(v.data_ptr()) if hasattr(v, "data_ptr") else int(v)
-    dtype = (drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16 if facts["dtype"] == "fp16"
-             else drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16)
-    words, ok = [], True
-    for ptr, ld, inner, outer, box in facts["tma"]:
-        base, pitch, n_in, n_out = value(ptr), value(ld), value(inner), value(outer)
-        tmap = None
-        if n_in > 0 and n_out > 0 and pitch >= n_in and pitch * 2 % 16 == 0 and base % 16 == 0:
-            err, tmap = drv.cuTensorMapEncodeTiled(
-                dtype, 2, base, [drv.cuuint64_t(n_in), drv.cuuint64_t(n_out)],
-                [drv.cuuint64_t(pitch * 2)], [drv.cuuint32_t(64), drv.cuuint32_t(box)],
-                [drv.cuuint32_t(1), drv.cuuint32_t(1)],
-                drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-                drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-                drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-            tmap = tmap if int(err) == 0 else None
-        ok = ok and tmap is not None
-        words.append(ctypes.string_at(int(tmap.getPtr()), 128) if tmap is not None else bytes(128))
-    return ParameterBytes(b"".join(words) + int(ok).to_bytes(4, "little") + bytes(60))
+    helpers = hostlaunch.helpers()
+    tma = {"dtype": facts["dtype"], "params": [[n, 8] for n in names], "maps": facts["tma"]}
+    return helpers["_KlHostBytes"](helpers["_kl_host_maps"](tma, list(args)))
 
 
 def launch_args(text: str, kernel: str, args: list[Any]) -> list[Any]:
@@ -352,7 +366,7 @@ def launch_args(text: str, kernel: str, args: list[Any]) -> list[Any]:
 
     ir = kir.parse(device_source(text), "cuda")
     names = _parameter_names(ir, Scope(ir).functions[kernel])
-    return list(args) + [tensor_maps(facts, dict(zip(names, args)))]
+    return list(args) + [tensor_maps(facts, names, args)]
 
 
 def _dry(args: argparse.Namespace, entries: dict[str, dict[str, Any]], record: dict[str, Any]
@@ -361,6 +375,7 @@ def _dry(args: argparse.Namespace, entries: dict[str, dict[str, Any]], record: d
     launched here), and the deep forms' launch edits read back."""
     from experts import cudahost  # noqa: PLC0415
     from gate.hostforms import device_source, nvrtc_options  # noqa: PLC0415
+    from kir import hostlaunch  # noqa: PLC0415
 
     failed = []
     for name, e in entries.items():
@@ -380,7 +395,26 @@ def _dry(args: argparse.Namespace, entries: dict[str, dict[str, Any]], record: d
                     f"{use.get('registers')} registers, {use.get('spill_stores')} bytes spilled")
             if direct(e) and f".entry {kernel}(" not in ptx:
                 failed.append(f"{name} +{form}: no entry named {kernel} in the PTX")
-            if FORMS[form].get("deep"):
+            asked = {d.kernel: d for d in hostlaunch.directives(text)}
+            if FORMS[form].get("deep") and kernel in asked:  # launched by its host module
+                d = asked[kernel]
+                rec[f"launch_{form}"] = d.to_json()
+                line += (f"; its host is asked for {d.shared_bytes} bytes, block "
+                         f"{d.block or d.block_from}, arch {d.arch}, tma maps "
+                         f"{(d.tma or {}).get('maps')}")
+                if not 48 * 1024 < d.shared_bytes:
+                    failed.append(f"{name} +{form}: the host is asked for {d.shared_bytes} bytes")
+                block = d.block or d.block_from or (0, 0, 0)
+                bound = min(65536 // max(block[0] * block[1] * block[2], 1), 255) // 8 * 8
+                if "setmaxnreg.inc" in ptx and use.get("registers") != bound:
+                    failed.append(f"{name} +{form}: {use.get('registers')} registers, not the "
+                                  f"{bound} setmaxnreg assumes")
+                if FORMS[form].get("tma") and ("cp.async.bulk.tensor" not in ptx or not d.tma):
+                    failed.append(f"{name} +{form}: no TMA copies, or no maps asked of the host")
+                host = rebuilt_host(e["start"], text, Path(tempfile.mkdtemp()) / form)
+                if f"_kl_host_launch({json.dumps(kernel)}" not in host.read_text():
+                    failed.append(f"{name} +{form}: the host's launch was not edited")
+            elif FORMS[form].get("deep"):
                 passed, limit = host_launch(text, kernel)
                 rec[f"launch_{form}"] = {"shared_bytes": passed, "limit": limit}
                 line += f"; its launch passes {passed} bytes after raising the limit to {limit}"

@@ -418,7 +418,7 @@ def _transplanted(card: SkillCard, ir: KernelIR, skip_site: Callable[[Site], boo
         return None, ("transplant: anchors do not map: " if result.unmapped else "transplant: ") \
             + result.reason
     try:
-        new_ir = kir.parse(result.text, ir.language)
+        new_ir = kir.parse(result.text, ir.language, path=ir.path)  # its host module stays found
     except kir.KLineageError as exc:
         return None, f"transplant: the result does not parse: {exc}"
     text = ir.unparse()

@@ -438,3 +438,38 @@ def test_the_host_edit_is_undone_and_made_once() -> None:
     assert hostlaunch.apply(host, A_TRANSPOSED) is host
     # the launch keeps its own arguments; only its callee is wrapped
     assert ('_kl_host_launch("at_b_gemm", "cudahost", host.launch)(func=_F[0], grid=' in edited)
+
+
+def test_the_bench_runs_the_reach_forms_through_a_copy_of_the_start_host(tmp_path: Path) -> None:
+    # bench/gemm_schedule.py --starts ... --forms reach: the style tier's CuPy start, rewritten
+    # where its file is (so that its host is asked for the launch), run through the copy of its
+    # host the bench builds
+    from gate.cudacpu.host import EMULATED, emulated, host_call
+    from gate.hostforms import entry
+    from gate.hostview import cupy_stand_in
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("kl_bench_gemm_schedule_hosts",
+                                                  root / "bench" / "gemm_schedule.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.chosen_forms("reach") == ["wgmma_deep_wide_tma", "wgmma_deep_wide"]
+    with pytest.raises(ValueError, match="unknown form 'fastest'"):
+        bench.chosen_forms("reach,fastest")
+    start = next(s for s in bench.style_starts() if s["name"] == "cu_mm_reg1d")
+    text, detail = bench.rewrite(start["source"], (512, 1, 1), "sm_90", "wgmma_deep_wide_tma",
+                                 start["host"])
+    assert detail["kernel"] == "mm_reg1d" and hostlaunch.directives(text)[0].block == (640, 1, 1)
+    host = bench.rebuilt_host(start, text, tmp_path / "tma")
+    assert '_kl_host_launch("mm_reg1d", "cupy", _mm)(grid, (512,),' in host.read_text()
+    case = start["case"]
+    inputs = case.make_inputs(dict(case.SMALL_SHAPES["default"]), 5, "cpu")
+    with emulated(), cupy_stand_in(EMULATED):
+        run = entry(bench._load(host, "kl_bench_hosted_reg1d"),
+                    str(bench.STYLES / "cu_mm_reg1d" / "case.py"))
+        got = host_call(run, *inputs)
+    want = case.reference(*inputs).float()
+    assert (got.float() - want).abs().max() <= 5e-3 * want.abs().max()
+    # without the start's file the deep forms are refused, the reason given
+    refused = bench.rewrite(start["source"], (512, 1, 1), "sm_90", "wgmma_deep_wide")
+    assert isinstance(refused, str) and "no Python host module is beside it" in refused

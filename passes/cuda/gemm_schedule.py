@@ -26,7 +26,8 @@ for the mma.sync form), `overlap` (with wgmma: one K step's MMAs in flight while
 issued), `block` (the launch's block where no host tells it), `deep` with `stages` (64-deep
 slices in 3 to 6 slots of dynamic shared memory: 128-byte swizzled for wgmma, which then always
 keeps one K step in flight; the kernel's `<<<grid, block>>>` launches in the same source are
-edited to pass the bytes and to raise the kernel's limit first: `passes.cuda.gemm_launch`),
+edited to pass the bytes and to raise the kernel's limit first, or the Python host module that
+launches it is asked to by a host-launch line: `passes.cuda.gemm_launch`, `kir.hostlaunch`),
 `specialize` (deep wgmma: warps that only fill the ring and warpgroups that only multiply,
 each slot handed over by a full and an empty mbarrier), `producer` (deep wgmma: the launch's
 block grows by one warpgroup that only fills the ring, its copies landing on the slots' full
@@ -44,7 +45,8 @@ host's launch, the `block` fact or option, `__launch_bounds__`) and is 4, 8, 16 
 user's block tile divides 128 x 128; the body has no `return` (a block leaving the persistent
 loop early would strand the others at its barriers); static shared memory fits 48 KiB (the
 user's launch passes no dynamic shared memory for it), or, in the deep form, the ring fits the
-architecture's dynamic shared memory and the unit holds the kernel's launches; `arch >= sm_80`. Deterministic. The
+architecture's dynamic shared memory and the unit or its Python host module holds the kernel's
+launches in a form they can be edited in; `arch >= sm_80`. Deterministic. The
 de-optimization turns the rule's output back into a plain tiled kernel with synchronous scalar
 staging and scalar multiply-adds into the same accumulators (`scalar_form`), which the rule
 reads again to give the same output, so the rule can stand in a lineage.
@@ -1111,7 +1113,8 @@ class GemmSchedule(Pass):
     deep: bool = False
     """64-deep slices in dynamic shared memory (128-byte swizzled for wgmma, one K step in
     flight), the kernel's launches in the same source edited to pass the bytes and raise the
-    kernel's limit first; refused where the launch is in a host module of its own."""
+    kernel's limit first, or, where a Python host module launches it, that host asked to
+    (`kir.hostlaunch`); refused where neither can be edited."""
     stages: int = 0
     """With `deep`: the ring's slots, 3 to 6 (0: four, or as many as fit)."""
     specialize: bool = False
