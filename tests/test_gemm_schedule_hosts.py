@@ -473,3 +473,27 @@ def test_the_bench_runs_the_reach_forms_through_a_copy_of_the_start_host(tmp_pat
     # without the start's file the deep forms are refused, the reason given
     refused = bench.rewrite(start["source"], (512, 1, 1), "sm_90", "wgmma_deep_wide")
     assert isinstance(refused, str) and "no Python host module is beside it" in refused
+
+
+def test_the_gate_runs_a_hosted_tma_form_through_the_edited_host() -> None:
+    # the style tier's CuPy start: the static tier traces the edited host's launch (its opt-in
+    # and bytes), the emulate tier checks the result at the case's small shapes; a host-launch
+    # line that hands the kernel A's map over B's data is caught there
+    import gate
+
+    root = Path(__file__).resolve().parents[1]
+    start = root / "bench" / "styles" / "cuda" / "cu_mm_reg1d" / "mm_reg1d.py"
+    unit, _, result = _rewrite(start, TMA)
+    assert result.ok, result
+    case = str(start.parent / "case.py")
+    for tier in ("static", "emulate"):
+        verdict = gate.check(result.ir.text, "cuda", case, tier, path=unit.source_path,
+                             cache=False)
+        assert verdict.ok, (tier, verdict.reason)
+    asked = hostlaunch.directives(result.ir.text)[0]
+    a, b = asked.tma["maps"]
+    wrong = Directive(asked.kernel, asked.shared_bytes, asked.block_from, asked.block, asked.arch,
+                      {**asked.tma, "maps": [[b[0], *a[1:]], b]})
+    verdict = gate.check(result.ir.text.replace(asked.line(), wrong.line()), "cuda", case,
+                         "emulate", path=unit.source_path, cache=False)
+    assert not verdict.ok and "relative error" in str(verdict.reason)

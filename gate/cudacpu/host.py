@@ -20,7 +20,9 @@ the emulator, so a candidate's real host module runs its kernels at the case's s
   memory.
   The image NVRTC "returns" is a token that names the emulated library; `cuModuleLoadData`
   turns it back into the library. Kernel parameters are an address of an array of pointers, a
-  `(values, types)` pair as cuda-python accepts, or a NumPy array of addresses. Any other
+  `(values, types)` pair as cuda-python accepts (type None: a pointer-like value, or a structure
+  passed by value, a ctypes `Structure` or an object with `getPtr` and no `__int__`), or a NumPy
+  array of addresses. Any other
   driver call raises `EmulationError` naming it (graphs, events, im2col tensor maps ...);
 - the device the host code sees (`gate.hostview.target_device(EMULATED)`): the static tier's
   target, an sm_90a GPU, so a host that picks a kernel by architecture picks the one the device
