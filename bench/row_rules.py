@@ -9,7 +9,7 @@ start; `old`, the rule chain the style tier's searches kept (d800e94 / 5306ee0: 
 vectorized loads for softmax and RMSNorm; warp shuffles, restrict, vectorized loads and launch
 bounds for LayerNorm); and `row-registers` with 2, 4 and 8 vectors per thread, alone and with
 warp shuffles and launch bounds after it (`regsK`, `regsK+shfl+lb`, `regsK+shfl+lbres`: the
-resident minimum). A sweep of the launch's block size follows for the register forms (the
+resident minimum; `regsKh+shfl+lb`: option `hoist`, the weight / bias loaded with the row). A sweep of the launch's block size follows for the register forms (the
 vectors set so that the row fits: `bB.regsK+shfl`; where the block is a `#define` of the start,
 the start's own constant is edited with it, an experiment on the kernel rather than a rule).
 Each rule is applied with the passes API, with the block the host launches. Each form runs
@@ -117,11 +117,12 @@ def forms(name: str, case: Any, unit: Any, block: int, work: Path) -> dict[str, 
     text, log = chain(source, path, OLD[name], block)
     out["old"] = {"source": text, "log": log, "block": block}
     for k in (2, 4, 8):
-        reg = f"row-registers{{vectors={k}}}"
+        reg, held = f"row-registers{{vectors={k}}}", f"row-registers{{vectors={k},hoist=true}}"
         for label, specs in ((f"regs{k}", [reg]),
                              (f"regs{k}+shfl+lb", [reg, "warp-shuffle-reduce", "launch-bounds"]),
                              (f"regs{k}+shfl+lbres", [reg, "warp-shuffle-reduce",
-                                                      "launch-bounds{resident=true}"])):
+                                                      "launch-bounds{resident=true}"]),
+                             (f"regs{k}h+shfl+lb", [held, "warp-shuffle-reduce", "launch-bounds"])):
             text, log = chain(source, path, specs, block)
             out[label] = {"source": text, "log": log, "block": block}
     for b in BLOCKS[name]:
@@ -132,7 +133,9 @@ def forms(name: str, case: Any, unit: Any, block: int, work: Path) -> dict[str, 
         at = materialize(unit, start, b, work / f"b{b}")
         for label, specs in ((f"b{b}.regs{k}+shfl", [f"row-registers{{vectors={k}}}", "warp-shuffle-reduce"]),
                              (f"b{b}.regs{k}+shfl+lb", [f"row-registers{{vectors={k}}}", "warp-shuffle-reduce",
-                                                         "launch-bounds"])):
+                                                         "launch-bounds"]),
+                             (f"b{b}.regs{k}h+shfl+lb", [f"row-registers{{vectors={k},hoist=true}}",
+                                                          "warp-shuffle-reduce", "launch-bounds"])):
             text, log = chain(start, at, specs, b)
             out[label] = {"source": text, "log": log, "block": b, "edit": edit}
     return out

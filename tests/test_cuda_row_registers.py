@@ -113,14 +113,22 @@ def _round_trip(text: str, path: Path | None = None) -> None:
     assert trip.same, (trip.backward, trip.forward)
 
 
-def test_the_style_tiers_layernorm_holds_its_row_in_registers() -> None:
+@pytest.mark.parametrize("hoist", [False, True], ids=["row", "row+weights"])
+def test_the_style_tiers_layernorm_holds_its_row_in_registers(hoist: bool) -> None:
     folder = STYLES / "cu_layernorm"
-    out = _registered((folder / "layernorm.cu").read_text(), folder / "layernorm.cu")
+    out = _registered((folder / "layernorm.cu").read_text(), folder / "layernorm.cu", hoist=hoist)
     assert out.count("*reinterpret_cast<const uint4*>(&xr[") == 1  # the row is read once
-    # the write pass moves the weight, the bias and the output 16 bytes at a time
-    assert "*reinterpret_cast<uint4*>(&yr[" in out and "(&gamma[" in out
+    # the write pass moves the weight, the bias and the output 16 bytes at a time; with `hoist`
+    # the weight and the bias are loaded with the row, before the statistics
+    assert "*reinterpret_cast<uint4*>(&yr[" in out
+    loads = [out.index(f"*reinterpret_cast<const uint4*>(&{w}[") for w in ("gamma", "beta")]
+    assert (max(loads) < out.index("block_sum(s, buf)")) == hoist
     ptx_for_sm90a(out)
     _round_trip(out, folder / "layernorm.cu")
+    trip = get_pass("row-registers")()
+    ir = kir.parse(out, "cuda", path=folder / "layernorm.cu")
+    back = trip.deoptimize(ir, next(s for s in trip.sites(ir) if s.present), CTX)
+    assert isinstance(back, Applied) and back.options == {"vectors": 4, **({"hoist": True} if hoist else {})}
     case = gate.load_case(folder)
     for seed in (1, 2):
         shape = {"M": 7, "N": 600, "dtype": "bf16"} if seed == 1 else {"M": 5, "N": 8200, "dtype": "bf16"}
@@ -183,7 +191,11 @@ def test_a_persistent_half_rms_with_the_other_row_rules_after_it() -> None:
     assert any(isinstance(r, Applied) for r in vec)
     ptx_for_sm90a(both)
     _round_trip(out)
-    libs = [_lib(t, f"half_rms_{i}.cu") for i, t in enumerate((HALF_RMS, out, both))]
+    gains = _registered(HALF_RMS, vectors=2, hoist=True)  # the gain loaded with each row
+    assert "`gain` at the row's index" in gains
+    ptx_for_sm90a(gains)
+    _round_trip(gains)
+    libs = [_lib(t, f"half_rms_{i}.cu") for i, t in enumerate((HALF_RMS, out, both, gains))]
     for dim in (40, 512, 513, 600):  # 600 > 2 * 8 * 32; 513: odd rows start off 16 bytes
         x = torch.randn(9, dim, generator=_gen(dim)).half()
         g = (1 + 0.1 * torch.randn(dim, generator=_gen(dim + 1))).half()

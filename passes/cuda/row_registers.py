@@ -40,11 +40,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.cuda._tree import declared_names, if_parts, loop_body, subtree, text
+from passes.cuda._tree import children, declared_names, if_parts, loop_body, subtree, text
 from passes.cuda.annotations import CUDA
 from passes.cuda.memory import VECTORS, vector_loops
-from passes.cuda.row_cache import (RowPasses, _indent, _statement_items, _upto_next, passes_back,
-                                   row_passes)
+from passes.cuda.recognize import subscript
+from passes.cuda.row_cache import (RowPasses, _indent, _statement_items, _target_name, _upto_next,
+                                   passes_back, row_passes)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -119,9 +120,43 @@ def _lines(lines: list[tuple[int, str]], ind: str) -> str:
     return "\n".join(out)[len(ind):]
 
 
-def registers_text(ir: KernelIR, plan: RowPasses, vectors: int) -> str:
-    """The text replacing the passes' span: the row loaded into registers once, and each pass
-    on the registers or as written (see the module)."""
+def _hoisted(ir: KernelIR, plan: RowPasses, others: list[_PassVectors]) -> dict[tuple[str, str], int]:
+    """The passes' other read-only pointers at `base + v` that may be loaded with the row:
+    (pointer, base) -> number. The kernel never writes through the pointer, and nothing from
+    the row's load to the pass writes the pointer or what its base reads (no global store runs
+    between the passes either: `row_passes`)."""
+    fn = next(a for a in ir.ancestors(_for_id(ir, plan.loops[0]))
+              if ir.grammar_type_of(a) == "function_definition")
+    stores, assigned = set(), []
+    for c in subtree(ir, fn):
+        gtype = ir.grammar_type_of(c)
+        if gtype in ("assignment_expression", "update_expression"):
+            target = _target_name(ir, c)
+            if target:
+                assigned.append((ir.span_of(c).start, target))
+                base, _ = subscript(ir, children(ir, c)[0])
+                if base:
+                    stores.add(base)
+    out: dict[tuple[str, str], int] = {}
+    for (ls, _le), pv in zip(plan.loops, others, strict=True):
+        for q, (base, _t, written, _size) in sorted(pv.pointers.items()):
+            names = set(re.findall(r"(?<![.\w])[A-Za-z_]\w*", base)) | {q}
+            if written or q in stores or (q, base) in out or \
+                    any(plan.span[0] <= at < ls and t in names for at, t in assigned):
+                continue
+            out[(q, base)] = len(out)
+    return out
+
+
+def _for_id(ir: KernelIR, span: tuple[int, int]) -> int:
+    return next(n.id for n in ir.walk() if (n.span.start, n.span.end) == span
+                and ir.grammar_type_of(n.id) == "for_statement")
+
+
+def registers_text(ir: KernelIR, plan: RowPasses, vectors: int, hoist: bool = False) -> str:
+    """The text replacing the passes' span: the row (and with `hoist` the passes' other
+    read-only operands at the row's index) loaded into registers once, and each pass on the
+    registers or as written (see the module)."""
     data, src = ir.source, ir.text
     name = _fresh(ir)
     fits, ind = f"{name}_fits", _indent(src, plan.span[0])
@@ -129,7 +164,17 @@ def registers_text(ir: KernelIR, plan: RowPasses, vectors: int) -> str:
     step = plan.step.strip()
     same_step = "" if re.sub(r"[\s()]", "", step) == "blockDim.x" else f" && ({step}) == blockDim.x"
     chunk = f"const long long kl_c = (long long)({plan.start}) + (long long)kl_k * ({step});"
+    others = _pass_vectors(ir, plan)
+    hoisted = _hoisted(ir, plan, others) if hoist else {}
+    declared = "".join(f"{ind}uint4 {name}_{n}[{vectors}];  // `{q}` at the row's index, loaded with it\n"
+                       for (q, _b), n in hoisted.items())
+    at = lambda q, base, j: f"&{q}[{base} + {j}]"  # noqa: E731
+    loads = "".join(
+        f"{ind}    if ((kl_c + 1) * {lanes} <= ({plan.bound}) && (reinterpret_cast<unsigned long long>"
+        f"({at(q, b, 0)}) & 15ull) == 0) {name}_{n}[kl_k] = *reinterpret_cast<const uint4*>"
+        f"({at(q, b, f'kl_c * {lanes}')});\n" for (q, b), n in hoisted.items())
     head = (f"uint4 {name}[{vectors}];  // the row in registers: {vectors} vectors of 16 bytes per thread\n"
+            f"{declared}"
             f"{ind}const bool {fits} = ({plan.bound}) <= {vectors * lanes} * ({step}){same_step} && "
             f"(reinterpret_cast<unsigned long long>(&{plan.at('0')}) & 15ull) == 0;\n"
             f"{ind}if ({fits}) {{  // every vector of the row this thread holds is loaded before any is used\n"
@@ -145,10 +190,10 @@ def registers_text(ir: KernelIR, plan: RowPasses, vectors: int) -> str:
             f"{ind}        if (kl_c * {lanes} + kl_l < ({plan.bound})) "
             f"reinterpret_cast<{elem}*>(&{name}[kl_k])[kl_l] = {plan.at(f'kl_c * {lanes} + kl_l')};\n"
             f"{ind}    }}\n"
+            f"{loads}"
             f"{ind}  }}\n"
             f"{ind}}}\n{ind}")
     lane = f"reinterpret_cast<const {elem}*>(&{name}[kl_k])[kl_l]"
-    others = _pass_vectors(ir, plan)
     pieces, cursor = [head], plan.span[0]
     for k, (ls, le) in enumerate(plan.loops):
         pieces.append(data[cursor:ls].decode("utf-8"))
@@ -173,12 +218,14 @@ def registers_text(ir: KernelIR, plan: RowPasses, vectors: int) -> str:
             for s, e, p, written in pv.spans:
                 t = pv.pointers[p][1] if written else f"const {pv.pointers[p][1]}"
                 vec_edits.append((s, e, f"reinterpret_cast<{t}*>(&{names[p]})[kl_l]"))
-            at = lambda p, j: f"&{p}[{pv.pointers[p][0]} + {j}]"  # noqa: E731
+            at = lambda p, j, pv=pv: f"&{p}[{pv.pointers[p][0]} + {j}]"  # noqa: E731
             aligned = " | ".join(f"reinterpret_cast<unsigned long long>({at(p, 0)})"
                                  for p in sorted(pv.pointers))
             lines.append((2, f"if ((kl_c + 1) * {lanes} <= ({plan.bound}) && (({aligned}) & 15ull) == 0) {{"
                              "  // its other pointers 16 bytes at a time"))
-            lines += [(3, f"const uint4 {names[p]} = *reinterpret_cast<const uint4*>({at(p, f'kl_c * {lanes}')});")
+            lines += [(3, f"const uint4 {names[p]} = " + (
+                          f"{name}_{hoisted[(p, pv.pointers[p][0])]}[kl_k];" if (p, pv.pointers[p][0]) in hoisted
+                          else f"*reinterpret_cast<const uint4*>({at(p, f'kl_c * {lanes}')});"))
                       for p in sorted(pv.pointers) if not pv.pointers[p][2]]
             lines += [(3, f"uint4 {names[p]};") for p in sorted(pv.pointers) if pv.pointers[p][2]]
             lines += [(2, "#pragma unroll"), (3, f"for (int kl_l = 0; kl_l < {lanes}; ++kl_l) {{"),
@@ -210,6 +257,8 @@ class RegisterRow:
     removed: tuple[tuple[int, int], ...]
     edits: tuple[tuple[int, int, str], ...]
     span: tuple[int, int]
+    hoist: bool = False
+    """Whether other operands are held beside the row (arrays of the same extent next to it)."""
 
 
 _ARRAY = re.compile(rf"^\s*(?:{'|'.join(v for v, (_s, _c, b) in VECTORS.items() if b == 16)})"
@@ -233,14 +282,24 @@ def register_rows(ir: KernelIR) -> list[RegisterRow]:
 
 def _register_row(ir: KernelIR, items: list[int], i: int) -> RegisterRow | None:
     m = _ARRAY.match(text(ir, items[i]))
-    g = _GUARD.match(text(ir, items[i + 1]))
-    if m is None or g is None or ir.grammar_type_of(items[i + 1]) != "declaration" or \
-            "__shared__" in text(ir, items[i]):
+    if m is None or "__shared__" in text(ir, items[i]):
+        return None
+    extra = []  # operands loaded with the row: arrays of the same extent declared next to it
+    while i + 1 + len(extra) < len(items):
+        e = _ARRAY.match(text(ir, items[i + 1 + len(extra)]))
+        if e is None or e.group(2) != m.group(2):
+            break
+        extra.append(e.group(1))
+    g_at = i + 1 + len(extra)
+    if g_at + 1 >= len(items):
+        return None
+    g = _GUARD.match(text(ir, items[g_at]))
+    if g is None or ir.grammar_type_of(items[g_at]) != "declaration":
         return None
     array, guard = m.group(1), g.group(1)
-    if [n for n, _i, _v in declared_names(ir, items[i + 1])] != [guard]:
+    if [n for n, _i, _v in declared_names(ir, items[g_at])] != [guard]:
         return None
-    fill = items[i + 2]
+    fill = items[g_at + 1]
 
     def guarded(c: int) -> bool:
         return ir.grammar_type_of(c) == "if_statement" and \
@@ -251,7 +310,7 @@ def _register_row(ir: KernelIR, items: list[int], i: int) -> RegisterRow | None:
     uses = lambda n, name: [c for c in subtree(ir, n) if ir.grammar_type_of(c) == "identifier"  # noqa: E731
                             and ir.name_of(c) == name]
     edits, passes = [], []
-    for c in items[i + 3:]:
+    for c in items[g_at + 2:]:
         if not guarded(c):
             continue
         _cond, then, alt = if_parts(ir, c)
@@ -263,13 +322,13 @@ def _register_row(ir: KernelIR, items: list[int], i: int) -> RegisterRow | None:
         edits.append((ir.span_of(c).start, ir.span_of(c).end, inner))
         passes.append(c)
     inside = lambda u: any(ir.span_of(p).start <= ir.span_of(u).start < ir.span_of(p).end  # noqa: E731
-                           for p in [items[i], items[i + 1], fill, *passes])
+                           for p in [*items[i:g_at + 2], *passes])
     block = ir.parent_of(items[i])
-    if not edits or not all(inside(u) for name in (array, guard) for u in uses(block, name)):
+    if not edits or not all(inside(u) for name in (array, guard, *extra) for u in uses(block, name)):
         return None
-    removed = tuple(_upto_next(ir, items, j) for j in (i, i + 1, i + 2))
+    removed = tuple(_upto_next(ir, items, j) for j in range(i, g_at + 2))
     span = (removed[0][0], max(e for _s, e, _t in edits))
-    return RegisterRow(array, guard, int(m.group(2)), removed, tuple(edits), span)
+    return RegisterRow(array, guard, int(m.group(2)), removed, tuple(edits), span, bool(extra))
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,12 +339,17 @@ class RowRegisters(Pass):
     """16-byte vectors of the row each thread holds (a row of up to `vectors * 16 / element
     bytes * threads` elements takes the register form; a longer one runs as written)."""
 
+    hoist: bool = False
+    """Also load the passes' other read-only operands at the row's index (a weight, a bias)
+    with the row, into registers of their own, so that no pass waits for them."""
+
     name: ClassVar[str] = "row-registers"
     category: ClassVar[Category] = Category.STAGING
     summary: ClassVar[str] = "a row read once into registers <-> every pass re-reads it"
     languages: ClassVar[tuple[str, ...]] = CUDA
     platforms: ClassVar[tuple[str, ...]] = ("cuda",)
     tunables: ClassVar[Mapping[str, tuple[Any, ...]]] = MappingProxyType({"vectors": (2, 4, 8)})
+    reach: ClassVar[tuple[Mapping[str, Any], ...]] = (MappingProxyType({"hoist": True}),)
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         out = [make_site(self.name, ir, index, r.span, True, {"array": r.array,
@@ -300,7 +364,8 @@ class RowRegisters(Pass):
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         for r in register_rows(ir):
             if r.span == tuple(site.span):
-                return passes_back(ir, site, r.removed, r.edits, {"vectors": r.vectors})
+                return passes_back(ir, site, r.removed, r.edits,
+                                   {"vectors": r.vectors, **({"hoist": True} if r.hoist else {})})
         return Skipped("no row held in registers at the site", {"site": site.anchor})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -310,7 +375,7 @@ class RowRegisters(Pass):
         plans = row_passes(ir, None)
         for plan in plans:
             if isinstance(plan, RowPasses) and plan.span == tuple(site.span):
-                return finish(ir, site, [ByteEdit(*plan.span, registers_text(ir, plan, self.vectors))])
+                return finish(ir, site, [ByteEdit(*plan.span, registers_text(ir, plan, self.vectors, self.hoist))])
         refused = [p for p in plans if isinstance(p, Skipped)]
         if refused:
             return refused[0]
