@@ -37,6 +37,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "even-k-fast-path": ("passes.triton.masking", "EvenKFastPath"),
     "causal-block-skip": ("passes.triton.masking", "CausalBlockSkip"),
     "tma-descriptors": ("passes.triton.tma", "TmaDescriptors"),
+    "k-major-operands": ("passes.triton.layout", "KMajorOperands"),
     # CUDA C++
     "row-cache": ("passes.cuda.row_cache", "RowCache"),
     "row-registers": ("passes.cuda.row_registers", "RowRegisters"),
