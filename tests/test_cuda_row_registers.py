@@ -255,3 +255,33 @@ def test_the_shipped_card_is_retrieved_and_materializes_on_the_style_tiers_rows(
     made = materialize(found[0], ir, DeterministicRewriter(), CTX, max_sites=1)
     assert made.ir is not None and made.rewriter == "deterministic", made
     assert len(register_rows(made.ir)) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("folder,start", [("cu_layernorm", "layernorm.cu"), ("cu_rmsnorm", "rmsnorm.py")])
+@pytest.mark.parametrize("options", [{"vectors": 2}, {"vectors": 8, "hoist": True}], ids=["2", "8h"])
+def test_the_register_rows_on_the_gpu(folder: str, start: str, options: dict, tmp_path: Path) -> None:
+    import importlib.util  # noqa: PLC0415
+
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    path = STYLES / folder / start
+    unit = cuda_unit(path)
+    out = _registered(unit.source, unit.source_path, **options)
+    if unit.held is None:
+        (tmp_path / unit.source_path.name).write_text(out)
+        (tmp_path / unit.host_path.name).write_text(unit.host_path.read_text())
+    else:
+        (tmp_path / unit.host_path.name).write_text(unit.held.splice(out))
+    spec = importlib.util.spec_from_file_location(f"rows_{folder}_{len(options)}", tmp_path / unit.host_path.name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    case = gate.load_case(STYLES / folder)
+    for n in (1000, 4096, 8200):  # 8200: past 8 vectors of 256 threads for fp32, the passes as written
+        shape = {**dict(next(iter(case.small_shapes.values()))), "M": 33, "N": n}
+        inputs = tuple(case.module().make_inputs(shape, 7, "cuda"))
+        got = module.run(*inputs)
+        torch.cuda.synchronize()
+        ref = case.module().reference(*inputs).double()
+        err = float((got.double() - ref).norm() / ref.norm())
+        assert err <= case.tolerance_for(shape["dtype"]), (folder, n, err)
