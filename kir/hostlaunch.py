@@ -610,7 +610,14 @@ def _kl_host_arch_kernel(kern, arch):
         return kern
     held = _KL_HOST_KERNELS.get(id(kern))
     if held is None or held[0] is not kern:
-        held = (kern, type(kern)(code, kern.name, options + ("-arch=" + arch,)))
+        derived = type(kern)(code, kern.name, options + ("-arch=" + arch,))
+        try:  # compiled now: a compiler that refuses the target says so here, by name
+            if callable(getattr(derived, "compile", None)):
+                derived.compile()
+        except Exception as exc:
+            raise RuntimeError(f"{kern.name}: CuPy could not compile it with -arch={arch} beside "
+                               f"its own target ({type(exc).__name__}: {str(exc)[:200]})") from exc
+        held = (kern, derived)
         _KL_HOST_KERNELS[id(kern)] = held
     return held[1]
 '''

@@ -180,6 +180,18 @@ def spent_usd(rewriter: Any) -> float:
     return total
 
 
+def write_best(path: Path, source: str, language: str, best_path: Path) -> None:
+    """Write the best kernel `source` of the kernel file `path` to `best_path`: a CUDA source held
+    in its host module goes into that module, a `.cu` gets its host module beside it; either host
+    with the launch edits the source asks of it (`kir.hostlaunch`)."""
+    held = in_file(path) if language == "cuda" and path.suffix == ".py" else None
+    atomic_write_text(best_path, hostlaunch.apply(held.splice(source), source)
+                      if held is not None else source)
+    if language == "cuda" and path.suffix == ".cu" and path.with_suffix(".py").is_file():
+        atomic_write_text(best_path.with_suffix(".py"),
+                          hostlaunch.apply(path.with_suffix(".py").read_text(), source))
+
+
 def finish(run: Any, start: Any, path: Path, out_dir: Path, termination: str,
            notes: list[str], seed: int) -> OptimizeResult:
     """Write an optimize run's best kernel (CUDA: into its host, or beside its host module),
@@ -190,13 +202,7 @@ def finish(run: Any, start: Any, path: Path, out_dir: Path, termination: str,
         notes.append(llm["disabled"])
     best = run.best
     best_path = out_dir / f"best{path.suffix}"
-    held = in_file(path) if run.language == "cuda" and path.suffix == ".py" else None
-    # a CUDA host module gets the launch edits the best source asks (kir.hostlaunch)
-    atomic_write_text(best_path, hostlaunch.apply(held.splice(best.source), best.source)
-                      if held is not None else best.source)
-    if run.language == "cuda" and path.suffix == ".cu" and path.with_suffix(".py").is_file():
-        atomic_write_text(best_path.with_suffix(".py"),
-                          hostlaunch.apply(path.with_suffix(".py").read_text(), best.source))
+    write_best(path, best.source, run.language, best_path)
     node = run.lineage.node(best.sid)
     node["roles"] = sorted(set(node.get("roles", [])) | {"best"})
     run.lineage.add_run({"target": str(path), "case": run.case, "tier": run.tier,
@@ -215,4 +221,4 @@ def finish(run: Any, start: Any, path: Path, out_dir: Path, termination: str,
 
 __all__ = ["EFFECT_TIE", "OptimizeResult", "Step", "diff_actions", "distinct_rejections",
            "failure_kind", "finish", "lineage_state", "llm_report", "resolve_tier", "seeded_order",
-           "spent_usd", "verdict_json"]
+           "spent_usd", "verdict_json", "write_best"]

@@ -497,3 +497,25 @@ def test_the_gate_runs_a_hosted_tma_form_through_the_edited_host() -> None:
     verdict = gate.check(result.ir.text.replace(asked.line(), wrong.line()), "cuda", case,
                          "emulate", path=unit.source_path, cache=False)
     assert not verdict.ok and "relative error" in str(verdict.reason)
+
+
+@pytest.mark.parametrize("convention", ["cudahost", "cupy"])
+def test_the_optimize_output_carries_the_host_edits(tmp_path: Path, convention: str) -> None:
+    # what `klineage optimize` writes: best.cu with its host beside it, or the host holding it,
+    # its launches edited as the best source asks
+    from lineage.outcome import write_best
+
+    start = tmp_path / "start"
+    start.mkdir()
+    unit, _, result = _rewrite(_write(start, convention), WIDE)
+    out = tmp_path / "out"
+    out.mkdir()
+    best = out / f"best{unit.source_path.suffix}"
+    write_best(unit.source_path, result.ir.text, "cuda", best)
+    host = best.with_suffix(".py")
+    text = host.read_text()
+    assert "_kl_host_launch(" in text and text == _host(unit, result.ir.text)
+    if convention == "cudahost":
+        assert best.read_text() == result.ir.text
+    else:  # the held source is the best one
+        assert find(text).text == result.ir.text
