@@ -149,9 +149,18 @@ def _load(path: Path, name: str) -> Any:
     return module
 
 
+_KERNEL = r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+
+
+def kernel_name(text: str) -> str:
+    """The first kernel `text` defines (past its `__launch_bounds__`)."""
+    return re.search(_KERNEL + r"(\w+)", text).group(1)
+
+
 def c_linkage(device: str, kernel: str) -> str:
     """`device` with `kernel` given C linkage (NVRTC mangles a C++ kernel's name)."""
-    return re.sub(rf"__global__\s+void\s+{kernel}\b", f'extern "C" __global__ void {kernel}', device, count=1)
+    m = re.search(_KERNEL + rf"{kernel}\b", device)
+    return device[:m.start()] + 'extern "C" ' + device[m.start():]
 
 
 def runner(unit: Any, form: dict[str, Any], where: Path, label: str) -> Callable[..., Any]:
@@ -163,7 +172,7 @@ def runner(unit: Any, form: dict[str, Any], where: Path, label: str) -> Callable
 
     block, text = form["block"], form["source"]
     if "load_inline" in unit.host_path.read_text():
-        kernel = re.search(r"__global__\s+void\s+(\w+)", text).group(1)
+        kernel = kernel_name(text)
         compiled = cudahost.compile_source(c_linkage(device_source(text), kernel), name=f"{label}.cu",
                                            options=nvrtc_options(text))
         func = cudahost.get_function(compiled, kernel)
