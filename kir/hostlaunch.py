@@ -194,7 +194,16 @@ class _Module:
         """Names (and subscripts) bound to a CuPy-style kernel object -> its kernel."""
         out = {}
         for target, values in self.values.items():
-            for v in values:
+            for v in list(values):
+                if isinstance(v, ast.Dict):  # {"name": RawKernel(...)}: each entry by its key
+                    for key, item in zip(v.keys, v.values):
+                        if isinstance(key, ast.Constant) and isinstance(item, ast.Call):
+                            entry = ast.unparse(ast.Subscript(ast.parse(target, mode="eval").body,
+                                                              ast.Constant(key.value)))
+                            found = _looked_up(item)
+                            if len(found) == 1:
+                                out[entry] = found[0]
+                    continue
                 # CuPy's lookups: RawKernel(src, name), RawModule.get_function(name) (cudahost's
                 # get_function(compiled, name) gives a function handle, not a callable kernel)
                 last = _name(v.func).split(".")[-1] if isinstance(v, ast.Call) else ""
@@ -248,7 +257,9 @@ def launch_sites(host_text: str) -> list[LaunchSite]:
                 convention = "driver"
             elif last == "launch" and (len(node.args) >= 5 or node.keywords):
                 convention = "cudahost"
-            elif ast.unparse(inner) in objects:
+            elif ast.unparse(inner) in objects or (
+                    isinstance(inner, ast.Call) and _name(inner.func).split(".")[-1] ==
+                    "get_function" and len(inner.args) == 1):  # module.get_function("k")(...)
                 convention = "cupy"
             else:
                 continue
@@ -604,12 +615,13 @@ _KL_HOST_KERNELS = {}
 
 def _kl_host_arch_kernel(kern, arch):
     """A CuPy kernel object compiled for `arch` as well (its options given the target), once
-    per object; `kern` where none is asked or its source is not at hand."""
+    per source, name and options; `kern` where none is asked or its source is not at hand."""
     code, options = getattr(kern, "code", None), tuple(getattr(kern, "options", ()) or ())
     if not arch or not code or any(arch in str(o) for o in options):
         return kern
-    held = _KL_HOST_KERNELS.get(id(kern))
-    if held is None or held[0] is not kern:
+    key = (type(kern), code, kern.name, options, arch)
+    derived = _KL_HOST_KERNELS.get(key)
+    if derived is None:
         derived = type(kern)(code, kern.name, options + ("-arch=" + arch,))
         try:  # compiled now: a compiler that refuses the target says so here, by name
             if callable(getattr(derived, "compile", None)):
@@ -617,9 +629,8 @@ def _kl_host_arch_kernel(kern, arch):
         except Exception as exc:
             raise RuntimeError(f"{kern.name}: CuPy could not compile it with -arch={arch} beside "
                                f"its own target ({type(exc).__name__}: {str(exc)[:200]})") from exc
-        held = (kern, derived)
-        _KL_HOST_KERNELS[id(kern)] = held
-    return held[1]
+        _KL_HOST_KERNELS[key] = derived
+    return derived
 '''
 """The host helper `edit` writes (after `_KL_HOST_LAUNCHES`, the directives by kernel)."""
 

@@ -519,3 +519,40 @@ def test_the_optimize_output_carries_the_host_edits(tmp_path: Path, convention: 
         assert best.read_text() == result.ir.text
     else:  # the held source is the best one
         assert find(text).text == result.ir.text
+
+
+def test_launches_are_found_by_what_they_call() -> None:
+    host = '''import cupy
+from cuda.bindings import driver
+from experts import cudahost as ch
+
+SRC = r"""extern "C" __global__ void k(float* x) {}"""
+mod = cupy.RawModule(code=SRC)
+table = {"k": cupy.RawKernel(SRC, "k")}
+_fn = {}
+
+
+def _lookup():
+    if "f" not in _fn:
+        _fn["f"] = ch.get_function(ch.compile_source(SRC), "k")
+    return _fn["f"]
+
+
+def run(x, grid, block):
+    mod.get_function("k")((1,), (128,), (x,))
+    table["k"](grid, block, (x,), shared_mem=0)
+    ch.launch(_lookup(), grid, block, 0, [x])
+    f = driver.cuModuleGetFunction(None, b"k")[1]
+    driver.cuLaunchKernel(f, *grid, *block, 0, 0, ((x,), (None,)), 0)
+    print(len(table))
+'''
+    sites = hostlaunch.launch_sites(host)
+    assert [(s.convention, s.kernel) for s in sites] == [
+        ("cupy", "k"), ("cupy", "k"), ("cudahost", "k"), ("driver", "k")]
+    # `len(table)` reads the container, not the kernel object: no refusal
+    assert hostlaunch.refusal(host, "k", only_kernel=False) == ""
+    assert "other than by calling it" in hostlaunch.refusal(
+        host.replace("print(len(table))", "print(table['k'])"), "k", only_kernel=False)
+    edited = hostlaunch.edit(host, [Directive("k", 65536, (128, 1, 1))], {"k"})
+    assert edited.count('_kl_host_launch("k", ') == 4  # the four launches, each wrapped
+    assert hostlaunch.strip(edited) == host
