@@ -9,7 +9,9 @@ A move is one of
   cards: `lineage.transfer`; rewriter "config-sweep");
 - a sweep of the state's own tunables: the generic role-keyed list the no-library control
   writes (`plain_sweep`, `lineage.control`), or a sweep around the configuration the kernel
-  runs with, its autotuner's pick where the device reported one (`own_sweeps`).
+  runs with, its autotuner's pick where the device reported one (`own_sweeps`);
+- a rule that declares a prior (`Pass.prior`), offered without a card wherever it takes the
+  state (`rule_offers`), its result under the generic autotune list first (`rule_candidates`).
 
 The loop (`lineage.optimize`) decides which move to spend a gate on; this module only makes
 candidates and says why one could not be made. What every move observes:
@@ -639,6 +641,79 @@ def recorded_sweeps(card: SkillCard, ir: KernelIR, *, ctx: Any = None,
     return _config_sweeps(card, ir, skip_site, ctx=ctx)
 
 
+# -- rules a search offers without a card ----------------------------------------------------------
+_RULED: dict[tuple[str, str], dict[str, tuple[KernelIR, Site]]] = {}
+"""(source, dtype) -> rule name -> the kernel with the rule applied wherever it takes it, and
+its first site (`rule_moves`)."""
+
+
+def rule_card(name: str, language: str) -> SkillCard:
+    """The stand-in card a rule offered without a card is recorded under (its pass's name)."""
+    from passes.registry import get_pass  # noqa: PLC0415
+
+    cls = get_pass(name)
+    return SkillCard(id=f"rule.{name}", intent=cls.summary, pass_name=name,
+                     category=cls.category.value, language=language, locus="kernel")
+
+
+def rule_moves(ir: KernelIR, ctx: Any = None) -> dict[str, tuple[KernelIR, Site]]:
+    """Rule name -> (`ir` with the rule applied at every site it takes, one after the other;
+    the first of them) for each registered rule of `ir`'s language that declares a prior
+    (`Pass.prior` > 1: the search offers it on its own, before any lineage recorded it) and
+    takes `ir` somewhere under `ctx` (its `dtype` fact decides some refusals)."""
+    from passes.base import Applied  # noqa: PLC0415
+    from passes.registry import all_pass_classes  # noqa: PLC0415
+
+    language = str(getattr(ir.language, "value", ir.language))
+    key = (ir.unparse(), str((getattr(ctx, "facts", None) or {}).get("dtype", "")))
+    if key in _RULED:
+        return _RULED[key]
+    out: dict[str, tuple[KernelIR, Site]] = {}
+    for cls in all_pass_classes():
+        if cls.prior <= 1 or language not in cls.languages:
+            continue
+        rule, now, first = cls(), ir, None
+        for _ in range(MAX_SITES * 4):  # each site once: a site taken is no longer open
+            step = next(((site, result) for site in rule.sites(now) if not site.present
+                         for result in [rule.optimize(now, site, ctx)]
+                         if isinstance(result, Applied)), None)
+            if step is None:
+                break
+            first, now = first or step[0], step[1].ir
+        if first is not None:
+            out[cls.name] = (now, first)
+    if len(_RULED) >= 64:
+        _RULED.clear()
+    _RULED[key] = out
+    return out
+
+
+def rule_offers(ir: KernelIR, ctx: Any = None) -> list[tuple[SkillCard, float]]:
+    """(stand-in card, log of its prior) of every rule `rule_moves` finds on `ir`."""
+    import math  # noqa: PLC0415
+
+    from passes.registry import get_pass  # noqa: PLC0415
+
+    language = str(getattr(ir.language, "value", ir.language))
+    return [(rule_card(name, language), math.log(get_pass(name).prior))
+            for name in rule_moves(ir, ctx)]
+
+
+def rule_candidates(card: SkillCard, ir: KernelIR, ctx: Any = None) -> Iterator[Materialized]:
+    """A rule offered without a card (`rule_moves`): the kernel it makes under the generic
+    autotune list first (a layout or schedule change moves the best tile configuration), then
+    as it is."""
+    made = rule_moves(ir, ctx).get(card.pass_name)
+    if made is None:
+        yield Materialized(card, None, None, refusals=(f"{card.pass_name} takes no site here",))
+        return
+    new_ir, site = made
+    swept = plain_sweep(new_ir)
+    if swept.ok:
+        yield Materialized(card, swept.ir, site, "deterministic", (), {})
+    yield Materialized(card, new_ir, site, "deterministic", (), {})
+
+
 def verdict_ms(verdict: Any) -> float | None:
     """The candidate's time in a verdict (None where it was not timed)."""
     timing = getattr(verdict, "timing", None)
@@ -648,4 +723,5 @@ def verdict_ms(verdict: Any) -> float | None:
 
 __all__ = ["MAX_SITES", "Materialized", "card_sites", "feature_appears", "first_run_s",
            "gate_seconds", "kernel_of", "kernel_shares", "materialize", "materializations",
-           "own_sweeps", "autotune_picks", "plain_sweep", "recorded_sweeps", "sweep_card", "verdict_ms"]
+           "own_sweeps", "autotune_picks", "plain_sweep", "recorded_sweeps", "rule_candidates",
+           "rule_card", "rule_moves", "rule_offers", "sweep_card", "verdict_ms"]

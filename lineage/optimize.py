@@ -47,7 +47,8 @@ from lineage.graph import Lineage, Transition, state_id
 from lineage.moves import (Materialized, all_configs_spill,
                            autotune_picks, card_sites, feature_appears, first_run_s,
                            gate_seconds, kernel_of, kernel_shares, materialize, materializations,
-                           own_sweeps, plain_sweep, recorded_sweeps, verdict_ms)
+                           own_sweeps, plain_sweep, recorded_sweeps, rule_candidates,
+                           rule_offers, verdict_ms)
 from lineage.outcome import (EFFECT_TIE, OptimizeResult, Step, diff_actions, distinct_rejections,
                              failure_kind, finish, lineage_state, resolve_tier, seeded_order,
                              verdict_json)
@@ -222,8 +223,8 @@ class _State:
 
 @dataclass(eq=False)
 class _Option:
-    """One move on one state: `kind` plain | own | recorded | card, the card it acts for (a
-    stand-in card for the state's own sweeps), its rank among the state's moves."""
+    """One move on one state: `kind` plain | own | recorded | rule | card, the card it acts for
+    (a stand-in card for the state's own sweeps and a rule offered without one), its rank."""
 
     state: _State
     kind: str
@@ -390,6 +391,7 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
         fit, card = max(fits, key=lambda f: f[0], default=(0, None))
         if card is not None and fit > 0 and "recorded" in kinds:
             moves.append(("recorded", card, _prior(card, target)))
+        moves += [("rule", c, p) for c, p in rule_offers(state.ir, run.ctx)]  # no card needed
     # A card with no site here whose evidence ran with a pass the state lacks bets on that
     # pass's step: the step's prior adds the card's (an enabling step, two moves deep).
     blocked = [o.card for o in run.options.values()
@@ -462,6 +464,8 @@ def _stream(option: _Option, run: _Run) -> Iterator[Materialized]:
                           site_order=order if shares else None)
     elif option.kind == "recorded":
         made = recorded_sweeps(card, state.ir, ctx=run.ctx, skip_site=skip)
+    elif option.kind == "rule":
+        made = rule_candidates(card, state.ir, run.ctx)
     else:
         made = materializations(card, state.ir, run.rewriter, run.ctx, skip_site=skip,
                                 sweeps=False, site_order=order if shares else None)

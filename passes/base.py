@@ -203,6 +203,10 @@ class Pass:
     recorded variant before it (`lineage.moves.tuned`), where the kernel allows them; where it
     does not, the rule refuses and no gate is spent (e.g. a GEMM schedule's deep, wide forms,
     which need the launch in the kernel's own source)."""
+    prior: ClassVar[float] = 0.0
+    """Above 1: the speedup a search expects from the rule where it has a site, before any
+    lineage recorded it; the search then offers the rule as a move of its own on every state
+    it applies to (`lineage.moves.rule_moves`). 0: the rule acts only through cards."""
 
     # -- the three operations -------------------------------------------------------------
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:

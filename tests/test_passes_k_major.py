@@ -318,3 +318,39 @@ def test_rule_output_compiles_for_sm90(tmp_path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "square_mm True" in done.stdout  # the dot is a wgmma at sm_90
     assert "_k_major_copy False" in done.stdout
+
+
+def test_the_search_offers_the_rule_on_a_kernel_no_lineage_holds(tmp_path) -> None:
+    """The optimize loop's frontier holds the rule as a move of its own on an NN fp32 GEMM
+    (not on its NT twin); its first candidate is the rule's output under the generic autotune
+    list; with an empty library a run gates it and keeps it where it is faster."""
+    from lineage.control import autotune_control
+    from lineage.graph import Lineage
+    from lineage.optimize import _frontier, _Run, _State, _stream, optimize
+    from lineage.retrieval import Retriever
+    from lineage.skills import Library
+    from passes.rewriter import DeterministicRewriter
+    from skill_helpers import ScriptedGate
+
+    case = str(ROOT / "tests/data/problems/precision/matmul_rand.py")
+    start = (ROOT / "bench/kernelbench/level1/1_Square_matrix_multiplication_.py").read_text()
+    run = _Run(None, None, None, Lineage(), "triton", case, "cuda", "device", "x",
+               lambda e, d: None, 8, None, (), Retriever([]))
+    moves = {}
+    for source in (start, NT):
+        state = _State(source, kir.parse(source, "triton"), None, 10.0, sid="s:0")
+        run.states, run.best = [state], state
+        moves[source] = {(o.kind, o.card.pass_name): o for o in _frontier(state, run)}
+    assert ("rule", "k-major-operands") in moves[start]
+    assert not any(kind == "rule" for kind, _ in moves[NT])
+    first = next(_stream(moves[start][("rule", "k-major-operands")], run))
+    assert first.ir.unparse() == autotune_control(_optimized(start))
+
+    target = tmp_path / "square_mm.py"
+    target.write_text(start)
+    gate = ScriptedGate(ms=lambda s: 4.0 if "_k_major(" in s else 10.0)
+    result = optimize(target, case, Library.open(tmp_path / "empty", create=True), tier="device",
+                      out=tmp_path / "out", rewriter=DeterministicRewriter(), check_fn=gate,
+                      budget_steps=3)
+    assert result.best_ms == 4.0
+    assert [s.pass_name for s in result.applied] == ["k-major-operands"]
