@@ -184,6 +184,8 @@ import ctypes
 import torch
 from cuda.bindings import driver, nvrtc
 
+from experts.cudahost import include_dirs  # where cuda_fp16.h is
+
 SOURCE = """
 @SOURCE@"""
 _state = {}
@@ -198,7 +200,7 @@ def _ok(ret):
 def _load():
     _ok(driver.cuInit(0))
     prog = _ok(nvrtc.nvrtcCreateProgram(SOURCE.encode(), b"xwt.cu", 0, [], []))
-    opts = [b"--gpu-architecture=compute_90"]
+    opts = [b"--gpu-architecture=compute_90"] + [b"-I" + d.encode() for d in include_dirs()]
     if int(nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]) != 0:
         raise RuntimeError("NVRTC failed")
     ptx = b" " * _ok(nvrtc.nvrtcGetPTXSize(prog))
@@ -556,3 +558,36 @@ def run(x, grid, block):
     edited = hostlaunch.edit(host, [Directive("k", 65536, (128, 1, 1))], {"k"})
     assert edited.count('_kl_host_launch("k", ') == 4  # the four launches, each wrapped
     assert hostlaunch.strip(edited) == host
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("convention,packed", [("cupy", "pair"), ("cudahost", "pair"),
+                                               ("driver", "pair"), ("driver", "address")])
+def test_on_the_gpu_each_edited_host_runs_the_reach_forms(tmp_path: Path, convention: str,
+                                                          packed: str) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma and TMA need sm_90a")
+    if convention == "cupy":
+        pytest.importorskip("cupy")
+    for options in (TMA, WIDE):
+        where = tmp_path / "_".join(sorted(options))
+        where.mkdir()
+        unit, _, result = _rewrite(_write(where, convention, packed), options)
+        assert result.ok, result
+        folder = unit.host_path.parent / "run"
+        folder.mkdir()
+        (folder / unit.host_path.name).write_text(_host(unit, result.ir.text))
+        (folder / unit.host_path.with_suffix(".cu").name).write_text(result.ir.text)
+        spec = importlib.util.spec_from_file_location(f"kl_gpu_host_{convention}_{packed}_"
+                                                      f"{len(options)}", folder / unit.host_path.name)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        torch.manual_seed(6)
+        # ragged sizes; K = 520 rows encode (TMA), K = 517 do not (the cp.async fill)
+        for m, n, k in ((1000, 1032, 520), (999, 1001, 517)):
+            inputs, want, tol = _inputs(convention, m, n, k)
+            got = module.run(*(x.cuda() for x in inputs))
+            torch.cuda.synchronize()
+            assert (got.float().cpu() - want).abs().max() <= tol * want.abs().max(), (m, n, k)
