@@ -302,7 +302,8 @@ for name, ints, ones, consts in (
     attrs = {(jit.arg_names.index(n),): [["tt.divisibility", 16]] for n in jit.arg_names if n not in ones and n not in consts}
     kernel = triton.compile(ASTSource(fn=jit, signature=signature, constexprs=constants, attrs=attrs),
                             target=target, options={"num_warps": 4, "num_stages": 3})
-    print(name, "wgmma" in kernel.asm["ptx"])
+    # a tile read with its first axis fastest: the K-major operand (16-byte vectors along K)
+    print(name, "wgmma" in kernel.asm["ptx"], "order = [0, 1]" in kernel.asm["ttgir"])
 """
 
 
@@ -316,7 +317,7 @@ def test_rule_output_compiles_for_sm90(tmp_path) -> None:
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(_COMPILE), str(path)],
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "square_mm True" in done.stdout  # the dot is a wgmma at sm_90
+    assert "square_mm True True" in done.stdout  # a wgmma at sm_90 fed along K
     assert "_k_major_copy False" in done.stdout
 
 
