@@ -118,6 +118,35 @@ def run(a, b):
     return c
 '''
 
+# Batched, indexed by hand: each batch's matrices dense and row-major (z * K * N).
+HARDCODED_BATCHED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def hb_kernel(A, B, C, M, N, K, TM: tl.constexpr, TN: tl.constexpr, TK: tl.constexpr):
+    z = tl.program_id(2)
+    rm = tl.program_id(0) * TM + tl.arange(0, TM)
+    rn = tl.program_id(1) * TN + tl.arange(0, TN)
+    acc = tl.zeros((TM, TN), dtype=tl.float32)
+    for k0 in range(0, K, TK):
+        rk = k0 + tl.arange(0, TK)
+        a = tl.load(A + z * M * K + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = tl.load(B + z * K * N + rk[:, None] * N + rn[None, :], mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(C + z * M * N + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def run(A, B):
+    Z, M, K = A.shape
+    N = B.shape[2]
+    C = torch.empty((Z, M, N), dtype=A.dtype, device=A.device)
+    hb_kernel[(triton.cdiv(M, 16), triton.cdiv(N, 16), Z)](A, B, C, M, N, K, TM=16, TN=16, TK=16)
+    return C
+'''
+
 ROOT = Path(__file__).resolve().parent.parent
 # A batched product whose launch spreads each tensor's strides (`*B.stride()`).
 BATCHED = (ROOT / "bench/kernelbench/level1/3_Batched_matrix_multiplication.py").read_text()
@@ -177,7 +206,7 @@ def _inputs(source: str, torch, gen):  # noqa: ANN001, ANN202 — torch imported
     if source is HARDCODED:  # x is (K, M), y is (K, N): out = x.T @ y
         return (torch.randn(40, 24, generator=gen), torch.randn(40, 20, generator=gen)), \
             lambda x, y: x.T @ y
-    if source is BATCHED:
+    if source is BATCHED or source is HARDCODED_BATCHED:
         return (torch.randn(3, 24, 40, generator=gen), torch.randn(3, 40, 20, generator=gen)), \
             torch.bmm
     return (torch.randn(24, 40, generator=gen), torch.randn(40, 20, generator=gen)), torch.mm
@@ -188,7 +217,8 @@ def _inputs(source: str, torch, gen):  # noqa: ANN001, ANN202 — torch imported
     (HARDCODED, {"x", "y"}, set()),
     (BLOCKPTR, {"b_ptr"}, {"a_ptr"}),
     (BATCHED, {"b"}, {"a"}),
-], ids=["strides-as-args", "hard-coded", "block-pointer", "batched"])
+    (HARDCODED_BATCHED, {"B"}, {"A"}),
+], ids=["strides-as-args", "hard-coded", "block-pointer", "batched", "hard-coded-batched"])
 def test_rule_takes_the_n_contiguous_operand_and_matches_torch(source, taken, kept, tmp_path) -> None:
     torch = pytest.importorskip("torch")
     results = _results(source)
