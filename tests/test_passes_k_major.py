@@ -202,14 +202,19 @@ def _optimized(source: str) -> str:
     return ir.unparse()
 
 
-def _inputs(source: str, torch, gen):  # noqa: ANN001, ANN202 — torch imported by the caller
+def _inputs(source: str, torch, seed: int):  # noqa: ANN001, ANN202 — torch imported by the caller
+    """The source's operands (on the GPU where there is one, else for the interpreter), the
+    product they stand for, and the tolerance: tf32 dots on the GPU, fp32 in the interpreter."""
+    gen = torch.Generator().manual_seed(seed)
     if source is HARDCODED:  # x is (K, M), y is (K, N): out = x.T @ y
-        return (torch.randn(40, 24, generator=gen), torch.randn(40, 20, generator=gen)), \
-            lambda x, y: x.T @ y
-    if source is BATCHED or source is HARDCODED_BATCHED:
-        return (torch.randn(3, 24, 40, generator=gen), torch.randn(3, 40, 20, generator=gen)), \
-            torch.bmm
-    return (torch.randn(24, 40, generator=gen), torch.randn(40, 20, generator=gen)), torch.mm
+        shapes, reference = ((40, 24), (40, 20)), (lambda x, y: x.T @ y)
+    elif source is BATCHED or source is HARDCODED_BATCHED:
+        shapes, reference = ((3, 24, 40), (3, 40, 20)), torch.bmm
+    else:
+        shapes, reference = ((24, 40), (40, 20)), torch.mm
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    args = tuple(torch.randn(*shape, generator=gen).to(device) for shape in shapes)
+    return args, reference, (1e-2 if device == "cuda" else 2e-3)
 
 
 @pytest.mark.parametrize("source,taken,kept", [
@@ -228,10 +233,9 @@ def test_rule_takes_the_n_contiguous_operand_and_matches_torch(source, taken, ke
     assert out.count("_k_major(") == len(taken) + 1  # one copy per operand, and its definition
     if source is BLOCKPTR and _block_pointers_removed():
         pytest.skip("this Triton removed block pointers: the rewrite is checked, not run")
-    gen = torch.Generator().manual_seed(0)
-    args, reference = _inputs(source, torch, gen)
+    args, reference, tol = _inputs(source, torch, 0)
     got = load_module(out, tmp_path).run(*args)
-    torch.testing.assert_close(got, reference(*args), rtol=2e-3, atol=2e-3)
+    torch.testing.assert_close(got, reference(*args), rtol=tol, atol=tol)
 
 
 def _block_pointers_removed() -> bool:
@@ -245,7 +249,8 @@ def _block_pointers_removed() -> bool:
 def test_the_copy_is_k_major_and_reads_what_it_copied(tmp_path) -> None:
     torch = pytest.importorskip("torch")
     module = load_module(_optimized(STRIDED), tmp_path)
-    x = torch.arange(3 * 5 * 7, dtype=torch.float32).reshape(3, 5, 7)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.arange(3 * 5 * 7, dtype=torch.float32, device=device).reshape(3, 5, 7)
     copy = module._k_major(x, 1, 2)
     assert copy.stride(1) == 1 and copy.stride(2) == 5
     assert torch.equal(copy, x)
@@ -307,10 +312,9 @@ def test_deoptimized_kernel_still_matches_torch(tmp_path) -> None:
         site = next(s for s in PASS.sites(ir) if s.present)
         ir = PASS.deoptimize(ir, site).ir
     assert "_k_major" not in ir.unparse()
-    gen = torch.Generator().manual_seed(1)
-    args, reference = _inputs(HARDCODED, torch, gen)
+    args, reference, tol = _inputs(HARDCODED, torch, 1)
     torch.testing.assert_close(load_module(ir.unparse(), tmp_path).run(*args), reference(*args),
-                               rtol=2e-3, atol=2e-3)
+                               rtol=tol, atol=tol)
 
 
 _COMPILE = r"""
