@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, dotted, fresh_name, normalized
-from passes.triton.affine import Scope, box_of, broadcast
+from passes.triton.affine import Scope, broadcast
 from passes.triton.launch import TRITON
 from passes.triton.roles import dot_loops
 
@@ -357,8 +357,6 @@ class KMajorOperands(Pass):
         bp = self._block_ptr(kernel, ptr)
         if bp is not None:
             return self._read_block(mod, scope, kernel, load, bp, k_axis, params)
-        mask = _kw(load, "mask", 1)
-        box = box_of(scope, ptr, mask, loop, load)
         expanded: list[str] = []
         terms = _terms(scope, ptr, expanded)
         base = [t for t in terms or () if scope.scalar(t)]
@@ -370,9 +368,6 @@ class KMajorOperands(Pass):
         if param is None:
             return None
         op = _Operand(kernel, param, [load], k_axis)
-        if isinstance(box, str) or terms is None:
-            op.why = f"cannot read the operand's tile as a 2-D box: {box if isinstance(box, str) else 'its pointer'}"
-            return op
         axes: dict[int, tuple[ast.AST, ast.AST | None]] = {}
         for t in terms:
             if t in base:
@@ -383,10 +378,13 @@ class KMajorOperands(Pass):
                     if broadcast(vec) is not None and scope.scalar(s):
                         got, stride = broadcast(vec), s
                         break
-            if got is None:
-                op.why = "a pointer term is not an index times a stride"
+            if got is None or got[0] in axes:
+                op.why = f"a term of the operand's pointer is not one axis's index times a stride: {mod.text(t)}"
                 return op
             axes[got[0]] = (t, stride)
+        if set(axes) != {0, 1}:
+            op.why = "the operand's pointer does not index both axes of its tile"
+            return op
         shared = self._shared(mod, kernel, expanded, op)
         if shared:
             op.why = shared
