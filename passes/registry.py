@@ -41,6 +41,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     # CUDA C++
     "row-cache": ("passes.cuda.row_cache", "RowCache"),
     "row-registers": ("passes.cuda.row_registers", "RowRegisters"),
+    "launch-threads": ("passes.cuda.launch_threads", "LaunchThreads"),
     "vectorize-global": ("passes.cuda.memory", "VectorizeGlobal"),
     "smem-staging": ("passes.cuda.memory", "SmemStaging"),
     "restrict-readonly": ("passes.cuda.memory", "RestrictReadonly"),

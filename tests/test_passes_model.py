@@ -21,7 +21,7 @@ TRITON_RULES = {"autotune", "tile-sizes", "num-warps", "software-pipelining", "g
 CUDA_RULES = {"vectorize-global", "smem-staging", "pragma-unroll", "launch-bounds",
               "warp-shuffle-reduce", "cp-async-pipeline", "restrict-readonly", "wgmma",
               "mma-intrinsics", "tma-bulk-copy", "warp-specialization", "mma-micro-kernel",
-              "row-cache", "row-registers", "gemm-schedule"}
+              "row-cache", "row-registers", "launch-threads", "gemm-schedule"}
 
 
 def test_registry_is_lazy_and_complete() -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, make_site, restore_recorded
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.cuda._c import CSource, find_iter, functions
+from passes.cuda._c import CSource, code_view, find_iter, functions
 from passes.cuda._tree import children, escapes, if_parts, loop_body, subtree, text
 from passes.cuda.annotations import CUDA
 from passes.cuda.recognize import (
@@ -591,7 +591,7 @@ def _plan(unit, loop: StrideLoop, node: int, pointers: dict, escapes) -> _Vector
         if len(idx) != 1:
             bad.add(base)
             continue
-        flat = flat_code(ir, idx[0])
+        flat = _compact(ir, idx[0])
         m = re.fullmatch(rf"{re.escape(loop.var)}|(.+)\+{re.escape(loop.var)}|{re.escape(loop.var)}\+(.+)", flat)
         offset = None if m is None else (m.group(1) or m.group(2) or "0")
         if offset is None or loop.var in re.findall(r"[A-Za-z_]\w*", offset) or \
@@ -628,6 +628,13 @@ def _plan(unit, loop: StrideLoop, node: int, pointers: dict, escapes) -> _Vector
                   for name, uses in found.items() if name in plans for u in uses)
     return _VectorPlan(plans, 16 // size, loop.var, var_type,
                        (ir.span_of(body).start, ir.span_of(body).end), spans)
+
+
+def _compact(ir: KernelIR, nid: int) -> str:
+    """A node's code without comments and without the whitespace C does not need (a space
+    stays between two words: `(long long)i`), so that an offset read from it is code."""
+    flat = re.sub(r"\s+", " ", code_view(text(ir, nid))).strip()
+    return re.sub(r"(?<=\W) | (?=\W)", "", flat)
 
 
 def _warp_uniform(unit, loop: StrideLoop, access: int) -> bool:  # noqa: ANN001

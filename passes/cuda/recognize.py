@@ -1534,7 +1534,10 @@ def launch_block(ir: KernelIR, kernel: str | None = None, host: str | None = Non
         beside = Path(ir.path).with_suffix(".py")
         host = beside.read_text(encoding="utf-8") if beside.is_file() else None
     if host is not None:
-        launches += host_launches(host)
+        # a `<<<...>>>` launch in a source string of the host is the unit's own as it was
+        # written: where the unit has its launches, they are the ones it runs (edited or not)
+        own = bool(launches)
+        launches += [e for e in host_launches(host) if not (own and e[2] == "<<<grid, block>>>")]
     wanted = kernel or (kernels[0] if len(kernels) == 1 else None)
     mine = [entry for entry in launches if entry[0] == wanted]
     if not mine:
@@ -1550,7 +1553,13 @@ def launch_block(ir: KernelIR, kernel: str | None = None, host: str | None = Non
         return LaunchBlock(None, mine[0][2], "a launch's block is not a literal bound once")
     if len(dims) > 1:
         return LaunchBlock(None, mine[0][2], f"the launches use different blocks {sorted(dims)}")
-    return LaunchBlock(dims.pop(), mine[0][2])
+    block = dims.pop()
+    from kir.hostlaunch import directives  # noqa: PLC0415
+
+    for d in directives(ir.text):  # the source asks its host's launches for another block
+        if d.kernel == wanted and d.block is not None and d.block_from == block:
+            return LaunchBlock(d.block, "host launch line")
+    return LaunchBlock(block, mine[0][2])
 
 
 def _split_args(body: str) -> list[str]:

@@ -86,6 +86,15 @@ def _pass_vectors(ir: KernelIR, plan: RowPasses) -> list[_PassVectors]:
     return out
 
 
+def _address(data: bytes, pv: _PassVectors, pointer: str, var: str, j: str) -> str:
+    """`&pointer[index]` with the pass's loop variable `var` in the index as written replaced
+    by `j` (the index's own text: casts and spacing kept)."""
+    start, end = next((s, e) for s, e, p, _w in pv.spans if p == pointer)
+    access = data[start:end].decode("utf-8")
+    index = access[access.index("[") + 1:access.rindex("]")]
+    return f"&{pointer}[" + re.sub(rf"(?<![.\w]){re.escape(var)}(?!\w)", f"({j})", index) + "]"
+
+
 def _var_type(ir: KernelIR, span: tuple[int, int], var: str) -> str:
     """The declared type of a pass's loop variable (`int` where the header does not say)."""
     header = ir.source[span[0]:span[1]].decode("utf-8").split(";", 1)[0]
@@ -168,7 +177,11 @@ def registers_text(ir: KernelIR, plan: RowPasses, vectors: int, hoist: bool = Fa
     hoisted = _hoisted(ir, plan, others) if hoist else {}
     declared = "".join(f"{ind}uint4 {name}_{n}[{vectors}];  // `{q}` at the row's index, loaded with it\n"
                        for (q, _b), n in hoisted.items())
-    at = lambda q, base, j: f"&{q}[{base} + {j}]"  # noqa: E731
+    def at(q: str, _base: str, j: str) -> str:
+        k = next(k for k, pv in enumerate(others) if (q, _base) in
+                 {(p, b[0]) for p, b in pv.pointers.items()})
+        var = next(v for kk, _s, _e, v in plan.reads if kk == k)
+        return _address(data, others[k], q, var, j)
     loads = "".join(
         f"{ind}    if ((kl_c + 1) * {lanes} <= ({plan.bound}) && (reinterpret_cast<unsigned long long>"
         f"({at(q, b, 0)}) & 15ull) == 0) {name}_{n}[kl_k] = *reinterpret_cast<const uint4*>"
@@ -218,7 +231,7 @@ def registers_text(ir: KernelIR, plan: RowPasses, vectors: int, hoist: bool = Fa
             for s, e, p, written in pv.spans:
                 t = pv.pointers[p][1] if written else f"const {pv.pointers[p][1]}"
                 vec_edits.append((s, e, f"reinterpret_cast<{t}*>(&{names[p]})[kl_l]"))
-            at = lambda p, j, pv=pv: f"&{p}[{pv.pointers[p][0]} + {j}]"  # noqa: E731
+            at = lambda p, j, pv=pv: _address(data, pv, p, var, j)  # noqa: E731
             aligned = " | ".join(f"reinterpret_cast<unsigned long long>({at(p, 0)})"
                                  for p in sorted(pv.pointers))
             lines.append((2, f"if ((kl_c + 1) * {lanes} <= ({plan.bound}) && (({aligned}) & 15ull) == 0) {{"

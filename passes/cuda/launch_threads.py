@@ -1,0 +1,249 @@
+"""A kernel launched with a smaller block <-> the block its host launches it with.
+
+A kernel that runs one row per block (softmax, norms, row sums) holds as many rows on an SM as
+its blocks fit there: 2048 threads make 8 blocks of 256, 16 of 128. With fewer threads per row,
+each thread carries more of its row (`row-registers`' vectors), more rows are in flight per SM
+and the SM keeps more bytes in flight. This rule launches the kernel with `threads` threads
+instead of the host's block (a tunable a search sweeps).
+
+Preconditions, each refusal naming the one that failed:
+- the kernel's launches use one block, known (`recognize.launch_block`), one-dimensional, of
+  more than `threads` threads; `threads` is a multiple of 32;
+- the kernel (and the `__device__` functions it calls) reads its thread count only through
+  `blockDim.x`: the block's size does not appear as a constant (a literal or a named constant
+  of that value) anywhere but as an array's extent or in `__launch_bounds__` (both stay valid
+  for a smaller block: an array sized for the larger block holds the smaller one's slots);
+- the launch can be edited: a `<<<grid, block, ...>>>` launch in the unit (a `load_inline`
+  wrapper) gets `threads` as its block, after a comment line recording the block as written;
+  a launch in the Python host module beside the source (CuPy, `experts.cudahost.launch`,
+  `cuLaunchKernel`) is asked for the block by the source's host-launch line
+  (`kir.hostlaunch.Directive`, applied by the gate, the optimize loop's output and the CPU
+  emulator's `run_host`); a source whose host-launch line asks something else of the kernel
+  is left alone.
+
+The de-optimization takes the comment line and the block back (or the host-launch line out)
+and records `threads`.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from types import MappingProxyType
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from kir import hostlaunch
+from passes._source import ByteEdit, finish, make_site
+from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
+from passes.cuda._tree import subtree, text
+from passes.cuda.annotations import CUDA
+from passes.cuda.recognize import Unit, _split_args, launch_block
+
+if TYPE_CHECKING:
+    from anchors import AnchorIndex
+    from kir import KernelIR
+
+TAG = "// launch-threads: "
+"""How the comment line recording a `<<<...>>>` launch's block as written starts."""
+
+
+def _callees(unit: Unit, kernel: str) -> list[int]:
+    """The kernel's function and the unit's functions it calls (transitively)."""
+    ir = unit.ir
+    funcs = {**unit.functions, **unit.kernels}
+    todo, seen = [unit.kernels[kernel]], []
+    while todo:
+        fn = todo.pop()
+        if fn in seen:
+            continue
+        seen.append(fn)
+        for c in subtree(ir, fn):
+            if ir.grammar_type_of(c) == "call_expression":
+                name = re.split(r"[<(]", text(ir, c), maxsplit=1)[0].strip()
+                if name in funcs and funcs[name] not in seen:
+                    todo.append(funcs[name])
+    return seen
+
+
+def counted_threads(unit: Unit, kernel: str, threads: int) -> str | None:
+    """Where the kernel names its block's size `threads` as a constant other than as an
+    array's extent or in `__launch_bounds__` (the text), or None."""
+    ir = unit.ir
+    for fn in _callees(unit, kernel):
+        for c in subtree(ir, fn):
+            gtype = ir.grammar_type_of(c)
+            if gtype not in ("number_literal", "identifier"):
+                continue
+            word = text(ir, c)
+            if gtype == "identifier" and word not in unit.constants:
+                continue
+            if unit.value(word) != threads:
+                continue
+            parent = ir.parent_of(c)
+            if parent is not None and ir.grammar_type_of(parent) == "array_declarator":
+                continue
+            line_start = ir.source.rfind(b"\n", 0, ir.span_of(c).start) + 1
+            before = ir.source[line_start:ir.span_of(c).start].decode("utf-8", "replace")
+            if "__launch_bounds__" in before and before.count("(") > before.count(")"):
+                continue
+            return word
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Launch:
+    kernel: str
+    block: int
+    chevrons: tuple[tuple[int, int, str, int], ...]
+    """(start, end, block text, line start) of the block argument of each `<<<...>>>` launch."""
+
+
+def _chevrons(ir: KernelIR, kernel: str) -> list[tuple[int, int, str, int]]:
+    out = []
+    data = ir.source
+    for node in ir.walk():
+        if node.kind != "launch" or str(node.attrs.get("callee") or node.name or "") != kernel:
+            continue
+        at = data.find(b"<<<", node.span.start, node.span.end)
+        end = data.find(b">>>", at + 3, node.span.end)
+        if at < 0 or end < 0:
+            continue
+        config = data[at + 3:end].decode("utf-8")
+        args = _split_args(config)
+        if len(args) < 2:
+            continue
+        first = config.index(args[0]) + len(args[0])
+        comma = config.index(",", first)
+        rest = config[comma + 1:]
+        lead = len(rest) - len(rest.lstrip())
+        start = at + 3 + comma + 1 + lead
+        block = args[1].strip()
+        out.append((start, start + len(block.encode()), block, data.rfind(b"\n", 0, node.span.start) + 1))
+    return out
+
+
+def _plan(ir: KernelIR, kernel: str, threads: int) -> _Launch | Skipped:
+    unit = Unit(ir)
+    facts = {"kernel": kernel, "threads": threads}
+    if threads % 32 or threads < 32:
+        return Skipped(f"threads={threads}: a block of whole warps (a multiple of 32)", facts)
+    launch = launch_block(ir, kernel=kernel)
+    if launch.dims is None:
+        return Skipped(f"the launch's block is not known ({launch.reason})", facts)
+    if launch.dims[1:] != (1, 1):
+        return Skipped(f"the launch's block {launch.dims} is not one-dimensional", facts)
+    block = launch.dims[0]
+    if block <= threads:
+        return Skipped(f"the launch's block of {block} threads is not larger than {threads}", facts)
+    named = counted_threads(unit, kernel, block)
+    if named is not None:
+        return Skipped(f"the kernel counts its threads as `{named}` ({block}), not through "
+                       "blockDim.x", facts)
+    chevrons = _chevrons(ir, kernel)
+    if not chevrons:
+        if any(d.kernel == kernel for d in hostlaunch.directives(ir.text)):
+            return Skipped(f"the source already asks its host's launches of {kernel} for "
+                           "something", facts)
+        host = Path(ir.path).with_suffix(".py") if ir.path else None
+        if host is None or not host.is_file():
+            return Skipped(f"{kernel} is not launched in this source and no Python host module "
+                           "is beside it", facts)
+        why = hostlaunch.refusal(hostlaunch.strip(host.read_text(encoding="utf-8")), kernel,
+                                 len(unit.kernels) == 1, host.name)
+        if why:
+            return Skipped(why, facts)
+    return _Launch(kernel, block, tuple(chevrons))
+
+
+def _edits(ir: KernelIR, plan: _Launch, threads: int) -> list[ByteEdit]:
+    data = ir.source
+    if not plan.chevrons:
+        d = hostlaunch.Directive(plan.kernel, 0, (plan.block, 1, 1), (threads, 1, 1))
+        lead = "" if not data or data.endswith(b"\n") else "\n"
+        return [ByteEdit(len(data), len(data), lead + d.line() + "\n")]
+    edits = []
+    for start, end, block, line in plan.chevrons:
+        indent = re.match(rb"[ \t]*", data[line:]).group(0).decode()
+        record = json.dumps({"kernel": plan.kernel, "block": block})
+        edits.append(ByteEdit(line, line, f"{indent}{TAG}{record}\n"))
+        edits.append(ByteEdit(start, end, str(threads)))
+    return edits
+
+
+def _present(ir: KernelIR) -> list[tuple[str, int, list[ByteEdit]]]:
+    """(kernel, threads, the edits that undo it) of each launch this rule made."""
+    data, src = ir.source, ir.text
+    out: dict[str, tuple[int, list[ByteEdit]]] = {}
+    for d in hostlaunch.directives(src):
+        if d.block is not None and d.block_from is not None and not d.shared_bytes and \
+                not d.arch and not d.tma and d.block[1:] == (1, 1):
+            spans = hostlaunch.directive_lines(src, d.kernel)
+            edits = [ByteEdit(len(src[:s].encode()), len(src[:e].encode()), "") for s, e in spans]
+            out[d.kernel] = (d.block[0], edits)
+    pos = 0
+    for line in src.splitlines(keepends=True):
+        at = line.find(TAG)
+        if at >= 0 and not line[:at].strip():
+            try:
+                rec = json.loads(line[at + len(TAG):])
+                kernel, block = str(rec["kernel"]), str(rec["block"])
+            except (ValueError, KeyError, TypeError):
+                pos += len(line)
+                continue
+            start = len(src[:pos].encode())
+            after = [c for c in _chevrons(ir, kernel) if c[3] >= start + len(line.encode())]
+            if after and re.fullmatch(r"\d+", after[0][2]):
+                first = after[0]
+                threads = int(first[2])
+                prev = out.get(kernel, (threads, []))[1]
+                out[kernel] = (threads, [*prev, ByteEdit(start, start + len(line.encode()), ""),
+                                         ByteEdit(first[0], first[1], block)])
+        pos += len(line)
+    return [(k, t, e) for k, (t, e) in out.items()]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchThreads(Pass):
+    """A kernel launched with fewer threads per block <-> the host's block."""
+
+    threads: int = 128
+    """The block's threads (a multiple of 32, fewer than the host's block)."""
+
+    name: ClassVar[str] = "launch-threads"
+    category: ClassVar[Category] = Category.COMPUTE
+    summary: ClassVar[str] = "the kernel launched with a smaller block <-> the host's block"
+    languages: ClassVar[tuple[str, ...]] = CUDA
+    platforms: ClassVar[tuple[str, ...]] = ("cuda",)
+    tunables: ClassVar[Mapping[str, tuple[Any, ...]]] = MappingProxyType({"threads": (64, 128, 256)})
+
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        span = (0, len(ir.source))
+        out = [make_site(self.name, ir, index, span, True, {"kernel": k, "threads": t})
+               for k, t, _e in _present(ir)]
+        done = {k for k, _t, _e in _present(ir)}
+        for kernel in sorted(Unit(ir).kernels):
+            if kernel in done:
+                continue
+            launch = launch_block(ir, kernel=kernel)
+            if launch.dims is not None and launch.dims[1:] == (1, 1) and launch.dims[0] > 32:
+                out.append(make_site(self.name, ir, index, span, False,
+                                     {"kernel": kernel, "block": launch.dims[0]}))
+        return out
+
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        for kernel, threads, edits in _present(ir):
+            if kernel == site.detail.get("kernel"):
+                return finish(ir, site, sorted(edits, key=lambda e: e.start),
+                              options={"threads": threads})
+        return Skipped("no launch of a smaller block at the site", {"site": site.anchor})
+
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        kernel = site.detail.get("kernel")
+        if kernel not in Unit(ir).kernels:
+            return Skipped("no kernel at the site", {"site": site.anchor})
+        plan = _plan(ir, str(kernel), self.threads)
+        if isinstance(plan, Skipped):
+            return plan
+        return finish(ir, site, _edits(ir, plan, self.threads))
