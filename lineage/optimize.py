@@ -19,7 +19,7 @@ steps, pairs and revisits are outcomes of that rule over every state of the run.
 Rules of the space (not policy): a device-tier candidate is the new best when it passes and
 is `MIN_GAIN` faster than the best, any other passing candidate is a state; untimed tiers keep
 a card's candidate when it passes and its pass finds more of its optimization
-(`feature_appears`), have no sweep moves, and at the static tier refuse a Triton candidate
+(`feature_appears`), have no sweep or rule moves, and at the static tier refuse a Triton candidate
 whose every configuration spills where its state's did not; a card failing
 `MAX_CARD_FAILURES` times is out; a (state, move) makes at most `CANDIDATES_PER_CARD`
 candidates; a card is kept per kernel at most as often as it has evidence; a text gated
