@@ -389,3 +389,15 @@ def test_the_search_offers_the_rule_on_a_kernel_no_lineage_holds(tmp_path) -> No
                       budget_steps=3)
     assert result.best_ms == 4.0
     assert [s.pass_name for s in result.applied] == ["k-major-operands"]
+
+
+def test_an_operand_passed_as_an_expression_is_copied_from_it(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    source = HARDCODED.replace("(xs, ys, out, M", "(xs, ys.contiguous(), out, M")
+    out = _optimized(source)
+    assert "ys_kmajor = _k_major(ys.contiguous(), -2, -1)" in out
+    ir = kir.parse(out, "triton")
+    assert all(roundtrip(PASS, ir, s).same for s in PASS.sites(ir) if s.present)
+    args, reference, tol = _inputs(HARDCODED, torch, 2)
+    torch.testing.assert_close(load_module(out, tmp_path).run(*args), reference(*args),
+                               rtol=tol, atol=tol)

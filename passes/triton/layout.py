@@ -23,8 +23,9 @@ Refused with the reason: an operand already K-major, a 16-bit operand (cast to a
 before the dot, or a case whose dtype fact is 16-bit: there the transpose is free), a dot in
 full fp32 (`input_precision="ieee"`, `allow_tf32=False`: no tensor-core operand), a layout it
 cannot tell, an operand the kernel also writes, an index expression shared with another
-access, a launch that does not pass the operand as a host variable or that other kernels
-share.
+access, a launch that does not pass the operand where the rule can read it (inside `*args`),
+or that other kernels share. An operand passed as an expression (`b.contiguous()`) is copied
+from it, and every argument that reads the same expression reads the copy.
 
 The de-optimization is the inverse on the host: the copy is dropped and the launch passes the
 tensor itself (its strides as the kernel's stride parameters, the block pointer's order N
@@ -256,15 +257,15 @@ class _Host:
 
 
 def _stride_owner(node: ast.AST) -> str:
-    """`x` of `x.stride()`."""
+    """`x` (as text) of `x.stride()`."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-            and node.func.attr == "stride" and not node.args and isinstance(node.func.value, ast.Name):
-        return node.func.value.id
+            and node.func.attr == "stride" and not node.args:
+        return ast.unparse(node.func.value)
     return ""
 
 
 def _stride_of(node: ast.AST) -> tuple[str, int] | None:
-    """(x, i) of `x.stride(i)` or `x.stride()[i]` (i a literal, maybe negative)."""
+    """(x as text, i) of `x.stride(i)` or `x.stride()[i]` (i a literal, maybe negative)."""
     index: ast.AST | None = None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
             and node.func.attr == "stride" and len(node.args) == 1:
@@ -277,7 +278,7 @@ def _stride_of(node: ast.AST) -> tuple[str, int] | None:
         value = ast.literal_eval(index)
     except ValueError:
         return None
-    return (owner.id, value) if isinstance(owner, ast.Name) and isinstance(value, int) else None
+    return (ast.unparse(owner), value) if isinstance(value, int) else None
 
 
 def _rank(host: ast.AST | None, tensor: str) -> int | None:
@@ -287,8 +288,7 @@ def _rank(host: ast.AST | None, tensor: str) -> int | None:
     for node in ast.walk(host):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 \
                 and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Attribute) \
-                and node.value.attr == "shape" and isinstance(node.value.value, ast.Name) \
-                and node.value.value.id == tensor:
+                and node.value.attr == "shape" and ast.unparse(node.value.value) == tensor:
             return len(node.targets[0].elts)
     return None
 
@@ -446,15 +446,16 @@ class KMajorOperands(Pass):
         if op.why:
             return op.why
         assert op.axes is not None
-        tensor = host.args.get(op.param)
-        if not isinstance(tensor, ast.Name):
-            return f"the launch passes {op.param} as an expression, not a host variable"
+        passed = host.args.get(op.param)
+        if passed is None:
+            return f"the launch does not pass {op.param} where the rule can read it"
+        tensor = ast.unparse(passed)
         k, n = op.k_axis, 1 - op.k_axis
         dims = []
         for axis in op.axes:
             s = axis.stride
             got = host.dims.get(s.id) if isinstance(s, ast.Name) else None
-            dims.append(got[1] if got is not None and got[0] == tensor.id else None)
+            dims.append(got[1] if got is not None and got[0] == tensor else None)
         if dims[k] is not None and dims[n] is not None:
             later = _later(dims[n], dims[k])
             if later is None:
@@ -540,8 +541,8 @@ class KMajorOperands(Pass):
             at = _after_imports(mod)
             edits.append(ByteEdit(at, at, _imports(mod) + _COPY.format(kernel=copy_kernel, helper=helper)))
         for launch, host in zip(launches, hosts):
-            tensor = host.args[op.param].id  # type: ignore[attr-defined]
-            edits += self._launch_edits(mod, launch, op.param, tensor, helper, kd, nd, new_params, taken)
+            edits += self._launch_edits(mod, launch, op.param, host.args[op.param], helper, kd, nd,
+                                        new_params, taken)
         return finish(ir, site, sorted(edits, key=lambda e: e.start))
 
     def _kernel_edits(self, mod: PyModule, op: _Operand, host: _Host, kd: int, nd: int,
@@ -549,7 +550,8 @@ class KMajorOperands(Pass):
         """The kernel's edits (new stride parameters, advances, order) and the new parameters
         with the copy's axis each is passed as."""
         assert op.axes is not None
-        tensor = host.args[op.param].id  # type: ignore[attr-defined]
+        passed = host.args[op.param]
+        tensor = ast.unparse(passed)
         edits: list[ByteEdit] = []
         new: list[tuple[str, int]] = []
         renamed: dict[str, str] = {}  # old stride text -> new parameter
@@ -594,21 +596,21 @@ class KMajorOperands(Pass):
         return [ByteEdit(*mod.span(n), renamed[mod.text(n)]) for n in hits[:1]]
 
     @staticmethod
-    def _launch_edits(mod: PyModule, launch: ast.Call, param: str, tensor: str, helper: str,
+    def _launch_edits(mod: PyModule, launch: ast.Call, param: str, passed: ast.AST, helper: str,
                       kd: int, nd: int, new_params: list[tuple[str, int]], taken: set[str]) -> list[ByteEdit]:
         """The copy before the launch's statement, the launch reading it (every argument that
-        names the tensor), and the new stride parameters passed from it."""
-        copy = fresh_name(f"{tensor}_kmajor", taken)
+        names the tensor; the argument itself where it is an expression), and the new stride
+        parameters passed from it."""
+        stem = next((n.id for n in ast.walk(passed) if isinstance(n, ast.Name)), param)
+        copy = fresh_name(f"{stem}_kmajor", taken)
         stmt: ast.AST = launch
         while not isinstance(mod.parents.get(stmt), (ast.FunctionDef, ast.For, ast.If, ast.While,
                                                       ast.With, ast.Module, ast.Try)):
             stmt = mod.parents[stmt]
         at = line_start(mod.source, mod.start(_copy_slot(mod, launch, stmt, param, helper)))
         indent = indent_of(mod.source, mod.start(stmt))
-        edits = [ByteEdit(at, at, f"{indent}{copy} = {helper}({tensor}, {kd}, {nd})\n")]
-        for arg in [*launch.args, *(k.value for k in launch.keywords)]:
-            edits += [ByteEdit(*mod.span(n), copy) for n in ast.walk(arg)
-                      if isinstance(n, ast.Name) and n.id == tensor]
+        edits = [ByteEdit(at, at, f"{indent}{copy} = {helper}({mod.text(passed)}, {kd}, {nd})\n")]
+        edits += [ByteEdit(*mod.span(n), copy) for n in _reads(launch, ast.unparse(passed))]
         if new_params:
             close = mod.end(launch) - 1
             before = mod.source[:close].rstrip()
@@ -631,11 +633,10 @@ class KMajorOperands(Pass):
             assign = _copied(mod, launch, arg.id, copies) if isinstance(arg, ast.Name) else None
             if assign is None:
                 continue
-            tensor = assign.value.args[0].id  # type: ignore[attr-defined]
+            tensor = mod.text(assign.value.args[0])  # type: ignore[attr-defined]
             removed.add(id(assign))
             edits.append(ByteEdit(*mod.stmt_span(assign), ""))
-            edits += [ByteEdit(*mod.span(n), tensor) for a in [*launch.args, *(k.value for k in launch.keywords)]
-                      for n in ast.walk(a) if isinstance(n, ast.Name) and n.id == arg.id]
+            edits += [ByteEdit(*mod.span(n), tensor) for n in _reads(launch, arg.id)]
             edits += self._order_back(mod, kernel, str(site.detail.get("operand")))
         if not edits:
             return Skipped("no K-major copy at the site", {"site": site.anchor})
@@ -656,6 +657,19 @@ class KMajorOperands(Pass):
         if op is None or op.style != "block" or not isinstance(op.order, (ast.Tuple, ast.List)):
             return []
         return [ByteEdit(*mod.span(op.order), f"({1 - op.k_axis}, {op.k_axis})")]
+
+
+def _reads(launch: ast.Call, text: str) -> list[ast.expr]:
+    """The outermost expressions among the launch's arguments that read as `text`."""
+    out: list[ast.expr] = []
+    todo: list[ast.AST] = [*launch.args, *(k.value for k in launch.keywords)]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.expr) and ast.unparse(node) == text:
+            out.append(node)
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+    return out
 
 
 def _copy_slot(mod: PyModule, launch: ast.Call, stmt: ast.AST, param: str, helper: str) -> ast.AST:
@@ -736,5 +750,5 @@ def _copied(mod: PyModule, launch: ast.Call, name: str,
     found = [n for n in ast.walk(host) if isinstance(n, ast.Assign) and len(n.targets) == 1
              and isinstance(n.targets[0], ast.Name) and n.targets[0].id == name
              and isinstance(n.value, ast.Call) and callee(n.value) in copies
-             and len(n.value.args) == 3 and isinstance(n.value.args[0], ast.Name)]
+             and len(n.value.args) == 3]
     return found[0] if len(found) == 1 and mod.end(found[0]) <= mod.start(launch) else None
