@@ -9,7 +9,8 @@ start; `old`, the rule chain the style tier's searches kept (d800e94 / 5306ee0: 
 vectorized loads for softmax and RMSNorm; warp shuffles, restrict, vectorized loads and launch
 bounds for LayerNorm); and `row-registers` with 2, 4 and 8 vectors per thread, alone and with
 warp shuffles and launch bounds after it (`regsK`, `regsK+shfl+lb`, `regsK+shfl+lbres`: the
-resident minimum; `regsKh+shfl+lb`: option `hoist`, the weight / bias loaded with the row). A sweep of the launch's block size follows for the register forms (the
+resident minimum; `regsKh+shfl+lb`: option `hoist`, the weight / bias loaded with the row;
+`tT.regsK...`: `launch-threads{threads=T}` first, the host's block made T by the rule). A sweep of the launch's block size follows for the register forms (the
 vectors set so that the row fits: `bB.regsK+shfl`; where the block is a `#define` of the start,
 the start's own constant is edited with it, an experiment on the kernel rather than a rule).
 Each rule is applied with the passes API, with the block the host launches. Each form runs
@@ -55,18 +56,27 @@ BLOCKS = {"cu_softmax_rows": (128, 256, 512, 1024), "cu_layernorm": (128, 256, 5
 """Block sizes swept; a block each start's kernel allows."""
 
 
+def with_block(text: str, block: int) -> str:
+    """`text` (a host module, or a load_inline source) with its launch's 256 threads set to
+    `block` (the three starts' launches, as written)."""
+    for pattern in (r"(const\s+int\s+threads\s*=\s*)256\b",              # load_inline wrapper
+                    r"(cudahost\.launch\(_fn\[0\],\s*M,\s*)256\b",          # experts.cudahost
+                    r"(cuLaunchKernel\([^,]+,\s*\w+,\s*1,\s*1,\s*)256\b"):  # cuda.bindings
+        text = re.sub(pattern, rf"\g<1>{block}", text)
+    return text
+
+
 def materialize(unit: Any, text: str, block: int, where: Path) -> Path:
     """A copy in `where` of the start's host module (and `.cu`) holding kernel source `text`,
     its launch set to `block` threads; returns the path of the kernel's source there (what
     the rules parse, so that they read the launch's block from the host beside it)."""
+    from kir import hostlaunch  # noqa: PLC0415
+
     where.mkdir(parents=True, exist_ok=True)
     host_text = unit.host_path.read_text()
     if unit.held is not None:
         host_text = unit.held.splice(text)
-    for pattern in (r"(const\s+int\s+threads\s*=\s*)256\b",              # load_inline wrapper
-                    r"(cudahost\.launch\(_fn\[0\],\s*M,\s*)256\b",          # experts.cudahost
-                    r"(cuLaunchKernel\([^,]+,\s*\w+,\s*1,\s*1,\s*)256\b"):  # cuda.bindings
-        host_text = re.sub(pattern, rf"\g<1>{block}", host_text)
+    host_text = hostlaunch.apply(with_block(host_text, block), text)
     host = where / unit.host_path.name
     host.write_text(host_text)
     if unit.held is None:
@@ -127,7 +137,7 @@ def forms(name: str, case: Any, unit: Any, block: int, work: Path) -> dict[str, 
             out[label] = {"source": text, "log": log, "block": block}
     for b in BLOCKS[name]:
         k = vectors_for(case, b)
-        start, edit = source, None
+        start, edit = with_block(source, b), None  # a load_inline source launches the kernel itself
         if re.search(r"#define\s+NT\s+256\b", source) and b != 256:
             start, edit = re.sub(r"(#define\s+NT\s+)256\b", rf"\g<1>{b}", source), f"#define NT {b}"
         at = materialize(unit, start, b, work / f"b{b}")
@@ -138,7 +148,24 @@ def forms(name: str, case: Any, unit: Any, block: int, work: Path) -> dict[str, 
                                                           "warp-shuffle-reduce", "launch-bounds"])):
             text, log = chain(start, at, specs, b)
             out[label] = {"source": text, "log": log, "block": b, "edit": edit}
+    for t in (64, 128):  # the launch-threads rule: the host's block made smaller by the rule
+        k = vectors_for(case, t)
+        for label, specs in ((f"t{t}.regs{k}+shfl+lb", [f"launch-threads{{threads={t}}}",
+                                                        f"row-registers{{vectors={k}}}",
+                                                        "warp-shuffle-reduce", "launch-bounds"]),
+                             (f"t{t}.regs{k}h+shfl+lb", [f"launch-threads{{threads={t}}}",
+                                                         f"row-registers{{vectors={k},hoist=true}}",
+                                                         "warp-shuffle-reduce", "launch-bounds"])):
+            text, log = chain(source, path, specs, block)
+            out[label] = {"source": text, "log": log, "block": launched(text, path, block),
+                          "host_block": block}  # the host as written; the rule asks for the block
     return out
+
+
+def launched(text: str, path: Path, default: int) -> int:
+    """The block a form's launches use (a rule may have changed it), else `default`."""
+    threads = launch_block(kir.parse(text, "cuda", path=path)).threads
+    return threads or default
 
 
 def _load(path: Path, name: str) -> Any:
@@ -184,7 +211,7 @@ def runner(unit: Any, form: dict[str, Any], where: Path, label: str) -> Callable
                             torch.cuda.current_stream())
             return y
         return run
-    materialize(unit, text, block, where)
+    materialize(unit, text, form.get("host_block", block), where)
     module = _load(where / unit.host_path.name, f"kl_rows_{label}")
     return module.run
 
