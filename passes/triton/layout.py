@@ -100,11 +100,9 @@ def {helper}(x, k, n):
 
 @dataclass(frozen=True, slots=True)
 class _Axis:
-    """One axis of an operand's tile: its stride node (None: no stride, one), and whether the
-    host passes that stride as the operand tensor's (`dim` of it)."""
+    """One axis of an operand's tile: its stride node (None: no stride, one)."""
 
     stride: ast.AST | None
-    dim: int | None = None
 
 
 @dataclass(slots=True)
@@ -196,7 +194,8 @@ def _terms(scope: Scope, node: ast.AST, expanded: list[str], depth: int = 0) -> 
     return [node]
 
 
-def _stores_to(scope: Scope, kernel: ast.FunctionDef, param: str, params: set[str]) -> bool:
+def _stores_to(scope: Scope, kernel: ast.FunctionDef, param: str) -> bool:
+    """Whether a store (or atomic) of the kernel writes through `param`, by names assigned once."""
     for call in ast.walk(kernel):
         if isinstance(call, ast.Call) and callee(call) in STORE and call.args:
             target = call.args[0]
@@ -329,7 +328,7 @@ class KMajorOperands(Pass):
                     if load is None or not load.args:
                         continue
                     k_axis = (1 if side == 0 else 0) ^ int(flip)
-                    op = self._read(mod, kernel, scope, loop, load, k_axis, params)
+                    op = self._read(mod, kernel, scope, load, k_axis, params)
                     if op is None:
                         continue
                     if cast in SIXTEEN_BIT and not op.why:
@@ -347,16 +346,18 @@ class KMajorOperands(Pass):
                         prev.advances += [a for a in op.advances if all(a[0] is not t[0] for t in prev.advances)]
         scope = Scope(mod, kernel)
         for op in found.values():
-            if not op.why and _stores_to(scope, kernel, op.param, params):
+            if not op.why and _stores_to(scope, kernel, op.param):
                 op.why = f"the kernel also writes through {op.param}"
         return list(found.values())
 
-    def _read(self, mod: PyModule, kernel: ast.FunctionDef, scope: Scope, loop: ast.stmt,
-              load: ast.Call, k_axis: int, params: set[str]) -> _Operand | None:
+    def _read(self, mod: PyModule, kernel: ast.FunctionDef, scope: Scope, load: ast.Call,
+              k_axis: int, params: set[str]) -> _Operand | None:
+        """The operand `load` reads (its pointer parameter, strides, the names its pointer is
+        built through), or None where its pointer adds to no one parameter."""
         ptr = load.args[0]
         bp = self._block_ptr(kernel, ptr)
         if bp is not None:
-            return self._read_block(mod, scope, kernel, load, bp, k_axis, params)
+            return self._read_block(scope, kernel, load, bp, k_axis, params)
         expanded: list[str] = []
         terms = _terms(scope, ptr, expanded)
         base = [t for t in terms or () if scope.scalar(t)]
@@ -385,7 +386,7 @@ class KMajorOperands(Pass):
         if set(axes) != {0, 1}:
             op.why = "the operand's pointer does not index both axes of its tile"
             return op
-        shared = self._shared(mod, kernel, expanded, op)
+        shared = self._shared(kernel, expanded, op)
         if shared:
             op.why = shared
             return op
@@ -397,7 +398,8 @@ class KMajorOperands(Pass):
                 op.advances.append((adv.value, -1))
         return op
 
-    def _shared(self, mod: PyModule, kernel: ast.FunctionDef, expanded: list[str], op: _Operand) -> str:
+    @staticmethod
+    def _shared(kernel: ast.FunctionDef, expanded: list[str], op: _Operand) -> str:
         """Why the names a pointer expands through are not the operand's alone ("" if they are):
         each is read only by the operand's loads, by another of them, or advances itself."""
         if not expanded:
@@ -426,8 +428,10 @@ class KMajorOperands(Pass):
                 and isinstance(n.value, ast.Call) and callee(n.value) in BLOCK_PTR]
         return made[0] if len(made) == 1 else None
 
-    def _read_block(self, mod: PyModule, scope: Scope, kernel: ast.FunctionDef, load: ast.Call,
-                    bp: ast.Call, k_axis: int, params: set[str]) -> _Operand | None:
+    @staticmethod
+    def _read_block(scope: Scope, kernel: ast.FunctionDef, load: ast.Call, bp: ast.Call,
+                    k_axis: int, params: set[str]) -> _Operand | None:
+        """The operand a block pointer's load reads: its base parameter, strides and order."""
         base, strides, order = (_kw(bp, k, _BLOCK_ARGS.index(k)) for k in ("base", "strides", "order"))
         param = _pointer_param(scope, base, params) if base is not None else None
         if param is None:
@@ -441,7 +445,8 @@ class KMajorOperands(Pass):
         op.strides = [(s, a, "replace") for a, s in enumerate(strides.elts)]
         return op
 
-    def _layout(self, mod: PyModule, op: _Operand, host: _Host) -> tuple[int, int] | str:
+    @staticmethod
+    def _layout(op: _Operand, host: _Host) -> tuple[int, int] | str:
         """(tensor axis of K, tensor axis of the other) for the copy, or why the rule refuses."""
         if op.why:
             return op.why
@@ -521,7 +526,7 @@ class KMajorOperands(Pass):
         if any(isinstance(h.args.get(op.param), ast.Name)
                and _copied(mod, c, h.args[op.param].id, copies) for c, h in zip(launches, hosts)):
             return Skipped("the operand is read from its K-major copy already", {"operand": op.param})
-        layouts = {self._layout(mod, op, h) for h in hosts}
+        layouts = {self._layout(op, h) for h in hosts}
         why = next((x for x in layouts if isinstance(x, str)), None)
         if why:
             return Skipped(why, {"operand": op.param})
