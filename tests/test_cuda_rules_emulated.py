@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERTS = [("topk", "topk_cuda", ("",)),
            ("gemm", "gemm_cuda", ("", "\n\ndef run(a, b):\n    return matmul(a, b, kernel='mma')\n")),
            ("l2norm", "l2norm_cuda", ("",)), ("l2norm", "l2norm_plain", ("",)),
-           ("l2norm", "l2norm_regs", ("",)),
+           ("l2norm", "l2norm_regs", ("",)), ("l2norm", "l2norm_narrow", ("",)),
            ("layernorm_bf16", "layernorm_cuda", ("",))]
 
 

@@ -26,7 +26,8 @@ SMALL_SHAPES = {
     "long": {"M": 2, "N": 8200, "dtype": "fp16"},
 }
 TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3, "fp32": 1e-4}
-EXPERTS = [("l2norm_cuda.cu", "cuda"), ("l2norm_plain.cu", "cuda"), ("l2norm_regs.cu", "cuda")]
+EXPERTS = [("l2norm_cuda.cu", "cuda"), ("l2norm_plain.cu", "cuda"), ("l2norm_regs.cu", "cuda"),
+           ("l2norm_narrow.cu", "cuda")]
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 _SIZE = {"bf16": 2, "fp16": 2, "fp32": 4}

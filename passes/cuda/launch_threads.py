@@ -22,7 +22,8 @@ Preconditions, each refusal naming the one that failed:
   is left alone.
 
 The de-optimization takes the comment line and the block back (or the host-launch line out)
-and records `threads`.
+and records `threads`; it refuses while the kernel's `__launch_bounds__` admit no more than the
+smaller block (the host's block would not launch: `launch-bounds` is undone first).
 """
 from __future__ import annotations
 
@@ -204,6 +205,13 @@ def _present(ir: KernelIR) -> list[tuple[str, int, list[ByteEdit]]]:
     return [(k, t, e) for k, (t, e) in out.items()]
 
 
+def _launch_bound(ir: KernelIR, kernel: str) -> int | None:
+    """The maximum block `kernel`'s `__launch_bounds__` admits, or None (none, or not a
+    constant)."""
+    m = re.search(rf"__launch_bounds__\s*\(\s*([^,()]+)[^()]*\)\s*{re.escape(kernel)}\s*\(", ir.text)
+    return Unit(ir).value(m.group(1)) if m else None
+
+
 @dataclass(frozen=True, slots=True)
 class LaunchThreads(Pass):
     """A kernel launched with fewer threads per block <-> the host's block."""
@@ -234,9 +242,14 @@ class LaunchThreads(Pass):
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         for kernel, threads, edits in _present(ir):
-            if kernel == site.detail.get("kernel"):
-                return finish(ir, site, sorted(edits, key=lambda e: e.start),
-                              options={"threads": threads})
+            if kernel != site.detail.get("kernel"):
+                continue
+            bound = _launch_bound(ir, kernel)
+            if bound is not None and bound <= threads:
+                # the host's block would exceed the kernel's bounds: launch-bounds goes first
+                return Skipped(f"{kernel}'s __launch_bounds__({bound}) does not admit the block "
+                               "its host launches", {"kernel": kernel, "bound": bound})
+            return finish(ir, site, sorted(edits, key=lambda e: e.start), options={"threads": threads})
         return Skipped("no launch of a smaller block at the site", {"site": site.anchor})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
