@@ -323,10 +323,37 @@ def launched_block(text: str, kernel: str, default: tuple[int, int, int]
     """The block the source's own `<<<grid, dim3(x, y, z), ...>>>` launches of `kernel` pass
     (the producer forms of gemm-schedule write it so: the launch's block and a warpgroup),
     else `default` (the block the start's host launches)."""
-    found = {tuple(int(v) for v in m.groups()) for m in re.finditer(
-        rf"\b{re.escape(kernel)}\s*<<<[^,<>]+,\s*dim3\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)",
-        text)}
+    from gate.hostforms import _split_top  # noqa: PLC0415
+
+    found = set()
+    for m in re.finditer(rf"\b{re.escape(kernel)}\s*<<<(.*?)>>>", text, re.S):
+        config = _split_top(m.group(1))
+        block = re.fullmatch(r"dim3\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)",
+                             config[1].strip()) if len(config) > 1 else None
+        if block is not None:
+            found.add(tuple(int(v) for v in block.groups()))
     return found.pop() if len(found) == 1 else default
+
+
+def persistent_grid(text: str, kernel: str, grid: tuple[int, int, int], func: Any,
+                    block: tuple[int, int, int], shared: int) -> tuple[int, int, int]:
+    """The grid the source's own launches of `kernel` would launch for `grid`: where they pass
+    it through gemm-schedule's `kl_gs_grid` (a persistent grid), one row of as many blocks as the
+    device holds at once (its SMs times the kernel's occupancy), as that helper computes it;
+    else `grid`."""
+    if not re.search(rf"\b{re.escape(kernel)}\s*<<<\s*kl_gs_grid\(", text):
+        return grid
+    from cuda.bindings import driver as drv  # noqa: PLC0415
+
+    err, dev = drv.cuCtxGetDevice()
+    err2, sms = drv.cuDeviceGetAttribute(
+        drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)
+    err3, per = drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        func, block[0] * block[1] * block[2], shared)
+    if int(err) or int(err2) or int(err3) or sms <= 0 or per <= 0:
+        return grid
+    most = int(sms) * int(per)
+    return (most, 1, 1) if grid[0] * grid[1] * grid[2] > most else grid
 
 
 def schedule_facts(text: str, kernel: str) -> dict[str, Any] | None:
@@ -647,9 +674,10 @@ def _direct_runs(name: str, e: dict[str, Any], s: int, cudahost: Any
         func, shared = _load_kernel(text, detail["kernel"], label, cudahost)
         own = launched_block(text, detail["kernel"], block)
         full = launch_args(text, detail["kernel"], args)
+        blocks = persistent_grid(text, detail["kernel"], tuple(grid), func, own, shared)
 
         def run() -> Any:
-            cudahost.launch(func, tuple(grid), own, shared, full, stream)
+            cudahost.launch(func, blocks, own, shared, full, stream)
             return C
         return run
     runs = {"start": launcher(e["source"], f"{name}_start")}

@@ -70,6 +70,10 @@ class Directive:
     block: tuple[int, int, int] | None = None
     arch: str | None = None
     tma: dict[str, Any] | None = field(default=None, hash=False)
+    persist: bool = False
+    """The kernel loops over its own tiles with whatever grid it gets: a grid of more blocks than
+    the device holds at once is launched as one row of that many (the device's SMs times the
+    blocks of this size and shared memory an SM holds)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kernel": self.kernel, "shared_bytes": self.shared_bytes}
@@ -81,6 +85,8 @@ class Directive:
             out["arch"] = self.arch
         if self.tma:
             out["tma"] = self.tma
+        if self.persist:
+            out["persist"] = True
         return out
 
     def line(self) -> str:
@@ -93,7 +99,8 @@ class Directive:
             return None if v is None else (int(v[0]), int(v[1]), int(v[2]))
         return Directive(str(data["kernel"]), int(data.get("shared_bytes", 0)),
                          dims(data.get("block_from")), dims(data.get("block")),
-                         data.get("arch") or None, data.get("tma") or None)
+                         data.get("arch") or None, data.get("tma") or None,
+                         bool(data.get("persist", False)))
 
 
 def directives(source: str) -> list[Directive]:
@@ -460,6 +467,36 @@ def _kl_host_arch(arch, compile_program):
     return call
 
 
+def _kl_host_grid(spec, grid, block, nbytes):
+    """`grid`, or where the kernel loops over its own tiles (spec "persist") and `grid` has more
+    blocks than the device holds at once, one row of that many: the SMs times the blocks an SM
+    holds by threads (2048) and by shared memory (its per-SM bytes over the block's, 1 KiB of it
+    the runtime's own); `grid` where the device cannot be asked."""
+    if not spec.get("persist"):
+        return grid
+    dims, threads = _kl_host_dim3(grid), 1
+    for v in _kl_host_dim3(block):
+        threads *= v
+    try:
+        import importlib
+
+        drv = importlib.import_module("cuda.bindings.driver")
+        err, dev = drv.cuCtxGetDevice()
+        attr = drv.CUdevice_attribute
+        err2, sms = drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)
+        err3, smem = drv.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, dev)
+        if int(err) or int(err2) or int(err3):
+            return grid
+    except Exception:  # no driver to ask (an emulated run, no cuda-python): the grid as given
+        return grid
+    per = min(2048 // max(threads, 1), int(smem) // (int(nbytes) + 1024))
+    most = int(sms) * per
+    if most <= 0 or dims[0] * dims[1] * dims[2] <= most:
+        return grid
+    return (most, 1, 1)
+
+
 def _kl_host_dim3(value):
     if isinstance(value, int):
         return (value, 1, 1)
@@ -559,6 +596,7 @@ def _kl_host_call(kernel, spec, convention, launch, args, kwargs):
         kern = _kl_host_arch_kernel(launch, spec.get("arch"))
         kern.max_dynamic_shared_size_bytes = nbytes
         kargs = tuple(kargs)
+        grid = _kl_host_grid(spec, grid, block, nbytes)
         if tma:
             import numpy
 
@@ -571,6 +609,7 @@ def _kl_host_call(kernel, spec, convention, launch, args, kwargs):
         names = ("func", "grid", "block", "shared_bytes", "args", "stream")
         (func, grid, block, shared, kargs, stream), rest = _kl_host_bind(args, kwargs, names)
         block = checked(block, shared)
+        grid = _kl_host_grid(spec, grid, block, nbytes)
         importlib.import_module("experts.cudahost").set_dynamic_shared(func, nbytes)
         kargs = list(kargs)
         if tma:
@@ -582,6 +621,7 @@ def _kl_host_call(kernel, spec, convention, launch, args, kwargs):
                            "arguments (11 expected)")
     drv = importlib.import_module("cuda.bindings.driver")
     args[4:7] = checked(tuple(args[4:7]), args[7])
+    args[1:4] = _kl_host_grid(spec, tuple(args[1:4]), tuple(args[4:7]), nbytes)
     args[7] = nbytes
     attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     result = drv.cuFuncSetAttribute(args[0], attr, nbytes)

@@ -338,6 +338,7 @@ def test_the_deep_forms_fire_where_a_python_host_launches_the_kernel(
     else:
         assert grown is None
     assert (asked[0].tma is not None) == bool(options.get("tma"))
+    assert asked[0].persist  # the kernel loops over its tiles: the host may launch fewer blocks
     # the device code alone: the maps' encoding is the host's
     assert "cudaGetDriverEntryPoint" not in text and "<<<" not in text
     ptx = ptx_for_sm90a(text)
@@ -357,6 +358,31 @@ def test_the_deep_forms_fire_where_a_python_host_launches_the_kernel(
     plain = unit.host_path.read_text()
     assert _host(unit, back.ir.text) == (find(plain).splice(back.ir.text) if find(plain) else plain)
     assert roundtrip(rule, result.ir, done, CTX).same
+
+
+def test_a_persistent_kernel_is_launched_with_as_many_blocks_as_the_device_holds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    grid = hostlaunch.helpers()["_kl_host_grid"]
+    spec = {"persist": True}
+    # no device to ask (this machine): the grid as the host passes it
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", types.ModuleType("no_driver"))
+    assert grid(spec, (32, 32), (384, 1, 1), 231424) == (32, 32)
+    # 132 SMs of 233472 bytes: one 384-thread block of 226 KiB an SM, two of 100 KiB
+    attrs = types.SimpleNamespace(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT="sms",
+                                  CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR="smem")
+    values = {"sms": 132, "smem": 233472}
+    fake = types.SimpleNamespace(cuCtxGetDevice=lambda: (0, 0), CUdevice_attribute=attrs,
+                                 cuDeviceGetAttribute=lambda a, dev: (0, values[a]))
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", fake)
+    assert grid(spec, (32, 32), (384, 1, 1), 231424) == (132, 1, 1)
+    assert grid(spec, (32, 32, 1), (384, 1, 1), 100 * 1024) == (264, 1, 1)
+    assert grid(spec, 1024, (256, 1, 1), 200 * 1024) == (132, 1, 1)
+    # a grid the device holds at once, or a kernel that does not loop over its tiles: as given
+    assert grid(spec, (8, 8), (384, 1, 1), 231424) == (8, 8)
+    assert grid({}, (32, 32), (384, 1, 1), 231424) == (32, 32)
 
 
 @pytest.mark.parametrize("convention,packed", [("cupy", ""), ("cudahost", ""), ("driver", "pair"),

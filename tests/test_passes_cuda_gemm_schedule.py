@@ -826,8 +826,13 @@ def test_specialized_warps_hand_the_slots_over_by_mbarriers_across_tiles(stages:
 
 def _launched_block(text: str, kernel: str) -> tuple[int, int, int]:
     """The block of the (edited) `<<<grid, dim3(x, y, z), ...>>>` launches of `kernel`."""
-    found = {tuple(int(v) for v in m.groups()) for m in re.finditer(
-        rf"\b{kernel}<<<[^,]+,\s*dim3\((\d+), (\d+), (\d+)\)", text)}
+    from gate.hostforms import _split_top
+
+    found = set()
+    for m in re.finditer(rf"\b{kernel}<<<(.*?)>>>", text, re.S):
+        block = re.fullmatch(r"dim3\((\d+), (\d+), (\d+)\)", _split_top(m.group(1))[1].strip())
+        assert block is not None, m.group(1)
+        found.add(tuple(int(v) for v in block.groups()))
     assert len(found) == 1, found
     return found.pop()
 
@@ -1031,8 +1036,9 @@ def test_the_launch_edit_passes_the_bytes_raises_the_limit_once_and_is_undone() 
     assert chevron_launches(text) == {"square": [hostforms_chevron("mm", nbytes)] * 2}
     assert dynamic_shared_limits(text) == {"mm": nbytes}
     # each launch statement: the limit raised on the line before (a static: once), the stream kept
-    assert f"mm<<<grid, dim3(32, 32), {nbytes}, stream>>>(a, b, c, n, n, n);" in text
-    assert f"mm<<<grid, dim3(32, 32), {nbytes}>>>(a, b, c, n, n, n);" in text
+    persist = f"kl_gs_grid(reinterpret_cast<const void*>(mm), dim3(grid), 1024, {nbytes})"
+    assert f"mm<<<{persist}, dim3(32, 32), {nbytes}, stream>>>(a, b, c, n, n, n);" in text
+    assert f"mm<<<{persist}, dim3(32, 32), {nbytes}>>>(a, b, c, n, n, n);" in text
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if "mm<<<" in line:

@@ -209,6 +209,33 @@ static kl_gs_maps kl_gs_tma_maps(bool half, const void* a, long long lda, long l
 }
 """
 
+PERSIST_HOST = r"""// ---- host: a persistent grid (the kernel loops over its own tiles, so as many blocks as the
+// device holds at once do all of them: each block's ring runs on into its next tile) ----
+#ifndef __CUDACC_RTC__
+// `grid` as launched, or one row of as many blocks as the device holds at once where `grid` has
+// more (asked once per kernel and process: the device's SMs times the kernel's occupancy at
+// `threads` threads and `bytes` of dynamic shared memory; where either cannot be read, `grid`)
+static dim3 kl_gs_grid(const void* kernel, dim3 grid, int threads, size_t bytes) {
+  static const void* seen[8] = {};
+  static unsigned most[8] = {};
+  int slot = 0;
+  while (slot < 7 && seen[slot] != nullptr && seen[slot] != kernel) ++slot;
+  if (seen[slot] != kernel) {
+    int device = 0, sms = 0, per = 0;
+    const bool read = cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, threads, bytes) == cudaSuccess;
+    if (!read) (void)cudaGetLastError();  // this query's own failure, not the caller's
+    most[slot] = read && sms > 0 && per > 0 ? (unsigned)(sms * per) : 0u;
+    seen[slot] = kernel;
+  }
+  const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
+  return most[slot] > 0 && blocks > most[slot] ? dim3(most[slot], 1, 1) : grid;
+}
+#endif
+"""
+"""The host helper the deep forms' edited `<<<...>>>` launches call for their grid."""
+
 _INCLUDE = "#include <cuda.h>\n"
 TMA_DEVICE_HELPERS = (TMA_HELPERS[:TMA_HELPERS.index(_INCLUDE)] +
                       TMA_HELPERS[TMA_HELPERS.index(_INCLUDE) + len(_INCLUDE):

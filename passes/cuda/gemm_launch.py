@@ -9,7 +9,10 @@ asks for: the producer form adds a warpgroup)
         cudaFuncAttributeMaxDynamicSharedMemorySize, BYTES); (void)kl_gs_limit; }  // MARK{"launch": ...}
     K<<<grid, BLOCK, BYTES>>>(...);
 
-(one line before the launch; a function-local static raises the limit once per process). The
+(one line before the launch; a function-local static raises the limit once per process), its
+grid passed through `kl_gs_grid(K, grid, threads, BYTES)` (`_gemm_text.PERSIST_HOST`: the
+kernel loops over its own tiles, so a grid of more blocks than the device holds at once is
+launched as one row of that many, each block's ring running on into its next tile). The
 comment records the launch's configuration as written, which `undo_edits` puts back. Where the
 rewrite asks for an added argument (the producer form's tensor maps), it is written from the
 launch's own arguments after them, and the comment records the argument list as written too.
@@ -46,12 +49,16 @@ _ZERO = re.compile(r"0+[uUlL]*")
 
 
 def launch_edits(ir: KernelIR, kernel: str, nbytes: int, block: str | None = None,
-                 extra: Callable[[list[str]], str] | None = None) -> list[ByteEdit] | str:
+                 extra: Callable[[list[str]], str] | None = None,
+                 persist: int | None = None) -> list[ByteEdit] | str:
     """Edits that make every `<<<...>>>` launch of `kernel` in `ir` pass `nbytes` of dynamic
     shared memory after raising the kernel's limit to it (and, where `block` is given, launch
     that block instead of its own; where `extra` is given, pass one more argument after the
     launch's own, `extra(its arguments)`, which returns a refusal starting "!" where it cannot be
-    written), or why they cannot be made."""
+    written; where `persist` is given, the kernel loops over its tiles with any grid and the
+    launch's grid becomes `kl_gs_grid(kernel, grid, persist, nbytes)`: no more blocks than the
+    device holds at once at `persist` threads a block, `_gemm_text.PERSIST_HOST`), or why they
+    cannot be made."""
     data = ir.source
     edits: list[ByteEdit] = []
     for node in ir.walk():
@@ -75,6 +82,9 @@ def launch_edits(ir: KernelIR, kernel: str, nbytes: int, block: str | None = Non
         new = list(args)
         if block is not None and len(new) >= 2:
             new[1] = block
+        if persist is not None and new:
+            new[0] = (f"{PREFIX}grid(reinterpret_cast<const void*>({kernel}), dim3({new[0].strip()}), "
+                      f"{int(persist)}, {nbytes})")
         if len(new) == 2:
             new.append(str(nbytes))
         else:

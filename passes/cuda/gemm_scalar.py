@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from passes._source import ByteEdit
 from passes.cuda._c import CSource, Function, functions
-from passes.cuda._gemm_text import (BARRIER_HELPERS, DEEP_HELPERS, HELPERS, MARK, PREFIX,
-                                    TMA_DEVICE_HELPERS, TMA_HELPERS, TMA_PARAMETER,
+from passes.cuda._gemm_text import (BARRIER_HELPERS, DEEP_HELPERS, HELPERS, MARK, PERSIST_HOST,
+                                    PREFIX, TMA_DEVICE_HELPERS, TMA_HELPERS, TMA_PARAMETER,
                                     written as _written)
 from passes.cuda.gemm_launch import undo_edits
 from passes.cuda.mma_tile import HELPERS as MMA_HELPERS
@@ -111,6 +111,7 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
     edits += undo_edits(ir, fn.name)
     for helpers, name in ((HELPERS, "kl_gs_"), (DEEP_HELPERS, "kl_gs_"), (BARRIER_HELPERS, "kl_gs_"),
                           (TMA_HELPERS, "kl_gs_"), (TMA_DEVICE_HELPERS, "kl_gs_"),
+                          (PERSIST_HOST, "kl_gs_"),
                           (MMA_HELPERS, "kl_tc_")):
         at = text.find(helpers)
         if at < 0 or others:

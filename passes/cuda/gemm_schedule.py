@@ -27,7 +27,8 @@ issued), `block` (the launch's block where no host tells it), `deep` with `stage
 slices in 3 to 6 slots of dynamic shared memory: 128-byte swizzled for wgmma, which then always
 keeps one K step in flight; the kernel's `<<<grid, block>>>` launches in the same source are
 edited to pass the bytes and to raise the kernel's limit first, or the Python host module that
-launches it is asked to by a host-launch line: `passes.cuda.gemm_launch`, `kir.hostlaunch`),
+launches it is asked to by a host-launch line: `passes.cuda.gemm_launch`, `kir.hostlaunch`; either
+launches no more blocks than the device holds at once, the persistent loop taking the rest),
 `specialize` (deep wgmma: warps that only fill the ring and warpgroups that only multiply,
 each slot handed over by a full and an empty mbarrier), `producer` (deep wgmma: the launch's
 block grows by one warpgroup that only fills the ring, its copies landing on the slots' full
@@ -69,8 +70,8 @@ from passes.cuda._c import CSource, Function, functions
 from passes.cuda._tree import Scope
 from passes.cuda.annotations import CUDA
 from kir.hostlaunch import Directive
-from passes.cuda._gemm_text import (BARRIER_HELPERS, DEEP_HELPERS, HELPERS, MARK, PREFIX,
-                                    TMA_DEVICE_HELPERS, TMA_HELPERS, TMA_PARAMETER,
+from passes.cuda._gemm_text import (BARRIER_HELPERS, DEEP_HELPERS, HELPERS, MARK, PERSIST_HOST,
+                                    PREFIX, TMA_DEVICE_HELPERS, TMA_HELPERS, TMA_PARAMETER,
                                     written as _written)
 from passes.cuda.gemm_launch import (launch_edits, launched_here, limit_lines, parameter_bytes,
                                      host_edits)
@@ -1073,7 +1074,8 @@ def _kernels(src: CSource) -> list[Function]:
 def _outside(src: CSource) -> str:
     """The code view without the inserted helpers and the bodies of the rule's own kernels."""
     cuts = [(f.body_start, f.body_end) for f in _kernels(src) if _present(src, f)]
-    for helpers in (HELPERS, DEEP_HELPERS, BARRIER_HELPERS, TMA_HELPERS, TMA_DEVICE_HELPERS):
+    for helpers in (HELPERS, DEEP_HELPERS, BARRIER_HELPERS, TMA_HELPERS, TMA_DEVICE_HELPERS,
+                    PERSIST_HOST):
         at = src.text.find(helpers)
         if at >= 0:
             cuts.append((at, at + len(helpers)))
@@ -1205,7 +1207,8 @@ class GemmSchedule(Pass):
                 block = f"dim3({bx}, {by}, 1)"
             if here:
                 host = launch_edits(ir, f.g.kernel, s.launch_bytes, block,
-                                    tma_argument(ir, f.g, s) if s.tma else None)
+                                    tma_argument(ir, f.g, s) if s.tma else None,
+                                    persist=s.threads)
             else:
                 host = _host_directive(ir, f, s, len(_kernels(src)))
             if isinstance(host, str):
@@ -1235,7 +1238,7 @@ def _host_directive(ir: KernelIR, f: _Found, s: Schedule, kernels: int) -> list[
     grown = grown_block(f.g.tile.block) if s.producer else None
     directive = Directive(f.g.kernel, s.launch_bytes, (bx, by, 1),
                           (grown[0], grown[1], 1) if isinstance(grown, tuple) else None,
-                          "sm_90a" if s.wgmma else None, tma)
+                          "sm_90a" if s.wgmma else None, tma, persist=True)
     return host_edits(ir, directive, kernels)
 
 
@@ -1287,6 +1290,8 @@ def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule, host_launched: bool = Fa
     tma_helpers = TMA_DEVICE_HELPERS if host_launched else TMA_HELPERS
     if s.tma and tma_helpers not in ir.text:
         wanted += tma_helpers
+    if s.deep and not host_launched and PERSIST_HOST not in ir.text:
+        wanted += PERSIST_HOST
     if wanted:
         at = src.b(helper_insert_at(src))
         edits.append(ByteEdit(at, at, wanted))
