@@ -155,3 +155,27 @@ def test_vectorized_offsets_keep_a_cast_of_two_words() -> None:
     y = torch.zeros_like(x)
     lib.launch("l1_rows", 3, 256, 0, [x, y, 1000])
     assert torch.allclose(y, x / x.abs().sum(1, keepdim=True), atol=1e-6)
+
+
+def test_the_shipped_card_is_retrieved_and_narrows_the_style_tiers_softmax(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lineage.moves import materialize  # noqa: PLC0415
+    from lineage.retrieval import Retriever, target_from_kernel  # noqa: PLC0415
+    from lineage.shipped import open_library  # noqa: PLC0415
+    from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
+
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path))
+    lib, named = open_library(None)
+    cards = [c for c in lib.cards(admitted_only=True) if c.pass_name == "launch-threads"]
+    assert cards and all(any(t.ok for t in c.verification) for c in cards)
+    assert any(set(p.get("ids") or ()) & {c.id for c in cards} and p["tier"] == "emulate"
+               for p in named["provenance"]["parts"])
+    path = STYLES / "cu_softmax_rows" / "softmax_rows.py"
+    target = target_from_kernel(path, str(path.parent), "cuda")
+    found = [r.card for r in Retriever(lib).retrieve(target).cards if r.card.pass_name == "launch-threads"]
+    assert found
+    unit = cuda_unit(path)
+    ir = kir.parse(unit.source, "cuda", path=unit.source_path)
+    made = materialize(found[0], ir, DeterministicRewriter(), CTX, max_sites=1)
+    assert made.ir is not None and made.rewriter == "deterministic", made
+    assert launch_block(made.ir).dims == (found[0].options["threads"], 1, 1)
