@@ -9,7 +9,9 @@ instead of the host's block (a tunable a search sweeps).
 Preconditions, each refusal naming the one that failed:
 - the kernel's launches use one block, known (`recognize.launch_block`), one-dimensional, of
   more than `threads` threads; `threads` is a multiple of 32;
-- the kernel (and the `__device__` functions it calls) reads its thread count only through
+- a block-stride loop stepping by `blockDim.x` spreads the kernel's work over its threads, the
+  kernel is no GEMM micro-kernel (`recognize.micro_kernels`: its tiles are sized by its block),
+  and the kernel (and the `__device__` functions it calls) reads its thread count only through
   `blockDim.x`: the block's size does not appear as a constant (a literal or a named constant
   of that value) anywhere but as an array's extent or in `__launch_bounds__` (both stay valid
   for a smaller block: an array sized for the larger block holds the smaller one's slots);
@@ -40,7 +42,8 @@ from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._tree import subtree, text
 from passes.cuda.annotations import CUDA
-from passes.cuda.recognize import Unit, _split_args, launch_block
+from passes.cuda.recognize import (Unit, _split_args, expand_locals, launch_block, micro_kernels,
+                                   stride_loops)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -66,6 +69,12 @@ def _callees(unit: Unit, kernel: str) -> list[int]:
                 if name in funcs and funcs[name] not in seen:
                     todo.append(funcs[name])
     return seen
+
+
+def _in_kernel(unit: Unit, kernel: str) -> set[str]:
+    """The kernel and the block helpers (`Unit.block_helpers`) it calls, by name."""
+    fns = set(_callees(unit, kernel))
+    return {name for name, fn in unit.block_helpers().items() if fn in fns}
 
 
 def counted_threads(unit: Unit, kernel: str, threads: int) -> str | None:
@@ -138,6 +147,12 @@ def _plan(ir: KernelIR, kernel: str, threads: int) -> _Launch | Skipped:
     block = launch.dims[0]
     if block <= threads:
         return Skipped(f"the launch's block of {block} threads is not larger than {threads}", facts)
+    if not any(lp.kernel in _in_kernel(unit, kernel) and lp.kind == "block" and
+               re.sub(r"[\s()]", "", expand_locals(unit, unit.block_helpers()[lp.kernel], lp.step))
+               == "blockDim.x" for lp in stride_loops(unit)):
+        return Skipped("no loop spreads the kernel's work over its blockDim.x threads", facts)
+    if any(m.kernel == kernel for m in micro_kernels(unit)[0]):
+        return Skipped("the kernel is a GEMM micro-kernel: its tiles are sized by its block", facts)
     named = counted_threads(unit, kernel, block)
     if named is not None:
         return Skipped(f"the kernel counts its threads as `{named}` ({block}), not through "
