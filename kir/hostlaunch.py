@@ -282,8 +282,9 @@ def launch_sites(host_text: str) -> list[LaunchSite]:
 
 
 def _compile_calls(host_text: str) -> list[tuple[int, int]]:
-    """Character spans of the callees of the host's `nvrtcCompileProgram` calls (bare or already
-    wrapped by `ARCH_CALL`)."""
+    """Character spans of the callees of the host's `nvrtcCompileProgram` calls and CuPy
+    `RawModule` constructions (whose functions a launch cannot compile again: their options are
+    given the target where the module is built), bare or already wrapped by `ARCH_CALL`."""
     tree = ast.parse(host_text)
     starts = _offsets(host_text)
     out = []
@@ -292,7 +293,7 @@ def _compile_calls(host_text: str) -> list[tuple[int, int]]:
             f = node.func
             inner = f.args[1] if isinstance(f, ast.Call) and _name(f.func) == ARCH_CALL and \
                 len(f.args) == 2 else f
-            if _name(inner).split(".")[-1] == "nvrtcCompileProgram":
+            if _name(inner).split(".")[-1] in ("nvrtcCompileProgram", "RawModule"):
                 out.append(_span(host_text, starts, f))
     return sorted(out)
 
@@ -446,7 +447,16 @@ def _kl_host_launch(kernel, convention, launch):
 
 def _kl_host_arch(arch, compile_program):
     """The host's nvrtcCompileProgram with the target `arch` (e.g. sm_90a) for the program: an
-    option naming the same architecture without its suffix gets it; none: the target added."""
+    option naming the same architecture without its suffix gets it; none: the target added. For
+    a CuPy RawModule: the module built with the target among its options."""
+    if getattr(compile_program, "__name__", "") == "RawModule":
+        def build(*args, **kwargs):
+            options = tuple(kwargs.get("options", ()) or ())
+            if not any(arch in str(o) for o in options):
+                kwargs["options"] = options + ("-arch=" + arch,)
+            return compile_program(*args, **kwargs)
+        return build
+
     def call(prog, count, options, *rest):
         options = list(options)[:int(count)]
         number = arch.split("_")[-1].rstrip("a")

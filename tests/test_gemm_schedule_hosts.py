@@ -360,6 +360,25 @@ def test_the_deep_forms_fire_where_a_python_host_launches_the_kernel(
     assert roundtrip(rule, result.ir, done, CTX).same
 
 
+def test_a_cupy_module_of_a_wgmma_kernel_is_built_for_sm90a(tmp_path: Path) -> None:
+    # a RawModule's functions cannot be compiled again at their launch: the module's
+    # construction in the host gets the target among its options
+    unit, _, result = _rewrite(_write(tmp_path, "cupy"), TMA)
+    assert result.ok, result
+    host = _host(unit, result.ir.text)
+    assert re.search(r'_kl_host_arch\("sm_90a", cupy\.RawModule\)\(code=', host)
+
+    class RawModule:
+        def __init__(self, code: str = "", options: tuple = ()) -> None:
+            self.code, self.options = code, options
+    built = hostlaunch.helpers()["_kl_host_arch"]("sm_90a", RawModule)(
+        code="x", options=("--std=c++17",))
+    assert built.options == ("--std=c++17", "-arch=sm_90a")
+    again = hostlaunch.helpers()["_kl_host_arch"]("sm_90a", RawModule)(
+        code="x", options=("-arch=sm_90a",))
+    assert again.options == ("-arch=sm_90a",)
+
+
 def test_a_persistent_kernel_is_launched_with_as_many_blocks_as_the_device_holds(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
