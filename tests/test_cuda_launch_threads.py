@@ -187,3 +187,29 @@ def test_kernels_that_do_not_spread_work_over_blockdim_are_refused(tmp_path: Pat
     (tmp_path / "l1.cu").write_text(fixed)
     (tmp_path / "l1.py").write_text(L1_HOST)
     assert _refusal(fixed, tmp_path / "l1.cu") == "no loop spreads the kernel's work over its blockDim.x threads"
+
+
+@pytest.mark.gpu
+def test_the_narrow_launch_on_the_gpu(tmp_path: Path) -> None:
+    import importlib.util  # noqa: PLC0415
+
+    from kir import hostlaunch  # noqa: PLC0415
+
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    unit = cuda_unit(STYLES / "cu_rmsnorm" / "rmsnorm.py")
+    out = _apply("launch-threads{threads=128}", unit.source, unit.source_path)
+    out = _apply("row-registers{vectors=8}", out, unit.source_path)
+    out = _apply("launch-bounds", out, unit.source_path)
+    assert "__launch_bounds__(128)" in out  # launch-bounds reads the narrowed block
+    (tmp_path / "rmsnorm.py").write_text(hostlaunch.apply(unit.held.splice(out), out))
+    spec = importlib.util.spec_from_file_location("narrow_rmsnorm", tmp_path / "rmsnorm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    case = gate.load_case(STYLES / "cu_rmsnorm")
+    for n in (1000, 4096, 4100):
+        inputs = tuple(case.module().make_inputs({"M": 33, "N": n, "dtype": "fp32"}, 7, "cuda"))
+        got = module.run(*inputs)
+        torch.cuda.synchronize()
+        ref = case.module().reference(*inputs).double()
+        assert float((got.double() - ref).norm() / ref.norm()) <= case.tolerance_for("fp32"), n
