@@ -672,7 +672,12 @@ def _kl_host_arch_kernel(kern, arch):
     key = (type(kern), code, kern.name, options, arch)
     derived = _KL_HOST_KERNELS.get(key)
     if derived is None:
-        derived = type(kern)(code, kern.name, options + ("-arch=" + arch,))
+        # built as the host builds its kernels (`cupy.RawKernel`, which a launch monitor may
+        # stand in for), the options by name (the monitor's kernel takes no other positions)
+        import importlib
+
+        make = getattr(importlib.import_module("cupy"), "RawKernel", None) or type(kern)
+        derived = make(code, kern.name, options=options + ("-arch=" + arch,))
         try:  # compiled now: a compiler that refuses the target says so here, by name
             if callable(getattr(derived, "compile", None)):
                 derived.compile()

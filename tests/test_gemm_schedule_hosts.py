@@ -379,6 +379,38 @@ def test_a_cupy_module_of_a_wgmma_kernel_is_built_for_sm90a(tmp_path: Path) -> N
     assert again.options == ("-arch=sm_90a",)
 
 
+def test_a_cupy_kernel_under_the_gates_launch_monitor_is_built_again_for_sm90a(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the gate's monitor stands in for cupy.RawKernel with a wrapper whose constructor takes
+    # (inner, name): the kernel for sm_90a is built through cupy.RawKernel, options by name
+    import sys
+    import types
+
+    built: list[tuple] = []
+
+    class Real:
+        def __init__(self, code: str, name: str, options: tuple = ()) -> None:
+            self.code, self.name, self.options = code, name, options
+
+    class Monitored:  # as gate.guards.LaunchMonitor.install_cupy wraps a kernel
+        def __init__(self, inner: Any, name: str) -> None:
+            self._inner, self.name = inner, name
+
+        def __getattr__(self, key: str) -> Any:
+            return getattr(self._inner, key)
+
+    def raw_kernel(code: str, name: str, *args: Any, **kwargs: Any) -> Monitored:
+        built.append((args, kwargs))
+        return Monitored(Real(code, name, *args, **kwargs), name)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(RawKernel=raw_kernel))
+    kern = raw_kernel("src", "k", options=("--std=c++17",))
+    derived = hostlaunch.helpers()["_kl_host_arch_kernel"](kern, "sm_90a")
+    assert isinstance(derived, Monitored)  # still counted by the monitor
+    assert derived.options == ("--std=c++17", "-arch=sm_90a") and derived.code == "src"
+    assert built[-1] == ((), {"options": ("--std=c++17", "-arch=sm_90a")})
+    assert hostlaunch.helpers()["_kl_host_arch_kernel"](kern, "sm_90a") is derived  # once
+
+
 def test_a_persistent_kernel_is_launched_with_as_many_blocks_as_the_device_holds(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
