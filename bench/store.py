@@ -238,6 +238,17 @@ def cuda_roles(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
                                      "of_copy", "reason"))}
 
 
+def row_rules(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
+    """`bench/row_rules.py`: per row kernel of the CUDA style tier, each form timed end to end
+    (ms, the fraction of the copy bandwidth measured in the same process, the launch's block)."""
+    for case, c in data["cases"].items():
+        for form, f in (c.get("forms") or {}).items():
+            yield {"operator": f"row rules: {case}", "variant": form,
+                   "metrics": _pick({"ms": f.get("ms"), "of_copy": f.get("of_copy"),
+                                     "block": f.get("block"), "close": f.get("close")},
+                                    ("ms", "of_copy", "block", "close"))}
+
+
 def _ratio(num: Any, den: Any) -> float | None:
     ok = all(isinstance(x, int | float) and not isinstance(x, bool) for x in (num, den))
     return num / den if ok and den > 0 else None
@@ -326,6 +337,9 @@ EXTRACTORS: dict[str, tuple[Callable[[Path, Mapping[str, Any]], bool],
         isinstance(v, Mapping) and "site" in v for v in d["starts"].values()), gemm_schedule),
     "cuda_roles": (lambda p, d: d.get("tier") == "device" and isinstance(d.get("kernels"), list)
                    and bool(d["kernels"]) and "rules" in d["kernels"][0], cuda_roles),
+    "row_rules": (lambda p, d: isinstance(d.get("cases"), Mapping) and bool(d["cases"]) and all(
+        isinstance(c, Mapping) and isinstance(c.get("forms"), Mapping) for c in d["cases"].values()),
+        row_rules),
     "micro_kernel": (lambda p, d: isinstance(d.get("ms"), Mapping) and isinstance(
         d.get("vs_cublas"), Mapping), micro_kernel),
     "gate_verdicts": (lambda p, d: isinstance(d.get("verdicts"), Mapping) and bool(d["verdicts"])
