@@ -130,9 +130,6 @@ def _refusal(source: str, path: Path | None, **options) -> str:  # noqa: ANN003
 
 
 def test_refusals_say_why(tmp_path: Path) -> None:
-    folder = STYLES / "cu_layernorm"
-    reason = _refusal((folder / "layernorm.cu").read_text(), folder / "layernorm.cu")
-    assert reason == "no loop spreads the kernel's work over its blockDim.x threads"  # it steps by NT
     (tmp_path / "l1.cu").write_text(L1_ROWS)
     (tmp_path / "l1.py").write_text(L1_HOST)
     assert _refusal(L1_ROWS, tmp_path / "l1.cu", threads=100).startswith("threads=100: a block of whole warps")
@@ -182,7 +179,7 @@ def test_the_shipped_card_is_retrieved_and_narrows_the_style_tiers_softmax(
 
 
 def test_kernels_that_do_not_spread_work_over_blockdim_are_refused(tmp_path: Path) -> None:
-    fixed = L1_ROWS.replace("const int step = blockDim.x;", "const int step = 256;").replace(
+    fixed = L1_ROWS.replace("const int step = blockDim.x;", "const int step = 512;").replace(
         "__shared__ float acc[256];", "__shared__ float acc[257];")
     (tmp_path / "l1.cu").write_text(fixed)
     (tmp_path / "l1.py").write_text(L1_HOST)

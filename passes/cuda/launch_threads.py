@@ -15,6 +15,13 @@ Preconditions, each refusal naming the one that failed:
   `blockDim.x`: the block's size does not appear as a constant (a literal or a named constant
   of that value) anywhere but as an array's extent or in `__launch_bounds__` (both stay valid
   for a smaller block: an array sized for the larger block holds the smaller one's slots);
+  or the kernel names its block's size as one constant (`#define`, `constexpr` / `const`
+  integer at file or kernel scope, defined once by a literal equal to the launch's block) used
+  only where a different value stays consistent once the launch changes with it: the step of
+  a block-stride loop (or a local bound once to it that is one), the header of a shared-memory
+  reduction tree, an array's extent, `__launch_bounds__` and the block of a `<<<...>>>` launch
+  of the kernel; the constant's value changes with the launch (a comment line before its
+  definition records the value as written); any other use refuses, naming it;
 - the launch can be edited: a `<<<grid, block, ...>>>` launch in the unit (a `load_inline`
   wrapper) gets `threads` as its block, after a comment line recording the block as written;
   a launch in the Python host module beside the source (CuPy, `experts.cudahost.launch`,
@@ -23,9 +30,10 @@ Preconditions, each refusal naming the one that failed:
   emulator's `run_host`); a source whose host-launch line asks something else of the kernel
   is left alone.
 
-The de-optimization takes the comment line and the block back (or the host-launch line out)
-and records `threads`; it refuses while the kernel's `__launch_bounds__` admit no more than the
-smaller block (the host's block would not launch: `launch-bounds` is undone first).
+The de-optimization takes the comment lines, the block and the constant's value back (or the
+host-launch line out) and records `threads`; it refuses while the kernel's `__launch_bounds__`
+admit no more than the smaller block and do not name the constant it restores (the host's block
+would not launch: `launch-bounds` is undone first).
 """
 from __future__ import annotations
 
@@ -40,10 +48,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kir import hostlaunch
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.cuda._tree import subtree, text
+from passes.cuda._c import code_view
+from passes.cuda._tree import children, subtree, text
 from passes.cuda.annotations import CUDA
-from passes.cuda.recognize import (Unit, _split_args, expand_locals, launch_block, micro_kernels,
-                                   stride_loops)
+from passes.cuda.recognize import (Unit, _split_args, expand_locals, for_parts, launch_block,
+                                   micro_kernels, reduction_trees, stride_loops)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -77,9 +86,22 @@ def _in_kernel(unit: Unit, kernel: str) -> set[str]:
     return {name for name, fn in unit.block_helpers().items() if fn in fns}
 
 
-def counted_threads(unit: Unit, kernel: str, threads: int) -> str | None:
-    """Where the kernel names its block's size `threads` as a constant other than as an
-    array's extent or in `__launch_bounds__` (the text), or None."""
+def aliases(unit: Unit, name: str) -> list[str]:
+    """`name` and the constants it is bound to in turn (`const int step = nt;` -> step, nt)."""
+    out = [name]
+    while len(out) < 6 and out[-1] in unit.constants:
+        nxt = re.sub(r"[\s()]", "", unit.constants[out[-1]])
+        if not re.fullmatch(r"[A-Za-z_]\w*", nxt) or nxt in out:
+            break
+        out.append(nxt)
+    return out
+
+
+def counted_threads(unit: Unit, kernel: str, threads: int, besides: str | None = None,
+                    skip: tuple[int, int] = (0, 0)) -> str | None:
+    """Where the kernel names its block's size `threads` as a constant (other than `besides`
+    and its aliases, and outside bytes `skip`) other than as an array's extent or in
+    `__launch_bounds__` (the text), or None."""
     ir = unit.ir
     for fn in _callees(unit, kernel):
         for c in subtree(ir, fn):
@@ -87,9 +109,10 @@ def counted_threads(unit: Unit, kernel: str, threads: int) -> str | None:
             if gtype not in ("number_literal", "identifier"):
                 continue
             word = text(ir, c)
-            if gtype == "identifier" and word not in unit.constants:
+            if gtype == "identifier" and (word not in unit.constants or
+                                          (besides is not None and besides in aliases(unit, word))):
                 continue
-            if unit.value(word) != threads:
+            if unit.value(word) != threads or skip[0] <= ir.span_of(c).start < skip[1]:
                 continue
             parent = ir.parent_of(c)
             if parent is not None and ir.grammar_type_of(parent) == "array_declarator":
@@ -102,12 +125,121 @@ def counted_threads(unit: Unit, kernel: str, threads: int) -> str | None:
     return None
 
 
+_INT_TYPE = r"(?:unsigned\s+int|unsigned|signed\s+int|int|long\s+long|long|size_t|u?int(?:32|64)_t)"
+
+
+@dataclass(frozen=True, slots=True)
+class _Constant:
+    """A named constant's one definition: its name, the byte span of its literal value and of
+    the definition's line."""
+
+    name: str
+    value: tuple[int, int]
+    line: tuple[int, int]
+
+
+def _definition(ir: KernelIR, name: str) -> _Constant | str:
+    """The one definition of constant `name` by an integer literal, or why there is none."""
+    src, code = ir.text, code_view(ir.text)
+    word = re.escape(name)
+    forms = (rf"^[ \t]*#[ \t]*define[ \t]+{word}[ \t]+\(?[ \t]*(\d+)[uUlL]*[ \t]*\)?[ \t]*$",
+             rf"\b(?:static\s+)?(?:constexpr|const)\s+(?:static\s+)?{_INT_TYPE}\s+{word}\s*"
+             r"(?:=\s*|\{\s*)(\d+)[uUlL]*\s*\}?\s*;")
+    found = [m for f in forms for m in re.finditer(f, code, re.M)]
+    if len(found) != 1:
+        return (f"`{name}` is defined {len(found)} times" if found else
+                f"`{name}` is not defined once by an integer literal")
+    m = found[0]
+    at = lambda i: len(src[:i].encode())  # noqa: E731
+    start = src.rfind("\n", 0, m.start(1)) + 1
+    end = src.find("\n", m.end())
+    return _Constant(name, (at(m.start(1)), at(m.end(1))), (at(start), at(end if end >= 0 else len(src))))
+
+
+def _for_at(ir: KernelIR, span: tuple[int, int]) -> int | None:
+    return next((n.id for n in ir.walk() if (n.span.start, n.span.end) == span and
+                 ir.grammar_type_of(n.id) == "for_statement"), None)
+
+
+def _vouched(unit: Unit, kernel: str, chevrons: list[tuple[int, int, str, int]]) -> list[tuple[int, int]]:
+    """Byte spans where a constant equal to the block stays consistent when it and the launch
+    change together: block-stride loops' steps and the declarations of locals bound once to a
+    step, reduction trees' loop headers, the kernel's `<<<...>>>` blocks."""
+    ir = unit.ir
+    inside = _in_kernel(unit, kernel)
+    spans = [(s, e) for s, e, _b, _l in chevrons]
+    steps = set()
+    for lp in stride_loops(unit):
+        node = _for_at(ir, lp.span) if lp.kernel in inside and lp.kind == "block" else None
+        update = for_parts(ir, node)[2] if node is not None else None
+        if update is not None:
+            spans.append((ir.span_of(update).start, ir.span_of(update).end))
+            steps.add(re.sub(r"[\s()]", "", lp.step))
+    helpers = unit.block_helpers()
+    for fname in inside:
+        for c in subtree(ir, helpers[fname]):
+            m = re.fullmatch(r"(?:const\s+)?\w+\s+(\w+)\s*=\s*[^;,]+;", text(ir, c).strip())
+            if ir.grammar_type_of(c) == "declaration" and m and m.group(1) in steps:
+                spans.append((ir.span_of(c).start, ir.span_of(c).end))
+    called = set(_callees(unit, kernel))
+    for tree in reduction_trees(unit)[0]:
+        fn = {**unit.functions, **unit.kernels}.get(tree.kernel)
+        loop = next((n.id for n in ir.walk() if fn in called and
+                     tree.span[0] <= n.span.start < tree.span[1] and
+                     ir.grammar_type_of(n.id) == "for_statement"), None)
+        parts = [p for p in for_parts(ir, loop) if p is not None] if loop is not None else []
+        if parts:
+            spans.append((ir.span_of(loop).start, max(ir.span_of(p).end for p in parts)))
+    return spans
+
+
+def _in_extent(ir: KernelIR, at: int) -> bool:
+    """Whether the identifier at byte `at` is (in) an array declarator's extent."""
+    node = next((n.id for n in ir.walk() if n.span.start == at and
+                 ir.grammar_type_of(n.id) == "identifier"), None)
+    if node is None:
+        return False
+    for a in ir.ancestors(node):
+        if ir.grammar_type_of(a) == "array_declarator":
+            return ir.span_of(children(ir, a)[0]).end <= at
+    return False
+
+
+def constant_use(unit: Unit, kernel: str, const: _Constant,
+                 chevrons: list[tuple[int, int, str, int]]) -> str | None:
+    """The first use of the constant (outside its definition) that the rule cannot vouch for
+    stays consistent at another value (where it is), or None. A use in another macro's body
+    or anywhere in the unit outside the kernel counts."""
+    ir = unit.ir
+    vouched = _vouched(unit, kernel, chevrons)
+    code = code_view(ir.text).encode()
+    names = [n for n in unit.constants if const.name in aliases(unit, n)]  # it and its aliases
+    uses = sorted(m.start() for n in names
+                  for m in re.finditer(rb"(?<![\w.])" + re.escape(n.encode()) + rb"(?!\w)", code))
+    for at in uses:
+        if const.line[0] <= at < const.line[1] or any(s <= at < e for s, e in vouched):
+            continue
+        start = ir.source.rfind(b"\n", 0, at) + 1
+        end = ir.source.find(b"\n", at)
+        line = ir.source[start:end if end >= 0 else len(ir.source)].decode("utf-8", "replace")
+        before = ir.source[start:at].decode("utf-8", "replace")
+        if "__launch_bounds__" in before and before.count("(") > before.count(")"):
+            continue
+        if _in_extent(ir, at):
+            continue
+        number = ir.source.count(b"\n", 0, at) + 1
+        return f"line {number}: `{line.strip()}`"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class _Launch:
     kernel: str
     block: int
     chevrons: tuple[tuple[int, int, str, int], ...]
     """(start, end, block text, line start) of the block argument of each `<<<...>>>` launch."""
+    constant: _Constant | None = None
+    """The constant naming the block that changes with the launch (None: none)."""
 
 
 def _chevrons(ir: KernelIR, kernel: str) -> list[tuple[int, int, str, int]]:
@@ -147,16 +279,29 @@ def _plan(ir: KernelIR, kernel: str, threads: int) -> _Launch | Skipped:
     block = launch.dims[0]
     if block <= threads:
         return Skipped(f"the launch's block of {block} threads is not larger than {threads}", facts)
-    if not any(lp.kernel in _in_kernel(unit, kernel) and lp.kind == "block" and
+    named = counted_threads(unit, kernel, block)
+    constant = _definition(ir, named) if named is not None and named in unit.constants else None
+    if isinstance(constant, str):
+        return Skipped(f"the kernel counts its threads as `{named}` ({block}) and {constant}", facts)
+    if not any(lp.kernel in _in_kernel(unit, kernel) and lp.kind == "block" and (
                re.sub(r"[\s()]", "", expand_locals(unit, unit.block_helpers()[lp.kernel], lp.step))
-               == "blockDim.x" for lp in stride_loops(unit)):
+               == "blockDim.x" or isinstance(constant, _Constant) and
+               named in aliases(unit, re.sub(r"[\s()]", "", lp.step))) for lp in stride_loops(unit)):
         return Skipped("no loop spreads the kernel's work over its blockDim.x threads", facts)
     if any(m.kernel == kernel for m in micro_kernels(unit)[0]):
         return Skipped("the kernel is a GEMM micro-kernel: its tiles are sized by its block", facts)
-    named = counted_threads(unit, kernel, block)
-    if named is not None:
+    if named is not None and constant is None:
         return Skipped(f"the kernel counts its threads as `{named}` ({block}), not through "
                        "blockDim.x", facts)
+    if constant is not None:
+        other = counted_threads(unit, kernel, block, besides=named, skip=constant.line)
+        if other is not None:
+            return Skipped(f"the kernel counts its threads as `{other}` ({block}) besides "
+                           f"`{named}`", facts)
+        use = constant_use(unit, kernel, constant, _chevrons(ir, kernel))
+        if use is not None:
+            return Skipped(f"the kernel counts its threads as `{named}` ({block}), also used "
+                           f"where a smaller value is not vouched for ({use})", facts)
     chevrons = _chevrons(ir, kernel)
     if not chevrons:
         if any(d.kernel == kernel for d in hostlaunch.directives(ir.text)):
@@ -170,7 +315,7 @@ def _plan(ir: KernelIR, kernel: str, threads: int) -> _Launch | Skipped:
                                  len(unit.kernels) == 1, host.name)
         if why:
             return Skipped(why, facts)
-    return _Launch(kernel, block, tuple(chevrons))
+    return _Launch(kernel, block, tuple(chevrons), constant or None)
 
 
 def _edits(ir: KernelIR, plan: _Launch, threads: int) -> list[ByteEdit]:
@@ -178,14 +323,29 @@ def _edits(ir: KernelIR, plan: _Launch, threads: int) -> list[ByteEdit]:
     if not plan.chevrons:
         d = hostlaunch.Directive(plan.kernel, 0, (plan.block, 1, 1), (threads, 1, 1))
         lead = "" if not data or data.endswith(b"\n") else "\n"
-        return [ByteEdit(len(data), len(data), lead + d.line() + "\n")]
-    edits = []
+        return [*_constant_edits(ir, plan, threads), ByteEdit(len(data), len(data), lead + d.line() + "\n")]
+    edits = _constant_edits(ir, plan, threads)
     for start, end, block, line in plan.chevrons:
+        if plan.constant is not None and block == plan.constant.name:
+            continue  # the launch's block is the constant: it changes with it
         indent = re.match(rb"[ \t]*", data[line:]).group(0).decode()
         record = json.dumps({"kernel": plan.kernel, "block": block})
         edits.append(ByteEdit(line, line, f"{indent}{TAG}{record}\n"))
         edits.append(ByteEdit(start, end, str(threads)))
     return edits
+
+
+def _constant_edits(ir: KernelIR, plan: _Launch, threads: int) -> list[ByteEdit]:
+    """The constant's value set to `threads`, after a comment line recording it as written."""
+    const = plan.constant
+    if const is None:
+        return []
+    data = ir.source
+    indent = re.match(rb"[ \t]*", data[const.line[0]:]).group(0).decode()
+    record = json.dumps({"kernel": plan.kernel, "constant": const.name,
+                         "value": data[const.value[0]:const.value[1]].decode()})
+    return [ByteEdit(const.line[0], const.line[0], f"{indent}{TAG}{record}\n"),
+            ByteEdit(*const.value, str(threads))]
 
 
 def _present(ir: KernelIR) -> list[tuple[str, int, list[ByteEdit]]]:
@@ -204,6 +364,10 @@ def _present(ir: KernelIR) -> list[tuple[str, int, list[ByteEdit]]]:
         if at >= 0 and not line[:at].strip():
             try:
                 rec = json.loads(line[at + len(TAG):])
+                if "constant" in rec:
+                    _constant_back(ir, rec, len(src[:pos].encode()), len(line.encode()), out)
+                    pos += len(line)
+                    continue
                 kernel, block = str(rec["kernel"]), str(rec["block"])
             except (ValueError, KeyError, TypeError):
                 pos += len(line)
@@ -220,11 +384,47 @@ def _present(ir: KernelIR) -> list[tuple[str, int, list[ByteEdit]]]:
     return [(k, t, e) for k, (t, e) in out.items()]
 
 
+def _constant_back(ir: KernelIR, rec: dict, start: int, length: int,
+                   out: dict[str, tuple[int, list[ByteEdit]]]) -> None:
+    """Into `out`: the recorded constant's value back and its comment line (at `start`) out,
+    where the constant's one definition follows the line and holds a literal."""
+    const = _definition(ir, str(rec["constant"]))
+    if not isinstance(const, _Constant) or const.line[0] != start + length or \
+            not re.fullmatch(r"\d+", str(rec.get("value"))):
+        return
+    kernel = str(rec["kernel"])
+    threads = int(ir.source[const.value[0]:const.value[1]])
+    prev = out.get(kernel, (threads, []))[1]
+    out[kernel] = (threads, [*prev, ByteEdit(start, start + length, ""),
+                             ByteEdit(*const.value, str(rec["value"]))])
+
+
+def _restored(ir: KernelIR) -> set[str]:
+    """The constants whose recorded values the de-optimization restores."""
+    out = set()
+    for line in ir.text.splitlines():
+        at = line.find(TAG)
+        if at >= 0 and not line[:at].strip():
+            try:
+                rec = json.loads(line[at + len(TAG):])
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and "constant" in rec:
+                out.add(str(rec["constant"]))
+    return out
+
+
 def _launch_bound(ir: KernelIR, kernel: str) -> int | None:
     """The maximum block `kernel`'s `__launch_bounds__` admits, or None (none, or not a
     constant)."""
+    named = _bound_text(ir, kernel)
+    return Unit(ir).value(named) if named else None
+
+
+def _bound_text(ir: KernelIR, kernel: str) -> str | None:
+    """The text of the maximum block in `kernel`'s `__launch_bounds__` (None: none)."""
     m = re.search(rf"__launch_bounds__\s*\(\s*([^,()]+)[^()]*\)\s*{re.escape(kernel)}\s*\(", ir.text)
-    return Unit(ir).value(m.group(1)) if m else None
+    return m.group(1) if m else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +460,9 @@ class LaunchThreads(Pass):
             if kernel != site.detail.get("kernel"):
                 continue
             bound = _launch_bound(ir, kernel)
-            if bound is not None and bound <= threads:
+            named = _bound_text(ir, kernel)
+            if bound is not None and bound <= threads and \
+                    not set(re.findall(r"\w+", named or "")) & _restored(ir):
                 # the host's block would exceed the kernel's bounds: launch-bounds goes first
                 return Skipped(f"{kernel}'s __launch_bounds__({bound}) does not admit the block "
                                "its host launches", {"kernel": kernel, "bound": bound})
