@@ -139,8 +139,9 @@ class PassContext:
                  arch: str = "sm_90", compile_facts: Mapping[str, Any] | None = None,
                  extra: Mapping[str, Any] | None = None) -> PassContext:
         """The context of a case's shape (`SMALL_SHAPES` at the interpret tier, `SHAPES`
-        otherwise; the first variant unless `variant` names one), the arch, and static compile
-        facts when given. The gate is imported here, not at module import."""
+        otherwise; the first variant unless `variant` names one; `shape_dims` names its
+        entries), the arch, and static compile facts when given. The gate is imported here,
+        not at module import."""
         facts: dict[str, Any] = {"arch": arch, "platform": "cuda"}
         if case is not None:
             import gate  # noqa: PLC0415 — lazy: the gate imports torch
@@ -154,6 +155,7 @@ class PassContext:
                 raise BadInputError(f"case '{case}' has no shape variant '{name}' "
                                     f"(have: {', '.join(shapes)})")
             facts.update(shapes[name])
+            facts["shape_dims"] = tuple(shapes[name])  # which facts are the case's shape
         facts.update(compile_facts or {})
         facts.update(extra or {})
         return PassContext(facts=_frozen(facts), case=case, arch=arch)

@@ -169,3 +169,56 @@ def test_a_constant_used_elsewhere_is_refused_and_the_use_named(tmp_path: Path) 
         "const float k = rsqrtf(part[0] / width", "const float k = rsqrtf(part[0] * kThreads / width"))
     unit = cuda_unit(tmp_path / "row_scale.py")
     assert "`kThreads` (256), also used" in _refusal(unit.source, unit.source_path)
+
+
+def _registers(source: str, path: Path, ctx: PassContext, vectors: int = 0) -> Applied:
+    p = get_pass("row-registers").from_options({"vectors": vectors})
+    ir = kir.parse(source, "cuda", path=path)
+    results = [p.optimize(ir, s, ctx) for s in p.sites(ir) if not s.present]
+    assert len(results) == 1
+    return results[0]
+
+
+def test_row_registers_fit_the_cases_row_at_the_launchs_block() -> None:
+    folder = STYLES / "cu_layernorm"
+    path = folder / "layernorm.cu"
+    start = path.read_text()
+    device = PassContext.for_case(str(folder), tier="device")  # N = 4096 bf16: 512 vectors a row
+    assert device.facts["shape_dims"] == ("M", "N", "dtype")
+    for asked in (0, 1, 8):  # a recorded 1 would only take the fallback, 8 leaves 6 past the row
+        made = _registers(start, path, device, asked)
+        assert isinstance(made, Applied) and made.options == {"vectors": 2}, made
+    narrow = _apply("launch-threads{threads=128}", start, path)
+    made = _registers(narrow, path, device)
+    assert made.options == {"vectors": 4} and "uint4 kl_reg0[4];" in made.ir.text
+    small = PassContext.for_case(str(folder), tier="interpret")  # N = 600: one vector a thread
+    made = _registers(start, path, small)
+    assert made.options == {"vectors": 1}
+    case = gate.load_case(folder)
+    inputs = tuple(case.module().make_inputs({"M": 3, "N": 600, "dtype": "bf16"}, 2, "cpu"))
+    got = cudacpu.run_host(made.ir.text, folder / "layernorm.py", *inputs, stem="layernorm")
+    assert torch.allclose(got.float(), case.module().reference(*inputs).float(), atol=2e-2, rtol=2e-2)
+    # a row too long for 16 vectors a thread: the form would only take its fallback
+    long = device.with_facts({"N": 4096 * 64})
+    made = _registers(start, path, long)
+    assert made.reason.startswith("a row of 262144 elements at 256 threads needs 128 vectors")
+    # a square case tells a bound that is not one of its facts (`cols`); an oblong one does not
+    unit = cuda_unit(STYLES / "cu_softmax_rows" / "softmax_rows.py")
+    square = PassContext(facts={"M": 8192, "N": 8192, "dtype": "fp16", "shape_dims": ("M", "N", "dtype")})
+    assert _registers(unit.source, unit.source_path, square).options == {"vectors": 4}
+    oblong = square.with_facts({"M": 100})
+    assert _registers(unit.source, unit.source_path, oblong, 2).options == {"vectors": 2}
+
+
+def test_a_narrower_launch_waits_for_a_row_held_for_the_wider_block() -> None:
+    folder = STYLES / "cu_layernorm"
+    path = folder / "layernorm.cu"
+    device = PassContext.for_case(str(folder), tier="device")
+    held = _registers(path.read_text(), path, device).ir.text  # 2 vectors at 256 threads
+    p = get_pass("launch-threads").from_options({"threads": 128})
+    ir = kir.parse(held, "cuda", path=path)
+    site = next(s for s in p.sites(ir) if not s.present)
+    reason = p.optimize(ir, site, device).reason
+    assert reason == ("its row held in registers (kl_reg0, 2 vectors) would not hold the case's "
+                      "row of 4096 elements at 128 threads: launch-threads goes before row-registers")
+    assert isinstance(p.optimize(ir, site, CTX), Applied)  # the row not known: as asked

@@ -181,6 +181,15 @@ def _vouched(unit: Unit, kernel: str, chevrons: list[tuple[int, int, str, int]])
             m = re.fullmatch(r"(?:const\s+)?\w+\s+(\w+)\s*=\s*[^;,]+;", text(ir, c).strip())
             if ir.grammar_type_of(c) == "declaration" and m and m.group(1) in steps:
                 spans.append((ir.span_of(c).start, ir.span_of(c).end))
+    from passes.cuda.row_registers import register_rows  # noqa: PLC0415
+
+    for held in register_rows(ir):  # a row in registers: its guard and its vectors' block stride
+        for n in ir.walk():
+            if ir.grammar_type_of(n.id) == "declaration" and held.span[0] <= n.span.start < held.span[1] \
+                    and re.match(rf"\s*const\s+(?:bool\s+{held.guard}\s*=|long\s+long\s+\w+\s*="
+                                 r"\s*\(long long\)\(.*?\)\s*\+\s*\(long long\)\w+\s*\*\s*\(\s*\w+\s*\)\s*;)",
+                                 text(ir, n.id), re.S):
+                spans.append((n.span.start, n.span.end))
     called = set(_callees(unit, kernel))
     for tree in reduction_trees(unit)[0]:
         fn = {**unit.functions, **unit.kernels}.get(tree.kernel)
@@ -266,7 +275,31 @@ def _chevrons(ir: KernelIR, kernel: str) -> list[tuple[int, int, str, int]]:
     return out
 
 
-def _plan(ir: KernelIR, kernel: str, threads: int) -> _Launch | Skipped:
+def _held_row(ir: KernelIR, kernel: str, threads: int, ctx: PassContext | None) -> str | None:
+    """Why a row the kernel holds in registers (`row-registers`) would not hold the case's row
+    at `threads` threads (the form would take only its fallback), or None."""
+    from passes.cuda.row_registers import register_rows, row_length  # noqa: PLC0415
+
+    fns = set(_callees(Unit(ir), kernel))
+    for held in register_rows(ir):
+        fn = next((a for a in ir.ancestors(_node_starting(ir, held.span[0]))
+                   if ir.grammar_type_of(a) == "function_definition"), None)
+        if fn not in fns or not held.per:
+            continue
+        name = next((n for n, f in Unit(ir).functions.items() if f == fn), kernel)
+        row = row_length(ir, name, held.bound, ctx.facts if ctx is not None else {})
+        if row is not None and row > held.per * threads:
+            return (f"its row held in registers ({held.array}, {held.vectors} vectors) would not "
+                    f"hold the case's row of {row} elements at {threads} threads: launch-threads "
+                    "goes before row-registers")
+    return None
+
+
+def _node_starting(ir: KernelIR, at: int) -> int:
+    return next(n.id for n in ir.walk() if n.span.start >= at)
+
+
+def _plan(ir: KernelIR, kernel: str, threads: int, ctx: PassContext | None = None) -> _Launch | Skipped:
     unit = Unit(ir)
     facts = {"kernel": kernel, "threads": threads}
     if threads % 32 or threads < 32:
@@ -293,6 +326,9 @@ def _plan(ir: KernelIR, kernel: str, threads: int) -> _Launch | Skipped:
     if named is not None and constant is None:
         return Skipped(f"the kernel counts its threads as `{named}` ({block}), not through "
                        "blockDim.x", facts)
+    held = _held_row(ir, kernel, threads, ctx)
+    if held is not None:
+        return Skipped(held, facts)
     if constant is not None:
         other = counted_threads(unit, kernel, block, besides=named, skip=constant.line)
         if other is not None:
@@ -473,7 +509,7 @@ class LaunchThreads(Pass):
         kernel = site.detail.get("kernel")
         if kernel not in Unit(ir).kernels:
             return Skipped("no kernel at the site", {"site": site.anchor})
-        plan = _plan(ir, str(kernel), self.threads)
+        plan = _plan(ir, str(kernel), self.threads, ctx)
         if isinstance(plan, Skipped):
             return plan
         return finish(ir, site, _edits(ir, plan, self.threads))

@@ -43,7 +43,7 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._tree import children, declared_names, if_parts, loop_body, subtree, text
 from passes.cuda.annotations import CUDA
 from passes.cuda.memory import VECTORS, vector_loops
-from passes.cuda.recognize import subscript
+from passes.cuda.recognize import Unit, expand_locals, launch_block, subscript
 from passes.cuda.row_cache import (RowPasses, _indent, _statement_items, _target_name, _upto_next,
                                    passes_back, row_passes)
 
@@ -53,6 +53,60 @@ if TYPE_CHECKING:
 
 MAX_VECTORS = 16
 """At most this many 16-byte vectors per thread (64 registers of the row)."""
+
+_TYPES = {"int", "long", "unsigned", "signed", "short", "size_t", "int64_t", "int32_t", "uint32_t",
+          "uint64_t", "const", "static_cast"}
+
+UNFIT_VECTORS = 4
+"""`vectors=0` (fit) where the case's row or the block cannot be told."""
+
+
+def row_length(ir: KernelIR, kernel: str, bound: str, facts: Mapping[str, Any]) -> int | None:
+    """A row's bound (text, in function `kernel`) at the case's shape: its names (locals bound
+    once expanded) are the shape's facts (`shape_dims`, `PassContext.for_case`), or one name
+    that is not a fact where every integer entry of the shape has one value (a square case);
+    None where it cannot be told."""
+    dims = {k: facts[k] for k in facts.get("shape_dims", ())
+            if isinstance(facts.get(k), int) and not isinstance(facts.get(k), bool)}
+    if not dims:
+        return None
+    unit = Unit(ir)
+    fn = unit.functions.get(kernel)
+    bound = expand_locals(unit, fn, bound) if fn is not None else bound
+    names = set(re.findall(r"(?<![.\w])[A-Za-z_]\w*\b(?!\s*\()", bound)) - set(unit.constants) - _TYPES
+    free = names - dims.keys()
+    values = set(dims.values())
+    if len(free) > 1 or (free and len(values) != 1):
+        return None
+    unit.constants.update({k: str(v) for k, v in dims.items()})
+    unit.constants.update({k: str(next(iter(values))) for k in free})
+    return unit.value(bound)
+
+
+def _block_threads(ir: KernelIR, plan: RowPasses, facts: Mapping[str, Any]) -> int | None:
+    """The threads the passes step by: the step's constant value, else the launch's block
+    (the fact `block_threads`, else the kernel's launches)."""
+    step = Unit(ir).value(plan.step)
+    if step is not None:
+        return step
+    if re.sub(r"[\s()]", "", plan.step) != "blockDim.x":
+        return None
+    if isinstance(facts.get("block_threads"), int):
+        return int(facts["block_threads"])
+    dims = launch_block(ir, kernel=plan.kernel if plan.kernel in Unit(ir).kernels else None).dims
+    return dims[0] if dims is not None and dims[1:] == (1, 1) else None
+
+
+def fitting_vectors(ir: KernelIR, plan: RowPasses, ctx: PassContext | None) -> tuple[int | None, str]:
+    """The fewest 16-byte vectors per thread that hold the case's row at the passes' block
+    (None where the row or the block cannot be told), and what was found (for notes)."""
+    facts = ctx.facts if ctx is not None else {}
+    row = row_length(ir, plan.kernel, plan.bound, facts)
+    threads = _block_threads(ir, plan, facts)
+    if row is None or threads is None or threads <= 0:
+        return None, f"row {row}, block {threads}"
+    per = 16 // plan.size * threads
+    return max(1, -(-row // per)), f"a row of {row} elements at {threads} threads"
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +326,10 @@ class RegisterRow:
     span: tuple[int, int]
     hoist: bool = False
     """Whether other operands are held beside the row (arrays of the same extent next to it)."""
+    bound: str = ""
+    """The row's bound and the elements a thread holds per thread of the step, as the guard
+    tests them (`(bound) <= per * (step)`; "" and 0 where the guard says otherwise)."""
+    per: int = 0
 
 
 _ARRAY = re.compile(rf"^\s*(?:{'|'.join(v for v, (_s, _c, b) in VECTORS.items() if b == 16)})"
@@ -341,16 +399,21 @@ def _register_row(ir: KernelIR, items: list[int], i: int) -> RegisterRow | None:
         return None
     removed = tuple(_upto_next(ir, items, j) for j in range(i, g_at + 2))
     span = (removed[0][0], max(e for _s, e, _t in edits))
-    return RegisterRow(array, guard, int(m.group(2)), removed, tuple(edits), span, bool(extra))
+    test = re.match(r"\s*const\s+bool\s+\w+\s*=\s*\((.+?)\)\s*<=\s*(\d+)\s*\*", text(ir, items[g_at]), re.S)
+    return RegisterRow(array, guard, int(m.group(2)), removed, tuple(edits), span, bool(extra),
+                       test.group(1) if test else "", int(test.group(2)) if test else 0)
 
 
 @dataclass(frozen=True, slots=True)
 class RowRegisters(Pass):
     """Passes re-reading a row from global memory <-> the row held in registers, read once."""
 
-    vectors: int = 4
+    vectors: int = 0
     """16-byte vectors of the row each thread holds (a row of up to `vectors * 16 / element
-    bytes * threads` elements takes the register form; a longer one runs as written)."""
+    bytes * threads` elements takes the register form; a longer one runs as written). Where
+    the case's row and the block are known (`fitting_vectors`), the fewest that hold the row,
+    whatever is asked (more leave vectors past the row, fewer take only the fallback); else
+    the value asked, `UNFIT_VECTORS` for 0."""
 
     hoist: bool = False
     """Also load the passes' other read-only operands at the row's index (a weight, a bias)
@@ -361,7 +424,7 @@ class RowRegisters(Pass):
     summary: ClassVar[str] = "a row read once into registers <-> every pass re-reads it"
     languages: ClassVar[tuple[str, ...]] = CUDA
     platforms: ClassVar[tuple[str, ...]] = ("cuda",)
-    tunables: ClassVar[Mapping[str, tuple[Any, ...]]] = MappingProxyType({"vectors": (2, 4, 8)})
+    tunables: ClassVar[Mapping[str, tuple[Any, ...]]] = MappingProxyType({"vectors": (0, 2, 4, 8)})
     reach: ClassVar[tuple[Mapping[str, Any], ...]] = (MappingProxyType({"hoist": True}),)
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
@@ -382,13 +445,20 @@ class RowRegisters(Pass):
         return Skipped("no row held in registers at the site", {"site": site.anchor})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
-        if not 1 <= self.vectors <= MAX_VECTORS:
+        if not 0 <= self.vectors <= MAX_VECTORS:
             return Skipped(f"vectors={self.vectors}: a thread holds 1 to {MAX_VECTORS} vectors "
-                           "of the row", {"vectors": self.vectors})
+                           "of the row (0: as many as hold the case's row)", {"vectors": self.vectors})
         plans = row_passes(ir, None)
         for plan in plans:
             if isinstance(plan, RowPasses) and plan.span == tuple(site.span):
-                return finish(ir, site, [ByteEdit(*plan.span, registers_text(ir, plan, self.vectors, self.hoist))])
+                fit, found = fitting_vectors(ir, plan, ctx)
+                if fit is not None and fit > MAX_VECTORS:
+                    return Skipped(f"{found} needs {fit} vectors of 16 bytes per thread, more than "
+                                   f"{MAX_VECTORS}: the form would only take its fallback",
+                                   {"vectors": fit})
+                vectors = fit or self.vectors or UNFIT_VECTORS
+                return finish(ir, site, [ByteEdit(*plan.span, registers_text(ir, plan, vectors, self.hoist))],
+                              options={"vectors": vectors})
         refused = [p for p in plans if isinstance(p, Skipped)]
         if refused:
             return refused[0]
