@@ -37,8 +37,8 @@ _MAP = re.compile(rf"const int {PREFIX}row = (.+?), {PREFIX}col = (.+?);\n")
 _GROUP = re.compile(rf"if \(\(unsigned\)\({PREFIX}row(?: \+ (-?\d+))? - {PREFIX}c0\) < \d+u\) \{{\n"
                     r"[^\n]*\n((?:[ \t]*[^\n]+ \+= x\[-?\d+\];\n)+)")
 _ADD = re.compile(r"[ \t]*(.+?) \+= x\[(-?\d+)\];")
-_VIRTUAL = re.compile(rf"\b{PREFIX}(vb|vg|vd)\b")
-_BUILTINS = {"vb": "blockIdx", "vg": "gridDim", "vd": "blockDim"}
+_VIRTUAL = re.compile(rf"\b{PREFIX}(vb|vg|vd|vt)\b")
+_BUILTINS = {"vb": "blockIdx", "vg": "gridDim", "vd": "blockDim", "vt": "threadIdx"}
 _TYPES = {"bf16": ("__nv_bfloat16", "__float2bfloat16(0.0f)", "__bfloat162float"),
           "fp16": ("__half", "__float2half(0.0f)", "__half2float")}
 ST = "kl_st_"
@@ -125,7 +125,8 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
 
 def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, Any]:
     """The rule's options that give the output in `kernel` again (`wgmma`, `wide` for its
-    128x256 tile, `bk`, `overlap`, `deep` with its `stages`, `specialize`, `producer`)."""
+    128x256 tile, `bk`, `overlap`, `deep` with its `stages`, `specialize`, `producer`, `tma`,
+    `consumers`)."""
     src = CSource(ir)
     for f in functions(src):
         facts = _facts(ir.text, f) if f.is_kernel and kernel in (None, f.name) else None
@@ -138,7 +139,8 @@ def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, Any]:
                        if facts.get("deep") else {}),
                     **({"specialize": True} if facts.get("specialize") else {}),
                     **({"producer": True} if facts.get("producer") else {}),
-                    **({"tma": True} if facts.get("tma") else {})}
+                    **({"tma": True} if facts.get("tma") else {}),
+                    **({"consumers": int(facts["consumers"])} if facts.get("consumers") else {})}
     return {"wgmma": False}
 
 

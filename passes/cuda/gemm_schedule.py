@@ -38,7 +38,11 @@ registers move from the added warpgroup to the others with `setmaxnreg`; refused
 kernel's own `__launch_bounds__` fix its block or the body it keeps waits at a block barrier),
 `tma` (producer form: one thread of the added warpgroup fills each slot with TMA tensor copies
 from maps the edited launches build on the host and pass as a `__grid_constant__` parameter;
-where the host cannot encode them, the warpgroup's cp.async fills the ring).
+where the host cannot encode them, the warpgroup's cp.async fills the ring), `consumers`
+(producer form: 4 warpgroups multiply where the launch's block has two: the block grows by two
+more warpgroups besides the producer, the tile's MMAs are split over the four, and each half of
+them runs the kernel's body for the user-sized blocks of its half of the tile as a block of the
+launch's own size, `threadIdx` read within its half, its exchange on a named barrier of its own).
 
 Preconditions (each refusal says which): the kernel is a GEMM micro-kernel `gemm_eval` reads and
 whose staging `gemm_global` traces; bf16 / fp16 global operands; the block size is known (the
@@ -152,6 +156,10 @@ class Schedule:
     tma: bool = False
     """Producer form: one thread of the added warpgroup fills each slot with TMA copies (tensor
     maps the launch passes), where the maps were encoded; else the warpgroup's cp.async."""
+    split: int = 1
+    """Producer form: how many blocks of the launch's size the multiplying warps make (2: the
+    launch's warpgroups doubled; each half runs the kernel's body for the user blocks of its
+    half of the tile, `half_tile` rows x columns, its warpgroups holding exactly those)."""
 
     @property
     def launch_bytes(self) -> int:
@@ -159,9 +167,26 @@ class Schedule:
         return self.smem + self.xbytes + ALIGN_SLACK if self.deep else 0
 
     @property
+    def consumer_threads(self) -> int:
+        """Threads that multiply and run the kernel's body (all but the producer warpgroup)."""
+        return self.threads - PRODUCER if self.producer else self.threads
+
+    @property
     def user_threads(self) -> int:
         """Threads of the block as the kernel's own launch sets it."""
-        return self.threads - PRODUCER if self.producer else self.threads
+        return self.consumer_threads // self.split
+
+    @property
+    def half_tile(self) -> tuple[int, int]:
+        """Rows and columns of the tile a group of `user_threads` multiplying threads holds (the
+        whole tile unless `split`): the warpgroups are numbered down the tile's rows first, so a
+        half is the tile's left or right half where it has two warpgroup columns or more, else
+        its upper or lower half."""
+        if self.split == 1:
+            return TILE_M, self.tn
+        if self.warps_n % 2 == 0:
+            return TILE_M, self.tn // 2
+        return TILE_M // 2, self.tn
 
     @property
     def launch_regs(self) -> int:
@@ -174,7 +199,7 @@ class Schedule:
         """Registers a multiplying thread raises its budget to in the producer form: its own and
         what the added warpgroup gives back, shared by the launch's threads (multiples of 8, at
         most 240). No more than it starts with: no registers move."""
-        given = (self.launch_regs - PRODUCER_REGS) * PRODUCER // self.user_threads // 8 * 8
+        given = (self.launch_regs - PRODUCER_REGS) * PRODUCER // self.consumer_threads // 8 * 8
         return min(240, self.launch_regs + given)
 
     @property
@@ -224,16 +249,19 @@ def dynamic_limit(arch: str) -> int:
 def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = False,
          bk: int = TILE_K, overlap: bool = False, deep: bool = False, stages: int = 0,
          arch: str = "sm_90", specialize: bool = False, producer: bool = False,
-         tma: bool = False) -> Schedule | str:
+         tma: bool = False, consumers: int = 0) -> Schedule | str:
     """The schedule for `g`, or why there is none. `kept_shared`: bytes of the user's shared
     arrays the rewritten body still uses; `wide`: 128x256 tiles (wgmma only); `bk`: the slice
     depth (16 or 32); `deep`: 64-deep slices in `stages` slots (0: four, or as many as fit) of
     the dynamic shared memory `arch` allows; `producer`: the block grows by a warpgroup that fills
-    the ring."""
+    the ring; `consumers`: the warpgroups that multiply beside it (0: the launch's own)."""
     if tma and not producer:
         return "TMA copies are a form of the producer warpgroup (option producer)"
+    if consumers and not producer:
+        return "consumer warpgroups beside the launch's are a form of the producer warpgroup"
     if producer:
-        s = _producer_plan(g, kept_shared, wide, bk, deep, wgmma, specialize, stages, arch)
+        s = _producer_plan(g, kept_shared, wide, bk, deep, wgmma, specialize, stages, arch,
+                           consumers)
         return replace(s, tma=True) if tma and isinstance(s, Schedule) else s
     if bk not in (16, 32):
         return f"a slice depth of {bk} (16 or 32)"
@@ -299,23 +327,26 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = Fals
                     specialize)
 
 
-def grown_block(block: tuple[int, int]) -> tuple[int, int] | str:
-    """The launch's block `block` (x, y) with `PRODUCER` threads added after its own (the added
-    warpgroup's linear thread ids follow the launch's), or why it cannot be grown so."""
+def grown_block(block: tuple[int, int], added: int = PRODUCER) -> tuple[int, int] | str:
+    """The launch's block `block` (x, y) with `added` threads after its own (the added
+    warpgroups' linear thread ids follow the launch's), or why it cannot be grown so."""
     bx, by = block
     if by == 1:
-        return (bx + PRODUCER, 1)
-    if PRODUCER % bx:
-        return (f"the {bx}x{by} block cannot grow by a warpgroup of whole rows ({bx} does not "
-                f"divide {PRODUCER})")
-    return (bx, by + PRODUCER // bx)
+        return (bx + added, 1)
+    if added % bx:
+        return (f"the {bx}x{by} block cannot grow by {added // 128} warpgroup"
+                f"{'s' if added > 128 else ''} of whole rows ({bx} does not divide {added})")
+    return (bx, by + added // bx)
 
 
 def _producer_plan(g: GlobalGemm, kept_shared: int, wide: bool, bk: int, deep: bool, wgmma: bool,
-                   specialize: bool, stages: int, arch: str) -> Schedule | str:
+                   specialize: bool, stages: int, arch: str, consumers: int = 0
+                   ) -> Schedule | str:
     """The producer form's schedule: the launch's warpgroups multiply (each 64 rows or 128 rows
-    of the tile), an added warpgroup fills `stages` (0: four, else three) 64-deep slots, and the
-    exchange gets the largest row chunk that fits beside the ring."""
+    of the tile), or, with `consumers`, twice as many (the launch's block then runs twice at
+    once, each on its half of the tile), an added warpgroup fills `stages` (0: four, else
+    three) 64-deep slots, and the exchange (one per half) gets the largest row chunk that fits
+    beside the ring."""
     if not (deep and wgmma):
         return "a producer warpgroup is a form of the deep wgmma schedule"
     if specialize:
@@ -330,26 +361,41 @@ def _producer_plan(g: GlobalGemm, kept_shared: int, wide: bool, bk: int, deep: b
     if TILE_M % t.bm or tn % t.bn or t.bn % 2:
         return f"the {t.bm}x{t.bn} block tile does not divide the {TILE_M}x{tn} tile"
     groups = _PRODUCER_GROUPS[wide]
-    if threads not in groups:
+    split = 1
+    if consumers:
+        if consumers * 128 != 2 * threads:
+            return (f"{consumers} consumer warpgroups for a block of {threads} threads (twice "
+                    "the launch's warpgroups: the launch's block runs twice at once)")
+        if 2 * threads not in groups:
+            return (f"{consumers} warpgroups do not split the {TILE_M}x{tn} tile "
+                    f"({', '.join(str(n // 128) for n in groups)} warpgroups do)")
+        split = 2
+    if threads not in groups and split == 1:
         sizes = [str(n) for n in groups]
         return (f"the block of {threads} threads is not {', '.join(sizes[:-1])} or {sizes[-1]} "
                 f"threads (the warpgroups multiplying the {TILE_M}x{tn} tile beside a producer)")
-    grown = grown_block(t.block)
+    grown = grown_block(t.block, (split - 1) * threads + PRODUCER)
     if isinstance(grown, str):
         return grown
-    wm, wn = groups[threads]
+    wm, wn = groups[split * threads]
+    if split > 1:
+        half = (TILE_M, tn // 2) if wn % 2 == 0 else (TILE_M // 2, tn)
+        if half[0] % t.bm or half[1] % t.bn:
+            return (f"the {t.bm}x{t.bn} block tile does not divide the {half[0]}x{half[1]} half "
+                    f"of the tile {consumers} warpgroups split it into")
     per_stage = 2 * (_slice_elems(g.a, TILE_M, True, DEEP_K) + _slice_elems(g.b, tn, True, DEEP_K))
     ldx = t.bn + 4
     room = dynamic_limit(arch) - kept_shared - ALIGN_SLACK - 16 * 6
     for n in ((stages,) if stages else (4, 3)):
         chunk = t.bm
-        while chunk > 1 and chunk * ldx * 4 > room - n * per_stage:
+        while chunk > 1 and split * chunk * ldx * 4 > room - n * per_stage:
             chunk //= 2
-        if chunk * ldx * 4 <= room - n * per_stage and chunk >= min(t.bm, 16):
-            return Schedule(threads + PRODUCER, wm, wn, n, chunk, ldx, n * per_stage, True, tn,
-                            DEEP_K, True, True, False, True, chunk * ldx * 4)
-    return (f"no room for {stages or 3} slices of the {TILE_M}x{tn}x{DEEP_K} tile and an exchange "
-            f"of 16 rows in {dynamic_limit(arch) // 1024} KiB of {arch}'s dynamic shared memory")
+        if split * chunk * ldx * 4 <= room - n * per_stage and chunk >= min(t.bm, 16):
+            return Schedule(split * threads + PRODUCER, wm, wn, n, chunk, ldx, n * per_stage,
+                            True, tn, DEEP_K, True, True, False, True, split * chunk * ldx * 4,
+                            split=split)
+    return (f"no room for {stages or 3} slices of the {TILE_M}x{tn}x{DEEP_K} tile and "
+            f"{'two exchanges' if split > 1 else 'an exchange'} of 16 rows in {dynamic_limit(arch) // 1024} KiB of {arch}'s dynamic shared memory")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -774,7 +820,7 @@ def exchange(g: GlobalGemm, s: Schedule, pad: str) -> str:
     """The fragments of the user block at (`kl_gs_sm`, `kl_gs_sn`) of the tile into the thread's
     own accumulators, in row chunks through the ring's shared memory (added: `+=`)."""
     p, t = PREFIX, g.tile
-    guard = f" && {p}warp < {s.active}" if s.active < s.user_threads // 32 else ""
+    guard = f" && {p}warp < {s.active}" if s.active < s.consumer_threads // 32 else ""
     c = s.chunk
     i1, i2, i3 = pad + "  ", pad + "    ", pad + "      "
     # the producer form: the exchange's own memory after the ring, a barrier of the launch's
@@ -782,6 +828,10 @@ def exchange(g: GlobalGemm, s: Schedule, pad: str) -> str:
     sync = (f'asm volatile("bar.sync 1, {s.user_threads};" ::: "memory");' if s.producer
             else "__syncthreads();")
     x = f"{p}smem + {s.smem}" if s.producer else f"{p}smem"
+    if s.split > 1:  # each half: a barrier and an exchange of its own
+        sync = (f'asm volatile("bar.sync %0, {s.user_threads};" :: "r"(1 + {p}half) : '
+                '"memory");')
+        x = f"{p}smem + {s.smem} + {p}half * {s.xbytes // s.split}"
     lines = [f"{{  {MARK}the tile's fragments into this thread's accumulators",
              f"{i1}float* {p}x = reinterpret_cast<float*>({x});",
              f"{i1}const int {p}row = {bit_sum_text(t.row)}, {p}col = {bit_sum_text(t.col)};",
@@ -817,6 +867,7 @@ def exchange(g: GlobalGemm, s: Schedule, pad: str) -> str:
 
 _BUILTIN = re.compile(r"\b(blockIdx|gridDim)\b")
 _BUILTIN_DIM = re.compile(r"\b(blockIdx|gridDim|blockDim)\b")
+_BUILTIN_HALF = re.compile(r"\b(blockIdx|gridDim|blockDim|threadIdx)\b")
 _PURE_CALL = re.compile(r"^(?:min|max|static_cast|reinterpret_cast|__float2bfloat16(?:_rn)?|"
                         r"__float2half(?:_rn)?|__bfloat162float|__half2float|float|int|"
                         r"unsigned|make_float2|make_float4)$")
@@ -827,7 +878,8 @@ def user_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
               removed: list[tuple[int, int]]) -> str:
     """The user's body (inside its braces) with the K loop replaced by the exchange, the dead
     declarations (`removed`, character spans of whole lines) cut and blockIdx / gridDim
-    replaced by the virtual block's."""
+    replaced by the virtual block's (and, in the producer form, blockDim; where the launch's
+    block runs twice at once, threadIdx by the thread's index in its half)."""
     src = CSource(ir)
     text = ir.text
     loop = (src_char(ir, g.tile.loop[0]), src_char(ir, g.tile.loop[1]))
@@ -840,8 +892,10 @@ def user_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
     body = "".join(pieces) + exchange(g, s, pad) + text[loop[1]:fn.body_end - 1]
     code = CSource.of_text(body).code
     out, pos = [], 0
-    virtual = {"blockIdx": f"{PREFIX}vb", "gridDim": f"{PREFIX}vg", "blockDim": f"{PREFIX}vd"}
-    for m in (_BUILTIN_DIM if s.producer else _BUILTIN).finditer(code):
+    virtual = {"blockIdx": f"{PREFIX}vb", "gridDim": f"{PREFIX}vg", "blockDim": f"{PREFIX}vd",
+               "threadIdx": f"{PREFIX}vt"}
+    builtins = _BUILTIN_HALF if s.split > 1 else _BUILTIN_DIM if s.producer else _BUILTIN
+    for m in builtins.finditer(code):
         out.append(body[pos:m.start()])
         out.append(virtual[m.group(1)])
         pos = m.end()
@@ -911,6 +965,10 @@ def _warp_origin(s: Schedule, pad: str) -> list[str]:
     if not s.wgmma:
         return [f"{pad}const int {p}wm = {p}warp / {s.warps_n} * {TILE_M // s.warps_m}, "
                 f"{p}wn = {p}warp % {s.warps_n} * {TILE_N // s.warps_n};"]
+    if s.split > 1:  # down the rows first: each half of the warpgroups holds a half of the tile
+        return [f"{pad}const int {p}gm0 = {p}warp / 4 % {s.warps_m} * {TILE_M // s.warps_m}, "
+                f"{p}gn0 = {p}warp / 4 / {s.warps_m} * {s.tn // s.warps_n};",
+                f"{pad}const int {p}wm = {p}gm0 + 16 * ({p}warp % 4), {p}wn = {p}gn0;"]
     return [f"{pad}const int {p}gm0 = {p}warp / 4 / {s.warps_n} * {TILE_M // s.warps_m}, "
             f"{p}gn0 = {p}warp / 4 % {s.warps_n} * {s.tn // s.warps_n};",
             f"{pad}const int {p}wm = {p}gm0 + 16 * ({p}warp % 4), {p}wn = {p}gn0;"]
@@ -936,6 +994,8 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
     tn = s.tn
     sub_m, sub_n = TILE_M // t.bm, tn // t.bn
     vm, vn = f"({p}tm * {sub_m} + {p}v / {sub_n})", f"({p}tn * {sub_n} + {p}v % {sub_n})"
+    if s.split > 1:
+        vm, vn = f"({p}tm * {sub_m} + {p}sm / {t.bm})", f"({p}tn * {sub_n} + {p}sn / {t.bn})"
     rows_u, cols_u = f"(({p}M + {t.bm - 1}) / {t.bm})", f"(({p}N + {t.bn - 1}) / {t.bn})"
     if g.order == "row":  # blockIdx.x counts the kernel's blocks row by row
         vb, vg = {"x": f"(unsigned)({vm} * {cols_u} + {vn})"}, {"x": f"(unsigned)({rows_u} * {cols_u})"}
@@ -951,6 +1011,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
                         **({"specialize": True} if s.specialize else {}),
                         **({"producer": True} if s.producer else {}),
                         **({"tma": tma_maps(g, s)} if s.tma else {}),
+                        **({"consumers": s.warps_m * s.warps_n} if s.split > 1 else {}),
                         **({"overlap": True} if s.overlap else {})}, sort_keys=True)
     restore = " ".join(f"{n} = {p}in_{n};" for n in written)
     i1, i2, i3 = "  ", "    ", "      "
@@ -978,14 +1039,14 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         f"{p}tiles_n = ({p}N + {tn - 1}) / {tn};",
         f"{i1}const int {p}blocks = (int)(gridDim.x * gridDim.y * gridDim.z);",
         *(_producer_loop(g, s, i1) if s.producer else []),
+        *_half(s, t, i1),
         f"{i1}float {p}acc[{s.mi}][{s.ni}][4];",
         f"{i1}#pragma unroll 1",
         f"{i1}for (int {p}t = {_first_tile()}; {p}t < {p}tiles_m * {p}tiles_n; {p}t += {p}blocks) {{",
         *_tile_origin(s, i2),
         *main_loop(g, s, i2),
         f"{i2}#pragma unroll 1",
-        f"{i2}for (int {p}v = 0; {p}v < {sub_m * sub_n}; ++{p}v) {{",
-        f"{i3}const int {p}sm = {p}v / {sub_n} * {t.bm}, {p}sn = {p}v % {sub_n} * {t.bn};",
+        *_virtual_blocks(s, t, i2),
         f"{i3}if ({p}m0 + {p}sm >= {p}M || {p}n0 + {p}sn >= {p}N) continue;",
         f"{i3}const uint3 {p}vb = make_uint3({vb.get('x', '0u')}, {vb.get('y', '0u')}, 0u);",
         f"{i3}const uint3 {p}vg = make_uint3({vg.get('x', '1u')}, {vg.get('y', '1u')}, 1u);",
@@ -1001,6 +1062,35 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
               f"{i1}}}",
               "}"]
     return "\n".join(lines)
+
+
+def _half(s: Schedule, t: GemmTile, pad: str) -> list[str]:
+    """Where the launch's block runs twice at once: `kl_gs_half`, the thread's half of the
+    multiplying threads, and `kl_gs_vt`, its threadIdx in a block of the launch's size."""
+    if s.split == 1:
+        return []
+    p, bx = PREFIX, t.block[0]
+    local = f"({p}tid - {p}half * {s.user_threads})"
+    vt = (f"make_uint3((unsigned){local}, 0u, 0u)" if t.block[1] == 1 else
+          f"make_uint3((unsigned)({local} % {bx}), (unsigned)({local} / {bx}), 0u)")
+    return [f"{pad}const int {p}half = {p}tid / {s.user_threads};",
+            f"{pad}const uint3 {p}vt = {vt};"]
+
+
+def _virtual_blocks(s: Schedule, t: GemmTile, pad: str) -> list[str]:
+    """The loop header over the tile's user-sized blocks and `kl_gs_sm` / `kl_gs_sn`, the
+    block's origin in the tile: all of them, or, where the launch's block runs twice at once,
+    those of the thread's half of the tile."""
+    p = PREFIX
+    hm, hn = s.half_tile
+    rm, rn = hm // t.bm, hn // t.bn
+    if s.split == 1:
+        return [f"{pad}for (int {p}v = 0; {p}v < {rm * rn}; ++{p}v) {{",
+                f"{pad}  const int {p}sm = {p}v / {rn} * {t.bm}, {p}sn = {p}v % {rn} * {t.bn};"]
+    m0 = f"{p}half * {hm} + " if hm < TILE_M else ""
+    n0 = f"{p}half * {hn} + " if hn < s.tn else ""
+    return [f"{pad}for (int {p}v = 0; {p}v < {rm * rn}; ++{p}v) {{  // this half's blocks",
+            f"{pad}  const int {p}sm = {m0}{p}v / {rn} * {t.bm}, {p}sn = {n0}{p}v % {rn} * {t.bn};"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1134,6 +1224,13 @@ class GemmSchedule(Pass):
     launches build on the host (`cuTensorMapEncodeTiled` through the runtime's driver entry
     point) and pass as a `__grid_constant__` parameter; where the host cannot encode them (a
     base or row pitch not 16-byte aligned) the warpgroup's cp.async fills the ring instead."""
+    consumers: int = 0
+    """With `producer`: the warpgroups that multiply (0: the launch's own). Twice the launch's
+    (4 for a block of 256 threads): the launch grows by as many threads again besides the
+    producer, the tile's MMAs are split over all of them (128x256 with `wide`: four of 64x128),
+    and each half runs the kernel's body for the user blocks of its half of the tile, with
+    threadIdx its index in the half and an exchange on a named barrier of its own; refused
+    where the user's block tile does not divide the half."""
 
     name: ClassVar[str] = "gemm-schedule"
     category: ClassVar[Category] = Category.COMPUTE
@@ -1145,8 +1242,12 @@ class GemmSchedule(Pass):
     preconditions: ClassVar[tuple[str, ...]] = ("arch >= sm_80",)
     tunables: ClassVar[Mapping[str, tuple[Any, ...]]] = MappingProxyType({"stages": (3, 4, 5)})
     # measured on an H200 at 4096^3 (bench/gemm_schedule.py): the TMA-fed producer form 0.68
-    # of cuBLAS, the deep wide form 0.40, the recorded 48 KB forms 0.18-0.27
+    # of cuBLAS, the deep wide form 0.40, the recorded 48 KB forms 0.18-0.27; with four
+    # warpgroups multiplying (the launch's own at 512 threads) 0.84, at 256 threads 0.72: the
+    # consumers=4 form gives a 256-thread block four (refused elsewhere, the next form tried)
     reach: ClassVar[tuple[Mapping[str, Any], ...]] = (
+        MappingProxyType({"wgmma": True, "deep": True, "wide": True, "producer": True, "tma": True,
+                          "consumers": 4}),
         MappingProxyType({"wgmma": True, "deep": True, "wide": True, "producer": True, "tma": True}),
         MappingProxyType({"wgmma": True, "deep": True, "wide": True}))
 
@@ -1191,11 +1292,12 @@ class GemmSchedule(Pass):
             return Skipped("wgmma needs sm_90a")
         arch = str(ctx.facts.get("arch", "sm_90")) if ctx is not None else "sm_90"
         s = plan(f.g, f.kept_shared, self.wgmma, self.wide, int(self.bk), self.overlap,
-                 self.deep, int(self.stages), arch, self.specialize, self.producer, self.tma)
+                 self.deep, int(self.stages), arch, self.specialize, self.producer, self.tma,
+                 int(self.consumers))
         if isinstance(s, str):
             return Skipped(s, f.g.to_json())
         if s.producer:
-            why = _producer_refusal(ir, f)
+            why = _producer_refusal(ir, f, s.threads)
             if why:
                 return Skipped(why, f.g.to_json())
         here = not s.deep or launched_here(ir, f.g.kernel)
@@ -1203,7 +1305,7 @@ class GemmSchedule(Pass):
         if s.deep:
             block = None
             if s.producer:
-                bx, by = grown_block(f.g.tile.block)
+                bx, by = _grown(f, s)
                 block = f"dim3({bx}, {by}, 1)"
             if here:
                 host = launch_edits(ir, f.g.kernel, s.launch_bytes, block,
@@ -1235,20 +1337,27 @@ def _host_directive(ir: KernelIR, f: _Found, s: Schedule, kernels: int) -> list[
             return maps
         tma = {"dtype": f.g.dtype, "params": parameter_bytes(ir, f.fn), "maps": maps}
     bx, by = f.g.tile.block
-    grown = grown_block(f.g.tile.block) if s.producer else None
+    grown = _grown(f, s) if s.producer else None
     directive = Directive(f.g.kernel, s.launch_bytes, (bx, by, 1),
                           (grown[0], grown[1], 1) if isinstance(grown, tuple) else None,
                           "sm_90a" if s.wgmma else None, tma, persist=True)
     return host_edits(ir, directive, kernels)
 
 
-def _producer_refusal(ir: KernelIR, f: _Found) -> str:
-    """Why the kernel's block cannot grow by a producer warpgroup, or "": its own bounds fix the
-    block (bounds of the grown block, as the rule's de-optimization leaves them, do not), or the
-    body the rewrite keeps waits at a block barrier (the added warpgroup is not there to
-    arrive)."""
+def _grown(f: _Found, s: Schedule) -> tuple[int, int]:
+    """The producer form's block: the launch's, grown to the schedule's threads."""
+    own = f.g.tile.block[0] * f.g.tile.block[1]
+    grown = grown_block(f.g.tile.block, s.threads - own)
+    assert isinstance(grown, tuple), grown  # the plan refused the blocks that cannot grow
+    return grown
+
+
+def _producer_refusal(ir: KernelIR, f: _Found, grown: int) -> str:
+    """Why the kernel's block cannot grow to `grown` threads (a producer warpgroup, and more
+    multiplying ones where asked), or "": its own bounds fix the block (bounds of the grown
+    block, as the rule's de-optimization leaves them, do not), or the body the rewrite keeps
+    waits at a block barrier (the added warpgroups are not there to arrive)."""
     bounds = re.search(r"__launch_bounds__\s*\(\s*(\d+)", ir.text[f.fn.start:f.fn.body_start])
-    grown = f.g.tile.block[0] * f.g.tile.block[1] + PRODUCER
     if _bounded(ir, f.fn) and (bounds is None or int(bounds.group(1)) != grown) \
             and _own_block_bounds(ir, f) is None:
         return (f"{f.g.kernel}: its __launch_bounds__ fix the block at the launch's size (a "
