@@ -457,6 +457,32 @@ def test_each_edited_host_runs_the_tma_form_on_the_emulator(tmp_path: Path, conv
         assert (bad.float() - want).abs().max() > tol * want.abs().max()
 
 
+@pytest.mark.parametrize("convention,grown", [("cupy", (640, 1, 1)), ("cudahost", (16, 40, 1)),
+                                              ("driver", (640, 1, 1))])
+def test_each_edited_host_launches_four_consumer_warpgroups_on_the_emulator(
+        tmp_path: Path, convention: str, grown: tuple[int, int, int]) -> None:
+    from passes.roundtrip import roundtrip
+
+    options = {**TMA, "consumers": 4}
+    unit, _, result = _rewrite(_write(tmp_path, convention), options)
+    assert result.ok, result
+    asked = hostlaunch.directives(result.ir.text)[0]
+    # the host launches the launch's block, two more warpgroups and the producer
+    assert asked.block == grown and asked.block_from[0] * asked.block_from[1] == 256
+    assert asked.persist and asked.tma is not None
+    torch.manual_seed(5)
+    # N past 128: both halves of the tile hold blocks of the launch's size; ragged M and N
+    inputs, want, tol = _inputs(convention, 40, 200, 72)
+    got, encoded = _emulated(unit, result.ir.text, *inputs)
+    assert len(encoded) == 2 and all(m is not None for m in encoded)
+    assert (got.float() - want).abs().max() <= tol * want.abs().max()
+    rule = get_pass("gemm-schedule").from_options(options)
+    done = next(s for s in rule.sites(result.ir) if s.present)
+    back = rule.deoptimize(result.ir, done, CTX)
+    assert back.ok and hostlaunch.TAG not in back.ir.text and back.options["consumers"] == 4
+    assert roundtrip(rule, result.ir, done, CTX).same
+
+
 def test_a_row_pitch_tma_cannot_describe_takes_the_cp_async_fill(tmp_path: Path) -> None:
     unit, _, result = _rewrite(_write(tmp_path, "cupy"), TMA)
     torch.manual_seed(4)
@@ -532,7 +558,8 @@ def test_the_bench_runs_the_reach_forms_through_a_copy_of_the_start_host(tmp_pat
                                                   root / "bench" / "gemm_schedule.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    assert bench.chosen_forms("reach") == ["wgmma_deep_wide_tma", "wgmma_deep_wide"]
+    assert bench.chosen_forms("reach") == ["wgmma_deep_wide_tma_c4", "wgmma_deep_wide_tma",
+                                           "wgmma_deep_wide"]
     with pytest.raises(ValueError, match="unknown form 'fastest'"):
         bench.chosen_forms("reach,fastest")
     start = next(s for s in bench.style_starts() if s["name"] == "cu_mm_reg1d")
@@ -648,7 +675,7 @@ def test_on_the_gpu_each_edited_host_runs_the_reach_forms(tmp_path: Path, conven
         pytest.skip("wgmma and TMA need sm_90a")
     if convention == "cupy":
         pytest.importorskip("cupy")
-    for options in (TMA, WIDE):
+    for options in (TMA, WIDE, {**TMA, "consumers": 4}):
         where = tmp_path / "_".join(sorted(options))
         where.mkdir()
         unit, _, result = _rewrite(_write(where, convention, packed), options)

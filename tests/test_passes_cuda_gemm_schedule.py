@@ -1142,7 +1142,8 @@ def test_on_the_gpu_the_deep_forms_are_correct_through_their_own_launch() -> Non
         forms += [{"wgmma": True, "deep": True}, {"wgmma": True, "deep": True, "wide": True},
                   {"wgmma": True, "deep": True, "specialize": True},
                   {"wgmma": True, "deep": True, "wide": True, "producer": True},
-                  {"wgmma": True, "deep": True, "producer": True}, TMA]
+                  {"wgmma": True, "deep": True, "producer": True}, TMA,
+                  {**TMA, "consumers": 4}]
     stream = torch.cuda.current_stream()
     bench = _bench()
     loaded = []
@@ -1154,8 +1155,7 @@ def test_on_the_gpu_the_deep_forms_are_correct_through_their_own_launch() -> Non
                       for c in calls), default=0)
         if shared:
             cudahost.set_dynamic_shared(func, dynamic_shared_limits(text)["sgemm_blocktile"])
-        grown = re.search(r"sgemm_blocktile<<<[^,]+,\s*dim3\((\d+), (\d+), (\d+)\)", text)
-        block = tuple(int(v) for v in grown.groups()) if grown else (256, 1, 1)
+        block = bench.launched_block(text, "sgemm_blocktile", (256, 1, 1))  # grown: producer
         loaded.append((func, shared, block, text))
 
     def arguments(at: tuple[Any, int, Any, str], a: Any, b: Any, c: Any) -> list[Any]:
@@ -1196,11 +1196,12 @@ def test_the_slot_count_is_a_tunable_the_search_sweeps_around_a_recorded_deep_st
     variants = tuned(rule, [recorded, {"wgmma": True}])
     # the rule's fullest forms on top of each recorded variant first, then the recorded ones
     tma = {"wide": True, "producer": True, "tma": True}
+    c4 = {**tma, "consumers": 4}
     wide = {"wgmma": True, "deep": True, "wide": True}
-    assert variants[:6] == [{**recorded, **tma}, {**recorded, "wide": True}, {**wide, **tma},
-                            wide, recorded, {"wgmma": True}]
-    assert [v["stages"] for v in variants[6:]] == [3, 5]
-    assert all({**v, "stages": 4} == recorded for v in variants[6:])
+    assert variants[:8] == [{**recorded, **c4}, {**recorded, **tma}, {**recorded, "wide": True},
+                            {**wide, **c4}, {**wide, **tma}, wide, recorded, {"wgmma": True}]
+    assert [v["stages"] for v in variants[8:]] == [3, 5]
+    assert all({**v, "stages": 4} == recorded for v in variants[8:])
     source = _inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py")
     texts = {v["stages"]: _deep(source, dict(v)).ir.text for v in variants if "stages" in v}
     assert len(set(texts.values())) == 3
@@ -1345,3 +1346,118 @@ def test_the_tma_forms_host_half_compiles_with_nvcc_where_the_toolkit_is_install
     assert subprocess.run([nvcc, "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-c",
                            str(unit), "-o", str(tmp_path / "tma.o")], capture_output=True,
                           timeout=300).returncode != 0
+
+
+# four consumer warpgroups on a block of two: the launch's block runs twice at once
+C4 = {"wgmma": True, "deep": True, "wide": True, "producer": True, "consumers": 4}
+
+
+@pytest.mark.parametrize("name,grown", [(_TUTORIAL, (640, 1, 1)), (_INLINE, (640, 1, 1)),
+                                        (_KMAJOR_B, (16, 40, 1))],
+                         ids=["tutorial", "reg2d", "k-major-b-2d-block"])
+def test_four_consumer_warpgroups_run_the_launch_block_twice_and_match_torch_on_the_emulator(
+        name: str, grown: tuple[int, int, int]) -> None:
+    from gate.hostforms import device_source
+
+    source, block, run, tol = PRODUCER_CASES[name]
+    result = _deep(source(), {"block": block, **C4})
+    assert result.ok, result
+    text = result.ir.text
+    kernel = next(n.name for n in kir.parse(text, "cuda").walk() if n.kind == "kernel")
+    assert _launched_block(text, kernel) == grown
+    assert "__launch_bounds__(640, 1)" in text and '"consumers": 4' in text
+    # every threadIdx of the kept body reads the thread's index in its half
+    body = text[text.index("the kernel's own body for this block"):]
+    assert "threadIdx" not in body and "kl_gs_vt" in body
+    ptx = ptx_for_sm90a(device_source(text))
+    for needed in ("setmaxnreg.dec.sync.aligned.u32 40", "setmaxnreg.inc.sync.aligned.u32 104",
+                   "wgmma.mma_async.sync.aligned.m64n128k16", "mbarrier.try_wait.parity"):
+        assert needed in ptx, needed
+    assert "m64n256k16" not in ptx and "bar.sync 1, 256" not in ptx  # a barrier per half
+    # N past 128: both halves of the tile hold user blocks; ragged M, N and K
+    _launched_on_the_emulator(text, run, tol, ((72, 300, 136), (130, 40, 45)), grown)
+
+
+def test_four_consumer_warpgroups_run_on_across_tiles_with_tma_and_come_back() -> None:
+    from gate.cudacpu.host import emulated
+    from gate.cudacpu.library import EmulationError
+    from gate.hostforms import device_source
+    from passes.roundtrip import roundtrip
+
+    bench = _bench()
+    source = _inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py")
+    kernel, form = "gemm_reg2d_kernel", "wgmma_deep_wide_tma_c4"
+    assert bench.FORMS[form] == {**C4, "tma": True}
+    text, _ = bench.rewrite(source, (256, 1, 1), "sm_90", form)
+    assert bench.launched_block(text, kernel, (256, 1, 1)) == (640, 1, 1)
+    ptx = ptx_for_sm90a(device_source(text))
+    assert ptx.count("cp.async.bulk.tensor.2d") == 5 and "m64n128k16" in ptx
+    torch.manual_seed(14)
+
+    def launched(device_text: str, shapes: Any) -> None:
+        with emulated():
+            from experts import cudahost
+
+            func, shared = bench._load_kernel(device_text, kernel, form, cudahost)
+            # four 48 KiB slots, two exchanges of 32 rows of 132 floats, the alignment slack
+            assert shared == 4 * 49152 + 2 * 32 * 132 * 4 + 1024
+            for grid, (m, n, k) in shapes:
+                a, b = _ab(m, n, k, torch.bfloat16)
+                c = torch.zeros(m, n, dtype=torch.bfloat16)
+                args = bench.launch_args(device_text, kernel, [a, b, c, m, n, k])
+                cudahost.launch(func, grid, (640, 1, 1), shared, args)
+                want = a.float() @ b.float()
+                assert (c.float() - want).abs().max() <= 2e-2 * want.abs().max(), (grid, m, n, k)
+    # fewer blocks than tiles (the ring and both halves run on across tiles); K = 91 cannot be
+    # described by a map: the added warpgroup's cp.async fills the ring
+    launched(text, (((1, 1), (130, 300, 200)), ((2, 1), (140, 520, 72)), ((1, 1), (72, 260, 91))))
+    # the second half reading the launch's thread ids instead of its own: caught
+    local = "(unsigned)(kl_gs_tid - kl_gs_half * 256)"
+    assert text.count(local) == 1
+    with pytest.raises((AssertionError, EmulationError)):
+        launched(text.replace(local, "(unsigned)kl_gs_tid"), (((1, 1), (72, 300, 64)),))
+    # the de-optimization gives the launch its own block back; the rule gives this output again
+    ir = kir.parse(text, "cuda")
+    rule = get_pass("gemm-schedule").from_options({**C4, "tma": True})
+    done = next(s for s in rule.sites(ir) if s.present)
+    back = rule.deoptimize(ir, done, CTX)
+    assert back.ok and back.options == {**C4, "tma": True, "overlap": True, "stages": 4}
+    assert "<<<grid, block>>>" in back.ir.text and "kl_gs_" not in back.ir.text
+    assert roundtrip(rule, ir, done, CTX).same
+
+
+def test_four_consumer_warpgroups_refuse_what_they_cannot_split() -> None:
+    from passes.cuda.gemm_schedule import GemmSchedule
+
+    source = _inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py")
+    # a form of the producer warpgroup; twice the launch's warpgroups, no other count
+    alone = _deep(source, {"block": "256", "wgmma": True, "deep": True, "consumers": 4})
+    assert isinstance(alone, Skipped) and "form of the producer warpgroup" in alone.reason
+    for count in (2, 8):
+        odd = _deep(source, {"block": "256", **C4, "consumers": count})
+        assert isinstance(odd, Skipped) and "twice the launch's warpgroups" in odd.reason, count
+    # a block of 512 threads: eight warpgroups do not split the tile (the reach form after
+    # this one takes it)
+    reg1d = _embedded(STYLES / "cu_mm_reg1d" / "mm_reg1d.py")
+    big = _deep(_with_launch(reg1d, "512"), {"block": "512", **C4, "consumers": 8})
+    assert isinstance(big, Skipped) and "do not split" in big.reason
+    assert GemmSchedule.reach[0] == {**C4, "tma": True}
+    first = _deep(_with_launch(reg1d, "512"), {"block": "512", **dict(GemmSchedule.reach[0])})
+    assert isinstance(first, Skipped) and "block of 512 threads" in first.reason
+    assert _deep(_with_launch(reg1d, "512"), {"block": "512", **dict(GemmSchedule.reach[1])}).ok
+    # the 128x128 tile: four warpgroups of 64x64, halves of 128x64 the 128x128 user tile
+    # does not fit in
+    narrow = _deep(source, {"block": "256", **C4, "wide": False})
+    assert isinstance(narrow, Skipped) and "does not divide the 128x64 half" in narrow.reason
+    # the kernel's own bounds of the launch's block are written for the grown block; bounds
+    # asking more fix it
+    for bounds, ok in (("256", True), ("256, 2", False)):
+        bounded = source.replace("__global__ void gemm_reg2d_kernel",
+                                 f"__global__ void __launch_bounds__({bounds}) gemm_reg2d_kernel")
+        out = _deep(bounded, {"block": "256", **C4})
+        assert out.ok == ok, bounds
+        if ok:
+            assert "__launch_bounds__(640, 1) gemm_reg2d_kernel" in out.ir.text
+            assert out.ir.text.count("__launch_bounds__") == 1
+        else:
+            assert "__launch_bounds__" in out.reason
