@@ -10,7 +10,9 @@ vectorized loads for softmax and RMSNorm; warp shuffles, restrict, vectorized lo
 bounds for LayerNorm); and `row-registers` with 2, 4 and 8 vectors per thread, alone and with
 warp shuffles and launch bounds after it (`regsK`, `regsK+shfl+lb`, `regsK+shfl+lbres`: the
 resident minimum; `regsKh+shfl+lb`: option `hoist`, the weight / bias loaded with the row;
-`tT.regsK...`: `launch-threads{threads=T}` first, the host's block made T by the rule). A sweep of the launch's block size follows for the register forms (the
+`tT.regsK...`: `launch-threads{threads=T}` first, the host's block made T by the rule;
+`fit.[tT.]regs0...`: the rules as a search applies them, the case's shape in the context and
+`row-registers` choosing the vectors that hold the row at the launch's block). A sweep of the launch's block size follows for the register forms (the
 vectors set so that the row fits: `bB.regsK+shfl`; where the block is a `#define` of the start,
 the start's own constant is edited with it, an experiment on the kernel rather than a rule).
 Each rule is applied with the passes API, with the block the host launches. Each form runs
@@ -85,25 +87,29 @@ def materialize(unit: Any, text: str, block: int, where: Path) -> Path:
     return host
 
 
-def chain(source: str, path: Path, specs: list[str], block: int) -> tuple[str, list[str]]:
+def chain(source: str, path: Path, specs: list[str], block: int,
+          ctx: PassContext | None = None) -> tuple[str, list[str]]:
     """`source` (at `path`, its host beside it) after each pass of `specs` acted at every open
-    site it takes, and what each did (applied / the first refusal)."""
+    site it takes, and what each did (applied / the first refusal). `ctx`: the context the
+    passes see (default: the arch and the host's block, no shape)."""
     ir = kir.parse(source, "cuda", path=path)
-    ctx = PassContext(facts={"arch": "sm_90", "block_threads": block})
+    ctx = ctx or PassContext(facts={"arch": "sm_90", "block_threads": block})
     log = []
     for spec in specs:
         p = pass_from_spec(spec)
-        applied, why = 0, ""
+        applied, why, options = 0, "", {}
         for _ in range(8):
             for site in [s for s in p.sites(ir) if not s.present]:
                 result = p.optimize(ir, site, ctx)
                 if isinstance(result, Applied):
-                    ir, applied = result.ir, applied + 1
+                    ir, applied, options = result.ir, applied + 1, result.options
                     break
                 why = why or getattr(result, "reason", "") or getattr(result, "error", "")
             else:
                 break
-        log.append(f"{spec}: applied {applied}" if applied else f"{spec}: {why or 'no site'}")
+        chosen = "" if not options or all(f"{k}={v}".lower() in spec.lower() for k, v in options.items()) \
+            else " " + json.dumps(options)
+        log.append(f"{spec}: applied {applied}{chosen}" if applied else f"{spec}: {why or 'no site'}")
     return ir.text, log
 
 
@@ -159,6 +165,19 @@ def forms(name: str, case: Any, unit: Any, block: int, work: Path) -> dict[str, 
             text, log = chain(source, path, specs, block)
             out[label] = {"source": text, "log": log, "block": launched(text, path, block),
                           "host_block": block}  # the host as written; the rule asks for the block
+    # the rules as a search applies them: the case's shape in the context, `row-registers`
+    # choosing its vectors to fit the row at the launch's block (`fit.`), `launch-threads` first
+    # where the start holds its block in a constant or reads blockDim.x
+    shaped = PassContext.for_case(str(STYLES / name), tier="device")
+    for t in (None, 64, 128):
+        lead = [f"launch-threads{{threads={t}}}"] if t else []
+        for tail, specs in (("+shfl+lb", ["warp-shuffle-reduce", "launch-bounds"]),
+                            ("+shfl+lbres", ["warp-shuffle-reduce", "launch-bounds{resident=true}"]),
+                            ("+shfl", ["warp-shuffle-reduce"])):
+            label = f"fit.{f't{t}.' if t else ''}regs0{tail}"
+            text, log = chain(source, path, [*lead, "row-registers", *specs], block, shaped)
+            out[label] = {"source": text, "log": log, "block": launched(text, path, block),
+                          "host_block": block}
     return out
 
 
@@ -245,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--dry", action="store_true", help="rewrite and compile with NVRTC only (no GPU)")
     ap.add_argument("--only", default="", help="comma-separated case names")
+    ap.add_argument("--forms", default="", help="a regular expression: time only the forms whose "
+                    "label it matches (re.search)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     import gate  # noqa: PLC0415
@@ -266,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         unit = cuda_unit(case.start_path())
         block = (launch_block(kir.parse(unit.source, "cuda", path=unit.source_path)).threads or 256)
         found = forms(name, module, unit, block, args.out / "work" / name / "rules")
+        if args.forms:
+            found = {k: v for k, v in found.items() if re.search(args.forms, k)}
         rec: dict[str, Any] = {"block": block, "forms": {}}
         record["cases"][name] = rec
         src_dir = args.out / name

@@ -85,16 +85,16 @@ def row_length(ir: KernelIR, kernel: str, bound: str, facts: Mapping[str, Any]) 
 
 def _block_threads(ir: KernelIR, plan: RowPasses, facts: Mapping[str, Any]) -> int | None:
     """The threads the passes step by: the step's constant value, else the launch's block
-    (the fact `block_threads`, else the kernel's launches)."""
+    (the kernel's launches, as rewritten; else the fact `block_threads`)."""
     step = Unit(ir).value(plan.step)
     if step is not None:
         return step
     if re.sub(r"[\s()]", "", plan.step) != "blockDim.x":
         return None
-    if isinstance(facts.get("block_threads"), int):
-        return int(facts["block_threads"])
     dims = launch_block(ir, kernel=plan.kernel if plan.kernel in Unit(ir).kernels else None).dims
-    return dims[0] if dims is not None and dims[1:] == (1, 1) else None
+    if dims is not None and dims[1:] == (1, 1):
+        return dims[0]
+    return int(facts["block_threads"]) if isinstance(facts.get("block_threads"), int) else None
 
 
 def fitting_vectors(ir: KernelIR, plan: RowPasses, ctx: PassContext | None) -> tuple[int | None, str]:
