@@ -12,7 +12,8 @@ warp shuffles and launch bounds after it (`regsK`, `regsK+shfl+lb`, `regsK+shfl+
 resident minimum; `regsKh+shfl+lb`: option `hoist`, the weight / bias loaded with the row;
 `tT.regsK...`: `launch-threads{threads=T}` first, the host's block made T by the rule;
 `fit.[tT.]regs0...`: the rules as a search applies them, the case's shape in the context and
-`row-registers` choosing the vectors that hold the row at the launch's block). A sweep of the launch's block size follows for the register forms (the
+`row-registers` choosing the vectors that hold the row at the launch's block; `regs0r`: its
+option `reuse`, softmax's exponentials kept for the write pass). A sweep of the launch's block size follows for the register forms (the
 vectors set so that the row fits: `bB.regsK+shfl`; where the block is a `#define` of the start,
 the start's own constant is edited with it, an experiment on the kernel rather than a rule).
 Each rule is applied with the passes API, with the block the host launches. Each form runs
@@ -171,11 +172,17 @@ def forms(name: str, case: Any, unit: Any, block: int, work: Path) -> dict[str, 
     shaped = PassContext.for_case(str(STYLES / name), tier="device")
     for t in (None, 64, 128):
         lead = [f"launch-threads{{threads={t}}}"] if t else []
-        for tail, specs in (("+shfl+lb", ["warp-shuffle-reduce", "launch-bounds"]),
-                            ("+shfl+lbres", ["warp-shuffle-reduce", "launch-bounds{resident=true}"]),
-                            ("+shfl", ["warp-shuffle-reduce"])):
+        for tail, regs, specs in (
+                ("+shfl+lb", "row-registers", ["warp-shuffle-reduce", "launch-bounds"]),
+                ("+shfl+lbres", "row-registers", ["warp-shuffle-reduce", "launch-bounds{resident=true}"]),
+                ("+shfl", "row-registers", ["warp-shuffle-reduce"]),
+                ("r+shfl+lb", "row-registers{reuse=true}", ["warp-shuffle-reduce", "launch-bounds"]),
+                ("r+shfl+lbres", "row-registers{reuse=true}", ["warp-shuffle-reduce",
+                                                              "launch-bounds{resident=true}"])):
             label = f"fit.{f't{t}.' if t else ''}regs0{tail}"
-            text, log = chain(source, path, [*lead, "row-registers", *specs], block, shaped)
+            text, log = chain(source, path, [*lead, regs, *specs], block, shaped)
+            if "reuse=true}: applied" not in " ".join(log) and regs != "row-registers":
+                continue  # nothing kept: the same form as without
             out[label] = {"source": text, "log": log, "block": launched(text, path, block),
                           "host_block": block}
     return out

@@ -160,6 +160,32 @@ def test_the_style_tiers_softmax_and_rmsnorm_in_their_own_hosts() -> None:
     assert torch.allclose(got, case.module().reference(*inputs), atol=1e-5, rtol=1e-4)
 
 
+
+def test_softmax_keeps_its_exponentials_for_the_write_pass() -> None:
+    unit = cuda_unit(STYLES / "cu_softmax_rows" / "softmax_rows.py")
+    plain = hostforms.device_source(_registered(unit.source, vectors=2))
+    kept = _registered(unit.source, vectors=2, reuse=True)
+    _round_trip(kept)
+    kept = hostforms.device_source(kept)
+    assert "float kl_reg0_e0[2][8];" in kept
+    assert kept.count("__expf(") == plain.count("__expf(") - 2  # the write pass's two register forms
+    ptx_for_sm90a(kept)
+    a, b = _lib(plain, "softmax_plain.cu"), _lib(kept, "softmax_kept.cu")
+    for cols in (300, 2050, 5000):  # 5000 > 2 * 8 * 256: the passes as written
+        x = (4 * torch.randn(3, cols, generator=_gen(cols))).half()
+        y, z = torch.zeros_like(x), torch.zeros_like(x)
+        a.launch("softmax_rows_kernel", 3, 256, 256 * 4, [x, y, cols])
+        b.launch("softmax_rows_kernel", 3, 256, 256 * 4, [x, z, cols])
+        assert torch.equal(y, z), cols  # the same values, computed once
+        assert torch.allclose(z.float(), torch.softmax(x.float(), 1), atol=2e-3), cols
+    moved = unit.source.replace("const float row_max = red[0];", "float row_max = red[0];").replace(
+        "const float inv = 1.0f / red[0];", "const float inv = 1.0f / red[0];\n    row_max *= 1.0f;")
+    p = get_pass("row-registers").from_options({"reuse": True})
+    ir = kir.parse(moved, "cuda")
+    result = p.optimize(ir, next(s for s in p.sites(ir) if not s.present), CTX)
+    assert isinstance(result, Skipped) and "no pass computes again" in result.reason, result
+
+
 def test_a_log_softmax_with_a_constant_block_and_ldg_reads(tmp_path: Path) -> None:
     host = tmp_path / "logsm_host.py"  # a CuPy host of its own source: the launch sets the block
     host.write_text(f"import cupy\n\nTHREADS = 128\nSOURCE = r\"\"\"{LOG_SOFTMAX}\"\"\"\n"

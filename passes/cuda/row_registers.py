@@ -25,10 +25,17 @@ unless it is written so), and the row starts on a 16-byte boundary; elsewhere th
 as written. A vector past the row's end is loaded element by element; a vector whose other
 pointers are not 16-byte aligned runs element by element on the registers.
 
+With option `reuse`, a value a pass folds (`acc += E`, `E` a float math function of the row's
+element, softmax's exponential) is kept per element in registers where a later pass computes
+the same `E` (the same text, the same loop variable) and nothing from the fold to that pass
+assigns what `E` reads; the later pass reads the kept value (the same bits: the value is
+computed once instead of twice). Where nothing is kept the option refuses.
+
 The de-optimization (`register_rows`) recognizes the form by role: a local array of a 16-byte
 vector type with a constant extent, a `const bool` guard declared next to it, a guarded
 statement that only fills the array, and passes `if (guard) { ... } else { pass }`; the array,
-the guard and the fill go, each pass becomes its `else` side, and `vectors` is recorded.
+the guard and the fill go (and `float` arrays of kept values declared beside the row's),
+each pass becomes its `else` side, and `vectors` (and `reuse`) is recorded.
 """
 from __future__ import annotations
 
@@ -216,10 +223,54 @@ def _for_id(ir: KernelIR, span: tuple[int, int]) -> int:
                 and ir.grammar_type_of(n.id) == "for_statement")
 
 
-def registers_text(ir: KernelIR, plan: RowPasses, vectors: int, hoist: bool = False) -> str:
+_FLOAT_CALL = re.compile(r"(?:__)?(?:exp|exp2|exp10|log|log2|pow|tanh|sqrt|rsqrt|sin|cos)f\s*\(")
+_PURE_CALL = re.compile(r"(?:__)?(?:\w+f|__h\w+|__half2float|__bfloat162float|__float2half\w*|"
+                        r"__float2bfloat16\w*|reinterpret_cast<[^<>]*>|fmaxf|fminf|fabsf)$")
+
+
+def _kept_values(ir: KernelIR, plan: RowPasses, bodies: dict[int, tuple[str, str]],
+                 name: str) -> tuple[dict[int, tuple[str, str]], dict[int, list[tuple[str, str]]]]:
+    """Values of the row a pass folds (`acc += E;`, its one statement) that a later pass computes
+    again as the same text `E` (the same loop variable, the row read through the registers):
+    pass -> (E, array keeping E per element) and later pass -> [(E, array)]. `E` is a call of a
+    float math function over the row's element and names nothing from the fold up to the last
+    pass that uses it assigns (no assignment, increment or call besides conversions and math
+    functions inside it)."""
+    fn = next(a for a in ir.ancestors(_for_id(ir, plan.loops[0]))
+              if ir.grammar_type_of(a) == "function_definition")
+    assigned = []
+    for c in subtree(ir, fn):
+        if ir.grammar_type_of(c) in ("assignment_expression", "update_expression"):
+            target = _target_name(ir, c)
+            if target:
+                assigned.append((ir.span_of(c).start, target))
+    keep: dict[int, tuple[str, str]] = {}
+    uses: dict[int, list[tuple[str, str]]] = {}
+    for k, (var, body) in sorted(bodies.items()):
+        m = re.fullmatch(r"\s*(?:\{\s*)?\w+\s*\+=\s*(.+?)\s*;\s*(?:\}\s*)?", body, re.S)
+        expr = m.group(1) if m else ""
+        if not expr or "reinterpret_cast" not in expr or not _FLOAT_CALL.match(expr) or \
+                re.search(r"(?<![=!<>])=(?!=)|\+\+|--", expr) or \
+                not all(_PURE_CALL.match(c) for c in re.findall(r"([\w:]+(?:<[^<>]*>)?)\s*\(", expr)):
+            continue
+        later = [j for j, (v, b) in sorted(bodies.items()) if j > k and v == var and expr in b]
+        names = set(re.findall(r"(?<![.\w])[A-Za-z_]\w*\b(?!\s*[(<])", expr)) - {var}
+        if not later or any(plan.loops[k][0] <= at < plan.loops[later[-1]][1] and t in names
+                            for at, t in assigned):
+            continue
+        array = f"{name}_e{len(keep)}"
+        keep[k] = (expr, array)
+        for j in later:
+            uses.setdefault(j, []).append((expr, array))
+    return keep, uses
+
+
+def registers_text(ir: KernelIR, plan: RowPasses, vectors: int, hoist: bool = False,
+                   reuse: bool = False) -> tuple[str, int]:
     """The text replacing the passes' span: the row (and with `hoist` the passes' other
     read-only operands at the row's index) loaded into registers once, and each pass on the
-    registers or as written (see the module)."""
+    registers or as written (see the module); with `reuse`, values kept for later passes
+    (`_kept_values`). Also how many values are kept."""
     data, src = ir.source, ir.text
     name = _fresh(ir)
     fits, ind = f"{name}_fits", _indent(src, plan.span[0])
@@ -261,6 +312,24 @@ def registers_text(ir: KernelIR, plan: RowPasses, vectors: int, hoist: bool = Fa
             f"{ind}  }}\n"
             f"{ind}}}\n{ind}")
     lane = f"reinterpret_cast<const {elem}*>(&{name}[kl_k])[kl_l]"
+    bodies = {}
+    for k, (ls, le) in enumerate(plan.loops):
+        reads = [(s, e, lane) for kk, s, e, _v in plan.reads if kk == k]
+        if reads:
+            bs, be = _body_span(ir, (ls, le))
+            bodies[k] = (next(v for kk, _s, _e, v in plan.reads if kk == k), _replaced(data, bs, be, reads))
+    keep, reused = _kept_values(ir, plan, bodies, name) if reuse else ({}, {})
+    kept = "".join(f"float {a}[{vectors}][{lanes}];  // a value the fold computes per element, kept for a later pass\n{ind}"
+                   for e, a in keep.values())
+    head = head.replace(f"{ind}const bool {fits} =", f"{ind}{kept}const bool {fits} =", 1)
+
+    def values(text: str, k: int) -> str:  # the kept values stored by the fold, read by later passes
+        if k in keep:
+            expr, array = keep[k]
+            text = text.replace(expr, f"({array}[kl_k][kl_l] = {expr})", 1)
+        for expr, array in reused.get(k, []):
+            text = text.replace(expr, f"{array}[kl_k][kl_l]")
+        return text
     pieces, cursor = [head], plan.span[0]
     for k, (ls, le) in enumerate(plan.loops):
         pieces.append(data[cursor:ls].decode("utf-8"))
@@ -273,7 +342,7 @@ def registers_text(ir: KernelIR, plan: RowPasses, vectors: int, hoist: bool = Fa
         var = next(v for kk, _s, _e, v in plan.reads if kk == k)
         vtype = _var_type(ir, (ls, le), var)
         bs, be = _body_span(ir, (ls, le))
-        scalar_body = _replaced(data, bs, be, reads)
+        scalar_body = values(_replaced(data, bs, be, reads), k)
         lane_decl = f"const {vtype} {var} = kl_c * {lanes} + kl_l;"
         pv = others[k]
         lines = [(0, f"if ({fits}) {{"), (0, "#pragma unroll"),
@@ -296,7 +365,7 @@ def registers_text(ir: KernelIR, plan: RowPasses, vectors: int, hoist: bool = Fa
                       for p in sorted(pv.pointers) if not pv.pointers[p][2]]
             lines += [(3, f"uint4 {names[p]};") for p in sorted(pv.pointers) if pv.pointers[p][2]]
             lines += [(2, "#pragma unroll"), (3, f"for (int kl_l = 0; kl_l < {lanes}; ++kl_l) {{"),
-                      (4, lane_decl), (4, _replaced(data, bs, be, vec_edits)), (3, "}")]
+                      (4, lane_decl), (4, values(_replaced(data, bs, be, vec_edits), k)), (3, "}")]
             lines += [(3, f"*reinterpret_cast<uint4*>({at(p, f'kl_c * {lanes}')}) = {names[p]};")
                       for p in sorted(pv.pointers) if pv.pointers[p][2]]
             lines.append((2, "} else {"))
@@ -309,7 +378,7 @@ def registers_text(ir: KernelIR, plan: RowPasses, vectors: int, hoist: bool = Fa
         lines += [(1, "}"), (0, "} else {"), (1, original), (0, "}")]
         pieces.append(_lines(lines, ind))
     pieces.append(data[cursor:plan.span[1]].decode("utf-8"))
-    return "".join(pieces)
+    return "".join(pieces), len(keep)
 
 
 # -- the rule's form, read back ----------------------------------------------------------------
@@ -330,10 +399,13 @@ class RegisterRow:
     """The row's bound and the elements a thread holds per thread of the step, as the guard
     tests them (`(bound) <= per * (step)`; "" and 0 where the guard says otherwise)."""
     per: int = 0
+    reuse: bool = False
+    """Whether values a fold computed are kept for a later pass (arrays `float X[v][l]`)."""
 
 
 _ARRAY = re.compile(rf"^\s*(?:{'|'.join(v for v, (_s, _c, b) in VECTORS.items() if b == 16)})"
                     r"\s+(\w+)\s*\[\s*(\d+)\s*\]\s*;\s*$")
+_KEPT = re.compile(r"^\s*float\s+(\w+)\s*\[\s*(\d+)\s*\]\s*\[\s*\d+\s*\]\s*;\s*$")
 _GUARD = re.compile(r"^\s*const\s+bool\s+(\w+)\s*=")
 
 
@@ -361,7 +433,13 @@ def _register_row(ir: KernelIR, items: list[int], i: int) -> RegisterRow | None:
         if e is None or e.group(2) != m.group(2):
             break
         extra.append(e.group(1))
-    g_at = i + 1 + len(extra)
+    kept = []  # values a fold computed, kept for a later pass: `float X[vectors][lanes];`
+    while i + 1 + len(extra) + len(kept) < len(items):
+        e = _KEPT.match(text(ir, items[i + 1 + len(extra) + len(kept)]))
+        if e is None or e.group(2) != m.group(2):
+            break
+        kept.append(e.group(1))
+    g_at = i + 1 + len(extra) + len(kept)
     if g_at + 1 >= len(items):
         return None
     g = _GUARD.match(text(ir, items[g_at]))
@@ -385,7 +463,7 @@ def _register_row(ir: KernelIR, items: list[int], i: int) -> RegisterRow | None:
         if not guarded(c):
             continue
         _cond, then, alt = if_parts(ir, c)
-        if alt is None or not uses(then, array) or uses(alt, array):
+        if alt is None or not any(uses(then, n) for n in (array, *kept)) or uses(alt, array):
             return None
         inner = text(ir, alt).strip()
         if ir.grammar_type_of(alt) == "compound_statement":
@@ -395,13 +473,13 @@ def _register_row(ir: KernelIR, items: list[int], i: int) -> RegisterRow | None:
     inside = lambda u: any(ir.span_of(p).start <= ir.span_of(u).start < ir.span_of(p).end  # noqa: E731
                            for p in [*items[i:g_at + 2], *passes])
     block = ir.parent_of(items[i])
-    if not edits or not all(inside(u) for name in (array, guard, *extra) for u in uses(block, name)):
+    if not edits or not all(inside(u) for name in (array, guard, *extra, *kept) for u in uses(block, name)):
         return None
     removed = tuple(_upto_next(ir, items, j) for j in range(i, g_at + 2))
     span = (removed[0][0], max(e for _s, e, _t in edits))
     test = re.match(r"\s*const\s+bool\s+\w+\s*=\s*\((.+?)\)\s*<=\s*(\d+)\s*\*", text(ir, items[g_at]), re.S)
     return RegisterRow(array, guard, int(m.group(2)), removed, tuple(edits), span, bool(extra),
-                       test.group(1) if test else "", int(test.group(2)) if test else 0)
+                       test.group(1) if test else "", int(test.group(2)) if test else 0, bool(kept))
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,13 +497,19 @@ class RowRegisters(Pass):
     """Also load the passes' other read-only operands at the row's index (a weight, a bias)
     with the row, into registers of their own, so that no pass waits for them."""
 
+    reuse: bool = False
+    """Keep a value a pass folds (`acc += E`, `E` a float math function of the row's element:
+    softmax's exponential) in registers where a later pass computes the same `E` and nothing
+    in between assigns what `E` reads; the later pass reads it instead (`_kept_values`)."""
+
     name: ClassVar[str] = "row-registers"
     category: ClassVar[Category] = Category.STAGING
     summary: ClassVar[str] = "a row read once into registers <-> every pass re-reads it"
     languages: ClassVar[tuple[str, ...]] = CUDA
     platforms: ClassVar[tuple[str, ...]] = ("cuda",)
     tunables: ClassVar[Mapping[str, tuple[Any, ...]]] = MappingProxyType({"vectors": (0, 2, 4, 8)})
-    reach: ClassVar[tuple[Mapping[str, Any], ...]] = (MappingProxyType({"hoist": True}),)
+    reach: ClassVar[tuple[Mapping[str, Any], ...]] = (MappingProxyType({"reuse": True}),
+                                                       MappingProxyType({"hoist": True}))
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         out = [make_site(self.name, ir, index, r.span, True, {"array": r.array,
@@ -441,7 +525,8 @@ class RowRegisters(Pass):
         for r in register_rows(ir):
             if r.span == tuple(site.span):
                 return passes_back(ir, site, r.removed, r.edits,
-                                   {"vectors": r.vectors, **({"hoist": True} if r.hoist else {})})
+                                   {"vectors": r.vectors, **({"hoist": True} if r.hoist else {}),
+                                    **({"reuse": True} if r.reuse else {})})
         return Skipped("no row held in registers at the site", {"site": site.anchor})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -457,8 +542,12 @@ class RowRegisters(Pass):
                                    f"{MAX_VECTORS}: the form would only take its fallback",
                                    {"vectors": fit})
                 vectors = fit or self.vectors or UNFIT_VECTORS
-                return finish(ir, site, [ByteEdit(*plan.span, registers_text(ir, plan, vectors, self.hoist))],
-                              options={"vectors": vectors})
+                text_, kept = registers_text(ir, plan, vectors, self.hoist, self.reuse)
+                if self.reuse and not kept:
+                    return Skipped("no pass computes again a value an earlier pass folds (reuse)",
+                                   {"vectors": vectors})
+                return finish(ir, site, [ByteEdit(*plan.span, text_)],
+                              options={"vectors": vectors, **({"reuse": True} if self.reuse else {})})
         refused = [p for p in plans if isinstance(p, Skipped)]
         if refused:
             return refused[0]
