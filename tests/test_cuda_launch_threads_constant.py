@@ -169,6 +169,15 @@ def test_a_constant_used_elsewhere_is_refused_and_the_use_named(tmp_path: Path) 
         "const float k = rsqrtf(part[0] / width", "const float k = rsqrtf(part[0] * kThreads / width"))
     unit = cuda_unit(tmp_path / "row_scale.py")
     assert "`kThreads` (256), also used" in _refusal(unit.source, unit.source_path)
+    # an array outside the kernel sized by the constant would shrink for its other callers
+    (tmp_path / "row_scale.py").write_text(INLINE.replace(
+        "torch::Tensor row_scale_op", "__device__ float first(const float* p) {\n  __shared__ float t[kThreads];\n"
+        "  t[threadIdx.x] = p[threadIdx.x];\n  return t[0];\n}\n\ntorch::Tensor row_scale_op", 1))
+    unit = cuda_unit(tmp_path / "row_scale.py")
+    p = get_pass("launch-threads")()
+    ir = kir.parse(unit.source, "cuda", path=unit.source_path)
+    site = next(s for s in p.sites(ir) if not s.present)
+    assert "`__shared__ float t[kThreads];`" in p.optimize(ir, site, CTX).reason
 
 
 def _registers(source: str, path: Path, ctx: PassContext, vectors: int = 0) -> Applied:

@@ -216,26 +216,28 @@ def _in_extent(ir: KernelIR, at: int) -> bool:
 
 def constant_use(unit: Unit, kernel: str, const: _Constant,
                  chevrons: list[tuple[int, int, str, int]]) -> str | None:
-    """The first use of the constant (outside its definition) that the rule cannot vouch for
-    stays consistent at another value (where it is), or None. A use in another macro's body
-    or anywhere in the unit outside the kernel counts."""
-    ir = unit.ir
+    """The first use of the constant or an alias of it (outside its definition) that the rule
+    cannot vouch for staying consistent at another value (where it is), or None. A use in
+    another macro's body, or an array extent or `__launch_bounds__` outside the kernel and
+    the functions it calls, counts."""
+    ir, src = unit.ir, unit.ir.text
     vouched = _vouched(unit, kernel, chevrons)
-    code = code_view(ir.text).encode()
+    own = [ir.span_of(fn) for fn in _callees(unit, kernel)]
+    own_spans = [(sp.start, sp.end) for sp in own]
+    bounds = re.search(rf"__launch_bounds__\s*\([^()]*\)\s*{re.escape(kernel)}\s*\(", src)
+    if bounds is not None:
+        vouched.append((len(src[:bounds.start()].encode()), len(src[:bounds.end()].encode())))
+    code = code_view(src)
     names = [n for n in unit.constants if const.name in aliases(unit, n)]  # it and its aliases
-    uses = sorted(m.start() for n in names
-                  for m in re.finditer(rb"(?<![\w.])" + re.escape(n.encode()) + rb"(?!\w)", code))
+    uses = sorted(len(src[:m.start()].encode()) for n in names
+                  for m in re.finditer(rf"(?<![\w.]){re.escape(n)}(?!\w)", code))
     for at in uses:
-        if const.line[0] <= at < const.line[1] or any(s <= at < e for s, e in vouched):
+        if const.line[0] <= at < const.line[1] or any(s <= at < e for s, e in vouched) or \
+                (_in_extent(ir, at) and any(s <= at < e for s, e in own_spans)):
             continue
         start = ir.source.rfind(b"\n", 0, at) + 1
         end = ir.source.find(b"\n", at)
         line = ir.source[start:end if end >= 0 else len(ir.source)].decode("utf-8", "replace")
-        before = ir.source[start:at].decode("utf-8", "replace")
-        if "__launch_bounds__" in before and before.count("(") > before.count(")"):
-            continue
-        if _in_extent(ir, at):
-            continue
         number = ir.source.count(b"\n", 0, at) + 1
         return f"line {number}: `{line.strip()}`"
     return None
