@@ -42,7 +42,8 @@ where the host cannot encode them, the warpgroup's cp.async fills the ring), `co
 (producer form: 4 warpgroups multiply where the launch's block has two: the block grows by two
 more warpgroups besides the producer, the tile's MMAs are split over the four, and each half of
 them runs the kernel's body for the user-sized blocks of its half of the tile as a block of the
-launch's own size, `threadIdx` read within its half, its exchange on a named barrier of its own).
+launch's own size, `threadIdx` read within its half, the halves taking one exchange of whole
+blocks in turn where it fits beside the ring, else each an exchange of its own in row chunks).
 
 Preconditions (each refusal says which): the kernel is a GEMM micro-kernel `gemm_eval` reads and
 whose staging `gemm_global` traces; bf16 / fp16 global operands; the block size is known (the
@@ -160,6 +161,10 @@ class Schedule:
     """Producer form: how many blocks of the launch's size the multiplying warps make (2: the
     launch's warpgroups doubled; each half runs the kernel's body for the user blocks of its
     half of the tile, `half_tile` rows x columns, its warpgroups holding exactly those)."""
+    turns: bool = False
+    """With `split`: the halves take turns at one exchange of whole user blocks (`chunk` is the
+    block's rows), so a thread's fragments are written out before its own accumulators are
+    filled; else each half has an exchange of its own, in row chunks."""
 
     @property
     def launch_bytes(self) -> int:
@@ -386,7 +391,16 @@ def _producer_plan(g: GlobalGemm, kept_shared: int, wide: bool, bk: int, deep: b
     per_stage = 2 * (_slice_elems(g.a, TILE_M, True, DEEP_K) + _slice_elems(g.b, tn, True, DEEP_K))
     ldx = t.bn + 4
     room = dynamic_limit(arch) - kept_shared - ALIGN_SLACK - 16 * 6
-    for n in ((stages,) if stages else (4, 3)):
+    slots = (stages,) if stages else (4, 3)
+    for n in slots if split > 1 else ():
+        # the halves in turn through one exchange of whole user blocks: a thread's fragments are
+        # gone before its own accumulators are filled (the 512 multiplying threads' registers
+        # hold one set at a time)
+        if t.bm * ldx * 4 <= room - n * per_stage:
+            return Schedule(split * threads + PRODUCER, wm, wn, n, t.bm, ldx, n * per_stage,
+                            True, tn, DEEP_K, True, True, False, True, t.bm * ldx * 4,
+                            split=split, turns=True)
+    for n in slots:
         chunk = t.bm
         while chunk > 1 and split * chunk * ldx * 4 > room - n * per_stage:
             chunk //= 2
@@ -394,8 +408,10 @@ def _producer_plan(g: GlobalGemm, kept_shared: int, wide: bool, bk: int, deep: b
             return Schedule(split * threads + PRODUCER, wm, wn, n, chunk, ldx, n * per_stage,
                             True, tn, DEEP_K, True, True, False, True, split * chunk * ldx * 4,
                             split=split)
+    exchanges = "two exchanges" if split > 1 else "an exchange"
     return (f"no room for {stages or 3} slices of the {TILE_M}x{tn}x{DEEP_K} tile and "
-            f"{'two exchanges' if split > 1 else 'an exchange'} of 16 rows in {dynamic_limit(arch) // 1024} KiB of {arch}'s dynamic shared memory")
+            f"{exchanges} of 16 rows in {dynamic_limit(arch) // 1024} KiB of {arch}'s dynamic "
+            "shared memory")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -818,7 +834,10 @@ def _wgmma_issue(g: GlobalGemm, s: Schedule, i: str, wait: bool = True) -> list[
 
 def exchange(g: GlobalGemm, s: Schedule, pad: str) -> str:
     """The fragments of the user block at (`kl_gs_sm`, `kl_gs_sn`) of the tile into the thread's
-    own accumulators, in row chunks through the ring's shared memory (added: `+=`)."""
+    own accumulators, in row chunks through the ring's shared memory (added: `+=`). Where the
+    halves of the multiplying threads take turns (`Schedule.turns`), each thread passes four
+    barriers of all of them: the first half writes and reads between the first and the second,
+    the second half between the third and the fourth."""
     p, t = PREFIX, g.tile
     guard = f" && {p}warp < {s.active}" if s.active < s.consumer_threads // 32 else ""
     c = s.chunk
@@ -828,15 +847,22 @@ def exchange(g: GlobalGemm, s: Schedule, pad: str) -> str:
     sync = (f'asm volatile("bar.sync 1, {s.user_threads};" ::: "memory");' if s.producer
             else "__syncthreads();")
     x = f"{p}smem + {s.smem}" if s.producer else f"{p}smem"
-    if s.split > 1:  # each half: a barrier and an exchange of its own
+    if s.split > 1 and not s.turns:  # each half: a barrier and an exchange of its own
         sync = (f'asm volatile("bar.sync %0, {s.user_threads};" :: "r"(1 + {p}half) : '
                 '"memory");')
         x = f"{p}smem + {s.smem} + {p}half * {s.xbytes // s.split}"
+    elif s.turns:  # one exchange, the first half's turn, then the second's
+        sync = f'asm volatile("bar.sync 1, {s.consumer_threads};" ::: "memory");'
+    first, last = [], [f"{i1}{sync}"]
+    if s.turns:
+        first = [f"{i2}if ({p}half) {{ {sync} {sync} }}  // the first half's turn"]
+        last = [f"{i1}if (!{p}half) {{ {sync} {sync} }}  // the second half's turn"]
     lines = [f"{{  {MARK}the tile's fragments into this thread's accumulators",
              f"{i1}float* {p}x = reinterpret_cast<float*>({x});",
              f"{i1}const int {p}row = {bit_sum_text(t.row)}, {p}col = {bit_sum_text(t.col)};",
              f"{i1}#pragma unroll 1",
              f"{i1}for (int {p}c0 = 0; {p}c0 < {t.bm}; {p}c0 += {c}) {{",
+             *first,
              f"{i2}{sync}",
              f"{i2}#pragma unroll",
              f"{i2}for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
@@ -861,7 +887,7 @@ def exchange(g: GlobalGemm, s: Schedule, pad: str) -> str:
         lines.append(f"{i3}const float* x = {p}x + ({r}) * {s.ldx} + {p}col;")
         lines += [f"{i3}{e.lvalue} += x[{e.dn}];" for e in group]
         lines.append(f"{i2}}}")
-    lines += [f"{i1}}}", f"{i1}{sync}", f"{pad}}}"]
+    lines += [f"{i1}}}", *last, f"{pad}}}"]
     return "\n".join(lines)
 
 
@@ -1047,7 +1073,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         *main_loop(g, s, i2),
         f"{i2}#pragma unroll 1",
         *_virtual_blocks(s, t, i2),
-        f"{i3}if ({p}m0 + {p}sm >= {p}M || {p}n0 + {p}sn >= {p}N) continue;",
+        f"{i3}if ({p}m0 + {p}sm >= {p}M || {p}n0 + {p}sn >= {p}N) {_skipped(s)}",
         f"{i3}const uint3 {p}vb = make_uint3({vb.get('x', '0u')}, {vb.get('y', '0u')}, 0u);",
         f"{i3}const uint3 {p}vg = make_uint3({vg.get('x', '1u')}, {vg.get('y', '1u')}, 1u);",
         *([f"{i3}const uint3 {p}vd = make_uint3({t.block[0]}u, {t.block[1]}u, 1u);"]
@@ -1062,6 +1088,15 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
               f"{i1}}}",
               "}"]
     return "\n".join(lines)
+
+
+def _skipped(s: Schedule) -> str:
+    """What a half does for a block past M or N where the halves take turns at the exchange:
+    its four barriers, so that the other half's turn comes."""
+    if not s.turns:
+        return "continue;"
+    sync = f'asm volatile("bar.sync 1, {s.consumer_threads};" ::: "memory");'
+    return f"{{ {' '.join([sync] * 4)} continue; }}"
 
 
 def _half(s: Schedule, t: GemmTile, pad: str) -> list[str]:
@@ -1229,8 +1264,10 @@ class GemmSchedule(Pass):
     (4 for a block of 256 threads): the launch grows by as many threads again besides the
     producer, the tile's MMAs are split over all of them (128x256 with `wide`: four of 64x128),
     and each half runs the kernel's body for the user blocks of its half of the tile, with
-    threadIdx its index in the half and an exchange on a named barrier of its own; refused
-    where the user's block tile does not divide the half."""
+    threadIdx its index in the half: through one exchange of whole blocks the halves take in
+    turn where it fits beside the ring (three slots for 128x128 user tiles), else through an
+    exchange of row chunks per half; refused where the user's block tile does not divide the
+    half."""
 
     name: ClassVar[str] = "gemm-schedule"
     category: ClassVar[Category] = Category.COMPUTE
