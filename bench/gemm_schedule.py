@@ -88,6 +88,8 @@ def embedded(py_text: str) -> tuple[str, tuple[int, int]] | None:
 
 FORMS = {"wgmma_deep_wide_tma_c4": {"wgmma": True, "deep": True, "wide": True, "producer": True,
                                     "tma": True, "consumers": 4},
+         "wgmma_deep_wide_tma_c4s4": {"wgmma": True, "deep": True, "wide": True,
+                                      "producer": True, "tma": True, "consumers": 4, "stages": 4},
          "wgmma_deep_wide_tma": {"wgmma": True, "deep": True, "wide": True, "producer": True,
                                  "tma": True},
          "wgmma_deep_wide_tma3": {"wgmma": True, "deep": True, "wide": True, "producer": True,
@@ -115,7 +117,8 @@ specialized warps (one warpgroup fills the ring, the others multiply; mbarriers 
 over). First, +wgmma_deep_wide_tma_c4: the TMA form below on a block of two warpgroups with two
 more that multiply (four 64x128 warpgroups over the 128x256 tile, each half of them running the
 kernel's body for its half of the tile as a block of the launch's size; refused on other
-blocks). Then (timed first on a start whose launch is in its own source, refused elsewhere): the
+blocks): 3 slots and one exchange of whole blocks the halves take in turn; +..._c4s4: 4 slots
+and an exchange of row chunks per half. Then (timed first on a start whose launch is in its own source, refused elsewhere): the
 TMA forms (+wgmma_deep_wide_tma, 4 slots, and +wgmma_deep_wide_tma3, 3 slots: the producer form
 below with each slot filled by one thread's TMA copies from tensor maps the launch passes, built
 here as the source's own launch builds them), then the producer forms, whose launch grows by a warpgroup that only fills the ring, so that the launch's

@@ -1352,15 +1352,15 @@ def test_the_tma_forms_host_half_compiles_with_nvcc_where_the_toolkit_is_install
 C4 = {"wgmma": True, "deep": True, "wide": True, "producer": True, "consumers": 4}
 
 
-@pytest.mark.parametrize("name,grown", [(_TUTORIAL, (640, 1, 1)), (_INLINE, (640, 1, 1)),
-                                        (_KMAJOR_B, (16, 40, 1))],
-                         ids=["tutorial", "reg2d", "k-major-b-2d-block"])
+@pytest.mark.parametrize("name,grown,stages", [
+    (_TUTORIAL, (640, 1, 1), 0), (_INLINE, (640, 1, 1), 0), (_INLINE, (640, 1, 1), 4),
+    (_KMAJOR_B, (16, 40, 1), 0)], ids=["tutorial", "reg2d", "reg2d-4-slots", "k-major-b-2d-block"])
 def test_four_consumer_warpgroups_run_the_launch_block_twice_and_match_torch_on_the_emulator(
-        name: str, grown: tuple[int, int, int]) -> None:
+        name: str, grown: tuple[int, int, int], stages: int) -> None:
     from gate.hostforms import device_source
 
     source, block, run, tol = PRODUCER_CASES[name]
-    result = _deep(source(), {"block": block, **C4})
+    result = _deep(source(), {"block": block, **C4, **({"stages": stages} if stages else {})})
     assert result.ok, result
     text = result.ir.text
     kernel = next(n.name for n in kir.parse(text, "cuda").walk() if n.kind == "kernel")
@@ -1373,7 +1373,13 @@ def test_four_consumer_warpgroups_run_the_launch_block_twice_and_match_torch_on_
     for needed in ("setmaxnreg.dec.sync.aligned.u32 40", "setmaxnreg.inc.sync.aligned.u32 104",
                    "wgmma.mma_async.sync.aligned.m64n128k16", "mbarrier.try_wait.parity"):
         assert needed in ptx, needed
-    assert "m64n256k16" not in ptx and "bar.sync 1, 256" not in ptx  # a barrier per half
+    assert "m64n256k16" not in ptx and "bar.sync 1, 256" not in ptx
+    if stages == 4:  # no room for one exchange of whole blocks: one per half, in row chunks
+        assert "kl_gs_half * 16896" in text and '"r"(1 + kl_gs_half)' in text
+    else:  # three slots and one exchange of whole blocks the halves take in turn
+        assert "bar.sync 1, 512" in ptx and "the second half's turn" in text
+        slots = 4 if name == _KMAJOR_B else 3  # a 16x16 block's exchange fits beside four
+        assert f'"schedule": [128, 256, 64, {slots}]' in text
     # N past 128: both halves of the tile hold user blocks; ragged M, N and K
     _launched_on_the_emulator(text, run, tol, ((72, 300, 136), (130, 40, 45)), grown)
 
@@ -1399,8 +1405,8 @@ def test_four_consumer_warpgroups_run_on_across_tiles_with_tma_and_come_back() -
             from experts import cudahost
 
             func, shared = bench._load_kernel(device_text, kernel, form, cudahost)
-            # four 48 KiB slots, two exchanges of 32 rows of 132 floats, the alignment slack
-            assert shared == 4 * 49152 + 2 * 32 * 132 * 4 + 1024
+            # three 48 KiB slots, one exchange of 128 rows of 132 floats, the alignment slack
+            assert shared == 3 * 49152 + 128 * 132 * 4 + 1024
             for grid, (m, n, k) in shapes:
                 a, b = _ab(m, n, k, torch.bfloat16)
                 c = torch.zeros(m, n, dtype=torch.bfloat16)
@@ -1416,12 +1422,20 @@ def test_four_consumer_warpgroups_run_on_across_tiles_with_tma_and_come_back() -
     assert text.count(local) == 1
     with pytest.raises((AssertionError, EmulationError)):
         launched(text.replace(local, "(unsigned)kl_gs_tid"), (((1, 1), (72, 300, 64)),))
+    # both halves writing the one exchange at once (no turns): caught
+    turns = [line for line in text.splitlines() if "half's turn" in line]
+    assert len(turns) == 2
+    racing = text
+    for line in turns:
+        racing = racing.replace(line, "")
+    with pytest.raises((AssertionError, EmulationError)):
+        launched(racing, (((1, 1), (72, 300, 64)),))
     # the de-optimization gives the launch its own block back; the rule gives this output again
     ir = kir.parse(text, "cuda")
     rule = get_pass("gemm-schedule").from_options({**C4, "tma": True})
     done = next(s for s in rule.sites(ir) if s.present)
     back = rule.deoptimize(ir, done, CTX)
-    assert back.ok and back.options == {**C4, "tma": True, "overlap": True, "stages": 4}
+    assert back.ok and back.options == {**C4, "tma": True, "overlap": True, "stages": 3}
     assert "<<<grid, block>>>" in back.ir.text and "kl_gs_" not in back.ir.text
     assert roundtrip(rule, ir, done, CTX).same
 
