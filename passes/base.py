@@ -140,8 +140,9 @@ class PassContext:
                  extra: Mapping[str, Any] | None = None) -> PassContext:
         """The context of a case's shape (`SMALL_SHAPES` at the interpret tier, `SHAPES`
         otherwise; the first variant unless `variant` names one; `shape_dims` names its
-        entries), the arch, and static compile facts when given. The gate is imported here,
-        not at module import."""
+        entries, `input_shapes` the shapes of the inputs it makes, where they can be told
+        without making them: `_input_shapes`), the arch, and static compile facts when given.
+        The gate is imported here, not at module import."""
         facts: dict[str, Any] = {"arch": arch, "platform": "cuda"}
         if case is not None:
             import gate  # noqa: PLC0415 — lazy: the gate imports torch
@@ -156,6 +157,9 @@ class PassContext:
                                     f"(have: {', '.join(shapes)})")
             facts.update(shapes[name])
             facts["shape_dims"] = tuple(shapes[name])  # which facts are the case's shape
+            made = _input_shapes(loaded, shapes[name])
+            if made is not None:
+                facts["input_shapes"] = made
         facts.update(compile_facts or {})
         facts.update(extra or {})
         return PassContext(facts=_frozen(facts), case=case, arch=arch)
@@ -163,6 +167,24 @@ class PassContext:
     def with_facts(self, more: Mapping[str, Any]) -> PassContext:
         """A context whose fact table is this one's updated with `more`."""
         return dataclasses.replace(self, facts=_frozen({**self.facts, **more}))
+
+
+def _input_shapes(case: Any, shape: Mapping[str, Any]) -> tuple[tuple[int, ...], ...] | None:
+    """The shapes of the tensors the case's `make_inputs(shape, ...)` returns, made as fake
+    tensors (no memory, no data); None where the module cannot make them so."""
+    module = getattr(case, "module", None)
+    module = module() if callable(module) else module
+    make = getattr(module, "make_inputs", None)
+    if make is None:
+        return None
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: PLC0415
+
+        with FakeTensorMode():
+            made = make(dict(shape), 0, "cpu")
+        return tuple(tuple(int(d) for d in t.shape) for t in made if hasattr(t, "shape"))
+    except Exception:  # noqa: BLE001 — a case whose inputs need real data: the fact is left out
+        return None
 
 
 def _case_shapes(case: Any, tier: str) -> Mapping[str, Mapping[str, Any]]:

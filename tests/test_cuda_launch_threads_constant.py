@@ -211,12 +211,19 @@ def test_row_registers_fit_the_cases_row_at_the_launchs_block() -> None:
     long = device.with_facts({"N": 4096 * 64})
     made = _registers(start, path, long)
     assert made.reason.startswith("a row of 262144 elements at 256 threads needs 128 vectors")
-    # a square case tells a bound that is not one of its facts (`cols`); an oblong one does not
+    # a square case tells a bound that is not one of its facts (`cols`); an oblong one does not ...
     unit = cuda_unit(STYLES / "cu_softmax_rows" / "softmax_rows.py")
     square = PassContext(facts={"M": 8192, "N": 8192, "dtype": "fp16", "shape_dims": ("M", "N", "dtype")})
     assert _registers(unit.source, unit.source_path, square).options == {"vectors": 4}
     oblong = square.with_facts({"M": 100})
     assert _registers(unit.source, unit.source_path, oblong, 2).options == {"vectors": 2}
+    # ... unless the case's inputs have one last dimension (the row a block walks)
+    rows = oblong.with_facts({"input_shapes": ((100, 8192), (8192,))})
+    assert _registers(unit.source, unit.source_path, rows, 2).options == {"vectors": 4}
+    unit = cuda_unit(STYLES / "cu_rmsnorm" / "rmsnorm.py")  # `dim`, an oblong 16384 x 4096 case
+    shaped = PassContext.for_case(str(STYLES / "cu_rmsnorm"), tier="device")
+    assert shaped.facts["input_shapes"] == ((16384, 4096), (4096,))
+    assert _registers(unit.source, unit.source_path, shaped).options == {"vectors": 4}
 
 
 def test_a_narrower_launch_waits_for_a_row_held_for_the_wider_block() -> None:

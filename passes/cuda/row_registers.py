@@ -71,8 +71,9 @@ UNFIT_VECTORS = 4
 def row_length(ir: KernelIR, kernel: str, bound: str, facts: Mapping[str, Any]) -> int | None:
     """A row's bound (text, in function `kernel`) at the case's shape: its names (locals bound
     once expanded) are the shape's facts (`shape_dims`, `PassContext.for_case`), or one name
-    that is not a fact where every integer entry of the shape has one value (a square case);
-    None where it cannot be told."""
+    that is not a fact where every integer entry of the shape has one value (a square case) or
+    else every input of two or more dimensions (`input_shapes`) has the same last dimension
+    (the row a block walks contiguously); None where it cannot be told."""
     dims = {k: facts[k] for k in facts.get("shape_dims", ())
             if isinstance(facts.get(k), int) and not isinstance(facts.get(k), bool)}
     if not dims:
@@ -83,6 +84,8 @@ def row_length(ir: KernelIR, kernel: str, bound: str, facts: Mapping[str, Any]) 
     names = set(re.findall(r"(?<![.\w])[A-Za-z_]\w*\b(?!\s*\()", bound)) - set(unit.constants) - _TYPES
     free = names - dims.keys()
     values = set(dims.values())
+    if free and len(values) != 1:  # the rows of the case's inputs: their common last dimension
+        values = {t[-1] for t in facts.get("input_shapes") or () if len(t) >= 2}
     if len(free) > 1 or (free and len(values) != 1):
         return None
     unit.constants.update({k: str(v) for k, v in dims.items()})
