@@ -1475,3 +1475,19 @@ def test_four_consumer_warpgroups_refuse_what_they_cannot_split() -> None:
             assert out.ir.text.count("__launch_bounds__") == 1
         else:
             assert "__launch_bounds__" in out.reason
+    # a kernel de-optimized from one producer form keeps the grown block's bounds; the other
+    # producer form writes its own in their place
+    from passes.roundtrip import roundtrip
+
+    three = {"wgmma": True, "deep": True, "wide": True, "producer": True}
+    for first, then, bounds in ((three, C4, 640), (C4, three, 384)):
+        out = _deep(source, {"block": "256", **first})
+        rule = get_pass("gemm-schedule").from_options(first)
+        done = next(s for s in rule.sites(out.ir) if s.present)
+        plain = rule.deoptimize(out.ir, done, CTX).ir.text
+        assert "__launch_bounds__" in plain and "kl_gs_" not in plain
+        again = _deep(plain, {"block": "256", **then})
+        assert again.ok, again
+        assert again.ir.text.count(f"__launch_bounds__({bounds}, 1)") == 1
+        assert again.ir.text.count("__launch_bounds__") == 1
+        assert roundtrip(rule, out.ir, done, CTX).same

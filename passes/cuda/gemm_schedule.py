@@ -1408,11 +1408,13 @@ def _producer_refusal(ir: KernelIR, f: _Found, grown: int) -> str:
 
 def _own_block_bounds(ir: KernelIR, f: _Found) -> tuple[int, int] | None:
     """The span of the kernel's `__launch_bounds__(T)` or `(T, 1)` where T is the block its
-    launch uses (bounds that say only the block's size: the producer form, which grows the
-    launch's block, writes them for the grown block); else None."""
+    launch uses, or a block a producer form grows it to (bounds that say only the block's size,
+    or the ones a producer form wrote and its de-optimization left: the producer form, which
+    grows the launch's block, writes them for the grown block); else None."""
     head = ir.text[f.fn.start:f.fn.body_start]
     m = re.search(r"__launch_bounds__\s*\(\s*(\d+)\s*(?:,\s*1\s*)?\)", head)
-    if m is None or int(m.group(1)) != f.g.tile.block[0] * f.g.tile.block[1]:
+    own = f.g.tile.block[0] * f.g.tile.block[1]
+    if m is None or int(m.group(1)) not in (own, own + PRODUCER, 2 * own + PRODUCER):
         return None
     return f.fn.start + m.start(), f.fn.start + m.end()
 
