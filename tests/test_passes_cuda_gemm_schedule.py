@@ -1384,6 +1384,23 @@ def test_four_consumer_warpgroups_run_the_launch_block_twice_and_match_torch_on_
     _launched_on_the_emulator(text, run, tol, ((72, 300, 136), (130, 40, 45)), grown)
 
 
+def test_a_block_of_one_warpgroup_runs_twice_on_the_upper_and_lower_half_of_the_tile() -> None:
+    from gate.hostforms import device_source
+
+    # 128 threads, 64x64 user tiles (alpha / beta / bias / relu, explicit leading dimensions):
+    # two warpgroups of 64x256 multiply, each half of the threads runs the user blocks of its
+    # 64 rows of the tile
+    options = {"block": "128", **C4, "consumers": 2}
+    result = _deep(_with_launch(LEADING_DIMS, "128"), options)
+    assert result.ok, result
+    text = result.ir.text
+    assert _launched_block(text, "gemm_ld") == (384, 1, 1)
+    assert "kl_gs_sm = kl_gs_half * 64 + kl_gs_v / 4 * 64, kl_gs_sn = kl_gs_v % 4 * 64;" in text
+    assert "m64n256k16" in ptx_for_sm90a(device_source(text))
+    _launched_on_the_emulator(text, _leading_dims(8), 2e-2, ((72, 300, 136), (130, 40, 45)),
+                              (384, 1, 1))
+
+
 def test_four_consumer_warpgroups_run_on_across_tiles_with_tma_and_come_back() -> None:
     from gate.cudacpu.host import emulated
     from gate.cudacpu.library import EmulationError
