@@ -238,3 +238,28 @@ def test_a_narrower_launch_waits_for_a_row_held_for_the_wider_block() -> None:
     assert reason == ("its row held in registers (kl_reg0, 2 vectors) would not hold the case's "
                       "row of 4096 elements at 128 threads: launch-threads goes before row-registers")
     assert isinstance(p.optimize(ir, site, CTX), Applied)  # the row not known: as asked
+
+
+def test_the_searches_old_chain_then_the_narrower_launch() -> None:
+    folder = STYLES / "cu_layernorm"
+    path = folder / "layernorm.cu"
+    text = path.read_text()
+    for spec in ("warp-shuffle-reduce", "restrict-readonly", "vectorize-global", "launch-bounds"):
+        p = get_pass(spec)()
+        while True:  # every site the rule takes, as the searches' chain took them
+            ir = kir.parse(text, "cuda", path=path)
+            made = next((r for r in (p.optimize(ir, s, CTX) for s in p.sites(ir) if not s.present)
+                         if isinstance(r, Applied)), None)
+            if made is None:
+                break
+            text = made.ir.text
+    assert "((NT) >> 5)" in text and "2 * (NT)" in text  # the shuffles and vectors name the block
+    out = _apply("launch-threads{threads=128}", text, path)
+    assert "#define NT 128" in out
+    _round_trip(out, path, text)
+    ptx_for_sm90a(out)
+    case = gate.load_case(folder)
+    for n in (600, 1030):
+        inputs = tuple(case.module().make_inputs({"M": 3, "N": n, "dtype": "bf16"}, 3, "cpu"))
+        got = cudacpu.run_host(out, folder / "layernorm.py", *inputs, stem="layernorm")
+        assert torch.allclose(got.float(), case.module().reference(*inputs).float(), atol=2e-2, rtol=2e-2), n

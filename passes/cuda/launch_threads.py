@@ -52,7 +52,7 @@ from passes.cuda._c import code_view
 from passes.cuda._tree import children, subtree, text
 from passes.cuda.annotations import CUDA
 from passes.cuda.recognize import (Unit, _split_args, expand_locals, for_parts, launch_block,
-                                   micro_kernels, reduction_trees, stride_loops)
+                                   micro_kernels, reduction_trees, shuffle_reductions, stride_loops)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -164,7 +164,10 @@ def _for_at(ir: KernelIR, span: tuple[int, int]) -> int | None:
 def _vouched(unit: Unit, kernel: str, chevrons: list[tuple[int, int, str, int]]) -> list[tuple[int, int]]:
     """Byte spans where a constant equal to the block stays consistent when it and the launch
     change together: block-stride loops' steps and the declarations of locals bound once to a
-    step, reduction trees' loop headers, the kernel's `<<<...>>>` blocks."""
+    step, loops from the thread's index stepping by a multiple (`k * (c)`: a vectorized
+    block-stride loop; its unrolled steps' `var + j * (c)` too), reduction trees' loop headers, a warp-shuffle reduction's warp count and slot fold
+    (`(c) >> 5`, `(c) >> 6`), a `row-registers` form's guard and chunk, the kernel's
+    `<<<...>>>` blocks."""
     ir = unit.ir
     inside = _in_kernel(unit, kernel)
     spans = [(s, e) for s, e, _b, _l in chevrons]
@@ -175,6 +178,20 @@ def _vouched(unit: Unit, kernel: str, chevrons: list[tuple[int, int, str, int]])
         if update is not None:
             spans.append((ir.span_of(update).start, ir.span_of(update).end))
             steps.add(re.sub(r"[\s()]", "", lp.step))
+    for fn in _callees(unit, kernel):  # loops from the thread's index by a multiple of the block
+        for c in subtree(ir, fn):
+            if ir.grammar_type_of(c) != "for_statement":
+                continue
+            init, _cond, update = for_parts(ir, c)
+            step = re.fullmatch(r"\s*(\w+)\s*\+=\s*\d+\s*\*\s*\(?\s*\w+\s*\)?\s*",
+                                text(ir, update)) if update is not None else None
+            if init is None or step is None or "threadIdx.x" not in text(ir, init):
+                continue
+            spans.append((ir.span_of(update).start, ir.span_of(update).end))
+            lo = ir.span_of(c).start  # and its unrolled steps' offsets: `var + k * (c)`
+            body = ir.source[lo:ir.span_of(c).end].decode("utf-8", "replace")
+            for m in re.finditer(rf"(?<![\w.]){step.group(1)}\s*\+\s*\d+\s*\*\s*\(\s*\w+\s*\)", body):
+                spans.append((lo + len(body[:m.start()].encode()), lo + len(body[:m.end()].encode())))
     helpers = unit.block_helpers()
     for fname in inside:
         for c in subtree(ir, helpers[fname]):
@@ -191,6 +208,14 @@ def _vouched(unit: Unit, kernel: str, chevrons: list[tuple[int, int, str, int]])
                                  text(ir, n.id), re.S):
                 spans.append((n.span.start, n.span.end))
     called = set(_callees(unit, kernel))
+    funcs = {**unit.functions, **unit.kernels}
+    for red in shuffle_reductions(unit):  # warp shuffles: the block's warps and their slots' fold
+        if funcs.get(red.kernel) in called:
+            lo = len(ir.source[:red.span[0]].decode("utf-8", "replace"))
+            part = ir.text[lo:lo + len(ir.source[red.span[0]:red.span[1]].decode("utf-8", "replace"))]
+            for m in re.finditer(r"\(\s*\w+\s*\)\s*>>\s*[56]\b", part):
+                spans.append((red.span[0] + len(part[:m.start()].encode()),
+                              red.span[0] + len(part[:m.end()].encode())))
     for tree in reduction_trees(unit)[0]:
         fn = {**unit.functions, **unit.kernels}.get(tree.kernel)
         loop = next((n.id for n in ir.walk() if fn in called and

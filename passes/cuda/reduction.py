@@ -296,7 +296,10 @@ def _tree_to_shuffles(ir: KernelIR, site: Site, tree: ReductionTree, ctx: PassCo
     indent = src.indent(char_start)
     inner = indent + "  "
     t = tree.tid
-    extent = tree.extent if tree.extent_value is None else str(tree.extent_value)
+    # the extent as the kernel names it where that is one name (a constant the block's size
+    # may change with: `launch-threads`), else its value
+    named = re.fullmatch(r"[A-Za-z_]\w*", tree.extent.strip())
+    extent = tree.extent if tree.extent_value is None or named else str(tree.extent_value)
     taken = set(re.findall(r"\bkl_\w+", src.text))
     def fresh(stem: str) -> str:
         n = 0
