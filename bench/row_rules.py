@@ -13,7 +13,8 @@ resident minimum; `regsKh+shfl+lb`: option `hoist`, the weight / bias loaded wit
 `tT.regsK...`: `launch-threads{threads=T}` first, the host's block made T by the rule;
 `fit.[tT.]regs0...`: the rules as a search applies them, the case's shape in the context and
 `row-registers` choosing the vectors that hold the row at the launch's block; `regs0r`: its
-option `reuse`, softmax's exponentials kept for the write pass). A sweep of the launch's block size follows for the register forms (the
+option `reuse`, softmax's exponentials kept for the write pass; `old+t128`,
+`fit.shfl+t128+regs0+lb`: `launch-threads` after steps a search keeps first). A sweep of the launch's block size follows for the register forms (the
 vectors set so that the row fits: `bB.regsK+shfl`; where the block is a `#define` of the start,
 the start's own constant is edited with it, an experiment on the kernel rather than a rule).
 Each rule is applied with the passes API, with the block the host launches. Each form runs
@@ -185,6 +186,13 @@ def forms(name: str, case: Any, unit: Any, block: int, work: Path) -> dict[str, 
                 continue  # nothing kept: the same form as without
             out[label] = {"source": text, "log": log, "block": launched(text, path, block),
                           "host_block": block}
+    for label, specs in (  # the narrower launch after steps a search keeps first
+            ("old+t128", [*OLD[name], "launch-threads{threads=128}"]),
+            ("fit.shfl+t128+regs0+lb", ["warp-shuffle-reduce", "launch-threads{threads=128}",
+                                        "row-registers", "launch-bounds"])):
+        text, log = chain(source, path, specs, block, shaped)
+        out[label] = {"source": text, "log": log, "block": launched(text, path, block),
+                      "host_block": block}
     return out
 
 
