@@ -491,10 +491,11 @@ class RowRegisters(Pass):
 
     vectors: int = 0
     """16-byte vectors of the row each thread holds (a row of up to `vectors * 16 / element
-    bytes * threads` elements takes the register form; a longer one runs as written). Where
-    the case's row and the block are known (`fitting_vectors`), the fewest that hold the row,
-    whatever is asked (more leave vectors past the row, fewer take only the fallback); else
-    the value asked, `UNFIT_VECTORS` for 0."""
+    bytes * threads` elements takes the register form; a longer one runs as written). 0, or a
+    value too small to hold the case's row where the row and the block are known
+    (`fitting_vectors`), is the fewest that hold it (fewer would only take the fallback; a
+    row needing more than `MAX_VECTORS` is refused); a larger value is kept (the round trip
+    of a recorded form); 0 where the row is not known is `UNFIT_VECTORS`."""
 
     hoist: bool = False
     """Also load the passes' other read-only operands at the row's index (a weight, a bias)
@@ -511,8 +512,12 @@ class RowRegisters(Pass):
     languages: ClassVar[tuple[str, ...]] = CUDA
     platforms: ClassVar[tuple[str, ...]] = ("cuda",)
     tunables: ClassVar[Mapping[str, tuple[Any, ...]]] = MappingProxyType({"vectors": (0, 2, 4, 8)})
-    reach: ClassVar[tuple[Mapping[str, Any], ...]] = (MappingProxyType({"reuse": True}),
-                                                       MappingProxyType({"hoist": True}))
+    reach: ClassVar[tuple[Mapping[str, Any], ...]] = (
+        MappingProxyType({"vectors": 0, "reuse": True}), MappingProxyType({"vectors": 0}),
+        MappingProxyType({"vectors": 0, "hoist": True}))
+    """Tried first on top of a recorded variant: the vectors that fit the case's row (a
+    recorded count sized for another row would leave vectors past it), with kept values,
+    alone, with the operands hoisted (each refused at no gate where it does not apply)."""
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
         out = [make_site(self.name, ir, index, r.span, True, {"array": r.array,
@@ -544,7 +549,9 @@ class RowRegisters(Pass):
                     return Skipped(f"{found} needs {fit} vectors of 16 bytes per thread, more than "
                                    f"{MAX_VECTORS}: the form would only take its fallback",
                                    {"vectors": fit})
-                vectors = fit or self.vectors or UNFIT_VECTORS
+                # 0, or a value that would not hold the row (a card's recorded one): the fit
+                vectors = fit if fit is not None and self.vectors < fit else \
+                    self.vectors or UNFIT_VECTORS
                 text_, kept = registers_text(ir, plan, vectors, self.hoist, self.reuse)
                 if self.reuse and not kept:
                     return Skipped("no pass computes again a value an earlier pass folds (reuse)",
