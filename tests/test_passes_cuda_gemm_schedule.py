@@ -1472,10 +1472,11 @@ def test_four_consumer_warpgroups_refuse_what_they_cannot_split() -> None:
     reg1d = _embedded(STYLES / "cu_mm_reg1d" / "mm_reg1d.py")
     big = _deep(_with_launch(reg1d, "512"), {"block": "512", **C4, "consumers": 8})
     assert isinstance(big, Skipped) and "do not split" in big.reason
-    assert GemmSchedule.reach[0] == {**C4, "tma": True}
-    first = _deep(_with_launch(reg1d, "512"), {"block": "512", **dict(GemmSchedule.reach[0])})
-    assert isinstance(first, Skipped) and "block of 512 threads" in first.reason
-    assert _deep(_with_launch(reg1d, "512"), {"block": "512", **dict(GemmSchedule.reach[1])}).ok
+    c4 = _deep(_with_launch(reg1d, "512"), {"block": "512", **C4, "tma": True})
+    assert isinstance(c4, Skipped) and "block of 512 threads" in c4.reason
+    # measured slower than two warpgroups on 256-thread blocks: not a fullest form
+    assert all("consumers" not in form for form in GemmSchedule.reach)
+    assert _deep(_with_launch(reg1d, "512"), {"block": "512", **dict(GemmSchedule.reach[0])}).ok
     # the 128x128 tile: four warpgroups of 64x64, halves of 128x64 the 128x128 user tile
     # does not fit in
     narrow = _deep(source, {"block": "256", **C4, "wide": False})

@@ -1278,13 +1278,12 @@ class GemmSchedule(Pass):
     platforms: ClassVar[tuple[str, ...]] = ("cuda",)
     preconditions: ClassVar[tuple[str, ...]] = ("arch >= sm_80",)
     tunables: ClassVar[Mapping[str, tuple[Any, ...]]] = MappingProxyType({"stages": (3, 4, 5)})
-    # measured on an H200 at 4096^3 (bench/gemm_schedule.py): the TMA-fed producer form 0.68
-    # of cuBLAS, the deep wide form 0.40, the recorded 48 KB forms 0.18-0.27; with four
-    # warpgroups multiplying (the launch's own at 512 threads) 0.84, at 256 threads 0.72: the
-    # consumers=4 form gives a 256-thread block four (refused elsewhere, the next form tried)
+    # measured on an H200 at 4096^3 (bench/gemm_schedule.py, persistent grid): the TMA-fed
+    # producer form 0.69-0.72 of cuBLAS on 256-thread blocks (0.84-0.88 where the launch's 512
+    # threads are four multiplying warpgroups), the deep wide form 0.40, the recorded 48 KB forms
+    # 0.18-0.27; `consumers=4` on 256-thread blocks measured 0.62-0.64 on two kernels and 0.52
+    # against 0.50 on a third, so it is an option the search may sweep, not a fullest form
     reach: ClassVar[tuple[Mapping[str, Any], ...]] = (
-        MappingProxyType({"wgmma": True, "deep": True, "wide": True, "producer": True, "tma": True,
-                          "consumers": 4}),
         MappingProxyType({"wgmma": True, "deep": True, "wide": True, "producer": True, "tma": True}),
         MappingProxyType({"wgmma": True, "deep": True, "wide": True}))
 
