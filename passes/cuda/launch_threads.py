@@ -30,8 +30,18 @@ Preconditions, each refusal naming the one that failed:
   emulator's `run_host`); a source whose host-launch line asks something else of the kernel
   is left alone.
 
-The de-optimization takes the comment lines, the block and the constant's value back (or the
-host-launch line out) and records `threads`; it refuses while the kernel's `__launch_bounds__`
+A row the kernel holds in registers (`row-registers`' form) is re-fitted to the smaller block:
+its vectors per thread (a constant of the form: its arrays' extents, the loops over them, the
+guard's elements per thread) become what row-registers chooses at `threads` for the case's row
+(`row_registers.vectors_for`) where the row's bound can be told from the case's shape facts,
+else the count scaled by the host's block / `threads`; never fewer than the form's own. A comment
+line before the row's array records its count as written. Where the new count passes
+row-registers' `MAX_VECTORS` the rule refuses, the count named (the form would only take its
+fallback). Warp shuffles' warp count and slot fold read the block (`blockDim.x` or the constant)
+and a row in shared memory (`row-cache`) is sized by the row, not the block: both stay valid.
+
+The de-optimization takes the comment lines, the block, the constant's value and the rows'
+vectors back (or the host-launch line out) and records `threads`; it refuses while the kernel's `__launch_bounds__`
 admit no more than the smaller block and do not name the constant it restores (the host's block
 would not launch: `launch-bounds` is undone first).
 """
@@ -276,6 +286,9 @@ class _Launch:
     """(start, end, block text, line start) of the block argument of each `<<<...>>>` launch."""
     constant: _Constant | None = None
     """The constant naming the block that changes with the launch (None: none)."""
+    rows: tuple[tuple[Any, int], ...] = ()
+    """Rows held in registers (`row_registers.RegisterRow`) and the vectors they hold at the
+    smaller block."""
 
 
 def _chevrons(ir: KernelIR, kernel: str) -> list[tuple[int, int, str, int]]:
@@ -302,24 +315,35 @@ def _chevrons(ir: KernelIR, kernel: str) -> list[tuple[int, int, str, int]]:
     return out
 
 
-def _held_row(ir: KernelIR, kernel: str, threads: int, ctx: PassContext | None) -> str | None:
-    """Why a row the kernel holds in registers (`row-registers`) would not hold the case's row
-    at `threads` threads (the form would take only its fallback), or None."""
-    from passes.cuda.row_registers import register_rows, row_length  # noqa: PLC0415
+def _refits(ir: KernelIR, kernel: str, block: int, threads: int,
+            ctx: PassContext | None) -> list[tuple[Any, int]] | str:
+    """Each row the kernel holds in registers (`row-registers`) with the vectors per thread
+    that hold it at `threads` threads: the fit of the case's row (`row_registers.vectors_for`,
+    the count row-registers chooses) where the row's bound can be told, else the count scaled
+    by `block / threads`; never fewer than the form's own. Why not, where one passes
+    row-registers' limit."""
+    from passes.cuda.row_registers import MAX_VECTORS, register_rows, row_length, vectors_for  # noqa: PLC0415
 
     fns = set(_callees(Unit(ir), kernel))
+    out = []
     for held in register_rows(ir):
         fn = next((a for a in ir.ancestors(_node_starting(ir, held.span[0]))
                    if ir.grammar_type_of(a) == "function_definition"), None)
-        if fn not in fns or not held.per:
+        if fn not in fns or not held.per or held.per % held.vectors:
             continue
         name = next((n for n, f in Unit(ir).functions.items() if f == fn), kernel)
         row = row_length(ir, name, held.bound, ctx.facts if ctx is not None else {})
-        if row is not None and row > held.per * threads:
-            return (f"its row held in registers ({held.array}, {held.vectors} vectors) would not "
-                    f"hold the case's row of {row} elements at {threads} threads: launch-threads "
-                    "goes before row-registers")
-    return None
+        lanes = held.per // held.vectors
+        fit = vectors_for(row, lanes, threads) if row is not None else -(-held.vectors * block // threads)
+        if fit > MAX_VECTORS:
+            told = (f"the case's row of {row} elements" if row is not None else
+                    f"a row of {held.vectors} vectors a thread at {block} threads")
+            return (f"its row held in registers ({held.array}, {held.vectors} vectors) would need "
+                    f"{fit} vectors of 16 bytes per thread to hold {told} at {threads} threads, "
+                    f"more than row-registers' {MAX_VECTORS}")
+        if fit > held.vectors:
+            out.append((held, fit))
+    return out
 
 
 def _node_starting(ir: KernelIR, at: int) -> int:
@@ -353,9 +377,9 @@ def _plan(ir: KernelIR, kernel: str, threads: int, ctx: PassContext | None = Non
     if named is not None and constant is None:
         return Skipped(f"the kernel counts its threads as `{named}` ({block}), not through "
                        "blockDim.x", facts)
-    held = _held_row(ir, kernel, threads, ctx)
-    if held is not None:
-        return Skipped(held, facts)
+    rows = _refits(ir, kernel, block, threads, ctx)
+    if isinstance(rows, str):
+        return Skipped(rows, facts)
     if constant is not None:
         other = counted_threads(unit, kernel, block, besides=named, skip=constant.line)
         if other is not None:
@@ -378,7 +402,7 @@ def _plan(ir: KernelIR, kernel: str, threads: int, ctx: PassContext | None = Non
                                  len(unit.kernels) == 1, host.name)
         if why:
             return Skipped(why, facts)
-    return _Launch(kernel, block, tuple(chevrons), constant or None)
+    return _Launch(kernel, block, tuple(chevrons), constant or None, tuple(rows))
 
 
 def _edits(ir: KernelIR, plan: _Launch, threads: int) -> list[ByteEdit]:
@@ -386,8 +410,9 @@ def _edits(ir: KernelIR, plan: _Launch, threads: int) -> list[ByteEdit]:
     if not plan.chevrons:
         d = hostlaunch.Directive(plan.kernel, 0, (plan.block, 1, 1), (threads, 1, 1))
         lead = "" if not data or data.endswith(b"\n") else "\n"
-        return [*_constant_edits(ir, plan, threads), ByteEdit(len(data), len(data), lead + d.line() + "\n")]
-    edits = _constant_edits(ir, plan, threads)
+        return [*_constant_edits(ir, plan, threads), *_row_edits(ir, plan),
+                ByteEdit(len(data), len(data), lead + d.line() + "\n")]
+    edits = [*_constant_edits(ir, plan, threads), *_row_edits(ir, plan)]
     for start, end, block, line in plan.chevrons:
         if plan.constant is not None and block == plan.constant.name:
             continue  # the launch's block is the constant: it changes with it
@@ -411,10 +436,40 @@ def _constant_edits(ir: KernelIR, plan: _Launch, threads: int) -> list[ByteEdit]
             ByteEdit(*const.value, str(threads))]
 
 
+def _row_edits(ir: KernelIR, plan: _Launch) -> list[ByteEdit]:
+    """Each row held in registers re-fitted to its vectors at the smaller block, after a comment
+    line (before its array) recording its count as written."""
+    from passes.cuda.row_registers import count_edits  # noqa: PLC0415
+
+    data, edits = ir.source, []
+    for held, vectors in plan.rows:
+        line = data.rfind(b"\n", 0, held.span[0]) + 1
+        indent = re.match(rb"[ \t]*", data[line:]).group(0).decode()
+        record = json.dumps({"kernel": plan.kernel, "vectors": held.vectors})  # names no array:
+        # row-registers picks its arrays' names by what the text does not hold yet
+        edits.append(ByteEdit(line, line, f"{indent}{TAG}{record}\n"))
+        edits += count_edits(ir, held, vectors)
+    return edits
+
+
+def _row_back(ir: KernelIR, rec: dict, start: int, length: int) -> list[ByteEdit]:
+    """The recorded row's count back (where a row held in registers follows the line) and the
+    comment line (at `start`) out."""
+    from passes.cuda.row_registers import count_edits, register_rows  # noqa: PLC0415
+
+    edits = [ByteEdit(start, start + length, "")]
+    held = next((r for r in register_rows(ir)
+                 if ir.source.rfind(b"\n", 0, r.span[0]) + 1 == start + length), None)
+    if held is not None and isinstance(rec.get("vectors"), int) and 0 < rec["vectors"] <= held.vectors:
+        edits += count_edits(ir, held, rec["vectors"])
+    return edits
+
+
 def _present(ir: KernelIR) -> list[tuple[str, int, list[ByteEdit]]]:
     """(kernel, threads, the edits that undo it) of each launch this rule made."""
     data, src = ir.source, ir.text
     out: dict[str, tuple[int, list[ByteEdit]]] = {}
+    rows: dict[str, list[ByteEdit]] = {}  # rows held in registers, re-fitted with the launch
     for d in hostlaunch.directives(src):
         if d.block is not None and d.block_from is not None and not d.shared_bytes and \
                 not d.arch and not d.tma and d.block[1:] == (1, 1):
@@ -431,6 +486,11 @@ def _present(ir: KernelIR) -> list[tuple[str, int, list[ByteEdit]]]:
                     _constant_back(ir, rec, len(src[:pos].encode()), len(line.encode()), out)
                     pos += len(line)
                     continue
+                if "vectors" in rec:
+                    rows.setdefault(str(rec["kernel"]), []).extend(
+                        _row_back(ir, rec, len(src[:pos].encode()), len(line.encode())))
+                    pos += len(line)
+                    continue
                 kernel, block = str(rec["kernel"]), str(rec["block"])
             except (ValueError, KeyError, TypeError):
                 pos += len(line)
@@ -444,7 +504,7 @@ def _present(ir: KernelIR) -> list[tuple[str, int, list[ByteEdit]]]:
                 out[kernel] = (threads, [*prev, ByteEdit(start, start + len(line.encode()), ""),
                                          ByteEdit(first[0], first[1], block)])
         pos += len(line)
-    return [(k, t, e) for k, (t, e) in out.items()]
+    return [(k, t, [*e, *rows.get(k, [])]) for k, (t, e) in out.items()]
 
 
 def _constant_back(ir: KernelIR, rec: dict, start: int, length: int,

@@ -50,7 +50,7 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._tree import children, declared_names, if_parts, loop_body, subtree, text
 from passes.cuda.annotations import CUDA
 from passes.cuda.memory import VECTORS, vector_loops
-from passes.cuda.recognize import Unit, expand_locals, launch_block, subscript
+from passes.cuda.recognize import Unit, expand_locals, for_parts, launch_block, subscript
 from passes.cuda.row_cache import (RowPasses, _indent, _statement_items, _target_name, _upto_next,
                                    passes_back, row_passes)
 
@@ -96,10 +96,13 @@ def row_length(ir: KernelIR, kernel: str, bound: str, facts: Mapping[str, Any]) 
 def _block_threads(ir: KernelIR, plan: RowPasses, facts: Mapping[str, Any]) -> int | None:
     """The threads the passes step by: the step's constant value, else the launch's block
     (the kernel's launches, as rewritten; else the fact `block_threads`)."""
-    step = Unit(ir).value(plan.step)
+    unit = Unit(ir)
+    step = unit.value(plan.step)
     if step is not None:
         return step
-    if re.sub(r"[\s()]", "", plan.step) != "blockDim.x":
+    fn = unit.functions.get(plan.kernel)  # a local bound once to the block's threads
+    if re.sub(r"[\s()]", "", expand_locals(unit, fn, plan.step) if fn is not None else plan.step) \
+            != "blockDim.x":
         return None
     dims = launch_block(ir, kernel=plan.kernel if plan.kernel in Unit(ir).kernels else None).dims
     if dims is not None and dims[1:] == (1, 1):
@@ -115,8 +118,13 @@ def fitting_vectors(ir: KernelIR, plan: RowPasses, ctx: PassContext | None) -> t
     threads = _block_threads(ir, plan, facts)
     if row is None or threads is None or threads <= 0:
         return None, f"row {row}, block {threads}"
-    per = 16 // plan.size * threads
-    return max(1, -(-row // per)), f"a row of {row} elements at {threads} threads"
+    return vectors_for(row, 16 // plan.size, threads), f"a row of {row} elements at {threads} threads"
+
+
+def vectors_for(row: int, lanes: int, threads: int) -> int:
+    """The fewest 16-byte vectors of `lanes` elements per thread that hold a row of `row`
+    elements at `threads` threads (at least one)."""
+    return max(1, -(-row // (lanes * threads)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,6 +491,52 @@ def _register_row(ir: KernelIR, items: list[int], i: int) -> RegisterRow | None:
     test = re.match(r"\s*const\s+bool\s+\w+\s*=\s*\((.+?)\)\s*<=\s*(\d+)\s*\*", text(ir, items[g_at]), re.S)
     return RegisterRow(array, guard, int(m.group(2)), removed, tuple(edits), span, bool(extra),
                        test.group(1) if test else "", int(test.group(2)) if test else 0, bool(kept))
+
+
+def count_spans(ir: KernelIR, held: RegisterRow) -> tuple[list[tuple[int, int]], tuple[int, int] | None]:
+    """Where the form writes its vectors count (byte spans of the literal): the extents of the
+    row's array and of the arrays beside it (hoisted operands, kept values' first extent), the
+    count in the array's comment, the bound of every loop from 0 that indexes those arrays by
+    its variable; and the span of the guard's elements per thread of the step (None: the
+    guard does not say)."""
+    data, count = ir.source, str(held.vectors)
+    spans, names = [], []
+    for start, end in held.removed[:-2]:  # the arrays' declarations, the row's first
+        line = data[start:end].decode("utf-8")
+        m = re.match(rf"\s*[\w:]+\s+(\w+)\s*\[\s*({count})\s*\]", line)
+        if m is None:
+            continue
+        names.append(m.group(1))
+        spans.append((start + len(line[:m.start(2)].encode()), start + len(line[:m.end(2)].encode())))
+        note = re.search(rf"//[^\n]*?\b({count}) vectors of 16 bytes", line)
+        if note is not None:
+            spans.append((start + len(line[:note.start(1)].encode()), start + len(line[:note.end(1)].encode())))
+    for n in ir.walk():
+        if not held.span[0] <= n.span.start < held.span[1] or ir.grammar_type_of(n.id) != "for_statement":
+            continue
+        _init, cond, _update = for_parts(ir, n.id)
+        m = re.fullmatch(rf"\s*(\w+)\s*<\s*({count})\s*", text(ir, cond)) if cond is not None else None
+        body = text(ir, loop_body(ir, n.id)) if m is not None else ""
+        if m is not None and any(re.search(rf"(?<![\w.]){a}\s*\[\s*{m.group(1)}\s*\]", body) for a in names):
+            at = ir.span_of(cond).start
+            spans.append((at + len(text(ir, cond)[:m.start(2)].encode()),
+                          at + len(text(ir, cond)[:m.end(2)].encode())))
+    gs, ge = held.removed[-2]
+    guard = data[gs:ge].decode("utf-8")
+    per = re.search(r"<=\s*(\d+)\s*\*", guard)
+    per_span = (gs + len(guard[:per.start(1)].encode()), gs + len(guard[:per.end(1)].encode())) \
+        if per is not None and held.per else None
+    return spans, per_span
+
+
+def count_edits(ir: KernelIR, held: RegisterRow, vectors: int) -> list[ByteEdit]:
+    """The edits that make the form hold `vectors` vectors per thread instead of its own
+    (`count_spans`; the guard's elements per thread scale with them)."""
+    spans, per = count_spans(ir, held)
+    edits = [ByteEdit(s, e, str(vectors)) for s, e in spans]
+    if per is not None:
+        edits.append(ByteEdit(*per, str(held.per // held.vectors * vectors)))
+    return edits
 
 
 @dataclass(frozen=True, slots=True)
