@@ -14,7 +14,8 @@ resident minimum; `regsKh+shfl+lb`: option `hoist`, the weight / bias loaded wit
 `fit.[tT.]regs0...`: the rules as a search applies them, the case's shape in the context and
 `row-registers` choosing the vectors that hold the row at the launch's block; `regs0r`: its
 option `reuse`, softmax's exponentials kept for the write pass; `old+t128`,
-`fit.shfl+t128+regs0+lb`: `launch-threads` after steps a search keeps first). A sweep of the launch's block size follows for the register forms (the
+`fit.shfl+t128+regs0+lb`, `fit.regs0+shfl+tT+lb`: `launch-threads` after steps a search
+keeps first, the last re-fitting the row held in registers to the smaller block). A sweep of the launch's block size follows for the register forms (the
 vectors set so that the row fits: `bB.regsK+shfl`; where the block is a `#define` of the start,
 the start's own constant is edited with it, an experiment on the kernel rather than a rule).
 Each rule is applied with the passes API, with the block the host launches. Each form runs
@@ -189,7 +190,11 @@ def forms(name: str, case: Any, unit: Any, block: int, work: Path) -> dict[str, 
     for label, specs in (  # the narrower launch after steps a search keeps first
             ("old+t128", [*OLD[name], "launch-threads{threads=128}"]),
             ("fit.shfl+t128+regs0+lb", ["warp-shuffle-reduce", "launch-threads{threads=128}",
-                                        "row-registers", "launch-bounds"])):
+                                        "row-registers", "launch-bounds"]),
+            # the row held in registers first: the narrower launch re-fits its vectors
+            *((f"fit.regs0+shfl+t{t}+lb", ["row-registers", "warp-shuffle-reduce",
+                                           f"launch-threads{{threads={t}}}", "launch-bounds"])
+              for t in (64, 128))):
         text, log = chain(source, path, specs, block, shaped)
         out[label] = {"source": text, "log": log, "block": launched(text, path, block),
                       "host_block": block}
