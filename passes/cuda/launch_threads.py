@@ -41,9 +41,9 @@ fallback). Warp shuffles' warp count and slot fold read the block (`blockDim.x` 
 and a row in shared memory (`row-cache`) is sized by the row, not the block: both stay valid.
 
 The de-optimization takes the comment lines, the block, the constant's value and the rows'
-vectors back (or the host-launch line out) and records `threads`; it refuses while the kernel's `__launch_bounds__`
-admit no more than the smaller block and do not name the constant it restores (the host's block
-would not launch: `launch-bounds` is undone first).
+vectors back (or the host-launch line out) and records `threads`; it refuses while the kernel's
+`__launch_bounds__` admit no more than the smaller block and do not name the constant it
+restores (the host's block would not launch: `launch-bounds` is undone first).
 """
 from __future__ import annotations
 

@@ -510,7 +510,8 @@ def count_spans(ir: KernelIR, held: RegisterRow) -> tuple[list[tuple[int, int]],
         spans.append((start + len(line[:m.start(2)].encode()), start + len(line[:m.end(2)].encode())))
         note = re.search(rf"//[^\n]*?\b({count}) vectors of 16 bytes", line)
         if note is not None:
-            spans.append((start + len(line[:note.start(1)].encode()), start + len(line[:note.end(1)].encode())))
+            spans.append((start + len(line[:note.start(1)].encode()),
+                          start + len(line[:note.end(1)].encode())))
     for n in ir.walk():
         if not held.span[0] <= n.span.start < held.span[1] or ir.grammar_type_of(n.id) != "for_statement":
             continue
