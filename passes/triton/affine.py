@@ -248,6 +248,21 @@ def broadcast(node: ast.AST) -> tuple[int, ast.expr] | None:
     return None
 
 
+def broadcast_times_stride(term: ast.expr, scope: Scope
+                           ) -> tuple[tuple[int, ast.expr], ast.expr | None] | None:
+    """A pointer term read as one axis's broadcast index times a stride: ((axis, inner), the
+    stride, None for a bare index) for `inner[:, None]`, `inner[None, :] * s` or `s * inner[..]`
+    with `s` a scalar of `scope`; None for any other term."""
+    got = broadcast(term)
+    if got is not None:
+        return got, None
+    if isinstance(term, ast.BinOp) and isinstance(term.op, ast.Mult):
+        for vec, s in ((term.left, term.right), (term.right, term.left)):
+            if broadcast(vec) is not None and scope.scalar(s):
+                return broadcast(vec), s
+    return None
+
+
 def _terms(scope: Scope, node: ast.AST, walked: list[str] | None = None,
            depth: int = 0) -> list[ast.expr] | None:
     """The summands of a pointer expression, names with a block shape expanded; a pointer
@@ -365,14 +380,10 @@ def box_of(scope: Scope, ptr: ast.AST, mask: ast.AST | None, loop: ast.stmt | No
         if scope.scalar(term):
             base.append(term)
             continue
-        got, stride = broadcast(term), None
-        if got is None and isinstance(term, ast.BinOp) and isinstance(term.op, ast.Mult):
-            for vec, s in ((term.left, term.right), (term.right, term.left)):
-                if broadcast(vec) is not None and scope.scalar(s):
-                    got, stride = broadcast(vec), s
-                    break
-        if got is None:
+        found = broadcast_times_stride(term, scope)
+        if found is None:
             return f"a pointer term is not a broadcast index times a stride: {mod.text(term)}"
+        got, stride = found
         idx = scope.index(got[1])
         if idx is None or got[0] in axes:
             return f"a pointer term has no `offset + tl.arange` index: {mod.text(term)}"

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, dotted, fresh_name, normalized
-from passes.triton.affine import Scope, broadcast
+from passes.triton.affine import Scope, broadcast_times_stride
 from passes.triton.launch import TRITON
 from passes.triton.roles import dot_loops
 
@@ -373,12 +373,8 @@ class KMajorOperands(Pass):
         for t in terms:
             if t in base:
                 continue
-            got, stride = broadcast(t), None
-            if got is None and isinstance(t, ast.BinOp) and isinstance(t.op, ast.Mult):
-                for vec, s in ((t.left, t.right), (t.right, t.left)):
-                    if broadcast(vec) is not None and scope.scalar(s):
-                        got, stride = broadcast(vec), s
-                        break
+            found = broadcast_times_stride(t, scope)
+            got, stride = found if found is not None else (None, None)
             if got is None or got[0] in axes:
                 op.why = f"a term of the operand's pointer is not one axis's index times a stride: {mod.text(t)}"
                 return op
