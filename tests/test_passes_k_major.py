@@ -401,3 +401,79 @@ def test_an_operand_passed_as_an_expression_is_copied_from_it(tmp_path) -> None:
     args, reference, tol = _inputs(HARDCODED, torch, 2)
     torch.testing.assert_close(load_module(out, tmp_path).run(*args), reference(*args),
                                rtol=tol, atol=tol)
+
+
+def _with_descriptors(source: str) -> str:
+    """The rule's output with tma-descriptors taken on the dot loop's tile loads."""
+    tma = get_pass("tma-descriptors")()
+    ir = kir.parse(_optimized(source), "triton")
+    site = next(s for s in tma.sites(ir) if not s.present and "operands" in s.detail)
+    result = tma.optimize(ir, site)
+    assert isinstance(result, Applied), result
+    return result.ir.unparse()
+
+
+@pytest.mark.parametrize("source,desc,checked", [
+    (STRIDED, "strides=[stride_bn, stride_bk]", "b_kmajor.stride(0) == 1"),
+    (BATCHED, "strides=[sbn, sbk]", "*B_kmajor.stride(), *C.stride(),)[10] == 1"),
+], ids=["strides-as-args", "batched"])
+def test_descriptors_read_the_copy_along_k(source, desc, checked, tmp_path) -> None:
+    """The copy is K-contiguous: tma-descriptors reads that from the host source (the copy
+    helper's returns), so its descriptor over the copy reads K last and transposes the tile
+    back, the launch checks the copy's K stride is 1, and the descriptor path is the one
+    taken at run time (interpreter), matching torch."""
+    torch = pytest.importorskip("torch")
+    text = _with_descriptors(source)
+    assert desc in text and "tl.trans(b_desc.load([" in text
+    assert checked in text
+    module = load_module(text, tmp_path)
+    kernel = next(k for k in ("matmul_kernel", "bmm_kernel") if hasattr(module, k))
+    real, flags = getattr(module, kernel), []
+
+    class Spy:
+        def __getitem__(self, grid):  # noqa: ANN001, ANN204
+            def launch(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+                flags.append(kwargs.get("TMA_OK"))
+                return real[grid](*args, **kwargs)
+            return launch
+    setattr(module, kernel, Spy())
+    args, reference, tol = _inputs(source, torch, 3)
+    torch.testing.assert_close(module.run(*args), reference(*args), rtol=tol, atol=tol)
+    assert flags == [True]
+
+
+_COMPILE_TMA = r"""
+import importlib.util, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+spec = importlib.util.spec_from_file_location("k_major_tma", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+jit = module.bmm_kernel
+ones = ["sak", "sbk", "scn"]
+consts = {"TM": 128, "TN": 128, "TK": 32, "TMA_OK": True}
+pointers = ["a", "b", "c"]
+signature = {n: "*fp32" if n in pointers else "constexpr" if n in ones or n in consts else "i32"
+             for n in jit.arg_names}
+constants = {**consts, **{n: 1 for n in ones}}
+attrs = {(jit.arg_names.index(n),): [["tt.divisibility", 16]] for n in jit.arg_names
+         if signature[n] != "constexpr"}
+kernel = triton.compile(ASTSource(fn=jit, signature=signature, constexprs=constants, attrs=attrs),
+                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 3})
+ptx = kernel.asm["ptx"]
+print("wgmma", "wgmma" in ptx, "tma", "cp.async.bulk.tensor" in ptx)
+"""
+
+
+def test_descriptors_over_the_copy_compile_to_wgmma_fed_by_tma(tmp_path) -> None:
+    """At sm_90 the batched product, its B operand read from the K-major copy through a
+    descriptor, compiles to a wgmma whose operands TMA loads."""
+    pytest.importorskip("triton")
+    path = tmp_path / "k_major_tma.py"
+    path.write_text(_with_descriptors(BATCHED))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(_COMPILE_TMA), str(path)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "wgmma True tma True" in done.stdout

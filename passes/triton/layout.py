@@ -42,6 +42,7 @@ from passes._source import ByteEdit, finish, indent_of, line_end, line_start, ma
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, dotted, fresh_name, normalized
 from passes.triton.affine import Scope, broadcast_times_stride
+from passes.triton.host_layout import HostArgs
 from passes.triton.launch import TRITON
 from passes.triton.roles import dot_loops
 
@@ -94,7 +95,10 @@ def {helper}(x, k, n):
                    TILE_R=64, TILE_C=64)
     order = [*outer, k, n]
     made = dst.reshape(*[x.shape[d] for d in outer], C, R).transpose(-1, -2)
-    return made.permute(*[order.index(d) for d in range(x.dim())])
+    made = made.permute(*[order.index(d) for d in range(x.dim())])
+    if made.stride(k) != 1:
+        raise ValueError("the K-major copy's axis k is not contiguous")
+    return made
 '''
 
 
@@ -212,84 +216,6 @@ def _stores_to(scope: Scope, kernel: ast.FunctionDef, param: str) -> bool:
             if param in names:
                 return True
     return False
-
-
-class _Host:
-    """What the launches of a kernel pass: parameter -> (argument node, tensor name and axis
-    when it is `x.stride(i)`, `x.stride()[i]` or an element of `*x.stride()`)."""
-
-    def __init__(self, mod: PyModule, kernel: ast.FunctionDef, launch: ast.Call) -> None:
-        params = [a.arg for a in kernel.args.args]
-        self.args: dict[str, ast.AST] = {}
-        self.dims: dict[str, tuple[str, int]] = {}
-        host = mod.enclosing(launch, ast.FunctionDef)
-        given = {k.arg for k in launch.keywords if k.arg}
-        free = [p for p in params if p not in given]
-        stars = [a for a in launch.args if isinstance(a, ast.Starred)]
-        plain = [a for a in launch.args if not isinstance(a, ast.Starred)]
-        spread = len(free) - len(plain)
-        ranks = [_rank(host, _stride_owner(s.value)) for s in stars]
-        unknown = [i for i, r in enumerate(ranks) if r is None]
-        if unknown and spread > 0:
-            rest = spread - sum(r for r in ranks if r is not None)
-            share = rest // len(unknown) if rest > 0 and rest % len(unknown) == 0 else None
-            ranks = [r if r is not None else share for r in ranks]
-        at = 0
-        for arg in launch.args:
-            if isinstance(arg, ast.Starred):
-                owner, rank = _stride_owner(arg.value), ranks[stars.index(arg)]
-                if rank is None:
-                    break
-                for d in range(rank):
-                    if owner and at + d < len(free):
-                        self.dims[free[at + d]] = (owner, d)
-                at += rank
-                continue
-            if at < len(free):
-                self.args[free[at]] = arg
-            at += 1
-        self.args.update((k.arg, k.value) for k in launch.keywords if k.arg)
-        for name, node in self.args.items():
-            got = _stride_of(node)
-            if got is not None:
-                self.dims[name] = got
-
-
-def _stride_owner(node: ast.AST) -> str:
-    """`x` (as text) of `x.stride()`."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-            and node.func.attr == "stride" and not node.args:
-        return ast.unparse(node.func.value)
-    return ""
-
-
-def _stride_of(node: ast.AST) -> tuple[str, int] | None:
-    """(x as text, i) of `x.stride(i)` or `x.stride()[i]` (i a literal, maybe negative)."""
-    index: ast.AST | None = None
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-            and node.func.attr == "stride" and len(node.args) == 1:
-        owner, index = node.func.value, node.args[0]
-    elif isinstance(node, ast.Subscript) and _stride_owner(node.value):
-        owner, index = node.value.func.value, node.slice  # type: ignore[attr-defined]
-    else:
-        return None
-    try:
-        value = ast.literal_eval(index)
-    except ValueError:
-        return None
-    return (ast.unparse(owner), value) if isinstance(value, int) else None
-
-
-def _rank(host: ast.AST | None, tensor: str) -> int | None:
-    """The rank of host tensor `tensor` where the host unpacks its shape (`b, m, k = x.shape`)."""
-    if host is None or not tensor:
-        return None
-    for node in ast.walk(host):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Attribute) \
-                and node.value.attr == "shape" and ast.unparse(node.value.value) == tensor:
-            return len(node.targets[0].elts)
-    return None
 
 
 def _later(a: int, b: int) -> bool | None:
@@ -442,7 +368,7 @@ class KMajorOperands(Pass):
         return op
 
     @staticmethod
-    def _layout(op: _Operand, host: _Host) -> tuple[int, int] | str:
+    def _layout(op: _Operand, host: HostArgs) -> tuple[int, int] | str:
         """(tensor axis of K, tensor axis of the other) for the copy, or why the rule refuses."""
         if op.why:
             return op.why
@@ -490,7 +416,7 @@ class KMajorOperands(Pass):
         for kernel in mod.kernels():
             loads = {op.param: op.loads[0] for op in self._operands(mod, kernel)}
             copied = {param for launch in mod.launches(kernel.name)
-                      for param, arg in _Host(mod, kernel, launch).args.items()
+                      for param, arg in HostArgs(mod, kernel, launch).args.items()
                       if isinstance(arg, ast.Name) and _copied(mod, launch, arg.id, copies)}
             # both kinds of site are anchored at the operand's load: a de-optimized site
             # is found again where it was
@@ -517,7 +443,7 @@ class KMajorOperands(Pass):
         if mod.sharing(kernel.name) or any(not isinstance(c.func, ast.Subscript) for c in launches):
             return Skipped("the kernel is launched through a helper other kernels share",
                            {"kernel": kernel.name})
-        hosts = [_Host(mod, kernel, c) for c in launches]
+        hosts = [HostArgs(mod, kernel, c) for c in launches]
         copies = _copy_helpers(mod)
         if any(isinstance(h.args.get(op.param), ast.Name)
                and _copied(mod, c, h.args[op.param].id, copies) for c, h in zip(launches, hosts)):
@@ -546,7 +472,7 @@ class KMajorOperands(Pass):
                                         new_params, taken)
         return finish(ir, site, sorted(edits, key=lambda e: e.start))
 
-    def _kernel_edits(self, mod: PyModule, op: _Operand, host: _Host, kd: int, nd: int,
+    def _kernel_edits(self, mod: PyModule, op: _Operand, host: HostArgs, kd: int, nd: int,
                       taken: set[str]) -> tuple[list[ByteEdit] | str, list[tuple[str, int]]]:
         """The kernel's edits (new stride parameters, advances, order) and the new parameters
         with the copy's axis each is passed as."""
@@ -630,7 +556,7 @@ class KMajorOperands(Pass):
         edits: list[ByteEdit] = []
         removed: set[int] = set()
         for launch in mod.launches(kernel.name):
-            arg = _Host(mod, kernel, launch).args.get(str(site.detail.get("operand")))
+            arg = HostArgs(mod, kernel, launch).args.get(str(site.detail.get("operand")))
             assign = _copied(mod, launch, arg.id, copies) if isinstance(arg, ast.Name) else None
             if assign is None:
                 continue

@@ -21,6 +21,7 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, fresh_name, names_in
 from passes.triton.affine import Box, Scope, box_of, broadcast
 from passes.triton.launch import TRITON, comment_above
+from passes.triton.host_layout import HostArgs, shape_rank, unit_axis
 from passes.triton.roles import accumulators, assignments, dot_loops, launch_arguments, reached
 
 if TYPE_CHECKING:
@@ -475,30 +476,33 @@ def _lift(scope: Scope, base: str) -> _Lift | None:
 
 def _unit_axis(mod: PyModule, kernel: ast.FunctionDef, launches: list[ast.Call],
                stride: tuple[str, str]) -> int | None:
-    """Which of a box's two strides, both kernel parameters, the host passes as the stride of
-    a tensor's later axis (`x.stride(3)` beside `x.stride(2)`, or `x.stride(-1)`): the one a
-    dense tensor has as 1, where the descriptor's last axis goes. None where the first launch
-    does not say (other expressions, other tensors)."""
+    """Which of a box's two strides, both kernel parameters, is the tensor's unit stride, read
+    from what the first launch passes for them (`x.stride(i)`, `x.stride()[i]`, `*x.stride()`):
+    the stride of the axis the host source makes contiguous where it says which
+    (`host_layout.unit_axis`: a K-major copy, a transposed view, a fresh tensor), else of the
+    tensor's later axis (`x.stride(-1)`, `x.stride(3)` beside `x.stride(2)`: the one a dense
+    tensor has as 1). Where the descriptor's last axis goes; None where the launch does not
+    say (other expressions, other tensors). A wrong answer costs speed only: the launch
+    checks the descriptor's last stride is 1 before it takes the descriptor path."""
     if not launches:
         return None
-    given = launch_arguments(mod, kernel, launches[0])
-    axes = []
-    for name in stride:
-        node = given.get(name)
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "stride" and len(node.args) == 1
-                and isinstance(node.args[0], (ast.Constant, ast.UnaryOp))):
-            return None
-        try:
-            index = ast.literal_eval(node.args[0])
-        except ValueError:
-            return None
-        axes.append((ast.unparse(node.func.value), index))
-    (t0, i0), (t1, i1) = axes
-    if t0 != t1 or not isinstance(i0, int) or not isinstance(i1, int) or i0 == i1:
+    host = HostArgs(mod, kernel, launches[0])
+    dims = [host.dims.get(name) for name in stride]
+    if dims[0] is None or dims[1] is None or dims[0][0] != dims[1][0] or dims[0][1] == dims[1][1]:
         return None
-    if -1 in (i0, i1):
-        return 0 if i0 == -1 else 1
+    tensor, (i0, i1) = dims[0][0], (dims[0][1], dims[1][1])
+    fn = mod.enclosing(launches[0], ast.FunctionDef)
+    unit = unit_axis(mod, fn, ast.parse(tensor, mode="eval").body, mod.start(launches[0])) \
+        if isinstance(fn, ast.FunctionDef) else None
+    rank = unit.rank if unit is not None and unit.rank is not None else \
+        host.ranks.get(tensor) or shape_rank(fn, tensor)
+    made = unit.at(rank).axis if unit is not None else None
+    if rank is not None and made is not None:
+        i0, i1 = i0 % rank, i1 % rank
+    if made is not None and made in (i0, i1):
+        return 0 if made == i0 else 1
+    if (i0 < 0) != (i1 < 0):
+        return 0 if i0 == -1 else 1 if i1 == -1 else None
     return 0 if i0 > i1 else 1
 
 
@@ -659,16 +663,17 @@ def _host_text(mod: PyModule, helper: str, with_allocator: bool) -> str:
         '    """CUDA device `index` has TMA (sm_90 or later)."""\n'
         "    return torch.cuda.get_device_capability(index)[0] >= 9\n"
         f"\n\ndef {helper}(*args) -> bool:\n"
-        '    """Tensor descriptors (TMA) can read every tensor argument: 16-byte aligned, rows\n'
-        '    dense, other strides multiples of 16 bytes, on a GPU with TMA (sm_90+) or the CPU."""\n'
+        '    """Tensor descriptors (TMA) can read every tensor argument: 16-byte aligned, one of\n'
+        '    its last two axes dense (the launch checks it is the one each descriptor reads last),\n'
+        '    other strides multiples of 16 bytes, on a GPU with TMA (sm_90+) or the CPU."""\n'
         "    for t in args:\n"
         "        if not isinstance(t, torch.Tensor):\n"
         "            continue\n"
         "        strides = t.stride()\n"
-        "        if t.data_ptr() % 16 or (strides and strides[-1] != 1):\n"
+        "        if t.data_ptr() % 16 or (len(strides) > 1 and 1 not in strides[-2:]):\n"
         "            return False\n"
         "        size = t.element_size()\n"
-        "        if any(s * size % 16 for s in strides[:-1]):\n"
+        "        if any(s * size % 16 for s in strides if s != 1):\n"
         "            return False\n"
         f"        if t.is_cuda and not {has_tma}(t.get_device()):\n"
         "            return False\n"
