@@ -477,3 +477,28 @@ def test_descriptors_over_the_copy_compile_to_wgmma_fed_by_tma(tmp_path) -> None
                           capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "wgmma True tma True" in done.stdout
+
+
+def test_the_search_takes_the_rule_after_the_plain_sweep(tmp_path) -> None:
+    """After the start's plain sweep, the best kernel's launch leaves the tile sizes to its
+    autotuner and spreads each tensor's strides (`*B.stride()`): the rule still reads which
+    parameter each stride fills (the autotuned ones are not the launch's), so the search
+    offers it on the swept kernel and takes it with the next gate."""
+    from lineage.moves import plain_sweep, rule_moves
+    from lineage.optimize import optimize
+    from lineage.skills import Library
+    from passes.rewriter import DeterministicRewriter
+    from skill_helpers import ScriptedGate
+
+    swept = plain_sweep(kir.parse(BATCHED, "triton")).ir
+    assert "bmm_kernel[grid](A, B, C, M, N, K, *A.stride(), *B.stride(), *C.stride())" in swept.unparse()
+    assert set(rule_moves(swept)) == {"k-major-operands"}
+    target = tmp_path / "bmm.py"
+    target.write_text(BATCHED)
+    gate = ScriptedGate(ms=lambda s: 3.0 if "_k_major(" in s else 6.0 if "triton.autotune" in s else 10.0)
+    result = optimize(target, str(ROOT / "tests/data/problems/precision/matmul_rand.py"),
+                      Library.open(tmp_path / "empty", create=True), tier="device",
+                      out=tmp_path / "out", rewriter=DeterministicRewriter(), check_fn=gate,
+                      budget_steps=2)
+    assert [s.pass_name for s in result.applied] == ["autotune", "k-major-operands"]
+    assert result.best_ms == 3.0

@@ -1,8 +1,9 @@
 """What a host function passes to a kernel launch, and which axis of a host tensor is dense.
 
-`HostArgs` maps a launch's arguments to the kernel's parameters, reading a tensor's strides
-spread into the launch (`*x.stride()`) axis by axis, and names the tensor and axis behind every
-stride argument (`x.stride(i)`, `x.stride()[i]`).
+`HostArgs` maps a launch's arguments to the kernel's parameters (those the kernel's autotuner
+or heuristics set left out), reading a tensor's strides spread into the launch (`*x.stride()`)
+axis by axis, and names the tensor and axis behind every stride argument (`x.stride(i)`,
+`x.stride()[i]`).
 
 `unit_axis` reads which axis of a host tensor the host source itself makes contiguous (stride
 one), following the value back to where it is made:
@@ -26,6 +27,7 @@ import ast
 from dataclasses import dataclass
 
 from passes.triton._py import PyModule, callee, literal_int
+from passes.triton.roles import autotune_entries, heuristic_entries
 
 FACTORIES = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.rand", "torch.randn",
                        "torch.full", "torch.randint"})
@@ -44,7 +46,7 @@ class HostArgs:
         self.args: dict[str, ast.AST] = {}
         self.dims: dict[str, tuple[str, int]] = {}
         host = mod.enclosing(launch, ast.FunctionDef)
-        given = {k.arg for k in launch.keywords if k.arg}
+        given = {k.arg for k in launch.keywords if k.arg} | supplied(mod, kernel)
         free = [p for p in params if p not in given]
         stars = [a for a in launch.args if isinstance(a, ast.Starred)]
         plain = [a for a in launch.args if not isinstance(a, ast.Starred)]
@@ -78,6 +80,14 @@ class HostArgs:
             got = stride_of(node)
             if got is not None:
                 self.dims[name] = got
+
+
+def supplied(mod: PyModule, kernel: ast.FunctionDef) -> set[str]:
+    """The parameters the kernel's decorators set at each launch (its autotuner's
+    configurations, its heuristics): a launch passes none of them."""
+    keys = {str(k.value) for c in autotune_entries(mod, kernel) for k in c.args[0].keys  # type: ignore[attr-defined]
+            if isinstance(k, ast.Constant)}
+    return keys | set(heuristic_entries(mod, kernel)[1])
 
 
 def stride_owner(node: ast.AST) -> str:
