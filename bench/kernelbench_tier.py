@@ -2,7 +2,7 @@
 run as the held-out tier runs an operator, reported with KernelBench's own metrics.
 
     python3 bench/kernelbench_tier.py --kernelbench DIR [--starts bench/kernelbench]
-        [--tier device|interpret] [--only NAME,...] [--shard K/N] [--budget-steps 12] [--box 300]
+        [--tier device|interpret] [--only NAME|level1/N,...] [--shard K/N] [--budget-steps 12] [--box 300]
         [--wall S] [--settle-wall S] [--settle-jobs N] [--jobs N] [--gpus N] [--gpu-memory GB]
         [--baselines-in-slot] [--library DIR]
         [--out DIR] [--fresh | --redo-unfinished] [--commit SHA | --any-commit]
@@ -137,7 +137,7 @@ def problem_root(directory: Path) -> Path:
 def pair_problems(root: Path, starts: Path, only: Iterable[str] = ()) -> tuple[list[Problem], list[str]]:
     """(problems with both a start kernel under `starts` and a problem file under `root`, the
     start kernels whose problem file is missing, as keys), sorted by level and problem number.
-    `only` keeps the keys or file stems named."""
+    `only` keeps the problems named (`names`)."""
     wanted = set(only)
     found: list[Problem] = []
     missing: list[str] = []
@@ -145,11 +145,23 @@ def pair_problems(root: Path, starts: Path, only: Iterable[str] = ()) -> tuple[l
         level = start.parent.name
         problem = root / level / start.name
         entry = Problem(level, problem, start)
-        if wanted and not ({entry.key, start.stem} & wanted):
+        if wanted and not (names(entry) & wanted):
             continue
         (found.append(entry) if problem.is_file() else missing.append(entry.key))
     found.sort(key=lambda p: (p.level, _number(p.problem.stem), p.problem.stem))
     return found, missing
+
+
+def names(entry: Problem) -> set[str]:
+    """What `--only` may call a problem: its key (level1/3_Batched_matrix_multiplication), its
+    file stem, or its level and number (level1/3)."""
+    return {entry.key, entry.start.stem, f"{entry.level}/{_number(entry.start.stem)}"}
+
+
+def unknown_names(starts: Path, only: Iterable[str]) -> list[str]:
+    """The names in `only` that call no start kernel under `starts`."""
+    known = set().union(*(names(Problem(p.parent.name, p, p)) for p in starts.glob("level*/*.py")))
+    return [name for name in only if name not in known]
 
 
 def _number(stem: str) -> int:
@@ -955,7 +967,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--baselines-in-slot", action="store_true",
                     help="device: time each problem's baselines right after its search, in its "
                          "slot (its GPU and memory), beside the other problems' searches")
-    ap.add_argument("--only", default="", help="comma-separated problems (level1/NAME or NAME)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated problems (level1/NAME, NAME or level1/NUMBER)")
     ap.add_argument("--shard", default=None, metavar="K/N",
                     help="run the K-th of N interleaved parts of the problems (several processes)")
     ap.add_argument("--jobs", type=int, default=1, help="problems at once (over every GPU)")
@@ -1014,7 +1027,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BadInputError, ValueError) as exc:
         print(f"kernelbench_tier: {exc}", file=sys.stderr)
         return 2
-    problems, missing = pair_problems(root, Path(args.starts), [s for s in args.only.split(",") if s])
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = unknown_names(Path(args.starts), only)
+    if unknown:
+        print(f"kernelbench_tier: --only names no start kernel in {args.starts}: {', '.join(unknown)} "
+              "(give level1/NAME, NAME or level1/NUMBER)", file=sys.stderr)
+        return 2
+    problems, missing = pair_problems(root, Path(args.starts), only)
     problems = problems[shard[0]::shard[1]]
     for key in missing:
         heldout.say(key, f"start kernel without a problem file in {root}: skipped")

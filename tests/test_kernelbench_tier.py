@@ -116,6 +116,9 @@ def test_start_kernels_pair_with_the_checkouts_problem_files(tmp_path: Path) -> 
     assert problems[0].problem == root / "level1" / "7_Relu_scale.py"
     assert missing == ["level2/3_Not_in_checkout"]
     assert TIER.pair_problems(root, starts, ["12_Other"])[0] == []
+    by_number = TIER.pair_problems(root, starts, ["level1/7", "8_Huge"])[0]
+    assert [p.key for p in by_number] == ["level1/7_Relu_scale", "level1/8_Huge"]
+    assert TIER.unknown_names(starts, ["level1/7", "level1/9", "level2/3_Not_in_checkout"]) == ["level1/9"]
     problems = problems[:1]
     staged = TIER.stage(problems, tmp_path / ".kb")
     assert staged == [tmp_path / ".kb" / "level1" / "7_Relu_scale.py"]
@@ -793,3 +796,15 @@ def test_a_searched_record_waits_for_its_fresh_gates_not_for_a_new_search() -> N
     waiting = {"status": "searched", "box_s": 40.0, "best": {"termination": "time-box"}}
     tier.name_cut(waiting, 100.0)
     assert waiting["status"] == "searched"
+
+
+def test_only_naming_no_start_kernel_is_a_one_line_error(tmp_path: Path, capsys) -> None:
+    kb, starts = _checkout(tmp_path)
+    code = TIER.main(["--kernelbench", str(kb), "--starts", str(starts), "--only", "level1/7,level1/99",
+                      "--stage", str(tmp_path / "dest")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "level1/99" in err and "level1/7," not in err
+    assert not (tmp_path / "dest").exists()
+    assert TIER.main(["--kernelbench", str(kb), "--starts", str(starts), "--only", "level1/7",
+                      "--stage", str(tmp_path / "dest")]) == 0
+    assert [p.name for p in (tmp_path / "dest" / "level1").iterdir()] == ["7_Relu_scale.py"]
