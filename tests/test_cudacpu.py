@@ -509,3 +509,26 @@ def test_builds_read_the_emulation_header_precompiled_once_and_compute_the_same(
                           capture_output=True, text=True)
     assert used.returncode == 0 and f"! {folders[0] / 'cudacpu.h.gch'}" in used.stderr, used.stderr[:2000]
     assert sums["1"] == sums["0"] == pytest.approx(x.sum().item(), rel=1e-4, abs=1e-3)
+
+
+def test_dynamic_shared_memory_past_the_launchs_bytes_faults():
+    # a kernel that stages 32 KiB in dynamic shared memory: run with the bytes it needs it is
+    # correct; a launch that asks for fewer (a host that forgot to pass them) must fail as on the GPU
+    src = ('extern "C" __global__ void stage(const float* x, float* y, int n) {\n'
+           '  extern __shared__ float buf[];\n'
+           '  for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = x[i] * 2.0f;\n'
+           '  __syncthreads();\n'
+           '  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = buf[n - 1 - i];\n'
+           '}\n')
+    lib = build(src, name="dynamic_stage.cu")
+    n = 8192
+    x = torch.arange(n, dtype=torch.float32)
+    y = torch.zeros(n)
+    lib.launch("stage", 1, 256, n * 4, [x, y, n])
+    assert torch.equal(y, (x * 2).flip(0))
+    with pytest.raises(EmulationError, match="past the 0 bytes the launch of stage asked for"):
+        lib.launch("stage", 1, 256, 0, [x, y, n])
+    with pytest.raises(EmulationError, match="past the 8192 bytes"):
+        lib.launch("stage", 1, 256, 8192, [x, y, n])
+    lib.launch("stage", 1, 256, n * 4, [x, y, n])  # the window is whole again afterwards
+    assert torch.equal(y, (x * 2).flip(0))

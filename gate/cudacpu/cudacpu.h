@@ -823,6 +823,12 @@ inline void on_fault(int sig, siginfo_t* info, void*) {
   if (!l->failed) {
     if (stacks.in_guard(info->si_addr))
       snprintf(l->error, sizeof(l->error), "a thread's stack overflowed (raise CUDACPU_STACK_KB) in %s", l->kernel);
+    else if (is_shared(info->si_addr))
+      snprintf(l->error, sizeof(l->error),
+               "shared memory access at byte %zu of dynamic shared memory, past the %zu bytes the launch of %s "
+               "asked for, block (%u,%u,%u)",
+               (size_t)((const unsigned char*)info->si_addr - shared_window) - dynamic_base(), l->dynamic_bytes,
+               l->kernel, l->block_idx.x, l->block_idx.y, l->block_idx.z);
     else
       snprintf(l->error, sizeof(l->error), "illegal memory access (%s at address %p) in %s, block (%u,%u,%u)",
                sig == SIGSEGV ? "SIGSEGV" : "SIGBUS", info->si_addr, l->kernel, l->block_idx.x, l->block_idx.y,
@@ -847,11 +853,16 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
              DYNAMIC_SHARED_CAP);
     return 1;
   }
+  // Past the dynamic bytes the launch asked for (rounded up to a page), the window is not
+  // mapped for the launch: a kernel that uses more than its launch gives faults, as on the GPU.
+  size_t guarded = (dynamic_base() + l.dynamic_bytes + 4095) & ~size_t(4095);
+  if (guarded < SHARED_WINDOW) mprotect(shared_window + guarded, SHARED_WINDOW - guarded, PROT_NONE);
   std::vector<Thread> threads(l.nthreads);
   l.threads = threads.data();
   for (unsigned i = 0; i < l.nthreads; ++i) {
     if ((threads[i].stack = stacks.get(i, stack_bytes)) == nullptr) {
       snprintf(l.error, sizeof(l.error), "cannot map %u thread stacks", l.nthreads);
+      if (guarded < SHARED_WINDOW) mprotect(shared_window + guarded, SHARED_WINDOW - guarded, PROT_READ | PROT_WRITE);
       return 1;
     }
   }
@@ -940,6 +951,7 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
   }
   L = nullptr;
   cur = nullptr;
+  if (guarded < SHARED_WINDOW) mprotect(shared_window + guarded, SHARED_WINDOW - guarded, PROT_READ | PROT_WRITE);
   sigaction(SIGSEGV, &old_segv, nullptr);
   sigaction(SIGBUS, &old_bus, nullptr);
   sigaltstack(&old_ss, nullptr);
