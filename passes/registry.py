@@ -38,6 +38,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "causal-block-skip": ("passes.triton.masking", "CausalBlockSkip"),
     "tma-descriptors": ("passes.triton.tma", "TmaDescriptors"),
     "k-major-operands": ("passes.triton.layout", "KMajorOperands"),
+    "tf32x3-dot": ("passes.triton.precision", "Tf32x3Dot"),
     # CUDA C++
     "row-cache": ("passes.cuda.row_cache", "RowCache"),
     "row-registers": ("passes.cuda.row_registers", "RowRegisters"),
