@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from gate import foreign, gpulock
+from gate import extbuild, foreign, gpulock
 from gate.cache import VerdictCache, cache_key
 from gate.cases import Case, load_case
 from gate.hostforms import builds_extension
@@ -182,6 +182,34 @@ def check(source: str, language: Any, case: Case | str | Path, tier: Tier | str 
     return verdict
 
 
+def prebuild(source: str, language: Any, case: Case | str | Path, tier: Tier | str = Tier.AUTO, *,
+             path: str | Path | None = None, host: str | Path | None = None) -> bool:
+    """Start building, on a spare core, what the gate of this candidate (same arguments as
+    `check`) would build first when it runs: the extension of a CUDA host that calls
+    `load_inline`, in the folder its worker will build in (`gate.extbuild`). The gate itself is
+    unchanged: its worker waits for a build ahead of its folder to end, then builds (torch and
+    ninja recompile whatever does not match its own source) and runs the candidate as always.
+    Returns whether a build was started: never at a tier other than device, for another host,
+    a candidate with a cached verdict, bad input, or where builds ahead are off or busy."""
+    if not extbuild.enabled():
+        return False
+    try:
+        job = prepare(source, language, case, tier, path=path, host=host)
+    except BadInputError:
+        return False
+    if job.language != "cuda" or job.tier is not Tier.DEVICE or not builds_extension(job.host_text):
+        return False
+    if VerdictCache().get(job.key(platform_of(job.tier))) is not None:
+        return False
+    try:
+        text = hosted(job.host_text, job.source)
+    except BadInputError:
+        return False
+    env = extbuild.build_env(dict(os.environ), text)
+    origin = str(job.src_path.parent) if job.src_path is not None else None
+    return extbuild.start(text, job.stem, origin, env)
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """One gate job made concrete by the caller (case loaded, tier resolved, host module read):
@@ -270,17 +298,6 @@ def evaluate(job: Prepared) -> Verdict:
     return verdict
 
 
-def _extension_dir(hosted_text: str) -> str:
-    """Where torch builds the `load_inline` extension of a host module: one folder per module
-    text. Torch serializes the builds of one extension name in one folder, so that candidates
-    of one host (the same name, other sources) built by gates at once would queue behind each
-    other; the same text finds its earlier build."""
-    import hashlib  # noqa: PLC0415
-
-    digest = hashlib.sha256(hosted_text.encode()).hexdigest()[:16]
-    return str(Path(tempfile.gettempdir()) / "klineage-extensions" / digest)
-
-
 def cacheable(verdict: Verdict) -> bool:
     """Whether a verdict may be cached (timeouts, crashes and faults of the gate are not)."""
     return verdict.failure_kind not in _UNCACHED
@@ -302,8 +319,8 @@ def _run(source: str, lang: str, case: Case, tier: Tier, stem: str, host_text: s
         rng = random.SystemRandom()
         base = rng.randrange(1, 2**30)  # fresh seeds: nothing to memorize
         env = dict(os.environ)
-        if lang == "cuda" and "TORCH_EXTENSIONS_DIR" not in env and builds_extension(host_text):
-            env["TORCH_EXTENSIONS_DIR"] = _extension_dir(module.read_text())
+        if lang == "cuda" and builds_extension(host_text):
+            env = extbuild.build_env(env, module.read_text())
         job = Job(tier=tier.value, language=lang, module_path=str(module),
                   cu_path=str(cu) if cu else None, scratch=str(scratch),
                   origin_dir=str(src_path.parent) if src_path else None,

@@ -936,7 +936,8 @@ class _Runner:
         self.threads_before = frozenset(sys._current_frames())
         self.audit = guards.AuditGuard.install()
         self.audit.arm([self.job.scratch, self.job.origin_dir or ""])
-        module = import_candidate(self.chan, self.job)
+        with self.extension_builder():
+            module = import_candidate(self.chan, self.job)
         self.check_tamper("import")
         self.run_fn = module.run
         if emulating:  # the host sees the emulated GPU, its inputs claim to live there
@@ -967,6 +968,19 @@ class _Runner:
             self.monitor.install_cupy()
         if hostforms.builds_extension(text):
             self.monitor.install_extensions()
+
+    def extension_builder(self) -> Any:
+        """Around the candidate's import: the build lock of the folder its `load_inline`
+        extension builds in (`gate.extbuild.builder`: a build ahead of it ends first, what a
+        killed build left is cleared); nothing for other candidates."""
+        folder = os.environ.get("TORCH_EXTENSIONS_DIR")
+        if self.job.language != "cuda" or not folder:
+            return contextlib.nullcontext()
+        from gate import extbuild, hostforms  # noqa: PLC0415
+
+        if not hostforms.builds_extension(Path(self.job.module_path).read_text()):
+            return contextlib.nullcontext()
+        return extbuild.builder(folder)
 
     def install_tuning_bench(self) -> None:
         """Device tier: a Triton autotuner in the candidate times its configurations the way

@@ -1,0 +1,108 @@
+"""Device-tier gate time of a `load_inline` CUDA host, its candidates built in the gate or ahead.
+
+Gates N distinct candidates of one KernelBench-style host (the style tier's row softmax unless
+`--kernel` / `--case` name another), one after another as a search does, twice:
+
+- `in-gate`: builds ahead off (`KLINEAGE_BUILD_AHEAD=off`): each gate builds its extension;
+- `ahead`: before each gate, the next candidates' builds are started (`gate.prebuild`, as the
+  optimize loop does for the moves it ranks next), so a build overlaps the gate before it.
+
+The candidates differ by a comment line in their CUDA source (a distinct text, so each one is
+a full build; a run-unique salt keeps builds of earlier runs out). Verdict cache off. Writes
+`extbuild_time.json` under OUT_DIR: per gate its wall seconds, its `load_candidate` phase
+(the import, i.e. the extension build), ok / ms; per mode the totals.
+
+    python bench/extbuild_time.py OUT_DIR [--n 5] [--kernel PATH --case DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_CASE = ROOT / "bench/styles/cuda/cu_softmax_rows"
+DEFAULT_KERNEL = DEFAULT_CASE / "softmax_rows.py"
+
+
+def _variants(source: str, n: int, salt: str) -> list[str]:
+    return [f"{source.rstrip()}\n// candidate {salt} {k}\n" for k in range(n)]
+
+
+def _gate(gate, unit, case, text: str) -> dict:
+    t0 = time.monotonic()
+    verdict = gate.check(text, "cuda", case, "device", path=unit.source_path, host=unit.host_path,
+                         cache=False)
+    wall = time.monotonic() - t0
+    phases = dict(verdict.phases or ())
+    ms = verdict.timing.candidate_ms if verdict.ok and verdict.timing else None
+    return {"wall_s": round(wall, 2), "ok": verdict.ok,
+            "reason": None if verdict.ok else str(verdict.reason)[:300],
+            "load_candidate_s": round(phases.get("load_candidate", 0.0), 2), "ms": ms,
+            "phases": {k: round(v, 2) for k, v in phases.items()}}
+
+
+def run_mode(mode: str, unit, case, n: int) -> dict:
+    import gate
+    from gate import extbuild
+
+    salt = f"{mode}-{uuid.uuid4().hex[:8]}"
+    texts = _variants(unit.source, n, salt)
+    os.environ["KLINEAGE_BUILD_AHEAD"] = "off" if mode == "in-gate" else "on"
+    gates, started = [], set()
+    t0 = time.monotonic()
+    for k, text in enumerate(texts):
+        if mode == "ahead":
+            for j in range(k + 1, min(n, k + 1 + extbuild.slots())):
+                if j not in started and gate.prebuild(texts[j], "cuda", case, "device",
+                                                      path=unit.source_path, host=unit.host_path):
+                    started.add(j)
+        row = _gate(gate, unit, case, text)
+        row["built_ahead"] = k in started
+        gates.append(row)
+        print(f"{mode} {k}: {row['wall_s']} s (load {row['load_candidate_s']} s) ok={row['ok']}",
+              flush=True)
+    total = time.monotonic() - t0
+    return {"mode": mode, "total_s": round(total, 2), "gates": gates,
+            "mean_gate_s": round(sum(g["wall_s"] for g in gates) / len(gates), 2),
+            "mean_load_s": round(sum(g["load_candidate_s"] for g in gates) / len(gates), 2)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--n", type=int, default=5)
+    ap.add_argument("--kernel", type=Path, default=DEFAULT_KERNEL)
+    ap.add_argument("--case", type=Path, default=DEFAULT_CASE)
+    ap.add_argument("--modes", default="in-gate,ahead")
+    args = ap.parse_args()
+    import gate
+    from gate import extbuild
+    from kir import embedded
+
+    unit = embedded.cuda_unit(args.kernel)
+    if unit is None:
+        print(f"{args.kernel}: not a CUDA kernel", file=sys.stderr)
+        return 2
+    case = gate.load_case(str(args.case))
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {"kernel": str(args.kernel), "case": str(args.case), "n": args.n,
+              "cpus": os.cpu_count(), "slots": extbuild.slots(),
+              "arch_list": extbuild.device_arch_list(), "modes": []}
+    for mode in args.modes.split(","):
+        report["modes"].append(run_mode(mode, unit, case, args.n))
+        (args.out / "extbuild_time.json").write_text(json.dumps(report, indent=1))
+    for m in report["modes"]:
+        print(f"{m['mode']}: total {m['total_s']} s for {args.n} gates, mean gate {m['mean_gate_s']} s,"
+              f" mean load {m['mean_load_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,294 @@
+"""Building a CUDA host's `load_inline` extension: where, under which lock, and ahead of its gate.
+
+A host module that calls `torch.utils.cpp_extension.load_inline` builds its extension when the
+gate's worker imports it: torch writes the sources into a build folder and ninja compiles them
+(the C++ half and the `.cu`, each through torch's headers: tens of seconds of CPU for a kernel
+of a few lines, against seconds of GPU work in the gate). This module owns that folder:
+
+- `extension_dir(module_text, env)`: the folder (`TORCH_EXTENSIONS_DIR`) a hosted module text
+  builds in, one per text and toolchain (torch, nvcc, host compiler, target architectures), so
+  that the same text finds its earlier build and two texts never share one.
+- `builder(folder)`: the lock every build in a folder holds, the gate's worker around its import
+  of the candidate and a build ahead around its own. Entering it finishes what a build that was
+  killed left: torch's own lock files (torch waits on them forever) and, where that build had
+  not finished, everything it wrote (a half-written object is not trusted to ninja's times).
+- `start(...)`: a build ahead, in a process of its own on the machine's spare cores, of a
+  candidate the caller expects to gate next (`gate.check.prebuild`): it imports the hosted
+  module with no GPU visible and the same build environment the worker gets, until its first
+  `load_inline` call has built, and ends. Nothing it leaves is trusted: the worker calls
+  `load_inline` itself, and torch (a source rewritten where its text differs) and ninja (every
+  command and input time checked) rebuild whatever does not match the candidate's own source;
+  a build ahead only saves the compile where it matches.
+
+`KLINEAGE_BUILD_AHEAD` sets how many builds ahead may run at once (``off``: none, the gate then
+builds each candidate itself; unset: what the machine's cores leave, `slots`).
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+LOCK_NAME = ".klineage-builder"
+UNFINISHED_NAME = ".klineage-unfinished"
+CORES_PER_BUILD = 2  # ninja compiles the C++ half and the .cu side by side
+MAX_AHEAD = 4  # builds ahead at once, at most (each nvcc over torch's headers holds ~1-2 GB)
+AHEAD_LIMIT_S = 600.0  # a build ahead that takes longer is stopped (its gate builds itself)
+AHEAD_NICE = 10  # builds ahead yield the CPU to the gate that runs now
+# The environment a build's commands and flags depend on (torch's cpp_extension reads these).
+BUILD_ENV = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CUDA_PATH", "CXX", "CC", "PYTORCH_NVCC",
+             "MAX_JOBS", "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES")
+
+
+def extension_dir(module_text: str, env: Mapping[str, str]) -> str:
+    """Where the worker builds the `load_inline` extension of `module_text` under `env`: one
+    folder per module text and toolchain. Torch keys a build folder by the extension's name
+    alone and serializes the builds of one folder, so that candidates of one host (one name,
+    other sources) would queue behind each other and a folder reused across a torch or nvcc
+    upgrade would keep objects of the old headers; the same text under the same toolchain
+    finds its earlier build."""
+    key = "\n".join([module_text, _toolchain(), *(f"{k}={env.get(k, '')}" for k in BUILD_ENV),
+                     _nvcc_identity(env.get("CUDA_HOME") or env.get("CUDA_PATH") or "",
+                                    env.get("PATH", ""))])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / "klineage-extensions" / digest)
+
+
+@lru_cache(maxsize=1)
+def _toolchain() -> str:
+    try:
+        return f"torch={metadata.version('torch')}"
+    except metadata.PackageNotFoundError:
+        return "torch=-"
+
+
+@lru_cache(maxsize=8)
+def _nvcc_identity(cuda_home: str, path: str) -> str:
+    """The nvcc torch would run (CUDA_HOME's, else the one on PATH): its real path, size and
+    modification time, so an upgraded toolkit is another toolchain."""
+    found = Path(cuda_home) / "bin" / "nvcc" if cuda_home else None
+    if found is None or not found.exists():
+        which = shutil.which("nvcc", path=path or None)
+        found = Path(which) if which else None
+    if found is None:
+        return "nvcc=-"
+    real = found.resolve()
+    try:
+        st = real.stat()
+    except OSError:
+        return f"nvcc={real}"
+    return f"nvcc={real}:{st.st_size}:{st.st_mtime_ns}"
+
+
+@lru_cache(maxsize=1)
+def device_arch_list() -> str | None:
+    """`TORCH_CUDA_ARCH_LIST` as torch derives it for the visible GPUs when it is unset (each
+    distinct compute capability, sorted, the last with `+PTX`), from `nvidia-smi` without
+    touching the GPU; None where it cannot be told (no nvidia-smi, visible devices named other
+    than by index). Setting it to this value compiles exactly what torch would, and lets a
+    build with no GPU visible (a build ahead) compile the same commands as the worker's."""
+    tool = shutil.which("nvidia-smi")
+    if tool is None:
+        return None
+    try:
+        out = subprocess.run([tool, "--query-gpu=index,compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    caps: dict[str, str] = {}
+    for line in out.strip().splitlines():
+        index, _, cap = (part.strip() for part in line.partition(","))
+        if index.isdigit() and cap.replace(".", "", 1).isdigit():
+            caps[index] = cap
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        names = [v.strip() for v in visible.split(",") if v.strip()]
+        if not all(n.isdigit() for n in names):
+            return None
+        # as CUDA does: the list stops at the first index that names no device
+        kept = []
+        for n in names:
+            if n not in caps:
+                break
+            kept.append(caps[n])
+        chosen = kept
+    else:
+        chosen = list(caps.values())
+    if not chosen:
+        return None
+    archs = sorted(set(chosen), key=lambda a: tuple(int(p) for p in a.split(".")))
+    return ";".join(archs[:-1] + [archs[-1] + "+PTX"])
+
+
+def build_env(env: Mapping[str, str], module_text: str) -> dict[str, str]:
+    """`env` with the extension's build folder (`extension_dir`) and, where the caller set
+    neither, the target architectures torch would derive (`device_arch_list`)."""
+    out = dict(env)
+    if "TORCH_CUDA_ARCH_LIST" not in out and (archs := device_arch_list()) is not None:
+        out["TORCH_CUDA_ARCH_LIST"] = archs
+    if "TORCH_EXTENSIONS_DIR" not in out:
+        out["TORCH_EXTENSIONS_DIR"] = extension_dir(module_text, out)
+    return out
+
+
+@contextlib.contextmanager
+def builder(folder: str | Path) -> Iterator[None]:
+    """Hold `folder`'s build lock (blocking while another build in it runs). On entry, what a
+    killed build left is cleared: torch's lock files, and where that build had not finished
+    (its `UNFINISHED_NAME` mark is there) everything in the folder. The mark stays while the
+    body runs; a process killed in it leaves the mark for the next builder."""
+    root = Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        mark = root / UNFINISHED_NAME
+        if mark.exists():
+            for entry in root.iterdir():
+                if entry.name == LOCK_NAME:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+        for stale in root.glob("*/lock"):  # torch's FileBaton of a build that did not end
+            stale.unlink(missing_ok=True)
+        mark.touch()
+        try:
+            yield
+        finally:  # an exception in the body ends its build too; a killed process runs no finally
+            mark.unlink(missing_ok=True)
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+# -- builds ahead ----------------------------------------------------------------------------------
+
+_AHEAD: dict[str, subprocess.Popen[bytes]] = {}
+
+
+def enabled() -> bool:
+    """Builds ahead are on: at least one slot (`slots`)."""
+    return slots() > 0
+
+
+def slots() -> int:
+    """How many builds ahead may run at once: `KLINEAGE_BUILD_AHEAD` where it is a count
+    (``off``: none), else the cores left after the gate's own build, `CORES_PER_BUILD` per
+    build, at most `MAX_AHEAD`."""
+    chosen = os.environ.get("KLINEAGE_BUILD_AHEAD", "").strip().lower()
+    if chosen == "off":
+        return 0
+    if chosen.isdigit():
+        return int(chosen)
+    return max(0, min(MAX_AHEAD, (os.cpu_count() or 1) // CORES_PER_BUILD - 1))
+
+
+def running() -> int:
+    """Builds ahead of this process still running."""
+    for folder, proc in list(_AHEAD.items()):
+        if proc.poll() is not None:
+            del _AHEAD[folder]
+    return len(_AHEAD)
+
+
+def start(module_text: str, stem: str, origin_dir: str | None, env: Mapping[str, str]) -> bool:
+    """Start building ahead the extension of the hosted module `module_text` (named `stem`,
+    its helpers in `origin_dir`) in the folder `env` names; `env` is the worker's environment
+    (`build_env`). Returns False without starting one where builds ahead are off, every slot is
+    taken, the folder's build was started by this process already, or the target
+    architectures were not set (a build with no GPU visible could not derive the same)."""
+    folder = env.get("TORCH_EXTENSIONS_DIR")
+    if not folder or "TORCH_CUDA_ARCH_LIST" not in env or not enabled():
+        return False
+    if folder in _AHEAD or running() >= slots():
+        return False
+    scratch = Path(tempfile.mkdtemp(prefix="klineage-ahead-"))
+    module = scratch / f"{stem}.py"
+    module.write_text(module_text)
+    child_env = dict(env)
+    child_env["CUDA_VISIBLE_DEVICES"] = ""  # candidate code that runs here never reaches a GPU
+    root = str(Path(__file__).resolve().parents[1])
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gate.extbuild", str(module), origin_dir or "", folder],
+            env=child_env, cwd=scratch, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        shutil.rmtree(scratch, ignore_errors=True)
+        return False
+    _AHEAD[folder] = proc
+    return True
+
+
+@atexit.register
+def stop_all() -> None:
+    """Stop every build ahead of this process that still runs (its process group: ninja and
+    the compilers too); their folders keep the unfinished mark, which the next builder clears."""
+    for proc in _AHEAD.values():
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    _AHEAD.clear()
+
+
+class _Built(BaseException):
+    """Ends the import of a module whose extension has built: nothing after it needs to run."""
+
+
+def _build(module_path: str, origin_dir: str, folder: str) -> int:
+    """The build ahead's process: import the module until its first `load_inline` has built."""
+    os.nice(AHEAD_NICE)
+    signal.signal(signal.SIGALRM, lambda *_: os.killpg(0, signal.SIGTERM))
+    signal.alarm(int(AHEAD_LIMIT_S))
+    import importlib.util  # noqa: PLC0415
+
+    import torch.utils.cpp_extension as cpp_extension  # noqa: PLC0415
+
+    from gate import guards  # noqa: PLC0415
+
+    original = cpp_extension.load_inline
+
+    def load_inline(*args: object, **kwargs: object) -> object:
+        original(*args, **kwargs)
+        raise _Built
+
+    cpp_extension.load_inline = load_inline
+    scratch = str(Path(module_path).parent)
+    sys.path.insert(0, scratch)
+    if origin_dir:
+        sys.path.append(origin_dir)
+    # candidate code runs here as in the worker: under the gate's audit hook
+    guards.AuditGuard.install().arm([scratch, origin_dir])
+    spec = importlib.util.spec_from_file_location("klineage_ahead_" + Path(module_path).stem,
+                                                  module_path)
+    if spec is None or spec.loader is None:
+        return 1
+    built = False
+    try:
+        with builder(folder):
+            try:
+                spec.loader.exec_module(importlib.util.module_from_spec(spec))
+            except _Built:
+                built = True
+            except BaseException:  # noqa: BLE001 — the gate builds it and says why
+                pass
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0 if built else 1
+
+
+if __name__ == "__main__":
+    sys.exit(_build(*sys.argv[1:4]) if len(sys.argv) == 4 else 2)
