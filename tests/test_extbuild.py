@@ -1,0 +1,190 @@
+"""gate.extbuild: where a load_inline extension builds, its build lock, and builds ahead."""
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from gate import extbuild
+from gate.check import prebuild
+
+ROOT = Path(__file__).resolve().parents[1]
+SOFTMAX = ROOT / "bench/styles/cuda/cu_softmax_rows"
+
+# A host whose extension is C++ alone (pybind11, no torch headers): it builds on any CPU.
+HOST = '''from torch.utils.cpp_extension import load_inline
+SRC = r"""
+#include <pybind11/pybind11.h>
+static int scaled(int x) { return FACTOR * x; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scaled", &scaled); }
+"""
+ext = load_inline(name="kl_scaled", cpp_sources="#define FACTOR %d\\n" + SRC,
+                  no_implicit_headers=True)
+'''
+
+
+def test_the_folder_follows_the_text_and_the_toolchain() -> None:
+    env = {"PATH": os.environ.get("PATH", ""), "TORCH_CUDA_ARCH_LIST": "9.0+PTX"}
+    a = extbuild.extension_dir("text a", env)
+    assert a == extbuild.extension_dir("text a", dict(env))
+    assert a != extbuild.extension_dir("text b", env)
+    assert a != extbuild.extension_dir("text a", {**env, "TORCH_CUDA_ARCH_LIST": "8.0;9.0+PTX"})
+    assert a != extbuild.extension_dir("text a", {**env, "CXX": "clang++"})
+
+
+def test_build_env_sets_only_what_the_caller_left_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(extbuild, "device_arch_list", lambda: "9.0+PTX")
+    env = extbuild.build_env({"PATH": "/bin"}, "text")
+    assert env["TORCH_CUDA_ARCH_LIST"] == "9.0+PTX"
+    assert env["TORCH_EXTENSIONS_DIR"] == extbuild.extension_dir("text", env)
+    mine = extbuild.build_env({"TORCH_CUDA_ARCH_LIST": "8.0", "TORCH_EXTENSIONS_DIR": "/x"}, "t")
+    assert (mine["TORCH_CUDA_ARCH_LIST"], mine["TORCH_EXTENSIONS_DIR"]) == ("8.0", "/x")
+
+
+@pytest.mark.parametrize(("visible", "expected"), [
+    (None, "8.0;9.0+PTX"), ("1", "8.0+PTX"), ("0,1", "8.0;9.0+PTX"), ("2,0", "9.0+PTX"),
+    ("3,0", None), ("GPU-1234", None), ("", None)])
+def test_the_architectures_torch_would_derive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              visible: str | None, expected: str | None) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nprintf '0, 9.0\\n1, 8.0\\n2, 9.0\\n'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    extbuild.device_arch_list.cache_clear()
+    try:
+        got = extbuild.device_arch_list()
+    finally:
+        extbuild.device_arch_list.cache_clear()
+    assert got == expected  # "3,0": CUDA's list stops at index 3, which names no device
+
+
+def test_the_builder_holds_the_folder_and_clears_what_a_killed_build_left(tmp_path: Path) -> None:
+    folder = tmp_path / "ext"
+    (folder / "kl_x").mkdir(parents=True)
+    (folder / "kl_x" / "lock").write_text("")  # torch's lock of a build that never ended
+    (folder / "kl_x" / "main.o").write_text("object")
+    with extbuild.builder(folder):
+        assert not (folder / "kl_x" / "lock").exists()
+        assert (folder / "kl_x" / "main.o").exists()  # a finished build's objects stay
+        fd = os.open(folder / extbuild.LOCK_NAME, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        assert (folder / extbuild.UNFINISHED_NAME).exists()
+    assert not (folder / extbuild.UNFINISHED_NAME).exists()
+    # a build killed inside the lock leaves its mark: the next builder starts from nothing
+    (folder / extbuild.UNFINISHED_NAME).touch()
+    with extbuild.builder(folder):
+        assert not (folder / "kl_x").exists()
+
+
+def test_how_many_builds_run_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KLINEAGE_BUILD_AHEAD", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert extbuild.slots() == 0 and not extbuild.enabled()
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert extbuild.slots() == extbuild.MAX_AHEAD
+    monkeypatch.setenv("KLINEAGE_BUILD_AHEAD", "off")
+    assert extbuild.slots() == 0
+    monkeypatch.setenv("KLINEAGE_BUILD_AHEAD", "2")
+    assert extbuild.slots() == 2
+    # without the target architectures a build with no GPU visible is not started
+    assert not extbuild.start("x = 1\n", "host", None, {"TORCH_EXTENSIONS_DIR": "/nowhere"})
+
+
+def test_prebuild_starts_nothing_where_the_gate_builds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KLINEAGE_BUILD_AHEAD", "2")
+    started: list[str] = []
+    monkeypatch.setattr(extbuild, "start", lambda *a, **k: started.append(a[0]) or True)
+    host = SOFTMAX / "softmax_rows.py"
+    from kir import embedded
+
+    unit = embedded.cuda_unit(host)
+    assert unit is not None
+    # the static tier builds no extension; a Triton kernel has none
+    assert not prebuild(unit.source, "cuda", str(SOFTMAX), "static", path=host, host=host)
+    assert not prebuild("import triton\n", "triton", str(SOFTMAX), "device")
+    assert started == []
+
+
+def _load(module_text: str, folder: str, name: str) -> object:
+    import importlib.util
+
+    path = Path(folder).parent / f"{name}.py"
+    path.write_text(module_text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    with extbuild.builder(folder):
+        spec.loader.exec_module(module)
+    return module
+
+
+def test_a_build_ahead_is_found_by_its_gate_and_never_stands_for_another_source(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.setenv("KLINEAGE_BUILD_AHEAD", "1")
+    text = HOST % 2
+    env = {**os.environ, "TORCH_CUDA_ARCH_LIST": "9.0+PTX",
+           "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", env["TORCH_EXTENSIONS_DIR"])
+    assert extbuild.start(text, "host", None, env)
+    assert not extbuild.start(text, "host", None, env)  # one build per folder
+    proc = extbuild._AHEAD[env["TORCH_EXTENSIONS_DIR"]]
+    assert proc.wait(timeout=240) == 0
+    library = next((tmp_path / "ext" / "kl_scaled").glob("*.so"))
+    built = library.stat().st_mtime_ns
+    time.sleep(0.01)
+    assert _load(text, env["TORCH_EXTENSIONS_DIR"], "gate_a").ext.scaled(21) == 42  # type: ignore[attr-defined]
+    assert library.stat().st_mtime_ns == built  # found, not rebuilt
+    # another source in the same folder (same extension name) is rebuilt, not the old one
+    # loaded (in a fresh process, as each gate's worker is)
+    code = ("import sys; sys.path.insert(0, %r); from tests.test_extbuild import _load; "
+            "print(_load(%r, %r, 'gate_b').ext.scaled(21))" % (str(ROOT), HOST % 3,
+                                                                env["TORCH_EXTENSIONS_DIR"]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
+                         env={**os.environ, "TORCH_EXTENSIONS_DIR": env["TORCH_EXTENSIONS_DIR"]})
+    assert out.stdout.strip().splitlines()[-1] == "63", out.stderr[-2000:]
+    assert library.stat().st_mtime_ns != built
+
+
+def test_the_options_held_ahead_are_pulled_first_unless_seen_since() -> None:
+    from lineage.graph import Lineage
+    from lineage.optimize import _build_ahead, _next
+    from passes.rewriter import DeterministicRewriter
+
+    def made(text: str) -> SimpleNamespace:
+        return SimpleNamespace(ok=True, ir=SimpleNamespace(unparse=lambda: text))
+
+    def option(kind: str, texts: list[str]) -> SimpleNamespace:
+        return SimpleNamespace(kind=kind, done=False, stream=iter([made(t) for t in texts]), held=[])
+
+    built: list[str] = []
+    a, b, c, d = option("rule", ["a1", "a2"]), option("own", ["b1"]), option("card", ["c1"]), \
+        option("rule", ["d1"])
+    run = SimpleNamespace(ahead=built.append, ranked=[b, a, c, d], rewriter=object(),
+                          verdicts={}, lineage=Lineage())
+    _build_ahead(run, a)  # type: ignore[arg-type]
+    # the taken option and the next-ranked ones, up to AHEAD_OPTIONS; a card of a rewriter that
+    # may call an LLM is not materialized ahead
+    assert built == ["a1", "b1"]
+    assert d.held == [] and c.held == []
+    run.rewriter = DeterministicRewriter()
+    _build_ahead(run, a)  # type: ignore[arg-type]
+    assert built == ["a1", "b1", "a1", "b1", "c1"]  # held ones are not taken from the stream twice
+    assert _next(a, run).ir.unparse() == "a1"  # type: ignore[arg-type, union-attr]
+    run.verdicts["b1"] = object()  # gated by another path since it was held
+    assert _next(b, run) is None  # type: ignore[arg-type]
+    assert _next(a, run).ir.unparse() == "a2"  # type: ignore[arg-type, union-attr]
