@@ -278,6 +278,7 @@ def test_the_rewrite_keeps_the_pointer_path_for_tensors_a_descriptor_cannot_read
     assert module._descriptors_fit(a, 3)
     assert not module._descriptors_fit(torch.zeros(40, 45, dtype=torch.float16))  # 90-byte rows
     assert not module._descriptors_fit(a[:, ::2])  # no axis dense
+    assert not module._descriptors_fit(torch.zeros(64)[::8])  # a strided vector
     # a transposed view fits: the launch checks that its dense axis is the one each
     # descriptor reads last
     assert module._descriptors_fit(a.t())

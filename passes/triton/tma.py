@@ -670,7 +670,7 @@ def _host_text(mod: PyModule, helper: str, with_allocator: bool) -> str:
         "        if not isinstance(t, torch.Tensor):\n"
         "            continue\n"
         "        strides = t.stride()\n"
-        "        if t.data_ptr() % 16 or (len(strides) > 1 and 1 not in strides[-2:]):\n"
+        "        if t.data_ptr() % 16 or (strides and 1 not in strides[-2:]):\n"
         "            return False\n"
         "        size = t.element_size()\n"
         "        if any(s * size % 16 for s in strides if s != 1):\n"
