@@ -13,12 +13,15 @@ of a few lines, against seconds of GPU work in the gate). This module owns that 
   killed left: torch's own lock files (torch waits on them forever) and, where that build had
   not finished, everything it wrote (a half-written object is not trusted to ninja's times).
 - `start(...)`: a build ahead, in a process of its own on the machine's spare cores, of a
-  candidate the caller expects to gate next (`gate.check.prebuild`): it imports the hosted
-  module with no GPU visible and the same build environment the worker gets, until its first
-  `load_inline` call has built, and ends. Nothing it leaves is trusted: the worker calls
-  `load_inline` itself, and torch (a source rewritten where its text differs) and ninja (every
-  command and input time checked) rebuild whatever does not match the candidate's own source;
-  a build ahead only saves the compile where it matches.
+  candidate the caller expects to gate next (`gate.check.prebuild`), or of the candidate a
+  device-tier gate has just started (its build then overlaps the worker's start-up and the
+  references): it imports the hosted module with no GPU visible and the same build
+  environment the worker gets, until its first `load_inline` call has built, and ends (a call
+  that names its own `build_directory` is not built ahead: that folder is not under the lock).
+  Nothing it leaves is trusted: the worker calls `load_inline` itself, and torch (a source
+  rewritten where its text differs) and ninja (every command and input time checked) rebuild
+  whatever does not match the candidate's own source; a build ahead only saves the compile
+  where it matches.
 
 `KLINEAGE_BUILD_AHEAD` sets how many builds ahead may run at once (``off``: none, the gate then
 builds each candidate itself; unset: what the machine's cores leave, `slots`).
@@ -35,6 +38,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from importlib import metadata
@@ -175,7 +179,8 @@ def builder(folder: str | Path) -> Iterator[None]:
 
 # -- builds ahead ----------------------------------------------------------------------------------
 
-_AHEAD: dict[str, subprocess.Popen[bytes]] = {}
+_AHEAD: dict[str, subprocess.Popen[bytes]] = {}  # folder -> its build ahead (this process's)
+_STARTING = threading.Lock()
 
 
 def enabled() -> bool:
@@ -197,10 +202,7 @@ def slots() -> int:
 
 def running() -> int:
     """Builds ahead of this process still running."""
-    for folder, proc in list(_AHEAD.items()):
-        if proc.poll() is not None:
-            del _AHEAD[folder]
-    return len(_AHEAD)
+    return sum(proc.poll() is None for proc in list(_AHEAD.values()))
 
 
 def start(module_text: str, stem: str, origin_dir: str | None, env: Mapping[str, str]) -> bool:
@@ -208,12 +210,24 @@ def start(module_text: str, stem: str, origin_dir: str | None, env: Mapping[str,
     its helpers in `origin_dir`) in the folder `env` names; `env` is the worker's environment
     (`build_env`). Returns False without starting one where builds ahead are off, every slot is
     taken, the folder's build was started by this process already, or the target
-    architectures were not set (a build with no GPU visible could not derive the same)."""
+    architectures were not set (a build with no GPU visible could not derive the same). A
+    folder is built ahead once per process: a later gate of the same text finds that build."""
     folder = env.get("TORCH_EXTENSIONS_DIR")
     if not folder or "TORCH_CUDA_ARCH_LIST" not in env or not enabled():
         return False
-    if folder in _AHEAD or running() >= slots():
-        return False
+    with _STARTING:
+        if folder in _AHEAD or running() >= slots():
+            return False
+        proc = _spawn(module_text, stem, origin_dir, env, folder)
+        if proc is None:
+            return False
+        _AHEAD[folder] = proc
+    return True
+
+
+def _spawn(module_text: str, stem: str, origin_dir: str | None, env: Mapping[str, str],
+           folder: str) -> subprocess.Popen[bytes] | None:
+    """The process of a build ahead into `folder` (`_build`), or None where it cannot start."""
     scratch = Path(tempfile.mkdtemp(prefix="klineage-ahead-"))
     module = scratch / f"{stem}.py"
     module.write_text(module_text)
@@ -228,9 +242,8 @@ def start(module_text: str, stem: str, origin_dir: str | None, env: Mapping[str,
             stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
         shutil.rmtree(scratch, ignore_errors=True)
-        return False
-    _AHEAD[folder] = proc
-    return True
+        return None
+    return proc
 
 
 @atexit.register
@@ -245,7 +258,8 @@ def stop_all() -> None:
 
 
 class _Built(BaseException):
-    """Ends the import of a module whose extension has built: nothing after it needs to run."""
+    """Ends the import at its first `load_inline` (its argument: whether that built): nothing
+    after it needs to run."""
 
 
 def _build(module_path: str, origin_dir: str, folder: str) -> int:
@@ -254,16 +268,24 @@ def _build(module_path: str, origin_dir: str, folder: str) -> int:
     signal.signal(signal.SIGALRM, lambda *_: os.killpg(0, signal.SIGTERM))
     signal.alarm(int(AHEAD_LIMIT_S))
     import importlib.util  # noqa: PLC0415
+    import inspect  # noqa: PLC0415
 
     import torch.utils.cpp_extension as cpp_extension  # noqa: PLC0415
 
     from gate import guards  # noqa: PLC0415
 
     original = cpp_extension.load_inline
+    signature = inspect.signature(original)
 
     def load_inline(*args: object, **kwargs: object) -> object:
+        try:
+            chosen = signature.bind(*args, **kwargs).arguments.get("build_directory")
+        except TypeError:
+            chosen = None  # the worker's call says what is wrong
+        if chosen is not None:  # a folder of the host's own choosing is left to the worker's build
+            raise _Built(False)
         original(*args, **kwargs)
-        raise _Built
+        raise _Built(True)
 
     cpp_extension.load_inline = load_inline
     scratch = str(Path(module_path).parent)
@@ -281,8 +303,8 @@ def _build(module_path: str, origin_dir: str, folder: str) -> int:
         with builder(folder):
             try:
                 spec.loader.exec_module(importlib.util.module_from_spec(spec))
-            except _Built:
-                built = True
+            except _Built as done:
+                built = bool(done.args[0])
             except BaseException:  # noqa: BLE001 — the gate builds it and says why
                 pass
     finally:

@@ -147,7 +147,8 @@ def test_a_build_ahead_is_found_by_its_gate_and_never_stands_for_another_source(
     library = next((tmp_path / "ext" / "kl_scaled").glob("*.so"))
     built = library.stat().st_mtime_ns
     time.sleep(0.01)
-    assert _load(text, env["TORCH_EXTENSIONS_DIR"], "gate_a").ext.scaled(21) == 42  # type: ignore[attr-defined]
+    module = _load(text, env["TORCH_EXTENSIONS_DIR"], "gate_a")
+    assert module.ext.scaled(21) == 42  # type: ignore[attr-defined]
     assert library.stat().st_mtime_ns == built  # found, not rebuilt
     # another source in the same folder (same extension name) is rebuilt, not the old one
     # loaded (in a fresh process, as each gate's worker is)
@@ -188,3 +189,18 @@ def test_the_options_held_ahead_are_pulled_first_unless_seen_since() -> None:
     run.verdicts["b1"] = object()  # gated by another path since it was held
     assert _next(b, run) is None  # type: ignore[arg-type]
     assert _next(a, run).ir.unparse() == "a2"  # type: ignore[arg-type, union-attr]
+
+
+def test_a_host_that_picks_its_own_build_folder_is_not_built_ahead(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.setenv("KLINEAGE_BUILD_AHEAD", "1")
+    own = tmp_path / "own"
+    own.mkdir()
+    text = (HOST % 2).replace("no_implicit_headers=True)",
+                              f"no_implicit_headers=True, build_directory={str(own)!r})")
+    env = {**os.environ, "TORCH_CUDA_ARCH_LIST": "9.0+PTX",
+           "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    assert extbuild.start(text, "host", None, env)
+    assert extbuild._AHEAD[env["TORCH_EXTENSIONS_DIR"]].wait(timeout=240) == 1  # not built
+    assert list(own.iterdir()) == []  # that folder is not under the build lock: left to the worker
