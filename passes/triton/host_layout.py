@@ -85,8 +85,8 @@ class HostArgs:
 def supplied(mod: PyModule, kernel: ast.FunctionDef) -> set[str]:
     """The parameters the kernel's decorators set at each launch (its autotuner's
     configurations, its heuristics): a launch passes none of them."""
-    keys = {str(k.value) for c in autotune_entries(mod, kernel) for k in c.args[0].keys  # type: ignore[attr-defined]
-            if isinstance(k, ast.Constant)}
+    tables = [c.args[0] for c in autotune_entries(mod, kernel)]
+    keys = {str(k.value) for t in tables for k in t.keys if isinstance(k, ast.Constant)}  # type: ignore[attr-defined]
     return keys | set(heuristic_entries(mod, kernel)[1])
 
 
@@ -366,10 +366,11 @@ def _returned_axis(mod: PyModule, fn: ast.FunctionDef, call: ast.Call, caller_en
             env[kw.arg] = value  # type: ignore[index]
     returns = [r for r in _own_nodes(fn) if isinstance(r, ast.Return)]
     units = [_return_axis(mod, fn, r, env, depth) for r in returns]
-    if not units or any(u is None for u in units) or len({u.axis for u in units}) != 1:  # type: ignore[union-attr]
+    known = [u for u in units if u is not None]
+    if not known or len(known) < len(units) or len({u.axis for u in known}) != 1:
         return None
-    ranks = {u.rank for u in units}  # type: ignore[union-attr]
-    return Unit(units[0].axis, ranks.pop() if len(ranks) == 1 else None)  # type: ignore[union-attr]
+    ranks = {u.rank for u in known}
+    return Unit(known[0].axis, ranks.pop() if len(ranks) == 1 else None)
 
 
 def _own_nodes(fn: ast.FunctionDef) -> list[ast.AST]:

@@ -36,21 +36,24 @@ def _keyword(call: ast.Call, name: str) -> ast.keyword | None:
     return next((k for k in call.keywords if k.arg == name), None)
 
 
+def _says(keyword: ast.keyword | None, value: object) -> bool:
+    """`keyword` is given as the literal `value`."""
+    if keyword is None or not isinstance(keyword.value, ast.Constant):
+        return False
+    got = keyword.value.value
+    return got is value if isinstance(value, bool) else got == value
+
+
 def _full_fp32(call: ast.Call) -> ast.keyword | None:
     """The keyword that asks `call` for a full-fp32 product, or None."""
     precision, tf32 = _keyword(call, "input_precision"), _keyword(call, "allow_tf32")
-    if precision is not None and isinstance(precision.value, ast.Constant) and precision.value.value == "ieee":
-        return precision
-    if tf32 is not None and isinstance(tf32.value, ast.Constant) and tf32.value.value is False:
-        return tf32
-    return None
+    return precision if _says(precision, "ieee") else tf32 if _says(tf32, False) else None
 
 
 def _split(call: ast.Call) -> ast.keyword | None:
     """The `input_precision="tf32x3"` keyword of `call`, or None."""
     precision = _keyword(call, "input_precision")
-    ok = precision is not None and isinstance(precision.value, ast.Constant) and precision.value.value == SPLIT
-    return precision if ok else None
+    return precision if _says(precision, SPLIT) else None
 
 
 def _sixteen_bit_cast(node: ast.AST) -> str:
@@ -117,7 +120,8 @@ class Tf32x3Dot(Pass):
         if cast:
             return Skipped(f"a dot's operand is cast to {cast}: its precision keyword does not "
                            "apply", {"kernel": kernel.name})
-        edits = [ByteEdit(*mod.span(_full_fp32(c)), f'input_precision="{SPLIT}"') for c in full]  # type: ignore[arg-type]
+        edits = [ByteEdit(*mod.span(k), f'input_precision="{SPLIT}"') for c in full
+                 for k in [_full_fp32(c)] if k is not None]
         return finish(ir, site, sorted(edits, key=lambda e: e.start))
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -126,6 +130,7 @@ class Tf32x3Dot(Pass):
         split = [c for c in self._dots(mod, kernel) if _split(c) is not None] if kernel is not None else []
         if not split:
             return Skipped("no tf32x3 dot at the site", {"site": site.anchor})
-        edits = [ByteEdit(*mod.span(_split(c)), 'input_precision="ieee"') for c in split]  # type: ignore[arg-type]
+        edits = [ByteEdit(*mod.span(k), 'input_precision="ieee"') for c in split
+                 for k in [_split(c)] if k is not None]
         return finish(ir, site, sorted(edits, key=lambda e: e.start))
 
