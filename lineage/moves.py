@@ -31,7 +31,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
-from collections.abc import Callable, Iterator, Mapping
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -572,6 +573,16 @@ def all_configs_spill(verdict: Any) -> set[str]:
 
 
 
+def effect_spread(cards: Sequence[SkillCard]) -> float:
+    """The standard deviation of the log of the timed cards' measured effects: how far a
+    move's gain on a kernel may plausibly lie from its prior before it is measured there
+    (0 with fewer than two timed cards)."""
+    import statistics  # noqa: PLC0415
+
+    logs = [math.log(c.effect_score) for c in cards if c.speedup and c.effect_score > 0]
+    return statistics.pstdev(logs) if len(logs) > 1 else 0.0
+
+
 # -- sweeps of a state's own tunables -------------------------------------------------------------
 def sweep_card(kind: str, language: str) -> SkillCard:
     """The stand-in card a sweep of a state's own tunables is recorded under: `kind` "plain"
@@ -617,11 +628,13 @@ def own_sweeps(ir: KernelIR, *, ctx: Any = None, heavy: bool = False,
     """A sweep around each kernel's own configuration, the one its autotuner picked where
     `picks` (the state's verdict) names it (`lineage.transfer.sweep_own`): one candidate per
     kernel, in ascending `site_order` of the kernel's site; `heavy`: the kernel is slow to
-    compile."""
+    compile. A CUDA kernel: its configuration rules' values, one candidate each
+    (`_configuration_rules`)."""
     from lineage.transfer import config_candidates, kernel_site  # noqa: PLC0415
 
     card = sweep_card("own", str(getattr(ir.language, "value", ir.language)))
     if card.language != "triton":
+        yield from _configuration_rules(card, ir, ctx, skip_site)
         return
     made: list[Materialized] = []
     for name, new_ir, fitted in config_candidates({}, ir, own=True, heavy=heavy, picks=picks,
@@ -632,6 +645,33 @@ def own_sweeps(ir: KernelIR, *, ctx: Any = None, heavy: bool = False,
         made.append(Materialized(card, new_ir, site, "config-sweep", (),
                                  {"sweep": [dict(c) for c in fitted], "own": True}))
     yield from (sorted(made, key=lambda m: site_order(m.site)) if site_order else made)
+
+
+def _configuration_rules(card: SkillCard, ir: KernelIR, ctx: Any,
+                         skip_site: Callable[[Site], bool] | None) -> Iterator[Materialized]:
+    """A kernel whose configuration no autotuner holds (CUDA: the block its host launches):
+    each rule of its language whose every option is a tunable (a configuration, e.g.
+    `launch-threads`) at each site it takes, with the rule's defaults first, then each other
+    value of its tunables. The stand-in card takes the rule's name, which the lineage records."""
+    from passes.base import Applied  # noqa: PLC0415
+    from passes.registry import all_pass_classes  # noqa: PLC0415
+
+    for cls in all_pass_classes():
+        if card.language not in cls.languages or not cls.tunables \
+                or set(cls.option_fields()) - set(cls.tunables):
+            continue
+        default = cls()
+        values = [{}] + [{key: v} for key, vs in cls.tunables.items() for v in vs
+                         if v != getattr(default, key)]
+        rule_card = dataclasses.replace(card, pass_name=cls.name)
+        for site in cls().sites(ir):
+            if site.present or (skip_site is not None and skip_site(site)):
+                continue
+            for rule in (cls.from_options(options) for options in values):
+                result = rule.optimize(ir, site, ctx)
+                if isinstance(result, Applied):
+                    yield Materialized(rule_card, result.ir, site, "config-sweep", (),
+                                       {**{k: getattr(rule, k) for k in cls.tunables}, "own": True})
 
 
 def recorded_sweeps(card: SkillCard, ir: KernelIR, *, ctx: Any = None,
@@ -690,8 +730,6 @@ def rule_moves(ir: KernelIR, ctx: Any = None) -> dict[str, tuple[KernelIR, Site]
 
 def rule_offers(ir: KernelIR, ctx: Any = None) -> list[tuple[SkillCard, float]]:
     """(stand-in card, log of its prior) of every rule `rule_moves` finds on `ir`."""
-    import math  # noqa: PLC0415
-
     from passes.registry import get_pass  # noqa: PLC0415
 
     language = str(getattr(ir.language, "value", ir.language))

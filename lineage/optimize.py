@@ -5,16 +5,17 @@ budget of gated candidates. A *state* is a kernel of the run that passed the gat
 makes a candidate from a state (`lineage.moves`): a retrieved card's materialization at a
 site, a sweep around a launch card's recorded joint configuration, the generic autotune list
 of the state's own tunables (what the no-library control writes: `lineage.control`), or a
-sweep around the configuration the state runs with.
+sweep around the configuration the state runs with (CUDA: its configuration rules' values).
 
 Every move has an expected gain, its prior (`_prior`: a card's measured effect raised to its
 scope match; `SWEEP_PRIOR` for a sweep) updated by what its candidates measured (`_gain`),
 and an expected cost, the gate seconds of its state times what its kind's candidates cost
 over their states' gates in the run (`_cost`). The policy (`_choose`) gates the start's plain
 sweep first (the control is the floor: a run's best is never worse than it, within timing
-noise), then the move of highest expected log gain over the best kernel, per expected gate
-second where the time box, not the budget, is what runs out first. Stepping stones, enabling
-steps, pairs and revisits are outcomes of that rule over every state of the run.
+noise), then the move of highest expected log gain over the best kernel plus its upside
+while the budget binds (unmeasured moves before a measured tie is re-measured), per expected
+gate second and without upside while the time box binds (a move without evidence of gain
+waits). Stepping stones, enabling steps, pairs and revisits are outcomes of that rule.
 
 Rules of the space (not policy): a device-tier candidate is the new best when it passes and
 is `MIN_GAIN` faster than the best, any other passing candidate is a state; untimed tiers keep
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from kir.embedded import cuda_unit
 from kir.errors import BadInputError
 from lineage.graph import Lineage, Transition, state_id
-from lineage.moves import (Materialized, all_configs_spill,
+from lineage.moves import (Materialized, all_configs_spill, effect_spread,
                            autotune_picks, card_sites, feature_appears, first_run_s,
                            gate_seconds, kernel_of, kernel_shares, materialize, materializations,
                            own_sweeps, plain_sweep, recorded_sweeps, rule_candidates,
@@ -75,8 +76,6 @@ PRIOR_WEIGHT = 0.5
 # A kernel of a multi-kernel file under this share of its profiled GPU time takes no
 # candidates (device tier): removing it entirely would gain less than this.
 COLD_SHARE = 0.05
-# Options whose next candidate is built ahead of its gate (`_build_ahead`), the taken one first.
-AHEAD_OPTIONS = 3
 # A candidate's gate started before the time box ends may run this long past it.
 BOX_GRACE_S = 30.0
 # Without an explicit gate timeout a candidate's gate may take this many times the start
@@ -170,9 +169,6 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
         return (check_fn or (executor.check if executor is not None else gate.check))(
             source, language, the_case, run_tier, **kwargs)
 
-    def ahead(source: str) -> bool:  # a candidate's build started on spare cores (`_build_ahead`)
-        return gate.prebuild(source, language, the_case, run_tier, path=path)
-
     start_src = ir.unparse()
     say = progress or (lambda event, data: None)
     say("gate", {"card": "(start)"})
@@ -189,11 +185,9 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
                case=the_case.ref, platform=the_case.platform, tier=run_tier, expert=str(path),
                say=say, budget=budget_steps, deadline=deadline, cards=tuple(admitted),
                retriever=Retriever(admitted, k=k), seed=seed,
-               sweeps=config_sweeps and run_tier == "device" and language == "triton",
+               sweeps=config_sweeps and run_tier == "device",
                lookahead=lookahead, priors=priors,
-               heavy=first_run_s(verdict) >= HEAVY_FIRST_RUN_S)
-    if check_fn is None and executor is None and language == "cuda" and run_tier == "device":
-        run.ahead = ahead
+               heavy=first_run_s(verdict) >= HEAVY_FIRST_RUN_S, spread=effect_spread(admitted))
     start = _State(start_src, ir, verdict, verdict_ms(verdict), seconds=start_s)
     start.sid = run.lineage.add_state(lineage_state(start_src, ir, verdict, language, the_case.ref, run_tier,
                                                  frozenset({"root"})))
@@ -246,8 +240,6 @@ class _Option:
     done: bool = False
     refused: bool = False
     """Its first pull made no candidate (no site, or every back-end refused)."""
-    held: list[Materialized] = field(default_factory=list)
-    """Candidates taken from `stream` ahead of their pulls (`_build_ahead`), in order."""
 
 
 @dataclass(eq=False)
@@ -274,6 +266,7 @@ class _Run:
     priors: bool = True
     heavy: bool = False
     """The start's first run, compilation included, took `HEAVY_FIRST_RUN_S` or more."""
+    spread: float = 0.0  # how far a move's log gain may lie from its prior (`effect_spread`)
     states: list[_State] = field(default_factory=list)
     best: _State | None = None
     options: dict[tuple[int, str, str], _Option] = field(default_factory=dict)
@@ -289,11 +282,6 @@ class _Run:
     gated: int = 0
     reused: int = 0
     last: _State | None = None
-    ranked: list[_Option] = field(default_factory=list)
-    """The options of the last choice, best first (`_choose`)."""
-    ahead: Callable[[str], Any] | None = None
-    """Starts building a candidate's text ahead of its gate (`gate.prebuild`), where the run's
-    gates are this machine's CUDA device-tier gates."""
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -306,9 +294,10 @@ class _Run:
 def _choose(run: _Run) -> _Option | None:
     """The policy: among the moves of every state (the best alone without lookahead), the
     start's plain sweep first (the control is the floor), then the highest expected log gain
-    over the best (the move's gain discounted by how much slower its state is than the best),
-    per expected gate second where the time box binds (`_paced`; a bet expected to lose costs
-    its seconds); ties: the cheaper move, the faster state, the move's rank."""
+    over the best (the move's gain discounted by how much slower its state is than the best)
+    plus its upside (`_Run.spread` / sqrt(1 + its candidates)), or, where the time box binds
+    (`_paced`), that gain per expected gate second without upside (a bet expected to lose
+    costs its seconds); ties: the cheaper move, the less measured, the faster state, rank."""
     beam = sorted(run.states if run.lookahead else [run.best],
                   key=lambda s: (s is not run.best, s.ms or math.inf))
     options = [o for state in beam for o in _frontier(state, run)]
@@ -320,11 +309,12 @@ def _choose(run: _Run) -> _Option | None:
         behind = (run.best.ms / o.state.ms) if run.best.ms and o.state.ms else 1.0
         floor = _floor(o, run)
         gain, cost = math.log(_gain(o, run) * behind), _cost(o, run) if paced else 1.0
-        return (floor, gain / cost if gain > 0 else gain * cost, -cost, -beam.index(o.state),
-                -o.rank)
+        seen = len(run.observed.get(_move(o), ()))
+        upside = 0.0 if paced else run.spread / math.sqrt(1 + seen)
+        return (floor, (gain / cost if gain > 0 else gain * cost) + upside, -cost, -seen,
+                -beam.index(o.state), -o.rank)
 
-    run.ranked = sorted(options, key=value, reverse=True)  # stable: ties keep `max`'s pick
-    return run.ranked[0]
+    return max(options, key=value)
 
 
 def _floor(option: _Option, run: _Run) -> bool:
@@ -394,15 +384,15 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
         from lineage.moves import sweep_card  # noqa: PLC0415
         from lineage.transfer import LAUNCH_PASSES, carrier_fit  # noqa: PLC0415
 
-        # a state a sweep made is not swept again by that kind, nor at all unless it is the
-        # best (a sweep's tie is no new centre to sweep around)
+        # a sweep-made state is swept only while it is the best, never by its kind; the own
         made = state.made.options if state.made and state.made.rewriter == "config-sweep" else None
         kinds = ("plain", "own", "recorded") if made is None or state is run.best else ()
+        kinds = tuple(k for k in kinds if k != "own" or state is run.best)  # sweep: the best
         kinds = tuple(k for k in kinds if made is None or k != _sweep_kind(made))
-        moves += [(k, sweep_card(k, run.language), math.log(SWEEP_PRIOR))
-                  for k in kinds if k != "recorded"]
+        moves += [(k, sweep_card(k, run.language), math.log(SWEEP_PRIOR)) for k in kinds
+                  if k == "own" or k == "plain" and run.language == "triton"]
         fits = [(carrier_fit(c.carrier, state.ir), c) for c in found
-                if c.pass_name in LAUNCH_PASSES and c.carrier.get("config")]
+                if c.pass_name in LAUNCH_PASSES and c.carrier.get("config") and c.language == run.language]
         fit, card = max(fits, key=lambda f: f[0], default=(0, None))
         if card is not None and fit > 0 and "recorded" in kinds:
             moves.append(("recorded", card, _prior(card, target)))
@@ -424,8 +414,8 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
         key = (id(state), kind, card.id)
         option = run.options.setdefault(key, _Option(state, kind, card, rank, prior))
         option.rank, option.prior = rank, prior
-        option.context = tuple(sorted(set(card.scope.get("prior_actions") or ())
-                                      & target.present_passes))
+        option.context = tuple(sorted(target.present_passes if kind in ("plain", "own") else
+                                      set(card.scope.get("prior_actions") or ()) & target.present_passes))
         if not option.done:
             out.append(option)
     return out
@@ -505,46 +495,13 @@ def _pull(option: _Option, run: _Run) -> None:
     run.last = state
     if option.stream is None:
         option.stream = _stream(option, run)
-    made = _next(option, run)
+    made = next(option.stream, None)
     option.refused = option.pulls == 0 and (made is None or not made.ok)
     option.pulls += 1
     option.done = made is None or not made.ok or option.pulls >= CANDIDATES_PER_CARD \
         or option.kind == "plain"
     if made is not None:
-        _build_ahead(run, option)
         _judge(option, made, run)
-
-
-def _next(option: _Option, run: _Run) -> Materialized | None:
-    """The option's next candidate: the first one held ahead that is still unseen, else the
-    stream's next."""
-    while option.held:
-        made = option.held.pop(0)
-        if made.ir is None or _unseen(made.ir.unparse(), run):
-            return made
-    return next(option.stream, None) if option.stream is not None else None
-
-
-def _build_ahead(run: _Run, taken: _Option) -> None:
-    """Start building, on spare cores, the candidates the policy is likely to gate next: the
-    next one of `taken` and of the best-ranked other options of the last choice, held on their
-    options until pulled. A CUDA host's `load_inline` extension takes tens of seconds of CPU to
-    build against seconds of GPU in its gate: built while the gate before it runs, its own gate
-    finds the build (`gate.prebuild`; the gate itself is unchanged). Only deterministic moves
-    are taken ahead (an LLM's candidate costs its call whether gated or not)."""
-    if run.ahead is None:
-        return
-    from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
-
-    for option in [taken, *(o for o in run.ranked if o is not taken)][:AHEAD_OPTIONS]:
-        if option.done or (option.kind == "card" and not isinstance(run.rewriter, DeterministicRewriter)):
-            continue
-        if option.stream is None:
-            option.stream = _stream(option, run)
-        if not option.held and (made := next(option.stream, None)) is not None:
-            option.held.append(made)
-        if option.held and option.held[0].ok and option.held[0].ir is not None:
-            run.ahead(option.held[0].ir.unparse())
 
 
 def _reject(option: _Option, made: Materialized, run: _Run, stage: str, reason: str,
@@ -561,7 +518,7 @@ def _reject(option: _Option, made: Materialized, run: _Run, stage: str, reason: 
 def _judge(option: _Option, made: Materialized, run: _Run) -> None:
     """Gate one candidate (or reuse its verdict); make it a state, the best where it improves
     on the best (module docstring); update its move's measurements."""
-    card, state = option.card, option.state
+    card, state = made.card, option.state  # a configuration rule's sweep: the rule's name
     if not made.ok or made.site is None:
         return _reject(option, made, run, "materialize", "; ".join(made.refusals) or "no site")
     if not run.timed and made.rewriter != "config-sweep" \

@@ -1,0 +1,171 @@
+"""The optimize policy's order (`lineage.optimize._choose`): a move's expected gain weighed
+against its expected gate cost and its evidence, and the state's own configuration as a move
+of a CUDA kernel (its configuration rules' values: `lineage.moves.own_sweeps`).
+
+The gate is scripted (verdicts with a time and the gate's seconds); materialization runs the
+real rules on the CUDA style tier's LayerNorm start."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+import kir
+from lineage.graph import Lineage
+from lineage.optimize import SWEEP_PRIOR, _choose, _frontier, _move, _Option, _Run, _State, optimize
+from lineage.retrieval import Retriever
+from lineage.skills import Library, SkillCard
+from passes.rewriter import DeterministicRewriter
+from skill_helpers import ROOT, ScriptedGate
+
+CASE = ROOT / "bench/styles/cuda/cu_layernorm"
+START = CASE / "layernorm.cu"
+REGISTERS = "the row in registers:"  # the comment row-registers writes before the row's array
+NARROWED = "// launch-threads:"  # the line launch-threads writes before the block it changed
+
+
+def _card(name: str, effect: float | None = None) -> SkillCard:
+    """A CUDA card of pass `name`; `effect` its measured speedup (None: untimed)."""
+    speedup = {"geomean": effect, "n": 1} if effect is not None else None
+    return SkillCard(id=f"{name}.cuda.test", intent=name, pass_name=name, category="memory",
+                     language="cuda", locus="kernel", effect={"speedup": speedup})
+
+
+def _run(*, paced: bool, spread: float = 0.5) -> tuple[_Run, _State]:
+    """A device-tier run at its start (a 70 s gate) with 8 gates left: `paced`, a time box of
+    100 s binds (8 gates at 70 s do not fit), else no box."""
+    run = _Run(None, None, None, Lineage(), "cuda", "x", "cuda", "device", "x",
+               lambda e, d: None, 8, time.monotonic() + 100.0 if paced else None, (),
+               Retriever([]), sweeps=False, spread=spread)
+    start = _State("", None, None, 1.0, seconds=70.0, sid="s:0")
+    run.states, run.best = [start], start
+    return run, start
+
+
+def _choose_among(run: _Run, options: list[_Option], monkeypatch: pytest.MonkeyPatch) -> _Option:
+    monkeypatch.setattr("lineage.optimize._frontier", lambda state, r: list(options))
+    return _choose(run)
+
+
+@pytest.mark.parametrize("paced", [False, True])
+def test_a_move_measured_to_pay_goes_first_only_while_the_box_binds(
+        paced: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two untimed cards on the best kernel: one made a candidate 3% faster on this kernel (on
+    another state), the other made none. While the budget binds the unmeasured one comes
+    first (its upside, the spread of the library's effects, is whole); while the time box
+    binds the measured gain comes first (no upside: a move without evidence of gain waits)."""
+    run, start = _run(paced=paced)
+    measured = _Option(start, "card", _card("row-cache"), 1)
+    fresh = _Option(start, "card", _card("launch-bounds"), 0)
+    run.observed[_move(measured)] = [math.log(1.03)]
+    chosen = _choose_among(run, [fresh, measured], monkeypatch)
+    assert chosen is (measured if paced else fresh)
+
+
+def test_while_the_box_binds_a_measured_tie_waits_behind_an_unmeasured_move(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Time box binding: a card measured exactly even on this kernel and an unmeasured one
+    have the same expected gain; the unmeasured one is taken first, whatever retrieval's rank;
+    a card whose library evidence is a loss comes after both."""
+    run, start = _run(paced=True)
+    tie = _Option(start, "card", _card("pragma-unroll"), 0)
+    fresh = _Option(start, "card", _card("row-cache"), 2)
+    loss = _Option(start, "card", _card("restrict-readonly", 0.99), 1, math.log(0.99))
+    run.observed[_move(tie)] = [0.0]
+    assert _choose_among(run, [tie, loss, fresh], monkeypatch) is fresh
+    fresh.done = True
+    assert _choose_among(run, [tie, loss], monkeypatch) is tie
+
+
+def test_the_upside_is_the_spread_of_the_librarys_measured_effects() -> None:
+    from lineage.moves import effect_spread
+
+    cards = [_card("a", 1.0), _card("b", math.e), _card("c")]  # c untimed: not counted
+    assert effect_spread(cards) == pytest.approx(0.5)
+    assert effect_spread([_card("a", 2.0), _card("c")]) == 0.0
+
+
+def test_a_cuda_kernels_own_sweep_is_its_configuration_rules_values() -> None:
+    """The LayerNorm start (one block of 256 threads per row, launched by its host module):
+    the own sweep is launch-threads (every option of the rule a tunable) at the rule's
+    default, 128 threads, then 64; the candidates are recorded under the rule's name."""
+    import gate
+    from lineage.moves import own_sweeps
+    from passes.base import PassContext
+
+    ctx = PassContext.for_case(gate.load_case(str(CASE)).ref, tier="device")
+    ir = kir.parse(START.read_text(), "cuda", path=START)
+    made = list(own_sweeps(ir, ctx=ctx))
+    assert [m.options.get("threads") for m in made] == [128, 64]
+    assert {m.card.pass_name for m in made} == {"launch-threads"}
+    assert all(NARROWED in m.ir.unparse() and m.rewriter == "config-sweep" for m in made)
+    assert "#define NT 128" in made[0].ir.unparse()
+
+
+def test_a_cuda_start_is_swept_before_its_untimed_cards(tmp_path: Path) -> None:
+    """Device tier, the shipped library (its row cards untimed): the start's frontier holds
+    its own sweep at the sweep prior and no plain sweep (the control's list is Triton's), and
+    the policy takes the sweep first."""
+    import gate
+    from lineage.shipped import open_library
+    from passes.base import PassContext
+
+    lib, _ = open_library(None)
+    cards = tuple(lib.cards(admitted_only=True))
+    case = gate.load_case(str(CASE))
+    run = _Run(None, PassContext.for_case(case.ref, tier="device"), None, Lineage(), "cuda",
+               case.ref, "cuda", "device", str(START), lambda e, d: None, 8, None, cards,
+               Retriever(cards), spread=0.5)
+    start = _State(START.read_text(), kir.parse(START.read_text(), "cuda", path=START), None,
+                   1.0, seconds=5.0, sid="s:0")
+    run.states, run.best = [start], start
+    frontier = _frontier(start, run)
+    kinds = {o.kind for o in frontier}
+    assert "own" in kinds and "plain" not in kinds
+    assert any(o.kind == "card" and o.prior == 0.0 for o in frontier)  # untimed cards
+    chosen = _choose(run)
+    assert chosen.kind == "own" and chosen.prior == pytest.approx(math.log(SWEEP_PRIOR))
+
+
+def _library(tmp_path: Path, passes: set[str]) -> Library:
+    from lineage.shipped import open_library
+
+    shipped, _ = open_library(None)
+    lib = Library.open(tmp_path / "lib", create=True)
+    for card in shipped.cards(admitted_only=True):
+        if card.pass_name in passes and card.language == "cuda":
+            lib.put(card)
+    return lib
+
+
+@pytest.mark.parametrize("narrow_alone", [0.97, 1.03])
+def test_a_narrower_launch_is_composed_with_the_row_held_in_registers(
+        tmp_path: Path, narrow_alone: float) -> None:
+    """The LayerNorm start under a scripted gate: the row held in registers pays 20%, a block
+    of 128 threads pays only on top of it (alone it is 3% faster or 3% slower); cards that do
+    nothing here (launch bounds, restrict, unroll) sit in the library. Within 8 gates the run
+    keeps both, in either order: the sweep measured on the start does not speak for the
+    register form (another structure), which is swept again once it is the best."""
+    lib = _library(tmp_path, {"row-registers", "launch-bounds", "restrict-readonly",
+                              "pragma-unroll"})
+
+    def ms(source: str) -> float:
+        registers, narrow = REGISTERS in source, NARROWED in source
+        return 10.0 * (0.8 if registers else 1.0) * (
+            (0.85 if registers else narrow_alone) if narrow else 1.0)
+
+    scripted = ScriptedGate(ms=ms)
+
+    def gate(source: str, language: object, case: object, tier: object, **kw: object):
+        return dataclasses.replace(scripted(source, language, case, tier, **kw),
+                                   phases=(("timing", 5.0),))
+
+    result = optimize(START, str(CASE), lib, tier="device", out=tmp_path / "out",
+                      budget_steps=8, rewriter=DeterministicRewriter(), check_fn=gate)
+    assert result.best_ms == pytest.approx(6.8)
+    assert {s.pass_name for s in result.applied} >= {"row-registers", "launch-threads"}
+    lineage = Lineage.load(tmp_path / "out" / "lineage.json")
+    assert lineage.transitions_of("launch-threads")
