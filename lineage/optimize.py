@@ -76,6 +76,8 @@ PRIOR_WEIGHT = 0.5
 # A kernel of a multi-kernel file under this share of its profiled GPU time takes no
 # candidates (device tier): removing it entirely would gain less than this.
 COLD_SHARE = 0.05
+# Options whose next candidate is built ahead of its gate (`_build_ahead`), the taken one first.
+AHEAD_OPTIONS = 3
 # A candidate's gate started before the time box ends may run this long past it.
 BOX_GRACE_S = 30.0
 # Without an explicit gate timeout a candidate's gate may take this many times the start
@@ -169,6 +171,9 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
         return (check_fn or (executor.check if executor is not None else gate.check))(
             source, language, the_case, run_tier, **kwargs)
 
+    def ahead(source: str) -> bool:  # a candidate's build started on spare cores (`_build_ahead`)
+        return gate.prebuild(source, language, the_case, run_tier, path=path)
+
     start_src = ir.unparse()
     say = progress or (lambda event, data: None)
     say("gate", {"card": "(start)"})
@@ -188,6 +193,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
                sweeps=config_sweeps and run_tier == "device",
                lookahead=lookahead, priors=priors,
                heavy=first_run_s(verdict) >= HEAVY_FIRST_RUN_S, spread=effect_spread(admitted))
+    if check_fn is None and executor is None and language == "cuda" and run_tier == "device":
+        run.ahead = ahead
     start = _State(start_src, ir, verdict, verdict_ms(verdict), seconds=start_s)
     start.sid = run.lineage.add_state(lineage_state(start_src, ir, verdict, language, the_case.ref, run_tier,
                                                  frozenset({"root"})))
@@ -240,6 +247,8 @@ class _Option:
     done: bool = False
     refused: bool = False
     """Its first pull made no candidate (no site, or every back-end refused)."""
+    held: list[Materialized] = field(default_factory=list)
+    """Candidates taken from `stream` ahead of their pulls (`_build_ahead`), in order."""
 
 
 @dataclass(eq=False)
@@ -282,6 +291,11 @@ class _Run:
     gated: int = 0
     reused: int = 0
     last: _State | None = None
+    ranked: list[_Option] = field(default_factory=list)
+    """The options of the last choice, best first (`_choose`)."""
+    ahead: Callable[[str], Any] | None = None
+    """Starts building a candidate's text ahead of its gate (`gate.prebuild`), where the run's
+    gates are this machine's CUDA device-tier gates."""
 
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -314,7 +328,8 @@ def _choose(run: _Run) -> _Option | None:
         return (floor, (gain / cost if gain > 0 else gain * cost) + upside, -cost, -seen,
                 -beam.index(o.state), -o.rank)
 
-    return max(options, key=value)
+    run.ranked = sorted(options, key=value, reverse=True)  # stable: ties keep `max`'s pick
+    return run.ranked[0]
 
 
 def _floor(option: _Option, run: _Run) -> bool:
@@ -495,13 +510,46 @@ def _pull(option: _Option, run: _Run) -> None:
     run.last = state
     if option.stream is None:
         option.stream = _stream(option, run)
-    made = next(option.stream, None)
+    made = _next(option, run)
     option.refused = option.pulls == 0 and (made is None or not made.ok)
     option.pulls += 1
     option.done = made is None or not made.ok or option.pulls >= CANDIDATES_PER_CARD \
         or option.kind == "plain"
     if made is not None:
+        _build_ahead(run, option)
         _judge(option, made, run)
+
+
+def _next(option: _Option, run: _Run) -> Materialized | None:
+    """The option's next candidate: the first one held ahead that is still unseen, else the
+    stream's next."""
+    while option.held:
+        made = option.held.pop(0)
+        if made.ir is None or _unseen(made.ir.unparse(), run):
+            return made
+    return next(option.stream, None) if option.stream is not None else None
+
+
+def _build_ahead(run: _Run, taken: _Option) -> None:
+    """Start building, on spare cores, the candidates the policy is likely to gate next: the
+    next one of `taken` and of the best-ranked other options of the last choice, held on their
+    options until pulled. A CUDA host's `load_inline` extension takes tens of seconds of CPU to
+    build against seconds of GPU in its gate: built while the gate before it runs, its own gate
+    finds the build (`gate.prebuild`; the gate itself is unchanged). Only deterministic moves
+    are taken ahead (an LLM's candidate costs its call whether gated or not)."""
+    if run.ahead is None:
+        return
+    from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
+
+    for option in [taken, *(o for o in run.ranked if o is not taken)][:AHEAD_OPTIONS]:
+        if option.done or (option.kind == "card" and not isinstance(run.rewriter, DeterministicRewriter)):
+            continue
+        if option.stream is None:
+            option.stream = _stream(option, run)
+        if not option.held and (made := next(option.stream, None)) is not None:
+            option.held.append(made)
+        if option.held and option.held[0].ok and option.held[0].ir is not None:
+            run.ahead(option.held[0].ir.unparse())
 
 
 def _reject(option: _Option, made: Materialized, run: _Run, stage: str, reason: str,
