@@ -516,7 +516,7 @@ def _pull(option: _Option, run: _Run) -> None:
     option.done = made is None or not made.ok or option.pulls >= CANDIDATES_PER_CARD \
         or option.kind == "plain"
     if made is not None:
-        _build_ahead(run, option)
+        _build_ahead(run, option, made)
         _judge(option, made, run)
 
 
@@ -530,26 +530,48 @@ def _next(option: _Option, run: _Run) -> Materialized | None:
     return next(option.stream, None) if option.stream is not None else None
 
 
-def _build_ahead(run: _Run, taken: _Option) -> None:
-    """Start building, on spare cores, the candidates the policy is likely to gate next: the
-    next one of `taken` and of the best-ranked other options of the last choice, held on their
-    options until pulled. A CUDA host's `load_inline` extension takes tens of seconds of CPU to
-    build against seconds of GPU in its gate: built while the gate before it runs, its own gate
-    finds the build (`gate.prebuild`; the gate itself is unchanged). Only deterministic moves
-    are taken ahead (an LLM's candidate costs its call whether gated or not)."""
+def _build_ahead(run: _Run, taken: _Option, made: Materialized) -> None:
+    """Start building, on spare cores, what the policy is likely to gate next. A CUDA host's
+    `load_inline` extension takes tens of seconds of CPU to build against seconds of GPU in its
+    gate: built while the gate before it runs, its own gate finds the build (`gate.prebuild`;
+    the gate itself is unchanged). In this order: `made` itself (its gate's build then has a
+    slot), and for `taken` and the best-ranked other options of the last choice, the option's
+    next candidate (held on it until pulled: the verdict on `made` is not in yet) and its first
+    candidate on `made`'s text (`_kept_as`: were `made` kept, its moves are these cards on its
+    text; nothing is held there, the same deterministic rewrite makes the same text again).
+    Only deterministic moves are taken ahead (an LLM's candidate costs its call either way)."""
     if run.ahead is None:
         return
     from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
 
+    fits = made.ok and made.ir is not None and made.site is not None
+    texts = [made.ir.unparse()] if fits else []
+    kept = _kept_as(taken.state, made) if fits else None
     for option in [taken, *(o for o in run.ranked if o is not taken)][:AHEAD_OPTIONS]:
-        if option.done or (option.kind == "card" and not isinstance(run.rewriter, DeterministicRewriter)):
+        if option.kind == "card" and not isinstance(run.rewriter, DeterministicRewriter):
             continue
-        if option.stream is None:
-            option.stream = _stream(option, run)
-        if not option.held and (made := next(option.stream, None)) is not None:
-            option.held.append(made)
-        if option.held and option.held[0].ok and option.held[0].ir is not None:
-            run.ahead(option.held[0].ir.unparse())
+        if not option.done:
+            if option.stream is None:
+                option.stream = _stream(option, run)
+            if not option.held and (nxt := next(option.stream, None)) is not None:
+                option.held.append(nxt)
+            if option.held and option.held[0].ok and option.held[0].ir is not None:
+                texts.append(option.held[0].ir.unparse())
+        if kept is not None:
+            first = next(_stream(_Option(kept, option.kind, option.card, option.rank), run), None)
+            if first is not None and first.ok and first.ir is not None:
+                texts.append(first.ir.unparse())
+    for text in dict.fromkeys(texts):
+        run.ahead(text)
+
+
+def _kept_as(state: _State, made: Materialized) -> _State:
+    """`made` as the state it would be if kept, for what its moves would make (`_build_ahead`):
+    its path has the step, its profile is `state`'s until its own is measured."""
+    kept = _State(made.ir.unparse(), made.ir, state.verdict, None, parent=state, card=made.card,
+                  made=made)
+    kept.path = (*state.path, Step(made.card.id, made.card.pass_name, made.site.anchor, True))
+    return kept
 
 
 def _reject(option: _Option, made: Materialized, run: _Run, stage: str, reason: str,

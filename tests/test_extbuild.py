@@ -161,34 +161,48 @@ def test_a_build_ahead_is_found_by_its_gate_and_never_stands_for_another_source(
     assert library.stat().st_mtime_ns != built
 
 
-def test_the_options_held_ahead_are_pulled_first_unless_seen_since() -> None:
+def test_the_search_builds_ahead_the_next_candidates_and_those_of_the_one_it_gates(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from lineage import optimize
     from lineage.graph import Lineage
-    from lineage.optimize import _build_ahead, _next
     from passes.rewriter import DeterministicRewriter
 
     def made(text: str) -> SimpleNamespace:
-        return SimpleNamespace(ok=True, ir=SimpleNamespace(unparse=lambda: text))
+        return SimpleNamespace(ok=True, ir=SimpleNamespace(unparse=lambda: text),
+                               card=SimpleNamespace(id="c-now", pass_name="p"),
+                               site=SimpleNamespace(anchor="k"))
 
-    def option(kind: str, texts: list[str]) -> SimpleNamespace:
-        return SimpleNamespace(kind=kind, done=False, stream=iter([made(t) for t in texts]), held=[])
+    parent = SimpleNamespace(path=(), verdict=None)
 
+    def option(kind: str, card: str, texts: list[str]) -> SimpleNamespace:
+        return SimpleNamespace(kind=kind, card=card, rank=0, done=False, state=parent,
+                               stream=iter([made(t) for t in texts]), held=[])
+
+    # a move on the text being gated: the same card's rewrite of that text
+    monkeypatch.setattr(optimize, "_stream", lambda o, run: iter(
+        [made(f"{o.card} on {o.state.source}")]))
     built: list[str] = []
-    a, b, c, d = option("rule", ["a1", "a2"]), option("own", ["b1"]), option("card", ["c1"]), \
-        option("rule", ["d1"])
+    a, b, c, d = (option("rule", "A", ["a1", "a2"]), option("own", "B", ["b1"]),
+                  option("card", "C", ["c1"]), option("rule", "D", ["d1"]))
     run = SimpleNamespace(ahead=built.append, ranked=[b, a, c, d], rewriter=object(),
                           verdicts={}, lineage=Lineage())
-    _build_ahead(run, a)  # type: ignore[arg-type]
-    # the taken option and the next-ranked ones, up to AHEAD_OPTIONS; a card of a rewriter that
-    # may call an LLM is not materialized ahead
-    assert built == ["a1", "b1"]
+    optimize._build_ahead(run, a, made("now"))  # type: ignore[arg-type]
+    # the one gated now, then per option (the taken first, up to AHEAD_OPTIONS) its next
+    # candidate and its candidate on the text gated now; a card of a rewriter that may call an
+    # LLM is not materialized ahead
+    assert built == ["now", "a1", "A on now", "b1", "B on now"]
     assert d.held == [] and c.held == []
+    built.clear()
     run.rewriter = DeterministicRewriter()
-    _build_ahead(run, a)  # type: ignore[arg-type]
-    assert built == ["a1", "b1", "a1", "b1", "c1"]  # held ones are not taken from the stream twice
-    assert _next(a, run).ir.unparse() == "a1"  # type: ignore[arg-type, union-attr]
+    optimize._build_ahead(run, a, made("now"))  # type: ignore[arg-type]
+    assert built == ["now", "a1", "A on now", "b1", "B on now", "c1", "C on now"]
+    assert [m.ir.unparse() for m in a.held] == ["a1"]  # held once, not taken from the stream twice
+    assert optimize._next(a, run).ir.unparse() == "a1"  # type: ignore[arg-type, union-attr]
     run.verdicts["b1"] = object()  # gated by another path since it was held
-    assert _next(b, run) is None  # type: ignore[arg-type]
-    assert _next(a, run).ir.unparse() == "a2"  # type: ignore[arg-type, union-attr]
+    assert optimize._next(b, run) is None  # type: ignore[arg-type]
+    assert optimize._next(a, run).ir.unparse() == "a2"  # type: ignore[arg-type, union-attr]
+    kept = optimize._kept_as(parent, made("now"))  # type: ignore[arg-type]
+    assert kept.source == "now" and [s.card for s in kept.path] == ["c-now"]
 
 
 def test_a_host_that_picks_its_own_build_folder_is_not_built_ahead(
