@@ -3,9 +3,12 @@
 Gates N distinct candidates of one KernelBench-style host (the style tier's row softmax unless
 `--kernel` / `--case` name another), one after another as a search does, twice:
 
-- `in-gate`: builds ahead off (`KLINEAGE_BUILD_AHEAD=off`): each gate builds its extension;
+- `in-gate`: builds ahead off (`KLINEAGE_BUILD_AHEAD=off`): each gate's worker builds its
+  extension when it imports the candidate (as before builds ahead);
 - `ahead`: before each gate, the next candidates' builds are started (`gate.prebuild`, as the
-  optimize loop does for the moves it ranks next), so a build overlaps the gate before it.
+  optimize loop does for the moves it ranks next), so a build overlaps the gate before it;
+- `at-start` (with `--modes`): builds ahead on, none asked for: each gate's build starts with
+  the gate, beside its worker's start-up and references.
 
 The candidates differ by a comment line in their CUDA source (a distinct text, so each one is
 a full build; a run-unique salt keeps builds of earlier runs out). Verdict cache off. Writes
@@ -54,6 +57,8 @@ def run_mode(mode: str, unit, case, n: int) -> dict:
 
     salt = f"{mode}-{uuid.uuid4().hex[:8]}"
     texts = _variants(unit.source, n, salt)
+    if mode not in ("in-gate", "at-start", "ahead"):
+        raise SystemExit(f"unknown mode {mode!r} (in-gate, at-start, ahead)")
     os.environ["KLINEAGE_BUILD_AHEAD"] = "off" if mode == "in-gate" else "on"
     gates, started = [], set()
     t0 = time.monotonic()
