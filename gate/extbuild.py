@@ -66,7 +66,11 @@ def extension_dir(module_text: str, env: Mapping[str, str]) -> str:
                      _nvcc_identity(env.get("CUDA_HOME") or env.get("CUDA_PATH") or "",
                                     env.get("PATH", ""))])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return str(Path(tempfile.gettempdir()) / "klineage-extensions" / digest)
+    return str(_root() / digest)
+
+
+def _root() -> Path:
+    return Path(tempfile.gettempdir()) / "klineage-extensions"
 
 
 @lru_cache(maxsize=1)
@@ -209,11 +213,15 @@ def start(module_text: str, stem: str, origin_dir: str | None, env: Mapping[str,
     """Start building ahead the extension of the hosted module `module_text` (named `stem`,
     its helpers in `origin_dir`) in the folder `env` names; `env` is the worker's environment
     (`build_env`). Returns False without starting one where builds ahead are off, every slot is
-    taken, the folder's build was started by this process already, or the target
-    architectures were not set (a build with no GPU visible could not derive the same). A
+    taken, the folder's build was started by this process already, the folder is not one of
+    `extension_dir`'s (the caller chose one for every text: builds ahead of other texts there
+    would undo each other), or the target architectures were not set (a build with no GPU
+    visible could not derive the same). A
     folder is built ahead once per process: a later gate of the same text finds that build."""
     folder = env.get("TORCH_EXTENSIONS_DIR")
     if not folder or "TORCH_CUDA_ARCH_LIST" not in env or not enabled():
+        return False
+    if Path(folder).parent != _root():  # the caller's own folder, shared by every text: not ahead
         return False
     with _STARTING:
         if folder in _AHEAD or running() >= slots():

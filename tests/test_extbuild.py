@@ -139,6 +139,8 @@ def test_a_build_ahead_is_found_by_its_gate_and_never_stands_for_another_source(
     text = HOST % 2
     env = {**os.environ, "TORCH_CUDA_ARCH_LIST": "9.0+PTX",
            "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    assert not extbuild.start(text, "host", None, env)  # a folder of the caller's: not ahead
+    monkeypatch.setattr(extbuild, "_root", lambda: tmp_path)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", env["TORCH_EXTENSIONS_DIR"])
     assert extbuild.start(text, "host", None, env)
     assert not extbuild.start(text, "host", None, env)  # one build per folder
@@ -215,6 +217,7 @@ def test_a_host_that_picks_its_own_build_folder_is_not_built_ahead(
                               f"no_implicit_headers=True, build_directory={str(own)!r})")
     env = {**os.environ, "TORCH_CUDA_ARCH_LIST": "9.0+PTX",
            "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    monkeypatch.setattr(extbuild, "_root", lambda: tmp_path)
     assert extbuild.start(text, "host", None, env)
     assert extbuild._AHEAD[env["TORCH_EXTENSIONS_DIR"]].wait(timeout=240) == 1  # not built
     assert list(own.iterdir()) == []  # that folder is not under the build lock: left to the worker
