@@ -625,6 +625,16 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
 
 
 _START_LOCK = threading.Lock()
+# Variables of a job's environment that only its candidate reads (after the job has set its
+# whole environment, `gate.worker.main`): a standby worker's start-up does not depend on them,
+# so a job whose environment differs only there takes it. A load_inline host's build folder
+# is one per candidate text (`gate.extbuild.extension_dir`).
+JOB_ONLY_ENV = frozenset({"TORCH_EXTENSIONS_DIR"})
+
+
+def _standby_env(env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """`env` as a standby worker starts under it: without `JOB_ONLY_ENV`."""
+    return tuple((k, v) for k, v in env if k not in JOB_ONLY_ENV)
 
 
 class Standby:
@@ -634,9 +644,10 @@ class Standby:
 
     Each standby worker takes exactly one job and ends with it, as a worker started for the job
     would: no candidate code runs in a process before its own job. A job whose environment
-    differs from the one a standby started under gets a fresh worker (and the standby is
-    ended). `KLINEAGE_GATE_STANDBY=0` turns it off (every job starts its worker from scratch,
-    the way before)."""
+    differs from the one a standby started under (`JOB_ONLY_ENV` aside: the job's own
+    environment is set when it arrives) gets a fresh worker (and the standby is ended).
+    `KLINEAGE_GATE_STANDBY=0` turns it off (every job starts its worker from scratch, the way
+    before)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -661,17 +672,18 @@ class Standby:
             if not repeat:  # a run's start: its workers' fork server at least
                 _ensure_server()
             return time.perf_counter() - t0
-        key = (tier, tuple(env))
+        env = _standby_env(tuple(env))
+        key = (tier, env)
         with self._lock:
             again, self._last = self._last == key, key
             for k in [k for k in self._ready if k[1] != key[1]]:  # the environment moved on
                 _end_standby(*self._ready.pop(k))
         if repeat and not again:
             return 0.0
-        self._start(tier, tuple(env), case_path)
+        self._start(tier, env, case_path)
         if wait > 0:
             with self._lock:
-                found = self._ready.get((tier, tuple(env)))
+                found = self._ready.get(key)
             if found is not None and found[0].pid not in self._warm:
                 proc, parent = found
                 try:
@@ -707,7 +719,7 @@ class Standby:
         if not self.enabled():
             return None, None
         with self._lock:
-            found = self._ready.pop((job.tier, tuple(job.env)), None)
+            found = self._ready.pop((job.tier, _standby_env(tuple(job.env))), None)
         if found is None:
             return None, None
         proc, parent = found

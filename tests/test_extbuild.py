@@ -221,3 +221,32 @@ def test_a_host_that_picks_its_own_build_folder_is_not_built_ahead(
     assert extbuild.start(text, "host", None, env)
     assert extbuild._AHEAD[env["TORCH_EXTENSIONS_DIR"]].wait(timeout=240) == 1  # not built
     assert list(own.iterdir()) == []  # that folder is not under the build lock: left to the worker
+
+
+def test_a_standby_worker_takes_a_job_whose_build_folder_is_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each load_inline candidate has a build folder of its own in its environment; the next
+    gate's worker, started before the folder is known, still takes it (the job sets it)."""
+    import gate
+    from gate import runner
+    from gate.verdict import Tier
+
+    saxpy = ROOT / "tests/data/cases/saxpy"
+    marker = tmp_path / "seen.txt"
+    candidate = tmp_path / "saxpy_marked.py"
+    candidate.write_text((saxpy / "saxpy_triton.py").read_text() + f'''
+import os as _os
+with open({str(marker)!r}, "a") as _f:
+    _f.write(f"{{_os.getpid()}} {{_os.environ.get('TORCH_EXTENSIONS_DIR')}}\\n")
+''')
+    monkeypatch.setenv("KLINEAGE_GATE_STANDBY", "1")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "first"))
+    runner.STANDBY.close()
+    assert runner.prestart(Tier.INTERPRET, wait=60) > 0
+    [(_, (waiting, _))] = list(runner.STANDBY._ready.items())
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "second"))
+    verdict = gate.check_file(candidate, saxpy, Tier.INTERPRET, cache=False, timeout=60)
+    assert verdict.ok, verdict.reason
+    runner.STANDBY.close()
+    [(pid, folder)] = [line.split() for line in marker.read_text().splitlines()]
+    assert (int(pid), folder) == (waiting.pid, str(tmp_path / "second"))
