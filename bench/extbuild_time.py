@@ -3,12 +3,15 @@
 Gates N distinct candidates of one KernelBench-style host (the style tier's row softmax unless
 `--kernel` / `--case` name another), one after another as a search does, twice:
 
-- `in-gate`: builds ahead off (`KLINEAGE_BUILD_AHEAD=off`): each gate's worker builds its
-  extension when it imports the candidate (as before builds ahead);
-- `ahead`: before each gate, the next candidates' builds are started (`gate.prebuild`, as the
-  optimize loop does for the moves it ranks next), so a build overlaps the gate before it;
-- `at-start` (with `--modes`): builds ahead on, none asked for: each gate's build starts with
-  the gate, beside its worker's start-up and references.
+- `before`: builds ahead off (`KLINEAGE_BUILD_AHEAD=off`) and no standby worker
+  (`KLINEAGE_GATE_STANDBY=0`): each gate's worker starts for its job and builds the extension
+  when it imports the candidate, as a gate of such a host ran before (its environment, a
+  build folder per candidate, never matched a standby worker's);
+- `at-start` (with `--modes`): standby workers and builds ahead on, none asked for: each
+  gate's build starts with the gate, beside its worker's start-up and references;
+- `ahead`: as `at-start`, and before each gate the next candidates' builds are started
+  (`gate.prebuild`, as the optimize loop does for the moves it ranks next), so a build
+  overlaps the gate before it.
 
 The candidates differ by a comment line in their CUDA source (a distinct text, so each one is
 a full build; a run-unique salt keeps builds of earlier runs out). Verdict cache off. Writes
@@ -57,9 +60,11 @@ def run_mode(mode: str, unit, case, n: int) -> dict:
 
     salt = f"{mode}-{uuid.uuid4().hex[:8]}"
     texts = _variants(unit.source, n, salt)
-    if mode not in ("in-gate", "at-start", "ahead"):
-        raise SystemExit(f"unknown mode {mode!r} (in-gate, at-start, ahead)")
-    os.environ["KLINEAGE_BUILD_AHEAD"] = "off" if mode == "in-gate" else "on"
+    if mode not in ("before", "at-start", "ahead"):
+        raise SystemExit(f"unknown mode {mode!r} (before, at-start, ahead)")
+    os.environ["KLINEAGE_BUILD_AHEAD"] = "off" if mode == "before" else "on"
+    os.environ["KLINEAGE_GATE_STANDBY"] = "0" if mode == "before" else "1"
+    gate.prestart("device", wait=120, case=case)  # as a run starts: its first worker (or server)
     gates, started = [], set()
     t0 = time.monotonic()
     for k, text in enumerate(texts):
@@ -85,7 +90,7 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--kernel", type=Path, default=DEFAULT_KERNEL)
     ap.add_argument("--case", type=Path, default=DEFAULT_CASE)
-    ap.add_argument("--modes", default="in-gate,ahead")
+    ap.add_argument("--modes", default="before,ahead")
     args = ap.parse_args()
     import gate
     from gate import extbuild
