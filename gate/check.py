@@ -323,7 +323,7 @@ def _run(source: str, lang: str, case: Case, tier: Tier, stem: str, host_text: s
             env = extbuild.build_env(env, module.read_text())
             if tier is Tier.DEVICE:  # the build overlaps the worker's start-up and references
                 extbuild.start(module.read_text(), stem,
-                               str(src_path.parent) if src_path else None, env)
+                               str(src_path.parent) if src_path else None, env, own=True)
         job = Job(tier=tier.value, language=lang, module_path=str(module),
                   cu_path=str(cu) if cu else None, scratch=str(scratch),
                   origin_dir=str(src_path.parent) if src_path else None,

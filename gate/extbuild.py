@@ -184,6 +184,7 @@ def builder(folder: str | Path) -> Iterator[None]:
 # -- builds ahead ----------------------------------------------------------------------------------
 
 _AHEAD: dict[str, subprocess.Popen[bytes]] = {}  # folder -> its build ahead (this process's)
+_OWN: set[str] = set()  # folders whose build ahead is that of a gate running now
 _STARTING = threading.Lock()
 
 
@@ -205,31 +206,35 @@ def slots() -> int:
 
 
 def running() -> int:
-    """Builds ahead of this process still running."""
-    return sum(proc.poll() is None for proc in list(_AHEAD.values()))
+    """Builds ahead of this process still running, those of gates running now aside."""
+    return sum(proc.poll() is None for folder, proc in list(_AHEAD.items()) if folder not in _OWN)
 
 
-def start(module_text: str, stem: str, origin_dir: str | None, env: Mapping[str, str]) -> bool:
+def start(module_text: str, stem: str, origin_dir: str | None, env: Mapping[str, str], *,
+          own: bool = False) -> bool:
     """Start building ahead the extension of the hosted module `module_text` (named `stem`,
     its helpers in `origin_dir`) in the folder `env` names; `env` is the worker's environment
     (`build_env`). Returns False without starting one where builds ahead are off, every slot is
     taken, the folder's build was started by this process already, the folder is not one of
     `extension_dir`'s (the caller chose one for every text: builds ahead of other texts there
     would undo each other), or the target architectures were not set (a build with no GPU
-    visible could not derive the same). A
-    folder is built ahead once per process: a later gate of the same text finds that build."""
+    visible could not derive the same). A folder is built ahead once per process: a later gate
+    of the same text finds that build. `own`: the build of a gate that runs now, in place of
+    its worker's (on the cores `slots` leaves to it): it takes no slot."""
     folder = env.get("TORCH_EXTENSIONS_DIR")
     if not folder or "TORCH_CUDA_ARCH_LIST" not in env or not enabled():
         return False
     if Path(folder).parent != _root():  # the caller's own folder, shared by every text: not ahead
         return False
     with _STARTING:
-        if folder in _AHEAD or running() >= slots():
+        if folder in _AHEAD or (not own and running() >= slots()):
             return False
         proc = _spawn(module_text, stem, origin_dir, env, folder)
         if proc is None:
             return False
         _AHEAD[folder] = proc
+        if own:
+            _OWN.add(folder)
     return True
 
 

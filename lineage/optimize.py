@@ -534,9 +534,9 @@ def _build_ahead(run: _Run, taken: _Option, made: Materialized) -> None:
     """Start building, on spare cores, what the policy is likely to gate next. A CUDA host's
     `load_inline` extension takes tens of seconds of CPU to build against seconds of GPU in its
     gate: built while the gate before it runs, its own gate finds the build (`gate.prebuild`;
-    the gate itself is unchanged). In this order: `made` itself (its gate's build then has a
-    slot), and for `taken` and the best-ranked other options of the last choice, the option's
-    next candidate (held on it until pulled: the verdict on `made` is not in yet) and its first
+    the gate itself is unchanged; `made`'s own gate starts its build as it starts). For `taken`
+    and the best-ranked other options of the last choice, in that order: the option's next
+    candidate (held on it until pulled: the verdict on `made` is not in yet) and its first
     candidate on `made`'s text (`_kept_as`: were `made` kept, its moves are these cards on its
     text; nothing is held there, the same deterministic rewrite makes the same text again).
     Only deterministic moves are taken ahead (an LLM's candidate costs its call either way)."""
@@ -544,8 +544,8 @@ def _build_ahead(run: _Run, taken: _Option, made: Materialized) -> None:
         return
     from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
 
+    texts: list[str] = []
     fits = made.ok and made.ir is not None and made.site is not None
-    texts = [made.ir.unparse()] if fits else []
     kept = _kept_as(taken.state, made) if fits else None
     for option in [taken, *(o for o in run.ranked if o is not taken)][:AHEAD_OPTIONS]:
         if option.kind == "card" and not isinstance(run.rewriter, DeterministicRewriter):

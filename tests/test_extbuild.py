@@ -144,6 +144,12 @@ def test_a_build_ahead_is_found_by_its_gate_and_never_stands_for_another_source(
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", env["TORCH_EXTENSIONS_DIR"])
     assert extbuild.start(text, "host", None, env)
     assert not extbuild.start(text, "host", None, env)  # one build per folder
+    # a gate's own build takes no slot; builds ahead take the slots
+    gate_env = {**env, "TORCH_EXTENSIONS_DIR": str(tmp_path / "gate")}
+    assert extbuild.start(HOST % 5, "host", None, gate_env, own=True)
+    assert extbuild.running() == 1
+    assert not extbuild.start(HOST % 7, "host", None,
+                              {**env, "TORCH_EXTENSIONS_DIR": str(tmp_path / "more")})
     proc = extbuild._AHEAD[env["TORCH_EXTENSIONS_DIR"]]
     assert proc.wait(timeout=240) == 0
     library = next((tmp_path / "ext" / "kl_scaled").glob("*.so"))
@@ -189,15 +195,15 @@ def test_the_search_builds_ahead_the_next_candidates_and_those_of_the_one_it_gat
     run = SimpleNamespace(ahead=built.append, ranked=[b, a, c, d], rewriter=object(),
                           verdicts={}, lineage=Lineage())
     optimize._build_ahead(run, a, made("now"))  # type: ignore[arg-type]
-    # the one gated now, then per option (the taken first, up to AHEAD_OPTIONS) its next
-    # candidate and its candidate on the text gated now; a card of a rewriter that may call an
-    # LLM is not materialized ahead
-    assert built == ["now", "a1", "A on now", "b1", "B on now"]
+    # per option (the taken first, up to AHEAD_OPTIONS) its next candidate and its candidate on
+    # the text gated now (whose own gate starts its build); a card of a rewriter that may call
+    # an LLM is not materialized ahead
+    assert built == ["a1", "A on now", "b1", "B on now"]
     assert d.held == [] and c.held == []
     built.clear()
     run.rewriter = DeterministicRewriter()
     optimize._build_ahead(run, a, made("now"))  # type: ignore[arg-type]
-    assert built == ["now", "a1", "A on now", "b1", "B on now", "c1", "C on now"]
+    assert built == ["a1", "A on now", "b1", "B on now", "c1", "C on now"]
     assert [m.ir.unparse() for m in a.held] == ["a1"]  # held once, not taken from the stream twice
     assert optimize._next(a, run).ir.unparse() == "a1"  # type: ignore[arg-type, union-attr]
     run.verdicts["b1"] = object()  # gated by another path since it was held
