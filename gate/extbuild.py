@@ -267,7 +267,10 @@ def stop_all() -> None:
         if proc.poll() is None:
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(OSError, TypeError, IndexError):
+                shutil.rmtree(Path(proc.args[2]).parent, ignore_errors=True)  # its module's copy
     _AHEAD.clear()
+    _OWN.clear()
 
 
 class _Built(BaseException):
