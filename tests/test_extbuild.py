@@ -256,3 +256,48 @@ with open({str(marker)!r}, "a") as _f:
     runner.STANDBY.close()
     [(pid, folder)] = [line.split() for line in marker.read_text().splitlines()]
     assert (int(pid), folder) == (waiting.pid, str(tmp_path / "second"))
+
+
+def test_building_ahead_changes_nothing_the_search_gates(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device-tier search of a load_inline host gates the same candidates in the same order
+    whether or not it builds ahead, and what it builds ahead it asks for before its gate."""
+    import gate
+    from lineage.optimize import optimize
+    from lineage.shipped import open_library
+    from passes.rewriter import DeterministicRewriter
+    from skill_helpers import ScriptedGate
+
+    host = SOFTMAX / "softmax_rows.py"
+    lib, _ = open_library(None)
+    start_ms = 1.0
+
+    def ms(source: str) -> float:  # deterministic, most candidates not faster than the start
+        return start_ms * (0.9 if "__launch_bounds__" in source else 1.0 + len(source) % 7 / 100)
+
+    def run(ahead: bool, out: str) -> tuple[list[str], list[tuple[str, str]]]:
+        events: list[tuple[str, str]] = []
+        scripted = ScriptedGate(ms=ms)
+
+        def check(source: str, *args: object, **kwargs: object) -> object:
+            events.append(("gate", source))
+            return scripted(source, *args, **kwargs)
+
+        def prebuild(source: str, *args: object, **kwargs: object) -> bool:
+            events.append(("build", source))
+            return True
+
+        monkeypatch.setattr(gate, "check", check)
+        monkeypatch.setattr(gate, "prebuild", prebuild if ahead else lambda *a, **k: False)
+        optimize(host, str(SOFTMAX), lib, tier="device", out=tmp_path / out,
+                 rewriter=DeterministicRewriter(), budget_steps=6)
+        return scripted.seen, events
+
+    plain, _ = run(False, "plain")
+    seen, events = run(True, "ahead")
+    assert seen == plain and len(seen) > 2
+    built = [text for kind, text in events if kind == "build"]
+    gated_after = [text for i, (kind, text) in enumerate(events)
+                   if kind == "gate" and ("build", text) in events[:i]]
+    # candidates were built while the gate before them ran (4 of the 6 here)
+    assert len(gated_after) >= 2
