@@ -572,10 +572,15 @@ def test_refusals_say_why() -> None:
     assert "sm_80" in _refusal(blocktile, "256", PassContext(facts={"arch": "sm_75"}))
 
 
-def test_a_kernel_that_is_no_tiled_gemm_has_no_site() -> None:
+def test_a_kernel_that_is_no_gemm_has_no_site() -> None:
+    rows = (STYLES / "cu_sum_tree" / "row_sum.cu").read_text()
+    assert get_pass("gemm-schedule").from_options({"block": "256"}).sites(
+        kir.parse(rows, "cuda")) == []
+    # a naive GEMM (no shared tiles) is one: its K loop reads global memory
     naive = (STYLES / "cu_mm_naive" / "mm_naive.cu").read_text()
-    assert get_pass("gemm-schedule").from_options({"block": "16x16"}).sites(
-        kir.parse(naive, "cuda")) == []
+    [site] = get_pass("gemm-schedule").from_options({"block": "16x16"}).sites(
+        kir.parse(naive, "cuda"))
+    assert site.detail["block_tile"] == [16, 16, 1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -816,10 +821,10 @@ def test_specialized_warps_hand_the_slots_over_by_mbarriers_across_tiles(stages:
     done = next(s for s in rule.sites(result.ir) if s.present)
     assert rule.deoptimize(result.ir, done, CTX).options == {**options, "overlap": True}
     assert roundtrip(rule, result.ir, done, CTX).same
-    # a block the table does not split into fillers and MMA warpgroups (1024 threads), and the
-    # form outside the deep wgmma schedule
+    # a block the table does not split into fillers and MMA warpgroups (1024 threads) runs as
+    # virtual threads of the form's own block; the form outside the deep wgmma schedule
     big = _deep(LAUNCHES, options)
-    assert isinstance(big, Skipped) and "no warpgroup to fill the ring" in big.reason
+    assert big.ok and "dim3(384, 1, 1)" in big.ir.text and '"virtual": 384' in big.ir.text
     alone = _deep(LAUNCHES, {"deep": True, "specialize": True})
     assert isinstance(alone, Skipped) and "deep wgmma schedule" in alone.reason
 
@@ -925,9 +930,10 @@ def test_the_producer_runs_ahead_across_tiles_and_its_breakages_are_caught() -> 
 def test_the_producer_form_refuses_what_it_cannot_grow() -> None:
     source = _inline_source(STYLES / "cu_mm_reg2d" / "mm_reg2d.py")
     producer = {"wgmma": True, "deep": True, "producer": True}
-    # a block of 1024 threads has no room for another warpgroup in the table
+    # a block of 1024 threads has no room for another warpgroup: the form launches its own
+    # block, the launch's threads virtual
     big = _deep(LAUNCHES, producer)
-    assert isinstance(big, Skipped) and "beside a producer" in big.reason
+    assert big.ok and "dim3(384, 1, 1)" in big.ir.text and '"virtual": 384' in big.ir.text
     # the form belongs to the deep wgmma schedule, apart from the specialized warps
     assert "deep wgmma schedule" in _deep(source, {"block": "256", "producer": True}).reason
     both = _deep(source, {"block": "256", **producer, "specialize": True})
@@ -1466,20 +1472,20 @@ def test_four_consumer_warpgroups_refuse_what_they_cannot_split() -> None:
     for count in (2, 8):
         odd = _deep(source, {"block": "256", **C4, "consumers": count})
         assert isinstance(odd, Skipped) and "twice the launch's warpgroups" in odd.reason, count
-    # a block of 512 threads: eight warpgroups do not split the tile (the reach form after
-    # this one takes it)
+    # a block of 512 threads: eight warpgroups do not split the tile; four multiply in the
+    # form's own block, the launch's 512 threads run as virtual threads
     reg1d = _embedded(STYLES / "cu_mm_reg1d" / "mm_reg1d.py")
     big = _deep(_with_launch(reg1d, "512"), {"block": "512", **C4, "consumers": 8})
     assert isinstance(big, Skipped) and "do not split" in big.reason
     c4 = _deep(_with_launch(reg1d, "512"), {"block": "512", **C4, "tma": True})
-    assert isinstance(c4, Skipped) and "block of 512 threads" in c4.reason
+    assert c4.ok and '"virtual": 640' in c4.ir.text and "dim3(640, 1, 1)" in c4.ir.text
     # measured slower than two warpgroups on 256-thread blocks: not a fullest form
     assert all("consumers" not in form for form in GemmSchedule.reach)
     assert _deep(_with_launch(reg1d, "512"), {"block": "512", **dict(GemmSchedule.reach[0])}).ok
     # the 128x128 tile: four warpgroups of 64x64, halves of 128x64 the 128x128 user tile
-    # does not fit in
+    # does not fit in: the four multiply in the form's own block, the launch's threads virtual
     narrow = _deep(source, {"block": "256", **C4, "wide": False})
-    assert isinstance(narrow, Skipped) and "does not divide the 128x64 half" in narrow.reason
+    assert narrow.ok and '"virtual": 640' in narrow.ir.text
     # the kernel's own bounds of the launch's block are written for the grown block; bounds
     # asking more fix it
     for bounds, ok in (("256", True), ("256, 2", False)):

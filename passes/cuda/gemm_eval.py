@@ -1069,13 +1069,24 @@ def find_gemm_tiles(ir: KernelIR, block: tuple[int, int] | None = None,
     given), and a one-line reason for each candidate region that is not one. `block` is the
     launch's (x, y) block size where known. Results are kept per source text, block and kernels
     (the evaluation runs every thread of the block)."""
-    key = (ir.source, block, kernels)
-    hit = _CACHE.get(key)
+    return memo(_CACHE, (ir.source, block, kernels), lambda: _find(ir, block, kernels))
+
+
+def memo(cache: dict, key: Any, make: Any) -> tuple[list, list]:
+    """`make()`'s (found, reasons), kept in `cache` under `key` (at most 64 kept), as copies."""
+    hit = cache.get(key)
     if hit is None:
-        if len(_CACHE) > 64:
-            _CACHE.clear()
-        hit = _CACHE[key] = _find(ir, block, kernels)
+        if len(cache) > 64:
+            cache.clear()
+        hit = cache[key] = make()
     return list(hit[0]), list(hit[1])
+
+
+def kernel_functions(ir: KernelIR, scope: Scope, kernels: frozenset[str] | None) -> list[int]:
+    """The `__global__` functions of `ir` (those named in `kernels`, where given), in order."""
+    return [fn for fn in sorted(scope.functions.values())
+            if "__global__" in (ir.attrs_of(fn).get("qualifiers") or ())
+            and (kernels is None or ir.name_of(fn) in kernels)]
 
 
 def _find(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str] | None
@@ -1083,11 +1094,7 @@ def _find(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str] |
     scope = Scope(ir)
     found: list[GemmTile] = []
     reasons: list[str] = []
-    for fn in sorted(scope.functions.values()):
-        if "__global__" not in (ir.attrs_of(fn).get("qualifiers") or ()):
-            continue
-        if kernels is not None and ir.name_of(fn) not in kernels:
-            continue
+    for fn in kernel_functions(ir, scope, kernels):
         try:
             k = _Kernel(ir, scope, fn)
         except Refusal as exc:

@@ -670,14 +670,7 @@ def _trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
     order, axes, period = _order(probe, tile, lay_a, lay_b)
 
     def block_of(i: int, j: int) -> tuple[int, int]:
-        """The probe block of output tile (i, j) in this order."""
-        if order == "row":
-            return (i * period + j, 0)
-        if order == "col":
-            return (j * period + i, 0)
-        cta = [0, 0]
-        cta["xy".index(axes[0])], cta["xy".index(axes[1])] = i, j
-        return (cta[0], cta[1])
+        return block_at(order, axes, period, i, j)
 
     a, ia = _fit(tile.a, bm, lay_a, lambda i: probe(block_of(i, 0)), axes[0], wide, True)
     b, ib = _fit(tile.b, bn, lay_b, lambda j: probe(block_of(0, j)), axes[1], wide, False)
@@ -772,20 +765,35 @@ def _origin(t: Tile, stores: Any, lay: tuple[str, bool, str, int]) -> int | None
 
 def _order(probe: Any, tile: GemmTile, lay_a: tuple, lay_b: tuple
            ) -> tuple[str, tuple[str, str], int]:
-    """How blockIdx names output blocks: (order, the blockIdx components stepping rows and
-    columns, blocks per row / column of a linear order)."""
-    bm, bn = tile.bm, tile.bn
+    """How blockIdx names output blocks (`block_order`), from the tiles each block stages."""
 
     def at(cta: tuple[int, int]) -> tuple[int | None, int | None]:
         stores = probe(cta)
         return _origin(tile.a, stores, lay_a), _origin(tile.b, stores, lay_b)
+    return block_order(at, tile.bm, tile.bn)
 
+
+def block_at(order: str, axes: tuple[str, str], period: int, i: int, j: int) -> tuple[int, int]:
+    """The block (x, y) of output tile (i, j) in a `block_order` order."""
+    if order == "row":
+        return (i * period + j, 0)
+    if order == "col":
+        return (j * period + i, 0)
+    cta = [0, 0]
+    cta["xy".index(axes[0])], cta["xy".index(axes[1])] = i, j
+    return (cta[0], cta[1])
+
+
+def block_order(at: Any, bm: int, bn: int) -> tuple[str, tuple[str, str], int]:
+    """How blockIdx names BM x BN output blocks, given `at(cta)`: the first output row and
+    column of block `cta` (x, y), or None where it has none: (order, the blockIdx components
+    stepping rows and columns, blocks per row / column of a linear order)."""
     x, y = at((1, 0)), at((0, 1))
     if x == (0, bn) and y == (bm, 0):
         return "2d", ("y", "x"), 0
     if x == (bm, 0) and y == (0, bn):
         return "2d", ("x", "y"), 0
-    if y == (0, 0) and x in ((0, bn), (bm, 0)):
+    if y in ((0, 0), None, (None, None)) and x in ((0, bn), (bm, 0)):
         row = x == (0, bn)
         for count in range(2, _SCAN):
             got = at((count, 0))

@@ -38,6 +38,11 @@ _GROUP = re.compile(rf"if \(\(unsigned\)\({PREFIX}row(?: \+ (-?\d+))? - {PREFIX}
                     r"[^\n]*\n((?:[ \t]*[^\n]+ \+= x\[-?\d+\];\n)+)")
 _ADD = re.compile(r"[ \t]*(.+?) \+= x\[(-?\d+)\];")
 _VIRTUAL = re.compile(rf"\b{PREFIX}(vb|vg|vd|vt)\b")
+_VBODY = "{  " + MARK + "the kernel's own body for this block and thread\n"
+_PRODUCTS = "{  " + MARK + "the tile's products into this thread's accumulators"
+_READ = re.compile(rf"const float\* {PREFIX}y = {PREFIX}x \+ \({PREFIX}sm - {PREFIX}c0 \+ (.+?)\) "
+                   rf"\* (\d+) \+ {PREFIX}sn \+ (.+?);\n")
+_VADD = re.compile(rf"[ \t]*(.+?) \+= {PREFIX}y\[(-?\d+)\];")
 _BUILTINS = {"vb": "blockIdx", "vg": "gridDim", "vd": "blockDim", "vt": "threadIdx"}
 _TYPES = {"bf16": ("__nv_bfloat16", "__float2bfloat16(0.0f)", "__bfloat162float"),
           "fp16": ("__half", "__float2half(0.0f)", "__half2float")}
@@ -67,6 +72,11 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
         return "the kernel is not in the form gemm-schedule writes"
     fn = target[0]
     facts = _facts(text, fn)
+    if facts.get("virtual"):
+        restored = _virtual_body(text, fn, facts)
+        if isinstance(restored, str):
+            return restored
+        return _finish(ir, src, fn, mine, restored[0], facts)
     start = text.find(_BODY, fn.body_start, fn.body_end)
     if start < 0 or text[fn.body_end - len(_TAIL):fn.body_end] != _TAIL:
         return "the kernel's body is not where gemm-schedule puts it"
@@ -82,25 +92,47 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
     if where is None or not groups:
         return "the exchange is not one gemm-schedule wrote"
     pad = view.indent(x0)
+    cells = [(int(g.group(1) or 0), [(a.group(1), int(a.group(2))) for a in _ADD.finditer(g.group(2))])
+             for g in groups]
     try:
-        loop = _scalar_loop(facts, where.group(1), where.group(2), groups, pad,
+        loop = _scalar_loop(facts, where.group(1), where.group(2), cells, pad,
                             _entry_copies(body, facts))
     except (KeyError, TypeError, ValueError) as exc:
         return f"the recorded facts are incomplete ({exc})"
     restored = body[:x0] + loop + body[x1:]
-    code = CSource.of_text(restored).code
-    out, pos = [], 0
-    for m in _VIRTUAL.finditer(code):
-        out.append(restored[pos:m.start()])
-        out.append(_BUILTINS[m.group(1)])
-        pos = m.end()
-    restored = "".join(out) + restored[pos:]
+    restored = _real_builtins(restored)
     copies = _entry_copies(body, facts)
     if copies:
         nl = restored.find("\n") + 1
         restored = restored[:nl] + "".join(f"  const auto {ST}in_{n} = {n};\n" for n in copies) + \
             restored[nl:]
+    return _finish(ir, src, fn, mine, restored, facts)
+
+
+def _real_builtins(text: str) -> str:
+    """`text` with the virtual block's names (outside comments and strings) the builtins."""
+    code = CSource.of_text(text).code
+    out, pos = [], 0
+    for m in _VIRTUAL.finditer(code):
+        out.append(text[pos:m.start()])
+        out.append(_BUILTINS[m.group(1)])
+        pos = m.end()
+    return "".join(out) + text[pos:]
+
+
+def _finish(ir: KernelIR, src: CSource, fn: Function, mine: list[Function], restored: str,
+            facts: dict[str, Any]) -> list[ByteEdit]:
+    """The edits putting `restored` back as the kernel's body, the TMA parameter, the launch
+    edits and the helpers taken out, and (a form with its own block) the kernel's own
+    `__launch_bounds__` as they were."""
+    text = ir.text
     edits = [ByteEdit(*src.bspan(fn.body_start, fn.body_end), "{" + restored + "}")]
+    if "bounds" in facts:
+        bounds = re.search(r"__launch_bounds__\s*\([^)]*\)\s*", text[fn.start:fn.body_start])
+        if bounds is not None:
+            kept = facts["bounds"] + (" " if facts["bounds"] else "")
+            edits.append(ByteEdit(*src.bspan(fn.start + bounds.start(), fn.start + bounds.end()),
+                                  kept))
     head = text.find(TMA_PARAMETER, fn.name_start, fn.body_start)
     if head >= 0:  # the TMA form's tensor maps leave the parameters
         before = text.rfind(",", fn.name_start, head)
@@ -151,8 +183,95 @@ def _entry_copies(body: str, facts: dict[str, Any]) -> list[str]:
     return _written(CSource.of_text(body).code, used)
 
 
-def _scalar_loop(facts: dict[str, Any], row: str, col: str, groups: list[re.Match[str]],
-                 pad: str, copies: list[str]) -> str:
+def _origins(facts: dict[str, Any], m_: str, n_: str) -> tuple[str, str]:
+    """The block's first output row and column as the kernel's grid names its blocks."""
+    bm, bn = (int(v) for v in facts["block_tile"][:2])
+    a, b = facts["A"], facts["B"]
+    order = facts.get("grid", "2d")
+    if order == "2d":
+        return f"(int)blockIdx.{a['block_axis']} * {bm}", f"(int)blockIdx.{b['block_axis']} * {bn}"
+    rows_u, cols_u = f"(({m_} + {bm - 1}) / {bm})", f"(({n_} + {bn - 1}) / {bn})"
+    row0 = (f"(int)blockIdx.x / {cols_u} * {bm}" if order == "row"
+            else f"(int)blockIdx.x % {rows_u} * {bm}")
+    col0 = (f"(int)blockIdx.x % {cols_u} * {bn}" if order == "row"
+            else f"(int)blockIdx.x / {rows_u} * {bn}")
+    return row0, col0
+
+
+def _direct_loop(facts: dict[str, Any], row: str, col: str,
+                 cells: list[tuple[int, list[tuple[str, int]]]], pad: str, copies: list[str]) -> str:
+    """A K loop of scalar multiply-adds of the operands' elements read from global memory, into
+    the same accumulators (each at the output cell it held), elements past M or N not read."""
+    _, _, to_float = _TYPES[facts["dtype"]]
+    a, b = facts["A"], facts["B"]
+
+    def name(n: str) -> str:
+        return f"{ST}in_{n}" if n in copies else n
+
+    kk, m_, n_ = name(facts["K"]), name(a["bound"]), name(b["bound"])
+    row0, col0 = _origins(facts, m_, n_)
+    i1 = pad + "  "
+    lines = [f"for (int {ST}k = 0; {ST}k < {kk}; ++{ST}k) {{",
+             f"{i1}const int {ST}row = {row0} + {row}, {ST}col = {col0} + {col};"]
+    for dm, adds in cells:
+        gm = f"{ST}row + {dm}" if dm else f"{ST}row"
+        for lvalue, dn in adds:
+            gn = f"{ST}col + {dn}" if dn else f"{ST}col"
+            a_at = (f"(size_t)({gm}) * {name(a['ld'])} + {ST}k" if a["layout"] == "mk"
+                    else f"(size_t){ST}k * {name(a['ld'])} + {gm}")
+            b_at = (f"(size_t){ST}k * {name(b['ld'])} + {gn}" if b["layout"] == "kn"
+                    else f"(size_t)({gn}) * {name(b['ld'])} + {ST}k")
+            guard = " && ".join([f"{gm} < {m_}"] * bool(a["bound"]) + [f"{gn} < {n_}"] * bool(b["bound"]))
+            add = (f"{lvalue} += {to_float}({name(a['pointer'])}[{a_at}]) * "
+                   f"{to_float}({name(b['pointer'])}[{b_at}]);")
+            lines.append(f"{i1}{'if (' + guard + ') ' if guard else ''}{add}")
+    lines.append(f"{pad}}}")
+    return "\n".join(lines)
+
+
+def _virtual_body(text: str, fn: Function, facts: dict[str, Any]) -> str | Any:
+    """The kernel's own body from the virtual form (run by each virtual thread): its accumulators
+    filled by a K loop again (scalar multiply-adds over the staged tiles where the kernel was
+    read with shared tiles, else over global memory) and the virtual builtins the real ones;
+    a str where the form is not one the rule wrote. Returned as `[body]` (a list) on success."""
+    start = text.find(_VBODY, fn.body_start, fn.body_end)
+    if start < 0:
+        return "the kernel's body is not where gemm-schedule puts it"
+    view = CSource.of_text(text)
+    end = view.close(start) - 1
+    body = text[start + len(_VBODY):end].rstrip(" \t")
+    lam = re.fullmatch(r"\s*\[&\]\(\) \{(.*)\}\(\);\s*", body, re.S)
+    if lam is not None:
+        body = lam.group(1)
+    x0 = body.find(_PRODUCTS)
+    if x0 < 0:
+        return "the kernel has no gemm-schedule exchange"
+    x1 = CSource.of_text(body).close(x0)
+    swap = body[x0:x1]
+    where = _READ.search(swap)
+    if where is None:
+        return "the exchange is not one gemm-schedule wrote"
+    ldx = int(where.group(2))
+    cells: dict[int, list[tuple[str, int]]] = {}
+    for m in _VADD.finditer(swap):
+        off = int(m.group(2))
+        cells.setdefault(off // ldx, []).append((m.group(1), off % ldx))
+    pad = CSource.of_text(body).indent(x0)
+    copies = _entry_copies(body, facts)
+    try:
+        make = _direct_loop if int(facts["block_tile"][2]) == 1 else _scalar_loop
+        loop = make(facts, where.group(1), where.group(3), sorted(cells.items()), pad, copies)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        return f"the recorded facts are incomplete ({exc})"
+    restored = body[:x0] + loop + body[x1:]
+    restored = _real_builtins(restored)
+    if copies:
+        restored = "".join(f"\n  const auto {ST}in_{n} = {n};" for n in copies) + restored
+    return [restored]
+
+
+def _scalar_loop(facts: dict[str, Any], row: str, col: str,
+                 cells: list[tuple[int, list[tuple[str, int]]]], pad: str, copies: list[str]) -> str:
     bm, bn, bk = (int(v) for v in facts["block_tile"])
     bx, by = (int(v) for v in facts["block"])
     elem, zero, to_float = _TYPES[facts["dtype"]]
@@ -202,13 +321,11 @@ def _scalar_loop(facts: dict[str, Any], row: str, col: str, groups: list[re.Matc
              f"{i1}{{",
              f"{i2}const int {ST}row = {row}, {ST}col = {col};",
              f"{i2}for (int {ST}k = 0; {ST}k < {bk}; ++{ST}k) {{"]
-    for g in groups:
-        dm = int(g.group(1) or 0)
+    for dm, adds in cells:
         r = f"({ST}row + {dm})" if dm else f"{ST}row"
-        for add in _ADD.finditer(g.group(2)):
-            dn = int(add.group(2))
+        for lvalue, dn in adds:
             c = f"{ST}col + {dn}" if dn else f"{ST}col"
-            lines.append(f"{i3}{add.group(1)} += {to_float}({ST}a[{r} * {bk} + {ST}k]) * "
+            lines.append(f"{i3}{lvalue} += {to_float}({ST}a[{r} * {bk} + {ST}k]) * "
                          f"{to_float}({ST}b[{ST}k * {bn} + {c}]);")
     lines += [f"{i2}}}", f"{i1}}}", f"{i1}__syncthreads();", f"{pad}}}"]
     return "\n".join(lines)

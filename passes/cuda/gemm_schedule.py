@@ -45,11 +45,26 @@ them runs the kernel's body for the user-sized blocks of its half of the tile as
 launch's own size, `threadIdx` read within its half, the halves taking one exchange of whole
 blocks in turn where it fits beside the ring, else each an exchange of its own in row chunks).
 
+Virtual threads: where a deep form does not take the launch's block as it is (a block of 1024
+threads has no room for a producer warpgroup, 64 threads make no warpgroup), or where the body
+can only run so (the K loop reads global memory or sits in a branch), the form launches its own
+block (`dim3(threads, 1, 1)`: 256 threads that multiply, 384 with fillers, `consumers`
+warpgroups and the producer) and runs the user's body for the user's threads as virtual
+threads: per chunk of whole user-block rows of the tile the fragments go to shared memory once,
+then the multiplying threads take (user block, user thread) pairs in turn, each running the
+body with blockIdx / gridDim / blockDim / threadIdx those of that user thread and the K loop
+replaced by reads of its cells' products (`virtual_tail`); the static forms keep the launch's
+block (their tables must take it). A body that waits at a block barrier, works across a warp or
+keeps shared memory of its own cannot run so and is refused. Kernels without shared tiles whose
+K loop multiplies elements read straight from global memory (a naive GEMM) are read by
+`passes.cuda.gemm_direct` into the same `GlobalGemm` and always take the virtual form.
+
 Preconditions (each refusal says which): the kernel is a GEMM micro-kernel `gemm_eval` reads and
-whose staging `gemm_global` traces; bf16 / fp16 global operands; the block size is known (the
-host's launch, the `block` fact or option, `__launch_bounds__`) and is 4, 8, 16 or 32 warps; the
-user's block tile divides 128 x 128; the body has no `return` (a block leaving the persistent
-loop early would strand the others at its barriers); static shared memory fits 48 KiB (the
+whose staging `gemm_global` traces, or one over global operands `gemm_direct` reads; bf16 / fp16
+global operands; the block size is known (the host's launch, the `block` fact or option,
+`__launch_bounds__`) and is 4, 8, 16 or 32 warps (any, where the form launches its own block);
+the user's block tile divides 128 x 128; a shared-tiled body has no `return` (a block leaving the
+persistent loop early would strand the others at its barriers); static shared memory fits 48 KiB (the
 user's launch passes no dynamic shared memory for it), or, in the deep form, the ring fits the
 architecture's dynamic shared memory and the unit or its Python host module holds the kernel's
 launches in a form they can be edited in; `arch >= sm_80`. Deterministic. The
@@ -72,7 +87,7 @@ from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._asm import helper_insert_at
 from passes.cuda._c import CSource, Function, functions
-from passes.cuda._tree import Scope
+from passes.cuda._tree import Scope, children
 from passes.cuda.annotations import CUDA
 from kir.hostlaunch import Directive
 from passes.cuda._gemm_text import (BARRIER_HELPERS, DEEP_HELPERS, HELPERS, MARK, PERSIST_HOST,
@@ -81,6 +96,7 @@ from passes.cuda._gemm_text import (BARRIER_HELPERS, DEEP_HELPERS, HELPERS, MARK
 from passes.cuda.gemm_launch import (launch_edits, launched_here, limit_lines, parameter_bytes,
                                      host_edits)
 from passes.cuda.gemm_eval import GemmTile, Refusal, find_gemm_tiles, _Kernel
+from passes.cuda.gemm_direct import find_direct, may_be_direct
 from passes.cuda.gemm_global import GlobalGemm, Operand, trace
 from passes.cuda.gemm_scalar import form_options, scalar_edits
 from passes.cuda.mma_tile import HELPERS as MMA_HELPERS, _block_option, bit_sum_text
@@ -165,6 +181,15 @@ class Schedule:
     """With `split`: the halves take turns at one exchange of whole user blocks (`chunk` is the
     block's rows), so a thread's fragments are written out before its own accumulators are
     filled; else each half has an exchange of its own, in row chunks."""
+    virtual: bool = False
+    """The kernel's body runs for the launch's threads as virtual threads: per `chunk` rows of
+    the tile (whole rows of user blocks) the fragments go to the exchange once, then the
+    multiplying threads share out (user block, virtual thread) pairs, each running the body
+    with blockIdx / gridDim / blockDim / threadIdx those of the user's thread; any number of
+    user threads, the body free of block barriers."""
+    own_block: bool = False
+    """With `virtual`: the launch runs the schedule's own block (`threads` x 1 x 1), the edited
+    launches passing it instead of the user's."""
 
     @property
     def launch_bytes(self) -> int:
@@ -254,12 +279,16 @@ def dynamic_limit(arch: str) -> int:
 def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = False,
          bk: int = TILE_K, overlap: bool = False, deep: bool = False, stages: int = 0,
          arch: str = "sm_90", specialize: bool = False, producer: bool = False,
-         tma: bool = False, consumers: int = 0) -> Schedule | str:
+         tma: bool = False, consumers: int = 0, virtual: bool = False) -> Schedule | str:
     """The schedule for `g`, or why there is none. `kept_shared`: bytes of the user's shared
     arrays the rewritten body still uses; `wide`: 128x256 tiles (wgmma only); `bk`: the slice
     depth (16 or 32); `deep`: 64-deep slices in `stages` slots (0: four, or as many as fit) of
     the dynamic shared memory `arch` allows; `producer`: the block grows by a warpgroup that fills
-    the ring; `consumers`: the warpgroups that multiply beside it (0: the launch's own)."""
+    the ring; `consumers`: the warpgroups that multiply beside it (0: the launch's own);
+    `virtual`: the body runs for virtual threads (`_virtual_plan`)."""
+    if virtual:
+        return _virtual_plan(g, kept_shared, wgmma, wide, bk, overlap, deep, stages, arch,
+                             specialize, producer, tma, consumers)
     if tma and not producer:
         return "TMA copies are a form of the producer warpgroup (option producer)"
     if consumers and not producer:
@@ -330,6 +359,51 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = Fals
         chunk //= 2
     return Schedule(threads, wm, wn, stages, chunk, ldx, smem, wgmma, tn, bk, overlap, deep,
                     specialize)
+
+
+def _virtual_plan(g: GlobalGemm, kept_shared: int, wgmma: bool, wide: bool, bk: int,
+                  overlap: bool, deep: bool, stages: int, arch: str, specialize: bool,
+                  producer: bool, tma: bool, consumers: int) -> Schedule | str:
+    """The schedule where the kernel's body runs for virtual threads: in the deep forms (whose
+    launches are edited) the block is the form's own (256 threads that multiply, 384 with
+    specialized fillers; with a producer, `consumers` warpgroups (2 or 4) and the producer),
+    else the launch's block as the form's tables take it; the exchange holds the largest number
+    of whole user-block rows of the tile (a divisor of its 128 rows) that fits in the ring
+    (static forms) or beside it (producer form)."""
+    t = g.tile
+    if deep:
+        if consumers and not producer:
+            return "consumer warpgroups beside the launch's are a form of the producer warpgroup"
+        if consumers not in (0, 2, 4):
+            return f"{consumers} consumer warpgroups (2 or 4 where the schedule has its own block)"
+        own = 128 * (consumers or 2) if producer else (384 if specialize else 256)
+    else:
+        if consumers:
+            return "consumer warpgroups are a form of the deep producer schedule"
+        own = t.block[0] * t.block[1]
+    mine = replace(g, tile=replace(t, block=(own, 1) if deep else t.block))
+    s = plan(mine, kept_shared, wgmma, wide, bk, overlap, deep, stages, arch, specialize,
+             producer, tma, 0)
+    if isinstance(s, str):
+        return s
+    ldx = s.tn + 4
+    rows = [r for r in (128, 64, 32, 16, 8, 4, 2, 1) if r % t.bm == 0 and TILE_M % r == 0]
+    if not s.producer:
+        fit = [r for r in rows if r * ldx * 4 <= s.smem]
+        if not fit:
+            return (f"no room for {t.bm} rows of the {TILE_M}x{s.tn} tile's fp32 products in the "
+                    f"ring's {s.smem} bytes")
+        return replace(s, chunk=fit[0], ldx=ldx, virtual=True, own_block=deep)
+    per_stage = s.smem // s.stages
+    room = dynamic_limit(arch) - kept_shared - ALIGN_SLACK - 16 * 6
+    for n in (stages,) if stages else (4, 3):
+        fit = [r for r in rows if r * ldx * 4 <= room - n * per_stage]
+        if fit:
+            return replace(s, stages=n, smem=n * per_stage, chunk=fit[0], ldx=ldx,
+                           xbytes=fit[0] * ldx * 4, virtual=True, own_block=True)
+    return (f"no room for {stages or 3} slices of the {TILE_M}x{s.tn}x{DEEP_K} tile and {t.bm} "
+            f"rows of its fp32 products in {dynamic_limit(arch) // 1024} KiB of {arch}'s dynamic "
+            "shared memory")
 
 
 def grown_block(block: tuple[int, int], added: int = PRODUCER) -> tuple[int, int] | str:
@@ -902,10 +976,11 @@ _EFFECT = re.compile(r"\+\+|--|(?:[-+*/%&|^]|<<|>>)=")
 
 def user_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
               removed: list[tuple[int, int]]) -> str:
-    """The user's body (inside its braces) with the K loop replaced by the exchange, the dead
-    declarations (`removed`, character spans of whole lines) cut and blockIdx / gridDim
-    replaced by the virtual block's (and, in the producer form, blockDim; where the launch's
-    block runs twice at once, threadIdx by the thread's index in its half)."""
+    """The user's body (inside its braces) with the K loop replaced by the exchange (the
+    virtual form: by the reads of its products, `_products`), the dead declarations
+    (`removed`, character spans of whole lines) cut and blockIdx / gridDim replaced by the
+    virtual block's (and, in the producer form, blockDim; where the launch's block runs twice
+    at once or its threads are virtual, threadIdx by the thread's index in its block)."""
     src = CSource(ir)
     text = ir.text
     loop = (src_char(ir, g.tile.loop[0]), src_char(ir, g.tile.loop[1]))
@@ -915,17 +990,95 @@ def user_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         pieces.append(text[pos:a])
         pos = b
     pieces.append(text[pos:loop[0]])
-    body = "".join(pieces) + exchange(g, s, pad) + text[loop[1]:fn.body_end - 1]
+    swap = _products(g, s, pad) if s.virtual else exchange(g, s, pad)
+    body = "".join(pieces) + swap + text[loop[1]:fn.body_end - 1]
     code = CSource.of_text(body).code
     out, pos = [], 0
     virtual = {"blockIdx": f"{PREFIX}vb", "gridDim": f"{PREFIX}vg", "blockDim": f"{PREFIX}vd",
                "threadIdx": f"{PREFIX}vt"}
-    builtins = _BUILTIN_HALF if s.split > 1 else _BUILTIN_DIM if s.producer else _BUILTIN
+    builtins = (_BUILTIN_HALF if s.split > 1 or s.virtual else _BUILTIN_DIM if s.producer
+                else _BUILTIN)
     for m in builtins.finditer(code):
         out.append(body[pos:m.start()])
         out.append(virtual[m.group(1)])
         pos = m.end()
     return "".join(out) + body[pos:]
+
+
+def _products(g: GlobalGemm, s: Schedule, pad: str) -> str:
+    """The virtual form's stand-in for the K loop: the thread's accumulators add the products
+    the exchange holds at their cells (no barrier: the exchange was filled before)."""
+    p, t = PREFIX, g.tile
+    i1 = pad + "  "
+    lines = [f"{{  {MARK}the tile's products into this thread's accumulators",
+             f"{i1}const float* {p}y = {p}x + ({p}sm - {p}c0 + {bit_sum_text(t.row)}) * {s.ldx} + "
+             f"{p}sn + {bit_sum_text(t.col)};"]
+    lines += [f"{i1}{e.lvalue} += {p}y[{e.dm * s.ldx + e.dn}];" for e in t.elements]
+    lines.append(f"{pad}}}")
+    return "\n".join(lines)
+
+
+def virtual_tail(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
+                 removed: list[tuple[int, int]], written: list[str],
+                 grid: tuple[dict[str, str], dict[str, str]], pad: str) -> list[str]:
+    """The virtual form after a tile's K loop: per `chunk` rows of the tile, the fragments into
+    the exchange (a barrier of the multiplying threads before and after), then each
+    multiplying thread takes (user block, virtual thread) pairs of those rows in turn and runs
+    the kernel's body for them (`grid`: the virtual block's blockIdx / gridDim components).
+    A body that returns runs as a lambda (its `return` leaves that pair's run)."""
+    p, t = PREFIX, g.tile
+    vb, vg = grid
+    ct = s.consumer_threads
+    bx, by = t.block
+    users = bx * by
+    per_row = s.tn // t.bn
+    pairs = s.chunk // t.bm * per_row * users
+    sync = (f'asm volatile("bar.sync 1, {ct};" ::: "memory");' if s.producer
+            else "__syncthreads();")
+    x = f"{p}smem + {s.smem}" if s.producer else f"{p}smem"
+    guard = f" && {p}warp < {s.active}" if s.active < ct // 32 else ""
+    vt = (f"make_uint3((unsigned){p}u, 0u, 0u)" if by == 1 else
+          f"make_uint3((unsigned)({p}u % {bx}), (unsigned)({p}u / {bx}), 0u)")
+    restore = " ".join(f"{n} = {p}in_{n};" for n in written)
+    body = user_body(ir, g, s, fn, removed)
+    if re.search(r"\breturn\b", CSource.of_text(body).code):
+        body = f"[&]() {{{body}}}();"
+    i1, i2, i3 = pad + "  ", pad + "    ", pad + "      "
+    return [
+        f"{pad}float* {p}x = reinterpret_cast<float*>({x});",
+        f"{pad}#pragma unroll 1",
+        f"{pad}for (int {p}c0 = 0; {p}c0 < {TILE_M}; {p}c0 += {s.chunk}) {{",
+        f"{i1}{sync}",
+        f"{i1}#pragma unroll",
+        f"{i1}for (int {p}i = 0; {p}i < {s.mi}; ++{p}i)",
+        f"{i1}#pragma unroll",
+        f"{i1}  for (int {p}j = 0; {p}j < {s.ni}; ++{p}j)",
+        f"{i1}#pragma unroll",
+        f"{i1}    for (int {p}h = 0; {p}h < 2; ++{p}h) {{",
+        f"{i3}  const int r = {p}wm + {s.row_step} * {p}i + {p}lane / 4 + 8 * {p}h - {p}c0;",
+        f"{i3}  const int q = {p}wn + 8 * {p}j + 2 * ({p}lane % 4);",
+        f"{i3}  if ((unsigned)r < {s.chunk}u{guard}) {{",
+        f"{i3}    {p}x[r * {s.ldx} + q] = {p}acc[{p}i][{p}j][2 * {p}h];",
+        f"{i3}    {p}x[r * {s.ldx} + q + 1] = {p}acc[{p}i][{p}j][2 * {p}h + 1];",
+        f"{i3}  }}",
+        f"{i1}    }}",
+        f"{i1}{sync}",
+        f"{i1}#pragma unroll 1",
+        f"{i1}for (int {p}w = {p}tid; {p}w < {pairs}; {p}w += {ct}) {{  // (user block, thread) pairs",
+        f"{i2}const int {p}v = {p}w / {users}, {p}u = {p}w % {users};",
+        f"{i2}const int {p}sm = {p}c0 + {p}v / {per_row} * {t.bm}, {p}sn = {p}v % {per_row} * {t.bn};",
+        f"{i2}if ({p}m0 + {p}sm >= {p}M || {p}n0 + {p}sn >= {p}N) continue;",
+        f"{i2}const uint3 {p}vb = make_uint3({vb.get('x', '0u')}, {vb.get('y', '0u')}, 0u);",
+        f"{i2}const uint3 {p}vg = make_uint3({vg.get('x', '1u')}, {vg.get('y', '1u')}, 1u);",
+        f"{i2}const uint3 {p}vd = make_uint3({bx}u, {by}u, 1u), {p}vt = {vt};",
+        *([f"{i2}{restore}"] if restore else []),
+        f"{i2}{{  {MARK}the kernel's own body for this block and thread",
+        body,
+        f"{i2}}}",
+        f"{i1}}}",
+        f"{pad}}}",
+        f"{pad}{sync}",
+    ]
 
 
 def _line(text: str, a: int, b: int) -> tuple[int, int]:
@@ -950,11 +1103,13 @@ def dead_declarations(ir: KernelIR, fn: Function, tile: GemmTile) -> list[tuple[
     scope = Scope(ir)
     body = children(ir, scope.functions[tile.kernel], "compound_statement")[0]
     items = block_items(ir, body)
-    at = next(i for i, it in enumerate(items) if (it.start, it.end) == tile.loop)
+    # the statement of the body that is the K loop or holds it (a loop inside a branch)
+    at = next(i for i, it in enumerate(items) if it.start <= tile.loop[0] and tile.loop[1] <= it.end)
     code = src.code
     spans = [_line(ir.text, src_char(ir, ir.span_of(it.node).start),
                    src_char(ir, ir.span_of(it.node).end)) for it in items[:at]]
-    tail = code[src_char(ir, tile.loop[1]):fn.body_end]
+    tail = (code[src_char(ir, items[at].start):src_char(ir, tile.loop[0])] +
+            code[src_char(ir, tile.loop[1]):fn.body_end])
     removed: list[int] = []
     for i in reversed(range(at)):
         node = items[i].node
@@ -1020,7 +1175,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
     tn = s.tn
     sub_m, sub_n = TILE_M // t.bm, tn // t.bn
     vm, vn = f"({p}tm * {sub_m} + {p}v / {sub_n})", f"({p}tn * {sub_n} + {p}v % {sub_n})"
-    if s.split > 1:
+    if s.split > 1 or s.virtual:
         vm, vn = f"({p}tm * {sub_m} + {p}sm / {t.bm})", f"({p}tn * {sub_n} + {p}sn / {t.bn})"
     rows_u, cols_u = f"(({p}M + {t.bm - 1}) / {t.bm})", f"(({p}N + {t.bn - 1}) / {t.bn})"
     if g.order == "row":  # blockIdx.x counts the kernel's blocks row by row
@@ -1037,7 +1192,10 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
                         **({"specialize": True} if s.specialize else {}),
                         **({"producer": True} if s.producer else {}),
                         **({"tma": tma_maps(g, s)} if s.tma else {}),
-                        **({"consumers": s.warps_m * s.warps_n} if s.split > 1 else {}),
+                        **({"consumers": s.warps_m * s.warps_n} if s.split > 1 or (
+                            s.virtual and s.producer and s.consumer_threads > 256) else {}),
+                        **({"virtual": s.threads if s.own_block else True} if s.virtual else {}),
+                        **({"bounds": _user_bounds(ir, fn)} if s.own_block else {}),
                         **({"overlap": True} if s.overlap else {})}, sort_keys=True)
     restore = " ".join(f"{n} = {p}in_{n};" for n in written)
     i1, i2, i3 = "  ", "    ", "      "
@@ -1058,7 +1216,8 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         f"{i1}const bool {p}vecb = ({p}ldb % 8 == 0) && ((reinterpret_cast<unsigned long long>({p}gb) & 15) == 0);",
         f"{i1}unsigned short* {p}sa = reinterpret_cast<unsigned short*>({p}smem);",
         f"{i1}unsigned short* {p}sb = {p}sa + {s.stages * a_el};",
-        f"{i1}const int {p}tid = {_tid(t)}, {p}lane = {p}tid % 32, {p}warp = {p}tid / 32;",
+        f"{i1}const int {p}tid = {'(int)threadIdx.x' if s.own_block else _tid(t)}, "
+        f"{p}lane = {p}tid % 32, {p}warp = {p}tid / 32;",
         *_warp_origin(s, i1),
         *_barriers(s, i1),
         f"{i1}const int {p}tiles_m = ({p}M + {TILE_M - 1}) / {TILE_M}, "
@@ -1071,6 +1230,11 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         f"{i1}for (int {p}t = {_first_tile()}; {p}t < {p}tiles_m * {p}tiles_n; {p}t += {p}blocks) {{",
         *_tile_origin(s, i2),
         *main_loop(g, s, i2),
+    ]
+    if s.virtual:
+        lines += virtual_tail(ir, g, s, fn, removed, written, (vb, vg), i2)
+        return "\n".join(lines + [f"{i1}}}", "}"])
+    lines += [
         f"{i2}#pragma unroll 1",
         *_virtual_blocks(s, t, i2),
         f"{i3}if ({p}m0 + {p}sm >= {p}M || {p}n0 + {p}sn >= {p}N) {_skipped(s)}",
@@ -1088,6 +1252,13 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
               f"{i1}}}",
               "}"]
     return "\n".join(lines)
+
+
+def _user_bounds(ir: KernelIR, fn: Function) -> str:
+    """The kernel's own `__launch_bounds__(...)` as written ("" where it has none): a form that
+    launches its own block writes its bounds in their place, its de-optimization puts them back."""
+    m = re.search(r"__launch_bounds__\s*\([^)]*\)", ir.text[fn.start:fn.body_start])
+    return m.group(0) if m else ""
 
 
 def _skipped(s: Schedule) -> str:
@@ -1141,16 +1312,21 @@ class _Found:
     kept_shared: int
     rest: str = ""
     """The code of the body the rewrite keeps (outside the K loop and the dead declarations)."""
+    virtual: str = ""
+    """Why the body can only run for virtual threads (the K loop reads global memory, sits in
+    a branch, or the body returns early), else ""."""
 
 
 def analyse(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str]
             ) -> tuple[list[_Found], list[str]]:
     """Each plain kernel whose GEMM the rule can read, and a reason for each it cannot."""
     tiles, reasons = find_gemm_tiles(ir, block, kernels)
+    direct, why_not = find_direct(ir, block, kernels - {t.kernel for t in tiles})
+    reasons += why_not
     src = CSource(ir)
     by_name = {f.name: f for f in _kernels(src)}
     found: list[_Found] = []
-    for t in tiles:
+    for t in tiles + [d.tile for d in direct]:
         fn = by_name.get(t.kernel)
         if fn is None:
             reasons.append(f"{t.kernel}: its definition is not found")
@@ -1160,7 +1336,10 @@ def analyse(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str]
                            "the block fact)")
             continue
         body = src.code[fn.body_start:fn.body_end]
-        if re.search(r"\breturn\b", body):
+        own = next((d for d in direct if d.tile is t), None)
+        virtual = ("the K loop reads its operands from global memory" if own is not None else
+                   "the K loop is inside a branch" if not _top_level(ir, fn, t) else "")
+        if re.search(r"\breturn\b", body) and own is None:
             reasons.append(f"{t.kernel}: the body returns early (a block would leave the "
                            "persistent loop and strand the others at its barriers)")
             continue
@@ -1168,7 +1347,7 @@ def analyse(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str]
             reasons.append(f"{t.kernel}: the kernel uses dynamic shared memory")
             continue
         try:
-            g = trace(ir, t)
+            g = own if own is not None else trace(ir, t)
         except Refusal as exc:
             reasons.append(f"{t.kernel}: {exc.args[0]}")
             continue
@@ -1183,8 +1362,16 @@ def analyse(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str]
         kept = sum(sh.bytes for name, sh in k.shared.items()
                    if re.search(rf"\b{re.escape(name)}\b", rest))
         written = _written(rest, k.scope.params)
-        found.append(_Found(g, fn, removed, written, kept, rest))
+        found.append(_Found(g, fn, removed, written, kept, rest, virtual))
     return found, reasons
+
+
+def _top_level(ir: KernelIR, fn: Function, t: GemmTile) -> bool:
+    """Whether the K loop is a statement of the kernel's body itself (every thread reaches it)."""
+    from passes.cuda._tree import block_items  # noqa: PLC0415
+
+    body = children(ir, Scope(ir).functions[t.kernel], "compound_statement")[0]
+    return any((it.start, it.end) == t.loop for it in block_items(ir, body))
 
 
 def _bounded(ir: KernelIR, fn: Function) -> bool:
@@ -1298,7 +1485,8 @@ class GemmSchedule(Pass):
                                      src.bspan(at, at + len(MARK))))
             else:
                 plain.append(f.name)
-        if not plain or "__shared__" not in src.code or "__syncthreads" not in src.code:
+        if not plain or not (("__shared__" in src.code and "__syncthreads" in src.code)
+                             or may_be_direct(src.code)):
             return out
         dims = _block_option(self.block, None, ir)
         found, reasons = analyse(ir, dims if isinstance(dims, tuple) else None, frozenset(plain))
@@ -1327,20 +1515,28 @@ class GemmSchedule(Pass):
         if self.wgmma and ctx is not None and str(ctx.facts.get("arch", "sm_90")) < "sm_90":
             return Skipped("wgmma needs sm_90a")
         arch = str(ctx.facts.get("arch", "sm_90")) if ctx is not None else "sm_90"
-        s = plan(f.g, f.kept_shared, self.wgmma, self.wide, int(self.bk), self.overlap,
-                 self.deep, int(self.stages), arch, self.specialize, self.producer, self.tma,
-                 int(self.consumers))
+        options = (f.g, f.kept_shared, self.wgmma, self.wide, int(self.bk), self.overlap,
+                   self.deep, int(self.stages), arch, self.specialize, self.producer, self.tma,
+                   int(self.consumers))
+        s = plan(*options, virtual=bool(f.virtual))
+        if isinstance(s, str) and not f.virtual and self.deep:
+            # the form does not take the launch's block as it is: its own block, the body run
+            # for the launch's threads as virtual threads
+            own = plan(*options, virtual=True)
+            s = own if isinstance(own, Schedule) and not _virtual_refusal(ir, f, own) else s
         if isinstance(s, str):
             return Skipped(s, f.g.to_json())
-        if s.producer:
-            why = _producer_refusal(ir, f, s.threads)
-            if why:
-                return Skipped(why, f.g.to_json())
+        why = _virtual_refusal(ir, f, s) if s.virtual else \
+            _producer_refusal(ir, f, s.threads) if s.producer else ""
+        if why:
+            return Skipped(why, f.g.to_json())
         here = not s.deep or launched_here(ir, f.g.kernel)
         edits = rewrite_edits(ir, f, s, host_launched=not here)
         if s.deep:
             block = None
-            if s.producer:
+            if s.own_block:
+                block = f"dim3({s.threads}, 1, 1)"
+            elif s.producer:
                 bx, by = _grown(f, s)
                 block = f"dim3({bx}, {by}, 1)"
             if here:
@@ -1373,7 +1569,7 @@ def _host_directive(ir: KernelIR, f: _Found, s: Schedule, kernels: int) -> list[
             return maps
         tma = {"dtype": f.g.dtype, "params": parameter_bytes(ir, f.fn), "maps": maps}
     bx, by = f.g.tile.block
-    grown = _grown(f, s) if s.producer else None
+    grown = (s.threads, 1) if s.own_block else _grown(f, s) if s.producer else None
     directive = Directive(f.g.kernel, s.launch_bytes, (bx, by, 1),
                           (grown[0], grown[1], 1) if isinstance(grown, tuple) else None,
                           "sm_90a" if s.wgmma else None, tma, persist=True)
@@ -1402,6 +1598,33 @@ def _producer_refusal(ir: KernelIR, f: _Found, grown: int) -> str:
                  r"\bthis_thread_block\b", CSource.of_text(f.rest).code):
         return (f"{f.g.kernel}: the body outside the K loop waits at a block barrier, which the "
                 "added warpgroup does not reach")
+    return ""
+
+
+_WARP_LEVEL = re.compile(r"\b(?:__shfl\w*|__syncwarp|__ballot\w*|__any_sync|__all_sync|"
+                         r"__activemask|__match\w*|__reduce\w*_sync|tiled_partition|"
+                         r"this_thread_block|coalesced_threads)\b")
+
+
+def _virtual_refusal(ir: KernelIR, f: _Found, s: Schedule) -> str:
+    """Why the kernel's body cannot run for virtual threads, or "": it waits at a block
+    barrier or works across a warp (its threads no longer run side by side), it keeps shared
+    memory of its own, or an output extent is the launch's grid, which the form's own block
+    and grid change."""
+    code = CSource.of_text(f.rest).code
+    name = f.g.kernel
+    why = f" ({f.virtual})" if f.virtual else ""
+    if re.search(r"\b(?:__syncthreads\w*|__barrier_sync|bar\.sync|barrier\.sync)\b", code):
+        return (f"{name}: the body outside the K loop waits at a block barrier, which its threads "
+                f"do not reach together when they run as virtual threads{why}")
+    if _WARP_LEVEL.search(code):
+        return (f"{name}: the body outside the K loop works across a warp, whose threads do not "
+                f"run side by side as virtual threads{why}")
+    if f.kept_shared:
+        return f"{name}: the body outside the K loop uses shared memory of its own{why}"
+    if s.own_block and "" in (f.g.a.bound, f.g.b.bound):
+        return (f"{name}: an output extent is the launch's grid (no bounds check), which the "
+                f"form's own launch changes{why}")
     return ""
 
 
@@ -1444,14 +1667,18 @@ def rewrite_edits(ir: KernelIR, f: _Found, s: Schedule, host_launched: bool = Fa
         edits.append(ByteEdit(at, at, wanted))
     fn = f.fn
     own = _own_block_bounds(ir, f) if s.producer else None
-    if own is not None:  # bounds of the launch's block: now of the grown block
+    bounds = re.search(r"__launch_bounds__\s*\([^)]*\)", ir.text[fn.start:fn.body_start])
+    if s.own_block and bounds is not None:  # the user's bounds were of the user's block
+        edits.append(ByteEdit(src.b(fn.start + bounds.start()), src.b(fn.start + bounds.end()),
+                              f"__launch_bounds__({s.threads}, 1)"))
+    elif own is not None:  # bounds of the launch's block: now of the grown block
         edits.append(ByteEdit(src.b(own[0]), src.b(own[1]), f"__launch_bounds__({s.threads}, 1)"))
     elif not _bounded(ir, fn):
         at = src.b(fn.name_start)
         # (a second block per SM would need <= 128 registers a thread at 256 threads: the
         # exchange holds the fragments and the kernel's own accumulators at once and spills)
-        bounds = f"{s.threads}, 1" if s.producer else f"{s.threads}"
-        edits.append(ByteEdit(at, at, f"__launch_bounds__({bounds}) "))
+        limit = f"{s.threads}, 1" if s.producer else f"{s.threads}"
+        edits.append(ByteEdit(at, at, f"__launch_bounds__({limit}) "))
     if s.tma:  # the tensor maps, by value in the kernel's parameter space
         close = src.code.rfind(")", fn.name_start, fn.body_start)
         empty = not src.code[src.code.find("(", fn.name_start) + 1:close].strip()
