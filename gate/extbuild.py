@@ -104,8 +104,9 @@ def device_arch_list() -> str | None:
     """`TORCH_CUDA_ARCH_LIST` as torch derives it for the visible GPUs when it is unset (each
     distinct compute capability, sorted, the last with `+PTX`), from `nvidia-smi` without
     touching the GPU; None where it cannot be told (no nvidia-smi, visible devices named other
-    than by index). Setting it to this value compiles exactly what torch would, and lets a
-    build with no GPU visible (a build ahead) compile the same commands as the worker's."""
+    than by index). A build ahead, which sees no GPU, compiles for these; the worker, which
+    sees the GPU, lets torch derive its own (where torch clamps a capability newer than it
+    supports, the two differ and the worker's build compiles again: nothing is lost)."""
     tool = shutil.which("nvidia-smi")
     if tool is None:
         return None
@@ -140,11 +141,9 @@ def device_arch_list() -> str | None:
 
 
 def build_env(env: Mapping[str, str], module_text: str) -> dict[str, str]:
-    """`env` with the extension's build folder (`extension_dir`) and, where the caller set
-    neither, the target architectures torch would derive (`device_arch_list`)."""
+    """The worker's environment: `env` with the extension's build folder (`extension_dir`)
+    where the caller set none."""
     out = dict(env)
-    if "TORCH_CUDA_ARCH_LIST" not in out and (archs := device_arch_list()) is not None:
-        out["TORCH_CUDA_ARCH_LIST"] = archs
     if "TORCH_EXTENSIONS_DIR" not in out:
         out["TORCH_EXTENSIONS_DIR"] = extension_dir(module_text, out)
     return out
@@ -214,22 +213,27 @@ def start(module_text: str, stem: str, origin_dir: str | None, env: Mapping[str,
           own: bool = False) -> bool:
     """Start building ahead the extension of the hosted module `module_text` (named `stem`,
     its helpers in `origin_dir`) in the folder `env` names; `env` is the worker's environment
-    (`build_env`). Returns False without starting one where builds ahead are off, every slot is
-    taken, the folder's build was started by this process already, the folder is not one of
-    `extension_dir`'s (the caller chose one for every text: builds ahead of other texts there
-    would undo each other), or the target architectures were not set (a build with no GPU
-    visible could not derive the same). A folder is built ahead once per process: a later gate
-    of the same text finds that build. `own`: the build of a gate that runs now, in place of
-    its worker's (on the cores `slots` leaves to it): it takes no slot."""
+    (`build_env`), the build's is the same with no GPU visible and, where `env` names none, the
+    architectures of the worker's GPUs (`device_arch_list`). Returns False without starting one
+    where builds ahead are off, every slot is taken, the folder's build was started by this
+    process already, the folder is not one of `extension_dir`'s (the caller chose one for every
+    text: builds ahead of other texts there would undo each other), or the architectures cannot
+    be told. A folder is built ahead once per process: a later gate of the same text finds that
+    build. `own`: the build of a gate that runs now, in place of its worker's (on the cores
+    `slots` leaves to it): it takes no slot."""
     folder = env.get("TORCH_EXTENSIONS_DIR")
-    if not folder or "TORCH_CUDA_ARCH_LIST" not in env or not enabled():
+    if not folder or not enabled():
         return False
     if Path(folder).parent != _root():  # the caller's own folder, shared by every text: not ahead
+        return False
+    archs = env.get("TORCH_CUDA_ARCH_LIST") or device_arch_list()
+    if archs is None:
         return False
     with _STARTING:
         if folder in _AHEAD or (not own and running() >= slots()):
             return False
-        proc = _spawn(module_text, stem, origin_dir, env, folder)
+        proc = _spawn(module_text, stem, origin_dir, {**env, "TORCH_CUDA_ARCH_LIST": archs},
+                      folder)
         if proc is None:
             return False
         _AHEAD[folder] = proc
