@@ -348,6 +348,26 @@ def test_the_style_starts_take_the_tma_producer_form_through_their_host(
     assert verdict.ok, verdict.reason
 
 
+def test_the_bench_rewrites_both_starts_in_the_fullest_forms() -> None:
+    # bench/gemm_schedule.py --starts cu_mm_smem_tiled,cu_mm_naive: each start rewritten where
+    # its file is (its host asked for the launch), in the rule's fullest forms and the
+    # four-consumer one
+    from passes.cuda.recognize import launch_block
+
+    bench = _bench()
+    starts = {s["name"]: s for s in bench.style_starts()}
+    for name, grown in (("cu_mm_smem_tiled", (32, 32, 1)), ("cu_mm_naive", (16, 16, 1))):
+        start = starts[name]
+        block = launch_block(kir.parse(start["source"], "cuda"), host=start["host_text"]).dims
+        assert tuple(block) == grown
+        for form, threads in (("wgmma_deep_wide_tma", 384), ("wgmma_deep_wide", 256),
+                              ("wgmma_deep_wide_tma_c4", 640)):
+            got = bench.rewrite(start["source"], block, "sm_90", form,
+                                start["host"].with_suffix(".cu"))
+            assert not isinstance(got, str), (name, form, got)
+            assert f'"virtual": {threads}' in got[0], (name, form)
+
+
 # ---------------------------------------------------------------------------------------------
 # refusals
 
