@@ -346,6 +346,13 @@ def test_the_style_starts_take_the_tma_producer_form_through_their_host(
     assert asked.persist and asked.tma is not None and asked.arch == "sm_90a"
     verdict = gate.check(result.ir.text, "cuda", str(case), "emulate", path=start, cache=False)
     assert verdict.ok, verdict.reason
+    # the de-optimization takes the host-launch line back and gives the start's body back
+    from passes.roundtrip import roundtrip
+
+    done = next(s for s in rule.sites(result.ir) if s.present)
+    back = rule.deoptimize(result.ir, done, CTX)
+    assert back.ok and hostlaunch.TAG not in back.ir.text and "kl_gs_" not in back.ir.text
+    assert roundtrip(rule, result.ir, done, CTX).same
 
 
 def test_the_bench_rewrites_both_starts_in_the_fullest_forms() -> None:
@@ -366,6 +373,42 @@ def test_the_bench_rewrites_both_starts_in_the_fullest_forms() -> None:
                                 start["host"].with_suffix(".cu"))
             assert not isinstance(got, str), (name, form, got)
             assert f'"virtual": {threads}' in got[0], (name, form)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["cu_mm_smem_tiled", "cu_mm_naive"])
+def test_on_the_gpu_the_style_starts_run_the_fullest_forms_through_their_host(
+        tmp_path: Path, name: str) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma and TMA need sm_90a")
+    from kir import hostlaunch
+
+    start, _ = _case(name)
+    for i, options in enumerate((TMA, {**TMA, "consumers": 4},
+                                 {"wgmma": True, "deep": True, "wide": True})):
+        ir = kir.parse(start.read_text(), "cuda", path=str(start))
+        rule = get_pass("gemm-schedule").from_options(options)
+        result = rule.optimize(ir, next(s for s in rule.sites(ir) if not s.present), CTX)
+        assert result.ok, result
+        folder = tmp_path / f"form{i}"
+        folder.mkdir()
+        host = start.with_suffix(".py")
+        (folder / host.name).write_text(hostlaunch.apply(host.read_text(), result.ir.text))
+        (folder / start.name).write_text(result.ir.text)
+        spec = importlib.util.spec_from_file_location(f"kl_gpu_virtual_{name}_{i}",
+                                                      folder / host.name)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        torch.manual_seed(6)
+        # ragged sizes; K = 520 rows encode (TMA), K = 517 do not (the cp.async fill)
+        for m, n, k in ((1000, 1032, 520), (999, 1001, 517)):
+            a = torch.randn(m, k, device="cuda").bfloat16()
+            b = torch.randn(k, n, device="cuda").bfloat16()
+            got = module.run(a, b).float()
+            want = a.float() @ b.float()
+            assert (got - want).abs().max() <= 2e-2 * want.abs().max(), (options, m, n, k)
 
 
 # ---------------------------------------------------------------------------------------------
