@@ -32,6 +32,7 @@ import ast
 import dataclasses
 import difflib
 import math
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,9 @@ if TYPE_CHECKING:
 MAX_SITES = 3
 # The pass a sweep of a state's own tunables records in the lineage.
 SWEEP_PASS = "autotune"
+# A kernel of a multi-kernel file under this share of its profiled GPU time takes no
+# candidates (device tier): removing it entirely would gain less than this.
+COLD_SHARE = 0.05
 
 
 # -- card materialization ------------------------------------------------------------------------
@@ -583,6 +587,30 @@ def effect_spread(cards: Sequence[SkillCard]) -> float:
     return statistics.pstdev(logs) if len(logs) > 1 else 0.0
 
 
+# -- where a card still acts ------------------------------------------------------------------------
+def full_kernels(card: SkillCard, state: Any) -> set[str]:
+    """The kernels the card was kept on, on the way to `state`, as often as it has evidence."""
+    uses = Counter(kernel_of(step.anchor) for step in state.path if step.card == card.id)
+    return {kernel for kernel, n in uses.items() if n >= max(1, len(card.evidence))}
+
+
+def left_out(card: SkillCard, state: Any) -> set[str]:
+    """Kernels of `state` the card does not act on: those it is used up on (`full_kernels`)
+    and those under `COLD_SHARE` of a profile of several GPU kernels (a site in a function the
+    profile does not name, an inlined helper, is neither)."""
+    return full_kernels(card, state) | {name for name, share in
+                                         kernel_shares(state.verdict).items() if share < COLD_SHARE}
+
+
+def used_up(card: SkillCard, state: Any) -> bool:
+    """Every site `card` has on `state` lies in a kernel it is used up on."""
+    if card.id not in state.used_up:
+        full = full_kernels(card, state)
+        state.used_up[card.id] = bool(full) and all(kernel_of(s.anchor) in full
+                                                    for s in card_sites(card, state.ir))
+    return state.used_up[card.id]
+
+
 # -- sweeps of a state's own tunables -------------------------------------------------------------
 def sweep_card(kind: str, language: str) -> SkillCard:
     """The stand-in card a sweep of a state's own tunables is recorded under: `kind` "plain"
@@ -759,7 +787,8 @@ def verdict_ms(verdict: Any) -> float | None:
     return float(value) if value else None
 
 
-__all__ = ["MAX_SITES", "Materialized", "card_sites", "feature_appears", "first_run_s",
-           "gate_seconds", "kernel_of", "kernel_shares", "materialize", "materializations",
-           "own_sweeps", "autotune_picks", "plain_sweep", "recorded_sweeps", "rule_candidates",
-           "rule_card", "rule_moves", "rule_offers", "sweep_card", "verdict_ms"]
+__all__ = ["COLD_SHARE", "MAX_SITES", "Materialized", "autotune_picks", "card_sites",
+           "effect_spread", "feature_appears", "first_run_s", "full_kernels", "gate_seconds",
+           "kernel_of", "kernel_shares", "left_out", "materialize", "materializations",
+           "own_sweeps", "plain_sweep", "recorded_sweeps", "rule_candidates", "rule_card",
+           "rule_moves", "rule_offers", "sweep_card", "used_up", "verdict_ms"]

@@ -44,15 +44,16 @@ from typing import TYPE_CHECKING, Any
 
 from kir.embedded import cuda_unit
 from kir.errors import BadInputError
-from lineage.graph import Lineage, Transition, state_id
-from lineage.moves import (Materialized, all_configs_spill, effect_spread,
+from lineage.graph import Lineage, state_id
+from lineage.moves import (COLD_SHARE, Materialized, all_configs_spill, effect_spread,
+                           full_kernels, left_out, used_up,
                            autotune_picks, card_sites, feature_appears, first_run_s,
                            gate_seconds, kernel_of, kernel_shares, materialize, materializations,
                            own_sweeps, plain_sweep, recorded_sweeps, rule_candidates,
                            rule_offers, verdict_ms)
-from lineage.outcome import (EFFECT_TIE, OptimizeResult, Step, diff_actions, distinct_rejections,
-                             failure_kind, finish, lineage_state, resolve_tier, seeded_order,
-                             verdict_json)
+from lineage.outcome import (EFFECT_TIE, OptimizeResult, Step, distinct_rejections,
+                             failure_kind, finish, lineage_state, record_state, resolve_tier,
+                             seeded_order, verdict_json)
 from lineage.retrieval import (Retriever, Target, kernel_signature, kernel_sites,
                                signature_similarity, similarity)
 from lineage.skills import Library, SkillCard
@@ -73,9 +74,6 @@ SWEEP_PRIOR = 1.05
 # How many measurements a move's prior counts as when the run's measurements update it: a
 # measurement on the kernel being optimized weighs twice the effect recorded elsewhere.
 PRIOR_WEIGHT = 0.5
-# A kernel of a multi-kernel file under this share of its profiled GPU time takes no
-# candidates (device tier): removing it entirely would gain less than this.
-COLD_SHARE = 0.05
 # Options whose next candidate is built ahead of its gate (`_build_ahead`), the taken one first.
 AHEAD_OPTIONS = 3
 # A candidate's gate started before the time box ends may run this long past it.
@@ -226,7 +224,7 @@ class _State:
     sid: str = ""  # its lineage state, once recorded (a move was taken from it, or it is the best)
     path: tuple[Step, ...] = ()  # the steps from the start to it
     target: Target | None = None  # what retrieval conditions on (`_frontier`)
-    used_up: dict[str, bool] = field(default_factory=dict)  # card id -> `_used_up`
+    used_up: dict[str, bool] = field(default_factory=dict)  # card id -> `used_up`
 
 
 @dataclass(eq=False)
@@ -391,7 +389,7 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
     target = state.target
     spent = {c.id for c in run.cards if run.failures[c.id] >= MAX_CARD_FAILURES
              or getattr(run.options.get((id(state), "card", c.id)), "done", False)
-             or _used_up(c, state)}
+             or used_up(c, state)}
     found = [r.card for r in seeded_order(run.retriever.retrieve(target, exclude=spent).cards,
                                           run.seed)]
     moves: list[tuple[str, SkillCard, float]] = []
@@ -440,38 +438,15 @@ def _sweep_kind(options: Mapping[str, Any]) -> str:
     return "plain" if options.get("plain") else "own" if options.get("own") else "recorded"
 
 
-def _full_kernels(card: SkillCard, state: _State) -> set[str]:
-    """The kernels the card was kept on, on the way to `state`, as often as it has evidence."""
-    uses = Counter(kernel_of(step.anchor) for step in state.path if step.card == card.id)
-    return {kernel for kernel, n in uses.items() if n >= max(1, len(card.evidence))}
-
-
-def _left_out(card: SkillCard, state: _State) -> set[str]:
-    """Kernels of `state` the card does not act on: those it is used up on (`_full_kernels`)
-    and those under `COLD_SHARE` of a profile of several GPU kernels (a site in a function the
-    profile does not name, an inlined helper, is neither)."""
-    return _full_kernels(card, state) | {name for name, share in
-                                         kernel_shares(state.verdict).items() if share < COLD_SHARE}
-
-
-def _used_up(card: SkillCard, state: _State) -> bool:
-    """Every site `card` has on `state` lies in a kernel it is used up on."""
-    if card.id not in state.used_up:
-        full = _full_kernels(card, state)
-        state.used_up[card.id] = bool(full) and all(kernel_of(s.anchor) in full
-                                                    for s in card_sites(card, state.ir))
-    return state.used_up[card.id]
-
-
 def _stream(option: _Option, run: _Run) -> Iterator[Materialized]:
     """The option's candidates, hottest kernel first where the state's profile names several;
     those that are a state of the run or were gated already left out."""
     state, card = option.state, option.card
     shares = kernel_shares(state.verdict)
-    left_out = _left_out(card, state)
+    skipped = left_out(card, state)
 
     def skip(site: Any) -> bool:
-        return kernel_of(site.anchor) in left_out
+        return kernel_of(site.anchor) in skipped
 
     def order(site: Any) -> float:
         return -shares.get(kernel_of(site.anchor), COLD_SHARE)
@@ -503,7 +478,7 @@ def _pull(option: _Option, run: _Run) -> None:
     or when it has no more."""
     state = option.state
     if not state.sid:
-        _record(state, run, frozenset({"stone"}))
+        record_state(state, run, frozenset({"stone"}))
         run.say("stone", {"card": state.card.id if state.card else "", "ms": state.ms})
     elif run.last is not None and run.last is not run.best and state is run.best:
         run.say("back", {"ms": state.ms})  # from a state that was not the best
@@ -638,30 +613,10 @@ def _judge(option: _Option, made: Materialized, run: _Run) -> None:
         run.states.remove(state)
     run.states.append(new)
     run.best = new
-    _record(new, run, frozenset())
+    record_state(new, run, frozenset())
     run.applied = list(new.path)
     run.say("accepted", {"card": card.id, "anchor": made.site.anchor, "ms": ms})
 
-
-def _record(state: _State, run: _Run, roles: frozenset[str]) -> None:
-    """Add `state` and the transition from its parent (recorded already) to the lineage."""
-    state.sid = run.lineage.add_state(lineage_state(state.source, state.ir, state.verdict, run.language,
-                                                       run.case, run.tier, roles))
-    parent, made, card = state.parent, state.made, state.card
-    if parent is None or made is None or card is None:
-        return
-    delta = ({"src_ms": parent.ms, "dst_ms": state.ms, "ratio": parent.ms / state.ms}
-             if parent.ms and state.ms else None)
-    run.lineage.add_transition(Transition(
-        src=parent.sid, dst=state.sid, pass_name=card.pass_name, category=card.category,
-        anchor=made.site.anchor if made.site else "", options=dict(made.options),
-        diff=diff_actions(parent.ir, made.ir),
-        src_verdict={"ok": True, "tier": run.tier, "ms": parent.ms},
-        dst_verdict={"ok": True, "tier": run.tier, "ms": state.ms}, profile_delta=delta,
-        backward=None, rederived_by=(made.rewriter if made.rewriter in ("llm", "transplant")
-                                     else "deterministic"),
-        case=run.case, language=run.language, platform="cuda", expert=run.expert,
-        step=len(state.path)))
 
 
 __all__ = ["CANDIDATES_PER_CARD", "EFFECT_TIE", "MIN_GAIN", "Materialized", "OptimizeResult",

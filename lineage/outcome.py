@@ -15,7 +15,7 @@ from typing import Any
 from kir.errors import BadInputError
 from kir import hostlaunch
 from kir.embedded import in_file
-from lineage.graph import KernelState, atomic_write_text
+from lineage.graph import KernelState, Transition, atomic_write_text
 
 # Effect scores within this relative distance count as equal ranks (a seed may reorder them).
 EFFECT_TIE = 0.05
@@ -218,6 +218,27 @@ def finish(run: Any, start: Any, path: Path, out_dir: Path, termination: str,
     atomic_write_text(out_dir / "result.json", json.dumps(result.to_json(), indent=1) + "\n")
     return result
 
+
+def record_state(state: Any, run: Any, roles: frozenset[str]) -> None:
+    """Add a search state (`lineage.optimize._State`) of `run` to its lineage, and the
+    transition from its parent (recorded already)."""
+    state.sid = run.lineage.add_state(lineage_state(state.source, state.ir, state.verdict, run.language,
+                                                       run.case, run.tier, roles))
+    parent, made, card = state.parent, state.made, state.card
+    if parent is None or made is None or card is None:
+        return
+    delta = ({"src_ms": parent.ms, "dst_ms": state.ms, "ratio": parent.ms / state.ms}
+             if parent.ms and state.ms else None)
+    run.lineage.add_transition(Transition(
+        src=parent.sid, dst=state.sid, pass_name=card.pass_name, category=card.category,
+        anchor=made.site.anchor if made.site else "", options=dict(made.options),
+        diff=diff_actions(parent.ir, made.ir),
+        src_verdict={"ok": True, "tier": run.tier, "ms": parent.ms},
+        dst_verdict={"ok": True, "tier": run.tier, "ms": state.ms}, profile_delta=delta,
+        backward=None, rederived_by=(made.rewriter if made.rewriter in ("llm", "transplant")
+                                     else "deterministic"),
+        case=run.case, language=run.language, platform="cuda", expert=run.expert,
+        step=len(state.path)))
 
 __all__ = ["EFFECT_TIE", "OptimizeResult", "Step", "diff_actions", "distinct_rejections",
            "failure_kind", "finish", "lineage_state", "llm_report", "resolve_tier", "seeded_order",

@@ -487,7 +487,8 @@ def test_a_tile_card_acts_first_on_the_tile_its_steps_resized() -> None:
 def test_a_card_used_up_on_one_kernel_still_acts_on_another_kernel_of_the_file() -> None:
     """A card is kept at most as often as it has evidence *per kernel* of the file (a file of
     several kernels may take it once in each)."""
-    from lineage.optimize import _full_kernels, _State, _used_up, kernel_of, Step
+    from lineage.moves import full_kernels as _full_kernels, used_up as _used_up
+    from lineage.optimize import _State, kernel_of, Step
     from lineage.optimize import card_sites, materializations
 
     assert kernel_of("triton:run/launch:_gdn_wy_kernel[0]") == "_gdn_wy_kernel"
