@@ -5,7 +5,8 @@ of scalar multiply-adds of elements read straight from global memory, no shared 
 in global terms and given the same schedule. The style tier's textbook 1024-thread tiled
 kernel and its naive kernel, and kernels written here in other styles (a 1-D grid counting
 tiles with one 1-D block and an early return, fp16; a transposed weight with four rows a
-thread and a bias; a tiled kernel of 64 threads), compile for sm_90a and match torch on the
+thread and a bias; one output row a block walked by pointer bumps; a tiled kernel of 64
+threads), compile for sm_90a and match torch on the
 CPU emulator at ragged small shapes; refusals say why."""
 from __future__ import annotations
 
@@ -115,6 +116,31 @@ void launch_small(dim3 grid, const __nv_bfloat16* A, const __nv_bfloat16* B, flo
 }
 """
 
+# one output row a block (blockIdx.y), 128 columns of it (a 1-D block); the operands walked by
+# pointers bumped each k
+ROW_BLOCK = r"""#include <cuda_bf16.h>
+extern "C" __global__ void row_per_block(const __nv_bfloat16* A, const __nv_bfloat16* B,
+                                         __nv_bfloat16* C, int M, int N, int K) {
+  const int row = blockIdx.y;
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= M || col >= N) return;
+  const __nv_bfloat16* a = A + (size_t)row * K;
+  const __nv_bfloat16* b = B + col;
+  float acc = 0.f;
+  for (int k = 0; k < K; ++k) {
+    acc += __bfloat162float(*a) * __bfloat162float(*b);
+    ++a;
+    b += N;
+  }
+  C[(size_t)row * N + col] = __float2bfloat16(acc);
+}
+
+void launch_rows(dim3 grid, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
+                 int M, int N, int K) {
+  row_per_block<<<grid, 128>>>(A, B, C, M, N, K);
+}
+"""
+
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -142,8 +168,15 @@ def _small(launch: Callable[..., None], m: int, n: int, k: int) -> tuple[Any, An
     return c, 0.5 * (a.float() @ b.float()), 2e-2
 
 
+def _rows(launch: Callable[..., None], m: int, n: int, k: int) -> tuple[Any, Any, float]:
+    a, b = torch.randn(m, k).bfloat16(), torch.randn(k, n).bfloat16()
+    c = torch.zeros(m, n, dtype=torch.bfloat16)
+    launch((_cdiv(n, 128), m), (128, 1), [a, b, c, m, n, k])
+    return c.float(), a.float() @ b.float(), 2e-2
+
+
 KERNELS = {"flat": (FLAT, "256", _flat), "transposed": (TRANSPOSED, "32x8", _transposed),
-           "small-block": (SMALL_BLOCK, "8x8", _small)}
+           "small-block": (SMALL_BLOCK, "8x8", _small), "row-block": (ROW_BLOCK, "128", _rows)}
 
 
 def _apply(source: str, options: dict[str, Any], path: Path | None = None) -> Any:
@@ -239,9 +272,16 @@ def test_a_naive_kernel_is_read_in_global_terms() -> None:
     assert site.detail["B"] == {"pointer": "w", "layout": "nk", "ld": "K", "bound": "N",
                                 "block_axis": "x"}
     assert site.detail["block_tile"] == [32, 32, 1]
+    # one row a block: the leading dimension from the next block's row, the rows' bound from
+    # the block holding it
+    rows = get_pass("gemm-schedule").from_options({"block": "128"})
+    [site] = [s for s in rows.sites(kir.parse(ROW_BLOCK, "cuda")) if not s.present]
+    assert site.detail["block_tile"] == [1, 128, 1]
+    assert site.detail["A"] == {"pointer": "A", "layout": "mk", "ld": "K", "bound": "M",
+                                "block_axis": "y"}
 
 
-@pytest.mark.parametrize("name", ["flat", "transposed"])
+@pytest.mark.parametrize("name", ["flat", "transposed", "row-block"])
 def test_naive_kernels_get_the_mma_schedule_and_match_torch_on_the_emulator(name: str) -> None:
     source, block, run = KERNELS[name]
     result = _apply(source, {"block": block})

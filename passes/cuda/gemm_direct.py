@@ -379,8 +379,17 @@ def _fit(k: _Kernel, loop: int, block: tuple[int, int], ints: list[str], ptrs: l
     b_kc, ldb = _stride(s_b, by_value, "B")
     a0 = np.array([[p[e][0][0] for p in pairs] for e in range(len(keys))], dtype=np.int64)
     b0 = np.array([[p[e][0][1] for p in pairs] for e in range(len(keys))], dtype=np.int64)
+    if (a_kc and not lda and len(np.unique(a0)) < 2) or (b_kc and not ldb and len(np.unique(b0)) < 2):
+        # a block of one row (column): the next blocks' first products step by the leading
+        # dimension
+        more = [_pairs(terms, a_ptr, b_ptr)[0] for cta in ((1, 0), (0, 1))
+                for o in run(wide, cta) if o for terms in o.values() if terms]
+        a0 = np.concatenate([a0.ravel(), [p[0] for p in more]])
+        b0 = np.concatenate([b0.ravel(), [p[1] for p in more]])
     lda = lda or _leading(a0, by_value, "A", "rows")
     ldb = ldb or _leading(b0, by_value, "B", "columns")
+    a0 = np.array([[p[e][0][0] for p in pairs] for e in range(len(keys))], dtype=np.int64)
+    b0 = np.array([[p[e][0][1] for p in pairs] for e in range(len(keys))], dtype=np.int64)
     m = a0 // wide[lda] if a_kc else a0
     n = b0 // wide[ldb] if b_kc else b0
     if (a_kc and (a0 % wide[lda]).any()) or (b_kc and (b0 % wide[ldb]).any()):
@@ -547,9 +556,11 @@ class _Layout:
 def _bound(cells_at: Any, values: dict[str, int], extent: int, axis: int, what: str
            ) -> tuple[str, int]:
     """The integer parameter bounding the outputs' `what` (the first one missing from the
-    blocks stepped along them from the third on) and the index of that block; "" where the
-    kernel checks no bound."""
-    for i in range(2, min(_SCAN, max(values.values()) // extent + 3)):
+    blocks stepped along them from the third on, then from the blocks holding each integer's
+    value: a block of one row or column reaches no value in a few steps) and the index of that
+    block; "" where the kernel checks no bound."""
+    near = list(range(2, min(_SCAN, max(values.values()) // extent + 3)))
+    for i in near + sorted({v // extent for v in values.values()} - set(near)):
         present = {c[axis] for c in cells_at(i)}
         for mn in range(i * extent, (i + 1) * extent):
             if mn not in present:
