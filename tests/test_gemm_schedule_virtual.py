@@ -469,6 +469,15 @@ def test_refusals_say_why() -> None:
                              "C[(size_t)row * N + col] = __float2bfloat16(acc + "
                              "__shfl_xor_sync(0xffffffffu, acc, 1));")
     assert "works across a warp" in _refusal(shuffled, {"block": "16x16"})
+    # also where a function the body calls does
+    helper = naive.replace("extern \"C\" __global__",
+                           "__device__ float pair_sum(float v) {\n"
+                           "  return v + __shfl_xor_sync(0xffffffffu, v, 1);\n}\n\n"
+                           "extern \"C\" __global__").replace(
+        "C[(size_t)row * N + col] = __float2bfloat16(acc);",
+        "C[(size_t)row * N + col] = __float2bfloat16(pair_sum(acc));")
+    assert "pair_sum(acc)" in helper
+    assert "works across a warp" in _refusal(helper, {"block": "16x16"})
     # what the K loop computes is not a row of A times a column of B: no site where both
     # factors are one operand's; refused where the products are scaled, stepped unevenly, or
     # run one k past K

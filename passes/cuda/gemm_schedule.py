@@ -1611,7 +1611,7 @@ def _virtual_refusal(ir: KernelIR, f: _Found, s: Schedule) -> str:
     barrier or works across a warp (its threads no longer run side by side), it keeps shared
     memory of its own, or an output extent is the launch's grid, which the form's own block
     and grid change."""
-    code = CSource.of_text(f.rest).code
+    code = _with_callees(ir, CSource.of_text(f.rest).code)
     name = f.g.kernel
     why = f" ({f.virtual})" if f.virtual else ""
     if re.search(r"\b(?:__syncthreads\w*|__barrier_sync|bar\.sync|barrier\.sync)\b", code):
@@ -1626,6 +1626,22 @@ def _virtual_refusal(ir: KernelIR, f: _Found, s: Schedule) -> str:
         return (f"{name}: an output extent is the launch's grid (no bounds check), which the "
                 f"form's own launch changes{why}")
     return ""
+
+
+def _with_callees(ir: KernelIR, code: str) -> str:
+    """`code` and the code of every function of the unit it calls, directly or not."""
+    scope = Scope(ir)
+    seen: set[str] = set()
+    out = [code]
+    while True:
+        called = {m.group(1) for part in out for m in re.finditer(r"\b(\w+)\s*\(", part)}
+        new = sorted(n for n in called - seen if n in scope.functions)
+        if not new:
+            return "\n".join(out)
+        seen.update(new)
+        for n in new:
+            span = ir.span_of(scope.functions[n])
+            out.append(CSource.of_text(ir.source[span.start:span.end].decode("utf-8", "replace")).code)
 
 
 def _own_block_bounds(ir: KernelIR, f: _Found) -> tuple[int, int] | None:
