@@ -611,6 +611,37 @@ def used_up(card: SkillCard, state: Any) -> bool:
     return state.used_up[card.id]
 
 
+def move_candidates(kind: str, card: SkillCard, state: Any, *, ctx: Any, rewriter: Any,
+                    heavy: bool = False) -> Iterator[Materialized]:
+    """The candidates of a move of the optimize loop (`lineage.optimize`) on `state` (its
+    `ir`, `verdict`, `path`): `kind` plain | own | recorded | rule | card, acting for `card`;
+    sites in kernels the card does not act on (`left_out`) left out, the hottest kernel first
+    where the state's profile names several; `heavy`: the kernel is slow to compile."""
+    shares = kernel_shares(state.verdict)
+    skipped = left_out(card, state)
+
+    def skip(site: Any) -> bool:
+        return kernel_of(site.anchor) in skipped
+
+    def order(site: Any) -> float:
+        return -shares.get(kernel_of(site.anchor), COLD_SHARE)
+
+    if kind == "plain":
+        made: Iterator[Materialized] = iter((plain_sweep(state.ir),))
+    elif kind == "own":
+        made = own_sweeps(state.ir, ctx=ctx, heavy=heavy,
+                          picks=autotune_picks(state.verdict), skip_site=skip,
+                          site_order=order if shares else None)
+    elif kind == "recorded":
+        made = recorded_sweeps(card, state.ir, ctx=ctx, skip_site=skip)
+    elif kind == "rule":
+        made = rule_candidates(card, state.ir, ctx)
+    else:
+        made = materializations(card, state.ir, rewriter, ctx, skip_site=skip,
+                                sweeps=False, site_order=order if shares else None)
+    return made
+
+
 # -- sweeps of a state's own tunables -------------------------------------------------------------
 def sweep_card(kind: str, language: str) -> SkillCard:
     """The stand-in card a sweep of a state's own tunables is recorded under: `kind` "plain"
@@ -789,6 +820,6 @@ def verdict_ms(verdict: Any) -> float | None:
 
 __all__ = ["COLD_SHARE", "MAX_SITES", "Materialized", "autotune_picks", "card_sites",
            "effect_spread", "feature_appears", "first_run_s", "full_kernels", "gate_seconds",
-           "kernel_of", "kernel_shares", "left_out", "materialize", "materializations",
+           "kernel_of", "kernel_shares", "left_out", "materialize", "materializations", "move_candidates",
            "own_sweeps", "plain_sweep", "recorded_sweeps", "rule_candidates", "rule_card",
            "rule_moves", "rule_offers", "sweep_card", "used_up", "verdict_ms"]

@@ -20,16 +20,15 @@ waits). Stepping stones, enabling steps, pairs and revisits are outcomes of that
 Rules of the space (not policy): a device-tier candidate is the new best when it passes and
 is `MIN_GAIN` faster than the best, any other passing candidate is a state; untimed tiers keep
 a card's candidate when it passes and its pass finds more of its optimization
-(`feature_appears`), have no sweep or rule moves, and at the static tier refuse a Triton candidate
-whose every configuration spills where its state's did not; a card failing
+(`feature_appears`), have no sweep or rule moves, and at the static tier refuse a Triton
+candidate whose every configuration spills where its state's did not; a card failing
 `MAX_CARD_FAILURES` times is out; a (state, move) makes at most `CANDIDATES_PER_CARD`
-candidates; a card is kept per kernel at most as often as it has evidence; a text gated
-before reuses its verdict; kernels under `COLD_SHARE` of a multi-kernel profile take none.
+candidates; a text gated before reuses its verdict; where a card acts: `lineage.moves`.
 
 The run is recorded as a lineage (saved after every candidate): the start (role `root`), every
 best and every state a move was taken from (role `stone` when not the best), the transitions
-between them, every rejected candidate as risk evidence. `seed` permutes retrieved cards of
-equal scope similarity whose effect lies within `EFFECT_TIE` (seed 0: retrieval's order).
+between them, every rejected candidate as risk evidence (`lineage.outcome.record_state`).
+`seed` permutes retrieved cards of equal scope similarity, effect within `EFFECT_TIE`.
 """
 from __future__ import annotations
 
@@ -45,12 +44,10 @@ from typing import TYPE_CHECKING, Any
 from kir.embedded import cuda_unit
 from kir.errors import BadInputError
 from lineage.graph import Lineage, state_id
-from lineage.moves import (COLD_SHARE, Materialized, all_configs_spill, effect_spread,
-                           full_kernels, left_out, used_up,
-                           autotune_picks, card_sites, feature_appears, first_run_s,
-                           gate_seconds, kernel_of, kernel_shares, materialize, materializations,
-                           own_sweeps, plain_sweep, recorded_sweeps, rule_candidates,
-                           rule_offers, verdict_ms)
+from lineage.moves import (Materialized, all_configs_spill, card_sites, effect_spread,
+                           feature_appears, first_run_s, gate_seconds, kernel_of, kernel_shares,
+                           materialize, materializations, move_candidates, rule_offers, sweep_card,
+                           used_up, verdict_ms)
 from lineage.outcome import (EFFECT_TIE, OptimizeResult, Step, distinct_rejections,
                              failure_kind, finish, lineage_state, record_state, resolve_tier,
                              seeded_order, verdict_json)
@@ -394,7 +391,6 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
                                           run.seed)]
     moves: list[tuple[str, SkillCard, float]] = []
     if run.sweeps:
-        from lineage.moves import sweep_card  # noqa: PLC0415
         from lineage.transfer import LAUNCH_PASSES, carrier_fit  # noqa: PLC0415
 
         # a sweep-made state is swept only while it is the best, never by its kind; the own
@@ -439,31 +435,10 @@ def _sweep_kind(options: Mapping[str, Any]) -> str:
 
 
 def _stream(option: _Option, run: _Run) -> Iterator[Materialized]:
-    """The option's candidates, hottest kernel first where the state's profile names several;
-    those that are a state of the run or were gated already left out."""
-    state, card = option.state, option.card
-    shares = kernel_shares(state.verdict)
-    skipped = left_out(card, state)
-
-    def skip(site: Any) -> bool:
-        return kernel_of(site.anchor) in skipped
-
-    def order(site: Any) -> float:
-        return -shares.get(kernel_of(site.anchor), COLD_SHARE)
-
-    if option.kind == "plain":
-        made: Iterator[Materialized] = iter((plain_sweep(state.ir),))
-    elif option.kind == "own":
-        made = own_sweeps(state.ir, ctx=run.ctx, heavy=run.heavy,
-                          picks=autotune_picks(state.verdict), skip_site=skip,
-                          site_order=order if shares else None)
-    elif option.kind == "recorded":
-        made = recorded_sweeps(card, state.ir, ctx=run.ctx, skip_site=skip)
-    elif option.kind == "rule":
-        made = rule_candidates(card, state.ir, run.ctx)
-    else:
-        made = materializations(card, state.ir, run.rewriter, run.ctx, skip_site=skip,
-                                sweeps=False, site_order=order if shares else None)
+    """The option's candidates (`lineage.moves.move_candidates`), those that are a state of
+    the run or were gated already left out."""
+    made = move_candidates(option.kind, option.card, option.state, ctx=run.ctx,
+                           rewriter=run.rewriter, heavy=run.heavy)
     return (m for m in made if m.ir is None or _unseen(m.ir.unparse(), run))
 
 
