@@ -40,8 +40,9 @@ FIXTURES = [
     Fixture("nt_bias_relu_bf16.cu", {"block_tile": [64, 128, 16], "block": [128, 1],
                                      "a": {"array": "xs", "s_m": 24, "s_k": 1},
                                      "b": {"array": "ws", "s_n": 24, "s_k": 1}}, True),
+    # fp32 tiles of converted halves are kept as fp16, so ldmatrix reads them too
     Fixture("f32tiles_k8_fp16.cu", {"block_tile": [128, 128, 8], "block": [256, 1], "dtype": "f32",
-                                    "a": {"array": "sa", "s_m": 1, "s_k": 128}}, False),
+                                    "a": {"array": "sa", "s_m": 1, "s_k": 128}}, True),
     Fixture("warptile_bf16.cu", {"block_tile": [128, 128, 16], "block": [128, 1], "dtype": "bf16",
                                  "a": {"array": "As", "s_m": 1, "s_k": 128}, "thread_tile": 128},
             True),

@@ -38,8 +38,9 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._asm import helper_insert_at
 from passes.cuda._c import CSource, Function, functions
 from passes.cuda.annotations import CUDA
-from passes.cuda._tree import Scope, children, declared_names, subtree, text
-from passes.cuda.gemm_eval import BitSum, GemmTile, Tile, find_gemm_tiles, variable_kind
+from passes.cuda.gemm_eval import BitSum, GemmTile, Tile, find_gemm_tiles
+from passes.cuda.tile_narrow import (HALF_OF, NARROW_HELPERS, Narrowing, exact_kind,
+                                     narrow_edits, narrowed, narrowing, widening_edits)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -317,14 +318,14 @@ def _mode(t: Tile) -> int:
 
 def operand_type(ir: KernelIR, tile: GemmTile) -> str:
     """bf16 | fp16: the type both tiles' values have exactly (a 16-bit tile holds it; an fp32
-    tile holds it when every store into the tile copies a 16-bit global element or a zero),
-    else why neither."""
+    tile holds it when `tile_narrow.exact_kind` proves every value stored into it exact in
+    that type), else why neither."""
     kinds = []
     for t in (tile.a, tile.b):
         if t.dtype in ("bf16", "fp16"):
             kinds.append(t.dtype)
         elif t.dtype == "f32":
-            staged = _staged_kind(ir, tile.kernel, t.array)
+            staged = exact_kind(ir, tile.kernel, t.array, tile.region)
             if staged not in ("bf16", "fp16"):
                 return staged
             kinds.append(staged)
@@ -336,133 +337,39 @@ def operand_type(ir: KernelIR, tile: GemmTile) -> str:
     return kinds[0]
 
 
-def _staged_kind(ir: KernelIR, kernel: str, array: str) -> str:
-    """The 16-bit type every value stored into the fp32 shared `array` is converted from (each
-    store's value, followed through the local variables it is assigned from, is a zero or a
-    widened element of a 16-bit array), or why there is none."""
-    scope = Scope(ir)
-    fn = scope.functions.get(kernel)
-    if fn is None:
-        return f"the kernel {kernel} is not found"
-    scope.enter(fn)
-    stores = [n for n in subtree(ir, fn) if ir.grammar_type_of(n) == "assignment_expression"
-              and _target(ir, n) == array]
-    kinds: set[str] = set()
-    for store in stores:
-        if ir.attrs_of(store).get("op", "=") != "=":
-            return f"the fp32 shared tile {array} is updated in place, not only filled"
-        found = _widened(ir, fn, scope, children(ir, store)[-1], frozenset())
-        if isinstance(found, str):
-            return f"the fp32 shared tile {array} holds {found}"
-        kinds |= found
-    if len(kinds) != 1:
-        what = " and ".join(sorted(kinds)) or "no converted 16-bit element"
-        return f"the fp32 shared tile {array} holds {what} (one fp16 / bf16 source expected)"
-    return kinds.pop()
-
-
-_WIDEN = re.compile(r"^(?:__bfloat162float|__half2float|float|static_cast|__ldg)$")
-
-
-def _widened(ir: KernelIR, fn: int, scope: Scope, nid: int, seen: frozenset[str]) -> set[str] | str:
-    """The 16-bit kinds the value `nid` is a widened element of (empty: only zeros), or what
-    else it is."""
-    gtype = ir.grammar_type_of(nid)
-    kids = [c for c in children(ir, nid) if ir.grammar_type_of(c) not in ("comment",)]
-    if gtype == "number_literal":
-        return set() if _literal(text(ir, nid)) == 0.0 else f"the constant {text(ir, nid)}"
-    if gtype == "parenthesized_expression":
-        return _widened(ir, fn, scope, kids[0], seen)
-    if gtype == "conditional_expression":
-        out: set[str] = set()
-        for branch in kids[1:3]:
-            got = _widened(ir, fn, scope, branch, seen)
-            if isinstance(got, str):
-                return got
-            out |= got
-        return out
-    if gtype == "cast_expression":
-        return _widened(ir, fn, scope, kids[-1], seen)
-    if gtype == "call_expression":
-        name = (ir.attrs_of(nid).get("callee") or "").split("::")[-1]
-        args = [c for c in children(ir, kids[-1]) if ir.grammar_type_of(c) != "comment"]
-        if _WIDEN.match(name) and len(args) == 1:
-            return _widened(ir, fn, scope, args[0], seen)
-        if re.match(r"^__float2(?:bfloat16|half)", name) and len(args) == 1 and \
-                _literal(text(ir, args[0])) == 0.0:
-            return set()
-        return f"a value computed by {name}"
-    if gtype in ("subscript_expression", "pointer_expression"):
-        base = _target_name(ir, nid)
-        vector = re.match(r"\s*\*\s*\(?\s*(?:reinterpret_cast\s*<[^>]*>|\([^)]*\*\s*\))\s*\(?\s*&\s*"
-                          r"([A-Za-z_]\w*)\s*\[", text(ir, nid))
-        if vector is not None:  # a vector read through a cast address: the array it reads
-            base = vector.group(1)
-        kind = variable_kind(ir, fn, base) if base else None
-        if kind in ("bf16", "fp16"):
-            return {kind}
-        return f"elements of {base or text(ir, nid)[:30]} ({kind or 'unknown type'})"
-    if gtype == "identifier":
-        name = ir.name_of(nid) or ""
-        if name in seen or name in scope.params or name not in scope.decls:
-            return f"the value of {name}"
-        out = set()
-        values = [init for _, init in scope.decls[name] if init is not None]
-        for w in scope.writes.get(name, []):
-            if ir.grammar_type_of(w) != "assignment_expression" or \
-                    ir.attrs_of(w).get("op", "=") != "=":
-                return f"{name}, which is updated in place"
-            values.append(children(ir, w)[-1])
-        for v in values:
-            got = _widened(ir, fn, scope, v, seen | {name})
-            if isinstance(got, str):
-                return got
-            out |= got
-        return out
-    if gtype == "field_expression" and re.fullmatch(r"\s*[A-Za-z_]\w*\s*\.\s*[xyzw]\s*", text(ir, nid)):
-        return _lane(ir, fn, scope, kids[0], seen)
-    return f"a value computed as {text(ir, nid)[:40]}"
-
-
-_PAIRS = {"__half2": "fp16", "half2": "fp16", "__nv_bfloat162": "bf16", "nv_bfloat162": "bf16"}
-
-
-def _lane(ir: KernelIR, fn: int, scope: Scope, vec: int, seen: frozenset[str]) -> set[str] | str:
-    """What a lane of the local vector `vec` (`v.x`) holds: a 16-bit element where `v` is a
-    pair of them read from an array of that type; the vector's source otherwise (a float lane
-    is not a widened 16-bit element, and integer lanes hold packed bits)."""
-    name = text(ir, vec).strip()
-    decl = next((d for d in subtree(ir, fn) if ir.grammar_type_of(d) == "declaration"
-                 and any(n == name for n, _, _ in declared_names(ir, d))), None)
-    spelled = text(ir, decl).split("=")[0] if decl is not None else ""
-    pair = next((k for t, k in _PAIRS.items() if re.search(rf"\b{t}\b", spelled)), None)
-    got = _widened(ir, fn, scope, vec, seen)
-    if isinstance(got, str) or (pair is not None and got <= {pair}):
-        return got
-    return f"lanes of {name}, a vector of {' and '.join(sorted(got)) or 'zeros'} elements read whole"
-
-
-def _target_name(ir: KernelIR, nid: int) -> str | None:
-    while ir.grammar_type_of(nid) in ("subscript_expression", "parenthesized_expression",
-                                      "pointer_expression", "binary_expression"):
-        nid = children(ir, nid)[0]
-    return ir.name_of(nid) if ir.grammar_type_of(nid) == "identifier" else None
-
-
-def _target(ir: KernelIR, assign: int) -> str | None:
-    node = children(ir, assign)[0]
-    while ir.grammar_type_of(node) in ("subscript_expression", "parenthesized_expression"):
-        node = children(ir, node)[0]
-    return ir.name_of(node) if ir.grammar_type_of(node) == "identifier" else None
-
-
-def _literal(spelled: str) -> float | None:
-    bare = re.sub(r"^(?:__float2bfloat16|__float2half|__float2half_rn|__float2bfloat16_rn|"
-                  r"static_cast<[^>]*>|\([^)]*\))?\s*\(?\s*", "", spelled.strip()).rstrip(") ")
-    try:
-        return float(bare.rstrip("fF"))
-    except ValueError:
-        return None
+def narrowed_tile(ir: KernelIR, tile: GemmTile) -> tuple[GemmTile, list[ByteEdit], str]:
+    """`tile` with each fp32 tile that can be kept as the 16-bit type it holds exactly kept
+    so (the edits that do it; the others stay fp32), and why the others stay fp32 ("" where
+    none does). Values that are not exact leave both fp32, with why."""
+    fp32 = [t for t in (tile.a, tile.b) if t.dtype == "f32"]
+    if not fp32:
+        return tile, [], ""
+    kind = operand_type(ir, tile)
+    if kind not in ("bf16", "fp16"):
+        return tile, [], kind
+    plans: list[Narrowing] = []
+    why = []
+    for t in fp32:
+        if any(p.array == t.array for p in plans):
+            continue
+        got = narrowing(ir, tile.kernel, t.array, kind, tile.region)
+        if isinstance(got, str):
+            why.append(got)
+        else:
+            plans.append(got)
+    while plans:  # an array declared beside one left fp32 stays fp32 too
+        edits = narrow_edits(ir, plans)
+        if not isinstance(edits, str):
+            break
+        why.append(edits)
+        plans = [p for p in plans if not edits.startswith(f"the tile {p.array} ")]
+    if not plans:
+        return tile, [], "; ".join(why)
+    arrays = {p.array: p for p in plans}
+    a, b = (dataclasses.replace(t, dtype=kind) if t.array in arrays else t for t in (tile.a, tile.b))
+    saved = sum(p.saved for p in plans)
+    return (dataclasses.replace(tile, a=a, b=b, shared_bytes=tile.shared_bytes - saved), edits,
+            "; ".join(why))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -730,7 +637,8 @@ class MmaMicroKernel(Pass):
         dims = _block_option(self.block, None, ir)
         tiles, reasons = find_gemm_tiles(ir, dims if isinstance(dims, tuple) else None,
                                          frozenset(plain))
-        out += [make_site(self.name, ir, index, whole, False, t.to_json(), t.loop) for t in tiles]
+        out += [make_site(self.name, ir, index, whole, False, _site_detail(ir, t), t.loop)
+                for t in tiles]
         if not tiles and reasons:
             out.append(make_site(self.name, ir, index, whole, False, {"refused": reasons[0]}))
         return out
@@ -765,10 +673,29 @@ class MmaMicroKernel(Pass):
             return Skipped(f"no GEMM micro-kernel in {wanted}")
         if self.wgmma and ctx is not None and str(ctx.facts.get("arch", "sm_90")) < "sm_90":
             return Skipped("wgmma needs sm_90a")
-        p = plan_wgmma(ir, tile) if self.wgmma else plan(ir, tile)
+        # fp32 tiles whose values are exact in the 16-bit type are kept as that type (half
+        # the shared memory, ldmatrix); where that cannot be done they stay fp32 and each
+        # fragment is packed from them
+        narrow, plans, _ = narrowed_tile(ir, tile)
+        p = plan_wgmma(ir, narrow) if self.wgmma else plan(ir, narrow)
+        if isinstance(p, str) and plans:
+            narrow, plans = tile, []
+            p = plan_wgmma(ir, tile) if self.wgmma else plan(ir, tile)
         if isinstance(p, str):
             return Skipped(p, tile.to_json())
-        return finish(ir, site, rewrite_edits(ir, tile, p), preconditions=results)
+        return finish(ir, site, rewrite_edits(ir, narrow, p, plans), preconditions=results)
+
+
+def _site_detail(ir: KernelIR, tile: GemmTile) -> dict[str, Any]:
+    """The tile's JSON, with (for fp32 tiles) the arrays kept as 16-bit and why others are not."""
+    detail = tile.to_json()
+    if "f32" in (tile.a.dtype, tile.b.dtype):
+        narrow, _, why = narrowed_tile(ir, tile)
+        detail["narrowed"] = sorted({t.array for t, n in ((tile.a, narrow.a), (tile.b, narrow.b))
+                                     if t.dtype != n.dtype})
+        if why:
+            detail["kept_fp32"] = why
+    return detail
 
 
 def _kernels(src: CSource) -> list[Function]:
@@ -779,9 +706,10 @@ def _outside(src: CSource, kernels: list[Function]) -> str:
     """The code view without the inserted helpers and the bodies of `kernels`."""
     code = src.code
     cuts = sorted([(f.body_start, f.body_end) for f in kernels])
-    at = src.text.find(HELPERS)
-    if at >= 0:
-        cuts = sorted(cuts + [(at, at + len(HELPERS))])
+    for helpers in (HELPERS, WGMMA_HELPERS, NARROW_HELPERS):
+        at = src.text.find(helpers)
+        if at >= 0:
+            cuts = sorted(cuts + [(at, at + len(helpers))])
     out, pos = [], 0
     for a, b in cuts:
         out.append(code[pos:a])
@@ -789,15 +717,21 @@ def _outside(src: CSource, kernels: list[Function]) -> str:
     return "".join(out) + code[pos:]
 
 
-def rewrite_edits(ir: KernelIR, tile: GemmTile, p: Plan) -> list[ByteEdit]:
-    """The byte edits that put `tile`'s K step on tensor cores with the split `p`."""
+def rewrite_edits(ir: KernelIR, tile: GemmTile, p: Plan,
+                  narrowing: list[ByteEdit] | None = None) -> list[ByteEdit]:
+    """The byte edits that put `tile`'s K step on tensor cores with the split `p`, with the
+    `narrowing` edits of `narrowed_tile` (its fp32 tiles kept as 16-bit: `tile` reads them so)."""
     source = ir.source
     edits: list[ByteEdit] = []
-    wanted = HELPERS + (WGMMA_HELPERS if p.wgmma and WGMMA_HELPERS not in ir.text else "")
-    if HELPERS in ir.text:  # another kernel of the unit has them already
-        wanted = wanted[len(HELPERS):]
+    # helpers another kernel of the unit already has are not inserted again
+    wanted = "".join(h for h, needed in ((HELPERS, True), (WGMMA_HELPERS, p.wgmma),
+                                         (NARROW_HELPERS, bool(narrowing)))
+                     if needed and h not in ir.text)
+    edits += narrowing or []
     if wanted:
         at = CSource(ir).b(helper_insert_at(CSource(ir)))
+        if HELPERS in ir.text:  # after them: the narrowing helpers call kl_tc_pack
+            at = ir.source.find(HELPERS.encode()) + len(HELPERS.encode())
         edits.append(ByteEdit(at, at, wanted))
     aligning = set()
     for t, mode in ((tile.a, p.mode_a), (tile.b, p.mode_b)):
@@ -900,9 +834,13 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
     pad = _indent(ir.source, src.b(step_at))
     inner = pad + "    "
 
+    # tiles the rule kept as 16-bit are fp32 again once the narrowing is undone
+    widened = {n for n in dims if re.search(rf"\b{HALF_OF}<[^;]*\b{re.escape(n)}\b",
+                                            src.code[fn.body_start:fn.body_end])}
+
     def read(arr: str, flat: str) -> str:
         kind, extents = dims[arr]
-        return f"{_TO_FLOAT[kind]}({_subscript(arr, flat, extents)})"
+        return f"{_TO_FLOAT['f32' if arr in widened else kind]}({_subscript(arr, flat, extents)})"
 
     lines = [f"{{  // scalar multiply-adds over the shared tiles",
              f"{pad}  const int kl_fma_row = {where.group(1)}, kl_fma_col = {where.group(2)};",
@@ -917,6 +855,11 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
     lines += [f"{pad}  }}", f"{pad}}}"]
     edits = [ByteEdit(*src.bspan(helpers_at, helpers_at + len(HELPERS)), "")] if len(mine) == 1 \
         else []
+    narrow_at = text.find(NARROW_HELPERS)
+    if widened and narrow_at >= 0 and sum(narrowed(src.code, f.body_start, f.body_end)
+                                          for f in mine) == 1:
+        edits.append(ByteEdit(*src.bspan(narrow_at, narrow_at + len(NARROW_HELPERS)), ""))
+    edits += widening_edits(src, fn.body_start, fn.body_end)
     wg_at = text.find(WGMMA_HELPERS)
     if wgmma and wg_at >= 0 and sum(_WGMMA_STEP in text[f.body_start:f.body_end] for f in mine) == 1:
         edits.append(ByteEdit(*src.bspan(wg_at, wg_at + len(WGMMA_HELPERS)), ""))
