@@ -188,3 +188,34 @@ def test_which_constants_each_16_bit_type_holds() -> None:
     assert not holds("bf16", 0.1) and not holds("bf16", 1.0 + 2 ** -10)
     assert holds("fp16", 1.0 + 2 ** -10) and holds("fp16", 65504.0)
     assert not holds("fp16", 65536.0) and not holds("fp16", 0.1)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_convolution_rewrite_is_correct_and_faster_than_the_start() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    cudahost = pytest.importorskip("experts.cudahost")
+    from triton.testing import do_bench
+
+    source = (CONV / "conv_igemm.cu").read_text()
+    ir = kir.parse(source, "cuda")
+    rule = get_pass("mma-micro-kernel")()
+    result = rule.optimize(ir, next(s for s in rule.sites(ir) if not s.present), CTX)
+    assert result.ok, result
+    funcs = [cudahost.get_function(cudahost.compile_source(text, name=f"{tag}.cu"), "conv3x3_igemm")
+             for tag, text in (("start", source), ("mma", result.ir.text))]
+    case = _case(CONV)
+    x, w = case.make_inputs(case.SHAPES["default"], 0, "cuda")
+    n, c, h, wd = x.shape
+    k = w.shape[0]
+    y = torch.empty((n, k, h, wd), device="cuda", dtype=x.dtype)
+
+    def run(func: Any) -> Any:
+        cudahost.launch(func, ((n * h * wd + 63) // 64, (k + 63) // 64), 256, 0,
+                        (x, w, y, n, c, h, wd, k), torch.cuda.current_stream())
+        return y
+
+    want = case.reference(x, w)
+    assert _relative(run(funcs[1]), want) <= case.TOLERANCE["bf16"]
+    start, rewritten = (do_bench(lambda f=f: run(f), return_mode="median") for f in funcs)
+    assert rewritten * 1.5 < start, (start, rewritten)

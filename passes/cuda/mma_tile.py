@@ -17,6 +17,10 @@ alpha / beta, activations — and changes three places:
    user's epilogue then stores as before. The accumulators are added to (`+=`), so an
    accumulator that starts at a bias keeps it.
 
+fp32 tiles that hold only values of one 16-bit type (converted on the way in) are kept as that
+type (`passes.cuda.tile_narrow`: stores convert, the kernel's other reads convert back), so
+ldmatrix reads them; one that cannot be kept so stays fp32 and each fragment is packed from it.
+
 Preconditions (each refusal says which): element type fp16 / bf16 in both tiles; BK a multiple
 of 16; the block a whole number of warps; the block tile split into one warp tile per warp
 with WTM a multiple of 16 and WTN of 8; shared memory left for the exchange; `arch >= sm_80`.
@@ -676,14 +680,14 @@ class MmaMicroKernel(Pass):
         # fp32 tiles whose values are exact in the 16-bit type are kept as that type (half
         # the shared memory, ldmatrix); where that cannot be done they stay fp32 and each
         # fragment is packed from them
-        narrow, plans, _ = narrowed_tile(ir, tile)
-        p = plan_wgmma(ir, narrow) if self.wgmma else plan(ir, narrow)
-        if isinstance(p, str) and plans:
-            narrow, plans = tile, []
+        read, narrow, _ = narrowed_tile(ir, tile)
+        p = plan_wgmma(ir, read) if self.wgmma else plan(ir, read)
+        if isinstance(p, str) and narrow:
+            read, narrow = tile, []
             p = plan_wgmma(ir, tile) if self.wgmma else plan(ir, tile)
         if isinstance(p, str):
             return Skipped(p, tile.to_json())
-        return finish(ir, site, rewrite_edits(ir, narrow, p, plans), preconditions=results)
+        return finish(ir, site, rewrite_edits(ir, read, p, narrow), preconditions=results)
 
 
 def _site_detail(ir: KernelIR, tile: GemmTile) -> dict[str, Any]:
@@ -718,16 +722,16 @@ def _outside(src: CSource, kernels: list[Function]) -> str:
 
 
 def rewrite_edits(ir: KernelIR, tile: GemmTile, p: Plan,
-                  narrowing: list[ByteEdit] | None = None) -> list[ByteEdit]:
+                  narrow: list[ByteEdit] | None = None) -> list[ByteEdit]:
     """The byte edits that put `tile`'s K step on tensor cores with the split `p`, with the
-    `narrowing` edits of `narrowed_tile` (its fp32 tiles kept as 16-bit: `tile` reads them so)."""
+    `narrow` edits of `narrowed_tile` (its fp32 tiles kept as 16-bit: `tile` reads them so)."""
     source = ir.source
     edits: list[ByteEdit] = []
     # helpers another kernel of the unit already has are not inserted again
     wanted = "".join(h for h, needed in ((HELPERS, True), (WGMMA_HELPERS, p.wgmma),
-                                         (NARROW_HELPERS, bool(narrowing)))
+                                         (NARROW_HELPERS, bool(narrow)))
                      if needed and h not in ir.text)
-    edits += narrowing or []
+    edits += narrow or []
     if wanted:
         at = CSource(ir).b(helper_insert_at(CSource(ir)))
         if HELPERS in ir.text:  # after them: the narrowing helpers call kl_tc_pack
