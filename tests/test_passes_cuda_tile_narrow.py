@@ -167,6 +167,8 @@ def test_values_that_are_not_provably_exact_are_refused_with_the_reason() -> Non
     source = (DATA / RELU).read_text()
     scaled = source.replace("a = fmaxf(__half2float(", "a = 0.5f * fmaxf(__half2float(")
     assert "tA holds a value computed as 0.5f * fmaxf" in _refusal(scaled)
+    truncated = source.replace("a = fmaxf(__half2float(", "a = (int)fmaxf(__half2float(")
+    assert "tA holds a value cast to int" in _refusal(truncated)
     inexact = source.replace("float a = 0.0f;", "float a = 0.1f;")
     assert "holds the constant 0.1, not exact in fp16" in _refusal(inexact)
     summed = source.replace("tA[r][k] = a;", "tA[r][k] = a;\n      tA[r][k] += 0.0f;")

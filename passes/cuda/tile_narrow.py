@@ -59,6 +59,7 @@ _NARROWED = re.compile(rf"\b{HALF_OF}<")
 _CONVERSION = re.compile(r"\bkl_tc_(?:narrow|widen)<(?:true|false)>\(")
 
 _WIDEN = re.compile(r"^(?:__bfloat162float|__half2float|float|static_cast|__ldg)$")
+_FLOATING = re.compile(r"\b(?:float|double|__half|half|__nv_bfloat16|nv_bfloat16)\b")
 _SELECT = re.compile(r"^(?:fminf|fmaxf|fmin|fmax|min|max)$")
 _SIGN = re.compile(r"^(?:fabsf|fabs|abs)$")
 _PAIRS = {"__half2": "fp16", "half2": "fp16", "__nv_bfloat162": "bf16", "nv_bfloat162": "bf16"}
@@ -234,11 +235,16 @@ def _provenance(ir: KernelIR, fn: int, scope: Scope, nid: int, seen: frozenset[s
     if gtype == "conditional_expression":
         return _union([_provenance(ir, fn, scope, b, seen) for b in kids[1:3]])
     if gtype == "cast_expression":
+        if not _FLOATING.search(text(ir, kids[0])):
+            return f"a value cast to {text(ir, kids[0]).strip('() ')}"
         return _provenance(ir, fn, scope, kids[-1], seen)
     if gtype == "call_expression":
         name = (ir.attrs_of(nid).get("callee") or "").split("::")[-1]
         args = [c for c in children(ir, kids[-1]) if ir.grammar_type_of(c) != "comment"]
         if _WIDEN.match(name) and len(args) == 1:
+            if name == "static_cast" and not re.match(r"\s*static_cast\s*<[^>]*(?:float|double)",
+                                                      text(ir, nid)):
+                return f"a value cast as {text(ir, nid)[:30]}"
             return _provenance(ir, fn, scope, args[0], seen)
         if _SELECT.match(name) and len(args) == 2:  # the result is one of the arguments
             return _union([_provenance(ir, fn, scope, a, seen) for a in args])
@@ -263,7 +269,7 @@ def _provenance(ir: KernelIR, fn: int, scope: Scope, nid: int, seen: frozenset[s
         return f"elements of {base or text(ir, nid)[:30]} ({kind or 'unknown type'})"
     if gtype == "identifier":
         name = ir.name_of(nid) or ""
-        kind = variable_kind(ir, fn, name)
+        kind = variable_kind(ir, fn, name) if _declarations(ir, fn, name) == 1 else None
         if kind in ("bf16", "fp16"):  # a variable of the 16-bit type holds only its values
             return {kind}, set()
         if name in seen or name in scope.params or name not in scope.decls:
@@ -278,6 +284,13 @@ def _provenance(ir: KernelIR, fn: int, scope: Scope, nid: int, seen: frozenset[s
     if gtype == "field_expression" and re.fullmatch(r"\s*[A-Za-z_]\w*\s*\.\s*[xyzw]\s*", text(ir, nid)):
         return _lane(ir, fn, scope, kids[0], seen)
     return f"a value computed as {text(ir, nid)[:40]}"
+
+
+def _declarations(ir: KernelIR, fn: int, name: str) -> int:
+    """How many declarations (parameters included) of function `fn` declare `name`."""
+    return sum(1 for d in subtree(ir, fn)
+               if ir.grammar_type_of(d) in ("declaration", "parameter_declaration")
+               and any(n == name for n, _, _ in declared_names(ir, d)))
 
 
 def _union(parts: list[_Found | str]) -> _Found | str:
