@@ -22,6 +22,7 @@ STARTS = [
     ("tests/data/microkernels/nt_bias_relu_bf16.cu", "a_user_linear"),
     ("bench/styles/cuda/cu_mm_smem_tiled/mm_tiled.cu", "bench/styles/cuda/cu_mm_smem_tiled"),
     ("bench/styles/cuda/cu_mm_bt/linear_bt.cu", "bench/styles/cuda/cu_mm_bt"),
+    ("bench/styles/cuda/cu_conv_igemm/conv_igemm.cu", "bench/styles/cuda/cu_conv_igemm"),
 ]
 
 
