@@ -8,15 +8,17 @@ and the tile can be stored as that type:
 - `exact_kind` reads every value stored into the tile back to where it comes from (through
   the local variables it is assigned from, guards, ternaries, casts, negation, min / max): each
   must be a widened element of a 16-bit array or a constant the 16-bit type holds exactly; the
-  tile's other uses must be element reads (a write through its address, an in-place update or
-  an element passed by reference leaves what it holds untold). It answers the 16-bit type, or
-  why the tile's values are not provably exact.
+  tile's other uses must be element reads (a write through its address, an in-place update, an
+  element passed by reference, a use through a macro or a pointer into a shared buffer that
+  other names reach leaves what it holds untold). It answers the 16-bit type, or why the
+  tile's values are not provably exact.
 - `narrowing` plans keeping such a tile as 16-bit: its declaration's type becomes
   `kl_tc_half_of<T>` (16-bit storage; `T`, the user's spelling, is kept for the way back),
   every store converts (`kl_tc_narrow`, exact by the above), every element read outside the
   replaced inner product converts back (`kl_tc_widen`), so the user's other uses compute what
-  they computed. Refused (the tile then stays fp32) for a tile cut from a dynamic buffer, one
-  named inside a macro, or one declared beside an array that is not narrowed.
+  they computed. Refused (the tile then stays fp32, read by packing each fragment) for an
+  array of extents the host sets (`extern __shared__`) or one declared beside an array that is
+  not narrowed.
 - `widening_edits` undoes it on the rule's output (the de-optimization): the spelling, the
   stores and the reads come back byte for byte.
 
