@@ -320,6 +320,23 @@ def test_the_tma_producer_form_launches_its_own_block_and_matches_torch(name: st
     _matches(_launched(text, kernel, (384, 1)), run, ((72, 136, 72), (130, 40, 45)))
 
 
+@pytest.mark.parametrize("name,options,threads", [
+    ("small-block", {"wgmma": True, "deep": True, "specialize": True}, 384),
+    ("small-block", {"deep": True}, 256),
+    ("flat", {"wgmma": True, "deep": True, "stages": 3}, 256),
+    ("flat", {"wgmma": True, "deep": True, "producer": True}, 384),
+], ids=["specialized-fillers", "mma-sync-deep", "wgmma-deep-3-slots", "producer-cp-async"])
+def test_every_deep_form_launches_its_own_block_and_matches_torch(
+        name: str, options: dict[str, Any], threads: int) -> None:
+    source, block, run = KERNELS[name]
+    result = _apply(source, {"block": block, **options})
+    assert result.ok, result
+    text = result.ir.text
+    kernel = _kernel(text)
+    assert _block_of(text, kernel) == (threads, 1, 1) and f'"virtual": {threads}' in text
+    _matches(_launched(text, kernel, (threads, 1)), run)
+
+
 def test_four_consumer_warpgroups_on_a_block_of_64_threads() -> None:
     source, block, run = KERNELS["small-block"]
     result = _apply(source, {"block": block, **TMA, "consumers": 4})
