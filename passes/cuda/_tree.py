@@ -37,6 +37,11 @@ _LOOP_TYPES = frozenset({"for_statement", "for_range_loop", "while_statement", "
 _BLOCK_INDEX = re.compile(r"^(blockIdx|blockDim|gridDim|warpSize)$")
 _THREAD_INDEX = "threadIdx"
 _THREAD_ASM = re.compile(r"%(?:tid|laneid|warpid|lanemask)")
+# cooperative_groups calls whose value may differ between the threads of a block: a thread's
+# rank in its group, its tile's rank, a tile's collectives (unless the unit defines the name)
+_GROUP_THREAD_CALL = re.compile(r"thread_rank|thread_index|meta_group_rank|reduce|"
+                                r"(?:inclusive|exclusive)_scan|shfl(?:_up|_down|_xor)?|ballot|"
+                                r"any|all|match_any|match_all")
 # library calls with effects beyond the thread's registers (memory, synchronization, I/O)
 _IMPURE_CALL = re.compile(r"atomic|sync|shfl|ballot|vote|match_|activemask|printf|malloc|free|"
                           r"mem(?:cpy|set)|__ld|__st|cp_async|pipeline|barrier|fence|trap|"
@@ -409,6 +414,8 @@ class Scope:
             values = [self._value(a, busy) for a in args]
             if re.fullmatch(r"__shfl_sync", name) and len(values) >= 3 and values[2] == ("u",):
                 return ("g", 32)  # a broadcast from one lane of the warp
+            if name not in self.functions and _GROUP_THREAD_CALL.fullmatch(name):
+                return ("g", 1)
             fn = self.functions.get(name)
             if fn is not None and self._reads_thread(fn, frozenset({name})):
                 return ("g", 1)
@@ -440,6 +447,8 @@ class Scope:
                 return True
             if gtype == "call_expression":
                 name = callee(ir, c)
+                if name not in self.functions and _GROUP_THREAD_CALL.fullmatch(name):
+                    return True
                 if name in self.functions and name not in seen and \
                         self._reads_thread(self.functions[name], seen | {name}):
                     return True

@@ -61,8 +61,9 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._c import code_view
 from passes.cuda._tree import children, subtree, text
 from passes.cuda.annotations import CUDA
-from passes.cuda.recognize import (Unit, _split_args, expand_locals, for_parts, launch_block,
-                                   micro_kernels, reduction_trees, shuffle_reductions, stride_loops)
+from passes.cuda.recognize import (Unit, _parameter_names, _split_args, _thread_names,
+                                   expand_locals, for_parts, launch_block, micro_kernels,
+                                   reduction_trees, shuffle_reductions, stride_loops, subscript)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -350,6 +351,62 @@ def _node_starting(ir: KernelIR, at: int) -> int:
     return next(n.id for n in ir.walk() if n.span.start >= at)
 
 
+def _thread_params(unit: Unit, fn: int, threads_of: Mapping[int, list[str]]) -> list[str]:
+    """The parameters of helper `fn` that every call in the unit passes the caller's thread
+    index for (`warp_reduce(buf, tid)`)."""
+    ir = unit.ir
+    calls = unit.calls_to(next((n for n, f in unit.functions.items() if f == fn), ""))
+    out = []
+    for i, param in enumerate(_parameter_names(ir, fn)):
+        passed = []
+        for c in calls:
+            caller = next((a for a in ir.ancestors(c) if ir.grammar_type_of(a) == "function_definition"),
+                          None)
+            args = _split_args(text(ir, children(ir, c)[-1]).strip()[1:-1])
+            passed.append(caller is not None and i < len(args) and
+                          re.sub(r"\s", "", args[i]) in threads_of.get(caller, ["threadIdx.x"]))
+        if passed and all(passed):
+            out.append(param)
+    return out
+
+
+def assumed_threads(unit: Unit, kernel: str) -> tuple[int, str] | None:
+    """The most threads a block of `kernel` is assumed to have by a slot of shared memory it
+    addresses at a constant offset from the thread's own (`s[tid + 64]` under `tid < 64`
+    reads the slots threads 64..127 wrote: 128 threads) or at a constant slot (`s[C]`: C + 1),
+    with the access's text; None where it addresses none such. A kernel launched with fewer
+    threads would read slots no thread of its block wrote."""
+    ir = unit.ir
+    fns = _callees(unit, kernel)
+    threads_of: dict[int, list[str]] = {}
+    for fn in fns:  # callers first: a helper's thread parameters come from its callers' names
+        threads_of[fn] = [re.sub(r"\s", "", n) for n in _thread_names(unit, fn)]
+        if fn not in unit.kernels.values():
+            threads_of[fn] += _thread_params(unit, fn, threads_of)
+    best: tuple[int, str] | None = None
+    for fn in fns:
+        views = unit.shared_views(fn, aliases=True)
+        names = "|".join(re.escape(n) for n in threads_of[fn])
+        for c in subtree(ir, fn):
+            if ir.grammar_type_of(c) != "subscript_expression":
+                continue
+            parent = ir.parent_of(c)
+            if parent is not None and ir.grammar_type_of(parent) == "subscript_expression":
+                continue
+            base, index = subscript(ir, c)
+            if base not in views or len(index) != 1:
+                continue
+            e = re.sub(r"\s", "", text(ir, index[0]))
+            m = re.fullmatch(rf"\(?(?:{names})\)?\+(.+)", e) or \
+                re.fullmatch(rf"(.+?)\+\(?(?:{names})\)?", e)
+            offset = unit.value(m.group(1)) if m else None
+            need = 2 * offset if offset is not None else (
+                unit.value(e) + 1 if unit.value(e) is not None else None)
+            if need is not None and (best is None or need > best[0]):
+                best = (need, text(ir, c))
+    return best
+
+
 def _plan(ir: KernelIR, kernel: str, threads: int, ctx: PassContext | None = None) -> _Launch | Skipped:
     unit = Unit(ir)
     facts = {"kernel": kernel, "threads": threads}
@@ -363,6 +420,10 @@ def _plan(ir: KernelIR, kernel: str, threads: int, ctx: PassContext | None = Non
     block = launch.dims[0]
     if block <= threads:
         return Skipped(f"the launch's block of {block} threads is not larger than {threads}", facts)
+    assumed = assumed_threads(unit, kernel)
+    if assumed is not None and assumed[0] > threads:
+        return Skipped(f"`{assumed[1]}` addresses a shared slot that a block of fewer than "
+                       f"{assumed[0]} threads leaves unwritten", facts)
     named = counted_threads(unit, kernel, block)
     constant = _definition(ir, named) if named is not None and named in unit.constants else None
     if isinstance(constant, str):

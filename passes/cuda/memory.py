@@ -688,7 +688,6 @@ def _straight(ir: KernelIR, nid: int, body: int) -> bool:
 def _vector_loop_text(ir: KernelIR, loop: StrideLoop, plan: _VectorPlan, ahead: int = 1) -> str:
     """The vectorized loop, its scalar tail and the aligned-or-not branch (see the module), each
     thread loading `ahead` vectors before it runs the first."""
-    src = ir.source.decode("utf-8")
     data = ir.source
     lanes, var = plan.lanes, plan.var
     names = {p: f"kl_vec{i}" for i, p in enumerate(sorted(plan.pointers))}
@@ -704,8 +703,8 @@ def _vector_loop_text(ir: KernelIR, loop: StrideLoop, plan: _VectorPlan, ahead: 
     base = lambda p: plan.pointers[p][0]  # noqa: E731
     check = " | ".join(f"reinterpret_cast<unsigned long long>(&{p}[{base(p)}])"
                        for p in sorted(plan.pointers))
-    original = src[loop.span[0]:loop.span[1]]
-    indent = src[src.rfind("\n", 0, loop.span[0]) + 1:loop.span[0]]
+    original = data[loop.span[0]:loop.span[1]].decode("utf-8")  # spans are byte offsets
+    indent = data[data.rfind(b"\n", 0, loop.span[0]) + 1:loop.span[0]].decode("utf-8")
     indent = indent if not indent.strip() else ""
     tail_head = f"for ({plan.var_type} {var} = kl_whole * {lanes} + ({loop.start}); {var} < {loop.bound}; {var} += {loop.step})"
 

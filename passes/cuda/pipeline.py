@@ -348,7 +348,7 @@ def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
     produce_text = _advanced(_ring_copies(ir, src, produce, loop.stagings, arrays, "kl_put",
                                           unit, fn, kept), advances, "kl_ahead")
     consume_start = items[first].start
-    consume_text = _ring_reads(src[consume_start:items[-1].end], arrays, "kl_get")
+    consume_text = _ring_reads(_at(ir, consume_start, items[-1].end), arrays, "kl_get")
     cond_text = text(ir, cond)
     start_expr = _loop_start_text(ir, node)
     if start_expr is None:
@@ -357,13 +357,13 @@ def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
     decls: dict[tuple[int, int], str] = {}  # one edit per declaration (it may declare several)
     for a in sorted(arrays):
         d = shared[a].decl
-        decl = decls.get(d, src[d[0]:d[1]])
+        decl = decls.get(d, _at(ir, d[0], d[1]))
         decls[d] = re.sub(rf"\b{a}\s*\[", f"{a}[{stages}][", decl, count=1)
         if "__align__" not in decls[d]:  # 4-byte pairs and 16-byte vectors land aligned
             decls[d] = decls[d].replace("__shared__", "__shared__ __align__(16)", 1)
     edits += [ByteEdit(d[0], d[1], text_) for d, text_ in sorted(decls.items())]
     ahead = f"({stages - 1}) * ({step})"
-    loop_head = src[ir.span_of(node).start:ir.span_of(body).start]
+    loop_head = _at(ir, ir.span_of(node).start, ir.span_of(body).start)
     pro = (f"for (int kl_s = 0; kl_s < {stages - 1}; ++kl_s) {{\n"
            f"  const auto kl_at = ({start_expr}) + kl_s * ({step});\n"
            f"  {{ const auto {var} = kl_at; const int kl_put = kl_s, kl_ahead = kl_s;\n"
@@ -379,17 +379,22 @@ def pipeline_loop(ir: KernelIR, site: Site, loop: StagedLoop, stages: int,
             f"  {consume_text}\n}}\n"
             f"asm volatile(\"cp.async.wait_all;\\n\" ::: \"memory\");")
     text_ = ("{ // the staged loop as a cp.async ring of " + f"{stages} stages\nint kl_it = 0;\n"
-             + pro + main).replace("\n", "\n" + _indent(src, loop.span[0]) + "  ") + "\n" + \
-        _indent(src, loop.span[0]) + "}"
+             + pro + main).replace("\n", "\n" + _indent(ir, loop.span[0]) + "  ") + "\n" + \
+        _indent(ir, loop.span[0]) + "}"
     edits.append(ByteEdit(loop.span[0], loop.span[1], text_))
     wide = Site(site.pass_name, site.anchor, site.present, site.detail,
                 (min(e.start for e in edits), max(e.end for e in edits)))
     return finish(ir, wide, edits, preconditions=results)
 
 
-def _indent(src: str, pos: int) -> str:
-    line = src.rfind("\n", 0, pos) + 1
-    return src[line:pos] if not src[line:pos].strip() else ""
+def _at(ir: KernelIR, start: int, end: int) -> str:
+    """The source between byte offsets `start` and `end` (the IR's spans count bytes)."""
+    return ir.source[start:end].decode("utf-8")
+
+
+def _indent(ir: KernelIR, pos: int) -> str:
+    line = ir.source.rfind(b"\n", 0, pos) + 1
+    return _at(ir, line, pos) if not _at(ir, line, pos).strip() else ""
 
 
 def _bytes(array) -> int:  # noqa: ANN001

@@ -335,6 +335,38 @@ def element_bytes(element: str) -> int | None:
     return VECTOR_BYTES.get(name) or ELEMENT_BYTES.get(name)
 
 
+def struct_bytes(unit: Unit, name: str) -> int | None:
+    """Bytes of a `struct` / `class` the unit defines once whose fields are scalars or
+    vectors of known size (or arrays of them with constant extents), laid out as the compiler
+    lays them out: each field at a multiple of its own size, the whole a multiple of its largest
+    field. None for any other type (a member function, an alignment, a nested type...)."""
+    code = code_view(unit.ir.text)
+    found = re.findall(rf"\b(?:struct|class)\s+{re.escape(name)}\s*\{{([^{{}}]*)\}}\s*;", code)
+    if len(found) != 1 or re.search(r"[()]|\b(?:static|__align__|alignas|public|private)\b",
+                                    found[0]):
+        return None
+    size = largest = 0
+    for field_ in filter(None, (f.strip() for f in found[0].split(";"))):
+        m = re.fullmatch(r"((?:const\s+)?(?:unsigned\s+|signed\s+)?(?:long\s+)?[\w:]+)\s+(.+)",
+                         " ".join(field_.split()))
+        if m is None:
+            return None
+        element = element_bytes(m.group(1))
+        for declarator in m.group(2).split(","):
+            d = re.fullmatch(r"\s*[A-Za-z_]\w*\s*((?:\[[^\]]+\]\s*)*)(?:=.*)?", declarator)
+            if element is None or d is None:
+                return None
+            count = 1
+            for extent in re.findall(r"\[([^\]]+)\]", d.group(1)):
+                value = unit.value(extent)
+                if value is None or value <= 0:
+                    return None
+                count *= value
+            size = -(-size // element) * element + element * count
+            largest = max(largest, element)
+    return -(-size // largest) * largest if largest else None
+
+
 class Unit:
     """One translation unit read once: its kernels, constants and shared arrays. Finders take
     a `Unit` (or build one from the IR)."""
@@ -2329,6 +2361,8 @@ _LANE = re.compile(r"threadIdx\.x(?:&(?:31|0x1[fF]|warpSize-1)|%(?:32|warpSize))
 
 
 def _stride_kind(unit: Unit, fn: int, step: str, start: str) -> str | None:
+    if "(" in step:  # a group's size (`block.size()`)
+        step = block_group_terms(unit, expand_locals(unit, fn, step))
     s = re.sub(r"\s+", "", step)
     s = re.sub(r"\(\w+\)", "", s)
     grid = {"blockDim.x*gridDim.x", "gridDim.x*blockDim.x"}
@@ -2355,6 +2389,23 @@ def _stride_kind(unit: Unit, fn: int, step: str, start: str) -> str | None:
         if bound is not None:
             return _stride_kind(unit, fn, bound, start)
     return None
+
+
+_BLOCK_GROUP = r"\(?\s*(?:\w+\s*::\s*)*this_thread_block\s*\(\s*\)\s*\)?\s*\.\s*"
+
+
+def block_group_terms(unit: Unit, expr: str) -> str:
+    """`expr` (locals expanded) with the cooperative-groups block's thread rank and size
+    (`cg::this_thread_block().thread_rank()`, `.size()`, `.num_threads()`) written as
+    `threadIdx.x` and `blockDim.x`: the same values where the launch's block is known and
+    one-dimensional (elsewhere `expr` is returned as it is)."""
+    if "this_thread_block" not in expr:
+        return expr
+    dims = unit.launch_block().dims
+    if dims is None or dims[1:] != (1, 1):
+        return expr
+    expr = re.sub(_BLOCK_GROUP + r"thread_rank\s*\(\s*\)", "threadIdx.x", expr)
+    return re.sub(_BLOCK_GROUP + r"(?:size|num_threads)\s*\(\s*\)", "blockDim.x", expr)
 
 
 def _single_init(unit: Unit, fn: int, name: str) -> str | None:
@@ -2397,7 +2448,7 @@ def stride_loops(ir: KernelIR | Unit) -> list[StrideLoop]:
             m = re.fullmatch(rf"\s*{re.escape(var)}\s*\+=\s*(.+?)\s*", text(ir_, update), re.S)
             if m is None:
                 continue
-            start_text = expand_locals(unit, fn, text(ir_, start))
+            start_text = block_group_terms(unit, expand_locals(unit, fn, text(ir_, start)))
             if "threadIdx.x" not in start_text:
                 continue
             kind = _stride_kind(unit, fn, m.group(1), start_text)

@@ -50,9 +50,9 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._tree import (UNIFORM, Scope, callee, children, declared_names, escapes,
                                if_parts, loop_body, subtree, text)
 from passes.cuda.annotations import CUDA, SM_BLOCKS, SM_THREADS
-from passes.cuda.recognize import (StrideLoop, Unit, element_bytes, expand_locals, flat_code,
-                                   for_parts, global_pointers, loop_var, stride_loops, subscript,
-                                   written_names)
+from passes.cuda.recognize import (StrideLoop, Unit, block_group_terms, element_bytes,
+                                   expand_locals, flat_code, for_parts, global_pointers, loop_var,
+                                   stride_loops, struct_bytes, subscript, written_names)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -131,7 +131,7 @@ def _own_shared_bytes(unit: Unit, fn: int) -> tuple[int | None, bool]:
         if arr.dynamic:
             dynamic = True
             continue
-        size = arr.element_bytes
+        size = arr.element_bytes or struct_bytes(unit, arr.element.replace("volatile", "").strip())
         if size is None or any(e is None for e in arr.extents):
             return None, dynamic
         n = size
@@ -315,7 +315,7 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
         if names & written:
             return Skipped(f"the passes write `{sorted(names & written)[0]}`, which their header "
                            "or the row's offset reads", facts)
-    if _norm(expand_locals(unit, fn, header.start)).strip("()") != "threadIdx.x":
+    if _norm(block_group_terms(unit, expand_locals(unit, fn, header.start))).strip("()") != "threadIdx.x":
         return Skipped(f"the passes start at `{header.start}`, not at the thread's index "
                        "(the copy covers the row from its first element)", facts)
     scope = Scope(ir)
@@ -378,18 +378,18 @@ def _fresh(ir: KernelIR) -> str:
     return f"kl_row{n}"
 
 
-def _indent(src: str, pos: int) -> str:
-    line = src[src.rfind("\n", 0, pos) + 1:pos]
+def _indent(data: bytes, pos: int) -> str:
+    """The blanks before byte offset `pos` on its line ("" where code comes before it)."""
+    line = data[data.rfind(b"\n", 0, pos) + 1:pos].decode("utf-8")
     return line if not line.strip() else ""
 
 
 def cached_text(ir: KernelIR, plan: RowPasses) -> str:
     """The text replacing the passes' span: the shared copy and each pass on it or as written."""
     data = ir.source
-    src = ir.text
     name = _fresh(ir)
     fits = f"{name}_fits"
-    ind = _indent(src, plan.span[0])
+    ind = _indent(data, plan.span[0])
     lanes = 16 // plan.size
     barrier_before = f"\n{ind}  __syncthreads();" if plan.in_loop else ""
     chunk = plan.at(f"kl_c * {lanes}")

@@ -282,9 +282,9 @@ def registers_text(ir: KernelIR, plan: RowPasses, vectors: int, hoist: bool = Fa
     read-only operands at the row's index) loaded into registers once, and each pass on the
     registers or as written (see the module); with `reuse`, values kept for later passes
     (`_kept_values`). Also how many values are kept."""
-    data, src = ir.source, ir.text
+    data = ir.source
     name = _fresh(ir)
-    fits, ind = f"{name}_fits", _indent(src, plan.span[0])
+    fits, ind = f"{name}_fits", _indent(data, plan.span[0])
     lanes, elem = 16 // plan.size, plan.element
     step = plan.step.strip()
     same_step = "" if re.sub(r"[\s()]", "", step) == "blockDim.x" else f" && ({step}) == blockDim.x"
