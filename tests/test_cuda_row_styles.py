@@ -1,0 +1,253 @@
+"""The CUDA row rules (`row-cache`, `row-registers`, `warp-shuffle-reduce`, `vectorize-global`,
+`launch-threads`) on row kernels written in further styles (tests/data/cuda_rows: each a folder
+with its `.cu`, its host module and its case): online softmax, Welford LayerNorm over a
+struct, half2 RMSNorm whose tree ends in shuffles, a templated tree with a volatile last warp,
+cooperative groups, one warp per row, a column reduction, a fixed grid walking the rows, a
+block sized by a constexpr with Spanish names, four rows per 2-D block. A rule that acts
+compiles with NVRTC for sm_90a and, through the kernel's own host module on the CPU
+(`gate.cudacpu`), matches the case's reference at its small shape; what a rule cannot rewrite
+soundly it refuses, and says why."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import kir
+from nvrtc_helpers import ptx_for_sm90a
+from passes import Applied, PassContext, get_all_passes, get_pass
+from passes.cuda import recognize as R
+from passes.cuda._tree import Scope
+from passes.cuda.launch_threads import assumed_threads
+
+torch = pytest.importorskip("torch")
+cudacpu = pytest.importorskip("gate.cudacpu")
+
+import gate  # noqa: E402
+
+ROWS = Path(__file__).resolve().parent / "data" / "cuda_rows"
+
+
+def _start(folder: str) -> tuple[Path, Path]:
+    cu = next((ROWS / folder).glob("*.cu"))
+    return cu, cu.with_suffix(".py")
+
+
+def _context(ir: kir.KernelIR, host: Path) -> PassContext:
+    launch = R.launch_block(ir, host=host.read_text())
+    return PassContext(facts={"arch": "sm_90", **({"block_threads": launch.threads}
+                                                  if launch.threads else {})})
+
+
+def _rule_output(folder: str, rule: str, **options: object) -> tuple[str, int, list[str]]:
+    """The kernel after `rule` acted at every open site it takes (the launch's block read from
+    the host beside it), how many times it acted, and its refusals."""
+    cu, host = _start(folder)
+    ir = kir.parse_file(cu)
+    ctx = _context(ir, host)
+    p = get_pass(rule).from_options(options)
+    applied, refusals = 0, []
+    for _ in range(8):
+        for site in [s for s in p.sites(ir) if not s.present]:
+            result = p.optimize(ir, site, ctx)
+            if isinstance(result, Applied):
+                ir, applied = result.ir, applied + 1
+                break
+            refusals.append(getattr(result, "reason", getattr(result, "error", "")))
+        else:
+            break
+    return ir.text, applied, refusals
+
+
+def _emulated_error(folder: str, source: str) -> tuple[float, float]:
+    """(relative error, tolerance) of the host module running `source` on the emulator at the
+    case's small shape, against the case's reference."""
+    case = gate.load_case(ROWS / folder)
+    shape = dict(next(iter(case.small_shapes.values())))
+    inputs = tuple(case.module().make_inputs(shape, 5, "cpu"))
+    out = cudacpu.run_host(source, _start(folder)[1], *inputs, stem=_start(folder)[1].stem)
+    ref = case.module().reference(*inputs)
+    err = float(torch.linalg.vector_norm(out.double() - ref.double()) /
+                max(float(torch.linalg.vector_norm(ref.double())), 1e-30))
+    return err, case.tolerance_for(shape["dtype"])
+
+
+@pytest.fixture(autouse=True)
+def _no_nvrtc_in_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    # NVRTC compiles each output once below (ptx_for_sm90a); the emulated host need not again.
+    monkeypatch.setenv("KLINEAGE_CUDACPU_NVRTC", "0")
+
+
+MARKS = {"warp-shuffle-reduce": "shfl.sync.down", "row-cache": "cp.async",
+         "row-registers": ".v4.", "vectorize-global": ".v4.", "launch-threads": None}
+# (kernel folder, rule, options, sites it acts at)
+ACTS = [
+    ("rw_constexpr_sum", "vectorize-global", {}, 1),  # a comment in Spanish before the loop
+    ("rw_constexpr_sum", "warp-shuffle-reduce", {}, 1),  # `paso /= 2` over a constexpr block
+    ("rw_cg_l2norm", "row-cache", {}, 1),  # `i = blk.thread_rank(); i += blk.size()`
+    ("rw_welford_ln", "row-cache", {}, 1),  # beside a shared array of a struct
+    ("rw_online_softmax", "row-registers", {}, 1),  # the online max / sum pass, then the write
+    ("rw_gridstride_rms", "warp-shuffle-reduce", {}, 1),  # the tree inside `r += gridDim.x`
+    ("rw_warp_logsoftmax", "vectorize-global", {}, 1),  # lanes stepping by 32
+    ("rw_rms_half2_tail", "launch-threads", {"threads": 64}, 1),  # the tail's `t + 32` holds
+]
+
+
+@pytest.mark.parametrize("folder,rule,options,count", ACTS,
+                         ids=[f"{f}-{r}" for f, r, _o, _c in ACTS])
+def test_the_rule_acts_on_the_row_kernel_and_keeps_its_answer(folder: str, rule: str,
+                                                              options: dict, count: int) -> None:
+    out, applied, refusals = _rule_output(folder, rule, **options)
+    assert applied == count, refusals
+    ptx = ptx_for_sm90a(out)
+    if MARKS[rule]:
+        assert MARKS[rule] in ptx
+    err, tol = _emulated_error(folder, out)
+    assert err <= tol, f"{rule} on {folder}: error {err:.3g} over {tol}"
+
+
+REFUSED_TREES = {
+    # the (max, sum) pair is merged with rescaling exponentials: no sum, max or min
+    "rw_online_softmax": "not a sum, max or min",
+    # the tree folds along threadIdx.y: its slots are not the lanes of a warp
+    "rw_colsum": "not a sum, max or min",
+    "rw_rms_half2_tail": "stops at s >= 64",
+    "rw_amax_volatile": "warp-synchronous stage",
+}
+
+
+@pytest.mark.parametrize("folder", sorted(REFUSED_TREES))
+def test_trees_no_shuffle_can_replace_are_refused_with_a_reason(folder: str) -> None:
+    ir = kir.parse_file(_start(folder)[0])
+    trees, refusals = R.reduction_trees(ir)
+    assert trees == []
+    assert any(REFUSED_TREES[folder] in r.reason for r in refusals), [r.reason for r in refusals]
+    p = get_pass("warp-shuffle-reduce")()
+    assert [s for s in p.sites(ir) if not s.present] == []
+
+
+UNROLLED = r"""
+extern "C" __global__ void rowsum(const float* x, float* y, int n)
+{
+    __shared__ float sd[256];
+    unsigned int tid = threadIdx.x;
+    float s = 0.f;
+    for (int i = tid; i < n; i += blockDim.x) s += x[(size_t)blockIdx.x * n + i];
+    sd[tid] = s;
+    __syncthreads();
+    if (tid < 128) sd[tid] += sd[tid + 128];
+    __syncthreads();
+    if (tid < 64) sd[tid] += sd[tid + 64];
+    __syncthreads();
+    if (tid < 32) warp_tail(sd, tid);
+    if (tid == 0) y[blockIdx.x] = sd[0];
+}
+"""
+WARP_TAIL = r"""
+__device__ void warp_tail(volatile float* v, unsigned int t)
+{
+    v[t] += v[t + 32]; v[t] += v[t + 16]; v[t] += v[t + 8];
+    v[t] += v[t + 4]; v[t] += v[t + 2]; v[t] += v[t + 1];
+}
+"""
+HOST_256 = """
+from experts import cudahost
+def run(x):
+    y = x.new_empty(x.shape[0])
+    cudahost.launch(cudahost.get_function(cudahost.compile_source(SRC), "rowsum"), x.shape[0],
+                    256, 0, (x, y, x.shape[1]))
+    return y
+"""
+
+
+def test_a_smaller_block_is_refused_where_shared_slots_assume_the_launch(tmp_path: Path) -> None:
+    (tmp_path / "unrolled.cu").write_text(WARP_TAIL + UNROLLED)
+    (tmp_path / "unrolled.py").write_text(HOST_256)
+    ir = kir.parse_file(tmp_path / "unrolled.cu")
+    unit = R.Unit(ir)
+    assert assumed_threads(unit, "rowsum") == (256, "sd[tid + 128]")
+    without_tail = kir.parse(UNROLLED.replace("if (tid < 32) warp_tail(sd, tid);", "")
+                             .replace("sd[tid + 128]", "sd[tid + 32]").replace("sd[tid + 64]",
+                                                                               "sd[tid + 16]"),
+                             "cuda")
+    assert assumed_threads(R.Unit(without_tail), "rowsum") == (64, "sd[tid + 32]")
+    tail_only = kir.parse(WARP_TAIL + UNROLLED.replace("sd[tid + 128]", "sd[tid]")
+                          .replace("sd[tid + 64]", "sd[tid]"), "cuda")
+    assert assumed_threads(R.Unit(tail_only), "rowsum") == (64, "v[t + 32]")  # the helper's
+    for threads in (64, 128):
+        p = get_pass("launch-threads").from_options({"threads": threads})
+        site = next(s for s in p.sites(ir) if not s.present)
+        why = p.optimize(ir, site, PassContext(facts={"arch": "sm_90"}))
+        assert not isinstance(why, Applied)
+        assert "`sd[tid + 128]` addresses a shared slot that a block of fewer than 256" in why.reason
+    _out, applied, refusals = _rule_output("rw_rms_half2_tail", "launch-threads", threads=32)
+    assert applied == 0 and any("`acc[t + 32]`" in r for r in refusals), refusals
+
+
+CG = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+extern "C" __global__ void k(const float* x, float* y, int n)
+{
+    cg::thread_block b = cg::this_thread_block();
+    auto w = cg::tiled_partition<32>(b);
+    float s = 0.f;
+    for (int i = b.thread_rank(); i < n; i += b.size()) s += x[i];
+    s = cg::reduce(w, s, cg::plus<float>());
+    if (w.thread_rank() == 0) y[w.meta_group_rank()] = s;
+}
+"""
+
+
+def test_cooperative_group_ranks_are_thread_dependent_and_a_1d_block_reads_them() -> None:
+    ir = kir.parse(CG, "cuda")
+    scope = Scope(ir)
+    scope.enter(R.Unit(ir).kernels["k"])
+    values = {ir.source[n.span.start:n.span.end].decode(): scope.threads(n.id) for n in ir.walk()
+              if ir.grammar_type_of(n.id) == "call_expression"}
+    assert values["cg::this_thread_block()"] == values["b.size()"] == 0  # uniform
+    for call in ("b.thread_rank()", "w.thread_rank()", "w.meta_group_rank()",
+                 "cg::reduce(w, s, cg::plus<float>())"):
+        assert values[call] != 0, call
+    assert R.stride_loops(ir) == []  # the block's shape unknown: its rank is not threadIdx.x
+    launched = kir.parse(CG + "void go(const float* x, float* y, int n) { k<<<1, 128>>>(x, y, n); }",
+                         "cuda")
+    assert [(s.kind, s.step) for s in R.stride_loops(launched)] == [("block", "b.size()")]
+    two_d = kir.parse(CG + "void go(const float* x, float* y, int n) { k<<<1, dim3(32, 4)>>>(x, y, n); }",
+                      "cuda")
+    assert R.stride_loops(two_d) == []
+
+
+def test_a_struct_of_scalar_fields_has_its_compiled_size() -> None:
+    unit = R.Unit(kir.parse("""
+struct A { float n, mean, m2; };
+struct B { double d; float f; };
+struct C { __half h; float f[3]; char c; };
+struct D { float x; __device__ float twice() const { return 2 * x; } };
+struct E { float4 v; int i; };
+""", "cuda"))
+    assert [R.struct_bytes(unit, n) for n in "ABCDE"] == [12, 16, 20, None, 32]
+
+
+def _cuda_rules() -> list[str]:
+    return sorted(name for name, load in get_all_passes().items()
+                  if "cuda" in load().languages and not name.startswith(("gemm", "mma")))
+
+
+@pytest.mark.parametrize("folder", sorted(p.name for p in ROWS.iterdir() if p.is_dir()))
+def test_a_non_ascii_comment_changes_no_rule_output(folder: str) -> None:
+    """Spans are byte offsets: text before a site in a multi-byte encoding shifts no edit."""
+    cu, host = _start(folder)
+    text = re.sub(r"[^\x00-\x7f]", "?", cu.read_text())
+    ctx = _context(kir.parse_file(cu), host)
+    for rule in _cuda_rules():
+        outputs = []
+        for head in ("// plain words\n", "// ñandú, αβγ — üñí\n"):
+            ir = kir.parse(head + text, "cuda")
+            p = get_pass(rule)()
+            sites = [s for s in p.sites(ir) if not s.present]
+            result = p.optimize(ir, sites[0], ctx) if sites else None
+            outputs.append(result.ir.text[len(head):] if isinstance(result, Applied)
+                           else repr(result))
+        assert outputs[0] == outputs[1], (folder, rule)
