@@ -251,3 +251,40 @@ def test_a_non_ascii_comment_changes_no_rule_output(folder: str) -> None:
             outputs.append(result.ir.text[len(head):] if isinstance(result, Applied)
                            else repr(result))
         assert outputs[0] == outputs[1], (folder, rule)
+
+
+_AFTER = r"""
+extern "C" __global__ void k(const float* x, float* out, int n) {
+  __shared__ float sh[256];
+  const unsigned tid = threadIdx.x;
+  float acc = 0.f;
+  for (int i = tid; i < n; i += blockDim.x) acc += x[(size_t)blockIdx.x * n + i];
+  sh[tid] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (tid < s) sh[tid] += sh[tid + s];
+    __syncthreads();
+  }
+  AFTER
+}
+"""
+SLOTS_AFTER = {  # each reads a slot the tree left holding a partial sum (a shuffle would not)
+    "a pointer bound to the array": "const float* q = sh; if (tid == 0) out[blockIdx.x] = q[2];",
+    "an address taken": "if (tid == 0) out[blockIdx.x] = *(&sh[1]);",
+    "a store of slot 0 first": "if (tid == 0) sh[0] = sh[0] / n; __syncthreads(); "
+                               "if (tid == 0) out[blockIdx.x] = sh[0] + sh[1];",
+    "a refill under a branch": "if (tid < 32) sh[tid] = 0.f; __syncthreads(); "
+                               "if (tid == 0) out[blockIdx.x] = sh[40];",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SLOTS_AFTER))
+def test_a_tree_whose_other_slots_are_read_later_is_refused(name: str) -> None:
+    ir = kir.parse(_AFTER.replace("AFTER", SLOTS_AFTER[name]), "cuda")
+    trees, refusals = R.reduction_trees(ir)
+    assert trees == [] and any("is read after the tree" in r.reason for r in refusals), \
+        [r.reason for r in refusals]
+    refilled = _AFTER.replace("AFTER", "const float total = sh[0]; __syncthreads(); "
+                              "sh[tid] = acc * acc; __syncthreads(); "
+                              "if (tid == 0) out[blockIdx.x] = total + sh[1];")
+    assert len(R.reduction_trees(kir.parse(refilled, "cuda"))[0]) == 1  # every slot refilled

@@ -2248,20 +2248,37 @@ def _declared_inside(ir: KernelIR, name: str, node: int) -> bool:
 
 
 def _later_slot_reads(unit: Unit, fn: int, loop: int, arrays: set[str]) -> str:
-    """A read of an array of `arrays` at a slot other than 0 after `loop` (before the array is
-    written again), as text; '' when there is none."""
+    """A read of an array of `arrays` at a slot other than 0 after `loop`, or a use of it as a
+    pointer there (`q = sh`, `f(sh)`, `&sh[1]`: any slot may be read through it), as text;
+    '' when there is none before the threads fill their own slots again (`sh[tid] = ...` at
+    the tree's level of branching: a new use of the array; a store of one slot is not)."""
     ir = unit.ir
     end = ir.span_of(loop).end
+    level = {a for a in ir.ancestors(loop) if ir.grammar_type_of(a) in ("if_statement",
+                                                                        "conditional_expression")}
     for nid in subtree(ir, fn):
-        if ir.span_of(nid).start < end or ir.grammar_type_of(nid) != "subscript_expression":
+        if ir.span_of(nid).start < end:
+            continue
+        parent = ir.parent_of(nid)
+        if ir.grammar_type_of(nid) == "identifier" and ir.name_of(nid) in arrays and \
+                (parent is None or ir.grammar_type_of(parent) != "subscript_expression" or
+                 children(ir, parent)[0] != nid):
+            return text(ir, next((a for a in ir.ancestors(nid) if ir.grammar_type_of(a) in (
+                "expression_statement", "declaration", "return_statement")), nid)).strip()
+        if ir.grammar_type_of(nid) != "subscript_expression":
             continue
         base, idx = subscript(ir, nid)
         if base not in arrays or len(idx) != 1:
             continue
-        parent = ir.parent_of(nid)
+        if parent is not None and ir.grammar_type_of(parent) == "pointer_expression":
+            return text(ir, parent)  # its address taken
         if parent is not None and ir.grammar_type_of(parent) == "assignment_expression" and \
                 children(ir, parent)[0] == nid:
-            return ""  # written again: a new use of the array
+            if _thread_index(unit, fn, text(ir, idx[0])) and not any(
+                    ir.grammar_type_of(a) in ("if_statement", "conditional_expression") and
+                    a not in level for a in ir.ancestors(nid)):
+                return ""  # every thread fills its slot again: a new use of the array
+            continue
         if unit.value(text(ir, idx[0])) != 0:
             return text(ir, nid)
     return ""
