@@ -87,6 +87,7 @@ ACTS = [
     ("rw_constexpr_sum", "warp-shuffle-reduce", {}, 1),  # `paso /= 2` over a constexpr block
     ("rw_cg_l2norm", "row-cache", {}, 1),  # `i = blk.thread_rank(); i += blk.size()`
     ("rw_welford_ln", "row-cache", {}, 1),  # beside a shared array of a struct
+    ("rw_welford_ln", "row-registers", {}, 1),  # a per-thread count, merged with shuffles
     ("rw_online_softmax", "row-registers", {}, 1),  # the online max / sum pass, then the write
     ("rw_gridstride_rms", "warp-shuffle-reduce", {}, 1),  # the tree inside `r += gridDim.x`
     ("rw_warp_logsoftmax", "vectorize-global", {}, 1),  # lanes stepping by 32
@@ -288,3 +289,62 @@ def test_a_tree_whose_other_slots_are_read_later_is_refused(name: str) -> None:
                               "sh[tid] = acc * acc; __syncthreads(); "
                               "if (tid == 0) out[blockIdx.x] = total + sh[1];")
     assert len(R.reduction_trees(kir.parse(refilled, "cuda"))[0]) == 1  # every slot refilled
+
+
+PER_THREAD = r"""
+extern "C" __global__ void k(const float* x, float* y, int n) {
+  __shared__ float red[256];
+  const float* p = x + (size_t)blockIdx.x * n;
+  float a = 0.f;
+  int c = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) { a += p[i]; ++c; }
+  FINISH
+  red[threadIdx.x] = a;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) y[(size_t)blockIdx.x * n + i] = p[i] - red[0];
+}
+void go(const float* x, float* y, int m, int n) { k<<<m, 256>>>(x, y, n); }
+"""
+
+
+def test_a_partial_computed_with_per_thread_keeps_each_thread_on_its_elements() -> None:
+    """`a / (c + 1)` per thread depends on which elements the thread visited: vectors or a
+    smaller block would change the result, not only the order of a sum."""
+    mean_of_own = kir.parse(PER_THREAD.replace("FINISH", "a = a / (c + 1);"), "cuda")
+    ctx = PassContext(facts={"arch": "sm_90", "block_threads": 256})
+    for rule in ("row-registers", "launch-threads"):
+        p = get_pass(rule)()
+        results = [p.optimize(mean_of_own, s, ctx) for s in p.sites(mean_of_own) if not s.present]
+        assert results and not any(isinstance(r, Applied) for r in results), rule
+        assert any("`a = a / (c + 1);` computes with what a thread folded" in r.reason
+                   for r in results), [r.reason for r in results]
+    vectorized = _apply_all_text("vectorize-global", mean_of_own.text, ctx)
+    assert vectorized.count("reinterpret_cast<const uint4*>") > 0  # the last loop only
+    assert "{ a += p[i]; ++c; }" in vectorized
+    last = kir.parse(PER_THREAD.replace("++c;", "c = (int)p[i];").replace("FINISH", "a -= c;"),
+                     "cuda")
+    assert "`a -= c;` computes" in get_pass("row-registers")().optimize(
+        last, next(s for s in get_pass("row-registers")().sites(last) if not s.present), ctx).reason
+    p = get_pass("row-registers")()
+    for finish in ("", "c += __shfl_down_sync(0xffffffffu, c, 16);"):  # unused, or exchanged
+        counted = kir.parse(PER_THREAD.replace("FINISH", finish), "cuda")
+        assert any(isinstance(p.optimize(counted, s, ctx), Applied) for s in p.sites(counted)
+                   if not s.present), finish
+
+
+def _apply_all_text(rule: str, text: str, ctx: PassContext) -> str:
+    ir = kir.parse(text, "cuda")
+    p = get_pass(rule)()
+    for _ in range(4):
+        for site in [s for s in p.sites(ir) if not s.present]:
+            result = p.optimize(ir, site, ctx)
+            if isinstance(result, Applied):
+                ir = result.ir
+                break
+        else:
+            break
+    return ir.text

@@ -22,6 +22,11 @@ Preconditions, each refusal naming the one that failed:
   reduction tree, an array's extent, `__launch_bounds__` and the block of a `<<<...>>>` launch
   of the kernel; the constant's value changes with the launch (a comment line before its
   definition records the value as written); any other use refuses, naming it;
+- no shared slot is addressed at a constant offset from the thread's own, or at a constant
+  slot, that a block of `threads` leaves unwritten (`assumed_threads`: an unrolled tree's
+  `s[tid + 64]`, a warp tail's `v[t + 32]`), and no thread's count or last-seen value is
+  computed with before the block combines it (`recognize.repartition_refusal`: a smaller
+  block hands each thread other elements);
 - the launch can be edited: a `<<<grid, block, ...>>>` launch in the unit (a `load_inline`
   wrapper) gets `threads` as its block, after a comment line recording the block as written;
   a launch in the Python host module beside the source (CuPy, `experts.cudahost.launch`,
@@ -63,7 +68,8 @@ from passes.cuda._tree import children, subtree, text
 from passes.cuda.annotations import CUDA
 from passes.cuda.recognize import (Unit, _parameter_names, _split_args, _thread_names,
                                    expand_locals, for_parts, launch_block, micro_kernels,
-                                   reduction_trees, shuffle_reductions, stride_loops, subscript)
+                                   reduction_trees, repartition_refusal, shuffle_reductions,
+                                   stride_loops, subscript)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -420,6 +426,10 @@ def _plan(ir: KernelIR, kernel: str, threads: int, ctx: PassContext | None = Non
     block = launch.dims[0]
     if block <= threads:
         return Skipped(f"the launch's block of {block} threads is not larger than {threads}", facts)
+    why = repartition_refusal(unit, kernel, [lp.span for lp in stride_loops(unit)
+                                             if lp.kernel in _in_kernel(unit, kernel)])
+    if why is not None:
+        return Skipped(why, facts)
     assumed = assumed_threads(unit, kernel)
     if assumed is not None and assumed[0] > threads:
         return Skipped(f"`{assumed[1]}` addresses a shared slot that a block of fewer than "

@@ -14,6 +14,9 @@ shared arrays the body accesses at `i` move 16 bytes at a time too (a shared arr
 writes only where a barrier follows the loop: a vector moves elements between threads). In a
 warp-stride loop (one warp per row) a pointer is vectorized only where it and its offset are
 the same for the warp's 32 threads, so that a warp takes one side of the alignment check.
+A vector hands a thread other elements than the loop did: a loop whose thread keeps a count or
+the last value it saw, used after the loop before the block combines it, is refused
+(`recognize.repartition_refusal`); sums, maxima and other folds only change their order.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from passes.cuda.recognize import (
     flat_code,
     for_parts,
     global_pointers,
+    repartition_refusal,
     stagings,
     stride_loops,
     subscript,
@@ -516,7 +520,8 @@ def vector_loops(ir: KernelIR) -> list[tuple[StrideLoop, _VectorPlan | Skipped]]
             continue  # the scalar path (or tail) of a loop vectorized already
         fn = unit.block_helpers()[loop.kernel]
         pointers = global_pointers(unit, fn) | _shared_rows(unit, fn, node)
-        out.append((loop, _plan(unit, loop, node, pointers, escapes)))
+        why = repartition_refusal(unit, loop.kernel, [loop.span])
+        out.append((loop, Skipped(why, {}) if why else _plan(unit, loop, node, pointers, escapes)))
     return out
 
 

@@ -2482,6 +2482,157 @@ def stride_loops(ir: KernelIR | Unit) -> list[StrideLoop]:
     return out
 
 
+# calls through which a thread's partial result reaches the other threads of its block
+_EXCHANGE_CALL = re.compile(r"__shfl\w*|__reduce_\w+_sync|atomic\w+|reduce|shfl(?:_up|_down|_xor)?")
+
+
+def _carried(ir: KernelIR, loop: int) -> set[str]:
+    """Variables declared outside `loop` whose value after it tells how many or which elements
+    the thread visited, not only what they fold to: a count (`++c`, `n += 1.f`: a term that
+    reads no memory) or a value overwritten (`last = x[i]`, not under a condition reading it,
+    as a running max is). A whole variable or a struct of which one field is such."""
+    out = set()
+    for c in subtree(ir, loop_body(ir, loop)):
+        if ir.grammar_type_of(c) not in ("assignment_expression", "update_expression"):
+            continue
+        kids = children(ir, c)
+        target = next((k for k in kids if ir.grammar_type_of(k) in (
+            "identifier", "field_expression", "subscript_expression", "pointer_expression")), None)
+        field = target
+        while target is not None and ir.grammar_type_of(target) == "field_expression":
+            target = children(ir, target)[0]
+        if target is None or ir.grammar_type_of(target) != "identifier":
+            continue
+        name = ir.name_of(target) or ""
+        if _declared_inside(ir, name, loop):
+            continue
+        if ir.grammar_type_of(c) == "update_expression":
+            out.add(name)
+            continue
+        rhs = kids[-1]
+        op = ir.source[ir.span_of(kids[0]).end:ir.span_of(rhs).start].decode().strip()
+        own = flat_code(ir, field) if field is not None else name
+        inits = {n: flat_code(ir, i) for d in subtree(ir, loop)
+                 if ir.grammar_type_of(d) == "declaration"
+                 for n, _k, i in declared_names(ir, d) if i is not None}
+        rhs_text = flat_code(ir, rhs) + "".join(  # a running max through a local (`m = nm`)
+            inits.get(ir.name_of(k) or "", "") for k in subtree(ir, rhs)
+            if ir.grammar_type_of(k) == "identifier")
+        reads_own = re.search(rf"(?<![\w.]){re.escape(own)}(?![\w])", rhs_text)
+        varying = any(ir.grammar_type_of(k) in ("subscript_expression", "pointer_expression",
+                                                "call_expression") or
+                      ir.grammar_type_of(k) == "identifier" and (
+                          _declared_inside(ir, ir.name_of(k) or "", loop) or
+                          ir.name_of(k) in written_names(ir, loop)) for k in subtree(ir, rhs))
+        if op in ("+=", "-=") and not varying:
+            out.add(name)  # a count
+        elif op == "=" and not reads_own and not any(
+                ir.grammar_type_of(a) == "if_statement" and re.search(
+                    rf"(?<![\w.]){re.escape(own)}(?![\w])", flat_code(ir, if_parts(ir, a)[0]))
+                for a in ir.ancestors(c) if ir.span_of(a).start >= ir.span_of(loop).start):
+            out.add(name)  # the last value the thread saw
+    return out
+
+
+def _exchanged(unit: Unit, fn: int, use: int) -> bool:
+    """Whether identifier `use` (a thread's partial result, or its struct) is read where it
+    goes to the other threads: stored into shared memory, passed to a shuffle, a reduction, an
+    atomic or a function of the unit (a warp reduction, a merge), or assigned the result of
+    such a call that reads it (`v += __shfl_down_sync(m, v, o)`, `v = warp_sum(v)`)."""
+    ir = unit.ir
+    name = ir.name_of(use)
+    node = use
+    parent = ir.parent_of(node)
+    while parent is not None and ir.grammar_type_of(parent) == "field_expression" and \
+            children(ir, parent)[0] == node:
+        node, parent = parent, ir.parent_of(parent)
+
+    def passed(call: int) -> bool:
+        return _EXCHANGE_CALL.fullmatch(callee(ir, call)) is not None or \
+            callee(ir, call) in unit.functions
+
+    if parent is None:
+        return False
+    if ir.grammar_type_of(parent) == "argument_list":
+        call = ir.parent_of(parent)
+        return call is not None and passed(call)
+    if ir.grammar_type_of(parent) != "assignment_expression":
+        return False
+    lhs, rhs = children(ir, parent)[0], children(ir, parent)[-1]
+    if rhs == node:
+        base, _idx = subscript(ir, lhs)
+        return base is not None and base in unit.shared_views(fn, aliases=True)
+    if lhs != node:
+        return False
+    return any(ir.grammar_type_of(c) == "call_expression" and passed(c) and any(
+        ir.grammar_type_of(a) == "identifier" and ir.name_of(a) == name
+        for a in subtree(ir, children(ir, c)[-1])) for c in subtree(ir, rhs))
+
+
+def _folds_more(ir: KernelIR, use: int) -> bool:
+    """Whether identifier `use` is read or written by a statement that folds more into the
+    variable (`v += e`, `v = v + e`, `v = fmaxf(v, e)`: another loop of the same partial)."""
+    name = ir.name_of(use)
+    assign = next((a for a in ir.ancestors(use)
+                   if ir.grammar_type_of(a) == "assignment_expression"), None)
+    if assign is None:
+        return False
+    lhs, rhs = children(ir, assign)[0], children(ir, assign)[-1]
+    if ir.grammar_type_of(lhs) != "identifier" or ir.name_of(lhs) != name:
+        return False
+    op = ir.source[ir.span_of(lhs).end:ir.span_of(rhs).start].decode().strip()
+    reads = [c for c in subtree(ir, rhs) if ir.grammar_type_of(c) == "identifier" and
+             ir.name_of(c) == name]
+    flat = re.sub(r"\s+", "", code_view(text(ir, rhs)))
+    if op in ("+=", "-=", "*=") and not reads:
+        return True
+    name_ = re.escape(name or "")
+    return op == "=" and len(reads) == 1 and bool(
+        re.fullmatch(rf"{name_}\+(?!.*\b{name_}\b).+|(?:fmaxf|fminf|fmax|fmin|max|min)\({name_},"
+                     rf"(?!.*\b{name_}\b).+\)", flat))
+
+
+def partial_computed_with(unit: Unit, fn: int, loop: int) -> str | None:
+    """The statement after stride loop `loop` that first computes with a partial result the
+    loop folds per thread (`acc`, `count`, a struct) before it goes to the other threads
+    (`_exchanged`), as text; None where every partial goes to them first. Such a statement
+    depends on which elements each thread visited: a rule that hands a thread other elements
+    (vectors, fewer threads) changes its result, not only the order of a sum."""
+    ir = unit.ir
+    end = ir.span_of(loop).end
+    for name in sorted(_carried(ir, loop)):
+        uses = sorted((ir.span_of(c).start, c) for c in subtree(ir, fn)
+                      if ir.grammar_type_of(c) == "identifier" and ir.name_of(c) == name and
+                      ir.span_of(c).start >= end)
+        first = next((c for _s, c in uses if not _folds_more(ir, c)), None)
+        if first is not None and not _exchanged(unit, fn, first):
+            stmt = next((a for a in ir.ancestors(first) if ir.grammar_type_of(a) in (
+                "expression_statement", "declaration", "return_statement", "if_statement",
+                "for_statement", "while_statement")), first)
+            head = text(ir, stmt).strip().split("\n")[0]
+            return head if len(head) <= 80 else head[:77] + "..."
+    return None
+
+
+def repartition_refusal(unit: Unit, kernel: str, spans: Sequence[tuple[int, int]]) -> str | None:
+    """Why the stride loops at `spans` of `kernel` (a kernel or a block helper, by name) may
+    not hand their threads other elements (vectors of a row, a smaller block's share), or
+    None: a statement computes with a partial result a thread folded before the block
+    combines it (`partial_computed_with`)."""
+    ir = unit.ir
+    fn = unit.block_helpers().get(kernel, unit.functions.get(kernel))
+    if fn is None:
+        return None
+    for span in spans:
+        node = next((n.id for n in ir.walk() if (n.span.start, n.span.end) == tuple(span) and
+                     ir.grammar_type_of(n.id) == "for_statement"), None)
+        stmt = partial_computed_with(unit, fn, node) if node is not None else None
+        if stmt is not None:
+            return (f"`{stmt}` computes with what a thread folded in its loop before the block "
+                    "combines it: the result depends on which elements each thread visits")
+    return None
+
+
 def row_reductions(ir: KernelIR | Unit) -> list[RowReduction]:
     """Block-stride loops folding a row into a register (`acc += x[..]`, `m = fmaxf(m, ..)`),
     with how the block combines the partials afterwards."""

@@ -13,9 +13,11 @@ Found by role, with `row-cache`'s recognition (`row_cache.row_passes`, no shared
 checked): two or more block-stride passes of one block with the same header that read one
 global pointer `p` at `p[off + v]` and never write it (every refusal of that recognition
 applies: a store or atomic between the passes, a pass that leaves early, a bound or offset
-that differs between threads, ...). Thread t of T holds the vectors `c = t + k * T`,
-k < `vectors`, i.e. elements `c * L .. c * L + L - 1` (L elements per 16 bytes); each pass
-visits, per thread, exactly those elements, so every element of `[0, bound)` is visited once
+that differs between threads, ...), and none where a thread's count or last-seen value
+(`++c`, `last = x[i]`) is computed with before the block combines it
+(`recognize.repartition_refusal`: its elements change). Thread t of T holds the vectors
+`c = t + k * T`, k < `vectors`, i.e. elements `c * L .. c * L + L - 1` (L elements per 16
+bytes); each pass visits, per thread, exactly those elements, so every element of `[0, bound)` is visited once
 in each pass, by one thread, as before; a thread's own partial results (a sum, a max) fold its
 elements in another order (the reassociation `vectorize-global` makes too).
 
@@ -50,7 +52,8 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._tree import children, declared_names, if_parts, loop_body, subtree, text
 from passes.cuda.annotations import CUDA
 from passes.cuda.memory import VECTORS, vector_loops
-from passes.cuda.recognize import Unit, expand_locals, for_parts, launch_block, subscript
+from passes.cuda.recognize import (Unit, expand_locals, for_parts, launch_block,
+                                   repartition_refusal, subscript)
 from passes.cuda.row_cache import (RowPasses, _indent, _statement_items, _target_name, _upto_next,
                                    passes_back, row_passes)
 
@@ -599,6 +602,9 @@ class RowRegisters(Pass):
         plans = row_passes(ir, None)
         for plan in plans:
             if isinstance(plan, RowPasses) and plan.span == tuple(site.span):
+                why = repartition_refusal(Unit(ir), plan.kernel, plan.loops)
+                if why is not None:
+                    return Skipped(why, {"kernel": plan.kernel})
                 fit, found = fitting_vectors(ir, plan, ctx)
                 if fit is not None and fit > MAX_VECTORS:
                     return Skipped(f"{found} needs {fit} vectors of 16 bytes per thread, more than "
