@@ -348,3 +348,15 @@ def _apply_all_text(rule: str, text: str, ctx: PassContext) -> str:
         else:
             break
     return ir.text
+
+
+def test_a_kernel_built_on_cub_is_refused_by_the_emulator_naming_the_header() -> None:
+    """CUB is a library the emulator does not provide: the emulate tier says so in its verdict
+    (the kernel's own static facts are NVRTC's), and no rule takes its block reduction."""
+    folder = ROWS / "rw_cub_rowsum"
+    verdict = gate.check_file(folder / "cub_rowsum.cu", folder, gate.Tier.EMULATE, cache=False)
+    assert not verdict.ok
+    assert "not emulated: the header <cub/block/block_reduce.cuh>" in verdict.reason
+    ir = kir.parse_file(folder / "cub_rowsum.cu")
+    for rule in ("warp-shuffle-reduce", "row-cache", "row-registers"):
+        assert [s for s in get_pass(rule)().sites(ir) if not s.present] == [], rule

@@ -302,6 +302,10 @@ def _compile(cxx: str, flags: list[str], text: str, target: Path, name: str) -> 
         if proc.returncode != 0:
             log = proc.stderr.strip()
             first = next((ln for ln in log.splitlines() if "error" in ln), log.splitlines()[0] if log else "")
+            missing = re.search(r"fatal error: ([^:\s]+): No such file", first)
+            if missing:  # a library the emulator does not provide (CUB, Thrust, CUTLASS...)
+                raise BuildError(f"{name}: not emulated: the header <{missing.group(1)}> is not one "
+                                 "the emulator provides", log[-4000:])
             raise BuildError(f"{name} does not compile for the emulator: {first.strip()}", log[-4000:])
         tmp_target = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         shutil.copyfile(out, tmp_target)
