@@ -360,3 +360,52 @@ def test_a_kernel_built_on_cub_is_refused_by_the_emulator_naming_the_header() ->
     ir = kir.parse_file(folder / "cub_rowsum.cu")
     for rule in ("warp-shuffle-reduce", "row-cache", "row-registers"):
         assert [s for s in get_pass(rule)().sites(ir) if not s.present] == [], rule
+
+
+TYPED_TREE = r"""
+#include <cuda_fp16.h>
+extern "C" __global__ void k(const float* x, float* out, int n) {
+  DECL
+  const unsigned tid = TID;
+  const unsigned nt = blockDim.x * blockDim.y;
+  float acc = 0.f, mx = -3.0e38f;
+  for (int i = tid; i < n; i += nt) {
+    const float e = x[(size_t)blockIdx.x * n + i];
+    acc += e;
+    mx = fmaxf(mx, e);
+  }
+  STORE
+  __syncthreads();
+  for (unsigned s = nt / 2; s > 0; s >>= 1) {
+    if (tid < s) COMBINE;
+    __syncthreads();
+  }
+  if (tid == 0) out[blockIdx.x] = READ;
+}
+"""
+TYPED = {  # the block's count as a product of its dimensions, slots of other types
+    "double": ("__shared__ double sh[256];", "threadIdx.x", "sh[tid] = acc;",
+               "sh[tid] += sh[tid + s]", "(float)sh[0]"),
+    "half max": ("__shared__ __half sh[256];", "threadIdx.x", "sh[tid] = __float2half(mx);",
+                 "sh[tid] = __hmax(sh[tid], sh[tid + s])", "__half2float(sh[0])"),
+    "linear index": ("__shared__ float sh[256];", "threadIdx.y * blockDim.x + threadIdx.x",
+                     "sh[tid] = acc;", "sh[tid] += sh[tid + s]", "sh[0]"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TYPED))
+def test_trees_over_the_whole_block_and_other_slot_types_become_shuffles(name: str) -> None:
+    decl, tid, store, combine, read = TYPED[name]
+    source = (TYPED_TREE.replace("DECL", decl).replace("TID", tid).replace("STORE", store)
+              .replace("COMBINE", combine).replace("READ", read))
+    out = _apply_all_text("warp-shuffle-reduce", source, PassContext(facts={"arch": "sm_90"}))
+    assert "__shfl_down_sync" in out and "blockDim.y == 1" in out  # checked at run time
+    ptx_for_sm90a(out)
+    x = torch.randn(5, 777, generator=torch.Generator().manual_seed(3))
+    start, shuffles = (cudacpu.build(t, name=f"typed_{i}.cu") for i, t in enumerate((source, out)))
+    two_d = ((32, 8),) if "threadIdx.y" in tid else ()  # (32, 8): the tree as written runs
+    for block in ((256, 1), (128, 1), *two_d):
+        want, got = torch.zeros(5), torch.zeros(5)
+        start.launch("k", 5, block, 0, [x, want, 777])
+        shuffles.launch("k", 5, block, 0, [x, got, 777])
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-3), (name, block)

@@ -1964,6 +1964,25 @@ def _thread_index(unit: Unit, fn: int, expr: str) -> bool:
     return len(inits) == 1 and inits[0] is not None and _thread_index(unit, fn, text(ir, inits[0]))
 
 
+def _linear_thread_index(unit: Unit, fn: int, expr: str) -> bool:
+    """Whether `expr` (locals expanded) is the thread's linear index in a block of two or
+    three dimensions (`threadIdx.y * blockDim.x + threadIdx.x`, ...): `threadIdx.x` in a
+    one-dimensional block, which a tree's shuffle form checks (`reduction.tree_guard`)."""
+    e = re.sub(r"[\s()]|\b(?:int|unsigned)\b", "", expand_locals(unit, fn, expr))
+    xy = {"threadIdx.y*blockDim.x", "blockDim.x*threadIdx.y"}
+    terms = e.split("+")
+    return len(terms) == 2 and "threadIdx.x" in terms and bool(set(terms) & xy)
+
+
+def _whole_block(unit: Unit, fn: int, expr: str) -> bool:
+    """Whether `expr` (locals expanded) is the block's thread count as a product of its
+    dimensions (`blockDim.x * blockDim.y`, with `* blockDim.z`): `blockDim.x` in a
+    one-dimensional block, which a tree's shuffle form checks at run time."""
+    e = re.sub(r"[\s()]|\b(?:int|unsigned)\b", "", expand_locals(unit, fn, expr))
+    factors = sorted(e.split("*"))
+    return factors in (["blockDim.x", "blockDim.y"], ["blockDim.x", "blockDim.y", "blockDim.z"])
+
+
 def _tree_loop(unit: Unit, kernel: str, fn: int, loop: int,
                shared: Mapping[str, SharedArray]) -> ReductionTree | Refusal | None:
     """A `for` loop over a halving or doubling stride as a tree (with a `#pragma unroll`
@@ -2143,11 +2162,11 @@ def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str
             if head not in allowed or any(_unparen(b) != f"{tid}+{var}<{extent}" for b in bounded):
                 return refuse(f"the doubling tree's step runs under {text(ir, cond_node)}")
         form = "doubling"
-    if not _thread_index(unit, fn, tid):
+    if not _thread_index(unit, fn, tid) and not _linear_thread_index(unit, fn, tid):
         return refuse(f"the tree's slot index {tid} is not the thread's index threadIdx.x")
     extent_value = unit.value(extent)
     if extent != "blockDim.x" and extent_value is None:
-        if not unit.compile_time(extent):
+        if not unit.compile_time(extent) and not _whole_block(unit, fn, extent):
             return refuse(f"the tree's extent {extent} is neither blockDim.x nor a constant")
         extent_value = unit.template_value(fn, extent)
     tail_end = tail_end if halving else None

@@ -15,7 +15,10 @@ and the first warp reducing those slots; slot 0 of each array then holds the res
 after the tree (the combine is the user's own statement, applied to registers). It needs the
 tree to cover the whole block, a power of two and a multiple of 32 threads in one dimension:
 proven from the launch's block size where the host sets it (refused where that block does not
-fit), otherwise checked at run time, the original tree kept as the fallback.
+fit), otherwise checked at run time, the original tree kept as the fallback. A tree over the
+block's count written as a product of its dimensions (`blockDim.x * blockDim.y`) with the
+thread's linear index as its slot (`threadIdx.y * blockDim.x + threadIdx.x`) is one over
+`blockDim.x` in a one-dimensional block, which the run-time check requires.
 
 Its inverse acts on the same roles: a block reduction through warp shuffles
 (`recognize.shuffle_reductions`: a fold over strides 16..1 per warp, a shared slot per warp,
