@@ -364,6 +364,8 @@ def test_a_kernel_built_on_cub_is_refused_by_the_emulator_naming_the_header() ->
 
 TYPED_TREE = r"""
 #include <cuda_fp16.h>
+__device__ __forceinline__ float larger(float a, float b) { return a < b ? b : a; }
+__device__ __forceinline__ float apart(float a, float b) { return a - b; }
 extern "C" __global__ void k(const float* x, float* out, int n) {
   DECL
   const unsigned tid = TID;
@@ -390,6 +392,8 @@ TYPED = {  # the block's count as a product of its dimensions, slots of other ty
                  "sh[tid] = __hmax(sh[tid], sh[tid + s])", "__half2float(sh[0])"),
     "linear index": ("__shared__ float sh[256];", "threadIdx.y * blockDim.x + threadIdx.x",
                      "sh[tid] = acc;", "sh[tid] += sh[tid + s]", "sh[0]"),
+    "a helper's max": ("__shared__ float sh[256];", "threadIdx.x", "sh[tid] = mx;",
+                       "sh[tid] = larger(sh[tid], sh[tid + s])", "sh[0]"),
 }
 
 
@@ -409,3 +413,11 @@ def test_trees_over_the_whole_block_and_other_slot_types_become_shuffles(name: s
         start.launch("k", 5, block, 0, [x, want, 777])
         shuffles.launch("k", 5, block, 0, [x, got, 777])
         assert torch.allclose(got, want, rtol=1e-5, atol=1e-3), (name, block)
+
+
+def test_a_tree_combining_through_a_helper_that_is_no_sum_max_or_min_is_refused() -> None:
+    decl, tid, store, _combine, read = TYPED["a helper's max"]
+    source = (TYPED_TREE.replace("DECL", decl).replace("TID", tid).replace("STORE", store)
+              .replace("COMBINE", "sh[tid] = apart(sh[tid], sh[tid + s])").replace("READ", read))
+    trees, refusals = R.reduction_trees(kir.parse(source, "cuda"))
+    assert trees == [] and any("not a sum, max or min" in r.reason for r in refusals)

@@ -1881,7 +1881,8 @@ def _combine(unit: Unit, stmt: int, shared: Mapping[str, SharedArray]
     if gtype == "call_expression":
         args = [a for a in children(ir, parts[-1]) if ir.grammar_type_of(a) not in _TRIVIA]
         name = callee(ir, rhs)
-        kind = "max" if _MAX_CALLS.match(name) else "min" if _MIN_CALLS.match(name) else None
+        kind = "max" if _MAX_CALLS.match(name) else "min" if _MIN_CALLS.match(name) else \
+            _helper_kind(unit, name)
         if kind and len(args) == 2:
             p = own_and_partner(args[0], args[1])
             return (base, kind, own, p) if p else None
@@ -1901,6 +1902,34 @@ def _combine(unit: Unit, stmt: int, shared: Mapping[str, SharedArray]
         greater = ir.name_of(cond) in (">", ">=")
         return (base, "max" if picks_left_when_greater == greater else "min", own, p)
     return None
+
+
+def _helper_kind(unit: Unit, name: str) -> str | None:
+    """"sum", "max" or "min" where `name` is a function of the unit of two parameters `a`, `b`
+    whose body is one `return` of `a + b`, a max / min call of them, or `a > b ? a : b` (any
+    comparison, either order); else None."""
+    ir = unit.ir
+    fn = unit.functions.get(name)
+    params = _parameter_names(ir, fn) if fn is not None else []
+    if fn is None or len(params) != 2:
+        return None
+    body = _flat_items(ir, _function_body(ir, fn))
+    if len(body) != 1 or ir.grammar_type_of(body[0]) != "return_statement":
+        return None
+    e = re.sub(r"^return|;$", "", flat_code(ir, body[0]))
+    a, b = params
+    if e in (f"{a}+{b}", f"{b}+{a}"):
+        return "sum"
+    call = re.fullmatch(r"([\w:]+)\((\w+),(\w+)\)", e)
+    if call and {call.group(2), call.group(3)} == {a, b}:
+        return "max" if _MAX_CALLS.match(call.group(1)) else \
+            "min" if _MIN_CALLS.match(call.group(1)) else None
+    pick = re.fullmatch(r"\(?(\w+)([<>]=?)(\w+)\)?\?(\w+):(\w+)", e)
+    if pick is None or {pick.group(1), pick.group(3)} != {a, b} or \
+            {pick.group(4), pick.group(5)} != {a, b}:
+        return None
+    left_when_greater = pick.group(4) == pick.group(1)
+    return "max" if left_when_greater == (pick.group(2) in (">", ">=")) else "min"
 
 
 def _slot_locals_inlined(unit: Unit, items: list[int], shared: Mapping[str, SharedArray]
