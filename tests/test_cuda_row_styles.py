@@ -421,3 +421,24 @@ def test_a_tree_combining_through_a_helper_that_is_no_sum_max_or_min_is_refused(
               .replace("COMBINE", "sh[tid] = apart(sh[tid], sh[tid + s])").replace("READ", read))
     trees, refusals = R.reduction_trees(kir.parse(source, "cuda"))
     assert trees == [] and any("not a sum, max or min" in r.reason for r in refusals)
+
+
+SCALE = r"""
+extern "C" __global__ void k(const float* x, float* y, long long n) {
+  for (INDEX i = threadIdx.x; i < n; i += blockDim.x)
+    y[(size_t)blockIdx.x * n + i] = 2.f * x[(size_t)blockIdx.x * n + i];
+}
+"""
+
+
+@pytest.mark.parametrize("index", ["size_t", "unsigned", "long long"])
+def test_a_stride_loop_vectorized_keeps_its_index_type(index: str) -> None:
+    out = _apply_all_text("vectorize-global", SCALE.replace("INDEX", index),
+                          PassContext(facts={"arch": "sm_90", "block_threads": 128}))
+    assert f"const {index} i = " in out
+    ptx_for_sm90a(out)
+    x = torch.randn(3, 301, generator=torch.Generator().manual_seed(4))
+    y = torch.zeros_like(x)
+    cudacpu.build(out, name=f"scale_{index.replace(' ', '_')}.cu").launch(
+        "k", 3, 128, 0, [x, y, 301])
+    assert torch.equal(y, 2 * x)

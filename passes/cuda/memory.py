@@ -576,7 +576,8 @@ def _plan(unit, loop: StrideLoop, node: int, pointers: dict, escapes) -> _Vector
     head = [c for c in children(ir, node) if ir.grammar_type_of(c) == "declaration"]
     if not head:
         return Skipped("the loop variable is not declared in the loop's header", {})
-    var_type = text(ir, head[0]).split(loop.var)[0].strip() or "int"
+    var_type = re.split(rf"(?<![\w.]){re.escape(loop.var)}\b", text(ir, head[0]),
+                        maxsplit=1)[0].strip() or "int"
     written = written_names(ir, body)
     if loop.var in written or set(re.findall(r"[A-Za-z_]\w*", loop.bound)) & written:
         return Skipped("the body writes the loop variable or its bound", {})
