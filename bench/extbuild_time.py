@@ -16,7 +16,9 @@ Gates N distinct candidates of one KernelBench-style host (the style tier's row 
 The candidates differ by a comment line in their CUDA source (a distinct text, so each one is
 a full build; a run-unique salt keeps builds of earlier runs out). Verdict cache off. Writes
 `extbuild_time.json` under OUT_DIR: per gate its wall seconds, its `load_candidate` phase
-(the import, i.e. the extension build), ok / ms; per mode the totals.
+(the import, i.e. the extension build), how its worker had the extension (`extension`: "found
+built ahead", "built here", ...; the verdict's `load_candidate: extension ...` phase), ok / ms;
+per mode the totals and how many gates found their extension built ahead (`hits`).
 
     python bench/extbuild_time.py OUT_DIR [--n 5] [--kernel PATH --case DIR]
 """
@@ -48,9 +50,12 @@ def _gate(gate, unit, case, text: str) -> dict:
     wall = time.monotonic() - t0
     phases = dict(verdict.phases or ())
     ms = verdict.timing.candidate_ms if verdict.ok and verdict.timing else None
+    prefix = "load_candidate: extension "
+    had = [k[len(prefix):] for k in phases if k.startswith(prefix) and k != prefix + "lock wait"]
     return {"wall_s": round(wall, 2), "ok": verdict.ok,
             "reason": None if verdict.ok else str(verdict.reason)[:300],
             "load_candidate_s": round(phases.get("load_candidate", 0.0), 2), "ms": ms,
+            "extension": had[0] if had else None,
             "phases": {k: round(v, 2) for k, v in phases.items()}}
 
 
@@ -76,10 +81,11 @@ def run_mode(mode: str, unit, case, n: int) -> dict:
         row = _gate(gate, unit, case, text)
         row["built_ahead"] = k in started
         gates.append(row)
-        print(f"{mode} {k}: {row['wall_s']} s (load {row['load_candidate_s']} s) ok={row['ok']}",
-              flush=True)
+        print(f"{mode} {k}: {row['wall_s']} s (load {row['load_candidate_s']} s, extension "
+              f"{row['extension']}) ok={row['ok']}", flush=True)
     total = time.monotonic() - t0
     return {"mode": mode, "total_s": round(total, 2), "gates": gates,
+            "hits": sum(g["extension"] == "found built ahead" for g in gates),
             "mean_gate_s": round(sum(g["wall_s"] for g in gates) / len(gates), 2),
             "mean_load_s": round(sum(g["load_candidate_s"] for g in gates) / len(gates), 2)}
 
@@ -110,7 +116,7 @@ def main() -> int:
         (args.out / "extbuild_time.json").write_text(json.dumps(report, indent=1))
     for m in report["modes"]:
         print(f"{m['mode']}: total {m['total_s']} s for {args.n} gates, mean gate {m['mean_gate_s']} s,"
-              f" mean load {m['mean_load_s']} s")
+              f" mean load {m['mean_load_s']} s, {m['hits']} found built ahead")
     return 0
 
 

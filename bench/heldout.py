@@ -287,9 +287,11 @@ def search(case: Any, args: argparse.Namespace, out_dir: Path, deadline: float,
     if library is None:
         library = Library.open(out_dir / "empty-library", create=True)
     try:
+        gates = getattr(args, "gates", None)  # a cluster's gates build their own extensions
         result = optimize(case.start_path(), case, library, budget_steps=args.budget_steps,
                           tier=args.tier, out=out_dir, progress=progress, deadline=deadline,
-                          executor=getattr(args, "gates", None), check_fn=check, **change)
+                          executor=gates, check_fn=check,
+                          prebuild_fn=gate.prebuild if gates is None else None, **change)
         best = result.best_verdict
         entry: dict[str, Any] = {"ok": bool(best.get("ok")), "ms": result.best_ms,
                                  "reference_ms": (best.get("timing") or {}).get("reference_ms"),

@@ -8,10 +8,12 @@ of a few lines, against seconds of GPU work in the gate). This module owns that 
 - `extension_dir(module_text, env)`: the folder (`TORCH_EXTENSIONS_DIR`) a hosted module text
   builds in, one per text and toolchain (torch, nvcc, host compiler, target architectures), so
   that the same text finds its earlier build and two texts never share one.
-- `builder(folder)`: the lock every build in a folder holds, the gate's worker around its import
-  of the candidate and a build ahead around its own. Entering it finishes what a build that was
-  killed left: torch's own lock files (torch waits on them forever) and, where that build had
-  not finished, everything it wrote (a half-written object is not trusted to ninja's times).
+- `builder(folder, by)`: the lock every build in a folder holds, the gate's worker around its
+  import of the candidate and a build ahead around its own. Entering it finishes what a build
+  that was killed left: torch's own lock files (torch waits on them forever) and, where that
+  build had not finished, everything it wrote (a half-written object is not trusted to ninja's
+  times). It says what the body found (`Found`): how long it waited for the lock, whether it
+  built a library itself or found one built, and who built that (a build ahead or a gate).
 - `start(...)`: a build ahead, in a process of its own on the machine's spare cores, of a
   candidate the caller expects to gate next (`gate.check.prebuild`), or of the candidate a
   device-tier gate has just started (its build then overlaps the worker's start-up and the
@@ -39,13 +41,16 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
 LOCK_NAME = ".klineage-builder"
 UNFINISHED_NAME = ".klineage-unfinished"
+BUILT_BY_NAME = ".klineage-built-by"  # who built the libraries the folder holds: "ahead" or "gate"
 CORES_PER_BUILD = 2  # ninja compiles the C++ half and the .cu side by side
 MAX_AHEAD = 4  # builds ahead at once, at most (each nvcc over torch's headers holds ~1-2 GB)
 AHEAD_LIMIT_S = 600.0  # a build ahead that takes longer is stopped (its gate builds itself)
@@ -149,17 +154,50 @@ def build_env(env: Mapping[str, str], module_text: str) -> dict[str, str]:
     return out
 
 
+@dataclass
+class Found:
+    """What one `builder` found in its folder: `waited_s`, the seconds it waited for the lock (a
+    build ahead, or another gate of the same text, still ran); after the body, `built`: it
+    wrote a built library itself (torch and ninja compiled or linked), and `found`: who built
+    the libraries it found unchanged, "ahead" or "gate" (None: it built, or there were none)."""
+
+    waited_s: float = 0.0
+    built: bool = False
+    found: str | None = None
+    before: dict[str, int] = field(default_factory=dict, repr=False)
+    by: str | None = field(default=None, repr=False)
+
+    def outcome(self) -> str:
+        """One word: "ahead" (found built by a build ahead), "gate" (found built by an earlier
+        gate), "built" (built here) or "none" (no library: the body built nothing)."""
+        return "built" if self.built else self.found or "none"
+
+
+def _libraries(root: Path) -> dict[str, int]:
+    """The built extension libraries under `root` (torch's `<name>/<name>.so`): path -> mtime."""
+    out = {}
+    for lib in root.glob("*/*.so"):
+        with contextlib.suppress(OSError):
+            out[str(lib)] = lib.stat().st_mtime_ns
+    return out
+
+
 @contextlib.contextmanager
-def builder(folder: str | Path) -> Iterator[None]:
+def builder(folder: str | Path, by: str = "gate") -> Iterator[Found]:
     """Hold `folder`'s build lock (blocking while another build in it runs). On entry, what a
     killed build left is cleared: torch's lock files, and where that build had not finished
     (its `UNFINISHED_NAME` mark is there) everything in the folder. The mark stays while the
-    body runs; a process killed in it leaves the mark for the next builder."""
+    body runs; a process killed in it leaves the mark for the next builder. Yields a `Found`,
+    complete when the body has ended; a body that wrote a library marks the folder as built
+    `by` ("ahead": a build ahead; "gate": a gate's worker)."""
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)
     fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
+    record = Found()
     try:
+        t0 = time.perf_counter()
         fcntl.flock(fd, fcntl.LOCK_EX)
+        record.waited_s = time.perf_counter() - t0
         mark = root / UNFINISHED_NAME
         if mark.exists():
             for entry in root.iterdir():
@@ -172,12 +210,27 @@ def builder(folder: str | Path) -> Iterator[None]:
         for stale in root.glob("*/lock"):  # torch's FileBaton of a build that did not end
             stale.unlink(missing_ok=True)
         mark.touch()
+        record.before = _libraries(root)
+        with contextlib.suppress(OSError):
+            record.by = (root / BUILT_BY_NAME).read_text().strip() or None
         try:
-            yield
+            yield record
         finally:  # an exception in the body ends its build too; a killed process runs no finally
+            _settle(root, record, by)
             mark.unlink(missing_ok=True)
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _settle(root: Path, record: Found, by: str) -> None:
+    """After a builder's body: whether it wrote a library (then the folder is marked built
+    `by`) or found every one it has unchanged (built by whom the mark says)."""
+    after = _libraries(root)
+    record.built = any(record.before.get(path) != mtime for path, mtime in after.items())
+    if record.built:
+        (root / BUILT_BY_NAME).write_text(by)
+    elif after:
+        record.found = record.by or "gate"
 
 
 # -- builds ahead ----------------------------------------------------------------------------------
@@ -320,7 +373,7 @@ def _build(module_path: str, origin_dir: str, folder: str) -> int:
         return 1
     built = False
     try:
-        with builder(folder):
+        with builder(folder, by="ahead"):
             try:
                 spec.loader.exec_module(importlib.util.module_from_spec(spec))
             except _Built as done:

@@ -66,6 +66,7 @@ import contextlib
 import functools
 import os
 import sys
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -936,8 +937,13 @@ class _Runner:
         self.threads_before = frozenset(sys._current_frames())
         self.audit = guards.AuditGuard.install()
         self.audit.arm([self.job.scratch, self.job.origin_dir or ""])
-        with self.extension_builder():
-            module = import_candidate(self.chan, self.job)
+        t0 = time.perf_counter()
+        with self.extension_builder() as found:
+            try:
+                module = import_candidate(self.chan, self.job)
+            finally:
+                if found is not None:
+                    self.record_extension(found, time.perf_counter() - t0)
         self.check_tamper("import")
         self.run_fn = module.run
         if emulating:  # the host sees the emulated GPU, its inputs claim to live there
@@ -969,10 +975,23 @@ class _Runner:
         if hostforms.builds_extension(text):
             self.monitor.install_extensions()
 
+    def record_extension(self, found: Any, seconds: float) -> None:
+        """The parts of `load_candidate` a `load_inline` host's import took
+        (`gate.extbuild.Found`): the wait for its folder's build lock, and the import itself
+        under a name that says how its extension was had: found built ahead, found built by an
+        earlier gate of the same text, built here, or none built. A reject that ends the import
+        ends the worker before its phases are sent: these then go unrecorded."""
+        if found.waited_s >= 0.005:
+            self.parts.append(("load_candidate: extension lock wait", found.waited_s))
+        what = {"ahead": "found built ahead", "gate": "found built by an earlier gate",
+                "built": "built here"}.get(found.outcome(), "none built")
+        self.parts.append((f"load_candidate: extension {what}", seconds - found.waited_s))
+
     def extension_builder(self) -> Any:
         """Around the candidate's import: the build lock of the folder its `load_inline`
         extension builds in (`gate.extbuild.builder`: a build ahead of it ends first, what a
-        killed build left is cleared); nothing for other candidates."""
+        killed build left is cleared; it yields what it found, `record_extension`); nothing
+        (None) for other candidates."""
         folder = os.environ.get("TORCH_EXTENSIONS_DIR")
         if self.job.language != "cuda" or not folder:
             return contextlib.nullcontext()

@@ -88,7 +88,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
              check_fn: Callable[..., Any] | None = None, seed: int = 0,
              deadline: float | None = None, executor: Any = None,
              llm_config: Any = None, config_sweeps: bool = True,
-             lookahead: bool = True, priors: bool = True) -> OptimizeResult:
+             lookahead: bool = True, priors: bool = True,
+             prebuild_fn: Callable[..., Any] | None = None) -> OptimizeResult:
     """Optimize the kernel file `target` for `case` with the admitted cards of `library`.
 
     `budget_steps` bounds the gated candidates, `budget_usd` the LLM spend (used when no
@@ -110,9 +111,12 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     Raises BadInputError for a missing target, an unknown case or tier, a missing library,
     or a target that fails the gate (there is nothing correct to start from). `check_fn`
     replaces `gate.check` (same signature; tests use it to script verdicts); `executor` (a
-    `gate.executor.Executor`, e.g. a Ray cluster) runs the gates otherwise. `llm_config` (a
-    `passes.llm_rewriter.LLMConfig`) shapes the LLM rewriter's requests; its budget is
-    `budget_usd`."""
+    `gate.executor.Executor`, e.g. a Ray cluster) runs the gates otherwise. `prebuild_fn`
+    (same signature as `gate.prebuild`) starts a candidate's build ahead of its gate where a
+    `check_fn` gates on this machine; without `check_fn` and `executor` it is `gate.prebuild`,
+    with either and without `prebuild_fn` nothing is built ahead (the gates may run elsewhere).
+    `llm_config` (a `passes.llm_rewriter.LLMConfig`) shapes the LLM rewriter's requests; its
+    budget is `budget_usd`."""
     import gate  # noqa: PLC0415 — lazy: the gate's workers import torch
     import kir  # noqa: PLC0415
 
@@ -167,7 +171,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
             source, language, the_case, run_tier, **kwargs)
 
     def ahead(source: str) -> bool:  # a candidate's build started on spare cores (`_build_ahead`)
-        return gate.prebuild(source, language, the_case, run_tier, path=path)
+        return bool((prebuild_fn or gate.prebuild)(source, language, the_case, run_tier, path=path))
 
     start_src = ir.unparse()
     say = progress or (lambda event, data: None)
@@ -188,7 +192,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
                sweeps=config_sweeps and run_tier == "device",
                lookahead=lookahead, priors=priors,
                heavy=first_run_s(verdict) >= HEAVY_FIRST_RUN_S, spread=effect_spread(admitted))
-    if check_fn is None and executor is None and language == "cuda" and run_tier == "device":
+    local = prebuild_fn is not None or (check_fn is None and executor is None)
+    if local and language == "cuda" and run_tier == "device":
         run.ahead = ahead
     start = _State(start_src, ir, verdict, verdict_ms(verdict), seconds=start_s)
     start.sid = run.lineage.add_state(lineage_state(start_src, ir, verdict, language, the_case.ref, run_tier,

@@ -121,6 +121,8 @@ def test_prebuild_starts_nothing_where_the_gate_builds_nothing(monkeypatch: pyte
 
 
 def _load(module_text: str, folder: str, name: str) -> object:
+    """Import `module_text` as a gate's worker does, under its folder's builder; the module's
+    `found` is what the builder found (`extbuild.Found.outcome`)."""
     import importlib.util
 
     path = Path(folder).parent / f"{name}.py"
@@ -128,8 +130,9 @@ def _load(module_text: str, folder: str, name: str) -> object:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    with extbuild.builder(folder):
+    with extbuild.builder(folder) as found:
         spec.loader.exec_module(module)
+    module.found = found.outcome()  # type: ignore[attr-defined]
     return module
 
 
@@ -159,14 +162,15 @@ def test_a_build_ahead_is_found_by_its_gate_and_never_stands_for_another_source(
     module = _load(text, env["TORCH_EXTENSIONS_DIR"], "gate_a")
     assert module.ext.scaled(21) == 42  # type: ignore[attr-defined]
     assert library.stat().st_mtime_ns == built  # found, not rebuilt
+    assert module.found == "ahead"  # type: ignore[attr-defined]
     # another source in the same folder (same extension name) is rebuilt, not the old one
     # loaded (in a fresh process, as each gate's worker is)
     code = ("import sys; sys.path.insert(0, %r); from tests.test_extbuild import _load; "
-            "print(_load(%r, %r, 'gate_b').ext.scaled(21))" % (str(ROOT), HOST % 3,
-                                                                env["TORCH_EXTENSIONS_DIR"]))
+            "m = _load(%r, %r, 'gate_b'); print(m.ext.scaled(21), m.found)"
+            % (str(ROOT), HOST % 3, env["TORCH_EXTENSIONS_DIR"]))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
                          env={**os.environ, "TORCH_EXTENSIONS_DIR": env["TORCH_EXTENSIONS_DIR"]})
-    assert out.stdout.strip().splitlines()[-1] == "63", out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "63 built", out.stderr[-2000:]
     assert library.stat().st_mtime_ns != built
 
 
@@ -302,3 +306,185 @@ def test_building_ahead_changes_nothing_the_search_gates(tmp_path: Path,
                    if kind == "gate" and ("build", text) in events[:i]]
     # candidates were built while the gate before them ran (4 of the 6 here)
     assert len(gated_after) >= 2
+
+
+def test_the_builder_says_whether_its_body_built_or_found_the_library_and_who_built_it(
+        tmp_path: Path) -> None:
+    import threading
+
+    folder = tmp_path / "ext"
+    library = folder / "kl_x" / "kl_x.so"
+
+    def write(text: str) -> None:
+        library.parent.mkdir(parents=True, exist_ok=True)
+        library.write_text(text)
+        os.utime(library, ns=(time.time_ns(), time.time_ns() + len(text)))  # a new mtime
+
+    with extbuild.builder(folder) as found:
+        pass
+    assert found.outcome() == "none" and not found.built
+    with extbuild.builder(folder, by="ahead") as found:
+        write("built ahead")
+    assert found.outcome() == "built"
+    with extbuild.builder(folder) as found:  # the gate finds the build ahead unchanged
+        pass
+    assert (found.outcome(), found.found) == ("ahead", "ahead")
+    with extbuild.builder(folder) as found:  # the gate's own sources differ: it relinks
+        write("built by the gate")
+    assert found.outcome() == "built"
+    with extbuild.builder(folder) as found:
+        pass
+    assert found.outcome() == "gate"
+    # a build that holds the lock: the next builder waits for it and says how long
+    entered, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with extbuild.builder(folder, by="ahead"):
+            entered.set()
+            release.wait(10)
+            write("rebuilt ahead")
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert entered.wait(10)
+    threading.Timer(0.3, release.set).start()
+    with extbuild.builder(folder) as found:
+        pass
+    holder.join(10)
+    assert found.waited_s >= 0.2 and found.outcome() == "ahead"
+
+
+def test_a_build_ahead_compiles_for_the_architectures_the_worker_derives(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build ahead sees no GPU and is given the visible GPUs' architectures from
+    nvidia-smi; the worker's torch derives them from the GPU: the nvcc flags are the same, so
+    ninja finds the build ahead's commands unchanged (an H200, and a host of two kinds)."""
+    cpp_extension = pytest.importorskip("torch.utils.cpp_extension")
+    import torch
+
+    smi = tmp_path / "nvidia-smi"
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: ["sm_80", "sm_86", "sm_90", "sm_100"])
+    for caps in (["9.0"], ["9.0", "8.0"]):
+        smi.write_text("#!/bin/sh\nprintf '" + "".join(f"{i}, {c}\\n" for i, c in enumerate(caps))
+                       + "'\n")
+        smi.chmod(0o755)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(str(i) for i in range(len(caps))))
+        monkeypatch.setattr(torch.cuda, "device_count", lambda caps=caps: len(caps))
+        monkeypatch.setattr(torch.cuda, "get_device_capability",
+                            lambda i, caps=caps: tuple(int(p) for p in caps[i].split(".")))
+        extbuild.device_arch_list.cache_clear()
+        try:
+            ahead = extbuild.device_arch_list()
+        finally:
+            extbuild.device_arch_list.cache_clear()
+        assert ahead is not None
+        monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+        worker = cpp_extension._get_cuda_arch_flags()
+        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", ahead)
+        assert cpp_extension._get_cuda_arch_flags() == worker, (caps, ahead)
+        monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
+
+
+def test_the_build_ahead_gets_the_workers_environment_with_no_gpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ninja's commands depend on (`BUILD_ENV`, PATH, the interpreter) is the worker's;
+    only the GPU is hidden and the architectures named."""
+    monkeypatch.setenv("KLINEAGE_BUILD_AHEAD", "1")
+    monkeypatch.setattr(extbuild, "_root", lambda: tmp_path)
+    monkeypatch.setattr(extbuild, "device_arch_list", lambda: "9.0+PTX")
+    seen: list[tuple[list[str], dict[str, str]]] = []
+
+    class Proc:
+        pid = 0
+        args = ["python", "-m", "gate.extbuild", str(tmp_path / "m" / "h.py")]
+
+        def poll(self) -> int:
+            return 0
+
+    def popen(argv: list[str], **kw: object) -> Proc:
+        seen.append((argv, dict(kw["env"])))  # type: ignore[call-overload]
+        return Proc()
+
+    monkeypatch.setattr(extbuild.subprocess, "Popen", popen)
+    worker = extbuild.build_env({**os.environ, "CUDA_VISIBLE_DEVICES": "0", "CXX": "g++"}, "t")
+    assert extbuild.start("t", "h", None, worker)
+    try:
+        [(argv, env)] = seen
+        assert argv[0] == sys.executable
+        assert env["CUDA_VISIBLE_DEVICES"] == "" and env["TORCH_CUDA_ARCH_LIST"] == "9.0+PTX"
+        same = {k for k in worker if k not in ("CUDA_VISIBLE_DEVICES", "PYTHONPATH")}
+        assert {k: env.get(k) for k in same} == {k: worker[k] for k in same}
+    finally:
+        extbuild._AHEAD.pop(worker["TORCH_EXTENSIONS_DIR"], None)
+
+
+def test_a_search_whose_own_gates_run_here_builds_ahead(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller's `check_fn` that gates on this machine (the held-out harness's) keeps the
+    builds ahead on when it says so (`prebuild_fn`); a `check_fn` alone turns them off."""
+    import gate
+    from lineage.optimize import optimize
+    from lineage.shipped import open_library
+    from passes.rewriter import DeterministicRewriter
+    from skill_helpers import ScriptedGate
+
+    host = SOFTMAX / "softmax_rows.py"
+    lib, _ = open_library(None)
+    monkeypatch.setattr(gate, "prebuild", lambda *a, **k: pytest.fail("gate.prebuild called"))
+
+    def run(out: str, **kw: object) -> int:
+        scripted = ScriptedGate(ms=lambda s: 1.0 + len(s) % 7 / 100)
+        optimize(host, str(SOFTMAX), lib, tier="device", out=tmp_path / out,
+                 rewriter=DeterministicRewriter(), budget_steps=4, check_fn=scripted, **kw)
+        return len(scripted.seen)
+
+    assert run("plain") > 2  # candidates gated, and none built ahead (gate.prebuild not called)
+    asked: list[tuple[object, ...]] = []
+
+    def prebuild(source: str, language: str, case: object, tier: object, **kw: object) -> bool:
+        asked.append((language, tier, kw.get("path")))
+        return True
+
+    run("ahead", prebuild_fn=prebuild)
+    assert asked and set(asked) == {("cuda", "device", host)}
+
+
+def test_the_heldout_harness_builds_ahead_where_its_gates_are_local(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+    import importlib.util
+
+    import gate
+    import lineage.optimize
+
+    spec = importlib.util.spec_from_file_location("heldout_ahead", ROOT / "bench" / "heldout.py")
+    assert spec is not None and spec.loader is not None
+    heldout = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(heldout)
+    given: list[object] = []
+
+    def optimize(*a: object, **kw: object) -> object:
+        given.append(kw.get("prebuild_fn"))
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(lineage.optimize, "optimize", optimize)
+    case = SimpleNamespace(name="op", start_path=lambda: SOFTMAX / "softmax_rows.py")
+    args = argparse.Namespace(library=str(tmp_path / "lib"), budget_steps=2, tier="device")
+    assert heldout.search(case, args, tmp_path / "a", 0.0)["error"] == "RuntimeError: stop"
+    args.gates = object()  # a cluster's executor: its gates build where they run
+    heldout.search(case, args, tmp_path / "b", 0.0)
+    assert given == [gate.prebuild, None]
+
+
+def test_the_verdict_says_how_the_worker_had_its_extension() -> None:
+    from gate.worker import _Runner
+
+    runner = SimpleNamespace(parts=[])
+    _Runner.record_extension(runner, extbuild.Found(waited_s=1.5, found="ahead"), 2.0)  # type: ignore[arg-type]
+    _Runner.record_extension(runner, extbuild.Found(built=True), 60.0)  # type: ignore[arg-type]
+    _Runner.record_extension(runner, extbuild.Found(found="gate"), 0.5)  # type: ignore[arg-type]
+    assert runner.parts == [("load_candidate: extension lock wait", 1.5),
+                            ("load_candidate: extension found built ahead", 0.5),
+                            ("load_candidate: extension built here", 60.0),
+                            ("load_candidate: extension found built by an earlier gate", 0.5)]
