@@ -205,9 +205,9 @@ def prebuild(source: str, language: Any, case: Case | str | Path, tier: Tier | s
         text = hosted(job.host_text, job.source)
     except BadInputError:
         return False
-    env = extbuild.build_env(dict(os.environ), text)
+    env = extbuild.build_env(dict(os.environ), text, job.source)
     origin = str(job.src_path.parent) if job.src_path is not None else None
-    return extbuild.start(text, job.stem, origin, env)
+    return extbuild.start(text, job.stem, origin, env, source=job.source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,10 +320,11 @@ def _run(source: str, lang: str, case: Case, tier: Tier, stem: str, host_text: s
         base = rng.randrange(1, 2**30)  # fresh seeds: nothing to memorize
         env = dict(os.environ)
         if lang == "cuda" and builds_extension(host_text):
-            env = extbuild.build_env(env, module.read_text())
+            env = extbuild.build_env(env, module.read_text(), source)
             if tier is Tier.DEVICE:  # the build overlaps the worker's start-up and references
                 extbuild.start(module.read_text(), stem,
-                               str(src_path.parent) if src_path else None, env, own=True)
+                               str(src_path.parent) if src_path else None, env, own=True,
+                               source=source)
         job = Job(tier=tier.value, language=lang, module_path=str(module),
                   cu_path=str(cu) if cu else None, scratch=str(scratch),
                   origin_dir=str(src_path.parent) if src_path else None,

@@ -5,9 +5,11 @@ gate's worker imports it: torch writes the sources into a build folder and ninja
 (the C++ half and the `.cu`, each through torch's headers: tens of seconds of CPU for a kernel
 of a few lines, against seconds of GPU work in the gate). This module owns that folder:
 
-- `extension_dir(module_text, env)`: the folder (`TORCH_EXTENSIONS_DIR`) a hosted module text
-  builds in, one per text and toolchain (torch, nvcc, host compiler, target architectures), so
-  that the same text finds its earlier build and two texts never share one.
+- `extension_dir(module_text, env, source)`: the folder (`TORCH_EXTENSIONS_DIR`) a hosted
+  module text builds in, one per text (the module's, and the candidate's CUDA source, which a
+  host that reads the `.cu` beside it does not hold) and toolchain (torch, nvcc, host
+  compiler, target architectures), so that the same text finds its earlier build and two
+  texts never share one.
 - `builder(folder, by)`: the lock every build in a folder holds, the gate's worker around its
   import of the candidate and a build ahead around its own. Entering it finishes what a build
   that was killed left: torch's own lock files (torch waits on them forever) and, where that
@@ -17,7 +19,8 @@ of a few lines, against seconds of GPU work in the gate). This module owns that 
 - `start(...)`: a build ahead, in a process of its own on the machine's spare cores, of a
   candidate the caller expects to gate next (`gate.check.prebuild`), or of the candidate a
   device-tier gate has just started (its build then overlaps the worker's start-up and the
-  references): it imports the hosted module with no GPU visible and the same build
+  references): it imports the hosted module (the candidate's `.cu` beside it, as in the gate's
+  scratch folder) with no GPU visible and the same build
   environment the worker gets, until its first `load_inline` call has built, and ends (a call
   that names its own `build_directory` is not built ahead: that folder is not under the lock).
   Nothing it leaves is trusted: the worker calls `load_inline` itself, and torch (a source
@@ -50,7 +53,7 @@ from pathlib import Path
 
 LOCK_NAME = ".klineage-builder"
 UNFINISHED_NAME = ".klineage-unfinished"
-BUILT_BY_NAME = ".klineage-built-by"  # who built the libraries the folder holds: "ahead" or "gate"
+BUILT_BY_NAME = ".klineage-built-by"  # who built the folder's libraries: "ahead", "own", "gate"
 CORES_PER_BUILD = 2  # ninja compiles the C++ half and the .cu side by side
 MAX_AHEAD = 4  # builds ahead at once, at most (each nvcc over torch's headers holds ~1-2 GB)
 AHEAD_LIMIT_S = 600.0  # a build ahead that takes longer is stopped (its gate builds itself)
@@ -60,14 +63,15 @@ BUILD_ENV = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CUDA_PATH", "CXX", "CC", "PYT
              "MAX_JOBS", "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES")
 
 
-def extension_dir(module_text: str, env: Mapping[str, str]) -> str:
-    """Where the worker builds the `load_inline` extension of `module_text` under `env`: one
-    folder per module text and toolchain. Torch keys a build folder by the extension's name
+def extension_dir(module_text: str, env: Mapping[str, str], source: str = "") -> str:
+    """Where the worker builds the `load_inline` extension of `module_text` (the candidate's
+    CUDA `source` beside it) under `env`: one folder per text and toolchain. Torch keys a build folder by the extension's name
     alone and serializes the builds of one folder, so that candidates of one host (one name,
     other sources) would queue behind each other and a folder reused across a torch or nvcc
     upgrade would keep objects of the old headers; the same text under the same toolchain
     finds its earlier build."""
-    key = "\n".join([module_text, _toolchain(), *(f"{k}={env.get(k, '')}" for k in BUILD_ENV),
+    key = "\n".join([module_text, source, _toolchain(),
+                     *(f"{k}={env.get(k, '')}" for k in BUILD_ENV),
                      _nvcc_identity(env.get("CUDA_HOME") or env.get("CUDA_PATH") or "",
                                     env.get("PATH", ""))])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -145,12 +149,12 @@ def device_arch_list() -> str | None:
     return ";".join(archs[:-1] + [archs[-1] + "+PTX"])
 
 
-def build_env(env: Mapping[str, str], module_text: str) -> dict[str, str]:
+def build_env(env: Mapping[str, str], module_text: str, source: str = "") -> dict[str, str]:
     """The worker's environment: `env` with the extension's build folder (`extension_dir`)
     where the caller set none."""
     out = dict(env)
     if "TORCH_EXTENSIONS_DIR" not in out:
-        out["TORCH_EXTENSIONS_DIR"] = extension_dir(module_text, out)
+        out["TORCH_EXTENSIONS_DIR"] = extension_dir(module_text, out, source)
     return out
 
 
@@ -159,7 +163,8 @@ class Found:
     """What one `builder` found in its folder: `waited_s`, the seconds it waited for the lock (a
     build ahead, or another gate of the same text, still ran); after the body, `built`: it
     wrote a built library itself (torch and ninja compiled or linked), and `found`: who built
-    the libraries it found unchanged, "ahead" or "gate" (None: it built, or there were none)."""
+    the libraries it found unchanged: "ahead" (a build ahead), "own" (the build its gate
+    started beside its worker), "gate" (a gate's worker); None: it built, or there were none."""
 
     waited_s: float = 0.0
     built: bool = False
@@ -168,8 +173,8 @@ class Found:
     by: str | None = field(default=None, repr=False)
 
     def outcome(self) -> str:
-        """One word: "ahead" (found built by a build ahead), "gate" (found built by an earlier
-        gate), "built" (built here) or "none" (no library: the body built nothing)."""
+        """One word: "ahead", "own" or "gate" (found built by them, `found`), "built" (built
+        here) or "none" (no library: the body built nothing)."""
         return "built" if self.built else self.found or "none"
 
 
@@ -189,7 +194,7 @@ def builder(folder: str | Path, by: str = "gate") -> Iterator[Found]:
     (its `UNFINISHED_NAME` mark is there) everything in the folder. The mark stays while the
     body runs; a process killed in it leaves the mark for the next builder. Yields a `Found`,
     complete when the body has ended; a body that wrote a library marks the folder as built
-    `by` ("ahead": a build ahead; "gate": a gate's worker)."""
+    `by` ("ahead", "own": builds ahead, `start`; "gate": a gate's worker)."""
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)
     fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
@@ -236,6 +241,7 @@ def _settle(root: Path, record: Found, by: str) -> None:
 # -- builds ahead ----------------------------------------------------------------------------------
 
 _AHEAD: dict[str, subprocess.Popen[bytes]] = {}  # folder -> its build ahead (this process's)
+_MODULE_ARG = 3  # where a build ahead's command names its module's copy (`_spawn`)
 _OWN: set[str] = set()  # folders whose build ahead is that of a gate running now
 _STARTING = threading.Lock()
 
@@ -263,9 +269,10 @@ def running() -> int:
 
 
 def start(module_text: str, stem: str, origin_dir: str | None, env: Mapping[str, str], *,
-          own: bool = False) -> bool:
+          own: bool = False, source: str | None = None) -> bool:
     """Start building ahead the extension of the hosted module `module_text` (named `stem`,
-    its helpers in `origin_dir`) in the folder `env` names; `env` is the worker's environment
+    the candidate's CUDA `source` beside it as `stem.cu`, its helpers in `origin_dir`) in the
+    folder `env` names; `env` is the worker's environment
     (`build_env`), the build's is the same with no GPU visible and, where `env` names none, the
     architectures of the worker's GPUs (`device_arch_list`). Returns False without starting one
     where builds ahead are off, every slot is taken, the folder's build was started by this
@@ -273,7 +280,7 @@ def start(module_text: str, stem: str, origin_dir: str | None, env: Mapping[str,
     text: builds ahead of other texts there would undo each other), or the architectures cannot
     be told. A folder is built ahead once per process: a later gate of the same text finds that
     build. `own`: the build of a gate that runs now, in place of its worker's (on the cores
-    `slots` leaves to it): it takes no slot."""
+    `slots` leaves to it): it takes no slot, and is not niced (its gate waits for it)."""
     folder = env.get("TORCH_EXTENSIONS_DIR")
     if not folder or not enabled():
         return False
@@ -286,7 +293,7 @@ def start(module_text: str, stem: str, origin_dir: str | None, env: Mapping[str,
         if folder in _AHEAD or (not own and running() >= slots()):
             return False
         proc = _spawn(module_text, stem, origin_dir, {**env, "TORCH_CUDA_ARCH_LIST": archs},
-                      folder)
+                      folder, source, "own" if own else "ahead")
         if proc is None:
             return False
         _AHEAD[folder] = proc
@@ -296,18 +303,21 @@ def start(module_text: str, stem: str, origin_dir: str | None, env: Mapping[str,
 
 
 def _spawn(module_text: str, stem: str, origin_dir: str | None, env: Mapping[str, str],
-           folder: str) -> subprocess.Popen[bytes] | None:
-    """The process of a build ahead into `folder` (`_build`), or None where it cannot start."""
+           folder: str, source: str | None, by: str) -> subprocess.Popen[bytes] | None:
+    """The process of a build ahead into `folder` (`_build`, marking its build `by`), or None
+    where it cannot start."""
     scratch = Path(tempfile.mkdtemp(prefix="klineage-ahead-"))
     module = scratch / f"{stem}.py"
     module.write_text(module_text)
+    if source is not None:  # as the gate's scratch folder holds it
+        (scratch / f"{stem}.cu").write_text(source)
     child_env = dict(env)
     child_env["CUDA_VISIBLE_DEVICES"] = ""  # candidate code that runs here never reaches a GPU
     root = str(Path(__file__).resolve().parents[1])
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gate.extbuild", str(module), origin_dir or "", folder],
+            [sys.executable, "-m", "gate.extbuild", str(module), origin_dir or "", folder, by],
             env=child_env, cwd=scratch, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True)
     except OSError:
@@ -325,7 +335,7 @@ def stop_all() -> None:
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGTERM)
             with contextlib.suppress(OSError, TypeError, IndexError):
-                shutil.rmtree(Path(proc.args[2]).parent, ignore_errors=True)  # its module's copy
+                shutil.rmtree(Path(proc.args[_MODULE_ARG]).parent, ignore_errors=True)  # its copy
     _AHEAD.clear()
     _OWN.clear()
 
@@ -335,9 +345,11 @@ class _Built(BaseException):
     after it needs to run."""
 
 
-def _build(module_path: str, origin_dir: str, folder: str) -> int:
-    """The build ahead's process: import the module until its first `load_inline` has built."""
-    os.nice(AHEAD_NICE)
+def _build(module_path: str, origin_dir: str, folder: str, by: str = "ahead") -> int:
+    """The build ahead's process: import the module until its first `load_inline` has built;
+    `by`: "ahead" (niced: a gate runs meanwhile) or "own" (its gate waits for it)."""
+    if by != "own":
+        os.nice(AHEAD_NICE)
     signal.signal(signal.SIGALRM, lambda *_: os.killpg(0, signal.SIGTERM))
     signal.alarm(int(AHEAD_LIMIT_S))
     import importlib.util  # noqa: PLC0415
@@ -373,7 +385,7 @@ def _build(module_path: str, origin_dir: str, folder: str) -> int:
         return 1
     built = False
     try:
-        with builder(folder, by="ahead"):
+        with builder(folder, by=by):
             try:
                 spec.loader.exec_module(importlib.util.module_from_spec(spec))
             except _Built as done:
@@ -386,4 +398,4 @@ def _build(module_path: str, origin_dir: str, folder: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_build(*sys.argv[1:4]) if len(sys.argv) == 4 else 2)
+    sys.exit(_build(*sys.argv[1:5]) if len(sys.argv) == 5 else 2)

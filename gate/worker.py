@@ -978,12 +978,14 @@ class _Runner:
     def record_extension(self, found: Any, seconds: float) -> None:
         """The parts of `load_candidate` a `load_inline` host's import took
         (`gate.extbuild.Found`): the wait for its folder's build lock, and the import itself
-        under a name that says how its extension was had: found built ahead, found built by an
-        earlier gate of the same text, built here, or none built. A reject that ends the import
+        under a name that says how its extension was had: found built ahead (`gate.prebuild`),
+        found built by the build its gate started beside it, found built by an earlier gate of
+        the same text, built here, or none built. A reject that ends the import
         ends the worker before its phases are sent: these then go unrecorded."""
         if found.waited_s >= 0.005:
             self.parts.append(("load_candidate: extension lock wait", found.waited_s))
-        what = {"ahead": "found built ahead", "gate": "found built by an earlier gate",
+        what = {"ahead": "found built ahead", "own": "found built at its gate's start",
+                "gate": "found built by an earlier gate",
                 "built": "built here"}.get(found.outcome(), "none built")
         self.parts.append((f"load_candidate: extension {what}", seconds - found.waited_s))
 

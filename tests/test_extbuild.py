@@ -484,7 +484,52 @@ def test_the_verdict_says_how_the_worker_had_its_extension() -> None:
     _Runner.record_extension(runner, extbuild.Found(waited_s=1.5, found="ahead"), 2.0)  # type: ignore[arg-type]
     _Runner.record_extension(runner, extbuild.Found(built=True), 60.0)  # type: ignore[arg-type]
     _Runner.record_extension(runner, extbuild.Found(found="gate"), 0.5)  # type: ignore[arg-type]
+    _Runner.record_extension(runner, extbuild.Found(found="own"), 0.5)  # type: ignore[arg-type]
     assert runner.parts == [("load_candidate: extension lock wait", 1.5),
                             ("load_candidate: extension found built ahead", 0.5),
                             ("load_candidate: extension built here", 60.0),
-                            ("load_candidate: extension found built by an earlier gate", 0.5)]
+                            ("load_candidate: extension found built by an earlier gate", 0.5),
+                            ("load_candidate: extension found built at its gate's start", 0.5)]
+
+
+def test_stopping_the_builds_ahead_removes_their_module_copies_and_nothing_else(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KLINEAGE_BUILD_AHEAD", "1")
+    monkeypatch.setattr(extbuild, "_root", lambda: tmp_path / "ext")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "keep.txt").write_text("the caller's")
+    monkeypatch.chdir(work)
+    env = {**os.environ, "TORCH_CUDA_ARCH_LIST": "9.0+PTX",
+           "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext" / "a")}
+    assert extbuild.start("import time\ntime.sleep(60)\n", "slow", None, env, source="// k\n")
+    proc = extbuild._AHEAD[env["TORCH_EXTENSIONS_DIR"]]
+    copy = Path(proc.args[extbuild._MODULE_ARG])  # type: ignore[index]
+    assert copy.name == "slow.py" and copy.with_suffix(".cu").read_text() == "// k\n"
+    extbuild.stop_all()
+    assert proc.wait(timeout=30) != 0 and not copy.parent.exists()
+    assert (work / "keep.txt").read_text() == "the caller's"
+    assert extbuild._AHEAD == {}
+
+
+def test_a_host_that_reads_the_cu_beside_it_is_built_ahead_from_the_candidates_source(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its module text is the same for every candidate: the folder follows the source too,
+    and the build ahead has the candidate's `.cu` beside the module, as the gate's worker."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv("KLINEAGE_BUILD_AHEAD", "1")
+    monkeypatch.setattr(extbuild, "_root", lambda: tmp_path)
+    host = ('from pathlib import Path\nfrom torch.utils.cpp_extension import load_inline\n'
+            'ext = load_inline(name="kl_beside", no_implicit_headers=True,\n'
+            '                  cpp_sources=Path(__file__).with_suffix(".cu").read_text())\n')
+    source = HOST.split('r"""', 1)[1].split('"""', 1)[0].replace("FACTOR", "4")
+    env = {**os.environ, "TORCH_CUDA_ARCH_LIST": "9.0+PTX"}
+    worker = extbuild.build_env(env, host, source)
+    assert worker["TORCH_EXTENSIONS_DIR"] != extbuild.build_env(env, host, source + "\n")[
+        "TORCH_EXTENSIONS_DIR"]
+    assert extbuild.start(host, "beside", None, worker, source=source)
+    assert extbuild._AHEAD[worker["TORCH_EXTENSIONS_DIR"]].wait(timeout=240) == 0
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", worker["TORCH_EXTENSIONS_DIR"])
+    (Path(worker["TORCH_EXTENSIONS_DIR"]).parent / "beside.cu").write_text(source)
+    module = _load(host, worker["TORCH_EXTENSIONS_DIR"], "beside")
+    assert module.ext.scaled(5) == 20 and module.found == "ahead"  # type: ignore[attr-defined]
