@@ -92,6 +92,7 @@ ACTS = [
     ("rw_gridstride_rms", "warp-shuffle-reduce", {}, 1),  # the tree inside `r += gridDim.x`
     ("rw_warp_logsoftmax", "vectorize-global", {}, 1),  # lanes stepping by 32
     ("rw_rms_half2_tail", "launch-threads", {"threads": 64}, 1),  # the tail's `t + 32` holds
+    ("rw_amax_volatile", "warp-shuffle-reduce", {}, 1),  # `if (BLOCK >= 64)` steps of a tail
 ]
 
 
@@ -114,7 +115,6 @@ REFUSED_TREES = {
     # the tree folds along threadIdx.y: its slots are not the lanes of a warp
     "rw_colsum": "not a sum, max or min",
     "rw_rms_half2_tail": "stops at s >= 64",
-    "rw_amax_volatile": "warp-synchronous stage",
 }
 
 
@@ -442,3 +442,16 @@ def test_a_stride_loop_vectorized_keeps_its_index_type(index: str) -> None:
     cudacpu.build(out, name=f"scale_{index.replace(' ', '_')}.cu").launch(
         "k", 3, 128, 0, [x, y, 301])
     assert torch.equal(y, 2 * x)
+
+
+@pytest.mark.parametrize("guard,why", [
+    ("BLOCK >= 128", "step of stride 32 runs only where the extent is 128"),
+    ("OTHER >= 64", "step runs under OTHER >= 64"),
+])
+def test_a_warp_tail_step_under_another_guard_is_refused(guard: str, why: str) -> None:
+    text = _start("rw_amax_volatile")[0].read_text()
+    text = text.replace("if (BLOCK >= 64)", f"if ({guard})").replace(
+        "template <unsigned int BLOCK>\n__device__ __forceinline__",
+        "constexpr unsigned OTHER = 64;\ntemplate <unsigned int BLOCK>\n__device__ __forceinline__")
+    trees, refusals = R.reduction_trees(kir.parse(text, "cuda"))
+    assert trees == [] and any(why in r.reason for r in refusals), [r.reason for r in refusals]

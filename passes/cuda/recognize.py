@@ -2140,7 +2140,9 @@ def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str
         loop_cond = flat_code(ir, cond)
         tail_end = None
         if loop_cond in (f"{var}>32", f"{var}>warpSize"):
-            tail = _warp_tail(unit, fn, loop, tid, {c[0] for c in combines}, shared)  # type: ignore[index]
+            half = re.fullmatch(r"(.+?)(?:/2|>>1)", start_text)
+            tail = _warp_tail(unit, fn, loop, tid, {c[0] for c in combines}, shared,  # type: ignore[index]
+                              _unparen(half.group(1)) if half else None)
             if isinstance(tail, str):
                 return refuse(f"the tree stops at {text(ir, cond)} and ends with a warp-"
                               f"synchronous stage that is not told: {tail}")
@@ -2213,11 +2215,14 @@ def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str
 
 
 def _warp_tail(unit: Unit, fn: int, loop: int, tid: str, arrays: set[str],
-               shared: Mapping[str, SharedArray]) -> int | str:
+               shared: Mapping[str, SharedArray], extent: str | None = None) -> int | str:
     """The statement right after a tree loop that stops at stride 32 when it finishes the tree
     within the first warp: `if (t < 32) { ...; a[t] += a[t + 32]; ... a[t] += a[t + 1]; }`
     (through a volatile alias of the array, or in a device function called as `f(a, t)`),
-    each step combining like the loop. Returns the statement, or why it is not told."""
+    each step combining like the loop. A step may run under `if (E >= K)`, E the tree's
+    `extent` (in a helper, the template parameter it is passed as) and K at most twice the
+    step's stride: where that fails the step's partners lie past the extent, so the step adds
+    nothing the shuffles would. Returns the statement, or why it is not told."""
     ir = unit.ir
     parent = ir.parent_of(loop)
     items = _statements(ir, parent) if parent is not None else []
@@ -2245,6 +2250,10 @@ def _warp_tail(unit: Unit, fn: int, loop: int, tid: str, arrays: set[str],
         views = unit.shared_views(target)
         arrays = {params[i] for i, a in enumerate(args) if a in arrays}
         body = _flat_items(ir, _function_body(ir, target))
+        extent_names = {t for t, a in _template_arguments(unit, target, call).items()
+                        if extent is not None and a == re.sub(r"\s+", "", extent)}
+    else:
+        extent_names = {re.sub(r"\s+", "", extent)} if extent is not None else set()
     for s in body:  # a volatile alias of the array: `volatile float* v = sdata;`
         if ir.grammar_type_of(s) == "declaration":
             for name, _i, init in declared_names(ir, s):
@@ -2253,8 +2262,16 @@ def _warp_tail(unit: Unit, fn: int, loop: int, tid: str, arrays: set[str],
                 views[name] = views[flat_code(ir, init)]
                 arrays = arrays | {name}
     steps = [s for s in body if ir.grammar_type_of(s) != "declaration"]
-    strides = []
+    strides, needs = [], []
     for s in steps:
+        need = None
+        if ir.grammar_type_of(s) == "if_statement" and if_parts(ir, s)[2] is None:
+            guard = re.fullmatch(r"(.+)>=(.+)", _unparen(flat_code(ir, if_parts(ir, s)[0])))
+            inner = _flat_items(ir, if_parts(ir, s)[1])
+            if guard is None or guard.group(1) not in extent_names or len(inner) != 1 or \
+                    unit.value(guard.group(2)) is None:
+                return f"the first warp's step runs under {text(ir, if_parts(ir, s)[0])}"
+            s, need = inner[0], unit.value(guard.group(2))
         c = _combine(unit, s, views)
         if c is None or c[0] not in arrays or c[2] != own:
             return "a statement of the first warp's stage is not a combine of the array"
@@ -2262,10 +2279,32 @@ def _warp_tail(unit: Unit, fn: int, loop: int, tid: str, arrays: set[str],
         stride = unit.value((m.group(1) or m.group(2))) if m else None
         if stride is None:
             return f"the partner {c[3]} is not the own slot plus a constant"
+        if need is not None and need > 2 * stride:
+            return f"the first warp's step of stride {stride} runs only where the extent is {need}"
         strides.append(stride)
     if strides != [32, 16, 8, 4, 2, 1]:
         return f"the first warp's strides are {strides}, not 32 down to 1"
     return nxt
+
+
+def _template_arguments(unit: Unit, fn: int, call: int) -> dict[str, str]:
+    """Function `fn`'s template parameters and the flat texts `call` passes for them
+    (`warp_tail<BLOCK>(...)` -> {"BLOCK": "BLOCK"}); empty where `fn` is no template."""
+    ir = unit.ir
+    decl = ir.parent_of(fn)
+    if decl is None or ir.grammar_type_of(decl) != "template_declaration":
+        return {}
+    params = []
+    for plist in children(ir, decl, "template_parameter_list"):
+        for p in children(ir, plist):
+            ident = [c for c in subtree(ir, p) if ir.grammar_type_of(c) == "identifier"]
+            if ident:
+                params.append(ir.name_of(ident[-1]) or "")
+    targs = [a for a in subtree(ir, children(ir, call)[0])
+             if ir.grammar_type_of(a) == "template_argument_list"]
+    args = [flat_code(ir, a) for a in children(ir, targs[0])
+            if ir.grammar_type_of(a) not in _TRIVIA] if targs else []
+    return dict(zip(params, args)) if len(args) == len(params) else {}
 
 
 def _function_body(ir: KernelIR, fn: int) -> int:

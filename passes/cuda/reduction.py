@@ -10,7 +10,8 @@ Warps are formed from the linear thread index, which the shared slot is indexed 
 The forward rule also acts on a shared-memory reduction tree a user wrote, found by its role
 (`passes.cuda.recognize.reduction_trees`: a stride halved or doubled around a barrier, or
 unrolled constant strides, combining slots by sum, max or min, one or several arrays at once;
-the combine may call a function of the unit whose one `return` is such a sum, max or min):
+the combine may call a function of the unit whose one `return` is such a sum, max or min; a
+last warp's steps may run under `if (EXTENT >= K)`, the guards of a tree sized by a template):
 the tree becomes a reduction of each warp with `__shfl_down_sync`, one shared slot per warp,
 and the first warp reducing those slots; slot 0 of each array then holds the result as it did
 after the tree (the combine is the user's own statement, applied to registers). It needs the
