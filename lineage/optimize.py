@@ -48,7 +48,7 @@ from lineage.moves import (Materialized, all_configs_spill, card_sites, effect_s
                            feature_appears, first_run_s, gate_seconds, kernel_of, kernel_shares,
                            materialize, materializations, move_candidates, rule_offers, sweep_card,
                            used_up, verdict_ms)
-from lineage.outcome import (EFFECT_TIE, OptimizeResult, Step, distinct_rejections,
+from lineage.outcome import (EFFECT_TIE, OptimizeResult, Step, distinct_rejections, extension_note,
                              failure_kind, finish, lineage_state, record_state, resolve_tier,
                              seeded_order, verdict_json)
 from lineage.retrieval import (Retriever, Target, kernel_signature, kernel_sites,
@@ -170,8 +170,14 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
         return (check_fn or (executor.check if executor is not None else gate.check))(
             source, language, the_case, run_tier, **kwargs)
 
+    started: list[str] = []  # texts whose builds ahead started
+
     def ahead(source: str) -> bool:  # a candidate's build started on spare cores (`_build_ahead`)
-        return bool((prebuild_fn or gate.prebuild)(source, language, the_case, run_tier, path=path))
+        began = bool((prebuild_fn or gate.prebuild)(source, language, the_case, run_tier,
+                                                    path=path))
+        if began:
+            started.append(source)
+        return began
 
     start_src = ir.unparse()
     say = progress or (lambda event, data: None)
@@ -207,6 +213,9 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
             break
         _pull(option, run)
         run.lineage.save(out_dir / "lineage.json")  # an interrupted run keeps what it learned
+    if run.ahead is not None and (note := extension_note(list(run.verdicts.values()),
+                                                          len(started))):
+        notes.append(note)
     return finish(run, start, path, out_dir, termination, notes, seed)
 
 

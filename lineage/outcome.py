@@ -192,6 +192,23 @@ def write_best(path: Path, source: str, language: str, best_path: Path) -> None:
                           hostlaunch.apply(path.with_suffix(".py").read_text(), source))
 
 
+EXTENSION_PART = "load_candidate: extension "  # a verdict's part naming how it had its extension
+
+
+def extension_note(verdicts: Sequence[Any], started: int) -> str | None:
+    """How a run's gates had their `load_inline` extensions (`gate.extbuild`: each verdict's
+    `load_candidate: extension ...` part) and how many builds ahead it started, as a note of
+    its result: "load_inline extensions: 2 found built ahead, 1 built here (4 builds ahead
+    started)"; None where no gate built one (another host, cached verdicts)."""
+    counts = Counter(name[len(EXTENSION_PART):] for v in verdicts
+                     for name, _ in (getattr(v, "phases", None) or ())
+                     if name.startswith(EXTENSION_PART) and name != EXTENSION_PART + "lock wait")
+    if not counts:
+        return None
+    return ("load_inline extensions: " + ", ".join(f"{n} {what}" for what, n in counts.most_common())
+            + f" ({started} builds ahead started)")
+
+
 def finish(run: Any, start: Any, path: Path, out_dir: Path, termination: str,
            notes: list[str], seed: int) -> OptimizeResult:
     """Write an optimize run's best kernel (CUDA: into its host, or beside its host module),

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -433,21 +434,36 @@ def test_a_search_whose_own_gates_run_here_builds_ahead(tmp_path: Path,
     lib, _ = open_library(None)
     monkeypatch.setattr(gate, "prebuild", lambda *a, **k: pytest.fail("gate.prebuild called"))
 
-    def run(out: str, **kw: object) -> int:
-        scripted = ScriptedGate(ms=lambda s: 1.0 + len(s) % 7 / 100)
-        optimize(host, str(SOFTMAX), lib, tier="device", out=tmp_path / out,
-                 rewriter=DeterministicRewriter(), budget_steps=4, check_fn=scripted, **kw)
-        return len(scripted.seen)
+    built: set[str] = set()
 
-    assert run("plain") > 2  # candidates gated, and none built ahead (gate.prebuild not called)
+    def run(out: str, **kw: object) -> tuple[int, tuple[str, ...]]:
+        scripted = ScriptedGate(ms=lambda s: 1.0 + len(s) % 7 / 100)
+
+        def check(source: str, *a: object, **k: object) -> object:
+            part = "found built ahead" if source in built else "built here"
+            return replace(scripted(source, *a, **k),
+                           phases=((f"load_candidate: extension {part}", 1.0),))
+
+        result = optimize(host, str(SOFTMAX), lib, tier="device", out=tmp_path / out,
+                          rewriter=DeterministicRewriter(), budget_steps=4, check_fn=check, **kw)
+        return len(scripted.seen), result.notes
+
+    gated, notes = run("plain")
+    assert gated > 2  # candidates gated, and none built ahead (gate.prebuild not called)
+    assert not any(n.startswith("load_inline extensions") for n in notes)
     asked: list[tuple[object, ...]] = []
 
     def prebuild(source: str, language: str, case: object, tier: object, **kw: object) -> bool:
         asked.append((language, tier, kw.get("path")))
-        return True
+        built.add(source)
+        return len(asked) % 2 == 1  # every other call starts one
 
-    run("ahead", prebuild_fn=prebuild)
+    gated, notes = run("ahead", prebuild_fn=prebuild)
     assert asked and set(asked) == {("cuda", "device", host)}
+    # the result says how the gates had their extensions and how many builds ahead started
+    [note] = [n for n in notes if n.startswith("load_inline extensions")]
+    assert "found built ahead" in note and "built here" in note
+    assert note.endswith(f"({(len(asked) + 1) // 2} builds ahead started)")
 
 
 def test_the_heldout_harness_builds_ahead_where_its_gates_are_local(
