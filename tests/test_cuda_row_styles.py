@@ -455,3 +455,21 @@ def test_a_warp_tail_step_under_another_guard_is_refused(guard: str, why: str) -
         "constexpr unsigned OTHER = 64;\ntemplate <unsigned int BLOCK>\n__device__ __forceinline__")
     trees, refusals = R.reduction_trees(kir.parse(text, "cuda"))
     assert trees == [] and any(why in r.reason for r in refusals), [r.reason for r in refusals]
+
+
+def test_an_unrolled_tree_ending_in_a_volatile_warp_tail_becomes_shuffles() -> None:
+    source = WARP_TAIL + UNROLLED
+    out = _apply_all_text("warp-shuffle-reduce", source, PassContext(facts={"arch": "sm_90"}))
+    assert "__shfl_down_sync" in out and "blockDim.x == 256" in out  # checked at run time
+    ptx_for_sm90a(out)
+    x = torch.randn(4, 999, generator=torch.Generator().manual_seed(6))
+    start, shuffles = (cudacpu.build(t, name=f"unrolled_{i}.cu") for i, t in enumerate((source, out)))
+    for block in (256, 128):  # 128: the tree as written runs (and reads unwritten slots)
+        want, got = torch.zeros(4), torch.zeros(4)
+        start.launch("rowsum", 4, block, 0, [x, want, 999])
+        shuffles.launch("rowsum", 4, block, 0, [x, got, 999])
+        assert torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0)) or \
+            torch.allclose(got, want, rtol=1e-5, atol=1e-4), block
+    got = torch.zeros(4)
+    shuffles.launch("rowsum", 4, 256, 0, [x, got, 999])
+    assert torch.allclose(got, x.sum(1), rtol=1e-5, atol=1e-3)

@@ -2429,14 +2429,24 @@ def _unrolled_tree(unit: Unit, kernel: str, fn: int, block: int,
             j += 2
         if len(steps) >= 2:
             strides = [s[1] for s in steps]
-            if all(a == 2 * b for a, b in zip(strides, strides[1:])) and strides[-1] == 1:
+            last: int | str = items[j - 1]
+            if strides[-1] == 64:  # a last warp finishing the tree without barriers
+                last = _warp_tail(unit, fn, items[j - 1], steps[0][2][0][2],
+                                  {c[0] for c in steps[0][2]}, shared, str(2 * strides[0]))
+                if isinstance(last, str):
+                    return Refusal("reduction-tree", "the unrolled tree stops at stride 64 and "
+                                   f"ends with a warp-synchronous stage that is not told: {last}",
+                                   (ir.span_of(steps[0][0]).start, ir.span_of(items[j - 1]).end),
+                                   kernel)
+            if all(a == 2 * b for a, b in zip(strides, strides[1:])) and \
+                    (strides[-1] == 1 or last != items[j - 1]):
                 tid_text = steps[0][2][0][2]
                 if not _thread_index(unit, fn, tid_text):
                     return Refusal("reduction-tree", f"the unrolled tree's slot index {tid_text} "
                                    "is not threadIdx.x", _span(ir, steps[0][0]), kernel)
                 arrays = {c[0] for c in steps[0][2]}
-                span = (ir.span_of(steps[0][0]).start, ir.span_of(items[j - 1]).end)
-                after = _later_slot_reads(unit, fn, items[j - 1], arrays)
+                span = (ir.span_of(steps[0][0]).start, ir.span_of(last).end)
+                after = _later_slot_reads(unit, fn, last, arrays)
                 if after:
                     return Refusal("reduction-tree", f"a slot other than 0 is read after the "
                                    f"tree ({after})", span, kernel)

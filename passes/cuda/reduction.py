@@ -9,7 +9,7 @@ Warps are formed from the linear thread index, which the shared slot is indexed 
 
 The forward rule also acts on a shared-memory reduction tree a user wrote, found by its role
 (`passes.cuda.recognize.reduction_trees`: a stride halved or doubled around a barrier, or
-unrolled constant strides, combining slots by sum, max or min, one or several arrays at once;
+unrolled constant strides (down to 1, or to 64 and a last warp's steps), combining slots by sum, max or min, one or several arrays at once;
 the combine may call a function of the unit whose one `return` is such a sum, max or min; a
 last warp's steps may run under `if (EXTENT >= K)`, the guards of a tree sized by a template):
 the tree becomes a reduction of each warp with `__shfl_down_sync`, one shared slot per warp,
