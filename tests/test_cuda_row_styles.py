@@ -113,7 +113,9 @@ REFUSED_TREES = {
     # the (max, sum) pair is merged with rescaling exponentials: no sum, max or min
     "rw_online_softmax": "not a sum, max or min",
     # the tree folds along threadIdx.y: its slots are not the lanes of a warp
-    "rw_colsum": "not a sum, max or min",
+    "rw_colsum": "part, an array of 2 dimensions: the shuffle form folds one slot per thread",
+    # one tree per row of 32 threads (threadIdx.y picks the row)
+    "rw_rows2d_mean": "(a tree along threadIdx.y, or one tree per row of threads, is not told)",
     "rw_rms_half2_tail": "stops at s >= 64",
 }
 

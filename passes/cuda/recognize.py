@@ -2117,6 +2117,14 @@ def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str
     steps = _slot_locals_inlined(unit, _statements(ir, then), shared)
     combines = [_combine(u, s, shared) for u, s, _t in steps]
     if not combines or None in combines:
+        for _u, stmt, _t in steps:
+            assign = _assignment(ir, stmt)
+            target = subscript(ir, children(ir, assign)[0]) if assign is not None else (None, [])
+            if target[0] in shared and len(target[1]) > 1:
+                return refuse(f"the tree combines slots of {target[0]}, an array of "
+                              f"{len(target[1])} dimensions: the shuffle form folds one slot "
+                              "per thread of the block (a tree along threadIdx.y, or one tree "
+                              "per row of threads, is not told)")
         return refuse("a statement of the tree's step is not a sum, max or min of two slots "
                       "of a shared array")
     owns = {c[2] for c in combines}  # type: ignore[index]
