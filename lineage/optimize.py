@@ -43,12 +43,13 @@ from typing import TYPE_CHECKING, Any
 
 from kir.embedded import cuda_unit
 from kir.errors import BadInputError
+from lineage.ahead import Builds, build_ahead
 from lineage.graph import Lineage, state_id
 from lineage.moves import (Materialized, all_configs_spill, card_sites, effect_spread,
                            feature_appears, first_run_s, gate_seconds, kernel_of, kernel_shares,
                            materialize, materializations, move_candidates, rule_offers, sweep_card,
                            used_up, verdict_ms)
-from lineage.outcome import (EFFECT_TIE, OptimizeResult, Step, distinct_rejections, extension_note,
+from lineage.outcome import (EFFECT_TIE, OptimizeResult, Step, distinct_rejections,
                              failure_kind, finish, lineage_state, record_state, resolve_tier,
                              seeded_order, verdict_json)
 from lineage.retrieval import (Retriever, Target, kernel_signature, kernel_sites,
@@ -71,8 +72,6 @@ SWEEP_PRIOR = 1.05
 # How many measurements a move's prior counts as when the run's measurements update it: a
 # measurement on the kernel being optimized weighs twice the effect recorded elsewhere.
 PRIOR_WEIGHT = 0.5
-# Options whose next candidate is built ahead of its gate (`_build_ahead`), the taken one first.
-AHEAD_OPTIONS = 3
 # A candidate's gate started before the time box ends may run this long past it.
 BOX_GRACE_S = 30.0
 # Without an explicit gate timeout a candidate's gate may take this many times the start
@@ -170,15 +169,6 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
         return (check_fn or (executor.check if executor is not None else gate.check))(
             source, language, the_case, run_tier, **kwargs)
 
-    started: list[str] = []  # texts whose builds ahead started
-
-    def ahead(source: str) -> bool:  # a candidate's build started on spare cores (`_build_ahead`)
-        began = bool((prebuild_fn or gate.prebuild)(source, language, the_case, run_tier,
-                                                    path=path))
-        if began:
-            started.append(source)
-        return began
-
     start_src = ir.unparse()
     say = progress or (lambda event, data: None)
     say("gate", {"card": "(start)"})
@@ -198,9 +188,9 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
                sweeps=config_sweeps and run_tier == "device",
                lookahead=lookahead, priors=priors,
                heavy=first_run_s(verdict) >= HEAVY_FIRST_RUN_S, spread=effect_spread(admitted))
-    local = prebuild_fn is not None or (check_fn is None and executor is None)
-    if local and language == "cuda" and run_tier == "device":
-        run.ahead = ahead
+    if (prebuild_fn is not None or (check_fn is None and executor is None)) \
+            and language == "cuda" and run_tier == "device":
+        run.ahead = Builds(prebuild_fn or gate.prebuild, language, the_case, run_tier, path)
     start = _State(start_src, ir, verdict, verdict_ms(verdict), seconds=start_s)
     start.sid = run.lineage.add_state(lineage_state(start_src, ir, verdict, language, the_case.ref, run_tier,
                                                  frozenset({"root"})))
@@ -213,8 +203,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
             break
         _pull(option, run)
         run.lineage.save(out_dir / "lineage.json")  # an interrupted run keeps what it learned
-    if run.ahead is not None and (note := extension_note(list(run.verdicts.values()),
-                                                          len(started))):
+    if run.ahead is not None and (note := run.ahead.note(run.verdicts.values())):
         notes.append(note)
     return finish(run, start, path, out_dir, termination, notes, seed)
 
@@ -257,7 +246,7 @@ class _Option:
     refused: bool = False
     """Its first pull made no candidate (no site, or every back-end refused)."""
     held: list[Materialized] = field(default_factory=list)
-    """Candidates taken from `stream` ahead of their pulls (`_build_ahead`), in order."""
+    """Candidates taken from `stream` ahead of their pulls (`lineage.ahead`), in order."""
 
 
 @dataclass(eq=False)
@@ -302,7 +291,7 @@ class _Run:
     last: _State | None = None
     ranked: list[_Option] = field(default_factory=list)
     """The options of the last choice, best first (`_choose`)."""
-    ahead: Callable[[str], Any] | None = None
+    ahead: Builds | None = None
     """Starts building a candidate's text ahead of its gate (`gate.prebuild`), where the run's
     gates are this machine's CUDA device-tier gates."""
 
@@ -480,7 +469,7 @@ def _pull(option: _Option, run: _Run) -> None:
     option.done = made is None or not made.ok or option.pulls >= CANDIDATES_PER_CARD \
         or option.kind == "plain"
     if made is not None:
-        _build_ahead(run, option, made)
+        build_ahead(run, option, made)
         _judge(option, made, run)
 
 
@@ -492,50 +481,6 @@ def _next(option: _Option, run: _Run) -> Materialized | None:
         if made.ir is None or _unseen(made.ir.unparse(), run):
             return made
     return next(option.stream, None) if option.stream is not None else None
-
-
-def _build_ahead(run: _Run, taken: _Option, made: Materialized) -> None:
-    """Start building, on spare cores, what the policy is likely to gate next. A CUDA host's
-    `load_inline` extension takes tens of seconds of CPU to build against seconds of GPU in its
-    gate: built while the gate before it runs, its own gate finds the build (`gate.prebuild`;
-    the gate itself is unchanged; `made`'s own gate starts its build as it starts). For `taken`
-    and the best-ranked other options of the last choice, in that order: the option's next
-    candidate (held on it until pulled: the verdict on `made` is not in yet) and its first
-    candidate on `made`'s text (`_kept_as`: were `made` kept, its moves are these cards on its
-    text; nothing is held there, the same deterministic rewrite makes the same text again).
-    Only deterministic moves are taken ahead (an LLM's candidate costs its call either way)."""
-    if run.ahead is None:
-        return
-    from passes.rewriter import DeterministicRewriter  # noqa: PLC0415
-
-    texts: list[str] = []
-    fits = made.ok and made.ir is not None and made.site is not None
-    kept = _kept_as(taken.state, made) if fits else None
-    for option in [taken, *(o for o in run.ranked if o is not taken)][:AHEAD_OPTIONS]:
-        if option.kind == "card" and not isinstance(run.rewriter, DeterministicRewriter):
-            continue
-        if not option.done:
-            if option.stream is None:
-                option.stream = _stream(option, run)
-            if not option.held and (nxt := next(option.stream, None)) is not None:
-                option.held.append(nxt)
-            if option.held and option.held[0].ok and option.held[0].ir is not None:
-                texts.append(option.held[0].ir.unparse())
-        if kept is not None:
-            first = next(_stream(_Option(kept, option.kind, option.card, option.rank), run), None)
-            if first is not None and first.ok and first.ir is not None:
-                texts.append(first.ir.unparse())
-    for text in dict.fromkeys(texts):
-        run.ahead(text)
-
-
-def _kept_as(state: _State, made: Materialized) -> _State:
-    """`made` as the state it would be if kept, for what its moves would make (`_build_ahead`):
-    its path has the step, its profile is `state`'s until its own is measured."""
-    kept = _State(made.ir.unparse(), made.ir, state.verdict, None, parent=state, card=made.card,
-                  made=made)
-    kept.path = (*state.path, Step(made.card.id, made.card.pass_name, made.site.anchor, True))
-    return kept
 
 
 def _reject(option: _Option, made: Materialized, run: _Run, stage: str, reason: str,
