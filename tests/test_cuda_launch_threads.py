@@ -210,3 +210,22 @@ def test_the_narrow_launch_on_the_gpu(tmp_path: Path) -> None:
         torch.cuda.synchronize()
         ref = case.module().reference(*inputs).double()
         assert float((got.double() - ref).norm() / ref.norm()) <= case.tolerance_for("fp32"), n
+
+
+@pytest.mark.parametrize("style", ["cu_layernorm", "cu_rmsnorm", "cu_sum_tree"])
+def test_a_host_edited_for_its_launches_reaches_no_foreign_library(style: str) -> None:
+    # the host-launch helper written into the host (kir.hostlaunch) serves every launch
+    # convention; a host that launches through experts.cudahost, the driver or CuPy must not
+    # read as one that imports a library it does not use (the fresh gate of an optimize run's
+    # best.py scans that whole text)
+    from gate.foreign import scan_source  # noqa: PLC0415
+    from kir import hostlaunch  # noqa: PLC0415
+
+    folder = STYLES / style
+    host = next(p for p in folder.glob("*.py") if p.name != "case.py")
+    unit = cuda_unit(host if not list(folder.glob("*.cu")) else next(folder.glob("*.cu")))
+    out = _apply("launch-threads{threads=128}", unit.source, unit.source_path)
+    edited = hostlaunch.apply(host.read_text(), out) if unit.held is None else hostlaunch.apply(
+        unit.held.splice(out), out)
+    assert hostlaunch.BEGIN in edited
+    assert scan_source(edited) == []
