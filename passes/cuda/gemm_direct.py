@@ -41,9 +41,10 @@ from passes.cuda.gemm_eval import (GemmTile, Refusal, Tile, _Acc, _and, _cdiv, _
                                    _Kernel, _Local, _max, _min, _not, _or, _Outer, _sel, _Sum,
                                    _FMA, _TRIVIA, _thread_map, variable_kind)
 from passes.cuda.gemm_eval import _accumulated as _sums, kernel_functions, memo
+from passes.cuda.gemm_eval import _NOT_F32, accumulator_refusal
 from passes.cuda.gemm_global import (GlobalGemm, Operand, _addr, _GPtr, _kernel_params, _lane,
-                                     _StagingTranslator, _vat, _vcast, _VPtr, _vzero, block_at,
-                                     block_order)
+                                     _StagingTranslator, _vat, _vcast, _VPtr, _vpair, _vzero,
+                                     block_at, block_order)
 
 if TYPE_CHECKING:
     from kir import KernelIR
@@ -186,9 +187,26 @@ def _accumulators(k: _Kernel, loop: int) -> dict[str, bool]:
             decls = k.scope.decls.get(name, [])
             if len(decls) != 1 or span.start <= ir.span_of(decls[0][0]).start < span.end:
                 continue
-            if variable_kind(ir, k.fn, name) in ("f32", "double"):
+            kind = variable_kind(ir, k.fn, name)
+            if _declares_pointer(ir, decls[0][0]):
+                continue
+            if kind == "f32":
                 out[name] = name in k.scope.arrays
+            elif kind in _NOT_F32:
+                raise Refusal(accumulator_refusal(name, kind))
     return out
+
+
+def _declares_pointer(ir: KernelIR, ident: int) -> bool:
+    """Whether the declarator of identifier `ident` makes it a pointer (a walked operand, not
+    a value)."""
+    node = ir.parent_of(ident)
+    while node is not None and ir.grammar_type_of(node) not in ("declaration",
+                                                                 "parameter_declaration"):
+        if ir.grammar_type_of(node) == "pointer_declarator":
+            return True
+        node = ir.parent_of(node)
+    return False
 
 
 def _left_for_later(k: _Kernel, loop: int, accs: dict[str, bool]) -> str | None:
@@ -269,7 +287,7 @@ class _DirectProgram:
             "_cdiv": _cdiv, "_cmod": _cmod, "_Local": _Local, "_t": bool, "_and": _and,
             "_or": _or, "_not": _not, "_sel": _sel, "_min": _min, "_max": _max, "_k": _k,
             "_Acc": _Acc, "_Outer": _Outer, "_deref": _deref, "_addr": _addr, "_vzero": _vzero,
-            "_vcast": _vcast, "_vat": _vat, "_gaddr": lambda p, i: p + i[0], "_lane": _lane,
+            "_vcast": _vcast, "_vat": _vat, "_gaddr": lambda p, i: p + i[0], "_lane": _lane, "_vpair": _vpair,
             "_st": _no_shared, "_saddr": _no_shared, "_vst": _no_shared}
         exec(compile(source, "<gemm-direct>", "exec"), namespace)  # noqa: S102 — our translation
         self.fn = namespace["_run"]

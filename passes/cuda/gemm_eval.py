@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -484,7 +485,8 @@ def template_bindings(ir: KernelIR, fn: int) -> tuple[dict[str, str], dict[str, 
         kids = children(ir, node.id)
         inside = ir.span_of(fn).start <= ir.span_of(node.id).start < ir.span_of(fn).end
         if kids and not inside and text(ir, kids[0]).split("::")[-1] == name:
-            uses.add(tuple(text(ir, a).strip() for a in children(ir, kids[-1])))
+            uses.add(tuple(_local_constant(ir, node.id, text(ir, a).strip())
+                           for a in children(ir, kids[-1])))
     if len(uses) > 1:
         raise Refusal(f"the template {name} is instantiated with {len(uses)} argument lists")
     given = list(uses.pop()) if uses else []
@@ -494,6 +496,26 @@ def template_bindings(ir: KernelIR, fn: int) -> tuple[dict[str, str], dict[str, 
         if arg is not None:
             (types if is_type else values)[pname] = arg
     return values, types
+
+
+def _local_constant(ir: KernelIR, use: int, arg: str) -> str:
+    """`arg` of a template argument list at node `use`, or, where it names a `const` /
+    `constexpr` local of the function holding `use` declared once with an initializer, that
+    initializer (parenthesized): the launch `k<BM, BN><<<...>>>` after `constexpr int BM = 64`."""
+    if not re.fullmatch(r"[A-Za-z_]\w*", arg):
+        return arg
+    fn = ir.parent_of(use)
+    while fn is not None and ir.grammar_type_of(fn) != "function_definition":
+        fn = ir.parent_of(fn)
+    if fn is None:
+        return arg
+    found = [(decl, init) for decl in subtree(ir, fn)
+             if ir.grammar_type_of(decl) == "declaration"
+             for name, _, init in declared_names(ir, decl) if name == arg]
+    if len(found) != 1 or found[0][1] is None or \
+            not {"const", "constexpr"} & _qualifiers(ir, found[0][0]):
+        return arg
+    return f"({text(ir, found[0][1]).strip()})"
 
 
 def variable_kind(ir: KernelIR, fn: int, name: str) -> str | None:
@@ -574,7 +596,10 @@ def _writes_shared(k: _Kernel, nid: int) -> bool:
             target = children(ir, c)[0]
             while ir.grammar_type_of(target) in ("subscript_expression", "parenthesized_expression"):
                 target = children(ir, target)[0]
-            if ir.grammar_type_of(target) == "identifier" and ir.name_of(target) in k.shared:
+            if ir.grammar_type_of(target) == "identifier":
+                if ir.name_of(target) in k.shared:
+                    return True
+            elif _reads_shared(k, target):  # through a pointer: *reinterpret_cast<T*>(&tile[..])
                 return True
     return False
 
@@ -586,11 +611,10 @@ def _multiplies(ir: KernelIR, nid: int) -> bool:
                for c in subtree(ir, nid))
 
 
-def _candidate_regions(k: _Kernel) -> list[tuple[int, list[int], list]]:
-    """(K loop, compute statements, loop body items) of each loop whose body holds a barrier
-    and, between barriers, statements that read the shared tiles without writing them."""
+def _barrier_runs(k: _Kernel) -> Iterator[tuple[int, list, list]]:
+    """(loop, statements between two of its barriers, loop body items) for each loop of the
+    kernel whose body holds a barrier."""
     ir = k.ir
-    out = []
     for nid in subtree(ir, k.fn):
         if ir.grammar_type_of(nid) not in ("for_statement", "while_statement"):
             continue
@@ -603,13 +627,28 @@ def _candidate_regions(k: _Kernel) -> list[tuple[int, list[int], list]]:
             continue
         bounds = [-1, *syncs, len(items)]
         for lo, hi in zip(bounds, bounds[1:]):
-            run = items[lo + 1:hi]
-            compute = [it for it in run if _reads_shared(k, it.node)
-                       and not _writes_shared(k, it.node)]
-            if compute and not any(_writes_shared(k, it.node) for it in run) and \
-                    any(_multiplies(ir, it.node) for it in compute):
-                out.append((nid, compute, items))
+            yield nid, items[lo + 1:hi], items
+
+
+def _candidate_regions(k: _Kernel) -> list[tuple[int, list[int], list]]:
+    """(K loop, compute statements, loop body items) of each loop whose body holds a barrier
+    and, between barriers, statements that read the shared tiles without writing them."""
+    out = []
+    for nid, run, items in _barrier_runs(k):
+        compute = [it for it in run if _reads_shared(k, it.node)
+                   and not _writes_shared(k, it.node)]
+        if compute and not any(_writes_shared(k, it.node) for it in run) and \
+                any(_multiplies(k.ir, it.node) for it in compute):
+            out.append((nid, compute, items))
     return out
+
+
+def _staged_beside(k: _Kernel) -> bool:
+    """Whether a loop with a barrier multiplies shared elements between the same barriers that
+    it stores shared tiles (a ring of buffers filled while another is read)."""
+    return any(any(_writes_shared(k, it.node) for it in run) and any(
+        _reads_shared(k, it.node) and not _writes_shared(k, it.node)
+        and _multiplies(k.ir, it.node) for it in run) for _, run, _ in _barrier_runs(k))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1104,6 +1143,10 @@ def _find(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str] |
             continue
         regions = _candidate_regions(k)
         if not regions:
+            if _staged_beside(k):
+                reasons.append(f"{k.name}: the K loop stores shared tiles between the barriers "
+                               "where it multiplies others (buffers filled while another is read "
+                               "are not read)")
             continue
         if len(regions) > 1:
             reasons.append(f"{k.name}: {len(regions)} regions read shared tiles (one K loop expected)")
@@ -1123,6 +1166,28 @@ def _loop_vars(ir: KernelIR, loop: int) -> set[str]:
     return out
 
 
+_NOT_F32 = ("fp16", "bf16", "double")
+"""Floating-point kinds an accumulator may have that the tensor cores' fp32 accumulation does
+not reproduce: 16-bit sums round every partial sum, double ones keep bits fp32 drops."""
+
+
+def accumulator_refusal(name: str, kind: str) -> str:
+    """Why an accumulator of `kind` (one of `_NOT_F32`) keeps the kernel off the tensor cores."""
+    if kind == "double":
+        return (f"the accumulator {name} is double: an fp32 accumulation would drop precision "
+                "the kernel keeps")
+    return (f"the accumulator {name} is {kind}: the kernel rounds every partial sum to 16 bits, "
+            "which an fp32 accumulation would not reproduce")
+
+
+def _accumulator_kinds(k: _Kernel, names: list[str]) -> None:
+    """Refuses an accumulator declared other than `float` (an fp32 register or array)."""
+    for name in names:
+        kind = variable_kind(k.ir, k.fn, name)
+        if kind in _NOT_F32:
+            raise Refusal(accumulator_refusal(name, kind))
+
+
 def _launch_bounds(k: _Kernel) -> int | None:
     """The kernel's `__launch_bounds__` thread count (a constant, macro or template value)."""
     head = text(k.ir, k.fn)
@@ -1134,6 +1199,7 @@ def _analyse(k: _Kernel, loop: int, compute: list, items: list,
              block: tuple[int, int] | None) -> GemmTile:
     ir = k.ir
     program = _Program(k, [it.node for it in compute], _loop_vars(ir, loop))
+    _accumulator_kinds(k, list(program.outer))
     uses_y = program.uses_y or "threadIdx.y" in text(ir, k.fn)
     if block is None:
         bounds = _launch_bounds(k)

@@ -21,7 +21,8 @@ hypothesis is fitted on a few elements and then checked on every element of ever
 a kernel that does anything else is refused with the reason. A staging that checks no bound
 along M or N (a kernel for whole tiles only) gets bound "" there (the launch's grid then gives
 the output's extent); one that does not check K names K by the K loop's trip count. Vector copies (`reinterpret_cast`
-to float4 / uint4 / ... pointers) are followed lane by lane; an address cast to an integer
+to float4 / uint4 / ... pointers, `__half2` pairs built of two elements or of zeros) are
+followed lane by lane; operands addressed through blockIdx.z are refused; an address cast to an integer
 (an alignment test) reads the operands' bases as 16-byte aligned.
 
 No GPU library is imported here.
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 _IDENTITY = re.compile(r"^(?:__float2bfloat16(?:_rn)?|__float2half(?:_rn)?|__bfloat162float|"
                        r"__half2float|__float2float|float|static_cast|__nv_bfloat16|__half|"
                        r"half|nv_bfloat16)$")
+_PAIR = re.compile(r"^__floats?2(?:half2|bfloat162)_rn$")
+_HALVES = re.compile(r"^(?:__halves2half2|__halves2bfloat162|make_half2|make_bfloat162)$")
 _LOAD = re.compile(r"^__ld(?:g|ca|cg|cs|lu|cv)$")
 _TICK_LIMIT = 2
 """K steps the wide probe follows (the narrow probe runs the K loop to its end)."""
@@ -383,8 +386,13 @@ class _StagingTranslator(_Translator):
         what, axis = m.groups()
         if what == "gridDim":
             raise Refusal("the staging depends on gridDim")
-        if axis == "z":
-            return "0"
+        if axis == "z" and what == "blockIdx":
+            # the schedule's tiles cover one M x N output: a batch (or split) stepped by the
+            # grid's third axis would be dropped
+            raise Refusal("the operands depend on blockIdx.z (a batch or split along the grid's "
+                          "third axis, which the schedule's tiles do not step)")
+        if axis == "z":  # the rule takes blocks of one or two dimensions
+            return "0" if what == "threadIdx" else "1"
         return {"threadIdx": "_t", "blockDim": "_b", "blockIdx": "_c"}[what] + axis
 
     def call(self, nid: int, kids: list[int]) -> str:
@@ -397,6 +405,10 @@ class _StagingTranslator(_Translator):
         m = re.fullmatch(r"make_(\w+?)(\d)", name)
         if m and f"{m.group(1)}{m.group(2)}" in _VECTOR_BYTES:
             return f"_vzero({_VECTOR_BYTES[m.group(1) + m.group(2)]}, {', '.join(self.expr(a) for a in args)})"
+        if _PAIR.match(name):  # a 16-bit pair built from floats: a zero fill where they are 0
+            return f"_vzero(4, {', '.join(self.expr(a) for a in args)})"
+        if _HALVES.match(name) and len(args) == 2:  # a pair of two 16-bit values
+            return f"_vpair({self.expr(args[0])}, {self.expr(args[1])})"
         if _IDENTITY.match(name):
             args = [c for c in children(ir, kids[-1]) if ir.grammar_type_of(c) not in _TRIVIA]
             if len(args) == 1:
@@ -459,7 +471,8 @@ class _StagingProgram:
                                      "_and": _and, "_or": _or, "_not": _not, "_sel": _sel,
                                      "_min": _min, "_max": _max, "_k": _k}
         namespace.update({"_deref": _deref, "_addr": _addr, "_vzero": _vzero, "_vcast": _vcast,
-                          "_vat": _vat, "_gaddr": _gaddr, "_lane": _lane})
+                          "_vat": _vat, "_gaddr": _gaddr, "_lane": _lane,
+                          "_vpair": _vpair})
         exec(compile(source, "<gemm-staging>", "exec"), namespace)  # noqa: S102 — our translation
         self.namespace = namespace
         self.fn = namespace["_run"]
@@ -543,6 +556,17 @@ def _extent(dims: tuple[int, ...]) -> int:
     for d in dims:
         n *= d if d > 0 else 1 << 30
     return n
+
+
+def _vpair(low: Any, high: Any) -> _Vec:
+    """A pair of 16-bit lanes, each a global element or zero."""
+    lanes = []
+    for x in (low, high):
+        if not isinstance(x, _GElem):
+            _vzero(2, x)  # refuses a lane other than zero
+            x = 0
+        lanes.append(x)
+    return _Vec(lanes, 2, 4)
 
 
 def _vzero(vbytes: int, *lanes: Any) -> _Vec:

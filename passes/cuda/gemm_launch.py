@@ -76,6 +76,8 @@ def launch_edits(ir: KernelIR, kernel: str, nbytes: int, block: str | None = Non
         if at < 0 or end < 0:
             return f"a launch of {kernel} has no <<<...>>> configuration"
         config = data[at + 3:end].decode("utf-8")
+        # the kernel as the launch names it: a template's instantiation `k<64, 128>`
+        callee = data[node.span.start:at].decode("utf-8").strip() or kernel
         args = _split_args(config)
         if len(args) >= 3 and not _ZERO.fullmatch(args[2].strip()):
             return f"a launch of {kernel} already passes dynamic shared memory ({args[2].strip()})"
@@ -83,7 +85,7 @@ def launch_edits(ir: KernelIR, kernel: str, nbytes: int, block: str | None = Non
         if block is not None and len(new) >= 2:
             new[1] = block
         if persist is not None and new:
-            new[0] = (f"{PREFIX}grid(reinterpret_cast<const void*>({kernel}), dim3({new[0].strip()}), "
+            new[0] = (f"{PREFIX}grid(reinterpret_cast<const void*>({callee}), dim3({new[0].strip()}), "
                       f"{int(persist)}, {nbytes})")
         if len(new) == 2:
             new.append(str(nbytes))
@@ -103,7 +105,7 @@ def launch_edits(ir: KernelIR, kernel: str, nbytes: int, block: str | None = Non
             record += f', "args": {json.dumps(own)}'
             added.append(ByteEdit(call[0], call[1], (own + ", " if own.strip() else "") + more))
         limit = (f"{indent}{{ static const cudaError_t {PREFIX}limit = cudaFuncSetAttribute("
-                 f"{kernel}, cudaFuncAttributeMaxDynamicSharedMemorySize, {nbytes}); "
+                 f"{callee}, cudaFuncAttributeMaxDynamicSharedMemorySize, {nbytes}); "
                  f"(void){PREFIX}limit; }}  {TAG}{record}}}\n")
         edits.append(ByteEdit(line, line, limit))
         edits.append(ByteEdit(at + 3, end, ", ".join(new)))
@@ -183,7 +185,7 @@ def undo_edits(ir: KernelIR, kernel: str) -> list[ByteEdit]:
     host-launch lines `host_edits` wrote for it."""
     data = ir.source
     tag = TAG.encode()
-    mine = f"cudaFuncSetAttribute({kernel},".encode()
+    mine = re.compile(rb"cudaFuncSetAttribute\(" + re.escape(kernel.encode()) + rb"\s*[,<]")
     edits: list[ByteEdit] = []
     pos = 0
     for line in data.splitlines(keepends=True):
@@ -197,7 +199,7 @@ def undo_edits(ir: KernelIR, kernel: str) -> list[ByteEdit]:
         line = data.rfind(b"\n", 0, pos) + 1
         stop = data.find(b"\n", pos)
         stop = len(data) if stop < 0 else stop
-        if mine not in data[line:pos]:
+        if not mine.search(data[line:pos]):
             pos = data.find(tag, stop)
             continue
         recorded = json.loads(data[pos + len(MARK):stop].decode("utf-8").rstrip())

@@ -61,7 +61,9 @@ K loop multiplies elements read straight from global memory (a naive GEMM) are r
 
 Preconditions (each refusal says which): the kernel is a GEMM micro-kernel `gemm_eval` reads and
 whose staging `gemm_global` traces, or one over global operands `gemm_direct` reads; bf16 / fp16
-global operands; the block size is known (the host's launch, the `block` fact or option,
+global operands; `float` accumulators (a sum kept in fp16 / bf16 or in double is refused: the
+tensor cores' fp32 accumulation would change it); operands that do not depend on blockIdx.z (a
+batch or split along the grid's third axis: the tiles step M and N only); the block size is known (the host's launch, the `block` fact or option,
 `__launch_bounds__`) and is 4, 8, 16 or 32 warps (any, where the form launches its own block);
 the user's block tile divides 128 x 128; a shared-tiled body has no `return` (a block leaving the
 persistent loop early would strand the others at its barriers); static shared memory fits 48 KiB (the

@@ -21,7 +21,8 @@ fp32 tiles that hold only values of one 16-bit type (converted on the way in) ar
 type (`passes.cuda.tile_narrow`: stores convert, the kernel's other reads convert back), so
 ldmatrix reads them; one that cannot be kept so stays fp32 and each fragment is packed from it.
 
-Preconditions (each refusal says which): element type fp16 / bf16 in both tiles; BK a multiple
+Preconditions (each refusal says which): element type fp16 / bf16 in both tiles; `float`
+accumulators (a sum kept in fp16 / bf16 or double would change under fp32 accumulation); BK a multiple
 of 16; the block a whole number of warps; the block tile split into one warp tile per warp
 with WTM a multiple of 16 and WTN of 8; shared memory left for the exchange; `arch >= sm_80`.
 The rule is deterministic. Its de-optimization turns the rule's own output back into scalar
