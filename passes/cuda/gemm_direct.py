@@ -23,7 +23,10 @@ counting blocks row- or column-major), and an accumulator whose output lies past
 parameters bounding M and N (found where the outputs stop) free to hold anything (the kernel's
 own bounds check keeps its store). The hypothesis is fitted on one block with large values and
 checked, product by product, on the first block and on the block where the bounds fall, with
-K small enough that the loop runs to its end. Anything else is refused with the reason.
+K small enough that the loop runs to its end. Anything else is refused with the reason: among
+others a K loop inside a loop that stores the outputs (a grid-stride loop over outputs), and
+accumulators other than `float` (a sum kept in fp16 / bf16 or double, which the schedule's fp32
+accumulation would change).
 
 The result is a `GlobalGemm` whose `GemmTile` has no shared tiles (`shared_bytes` 0, `bk` 1,
 the tiles named by the operands' pointers) and whose `loop` is the K loop statement, wherever it
@@ -146,10 +149,10 @@ def _accesses(ir: KernelIR, nid: int, pointers: set[str]) -> tuple[set[str], set
     return reads, writes
 
 
-def _candidates(k: _Kernel, pointers: set[str]) -> list[int]:
-    """The outermost loops of the kernel that multiply and read elements of two pointer
-    parameters (or of pointers the kernel derives from them), and neither store through one
-    nor wait at a barrier nor touch shared memory."""
+def _candidates(k: _Kernel, pointers: set[str], nested: bool = False) -> list[int]:
+    """The outermost loops of the kernel (with `nested`, the loops inside another loop) that
+    multiply and read elements of two pointer parameters (or of pointers the kernel derives
+    from them), and neither store through one nor wait at a barrier nor touch shared memory."""
     ir = k.ir
     derived = set(pointers)
     for name, decls in k.scope.decls.items():
@@ -160,7 +163,7 @@ def _candidates(k: _Kernel, pointers: set[str]) -> list[int]:
     for nid in subtree(ir, k.fn):
         if ir.grammar_type_of(nid) not in _LOOPS:
             continue
-        if any(ir.grammar_type_of(a) in _LOOPS for a in ir.ancestors(nid)):
+        if any(ir.grammar_type_of(a) in _LOOPS for a in ir.ancestors(nid)) != nested:
             continue
         products = [c for c in subtree(ir, nid)
                     if (ir.grammar_type_of(c) == "binary_expression" and ir.name_of(c) == "*")
@@ -352,6 +355,10 @@ def _find(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str] |
             k = _Kernel(ir, scope, fn)
             ints, ptrs, kinds = _kernel_params(k)
             loops = _candidates(k, set(ptrs))
+            if not loops and _candidates(k, set(ptrs), nested=True):
+                raise Refusal("the K loop sits in a loop that stores the outputs (a thread's "
+                              "outputs stepped by a loop, such as a grid-stride loop, are not "
+                              "read)")
             if not loops:
                 continue
             if len(loops) > 1:

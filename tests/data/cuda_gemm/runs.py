@@ -144,3 +144,34 @@ def batched_naive(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, flo
 
 
 RUNS["batched_naive"] = ("16x16", batched_naive)
+
+
+def gridstride_naive(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, float]:
+    a, b = _mk(m, k, n, torch.bfloat16)
+    c = torch.randn(m, n)
+    want = a.float() @ b.float() + 0.5 * c
+    launch((64, 1), (256, 1), [a, b, c, m, n, k, 0.5])
+    return c, want, 2e-2
+
+
+def beta_init_naive(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, float]:
+    a, b = _mk(m, k, n, torch.half)
+    c = torch.randn(m, n).half()
+    want = a.float() @ b.float() - 2.0 * c.float()
+    launch((_cdiv(n, 32), _cdiv(m, 8)), (32, 8), [a, b, c, m, n, k, -2.0])
+    return c.float(), want, 5e-3
+
+
+RUNS["gridstride_naive"] = ("256", gridstride_naive)
+RUNS["beta_init_naive"] = ("32x8", beta_init_naive)
+
+
+def c_init_naive(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, float]:
+    a, b = _mk(m, k, n, torch.half)
+    c = torch.randn(m, n).half()
+    want = a.float() @ b.float() + c.float()
+    launch((_cdiv(n, 32), _cdiv(m, 8)), (32, 8), [a, b, c, m, n, k, 0.0])
+    return c.float(), want, 5e-3
+
+
+RUNS["c_init_naive"] = ("32x8", c_init_naive)
