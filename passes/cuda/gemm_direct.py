@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from passes.cuda._tree import Scope, block_items, children, subtree
+from passes.cuda._tree import Scope, block_items, children, declared_names, subtree
 from passes.cuda.gemm_eval import (GemmTile, Refusal, Tile, _Acc, _and, _cdiv, _cmod, _k,
                                    _Kernel, _Local, _max, _min, _not, _or, _Outer, _sel, _Sum,
                                    _FMA, _TRIVIA, _thread_map, variable_kind)
@@ -255,6 +255,12 @@ class _DirectTranslator(_StagingTranslator):
         gtype = ir.grammar_type_of(nid)
         if gtype == "return_statement":
             return [f"{pad}return None"]
+        if gtype == "declaration" and nid not in self.path:
+            names = declared_names(ir, nid)
+            if names and all(n in self.accs and not self.accs[n] for n, _, _ in names):
+                # an accumulator's first value (beta * C, a bias...) is a symbol at the loop's
+                # entry: what it is does not change the products the loop adds
+                return [f"{pad}v_{n} = 0" for n, _, _ in names]
         if gtype in _LOOPS:
             lines = super().stmt(nid, pad, body)
             self.loops += 1
@@ -290,8 +296,8 @@ class _DirectProgram:
             "_cdiv": _cdiv, "_cmod": _cmod, "_Local": _Local, "_t": bool, "_and": _and,
             "_or": _or, "_not": _not, "_sel": _sel, "_min": _min, "_max": _max, "_k": _k,
             "_Acc": _Acc, "_Outer": _Outer, "_deref": _deref, "_addr": _addr, "_vzero": _vzero,
-            "_vcast": _vcast, "_vat": _vat, "_gaddr": lambda p, i: p + i[0], "_lane": _lane, "_vpair": _vpair,
-            "_st": _no_shared, "_saddr": _no_shared, "_vst": _no_shared}
+            "_vcast": _vcast, "_vat": _vat, "_gaddr": lambda p, i: p + i[0], "_lane": _lane,
+            "_vpair": _vpair, "_st": _no_shared, "_saddr": _no_shared, "_vst": _no_shared}
         exec(compile(source, "<gemm-direct>", "exec"), namespace)  # noqa: S102 — our translation
         self.fn = namespace["_run"]
         self.source = source
