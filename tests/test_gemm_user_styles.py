@@ -4,7 +4,8 @@ A @ B^T staged through `__half2` pairs, a batched GEMM over blockIdx.z, a double
 shared tile, a template instantiated by its host, cuBLAS-like column-major operands with leading
 dimensions, a `__nv_bfloat162` pair store, `size_t` indices with a K loop unrolled by four, sizes
 in a struct, half-precision accumulation, a grid-stride loop over outputs, an accumulator
-starting from C or from beta * C): each rule either fires and its output compiles for
+starting from C or from beta * C, threadIdx.x along the rows, a K loop for whole tiles of K
+only): each rule either fires and its output compiles for
 sm_90a and matches torch on the CPU emulator at ragged small shapes, or refuses saying why. A
 rule that cannot keep a kernel's result refuses it (a batch stepped by blockIdx.z, a sum kept in
 fp16)."""
@@ -46,7 +47,8 @@ RUNS = _runs()
 # what each rule does with each kernel: None where it fires, else a part of its refusal
 SCHEDULE = {
     "axpby_tiled": None, "bias_gelu_reg": None, "nt_half2": None, "template_tiles": None,
-    "colmajor": None, "c_init_naive": None, "beta_init_naive": None,
+    "colmajor": None, "c_init_naive": None, "beta_init_naive": None, "axpby_xrows": None,
+    "floor_k_tiled": "does not zero-fill past K and its K loop's trip count names no single",
     "gridstride_naive": "a loop that stores the outputs",
     "batched_z": "depend on blockIdx.z", "batched_naive": "depend on blockIdx.z",
     "half_acc": "accumulator acc is fp16", "naive_half_acc": "accumulator s is fp16",
@@ -57,7 +59,7 @@ SCHEDULE = {
 }
 MICRO = {
     "axpby_tiled": None, "bias_gelu_reg": None, "nt_half2": None, "template_tiles": None,
-    "batched_z": None, "struct_dims": None,
+    "batched_z": None, "struct_dims": None, "axpby_xrows": None, "floor_k_tiled": None,
     "half_acc": "accumulator acc is fp16",
     "double_buffer": "stores shared tiles between the barriers where it multiplies",
 }

@@ -175,3 +175,16 @@ def c_init_naive(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, floa
 
 
 RUNS["c_init_naive"] = ("32x8", c_init_naive)
+
+
+def floor_k_tiled(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, float]:
+    a, b = _mk(m, k, n, torch.half)
+    c = torch.randn(m, n).half()
+    whole = k // 16 * 16  # the kernel drops the K remainder
+    want = 0.5 * (a.float()[:, :whole] @ b.float()[:whole]) - 1.5 * c.float()
+    launch((_cdiv(n, 16), _cdiv(m, 16)), (16, 16), [m, n, k, 0.5, a, b, -1.5, c])
+    return c.float(), want, 5e-3
+
+
+RUNS["axpby_xrows"] = ("16x16", axpby_tiled)
+RUNS["floor_k_tiled"] = ("16x16", floor_k_tiled)
