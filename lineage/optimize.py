@@ -469,7 +469,9 @@ def _pull(option: _Option, run: _Run) -> None:
     option.done = made is None or not made.ok or option.pulls >= CANDIDATES_PER_CARD \
         or option.kind == "plain"
     if made is not None:
-        build_ahead(run, option, made)
+        fits = run.ahead is not None and made.ok and made.ir is not None and made.site is not None
+        build_ahead(run, option, made, _kept_as(option.state, made) if fits else None, _stream,
+                    lambda kept, o: _Option(kept, o.kind, o.card, o.rank))
         _judge(option, made, run)
 
 
@@ -481,6 +483,16 @@ def _next(option: _Option, run: _Run) -> Materialized | None:
         if made.ir is None or _unseen(made.ir.unparse(), run):
             return made
     return next(option.stream, None) if option.stream is not None else None
+
+
+def _kept_as(state: _State, made: Materialized) -> _State:
+    """`made` as the state it would be if kept, for what its moves would make
+    (`lineage.ahead`): its path has the step, its profile is `state`'s until its own is
+    measured."""
+    kept = _State(made.ir.unparse(), made.ir, state.verdict, None, parent=state, card=made.card,
+                  made=made)
+    kept.path = (*state.path, Step(made.card.id, made.card.pass_name, made.site.anchor, True))
+    return kept
 
 
 def _reject(option: _Option, made: Materialized, run: _Run, stage: str, reason: str,

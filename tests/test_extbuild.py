@@ -175,8 +175,7 @@ def test_a_build_ahead_is_found_by_its_gate_and_never_stands_for_another_source(
     assert library.stat().st_mtime_ns != built
 
 
-def test_the_search_builds_ahead_the_next_candidates_and_those_of_the_one_it_gates(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_search_builds_ahead_the_next_candidates_and_those_of_the_one_it_gates() -> None:
     from lineage import ahead, optimize
     from lineage.graph import Lineage
     from passes.rewriter import DeterministicRewriter
@@ -193,29 +192,35 @@ def test_the_search_builds_ahead_the_next_candidates_and_those_of_the_one_it_gat
                                stream=iter([made(t) for t in texts]), held=[])
 
     # a move on the text being gated: the same card's rewrite of that text
-    monkeypatch.setattr(optimize, "_stream", lambda o, run: iter(
-        [made(f"{o.card} on {o.state.source}")]))
+    def stream(o, run):
+        return o.stream if o.stream is not None else iter([made(f"{o.card} on {o.state.source}")])
+
+    def on(kept, o):
+        return SimpleNamespace(kind=o.kind, card=o.card, rank=o.rank, done=False, state=kept,
+                               stream=None, held=[])
+
     built: list[str] = []
     a, b, c, d = (option("rule", "A", ["a1", "a2"]), option("own", "B", ["b1"]),
                   option("card", "C", ["c1"]), option("rule", "D", ["d1"]))
     run = SimpleNamespace(ahead=built.append, ranked=[b, a, c, d], rewriter=object(),
                           verdicts={}, lineage=Lineage())
-    ahead.build_ahead(run, a, made("now"))  # type: ignore[arg-type]
-    # per option (the taken first, up to ahead.AHEAD_OPTIONS) its next candidate and its candidate on
-    # the text gated now (whose own gate starts its build); a card of a rewriter that may call
+    kept = optimize._kept_as(parent, made("now"))  # type: ignore[arg-type]
+    ahead.build_ahead(run, a, made("now"), kept, stream, on)  # type: ignore[arg-type]
+    # per option (the taken first, up to ahead.AHEAD_OPTIONS) its next candidate and its
+    # candidate on the text gated now (whose own gate starts its build); a card of a rewriter that may call
     # an LLM is not materialized ahead
     assert built == ["a1", "A on now", "b1", "B on now"]
     assert d.held == [] and c.held == []
     built.clear()
     run.rewriter = DeterministicRewriter()
-    ahead.build_ahead(run, a, made("now"))  # type: ignore[arg-type]
+    kept = optimize._kept_as(parent, made("now"))  # type: ignore[arg-type]
+    ahead.build_ahead(run, a, made("now"), kept, stream, on)  # type: ignore[arg-type]
     assert built == ["a1", "A on now", "b1", "B on now", "c1", "C on now"]
     assert [m.ir.unparse() for m in a.held] == ["a1"]  # held once, not taken from the stream twice
     assert optimize._next(a, run).ir.unparse() == "a1"  # type: ignore[arg-type, union-attr]
     run.verdicts["b1"] = object()  # gated by another path since it was held
     assert optimize._next(b, run) is None  # type: ignore[arg-type]
     assert optimize._next(a, run).ir.unparse() == "a2"  # type: ignore[arg-type, union-attr]
-    kept = ahead.kept_as(parent, made("now"))  # type: ignore[arg-type]
     assert kept.source == "now" and [s.card for s in kept.path] == ["c-now"]
 
 
