@@ -855,14 +855,20 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
   }
   // Past the dynamic bytes the launch asked for (rounded up to a page), the window is not
   // mapped for the launch: a kernel that uses more than its launch gives faults, as on the GPU.
-  size_t guarded = (dynamic_base() + l.dynamic_bytes + 4095) & ~size_t(4095);
-  if (guarded < SHARED_WINDOW) mprotect(shared_window + guarded, SHARED_WINDOW - guarded, PROT_NONE);
+  // The guard maps it again however the launch returns.
+  struct WindowGuard {
+    size_t from;
+    explicit WindowGuard(size_t at) : from(at) { set(PROT_NONE); }
+    ~WindowGuard() { set(PROT_READ | PROT_WRITE); }
+    void set(int prot) const {
+      if (from < SHARED_WINDOW) mprotect(shared_window + from, SHARED_WINDOW - from, prot);
+    }
+  } window_guard((dynamic_base() + l.dynamic_bytes + 4095) & ~size_t(4095));
   std::vector<Thread> threads(l.nthreads);
   l.threads = threads.data();
   for (unsigned i = 0; i < l.nthreads; ++i) {
     if ((threads[i].stack = stacks.get(i, stack_bytes)) == nullptr) {
       snprintf(l.error, sizeof(l.error), "cannot map %u thread stacks", l.nthreads);
-      if (guarded < SHARED_WINDOW) mprotect(shared_window + guarded, SHARED_WINDOW - guarded, PROT_READ | PROT_WRITE);
       return 1;
     }
   }
@@ -951,7 +957,6 @@ inline int run_launch(Launch& l, size_t stack_bytes) {
   }
   L = nullptr;
   cur = nullptr;
-  if (guarded < SHARED_WINDOW) mprotect(shared_window + guarded, SHARED_WINDOW - guarded, PROT_READ | PROT_WRITE);
   sigaction(SIGSEGV, &old_segv, nullptr);
   sigaction(SIGBUS, &old_bus, nullptr);
   sigaltstack(&old_ss, nullptr);
