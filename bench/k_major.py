@@ -1,7 +1,7 @@
 """Times the k-major-operands rule on the KernelBench tier's fp32 GEMM starts (device).
 
 For the square NN GEMM start (`bench/kernelbench/level1/1_...`) at N^3 and the batched start
-(`level1/3_...`): the start as written, the rule's output (`passes.triton.layout`, applied at
+(`level1/3_...`), and the irregular-shape start (`level1/8_...`, ragged K): the start as written, the rule's output (`passes.triton.layout`, applied at
 every operand it takes), each of them under the generic autotune list the search composes the
 rule with (`lineage.control.autotune_control`), the NT twin (`level1/17_...`, B given as (N, K))
 as written and swept, and torch with TF32 allowed. Every row is the median of
@@ -10,7 +10,12 @@ a first call that compiles and autotunes, with the output's error against fp32 t
 `tl.dot` on fp32 is tf32 by default. Rows go to stdout and DIR/rows.jsonl; the kernels timed to
 DIR/src/.
 
-    python3 bench/k_major.py --out DIR [--n 4096] [--batched 128,512,1024,2048] [--dry]
+    python3 bench/k_major.py --out DIR [--n 4096] [--batched 128,512,1024,2048]
+                             [--irregular 8205,2949,5921] [--dry]
+
+For the irregular shape each kernel is also timed with its 2-D inputs first copied, inside the
+timed call, into buffers whose rows start on 128 bytes ("pitched": what an aligned pitch is worth
+for an operand the rule does not copy).
 
 `--dry` writes the sources and checks the rule took them, without a GPU.
 """
@@ -29,6 +34,7 @@ STARTS = ROOT / "bench/kernelbench/level1"
 SQUARE = STARTS / "1_Square_matrix_multiplication_.py"
 NT = STARTS / "17_Matmul_with_transposed_B.py"
 BATCHED = STARTS / "3_Batched_matrix_multiplication.py"
+IRREGULAR = STARTS / "8_Matmul_with_irregular_shapes_.py"
 
 
 def rule_output(source: str) -> str:
@@ -73,8 +79,16 @@ def timed(fn, reference, torch, triton) -> dict:  # noqa: ANN001
     return {"ms": round(ms, 4), "max_rel_err": float(f"{err:.3g}")}
 
 
+def pitched(x, torch):  # noqa: ANN001, ANN201 — a tensor
+    """A 2-D `x` copied into a buffer whose rows start on 128 bytes (a view of its columns)."""
+    run = 128 // x.element_size()
+    buf = torch.empty((x.shape[0], (x.shape[1] + run - 1) // run * run), device=x.device, dtype=x.dtype)
+    buf[:, :x.shape[1]].copy_(x)
+    return buf[:, :x.shape[1]]
+
+
 def measure(problem: str, sources: dict[str, str], make_inputs, flops: float, out: Path,
-            torch_fn) -> list[dict]:  # noqa: ANN001
+            torch_fn, pitch: bool = False) -> list[dict]:  # noqa: ANN001
     import torch
     import triton
 
@@ -96,6 +110,9 @@ def measure(problem: str, sources: dict[str, str], make_inputs, flops: float, ou
                 module = load(path)
                 args = (a, b.transpose(-1, -2).contiguous()) if name.startswith("nt") else (a, b)
                 row.update(timed(lambda: module.run(*args), reference, torch, triton))
+                if pitch:
+                    row["pitched"] = timed(lambda: module.run(*(pitched(x, torch) for x in args)),
+                                           reference, torch, triton)
             row["tflops"] = round(flops / row["ms"] / 1e9, 1)
         except Exception as exc:  # noqa: BLE001 — a row says why it has no time
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -109,20 +126,24 @@ def main() -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--batched", default="128,512,1024,2048", help="batch,M,K,N")
+    parser.add_argument("--irregular", default="8205,2949,5921", help="M,K,N")
     parser.add_argument("--dry", action="store_true")
     args = parser.parse_args()
     try:
         batch, m, k, n = (int(x) for x in args.batched.split(","))
+        im, ik, in_ = (int(x) for x in args.irregular.split(","))
     except ValueError:
-        print("--batched takes four integers: batch,M,K,N", file=sys.stderr)
+        print("--batched takes four integers (batch,M,K,N), --irregular three (M,K,N)", file=sys.stderr)
         return 2
     square, batched = variants(SQUARE, NT), variants(BATCHED, None)
+    irregular = variants(IRREGULAR, None)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.dry:
-        for problem, sources in (("square", square), ("batched", batched)):
+        for problem, sources in (("square", square), ("batched", batched), ("irregular", irregular)):
             for name, source in sources.items():
                 (args.out / f"{problem}_{name.replace('+', '_')}.py").write_text(source)
-        print(json.dumps({"dry": True, "square": list(square), "batched": list(batched)}))
+        print(json.dumps({"dry": True, "square": list(square), "batched": list(batched),
+                          "irregular": list(irregular)}))
         return 0
     import torch
 
@@ -133,10 +154,14 @@ def main() -> int:
     rows += measure("batched", batched, lambda t: (t.randn(batch, m, k, device="cuda"),
                                                    t.randn(batch, k, n, device="cuda")),
                     2.0 * batch * m * n * k, args.out, torch.bmm)
+    rows += measure("irregular", irregular, lambda t: (t.randn(im, ik, device="cuda"),
+                                                       t.randn(ik, in_, device="cuda")),
+                    2.0 * im * ik * in_, args.out, torch.matmul, pitch=True)
     import triton
 
     meta = {"triton": triton.__version__, "torch": torch.__version__,
-            "device": torch.cuda.get_device_name(), "square_n": size, "batched": [batch, m, k, n]}
+            "device": torch.cuda.get_device_name(), "square_n": size, "batched": [batch, m, k, n],
+            "irregular": [im, ik, in_]}
     with open(args.out / "rows.jsonl", "w") as fh:
         for row in [meta, *rows]:
             fh.write(json.dumps(row) + "\n")

@@ -328,7 +328,7 @@ spec.loader.exec_module(module)
 target = GPUTarget("cuda", 90, 32)
 for name, ints, ones, consts in (
         ("square_mm", ["N", "stride_B_n"], ["stride_B_k"], {"BM": 128, "BN": 128, "BK": 32}),
-        ("_k_major_copy", ["R", "C", "B1", "s0", "s1", "sr"], ["sc"], {"TILE_R": 64, "TILE_C": 64})):
+        ("_k_major_copy", ["R", "C", "B1", "s0", "s1", "sr", "P"], ["sc"], {"TILE_R": 64, "TILE_C": 64})):
     jit = getattr(module, name)
     signature = {n: ("*fp32" if n not in ints + ones + list(consts) else "i32") for n in jit.arg_names}
     signature.update({n: "constexpr" for n in [*ones, *consts]})
@@ -502,3 +502,19 @@ def test_the_search_takes_the_rule_after_the_plain_sweep(tmp_path) -> None:
                       budget_steps=2)
     assert [s.pass_name for s in result.applied] == ["autotune", "k-major-operands"]
     assert result.best_ms == 3.0
+
+
+def test_copy_of_a_ragged_k_starts_each_run_on_128_bytes_and_matches_torch(tmp_path) -> None:
+    """A matrix whose K is no multiple of 16 elements (an irregular GEMM) is copied with its
+    K runs padded to 128 bytes, read through the copy's strides, and gives torch's product;
+    a batched operand's copy stays dense."""
+    torch = pytest.importorskip("torch")
+    start = (ROOT / "bench/kernelbench/level1/8_Matmul_with_irregular_shapes_.py").read_text()
+    module = load_module(_optimized(start), tmp_path)
+    a, b = torch.randn(37, 45), torch.randn(45, 29)
+    made = module._k_major(b, 0, 1)
+    assert made.shape == b.shape and made.stride() == (1, 64)  # 45 fp32 -> a 64-element pitch
+    assert torch.equal(made, b)
+    batched = module._k_major(torch.randn(3, 45, 29), 1, 2)
+    assert batched.stride() == (45 * 29, 1, 45)
+    torch.testing.assert_close(module.run(a, b), a @ b, rtol=2e-3, atol=2e-3)

@@ -64,8 +64,8 @@ _BLOCK_ARGS = ("base", "shape", "strides", "offsets", "block_shape", "order")
 _COPY = '''
 
 @triton.jit
-def {kernel}(src, dst, R, C, B1, s0, s1, sr, sc, TILE_R: tl.constexpr, TILE_C: tl.constexpr):
-    """dst[b0, b1, c, r] = src[b0, b1, r, c]: dst is contiguous, src strided."""
+def {kernel}(src, dst, R, C, B1, s0, s1, sr, sc, P, TILE_R: tl.constexpr, TILE_C: tl.constexpr):
+    """dst[b0, b1, c, r] = src[b0, b1, r, c]: dst's rows hold P >= R elements, src strided."""
     b = tl.program_id(2).to(tl.int64)
     b0 = b // B1
     b1 = b % B1
@@ -73,12 +73,15 @@ def {kernel}(src, dst, R, C, B1, s0, s1, sr, sc, TILE_R: tl.constexpr, TILE_C: t
     c = tl.program_id(1) * TILE_C + tl.arange(0, TILE_C)
     inside = (r[:, None] < R) & (c[None, :] < C)
     tile = tl.load(src + b0 * s0 + b1 * s1 + r[:, None] * sr + c[None, :] * sc, mask=inside)
-    tl.store(dst + b * R * C + c[None, :] * R + r[:, None], tile, mask=inside)
+    tl.store(dst + b * P * C + c[None, :] * P + r[:, None], tile, mask=inside)
 
 
 def {helper}(x, k, n):
     """`x` itself where its axis `k` is contiguous, else a copy of the same shape and values
-    whose axis `k` is contiguous and axis `n` next (the other axes outermost, dense)."""
+    whose axis `k` is contiguous and axis `n` next (the other axes outermost, dense). A matrix's
+    runs of `k` each start on a 128-byte boundary: a pitch that is no multiple of 16 elements (a
+    ragged K) would leave the dot's loads unaligned. A batched copy stays dense: a kernel may
+    index its batches by the dense size."""
     k, n = k % x.dim(), n % x.dim()
     if x.stride(k) == 1:
         return x
@@ -89,12 +92,14 @@ def {helper}(x, k, n):
     while src.dim() < 4:
         src = src.unsqueeze(0)
     B0, B1, R, C = src.shape
-    dst = torch.empty((B0, B1, C, R), device=x.device, dtype=x.dtype)
+    run = max(1, 128 // x.element_size()) if x.dim() == 2 else 1
+    P = (R + run - 1) // run * run
+    dst = torch.empty((B0, B1, C, P), device=x.device, dtype=x.dtype)
     grid = lambda meta: (triton.cdiv(R, meta["TILE_R"]), triton.cdiv(C, meta["TILE_C"]), B0 * B1)
     {kernel}[grid](src, dst, R, C, B1, src.stride(0), src.stride(1), src.stride(2), src.stride(3),
-                   TILE_R=64, TILE_C=64)
+                   P, TILE_R=64, TILE_C=64)
     order = [*outer, k, n]
-    made = dst.reshape(*[x.shape[d] for d in outer], C, R).transpose(-1, -2)
+    made = dst[..., :R].reshape(*[x.shape[d] for d in outer], C, R).transpose(-1, -2)
     made = made.permute(*[order.index(d) for d in range(x.dim())])
     if made.stride(k) != 1:
         raise ValueError("the K-major copy's axis k is not contiguous")
