@@ -362,8 +362,10 @@ def _tensor_stats(flat: torch.Tensor, ref: Held, key: int, fresh: int,
     """Float64 sums over one output against its held reference, a chunk at a time (each chunk
     masked under `fresh` after its sums). Every figure stays on the device until the last
     chunk is done (one synchronization per output, not a few per chunk): per chunk its misses,
-    its first failing element and its largest difference, each with its place and values."""
-    device = flat.device
+    its first failing element and its largest difference, each with its place and values. An
+    output in host memory (a lean plan's sampled output) is compared on the reference's device,
+    a chunk at a time."""
+    device = torch.device(ref.device) if ref.device is not None else flat.device
     zero = torch.zeros((), dtype=torch.float64, device=device)
     num, den = zero.clone(), zero.clone()
     nan_bad = torch.zeros((), dtype=torch.bool, device=device)
@@ -372,7 +374,7 @@ def _tensor_stats(flat: torch.Tensor, ref: Held, key: int, fresh: int,
     for start, r in ref.pieces(key, fresh):
         # float64 temporaries are most of the time of a gigabyte output: as few as possible,
         # the rest made in place
-        o = flat[start:start + r.numel()].to(torch.float64)
+        o = flat[start:start + r.numel()].to(device=device, dtype=torch.float64)
         r = r.to(torch.float64)
         rf, of = torch.isfinite(r), torch.isfinite(o)
         nan_bad |= (~of & rf).any() | torch.isnan(o).any()

@@ -10,7 +10,12 @@ gigabytes cannot keep them all: `plan_sets` shrinks, in this order, the refill p
 `MIN_POOL` sets: the timed set and one crossover, so refilled calls still see fresh values in
 the same buffers), the correctness seeds (to `MIN_SEEDS`: the check that the reference depends
 on its inputs compares two), and parks what still does not fit in host memory (each parked
-set costs a copy out and one back per use, so it is the last resort).
+set costs a copy out and one back per use, so it is the last resort). Where even that does not
+fit, the plan is *lean* (`lean_bytes`): every set and every held reference waits in host memory
+between its uses, and a set is on the device only while a phase uses it (the phases do not
+overlap: the device holds the largest phase's sets and temporaries, `LEAN_WORK`). The checks
+are the same (fresh values on refill, the sealed call, the knockout calls); each use of a set
+costs a copy in, and each held reference is compared from host memory a chunk at a time.
 
 Pure arithmetic on byte counts (no torch): the worker measures the numbers, the plan is
 tested on the CPU with made-up ones.
@@ -36,6 +41,16 @@ still held), a refill crossover (its random mask, its copy and a temporary). The
 from the first to the last phase, though the worker lets each go after its last call (the
 seeds after the correctness calls, the first after the knockout calls, the sealed set after
 the sealed call): the later phases have that much more room."""
+LEAN_WORK = ((2.0, 2.0), (3.0, 1.0))
+"""(input-set sizes, output sizes) on the device per kind of phase of a lean plan, where no set
+stays between its uses (the largest counts): a call on a set brought back (the set, its clone
+or, in the sealed call, the inputs that hold poison, its output and the seal's kept copy of
+it), a reference step (the set, its clone, the reference's output and its masked copy, or on
+the first set the precision probe's rounded inputs and result, made before the masked copy);
+and the timed runs (the pool's two sets brought back, the rotation's buffers, the current
+output: the sampled outputs wait in host memory), the reference timed on the same buffers, a
+crossover made of the timed set and the first seed's (`gate.refill.crossover` works a chunk at
+a time)."""
 CAP_ENV = "KLINEAGE_GATE_MEMORY"
 """Environment variable: the most device memory, in bytes, a gate plans its sets for (a run
 of several gates on one device reserves each its share; `plan_sets` takes the smaller of it
@@ -56,13 +71,16 @@ class SetPlan:
     """What one variant keeps. `seeds`: correctness seeds drawn; `pool`: sets the refilled
     calls rotate through (the timed set included); `parked`: sets that wait in host memory
     (counted among those that may: the seeds after the first, the sealed and re-verification
-    sets); `sets`: every set drawn. `reason` says why fewer than asked (empty when none)."""
+    sets); `sets`: every set drawn; `lean`: every set and held reference waits in host memory
+    between its uses (`lean_bytes`; `parked` then counts every set). `reason` says why fewer
+    than asked (empty when none)."""
 
     seeds: int
     pool: int
     parked: int
     sets: int
     reason: str = ""
+    lean: bool = False
 
     @property
     def reduced(self) -> bool:
@@ -93,16 +111,53 @@ def gate_bytes(set_bytes: int, out_bytes: int, *, seeds: int, pool: int, fixed: 
             + working_bytes(set_bytes, out_bytes, reference_peak))
 
 
-def least_bytes(set_bytes: int, out_bytes: int, *, pool: int, fixed: int, held: bool = True,
-                reference_peak: int = 0) -> int:
-    """Device bytes a gate holds at the least `plan_sets` ever plans: the sets that never wait
-    in host memory (the first seed, the timed set and the pool's crossovers, at most `MIN_POOL`
-    sets in the pool) and its working memory. Given at least this much, a gate keeps fewer sets
-    and parks the rest instead of running out of memory."""
+def lean_bytes(set_bytes: int, out_bytes: int, reference_peak: int = 0) -> int:
+    """Device bytes a lean plan holds at its largest phase (`LEAN_WORK`, or the first set's
+    reference step where it measured more: the set, its held reference and `reference_peak`),
+    plus `SLACK_BYTES`."""
+    calls = max(int(i * set_bytes + o * out_bytes) for i, o in LEAN_WORK)
+    return max(calls, set_bytes + out_bytes + reference_peak) + SLACK_BYTES
+
+
+def parked_bytes(set_bytes: int, out_bytes: int, *, pool: int, fixed: int, held: bool = True,
+                 reference_peak: int = 0) -> int:
+    """Device bytes of a plan that parks every set that may wait and keeps the rest (the first
+    seed, the timed set and up to `MIN_POOL` - 1 crossovers) with their references, and its
+    working memory."""
     p = min(MIN_POOL, max(1, pool))
     resident = 1 + (1 if fixed else 0) + p - 1
     per_set = set_bytes + (out_bytes if held else 0)
     return resident * per_set + working_bytes(set_bytes, out_bytes, reference_peak)
+
+
+def least_bytes(set_bytes: int, out_bytes: int, *, pool: int, fixed: int, held: bool = True,
+                reference_peak: int = 0) -> int:
+    """Device bytes a gate holds at the least `plan_sets` ever plans: the smaller of a plan
+    that keeps its first sets and parks the rest (`parked_bytes`) and a lean one
+    (`lean_bytes`). Given at least this much, a gate keeps fewer sets and parks the rest
+    instead of running out of memory."""
+    return min(parked_bytes(set_bytes, out_bytes, pool=pool, fixed=fixed, held=held,
+                            reference_peak=reference_peak),
+               lean_bytes(set_bytes, out_bytes, reference_peak))
+
+
+def plan_bytes(plan: SetPlan, set_bytes: int, out_bytes: int, *, held: bool,
+               reference_peak: int = 0) -> int:
+    """Device bytes `plan` holds at its largest phase: its resident sets (with their held
+    references) and the working memory, or, lean, `lean_bytes`."""
+    if plan.lean:
+        return lean_bytes(set_bytes, out_bytes, reference_peak)
+    per_set = set_bytes + (out_bytes if held else 0)
+    return (plan.sets - plan.parked) * per_set + working_bytes(set_bytes, out_bytes, reference_peak)
+
+
+def lean_plan(seeds: int, pool: int, fixed: int, reason: str = "") -> SetPlan:
+    """The lean plan of a variant asking `seeds` seeds and a `pool` of refill sets, with
+    `fixed` further sets: `MIN_SEEDS` / `MIN_POOL` (or fewer where fewer are asked), every set
+    parked between its uses."""
+    s, p = min(MIN_SEEDS, max(1, seeds)), min(MIN_POOL, max(1, pool))
+    total = s + fixed + p - 1
+    return SetPlan(s, p, total, total, reason, lean=True)
 
 
 def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, pool: int,
@@ -113,7 +168,8 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
     whether references are held on the device. Never fewer than `MIN_POOL` / `MIN_SEEDS` (or
     the numbers asked, when smaller); what does not fit then is parked (the seeds after the
     first, the sealed and re-verification sets may be; the first seed, the timed set and the
-    pool's crossovers stay: the refills copy from them). `free_bytes` counts at most
+    pool's crossovers stay: the refills copy from them); where those still do not fit and a
+    lean plan holds less (`lean_bytes`), the plan is lean. `free_bytes` counts at most
     `device_cap()`."""
     cap = device_cap()
     if cap is not None:
@@ -137,9 +193,17 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
         room = max(0, free_bytes - work)
         resident = room // per_set
         parked = int(min(parkable, max(0, total - resident)))
+    gib = 1 << 30
+    held_bytes = (total - parked) * per_set + work
+    lean = lean_bytes(set_bytes, out_bytes, reference_peak)
+    if held_bytes > free_bytes and lean < held_bytes:
+        return lean_plan(s, p, fixed, f"every input set and reference waits in host memory between "
+                                      f"its uses: {set_bytes / gib:.1f} GiB of inputs and "
+                                      f"{out_bytes / gib:.1f} GiB of output a set, "
+                                      f"{free_bytes / gib:.1f} GiB free on the device, "
+                                      f"{lean / gib:.1f} GiB at the largest phase")
     reason = ""
     if (s, p) != (want_seeds, want_pool) or parked:
-        gib = 1 << 30
         reason = (f"{s} of {want_seeds} seeds, a refill pool of {p} of {want_pool} sets"
                   + (f", {parked} set(s) waiting in host memory" if parked else "")
                   + f": {set_bytes / gib:.1f} GiB of inputs"
@@ -149,5 +213,6 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
     return SetPlan(s, p, parked, total, reason)
 
 
-__all__ = ["CAP_ENV", "MIN_POOL", "MIN_SEEDS", "PHASE_WORK", "SLACK_BYTES", "SetPlan", "device_cap",
-           "gate_bytes", "kept_bytes", "least_bytes", "plan_sets", "working_bytes"]
+__all__ = ["CAP_ENV", "LEAN_WORK", "MIN_POOL", "MIN_SEEDS", "PHASE_WORK", "SLACK_BYTES", "SetPlan",
+           "device_cap", "gate_bytes", "kept_bytes", "lean_bytes", "lean_plan", "least_bytes",
+           "parked_bytes", "plan_bytes", "plan_sets", "working_bytes"]

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 
 CROSSOVER_RATE = 1.0 / 64.0
+MIX_CHUNK = 1 << 24
+"""Elements a crossover of a contiguous tensor draws its mask for at a time."""
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -47,17 +49,36 @@ def crossover(base: tuple[Any, ...], donor: tuple[Any, ...], seed: int,
         gen = gens.get(device)
         if gen is None:
             gen = gens[device] = torch.Generator(device=b.device).manual_seed(seed)
-        mask = torch.rand(b.shape, generator=gen, device=b.device) < rate
-        if not bool(mask.any()):
-            flat = int(torch.randint(0, b.numel(), (1,), generator=gen, device=b.device))
-            mask.view(-1)[flat] = True
         bits = _INT_OF_SIZE[b.element_size()]
         x = b.clone()
-        xv = x.view(bits)
-        xv.copy_(torch.where(mask, d.view(bits), xv))
+        if x.is_contiguous() and d.is_contiguous():
+            _mix_chunks(x.view(bits).view(-1), d.view(bits).view(-1), gen, rate)
+        else:
+            mask = torch.rand(b.shape, generator=gen, device=b.device) < rate
+            if not bool(mask.any()):
+                flat = int(torch.randint(0, b.numel(), (1,), generator=gen, device=b.device))
+                mask.view(-1)[flat] = True
+            xv = x.view(bits)
+            xv.copy_(torch.where(mask, d.view(bits), xv))
         out.append(x)
         mixed = True
     return tuple(out) if mixed else None
+
+
+def _mix_chunks(x: torch.Tensor, d: torch.Tensor, gen: torch.Generator, rate: float) -> None:
+    """`x` (flat raw bits) takes the elements of `d` at about `rate` of its places, drawn a
+    chunk of `MIX_CHUNK` elements at a time (the mask and the choice of a gigabyte tensor are
+    a chunk's size, not the tensor's); at least one place is taken."""
+    taken = torch.zeros((), dtype=torch.int64, device=x.device)
+    for start in range(0, x.numel(), MIX_CHUNK):
+        seg = x[start:start + MIX_CHUNK]
+        mask = torch.rand(seg.numel(), generator=gen, device=x.device) < rate
+        taken += mask.sum()
+        seg.copy_(torch.where(mask, d[start:start + MIX_CHUNK], seg))
+        del mask
+    if not int(taken):
+        flat = int(torch.randint(0, x.numel(), (1,), generator=gen, device=x.device))
+        x[flat] = d[flat]
 
 
 @dataclass(slots=True)

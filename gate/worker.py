@@ -549,14 +549,17 @@ class _Runner:
             self.originals[first] = inputs
             plan = self._set_plan(variant, inputs, free, self._peak_since(peak_from))
             per_set = self._set_bytes(inputs) + (self.out_bytes.get(variant, 0) if self.held_mode else 0)
-            self._reserve((plan.sets - 1) * per_set + self.work_bytes[variant])
+            self._reserve(self.work_bytes[variant] if plan.lean else
+                          (plan.sets - 1) * per_set + self.work_bytes[variant])
         del inputs
+        if plan.lean:  # a lean plan: no set stays on the device between its uses
+            self._park(first)
         self.chan.send("seeds", variant, list(self.seeds_of(variant)))
         if plan.reduced:
             self.chan.send("flag", f"{variant}: input sets sized to the device's memory: {plan.reason}")
         keys = self.plan(variant)
         # the seeds after the first, the sealed and the re-verification sets may wait in host
-        # memory; the last of them first (the re-verification set is used last)
+        # memory; the last of them first (the re-verification set is used last); lean, all
         parkable = [k for k in keys if k != first and k[1] != PHASE_TIMED]
         to_park = set(parkable[len(parkable) - plan.parked:]) if plan.parked else set()
         for key in keys[1:]:
@@ -565,7 +568,7 @@ class _Runner:
             self._reference(*key, inputs)
             self.originals[key] = self._mask_sealed(key, inputs) if key[1] == PHASE_SEALED else inputs
             del inputs
-            if key in to_park or (key in parkable and self._short(variant)):
+            if plan.lean or key in to_park or (key in parkable and self._short(variant)):
                 self._park(key)
                 self.lap("references: park")
         self.pools[variant] = self._pool(variant)
@@ -659,7 +662,8 @@ class _Runner:
     def _set_plan(self, variant: str, inputs: tuple[Any, ...], free: int, peak: int) -> Any:
         """The variant's `memplan.SetPlan` (kept in `set_plans`): from the device's free memory
         before its first set, that set's bytes, its reference's and the reference step's peak;
-        off the device, or with `KLINEAGE_GATE_SETS=job`, the job's numbers."""
+        off the device, or with `KLINEAGE_GATE_SETS=job`, the job's numbers; with
+        `KLINEAGE_GATE_SETS=lean`, a lean plan at any tier (`memplan.lean_plan`)."""
         from gate import memplan  # noqa: PLC0415
 
         seeds, pool = len(self.job.seeds), max(1, self.job.refill_sets)
@@ -669,11 +673,17 @@ class _Runner:
         # the peak holds the first set itself (its inputs, its held reference): kept, not work
         peak = max(0, peak - set_bytes - (out_bytes if self.held_mode else 0))
         self.work_bytes[variant] = memplan.working_bytes(set_bytes, out_bytes, peak)
-        if self.device != "cuda" or os.environ.get("KLINEAGE_GATE_SETS") == "job":
+        choice = os.environ.get("KLINEAGE_GATE_SETS")
+        if choice == "lean":
+            plan = memplan.lean_plan(seeds, pool, fixed, "every input set and reference waits in "
+                                                         "host memory between its uses (asked)")
+        elif self.device != "cuda" or choice == "job":
             plan = memplan.SetPlan(seeds, pool, 0, seeds + fixed + pool - 1)
         else:
             plan = memplan.plan_sets(free, set_bytes, out_bytes, seeds=seeds, pool=pool,
                                      fixed=fixed, held=self.held_mode, reference_peak=peak)
+        if plan.lean:
+            self.work_bytes[variant] = memplan.lean_bytes(set_bytes, out_bytes, peak)
         self.set_plans[variant] = plan
         return plan
 
@@ -722,11 +732,16 @@ class _Runner:
     def _park(self, key: tuple[str, str, int]) -> None:
         """Move the input set `key` (and its held reference) to host memory."""
         inputs = self.originals[key]
-        self.originals[key] = tuple(x.to("cpu", copy=True) if type(x) is self.cap.tensor_type else x
-                                    for x in inputs)
+        self.originals[key] = self._host_copy(inputs)
         del inputs
         self._park_reference(key)
         self.parked.add(key)
+
+    def _host_copy(self, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(x.to("cpu", copy=True) if type(x) is self.cap.tensor_type else x for x in inputs)
+
+    def _on_device(self, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(x.to(self.device) if type(x) is self.cap.tensor_type else x for x in inputs)
 
     def _short(self, variant: str) -> bool:
         """The device no longer has the working memory of `variant`'s calls free (another
@@ -755,7 +770,7 @@ class _Runner:
         inputs = self.originals[key]
         if key not in self.parked:
             return inputs
-        return tuple(x.to(self.device) if type(x) is self.cap.tensor_type else x for x in inputs)
+        return self._on_device(inputs)
 
     def sealed_seed(self) -> int:
         """Fresh inputs for the sealed call (answers kept from other calls do not fit them)."""
@@ -806,6 +821,11 @@ class _Runner:
         if finite_like and not all(bool(torch.isfinite(t).all()) for t in tensors
                                    if t.is_floating_point() or t.is_complex()):
             return False
+        # the probe before the masked copy: its rounded inputs and result are not held beside it
+        if phase == PHASE_SEED and seed == self.job.seeds[0] \
+                and self.shapes[variant].get("dtype") == "fp32":
+            self._precision_probe(variant, seed, inputs, ref)
+            self.lap("references: precision probe")
         if self.held_mode:  # kept here, masked; the parent gets its key, headers and a sample
             from gate import heldcompare  # noqa: PLC0415
 
@@ -821,10 +841,6 @@ class _Runner:
             self.chan.send("ref", variant, phase, seed, self.encode(ref),
                            self.encode(inputs) if with_inputs else None)
         self.lap("references: hold and send" if self.held_mode else "references: send")
-        if phase == PHASE_SEED and seed == self.job.seeds[0] \
-                and self.shapes[variant].get("dtype") == "fp32":
-            self._precision_probe(variant, seed, inputs, ref)
-            self.lap("references: precision probe")
         # The reference's answer must not survive where a candidate could find it.
         for t in tensors:
             self.guards.poison_(t)
@@ -853,32 +869,42 @@ class _Runner:
     def _pool(self, variant: str) -> Any:
         """The variant's refill pool (`gate.refill`): the timed set, then crossovers of it with
         the first seed's set (fresh draws where the case asks or a crossover is refused). A
-        fresh draw's seed continues the job's seeds; a crossover's is a number of its own."""
+        fresh draw's seed continues the job's seeds; a crossover's is a number of its own. A
+        lean plan's pool waits in host memory (`_rotation` brings it back), the timed and first
+        sets on the device only while a crossover is made."""
         refill = self.refill
-        timed = self.originals[(variant, PHASE_TIMED, self.job.extra_seed)]
-        donor = self.originals[(variant, PHASE_SEED, self.job.seeds[0])]
+        lean = self.set_plans[variant].lean
+        timed_key = (variant, PHASE_TIMED, self.job.extra_seed)
+        donor_key = (variant, PHASE_SEED, self.job.seeds[0])
         fresh_only = str(getattr(self.case, "REFILL", "crossover")) == "fresh"
-        sets = [(self.job.extra_seed, timed)]
+        sets = [(self.job.extra_seed, self.originals[timed_key])]
         for k in range(1, self.set_plans[variant].pool):
             seed = self.job.refill_seed + k
-            mixed = None if fresh_only else refill.crossover(timed, donor, seed)
+            mixed = None if fresh_only else refill.crossover(self.original(timed_key),
+                                                             self.original(donor_key), seed)
             self.lap("references: crossover")
             if mixed is not None and self._reference(variant, PHASE_REFILL, seed, mixed,
                                                      finite_like=True):
                 sets.append((seed, mixed))
             else:
+                del mixed
                 mixed = self._draw(variant, seed)
                 self._reference(variant, PHASE_REFILL, seed, mixed)
                 sets.append((seed, mixed))
+            del mixed
             # the pool's inputs stay on the device (refills copy them between timed calls);
             # its references are compared only for the few sampled calls
-            if self._short(variant):
+            if lean or self._short(variant):
                 self._park_reference((variant, PHASE_REFILL, seed))
+            if lean:
+                sets[-1] = (seed, self._host_copy(sets[-1][1]))
         return refill.Pool(sets)
 
     def _rotation(self, variant: str) -> Any:
         """Fresh buffers (a copy of the timed set) that refilled calls of `variant` rotate in."""
         pool = self.pools[variant]
+        if self.set_plans.get(variant) is not None and self.set_plans[variant].lean:
+            pool = self.refill.Pool([(seed, self._on_device(inputs)) for seed, inputs in pool.sets])
         return self.refill.Rotation(pool, self.clone_inputs(pool.inputs(0)), self.cap.copy_)
 
     def _poison_cached_memory(self) -> None:
@@ -1213,6 +1239,7 @@ class _Runner:
             self.send_out(variant, phase, seed, res)
             if seed != self.job.seeds[0]:  # the first seed's runs again (configs, knockout)
                 self._release((variant, phase, seed))
+            del original, inputs, res  # before the next set comes (a parked one is a copy)
         self.check_kernels("correctness", "correctness calls")
 
     def configs(self) -> None:
@@ -1247,7 +1274,7 @@ class _Runner:
             saved = dict(tuner.cache)
             try:
                 for variant in self.shapes:
-                    original = self.originals[(variant, PHASE_SEED, seed)]
+                    original = self.original((variant, PHASE_SEED, seed))
                     kept: set[int] | None = None  # what pruning kept on the runs before
                     ran: set[Any] = set()  # `_interpreted_alike` keys checked on this variant
                     if self.job.tier == "interpret":
@@ -1264,6 +1291,7 @@ class _Runner:
                         tuner.best_config = None
                         self.monitor.pin = (tuner, config)
                         self.monitor.kept.pop(id(tuner), None)
+                        inputs = res = None  # the previous call's go first
                         inputs = self.clone_inputs(original)
                         try:
                             res = self.call(inputs, "run")
@@ -1295,8 +1323,9 @@ class _Runner:
         self.chan.send("stage", "anti_cheat")
         variant = next(iter(self.shapes))
         seed = self.job.seeds[0]
-        original = self.originals[(variant, PHASE_SEED, seed)]
+        original = self.original((variant, PHASE_SEED, seed))
         for mode, phase in (("silent", PHASE_KNOCKOUT), ("raise", PHASE_FAULT)):
+            inputs = res = None  # the previous call's go first
             inputs = self.clone_inputs(original)
             res = self.call(inputs, mode)
             trace = res["trace"]
@@ -1436,7 +1465,9 @@ class _Runner:
         rotation = self._rotation(variant)
         last: list[Any] = [None, 0]  # the last call's outputs, the pool set it ran on
         calls = [0]
-        sample = self.refill.Reservoir(REFILL_SAMPLE, self._snapshot)
+        plan = self.set_plans.get(variant)
+        host = plan is not None and plan.lean  # a lean plan's sampled outputs wait in host memory
+        sample = self.refill.Reservoir(REFILL_SAMPLE, functools.partial(self._snapshot, host=host))
         pending = [False]  # the last call's outputs not yet offered to the sample
 
         def fn() -> None:
@@ -1470,12 +1501,15 @@ class _Runner:
         res = {"out": last[0], "exc": None, "trace": trace,
                "launches": self.monitor.launches, "side": list(self.monitor.side_stream)}
         self.check_call(res, rotation.buffers, rotation.pool.inputs(rotation.current), "timing", what)
+        launches = res["launches"]
         if res["launches"] < calls[0]:
             self.chan.reject(FailureKind.FALLBACK, "timing",
                              f"{calls[0]} timed calls launched only {res['launches']} kernels: "
                              f"the candidate skips its kernel when timed")
-        for index, outputs in sample.kept + [(last[1], last[0])]:
-            self.report(variant, PHASE_REFILL, rotation.pool.seed(index), outputs, res["launches"])
+        checked = [(rotation.pool.seed(index), outputs) for index, outputs in sample.kept + [(last[1], last[0])]]
+        del rotation, sample, last, res  # a lean plan's pool leaves the device before the reports
+        for seed, outputs in checked:
+            self.report(variant, PHASE_REFILL, seed, outputs, launches)
         return ms, wall
 
     def send_kernel_ms(self, variant: str, calls: int) -> None:
@@ -1495,10 +1529,13 @@ class _Runner:
         if per_kernel:
             self.chan.send("kernel_ms", variant, per_kernel)
 
-    def _snapshot(self, outputs: Any) -> Any:
+    def _snapshot(self, outputs: Any, host: bool = False) -> Any:
         """A copy of a call's outputs (tensors cloned on their device, stream-ordered after
-        the call), for checking once the timed run is over."""
+        the call; with `host`, copied to host memory), for checking once the timed run is over."""
         clone = self.cap.clone
+        if host:
+            cap = self.cap
+            clone = lambda t: cap.clone(t) if t.device.type == "cpu" else cap.cpu(t)  # noqa: E731
         if isinstance(outputs, (tuple, list)):
             return tuple(clone(t) if type(t) is self.cap.tensor_type else t for t in outputs)
         return clone(outputs) if type(outputs) is self.cap.tensor_type else outputs

@@ -187,6 +187,25 @@ def test_input_sets_that_do_not_fit_wait_in_host_memory(monkeypatch: pytest.Monk
         assert cheat.failure_kind is FailureKind.REUSED_OUTPUT, (mode, cheat.reason)
 
 
+def test_a_lean_plan_keeps_the_checks_with_every_set_waiting_between_its_uses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lean plan (`gate.memplan.lean_plan`; forced here with KLINEAGE_GATE_SETS=lean): every
+    input set and held reference waits in host memory between its uses, the first seed's and
+    the timed set too; the checks run as before on the sets brought back (a correct kernel
+    passes; a reused answer, a knockout fallback and a write into the inputs are named)."""
+    monkeypatch.setenv("KLINEAGE_GATE_SETS", "lean")
+    monkeypatch.setenv("KLINEAGE_GATE_COMPARE", "worker")
+    verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False, timeout=60)
+    assert verdict.ok, verdict.reason
+    assert any("waits in host memory between its uses" in f for f in verdict.flags), verdict.flags
+    # two seeds, the timed and the sealed sets: every one waits
+    assert any("4 of 4 input sets wait in host memory" in f for f in verdict.flags), verdict.flags
+    for name, kind in (("reuse_data_ptr", FailureKind.REUSED_OUTPUT), ("reuse_checksum", FailureKind.REUSED_OUTPUT),
+                       ("knockout_numpy", FailureKind.FALLBACK), ("mutate_input", FailureKind.INPUT_MUTATION)):
+        cheat = gate.check_file(DATA / "cheats" / f"{name}.py", SAXPY, Tier.INTERPRET, cache=False, timeout=60)
+        assert cheat.failure_kind is kind, (name, cheat.reason)
+
+
 def test_a_knockout_call_that_fails_as_it_should_opens_no_other_reference() -> None:
     """The other sets' keys go to the worker only for a failure that rejects the run: a
     knockout call's wrong output (what it should give) leaves every other key unsent."""
@@ -233,5 +252,25 @@ def test_on_the_gpu_both_comparison_modes_give_the_same_verdicts(
                             cache=False)
     assert wrong.failure_kind is FailureKind.WRONG_OUTPUT, wrong.reason
     assert "config 1 of saxpy_kernel" in wrong.reason
+    reused = gate.check_file(DATA / "cheats" / "reuse_data_ptr.py", SAXPY, Tier.DEVICE, cache=False)
+    assert reused.failure_kind is FailureKind.REUSED_OUTPUT, reused.reason
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_lean_plan_checks_the_timed_runs_from_host_memory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lean plan on the device (KLINEAGE_GATE_SETS=lean): the pool comes back for the timed
+    runs and leaves after, their sampled outputs wait in host memory and are compared there
+    against references held in host memory; a kernel that goes wrong once timed is caught."""
+    monkeypatch.setenv("KLINEAGE_GATE_SETS", "lean")
+    verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.DEVICE, cache=False)
+    assert verdict.ok, verdict.reason
+    assert any("waits in host memory between its uses" in f for f in verdict.flags), verdict.flags
+    phases = [r.phase for r in verdict.correctness.results]
+    assert phases.count("seed") == 2 and "reverify" in phases and phases.count("refill") >= 2
+    stale = gate.check_file(DATA / "cheats" / "lazy_after_warmup.py", SAXPY, Tier.DEVICE, cache=False)
+    # its unwritten output may hold an earlier call's answer: reused, else stale
+    assert stale.failure_kind in (FailureKind.STALE_OUTPUT, FailureKind.REUSED_OUTPUT), stale.reason
+    assert "refill" in stale.reason or "timed" in stale.reason, stale.reason
     reused = gate.check_file(DATA / "cheats" / "reuse_data_ptr.py", SAXPY, Tier.DEVICE, cache=False)
     assert reused.failure_kind is FailureKind.REUSED_OUTPUT, reused.reason

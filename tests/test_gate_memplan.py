@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gate.memplan import (MIN_POOL, MIN_SEEDS, SLACK_BYTES, gate_bytes, kept_bytes, least_bytes, plan_sets,
-                          working_bytes)
+from gate.memplan import (LEAN_WORK, MIN_POOL, MIN_SEEDS, SLACK_BYTES, gate_bytes, kept_bytes, lean_bytes,
+                          least_bytes, parked_bytes, plan_bytes, plan_sets, working_bytes)
 
 GIB = 1 << 30
 SAXPY = Path(__file__).resolve().parent / "data" / "cases" / "saxpy"
@@ -44,7 +44,8 @@ def test_a_large_problem_shrinks_the_pool_then_the_seeds_and_fits_without_parkin
 
 
 def test_what_still_does_not_fit_waits_in_host_memory_and_the_first_sets_stay() -> None:
-    plan = plan_sets(60 * GIB, 8 * GIB, 8 * GIB, seeds=3, pool=4, fixed=3, held=True,
+    # three sets of 16 GiB and 35 GiB of working memory fit in 90 GiB; six sets do not
+    plan = plan_sets(90 * GIB, 8 * GIB, 8 * GIB, seeds=3, pool=4, fixed=3, held=True,
                      reference_peak=24 * GIB)
     assert (plan.seeds, plan.pool) == (MIN_SEEDS, MIN_POOL)
     # parkable: the second seed, the sealed and the re-verification sets (never the first
@@ -56,19 +57,47 @@ def test_what_still_does_not_fit_waits_in_host_memory_and_the_first_sets_stay() 
     assert _fits(less, 110 * GIB, 8 * GIB, 8 * GIB, 24 * GIB, held=True)
 
 
+def test_where_the_first_sets_do_not_fit_beside_the_calls_every_set_waits_between_its_uses() -> None:
+    """A lean plan: the seeds and pool at their least, every set parked (and its held reference:
+    `plan_bytes` counts no set between phases), the device holding the largest phase."""
+    plan = plan_sets(60 * GIB, 8 * GIB, 8 * GIB, seeds=3, pool=4, fixed=3, held=True,
+                     reference_peak=24 * GIB)
+    assert plan.lean and (plan.seeds, plan.pool) == (MIN_SEEDS, MIN_POOL)
+    assert plan.parked == plan.sets == MIN_SEEDS + 3 + MIN_POOL - 1
+    assert "waits in host memory between its uses" in plan.reason and "60.0 GiB free" in plan.reason
+    # the largest phase: the first set's measured reference step (8 + 8 + 24) over the calls'
+    assert plan_bytes(plan, 8 * GIB, 8 * GIB, held=True, reference_peak=24 * GIB) \
+        == lean_bytes(8 * GIB, 8 * GIB, 24 * GIB) == 40 * GIB + SLACK_BYTES <= 60 * GIB
+    # without that peak: two sets and two outputs (a call on a set brought back, the sealed
+    # call), three sets and an output (the timed runs); for inputs alone, three sets
+    assert lean_bytes(8 * GIB, 8 * GIB) == 32 * GIB + SLACK_BYTES
+    assert lean_bytes(8 * GIB, 0) == 24 * GIB + SLACK_BYTES
+    assert lean_bytes(GIB, 8 * GIB) == 18 * GIB + SLACK_BYTES
+    assert max(i + o for i, o in LEAN_WORK) == 4  # four sets' or outputs' worth at most
+    # a lean plan is never chosen where the parked one fits, nor where it would hold more
+    assert not plan_sets(90 * GIB, 8 * GIB, 8 * GIB, seeds=3, pool=4, fixed=3, held=True,
+                         reference_peak=24 * GIB).lean
+    tight = plan_sets(10 * GIB, 8 * GIB, 8 * GIB, seeds=3, pool=4, fixed=3, held=True)
+    assert tight.lean and plan_bytes(tight, 8 * GIB, 8 * GIB, held=True) > 10 * GIB  # the least
+
+
 @pytest.mark.parametrize("sizes", [(8 * GIB, 8 * GIB, 0), (8 * GIB, 0, 0), (GIB // 100, 4 * GIB, 0),
-                                   (GIB, GIB, 12 * GIB), (GIB // 4, GIB // 4, 0)])
+                                   (GIB, GIB, 12 * GIB), (GIB // 4, GIB // 4, 0), (GIB, 8 * GIB, 0)])
 def test_the_least_a_gate_holds_is_a_plan_that_fits_and_less_would_not(sizes) -> None:
-    """Given `least_bytes`, a gate keeps the fewest sets it ever keeps (parking the rest) and
-    they fit; given a byte less, its resident sets and working memory would not."""
+    """Given `least_bytes`, a gate plans its least (a lean plan: every set waits in host memory
+    between its uses) and it fits; given a byte less, its largest phase would not. The least
+    is well under what the gate keeps when every set it may park is parked and the first ones
+    stay (`parked_bytes`)."""
     set_bytes, out_bytes, peak = sizes
     least = least_bytes(set_bytes, out_bytes, pool=4, fixed=3, held=True, reference_peak=peak)
     plan = plan_sets(least, set_bytes, out_bytes, seeds=3, pool=4, fixed=3, held=True,
                      reference_peak=peak)
-    assert (plan.seeds, plan.pool) == (MIN_SEEDS, MIN_POOL)
-    assert _fits(plan, least, set_bytes, out_bytes, peak, held=True)
-    assert plan.sets - plan.parked == 3  # the first seed, the timed set, the pool's crossover
-    assert not _fits(plan, least - 1, set_bytes, out_bytes, peak, held=True)
+    assert (plan.seeds, plan.pool) == (MIN_SEEDS, MIN_POOL) and plan.lean
+    held = plan_bytes(plan, set_bytes, out_bytes, held=True, reference_peak=peak)
+    assert held == least
+    assert not held <= least - 1
+    parked = parked_bytes(set_bytes, out_bytes, pool=4, fixed=3, held=True, reference_peak=peak)
+    assert least < parked
     full = gate_bytes(set_bytes, out_bytes, seeds=3, pool=4, fixed=3, reference_peak=peak)
     assert least < full
     assert not plan_sets(full, set_bytes, out_bytes, seeds=3, pool=4, fixed=3, held=True,
@@ -87,8 +116,10 @@ def test_the_working_memory_counts_the_measured_reference_step_and_the_calls() -
 
 
 def test_fewer_seeds_or_pool_sets_asked_for_are_never_raised() -> None:
-    plan = plan_sets(GIB, 8 * GIB, 8 * GIB, seeds=1, pool=1, fixed=2, held=True)
+    plan = plan_sets(70 * GIB, 8 * GIB, 8 * GIB, seeds=1, pool=1, fixed=2, held=True)
     assert (plan.seeds, plan.pool) == (1, 1) and plan.parked == 1  # only the sealed set may wait
+    lean = plan_sets(GIB, 8 * GIB, 8 * GIB, seeds=1, pool=1, fixed=2, held=True)
+    assert lean.lean and (lean.seeds, lean.pool, lean.sets) == (1, 1, 3)
 
 
 def test_the_parent_judges_the_seeds_the_worker_kept_and_refuses_others() -> None:
@@ -283,3 +314,46 @@ def test_a_worker_plans_around_what_another_gate_on_the_gpu_will_allocate(
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_lean_worker_keeps_no_set_or_reference_on_the_device_between_uses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No room for the first sets beside the calls: the plan is lean; every set (the first
+    seed's and the timed set too) and every held reference, the pool's among them, waits in
+    host memory; the timed runs' rotation gets copies of the pool brought back."""
+    import torch
+
+    from gate import memplan
+
+    run, chan = _runner_on_a_made_up_device(0, monkeypatch)
+    brought: list[int] = []
+
+    def on_device(inputs):  # the made-up device's copy in: counted
+        brought.append(1)
+        return tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in inputs)
+
+    parked_refs: list[tuple] = []
+    park_reference = run._park_reference
+    run._on_device = on_device
+    run._park_reference = lambda key: (parked_refs.append(key), park_reference(key))
+    [variant] = list(run.shapes)
+    run._variant_references(variant)
+    plan = run.set_plans[variant]
+    assert plan.lean and (plan.seeds, plan.pool) == (MIN_SEEDS, MIN_POOL)
+    assert ("seeds", variant, [11, 12]) in chan.sent
+    assert sorted(k[1] for k in run.originals) == ["reverify", "sealed", "seed", "seed", "timed"]
+    assert run.parked == set(run.originals)
+    assert set(parked_refs) == set(run.vault)  # the pool's crossover's reference too
+    assert any(k[1] == "refill" for k in run.vault)
+    assert any("waits in host memory between its uses" in m[1] for m in chan.sent if m[0] == "flag")
+    set_bytes = run._set_bytes(run.originals[(variant, "timed", 14)])
+    assert run.work_bytes[variant] == memplan.lean_bytes(set_bytes, set_bytes // 2)
+    pool = run.pools[variant]
+    assert [s for s, _ in pool.sets][0] == 14 and len(pool.sets) == MIN_POOL
+    assert brought  # the crossover was made of sets brought back
+    brought.clear()
+    rotation = run._rotation(variant)
+    assert len(brought) == len(pool.sets) and rotation.pool is not pool  # brought back for the timed runs
+    i = next(i for i, x in enumerate(pool.inputs(0)) if isinstance(x, torch.Tensor))
+    assert torch.equal(rotation.buffers[i], pool.inputs(0)[i])
+    assert rotation.buffers[i].data_ptr() != pool.inputs(0)[i].data_ptr()
