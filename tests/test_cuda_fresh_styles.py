@@ -175,7 +175,7 @@ REFUSED_TREES = {
                       "sh[t + s]); __syncthreads(); }"), "not a sum, max or min"),
     "stride used after": (_tree("unsigned s = 128; while (s > 0) { if (t < s) sh[t] += sh[t + s]; "
                                 "__syncthreads(); s >>= 1; }", "sh[0] + s"),
-                          "the stride s is used after the tree"),
+                          "the stride s is read outside the tree (out[blockIdx.x] = sh[0] + s;)"),
     "stride written twice": (_tree("int s = 128; while (s > 0) { if (t < s) { sh[t] += sh[t + s]; "
                                    "s -= 0; } __syncthreads(); s /= 2; }"),
                              "writes its stride s besides"),

@@ -3,8 +3,8 @@
 with its `.cu`, its host module and its case): online softmax, Welford LayerNorm over a
 struct, half2 RMSNorm whose tree ends in shuffles, a templated tree with a volatile last warp,
 cooperative groups, one warp per row, a column reduction, a fixed grid walking the rows, a
-block sized by a constexpr with Spanish names, four rows per 2-D block. A rule that acts
-compiles with NVRTC for sm_90a and, through the kernel's own host module on the CPU
+block sized by a constexpr with Spanish names, four rows per 2-D block, softmax trees as
+while loops sharing one stride variable. A rule that acts compiles with NVRTC for sm_90a and, through the kernel's own host module on the CPU
 (`gate.cudacpu`), matches the case's reference at its small shape; what a rule cannot rewrite
 soundly it refuses, and says why."""
 from __future__ import annotations
@@ -93,6 +93,8 @@ ACTS = [
     ("rw_warp_logsoftmax", "vectorize-global", {}, 1),  # lanes stepping by 32
     ("rw_rms_half2_tail", "launch-threads", {"threads": 64}, 1),  # the tail's `t + 32` holds
     ("rw_amax_volatile", "warp-shuffle-reduce", {}, 1),  # `if (BLOCK >= 64)` steps of a tail
+    ("rw_while_softmax", "warp-shuffle-reduce", {}, 2),  # two while trees, one stride variable
+    ("rw_while_softmax", "row-registers", {}, 1),
 ]
 
 
@@ -475,3 +477,75 @@ def test_an_unrolled_tree_ending_in_a_volatile_warp_tail_becomes_shuffles() -> N
     got = torch.zeros(4)
     shuffles.launch("rowsum", 4, 256, 0, [x, got, 999])
     assert torch.allclose(got, x.sum(1), rtol=1e-5, atol=1e-3)
+
+
+WHILE = _AFTER.replace("""  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (tid < s) sh[tid] += sh[tid + s];
+    __syncthreads();
+  }""", """  int s;
+  s = blockDim.x / 2;
+  while (s > 0) {
+    if (tid < s) sh[tid] += sh[tid + s];
+    STEP
+  }""")
+
+
+@pytest.mark.parametrize("step,after,why", [
+    ("s >>= 1; __syncthreads();", "if (tid == 0) out[blockIdx.x] = sh[0];", None),
+    ("__syncthreads(); s /= 2;", "if (tid == 0) out[blockIdx.x] = sh[0] + s;",
+     "the stride s is read outside the tree (out[blockIdx.x] = sh[0] + s;)"),
+    ("s >>= 1; __syncthreads(); if (tid < s) sh[tid] += 0.f;", "if (tid == 0) out[blockIdx.x] = sh[0];",
+     "uses its stride s after updating it"),
+    ("__syncthreads(); s >>= 1;", "s = 2; if (tid == 0) out[blockIdx.x] = sh[0] * s;", None),
+])
+def test_a_while_tree_over_a_stride_declared_earlier(step: str, after: str, why: str | None
+                                                     ) -> None:
+    """The stride may be declared anywhere, set right before the loop and updated anywhere in
+    its body after its last use there; a read of the value the loop leaves in it refuses."""
+    source = WHILE.replace("STEP", step).replace("AFTER", after)
+    trees, refusals = R.reduction_trees(kir.parse(source, "cuda"))
+    if why is not None:
+        assert trees == [] and any(why in r.reason for r in refusals), [r.reason for r in refusals]
+        return
+    assert len(trees) == 1, [r.reason for r in refusals]
+    out = _apply_all_text("warp-shuffle-reduce", source, PassContext(facts={"arch": "sm_90"}))
+    assert "__shfl_down_sync" in out and "while" in out  # the loop kept as the fallback
+    x = torch.randn(3, 555, generator=torch.Generator().manual_seed(8))
+    start, shuffles = (cudacpu.build(t, name=f"while_{i}.cu") for i, t in enumerate((source, out)))
+    for block in (256, 96):  # 96: not a power of two, the loop as written runs
+        want, got = torch.zeros(3), torch.zeros(3)
+        start.launch("k", 3, block, 0, [x, want, 555])
+        shuffles.launch("k", 3, block, 0, [x, got, 555])
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-4), block
+
+
+ROWS_LOOP = r"""
+extern "C" __global__ void k(const float* x, float* out, int m, int n) {
+  __shared__ float sh[128];
+  int s = 0;
+  for (int r = blockIdx.x; r < m; r += gridDim.x) {
+    float a = USE;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) a += x[(size_t)r * n + i];
+    sh[threadIdx.x] = a;
+    __syncthreads();
+    s = blockDim.x / 2;
+    while (s > 0) { if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s]; __syncthreads(); s >>= 1; }
+    if (threadIdx.x == 0) out[r] = sh[0];
+    __syncthreads();
+  }
+}
+"""
+
+
+def test_a_stride_read_before_the_tree_in_a_loop_around_it_is_refused() -> None:
+    """The next row's pass reads what the previous row's tree left in the stride."""
+    trees, refusals = R.reduction_trees(kir.parse(ROWS_LOOP.replace("USE", "(float)s"), "cuda"))
+    assert trees == [] and any("the stride s is read outside the tree (float a = (float)s;)"
+                               in r.reason for r in refusals), [r.reason for r in refusals]
+    assert len(R.reduction_trees(kir.parse(ROWS_LOOP.replace("USE", "0.f"), "cuda"))[0]) == 1
+
+
+def test_launch_threads_leaves_a_kernel_whose_host_sizes_its_dynamic_shared_memory() -> None:
+    _out, applied, refusals = _rule_output("rw_while_softmax", "launch-threads", threads=128)
+    assert applied == 0
+    assert any("the host sizes buf, dynamic shared memory, at its launch" in r for r in refusals)

@@ -33,7 +33,8 @@ Preconditions, each refusal naming the one that failed:
   `cuLaunchKernel`) is asked for the block by the source's host-launch line
   (`kir.hostlaunch.Directive`, applied by the gate, the optimize loop's output and the CPU
   emulator's `run_host`); a source whose host-launch line asks something else of the kernel
-  is left alone.
+  is left alone, and so is a kernel with dynamic shared memory (`extern __shared__`) launched
+  from the host module (the host sizes it at its launch; the line launches with its own bytes).
 
 A row the kernel holds in registers (`row-registers`' form) is re-fitted to the smaller block:
 its vectors per thread (a constant of the form: its arrays' extents, the loops over them, the
@@ -469,6 +470,11 @@ def _plan(ir: KernelIR, kernel: str, threads: int, ctx: PassContext | None = Non
         if host is None or not host.is_file():
             return Skipped(f"{kernel} is not launched in this source and no Python host module "
                            "is beside it", facts)
+        dynamic = next((a.name for fn in _callees(unit, kernel)
+                        for a in unit.shared_arrays(fn).values() if a.dynamic), None)
+        if dynamic is not None:
+            return Skipped(f"the host sizes {dynamic}, dynamic shared memory, at its launch; "
+                           "a host-launch line launches with its own bytes", facts)
         why = hostlaunch.refusal(hostlaunch.strip(host.read_text(encoding="utf-8")), kernel,
                                  len(unit.kernels) == 1, host.name)
         if why:

@@ -22,7 +22,9 @@ saying why (`refusals(ir)` collects them).
   layout in shared memory, the element and accumulator types, and the spans a rewrite replaces.
 - `reduction_trees`: a shared-memory reduction tree (`ReductionTree`): a `for` loop whose
   stride is halved (`s >>= 1`, `s /= 2`, `s = s / 2`) or doubled around a barrier (or a
-  `while` loop over a stride declared right before it and updated last in its body),
+  `while` loop over a stride declared or assigned right before it and updated once in its
+  body after its other uses there; one variable may be the stride of several loops, each
+  setting it first, and is read nowhere else),
   combining `sh[t] (op)= sh[t + s]` under `if (t < s)` (with `&& t + s < extent`, or
   `t % (2*s) == 0`), or the same steps unrolled with constant strides; the combine is a sum, a
   max or a min (`+=`, `fmaxf`, `max`, a comparison ternary), over one or several arrays in the
@@ -2026,8 +2028,15 @@ def _tree_loop(unit: Unit, kernel: str, fn: int, loop: int,
     pragma = _pragma_before(ir, loop)
     if pragma is not None:
         where = (ir.span_of(pragma).start, where[1])
-    return _tree_parts(unit, kernel, fn, loop, shared, var, start, cond, text(ir, update),
-                       _statements(ir, loop_body(ir, loop)), where, loop)
+    found = _tree_parts(unit, kernel, fn, loop, shared, var, start, cond, text(ir, update),
+                        _statements(ir, loop_body(ir, loop)), where, loop)
+    if isinstance(found, ReductionTree) and _init is not None and \
+            ir.grammar_type_of(_init) != "declaration":  # a stride declared outside the loop
+        elsewhere = _stride_read_elsewhere(unit, fn, var, where)[0]
+        if elsewhere:
+            return Refusal("reduction-tree", f"the stride {var} is read outside the tree "
+                           f"({elsewhere})", where, kernel)
+    return found
 
 
 def _pragma_before(ir: KernelIR, node: int) -> int | None:
@@ -2046,9 +2055,10 @@ def _pragma_before(ir: KernelIR, node: int) -> int | None:
 
 def _while_tree(unit: Unit, kernel: str, fn: int, loop: int,
                 shared: Mapping[str, SharedArray]) -> ReductionTree | Refusal | None:
-    """`T s = start; while (s > 0) { ...; s >>= 1; }` as a tree: the stride declared by the
-    statement right before the loop (and used nowhere after it), updated by the loop body's
-    last statement."""
+    """`s = start; while (s > 0) { ...; s >>= 1; }` as a tree: the stride declared or assigned
+    by the statement right before the loop, updated once in the loop's body after every other
+    use of it there; the stride read nowhere else but by loops that set it first
+    (`_stride_read_elsewhere`: one variable may serve several trees)."""
     ir = unit.ir
     parent = ir.parent_of(loop)
     if parent is None or ir.grammar_type_of(parent) != "compound_statement":
@@ -2061,25 +2071,120 @@ def _while_tree(unit: Unit, kernel: str, fn: int, loop: int,
     if cond is None or len(items) < 2 or loop not in siblings or siblings.index(loop) == 0:
         return None
     decl = siblings[siblings.index(loop) - 1]
-    last = items[-1]
-    if ir.grammar_type_of(decl) != "declaration" or len(declared_names(ir, decl)) != 1 or \
-            ir.grammar_type_of(last) != "expression_statement":
+    init = _stride_init(ir, decl)
+    if init is None:
         return None
-    var, _ident, start = declared_names(ir, decl)[0]
-    update = text(ir, last).strip().rstrip(";")
-    step = _HALVE.match(update) or _DOUBLE.match(update)
-    if start is None or step is None or step.group(1) != var:
+    var, start = init
+    updates = [s for s in items if ir.grammar_type_of(s) == "expression_statement" and
+               (_HALVE.match(text(ir, s).strip().rstrip(";")) or
+                _DOUBLE.match(text(ir, s).strip().rstrip(";")))]
+    update_stmt = next((s for s in updates if var in written_names(ir, s)), None)
+    if update_stmt is None:
         return None
+    update = text(ir, update_stmt).strip().rstrip(";")
     where = (ir.span_of(decl).start, ir.span_of(loop).end)
-    if any(var in written_names(ir, s) for s in items[:-1]):
+    rest = [s for s in items if s != update_stmt]
+    if any(var in written_names(ir, s) for s in rest):
         return Refusal("reduction-tree", f"the tree's body writes its stride {var} besides "
-                       "the last statement", where, kernel)
-    later = [n for n in subtree(ir, parent) if ir.span_of(n).start >= where[1]
-             and ir.grammar_type_of(n) == "identifier" and ir.name_of(n) == var]
-    if later:
-        return Refusal("reduction-tree", f"the stride {var} is used after the tree", where, kernel)
-    return _tree_parts(unit, kernel, fn, loop, shared, var, start, cond, update, items[:-1],
+                       "its update", where, kernel)
+    after = rest[items.index(update_stmt):]
+    if any(var in _names(ir, s) for s in after):
+        return Refusal("reduction-tree", f"the tree's body uses its stride {var} after "
+                       "updating it", where, kernel)
+    elsewhere, shared_stride = _stride_read_elsewhere(unit, fn, var, where)
+    if elsewhere:
+        return Refusal("reduction-tree", f"the stride {var} is read outside the tree "
+                       f"({elsewhere})", where, kernel)
+    if shared_stride and ir.grammar_type_of(decl) == "declaration":
+        where = _span(ir, loop)  # the declaration stays: other loops set the same variable
+    return _tree_parts(unit, kernel, fn, loop, shared, var, start, cond, update, rest,
                        where, decl)
+
+
+def _stride_init(ir: KernelIR, stmt: int) -> tuple[str, int] | None:
+    """(variable, value) of a statement `T s = value;` or `s = value;` (value not reading s)."""
+    if ir.grammar_type_of(stmt) == "declaration":
+        names = declared_names(ir, stmt)
+        if len(names) != 1 or names[0][2] is None:
+            return None
+        var, value = names[0][0], names[0][2]
+    elif ir.grammar_type_of(stmt) == "expression_statement":
+        assign = _assignment(ir, stmt)
+        if assign is None or _op(ir, assign) != "=" or \
+                ir.grammar_type_of(children(ir, assign)[0]) != "identifier":
+            return None
+        var, value = ir.name_of(children(ir, assign)[0]) or "", children(ir, assign)[-1]
+    else:
+        return None
+    return None if var in _names(ir, value) else (var, value)
+
+
+def _only_written(ir: KernelIR, ident: int) -> bool:
+    """Whether identifier `ident` is only written where it stands: the name a declaration
+    declares, or the target of a plain `=` (not `+=`, `>>=`, ...)."""
+    parent = ir.parent_of(ident)
+    if parent is None:
+        return False
+    gtype = ir.grammar_type_of(parent)
+    if gtype in ("init_declarator", "declaration"):
+        return children(ir, parent)[0] == ident or gtype == "declaration"
+    return gtype == "assignment_expression" and children(ir, parent)[0] == ident and \
+        _op(ir, parent) == "="
+
+
+def _stride_read_elsewhere(unit: Unit, fn: int, var: str, region: tuple[int, int]
+                           ) -> tuple[str, bool]:
+    """A statement of function `fn` outside `region` (a tree's loop over stride `var`) that may
+    read the value the loop leaves in `var`, as text ('' if none). A read is safe where every
+    path to it since the loop sets `var` first: it lies in a `for` loop whose header sets `var`,
+    or after a statement setting `var` (`s = v;`, `T s = v;`, v not reading it) in the same
+    block, where that loop or block does not hold the tree. A parameter or a variable not
+    declared in `fn` is read past the function. Second: whether `var` occurs outside
+    `region` at all."""
+    ir = unit.ir
+    regions = []
+    declared = False
+    for nid in subtree(ir, fn):
+        gtype = ir.grammar_type_of(nid)
+        if gtype == "declaration" and var in [n for n, _i, _v in declared_names(ir, nid)]:
+            declared = True
+        if gtype == "for_statement":
+            init = loop_init(ir, nid)
+            if init is not None and init[0] == var and init[1] is not None and \
+                    var not in _names(ir, init[1]):
+                regions.append(_span(ir, nid))
+        elif gtype in ("declaration", "expression_statement"):
+            parent = ir.parent_of(nid)
+            init = _stride_init(ir, nid)
+            if init is not None and init[0] == var and parent is not None and \
+                    ir.grammar_type_of(parent) == "compound_statement":
+                regions.append((ir.span_of(nid).start, ir.span_of(parent).end))
+    if not declared or var in _parameter_names(ir, fn):
+        return f"{var} is not a local of the function", True
+    loops = [_span(ir, n) for n in subtree(ir, fn) if ir.grammar_type_of(n) in _LOOP_TYPES]
+    kept = []
+    for a, b in regions:
+        if (a, b) in loops and a <= region[0] < b:
+            continue  # a loop around the tree: its header and body run again after the tree
+        if a <= region[0] < b:  # up to the tree, or to a loop after the set that holds it
+            b = min([la for la, lb in loops if a < la <= region[0] < lb] + [region[0]])
+        kept.append((a, b))
+    regions = kept
+    outside = False
+    for nid in subtree(ir, fn):
+        if ir.grammar_type_of(nid) != "identifier" or ir.name_of(nid) != var:
+            continue
+        at = ir.span_of(nid).start
+        if region[0] <= at < region[1]:
+            continue
+        outside = True
+        if any(a <= at < b for a, b in regions) or _only_written(ir, nid):
+            continue
+        stmt = next((a for a in ir.ancestors(nid) if ir.grammar_type_of(a) in (
+            "expression_statement", "declaration", "return_statement", "if_statement",
+            "for_statement", "while_statement")), nid)
+        return " ".join(text(ir, stmt).split())[:80], True
+    return "", outside
 
 
 def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str, SharedArray],
