@@ -11,7 +11,9 @@ A move is one of
   writes (`plain_sweep`, `lineage.control`), or a sweep around the configuration the kernel
   runs with, its autotuner's pick where the device reported one (`own_sweeps`);
 - a rule that declares a prior (`Pass.prior`), offered without a card wherever it takes the
-  state (`rule_offers`), its result under the generic autotune list first (`rule_candidates`).
+  state (`rule_offers`), its result under the generic autotune list first (`rule_candidates`);
+- the configuration each autotuner of the state picked on the shapes the gate timed, pinned in
+  place of its list (`pinned_picks`).
 
 The loop (`lineage.optimize`) decides which move to spend a gate on; this module only makes
 candidates and says why one could not be made. What every move observes:
@@ -52,6 +54,11 @@ SWEEP_PASS = "autotune"
 # A kernel of a multi-kernel file under this share of its profiled GPU time takes no
 # candidates (device tier): removing it entirely would gain less than this.
 COLD_SHARE = 0.05
+# Expected gain of pinning a state's autotuner picks (`pinned_picks`): the pinned kernel runs the
+# binary the autotuner ran, and the gate times GPU work alone (its GPU lead keeps the host's
+# launch time out of the figure, `gate.worker._Runner.gpu_lead`), so none is expected there;
+# what the pin saves, the autotuner's dispatch on the host, a caller pays and the gate does not.
+PIN_PRIOR = 1.0
 
 
 # -- card materialization ------------------------------------------------------------------------
@@ -614,7 +621,7 @@ def used_up(card: SkillCard, state: Any) -> bool:
 def move_candidates(kind: str, card: SkillCard, state: Any, *, ctx: Any, rewriter: Any,
                     heavy: bool = False) -> Iterator[Materialized]:
     """The candidates of a move of the optimize loop (`lineage.optimize`) on `state` (its
-    `ir`, `verdict`, `path`): `kind` plain | own | recorded | rule | card, acting for `card`;
+    `ir`, `verdict`, `path`): `kind` plain | own | recorded | rule | pin | card, acting for `card`;
     sites in kernels the card does not act on (`left_out`) left out, the hottest kernel first
     where the state's profile names several; `heavy`: the kernel is slow to compile."""
     shares = kernel_shares(state.verdict)
@@ -636,6 +643,8 @@ def move_candidates(kind: str, card: SkillCard, state: Any, *, ctx: Any, rewrite
         made = recorded_sweeps(card, state.ir, ctx=ctx, skip_site=skip)
     elif kind == "rule":
         made = rule_candidates(card, state.ir, ctx)
+    elif kind == "pin":
+        made = iter((pinned_picks(state.ir, state.verdict),))
     else:
         made = materializations(card, state.ir, rewriter, ctx, skip_site=skip,
                                 sweeps=False, site_order=order if shares else None)
@@ -645,9 +654,11 @@ def move_candidates(kind: str, card: SkillCard, state: Any, *, ctx: Any, rewrite
 # -- sweeps of a state's own tunables -------------------------------------------------------------
 def sweep_card(kind: str, language: str) -> SkillCard:
     """The stand-in card a sweep of a state's own tunables is recorded under: `kind` "plain"
-    (the generic list of `lineage.control`) or "own" (around the configuration it runs with)."""
+    (the generic list of `lineage.control`), "own" (around the configuration it runs with) or
+    "pin" (the configurations its autotuners picked, `pinned_picks`)."""
     intent = {"plain": "the generic autotune list over the kernel's tunable launch parameters",
-              "own": "a sweep around the launch configuration the kernel runs with"}[kind]
+              "own": "a sweep around the launch configuration the kernel runs with",
+              "pin": "the configuration each autotuner picked, pinned in place of its list"}[kind]
     return SkillCard(id=f"sweep.{kind}", intent=intent, pass_name=SWEEP_PASS,
                      category="expression-level", language=language, locus="kernel")
 
@@ -704,6 +715,64 @@ def own_sweeps(ir: KernelIR, *, ctx: Any = None, heavy: bool = False,
         made.append(Materialized(card, new_ir, site, "config-sweep", (),
                                  {"sweep": [dict(c) for c in fitted], "own": True}))
     yield from (sorted(made, key=lambda m: site_order(m.site)) if site_order else made)
+
+
+def variant_picks(verdict: Any) -> dict[str, dict[str, dict[str, int]]]:
+    """Kernel -> timed variant -> the configuration its autotuner picked there (what the gate
+    read from the autotuner after that variant's timed runs: its pick for the autotune key of
+    that variant's shapes); {} where the verdict was not timed or no autotuner ran."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for v in getattr(getattr(verdict, "timing", None), "variants", None) or ():
+        for kernel, config in v.picks:
+            out.setdefault(kernel, {})[v.variant] = dict(config)
+    return out
+
+
+def pin_offered(ir: KernelIR, verdict: Any) -> bool:
+    """`pinned_picks` has something to pin: a kernel with a recorded pick is autotuned over
+    several configurations."""
+    picked = variant_picks(verdict)
+    if not picked or str(getattr(ir.language, "value", ir.language)) != "triton":
+        return False
+    from passes.triton.autotune import Autotune  # noqa: PLC0415
+
+    return any(s.present and s.detail.get("kernel") in picked for s in Autotune().sites(ir))
+
+
+def pinned_picks(ir: KernelIR, verdict: Any) -> Materialized:
+    """`ir` with each autotuned kernel's list replaced by the configuration its autotuner picked
+    (`passes.triton.autotune.pin_picked`: the decorator removed and the values passed at the
+    launches, or the list cut to that entry), the picks read from `verdict` (the state's own
+    device-tier verdict, `variant_picks`). The pick holds for the autotune keys of the shapes
+    the gate times; a kernel whose variants picked different configurations is left autotuned
+    (one pin would run one of them on every variant) and says so. Still correct on other
+    shapes, possibly slower there. Without IR (and the reasons) where nothing was pinned."""
+    from lineage.transfer import kernel_site  # noqa: PLC0415
+    from passes.base import Applied  # noqa: PLC0415
+    from passes.triton.autotune import pin_picked  # noqa: PLC0415
+
+    card = sweep_card("pin", str(getattr(ir.language, "value", ir.language)))
+    picked = variant_picks(verdict)
+    if card.language != "triton" or not picked:
+        return Materialized(card, None, None, refusals=(
+            "pin: no autotuner pick recorded (the device tier records them)",))
+    now, site, pinned, refusals = ir, None, {}, []
+    for kernel, by_variant in sorted(picked.items()):
+        if len({tuple(sorted(p.items())) for p in by_variant.values()}) > 1:
+            refusals.append(f"pin {kernel}: its timed variants picked different configurations ("
+                            + "; ".join(f"{v}: " + " ".join(f"{k}={x}" for k, x in p.items())
+                                        for v, p in sorted(by_variant.items())) + ")")
+            continue
+        pick = next(iter(by_variant.values()))
+        result = pin_picked(now, kernel, pick)
+        if not isinstance(result, Applied):
+            refusals.append(f"pin {kernel}: {getattr(result, 'reason', '') or getattr(result, 'error', '')}")
+            continue
+        now, pinned[kernel] = result.ir, pick
+        site = site or kernel_site(SWEEP_PASS, ir, kernel)
+    if site is None:
+        return Materialized(card, None, None, refusals=tuple(refusals) or ("pin: nothing to pin",))
+    return Materialized(card, now, site, "deterministic", tuple(refusals), {"pin": pinned})
 
 
 def _configuration_rules(card: SkillCard, ir: KernelIR, ctx: Any,
@@ -818,8 +887,9 @@ def verdict_ms(verdict: Any) -> float | None:
     return float(value) if value else None
 
 
-__all__ = ["COLD_SHARE", "MAX_SITES", "Materialized", "autotune_picks", "card_sites",
+__all__ = ["COLD_SHARE", "MAX_SITES", "PIN_PRIOR", "Materialized", "autotune_picks", "card_sites",
            "effect_spread", "feature_appears", "first_run_s", "full_kernels", "gate_seconds",
            "kernel_of", "kernel_shares", "left_out", "materialize", "materializations", "move_candidates",
-           "own_sweeps", "plain_sweep", "recorded_sweeps", "rule_candidates", "rule_card",
-           "rule_moves", "rule_offers", "sweep_card", "used_up", "verdict_ms"]
+           "own_sweeps", "pin_offered", "pinned_picks", "plain_sweep", "recorded_sweeps",
+           "rule_candidates", "rule_card", "rule_moves", "rule_offers", "sweep_card", "used_up",
+           "variant_picks", "verdict_ms"]

@@ -45,10 +45,10 @@ from kir.embedded import cuda_unit
 from kir.errors import BadInputError
 from lineage.ahead import Builds, build_ahead
 from lineage.graph import Lineage, state_id
-from lineage.moves import (Materialized, all_configs_spill, card_sites, effect_spread,
+from lineage.moves import (PIN_PRIOR, Materialized, all_configs_spill, card_sites, effect_spread,
                            feature_appears, first_run_s, gate_seconds, kernel_of, kernel_shares,
-                           materialize, materializations, move_candidates, rule_offers, sweep_card,
-                           used_up, verdict_ms)
+                           materialize, materializations, move_candidates, pin_offered, rule_offers,
+                           sweep_card, used_up, verdict_ms)
 from lineage.outcome import (EFFECT_TIE, OptimizeResult, Step, distinct_rejections,
                              failure_kind, finish, lineage_state, record_state, resolve_tier,
                              seeded_order, verdict_json)
@@ -229,7 +229,7 @@ class _State:
 
 @dataclass(eq=False)
 class _Option:
-    """One move on one state: `kind` plain | own | recorded | rule | card, the card it acts for
+    """One move on one state: `kind` plain | own | recorded | rule | pin | card, the card it acts for
     (a stand-in card for the state's own sweeps and a rule offered without one), its rank."""
 
     state: _State
@@ -380,8 +380,9 @@ def _prior(card: SkillCard, target: Target) -> float:
 
 
 def _frontier(state: _State, run: _Run) -> list[_Option]:
-    """The moves of `state` not yet spent: its own sweeps (timed Triton runs), the recorded
-    sweep of the retrieved launch card that fits it best, and the retrieved cards."""
+    """The moves of `state` not yet spent: its own sweeps (timed Triton runs), its autotuners'
+    picks pinned (the best), the recorded sweep of the retrieved launch card that fits it best,
+    and the retrieved cards."""
     if state.target is None:  # what retrieval conditions on does not change with the run
         present, open_ = kernel_sites(state.ir)
         state.target = Target(run.language, run.case, run.platform, present,
@@ -403,6 +404,8 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
         kinds = tuple(k for k in kinds if made is None or k != _sweep_kind(made))
         moves += [(k, sweep_card(k, run.language), math.log(SWEEP_PRIOR)) for k in kinds
                   if k == "own" or k == "plain" and run.language == "triton"]
+        if state is run.best and pin_offered(state.ir, state.verdict):  # its autotuners' picks
+            moves.append(("pin", sweep_card("pin", run.language), math.log(PIN_PRIOR)))
         fits = [(carrier_fit(c.carrier, state.ir), c) for c in found
                 if c.pass_name in LAUNCH_PASSES and c.carrier.get("config") and c.language == run.language]
         fit, card = max(fits, key=lambda f: f[0], default=(0, None))
@@ -467,7 +470,7 @@ def _pull(option: _Option, run: _Run) -> None:
     option.refused = option.pulls == 0 and (made is None or not made.ok)
     option.pulls += 1
     option.done = made is None or not made.ok or option.pulls >= CANDIDATES_PER_CARD \
-        or option.kind == "plain"
+        or option.kind in ("plain", "pin")  # one candidate each
     if made is not None:
         fits = run.ahead is not None and made.ok and made.ir is not None and made.site is not None
         build_ahead(run, option, made, _kept_as(option.state, made) if fits else None, _stream,

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_start, make_site
 from passes.base import Applied, Category, Pass, PassContext, PassResult, Site, Skipped
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 LAUNCH_META = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 # (num_warps, num_stages) variants the default Hopper list tries around the pinned config.
 HOPPER_VARIANTS = ((4, 3), (8, 3), (4, 4), (8, 4))
+# What `triton.Config` runs with where an entry does not say (its constructor's defaults).
+CONFIG_DEFAULTS = {"num_warps": 4, "num_stages": 3}
 
 
 def _is_pin(expr: ast.AST) -> bool:
@@ -166,23 +169,7 @@ class Autotune(Pass):
         results, skip = self.check(ctx, {"launches": len(launches)})
         if skip:
             return skip
-        names = {n for n, _ in values}
-        for call in launches:
-            clash = names & {kw.arg for kw in call.keywords}
-            if clash:
-                return Skipped("a launch already passes a tuned parameter",
-                               {"kernel": kernel.name, "parameters": sorted(clash)})
-        start = comment_start if dec_index == 0 else line_start(mod.source, mod.start(dec))
-        following = (kernel.decorator_list[dec_index + 1]
-                     if dec_index + 1 < len(kernel.decorator_list) else kernel)
-        end = line_start(mod.source, mod.start(following))
-        removed = mod.source[start:end].decode("utf-8")
-        pins = ", ".join(f"{n}={v}" for n, v in values)
-        edits = [ByteEdit(start, end, "")]
-        for call in launches:
-            edits.append(mod.insert_argument(call, len(mod.arguments(call)), pins))
-        return finish(ir, site, edits, preconditions=results, options={
-            "decorator": removed, "index": dec_index, "pinned": ",".join(n for n, _ in values)})
+        return _unwrapped(mod, site, kernel, values, results)
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         mod = PyModule(ir)
@@ -266,6 +253,109 @@ class Autotune(Pass):
         text = (f"{indent}@triton.autotune(configs=[\n" + "\n".join(lines) + "\n"
                 f"{indent}], key={keys!r})\n")
         return list(pinned), text
+
+
+def pin_picked(ir: KernelIR, kernel: str, pick: Mapping[str, int]) -> PassResult:
+    """`kernel`'s `@triton.autotune` over a literal list replaced by the entry `pick` names (the
+    configuration its autotuner picked: integer constexprs, num_warps, num_stages, as the
+    gate's verdict reports them, `gate.verdict.VariantTiming.picks`):
+    - the decorator removed and the entry's values passed at each launch (a grid
+      `lambda meta: ...` reads them from the launch as it read them from the autotuner), where
+      the entry holds plain values, the kernel is launched in the module by launches of its own
+      and the host reads nothing of the autotuner (`kernel.best_config`);
+    - else the list cut to that entry (`configs=[entry]`): the autotuner stays (its entry's
+      `pre_hook` runs, a shared launch helper's other kernels keep their values) and times
+      nothing, a list of one needs no key.
+    A configuration changes the schedule, not the result (up to the rounding of another
+    accumulation order), so the pinned kernel is correct on any shape; on shapes whose
+    autotune key differs from those the pick was made on it may be slower.
+    Refused (`Skipped`, with why) where the kernel is not autotuned over several entries, its
+    list is computed (which entry the pick is cannot be read from the source), or no single
+    entry matches the pick."""
+    rule = Autotune()
+    site = next((s for s in rule.sites(ir) if s.present and s.detail.get("kernel") == kernel), None)
+    if site is None:
+        return Skipped("the kernel is not autotuned over several literal or computed configurations",
+                       {"kernel": kernel})
+    mod = PyModule(ir)
+    fn = rule._kernel(mod, site)
+    configs = rule._configs_kw(mod.decorator(fn, "autotune"))
+    literal = _literal_configs(configs.value)
+    if literal is None:
+        return Skipped("its configurations are computed: which entry the pick is cannot be read "
+                       "from the source", {"kernel": kernel})
+    matches = [entry for entry in literal if _entry_matches(entry, pick)]
+    if len(matches) != 1:
+        return Skipped(f"{len(matches)} entries of its list match the pick",
+                       {"kernel": kernel, "pick": _pick_text(pick)})
+    entry = matches[0]
+    values = _config_values(mod, entry)
+    launches = mod.launches(kernel, shared=True)
+    options = {"pick": _pick_text(pick)}
+    if values is None or not launches or mod.sharing(kernel) is not None or _tuner_read(mod, kernel):
+        lo, hi = mod.span(configs.value)
+        return finish(ir, site, [ByteEdit(lo, hi, f"[{mod.text(entry)}]")],
+                      options={**options, "pinned": "single"})
+    return _unwrapped(mod, site, fn, values, options=options)
+
+
+def _entry_matches(entry: ast.Call, pick: Mapping[str, int]) -> bool:
+    """The literal `triton.Config` entry runs the picked configuration: each integer it sets
+    (its dict's, num_warps, num_stages, their defaults where it omits them) is the pick's, and
+    the pick sets nothing else."""
+    meta = entry.args[0] if entry.args and isinstance(entry.args[0], ast.Dict) else None
+    if meta is None:
+        return False
+    ints: dict[str, int] = dict(CONFIG_DEFAULTS)
+    for key, val in zip(meta.keys, meta.values):
+        if isinstance(key, ast.Constant) and isinstance(key.value, str) and literal_int(val) is not None:
+            ints[key.value] = literal_int(val)
+    for kw in entry.keywords:
+        if kw.arg in CONFIG_DEFAULTS:
+            if literal_int(kw.value) is None:
+                return False
+            ints[kw.arg] = literal_int(kw.value)
+    return ints == dict(pick)
+
+
+def _tuner_read(mod: PyModule, kernel: str) -> bool:
+    """Host code reads an attribute of the kernel's autotuner (`kernel.best_config`, `.configs`)."""
+    return any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == kernel
+               for n in ast.walk(mod.tree))
+
+
+def _pick_text(pick: Mapping[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in pick.items())
+
+
+def _unwrapped(mod: PyModule, site: Site, kernel: ast.FunctionDef, values: list[tuple[str, str]],
+               preconditions: tuple = (), options: Mapping[str, Any] | None = None) -> PassResult:
+    """`kernel` without its `@triton.autotune` decorator (and the comment lines right above it,
+    when it is the first decorator), `values` (one configuration's constexprs and launch
+    options) passed as keyword arguments of each of its launches; refused where a launch
+    passes one of them already."""
+    launches = mod.launches(kernel.name, shared=True)
+    names = {n for n, _ in values}
+    for call in launches:
+        clash = names & {kw.arg for kw in call.keywords}
+        if clash:
+            return Skipped("a launch already passes a tuned parameter",
+                           {"kernel": kernel.name, "parameters": sorted(clash)})
+    dec = mod.decorator(kernel, "autotune")
+    dec_index = kernel.decorator_list.index(dec)
+    top = mod.stmt_span(kernel)[0]
+    start = comment_above(mod.source, top) if dec_index == 0 else line_start(mod.source, mod.start(dec))
+    following = (kernel.decorator_list[dec_index + 1]
+                 if dec_index + 1 < len(kernel.decorator_list) else kernel)
+    end = line_start(mod.source, mod.start(following))
+    removed = mod.source[start:end].decode("utf-8")
+    pins = ", ".join(f"{n}={v}" for n, v in values)
+    edits = [ByteEdit(start, end, "")]
+    for call in launches:
+        edits.append(mod.insert_argument(call, len(mod.arguments(call)), pins))
+    return finish(mod.ir, site, edits, preconditions=preconditions, options={
+        "decorator": removed, "index": dec_index, "pinned": ",".join(n for n, _ in values),
+        **(options or {})})
 
 
 def _heuristic_pins(mod: PyModule, kernel: ast.FunctionDef) -> dict[str, int]:
