@@ -3,9 +3,13 @@
 Each GPU is one pool of `total` bytes. A job states what its gates hold on the device
 (`GateMemory`): `least`, what a gate holds when it keeps the fewest input sets it ever keeps
 (`gate.memplan.least_bytes`: the rest wait in host memory), and `most`, when it keeps every
-set it asks for (`gate.memplan.gate_bytes`). `Admission.place` puts a job on the GPU with the
-most room where its `least` fits and grants it its `most` where the `least` of the job next
-in line still fits beside it, else its `least`. The job's processes then plan for at most
+set it asks for (`gate.memplan.gate_bytes`), and what it then holds in host memory (`host`
+at its least, `gate.memplan.host_bytes`; none at its most; `parked` / `parked_host` for a
+plan in between that keeps its first sets and parks fewer). `Admission.place` puts a job on
+the GPU with the most room where its `least` fits and grants it its `most` where the `least`
+of the job next in line still fits beside it, else its `least`; where the machine's host
+memory (`host_total`, one pool for all GPUs) has no room for what the grant parks there, it
+is granted the next larger plan that fits both (`parked`, then `most`), else it waits. The job's processes then plan for at most
 the grant (`gate.memplan.CAP_ENV`) and run on that GPU alone (`CUDA_VISIBLE_DEVICES`): a gate
 granted less than it asks for keeps fewer sets instead of running out of memory, and jobs
 whose grants fit together never make one another short. A job larger than a whole GPU runs
@@ -32,33 +36,50 @@ LOCK_ENV = "KLINEAGE_GPU_LOCK"
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class GateMemory:
-    """A job's device bytes: the least its gates run with, and the most they would keep."""
+    """A job's device bytes: the least its gates run with, and the most they would keep; the
+    host bytes its gates hold when granted the least (their sets waiting there)."""
 
     least: float
     most: float
+    host: float = 0.0
+    parked: float | None = None
+    parked_host: float = 0.0
+
+    def host_at(self, granted: float) -> float:
+        """Host bytes the job's gates park when granted `granted` device bytes."""
+        if granted >= self.most:
+            return 0.0
+        if self.parked is not None and granted >= self.parked:
+            return self.parked_host
+        return self.host
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Slot:
     """Where a job runs: `gpu` (a `CUDA_VISIBLE_DEVICES` entry; None: not pinned), the pool's
-    index, and the bytes granted (None: no bound)."""
+    index, the bytes granted (None: no bound) and the host bytes counted for it."""
 
     gpu: str | None
     index: int
     grant: float | None
+    host: float = 0.0
 
 
 class Admission:
     """One pool of `total` bytes per GPU of `gpus` (None: no memory bound; jobs then go to the
-    GPU running the fewest)."""
+    GPU running the fewest) and one of `host_total` bytes of host memory for the machine (None:
+    no bound)."""
 
-    def __init__(self, gpus: Sequence[str | None], total: float | None) -> None:
+    def __init__(self, gpus: Sequence[str | None], total: float | None,
+                 host_total: float | None = None) -> None:
         if not gpus:
             raise ValueError("no GPU to place jobs on")
         self.gpus = list(gpus)
         self.total = total
+        self.host_total = host_total
         self.used = [0.0] * len(gpus)
         self.running = [0] * len(gpus)
+        self.host_used = 0.0
 
     def place(self, need: GateMemory, after: GateMemory | None = None) -> Slot | None:
         """The slot of a job needing `need` (`after`: the job next in line), or None when no
@@ -70,18 +91,33 @@ class Admission:
         fits = [i for i in range(len(self.gpus)) if need.least <= rooms[i]]
         if not fits:  # larger than what any GPU has left: alone on an idle one, granted it all
             idle = [i for i in range(len(self.gpus)) if self.running[i] == 0]
-            return self._take(idle[0], self.total) if idle and need.least > self.total else None
-        i = max(fits, key=lambda k: rooms[k])
-        return self._take(i, grant(need, rooms[i], after))
+            if not idle or need.least <= self.total or not self._host_fits(need.host_at(self.total)):
+                return None
+            return self._take(idle[0], self.total, need.host_at(self.total))
+        for i in sorted(fits, key=lambda k: -rooms[k]):
+            # the grant, else (no room to park in) the larger plans that park less
+            larger = [g for g in (need.parked, need.most) if g is not None and g <= rooms[i]]
+            for granted in [grant(need, rooms[i], after), *larger]:
+                if self._host_fits(need.host_at(granted)):
+                    return self._take(i, granted, need.host_at(granted))
+        return None
 
-    def _take(self, i: int, granted: float | None) -> Slot:
+    def _host_fits(self, host: float) -> bool:
+        """`host` bytes fit beside what the running jobs park, or no job runs (a job larger than
+        the machine's host memory runs alone)."""
+        return self.host_total is None or self.host_used + host <= self.host_total \
+            or sum(self.running) == 0
+
+    def _take(self, i: int, granted: float | None, host: float = 0.0) -> Slot:
         self.used[i] += granted or 0.0
         self.running[i] += 1
-        return Slot(self.gpus[i], i, granted)
+        self.host_used += host
+        return Slot(self.gpus[i], i, granted, host)
 
     def release(self, slot: Slot) -> None:
         self.used[slot.index] -= slot.grant or 0.0
         self.running[slot.index] -= 1
+        self.host_used -= slot.host
 
 
 def grant(need: GateMemory, room: float, after: GateMemory | None = None) -> float:

@@ -3,7 +3,7 @@ run as the held-out tier runs an operator, reported with KernelBench's own metri
 
     python3 bench/kernelbench_tier.py --kernelbench DIR [--starts bench/kernelbench]
         [--tier device|interpret] [--only NAME|level1/N,...] [--shard K/N] [--budget-steps 12] [--box 300]
-        [--wall S] [--settle-wall S] [--settle-jobs N] [--jobs N] [--gpus N] [--gpu-memory GB]
+        [--wall S] [--settle-wall S] [--settle-jobs N] [--jobs N] [--gpus N] [--gpu-memory GB] [--host-memory GB]
         [--baselines-in-slot] [--library DIR]
         [--out DIR] [--fresh | --redo-unfinished] [--commit SHA | --any-commit]
         [--tables-only] [--start-only] [--no-baselines | --baselines-only] [--no-compile]
@@ -43,7 +43,9 @@ filling the room around them: `gpuslots.schedule`), each placed where what its g
 the least fits (`gate_memory`: the fewest input sets a gate keeps,
 the rest waiting in host memory) and granted up to what it would keep at the most; its gates
 plan their sets for at most the grant (`gate.memplan.CAP_ENV`), so several problems share a GPU
-where they fit and the largest take turns. A problem --wall leaves unstarted is a row that says
+where they fit and the largest take turns. A gate granted its least parks its sets in host memory
+(`gate.memplan.host_bytes`): the problems so granted start while what they park fits in
+--host-memory (GB for the machine; default 80% of its memory). A problem --wall leaves unstarted is a row that says
 so (a rerun runs it), and one whose box --wall cut says that in its status. The fresh gates
 (each best again, the control) run after every search, --settle-jobs problems at a time per
 GPU, none after --settle-wall. With --baselines-in-slot, a problem's baselines are timed right
@@ -650,12 +652,13 @@ def _bytes_of(p: Problem) -> tuple[float, float]:
 
 def gate_memory(bytes_in: float, bytes_out: float) -> Any:
     """What one problem's gate holds on the device (`gpuslots.GateMemory`), from the bytes of
-    one input set and of its outputs: at the least (`gate.memplan.least_bytes`: the first
-    seed, the timed set and one crossover with their held references, the rest waiting in host
-    memory, and the calls' working memory) and at the most (`gate.memplan.gate_bytes`: every
-    set a gate asks for). A gate granted anything between plans its sets for what it was
-    granted (`gpuslots.slot_env`), so problems whose grants fit together never make one
-    another's gates short."""
+    one input set and of its outputs: at the least (`gate.memplan.least_bytes`: a lean plan,
+    every set and held reference waiting in host memory between its uses, the device holding
+    the largest phase) with the host memory it then holds (`gate.memplan.host_bytes`), keeping
+    its first sets and parking the others (`gate.memplan.parked_bytes`, less host memory), and
+    at the most (`gate.memplan.gate_bytes`: every set a gate asks for). A gate granted anything
+    between plans its sets for what it was granted (`gpuslots.slot_env`), so problems whose
+    grants fit together never make one another's gates short."""
     import gpuslots
 
     from gate import memplan
@@ -663,10 +666,34 @@ def gate_memory(bytes_in: float, bytes_out: float) -> Any:
 
     pool = Job.__dataclass_fields__["refill_sets"].default
     set_bytes, out_bytes = int(bytes_in), int(bytes_out)
+    least = memplan.least_plan(seeds=GATE_SEEDS, pool=pool, fixed=3)
+    kept = memplan.parked_plan(seeds=GATE_SEEDS, pool=pool, fixed=3)
     return gpuslots.GateMemory(
         least=float(memplan.least_bytes(set_bytes, out_bytes, pool=pool, fixed=3, held=True)),
         most=float(memplan.gate_bytes(set_bytes, out_bytes, seeds=GATE_SEEDS, pool=pool, fixed=3,
-                                      held=True)))
+                                      held=True)),
+        host=float(memplan.host_bytes(least, set_bytes, out_bytes, held=True)),
+        parked=float(memplan.parked_bytes(set_bytes, out_bytes, pool=pool, fixed=3, held=True)),
+        parked_host=float(memplan.host_bytes(kept, set_bytes, out_bytes, held=True)))
+
+
+def host_memory(args: argparse.Namespace, total: float | None) -> float | None:
+    """Host bytes the problems' gates may park together: --host-memory GB, else, where
+    --gpu-memory bounds the device, `HOST_SHARE` of the machine's memory; None: no bound."""
+    given = getattr(args, "host_memory", None)
+    if given:
+        return given * 1e9
+    if total is None:
+        return None
+    try:
+        return HOST_SHARE * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
+
+
+HOST_SHARE = 0.8
+"""The share of the machine's memory the gates may park sets in by default (the rest: the
+processes themselves, their CUDA contexts, torch.compile's workers, the page cache)."""
 
 
 def _walled_before(tables: Path, problems: Sequence[Problem]) -> set[str]:
@@ -881,7 +908,8 @@ def settle_all(problems: Sequence[Problem], records: dict[str, dict[str, Any]],
     def late() -> bool:
         return args.settle_wall is not None and time.monotonic() - began > args.settle_wall
 
-    left = gpuslots.schedule(waiting, lambda q: needs.get(q.slug, zero), gpuslots.Admission(gpus, total),
+    admission = gpuslots.Admission(gpus, total, host_memory(args, total))
+    left = gpuslots.schedule(waiting, lambda q: needs.get(q.slug, zero), admission,
                              one, args.settle_jobs * len(gpus), stop=late)
     for p in left:
         heldout.say(p.key, "fresh gates not run: --settle-wall reached (--redo-unfinished runs them)")
@@ -977,6 +1005,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--gpu-memory", type=float, default=None, metavar="GB",
                     help="device memory per GPU the problems' gates may hold together "
                          "(gate_memory, gpuslots.Admission); the largest problems start first")
+    ap.add_argument("--host-memory", type=float, default=None, metavar="GB",
+                    help="with --gpu-memory: host memory the gates granted their least may park "
+                         "sets in together (default 80%% of the machine's)")
     ap.add_argument("--commit", default=None,
                     help="the commit measured (default $KLINEAGE_COMMIT, else the checkout's HEAD); "
                          "records of another commit are kept apart and run again")
@@ -1118,8 +1149,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return not walled_off()
 
     zero = gpuslots.GateMemory(0.0, 0.0)
-    for p in gpuslots.schedule(todo, lambda q: needs.get(q.slug, zero), gpuslots.Admission(gpus, total),
-                               one, args.jobs, stop=walled_off):
+    admission = gpuslots.Admission(gpus, total, host_memory(args, total))
+    for p in gpuslots.schedule(todo, lambda q: needs.get(q.slug, zero), admission, one, args.jobs,
+                               stop=walled_off):
         heldout.say(p.key, "not started: --wall reached (rerun the command to continue)")
         walled.add(p.slug)
     if measuring:

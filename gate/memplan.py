@@ -132,13 +132,37 @@ def parked_bytes(set_bytes: int, out_bytes: int, *, pool: int, fixed: int, held:
 
 def least_bytes(set_bytes: int, out_bytes: int, *, pool: int, fixed: int, held: bool = True,
                 reference_peak: int = 0) -> int:
-    """Device bytes a gate holds at the least `plan_sets` ever plans: the smaller of a plan
-    that keeps its first sets and parks the rest (`parked_bytes`) and a lean one
-    (`lean_bytes`). Given at least this much, a gate keeps fewer sets and parks the rest
-    instead of running out of memory."""
-    return min(parked_bytes(set_bytes, out_bytes, pool=pool, fixed=fixed, held=held,
-                            reference_peak=reference_peak),
-               lean_bytes(set_bytes, out_bytes, reference_peak))
+    """Device bytes a gate holds at the least `plan_sets` ever plans: a lean plan's
+    (`lean_bytes`; its phases are those of a plan that keeps its first sets, with those sets
+    parked, so it never holds more than `parked_bytes`). Given at least this much, a gate keeps
+    fewer sets and parks the rest instead of running out of memory. `pool`, `fixed` and `held`
+    do not change it (the pool is at its least, no set stays, a reference is counted held)."""
+    del pool, fixed, held
+    return lean_bytes(set_bytes, out_bytes, reference_peak)
+
+
+def least_plan(*, seeds: int, pool: int, fixed: int) -> SetPlan:
+    """The plan `plan_sets` makes at the least: lean (`lean_plan`)."""
+    return lean_plan(seeds, pool, fixed, "the least")
+
+
+def parked_plan(*, seeds: int, pool: int, fixed: int) -> SetPlan:
+    """The plan `plan_sets` makes given `parked_bytes`: the seeds and pool at their least, the
+    first seed, the timed set and the crossovers on the device, every other set parked (less
+    host memory than a lean plan's, `host_bytes`, for more device memory)."""
+    s, p = min(MIN_SEEDS, max(1, seeds)), min(MIN_POOL, max(1, pool))
+    return SetPlan(s, p, (s - 1) + max(0, fixed - 1), s + fixed + p - 1, "the first sets kept")
+
+
+def host_bytes(plan: SetPlan, set_bytes: int, out_bytes: int, *, held: bool = True,
+               samples: int = 2) -> int:
+    """Host memory `plan` holds at the most: its parked sets with their held references and,
+    lean, the held references kept beside the timed runs' `samples` sampled outputs (every
+    reference stays until the gate ends, for naming whose answer a wrong output is)."""
+    per_set = set_bytes + (out_bytes if held else 0)
+    if not plan.lean:
+        return plan.parked * per_set
+    return plan.sets * per_set + samples * out_bytes
 
 
 def plan_bytes(plan: SetPlan, set_bytes: int, out_bytes: int, *, held: bool,
@@ -214,5 +238,5 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
 
 
 __all__ = ["CAP_ENV", "LEAN_WORK", "MIN_POOL", "MIN_SEEDS", "PHASE_WORK", "SLACK_BYTES", "SetPlan",
-           "device_cap", "gate_bytes", "kept_bytes", "lean_bytes", "lean_plan", "least_bytes",
-           "parked_bytes", "plan_bytes", "plan_sets", "working_bytes"]
+           "device_cap", "gate_bytes", "host_bytes", "kept_bytes", "lean_bytes", "lean_plan",
+           "least_bytes", "least_plan", "parked_bytes", "parked_plan", "plan_bytes", "plan_sets", "working_bytes"]

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gate.memplan import (LEAN_WORK, MIN_POOL, MIN_SEEDS, SLACK_BYTES, gate_bytes, kept_bytes, lean_bytes,
-                          least_bytes, parked_bytes, plan_bytes, plan_sets, working_bytes)
+from gate.memplan import (LEAN_WORK, MIN_POOL, MIN_SEEDS, SLACK_BYTES, gate_bytes, host_bytes, kept_bytes,
+                          lean_bytes, least_bytes, least_plan, parked_bytes, parked_plan, plan_bytes, plan_sets,
+                          working_bytes)
 
 GIB = 1 << 30
 SAXPY = Path(__file__).resolve().parent / "data" / "cases" / "saxpy"
@@ -102,6 +103,30 @@ def test_the_least_a_gate_holds_is_a_plan_that_fits_and_less_would_not(sizes) ->
     assert least < full
     assert not plan_sets(full, set_bytes, out_bytes, seeds=3, pool=4, fixed=3, held=True,
                          reference_peak=peak).reduced
+
+
+def test_the_host_memory_of_a_plan_is_its_parked_sets_and_lean_every_set_and_reference() -> None:
+    full = plan_sets(140 * GIB, GIB // 4, GIB // 4, seeds=3, pool=4, fixed=3, held=True)
+    assert host_bytes(full, GIB // 4, GIB // 4) == 0
+    parked = plan_sets(90 * GIB, 8 * GIB, 8 * GIB, seeds=3, pool=4, fixed=3, held=True,
+                       reference_peak=24 * GIB)
+    assert host_bytes(parked, 8 * GIB, 8 * GIB) == 3 * 16 * GIB
+    assert host_bytes(parked, 8 * GIB, 8 * GIB, held=False) == 3 * 8 * GIB
+    # lean: two seeds, timed, sealed, re-verification and one crossover, each with its
+    # reference, and the timed runs' two sampled outputs
+    lean = least_plan(seeds=3, pool=4, fixed=3)
+    assert lean.lean and lean.sets == 6
+    assert host_bytes(lean, 8 * GIB, 8 * GIB) == 6 * 16 * GIB + 2 * 8 * GIB
+    assert least_bytes(8 * GIB, 8 * GIB, pool=4, fixed=3) == plan_bytes(lean, 8 * GIB, 8 * GIB, held=True)
+    # given what the parked plan holds, a gate makes that plan: more device memory, less host
+    kept = parked_plan(seeds=3, pool=4, fixed=3)
+    given = parked_bytes(8 * GIB, 8 * GIB, pool=4, fixed=3)
+    made = plan_sets(given, 8 * GIB, 8 * GIB, seeds=3, pool=4, fixed=3, held=True)
+    assert (made.seeds, made.pool, made.parked, made.sets, made.lean) == (kept.seeds, kept.pool, kept.parked,
+                                                                         kept.sets, False)
+    assert plan_bytes(made, 8 * GIB, 8 * GIB, held=True) == given
+    assert host_bytes(kept, 8 * GIB, 8 * GIB) == 3 * 16 * GIB < host_bytes(lean, 8 * GIB, 8 * GIB)
+    assert plan_sets(given - 1, 8 * GIB, 8 * GIB, seeds=3, pool=4, fixed=3, held=True).lean
 
 
 def test_the_working_memory_counts_the_measured_reference_step_and_the_calls() -> None:

@@ -533,8 +533,7 @@ def test_a_gate_granted_less_than_it_asks_keeps_fewer_sets_and_the_grants_fit_to
                 free = min(int(total) - allocated, int(slot.grant))
                 plan = memplan.plan_sets(free, set_bytes, out_bytes, seeds=TIER.GATE_SEEDS, pool=4,
                                          fixed=3, held=True)
-                resident = (plan.sets - plan.parked) * (set_bytes + out_bytes)
-                held = resident + memplan.working_bytes(set_bytes, out_bytes)
+                held = memplan.plan_bytes(plan, set_bytes, out_bytes, held=True)
                 assert held <= slot.grant  # fewer sets (parked ones) instead of out of memory
                 allocated += held
             assert allocated <= total
@@ -551,6 +550,69 @@ def test_a_gate_granted_less_than_it_asks_keeps_fewer_sets_and_the_grants_fit_to
     other = admission.place(huge)
     assert other is not None and other.gpu != alone.gpu  # the other GPU is idle
     assert admission.place(SLOTS.GateMemory(GB, GB)) is None  # nothing beside them
+
+
+def test_five_large_memory_bound_problems_start_together_on_one_gpu_where_the_host_can_park_their_sets() -> None:
+    """Made-up problems of the sizes of large memory-bound ones (6.4 GB of input and of output a
+    set, 8.6 GB of input and a tiny output, 1.1 GB in and 8.6 GB out, 4.3 GB in and 8.6 GB out):
+    granted their least (a lean plan), all five start at once on one 140 GB GPU where the host
+    has room for the sets they park; each gate's plan for its grant holds no more than it, and
+    together they fit the GPU. On a machine with less host memory, fewer start at once (some
+    granted a plan that keeps its first sets and parks less) and what they park never exceeds it."""
+    import threading
+    import time
+
+    from gate import memplan
+
+    total = 140 * GB
+    sizes = {"softmax": (6.442e9, 6.442e9), "log_softmax": (6.442e9, 6.442e9), "max": (8.588e9, 2.1e6),
+             "conv3x3": (1.074e9, 8.556e9), "conv1x1": (4.295e9, 8.590e9)}
+    needs = {k: TIER.gate_memory(*v) for k, v in sizes.items()}
+    assert all(n.least <= 30 * GB < n.parked < n.most and n.parked_host < n.host for n in needs.values())
+    order = sorted(sizes, key=lambda k: -needs[k].least)  # largest first, as the tier queues them
+
+    def run_all(host_total: float) -> tuple[int, dict[str, object]]:
+        lock, live, most, slots = threading.Lock(), [0], [0], {}
+        admission = SLOTS.Admission(["0"], total, host_total)
+
+        def run(key, slot) -> None:
+            with lock:
+                live[0] += 1
+                most[0] = max(most[0], live[0])
+                slots[key] = slot
+                assert admission.host_used <= host_total and admission.used[0] <= total
+            time.sleep(0.3)
+            with lock:
+                live[0] -= 1
+
+        left = SLOTS.schedule(order, lambda k: needs[k], admission, run, jobs=5)
+        assert left == [] and admission.used == [0.0] and admission.host_used == 0.0
+        return most[0], slots
+
+    together, slots = run_all(420 * GB)
+    assert together == 5
+    assert sum(s.grant for s in slots.values()) <= total
+    for key, slot in slots.items():
+        set_bytes, out_bytes = (int(x) for x in sizes[key])
+        plan = memplan.plan_sets(int(slot.grant), set_bytes, out_bytes, seeds=TIER.GATE_SEEDS, pool=4,
+                                 fixed=3, held=True)
+        assert plan.lean and memplan.plan_bytes(plan, set_bytes, out_bytes, held=True) <= slot.grant
+        assert slot.host == needs[key].host == memplan.host_bytes(plan, set_bytes, out_bytes)
+    fewer, slots = run_all(110 * GB)  # a machine of 128 GiB
+    assert 1 <= fewer < 5 and set(slots) == set(sizes)
+    kept = [k for k, s in slots.items() if s.grant == needs[k].parked]
+    for key in kept:  # granted the plan that keeps its first sets: it makes that plan
+        set_bytes, out_bytes = (int(x) for x in sizes[key])
+        plan = memplan.plan_sets(int(slots[key].grant), set_bytes, out_bytes, seeds=TIER.GATE_SEEDS,
+                                 pool=4, fixed=3, held=True)
+        assert not plan.lean and memplan.host_bytes(plan, set_bytes, out_bytes) == slots[key].host
+    # where the host has no room for what a job parks but the GPU has room for its most, it
+    # keeps every set on the device and parks nothing
+    admission = SLOTS.Admission(["0", "1"], total, 10 * GB)
+    small = SLOTS.GateMemory(20 * GB, 60 * GB, 30 * GB)
+    first = admission.place(small, small)
+    assert first.grant == 60 * GB and first.host == 0.0
+    assert admission.place(SLOTS.GateMemory(70 * GB, 200 * GB, 80 * GB, 100 * GB, 20 * GB)) is None
 
 
 def test_a_grant_is_the_most_where_the_next_problems_least_fits_beside_else_the_least() -> None:
