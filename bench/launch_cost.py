@@ -158,9 +158,14 @@ def paths(op: str) -> dict[str, Callable[[Any, Any], Any]]:
         runner = compiled.get(key)
         if runner is None:  # the JIT compiles (or finds) the kernel for this specialization
             kernel = mm_kernel[g](*args, BM=bm, BN=bn, BK=bk, num_warps=w, num_stages=s)
-            compiled[key] = kernel[g]
+            launch = kernel[g]
+            # the launcher takes every parameter where the compiled signature lists constexprs
+            # (it skips them), else the runtime ones alone
+            signature = getattr(getattr(kernel, "src", None), "signature", {}) or {}
+            takes_all = "constexpr" in map(str, dict(signature).values())
+            compiled[key] = (lambda *xs: launch(*xs, bm, bn, bk)) if takes_all else launch
         else:
-            runner(*args, bm, bn, bk)
+            runner(*args)
         return c
 
     torch_fn = torch.matmul if SHAPES[op][0] is None else torch.bmm
