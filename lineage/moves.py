@@ -728,6 +728,10 @@ def variant_picks(verdict: Any) -> dict[str, dict[str, dict[str, int]]]:
     return out
 
 
+_TUNED: dict[str, frozenset[str]] = {}
+"""Source text -> its kernels under an autotuner over several configurations (`pin_offered`)."""
+
+
 def pin_offered(ir: KernelIR, verdict: Any) -> bool:
     """`pinned_picks` has something to pin: a kernel with a recorded pick is autotuned over
     several configurations."""
@@ -736,7 +740,12 @@ def pin_offered(ir: KernelIR, verdict: Any) -> bool:
         return False
     from passes.triton.autotune import Autotune  # noqa: PLC0415
 
-    return any(s.present and s.detail.get("kernel") in picked for s in Autotune().sites(ir))
+    source = ir.unparse()
+    if source not in _TUNED:
+        if len(_TUNED) >= 64:
+            _TUNED.clear()
+        _TUNED[source] = frozenset(s.detail.get("kernel") for s in Autotune().sites(ir) if s.present)
+    return bool(_TUNED[source] & set(picked))
 
 
 def pinned_picks(ir: KernelIR, verdict: Any) -> Materialized:
