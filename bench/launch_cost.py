@@ -367,6 +367,30 @@ def _graph_row(op: str, run: Callable[[Any, Any], Any], a: Any, b: Any, want: An
     return row
 
 
+def readings(rows: list[dict[str, Any]]) -> list[str]:
+    """Per operator, the differences the columns exist for (module docstring)."""
+    out = []
+    for op in dict.fromkeys(r["op"] for r in rows):
+        by = {r["path"]: r for r in rows if r["op"] == op}
+
+        def get(path: str, col: str) -> float:
+            value = by.get(path, {}).get(col)
+            return float(value) if isinstance(value, float) else math.nan
+
+        out.append(
+            f"- {op}: host per call autotune8 {get('autotune8', 'host'):.1f}, autotune1 "
+            f"{get('autotune1', 'host'):.1f}, jit {get('jit', 'host'):.1f}, compiled "
+            f"{get('compiled', 'host'):.1f} us; GPU time around the kernel (lead+log - kernel) torch "
+            f"{get('torch', 'lead+log') - get('torch', 'kernel'):.1f}, jit "
+            f"{get('jit', 'lead+log') - get('jit', 'kernel'):.1f} us; the activity session adds "
+            f"(lead+log - lead) torch {get('torch', 'lead+log') - get('torch', 'lead'):.1f}, jit "
+            f"{get('jit', 'lead+log') - get('jit', 'lead'):.1f} us; as the gate compares them (jit "
+            f"lead+log over torch lead) {get('torch', 'lead') / get('jit', 'lead+log'):.3f}x, both "
+            f"outside the session {get('torch', 'lead') / get('jit', 'lead'):.3f}x, kernels alone "
+            f"{get('torch', 'kernel') / get('jit', 'kernel'):.3f}x")
+    return out
+
+
 def render(record: dict[str, Any]) -> str:
     head = "| op | path | " + " | ".join(f"{c} us" for c in COLUMNS) + " | ok | note |"
     lines = [f"# Launch cost of a Triton GEMM by launch path ({record['gpu']}, torch "
@@ -377,7 +401,7 @@ def render(record: dict[str, Any]) -> str:
                  for c in COLUMNS]
         lines.append(f"| {r['op']} | {r['path']} | " + " | ".join(cells)
                      + f" | {'yes' if r.get('ok') else 'NO'} | {r.get('note', '')} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ["", *readings(record["rows"])]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
