@@ -32,7 +32,8 @@ Columns (microseconds per call):
 
 `e2e - lead` is host time the events enclosed; `lead+log - lead` what the activity session adds;
 `lead - kernel` what the GPU spends per call around the kernel itself (launch, events).
-Writes OUT/launch_cost.json and OUT/launch_cost.md, prints the table (`--json`: the record).
+Writes OUT/launch_cost.json and OUT/launch_cost.md (the table, then these differences per
+operator), prints the table (`--json`: the record).
 Needs a CUDA GPU (exit 2 without one, or for bad arguments). Triton 3.6 to 3.9.
 """
 from __future__ import annotations
