@@ -433,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [row for op in ops for row in measure(op, args.calls, clock, own, say)]
     record = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "triton": triton.__version__, "calls": args.calls, "left_out_kernels": sorted(own),
+              "configurations": {op: dict(zip(("BM", "BN", "BK", "num_warps", "num_stages"), PINS[op]))
+                                 for op in ops},
               "rows": rows}
     (out / "launch_cost.json").write_text(json.dumps(record, indent=1) + "\n")
     (out / "launch_cost.md").write_text(render(record))
