@@ -95,6 +95,8 @@ ACTS = [
     ("rw_amax_volatile", "warp-shuffle-reduce", {}, 1),  # `if (BLOCK >= 64)` steps of a tail
     ("rw_while_softmax", "warp-shuffle-reduce", {}, 2),  # two while trees, one stride variable
     ("rw_while_softmax", "row-registers", {}, 1),
+    ("rw_rows2d_mean", "warp-shuffle-reduce", {}, 1),  # one warp per row of part[4][32]
+    ("rw_rows2d_softmax", "warp-shuffle-reduce", {}, 2),  # two warps per row of red[ty][tx]
 ]
 
 
@@ -115,9 +117,8 @@ REFUSED_TREES = {
     # the (max, sum) pair is merged with rescaling exponentials: no sum, max or min
     "rw_online_softmax": "not a sum, max or min",
     # the tree folds along threadIdx.y: its slots are not the lanes of a warp
-    "rw_colsum": "part, an array of 2 dimensions: the shuffle form folds one slot per thread",
-    # one tree per row of 32 threads (threadIdx.y picks the row)
-    "rw_rows2d_mean": "(a tree along threadIdx.y, or one tree per row of threads, is not told)",
+    "rw_colsum": "differ in the last index only (one tree per row of threads; a tree along "
+                 "threadIdx.y is not told)",
     "rw_rms_half2_tail": "stops at s >= 64",
 }
 
@@ -549,3 +550,60 @@ def test_launch_threads_leaves_a_kernel_whose_host_sizes_its_dynamic_shared_memo
     _out, applied, refusals = _rule_output("rw_while_softmax", "launch-threads", threads=128)
     assert applied == 0
     assert any("the host sizes buf, dynamic shared memory, at its launch" in r for r in refusals)
+
+
+ROW_TREES = r"""
+extern "C" __global__ void k(const float* x, float* out, int m, int n) {
+  __shared__ float sh[8][128];
+  __shared__ float hi[8][128];
+  const int ty = threadIdx.y;
+  const int row = blockIdx.x * blockDim.y + ty;
+  float a = 0.f, b = -3.0e38f;
+  for (int i = threadIdx.x; i < n && row < m; i += blockDim.x) {
+    a += x[(size_t)row * n + i];
+    b = fmaxf(b, x[(size_t)row * n + i]);
+  }
+  sh[ROW][threadIdx.x] = a;
+  hi[ROW][threadIdx.x] = b;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      sh[ROW][threadIdx.x] += sh[ROW][threadIdx.x + s];
+      hi[ROW][threadIdx.x] = fmaxf(hi[ROW][threadIdx.x], hi[ROW][threadIdx.x + s]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && row < m) out[row] = READ;
+}
+"""
+
+
+def test_a_tree_per_row_of_threads_becomes_shuffles_under_a_run_time_check() -> None:
+    source = ROW_TREES.replace("ROW", "ty").replace("READ", "sh[ty][0] * hi[threadIdx.y][0]")
+    out = _apply_all_text("warp-shuffle-reduce", source, PassContext(facts={"arch": "sm_90"}))
+    assert out.count("__shfl_down_sync") == 4 and "blockDim.z == 1" in out  # 2 arrays, 2 stages
+    assert "blockDim.y == 1" not in out  # rows of threads stay
+    ptx_for_sm90a(out)
+    x = torch.randn(13, 300, generator=torch.Generator().manual_seed(9))
+    start, shuffles = (cudacpu.build(t, name=f"rowtree_{i}.cu") for i, t in enumerate((source, out)))
+    for bx, by in ((32, 4), (64, 2), (128, 8), (16, 8), (48, 2)):  # the last two: the loop as written
+        want, got = torch.zeros(13), torch.zeros(13)
+        grid = (13 + by - 1) // by
+        start.launch("k", grid, (bx, by, 1), 0, [x, want, 13, 300])
+        shuffles.launch("k", grid, (bx, by, 1), 0, [x, got, 13, 300])
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-4), (bx, by)
+    got = torch.zeros(13)
+    shuffles.launch("k", 7, (64, 2, 1), 0, [x, got, 13, 300])
+    assert torch.allclose(got, x.sum(1) * x.amax(1), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("row,read,why", [
+    ("threadIdx.y", "sh[ty][1]", "a slot other than 0 is read after the tree (sh[ty][1])"),
+    ("blockIdx.x % 4", "sh[0][0]", "the tree's rows [blockIdx.x % 4] are not picked by threadIdx.y"),
+    ("ty", "*sh[ty]", "a slot other than 0 is read after the tree (sh[ty])"),
+])
+def test_a_tree_per_row_is_refused_where_its_rows_or_later_reads_are_not_told(
+        row: str, read: str, why: str) -> None:
+    source = ROW_TREES.replace("ROW", row).replace("READ", read)
+    trees, refusals = R.reduction_trees(kir.parse(source, "cuda"))
+    assert trees == [] and any(why in r.reason for r in refusals), [r.reason for r in refusals]

@@ -32,7 +32,9 @@ saying why (`refusals(ir)` collects them).
   b;`). The array is a shared array, a shared pointer parameter or a local pointer bound once
   into one (`float* red = smem + n;`). The extent is the block (`blockDim.x`, or a local
   bound to it), a constant, or a template parameter (its value where every instantiation in
-  the unit names the same one).
+  the unit names the same one). A tree per row of threads folds the last index of a 2-D
+  array whose first index is threadIdx.y (`sh[ty][tx] += sh[ty][tx + s]`: `ReductionTree.rows`);
+  a fold along another index is refused.
 - `shuffle_reductions`: a block reduction through warp shuffles (`ShuffleReduction`): a fold
   over strides 16..1 per warp, lane 0 of each warp storing to a shared slot per warp, a barrier,
   the first warp folding the slots, thread 0 using the value.
@@ -266,9 +268,17 @@ class ReductionTree:
     values: tuple[str, ...]
     """Per combined array, the value each thread stored into its slot (from `store`)."""
     block: tuple[int, int, int] | None
+    rows: tuple[str, ...] = ()
+    """The indices before the slot's of a tree per row of threads (`sh[threadIdx.y][t]`: each
+    row of the block folds its own row of the array), as written; () for one tree over the
+    block."""
+
+    def slot(self, array: str, index: str) -> str:
+        """The text of slot `index` of `array` in the row of the thread running it."""
+        return array + "".join(f"[{r}]" for r in self.rows) + f"[{index}]"
 
     def to_json(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "tid": self.tid, "extent": self.extent,
+        return {"kernel": self.kernel, "tid": self.tid, "extent": self.extent, "rows": list(self.rows),
                 "extent_value": self.extent_value, "stride": self.stride, "form": self.form,
                 "combines": [{"array": c.array, "op": c.op, "element": c.element}
                              for c in self.combines],
@@ -1843,24 +1853,28 @@ def reduction_trees(ir: KernelIR | Unit) -> tuple[list[ReductionTree], list[Refu
     return out, refused
 
 
-def _combine(unit: Unit, stmt: int, shared: Mapping[str, SharedArray]
+def _combine(unit: Unit, stmt: int, shared: Mapping[str, SharedArray], rows: bool = False
              ) -> tuple[str, str, str, str] | None:
     """(array, op, own index, partner index) of a combine statement `sh[i] += sh[j];`,
-    `sh[i] = sh[i] + sh[j];`, `sh[i] = fmaxf(sh[i], sh[j]);`, `sh[i] = a > b ? a : b;`."""
+    `sh[i] = sh[i] + sh[j];`, `sh[i] = fmaxf(sh[i], sh[j]);`, `sh[i] = a > b ? a : b;`. With
+    `rows`, the slots may be of an array of more dimensions whose other indices are the same
+    (`sh[r][i] += sh[r][j]`): the indices are then the last ones (`slot_rows` gives the rest)."""
     ir = unit.ir
     assign = _assignment(ir, stmt)
     if assign is None:
         return None
     lhs, rhs = children(ir, assign)[0], _strip(ir, children(ir, assign)[-1])
     base, idx = subscript(ir, lhs)
-    if base not in shared or len(idx) != 1:
+    if base not in shared or not idx or (len(idx) != 1 and not rows):
         return None
-    own = flat_code(ir, idx[0])
+    own = flat_code(ir, idx[-1])
+    lead = [flat_code(ir, i) for i in idx[:-1]]
     op = _op(ir, assign)
 
     def partner_of(node: int) -> str | None:
         b, i = subscript(ir, _strip(ir, node))
-        return flat_code(ir, i[0]) if b == base and len(i) == 1 else None
+        return flat_code(ir, i[-1]) if b == base and len(i) == len(idx) and \
+            [flat_code(ir, k) for k in i[:-1]] == lead else None
 
     def own_and_partner(a: int, b: int) -> str | None:
         pa, pb = partner_of(a), partner_of(b)
@@ -1904,6 +1918,14 @@ def _combine(unit: Unit, stmt: int, shared: Mapping[str, SharedArray]
         greater = ir.name_of(cond) in (">", ">=")
         return (base, "max" if picks_left_when_greater == greater else "min", own, p)
     return None
+
+
+def slot_rows(ir: KernelIR, stmt: int) -> tuple[str, ...]:
+    """The indices before the last of the slot a combine statement writes (`sh[r][t] += ...`
+    -> ("r",)), as written; () for a slot of one index."""
+    assign = _assignment(ir, stmt)
+    idx = subscript(ir, children(ir, assign)[0])[1] if assign is not None else []
+    return tuple(" ".join(text(ir, i).split()) for i in idx[:-1])
 
 
 def _helper_kind(unit: Unit, name: str) -> str | None:
@@ -2220,22 +2242,29 @@ def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str
     if alt is not None:
         return refuse("the tree's combine has an else branch")
     steps = _slot_locals_inlined(unit, _statements(ir, then), shared)
-    combines = [_combine(u, s, shared) for u, s, _t in steps]
+    combines = [_combine(u, s, shared, rows=True) for u, s, _t in steps]
     if not combines or None in combines:
-        for _u, stmt, _t in steps:
-            assign = _assignment(ir, stmt)
-            target = subscript(ir, children(ir, assign)[0]) if assign is not None else (None, [])
+        for u, stmt, _t in steps:
+            assign = _assignment(u.ir, stmt)
+            target = subscript(u.ir, children(u.ir, assign)[0]) if assign is not None else (None, [])
             if target[0] in shared and len(target[1]) > 1:
                 return refuse(f"the tree combines slots of {target[0]}, an array of "
-                              f"{len(target[1])} dimensions: the shuffle form folds one slot "
-                              "per thread of the block (a tree along threadIdx.y, or one tree "
-                              "per row of threads, is not told)")
+                              f"{len(target[1])} dimensions, other than as a sum, max or min "
+                              "of two slots that differ in the last index only (one tree per "
+                              "row of threads; a tree along threadIdx.y is not told)")
         return refuse("a statement of the tree's step is not a sum, max or min of two slots "
                       "of a shared array")
     owns = {c[2] for c in combines}  # type: ignore[index]
     if len(owns) != 1:
         return refuse("the tree's combines write different slots")
     own = owns.pop()
+    prefixes = {slot_rows(u.ir, st) for u, st, _t in steps}
+    rows = prefixes.pop() if len(prefixes) == 1 else None
+    if rows is None:
+        return refuse("the tree's combines write slots of different rows")
+    if len(rows) > 1 or rows and not _row_index(unit, fn, rows[0]):
+        return refuse(f"the tree's rows [{']['.join(rows)}] are not picked by threadIdx.y: "
+                      "only one tree per row of threads (threadIdx.y) is told")
     for c in combines:
         if c[3] not in (f"{own}+{var}", f"{var}+{own}"):  # type: ignore[index]
             return refuse(f"the partner slot {c[3]} is not the own slot plus the stride")  # type: ignore[index]
@@ -2306,25 +2335,28 @@ def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str
             if head not in allowed or any(_unparen(b) != f"{tid}+{var}<{extent}" for b in bounded):
                 return refuse(f"the doubling tree's step runs under {text(ir, cond_node)}")
         form = "doubling"
-    if not _thread_index(unit, fn, tid) and not _linear_thread_index(unit, fn, tid):
+    if not _thread_index(unit, fn, tid) and (rows or not _linear_thread_index(unit, fn, tid)):
         return refuse(f"the tree's slot index {tid} is not the thread's index threadIdx.x")
     extent_value = unit.value(extent)
     if extent != "blockDim.x" and extent_value is None:
-        if not unit.compile_time(extent) and not _whole_block(unit, fn, extent):
+        if not unit.compile_time(extent) and (rows or not _whole_block(unit, fn, extent)):
             return refuse(f"the tree's extent {extent} is neither blockDim.x nor a constant")
         extent_value = unit.template_value(fn, extent)
     tail_end = tail_end if halving else None
+    if rows and tail_end is not None:
+        return refuse("a tree per row of threads ends with a warp-synchronous stage")
     last = tail_end if tail_end is not None else loop
-    after = _later_slot_reads(unit, fn, last, {c[0] for c in combines})  # type: ignore[index]
+    after = _later_slot_reads(unit, fn, last, {c[0] for c in combines},  # type: ignore[index]
+                              len(rows))
     if after:
         return refuse(f"a slot other than 0 is read after the tree ({after})")
     cs = tuple(Combine(c[0], c[1], " ".join(t.split()), shared[c[0]].element)  # type: ignore[index]
                for c, (_u, _s, t) in zip(combines, steps))
-    store, values = _tree_stores(unit, first, cs, tid)
+    store, values = _tree_stores(unit, first, cs, tid, rows)
     if tail_end is not None:
         where = (where[0], ir.span_of(tail_end).end)
     return ReductionTree(kernel, cs, tid, extent, extent_value, var, form, where, store,
-                         values, unit.launch_block().dims)
+                         values, unit.launch_block().dims, rows)
 
 
 def _warp_tail(unit: Unit, fn: int, loop: int, tid: str, arrays: set[str],
@@ -2447,11 +2479,14 @@ def _declared_inside(ir: KernelIR, name: str, node: int) -> bool:
                name in [n for n, _, _ in declared_names(ir, c)] for c in subtree(ir, node))
 
 
-def _later_slot_reads(unit: Unit, fn: int, loop: int, arrays: set[str]) -> str:
+def _later_slot_reads(unit: Unit, fn: int, loop: int, arrays: set[str], rows: int = 0) -> str:
     """A read of an array of `arrays` at a slot other than 0 after `loop`, or a use of it as a
     pointer there (`q = sh`, `f(sh)`, `&sh[1]`: any slot may be read through it), as text;
     '' when there is none before the threads fill their own slots again (`sh[tid] = ...` at
-    the tree's level of branching: a new use of the array; a store of one slot is not)."""
+    the tree's level of branching: a new use of the array; a store of one slot is not). With
+    `rows` indices before the slot's (a tree per row of threads), the slot is the last index
+    (any row's slot 0 holds that row's result), and a row used as a pointer counts as the
+    array's."""
     ir = unit.ir
     end = ir.span_of(loop).end
     level = {a for a in ir.ancestors(loop) if ir.grammar_type_of(a) in ("if_statement",
@@ -2465,29 +2500,41 @@ def _later_slot_reads(unit: Unit, fn: int, loop: int, arrays: set[str]) -> str:
                  children(ir, parent)[0] != nid):
             return text(ir, next((a for a in ir.ancestors(nid) if ir.grammar_type_of(a) in (
                 "expression_statement", "declaration", "return_statement")), nid)).strip()
-        if ir.grammar_type_of(nid) != "subscript_expression":
-            continue
+        if ir.grammar_type_of(nid) != "subscript_expression" or (
+                parent is not None and ir.grammar_type_of(parent) == "subscript_expression" and
+                children(ir, parent)[0] == nid):
+            continue  # only whole subscripts: `sh[r][t]`, not its `sh[r]`
         base, idx = subscript(ir, nid)
-        if base not in arrays or len(idx) != 1:
+        if base not in arrays or len(idx) > rows + 1:
             continue
+        if len(idx) < rows + 1:
+            return text(ir, nid)  # a row as a pointer
         if parent is not None and ir.grammar_type_of(parent) == "pointer_expression":
             return text(ir, parent)  # its address taken
         if parent is not None and ir.grammar_type_of(parent) == "assignment_expression" and \
                 children(ir, parent)[0] == nid:
-            if _thread_index(unit, fn, text(ir, idx[0])) and not any(
+            if _thread_index(unit, fn, text(ir, idx[-1])) and \
+                    all(_row_index(unit, fn, text(ir, i)) for i in idx[:-1]) and not any(
                     ir.grammar_type_of(a) in ("if_statement", "conditional_expression") and
                     a not in level for a in ir.ancestors(nid)):
                 return ""  # every thread fills its slot again: a new use of the array
             continue
-        if unit.value(text(ir, idx[0])) != 0:
+        if unit.value(text(ir, idx[-1])) != 0:
             return text(ir, nid)
     return ""
 
 
-def _tree_stores(unit: Unit, loop: int, combines: Sequence[Combine], tid: str
-                 ) -> tuple[tuple[int, int] | None, tuple[str, ...]]:
+def _row_index(unit: Unit, fn: int, expr: str) -> bool:
+    """Whether `expr` (locals expanded, casts dropped) is the thread's index threadIdx.y."""
+    return _unparen(re.sub(r"\s+|\((?:int|unsigned|unsignedint)\)", "",
+                           expand_locals(unit, fn, expr))) == "threadIdx.y"
+
+
+def _tree_stores(unit: Unit, loop: int, combines: Sequence[Combine], tid: str,
+                 rows: tuple[str, ...] = ()) -> tuple[tuple[int, int] | None, tuple[str, ...]]:
     """The statements right before the tree that store each thread's value into its slot of
-    every combined array, then a barrier: their span and the stored values."""
+    every combined array (in its row `rows`), then a barrier: their span and the stored
+    values."""
     ir = unit.ir
     parent = ir.parent_of(loop)
     if parent is None or ir.grammar_type_of(parent) != "compound_statement":
@@ -2505,8 +2552,9 @@ def _tree_stores(unit: Unit, loop: int, combines: Sequence[Combine], tid: str
         if not kids or ir.grammar_type_of(kids[0]) != "assignment_expression" or _op(ir, kids[0]) != "=":
             break
         base, idx = subscript(ir, children(ir, kids[0])[0])
-        if base not in {c.array for c in combines} or base in values or len(idx) != 1 or \
-                flat_code(ir, idx[0]) != tid:
+        if base not in {c.array for c in combines} or base in values or \
+                len(idx) != len(rows) + 1 or flat_code(ir, idx[-1]) != tid or \
+                [flat_code(ir, i) for i in idx[:-1]] != [re.sub(r"\s+", "", r) for r in rows]:
             break
         values[base] = text(ir, children(ir, kids[0])[-1])
         first = items.index(s)
@@ -2951,16 +2999,17 @@ def tree_combine_text(combine: Combine, own: str, other: str) -> str:
     assign = _assignment(stmt_ir, stmt)
     if assign is None:
         return combine.statement
-    own_index = flat_code(stmt_ir, subscript(stmt_ir, children(stmt_ir, assign)[0])[1][0])
+    own_index = flat_code(stmt_ir, subscript(stmt_ir, children(stmt_ir, assign)[0])[1][-1])
     reads = []
     for nid in subtree(stmt_ir, stmt):
         parent = stmt_ir.parent_of(nid)
-        if stmt_ir.grammar_type_of(nid) != "subscript_expression" or \
-                stmt_ir.grammar_type_of(parent) == "subscript_expression":  # type: ignore[arg-type]
+        if stmt_ir.grammar_type_of(nid) != "subscript_expression" or (
+                stmt_ir.grammar_type_of(parent) == "subscript_expression" and  # type: ignore[arg-type]
+                children(stmt_ir, parent)[0] == nid):  # type: ignore[arg-type]
             continue
         base, idx = subscript(stmt_ir, nid)
-        if base == combine.array and len(idx) == 1:
-            name = own if flat_code(stmt_ir, idx[0]) == own_index else other
+        if base == combine.array and idx:
+            name = own if flat_code(stmt_ir, idx[-1]) == own_index else other
             reads.append((_span(stmt_ir, nid), name))
     out = stmt_ir.source
     for (start, end), name in sorted(reads, reverse=True):

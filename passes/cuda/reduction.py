@@ -20,7 +20,12 @@ proven from the launch's block size where the host sets it (refused where that b
 fit), otherwise checked at run time, the original tree kept as the fallback. A tree over the
 block's count written as a product of its dimensions (`blockDim.x * blockDim.y`) with the
 thread's linear index as its slot (`threadIdx.y * blockDim.x + threadIdx.x`) is one over
-`blockDim.x` in a one-dimensional block, which the run-time check requires.
+`blockDim.x` in a one-dimensional block, which the run-time check requires. A tree per row of
+threads (`sh[threadIdx.y][threadIdx.x]`, one row of the array per row of the block) becomes the
+same per row: where blockDim.x is a power of two multiple of 32 each row's threads are whole
+warps, the warps' slots are numbered row by row, and the first warp of each row folds its row's
+slots into that row's slot 0 (blockDim.y free, blockDim.z 1: proven from the launch or checked
+at run time).
 
 Its inverse acts on the same roles: a block reduction through warp shuffles
 (`recognize.shuffle_reductions`: a fold over strides 16..1 per warp, a shared slot per warp,
@@ -262,17 +267,22 @@ def tree_guard(tree: ReductionTree, ctx: PassContext | None) -> tuple[str | None
     proven from the launch's block size or the fact `block_threads`), or why it never does."""
     dims = tree.block
     facts = dict(ctx.facts) if ctx is not None else {}
-    if dims is None and isinstance(facts.get("block_threads"), int):
+    if dims is None and isinstance(facts.get("block_threads"), int) and not tree.rows:
         dims = (int(facts["block_threads"]), 1, 1)
+    # a tree per row of threads: each row's threads are whole warps where blockDim.x is a
+    # multiple of 32 (warps are cut from the linear index), and rows are threadIdx.y's alone
+    others = "blockDim.z == 1" if tree.rows else "blockDim.y == 1 && blockDim.z == 1"
     if tree.extent_value is None and tree.extent != "blockDim.x":  # a template parameter
         e = f"({tree.extent})"
         return (f"blockDim.x == {e} && ({e} & 31) == 0 && ({e} & ({e} - 1)) == 0 && "
-                "blockDim.y == 1 && blockDim.z == 1"), None
+                f"{others}"), None
     if dims is not None:
         x = dims[0]
         wanted = tree.extent_value if tree.extent_value is not None else x
-        if dims[1] * dims[2] != 1:
-            return None, Skipped("the launch's block is not one-dimensional", {"block": list(dims)})
+        if (dims[2] if tree.rows else dims[1] * dims[2]) != 1:
+            return None, Skipped("the launch's block is not one-dimensional" if not tree.rows
+                                 else "the launch's block has a z dimension",
+                                 {"block": list(dims)})
         if x != wanted:
             return None, Skipped(f"the tree covers {wanted} slots and the block has {x} threads",
                                  {"block": list(dims), "extent": wanted})
@@ -285,9 +295,9 @@ def tree_guard(tree: ReductionTree, ctx: PassContext | None) -> tuple[str | None
         if e % 32 or e & (e - 1) or e > 1024:
             return None, Skipped(f"the tree covers {e} slots, not a power of two multiple of 32",
                                  {"extent": e})
-        return f"blockDim.x == {e} && blockDim.y == 1 && blockDim.z == 1", None
+        return f"blockDim.x == {e} && {others}", None
     return ("(blockDim.x & 31) == 0 && (blockDim.x & (blockDim.x - 1)) == 0 && "
-            "blockDim.y == 1 && blockDim.z == 1"), None
+            f"{others}"), None
 
 
 def _tree_to_shuffles(ir: KernelIR, site: Site, tree: ReductionTree, ctx: PassContext | None,
@@ -314,23 +324,26 @@ def _tree_to_shuffles(ir: KernelIR, site: Site, tree: ReductionTree, ctx: PassCo
         return f"{stem}{n}"
     names = [(c, fresh("kl_v"), fresh("kl_w"), fresh("kl_warp")) for c in tree.combines]
     off = fresh("kl_o")
+    # a tree per row of threads: the row's warps own the slots from row * (warps per row)
+    first = f"({tree.rows[0]}) * (({extent}) >> 5) + " if tree.rows else ""
     lines = ["// the tree as warp shuffles: each warp reduces its threads' values, one shared "
-             "slot per warp, then the first warp reduces the slots"]
+             "slot per warp, then the first warp " + ("of each row reduces its row's slots"
+                                                      if tree.rows else "reduces the slots")]
     for c, v, _w, slots in names:
         lines.append(f"__shared__ {c.element} {slots}[32];")
-        lines.append(f"{c.element} {v} = {c.array}[{t}];")
+        lines.append(f"{c.element} {v} = {tree.slot(c.array, t)};")
     body = "{ " + " ".join(f"{{ const {c.element} {w} = __shfl_down_sync(0xffffffffu, {v}, {off}); "
                            f"{tree_combine_text(c, v, w)} }}" for c, v, w, _s in names) + " }"
     lines.append("#pragma unroll")
     lines.append(f"for (int {off} = 16; {off} > 0; {off} >>= 1) {body}")
-    lines.append(f"if (({t} & 31) == 0) {{ " + " ".join(f"{s}[{t} >> 5] = {v};"
+    lines.append(f"if (({t} & 31) == 0) {{ " + " ".join(f"{s}[{first}({t} >> 5)] = {v};"
                                                         for _c, v, _w, s in names) + " }")
     lines.append("__syncthreads();")
     lines.append(f"if ({t} < 32) {{")
     for _c, v, _w, slots in names:  # lanes past the warp count read slot 0: lane 0 never sees them
-        lines.append(f"  {v} = {slots}[{t} < (({extent}) >> 5) ? {t} : 0];")
+        lines.append(f"  {v} = {slots}[{first}({t} < (({extent}) >> 5) ? {t} : 0)];")
     lines.append(f"  for (int {off} = ({extent}) >> 6; {off} > 0; {off} >>= 1) {body}")
-    lines.append(f"  if ({t} == 0) {{ " + " ".join(f"{c.array}[0] = {v};"
+    lines.append(f"  if ({t} == 0) {{ " + " ".join(f"{tree.slot(c.array, '0')} = {v};"
                                                    for c, v, _w, _s in names) + " }")
     lines.append("}")
     lines.append("__syncthreads();")
