@@ -8,8 +8,9 @@ at its least, `gate.memplan.host_bytes`; none at its most; `parked` / `parked_ho
 plan in between that keeps its first sets and parks fewer). `Admission.place` puts a job on
 the GPU with the most room where its `least` fits and grants it its `most` where the `least`
 of the job next in line still fits beside it, else its `least`; where the machine's host
-memory (`host_total`, one pool for all GPUs) has no room for what the grant parks there, it
-is granted the next larger plan that fits both (`parked`, then `most`), else it waits. The job's processes then plan for at most
+memory (`host_total`, one pool for all GPUs) bounds what jobs park: of the plans that fit
+both (`least`, `parked`, `most`), a job is granted the one taking the smaller share of the room
+left on the devices and on the host (`Admission._share`), else it waits. The job's processes then plan for at most
 the grant (`gate.memplan.CAP_ENV`) and run on that GPU alone (`CUDA_VISIBLE_DEVICES`): a gate
 granted less than it asks for keeps fewer sets instead of running out of memory, and jobs
 whose grants fit together never make one another short. A job larger than a whole GPU runs
@@ -95,12 +96,24 @@ class Admission:
                 return None
             return self._take(idle[0], self.total, need.host_at(self.total))
         for i in sorted(fits, key=lambda k: -rooms[k]):
-            # the grant, else (no room to park in) the larger plans that park less
-            larger = [g for g in (need.parked, need.most) if g is not None and g <= rooms[i]]
-            for granted in [grant(need, rooms[i], after), *larger]:
-                if self._host_fits(need.host_at(granted)):
-                    return self._take(i, granted, need.host_at(granted))
+            granted = grant(need, rooms[i], after)
+            if granted >= need.most:  # every set on the device: nothing parked
+                return self._take(i, granted, 0.0)
+            levels = [g for g in (need.least, need.parked, need.most)
+                      if g is not None and g <= rooms[i] and self._host_fits(need.host_at(g))]
+            if levels:
+                granted = min(levels, key=lambda g: self._share(g, need.host_at(g), sum(rooms)))
+                return self._take(i, granted, need.host_at(granted))
         return None
+
+    def _share(self, device: float, host: float, device_room: float) -> float:
+        """The larger of the shares a grant takes of the device room left on the machine and of
+        the host room left (the plan that leaves both most room for the jobs after it), the
+        device's share first where they are equal."""
+        if self.host_total is None:
+            return device / max(device_room, 1.0)
+        host_room = max(self.host_total - self.host_used, 1.0)
+        return max(device / max(device_room, 1.0), host / host_room) + device * 1e-18
 
     def _host_fits(self, host: float) -> bool:
         """`host` bytes fit beside what the running jobs park, or no job runs (a job larger than
