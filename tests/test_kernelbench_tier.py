@@ -606,6 +606,14 @@ def test_five_large_memory_bound_problems_start_together_on_one_gpu_where_the_ho
         plan = memplan.plan_sets(int(slots[key].grant), set_bytes, out_bytes, seeds=TIER.GATE_SEEDS,
                                  pool=4, fixed=3, held=True)
         assert not plan.lean and memplan.host_bytes(plan, set_bytes, out_bytes) == slots[key].host
+    # two GPUs and host room for two lean plans: the plans that keep their first sets fill both
+    # GPUs (four at once) instead of two lean ones filling the host
+    admission = SLOTS.Admission(["0", "1"], total, 220 * GB)
+    pending = list(order)
+    while (placed := SLOTS._first_placed(pending, lambda k: needs[k], admission)) is not None:
+        pending.pop(placed[0])
+    assert len(pending) == 1 and admission.host_used <= 220 * GB
+    assert all(u <= total for u in admission.used)
     # where the host has no room for what a job parks but the GPU has room for its most, it
     # keeps every set on the device and parks nothing
     admission = SLOTS.Admission(["0", "1"], total, 10 * GB)
