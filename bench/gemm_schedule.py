@@ -94,6 +94,11 @@ FORMS = {"wgmma_deep_wide_tma_c4": {"wgmma": True, "deep": True, "wide": True, "
                                  "tma": True},
          "wgmma_deep_wide_tma3": {"wgmma": True, "deep": True, "wide": True, "producer": True,
                                   "tma": True, "stages": 3},
+         "wgmma_deep_wide_tma_x": {"wgmma": True, "deep": True, "wide": True, "producer": True,
+                                   "tma": True, "exchange": True},
+         "wgmma_deep_wide_tma_c4_x": {"wgmma": True, "deep": True, "wide": True,
+                                      "producer": True, "tma": True, "consumers": 4,
+                                      "exchange": True},
          "wgmma_deep_wide_p": {"wgmma": True, "deep": True, "wide": True, "producer": True},
          "wgmma_deep_p": {"wgmma": True, "deep": True, "producer": True},
          "wgmma_deep_wide_p3": {"wgmma": True, "deep": True, "wide": True, "producer": True,
@@ -121,7 +126,9 @@ blocks): 3 slots and one exchange of whole blocks the halves take in turn; +..._
 and an exchange of row chunks per half. Then (timed first on a start whose launch is in its own source, refused elsewhere): the
 TMA forms (+wgmma_deep_wide_tma, 4 slots, and +wgmma_deep_wide_tma3, 3 slots: the producer form
 below with each slot filled by one thread's TMA copies from tensor maps the launch passes, built
-here as the source's own launch builds them), then the producer forms, whose launch grows by a warpgroup that only fills the ring, so that the launch's
+here as the source's own launch builds them; `_x`: where the kernel's threads each hold one
+output and run as virtual threads, their products passed through the exchange in shared memory
+instead of the body run once per cell of the fragments, as the rule did before that), then the producer forms, whose launch grows by a warpgroup that only fills the ring, so that the launch's
 own warpgroups all multiply (+wgmma_deep_wide_p: 128x256 tiles, two 64x256 warpgroups, 4 slots;
 +wgmma_deep_p: 128x128 tiles; +wgmma_deep_wide_p3: 3 slots and a whole-block exchange)."""
 SM90_FORMS = tuple(f for f in FORMS if f.startswith("wgmma"))

@@ -295,8 +295,13 @@ def test_naive_kernels_get_the_mma_schedule_and_match_torch_on_the_emulator(name
     # the launch is the user's (the 48 KiB form keeps the block): ragged M, N and K
     kernel = _kernel(text)
     _matches(_launched(text, kernel), run)
-    # reading another cell of the exchange than the thread's own: caught
-    wrong = text.replace("kl_gs_y[0]", "kl_gs_y[1]")
+    # one output a user thread: its body runs once per cell of the fragments, no exchange;
+    # several (a column of rows a thread): through the exchange
+    cells = name != "transposed"
+    assert ('"cells": true' in text) == cells and ("kl_gs_x" in text) != cells
+    # reading another cell's fragment register, or of the exchange, than the thread's own: caught
+    wrong = (text.replace("[kl_gs_q]}", "[kl_gs_q ^ 1]}") if cells
+             else text.replace("kl_gs_y[0]", "kl_gs_y[1]"))
     assert wrong != text
     with pytest.raises(AssertionError):
         _matches(_launched(wrong, kernel), run, ((72, 136, 40),))
@@ -315,9 +320,19 @@ def test_the_tma_producer_form_launches_its_own_block_and_matches_torch(name: st
     assert _block_of(text, kernel) == (384, 1, 1)
     assert '"virtual": 384' in text and "__launch_bounds__(384, 1)" in text
     ptx = ptx_for_sm90a(device_source(text))
-    for needed in ("cp.async.bulk.tensor.2d", "wgmma.mma_async", "bar.sync 1, 256"):
+    for needed in ("cp.async.bulk.tensor.2d", "wgmma.mma_async"):
         assert needed in ptx, needed
+    # one output a user thread: the body runs from the fragments (no barrier of the
+    # multiplying warpgroups); several: through the exchange, between their barriers
+    cells = name in ("flat", "row-block")
+    assert ('"cells": true' in text) == cells == ("bar.sync 1, 256" not in ptx)
     _matches(_launched(text, kernel, (384, 1)), run, ((72, 136, 72), (130, 40, 45)))
+    if cells:  # the exchange, where asked for, gives the same
+        result = _apply(source, {"block": block, **TMA, "exchange": True})
+        text = result.ir.text
+        assert '"exchange": true' in text
+        assert "bar.sync 1, 256" in ptx_for_sm90a(device_source(text))
+        _matches(_launched(text, kernel, (384, 1)), run, ((72, 136, 72),))
 
 
 @pytest.mark.parametrize("name,options,threads", [

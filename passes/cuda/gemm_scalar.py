@@ -42,6 +42,8 @@ _VBODY = "{  " + MARK + "the kernel's own body for this block and thread\n"
 _PRODUCTS = "{  " + MARK + "the tile's products into this thread's accumulators"
 _READ = re.compile(rf"const float\* {PREFIX}y = {PREFIX}x \+ \({PREFIX}sm - {PREFIX}c0 \+ (.+?)\) "
                    rf"\* (\d+) \+ {PREFIX}sn \+ (.+?);\n")
+_CELL = re.compile(rf"const float {PREFIX}y\[1\] = \{{{PREFIX}acc\[[^\n]*\}};  // the cell at row "
+                   r"(.+?), column (.+?) of its block\n")
 _VADD = re.compile(rf"[ \t]*(.+?) \+= {PREFIX}y\[(-?\d+)\];")
 _BUILTINS = {"vb": "blockIdx", "vg": "gridDim", "vd": "blockDim", "vt": "threadIdx"}
 _TYPES = {"bf16": ("__nv_bfloat16", "__float2bfloat16(0.0f)", "__bfloat162float"),
@@ -158,7 +160,7 @@ def _finish(ir: KernelIR, src: CSource, fn: Function, mine: list[Function], rest
 def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, Any]:
     """The rule's options that give the output in `kernel` again (`wgmma`, `wide` for its
     128x256 tile, `bk`, `overlap`, `deep` with its `stages`, `specialize`, `producer`, `tma`,
-    `consumers`)."""
+    `consumers`, `exchange` where the products of one-cell threads went through the exchange)."""
     src = CSource(ir)
     for f in functions(src):
         facts = _facts(ir.text, f) if f.is_kernel and kernel in (None, f.name) else None
@@ -172,7 +174,8 @@ def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, Any]:
                     **({"specialize": True} if facts.get("specialize") else {}),
                     **({"producer": True} if facts.get("producer") else {}),
                     **({"tma": True} if facts.get("tma") else {}),
-                    **({"consumers": int(facts["consumers"])} if facts.get("consumers") else {})}
+                    **({"consumers": int(facts["consumers"])} if facts.get("consumers") else {}),
+                    **({"exchange": True} if facts.get("exchange") else {})}
     return {"wgmma": False}
 
 
@@ -249,9 +252,12 @@ def _virtual_body(text: str, fn: Function, facts: dict[str, Any]) -> str | Any:
     x1 = CSource.of_text(body).close(x0)
     swap = body[x0:x1]
     where = _READ.search(swap)
-    if where is None:
+    cell = _CELL.search(swap) if where is None else None
+    if where is None and cell is None:
         return "the exchange is not one gemm-schedule wrote"
-    ldx = int(where.group(2))
+    # (a cell read from its fragment register: one accumulator, at the thread's base cell)
+    ldx = int(where.group(2)) if where is not None else 1
+    row, col = (where.group(1), where.group(3)) if where is not None else cell.groups()
     cells: dict[int, list[tuple[str, int]]] = {}
     for m in _VADD.finditer(swap):
         off = int(m.group(2))
@@ -260,7 +266,7 @@ def _virtual_body(text: str, fn: Function, facts: dict[str, Any]) -> str | Any:
     copies = _entry_copies(body, facts)
     try:
         make = _direct_loop if int(facts["block_tile"][2]) == 1 else _scalar_loop
-        loop = make(facts, where.group(1), where.group(3), sorted(cells.items()), pad, copies)
+        loop = make(facts, row, col, sorted(cells.items()), pad, copies)
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         return f"the recorded facts are incomplete ({exc})"
     restored = body[:x0] + loop + body[x1:]

@@ -54,8 +54,12 @@ threads: per chunk of whole user-block rows of the tile the fragments go to shar
 then the multiplying threads take (user block, user thread) pairs in turn, each running the
 body with blockIdx / gridDim / blockDim / threadIdx those of that user thread and the K loop
 replaced by reads of its cells' products (`virtual_tail`); the static forms keep the launch's
-block (their tables must take it). A body that waits at a block barrier, works across a warp or
-keeps shared memory of its own cannot run so and is refused. Kernels without shared tiles whose
+block (their tables must take it). Where each user thread holds one output and the block's
+threads map one to one onto its cells (`passes.cuda.gemm_cells`), there is no exchange: each
+multiplying thread runs the body once per cell of its own fragments, for the user thread owning
+that cell, the accumulator read from the register (option `exchange` keeps the exchange).
+A body that waits at a block barrier, works across a warp or keeps shared memory of its own
+cannot run so and is refused. Kernels without shared tiles whose
 K loop multiplies elements read straight from global memory (a naive GEMM) are read by
 `passes.cuda.gemm_direct` into the same `GlobalGemm` and always take the virtual form.
 
@@ -98,6 +102,7 @@ from passes.cuda._gemm_text import (BARRIER_HELPERS, DEEP_HELPERS, HELPERS, MARK
 from passes.cuda.gemm_launch import (launch_edits, launched_here, limit_lines, parameter_bytes,
                                      host_edits)
 from passes.cuda.gemm_eval import GemmTile, Refusal, find_gemm_tiles, _Kernel
+from passes.cuda.gemm_cells import cell_products, cell_threads, cells_tail
 from passes.cuda.gemm_direct import find_direct, may_be_direct
 from passes.cuda.gemm_global import GlobalGemm, Operand, trace
 from passes.cuda.gemm_scalar import form_options, scalar_edits
@@ -192,6 +197,10 @@ class Schedule:
     own_block: bool = False
     """With `virtual`: the launch runs the schedule's own block (`threads` x 1 x 1), the edited
     launches passing it instead of the user's."""
+    cells: bool = False
+    """With `virtual`: each multiplying thread runs the body once per cell of its fragments,
+    for the user thread owning the cell, its accumulator read from the register
+    (`passes.cuda.gemm_cells`: one cell per user thread); no exchange (`xbytes` 0)."""
 
     @property
     def launch_bytes(self) -> int:
@@ -757,9 +766,13 @@ def tma_argument(ir: KernelIR, g: GlobalGemm, s: Schedule) -> Any:
 def _consumer_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
     """The tile's K loop of the multiplying warpgroups (producer form): wait for slot
     (fill + k) % stages to be full, make the copies visible to the tensor cores' reads
-    (`fence.proxy.async`), issue its MMAs, and once the step before is done, release that step's
-    slot (one arrival per warp, by its first lane); one step in flight."""
+    (`fence.proxy.async`; not where the TMA filled it: its copies and the tensor cores' reads are
+    both of the async proxy, ordered by the mbarrier), issue its MMAs, and once the step before
+    is done, release that step's slot (one arrival per warp, by its first lane); one step in
+    flight."""
     p, n = PREFIX, s.stages
+    fence = 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory");'
+
     a_el, b_el = (_slice_elems(g.a, TILE_M, True, s.bk), _slice_elems(g.b, s.tn, True, s.bk))
     i, i1 = pad, pad + "  "
     release = f"{{ __syncwarp(); if ({p}lane == 0) kl_gs_bar_arrive({p}bar + {n} + "
@@ -769,7 +782,7 @@ def _consumer_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
         f"{i}for (int {p}k = 0; {p}k < {p}kt; ++{p}k) {{",
         f"{i1}const int {p}f = {p}fill + {p}k, {p}slot = {p}f % {n};",
         f"{i1}kl_gs_bar_wait({p}bar + {p}slot, ({p}f / {n}) & 1);",
-        f'{i1}asm volatile("fence.proxy.async.shared::cta;" ::: "memory");',
+        f"{i1}{f'if (!{p}tma.ok) ' if s.tma else ''}{fence}",
         f"{i1}const unsigned short* {p}ta = {p}sa + {p}slot * {a_el};",
         f"{i1}const unsigned short* {p}tb = {p}sb + {p}slot * {b_el};",
         *_wgmma_issue(g, s, i1, wait=False),
@@ -992,7 +1005,8 @@ def user_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         pieces.append(text[pos:a])
         pos = b
     pieces.append(text[pos:loop[0]])
-    swap = _products(g, s, pad) if s.virtual else exchange(g, s, pad)
+    swap = (cell_products(g.tile, pad) if s.cells else _products(g, s, pad) if s.virtual
+            else exchange(g, s, pad))
     body = "".join(pieces) + swap + text[loop[1]:fn.body_end - 1]
     code = CSource.of_text(body).code
     out, pos = [], 0
@@ -1032,6 +1046,14 @@ def virtual_tail(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
     vb, vg = grid
     ct = s.consumer_threads
     bx, by = t.block
+    if s.cells:
+        body = user_body(ir, g, s, fn, removed)
+        if re.search(r"\breturn\b", CSource.of_text(body).code):
+            body = f"[&]() {{{body}}}();"
+        frame = {"mi": s.mi, "ni": s.ni, "row_step": s.row_step, "active": s.active,
+                 "warps": ct // 32}
+        return cells_tail(t, frame, body, grid, " ".join(f"{n} = {p}in_{n};" for n in written),
+                          pad)
     users = bx * by
     per_row = s.tn // t.bn
     pairs = s.chunk // t.bm * per_row * users
@@ -1197,6 +1219,9 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
                         **({"consumers": s.warps_m * s.warps_n} if s.split > 1 or (
                             s.virtual and s.producer and s.consumer_threads > 256) else {}),
                         **({"virtual": s.threads if s.own_block else True} if s.virtual else {}),
+                        **({"cells": True} if s.cells else {}),
+                        **({"exchange": True} if s.virtual and not s.cells and
+                           cell_threads(g.tile) else {}),
                         **({"bounds": _user_bounds(ir, fn)} if s.own_block else {}),
                         **({"overlap": True} if s.overlap else {})}, sort_keys=True)
     restore = " ".join(f"{n} = {p}in_{n};" for n in written)
@@ -1458,6 +1483,11 @@ class GemmSchedule(Pass):
     exchange of row chunks per half; refused where the user's block tile does not divide the
     half."""
 
+    exchange: bool = False
+    """Where the body runs for virtual threads each holding one cell: pass the products through
+    the exchange in shared memory (row chunks, barriers) instead of running the body once per
+    cell of the thread's fragments (`Schedule.cells`, the default there)."""
+
     name: ClassVar[str] = "gemm-schedule"
     category: ClassVar[Category] = Category.COMPUTE
     summary: ClassVar[str] = ("tiled GEMM kernel -> persistent 128x128x32 cp.async + ldmatrix + "
@@ -1530,6 +1560,8 @@ class GemmSchedule(Pass):
             return Skipped(s, f.g.to_json())
         why = _virtual_refusal(ir, f, s) if s.virtual else \
             _producer_refusal(ir, f, s.threads) if s.producer else ""
+        if s.virtual and not self.exchange and cell_threads(f.g.tile) is not None:
+            s = replace(s, cells=True, xbytes=0)
         if why:
             return Skipped(why, f.g.to_json())
         here = not s.deep or launched_here(ir, f.g.kernel)
