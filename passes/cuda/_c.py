@@ -179,12 +179,28 @@ class CSource:
             if j >= len(self.code) or self.code[j] != "{":
                 continue
             body_end = self.close(j)
-            head_start = self.line_start(m.start())
+            head_start = self._template_start(self.line_start(m.start()))
             before = self.code[max(0, name_start - 400):name_start]
             head = re.split(r"[;{}]", before)[-1]
             out.append(Function(m.group("name"), head_start, name_start, paren, params_end, j,
                                 body_end, "__global__" in head))
         return out
+
+    def _template_start(self, line: int) -> int:
+        """`line` (a function's first line), or the first of the `template <...>` lines right
+        above it: a function template starts at its template head."""
+        while line > 0:
+            prev = line
+            for _ in range(4):  # a head may span a few lines
+                prev = self.line_start(prev - 1)
+                if _TEMPLATE_HEAD.fullmatch(self.code[prev:line].strip()):
+                    break
+                if prev == 0:
+                    return line
+            else:
+                return line
+            line = prev
+        return line
 
     def function_at(self, pos: int) -> Function | None:
         inside = [f for f in self.functions() if f.body_start <= pos < f.body_end]
@@ -253,6 +269,7 @@ class Function:
     is_kernel: bool
 
 
+_TEMPLATE_HEAD = re.compile(r"template\s*<[^;{}]*>")
 _FUNC = re.compile(r"(?<![\w.>])(?P<name>[A-Za-z_]\w*)\s*\(", re.M)
 _KEYWORDS = frozenset({"if", "for", "while", "switch", "return", "sizeof", "catch", "decltype",
                        "static_assert", "alignof", "__launch_bounds__", "asm", "defined"})
