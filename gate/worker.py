@@ -69,6 +69,7 @@ import sys
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -526,8 +527,8 @@ class _Runner:
         if self.device == "cuda":
             for variant in self.shapes:
                 rotation = self._rotation(variant)
-                ms, wall = self.bench(lambda: self.case.reference(*rotation.buffers),
-                                      rotation.refill_next)
+                ms, wall = self.bench_as_candidate(lambda: self.case.reference(*rotation.buffers),
+                                                   rotation.refill_next)
                 self.chan.send("ref_ms", variant, ms, wall, self.timed_s)
                 self._time_reference_tf32(variant, rotation)
                 self._time_reference_compiled(variant, rotation)
@@ -687,6 +688,18 @@ class _Runner:
         self.set_plans[variant] = plan
         return plan
 
+    def bench_as_candidate(self, fn: Callable[[], Any], between: Callable[[], Any]) -> tuple[float, float]:
+        """`bench(fn, between)` inside a window of the kernel log, as the candidate's timed runs
+        are (`timed_runs`): a baseline is timed under the same CUDA-activity session, so what
+        the session costs per call is in both sides of a ratio. What the window records of the
+        baseline's kernels is dropped."""
+        try:
+            with self.kernels.window():
+                return self.bench(fn, between)
+        finally:
+            self.kernels.kernels.clear()
+            self.kernels.time_ns.clear()
+
     def _time_reference_tf32(self, variant: str, rotation: Any) -> None:
         """fp32 inputs: the reference timed again, the same way, with TF32 allowed in matmuls
         and convolutions (the baseline a user picks when fp32 precision is not needed; x/ref_tf32
@@ -697,7 +710,8 @@ class _Runner:
         saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         try:
-            ms, _ = self.bench(lambda: self.case.reference(*rotation.buffers), rotation.refill_next)
+            ms, _ = self.bench_as_candidate(lambda: self.case.reference(*rotation.buffers),
+                                            rotation.refill_next)
         finally:
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
         self.chan.send("ref_tf32_ms", variant, ms, self.timed_s)
@@ -720,7 +734,7 @@ class _Runner:
             with self.lock.shared():
                 call()
                 self.sync()
-            ms, _ = self.bench(call, rotation.refill_next)
+            ms, _ = self.bench_as_candidate(call, rotation.refill_next)
         except Exception as exc:  # noqa: BLE001 — a baseline, not a verdict
             self.chan.send("flag", f"reference ({variant}): no torch.compile baseline: {describe(exc)[:300]}")
             return
