@@ -4,7 +4,9 @@ with its `.cu`, its host module and its case): online softmax, Welford LayerNorm
 struct, half2 RMSNorm whose tree ends in shuffles, a templated tree with a volatile last warp,
 cooperative groups, one warp per row, a column reduction, a fixed grid walking the rows, a
 block sized by a constexpr with Spanish names, four rows per 2-D block, softmax trees as
-while loops sharing one stride variable. A rule that acts compiles with NVRTC for sm_90a and, through the kernel's own host module on the CPU
+while loops sharing one stride variable, a tree per row of a (64, 4) block, log-sum-exp and
+softmax merging (max, rescaled sum) pairs in a tree or across a warp. A rule that acts
+compiles with NVRTC for sm_90a and, through the kernel's own host module on the CPU
 (`gate.cudacpu`), matches the case's reference at its small shape; what a rule cannot rewrite
 soundly it refuses, and says why."""
 from __future__ import annotations
@@ -97,6 +99,9 @@ ACTS = [
     ("rw_while_softmax", "row-registers", {}, 1),
     ("rw_rows2d_mean", "warp-shuffle-reduce", {}, 1),  # one warp per row of part[4][32]
     ("rw_rows2d_softmax", "warp-shuffle-reduce", {}, 2),  # two warps per row of red[ty][tx]
+    ("rw_online_softmax", "warp-shuffle-reduce", {}, 1),  # (max, rescaled sum) pairs merged
+    ("rw_online_lse", "warp-shuffle-reduce", {}, 1),  # sums scaled in place, exp2f, a ternary max
+    ("rw_online_warp", "vectorize-global", {}, 1),  # lanes stepping by a macro of 32
 ]
 
 
@@ -114,8 +119,6 @@ def test_the_rule_acts_on_the_row_kernel_and_keeps_its_answer(folder: str, rule:
 
 
 REFUSED_TREES = {
-    # the (max, sum) pair is merged with rescaling exponentials: no sum, max or min
-    "rw_online_softmax": "not a sum, max or min",
     # the tree folds along threadIdx.y: its slots are not the lanes of a warp
     "rw_colsum": "differ in the last index only (one tree per row of threads; a tree along "
                  "threadIdx.y is not told)",
@@ -607,3 +610,68 @@ def test_a_tree_per_row_is_refused_where_its_rows_or_later_reads_are_not_told(
     source = ROW_TREES.replace("ROW", row).replace("READ", read)
     trees, refusals = R.reduction_trees(kir.parse(source, "cuda"))
     assert trees == [] and any(why in r.reason for r in refusals), [r.reason for r in refusals]
+
+
+def _online(**swaps: str) -> str:
+    text = _start("rw_online_softmax")[0].read_text()
+    for old, new in swaps.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+RESCALE = ("sm[threadIdx.x] = sm[threadIdx.x] * __expf(ma - mm) + sm[threadIdx.x + s] * "
+           "__expf(mb - mm);")
+
+
+def test_an_online_merge_of_empty_threads_stays_defined_where_the_tree_met_none() -> None:
+    """Started at -inf, two threads that saw no element merge to NaN (inf - inf). At 200
+    columns and 256 threads the tree as written never pairs two of them (t with t + 128);
+    the shuffles pair lanes of the last warp, all empty, and their merge must not be NaN."""
+    source = _online(**{"float m = -3.0e38f": "float m = __int_as_float(0xff800000)",
+                        "mx[128]": "mx[256]", "sm[128]": "sm[256]"})
+    out = _apply_all_text("warp-shuffle-reduce", source, PassContext(facts={"arch": "sm_90"}))
+    assert out.count("__shfl_down_sync") == 4
+    ptx_for_sm90a(out)
+    x = 3.0 * torch.randn(3, 200, generator=torch.Generator().manual_seed(10))
+    start, shuffles = (cudacpu.build(t, name=f"online_{i}.cu") for i, t in enumerate((source, out)))
+    want, got = torch.zeros_like(x), torch.zeros_like(x)
+    start.launch("online_softmax", 3, 256, 0, [x, want, 200])
+    shuffles.launch("online_softmax", 3, 256, 0, [x, got, 200])
+    assert not want.isnan().any() and not got.isnan().any()
+    assert torch.allclose(got, torch.softmax(x, 1), rtol=1e-4, atol=1e-6)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("step,why", [
+    (RESCALE.replace("__expf(mb - mm);", "__expf(ma - mm);"),
+     "are not sm of each side times an exponential of that side's mx"),
+    ("sm[threadIdx.x] = sm[threadIdx.x] + sm[threadIdx.x + s] * __expf(mb - mm);",
+     "are not sm of each side times an exponential"),
+    (RESCALE.replace("__expf(mb - mm)", "__expf((mb - mm) * sm[threadIdx.x])"),
+     "are not sm of each side times an exponential"),
+    (RESCALE.replace("+ sm[", "- sm["), "sm is not the sum of two exponentially rescaled terms"),
+])
+def test_a_pair_merge_other_than_the_log_sum_exp_is_refused(step: str, why: str) -> None:
+    trees, refusals = R.reduction_trees(kir.parse(_online(**{RESCALE: step}), "cuda"))
+    assert trees == [] and any(why in r.reason for r in refusals), [r.reason for r in refusals]
+
+
+def test_a_minimum_with_a_rescaled_sum_is_refused() -> None:
+    source = _online(**{"float mm = fmaxf(ma, mb);": "float mm = fminf(ma, mb);"})
+    trees, refusals = R.reduction_trees(kir.parse(source, "cuda"))
+    assert trees == [] and any("no array of the step is the maximum" in r.reason
+                               for r in refusals), [r.reason for r in refusals]
+
+
+def test_rules_that_hand_threads_other_elements_leave_pairs_started_at_an_infinity() -> None:
+    _out, applied, refusals = _rule_output("rw_online_lse", "launch-threads", threads=128)
+    assert applied == 0 and any("`float m = __int_as_float(0xff800000);` starts one of the "
+                                "partials" in r for r in refusals), refusals
+    fold = "float nm = fmaxf(m, v);"
+    ctx = PassContext(facts={"arch": "sm_90", "block_threads": 128})
+    finite = _apply_all_text("vectorize-global", _start("rw_online_softmax")[0].read_text(), ctx)
+    infinite = _apply_all_text("vectorize-global", _online(**{
+        "float m = -3.0e38f": "float m = -INFINITY"}), ctx)
+    assert finite.count(fold) > 1  # the folding loop vectorized (and kept as the fallback)
+    assert infinite.count(fold) == 1 and "uint4" in infinite  # the writing loop only

@@ -34,12 +34,15 @@ saying why (`refusals(ir)` collects them).
   bound to it), a constant, or a template parameter (its value where every instantiation in
   the unit names the same one). A tree per row of threads folds the last index of a 2-D
   array whose first index is threadIdx.y (`sh[ty][tx] += sh[ty][tx + s]`: `ReductionTree.rows`);
-  a fold along another index is refused.
+  a fold along another index is refused. A step may also fold two arrays jointly as a maximum
+  and a sum rescaled to it (online softmax, log-sum-exp: `_merge.online_merge`, read by
+  running the step's statements over its slots; `ReductionTree.merge`).
 - `shuffle_reductions`: a block reduction through warp shuffles (`ShuffleReduction`): a fold
   over strides 16..1 per warp, lane 0 of each warp storing to a shared slot per warp, a barrier,
   the first warp folding the slots, thread 0 using the value.
 - `stride_loops`: loops whose index starts at the thread's global (or in-block) index and
-  steps by the grid's (block's) thread count (`StrideLoop.kind` grid | block); a constant or
+  steps by the grid's (block's) thread count (`StrideLoop.kind` grid | block), or at its lane
+  and by 32 (a literal, `warpSize` or a named constant: warp); a constant or
   template-parameter step counts as the block's where the launch's block proves it. Loops of
   kernels and of `__device__` helpers every thread of a block calls alike (`block_helpers`).
 - `row_reductions`: a block-stride loop that folds a row into a register (`acc += x[...]`,
@@ -272,6 +275,10 @@ class ReductionTree:
     """The indices before the slot's of a tree per row of threads (`sh[threadIdx.y][t]`: each
     row of the block folds its own row of the array), as written; () for one tree over the
     block."""
+    merge: str = ""
+    """A step folding its arrays jointly (`_merge.online_merge`: a maximum and a sum rescaled
+    to it), as one statement over placeholders `klO_<array>` (own slot, written) and
+    `klP_<array>` (the partner's); "" where each combine folds its array alone."""
 
     def slot(self, array: str, index: str) -> str:
         """The text of slot `index` of `array` in the row of the thread running it."""
@@ -1928,6 +1935,96 @@ def slot_rows(ir: KernelIR, stmt: int) -> tuple[str, ...]:
     return tuple(" ".join(text(ir, i).split()) for i in idx[:-1])
 
 
+def _fold_kind(unit: Unit, name: str) -> str | None:
+    """"max" / "min" for a callee that takes a maximum / minimum, else `_helper_kind`'s."""
+    return "max" if _MAX_CALLS.match(name) else "min" if _MIN_CALLS.match(name) else \
+        _helper_kind(unit, name)
+
+
+def _joint_step(unit: Unit, then: int, shared: Mapping[str, SharedArray], var: str
+                ) -> tuple[list[tuple[str, str, str, str]], tuple[str, ...], str] | str | None:
+    """A tree's step that folds two arrays jointly (`_merge.online_merge`), read by running
+    its statements (locals with values, plain or compound assignments of locals and of the
+    own slots) over placeholders of the slots: the combines as `_combine` gives them, the
+    slots' row indices and the merge statement; or why it is not such a merge (None: the
+    step is not a run of such statements over slots at the own index and own + stride)."""
+    from passes.cuda._merge import online_merge  # noqa: PLC0415 — only for joint steps
+
+    ir = unit.ir
+    items = _flat_items(ir, then) if ir.grammar_type_of(then) == "compound_statement" else [then]
+    refs = [n for s in items for n in subtree(ir, s)
+            if ir.grammar_type_of(n) == "subscript_expression" and subscript(ir, n)[0] in shared
+            and not (ir.grammar_type_of(ir.parent_of(n)) == "subscript_expression" and  # type: ignore[arg-type]
+                     children(ir, ir.parent_of(n))[0] == n)]  # type: ignore[arg-type]
+    shapes = {(tuple(flat_code(ir, i) for i in subscript(ir, n)[1][:-1]),
+               flat_code(ir, subscript(ir, n)[1][-1])) for n in refs}
+    if len({lead for lead, _i in shapes}) != 1:
+        return None
+    indices = {i for _lead, i in shapes}
+    own = next((i for i in indices if indices == {i, f"{i}+{var}"} or
+                indices == {i, f"{var}+{i}"}), None)
+    if own is None:
+        return None
+    env: dict[str, str] = {}
+    after: dict[str, str] = {}
+
+    def render(nid: int) -> str:
+        cuts = []
+        for n in subtree(ir, nid):
+            if n in refs:
+                base, idx = subscript(ir, n)
+                at_own = flat_code(ir, idx[-1]) == own
+                cuts.append((_span(ir, n), f"({after[base]})" if at_own and base in after
+                             else f"kl{'O' if at_own else 'P'}_{base}"))
+            elif ir.grammar_type_of(n) == "identifier" and ir.name_of(n) in env and \
+                    not any(a <= ir.span_of(n).start < b for (a, b), _t in cuts):
+                cuts.append((_span(ir, n), f"({env[ir.name_of(n)]})"))  # type: ignore[index]
+        out, at = [], ir.span_of(nid).start
+        for (a, b), t in sorted(cuts):
+            if a < at:
+                continue
+            out += [ir.source[at:a].decode(), t]
+            at = b
+        return "".join(out) + ir.source[at:ir.span_of(nid).end].decode()
+
+    for s in items:
+        if ir.grammar_type_of(s) == "declaration":
+            for name, _ident, init in declared_names(ir, s):
+                if init is None:
+                    return None
+                env[name] = render(init)
+            continue
+        assign = _assignment(ir, s)
+        if assign is None:
+            return None
+        lhs, op = children(ir, assign)[0], _op(ir, assign)
+        value = render(children(ir, assign)[-1])
+        if op not in ("=", "+=", "-=", "*=", "/="):
+            return None
+        if ir.grammar_type_of(lhs) == "identifier" and ir.name_of(lhs) in env:
+            name = ir.name_of(lhs) or ""
+            env[name] = value if op == "=" else f"({env[name]}) {op[0]} ({value})"
+        elif lhs in refs and flat_code(ir, subscript(ir, lhs)[1][-1]) == own:
+            base = subscript(ir, lhs)[0] or ""
+            now = after.get(base, f"klO_{base}")
+            after[base] = value if op == "=" else f"({now}) {op[0]} ({value})"
+        else:
+            return None
+    fn = next(a for a in ir.ancestors(then) if ir.grammar_type_of(a) == "function_definition")
+    params = set(_parameter_names(ir, fn)) - written_names(ir, fn) \
+        if fn in unit.kernels.values() else set()  # a helper's parameters may differ by thread
+    merged = online_merge(after, lambda name: _fold_kind(unit, name),
+                          lambda name: name in params or unit.compile_time(name))
+    if isinstance(merged, str):
+        return merged
+    m_array, s_array, statement = merged
+    partner = next(i for i in indices if i != own)
+    rows = next(tuple(" ".join(text(ir, i).split()) for i in subscript(ir, n)[1][:-1])
+                for n in refs)
+    return ([(m_array, "max", own, partner), (s_array, "rescaled-sum", own, partner)], rows,
+            statement)
+
+
 def _helper_kind(unit: Unit, name: str) -> str | None:
     """"sum", "max" or "min" where `name` is a function of the unit of two parameters `a`, `b`
     whose body is one `return` of `a + b`, a max / min call of them, or `a > b ? a : b` (any
@@ -2243,7 +2340,15 @@ def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str
         return refuse("the tree's combine has an else branch")
     steps = _slot_locals_inlined(unit, _statements(ir, then), shared)
     combines = [_combine(u, s, shared, rows=True) for u, s, _t in steps]
-    if not combines or None in combines:
+    joint = _joint_step(unit, then, shared, var) \
+        if not combines or None in combines else None
+    merge = ""
+    if isinstance(joint, tuple):
+        combines, rows_joint, merge = joint[0], joint[1], joint[2]  # type: ignore[assignment]
+    elif not combines or None in combines:
+        if isinstance(joint, str):
+            return refuse("a statement of the tree's step is not a sum, max or min of two "
+                          f"slots of a shared array, nor a merge of a maximum and a sum: {joint}")
         for u, stmt, _t in steps:
             assign = _assignment(u.ir, stmt)
             target = subscript(u.ir, children(u.ir, assign)[0]) if assign is not None else (None, [])
@@ -2258,7 +2363,7 @@ def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str
     if len(owns) != 1:
         return refuse("the tree's combines write different slots")
     own = owns.pop()
-    prefixes = {slot_rows(u.ir, st) for u, st, _t in steps}
+    prefixes = {slot_rows(u.ir, st) for u, st, _t in steps} if not merge else {rows_joint}
     rows = prefixes.pop() if len(prefixes) == 1 else None
     if rows is None:
         return refuse("the tree's combines write slots of different rows")
@@ -2350,13 +2455,14 @@ def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str
                               len(rows))
     if after:
         return refuse(f"a slot other than 0 is read after the tree ({after})")
-    cs = tuple(Combine(c[0], c[1], " ".join(t.split()), shared[c[0]].element)  # type: ignore[index]
-               for c, (_u, _s, t) in zip(combines, steps))
+    cs = tuple(Combine(c[0], c[1], merge or " ".join(t.split()),  # type: ignore[index]
+                       shared[c[0]].element)  # type: ignore[index]
+               for c, (_u, _s, t) in zip(combines, steps if not merge else [(0, 0, "")] * 2))
     store, values = _tree_stores(unit, first, cs, tid, rows)
     if tail_end is not None:
         where = (where[0], ir.span_of(tail_end).end)
     return ReductionTree(kernel, cs, tid, extent, extent_value, var, form, where, store,
-                         values, unit.launch_block().dims, rows)
+                         values, unit.launch_block().dims, rows, merge)
 
 
 def _warp_tail(unit: Unit, fn: int, loop: int, tid: str, arrays: set[str],
@@ -2649,8 +2755,11 @@ def _stride_kind(unit: Unit, fn: int, step: str, start: str) -> str | None:
     if scaled and "gridDim" not in (scaled.group(1) or scaled.group(2)) and \
             _stride_kind(unit, fn, scaled.group(1) or scaled.group(2), start) == "block":
         return "grid"  # the block's thread count (proven from the launch) times the grid's
-    if s in ("32", "warpSize") and _LANE.fullmatch(
-            re.sub(r"\(\w+\)|\s+", "", expand_locals(unit, fn, start)).replace("(", "").replace(")", "")):
+    def thirty_two(m: re.Match[str]) -> str:  # a named constant of the warp's size
+        return "32" if m.group(0) in unit.constants and unit.value(m.group(0)) == 32 else m.group(0)
+    if (s in ("32", "warpSize") or unit.value(s) == 32) and _LANE.fullmatch(re.sub(
+            r"(?<![.\w])[A-Za-z_]\w*(?![\w(])", thirty_two, re.sub(
+                r"\(\w+\)|\s+", "", expand_locals(unit, fn, start))).replace("(", "").replace(")", "")):
         return "warp"
     launch = unit.launch_block().dims
     value = unit.value(step)
@@ -2888,6 +2997,41 @@ def repartition_refusal(unit: Unit, kernel: str, spans: Sequence[tuple[int, int]
         if stmt is not None:
             return (f"`{stmt}` computes with what a thread folded in its loop before the block "
                     "combines it: the result depends on which elements each thread visits")
+        start = _infinite_partial(unit, fn, node) if node is not None else None
+        if start is not None:
+            return (f"`{start}` starts one of the partials a thread folds together at an "
+                    "infinity: a thread handed no element keeps it, and merging two such pairs "
+                    "(inf - inf) gives NaN where vectors or a smaller block leave threads empty")
+    return None
+
+
+_INFINITY = re.compile(r"INFINITY|HUGE_VALF?\b|CUDART_INF|\binf(?:inity)?f?\s*\(|"
+                       r"__int_as_float\s*\(\s*0x[7fF][fF]800000|"
+                       r"__longlong_as_double\s*\(\s*0x[7fF][fF][fF]0|"
+                       r"\b1(?:\.0*)?f?\s*/\s*0(?:\.0*)?f?\b")
+
+
+def _infinite_partial(unit: Unit, fn: int, loop: int) -> str | None:
+    """The declaration of a partial that stride loop `loop` folds, starting at an infinity
+    (`-INFINITY`, `__int_as_float(0xff800000)`, a macro of one), where the loop folds two or
+    more partials together (a running max and a sum relative to it): a merge of two threads
+    that saw no element computes `inf - inf`. None where there is no such partial."""
+    ir = unit.ir
+    body = loop_body(ir, loop)
+    partials = {n for n in written_names(ir, body) if not _declared_inside(ir, n, body)}
+    if len(partials) < 2:
+        return None
+    for nid in subtree(ir, fn):
+        if ir.grammar_type_of(nid) != "declaration" or ir.span_of(nid).start >= ir.span_of(loop).start:
+            continue
+        for name, _i, init in declared_names(ir, nid):
+            if name not in partials or init is None:
+                continue
+            value = re.sub(r"(?<![.\w])[A-Za-z_]\w*(?![\w(])",
+                           lambda m: unit.constants.get(m.group(0), m.group(0)),
+                           expand_locals(unit, fn, text(ir, init)))
+            if _INFINITY.search(value):
+                return " ".join(text(ir, nid).split())
     return None
 
 

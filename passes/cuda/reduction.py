@@ -25,7 +25,9 @@ threads (`sh[threadIdx.y][threadIdx.x]`, one row of the array per row of the blo
 same per row: where blockDim.x is a power of two multiple of 32 each row's threads are whole
 warps, the warps' slots are numbered row by row, and the first warp of each row folds its row's
 slots into that row's slot 0 (blockDim.y free, blockDim.z 1: proven from the launch or checked
-at run time).
+at run time). A step merging a (max, rescaled sum) pair (`ReductionTree.merge`) is applied to
+the registers as one statement, each partner value shuffled first; its terms take E(0) where a
+side's max is the merged one, so two threads that saw nothing (-inf, 0) merge to (-inf, 0).
 
 Its inverse acts on the same roles: a block reduction through warp shuffles
 (`recognize.shuffle_reductions`: a fold over strides 16..1 per warp, a shared slot per warp,
@@ -43,6 +45,7 @@ from typing import TYPE_CHECKING, ClassVar
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._c import CSource, find_iter
+from passes.cuda._merge import PLACEHOLDER
 from passes.cuda.annotations import CUDA
 from passes.cuda.recognize import (
     ReductionTree,
@@ -332,8 +335,17 @@ def _tree_to_shuffles(ir: KernelIR, site: Site, tree: ReductionTree, ctx: PassCo
     for c, v, _w, slots in names:
         lines.append(f"__shared__ {c.element} {slots}[32];")
         lines.append(f"{c.element} {v} = {tree.slot(c.array, t)};")
-    body = "{ " + " ".join(f"{{ const {c.element} {w} = __shfl_down_sync(0xffffffffu, {v}, {off}); "
-                           f"{tree_combine_text(c, v, w)} }}" for c, v, w, _s in names) + " }"
+    if not tree.merge:
+        body = "{ " + " ".join(f"{{ const {c.element} {w} = __shfl_down_sync(0xffffffffu, {v}, "
+                               f"{off}); {tree_combine_text(c, v, w)} }}"
+                               for c, v, w, _s in names) + " }"
+    else:  # the arrays folded jointly: every partner value first, then the step
+        regs = {c.array: (v, w) for c, v, w, _s in names}
+        merged = fresh("kl_mx")
+        step = PLACEHOLDER.sub(lambda m: regs[m.group(2)][m.group(1) == "P"],
+                               re.sub(r"\bkl_mx\b", merged, tree.merge))
+        body = "{ " + " ".join(f"const {c.element} {w} = __shfl_down_sync(0xffffffffu, {v}, "
+                               f"{off});" for c, v, w, _s in names) + f" {step} }}"
     lines.append("#pragma unroll")
     lines.append(f"for (int {off} = 16; {off} > 0; {off} >>= 1) {body}")
     lines.append(f"if (({t} & 31) == 0) {{ " + " ".join(f"{s}[{first}({t} >> 5)] = {v};"
