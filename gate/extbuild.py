@@ -16,6 +16,12 @@ of a few lines, against seconds of GPU work in the gate). This module owns that 
   build had not finished, everything it wrote (a half-written object is not trusted to ninja's
   times). It says what the body found (`Found`): how long it waited for the lock, whether it
   built a library itself or found one built, and who built that (a build ahead or a gate).
+- `tools()`: what the commands of a build under `builder` run through: the C++ compiler
+  through `gate.objcache` (the C++ half torch writes, the same text for every candidate of a
+  host, is compiled once and its object found by the others), nvcc with `--threads` (its
+  device and host front ends, each parsing torch's headers, side by side; nvcc 11.2 or later,
+  as every toolkit torch 2 builds with). Neither changes an object; `KLINEAGE_BUILD_REUSE=off`
+  leaves torch's commands alone.
 - `start(...)`: a build ahead, in a process of its own on the machine's spare cores, of a
   candidate the caller expects to gate next (`gate.check.prebuild`), or of the candidate a
   device-tier gate has just started (its build then overlaps the worker's start-up and the
@@ -60,7 +66,8 @@ AHEAD_LIMIT_S = 600.0  # a build ahead that takes longer is stopped (its gate bu
 AHEAD_NICE = 10  # builds ahead yield the CPU to the gate that runs now
 # The environment a build's commands and flags depend on (torch's cpp_extension reads these).
 BUILD_ENV = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CUDA_PATH", "CXX", "CC", "PYTORCH_NVCC",
-             "MAX_JOBS", "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES")
+             "MAX_JOBS", "TORCH_EXTENSION_SKIP_NVCC_GEN_DEPENDENCIES", "NVCC_PREPEND_FLAGS",
+             "NVCC_APPEND_FLAGS")
 
 
 def extension_dir(module_text: str, env: Mapping[str, str], source: str = "") -> str:
@@ -158,6 +165,52 @@ def build_env(env: Mapping[str, str], module_text: str, source: str = "") -> dic
     return out
 
 
+def reuse_enabled() -> bool:
+    """A build's commands run through `tools` (`KLINEAGE_BUILD_REUSE=off`: as torch asks alone)."""
+    return os.environ.get("KLINEAGE_BUILD_REUSE", "").strip().lower() != "off"
+
+
+def tool_env(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` as a build's commands run under it (`tools`): the C++ compiler through the launcher
+    that reuses the object of a compile it has done (`gate.objcache`: the C++ half torch writes
+    is the same text for every candidate of a host), and nvcc running a `.cu`'s device and host
+    steps (its own front ends over torch's headers, tens of seconds each) in `CORES_PER_BUILD`
+    threads (`--threads`, ahead of the caller's nvcc flags: a value the host gives nvcc itself
+    comes later and wins). Neither changes what is compiled: the same objects, sooner."""
+    from gate import objcache  # noqa: PLC0415
+
+    out = dict(env)
+    shims = objcache.install(_root(), _root() / "objects")
+    out["PATH"] = os.pathsep.join(p for p in (str(shims), env.get("PATH", "")) if p)
+    flags = env.get("NVCC_PREPEND_FLAGS", "")
+    out["NVCC_PREPEND_FLAGS"] = f"--threads {CORES_PER_BUILD} {flags}".strip()
+    return out
+
+
+@contextlib.contextmanager
+def tools() -> Iterator[None]:
+    """`os.environ` as `tool_env` makes it while the body runs (a `load_inline` call in it
+    builds through those tools), as it was after; unchanged where `reuse_enabled` is off."""
+    if not reuse_enabled():
+        yield
+        return
+    before = dict(os.environ)
+    try:
+        changed = tool_env(before)
+    except OSError:  # no folder for the launcher: torch's commands as they are
+        yield
+        return
+    os.environ.update(changed)
+    try:
+        yield
+    finally:
+        for k in changed:
+            if k in before:
+                os.environ[k] = before[k]
+            else:
+                os.environ.pop(k, None)
+
+
 @dataclass
 class Found:
     """What one `builder` found in its folder: `waited_s`, the seconds it waited for the lock (a
@@ -192,9 +245,10 @@ def builder(folder: str | Path, by: str = "gate") -> Iterator[Found]:
     """Hold `folder`'s build lock (blocking while another build in it runs). On entry, what a
     killed build left is cleared: torch's lock files, and where that build had not finished
     (its `UNFINISHED_NAME` mark is there) everything in the folder. The mark stays while the
-    body runs; a process killed in it leaves the mark for the next builder. Yields a `Found`,
-    complete when the body has ended; a body that wrote a library marks the folder as built
-    `by` ("ahead", "own": builds ahead, `start`; "gate": a gate's worker)."""
+    body runs; a process killed in it leaves the mark for the next builder. The body runs with
+    the build's `tools`. Yields a `Found`, complete when the body has ended; a body that wrote
+    a library marks the folder as built `by` ("ahead", "own": builds ahead, `start`; "gate": a
+    gate's worker)."""
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)
     fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
@@ -219,7 +273,8 @@ def builder(folder: str | Path, by: str = "gate") -> Iterator[Found]:
         with contextlib.suppress(OSError):
             record.by = (root / BUILT_BY_NAME).read_text().strip() or None
         try:
-            yield record
+            with tools():
+                yield record
         finally:  # an exception in the body ends its build too; a killed process runs no finally
             _settle(root, record, by)
             mark.unlink(missing_ok=True)
