@@ -368,7 +368,7 @@ def persistent_grid(text: str, kernel: str, grid: tuple[int, int, int], func: An
     if int(err) or int(err2) or int(err3) or sms <= 0 or per <= 0:
         return grid
     most = int(sms) * int(per)
-    return (most, 1, 1) if grid[0] * grid[1] * grid[2] > most else grid
+    return (max(most // grid[2], 1), 1, grid[2]) if grid[0] * grid[1] * grid[2] > most else grid
 
 
 def schedule_facts(text: str, kernel: str) -> dict[str, Any] | None:

@@ -504,7 +504,7 @@ def _kl_host_grid(spec, grid, block, nbytes):
     most = int(sms) * per
     if most <= 0 or dims[0] * dims[1] * dims[2] <= most:
         return grid
-    return (most, 1, 1)
+    return (max(most // dims[2], 1), 1, dims[2])  # (planes stay: blockIdx.z may be a batch)
 
 
 def _kl_host_dim3(value):

@@ -5,10 +5,12 @@ shared tile, a template instantiated by its host, cuBLAS-like column-major opera
 dimensions, a `__nv_bfloat162` pair store, `size_t` indices with a K loop unrolled by four, sizes
 in a struct, half-precision accumulation, a grid-stride loop over outputs, an accumulator
 starting from C or from beta * C, threadIdx.x along the rows, a K loop for whole tiles of K
-only): each rule either fires and its output compiles for
+only, a ring of two buffers chosen by the step's parity or by a toggled index with register
+prefetch, sizes read from device memory and named by enumerators, A @ W^T staged by 16-byte
+`__ldg` loads): each rule either fires and its output compiles for
 sm_90a and matches torch on the CPU emulator at ragged small shapes, or refuses saying why. A
-rule that cannot keep a kernel's result refuses it (a batch stepped by blockIdx.z, a sum kept in
-fp16)."""
+rule that cannot keep a kernel's result refuses it (a naive batch addressed through blockIdx.z
+inside its K loop, a sum kept in fp16, a ring stored while a step reads it)."""
 from __future__ import annotations
 
 import importlib.util
@@ -50,18 +52,23 @@ SCHEDULE = {
     "colmajor": None, "c_init_naive": None, "beta_init_naive": None, "axpby_xrows": None,
     "floor_k_tiled": "does not zero-fill past K and its K loop's trip count names no single",
     "gridstride_naive": "a loop that stores the outputs",
-    "batched_z": "depend on blockIdx.z", "batched_naive": "depend on blockIdx.z",
+    "batched_z": None, "batched_naive": "depend on blockIdx.z",
     "half_acc": "accumulator acc is fp16", "naive_half_acc": "accumulator s is fp16",
-    "double_buffer": "stores shared tiles between the barriers where it multiplies",
+    "double_buffer": None,
     "bf162_store": "columns are bounded by no integer parameter",
-    "sizet_unroll4": "2 loops multiply global operands",
-    "struct_dims": "fewer than three integer parameters",
+    "sizet_unroll4": None,
+    "struct_dims": None,
+    "ring_toggle": None, "dims_in_memory": None,
+    # 16-byte chunks read whole past K (right only where K is a multiple of 8)
+    "linear_nt_vec": "is not its matrix's element",
 }
 MICRO = {
     "axpby_tiled": None, "bias_gelu_reg": None, "nt_half2": None, "template_tiles": None,
     "batched_z": None, "struct_dims": None, "axpby_xrows": None, "floor_k_tiled": None,
     "half_acc": "accumulator acc is fp16",
-    "double_buffer": "stores shared tiles between the barriers where it multiplies",
+    "double_buffer": "a ring of buffers chosen by s",
+    "ring_toggle": "a ring of buffers chosen by buf", "dims_in_memory": None,
+    "linear_nt_vec": None,
 }
 """mma-micro-kernel reads shared tiles only: the kernels without them have no site."""
 
@@ -157,12 +164,22 @@ def test_each_style_is_taken_or_refused_with_its_reason() -> None:
         assert want is None or want in why, (name, why)
 
 
+NO_TMA = {"batched_z": "a tensor map holds one matrix",
+          "struct_dims": "extents are not parameters",
+          "dims_in_memory": "extents are not parameters"}
+"""Kernels the TMA maps cannot describe (a batch along blockIdx.z: a map holds one matrix;
+extents in a struct's fields: the host builds the maps from parameters): their fullest form is
+the producer form's without them."""
+
+
 @pytest.mark.parametrize("name", [n for n, w in SCHEDULE.items() if w is None])
 def test_the_static_and_fullest_forms_match_torch_on_the_emulator(name: str) -> None:
     text, why = _schedule(name, {})
     assert why is None, why
     _matches(text, name)
-    text, why = _schedule(name, FULLEST)
+    if name in NO_TMA:
+        assert NO_TMA[name] in _schedule(name, FULLEST)[1]
+    text, why = _schedule(name, {**FULLEST, "tma": name not in NO_TMA})
     assert why is None, why
     assert '"virtual": 640' in text or '"consumers": 4' in text
     _matches(text, name, SHAPES[:1])
@@ -177,9 +194,10 @@ def test_the_micro_kernel_matches_torch_on_the_emulator(name: str) -> None:
 
 def test_a_batch_over_blockidx_z_and_sums_kept_in_half_are_refused_by_every_form() -> None:
     # each would have been rewritten into a kernel of another result: the batch's operands all
-    # read at batch 0, the fp16 sums widened to fp32 (or not compiled at all)
+    # read at batch 0 (a naive GEMM addressing its batch inside the K loop), the fp16 sums
+    # widened to fp32 (or not compiled at all)
     for options in ({}, {"deep": True}, {"wgmma": True}, FULLEST):
-        for name in ("batched_z", "batched_naive", "half_acc", "naive_half_acc"):
+        for name in ("batched_naive", "half_acc", "naive_half_acc"):
             text, why = _schedule(name, options)
             assert text is None and SCHEDULE[name] in why, (name, options, why)
     # a double accumulator is kept off the fp32 tensor cores too
@@ -209,3 +227,18 @@ def test_the_template_launch_keeps_its_arguments_in_the_edited_host_lines() -> N
     assert back.ok, back
     assert "kl_gs_" not in back.ir.text
     assert "tiled_gemm<BM, BN, BK><<<grid, BM * BN>>>(A, B, C, M, N, K);" in back.ir.text
+
+
+def test_a_ring_read_while_a_step_stores_it_or_chosen_by_nothing_is_refused() -> None:
+    source = (DATA / "double_buffer.cu").read_text()
+    rule = get_pass("gemm-schedule").from_options({"block": "16x16"})
+    # each step stores its own tiles into the buffer it reads, between the same barriers: the
+    # values are right in one thread's order, but other threads may read them before
+    racy = source.replace("if (s + 1 < steps) {\n      const int k0 = (s + 1) * KT;",
+                          "{\n      const int k0 = s * KT;")
+    racy = racy.replace("sa[nxt]", "sa[cur]").replace("sb[nxt]", "sb[cur]")
+    assert racy.count("sa[cur]") == 2
+    assert "stored between the barriers where step 0 reads it" in _outcome(rule, racy)[1]
+    # one buffer read while the next step's tiles are stored into it
+    one = source.replace("const int cur = s & 1, nxt = cur ^ 1;", "const int cur = 0, nxt = 0;")
+    assert "depends on nothing the step changes" in _outcome(rule, one)[1]

@@ -230,7 +230,9 @@ static dim3 kl_gs_grid(const void* kernel, dim3 grid, int threads, size_t bytes)
     seen[slot] = kernel;
   }
   const unsigned long long blocks = (unsigned long long)grid.x * grid.y * grid.z;
-  return most[slot] > 0 && blocks > most[slot] ? dim3(most[slot], 1, 1) : grid;
+  // (a grid's planes stay: a kernel may read blockIdx.z as a batch)
+  const unsigned row = most[slot] > grid.z ? most[slot] / grid.z : 1u;
+  return most[slot] > 0 && blocks > most[slot] ? dim3(row, 1, grid.z) : grid;
 }
 #endif
 """

@@ -7,7 +7,8 @@ the product of an element of A with an element of B, both read from global memor
 operand is which, how each is laid out, which output each accumulator holds, which blockIdx
 component steps rows and columns and which integer parameters bound M, N and K is read from
 what the code *does*: the kernel up to the end of its K loop (the one outermost loop that
-multiplies elements of two pointer parameters) is translated to Python and run thread by
+multiplies elements of two pointer parameters, or loops that follow each other in one block: a
+loop unrolled by hand and the loop over its remainder) is translated to Python and run thread by
 thread on probe values (`passes.cuda.gemm_global`'s way: integer parameters get distinct odd
 values, pointer parameters become symbolic bases, `blockIdx` a few probe blocks), with the
 floating-point registers the loop updates as symbols at its entry. The result must be, for every
@@ -46,6 +47,7 @@ from passes.cuda.gemm_eval import (GemmTile, Refusal, Tile, _Acc, _and, _cdiv, _
 from passes.cuda.gemm_eval import _accumulated as _sums, kernel_functions, memo
 from passes.cuda.gemm_eval import _NOT_F32, accumulator_refusal
 from passes.cuda.gemm_global import (GlobalGemm, Operand, _addr, _GPtr, _kernel_params, _lane,
+                                     py_name,
                                      _StagingTranslator, _vat, _vcast, _VPtr, _vpair, _vzero,
                                      block_at, block_order)
 
@@ -179,16 +181,36 @@ def _candidates(k: _Kernel, pointers: set[str], nested: bool = False) -> list[in
     return out
 
 
-def _accumulators(k: _Kernel, loop: int) -> dict[str, bool]:
-    """The floating-point registers declared before the loop that it assigns: name -> is an
+def _run_of(k: _Kernel, loops: list[int]) -> list[int]:
+    """The K loop as one or more loops that follow each other in one block (a loop unrolled by
+    hand and the loop over its remainder), or `Refusal`."""
+    ir = k.ir
+    if len(loops) == 1:
+        return loops
+    parent = ir.parent_of(loops[0])
+    items = block_items(ir, parent) if parent is not None and \
+        ir.grammar_type_of(parent) == "compound_statement" else []
+    at = [i for i, it in enumerate(items) if it.node in loops]
+    if len(at) != len(loops) or at != list(range(at[0], at[0] + len(at))):
+        raise Refusal(f"{len(loops)} loops multiply global operands (one K loop, or loops that "
+                      "follow each other in one block, expected)")
+    return [items[i].node for i in at]
+
+
+def _span(ir: KernelIR, loops: list[int]) -> tuple[int, int]:
+    return ir.span_of(loops[0]).start, ir.span_of(loops[-1]).end
+
+
+def _accumulators(k: _Kernel, loops: list[int]) -> dict[str, bool]:
+    """The floating-point registers declared before the loops that they assign: name -> is an
     array."""
     ir = k.ir
-    span = ir.span_of(loop)
+    start, end = _span(ir, loops)
     out: dict[str, bool] = {}
-    for nid in subtree(ir, loop):
+    for nid in (n for loop in loops for n in subtree(ir, loop)):
         for name in k.scope.written(nid):
             decls = k.scope.decls.get(name, [])
-            if len(decls) != 1 or span.start <= ir.span_of(decls[0][0]).start < span.end:
+            if len(decls) != 1 or start <= ir.span_of(decls[0][0]).start < end:
                 continue
             kind = variable_kind(ir, k.fn, name)
             if _declares_pointer(ir, decls[0][0]):
@@ -212,17 +234,17 @@ def _declares_pointer(ir: KernelIR, ident: int) -> bool:
     return False
 
 
-def _left_for_later(k: _Kernel, loop: int, accs: dict[str, bool]) -> str | None:
-    """A register the loop assigns, besides the accumulators, that code after it reads."""
+def _left_for_later(k: _Kernel, loops: list[int], accs: dict[str, bool]) -> str | None:
+    """A register the loops assign, besides the accumulators, that code after them reads."""
     ir = k.ir
-    span, end = ir.span_of(loop), ir.span_of(k.fn).end
-    for nid in subtree(ir, loop):
+    (start, stop), end = _span(ir, loops), ir.span_of(k.fn).end
+    for nid in (n for loop in loops for n in subtree(ir, loop)):
         for name in k.scope.written(nid):
             decls = k.scope.decls.get(name, [])
-            if name in accs or any(span.start <= ir.span_of(d[0]).start < span.end for d in decls):
+            if name in accs or any(start <= ir.span_of(d[0]).start < stop for d in decls):
                 continue
             after = [c for c in subtree(ir, k.fn) if ir.grammar_type_of(c) == "identifier"
-                     and ir.name_of(c) == name and span.end <= ir.span_of(c).start < end]
+                     and ir.name_of(c) == name and stop <= ir.span_of(c).start < end]
             if after:
                 return name
     return None
@@ -237,18 +259,17 @@ class _DirectTranslator(_StagingTranslator):
     become symbols at its entry and the function returns them after it; a `return` before it
     returns None (the thread computes nothing); every loop stops after `_CAP` iterations."""
 
-    def __init__(self, k: _Kernel, loop: int, accs: dict[str, bool], ints: list[str],
+    def __init__(self, k: _Kernel, loops: list[int], accs: dict[str, bool], ints: list[str],
                  pointers: list[str]) -> None:
         super().__init__(k, set(), ints, pointers)
-        self.loop, self.accs = loop, accs
+        self.run, self.accs = loops, accs
         self.loops = 0
-        span = k.ir.span_of(loop)
-        self.path = {a for a in k.ir.ancestors(loop)} | {loop}
-        self.span = (span.start, span.end)
+        self.path = {a for a in k.ir.ancestors(loops[0])} | set(loops)
+        self.span = _span(k.ir, loops)
 
     def block(self, nids: list[int], pad: str) -> list[str]:
-        at = next((i for i, n in enumerate(nids) if n in self.path), None)
-        return super().block(nids if at is None else nids[:at + 1], pad)
+        at = [i for i, n in enumerate(nids) if n in self.path]
+        return super().block(nids[:at[-1] + 1] if at else nids, pad)
 
     def stmt(self, nid: int, pad: str, body: int | None = None) -> list[str]:
         ir = self.k.ir
@@ -268,28 +289,29 @@ class _DirectTranslator(_StagingTranslator):
             at = next(i for i, line in enumerate(lines) if line.startswith(f"{pad}while "))
             lines[at:at + 1] = [f"{pad}{n} = 0", lines[at], f"{pad}    {n} += 1",
                                 f"{pad}    if {n} > {_CAP}: break"]
-            if nid != self.loop:
+            if nid not in self.run:
                 return lines
             entry = [f"{pad}v_{a} = _Outer({a!r})" if arr else f"{pad}v_{a} = _Acc(({a!r}, ()))"
-                     for a, arr in self.accs.items()]
+                     for a, arr in self.accs.items()] if nid == self.run[0] else []
             result = ", ".join(f"{a!r}: v_{a}" for a in self.accs)
-            return entry + lines + [f"{pad}return {{{result}}}"]
+            end = [f"{pad}return {{{result}}}"] if nid == self.run[-1] else []
+            return entry + lines + end
         return super().stmt(nid, pad, body)
 
 
 class _DirectProgram:
     """The kernel up to the end of its K loop as a Python function of one thread."""
 
-    def __init__(self, k: _Kernel, loop: int, accs: dict[str, bool], ints: list[str],
+    def __init__(self, k: _Kernel, loops: list[int], accs: dict[str, bool], ints: list[str],
                  pointers: list[str]) -> None:
         ir = k.ir
         body = children(ir, k.fn, "compound_statement")
         if not body:
             raise Refusal("the kernel has no body")
-        tr = _DirectTranslator(k, loop, accs, ints, pointers)
+        tr = _DirectTranslator(k, loops, accs, ints, pointers)
         lines = tr.block([it.node for it in block_items(ir, body[0])], "    ")
         head = ["def _run(_tx, _ty, _bx, _by, _cx, _cy, _P, _rd, _step):", "    _n = 0"]
-        head += [f"    v_{n} = _P[{n!r}]" for n in ints + pointers]
+        head += [f"    {py_name(n)} = _P[{n!r}]" for n in ints + pointers]
         source = "\n".join(head + ["    " + line for line in tr.prelude] + lines +
                            ["    return None"])
         namespace: dict[str, Any] = {
@@ -367,29 +389,28 @@ def _find(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str] |
                               "read)")
             if not loops:
                 continue
-            if len(loops) > 1:
-                raise Refusal(f"{len(loops)} loops multiply global operands (one K loop expected)")
+            loops = _run_of(k, loops)
             if block is None:
                 raise Refusal("the block size is not known (give the host's launch or the block "
                               "fact)")
-            found.append(_fit(k, loops[0], block, ints, ptrs, kinds))
+            found.append(_fit(k, loops, block, ints, ptrs, kinds))
         except Refusal as exc:
             reasons.append(f"{name}: {exc.args[0]}")
     return found, reasons
 
 
-def _fit(k: _Kernel, loop: int, block: tuple[int, int], ints: list[str], ptrs: list[str],
+def _fit(k: _Kernel, loops: list[int], block: tuple[int, int], ints: list[str], ptrs: list[str],
          kinds: dict[str, str]) -> GlobalGemm:
     ir = k.ir
     if len(ints) < 3:
         raise Refusal("the kernel has fewer than three integer parameters (M, N, K)")
-    accs = _accumulators(k, loop)
+    accs = _accumulators(k, loops)
     if not accs:
         raise Refusal("the K loop accumulates into no floating-point register declared before it")
-    later = _left_for_later(k, loop, accs)
+    later = _left_for_later(k, loops, accs)
     if later:
         raise Refusal(f"the K loop sets {later}, which the code after it reads")
-    program = _DirectProgram(k, loop, accs, ints, ptrs)
+    program = _DirectProgram(k, loops, accs, ints, ptrs)
     bases = {p: _GPtr(p, 0, _SIZES.get(kinds.get(p, ""), 1)) for p in ptrs}
 
     def run(values: dict[str, int], cta: tuple[int, int]) -> list:
@@ -478,7 +499,7 @@ def _fit(k: _Kernel, loop: int, block: tuple[int, int], ints: list[str], ptrs: l
     if kinds.get(a_ptr) != kinds.get(b_ptr) or kinds.get(a_ptr) not in ("bf16", "fp16"):
         raise Refusal(f"the global operands are {kinds.get(a_ptr)} and {kinds.get(b_ptr)} "
                       "(bf16 or fp16 both expected)")
-    span = _loop_span(ir, loop)
+    span = (_loop_span(ir, loops[0])[0], _loop_span(ir, loops[-1])[1])
     tile_a = Tile(a_ptr, kinds[a_ptr], 0, wide[lda] if a_kc else 1, 1 if a_kc else wide[lda], bm,
                   (0, 0), False)
     tile_b = Tile(b_ptr, kinds[b_ptr], 0, wide[ldb] if b_kc else 1, 1 if b_kc else wide[ldb], bn,

@@ -18,6 +18,12 @@ column of Q, where
   are sums of one weight per bit of the thread's coordinates (blocked, strided and warp-tiled
   mappings all have this form).
 
+Where no barrier run holds the region alone, a run that also stores shared tiles may be the
+region of a ring of buffers (the next step's tiles stored while these are read): the region then
+reads the step's variables (the K loop's own, or variables only the K loop assigns, a buffer
+index it toggles) as inputs, is read with all of them 0, and `ring_shift` gives how far the
+tiles lie from there at other values (`gemm_global` asks it at each step it probes).
+
 Anything else is refused with the reason. The block size is given (a launch's `block`, or
 `__launch_bounds__`), or found as the largest block whose threads read inside the shared tiles
 and cover the tile exactly once.
@@ -27,7 +33,7 @@ Positions are byte offsets of `KernelIR.source`. No GPU library is imported here
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -306,6 +312,10 @@ class GemmTile:
     """Static shared memory the kernel declares."""
     dynamic: bool = False
     """Whether the kernel also uses dynamic shared memory (of a size the host sets)."""
+    ring: tuple[str, ...] = ()
+    """The step's variables that choose where in the shared arrays a K step's tiles lie (a
+    ring of buffers: the K loop's variable, or a buffer index it toggles); `a.base` / `b.base`
+    are the tiles' places with all of them 0, `ring_shift` gives the others."""
 
     def to_json(self) -> dict[str, Any]:
         return {"kernel": self.kernel, "block_tile": [self.bm, self.bn, self.bk],
@@ -558,9 +568,19 @@ def _type_aliases(ir: KernelIR) -> dict[str, str]:
 
 
 def _file_constants(ir: KernelIR) -> dict[str, str]:
-    """`constexpr` / `const` integer constants at file (or namespace) scope, as texts."""
+    """`constexpr` / `const` integer constants at file (or namespace) scope, and enumerators
+    (each its value, or one past the one before), as texts."""
     out: dict[str, str] = {}
     for node in ir.find():
+        if ir.grammar_type_of(node.id) == "enumerator_list":
+            last = "-1"
+            for item in children(ir, node.id):
+                if ir.grammar_type_of(item) != "enumerator":
+                    continue
+                kids = [c for c in children(ir, item) if ir.grammar_type_of(c) not in _TRIVIA]
+                name = ir.name_of(kids[0]) or text(ir, kids[0])
+                last = out[name] = text(ir, kids[-1]) if len(kids) > 1 else f"({last}) + 1"
+            continue
         if ir.grammar_type_of(node.id) != "declaration":
             continue
         parent = ir.parent_of(node.id)
@@ -630,25 +650,19 @@ def _barrier_runs(k: _Kernel) -> Iterator[tuple[int, list, list]]:
             yield nid, items[lo + 1:hi], items
 
 
-def _candidate_regions(k: _Kernel) -> list[tuple[int, list[int], list]]:
+def _candidate_regions(k: _Kernel, beside: bool = False) -> list[tuple[int, list[int], list]]:
     """(K loop, compute statements, loop body items) of each loop whose body holds a barrier
-    and, between barriers, statements that read the shared tiles without writing them."""
+    and, between barriers, statements that read the shared tiles without writing them (with
+    `beside`: between barriers where other statements store shared tiles, a ring's next
+    buffers)."""
     out = []
     for nid, run, items in _barrier_runs(k):
         compute = [it for it in run if _reads_shared(k, it.node)
                    and not _writes_shared(k, it.node)]
-        if compute and not any(_writes_shared(k, it.node) for it in run) and \
-                any(_multiplies(k.ir, it.node) for it in compute):
+        writes = any(_writes_shared(k, it.node) for it in run)
+        if compute and writes == beside and any(_multiplies(k.ir, it.node) for it in compute):
             out.append((nid, compute, items))
     return out
-
-
-def _staged_beside(k: _Kernel) -> bool:
-    """Whether a loop with a barrier multiplies shared elements between the same barriers that
-    it stores shared tiles (a ring of buffers filled while another is read)."""
-    return any(any(_writes_shared(k, it.node) for it in run) and any(
-        _reads_shared(k, it.node) and not _writes_shared(k, it.node)
-        and _multiplies(k.ir, it.node) for it in run) for _, run, _ in _barrier_runs(k))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -658,11 +672,17 @@ def _staged_beside(k: _Kernel) -> bool:
 class _Translator:
     """C statements and expressions of the region -> Python source over the symbols above."""
 
-    def __init__(self, k: _Kernel, region: list[int], loop_vars: set[str]) -> None:
+    def __init__(self, k: _Kernel, region: list[int], loop_vars: set[str],
+                 loop: tuple[int, int] | None = None) -> None:
         self.k = k
         self.home = k.ir
         self.region = region
         self.loop_vars = loop_vars
+        self.loop = loop
+        """The K loop's byte span where the region may select its tiles by the step (a ring)."""
+        self.ring: list[str] = []
+        """The step's variables the region reads (`_R[name]`): the K loop's own, or variables
+        the K loop assigns (a buffer index toggled each step)."""
         self.declared: set[str] = set()
         self.outer_written: dict[str, bool] = {}   # name -> is an array
         self.needed: list[str] = []                # outer values read, in first-use order
@@ -675,8 +695,12 @@ class _Translator:
         k = self.k
         if name in self.declared or name in self.outer_written:
             return f"v_{name}"
-        if name in self.loop_vars:
-            raise Refusal(f"the inner loop depends on the K loop's variable {name}")
+        if name in self.loop_vars or self._carried(name):
+            if self.loop is None:
+                raise Refusal(f"the inner loop depends on the K loop's variable {name}")
+            if name not in self.ring:
+                self.ring.append(name)
+            return f"_R[{name!r}]"
         if name in k.shared:
             raise Refusal(f"the shared array {name} is used other than by element")
         value = k.constant(name)
@@ -684,6 +708,21 @@ class _Translator:
             return str(value)
         self.resolve(name)
         return f"v_{name}"
+
+    def _carried(self, name: str) -> bool:
+        """Whether `name` is a variable declared before the K loop and assigned only inside it
+        (a value carried from step to step: a ring's buffer index)."""
+        k = self.k
+        writes = k.scope.writes.get(name)
+        if self.loop is None or not writes or name in k.scope.params:
+            return False
+        decls = k.scope.decls.get(name, [])
+        a, b = self.loop
+        spans = [self.home.span_of(w) for w in writes]
+        region = [self.home.span_of(n) for n in self.region]
+        return len(decls) == 1 and self.home.span_of(decls[0][0]).start < a and \
+            all(a <= s.start and s.end <= b for s in spans) and \
+            not any(r.start <= s.start < r.end for s in spans for r in region)
 
     def resolve(self, name: str) -> None:
         """Emit `v_name = <its one definition>` into the prelude (once)."""
@@ -1037,15 +1076,19 @@ def _number(spelled: str) -> str:
 class _Program:
     """The region compiled to a Python function of the thread coordinates."""
 
-    def __init__(self, k: _Kernel, region: list[int], loop_vars: set[str]) -> None:
-        tr = _Translator(k, region, loop_vars)
+    def __init__(self, k: _Kernel, region: list[int], loop_vars: set[str],
+                 loop: tuple[int, int] | None = None) -> None:
+        tr = _Translator(k, region, loop_vars, loop)
         body = tr.block(region, "    ")
         self.outer = dict(tr.outer_written)
         self.uses_y = tr.uses_y
+        self.ring = tuple(tr.ring)
+        self.step: dict[str, int] = {n: 0 for n in self.ring}
+        """The values of the step's variables (`ring`) the runs see."""
         init = [f"    v_{n} = _Outer({n!r})" if arr else f"    v_{n} = _Acc(({n!r}, ()))"
                 for n, arr in self.outer.items()]
         result = ", ".join(f"{n!r}: v_{n}" for n in self.outer)
-        source = "\n".join(["def _run(_tx, _ty, _bx, _by, _L, _step):", "    _n = 0",
+        source = "\n".join(["def _run(_tx, _ty, _bx, _by, _L, _step, _R):", "    _n = 0",
                             *("    " + line for line in tr.prelude), *init, *body,
                             f"    return {{{result}}}"])
         self.source = source
@@ -1079,7 +1122,7 @@ class _Program:
             raise Refusal("the inner loop does not end within the step limit")
 
         try:
-            return self.fn(tx, ty, bx, by, self._load(where), step)
+            return self.fn(tx, ty, bx, by, self._load(where), step, self.step)
         except (TypeError, ValueError, ZeroDivisionError, RecursionError) as exc:
             raise Refusal(f"the inner loop computes something other than products ({exc})") from None
 
@@ -1142,17 +1185,16 @@ def _find(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str] |
         if len(k.shared) < 2:
             continue
         regions = _candidate_regions(k)
+        ring = not regions
+        if ring:
+            regions = _candidate_regions(k, beside=True)
         if not regions:
-            if _staged_beside(k):
-                reasons.append(f"{k.name}: the K loop stores shared tiles between the barriers "
-                               "where it multiplies others (buffers filled while another is read "
-                               "are not read)")
             continue
         if len(regions) > 1:
             reasons.append(f"{k.name}: {len(regions)} regions read shared tiles (one K loop expected)")
             continue
         try:
-            found.append(_analyse(k, *regions[0], block))
+            found.append(_analyse(k, *regions[0], block, ring))
         except Refusal as exc:
             reasons.append(f"{k.name}: {exc.args[0]}")
     return found, reasons
@@ -1196,9 +1238,14 @@ def _launch_bounds(k: _Kernel) -> int | None:
 
 
 def _analyse(k: _Kernel, loop: int, compute: list, items: list,
-             block: tuple[int, int] | None) -> GemmTile:
+             block: tuple[int, int] | None, beside: bool = False) -> GemmTile:
     ir = k.ir
-    program = _Program(k, [it.node for it in compute], _loop_vars(ir, loop))
+    span = ir.span_of(loop)
+    program = _Program(k, [it.node for it in compute], _loop_vars(ir, loop),
+                       (span.start, span.end))
+    if beside and not program.ring:
+        raise Refusal("the K loop stores shared tiles between the barriers where it multiplies "
+                      "others, and which buffer a step reads depends on nothing the step changes")
     _accumulator_kinds(k, list(program.outer))
     uses_y = program.uses_y or "threadIdx.y" in text(ir, k.fn)
     if block is None:
@@ -1211,7 +1258,46 @@ def _analyse(k: _Kernel, loop: int, compute: list, items: list,
         raise Refusal("the block size cannot be told for shared tiles of unknown extent "
                       "(give the launch's block)")
     blk, cells = _run_block(program, block, uses_y)
-    return _fit(k, loop, compute, blk, cells)
+    tile = _fit(k, loop, compute, blk, cells)
+    if program.ring:
+        tile = replace(tile, ring=program.ring)
+        if len(_RINGS) > 64:
+            _RINGS.clear()
+        _RINGS[(ir.source, tile)] = (program, cells)
+    return tile
+
+
+_RINGS: dict[tuple[bytes, GemmTile], tuple[_Program, _Cells]] = {}
+"""The region's program and its cells at step 0 of each tile read from a ring."""
+
+
+def ring_shift(ir: KernelIR, tile: GemmTile, step: dict[str, int]) -> tuple[int, int]:
+    """How far from `tile.a.base` / `tile.b.base` the tiles lie at the K step whose variables
+    (`tile.ring`) hold `step`: the region run there must read the same products from tiles
+    moved by one offset each, else `Refusal`."""
+    if not tile.ring:
+        return 0, 0
+    hit = _RINGS.get((ir.source, tile))
+    if hit is None:
+        _find(ir, tile.block, frozenset({tile.kernel}))
+        hit = _RINGS.get((ir.source, tile))
+        if hit is None:
+            raise Refusal("the ring's tiles are no longer found")
+    program, ref = hit
+    program.step = {n: step[n] for n in tile.ring}
+    try:
+        cells = _run_all(program, tile.block)
+    except _OutOfBounds:
+        raise Refusal(f"a K step with {step} reads its tiles out of bounds") from None
+    finally:
+        program.step = {n: 0 for n in tile.ring}
+    if cells.keys != ref.keys or (cells.p, cells.q) != (ref.p, ref.q) or \
+            cells.idx_p.shape != ref.idx_p.shape:
+        raise Refusal(f"a K step with {step} accumulates other products than the first")
+    dp, dq = cells.idx_p - ref.idx_p, cells.idx_q - ref.idx_q
+    if (dp != dp.flat[0]).any() or (dq != dq.flat[0]).any():
+        raise Refusal(f"a K step with {step} reads tiles laid out otherwise than the first")
+    return int(dp.flat[0]), int(dq.flat[0])
 
 
 def _candidates(uses_y: bool) -> list[tuple[int, int]]:

@@ -14,7 +14,9 @@ K steps. What the shared tiles hold at each tick must then be exactly
     Q(k, n) = B[(t * BK + k) * sk' + (n0 + n) * sn'] where n0 + n < N and t * BK + k < K, else 0
 
 with one of each pair of strides 1 and the other the value of an integer parameter (the
-leading dimension), (m0, n0) the block's output origin — m0 = blockIdx.{x|y} * BM and
+leading dimension; an integer field of a struct passed by value, `s.k`, and an integer the kernel
+reads from an `int` pointer at a constant index and uses for nothing else, `dims[2]`, count as
+integer parameters), (m0, n0) the block's output origin — m0 = blockIdx.{x|y} * BM and
 n0 = blockIdx.{y|x} * BN, or blockIdx.x counting the blocks row- or column-major — and M, N, K
 integer parameters whose values bound the zero fill; the K loop runs ceil(K / BK) times. The
 hypothesis is fitted on a few elements and then checked on every element of every probe:
@@ -22,21 +24,26 @@ a kernel that does anything else is refused with the reason. A staging that chec
 along M or N (a kernel for whole tiles only) gets bound "" there (the launch's grid then gives
 the output's extent); one that does not check K names K by the K loop's trip count. Vector copies (`reinterpret_cast`
 to float4 / uint4 / ... pointers, `__half2` pairs built of two elements or of zeros) are
-followed lane by lane; operands addressed through blockIdx.z are refused; an address cast to an integer
-(an alignment test) reads the operands' bases as 16-byte aligned.
+followed lane by lane; an address cast to an integer (an alignment test) reads the operands'
+bases as 16-byte aligned. Operands addressed through blockIdx.z are a batch where z = 1 and 2
+stage the same tiles moved by 1 and 2 times one offset per operand, a product of one or two
+integer parameters on two probes (`Operand.batch`); anything else is refused. Tiles read from a
+ring of buffers (`GemmTile.ring`) are checked at each step where that step's variables place
+them (`gemm_eval.ring_shift`), and no thread may store an element of them between the barriers
+where the step reads it.
 
 No GPU library is imported here.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from passes.cuda._tree import Scope, block_items, children, declared_names, text
 from passes.cuda.gemm_eval import (GemmTile, Refusal, Tile, _cdiv, _cmod, _and, _or, _not, _sel,
                                    _min, _max, _k, _Kernel, _Local, _Translator, _is_sync,
-                                   element_kind, _TRIVIA)
+                                   element_kind, ring_shift, _TRIVIA)
 
 if TYPE_CHECKING:
     from kir import KernelIR
@@ -66,6 +73,9 @@ class Operand:
     """The integer parameter bounding mn (M for A, N for B)."""
     axis: str
     """The blockIdx component that steps the block's origin along mn (`x` or `y`)."""
+    batch: tuple[str, ...] = ()
+    """The integer parameters whose product is the operand's offset (in elements) from one
+    blockIdx.z to the next (a batch of GEMMs, one per z); () where z does not move it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +97,8 @@ class GlobalGemm:
     def to_json(self) -> dict[str, Any]:
         def op(o: Operand, mn: str) -> dict[str, Any]:
             return {"pointer": o.ptr, "layout": f"{mn}k" if o.k_contiguous else f"k{mn}",
-                    "ld": o.ld, "bound": o.bound, "block_axis": o.axis}
+                    "ld": o.ld, "bound": o.bound, "block_axis": o.axis,
+                    **({"batch": list(o.batch)} if o.batch else {})}
 
         return {"kernel": self.kernel, "dtype": self.dtype, "A": op(self.a, "m"),
                 "B": op(self.b, "n"), "K": self.k,
@@ -241,11 +252,16 @@ class _StagingTranslator(_Translator):
     """The kernel's statements up to the end of the K loop -> Python; the GEMM region becomes a
     tick, barriers vanish, shared stores are recorded and global reads are symbolic."""
 
-    def __init__(self, k: _Kernel, region: set[int], ints: list[str], pointers: list[str]) -> None:
+    def __init__(self, k: _Kernel, region: set[int], ints: list[str], pointers: list[str],
+                 ring: tuple[str, ...] = ()) -> None:
         super().__init__(k, [], set())
         self.region = region
         self.ints, self.pointers = ints, pointers
         self.ticked = False
+        self.ring = list(ring)
+        self.batched = False
+        """Whether blockIdx.z is read (as the probe's `_cz`) rather than refused."""
+        self.reads_z = False
 
     def name(self, name: str) -> str:
         if name in self.declared or name in self.outer_written:
@@ -273,9 +289,10 @@ class _StagingTranslator(_Translator):
             if self.ticked:
                 return []
             self.ticked = True
-            return [f"{pad}_tick()"]
+            step = ", ".join(f"{n!r}: {self.name(n)}" for n in self.ring)
+            return [f"{pad}_tick({{{step}}})"]
         if _is_sync(ir, nid):
-            return []
+            return [f"{pad}_bar()"]
         gtype = ir.grammar_type_of(nid)
         if gtype in ("break_statement", "continue_statement", "return_statement", "goto_statement",
                      "do_statement", "switch_statement"):
@@ -335,6 +352,12 @@ class _StagingTranslator(_Translator):
             args = [c for c in children(ir, kids[-1]) if ir.grammar_type_of(c) not in _TRIVIA]
             return f"_rd({self.expr(kids[0])}, ({', '.join(self.expr(a) for a in args)},))"
         if ir.grammar_type_of(nid) == "subscript_expression":
+            kids = [c for c in children(ir, nid) if ir.grammar_type_of(c) not in _TRIVIA]
+            args = [c for c in children(ir, kids[-1]) if ir.grammar_type_of(c) not in _TRIVIA]
+            at = self.k.constant(text(ir, args[0])) if len(args) == 1 else None
+            cell = f"{text(ir, kids[0]).strip()}[{at}]"
+            if at is not None and cell in self.ints:  # an integer read from memory (`dims[2]`)
+                return py_name(cell)
             base, idx = self.subscripts(nid)
             if base in self.k.shared:
                 raise Refusal(f"the staging reads the shared array {base}")
@@ -378,6 +401,9 @@ class _StagingTranslator(_Translator):
 
     def builtin(self, spelled: str) -> str:
         m = re.fullmatch(r"\s*(threadIdx|blockDim|blockIdx|gridDim)\s*\.\s*([xyz])\s*", spelled)
+        field = re.sub(r"\s+", "", spelled)
+        if m is None and field in self.ints:  # an integer field of a struct parameter
+            return py_name(field)
         lane = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*\.\s*([xyzw])\s*", spelled)
         if m is None and lane is not None:  # a lane of a vector the staging loaded
             return f"_lane({self.name(lane.group(1))}, {'xyzw'.index(lane.group(2))})"
@@ -387,10 +413,11 @@ class _StagingTranslator(_Translator):
         if what == "gridDim":
             raise Refusal("the staging depends on gridDim")
         if axis == "z" and what == "blockIdx":
-            # the schedule's tiles cover one M x N output: a batch (or split) stepped by the
-            # grid's third axis would be dropped
-            raise Refusal("the operands depend on blockIdx.z (a batch or split along the grid's "
-                          "third axis, which the schedule's tiles do not step)")
+            if not self.batched:
+                raise Refusal("the operands depend on blockIdx.z (a batch or split along the "
+                              "grid's third axis, which the schedule's tiles do not step)")
+            self.reads_z = True
+            return "_cz"  # a batch: `_batch` reads how far z moves each operand
         if axis == "z":  # the rule takes blocks of one or two dimensions
             return "0" if what == "threadIdx" else "1"
         return {"threadIdx": "_t", "blockDim": "_b", "blockIdx": "_c"}[what] + axis
@@ -418,10 +445,40 @@ class _StagingTranslator(_Translator):
         return super().call(nid, kids)
 
 
+def py_name(param: str) -> str:
+    """The probe program's variable of an integer parameter (`s.m`, a struct's field: `v_s_m`;
+    `d[1]`, an integer read from memory: `v_d_1_`)."""
+    return "v_" + re.sub(r"\W", "_", param)
+
+
+_INTEGER = re.compile(r"\b(?:int|long|unsigned|size_t|int64_t|int32_t|uint32_t|short)\b")
+
+
+def struct_fields(ir: KernelIR) -> dict[str, list[str]]:
+    """The integer fields of each struct the unit defines (`struct S {...};`, `typedef struct
+    {...} S;`), in declared order: struct name -> field names."""
+    from passes.cuda._c import CSource  # noqa: PLC0415
+
+    code = CSource(ir).code
+    out: dict[str, list[str]] = {}
+    for m in re.finditer(r"\b(?:typedef\s+)?struct\s+(\w*)\s*\{([^{}]*)\}\s*(\w*)", code):
+        fields = []
+        for decl in m.group(2).split(";"):
+            d = re.fullmatch(r"\s*((?:const\s+)?[\w ]+?)\s+(\w+(?:\s*,\s*\w+)*)\s*", decl)
+            if d and _INTEGER.search(d.group(1)) and "*" not in decl:
+                fields += [f.strip() for f in d.group(2).split(",")]
+        for name in (m.group(1), m.group(3)):
+            if name:
+                out[name] = fields
+    return out
+
+
 def _kernel_params(k: _Kernel) -> tuple[list[str], list[str], dict[str, str]]:
-    """(integer parameters, pointer parameters, pointer -> element kind) in declared order."""
+    """(integer parameters, pointer parameters, pointer -> element kind) in declared order; a
+    struct passed by value gives its integer fields as integer parameters (`s.m`)."""
     ir = k.ir
     ints, ptrs, kinds = [], [], {}
+    structs = struct_fields(ir)
     for nid in children(ir, next(c for c in _subtree_first(ir, k.fn, "parameter_list"))):
         if ir.grammar_type_of(nid) != "parameter_declaration":
             continue
@@ -435,10 +492,47 @@ def _kernel_params(k: _Kernel) -> tuple[list[str], list[str], dict[str, str]]:
             if "*" in spelled:
                 ptrs.append(name)
                 kinds[name] = element_kind(tname)
-            elif re.search(r"\b(?:int|long|unsigned|size_t|int64_t|int32_t|uint32_t|short)\b",
-                           tname):
+            elif _INTEGER.search(tname):
                 ints.append(name)
+            elif "&" not in spelled and tname.split("::")[-1] in structs:
+                ints += [f"{name}.{f}" for f in structs[tname.split("::")[-1]]]
+    for name in [p for p in ptrs if kinds[p] == "int"]:
+        cells = _read_cells(k, name)
+        if cells:  # sizes the kernel reads from memory, `dims[0]`...: integer parameters too
+            ptrs.remove(name)
+            ints += [f"{name}[{i}]" for i in cells]
     return ints, ptrs, kinds
+
+
+def _read_cells(k: _Kernel, name: str) -> list[int]:
+    """The constant indices at which the kernel reads the integer pointer `name`, where it does
+    nothing else with it (no write, no other index, no other use), else []."""
+    from passes.cuda._tree import subtree  # noqa: PLC0415
+
+    ir = k.ir
+    cells: set[int] = set()
+    for nid in subtree(ir, k.fn):
+        if ir.grammar_type_of(nid) != "identifier" or ir.name_of(nid) != name:
+            continue
+        parent = ir.parent_of(nid)
+        if parent is None or ir.grammar_type_of(parent) == "parameter_declaration" or \
+                ir.grammar_type_of(ir.parent_of(parent) or parent) in ("parameter_declaration",
+                                                                      "pointer_declarator"):
+            continue
+        if ir.grammar_type_of(parent) != "subscript_expression" or children(ir, parent)[0] != nid:
+            return []
+        holder = ir.parent_of(parent)
+        if holder is not None and ir.grammar_type_of(holder) in ("assignment_expression",
+                                                                 "update_expression") \
+                and children(ir, holder)[0] == parent:
+            return []
+        args = [c for c in children(ir, children(ir, parent)[-1])
+                if ir.grammar_type_of(c) not in _TRIVIA]
+        value = k.constant(text(ir, args[0])) if len(args) == 1 else None
+        if value is None or value < 0:
+            return []
+        cells.add(value)
+    return sorted(cells)
 
 
 def _subtree_first(ir: KernelIR, fn: int, gtype: str) -> list[int]:
@@ -460,12 +554,14 @@ class _StagingProgram:
         if loop_at is None:
             raise Refusal("the K loop is not a statement of the kernel's body")
         region = {n for n in _nodes_in(ir, body[0], tile.region)}
-        tr = _StagingTranslator(k, region, ints, pointers)
+        tr = _StagingTranslator(k, region, ints, pointers, tile.ring)
+        tr.batched = True
         lines = tr.block([it.node for it in items[:loop_at + 1]], "    ")
         if not tr.ticked:
             raise Refusal("the K loop's inner region is not a statement of the K loop")
-        head = ["def _run(_tx, _ty, _bx, _by, _cx, _cy, _P, _st, _rd, _tick, _step):", "    _n = 0"]
-        head += [f"    v_{n} = _P[{n!r}]" for n in ints + pointers]
+        head = ["def _run(_tx, _ty, _bx, _by, _cx, _cy, _P, _st, _rd, _tick, _step, _bar, _cz):",
+                "    _n = 0"]
+        head += [f"    {py_name(n)} = _P[{n!r}]" for n in ints + pointers]
         source = "\n".join(head + ["    " + line for line in tr.prelude] + lines)
         namespace: dict[str, Any] = {"_cdiv": _cdiv, "_cmod": _cmod, "_Local": _Local, "_t": _truth,
                                      "_and": _and, "_or": _or, "_not": _not, "_sel": _sel,
@@ -478,14 +574,18 @@ class _StagingProgram:
         self.fn = namespace["_run"]
         self.source = source
         self.shared = k.shared
+        self.ir, self.tile = ir, tile
+        self.reads_z = tr.reads_z
 
     def run(self, block: tuple[int, int], cta: tuple[int, int], params: dict[str, Any],
-            ticks: int | None) -> tuple[dict[tuple[str, int], list[tuple[int, Any]]], int]:
+            ticks: int | None, z: int = 0) -> tuple[_Stores, int]:
         """Every thread of block `cta` run on `params`: the stores of each shared element as
-        (tick, value) in order, and the number of ticks (K steps) the K loop made."""
+        (tick, value, barriers passed) in order, and the number of ticks (K steps) the K loop
+        made."""
         bx, by = block
-        stores: dict[tuple[str, int], list[tuple[int, Any]]] = {}
-        count = [0]
+        stores = _Stores(self.ir, self.tile)
+        count, epoch = [0], [0]
+        steps: list[tuple[dict[str, int], int]] = []
 
         def flat_of(arr: str, idx: tuple) -> int:
             dims = self.shared[arr].dims
@@ -505,7 +605,7 @@ class _StagingProgram:
                               "element or zero")
             if flat >= _extent(self.shared[arr].dims):
                 raise Refusal(f"the staging writes {arr} out of its bounds")
-            stores.setdefault((arr, flat), []).append((count[0], value))
+            stores.setdefault((arr, flat), []).append((count[0], value, epoch[0]))
 
         def st(arr: str, idx: tuple, value: Any) -> None:
             put(arr, flat_of(arr, idx), value)
@@ -525,10 +625,14 @@ class _StagingProgram:
 
         self.namespace.update({"_saddr": saddr, "_vst": vst})
 
-        def tick() -> None:
+        def tick(step: dict[str, int]) -> None:
+            steps.append((dict(step), epoch[0]))
             count[0] += 1
             if ticks is not None and count[0] >= ticks:
                 raise _Stop()
+
+        def bar() -> None:
+            epoch[0] += 1
 
         def step() -> None:
             raise Refusal("the staging does not end within the step limit")
@@ -536,9 +640,10 @@ class _StagingProgram:
         trips = []
         for ty in range(by):
             for tx in range(bx):
-                count[0] = 0
+                count[0], epoch[0] = 0, 0
+                steps.clear()
                 try:
-                    self.fn(tx, ty, bx, by, cta[0], cta[1], params, st, _read, tick, step)
+                    self.fn(tx, ty, bx, by, cta[0], cta[1], params, st, _read, tick, step, bar, z)
                 except _Stop:
                     pass
                 except (TypeError, ValueError, ZeroDivisionError, RecursionError, IndexError,
@@ -546,9 +651,43 @@ class _StagingProgram:
                     raise Refusal(f"the staging does something the rule does not read ({exc})") \
                         from None
                 trips.append(count[0])
+                if tx == ty == 0:
+                    stores.steps = list(steps)
+                elif self.tile.ring and steps != stores.steps:
+                    raise Refusal("the threads' K steps differ in their variables or barriers")
         if len(set(trips)) != 1:
             raise Refusal("the threads run the K loop different numbers of times")
         return stores, trips[0]
+
+
+class _Stores(dict):
+    """(array, flat element) -> [(tick, value, barriers passed)] of one probe, with each K
+    step's variables and barriers passed (`steps`); where the tiles are a ring, `offset` says
+    how far from its first place a tile lies at a step."""
+
+    def __init__(self, ir: KernelIR, tile: GemmTile) -> None:
+        super().__init__()
+        self.ir, self.tile = ir, tile
+        self.steps: list[tuple[dict[str, int], int]] = []
+
+    def offset(self, arr: str, tick: int) -> int:
+        if not self.tile.ring:
+            return 0
+        if tick >= len(self.steps):
+            raise Refusal("a K step past the probe's last is read")
+        step = self.steps[tick][0]
+        key = tuple(sorted(step.items()))
+        if len(_SHIFTS) > 64:
+            _SHIFTS.clear()
+        shifts = _SHIFTS.setdefault((self.ir.source, self.tile), {})
+        if key not in shifts:
+            shifts[key] = ring_shift(self.ir, self.tile, step)
+        da, db = shifts[key]
+        return da if arr == self.tile.a.array else db if arr == self.tile.b.array else 0
+
+
+_SHIFTS: dict[tuple[bytes, GemmTile], dict[tuple, tuple[int, int]]] = {}
+"""The ring's tile offsets by step, per source and tile."""
 
 
 def _extent(dims: tuple[int, ...]) -> int:
@@ -632,12 +771,23 @@ def _nodes_in(ir: KernelIR, root: int, spans: tuple[tuple[int, int], ...]) -> li
 
 def _state(stores: dict[tuple[str, int], list[tuple[int, Any]]], arr: str, flat: int,
            tick: int) -> Any:
-    """What element `flat` of `arr` holds when K step `tick` reads it (None: never written)."""
+    """What element `flat` of `arr` holds when K step `tick` reads it (None: never written);
+    `flat` counts from the tile's place at step 0 (a ring's tile lies elsewhere at others)."""
+    if isinstance(stores, _Stores):
+        flat += stores.offset(arr, tick)
     got = None
-    for t, v in stores.get((arr, flat), []):
+    for t, v, _ in stores.get((arr, flat), []):
         if t <= tick:
             got = v
     return got
+
+
+def _unraced(stores: _Stores, arr: str, flat: int, tick: int) -> bool:
+    """Whether no thread stores element `flat` (from the tile's step-0 place) of `arr` between
+    the barriers where K step `tick` reads it."""
+    at = stores.steps[tick][1] if tick < len(stores.steps) else -1
+    flat += stores.offset(arr, tick)
+    return all(e != at for _, _, e in stores.get((arr, flat), []))
 
 
 def _probe_values(ints: list[str], big: int, small: int) -> list[dict[str, int]]:
@@ -743,7 +893,69 @@ def _trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
     if kinds.get(a.ptr) != kinds.get(b.ptr) or kinds.get(a.ptr) not in ("bf16", "fp16"):
         raise Refusal(f"the global operands are {kinds.get(a.ptr)} and {kinds.get(b.ptr)} "
                       "(bf16 or fp16 both expected)")
+    if program.reads_z:
+        a, b = _batch(program, tile, a, b, ints, bases, wide)
     return GlobalGemm(tile.kernel, a, b, kb, kinds[a.ptr], tile, order)
+
+
+def _batch(program: _StagingProgram, tile: GemmTile, a: Operand, b: Operand, ints: list[str],
+           bases: dict[str, Any], wide: dict[str, int]) -> tuple[Operand, Operand]:
+    """`a` and `b` with their batch strides: blockIdx.z = z must stage, at every element of the
+    first block's first steps, what z = 0 stages with each operand moved by z times one offset,
+    and that offset must be a product of one or two integer parameters on two probes."""
+    other = {n: v + 2 * len(ints) + 2 for n, v in wide.items()}
+    found: list[list[tuple[str, ...]]] = [[], []]
+    for values in (wide, other):
+        ref = program.run(tile.block, (0, 0), {**values, **bases}, _TICK_LIMIT)[0]
+        moved = []
+        for z in (1, 2):
+            stores = program.run(tile.block, (0, 0), {**values, **bases}, _TICK_LIMIT, z)[0]
+            moved.append([_moved(t, ref, stores, ext, tile.bk)
+                          for t, ext in ((tile.a, tile.bm), (tile.b, tile.bn))])
+        for i in (0, 1):
+            one, two = moved[0][i], moved[1][i]
+            if two != 2 * one:
+                raise Refusal("blockIdx.z moves an operand by other than a multiple of one "
+                              "offset (a batch stride)")
+            found[i].append(_product(one, values, ints))
+    strides = []
+    for i, which in ((0, "first"), (1, "second")):
+        common = set(found[i][0]) & set(found[i][1])
+        if len(common) != 1:
+            raise Refusal(f"the {which} operand's batch stride is no product of one or two "
+                          "integer parameters")
+        strides.append(next(iter(common)))
+    if strides == [(), ()]:
+        raise Refusal("blockIdx.z moves neither operand (a split of K or a grid the rule does "
+                      "not read)")
+    return replace(a, batch=strides[0]), replace(b, batch=strides[1])
+
+
+def _moved(t: Tile, ref: Any, stores: Any, extent: int, bk: int) -> int:
+    """How far (in elements) every staged element of tile `t` lies from the one `ref` stages."""
+    shifts = set()
+    for tick in range(_TICK_LIMIT):
+        for _, _, flat in _cells(t, extent, bk):
+            v0 = _state(ref, t.array, flat, tick)
+            v1 = _state(stores, t.array, flat, tick)
+            if isinstance(v0, _GElem) != isinstance(v1, _GElem) or (
+                    isinstance(v0, _GElem) and v0.ptr != v1.ptr):
+                raise Refusal("blockIdx.z changes which elements an operand's tile holds")
+            if isinstance(v0, _GElem):
+                shifts.add(v1.off - v0.off)
+    if len(shifts) != 1:
+        raise Refusal("blockIdx.z moves an operand's elements by different offsets")
+    return shifts.pop()
+
+
+def _product(offset: int, values: dict[str, int], ints: list[str]) -> list[tuple[str, ...]]:
+    """The products of at most two integer parameters (names in declared order) equal to
+    `offset` on `values`; [()] for 0."""
+    if offset == 0:
+        return [()]
+    out = [(n,) for n in ints if values[n] == offset]
+    out += [(x, y) for i, x in enumerate(ints) for y in ints[i:] if values[x] * values[y] == offset]
+    return out
 
 
 def _cells(t: Tile, extent: int, bk: int) -> list[tuple[int, int, int]]:
@@ -890,6 +1102,7 @@ def _check(t: Tile, extent: int, bk: int, runs: list, op: Operand, kb: str, rows
     """Every element of every probe is what the hypothesis says (`kb` empty: k is read in
     whole steps, never zero-filled; an operand without a bound: mn likewise)."""
     which = "the first" if rows else "the second"
+    t_ring = bool(runs) and isinstance(runs[0][2], _Stores) and bool(runs[0][2].tile.ring)
     for values, cta, stores, trips in runs:
         origin = origins(values, cta)[0 if rows else 1]
         ld = values[op.ld]
@@ -897,6 +1110,9 @@ def _check(t: Tile, extent: int, bk: int, runs: list, op: Operand, kb: str, rows
             for mn, kk, flat in _cells(t, extent, bk):
                 g_mn, g_k = origin + mn, tick * bk + kk
                 v = _state(stores, t.array, flat, tick)
+                if t_ring and not _unraced(stores, t.array, flat, tick):
+                    raise Refusal(f"element ({mn}, {kk}) of {which} tile is stored between the "
+                                  f"barriers where step {tick} reads it")
                 if v is None:
                     raise Refusal(f"the staging leaves element ({mn}, {kk}) of {which} tile "
                                   "unwritten")

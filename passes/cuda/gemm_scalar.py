@@ -182,8 +182,16 @@ def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, Any]:
 def _entry_copies(body: str, facts: dict[str, Any]) -> list[str]:
     """The parameters the loop reads that the body moves (read through entry copies)."""
     used = {facts["A"]["pointer"], facts["B"]["pointer"], facts["A"]["ld"], facts["B"]["ld"],
-            facts["A"]["bound"], facts["B"]["bound"], facts["K"]} - {""}
+            facts["A"]["bound"], facts["B"]["bound"], facts["K"],
+            *facts["A"].get("batch", ()), *facts["B"].get("batch", ())} - {""}
     return _written(CSource.of_text(body).code, used)
+
+
+def _batch(op: dict[str, Any], name: Any) -> str:
+    """The operand's offset for the block's GEMM of a batch (blockIdx.z times its stride)."""
+    if not op.get("batch"):
+        return ""
+    return " + (size_t)blockIdx.z * " + " * ".join(f"(size_t){name(n)}" for n in op["batch"])
 
 
 def _origins(facts: dict[str, Any], m_: str, n_: str) -> tuple[str, str]:
@@ -221,9 +229,9 @@ def _direct_loop(facts: dict[str, Any], row: str, col: str,
         for lvalue, dn in adds:
             gn = f"{ST}col + {dn}" if dn else f"{ST}col"
             a_at = (f"(size_t)({gm}) * {name(a['ld'])} + {ST}k" if a["layout"] == "mk"
-                    else f"(size_t){ST}k * {name(a['ld'])} + {gm}")
+                    else f"(size_t){ST}k * {name(a['ld'])} + {gm}") + _batch(a, name)
             b_at = (f"(size_t){ST}k * {name(b['ld'])} + {gn}" if b["layout"] == "kn"
-                    else f"(size_t)({gn}) * {name(b['ld'])} + {ST}k")
+                    else f"(size_t)({gn}) * {name(b['ld'])} + {ST}k") + _batch(b, name)
             guard = " && ".join([f"{gm} < {m_}"] * bool(a["bound"]) + [f"{gn} < {n_}"] * bool(b["bound"]))
             add = (f"{lvalue} += {to_float}({name(a['pointer'])}[{a_at}]) * "
                    f"{to_float}({name(b['pointer'])}[{b_at}]);")
@@ -289,9 +297,9 @@ def _scalar_loop(facts: dict[str, Any], row: str, col: str,
     tid = "(int)threadIdx.x" if by == 1 else f"((int)threadIdx.x + {bx} * (int)threadIdx.y)"
     kk, m_, n_ = name(facts["K"]), name(a["bound"]), name(b["bound"])
     a_at = (f"(size_t){ST}gm * {name(a['ld'])} + {ST}gk" if a["layout"] == "mk"
-            else f"(size_t){ST}gk * {name(a['ld'])} + {ST}gm")
+            else f"(size_t){ST}gk * {name(a['ld'])} + {ST}gm") + _batch(a, name)
     b_at = (f"(size_t){ST}gk * {name(b['ld'])} + {ST}gn" if b["layout"] == "kn"
-            else f"(size_t){ST}gn * {name(b['ld'])} + {ST}gk")
+            else f"(size_t){ST}gn * {name(b['ld'])} + {ST}gk") + _batch(b, name)
     order = facts.get("grid", "2d")
     if order == "2d":
         row0 = f"(int)blockIdx.{a['block_axis']} * {bm}"

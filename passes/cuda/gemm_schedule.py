@@ -66,8 +66,10 @@ K loop multiplies elements read straight from global memory (a naive GEMM) are r
 Preconditions (each refusal says which): the kernel is a GEMM micro-kernel `gemm_eval` reads and
 whose staging `gemm_global` traces, or one over global operands `gemm_direct` reads; bf16 / fp16
 global operands; `float` accumulators (a sum kept in fp16 / bf16 or in double is refused: the
-tensor cores' fp32 accumulation would change it); operands that do not depend on blockIdx.z (a
-batch or split along the grid's third axis: the tiles step M and N only); the block size is known (the host's launch, the `block` fact or option,
+tensor cores' fp32 accumulation would change it); operands that blockIdx.z moves only as a
+batch (each z one GEMM, its operands a product of integer parameters apart: the persistent loop
+runs over one plane's tiles, the operands moved by z, and the body sees blockIdx.z as launched;
+not with `tma`, whose maps hold one matrix); the block size is known (the host's launch, the `block` fact or option,
 `__launch_bounds__`) and is 4, 8, 16 or 32 warps (any, where the form launches its own block);
 the user's block tile divides 128 x 128; a shared-tiled body has no `return` (a block leaving the
 persistent loop early would strand the others at its barriers); static shared memory fits 48 KiB (the
@@ -664,7 +666,7 @@ def _producer_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
         *([f"{i1}if ({p}tma.ok && {p}ftid != 0) return;  // TMA: one thread issues the copies"]
           if s.tma else []),
         f"{i1}#pragma unroll 1",
-        f"{i1}for (int {p}t = {_first_tile()}; {p}t < {p}tiles_m * {p}tiles_n; {p}t += {p}blocks) {{",
+        f"{i1}for (int {p}t = {_first_tile(g)}; {p}t < {p}tiles_m * {p}tiles_n; {p}t += {p}blocks) {{",
         *_tile_origin(s, i2),
         f"{i2}const int {p}kt = ({p}K + {s.bk - 1}) / {s.bk};",
         f"{i2}#pragma unroll 1",
@@ -720,6 +722,12 @@ def tma_maps(g: GlobalGemm, s: Schedule) -> list[list[Any]] | str:
     elements), or why an operand cannot be described so."""
     out = []
     for name, op, k_box in (("A", g.a, TILE_M), ("B", g.b, s.tn)):
+        if op.batch:
+            return (f"{name} is one of a batch along blockIdx.z (a tensor map holds one "
+                    "matrix)")
+        if any(not re.fullmatch(r"\w*", n) for n in (op.ld, op.bound, g.k)):
+            return (f"{name}'s extents are not parameters (a struct's fields, integers read "
+                    "from memory: the host builds the maps from parameters)")
         if not op.bound:
             return (f"the staging of {name} checks no bound on its {'rows' if name == 'A' else 'columns'}"
                     " (a tensor map needs the operand's extent)")
@@ -805,8 +813,29 @@ def _zeroed(s: Schedule, i: str) -> list[str]:
             f"{i}const int {p}kt = ({p}K + {s.bk - 1}) / {s.bk};"]
 
 
-def _first_tile() -> str:
+def _first_tile(g: GlobalGemm) -> str:
+    """The block's first tile: blocks counted over the grid, or over its plane where blockIdx.z
+    is a batch (each plane's blocks loop over that GEMM's tiles)."""
+    if _batched(g):
+        return "(int)(blockIdx.x + gridDim.x * blockIdx.y)"
     return "(int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z))"
+
+
+def _blocks(g: GlobalGemm) -> str:
+    """The blocks that loop over one GEMM's tiles (the grid's, or one plane's of a batch)."""
+    return "(int)(gridDim.x * gridDim.y)" if _batched(g) else \
+        "(int)(gridDim.x * gridDim.y * gridDim.z)"
+
+
+def _batched(g: GlobalGemm) -> bool:
+    return bool(g.a.batch or g.b.batch)
+
+
+def _operand_base(op: Operand) -> str:
+    """The operand's pointer for this block's GEMM (moved by blockIdx.z times its batch stride)."""
+    if not op.batch:
+        return op.ptr
+    return f"{op.ptr} + (size_t)blockIdx.z * " + " * ".join(f"(size_t)({n})" for n in op.batch)
 
 
 def _tile_origin(s: Schedule, pad: str) -> list[str]:
@@ -823,7 +852,7 @@ def _tile_origin(s: Schedule, pad: str) -> list[str]:
     ]
 
 
-def _barriers(s: Schedule, pad: str) -> list[str]:
+def _barriers(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
     """The specialized and producer forms' slot barriers (full, then empty, per slot), set up
     once: a slot is full once each filling thread arrived, and empty once each multiplying
     thread (specialized) or warp (producer) did."""
@@ -832,7 +861,7 @@ def _barriers(s: Schedule, pad: str) -> list[str]:
     p, n = PREFIX, s.stages
     empty = s.active if s.producer else 32 * s.active
     # (producer form: a block past the tile count leaves at once, before any barrier)
-    leave = [f"{pad}if ({_first_tile()} >= (({p}M + {TILE_M - 1}) / {TILE_M}) * "
+    leave = [f"{pad}if ({_first_tile(g)} >= (({p}M + {TILE_M - 1}) / {TILE_M}) * "
              f"(({p}N + {s.tn - 1}) / {s.tn})) return;"] if s.producer else []
     return [*leave,
             f"{pad}__shared__ __align__(8) unsigned long long {p}bar[{2 * n}];",
@@ -1092,8 +1121,8 @@ def virtual_tail(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         f"{i2}const int {p}v = {p}w / {users}, {p}u = {p}w % {users};",
         f"{i2}const int {p}sm = {p}c0 + {p}v / {per_row} * {t.bm}, {p}sn = {p}v % {per_row} * {t.bn};",
         f"{i2}if ({p}m0 + {p}sm >= {p}M || {p}n0 + {p}sn >= {p}N) continue;",
-        f"{i2}const uint3 {p}vb = make_uint3({vb.get('x', '0u')}, {vb.get('y', '0u')}, 0u);",
-        f"{i2}const uint3 {p}vg = make_uint3({vg.get('x', '1u')}, {vg.get('y', '1u')}, 1u);",
+        f"{i2}const uint3 {p}vb = make_uint3({vb.get('x', '0u')}, {vb.get('y', '0u')}, {vb.get('z', '0u')});",
+        f"{i2}const uint3 {p}vg = make_uint3({vg.get('x', '1u')}, {vg.get('y', '1u')}, {vg.get('z', '1u')});",
         f"{i2}const uint3 {p}vd = make_uint3({bx}u, {by}u, 1u), {p}vt = {vt};",
         *([f"{i2}{restore}"] if restore else []),
         f"{i2}{{  {MARK}the kernel's own body for this block and thread",
@@ -1120,7 +1149,10 @@ def _line(text: str, a: int, b: int) -> tuple[int, int]:
 def dead_declarations(ir: KernelIR, fn: Function, tile: GemmTile) -> list[tuple[int, int]]:
     """Character spans (whole lines) of the declarations before the K loop that nothing left
     reads once the loop is gone (the shared tiles, the staging's indices), latest first: a
-    declaration without side effects whose names the rest of the body never mentions."""
+    declaration without side effects whose names the rest of the body never mentions. Before
+    them, a staging of the first K step ahead of the loop (`_prologue`: statements that only
+    store the GEMM's shared tiles, and the barriers after them) where nothing else reads the
+    tiles."""
     from passes.cuda._tree import block_items, children, declared_names  # noqa: PLC0415
 
     src = CSource(ir)
@@ -1134,10 +1166,10 @@ def dead_declarations(ir: KernelIR, fn: Function, tile: GemmTile) -> list[tuple[
                    src_char(ir, ir.span_of(it.node).end)) for it in items[:at]]
     tail = (code[src_char(ir, items[at].start):src_char(ir, tile.loop[0])] +
             code[src_char(ir, tile.loop[1]):fn.body_end])
-    removed: list[int] = []
+    removed: list[int] = _prologue(ir, scope, items[:at], spans, tail, tile)
     for i in reversed(range(at)):
         node = items[i].node
-        if ir.grammar_type_of(node) != "declaration":
+        if ir.grammar_type_of(node) != "declaration" or i in removed:
             continue
         spelled = code[spans[i][0]:spans[i][1]]
         if _EFFECT.search(spelled) or any(not _PURE_CALL.match(m.group(1)) for m in
@@ -1150,6 +1182,76 @@ def dead_declarations(ir: KernelIR, fn: Function, tile: GemmTile) -> list[tuple[
         if not any(re.search(rf"\b{re.escape(n)}\b", rest) for n in names):
             removed.append(i)
     return [spans[i] for i in removed]
+
+
+def _prologue(ir: KernelIR, scope: Scope, items: list, spans: list[tuple[int, int]], tail: str,
+              tile: GemmTile) -> list[int]:
+    """Indices of `items` (the body's statements before the K loop) that stage the GEMM's
+    shared tiles ahead of it and nothing else: each one writes only those tiles and names it
+    declares, calls nothing but conversions and loads; the barriers that follow them, where no
+    statement kept since the previous barrier touches shared memory. None where the rest of the
+    body (`tail`: the code outside the K loop after them) names the tiles."""
+    from passes.cuda._tree import declared_names, subtree  # noqa: PLC0415
+
+    tiles = {tile.a.array, tile.b.array}
+    code = CSource(ir).code
+
+    def stages(node: int) -> bool:
+        inner = {n for c in subtree(ir, node) if ir.grammar_type_of(c) == "declaration"
+                 for n, _, _ in declared_names(ir, c)}
+        wrote = False
+        for c in subtree(ir, node):
+            gtype = ir.grammar_type_of(c)
+            if gtype == "call_expression" and not _STAGE_CALL.match(
+                    (ir.attrs_of(c).get("callee") or "").split("::")[-1]):
+                return False
+            names = scope.written(c)
+            if gtype in ("assignment_expression", "update_expression") and not names:
+                return False
+            if any(n not in tiles | inner for n in names):
+                return False
+            wrote = wrote or any(n in tiles for n in names)
+        return wrote
+
+    out: list[int] = []
+    touched = False  # a kept statement since the last barrier names shared memory
+    arrays = _shared_names(ir, scope.functions[tile.kernel])
+    shared = re.compile(r"\b(?:" + "|".join(map(re.escape, arrays or ["$^"])) + r")\b")
+    for i, it in enumerate(items):
+        gtype = ir.grammar_type_of(it.node)
+        spelled = code[spans[i][0]:spans[i][1]]
+        if gtype == "expression_statement" and re.fullmatch(r"\s*__syncthreads\s*\(\s*\)\s*;\s*",
+                                                           spelled):
+            if not touched and out and out[-1] == i - 1:
+                out.append(i)
+            touched = False
+        elif gtype != "declaration" and stages(it.node):
+            out.append(i)
+        elif gtype != "declaration":  # (a declaration of a shared array writes nothing)
+            touched = touched or bool(shared.search(spelled))
+    if not any(ir.grammar_type_of(items[i].node) != "expression_statement" or
+               "__syncthreads" not in code[spans[i][0]:spans[i][1]] for i in out):
+        return []
+    own = {j for j, it in enumerate(items) if ir.grammar_type_of(it.node) == "declaration"
+           and tiles & {n for n, _, _ in declared_names(ir, it.node)}}
+    rest = " ".join(code[a:b] for j, (a, b) in enumerate(spans) if j not in out and j not in own)
+    if any(re.search(rf"\b{re.escape(n)}\b", rest + tail) for n in tiles):
+        return []
+    return out
+
+
+_STAGE_CALL = re.compile(r"^(?:__float2bfloat16(?:_rn)?|__float2half(?:_rn)?|__bfloat162float|"
+                         r"__half2float|__ldg|static_cast|reinterpret_cast|float|min|max|"
+                         r"make_\w+)$")
+"""Calls a staging ahead of the K loop may make (conversions, loads)."""
+
+
+def _shared_names(ir: KernelIR, fn: int) -> list[str]:
+    """The names the kernel `fn` declares `__shared__`."""
+    from passes.cuda._tree import declared_names, subtree, text  # noqa: PLC0415
+
+    return [n for c in subtree(ir, fn) if ir.grammar_type_of(c) == "declaration"
+            and "__shared__" in text(ir, c) for n, _, _ in declared_names(ir, c)]
 
 
 def src_char(ir: KernelIR, byte: int) -> int:
@@ -1209,6 +1311,8 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
     else:
         vb = {row_axis: f"(unsigned){vm}", col_axis: f"(unsigned){vn}"}
         vg = {row_axis: f"(unsigned){rows_u}", col_axis: f"(unsigned){cols_u}"}
+    if _batched(g):  # the user's body finds its GEMM of the batch by blockIdx.z
+        vb["z"], vg["z"] = "blockIdx.z", "gridDim.z"
     facts = json.dumps({**g.to_json(), "schedule": [TILE_M, tn, s.bk, s.stages],
                         "wgmma": s.wgmma, **({"wide": True} if tn > TILE_N else {}),
                         **({"bk": s.bk} if s.bk not in (TILE_K, DEEP_K) else {}),
@@ -1237,8 +1341,8 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         *[f"{i1}const auto {p}in_{n} = {n};" for n in written],
         f"{i1}const int {p}M = {_extent(g.a, t.bm)}, {p}N = {_extent(g.b, t.bn)}, {p}K = {g.k};",
         f"{i1}const long {p}lda = {g.a.ld}, {p}ldb = {g.b.ld};",
-        f"{i1}const unsigned short* {p}ga = reinterpret_cast<const unsigned short*>({g.a.ptr});",
-        f"{i1}const unsigned short* {p}gb = reinterpret_cast<const unsigned short*>({g.b.ptr});",
+        f"{i1}const unsigned short* {p}ga = reinterpret_cast<const unsigned short*>({_operand_base(g.a)});",
+        f"{i1}const unsigned short* {p}gb = reinterpret_cast<const unsigned short*>({_operand_base(g.b)});",
         f"{i1}const bool {p}veca = ({p}lda % 8 == 0) && ((reinterpret_cast<unsigned long long>({p}ga) & 15) == 0);",
         f"{i1}const bool {p}vecb = ({p}ldb % 8 == 0) && ((reinterpret_cast<unsigned long long>({p}gb) & 15) == 0);",
         f"{i1}unsigned short* {p}sa = reinterpret_cast<unsigned short*>({p}smem);",
@@ -1246,15 +1350,15 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         f"{i1}const int {p}tid = {'(int)threadIdx.x' if s.own_block else _tid(t)}, "
         f"{p}lane = {p}tid % 32, {p}warp = {p}tid / 32;",
         *_warp_origin(s, i1),
-        *_barriers(s, i1),
+        *_barriers(g, s, i1),
         f"{i1}const int {p}tiles_m = ({p}M + {TILE_M - 1}) / {TILE_M}, "
         f"{p}tiles_n = ({p}N + {tn - 1}) / {tn};",
-        f"{i1}const int {p}blocks = (int)(gridDim.x * gridDim.y * gridDim.z);",
+        f"{i1}const int {p}blocks = {_blocks(g)};",
         *(_producer_loop(g, s, i1) if s.producer else []),
         *_half(s, t, i1),
         f"{i1}float {p}acc[{s.mi}][{s.ni}][4];",
         f"{i1}#pragma unroll 1",
-        f"{i1}for (int {p}t = {_first_tile()}; {p}t < {p}tiles_m * {p}tiles_n; {p}t += {p}blocks) {{",
+        f"{i1}for (int {p}t = {_first_tile(g)}; {p}t < {p}tiles_m * {p}tiles_n; {p}t += {p}blocks) {{",
         *_tile_origin(s, i2),
         *main_loop(g, s, i2),
     ]
@@ -1265,8 +1369,8 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         f"{i2}#pragma unroll 1",
         *_virtual_blocks(s, t, i2),
         f"{i3}if ({p}m0 + {p}sm >= {p}M || {p}n0 + {p}sn >= {p}N) {_skipped(s)}",
-        f"{i3}const uint3 {p}vb = make_uint3({vb.get('x', '0u')}, {vb.get('y', '0u')}, 0u);",
-        f"{i3}const uint3 {p}vg = make_uint3({vg.get('x', '1u')}, {vg.get('y', '1u')}, 1u);",
+        f"{i3}const uint3 {p}vb = make_uint3({vb.get('x', '0u')}, {vb.get('y', '0u')}, {vb.get('z', '0u')});",
+        f"{i3}const uint3 {p}vg = make_uint3({vg.get('x', '1u')}, {vg.get('y', '1u')}, {vg.get('z', '1u')});",
         *([f"{i3}const uint3 {p}vd = make_uint3({t.block[0]}u, {t.block[1]}u, 1u);"]
           if s.producer else []),
     ]

@@ -605,6 +605,14 @@ def _block_option(spec: str, ctx: PassContext | None, ir: KernelIR | None = None
     return (dims[0], dims[1])
 
 
+def _fixed_tiles(tiles: list[GemmTile], reasons: list[str]) -> tuple[list[GemmTile], list[str]]:
+    """The tiles that lie at one place every K step, and a reason for each ring of buffers (the
+    fragments are read from the tiles' one place)."""
+    ring = [f"{t.kernel}: the K loop reads its tiles from a ring of buffers chosen by "
+            f"{', '.join(t.ring)} (gemm-schedule replaces the whole loop)" for t in tiles if t.ring]
+    return [t for t in tiles if not t.ring], ring + reasons
+
+
 @dataclass(frozen=True, slots=True)
 class MmaMicroKernel(Pass):
     """A scalar-FMA GEMM micro-kernel over fp16/bf16 shared tiles -> warp-level mma.sync."""
@@ -640,8 +648,8 @@ class MmaMicroKernel(Pass):
         if not plain or "__shared__" not in src.code or "__syncthreads" not in src.code:
             return out
         dims = _block_option(self.block, None, ir)
-        tiles, reasons = find_gemm_tiles(ir, dims if isinstance(dims, tuple) else None,
-                                         frozenset(plain))
+        tiles, reasons = _fixed_tiles(*find_gemm_tiles(ir, dims if isinstance(dims, tuple)
+                                                       else None, frozenset(plain)))
         out += [make_site(self.name, ir, index, whole, False, _site_detail(ir, t), t.loop)
                 for t in tiles]
         if not tiles and reasons:
@@ -669,7 +677,7 @@ class MmaMicroKernel(Pass):
         if isinstance(dims, str):
             return Skipped(dims)
         plain = frozenset(f.name for f in _kernels(src)) - {f.name for f in mine}
-        tiles, reasons = find_gemm_tiles(ir, dims, plain)
+        tiles, reasons = _fixed_tiles(*find_gemm_tiles(ir, dims, plain))
         if not tiles:
             return Skipped(reasons[0] if reasons else "no GEMM micro-kernel over shared tiles")
         wanted = site.detail.get("kernel")

@@ -188,3 +188,35 @@ def floor_k_tiled(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, flo
 
 RUNS["axpby_xrows"] = ("16x16", axpby_tiled)
 RUNS["floor_k_tiled"] = ("16x16", floor_k_tiled)
+
+
+def ring_toggle(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, float]:
+    a, b = _mk(m, k, n, torch.half)
+    c = torch.zeros(m, n, dtype=torch.half)
+    launch((_cdiv(n, 64), _cdiv(m, 64)), (256, 1), [m, n, k, a, b, c])
+    return c.float(), a.float() @ b.float(), 5e-3
+
+
+RUNS["ring_toggle"] = ("256", ring_toggle)
+
+
+def dims_in_memory(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, float]:
+    a, b = _mk(m, k, n, torch.half)
+    c = torch.zeros(m, n, dtype=torch.half)
+    dims = torch.tensor([m, n, k], dtype=torch.int32)
+    launch((_cdiv(n, 32), _cdiv(m, 32)), (256, 1), [dims, a, b, c])
+    return c.float(), a.float() @ b.float(), 5e-3
+
+
+RUNS["dims_in_memory"] = ("256", dims_in_memory)
+
+
+def linear_nt_vec(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, float]:
+    k = -(-k // 8) * 8  # the kernel reads whole 16-byte chunks of K
+    x, w = torch.randn(m, k).bfloat16(), torch.randn(n, k).bfloat16()
+    y = torch.zeros(m, n, dtype=torch.bfloat16)
+    launch((_cdiv(n, 64), _cdiv(m, 64)), (256, 1), [x, w, y, m, n, k, 0.75])
+    return y.float(), 0.75 * (x.float() @ w.float().T), 2e-2
+
+
+RUNS["linear_nt_vec"] = ("256", linear_nt_vec)
