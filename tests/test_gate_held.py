@@ -273,4 +273,6 @@ def test_on_the_gpu_a_lean_plan_checks_the_timed_runs_from_host_memory(
     assert stale.failure_kind in (FailureKind.STALE_OUTPUT, FailureKind.REUSED_OUTPUT), stale.reason
     assert "refill" in stale.reason or "timed" in stale.reason, stale.reason
     reused = gate.check_file(DATA / "cheats" / "reuse_data_ptr.py", SAXPY, Tier.DEVICE, cache=False)
-    assert reused.failure_kind is FailureKind.REUSED_OUTPUT, reused.reason
+    # sets brought back to the device may land at their earlier addresses: the knockout (its
+    # kernels skipped, the answer still right) can name the reuse before the reuse check does
+    assert reused.failure_kind in (FailureKind.REUSED_OUTPUT, FailureKind.FALLBACK), reused.reason
