@@ -21,6 +21,7 @@ from nvrtc_helpers import ptx_for_sm90a
 from passes import Applied, PassContext, get_all_passes, get_pass
 from passes.cuda import recognize as R
 from passes.cuda._tree import Scope
+from passes.cuda.atomic_fold import atomic_folds
 from passes.cuda.launch_threads import assumed_threads
 
 torch = pytest.importorskip("torch")
@@ -81,7 +82,7 @@ def _no_nvrtc_in_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KLINEAGE_CUDACPU_NVRTC", "0")
 
 
-MARKS = {"warp-shuffle-reduce": "shfl.sync.down", "row-cache": "cp.async",
+MARKS = {"warp-shuffle-reduce": "shfl.sync.", "row-cache": "cp.async",
          "row-registers": ".v4.", "vectorize-global": ".v4.", "launch-threads": None}
 # (kernel folder, rule, options, sites it acts at)
 ACTS = [
@@ -102,6 +103,7 @@ ACTS = [
     ("rw_online_softmax", "warp-shuffle-reduce", {}, 1),  # (max, rescaled sum) pairs merged
     ("rw_online_lse", "warp-shuffle-reduce", {}, 1),  # sums scaled in place, exp2f, a ternary max
     ("rw_online_warp", "vectorize-global", {}, 1),  # lanes stepping by a macro of 32
+    ("rw_atomic_mean", "warp-shuffle-reduce", {}, 1),  # atomicAdd into a shared float
 ]
 
 
@@ -675,3 +677,63 @@ def test_rules_that_hand_threads_other_elements_leave_pairs_started_at_an_infini
         "float m = -3.0e38f": "float m = -INFINITY"}), ctx)
     assert finite.count(fold) > 1  # the folding loop vectorized (and kept as the fallback)
     assert infinite.count(fold) == 1 and "uint4" in infinite  # the writing loop only
+
+
+ATOMICS = r"""
+extern "C" __global__ void k(const int* x, int* top, float* total, int n) {
+  __shared__ int best[4];
+  const int w = threadIdx.x / 32;
+  if (threadIdx.x < 4) best[threadIdx.x] = -2147483647;
+  __syncthreads();
+  int mine = -2147483647;
+  float sum = 0.f;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    mine = max(mine, x[i]);
+    sum += (float)x[i];
+  }
+  EARLY
+  atomicMax(&best[w & 3], mine);
+  atomicAdd(total + blockIdx.x % 2, sum);
+  __syncthreads();
+  if (threadIdx.x < 4) atomicMax(top + blockIdx.x % 4, best[threadIdx.x]);
+}
+"""
+
+
+def test_atomics_whole_warps_reach_are_made_once_per_warp() -> None:
+    """`atomicMax` into a slot picked by the warp and `atomicAdd` into a global picked by the
+    block take a shuffle fold first (under the run-time check of whole warps); the atomic
+    under `threadIdx.x < 4` is left as it is (its lanes do not reach it together)."""
+    source = ATOMICS.replace("EARLY", "")
+    folds, refusals = atomic_folds(kir.parse(source, "cuda"))
+    assert [(f.call, f.op, f.element) for f in folds] == [("atomicMax", "max", "int"),
+                                                          ("atomicAdd", "sum", "float")]
+    assert any("whole warps may not reach it together (threadIdx.x < 4)" in r.reason
+               for r in refusals), [r.reason for r in refusals]
+    out = _apply_all_text("warp-shuffle-reduce", source, PassContext(facts={"arch": "sm_90"}))
+    assert out.count("__shfl_xor_sync") == 2 and out.count("& 31u) == 0) {") == 2
+    ptx_for_sm90a(out)
+    x = torch.randint(-1000, 1000, (3000,), generator=torch.Generator().manual_seed(11),
+                      dtype=torch.int32)
+    start, folded = (cudacpu.build(t, name=f"atomics_{i}.cu") for i, t in enumerate((source, out)))
+    for block in (128, 96, 40):  # 40: not whole warps, the atomics as written
+        outs = []
+        for lib in (start, folded):
+            top, total = torch.full((4,), -2**31, dtype=torch.int32), torch.zeros(2)
+            lib.launch("k", 5, block, 0, [x, top, total, 3000])
+            outs.append((top, total))
+        assert torch.equal(outs[0][0], outs[1][0]), block
+        assert torch.allclose(outs[0][1], outs[1][1], rtol=1e-5), block
+        assert float(outs[1][1].sum()) == pytest.approx(float(x.sum()), rel=1e-5)
+
+
+@pytest.mark.parametrize("early,why", [
+    ("if (threadIdx.x % 3 == 0) return;", "return; under threadIdx.x % 3 == 0"),
+    ("if (blockIdx.x == 7) return;", None),
+])
+def test_an_early_exit_some_lanes_take_leaves_the_atomics(early: str, why: str | None) -> None:
+    folds, refusals = atomic_folds(kir.parse(ATOMICS.replace("EARLY", early), "cuda"))
+    if why is None:
+        assert len(folds) == 2
+    else:
+        assert folds == [] and any(why in r.reason for r in refusals), [r.reason for r in refusals]

@@ -29,6 +29,12 @@ at run time). A step merging a (max, rescaled sum) pair (`ReductionTree.merge`) 
 the registers as one statement, each partner value shuffled first; its terms take E(0) where a
 side's max is the merged one, so two threads that saw nothing (-inf, 0) merge to (-inf, 0).
 
+A block reduction through atomics (`atomic_fold.atomic_folds`: `atomicAdd` / `atomicMax` /
+`atomicMin` as a statement, at an address the threads of a warp name alike, reached by whole
+warps together) becomes one atomic per warp: the warp's values folded with `__shfl_xor_sync`
+first, its first lane making the atomic (a block of whole warps: proven from the launch, else
+checked at run time with the statement as written kept for other blocks).
+
 Its inverse acts on the same roles: a block reduction through warp shuffles
 (`recognize.shuffle_reductions`: a fold over strides 16..1 per warp, a shared slot per warp,
 the first warp folding the slots, thread 0 using the value) is de-optimized into one
@@ -47,6 +53,7 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._c import CSource, find_iter
 from passes.cuda._merge import PLACEHOLDER
 from passes.cuda.annotations import CUDA
+from passes.cuda.atomic_fold import AtomicFold, atomic_folds
 from passes.cuda.recognize import (
     ReductionTree,
     ShuffleReduction,
@@ -140,11 +147,16 @@ class WarpShuffleReduce(Pass):
             out.append(make_site(self.name, ir, index, red.span, True, {
                 "block_reduction": list(red.values)}))
         for tree in reduction_trees(ir)[0]:
-            if _shuffle_path_beside(ir, tree):
+            if _shuffle_path_beside(ir, tree.span):
                 continue
             out.append(make_site(self.name, ir, index, tree.span, False, {
                 "tree": tree.form, "arrays": [c.array for c in tree.combines],
                 "ops": [c.op for c in tree.combines], "extent": tree.extent}))
+        for fold in atomic_folds(ir)[0]:
+            if _shuffle_path_beside(ir, fold.span):
+                continue
+            out.append(make_site(self.name, ir, index, fold.span, False, {
+                "atomic": fold.call, "op": fold.op, "address": fold.address}))
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -193,6 +205,9 @@ class WarpShuffleReduce(Pass):
         tree = next((t for t in reduction_trees(ir)[0] if t.span == tuple(site.span)), None)
         if tree is not None:
             return _tree_to_shuffles(ir, site, tree, ctx, results)
+        fold = next((f for f in atomic_folds(ir)[0] if f.span == tuple(site.span)), None)
+        if fold is not None:
+            return _atomic_per_warp(ir, site, fold, results)
         if not self.before:
             return Skipped("restoring a shuffle needs the recorded statement (and no "
                            "shared-memory reduction tree is at the site)", {})
@@ -245,24 +260,56 @@ def _tree_text(ir: KernelIR, red: ShuffleReduction) -> str:
     return "{\n" + "".join(f"{indent}  {ln}\n" for ln in lines) + f"{indent}}}"
 
 
-def _shuffle_path_beside(ir: KernelIR, tree: ReductionTree) -> bool:
-    """Whether `tree` is the fallback (else branch) of a branch whose other path already
-    reduces with warp shuffles: the rule applied there before."""
+def _shuffle_path_beside(ir: KernelIR, span: tuple[int, int]) -> bool:
+    """Whether the code at `span` (a tree, an atomic) is the fallback (else branch) of a branch
+    whose other path already reduces with warp shuffles: the rule applied there before."""
     from passes.cuda._tree import callee, if_parts, subtree  # noqa: PLC0415
 
     for nid in range(len(ir)):
-        span = ir.span_of(nid)
-        if ir.grammar_type_of(nid) != "else_clause" or not (span.start <= tree.span[0]
-                                                             and tree.span[1] <= span.end):
+        at = ir.span_of(nid)
+        if ir.grammar_type_of(nid) != "else_clause" or not (at.start <= span[0]
+                                                             and span[1] <= at.end):
             continue
         branch = ir.parent_of(nid)
         if branch is None or ir.grammar_type_of(branch) != "if_statement":
             continue
         then = if_parts(ir, branch)[1]
-        if any(ir.grammar_type_of(c) == "call_expression" and callee(ir, c) == "__shfl_down_sync"
-               for c in subtree(ir, then)):
+        if any(ir.grammar_type_of(c) == "call_expression" and
+               callee(ir, c) in ("__shfl_down_sync", "__shfl_xor_sync") for c in subtree(ir, then)):
             return True
     return False
+
+
+_FOLD_TEXT = {"sum": "{v} += {w};", "max": "{v} = max({v}, {w});", "min": "{v} = min({v}, {w});"}
+
+
+def _atomic_per_warp(ir: KernelIR, site: Site, fold: AtomicFold, results: list  # type: ignore[type-arg]
+                     ) -> PassResult:
+    """The atomic made once per warp: the warp's values folded with xor shuffles first (every
+    lane holds the fold), the warp's first lane adding it. Whole warps need a block of a
+    multiple of 32 threads: proven from the launch, else checked at run time (the statement
+    as written kept for other blocks)."""
+    dims = fold.block
+    if dims is not None and (dims[0] * dims[1] * dims[2]) % 32:
+        return Skipped(f"the launch's block {dims} is not whole warps", {"block": list(dims)})
+    src = CSource(ir)
+    taken = set(re.findall(r"\bkl_\w+", src.text))
+    v = next(f"kl_a{n}" for n in range(len(taken) + 1) if f"kl_a{n}" not in taken)
+    o = next(f"kl_ao{n}" for n in range(len(taken) + 1) if f"kl_ao{n}" not in taken)
+    fold_text = _FOLD_TEXT[fold.op].format(v=v, w=f"__shfl_xor_sync(0xffffffffu, {v}, {o})")
+    lane = f"({_LINEAR} & 31u)"
+    text = ("{ // one atomic per warp: the warp's values folded with shuffles first\n"
+            f"  {fold.element} {v} = ({fold.value});\n"
+            f"  for (int {o} = 16; {o} > 0; {o} >>= 1) {fold_text}\n"
+            f"  if ({lane} == 0) {fold.call}({fold.address}, {v});\n}}")
+    if dims is None:
+        original = ir.source[fold.span[0]:fold.span[1]].decode("utf-8")
+        text = (f"if (((blockDim.x * blockDim.y * blockDim.z) & 31u) == 0) {text} else {{ "
+                f"{original} }}")
+    start = len(ir.source[:fold.span[0]].decode("utf-8", "replace"))
+    indent = src.indent(start)
+    text = text.replace("\n", "\n" + indent)
+    return finish(ir, site, [ByteEdit(fold.span[0], fold.span[1], text)], preconditions=results)
 
 
 def tree_guard(tree: ReductionTree, ctx: PassContext | None) -> tuple[str | None, Skipped | None]:
