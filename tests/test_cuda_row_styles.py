@@ -104,6 +104,8 @@ ACTS = [
     ("rw_online_lse", "warp-shuffle-reduce", {}, 1),  # sums scaled in place, exp2f, a ternary max
     ("rw_online_warp", "vectorize-global", {}, 1),  # lanes stepping by a macro of 32
     ("rw_atomic_mean", "warp-shuffle-reduce", {}, 1),  # atomicAdd into a shared float
+    ("rw_cg_tree_rms", "warp-shuffle-reduce", {}, 1),  # block.thread_rank(), block.sync()
+    ("rw_cg_tree_rms", "row-registers", {}, 1),
 ]
 
 
@@ -737,3 +739,23 @@ def test_an_early_exit_some_lanes_take_leaves_the_atomics(early: str, why: str |
         assert len(folds) == 2
     else:
         assert folds == [] and any(why in r.reason for r in refusals), [r.reason for r in refusals]
+
+
+def test_only_a_thread_blocks_sync_is_a_barrier_of_a_tree() -> None:
+    """A tile's `sync()` waits for 32 threads: a tree stepping with it is no block tree."""
+    cu, host = _start("rw_cg_tree_rms")
+    ir = kir.parse_file(cu)
+    assert len(R.reduction_trees(R.Unit(ir))[0]) == 1
+    tiled = cu.read_text().replace(
+        "    const unsigned rank", "    cg::thread_block_tile<32> tile = cg::tiled_partition<32>(block);\n"
+        "    const unsigned rank").replace("        block.sync();\n    }", "        tile.sync();\n    }")
+    assert "tile.sync();" in tiled
+    assert R.reduction_trees(kir.parse(tiled, "cuda"))[0] == []
+    whole = kir.parse(tiled.replace("tile.sync();", "cg::sync(cg::this_thread_block());"), "cuda")
+    barriers = {whole.text[whole.span_of(n).start:whole.span_of(n).end]: R._is_sync(whole, n)
+                for n in range(len(whole)) if whole.grammar_type_of(n) == "expression_statement"
+                and "sync" in whole.text[whole.span_of(n).start:whole.span_of(n).end]}
+    assert barriers == {"block.sync();": True, "cg::sync(cg::this_thread_block());": True}
+    assert not any(R._is_sync(ir2, n) for ir2 in [kir.parse(tiled, "cuda")] for n in range(len(ir2))
+                   if ir2.grammar_type_of(n) == "expression_statement" and
+                   ir2.text[ir2.span_of(n).start:ir2.span_of(n).end] == "tile.sync();")

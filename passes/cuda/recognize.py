@@ -34,7 +34,9 @@ saying why (`refusals(ir)` collects them).
   bound to it), a constant, or a template parameter (its value where every instantiation in
   the unit names the same one). A tree per row of threads folds the last index of a 2-D
   array whose first index is threadIdx.y (`sh[ty][tx] += sh[ty][tx + s]`: `ReductionTree.rows`);
-  a fold along another index is refused. A step may also fold two arrays jointly as a maximum
+  a fold along another index is refused. The barrier may be a cooperative-groups thread
+  block's `sync()`, the slot its `thread_rank()` and the extent its `size()` where the
+  launch's block is one-dimensional. A step may also fold two arrays jointly as a maximum
   and a sum rescaled to it (online softmax, log-sum-exp: `_merge.online_merge`, read by
   running the step's statements over its slots; `ReductionTree.merge`).
 - `shuffle_reductions`: a block reduction through warp shuffles (`ShuffleReduction`): a fold
@@ -727,11 +729,39 @@ def _statements(ir: KernelIR, nid: int) -> list[int]:
 
 
 def _is_sync(ir: KernelIR, nid: int) -> bool:
-    """Whether statement `nid` is (or holds, at its top level) a block barrier call."""
+    """Whether statement `nid` is (or holds, at its top level) a block barrier call:
+    `__syncthreads()` (and its counting forms), or the `sync` of a cooperative-groups
+    thread block (`block.sync()`, `cg::sync(block)`, `this_thread_block().sync()`)."""
     for c in subtree(ir, nid):
-        if ir.grammar_type_of(c) == "call_expression" and _SYNC.match(callee(ir, c)):
+        if ir.grammar_type_of(c) == "call_expression" and (
+                _SYNC.match(callee(ir, c)) or _block_group_sync(ir, c)):
             return True
     return False
+
+
+def _block_group_sync(ir: KernelIR, call: int) -> bool:
+    """Whether `call` syncs a cooperative-groups thread block: the group is
+    `this_thread_block()` itself or a name declared with it as its value."""
+    if callee(ir, call) != "sync":
+        return False
+    func, args = children(ir, call)[0], children(ir, call)[-1]
+    if ir.grammar_type_of(func) == "field_expression":
+        group = children(ir, func)[0]
+    else:
+        group_args = [a for a in children(ir, args) if ir.grammar_type_of(a) not in _TRIVIA]
+        if len(group_args) != 1:
+            return False
+        group = group_args[0]
+    group_text = re.sub(r"\s+", "", text(ir, group))
+    if re.fullmatch(r"\(?(?:\w+::)*this_thread_block\(\)\)?", group_text):
+        return True
+    fn = next((a for a in ir.ancestors(call) if ir.grammar_type_of(a) == "function_definition"), None)
+    if fn is None or not re.fullmatch(r"[A-Za-z_]\w*", group_text):
+        return False
+    inits = [v for d in subtree(ir, fn) if ir.grammar_type_of(d) == "declaration"
+             for n, _i, v in declared_names(ir, d) if n == group_text]
+    return len(inits) == 1 and inits[0] is not None and re.fullmatch(
+        r"\(?(?:\w+::)*this_thread_block\(\)\)?", re.sub(r"\s+", "", text(ir, inits[0]))) is not None
 
 
 def _names(ir: KernelIR, nid: int) -> set[str]:
@@ -2096,8 +2126,9 @@ def _thread_index(unit: Unit, fn: int, expr: str) -> bool:
     e = re.sub(r"\s+", "", expr)
     e = re.sub(r"^\((?:int|unsigned|unsignedint)\)", "", e)
     e = re.sub(r"^(?:static_cast<(?:int|unsigned|unsignedint)>)\((.*)\)$", r"\1", e)
-    if e == "threadIdx.x":
-        return True
+    if e == "threadIdx.x" or "thread_rank" in e and _unparen(re.sub(
+            r"\s+", "", block_group_terms(unit, expand_locals(unit, fn, e)))) == "threadIdx.x":
+        return True  # a thread block's rank in a one-dimensional launch
     if not re.fullmatch(r"[A-Za-z_]\w*", e):
         return False
     ir = unit.ir
@@ -2406,9 +2437,9 @@ def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str
                 return refuse(f"the tree's first stride {text(ir, start)} is neither half the "
                               "block nor a constant")
             extent = str(2 * half)
-        if extent != "blockDim.x" and _unparen(re.sub(r"\s+", "", expand_locals(unit, fn, extent))) \
-                == "blockDim.x":  # `const int n = blockDim.x;` ... `n / 2`
-            extent = "blockDim.x"
+        if extent != "blockDim.x" and _unparen(re.sub(r"\s+", "", block_group_terms(
+                unit, expand_locals(unit, fn, extent)))) == "blockDim.x":
+            extent = "blockDim.x"  # `const int n = blockDim.x;` ... `n / 2`, `block.size()`
         if len(bounded) == 2 and cond_text not in heads and \
                 bounded[1] != f"{tid}+{var}<{extent}":
             return refuse(f"the tree's step runs under {text(ir, cond_node)}, a bound other "
