@@ -5,7 +5,9 @@ struct, half2 RMSNorm whose tree ends in shuffles, a templated tree with a volat
 cooperative groups, one warp per row, a column reduction, a fixed grid walking the rows, a
 block sized by a constexpr with Spanish names, four rows per 2-D block, softmax trees as
 while loops sharing one stride variable, a tree per row of a (64, 4) block, log-sum-exp and
-softmax merging (max, rescaled sum) pairs in a tree or across a warp. A rule that acts
+softmax merging (max, rescaled sum) pairs in a tree or across a warp, a sum through shared
+atomics, a tree stepping with a cooperative-groups block's sync(), Welford triples merged in
+a tree. A rule that acts
 compiles with NVRTC for sm_90a and, through the kernel's own host module on the CPU
 (`gate.cudacpu`), matches the case's reference at its small shape; what a rule cannot rewrite
 soundly it refuses, and says why."""
@@ -106,6 +108,7 @@ ACTS = [
     ("rw_atomic_mean", "warp-shuffle-reduce", {}, 1),  # atomicAdd into a shared float
     ("rw_cg_tree_rms", "warp-shuffle-reduce", {}, 1),  # block.thread_rank(), block.sync()
     ("rw_cg_tree_rms", "row-registers", {}, 1),
+    ("rw_welford_tree", "row-registers", {}, 1),  # counts go to the tree before any use
 ]
 
 
@@ -123,6 +126,8 @@ def test_the_rule_acts_on_the_row_kernel_and_keeps_its_answer(folder: str, rule:
 
 
 REFUSED_TREES = {
+    # Chan's merge of (count, mean, M2) triples: three arrays folded jointly
+    "rw_welford_tree": "nor a merge of a maximum and a sum: the step writes 3 arrays",
     # the tree folds along threadIdx.y: its slots are not the lanes of a warp
     "rw_colsum": "differ in the last index only (one tree per row of threads; a tree along "
                  "threadIdx.y is not told)",
