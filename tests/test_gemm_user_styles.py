@@ -52,7 +52,7 @@ SCHEDULE = {
     "colmajor": None, "c_init_naive": None, "beta_init_naive": None, "axpby_xrows": None,
     "floor_k_tiled": "does not zero-fill past K and its K loop's trip count names no single",
     "gridstride_naive": "a loop that stores the outputs",
-    "batched_z": None, "batched_naive": "depend on blockIdx.z",
+    "batched_z": None, "batched_naive": None,
     "half_acc": "accumulator acc is fp16", "naive_half_acc": "accumulator s is fp16",
     "double_buffer": None,
     "bf162_store": "columns are bounded by no integer parameter",
@@ -165,6 +165,7 @@ def test_each_style_is_taken_or_refused_with_its_reason() -> None:
 
 
 NO_TMA = {"batched_z": "a tensor map holds one matrix",
+          "batched_naive": "a tensor map holds one matrix",
           "struct_dims": "extents are not parameters",
           "dims_in_memory": "extents are not parameters"}
 """Kernels the TMA maps cannot describe (a batch along blockIdx.z: a map holds one matrix;
@@ -192,18 +193,24 @@ def test_the_micro_kernel_matches_torch_on_the_emulator(name: str) -> None:
     _matches(text, name, SHAPES[1:])
 
 
-def test_a_batch_over_blockidx_z_and_sums_kept_in_half_are_refused_by_every_form() -> None:
-    # each would have been rewritten into a kernel of another result: the batch's operands all
-    # read at batch 0 (a naive GEMM addressing its batch inside the K loop), the fp16 sums
-    # widened to fp32 (or not compiled at all)
+def test_sums_kept_in_half_and_a_z_that_is_no_batch_are_refused_by_every_form() -> None:
+    # each would have been rewritten into a kernel of another result: the fp16 sums widened to
+    # fp32 (or not compiled at all)
     for options in ({}, {"deep": True}, {"wgmma": True}, FULLEST):
-        for name in ("batched_naive", "half_acc", "naive_half_acc"):
+        for name in ("half_acc", "naive_half_acc"):
             text, why = _schedule(name, options)
             assert text is None and SCHEDULE[name] in why, (name, options, why)
     # a double accumulator is kept off the fp32 tensor cores too
     source = (DATA / "colmajor.cu").read_text().replace("float s = 0.0f;", "double s = 0.0;")
     rule = get_pass("gemm-schedule").from_options({"block": "32x8"})
     assert "accumulator s is double" in _outcome(rule, source)[1]
+    # blockIdx.z moving an operand other than by a batch stride of integer parameters
+    rule = get_pass("gemm-schedule").from_options({"block": "16x16"})
+    source = (DATA / "batched_z.cu").read_text()
+    square = source.replace("A + blockIdx.z * strideA", "A + blockIdx.z * blockIdx.z * strideA")
+    assert "other than a multiple of one offset" in _outcome(rule, square)[1]
+    odd = source.replace("A + blockIdx.z * strideA", "A + blockIdx.z * (strideA + 5)")
+    assert "batch stride is no product" in _outcome(rule, odd)[1]
 
 
 def test_column_major_leading_dimensions_aligned_for_16_byte_copies() -> None:
@@ -242,3 +249,18 @@ def test_a_ring_read_while_a_step_stores_it_or_chosen_by_nothing_is_refused() ->
     # one buffer read while the next step's tiles are stored into it
     one = source.replace("const int cur = s & 1, nxt = cur ^ 1;", "const int cur = 0, nxt = 0;")
     assert "depends on nothing the step changes" in _outcome(rule, one)[1]
+
+
+@pytest.mark.parametrize("name", ["double_buffer", "ring_toggle", "sizet_unroll4",
+                                  "batched_naive", "batched_z", "struct_dims", "dims_in_memory"])
+def test_the_de_optimization_reads_back_to_the_same_output(name: str) -> None:
+    # (a body ending in a block kept one more blank line at each round trip)
+    text, why = _schedule(name, {})
+    assert why is None, why
+    rule = get_pass("gemm-schedule").from_options({"block": RUNS[name][0]})
+    ir = kir.parse(text, "cuda")
+    back = rule.deoptimize(ir, next(s for s in rule.sites(ir) if s.present), CTX)
+    assert back.ok, back
+    assert "kl_gs_" not in back.ir.text
+    again = rule.optimize(back.ir, next(s for s in rule.sites(back.ir) if not s.present), CTX)
+    assert again.ok and again.ir.text == text

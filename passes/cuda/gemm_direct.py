@@ -29,6 +29,10 @@ others a K loop inside a loop that stores the outputs (a grid-stride loop over o
 accumulators other than `float` (a sum kept in fp16 / bf16 or double, which the schedule's fp32
 accumulation would change).
 
+Operands addressed through blockIdx.z are a batch where the first block's products at z = 1 and
+2 are those of z = 0 with each operand moved by 1 and 2 times one offset, a product of one or
+two integer parameters on two probes (`Operand.batch`, as `gemm_global` reads staged ones).
+
 The result is a `GlobalGemm` whose `GemmTile` has no shared tiles (`shared_bytes` 0, `bk` 1,
 the tiles named by the operands' pointers) and whose `loop` is the K loop statement, wherever it
 sits in the body (inside the kernel's bounds check, say). No GPU library is imported here.
@@ -47,7 +51,7 @@ from passes.cuda.gemm_eval import (GemmTile, Refusal, Tile, _Acc, _and, _cdiv, _
 from passes.cuda.gemm_eval import _accumulated as _sums, kernel_functions, memo
 from passes.cuda.gemm_eval import _NOT_F32, accumulator_refusal
 from passes.cuda.gemm_global import (GlobalGemm, Operand, _addr, _GPtr, _kernel_params, _lane,
-                                     py_name,
+                                     _product, py_name,
                                      _StagingTranslator, _vat, _vcast, _VPtr, _vpair, _vzero,
                                      block_at, block_order)
 
@@ -309,8 +313,9 @@ class _DirectProgram:
         if not body:
             raise Refusal("the kernel has no body")
         tr = _DirectTranslator(k, loops, accs, ints, pointers)
+        tr.batched = True
         lines = tr.block([it.node for it in block_items(ir, body[0])], "    ")
-        head = ["def _run(_tx, _ty, _bx, _by, _cx, _cy, _P, _rd, _step):", "    _n = 0"]
+        head = ["def _run(_tx, _ty, _bx, _by, _cx, _cy, _P, _rd, _step, _cz):", "    _n = 0"]
         head += [f"    {py_name(n)} = _P[{n!r}]" for n in ints + pointers]
         source = "\n".join(head + ["    " + line for line in tr.prelude] + lines +
                            ["    return None"])
@@ -323,8 +328,9 @@ class _DirectProgram:
         exec(compile(source, "<gemm-direct>", "exec"), namespace)  # noqa: S102 — our translation
         self.fn = namespace["_run"]
         self.source = source
+        self.reads_z = tr.reads_z
 
-    def run(self, block: tuple[int, int], cta: tuple[int, int], params: dict[str, Any]
+    def run(self, block: tuple[int, int], cta: tuple[int, int], params: dict[str, Any], z: int = 0
             ) -> list[dict[tuple[str, tuple], list] | None]:
         """Each thread's accumulators (thread t = x + bx * y): (name, index) -> the products
         added, each as (element, element); None where the thread does not reach the loop."""
@@ -337,7 +343,7 @@ class _DirectProgram:
         for ty in range(by):
             for tx in range(bx):
                 try:
-                    res = self.fn(tx, ty, bx, by, cta[0], cta[1], params, _read, step)
+                    res = self.fn(tx, ty, bx, by, cta[0], cta[1], params, _read, step, z)
                 except (TypeError, ValueError, ZeroDivisionError, RecursionError, IndexError,
                         KeyError, AttributeError) as exc:
                     raise Refusal(f"the kernel does something the rule does not read ({exc})") \
@@ -413,8 +419,8 @@ def _fit(k: _Kernel, loops: list[int], block: tuple[int, int], ints: list[str], 
     program = _DirectProgram(k, loops, accs, ints, ptrs)
     bases = {p: _GPtr(p, 0, _SIZES.get(kinds.get(p, ""), 1)) for p in ptrs}
 
-    def run(values: dict[str, int], cta: tuple[int, int]) -> list:
-        return program.run(block, cta, {**values, **bases})
+    def run(values: dict[str, int], cta: tuple[int, int], z: int = 0) -> list:
+        return program.run(block, cta, {**values, **bases}, z)
 
     wide = {n: _WIDE + 2 * i for i, n in enumerate(ints)}
     first = run(wide, (0, 0))
@@ -505,8 +511,50 @@ def _fit(k: _Kernel, loops: list[int], block: tuple[int, int], ints: list[str], 
     tile_b = Tile(b_ptr, kinds[b_ptr], 0, wide[ldb] if b_kc else 1, 1 if b_kc else wide[ldb], bn,
                   (0, 0), False)
     tile = GemmTile(k.name, tile_a, tile_b, bm, bn, 1, block, span, (span,), elements, row, col, 0)
-    return GlobalGemm(k.name, Operand(a_ptr, a_kc, lda, a_bound, axes[0]),
-                      Operand(b_ptr, b_kc, ldb, b_bound, axes[1]), kname, kinds[a_ptr], tile, order)
+    strides = _batch(run, (wide, narrow), lay, ints) if program.reads_z else ((), ())
+    return GlobalGemm(k.name, Operand(a_ptr, a_kc, lda, a_bound, axes[0], strides[0]),
+                      Operand(b_ptr, b_kc, ldb, b_bound, axes[1], strides[1]), kname,
+                      kinds[a_ptr], tile, order)
+
+
+def _batch(run: Any, probes: tuple[dict[str, int], ...], lay: _Layout, ints: list[str]
+           ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The operands' batch strides where blockIdx.z moves them: at z = 1 and 2 every product of
+    the first block is the one of z = 0 with each operand moved by z times one offset, a product
+    of one or two integer parameters on both probes."""
+    found: list[list[list[tuple[str, ...]]]] = [[], []]
+    for values in probes:
+        ref = run(values, (0, 0))
+        moved = []
+        for z in (1, 2):
+            shifts = set()
+            for o0, o1 in zip(ref, run(values, (0, 0), z)):
+                if (o0 is None) != (o1 is None) or sorted(o0 or {}) != sorted(o1 or {}):
+                    raise Refusal("blockIdx.z changes which threads or registers accumulate")
+                for key, terms in (o0 or {}).items():
+                    p0, p1 = (_pairs(t, lay.a_ptr, lay.b_ptr) for t in (terms, o1[key]))
+                    if len(p0) != len(p1):
+                        raise Refusal("blockIdx.z changes how many products a register adds")
+                    shifts |= {(y[0] - x[0], y[1] - x[1]) for x, y in zip(p0, p1)}
+            if len(shifts) != 1:
+                raise Refusal("blockIdx.z moves an operand's elements by different offsets")
+            moved.append(shifts.pop())
+        if moved[1] != (2 * moved[0][0], 2 * moved[0][1]):
+            raise Refusal("blockIdx.z moves an operand by other than a multiple of one offset "
+                          "(a batch stride)")
+        for i in (0, 1):
+            found[i].append(_product(moved[0][i], values, ints))
+    strides = []
+    for i, which in ((0, "first"), (1, "second")):
+        common = set(found[i][0]) & set(found[i][1])
+        if len(common) != 1:
+            raise Refusal(f"the {which} operand's batch stride is no product of one or two "
+                          "integer parameters")
+        strides.append(next(iter(common)))
+    if strides == [(), ()]:
+        raise Refusal("blockIdx.z moves neither operand (a split of K or a grid the rule does "
+                      "not read)")
+    return strides[0], strides[1]
 
 
 def _loop_span(ir: KernelIR, loop: int) -> tuple[int, int]:

@@ -254,6 +254,8 @@ def _virtual_body(text: str, fn: Function, facts: dict[str, Any]) -> str | Any:
     lam = re.fullmatch(r"\s*\[&\]\(\) \{(.*)\}\(\);\s*", body, re.S)
     if lam is not None:
         body = lam.group(1)
+    elif body.endswith("\n\n"):  # (the form's own line break before the block's closing brace)
+        body = body[:-1]
     x0 = body.find(_PRODUCTS)
     if x0 < 0:
         return "the kernel has no gemm-schedule exchange"
