@@ -666,11 +666,15 @@ def test_a_pair_merge_other_than_the_log_sum_exp_is_refused(step: str, why: str)
     assert trees == [] and any(why in r.reason for r in refusals), [r.reason for r in refusals]
 
 
-def test_a_minimum_with_a_rescaled_sum_is_refused() -> None:
-    source = _online(**{"float mm = fmaxf(ma, mb);": "float mm = fminf(ma, mb);"})
+@pytest.mark.parametrize("local,why", [
+    ("float mm = fminf(ma, mb);", "no array of the step is the maximum"),
+    ("int mm = fmaxf(ma, mb);", "a local of the step is a int, not the slots' float"),
+])
+def test_a_minimum_or_a_narrowed_maximum_with_a_rescaled_sum_is_refused(local: str, why: str
+                                                                         ) -> None:
+    source = _online(**{"float mm = fmaxf(ma, mb);": local})
     trees, refusals = R.reduction_trees(kir.parse(source, "cuda"))
-    assert trees == [] and any("no array of the step is the maximum" in r.reason
-                               for r in refusals), [r.reason for r in refusals]
+    assert trees == [] and any(why in r.reason for r in refusals), [r.reason for r in refusals]
 
 
 def test_rules_that_hand_threads_other_elements_leave_pairs_started_at_an_infinity() -> None:

@@ -2017,8 +2017,14 @@ def _joint_step(unit: Unit, then: int, shared: Mapping[str, SharedArray], var: s
             at = b
         return "".join(out) + ir.source[at:ir.span_of(nid).end].decode()
 
+    elements = {shared[subscript(ir, n)[0]].element for n in refs}  # type: ignore[index]
     for s in items:
         if ir.grammar_type_of(s) == "declaration":
+            declared = re.sub(r"\b(?:const|constexpr|register)\b|\s+", " ",
+                              _declared_type(ir, s)).strip()
+            if declared != "auto" and declared not in elements:
+                return (f"a local of the step is a {declared}, not the slots' "
+                        f"{' / '.join(sorted(elements))}")
             for name, _ident, init in declared_names(ir, s):
                 if init is None:
                     return None
