@@ -416,3 +416,22 @@ def test_a_loop_split_in_two_reads_its_own_index_and_its_siblings_bounds() -> No
     alone = SPLIT[:SPLIT.index("    for k0 in range(full, K, BK):")]
     mod = PyModule(kir.parse(alone, "triton"))
     assert all(isinstance(b, str) for _, b, _ in _operand_boxes(mod, mod.kernels()[0]))
+
+
+def test_a_rank_three_descriptor_load_read_as_a_tile_leaves_no_open_site() -> None:
+    """A batched operand lifted to a rank-3 descriptor is read `desc.load([z, r, k]).reshape(...)`
+    beside its pointer path: that pointer load is taken, so the rule offers no second
+    descriptor for it (applied wherever it takes the kernel, it stops after one rewrite)."""
+    rule = get_pass("tma-descriptors")()
+    ir = kir.parse(STYLED, language="triton")
+    taken = 0
+    for _ in range(4):
+        open_sites = [s for s in rule.sites(ir) if not s.present]
+        made = next((r for s in open_sites for r in [rule.optimize(ir, s)] if isinstance(r, Applied)),
+                    None)
+        if made is None:
+            break
+        ir, taken = made.ir, taken + 1
+    text = ir.unparse()
+    assert taken == 1
+    assert ".reshape(" in text and text.count("tl.make_tensor_descriptor(") == 2

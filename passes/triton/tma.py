@@ -625,11 +625,28 @@ def _guarded(mod: PyModule, call: ast.Call) -> bool:
                    and c.func.attr == "store" for s in branch.body for c in ast.walk(s))
     if not (isinstance(parent, ast.IfExp) and parent.orelse is call):
         return False
-    body = parent.body
-    if isinstance(body, ast.Call) and callee(body) in ("tl.trans", "triton.language.trans") and body.args:
-        body = body.args[0]
+    body = _unviewed(parent.body)
     return isinstance(body, ast.Call) and isinstance(body.func, ast.Attribute) \
         and body.func.attr == "load"
+
+
+VIEWS = frozenset({"tl.trans", "triton.language.trans", "tl.reshape", "triton.language.reshape",
+                   "tl.permute", "triton.language.permute"})
+
+
+def _unviewed(node: ast.AST) -> ast.AST:
+    """`node` without the views around it: `tl.trans(x)`, `tl.reshape(x, ...)`,
+    `tl.permute(x, ...)` and the method forms `x.reshape(...)`, `x.trans(...)`,
+    `x.permute(...)` (a rank-3 descriptor's box read as a 2-D tile)."""
+    while isinstance(node, ast.Call):
+        if callee(node) in VIEWS and node.args:
+            node = node.args[0]
+        elif isinstance(node.func, ast.Attribute) and node.func.attr in ("reshape", "trans", "permute") \
+                and isinstance(node.func.value, ast.Call):
+            node = node.func.value
+        else:
+            break
+    return node
 
 
 def _has_allocator(mod: PyModule) -> bool:
