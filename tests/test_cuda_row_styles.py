@@ -7,7 +7,7 @@ block sized by a constexpr with Spanish names, four rows per 2-D block, softmax 
 while loops sharing one stride variable, a tree per row of a (64, 4) block, log-sum-exp and
 softmax merging (max, rescaled sum) pairs in a tree or across a warp, a sum through shared
 atomics, a tree stepping with a cooperative-groups block's sync(), Welford triples merged in
-a tree. A rule that acts
+a tree, the classic unrolled reduction with steps under `if (BLOCK >= k)`. A rule that acts
 compiles with NVRTC for sm_90a and, through the kernel's own host module on the CPU
 (`gate.cudacpu`), matches the case's reference at its small shape; what a rule cannot rewrite
 soundly it refuses, and says why."""
@@ -109,6 +109,7 @@ ACTS = [
     ("rw_cg_tree_rms", "warp-shuffle-reduce", {}, 1),  # block.thread_rank(), block.sync()
     ("rw_cg_tree_rms", "row-registers", {}, 1),
     ("rw_welford_tree", "row-registers", {}, 1),  # counts go to the tree before any use
+    ("rw_classic_unrolled", "warp-shuffle-reduce", {}, 1),  # `if (BLOCK >= 512) { ... }` steps
 ]
 
 
@@ -768,3 +769,20 @@ def test_only_a_thread_blocks_sync_is_a_barrier_of_a_tree() -> None:
     assert not any(R._is_sync(ir2, n) for ir2 in [kir.parse(tiled, "cuda")] for n in range(len(ir2))
                    if ir2.grammar_type_of(n) == "expression_statement" and
                    ir2.text[ir2.span_of(n).start:ir2.span_of(n).end] == "tile.sync();")
+
+
+@pytest.mark.parametrize("old,new,why", [
+    ("if (BLOCK >= 256) { if (tid < 128)", "if (BLOCK >= 512) { if (tid < 128)",
+     "the step of stride 128 runs where the extent BLOCK does not reach its partners"),
+    ("    row_sumsq<256>(x, out, n);\n", "    row_sumsq<256>(x, out, n);\n    row_sumsq<512>(x, out, n);\n",
+     "the unrolled tree's extent BLOCK is not a power of two up to 512 that the unit tells"),
+    ("if (BLOCK >= 128) { if (tid < 64)", "if (OTHER >= 128) { if (tid < 64)",
+     "the unrolled tree's steps are guarded by ['BLOCK', 'OTHER']"),
+])
+def test_unrolled_steps_under_guards_that_do_not_follow_the_extent_are_refused(
+        old: str, new: str, why: str) -> None:
+    text = _start("rw_classic_unrolled")[0].read_text()
+    assert old in text
+    text = "constexpr unsigned OTHER = 256;\n" + text.replace(old, new)
+    trees, refusals = R.reduction_trees(kir.parse(text, "cuda"))
+    assert trees == [] and any(why in r.reason for r in refusals), [r.reason for r in refusals]

@@ -26,7 +26,8 @@ saying why (`refusals(ir)` collects them).
   body after its other uses there; one variable may be the stride of several loops, each
   setting it first, and is read nowhere else),
   combining `sh[t] (op)= sh[t + s]` under `if (t < s)` (with `&& t + s < extent`, or
-  `t % (2*s) == 0`), or the same steps unrolled with constant strides; the combine is a sum, a
+  `t % (2*s) == 0`), or the same steps unrolled with constant strides (each possibly under
+  `if (E >= K) { ... }`, E the tree's extent); the combine is a sum, a
   max or a min (`+=`, `fmaxf`, `max`, a comparison ternary), over one or several arrays in the
   same steps, the slots possibly copied to locals first (`a = sh[t]; b = sh[t + s]; sh[t] = a +
   b;`). The array is a shared array, a shared pointer parameter or a local pointer bound once
@@ -2707,65 +2708,105 @@ def _tree_stores(unit: Unit, loop: int, combines: Sequence[Combine], tid: str,
             tuple(values[c.array] for c in combines))
 
 
+def _unrolled_step(unit: Unit, items: list[int], j: int, shared: Mapping[str, SharedArray]
+                   ) -> tuple[int, int, int, list, tuple[str, int] | None, int] | None:
+    """The step of an unrolled tree at `items[j]`: `if (t < C) combine; __syncthreads();`, or
+    the same pair as the block of `if (E >= K) { ... }` (a step the block's size decides) as
+    (first statement, the `if (t < C)`, C, combines, (E, K) or None, index after the step)."""
+    ir = unit.ir
+    guard = None
+    node, pair, after = items[j], items[j:j + 2], j + 2
+    if ir.grammar_type_of(node) == "if_statement" and _is_sync(ir, node) and \
+            if_parts(ir, node)[2] is None:
+        m = re.fullmatch(r"(\w+)>=(.+)", _unparen(flat_code(ir, if_parts(ir, node)[0])))
+        inner = _flat_items(ir, if_parts(ir, node)[1])
+        if m is not None and unit.value(m.group(2)) is not None and len(inner) == 2:
+            guard, pair, after = (m.group(1), unit.value(m.group(2))), inner, j + 1
+    if len(pair) != 2 or ir.grammar_type_of(pair[0]) != "if_statement" or \
+            not _is_sync(ir, pair[1]) or _is_sync(ir, pair[0]):
+        return None
+    cond, then, alt = if_parts(ir, pair[0])
+    combines = [_combine(unit, st, shared) for st in _statements(ir, then)]
+    m = re.fullmatch(r"(\w+(?:\.\w+)?)<(.+)", _unparen(flat_code(ir, cond)))
+    if alt is not None or not combines or None in combines or m is None:
+        return None
+    stride = unit.value(m.group(2))
+    own = m.group(1)
+    if stride is None or any(c[2] != own or c[3] not in (f"{own}+{m.group(2)}",
+                                                          f"{m.group(2)}+{own}")
+                             for c in combines):  # type: ignore[index]
+        return None
+    return node, pair[0], stride, combines, guard, after  # type: ignore[return-value]
+
+
 def _unrolled_tree(unit: Unit, kernel: str, fn: int, block: int,
                    shared: Mapping[str, SharedArray]) -> ReductionTree | Refusal | None:
-    """Constant strides halving down to 1, one `if (t < C) combine; __syncthreads();` each."""
+    """Constant strides halving down to 1 (or to 64 and a last warp's steps), one
+    `if (t < C) combine; __syncthreads();` each, possibly inside `if (E >= K) { ... }` with
+    K at most 2C, E the extent (a constant, or a template parameter of one value in the unit:
+    for a power-of-two E, where K > E the step's partners lie past the extent)."""
     ir = unit.ir
     items = _statements(ir, block)
     i = 0
     while i < len(items):
-        steps: list[tuple[int, int, list]] = []
+        steps: list[tuple[int, int, int, list, tuple[str, int] | None, int]] = []
         j = i
-        while j + 1 < len(items) and ir.grammar_type_of(items[j]) == "if_statement" and \
-                _is_sync(ir, items[j + 1]) and not _is_sync(ir, items[j]):
-            cond, then, alt = if_parts(ir, items[j])
-            combines = [_combine(unit, s, shared) for s in _statements(ir, then)]
-            m = re.fullmatch(r"(\w+(?:\.\w+)?)<(.+)", _unparen(flat_code(ir, cond)))
-            if alt is not None or not combines or None in combines or m is None:
+        while j < len(items):
+            step = _unrolled_step(unit, items, j, shared)
+            if step is None:
                 break
-            stride = unit.value(m.group(2))
-            own = m.group(1)
-            if stride is None or any(c[2] != own or c[3] not in (f"{own}+{m.group(2)}",
-                                                                  f"{m.group(2)}+{own}")
-                                     for c in combines):  # type: ignore[index]
-                break
-            steps.append((items[j], stride, combines))
-            j += 2
+            steps.append(step)
+            j = step[5]
         if len(steps) >= 2:
-            strides = [s[1] for s in steps]
+            strides = [s[2] for s in steps]
+            where = (ir.span_of(steps[0][0]).start, ir.span_of(items[j - 1]).end)
+
+            def refuse(why: str) -> Refusal:
+                return Refusal("reduction-tree", why, where, kernel)  # noqa: B023
+            guards = {s[4][0] for s in steps if s[4] is not None}
+            extent, extent_value = str(2 * strides[0]), 2 * strides[0]
+            if guards:
+                if len(guards) != 1:
+                    return refuse(f"the unrolled tree's steps are guarded by {sorted(guards)}")
+                extent = guards.pop()
+                extent_value = unit.value(extent) or unit.template_value(fn, extent)  # type: ignore[assignment]
+                if extent_value is None or extent_value & (extent_value - 1) or \
+                        extent_value > 2 * strides[0]:
+                    return refuse(f"the unrolled tree's extent {extent} is not a power of two "
+                                  f"up to {2 * strides[0]} that the unit tells")
+                for _n, _i, stride, _c, guard, _a in steps:
+                    if guard is None and stride >= extent_value or \
+                            guard is not None and guard[1] > 2 * stride:
+                        return refuse(f"the step of stride {stride} runs where the extent "
+                                      f"{extent} does not reach its partners")
             last: int | str = items[j - 1]
             if strides[-1] == 64:  # a last warp finishing the tree without barriers
-                last = _warp_tail(unit, fn, items[j - 1], steps[0][2][0][2],
-                                  {c[0] for c in steps[0][2]}, shared, str(2 * strides[0]))
+                last = _warp_tail(unit, fn, items[j - 1], steps[0][3][0][2],
+                                  {c[0] for c in steps[0][3]}, shared, extent)
                 if isinstance(last, str):
-                    return Refusal("reduction-tree", "the unrolled tree stops at stride 64 and "
-                                   f"ends with a warp-synchronous stage that is not told: {last}",
-                                   (ir.span_of(steps[0][0]).start, ir.span_of(items[j - 1]).end),
-                                   kernel)
+                    return refuse("the unrolled tree stops at stride 64 and ends with a "
+                                  f"warp-synchronous stage that is not told: {last}")
             if all(a == 2 * b for a, b in zip(strides, strides[1:])) and \
                     (strides[-1] == 1 or last != items[j - 1]):
-                tid_text = steps[0][2][0][2]
+                tid_text = steps[0][3][0][2]
                 if not _thread_index(unit, fn, tid_text):
                     return Refusal("reduction-tree", f"the unrolled tree's slot index {tid_text} "
-                                   "is not threadIdx.x", _span(ir, steps[0][0]), kernel)
-                arrays = {c[0] for c in steps[0][2]}
+                                   "is not threadIdx.x", _span(ir, steps[0][1]), kernel)
+                arrays = {c[0] for c in steps[0][3]}
                 span = (ir.span_of(steps[0][0]).start, ir.span_of(last).end)
                 after = _later_slot_reads(unit, fn, last, arrays)
                 if after:
                     return Refusal("reduction-tree", f"a slot other than 0 is read after the "
                                    f"tree ({after})", span, kernel)
-                then = if_parts(ir, steps[0][0])[1]
+                then = if_parts(ir, steps[0][1])[1]
                 cs = tuple(Combine(c[0], c[1], " ".join(text(ir, s).split()), shared[c[0]].element)
-                           for c, s in zip(steps[0][2], _statements(ir, then)))
-                extent = str(2 * strides[0])
+                           for c, s in zip(steps[0][3], _statements(ir, then)))
                 store, values = _tree_stores(unit, steps[0][0], cs, tid_text)
-                return ReductionTree(kernel, cs, tid_text, extent, 2 * strides[0], None,
+                return ReductionTree(kernel, cs, tid_text, extent, extent_value, None,
                                      "unrolled", span, store, values, unit.launch_block().dims)
             if strides[-1] != 1:
-                return Refusal("reduction-tree", f"the unrolled tree stops at stride "
-                               f"{strides[-1]} (its last warp-synchronous steps are not read)",
-                               (ir.span_of(steps[0][0]).start, ir.span_of(items[j - 1]).end),
-                               kernel)
+                return refuse(f"the unrolled tree stops at stride {strides[-1]} (its last "
+                              "warp-synchronous steps are not read)")
         i = max(j, i + 1)
     return None
 
