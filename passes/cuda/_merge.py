@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-from passes.cuda._tree import callee, children, subtree, text
+from passes.cuda._tree import callee, children, text
 
 _TRIVIA = frozenset({"comment", "preproc_call"})
 _EXP = re.compile(r"^(?:(?:std|::)?:*(?:exp|expf|exp2|exp2f)|__expf|hexp|hexp2|h2exp)$")
@@ -58,11 +58,8 @@ def _flat(ir, nid: int) -> str:  # noqa: ANN001
 
 
 def _slot(ir, nid: int) -> tuple[str, str] | None:  # noqa: ANN001
-    """(O | P, array) of a placeholder, seen through parentheses and casts."""
-    nid = _bare(ir, nid)
-    if ir.grammar_type_of(nid) == "cast_expression":
-        nid = _bare(ir, _kids(ir, nid)[-1])
-    m = PLACEHOLDER.fullmatch(text(ir, nid).strip())
+    """(O | P, array) of a placeholder, seen through parentheses (a cast is another value)."""
+    m = PLACEHOLDER.fullmatch(text(ir, _bare(ir, nid)).strip())
     return (m.group(1), m.group(2)) if m else None
 
 
