@@ -295,3 +295,20 @@ def test_grid_functions_and_written_out_remainders_take_the_grouped_order(
     assert expect in result.ir.text
     verdict = gate.check(result.ir.text, "triton", str(folder), tier="interpret", cache=False)
     assert verdict.ok, (verdict.stage, verdict.reason)
+
+
+def test_a_square_product_bounded_by_one_size_takes_the_grouped_order(tmp_path: Path) -> None:
+    """One size parameter bounds the rows, the columns and K (a square product, KernelBench's
+    level-1 start): it counts the blocks along both merged axes, on the host too, and the
+    grouped kernel matches torch on square inputs whose side is no multiple of the tiles."""
+    start = (Path(__file__).resolve().parents[1] / "bench" / "kernelbench" / "level1"
+             / "1_Square_matrix_multiplication_.py").read_text()
+    _, result = _forward(start)
+    text = result.ir.text
+    assert "num_pid_m = tl.cdiv(N, BM)" in text and "num_pid_n = tl.cdiv(N, BN)" in text
+    assert 'lambda meta: (triton.cdiv(n, meta["BM"]) * triton.cdiv(n, meta["BN"]),)' in text
+    run = _load(text, tmp_path).run
+    for n in (70, 150):
+        g = torch.Generator().manual_seed(n)
+        a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+        assert torch.allclose(run(a, b), a @ b, atol=1e-3 * n ** 0.5, rtol=1e-3), n

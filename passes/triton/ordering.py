@@ -177,7 +177,10 @@ def _tiling(mod: PyModule, kernel: ast.FunctionDef) -> _Tiling | str:
         if axis is not None and names and \
                 [_pid_axis(v) for v in assigns.get(names[0], [])] != [axis]:
             return f"the {role} block index {names[0]} mixes program-id axis {axis} with others"
-        sizes = tuple(sorted(s for s, r in found.size_roles.items() if r == role))
+        # a size bounding this dimension alone; else one bounding it among others (a square
+        # product's one size): the grid still counts this dimension's blocks by it
+        sizes = tuple(sorted(s for s, r in found.size_roles.items() if r == role)) or \
+            tuple(sorted(s for s, r in found.size_serves.items() if role in r))
         axes.append(_Axis(tile, names[0] if names else None, axis, sizes))
     m, n = axes
     if (m.axis is None) != (n.axis is None):

@@ -159,6 +159,9 @@ class ShapeRoles:
     `loop:V:L` (the variable of a counted loop)."""
     size_roles: dict[str, str] = field(default_factory=dict)
     """Kernel size parameter -> the role of the blocks it bounds (`offs_m < M`)."""
+    size_serves: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Kernel size parameter -> every role of the blocks it bounds (several: one size serves
+    several dimensions, as `N` of a square product bounds its rows and its columns)."""
 
     serves: dict[tuple[str, int, int], tuple[str, ...]] = field(default_factory=dict)
     """Use -> every role its dimension serves (several: the kernel relates those roles)."""
@@ -832,6 +835,8 @@ class _Walk:
             roles = {role_of(d) for d in dims}
             if len(roles) == 1 and None not in roles:
                 out.size_roles[size] = next(iter(roles))  # type: ignore[arg-type]
+            if roles - {None}:
+                out.size_serves[size] = tuple(r for r in DOT_ROLES if r in roles)
         return out
 
 
