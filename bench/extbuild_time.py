@@ -19,6 +19,8 @@ a full build; a run-unique salt keeps builds of earlier runs out). Verdict cache
 (the import, i.e. the extension build), how its worker had the extension (`extension`: "found
 built ahead", "built here", ...; the verdict's `load_candidate: extension ...` phase), ok / ms;
 per mode the totals and how many gates found their extension built ahead (`hits`).
+`reuse`: whether the builds ran through `gate.extbuild.tools` (the C++ half's object reused
+across candidates; `KLINEAGE_BUILD_REUSE=off` in the environment: not).
 
     python bench/extbuild_time.py OUT_DIR [--n 5] [--kernel PATH --case DIR]
 """
@@ -109,7 +111,7 @@ def main() -> int:
     case = gate.load_case(str(args.case))
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"kernel": str(args.kernel), "case": str(args.case), "n": args.n,
-              "cpus": os.cpu_count(), "slots": extbuild.slots(),
+              "cpus": os.cpu_count(), "slots": extbuild.slots(), "reuse": extbuild.reuse_enabled(),
               "arch_list": extbuild.device_arch_list(), "modes": []}
     for mode in args.modes.split(","):
         report["modes"].append(run_mode(mode, unit, case, args.n))

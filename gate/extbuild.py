@@ -18,10 +18,11 @@ of a few lines, against seconds of GPU work in the gate). This module owns that 
   built a library itself or found one built, and who built that (a build ahead or a gate).
 - `tools()`: what the commands of a build under `builder` run through: the C++ compiler
   through `gate.objcache` (the C++ half torch writes, the same text for every candidate of a
-  host, is compiled once and its object found by the others), nvcc with `--threads` (its
-  device and host front ends, each parsing torch's headers, side by side; nvcc 11.2 or later,
-  as every toolkit torch 2 builds with). Neither changes an object; `KLINEAGE_BUILD_REUSE=off`
-  leaves torch's commands alone.
+  host, is compiled once and its object found by the others; the objects are the ones the
+  compiles write). `KLINEAGE_BUILD_REUSE=off` leaves torch's commands alone. The `.cu` is
+  compiled for each candidate: nvcc's steps over it (cudafe++, then cicc, which reads the
+  module id cudafe++ writes, then the host compile of cudafe++'s output, which holds the
+  device binary) follow each other, and each one's input differs with the source.
 - `start(...)`: a build ahead, in a process of its own on the machine's spare cores, of a
   candidate the caller expects to gate next (`gate.check.prebuild`), or of the candidate a
   device-tier gate has just started (its build then overlaps the worker's start-up and the
@@ -173,18 +174,25 @@ def reuse_enabled() -> bool:
 def tool_env(env: Mapping[str, str]) -> dict[str, str]:
     """`env` as a build's commands run under it (`tools`): the C++ compiler through the launcher
     that reuses the object of a compile it has done (`gate.objcache`: the C++ half torch writes
-    is the same text for every candidate of a host), and nvcc running a `.cu`'s device and host
-    steps (its own front ends over torch's headers, tens of seconds each) in `CORES_PER_BUILD`
-    threads (`--threads`, ahead of the caller's nvcc flags: a value the host gives nvcc itself
-    comes later and wins). Neither changes what is compiled: the same objects, sooner."""
+    is the same text for every candidate of a host), first on PATH where its shims run here.
+    What is compiled does not change: the same objects, sooner."""
+    out = dict(env)
+    shims = _shims(_root())
+    if shims is not None:
+        out["PATH"] = os.pathsep.join(p for p in (str(shims), env.get("PATH", "")) if p)
+    return out
+
+
+@lru_cache(maxsize=4)
+def _shims(root: Path) -> Path | None:
+    """The launcher's shims under `root` (`gate.objcache.install`), None where they cannot run."""
     from gate import objcache  # noqa: PLC0415
 
-    out = dict(env)
-    shims = objcache.install(_root(), _root() / "objects")
-    out["PATH"] = os.pathsep.join(p for p in (str(shims), env.get("PATH", "")) if p)
-    flags = env.get("NVCC_PREPEND_FLAGS", "")
-    out["NVCC_PREPEND_FLAGS"] = f"--threads {CORES_PER_BUILD} {flags}".strip()
-    return out
+    try:
+        folder = objcache.install(root, root / "objects")
+    except OSError:
+        return None
+    return folder if objcache.works(folder) else None
 
 
 @contextlib.contextmanager
@@ -195,11 +203,7 @@ def tools() -> Iterator[None]:
         yield
         return
     before = dict(os.environ)
-    try:
-        changed = tool_env(before)
-    except OSError:  # no folder for the launcher: torch's commands as they are
-        yield
-        return
+    changed = tool_env(before)
     os.environ.update(changed)
     try:
         yield

@@ -315,6 +315,17 @@ def install(shim_root: Path, store: Path) -> Path:
     return folder
 
 
+def works(folder: Path) -> bool:
+    """Whether the shims in `folder` run here (a temporary folder may forbid running programs):
+    `c++ --version` through the launcher answers as the compiler does."""
+    try:
+        done = subprocess.run([str(folder / NAMES[0]), "--version"], capture_output=True,
+                              timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0 and bool(done.stdout)
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 4:
         print("usage: objcache.py STORE SHIM_DIR NAME [ARGS...]", file=sys.stderr)
