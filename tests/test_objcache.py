@@ -136,6 +136,19 @@ def test_the_build_tools_are_set_for_the_body_only(monkeypatch: pytest.MonkeyPat
         assert dict(os.environ) == {**before, "KLINEAGE_BUILD_REUSE": "off"}
 
 
+def test_shims_that_cannot_run_here_are_left_off_the_path(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(extbuild, "_root", lambda: tmp_path)
+    extbuild._shims.cache_clear()
+    try:
+        assert extbuild.tool_env({"PATH": "/usr/bin"})["PATH"] != "/usr/bin"
+        extbuild._shims.cache_clear()
+        monkeypatch.setattr(objcache, "works", lambda folder: False)  # e.g. a noexec /tmp
+        assert extbuild.tool_env({"PATH": "/usr/bin"}) == {"PATH": "/usr/bin"}
+    finally:
+        extbuild._shims.cache_clear()
+
+
 def test_nvccs_flags_of_the_callers_environment_choose_the_folder() -> None:
     env = {"PATH": "/bin"}
     assert extbuild.extension_dir("t", env) != extbuild.extension_dir(
