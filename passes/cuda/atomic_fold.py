@@ -4,13 +4,14 @@ its value into one address with `atomicAdd` / `atomicMax` / `atomicMin`.
 An `AtomicFold` is such a call standing as a statement of its own (its old value unused), at an
 address every thread of a warp names alike (a shared scalar, a slot picked by block or warp
 indices, a global output of the block), reached by whole warps together: every condition of a
-branch or loop around it, and of a `return` / `break` / `continue` before it, is the same for
-the threads of a warp (`Scope.threads`: uniform, or constant on groups of 32). Then the warp
-may fold its values with shuffles first and one lane make the warp's one atomic: the same
-fold in another order (a sum rounds differently, as the atomics' own order already makes it;
-max / min of integers are exact). `atomic_folds` gives the folds and, for an atomic that looks
-like one but is not, why (`recognize.Refusal`). Positions are byte offsets of
-`KernelIR.source`. No GPU library is imported here.
+branch or loop around it is the same for the threads of a warp (`Scope.threads`: uniform, or
+constant on groups of 32), and so is the condition of a `return` / `goto` before it or in a
+loop around it and of a `break` / `continue` of a loop around it (lanes leaving after it would
+miss it the next time round). Then the warp may fold its values with shuffles first and one
+lane make the warp's one atomic: the same fold in another order (a sum rounds differently, as
+the atomics' own order already makes it; max / min of integers are exact). `atomic_folds`
+gives the folds and, for an atomic that looks like one but is not, why (`recognize.Refusal`).
+Positions are byte offsets of `KernelIR.source`. No GPU library is imported here.
 """
 from __future__ import annotations
 
@@ -141,12 +142,26 @@ def _divergence(ir: KernelIR, scope: Scope, fn: int, stmt: int) -> str:
             return " ".join(text(ir, a).split("{")[0].split())
         if cond is not None and not _warp_alike(scope, cond):
             return " ".join(text(ir, cond).split())
+    # exits before it, or anywhere in a loop around it (lanes leaving after it miss the next
+    # time round)
     start = ir.span_of(stmt).start
+    loops = [ir.span_of(a) for a in ir.ancestors(stmt) if ir.grammar_type_of(a) in (
+        "for_statement", "while_statement", "do_statement")]
+    end = max([lp.end for lp in loops], default=start)
     for nid in subtree(ir, fn):
-        if ir.span_of(nid).start >= start:
+        if ir.span_of(nid).start >= end:
             break
-        if ir.grammar_type_of(nid) in ("return_statement", "break_statement",
-                                       "continue_statement", "goto_statement"):
+        if ir.span_of(nid).start >= start and not any(
+                lp.start <= ir.span_of(nid).start < lp.end for lp in loops):
+            continue
+        gtype = ir.grammar_type_of(nid)
+        if gtype in ("break_statement", "continue_statement"):  # only its own loop's lanes part
+            own = next((a for a in ir.ancestors(nid) if ir.grammar_type_of(a) in (
+                "for_statement", "while_statement", "do_statement", "switch_statement")), None)
+            if own is None or ir.span_of(own) not in loops:
+                continue
+        if gtype in ("return_statement", "break_statement", "continue_statement",
+                     "goto_statement"):
             for a in ir.ancestors(nid):
                 if a == fn:
                     break
