@@ -32,8 +32,8 @@ side's max is the merged one, so two threads that saw nothing (-inf, 0) merge to
 A block reduction through atomics (`atomic_fold.atomic_folds`: `atomicAdd` / `atomicMax` /
 `atomicMin` as a statement, at an address the threads of a warp name alike, reached by whole
 warps together) becomes one atomic per warp: the warp's values folded with `__shfl_xor_sync`
-first, its first lane making the atomic (a block of whole warps: proven from the launch, else
-checked at run time with the statement as written kept for other blocks).
+first, its first lane making the atomic (blockDim.x a multiple of 32: proven from the launch,
+else checked at run time with the statement as written kept for other blocks).
 
 Its inverse acts on the same roles: a block reduction through warp shuffles
 (`recognize.shuffle_reductions`: a fold over strides 16..1 per warp, a shared slot per warp,
@@ -286,12 +286,14 @@ _FOLD_TEXT = {"sum": "{v} += {w};", "max": "{v} = max({v}, {w});", "min": "{v} =
 def _atomic_per_warp(ir: KernelIR, site: Site, fold: AtomicFold, results: list  # type: ignore[type-arg]
                      ) -> PassResult:
     """The atomic made once per warp: the warp's values folded with xor shuffles first (every
-    lane holds the fold), the warp's first lane adding it. Whole warps need a block of a
-    multiple of 32 threads: proven from the launch, else checked at run time (the statement
-    as written kept for other blocks)."""
+    lane holds the fold), the warp's first lane adding it. Whole warps that keep to one row of
+    the block (where a value constant on 32 threads of threadIdx.x is one per warp) need
+    blockDim.x a multiple of 32: proven from the launch, else checked at run time (the
+    statement as written kept for other blocks)."""
     dims = fold.block
-    if dims is not None and (dims[0] * dims[1] * dims[2]) % 32:
-        return Skipped(f"the launch's block {dims} is not whole warps", {"block": list(dims)})
+    if dims is not None and dims[0] % 32:
+        return Skipped(f"the launch's block {dims} does not cut into warps along x",
+                       {"block": list(dims)})
     src = CSource(ir)
     taken = set(re.findall(r"\bkl_\w+", src.text))
     v = next(f"kl_a{n}" for n in range(len(taken) + 1) if f"kl_a{n}" not in taken)
@@ -304,7 +306,7 @@ def _atomic_per_warp(ir: KernelIR, site: Site, fold: AtomicFold, results: list  
             f"  if ({lane} == 0) {fold.call}({fold.address}, {v});\n}}")
     if dims is None:
         original = ir.source[fold.span[0]:fold.span[1]].decode("utf-8")
-        text = (f"if (((blockDim.x * blockDim.y * blockDim.z) & 31u) == 0) {text} else {{ "
+        text = (f"if ((blockDim.x & 31u) == 0) {text} else {{ "
                 f"{original} }}")
     start = len(ir.source[:fold.span[0]].decode("utf-8", "replace"))
     indent = src.indent(start)
