@@ -400,7 +400,9 @@ def _case(name: str) -> tuple[Path, Path]:
     ("cu_mm_smem_tiled", TMA, (384, 1, 1)),
     ("cu_mm_smem_tiled", {**TMA, "consumers": 4}, (640, 1, 1)),
     ("cu_mm_naive", TMA, (384, 1, 1)),
-], ids=["textbook-1024-threads-tma", "textbook-1024-threads-4-consumers", "naive-tma"])
+    ("cu_mm_bt", TMA, (16, 24, 1)),
+], ids=["textbook-1024-threads-tma", "textbook-1024-threads-4-consumers", "naive-tma",
+        "one-output-a-thread-256-threads-tma"])
 def test_the_style_starts_take_the_tma_producer_form_through_their_host(
         name: str, options: dict[str, Any], block: tuple[int, int, int]) -> None:
     import gate

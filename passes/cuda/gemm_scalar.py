@@ -74,7 +74,7 @@ def scalar_edits(ir: KernelIR, kernel: str | None = None) -> list[ByteEdit] | st
         return "the kernel is not in the form gemm-schedule writes"
     fn = target[0]
     facts = _facts(text, fn)
-    if facts.get("virtual"):
+    if facts.get("virtual") or facts.get("cells"):
         restored = _virtual_body(text, fn, facts)
         if isinstance(restored, str):
             return restored

@@ -57,7 +57,9 @@ replaced by reads of its cells' products (`virtual_tail`); the static forms keep
 block (their tables must take it). Where each user thread holds one output and the block's
 threads map one to one onto its cells (`passes.cuda.gemm_cells`), there is no exchange: each
 multiplying thread runs the body once per cell of its own fragments, for the user thread owning
-that cell, the accumulator read from the register (option `exchange` keeps the exchange).
+that cell, the accumulator read from the register (option `exchange` keeps the exchange);
+the deep forms that keep the launch's block read such a kernel's cells so as well (the body's
+threadIdx then that of the cell's owner).
 A body that waits at a block barrier, works across a warp or keeps shared memory of its own
 cannot run so and is refused. Kernels without shared tiles whose
 K loop multiplies elements read straight from global memory (a naive GEMM) are read by
@@ -200,9 +202,10 @@ class Schedule:
     """With `virtual`: the launch runs the schedule's own block (`threads` x 1 x 1), the edited
     launches passing it instead of the user's."""
     cells: bool = False
-    """With `virtual`: each multiplying thread runs the body once per cell of its fragments,
-    for the user thread owning the cell, its accumulator read from the register
-    (`passes.cuda.gemm_cells`: one cell per user thread); no exchange (`xbytes` 0)."""
+    """Each multiplying thread runs the body once per cell of its fragments, for the user
+    thread owning the cell (threadIdx that thread's), its accumulator read from the register
+    (`passes.cuda.gemm_cells`: one cell per user thread); no exchange (`xbytes` 0). With
+    `virtual`, or in a deep form on the launch's block."""
 
     @property
     def launch_bytes(self) -> int:
@@ -1041,8 +1044,8 @@ def user_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
     out, pos = [], 0
     virtual = {"blockIdx": f"{PREFIX}vb", "gridDim": f"{PREFIX}vg", "blockDim": f"{PREFIX}vd",
                "threadIdx": f"{PREFIX}vt"}
-    builtins = (_BUILTIN_HALF if s.split > 1 or s.virtual else _BUILTIN_DIM if s.producer
-                else _BUILTIN)
+    builtins = (_BUILTIN_HALF if s.split > 1 or s.virtual or s.cells
+                else _BUILTIN_DIM if s.producer else _BUILTIN)
     for m in builtins.finditer(code):
         out.append(body[pos:m.start()])
         out.append(virtual[m.group(1)])
@@ -1301,7 +1304,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
     tn = s.tn
     sub_m, sub_n = TILE_M // t.bm, tn // t.bn
     vm, vn = f"({p}tm * {sub_m} + {p}v / {sub_n})", f"({p}tn * {sub_n} + {p}v % {sub_n})"
-    if s.split > 1 or s.virtual:
+    if s.split > 1 or s.virtual or s.cells:
         vm, vn = f"({p}tm * {sub_m} + {p}sm / {t.bm})", f"({p}tn * {sub_n} + {p}sn / {t.bn})"
     rows_u, cols_u = f"(({p}M + {t.bm - 1}) / {t.bm})", f"(({p}N + {t.bn - 1}) / {t.bn})"
     if g.order == "row":  # blockIdx.x counts the kernel's blocks row by row
@@ -1362,7 +1365,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         *_tile_origin(s, i2),
         *main_loop(g, s, i2),
     ]
-    if s.virtual:
+    if s.virtual or s.cells:
         lines += virtual_tail(ir, g, s, fn, removed, written, (vb, vg), i2)
         return "\n".join(lines + [f"{i1}}}", "}"])
     lines += [
@@ -1664,7 +1667,10 @@ class GemmSchedule(Pass):
             return Skipped(s, f.g.to_json())
         why = _virtual_refusal(ir, f, s) if s.virtual else \
             _producer_refusal(ir, f, s.threads) if s.producer else ""
-        if s.virtual and not self.exchange and cell_threads(f.g.tile) is not None:
+        if not self.exchange and cell_threads(f.g.tile) is not None and (
+                s.virtual or (s.deep and s.split == 1)):
+            # the body once per cell of the fragments: no exchange, on the form's own block or
+            # on the launch's (a deep form: its multiplying threads are the launch's)
             s = replace(s, cells=True, xbytes=0)
         if why:
             return Skipped(why, f.g.to_json())
