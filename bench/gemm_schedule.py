@@ -33,7 +33,8 @@ result.md and the rewritten sources. `--dry` also checks that each kernel launch
 found by its plain name in the PTX and that each deep form's launch passes its bytes after
 raising the limit (a hosted form: that its host is asked for the bytes and its launch is edited),
 and records each form's registers and spills. `--starts` and `--forms` (FORMS' names; `reach`:
-the rule's `Pass.reach` forms) choose what is rewritten and timed.
+the rule's `Pass.reach` forms) choose what is rewritten and timed; `--rounds R` times cuBLAS
+and every form R times in turn and keeps each one's median (the start is timed once).
 """
 from __future__ import annotations
 
@@ -206,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--dry", action="store_true", help="rewrite and compile only (no GPU)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="times each form and cuBLAS this many times in turn (the start once); "
+                         "each time is the median over the rounds")
     ap.add_argument("--budget", type=float, default=200.0,
                     help="seconds after which no further start is measured")
     ap.add_argument("--starts", default="",
@@ -531,6 +535,7 @@ def _measure(args: argparse.Namespace, entries: dict[str, dict[str, Any]], recor
                     # CuPy host compiles for sm_90, not sm_90a) must not lose the others
                     failed[label] = f"{type(exc).__name__}: {str(exc)[:300]}"
                     print(f"{name} {label}: {failed[label]}", flush=True)
+            _rounds(args.rounds, runs, reference, times, failed, record["starts"][name], do_bench)
             times["cublas_again"] = do_bench(reference, return_mode="median")
             cublas = min(times["cublas"], times["cublas_again"])
             rec = record["starts"][name]
@@ -560,6 +565,26 @@ def _measure(args: argparse.Namespace, entries: dict[str, dict[str, Any]], recor
             lines.append(f"| {name} | {rec.get('error') or rec['skipped']} | | | |")
     (args.out / "result.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _rounds(rounds: int, runs: dict[str, Callable[[], Any]], reference: Callable[[], Any],
+            times: dict[str, float], failed: dict[str, str], rec: dict[str, Any],
+            do_bench: Callable[..., float]) -> None:
+    """Rounds 2 .. `rounds`: cuBLAS, then each form that was timed, in turn (the GPU's clocks
+    drift between a start's first and last timing); each of them then has the median of its
+    rounds' times in `times`, and `rec["rounds_ms"]` keeps them all."""
+    if rounds < 2:
+        return
+    seen = {label: [t] for label, t in times.items() if label == "cublas" or
+            (label in runs and label != "start" and label not in failed)}
+    for _ in range(rounds - 1):
+        seen["cublas"].append(do_bench(reference, return_mode="median"))
+        for label in seen:
+            if label != "cublas":
+                seen[label].append(do_bench(runs[label], return_mode="median"))
+    rec["rounds_ms"] = seen
+    for label, values in seen.items():
+        times[label] = sorted(values)[len(values) // 2]
 
 
 def _runs(name: str, e: dict[str, Any], s: int, work: Path, cudahost: Any
