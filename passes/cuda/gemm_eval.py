@@ -22,7 +22,9 @@ Where no barrier run holds the region alone, a run that also stores shared tiles
 region of a ring of buffers (the next step's tiles stored while these are read): the region then
 reads the step's variables (the K loop's own, or variables only the K loop assigns, a buffer
 index it toggles) as inputs, is read with all of them 0, and `ring_shift` gives how far the
-tiles lie from there at other values (`gemm_global` asks it at each step it probes).
+tiles lie from there at other values (`gemm_global` asks it at each step it probes). A pointer
+set once into a one-dimensional shared array at an offset that varies (the step's buffer of a
+ring, a thread's row) is read through as a view of that array (`_Kernel.views`).
 
 Anything else is refused with the reason. The block size is given (a launch's `block`, or
 `__launch_bounds__`), or found as the largest block whose threads read inside the shared tiles
@@ -366,6 +368,14 @@ class _Kernel:
                     part = self._partition(nid, name, init)
                     if part is not None:
                         self.shared[name] = part
+        # pointers set once into a shared array at an offset that varies (a ring's buffer)
+        self.views = {name for nid in subtree(ir, fn) if ir.grammar_type_of(nid) == "declaration"
+                      for name, ident, init in declared_names(ir, nid)
+                      if init is not None and name not in self.shared
+                      and ir.grammar_type_of(ir.parent_of(ident)) == "pointer_declarator"
+                      and not self._repointed(name)
+                      and any(ir.grammar_type_of(c) == "identifier" and ir.name_of(c) in self.shared
+                              for c in subtree(ir, init))}
 
     def _repointed(self, name: str) -> bool:
         """Whether the pointer `name` itself is assigned or stepped (not what it points to)."""
@@ -605,7 +615,8 @@ def _is_sync(ir: KernelIR, nid: int) -> bool:
 
 def _reads_shared(k: _Kernel, nid: int) -> bool:
     ir = k.ir
-    return any(ir.grammar_type_of(c) == "identifier" and ir.name_of(c) in k.shared
+    return any(ir.grammar_type_of(c) == "identifier" and (ir.name_of(c) in k.shared
+                                                         or ir.name_of(c) in k.views)
                for c in subtree(ir, nid))
 
 
@@ -617,7 +628,7 @@ def _writes_shared(k: _Kernel, nid: int) -> bool:
             while ir.grammar_type_of(target) in ("subscript_expression", "parenthesized_expression"):
                 target = children(ir, target)[0]
             if ir.grammar_type_of(target) == "identifier":
-                if ir.name_of(target) in k.shared:
+                if ir.name_of(target) in k.shared or ir.name_of(target) in k.views:
                     return True
             elif _reads_shared(k, target):  # through a pointer: *reinterpret_cast<T*>(&tile[..])
                 return True
@@ -820,6 +831,8 @@ class _Translator:
         ir = self.k.ir
         out = []
         for name, ident, init in declared_names(ir, nid):
+            if ir is self.home and name not in self.k.shared and self.view(name) is not None:
+                continue  # a pointer into a shared array: its reads go through `view`
             self.declared.add(name)
             is_array = ir.grammar_type_of(ir.parent_of(ident)) == "array_declarator"
             if is_array:
@@ -883,6 +896,38 @@ class _Translator:
             raise Refusal(f"the inner loop writes {name}, declared nowhere in the kernel")
         self.outer_written[name] = array
 
+    def view(self, name: str) -> tuple[str, str] | None:
+        """(shared array, offset) where `name` is a pointer set once to `array + offset` or
+        `&array[offset]` of a one-dimensional shared array (a buffer of a ring, say), the
+        offset translated; else None."""
+        k, ir = self.k, self.home
+        decls = k.scope.decls.get(name, [])
+        if len(decls) != 1 or decls[0][1] is None or k.scope.writes.get(name) or \
+                ir.grammar_type_of(ir.parent_of(decls[0][0])) != "pointer_declarator":
+            return None
+        node = decls[0][1]
+        while ir.grammar_type_of(node) in ("parenthesized_expression", "cast_expression"):
+            node = [c for c in children(ir, node) if ir.grammar_type_of(c) not in _TRIVIA][-1]
+        kids = [c for c in children(ir, node) if ir.grammar_type_of(c) not in _TRIVIA]
+        if ir.grammar_type_of(node) == "binary_expression" and ir.name_of(node) == "+":
+            arr, off = kids[0], kids[-1]
+        elif ir.grammar_type_of(node) == "pointer_expression" and ir.name_of(node) == "&" and \
+                ir.grammar_type_of(kids[-1]) == "subscript_expression":
+            sub = children(ir, kids[-1])
+            arr, off = sub[0], [c for c in children(ir, sub[-1])
+                                if ir.grammar_type_of(c) not in _TRIVIA][0]
+        else:
+            return None
+        shared = k.shared.get(ir.name_of(arr) or "") if ir.grammar_type_of(arr) == "identifier" \
+            else None
+        if shared is None or len(shared.dims) != 1:
+            return None
+        inside, self.k.ir = self.k.ir, ir  # the definition is in the kernel's own text
+        try:
+            return shared.name, self.expr(off)
+        finally:
+            self.k.ir = inside
+
     def subscripts(self, nid: int) -> tuple[str, list[str]]:
         ir = self.k.ir
         idx: list[str] = []
@@ -918,6 +963,9 @@ class _Translator:
             if base in self.k.shared:
                 return f"_L({base!r}, ({', '.join(idx)},))"
             if base not in self.declared and base not in self.outer_written:
+                view = self.view(base)
+                if view is not None and len(idx) == 1:
+                    return f"_L({view[0]!r}, (({view[1]}) + ({idx[0]}),))"
                 if base in self.k.scope.arrays:  # a register array filled before the region
                     raise Refusal(f"the inner loop reads the register array {base} it does not fill")
                 raise Refusal(f"the inner loop reads memory through {base}")

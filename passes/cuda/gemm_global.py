@@ -1086,6 +1086,11 @@ def _k_bound(t: Tile, bk: int, runs: list, op: Operand, values: dict[str, int], 
         if not isinstance(v, _GElem):
             names = [n for n, val in values.items() if val == last * bk + kk]
             if len(names) != 1:
+                past = [n for n, val in values.items() if last * bk <= val < last * bk + kk]
+                if len(past) == 1:  # e.g. 16-byte chunks copied whole across K
+                    raise Refusal(f"the staging of {which} tile reads past {past[0]} (k = "
+                                  f"{values[past[0]]} to {last * bk + kk - 1} are copied, the "
+                                  "zero fill starts after them)")
                 break
             return names[0]
     # no zero fill past K: the kernel reads whole K steps; K is the integer whose steps the

@@ -220,3 +220,5 @@ def linear_nt_vec(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, flo
 
 
 RUNS["linear_nt_vec"] = ("256", linear_nt_vec)
+RUNS["ring_views"] = ("16x16", double_buffer)
+RUNS["rowptr_tiled"] = ("16x16", axpby_tiled)
