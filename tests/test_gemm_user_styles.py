@@ -59,6 +59,7 @@ SCHEDULE = {
     "sizet_unroll4": None,
     "struct_dims": None,
     "ring_toggle": None, "dims_in_memory": None, "ring_views": None, "rowptr_tiled": None,
+    "template_sizes": None,
     # 16-byte chunks read whole past K (right only where K is a multiple of 8)
     "linear_nt_vec": "reads past K (k = ",
 }
@@ -69,6 +70,7 @@ MICRO = {
     "double_buffer": "a ring of buffers chosen by s",
     "ring_toggle": "a ring of buffers chosen by buf", "dims_in_memory": None,
     "linear_nt_vec": None, "ring_views": "a ring of buffers chosen by k0", "rowptr_tiled": None,
+    "template_sizes": None,
 }
 """mma-micro-kernel reads shared tiles only: the kernels without them have no site."""
 
@@ -167,7 +169,8 @@ def test_each_style_is_taken_or_refused_with_its_reason() -> None:
 NO_TMA = {"batched_z": "a tensor map holds one matrix",
           "batched_naive": "a tensor map holds one matrix",
           "struct_dims": "extents are not parameters",
-          "dims_in_memory": "extents are not parameters"}
+          "dims_in_memory": "extents are not parameters",
+          "template_sizes": "extents are not parameters"}
 """Kernels the TMA maps cannot describe (a batch along blockIdx.z: a map holds one matrix;
 extents in a struct's fields: the host builds the maps from parameters): their fullest form is
 the producer form's without them."""
@@ -252,7 +255,8 @@ def test_a_ring_read_while_a_step_stores_it_or_chosen_by_nothing_is_refused() ->
 
 
 @pytest.mark.parametrize("name", ["double_buffer", "ring_toggle", "ring_views", "sizet_unroll4",
-                                  "batched_naive", "batched_z", "struct_dims", "dims_in_memory"])
+                                  "batched_naive", "batched_z", "struct_dims", "dims_in_memory",
+                                  "template_sizes"])
 def test_the_de_optimization_reads_back_to_the_same_output(name: str) -> None:
     # (a body ending in a block kept one more blank line at each round trip)
     text, why = _schedule(name, {})

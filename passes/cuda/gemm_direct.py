@@ -40,6 +40,7 @@ sits in the body (inside the kernel's bounds check, say). No GPU library is impo
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,7 +52,7 @@ from passes.cuda.gemm_eval import (GemmTile, Refusal, Tile, _Acc, _and, _cdiv, _
 from passes.cuda.gemm_eval import _accumulated as _sums, kernel_functions, memo
 from passes.cuda.gemm_eval import _NOT_F32, accumulator_refusal
 from passes.cuda.gemm_global import (GlobalGemm, Operand, _addr, _GPtr, _kernel_params, _lane,
-                                     _product, py_name,
+                                     _product, py_name, template_sizes,
                                      _StagingTranslator, _vat, _vcast, _VPtr, _vpair, _vzero,
                                      block_at, block_order)
 
@@ -388,6 +389,8 @@ def _find(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str] |
         try:
             k = _Kernel(ir, scope, fn)
             ints, ptrs, kinds = _kernel_params(k)
+            fixed = template_sizes(k) if len(ints) < 3 else []
+            ints += fixed
             loops = _candidates(k, set(ptrs))
             if not loops and _candidates(k, set(ptrs), nested=True):
                 raise Refusal("the K loop sits in a loop that stores the outputs (a thread's "
@@ -399,7 +402,7 @@ def _find(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str] |
             if block is None:
                 raise Refusal("the block size is not known (give the host's launch or the block "
                               "fact)")
-            found.append(_fit(k, loops, block, ints, ptrs, kinds))
+            found.append(replace(_fit(k, loops, block, ints, ptrs, kinds), fixed=tuple(fixed)))
         except Refusal as exc:
             reasons.append(f"{name}: {exc.args[0]}")
     return found, reasons

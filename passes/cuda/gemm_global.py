@@ -16,7 +16,8 @@ K steps. What the shared tiles hold at each tick must then be exactly
 with one of each pair of strides 1 and the other the value of an integer parameter (the
 leading dimension; an integer field of a struct passed by value, `s.k`, and an integer the kernel
 reads from an `int` pointer at a constant index and uses for nothing else, `dims[2]`, count as
-integer parameters), (m0, n0) the block's output origin — m0 = blockIdx.{x|y} * BM and
+integer parameters, and so do, in a kernel with fewer than three, the template's integer values
+that size no shared array and that the inner region does not read: `template_sizes`), (m0, n0) the block's output origin — m0 = blockIdx.{x|y} * BM and
 n0 = blockIdx.{y|x} * BN, or blockIdx.x counting the blocks row- or column-major — and M, N, K
 integer parameters whose values bound the zero fill; the K loop runs ceil(K / BK) times. The
 hypothesis is fitted on a few elements and then checked on every element of every probe:
@@ -93,6 +94,9 @@ class GlobalGemm:
     order: str = "2d"
     """How blockIdx names the output block: `2d` (one component for rows, one for columns), or
     blockIdx.x alone counting blocks `row`-major (columns fastest) or `col`-major."""
+    fixed: tuple[str, ...] = ()
+    """The integers read as parameters that are the template's values fixed at compile time
+    (`template_sizes`): no host argument holds them."""
 
     def to_json(self) -> dict[str, Any]:
         def op(o: Operand, mn: str) -> dict[str, Any]:
@@ -504,6 +508,21 @@ def _kernel_params(k: _Kernel) -> tuple[list[str], list[str], dict[str, str]]:
     return ints, ptrs, kinds
 
 
+def template_sizes(k: _Kernel, spans: tuple[tuple[int, int], ...] = ()) -> list[str]:
+    """The kernel template's integer value parameters that size nothing it declares (no shared
+    array's extent) and that the byte spans `spans` (the inner region) do not read: sizes fixed
+    at compile time, which the probes may vary as they vary integer parameters (the code is the
+    same for every value)."""
+    from passes.cuda.gemm_eval import template_bindings  # noqa: PLC0415
+
+    ir = k.ir
+    values, _ = template_bindings(ir, k.fn)
+    used = " ".join(ir.source[a:b].decode("utf-8", errors="replace") for a, b in
+                    [sh.decl for sh in k.shared.values()] + list(spans))
+    return [n for n, v in values.items() if k.constant(v) is not None
+            and not re.search(rf"\b{re.escape(n)}\b", used)]
+
+
 def _read_cells(k: _Kernel, name: str) -> list[int]:
     """The constant indices at which the kernel reads the integer pointer `name`, where it does
     nothing else with it (no write, no other index, no other use), else []."""
@@ -824,6 +843,8 @@ def _trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
         raise Refusal(f"the kernel {tile.kernel} is not defined in the unit")
     k = _Kernel(ir, scope, fn)
     ints, ptrs, kinds = _kernel_params(k)
+    fixed = template_sizes(k, tile.region) if len(ints) < 3 else []
+    ints += fixed
     if len(ints) < 3:
         raise Refusal("the kernel has fewer than three integer parameters (M, N, K)")
     program = _StagingProgram(k, tile, ints, ptrs)
@@ -895,7 +916,7 @@ def _trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
                       "(bf16 or fp16 both expected)")
     if program.reads_z:
         a, b = _batch(program, tile, a, b, ints, bases, wide)
-    return GlobalGemm(tile.kernel, a, b, kb, kinds[a.ptr], tile, order)
+    return GlobalGemm(tile.kernel, a, b, kb, kinds[a.ptr], tile, order, tuple(fixed))
 
 
 def _batch(program: _StagingProgram, tile: GemmTile, a: Operand, b: Operand, ints: list[str],

@@ -728,9 +728,9 @@ def tma_maps(g: GlobalGemm, s: Schedule) -> list[list[Any]] | str:
         if op.batch:
             return (f"{name} is one of a batch along blockIdx.z (a tensor map holds one "
                     "matrix)")
-        if any(not re.fullmatch(r"\w*", n) for n in (op.ld, op.bound, g.k)):
+        if any(not re.fullmatch(r"\w*", n) or n in g.fixed for n in (op.ld, op.bound, g.k)):
             return (f"{name}'s extents are not parameters (a struct's fields, integers read "
-                    "from memory: the host builds the maps from parameters)")
+                    "from memory, template values: the host builds the maps from parameters)")
         if not op.bound:
             return (f"the staging of {name} checks no bound on its {'rows' if name == 'A' else 'columns'}"
                     " (a tensor map needs the operand's extent)")

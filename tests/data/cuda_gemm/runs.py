@@ -222,3 +222,14 @@ def linear_nt_vec(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, flo
 RUNS["linear_nt_vec"] = ("256", linear_nt_vec)
 RUNS["ring_views"] = ("16x16", double_buffer)
 RUNS["rowptr_tiled"] = ("16x16", axpby_tiled)
+
+
+def template_sizes(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, float]:
+    m, n, k = 72, 136, 40  # the kernel's instantiation (its sizes are template values)
+    a, b = _mk(m, k, n, torch.half)
+    c = torch.zeros(m, n, dtype=torch.half)
+    launch((_cdiv(n, 16), _cdiv(m, 16)), (16, 16), [a, b, c])
+    return c.float(), a.float() @ b.float(), 5e-3
+
+
+RUNS["template_sizes"] = ("16x16", template_sizes)
