@@ -55,13 +55,13 @@ SCHEDULE = {
     "batched_z": None, "batched_naive": None,
     "half_acc": "accumulator acc is fp16", "naive_half_acc": "accumulator s is fp16",
     "double_buffer": None,
-    "bf162_store": "columns are bounded by no integer parameter",
+    "bf162_store": None,  # (pairs of columns: N even, where the probes put it)
     "sizet_unroll4": None,
     "struct_dims": None,
     "ring_toggle": None, "dims_in_memory": None, "ring_views": None, "rowptr_tiled": None,
     "template_sizes": None,
-    # 16-byte chunks read whole past K (right only where K is a multiple of 8)
-    "linear_nt_vec": "reads past K (k = ",
+    # 16-byte chunks read whole past K (right only where K is a multiple of 8: probed there)
+    "linear_nt_vec": None, "pipeline_async": None,
 }
 MICRO = {
     "axpby_tiled": None, "bias_gelu_reg": None, "nt_half2": None, "template_tiles": None,
@@ -70,7 +70,7 @@ MICRO = {
     "double_buffer": "a ring of buffers chosen by s",
     "ring_toggle": "a ring of buffers chosen by buf", "dims_in_memory": None,
     "linear_nt_vec": None, "ring_views": "a ring of buffers chosen by k0", "rowptr_tiled": None,
-    "template_sizes": None,
+    "template_sizes": None, "pipeline_async": "a ring of buffers chosen by s",
 }
 """mma-micro-kernel reads shared tiles only: the kernels without them have no site."""
 
@@ -256,7 +256,8 @@ def test_a_ring_read_while_a_step_stores_it_or_chosen_by_nothing_is_refused() ->
 
 @pytest.mark.parametrize("name", ["double_buffer", "ring_toggle", "ring_views", "sizet_unroll4",
                                   "batched_naive", "batched_z", "struct_dims", "dims_in_memory",
-                                  "template_sizes"])
+                                  "template_sizes", "pipeline_async", "linear_nt_vec",
+                                  "bf162_store"])
 def test_the_de_optimization_reads_back_to_the_same_output(name: str) -> None:
     # (a body ending in a block kept one more blank line at each round trip)
     text, why = _schedule(name, {})
@@ -268,3 +269,13 @@ def test_the_de_optimization_reads_back_to_the_same_output(name: str) -> None:
     assert "kl_gs_" not in back.ir.text
     again = rule.optimize(back.ir, next(s for s in rule.sites(back.ir) if not s.present), CTX)
     assert again.ok and again.ir.text == text
+
+
+def test_a_staging_reading_past_k_at_every_size_is_refused() -> None:
+    # 16-byte chunks are probed again at sizes that are multiples of 8; one that copies a chunk
+    # starting at K itself reads past K there too
+    source = (DATA / "linear_nt_vec.cu").read_text()
+    bad = source.replace("if (m0 + r < M && k0 + c < K)", "if (m0 + r < M && k0 + c < K + 8)")
+    assert bad != source
+    rule = get_pass("gemm-schedule").from_options({"block": "256"})
+    assert "the staging of the first tile reads past K" in _outcome(rule, bad)[1]

@@ -52,7 +52,7 @@ from passes.cuda.gemm_eval import (GemmTile, Refusal, Tile, _Acc, _and, _cdiv, _
 from passes.cuda.gemm_eval import _accumulated as _sums, kernel_functions, memo
 from passes.cuda.gemm_eval import _NOT_F32, accumulator_refusal
 from passes.cuda.gemm_global import (GlobalGemm, Operand, _addr, _GPtr, _kernel_params, _lane,
-                                     _product, py_name, template_sizes,
+                                     _CHUNK, _product, _Unaligned, py_name, template_sizes,
                                      _StagingTranslator, _vat, _vcast, _VPtr, _vpair, _vzero,
                                      block_at, block_order)
 
@@ -325,7 +325,8 @@ class _DirectProgram:
             "_or": _or, "_not": _not, "_sel": _sel, "_min": _min, "_max": _max, "_k": _k,
             "_Acc": _Acc, "_Outer": _Outer, "_deref": _deref, "_addr": _addr, "_vzero": _vzero,
             "_vcast": _vcast, "_vat": _vat, "_gaddr": lambda p, i: p + i[0], "_lane": _lane,
-            "_vpair": _vpair, "_st": _no_shared, "_saddr": _no_shared, "_vst": _no_shared}
+            "_vpair": _vpair, "_st": _no_shared, "_saddr": _no_shared, "_vst": _no_shared,
+            "_acopied": _no_shared}
         exec(compile(source, "<gemm-direct>", "exec"), namespace)  # noqa: S102 — our translation
         self.fn = namespace["_run"]
         self.source = source
@@ -402,14 +403,21 @@ def _find(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str] |
             if block is None:
                 raise Refusal("the block size is not known (give the host's launch or the block "
                               "fact)")
-            found.append(replace(_fit(k, loops, block, ints, ptrs, kinds), fixed=tuple(fixed)))
+            try:
+                g = _fit(k, loops, block, ints, ptrs, kinds)
+            except _Unaligned as exc:  # outputs stored in whole chunks: probed at their multiples
+                try:
+                    g = _fit(k, loops, block, ints, ptrs, kinds, _CHUNK)
+                except Refusal:
+                    raise exc from None
+            found.append(replace(g, fixed=tuple(fixed)))
         except Refusal as exc:
             reasons.append(f"{name}: {exc.args[0]}")
     return found, reasons
 
 
 def _fit(k: _Kernel, loops: list[int], block: tuple[int, int], ints: list[str], ptrs: list[str],
-         kinds: dict[str, str]) -> GlobalGemm:
+         kinds: dict[str, str], unit: int = 1) -> GlobalGemm:
     ir = k.ir
     if len(ints) < 3:
         raise Refusal("the kernel has fewer than three integer parameters (M, N, K)")
@@ -466,7 +474,8 @@ def _fit(k: _Kernel, loops: list[int], block: tuple[int, int], ints: list[str], 
 
     # the blocks' order and the bounds, on integers just past two tiles
     big = 2 * max(bm, bn) + 1
-    values = {nm: big + 2 * i for i, nm in enumerate(ints)}
+    values = {nm: big + 2 * i for i, nm in enumerate(ints)} if unit == 1 else \
+        {nm: (-(-big // unit) + i) * unit for i, nm in enumerate(ints)}
 
     def origin(cta: tuple[int, int]) -> tuple[int, int] | None:
         got = lay.cells(run(values, cta), values)
@@ -491,7 +500,8 @@ def _fit(k: _Kernel, loops: list[int], block: tuple[int, int], ints: list[str], 
                           f"= {-(-values[bound] // extent)}")
     # every product, on a K the loop runs to its end, at the first block and the bounds' block
     narrow = {nm: values[nm] for nm in (a_bound, b_bound) if nm}
-    small = iter(v for v in range(13, _CAP, 2) if v not in narrow.values())
+    small = iter(v for v in (range(13, _CAP, 2) if unit == 1 else range(unit, _CAP, unit))
+                 if v not in narrow.values())
     for nm in ints:
         if nm not in narrow:
             narrow[nm] = next(small, 0)
@@ -669,7 +679,7 @@ def _bound(cells_at: Any, values: dict[str, int], extent: int, axis: int, what: 
             if mn not in present:
                 names = [nm for nm, v in values.items() if v == mn]
                 if len(names) != 1:
-                    raise Refusal(f"the outputs' {what} are bounded by no integer parameter")
+                    raise _Unaligned(f"the outputs' {what} are bounded by no integer parameter")
                 return names[0], i
     return "", 2
 

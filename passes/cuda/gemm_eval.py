@@ -55,6 +55,10 @@ _CONVERSION = re.compile(r"^(?:__bfloat162float|__half2float|__low2float|static_
 _FMA = re.compile(r"^(?:fmaf|fma|__fmaf_rn|__fmaf_rz|__fmaf_ru|__fmaf_rd|__fma_rn|__hfma)$")
 _PRODUCT = re.compile(r"^(?:__fmul_rn|__hmul|__fmul_rz)$")
 _STEP_LIMIT = 1 << 20
+ASYNC_COPY = re.compile(r"^(?:__pipeline_memcpy_async)$")
+"""Calls that copy bytes into their first argument's memory (landing by a later wait)."""
+ASYNC_FENCE = re.compile(r"^(?:__pipeline_commit|__pipeline_wait_prior|__pipeline_arrive_on)$")
+"""Calls that only order those copies."""
 
 
 class Refusal(Exception):
@@ -623,6 +627,13 @@ def _reads_shared(k: _Kernel, nid: int) -> bool:
 def _writes_shared(k: _Kernel, nid: int) -> bool:
     ir = k.ir
     for c in subtree(ir, nid):
+        if ir.grammar_type_of(c) == "call_expression" and \
+                ASYNC_COPY.match(ir.attrs_of(c).get("callee") or ""):
+            args = children(ir, c, "argument_list")
+            first = [a for a in children(ir, args[0]) if ir.grammar_type_of(a) not in _TRIVIA][:1] \
+                if args else []
+            if first and _reads_shared(k, first[0]):
+                return True
         if ir.grammar_type_of(c) in ("assignment_expression", "update_expression"):
             target = children(ir, c)[0]
             while ir.grammar_type_of(target) in ("subscript_expression", "parenthesized_expression"):

@@ -31,7 +31,11 @@ stage the same tiles moved by 1 and 2 times one offset per operand, a product of
 integer parameters on two probes (`Operand.batch`); anything else is refused. Tiles read from a
 ring of buffers (`GemmTile.ring`) are checked at each step where that step's variables place
 them (`gemm_eval.ring_shift`), and no thread may store an element of them between the barriers
-where the step reads it.
+where the step reads it. Asynchronous copies (`__pipeline_memcpy_async(dst, src, bytes[,
+zfill])`) are read as the vector copies they land as, the pipeline's commits and waits as
+nothing. A staging that copies whole chunks across a bound (16-byte copies: right only where M,
+N or K are multiples of 8) is probed again with every integer a multiple of 8, the kernel's own
+domain (the schedule is right for every size).
 
 No GPU library is imported here.
 """
@@ -44,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from passes.cuda._tree import Scope, block_items, children, declared_names, text
 from passes.cuda.gemm_eval import (GemmTile, Refusal, Tile, _cdiv, _cmod, _and, _or, _not, _sel,
                                    _min, _max, _k, _Kernel, _Local, _Translator, _is_sync,
-                                   element_kind, ring_shift, _TRIVIA)
+                                   element_kind, ring_shift, ASYNC_COPY, ASYNC_FENCE, _TRIVIA)
 
 if TYPE_CHECKING:
     from kir import KernelIR
@@ -344,7 +348,18 @@ class _StagingTranslator(_Translator):
                         raise Refusal(f"the staging updates {base} in place")
                     return [f"_st({base!r}, ({', '.join(idx)},), {self.expr(kids[-1])})"]
         if ir.grammar_type_of(nid) == "call_expression":
-            raise Refusal(f"a call of {ir.attrs_of(nid).get('callee') or '?'} in the staging")
+            callee = ir.attrs_of(nid).get("callee") or "?"
+            args = [c for c in children(ir, children(ir, nid, "argument_list")[0])
+                    if ir.grammar_type_of(c) not in _TRIVIA] \
+                if children(ir, nid, "argument_list") else []
+            if ASYNC_FENCE.match(callee):  # the copies are read as landed where they are made
+                return []
+            if ASYNC_COPY.match(callee) and len(args) in (3, 4):
+                dst, src, size = (self.expr(a) for a in args[:3])
+                zfill = self.expr(args[3]) if len(args) == 4 else "0"
+                return [f"_vst(_vcast({dst}, {size}), _acopied(_vcast({dst}, {size}), {src}, "
+                        f"{size}, {zfill}))"]
+            raise Refusal(f"a call of {callee} in the staging")
         return super().effect(nid)
 
     def expr(self, nid: int) -> str:
@@ -586,6 +601,7 @@ class _StagingProgram:
                                      "_and": _and, "_or": _or, "_not": _not, "_sel": _sel,
                                      "_min": _min, "_max": _max, "_k": _k}
         namespace.update({"_deref": _deref, "_addr": _addr, "_vzero": _vzero, "_vcast": _vcast,
+                          "_acopied": _acopied,
                           "_vat": _vat, "_gaddr": _gaddr, "_lane": _lane,
                           "_vpair": _vpair})
         exec(compile(source, "<gemm-staging>", "exec"), namespace)  # noqa: S102 — our translation
@@ -744,6 +760,17 @@ def _lane(v: Any, i: int) -> Any:
     return v.lanes[i]
 
 
+def _acopied(dst: _VPtr, src: Any, size: Any, zfill: Any) -> _Vec:
+    """What an asynchronous copy of `size` bytes from `src` lands at `dst`: its first
+    `size - zfill` bytes from `src` (not read where none are), zeros after them."""
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (size, zfill)) or \
+            not 0 <= zfill <= size or (size - zfill) % dst.esize:
+        raise Refusal("an asynchronous copy of a size the rule does not read")
+    kept = (size - zfill) // dst.esize
+    lanes = _deref(_vcast(src, size - zfill)).lanes if kept else []
+    return _Vec(lanes + [0] * (size // dst.esize - kept), dst.esize, size)
+
+
 def _vcast(x: Any, vbytes: int) -> _VPtr:
     if isinstance(x, _VPtr):
         x = x.base
@@ -836,7 +863,29 @@ def trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
     return hit
 
 
+class _Unaligned(Refusal):
+    """The staging copies whole chunks across a bound (right only where the bound is a multiple
+    of them): the probes are tried again at multiples of `_CHUNK`."""
+
+
+_CHUNK = 8
+"""Elements of the widest copy a staging makes (16 bytes of 16-bit elements): where it reads
+past K on the odd probes, the probes are made multiples of it (the kernel's own domain; the
+schedule is right for every K)."""
+
+
 def _trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
+    try:
+        return _traced(ir, tile, 1)
+    except _Unaligned as exc:
+        try:
+            return _traced(ir, tile, _CHUNK)
+        except Refusal:
+            raise exc from None
+
+
+def _traced(ir: KernelIR, tile: GemmTile, unit: int) -> GlobalGemm:
+    """`_trace` with every integer probed at a multiple of `unit`."""
     scope = Scope(ir)
     fn = scope.functions.get(tile.kernel)
     if fn is None:
@@ -851,7 +900,8 @@ def _trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
     bases = {p: _GPtr(p, 0, _SIZES.get(kinds.get(p, ""), 1)) for p in ptrs}
     bm, bn, bk = tile.bm, tile.bn, tile.bk
     big = 2 * max(bm, bn) + 1
-    wide = {n: big + 2 * i for i, n in enumerate(ints)}
+    wide = {n: big + 2 * i for i, n in enumerate(ints)} if unit == 1 else \
+        {n: (-(-big // unit) + i) * unit for i, n in enumerate(ints)}
     runs = []
 
     def probe(cta: tuple[int, int]) -> Any:
@@ -889,7 +939,7 @@ def _trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
             continue
         while count in trips_seen:
             count += 1
-        narrow[n] = bk * (count - 1) + 3 if bk > 3 else bk * (count - 1) + 1
+        narrow[n] = bk * (count - 1) + (unit if unit > 1 else 3 if bk > 3 else 1)
         trips_seen.add(count)
     if len(set(narrow.values())) != len(narrow):
         raise Refusal("the probe values of the integer parameters collide")
@@ -915,16 +965,16 @@ def _trace(ir: KernelIR, tile: GemmTile) -> GlobalGemm:
         raise Refusal(f"the global operands are {kinds.get(a.ptr)} and {kinds.get(b.ptr)} "
                       "(bf16 or fp16 both expected)")
     if program.reads_z:
-        a, b = _batch(program, tile, a, b, ints, bases, wide)
+        a, b = _batch(program, tile, a, b, ints, bases, wide, unit)
     return GlobalGemm(tile.kernel, a, b, kb, kinds[a.ptr], tile, order, tuple(fixed))
 
 
 def _batch(program: _StagingProgram, tile: GemmTile, a: Operand, b: Operand, ints: list[str],
-           bases: dict[str, Any], wide: dict[str, int]) -> tuple[Operand, Operand]:
+           bases: dict[str, Any], wide: dict[str, int], unit: int = 1) -> tuple[Operand, Operand]:
     """`a` and `b` with their batch strides: blockIdx.z = z must stage, at every element of the
     first block's first steps, what z = 0 stages with each operand moved by z times one offset,
     and that offset must be a product of one or two integer parameters on two probes."""
-    other = {n: v + 2 * len(ints) + 2 for n, v in wide.items()}
+    other = {n: v + max(unit, 2) * (len(ints) + 1) for n, v in wide.items()}
     found: list[list[tuple[str, ...]]] = [[], []]
     for values in (wide, other):
         ref = program.run(tile.block, (0, 0), {**values, **bases}, _TICK_LIMIT)[0]
@@ -1089,7 +1139,7 @@ def _fit(t: Tile, extent: int, lay: tuple, stores_at: Any, axis: str, values: di
             if not isinstance(v, _GElem):
                 bounds = [n for n, val in values.items() if val == i * extent + mn]
                 if len(bounds) != 1:
-                    raise Refusal(f"{which} tile's {name} are bounded by no integer parameter")
+                    raise _Unaligned(f"{which} tile's {name} are bounded by no integer parameter")
                 return Operand(lay[0], lay[1], lay[2], bounds[0], axis), i
             if v.ptr != lay[0]:
                 raise Refusal(f"{which} tile's {name} are staged from two operands")
@@ -1109,7 +1159,7 @@ def _k_bound(t: Tile, bk: int, runs: list, op: Operand, values: dict[str, int], 
             if len(names) != 1:
                 past = [n for n, val in values.items() if last * bk <= val < last * bk + kk]
                 if len(past) == 1:  # e.g. 16-byte chunks copied whole across K
-                    raise Refusal(f"the staging of {which} tile reads past {past[0]} (k = "
+                    raise _Unaligned(f"the staging of {which} tile reads past {past[0]} (k = "
                                   f"{values[past[0]]} to {last * bk + kk - 1} are copied, the "
                                   "zero fill starts after them)")
                 break

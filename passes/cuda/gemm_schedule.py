@@ -105,7 +105,8 @@ from passes.cuda._gemm_text import (BARRIER_HELPERS, DEEP_HELPERS, HELPERS, MARK
                                     written as _written)
 from passes.cuda.gemm_launch import (launch_edits, launched_here, limit_lines, parameter_bytes,
                                      host_edits)
-from passes.cuda.gemm_eval import GemmTile, Refusal, find_gemm_tiles, _Kernel
+from passes.cuda.gemm_eval import (ASYNC_COPY, ASYNC_FENCE, GemmTile, Refusal, find_gemm_tiles,
+                                   _Kernel, _TRIVIA as _TRIVIA_KINDS)
 from passes.cuda.gemm_cells import cell_products, cell_threads, cells_tail
 from passes.cuda.gemm_direct import find_direct, may_be_direct
 from passes.cuda.gemm_global import GlobalGemm, Operand, trace
@@ -1205,9 +1206,22 @@ def _prologue(ir: KernelIR, scope: Scope, items: list, spans: list[tuple[int, in
         wrote = False
         for c in subtree(ir, node):
             gtype = ir.grammar_type_of(c)
-            if gtype == "call_expression" and not _STAGE_CALL.match(
-                    (ir.attrs_of(c).get("callee") or "").split("::")[-1]):
+            callee = (ir.attrs_of(c).get("callee") or "").split("::")[-1]
+            if gtype == "call_expression" and ASYNC_COPY.match(callee):
+                # an asynchronous copy writes its first argument only
+                args = [a for a in children(ir, children(ir, c, "argument_list")[0])
+                        if ir.grammar_type_of(a) not in _TRIVIA_KINDS]
+                if not args or not any(ir.grammar_type_of(x) == "identifier" and
+                                       ir.name_of(x) in tiles for x in subtree(ir, args[0])):
+                    return False
+                wrote = True
+                continue
+            if gtype == "call_expression" and not (_STAGE_CALL.match(callee)
+                                                   or ASYNC_FENCE.match(callee)):
                 return False
+            if any(ir.grammar_type_of(a) == "call_expression" and
+                   ASYNC_COPY.match(ir.attrs_of(a).get("callee") or "") for a in ir.ancestors(c)):
+                continue  # (inside the copy's arguments: read)
             names = scope.written(c)
             if gtype in ("assignment_expression", "update_expression") and not names:
                 return False

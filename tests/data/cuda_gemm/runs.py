@@ -233,3 +233,14 @@ def template_sizes(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, fl
 
 
 RUNS["template_sizes"] = ("16x16", template_sizes)
+
+
+def pipeline_async(launch: Launch, m: int, n: int, k: int) -> tuple[Any, Any, float]:
+    n, k = -(-n // 8) * 8, -(-k // 8) * 8  # whole 16-byte chunks along N and K
+    a, b = _mk(m, k, n, torch.bfloat16)
+    c = torch.zeros(m, n, dtype=torch.bfloat16)
+    launch((_cdiv(n, 64), _cdiv(m, 64)), (256, 1), [a, b, c, m, n, k])
+    return c.float(), a.float() @ b.float(), 2e-2
+
+
+RUNS["pipeline_async"] = ("256", pipeline_async)
