@@ -1,16 +1,18 @@
 """gemm-schedule and mma-micro-kernel on GEMM kernels written in further user styles
 (tests/data/cuda_gemm: alpha / beta, a bias + GELU epilogue over a 4 x 4 register block,
-A @ B^T staged through `__half2` pairs, a batched GEMM over blockIdx.z, a double-buffered
-shared tile, a template instantiated by its host, cuBLAS-like column-major operands with leading
-dimensions, a `__nv_bfloat162` pair store, `size_t` indices with a K loop unrolled by four, sizes
-in a struct, half-precision accumulation, a grid-stride loop over outputs, an accumulator
-starting from C or from beta * C, threadIdx.x along the rows, a K loop for whole tiles of K
-only, a ring of two buffers chosen by the step's parity or by a toggled index with register
-prefetch, sizes read from device memory and named by enumerators, A @ W^T staged by 16-byte
-`__ldg` loads): each rule either fires and its output compiles for
-sm_90a and matches torch on the CPU emulator at ragged small shapes, or refuses saying why. A
-rule that cannot keep a kernel's result refuses it (a naive batch addressed through blockIdx.z
-inside its K loop, a sum kept in fp16, a ring stored while a step reads it)."""
+A @ B^T staged through `__half2` pairs, batched GEMMs over blockIdx.z (operands moved by stride
+parameters, or addressed inline), double-buffered shared tiles (a ring chosen by the step's
+parity, by a toggled index with register prefetch, through buffer pointers, filled by
+`__pipeline_memcpy_async`), a template instantiated by its host, sizes as template values,
+cuBLAS-like column-major operands with leading dimensions, a `__nv_bfloat162` pair store,
+`size_t` indices with a K loop unrolled by four and its remainder, sizes in a struct or read
+from device memory and named by enumerators, per-thread row pointers into flat tiles, A @ W^T
+staged by 16-byte `__ldg` loads, half-precision accumulation, a grid-stride loop over outputs,
+an accumulator starting from C or from beta * C, threadIdx.x along the rows, a K loop for whole
+tiles of K only): each rule either fires and its output compiles for sm_90a and matches torch on
+the CPU emulator at ragged small shapes, or refuses saying why. A rule that cannot keep a
+kernel's result refuses it (a sum kept in fp16, a ring stored while a step reads it, blockIdx.z
+moving an operand by no batch stride, a staging that reads past K)."""
 from __future__ import annotations
 
 import importlib.util
