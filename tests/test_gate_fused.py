@@ -300,7 +300,9 @@ def test_an_interpret_gate_holds_and_judges_in_one_pass(monkeypatch: pytest.Monk
     monkeypatch.setenv("KLINEAGE_GATE_PARK", "1")
     cheat = gate.check_file(DATA / "cheats" / "reuse_data_ptr.py", saxpy,
                             Tier.INTERPRET, cache=False, timeout=120)
-    assert cheat.failure_kind is FailureKind.REUSED_OUTPUT, cheat.reason
+    # a parked set brought back may land at its earlier address: the knockout (kernels skipped,
+    # the answer still right) can name the reuse before the reuse check does
+    assert cheat.failure_kind in (FailureKind.REUSED_OUTPUT, FailureKind.FALLBACK), cheat.reason
 
 
 def test_the_one_pass_tf32_rounding_is_the_torch_rounding(monkeypatch: pytest.MonkeyPatch) -> None:
