@@ -9,7 +9,8 @@ host module holding its source); default: every folder of bench/styles/cuda. For
 the roles `passes.cuda.recognize` finds (stagings by form, GEMM micro-kernels with their tiles,
 reduction trees, stride loops, the launch block, refusals with reasons), then each rule
 (`row-cache`, `warp-shuffle-reduce`, `cp-async-pipeline`, `vectorize-global`, `launch-bounds`,
-`pragma-unroll`, `mma-micro-kernel`; --rules: some of them, with options, in that order)
+`pragma-unroll`, `mma-micro-kernel`; --rules: some of them, and `row-registers`, `launch-threads`,
+`restrict-readonly`, `gemm-schedule`, with options, in the order given)
 applied at every open site it takes (its refusals kept), and the result gated at --tier
 against the folder's case (static: NVRTC for sm_90a; emulate: the CPU emulation at the case's
 small shapes; device: the GPU, where the start is timed too and each output's time is set
@@ -33,6 +34,8 @@ if str(ROOT) not in sys.path:
 
 RULES = ("row-cache", "warp-shuffle-reduce", "cp-async-pipeline", "vectorize-global",
          "launch-bounds", "pragma-unroll", "mma-micro-kernel")
+MORE_RULES = ("row-registers", "launch-threads", "restrict-readonly", "gemm-schedule")
+"""Role-based rules --rules may also name (not in the default list)."""
 MAX_SITES = 8
 
 
@@ -253,9 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         print("error: --jobs must be positive", file=sys.stderr)
         return 2
-    unknown = sorted({r.split("{")[0] for r in rules} - set(RULES))
+    unknown = sorted({r.split("{")[0] for r in rules} - set(RULES) - set(MORE_RULES))
     if unknown:
-        print(f"error: unknown rule {unknown[0]} (one of {', '.join(RULES)})", file=sys.stderr)
+        print(f"error: unknown rule {unknown[0]} (one of {', '.join(RULES + MORE_RULES)})", file=sys.stderr)
         return 2
     dirs = args.dirs or sorted(p for p in (ROOT / "bench" / "styles" / "cuda").iterdir() if p.is_dir())
     for d in dirs:
