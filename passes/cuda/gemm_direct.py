@@ -52,7 +52,8 @@ from passes.cuda.gemm_eval import (GemmTile, Refusal, Tile, _Acc, _and, _cdiv, _
 from passes.cuda.gemm_eval import _accumulated as _sums, kernel_functions, memo
 from passes.cuda.gemm_eval import _NOT_F32, accumulator_refusal
 from passes.cuda.gemm_global import (GlobalGemm, Operand, _addr, _GPtr, _kernel_params, _lane,
-                                     _CHUNK, _product, _Unaligned, py_name, template_sizes,
+                                     _CHUNK, _product, _Unaligned, batch_strides, py_name,
+                                     template_sizes,
                                      _StagingTranslator, _vat, _vcast, _VPtr, _vpair, _vzero,
                                      block_at, block_order)
 
@@ -557,17 +558,7 @@ def _batch(run: Any, probes: tuple[dict[str, int], ...], lay: _Layout, ints: lis
                           "(a batch stride)")
         for i in (0, 1):
             found[i].append(_product(moved[0][i], values, ints))
-    strides = []
-    for i, which in ((0, "first"), (1, "second")):
-        common = set(found[i][0]) & set(found[i][1])
-        if len(common) != 1:
-            raise Refusal(f"the {which} operand's batch stride is no product of one or two "
-                          "integer parameters")
-        strides.append(next(iter(common)))
-    if strides == [(), ()]:
-        raise Refusal("blockIdx.z moves neither operand (a split of K or a grid the rule does "
-                      "not read)")
-    return strides[0], strides[1]
+    return batch_strides(found)
 
 
 def _loop_span(ir: KernelIR, loop: int) -> tuple[int, int]:

@@ -989,16 +989,7 @@ def _batch(program: _StagingProgram, tile: GemmTile, a: Operand, b: Operand, int
                 raise Refusal("blockIdx.z moves an operand by other than a multiple of one "
                               "offset (a batch stride)")
             found[i].append(_product(one, values, ints))
-    strides = []
-    for i, which in ((0, "first"), (1, "second")):
-        common = set(found[i][0]) & set(found[i][1])
-        if len(common) != 1:
-            raise Refusal(f"the {which} operand's batch stride is no product of one or two "
-                          "integer parameters")
-        strides.append(next(iter(common)))
-    if strides == [(), ()]:
-        raise Refusal("blockIdx.z moves neither operand (a split of K or a grid the rule does "
-                      "not read)")
+    strides = batch_strides(found)
     return replace(a, batch=strides[0]), replace(b, batch=strides[1])
 
 
@@ -1017,6 +1008,23 @@ def _moved(t: Tile, ref: Any, stores: Any, extent: int, bk: int) -> int:
     if len(shifts) != 1:
         raise Refusal("blockIdx.z moves an operand's elements by different offsets")
     return shifts.pop()
+
+
+def batch_strides(found: list[list[list[tuple[str, ...]]]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Each operand's batch stride: the one product of integer parameters (`_product`) that
+    both of its probed moves (blockIdx.z = 1 and 2) name, or a Refusal saying why there is none
+    (or that neither operand moves)."""
+    strides = []
+    for i, which in ((0, "first"), (1, "second")):
+        common = set(found[i][0]) & set(found[i][1])
+        if len(common) != 1:
+            raise Refusal(f"the {which} operand's batch stride is no product of one or two "
+                          "integer parameters")
+        strides.append(next(iter(common)))
+    if strides == [(), ()]:
+        raise Refusal("blockIdx.z moves neither operand (a split of K or a grid the rule does "
+                      "not read)")
+    return strides[0], strides[1]
 
 
 def _product(offset: int, values: dict[str, int], ints: list[str]) -> list[tuple[str, ...]]:
