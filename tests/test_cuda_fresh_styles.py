@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import kir
+from cuda_style_helpers import emulated_error, rule_output, start
 from nvrtc_helpers import ptx_for_sm90a
 from passes import Applied, PassContext, get_pass
 from passes.cuda import recognize as R
@@ -27,47 +28,6 @@ cudacpu = pytest.importorskip("gate.cudacpu")
 import gate  # noqa: E402
 
 FRESH = Path(__file__).resolve().parent / "data" / "cuda_fresh"
-
-
-def _start(folder: Path) -> tuple[Path, Path]:
-    cu = next(folder.glob("*.cu"))
-    return cu, cu.with_suffix(".py")
-
-
-def _rule_output(folder: Path, rule: str) -> tuple[str, int, list[str]]:
-    """The kernel after `rule` acted at every open site it takes (the launch's block from the
-    host beside it, as the optimize loop reads it), how many times it acted, its refusals."""
-    cu, host = _start(folder)
-    ir = kir.parse_file(cu)
-    launch = R.launch_block(ir, host=host.read_text())
-    facts = {"arch": "sm_90", **({"block_threads": launch.threads} if launch.threads else {})}
-    ctx = PassContext(facts=facts)
-    p = get_pass(rule)()
-    applied, refusals = 0, []
-    for _ in range(8):
-        for site in [s for s in p.sites(ir) if not s.present]:
-            result = p.optimize(ir, site, ctx)
-            if isinstance(result, Applied):
-                ir, applied = result.ir, applied + 1
-                break
-            refusals.append(getattr(result, "reason", ""))
-        else:
-            break
-    return ir.text, applied, refusals
-
-
-def _emulated_error(folder: Path, source: str) -> tuple[float, float]:
-    """(relative error, tolerance) of the host module running `source` on the emulator at the
-    case's small shape, against the case's reference."""
-    case = gate.load_case(folder)
-    shape = dict(next(iter(case.small_shapes.values())))
-    inputs = tuple(case.module().make_inputs(shape, 5, "cpu"))
-    _cu, host = _start(folder)
-    out = cudacpu.run_host(source, host, *inputs, stem=host.stem)
-    ref = case.module().reference(*inputs)
-    err = float(torch.linalg.vector_norm(out.double() - ref.double()) /
-                max(float(torch.linalg.vector_norm(ref.double())), 1e-30))
-    return err, case.tolerance_for(shape["dtype"])
 
 
 @pytest.fixture(autouse=True)
@@ -97,14 +57,14 @@ ACTS = [
 @pytest.mark.parametrize("folder,rule,count", ACTS, ids=[f"{f}-{r}" for f, r, _ in ACTS])
 def test_the_rule_acts_on_the_fresh_kernel_and_keeps_its_answer(folder: str, rule: str,
                                                                   count: int) -> None:
-    out, applied, refusals = _rule_output(FRESH / folder, rule)
+    out, applied, refusals = rule_output(FRESH / folder, rule)
     assert applied == count, refusals
     ptx = ptx_for_sm90a(out)
     marks = {"warp-shuffle-reduce": "shfl.sync.down", "cp-async-pipeline": "cp.async",
              "mma-micro-kernel": "mma.sync", "gemm-schedule": "mma.sync",
              "row-cache": "cp.async", "vectorize-global": ".v4."}
     assert marks[rule] in ptx
-    err, tol = _emulated_error(FRESH / folder, out)
+    err, tol = emulated_error(FRESH / folder, out)
     assert err <= tol, f"{rule} on {folder}: error {err:.3g} over {tol}"
 
 
@@ -127,7 +87,7 @@ def _renamed(text: str) -> str:
 @pytest.mark.parametrize("rename", [False, True], ids=["as-written", "renamed"])
 def test_roles_of_the_fresh_kernels_in_their_spelling(rename: bool) -> None:
     def roles(folder: str) -> dict:
-        text = _start(FRESH / folder)[0].read_text()
+        text = start(FRESH / folder)[0].read_text()
         return R.roles(kir.parse(_renamed(text) if rename else text, "cuda"))
 
     trees = {"fr_while_absmax": [("halving", 128, ["max"])],

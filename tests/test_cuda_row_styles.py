@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import kir
+from cuda_style_helpers import context, emulated_error, rule_output, start
 from nvrtc_helpers import ptx_for_sm90a
 from passes import Applied, PassContext, get_all_passes, get_pass
 from passes.cuda import recognize as R
@@ -35,47 +36,15 @@ ROWS = Path(__file__).resolve().parent / "data" / "cuda_rows"
 
 
 def _start(folder: str) -> tuple[Path, Path]:
-    cu = next((ROWS / folder).glob("*.cu"))
-    return cu, cu.with_suffix(".py")
-
-
-def _context(ir: kir.KernelIR, host: Path) -> PassContext:
-    launch = R.launch_block(ir, host=host.read_text())
-    return PassContext(facts={"arch": "sm_90", **({"block_threads": launch.threads}
-                                                  if launch.threads else {})})
+    return start(ROWS / folder)
 
 
 def _rule_output(folder: str, rule: str, **options: object) -> tuple[str, int, list[str]]:
-    """The kernel after `rule` acted at every open site it takes (the launch's block read from
-    the host beside it), how many times it acted, and its refusals."""
-    cu, host = _start(folder)
-    ir = kir.parse_file(cu)
-    ctx = _context(ir, host)
-    p = get_pass(rule).from_options(options)
-    applied, refusals = 0, []
-    for _ in range(8):
-        for site in [s for s in p.sites(ir) if not s.present]:
-            result = p.optimize(ir, site, ctx)
-            if isinstance(result, Applied):
-                ir, applied = result.ir, applied + 1
-                break
-            refusals.append(getattr(result, "reason", getattr(result, "error", "")))
-        else:
-            break
-    return ir.text, applied, refusals
+    return rule_output(ROWS / folder, rule, **options)
 
 
 def _emulated_error(folder: str, source: str) -> tuple[float, float]:
-    """(relative error, tolerance) of the host module running `source` on the emulator at the
-    case's small shape, against the case's reference."""
-    case = gate.load_case(ROWS / folder)
-    shape = dict(next(iter(case.small_shapes.values())))
-    inputs = tuple(case.module().make_inputs(shape, 5, "cpu"))
-    out = cudacpu.run_host(source, _start(folder)[1], *inputs, stem=_start(folder)[1].stem)
-    ref = case.module().reference(*inputs)
-    err = float(torch.linalg.vector_norm(out.double() - ref.double()) /
-                max(float(torch.linalg.vector_norm(ref.double())), 1e-30))
-    return err, case.tolerance_for(shape["dtype"])
+    return emulated_error(ROWS / folder, source)
 
 
 @pytest.fixture(autouse=True)
@@ -259,7 +228,7 @@ def test_a_non_ascii_comment_changes_no_rule_output(folder: str) -> None:
     """Spans are byte offsets: text before a site in a multi-byte encoding shifts no edit."""
     cu, host = _start(folder)
     text = re.sub(r"[^\x00-\x7f]", "?", cu.read_text())
-    ctx = _context(kir.parse_file(cu), host)
+    ctx = context(kir.parse_file(cu), host)
     for rule in _cuda_rules():
         outputs = []
         for head in ("// plain words\n", "// ñandú, αβγ — üñí\n"):
