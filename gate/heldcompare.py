@@ -45,7 +45,7 @@ import torch
 
 from gate.compare import new_key
 
-__all__ = ["Held", "fused_applies", "headers", "hold", "judge", "new_key", "xor_pad_"]
+__all__ = ["Held", "digest_bytes", "fused_applies", "headers", "hold", "judge", "new_key", "xor_pad_"]
 
 CHUNK_BYTES = 1 << 26  # the unmasked piece of a reference that exists at one time (with
 # its float64 temporaries, about 1 GB of device memory)
@@ -298,6 +298,11 @@ def _digest(flat: torch.Tensor, body_sums: Any = None) -> str:
             b += (piece * (pos * 2654435761 % 4294967291 + 7)).sum()
         a, b = a * 31 + 1, b * 37 + 3  # the tail's sums are not the body's
     return f"{int(a)}.{int(b)}.{raw.numel()}"
+
+
+def digest_bytes(t: torch.Tensor) -> str:
+    """`_digest` of a tensor's bytes in its logical order (any device, any strides)."""
+    return _digest(t.detach().reshape(-1))
 
 
 def header(x: Any) -> tuple[Any, ...]:

@@ -175,6 +175,15 @@ def plan_bytes(plan: SetPlan, set_bytes: int, out_bytes: int, *, held: bool,
     return (plan.sets - plan.parked) * per_set + working_bytes(set_bytes, out_bytes, reference_peak)
 
 
+def samples_fit(free_bytes: int, out_bytes: int, samples: int) -> bool:
+    """Whether a lean plan's timed runs keep their `samples` sampled outputs on the device:
+    given `free_bytes` free once the pool is back (its sets and the rotation's buffers
+    allocated), room for the samples, the current call's output and the next one's, and
+    `SLACK_BYTES`. Otherwise each sample waits in host memory (a copy out and, to be compared,
+    back)."""
+    return (samples + 2) * out_bytes + SLACK_BYTES <= free_bytes
+
+
 def lean_plan(seeds: int, pool: int, fixed: int, reason: str = "") -> SetPlan:
     """The lean plan of a variant asking `seeds` seeds and a `pool` of refill sets, with
     `fixed` further sets: `MIN_SEEDS` / `MIN_POOL` (or fewer where fewer are asked), every set
@@ -221,8 +230,9 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
     held_bytes = (total - parked) * per_set + work
     lean = lean_bytes(set_bytes, out_bytes, reference_peak)
     if held_bytes > free_bytes and lean < held_bytes:
-        return lean_plan(s, p, fixed, f"every input set and reference waits in host memory between "
-                                      f"its uses: {set_bytes / gib:.1f} GiB of inputs and "
+        return lean_plan(s, p, fixed, f"every input set leaves the device and every reference "
+                                      f"waits in host memory between its uses: "
+                                      f"{set_bytes / gib:.1f} GiB of inputs and "
                                       f"{out_bytes / gib:.1f} GiB of output a set, "
                                       f"{free_bytes / gib:.1f} GiB free on the device, "
                                       f"{lean / gib:.1f} GiB at the largest phase")
@@ -239,4 +249,5 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
 
 __all__ = ["CAP_ENV", "LEAN_WORK", "MIN_POOL", "MIN_SEEDS", "PHASE_WORK", "SLACK_BYTES", "SetPlan",
            "device_cap", "gate_bytes", "host_bytes", "kept_bytes", "lean_bytes", "lean_plan",
-           "least_bytes", "least_plan", "parked_bytes", "parked_plan", "plan_bytes", "plan_sets", "working_bytes"]
+           "least_bytes", "least_plan", "parked_bytes", "parked_plan", "plan_bytes", "plan_sets",
+           "samples_fit", "working_bytes"]

@@ -375,7 +375,11 @@ class _Runner:
         self.emulation = contextlib.ExitStack()  # emulate tier: the CPU stand-ins, for good
         self.held_mode = _held_mode(job.tier, hasattr(self.case, "compare"))
         self.vault: dict[tuple[str, str, int], list[Any]] = {}  # held references (masked)
-        self.parked: set[tuple[str, str, int]] = set()  # input sets waiting in host memory
+        self.parked: set[tuple[str, str, int]] = set()  # input sets waiting off the device
+        # parked sets dropped and drawn again on the device where used (`gate.remake`), and
+        # per variant whether its make_inputs draws a set the same twice
+        self.recipes: dict[tuple[str, str, int], Any] = {}
+        self.redraws: dict[str, bool] = {}
         self.set_plans: dict[str, Any] = {}  # variant -> memplan.SetPlan
         # the sealed sets' (dtype, shape) per input where kept masked (`_mask_sealed`), else None
         self.sealed_meta: dict[tuple[str, str, int], list[Any]] = {}
@@ -515,13 +519,7 @@ class _Runner:
         for variant in self.shapes:
             self._variant_references(variant)
         for variant in self.shapes:
-            parked = [k for k in self.parked if k[0] == variant]
-            if parked:
-                self.chan.send("flag", f"{variant}: {len(parked)} of "
-                                       f"{sum(1 for k in self.originals if k[0] == variant)} input "
-                                       f"sets wait in host memory between their uses "
-                                       f"({self._set_bytes(self.originals[parked[0]]) / 2**30:.1f} "
-                                       f"GiB a set)")
+            self._send_parked_flags(variant)
         self.chan.send("refs_done")
         self.lap("references: flags")
         if self.device == "cuda":
@@ -534,6 +532,23 @@ class _Runner:
                 self._time_reference_compiled(variant, rotation)
             self._poison_cached_memory()
             self.lap("references: timed")
+
+    def _send_parked_flags(self, variant: str) -> None:
+        """Flags of how `variant`'s sets wait between their uses: drawn again on the device
+        (`gate.remake`), and copied to host memory."""
+        total = sum(1 for k in self.originals if k[0] == variant)
+        redrawn = [k for k in self.parked if k[0] == variant and k in self.recipes]
+        hosted = [k for k in self.parked if k[0] == variant and k not in self.recipes]
+        gib = 2 ** 30
+        if redrawn:
+            self.chan.send("flag", f"{variant}: {len(redrawn)} of {total} input sets are dropped "
+                                   f"between their uses and drawn again on the device where used "
+                                   f"({self.recipes[redrawn[0]].nbytes / gib:.1f} GiB a set; each "
+                                   f"draw checked against the first's digest)")
+        if hosted:
+            self.chan.send("flag", f"{variant}: {len(hosted)} of {total} input sets wait in host "
+                                   f"memory between their uses "
+                                   f"({self._set_bytes(self.originals[hosted[0]]) / gib:.1f} GiB a set)")
 
     def _variant_references(self, variant: str) -> None:
         """The input sets and references of one variant: the first seed's set, then the plan
@@ -676,8 +691,9 @@ class _Runner:
         self.work_bytes[variant] = memplan.working_bytes(set_bytes, out_bytes, peak)
         choice = os.environ.get("KLINEAGE_GATE_SETS")
         if choice == "lean":
-            plan = memplan.lean_plan(seeds, pool, fixed, "every input set and reference waits in "
-                                                         "host memory between its uses (asked)")
+            plan = memplan.lean_plan(seeds, pool, fixed, "every input set leaves the device and "
+                                                         "every reference waits in host memory "
+                                                         "between its uses (asked)")
         elif self.device != "cuda" or choice == "job":
             plan = memplan.SetPlan(seeds, pool, 0, seeds + fixed + pool - 1)
         else:
@@ -744,12 +760,76 @@ class _Runner:
         return sum(t.numel() * t.element_size() for t in inputs if type(t) is self.cap.tensor_type)
 
     def _park(self, key: tuple[str, str, int]) -> None:
-        """Move the input set `key` (and its held reference) to host memory."""
+        """Let the input set `key` leave the device: dropped, to be drawn again where used,
+        where the case draws it the same twice (`_recipe`), else copied to host memory; its
+        held reference goes to host memory."""
         inputs = self.originals[key]
-        self.originals[key] = self._host_copy(inputs)
+        recipe = self._recipe(key, inputs)
+        if recipe is not None:
+            self.recipes[key] = recipe
+            self.originals[key] = ()
+        else:
+            self.originals[key] = self._host_copy(inputs)
         del inputs
         self._park_reference(key)
         self.parked.add(key)
+
+    def _recipe(self, key: tuple[str, str, int], inputs: tuple[Any, ...], *,
+                base: tuple[str, str, int] | None = None,
+                donor: tuple[str, str, int] | None = None) -> Any:
+        """How to draw `key`'s set again on the device (`gate.remake.Recipe`), or None where it
+        waits in host memory: the sealed set (a secret seed, kept masked), a variant whose
+        make_inputs does not draw a set the same twice (`_redraws`), a crossover of sets not
+        drawn again themselves, or `KLINEAGE_GATE_REDRAW=0`."""
+        from gate import remake  # noqa: PLC0415
+
+        if key[1] == PHASE_SEALED or os.environ.get("KLINEAGE_GATE_REDRAW") == "0":
+            return None
+        if base is not None and not (base in self.recipes and donor in self.recipes):
+            return None
+        first = remake.digest(inputs)
+        if base is None and not self._redraws(key, first):
+            return None
+        self.lap("references: digest")
+        return remake.Recipe(key[2], first, remake.nbytes(inputs), base, donor)
+
+    def _redraws(self, key: tuple[str, str, int], first: str) -> bool:
+        """Whether the case's make_inputs draws `key`'s set (digest `first`) the same a second
+        time, measured once per variant (the set drawn again beside the first)."""
+        from gate import remake  # noqa: PLC0415
+
+        variant = key[0]
+        if variant not in self.redraws:
+            again = self._draw(variant, key[2])
+            self.redraws[variant] = remake.redraws(first, again)
+            del again
+            self.lap("references: redraw probe")
+        return self.redraws[variant]
+
+    def _redrawn(self, key: tuple[str, str, int]) -> tuple[Any, ...]:
+        """`key`'s set drawn again on the device from its recipe and checked against the
+        digest of its first draw. After candidate code loaded: only where it replaced nothing
+        of the gate's or torch's (`check_tamper`), and the process's generators reseeded after
+        (`_forget_seeds`)."""
+        from gate import remake  # noqa: PLC0415
+
+        recipe = self.recipes[key]
+        loaded = self.watch is not None
+        if loaded:
+            self.check_tamper("anti_cheat")
+        if recipe.crossed:
+            inputs = self.refill.crossover(self._redrawn(recipe.base), self._redrawn(recipe.donor),
+                                           recipe.seed)
+        else:
+            inputs = self._draw(key[0], recipe.seed)
+        if loaded:
+            _forget_seeds(self.torch)
+        if inputs is None or remake.digest(inputs) != recipe.digest:
+            self.chan.reject(FailureKind.TAMPERING, "anti_cheat",
+                             f"the input set {key[0]}/{key[1]} {key[2]}, drawn again on the device "
+                             f"for its next use, differs from its first draw (before candidate "
+                             f"code loaded): the case's inputs were drawn differently")
+        return inputs
 
     def _host_copy(self, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(x.to("cpu", copy=True) if type(x) is self.cap.tensor_type else x for x in inputs)
@@ -775,12 +855,16 @@ class _Runner:
 
     def _release(self, key: tuple[str, str, int]) -> None:
         """The input set `key` has had its last call: its inputs go (its held reference stays,
-        for naming whose answer a wrong output is)."""
+        for naming whose answer a wrong output is; its recipe too, for the crossovers made of
+        it)."""
         self.originals.pop(key, None)
         self.parked.discard(key)
 
     def original(self, key: tuple[str, str, int]) -> tuple[Any, ...]:
-        """The input set `key` on the run's device (a copy brought back where it was parked)."""
+        """The input set `key` on the run's device (drawn again, or a copy brought back, where
+        it was parked)."""
+        if key in self.recipes:
+            return self._redrawn(key)
         inputs = self.originals[key]
         if key not in self.parked:
             return inputs
@@ -894,31 +978,39 @@ class _Runner:
         sets = [(self.job.extra_seed, self.originals[timed_key])]
         for k in range(1, self.set_plans[variant].pool):
             seed = self.job.refill_seed + k
+            key = (variant, PHASE_REFILL, seed)
             mixed = None if fresh_only else refill.crossover(self.original(timed_key),
                                                              self.original(donor_key), seed)
             self.lap("references: crossover")
-            if mixed is not None and self._reference(variant, PHASE_REFILL, seed, mixed,
-                                                     finite_like=True):
-                sets.append((seed, mixed))
-            else:
+            crossed = mixed is not None and self._reference(variant, PHASE_REFILL, seed, mixed,
+                                                            finite_like=True)
+            if not crossed:
                 del mixed
                 mixed = self._draw(variant, seed)
                 self._reference(variant, PHASE_REFILL, seed, mixed)
-                sets.append((seed, mixed))
-            del mixed
+            sets.append((seed, mixed))
             # the pool's inputs stay on the device (refills copy them between timed calls);
             # its references are compared only for the few sampled calls
             if lean or self._short(variant):
-                self._park_reference((variant, PHASE_REFILL, seed))
-            if lean:
-                sets[-1] = (seed, self._host_copy(sets[-1][1]))
+                self._park_reference(key)
+            if lean:  # drawn again for the timed runs where it can be, else a host copy
+                recipe = self._recipe(key, mixed, base=timed_key, donor=donor_key) if crossed \
+                    else self._recipe(key, mixed)
+                if recipe is not None:
+                    self.recipes[key] = recipe
+                sets[-1] = (seed, () if recipe is not None else self._host_copy(mixed))
+            del mixed
         return refill.Pool(sets)
 
     def _rotation(self, variant: str) -> Any:
         """Fresh buffers (a copy of the timed set) that refilled calls of `variant` rotate in."""
         pool = self.pools[variant]
         if self.set_plans.get(variant) is not None and self.set_plans[variant].lean:
-            pool = self.refill.Pool([(seed, self._on_device(inputs)) for seed, inputs in pool.sets])
+            keys = [(variant, PHASE_TIMED, self.job.extra_seed)] + \
+                [(variant, PHASE_REFILL, seed) for seed, _ in pool.sets[1:]]
+            pool = self.refill.Pool([
+                (seed, self.original(key) if key in self.recipes or i == 0 else self._on_device(inputs))
+                for i, (key, (seed, inputs)) in enumerate(zip(keys, pool.sets))])
         return self.refill.Rotation(pool, self.clone_inputs(pool.inputs(0)), self.cap.copy_)
 
     def _poison_cached_memory(self) -> None:
@@ -1479,8 +1571,7 @@ class _Runner:
         rotation = self._rotation(variant)
         last: list[Any] = [None, 0]  # the last call's outputs, the pool set it ran on
         calls = [0]
-        plan = self.set_plans.get(variant)
-        host = plan is not None and plan.lean  # a lean plan's sampled outputs wait in host memory
+        host = self._samples_on_host(variant)
         sample = self.refill.Reservoir(REFILL_SAMPLE, functools.partial(self._snapshot, host=host))
         pending = [False]  # the last call's outputs not yet offered to the sample
 
@@ -1525,6 +1616,20 @@ class _Runner:
         for seed, outputs in checked:
             self.report(variant, PHASE_REFILL, seed, outputs, launches)
         return ms, wall
+
+    def _samples_on_host(self, variant: str) -> bool:
+        """Whether the timed runs' sampled outputs of `variant` wait in host memory: a lean
+        plan's, unless the device has room for them beside the pool brought back and the calls
+        (`memplan.samples_fit`, from the memory free now)."""
+        from gate import memplan  # noqa: PLC0415
+
+        plan = self.set_plans.get(variant)
+        if plan is None or not plan.lean:
+            return False
+        if os.environ.get("KLINEAGE_GATE_SAMPLES") == "host":
+            return True
+        free = self._free_bytes() - self._others_planned()
+        return not memplan.samples_fit(free, self.out_bytes.get(variant, 0), REFILL_SAMPLE)
 
     def send_kernel_ms(self, variant: str, calls: int) -> None:
         """GPU milliseconds per call of each of the candidate's own kernels in the timed run

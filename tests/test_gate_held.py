@@ -170,36 +170,54 @@ def test_a_key_asked_for_by_candidate_code_is_a_forged_message(monkeypatch: pyte
     assert "pipe" in verdict.reason
 
 
-def test_input_sets_that_do_not_fit_wait_in_host_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("redraw", ["1", "0"])
+def test_input_sets_that_do_not_fit_wait_in_host_memory(redraw: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A set the device cannot hold (`gate.memplan`; forced here with KLINEAGE_GATE_PARK=1)
-    is parked on the host with its held reference: the gate's checks run as before on the sets
-    brought back, and the verdict says how many sets waited."""
+    is dropped and drawn again where used (`gate.remake`; the sealed set, and every set with
+    KLINEAGE_GATE_REDRAW=0, is parked on the host) with its held reference in host memory: the
+    gate's checks run as before on the sets brought back, and the verdict says how many sets
+    waited, and how."""
     monkeypatch.setenv("KLINEAGE_GATE_PARK", "1")
+    monkeypatch.setenv("KLINEAGE_GATE_REDRAW", redraw)
     for mode in ("worker", "parent"):
         monkeypatch.setenv("KLINEAGE_GATE_COMPARE", mode)
         verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False,
                                   timeout=60)
         assert verdict.ok, (mode, verdict.reason)
-        # of the five sets (three seeds, timed, sealed), the first seed's and the timed stay
-        assert any("3 of 5 input sets wait in host memory" in f for f in verdict.flags), verdict.flags
+        # of the five sets (three seeds, timed, sealed), the first seed's and the timed stay;
+        # of the other three, the sealed one alone cannot be drawn again
+        wanted = ["2 of 5 input sets are dropped between their uses and drawn again",
+                  "1 of 5 input sets wait in host memory"] if redraw == "1" else \
+            ["3 of 5 input sets wait in host memory"]
+        for text in wanted:
+            assert any(text in f for f in verdict.flags), (text, verdict.flags)
+        assert redraw == "1" or not any("drawn again" in f for f in verdict.flags), verdict.flags
         cheat = gate.check_file(DATA / "cheats" / "reuse_data_ptr.py", SAXPY, Tier.INTERPRET,
                                 cache=False, timeout=60)
         assert cheat.failure_kind is FailureKind.REUSED_OUTPUT, (mode, cheat.reason)
 
 
+@pytest.mark.parametrize("redraw", ["1", "0"])
 def test_a_lean_plan_keeps_the_checks_with_every_set_waiting_between_its_uses(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        redraw: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A lean plan (`gate.memplan.lean_plan`; forced here with KLINEAGE_GATE_SETS=lean): every
-    input set and held reference waits in host memory between its uses, the first seed's and
-    the timed set too; the checks run as before on the sets brought back (a correct kernel
-    passes; a reused answer, a knockout fallback and a write into the inputs are named)."""
+    input set leaves the device between its uses, the first seed's and the timed set too
+    (dropped and drawn again where used, `gate.remake`; the sealed set, and every set with
+    KLINEAGE_GATE_REDRAW=0, in host memory), and every held reference waits in host memory; the
+    checks run as before on the sets brought back (a correct kernel passes; a reused answer, a
+    knockout fallback and a write into the inputs are named)."""
     monkeypatch.setenv("KLINEAGE_GATE_SETS", "lean")
     monkeypatch.setenv("KLINEAGE_GATE_COMPARE", "worker")
+    monkeypatch.setenv("KLINEAGE_GATE_REDRAW", redraw)
     verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False, timeout=60)
     assert verdict.ok, verdict.reason
     assert any("waits in host memory between its uses" in f for f in verdict.flags), verdict.flags
     # two seeds, the timed and the sealed sets: every one waits
-    assert any("4 of 4 input sets wait in host memory" in f for f in verdict.flags), verdict.flags
+    wanted = ["3 of 4 input sets are dropped between their uses and drawn again",
+              "1 of 4 input sets wait in host memory"] if redraw == "1" else \
+        ["4 of 4 input sets wait in host memory"]
+    for text in wanted:
+        assert any(text in f for f in verdict.flags), (text, verdict.flags)
     for name, kind in (("reuse_data_ptr", FailureKind.REUSED_OUTPUT), ("reuse_checksum", FailureKind.REUSED_OUTPUT),
                        ("knockout_numpy", FailureKind.FALLBACK), ("mutate_input", FailureKind.INPUT_MUTATION)):
         cheat = gate.check_file(DATA / "cheats" / f"{name}.py", SAXPY, Tier.INTERPRET, cache=False, timeout=60)
@@ -257,15 +275,19 @@ def test_on_the_gpu_both_comparison_modes_give_the_same_verdicts(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("samples", ["host", "measured"])
 def test_on_the_gpu_a_lean_plan_checks_the_timed_runs_from_host_memory(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A lean plan on the device (KLINEAGE_GATE_SETS=lean): the pool comes back for the timed
-    runs and leaves after, their sampled outputs wait in host memory and are compared there
-    against references held in host memory; a kernel that goes wrong once timed is caught."""
+        samples: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lean plan on the device (KLINEAGE_GATE_SETS=lean): the pool is drawn again for the
+    timed runs and leaves after, their sampled outputs wait in host memory (forced with
+    KLINEAGE_GATE_SAMPLES=host; else on the device, where it has room) and are compared against
+    references held in host memory; a kernel that goes wrong once timed is caught."""
     monkeypatch.setenv("KLINEAGE_GATE_SETS", "lean")
+    monkeypatch.setenv("KLINEAGE_GATE_SAMPLES", samples)
     verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.DEVICE, cache=False)
     assert verdict.ok, verdict.reason
     assert any("waits in host memory between its uses" in f for f in verdict.flags), verdict.flags
+    assert any("drawn again on the device" in f for f in verdict.flags), verdict.flags
     phases = [r.phase for r in verdict.correctness.results]
     assert phases.count("seed") == 2 and "reverify" in phases and phases.count("refill") >= 2
     stale = gate.check_file(DATA / "cheats" / "lazy_after_warmup.py", SAXPY, Tier.DEVICE, cache=False)

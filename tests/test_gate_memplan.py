@@ -350,6 +350,7 @@ def test_a_lean_worker_keeps_no_set_or_reference_on_the_device_between_uses(
 
     from gate import memplan
 
+    monkeypatch.setenv("KLINEAGE_GATE_REDRAW", "0")  # every set copied out (`gate.remake` off)
     run, chan = _runner_on_a_made_up_device(0, monkeypatch)
     brought: list[int] = []
 
@@ -382,3 +383,49 @@ def test_a_lean_worker_keeps_no_set_or_reference_on_the_device_between_uses(
     i = next(i for i, x in enumerate(pool.inputs(0)) if isinstance(x, torch.Tensor))
     assert torch.equal(rotation.buffers[i], pool.inputs(0)[i])
     assert rotation.buffers[i].data_ptr() != pool.inputs(0)[i].data_ptr()
+
+
+def test_a_lean_worker_draws_its_sets_again_where_used_instead_of_copying_them_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lean plan where the case draws a set the same twice (`gate.remake`): every set but the
+    sealed one is dropped between its uses, the pool's crossover too, and drawn again where
+    used; nothing but the sealed set is copied to host memory or back, and each set drawn
+    again equals its first draw (the rotation's buffers hold the timed set's values)."""
+    import torch
+
+    from gate import memplan
+
+    run, chan = _runner_on_a_made_up_device(0, monkeypatch)
+    brought: list[int] = []
+
+    def on_device(inputs):
+        brought.append(1)
+        return tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in inputs)
+
+    run._on_device = on_device
+    [variant] = list(run.shapes)
+    run._variant_references(variant)
+    plan = run.set_plans[variant]
+    assert plan.lean and run.parked == set(run.originals)
+    dropped = {k for k in run.parked if k in run.recipes}
+    assert {k[1] for k in run.parked - dropped} == {"sealed"}
+    assert all(run.originals[k] == () for k in dropped)
+    crossed = [k for k, r in run.recipes.items() if k[1] == "refill"]
+    assert len(crossed) == MIN_POOL - 1 and all(run.recipes[k].crossed for k in crossed)
+    run._send_parked_flags(variant)
+    flags = [m[1] for m in chan.sent if m[0] == "flag"]
+    assert any("4 of 5 input sets are dropped between their uses and drawn again" in f for f in flags), flags
+    assert any("1 of 5 input sets wait in host memory" in f for f in flags), flags
+    timed = (variant, "timed", 14)
+    set_bytes = run.recipes[timed].nbytes
+    assert run.work_bytes[variant] == memplan.lean_bytes(set_bytes, set_bytes // 2)
+    brought.clear()
+    rotation = run._rotation(variant)
+    assert not brought  # nothing copied in: the pool was drawn again
+    first = run._draw(variant, 14)
+    for got, want in zip(rotation.buffers, first):
+        if isinstance(want, torch.Tensor):
+            assert torch.equal(got, want)
+    mixed = rotation.pool.inputs(1)
+    assert any(isinstance(x, torch.Tensor) and not torch.equal(x, y) for x, y in zip(mixed, first))
+    assert run.original((variant, "seed", 11)) is not run.original((variant, "seed", 11))

@@ -1,0 +1,76 @@
+"""Input sets drawn again on the device where they are used, in place of a copy waiting in host
+memory (worker side; imports torch).
+
+A gate whose input sets do not all fit on the device beside its calls lets some wait between
+their uses (`gate.memplan`). A copy in host memory costs the set's bytes twice over the bus per
+use (out once, back at every use) and as much host memory: seconds a set at a problem's real
+size. Most sets are a function of their seed alone: the case's `make_inputs` draws them from
+its seeded generators, and a refill crossover (`gate.refill.crossover`) is a function of its two
+sets and its own seed. Such a set can be dropped and drawn again on the device at its next use,
+in milliseconds.
+
+What keeps that sound:
+
+- *The same values, or no run.* Whether `make_inputs` draws the same set twice is measured
+  once per variant before a set is dropped (`redraws`: the set drawn a second time while the
+  first is still there, and the two digests compared). Each set's digest (`digest`: two
+  weighted sums of every tensor's bytes, its dtype, shape and strides, the other values'
+  text) is kept with its recipe (`Recipe`), and a set drawn again is used only where its
+  digest is the kept one; a difference is the worker's to reject (candidate code loaded in
+  between may have changed how the case draws).
+- *Not the sealed set.* It is drawn with a secret seed and kept masked (`gate.worker`), so
+  that candidate code can neither draw it again nor read it before its call; it keeps its
+  copy in host memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+Key = tuple[str, str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """How to draw an input set again: `make_inputs` under `seed`, or, with `base` and `donor`
+    (the keys of two sets), their crossover under `seed`; `digest` is the set's as first drawn
+    and `nbytes` its tensors' bytes."""
+
+    seed: int
+    digest: str
+    nbytes: int
+    base: Key | None = None
+    donor: Key | None = None
+
+    @property
+    def crossed(self) -> bool:
+        return self.base is not None
+
+
+def tensor_digest(t: torch.Tensor) -> str:
+    """Two weighted sums of the bytes of `t` (in its logical order), its dtype, shape and
+    strides: equal tensors give equal digests, different ones almost never do."""
+    from gate.heldcompare import digest_bytes  # noqa: PLC0415
+
+    return f"{t.dtype}{tuple(t.shape)}{tuple(t.stride())}:{digest_bytes(t.detach())}"
+
+
+def digest(inputs: tuple[Any, ...]) -> str:
+    """The digest of an input set: each tensor's `tensor_digest`, each other value's repr."""
+    parts = [tensor_digest(x) if isinstance(x, torch.Tensor) else f"{type(x).__name__}:{x!r}"
+             for x in inputs]
+    return "|".join(parts)
+
+
+def nbytes(inputs: tuple[Any, ...]) -> int:
+    return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+
+
+def redraws(first: str, again: tuple[Any, ...]) -> bool:
+    """Whether a second draw (`again`) of the set whose digest is `first` gives the same set."""
+    return digest(again) == first
+
+
+__all__ = ["Key", "Recipe", "digest", "nbytes", "redraws", "tensor_digest"]
