@@ -39,6 +39,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "tma-descriptors": ("passes.triton.tma", "TmaDescriptors"),
     "k-major-operands": ("passes.triton.layout", "KMajorOperands"),
     "tf32x3-dot": ("passes.triton.precision", "Tf32x3Dot"),
+    "reduce-before-contract": ("passes.triton.reduce_first", "ReduceBeforeContract"),
     # CUDA C++
     "row-cache": ("passes.cuda.row_cache", "RowCache"),
     "row-registers": ("passes.cuda.row_registers", "RowRegisters"),

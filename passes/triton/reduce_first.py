@@ -1,0 +1,832 @@
+"""A GEMM whose product is only summed along N: the right operand summed along N first.
+
+Where a host module's product T = A @ B (a `tl.dot` loop's accumulator) reaches the rest of
+the program only through sums over T's columns (the product's N axis), linearity gives
+`sum_n T[m, n] = A[m, :] . (sum_n B[:, n])`: B is summed along N first (a reduction kernel the
+rule adds to the module, `_REDUCE`), and the user's own GEMM kernel runs on the sum with N = 1,
+a matrix-vector product whose output has one column. Everything after the dot runs as
+before: its epilogue, and the consumer, which now sums a single column. The M x N x K product
+becomes a read of B and an M x K product.
+
+Two forms are taken, recognized by what the accumulator's values flow into:
+- *fused*: the GEMM's epilogue sums its tile over N (`tl.sum(acc, axis=1)`) and stores or
+  atomically adds the row sums; the GEMM launched with N = 1 sums one column.
+- *stored*: the GEMM stores its tile into a host buffer that only one other kernel (the
+  consumer) reads, and the consumer sums that buffer's rows: each load of it feeds a
+  `tl.sum` over the axis its unit-stride index runs (directly, or through an accumulator that
+  starts at zero). The buffer is allocated with one column, and the consumer is launched with
+  N = 1 as well; what the consumer does with a row's sum (scale it, divide it by N) is its own.
+
+A kernel parameter that receives N at a rewritten launch is passed 1 where it bounds the
+product (a mask, a loop's range, a `tl.cdiv`, the pointer arithmetic); where the kernel also
+reads it as a value (`tl.sum(x) / N`: a mean), those reads take a new parameter that the launch
+passes the real N. The reduction reads B as the GEMM does: element (k, n) at `k * sk + n * sn`,
+with the strides the kernel applies (a literal, a parameter as the launch passes it, one where
+none is written), accumulated in fp32 over N in a fixed order (no atomics), written as a
+contiguous vector of K elements in B's dtype; the GEMM then reads it with its K stride 1.
+
+Refused with the reason (`Skipped`): an epilogue that is not linear in the accumulator before
+the sum (a bias added, `tl.maximum`, a sigmoid: only a scalar's product or quotient, a sign, a
+cast), a sum over M (`axis=0`) or a `tl.max`, the product's tile stored as well as summed, a
+buffer read anywhere but by its consumer (returned, read by the host), a consumer that reads
+the buffer other than through a sum over its columns, an operand whose loads are not bounds-
+checked along N (launched with N = 1 it would read past the vector), a block-pointer or batched
+operand, a K stride the rule cannot set to one, a kernel launched more than once or through a
+helper other kernels share, a grid the rule cannot read.
+
+The rule is one way: its de-optimization refuses (the start it came from is the lineage's).
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from passes._source import ByteEdit, finish, indent_of, line_start, make_site
+from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
+from passes.triton._py import PyModule, callee, dotted, fresh_name, names_in, normalized
+from passes.triton.affine import Scope, broadcast_times_stride
+from passes.triton.host_layout import HostArgs, stride_of
+from passes.triton.launch import TRITON
+from passes.triton.layout import (LOAD, _after_imports, _def_text, _imports, _kw, _new_params,
+                                  _terms, _unwrap)
+from passes.triton.roles import (DOT, RANGE_CALLS, accumulators, constexpr_params, dot_loops,
+                                 launch_grid)
+
+if TYPE_CHECKING:
+    from anchors import AnchorIndex
+    from kir import KernelIR
+
+SINKS = frozenset({"tl.store", "triton.language.store", "tl.atomic_add", "triton.language.atomic_add"})
+WRITES = SINKS | frozenset({"tl.atomic_xchg", "tl.atomic_max", "tl.atomic_min", "tl.atomic_cas",
+                            "triton.language.atomic_xchg", "triton.language.atomic_max",
+                            "triton.language.atomic_min", "triton.language.atomic_cas"})
+SUM = frozenset({"tl.sum", "triton.language.sum"})
+OTHER_REDUCE = frozenset({"tl.max", "tl.min", "tl.argmax", "tl.argmin", "tl.reduce",
+                          "triton.language.max", "triton.language.min", "triton.language.reduce"})
+WHERE = frozenset({"tl.where", "triton.language.where"})
+ZEROS = frozenset({"tl.zeros", "triton.language.zeros", "tl.zeros_like", "triton.language.zeros_like"})
+FULL = frozenset({"tl.full", "triton.language.full"})
+CDIV = frozenset({"tl.cdiv", "triton.language.cdiv", "triton.cdiv"})
+BLOCK_PTR = frozenset({"tl.make_block_ptr", "triton.language.make_block_ptr"})
+FACTORIES = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.full"})
+
+# The reduction the rule adds: {kernel} and {helper} are the module's fresh names for them. A
+# first launch sums column slices of N into fp32 partial rows, a second sums those rows (the
+# same kernel, reading the partials with unit K stride): a fixed order, no atomics.
+_REDUCE = '''
+
+@triton.jit
+def {kernel}(src, dst, K, N, sk, sn, chunk, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dst[part, k] = sum over n in part's slice of N (`chunk` wide) of src[k * sk + n * sn]."""
+    ks = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    part = tl.program_id(1)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+    for n0 in range(part * chunk, tl.minimum(part * chunk + chunk, N), BLOCK_N):
+        ns = n0 + tl.arange(0, BLOCK_N)
+        inside = (ns[:, None] < tl.minimum(part * chunk + chunk, N)) & (ks[None, :] < K)
+        acc += tl.load(src + ks[None, :].to(tl.int64) * sk + ns[:, None].to(tl.int64) * sn,
+                       mask=inside, other=0.0).to(tl.float32)
+    tl.store(dst + part.to(tl.int64) * K + ks, tl.sum(acc, axis=0).to(dst.dtype.element_ty),
+             mask=ks < K)
+
+
+def {helper}(b, K, N, sk, sn):
+    """The vector v of K elements, b's dtype, contiguous: v[k] = sum over n < N of b's element
+    k * sk + n * sn (strides in elements), accumulated in fp32."""
+    K, N = int(K), int(N)
+    parts = max(1, min(64, triton.cdiv(N, 512)))
+    chunk = triton.cdiv(triton.cdiv(N, parts), 64) * 64
+    parts = triton.cdiv(N, chunk) if N > 0 else 1
+    partial = torch.empty((parts, K), device=b.device, dtype=torch.float32)
+    if N == 0:
+        partial.zero_()
+    else:
+        grid = (triton.cdiv(K, 128), parts)
+        {kernel}[grid](b, partial, K, N, sk, sn, chunk, BLOCK_K=128, BLOCK_N=64)
+    out = torch.empty((K,), device=b.device, dtype=b.dtype)
+    {kernel}[(triton.cdiv(K, 128), 1)](partial, out, K, parts, 1, K, parts, BLOCK_K=128, BLOCK_N=64)
+    return out
+'''
+
+
+@dataclass(slots=True)
+class _Gemm:
+    """A dot loop's kernel read for the rule: B's pointer parameter, the parameters that bound
+    N and K, B's per-axis strides (None: unit), the form, and the stored product's parameter."""
+
+    kernel: ast.FunctionDef
+    b_param: str = ""
+    n_param: str = ""
+    k_param: str = ""
+    k_stride: ast.AST | None = None
+    n_stride: ast.AST | None = None
+    form: str = ""
+    """"fused" (the epilogue sums over N) | "stored" (the tile is stored for a consumer)."""
+    t_param: str = ""
+    t_store: ast.Call | None = None
+
+
+@dataclass(slots=True)
+class _Flow:
+    """Where values linear in a seed go: the `tl.sum` calls that take them (with the axis), the
+    stores / atomics that write them (unsummed, summed), or why they go elsewhere."""
+
+    sums: list[tuple[ast.Call, int | None]] = field(default_factory=list)
+    tiles: list[ast.Call] = field(default_factory=list)
+    rows: list[ast.Call] = field(default_factory=list)
+    why: str = ""
+
+
+def _axis(call: ast.Call) -> int | None | str:
+    """The literal axis of a reduction call (None: all axes; "?" not a literal)."""
+    node = next((k.value for k in call.keywords if k.arg == "axis"), call.args[1] if len(call.args) > 1 else None)
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+        return -int(node.operand.value)
+    return "?"
+
+
+def _zero(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value == 0 and not isinstance(node.value, bool)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return _zero(node.operand)
+    return False
+
+
+def _zero_init(value: ast.AST) -> bool:
+    """`tl.zeros(..)`, `tl.full(shape, 0, ..)`, `0`, `0.0`."""
+    if _zero(value):
+        return True
+    if isinstance(value, ast.Call) and callee(value) in ZEROS:
+        return True
+    return isinstance(value, ast.Call) and callee(value) in FULL and len(value.args) > 1 and _zero(value.args[1])
+
+
+def _inside(mod: PyModule, node: ast.AST, region: ast.AST) -> bool:
+    return mod.start(region) <= mod.start(node) and mod.end(node) <= mod.end(region)
+
+
+def _flow(mod: PyModule, kernel: ast.FunctionDef, scope: Scope, seeds: list[ast.AST],
+          skip: ast.AST | None, free_after: list[ast.AST] | None) -> _Flow:
+    """Follow values linear in `seeds` (expression nodes, or Name reads outside `skip`): a
+    product or quotient by a scalar, a sign, a cast, a sum of two such values, `tl.where(c, x,
+    0)`, a name bound to one (a `+=` accumulator starting at zero). A `tl.sum` of one is
+    recorded and followed on as summed; a summed value read outside every loop of
+    `free_after` is the caller's to use freely (None: summed values stay linear to a store)."""
+    out = _Flow()
+    state: dict[str, bool] = {}  # name -> summed
+    todo: list[tuple[ast.AST, bool]] = [(s, False) for s in seeds]
+    seen: set[int] = set()
+
+    def bind(name: str, summed: bool, stmt: ast.stmt) -> None:
+        inits = [n.value for n in ast.walk(kernel) if isinstance(n, ast.Assign) and n is not stmt
+                 and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
+        if isinstance(stmt, ast.AugAssign) and not all(_zero_init(v) for v in inits):
+            out.why = out.why or f"the sum into {name} does not start from zero"
+        prev = state.get(name)
+        if prev is not None and prev == summed:
+            return
+        state[name] = summed
+        for use in ast.walk(kernel):
+            if isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load) \
+                    and (skip is None or not _inside(mod, use, skip)):
+                todo.append((use, summed))
+
+    while todo and not out.why:
+        node, summed = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if summed and free_after is not None and not any(_inside(mod, node, loop) for loop in free_after):
+            continue  # a finished sum: what the kernel makes of it is its own
+        parent = mod.parents.get(node)
+        text = mod.text(parent) if parent is not None and hasattr(parent, "lineno") else ""
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Mult, ast.Div)):
+            other = parent.right if node is parent.left else parent.left
+            if isinstance(parent.op, ast.Div) and node is parent.right:
+                out.why = f"a value of the product divides: `{text}`"
+            elif _scalar(scope, kernel, other):
+                todo.append((parent, summed))
+            else:
+                out.why = f"a value of the product is scaled by a block, not a scalar: `{text}`"
+        elif isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub)):
+            other = parent.right if node is parent.left else parent.left
+            if not any(isinstance(n, ast.Name) and n.id in state for n in ast.walk(other)) \
+                    and not any(n is s for s in seeds for n in ast.walk(other)):
+                out.why = f"a value of the product has a term added that is not linear in it: `{text}`"
+            else:
+                todo.append((parent, summed))
+        elif isinstance(parent, ast.UnaryOp) and isinstance(parent.op, (ast.USub, ast.UAdd)):
+            todo.append((parent, summed))
+        elif isinstance(parent, ast.Attribute) and parent.attr == "to" \
+                and isinstance(mod.parents.get(parent), ast.Call):
+            todo.append((mod.parents[parent], summed))
+        elif isinstance(parent, ast.Call) and callee(parent) in WHERE and len(parent.args) == 3 \
+                and node is parent.args[1] and _zero(parent.args[2]):
+            todo.append((parent, summed))
+        elif isinstance(parent, ast.Call) and callee(parent) in SUM and parent.args and node is parent.args[0]:
+            if summed:
+                out.why = f"the product is summed twice: `{text}`"
+            else:
+                axis = _axis(parent)
+                out.sums.append((parent, None if axis == "?" else axis))  # type: ignore[arg-type]
+                if axis == "?":
+                    out.why = f"the sum's axis is not a literal: `{text}`"
+                todo.append((parent, True))
+        elif isinstance(parent, ast.Call) and callee(parent) in OTHER_REDUCE:
+            out.why = f"the product is reduced by {callee(parent)}, not summed: `{text}`"
+        elif isinstance(parent, ast.Call) and callee(parent) in SINKS and len(parent.args) > 1 \
+                and node is parent.args[1]:
+            (out.rows if summed else out.tiles).append(parent)
+        elif isinstance(parent, ast.Assign) and node is parent.value and len(parent.targets) == 1 \
+                and isinstance(parent.targets[0], ast.Name):
+            bind(parent.targets[0].id, summed, parent)
+        elif isinstance(parent, ast.AugAssign) and node is parent.value and isinstance(parent.op, ast.Add) \
+                and isinstance(parent.target, ast.Name):
+            bind(parent.target.id, summed, parent)
+        else:
+            where = f": `{text}`" if text else ""
+            out.why = f"a value of the product goes into an operation that is not linear in it{where}"
+    return out
+
+
+def _scalar(scope: Scope, kernel: ast.FunctionDef, node: ast.AST) -> bool:
+    """A scalar of the kernel (`Scope.scalar`), or a name the kernel never binds (a module
+    constant), or arithmetic of those."""
+    if scope.scalar(node) or isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Name):
+        bound = {n.id for n in ast.walk(kernel) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        return node.id not in bound and node.id not in {a.arg for a in kernel.args.args}
+    if isinstance(node, ast.BinOp):
+        return _scalar(scope, kernel, node.left) and _scalar(scope, kernel, node.right)
+    return isinstance(node, ast.Attribute) and _scalar(scope, kernel, node.value)
+
+
+def _reads_param(scope: Scope, node: ast.AST, params: set[str]) -> str | None:
+    """The one pointer parameter a pointer expression adds to (base terms), None otherwise."""
+    terms = _terms(scope, node, [])
+    if terms is None:
+        return None
+    found = {t.id for t in terms if isinstance(t, ast.Name) and t.id in params}
+    return next(iter(found)) if len(found) == 1 else None
+
+
+def _bound_param(scope: Scope, mask: ast.AST | None, index: ast.AST, params: set[str],
+                 depth: int = 0) -> str | None:
+    """The parameter a mask compares an index against (`n < N`, `n[None, :] < N`, through
+    names assigned once): the index is matched by the local names it reads, or by its text."""
+    if mask is None or depth > 20:
+        return None
+    if isinstance(mask, ast.Name):
+        value = scope.value(mask)
+        return _bound_param(scope, value, index, params, depth + 1) if value is not None else None
+    own = _local_names(scope, index)
+    for cmp in (n for n in ast.walk(mask) if isinstance(n, ast.Compare) and len(n.comparators) == 1):
+        left, right = cmp.left, cmp.comparators[0]
+        if isinstance(right, ast.Name) and right.id in params and (
+                (own and _local_names(scope, left) & own)
+                or any(ast.dump(n) == ast.dump(index) for n in ast.walk(left))):
+            return right.id
+    for name in (n for n in ast.walk(mask) if isinstance(n, ast.Name) and n.id not in params):
+        value = scope.value(name)
+        if value is not None and value is not mask:
+            got = _bound_param(scope, value, index, params, depth + 1)
+            if got:
+                return got
+    return None
+
+
+def _local_names(scope: Scope, node: ast.AST) -> set[str]:
+    """The names an expression reads that the kernel binds (not parameters, not modules)."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+            and (n.id in scope.values or n.id in scope.loop_vars) and n.id not in scope.params}
+
+
+def _names_of_index(scope: Scope, node: ast.AST, depth: int = 0) -> set[str]:
+    """The names an index expression reads, through names assigned once."""
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+            value = scope.value(n)
+            if value is not None and depth < 8:
+                out |= _names_of_index(scope, value, depth + 1)
+    return out
+
+
+def _extent_uses(mod: PyModule, kernel: ast.FunctionDef, param: str) -> tuple[list[ast.Name], list[ast.Name]]:
+    """(reads of `param` that bound or address the product: in a comparison, a range, a
+    `cdiv`, a `(x + B - 1) // B`, a pointer; every other read)."""
+    bound, value = [], []
+    for use in ast.walk(kernel):
+        if isinstance(use, ast.Name) and use.id == param and isinstance(use.ctx, ast.Load):
+            (bound if _bounds(mod, kernel, use, 0) else value).append(use)
+    return bound, value
+
+
+def _bounds(mod: PyModule, kernel: ast.FunctionDef, node: ast.AST, depth: int) -> bool:
+    """Whether a value (through arithmetic, and names bound to it) only bounds loops, masks and
+    tile counts or addresses memory."""
+    if depth > 6:
+        return False
+    while True:
+        parent = mod.parents.get(node)
+        if isinstance(parent, ast.Compare) or (isinstance(parent, ast.Call) and (
+                callee(parent) in RANGE_CALLS or callee(parent) in CDIV)):
+            return True
+        if isinstance(parent, ast.Call) and (callee(parent) in LOAD or callee(parent) in WRITES) \
+                and parent.args and node is parent.args[0]:
+            return True
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.FloorDiv) and node is parent.left:
+            return True
+        if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Subscript)):
+            node = parent
+            continue
+        if isinstance(parent, (ast.Assign, ast.AugAssign)) and node is parent.value:
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            names = {t.id for t in targets if isinstance(t, ast.Name)}
+            reads = [n for n in ast.walk(kernel) if isinstance(n, ast.Name) and n.id in names
+                     and isinstance(n.ctx, ast.Load)]
+            return bool(names) and bool(reads) and all(_bounds(mod, kernel, r, depth + 1) for r in reads)
+        return False
+
+
+def _statement(mod: PyModule, node: ast.AST) -> ast.stmt:
+    stmt = node
+    while not isinstance(mod.parents.get(stmt), (ast.FunctionDef, ast.For, ast.If, ast.While,
+                                                  ast.With, ast.Module, ast.Try)):
+        stmt = mod.parents[stmt]
+    return stmt  # type: ignore[return-value]
+
+
+def _same_expr(node: ast.AST, text: str) -> list[ast.expr]:
+    """The outermost expressions under `node` that read as `text`."""
+    out: list[ast.expr] = []
+    todo: list[ast.AST] = [node]
+    while todo:
+        cur = todo.pop()
+        if isinstance(cur, ast.expr) and ast.unparse(cur) == text:
+            out.append(cur)
+        else:
+            todo.extend(ast.iter_child_nodes(cur))
+    return out
+
+
+def _helpers(mod: PyModule) -> set[str]:
+    """The host functions of the module that are this rule's reduction (its text up to
+    formatting and the two names)."""
+    kernels = {k.name: k for k in mod.kernels()}
+    out = set()
+    for fn in mod.functions():
+        if fn.name in kernels or len(fn.args.args) != 5:
+            continue
+        launched = {dotted(c.func.value) for c in ast.walk(fn) if isinstance(c, ast.Call)
+                    and isinstance(c.func, ast.Subscript)} & set(kernels)
+        if len(launched) != 1:
+            continue
+        kernel = kernels[next(iter(launched))]
+        want = _REDUCE.format(kernel=kernel.name, helper=fn.name)
+        if normalized(_def_text(mod, kernel) + "\n" + _def_text(mod, fn)) == normalized(want):
+            out.add(fn.name)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceBeforeContract(Pass):
+    """A GEMM whose product is only summed over N -> B summed over N first, the GEMM at N = 1."""
+
+    name: ClassVar[str] = "reduce-before-contract"
+    category: ClassVar[Category] = Category.ALGORITHMIC
+    summary: ClassVar[str] = ("a GEMM whose product is only summed over its N axis -> the right "
+                              "operand summed over N first and the GEMM run with N = 1")
+    requires: ClassVar[tuple[str, ...]] = ("tiled",)
+    provides: ClassVar[tuple[str, ...]] = ("reduced-operand",)
+    languages: ClassVar[tuple[str, ...]] = TRITON
+    platforms: ClassVar[tuple[str, ...]] = ("cuda",)
+    # The rewrite removes a factor of N from the product's work and leaves a read of B: where
+    # it applies, the M x N x K product it removes is the kernel's bulk (N is a GEMM's width, in
+    # the hundreds at least), so even a memory-bound remainder is several times faster. The
+    # figure stays below the gain a read of B instead of 2MNK flops gives at any N worth a
+    # GEMM, and above every other rule's, so that the search tries it first where it applies;
+    # a run's measurements correct it where it does not pay.
+    prior: ClassVar[float] = 4.0
+
+    # -- analysis ------------------------------------------------------------------------
+    def _gemm(self, mod: PyModule, kernel: ast.FunctionDef) -> _Gemm | str:
+        """The kernel read as a GEMM whose product is summed over N (or why not)."""
+        loops = dot_loops(kernel)
+        if len(loops) != 1:
+            return "the kernel has no single dot loop"
+        loop = loops[0]
+        dots = mod.calls(loop, DOT)
+        accs = accumulators(loop)
+        if len(dots) != 1 or len(dots[0].args) < 2 or len(accs) != 1:
+            return "the dot loop has more than one product"
+        params = {a.arg for a in kernel.args.args}
+        g = _Gemm(kernel)
+        scope = Scope(mod, kernel, region=loop)
+        load, flip, _ = _unwrap(scope, dots[0].args[1])
+        if load is None or not load.args:
+            return "the dot's right operand is not read by a load the rule can follow"
+        if any(isinstance(n, ast.Call) and callee(n) in BLOCK_PTR for n in ast.walk(kernel)):
+            return "the operand is read through a block pointer"
+        k_axis = 0 ^ int(flip)
+        terms = _terms(scope, load.args[0], [])
+        if terms is None:
+            return "the right operand's pointer is not a sum the rule can read"
+        base = [t for t in terms if scope.scalar(t)]
+        if len(base) != 1 or not (isinstance(base[0], ast.Name) and base[0].id in scope.params):
+            return "the right operand's base is not one pointer parameter (a batched operand?)"
+        g.b_param = base[0].id
+        axes: dict[int, tuple[ast.AST, ast.AST | None]] = {}
+        for t in terms:
+            if t in base:
+                continue
+            found = broadcast_times_stride(t, scope)
+            if found is None or found[0][0] in axes:
+                return f"a term of the right operand's pointer is not one axis's index times a stride: {mod.text(t)}"
+            axes[found[0][0]] = (found[0][1], found[1])
+        if set(axes) != {0, 1}:
+            return "the right operand's pointer does not index both axes of its tile"
+        n_index, g.n_stride = axes[1 - k_axis]
+        k_index, g.k_stride = axes[k_axis]
+        mask = _kw(load, "mask", 1)
+        g.n_param = _bound_param(scope, mask, n_index, params) or ""
+        if not g.n_param:
+            return ("the right operand's loads are not bounds-checked along N: launched with "
+                    "N = 1 they would read past the summed operand")
+        g.k_param = _bound_param(scope, mask, k_index, params) or \
+            self._loop_bound(loop, params, set(constexpr_params(kernel))) or ""
+        if not g.k_param:
+            return "cannot tell which parameter is the product's K"
+        if g.k_stride is not None and not (isinstance(g.k_stride, ast.Name) and g.k_stride.id in params):
+            return f"the right operand's K stride `{mod.text(g.k_stride)}` cannot be set to one"
+        if isinstance(g.k_stride, ast.Name) and g.k_stride.id != g.n_param:
+            owners = {id(n) for n in ast.walk(load.args[0])}
+            for assign in ast.walk(kernel):
+                if isinstance(assign, (ast.Assign, ast.AugAssign)) and any(
+                        n is t for t in terms for n in ast.walk(assign)):
+                    owners |= {id(n) for n in ast.walk(assign)}
+            for name in scope.walked:
+                for adv in scope.advances.get(name, ()):
+                    owners |= {id(n) for n in ast.walk(adv)}
+            if any(isinstance(u, ast.Name) and u.id == g.k_stride.id and id(u) not in owners
+                   for u in ast.walk(kernel)):
+                return f"the right operand's K stride {g.k_stride.id} is read by another access too"
+        if g.n_stride is not None and not (isinstance(g.n_stride, (ast.Name, ast.Constant))):
+            return f"the right operand's N stride `{mod.text(g.n_stride)}` is not a parameter"
+        whole = Scope(mod, kernel)
+        acc = next(iter(accs))
+        seeds = [n for n in ast.walk(kernel) if isinstance(n, ast.Name) and n.id == acc
+                 and isinstance(n.ctx, ast.Load) and not _inside(mod, n, loop)]
+        flow = _flow(mod, kernel, whole, seeds, loop, None)
+        if flow.why:
+            return flow.why
+        if any(axis != 1 for _, axis in flow.sums):
+            return ("the epilogue sums the product over M (its rows), not over N"
+                    if any(axis == 0 for _, axis in flow.sums) else "the epilogue sums the product over both axes")
+        if flow.rows and flow.tiles:
+            return "the product's tile is stored as well as summed"
+        if flow.rows:
+            g.form = "fused"
+            return g
+        if len(flow.tiles) != 1 or callee(flow.tiles[0]) not in ("tl.store", "triton.language.store"):
+            return "the product is not stored once"
+        g.form, g.t_store = "stored", flow.tiles[0]
+        store_mask = _kw(g.t_store, "mask", 2)
+        if store_mask is None or g.n_param not in _names_of_index(whole, store_mask):
+            return ("the product's store is not bounds-checked along N: launched with N = 1 it "
+                    "would write past a one-column buffer")
+        g.t_param = _reads_param(whole, g.t_store.args[0], params) or ""
+        if not g.t_param:
+            return "the product's store does not write through one pointer parameter"
+        return g
+
+    @staticmethod
+    def _loop_bound(loop: ast.stmt, params: set[str], constexprs: set[str]) -> str | None:
+        if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and loop.iter.args:
+            stop = loop.iter.args[1] if len(loop.iter.args) > 1 else loop.iter.args[0]
+            found = (names_in(stop) & params) - constexprs
+            return next(iter(found)) if len(found) == 1 else None
+        return None
+
+    # -- sites ---------------------------------------------------------------------------
+    def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
+        mod = PyModule(ir)
+        whole = (0, len(mod.source))
+        helpers = _helpers(mod)
+        out = []
+        for kernel in mod.kernels():
+            if len(dot_loops(kernel)) != 1:
+                continue
+            launches = mod.launches(kernel.name)
+            if not launches:
+                continue
+            present = any(isinstance(v, ast.Name) and self._reduced(mod, launches[0], v.id, helpers)
+                          for v in HostArgs(mod, kernel, launches[0]).args.values())
+            out.append(make_site(self.name, ir, index, whole, present, {"kernel": kernel.name},
+                                 mod.span(kernel)))
+        return out
+
+    @staticmethod
+    def _reduced(mod: PyModule, launch: ast.Call, name: str, helpers: set[str]) -> bool:
+        host = mod.enclosing(launch, ast.FunctionDef)
+        return host is not None and bool(helpers) and any(
+            isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
+            and isinstance(n.value, ast.Call) and callee(n.value) in helpers for n in ast.walk(host))
+
+    # -- optimization --------------------------------------------------------------------
+    def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        mod = PyModule(ir)
+        kernel = next((k for k in mod.kernels() if k.name == site.detail.get("kernel")), None)
+        if kernel is None:
+            return Skipped("no kernel at the site", {"site": site.anchor})
+        g = self._gemm(mod, kernel)
+        if isinstance(g, str):
+            return Skipped(g, {"kernel": kernel.name})
+        launches = mod.launches(kernel.name)
+        if len(launches) != 1 or not isinstance(launches[0].func, ast.Subscript) or mod.sharing(kernel.name):
+            return Skipped("the GEMM is launched more than once or through a shared helper",
+                           {"kernel": kernel.name})
+        launch = launches[0]
+        fn = mod.enclosing(launch, ast.FunctionDef)
+        if fn is None:
+            return Skipped("the GEMM is launched outside a host function", {"kernel": kernel.name})
+        host = HostArgs(mod, kernel, launch)
+        if self._reduced(mod, launch, ast.unparse(host.args.get(g.b_param, ast.Constant(0))), _helpers(mod)):
+            return Skipped("the operand is summed over N already", {"kernel": kernel.name})
+        missing = [p for p in (g.b_param, g.n_param, g.k_param) if p not in host.args]
+        if missing:
+            return Skipped(f"the launch does not pass {missing[0]} where the rule can read it",
+                           {"kernel": kernel.name})
+        n_text = ast.unparse(host.args[g.n_param])
+        taken = {n.id for n in ast.walk(mod.tree) if isinstance(n, ast.Name)} | \
+            {f.name for f in mod.functions()} | {a.arg for f in mod.functions() for a in f.args.args}
+        edits: list[ByteEdit] = []
+        launch_edits = self._launch(mod, kernel, launch, host, n_text, taken, edits)
+        if isinstance(launch_edits, str):
+            return Skipped(launch_edits, {"kernel": kernel.name})
+        edits += launch_edits
+        b_arg = host.args[g.b_param]
+        k_stride = self._stride_text(g.k_stride, host, g)
+        n_stride = self._stride_text(g.n_stride, host, g)
+        if k_stride is None or n_stride is None:
+            return Skipped("the launch does not pass the right operand's strides where the rule can read them",
+                           {"kernel": kernel.name})
+        if isinstance(g.k_stride, ast.Name) and g.k_stride.id != g.n_param:
+            arg = host.args.get(g.k_stride.id)
+            if arg is None:
+                return Skipped("the launch does not pass the right operand's K stride where the rule can set it",
+                               {"kernel": kernel.name})
+            if ast.unparse(arg) != n_text:  # an argument read as N passes 1 already
+                edits.append(ByteEdit(*mod.span(arg), "1"))
+        if g.form == "stored":
+            more = self._consumer(mod, kernel, launch, fn, host, g, n_text, taken)
+            if isinstance(more, str):
+                return Skipped(more, {"kernel": kernel.name})
+            edits += more
+        helper = next(iter(_helpers(mod)), "")
+        if not helper:
+            helper = fresh_name("_sum_over_n", taken)
+            reduce_kernel = fresh_name("_sum_over_n_kernel", taken | {helper})
+            taken |= {helper, reduce_kernel}
+            at = _after_imports(mod)
+            edits.append(ByteEdit(at, at, _imports(mod) + _REDUCE.format(kernel=reduce_kernel, helper=helper)))
+        summed = fresh_name(f"{next((n.id for n in ast.walk(b_arg) if isinstance(n, ast.Name)), 'b')}_summed", taken)
+        stmt = _statement(mod, launch)
+        at = line_start(mod.source, mod.start(stmt))
+        indent = indent_of(mod.source, mod.start(stmt))
+        k_text = ast.unparse(host.args[g.k_param])
+        edits.append(ByteEdit(at, at, f"{indent}{summed} = {helper}({mod.text(b_arg)}, {k_text}, "
+                                      f"{n_text}, {k_stride}, {n_stride})\n"))
+        edits.append(ByteEdit(*mod.span(b_arg), summed))
+        edits = sorted(set(edits), key=lambda e: (e.start, e.end))
+        if any(a.end > b.start for a, b in zip(edits, edits[1:])):
+            return Skipped("the rewrite's edits overlap (an argument read in two roles)", {"kernel": kernel.name})
+        return finish(ir, site, edits)
+
+    @staticmethod
+    def _stride_text(node: ast.AST | None, host: HostArgs, g: _Gemm) -> str | None:
+        """A stride of B as the host evaluates it before the rewrite."""
+        if node is None:
+            return "1"
+        if isinstance(node, ast.Constant):
+            return repr(node.value)
+        if isinstance(node, ast.Name) and node.id in host.args:
+            return f"({ast.unparse(host.args[node.id])})"
+        return None
+
+    def _launch(self, mod: PyModule, kernel: ast.FunctionDef, launch: ast.Call, host: HostArgs,
+                n_text: str, taken: set[str], out_edits: list[ByteEdit]) -> list[ByteEdit] | str:
+        """A launch's edits for N = 1: each argument that reads as N passes 1 (where its
+        parameter is also read as a value, a new parameter takes those reads and the real N),
+        and the grid's reads of N read 1."""
+        edits: list[ByteEdit] = []
+        split: list[tuple[str, str]] = []
+        for param, arg in host.args.items():
+            if ast.unparse(arg) != n_text:
+                continue
+            edits.append(ByteEdit(*mod.span(arg), "1"))
+            _, values = _extent_uses(mod, kernel, param)
+            if values:
+                full = fresh_name(f"{param}_full", taken)
+                taken.add(full)
+                split.append((full, n_text))
+                edits += [ByteEdit(*mod.span(v), full) for v in values]
+        grid = launch_grid(mod, launch)
+        if grid is None or isinstance(grid, ast.FunctionDef):
+            return "the launch's grid is not an expression the rule can read"
+        grid_stmt = _statement(mod, grid)
+        if not _inside(mod, grid, launch) and grid_stmt is not None:
+            name = launch.func.slice  # type: ignore[attr-defined]
+            fn = mod.enclosing(launch, ast.FunctionDef)
+            reads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(name, ast.Name)
+                     and n.id == name.id and isinstance(n.ctx, ast.Load)]
+            if len(reads) != 1:
+                return "the launch's grid is shared with another launch"
+        edits += [ByteEdit(*mod.span(n), "1") for n in _same_expr(grid, n_text)]
+        if split:
+            edits.append(_new_params(mod, kernel, [f for f, _ in split]))
+            close = mod.end(launch) - 1
+            before = mod.source[:close].rstrip()
+            lead = "" if before.endswith(b",") or before.endswith(b"(") else ", "
+            edits.append(ByteEdit(close, close, lead + ", ".join(f"{f}={t}" for f, t in split)))
+        return edits
+
+    def _consumer(self, mod: PyModule, kernel: ast.FunctionDef, launch: ast.Call, fn: ast.AST,
+                  host: HostArgs, g: _Gemm, n_text: str, taken: set[str]) -> list[ByteEdit] | str:
+        """The stored form's edits beyond the GEMM's launch: the buffer allocated with one
+        column, and its consumer launched with N = 1, after checking that the consumer reads
+        the buffer only through sums over its columns."""
+        buf = host.args.get(g.t_param)
+        if not isinstance(buf, ast.Name):
+            return "the product's buffer is not passed as a name the rule can follow"
+        reads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == buf.id
+                 and isinstance(n.ctx, ast.Load)]
+        binds = [n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                 and any(isinstance(t, ast.Name) and t.id == buf.id
+                         for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+        if len(binds) != 1 or not isinstance(binds[0], ast.Assign) \
+                or not (isinstance(binds[0].value, ast.Call) and callee(binds[0].value) in FACTORIES):
+            return "the product's buffer is not allocated once in the host function"
+        alloc = binds[0].value
+        shape = alloc.args[0] if len(alloc.args) == 1 and isinstance(alloc.args[0], (ast.Tuple, ast.List)) \
+            else alloc.args[0] if alloc.args and isinstance(alloc.args[0], (ast.Tuple, ast.List)) else None
+        dims = list(shape.elts) if shape is not None else [a for a in alloc.args if not isinstance(a, ast.Starred)]
+        n_dims = [d for d in dims if ast.unparse(d) == n_text]
+        if len(n_dims) != 1 or dims[-1] is not n_dims[0]:
+            return "the product's buffer is not sized (rows, N) where the rule can read it"
+        consumers = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Subscript)
+                     and c is not launch and any(_inside(mod, r, c) for r in reads)]
+        if len(consumers) != 1:
+            return "the product is read by more than one kernel, or by none"
+        consumer = consumers[0]
+        outside = [r for r in reads if not _inside(mod, r, launch) and not _inside(mod, r, consumer)]
+        if outside:
+            return f"the product is also read outside its consumer (line {outside[0].lineno})"
+        ckernel = next((k for k in mod.kernels() if k.name == dotted(consumer.func.value)), None)  # type: ignore[attr-defined]
+        if ckernel is None or mod.sharing(ckernel.name) or len(mod.launches(ckernel.name)) != 1:
+            return "the product's consumer is not a kernel of the module launched once"
+        chost = HostArgs(mod, ckernel, consumer)
+        passed = [p for p, a in chost.args.items() if isinstance(a, ast.Name) and a.id == buf.id]
+        if len(passed) != 1:
+            return "the consumer does not take the product as one parameter"
+        # the GEMM's own store must address the buffer by N or by its strides
+        why = self._addresses(mod, kernel, g.t_store.args[0], {p for p, a in host.args.items()  # type: ignore[union-attr]
+                                                                if ast.unparse(a) == n_text}, host, buf.id)
+        if why:
+            return why
+        why = self._sums_columns(mod, ckernel, passed[0], chost, n_text, buf.id)
+        if why:
+            return why
+        edits = [ByteEdit(*mod.span(n_dims[0]), "1")]
+        more = self._launch(mod, ckernel, consumer, chost, n_text, taken, edits)
+        if isinstance(more, str):
+            return f"the consumer: {more}"
+        return edits + more
+
+    @staticmethod
+    def _addresses(mod: PyModule, kernel: ast.FunctionDef, ptr: ast.AST, n_params: set[str],
+                   host: HostArgs, buf: str) -> str:
+        """Why a pointer into the buffer would not address a one-column buffer ("" if it would):
+        each stride is one, a parameter passed N, or one passed the buffer's own stride."""
+        scope = Scope(mod, kernel)
+        terms = _terms(scope, ptr, [])
+        if terms is None:
+            return "the product's pointer is not a sum the rule can read"
+        nodes: list[ast.AST] = []
+        todo: list[tuple[ast.AST, int]] = [(t, 0) for t in terms]
+        while todo:
+            cur, depth = todo.pop()
+            for n in ast.walk(cur):
+                nodes.append(n)
+                value = scope.value(n) if isinstance(n, ast.Name) else None
+                if value is not None and depth < 8:
+                    todo.append((value, depth + 1))
+        tiles = set(constexpr_params(kernel))
+        for node in nodes:
+            if isinstance(node, ast.Name) and node.id in host.args and node.id not in n_params | tiles:
+                got = host.dims.get(node.id) or stride_of(host.args[node.id])
+                if isinstance(node.ctx, ast.Load) and got is None and _is_stride(mod, node):
+                    return f"the product is addressed with a stride ({node.id}) the rule cannot follow"
+                if got is not None and got[0] != buf:
+                    return f"the product is addressed with another tensor's stride ({node.id})"
+        return ""
+
+    def _sums_columns(self, mod: PyModule, kernel: ast.FunctionDef, param: str, host: HostArgs,
+                      n_text: str, buf: str) -> str:
+        """Why the consumer does not read `param` only through sums over its columns ("" if
+        it does)."""
+        scope = Scope(mod, kernel)
+        params = {a.arg for a in kernel.args.args}
+        n_params = {p for p, a in host.args.items() if ast.unparse(a) == n_text}
+        loads = [c for c in mod.calls(kernel, LOAD) if c.args and _reads_param(scope, c.args[0], params) == param]
+        writes = [c for c in mod.calls(kernel, WRITES) if c.args and _reads_param(scope, c.args[0], params) == param]
+        if writes:
+            return "the consumer writes the product"
+        if not loads or any(isinstance(n, ast.Name) and n.id == param and isinstance(n.ctx, ast.Load)
+                            and not any(_inside(mod, n, ld) for ld in loads) and not _assigned_pointer(mod, scope, n, loads)
+                            for n in ast.walk(kernel)):
+            return "the consumer reads the product other than by loads the rule can follow"
+        loops = [n for n in ast.walk(kernel) if isinstance(n, (ast.For, ast.While))]
+        for ld in loads:
+            other = _kw(ld, "other", 2)
+            if other is not None and not _zero(other):
+                return f"the consumer's load of the product fills masked lanes with {mod.text(other)}, not zero"
+            why = self._addresses(mod, kernel, ld.args[0], n_params, host, buf)
+            if why:
+                return f"the consumer: {why}"
+            column = self._column_axis(mod, scope, ld.args[0], n_params, host, buf)
+            if isinstance(column, str):
+                return column
+            around = [lp for lp in loops if _inside(mod, ld, lp)]
+            flow = _flow(mod, kernel, scope, [ld], None, around)
+            if flow.why:
+                return f"the consumer: {flow.why}"
+            if not flow.sums:
+                return "the consumer does not sum the product"
+            for call, axis in flow.sums:
+                if column == -1 and axis not in (None, 0, -1):
+                    return f"the consumer sums over an axis of the product's rows: `{mod.text(call)}`"
+                if column >= 0 and axis not in (column, column - 2):
+                    return ("the consumer sums the product over M (its rows), not over N"
+                            if axis is not None else "the consumer sums the product over both axes")
+            if flow.tiles:
+                return "the consumer stores the product's values unsummed"
+        return ""
+
+    @staticmethod
+    def _column_axis(mod: PyModule, scope: Scope, ptr: ast.AST, n_params: set[str], host: HostArgs,
+                     buf: str) -> int | str:
+        """The tile axis of a load's column index (-1: a 1-D load), or why there is none: the
+        column index is the one with unit stride (or the buffer's last stride)."""
+        terms = _terms(scope, ptr, [])
+        if terms is None:
+            return "the consumer's pointer is not a sum the rule can read"
+        vector = [t for t in terms if not scope.scalar(t)]
+        if all(broadcast_times_stride(t, scope) is None for t in vector):
+            units = [t for t in vector if scope.index(t) is not None]
+            if len(vector) != 1 or len(units) != 1:
+                return ("the consumer reads the product along its rows (the M axis), not its columns"
+                        if vector else "the consumer reads the product one element at a time")
+            return -1
+        cols = []
+        for t in vector:
+            found = broadcast_times_stride(t, scope)
+            if found is None:
+                return f"a term of the consumer's pointer is not one axis's index times a stride: {mod.text(t)}"
+            (axis, _), stride = found
+            last = stride is None or (isinstance(stride, ast.Name) and (
+                (host.dims.get(stride.id) or stride_of(host.args.get(stride.id, ast.Constant(0))) or ("", 0))
+                in ((buf, 1), (buf, -1))))
+            if last:
+                cols.append(axis)
+        if len(cols) != 1:
+            return "cannot tell which axis of the consumer's tile is the product's columns"
+        return cols[0]
+
+    # -- de-optimization -----------------------------------------------------------------
+    def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
+        return Skipped("reduce-before-contract is one way: the start it came from is the lineage's",
+                       {"site": site.anchor})
+
+
+def _is_stride(mod: PyModule, node: ast.Name) -> bool:
+    parent = mod.parents.get(node)
+    return isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Mult)
+
+
+def _assigned_pointer(mod: PyModule, scope: Scope, node: ast.Name, loads: list[ast.Call]) -> bool:
+    """A read of the parameter inside a pointer name's value that a followed load expands."""
+    stmt = _statement(mod, node)
+    if not (isinstance(stmt, (ast.Assign, ast.AugAssign))):
+        return False
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    names = {t.id for t in targets if isinstance(t, ast.Name)}
+    return any(isinstance(n, ast.Name) and n.id in names for ld in loads for n in ast.walk(ld.args[0]))

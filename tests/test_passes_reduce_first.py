@@ -1,0 +1,167 @@
+"""reduce-before-contract: a GEMM whose product is only summed over N runs on B summed over N.
+
+Four start kernels written apart (a stored product summed by a second kernel in chunks, with
+strides the host passes; the fused form with an atomic add of the tile's row sums; a mean over
+a block of rows by a consumer that divides by N itself, B read through a transpose's strides;
+a fused mean stored per row) and the benchmark's level2/14 start: each is taken and its output
+matches torch under the interpreter. Refusals for a non-linear epilogue, a bias, a product the
+host also returns, a consumer that takes a max or sums over M, an unmasked N. The search
+offers the rule as a move of its own."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import kir
+from passes.base import Applied, Skipped
+from passes.registry import get_pass
+from tests.module_helpers import load_module
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).parent / "data" / "reduce_first"
+START = ROOT / "bench/kernelbench/level2/14_Gemm_Divide_Sum_Scaling.py"
+PASS = get_pass("reduce-before-contract")()
+
+
+def _apply(source: str):  # noqa: ANN202
+    ir = kir.parse(source, "triton")
+    sites = [s for s in PASS.sites(ir) if not s.present]
+    assert sites, "no open site"
+    return [PASS.optimize(ir, s) for s in sites]
+
+
+def _applied(source: str) -> str:
+    results = _apply(source)
+    done = [r for r in results if isinstance(r, Applied)]
+    assert len(done) == 1, [getattr(r, "reason", r) for r in results]
+    return done[0].ir.unparse()
+
+
+def _refused(source: str) -> str:
+    results = _apply(source)
+    assert all(isinstance(r, Skipped) for r in results)
+    return " | ".join(r.reason for r in results)
+
+
+def _torch_compute(text: str) -> list[str]:
+    """Host code that computes with torch: a sum, a mean or a product (allocations are not)."""
+    tree = ast.parse(text)
+    jit = {id(n) for f in tree.body if isinstance(f, ast.FunctionDef)
+           and any("jit" in ast.unparse(d) for d in f.decorator_list) for n in ast.walk(f)}
+    return [ast.unparse(n) for n in ast.walk(tree) if id(n) not in jit and (
+        isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult)
+        or isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        and n.func.attr in ("sum", "mean", "matmul", "mm", "mv", "einsum"))]
+
+
+def _cases(torch):  # noqa: ANN001, ANN202
+    """name -> (inputs, the reference in float64)."""
+    gen = torch.Generator().manual_seed(0)
+
+    def rand(*shape):  # noqa: ANN002, ANN202
+        return torch.randn(*shape, generator=gen)
+
+    a, b = rand(24, 40), rand(40, 36)
+    x, w = rand(20, 48), rand(28, 48)
+    q, p = rand(18, 33), rand(21, 33)
+    c, e = rand(17, 24), rand(24, 30)
+    xs, ws = rand(12, 40), rand(44, 40)
+    f64 = torch.float64
+    return {
+        "stored_strided": ((a, b, 0.75), ((a.to(f64) @ b.to(f64)) * 0.75).sum(1)),
+        "fused_atomic": ((x, w, 3.0), ((x.to(f64) @ w.to(f64).T) / 3.0).sum(1)),
+        "stored_mean": ((q, p), (q.to(f64) @ p.to(f64).T).mean(1, keepdim=True)),
+        "fused_mean_store": ((c, e), (c.to(f64) @ e.to(f64)).mean(1)),
+        "start": ((xs, ws), ((xs.to(f64) @ ws.to(f64).T) / 2).sum(1, keepdim=True) * 1.5),
+    }
+
+
+def _source(name: str) -> str:
+    return START.read_text() if name == "start" else (DATA / f"{name}.py").read_text()
+
+
+@pytest.mark.parametrize("name", ["stored_strided", "fused_atomic", "stored_mean", "fused_mean_store", "start"])
+def test_the_rule_takes_each_form_and_matches_torch(name: str, tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    source = _source(name)
+    text = _applied(source)
+    inputs, ref = _cases(torch)[name]
+    before = load_module(source, tmp_path).run(*inputs)
+    after = load_module(text, tmp_path).run(*inputs)
+    assert after.shape == before.shape == ref.shape
+    torch.testing.assert_close(before.double(), ref, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(after.double(), ref, rtol=1e-4, atol=1e-3)
+    # the product is made with N = 1 on an operand the added kernel summed over N
+    assert "_sum_over_n(" in text and "@triton.jit\ndef _sum_over_n_kernel" in text
+    assert not _torch_compute(text)
+
+
+def test_the_torch_compute_check_can_fail() -> None:
+    assert _torch_compute("def run(x, w):\n    return (x @ w.T).sum(1)\n") == ["(x @ w.T).sum(1)", "x @ w.T"]
+    assert not _torch_compute("def run(x):\n    return torch.empty_like(x)\n")
+
+
+def test_the_stored_form_shrinks_the_buffer_and_keeps_the_consumers_divisor() -> None:
+    text = _applied(_source("stored_mean"))
+    assert "t = torch.empty((M, 1)" in text
+    assert "mean_rows[(triton.cdiv(M, 8),)](t, out, M, 1," in text and "N_full=N)" in text
+    assert "tl.sum(tile, axis=1) / N_full" in text and "rows[:, None] * N +" in text
+    again = kir.parse(text, "triton")
+    assert [s.present for s in PASS.sites(again)] == [True]
+    assert isinstance(PASS.deoptimize(again, PASS.sites(again)[0]), Skipped)
+
+
+def test_the_fused_form_launches_one_column_and_sets_the_k_stride() -> None:
+    text = _applied(_source("fused_mean_store"))
+    assert "(a, b_summed, out, M, 1, K, a.stride(0), 1," in text
+    assert "_sum_over_n(b, K, N, (b.stride(0)), 1)" in text
+    assert "tl.sum(acc, axis=1) / N_full" in text
+
+
+REFUSALS = [
+    ("fused_atomic", "tl.sum(total / d, axis=1)", "tl.sum(tl.maximum(total, 0.0), axis=1)",
+     "not linear"),
+    ("fused_atomic", "tl.sum(total / d, axis=1)", "tl.sum(tl.sigmoid(total), axis=1)", "not linear"),
+    ("fused_atomic", "tl.atomic_add(y + i, tl.sum(total / d, axis=1), mask=i < rows)",
+     "tl.atomic_add(y + j, tl.sum(total, axis=0), mask=j < hidden)", "over M"),
+    ("fused_atomic", "tl.sum(total / d, axis=1)", "tl.max(total, axis=1)", "tl.max"),
+    ("fused_atomic", "tl.sum(total / d, axis=1)",
+     "tl.sum(total + tl.load(w + j)[None, :], axis=1)", "not linear"),
+    ("fused_atomic", "mask=(j[:, None] < hidden) & (kk[None, :] < depth)", "mask=kk[None, :] < depth",
+     "not bounds-checked along N"),
+    ("stored_strided", "    return out\n", "    return out, prod\n", "also read outside its consumer"),
+    ("stored_strided", "tl.sum(part, axis=0)", "tl.max(part, axis=0)", "tl.max"),
+    ("stored_strided", "part += tl.load(src + r * row_stride + cols, mask=cols < width, other=0.0)",
+     "part += tl.exp(tl.load(src + r * row_stride + cols, mask=cols < width, other=0.0))",
+     "not linear"),
+    ("stored_mean", "tl.sum(tile, axis=1) / N", "tl.sum(tile, axis=0) / M", "over M"),
+    ("stored_mean", "c = acc * alpha" if False else "tl.store(o_ptr + rm[:, None] * N + rn[None, :], acc,",
+     "tl.store(o_ptr + rm[:, None] * N + rn[None, :], tl.maximum(acc, 0.0),", "not linear"),
+]
+
+
+@pytest.mark.parametrize("name, old, new, why", REFUSALS)
+def test_refusals_say_why(name: str, old: str, new: str, why: str) -> None:
+    source = _source(name)
+    assert old in source
+    assert why in _refused(source.replace(old, new))
+
+
+def test_a_column_sum_consumer_reading_rows_is_refused() -> None:
+    """A consumer that sums each column of the product (over M) reads it along its rows."""
+    source = _source("stored_strided").replace(
+        "part += tl.load(src + r * row_stride + cols, mask=cols < width, other=0.0)",
+        "part += tl.load(src + cols * row_stride + r, mask=cols < width, other=0.0)")
+    assert "along its rows" in _refused(source)
+
+
+def test_the_search_offers_the_rule_before_the_sweep() -> None:
+    from lineage.moves import rule_moves
+    from lineage.optimize import SWEEP_PRIOR
+
+    offered = rule_moves(kir.parse(_source("start"), "triton"))
+    assert "reduce-before-contract" in offered
+    assert "_sum_over_n(" in offered["reduce-before-contract"][0].unparse()
+    assert PASS.prior > max(SWEEP_PRIOR, get_pass("tf32x3-dot").prior)
