@@ -4,7 +4,10 @@ A move is one of
 - a card's materialization at a site (`materializations`): the pass's deterministic rule at
   the pass's optimization sites (those at the card's locus first), the card's recorded step
   transplanted where the rule has no site or refuses (`anchors.transplant`; rewriter
-  "transplant"), then the LLM rewriter where one is configured;
+  "transplant"), then the LLM rewriter where one is configured; on a timed run a structural
+  step (its pass sets no launch parameter) is written under a small joint list around the
+  configuration its state runs with (`around_parent`): a structure moves the best
+  configuration, and one gate then measures it at the best of that neighbourhood;
 - a sweep around a card's recorded joint configuration (`recorded_sweeps`, launch-parameter
   cards: `lineage.transfer`; rewriter "config-sweep");
 - a sweep of the state's own tunables: the generic role-keyed list the no-library control
@@ -59,6 +62,12 @@ COLD_SHARE = 0.05
 # launch time out of the figure, `gate.worker._Runner.gpu_lead`), so none is expected there;
 # what the pin saves, the autotuner's dispatch on the host, a caller pays and the gate does not.
 PIN_PRIOR = 1.0
+# Configurations a structural candidate is gated under (`around_parent`): the first points of
+# the own sweep around its state's configuration (`lineage.transfer.sweep_own`), for a dot
+# kernel that configuration, one pipeline stage more, twice and half the warps, one stage
+# fewer; a kernel slow to compile (`heavy`) the first three.
+AROUND_POINTS = 5
+AROUND_POINTS_HEAVY = 3
 
 
 # -- card materialization ------------------------------------------------------------------------
@@ -619,11 +628,13 @@ def used_up(card: SkillCard, state: Any) -> bool:
 
 
 def move_candidates(kind: str, card: SkillCard, state: Any, *, ctx: Any, rewriter: Any,
-                    heavy: bool = False) -> Iterator[Materialized]:
+                    heavy: bool = False, around: bool = False) -> Iterator[Materialized]:
     """The candidates of a move of the optimize loop (`lineage.optimize`) on `state` (its
     `ir`, `verdict`, `path`): `kind` plain | own | recorded | rule | pin | card, acting for `card`;
     sites in kernels the card does not act on (`left_out`) left out, the hottest kernel first
-    where the state's profile names several; `heavy`: the kernel is slow to compile."""
+    where the state's profile names several; `heavy`: the kernel is slow to compile; `around`
+    (a timed run with sweeps): a card's structural step under a joint list around the
+    state's configuration (`around_parent`)."""
     shares = kernel_shares(state.verdict)
     skipped = left_out(card, state)
 
@@ -648,7 +659,38 @@ def move_candidates(kind: str, card: SkillCard, state: Any, *, ctx: Any, rewrite
     else:
         made = materializations(card, state.ir, rewriter, ctx, skip_site=skip,
                                 sweeps=False, site_order=order if shares else None)
+        if around:
+            made = (around_parent(m, state, ctx=ctx, heavy=heavy) for m in made)
     return made
+
+
+def around_parent(made: Materialized, state: Any, *, ctx: Any = None,
+                  heavy: bool = False) -> Materialized:
+    """`made`, a step on `state` (its `ir`, `verdict`), with the kernel it edits under a joint
+    list of `AROUND_POINTS` configurations around the one `state` runs it with (its
+    autotuner's pick where the verdict names one, else its launch values: the own sweep's
+    first points, `lineage.transfer.sweep_own`), in place of the configuration it inherited.
+    A structural step moves the best configuration (a load path that frees registers or
+    shared memory lets a deeper pipeline pay): judged at its parent's configuration alone it
+    may lose where its own neighbourhood wins. `made` itself where its pass sets launch
+    parameters (`lineage.transfer.LAUNCH_PASSES`: the configuration is its step), the kernel
+    is not Triton, or no list can be written there. The options record the list (`around`)."""
+    from lineage.transfer import LAUNCH_PASSES, config_candidates  # noqa: PLC0415
+
+    if not made.ok or made.site is None or made.card.pass_name in LAUNCH_PASSES \
+            or str(getattr(made.ir.language, "value", made.ir.language)) != "triton":
+        return made
+    listed = config_candidates({}, made.ir, own=True, every=True, heavy=heavy,
+                               picks=autotune_picks(getattr(state, "verdict", None)),
+                               elem_bytes=_element_width(ctx),
+                               points=AROUND_POINTS_HEAVY if heavy else AROUND_POINTS)
+    kernel = kernel_of(made.site.anchor)
+    fits = [c for c in listed if c[0] == kernel] or (listed if len(listed) == 1 else [])
+    if not fits:
+        return made
+    _, new_ir, fitted = fits[0]
+    return dataclasses.replace(made, ir=new_ir,
+                               options={**made.options, "around": [dict(c) for c in fitted]})
 
 
 # -- sweeps of a state's own tunables -------------------------------------------------------------
@@ -896,8 +938,8 @@ def verdict_ms(verdict: Any) -> float | None:
     return float(value) if value else None
 
 
-__all__ = ["COLD_SHARE", "MAX_SITES", "PIN_PRIOR", "Materialized", "autotune_picks", "card_sites",
-           "effect_spread", "feature_appears", "first_run_s", "full_kernels", "gate_seconds",
+__all__ = ["AROUND_POINTS", "COLD_SHARE", "MAX_SITES", "PIN_PRIOR", "Materialized", "around_parent",
+           "autotune_picks", "card_sites", "effect_spread", "feature_appears", "first_run_s", "full_kernels", "gate_seconds",
            "kernel_of", "kernel_shares", "left_out", "materialize", "materializations", "move_candidates",
            "own_sweeps", "pin_offered", "pinned_picks", "plain_sweep", "recorded_sweeps",
            "rule_candidates", "rule_card", "rule_moves", "rule_offers", "sweep_card", "used_up",

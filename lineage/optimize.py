@@ -3,9 +3,10 @@
 `optimize(target, case, library)` starts from any kernel that passes the gate and spends a
 budget of gated candidates. A *state* is a kernel of the run that passed the gate; a *move*
 makes a candidate from a state (`lineage.moves`): a retrieved card's materialization at a
-site, a sweep around a launch card's recorded joint configuration, the generic autotune list
-of the state's own tunables (what the no-library control writes: `lineage.control`), or a
-sweep around the configuration the state runs with (CUDA: its configuration rules' values).
+site (a structural step, timed, under a list around its state's configuration), a sweep
+around a launch card's recorded joint configuration, the generic autotune list of the
+state's own tunables (what the no-library control writes: `lineage.control`), or a sweep
+around the configuration the state runs with (CUDA: its configuration rules' values).
 
 Every move has an expected gain, its prior (`_prior`: a card's measured effect raised to its
 scope match; `SWEEP_PRIOR` for a sweep) updated by what its candidates measured (`_gain`),
@@ -87,7 +88,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
              check_fn: Callable[..., Any] | None = None, seed: int = 0,
              deadline: float | None = None, executor: Any = None,
              llm_config: Any = None, config_sweeps: bool = True,
-             lookahead: bool = True, priors: bool = True,
+             lookahead: bool = True, priors: bool = True, around: bool = True,
              prebuild_fn: Callable[..., Any] | None = None) -> OptimizeResult:
     """Optimize the kernel file `target` for `case` with the admitted cards of `library`.
 
@@ -104,8 +105,9 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     Ablations: `config_sweeps=False` leaves out every sweep move (cards' recorded
     configurations and the state's own sweeps: single-parameter rewrites only);
     `lookahead=False` expands the best state only (a greedy search); `priors=False` gives every move
-    the same prior (measurements still update it). An empty library leaves the sweeps alone:
-    the control with the run's budget.
+    the same prior (measurements still update it); `around=False` gates a structural step at
+    its state's configuration alone (`lineage.moves.around_parent`). An empty library leaves
+    the sweeps alone: the control with the run's budget.
     Writes OUT/best.<ext> (CUDA: with its host module), OUT/lineage.json and OUT/result.json.
     Raises BadInputError for a missing target, an unknown case or tier, a missing library,
     or a target that fails the gate (there is nothing correct to start from). `check_fn`
@@ -186,7 +188,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
                say=say, budget=budget_steps, deadline=deadline, cards=tuple(admitted),
                retriever=Retriever(admitted, k=k), seed=seed,
                sweeps=config_sweeps and run_tier == "device",
-               lookahead=lookahead, priors=priors,
+               lookahead=lookahead, priors=priors, around=around,
                heavy=first_run_s(verdict) >= HEAVY_FIRST_RUN_S, spread=effect_spread(admitted))
     if (prebuild_fn is not None or (check_fn is None and executor is None)) \
             and language == "cuda" and run_tier == "device":
@@ -271,6 +273,7 @@ class _Run:
     sweeps: bool = True
     lookahead: bool = True
     priors: bool = True
+    around: bool = True  # a structural step under a list around its state's configuration
     heavy: bool = False
     """The start's first run, compilation included, took `HEAVY_FIRST_RUN_S` or more."""
     spread: float = 0.0  # how far a move's log gain may lie from its prior (`effect_spread`)
@@ -444,7 +447,8 @@ def _stream(option: _Option, run: _Run) -> Iterator[Materialized]:
     """The option's candidates (`lineage.moves.move_candidates`), those that are a state of
     the run or were gated already left out."""
     made = move_candidates(option.kind, option.card, option.state, ctx=run.ctx,
-                           rewriter=run.rewriter, heavy=run.heavy)
+                           rewriter=run.rewriter, heavy=run.heavy,
+                           around=run.sweeps and run.around)
     return (m for m in made if m.ir is None or _unseen(m.ir.unparse(), run))
 
 

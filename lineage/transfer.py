@@ -360,7 +360,7 @@ def picked(target: KernelConfig, pick: Mapping[str, int] | None) -> KernelConfig
 def config_candidates(
     carrier: Mapping[str, Any], ir: KernelIR, skip_kernel: Any = None, own: bool = False,
     heavy: bool = False, picks: Mapping[str, Mapping[str, int]] | None = None,
-    every: bool = False, elem_bytes: int | None = None,
+    every: bool = False, elem_bytes: int | None = None, points: int = SWEEP_POINTS,
 ) -> list[tuple[str, KernelIR, list[dict[str, int]]]]:
     """(kernel name, rewritten IR, fitted configs) for each target kernel a recorded
     configuration fits, with a sweep around that configuration; with `own`, for each target
@@ -369,7 +369,8 @@ def config_candidates(
     kernels a recorded configuration fits (after their recorded sweep: another hypothesis).
     Kernels the sweep is refused on (`sweep_edit`) are left out, as are those
     `skip_kernel(name)` names. `heavy`: see `sweep_own`. `elem_bytes` (the case's element
-    width, where known): dot kernels' configurations are fitted to shared memory (`shared_fit`)."""
+    width, where known): dot kernels' configurations are fitted to shared memory (`shared_fit`).
+    `points`: the configurations of an own sweep (its first ones, `sweep_own`)."""
     from kir import Edit, Span  # noqa: PLC0415
     from kir.errors import KLineageError  # noqa: PLC0415
 
@@ -395,7 +396,7 @@ def config_candidates(
             configs = [{**running.by_role(), **cfg}
                        for cfg in sweep_around(pair[0], also=pair[1], roles=set(target.by_role()))]
         else:
-            configs = sweep_own(running, heavy=heavy)
+            configs = sweep_own(running, points=points, heavy=heavy)
         configs = shared_fit(warps_cover(configs, running), running, elem_bytes)
         if not configs:
             continue
