@@ -116,6 +116,7 @@ def test_the_stored_form_shrinks_the_buffer_and_keeps_the_consumers_divisor() ->
 def test_the_fused_form_launches_one_column_and_sets_the_k_stride() -> None:
     text = _applied(_source("fused_mean_store"))
     assert "(a, b_summed, out, M, 1, K, a.stride(0), 1," in text
+    assert "BM=16, BN=16, BK=16, N_full=N)" in text  # the N tile the launch computed from N
     assert "_sum_over_n(b, K, N, (b.stride(0)), 1)" in text
     assert "tl.sum(acc, axis=1) / N_full" in text
 

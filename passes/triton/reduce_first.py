@@ -6,7 +6,9 @@ the program only through sums over T's columns (the product's N axis), linearity
 rule adds to the module, `_REDUCE`), and the user's own GEMM kernel runs on the sum with N = 1,
 a matrix-vector product whose output has one column. Everything after the dot runs as
 before: its epilogue, and the consumer, which now sums a single column. The M x N x K product
-becomes a read of B and an M x K product.
+becomes a read of B and an M x K product. Where the launch passes the accumulator's N tile,
+it passes 16 (`N_TILE`, the least a dot takes): a wider tile would compute columns the masks
+drop.
 
 Two forms are taken, recognized by what the accumulator's values flow into:
 - *fused*: the GEMM's epilogue sums its tile over N (`tl.sum(acc, axis=1)`) and stores or
@@ -70,6 +72,8 @@ FULL = frozenset({"tl.full", "triton.language.full"})
 CDIV = frozenset({"tl.cdiv", "triton.language.cdiv", "triton.cdiv"})
 BLOCK_PTR = frozenset({"tl.make_block_ptr", "triton.language.make_block_ptr"})
 FACTORIES = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.full"})
+N_TILE = 16
+"""The N tile of the product at N = 1 where the launch passes it: the least a `tl.dot` takes."""
 
 # The reduction the rule adds: {kernel} and {helper} are the module's fresh names for them. A
 # first launch sums column slices of N into fp32 partial rows, a second sums those rows (the
@@ -125,6 +129,8 @@ class _Gemm:
     """"fused" (the epilogue sums over N) | "stored" (the tile is stored for a consumer)."""
     t_param: str = ""
     t_store: ast.Call | None = None
+    n_tile: str = ""
+    """The constexpr sizing the accumulator's N axis ("" where it is not one parameter)."""
 
 
 @dataclass(slots=True)
@@ -483,6 +489,14 @@ class ReduceBeforeContract(Pass):
             return f"the right operand's N stride `{mod.text(g.n_stride)}` is not a parameter"
         whole = Scope(mod, kernel)
         acc = next(iter(accs))
+        inits = [n.value for n in ast.walk(kernel) if isinstance(n, ast.Assign) and _zero_init(n.value)
+                 and any(isinstance(t, ast.Name) and t.id == acc for t in n.targets)]
+        shape = inits[0].args[0] if len(inits) == 1 and isinstance(inits[0], ast.Call) and inits[0].args else None
+        tiles = set(constexpr_params(kernel))
+        if isinstance(shape, (ast.Tuple, ast.List)) and len(shape.elts) == 2 \
+                and isinstance(shape.elts[1], ast.Name) and shape.elts[1].id in tiles \
+                and not (isinstance(shape.elts[0], ast.Name) and shape.elts[0].id == shape.elts[1].id):
+            g.n_tile = shape.elts[1].id
         seeds = [n for n in ast.walk(kernel) if isinstance(n, ast.Name) and n.id == acc
                  and isinstance(n.ctx, ast.Load) and not _inside(mod, n, loop)]
         flow = _flow(mod, kernel, whole, seeds, loop, None)
@@ -573,6 +587,11 @@ class ReduceBeforeContract(Pass):
         if isinstance(launch_edits, str):
             return Skipped(launch_edits, {"kernel": kernel.name})
         edits += launch_edits
+        tile = host.args.get(g.n_tile) if g.n_tile else None
+        if tile is not None and not (isinstance(tile, ast.Constant) and isinstance(tile.value, int)
+                                     and tile.value <= N_TILE) \
+                and not any(e.start <= mod.start(tile) < e.end or e.start == mod.start(tile) for e in edits):
+            edits.append(ByteEdit(*mod.span(tile), str(N_TILE)))
         b_arg = host.args[g.b_param]
         k_stride = self._stride_text(g.k_stride, host, g)
         n_stride = self._stride_text(g.n_stride, host, g)
