@@ -17,6 +17,8 @@ the same for the warp's 32 threads, so that a warp takes one side of the alignme
 A vector hands a thread other elements than the loop did: a loop whose thread keeps a count or
 the last value it saw, used after the loop before the block combines it, is refused
 (`recognize.repartition_refusal`); sums, maxima and other folds only change their order.
+`vector_fallbacks` reads such a loop back by role (the alignment check, the scalar tail, the
+loop as written as the fallback), for rules that act on the loop as written.
 """
 from __future__ import annotations
 
@@ -761,3 +763,67 @@ def _vector_loop_text(ir: KernelIR, loop: StrideLoop, plan: _VectorPlan, ahead: 
              f"  }}\n"
              f"}}")
     return text_.replace("\n", "\n" + indent)
+
+
+@dataclass(frozen=True, slots=True)
+class VectorFallback:
+    """A stride loop run 16 bytes at a time where its addresses are aligned, with the loop as
+    written as the fallback: the statement at `span` (the check, or the block holding only it)
+    and the fallback loop's text (`loop`)."""
+
+    span: tuple[int, int]
+    loop: str
+
+
+def vector_fallbacks(ir: KernelIR) -> list[VectorFallback]:
+    """Loops vectorized with a scalar fallback, by role: `if (C) { ...; T } else L` where `C`
+    tests addresses for 16-byte alignment, `L` (alone, or alone in a block) is a stride loop and
+    the last statement of the vector side, `T`, is the scalar tail: a loop with `L`'s condition,
+    step and body (the form `vectorize-global` writes; a hand-written one has the same parts).
+    Both sides compute the same result (up to the order of a fold), so `L` alone stands for the
+    statement; where the check is the only statement of a block, the block is the statement."""
+    loops = {lp.span: lp for lp in stride_loops(Unit(ir))}
+    out = []
+    for node in ir.walk():
+        if ir.grammar_type_of(node.id) != "if_statement":
+            continue
+        cond, then, alt = if_parts(ir, node.id)
+        if alt is None or not _ALIGNED.search(text(ir, cond)):
+            continue
+        fallback = _only_loop(ir, alt)
+        tail = _statements(ir, then)[-1:] if ir.grammar_type_of(then) == "compound_statement" else []
+        if fallback is None or not tail or ir.grammar_type_of(tail[0]) != "for_statement":
+            continue
+        lp = loops.get((ir.span_of(fallback).start, ir.span_of(fallback).end))
+        if lp is None or not _same_loop(ir, tail[0], fallback):
+            continue
+        span = (node.span.start, node.span.end)
+        parent = ir.parent_of(node.id)
+        if parent is not None and ir.grammar_type_of(parent) == "compound_statement" and \
+                _statements(ir, parent) == [node.id] and \
+                ir.grammar_type_of(ir.parent_of(parent) or parent) != "function_definition":
+            span = (ir.span_of(parent).start, ir.span_of(parent).end)
+        out.append(VectorFallback(span, text(ir, fallback)))
+    return out
+
+
+def _statements(ir: KernelIR, block: int) -> list[int]:
+    return [c for c in children(ir, block) if ir.grammar_type_of(c) not in ("comment", "{", "}")]
+
+
+def _only_loop(ir: KernelIR, stmt: int) -> int | None:
+    """`stmt` where it is a `for` loop, or the one statement of a block that is one."""
+    if ir.grammar_type_of(stmt) == "compound_statement":
+        inner = _statements(ir, stmt)
+        stmt = inner[0] if len(inner) == 1 else stmt
+    return stmt if ir.grammar_type_of(stmt) == "for_statement" else None
+
+
+def _same_loop(ir: KernelIR, tail: int, loop: int) -> bool:
+    """Whether `tail` runs `loop`'s body under its condition and update (its start may differ:
+    it begins after the last whole vector)."""
+    parts_t, parts_l = for_parts(ir, tail), for_parts(ir, loop)
+    same = lambda a, b: (a is None and b is None) or (a is not None and b is not None and  # noqa: E731
+                                                      _compact(ir, a) == _compact(ir, b))
+    return same(parts_t[1], parts_l[1]) and same(parts_t[2], parts_l[2]) and \
+        _compact(ir, loop_body(ir, tail)) == _compact(ir, loop_body(ir, loop))

@@ -33,6 +33,15 @@ the same `E` (the same text, the same loop variable) and nothing from the fold t
 assigns what `E` reads; the later pass reads the kept value (the same bits: the value is
 computed once instead of twice). Where nothing is kept the option refuses.
 
+A row the kernel already keeps in shared memory (`row-cache`'s form or a copy an expert wrote,
+`row_cache.cached_rows`) is taken too (`shared_rows`): its passes are read back from global
+memory (the copy, its barrier, the shared array and its guard go, as `row-cache`'s
+de-optimization does), a pass vectorized with its loop as written as the fallback
+(`memory.vector_fallbacks`: `vectorize-global`'s form) becomes that loop, and the rule acts on
+the passes so found, with every precondition above; where they are not passes it takes, it
+refuses with their reason. The copy's barrier synchronized the copy alone (it runs only where
+the copy does, or right after it): nothing else waited on it.
+
 The de-optimization (`register_rows`) recognizes the form by role: a local array of a 16-byte
 vector type with a constant extent, a `const bool` guard declared next to it, a guarded
 statement that only fills the array, and passes `if (guard) { ... } else { pass }`; the array,
@@ -51,11 +60,11 @@ from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._tree import children, declared_names, if_parts, loop_body, subtree, text
 from passes.cuda.annotations import CUDA
-from passes.cuda.memory import VECTORS, vector_loops
+from passes.cuda.memory import VECTORS, vector_fallbacks, vector_loops
 from passes.cuda.recognize import (Unit, expand_locals, for_parts, launch_block,
                                    repartition_refusal, subscript)
-from passes.cuda.row_cache import (RowPasses, _indent, _statement_items, _target_name, _upto_next,
-                                   passes_back, row_passes)
+from passes.cuda.row_cache import (RowPasses, _indent, _statement_items, _target_name,
+                                   _upto_next, cached_rows, passes_back, row_passes)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -543,6 +552,88 @@ def count_edits(ir: KernelIR, held: RegisterRow, vectors: int) -> list[ByteEdit]
     return edits
 
 
+# -- a row kept in shared memory, read from global memory again -------------------------------
+@dataclass(frozen=True, slots=True)
+class SharedRow:
+    """A row the kernel keeps in shared array `array` (`span`: the copy through its last pass),
+    and `ir`, the kernel with its passes reading global memory again and their vectorized loops
+    as written, where `plan` holds them."""
+
+    array: str
+    span: tuple[int, int]
+    ir: KernelIR
+    plan: RowPasses
+
+
+def _applied(ir: KernelIR, edits: list[tuple[int, int, str]]) -> tuple[KernelIR, list[tuple[int, int]]]:
+    """`ir` with the disjoint byte `edits` applied, and where each edit's text lies in it."""
+    from kir import Edit, Span  # noqa: PLC0415
+
+    ordered = sorted(edits)
+    shift, spans = 0, []
+    for s, e, t in ordered:
+        n = len(t.encode())
+        spans.append((s + shift, s + shift + n))
+        shift += n - (e - s)
+    return ir.apply(tuple(Edit(Span(s, e), t) for s, e, t in ordered)), spans
+
+
+def shared_rows(ir: KernelIR) -> list[SharedRow | Skipped]:
+    """Each row kept in shared memory (`row_cache.cached_rows`) with its passes read from global
+    memory again and their vectorized loops as written (`memory.vector_fallbacks` inside the
+    passes), or why those are not passes the rule takes (see the module)."""
+    known = {(p.kernel, p.pointer) for p in row_passes(ir, None) if isinstance(p, RowPasses)}
+    out: list[SharedRow | Skipped] = []
+    for cached in cached_rows(ir):
+        back, spans = _applied(ir, [(s, e, "") for s, e in cached.removed] + list(cached.edits))
+        spans = [(a, b) for a, b in spans if b > a]  # the passes' new text (the copy left none)
+        loops = [f for f in vector_fallbacks(back)
+                 if any(f.span[0] < b and a < f.span[1] for a, b in spans)]
+        outer = [f for f in loops if not any(o is not f and o.span[0] <= f.span[0] and
+                                             f.span[1] <= o.span[1] for o in loops)]
+        if outer:
+            back, _ = _applied(back, [(*f.span, f.loop) for f in outer])
+        plans = row_passes(back, None)
+        found = [p for p in plans if isinstance(p, RowPasses) and (p.kernel, p.pointer) not in known
+                 and (cached.pointer is None or p.pointer == cached.pointer)]
+        if found:
+            out += [SharedRow(cached.array, _statements_over(ir, cached.span), back, p)
+                    for p in found[:1]]
+        else:
+            why = next((p.reason for p in plans if isinstance(p, Skipped)),
+                       "no two passes with one header read the row from global memory")
+            out.append(Skipped(f"the row kept in `{cached.array}`, read from global memory again: {why}",
+                               {"array": cached.array}))
+    return out
+
+
+def _statements_over(ir: KernelIR, span: tuple[int, int]) -> tuple[int, int]:
+    """The statements of the innermost block holding `span` that `span` touches, first to last
+    (a pass that reads the copy ends where its statement does)."""
+    block = max((n for n in ir.walk() if ir.grammar_type_of(n.id) == "compound_statement"
+                 and n.span.start <= span[0] and span[1] <= n.span.end),
+                key=lambda n: n.span.start, default=None)
+    if block is None:
+        return span
+    items = [ir.span_of(c) for c in _statement_items(ir, block.id)
+             if ir.span_of(c).start < span[1] and span[0] < ir.span_of(c).end]
+    return (min([span[0]] + [i.start for i in items]), max([span[1]] + [i.end for i in items]))
+
+
+def _minimal_edit(ir: KernelIR, new: str) -> ByteEdit:
+    """One edit turning `ir`'s text into `new`: the bytes between their common head and tail."""
+    old = ir.text
+    head = 0
+    while head < min(len(old), len(new)) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    start = len(old[:head].encode())
+    end = len(old[:len(old) - tail].encode())
+    return ByteEdit(start, end, new[head:len(new) - tail])
+
+
 @dataclass(frozen=True, slots=True)
 class RowRegisters(Pass):
     """Passes re-reading a row from global memory <-> the row held in registers, read once."""
@@ -585,6 +676,11 @@ class RowRegisters(Pass):
             if isinstance(plan, RowPasses):
                 out.append(make_site(self.name, ir, index, plan.span, False, {
                     "pointer": plan.pointer, "passes": len(plan.loops)}, plan.loops[0]))
+        for row in shared_rows(ir):
+            if isinstance(row, SharedRow):
+                out.append(make_site(self.name, ir, index, row.span, False, {
+                    "pointer": row.plan.pointer, "passes": len(row.plan.loops),
+                    "shared": row.array}))
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -602,24 +698,39 @@ class RowRegisters(Pass):
         plans = row_passes(ir, None)
         for plan in plans:
             if isinstance(plan, RowPasses) and plan.span == tuple(site.span):
-                why = repartition_refusal(Unit(ir), plan.kernel, plan.loops)
-                if why is not None:
-                    return Skipped(why, {"kernel": plan.kernel})
-                fit, found = fitting_vectors(ir, plan, ctx)
-                if fit is not None and fit > MAX_VECTORS:
-                    return Skipped(f"{found} needs {fit} vectors of 16 bytes per thread, more than "
-                                   f"{MAX_VECTORS}: the form would only take its fallback",
-                                   {"vectors": fit})
-                # 0, or a value that would not hold the row (a card's recorded one): the fit
-                vectors = fit if fit is not None and self.vectors < fit else \
-                    self.vectors or UNFIT_VECTORS
-                text_, kept = registers_text(ir, plan, vectors, self.hoist, self.reuse)
-                if self.reuse and not kept:
-                    return Skipped("no pass computes again a value an earlier pass folds (reuse)",
-                                   {"vectors": vectors})
-                return finish(ir, site, [ByteEdit(*plan.span, text_)],
-                              options={"vectors": vectors, **({"reuse": True} if self.reuse else {})})
-        refused = [p for p in plans if isinstance(p, Skipped)]
+                made = self._registers(ir, plan, ctx)
+                if isinstance(made, Skipped):
+                    return made
+                text_, options = made
+                return finish(ir, site, [ByteEdit(*plan.span, text_)], options=options)
+        for row in shared_rows(ir):
+            if isinstance(row, SharedRow) and row.span == tuple(site.span):
+                made = self._registers(row.ir, row.plan, ctx)
+                if isinstance(made, Skipped):
+                    return made
+                text_, options = made
+                data = row.ir.source
+                new = (data[:row.plan.span[0]] + text_.encode() + data[row.plan.span[1]:]).decode("utf-8")
+                return finish(ir, site, [_minimal_edit(ir, new)], options=options)
+        refused = [p for p in [*plans, *shared_rows(ir)] if isinstance(p, Skipped)]
         if refused:
             return refused[0]
         return Skipped("no row read by several passes at the site", {"site": site.anchor})
+
+    def _registers(self, ir: KernelIR, plan: RowPasses,
+                   ctx: PassContext | None) -> tuple[str, dict[str, Any]] | Skipped:
+        """The text replacing `plan`'s passes and the options recorded, or why the rule refuses."""
+        why = repartition_refusal(Unit(ir), plan.kernel, plan.loops)
+        if why is not None:
+            return Skipped(why, {"kernel": plan.kernel})
+        fit, found = fitting_vectors(ir, plan, ctx)
+        if fit is not None and fit > MAX_VECTORS:
+            return Skipped(f"{found} needs {fit} vectors of 16 bytes per thread, more than "
+                           f"{MAX_VECTORS}: the form would only take its fallback", {"vectors": fit})
+        # 0, or a value that would not hold the row (a card's recorded one): the fit
+        vectors = fit if fit is not None and self.vectors < fit else self.vectors or UNFIT_VECTORS
+        text_, kept = registers_text(ir, plan, vectors, self.hoist, self.reuse)
+        if self.reuse and not kept:
+            return Skipped("no pass computes again a value an earlier pass folds (reuse)",
+                           {"vectors": vectors})
+        return text_, {"vectors": vectors, **({"reuse": True} if self.reuse else {})}
