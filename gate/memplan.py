@@ -175,6 +175,21 @@ def plan_bytes(plan: SetPlan, set_bytes: int, out_bytes: int, *, held: bool,
     return (plan.sets - plan.parked) * per_set + working_bytes(set_bytes, out_bytes, reference_peak)
 
 
+def room_beyond(free_bytes: int, plan: SetPlan, per_set: int, work: int) -> int:
+    """Device bytes left beyond what `plan` holds at its largest phase, given `free_bytes`
+    (at most `device_cap()`) before its first set: its resident sets (`per_set` bytes each,
+    with their held references) and `work` (`working_bytes`, or lean `lean_bytes`). A set
+    the plan parks whose inputs are drawn again where used (`gate.remake`) keeps its held
+    reference on the device in this room, and a set that cannot be drawn again stays whole,
+    instead of waiting in host memory: each comparison against a reference in host memory
+    copies it in and, masked anew, back out."""
+    cap = device_cap()
+    if cap is not None:
+        free_bytes = min(free_bytes, cap)
+    planned = work if plan.lean else (plan.sets - plan.parked) * per_set + work
+    return max(0, free_bytes - planned)
+
+
 def samples_fit(free_bytes: int, out_bytes: int, samples: int) -> bool:
     """Whether a lean plan's timed runs keep their `samples` sampled outputs on the device:
     given `free_bytes` free once the pool is back (its sets and the rotation's buffers
@@ -230,8 +245,8 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
     held_bytes = (total - parked) * per_set + work
     lean = lean_bytes(set_bytes, out_bytes, reference_peak)
     if held_bytes > free_bytes and lean < held_bytes:
-        return lean_plan(s, p, fixed, f"every input set leaves the device and every reference "
-                                      f"waits in host memory between its uses: "
+        return lean_plan(s, p, fixed, f"every input set leaves the device between its uses, "
+                                      f"its reference too where no room is left: "
                                       f"{set_bytes / gib:.1f} GiB of inputs and "
                                       f"{out_bytes / gib:.1f} GiB of output a set, "
                                       f"{free_bytes / gib:.1f} GiB free on the device, "
@@ -250,4 +265,4 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
 __all__ = ["CAP_ENV", "LEAN_WORK", "MIN_POOL", "MIN_SEEDS", "PHASE_WORK", "SLACK_BYTES", "SetPlan",
            "device_cap", "gate_bytes", "host_bytes", "kept_bytes", "lean_bytes", "lean_plan",
            "least_bytes", "least_plan", "parked_bytes", "parked_plan", "plan_bytes", "plan_sets",
-           "samples_fit", "working_bytes"]
+           "room_beyond", "samples_fit", "working_bytes"]

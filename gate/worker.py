@@ -380,6 +380,10 @@ class _Runner:
         # per variant whether its make_inputs draws a set the same twice
         self.recipes: dict[tuple[str, str, int], Any] = {}
         self.redraws: dict[str, bool] = {}
+        # variant -> device bytes beyond its plan where parked sets' references (or a set that
+        # cannot be drawn again) stay (`memplan.room_beyond`), and what stayed there
+        self.room: dict[str, int] = {}
+        self.stayed: dict[str, list[str]] = {}
         self.set_plans: dict[str, Any] = {}  # variant -> memplan.SetPlan
         # the sealed sets' (dtype, shape) per input where kept masked (`_mask_sealed`), else None
         self.sealed_meta: dict[tuple[str, str, int], list[Any]] = {}
@@ -549,6 +553,11 @@ class _Runner:
             self.chan.send("flag", f"{variant}: {len(hosted)} of {total} input sets wait in host "
                                    f"memory between their uses "
                                    f"({self._set_bytes(self.originals[hosted[0]]) / gib:.1f} GiB a set)")
+        stayed = self.stayed.get(variant, [])
+        if stayed:
+            self.chan.send("flag", f"{variant}: {stayed.count('reference')} held reference(s) and "
+                                   f"{stayed.count('set')} whole set(s) of those the plan lets wait "
+                                   f"stay on the device, in the room it leaves free")
 
     def _variant_references(self, variant: str) -> None:
         """The input sets and references of one variant: the first seed's set, then the plan
@@ -565,8 +574,9 @@ class _Runner:
             self.originals[first] = inputs
             plan = self._set_plan(variant, inputs, free, self._peak_since(peak_from))
             per_set = self._set_bytes(inputs) + (self.out_bytes.get(variant, 0) if self.held_mode else 0)
-            self._reserve(self.work_bytes[variant] if plan.lean else
-                          (plan.sets - 1) * per_set + self.work_bytes[variant])
+            self.room[variant] = self._room_beyond(variant, plan, free, per_set)
+            self._reserve((self.work_bytes[variant] if plan.lean else
+                           (plan.sets - 1) * per_set + self.work_bytes[variant]) + self.room[variant])
         del inputs
         if plan.lean:  # a lean plan: no set stays on the device between its uses
             self._park(first)
@@ -761,18 +771,45 @@ class _Runner:
 
     def _park(self, key: tuple[str, str, int]) -> None:
         """Let the input set `key` leave the device: dropped, to be drawn again where used,
-        where the case draws it the same twice (`_recipe`), else copied to host memory; its
-        held reference goes to host memory."""
+        where the case draws it the same twice (`_recipe`), else copied to host memory, or
+        where there is room beyond the plan (`_take_room`) kept whole; its held reference stays
+        in that room where it can, else goes to host memory."""
         inputs = self.originals[key]
         recipe = self._recipe(key, inputs)
+        out = self.out_bytes.get(key[0], 0) if self.held_mode else 0
+        if recipe is None and self._take_room(key, self._set_bytes(inputs) + out, "set"):
+            return
         if recipe is not None:
             self.recipes[key] = recipe
             self.originals[key] = ()
         else:
             self.originals[key] = self._host_copy(inputs)
         del inputs
-        self._park_reference(key)
+        if recipe is None or not self._take_room(key, out, "reference"):
+            self._park_reference(key)
         self.parked.add(key)
+
+    def _room_beyond(self, variant: str, plan: Any, free: int, per_set: int) -> int:
+        """`memplan.room_beyond` of the variant's plan (device tier, references held here);
+        none with `KLINEAGE_GATE_ROOM=0` or where a lean plan was asked for
+        (`KLINEAGE_GATE_SETS=lean`: every set and reference leaves the device)."""
+        from gate import memplan  # noqa: PLC0415
+
+        if self.device != "cuda" or not self.held_mode or os.environ.get("KLINEAGE_GATE_ROOM") == "0" \
+                or os.environ.get("KLINEAGE_GATE_SETS") == "lean":
+            return 0
+        return memplan.room_beyond(free, plan, per_set, self.work_bytes[variant])
+
+    def _take_room(self, key: tuple[str, str, int], nbytes: int, what: str) -> bool:
+        """Whether `nbytes` of `key`'s (its held reference, or its whole set) stay on the
+        device in the room beyond its variant's plan: taken from it where they fit and the
+        device still has the calls' working memory free (`_short`)."""
+        variant = key[0]
+        if nbytes > self.room.get(variant, 0) or self._short(variant):
+            return False
+        self.room[variant] -= nbytes
+        self.stayed.setdefault(variant, []).append(what)
+        return True
 
     def _recipe(self, key: tuple[str, str, int], inputs: tuple[Any, ...], *,
                 base: tuple[str, str, int] | None = None,
@@ -991,7 +1028,8 @@ class _Runner:
             sets.append((seed, mixed))
             # the pool's inputs stay on the device (refills copy them between timed calls);
             # its references are compared only for the few sampled calls
-            if lean or self._short(variant):
+            out = self.out_bytes.get(variant, 0) if self.held_mode else 0
+            if (lean or self._short(variant)) and not (lean and self._take_room(key, out, "reference")):
                 self._park_reference(key)
             if lean:  # drawn again for the timed runs where it can be, else a host copy
                 recipe = self._recipe(key, mixed, base=timed_key, donor=donor_key) if crossed \

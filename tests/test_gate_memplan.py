@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gate.memplan import (LEAN_WORK, MIN_POOL, MIN_SEEDS, SLACK_BYTES, gate_bytes, host_bytes, kept_bytes,
+from gate.memplan import (CAP_ENV, LEAN_WORK, MIN_POOL, MIN_SEEDS, SLACK_BYTES, gate_bytes, host_bytes, kept_bytes,
                           lean_bytes, least_bytes, least_plan, parked_bytes, parked_plan, plan_bytes, plan_sets,
-                          working_bytes)
+                          room_beyond, working_bytes)
 
 GIB = 1 << 30
 SAXPY = Path(__file__).resolve().parent / "data" / "cases" / "saxpy"
@@ -65,7 +65,7 @@ def test_where_the_first_sets_do_not_fit_beside_the_calls_every_set_waits_betwee
                      reference_peak=24 * GIB)
     assert plan.lean and (plan.seeds, plan.pool) == (MIN_SEEDS, MIN_POOL)
     assert plan.parked == plan.sets == MIN_SEEDS + 3 + MIN_POOL - 1
-    assert "waits in host memory between its uses" in plan.reason and "60.0 GiB free" in plan.reason
+    assert "every input set leaves the device between its uses" in plan.reason and "60.0 GiB free" in plan.reason
     # the largest phase: the first set's measured reference step (8 + 8 + 24) over the calls'
     assert plan_bytes(plan, 8 * GIB, 8 * GIB, held=True, reference_peak=24 * GIB) \
         == lean_bytes(8 * GIB, 8 * GIB, 24 * GIB) == 40 * GIB + SLACK_BYTES <= 60 * GIB
@@ -371,7 +371,7 @@ def test_a_lean_worker_keeps_no_set_or_reference_on_the_device_between_uses(
     assert run.parked == set(run.originals)
     assert set(parked_refs) == set(run.vault)  # the pool's crossover's reference too
     assert any(k[1] == "refill" for k in run.vault)
-    assert any("waits in host memory between its uses" in m[1] for m in chan.sent if m[0] == "flag")
+    assert any("leaves the device between its uses" in m[1] for m in chan.sent if m[0] == "flag")
     set_bytes = run._set_bytes(run.originals[(variant, "timed", 14)])
     assert run.work_bytes[variant] == memplan.lean_bytes(set_bytes, set_bytes // 2)
     pool = run.pools[variant]
@@ -429,3 +429,51 @@ def test_a_lean_worker_draws_its_sets_again_where_used_instead_of_copying_them_o
     mixed = rotation.pool.inputs(1)
     assert any(isinstance(x, torch.Tensor) and not torch.equal(x, y) for x, y in zip(mixed, first))
     assert run.original((variant, "seed", 11)) is not run.original((variant, "seed", 11))
+
+
+def test_the_room_beyond_a_plan_is_what_its_largest_phase_leaves_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lean plan holds its largest phase; a parked plan its resident sets and working memory:
+    what the device has beyond that keeps parked sets' references (`gate.remake`) instead of
+    host memory, and never counts more than the memory cap."""
+    lean = plan_sets(60 * GIB, 6 * GIB, 6 * GIB, seeds=3, pool=4, fixed=3, held=True)
+    assert lean.lean
+    work = lean_bytes(6 * GIB, 6 * GIB)
+    assert room_beyond(60 * GIB, lean, 12 * GIB, work) == 60 * GIB - work
+    assert room_beyond(work - 1, lean, 12 * GIB, work) == 0
+    parked = plan_sets(90 * GIB, 8 * GIB, 8 * GIB, seeds=3, pool=4, fixed=3, held=True)
+    assert not parked.lean and parked.parked
+    work = working_bytes(8 * GIB, 8 * GIB)
+    resident = (parked.sets - parked.parked) * 16 * GIB + work
+    assert resident <= 90 * GIB
+    assert room_beyond(90 * GIB, parked, 16 * GIB, work) == 90 * GIB - resident
+    monkeypatch.setenv(CAP_ENV, str(70 * GIB))
+    assert room_beyond(90 * GIB, parked, 16 * GIB, work) == max(0, 70 * GIB - resident)
+
+
+def test_a_lean_worker_keeps_parked_sets_references_on_the_device_where_room_is_left(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Free memory for the lean plan's largest phase and two references more: the sets are
+    drawn again where used, the first two sets' references stay on the device (the rest wait in
+    host memory), and the flags say so."""
+    run, _ = _runner_on_a_made_up_device(0, monkeypatch)
+    [variant] = list(run.shapes)
+    set_bytes = run._set_bytes(run._draw(variant, 1))
+    out_bytes = set_bytes // 2
+    free = lean_bytes(set_bytes, out_bytes) + 2 * out_bytes
+    run, chan = _runner_on_a_made_up_device(free, monkeypatch)
+    parked_refs: list[tuple] = []
+    park_reference = run._park_reference
+    run._park_reference = lambda key: (parked_refs.append(key), park_reference(key))
+    run._variant_references(variant)
+    assert run.set_plans[variant].lean
+    stayed = set(run.vault) - set(parked_refs)
+    assert stayed == {(variant, "seed", 11), (variant, "seed", 12)}, stayed
+    assert run.room[variant] == 0 and run.stayed[variant] == ["reference", "reference"]
+    run._send_parked_flags(variant)
+    flags = [m[1] for m in chan.sent if m[0] == "flag"]
+    assert any("2 held reference(s) and 0 whole set(s)" in f for f in flags), flags
+    # asked for a lean plan: nothing stays
+    monkeypatch.setenv("KLINEAGE_GATE_SETS", "lean")
+    run, _ = _runner_on_a_made_up_device(free, monkeypatch)
+    run._variant_references(variant)
+    assert not run.stayed
