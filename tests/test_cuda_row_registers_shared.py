@@ -19,7 +19,7 @@ from passes import Applied, PassContext, Skipped, get_pass
 from passes.base import Site
 from passes.cuda.memory import vector_fallbacks
 from passes.cuda.row_cache import cached_rows
-from passes.cuda.row_registers import register_rows, shared_rows
+from passes.cuda.row_registers import register_rows, rows_as_written
 from passes.roundtrip import roundtrip
 
 pytest.importorskip("torch")
@@ -86,6 +86,30 @@ def test_a_row_kept_in_shared_memory_is_held_in_registers(folder: Path, steps: l
     assert roundtrip(p, back, present[0], ctx).same
 
 
+# rows read from global memory by passes vectorized first (`vectorize-global` before any row rule)
+VECTORIZED_ROWS = [
+    (STYLES / "cu_layernorm", [("warp-shuffle-reduce", {}), ("vectorize-global", {})]),
+    (ROWS / "rw_online_softmax", [("vectorize-global", {})]),
+    (ROWS / "rw_cg_tree_rms", [("vectorize-global", {})]),
+]
+
+
+@pytest.mark.parametrize("folder,steps", VECTORIZED_ROWS, ids=[f.name for f, _s in VECTORIZED_ROWS])
+def test_a_row_read_by_vectorized_passes_is_held_in_registers(folder: Path, steps: list) -> None:
+    ir, ctx = _chain(folder, steps)
+    assert "16-byte accesses where" in ir.text and cached_rows(ir) == []
+    p = get_pass("row-registers")()
+    (site,) = [s for s in p.sites(ir) if not s.present]
+    assert site.detail["vectorized"] is True
+    result = p.optimize(ir, site, ctx)
+    assert isinstance(result, Applied), result
+    out = result.ir.text
+    assert "16-byte accesses where" not in out and len(register_rows(result.ir)) == 1
+    assert ".v4." in ptx_for_sm90a(out)
+    err, tol = emulated_error(folder, out)
+    assert err <= tol, f"{folder.name}: error {err:.3g} over {tol}"
+
+
 def test_the_layernorm_searchs_best_takes_the_card_with_the_rows_fitted_vectors() -> None:
     """The state the style tier's LayerNorm searches kept (the own sweep's 128 threads, row-cache,
     vectorize-global) had no row-registers site; the shipped card now materializes there, with
@@ -119,7 +143,7 @@ def test_refusals_say_why() -> None:
     ir = kir.parse(early, "cuda")
     p = get_pass("row-registers")()
     assert [s for s in p.sites(ir) if not s.present] == []
-    (why,) = [r for r in shared_rows(ir) if isinstance(r, Skipped)]
+    (why,) = [r for r in rows_as_written(ir) if isinstance(r, Skipped)]
     assert why.reason.startswith("the row kept in `cache`, read from global memory again: ")
     assert "may return before the passes" in why.reason
     result = p.optimize(ir, Site("row-registers", "", False, {}, (0, len(ir.source))),

@@ -34,13 +34,13 @@ assigns what `E` reads; the later pass reads the kept value (the same bits: the 
 computed once instead of twice). Where nothing is kept the option refuses.
 
 A row the kernel already keeps in shared memory (`row-cache`'s form or a copy an expert wrote,
-`row_cache.cached_rows`) is taken too (`shared_rows`): its passes are read back from global
-memory (the copy, its barrier, the shared array and its guard go, as `row-cache`'s
-de-optimization does), a pass vectorized with its loop as written as the fallback
-(`memory.vector_fallbacks`: `vectorize-global`'s form) becomes that loop, and the rule acts on
-the passes so found, with every precondition above; where they are not passes it takes, it
-refuses with their reason. The copy's barrier synchronized the copy alone (it runs only where
-the copy does, or right after it): nothing else waited on it.
+`row_cache.cached_rows`), or whose passes run vectorized, is taken too (`rows_as_written`): the
+passes are read back from global memory (the copy, its barrier, the shared array and its guard
+go, as `row-cache`'s de-optimization does), a pass vectorized with its loop as written as the
+fallback (`memory.vector_fallbacks`: `vectorize-global`'s form) becomes that loop, and the rule
+acts on the passes so found, with every precondition above; where a shared row's passes are not
+passes it takes, it refuses with their reason. The copy's barrier synchronized the copy alone
+(it runs only where the copy does, or right after it): nothing else waited on it.
 
 The de-optimization (`register_rows`) recognizes the form by role: a local array of a 16-byte
 vector type with a constant extent, a `const bool` guard declared next to it, a guarded
@@ -51,7 +51,7 @@ each pass becomes its `else` side, and `vectors` (and `reuse`) is recorded.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -552,54 +552,81 @@ def count_edits(ir: KernelIR, held: RegisterRow, vectors: int) -> list[ByteEdit]
     return edits
 
 
-# -- a row kept in shared memory, read from global memory again -------------------------------
+# -- a row kept in shared memory or read by vectorized passes, as the passes were written -------
 @dataclass(frozen=True, slots=True)
-class SharedRow:
-    """A row the kernel keeps in shared array `array` (`span`: the copy through its last pass),
-    and `ir`, the kernel with its passes reading global memory again and their vectorized loops
-    as written, where `plan` holds them."""
+class RowAsWritten:
+    """A row whose passes read a shared copy (`array`, None where they read global memory) or
+    run vectorized loops; `span`: the statements from the copy (or first pass) through the last
+    pass; `ir`: the kernel with the passes reading global memory again and their vectorized
+    loops as written, where `plan` holds them."""
 
-    array: str
+    array: str | None
     span: tuple[int, int]
     ir: KernelIR
     plan: RowPasses
 
 
-def _applied(ir: KernelIR, edits: list[tuple[int, int, str]]) -> tuple[KernelIR, list[tuple[int, int]]]:
-    """`ir` with the disjoint byte `edits` applied, and where each edit's text lies in it."""
+def _applied(ir: KernelIR, edits: list[tuple[int, int, str]]
+             ) -> tuple[KernelIR, list[tuple[int, int]], Callable[[int, bool], int]]:
+    """`ir` with the disjoint byte `edits` applied, where each edit's text lies in it, and the
+    map of a position in it back to `ir` (the start or, `True`, the end of a span: a position
+    inside an edit's text maps to the edit's start or end)."""
     from kir import Edit, Span  # noqa: PLC0415
 
     ordered = sorted(edits)
-    shift, spans = 0, []
+    shift, spans, placed = 0, [], []
     for s, e, t in ordered:
         n = len(t.encode())
         spans.append((s + shift, s + shift + n))
+        placed.append((s + shift, s + shift + n, s, e, shift))
         shift += n - (e - s)
-    return ir.apply(tuple(Edit(Span(s, e), t) for s, e, t in ordered)), spans
+
+    def back(pos: int, end: bool) -> int:
+        moved = 0
+        for ns, ne, s, e, before in placed:
+            if pos <= ns:
+                return pos - before
+            if pos < ne or (pos == ne and end):
+                return e if end or pos == ne else s
+            moved = before + (ne - ns) - (e - s)
+        return pos - moved
+
+    return ir.apply(tuple(Edit(Span(s, e), t) for s, e, t in ordered)), spans, back
 
 
-def shared_rows(ir: KernelIR) -> list[SharedRow | Skipped]:
-    """Each row kept in shared memory (`row_cache.cached_rows`) with its passes read from global
-    memory again and their vectorized loops as written (`memory.vector_fallbacks` inside the
-    passes), or why those are not passes the rule takes (see the module)."""
+def rows_as_written(ir: KernelIR) -> list[RowAsWritten | Skipped]:
+    """Each row kept in shared memory (`row_cache.cached_rows`), with its passes read from
+    global memory again and their vectorized loops as written (`memory.vector_fallbacks` inside
+    the passes), or why those are not passes the rule takes; and each row whose passes read
+    global memory through loops vectorized with a fallback (every such loop as written) where
+    that makes passes the rule takes (see the module)."""
     known = {(p.kernel, p.pointer) for p in row_passes(ir, None) if isinstance(p, RowPasses)}
-    out: list[SharedRow | Skipped] = []
-    for cached in cached_rows(ir):
-        back, spans = _applied(ir, [(s, e, "") for s, e in cached.removed] + list(cached.edits))
+    out: list[RowAsWritten | Skipped] = []
+    for cached in [*cached_rows(ir), None]:
+        first: list[tuple[int, int, str]] = [] if cached is None else \
+            [(s, e, "") for s, e in cached.removed] + list(cached.edits)
+        back, spans, to_ir = _applied(ir, first) if first else (ir, [], lambda p, _e: p)
         spans = [(a, b) for a, b in spans if b > a]  # the passes' new text (the copy left none)
         loops = [f for f in vector_fallbacks(back)
-                 if any(f.span[0] < b and a < f.span[1] for a, b in spans)]
+                 if cached is None or any(f.span[0] < b and a < f.span[1] for a, b in spans)]
         outer = [f for f in loops if not any(o is not f and o.span[0] <= f.span[0] and
                                              f.span[1] <= o.span[1] for o in loops)]
+        if cached is None and not outer:
+            continue
+        to_back = lambda p, _e: p  # noqa: E731
         if outer:
-            back, _ = _applied(back, [(*f.span, f.loop) for f in outer])
+            back, _spans, to_back = _applied(back, [(*f.span, f.loop) for f in outer])
         plans = row_passes(back, None)
         found = [p for p in plans if isinstance(p, RowPasses) and (p.kernel, p.pointer) not in known
-                 and (cached.pointer is None or p.pointer == cached.pointer)]
-        if found:
-            out += [SharedRow(cached.array, _statements_over(ir, cached.span), back, p)
-                    for p in found[:1]]
-        else:
+                 and (cached is None or cached.pointer is None or p.pointer == cached.pointer)]
+        for plan in found[:1] if cached is not None else found:
+            lo = to_ir(to_back(plan.span[0], False), False)
+            hi = to_ir(to_back(plan.span[1], True), True)
+            if cached is not None:
+                lo, hi = min(lo, cached.span[0]), max(hi, cached.span[1])
+            out.append(RowAsWritten(cached.array if cached is not None else None,
+                                    _statements_over(ir, (lo, hi)), back, plan))
+        if cached is not None and not found:
             why = next((p.reason for p in plans if isinstance(p, Skipped)),
                        "no two passes with one header read the row from global memory")
             out.append(Skipped(f"the row kept in `{cached.array}`, read from global memory again: {why}",
@@ -676,11 +703,11 @@ class RowRegisters(Pass):
             if isinstance(plan, RowPasses):
                 out.append(make_site(self.name, ir, index, plan.span, False, {
                     "pointer": plan.pointer, "passes": len(plan.loops)}, plan.loops[0]))
-        for row in shared_rows(ir):
-            if isinstance(row, SharedRow):
+        for row in rows_as_written(ir):
+            if isinstance(row, RowAsWritten):
                 out.append(make_site(self.name, ir, index, row.span, False, {
                     "pointer": row.plan.pointer, "passes": len(row.plan.loops),
-                    "shared": row.array}))
+                    **({"shared": row.array} if row.array else {"vectorized": True})}))
         return out
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
@@ -703,8 +730,8 @@ class RowRegisters(Pass):
                     return made
                 text_, options = made
                 return finish(ir, site, [ByteEdit(*plan.span, text_)], options=options)
-        for row in shared_rows(ir):
-            if isinstance(row, SharedRow) and row.span == tuple(site.span):
+        for row in rows_as_written(ir):
+            if isinstance(row, RowAsWritten) and row.span == tuple(site.span):
                 made = self._registers(row.ir, row.plan, ctx)
                 if isinstance(made, Skipped):
                     return made
@@ -712,7 +739,7 @@ class RowRegisters(Pass):
                 data = row.ir.source
                 new = (data[:row.plan.span[0]] + text_.encode() + data[row.plan.span[1]:]).decode("utf-8")
                 return finish(ir, site, [_minimal_edit(ir, new)], options=options)
-        refused = [p for p in [*plans, *shared_rows(ir)] if isinstance(p, Skipped)]
+        refused = [p for p in [*plans, *rows_as_written(ir)] if isinstance(p, Skipped)]
         if refused:
             return refused[0]
         return Skipped("no row read by several passes at the site", {"site": site.anchor})
