@@ -68,21 +68,37 @@ def _cases(torch):  # noqa: ANN001, ANN202
     q, p = rand(18, 33), rand(21, 33)
     c, e = rand(17, 24), rand(24, 30)
     xs, ws = rand(12, 40), rand(44, 40)
+    at, bc = rand(36, 22), rand(36, 26)
     f64 = torch.float64
     return {
         "stored_strided": ((a, b, 0.75), ((a.to(f64) @ b.to(f64)) * 0.75).sum(1)),
         "fused_atomic": ((x, w, 3.0), ((x.to(f64) @ w.to(f64).T) / 3.0).sum(1)),
         "stored_mean": ((q, p), (q.to(f64) @ p.to(f64).T).mean(1, keepdim=True)),
         "fused_mean_store": ((c, e), (c.to(f64) @ e.to(f64)).mean(1)),
+        "stored_colsum": ((at, bc), ((at.to(f64).T @ bc.to(f64)) * 0.25).sum(0)),
+        "fused_atomic_over_m": ((x, w, 3.0), (x.to(f64) @ w.to(f64).T).sum(0)),
         "start": ((xs, ws), ((xs.to(f64) @ ws.to(f64).T) / 2).sum(1, keepdim=True) * 1.5),
     }
 
 
+# the fused form summing over M instead: the atomic adds go to the product's columns
+OVER_M = ("tl.atomic_add(y + i, tl.sum(total / d, axis=1), mask=i < rows)",
+          "tl.atomic_add(y + j, tl.sum(total, axis=0), mask=j < hidden)")
+
+
 def _source(name: str) -> str:
-    return START.read_text() if name == "start" else (DATA / f"{name}.py").read_text()
+    if name == "start":
+        return START.read_text()
+    if name == "fused_atomic_over_m":
+        text = (DATA / "fused_atomic.py").read_text()
+        assert OVER_M[0] in text
+        return text.replace(OVER_M[0], OVER_M[1]).replace(
+            "y = torch.zeros((rows,)", "y = torch.zeros((hidden,)")
+    return (DATA / f"{name}.py").read_text()
 
 
-@pytest.mark.parametrize("name", ["stored_strided", "fused_atomic", "stored_mean", "fused_mean_store", "start"])
+@pytest.mark.parametrize("name", ["stored_strided", "fused_atomic", "stored_mean", "fused_mean_store",
+                                  "stored_colsum", "fused_atomic_over_m", "start"])
 def test_the_rule_takes_each_form_and_matches_torch(name: str, tmp_path) -> None:
     torch = pytest.importorskip("torch")
     source = _source(name)
@@ -94,7 +110,7 @@ def test_the_rule_takes_each_form_and_matches_torch(name: str, tmp_path) -> None
     torch.testing.assert_close(before.double(), ref, rtol=1e-4, atol=1e-3)
     torch.testing.assert_close(after.double(), ref, rtol=1e-4, atol=1e-3)
     # the product is made with N = 1 on an operand the added kernel summed over N
-    assert "_sum_over_n(" in text and "@triton.jit\ndef _sum_over_n_kernel" in text
+    assert "_sum_along(" in text and "@triton.jit\ndef _sum_along_kernel" in text
     assert not _torch_compute(text)
 
 
@@ -117,7 +133,7 @@ def test_the_fused_form_launches_one_column_and_sets_the_k_stride() -> None:
     text = _applied(_source("fused_mean_store"))
     assert "(a, b_summed, out, M, 1, K, a.stride(0), 1," in text
     assert "BM=16, BN=16, BK=16, N_full=N)" in text  # the N tile the launch computed from N
-    assert "_sum_over_n(b, K, N, (b.stride(0)), 1)" in text
+    assert "_sum_along(b, K, N, (b.stride(0)), 1)" in text
     assert "tl.sum(acc, axis=1) / N_full" in text
 
 
@@ -125,8 +141,7 @@ REFUSALS = [
     ("fused_atomic", "tl.sum(total / d, axis=1)", "tl.sum(tl.maximum(total, 0.0), axis=1)",
      "not linear"),
     ("fused_atomic", "tl.sum(total / d, axis=1)", "tl.sum(tl.sigmoid(total), axis=1)", "not linear"),
-    ("fused_atomic", "tl.atomic_add(y + i, tl.sum(total / d, axis=1), mask=i < rows)",
-     "tl.atomic_add(y + j, tl.sum(total, axis=0), mask=j < hidden)", "over M"),
+    ("fused_atomic", "tl.sum(total / d, axis=1)", "tl.sum(total / d)", "over both axes"),
     ("fused_atomic", "tl.sum(total / d, axis=1)", "tl.max(total, axis=1)", "tl.max"),
     ("fused_atomic", "tl.sum(total / d, axis=1)",
      "tl.sum(total + tl.load(w + j)[None, :], axis=1)", "not linear"),
@@ -137,7 +152,14 @@ REFUSALS = [
     ("stored_strided", "part += tl.load(src + r * row_stride + cols, mask=cols < width, other=0.0)",
      "part += tl.exp(tl.load(src + r * row_stride + cols, mask=cols < width, other=0.0))",
      "not linear"),
-    ("stored_mean", "tl.sum(tile, axis=1) / N", "tl.sum(tile, axis=0) / M", "over M"),
+    # a block of rows per program summed over M: partial sums, not the whole extent
+    ("stored_mean", "tl.sum(tile, axis=1) / N", "tl.sum(tile, axis=0) / M", "a slice of M per program"),
+    ("stored_strided", "cols = start + tl.arange(0, CHUNK)",
+     "cols = start + tl.program_id(1) * CHUNK + tl.arange(0, CHUNK)", "a slice of N per program"),
+    # each N tile's row sums stored apart for a later kernel to add
+    ("fused_atomic", "tl.atomic_add(y + i, tl.sum(total / d, axis=1), mask=i < rows)",
+     "tl.store(y + i * tl.num_programs(1) + tl.program_id(1), tl.sum(total, axis=1), mask=i < rows)",
+     "writes each N tile's sums apart"),
     ("stored_mean", "c = acc * alpha" if False else "tl.store(o_ptr + rm[:, None] * N + rn[None, :], acc,",
      "tl.store(o_ptr + rm[:, None] * N + rn[None, :], tl.maximum(acc, 0.0),", "not linear"),
 ]
@@ -150,12 +172,26 @@ def test_refusals_say_why(name: str, old: str, new: str, why: str) -> None:
     assert why in _refused(source.replace(old, new))
 
 
-def test_a_column_sum_consumer_reading_rows_is_refused() -> None:
-    """A consumer that sums each column of the product (over M) reads it along its rows."""
+def test_the_sum_over_m_shrinks_the_rows() -> None:
+    """Summed over M, the left operand is summed over M and the buffer has one row."""
+    text = _applied(_source("stored_colsum"))
+    assert "prod = torch.empty((1, N)" in text
+    assert "_sum_along(a, K, M, (a.stride(1)), (a.stride(0)))" in text
+    assert "(a_summed, b, prod, 1, N, K, 1, a.stride(0)," in text
+    assert "column_sums[(N,)](prod, out, 1, N, ROWS=32)" in text
+    # a sum over M whose left operand is not masked along M is refused for that reason
+    unmasked = _source("stored_colsum").replace("mask=(om[:, None] < M) & (ok[None, :] < K)",
+                                                "mask=ok[None, :] < K")
+    assert "left operand's loads are not bounds-checked along M" in _refused(unmasked)
+
+
+def test_a_consumer_reading_across_the_summed_axis_is_refused() -> None:
+    """A consumer whose load walks the rows with unit stride reads neither a row nor a column
+    of the product as the rule needs."""
     source = _source("stored_strided").replace(
         "part += tl.load(src + r * row_stride + cols, mask=cols < width, other=0.0)",
-        "part += tl.load(src + cols * row_stride + r, mask=cols < width, other=0.0)")
-    assert "along its rows" in _refused(source)
+        "part += tl.load(src + cols * 3 + r, mask=cols < width, other=0.0)")
+    assert "the rule cannot follow" in _refused(source) or "along its" in _refused(source)
 
 
 def test_the_search_offers_the_rule_before_the_sweep() -> None:
@@ -164,5 +200,5 @@ def test_the_search_offers_the_rule_before_the_sweep() -> None:
 
     offered = rule_moves(kir.parse(_source("start"), "triton"))
     assert "reduce-before-contract" in offered
-    assert "_sum_over_n(" in offered["reduce-before-contract"][0].unparse()
+    assert "_sum_along(" in offered["reduce-before-contract"][0].unparse()
     assert PASS.prior > max(SWEEP_PRIOR, get_pass("tf32x3-dot").prior)

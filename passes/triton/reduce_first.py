@@ -1,4 +1,4 @@
-"""A GEMM whose product is only summed along N: the right operand summed along N first.
+"""A GEMM whose product is only summed along N (or M): that operand summed first.
 
 Where a host module's product T = A @ B (a `tl.dot` loop's accumulator) reaches the rest of
 the program only through sums over T's columns (the product's N axis), linearity gives
@@ -8,16 +8,20 @@ a matrix-vector product whose output has one column. Everything after the dot ru
 before: its epilogue, and the consumer, which now sums a single column. The M x N x K product
 becomes a read of B and an M x K product. Where the launch passes the accumulator's N tile,
 it passes 16 (`N_TILE`, the least a dot takes): a wider tile would compute columns the masks
-drop.
+drop. The mirror case, sums over T's rows (`sum_m T = (sum_m A) . B`), sums A along M and runs
+the GEMM with M = 1 the same way.
 
 Two forms are taken, recognized by what the accumulator's values flow into:
 - *fused*: the GEMM's epilogue sums its tile over N (`tl.sum(acc, axis=1)`) and stores or
-  atomically adds the row sums; the GEMM launched with N = 1 sums one column.
+  atomically adds the row sums at addresses that do not depend on the N tile (a program per
+  N tile adding into one row sum; a tile's partial sums stored apart are refused);
 - *stored*: the GEMM stores its tile into a host buffer that only one other kernel (the
-  consumer) reads, and the consumer sums that buffer's rows: each load of it feeds a
+  consumer) reads, and the consumer sums that buffer's rows whole: each load of it feeds a
   `tl.sum` over the axis its unit-stride index runs (directly, or through an accumulator that
-  starts at zero). The buffer is allocated with one column, and the consumer is launched with
-  N = 1 as well; what the consumer does with a row's sum (scale it, divide it by N) is its own.
+  starts at zero), and that index does not depend on the program id (a program summing a slice
+  of a row is refused). The buffer is allocated with one column, and the consumer is launched
+  with N = 1 as well; what the consumer does with a row's sum (scale it, divide it by N) is its
+  own.
 
 A kernel parameter that receives N at a rewritten launch is passed 1 where it bounds the
 product (a mask, a loop's range, a `tl.cdiv`, the pointer arithmetic); where the kernel also
@@ -29,12 +33,12 @@ contiguous vector of K elements in B's dtype; the GEMM then reads it with its K 
 
 Refused with the reason (`Skipped`): an epilogue that is not linear in the accumulator before
 the sum (a bias added, `tl.maximum`, a sigmoid: only a scalar's product or quotient, a sign, a
-cast), a sum over M (`axis=0`) or a `tl.max`, the product's tile stored as well as summed, a
-buffer read anywhere but by its consumer (returned, read by the host), a consumer that reads
-the buffer other than through a sum over its columns, an operand whose loads are not bounds-
-checked along N (launched with N = 1 it would read past the vector), a block-pointer or batched
-operand, a K stride the rule cannot set to one, a kernel launched more than once or through a
-helper other kernels share, a grid the rule cannot read.
+cast), a sum over both axes or a `tl.max`, the product's tile stored as well as summed, partial
+sums (above), a buffer read anywhere but by its consumer (returned, read by the host), a
+consumer that reads the buffer other than through sums along one axis, an operand whose loads
+are not bounds-checked along the summed extent (launched with 1 they would read past the
+vector), a block-pointer or batched operand, a K stride the rule cannot set to one, a kernel
+launched more than once or through a helper other kernels share, a grid the rule cannot read.
 
 The rule is one way: its de-optimization refuses (the start it came from is the lineage's).
 """
@@ -45,15 +49,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_start, make_site
-from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
+from passes.base import Applied, Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, dotted, fresh_name, names_in, normalized
 from passes.triton.affine import Scope, broadcast_times_stride
 from passes.triton.host_layout import HostArgs, stride_of
 from passes.triton.launch import TRITON
 from passes.triton.layout import (LOAD, _after_imports, _def_text, _imports, _kw, _new_params,
                                   _terms, _unwrap)
-from passes.triton.roles import (DOT, RANGE_CALLS, accumulators, constexpr_params, dot_loops,
-                                 launch_grid)
+from passes.triton.roles import (DOT, PID_CALLS, RANGE_CALLS, accumulators, constexpr_params,
+                                 dot_loops, launch_grid, pid_names)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -76,40 +80,41 @@ N_TILE = 16
 """The N tile of the product at N = 1 where the launch passes it: the least a `tl.dot` takes."""
 
 # The reduction the rule adds: {kernel} and {helper} are the module's fresh names for them. A
-# first launch sums column slices of N into fp32 partial rows, a second sums those rows (the
-# same kernel, reading the partials with unit K stride): a fixed order, no atomics.
+# first launch sums slices of the extent E (N, or M) into fp32 partial rows, a second sums those
+# rows (the same kernel, reading the partials with unit K stride): a fixed order, no atomics.
 _REDUCE = '''
 
 @triton.jit
-def {kernel}(src, dst, K, N, sk, sn, chunk, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
-    """dst[part, k] = sum over n in part's slice of N (`chunk` wide) of src[k * sk + n * sn]."""
+def {kernel}(src, dst, K, E, sk, se, chunk, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr):
+    """dst[part, k] = sum over e in part's slice of E (`chunk` wide) of src[k * sk + e * se]."""
     ks = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     part = tl.program_id(1)
-    acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
-    for n0 in range(part * chunk, tl.minimum(part * chunk + chunk, N), BLOCK_N):
-        ns = n0 + tl.arange(0, BLOCK_N)
-        inside = (ns[:, None] < tl.minimum(part * chunk + chunk, N)) & (ks[None, :] < K)
-        acc += tl.load(src + ks[None, :].to(tl.int64) * sk + ns[:, None].to(tl.int64) * sn,
+    end = tl.minimum(part * chunk + chunk, E)
+    acc = tl.zeros((BLOCK_E, BLOCK_K), tl.float32)
+    for e0 in range(part * chunk, end, BLOCK_E):
+        es = e0 + tl.arange(0, BLOCK_E)
+        inside = (es[:, None] < end) & (ks[None, :] < K)
+        acc += tl.load(src + ks[None, :].to(tl.int64) * sk + es[:, None].to(tl.int64) * se,
                        mask=inside, other=0.0).to(tl.float32)
     tl.store(dst + part.to(tl.int64) * K + ks, tl.sum(acc, axis=0).to(dst.dtype.element_ty),
              mask=ks < K)
 
 
-def {helper}(b, K, N, sk, sn):
-    """The vector v of K elements, b's dtype, contiguous: v[k] = sum over n < N of b's element
-    k * sk + n * sn (strides in elements), accumulated in fp32."""
-    K, N = int(K), int(N)
-    parts = max(1, min(64, triton.cdiv(N, 512)))
-    chunk = triton.cdiv(triton.cdiv(N, parts), 64) * 64
-    parts = triton.cdiv(N, chunk) if N > 0 else 1
-    partial = torch.empty((parts, K), device=b.device, dtype=torch.float32)
-    if N == 0:
+def {helper}(x, K, E, sk, se):
+    """The vector v of K elements, x's dtype, contiguous: v[k] = sum over e < E of x's element
+    k * sk + e * se (strides in elements), accumulated in fp32."""
+    K, E = int(K), int(E)
+    parts = max(1, min(64, triton.cdiv(E, 512)))
+    chunk = triton.cdiv(triton.cdiv(E, parts), 64) * 64
+    parts = triton.cdiv(E, chunk) if E > 0 else 1
+    partial = torch.empty((parts, K), device=x.device, dtype=torch.float32)
+    if E == 0:
         partial.zero_()
     else:
         grid = (triton.cdiv(K, 128), parts)
-        {kernel}[grid](b, partial, K, N, sk, sn, chunk, BLOCK_K=128, BLOCK_N=64)
-    out = torch.empty((K,), device=b.device, dtype=b.dtype)
-    {kernel}[(triton.cdiv(K, 128), 1)](partial, out, K, parts, 1, K, parts, BLOCK_K=128, BLOCK_N=64)
+        {kernel}[grid](x, partial, K, E, sk, se, chunk, BLOCK_K=128, BLOCK_E=64)
+    out = torch.empty((K,), device=x.device, dtype=x.dtype)
+    {kernel}[(triton.cdiv(K, 128), 1)](partial, out, K, parts, 1, K, parts, BLOCK_K=128, BLOCK_E=64)
     return out
 '''
 
@@ -120,16 +125,18 @@ class _Gemm:
     N and K, B's per-axis strides (None: unit), the form, and the stored product's parameter."""
 
     kernel: ast.FunctionDef
-    b_param: str = ""
-    n_param: str = ""
+    op_param: str = ""
+    ext_param: str = ""
     k_param: str = ""
     k_stride: ast.AST | None = None
-    n_stride: ast.AST | None = None
+    ext_stride: ast.AST | None = None
     form: str = ""
     """"fused" (the epilogue sums over N) | "stored" (the tile is stored for a consumer)."""
     t_param: str = ""
     t_store: ast.Call | None = None
-    n_tile: str = ""
+    ext_tile: str = ""
+    side: str = "n"
+    """"n": the product is summed over N (B is summed) | "m": over M (A is summed)."""
     """The constexpr sizing the accumulator's N axis ("" where it is not one parameter)."""
 
 
@@ -308,6 +315,23 @@ def _bound_param(scope: Scope, mask: ast.AST | None, index: ast.AST, params: set
     return None
 
 
+def _sources(scope: Scope, node: ast.AST, depth: int = 0) -> set[str]:
+    """What an index is made from, through names assigned once: the kernel's local names it
+    reads and `program_id(a)` for each program axis it reads."""
+    out: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and callee(n) in PID_CALLS:
+            axis = n.args[0] if n.args else next((k.value for k in n.keywords if k.arg == "axis"), None)
+            out.add(f"program_id({ast.unparse(axis) if axis is not None else 0})")
+        if isinstance(n, ast.Name) and n.id not in scope.params and (
+                n.id in scope.values or n.id in scope.loop_vars):
+            out.add(n.id)
+            value = scope.values.get(n.id)
+            if value is not None and depth < 12:
+                out |= _sources(scope, value, depth + 1)
+    return out
+
+
 def _local_names(scope: Scope, node: ast.AST) -> set[str]:
     """The names an expression reads that the kernel binds (not parameters, not modules)."""
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
@@ -424,8 +448,10 @@ class ReduceBeforeContract(Pass):
     prior: ClassVar[float] = 4.0
 
     # -- analysis ------------------------------------------------------------------------
-    def _gemm(self, mod: PyModule, kernel: ast.FunctionDef) -> _Gemm | str:
-        """The kernel read as a GEMM whose product is summed over N (or why not)."""
+    def _gemm(self, mod: PyModule, kernel: ast.FunctionDef, side: str = "n") -> _Gemm | str:
+        """The kernel read as a GEMM whose product is summed over N (`side` "n") or over M
+        ("m"), or why not."""
+        ext, op = ("N", "right") if side == "n" else ("M", "left")
         loops = dot_loops(kernel)
         if len(loops) != 1:
             return "the kernel has no single dot loop"
@@ -435,45 +461,46 @@ class ReduceBeforeContract(Pass):
         if len(dots) != 1 or len(dots[0].args) < 2 or len(accs) != 1:
             return "the dot loop has more than one product"
         params = {a.arg for a in kernel.args.args}
-        g = _Gemm(kernel)
+        g = _Gemm(kernel, side=side)
         scope = Scope(mod, kernel, region=loop)
-        load, flip, _ = _unwrap(scope, dots[0].args[1])
+        load, flip, _ = _unwrap(scope, dots[0].args[1 if side == "n" else 0])
         if load is None or not load.args:
-            return "the dot's right operand is not read by a load the rule can follow"
+            return f"the dot's {op} operand is not read by a load the rule can follow"
         if any(isinstance(n, ast.Call) and callee(n) in BLOCK_PTR for n in ast.walk(kernel)):
             return "the operand is read through a block pointer"
-        k_axis = 0 ^ int(flip)
+        k_axis = (0 if side == "n" else 1) ^ int(flip)
         terms = _terms(scope, load.args[0], [])
         if terms is None:
-            return "the right operand's pointer is not a sum the rule can read"
+            return f"the {op} operand's pointer is not a sum the rule can read"
         base = [t for t in terms if scope.scalar(t)]
         if len(base) != 1 or not (isinstance(base[0], ast.Name) and base[0].id in scope.params):
-            return "the right operand's base is not one pointer parameter (a batched operand?)"
-        g.b_param = base[0].id
+            return f"the {op} operand's base is not one pointer parameter (a batched operand?)"
+        g.op_param = base[0].id
         axes: dict[int, tuple[ast.AST, ast.AST | None]] = {}
         for t in terms:
             if t in base:
                 continue
             found = broadcast_times_stride(t, scope)
             if found is None or found[0][0] in axes:
-                return f"a term of the right operand's pointer is not one axis's index times a stride: {mod.text(t)}"
+                return f"a term of the {op} operand's pointer is not one axis's index times a stride: {mod.text(t)}"
             axes[found[0][0]] = (found[0][1], found[1])
         if set(axes) != {0, 1}:
-            return "the right operand's pointer does not index both axes of its tile"
-        n_index, g.n_stride = axes[1 - k_axis]
+            return f"the {op} operand's pointer does not index both axes of its tile"
+        n_index, g.ext_stride = axes[1 - k_axis]
         k_index, g.k_stride = axes[k_axis]
+        other = self._other_index(scope, dots[0].args[0 if side == "n" else 1], side)
         mask = _kw(load, "mask", 1)
-        g.n_param = _bound_param(scope, mask, n_index, params) or ""
-        if not g.n_param:
-            return ("the right operand's loads are not bounds-checked along N: launched with "
-                    "N = 1 they would read past the summed operand")
+        g.ext_param = _bound_param(scope, mask, n_index, params) or ""
+        if not g.ext_param:
+            return (f"the {op} operand's loads are not bounds-checked along {ext}: launched with "
+                    f"{ext} = 1 they would read past the summed operand")
         g.k_param = _bound_param(scope, mask, k_index, params) or \
             self._loop_bound(loop, params, set(constexpr_params(kernel))) or ""
         if not g.k_param:
             return "cannot tell which parameter is the product's K"
         if g.k_stride is not None and not (isinstance(g.k_stride, ast.Name) and g.k_stride.id in params):
-            return f"the right operand's K stride `{mod.text(g.k_stride)}` cannot be set to one"
-        if isinstance(g.k_stride, ast.Name) and g.k_stride.id != g.n_param:
+            return f"the {op} operand's K stride `{mod.text(g.k_stride)}` cannot be set to one"
+        if isinstance(g.k_stride, ast.Name) and g.k_stride.id != g.ext_param:
             owners = {id(n) for n in ast.walk(load.args[0])}
             for assign in ast.walk(kernel):
                 if isinstance(assign, (ast.Assign, ast.AugAssign)) and any(
@@ -484,43 +511,66 @@ class ReduceBeforeContract(Pass):
                     owners |= {id(n) for n in ast.walk(adv)}
             if any(isinstance(u, ast.Name) and u.id == g.k_stride.id and id(u) not in owners
                    for u in ast.walk(kernel)):
-                return f"the right operand's K stride {g.k_stride.id} is read by another access too"
-        if g.n_stride is not None and not (isinstance(g.n_stride, (ast.Name, ast.Constant))):
-            return f"the right operand's N stride `{mod.text(g.n_stride)}` is not a parameter"
+                return f"the {op} operand's K stride {g.k_stride.id} is read by another access too"
+        if g.ext_stride is not None and not (isinstance(g.ext_stride, (ast.Name, ast.Constant))):
+            return f"the {op} operand's {ext} stride `{mod.text(g.ext_stride)}` is not a parameter"
         whole = Scope(mod, kernel)
         acc = next(iter(accs))
         inits = [n.value for n in ast.walk(kernel) if isinstance(n, ast.Assign) and _zero_init(n.value)
                  and any(isinstance(t, ast.Name) and t.id == acc for t in n.targets)]
         shape = inits[0].args[0] if len(inits) == 1 and isinstance(inits[0], ast.Call) and inits[0].args else None
         tiles = set(constexpr_params(kernel))
+        at = 1 if side == "n" else 0
         if isinstance(shape, (ast.Tuple, ast.List)) and len(shape.elts) == 2 \
-                and isinstance(shape.elts[1], ast.Name) and shape.elts[1].id in tiles \
-                and not (isinstance(shape.elts[0], ast.Name) and shape.elts[0].id == shape.elts[1].id):
-            g.n_tile = shape.elts[1].id
+                and isinstance(shape.elts[at], ast.Name) and shape.elts[at].id in tiles \
+                and not (isinstance(shape.elts[1 - at], ast.Name) and shape.elts[1 - at].id == shape.elts[at].id):
+            g.ext_tile = shape.elts[at].id
         seeds = [n for n in ast.walk(kernel) if isinstance(n, ast.Name) and n.id == acc
                  and isinstance(n.ctx, ast.Load) and not _inside(mod, n, loop)]
         flow = _flow(mod, kernel, whole, seeds, loop, None)
         if flow.why:
             return flow.why
-        if any(axis != 1 for _, axis in flow.sums):
-            return ("the epilogue sums the product over M (its rows), not over N"
-                    if any(axis == 0 for _, axis in flow.sums) else "the epilogue sums the product over both axes")
+        if any(axis not in (at, at - 2) for _, axis in flow.sums):
+            other = "N (its columns)" if side == "m" else "M (its rows)"
+            return (f"the epilogue sums the product over {other}, not over {ext}"
+                    if any(axis is not None for _, axis in flow.sums) else "the epilogue sums the product over both axes")
         if flow.rows and flow.tiles:
             return "the product's tile is stored as well as summed"
         if flow.rows:
+            if other is None:
+                return f"cannot tell which program ids walk the product's {'M' if side == 'n' else 'N'}"
+            tile_ids = _sources(whole, n_index) - _sources(whole, other)
+            for sink in flow.rows:
+                if _sources(whole, sink.args[0]) & tile_ids:
+                    return (f"the epilogue writes each {ext} tile's sums apart (partial sums another "
+                            "kernel would add): one tile would leave the others unwritten")
             g.form = "fused"
             return g
         if len(flow.tiles) != 1 or callee(flow.tiles[0]) not in ("tl.store", "triton.language.store"):
             return "the product is not stored once"
         g.form, g.t_store = "stored", flow.tiles[0]
         store_mask = _kw(g.t_store, "mask", 2)
-        if store_mask is None or g.n_param not in _names_of_index(whole, store_mask):
-            return ("the product's store is not bounds-checked along N: launched with N = 1 it "
-                    "would write past a one-column buffer")
+        if store_mask is None or g.ext_param not in _names_of_index(whole, store_mask):
+            return (f"the product's store is not bounds-checked along {ext}: launched with {ext} = 1 "
+                    "it would write past the buffer")
         g.t_param = _reads_param(whole, g.t_store.args[0], params) or ""
         if not g.t_param:
             return "the product's store does not write through one pointer parameter"
         return g
+
+    @staticmethod
+    def _other_index(scope: Scope, operand: ast.AST, side: str) -> ast.AST | None:
+        """The non-K index of the dot's other operand (the product's M index where N is
+        summed, its N index where M is), or None where it cannot be read."""
+        load, flip, _ = _unwrap(scope, operand)
+        if load is None or not load.args:
+            return None
+        k_axis = (1 if side == "n" else 0) ^ int(flip)
+        for t in _terms(scope, load.args[0], []) or ():
+            found = broadcast_times_stride(t, scope)
+            if found is not None and found[0][0] == 1 - k_axis:
+                return found[0][1]
+        return None
 
     @staticmethod
     def _loop_bound(loop: ast.stmt, params: set[str], constexprs: set[str]) -> str | None:
@@ -561,9 +611,23 @@ class ReduceBeforeContract(Pass):
         kernel = next((k for k in mod.kernels() if k.name == site.detail.get("kernel")), None)
         if kernel is None:
             return Skipped("no kernel at the site", {"site": site.anchor})
-        g = self._gemm(mod, kernel)
-        if isinstance(g, str):
-            return Skipped(g, {"kernel": kernel.name})
+        found = [self._gemm(mod, kernel, side) for side in ("n", "m")]
+        tried = [self._rewrite(ir, mod, kernel, g, site) if isinstance(g, _Gemm)
+                 else Skipped(g, {"kernel": kernel.name}) for g in found]
+        done = next((r for r in tried if isinstance(r, Applied)), None)
+        if done is not None:
+            return done
+        # the refusal of the side that read further: a kernel read as a GEMM summed over M
+        # (and refused later) says why that failed, not that it does not sum over N
+        n, m = tried
+        if any(w in getattr(n, "reason", "") for w in ("over M (its rows)", "along its rows")) \
+                or (isinstance(found[1], _Gemm) and not isinstance(found[0], _Gemm)):
+            return m
+        return n
+
+    def _rewrite(self, ir: KernelIR, mod: PyModule, kernel: ast.FunctionDef, g: _Gemm,
+                 site: Site) -> PassResult:
+        """The module with the product made on the summed operand (`g`), or why not."""
         launches = mod.launches(kernel.name)
         if len(launches) != 1 or not isinstance(launches[0].func, ast.Subscript) or mod.sharing(kernel.name):
             return Skipped("the GEMM is launched more than once or through a shared helper",
@@ -573,47 +637,47 @@ class ReduceBeforeContract(Pass):
         if fn is None:
             return Skipped("the GEMM is launched outside a host function", {"kernel": kernel.name})
         host = HostArgs(mod, kernel, launch)
-        if self._reduced(mod, launch, ast.unparse(host.args.get(g.b_param, ast.Constant(0))), _helpers(mod)):
-            return Skipped("the operand is summed over N already", {"kernel": kernel.name})
-        missing = [p for p in (g.b_param, g.n_param, g.k_param) if p not in host.args]
+        if self._reduced(mod, launch, ast.unparse(host.args.get(g.op_param, ast.Constant(0))), _helpers(mod)):
+            return Skipped("the operand is summed already", {"kernel": kernel.name})
+        missing = [p for p in (g.op_param, g.ext_param, g.k_param) if p not in host.args]
         if missing:
             return Skipped(f"the launch does not pass {missing[0]} where the rule can read it",
                            {"kernel": kernel.name})
-        n_text = ast.unparse(host.args[g.n_param])
+        ext_text = ast.unparse(host.args[g.ext_param])
         taken = {n.id for n in ast.walk(mod.tree) if isinstance(n, ast.Name)} | \
             {f.name for f in mod.functions()} | {a.arg for f in mod.functions() for a in f.args.args}
         edits: list[ByteEdit] = []
-        launch_edits = self._launch(mod, kernel, launch, host, n_text, taken, edits)
+        launch_edits = self._launch(mod, kernel, launch, host, ext_text, taken, edits)
         if isinstance(launch_edits, str):
             return Skipped(launch_edits, {"kernel": kernel.name})
         edits += launch_edits
-        tile = host.args.get(g.n_tile) if g.n_tile else None
+        tile = host.args.get(g.ext_tile) if g.ext_tile else None
         if tile is not None and not (isinstance(tile, ast.Constant) and isinstance(tile.value, int)
                                      and tile.value <= N_TILE) \
                 and not any(e.start <= mod.start(tile) < e.end or e.start == mod.start(tile) for e in edits):
             edits.append(ByteEdit(*mod.span(tile), str(N_TILE)))
-        b_arg = host.args[g.b_param]
+        b_arg = host.args[g.op_param]
         k_stride = self._stride_text(g.k_stride, host, g)
-        n_stride = self._stride_text(g.n_stride, host, g)
-        if k_stride is None or n_stride is None:
+        ext_stride = self._stride_text(g.ext_stride, host, g)
+        if k_stride is None or ext_stride is None:
             return Skipped("the launch does not pass the right operand's strides where the rule can read them",
                            {"kernel": kernel.name})
-        if isinstance(g.k_stride, ast.Name) and g.k_stride.id != g.n_param:
+        if isinstance(g.k_stride, ast.Name) and g.k_stride.id != g.ext_param:
             arg = host.args.get(g.k_stride.id)
             if arg is None:
                 return Skipped("the launch does not pass the right operand's K stride where the rule can set it",
                                {"kernel": kernel.name})
-            if ast.unparse(arg) != n_text:  # an argument read as N passes 1 already
+            if ast.unparse(arg) != ext_text:  # an argument read as N passes 1 already
                 edits.append(ByteEdit(*mod.span(arg), "1"))
         if g.form == "stored":
-            more = self._consumer(mod, kernel, launch, fn, host, g, n_text, taken)
+            more = self._consumer(mod, kernel, launch, fn, host, g, ext_text, taken)
             if isinstance(more, str):
                 return Skipped(more, {"kernel": kernel.name})
             edits += more
         helper = next(iter(_helpers(mod)), "")
         if not helper:
-            helper = fresh_name("_sum_over_n", taken)
-            reduce_kernel = fresh_name("_sum_over_n_kernel", taken | {helper})
+            helper = fresh_name("_sum_along", taken)
+            reduce_kernel = fresh_name("_sum_along_kernel", taken | {helper})
             taken |= {helper, reduce_kernel}
             at = _after_imports(mod)
             edits.append(ByteEdit(at, at, _imports(mod) + _REDUCE.format(kernel=reduce_kernel, helper=helper)))
@@ -623,7 +687,7 @@ class ReduceBeforeContract(Pass):
         indent = indent_of(mod.source, mod.start(stmt))
         k_text = ast.unparse(host.args[g.k_param])
         edits.append(ByteEdit(at, at, f"{indent}{summed} = {helper}({mod.text(b_arg)}, {k_text}, "
-                                      f"{n_text}, {k_stride}, {n_stride})\n"))
+                                      f"{ext_text}, {k_stride}, {ext_stride})\n"))
         edits.append(ByteEdit(*mod.span(b_arg), summed))
         edits = sorted(set(edits), key=lambda e: (e.start, e.end))
         if any(a.end > b.start for a, b in zip(edits, edits[1:])):
@@ -642,21 +706,21 @@ class ReduceBeforeContract(Pass):
         return None
 
     def _launch(self, mod: PyModule, kernel: ast.FunctionDef, launch: ast.Call, host: HostArgs,
-                n_text: str, taken: set[str], out_edits: list[ByteEdit]) -> list[ByteEdit] | str:
+                ext_text: str, taken: set[str], out_edits: list[ByteEdit]) -> list[ByteEdit] | str:
         """A launch's edits for N = 1: each argument that reads as N passes 1 (where its
         parameter is also read as a value, a new parameter takes those reads and the real N),
         and the grid's reads of N read 1."""
         edits: list[ByteEdit] = []
         split: list[tuple[str, str]] = []
         for param, arg in host.args.items():
-            if ast.unparse(arg) != n_text:
+            if ast.unparse(arg) != ext_text:
                 continue
             edits.append(ByteEdit(*mod.span(arg), "1"))
             _, values = _extent_uses(mod, kernel, param)
             if values:
                 full = fresh_name(f"{param}_full", taken)
                 taken.add(full)
-                split.append((full, n_text))
+                split.append((full, ext_text))
                 edits += [ByteEdit(*mod.span(v), full) for v in values]
         grid = launch_grid(mod, launch)
         if grid is None or isinstance(grid, ast.FunctionDef):
@@ -669,7 +733,7 @@ class ReduceBeforeContract(Pass):
                      and n.id == name.id and isinstance(n.ctx, ast.Load)]
             if len(reads) != 1:
                 return "the launch's grid is shared with another launch"
-        edits += [ByteEdit(*mod.span(n), "1") for n in _same_expr(grid, n_text)]
+        edits += [ByteEdit(*mod.span(n), "1") for n in _same_expr(grid, ext_text)]
         if split:
             edits.append(_new_params(mod, kernel, [f for f, _ in split]))
             close = mod.end(launch) - 1
@@ -679,10 +743,11 @@ class ReduceBeforeContract(Pass):
         return edits
 
     def _consumer(self, mod: PyModule, kernel: ast.FunctionDef, launch: ast.Call, fn: ast.AST,
-                  host: HostArgs, g: _Gemm, n_text: str, taken: set[str]) -> list[ByteEdit] | str:
+                  host: HostArgs, g: _Gemm, ext_text: str, taken: set[str]) -> list[ByteEdit] | str:
         """The stored form's edits beyond the GEMM's launch: the buffer allocated with one
-        column, and its consumer launched with N = 1, after checking that the consumer reads
-        the buffer only through sums over its columns."""
+        column (one row where M is summed), and its consumer launched with the extent 1, after
+        checking that the consumer reads the buffer only through sums along that extent."""
+        ext = "N" if g.side == "n" else "M"
         buf = host.args.get(g.t_param)
         if not isinstance(buf, ast.Name):
             return "the product's buffer is not passed as a name the rule can follow"
@@ -695,12 +760,13 @@ class ReduceBeforeContract(Pass):
                 or not (isinstance(binds[0].value, ast.Call) and callee(binds[0].value) in FACTORIES):
             return "the product's buffer is not allocated once in the host function"
         alloc = binds[0].value
-        shape = alloc.args[0] if len(alloc.args) == 1 and isinstance(alloc.args[0], (ast.Tuple, ast.List)) \
-            else alloc.args[0] if alloc.args and isinstance(alloc.args[0], (ast.Tuple, ast.List)) else None
+        shape = alloc.args[0] if alloc.args and isinstance(alloc.args[0], (ast.Tuple, ast.List)) else None
         dims = list(shape.elts) if shape is not None else [a for a in alloc.args if not isinstance(a, ast.Starred)]
-        n_dims = [d for d in dims if ast.unparse(d) == n_text]
-        if len(n_dims) != 1 or dims[-1] is not n_dims[0]:
-            return "the product's buffer is not sized (rows, N) where the rule can read it"
+        ext_dims = [d for d in dims if ast.unparse(d) == ext_text]
+        at = -1 if g.side == "n" else -2
+        if len(dims) != 2 or len(ext_dims) != 1 or dims[at] is not ext_dims[0]:
+            return f"the product's buffer is not sized (M, N) by the {ext} the launch passes"
+        pitch = ast.unparse(dims[-1])  # a fresh buffer's row stride
         consumers = [c for c in ast.walk(fn) if isinstance(c, ast.Call) and isinstance(c.func, ast.Subscript)
                      and c is not launch and any(_inside(mod, r, c) for r in reads)]
         if len(consumers) != 1:
@@ -716,25 +782,26 @@ class ReduceBeforeContract(Pass):
         passed = [p for p, a in chost.args.items() if isinstance(a, ast.Name) and a.id == buf.id]
         if len(passed) != 1:
             return "the consumer does not take the product as one parameter"
-        # the GEMM's own store must address the buffer by N or by its strides
-        why = self._addresses(mod, kernel, g.t_store.args[0], {p for p, a in host.args.items()  # type: ignore[union-attr]
-                                                                if ast.unparse(a) == n_text}, host, buf.id)
+        # the GEMM's own store must address the buffer by the extents or by its strides
+        why = self._addresses(mod, kernel, g.t_store.args[0], _passed(host, {ext_text, pitch}),  # type: ignore[union-attr]
+                              host, buf.id)
         if why:
             return why
-        why = self._sums_columns(mod, ckernel, passed[0], chost, n_text, buf.id)
+        why = self._sums_along(mod, ckernel, passed[0], chost, g.side, ext_text, pitch, buf.id)
         if why:
             return why
-        edits = [ByteEdit(*mod.span(n_dims[0]), "1")]
-        more = self._launch(mod, ckernel, consumer, chost, n_text, taken, edits)
+        edits = [ByteEdit(*mod.span(ext_dims[0]), "1")]
+        more = self._launch(mod, ckernel, consumer, chost, ext_text, taken, edits)
         if isinstance(more, str):
             return f"the consumer: {more}"
         return edits + more
 
     @staticmethod
-    def _addresses(mod: PyModule, kernel: ast.FunctionDef, ptr: ast.AST, n_params: set[str],
+    def _addresses(mod: PyModule, kernel: ast.FunctionDef, ptr: ast.AST, allowed: set[str],
                    host: HostArgs, buf: str) -> str:
-        """Why a pointer into the buffer would not address a one-column buffer ("" if it would):
-        each stride is one, a parameter passed N, or one passed the buffer's own stride."""
+        """Why a pointer into the buffer would not address the buffer with its extent 1 ("" if
+        it would): each stride is one, a parameter passed an extent of the buffer (`allowed`),
+        or one passed the buffer's own stride."""
         scope = Scope(mod, kernel)
         terms = _terms(scope, ptr, [])
         if terms is None:
@@ -750,7 +817,7 @@ class ReduceBeforeContract(Pass):
                     todo.append((value, depth + 1))
         tiles = set(constexpr_params(kernel))
         for node in nodes:
-            if isinstance(node, ast.Name) and node.id in host.args and node.id not in n_params | tiles:
+            if isinstance(node, ast.Name) and node.id in host.args and node.id not in allowed | tiles:
                 got = host.dims.get(node.id) or stride_of(host.args[node.id])
                 if isinstance(node.ctx, ast.Load) and got is None and _is_stride(mod, node):
                     return f"the product is addressed with a stride ({node.id}) the rule cannot follow"
@@ -758,13 +825,13 @@ class ReduceBeforeContract(Pass):
                     return f"the product is addressed with another tensor's stride ({node.id})"
         return ""
 
-    def _sums_columns(self, mod: PyModule, kernel: ast.FunctionDef, param: str, host: HostArgs,
-                      n_text: str, buf: str) -> str:
-        """Why the consumer does not read `param` only through sums over its columns ("" if
-        it does)."""
+    def _sums_along(self, mod: PyModule, kernel: ast.FunctionDef, param: str, host: HostArgs,
+                    side: str, ext_text: str, pitch: str, buf: str) -> str:
+        """Why the consumer does not read `param` only through sums along the product's N
+        axis (`side` "n"; its M axis for "m"), "" if it does."""
         scope = Scope(mod, kernel)
         params = {a.arg for a in kernel.args.args}
-        n_params = {p for p, a in host.args.items() if ast.unparse(a) == n_text}
+        allowed = _passed(host, {ext_text, pitch})
         loads = [c for c in mod.calls(kernel, LOAD) if c.args and _reads_param(scope, c.args[0], params) == param]
         writes = [c for c in mod.calls(kernel, WRITES) if c.args and _reads_param(scope, c.args[0], params) == param]
         if writes:
@@ -774,66 +841,102 @@ class ReduceBeforeContract(Pass):
                             for n in ast.walk(kernel)):
             return "the consumer reads the product other than by loads the rule can follow"
         loops = [n for n in ast.walk(kernel) if isinstance(n, (ast.For, ast.While))]
+        wrong = ("the consumer sums the product over M (its rows), not over N" if side == "n" else
+                 "the consumer sums the product over N (its columns), not over M")
         for ld in loads:
             other = _kw(ld, "other", 2)
             if other is not None and not _zero(other):
                 return f"the consumer's load of the product fills masked lanes with {mod.text(other)}, not zero"
-            why = self._addresses(mod, kernel, ld.args[0], n_params, host, buf)
+            why = self._addresses(mod, kernel, ld.args[0], allowed, host, buf)
             if why:
                 return f"the consumer: {why}"
-            column = self._column_axis(mod, scope, ld.args[0], n_params, host, buf)
-            if isinstance(column, str):
-                return column
+            got = self._summed_axis(mod, scope, ld.args[0], side, _passed(host, {pitch}), host, buf)
+            if isinstance(got, str):
+                return got
+            axis_of, index = got
+            if _sources(scope, index) & (pid_names(kernel) | {f"program_id({a})" for a in range(3)}):
+                return (f"the consumer sums a slice of {'N' if side == 'n' else 'M'} per program "
+                        "(partial sums): launched with one program there the others go unwritten")
             around = [lp for lp in loops if _inside(mod, ld, lp)]
             flow = _flow(mod, kernel, scope, [ld], None, around)
             if flow.why:
                 return f"the consumer: {flow.why}"
             if not flow.sums:
                 return "the consumer does not sum the product"
-            for call, axis in flow.sums:
-                if column == -1 and axis not in (None, 0, -1):
-                    return f"the consumer sums over an axis of the product's rows: `{mod.text(call)}`"
-                if column >= 0 and axis not in (column, column - 2):
-                    return ("the consumer sums the product over M (its rows), not over N"
-                            if axis is not None else "the consumer sums the product over both axes")
+            for _, axis in flow.sums:
+                if axis_of == -1 and axis not in (None, 0, -1):
+                    return wrong
+                if axis_of >= 0 and axis not in (axis_of, axis_of - 2):
+                    return wrong if axis is not None else "the consumer sums the product over both axes"
             if flow.tiles:
                 return "the consumer stores the product's values unsummed"
         return ""
 
     @staticmethod
-    def _column_axis(mod: PyModule, scope: Scope, ptr: ast.AST, n_params: set[str], host: HostArgs,
-                     buf: str) -> int | str:
-        """The tile axis of a load's column index (-1: a 1-D load), or why there is none: the
-        column index is the one with unit stride (or the buffer's last stride)."""
+    def _summed_axis(mod: PyModule, scope: Scope, ptr: ast.AST, side: str, pitches: set[str],
+                     host: HostArgs, buf: str) -> tuple[int, ast.AST] | str:
+        """The tile axis of a load's index along the summed extent (-1: a 1-D load), or why
+        there is none. Along N (`side` "n") the index with unit stride or the buffer's last
+        stride; along M the one whose stride is the buffer's row pitch (a parameter passed the
+        buffer's last extent, `pitches`, or the buffer's first stride)."""
+        def kind(stride: ast.AST | None) -> str:
+            if stride is None:
+                return "n"
+            if isinstance(stride, ast.Name):
+                got = host.dims.get(stride.id) or stride_of(host.args.get(stride.id, ast.Constant(0)))
+                if got in ((buf, 1), (buf, -1)):
+                    return "n"
+                if got in ((buf, 0), (buf, -2)) or stride.id in pitches:
+                    return "m"
+            return "?"
+
         terms = _terms(scope, ptr, [])
         if terms is None:
             return "the consumer's pointer is not a sum the rule can read"
         vector = [t for t in terms if not scope.scalar(t)]
+        across = ("the consumer reads the product along its rows (the M axis), not its columns" if side == "n"
+                  else "the consumer reads the product along its columns (the N axis), not its rows")
         if all(broadcast_times_stride(t, scope) is None for t in vector):
-            units = [t for t in vector if scope.index(t) is not None]
-            if len(vector) != 1 or len(units) != 1:
-                return ("the consumer reads the product along its rows (the M axis), not its columns"
-                        if vector else "the consumer reads the product one element at a time")
-            return -1
-        cols = []
+            if len(vector) != 1:
+                return "the consumer reads the product one element at a time" if not vector else across
+            term = vector[0]
+            if scope.index(term) is not None:
+                found = "n"
+            elif isinstance(term, ast.BinOp) and isinstance(term.op, ast.Mult):
+                found = next((kind(s) for v, s in ((term.left, term.right), (term.right, term.left))
+                              if scope.index(v) is not None and scope.scalar(s)), "?")
+            else:
+                found = "?"
+            if found != side:
+                return across
+            # the scalar terms beside the index that step along the summed axis carry its
+            # offset (`start` of `row * N + start + arange`; `r0 * N` of a walk down the rows)
+            def along_rows(t: ast.AST) -> bool:
+                return isinstance(t, ast.BinOp) and isinstance(t.op, ast.Mult) and "m" in (
+                    kind(t.left), kind(t.right))
+            offsets = [t for t in terms if scope.scalar(t) and along_rows(t) == (side == "m")]
+            return -1, ast.Tuple([term, *offsets], ast.Load())
+        axes = []
         for t in vector:
-            found = broadcast_times_stride(t, scope)
-            if found is None:
+            got = broadcast_times_stride(t, scope)
+            if got is None:
                 return f"a term of the consumer's pointer is not one axis's index times a stride: {mod.text(t)}"
-            (axis, _), stride = found
-            last = stride is None or (isinstance(stride, ast.Name) and (
-                (host.dims.get(stride.id) or stride_of(host.args.get(stride.id, ast.Constant(0))) or ("", 0))
-                in ((buf, 1), (buf, -1))))
-            if last:
-                cols.append(axis)
-        if len(cols) != 1:
-            return "cannot tell which axis of the consumer's tile is the product's columns"
-        return cols[0]
+            (axis, inner), stride = got
+            if kind(stride) == side:
+                axes.append((axis, inner))
+        if len(axes) != 1:
+            return across
+        return axes[0]
 
     # -- de-optimization -----------------------------------------------------------------
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         return Skipped("reduce-before-contract is one way: the start it came from is the lineage's",
                        {"site": site.anchor})
+
+
+def _passed(host: HostArgs, texts: set[str]) -> set[str]:
+    """The parameters a launch passes one of `texts` (as the source reads)."""
+    return {p for p, a in host.args.items() if ast.unparse(a) in texts}
 
 
 def _is_stride(mod: PyModule, node: ast.Name) -> bool:
