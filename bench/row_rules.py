@@ -15,7 +15,9 @@ resident minimum; `regsKh+shfl+lb`: option `hoist`, the weight / bias loaded wit
 `row-registers` choosing the vectors that hold the row at the launch's block; `regs0r`: its
 option `reuse`, softmax's exponentials kept for the write pass; `old+t128`,
 `fit.shfl+t128+regs0+lb`, `fit.regs0+shfl+tT+lb`: `launch-threads` after steps a search
-keeps first, the last re-fitting the row held in registers to the smaller block). A sweep of the launch's block size follows for the register forms (the
+keeps first, the last re-fitting the row held in registers to the smaller block;
+`fit.t128.cache.vec[+regs0[+shfl]]`, `fit.t128.vec+regs0+shfl`: the chain the searches kept,
+then `row-registers` taking the row from the shared copy or the vectorized passes). A sweep of the launch's block size follows for the register forms (the
 vectors set so that the row fits: `bB.regsK+shfl`; where the block is a `#define` of the start,
 the start's own constant is edited with it, an experiment on the kernel rather than a rule).
 Each rule is applied with the passes API, with the block the host launches. Each form runs
@@ -189,6 +191,15 @@ def forms(name: str, case: Any, unit: Any, block: int, work: Path) -> dict[str, 
                           "host_block": block}
     for label, specs in (  # the narrower launch after steps a search keeps first
             ("old+t128", [*OLD[name], "launch-threads{threads=128}"]),
+            # the chain the style tier's searches kept (the own sweep's launch first, the row
+            # cached, its passes vectorized), then the row held in registers from that state
+            ("fit.t128.cache.vec", ["launch-threads{threads=128}", "row-cache", "vectorize-global"]),
+            ("fit.t128.cache.vec+regs0", ["launch-threads{threads=128}", "row-cache", "vectorize-global",
+                                          "row-registers"]),
+            ("fit.t128.cache.vec+regs0+shfl", ["launch-threads{threads=128}", "row-cache",
+                                               "vectorize-global", "row-registers", "warp-shuffle-reduce"]),
+            ("fit.t128.vec+regs0+shfl", ["launch-threads{threads=128}", "vectorize-global",
+                                         "row-registers", "warp-shuffle-reduce"]),
             ("fit.shfl+t128+regs0+lb", ["warp-shuffle-reduce", "launch-threads{threads=128}",
                                         "row-registers", "launch-bounds"]),
             # the row held in registers first: the narrower launch re-fits its vectors
