@@ -40,6 +40,8 @@ import torch
 import triton
 import triton.language as tl
 
+from gate import hoststage
+
 __all__ = ["BLOCK", "FIELDS", "applies", "count_unlike", "pad_words", "relative_error", "stats", "tf32_rounded", "compile_error",
            "xor_words"]
 
@@ -295,12 +297,12 @@ def stats(flat: torch.Tensor, masked: torch.Tensor, key: int, fresh: int,
     for b in range(0, n, step):
         e = min(n, b + step)
         words = masked.view(torch.int32)[b:e]
-        piece = words if here else words.to(device)
+        piece = words if here else hoststage.to_device(words, device)
         prm = _params(device, e - b, b, *_split(key), *_split(fresh), atol, rtol)
         parts.append(_partials(flat[b:e], piece, prm, masked=True, allclose=allclose is not None))
         prm.zero_()
         if not here:
-            words.copy_(piece)
+            hoststage.write_back(words, piece)
         del piece
     num, den, nan_bad, inf_bad, misses, miss_at, miss_o, miss_r, size, big_at, big_o, big_r, _ = \
         _figures(parts)

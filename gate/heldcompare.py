@@ -168,8 +168,11 @@ class Held:
     """Masked by `gate.fusedcompare`'s pads (fp32), opened only by its kernels."""
 
     def park(self) -> None:
-        """Keep the masked bytes in host memory; each comparison brings one chunk at a time."""
-        self.masked = self.masked.to("cpu", copy=True)
+        """Keep the masked bytes in host memory; each comparison brings one chunk at a time
+        (`gate.hoststage`)."""
+        from gate import hoststage  # noqa: PLC0415
+
+        self.masked = hoststage.to_host(self.masked)
 
     def _chunks(self) -> list[tuple[int, int, int]]:
         size = torch.empty((), dtype=self.dtype).element_size()
@@ -198,24 +201,26 @@ class Held:
         if self.fused:
             yield from self._fused_pieces(key, fresh, device)
             return
+        from gate import hoststage  # noqa: PLC0415
+
         for i, b, e in self._chunks():
-            clear = self.masked[b:e].to(device) ^ _pad(key, i, e - b, device)
+            clear = hoststage.to_device(self.masked[b:e], device) ^ _pad(key, i, e - b, device)
             yield b // size, clear.view(self.dtype)
             if fresh is not None:
-                self.masked[b:e] = clear.bitwise_xor_(_pad(fresh, i, e - b, device))
+                hoststage.write_back(self.masked[b:e], clear.bitwise_xor_(_pad(fresh, i, e - b, device)))
             del clear
 
     def _fused_pieces(self, key: int, fresh: int | None, device: Any) -> Any:
-        from gate import fusedcompare  # noqa: PLC0415
+        from gate import fusedcompare, hoststage  # noqa: PLC0415
 
         for _, b, e in self._chunks():
             words = self.masked[b:e].view(torch.int32)
             clear = torch.empty(words.numel(), dtype=torch.int32, device=device)
-            fusedcompare.xor_words(words.to(device), clear, key, b // 4)
+            fusedcompare.xor_words(hoststage.to_device(words, device), clear, key, b // 4)
             yield b // 4, clear.view(self.dtype)
             if fresh is not None:
                 fusedcompare.xor_words(clear, clear, fresh, b // 4)
-                self.masked[b:e].copy_(clear.view(torch.uint8))
+                hoststage.write_back(self.masked[b:e], clear.view(torch.uint8))
             del clear
 
 

@@ -869,10 +869,15 @@ class _Runner:
         return inputs
 
     def _host_copy(self, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
-        return tuple(x.to("cpu", copy=True) if type(x) is self.cap.tensor_type else x for x in inputs)
+        from gate import hoststage  # noqa: PLC0415
+
+        return tuple(hoststage.to_host(x) if type(x) is self.cap.tensor_type else x for x in inputs)
 
     def _on_device(self, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
-        return tuple(x.to(self.device) if type(x) is self.cap.tensor_type else x for x in inputs)
+        from gate import hoststage  # noqa: PLC0415
+
+        return tuple(hoststage.to_device(x, self.device) if type(x) is self.cap.tensor_type else x
+                     for x in inputs)
 
     def _short(self, variant: str) -> bool:
         """The device no longer has the working memory of `variant`'s calls free (another
