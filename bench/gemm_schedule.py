@@ -100,6 +100,11 @@ FORMS = {"wgmma_deep_wide_tma_c4": {"wgmma": True, "deep": True, "wide": True, "
          "wgmma_deep_wide_tma_c4_x": {"wgmma": True, "deep": True, "wide": True,
                                       "producer": True, "tma": True, "consumers": 4,
                                       "exchange": True},
+         "wgmma_deep_wide_tma_r": {"wgmma": True, "deep": True, "wide": True, "producer": True,
+                                   "tma": True, "registers": True},
+         "wgmma_deep_wide_tma_c4_r": {"wgmma": True, "deep": True, "wide": True,
+                                      "producer": True, "tma": True, "consumers": 4,
+                                      "registers": True},
          "wgmma_deep_wide_p": {"wgmma": True, "deep": True, "wide": True, "producer": True},
          "wgmma_deep_p": {"wgmma": True, "deep": True, "producer": True},
          "wgmma_deep_wide_p3": {"wgmma": True, "deep": True, "wide": True, "producer": True,
@@ -129,7 +134,10 @@ TMA forms (+wgmma_deep_wide_tma, 4 slots, and +wgmma_deep_wide_tma3, 3 slots: th
 below with each slot filled by one thread's TMA copies from tensor maps the launch passes, built
 here as the source's own launch builds them; `_x`: where the kernel's threads each hold one
 output and run as virtual threads, their products passed through the exchange in shared memory
-instead of the body run once per cell of the fragments, as the rule did before that), then the producer forms, whose launch grows by a warpgroup that only fills the ring, so that the launch's
+instead of the body run once per cell of the fragments, as the rule did before that; `_r`: the
+body run once per cell of the thread's own fragment registers, where the rule otherwise stages
+each warp's fragments through a slab of shared memory and runs it for the slab's cells in row
+order, so that the user's stores coalesce), then the producer forms, whose launch grows by a warpgroup that only fills the ring, so that the launch's
 own warpgroups all multiply (+wgmma_deep_wide_p: 128x256 tiles, two 64x256 warpgroups, 4 slots;
 +wgmma_deep_p: 128x128 tiles; +wgmma_deep_wide_p3: 3 slots and a whole-block exchange)."""
 SM90_FORMS = tuple(f for f in FORMS if f.startswith("wgmma"))

@@ -42,8 +42,8 @@ _VBODY = "{  " + MARK + "the kernel's own body for this block and thread\n"
 _PRODUCTS = "{  " + MARK + "the tile's products into this thread's accumulators"
 _READ = re.compile(rf"const float\* {PREFIX}y = {PREFIX}x \+ \({PREFIX}sm - {PREFIX}c0 \+ (.+?)\) "
                    rf"\* (\d+) \+ {PREFIX}sn \+ (.+?);\n")
-_CELL = re.compile(rf"const float {PREFIX}y\[1\] = \{{{PREFIX}acc\[[^\n]*\}};  // the cell at row "
-                   r"(.+?), column (.+?) of its block\n")
+_CELL = re.compile(rf"const float {PREFIX}y\[1\] = \{{{PREFIX}(?:acc|slab)\[[^\n]*\}};  "
+                   r"// the cell at row (.+?), column (.+?) of its block\n")
 _VADD = re.compile(rf"[ \t]*(.+?) \+= {PREFIX}y\[(-?\d+)\];")
 _BUILTINS = {"vb": "blockIdx", "vg": "gridDim", "vd": "blockDim", "vt": "threadIdx"}
 _TYPES = {"bf16": ("__nv_bfloat16", "__float2bfloat16(0.0f)", "__bfloat162float"),
@@ -160,7 +160,8 @@ def _finish(ir: KernelIR, src: CSource, fn: Function, mine: list[Function], rest
 def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, Any]:
     """The rule's options that give the output in `kernel` again (`wgmma`, `wide` for its
     128x256 tile, `bk`, `overlap`, `deep` with its `stages`, `specialize`, `producer`, `tma`,
-    `consumers`, `exchange` where the products of one-cell threads went through the exchange)."""
+    `consumers`, `exchange` where the products of one-cell threads went through the exchange,
+    `registers` where a producer form ran their body from the fragment registers, not a slab)."""
     src = CSource(ir)
     for f in functions(src):
         facts = _facts(ir.text, f) if f.is_kernel and kernel in (None, f.name) else None
@@ -175,7 +176,9 @@ def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, Any]:
                     **({"producer": True} if facts.get("producer") else {}),
                     **({"tma": True} if facts.get("tma") else {}),
                     **({"consumers": int(facts["consumers"])} if facts.get("consumers") else {}),
-                    **({"exchange": True} if facts.get("exchange") else {})}
+                    **({"exchange": True} if facts.get("exchange") else {}),
+                    **({"registers": True} if facts.get("cells") and facts.get("producer")
+                       and not facts.get("staged") else {})}
     return {"wgmma": False}
 
 

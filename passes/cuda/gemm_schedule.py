@@ -59,7 +59,11 @@ threads map one to one onto its cells (`passes.cuda.gemm_cells`), there is no ex
 multiplying thread runs the body once per cell of its own fragments, for the user thread owning
 that cell, the accumulator read from the register (option `exchange` keeps the exchange);
 the deep forms that keep the launch's block read such a kernel's cells so as well (the body's
-threadIdx then that of the cell's owner).
+threadIdx then that of the cell's owner). In the producer forms each warp first puts its
+fragments into a slab of shared memory of its own beside the ring (where one fits; option
+`registers` keeps the registers), and its lanes run the body for the slab's cells in row order:
+a fragment's cells are eight rows by a pair of columns a warp instruction, so the user's store
+of one output a cell would otherwise reach eight rows at once.
 A body that waits at a block barrier, works across a warp or keeps shared memory of its own
 cannot run so and is refused. Kernels without shared tiles whose
 K loop multiplies elements read straight from global memory (a naive GEMM) are read by
@@ -107,7 +111,8 @@ from passes.cuda.gemm_launch import (launch_edits, launched_here, limit_lines, p
                                      host_edits)
 from passes.cuda.gemm_eval import (ASYNC_COPY, ASYNC_FENCE, GemmTile, Refusal, find_gemm_tiles,
                                    _Kernel, _TRIVIA as _TRIVIA_KINDS)
-from passes.cuda.gemm_cells import cell_products, cell_threads, cells_tail
+from passes.cuda.gemm_cells import (cell_products, cell_threads, cells_tail, stage_bytes,
+                                    stage_width)
 from passes.cuda.gemm_direct import find_direct, may_be_direct
 from passes.cuda.gemm_global import GlobalGemm, Operand, trace
 from passes.cuda.gemm_scalar import form_options, scalar_edits
@@ -205,8 +210,13 @@ class Schedule:
     cells: bool = False
     """Each multiplying thread runs the body once per cell of its fragments, for the user
     thread owning the cell (threadIdx that thread's), its accumulator read from the register
-    (`passes.cuda.gemm_cells`: one cell per user thread); no exchange (`xbytes` 0). With
-    `virtual`, or in a deep form on the launch's block."""
+    (`passes.cuda.gemm_cells`: one cell per user thread); no exchange. With `virtual`, or in a
+    deep form on the launch's block."""
+    staged: int = 0
+    """With `cells` in the producer form: each warp's fragments go through a slab of shared
+    memory of its own (after the ring, `xbytes`), `staged` columns at a time, and its lanes run
+    the body for the slab's cells in row order (consecutive lanes, consecutive output columns);
+    0: the body runs for the cells of the thread's own fragment registers."""
 
     @property
     def launch_bytes(self) -> int:
@@ -1038,7 +1048,7 @@ def user_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         pieces.append(text[pos:a])
         pos = b
     pieces.append(text[pos:loop[0]])
-    swap = (cell_products(g.tile, pad) if s.cells else _products(g, s, pad) if s.virtual
+    swap = (cell_products(g.tile, pad, bool(s.staged)) if s.cells else _products(g, s, pad) if s.virtual
             else exchange(g, s, pad))
     body = "".join(pieces) + swap + text[loop[1]:fn.body_end - 1]
     code = CSource.of_text(body).code
@@ -1084,7 +1094,7 @@ def virtual_tail(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         if re.search(r"\breturn\b", CSource.of_text(body).code):
             body = f"[&]() {{{body}}}();"
         frame = {"mi": s.mi, "ni": s.ni, "row_step": s.row_step, "active": s.active,
-                 "warps": ct // 32}
+                 "warps": ct // 32, "stage": s.staged, "slab": f"{p}smem + {s.smem}"}
         return cells_tail(t, frame, body, grid, " ".join(f"{n} = {p}in_{n};" for n in written),
                           pad)
     users = bx * by
@@ -1341,6 +1351,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
                             s.virtual and s.producer and s.consumer_threads > 256) else {}),
                         **({"virtual": s.threads if s.own_block else True} if s.virtual else {}),
                         **({"cells": True} if s.cells else {}),
+                        **({"staged": s.staged} if s.staged else {}),
                         **({"exchange": True} if s.virtual and not s.cells and
                            cell_threads(g.tile) else {}),
                         **({"bounds": _user_bounds(ir, fn)} if s.own_block else {}),
@@ -1609,6 +1620,13 @@ class GemmSchedule(Pass):
     the exchange in shared memory (row chunks, barriers) instead of running the body once per
     cell of the thread's fragments (`Schedule.cells`, the default there)."""
 
+    registers: bool = False
+    """Where the body runs once per cell in the producer form: run it for the cells of the
+    thread's own fragment registers (a warp's stores then reach eight output rows at once)
+    instead of staging each warp's fragments through a slab of shared memory and running it for
+    the slab's cells in row order (`Schedule.staged`, the default where the slabs fit beside the
+    ring)."""
+
     name: ClassVar[str] = "gemm-schedule"
     category: ClassVar[Category] = Category.COMPUTE
     summary: ClassVar[str] = ("tiled GEMM kernel -> persistent 128x128x32 cp.async + ldmatrix + "
@@ -1686,6 +1704,8 @@ class GemmSchedule(Pass):
             # the body once per cell of the fragments: no exchange, on the form's own block or
             # on the launch's (a deep form: its multiplying threads are the launch's)
             s = replace(s, cells=True, xbytes=0)
+            if s.producer and not self.registers:
+                s = _staged(s, f.kept_shared, arch)
         if why:
             return Skipped(why, f.g.to_json())
         here = not s.deep or launched_here(ir, f.g.kernel)
@@ -1713,6 +1733,18 @@ class GemmSchedule(Pass):
         if isinstance(edits, str):
             return Skipped(edits)
         return finish(ir, site, edits, options=form_options(ir, site.detail.get("kernel")))
+
+
+def _staged(s: Schedule, kept_shared: int, arch: str) -> Schedule:
+    """`s` (a producer form whose body runs once per cell) with its warps' slabs beside the ring:
+    the widest slab (`gemm_cells.stage_width`) whose slabs, one per warp holding fragments, fit
+    in the dynamic shared memory `arch` leaves after the ring and the user's own shared arrays;
+    `s` unchanged where none fits."""
+    room = dynamic_limit(arch) - kept_shared - ALIGN_SLACK - 16 * 6 - s.smem
+    width = stage_width(8 * s.ni, s.active, room)
+    if not width:
+        return s
+    return replace(s, staged=width, xbytes=stage_bytes(width, s.active))
 
 
 def _host_directive(ir: KernelIR, f: _Found, s: Schedule, kernels: int) -> list[ByteEdit] | str:
