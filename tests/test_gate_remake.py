@@ -84,3 +84,25 @@ def test_sampled_outputs_stay_on_the_device_only_where_they_fit_beside_the_calls
     assert not memplan.samples_fit(need - 1, 6 * GIB, 2)
     assert memplan.samples_fit(memplan.SLACK_BYTES, 0, 2)  # a scalar output: always
     assert not memplan.samples_fit(0, 1, 2)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_the_one_pass_digest_equals_the_torch_one_and_leaves_the_tensor_as_it_was(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`heldcompare.digest_bytes` through `gate.fusedcompare` (here in Triton's interpreter,
+    KLINEAGE_GATE_FUSED=1) gives the torch pass's digest and restores the bytes it XORed."""
+    from gate import fusedcompare, heldcompare
+
+    monkeypatch.setattr(fusedcompare, "BLOCK", 256)
+    g = torch.Generator().manual_seed(9)
+    for t in (torch.randn(3000, generator=g), torch.randint(0, 1 << 30, (40, 25), generator=g),
+              torch.randn(77, generator=g).to(torch.float16)):  # 154 bytes: the torch pass
+        before = t.clone()
+        monkeypatch.setenv("KLINEAGE_GATE_FUSED", "0")
+        plain = heldcompare.digest_bytes(t)
+        monkeypatch.setenv("KLINEAGE_GATE_FUSED", "1")
+        assert heldcompare.digest_bytes(t) == plain
+        assert torch.equal(t, before)
+        bumped = t.clone()
+        bumped.view(-1)[-1] += 1
+        assert heldcompare.digest_bytes(bumped) != plain
