@@ -939,8 +939,8 @@ def verdict_ms(verdict: Any) -> float | None:
 
 
 __all__ = ["AROUND_POINTS", "COLD_SHARE", "MAX_SITES", "PIN_PRIOR", "Materialized", "around_parent",
-           "autotune_picks", "card_sites", "effect_spread", "feature_appears", "first_run_s", "full_kernels", "gate_seconds",
-           "kernel_of", "kernel_shares", "left_out", "materialize", "materializations", "move_candidates",
-           "own_sweeps", "pin_offered", "pinned_picks", "plain_sweep", "recorded_sweeps",
-           "rule_candidates", "rule_card", "rule_moves", "rule_offers", "sweep_card", "used_up",
-           "variant_picks", "verdict_ms"]
+           "autotune_picks", "card_sites", "effect_spread", "feature_appears", "first_run_s",
+           "full_kernels", "gate_seconds", "kernel_of", "kernel_shares", "left_out", "materialize",
+           "materializations", "move_candidates", "own_sweeps", "pin_offered", "pinned_picks",
+           "plain_sweep", "recorded_sweeps", "rule_candidates", "rule_card", "rule_moves",
+           "rule_offers", "sweep_card", "used_up", "variant_picks", "verdict_ms"]

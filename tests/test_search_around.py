@@ -155,7 +155,8 @@ def test_a_step_that_loses_at_its_parents_configuration_is_kept_at_its_own(
     assert ENTRY.search(scripted.seen[1]) and DESCRIPTORS not in scripted.seen[1]  # control first
     first = next(s for s in scripted.seen if DESCRIPTORS in s)
     if around:
-        assert _fastest(first) == (pytest.approx(8.5), {"BLOCK": 32, "num_warps": 4, "num_stages": 4})
+        deeper = {"BLOCK": 32, "num_warps": 4, "num_stages": 4}
+        assert _fastest(first) == (pytest.approx(8.5), deeper)
         assert result.best_ms == pytest.approx(8.5)
         assert DESCRIPTORS in Path(result.best_path).read_text()
         assert [s.pass_name for s in result.applied][-1] == "tma-descriptors"
