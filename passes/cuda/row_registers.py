@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from kir.errors import KLineageError
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._tree import children, declared_names, if_parts, loop_body, subtree, text
@@ -605,17 +606,23 @@ def rows_as_written(ir: KernelIR) -> list[RowAsWritten | Skipped]:
     for cached in [*cached_rows(ir), None]:
         first: list[tuple[int, int, str]] = [] if cached is None else \
             [(s, e, "") for s, e in cached.removed] + list(cached.edits)
-        back, spans, to_ir = _applied(ir, first) if first else (ir, [], lambda p, _e: p)
-        spans = [(a, b) for a, b in spans if b > a]  # the passes' new text (the copy left none)
-        loops = [f for f in vector_fallbacks(back)
-                 if cached is None or any(f.span[0] < b and a < f.span[1] for a, b in spans)]
-        outer = [f for f in loops if not any(o is not f and o.span[0] <= f.span[0] and
-                                             f.span[1] <= o.span[1] for o in loops)]
-        if cached is None and not outer:
+        try:
+            back, spans, to_ir = _applied(ir, first) if first else (ir, [], lambda p, _e: p)
+            spans = [(a, b) for a, b in spans if b > a]  # the passes' new text (the copy left none)
+            loops = [f for f in vector_fallbacks(back)
+                     if cached is None or any(f.span[0] < b and a < f.span[1] for a, b in spans)]
+            outer = [f for f in loops if not any(o is not f and o.span[0] <= f.span[0] and
+                                                 f.span[1] <= o.span[1] for o in loops)]
+            if cached is None and not outer:
+                continue
+            to_back = lambda p, _e: p  # noqa: E731
+            if outer:
+                back, _spans, to_back = _applied(back, [(*f.span, f.loop) for f in outer])
+        except KLineageError as exc:  # the passes read back do not parse: no such row here
+            if cached is not None:
+                out.append(Skipped(f"the row kept in `{cached.array}`, read from global memory "
+                                   f"again, does not parse: {exc}", {"array": cached.array}))
             continue
-        to_back = lambda p, _e: p  # noqa: E731
-        if outer:
-            back, _spans, to_back = _applied(back, [(*f.span, f.loop) for f in outer])
         plans = row_passes(back, None)
         found = [p for p in plans if isinstance(p, RowPasses) and (p.kernel, p.pointer) not in known
                  and (cached is None or cached.pointer is None or p.pointer == cached.pointer)]
