@@ -280,26 +280,28 @@ def _figures(parts: list[torch.Tensor]) -> list[float]:
 
 
 def stats(flat: torch.Tensor, masked: torch.Tensor, key: int, fresh: int,
-          allclose: tuple[float, float] | None, chunk: int) -> dict[str, Any]:
+          allclose: tuple[float, float] | None, chunk: int, device: Any = None) -> dict[str, Any]:
     """`heldcompare`'s figures of one fp32 output `flat` (flat, contiguous) against the
     reference held in `masked` (uint8, masked by `xor_words` under `key`), which is masked
-    again under `fresh`. Where `masked` waits in host memory, a chunk of `chunk` elements at a
-    time comes to the output's device and goes back."""
+    again under `fresh`, computed on `device` (None: the output's). Where `masked` or the
+    output waits in host memory, a chunk of `chunk` elements of each at a time comes to the
+    device (`gate.hoststage`), and the masked chunk goes back."""
     flat = flat.contiguous()
-    device = flat.device
+    device = flat.device if device is None else torch.device(device)
     atol, rtol = allclose if allclose is not None else (0.0, 0.0)
     n = flat.numel()
     if n == 0:
         return {"err": 0.0, "misses": 0, "at": None}
     parts = []
-    here = masked.device == device
-    step = n if here else max(4, chunk // 4 * 4)  # pads start at multiples of 4 words
+    here, out_here = masked.device == device, flat.device == device
+    step = n if here and out_here else max(4, chunk // 4 * 4)  # pads start at multiples of 4 words
     for b in range(0, n, step):
         e = min(n, b + step)
         words = masked.view(torch.int32)[b:e]
         piece = words if here else hoststage.to_device(words, device)
+        out = flat[b:e] if out_here else hoststage.to_device(flat[b:e], device)
         prm = _params(device, e - b, b, *_split(key), *_split(fresh), atol, rtol)
-        parts.append(_partials(flat[b:e], piece, prm, masked=True, allclose=allclose is not None))
+        parts.append(_partials(out, piece, prm, masked=True, allclose=allclose is not None))
         prm.zero_()
         if not here:
             hoststage.write_back(words, piece)

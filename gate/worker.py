@@ -1696,8 +1696,10 @@ class _Runner:
         the call; with `host`, copied to host memory), for checking once the timed run is over."""
         clone = self.cap.clone
         if host:
+            from gate import hoststage  # noqa: PLC0415
+
             cap = self.cap
-            clone = lambda t: cap.clone(t) if t.device.type == "cpu" else cap.cpu(t)  # noqa: E731
+            clone = lambda t: cap.clone(t) if t.device.type == "cpu" else hoststage.to_host(t)  # noqa: E731
         if isinstance(outputs, (tuple, list)):
             return tuple(clone(t) if type(t) is self.cap.tensor_type else t for t in outputs)
         return clone(outputs) if type(outputs) is self.cap.tensor_type else outputs

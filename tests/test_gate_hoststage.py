@@ -61,3 +61,28 @@ def test_on_the_gpu_staged_copies_match_plain_ones_across_chunks(monkeypatch: py
     dst = torch.zeros_like(host)
     hoststage.write_back(dst, x * 2)
     assert torch.equal(dst, (x * 2).cpu())
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_an_output_in_host_memory_is_judged_as_the_same_output_on_the_device() -> None:
+    """A lean plan's sampled output waits in host memory: judged a chunk at a time against a
+    reference held on the device or in host memory, its figures are those of the same output
+    on the device, and the reference opens again under the fresh key each time."""
+    from gate import heldcompare
+
+    g = torch.Generator(device="cuda").manual_seed(4)
+    ref = torch.randn((1 << 22) + 3, device="cuda", generator=g)
+    out = ref.clone()
+    out[12345] += 0.5
+    for park in (False, True):
+        key = heldcompare.new_key()
+        held, _ = heldcompare.hold(ref, key)
+        if park:
+            held[0].park()
+        figures = []
+        for where in (out, out.cpu()):
+            fresh = heldcompare.new_key()
+            figures.append(heldcompare.judge(where, held, key, fresh, [None], (0.01, 0.01)))
+            key = fresh
+        assert figures[0]["misses"] == figures[1]["misses"] == [1], figures
+        assert figures[0]["at"] == figures[1]["at"] and figures[0]["err"] == pytest.approx(figures[1]["err"])
