@@ -135,6 +135,8 @@ class _Gemm:
     t_param: str = ""
     t_store: ast.Call | None = None
     ext_tile: str = ""
+    other_param: str = ""
+    """The parameter bounding the product's other extent (M where N is summed), if masked."""
     side: str = "n"
     """"n": the product is summed over N (B is summed) | "m": over M (A is summed)."""
     """The constexpr sizing the accumulator's N axis ("" where it is not one parameter)."""
@@ -238,7 +240,10 @@ def _flow(mod: PyModule, kernel: ast.FunctionDef, scope: Scope, seeds: list[ast.
             todo.append((parent, summed))
         elif isinstance(parent, ast.Attribute) and parent.attr == "to" \
                 and isinstance(mod.parents.get(parent), ast.Call):
-            todo.append((mod.parents[parent], summed))
+            cast = mod.parents[parent]
+            if any("int" in ast.unparse(a) for a in cast.args):  # type: ignore[attr-defined]
+                out.why = f"a value of the product is cast to an integer: `{mod.text(cast)}`"
+            todo.append((cast, summed))
         elif isinstance(parent, ast.Call) and callee(parent) in WHERE and len(parent.args) == 3 \
                 and node is parent.args[1] and _zero(parent.args[2]):
             todo.append((parent, summed))
@@ -313,6 +318,23 @@ def _bound_param(scope: Scope, mask: ast.AST | None, index: ast.AST, params: set
             if got:
                 return got
     return None
+
+
+def _accumulates(mod: PyModule, read: ast.Name) -> bool:
+    """A read of the accumulator inside its dot loop that only accumulates: the dot's `acc`
+    argument, or `acc + <a dot>` assigned back to it."""
+    parent = mod.parents.get(read)
+    if isinstance(parent, ast.Call) and callee(parent) in DOT and read in parent.args[2:] + [
+            k.value for k in parent.keywords if k.arg == "acc"]:
+        return True
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add):
+        other = parent.right if read is parent.left else parent.left
+        stmt = mod.parents.get(parent)
+        return isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == read.id
+                                                    for t in stmt.targets) \
+            and (any(isinstance(c, ast.Call) and callee(c) in DOT for c in ast.walk(other))
+                 or isinstance(other, ast.Name))
+    return False
 
 
 def _sources(scope: Scope, node: ast.AST, depth: int = 0) -> set[str]:
@@ -488,12 +510,15 @@ class ReduceBeforeContract(Pass):
             return f"the {op} operand's pointer does not index both axes of its tile"
         n_index, g.ext_stride = axes[1 - k_axis]
         k_index, g.k_stride = axes[k_axis]
-        other = self._other_index(scope, dots[0].args[0 if side == "n" else 1], side)
+        other, other_load = self._other_index(scope, dots[0].args[0 if side == "n" else 1], side)
+        if other is not None and other_load is not None:
+            g.other_param = _bound_param(scope, _kw(other_load, "mask", 1), other, params) or ""
         mask = _kw(load, "mask", 1)
         g.ext_param = _bound_param(scope, mask, n_index, params) or ""
         if not g.ext_param:
             return (f"the {op} operand's loads are not bounds-checked along {ext}: launched with "
                     f"{ext} = 1 they would read past the summed operand")
+        fill = _kw(load, "other", 2)
         g.k_param = _bound_param(scope, mask, k_index, params) or \
             self._loop_bound(loop, params, set(constexpr_params(kernel))) or ""
         if not g.k_param:
@@ -527,6 +552,10 @@ class ReduceBeforeContract(Pass):
             g.ext_tile = shape.elts[at].id
         seeds = [n for n in ast.walk(kernel) if isinstance(n, ast.Name) and n.id == acc
                  and isinstance(n.ctx, ast.Load) and not _inside(mod, n, loop)]
+        stray = next((n for n in ast.walk(loop) if isinstance(n, ast.Name) and n.id == acc
+                      and isinstance(n.ctx, ast.Load) and not _accumulates(mod, n)), None)
+        if stray is not None:
+            return f"the accumulator is read in the dot loop beyond the dot: `{mod.text(_statement(mod, stray))}`"
         flow = _flow(mod, kernel, whole, seeds, loop, None)
         if flow.why:
             return flow.why
@@ -537,6 +566,9 @@ class ReduceBeforeContract(Pass):
         if flow.rows and flow.tiles:
             return "the product's tile is stored as well as summed"
         if flow.rows:
+            if fill is None or not _zero(fill):
+                return (f"the {op} operand's masked lanes are not loaded as zero: the epilogue's "
+                        f"sum over the tile would take them at {ext} = 1")
             if other is None:
                 return f"cannot tell which program ids walk the product's {'M' if side == 'n' else 'N'}"
             tile_ids = _sources(whole, n_index) - _sources(whole, other)
@@ -559,18 +591,18 @@ class ReduceBeforeContract(Pass):
         return g
 
     @staticmethod
-    def _other_index(scope: Scope, operand: ast.AST, side: str) -> ast.AST | None:
+    def _other_index(scope: Scope, operand: ast.AST, side: str) -> tuple[ast.AST | None, ast.Call | None]:
         """The non-K index of the dot's other operand (the product's M index where N is
-        summed, its N index where M is), or None where it cannot be read."""
+        summed, its N index where M is) and its load, or None where it cannot be read."""
         load, flip, _ = _unwrap(scope, operand)
         if load is None or not load.args:
-            return None
+            return None, None
         k_axis = (1 if side == "n" else 0) ^ int(flip)
         for t in _terms(scope, load.args[0], []) or ():
             found = broadcast_times_stride(t, scope)
             if found is not None and found[0][0] == 1 - k_axis:
-                return found[0][1]
-        return None
+                return found[0][1], load
+        return None, load
 
     @staticmethod
     def _loop_bound(loop: ast.stmt, params: set[str], constexprs: set[str]) -> str | None:
@@ -644,6 +676,11 @@ class ReduceBeforeContract(Pass):
             return Skipped(f"the launch does not pass {missing[0]} where the rule can read it",
                            {"kernel": kernel.name})
         ext_text = ast.unparse(host.args[g.ext_param])
+        same = [p for p in (g.k_param, g.other_param) if p and p in host.args
+                and ast.unparse(host.args[p]) == ext_text]
+        if same:
+            return Skipped(f"the launch passes {ext_text} as {same[0]} too: the rule cannot set the "
+                           "summed extent to 1 alone", {"kernel": kernel.name})
         taken = {n.id for n in ast.walk(mod.tree) if isinstance(n, ast.Name)} | \
             {f.name for f in mod.functions()} | {a.arg for f in mod.functions() for a in f.args.args}
         edits: list[ByteEdit] = []
@@ -857,12 +894,17 @@ class ReduceBeforeContract(Pass):
             if _sources(scope, index) & (pid_names(kernel) | {f"program_id({a})" for a in range(3)}):
                 return (f"the consumer sums a slice of {'N' if side == 'n' else 'M'} per program "
                         "(partial sums): launched with one program there the others go unwritten")
-            around = [lp for lp in loops if _inside(mod, ld, lp)]
+            walks = _sources(scope, index)
+            around = [lp for lp in loops if _inside(mod, ld, lp) and isinstance(lp, ast.For)
+                      and names_in(lp.target) & walks]
             flow = _flow(mod, kernel, scope, [ld], None, around)
             if flow.why:
                 return f"the consumer: {flow.why}"
             if not flow.sums:
                 return "the consumer does not sum the product"
+            if flow.rows:
+                return ("the consumer stores a sum per chunk of the summed axis (partial sums): "
+                        "launched with one chunk the others go unwritten")
             for _, axis in flow.sums:
                 if axis_of == -1 and axis not in (None, 0, -1):
                     return wrong
