@@ -101,6 +101,9 @@ def test_a_row_read_by_vectorized_passes_is_held_in_registers(folder: Path, step
     p = get_pass("row-registers")()
     (site,) = [s for s in p.sites(ir) if not s.present]
     assert site.detail["vectorized"] is True
+    covered = ir.source[site.span[0]:site.span[1]].decode()  # every vectorized pass, whole
+    assert covered.count("16-byte accesses where") == ir.text.count("16-byte accesses where")
+    assert covered.startswith("{") and covered.endswith("}")
     result = p.optimize(ir, site, ctx)
     assert isinstance(result, Applied), result
     out = result.ir.text
