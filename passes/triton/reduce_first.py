@@ -324,8 +324,10 @@ def _accumulates(mod: PyModule, read: ast.Name) -> bool:
     """A read of the accumulator inside its dot loop that only accumulates: the dot's `acc`
     argument, or `acc + <a dot>` assigned back to it."""
     parent = mod.parents.get(read)
-    if isinstance(parent, ast.Call) and callee(parent) in DOT and read in parent.args[2:] + [
-            k.value for k in parent.keywords if k.arg == "acc"]:
+    if isinstance(parent, ast.keyword) and parent.arg == "acc":
+        parent = mod.parents.get(parent)
+        return isinstance(parent, ast.Call) and callee(parent) in DOT
+    if isinstance(parent, ast.Call) and callee(parent) in DOT and read in parent.args[2:]:
         return True
     if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add):
         other = parent.right if read is parent.left else parent.left

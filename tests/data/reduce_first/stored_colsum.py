@@ -15,7 +15,7 @@ def mm_kernel(a, b, c, M, N, K, s_ak, s_am, s_bk, s_bn, BLOCK_M: tl.constexpr, B
         ok = k + tl.arange(0, BLOCK_K)
         at = tl.load(a + ok[None, :] * s_ak + om[:, None] * s_am, mask=(om[:, None] < M) & (ok[None, :] < K), other=0.0)
         bt = tl.load(b + ok[:, None] * s_bk + on[None, :] * s_bn, mask=(ok[:, None] < K) & (on[None, :] < N), other=0.0)
-        acc = tl.dot(at, bt, acc)
+        acc = tl.dot(at, bt, acc=acc)
     tl.store(c + om[:, None] * N + on[None, :], acc * 0.25, mask=(om[:, None] < M) & (on[None, :] < N))
 
 
