@@ -25,7 +25,13 @@ while a gate runs), `unfused` the defaults with every held comparison done by to
 worker before its first gate (`gate.prestart`; a worker's start-up is paid once per run, and
 its seconds are reported as the mode's `run_start_s`, apart from the gates) and, unless
 --reuse-compiled, compiles with a fresh Triton cache (as a run's new candidates do);
-`parent` / `worker` choose the comparison alone (`--compare` is the same option). A row per
+`parent` / `worker` choose the comparison alone (`--compare` is the same option);
+`parked-host` is the defaults with what a plan lets wait kept as the lean plan first kept it
+(every set and held reference copied to host memory by torch's pageable copies, a lean plan's
+sampled outputs in host memory: no set drawn again, no room kept, no pinned staging).
+`--gpu-memory GB` plans every gate for at most that much device memory (`gate.memplan.CAP_ENV`,
+as the KernelBench tier's grant to a problem sharing a GPU does), so that the largest problems
+take the plans they take beside another. A row per
 problem and mode, named `problem [mode]`. OUT/gate_cost.json holds the rows (`bench/store.py
 ingest` reads it), OUT/gate_cost.md the table. Exit code 0 when every gate passed and met the
 budget, 1 otherwise, 2 for bad input.
@@ -49,15 +55,20 @@ for _path in (ROOT, ROOT / "bench"):  # the packages, and bench/kernelbench_tier
 WALL_BUDGET_S = 30.0
 OVERHEAD_FIXED_S = 5.0
 OVERHEAD_SHARE = 0.2
+_PARKED_HOST: dict[str, str | None] = {"KLINEAGE_GATE_REDRAW": "0", "KLINEAGE_GATE_ROOM": "0",
+                                       "KLINEAGE_GATE_STAGING": "0", "KLINEAGE_GATE_SAMPLES": "host"}
+_DEFAULT_PARKING = {name: None for name in _PARKED_HOST}
 MODES: dict[str, dict[str, str | None]] = {
     "before": {"KLINEAGE_GATE_COMPARE": "parent", "KLINEAGE_GATE_SETS": "job",
-               "KLINEAGE_GATE_STANDBY": "0", "KLINEAGE_GATE_FUSED": "0"},
+               "KLINEAGE_GATE_STANDBY": "0", "KLINEAGE_GATE_FUSED": "0", **_DEFAULT_PARKING},
     "after": {"KLINEAGE_GATE_COMPARE": None, "KLINEAGE_GATE_SETS": None,
-              "KLINEAGE_GATE_STANDBY": None, "KLINEAGE_GATE_FUSED": None},
+              "KLINEAGE_GATE_STANDBY": None, "KLINEAGE_GATE_FUSED": None, **_DEFAULT_PARKING},
     "unfused": {"KLINEAGE_GATE_COMPARE": None, "KLINEAGE_GATE_SETS": None,
-                "KLINEAGE_GATE_STANDBY": None, "KLINEAGE_GATE_FUSED": "0"},
+                "KLINEAGE_GATE_STANDBY": None, "KLINEAGE_GATE_FUSED": "0", **_DEFAULT_PARKING},
     "parent": {"KLINEAGE_GATE_COMPARE": "parent"},
     "worker": {"KLINEAGE_GATE_COMPARE": "worker"},
+    "parked-host": {"KLINEAGE_GATE_COMPARE": None, "KLINEAGE_GATE_SETS": None,
+                    "KLINEAGE_GATE_STANDBY": None, "KLINEAGE_GATE_FUSED": None, **_PARKED_HOST},
 }
 """Gate settings per mode (environment variables; None: unset, the gate's default)."""
 STARTUP_WAIT_S = 60.0
@@ -176,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "over it is a failed row); default: the gate's own")
     ap.add_argument("--reuse-compiled", dest="fresh_compile", action="store_false",
                     help="keep Triton's compile cache across modes (default: a fresh one per mode)")
+    ap.add_argument("--gpu-memory", type=float, default=None, metavar="GB",
+                    help="device memory each gate plans for at most (default: what is free)")
     ap.add_argument("--mode", "--compare", dest="mode", default="",
                     help=f"gate settings, comma-separated ({', '.join(MODES)}); default: the "
                          f"gate's own")
@@ -191,6 +204,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(m not in MODES for m in modes):
         print(f"gate_cost: --mode takes {', '.join(MODES)}, not {args.mode}", file=sys.stderr)
         return 2
+    if args.gpu_memory is not None:
+        if args.gpu_memory <= 0:
+            print(f"gate_cost: --gpu-memory takes a positive number of GB, not {args.gpu_memory}",
+                  file=sys.stderr)
+            return 2
+        from gate import memplan
+
+        os.environ[memplan.CAP_ENV] = str(int(args.gpu_memory * 1e9))
     try:
         root = tier.problem_root(Path(args.kernelbench))
         problems, _ = tier.pair_problems(root, Path(args.starts), [s for s in args.only.split(",") if s])

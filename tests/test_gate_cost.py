@@ -196,6 +196,36 @@ def test_the_modes_set_and_clear_the_gates_settings() -> None:
     assert env == {"KLINEAGE_GATE_FUSED": "0", "OTHER": "x"}
     COST.apply_mode("after", env)
     assert env == {"OTHER": "x"}
+    COST.apply_mode("parked-host", env)  # the lean plan as it first kept its sets
+    assert env == {"KLINEAGE_GATE_REDRAW": "0", "KLINEAGE_GATE_ROOM": "0", "KLINEAGE_GATE_STAGING": "0",
+                   "KLINEAGE_GATE_SAMPLES": "host", "OTHER": "x"}
+    COST.apply_mode("after", env)
+    assert env == {"OTHER": "x"}
+
+
+@pytest.mark.gpu
+def test_a_large_problem_under_a_lean_plan_meets_the_phase_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The large problem with device memory for a lean plan and two references more (as when
+    it shares a GPU): its sets are drawn again where used, and the gate stays in the budget."""
+    import gate
+    from gate import memplan
+
+    problem = tmp_path / "channel_rms.py"
+    problem.write_text(LARGE_PROBLEM)
+    start = tmp_path / "channel_rms_start.py"
+    start.write_text(LARGE_START)
+    case = gate.load_case(problem)
+    _, set_bytes, out_bytes = case.module().work(dict(next(iter(case.shapes.values()))))
+    monkeypatch.setenv(memplan.CAP_ENV, str(int(memplan.lean_bytes(int(set_bytes), int(out_bytes))
+                                                + 2 * out_bytes)))
+    gate.prestart("device", wait=COST.STARTUP_WAIT_S, case=case)
+    row = COST.gate_once(start, case)
+    assert row["ok"], row["reason"]
+    assert any("leaves the device between its uses" in f for f in row["flags"]), row["flags"]
+    assert any("drawn again on the device" in f for f in row["flags"]), row["flags"]
+    assert row["wall_s"] <= COST.WALL_BUDGET_S, row
+    assert row["overhead_s"] <= row["overhead_allowed_s"], row
 
 
 def test_the_store_reads_a_gate_cost_record(tmp_path: Path) -> None:
