@@ -5,11 +5,15 @@ strides the host passes; the fused form with an atomic add of the tile's row sum
 a block of rows by a consumer that divides by N itself, B read through a transpose's strides;
 a fused mean stored per row) and the benchmark's level2/14 start: each is taken and its output
 matches torch under the interpreter. Refusals for a non-linear epilogue, a bias, a product the
-host also returns, a consumer that takes a max or sums over M, an unmasked N. The search
-offers the rule as a move of its own."""
+host also returns, a consumer that takes a max, partial sums, an unmasked extent. Sums over M
+are taken as the mirror. The added reduction compiles for sm_90. The search offers the rule as
+a move of its own."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -212,3 +216,33 @@ def test_the_search_offers_the_rule_before_the_sweep() -> None:
     assert "reduce-before-contract" in offered
     assert "_sum_along(" in offered["reduce-before-contract"][0].unparse()
     assert PASS.prior > max(SWEEP_PRIOR, get_pass("tf32x3-dot").prior)
+
+
+_COMPILE = r"""
+import importlib.util, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+spec = importlib.util.spec_from_file_location("rewritten", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+jit = module._sum_along_kernel
+consts = {"BLOCK_K": 128, "BLOCK_E": 64}
+signature = {n: "*fp32" if n in ("src", "dst") else "constexpr" if n in consts else "i32"
+             for n in jit.arg_names}
+kernel = triton.compile(ASTSource(fn=jit, signature=signature, constexprs=consts),
+                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 3})
+print("ld.global" in kernel.asm["ptx"], "atom" in kernel.asm["ptx"])
+"""
+
+
+def test_the_added_reduction_compiles_for_sm90_without_atomics(tmp_path) -> None:
+    """The interpreter runs what the compiler may refuse: the added kernel is compiled too."""
+    pytest.importorskip("triton")
+    path = tmp_path / "rewritten.py"
+    path.write_text(_applied(_source("start")))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", _COMPILE, str(path)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "False"]
