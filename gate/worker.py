@@ -843,20 +843,24 @@ class _Runner:
             self.lap("references: redraw probe")
         return self.redraws[variant]
 
-    def _redrawn(self, key: tuple[str, str, int]) -> tuple[Any, ...]:
+    def _redrawn(self, key: tuple[str, str, int],
+                 have: dict[tuple[str, str, int], tuple[Any, ...]] | None = None) -> tuple[Any, ...]:
         """`key`'s set drawn again on the device from its recipe and checked against the
-        digest of its first draw. After candidate code loaded: only where it replaced nothing
-        of the gate's or torch's (`check_tamper`), and the process's generators reseeded after
+        digest of its first draw (a crossover's sets taken from `have` where there, else drawn
+        again too). After candidate code loaded: only where it replaced nothing of the gate's
+        or torch's (`check_tamper`), and the process's generators reseeded after
         (`_forget_seeds`)."""
         from gate import remake  # noqa: PLC0415
 
+        if have is not None and key in have:
+            return have[key]
         recipe = self.recipes[key]
         loaded = self.watch is not None
         if loaded:
             self.check_tamper("anti_cheat")
         if recipe.crossed:
-            inputs = self.refill.crossover(self._redrawn(recipe.base), self._redrawn(recipe.donor),
-                                           recipe.seed)
+            inputs = self.refill.crossover(self._redrawn(recipe.base, have),
+                                           self._redrawn(recipe.donor, have), recipe.seed)
         else:
             inputs = self._draw(key[0], recipe.seed)
         if loaded:
@@ -1049,11 +1053,17 @@ class _Runner:
         """Fresh buffers (a copy of the timed set) that refilled calls of `variant` rotate in."""
         pool = self.pools[variant]
         if self.set_plans.get(variant) is not None and self.set_plans[variant].lean:
-            keys = [(variant, PHASE_TIMED, self.job.extra_seed)] + \
-                [(variant, PHASE_REFILL, seed) for seed, _ in pool.sets[1:]]
-            pool = self.refill.Pool([
-                (seed, self.original(key) if key in self.recipes or i == 0 else self._on_device(inputs))
-                for i, (key, (seed, inputs)) in enumerate(zip(keys, pool.sets))])
+            # the timed set once: the crossovers drawn again are made from it (three sets at
+            # the most: it, the first seed's and a crossover)
+            timed_key = (variant, PHASE_TIMED, self.job.extra_seed)
+            have = {timed_key: self.original(timed_key)}
+            sets = [(pool.seed(0), have[timed_key])]
+            for seed, inputs in pool.sets[1:]:
+                key = (variant, PHASE_REFILL, seed)
+                sets.append((seed, self._redrawn(key, have) if key in self.recipes
+                             else self._on_device(inputs)))
+            pool = self.refill.Pool(sets)
+            del have, sets
         return self.refill.Rotation(pool, self.clone_inputs(pool.inputs(0)), self.cap.copy_)
 
     def _poison_cached_memory(self) -> None:
