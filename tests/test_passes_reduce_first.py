@@ -170,6 +170,11 @@ REFUSALS = [
     ("stored_mean", "tl.sum(tile, axis=1) / N", "tl.sum(tile, axis=0) / M", "a slice of M per program"),
     ("stored_strided", "cols = start + tl.arange(0, CHUNK)",
      "cols = start + tl.program_id(1) * CHUNK + tl.arange(0, CHUNK)", "a slice of N per program"),
+    # the consumer also reads another tensor sized by N
+    ("stored_strided", "    tl.store(dst + r, tl.sum(part, axis=0))\n",
+     "    tl.store(dst + r, tl.sum(part, axis=0) + tl.sum(tl.load(src + r * row_stride + tl.arange(0, CHUNK),"
+     " mask=tl.arange(0, CHUNK) < width, other=0.0), axis=0))\n".replace("src + r", "dst + r"),
+     "another tensor's access is sized by width"),
     # each N tile's row sums stored apart for a later kernel to add
     ("fused_atomic", "tl.atomic_add(y + i, tl.sum(total / d, axis=1), mask=i < rows)",
      "tl.store(y + i * tl.num_programs(1) + tl.program_id(1), tl.sum(total, axis=1), mask=i < rows)",

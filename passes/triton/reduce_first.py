@@ -683,10 +683,13 @@ class ReduceBeforeContract(Pass):
         if same:
             return Skipped(f"the launch passes {ext_text} as {same[0]} too: the rule cannot set the "
                            "summed extent to 1 alone", {"kernel": kernel.name})
+        foreign = _foreign(mod, kernel, _passed(host, {ext_text}), {g.op_param, g.t_param})
+        if foreign:
+            return Skipped(foreign, {"kernel": kernel.name})
         taken = {n.id for n in ast.walk(mod.tree) if isinstance(n, ast.Name)} | \
             {f.name for f in mod.functions()} | {a.arg for f in mod.functions() for a in f.args.args}
         edits: list[ByteEdit] = []
-        launch_edits = self._launch(mod, kernel, launch, host, ext_text, taken, edits)
+        launch_edits = self._launch(mod, kernel, launch, host, ext_text, taken)
         if isinstance(launch_edits, str):
             return Skipped(launch_edits, {"kernel": kernel.name})
         edits += launch_edits
@@ -696,15 +699,15 @@ class ReduceBeforeContract(Pass):
                 and not any(e.start <= mod.start(tile) < e.end or e.start == mod.start(tile) for e in edits):
             edits.append(ByteEdit(*mod.span(tile), str(N_TILE)))
         b_arg = host.args[g.op_param]
-        k_stride = self._stride_text(g.k_stride, host, g)
-        ext_stride = self._stride_text(g.ext_stride, host, g)
+        k_stride = self._stride_text(g.k_stride, host)
+        ext_stride = self._stride_text(g.ext_stride, host)
         if k_stride is None or ext_stride is None:
-            return Skipped("the launch does not pass the right operand's strides where the rule can read them",
+            return Skipped("the launch does not pass the summed operand's strides where the rule can read them",
                            {"kernel": kernel.name})
         if isinstance(g.k_stride, ast.Name) and g.k_stride.id != g.ext_param:
             arg = host.args.get(g.k_stride.id)
             if arg is None:
-                return Skipped("the launch does not pass the right operand's K stride where the rule can set it",
+                return Skipped("the launch does not pass the summed operand's K stride where the rule can set it",
                                {"kernel": kernel.name})
             if ast.unparse(arg) != ext_text:  # an argument read as N passes 1 already
                 edits.append(ByteEdit(*mod.span(arg), "1"))
@@ -734,8 +737,8 @@ class ReduceBeforeContract(Pass):
         return finish(ir, site, edits)
 
     @staticmethod
-    def _stride_text(node: ast.AST | None, host: HostArgs, g: _Gemm) -> str | None:
-        """A stride of B as the host evaluates it before the rewrite."""
+    def _stride_text(node: ast.AST | None, host: HostArgs) -> str | None:
+        """A stride of the summed operand as the host evaluates it before the rewrite."""
         if node is None:
             return "1"
         if isinstance(node, ast.Constant):
@@ -745,7 +748,7 @@ class ReduceBeforeContract(Pass):
         return None
 
     def _launch(self, mod: PyModule, kernel: ast.FunctionDef, launch: ast.Call, host: HostArgs,
-                ext_text: str, taken: set[str], out_edits: list[ByteEdit]) -> list[ByteEdit] | str:
+                ext_text: str, taken: set[str]) -> list[ByteEdit] | str:
         """A launch's edits for N = 1: each argument that reads as N passes 1 (where its
         parameter is also read as a value, a new parameter takes those reads and the real N),
         and the grid's reads of N read 1."""
@@ -830,7 +833,7 @@ class ReduceBeforeContract(Pass):
         if why:
             return why
         edits = [ByteEdit(*mod.span(ext_dims[0]), "1")]
-        more = self._launch(mod, ckernel, consumer, chost, ext_text, taken, edits)
+        more = self._launch(mod, ckernel, consumer, chost, ext_text, taken)
         if isinstance(more, str):
             return f"the consumer: {more}"
         return edits + more
@@ -914,7 +917,8 @@ class ReduceBeforeContract(Pass):
                     return wrong if axis is not None else "the consumer sums the product over both axes"
             if flow.tiles:
                 return "the consumer stores the product's values unsummed"
-        return ""
+        foreign = _foreign(mod, kernel, _passed(host, {ext_text}), {param})
+        return f"the consumer: {foreign}" if foreign else ""
 
     @staticmethod
     def _summed_axis(mod: PyModule, scope: Scope, ptr: ast.AST, side: str, pitches: set[str],
@@ -976,6 +980,26 @@ class ReduceBeforeContract(Pass):
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         return Skipped("reduce-before-contract is one way: the start it came from is the lineage's",
                        {"site": site.anchor})
+
+
+def _foreign(mod: PyModule, kernel: ast.FunctionDef, extents: set[str], own: set[str]) -> str:
+    """Why a kernel's parameters passed the summed extent cannot all take 1: an access to a
+    tensor other than `own` (the summed operand, the product) addresses or bounds itself by
+    one of them ("" if none does)."""
+    scope = Scope(mod, kernel)
+    params = {a.arg for a in kernel.args.args}
+    for call in mod.calls(kernel, LOAD | WRITES):
+        if not call.args or _reads_param(scope, call.args[0], params) in own:
+            continue
+        mask = _kw(call, "mask", 2 if callee(call) in WRITES else 1)
+        read = _names_of_index(scope, call.args[0]) | (_names_of_index(scope, mask) if mask is not None else set())
+        loops = [lp for lp in ast.walk(kernel) if isinstance(lp, ast.For) and _inside(mod, call, lp)]
+        read |= {n for lp in loops for n in _names_of_index(scope, lp.iter)}
+        hit = sorted(read & extents)
+        if hit:
+            return (f"another tensor's access is sized by {hit[0]} (line {call.lineno}): the rule "
+                    "cannot set the summed extent to 1 there")
+    return ""
 
 
 def _passed(host: HostArgs, texts: set[str]) -> set[str]:
