@@ -992,14 +992,29 @@ def _foreign(mod: PyModule, kernel: ast.FunctionDef, extents: set[str], own: set
         if not call.args or _reads_param(scope, call.args[0], params) in own:
             continue
         mask = _kw(call, "mask", 2 if callee(call) in WRITES else 1)
-        read = _names_of_index(scope, call.args[0]) | (_names_of_index(scope, mask) if mask is not None else set())
-        loops = [lp for lp in ast.walk(kernel) if isinstance(lp, ast.For) and _inside(mod, call, lp)]
-        read |= {n for lp in loops for n in _names_of_index(scope, lp.iter)}
-        hit = sorted(read & extents)
+        loops = [lp.iter for lp in ast.walk(kernel) if isinstance(lp, ast.For) and _inside(mod, call, lp)]
+        hit = sorted({n for node in [call.args[0], mask, *loops] if node is not None
+                      for n in _extent_reads(scope, node, extents)})
         if hit:
             return (f"another tensor's access is sized by {hit[0]} (line {call.lineno}): the rule "
                     "cannot set the summed extent to 1 there")
     return ""
+
+
+def _extent_reads(scope: Scope, node: ast.AST, extents: set[str], depth: int = 0) -> set[str]:
+    """The `extents` an expression reads, through names assigned once, except inside a tile
+    count (`tl.cdiv(N, B)`, `(N + B - 1) // B`): a count of programs the grid agrees with."""
+    if depth > 12:
+        return set()
+    if (isinstance(node, ast.Call) and callee(node) in CDIV) or (
+            isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv)):
+        return set()
+    if isinstance(node, ast.Name):
+        if node.id in extents:
+            return {node.id}
+        value = scope.values.get(node.id) if node.id not in scope.params else None
+        return _extent_reads(scope, value, extents, depth + 1) if value is not None else set()
+    return {n for child in ast.iter_child_nodes(node) for n in _extent_reads(scope, child, extents, depth)}
 
 
 def _passed(host: HostArgs, texts: set[str]) -> set[str]:
