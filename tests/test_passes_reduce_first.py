@@ -251,3 +251,23 @@ def test_the_added_reduction_compiles_for_sm90_without_atomics(tmp_path) -> None
                           env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "False"]
+
+
+def test_the_search_takes_the_rule_right_after_the_control(tmp_path) -> None:
+    """With an empty library, the run gates the start's plain sweep (the control), then the
+    rule ahead of tf32x3-dot (its prior is the higher), and keeps it."""
+    from lineage.optimize import optimize
+    from lineage.skills import Library
+    from passes.rewriter import DeterministicRewriter
+    from skill_helpers import ScriptedGate
+
+    target = tmp_path / "start.py"
+    target.write_text(_source("start"))
+    gate = ScriptedGate(ms=lambda s: 0.1 if "_sum_along(" in s else 3.0 if "tf32x3" in s
+                        else 5.0 if "triton.autotune" in s else 10.0)
+    result = optimize(target, str(DATA / "problem_rowsum.py"), Library.open(tmp_path / "empty", create=True),
+                      tier="device", out=tmp_path / "out", rewriter=DeterministicRewriter(),
+                      check_fn=gate, budget_steps=2)
+    assert [s.pass_name for s in result.applied] == ["autotune", "reduce-before-contract"]
+    assert result.best_ms == 0.1
+    assert not any("tf32x3" in s for s in gate.seen)
