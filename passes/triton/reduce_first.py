@@ -723,7 +723,7 @@ class ReduceBeforeContract(Pass):
             taken |= {helper, reduce_kernel}
             at = _after_imports(mod)
             edits.append(ByteEdit(at, at, _imports(mod) + _REDUCE.format(kernel=reduce_kernel, helper=helper)))
-        summed = fresh_name(f"{next((n.id for n in ast.walk(b_arg) if isinstance(n, ast.Name)), 'b')}_summed", taken)
+        summed = fresh_name(f"{_stem(mod, b_arg)}_summed", taken)
         stmt = _statement(mod, launch)
         at = line_start(mod.source, mod.start(stmt))
         indent = indent_of(mod.source, mod.start(stmt))
@@ -1015,6 +1015,18 @@ def _extent_reads(scope: Scope, node: ast.AST, extents: set[str], depth: int = 0
         value = scope.values.get(node.id) if node.id not in scope.params else None
         return _extent_reads(scope, value, extents, depth + 1) if value is not None else set()
     return {n for child in ast.iter_child_nodes(node) for n in _extent_reads(scope, child, extents, depth)}
+
+
+def _stem(mod: PyModule, node: ast.AST) -> str:
+    """A name for what a host expression reads: `weight` of `weight.contiguous()` or of
+    `self.weight` (an attribute that is not a method called)."""
+    for n in ast.walk(node):
+        parent = mod.parents.get(n)
+        if isinstance(n, ast.Attribute) and not (isinstance(parent, ast.Call) and parent.func is n):
+            return n.attr
+        if isinstance(n, ast.Name) and n.id != "self":
+            return n.id
+    return "operand"
 
 
 def _passed(host: HostArgs, texts: set[str]) -> set[str]:
