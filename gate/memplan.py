@@ -22,6 +22,7 @@ tested on the CPU with made-up ones.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -190,6 +191,37 @@ def room_beyond(free_bytes: int, plan: SetPlan, per_set: int, work: int) -> int:
     return max(0, free_bytes - planned)
 
 
+def with_redraw(plan: SetPlan, free_bytes: int, set_bytes: int, out_bytes: int, *, fixed: int,
+                reference_peak: int = 0) -> SetPlan:
+    """The plan to keep, made by `plan_sets` from the same figures, where every set it lets
+    wait but the sealed one is drawn again on the device where used (`gate.remake`) instead
+    of waiting in host memory: then a set's inputs cost nothing between its uses, and what
+    does cost is a held reference in host memory (each comparison copies it in and back out).
+    A plan that parks sets keeps its resident sets' references and those its room
+    (`room_beyond`) holds; the lean plan of the same seeds and pool keeps those its larger room
+    holds. The lean one where it keeps more references on the device, else `plan`."""
+    if plan.lean or not plan.parked or out_bytes <= 0:
+        return plan
+    cap = device_cap()
+    if cap is not None:
+        free_bytes = min(free_bytes, cap)
+    per_set = set_bytes + out_bytes
+    kept = (plan.sets - plan.parked) + room_beyond(
+        free_bytes, plan, per_set, working_bytes(set_bytes, out_bytes, reference_peak)) // out_bytes
+    lean = lean_plan(plan.seeds, plan.pool, fixed)
+    room = room_beyond(free_bytes, lean, per_set, lean_bytes(set_bytes, out_bytes, reference_peak))
+    lean_kept = room // out_bytes
+    if min(lean_kept, plan.sets) <= min(kept, plan.sets):
+        return plan
+    gib = 1 << 30
+    return dataclasses.replace(lean, reason=(
+        f"every input set leaves the device between its uses (drawn again where used), its "
+        f"reference too where no room is left: {min(lean_kept, plan.sets)} of {plan.sets} "
+        f"references stay on the device, against {min(kept, plan.sets)} where {plan.sets - plan.parked} "
+        f"sets stayed; {set_bytes / gib:.1f} GiB of inputs and {out_bytes / gib:.1f} GiB of output "
+        f"a set, {free_bytes / gib:.1f} GiB free on the device"))
+
+
 def samples_fit(free_bytes: int, out_bytes: int, samples: int) -> bool:
     """Whether a lean plan's timed runs keep their `samples` sampled outputs on the device:
     given `free_bytes` free once the pool is back (its sets and the rotation's buffers
@@ -265,4 +297,4 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
 __all__ = ["CAP_ENV", "LEAN_WORK", "MIN_POOL", "MIN_SEEDS", "PHASE_WORK", "SLACK_BYTES", "SetPlan",
            "device_cap", "gate_bytes", "host_bytes", "kept_bytes", "lean_bytes", "lean_plan",
            "least_bytes", "least_plan", "parked_bytes", "parked_plan", "plan_bytes", "plan_sets",
-           "room_beyond", "samples_fit", "working_bytes"]
+           "room_beyond", "samples_fit", "with_redraw", "working_bytes"]

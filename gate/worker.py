@@ -689,8 +689,10 @@ class _Runner:
         """The variant's `memplan.SetPlan` (kept in `set_plans`): from the device's free memory
         before its first set, that set's bytes, its reference's and the reference step's peak;
         off the device, or with `KLINEAGE_GATE_SETS=job`, the job's numbers; with
-        `KLINEAGE_GATE_SETS=lean`, a lean plan at any tier (`memplan.lean_plan`)."""
-        from gate import memplan  # noqa: PLC0415
+        `KLINEAGE_GATE_SETS=lean`, a lean plan at any tier (`memplan.lean_plan`). A plan that
+        parks sets of a variant whose sets are drawn again where used (`_redraws`) is lean
+        where that keeps more held references on the device (`memplan.with_redraw`)."""
+        from gate import memplan, remake  # noqa: PLC0415
 
         seeds, pool = len(self.job.seeds), max(1, self.job.refill_sets)
         fixed = 3 if self.device == "cuda" else 2
@@ -709,6 +711,11 @@ class _Runner:
         else:
             plan = memplan.plan_sets(free, set_bytes, out_bytes, seeds=seeds, pool=pool,
                                      fixed=fixed, held=self.held_mode, reference_peak=peak)
+            if plan.parked and not plan.lean and self.held_mode \
+                    and os.environ.get("KLINEAGE_GATE_ROOM") != "0" \
+                    and self._redraws(self.plan(variant)[0], remake.digest(inputs)):
+                plan = memplan.with_redraw(plan, free, set_bytes, out_bytes, fixed=fixed,
+                                           reference_peak=peak)
         if plan.lean:
             self.work_bytes[variant] = memplan.lean_bytes(set_bytes, out_bytes, peak)
         self.set_plans[variant] = plan
@@ -836,6 +843,8 @@ class _Runner:
         from gate import remake  # noqa: PLC0415
 
         variant = key[0]
+        if os.environ.get("KLINEAGE_GATE_REDRAW") == "0":
+            return False
         if variant not in self.redraws:
             again = self._draw(variant, key[2])
             self.redraws[variant] = remake.redraws(first, again)

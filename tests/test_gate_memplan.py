@@ -8,7 +8,7 @@ import pytest
 
 from gate.memplan import (CAP_ENV, LEAN_WORK, MIN_POOL, MIN_SEEDS, SLACK_BYTES, gate_bytes, host_bytes, kept_bytes,
                           lean_bytes, least_bytes, least_plan, parked_bytes, parked_plan, plan_bytes, plan_sets,
-                          room_beyond, working_bytes)
+                          room_beyond, with_redraw, working_bytes)
 
 GIB = 1 << 30
 SAXPY = Path(__file__).resolve().parent / "data" / "cases" / "saxpy"
@@ -253,6 +253,7 @@ def test_the_worker_keeps_the_sets_its_plan_allows_and_tells_the_parent_its_seed
     # shrinks to two sets, the seeds to two, and one set waits in host memory
     per_set = set_bytes + out_bytes
     free = working_bytes(set_bytes, out_bytes) + 5 * per_set
+    monkeypatch.setenv("KLINEAGE_GATE_REDRAW", "0")  # sets copied out where they wait
     run, chan = _runner_on_a_made_up_device(free, monkeypatch)
     run._variant_references(variant)
     plan = run.set_plans[variant]
@@ -262,6 +263,19 @@ def test_the_worker_keeps_the_sets_its_plan_allows_and_tells_the_parent_its_seed
     assert run.parked == {(variant, "reverify", 15)}  # the set used last waits
     assert [s for s, _ in run.pools[variant].sets][0] == 14 and len(run.pools[variant].sets) == 2
     assert any("sized to the device's memory" in m[1] for m in chan.sent if m[0] == "flag")
+    # sets drawn again where used: the lean plan of the same seeds and pool keeps every held
+    # reference on the device in its room (the plan above: five of six), and nothing waits in
+    # host memory but the sealed set, which stays whole in the room as well
+    monkeypatch.delenv("KLINEAGE_GATE_REDRAW")
+    run, chan = _runner_on_a_made_up_device(free, monkeypatch)
+    parked_refs: list[tuple] = []
+    park_reference = run._park_reference
+    run._park_reference = lambda key: (parked_refs.append(key), park_reference(key))
+    run._variant_references(variant)
+    plan = run.set_plans[variant]
+    assert plan.lean and (plan.seeds, plan.pool) == (2, 2) and "6 of 6 references stay" in plan.reason
+    assert not parked_refs and run.stayed[variant].count("reference") == 5
+    assert run.stayed[variant].count("set") == 1 and (variant, "sealed", 16) not in run.parked
 
 
 def test_a_cap_in_the_environment_bounds_the_free_memory_a_gate_plans_for(monkeypatch) -> None:
@@ -477,3 +491,25 @@ def test_a_lean_worker_keeps_parked_sets_references_on_the_device_where_room_is_
     run, _ = _runner_on_a_made_up_device(free, monkeypatch)
     run._variant_references(variant)
     assert not run.stayed
+
+
+def test_where_sets_are_drawn_again_a_plan_keeps_the_most_references_on_the_device() -> None:
+    """`with_redraw`: 6 GiB of inputs and of output a set in 70 GB: the plan that keeps the
+    first sets (three resident, little room) keeps three references on the device, the lean
+    one (every set drawn again where used) all six in its room: lean. With a small output the
+    plan that keeps the first sets already keeps every reference: kept. A plan that parks
+    nothing, or is lean already, stays."""
+    free = 70 * 10**9
+    parked = plan_sets(free, 6 * GIB, 6 * GIB, seeds=3, pool=4, fixed=3, held=True, reference_peak=6 * GIB)
+    assert parked.parked and not parked.lean
+    chosen = with_redraw(parked, free, 6 * GIB, 6 * GIB, fixed=3, reference_peak=6 * GIB)
+    assert chosen.lean and (chosen.seeds, chosen.pool, chosen.sets) == (parked.seeds, parked.pool, parked.sets)
+    assert f"{parked.sets} of {parked.sets} references stay on the device" in chosen.reason
+    room = room_beyond(free, chosen, 12 * GIB, lean_bytes(6 * GIB, 6 * GIB, 6 * GIB))
+    assert room >= parked.sets * 6 * GIB
+    small = plan_sets(free, 8 * GIB, 1 << 20, seeds=3, pool=4, fixed=3, held=True)
+    assert small.parked and with_redraw(small, free, 8 * GIB, 1 << 20, fixed=3) is small
+    roomy = plan_sets(10**12, 6 * GIB, 6 * GIB, seeds=3, pool=4, fixed=3, held=True)
+    assert with_redraw(roomy, 10**12, 6 * GIB, 6 * GIB, fixed=3) is roomy
+    lean = plan_sets(40 * GIB, 6 * GIB, 6 * GIB, seeds=3, pool=4, fixed=3, held=True)
+    assert lean.lean and with_redraw(lean, 40 * GIB, 6 * GIB, 6 * GIB, fixed=3) is lean
