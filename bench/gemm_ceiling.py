@@ -673,10 +673,59 @@ def render(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_phases(script: Path, out_dir: Path, jobs: list[tuple[str, str]], ops: list[str],
+               wall: float, n_jobs: int, compile_share: float, t0: float) -> list[dict]:
+    """The device run's two phases for `script` (this file, or a probe built like it): each
+    (op, variant) of `jobs` compiled and run once by `script OUT_DIR --child warm` (`n_jobs` at
+    once, until `compile_share` of `wall` has passed since `t0`), then each op timed by
+    `script OUT_DIR --child time`, one after the other, up to the wall; a row saying so for an
+    op whose timing child fails, is cut or never starts. Returns OUT_DIR/rows.jsonl's rows."""
+    (out_dir / "warm").mkdir(parents=True, exist_ok=True)
+    rows_path = out_dir / "rows.jsonl"
+    rows_path.write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    me = [sys.executable, str(script.resolve()), str(out_dir)]
+    compile_wall = max(30.0, wall * compile_share)
+
+    def warm(job: tuple[str, str]) -> None:
+        left = compile_wall - (time.monotonic() - t0)
+        if left <= 5:
+            return
+        try:
+            subprocess.run(me + ["--child", "warm", "--op", job[0], "--variant", job[1]], env=env,
+                           timeout=left, capture_output=True)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def note(op: str, error: str) -> None:
+        with rows_path.open("a") as fh:
+            fh.write(json.dumps({"op": op, "variant": "-", "error": error}) + "\n")
+
+    print(f"phase 1: compiling {len(jobs)} variants, {n_jobs} at once", flush=True)
+    with ThreadPoolExecutor(n_jobs) as pool:
+        list(pool.map(warm, jobs))
+    print(f"phase 1 done in {time.monotonic() - t0:.0f} s", flush=True)
+    for op in ops:
+        left = wall - (time.monotonic() - t0)
+        if left <= 5:
+            note(op, "not timed: out of time")
+            continue
+        try:
+            done = subprocess.run(me + ["--child", "time", "--op", op], env=env, timeout=left)
+            if done.returncode:
+                note(op, f"timing child exited {done.returncode}")
+        except subprocess.TimeoutExpired:
+            note(op, "timing cut at the wall")
+    return [json.loads(ln) for ln in rows_path.read_text().splitlines() if ln.strip()]
+
+
+def probe_parser(doc: str, ops: list[str]) -> argparse.ArgumentParser:
+    """The options of a two-phase probe (this file's, or one built like it): OUT_DIR, --only
+    (default: all of `ops`), --jobs, --wall, --dry, --json, and the children's own."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("out_dir")
-    ap.add_argument("--only", default=",".join(OPS))
+    ap.add_argument("--only", default=",".join(ops))
     ap.add_argument("--jobs", type=int, default=14, help="compiles at once (phase 1)")
     ap.add_argument("--wall", type=float, default=225.0, help="seconds for the whole run")
     ap.add_argument("--dry", action="store_true")
@@ -684,22 +733,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--child", choices=("warm", "time"), help=argparse.SUPPRESS)
     ap.add_argument("--op", help=argparse.SUPPRESS)
     ap.add_argument("--variant", help=argparse.SUPPRESS)
+    return ap
+
+
+def probe_start(doc: str, known: list[str], argv: list[str] | None, warm: Any,
+                time_op: Any) -> int | tuple[Any, list[str], Path]:
+    """A probe's arguments read (`probe_parser`): in a child, what `warm(op, variant, out_dir)`
+    or `time_op(op, out_dir)` returns; on bad arguments 2 (one line on stderr); else (args,
+    the ops asked for, OUT_DIR made)."""
     try:
-        args = ap.parse_args(argv)
+        args = probe_parser(doc, known).parse_args(argv)
     except SystemExit as exc:
         return 2 if exc.code else 0
     out_dir = Path(args.out_dir)
     if args.child == "warm":
-        return child_warm(args.op, args.variant, out_dir)
+        return warm(args.op, args.variant, out_dir)
     if args.child == "time":
-        return child_time(args.op, out_dir)
+        return time_op(args.op, out_dir)
     ops = [o for o in args.only.split(",") if o]
-    bad = [o for o in ops if o not in OPS]
-    if bad or args.jobs < 1:
-        print(f"error: unknown operator {', '.join(bad)} (have: {', '.join(OPS)})" if bad
-              else "error: --jobs must be at least 1", file=sys.stderr)
+    bad = [o for o in ops if o not in known]
+    if bad or args.jobs < 1 or args.wall <= 0:
+        print(f"error: unknown operator {', '.join(bad)} (have: {', '.join(known)})" if bad
+              else "error: --jobs and --wall must be positive", file=sys.stderr)
         return 2
     out_dir.mkdir(parents=True, exist_ok=True)
+    return args, ops, out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = probe_start(__doc__, list(OPS), argv, child_warm, child_time)
+    if isinstance(started, int):
+        return started
+    args, ops, out_dir = started
     if args.dry:
         report = dry(ops, out_dir)
         (out_dir / "dry.json").write_text(json.dumps(report, indent=1))
@@ -723,48 +788,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.monotonic()
     write_sources(ops, out_dir)
-    (out_dir / "warm").mkdir(exist_ok=True)
-    rows_path = out_dir / "rows.jsonl"
-    rows_path.write_text("")
     # the longest compiles (autotuned lists) first, so the pool drains evenly
     cost = {op: json.loads((out_dir / "src" / f"{op}.json").read_text()) for op in ops}
     jobs = sorted(((op, v) for op in ops for v in callables(op, out_dir)),
                   key=lambda j: -cost[j[0]].get(j[1], {}).get("structure", {}).get("autotune_configs", 1))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    me = [sys.executable, str(Path(__file__).resolve()), str(out_dir)]
-    compile_wall = max(30.0, args.wall * 0.55)
-
-    def warm(job: tuple[str, str]) -> None:
-        left = compile_wall - (time.monotonic() - t0)
-        if left <= 5:
-            return
-        try:
-            subprocess.run(me + ["--child", "warm", "--op", job[0], "--variant", job[1]], env=env,
-                           timeout=left, capture_output=True)
-        except subprocess.TimeoutExpired:
-            pass
-
-    print(f"phase 1: compiling {len(jobs)} variants, {args.jobs} at once", flush=True)
-    with ThreadPoolExecutor(args.jobs) as pool:
-        list(pool.map(warm, jobs))
-    print(f"phase 1 done in {time.monotonic() - t0:.0f} s", flush=True)
-    for op in ops:
-        left = args.wall - (time.monotonic() - t0)
-        if left <= 5:
-            with rows_path.open("a") as fh:
-                fh.write(json.dumps({"op": op, "variant": "-", "error": "not timed: out of time"}) + "\n")
-            continue
-        try:
-            done = subprocess.run(me + ["--child", "time", "--op", op], env=env, timeout=left)
-            if done.returncode:
-                with rows_path.open("a") as fh:
-                    fh.write(json.dumps({"op": op, "variant": "-",
-                                         "error": f"timing child exited {done.returncode}"}) + "\n")
-        except subprocess.TimeoutExpired:
-            with rows_path.open("a") as fh:
-                fh.write(json.dumps({"op": op, "variant": "-", "error": "timing cut at the wall"}) + "\n")
-    rows = [json.loads(ln) for ln in rows_path.read_text().splitlines() if ln.strip()]
+    rows = run_phases(Path(__file__), out_dir, jobs, ops, args.wall, args.jobs, 0.55, t0)
     text = render(rows)
     (out_dir / "ceiling.md").write_text(
         f"# GEMM ceiling on {torch.cuda.get_device_name()} (triton {triton.__version__}, "

@@ -1,0 +1,110 @@
+"""bench/tf32_ceiling.py on the CPU: its configurations fit sm_90, every kernel code path (family,
+B form, epilogue) computes the product under the Triton interpreter, the Mish forms hold over
+a wide range of values, and its records are what the results store reads."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _probe() -> ModuleType:
+    return _load("_tf32_ceiling", ROOT / "bench" / "tf32_ceiling.py")
+
+
+def test_the_grid_holds_what_it_probes_and_fits_sm90() -> None:
+    probe = _probe()
+    for op in probe.SHAPES:
+        vs = probe.variants(op)
+        assert len({v.name for v in vs}) == len(vs), op
+        assert all(v.smem_bytes <= probe.SMEM_LIMIT for v in vs), op
+        assert {v.family for v in vs} >= {"ptr", "tma-nested"}, op
+        assert {(v.bm, v.bn) for v in vs} >= {(128, 256), (256, 128)}, op
+        assert {v.bk for v in vs} >= {32} and {v.warps for v in vs} >= {8}, op
+    forms = {v.bform for v in probe.variants("nn4096")}
+    assert forms >= {"kn", "kn-trans", "kcopy", "kcopy-pre"}
+    nt = probe.variants("nt8192")
+    assert {v.bk for v in nt} >= {32, 64} and {v.stages for v in nt} >= {3, 4, 5}
+    assert {v.family for v in nt} >= {"tma", "tma-grid"} and {v.group for v in nt} == {1, 8}
+    assert {v.epi for v in nt} == set(probe.EPILOGUES)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter not enabled")
+def test_every_code_path_matches_torch_under_the_interpreter() -> None:
+    probe = _probe()
+    checks = probe.interpreter_checks(list(probe.SHAPES))
+    assert {c["variant"].split()[0] for c in checks} == {"ptr", "tma", "tma-nested", "tma-grid"}
+    assert len(checks) >= 20
+    bad = [c for c in checks if not c["ok"]]
+    assert not bad, bad
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter not enabled")
+def test_mish_forms_hold_from_large_negative_to_past_the_cutoff() -> None:
+    import torch  # noqa: PLC0415
+
+    probe = _probe()
+    shape = probe.SMALL["nt8192"]
+    a, w, bias = probe.make_inputs("nt8192", device="cpu", shape=shape)
+    a = a * 40.0  # products from about -60 to 60: both sides of the v > 20 branch
+    bias = torch.linspace(-30.0, 30.0, shape["N"])
+    ref_plain = probe.reference("nt8192", (a, w, bias), "bias", shape)
+    assert ref_plain.min() < -20 and ref_plain.max() > 20
+    for epi in ("mish2-start", "mish2-exp2log2", "mish2-rational"):
+        got = probe.hand_run(probe.Variant("ptr", "nk", 32, 32, 16, 4, 2, epi))(a, w, bias)
+        ref = probe.reference("nt8192", (a, w, bias), epi, shape)
+        assert torch.isfinite(got).all(), epi
+        assert torch.allclose(got, ref, rtol=1e-4, atol=1e-5), (epi, (got - ref).abs().max())
+
+
+def test_records_are_read_by_the_store_and_the_summary_picks_the_fastest_correct() -> None:
+    probe = _probe()
+    store = _load("_store_for_tf32", ROOT / "bench" / "store.py")
+    base = {"op": "nt8192", "shape": probe.SHAPES["nt8192"]}
+    rows = [
+        {**base, "variant": "torch", "family": "torch", "e2e_us": 380.0, "kernel_us": 370.0},
+        {**base, "variant": "ptr nk 128x256x32 w8 s3", "family": "ptr", "bform": "nk", "epi": "none",
+         "e2e_us": 400.0, "kernel_us": 395.0, "x_torch_kernel": 0.937, "ok": True},
+        {**base, "variant": "ptr nk 128x128x32 w4 s4", "family": "ptr", "bform": "nk", "epi": "none",
+         "e2e_us": 390.0, "kernel_us": 385.0, "x_torch_kernel": 0.961, "ok": False},
+        {**base, "variant": "ptr nk 128x256x32 w8 s3 mish2-rational", "family": "ptr", "bform": "nk",
+         "epi": "mish2-rational", "e2e_us": 420.0, "kernel_us": 410.0, "epilogue_us": 15.0, "ok": True,
+         "rel_err": 1e-4},
+        {"op": "nn4096", "variant": "-", "error": "timing cut at the wall"},
+    ]
+    rec = probe.record("nt8192", rows, "python3 bench/tf32_ceiling.py OUT")
+    assert set(rec["timings"]) == {"torch", "torch: kernel alone", "ptr nk 128x256x32 w8 s3",
+                                   "ptr nk 128x256x32 w8 s3: kernel alone", "ptr nk 128x128x32 w4 s4",
+                                   "ptr nk 128x128x32 w4 s4: kernel alone",
+                                   "ptr nk 128x256x32 w8 s3 mish2-rational",
+                                   "ptr nk 128x256x32 w8 s3 mish2-rational: kernel alone"}
+    kind = next(k for k, (match, _) in store.EXTRACTORS.items() if match(Path("nt8192.json"), rec))
+    assert kind == "case"
+    read = {r["variant"]: r["metrics"] for r in store.EXTRACTORS[kind][1](Path("nt8192.json"), rec)}
+    assert read["ptr nk 128x256x32 w8 s3"]["ms"] == 0.4
+    assert read["ptr nk 128x256x32 w8 s3: kernel alone"]["ms"] == 0.395
+    text = probe.summary(rows)
+    # the faster row is wrong: the summary's best of `ptr nk` is the correct one
+    line = next(ln for ln in text.splitlines() if "| ptr nk |" in ln)
+    assert "128x256x32 w8 s3" in line and "0.937" in line
+    assert "| ptr nk 128x256x32 w8 s3 mish2-rational | 410.0 | 15.0 |" in text
+
+
+def test_bad_arguments_exit_2(tmp_path: Path) -> None:
+    probe = _probe()
+    assert probe.main([str(tmp_path), "--only", "nope"]) == 2
+    assert probe.main([str(tmp_path), "--jobs", "0"]) == 2
