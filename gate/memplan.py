@@ -17,6 +17,12 @@ overlap: the device holds the largest phase's sets and temporaries, `LEAN_WORK`)
 are the same (fresh values on refill, the sealed call, the knockout calls); each use of a set
 costs a copy in, and each held reference is compared from host memory a chunk at a time.
 
+Where the case draws a set the same twice, a set that waits is dropped and drawn again on the
+device where used (`gate.remake`: milliseconds, no host memory), so what waiting costs is a held
+reference in host memory. Then the room a plan leaves beyond its largest phase (`room_beyond`)
+keeps references on the device, and a plan that parks sets gives way to the lean plan where
+that keeps more of them there (`with_redraw`).
+
 Pure arithmetic on byte counts (no torch): the worker measures the numbers, the plan is
 tested on the CPU with made-up ones.
 """
