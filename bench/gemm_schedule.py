@@ -100,6 +100,10 @@ FORMS = {"wgmma_deep_wide_tma_c4": {"wgmma": True, "deep": True, "wide": True, "
          "wgmma_deep_wide_tma_c4_x": {"wgmma": True, "deep": True, "wide": True,
                                       "producer": True, "tma": True, "consumers": 4,
                                       "exchange": True},
+         "wgmma_deep_tma_pp": {"wgmma": True, "deep": True, "wide": False, "producer": True,
+                               "tma": True, "pingpong": True},
+         "wgmma_deep_tma_pp6": {"wgmma": True, "deep": True, "wide": False, "producer": True,
+                                "tma": True, "pingpong": True, "stages": 6},
          "wgmma_deep_wide_tma_r": {"wgmma": True, "deep": True, "wide": True, "producer": True,
                                    "tma": True, "registers": True},
          "wgmma_deep_wide_tma_c4_r": {"wgmma": True, "deep": True, "wide": True,
@@ -134,7 +138,10 @@ TMA forms (+wgmma_deep_wide_tma, 4 slots, and +wgmma_deep_wide_tma3, 3 slots: th
 below with each slot filled by one thread's TMA copies from tensor maps the launch passes, built
 here as the source's own launch builds them; `_x`: where the kernel's threads each hold one
 output and run as virtual threads, their products passed through the exchange in shared memory
-instead of the body run once per cell of the fragments, as the rule did before that; `_r`: the
+instead of the body run once per cell of the fragments, as the rule did before that; `_pp`, `_pp6` (4 or 6 slots): 128x128
+tiles, each of the two multiplying warpgroups holding a whole one and taking the block's tiles in
+turn with the other, so that one writes its tile while the other multiplies (refused where the
+body does not run once per cell); `_r`: the
 body run once per cell of the thread's own fragment registers, where the rule otherwise stages
 each warp's fragments through a slab of shared memory and runs it for the slab's cells in row
 order, so that the user's stores coalesce), then the producer forms, whose launch grows by a warpgroup that only fills the ring, so that the launch's

@@ -160,8 +160,9 @@ def _finish(ir: KernelIR, src: CSource, fn: Function, mine: list[Function], rest
 def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, Any]:
     """The rule's options that give the output in `kernel` again (`wgmma`, `wide` for its
     128x256 tile, `bk`, `overlap`, `deep` with its `stages`, `specialize`, `producer`, `tma`,
-    `consumers`, `exchange` where the products of one-cell threads went through the exchange,
-    `registers` where a producer form ran their body from the fragment registers, not a slab)."""
+    `consumers`, `pingpong`, `exchange` where the products of one-cell threads went through the
+    exchange, `registers` where a producer form ran their body from the fragment registers, not
+    a slab)."""
     src = CSource(ir)
     for f in functions(src):
         facts = _facts(ir.text, f) if f.is_kernel and kernel in (None, f.name) else None
@@ -174,6 +175,7 @@ def form_options(ir: KernelIR, kernel: str | None = None) -> dict[str, Any]:
                        if facts.get("deep") else {}),
                     **({"specialize": True} if facts.get("specialize") else {}),
                     **({"producer": True} if facts.get("producer") else {}),
+                    **({"pingpong": True} if facts.get("pingpong") else {}),
                     **({"tma": True} if facts.get("tma") else {}),
                     **({"consumers": int(facts["consumers"])} if facts.get("consumers") else {}),
                     **({"exchange": True} if facts.get("exchange") else {}),

@@ -43,7 +43,11 @@ where the host cannot encode them, the warpgroup's cp.async fills the ring), `co
 more warpgroups besides the producer, the tile's MMAs are split over the four, and each half of
 them runs the kernel's body for the user-sized blocks of its half of the tile as a block of the
 launch's own size, `threadIdx` read within its half, the halves taking one exchange of whole
-blocks in turn where it fits beside the ring, else each an exchange of its own in row chunks).
+blocks in turn where it fits beside the ring, else each an exchange of its own in row chunks),
+`pingpong` (producer form on 128x128 tiles, the body run once per cell: each of the two
+multiplying warpgroups holds a whole tile and they take the block's tiles in turn, so that one
+writes its tile while the other multiplies the next; a named barrier pair orders their main
+loops, the ring's slices arriving in the order they are taken).
 
 Virtual threads: where a deep form does not take the launch's block as it is (a block of 1024
 threads has no room for a producer warpgroup, 64 threads make no warpgroup), or where the body
@@ -212,6 +216,12 @@ class Schedule:
     thread owning the cell (threadIdx that thread's), its accumulator read from the register
     (`passes.cuda.gemm_cells`: one cell per user thread); no exchange. With `virtual`, or in a
     deep form on the launch's block."""
+    pingpong: bool = False
+    """Producer form: each of the two multiplying warpgroups holds a whole 128 x 128 tile and
+    they take the block's tiles in turn (warpgroup w the tiles w, w + 2, ... of the block), one
+    writing its tile while the other multiplies; their main loops are ordered by a pair of named
+    barriers (a warpgroup waits on its slots only once the other has waited on all of its own:
+    an mbarrier's parity tells phases one apart only)."""
     staged: int = 0
     """With `cells` in the producer form: each warp's fragments go through a slab of shared
     memory of its own (after the ring, `xbytes`), `staged` columns at a time, and its lanes run
@@ -268,7 +278,7 @@ class Schedule:
     def active(self) -> int:
         """Warps that hold accumulator fragments (the MMA's; the rest only stage and exchange)."""
         if self.wgmma:
-            return 4 * self.warps_m * self.warps_n
+            return 4 * self.warps_m * self.warps_n * (2 if self.pingpong else 1)
         return self.threads // 32
 
     @property
@@ -306,23 +316,29 @@ def dynamic_limit(arch: str) -> int:
 def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = False,
          bk: int = TILE_K, overlap: bool = False, deep: bool = False, stages: int = 0,
          arch: str = "sm_90", specialize: bool = False, producer: bool = False,
-         tma: bool = False, consumers: int = 0, virtual: bool = False) -> Schedule | str:
+         tma: bool = False, consumers: int = 0, virtual: bool = False,
+         pingpong: bool = False) -> Schedule | str:
     """The schedule for `g`, or why there is none. `kept_shared`: bytes of the user's shared
     arrays the rewritten body still uses; `wide`: 128x256 tiles (wgmma only); `bk`: the slice
     depth (16 or 32); `deep`: 64-deep slices in `stages` slots (0: four, or as many as fit) of
     the dynamic shared memory `arch` allows; `producer`: the block grows by a warpgroup that fills
     the ring; `consumers`: the warpgroups that multiply beside it (0: the launch's own);
-    `virtual`: the body runs for virtual threads (`_virtual_plan`)."""
+    `virtual`: the body runs for virtual threads (`_virtual_plan`); `pingpong`: the producer
+    form's two warpgroups take whole 128x128 tiles in turn."""
+    if pingpong and consumers:
+        return "warpgroups taking tiles in turn are two (no consumer warpgroups beside them)"
     if virtual:
         return _virtual_plan(g, kept_shared, wgmma, wide, bk, overlap, deep, stages, arch,
-                             specialize, producer, tma, consumers)
+                             specialize, producer, tma, consumers, pingpong)
+    if pingpong and not producer:
+        return "warpgroups taking tiles in turn are a form of the producer warpgroup"
     if tma and not producer:
         return "TMA copies are a form of the producer warpgroup (option producer)"
     if consumers and not producer:
         return "consumer warpgroups beside the launch's are a form of the producer warpgroup"
     if producer:
         s = _producer_plan(g, kept_shared, wide, bk, deep, wgmma, specialize, stages, arch,
-                           consumers)
+                           consumers, pingpong)
         return replace(s, tma=True) if tma and isinstance(s, Schedule) else s
     if bk not in (16, 32):
         return f"a slice depth of {bk} (16 or 32)"
@@ -390,7 +406,8 @@ def plan(g: GlobalGemm, kept_shared: int, wgmma: bool = False, wide: bool = Fals
 
 def _virtual_plan(g: GlobalGemm, kept_shared: int, wgmma: bool, wide: bool, bk: int,
                   overlap: bool, deep: bool, stages: int, arch: str, specialize: bool,
-                  producer: bool, tma: bool, consumers: int) -> Schedule | str:
+                  producer: bool, tma: bool, consumers: int, pingpong: bool = False
+                  ) -> Schedule | str:
     """The schedule where the kernel's body runs for virtual threads: in the deep forms (whose
     launches are edited) the block is the form's own (256 threads that multiply, 384 with
     specialized fillers; with a producer, `consumers` warpgroups (2 or 4) and the producer),
@@ -410,7 +427,7 @@ def _virtual_plan(g: GlobalGemm, kept_shared: int, wgmma: bool, wide: bool, bk: 
         own = t.block[0] * t.block[1]
     mine = replace(g, tile=replace(t, block=(own, 1) if deep else t.block))
     s = plan(mine, kept_shared, wgmma, wide, bk, overlap, deep, stages, arch, specialize,
-             producer, tma, 0)
+             producer, tma, 0, pingpong=pingpong)
     if isinstance(s, str):
         return s
     ldx = s.tn + 4
@@ -433,6 +450,33 @@ def _virtual_plan(g: GlobalGemm, kept_shared: int, wgmma: bool, wide: bool, bk: 
             "shared memory")
 
 
+def _pingpong_plan(g: GlobalGemm, kept_shared: int, wide: bool, stages: int, arch: str
+                   ) -> Schedule | str:
+    """The producer form whose two multiplying warpgroups take 128x128 tiles in turn: the
+    launch's block is those two (256 threads), each holding a whole tile (two 64-row blocks of
+    m64n128 accumulators), and `stages` (0: four) 64-deep slots of the 128x128 tile."""
+    t = g.tile
+    threads = t.block[0] * t.block[1]
+    if wide:
+        return ("warpgroups taking tiles in turn each hold a whole 128x128 tile (the 128x256 "
+                "tile's accumulators do not fit one warpgroup's registers)")
+    if threads != 256:
+        return (f"the block of {threads} threads is not two warpgroups (warpgroups taking "
+                "tiles in turn)")
+    grown = grown_block(t.block)
+    if isinstance(grown, str):
+        return grown
+    per_stage = 2 * (_slice_elems(g.a, TILE_M, True, DEEP_K) + _slice_elems(g.b, TILE_N, True,
+                                                                               DEEP_K))
+    room = dynamic_limit(arch) - kept_shared - ALIGN_SLACK - 16 * 6
+    n = stages or 4
+    if n * per_stage > room:
+        return (f"no room for {n} slices of the {TILE_M}x{TILE_N}x{DEEP_K} tile in "
+                f"{dynamic_limit(arch) // 1024} KiB of {arch}'s dynamic shared memory")
+    return Schedule(threads + PRODUCER, 1, 1, n, t.bm, t.bn + 4, n * per_stage, True, TILE_N,
+                    DEEP_K, True, True, False, True, 0, pingpong=True)
+
+
 def grown_block(block: tuple[int, int], added: int = PRODUCER) -> tuple[int, int] | str:
     """The launch's block `block` (x, y) with `added` threads after its own (the added
     warpgroups' linear thread ids follow the launch's), or why it cannot be grown so."""
@@ -446,8 +490,8 @@ def grown_block(block: tuple[int, int], added: int = PRODUCER) -> tuple[int, int
 
 
 def _producer_plan(g: GlobalGemm, kept_shared: int, wide: bool, bk: int, deep: bool, wgmma: bool,
-                   specialize: bool, stages: int, arch: str, consumers: int = 0
-                   ) -> Schedule | str:
+                   specialize: bool, stages: int, arch: str, consumers: int = 0,
+                   pingpong: bool = False) -> Schedule | str:
     """The producer form's schedule: the launch's warpgroups multiply (each 64 rows or 128 rows
     of the tile), or, with `consumers`, twice as many (the launch's block then runs twice at
     once, each on its half of the tile), an added warpgroup fills `stages` (0: four, else
@@ -466,6 +510,8 @@ def _producer_plan(g: GlobalGemm, kept_shared: int, wide: bool, bk: int, deep: b
     tn = 2 * TILE_N if wide else TILE_N
     if TILE_M % t.bm or tn % t.bn or t.bn % 2:
         return f"the {t.bm}x{t.bn} block tile does not divide the {TILE_M}x{tn} tile"
+    if pingpong:
+        return _pingpong_plan(g, kept_shared, wide, stages, arch)
     groups = _PRODUCER_GROUPS[wide]
     split = 1
     if consumers:
@@ -798,8 +844,16 @@ def _consumer_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
     a_el, b_el = (_slice_elems(g.a, TILE_M, True, s.bk), _slice_elems(g.b, s.tn, True, s.bk))
     i, i1 = pad, pad + "  "
     release = f"{{ __syncwarp(); if ({p}lane == 0) kl_gs_bar_arrive({p}bar + {n} + "
+    # ping-pong: a warpgroup's turn comes once the other has waited on all of its tile's slots
+    # (named barriers 2 and 3, one a warpgroup: the other arrives, this one waits)
+    turn = ([f"{i}if ({p}t != {_first_tile(g)}) "
+             f'asm volatile("bar.sync %0, 256;" :: "r"(2 + {p}wg) : "memory");'] if s.pingpong
+            else [])
+    handed = ([f'{i}asm volatile("bar.arrive %0, 256;" :: "r"(3 - {p}wg) : "memory");']
+              if s.pingpong else [])
     return [
         *_zeroed(s, i),
+        *turn,
         f"{i}#pragma unroll 1",
         f"{i}for (int {p}k = 0; {p}k < {p}kt; ++{p}k) {{",
         f"{i1}const int {p}f = {p}fill + {p}k, {p}slot = {p}f % {n};",
@@ -811,9 +865,11 @@ def _consumer_loop(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
         f'{i1}asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");',
         f"{i1}if ({p}k > 0) {release}({p}f - 1) % {n}); }}",
         f"{i}}}",
+        *handed,
         f'{i}asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");',
         f"{i}if ({p}kt > 0) {release}({p}fill + {p}kt - 1) % {n}); }}",
-        f"{i}{p}fill += {p}kt;",
+        f"{i}{p}fill += {'2 * ' if s.pingpong else ''}{p}kt;  "
+        f"{'// (the other warpgroup takes the next tile)' if s.pingpong else ''}".rstrip(),
     ]
 
 
@@ -873,7 +929,7 @@ def _barriers(g: GlobalGemm, s: Schedule, pad: str) -> list[str]:
     if not (s.specialize or s.producer):
         return []
     p, n = PREFIX, s.stages
-    empty = s.active if s.producer else 32 * s.active
+    empty = (4 if s.pingpong else s.active) if s.producer else 32 * s.active
     # (producer form: a block past the tile count leaves at once, before any barrier)
     leave = [f"{pad}if ({_first_tile(g)} >= (({p}M + {TILE_M - 1}) / {TILE_M}) * "
              f"(({p}N + {s.tn - 1}) / {s.tn})) return;"] if s.producer else []
@@ -1299,6 +1355,9 @@ def _warp_origin(s: Schedule, pad: str) -> list[str]:
     if not s.wgmma:
         return [f"{pad}const int {p}wm = {p}warp / {s.warps_n} * {TILE_M // s.warps_m}, "
                 f"{p}wn = {p}warp % {s.warps_n} * {TILE_N // s.warps_n};"]
+    if s.pingpong:  # each warpgroup a whole tile of its own
+        return [f"{pad}const int {p}wg = {p}warp / 4, {p}gm0 = 0, {p}gn0 = 0;",
+                f"{pad}const int {p}wm = 16 * ({p}warp % 4), {p}wn = 0;"]
     if s.split > 1:  # down the rows first: each half of the warpgroups holds a half of the tile
         return [f"{pad}const int {p}gm0 = {p}warp / 4 % {s.warps_m} * {TILE_M // s.warps_m}, "
                 f"{p}gn0 = {p}warp / 4 / {s.warps_m} * {s.tn // s.warps_n};",
@@ -1346,6 +1405,7 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
                         **({"deep": True} if s.deep else {}),
                         **({"specialize": True} if s.specialize else {}),
                         **({"producer": True} if s.producer else {}),
+                        **({"pingpong": True} if s.pingpong else {}),
                         **({"tma": tma_maps(g, s)} if s.tma else {}),
                         **({"consumers": s.warps_m * s.warps_n} if s.split > 1 or (
                             s.virtual and s.producer and s.consumer_threads > 256) else {}),
@@ -1385,8 +1445,13 @@ def new_body(ir: KernelIR, g: GlobalGemm, s: Schedule, fn: Function,
         *(_producer_loop(g, s, i1) if s.producer else []),
         *_half(s, t, i1),
         f"{i1}float {p}acc[{s.mi}][{s.ni}][4];",
+        *([f"{i1}{p}fill = {p}wg * (({p}K + {s.bk - 1}) / {s.bk});  // the slices before this "
+           "warpgroup's first tile"] if s.pingpong else []),
         f"{i1}#pragma unroll 1",
-        f"{i1}for (int {p}t = {_first_tile(g)}; {p}t < {p}tiles_m * {p}tiles_n; {p}t += {p}blocks) {{",
+        (f"{i1}for (int {p}t = {_first_tile(g)} + {p}wg * {p}blocks; {p}t < {p}tiles_m * "
+         f"{p}tiles_n; {p}t += 2 * {p}blocks) {{  // the warpgroups' tiles in turn"
+         if s.pingpong else
+         f"{i1}for (int {p}t = {_first_tile(g)}; {p}t < {p}tiles_m * {p}tiles_n; {p}t += {p}blocks) {{"),
         *_tile_origin(s, i2),
         *main_loop(g, s, i2),
     ]
@@ -1620,6 +1685,13 @@ class GemmSchedule(Pass):
     the exchange in shared memory (row chunks, barriers) instead of running the body once per
     cell of the thread's fragments (`Schedule.cells`, the default there)."""
 
+    pingpong: bool = False
+    """With `producer` on 128x128 tiles: the two warpgroups that multiply each hold a whole tile
+    and take the block's tiles in turn, one writing its tile (the body run once per cell) while
+    the other multiplies the next; refused where the body does not run once per cell (the
+    exchange's barriers would hold both warpgroups) or the launch's block is not two
+    warpgroups (its own block where its threads are virtual)."""
+
     registers: bool = False
     """Where the body runs once per cell in the producer form: run it for the cells of the
     thread's own fragment registers (a warp's stores then reach eight output rows at once)
@@ -1640,9 +1712,13 @@ class GemmSchedule(Pass):
     # producer form 0.69-0.72 of cuBLAS on 256-thread blocks (0.84-0.88 where the launch's 512
     # threads are four multiplying warpgroups), the deep wide form 0.40, the recorded 48 KB forms
     # 0.18-0.27; `consumers=4` on 256-thread blocks measured 0.62-0.64 on two kernels and 0.52
-    # against 0.50 on a third, so it is an option the search may sweep, not a fullest form
+    # against 0.50 on a third, so it is an option the search may sweep, not a fullest form;
+    # `pingpong` (128x128 tiles the two warpgroups take in turn, for one-output-a-thread bodies)
+    # is tried after the TMA wide form: its epilogue overlaps the other warpgroup's main loop
     reach: ClassVar[tuple[Mapping[str, Any], ...]] = (
         MappingProxyType({"wgmma": True, "deep": True, "wide": True, "producer": True, "tma": True}),
+        MappingProxyType({"wgmma": True, "deep": True, "wide": False, "producer": True,
+                          "tma": True, "pingpong": True}),
         MappingProxyType({"wgmma": True, "deep": True, "wide": True}))
 
     def sites(self, ir: KernelIR, index: AnchorIndex | None = None) -> list[Site]:
@@ -1689,11 +1765,11 @@ class GemmSchedule(Pass):
         options = (f.g, f.kept_shared, self.wgmma, self.wide, int(self.bk), self.overlap,
                    self.deep, int(self.stages), arch, self.specialize, self.producer, self.tma,
                    int(self.consumers))
-        s = plan(*options, virtual=bool(f.virtual))
+        s = plan(*options, virtual=bool(f.virtual), pingpong=self.pingpong)
         if isinstance(s, str) and not f.virtual and self.deep:
             # the form does not take the launch's block as it is: its own block, the body run
             # for the launch's threads as virtual threads
-            own = plan(*options, virtual=True)
+            own = plan(*options, virtual=True, pingpong=self.pingpong)
             s = own if isinstance(own, Schedule) and not _virtual_refusal(ir, f, own) else s
         if isinstance(s, str):
             return Skipped(s, f.g.to_json())
@@ -1706,6 +1782,10 @@ class GemmSchedule(Pass):
             s = replace(s, cells=True, xbytes=0)
             if s.producer and not self.registers:
                 s = _staged(s, f.kept_shared, arch)
+        if s.pingpong and not s.cells:
+            return Skipped(f"{f.g.kernel}: warpgroups taking tiles in turn run the body once per "
+                           "cell of their fragments (one output a user thread, no exchange: its "
+                           "barriers would hold both warpgroups)", f.g.to_json())
         if why:
             return Skipped(why, f.g.to_json())
         here = not s.deep or launched_here(ir, f.g.kernel)
