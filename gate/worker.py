@@ -384,6 +384,10 @@ class _Runner:
         # cannot be drawn again) stay (`memplan.room_beyond`), and what stayed there
         self.room: dict[str, int] = {}
         self.stayed: dict[str, list[str]] = {}
+        # variant -> the sets that will wait, in the order their references have a claim on the
+        # room (`_room_order`), and the sets whose place is decided
+        self.room_order: dict[str, list[tuple[str, str, int]]] = {}
+        self.placed: set[tuple[str, str, int]] = set()
         self.set_plans: dict[str, Any] = {}  # variant -> memplan.SetPlan
         # the sealed sets' (dtype, shape) per input where kept masked (`_mask_sealed`), else None
         self.sealed_meta: dict[tuple[str, str, int], list[Any]] = {}
@@ -578,16 +582,18 @@ class _Runner:
             self._reserve((self.work_bytes[variant] if plan.lean else
                            (plan.sets - 1) * per_set + self.work_bytes[variant]) + self.room[variant])
         del inputs
-        if plan.lean:  # a lean plan: no set stays on the device between its uses
-            self._park(first)
-        self.chan.send("seeds", variant, list(self.seeds_of(variant)))
-        if plan.reduced:
-            self.chan.send("flag", f"{variant}: input sets sized to the device's memory: {plan.reason}")
         keys = self.plan(variant)
         # the seeds after the first, the sealed and the re-verification sets may wait in host
         # memory; the last of them first (the re-verification set is used last); lean, all
         parkable = [k for k in keys if k != first and k[1] != PHASE_TIMED]
         to_park = set(parkable[len(parkable) - plan.parked:]) if plan.parked else set()
+        self.room_order[variant] = self._room_order(variant, keys if plan.lean else sorted(to_park),
+                                                    plan.pool - 1 if plan.lean else 0)
+        if plan.lean:  # a lean plan: no set stays on the device between its uses
+            self._park(first)
+        self.chan.send("seeds", variant, list(self.seeds_of(variant)))
+        if plan.reduced:
+            self.chan.send("flag", f"{variant}: input sets sized to the device's memory: {plan.reason}")
         for key in keys[1:]:
             inputs = self._draw(variant, _draw_seed(key))
             self.lap("references: draw")
@@ -785,6 +791,7 @@ class _Runner:
         recipe = self._recipe(key, inputs)
         out = self.out_bytes.get(key[0], 0) if self.held_mode else 0
         if recipe is None and self._take_room(key, self._set_bytes(inputs) + out, "set"):
+            self.placed.add(key)
             return
         if recipe is not None:
             self.recipes[key] = recipe
@@ -794,7 +801,21 @@ class _Runner:
         del inputs
         if recipe is None or not self._take_room(key, out, "reference"):
             self._park_reference(key)
+        self.placed.add(key)
         self.parked.add(key)
+
+    def _room_order(self, variant: str, waiting: list[tuple[str, str, int]],
+                    crossovers: int) -> list[tuple[str, str, int]]:
+        """The sets of `variant` that will wait (`waiting`, and the pool's first `crossovers`
+        crossovers), in the order their references have a claim on the room beyond the plan:
+        by how often each is compared. The first seed's (its correctness call, every
+        autotuner configuration, the knockout calls), then the timed set's and the crossovers'
+        (the sampled timed calls), the other seeds', the re-verification set's, the sealed
+        set's."""
+        rank = {PHASE_TIMED: 1, PHASE_REFILL: 2, PHASE_SEED: 3, PHASE_REVERIFY: 4, PHASE_SEALED: 5}
+        first = (variant, PHASE_SEED, self.job.seeds[0])
+        pool = [(variant, PHASE_REFILL, self.job.refill_seed + k) for k in range(1, crossovers + 1)]
+        return sorted(list(waiting) + pool, key=lambda k: 0 if k == first else rank.get(k[1], 6))
 
     def _room_beyond(self, variant: str, plan: Any, free: int, per_set: int) -> int:
         """`memplan.room_beyond` of the variant's plan (device tier, references held here);
@@ -809,10 +830,15 @@ class _Runner:
 
     def _take_room(self, key: tuple[str, str, int], nbytes: int, what: str) -> bool:
         """Whether `nbytes` of `key`'s (its held reference, or its whole set) stay on the
-        device in the room beyond its variant's plan: taken from it where they fit and the
+        device in the room beyond its variant's plan: taken from it where they fit beside the
+        references of the sets ahead of it in `_room_order` that are still to come, and the
         device still has the calls' working memory free (`_short`)."""
         variant = key[0]
-        if nbytes > self.room.get(variant, 0) or self._short(variant):
+        order = self.room_order.get(variant, [])
+        out = self.out_bytes.get(variant, 0) if self.held_mode else 0
+        ahead = order[:order.index(key)] if key in order else order
+        claimed = out * sum(1 for k in ahead if k not in self.placed)  # kept for those first
+        if nbytes + claimed > self.room.get(variant, 0) or self._short(variant):
             return False
         self.room[variant] -= nbytes
         self.stayed.setdefault(variant, []).append(what)
@@ -1049,6 +1075,7 @@ class _Runner:
             out = self.out_bytes.get(variant, 0) if self.held_mode else 0
             if (lean or self._short(variant)) and not (lean and self._take_room(key, out, "reference")):
                 self._park_reference(key)
+            self.placed.add(key)
             if lean:  # drawn again for the timed runs where it can be, else a host copy
                 recipe = self._recipe(key, mixed, base=timed_key, donor=donor_key) if crossed \
                     else self._recipe(key, mixed)

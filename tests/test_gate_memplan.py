@@ -467,8 +467,9 @@ def test_the_room_beyond_a_plan_is_what_its_largest_phase_leaves_free(monkeypatc
 def test_a_lean_worker_keeps_parked_sets_references_on_the_device_where_room_is_left(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Free memory for the lean plan's largest phase and two references more: the sets are
-    drawn again where used, the first two sets' references stay on the device (the rest wait in
-    host memory), and the flags say so."""
+    drawn again where used, and the references compared most stay on the device (the first
+    seed's, then the timed set's; with room for three, the pool's crossover's too), the rest
+    wait in host memory, and the flags say so."""
     run, _ = _runner_on_a_made_up_device(0, monkeypatch)
     [variant] = list(run.shapes)
     set_bytes = run._set_bytes(run._draw(variant, 1))
@@ -481,11 +482,18 @@ def test_a_lean_worker_keeps_parked_sets_references_on_the_device_where_room_is_
     run._variant_references(variant)
     assert run.set_plans[variant].lean
     stayed = set(run.vault) - set(parked_refs)
-    assert stayed == {(variant, "seed", 11), (variant, "seed", 12)}, stayed
+    assert stayed == {(variant, "seed", 11), (variant, "timed", 14)}, stayed
     assert run.room[variant] == 0 and run.stayed[variant] == ["reference", "reference"]
     run._send_parked_flags(variant)
     flags = [m[1] for m in chan.sent if m[0] == "flag"]
     assert any("2 held reference(s) and 0 whole set(s)" in f for f in flags), flags
+    run, chan = _runner_on_a_made_up_device(free + out_bytes, monkeypatch)
+    parked_refs.clear()
+    park_reference = run._park_reference
+    run._park_reference = lambda key: (parked_refs.append(key), park_reference(key))
+    run._variant_references(variant)
+    stayed = set(run.vault) - set(parked_refs)
+    assert {k[1] for k in stayed} == {"seed", "timed", "refill"} and (variant, "seed", 12) not in stayed
     # asked for a lean plan: nothing stays
     monkeypatch.setenv("KLINEAGE_GATE_SETS", "lean")
     run, _ = _runner_on_a_made_up_device(free, monkeypatch)
