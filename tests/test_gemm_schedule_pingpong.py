@@ -6,7 +6,8 @@ output row a block walked by pointer bumps) match torch on the CPU emulator on a
 blocks than tiles (each block several tiles, the warpgroups an unequal number) with K past
 twice the ring's slots (the slots' mbarrier phases wrap); without the turns the emulator stops
 on a wait no thread completes. The style tier's one-output-a-thread starts take it through
-their own host modules; refusals say why."""
+their own host modules (on an sm_90a GPU too, at ragged sizes of many tiles a block); refusals
+say why."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -123,3 +124,45 @@ def test_refusals_say_why() -> None:
     source, block, _ = v.KERNELS["flat"]
     result = v._apply(source, {**base, "registers": True})
     assert result.ok and TURN in result.ir.text and "kl_gs_slab" not in result.ir.text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["cu_mm_smem_tiled", "cu_mm_bt"])
+def test_on_the_gpu_the_turns_run_through_the_start_host(tmp_path: Path, name: str) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma and TMA need sm_90a")
+    import importlib.util
+
+    from kir import hostlaunch
+
+    v = _virtual()
+    start, _ = v._case(name)
+    for i, options in enumerate((PINGPONG, {**PINGPONG, "stages": 6},
+                                 {**PINGPONG, "registers": True})):
+        ir = kir.parse(start.read_text(), "cuda", path=str(start))
+        rule = get_pass("gemm-schedule").from_options(options)
+        result = rule.optimize(ir, next(s for s in rule.sites(ir) if not s.present), v.CTX)
+        assert result.ok, result
+        folder = tmp_path / f"form{i}"
+        folder.mkdir()
+        host = start.with_suffix(".py")
+        (folder / host.name).write_text(hostlaunch.apply(host.read_text(), result.ir.text))
+        (folder / start.name).write_text(result.ir.text)
+        spec = importlib.util.spec_from_file_location(f"kl_gpu_pingpong_{name}_{i}",
+                                                      folder / host.name)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        torch.manual_seed(7)
+        # many tiles a block (the warpgroups' turns), ragged; K = 520 rows encode (TMA),
+        # K = 517 do not (the cp.async fill)
+        for m, n, k in ((2000, 2056, 520), (999, 1001, 517)):
+            a = torch.randn(m, k, device="cuda").bfloat16()
+            if name == "cu_mm_bt":
+                w = torch.randn(n, k, device="cuda").bfloat16()
+                got, want = module.run(a, w).float(), a.float() @ w.float().T
+            else:
+                b = torch.randn(k, n, device="cuda").bfloat16()
+                got, want = module.run(a, b).float(), a.float() @ b.float()
+            assert (got - want).abs().max() <= 2e-2 * want.abs().max(), (options, m, n, k)
