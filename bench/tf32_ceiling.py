@@ -12,13 +12,13 @@ Shapes (fp32 inputs; `tl.dot` on fp32 runs in TF32):
 | `bmm128` | 128 products (512, 1024) @ (1024, 2048) (level-1 batched product) | (Z, K, N): N-major |
 
 Every row is one hand-written kernel at one configuration, named
-`<family> <b-form> <BM>x<BN>x<BK> w<warps> s<stages> [<epilogue>]`:
+`<family> <b-form> <BM>x<BN>x<BK> w<warps> s<stages> [g1] [<epilogue>] [split2]` (g1: tiles in row-major order, not grouped):
 
 | part | values |
 |---|---|
 | family | `ptr`: pointer loads, one output tile per program, grouped order (GROUP_M 8); `tma`: host tensor descriptors, a persistent grid (one program per SM) walking the tiles in grouped order, its tile loop flattened into the K loop; `tma-nested`: the same, the loops nested; `tma-grid`: the nested kernel with one program per tile |
-| b-form | `kn`: B as stored (K, N), read as [BK, BN] tiles; `kn-trans`: B as stored, read as [BN, BK] tiles and `tl.trans`-ed before the dot; `nk`: a (N, K) B (the weight as stored) read as [BN, BK] tiles, transposed before the dot; `nk-plain`: that B read as [BK, BN] tiles through its strides; `kcopy`: a K-major copy of B made inside the call (its copy kernel counts), then as `nk`; `kcopy-pre`: the same kernel on a copy made once outside the timed call |
-| epilogue (nt8192) | none: the product alone; `bias`: + bias; `mish2-start`: mish twice through the level-2 start kernel's own `_mish` (`tl.log(1 + tl.exp)`, `tl.exp`); `mish2-libdevice`: libdevice `tanh(log1p(exp(v)))`; `mish2-exp2log2`: softplus and tanh through `tl.exp2` / `tl.log2`; `mish2-rational`: tanh(softplus(v)) = n / (n + 2), n = e^v (e^v + 2), one `tl.exp2` and one division |
+| b-form | `kn`: B as stored (K, N), read as [BK, BN] tiles; `kn-trans`: B as stored, read as [BN, BK] tiles and `tl.trans`-ed before the dot; `kn-reg`: as `kn`, the tile rounded to TF32 in registers (`cvt.rna.tf32.f32`) before the dot; `kn-regi`: the same rounding on the bits (integer ops); `nk`: a (N, K) B (the weight as stored) read as [BN, BK] tiles, transposed before the dot; `nk-plain`: that B read as [BK, BN] tiles through its strides; `kcopy`: a K-major copy of B made inside the call (its copy kernel counts), then as `nk`; `kcopy-pre`: the same kernel on a copy made once outside the timed call |
+| epilogue (nt8192) | none: the product alone; `bias`: + bias; `mish2-start`: mish twice through the level-2 start kernel's own `_mish` (`tl.log(1 + tl.exp)`, `tl.exp`); `mish2-libdevice`: libdevice `tanh(log1p(exp(v)))`; `mish2-exp2log2`: softplus and tanh through `tl.exp2` / `tl.log2`; `mish2-rational`: tanh(softplus(v)) = n / (n + 2), n = e^v (e^v + 2), one `tl.exp2` and one division; ` split2` after it: the epilogue and store run on the two [BM, BN/2] halves of the tile one after the other |
 
 Beside them: `torch` (cuBLAS, TF32 allowed: the eager-TF32 bar), `torch-fp32`, `torch-linear`
 (`F.linear` with bias) and `torch-mish2` (the level-2 model `mish(mish(linear(x)))`, eager,
@@ -89,10 +89,12 @@ class Variant:
     stages: int
     epi: str = "none"
     group: int = 8
+    split: int = 1
 
     @property
     def name(self) -> str:
-        tail = ("" if self.group == 8 else f" g{self.group}") + ("" if self.epi == "none" else f" {self.epi}")
+        tail = ("" if self.group == 8 else f" g{self.group}") + ("" if self.epi == "none" else f" {self.epi}") \
+            + ("" if self.split == 1 else f" split{self.split}")
         return f"{self.family} {self.bform} {self.bm}x{self.bn}x{self.bk} w{self.warps} s{self.stages}{tail}"
 
     @property
@@ -134,10 +136,17 @@ def variants(op: str) -> list[Variant]:
         for family, cfg in _EPI_AT:
             for epi in EPILOGUES[1:]:
                 out.append(Variant(family, "nk", *cfg, epi=epi))
+        for family, cfg in _EPI_AT[1:]:  # the 128x256 tiles: the epilogue in two halves
+            for epi in ("bias", "mish2-start", "mish2-rational"):
+                out.append(Variant(family, "nk", *cfg, epi=epi, split=2))
     elif op == "nn4096":
         out += _grid("ptr", "kn", ((128, 128, 32, 4, 4), (128, 128, 32, 8, 4), (128, 128, 64, 8, 3),
                                    *_WIDE, (128, 256, 64, 8, 2)))
         out += _grid("ptr", "kn-trans", ((128, 128, 32, 8, 4), *_WIDE))
+        out += _grid("ptr", "kn-reg", ((128, 128, 32, 8, 4), *_WIDE, (128, 256, 32, 8, 4), (128, 128, 64, 8, 3)))
+        out += _grid("ptr", "kn-regi", _WIDE[:1])
+        out += _grid("tma-nested", "kn-reg", ((128, 256, 32, 8, 4), (256, 128, 32, 8, 4)))
+        out += _grid("tma", "kn-reg", ((128, 128, 32, 8, 4),))
         out += _grid("ptr", "kcopy-pre", _WIDE[:1], group=1)
         for bform in ("kcopy", "kcopy-pre"):
             out += _grid("ptr", bform, ((128, 128, 32, 8, 4), *_WIDE))
@@ -147,6 +156,9 @@ def variants(op: str) -> list[Variant]:
     elif op == "bmm128":
         out += _grid("ptr", "kn", ((128, 128, 32, 8, 4), *_WIDE))
         out += _grid("ptr", "kn-trans", _WIDE)
+        out += _grid("ptr", "kn-reg", ((128, 128, 32, 8, 4), *_WIDE))
+        out += _grid("ptr", "kn-regi", _WIDE[:1])
+        out += _grid("tma-nested", "kn-reg", ((128, 256, 32, 8, 4),))
         for bform in ("kcopy", "kcopy-pre"):
             out += _grid("ptr", bform, ((128, 256, 32, 8, 3),))
             out += _grid("tma-nested", bform, ((128, 256, 32, 8, 4),))
@@ -200,6 +212,34 @@ def _epilogue(acc, bias, rn, EPI: tl.constexpr):
 
 
 @triton.jit
+def _finish(acc, c_rows, rn0, scn, bias, BN: tl.constexpr, EPI: tl.constexpr, SPLIT: tl.constexpr):
+    """Store epilogue(acc) at c_rows ([BM, 1] row pointers) + columns rn0 + [0, BN): the whole
+    tile at once, or when SPLIT is 2 as two [BM, BN / 2] halves, one after the other (fewer
+    values live at once in the epilogue)."""
+    if SPLIT == 2:
+        lo, hi = tl.split(tl.permute(tl.reshape(acc, (acc.shape[0], 2, BN // 2)), (0, 2, 1)))
+        rn = rn0 + tl.arange(0, BN // 2)
+        tl.store(c_rows + rn[None, :] * scn, _epilogue(lo, bias, rn, EPI))
+        rn = rn + BN // 2
+        tl.store(c_rows + rn[None, :] * scn, _epilogue(hi, bias, rn, EPI))
+    else:
+        rn = rn0 + tl.arange(0, BN)
+        tl.store(c_rows + rn[None, :] * scn, _epilogue(acc, bias, rn, EPI))
+
+
+@triton.jit
+def _tf32(x, ROUND: tl.constexpr):
+    """x rounded to TF32 (nearest, ties away from zero) in registers: ROUND 1 through the PTX
+    conversion, 2 on the bits (the same values; the interpreter runs only this one); 0: x."""
+    if ROUND == 1:
+        x = tl.inline_asm_elementwise("cvt.rna.tf32.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+    if ROUND == 2:
+        x = ((x.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    return x
+
+
+@triton.jit
 def _grouped(r, tiles_m, tiles_n, GROUP_M: tl.constexpr):
     in_group = GROUP_M * tiles_n
     first_m = (r // in_group) * GROUP_M
@@ -210,9 +250,11 @@ def _grouped(r, tiles_m, tiles_n, GROUP_M: tl.constexpr):
 @triton.jit
 def ptr_kernel(a, b, c, bias, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn,
                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-               B_TRANS: tl.constexpr, EPI: tl.constexpr):
+               B_TRANS: tl.constexpr, B_ROUND: tl.constexpr, EPI: tl.constexpr,
+               SPLIT: tl.constexpr):
     """C[z] = epilogue(A[z] @ B[z]), one output tile per program (axis 1: z); B's tile read as
-    [BN, BK] and transposed when B_TRANS, else as [BK, BN]. M, N, K are tile multiples."""
+    [BN, BK] and transposed when B_TRANS, else as [BK, BN], rounded to TF32 in registers as
+    B_ROUND says (`_tf32`). M, N, K are tile multiples."""
     pm, pn = _grouped(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N, BN), GROUP_M)
     z = tl.program_id(1).to(tl.int64)
     rm = pm * BM + tl.arange(0, BM)
@@ -226,19 +268,18 @@ def ptr_kernel(a, b, c, bias, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, s
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     for _ in range(0, K, BK):
         if B_TRANS:
-            acc = tl.dot(tl.load(a_p), tl.trans(tl.load(b_p)), acc)
+            acc = tl.dot(tl.load(a_p), tl.trans(_tf32(tl.load(b_p), B_ROUND)), acc)
         else:
-            acc = tl.dot(tl.load(a_p), tl.load(b_p), acc)
+            acc = tl.dot(tl.load(a_p), _tf32(tl.load(b_p), B_ROUND), acc)
         a_p += BK * sak
         b_p += BK * sbk
-    v = _epilogue(acc, bias, rn, EPI)
-    tl.store(c + z * scb + rm[:, None] * scm + rn[None, :] * scn, v)
+    _finish(acc, c + z * scb + rm[:, None] * scm, pn * BN, scn, bias, BN, EPI, SPLIT)
 
 
 @triton.jit
 def _tma_tile(a_d, b_d, c, bias, t, M, N, K, scm, tiles_m, tiles_n, BM: tl.constexpr,
               BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, B_NK: tl.constexpr,
-              EPI: tl.constexpr):
+              B_ROUND: tl.constexpr, EPI: tl.constexpr, SPLIT: tl.constexpr):
     per_batch = tiles_m * tiles_n
     z = t // per_batch
     pm, pn = _grouped(t % per_batch, tiles_m, tiles_n, GROUP_M)
@@ -248,19 +289,18 @@ def _tma_tile(a_d, b_d, c, bias, t, M, N, K, scm, tiles_m, tiles_n, BM: tl.const
     for kk in range(0, K, BK):
         x = a_d.load([z * M + om, kk])
         if B_NK:
-            acc = tl.dot(x, tl.trans(b_d.load([z * N + on, kk])), acc)
+            acc = tl.dot(x, tl.trans(_tf32(b_d.load([z * N + on, kk]), B_ROUND)), acc)
         else:
-            acc = tl.dot(x, b_d.load([z * K + kk, on]), acc)
-    rn = on + tl.arange(0, BN)
+            acc = tl.dot(x, _tf32(b_d.load([z * K + kk, on]), B_ROUND), acc)
     rows = z.to(tl.int64) * M + om + tl.arange(0, BM)
-    v = _epilogue(acc, bias, rn, EPI)
-    tl.store(c + rows[:, None] * scm + rn[None, :], v)
+    _finish(acc, c + rows[:, None] * scm, on, 1, bias, BN, EPI, SPLIT)
 
 
 @triton.jit
 def tma_kernel(a_d, b_d, c, bias, BATCH, M, N, K, scm, BM: tl.constexpr, BN: tl.constexpr,
                BK: tl.constexpr, GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr,
-               B_NK: tl.constexpr, EPI: tl.constexpr, FLATTEN: tl.constexpr):
+               B_NK: tl.constexpr, B_ROUND: tl.constexpr, EPI: tl.constexpr, SPLIT: tl.constexpr,
+               FLATTEN: tl.constexpr):
     """C = epilogue(A @ B) over batches stacked as rows: PROGRAMS programs walk the output tiles
     in grouped order, operands through 2-D descriptors (A (Z*M, K); B (Z*K, N), or (Z*N, K)
     when B_NK, its tile transposed before the dot), the tile loop flattened into the K loop
@@ -269,7 +309,7 @@ def tma_kernel(a_d, b_d, c, bias, BATCH, M, N, K, scm, BM: tl.constexpr, BN: tl.
     tiles_n = tl.cdiv(N, BN)
     for t in tl.range(tl.program_id(0), tiles_m * tiles_n * BATCH, PROGRAMS, flatten=FLATTEN):
         _tma_tile(a_d, b_d, c, bias, t, M, N, K, scm, tiles_m, tiles_n, BM, BN, BK, GROUP_M,
-                  B_NK, EPI)
+                  B_NK, B_ROUND, EPI, SPLIT)
 
 
 def k_major(b: Any) -> Any:
@@ -282,6 +322,7 @@ def hand_run(v: Variant) -> Any:
     K-major copy for `kcopy-pre`; returns C (epilogue applied)."""
     epi = EPILOGUES.index(v.epi)
     nk_tile = v.bform in ("nk", "kn-trans", "kcopy", "kcopy-pre")
+    b_round = {"kn-reg": 1, "kn-regi": 2}.get(v.bform, 0)
 
     def run(a: Any, b: Any, bias: Any) -> Any:
         a3 = a if a.dim() == 3 else a[None]
@@ -299,8 +340,8 @@ def hand_run(v: Variant) -> Any:
             sbk, sbn = (b.stride(-1), b.stride(-2)) if b_nk else (b.stride(-2), b.stride(-1))
             grid = (triton.cdiv(m, v.bm) * triton.cdiv(n, v.bn), batch)
             ptr_kernel[grid](a3, b, c3, bias_arg, m, n, k, *a3.stride(), sbb, sbk, sbn, *c3.stride(),
-                             BM=v.bm, BN=v.bn, BK=v.bk, GROUP_M=v.group, B_TRANS=nk_tile, EPI=epi,
-                             num_warps=v.warps, num_stages=v.stages)
+                             BM=v.bm, BN=v.bn, BK=v.bk, GROUP_M=v.group, B_TRANS=nk_tile,
+                             B_ROUND=b_round, EPI=epi, SPLIT=v.split, num_warps=v.warps, num_stages=v.stages)
         else:
             if TensorDescriptor is None:
                 raise RuntimeError("this triton has no triton.tools.tensor_descriptor")
@@ -313,7 +354,8 @@ def hand_run(v: Variant) -> Any:
             programs = tiles if v.family == "tma-grid" else min(tiles, _programs())
             tma_kernel[(programs,)](a_d, b_d, c3, bias_arg, batch, m, n, k, c3.stride(1),
                                     BM=v.bm, BN=v.bn, BK=v.bk, GROUP_M=v.group, PROGRAMS=programs,
-                                    B_NK=b_nk, EPI=epi, FLATTEN=v.family == "tma",
+                                    B_NK=b_nk, B_ROUND=b_round, EPI=epi, SPLIT=v.split,
+                                    FLATTEN=v.family == "tma",
                                     num_warps=v.warps, num_stages=v.stages)
         return c3 if a.dim() == 3 else c3[0]
 
@@ -540,14 +582,14 @@ SMALL: dict[str, dict[str, Any]] = {
 
 
 def interpreter_paths(op: str) -> list[Variant]:
-    """One small-tile variant per (family, b-form, epilogue) the shape's list holds;
-    libdevice's epilogue left out (the interpreter has no libdevice)."""
+    """One small-tile variant per (family, b-form, epilogue, order, split) the shape's list
+    holds; libdevice's epilogue and the PTX rounding left out (the interpreter has neither)."""
     seen: dict[tuple, Variant] = {}
     for v in variants(op):
-        if v.epi == "mish2-libdevice":
+        if v.epi == "mish2-libdevice" or v.bform == "kn-reg":
             continue
-        seen.setdefault((v.family, v.bform, v.epi, v.group),
-                        Variant(v.family, v.bform, 32, 32, 16, 4, 2, v.epi, v.group))
+        seen.setdefault((v.family, v.bform, v.epi, v.group, v.split),
+                        Variant(v.family, v.bform, 32, 32, 16, 4, 2, v.epi, v.group, v.split))
     return list(seen.values())
 
 

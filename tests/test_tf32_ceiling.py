@@ -36,11 +36,11 @@ def test_the_grid_holds_what_it_probes_and_fits_sm90() -> None:
         assert {(v.bm, v.bn) for v in vs} >= {(128, 256), (256, 128)}, op
         assert {v.bk for v in vs} >= {32} and {v.warps for v in vs} >= {8}, op
     forms = {v.bform for v in probe.variants("nn4096")}
-    assert forms >= {"kn", "kn-trans", "kcopy", "kcopy-pre"}
+    assert forms >= {"kn", "kn-trans", "kn-reg", "kn-regi", "kcopy", "kcopy-pre"}
     nt = probe.variants("nt8192")
     assert {v.bk for v in nt} >= {32, 64} and {v.stages for v in nt} >= {3, 4, 5}
     assert {v.family for v in nt} >= {"tma", "tma-grid"} and {v.group for v in nt} == {1, 8}
-    assert {v.epi for v in nt} == set(probe.EPILOGUES)
+    assert {v.epi for v in nt} == set(probe.EPILOGUES) and {v.split for v in nt} == {1, 2}
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter not enabled")
@@ -48,7 +48,10 @@ def test_every_code_path_matches_torch_under_the_interpreter() -> None:
     probe = _probe()
     checks = probe.interpreter_checks(list(probe.SHAPES))
     assert {c["variant"].split()[0] for c in checks} == {"ptr", "tma", "tma-nested", "tma-grid"}
-    assert len(checks) >= 20
+    assert len(checks) >= 30
+    # the PTX rounding runs on the device only; its bit-level twin is checked here
+    assert any(" kn-regi " in c["variant"] for c in checks)
+    assert any(c["variant"].endswith("split2") for c in checks)
     bad = [c for c in checks if not c["ok"]]
     assert not bad, bad
 
@@ -64,11 +67,26 @@ def test_mish_forms_hold_from_large_negative_to_past_the_cutoff() -> None:
     bias = torch.linspace(-30.0, 30.0, shape["N"])
     ref_plain = probe.reference("nt8192", (a, w, bias), "bias", shape)
     assert ref_plain.min() < -20 and ref_plain.max() > 20
-    for epi in ("mish2-start", "mish2-exp2log2", "mish2-rational"):
-        got = probe.hand_run(probe.Variant("ptr", "nk", 32, 32, 16, 4, 2, epi))(a, w, bias)
+    for epi, split in (("mish2-start", 1), ("mish2-exp2log2", 1), ("mish2-rational", 1), ("mish2-rational", 2)):
+        got = probe.hand_run(probe.Variant("ptr", "nk", 32, 32, 16, 4, 2, epi, split=split))(a, w, bias)
         ref = probe.reference("nt8192", (a, w, bias), epi, shape)
         assert torch.isfinite(got).all(), epi
         assert torch.allclose(got, ref, rtol=1e-4, atol=1e-5), (epi, (got - ref).abs().max())
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter not enabled")
+def test_the_register_rounding_is_tf32_round_to_nearest() -> None:
+    import torch  # noqa: PLC0415
+
+    probe = _probe()
+    shape = {"BATCH": 1, "M": 32, "N": 32, "K": 16, "b": "kn"}
+    a = torch.eye(32, 16)  # C = the first 16 rows of B, each element through the rounding
+    b = torch.randn(16, 32) * torch.logspace(-3, 3, 32)
+    got = probe.hand_run(probe.Variant("ptr", "kn-regi", 32, 32, 16, 4, 2))(a, b, None)
+    bits = b.view(torch.int32)
+    want = ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+    assert torch.equal(got[:16], want)
+    assert not torch.equal(want, b)  # the rounding changed values: the check can fail
 
 
 def test_records_are_read_by_the_store_and_the_summary_picks_the_fastest_correct() -> None:
