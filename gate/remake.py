@@ -19,8 +19,9 @@ What keeps that sound:
   digest is the kept one; a difference is the worker's to reject (candidate code loaded in
   between may have changed how the case draws).
 - *Not the sealed set.* It is drawn with a secret seed and kept masked (`gate.worker`), so
-  that candidate code can neither draw it again nor read it before its call; it keeps its
-  copy in host memory.
+  that candidate code can neither draw it again nor read it before its call; it waits as a
+  copy in host memory, or whole on the device where the plan leaves room
+  (`gate.memplan.room_beyond`).
 """
 from __future__ import annotations
 
