@@ -12,7 +12,7 @@ consulted: it is what a user would do without KLineage, and what the library has
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from kir import parse
@@ -81,15 +81,16 @@ def generic_configs(config: KernelConfig, max_configs: int = 8) -> list[dict[str
     return first_unique(out, max_configs)
 
 
-def autotune_control(source: str, max_configs: int = 8) -> str:
-    """`source` with every launched kernel autotuned over a generic list. Kernels whose launch
+def autotune_control(source: str, max_configs: int = 8, keep: Collection[str] = ()) -> str:
+    """`source` with every launched kernel autotuned over a generic list, except the kernels
+    named in `keep` (their own list, or their launch's values, stay). Kernels whose launch
     cannot take tuned parameters (see `passes.triton.roles.sweep_edit`) are left as they are;
     a module where no kernel can be tuned raises `BadInputError` with the reasons."""
     ir = parse(source, "triton")
     ir = constexpr_globals_lifted(ir) or ir  # module-level constexpr tiles as parameters
     tuned = False
     reasons: list[str] = []
-    for name in list(joint_config(ir)):
+    for name in [n for n in joint_config(ir) if n not in keep]:
         configs = generic_configs(joint_config(ir)[name], max_configs)
         made = sweep_edit(ir, name, configs)
         if isinstance(made, SweepRefusal):

@@ -38,7 +38,7 @@ import dataclasses
 import difflib
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -705,11 +705,12 @@ def sweep_card(kind: str, language: str) -> SkillCard:
                      category="expression-level", language=language, locus="kernel")
 
 
-def plain_sweep(ir: KernelIR) -> Materialized:
+def plain_sweep(ir: KernelIR, keep: Collection[str] = ()) -> Materialized:
     """The state under the generic autotune list the no-library control gives its start kernel
     (`lineage.control.autotune_control`): on the start state this is the control itself, so a
-    run that gates it is never worse than the control. Without IR (and the reason) where no
-    kernel of the module can be tuned, or the module is not Triton."""
+    run that gates it is never worse than the control. The kernels named in `keep` keep their
+    own lists. Without IR (and the reason) where no kernel of the module can be tuned, or the
+    module is not Triton."""
     import kir  # noqa: PLC0415
 
     from lineage.control import autotune_control  # noqa: PLC0415
@@ -720,7 +721,7 @@ def plain_sweep(ir: KernelIR) -> Materialized:
     if card.language != "triton":
         return Materialized(card, None, None, refusals=("no launch parameters to sweep",))
     try:
-        text = autotune_control(ir.unparse())
+        text = autotune_control(ir.unparse(), keep=keep)
         new_ir = kir.parse(text, "triton")
     except (BadInputError, KLineageError, SyntaxError, ValueError) as exc:
         return Materialized(card, None, None, refusals=(f"plain sweep: {exc}",))
@@ -919,16 +920,33 @@ def rule_offers(ir: KernelIR, ctx: Any = None) -> list[tuple[SkillCard, float]]:
 def rule_candidates(card: SkillCard, ir: KernelIR, ctx: Any = None) -> Iterator[Materialized]:
     """A rule offered without a card (`rule_moves`): the kernel it makes under the generic
     autotune list first (a layout or schedule change moves the best tile configuration), then
-    as it is."""
+    as it is. A kernel the rule gave an autotune list of its own (`rule_listed`: a list shaped
+    for the problem it made, a matrix-vector product for one) keeps it in both."""
     made = rule_moves(ir, ctx).get(card.pass_name)
     if made is None:
         yield Materialized(card, None, None, refusals=(f"{card.pass_name} takes no site here",))
         return
     new_ir, site = made
-    swept = plain_sweep(new_ir)
+    swept = plain_sweep(new_ir, keep=rule_listed(ir, new_ir))
     if swept.ok:
         yield Materialized(card, swept.ir, site, "deterministic", (), {})
     yield Materialized(card, new_ir, site, "deterministic", (), {})
+
+
+def rule_listed(before: KernelIR, after: KernelIR) -> frozenset[str]:
+    """The kernels of `after` whose autotune list a rule wrote: a list `before` lacks, or one
+    that differs from its list there."""
+    from passes.triton._py import PyModule  # noqa: PLC0415
+
+    def lists(ir: KernelIR) -> dict[str, str]:
+        mod = PyModule(ir)
+        return {k.name: mod.text(dec) for k in mod.kernels()
+                for dec in [mod.decorator(k, "autotune")] if dec is not None}
+
+    if str(getattr(after.language, "value", after.language)) != "triton":
+        return frozenset()
+    old = lists(before)
+    return frozenset(name for name, text in lists(after).items() if old.get(name) != text)
 
 
 def verdict_ms(verdict: Any) -> float | None:
@@ -942,5 +960,5 @@ __all__ = ["AROUND_POINTS", "COLD_SHARE", "MAX_SITES", "PIN_PRIOR", "Materialize
            "autotune_picks", "card_sites", "effect_spread", "feature_appears", "first_run_s",
            "full_kernels", "gate_seconds", "kernel_of", "kernel_shares", "left_out", "materialize",
            "materializations", "move_candidates", "own_sweeps", "pin_offered", "pinned_picks",
-           "plain_sweep", "recorded_sweeps", "rule_candidates", "rule_card", "rule_moves",
+           "plain_sweep", "recorded_sweeps", "rule_candidates", "rule_card", "rule_listed", "rule_moves",
            "rule_offers", "sweep_card", "used_up", "variant_picks", "verdict_ms"]

@@ -11,6 +11,7 @@ a move of its own."""
 from __future__ import annotations
 
 import ast
+import math
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 import kir
 from passes.base import Applied, Skipped
 from passes.registry import get_pass
+from passes.triton.reduce_first import GEMV_CONFIGS
 from tests.module_helpers import load_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,13 +111,23 @@ def test_the_rule_takes_each_form_and_matches_torch(name: str, tmp_path) -> None
     text = _applied(source)
     inputs, ref = _cases(torch)[name]
     before = load_module(source, tmp_path).run(*inputs)
-    after = load_module(text, tmp_path).run(*inputs)
-    assert after.shape == before.shape == ref.shape
     torch.testing.assert_close(before.double(), ref, rtol=1e-4, atol=1e-3)
-    torch.testing.assert_close(after.double(), ref, rtol=1e-4, atol=1e-3)
+    after = load_module(text, tmp_path)
+    tuned = _tuned(after)
+    assert len(tuned) == 1 and len(tuned[0].configs) == len(GEMV_CONFIGS)  # the GEMM's own list
+    for config in list(tuned[0].configs):  # each alone: the interpreter has no benchmarker
+        tuned[0].configs = [config]
+        got = after.run(*inputs)
+        assert got.shape == before.shape == ref.shape
+        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-3)
     # the product is made with N = 1 on an operand the added kernel summed over N
     assert "_sum_along(" in text and "@triton.jit\ndef _sum_along_kernel" in text
     assert not _torch_compute(text)
+
+
+def _tuned(module) -> list:  # noqa: ANN001
+    """The module's autotuned kernels."""
+    return [v for v in vars(module).values() if hasattr(v, "configs") and hasattr(v, "base_fn")]
 
 
 def test_the_torch_compute_check_can_fail() -> None:
@@ -136,9 +148,55 @@ def test_the_stored_form_shrinks_the_buffer_and_keeps_the_consumers_divisor() ->
 def test_the_fused_form_launches_one_column_and_sets_the_k_stride() -> None:
     text = _applied(_source("fused_mean_store"))
     assert "(a, b_summed, out, M, 1, K, a.stride(0), 1," in text
-    assert "BM=16, BN=16, BK=16, N_full=N)" in text  # the N tile the launch computed from N
+    # the launch's tiles (BN computed from N) give way to the matrix-vector list
+    assert "(a, b_summed, out, M, 1, K, a.stride(0), 1, N_full=N)" in text
+    assert 'triton.Config({"BM": 16, "BN": 16, "BK": 256}, num_warps=4, num_stages=3)' in text
     assert "_sum_along(b, K, N, (b.stride(0)), 1)" in text
     assert "tl.sum(acc, axis=1) / N_full" in text
+
+
+def _grids(text: str, extent: int) -> list[tuple[int, ...]]:
+    """The grid of the rewritten GEMM's launch (a `lambda meta:` the autotune list shapes) at
+    each configuration of its list, every host name it reads set to `extent`."""
+    import triton
+
+    tree = ast.parse(text)
+    [grid] = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and n.args.args[0].arg == "meta"]
+    [tuner] = [d for f in tree.body if isinstance(f, ast.FunctionDef) for d in f.decorator_list
+               if "autotune" in ast.unparse(d)]
+    configs = [ast.literal_eval(c.args[0]) for c in ast.walk(tuner)
+               if isinstance(c, ast.Call) and ast.unparse(c.func) == "triton.Config"]
+    names = {n.id: extent for n in ast.walk(grid.body) if isinstance(n, ast.Name) and n.id != "meta"}
+    made = eval(compile(ast.Expression(grid), "grid", "eval"), {**names, "triton": triton})  # noqa: S307
+    return [tuple(made(c)) for c in configs]
+
+
+@pytest.mark.parametrize("name", ["start", "stored_mean", "fused_mean_store", "stored_colsum"])
+def test_the_matrix_vector_product_fills_the_gpu(name: str) -> None:
+    """At N = 1 (M = 1) the GEMM is a matrix-vector product: every configuration of its list
+    launches one program per 16 rows (columns) of the other extent: 64 at 1024 (the start's
+    64-row tiles launched 16)."""
+    text = _applied(_source(name))
+    grids = _grids(text, 1024)
+    assert len(grids) == len(GEMV_CONFIGS)
+    assert all(math.prod(g) == 64 for g in grids), grids
+
+
+def test_the_generic_list_form_keeps_the_rules_own_list() -> None:
+    """The search's first form of the rule (every kernel under the generic autotune list) leaves
+    the list the rule wrote for the matrix-vector product: the generic GEMM tiles (BN 64-256)
+    would compute 63-255 columns the masks drop."""
+    from lineage.moves import rule_candidates, rule_card, rule_listed, rule_moves
+
+    start = kir.parse(_source("start"), "triton")
+    made, _ = rule_moves(start)["reduce-before-contract"]
+    assert rule_listed(start, made) == {"gemm_nt"}
+    swept, plain = (m.ir.unparse() for m in rule_candidates(rule_card("reduce-before-contract", "triton"), start))
+    assert plain == made.unparse()
+    own = swept[swept.rindex("@triton.autotune", 0, swept.index("def gemm_nt")):swept.index("def gemm_nt")]
+    assert own.count("triton.Config(") == len(GEMV_CONFIGS) and '"BN": 64' not in own
+    # the other kernels did take the generic list
+    assert swept.count("@triton.autotune") > made.unparse().count("@triton.autotune")
 
 
 REFUSALS = [
@@ -238,11 +296,21 @@ signature = {n: "*fp32" if n in ("src", "dst") else "constexpr" if n in consts e
 kernel = triton.compile(ASTSource(fn=jit, signature=signature, constexprs=consts),
                         target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 3})
 print("ld.global" in kernel.asm["ptx"], "atom" in kernel.asm["ptx"])
+tuner = module.gemm_nt
+for config in tuner.configs:
+    consts = dict(config.kwargs)
+    signature = {n: "*fp32" if n.endswith("_ptr") else "constexpr" if n in consts else "i32"
+                 for n in tuner.fn.arg_names}
+    made = triton.compile(ASTSource(fn=tuner.fn, signature=signature, constexprs=consts),
+                          target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+    print(made.metadata.shared <= 227 * 1024, end=" ")
 """
 
 
 def test_the_added_reduction_compiles_for_sm90_without_atomics(tmp_path) -> None:
-    """The interpreter runs what the compiler may refuse: the added kernel is compiled too."""
+    """The interpreter runs what the compiler may refuse: the added kernel is compiled too, and
+    the GEMM at each configuration of its matrix-vector list, within sm_90's shared memory."""
     pytest.importorskip("triton")
     path = tmp_path / "rewritten.py"
     path.write_text(_applied(_source("start")))
@@ -250,7 +318,7 @@ def test_the_added_reduction_compiles_for_sm90_without_atomics(tmp_path) -> None
     done = subprocess.run([sys.executable, "-c", _COMPILE, str(path)], capture_output=True, text=True,
                           env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["True", "False"]
+    assert done.stdout.split() == ["True", "False"] + ["True"] * len(GEMV_CONFIGS)
 
 
 def test_the_search_takes_the_rule_right_after_the_control(tmp_path) -> None:

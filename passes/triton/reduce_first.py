@@ -11,6 +11,15 @@ it passes 16 (`N_TILE`, the least a dot takes): a wider tile would compute colum
 drop. The mirror case, sums over T's rows (`sum_m T = (sum_m A) . B`), sums A along M and runs
 the GEMM with M = 1 the same way.
 
+At N = 1 the user's GEMM is a matrix-vector product, and the tiles it was launched with (its
+own, or the generic GEMM list's: 64-256 wide) launch too few programs to read A at the
+memory's rate (M / 64 on a GPU of 100+ multiprocessors) and compute columns the masks drop.
+The rewritten launch is autotuned over a list of its own (`GEMV_CONFIGS`): both output tiles
+16, the least a `tl.dot` takes, so one program per 16 rows (M / 16), and long K tiles (64-512)
+at 1-8 warps; the list replaces the tiles the launch passed, or the kernel's own list. Where
+the launch cannot take a list (`passes.triton.roles.sweep_edit` refuses), it keeps its tiles,
+the summed extent's at `N_TILE`.
+
 Two forms are taken, recognized by what the accumulator's values flow into:
 - *fused*: the GEMM's epilogue sums its tile over N (`tl.sum(acc, axis=1)`) and stores or
   atomically adds the row sums at addresses that do not depend on the N tile (a program per
@@ -56,8 +65,8 @@ from passes.triton.host_layout import HostArgs, stride_of
 from passes.triton.launch import TRITON
 from passes.triton.layout import (LOAD, _after_imports, _def_text, _imports, _kw, _new_params,
                                   _terms, _unwrap)
-from passes.triton.roles import (DOT, PID_CALLS, RANGE_CALLS, accumulators, constexpr_params,
-                                 dot_loops, launch_grid, pid_names)
+from passes.triton.roles import (DOT, PID_CALLS, RANGE_CALLS, SweepRefusal, accumulators,
+                                 constexpr_params, dot_loops, launch_grid, pid_names, sweep_edit)
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -78,6 +87,31 @@ BLOCK_PTR = frozenset({"tl.make_block_ptr", "triton.language.make_block_ptr"})
 FACTORIES = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.full"})
 N_TILE = 16
 """The N tile of the product at N = 1 where the launch passes it: the least a `tl.dot` takes."""
+# The autotune list the rewritten GEMM gets, (K tile, warps, stages): at N = 1 (or M = 1) the
+# product is a matrix-vector product, a read of the other operand. Both tiles of the output
+# are 16, the least a `tl.dot` takes: the summed extent's tile computes 15 columns the masks
+# drop whatever the other tile is, so the other's smallest tile costs no more work per output
+# and makes the most programs (M / 16: 64 at M = 1024, where the GEMM's own 64-128 tiles make
+# 8-16 on a GPU of 100+ multiprocessors). Each program walks K in long tiles (64-512) with 1-8
+# warps; the autotuner picks one on the device. Every shape has K tiles that fit in shared
+# memory at their stages for 4-byte operands.
+GEMV_CONFIGS: tuple[tuple[int, int, int], ...] = (
+    (256, 4, 3),
+    (512, 4, 2),
+    (128, 4, 4),
+    (128, 2, 4),
+    (256, 2, 3),
+    (64, 1, 4),
+    (512, 8, 2),
+    (64, 2, 5),
+)
+
+
+def gemv_configs() -> list[dict[str, int]]:
+    """`GEMV_CONFIGS` keyed by role (`passes.triton.roles.fit_configs`): the output's tiles
+    ("m", "n") at 16, the K tile ("k"), warps and stages."""
+    return [{"m": N_TILE, "n": N_TILE, "k": k, "num_warps": w, "num_stages": s}
+            for k, w, s in GEMV_CONFIGS]
 
 # The reduction the rule adds: {kernel} and {helper} are the module's fresh names for them. A
 # first launch sums slices of the extent E (N, or M) into fp32 partial rows, a second sums those
@@ -734,7 +768,23 @@ class ReduceBeforeContract(Pass):
         edits = sorted(set(edits), key=lambda e: (e.start, e.end))
         if any(a.end > b.start for a, b in zip(edits, edits[1:])):
             return Skipped("the rewrite's edits overlap (an argument read in two roles)", {"kernel": kernel.name})
-        return finish(ir, site, edits)
+        done = finish(ir, site, edits)
+        if not isinstance(done, Applied):
+            return done
+        listed = self._gemv_listed(done.ir, kernel.name)
+        return done if listed is None else finish(ir, site, [ByteEdit(0, len(mod.source), listed)])
+
+    @staticmethod
+    def _gemv_listed(ir: KernelIR, name: str) -> str | None:
+        """The rewritten module with the GEMM `name` autotuned over the matrix-vector list
+        (`gemv_configs`) in place of the tiles its launch (or its own list) gave it, or None
+        where its launch cannot take a list (`sweep_edit`'s refusals): it keeps them then."""
+        from kir import Edit, Span  # noqa: PLC0415
+
+        made = sweep_edit(ir, name, gemv_configs())
+        if isinstance(made, SweepRefusal):
+            return None
+        return ir.apply(Edit(Span(e.start, e.end), e.text) for e in made[0]).unparse()
 
     @staticmethod
     def _stride_text(node: ast.AST | None, host: HostArgs) -> str | None:
