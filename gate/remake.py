@@ -18,6 +18,11 @@ What keeps that sound:
   text) is kept with its recipe (`Recipe`), and a set drawn again is used only where its
   digest is the kept one; a difference is the worker's to reject (candidate code loaded in
   between may have changed how the case draws).
+- *Only where it is cheaper.* The probe's draw is timed: a case that draws on the host (a CPU
+  generator, then a copy to the device) can take seconds a set, more than copying the set in
+  from host memory. A set is drawn again only where the probe's draw and digest took no longer
+  than one copy in at `COPY_IN_BYTES_PER_S` (`worth_drawing_again`; a small set's below
+  `COPY_IN_FLOOR_S`).
 - *Not the sealed set.* It is drawn with a secret seed and kept masked (`gate.worker`), so
   that candidate code can neither draw it again nor read it before its call; it waits as a
   copy in host memory, or whole on the device where the plan leaves room
@@ -31,6 +36,12 @@ from typing import Any
 import torch
 
 Key = tuple[str, str, int]
+COPY_IN_BYTES_PER_S = 12e9
+"""The rate a set waiting in host memory comes back to the device at (pinned staging over
+PCIe, `gate.hoststage`), against which a draw is judged worth making again."""
+COPY_IN_FLOOR_S = 0.05
+"""What a copy in costs at the least, whatever its size (the synchronizations around it): a
+small set's draw is worth making again below it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +80,17 @@ def nbytes(inputs: tuple[Any, ...]) -> int:
     return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
 
 
+def worth_drawing_again(seconds: float, set_bytes: int) -> bool:
+    """Whether drawing a set of `set_bytes` again (its draw and digest measured at `seconds`)
+    costs no more than copying it in from host memory at `COPY_IN_BYTES_PER_S` (and
+    `COPY_IN_FLOOR_S` at the least)."""
+    return seconds <= max(set_bytes / COPY_IN_BYTES_PER_S, COPY_IN_FLOOR_S)
+
+
 def redraws(first: str, again: tuple[Any, ...]) -> bool:
     """Whether a second draw (`again`) of the set whose digest is `first` gives the same set."""
     return digest(again) == first
 
 
-__all__ = ["Key", "Recipe", "digest", "nbytes", "redraws", "tensor_digest"]
+__all__ = ["COPY_IN_BYTES_PER_S", "COPY_IN_FLOOR_S", "Key", "Recipe", "digest", "nbytes", "redraws", "tensor_digest",
+           "worth_drawing_again"]

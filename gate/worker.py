@@ -864,17 +864,29 @@ class _Runner:
         return remake.Recipe(key[2], first, remake.nbytes(inputs), base, donor)
 
     def _redraws(self, key: tuple[str, str, int], first: str) -> bool:
-        """Whether the case's make_inputs draws `key`'s set (digest `first`) the same a second
-        time, measured once per variant (the set drawn again beside the first)."""
+        """Whether `key`'s variant has its sets drawn again where used: the case's make_inputs
+        draws `key`'s set (digest `first`) the same a second time, and that draw with its digest
+        takes no longer than a copy in from host memory (`remake.worth_drawing_again`);
+        measured once per variant (the set drawn again beside the first). A flag says why not
+        where the draw is the same but slower."""
         from gate import remake  # noqa: PLC0415
 
         variant = key[0]
         if os.environ.get("KLINEAGE_GATE_REDRAW") == "0":
             return False
         if variant not in self.redraws:
+            t0 = time.perf_counter()
             again = self._draw(variant, key[2])
-            self.redraws[variant] = remake.redraws(first, again)
+            same = remake.redraws(first, again)
+            seconds = time.perf_counter() - t0
+            nbytes = remake.nbytes(again)
             del again
+            fast = remake.worth_drawing_again(seconds, nbytes)
+            self.redraws[variant] = same and fast
+            if same and not fast:
+                self.chan.send("flag", f"{variant}: its input sets wait in host memory, not drawn "
+                                       f"again: a draw took {seconds:.2f} s for "
+                                       f"{nbytes / 2**30:.1f} GiB, longer than a copy in")
             self.lap("references: redraw probe")
         return self.redraws[variant]
 

@@ -521,3 +521,29 @@ def test_where_sets_are_drawn_again_a_plan_keeps_the_most_references_on_the_devi
     assert with_redraw(roomy, 10**12, 6 * GIB, 6 * GIB, fixed=3) is roomy
     lean = plan_sets(40 * GIB, 6 * GIB, 6 * GIB, seeds=3, pool=4, fixed=3, held=True)
     assert lean.lean and with_redraw(lean, 40 * GIB, 6 * GIB, 6 * GIB, fixed=3) is lean
+
+
+def test_a_case_whose_draw_is_slower_than_a_copy_in_keeps_its_sets_in_host_memory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The redraw probe is timed: a draw (here made slow) that takes longer than copying the
+    set in from host memory (`gate.remake.worth_drawing_again`) leaves every set copied out,
+    and a flag says why."""
+    import time
+
+    import torch
+
+    run, chan = _runner_on_a_made_up_device(0, monkeypatch)
+    draw = run._draw
+
+    def slow(variant, seed):
+        time.sleep(0.12)
+        return draw(variant, seed)
+
+    run._draw = slow
+    run._on_device = lambda inputs: tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in inputs)
+    [variant] = list(run.shapes)
+    run._variant_references(variant)
+    assert run.set_plans[variant].lean and run.parked and not run.recipes
+    assert run.redraws == {variant: False}
+    flags = [m[1] for m in chan.sent if m[0] == "flag"]
+    assert any("not drawn again" in f and "longer than a copy in" in f for f in flags), flags

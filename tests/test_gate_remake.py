@@ -106,3 +106,14 @@ def test_the_one_pass_digest_equals_the_torch_one_and_leaves_the_tensor_as_it_wa
         bumped = t.clone()
         bumped.view(-1)[-1] += 1
         assert heldcompare.digest_bytes(bumped) != plain
+
+
+def test_a_set_is_drawn_again_only_where_that_is_no_slower_than_a_copy_in() -> None:
+    """6 GiB drawn on the device in 20 ms: drawn again; drawn on the host in 4 s (a CPU
+    generator, then a copy): it waits in host memory (a copy in takes about half a second); a
+    small set's draw below the floor either way."""
+    six = 6 << 30
+    assert remake.worth_drawing_again(0.02, six)
+    assert not remake.worth_drawing_again(4.0, six)
+    assert remake.worth_drawing_again(six / remake.COPY_IN_BYTES_PER_S, six)
+    assert remake.worth_drawing_again(0.01, 1000) and not remake.worth_drawing_again(0.2, 1000)
