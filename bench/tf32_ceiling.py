@@ -20,6 +20,11 @@ Every row is one hand-written kernel at one configuration, named
 | b-form | `kn`: B as stored (K, N), read as [BK, BN] tiles; `kn-trans`: B as stored, read as [BN, BK] tiles and `tl.trans`-ed before the dot; `kn-reg`: as `kn`, the tile rounded to TF32 in registers (`cvt.rna.tf32.f32`) before the dot; `kn-regi`: the same rounding on the bits (integer ops); `nk`: a (N, K) B (the weight as stored) read as [BN, BK] tiles, transposed before the dot; `nk-plain`: that B read as [BK, BN] tiles through its strides; `kcopy`: a K-major copy of B made inside the call (its copy kernel counts), then as `nk`; `kcopy-pre`: the same kernel on a copy made once outside the timed call |
 | epilogue (nt8192) | none: the product alone; `bias`: + bias; `mish2-start`: mish twice through the level-2 start kernel's own `_mish` (`tl.log(1 + tl.exp)`, `tl.exp`); `mish2-libdevice`: libdevice `tanh(log1p(exp(v)))`; `mish2-exp2log2`: softplus and tanh through `tl.exp2` / `tl.log2`; `mish2-rational`: tanh(softplus(v)) = n / (n + 2), n = e^v (e^v + 2), one `tl.exp2` and one division; ` split2` after it: the epilogue and store run on the two [BM, BN/2] halves of the tile one after the other |
 
+For the N-major shapes also the KernelBench start kernel as the search runs it, under the
+generic autotune list (`lineage.control.autotune_control`): `start: control` as written,
+`start: k-major-operands` and `start: tf32-round-operands` after that rule (each applied
+wherever it takes the kernel), the autotuner's pick in `config`.
+
 Beside them: `torch` (cuBLAS, TF32 allowed: the eager-TF32 bar), `torch-fp32`, `torch-linear`
 (`F.linear` with bias) and `torch-mish2` (the level-2 model `mish(mish(linear(x)))`, eager,
 TF32) for nt8192, `torch-kcopy` (the K-major copy of B alone) for the N-major shapes.
@@ -37,7 +42,8 @@ timed in one child, in the order nt8192, nn4096, bmm128. Writes OUT_DIR/rows.jso
 OUT_DIR/records/<op>.json (store records: `bench/store.py ingest` reads them as the `case`
 kind), OUT_DIR/tf32.md (the rows and a summary: the best kernel of each family and b-form per
 shape against cuBLAS, and the epilogue costs); prints the summary (`--json`: the rows).
-`--dry` (any machine, no GPU): the configurations' shared memory and every kernel code path
+`--dry` (any machine, no GPU): the start variants' sources (OUT_DIR/src) and the rules each
+took or refused, the configurations' shared memory, and every hand kernel code path
 (each family, b-form and epilogue but libdevice, which the interpreter lacks) run under the
 Triton interpreter on small shapes against torch. Needs triton 3.6 - 3.9.
 Bad arguments or no GPU outside `--dry`: exit 2.
@@ -72,6 +78,10 @@ SHAPES: dict[str, dict[str, Any]] = {
     "nn4096": {"BATCH": 1, "M": 4096, "N": 4096, "K": 4096, "b": "kn"},
     "bmm128": {"BATCH": 128, "M": 512, "N": 2048, "K": 1024, "b": "kn"},
 }
+# The N-major shapes' start kernels, run as the search runs them: under the generic autotune
+# list (`lineage.control.autotune_control`), as written and after each layout rule.
+STARTS = {"nn4096": "kernelbench/level1/1_Square_matrix_multiplication_.py",
+          "bmm128": "kernelbench/level1/3_Batched_matrix_multiplication.py"}
 EPILOGUES = ("none", "bias", "mish2-start", "mish2-libdevice", "mish2-exp2log2", "mish2-rational")
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
@@ -418,14 +428,51 @@ def _by_name(op: str) -> dict[str, Variant]:
     return {v.name: v for v in variants(op)}
 
 
+def start_sources(op: str) -> dict[str, dict[str, Any]]:
+    """`start: <rules>` -> {"source", "rules": the rules applied, "refused": their reasons}: the
+    shape's start kernel under the generic autotune list, as written ("control") and after
+    `k-major-operands` or `tf32-round-operands`, each applied wherever it takes the kernel."""
+    import kir  # noqa: PLC0415
+    from lineage.control import autotune_control  # noqa: PLC0415
+    from passes.base import Applied  # noqa: PLC0415
+    from passes.triton.layout import KMajorOperands  # noqa: PLC0415
+    from passes.triton.tf32_round import Tf32RoundOperands  # noqa: PLC0415
+
+    if op not in STARTS:
+        return {}
+    start = (Path(__file__).resolve().parent / STARTS[op]).read_text()
+    out = {"start: control": {"source": autotune_control(start), "rules": [], "refused": []}}
+    for rule in (KMajorOperands(), Tf32RoundOperands()):
+        ir, taken, refused = kir.parse(start, "triton"), 0, []
+        for _ in range(8):  # one site at a time: each rewrite moves the others
+            sites = [site for site in rule.sites(ir) if not site.present]
+            results = [(site, rule.optimize(ir, site)) for site in sites]
+            done = next((r for _, r in results if isinstance(r, Applied)), None)
+            if done is None:
+                refused = [f"{site.detail.get('operand')}: {getattr(r, 'reason', r)}" for site, r in results]
+                break
+            ir, taken = done.ir, taken + 1
+        out[f"start: {rule.name}"] = {"source": autotune_control(ir.unparse()) if taken else None,
+                                      "rules": [rule.name] * taken, "refused": refused}
+    return out
+
+
+def _start_run(op: str, name: str, out_dir: Path) -> Any:
+    return load_source(out_dir / "src" / f"{op}__{_slug(name)}.py").run
+
+
 def child_warm(op: str, name: str, out_dir: Path) -> int:
-    """Compile and run one variant once on uninitialized inputs; status to warm/."""
+    """Compile and run one variant once on uninitialized inputs (a start kernel's autotuner
+    included); status to warm/."""
     t0 = time.monotonic()
     status: dict[str, Any] = {"op": op, "variant": name}
     try:
-        v = _by_name(op)[name]
         a, b, bias = make_inputs(op, fill=False)
-        hand_run(v)(a, k_major(b) if v.bform == "kcopy-pre" else b, bias)
+        if name.startswith("start: "):
+            _start_run(op, name, out_dir)(a, b)
+        else:
+            v = _by_name(op)[name]
+            hand_run(v)(a, k_major(b) if v.bform == "kcopy-pre" else b, bias)
         torch.cuda.synchronize()
         status["ok"] = True
     except Exception as exc:
@@ -479,6 +526,24 @@ def child_time(op: str, out_dir: Path) -> int:
     torch.backends.cuda.matmul.allow_tf32 = True
     tc = timed["torch"]
     plain: dict[tuple, float] = {}
+    warmed = _warmed(op, out_dir)
+    for name, info in json.loads((out_dir / "src" / f"{op}.json").read_text()).items():
+        row = {**base, "variant": name, "family": "start", "bform": name.split(": ")[1], "epi": "none"}
+        if name not in warmed:
+            emit({**row, "error": "; ".join(info["refused"]) or "not compiled (failed, crashed or cut)"})
+            continue
+        try:
+            run = _start_run(op, name, out_dir)
+            row.update(errors(run(a, b), ref("none"), "fp32"))
+            row["e2e_us"] = bench(lambda: run(a, b))
+            row["kernel_us"] = kernel_us(lambda: run(a, b), 10)
+            row["config"] = "; ".join(f"{k}: {v.best_config}" for k, v in run.__globals__.items()
+                                      if getattr(v, "best_config", None) is not None)
+            row["x_torch_e2e"] = round(tc["e2e_us"] / row["e2e_us"], 3)
+            row["x_torch_kernel"] = round(tc["kernel_us"] / row["kernel_us"], 3)
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        emit(row)
     for v in variants(op):
         row = {**base, "variant": v.name, "family": v.family, "bform": v.bform, "epi": v.epi,
                "config": f"{v.bm}x{v.bn}x{v.bk} w{v.warps} s{v.stages}", "smem_bytes": v.smem_bytes}
@@ -508,6 +573,34 @@ def child_time(op: str, out_dir: Path) -> int:
                 row["epilogue_us"] = round(row["kernel_us"] - plain[key], 2)
         emit(row)
     return 0
+
+
+def _warmed(op: str, out_dir: Path) -> set[str]:
+    """The variants of `op` whose warm-up ran."""
+    out = set()
+    for path in (out_dir / "warm").glob(f"{op}__*.json"):
+        status = json.loads(path.read_text())
+        if status.get("ok"):
+            out.add(status["variant"])
+    return out
+
+
+def write_starts(ops: list[str], out_dir: Path) -> dict[str, dict]:
+    """Each shape's start variants to OUT_DIR/src (their sources, and `<op>.json`: which rules
+    each took or why not); {op: {variant: its record}}."""
+    (out_dir / "src").mkdir(parents=True, exist_ok=True)
+    report = {}
+    for op in ops:
+        meta = {}
+        for name, info in start_sources(op).items():
+            if info["source"] is not None:
+                (out_dir / "src" / f"{op}__{_slug(name)}.py").write_text(info["source"])
+                meta[name] = {"rules": info["rules"], "refused": info["refused"]}
+            else:
+                meta[f"{name} (refused)"] = {"rules": [], "refused": info["refused"]}
+        (out_dir / "src" / f"{op}.json").write_text(json.dumps(meta, indent=1))
+        report[op] = meta
+    return report
 
 
 def record(op: str, rows: list[dict], command: str) -> dict:
@@ -612,8 +705,9 @@ def interpreter_checks(ops: list[str]) -> list[dict]:
     return out
 
 
-def dry(ops: list[str]) -> dict:
-    return {"smem": {op: [{"variant": v.name, "smem_bytes": v.smem_bytes, "fits": v.smem_bytes <= SMEM_LIMIT}
+def dry(ops: list[str], out_dir: Path) -> dict:
+    return {"starts": write_starts(ops, out_dir),
+            "smem": {op: [{"variant": v.name, "smem_bytes": v.smem_bytes, "fits": v.smem_bytes <= SMEM_LIMIT}
                           for v in variants(op)] for op in ops},
             "interpreter": interpreter_checks(ops),
             "apis": {"host_descriptors": TensorDescriptor is not None, "libdevice": libdevice is not None}}
@@ -629,7 +723,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: no CUDA GPU (use --dry on a CPU machine)", file=sys.stderr)
         return 2
     if args.dry:
-        report = dry(ops)
+        report = dry(ops, out_dir)
         (out_dir / "dry.json").write_text(json.dumps(report, indent=1))
         if args.json:
             print(json.dumps(report, indent=1))
@@ -637,6 +731,9 @@ def main(argv: list[str] | None = None) -> int:
             for op, rs in report["smem"].items():
                 for r in rs:
                     print(f"{op:7s} {r['variant']:44s} smem {r['smem_bytes']:>7} fits {r['fits']}")
+            for op, meta in report["starts"].items():
+                for name, info in meta.items():
+                    print(f"{op:7s} {name:44s} rules {info['rules']} refused {info['refused']}")
             for r in report["interpreter"]:
                 print(f"interpret {r['op']:7s} {r['variant']:44s} ok {r['ok']} {r.get('rel_err', r.get('error'))}")
             print("apis:", report["apis"])
@@ -647,8 +744,10 @@ def main(argv: list[str] | None = None) -> int:
 def device_run(ops: list[str], out_dir: Path, args: Any) -> int:
     t0 = time.monotonic()
     (out_dir / "records").mkdir(exist_ok=True)
-    # epilogue variants (the longest compiles) first, so the pool drains evenly
-    jobs = sorted(((op, v.name) for op in ops for v in variants(op)), key=lambda j: "mish2" not in j[1])
+    starts = write_starts(ops, out_dir)
+    # autotuned starts and epilogue variants (the longest compiles) first, so the pool drains evenly
+    jobs = [(op, name) for op in ops for name in starts[op] if not name.endswith("(refused)")]
+    jobs += sorted(((op, v.name) for op in ops for v in variants(op)), key=lambda j: "mish2" not in j[1])
     rows = run_phases(Path(__file__), out_dir, jobs, ops, args.wall, args.jobs, 0.5, t0)
     command = "python3 bench/tf32_ceiling.py " + " ".join(sys.argv[1:])
     for op in ops:

@@ -122,6 +122,22 @@ def test_records_are_read_by_the_store_and_the_summary_picks_the_fastest_correct
     assert "| ptr nk 128x256x32 w8 s3 mish2-rational | 410.0 | 15.0 |" in text
 
 
+def test_the_start_variants_carry_the_rules_they_name(tmp_path: Path) -> None:
+    probe = _probe()
+    report = probe.write_starts(["nn4096", "bmm128", "nt8192"], tmp_path)
+    assert report["nt8192"] == {}
+    for op in ("nn4096", "bmm128"):
+        assert set(report[op]) == {"start: control", "start: k-major-operands", "start: tf32-round-operands"}
+        for name, info in report[op].items():
+            text = (tmp_path / "src" / f"{op}__{probe._slug(name)}.py").read_text()
+            assert "@triton.autotune(" in text
+            assert info["rules"] == ([] if name == "start: control" else [name.split(": ")[1]])
+            assert ("_tf32_round(" in text) == (name == "start: tf32-round-operands")
+            assert ("_k_major(" in text) == (name == "start: k-major-operands")
+            # A is read K-major already: each rule refuses it and takes B
+            assert all("already K-major" in why for why in info["refused"]), info
+
+
 def test_bad_arguments_exit_2(tmp_path: Path) -> None:
     probe = _probe()
     assert probe.main([str(tmp_path), "--only", "nope"]) == 2
