@@ -206,8 +206,10 @@ def test_the_modes_set_and_clear_the_gates_settings() -> None:
 @pytest.mark.gpu
 def test_a_large_problem_under_a_lean_plan_meets_the_phase_budget(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The large problem with device memory for a lean plan and two references more (as when
-    it shares a GPU): its sets are drawn again where used, and the gate stays in the budget."""
+    """The large problem with device memory for a lean plan (its reference step's peak taken
+    as two outputs) and its seven references beside it, too little for every set (as when it
+    shares a GPU): its sets leave the device and are drawn again where used, its references
+    stay in the room, and the gate stays in the budget."""
     import gate
     from gate import memplan
 
@@ -217,8 +219,8 @@ def test_a_large_problem_under_a_lean_plan_meets_the_phase_budget(
     start.write_text(LARGE_START)
     case = gate.load_case(problem)
     _, set_bytes, out_bytes = case.module().work(dict(next(iter(case.shapes.values()))))
-    monkeypatch.setenv(memplan.CAP_ENV, str(int(memplan.lean_bytes(int(set_bytes), int(out_bytes))
-                                                + 2 * out_bytes)))
+    monkeypatch.setenv(memplan.CAP_ENV, str(int(memplan.lean_bytes(int(set_bytes), int(out_bytes),
+                                                                   int(2 * out_bytes)) + 7 * out_bytes)))
     gate.prestart("device", wait=COST.STARTUP_WAIT_S, case=case)
     row = COST.gate_once(start, case)
     assert row["ok"], row["reason"]
