@@ -208,9 +208,8 @@ def test_a_large_problem_under_a_lean_plan_meets_the_phase_budget(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The large problem with device memory for a lean plan (its reference step's peak taken
     as two outputs) and its six references beside it with an output to spare, too little for
-    every set (as when it
-    shares a GPU): its sets leave the device and are drawn again where used, its references
-    stay in the room, and the gate stays in the budget."""
+    every set (as when it shares a GPU): its sets leave the device and are drawn again where
+    used, its references stay in the room, and the gate stays in the budget."""
     import gate
     from gate import memplan
 
