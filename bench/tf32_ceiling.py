@@ -18,7 +18,7 @@ Every row is one hand-written kernel at one configuration, named
 |---|---|
 | family | `ptr`: pointer loads, one output tile per program, grouped order (GROUP_M 8); `tma`: host tensor descriptors, a persistent grid (one program per SM) walking the tiles in grouped order, its tile loop flattened into the K loop; `tma-nested`: the same, the loops nested; `tma-grid`: the nested kernel with one program per tile |
 | b-form | `kn`: B as stored (K, N), read as [BK, BN] tiles; `kn-trans`: B as stored, read as [BN, BK] tiles and `tl.trans`-ed before the dot; `kn-reg`: as `kn`, the tile rounded to TF32 in registers (`cvt.rna.tf32.f32`) before the dot; `kn-regi`: the same rounding on the bits (integer ops); `nk`: a (N, K) B (the weight as stored) read as [BN, BK] tiles, transposed before the dot; `nk-plain`: that B read as [BK, BN] tiles through its strides; `kcopy`: a K-major copy of B made inside the call (its copy kernel counts), then as `nk`; `kcopy-pre`: the same kernel on a copy made once outside the timed call |
-| epilogue (nt8192) | none: the product alone; `bias`: + bias; `mish2-start`: mish twice through the level-2 start kernel's own `_mish` (`tl.log(1 + tl.exp)`, `tl.exp`); `mish2-libdevice`: libdevice `tanh(log1p(exp(v)))`; `mish2-exp2log2`: softplus and tanh through `tl.exp2` / `tl.log2`; `mish2-rational`: tanh(softplus(v)) = n / (n + 2), n = e^v (e^v + 2), one `tl.exp2` and one division; ` split2` after it: the epilogue and store run on the two [BM, BN/2] halves of the tile one after the other |
+| epilogue (nt8192) | none: the product alone; `bias`: + bias; `mish2-start`: mish twice through the level-2 start kernel's own `_mish` (`tl.log(1 + tl.exp)`, `tl.exp`); `mish2-libdevice`: libdevice `tanh(log1p(exp(v)))`; `mish2-exp2log2`: softplus and tanh through `tl.exp2` / `tl.log2`; `mish2-rational`: tanh(softplus(v)) = n / (n + 2), n = e^v (e^v + 2), one `tl.exp2` and one division; `mish2-approx`: the exp2/log2 form with the logarithm as the PTX `lg2.approx.f32` (`tl.log2` compiles to a libdevice routine); ` split2` after it: the epilogue and store run on the two [BM, BN/2] halves of the tile one after the other |
 
 For the N-major shapes also the KernelBench start kernel as the search runs it, under the
 generic autotune list (`lineage.control.autotune_control`): `start: control` as written,
@@ -43,9 +43,9 @@ OUT_DIR/records/<op>.json (store records: `bench/store.py ingest` reads them as 
 kind), OUT_DIR/tf32.md (the rows and a summary: the best kernel of each family and b-form per
 shape against cuBLAS, and the epilogue costs); prints the summary (`--json`: the rows).
 `--dry` (any machine, no GPU): the start variants' sources (OUT_DIR/src) and the rules each
-took or refused, the configurations' shared memory, and every hand kernel code path
-(each family, b-form and epilogue but libdevice, which the interpreter lacks) run under the
-Triton interpreter on small shapes against torch. Needs triton 3.6 - 3.9.
+took or refused, the configurations' shared memory, and every hand kernel code path (each
+family, b-form and epilogue but those through libdevice or inline PTX, which the interpreter
+lacks) run under the Triton interpreter on small shapes against torch. Needs triton 3.6 - 3.9.
 Bad arguments or no GPU outside `--dry`: exit 2.
 """
 from __future__ import annotations
@@ -82,7 +82,8 @@ SHAPES: dict[str, dict[str, Any]] = {
 # list (`lineage.control.autotune_control`), as written and after each layout rule.
 STARTS = {"nn4096": "kernelbench/level1/1_Square_matrix_multiplication_.py",
           "bmm128": "kernelbench/level1/3_Batched_matrix_multiplication.py"}
-EPILOGUES = ("none", "bias", "mish2-start", "mish2-libdevice", "mish2-exp2log2", "mish2-rational")
+EPILOGUES = ("none", "bias", "mish2-start", "mish2-libdevice", "mish2-exp2log2", "mish2-rational",
+             "mish2-approx")
 LOG2E = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 
@@ -197,6 +198,19 @@ def _mish_exp2log2(v):
 
 
 @triton.jit
+def _lg2_approx(x):
+    return tl.inline_asm_elementwise("lg2.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def _mish_approx(v):
+    sp = tl.where(v > 20.0, v, _lg2_approx(1.0 + tl.exp2(tl.minimum(v, 20.0) * LOG2E)) * LN2)
+    e = tl.exp2(sp * (-2.0 * LOG2E))
+    return v * (1.0 - e) / (1.0 + e)
+
+
+@triton.jit
 def _mish_rational(v):
     # tanh(log(1 + t)) = ((1 + t)^2 - 1) / ((1 + t)^2 + 1) = n / (n + 2), n = t (t + 2), t = e^v
     t = tl.exp2(tl.minimum(v, 20.0) * LOG2E)
@@ -218,6 +232,8 @@ def _epilogue(acc, bias, rn, EPI: tl.constexpr):
         v = _mish_exp2log2(_mish_exp2log2(v))
     if EPI == 5:
         v = _mish_rational(_mish_rational(v))
+    if EPI == 6:
+        v = _mish_approx(_mish_approx(v))
     return v
 
 
@@ -676,10 +692,11 @@ SMALL: dict[str, dict[str, Any]] = {
 
 def interpreter_paths(op: str) -> list[Variant]:
     """One small-tile variant per (family, b-form, epilogue, order, split) the shape's list
-    holds; libdevice's epilogue and the PTX rounding left out (the interpreter has neither)."""
+    holds; libdevice's epilogue and the inline PTX (rounding, approximate log) left out: the
+    interpreter runs neither."""
     seen: dict[tuple, Variant] = {}
     for v in variants(op):
-        if v.epi == "mish2-libdevice" or v.bform == "kn-reg":
+        if v.epi in ("mish2-libdevice", "mish2-approx") or v.bform == "kn-reg":
             continue
         seen.setdefault((v.family, v.bform, v.epi, v.group, v.split),
                         Variant(v.family, v.bform, 32, 32, 16, 4, 2, v.epi, v.group, v.split))
