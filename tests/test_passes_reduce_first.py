@@ -22,7 +22,7 @@ import pytest
 import kir
 from passes.base import Applied, Skipped
 from passes.registry import get_pass
-from passes.triton.reduce_first import GEMV_CONFIGS
+from passes.triton.reduce_first import GEMV_CONFIGS, UNIT_CONFIGS
 from tests.module_helpers import load_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,7 +150,10 @@ def test_the_fused_form_launches_one_column_and_sets_the_k_stride() -> None:
     assert "(a, b_summed, out, M, 1, K, a.stride(0), 1," in text
     # the launch's tiles (BN computed from N) give way to the matrix-vector list
     assert "(a, b_summed, out, M, 1, K, a.stride(0), 1, N_full=N)" in text
-    assert 'triton.Config({"BM": 16, "BN": 16, "BK": 256}, num_warps=4, num_stages=3)' in text
+    assert 'triton.Config({"BM": 4, "BN": 1, "BK": 512}, num_warps=4, num_stages=3)' in text
+    # the product at one column made without a dot: the fp32 products summed over K
+    assert "acc += tl.sum(at.to(tl.float32)[:, :, None] * bt.to(tl.float32)[None, :, :], axis=1)" in text
+    assert "tl.dot(" not in text
     assert "_sum_along(b, K, N, (b.stride(0)), 1)" in text
     assert "tl.sum(acc, axis=1) / N_full" in text
 
@@ -174,12 +177,23 @@ def _grids(text: str, extent: int) -> list[tuple[int, ...]]:
 @pytest.mark.parametrize("name", ["start", "stored_mean", "fused_mean_store", "stored_colsum"])
 def test_the_matrix_vector_product_fills_the_gpu(name: str) -> None:
     """At N = 1 (M = 1) the GEMM is a matrix-vector product: every configuration of its list
-    launches one program per 16 rows (columns) of the other extent: 64 at 1024 (the start's
-    64-row tiles launched 16)."""
+    launches one program per 2-16 rows (columns) of the other extent: 64 to 512 at 1024 (the
+    start's 64-row tiles launched 16)."""
     text = _applied(_source(name))
     grids = _grids(text, 1024)
-    assert len(grids) == len(GEMV_CONFIGS)
-    assert all(math.prod(g) == 64 for g in grids), grids
+    assert len(grids) == len(UNIT_CONFIGS)
+    assert sorted(math.prod(g) for g in grids) == sorted(1024 // t for t, *_ in UNIT_CONFIGS), grids
+    assert min(math.prod(g) for g in grids) >= 64
+
+
+def test_a_dot_the_rule_cannot_rewrite_keeps_the_16_wide_list() -> None:
+    """A dot whose result is another precision (`out_dtype=tl.float16`) stays a dot: its tiles
+    stay 16 x 16 (the least a dot takes), one program per 16 rows."""
+    source = _source("start").replace('input_precision="ieee")', 'input_precision="ieee", out_dtype=tl.float16)')
+    text = _applied(source)
+    assert "tl.dot(a, b, input_precision=\"ieee\", out_dtype=tl.float16)" in text
+    grids = _grids(text, 1024)
+    assert len(grids) == len(GEMV_CONFIGS) and all(math.prod(g) == 64 for g in grids), grids
 
 
 def test_the_generic_list_form_keeps_the_rules_own_list() -> None:

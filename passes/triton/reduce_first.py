@@ -14,11 +14,16 @@ the GEMM with M = 1 the same way.
 At N = 1 the user's GEMM is a matrix-vector product, and the tiles it was launched with (its
 own, or the generic GEMM list's: 64-256 wide) launch too few programs to read A at the
 memory's rate (M / 64 on a GPU of 100+ multiprocessors) and compute columns the masks drop.
-The rewritten launch is autotuned over a list of its own (`GEMV_CONFIGS`): both output tiles
-16, the least a `tl.dot` takes, so one program per 16 rows (M / 16), and long K tiles (64-512)
-at 1-8 warps; the list replaces the tiles the launch passed, or the kernel's own list. Where
-the launch cannot take a list (`passes.triton.roles.sweep_edit` refuses), it keeps its tiles,
-the summed extent's at `N_TILE`.
+The rewritten launch is autotuned over a list of its own in place of the tiles the launch
+passed (or the kernel's own list). Where the dot's result is fp32 into an fp32 accumulator
+(its precision option aside), the dot is written as what it computes, the fp32 products summed
+over K (`tl.sum(a[:, :, None] * b[None, :, :], axis=1)`: exact fp32 products where a TF32
+dot rounds its operands), which takes a tile of 1 along the summed extent; the list
+(`UNIT_CONFIGS`) runs 2-16 rows a program (M / 2 - M / 16 programs) over K tiles of 256-2048.
+Otherwise the dot stays, and both its output tiles are 16, the least a dot takes
+(`GEMV_CONFIGS`: M / 16 programs, K tiles 64-512 at 1-8 warps). Where the launch cannot take a
+list (`passes.triton.roles.sweep_edit` refuses), it keeps its tiles, the summed extent's at
+`N_TILE`, and its dot.
 
 Two forms are taken, recognized by what the accumulator's values flow into:
 - *fused*: the GEMM's epilogue sums its tile over N (`tl.sum(acc, axis=1)`) and stores or
@@ -107,9 +112,32 @@ GEMV_CONFIGS: tuple[tuple[int, int, int], ...] = (
 )
 
 
-def gemv_configs() -> list[dict[str, int]]:
-    """`GEMV_CONFIGS` keyed by role (`passes.triton.roles.fit_configs`): the output's tiles
-    ("m", "n") at 16, the K tile ("k"), warps and stages."""
+# Where the product is made without a dot (`ReduceBeforeContract._dot_free`): (the other
+# extent's tile, K tile, warps, stages), the summed extent's tile 1. A program reads its rows
+# of A (columns of B) once, K in long coalesced tiles, and sums each tile across its threads:
+# 2-16 rows a program make M / 2 - M / 16 programs (512-64 at M = 1024), 4-32 KB of A read per
+# program and step (for 4-byte operands), so that a multiprocessor holding one or a few
+# programs keeps enough loads in flight; the longer K tiles take fewer of the cross-warp sums.
+UNIT_CONFIGS: tuple[tuple[int, int, int, int], ...] = (
+    (4, 512, 4, 3),
+    (2, 1024, 4, 2),
+    (4, 1024, 4, 2),
+    (2, 2048, 8, 2),
+    (8, 256, 4, 3),
+    (8, 512, 8, 2),
+    (16, 256, 4, 3),
+    (4, 256, 2, 4),
+)
+
+
+def gemv_configs(side: str = "n", unit: bool = False) -> list[dict[str, int]]:
+    """The matrix-vector list keyed by role (`passes.triton.roles.fit_configs`) for a product
+    summed over N (`side` "n") or M: `GEMV_CONFIGS` (both output tiles 16) for a `tl.dot`,
+    `UNIT_CONFIGS` (the summed extent's tile 1) for a product made without one (`unit`)."""
+    summed, other = ("n", "m") if side == "n" else ("m", "n")
+    if unit:
+        return [{summed: 1, other: t, "k": k, "num_warps": w, "num_stages": s}
+                for t, k, w, s in UNIT_CONFIGS]
     return [{"m": N_TILE, "n": N_TILE, "k": k, "num_warps": w, "num_stages": s}
             for k, w, s in GEMV_CONFIGS]
 
@@ -655,13 +683,13 @@ class ReduceBeforeContract(Pass):
         helpers = _helpers(mod)
         out = []
         for kernel in mod.kernels():
-            if len(dot_loops(kernel)) != 1:
-                continue
             launches = mod.launches(kernel.name)
             if not launches:
                 continue
             present = any(isinstance(v, ast.Name) and self._reduced(mod, launches[0], v.id, helpers)
                           for v in HostArgs(mod, kernel, launches[0]).args.values())
+            if len(dot_loops(kernel)) != 1 and not present:  # a product made without a dot: the rule's
+                continue
             out.append(make_site(self.name, ir, index, whole, present, {"kernel": kernel.name},
                                  mod.span(kernel)))
         return out
@@ -771,20 +799,67 @@ class ReduceBeforeContract(Pass):
         done = finish(ir, site, edits)
         if not isinstance(done, Applied):
             return done
-        listed = self._gemv_listed(done.ir, kernel.name)
-        return done if listed is None else finish(ir, site, [ByteEdit(0, len(mod.source), listed)])
+        tile = g.ext_tile if self._dot_free(done.ir, kernel.name) is not None else ""
+        listed = self._gemv_listed(done.ir, kernel.name, g.side, bool(tile))
+        if listed is None:
+            return done
+        if tile:
+            from kir import parse  # noqa: PLC0415
+
+            listed = self._dot_free(parse(listed, "triton"), kernel.name) or listed
+        return finish(ir, site, [ByteEdit(0, len(mod.source), listed)])
 
     @staticmethod
-    def _gemv_listed(ir: KernelIR, name: str) -> str | None:
+    def _gemv_listed(ir: KernelIR, name: str, side: str, unit: bool) -> str | None:
         """The rewritten module with the GEMM `name` autotuned over the matrix-vector list
-        (`gemv_configs`) in place of the tiles its launch (or its own list) gave it, or None
-        where its launch cannot take a list (`sweep_edit`'s refusals): it keeps them then."""
+        (`gemv_configs`; `unit`: the summed extent's tile 1, the product made without a dot)
+        in place of the tiles its launch (or its own list) gave it, or None where its launch
+        cannot take a list (`sweep_edit`'s refusals): it keeps them then."""
         from kir import Edit, Span  # noqa: PLC0415
 
-        made = sweep_edit(ir, name, gemv_configs())
+        made = sweep_edit(ir, name, gemv_configs(side, unit))
         if isinstance(made, SweepRefusal):
             return None
         return ir.apply(Edit(Span(e.start, e.end), e.text) for e in made[0]).unparse()
+
+    @staticmethod
+    def _dot_free(ir: KernelIR, name: str) -> str | None:
+        """The module with the GEMM `name`'s `tl.dot(a, b)` written as the fp32 products summed
+        over K (`tl.sum(a[:, :, None] * b[None, :, :], axis=1)`, operands cast to fp32), which
+        takes a tile of 1 along the summed extent where a dot takes 16; None where the dot passes
+        an option beyond its precision (an `out_dtype` other than fp32, a fused accumulator the
+        rule cannot read) or the accumulator is not fp32."""
+        mod = PyModule(ir)
+        kernel = next((k for k in mod.kernels() if k.name == name), None)
+        loops = dot_loops(kernel) if kernel is not None else []
+        if kernel is None or len(loops) != 1:
+            return None
+        dots = mod.calls(loops[0], DOT)
+        accs = accumulators(loops[0])
+        if len(dots) != 1 or len(dots[0].args) < 2 or len(accs) != 1:
+            return None
+        dot = dots[0]
+        acc = next(iter(accs))
+        inits = [n.value for n in ast.walk(kernel) if isinstance(n, ast.Assign) and _zero_init(n.value)
+                 and any(isinstance(t, ast.Name) and t.id == acc for t in n.targets)]
+        if len(inits) != 1 or "float32" not in ast.unparse(inits[0]):
+            return None
+        fused = dot.args[2] if len(dot.args) > 2 else _kw(dot, "acc", 99)
+        if len(dot.args) > 3 or any(k.arg not in ("acc", "input_precision", "allow_tf32", "out_dtype",
+                                                  "max_num_imprecise_acc") for k in dot.keywords):
+            return None
+        out = _kw(dot, "out_dtype", 99)
+        if out is not None and "float32" not in ast.unparse(out):
+            return None
+        lang = callee(dot).rsplit(".", 1)[0]
+        a, b = (f"{mod.text(x) if isinstance(x, (ast.Name, ast.Attribute, ast.Call)) else f'({mod.text(x)})'}"
+                f".to({lang}.float32)" for x in dot.args[:2])
+        text = f"{lang}.sum({a}[:, :, None] * {b}[None, :, :], axis=1)"
+        if fused is not None:
+            text = f"({mod.text(fused)} + {text})"
+        from kir import Edit, Span  # noqa: PLC0415
+
+        return ir.apply([Edit(Span(*mod.span(dot)), text)]).unparse()
 
     @staticmethod
     def _stride_text(node: ast.AST | None, host: HostArgs) -> str | None:
