@@ -186,10 +186,10 @@ def room_beyond(free_bytes: int, plan: SetPlan, per_set: int, work: int) -> int:
     """Device bytes left beyond what `plan` holds at its largest phase, given `free_bytes`
     (at most `device_cap()`) before its first set: its resident sets (`per_set` bytes each,
     with their held references) and `work` (`working_bytes`, or lean `lean_bytes`). A set
-    the plan parks whose inputs are drawn again where used (`gate.remake`) keeps its held
-    reference on the device in this room, and a set that cannot be drawn again stays whole,
-    instead of waiting in host memory: each comparison against a reference in host memory
-    copies it in and, masked anew, back out."""
+    the plan parks keeps its held reference on the device in this room, and a set that
+    cannot be drawn again where used (`gate.remake`) may stay whole, instead of waiting in
+    host memory: each comparison against a reference in host memory copies it in and, masked
+    anew, back out."""
     cap = device_cap()
     if cap is not None:
         free_bytes = min(free_bytes, cap)

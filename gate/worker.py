@@ -799,7 +799,7 @@ class _Runner:
         else:
             self.originals[key] = self._host_copy(inputs)
         del inputs
-        if recipe is None or not self._take_room(key, out, "reference"):
+        if not self._take_room(key, out, "reference"):
             self._park_reference(key)
         self.placed.add(key)
         self.parked.add(key)
