@@ -761,7 +761,13 @@ def main(argv: list[str] | None = None) -> int:
 def device_run(ops: list[str], out_dir: Path, args: Any) -> int:
     t0 = time.monotonic()
     (out_dir / "records").mkdir(exist_ok=True)
-    starts = write_starts(ops, out_dir)
+    try:
+        starts = write_starts(ops, out_dir)
+    except Exception as exc:  # the hand kernels are timed without them
+        print(f"start variants not built: {type(exc).__name__}: {exc}", flush=True)
+        for op in ops:
+            (out_dir / "src" / f"{op}.json").write_text("{}")
+        starts = {op: {} for op in ops}
     # autotuned starts and epilogue variants (the longest compiles) first, so the pool drains evenly
     jobs = [(op, name) for op in ops for name in starts[op] if not name.endswith("(refused)")]
     jobs += sorted(((op, v.name) for op in ops for v in variants(op)), key=lambda j: "mish2" not in j[1])

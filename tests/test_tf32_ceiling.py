@@ -4,6 +4,7 @@ a wide range of values, and its records are what the results store reads."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -142,3 +143,34 @@ def test_bad_arguments_exit_2(tmp_path: Path) -> None:
     probe = _probe()
     assert probe.main([str(tmp_path), "--only", "nope"]) == 2
     assert probe.main([str(tmp_path), "--jobs", "0"]) == 2
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter not enabled")
+def test_the_device_children_write_a_row_per_variant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm and timing children on the CPU (interpreter, small shapes, stand-in timers):
+    each variant that warmed is a row with its error and ratios, one that did not says why."""
+    import torch  # noqa: PLC0415
+
+    probe = _probe()
+    monkeypatch.setitem(probe.SHAPES, "nt8192", {"BATCH": 1, "M": 256, "N": 256, "K": 64, "b": "nk"})
+    keep = ["ptr nk 128x128x32 w4 s4", "tma nk 128x128x32 w8 s4", "ptr nk 128x256x32 w8 s3 mish2-rational split2",
+            "ptr nk 128x256x32 w8 s3 bias"]
+    every = probe.variants
+    monkeypatch.setattr(probe, "variants", lambda op: [v for v in every(op) if v.name in keep])
+    made = probe.make_inputs
+    monkeypatch.setattr(probe, "make_inputs", lambda op, device="cuda", shape=None, fill=True: made(op, "cpu", shape))
+    monkeypatch.setattr(probe, "kernel_us", lambda fn, calls=20: (fn(), 50.0)[1])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    import triton.testing  # noqa: PLC0415
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: (fn(), 0.1)[1])
+    (tmp_path / "warm").mkdir()
+    probe.write_starts(["nt8192"], tmp_path)
+    for name in keep[:-1]:  # the last one never warmed
+        probe.child_warm("nt8192", name, tmp_path)
+    assert probe.child_time("nt8192", tmp_path) == 0
+    rows = {r["variant"]: r for r in map(json.loads, (tmp_path / "rows.jsonl").read_text().splitlines())}
+    assert set(rows) >= {"torch", "torch-linear", "torch-mish2", "torch-fp32", *keep}
+    assert rows[keep[-1]]["error"].startswith("not compiled")
+    for name in keep[:-1]:
+        assert rows[name]["ok"] and rows[name]["x_torch_kernel"] == 1.0, rows[name]
+    assert rows[keep[2]]["x_model_e2e"] == 1.0
