@@ -5,7 +5,7 @@ no-library autotune control, on operators that contributed no lineage.
         [--library DIR (default: the shipped library)] [--budget-steps 12]
         [--box 300] [--wall S] [--only mm1024,attn_gqa] [--jobs N] [--out DIR]
         [--results OUT/heldout] [--fresh] [--tables-only [--records DIR ...]]
-        [--gems-only] [--ablation library-off,lookahead-off,priors-off,around-off]
+        [--gems-only] [--ablation library-off,lookahead-off,priors-off,around-off,bundles-off]
         [--from-partial [--no-control]] [--executor local|ray [--ray-address ADDRESS]]
 
 DIR_OR_CASE: case folders, KernelBench problem files, or folders holding them (default
@@ -36,7 +36,8 @@ of every run, start and control included, is a job on the Ray cluster, one GPU p
    part of the search turned off (`ABLATIONS`): library-off (no card: the sweeps of the
    start's own tunables alone, the control's list first), lookahead-off (the best state only
    is expanded), priors-off (every move starts from the same prior), around-off (a structural
-   step gated at its state's configuration alone, not under a list around it). The ablated
+   step gated at its state's configuration alone, not under a list around it), bundles-off (no
+   card offered with the steps its evidence ran with, `lineage.bundles`). The ablated
    runs start with the full search (step 2), each with the same budget and a box ending at the
    same time, and share its start and control gates; each best kernel is gated again fresh at
    the device tier like the best's. Each is a column (x/ref, and best over it) of the tables; at the
@@ -83,7 +84,8 @@ DEFAULT_LIBRARY = None  # the shipped library (lineage.shipped), unpacked when f
 COMPUTE_BOUND = 64.0
 """flops / bytes_moved at or above which an operator counts as compute-bound."""
 ABLATIONS = {"library-off": {"library": None}, "lookahead-off": {"lookahead": False},
-             "priors-off": {"priors": False}, "around-off": {"around": False}}
+             "priors-off": {"priors": False}, "around-off": {"around": False},
+             "bundles-off": {"bundles": False}}
 """Ablation name -> what it changes in the optimize run (library None: an empty library)."""
 _PRINT = threading.Lock()
 

@@ -3,8 +3,9 @@
 `optimize(target, case, library)` starts from any kernel that passes the gate and spends a
 budget of gated candidates. A *state* is a kernel of the run that passed the gate; a *move*
 makes a candidate from a state (`lineage.moves`): a retrieved card's materialization at a
-site (a structural step, timed, under a list around its state's configuration), a sweep
-around a launch card's recorded joint configuration, the generic autotune list of the
+site (a structural step, timed, under a list around its state's configuration), a card
+with the retrieved steps its evidence ran with that the state lacks (`lineage.bundles`), a
+sweep around a launch card's recorded joint configuration, the generic autotune list of the
 state's own tunables (what the no-library control writes: `lineage.control`), or a sweep
 around the configuration the state runs with (CUDA: its configuration rules' values).
 
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from kir.embedded import cuda_unit
 from kir.errors import BadInputError
 from lineage.ahead import Builds, build_ahead
+from lineage.bundles import bundle_candidates, bundles, joint_prior
 from lineage.graph import Lineage, state_id
 from lineage.moves import (PIN_PRIOR, Materialized, all_configs_spill, card_sites, effect_spread,
                            feature_appears, first_run_s, gate_seconds, kernel_of, kernel_shares,
@@ -89,7 +91,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
              deadline: float | None = None, executor: Any = None,
              llm_config: Any = None, config_sweeps: bool = True,
              lookahead: bool = True, priors: bool = True, around: bool = True,
-             prebuild_fn: Callable[..., Any] | None = None) -> OptimizeResult:
+             bundles: bool = True, prebuild_fn: Callable[..., Any] | None = None) -> OptimizeResult:
     """Optimize the kernel file `target` for `case` with the admitted cards of `library`.
 
     `budget_steps` bounds the gated candidates, `budget_usd` the LLM spend (used when no
@@ -106,7 +108,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     configurations and the state's own sweeps: single-parameter rewrites only);
     `lookahead=False` expands the best state only (a greedy search); `priors=False` gives every move
     the same prior (measurements still update it); `around=False` gates a structural step at
-    its state's configuration alone (`lineage.moves.around_parent`). An empty library leaves
+    its state's configuration alone (`lineage.moves.around_parent`); `bundles=False` offers no
+    card with the steps its evidence ran with (`lineage.bundles`). An empty library leaves
     the sweeps alone: the control with the run's budget.
     Writes OUT/best.<ext> (CUDA: with its host module), OUT/lineage.json and OUT/result.json.
     Raises BadInputError for a missing target, an unknown case or tier, a missing library,
@@ -188,7 +191,7 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
                say=say, budget=budget_steps, deadline=deadline, cards=tuple(admitted),
                retriever=Retriever(admitted, k=k), seed=seed,
                sweeps=config_sweeps and run_tier == "device",
-               lookahead=lookahead, priors=priors, around=around,
+               lookahead=lookahead, priors=priors, around=around, bundles=bundles,
                heavy=first_run_s(verdict) >= HEAVY_FIRST_RUN_S, spread=effect_spread(admitted))
     if (prebuild_fn is not None or (check_fn is None and executor is None)) \
             and language == "cuda" and run_tier == "device":
@@ -231,8 +234,9 @@ class _State:
 
 @dataclass(eq=False)
 class _Option:
-    """One move on one state: `kind` plain | own | recorded | rule | pin | card, the card it acts for
-    (a stand-in card for the state's own sweeps and a rule offered without one), its rank."""
+    """One move on one state: `kind` plain | own | recorded | rule | pin | card | bundle, the card
+    it acts for (a stand-in card for the state's own sweeps and a rule offered without one), its
+    rank; a bundle's cards in the order they are applied (`chain`, the card last)."""
 
     state: _State
     kind: str
@@ -249,6 +253,7 @@ class _Option:
     """Its first pull made no candidate (no site, or every back-end refused)."""
     held: list[Materialized] = field(default_factory=list)
     """Candidates taken from `stream` ahead of their pulls (`lineage.ahead`), in order."""
+    chain: tuple[SkillCard, ...] = ()
 
 
 @dataclass(eq=False)
@@ -274,6 +279,7 @@ class _Run:
     lookahead: bool = True
     priors: bool = True
     around: bool = True  # a structural step under a list around its state's configuration
+    bundles: bool = True  # a card with the steps its evidence ran with (`lineage.bundles`)
     heavy: bool = False
     """The start's first run, compilation included, took `HEAVY_FIRST_RUN_S` or more."""
     spread: float = 0.0  # how far a move's log gain may lie from its prior (`effect_spread`)
@@ -342,9 +348,14 @@ def _cost(option: _Option, run: _Run) -> float:
     """A move's expected gate seconds: its state's own gate's times the geometric mean ratio
     of its kind's candidates' gates to their states' in the run (a prior ratio of 1, weighted
     `PRIOR_WEIGHT`: a candidate costs what its state cost until its kind was measured)."""
-    seen = run.costs.get(option.kind, [])
+    seen = run.costs.get(_priced(option), [])
     state_s = option.state.seconds or run.states[0].seconds or 1.0
     return state_s * math.exp(sum(seen) / (PRIOR_WEIGHT + len(seen)))
+
+
+def _priced(option: _Option) -> str:
+    """The kind whose gates a move's cost is read from: a bundle's are its cards'."""
+    return "card" if option.kind == "bundle" else option.kind
 
 
 def _paced(run: _Run) -> bool:
@@ -391,9 +402,10 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
         state.target = Target(run.language, run.case, run.platform, present,
                               signature=kernel_signature(state.ir), open_sites=open_)
     target = state.target
-    spent = {c.id for c in run.cards if run.failures[c.id] >= MAX_CARD_FAILURES
-             or getattr(run.options.get((id(state), "card", c.id)), "done", False)
-             or used_up(c, state)}
+    failed = {c.id for c in run.cards
+              if run.failures[c.id] >= MAX_CARD_FAILURES or used_up(c, state)}
+    spent = failed | {c.id for c in run.cards
+                      if getattr(run.options.get((id(state), "card", c.id)), "done", False)}
     found = [r.card for r in seeded_order(run.retriever.retrieve(target, exclude=spent).cards,
                                           run.seed)]
     moves: list[tuple[str, SkillCard, float]] = []
@@ -427,11 +439,16 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
                             if card.pass_name in (b.scope.get("prior_actions") or ())])
 
     moves += [("card", c, _prior(c, target) + enabling(c)) for c in found]
+    # a bundle's prior: its cards' priors on the states along it (`joint_prior`)
+    chains = bundles([r.card for r in run.retriever.retrieve(target, exclude=failed).cards],
+                     target.present_passes, run.cards) if run.bundles else {}
+    moves += [("bundle", ch[-1], joint_prior(ch, target, _prior)) for ch in chains.values()]
     out = []
     for rank, (kind, card, prior) in enumerate(moves):
         key = (id(state), kind, card.id)
         option = run.options.setdefault(key, _Option(state, kind, card, rank, prior))
         option.rank, option.prior = rank, prior
+        option.chain = chains.get(card.id, ()) if kind == "bundle" else ()
         option.context = tuple(sorted(target.present_passes if kind in ("plain", "own") else
                                       set(card.scope.get("prior_actions") or ()) & target.present_passes))
         if not option.done:
@@ -446,9 +463,10 @@ def _sweep_kind(options: Mapping[str, Any]) -> str:
 def _stream(option: _Option, run: _Run) -> Iterator[Materialized]:
     """The option's candidates (`lineage.moves.move_candidates`), those that are a state of
     the run or were gated already left out."""
-    made = move_candidates(option.kind, option.card, option.state, ctx=run.ctx,
-                           rewriter=run.rewriter, heavy=run.heavy,
-                           around=run.sweeps and run.around)
+    kw = {"ctx": run.ctx, "rewriter": run.rewriter, "heavy": run.heavy,
+          "around": run.sweeps and run.around}
+    made = bundle_candidates(option.chain, option.state, **kw) if option.kind == "bundle" \
+        else move_candidates(option.kind, option.card, option.state, **kw)
     return (m for m in made if m.ir is None or _unseen(m.ir.unparse(), run))
 
 
@@ -478,7 +496,7 @@ def _pull(option: _Option, run: _Run) -> None:
     if made is not None:
         fits = run.ahead is not None and made.ok and made.ir is not None and made.site is not None
         build_ahead(run, option, made, _kept_as(option.state, made) if fits else None, _stream,
-                    lambda kept, o: _Option(kept, o.kind, o.card, o.rank))
+                    lambda kept, o: _Option(kept, o.kind, o.card, o.rank, chain=o.chain))
         _judge(option, made, run)
 
 
@@ -534,7 +552,7 @@ def _judge(option: _Option, made: Materialized, run: _Run) -> None:
         seconds = gate_seconds(verdict) or time.monotonic() - began
         run.gate_s += seconds
         if state.seconds and seconds > 0 and not getattr(verdict, "cached", False):
-            run.costs.setdefault(option.kind, []).append(math.log(seconds / state.seconds))
+            run.costs.setdefault(_priced(option), []).append(math.log(seconds / state.seconds))
         if failure_kind(verdict) == "timeout" and run.out_of_time():
             # cut by the time box: not a verdict on the card, never reused
             return _reject(option, made, run, "time-box", "the gate was cut at the end of the time box")
@@ -554,9 +572,11 @@ def _judge(option: _Option, made: Materialized, run: _Run) -> None:
     if ms and state.ms:
         run.observed.setdefault(_move(option), []).append(math.log(state.ms / ms))
     new = _State(source, made.ir, verdict, ms, seconds, state, card, made)
-    new.path = (*state.path, Step(card.id, card.pass_name, made.site.anchor, True, ms=ms,
-                                  speedup=state.ms / ms if ms and state.ms else None,
-                                  rewriter=made.rewriter))
+    members = [Step(c.id, c.pass_name, a, True, rewriter=made.rewriter)  # a bundle's first steps
+               for c, a in zip(option.chain[:-1], made.options.get("sites") or ())]
+    new.path = (*state.path, *members, Step(card.id, card.pass_name, made.site.anchor, True, ms=ms,
+                                            speedup=state.ms / ms if ms and state.ms else None,
+                                            rewriter=made.rewriter))
     best_ms = run.best.ms
     if run.timed and (ms is None or (best_ms is not None and ms * MIN_GAIN > best_ms)):
         run.states.append(new)  # a passing state: expandable while it is near the best

@@ -81,7 +81,8 @@ def test_an_unknown_ablation_is_a_one_line_error(tmp_path: Path) -> None:
                     str(tmp_path / "run"), "--ablation", "library-off,no-such-part", timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip() == ("heldout: unknown --ablation no-such-part (one of "
-                                   "library-off, lookahead-off, priors-off, around-off)")
+                                   "library-off, lookahead-off, priors-off, around-off, "
+                                   "bundles-off)")
     assert not (tmp_path / "run").exists()
 
 
