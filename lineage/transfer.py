@@ -178,11 +178,18 @@ def operand_bytes(m: int, n: int, k: int, stages: int, elem_bytes: int) -> int:
     return max(stages, 1) * (m * k + k * n) * elem_bytes
 
 
+# The pipeline depth a fitted dot configuration keeps while its reduction step can narrow
+# (a two-stage ring leaves each step's copy exposed).
+KEEP_STAGES = 3
+
+
 def shared_fit(configs: Sequence[dict[str, int]], target: KernelConfig,
                elem_bytes: int | None) -> list[dict[str, int]]:
     """`configs` of a dot kernel whose operand tiles, pipelined, need more shared memory than
-    an sm_90 block may have (`operand_bytes`) with fewer stages (not below 2), then a narrower
-    reduction step (not below 16); one that still does not fit is left out. Recorded
+    an sm_90 block may have (`operand_bytes`) with a narrower reduction step (to the row bytes
+    of the 16-bit step it was recorded with), fewer stages (not below `KEEP_STAGES`), a still
+    narrower step (not below 16), fewer stages (not below 2); one that still does not fit is
+    left out. Recorded
     configurations are 16-bit ones: on fp32 operands a 128x256x64 tile at 3 stages needs
     288 KB, and half of a sweep's points could not compile (the device autotuner skips them;
     the static tier flags them). Kernels without a dot, configurations without the three
@@ -198,14 +205,22 @@ def shared_fit(configs: Sequence[dict[str, int]], target: KernelConfig,
         if not (m and n and k):
             out.append(dict(cfg))
             continue
-        fitted = stages
-        while fitted > 2 and operand_bytes(m, n, k, fitted, elem_bytes) > limit:
-            fitted -= 1
-        narrow = k
-        while operand_bytes(m, n, narrow, fitted, elem_bytes) > limit \
-                and narrow // 2 >= MIN_DOT_BLOCK:
+        def over(step: int, depth: int) -> bool:
+            return operand_bytes(m, n, step, depth, elem_bytes) > limit
+
+        # First the reduction step's rows back to the bytes a 16-bit step of `k` has (the
+        # widest swizzle the recorded step was chosen for), then the pipeline down to
+        # `KEEP_STAGES`, a narrower step, and two stages at the least.
+        fitted, narrow = stages, k
+        while over(narrow, fitted) and narrow * elem_bytes > 2 * k and narrow // 2 >= MIN_DOT_BLOCK:
             narrow //= 2
-        if operand_bytes(m, n, narrow, fitted, elem_bytes) > limit:
+        while fitted > min(stages, KEEP_STAGES) and over(narrow, fitted):
+            fitted -= 1
+        while over(narrow, fitted) and narrow // 2 >= MIN_DOT_BLOCK:
+            narrow //= 2
+        while fitted > 2 and over(narrow, fitted):
+            fitted -= 1
+        if over(narrow, fitted):
             continue
         out.append({**cfg, **({"num_stages": fitted} if fitted != stages else {}),
                     **({"k": narrow} if narrow != k else {})})

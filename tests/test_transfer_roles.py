@@ -1298,8 +1298,9 @@ def test_recent_keeps_the_last_answers_and_drops_the_least_recently_used() -> No
 def test_a_sweep_on_fp32_operands_fits_the_shared_memory_of_a_block() -> None:
     """A recorded 16-bit configuration (128x256x64 at 3 stages, 144 KB of operand tiles)
     needs 288 KB on fp32 operands: on a case whose dtype is fp32 every point of the sweep is
-    fitted to the 227 KB an sm_90 block may have (fewer stages first, then a narrower
-    reduction step), and one that cannot fit is left out; on 16-bit operands the recorded
+    fitted to the 227 KB an sm_90 block may have (a reduction step of the recorded row bytes
+    first, 32 fp32 elements for 64 16-bit ones, then fewer stages), and one that cannot fit
+    is left out; on 16-bit operands the recorded
     point stays as it was, and without a known width nothing changes."""
     from lineage.transfer import element_bytes
 
@@ -1314,8 +1315,8 @@ def test_a_sweep_on_fp32_operands_fits_the_shared_memory_of_a_block() -> None:
 
     [(_, _, wide)] = config_candidates(carrier, _ir(MM_B), elem_bytes=element_bytes("fp32"))
     assert wide and all(need(c, 4) <= limit for c in wide)
-    assert {"TILE_ROWS": 128, "TILE_COLS": 256, "DEPTH": 64, "num_warps": 8,
-            "num_stages": 2} == wide[0]  # the recorded point with one stage fewer
+    assert {"TILE_ROWS": 128, "TILE_COLS": 256, "DEPTH": 32, "num_warps": 8,
+            "num_stages": 3} == wide[0]  # the recorded point with 128-byte rows of fp32
     [(_, _, half)] = config_candidates(carrier, _ir(MM_B), elem_bytes=element_bytes("bf16"))
     assert half[0] == {"TILE_ROWS": 128, "TILE_COLS": 256, "DEPTH": 64, "num_warps": 8,
                        "num_stages": 3}
