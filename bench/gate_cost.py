@@ -28,7 +28,9 @@ its seconds are reported as the mode's `run_start_s`, apart from the gates) and,
 `parent` / `worker` choose the comparison alone (`--compare` is the same option);
 `parked-host` is the defaults with what a plan lets wait kept as the lean plan first kept it
 (every set and held reference copied to host memory by torch's pageable copies, a lean plan's
-sampled outputs in host memory: no set drawn again, no room kept, no pinned staging).
+sampled outputs in host memory: no set drawn again, no room kept, no pinned staging);
+`held-refs` is the defaults with every held reference kept (in the room, else in host memory)
+instead of computed again where compared (`KLINEAGE_GATE_RECOMPUTE=0`).
 `--gpu-memory GB` plans every gate for at most that much device memory (`gate.memplan.CAP_ENV`,
 as the KernelBench tier's grant to a problem sharing a GPU does), so that the largest problems
 take the plans they take beside another. A row per
@@ -57,7 +59,7 @@ OVERHEAD_FIXED_S = 5.0
 OVERHEAD_SHARE = 0.2
 _PARKED_HOST: dict[str, str | None] = {"KLINEAGE_GATE_REDRAW": "0", "KLINEAGE_GATE_ROOM": "0",
                                        "KLINEAGE_GATE_STAGING": "0", "KLINEAGE_GATE_SAMPLES": "host"}
-_DEFAULT_PARKING = {name: None for name in _PARKED_HOST}
+_DEFAULT_PARKING = {name: None for name in (*_PARKED_HOST, "KLINEAGE_GATE_RECOMPUTE")}
 MODES: dict[str, dict[str, str | None]] = {
     "before": {"KLINEAGE_GATE_COMPARE": "parent", "KLINEAGE_GATE_SETS": "job",
                "KLINEAGE_GATE_STANDBY": "0", "KLINEAGE_GATE_FUSED": "0", **_DEFAULT_PARKING},
@@ -69,6 +71,9 @@ MODES: dict[str, dict[str, str | None]] = {
     "worker": {"KLINEAGE_GATE_COMPARE": "worker"},
     "parked-host": {"KLINEAGE_GATE_COMPARE": None, "KLINEAGE_GATE_SETS": None,
                     "KLINEAGE_GATE_STANDBY": None, "KLINEAGE_GATE_FUSED": None, **_PARKED_HOST},
+    "held-refs": {"KLINEAGE_GATE_COMPARE": None, "KLINEAGE_GATE_SETS": None,
+                  "KLINEAGE_GATE_STANDBY": None, "KLINEAGE_GATE_FUSED": None, **_DEFAULT_PARKING,
+                  "KLINEAGE_GATE_RECOMPUTE": "0"},
 }
 """Gate settings per mode (environment variables; None: unset, the gate's default)."""
 STARTUP_WAIT_S = 60.0

@@ -99,6 +99,9 @@ class Stage:
 
 
 _STAGE: Stage | None = None
+_RATE: dict[str, float] = {}
+RATE_PROBE_BYTES = 2 * CHUNK_BYTES
+"""Bytes of the copy out and back in that `copy_rate` times (two of the stage's chunks)."""
 
 
 def _stage(device: Any) -> Stage | None:
@@ -148,4 +151,31 @@ def write_back(host: torch.Tensor, t: torch.Tensor) -> None:
     stage.down(_flat_bytes(t.detach().contiguous()), _flat_bytes(host))
 
 
-__all__ = ["CHUNK_BYTES", "Stage", "to_device", "to_host", "write_back"]
+def copy_rate(device: Any, nbytes: int = RATE_PROBE_BYTES) -> float:
+    """Bytes a second a tensor on `device` goes to host memory and back through this module
+    (`to_host`, then `write_back` and `to_device`: what a reference waiting in host memory
+    costs at each comparison), timed once per process and device on `nbytes` (the copies warm
+    first, on a piece of it)."""
+    import time  # noqa: PLC0415
+
+    name = str(torch.device(device))
+    if name not in _RATE:
+        src = torch.zeros(max(1, nbytes), dtype=torch.uint8, device=device)
+
+        def once(t: torch.Tensor) -> float:
+            t0 = time.perf_counter()
+            host = to_host(t)
+            write_back(host, t)
+            back = to_device(host, device)
+            if back.is_cuda:
+                torch.cuda.synchronize(back.device)
+            return time.perf_counter() - t0
+
+        once(src[:min(src.numel(), CHUNK_BYTES)])
+        seconds = once(src)
+        _RATE[name] = 3 * src.numel() / max(seconds, 1e-9)
+        del src
+    return _RATE[name]
+
+
+__all__ = ["CHUNK_BYTES", "RATE_PROBE_BYTES", "Stage", "copy_rate", "to_device", "to_host", "write_back"]

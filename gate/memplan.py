@@ -228,6 +228,14 @@ def with_redraw(plan: SetPlan, free_bytes: int, set_bytes: int, out_bytes: int, 
         f"a set, {free_bytes / gib:.1f} GiB free on the device"))
 
 
+def recompute_bytes(set_bytes: int, out_bytes: int, reference_peak: int = 0) -> int:
+    """Device bytes a comparison holds where its held reference is computed again there
+    (`gate.remake.worth_computing_again`): the call's set and its clone, the call's output, the
+    reference computed on the set, its masked copy and the reference step's own temporaries
+    (`reference_peak`), plus `SLACK_BYTES`."""
+    return 2 * set_bytes + 3 * out_bytes + reference_peak + SLACK_BYTES
+
+
 def samples_fit(free_bytes: int, out_bytes: int, samples: int) -> bool:
     """Whether a lean plan's timed runs keep their `samples` sampled outputs on the device:
     given `free_bytes` free once the pool is back (its sets and the rotation's buffers
@@ -302,5 +310,5 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
 
 __all__ = ["CAP_ENV", "LEAN_WORK", "MIN_POOL", "MIN_SEEDS", "PHASE_WORK", "SLACK_BYTES", "SetPlan",
            "device_cap", "gate_bytes", "host_bytes", "kept_bytes", "lean_bytes", "lean_plan",
-           "least_bytes", "least_plan", "parked_bytes", "parked_plan", "plan_bytes", "plan_sets",
+           "least_bytes", "least_plan", "parked_bytes", "parked_plan", "plan_bytes", "plan_sets", "recompute_bytes",
            "room_beyond", "samples_fit", "with_redraw", "working_bytes"]

@@ -23,6 +23,14 @@ What keeps that sound:
   from host memory. A set is drawn again only where the probe's draw and digest took no longer
   than one copy in at `COPY_IN_BYTES_PER_S` (`worth_drawing_again`; a small set's below
   `COPY_IN_FLOOR_S`).
+- *A held reference computed again, where that is cheaper than its copy.* A set drawn again
+  (not a crossover) has its held reference dropped too and computed again on the device at
+  each comparison, masked under the parent's current key only once the candidate's call is
+  over (`gate.worker`), where the case's reference computes the same bytes twice (a second
+  computation on the first set, its digest against the first's: `computes_again`) and that
+  computation with the draw takes no longer than the reference's copy in and back out at the
+  copy rate measured on this process (`worth_computing_again`). Each computation is checked
+  against the digest of the first (its bytes, before candidate code loaded).
 - *Not the sealed set.* It is drawn with a secret seed and kept masked (`gate.worker`), so
   that candidate code can neither draw it again nor read it before its call; it waits as a
   copy in host memory, or whole on the device where the plan leaves room
@@ -87,10 +95,28 @@ def worth_drawing_again(seconds: float, set_bytes: int) -> bool:
     return seconds <= max(set_bytes / COPY_IN_BYTES_PER_S, COPY_IN_FLOOR_S)
 
 
+def worth_computing_again(draw_s: float, compute_s: float, out_bytes: int,
+                          copy_bytes_per_s: float) -> bool:
+    """Whether a held reference of `out_bytes` is computed again at each comparison (its set
+    drawn again, `draw_s`, and the reference computed on it, `compute_s`, both measured warm)
+    rather than waiting in host memory, where each comparison copies it in and, masked anew,
+    back out at `copy_bytes_per_s` (`COPY_IN_FLOOR_S` at the least)."""
+    if copy_bytes_per_s <= 0:
+        return False
+    return draw_s + compute_s <= max(2 * out_bytes / copy_bytes_per_s, COPY_IN_FLOOR_S)
+
+
+def computes_again(first: str, again: str) -> bool:
+    """Whether a reference's second computation (digest `again`) has the bytes of its first
+    (`first`): a reference that does not (an order of floating-point sums that varies between
+    runs) keeps its held copy."""
+    return bool(first) and first == again
+
+
 def redraws(first: str, again: tuple[Any, ...]) -> bool:
     """Whether a second draw (`again`) of the set whose digest is `first` gives the same set."""
     return digest(again) == first
 
 
-__all__ = ["COPY_IN_BYTES_PER_S", "COPY_IN_FLOOR_S", "Key", "Recipe", "digest", "nbytes", "redraws", "tensor_digest",
-           "worth_drawing_again"]
+__all__ = ["COPY_IN_BYTES_PER_S", "COPY_IN_FLOOR_S", "Key", "Recipe", "computes_again", "digest", "nbytes",
+           "redraws", "tensor_digest", "worth_computing_again", "worth_drawing_again"]

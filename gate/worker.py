@@ -380,9 +380,20 @@ class _Runner:
         # per variant whether its make_inputs draws a set the same twice
         self.recipes: dict[tuple[str, str, int], Any] = {}
         self.redraws: dict[str, bool] = {}
+        self.draw_s: dict[str, float] = {}  # variant -> its warm draw's seconds (the probe's)
+        # held references dropped and computed again at each comparison (`_recomputes`): key ->
+        # the digest of its first computation; per variant whether its references are, the
+        # first computation's digest of every set that may be, and the reference's seconds
+        self.recomputed: dict[tuple[str, str, int], str] = {}
+        self.recomputes: dict[str, bool] = {}
+        self.ref_digests: dict[tuple[str, str, int], str] = {}
+        self.compute_s: dict[str, float] = {}
+        self.ref_settings: tuple[Any, ...] | None = None  # torch's settings the references ran under
+        self.plan_figures: dict[str, tuple[int, int]] = {}  # variant -> (free bytes, reference peak)
         # variant -> device bytes beyond its plan where parked sets' references (or a set that
         # cannot be drawn again) stay (`memplan.room_beyond`), and what stayed there
         self.room: dict[str, int] = {}
+        self.spare: dict[str, int] = {}  # variant -> device bytes beyond its plan (`_spare`)
         self.stayed: dict[str, list[str]] = {}
         # variant -> the sets that will wait, in the order their references have a claim on the
         # room (`_room_order`), and the sets whose place is decided
@@ -557,6 +568,12 @@ class _Runner:
             self.chan.send("flag", f"{variant}: {len(hosted)} of {total} input sets wait in host "
                                    f"memory between their uses "
                                    f"({self._set_bytes(self.originals[hosted[0]]) / gib:.1f} GiB a set)")
+        again = [k for k in self.recomputed if k[0] == variant]
+        if again:
+            self.chan.send("flag", f"{variant}: {len(again)} held reference(s) are dropped between "
+                                   f"their uses and computed again where compared "
+                                   f"({self.compute_s.get(variant, 0.0):.3f} s a computation; each "
+                                   f"checked against its first computation's digest)")
         stayed = self.stayed.get(variant, [])
         if stayed:
             self.chan.send("flag", f"{variant}: {stayed.count('reference')} held reference(s) and "
@@ -579,6 +596,7 @@ class _Runner:
             plan = self._set_plan(variant, inputs, free, self._peak_since(peak_from))
             per_set = self._set_bytes(inputs) + (self.out_bytes.get(variant, 0) if self.held_mode else 0)
             self.room[variant] = self._room_beyond(variant, plan, free, per_set)
+            self.spare[variant] = self._spare(plan, free, per_set, self.work_bytes[variant])
             self._reserve((self.work_bytes[variant] if plan.lean else
                            (plan.sets - 1) * per_set + self.work_bytes[variant]) + self.room[variant])
         del inputs
@@ -707,11 +725,12 @@ class _Runner:
         # the peak holds the first set itself (its inputs, its held reference): kept, not work
         peak = max(0, peak - set_bytes - (out_bytes if self.held_mode else 0))
         self.work_bytes[variant] = memplan.working_bytes(set_bytes, out_bytes, peak)
+        self.plan_figures[variant] = (free, peak)
         choice = os.environ.get("KLINEAGE_GATE_SETS")
         if choice == "lean":
-            plan = memplan.lean_plan(seeds, pool, fixed, "every input set leaves the device and "
-                                                         "every reference waits in host memory "
-                                                         "between its uses (asked)")
+            plan = memplan.lean_plan(seeds, pool, fixed, "every input set and every held "
+                                                         "reference leaves the device between "
+                                                         "its uses (asked)")
         elif self.device != "cuda" or choice == "job":
             plan = memplan.SetPlan(seeds, pool, 0, seeds + fixed + pool - 1)
         else:
@@ -785,21 +804,26 @@ class _Runner:
     def _park(self, key: tuple[str, str, int]) -> None:
         """Let the input set `key` leave the device: dropped, to be drawn again where used,
         where the case draws it the same twice (`_recipe`), else copied to host memory, or
-        where there is room beyond the plan (`_take_room`) kept whole; its held reference stays
-        in that room where it can, else goes to host memory."""
+        where there is room beyond the plan (`_take_room`) kept whole; its held reference is
+        dropped and computed again where compared where its set is drawn again and that is
+        cheaper (`_recomputes`), else stays in that room where it can, else goes to host
+        memory."""
         inputs = self.originals[key]
         recipe = self._recipe(key, inputs)
         out = self.out_bytes.get(key[0], 0) if self.held_mode else 0
         if recipe is None and self._take_room(key, self._set_bytes(inputs) + out, "set"):
             self.placed.add(key)
             return
+        again = recipe is not None and not recipe.crossed and self._recomputes(key, inputs)
         if recipe is not None:
             self.recipes[key] = recipe
             self.originals[key] = ()
         else:
             self.originals[key] = self._host_copy(inputs)
         del inputs
-        if not self._take_room(key, out, "reference"):
+        if again:
+            self._drop_reference(key)
+        elif not self._take_room(key, out, "reference"):
             self._park_reference(key)
         self.placed.add(key)
         self.parked.add(key)
@@ -828,6 +852,14 @@ class _Runner:
             return 0
         return memplan.room_beyond(free, plan, per_set, self.work_bytes[variant])
 
+    def _spare(self, plan: Any, free: int, per_set: int, work: int) -> int:
+        """The device bytes beyond `plan` (`memplan.room_beyond`, whatever keeps the room for
+        references and sets at none): what a comparison that computes its reference again
+        may take beyond the plan's largest phase (`_recomputes`)."""
+        from gate import memplan  # noqa: PLC0415
+
+        return memplan.room_beyond(free, plan, per_set, work) if self.device == "cuda" else 0
+
     def _take_room(self, key: tuple[str, str, int], nbytes: int, what: str) -> bool:
         """Whether `nbytes` of `key`'s (its held reference, or its whole set) stay on the
         device in the room beyond its variant's plan: taken from it where they fit beside the
@@ -837,12 +869,19 @@ class _Runner:
         order = self.room_order.get(variant, [])
         out = self.out_bytes.get(variant, 0) if self.held_mode else 0
         ahead = order[:order.index(key)] if key in order else order
-        claimed = out * sum(1 for k in ahead if k not in self.placed)  # kept for those first
+        # kept for those first (not for references to be computed again where compared)
+        claimed = out * sum(1 for k in ahead if k not in self.placed and not self._computed_later(k))
         if nbytes + claimed > self.room.get(variant, 0) or self._short(variant):
             return False
         self.room[variant] -= nbytes
         self.stayed.setdefault(variant, []).append(what)
         return True
+
+    def _computed_later(self, key: tuple[str, str, int]) -> bool:
+        """Whether `key`'s held reference will be computed again where compared, its variant's
+        being (`_recomputes`): every set's but the sealed one's and the refill pool's (a
+        crossover's is not; a fresh draw's is counted as if it were not)."""
+        return bool(self.recomputes.get(key[0])) and key[1] not in (PHASE_SEALED, PHASE_REFILL)
 
     def _recipe(self, key: tuple[str, str, int], inputs: tuple[Any, ...], *,
                 base: tuple[str, str, int] | None = None,
@@ -867,22 +906,23 @@ class _Runner:
         """Whether `key`'s variant has its sets drawn again where used: the case's make_inputs
         draws `key`'s set (digest `first`) the same a second time, and that draw with its digest
         takes no longer than a copy in from host memory (`remake.worth_drawing_again`);
-        measured once per variant (the set drawn again beside the first). A flag says why not
-        where the draw is the same but slower."""
+        measured once per variant (the set drawn again beside the first; where that draw is
+        slower than a copy, drawn a third time and the faster of the two taken, so that a
+        warm-up the first paid does not decide). A flag says why not where the draw is the
+        same but slower."""
         from gate import remake  # noqa: PLC0415
 
         variant = key[0]
         if os.environ.get("KLINEAGE_GATE_REDRAW") == "0":
             return False
         if variant not in self.redraws:
-            t0, waited = time.perf_counter(), self.lock.waited_s
-            again = self._draw(variant, key[2])
-            same = remake.redraws(first, again)
-            # the draw's own time: not the wait for the GPU lock (another gate's timed runs)
-            seconds = time.perf_counter() - t0 - (self.lock.waited_s - waited)
-            nbytes = remake.nbytes(again)
-            del again
+            same, seconds, nbytes = self._timed_draw(key, first)
             fast = remake.worth_drawing_again(seconds, nbytes)
+            if same and not fast:  # a warm draw decides: the first may have paid a warm-up
+                same, again_s, _ = self._timed_draw(key, first)
+                seconds = min(seconds, again_s)
+                fast = remake.worth_drawing_again(seconds, nbytes)
+            self.draw_s[variant] = seconds
             self.redraws[variant] = same and fast
             if same and not fast:
                 self.chan.send("flag", f"{variant}: its input sets wait in host memory, not drawn "
@@ -890,6 +930,18 @@ class _Runner:
                                        f"{nbytes / 2**30:.1f} GiB, longer than a copy in")
             self.lap("references: redraw probe")
         return self.redraws[variant]
+
+    def _timed_draw(self, key: tuple[str, str, int], first: str) -> tuple[bool, float, int]:
+        """`key`'s set drawn a second time: whether it is the set of digest `first`, the
+        seconds of the draw and its digest (not the wait for the GPU lock: another gate's
+        timed runs) and its bytes."""
+        from gate import remake  # noqa: PLC0415
+
+        t0, waited = time.perf_counter(), self.lock.waited_s
+        again = self._draw(key[0], key[2])
+        same = remake.redraws(first, again)
+        seconds = time.perf_counter() - t0 - (self.lock.waited_s - waited)
+        return same, seconds, remake.nbytes(again)
 
     def _redrawn(self, key: tuple[str, str, int],
                  have: dict[tuple[str, str, int], tuple[Any, ...]] | None = None) -> tuple[Any, ...]:
@@ -919,6 +971,122 @@ class _Runner:
                              f"for its next use, differs from its first draw (before candidate "
                              f"code loaded): the case's inputs were drawn differently")
         return inputs
+
+    def _keeps_digest(self, phase: str) -> bool:
+        """Whether a reference of `phase` keeps the digest of its first computation, for a
+        computation again to be checked against (`_recomputes`): held references of sets that
+        may be drawn again (not the sealed set's), unless `KLINEAGE_GATE_RECOMPUTE=0` or
+        `KLINEAGE_GATE_REDRAW=0`."""
+        return self.held_mode and phase != PHASE_SEALED \
+            and os.environ.get("KLINEAGE_GATE_RECOMPUTE") != "0" \
+            and os.environ.get("KLINEAGE_GATE_REDRAW") != "0"
+
+    def _recomputes(self, key: tuple[str, str, int], inputs: tuple[Any, ...]) -> bool:
+        """Whether `key`'s held reference (its set drawn again where used, `inputs` its set)
+        is dropped and computed again at each comparison (`_held`) instead of waiting in host
+        memory or in the room beyond the plan. Measured once per variant: the reference
+        computed a second time on `inputs` (warm: the first computation paid the warm-up) has
+        the digest of its first (`remake.computes_again`), that computation and the set's draw
+        take no longer than the reference's copy in and back out at this process's measured
+        copy rate (`remake.worth_computing_again`; `KLINEAGE_GATE_RECOMPUTE=1` skips this
+        test), and the comparison's memory with it (`memplan.recompute_bytes`) fits beside the
+        plan (what it needs beyond the plan's largest phase is taken from the room beyond it).
+        A flag says why not where the reference is not the same twice or costs more."""
+        from gate import heldcompare, hoststage, memplan, remake  # noqa: PLC0415
+
+        variant = key[0]
+        choice = os.environ.get("KLINEAGE_GATE_RECOMPUTE")
+        if choice == "0" or key not in self.ref_digests:
+            return False
+        if variant not in self.recomputes:
+            t0, waited = time.perf_counter(), self.lock.waited_s
+            _, again = self._computed_again(key, inputs, heldcompare.new_key())
+            seconds = time.perf_counter() - t0 - (self.lock.waited_s - waited)
+            out = self.out_bytes.get(variant, 0)
+            where = next((x.device for x in inputs if type(x) is self.cap.tensor_type), self.device)
+            rate = hoststage.copy_rate(where, min(max(out, 1), hoststage.RATE_PROBE_BYTES))
+            same = remake.computes_again(self.ref_digests[key], again)
+            draw = self.draw_s.get(variant, 0.0)
+            fast = remake.worth_computing_again(draw, seconds, out, rate)
+            fits, need = True, 0
+            if self.device == "cuda" and variant in self.plan_figures:
+                _, peak = self.plan_figures[variant]
+                need = memplan.recompute_bytes(self._set_bytes(inputs), out, peak)
+                fits = need - self.work_bytes[variant] <= self.spare.get(variant, 0)
+            self.compute_s[variant] = seconds
+            self.recomputes[variant] = same and fits and (fast or choice == "1")
+            gib = 2 ** 30
+            if not same:
+                self.chan.send("flag", f"{variant}: its held references wait, not computed again "
+                                       f"where compared: the reference computed twice on one set "
+                                       f"gave different bytes")
+            elif not fits:
+                self.chan.send("flag", f"{variant}: its held references wait, not computed again "
+                                       f"where compared: a comparison would hold {need / gib:.1f} GiB")
+            elif not self.recomputes[variant]:
+                self.chan.send("flag", f"{variant}: its held references wait, not computed again "
+                                       f"where compared: the draw and the reference took "
+                                       f"{draw + seconds:.2f} s for {out / gib:.2f} GiB of output, "
+                                       f"longer than its copy in and out ({rate / 1e9:.1f} GB/s)")
+            if self.recomputes[variant] and need > self.work_bytes.get(variant, 0):
+                excess = need - self.work_bytes[variant]
+                self.spare[variant] -= excess
+                self.room[variant] = max(0, min(self.room.get(variant, 0), self.spare[variant]))
+                self.work_bytes[variant] = need
+            self.lap("references: recompute probe")
+        return self.recomputes[variant]
+
+    def _drop_reference(self, key: tuple[str, str, int]) -> None:
+        """`key`'s held reference leaves: computed again at each comparison (`_held`)."""
+        self.recomputed[key] = self.ref_digests[key]
+        self.vault.pop(key, None)
+
+    def _computed_again(self, key: tuple[str, str, int], inputs: tuple[Any, ...],
+                        mask_key: int) -> tuple[list[Any], str]:
+        """The reference of `key` computed on `inputs` under the torch settings of the first
+        computations (`_settings`) and held masked under `mask_key`: (its held items, its
+        digest). The result in the clear is poisoned once masked."""
+        from gate import heldcompare  # noqa: PLC0415
+
+        torch = self.torch
+        try:
+            with self.lock.shared(), _under(torch, self.ref_settings), torch.no_grad(), \
+                    warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ref = self.case.reference(*inputs)
+                held, summary = heldcompare.hold(ref, mask_key, digest=True)
+                self.sync()
+        except Exception as exc:
+            kind = FailureKind.OUT_OF_MEMORY if _does_not_fit(exc) else FailureKind.TAMPERING
+            self.chan.reject(kind, "anti_cheat",
+                             f"the case's reference, computed again on {key[0]}/{key[1]} {key[2]} "
+                             f"for a comparison, failed: {describe(exc)}")
+        for t in (ref if isinstance(ref, (tuple, list)) else (ref,)):
+            if isinstance(t, torch.Tensor):
+                self.guards.poison_(t)
+        del ref
+        return held, summary["digest"]
+
+    def _held(self, ref: tuple[str, str, int], mask_key: int,
+              given: tuple[tuple[str, str, int], tuple[Any, ...]] | None = None) -> list[Any] | None:
+        """The held reference of `ref` (None where this worker holds none): the vault's, or,
+        where it was dropped (`_recomputes`), computed again on its set (`given`'s where it is
+        that set, else drawn again) and masked under the parent's current key `mask_key`, once
+        its digest is the first computation's. Candidate code has replaced nothing of the
+        gate's or torch's (`check_tamper`)."""
+        if ref not in self.recomputed:
+            return self.vault.get(ref)
+        if self.watch is not None:
+            self.check_tamper("anti_cheat")
+        inputs = given[1] if given is not None and given[0] == ref else self._redrawn(ref)
+        held, again = self._computed_again(ref, inputs, mask_key)
+        del inputs
+        if again != self.recomputed[ref]:
+            self.chan.reject(FailureKind.TAMPERING, "anti_cheat",
+                             f"the reference of {ref[0]}/{ref[1]} {ref[2]}, computed again for a "
+                             f"comparison, differs from its first computation (before candidate "
+                             f"code loaded): the reference's ops or its inputs were changed")
+        return held
 
     def _host_copy(self, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
         from gate import hoststage  # noqa: PLC0415
@@ -987,6 +1155,8 @@ class _Runner:
         try:
             # A reference may warn of how it computed (a back-end it fell back to): a flag. So
             # is a library's warning triggered at the case's own lines (torch's reasons why).
+            if self.ref_settings is None:
+                self.ref_settings = _settings(torch)
             with self.lock.shared(), warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 with torch.no_grad():
@@ -1022,9 +1192,14 @@ class _Runner:
             from gate import heldcompare  # noqa: PLC0415
 
             key = heldcompare.new_key()
+            kept = self._keeps_digest(phase)  # for a computation again to be checked against
             with self.lock.shared():
-                held, summary = heldcompare.hold(ref, key, digest=phase == PHASE_SEED)
+                held, summary = heldcompare.hold(ref, key, digest=phase == PHASE_SEED or kept)
                 self.sync()
+            if kept:
+                self.ref_digests[(variant, phase, seed)] = summary["digest"]
+            if phase != PHASE_SEED:
+                summary = {**summary, "digest": ""}
             self.vault[(variant, phase, seed)] = held
             self.chan.send("ref", variant, phase, seed, {**summary, "key": key}, None)
             del key, held, summary
@@ -1086,12 +1261,16 @@ class _Runner:
             # the pool's inputs stay on the device (refills copy them between timed calls);
             # its references are compared only for the few sampled calls
             out = self.out_bytes.get(variant, 0) if self.held_mode else 0
-            if (lean or self._short(variant)) and not (lean and self._take_room(key, out, "reference")):
-                self._park_reference(key)
-            self.placed.add(key)
+            recipe = None
             if lean:  # drawn again for the timed runs where it can be, else a host copy
                 recipe = self._recipe(key, mixed, base=timed_key, donor=donor_key) if crossed \
                     else self._recipe(key, mixed)
+            if recipe is not None and not recipe.crossed and self._recomputes(key, mixed):
+                self._drop_reference(key)
+            elif (lean or self._short(variant)) and not (lean and self._take_room(key, out, "reference")):
+                self._park_reference(key)
+            self.placed.add(key)
+            if lean:
                 if recipe is not None:
                     self.recipes[key] = recipe
                 sets[-1] = (seed, () if recipe is not None else self._host_copy(mixed))
@@ -1395,12 +1574,16 @@ class _Runner:
                                      f"output {i} on {what} is a {t.layout} tensor on {t.device}, "
                                      f"expected a strided tensor on {self.device}")
 
-    def send_out(self, variant: str, phase: str, seed: int, res: dict[str, Any]) -> None:
-        self.report(variant, phase, seed, res["out"], res["launches"])
+    def send_out(self, variant: str, phase: str, seed: int, res: dict[str, Any],
+                 given: tuple[tuple[str, str, int], tuple[Any, ...]] | None = None) -> None:
+        self.report(variant, phase, seed, res["out"], res["launches"], given)
 
-    def report(self, variant: str, phase: str, seed: int, outputs: Any, launches: int) -> None:
+    def report(self, variant: str, phase: str, seed: int, outputs: Any, launches: int,
+               given: tuple[tuple[str, str, int], tuple[Any, ...]] | None = None) -> None:
         """Send one call's outputs to be judged: whole (`gate.transport`), or, with held
-        references, compared here on the parent's key and the figures sent (`gate.heldcompare`)."""
+        references, compared here on the parent's key and the figures sent (`gate.heldcompare`).
+        `given`: the key of the set the call ran on and that set (the call's inputs as first
+        drawn), on which a reference computed again at this comparison is computed."""
         if not self.held_mode:
             self.chan.send("out", variant, phase, seed, self.encode(outputs), launches)
             return
@@ -1409,7 +1592,7 @@ class _Runner:
         self.chan.send("out", variant, phase, seed,
                        {"held": True, "headers": heldcompare.headers(outputs)}, launches)
         _, ref, key, fresh, places, allclose = self.chan.answer("judge")
-        held = self.vault.get(tuple(ref))
+        held = self._held(tuple(ref), key, given)
         if held is None:
             self.chan.reject(FailureKind.TAMPERING, "anti_cheat",
                              f"the parent asked for a comparison with {ref}, which this worker "
@@ -1424,11 +1607,16 @@ class _Runner:
         # the parent sends their keys only then.
         _, others = self.chan.answer("more")
         if others:
-            with self.lock.shared():
-                found = [heldcompare.judge(outputs, self.vault[tuple(ref)], key, fresh, [],
-                                           tuple(allclose) if allclose else None)
-                         for ref, key, fresh in others if tuple(ref) in self.vault]
-                self.sync()
+            found = []
+            for ref, key, fresh in others:
+                held = self._held(tuple(ref), key, given)
+                if held is None:
+                    continue
+                with self.lock.shared():
+                    found.append(heldcompare.judge(outputs, held, key, fresh, [],
+                                                   tuple(allclose) if allclose else None))
+                    self.sync()
+                del held
             self.chan.send("others", variant, phase, seed, found)
 
     # -- phases --------------------------------------------------------------------------
@@ -1444,7 +1632,7 @@ class _Runner:
             if seed == self.job.seeds[0]:
                 self.first_kept[variant] = {k: set(v) for k, v in self.monitor.kept.items()}
             self.check_call(res, inputs, original, "correctness", f"{variant}/seed {seed}")
-            self.send_out(variant, phase, seed, res)
+            self.send_out(variant, phase, seed, res, ((variant, phase, seed), original))
             if seed != self.job.seeds[0]:  # the first seed's runs again (configs, knockout)
                 self._release((variant, phase, seed))
             del original, inputs, res  # before the next set comes (a parked one is a copy)
@@ -1516,7 +1704,7 @@ class _Runner:
                             continue  # pruned for this shape: the autotuner never runs it here
                         self.check_call(res, inputs, original, "correctness",
                                         f"{variant}/seed {seed} under {phase}")
-                        self.send_out(variant, phase, seed, res)
+                        self.send_out(variant, phase, seed, res, ((variant, PHASE_SEED, seed), original))
                         if alike is not None:
                             ran.add(alike)
             finally:
@@ -1546,7 +1734,7 @@ class _Runner:
             if res["exc"] is None:
                 self.check_inputs(inputs, original, f"the {phase} run")
                 self.check_output_types(res["out"], f"the {phase} run")
-                self.send_out(variant, phase, seed, res)
+                self.send_out(variant, phase, seed, res, ((variant, PHASE_SEED, seed), original))
         self.check_kernels("anti_cheat", "knockout calls")
         for v in self.shapes:  # the first seed's sets have had their last call
             self._release((v, PHASE_SEED, seed))
@@ -1770,7 +1958,8 @@ class _Runner:
             inputs = self.clone_inputs(original)
             res = self.call(inputs, "run")
             self.check_call(res, inputs, original, "timing", f"{variant}/re-verification")
-            self.send_out(variant, PHASE_REVERIFY, self.job.reverify_seed, res)
+            self.send_out(variant, PHASE_REVERIFY, self.job.reverify_seed, res,
+                          ((variant, PHASE_REVERIFY, self.job.reverify_seed), original))
         self.check_kernels("timing", "re-verification calls")
         if not self.kernels.available and self.kernels.reason:
             self.chan.send("flag", f"GPU kernels not attributed: the profiler did not start "
@@ -1786,6 +1975,33 @@ def _draw_seed(key: tuple[str, str, int]) -> int:
     import secrets  # noqa: PLC0415
 
     return secrets.randbelow((1 << 31) - 1) + 1
+
+
+def _settings(torch: Any) -> tuple[Any, ...]:
+    """torch's settings a reference computes under that candidate code may change: TF32 in
+    matmuls and convolutions (the float32 matmul precision sets the first), cuDNN's
+    deterministic and benchmark choices."""
+    return (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+
+
+def _set_settings(torch: Any, settings: tuple[Any, ...]) -> None:
+    (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) = settings
+
+
+@contextlib.contextmanager
+def _under(torch: Any, settings: tuple[Any, ...] | None) -> Any:
+    """torch's settings of `_settings` as `settings` (None: as they are) inside, restored after."""
+    if settings is None:
+        yield
+        return
+    saved = _settings(torch)
+    _set_settings(torch, settings)
+    try:
+        yield
+    finally:
+        _set_settings(torch, saved)
 
 
 def _forget_seeds(torch: Any) -> None:

@@ -201,6 +201,10 @@ def test_the_modes_set_and_clear_the_gates_settings() -> None:
                    "KLINEAGE_GATE_SAMPLES": "host", "OTHER": "x"}
     COST.apply_mode("after", env)
     assert env == {"OTHER": "x"}
+    COST.apply_mode("held-refs", env)  # references kept, not computed again where compared
+    assert env == {"KLINEAGE_GATE_RECOMPUTE": "0", "OTHER": "x"}
+    COST.apply_mode("after", env)
+    assert env == {"OTHER": "x"}
 
 
 @pytest.mark.gpu
@@ -209,7 +213,8 @@ def test_a_large_problem_under_a_lean_plan_meets_the_phase_budget(
     """The large problem with device memory for a lean plan (its reference step's peak taken
     as two outputs) and its six references beside it with an output to spare, too little for
     every set (as when it shares a GPU): its sets leave the device and are drawn again where
-    used, its references stay in the room, and the gate stays in the budget."""
+    used, its references are computed again where compared (or stay in the room), and the
+    gate stays in the budget."""
     import gate
     from gate import memplan
 

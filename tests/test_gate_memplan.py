@@ -265,8 +265,10 @@ def test_the_worker_keeps_the_sets_its_plan_allows_and_tells_the_parent_its_seed
     assert any("sized to the device's memory" in m[1] for m in chan.sent if m[0] == "flag")
     # sets drawn again where used: the lean plan of the same seeds and pool keeps every held
     # reference on the device in its room (the plan above: five of six), and nothing waits in
-    # host memory but the sealed set, which stays whole in the room as well
+    # host memory but the sealed set, which stays whole in the room as well (references kept,
+    # not computed again: KLINEAGE_GATE_RECOMPUTE=0)
     monkeypatch.delenv("KLINEAGE_GATE_REDRAW")
+    monkeypatch.setenv("KLINEAGE_GATE_RECOMPUTE", "0")
     run, chan = _runner_on_a_made_up_device(free, monkeypatch)
     parked_refs: list[tuple] = []
     park_reference = run._park_reference
@@ -276,6 +278,19 @@ def test_the_worker_keeps_the_sets_its_plan_allows_and_tells_the_parent_its_seed
     assert plan.lean and (plan.seeds, plan.pool) == (2, 2) and "6 of 6 references stay" in plan.reason
     assert not parked_refs and run.stayed[variant].count("reference") == 5
     assert run.stayed[variant].count("set") == 1 and (variant, "sealed", 16) not in run.parked
+    # references computed again where compared (the default, where the reference is the same
+    # twice and that is cheaper than its copies): the sets drawn again have theirs dropped, the
+    # crossover's stays in the room, and so does the sealed set, whole
+    monkeypatch.delenv("KLINEAGE_GATE_RECOMPUTE")
+    run, chan = _runner_on_a_made_up_device(free, monkeypatch)
+    parked_refs.clear()
+    park_reference = run._park_reference
+    run._park_reference = lambda key: (parked_refs.append(key), park_reference(key))
+    run._variant_references(variant)
+    assert set(run.recomputed) == {(variant, "seed", 11), (variant, "seed", 12), (variant, "timed", 14),
+                                   (variant, "reverify", 15)}
+    assert not set(run.recomputed) & set(run.vault) and not parked_refs
+    assert sorted(run.stayed[variant]) == ["reference", "set"] and (variant, "sealed", 16) not in run.parked
 
 
 def test_a_cap_in_the_environment_bounds_the_free_memory_a_gate_plans_for(monkeypatch) -> None:
@@ -464,17 +479,24 @@ def test_the_room_beyond_a_plan_is_what_its_largest_phase_leaves_free(monkeypatc
     assert room_beyond(90 * GIB, parked, 16 * GIB, work) == max(0, 70 * GIB - resident)
 
 
+def _saxpy_lean_with_two_references_spare(monkeypatch: pytest.MonkeyPatch) -> tuple[str, int, int, int]:
+    """The saxpy variant, its set's and output's bytes, and free memory for the lean plan's
+    largest phase and two outputs more."""
+    run, _ = _runner_on_a_made_up_device(0, monkeypatch)
+    [variant] = list(run.shapes)
+    set_bytes = run._set_bytes(run._draw(variant, 1))
+    out_bytes = set_bytes // 2  # saxpy: two inputs, one output of their size
+    return variant, set_bytes, out_bytes, lean_bytes(set_bytes, out_bytes) + 2 * out_bytes
+
+
 def test_a_lean_worker_keeps_parked_sets_references_on_the_device_where_room_is_left(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Free memory for the lean plan's largest phase and two references more: the sets are
     drawn again where used, and the references compared most stay on the device (the first
     seed's, then the timed set's; with room for three, the pool's crossover's too), the rest
-    wait in host memory, and the flags say so."""
-    run, _ = _runner_on_a_made_up_device(0, monkeypatch)
-    [variant] = list(run.shapes)
-    set_bytes = run._set_bytes(run._draw(variant, 1))
-    out_bytes = set_bytes // 2
-    free = lean_bytes(set_bytes, out_bytes) + 2 * out_bytes
+    wait in host memory, and the flags say so (references kept: KLINEAGE_GATE_RECOMPUTE=0)."""
+    monkeypatch.setenv("KLINEAGE_GATE_RECOMPUTE", "0")
+    variant, set_bytes, out_bytes, free = _saxpy_lean_with_two_references_spare(monkeypatch)
     run, chan = _runner_on_a_made_up_device(free, monkeypatch)
     parked_refs: list[tuple] = []
     park_reference = run._park_reference
@@ -499,6 +521,39 @@ def test_a_lean_worker_keeps_parked_sets_references_on_the_device_where_room_is_
     run, _ = _runner_on_a_made_up_device(free, monkeypatch)
     run._variant_references(variant)
     assert not run.stayed
+
+
+def test_a_lean_worker_computes_references_again_and_keeps_the_sealed_set_in_the_room_left(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Free memory for the lean plan's largest phase and two references more: the references
+    of the sets drawn again are dropped and computed again where compared (their room not
+    claimed), the crossover's and the sealed set's references take the room; with room for a
+    whole set more, the sealed set (drawn with a secret seed: never drawn again) stays whole
+    on the device instead of going to host memory. Where a comparison computing its reference would hold
+    more than the room beyond the plan (a reference step of a large peak), the references
+    wait as before, flagged."""
+    variant, set_bytes, out_bytes, free = _saxpy_lean_with_two_references_spare(monkeypatch)
+    run, chan = _runner_on_a_made_up_device(free, monkeypatch)
+    run._variant_references(variant)
+    assert run.set_plans[variant].lean and run.recomputes[variant]
+    assert {k[1] for k in run.recomputed} == {"seed", "timed", "reverify"}
+    # the sealed set's reference and the crossover's stay; the sealed set waits in host memory
+    assert run.stayed[variant] == ["reference", "reference"] and (variant, "sealed", 16) in run.parked
+    run, chan = _runner_on_a_made_up_device(free + set_bytes, monkeypatch)
+    run._variant_references(variant)
+    assert sorted(run.stayed[variant]) == ["reference", "set"] and (variant, "sealed", 16) not in run.parked
+    run._send_parked_flags(variant)
+    flags = [m[1] for m in chan.sent if m[0] == "flag"]
+    assert any("4 held reference(s) are dropped between their uses and computed again" in f
+               for f in flags), flags
+    # a reference step peaking at ten outputs beyond its set and output: a comparison that
+    # computes its reference needs four outputs more than the plan's largest phase, two left
+    run, chan = _runner_on_a_made_up_device(lean_bytes(set_bytes, out_bytes, 10 * out_bytes)
+                                            + 2 * out_bytes, monkeypatch)
+    run._peak_since = lambda start: 10 * out_bytes + set_bytes + out_bytes
+    run._variant_references(variant)
+    assert not run.recomputed and run.recomputes[variant] is False
+    assert any("a comparison would hold" in m[1] for m in chan.sent if m[0] == "flag")
 
 
 def test_where_sets_are_drawn_again_a_plan_keeps_the_most_references_on_the_device() -> None:

@@ -117,3 +117,90 @@ def test_a_set_is_drawn_again_only_where_that_is_no_slower_than_a_copy_in() -> N
     assert not remake.worth_drawing_again(4.0, six)
     assert remake.worth_drawing_again(six / remake.COPY_IN_BYTES_PER_S, six)
     assert remake.worth_drawing_again(0.01, 1000) and not remake.worth_drawing_again(0.2, 1000)
+
+
+def test_a_reference_is_computed_again_only_where_that_is_no_slower_than_its_copies() -> None:
+    """A 6 GiB reference copied in and back out at 2 GB/s costs about 6 s a comparison: its
+    set drawn in 20 ms and its reference computed in 30 ms, it is computed again; a reference
+    that takes seconds to compute waits; a copy rate not measured never decides for it; a small
+    reference's below the floor either way. A digest that differs (or none) keeps the held copy."""
+    six = 6 << 30
+    assert remake.worth_computing_again(0.02, 0.03, six, 2e9)
+    assert not remake.worth_computing_again(0.02, 8.0, six, 2e9)
+    assert remake.worth_computing_again(0.02, 2 * six / 2e9 - 0.02, six, 2e9)
+    assert not remake.worth_computing_again(0.0, 0.0, six, 0.0)
+    assert remake.worth_computing_again(0.01, 0.01, 1000, 2e9)
+    assert not remake.worth_computing_again(0.1, 0.1, 1000, 2e9)
+    assert remake.computes_again("1.2.8", "1.2.8")
+    assert not remake.computes_again("1.2.8", "1.3.8") and not remake.computes_again("", "")
+
+
+def test_a_comparison_that_computes_its_reference_holds_two_sets_and_three_outputs() -> None:
+    """The call's set and clone, its output, the reference computed again and its masked
+    copy, the reference step's temporaries and the slack."""
+    got = memplan.recompute_bytes(4 * GIB, 2 * GIB, reference_peak=GIB)
+    assert got == 2 * 4 * GIB + 3 * 2 * GIB + GIB + memplan.SLACK_BYTES
+
+
+def test_the_copy_rate_is_measured_once_per_device() -> None:
+    from gate import hoststage
+
+    hoststage._RATE.clear()
+    rate = hoststage.copy_rate("cpu", 1 << 20)
+    assert rate > 0 and hoststage.copy_rate("cpu", 1 << 10) == rate
+
+
+def test_a_lean_plan_computes_its_references_again_where_compared(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sets drawn again (the seeds' and the timed one) have their held references dropped
+    and computed again at each comparison (KLINEAGE_GATE_RECOMPUTE=1: the cost test skipped;
+    the probe's same bytes twice still asked); the crossover's and the sealed set's wait as
+    before. The correct kernel passes and a reused answer is still named, with whose it is."""
+    monkeypatch.setenv("KLINEAGE_GATE_RECOMPUTE", "1")
+    monkeypatch.setenv("KLINEAGE_GATE_SETS", "lean")
+    monkeypatch.setenv("KLINEAGE_GATE_COMPARE", "worker")
+    verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False, timeout=60)
+    assert verdict.ok, verdict.reason
+    assert any("3 held reference(s) are dropped between their uses and computed again" in f
+               for f in verdict.flags), verdict.flags
+    reused = gate.check_file(SAXPY.parent.parent / "cheats" / "reuse_data_ptr.py", SAXPY,
+                             Tier.INTERPRET, cache=False, timeout=60)
+    assert reused.failure_kind is FailureKind.REUSED_OUTPUT, reused.reason
+    assert "answer to other inputs" in reused.reason
+    monkeypatch.setenv("KLINEAGE_GATE_RECOMPUTE", "0")
+    verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False, timeout=60)
+    assert verdict.ok and not any("computed again" in f for f in verdict.flags), verdict.flags
+
+
+def test_a_reference_not_the_same_twice_keeps_its_held_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reference whose bytes vary between computations (here a relative 1e-6 of noise, within
+    the tolerance) cannot be checked against its first computation's digest: the probe says so
+    and the references wait in host memory; the gate passes the correct kernel."""
+    monkeypatch.setenv("KLINEAGE_GATE_RECOMPUTE", "1")
+    verdict = _lean_gate_of_saxpy_edited(
+        tmp_path, monkeypatch, lambda text: text.replace(
+            "    return a * x + y\n", "    return (a * x + y) * (1 + 1e-6 * torch.rand_like(y))\n"))
+    assert verdict.ok, verdict.reason
+    assert any("gave different bytes" in f for f in verdict.flags), verdict.flags
+    assert not any("are dropped between their uses and computed again" in f for f in verdict.flags), \
+        verdict.flags
+
+
+def test_a_reference_computed_again_that_differs_from_its_first_stops_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reference that gives the same bytes twice on a set and other bytes from then on (as
+    one whose ops candidate code replaced would): its computation again for a comparison is
+    checked against the first's digest, and the run stops saying so instead of judging
+    against it."""
+    monkeypatch.setenv("KLINEAGE_GATE_RECOMPUTE", "1")
+    ref = "def reference(a: float, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n"
+    verdict = _lean_gate_of_saxpy_edited(
+        tmp_path, monkeypatch, lambda text: text.replace(
+            ref + "    return a * x + y\n",
+            "_SEEN: dict = {}\n\n\n" + ref +
+            "    k = (float(x.reshape(-1)[0]), float(y.reshape(-1)[0]))\n"
+            "    _SEEN[k] = _SEEN.get(k, 0) + 1\n"
+            "    return a * x + y + (1e-3 if _SEEN[k] > 2 else 0.0)\n"))
+    assert verdict.failure_kind is FailureKind.TAMPERING, verdict.reason
+    assert "differs from its first computation" in verdict.reason
