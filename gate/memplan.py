@@ -231,9 +231,11 @@ def with_redraw(plan: SetPlan, free_bytes: int, set_bytes: int, out_bytes: int, 
 def recompute_bytes(set_bytes: int, out_bytes: int, reference_peak: int = 0) -> int:
     """Device bytes a comparison holds where its held reference is computed again there
     (`gate.remake.worth_computing_again`): the call's set and its clone, the call's output, the
-    reference computed on the set, its masked copy and the reference step's own temporaries
-    (`reference_peak`), plus `SLACK_BYTES`."""
-    return 2 * set_bytes + 3 * out_bytes + reference_peak + SLACK_BYTES
+    reference computed on the set and its masked copy; or, where the reference step measured
+    more (`reference_peak`: beyond its set and held reference, its clone of the set, its output
+    or masked copy and its temporaries), the call's set, clone and output, the held copy and
+    that peak less the clone it does not make here; plus `SLACK_BYTES`."""
+    return max(2 * set_bytes + 3 * out_bytes, set_bytes + 2 * out_bytes + reference_peak) + SLACK_BYTES
 
 
 def samples_fit(free_bytes: int, out_bytes: int, samples: int) -> bool:

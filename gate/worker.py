@@ -394,6 +394,7 @@ class _Runner:
         # cannot be drawn again) stay (`memplan.room_beyond`), and what stayed there
         self.room: dict[str, int] = {}
         self.spare: dict[str, int] = {}  # variant -> device bytes beyond its plan (`_spare`)
+        self.set_size: dict[str, int] = {}  # variant -> bytes of its first input set
         self.stayed: dict[str, list[str]] = {}
         # variant -> the sets that will wait, in the order their references have a claim on the
         # room (`_room_order`), and the sets whose place is decided
@@ -597,6 +598,7 @@ class _Runner:
             per_set = self._set_bytes(inputs) + (self.out_bytes.get(variant, 0) if self.held_mode else 0)
             self.room[variant] = self._room_beyond(variant, plan, free, per_set)
             self.spare[variant] = self._spare(plan, free, per_set, self.work_bytes[variant])
+            self.set_size[variant] = self._set_bytes(inputs)
             self._reserve((self.work_bytes[variant] if plan.lean else
                            (plan.sets - 1) * per_set + self.work_bytes[variant]) + self.room[variant])
         del inputs
@@ -804,10 +806,10 @@ class _Runner:
     def _park(self, key: tuple[str, str, int]) -> None:
         """Let the input set `key` leave the device: dropped, to be drawn again where used,
         where the case draws it the same twice (`_recipe`), else copied to host memory, or
-        where there is room beyond the plan (`_take_room`) kept whole; its held reference is
-        dropped and computed again where compared where its set is drawn again and that is
-        cheaper (`_recomputes`), else stays in that room where it can, else goes to host
-        memory."""
+        where there is room beyond the plan (`_take_room`) kept whole; its held reference stays
+        in that room where it can, else, where its set is drawn again and that is cheaper than
+        its copies (`_recomputes`), is dropped and computed again where compared, else goes to
+        host memory."""
         inputs = self.originals[key]
         recipe = self._recipe(key, inputs)
         out = self.out_bytes.get(key[0], 0) if self.held_mode else 0
@@ -821,9 +823,11 @@ class _Runner:
         else:
             self.originals[key] = self._host_copy(inputs)
         del inputs
-        if again:
+        if self._take_room(key, out, "reference"):
+            pass
+        elif again:
             self._drop_reference(key)
-        elif not self._take_room(key, out, "reference"):
+        else:
             self._park_reference(key)
         self.placed.add(key)
         self.parked.add(key)
@@ -862,20 +866,37 @@ class _Runner:
 
     def _take_room(self, key: tuple[str, str, int], nbytes: int, what: str) -> bool:
         """Whether `nbytes` of `key`'s (its held reference, or its whole set) stay on the
-        device in the room beyond its variant's plan: taken from it where they fit beside the
-        references of the sets ahead of it in `_room_order` that are still to come, and the
-        device still has the calls' working memory free (`_short`)."""
+        device in the room beyond its variant's plan: taken from it where they fit beside what
+        is still to come and has a prior claim on it (`_claimed`), and the device still has
+        the calls' working memory free (`_short`)."""
         variant = key[0]
-        order = self.room_order.get(variant, [])
-        out = self.out_bytes.get(variant, 0) if self.held_mode else 0
-        ahead = order[:order.index(key)] if key in order else order
-        # kept for those first (not for references to be computed again where compared)
-        claimed = out * sum(1 for k in ahead if k not in self.placed and not self._computed_later(k))
-        if nbytes + claimed > self.room.get(variant, 0) or self._short(variant):
+        if nbytes + self._claimed(key) > self.room.get(variant, 0) or self._short(variant):
             return False
         self.room[variant] -= nbytes
         self.stayed.setdefault(variant, []).append(what)
         return True
+
+    def _claimed(self, key: tuple[str, str, int]) -> int:
+        """The room kept for what of `key`'s variant is still to come ahead of `key`: the
+        references of the sets ahead of it in `_room_order`. A reference that can be computed
+        again where compared (`_computed_later`) comes after every one that cannot, and after
+        each set never drawn again (the sealed set) that can stay whole beside those: a
+        reference computed again costs a computation at each comparison, one in host memory
+        its copies, a whole set in host memory its copy out and back."""
+        variant = key[0]
+        order = self.room_order.get(variant, [])
+        out = self.out_bytes.get(variant, 0) if self.held_mode else 0
+        ahead = order[:order.index(key)] if key in order else order
+        waiting = [k for k in order if k not in self.placed and k != key]
+        if not self._computed_later(key):
+            return out * sum(1 for k in ahead if k in waiting and not self._computed_later(k))
+        kept = [k for k in waiting if not self._computed_later(k)]
+        claimed = out * len(kept)
+        for k in kept:
+            whole = self.set_size.get(variant, 0)
+            if k[1] == PHASE_SEALED and claimed + whole <= self.room.get(variant, 0):
+                claimed += whole
+        return claimed + out * sum(1 for k in ahead if k in waiting and self._computed_later(k))
 
     def _computed_later(self, key: tuple[str, str, int]) -> bool:
         """Whether `key`'s held reference will be computed again where compared, its variant's
@@ -1265,10 +1286,12 @@ class _Runner:
             if lean:  # drawn again for the timed runs where it can be, else a host copy
                 recipe = self._recipe(key, mixed, base=timed_key, donor=donor_key) if crossed \
                     else self._recipe(key, mixed)
-            if recipe is not None and not recipe.crossed and self._recomputes(key, mixed):
-                self._drop_reference(key)
-            elif (lean or self._short(variant)) and not (lean and self._take_room(key, out, "reference")):
-                self._park_reference(key)
+            again = recipe is not None and not recipe.crossed and self._recomputes(key, mixed)
+            if (lean or self._short(variant)) and not (lean and self._take_room(key, out, "reference")):
+                if again:
+                    self._drop_reference(key)
+                else:
+                    self._park_reference(key)
             self.placed.add(key)
             if lean:
                 if recipe is not None:
