@@ -1021,7 +1021,9 @@ class _Runner:
             return False
         if variant not in self.recomputes:
             t0, waited = time.perf_counter(), self.lock.waited_s
-            _, again = self._computed_again(key, inputs, heldcompare.new_key())
+            probe = self._computed_again(key, inputs, heldcompare.new_key(), quiet=True)
+            again = probe[1] if probe is not None else ""
+            del probe
             seconds = time.perf_counter() - t0 - (self.lock.waited_s - waited)
             out = self.out_bytes.get(variant, 0)
             where = next((x.device for x in inputs if type(x) is self.cap.tensor_type), self.device)
@@ -1040,7 +1042,7 @@ class _Runner:
             if not same:
                 self.chan.send("flag", f"{variant}: its held references wait, not computed again "
                                        f"where compared: the reference computed twice on one set "
-                                       f"gave different bytes")
+                                       f"gave different bytes" + ("" if again else " (or failed)"))
             elif not fits:
                 self.chan.send("flag", f"{variant}: its held references wait, not computed again "
                                        f"where compared: a comparison would hold {need / gib:.1f} GiB")
@@ -1063,10 +1065,11 @@ class _Runner:
         self.vault.pop(key, None)
 
     def _computed_again(self, key: tuple[str, str, int], inputs: tuple[Any, ...],
-                        mask_key: int) -> tuple[list[Any], str]:
+                        mask_key: int, quiet: bool = False) -> tuple[list[Any], str] | None:
         """The reference of `key` computed on `inputs` under the torch settings of the first
         computations (`_settings`) and held masked under `mask_key`: (its held items, its
-        digest). The result in the clear is poisoned once masked."""
+        digest). The result in the clear is poisoned once masked. A reference that raises
+        rejects the run, or with `quiet` gives None."""
         from gate import heldcompare  # noqa: PLC0415
 
         torch = self.torch
@@ -1078,6 +1081,8 @@ class _Runner:
                 held, summary = heldcompare.hold(ref, mask_key, digest=True)
                 self.sync()
         except Exception as exc:
+            if quiet:
+                return None
             kind = FailureKind.OUT_OF_MEMORY if _does_not_fit(exc) else FailureKind.TAMPERING
             self.chan.reject(kind, "anti_cheat",
                              f"the case's reference, computed again on {key[0]}/{key[1]} {key[2]} "
@@ -1089,19 +1094,24 @@ class _Runner:
         return held, summary["digest"]
 
     def _held(self, ref: tuple[str, str, int], mask_key: int,
-              given: tuple[tuple[str, str, int], tuple[Any, ...]] | None = None) -> list[Any] | None:
+              given: tuple[tuple[str, str, int], tuple[Any, ...]] | None = None,
+              quiet: bool = False) -> list[Any] | None:
         """The held reference of `ref` (None where this worker holds none): the vault's, or,
         where it was dropped (`_recomputes`), computed again on its set (`given`'s where it is
         that set, else drawn again) and masked under the parent's current key `mask_key`, once
         its digest is the first computation's. Candidate code has replaced nothing of the
-        gate's or torch's (`check_tamper`)."""
+        gate's or torch's (`check_tamper`). `quiet`: None where the computation raises (a
+        comparison that only names whose answer a failing output is)."""
         if ref not in self.recomputed:
             return self.vault.get(ref)
         if self.watch is not None:
             self.check_tamper("anti_cheat")
         inputs = given[1] if given is not None and given[0] == ref else self._redrawn(ref)
-        held, again = self._computed_again(ref, inputs, mask_key)
+        done = self._computed_again(ref, inputs, mask_key, quiet)
         del inputs
+        if done is None:
+            return None
+        held, again = done
         if again != self.recomputed[ref]:
             self.chan.reject(FailureKind.TAMPERING, "anti_cheat",
                              f"the reference of {ref[0]}/{ref[1]} {ref[2]}, computed again for a "
@@ -1632,7 +1642,7 @@ class _Runner:
         if others:
             found = []
             for ref, key, fresh in others:
-                held = self._held(tuple(ref), key, given)
+                held = self._held(tuple(ref), key, given, quiet=True)
                 if held is None:
                     continue
                 with self.lock.shared():
