@@ -210,3 +210,43 @@ def test_a_reference_computed_again_that_differs_from_its_first_stops_the_run(
             "    return a * x + y + (1e-3 if _SEEN[k] > 2 else 0.0)\n"))
     assert verdict.failure_kind is FailureKind.TAMPERING, verdict.reason
     assert "differs from its first computation" in verdict.reason
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_lean_plan_computes_references_again_where_compared(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The saxpy case drawing its vectors on the device, under a lean plan with no room kept
+    (KLINEAGE_GATE_SETS=lean): its sets are drawn again where used, and the held references of
+    those sets are computed again at each comparison (the probe measures a warm draw and
+    computation against the copy rate measured on this GPU); the correct kernel passes, a
+    reused answer is still named, and a reference that changes after its probe stops the run."""
+    draw = ('    x = torch.randn(shape["N"], generator=g).to(device)\n'
+            '    y = torch.randn(shape["N"], generator=g).to(device)\n')
+    on_device = ('    gd = torch.Generator(device=device).manual_seed(seed)\n'
+                 '    x = torch.randn(shape["N"], generator=gd, device=device)\n'
+                 '    y = torch.randn(shape["N"], generator=gd, device=device)\n')
+    case = tmp_path / "saxpy"
+    shutil.copytree(SAXPY, case, ignore=shutil.ignore_patterns("__pycache__"))
+    text = (case / "case.py").read_text()
+    assert draw in text
+    (case / "case.py").write_text(text.replace(draw, on_device))
+    monkeypatch.setenv("KLINEAGE_GATE_SETS", "lean")
+    verdict = gate.check_file(case / "saxpy_triton.py", case, Tier.DEVICE, cache=False)
+    assert verdict.ok, verdict.reason
+    assert any("drawn again on the device" in f for f in verdict.flags), verdict.flags
+    assert any("are dropped between their uses and computed again where compared" in f
+               for f in verdict.flags), verdict.flags
+    reused = gate.check_file(SAXPY.parent.parent / "cheats" / "reuse_data_ptr.py", case, Tier.DEVICE,
+                             cache=False)
+    assert reused.failure_kind in (FailureKind.REUSED_OUTPUT, FailureKind.FALLBACK), reused.reason
+    ref = "def reference(a: float, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n"
+    text = (case / "case.py").read_text()
+    (case / "case.py").write_text(text.replace(
+        ref + "    return a * x + y\n",
+        "_SEEN: dict = {}\n\n\n" + ref +
+        "    k = (float(x.reshape(-1)[0]), float(y.reshape(-1)[0]))\n"
+        "    _SEEN[k] = _SEEN.get(k, 0) + 1\n"
+        "    return a * x + y + (1e-3 if _SEEN[k] > 2 else 0.0)\n"))
+    changed = gate.check_file(case / "saxpy_triton.py", case, Tier.DEVICE, cache=False)
+    assert changed.failure_kind is FailureKind.TAMPERING, changed.reason
+    assert "differs from its first computation" in changed.reason
