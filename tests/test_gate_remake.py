@@ -193,6 +193,20 @@ def test_a_reference_not_the_same_twice_keeps_its_held_copy(
         verdict.flags
 
 
+# A reference the same on a set's first computation and on the probe's second one, then other
+# bytes on any later computation of a set already computed: the probe's set from its third
+# computation, every other set from its second (where it is computed again for a comparison,
+# whichever sets a plan drops), as ops candidate code replaced after the probe would give.
+CHANGES_AFTER_ITS_PROBE = (
+    "_SEEN: dict = {}\n_PROBED: list = []\n\n\nREF"
+    "    k = (float(x.reshape(-1)[0]), float(y.reshape(-1)[0]))\n"
+    "    _SEEN[k] = _SEEN.get(k, 0) + 1\n"
+    "    if _SEEN[k] == 2 and not _PROBED:\n"
+    "        _PROBED.append(k)\n"
+    "        return a * x + y\n"
+    "    return a * x + y + (1e-3 if _SEEN[k] > 1 else 0.0)\n")
+
+
 def test_a_reference_computed_again_that_differs_from_its_first_stops_the_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reference that gives the same bytes twice on a set and other bytes from then on (as
@@ -204,10 +218,7 @@ def test_a_reference_computed_again_that_differs_from_its_first_stops_the_run(
     verdict = _lean_gate_of_saxpy_edited(
         tmp_path, monkeypatch, lambda text: text.replace(
             ref + "    return a * x + y\n",
-            "_SEEN: dict = {}\n\n\n" + ref +
-            "    k = (float(x.reshape(-1)[0]), float(y.reshape(-1)[0]))\n"
-            "    _SEEN[k] = _SEEN.get(k, 0) + 1\n"
-            "    return a * x + y + (1e-3 if _SEEN[k] > 2 else 0.0)\n"))
+            CHANGES_AFTER_ITS_PROBE.replace("REF", ref)))
     assert verdict.failure_kind is FailureKind.TAMPERING, verdict.reason
     assert "differs from its first computation" in verdict.reason
 
@@ -243,10 +254,7 @@ def test_on_the_gpu_a_lean_plan_computes_references_again_where_compared(
     text = (case / "case.py").read_text()
     (case / "case.py").write_text(text.replace(
         ref + "    return a * x + y\n",
-        "_SEEN: dict = {}\n\n\n" + ref +
-        "    k = (float(x.reshape(-1)[0]), float(y.reshape(-1)[0]))\n"
-        "    _SEEN[k] = _SEEN.get(k, 0) + 1\n"
-        "    return a * x + y + (1e-3 if _SEEN[k] > 2 else 0.0)\n"))
+        CHANGES_AFTER_ITS_PROBE.replace("REF", ref)))
     changed = gate.check_file(case / "saxpy_triton.py", case, Tier.DEVICE, cache=False)
     assert changed.failure_kind is FailureKind.TAMPERING, changed.reason
     assert "differs from its first computation" in changed.reason
