@@ -195,7 +195,11 @@ def test_input_sets_that_do_not_fit_wait_in_host_memory(redraw: str, monkeypatch
         assert redraw == "1" or not any("drawn again" in f for f in verdict.flags), verdict.flags
         cheat = gate.check_file(DATA / "cheats" / "reuse_data_ptr.py", SAXPY, Tier.INTERPRET,
                                 cache=False, timeout=60)
-        assert cheat.failure_kind is FailureKind.REUSED_OUTPUT, (mode, cheat.reason)
+        # a set drawn again can land at an address an earlier set had, where the cheat's
+        # answer for that address comes back: the knockout then names it first (the answer
+        # does not come from the kernel), as in the lean GPU tests
+        assert cheat.failure_kind in (FailureKind.REUSED_OUTPUT, FailureKind.FALLBACK), \
+            (mode, cheat.reason)
 
 
 @pytest.mark.parametrize("redraw", ["1", "0"])
