@@ -21,7 +21,10 @@ Where the case draws a set the same twice, a set that waits is dropped and drawn
 device where used (`gate.remake`: milliseconds, no host memory), so what waiting costs is a held
 reference in host memory. Then the room a plan leaves beyond its largest phase (`room_beyond`)
 keeps references on the device, and a plan that parks sets gives way to the lean plan where
-that keeps more of them there (`with_redraw`).
+that keeps more of them there (`with_redraw`). Of the sets that may wait, those that can be
+drawn again leave the device first (`leaving`): a set that cannot (the sealed set, or any set
+of a case that draws differently each time) keeps one of the plan's places on the device, so
+that it costs no copy out and back.
 
 Pure arithmetic on byte counts (no torch): the worker measures the numbers, the plan is
 tested on the CPU with made-up ones.
@@ -30,8 +33,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
+K = TypeVar("K")
 MIN_POOL = 2
 MIN_SEEDS = 2
 SLACK_BYTES = 3 << 30
@@ -76,11 +82,12 @@ def device_cap() -> int | None:
 @dataclass(frozen=True, slots=True)
 class SetPlan:
     """What one variant keeps. `seeds`: correctness seeds drawn; `pool`: sets the refilled
-    calls rotate through (the timed set included); `parked`: sets that wait in host memory
-    (counted among those that may: the seeds after the first, the sealed and re-verification
-    sets); `sets`: every set drawn; `lean`: every set and held reference waits in host memory
-    between its uses (`lean_bytes`; `parked` then counts every set). `reason` says why fewer
-    than asked (empty when none)."""
+    calls rotate through (the timed set included); `parked`: sets that leave the device
+    between their uses, drawn again where used or waiting in host memory (counted among those
+    that may: the seeds after the first, the sealed and re-verification sets; `leaving`);
+    `sets`: every set drawn; `lean`: every set and held reference waits in host memory between
+    its uses (`lean_bytes`; `parked` then counts every set). `reason` says why fewer than asked
+    (empty when none)."""
 
     seeds: int
     pool: int
@@ -228,6 +235,19 @@ def with_redraw(plan: SetPlan, free_bytes: int, set_bytes: int, out_bytes: int, 
         f"a set, {free_bytes / gib:.1f} GiB free on the device"))
 
 
+def leaving(order: list[K], count: int, drawn_again: Callable[[K], bool]) -> list[K]:
+    """The `count` sets of `order` (the sets a plan lets wait, the last the first to leave the
+    device) that leave it: the sets that can be drawn again where used (`drawn_again`: each
+    costs a draw on the device at its use) before the ones that cannot (each costs a copy out
+    to host memory and one back per use), the last first within each. The same number of
+    sets stays on the device whichever leave; a `drawn_again` true of none (or of all) leaves
+    `order`'s last `count` sets."""
+    if count <= 0:
+        return []
+    ranked = [k for k in order if not drawn_again(k)] + [k for k in order if drawn_again(k)]
+    return ranked[max(0, len(ranked) - count):]
+
+
 def recompute_bytes(set_bytes: int, out_bytes: int, reference_peak: int = 0) -> int:
     """Device bytes a comparison holds where its held reference is computed again there
     (`gate.remake.worth_computing_again`): the call's set and its clone, the call's output, the
@@ -302,7 +322,7 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
     reason = ""
     if (s, p) != (want_seeds, want_pool) or parked:
         reason = (f"{s} of {want_seeds} seeds, a refill pool of {p} of {want_pool} sets"
-                  + (f", {parked} set(s) waiting in host memory" if parked else "")
+                  + (f", {parked} set(s) leaving the device between their uses" if parked else "")
                   + f": {set_bytes / gib:.1f} GiB of inputs"
                   + (f" and {out_bytes / gib:.1f} GiB of reference" if held else "")
                   + f" a set, {free_bytes / gib:.1f} GiB free on the device, "
@@ -312,5 +332,5 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
 
 __all__ = ["CAP_ENV", "LEAN_WORK", "MIN_POOL", "MIN_SEEDS", "PHASE_WORK", "SLACK_BYTES", "SetPlan",
            "device_cap", "gate_bytes", "host_bytes", "kept_bytes", "lean_bytes", "lean_plan",
-           "least_bytes", "least_plan", "parked_bytes", "parked_plan", "plan_bytes", "plan_sets", "recompute_bytes",
-           "room_beyond", "samples_fit", "with_redraw", "working_bytes"]
+           "least_bytes", "least_plan", "leaving", "parked_bytes", "parked_plan", "plan_bytes", "plan_sets",
+           "recompute_bytes", "room_beyond", "samples_fit", "with_redraw", "working_bytes"]

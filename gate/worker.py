@@ -585,7 +585,11 @@ class _Runner:
         """The input sets and references of one variant: the first seed's set, then the plan
         its sizes allow (`_set_plan`), then the other sets and the refill pool. The plan is
         made from the free memory less what the other gates on this GPU have planned and not
-        yet allocated, and what it will still allocate is written for them (`gate.memledger`)."""
+        yet allocated, and what it will still allocate is written for them (`gate.memledger`).
+        Of the sets the plan lets leave the device, those drawn again where used go first
+        (`memplan.leaving`, `_may_draw_again`)."""
+        from gate import memplan  # noqa: PLC0415
+
         with self._planning():
             free = self._free_bytes() - self._others_planned()
             first = self.plan(variant)[0]
@@ -603,10 +607,12 @@ class _Runner:
                            (plan.sets - 1) * per_set + self.work_bytes[variant]) + self.room[variant])
         del inputs
         keys = self.plan(variant)
-        # the seeds after the first, the sealed and the re-verification sets may wait in host
-        # memory; the last of them first (the re-verification set is used last); lean, all
+        # the seeds after the first, the sealed and the re-verification sets may leave the
+        # device between their uses: those drawn again where used first, then the last of them
+        # first (the re-verification set is used last); lean, all
         parkable = [k for k in keys if k != first and k[1] != PHASE_TIMED]
-        to_park = set(parkable[len(parkable) - plan.parked:]) if plan.parked else set()
+        to_park = set(memplan.leaving(parkable, plan.parked, self._may_draw_again)) \
+            if plan.parked and not plan.lean else set()
         self.room_order[variant] = self._room_order(variant, keys if plan.lean else sorted(to_park),
                                                     plan.pool - 1 if plan.lean else 0)
         if plan.lean:  # a lean plan: no set stays on the device between its uses
@@ -922,6 +928,22 @@ class _Runner:
             return None
         self.lap("references: digest")
         return remake.Recipe(key[2], first, remake.nbytes(inputs), base, donor)
+
+    def _may_draw_again(self, key: tuple[str, str, int]) -> bool:
+        """Whether `key`'s set would be dropped and drawn again where used if it left the
+        device (`_recipe`): not the sealed set, and only where its variant's sets are drawn
+        again (`_redraws`, probed on the first seed's set where not yet measured)."""
+        from gate import remake  # noqa: PLC0415
+
+        if key[1] == PHASE_SEALED or os.environ.get("KLINEAGE_GATE_REDRAW") == "0":
+            return False
+        if key[0] not in self.redraws:
+            first = self.plan(key[0])[0]
+            inputs = self.originals.get(first)
+            if not inputs:
+                return False
+            return self._redraws(first, remake.digest(inputs))
+        return self.redraws[key[0]]
 
     def _redraws(self, key: tuple[str, str, int], first: str) -> bool:
         """Whether `key`'s variant has its sets drawn again where used: the case's make_inputs

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from gate.memplan import (CAP_ENV, LEAN_WORK, MIN_POOL, MIN_SEEDS, SLACK_BYTES, gate_bytes, host_bytes, kept_bytes,
-                          lean_bytes, least_bytes, least_plan, parked_bytes, parked_plan, plan_bytes, plan_sets,
-                          room_beyond, with_redraw, working_bytes)
+                          lean_bytes, least_bytes, least_plan, leaving, parked_bytes, parked_plan, plan_bytes,
+                          plan_sets, room_beyond, with_redraw, working_bytes)
 
 GIB = 1 << 30
 SAXPY = Path(__file__).resolve().parent / "data" / "cases" / "saxpy"
@@ -51,7 +51,7 @@ def test_what_still_does_not_fit_waits_in_host_memory_and_the_first_sets_stay() 
     assert (plan.seeds, plan.pool) == (MIN_SEEDS, MIN_POOL)
     # parkable: the second seed, the sealed and the re-verification sets (never the first
     # seed, the timed set or the pool's crossover)
-    assert plan.parked == 3 and "3 set(s) waiting in host memory" in plan.reason
+    assert plan.parked == 3 and "3 set(s) leaving the device between their uses" in plan.reason
     less = plan_sets(110 * GIB, 8 * GIB, 8 * GIB, seeds=3, pool=4, fixed=3, held=True,
                      reference_peak=24 * GIB)
     assert 0 < less.parked < 3
@@ -597,3 +597,58 @@ def test_a_case_whose_draw_is_slower_than_a_copy_in_keeps_its_sets_in_host_memor
     assert run.redraws == {variant: False}
     flags = [m[1] for m in chan.sent if m[0] == "flag"]
     assert any("not drawn again" in f and "longer than a copy in" in f for f in flags), flags
+
+
+def test_the_sets_that_leave_the_device_are_those_drawn_again_before_those_that_cannot_be() -> None:
+    """`leaving`: of the sets a plan lets wait (the last the first to leave), those drawn again
+    where used leave before those that cannot be; the count never changes, and where every set
+    (or none) can be drawn again the last ones leave, as before."""
+    order = ["seed", "sealed", "reverify"]
+    assert sorted(leaving(order, 2, lambda k: k != "sealed")) == ["reverify", "seed"]
+    assert leaving(order, 1, lambda k: k != "sealed") == ["reverify"]
+    assert sorted(leaving(order, 3, lambda k: k != "sealed")) == sorted(order)
+    assert leaving(order, 2, lambda k: False) == ["sealed", "reverify"]
+    assert leaving(order, 2, lambda k: True) == ["sealed", "reverify"]
+    assert leaving(order, 0, lambda k: True) == [] and leaving([], 2, lambda k: True) == []
+    assert leaving(["a", "b", "c", "d"], 2, lambda k: k in ("a", "c")) == ["a", "c"]
+
+
+def test_a_set_that_cannot_be_drawn_again_keeps_its_place_and_a_seed_set_is_drawn_again_instead(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Room for the working memory, four sets with their references and two references more:
+    the plan keeps two seeds and a pool of two, and two of its six sets leave the device (the
+    lean plan keeps no more references there, so it is kept). Where the case draws a set the
+    same twice, the sealed set (never drawn again: its seed is kept nowhere) stays on the
+    device and the second seed's set leaves with the re-verification set, both drawn again
+    where used: nothing waits in host memory, and the flags say so. Where the case draws
+    differently each time (KLINEAGE_GATE_REDRAW=0 here), the sets used last leave as before,
+    both to host memory."""
+    run, _ = _runner_on_a_made_up_device(0, monkeypatch)
+    [variant] = list(run.shapes)
+    set_bytes = run._set_bytes(run._draw(variant, 1))
+    out_bytes = set_bytes // 2  # saxpy: two inputs, one output of their size
+    free = working_bytes(set_bytes, out_bytes) + 4 * (set_bytes + out_bytes) + 2 * out_bytes
+    sealed, second, reverify = (variant, "sealed", 16), (variant, "seed", 12), (variant, "reverify", 15)
+
+    def flags(chan) -> list[str]:
+        return [m[1] for m in chan.sent if m[0] == "flag"]
+
+    run, chan = _runner_on_a_made_up_device(free, monkeypatch)
+    run._variant_references(variant)
+    plan = run.set_plans[variant]
+    assert not plan.lean and (plan.seeds, plan.pool, plan.parked) == (2, 2, 2)
+    assert run.parked == {second, reverify} and set(run.recipes) >= {second, reverify}
+    assert sealed not in run.parked and sealed not in run.recipes and run.originals[sealed]
+    assert run.original(second) is not run.original(second)  # drawn again at each use
+    run._send_parked_flags(variant)
+    assert any("2 set(s) leaving the device between their uses" in f for f in flags(chan)), flags(chan)
+    assert any("2 of 5 input sets are dropped between their uses and drawn again" in f
+               for f in flags(chan)), flags(chan)
+    assert not any("wait in host memory" in f for f in flags(chan)), flags(chan)
+    monkeypatch.setenv("KLINEAGE_GATE_REDRAW", "0")
+    run, chan = _runner_on_a_made_up_device(free, monkeypatch)
+    run._variant_references(variant)
+    assert run.set_plans[variant] == plan and run.parked == {sealed, reverify} and not run.recipes
+    run._send_parked_flags(variant)
+    assert any("2 of 5 input sets wait in host memory" in f for f in flags(chan)), flags(chan)
+    assert not any("drawn again" in f for f in flags(chan)), flags(chan)
