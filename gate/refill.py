@@ -141,3 +141,36 @@ class Reservoir:
         if slot < self.size:
             self.kept[slot] = (index, None)  # the replaced copy goes before the new one is made
             self.kept[slot] = (index, self.snapshot(outputs))
+
+
+@dataclass(slots=True)
+class SetSample:
+    """A sample of `size` calls spread over the pool's sets: `size` of the `sets` sets (all,
+    where there are no more) drawn at random with a system random source when the sample is
+    made, and a uniform sample (`Reservoir`) of the calls on each drawn set, the `size` places
+    shared among them. A cache keyed on part of its inputs answers some set with another set's
+    output whichever set it saw first; a uniform sample over all the calls falls on the calls
+    of one set alone, the set it answered right, one time in eight with two sets and two
+    places, while this one, its sets distinct, checks a call of some other set whenever it
+    draws two sets or more."""
+
+    size: int
+    sets: int
+    snapshot: Callable[[Any], Any]
+    rng: random.Random = field(default_factory=random.SystemRandom)
+    parts: dict[int, Reservoir] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        drawn = self.rng.sample(range(max(1, self.sets)), min(self.size, max(1, self.sets)))
+        for i, index in enumerate(drawn):
+            places = self.size // len(drawn) + (1 if i < self.size % len(drawn) else 0)
+            self.parts[index] = Reservoir(places, self.snapshot, rng=self.rng)
+
+    def offer(self, index: int, outputs: Any) -> None:
+        part = self.parts.get(index)
+        if part is not None:
+            part.offer(index, outputs)
+
+    @property
+    def kept(self) -> list[tuple[int, Any]]:
+        return [item for part in self.parts.values() for item in part.kept]

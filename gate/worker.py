@@ -65,6 +65,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import random
 import sys
 import time
 import traceback
@@ -1298,7 +1299,7 @@ class _Runner:
         donor_key = (variant, PHASE_SEED, self.job.seeds[0])
         fresh_only = str(getattr(self.case, "REFILL", "crossover")) == "fresh"
         sets = [(self.job.extra_seed, self.originals[timed_key])]
-        for k in range(1, self.set_plans[variant].pool):
+        for k in range(1, self._crossovers(variant) + 1):
             seed = self.job.refill_seed + k
             key = (variant, PHASE_REFILL, seed)
             mixed = None if fresh_only else refill.crossover(self.original(timed_key),
@@ -1319,7 +1320,10 @@ class _Runner:
                 recipe = self._recipe(key, mixed, base=timed_key, donor=donor_key) if crossed \
                     else self._recipe(key, mixed)
             again = recipe is not None and not recipe.crossed and self._recomputes(key, mixed)
-            if (lean or self._short(variant)) and not (lean and self._take_room(key, out, "reference")):
+            # a lean pool's crossovers beyond the plan's claim no room: their references wait
+            beyond = lean and k >= self.set_plans[variant].pool
+            if (lean or self._short(variant)) \
+                    and not (lean and not beyond and self._take_room(key, out, "reference")):
                 if again:
                     self._drop_reference(key)
                 else:
@@ -1332,15 +1336,35 @@ class _Runner:
             del mixed
         return refill.Pool(sets)
 
-    def _rotation(self, variant: str) -> Any:
-        """Fresh buffers (a copy of the timed set) that refilled calls of `variant` rotate in."""
+    def _crossovers(self, variant: str) -> int:
+        """The crossovers in `variant`'s refill pool: the plan's pool less the timed set; a
+        lean plan's, the job's pool less the timed set, as a lean rotation brings back one
+        crossover at a time (`_rotation`). A cache keyed on a few probed input elements sees
+        the few changed places of one crossover about as often as it probes 1/64 of them;
+        only a stale answer to some crossover names it, so a pool of one crossover would let
+        such a cache pass one gate in ten."""
+        plan = self.set_plans[variant]
+        return max(plan.pool, self.job.refill_sets if plan.lean else 1) - 1
+
+    def _lean(self, variant: str) -> bool:
+        plan = self.set_plans.get(variant)
+        return plan is not None and plan.lean
+
+    def _rotation(self, variant: str, crossover: int | None = None) -> Any:
+        """Fresh buffers (a copy of the timed set) that refilled calls of `variant` rotate in.
+        A lean plan's rotation holds the timed set and one crossover of the pool: the
+        `crossover`-th (from 1), or one drawn at random (a system random source)."""
         pool = self.pools[variant]
-        if self.set_plans.get(variant) is not None and self.set_plans[variant].lean:
+        if self._lean(variant):
             # the timed set once: the crossovers drawn again are made from it (three sets at
             # the most: it, the first seed's and a crossover)
             timed_key = (variant, PHASE_TIMED, self.job.extra_seed)
             have = {timed_key: self.original(timed_key)}
             sets = [(pool.seed(0), have[timed_key])]
+            if len(pool.sets) > 1:
+                pick = crossover if crossover is not None \
+                    else random.SystemRandom().randrange(1, len(pool.sets))
+                pool = self.refill.Pool([pool.sets[0], pool.sets[pick]])
             for seed, inputs in pool.sets[1:]:
                 key = (variant, PHASE_REFILL, seed)
                 sets.append((seed, self._redrawn(key, have) if key in self.recipes
@@ -1864,16 +1888,21 @@ class _Runner:
         of the variant's pool before each call; every output is checked."""
         self.chan.send("stage", "correctness")
         for variant in self.shapes:
-            rotation = self._rotation(variant)
-            calls = max(self.job.repeat_calls, len(rotation.pool.sets))
-            for i in range(calls):
-                if i:
-                    rotation.refill((rotation.current + 1) % len(rotation.pool.sets))
-                original = rotation.pool.inputs(rotation.current)
-                res = self.call(rotation.buffers, "run")
-                self.check_call(res, rotation.buffers, original, "correctness",
-                                f"{variant}/repeated runs")
-                self.send_out(variant, PHASE_REFILL, rotation.pool.seed(rotation.current), res)
+            # a lean plan's rotations one after the other, each with one crossover of the pool
+            picks = range(1, len(self.pools[variant].sets)) if self._lean(variant) else [None]
+            for pick in picks:
+                rotation = self._rotation(variant, pick)
+                calls = max(self.job.repeat_calls, len(rotation.pool.sets))
+                for i in range(calls):
+                    if i:
+                        rotation.refill((rotation.current + 1) % len(rotation.pool.sets))
+                    original = rotation.pool.inputs(rotation.current)
+                    res = self.call(rotation.buffers, "run")
+                    self.check_call(res, rotation.buffers, original, "correctness",
+                                    f"{variant}/repeated runs")
+                    self.send_out(variant, PHASE_REFILL, rotation.pool.seed(rotation.current), res)
+                    del res, original
+                del rotation
 
     def timing(self) -> None:
         self.chan.send("stage", "timing")
@@ -1917,7 +1946,8 @@ class _Runner:
         last: list[Any] = [None, 0]  # the last call's outputs, the pool set it ran on
         calls = [0]
         host = self._samples_on_host(variant)
-        sample = self.refill.Reservoir(REFILL_SAMPLE, functools.partial(self._snapshot, host=host))
+        sample = self.refill.SetSample(REFILL_SAMPLE, len(rotation.pool.sets),
+                                       functools.partial(self._snapshot, host=host))
         pending = [False]  # the last call's outputs not yet offered to the sample
 
         def fn() -> None:

@@ -211,3 +211,29 @@ def test_a_crossover_changes_a_few_float_elements_and_keeps_the_rest() -> None:
     assert torch.equal(mixed[1], base[1]) and mixed[2] == 2.5  # integers and scalars stay
     assert mixed[3].stride() == base[3].stride() and bool((mixed[3] != base[3]).any())
     assert refill.crossover((torch.arange(4),), (torch.arange(4) + 1,), seed=1) is None
+
+
+def test_the_timed_calls_sample_spreads_over_distinct_pool_sets() -> None:
+    """`refill.SetSample`: with as many places as sets (a lean pool: the timed set and one
+    crossover) each set has a call checked, whichever calls ran; with more sets than places,
+    the checked calls are of distinct sets, each a call that ran on it."""
+    import random as rnd
+
+    from gate import refill
+
+    for trial in range(50):
+        sample = refill.SetSample(2, 2, lambda out: out, rng=rnd.Random(trial))
+        for call in range(41):
+            sample.offer(call % 2, ("out", call))
+        assert sorted(index for index, _ in sample.kept) == [0, 1]
+        assert all(out[1] % 2 == index for index, out in sample.kept)
+        wide = refill.SetSample(2, 4, lambda out: out, rng=rnd.Random(trial))
+        for call in range(40):
+            wide.offer(call % 4, ("out", call))
+        sets = [index for index, _ in wide.kept]
+        assert len(sets) == 2 and len(set(sets)) == 2
+        assert all(out[1] % 4 == index for index, out in wide.kept)
+    one = refill.SetSample(2, 1, lambda out: out, rng=rnd.Random(1))
+    for call in range(9):
+        one.offer(0, call)
+    assert [index for index, _ in one.kept] == [0, 0]  # one set: both places on it

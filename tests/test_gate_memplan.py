@@ -276,7 +276,10 @@ def test_the_worker_keeps_the_sets_its_plan_allows_and_tells_the_parent_its_seed
     run._variant_references(variant)
     plan = run.set_plans[variant]
     assert plan.lean and (plan.seeds, plan.pool) == (2, 2) and "6 of 6 references stay" in plan.reason
-    assert not parked_refs and run.stayed[variant].count("reference") == 5
+    # the pool's crossovers beyond the plan's one (a lean rotation brings one back at a time)
+    # claim no room: theirs alone wait
+    assert len(parked_refs) == run.job.refill_sets - plan.pool and {k[1] for k in parked_refs} == {"refill"}
+    assert run.stayed[variant].count("reference") == 5
     assert run.stayed[variant].count("set") == 1 and (variant, "sealed", 16) not in run.parked
     # by default too (references computed again where compared, where that is cheaper than
     # their copies): a reference that stays in the room costs nothing at a comparison, so where
@@ -399,11 +402,17 @@ def test_a_lean_worker_keeps_no_set_or_reference_on_the_device_between_uses(
     set_bytes = run._set_bytes(run.originals[(variant, "timed", 14)])
     assert run.work_bytes[variant] == memplan.lean_bytes(set_bytes, set_bytes // 2)
     pool = run.pools[variant]
-    assert [s for s, _ in pool.sets][0] == 14 and len(pool.sets) == MIN_POOL
+    # the job's crossovers all made; a rotation holds the timed set and one of them
+    assert [s for s, _ in pool.sets][0] == 14 and len(pool.sets) == run.job.refill_sets
     assert brought  # the crossover was made of sets brought back
-    brought.clear()
-    rotation = run._rotation(variant)
-    assert len(brought) == len(pool.sets) and rotation.pool is not pool  # brought back for the timed runs
+    for pick in (1, len(pool.sets) - 1, None):
+        brought.clear()
+        rotation = run._rotation(variant, pick)
+        # brought back for the timed runs
+        assert len(brought) == len(rotation.pool.sets) == MIN_POOL and rotation.pool is not pool
+        assert rotation.pool.sets[0][0] == 14 and rotation.pool.seed(1) in [s for s, _ in pool.sets[1:]]
+        if pick is not None:
+            assert rotation.pool.seed(1) == pool.seed(pick)
     i = next(i for i, x in enumerate(pool.inputs(0)) if isinstance(x, torch.Tensor))
     assert torch.equal(rotation.buffers[i], pool.inputs(0)[i])
     assert rotation.buffers[i].data_ptr() != pool.inputs(0)[i].data_ptr()
@@ -435,7 +444,7 @@ def test_a_lean_worker_draws_its_sets_again_where_used_instead_of_copying_them_o
     assert {k[1] for k in run.parked - dropped} == {"sealed"}
     assert all(run.originals[k] == () for k in dropped)
     crossed = [k for k, r in run.recipes.items() if k[1] == "refill"]
-    assert len(crossed) == MIN_POOL - 1 and all(run.recipes[k].crossed for k in crossed)
+    assert len(crossed) == run.job.refill_sets - 1 and all(run.recipes[k].crossed for k in crossed)
     run._send_parked_flags(variant)
     flags = [m[1] for m in chan.sent if m[0] == "flag"]
     assert any("4 of 5 input sets are dropped between their uses and drawn again" in f for f in flags), flags
