@@ -171,8 +171,11 @@ def test_a_lean_plan_computes_its_references_again_where_compared(
                for f in verdict.flags), verdict.flags
     reused = gate.check_file(SAXPY.parent.parent / "cheats" / "reuse_data_ptr.py", SAXPY,
                              Tier.INTERPRET, cache=False, timeout=60)
-    assert reused.failure_kind is FailureKind.REUSED_OUTPUT, reused.reason
-    assert "answer to other inputs" in reused.reason
+    # a set drawn again can land at an earlier set's address, where the cheat's answer for
+    # that address comes back: the knockout may name it first (the answer is not the kernel's)
+    assert reused.failure_kind in (FailureKind.REUSED_OUTPUT, FailureKind.FALLBACK), reused.reason
+    if reused.failure_kind is FailureKind.REUSED_OUTPUT:
+        assert "answer to other inputs" in reused.reason
     monkeypatch.setenv("KLINEAGE_GATE_RECOMPUTE", "0")
     verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False, timeout=60)
     assert verdict.ok and not any("computed again" in f for f in verdict.flags), verdict.flags
