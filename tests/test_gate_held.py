@@ -226,6 +226,11 @@ def test_a_lean_plan_keeps_the_checks_with_every_set_waiting_between_its_uses(
     for name, kind in (("reuse_data_ptr", FailureKind.REUSED_OUTPUT), ("reuse_checksum", FailureKind.REUSED_OUTPUT),
                        ("knockout_numpy", FailureKind.FALLBACK), ("mutate_input", FailureKind.INPUT_MUTATION)):
         cheat = gate.check_file(DATA / "cheats" / f"{name}.py", SAXPY, Tier.INTERPRET, cache=False, timeout=60)
+        if name.startswith("reuse_") and cheat.failure_kind is FailureKind.FALLBACK:
+            # a set brought back can land at the address it had before: a cache then answers
+            # the knockout call with its kept answer to those very values, named there first
+            assert "kernel launches skipped" in cheat.reason, cheat.reason
+            continue
         assert cheat.failure_kind is kind, (name, cheat.reason)
 
 
