@@ -133,27 +133,11 @@ def test_on_the_gpu_the_turns_run_through_the_start_host(tmp_path: Path, name: s
         pytest.skip("no GPU")
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma and TMA need sm_90a")
-    import importlib.util
-
-    from kir import hostlaunch
-
     v = _virtual()
     start, _ = v._case(name)
     for i, options in enumerate((PINGPONG, {**PINGPONG, "stages": 6},
                                  {**PINGPONG, "registers": True})):
-        ir = kir.parse(start.read_text(), "cuda", path=str(start))
-        rule = get_pass("gemm-schedule").from_options(options)
-        result = rule.optimize(ir, next(s for s in rule.sites(ir) if not s.present), v.CTX)
-        assert result.ok, result
-        folder = tmp_path / f"form{i}"
-        folder.mkdir()
-        host = start.with_suffix(".py")
-        (folder / host.name).write_text(hostlaunch.apply(host.read_text(), result.ir.text))
-        (folder / start.name).write_text(result.ir.text)
-        spec = importlib.util.spec_from_file_location(f"kl_gpu_pingpong_{name}_{i}",
-                                                      folder / host.name)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = v._through_host(start, options, tmp_path / f"form{i}")
         torch.manual_seed(7)
         # many tiles a block (the warpgroups' turns), ragged; K = 520 rows encode (TMA),
         # K = 517 do not (the cp.async fill)

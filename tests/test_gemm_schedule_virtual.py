@@ -396,6 +396,26 @@ def _case(name: str) -> tuple[Path, Path]:
     return folder / case.START, folder / "case.py"
 
 
+def _through_host(start: Path, options: dict[str, Any], folder: Path) -> Any:
+    """The start's host module, loaded from `folder`, launching gemm-schedule's output under
+    `options` (the rule at the start's first open site; the host edited as the gate edits it)."""
+    from kir import hostlaunch
+
+    ir = kir.parse(start.read_text(), "cuda", path=str(start))
+    rule = get_pass("gemm-schedule").from_options(options)
+    result = rule.optimize(ir, next(s for s in rule.sites(ir) if not s.present), CTX)
+    assert result.ok, result
+    folder.mkdir()
+    host = start.with_suffix(".py")
+    (folder / host.name).write_text(hostlaunch.apply(host.read_text(), result.ir.text))
+    (folder / start.name).write_text(result.ir.text)
+    spec = importlib.util.spec_from_file_location(f"kl_gpu_{folder.parent.name}_{folder.name}",
+                                                  folder / host.name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.mark.parametrize("name,options,block", [
     ("cu_mm_smem_tiled", TMA, (384, 1, 1)),
     ("cu_mm_smem_tiled", {**TMA, "consumers": 4}, (640, 1, 1)),
@@ -457,24 +477,10 @@ def test_on_the_gpu_the_style_starts_run_the_fullest_forms_through_their_host(
         pytest.skip("no GPU")
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma and TMA need sm_90a")
-    from kir import hostlaunch
-
     start, _ = _case(name)
     for i, options in enumerate((TMA, {**TMA, "consumers": 4},
                                  {"wgmma": True, "deep": True, "wide": True})):
-        ir = kir.parse(start.read_text(), "cuda", path=str(start))
-        rule = get_pass("gemm-schedule").from_options(options)
-        result = rule.optimize(ir, next(s for s in rule.sites(ir) if not s.present), CTX)
-        assert result.ok, result
-        folder = tmp_path / f"form{i}"
-        folder.mkdir()
-        host = start.with_suffix(".py")
-        (folder / host.name).write_text(hostlaunch.apply(host.read_text(), result.ir.text))
-        (folder / start.name).write_text(result.ir.text)
-        spec = importlib.util.spec_from_file_location(f"kl_gpu_virtual_{name}_{i}",
-                                                      folder / host.name)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = _through_host(start, options, tmp_path / f"form{i}")
         torch.manual_seed(6)
         # ragged sizes; K = 520 rows encode (TMA), K = 517 do not (the cp.async fill)
         for m, n, k in ((1000, 1032, 520), (999, 1001, 517)):
