@@ -389,6 +389,8 @@ class _Runner:
         self.recomputes: dict[str, bool] = {}
         self.ref_digests: dict[tuple[str, str, int], str] = {}
         self.compute_s: dict[str, float] = {}
+        self.copy_rates: dict[str, float] = {}  # variant -> bytes/s of a reference's copy out and in
+        self.remakes: dict[str, bool] = {}  # variant -> whether its crossovers' references are too
         self.ref_settings: tuple[Any, ...] | None = None  # torch's settings the references ran under
         self.plan_figures: dict[str, tuple[int, int]] = {}  # variant -> (free bytes, reference peak)
         # variant -> device bytes beyond its plan where parked sets' references (or a set that
@@ -907,8 +909,8 @@ class _Runner:
 
     def _computed_later(self, key: tuple[str, str, int]) -> bool:
         """Whether `key`'s held reference will be computed again where compared, its variant's
-        being (`_recomputes`): every set's but the sealed one's and the refill pool's (a
-        crossover's is not; a fresh draw's is counted as if it were not)."""
+        being (`_recomputes`): every set's but the sealed one's and the refill pool's (whether
+        a crossover's is, `_remakes`, is decided as it is made: counted as if it were not)."""
         return bool(self.recomputes.get(key[0])) and key[1] not in (PHASE_SEALED, PHASE_REFILL)
 
     def _recipe(self, key: tuple[str, str, int], inputs: tuple[Any, ...], *,
@@ -1051,6 +1053,7 @@ class _Runner:
             out = self.out_bytes.get(variant, 0)
             where = next((x.device for x in inputs if type(x) is self.cap.tensor_type), self.device)
             rate = hoststage.copy_rate(where, min(max(out, 1), hoststage.RATE_PROBE_BYTES))
+            self.copy_rates[variant] = rate
             same = remake.computes_again(self.ref_digests[key], again)
             draw = self.draw_s.get(variant, 0.0)
             fast = remake.worth_computing_again(draw, seconds, out, rate)
@@ -1081,6 +1084,36 @@ class _Runner:
                 self.work_bytes[variant] = need
             self.lap("references: recompute probe")
         return self.recomputes[variant]
+
+    def _remakes(self, variant: str, make_s: float) -> bool:
+        """Whether the held references of `variant`'s crossovers are dropped and computed again
+        where compared as well (its other sets' are, `_recomputes`): the crossover made again
+        (`make_s`, measured as it was first made: its two sets drawn again and mixed) and its
+        reference computed cost no more than the reference's copy in and back out
+        (`remake.worth_computing_again`), and the two sets a crossover is made from fit beside
+        a comparison in the device bytes beyond the plan (`spare`). Decided once per variant,
+        on its first crossover; a flag says why not."""
+        from gate import remake  # noqa: PLC0415
+
+        if variant not in self.remakes:
+            out = self.out_bytes.get(variant, 0)
+            rate = self.copy_rates.get(variant, 0.0)
+            fast = os.environ.get("KLINEAGE_GATE_RECOMPUTE") == "1" or remake.worth_computing_again(
+                make_s, self.compute_s.get(variant, 0.0), out, rate)
+            sources = 2 * self.set_size.get(variant, 0) if self.device == "cuda" else 0
+            fits = sources <= self.spare.get(variant, 0)
+            self.remakes[variant] = fast and fits
+            if fits and fast and sources:
+                self.spare[variant] -= sources
+                self.room[variant] = max(0, min(self.room.get(variant, 0), self.spare[variant]))
+                self.work_bytes[variant] = self.work_bytes.get(variant, 0) + sources
+            elif not self.remakes[variant]:
+                why = (f"making one again and its reference took {make_s + self.compute_s.get(variant, 0.0):.2f} s, "
+                       f"longer than its copy in and out") if not fast else \
+                    f"the two sets it is made from ({sources / 2**30:.1f} GiB) do not fit beside a comparison"
+                self.chan.send("flag", f"{variant}: its crossovers' held references wait, not "
+                                       f"computed again where compared: {why}")
+        return self.remakes[variant]
 
     def _drop_reference(self, key: tuple[str, str, int]) -> None:
         """`key`'s held reference leaves: computed again at each comparison (`_held`)."""
@@ -1302,8 +1335,10 @@ class _Runner:
         for k in range(1, self._crossovers(variant) + 1):
             seed = self.job.refill_seed + k
             key = (variant, PHASE_REFILL, seed)
+            t0, waited = time.perf_counter(), self.lock.waited_s
             mixed = None if fresh_only else refill.crossover(self.original(timed_key),
                                                              self.original(donor_key), seed)
+            make_s = time.perf_counter() - t0 - (self.lock.waited_s - waited)
             self.lap("references: crossover")
             crossed = mixed is not None and self._reference(variant, PHASE_REFILL, seed, mixed,
                                                             finite_like=True)
@@ -1319,12 +1354,13 @@ class _Runner:
             if lean:  # drawn again for the timed runs where it can be, else a host copy
                 recipe = self._recipe(key, mixed, base=timed_key, donor=donor_key) if crossed \
                     else self._recipe(key, mixed)
-            again = recipe is not None and not recipe.crossed and self._recomputes(key, mixed)
-            # a lean pool's crossovers beyond the plan's claim no room: their references wait
+            # a lean pool's crossovers beyond the plan's claim no room: their references are
+            # computed again where compared, or wait
             beyond = lean and k >= self.set_plans[variant].pool
             if (lean or self._short(variant)) \
                     and not (lean and not beyond and self._take_room(key, out, "reference")):
-                if again:
+                if recipe is not None and self._recomputes(key, mixed) \
+                        and (not recipe.crossed or self._remakes(variant, make_s)):
                     self._drop_reference(key)
                 else:
                     self._park_reference(key)

@@ -283,11 +283,13 @@ def test_the_worker_keeps_the_sets_its_plan_allows_and_tells_the_parent_its_seed
     assert run.stayed[variant].count("set") == 1 and (variant, "sealed", 16) not in run.parked
     # by default too (references computed again where compared, where that is cheaper than
     # their copies): a reference that stays in the room costs nothing at a comparison, so where
-    # the room holds them all none is computed again
+    # the room holds them all none is computed again but the crossovers' beyond the plan's
+    # (made again from their two sets where compared, instead of waiting in host memory)
     monkeypatch.delenv("KLINEAGE_GATE_RECOMPUTE")
     run, chan = _runner_on_a_made_up_device(free, monkeypatch)
     run._variant_references(variant)
-    assert run.recomputes[variant] and not run.recomputed
+    assert run.recomputes[variant] and run.remakes[variant]
+    assert sorted(run.recomputed) == sorted(parked_refs)
     assert run.stayed[variant].count("reference") == 5 and run.stayed[variant].count("set") == 1
 
 
@@ -549,8 +551,10 @@ def test_a_lean_worker_computes_references_again_and_keeps_the_sealed_set_in_the
     assert sorted(run.stayed[variant]) == ["reference", "set"] and (variant, "sealed", 16) not in run.parked
     run._send_parked_flags(variant)
     flags = [m[1] for m in chan.sent if m[0] == "flag"]
-    assert any("4 held reference(s) are dropped between their uses and computed again" in f
+    # the seeds', the timed and re-verification sets' and the two crossovers' beyond the plan's
+    assert any("6 held reference(s) are dropped between their uses and computed again" in f
                for f in flags), flags
+    assert {k[1] for k in run.recomputed} == {"seed", "timed", "reverify", "refill"}
     # a reference step peaking at ten outputs beyond its set and output, memory for the plan's
     # largest phase alone: a comparison that computes its reference needs an output more
     run, chan = _runner_on_a_made_up_device(lean_bytes(set_bytes, out_bytes, 10 * out_bytes), monkeypatch)

@@ -160,14 +160,14 @@ def test_a_lean_plan_computes_its_references_again_where_compared(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The sets drawn again (the seeds' and the timed one) have their held references dropped
     and computed again at each comparison (KLINEAGE_GATE_RECOMPUTE=1: the cost test skipped;
-    the probe's same bytes twice still asked); the crossover's and the sealed set's wait as
-    before. The correct kernel passes and a reused answer is still named, with whose it is."""
+    the probe's same bytes twice still asked), the crossovers' too (each made again from its
+    two sets); the sealed set's waits as before. The correct kernel passes and a reused answer is still named, with whose it is."""
     monkeypatch.setenv("KLINEAGE_GATE_RECOMPUTE", "1")
     monkeypatch.setenv("KLINEAGE_GATE_SETS", "lean")
     monkeypatch.setenv("KLINEAGE_GATE_COMPARE", "worker")
     verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False, timeout=60)
     assert verdict.ok, verdict.reason
-    assert any("3 held reference(s) are dropped between their uses and computed again" in f
+    assert any("6 held reference(s) are dropped between their uses and computed again" in f
                for f in verdict.flags), verdict.flags
     reused = gate.check_file(SAXPY.parent.parent / "cheats" / "reuse_data_ptr.py", SAXPY,
                              Tier.INTERPRET, cache=False, timeout=60)
