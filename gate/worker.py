@@ -1978,7 +1978,9 @@ class _Runner:
         """Bench the candidate on input buffers refilled before every timed call; check the
         calls; send a sample of their outputs; (ms, wall ms)."""
         trace = self.guards.OpTrace(self.reference_code, poison=False, paused=self._tuning)
+        self.lap.restart()
         rotation = self._rotation(variant)
+        self.lap("timing: pool brought back")
         last: list[Any] = [None, 0]  # the last call's outputs, the pool set it ran on
         calls = [0]
         host = self._samples_on_host(variant)
@@ -2012,6 +2014,7 @@ class _Runner:
                 ms, wall = self.bench(fn, between)
         except BaseException as exc:
             self.chan.reject(classify(exc), "timing", f"run raised while timed: {describe(exc)}")
+        self.lap("timing: timed calls and samples")
         if traced and calls[0]:
             self.send_kernel_ms(variant, calls[0])
         res = {"out": last[0], "exc": None, "trace": trace,
@@ -2024,8 +2027,10 @@ class _Runner:
                              f"the candidate skips its kernel when timed")
         checked = [(rotation.pool.seed(index), outputs) for index, outputs in sample.kept + [(last[1], last[0])]]
         del rotation, sample, last, res  # a lean plan's pool leaves the device before the reports
+        self.lap("timing: checks")
         for seed, outputs in checked:
             self.report(variant, PHASE_REFILL, seed, outputs, launches)
+        self.lap("timing: sampled outputs compared")
         return ms, wall
 
     def _samples_on_host(self, variant: str) -> bool:
