@@ -913,7 +913,7 @@ class _Translator:
         offset translated; else None."""
         k, ir = self.k, self.home
         decls = k.scope.decls.get(name, [])
-        if len(decls) != 1 or decls[0][1] is None or k.scope.writes.get(name) or \
+        if len(decls) != 1 or decls[0][1] is None or k._repointed(name) or \
                 ir.grammar_type_of(ir.parent_of(decls[0][0])) != "pointer_declarator":
             return None
         node = decls[0][1]

@@ -450,18 +450,25 @@ class Unit:
     def template_value(self, fn: int, expr: str) -> int | None:
         """The value of `expr` over function `fn`'s template parameters where every call of
         `fn` in the unit passes the same constant template arguments (`f<256>(...)`), or
-        None (no such call, or calls that differ)."""
+        None (no such call, or calls that differ). Type parameters (`typename T`) take any
+        argument: only the values matter (`f<256, float>` and `f<256, __half>` agree)."""
         ir = self.ir
         decl = ir.parent_of(fn)
         if decl is None or ir.grammar_type_of(decl) != "template_declaration":
             return None
-        params = []
+        params: list[str | None] = []  # None: a type parameter
         for plist in children(ir, decl, "template_parameter_list"):
             for p in children(ir, plist):
+                if ir.grammar_type_of(p) in _TRIVIA or ir.grammar_type_of(p) in ("<", ">", ","):
+                    continue
                 ident = [c for c in subtree(ir, p) if ir.grammar_type_of(c) == "identifier"]
                 if ir.grammar_type_of(p) in ("parameter_declaration",
                                              "optional_parameter_declaration") and ident:
                     params.append(ir.name_of(ident[-1]) or "")
+                elif "type_parameter" in ir.grammar_type_of(p):
+                    params.append(None)
+                else:
+                    return None
         name = _function_name(ir, fn)
         seen: set[tuple[int | None, ...]] = set()
         for c in range(len(ir)):
@@ -472,13 +479,16 @@ class Unit:
             if not targs:
                 return None
             args = [a for a in children(ir, targs[0]) if ir.grammar_type_of(a) not in _TRIVIA]
-            seen.add(tuple(self.value(text(ir, a)) for a in args))
+            if len(args) != len(params):
+                return None
+            seen.add(tuple(self.value(text(ir, a)) for a, p in zip(args, params) if p is not None))
         if len(seen) != 1:
             return None
         values = seen.pop()
-        if len(values) != len(params) or None in values:
+        if None in values:
             return None
-        bound = dict(self.constants) | {p: str(v) for p, v in zip(params, values)}
+        named = [p for p in params if p is not None]
+        bound = dict(self.constants) | {p: str(v) for p, v in zip(named, values)}
         return _evaluate(expr, bound, 0)
 
     def block_helpers(self) -> dict[str, int]:
@@ -791,9 +801,11 @@ def _pointer_params(ir: KernelIR, fn: int) -> dict[str, str]:
 
 def global_pointers(unit: Unit, fn: int) -> dict[str, str]:
     """Pointer parameters of `fn` and local pointers derived from them (`const T* row = x +
+    off;`, or from a pointer field of a structure passed by value: `const T* row = p.x +
     off;`) -> element type."""
     ir = unit.ir
     out = _pointer_params(ir, fn)
+    fields = _struct_pointer_fields(unit, fn)
     for nid in subtree(ir, fn):
         if ir.grammar_type_of(nid) != "declaration" or "__shared__" in text(ir, nid):
             continue
@@ -801,8 +813,42 @@ def global_pointers(unit: Unit, fn: int) -> dict[str, str]:
                 and "*" not in text(ir, nid).split("=")[0]:
             continue
         for name, _ident, init in declared_names(ir, nid):
-            if init is not None and _names(ir, init) & set(out):
+            if init is not None and (_names(ir, init) & set(out) or any(
+                    re.sub(r"\s", "", text(ir, c)) in fields for c in subtree(ir, init)
+                    if ir.grammar_type_of(c) == "field_expression")):
                 out.setdefault(name, _declared_type(ir, nid))
+    return out
+
+
+def _struct_pointer_fields(unit: Unit, fn: int) -> set[str]:
+    """`p.f` for each parameter `p` of `fn` passed by value whose type is a `struct` / `class`
+    the unit defines once, and each of its fields `f` declared as a pointer."""
+    ir = unit.ir
+    plist = next((c for c in subtree(ir, fn) if ir.grammar_type_of(c) == "parameter_list"), None)
+    if plist is None:
+        return set()
+    code = code_view(ir.text)
+    out: set[str] = set()
+    for p in children(ir, plist):
+        if ir.grammar_type_of(p) != "parameter_declaration" or any(
+                ir.grammar_type_of(c) in ("pointer_declarator", "reference_declarator")
+                for c in subtree(ir, p)):
+            continue
+        kinds = [c for c in children(ir, p) if ir.grammar_type_of(c) in ("type_identifier",
+                                                                          "struct_specifier")]
+        names = [c for c in children(ir, p) if ir.grammar_type_of(c) == "identifier"]
+        if len(kinds) != 1 or len(names) != 1:
+            continue
+        kind = re.sub(r"^(?:struct|class)\s+", "", text(ir, kinds[0]).strip())
+        found = re.findall(rf"\b(?:struct|class)\s+{re.escape(kind)}\s*\{{([^{{}}]*)\}}\s*;", code)
+        if len(found) != 1:
+            continue
+        for field_ in found[0].split(";"):
+            for declarator in field_.split(","):
+                m = re.fullmatch(r"[^*]*\*\s*(?:const\s+|__restrict__\s+)*([A-Za-z_]\w*)\s*",
+                                 declarator.strip() + " ")
+                if m is not None and "*" in declarator:
+                    out.add(f"{ir.name_of(names[0])}.{m.group(1)}")
     return out
 
 
@@ -1874,9 +1920,9 @@ def reduction_trees(ir: KernelIR | Unit) -> tuple[list[ReductionTree], list[Refu
     for name, fn in unit.functions.items():
         shared = unit.shared_views(fn, aliases=True)
         for nid in subtree(unit.ir, fn):
-            if unit.ir.grammar_type_of(nid) in ("for_statement", "while_statement"):
-                finder = _tree_loop if unit.ir.grammar_type_of(nid) == "for_statement" \
-                    else _while_tree
+            if unit.ir.grammar_type_of(nid) in ("for_statement", "while_statement", "do_statement"):
+                finder = {"for_statement": _tree_loop, "while_statement": _while_tree,
+                          "do_statement": _do_tree}[unit.ir.grammar_type_of(nid)]
                 found = finder(unit, name, fn, nid, shared)
                 if isinstance(found, ReductionTree):
                     out.append(found)
@@ -2217,21 +2263,13 @@ def _while_tree(unit: Unit, kernel: str, fn: int, loop: int,
     use of it there; the stride read nowhere else but by loops that set it first
     (`_stride_read_elsewhere`: one variable may serve several trees)."""
     ir = unit.ir
-    parent = ir.parent_of(loop)
-    if parent is None or ir.grammar_type_of(parent) != "compound_statement":
-        return None
     kids = [c for c in children(ir, loop) if ir.grammar_type_of(c) not in _TRIVIA]
     clause, body = kids[0], kids[-1]
     cond = next((c for c in children(ir, clause) if ir.grammar_type_of(c) not in _TRIVIA), None)
-    items = _statements(ir, body) if ir.grammar_type_of(body) == "compound_statement" else []
-    siblings = _statements(ir, parent)
-    if cond is None or len(items) < 2 or loop not in siblings or siblings.index(loop) == 0:
+    found = _stride_set_before(ir, loop, body, cond)
+    if found is None:
         return None
-    decl = siblings[siblings.index(loop) - 1]
-    init = _stride_init(ir, decl)
-    if init is None:
-        return None
-    var, start = init
+    decl, var, start, items = found
     updates = [s for s in items if ir.grammar_type_of(s) == "expression_statement" and
                (_HALVE.match(text(ir, s).strip().rstrip(";")) or
                 _DOUBLE.match(text(ir, s).strip().rstrip(";")))]
@@ -2256,6 +2294,81 @@ def _while_tree(unit: Unit, kernel: str, fn: int, loop: int,
         where = _span(ir, loop)  # the declaration stays: other loops set the same variable
     return _tree_parts(unit, kernel, fn, loop, shared, var, start, cond, update, rest,
                        where, decl)
+
+
+def _do_tree(unit: Unit, kernel: str, fn: int, loop: int,
+             shared: Mapping[str, SharedArray]) -> ReductionTree | Refusal | None:
+    """A tree written as a do-while loop over a stride set by the statement right before it:
+    `s = E; do { s >>= 1; ...; } while (s > 1);` (halved first: strides E/2 ... 1, the tree
+    of `s = E / 2; while (s > 0)`) or `s = E / 2; do { ...; s >>= 1; } while (s > 0);`
+    (halved last: `while`'s form, its first trip taken for granted, which a stride of at
+    least 1 is). Other conditions, doubling strides, a stride written besides or read after
+    the loop are refused or no tree, as `_while_tree` tells them."""
+    ir = unit.ir
+    kids = [c for c in children(ir, loop) if ir.grammar_type_of(c) not in _TRIVIA]
+    body = next((c for c in kids if ir.grammar_type_of(c) == "compound_statement"), None)
+    clause = next((c for c in reversed(kids) if ir.grammar_type_of(c) == "parenthesized_expression"),
+                  None)
+    cond = next((c for c in children(ir, clause) if ir.grammar_type_of(c) not in _TRIVIA),
+                None) if clause is not None else None
+    found = _stride_set_before(ir, loop, body, cond)
+    if found is None:
+        return None
+    decl, var, start, items = found
+    where = (ir.span_of(decl).start, ir.span_of(loop).end)
+
+    def halves(stmt: int) -> bool:
+        m = ir.grammar_type_of(stmt) == "expression_statement" and \
+            _HALVE.match(text(ir, stmt).strip().rstrip(";"))
+        return bool(m) and m.group(1) == var
+
+    if not any(halves(st) for st in items) or not any(_is_sync(ir, st) for st in items):
+        return None
+    first, last = halves(items[0]), halves(items[-1])
+    if not (first or last) or first and last:
+        return Refusal("reduction-tree", f"the do-while tree halves its stride {var} other than "
+                       "first or last in its body", where, kernel)
+    update_stmt = items[0] if first else items[-1]
+    rest = items[1:] if first else items[:-1]
+    if any(var in written_names(ir, st) for st in rest):
+        return Refusal("reduction-tree", f"the tree's body writes its stride {var} besides "
+                       "its update", where, kernel)
+    loop_cond = flat_code(ir, cond)
+    stops = (f"{var}>1", f"{var}>=2", f"1<{var}") if first else (f"{var}>0", f"{var}>=1", f"0<{var}")
+    if loop_cond not in stops:
+        return Refusal("reduction-tree", f"the do-while tree stops at {text(ir, cond)}, not at "
+                       f"{'stride 1 (its last trip halves to 1)' if first else 'stride 0'}",
+                       where, kernel)
+    elsewhere, shared_stride = _stride_read_elsewhere(unit, fn, var, where)
+    if elsewhere:
+        return Refusal("reduction-tree", f"the stride {var} is read outside the tree "
+                       f"({elsewhere})", where, kernel)
+    if shared_stride and ir.grammar_type_of(decl) == "declaration":
+        where = _span(ir, loop)
+    whole = flat_code(ir, start)
+    half = None if not first else (whole if re.fullmatch(r"[\w.]+", whole) else f"({whole})") + "/2"
+    return _tree_parts(unit, kernel, fn, loop, shared, var, start, cond,
+                       text(ir, update_stmt).strip().rstrip(";"), rest, where, decl,
+                       start_text=half, loop_cond=f"{var}>0")
+
+
+def _stride_set_before(ir: KernelIR, loop: int, body: int | None, cond: int | None
+                       ) -> tuple[int, str, int, list[int]] | None:
+    """(the statement setting the stride, the stride, its first value, the body's statements)
+    of a loop (its `body` and condition `cond`) whose stride the statement right before it in
+    the same block sets; None where there is no such statement or the body is not a block of
+    two statements or more."""
+    parent = ir.parent_of(loop)
+    if parent is None or ir.grammar_type_of(parent) != "compound_statement" or cond is None \
+            or body is None or ir.grammar_type_of(body) != "compound_statement":
+        return None
+    items = _statements(ir, body)
+    siblings = _statements(ir, parent)
+    if len(items) < 2 or loop not in siblings or siblings.index(loop) == 0:
+        return None
+    decl = siblings[siblings.index(loop) - 1]
+    init = _stride_init(ir, decl)
+    return None if init is None else (decl, init[0], init[1], items)
 
 
 def _stride_init(ir: KernelIR, stmt: int) -> tuple[str, int] | None:
@@ -2346,10 +2459,13 @@ def _stride_read_elsewhere(unit: Unit, fn: int, var: str, region: tuple[int, int
 
 def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str, SharedArray],
                 var: str, start: int, cond: int, update: str, items: list[int],
-                where: tuple[int, int], first: int) -> ReductionTree | Refusal | None:
+                where: tuple[int, int], first: int, start_text: str | None = None,
+                loop_cond: str | None = None) -> ReductionTree | Refusal | None:
     """The tree a loop over stride `var` (from `start`, while `cond`, stepped by `update`;
     body statements `items`, the update excluded) makes; `first`: its first statement (the
-    thread's stores into the arrays come right before it)."""
+    thread's stores into the arrays come right before it). `start_text` / `loop_cond`: the
+    first stride and the condition of the `while` loop the loop runs as, where they are not
+    `start` and `cond` as written (a do-while loop halving first)."""
     ir = unit.ir
     halving = _HALVE.match(update)
     doubling = _DOUBLE.match(update)
@@ -2412,7 +2528,7 @@ def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str
         if c[3] not in (f"{own}+{var}", f"{var}+{own}"):  # type: ignore[index]
             return refuse(f"the partner slot {c[3]} is not the own slot plus the stride")  # type: ignore[index]
     cond_text = _unparen(flat_code(ir, cond_node))
-    start_text = flat_code(ir, start)
+    start_text = start_text if start_text is not None else flat_code(ir, start)
     if halving:
         tid = own
         heads = (f"{tid}<{var}", f"{var}>{tid}")
@@ -2422,7 +2538,7 @@ def _tree_parts(unit: Unit, kernel: str, fn: int, loop: int, shared: Mapping[str
                                            re.fullmatch(rf"{re.escape(tid)}\+{re.escape(var)}<.+",
                                                         bounded[1])):
             return refuse(f"the tree's step runs under {text(ir, cond_node)}, not own slot < stride")
-        loop_cond = flat_code(ir, cond)
+        loop_cond = loop_cond if loop_cond is not None else flat_code(ir, cond)
         tail_end = None
         if loop_cond in (f"{var}>32", f"{var}>warpSize"):
             half = re.fullmatch(r"(.+?)(?:/2|>>1)", start_text)

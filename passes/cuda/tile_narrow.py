@@ -102,19 +102,24 @@ def _function(ir: KernelIR, kernel: str) -> tuple[Scope, int] | str:
 
 
 def tile_uses(ir: KernelIR, kernel: str, array: str,
-              region: tuple[tuple[int, int], ...] = ()) -> Uses | str:
+              region: tuple[tuple[int, int], ...] = (), view: bool = False) -> Uses | str:
     """Every use of the shared array `array` in `kernel` outside `region` (byte spans): each
-    a plain store into an element or an element read; else why not."""
+    a plain store into an element or an element read; else why not. With `view`, `array`
+    may be a pointer (one subscript selects an element) and the array may be declared at
+    file scope (a dynamic shared buffer: `buffer_uses` asks so)."""
     found = _function(ir, kernel)
     if isinstance(found, str):
         return found
     scope, fn = found
     decls = [d for d in subtree(ir, fn) if ir.grammar_type_of(d) == "declaration"
              and any(n == array for n, _, _ in declared_names(ir, d))]
+    if not decls and view:
+        decls = [d for d in _file_declarations(ir) if any(n == array for n, _, _ in
+                                                          declared_names(ir, d))]
     if len(decls) != 1:
         return f"the shared tile {array} is declared {len(decls)} times"
     decl = decls[0]
-    if not re.search(r"\b__shared__\b", text(ir, decl)):
+    if not view and not re.search(r"\b__shared__\b", text(ir, decl)):
         return (f"the tile {array} is a pointer into a shared buffer that other names may "
                 "write")
     decl_span = ir.span_of(decl)
@@ -128,7 +133,7 @@ def tile_uses(ir: KernelIR, kernel: str, array: str,
             return f"the shared tile {array} is named inside the macro {macro}"
     if len(re.findall(named, code)) != len(idents):
         return f"the shared tile {array} is named where the rule cannot see its use"
-    dims = _rank(ir, decl, array)
+    dims = _rank(ir, decl, array) or (1 if view else 0)
     stores, reads = [], []
     for ident in idents:
         at = ir.span_of(ident).start
@@ -163,6 +168,82 @@ def tile_uses(ir: KernelIR, kernel: str, array: str,
     return Uses(tuple(stores), tuple(reads), decl)
 
 
+def buffer_uses(ir: KernelIR, kernel: str, array: str,
+                region: tuple[tuple[int, int], ...] = ()) -> Uses | str:
+    """The uses of every name of the memory `array` names: `tile_uses`, or where `array` is a
+    dynamic shared buffer (`extern __shared__ T buf[];`) or a pointer set once into one
+    (`T* P = buf;`, `buf + off`, `&buf[off]`: the buffer cut into tiles), the stores and
+    reads through the buffer and through each such pointer of the kernel, each used element
+    by element (the pointers' initializers aside). A pointer into the buffer of another
+    element type, or a use of the buffer or a pointer otherwise, is refused as `tile_uses`
+    refuses it. The declaration is the buffer's."""
+    found = _function(ir, kernel)
+    if isinstance(found, str):
+        return found
+    scope, fn = found
+    carved = _carving(ir, fn, array)
+    if carved is None:
+        return tile_uses(ir, kernel, array, region)
+    buffer, views = carved
+    inits = tuple((ir.span_of(d).start, ir.span_of(d).end) for d in views.values())
+    stores: list[int] = []
+    reads: list[int] = []
+    decl = None
+    for name in (buffer, *views):
+        got = tile_uses(ir, kernel, name, region + inits if name == buffer else region, view=True)
+        if isinstance(got, str):
+            return got
+        stores += got.stores
+        reads += got.reads
+        decl = got.decl if name == buffer else decl
+    return Uses(tuple(stores), tuple(reads), decl)  # type: ignore[arg-type]
+
+
+def _file_declarations(ir: KernelIR) -> list[int]:
+    return [d for d in range(len(ir)) if ir.grammar_type_of(d) == "declaration" and
+            ir.grammar_type_of(ir.parent_of(d)) in ("translation_unit", "declaration_list")]
+
+
+def _carving(ir: KernelIR, fn: int, array: str) -> tuple[str, dict[str, int]] | None:
+    """(buffer, {pointer: its declaration}) where `array` is an `extern __shared__` buffer or
+    a pointer of `fn` set to one at its declaration; the pointers are every pointer of `fn`
+    so set, of the buffer's element type. None where `array` is neither."""
+    def element(decl: int) -> str:
+        return " ".join(text(ir, c) for c in children(ir, decl) if ir.grammar_type_of(c) in (
+            "primitive_type", "type_identifier", "sized_type_specifier", "qualified_identifier"))
+
+    def base_of(init: int) -> str | None:
+        node = init
+        while ir.grammar_type_of(node) == "parenthesized_expression":
+            node = [c for c in children(ir, node) if ir.grammar_type_of(c) != "comment"][0]
+        kids = [c for c in children(ir, node) if ir.grammar_type_of(c) != "comment"]
+        if ir.grammar_type_of(node) == "binary_expression" and ir.name_of(node) == "+":
+            node = kids[0]
+        elif ir.grammar_type_of(node) == "pointer_expression" and ir.name_of(node) == "&" and \
+                ir.grammar_type_of(kids[-1]) == "subscript_expression":
+            node = children(ir, kids[-1])[0]
+        return ir.name_of(node) if ir.grammar_type_of(node) == "identifier" else None
+
+    buffers = {}
+    for d in [*_file_declarations(ir), *subtree(ir, fn)]:
+        if ir.grammar_type_of(d) == "declaration" and re.search(
+                r"\bextern\b[^;=]*\b__shared__\b|\b__shared__\b[^;=]*\bextern\b", text(ir, d)):
+            buffers.update({n: d for n, _, _ in declared_names(ir, d)})
+    pointers: dict[str, tuple[str, int]] = {}
+    for d in subtree(ir, fn):
+        if ir.grammar_type_of(d) != "declaration" or "__shared__" in text(ir, d):
+            continue
+        for name, ident, init in declared_names(ir, d):
+            if init is not None and ir.grammar_type_of(ir.parent_of(ident)) == "pointer_declarator":
+                base = base_of(init)
+                if base in buffers and element(d) == element(buffers[base]):
+                    pointers[name] = (base, d)
+    buffer = array if array in buffers else pointers.get(array, (None, 0))[0]
+    if buffer is None:
+        return None
+    return buffer, {n: d for n, (b, d) in pointers.items() if b == buffer}
+
+
 def _rank(ir: KernelIR, decl: int, array: str) -> int:
     """How many subscripts select one element of the array `array` declared by `decl`."""
     ident = next(i for n, i, _ in declared_names(ir, decl) if n == array)
@@ -181,7 +262,7 @@ def exact_kind(ir: KernelIR, kernel: str, array: str,
     """bf16 | fp16: the 16-bit type that holds every value stored into the fp32 shared
     `array` exactly (each is a widened element of an array of that type or a constant it
     holds, followed through locals, guards, selections, negation), else why there is none."""
-    uses = tile_uses(ir, kernel, array, region)
+    uses = buffer_uses(ir, kernel, array, region)
     if isinstance(uses, str):
         return f"{uses}: what it holds cannot be told"
     scope, fn = _function(ir, kernel)  # type: ignore[misc]
