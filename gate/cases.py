@@ -143,15 +143,21 @@ class Case:
 
 
 def import_case_module(path: Path) -> ModuleType:
-    """Import a case.py by path under a private module name, once per process (thread-safe: a
-    second thread waits for the first to finish executing the module, never sees it half-loaded).
+    """Import a case.py by path under a private module name, once per process and text of the
+    file (a file edited since is imported again: a process that gates many runs never judges
+    against a case's earlier text; thread-safe: a second thread waits for the first to finish
+    executing the module, never sees it half-loaded).
     A KernelBench-style problem file gives its synthesized case module (`gate.kernelbench`)."""
     path = path.resolve()
     if _is_problem(path):
         from gate import kernelbench  # noqa: PLC0415
 
         return kernelbench.problem_module(path)
-    name = "klineage_case_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise BadInputError(f"{path}: cannot be read as a case module: {exc.strerror}") from None
+    name = "klineage_case_" + hashlib.sha256(str(path).encode() + b"\0" + text).hexdigest()[:12]
     with _IMPORT_LOCK:
         if name in sys.modules:
             return sys.modules[name]
