@@ -96,6 +96,7 @@ def _emulated_error(folder: str, source: str) -> tuple[float, float]:
 ACTS = [
     ("nw_float4_rms", "warp-shuffle-reduce", 1, "shfl.sync.down"),  # a do-while tree
     ("nw_params_warp_softmax", "vectorize-global", 1, ".v4."),  # rows from a struct's pointers
+    ("nw_params_warp_softmax", "row-registers", 1, ".v4."),  # a warp's row, past a guarded return
     ("nw_gemm_blockdim", "mma-micro-kernel", 1, "mma.sync"),  # carved tiles, blockDim.x wide
     ("nw_carved_ln", "warp-shuffle-reduce", 1, "shfl.sync.down"),  # two carved arrays, one tree
     ("nw_gridstride_silu", "vectorize-global", 1, ".v4."),  # size_t grid stride, __ldg

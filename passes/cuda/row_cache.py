@@ -150,7 +150,8 @@ def row_passes(ir: KernelIR | Unit, budget: int | None = 32 * 1024) -> list[RowP
     """Each row that several block-stride passes read from global memory, with the plan that
     reads it once, or why it cannot be cached (see the module). `budget` None: the row is not
     copied to shared memory (`row-registers` keeps it in registers), so no room is checked
-    there and `capacity` is 0."""
+    there and `capacity` is 0, and what only the copy's barrier needs (no thread returns
+    before the passes or runs them under a condition of its own) is not asked."""
     unit = ir if isinstance(ir, Unit) else Unit(ir)
     out: list[RowPasses | Skipped] = []
     groups: dict[tuple, list[StrideLoop]] = {}
@@ -336,11 +337,12 @@ def _plan(unit: Unit, fn: int, kernel: str, pointer: str, pointers: dict, loops:
         elif gtype in _LOOPS:
             in_loop = True
             cond = for_parts(ir, a)[1] if gtype == "for_statement" else children(ir, a)[1]
-        if cond is not None and scope.threads(cond) != UNIFORM:
+        if cond is not None and scope.threads(cond) != UNIFORM and budget is not None:
             return Skipped("the passes sit under a condition that differs between threads (the "
                            "copy's barrier needs the whole block)", facts)
-    for c in subtree(ir, fn):
-        if ir.grammar_type_of(c) == "return_statement" and ir.span_of(c).start < first[0]:
+    for c in subtree(ir, fn):  # registers (budget None) take no barrier: any thread may leave
+        if budget is not None and ir.grammar_type_of(c) == "return_statement" and \
+                ir.span_of(c).start < first[0]:
             guards = [if_parts(ir, a)[0] for a in ir.ancestors(c)
                       if ir.grammar_type_of(a) == "if_statement"]
             if not guards or any(scope.threads(g) != UNIFORM for g in guards):

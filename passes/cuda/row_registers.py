@@ -13,7 +13,8 @@ Found by role, with `row-cache`'s recognition (`row_cache.row_passes`, no shared
 checked): two or more block-stride passes of one block with the same header that read one
 global pointer `p` at `p[off + v]` and never write it (every refusal of that recognition
 applies: a store or atomic between the passes, a pass that leaves early, a bound or offset
-that differs between threads, ...), and none where a thread's count or last-seen value
+that differs between threads, ...; not those of the copy's barrier: a thread may return before
+the passes, one warp per row with its own guard), and none where a thread's count or last-seen value
 (`++c`, `last = x[i]`) is computed with before the block combines it
 (`recognize.repartition_refusal`: its elements change). Thread t of T holds the vectors
 `c = t + k * T`, k < `vectors`, i.e. elements `c * L .. c * L + L - 1` (L elements per 16
