@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	# CPU build of torch: from the configured package index, else from the PyTorch CPU index.
 	$(BIN)/python -m pip install -q "torch==$(TORCH_VERSION)" || \
 	  $(BIN)/python -m pip install -q --index-url https://download.pytorch.org/whl/cpu "torch==$(TORCH_VERSION)"
-	$(BIN)/python -m pip install -q -e ".[gpu,llm,ray,dev]"
+	$(BIN)/python -m pip install -q -e ".[gpu,llm,ray,dev,kernelbench]"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -213,6 +213,9 @@ class Problem:
         try:
             with torch.device("meta"):
                 ns = self.execute({})
+        except ModuleNotFoundError as exc:  # a package the problem imports is not installed
+            raise BadInputError(f"{path}: problem file imports {exc.name!r}, which is not installed "
+                                f"here (pip install {str(exc.name).split('.')[0]})") from None
         except Exception as exc:  # the user's code: any failure is a bad problem file
             raise BadInputError(f"{path}: problem file fails to run ({_one_line(exc)})") from None
         self.values = {n: getattr(ns, n) for n in written if _is_size(getattr(ns, n, None))}

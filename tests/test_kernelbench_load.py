@@ -123,6 +123,36 @@ def test_a_file_whose_get_inputs_raises_is_one_line_naming_it() -> None:
     assert str(path) in text and "the inputs cannot be made" in text and len(text.splitlines()) == 1
 
 
+def test_a_file_importing_a_package_not_installed_names_the_package(tmp_path: Path) -> None:
+    path = tmp_path / "imports_absent.py"
+    path.write_text("import torch\nimport torch.nn as nn\nfrom klineage_absent_pkg.ops import scan\n\n\n"
+                    "class Model(nn.Module):\n    def forward(self, x):\n        return scan(x)\n\n\n"
+                    "def get_inputs():\n    return [torch.rand(64, 64)]\n\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    with pytest.raises(BadInputError) as info:
+        gate.load_case(path)
+    text = str(info.value)
+    assert str(path) in text and "'klineage_absent_pkg" in text and "pip install klineage_absent_pkg" in text
+    assert len(text.splitlines()) == 1
+
+
+def test_the_problems_own_imports_of_the_kernelbench_extra_load(tmp_path: Path) -> None:
+    """The packages the `kernelbench` extra installs (what the benchmark's files import beyond
+    torch) are importable: a problem that rearranges with einops loads and runs."""
+    path = tmp_path / "rearrange_sum.py"
+    path.write_text("import torch\nimport torch.nn as nn\nfrom einops import rearrange\n\n\n"
+                    "class Model(nn.Module):\n    def forward(self, x):\n"
+                    "        return rearrange(x, 'b (h d) -> b h d', h=4).sum(-1)\n\n\n"
+                    "batch, width = 256, 1024\n\n\n"
+                    "def get_inputs():\n    return [torch.rand(batch, width)]\n\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    case = gate.load_case(path)
+    assert dict(case.shapes["default"])["width"] == 1024
+    module = case.module()
+    x, = module.make_inputs(dict(case.small_shapes["default"]), 3, "cpu")
+    assert torch.allclose(module.reference(x), x.reshape(x.shape[0], 4, -1).sum(-1))
+
+
 def test_cases_dir_reports_a_bad_file_and_goes_on(capsys: pytest.CaptureFixture[str],
                                                   tmp_path: Path) -> None:
     for name in ("expr_sizes_matmul.py", "inputs_raise.py", "fixed_width_mlp.py"):
