@@ -147,6 +147,13 @@ def test_the_carved_gemm_is_a_micro_kernel_over_views_of_its_buffer() -> None:
     # the two tiles lie TS * TS = 256 floats apart in the one buffer
     assert sorted(t.base for t in (tile.a, tile.b)) == [0, 256]
     assert {exact_kind(ir, "hgemm_dyn", t.array, tile.region) for t in (tile.a, tile.b)} == {"fp16"}
+    # the stagings are not rings cp-async-pipeline can double: it has no site, the roles say why
+    roles = R.roles(ir)
+    assert roles["stagings"] == []
+    assert [r["reason"].split(",")[0] for r in roles["refusals"]] == ["a copy into As", "a copy into Bs"]
+    assert all("a pointer into shared memory" in r["reason"] for r in roles["refusals"])
+    p = get_pass("cp-async-pipeline")()
+    assert [s for s in p.sites(ir) if not s.present] == []
 
 
 def _carved_variant(old: str, new: str) -> kir.KernelIR:

@@ -971,6 +971,7 @@ def _kernel_stagings(unit: Unit, kernel: str, fn: int) -> tuple[list[Staging], l
     refused: list[Refusal] = []
     syncs = [ir.span_of(c).start for c in subtree(ir, fn)
              if ir.grammar_type_of(c) == "call_expression" and _SYNC.match(callee(ir, c))]
+    aliases: dict[str, SharedArray] | None = None  # pointers into shared memory, read once
     for nid in subtree(ir, fn):
         if ir.grammar_type_of(nid) != "expression_statement":
             continue
@@ -984,6 +985,15 @@ def _kernel_stagings(unit: Unit, kernel: str, fn: int) -> tuple[list[Staging], l
         lhs, rhs = children(ir, assign)[0], children(ir, assign)[-1]
         array, dst, lanes_dst = _shared_target(unit, lhs, shared)
         if array is None:
+            if aliases is None:
+                aliases = {k: v for k, v in unit.shared_views(fn, aliases=True).items()
+                           if k not in shared}
+            view = _shared_target(unit, lhs, aliases)[0] if aliases else None
+            if view is not None and any(s > ir.span_of(nid).end for s in syncs) and \
+                    _names(ir, rhs) & set(pointers):
+                refused.append(Refusal("staging", f"a copy into {view}, a pointer into shared "
+                                       "memory (a buffer cut into tiles), not an array of "
+                                       "compile-time extents", _span(ir, nid), kernel))
             continue
         if not any(s > ir.span_of(nid).end for s in syncs):
             continue
