@@ -344,7 +344,7 @@ def _bounds(scope: Scope, node: ast.AST, depth: int = 0) -> list[tuple[int, Inde
         return _bounds(scope, v, depth + 1) if v is not None else None
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Lt) \
             and scope.scalar(node.comparators[0]):
-        got = broadcast(node.left)
+        got = _offset_broadcast(scope, node.left)
         if got is None:
             return None
         idx = scope.index(got[1])
@@ -357,6 +357,19 @@ def _bounds(scope: Scope, node: ast.AST, depth: int = 0) -> list[tuple[int, Inde
                 and scope.scalar(v.comparators[0]):
             idx = scope.index(v.left)
             return None if idx is None else [(got[0], idx, v.comparators[0])]
+    return None
+
+
+def _offset_broadcast(scope: Scope, node: ast.AST) -> tuple[int, ast.expr] | None:
+    """`broadcast(node)`, or for a scalar added to a broadcast index (`k0 + d[None, :]`, the
+    same elements as `(k0 + d)[None, :]`) the axis and that sum."""
+    got = broadcast(node)
+    if got is not None or not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
+        return got
+    for vec, off in ((node.left, node.right), (node.right, node.left)):
+        inner = broadcast(vec)
+        if inner is not None and scope.scalar(off):
+            return inner[0], ast.BinOp(left=inner[1], op=ast.Add(), right=off)
     return None
 
 

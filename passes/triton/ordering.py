@@ -141,7 +141,9 @@ def _axis_of(call: ast.Call) -> int | None:
 
 
 def _pid_axis(node: ast.AST | None) -> int | None:
-    """The axis of `tl.program_id(axis)` (a literal), else None."""
+    """The axis of `tl.program_id(axis)` (a literal; also cast, `.to(tl.int64)`), else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to":
+        return _pid_axis(node.func.value)
     if not (isinstance(node, ast.Call) and callee(node) in PID_CALLS):
         return None
     return _axis_of(node)
@@ -699,8 +701,9 @@ class GroupedOrdering(Pass):
         tops = [s for s in kernel.body if any(c in merged for c in ast.walk(s))]
         first = tops[0]
         edits: list[ByteEdit] = []
+        bound = {id(_uncast(s.value)) for s in binding.values()}  # type: ignore[attr-defined]
         for c in merged:
-            if not any(s.value is c for s in binding.values()):
+            if id(c) not in bound:
                 edits.append(ByteEdit(*mod.span(c), names[_pid_axis(c)]))
         tl = _tl_alias(kernel)
         group = self._group(mod, kernel, "m", taken)
@@ -723,6 +726,11 @@ class GroupedOrdering(Pass):
             f"{names[m.axis]} = {first_m} + (({pid} % {in_group}) % {size_m})",
             f"{names[n.axis]} = ({pid} % {in_group}) // {size_m}",
         ]
+        for axis, stmt in sorted(binding.items()):  # a cast block index (`.to(tl.int64)`) keeps it
+            value = stmt.value  # type: ignore[attr-defined]
+            inner = _uncast(value)
+            if inner is not value:
+                lines.append(f"{names[axis]} = {names[axis]}{mod.text(value)[len(mod.text(inner)):]}")
         at = line_start(mod.source, mod.start(first))
         indent = indent_of(mod.source, at)
         text = "".join(f"{indent}{line}\n" for line in lines)
@@ -738,6 +746,13 @@ class GroupedOrdering(Pass):
             edits.append(grid)
         edits = sorted(dict.fromkeys(edits), key=lambda e: (e.start, e.end))
         return edits, first
+
+
+def _uncast(node: ast.AST) -> ast.AST:
+    """`x` of `x.to(...)` (of any chain of casts), else `node` itself."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to":
+        node = node.func.value
+    return node
 
 
 def _called(kernel: ast.FunctionDef, functions: dict[str, ast.FunctionDef]

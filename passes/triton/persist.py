@@ -101,12 +101,14 @@ def _meta_name(grid: ast.AST | None) -> str | None:
 
 
 def _in_kernel_terms(mod: PyModule, node: ast.AST, args: dict[str, ast.AST], meta: str | None,
-                     params: set[str], extra: dict[str, str] | None = None) -> str | None:
+                     params: set[str], extra: dict[str, str] | None = None,
+                     owned: dict[int, str] | None = None) -> str | None:
     """`node` (a host grid expression) written with the kernel's parameters, or None.
 
     With `extra`, a host value the kernel does not receive (a name, an attribute, a subscript or
     a call that does not read the grid's `meta`) becomes a new parameter: `extra` maps its host
-    text to the parameter's name."""
+    text to the parameter's name. `owned` maps a literal divisor (by id) to the tile constexpr
+    it is the host's copy of (`literal_tiles`): it is written as that tile."""
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
         return str(node.value)
     by_text = {mod.text(v): p for p, v in args.items() if not isinstance(v, ast.Constant)}
@@ -116,16 +118,19 @@ def _in_kernel_terms(mod: PyModule, node: ast.AST, args: dict[str, ast.AST], met
             and isinstance(node.slice, ast.Constant) and node.slice.value in params:
         return str(node.slice.value)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
-        left = _in_kernel_terms(mod, node.left, args, meta, params, extra)
-        right = _in_kernel_terms(mod, node.right, args, meta, params, extra)
+        left = _in_kernel_terms(mod, node.left, args, meta, params, extra, owned)
+        right = _in_kernel_terms(mod, node.right, args, meta, params, extra, owned)
         if left is None or right is None:
             return None
         op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//"}[type(node.op)]
         return f"({left} {op} {right})"
     if isinstance(node, ast.Call) and callee(node) in CDIV and len(node.args) == 2:
         if isinstance(node.args[1], ast.Constant):
-            return None  # a tile size the host writes as a literal: stale once the tiles are swept
-        parts = [_in_kernel_terms(mod, a, args, meta, params, extra) for a in node.args]
+            if id(node.args[1]) not in (owned or {}):
+                return None  # a literal tile size of no known tile: stale once the tiles are swept
+            part = _in_kernel_terms(mod, node.args[0], args, meta, params, extra, owned)
+            return None if part is None else f"tl.cdiv({part}, {owned[id(node.args[1])]})"  # type: ignore[index]
+        parts = [_in_kernel_terms(mod, a, args, meta, params, extra, owned) for a in node.args]
         return None if None in parts else f"tl.cdiv({parts[0]}, {parts[1]})"
     if extra is not None and isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)) \
             and not (meta and any(isinstance(n, ast.Name) and n.id == meta for n in ast.walk(node))):
@@ -135,6 +140,25 @@ def _in_kernel_terms(mod: PyModule, node: ast.AST, args: dict[str, ast.AST], met
             extra[text] = fresh_name(f"grid_{base}", params | set(extra.values()))
         return extra[text]
     return None
+
+
+def literal_tiles(mod: PyModule, kernel: ast.FunctionDef, grid: ast.AST | None,
+                  args: dict[str, ast.AST]) -> dict[int, str]:
+    """Each literal divisor of a host grid (`cdiv(M, 32)`, by id) that is the copy of exactly
+    one tile constexpr the launch passes that literal, told by data flow
+    (`roles._literal_owners`): in the kernel's terms it is that tile, so a count written with
+    it follows the tile when a sweep retunes it."""
+    from passes.triton.roles import _division, _literal_owners  # noqa: PLC0415
+
+    out: dict[int, str] = {}
+    for node in ast.walk(grid) if grid is not None else ():
+        found = _division(node)
+        if found is None or not isinstance(found[1], ast.Constant):
+            continue
+        owners = _literal_owners(mod, kernel, grid, found[1], args)
+        if owners is not None and len(owners) == 1:
+            out[id(found[1])] = next(iter(owners))
+    return out
 
 
 def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
@@ -154,7 +178,9 @@ def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
         if isinstance(elts, str):
             return elts
         args = launch_arguments(mod, kernel, launch)
-        texts = [_in_kernel_terms(mod, e, args, _meta_name(grid), params, extra) for e in elts.elts]
+        owned = literal_tiles(mod, kernel, grid, args)
+        texts = [_in_kernel_terms(mod, e, args, _meta_name(grid), params, extra, owned)
+                 for e in elts.elts]
         bad = next((e for e, t in zip(elts.elts, texts) if t is None), None)
         if bad is not None:
             return ("the grid reads a host value the kernel does not receive, or counts tiles of a "
@@ -187,14 +213,14 @@ def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
         return (f"the body changes {', '.join(sorted(carried))} after reading its value from before "
                 "(`a_ptr += batch * stride`): in a loop over tiles each tile would start from the "
                 "previous tile's value")
-    if len(axes) == 1:
-        stmt = kernel.body[start]
-        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name) and isinstance(stmt.value, ast.Call)
-                and callee(stmt.value) in PID) or len(pids) != 1:
-            return "the kernel does not take its one program id in a statement of its own"
+    stmt = kernel.body[start]
+    if len(axes) == 1 and len(pids) == 1 and isinstance(stmt, ast.Assign) \
+            and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+            and isinstance(stmt.value, ast.Call) and callee(stmt.value) in PID:
         return Walk(kernel, stmt, tuple(g.elts[0] for g in grids), axes[0], start, axes,
                     tuple(hosts), tuple((v, k) for k, v in extra.items()), tuple(launches))
+    # a program id read inline (`tl.program_id(0) * COLS`) or on several axes: each read
+    # becomes its axis decoded from one linear tile index
     tiles = " * ".join(f"({a})" for a in axes if a != "1") or "1"
     return Walk(kernel, None, tuple(grids), tiles, start, axes, tuple(hosts),
                 tuple((v, k) for k, v in extra.items()), tuple(launches))
@@ -366,15 +392,26 @@ def walk_edits(mod: PyModule, walk: Walk, taken: set[str], keywords: str = "") -
     if stmt is not None:
         tile, begin = stmt.targets[0].id, line_end(src, mod.end(stmt) - 1)  # type: ignore[attr-defined]
         decoded = ""
+        if _read_as_tensor(kernel.body[walk.start:], tile):
+            # The program id was a tensor and the body calls its methods (`row.to(tl.int64)`);
+            # the interpreter hands a loop's variable out as a Python int, so the walk binds
+            # the id from a fresh variable through `tl.cast` (a no-op when compiled).
+            pid_name, tile = tile, fresh_name("tile", taken | kernel_names(kernel))
+            decoded = f"{indent}{step}{pid_name} = tl.cast({tile}, tl.int32)\n"
         body = text(begin, end)
     else:  # several axes: one linear index, each program id decoded from it
         local = taken | kernel_names(kernel)  # a body that assigns `tile` keeps its own
         tile = fresh_name("tile", local)
         names = [fresh_name(f"pid_axis{a}", local) for a in range(len(walk.axes))]
-        decoded = "".join(f"{indent}{step}{n} = {v}\n"
-                          for n, v in zip(names, _decode(tile, walk.axes)))
         calls = sorted((c for s in kernel.body[walk.start:] for c in ast.walk(s)
                         if isinstance(c, ast.Call) and callee(c) in PID), key=mod.start)
+        # a program id whose methods the body calls (`tl.program_id(0).to(tl.int64)`) stays a
+        # tensor in the interpreter too, where the loop's variable is a Python int
+        methods = {id(n.value) for s in kernel.body[walk.start:] for n in ast.walk(s)
+                   if isinstance(n, ast.Attribute)}
+        cast = {_axis(c) for c in calls if id(c) in methods}
+        decoded = "".join(f"{indent}{step}{n} = {f'tl.cast({v}, tl.int32)' if a in cast else v}\n"
+                          for a, (n, v) in enumerate(zip(names, _decode(tile, walk.axes))))
         parts, at = [], start
         for c in calls:
             parts += [text(at, mod.start(c)), names[_axis(c)]]  # type: ignore[index]
@@ -409,6 +446,12 @@ def walk_edits(mod: PyModule, walk: Walk, taken: set[str], keywords: str = "") -
         f"        return {per_device}(torch.cuda.current_device())\n"
         "    return 4\n")))
     return edits
+
+
+def _read_as_tensor(body: list[ast.stmt], name: str) -> bool:
+    """Whether `body` reads an attribute of `name` (`name.to(...)`, `name.dtype`)."""
+    return any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == name
+               for s in body for n in ast.walk(s))
 
 
 def _pass_new_parameters(mod: PyModule, walk: Walk) -> list[ByteEdit]:

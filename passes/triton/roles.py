@@ -41,7 +41,7 @@ import ast
 import copy
 import dataclasses
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -428,7 +428,8 @@ def _read_own_facts(kernel: ast.FunctionDef) -> _Facts:
             left, right = names_in(node.left), names_in(node.right)
             if isinstance(node.op, ast.Mult):
                 for side, other in ((node.left, node.right), (node.right, node.left)):
-                    if isinstance(side, ast.Name) and from_pid(other):
+                    if isinstance(side, ast.Name) and from_pid(other) \
+                            and not _rounds_to(other, side.id):
                         facts.grid.add(side.id)
                         if _index_names(other) <= pid and not _range_extents(other) and not any(
                             n in ranged for n in names_in(other)
@@ -449,10 +450,39 @@ def _read_own_facts(kernel: ast.FunctionDef) -> _Facts:
             for t in a.targets:
                 if isinstance(t, ast.Name):
                     facts.shapes[t.id] = (dims[0], dims[1])
+    _alias_shapes(kernel, facts.shapes)
     for loop in loops:
         facts.dotted_into |= accumulators(loop)
         facts.dot_loop = facts.dot_loop or _has_dot(loop)
     return facts
+
+
+def _rounds_to(node: ast.AST, name: str) -> bool:
+    """`node` is a count of `name`-blocks (`x // P`, `cdiv(x, P)`): scaled by P it rounds x to
+    a multiple of P (`stop // BN * BN`, a loop bound cut at whole key blocks), which offsets no
+    program's block."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):
+        divisor = node.right
+    elif isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
+        divisor = node.args[1]
+    else:
+        return False
+    return isinstance(divisor, ast.Name) and divisor.id == name
+
+
+def _alias_shapes(kernel: ast.FunctionDef, shapes: dict[str, tuple[str, str]]) -> None:
+    """Give each plain copy of a shaped block its shape (`acc2 = acc`, `(a, b) = (c, d)`: an
+    inlined helper's copies of its arguments and of its results), through chains of copies."""
+    pairs = [(t.id, v.id) for a in ast.walk(kernel) if isinstance(a, ast.Assign)
+             for target in a.targets for t, v in _unpacked(target, a.value)
+             if isinstance(t, ast.Name) and isinstance(v, ast.Name)]
+    grown = True
+    while grown:
+        grown = False
+        for name, source in pairs:
+            if source in shapes and name not in shapes:
+                shapes[name] = shapes[source]
+                grown = True
 
 
 def _advanced_by(loop: ast.AST) -> set[str]:
@@ -1547,8 +1577,11 @@ def sweep_edit(
     its value: `unchecked_tiles`): a launch a host helper makes for other kernels too
     (`PyModule.shared_launch`), a launch that passes a tile positionally before other arguments, a
     grid that cannot be rewritten to read the tuned tiles, a host value reused beyond the
-    launch. Buffers the autotuner's trial runs would change (atomics, in-place updates, a
-    tensor passed as both input and output) are restored between them (`_restored`). Tuned
+    launch. A tile of a role that shapes the grid which a grid of the meta-parameters does not
+    read keeps its value in every configuration (`_grid_unread`); refused only when nothing
+    else is left to tune. Buffers the autotuner's trial runs would change (atomics, in-place
+    updates, a tensor passed as both input and output) are restored between them
+    (`_restored`). Tuned
     values a launch spreads from a dict or binds in a partial are taken out of that dict or
     partial (its other entries kept); refused then where the dict is read beyond the kernel's
     launches (and the grid reads the rewrite replaces), where the partial is used other than
@@ -1577,10 +1610,17 @@ def sweep_edit(
             dataclasses.replace(p, value=None) if p.name in pinned else p for p in current.params))
     fitted = _within_unchecked(fit_configs(current, configs), unchecked_caps(mod, kernel, current))
     fitted = _host_steps_whole(fitted, current, unchecked_tiles(kernel) | set(pinned))
+    unread = _grid_unread(mod, launches, current)
+    # a tile the grid does not read keeps its value: the sweep tunes the rest around it
+    fitted = _held(fitted, {p.name: p.value for p in current.params
+                            if p.name in unread and p.value is not None})
     if not fitted:
         return SweepRefusal("no configuration to set", {"kernel": kernel_name})
     if pinned and fitted == fit_configs(current, [{}]):  # nothing but the pinned tiles changed
         return next(iter(pinned.values()))
+    if unread and fitted == fit_configs(current, [{}]):  # nothing but the held tiles changed
+        return SweepRefusal("the launch grid does not read the tiles that shape it",
+                            {"tiles": ",".join(unread)})
     tuned = [n for n in fitted[0] if n not in LAUNCH_KEYS]
     if not launches:
         uses = _host_uses(mod, kernel_name)
@@ -1632,7 +1672,7 @@ def sweep_edit(
                     spread = next(sp for sp in launch.spreads if sp.holder is place.holder)
                     dropped.add((id(spread.scope), place.spread))
         spread_reads.extend(sp.keyword.value for sp in launch.spreads)
-        grid_edit = _grid_rewrite(mod, kernel, launch, tuned, args)
+        grid_edit = _grid_rewrite(mod, kernel, launch, tuned, args, held=unread)
         if isinstance(grid_edit, SweepRefusal):
             return grid_edit
         target = launch_grid(mod, launch.site)
@@ -2052,25 +2092,82 @@ def launch_grid(mod: PyModule, call: ast.Call | ast.Subscript) -> ast.AST | None
     return bound[0] if isinstance(bound[0], ast.FunctionDef) else bound[0].value
 
 
+def _meta_grid_reads(mod: PyModule, target: ast.Lambda | ast.FunctionDef,
+                     shaping: Sequence[str], args: Mapping[str, ast.AST]
+                     ) -> tuple[list[ByteEdit], list[str]]:
+    """How a grid of the meta-parameters (`lambda meta: ...`, a def) reads the tiles of
+    `shaping`: the edits that make it read `meta["P"]` where it reads the host variable the
+    launch passes for P (`lambda meta: (triton.cdiv(M, BLOCK_M), ...)`), and the tiles it
+    does not read at all (neither as a key nor through that variable)."""
+    strings = {
+        n.value
+        for n in ast.walk(target)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
+    missing = [t for t in shaping if t not in strings]
+    edits: list[ByteEdit] = []
+    if isinstance(target, ast.Lambda) and target.args.args:
+        meta = target.args.args[0].arg
+        for t in list(missing):
+            host = args.get(t)
+            reads = [n for n in ast.walk(target.body) if isinstance(host, ast.Name)
+                     and isinstance(n, ast.Name) and n.id == host.id]
+            if reads:
+                edits += [ByteEdit(*mod.span(n), f'{meta}["{t}"]') for n in reads]
+                missing.remove(t)
+    return edits, missing
+
+
+def _grid_unread(mod: PyModule, launches: Sequence[Launch],
+                 current: KernelConfig) -> dict[str, SweepRefusal]:
+    """Tunable tiles of a role that shapes the grid (`grid`, `m`, `n`) that a launch's grid of
+    the meta-parameters does not read (`_meta_grid_reads`), with the reason: the program count
+    the kernel runs with does not follow them (the role is wrong, or the grid is right at
+    their value alone), so they keep their value and a sweep tunes the rest around them."""
+    shaping = [p.name for p in current.params
+               if p.value is not None and p.role in ("grid", "m", "n")]
+    out: dict[str, SweepRefusal] = {}
+    for launch in launches:
+        target = launch_grid(mod, launch.site)
+        if not isinstance(target, (ast.Lambda, ast.FunctionDef)):
+            continue
+        for name in _meta_grid_reads(mod, target, shaping, launch.values())[1]:
+            out.setdefault(name, SweepRefusal(
+                "the launch grid does not read the tiles that shape it", {"tiles": name}))
+    return out
+
+
+def _held(fitted: list[dict[str, int]], values: Mapping[str, int]) -> list[dict[str, int]]:
+    """`fitted` with each tile of `values` at its value; duplicates this makes go, first kept."""
+    out: list[dict[str, int]] = []
+    for cfg in fitted:
+        cfg = {k: values.get(k, v) for k, v in cfg.items()}
+        if cfg not in out:
+            out.append(cfg)
+    return out
+
+
 def _grid_rewrite(
     mod: PyModule,
     kernel: ast.FunctionDef,
     launch: Launch,
     tuned: Sequence[str],
     args: Mapping[str, ast.AST],
+    held: Collection[str] = (),
 ) -> list[ByteEdit] | SweepRefusal:
     """Make the launch grid read the tuned tiles from the autotuner's meta-parameters.
 
     A grid that is already a function of the meta-parameters (`lambda meta: ...`, a def) is
     kept when it reads every tuned tile that maps programs to output blocks (a tile it does not
-    read must not change the program count: `grid`-role and `m`/`n` tiles are refused then). A
+    read must not change the program count: `grid`-role and `m`/`n` tiles are refused then,
+    except those `held` at one value in every configuration, `_grid_unread`). A
     grid expression computed on the host (`(triton.cdiv(M, BM), N // 64)`) becomes a lambda:
     each host value of a tuned tile in it (the literal or the variable the launch passes) is
     replaced by `meta["P"]`, and so is a read `NAME["P"]` of the dict the launch spreads P
     from. A host variable of a tuned tile that is used elsewhere in the host function (to size
     a buffer, say) is refused: the tile cannot change under it."""
     roles = tile_roles(kernel, jit_functions(mod))
-    shaping = [t for t in tuned if roles.get(t) in ("grid", "m", "n")]
+    shaping = [t for t in tuned if roles.get(t) in ("grid", "m", "n") and t not in held]
     grid = launch.site.slice
     target = launch_grid(mod, launch.site)
     if target is None:
@@ -2083,24 +2180,7 @@ def _grid_rewrite(
     if reused is not None:
         return reused
     if isinstance(target, (ast.Lambda, ast.FunctionDef)):
-        strings = {
-            n.value
-            for n in ast.walk(target)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str)
-        }
-        missing = [t for t in shaping if t not in strings]
-        # `lambda meta: (triton.cdiv(M, BLOCK_M), ...)` reading the host variable of a tile:
-        # the variable becomes `meta["BLOCK_M"]`
-        edits: list[ByteEdit] = []
-        if isinstance(target, ast.Lambda) and target.args.args:
-            meta = target.args.args[0].arg
-            for t in list(missing):
-                host = args.get(t)
-                reads = [n for n in ast.walk(target.body) if isinstance(host, ast.Name)
-                         and isinstance(n, ast.Name) and n.id == host.id]
-                if reads:
-                    edits += [ByteEdit(*mod.span(n), f'{meta}["{t}"]') for n in reads]
-                    missing.remove(t)
+        edits, missing = _meta_grid_reads(mod, target, shaping, args)
         if missing:
             return SweepRefusal(
                 "the launch grid does not read the tiles that shape it",
@@ -2566,24 +2646,36 @@ def _grid_axis(grid: ast.AST, node: ast.AST) -> int | None:
     return None
 
 
+def _pid_axis(node: ast.AST, axis_of: Mapping[str, int]) -> int | None:
+    """The grid axis whose program id `node` is a part of: `tl.program_id(a)`, a name bound to
+    one, that value cast (`.to(tl.int64)`), or a 1-D program id split by `//` or `%` (`pid %
+    q_blocks`, `pid // tiles_n`: the divisor read no other axis's id); None for anything else."""
+    if isinstance(node, ast.Call) and callee(node) in PID_CALLS:
+        arg = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "axis"), None)
+        return literal_int(arg) if arg is not None else None
+    if isinstance(node, ast.Name):
+        return axis_of.get(node.id)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "to"):
+        return _pid_axis(node.func.value, axis_of)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod)):
+        ax = _pid_axis(node.left, axis_of)
+        others = {axis_of[n] for n in names_in(node.right) if n in axis_of}
+        return ax if ax is not None and others <= {ax} else None
+    return None
+
+
 def _tile_axes(kernel: ast.FunctionDef) -> dict[str, int]:
     """Tile constexpr -> the grid axis whose program id it scales (`tl.program_id(1) * T`,
-    or through a name assigned from that program id alone)."""
+    or through a name assigned from that program id alone: `_pid_axis`)."""
     axis_of: dict[str, int] = {}
-    for a in ast.walk(kernel):
-        if (
-            isinstance(a, ast.Assign)
-            and isinstance(a.value, ast.Call)
-            and callee(a.value) in PID_CALLS
-        ):
-            ax = (
-                literal_int(a.value.args[0])
-                if a.value.args
-                else literal_int(next((k.value for k in a.value.keywords if k.arg == "axis"), None))
-            )
-            for t in a.targets:
-                if isinstance(t, ast.Name) and ax is not None:
-                    axis_of[t.id] = ax
+    assigns = sorted((a for a in ast.walk(kernel) if isinstance(a, ast.Assign)),
+                     key=lambda a: (a.lineno, a.col_offset))
+    for a in assigns:
+        ax = _pid_axis(a.value, axis_of)
+        for t in a.targets:
+            if isinstance(t, ast.Name) and ax is not None:
+                axis_of[t.id] = ax
     constexprs = set(constexpr_params(kernel))
     out: dict[str, int] = {}
     for node in ast.walk(kernel):
@@ -2592,12 +2684,7 @@ def _tile_axes(kernel: ast.FunctionDef) -> dict[str, int]:
         for side, other in ((node.left, node.right), (node.right, node.left)):
             if not (isinstance(side, ast.Name) and side.id in constexprs):
                 continue
-            if isinstance(other, ast.Call) and callee(other) in PID_CALLS and other.args:
-                ax = literal_int(other.args[0])
-            elif isinstance(other, ast.Name):
-                ax = axis_of.get(other.id)
-            else:
-                ax = None
+            ax = _pid_axis(other, axis_of)
             if ax is not None:
                 out.setdefault(side.id, ax)
     return out

@@ -856,6 +856,8 @@ def _pid_key(expr: ast.AST, pid: Collection[str]) -> str | None:
         and literal_int(expr.right) is not None
     ):
         expr = expr.left
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "to":
+        return _pid_key(expr.func.value, pid)  # a cast (`.to(tl.int64)`) scales the same blocks
     if isinstance(expr, ast.Name):
         return f"name:{expr.id}" if expr.id in pid else None
     if isinstance(expr, ast.Call) and callee(expr) in PID_CALLS:
