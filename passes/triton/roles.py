@@ -2646,24 +2646,36 @@ def _grid_axis(grid: ast.AST, node: ast.AST) -> int | None:
     return None
 
 
+def _pid_axis(node: ast.AST, axis_of: Mapping[str, int]) -> int | None:
+    """The grid axis whose program id `node` is a part of: `tl.program_id(a)`, a name bound to
+    one, that value cast (`.to(tl.int64)`), or a 1-D program id split by `//` or `%` (`pid %
+    q_blocks`, `pid // tiles_n`: the divisor read no other axis's id); None for anything else."""
+    if isinstance(node, ast.Call) and callee(node) in PID_CALLS:
+        arg = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "axis"), None)
+        return literal_int(arg) if arg is not None else None
+    if isinstance(node, ast.Name):
+        return axis_of.get(node.id)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "to"):
+        return _pid_axis(node.func.value, axis_of)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod)):
+        ax = _pid_axis(node.left, axis_of)
+        others = {axis_of[n] for n in names_in(node.right) if n in axis_of}
+        return ax if ax is not None and others <= {ax} else None
+    return None
+
+
 def _tile_axes(kernel: ast.FunctionDef) -> dict[str, int]:
     """Tile constexpr -> the grid axis whose program id it scales (`tl.program_id(1) * T`,
-    or through a name assigned from that program id alone)."""
+    or through a name assigned from that program id alone: `_pid_axis`)."""
     axis_of: dict[str, int] = {}
-    for a in ast.walk(kernel):
-        if (
-            isinstance(a, ast.Assign)
-            and isinstance(a.value, ast.Call)
-            and callee(a.value) in PID_CALLS
-        ):
-            ax = (
-                literal_int(a.value.args[0])
-                if a.value.args
-                else literal_int(next((k.value for k in a.value.keywords if k.arg == "axis"), None))
-            )
-            for t in a.targets:
-                if isinstance(t, ast.Name) and ax is not None:
-                    axis_of[t.id] = ax
+    assigns = sorted((a for a in ast.walk(kernel) if isinstance(a, ast.Assign)),
+                     key=lambda a: (a.lineno, a.col_offset))
+    for a in assigns:
+        ax = _pid_axis(a.value, axis_of)
+        for t in a.targets:
+            if isinstance(t, ast.Name) and ax is not None:
+                axis_of[t.id] = ax
     constexprs = set(constexpr_params(kernel))
     out: dict[str, int] = {}
     for node in ast.walk(kernel):
@@ -2672,12 +2684,7 @@ def _tile_axes(kernel: ast.FunctionDef) -> dict[str, int]:
         for side, other in ((node.left, node.right), (node.right, node.left)):
             if not (isinstance(side, ast.Name) and side.id in constexprs):
                 continue
-            if isinstance(other, ast.Call) and callee(other) in PID_CALLS and other.args:
-                ax = literal_int(other.args[0])
-            elif isinstance(other, ast.Name):
-                ax = axis_of.get(other.id)
-            else:
-                ax = None
+            ax = _pid_axis(other, axis_of)
             if ax is not None:
                 out.setdefault(side.id, ax)
     return out
