@@ -132,3 +132,14 @@ def test_a_triangle_zeroed_by_where_after_the_load_is_skipped_above_the_diagonal
     assert site == "triton:tril_matmul/for[0]/call:range[0]"
     assert "for kb in range(0, below_diagonal):" in out
     _gated(out, "nw_trmm_where")
+
+
+def test_a_k_axis_walked_in_whole_tiles_counted_into_a_name_is_bounded_by_k() -> None:
+    """`whole = K // BLOCK_K; for kb in range(whole)` with the K axis of the loads unmasked: the
+    loop never reads past K, so K bounds the boxes (before: "the mask does not bound both
+    axes"); the peeled remainder after the loop keeps its pointer loads."""
+    site, out = _made("nw_mm_peeled_tail", "tma-descriptors")
+    assert site == "triton:peeled_matmul/for[0]/call:tl.load[0]"
+    assert "tl.make_tensor_descriptor(A, shape=[M, K], strides=[lda, 1]" in out
+    assert out.count("mask=row_ok & (k[None, :] < K)") == 1
+    _gated(out, "nw_mm_peeled_tail")

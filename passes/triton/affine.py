@@ -313,6 +313,8 @@ def _walked_extent(scope: Scope, loop: ast.stmt | None, idx: Index) -> str | Non
     if not args or len(args) > 3 or (len(args) >= 2 and not _same(text(args[0]), "0")):
         return None
     stop = args[1] if len(args) >= 2 else args[0]
+    if isinstance(stop, ast.Name) and scope.value(stop) is not None:
+        stop = scope.value(stop)  # the count bound to a name first (`whole = K // BK`)
     offset = ast.parse(idx.offsets[0], mode="eval").body
     if len(args) < 3 or _same(text(args[2]), "1"):
         factors = {ast.unparse(offset.left), ast.unparse(offset.right)} \
