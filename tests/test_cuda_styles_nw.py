@@ -6,7 +6,8 @@ one structure passed by value; a LayerNorm folding two arrays carved from dynami
 in one tree (CuPy); an RMSNorm whose cooperative-groups tiles fold with `tile.shfl_down`, read
 through `__ldg`; a 64-bit grid-stride SiLU (CuPy RawModule); an RMSNorm reading rows as
 `float4` whose tree is a do-while loop; a `template <int BLOCK, typename T>` row sum launched
-by a templated host wrapper (`load_inline`). Each rule that acts finds its site as the user
+by a templated host wrapper (`load_inline`); a 4x4-register-tile GEMM whose operands and
+sizes are the fields of one structure passed by value. Each rule that acts finds its site as the user
 wrote it; its output compiles with NVRTC for sm_90a and, run through the kernel's own host on
 the CPU (`gate.cudacpu`), matches the case's reference at its small shape. What a rule cannot
 rewrite soundly it refuses, and says why."""
@@ -101,6 +102,8 @@ ACTS = [
     ("nw_carved_ln", "warp-shuffle-reduce", 1, "shfl.sync.down"),  # two carved arrays, one tree
     ("nw_gridstride_silu", "vectorize-global", 1, ".v4."),  # size_t grid stride, __ldg
     ("nw_cg_shfl_rms", "row-cache", 1, "cp.async"),  # __ldg reads of an fp16 row
+    ("nw_gemm_params", "mma-micro-kernel", 1, "mma.sync"),  # operands read as `g.a[...]`
+    ("nw_gemm_params", "gemm-schedule", 1, "mma.sync"),
 ]
 
 
@@ -154,6 +157,20 @@ def test_the_carved_gemm_is_a_micro_kernel_over_views_of_its_buffer() -> None:
     assert all("a pointer into shared memory" in r["reason"] for r in roles["refusals"])
     p = get_pass("cp-async-pipeline")()
     assert [s for s in p.sites(ir) if not s.present] == []
+
+
+def test_operands_read_through_a_structures_pointer_fields_are_staged() -> None:
+    ir = _ir("nw_gemm_params")
+    unit = R.Unit(ir)
+    assert R.struct_pointer_fields(unit, unit.kernels["gemm_params"]) == {
+        "g.a": "__half", "g.b": "__half", "g.c": "__half"}
+    staged = [(s["array"], s["source"], s["form"], s["converted"]) for s in R.roles(ir)["stagings"]]
+    assert staged == [("a_t", "g.a", "ternary", True), ("b_s", "g.b", "ternary", True)]
+    tile = find_gemm_tiles(ir, (256, 1))[0][0]
+    assert exact_kind(ir, "gemm_params", tile.a.array, tile.region) == "fp16"
+    # the fp32 tiles are filled by converting: cp.async copies bytes, so it refuses saying so
+    _out, applied, refusals = _rule_output("nw_gemm_params", "cp-async-pipeline")
+    assert applied == 0 and "converts what it reads" in refusals[0]
 
 
 def _carved_variant(old: str, new: str) -> kir.KernelIR:

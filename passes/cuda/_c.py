@@ -58,6 +58,34 @@ _DOUBLE_BODY = re.compile(r'(?:\\[\s\S]?|[^"\\\n])*')
 _SINGLE_BODY = re.compile(r"(?:\\[\s\S]?|[^'\\\n])*")
 
 
+_STRUCT = re.compile(r"\b(?:typedef\s+)?(?:struct|class)\s+(\w*)\s*\{([^{}]*)\}\s*(\w*)")
+_QUALIFIERS = re.compile(r"\b(?:const|volatile|__restrict__|__restrict|restrict)\b")
+
+
+@lru_cache(maxsize=64)
+def pointer_fields(text: str) -> dict[str, dict[str, str]]:
+    """The pointer fields of each structure `text` defines (`struct S {...};`, `typedef struct
+    {...} S;`): structure name -> {field: the type it points to, qualifiers dropped}. Fields
+    of a structure with a member function or a nested type are not read (its braces)."""
+    out: dict[str, dict[str, str]] = {}
+    for m in _STRUCT.finditer(code_view(text)):
+        fields: dict[str, str] = {}
+        for decl in m.group(2).split(";"):
+            head, star, rest = decl.partition("*")
+            kind = " ".join(_QUALIFIERS.sub(" ", head).split())
+            if not star or not re.fullmatch(r"[\w:]+(?: [\w:]+)*", kind):
+                continue
+            for declarator in (star + rest).split(","):
+                name = re.fullmatch(r"\s*\*\s*(?:(?:const|__restrict__|__restrict)\s+)*([A-Za-z_]\w*)\s*",
+                                    declarator)
+                if name is not None:
+                    fields[name.group(1)] = kind
+        for name in (m.group(1), m.group(3)):
+            if name:
+                out[name] = fields
+    return out
+
+
 def _blank(segment: str) -> str:
     return re.sub(r"[^\n]", " ", segment)
 

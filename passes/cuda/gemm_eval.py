@@ -545,11 +545,24 @@ def _local_constant(ir: KernelIR, use: int, arg: str) -> str:
 def variable_kind(ir: KernelIR, fn: int, name: str) -> str | None:
     """`element_kind` of what the parameter or local `name` of function `fn` points to (or
     is), typedefs, aliases and template arguments of the unit resolved; None where it is not
-    declared there."""
+    declared there. `name` may be `p.f`, a pointer field of a structure `p` passed by value
+    (`_c.pointer_fields`)."""
     try:
         aliases = {**_type_aliases(ir), **template_bindings(ir, fn)[1]}
     except Refusal:
         aliases = _type_aliases(ir)
+    owner, dot, field_ = name.partition(".")
+    if dot:
+        from passes.cuda._c import pointer_fields  # noqa: PLC0415
+
+        for nid in subtree(ir, fn):
+            if ir.grammar_type_of(nid) == "parameter_declaration" and \
+                    any(n == owner for n, _, _ in declared_names(ir, nid)):
+                tname = next((text(ir, c) for c in children(ir, nid)
+                              if ir.grammar_type_of(c) == "type_identifier"), "")
+                pointee = pointer_fields(ir.text).get(tname, {}).get(field_)
+                return element_kind(aliases.get(pointee, pointee)) if pointee else None
+        return None
     for nid in subtree(ir, fn):
         if ir.grammar_type_of(nid) not in ("parameter_declaration", "declaration"):
             continue

@@ -45,6 +45,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from passes.cuda._c import pointer_fields
 from passes.cuda._tree import Scope, block_items, children, declared_names, text
 from passes.cuda.gemm_eval import (GemmTile, Refusal, Tile, _cdiv, _cmod, _and, _or, _not, _sel,
                                    _min, _max, _k, _Kernel, _Local, _Translator, _is_sync,
@@ -421,7 +422,7 @@ class _StagingTranslator(_Translator):
     def builtin(self, spelled: str) -> str:
         m = re.fullmatch(r"\s*(threadIdx|blockDim|blockIdx|gridDim)\s*\.\s*([xyz])\s*", spelled)
         field = re.sub(r"\s+", "", spelled)
-        if m is None and field in self.ints:  # an integer field of a struct parameter
+        if m is None and (field in self.ints or field in self.pointers):  # a struct's field
             return py_name(field)
         lane = re.fullmatch(r"\s*([A-Za-z_]\w*)\s*\.\s*([xyzw])\s*", spelled)
         if m is None and lane is not None:  # a lane of a vector the staging loaded
@@ -494,7 +495,8 @@ def struct_fields(ir: KernelIR) -> dict[str, list[str]]:
 
 def _kernel_params(k: _Kernel) -> tuple[list[str], list[str], dict[str, str]]:
     """(integer parameters, pointer parameters, pointer -> element kind) in declared order; a
-    struct passed by value gives its integer fields as integer parameters (`s.m`)."""
+    struct passed by value gives its integer fields as integer parameters (`s.m`) and its
+    pointer fields as pointer parameters (`s.a`)."""
     ir = k.ir
     ints, ptrs, kinds = [], [], {}
     structs = struct_fields(ir)
@@ -515,6 +517,9 @@ def _kernel_params(k: _Kernel) -> tuple[list[str], list[str], dict[str, str]]:
                 ints.append(name)
             elif "&" not in spelled and tname.split("::")[-1] in structs:
                 ints += [f"{name}.{f}" for f in structs[tname.split("::")[-1]]]
+                for f, pointee in pointer_fields(ir.text).get(tname.split("::")[-1], {}).items():
+                    ptrs.append(f"{name}.{f}")
+                    kinds[f"{name}.{f}"] = element_kind(k.types.get(pointee, pointee))
     for name in [p for p in ptrs if kinds[p] == "int"]:
         cells = _read_cells(k, name)
         if cells:  # sizes the kernel reads from memory, `dims[0]`...: integer parameters too

@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from passes.cuda._c import code_view
+from passes.cuda._c import code_view, pointer_fields
 from passes.cuda._tree import (
     Scope,
     _evaluate,
@@ -805,7 +805,7 @@ def global_pointers(unit: Unit, fn: int) -> dict[str, str]:
     off;`) -> element type."""
     ir = unit.ir
     out = _pointer_params(ir, fn)
-    fields = _struct_pointer_fields(unit, fn)
+    fields = struct_pointer_fields(unit, fn)
     for nid in subtree(ir, fn):
         if ir.grammar_type_of(nid) != "declaration" or "__shared__" in text(ir, nid):
             continue
@@ -820,15 +820,16 @@ def global_pointers(unit: Unit, fn: int) -> dict[str, str]:
     return out
 
 
-def _struct_pointer_fields(unit: Unit, fn: int) -> set[str]:
-    """`p.f` for each parameter `p` of `fn` passed by value whose type is a `struct` / `class`
-    the unit defines once, and each of its fields `f` declared as a pointer."""
+def struct_pointer_fields(unit: Unit, fn: int) -> dict[str, str]:
+    """`p.f` -> element type, for each parameter `p` of `fn` passed by value whose type is a
+    `struct` / `class` the unit defines, and each of its fields `f` declared as a pointer
+    (`_c.pointer_fields`)."""
     ir = unit.ir
     plist = next((c for c in subtree(ir, fn) if ir.grammar_type_of(c) == "parameter_list"), None)
     if plist is None:
-        return set()
-    code = code_view(ir.text)
-    out: set[str] = set()
+        return {}
+    structs = pointer_fields(ir.text)
+    out: dict[str, str] = {}
     for p in children(ir, plist):
         if ir.grammar_type_of(p) != "parameter_declaration" or any(
                 ir.grammar_type_of(c) in ("pointer_declarator", "reference_declarator")
@@ -840,15 +841,8 @@ def _struct_pointer_fields(unit: Unit, fn: int) -> set[str]:
         if len(kinds) != 1 or len(names) != 1:
             continue
         kind = re.sub(r"^(?:struct|class)\s+", "", text(ir, kinds[0]).strip())
-        found = re.findall(rf"\b(?:struct|class)\s+{re.escape(kind)}\s*\{{([^{{}}]*)\}}\s*;", code)
-        if len(found) != 1:
-            continue
-        for field_ in found[0].split(";"):
-            for declarator in field_.split(","):
-                m = re.fullmatch(r"[^*]*\*\s*(?:const\s+|__restrict__\s+)*([A-Za-z_]\w*)\s*",
-                                 declarator.strip() + " ")
-                if m is not None and "*" in declarator:
-                    out.add(f"{ir.name_of(names[0])}.{m.group(1)}")
+        for field_, element in structs.get(kind, {}).items():
+            out[f"{ir.name_of(names[0])}.{field_}"] = element
     return out
 
 
@@ -883,6 +877,11 @@ def _global_read(unit: Unit, fn: int, nid: int, pointers: Mapping[str, str]
     base, idx = subscript(ir, node)
     if base in pointers and len(idx) == 1:
         return base, text(ir, node), 1
+    if gtype == "subscript_expression" and ir.grammar_type_of(children(ir, node)[0]) == \
+            "field_expression":  # `p.f[i]`: a pointer field of a structure passed by value
+        field_ = re.sub(r"\s", "", text(ir, children(ir, node)[0]))
+        if field_ in pointers:
+            return field_, text(ir, node), 1
     if gtype == "pointer_expression" and ir.name_of(node) == "*":
         inner = children(ir, node)[-1]
         names = _names(ir, inner) & set(pointers)
@@ -966,7 +965,7 @@ def _kernel_stagings(unit: Unit, kernel: str, fn: int) -> tuple[list[Staging], l
     ir = unit.ir
     shared = unit.shared_arrays(fn) | {k: v for k, v in unit.shared_arrays().items()
                                        if k not in unit.shared_arrays(fn)}
-    pointers = global_pointers(unit, fn)
+    pointers = global_pointers(unit, fn) | struct_pointer_fields(unit, fn)
     out: list[Staging] = []
     refused: list[Refusal] = []
     syncs = [ir.span_of(c).start for c in subtree(ir, fn)

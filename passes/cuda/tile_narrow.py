@@ -406,6 +406,8 @@ def _target_name(ir: KernelIR, nid: int) -> str | None:
     while ir.grammar_type_of(nid) in ("subscript_expression", "parenthesized_expression",
                                       "pointer_expression", "binary_expression"):
         nid = children(ir, nid)[0]
+    if ir.grammar_type_of(nid) == "field_expression":  # `p.f[i]`: a structure's pointer field
+        return re.sub(r"\s", "", text(ir, nid))
     return ir.name_of(nid) if ir.grammar_type_of(nid) == "identifier" else None
 
 

@@ -1,4 +1,4 @@
-"""CUDA style case `nw_tmpl_atomic_rowsum`: row sums, a `template <int BLOCK, typename T>` kernel launched through a templated host wrapper, warp shuffles whose results meet by atomicAdd on a shared float (load_inline ModelNew host)."""
+"""CUDA style case `nw_tmpl_atomic_rowsum`: row sums, a `template <int BLOCK, typename T>` kernel instantiated explicitly and launched through a templated host wrapper, warp shuffles whose results meet by atomicAdd on a shared float (load_inline ModelNew host)."""
 from __future__ import annotations
 
 import torch

@@ -1,6 +1,7 @@
 """KernelBench-style solution: row sums of an fp16 or fp32 matrix into fp32. The kernel is a
-template over its block size and element type, launched through a templated host wrapper;
-each warp folds with shuffles and its lane 0 adds into one shared float."""
+template over its block size and element type, instantiated explicitly for both types and
+launched through a templated host wrapper; each warp folds with shuffles and its lane 0 adds
+into one shared float."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -8,6 +9,9 @@ from torch.utils.cpp_extension import load_inline
 rowsum_cuda = r"""
 #include <torch/extension.h>
 #include <cuda_fp16.h>
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 
 template <int BLOCK, typename T>
 __global__ void row_sum_kernel(const T* __restrict__ x, float* __restrict__ out, int n)
@@ -18,7 +22,7 @@ __global__ void row_sum_kernel(const T* __restrict__ x, float* __restrict__ out,
     const T* row = x + (size_t)blockIdx.x * n;
     float acc = 0.0f;
     for (int i = threadIdx.x; i < n; i += BLOCK)
-        acc += static_cast<float>(row[i]);
+        acc += to_float(row[i]);
     for (int off = 16; off > 0; off >>= 1)
         acc += __shfl_down_sync(0xffffffffu, acc, off);
     if ((threadIdx.x & 31) == 0)
@@ -27,6 +31,9 @@ __global__ void row_sum_kernel(const T* __restrict__ x, float* __restrict__ out,
     if (threadIdx.x == 0)
         out[blockIdx.x] = total;
 }
+
+template __global__ void row_sum_kernel<128, __half>(const __half* __restrict__, float* __restrict__, int);
+template __global__ void row_sum_kernel<128, float>(const float* __restrict__, float* __restrict__, int);
 
 template <typename T>
 void launch_row_sum(const T* x, float* out, int rows, int n)
