@@ -143,3 +143,14 @@ def test_a_k_axis_walked_in_whole_tiles_counted_into_a_name_is_bounded_by_k() ->
     assert "tl.make_tensor_descriptor(A, shape=[M, K], strides=[lda, 1]" in out
     assert out.count("mask=row_ok & (k[None, :] < K)") == 1
     _gated(out, "nw_mm_peeled_tail")
+
+
+def test_a_tile_order_grouped_by_hand_along_n_is_not_grouped_again() -> None:
+    """Column groups written by hand (`pn = first_n + (pid % width) % gsize`): no block index is
+    a row-major split of the program id, so the grouped order finds nothing to rewrite, while
+    the launch cards still act (a heuristic sets BK, the grid reads the meta-parameters)."""
+    _, text = _start("nw_mm_group_cols")
+    ir = kir.parse(text, "triton")
+    assert not [s for s in get_pass("grouped-ordering")().sites(ir) if not s.present]
+    site, _ = _made("nw_mm_group_cols", "tile-sizes")
+    assert site == "triton:run/launch:colgroup_matmul[0]"
