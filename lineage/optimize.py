@@ -404,8 +404,9 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
     target = state.target
     failed = {c.id for c in run.cards
               if run.failures[c.id] >= MAX_CARD_FAILURES or used_up(c, state)}
-    spent = failed | {c.id for c in run.cards
-                      if getattr(run.options.get((id(state), "card", c.id)), "done", False)}
+    spent = failed | {c.id for c in run.cards  # and a tie's own card (as a sweep's kind)
+                      if getattr(run.options.get((id(state), "card", c.id)), "done", False)
+                      or state.card is not None and c.id == state.card.id and state is not run.best}
     found = [r.card for r in seeded_order(run.retriever.retrieve(target, exclude=spent).cards,
                                           run.seed)]
     moves: list[tuple[str, SkillCard, float]] = []

@@ -169,3 +169,28 @@ def test_a_narrower_launch_is_composed_with_the_row_held_in_registers(
     assert {s.pass_name for s in result.applied} >= {"row-registers", "launch-threads"}
     lineage = Lineage.load(tmp_path / "out" / "lineage.json")
     assert lineage.transitions_of("launch-threads")
+
+
+def test_a_tie_made_by_a_card_takes_no_candidate_of_that_card_again(tmp_path: Path) -> None:
+    """A card's candidate that tied with the best is a state of the run, but the card is not a
+    move of it (as a sweep-made state is not swept by its own kind): otherwise each tie it
+    makes takes `CANDIDATES_PER_CARD` more of its candidates, a chain that escapes the cap.
+    Once such a state is the best, the card is a move of it again; its other cards stay moves
+    of the tie."""
+    lib = _library(tmp_path, {"launch-bounds", "restrict-readonly", "pragma-unroll"})
+    cards = tuple(lib.cards(admitted_only=True))
+    run = _Run(None, None, None, Lineage(), "cuda", str(CASE), "cuda", "device", "x",
+               lambda e, d: None, 8, None, cards, Retriever(list(cards)), sweeps=False)
+    ir = kir.parse(START.read_text(), "cuda", path=START)
+    start = _State(START.read_text(), ir, None, 10.0, seconds=5.0, sid="s:0")
+    run.states, run.best = [start], start
+    offered = {o.card.id: o.card for o in _frontier(start, run) if o.kind == "card"}
+    assert len(offered) >= 2
+    card = next(iter(offered.values()))
+    tie = _State(START.read_text() + "\n", kir.parse(START.read_text(), "cuda", path=START), None,
+                 10.01, seconds=5.0, parent=start, card=card)
+    run.states.append(tie)
+    on_tie = {o.card.id for o in _frontier(tie, run) if o.kind == "card"}
+    assert card.id not in on_tie and on_tie == set(offered) - {card.id}
+    run.best = tie
+    assert card.id in {o.card.id for o in _frontier(tie, run) if o.kind == "card"}
