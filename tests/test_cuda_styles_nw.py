@@ -22,7 +22,9 @@ from kir.embedded import CudaUnit, cuda_unit
 from nvrtc_helpers import ptx_for_sm90a
 from passes import Applied, PassContext, get_pass
 from passes.cuda import recognize as R
+from passes.cuda.gemm_direct import find_direct
 from passes.cuda.gemm_eval import find_gemm_tiles
+from passes.cuda.memory import vector_loops
 from passes.cuda.tile_narrow import exact_kind
 
 torch = pytest.importorskip("torch")
@@ -291,6 +293,12 @@ def test_a_template_of_a_value_and_a_type_reads_the_value_of_its_one_instantiati
     unit = R.Unit(ir)
     fn = unit.functions["rowsum"]
     assert unit.template_value(fn, "BLOCK / 2") == 128
+    # the element type is the type parameter: no lanes per 16 bytes, and vectorize-global says so
+    (plan,) = [plan for _loop, plan in vector_loops(ir)]
+    assert "`x` (T) have no size known here" in plan.reason
+    # no GEMM: the GEMM rules say nothing of the template's several instantiations
+    rowsum = _ir("nw_tmpl_atomic_rowsum")
+    assert find_gemm_tiles(rowsum) == ([], []) and find_direct(rowsum, (128, 1)) == ([], [])
     halves = kir.parse(MIXED_TEMPLATE.replace(
         "rowsum<threads, T><<<m, threads>>>(x, y, n);",
         "rowsum<threads, T><<<m, threads>>>(x, y, n);\n  rowsum<256, __half><<<m, 256>>>(nullptr, y, n);"),

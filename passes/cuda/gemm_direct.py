@@ -48,7 +48,7 @@ import numpy as np
 from passes.cuda._tree import Scope, block_items, children, declared_names, subtree
 from passes.cuda.gemm_eval import (GemmTile, Refusal, Tile, _Acc, _and, _cdiv, _cmod, _k,
                                    _Kernel, _Local, _max, _min, _not, _or, _Outer, _sel, _Sum,
-                                   _FMA, _TRIVIA, _thread_map, variable_kind)
+                                   _FMA, _TRIVIA, _multiplies, _thread_map, variable_kind)
 from passes.cuda.gemm_eval import _accumulated as _sums, kernel_functions, memo
 from passes.cuda.gemm_eval import _NOT_F32, accumulator_refusal
 from passes.cuda.gemm_global import (GlobalGemm, Operand, _addr, _GPtr, _kernel_params, _lane,
@@ -389,7 +389,13 @@ def _find(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str] |
     for fn in kernel_functions(ir, scope, kernels):
         name = ir.name_of(fn) or ""
         try:
-            k = _Kernel(ir, scope, fn)
+            try:
+                k = _Kernel(ir, scope, fn)
+            except Refusal:  # said only of a kernel that multiplies in a loop: a GEMM candidate
+                if not any(ir.grammar_type_of(c) in _LOOPS and _multiplies(ir, c)
+                           for c in subtree(ir, fn)):
+                    continue
+                raise
             ints, ptrs, kinds = _kernel_params(k)
             fixed = template_sizes(k) if len(ints) < 3 else []
             ints += fixed

@@ -618,15 +618,20 @@ def _plan(unit, loop: StrideLoop, node: int, pointers: dict, escapes) -> _Vector
         bad |= {name for name, uses in found.items()
                 if not all(_warp_uniform(unit, loop, c) for c, _o, _s in uses)}
     plans = {}
+    unsized = []
     for name, uses in found.items():
         if name in bad or len({u[1] for u in uses}) != 1 or len({u[2] for u in uses}) != 1:
             continue
         size = element_bytes(pointers[name])
         if size not in (2, 4, 8):
+            unsized.append(f"`{name}` ({pointers[name]})")
             continue
         if uses[0][2] and sum(1 for u in uses) != 1:
             continue
         plans[name] = (uses[0][1], pointers[name].replace("const", "").strip(), uses[0][2], size)
+    if not plans and unsized:
+        return Skipped(f"the elements of {', '.join(unsized)} have no size known here (a type "
+                       "parameter, a structure): lanes per 16 bytes cannot be told", {})
     if not plans:
         return Skipped("no pointer the body reads or writes at base + i in straight-line code", {})
     sizes = {p[3] for p in plans.values()}
