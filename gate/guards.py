@@ -351,12 +351,17 @@ class LaunchMonitor:
     kept: dict[int, set[int]] = field(default_factory=dict)
     """By autotuner id, the ids of the configurations its own pruning (`prune_configs_by`)
     kept on its calls since the caller last cleared this (`_wrap_prune`)."""
+    sequence: list[tuple[str, Any]] = field(default_factory=list)
+    """The launches since the caller last cleared this, in order: (kernel, what else names the
+    launch: a Triton launch's grid and scalar arguments), the call's launch signature
+    (`launch_signature`)."""
     _owned: dict[str, bool] = field(default_factory=dict)
     _function_names: dict[int, str] = field(default_factory=dict)
 
     def reset(self, mode: str = "run") -> None:
         self.mode, self.launches = mode, 0
         self.side_stream.clear()
+        self.sequence.clear()
 
     def owns(self, fn: Any) -> bool:
         code = getattr(fn, "__code__", None)
@@ -369,8 +374,10 @@ class LaunchMonitor:
             self._owned[code.co_filename] = owned
         return owned
 
-    def _on_launch(self, what: str, stream: int | None) -> None:
+    def _on_launch(self, what: str, stream: int | None, detail: Any = (),
+                   kernel: str | None = None) -> None:
         self.launches += 1
+        self.sequence.append((kernel or what, detail))
         if self.gate_stream is not None and stream is not None and stream != self.gate_stream:
             self.side_stream.append(f"{what} on stream {stream:#x}, gate stream {self.gate_stream:#x}")
         if self.mode == "raise":
@@ -467,7 +474,7 @@ class LaunchMonitor:
                 stream = int(torch.cuda.current_stream().cuda_stream)
             name = getattr(jit_self.fn, "__name__", "kernel")
             monitor.names.add(name)
-            monitor._on_launch(name, stream)
+            monitor._on_launch(name, stream, launch_detail(args, kwargs))
             if monitor.mode == "silent":
                 return None
             with monitor.sealing(*args, **kwargs):
@@ -499,11 +506,14 @@ class LaunchMonitor:
                     stream = int(stream_of(args))
                 except (TypeError, ValueError, IndexError, AttributeError):
                     stream = None
+                kernel = None
                 try:
-                    monitor._name_function(driver, function_of(args))
+                    function = function_of(args)
+                    monitor._name_function(driver, function)
+                    kernel = monitor._function_names.get(int(function))
                 except (TypeError, ValueError, IndexError, AttributeError):
                     pass
-                monitor._on_launch(f"{original.__name__}", stream)
+                monitor._on_launch(f"{original.__name__}", stream, kernel=kernel)
                 if monitor.mode == "silent":
                     return (ok,)
                 with monitor.sealing():
@@ -760,6 +770,70 @@ class _Kineto:
         return list(self.disable().events())
 
 
+def launch_detail(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """What names a Triton launch besides its kernel: its grid (where given as numbers) and
+    its scalar arguments (flags, sizes, constexprs), not its tensors. Integers the size of an
+    address are left out (a pointer passed as a number moves from call to call); a float is
+    kept as `(FLOAT_ARG, its repr)` (NaN equals itself), as one drawn with the inputs (a
+    scalar input) differs between input sets."""
+    grid = kwargs.get("grid")
+    values: list[Any] = [grid if isinstance(grid, tuple) else None]
+    for value in (*args, *(v for k, v in kwargs.items() if k not in ("grid", "warmup"))):
+        if isinstance(value, bool) or (isinstance(value, int) and abs(value) < 1 << 40) \
+                or isinstance(value, str):
+            values.append(value)
+        elif isinstance(value, float):
+            values.append((FLOAT_ARG, repr(value)))
+        elif not isinstance(value, torch.Tensor):
+            values.append(type(value).__name__)
+    return tuple(values)
+
+
+FLOAT_ARG = "float"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSignature:
+    """What a call launched (`LaunchMonitor.sequence`), compared between the gate's calls of
+    one variant: an honest candidate launches the same kernels whatever values its inputs hold
+    (`kernels`), the same kernels, grids and integer arguments on inputs whose integers are
+    the same (`shape`), and the very same sequence on inputs that differ in floats alone
+    (`sequence`)."""
+
+    kernels: frozenset[str]
+    shape: tuple[Any, ...]
+    sequence: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, sequence: list[tuple[str, Any]]) -> LaunchSignature:
+        shape = tuple((name, tuple(v for v in detail if not (isinstance(v, tuple) and v[:1] == (FLOAT_ARG,))))
+                      for name, detail in sequence)
+        return cls(frozenset(name for name, _ in sequence), shape, tuple(sequence))
+
+
+def odd_launches(calls: list[tuple[Any, ...]]) -> tuple[Any, ...] | None:
+    """The first of `calls` (launch sequences, in call order) that breaks their likeness, or
+    None: every call launches the same kernels in the same order with the same kinds of
+    arguments, and each argument holds one value throughout or rises at every call (a counter:
+    an epoch a kernel's flags are compared against, so that they need no reset)."""
+    if not calls:
+        return None
+    first = calls[0]
+    for call in calls[1:]:
+        if len(call) != len(first) or any(a[0] != b[0] or len(a[1]) != len(b[1])
+                                           for a, b in zip(call, first)):
+            return call
+    for j, (_, detail) in enumerate(first):
+        for k in range(len(detail)):
+            values = [call[j][1][k] for call in calls]
+            if all(v == values[0] for v in values):
+                continue
+            if all(type(v) is int for v in values) and all(b > a for a, b in zip(values, values[1:])):
+                continue
+            return next(call for call, v in zip(calls, values) if v != values[0])
+    return None
+
+
 def tuner_kernel(tuner: Any) -> Any:
     """The `JITFunction` under an autotuner (through heuristics and other wrappers)."""
     fn = getattr(tuner, "fn", None)
@@ -995,7 +1069,7 @@ class Seal:
     """
 
     __slots__ = ("cap", "busy", "launching", "launches", "replayed", "entries", "pending", "ptrs",
-                 "breach", "check", "keys", "input_ptrs", "graveyard")
+                 "breach", "check", "keys", "input_ptrs", "graveyard", "written")
 
     def __init__(self, inputs: tuple[Any, ...], cap: Captured,
                  check: Callable[[], tuple[str, str] | None] | None = None,
@@ -1010,6 +1084,7 @@ class Seal:
         self.pending: list[tuple[Any, tuple[Any, ...], dict[str, Any], torch.Tensor, bool]] = []
         self.ptrs: set[int] = set()
         self.breach: tuple[str, str] | None = None  # (failure kind value, reason)
+        self.written = 0  # launches that left an input other than it was (`_mask`)
         self.check = check
         self.keys = keys if keys is not None else _local_keys()
         # what the gate lets go of while a window is open, let go once the inputs hold poison
@@ -1196,17 +1271,25 @@ class Seal:
                 self._add(dest, is_input=False)
 
     def _mask(self, key: int) -> None:
-        """Every entry's kept bytes masked under `key` (in place): an input's as they were, a
-        buffer's as the kernel left it (a kernel may write into a copy of an input); then
-        poison."""
+        """Every entry's kept bytes masked under `key` (in place): an input's as they were (a
+        launch that left one otherwise, in host memory, is counted in `written`), a buffer's as the kernel left
+        it (a kernel may write into a copy of an input); then poison."""
         from gate.heldcompare import xor_pad_  # noqa: PLC0415
 
+        cap = self.cap
+        changed = False
         for i, e in enumerate(self.entries):
             if not e.is_input:
                 self._keep(e)
+            elif not e.masked and e.tensor.device.type == "cpu":
+                # as the kernel left it: it may not write into its inputs (on the host tiers;
+                # torch's comparison on a GPU would read as a foreign kernel)
+                now = cap.view(cap.contiguous(e.tensor), -1).view(torch.uint8)
+                changed = changed or not cap.equal(now, e.real[:now.numel()])
             if not e.masked:
                 xor_pad_(e.real, key, i)
                 e.masked = True
+        self.written += changed
         self._poison()
 
     def isolated(self, launch: Callable[[], Any], args: Iterable[Any] = ()) -> Any:

@@ -354,6 +354,13 @@ class _Runner:
         self.originals: dict[tuple[str, str, int], tuple[Any, ...]] = {}
         # by variant, what each autotuner's pruning kept on its first seed's correctness call
         self.first_kept: dict[str, dict[int, set[int]]] = {}
+        # by variant, the kernels its first correctness call launched (`check_same_kernels`);
+        # by variant and the integers of a set, the launches of its later correctness calls
+        self.launched: dict[str, frozenset[str]] = {}
+        self.seed_launches: dict[tuple[str, Any], list[tuple[Any, ...]]] = {}
+        # torch's dispatch-mode stack: its depth before candidate code loaded, and its reader
+        self.modes_before = 0
+        self.mode_depth: Callable[[], int] = lambda: 0
         self.timed_s = 0.0  # seconds spent inside timed runs (the rest is the gate's overhead)
         self.sleep_rate: float | None = None  # `torch.cuda._sleep` cycles per microsecond
         self.monitor: Any = None
@@ -1462,6 +1469,8 @@ class _Runner:
             self.install_tuning_bench()
         self.watch = guards.TamperWatch()
         self.modules_before = set(sys.modules)
+        self.mode_depth = getattr(self.torch._C, "_len_torch_dispatch_stack", self.mode_depth)
+        self.modes_before = self.mode_depth()
         self.threads_before = frozenset(sys._current_frames())
         self.audit = guards.AuditGuard.install()
         self.audit.arm([self.job.scratch, self.job.origin_dir or ""])
@@ -1570,6 +1579,10 @@ class _Runner:
             self.chan.reject(FailureKind.TAMPERING, stage,
                              f"candidate code tried {self.audit.findings[0]}, which the gate "
                              f"refused: it reaches into the gate's own process")
+        if self.mode_depth() > self.modes_before:
+            self.chan.reject(FailureKind.TAMPERING, stage,
+                             "candidate code left a torch dispatch mode of its own on torch's "
+                             "mode stack: ops run beneath the gate's op trace go unseen by it")
         changed = self.watch.changed()
         if changed:
             shown = ", ".join(changed[:8]) + (" ..." if len(changed) > 8 else "")
@@ -1641,7 +1654,8 @@ class _Runner:
         except BaseException as e:  # SystemExit too: a candidate may not end the worker
             exc = e
         return {"out": out, "exc": exc, "trace": trace, "launches": self.monitor.launches,
-                "side": list(self.monitor.side_stream)}
+                "side": list(self.monitor.side_stream),
+                "launched": self.guards.LaunchSignature.of(self.monitor.sequence)}
 
     def check_call(self, res: dict[str, Any], inputs: tuple[Any, ...],
                    original: tuple[Any, ...] | None, stage: str, what: str) -> None:
@@ -1669,6 +1683,74 @@ class _Runner:
         if original is not None:
             self.check_inputs(inputs, original, what)
         self.check_output_types(res["out"], what)
+
+    def check_seal(self, seal: Any, stage: str, what: str) -> None:
+        """What a sealed call's seal found: a window refused (`Seal.breach`), a launch that
+        wrote into an input (`Seal.written`: the inputs end poisoned, `check_inputs` cannot
+        compare them)."""
+        if seal.breach is not None:
+            self.chan.reject(FailureKind(seal.breach[0]), "anti_cheat", f"{what}: {seal.breach[1]}")
+        if seal.written:
+            self.chan.reject(FailureKind.INPUT_MUTATION, "anti_cheat",
+                             f"the candidate wrote into its inputs on {what} ({seal.written} "
+                             f"launch(es) left an input changed)")
+
+    def check_same_kernels(self, variant: str, launched: Any, kind: FailureKind, stage: str,
+                           what: str) -> None:
+        """A call of `variant` launches no kernel that the variant's first correctness call did
+        not (`guards.LaunchSignature`): an honest candidate runs the same kernels whatever
+        values its inputs hold (it may launch fewer: a set-up done once). One that launches
+        others tells the calls apart (the sealed call by the poison its host code reads or the
+        gate's frames, a set seen before by a cache of answers) and computes elsewhere in the
+        rest."""
+        first = self.launched.get(variant)
+        if first is None or launched.kernels <= first:
+            return
+        self.chan.reject(kind, stage,
+                         f"on {what} the candidate launched {', '.join(sorted(launched.kernels - first))}, "
+                         f"which its first call of {variant} did not "
+                         f"({', '.join(sorted(first)) or 'none'}): it tells the gate's calls apart "
+                         f"(sealed inputs, a set seen before) and computes differently in some")
+
+    def check_sealed_launches(self, variant: str, inputs: tuple[Any, ...], launched: Any,
+                              kind: FailureKind, what: str, why: str) -> None:
+        """A call launches as the variant's correctness calls after its first did on sets of
+        the same integers (kernels, grids, integer arguments: `guards.odd_launches`), where the
+        case's inputs hold no integer tensor: the sealed call, the knockout call (on the first
+        seed's set again: one a cache of answers answers). A candidate that tells such a call
+        apart and runs its kernels idle in the others (on 0 elements) launches otherwise."""
+        ints = _integers(inputs, self.cap)
+        seen = self.seed_launches.get((variant, ints)) if ints is not None else None
+        if not seen or self.guards.odd_launches([*seen, launched.shape]) is None:
+            return
+        self.chan.reject(kind, "anti_cheat",
+                         f"on {what} the candidate's launches ({_launches_text(launched.shape)}) "
+                         f"differ from those of its correctness calls on inputs of the same "
+                         f"integers ({_launches_text(seen[0])}): {why}")
+
+    def check_same_launches(self, calls: list[tuple[Any, ...]], stage: str, what: str) -> None:
+        """Calls on one set of buffers refilled with values that differ in floats alone (their
+        launch sequences, the first call's left out: a set-up on new buffers) launch alike:
+        the same kernels, grids and scalar arguments in the same order, counters apart
+        (`guards.odd_launches`)."""
+        odd = self.guards.odd_launches(calls)
+        if odd is not None:
+            self.chan.reject(FailureKind.REUSED_OUTPUT, stage,
+                             f"on {what} the candidate's launches ({_launches_text(odd)}) differ "
+                             f"from another call's on the same buffers ({_launches_text(calls[0])}) "
+                             f"though only float values changed: it skips or changes its work on "
+                             f"inputs it has seen (a cache of answers)")
+
+    def check_timed_launches(self, variant: str, cuts: list[int], what: str) -> None:
+        """The timed calls, cut out of the monitor's sequence at `cuts` (where each ended), held
+        to `check_same_kernels` and, after the first, to `check_same_launches`."""
+        sequence = self.monitor.sequence
+        calls = [tuple(sequence[start:end]) for start, end in zip([0, *cuts], cuts)]
+        sequence.clear()
+        for call in set(calls):
+            self.check_same_kernels(variant, self.guards.LaunchSignature.of(list(call)),
+                                    FailureKind.REUSED_OUTPUT, "timing", what)
+        self.check_same_launches(calls[1:], "timing", what)
 
     def check_inputs(self, inputs: tuple[Any, ...], original: tuple[Any, ...], what: str) -> None:
         for i, (x, o) in enumerate(zip(inputs, original)):
@@ -1747,6 +1829,15 @@ class _Runner:
             if seed == self.job.seeds[0]:
                 self.first_kept[variant] = {k: set(v) for k, v in self.monitor.kept.items()}
             self.check_call(res, inputs, original, "correctness", f"{variant}/seed {seed}")
+            launched = res["launched"]
+            if seed == self.job.seeds[0]:
+                self.launched[variant] = launched.kernels
+            else:  # a set-up done once is in the first call alone
+                ints = _integers(original, self.cap)
+                if ints is not None:
+                    self.seed_launches.setdefault((variant, ints), []).append(launched.shape)
+            self.check_same_kernels(variant, launched, FailureKind.FALLBACK, "correctness",
+                                    f"{variant}/seed {seed}")
             self.send_out(variant, phase, seed, res, ((variant, phase, seed), original))
             if seed != self.job.seeds[0]:  # the first seed's runs again (configs, knockout)
                 self._release((variant, phase, seed))
@@ -1802,10 +1893,15 @@ class _Runner:
                         tuner.best_config = None
                         self.monitor.pin = (tuner, config)
                         self.monitor.kept.pop(id(tuner), None)
-                        inputs = res = None  # the previous call's go first
+                        inputs = res = seal = None  # the previous call's go first
                         inputs = self.clone_inputs(original)
+                        # sealed (`guards.Seal`): host code that tells the configuration calls
+                        # apart by reading its inputs reads poison, as in the sealed call (not
+                        # where a lean plan has no room for the seal's copy of a set)
+                        seal = None if self._lean(variant) else \
+                            self.guards.Seal(inputs, self.cap, check=self.beside_launch)
                         try:
-                            res = self.call(inputs, "run")
+                            res = self.call(inputs, "run", seal=seal)
                         finally:
                             self.monitor.pin = None
                         if id(tuner) in self.monitor.kept:
@@ -1817,8 +1913,11 @@ class _Runner:
                             continue
                         if res["exc"] is None and getattr(tuner, "best_config", None) is not config:
                             continue  # pruned for this shape: the autotuner never runs it here
-                        self.check_call(res, inputs, original, "correctness",
-                                        f"{variant}/seed {seed} under {phase}")
+                        what = f"{variant}/seed {seed} under {phase}"
+                        if seal is not None:
+                            self.check_seal(seal, "correctness", what)
+                        self.check_call(res, inputs, None if seal is not None else original,
+                                        "correctness", what)
                         self.send_out(variant, phase, seed, res, ((variant, PHASE_SEED, seed), original))
                         if alike is not None:
                             ran.add(alike)
@@ -1849,6 +1948,11 @@ class _Runner:
             if res["exc"] is None:
                 self.check_inputs(inputs, original, f"the {phase} run")
                 self.check_output_types(res["out"], f"the {phase} run")
+                if mode == "silent":  # the first seed's set again, unsealed
+                    self.check_sealed_launches(variant, inputs, res["launched"], FailureKind.REUSED_OUTPUT,
+                                               f"the {phase} run",
+                                               "it launches otherwise on a set it has seen (a "
+                                               "cache of answers)")
                 self.send_out(variant, phase, seed, res, ((variant, PHASE_SEED, seed), original))
         self.check_kernels("anti_cheat", "knockout calls")
         for v in self.shapes:  # the first seed's sets have had their last call
@@ -1868,8 +1972,7 @@ class _Runner:
                                     keys=functools.partial(self._seal_keys, variant), masked=masked)
             res = self.call(inputs, "run", seal=seal)
             what = f"{variant}/sealed inputs"
-            if seal.breach is not None:
-                self.chan.reject(FailureKind(seal.breach[0]), "anti_cheat", f"{what}: {seal.breach[1]}")
+            self.check_seal(seal, "anti_cheat", what)
             if res["exc"] is not None and classify(res["exc"]) is FailureKind.TAMPERING:
                 self.check_tamper("anti_cheat")
             if res["exc"] is not None and classify(res["exc"]) is FailureKind.OUT_OF_MEMORY:
@@ -1881,6 +1984,10 @@ class _Runner:
                                  f"run raised on {what} when its inputs are visible only to its "
                                  f"kernels: {describe(res['exc'])} (host code reads input values)")
             self.check_call(res, inputs, None, "anti_cheat", what)
+            self.check_same_kernels(variant, res["launched"], FailureKind.HOST_COMPUTE, "anti_cheat", what)
+            self.check_sealed_launches(variant, inputs, res["launched"], FailureKind.HOST_COMPUTE, what,
+                                       "it tells the sealed call apart and computes differently "
+                                       "in the others")
             self.send_out(variant, PHASE_SEALED, seed, res)
             if os.environ.get("KLINEAGE_GATE_DEBUG") == "1":
                 print(f"klineage gate sealed call {variant}: {seal.launches} launches, "
@@ -1928,16 +2035,23 @@ class _Runner:
             picks = range(1, len(self.pools[variant].sets)) if self._lean(variant) else [None]
             for pick in picks:
                 rotation = self._rotation(variant, pick)
-                calls = max(self.job.repeat_calls, len(rotation.pool.sets))
+                sets = len(rotation.pool.sets)
+                calls = max(self.job.repeat_calls, sets)
+                later: list[tuple[Any, ...]] = []  # the launches of the calls after the first
+                what = f"{variant}/repeated runs"
                 for i in range(calls):
                     if i:
-                        rotation.refill((rotation.current + 1) % len(rotation.pool.sets))
+                        rotation.refill((rotation.current + 1) % sets)
                     original = rotation.pool.inputs(rotation.current)
                     res = self.call(rotation.buffers, "run")
-                    self.check_call(res, rotation.buffers, original, "correctness",
-                                    f"{variant}/repeated runs")
+                    self.check_call(res, rotation.buffers, original, "correctness", what)
+                    self.check_same_kernels(variant, res["launched"], FailureKind.REUSED_OUTPUT,
+                                            "correctness", what)
+                    if i:  # the first call on new buffers may set up
+                        later.append(res["launched"].sequence)
                     self.send_out(variant, PHASE_REFILL, rotation.pool.seed(rotation.current), res)
                     del res, original
+                self.check_same_launches(later, "correctness", what)
                 del rotation
 
     def timing(self) -> None:
@@ -1987,6 +2101,7 @@ class _Runner:
         sample = self.refill.SetSample(REFILL_SAMPLE, len(rotation.pool.sets),
                                        functools.partial(self._snapshot, host=host))
         pending = [False]  # the last call's outputs not yet offered to the sample
+        cuts: list[int] = []  # where each call's launches end in the monitor's sequence
 
         def fn() -> None:
             # the previous call's outputs go first (offered to the sample already, or a warm-up
@@ -2000,6 +2115,7 @@ class _Runner:
             last[1] = rotation.current
             pending[0] = True
             calls[0] += 1
+            cuts.append(len(self.monitor.sequence))
 
         def between() -> None:
             if pending[0]:
@@ -2020,6 +2136,7 @@ class _Runner:
         res = {"out": last[0], "exc": None, "trace": trace,
                "launches": self.monitor.launches, "side": list(self.monitor.side_stream)}
         self.check_call(res, rotation.buffers, rotation.pool.inputs(rotation.current), "timing", what)
+        self.check_timed_launches(variant, cuts, what)
         launches = res["launches"]
         if res["launches"] < calls[0]:
             self.chan.reject(FailureKind.FALLBACK, "timing",
@@ -2084,12 +2201,40 @@ class _Runner:
             inputs = self.clone_inputs(original)
             res = self.call(inputs, "run")
             self.check_call(res, inputs, original, "timing", f"{variant}/re-verification")
+            self.check_same_kernels(variant, res["launched"], FailureKind.FALLBACK, "timing",
+                                    f"{variant}/re-verification")
             self.send_out(variant, PHASE_REVERIFY, self.job.reverify_seed, res,
                           ((variant, PHASE_REVERIFY, self.job.reverify_seed), original))
         self.check_kernels("timing", "re-verification calls")
         if not self.kernels.available and self.kernels.reason:
             self.chan.send("flag", f"GPU kernels not attributed: the profiler did not start "
                                    f"({self.kernels.reason[:200]})")
+
+
+def _integers(inputs: tuple[Any, ...], cap: Any) -> tuple[Any, ...] | None:
+    """What of an input set is not float values: its scalars other than floats, and each
+    float tensor's dtype and shape; None where it holds an integer, bool or complex tensor (the
+    gate does not compare their values)."""
+    out: list[Any] = []
+    for value in inputs:
+        if type(value) is cap.tensor_type:
+            if not cap.is_floating_point(value):
+                return None
+            out.append((str(value.dtype), tuple(value.shape)))
+        elif isinstance(value, float):
+            out.append(float)
+        elif isinstance(value, (bool, int, str)) or value is None:
+            out.append(value)
+        else:
+            out.append(type(value).__name__)
+    return tuple(out)
+
+
+def _launches_text(signature: tuple[Any, ...], shown: int = 4) -> str:
+    """A call's launches in a reason: the first few kernels with what names them."""
+    text = "; ".join(f"{name} {detail}" if detail else name for name, detail in signature[:shown])
+    more = f"; ... {len(signature) - shown} more" if len(signature) > shown else ""
+    return (text + more)[:300] or "none"
 
 
 def _draw_seed(key: tuple[str, str, int]) -> int:
