@@ -661,7 +661,20 @@ def move_candidates(kind: str, card: SkillCard, state: Any, *, ctx: Any, rewrite
                                 sweeps=False, site_order=order if shares else None)
         if around:
             made = (around_parent(m, state, ctx=ctx, heavy=heavy) for m in made)
-    return made
+    return (dataclasses.replace(m, ir=None, refusals=(*m.refusals, (
+        "its config lists hold its state's entries, reordered or repeated: the same kernel")))
+        if _configured_as(m, state) else m for m in made)
+
+
+def _configured_as(made: Materialized, state: Any) -> bool:
+    """Whether a Triton candidate is its state's kernel with only its config lists' entries
+    reordered or repeated (`passes.triton.autotune.configured_alike`): the same autotuner
+    choice, no new kernel to gate."""
+    if made.ir is None or made.ir is state.ir or state.ir is None or str(getattr(made.ir.language, "value", made.ir.language)) != "triton":
+        return False
+    from passes.triton.autotune import configured_alike  # noqa: PLC0415
+
+    return configured_alike(made.ir.unparse(), state.ir.unparse())
 
 
 def around_parent(made: Materialized, state: Any, *, ctx: Any = None,

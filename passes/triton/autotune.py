@@ -51,6 +51,30 @@ def _literal_configs(expr: ast.AST) -> list[ast.Call] | None:
     return None
 
 
+def configured_alike(a: str, b: str) -> bool:
+    """Whether two Triton module texts are one kernel up to the order and repetition of the
+    entries of their literal config lists (`[triton.Config(...), ...]`): an autotuner picks
+    among the same configurations either way. Texts that do not parse are alike only when
+    equal."""
+    if a == b:
+        return True
+    try:
+        trees = [ast.parse(a), ast.parse(b)]
+    except SyntaxError:
+        return False
+    return _canonical_configs(trees[0]) == _canonical_configs(trees[1])
+
+
+def _canonical_configs(tree: ast.Module) -> str:
+    """`tree` dumped with each literal config list as the sorted set of its entries."""
+    for node in ast.walk(tree):
+        entries = _literal_configs(node)
+        if entries is not None:
+            unique = {ast.dump(e): e for e in entries}
+            node.elts = [unique[k] for k in sorted(unique)]
+    return ast.dump(tree)
+
+
 def _config_values(mod: PyModule, config: ast.Call) -> list[tuple[str, str]] | None:
     """(name, value source) of a literal `triton.Config({...}, num_warps=..)`, or None."""
     if not config.args or not isinstance(config.args[0], ast.Dict):
