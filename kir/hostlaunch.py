@@ -23,7 +23,8 @@ subscript or a call of a module function, traced to the one kernel-name literal 
 by); a launch that cannot be told is taken as the source's where the source defines one kernel.
 Each launch's callee `C` becomes `_kl_host_launch("kernel", "convention", C)`: a helper written
 into the host (`HELPER`, once, after its imports) that checks the launch passes the block the
-rewrite was made for and no dynamic shared memory, raises the kernel's limit first (CuPy:
+rewrite was made for and no dynamic shared memory (or keeps the launch's own bytes where the
+directive says `keep_shared`), raises the kernel's limit first (CuPy:
 `max_dynamic_shared_size_bytes`; cudahost: `set_dynamic_shared`; driver: `cuFuncSetAttribute`),
 launches the block and the bytes asked, and where asked encodes the operands' TMA tensor maps
 (`cuda.bindings.driver.cuTensorMapEncodeTiled`, 2-D, 128-byte swizzle, zero fill; a map that
@@ -74,6 +75,9 @@ class Directive:
     """The kernel loops over its own tiles with whatever grid it gets: a grid of more blocks than
     the device holds at once is launched as one row of that many (the device's SMs times the
     blocks of this size and shared memory an SM holds)."""
+    keep_shared: bool = False
+    """The launch's own dynamic shared memory passes as it is (`shared_bytes` is then 0): the
+    rewritten kernel needs no more of it than the launch as written gives (a smaller block)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kernel": self.kernel, "shared_bytes": self.shared_bytes}
@@ -87,6 +91,8 @@ class Directive:
             out["tma"] = self.tma
         if self.persist:
             out["persist"] = True
+        if self.keep_shared:
+            out["keep_shared"] = True
         return out
 
     def line(self) -> str:
@@ -100,7 +106,7 @@ class Directive:
         return Directive(str(data["kernel"]), int(data.get("shared_bytes", 0)),
                          dims(data.get("block_from")), dims(data.get("block")),
                          data.get("arch") or None, data.get("tma") or None,
-                         bool(data.get("persist", False)))
+                         bool(data.get("persist", False)), bool(data.get("keep_shared", False)))
 
 
 def directives(source: str) -> list[Directive]:
@@ -435,7 +441,8 @@ HELPER = r'''
 def _kl_host_launch(kernel, convention, launch):
     """`launch` (a launch of `kernel`: a CuPy kernel object, experts.cudahost's `launch`, the
     driver's `cuLaunchKernel`) as the kernel's source asks (_KL_HOST_LAUNCHES): the block it was
-    rewritten for and no dynamic shared memory expected; the kernel's limit raised, then the
+    rewritten for and no dynamic shared memory expected (unless kept: "keep_shared", the
+    launch's own bytes pass as they are); the kernel's limit raised, then the
     block and the bytes asked launched, with the TMA tensor maps after the arguments where
     asked."""
     spec = _KL_HOST_LAUNCHES[kernel]
@@ -590,19 +597,22 @@ def _kl_host_call(kernel, spec, convention, launch, args, kwargs):
 
     nbytes = int(spec["shared_bytes"])
     want = spec.get("block_from")
+    keep = bool(spec.get("keep_shared"))  # the launch's own bytes pass as they are
 
     def checked(block, shared):
         if want is not None and list(_kl_host_dim3(block)) != list(want):
             raise RuntimeError(f"{kernel} is launched with the block {_kl_host_dim3(block)}; its "
                                f"source was rewritten for {tuple(want)}")
-        if shared not in (None, 0):
+        if shared not in (None, 0) and not keep:
             raise RuntimeError(f"{kernel}'s launch already passes {shared} bytes of dynamic "
                                "shared memory")
         return tuple(spec["block"]) if spec.get("block") else block
     tma = spec.get("tma")
     if convention == "cupy":
         (grid, block, kargs), rest = _kl_host_bind(args, kwargs, ("grid", "block", "args"))
-        block = checked(block, kwargs.pop("shared_mem", None))
+        shared = kwargs.pop("shared_mem", None)
+        block = checked(block, shared)
+        nbytes = int(shared or 0) if keep else nbytes
         kern = _kl_host_arch_kernel(launch, spec.get("arch"))
         kern.max_dynamic_shared_size_bytes = nbytes
         kargs = tuple(kargs)
@@ -619,6 +629,7 @@ def _kl_host_call(kernel, spec, convention, launch, args, kwargs):
         names = ("func", "grid", "block", "shared_bytes", "args", "stream")
         (func, grid, block, shared, kargs, stream), rest = _kl_host_bind(args, kwargs, names)
         block = checked(block, shared)
+        nbytes = int(shared or 0) if keep else nbytes
         grid = _kl_host_grid(spec, grid, block, nbytes)
         importlib.import_module("experts.cudahost").set_dynamic_shared(func, nbytes)
         kargs = list(kargs)
@@ -631,6 +642,7 @@ def _kl_host_call(kernel, spec, convention, launch, args, kwargs):
                            "arguments (11 expected)")
     drv = importlib.import_module("cuda.bindings.driver")
     args[4:7] = checked(tuple(args[4:7]), args[7])
+    nbytes = int(args[7] or 0) if keep else nbytes
     args[1:4] = _kl_host_grid(spec, tuple(args[1:4]), tuple(args[4:7]), nbytes)
     args[7] = nbytes
     attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES

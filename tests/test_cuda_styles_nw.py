@@ -95,6 +95,39 @@ def _emulated_error(folder: str, source: str) -> tuple[float, float]:
     return err, case.tolerance_for(shape["dtype"])
 
 
+DYNAMIC = r"""
+extern "C" __global__ void k(const float* x, float* y, int n) {
+  extern __shared__ float smem[];
+  float* a = smem;
+  float* b = OFFSET;
+  a[threadIdx.x] = x[blockIdx.x * n + threadIdx.x];
+  b[SLOT] = 1.f;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) a[threadIdx.x] += a[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) y[blockIdx.x] = a[0] + b[0];
+}
+"""
+
+
+@pytest.mark.parametrize("offset,slot,why", [
+    ("smem + 2 * blockDim.x", "threadIdx.x", None),
+    ("&smem[blockDim.x]", "threadIdx.x", None),
+    ("smem + n", "threadIdx.x", "the pointer `b` is set to `smem + n`"),
+    ("smem + blockDim.x", "threadIdx.x + 1", "`b[threadIdx.x + 1]` addresses the dynamic buffer"),
+    ("smem + blockDim.x", "2 * threadIdx.x", "`b[2 * threadIdx.x]` addresses the dynamic buffer"),
+])
+def test_dynamic_shared_memory_a_smaller_block_needs_less_of(offset: str, slot: str,
+                                                              why: str | None) -> None:
+    from passes.cuda.launch_threads import dynamic_refusal  # noqa: PLC0415
+
+    source = DYNAMIC.replace("OFFSET", offset).replace("SLOT", slot)
+    got = dynamic_refusal(R.Unit(kir.parse(source, "cuda")), "k")
+    assert got is None if why is None else why in (got or ""), got
+
+
 # (kernel folder, rule, sites it acts at, what its PTX holds)
 ACTS = [
     ("nw_float4_rms", "warp-shuffle-reduce", 1, "shfl.sync.down"),  # a do-while tree
@@ -104,6 +137,7 @@ ACTS = [
     ("nw_carved_ln", "warp-shuffle-reduce", 1, "shfl.sync.down"),  # two carved arrays, one tree
     ("nw_gridstride_silu", "vectorize-global", 1, ".v4."),  # size_t grid stride, __ldg
     ("nw_cg_shfl_rms", "row-cache", 1, "cp.async"),  # __ldg reads of an fp16 row
+    ("nw_carved_ln", "launch-threads", 1, None),  # the host's dynamic bytes kept
     ("nw_gemm_params", "mma-micro-kernel", 1, "mma.sync"),  # operands read as `g.a[...]`
     ("nw_gemm_params", "gemm-schedule", 1, "mma.sync"),
 ]
@@ -111,10 +145,11 @@ ACTS = [
 
 @pytest.mark.parametrize("folder,rule,count,mark", ACTS, ids=[f"{f}-{r}" for f, r, _, _ in ACTS])
 def test_the_rule_acts_on_the_kernel_as_written_and_keeps_its_answer(folder: str, rule: str,
-                                                                     count: int, mark: str) -> None:
+                                                                     count: int, mark: str | None) -> None:
     out, applied, refusals = _rule_output(folder, rule)
     assert applied == count, refusals
-    assert mark in ptx_for_sm90a(out)
+    ptx = ptx_for_sm90a(out)
+    assert mark is None or mark in ptx
     err, tol = _emulated_error(folder, out)
     assert err <= tol, f"{rule} on {folder}: error {err:.3g} over {tol}"
 
@@ -309,3 +344,14 @@ def test_a_template_of_a_value_and_a_type_reads_the_value_of_its_one_instantiati
         "rowsum<threads, T><<<m, threads>>>(x, y, n);\n  rowsum<128, T><<<m, 128>>>(x, y, n);"),
         "cuda")
     assert R.Unit(other).template_value(R.Unit(other).functions["rowsum"], "BLOCK") is None
+
+
+def test_launch_threads_keeps_the_carved_buffers_bytes_at_the_hosts_launch() -> None:
+    out, applied, _ = _rule_output("nw_carved_ln", "launch-threads")
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("// host launch: ")]
+    assert applied == 1 and '"keep_shared": true' in line and '"block": [128, 1, 1]' in line
+    host = _unit("nw_carved_ln").host_path.read_text()
+    from kir import hostlaunch  # noqa: PLC0415
+
+    edited = hostlaunch.apply(host, out)
+    assert "_kl_host_launch(" in edited and "shared_mem=2 * THREADS * 4" in edited

@@ -33,8 +33,11 @@ Preconditions, each refusal naming the one that failed:
   `cuLaunchKernel`) is asked for the block by the source's host-launch line
   (`kir.hostlaunch.Directive`, applied by the gate, the optimize loop's output and the CPU
   emulator's `run_host`); a source whose host-launch line asks something else of the kernel
-  is left alone, and so is a kernel with dynamic shared memory (`extern __shared__`) launched
-  from the host module (the host sizes it at its launch; the line launches with its own bytes).
+  is left alone. A kernel with dynamic shared memory (`extern __shared__`) launched from the
+  host module keeps the bytes the host sizes at its launch (the line's `keep_shared`) where a
+  smaller block needs less of them (`dynamic_refusal`: the buffer used only at the thread's own
+  slot, at constant slots and by trees over the block, through pointers set into it at
+  multiples of blockDim.x); any other use of it is refused, named.
 
 A row the kernel holds in registers (`row-registers`' form) is re-fitted to the smaller block:
 its vectors per thread (a constant of the form: its arrays' extents, the loops over them, the
@@ -65,10 +68,10 @@ from kir import hostlaunch
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._c import code_view
-from passes.cuda._tree import children, subtree, text
+from passes.cuda._tree import children, declared_names, subtree, text
 from passes.cuda.annotations import CUDA
 from passes.cuda.recognize import (Unit, _parameter_names, _split_args, _thread_names,
-                                   expand_locals, for_parts, launch_block, micro_kernels,
+                                   block_group_terms, expand_locals, for_parts, launch_block, micro_kernels,
                                    reduction_trees, repartition_refusal, shuffle_reductions,
                                    stride_loops, subscript)
 
@@ -297,6 +300,9 @@ class _Launch:
     rows: tuple[tuple[Any, int], ...] = ()
     """Rows held in registers (`row_registers.RegisterRow`) and the vectors they hold at the
     smaller block."""
+    keep_shared: bool = False
+    """The host's launch passes dynamic shared memory, which the smaller block needs less of
+    (`dynamic_refusal`): the host-launch line keeps the launch's bytes."""
 
 
 def _chevrons(ir: KernelIR, kernel: str) -> list[tuple[int, int, str, int]]:
@@ -414,6 +420,71 @@ def assumed_threads(unit: Unit, kernel: str) -> tuple[int, str] | None:
     return best
 
 
+def dynamic_refusal(unit: Unit, kernel: str) -> str | None:
+    """Why the dynamic shared memory of `kernel` (and of the functions it calls) might need more
+    than the host's launch passes once the block is smaller, or None where it needs less: each
+    `extern __shared__` buffer is read and written only through itself and pointers set once
+    to it at `k * blockDim.x` (k a constant), at the thread's own slot (`threadIdx.x`), at a
+    constant slot (`assumed_threads` bounds those), or by a reduction tree over the block
+    (`reduction_trees`: its partner slots lie within blockDim.x): it needs at most (K + 1) *
+    blockDim.x elements, K the largest k, which a smaller block makes fewer."""
+    ir = unit.ir
+    trees = [t for t in reduction_trees(unit)[0] if t.extent == "blockDim.x" and not t.rows]
+    for fn in _callees(unit, kernel):
+        buffers = {n for n, a in (unit.shared_arrays() | unit.shared_arrays(fn)).items()
+                   if a.dynamic}
+        if not buffers:
+            continue
+        views: dict[str, int] = {}
+        decls: list[tuple[int, int]] = []
+        for d in subtree(ir, fn):
+            if ir.grammar_type_of(d) != "declaration" or "__shared__" in text(ir, d):
+                continue
+            for name, ident, init in declared_names(ir, d):
+                if init is None or ir.grammar_type_of(ir.parent_of(ident)) != "pointer_declarator" \
+                        or not set(re.findall(r"[A-Za-z_]\w*", text(ir, init))) & buffers:
+                    continue  # a value read from the buffer: its subscript is checked below
+                flat = re.sub(r"[\s()]", "", block_group_terms(
+                    unit, expand_locals(unit, fn, code_view(text(ir, init)))))
+                m = re.fullmatch(r"&?([A-Za-z_]\w*)(?:\+(.+)|\[(.+)\])?", flat)
+                k = _block_multiple(unit, (m.group(2) or m.group(3) or "0")) if m else None
+                if m is None or m.group(1) not in buffers or k is None:
+                    return (f"the pointer `{name}` is set to `{text(ir, init)[:40]}`, not into the "
+                            "dynamic buffer at a multiple of blockDim.x")
+                views[name] = k
+                decls.append((ir.span_of(d).start, ir.span_of(d).end))
+        names = buffers | set(views)
+        for c in subtree(ir, fn):
+            if ir.grammar_type_of(c) != "identifier" or ir.name_of(c) not in names:
+                continue
+            at = ir.span_of(c).start
+            parent = ir.parent_of(c)
+            if any(a <= at < b for a, b in decls) or ir.grammar_type_of(parent) in (
+                    "declaration", "array_declarator", "init_declarator"):
+                continue  # a view's own declaration, the buffer's
+            base, index = subscript(ir, parent) if parent is not None else (None, [])
+            if base != ir.name_of(c) or len(index) != 1 or children(ir, parent)[0] != c:
+                return f"the dynamic buffer is used as `{text(ir, parent)[:40]}`"
+            slot = re.sub(r"[\s()]", "", block_group_terms(
+                unit, expand_locals(unit, fn, code_view(text(ir, index[0])))))
+            in_tree = any(t.span[0] <= at < t.span[1] and base in {cb.array for cb in t.combines}
+                          for t in trees)
+            if slot != "threadIdx.x" and unit.value(slot) is None and not in_tree:
+                return f"`{text(ir, parent)[:40]}` addresses the dynamic buffer at a slot not told within blockDim.x"
+    return None
+
+
+def _block_multiple(unit: Unit, expr: str) -> int | None:
+    """k where `expr` is `k * blockDim.x`, `blockDim.x * k`, `blockDim.x` or 0 (k a constant)."""
+    if unit.value(expr) == 0:
+        return 0
+    if expr == "blockDim.x":
+        return 1
+    m = re.fullmatch(r"(.+)\*blockDim\.x|blockDim\.x\*(.+)", expr)
+    value = unit.value(m.group(1) or m.group(2)) if m else None
+    return value if value is not None and value >= 0 else None
+
+
 def _plan(ir: KernelIR, kernel: str, threads: int, ctx: PassContext | None = None) -> _Launch | Skipped:
     unit = Unit(ir)
     facts = {"kernel": kernel, "threads": threads}
@@ -462,6 +533,7 @@ def _plan(ir: KernelIR, kernel: str, threads: int, ctx: PassContext | None = Non
             return Skipped(f"the kernel counts its threads as `{named}` ({block}), also used "
                            f"where a smaller value is not vouched for ({use})", facts)
     chevrons = _chevrons(ir, kernel)
+    dynamic = None
     if not chevrons:
         if any(d.kernel == kernel for d in hostlaunch.directives(ir.text)):
             return Skipped(f"the source already asks its host's launches of {kernel} for "
@@ -471,21 +543,25 @@ def _plan(ir: KernelIR, kernel: str, threads: int, ctx: PassContext | None = Non
             return Skipped(f"{kernel} is not launched in this source and no Python host module "
                            "is beside it", facts)
         dynamic = next((a.name for fn in _callees(unit, kernel)
-                        for a in unit.shared_arrays(fn).values() if a.dynamic), None)
-        if dynamic is not None:
-            return Skipped(f"the host sizes {dynamic}, dynamic shared memory, at its launch; "
-                           "a host-launch line launches with its own bytes", facts)
+                        for a in (unit.shared_arrays(fn) | unit.shared_arrays()).values()
+                        if a.dynamic), None)
+        why_dynamic = dynamic_refusal(unit, kernel) if dynamic is not None else None
+        if why_dynamic is not None:
+            return Skipped(f"the host sizes {dynamic}, dynamic shared memory, at its launch, and "
+                           f"a smaller block may need more of it: {why_dynamic}", facts)
         why = hostlaunch.refusal(hostlaunch.strip(host.read_text(encoding="utf-8")), kernel,
                                  len(unit.kernels) == 1, host.name)
         if why:
             return Skipped(why, facts)
-    return _Launch(kernel, block, tuple(chevrons), constant or None, tuple(rows))
+    keep = not chevrons and dynamic is not None
+    return _Launch(kernel, block, tuple(chevrons), constant or None, tuple(rows), keep)
 
 
 def _edits(ir: KernelIR, plan: _Launch, threads: int) -> list[ByteEdit]:
     data = ir.source
     if not plan.chevrons:
-        d = hostlaunch.Directive(plan.kernel, 0, (plan.block, 1, 1), (threads, 1, 1))
+        d = hostlaunch.Directive(plan.kernel, 0, (plan.block, 1, 1), (threads, 1, 1),
+                                 keep_shared=plan.keep_shared)
         lead = "" if not data or data.endswith(b"\n") else "\n"
         return [*_constant_edits(ir, plan, threads), *_row_edits(ir, plan),
                 ByteEdit(len(data), len(data), lead + d.line() + "\n")]
