@@ -16,14 +16,20 @@ loads the flattened loop measured slower, and no keyword is carried there (`feed
 A grid of several axes (row tiles, column tiles, a batch) is walked as one linear tile index in
 launch order, axis 0 fastest: the grid becomes `(min(T0 * T1 * ..., programs),)` and each
 `tl.program_id(a)` of the body reads its axis decoded from the index (`tile % T0`,
-`tile // T0 % T1`, ...).
+`tile // T0 % T1`, ...). So is a 1-D grid whose program id is read inline
+(`tl.program_id(0) * COLS`) rather than in a statement of its own. A program id whose methods
+the body calls (`.to(tl.int64)`) is bound through `tl.cast`: the interpreter hands a loop's
+variable out as a Python int.
+
+A literal divisor of the host grid (`cdiv(M, 32)` launched with `BLOCK_M=32`) that data flow
+tells is one tile's host copy (`literal_tiles`) is read as that tile (`tl.cdiv(M, BLOCK_M)`).
 
 Each `tl.num_programs(a)` the walked body reads becomes axis a's tile count (a rank-3
 descriptor's batch extent). Refused, with the reason: `tl.num_programs` read before the first
 program id, a `return` in the body (it would end
 the walk), a grid that reads a host value the kernel does not receive, or counts tiles of a
-literal size (the kernel's count would go stale when a sweep retunes the tiles: the sweep goes
-first and its grid reads `meta`).
+literal size no tile owns (the kernel's count would go stale when a sweep retunes the tiles:
+the sweep goes first and its grid reads `meta`).
 """
 from __future__ import annotations
 
