@@ -662,14 +662,15 @@ def move_candidates(kind: str, card: SkillCard, state: Any, *, ctx: Any, rewrite
         if around:
             made = (around_parent(m, state, ctx=ctx, heavy=heavy) for m in made)
     return (dataclasses.replace(m, ir=None, refusals=(*m.refusals, (
-        "its config lists hold its state's entries, reordered or repeated: the same kernel")))
-        if _configured_as(m, state) else m for m in made)
+        "its config lists hold some of its state's entries, reordered or repeated, and nothing "
+        "else changed: never faster than its state")))
+        if kind != "pin" and _configured_as(m, state) else m for m in made)  # a pin cuts on purpose
 
 
 def _configured_as(made: Materialized, state: Any) -> bool:
-    """Whether a Triton candidate is its state's kernel with only its config lists' entries
-    reordered or repeated (`passes.triton.autotune.configured_alike`): the same autotuner
-    choice, no new kernel to gate."""
+    """Whether a Triton candidate is its state's kernel with its config lists holding some of
+    the state's entries, reordered or repeated (`passes.triton.autotune.configured_alike`):
+    its autotuner chooses among the same configurations or fewer, never a faster one."""
     if made.ir is None or made.ir is state.ir or state.ir is None or str(getattr(made.ir.language, "value", made.ir.language)) != "triton":
         return False
     from passes.triton.autotune import configured_alike  # noqa: PLC0415

@@ -1,5 +1,5 @@
-"""A candidate that only reorders or repeats its state's config-list entries is the same
-kernel to an autotuner (`passes.triton.autotune.configured_alike`): the search refuses it
+"""A candidate that only reorders, repeats or drops its state's config-list entries is the
+same kernel to an autotuner, or one choosing among fewer of its configurations (`passes.triton.autotune.configured_alike`): the search refuses it
 without a gate (`lineage.moves.move_candidates`)."""
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ REORDERED = KERNEL.replace(
 NEW_ENTRY = KERNEL.replace('{"BLOCK": 256}, num_warps=8, num_stages=4',
                            '{"BLOCK": 256}, num_warps=8, num_stages=5')
 NEW_BODY = KERNEL.replace("* 2.0", "* 3.0")
+FEWER = KERNEL.replace('    triton.Config({"BLOCK": 64}, num_warps=4, num_stages=3),\n', "")
+ENTRY_MADE_A_COPY = KERNEL.replace('{"BLOCK": 64}, num_warps=4', '{"BLOCK": 128}, num_warps=8')
 
 
 def test_reordered_or_repeated_entries_are_alike_and_any_other_change_is_not() -> None:
@@ -41,6 +43,9 @@ def test_reordered_or_repeated_entries_are_alike_and_any_other_change_is_not() -
     assert not configured_alike(NEW_ENTRY, KERNEL)
     assert not configured_alike(NEW_BODY, KERNEL)
     assert not configured_alike("def (", KERNEL) and configured_alike("def (", "def (")
+    # some of the state's entries (one dropped, one turned into a copy of another): never faster
+    assert FEWER != KERNEL and configured_alike(FEWER, KERNEL) and not configured_alike(KERNEL, FEWER)
+    assert configured_alike(ENTRY_MADE_A_COPY, KERNEL)
 
 
 def test_a_candidate_configured_as_its_state_is_refused_and_another_is_kept() -> None:

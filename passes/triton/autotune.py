@@ -52,27 +52,29 @@ def _literal_configs(expr: ast.AST) -> list[ast.Call] | None:
 
 
 def configured_alike(a: str, b: str) -> bool:
-    """Whether two Triton module texts are one kernel up to the order and repetition of the
-    entries of their literal config lists (`[triton.Config(...), ...]`): an autotuner picks
-    among the same configurations either way. Texts that do not parse are alike only when
-    equal."""
+    """Whether Triton module text `a` is `b`'s kernel with each literal config list
+    (`[triton.Config(...), ...]`) holding some of `b`'s entries, reordered or repeated, and
+    nothing else changed: an autotuner picks among the same configurations, or among fewer of
+    them, so `a` is never faster. Texts that do not parse are alike only when equal."""
     if a == b:
         return True
     try:
-        trees = [ast.parse(a), ast.parse(b)]
+        (shape_a, lists_a), (shape_b, lists_b) = _config_sets(ast.parse(a)), _config_sets(ast.parse(b))
     except SyntaxError:
         return False
-    return _canonical_configs(trees[0]) == _canonical_configs(trees[1])
+    return shape_a == shape_b and all(x <= y for x, y in zip(lists_a, lists_b))
 
 
-def _canonical_configs(tree: ast.Module) -> str:
-    """`tree` dumped with each literal config list as the sorted set of its entries."""
+def _config_sets(tree: ast.Module) -> tuple[str, list[frozenset[str]]]:
+    """`tree` dumped with each literal config list emptied, and the set of each list's entries
+    in the order the lists come."""
+    sets: list[frozenset[str]] = []
     for node in ast.walk(tree):
         entries = _literal_configs(node)
         if entries is not None:
-            unique = {ast.dump(e): e for e in entries}
-            node.elts = [unique[k] for k in sorted(unique)]
-    return ast.dump(tree)
+            sets.append(frozenset(ast.dump(e) for e in entries))
+            node.elts = []
+    return ast.dump(tree), sets
 
 
 def _config_values(mod: PyModule, config: ast.Call) -> list[tuple[str, str]] | None:
