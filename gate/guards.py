@@ -210,6 +210,15 @@ AUDITED = frozenset({"sys.settrace", "sys.setprofile", "sys._settraceallthreads"
                      "sys.addaudithook", "gc.get_objects",
                      "gc.get_referrers", "gc.get_referents", "object.__setattr__",
                      "object.__delattr__", "os.kill", "os.killpg", *PROCESS_STARTS})
+# Ways out of a sealed launch's forked child (`Seal.isolated`) other than the memory the seal
+# brings back, refused there to candidate code: a file opened for writing, the file system's
+# names and times, a socket, a signal, a file mapping, a raw foreign call (`AuditGuard.isolate`).
+CHILD_AUDITED = frozenset({"open", "os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.symlink",
+                           "os.link", "os.utime", "os.chmod", "os.chown", "os.truncate",
+                           "os.setxattr", "os.removexattr", "socket.__new__", "os.kill",
+                           "os.killpg", "signal.pthread_kill", "mmap.__new__",
+                           "ctypes.call_function", "ctypes.dlsym", "ctypes.dlopen"})
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _CODE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 _GATE_MODULE = re.compile(r"gate(\.|$)")
 
@@ -237,6 +246,9 @@ class AuditGuard:
 
     def __init__(self) -> None:
         self.armed = False
+        self.isolating = False
+        self._names: dict[str, bool] = {}  # file name -> under a candidate folder
+        self._base: Any = None  # the frame a sealed launch's child started from (`isolate`)
         self.candidate_dirs: tuple[str, ...] = ()
         self.findings: list[str] = []
 
@@ -277,7 +289,34 @@ class AuditGuard:
             return any(name.startswith(d + os.sep) for d in self.candidate_dirs)
         return False
 
+    def isolate(self, base: Any) -> None:
+        """In a sealed launch's forked child, from now on: refuse `CHILD_AUDITED` to candidate
+        code called from within the launch (above the frame `base`: its kernel's body, run as
+        Python by the interpreter), whose way back is the seal's shared mapping alone."""
+        self.isolating = True
+        self._base = base
+
+    def _candidate_on_stack(self) -> bool:
+        """Whether code of the candidate's is among the callers within the launch (a library
+        it called, NumPy's `save`, acts for it)."""
+        frame = sys._getframe(1)
+        names = self._names
+        while frame is not None and frame is not self._base:
+            filename = frame.f_code.co_filename
+            found = names.get(filename)
+            if found is None:
+                found = names[filename] = any(str(Path(filename).resolve()).startswith(d + os.sep)
+                                              for d in self.candidate_dirs)
+            if found:
+                return True
+            frame = frame.f_back
+        return False
+
     def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if self.isolating and event in CHILD_AUDITED:
+            why = self._child_refusal(event, args)
+            if why is not None:
+                raise GateRefusal(f"the gate refuses {why} in candidate code")
         if not self.armed or event not in AUDITED:
             return
         why = self._refusal(event, args)
@@ -286,6 +325,17 @@ class AuditGuard:
         self.findings.append(why)
         raise (_Refused if event == "sys.addaudithook" else GateRefusal)(
             f"the gate refuses {why} in candidate code")
+
+    def _child_refusal(self, event: str, args: tuple[Any, ...]) -> str | None:
+        if event == "open":
+            mode, flags = (tuple(args[1:]) + (None, None))[:2]
+            writes = (isinstance(flags, int) and flags & _WRITE_FLAGS) or \
+                (isinstance(mode, str) and any(c in mode for c in "wax+"))
+            if not writes:
+                return None
+        if not self._candidate_on_stack():
+            return None
+        return f"{event} in a sealed launch's process (a way out of it other than its tensors)"
 
     def _refusal(self, event: str, args: tuple[Any, ...]) -> str | None:
         if event in ("object.__setattr__", "object.__delattr__"):
@@ -500,20 +550,22 @@ class LaunchMonitor:
         monitor = self
 
         def wrap(original: Callable[..., Any], stream_of: Callable[[tuple[Any, ...]], Any],
-                 function_of: Callable[[tuple[Any, ...]], Any]) -> Any:
+                 function_of: Callable[[tuple[Any, ...]], Any],
+                 dims_of: Callable[[tuple[Any, ...]], Any]) -> Any:
             def launch(*args: Any, **kwargs: Any) -> Any:
                 try:
                     stream = int(stream_of(args))
                 except (TypeError, ValueError, IndexError, AttributeError):
                     stream = None
-                kernel = None
+                kernel, dims = None, ()
                 try:
                     function = function_of(args)
                     monitor._name_function(driver, function)
                     kernel = monitor._function_names.get(int(function))
+                    dims = tuple(int(v) for v in dims_of(args))  # grid, block, shared bytes
                 except (TypeError, ValueError, IndexError, AttributeError):
                     pass
-                monitor._on_launch(f"{original.__name__}", stream, kernel=kernel)
+                monitor._on_launch(f"{original.__name__}", stream, dims, kernel=kernel)
                 if monitor.mode == "silent":
                     return (ok,)
                 with monitor.sealing():
@@ -527,10 +579,12 @@ class LaunchMonitor:
 
         if hasattr(driver, "cuLaunchKernel"):
             self._patch(driver, "cuLaunchKernel", wrap(driver.cuLaunchKernel, lambda a: a[8],
-                                                       lambda a: a[0]))
+                                                       lambda a: a[0], lambda a: a[1:8]))
         if hasattr(driver, "cuLaunchKernelEx"):
-            self._patch(driver, "cuLaunchKernelEx", wrap(driver.cuLaunchKernelEx,
-                                                         lambda a: a[0].hStream, lambda a: a[1]))
+            self._patch(driver, "cuLaunchKernelEx", wrap(
+                driver.cuLaunchKernelEx, lambda a: a[0].hStream, lambda a: a[1],
+                lambda a: [getattr(a[0], k) for k in ("gridDimX", "gridDimY", "gridDimZ", "blockDimX",
+                                                      "blockDimY", "blockDimZ", "sharedMemBytes")]))
 
     def install_extensions(self) -> None:
         """Every function of a module `torch.utils.cpp_extension.load_inline` builds is a launch
@@ -964,6 +1018,46 @@ class _Sealed:
     poisoned: bool = False  # holds the poison the seal wrote (until host code writes into it)
 
 
+def _seal_off(keep: Any) -> None:
+    """In a sealed launch's forked child, before the launch: its only way back to the parent is
+    `keep` (the seal's shared mapping). Every other writable shared mapping (an anonymous
+    `mmap`, shared memory) becomes a private copy of itself; the descriptors the child inherits
+    are closed, its standard streams going to the null device (a pipe or file made before the
+    fork, or a stream redirected into one); and the audit hook refuses candidate code the
+    other ways out (`AuditGuard.isolate`)."""
+    import ctypes  # noqa: PLC0415
+    import mmap  # noqa: PLC0415
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    anchor = ctypes.c_char.from_buffer(keep)
+    kept_at = ctypes.addressof(anchor)
+    del anchor
+    with open("/proc/self/maps", "rb") as maps:
+        lines = maps.read().decode("ascii", "replace").splitlines()
+    for line in lines:
+        fields = line.split()
+        low, high = (int(v, 16) for v in fields[0].split("-"))
+        perms = fields[1]
+        if perms[1] != "w" or perms[3] != "s" or low <= kept_at < high:
+            continue
+        data = ctypes.string_at(low, high - low)
+        prot = mmap.PROT_READ | mmap.PROT_WRITE | (mmap.PROT_EXEC if perms[2] == "x" else 0)
+        fixed = 0x10  # MAP_FIXED (Linux)
+        if libc.mmap(low, high - low, prot, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | fixed, -1, 0) != low:
+            raise OSError(ctypes.get_errno(), "a shared mapping could not be made private")
+        ctypes.memmove(low, data, high - low)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    guard = AuditGuard._installed
+    if guard is not None:
+        guard.isolate(sys._getframe(1))
+
+
 class SealBreach(RuntimeError):
     """Raised from a launch of the sealed call that the seal refuses to open (`Seal.breach`)."""
 
@@ -1322,6 +1416,7 @@ class Seal:
                 # one thread: the parent's OpenMP pool is not in the child (a parallel op
                 # would wait for it forever)
                 torch.set_num_threads(1)
+                _seal_off(shared)
                 value = launch()
                 try:
                     kept = pickle.dumps(value)
