@@ -24,7 +24,8 @@ by); a launch that cannot be told is taken as the source's where the source defi
 Each launch's callee `C` becomes `_kl_host_launch("kernel", "convention", C)`: a helper written
 into the host (`HELPER`, once, after its imports) that checks the launch passes the block the
 rewrite was made for and no dynamic shared memory (or keeps the launch's own bytes where the
-directive says `keep_shared`), raises the kernel's limit first (CuPy:
+directive says `keep_shared`, or drops them for its own where it says `drop_shared`), raises
+the kernel's limit first (CuPy:
 `max_dynamic_shared_size_bytes`; cudahost: `set_dynamic_shared`; driver: `cuFuncSetAttribute`),
 launches the block and the bytes asked, and where asked encodes the operands' TMA tensor maps
 (`cuda.bindings.driver.cuTensorMapEncodeTiled`, 2-D, 128-byte swizzle, zero fill; a map that
@@ -78,6 +79,9 @@ class Directive:
     keep_shared: bool = False
     """The launch's own dynamic shared memory passes as it is (`shared_bytes` is then 0): the
     rewritten kernel needs no more of it than the launch as written gives (a smaller block)."""
+    drop_shared: bool = False
+    """The launch's own dynamic shared memory is not passed, `shared_bytes` is: the rewritten
+    kernel no longer declares the buffer the launch sized."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kernel": self.kernel, "shared_bytes": self.shared_bytes}
@@ -93,6 +97,8 @@ class Directive:
             out["persist"] = True
         if self.keep_shared:
             out["keep_shared"] = True
+        if self.drop_shared:
+            out["drop_shared"] = True
         return out
 
     def line(self) -> str:
@@ -106,7 +112,8 @@ class Directive:
         return Directive(str(data["kernel"]), int(data.get("shared_bytes", 0)),
                          dims(data.get("block_from")), dims(data.get("block")),
                          data.get("arch") or None, data.get("tma") or None,
-                         bool(data.get("persist", False)), bool(data.get("keep_shared", False)))
+                         bool(data.get("persist", False)), bool(data.get("keep_shared", False)),
+                         bool(data.get("drop_shared", False)))
 
 
 def directives(source: str) -> list[Directive]:
@@ -598,12 +605,13 @@ def _kl_host_call(kernel, spec, convention, launch, args, kwargs):
     nbytes = int(spec["shared_bytes"])
     want = spec.get("block_from")
     keep = bool(spec.get("keep_shared"))  # the launch's own bytes pass as they are
+    drop = bool(spec.get("drop_shared"))  # the launch's own bytes give way to the spec's
 
     def checked(block, shared):
         if want is not None and list(_kl_host_dim3(block)) != list(want):
             raise RuntimeError(f"{kernel} is launched with the block {_kl_host_dim3(block)}; its "
                                f"source was rewritten for {tuple(want)}")
-        if shared not in (None, 0) and not keep:
+        if shared not in (None, 0) and not keep and not drop:
             raise RuntimeError(f"{kernel}'s launch already passes {shared} bytes of dynamic "
                                "shared memory")
         return tuple(spec["block"]) if spec.get("block") else block

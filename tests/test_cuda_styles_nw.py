@@ -134,6 +134,7 @@ ACTS = [
     ("nw_params_warp_softmax", "vectorize-global", 1, ".v4."),  # rows from a struct's pointers
     ("nw_params_warp_softmax", "row-registers", 1, ".v4."),  # a warp's row, past a guarded return
     ("nw_gemm_blockdim", "mma-micro-kernel", 1, "mma.sync"),  # carved tiles, blockDim.x wide
+    ("nw_gemm_blockdim", "gemm-schedule", 1, "mma.sync"),  # the carved buffer goes with the loop
     ("nw_carved_ln", "warp-shuffle-reduce", 1, "shfl.sync.down"),  # two carved arrays, one tree
     ("nw_gridstride_silu", "vectorize-global", 1, ".v4."),  # size_t grid stride, __ldg
     ("nw_cg_shfl_rms", "row-cache", 1, "cp.async"),  # __ldg reads of an fp16 row
@@ -355,3 +356,19 @@ def test_launch_threads_keeps_the_carved_buffers_bytes_at_the_hosts_launch() -> 
 
     edited = hostlaunch.apply(host, out)
     assert "_kl_host_launch(" in edited and "shared_mem=2 * THREADS * 4" in edited
+
+
+def test_gemm_schedule_drops_the_launchs_bytes_for_the_buffer_it_removes() -> None:
+    out, applied, _ = _rule_output("nw_gemm_blockdim", "gemm-schedule")
+    assert applied == 1 and "extern __shared__" not in out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("// host launch: ")]
+    assert '"drop_shared": true' in line and '"block_from": [16, 16, 1]' in line
+    # a buffer the body still uses after the K loop stays: the rule says so
+    text = _unit("nw_gemm_blockdim").source.replace(
+        "C[IDX(row, col, N)] = __float2half(acc);", "C[IDX(row, col, N)] = __float2half(acc + smem[0]);")
+    p = get_pass("gemm-schedule")()
+    ir = kir.parse(text, "cuda", path=_unit("nw_gemm_blockdim").source_path)
+    results = [p.optimize(ir, s, PassContext(facts={"arch": "sm_90", "block_threads": 256}))
+               for s in p.sites(ir) if not s.present]
+    assert results and not any(isinstance(r, Applied) for r in results)
+    assert any("dynamic shared memory beyond the K loop's tiles" in r.reason for r in results)

@@ -312,6 +312,9 @@ class _StagingTranslator(_Translator):
         ir = self.k.ir
         if "__shared__" in text(ir, nid):
             return []
+        names = [n for n, _, _ in declared_names(ir, nid)]
+        if names and all(n in self.k.shared or n in self.k.views for n in names):
+            return []  # pointers into a shared buffer cut into tiles: stores name the buffer
         return super().declaration(nid, pad)
 
     def _plain(self, nid: int) -> bool:
@@ -344,9 +347,13 @@ class _StagingTranslator(_Translator):
                 return [f"_vst({where}, {self.expr(kids[-1])})"]
             if ir.grammar_type_of(target) == "subscript_expression":
                 base, idx = self.subscripts(target)
-                if base in self.k.shared:
+                view = self.view(base) if base in self.k.views and len(idx) == 1 else None
+                if base in self.k.shared or view is not None:
                     if ir.attrs_of(nid).get("op", "=") != "=":
                         raise Refusal(f"the staging updates {base} in place")
+                    if view is not None:  # a pointer set once into a shared buffer
+                        return [f"_st({view[0]!r}, (({view[1]}) + ({idx[0]}),), "
+                                f"{self.expr(kids[-1])})"]
                     return [f"_st({base!r}, ({', '.join(idx)},), {self.expr(kids[-1])})"]
         if ir.grammar_type_of(nid) == "call_expression":
             callee = ir.attrs_of(nid).get("callee") or "?"

@@ -1539,6 +1539,9 @@ class _Found:
     virtual: str = ""
     """Why the body can only run for virtual threads (the K loop reads global memory, sits in
     a branch, or the body returns early), else ""."""
+    drop_shared: bool = False
+    """The kernel's dynamic shared buffer holds only the K loop's tiles and goes with it: the
+    rewrite's launch needs none of the bytes the host passes for it."""
 
 
 def analyse(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str]
@@ -1567,9 +1570,8 @@ def analyse(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str]
             reasons.append(f"{t.kernel}: the body returns early (a block would leave the "
                            "persistent loop and strand the others at its barriers)")
             continue
-        if re.search(r"\b(?:extern\s+__shared__|__shared__\s+extern)\b", body):
-            reasons.append(f"{t.kernel}: the kernel uses dynamic shared memory")
-            continue
+        dynamic = [m.start() for m in re.finditer(
+            r"\b(?:extern\s+__shared__|__shared__\s+extern)\b", body)]
         try:
             g = own if own is not None else trace(ir, t)
         except Refusal as exc:
@@ -1578,6 +1580,10 @@ def analyse(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str]
         scope = Scope(ir)
         k = _Kernel(ir, scope, scope.functions[t.kernel])
         removed = dead_declarations(ir, fn, t)
+        if any(not any(a <= fn.body_start + at < b for a, b in removed) for at in dynamic):
+            reasons.append(f"{t.kernel}: the kernel uses dynamic shared memory beyond the K "
+                           "loop's tiles")
+            continue
         loop = (src_char(ir, t.loop[0]), src_char(ir, t.loop[1]))
         kept_code = [src.code[fn.body_start:loop[0]], src.code[loop[1]:fn.body_end]]
         for a, b in removed:
@@ -1586,7 +1592,7 @@ def analyse(ir: KernelIR, block: tuple[int, int] | None, kernels: frozenset[str]
         kept = sum(sh.bytes for name, sh in k.shared.items()
                    if re.search(rf"\b{re.escape(name)}\b", rest))
         written = _written(rest, k.scope.params)
-        found.append(_Found(g, fn, removed, written, kept, rest, virtual))
+        found.append(_Found(g, fn, removed, written, kept, rest, virtual, bool(dynamic)))
     return found, reasons
 
 
@@ -1789,6 +1795,16 @@ class GemmSchedule(Pass):
             return Skipped(why, f.g.to_json())
         here = not s.deep or launched_here(ir, f.g.kernel)
         edits = rewrite_edits(ir, f, s, host_launched=not here)
+        if f.drop_shared and not s.deep:  # the launch's bytes sized the buffer the rewrite removes
+            if launched_here(ir, f.g.kernel):
+                return Skipped(f"{f.g.kernel}: its launch in this source passes dynamic shared "
+                               "memory for the buffer the rewrite removes", f.g.to_json())
+            bx, by = f.g.tile.block
+            host = host_edits(ir, Directive(f.g.kernel, 0, (bx, by, 1), None, drop_shared=True),
+                              len(_kernels(src)))
+            if isinstance(host, str):
+                return Skipped(host, f.g.to_json())
+            edits = sorted(edits + host, key=lambda e: (e.start, e.end))
         if s.deep:
             block = None
             if s.own_block:
@@ -1841,7 +1857,8 @@ def _host_directive(ir: KernelIR, f: _Found, s: Schedule, kernels: int) -> list[
     grown = (s.threads, 1) if s.own_block else _grown(f, s) if s.producer else None
     directive = Directive(f.g.kernel, s.launch_bytes, (bx, by, 1),
                           (grown[0], grown[1], 1) if isinstance(grown, tuple) else None,
-                          "sm_90a" if s.wgmma else None, tma, persist=True)
+                          "sm_90a" if s.wgmma else None, tma, persist=True,
+                          drop_shared=f.drop_shared)
     return host_edits(ir, directive, kernels)
 
 
