@@ -7,7 +7,8 @@ in one tree (CuPy); an RMSNorm whose cooperative-groups tiles fold with `tile.sh
 through `__ldg`; a 64-bit grid-stride SiLU (CuPy RawModule); an RMSNorm reading rows as
 `float4` whose tree is a do-while loop; a `template <int BLOCK, typename T>` row sum launched
 by a templated host wrapper (`load_inline`); a 4x4-register-tile GEMM whose operands and
-sizes are the fields of one structure passed by value. Each rule that acts finds its site as the user
+sizes are the fields of one structure passed by value; an L2 norm whose (32, 8) block is
+numbered as one line of threads. Each rule that acts finds its site as the user
 wrote it; its output compiles with NVRTC for sm_90a and, run through the kernel's own host on
 the CPU (`gate.cudacpu`), matches the case's reference at its small shape. What a rule cannot
 rewrite soundly it refuses, and says why."""
@@ -139,6 +140,7 @@ ACTS = [
     ("nw_gridstride_silu", "vectorize-global", 1, ".v4."),  # size_t grid stride, __ldg
     ("nw_cg_shfl_rms", "row-cache", 1, "cp.async"),  # __ldg reads of an fp16 row
     ("nw_carved_ln", "launch-threads", 1, None),  # the host's dynamic bytes kept
+    ("nw_lin2d_l2", "warp-shuffle-reduce", 1, "shfl.sync.down"),  # a tree over ty * 32 + tx
     ("nw_gemm_params", "mma-micro-kernel", 1, "mma.sync"),  # operands read as `g.a[...]`
     ("nw_gemm_params", "gemm-schedule", 1, "mma.sync"),
 ]
