@@ -8,9 +8,10 @@ chain from the style start kernel with the shipped cards (deterministic rules, n
 runs each variant at the device shape for several block configurations and seeds against
 torch, counting the wrong output tiles; variants isolate the cause:
 
-- `split`: grouped order + block skip (not persistent; the control that passed);
+- `split`: staged K loop, grouped order, block skip (not persistent; the control that
+  passed);
 - `split+persistent`, `split+persistent+tma`: the rejected rewrites;
-- `single+persistent`: grouped order + persistent, one K loop;
+- `single+persistent`: the same without the block skip (one K loop), persistent;
 - `split+persistent, inner num_stages=1` / `outer num_stages=1`: the same text with the
   inner K loops or the tile walk marked not to be software-pipelined by Triton.
 
@@ -34,6 +35,8 @@ STYLE = ROOT / "bench" / "styles" / "nw_trmm_where"
 CONFIGS = ((128, 256, 64, 8, 3), (64, 128, 64, 4, 3), (128, 64, 64, 4, 4), (64, 64, 64, 4, 3))
 SEEDS = (0, 1, 2)
 SIZE = 4096
+# the device search's order: K loop staged, tiles grouped, then the K loop split
+SPLIT = ("software-pipelining", "grouped-ordering", "causal-block-skip")
 
 
 def _step(text: str, pass_name: str) -> str:
@@ -65,7 +68,8 @@ def _unpipelined(text: str, depth: str) -> str:
     """`text` with its nested (`inner`) or outermost (`outer`) kernel loops written as
     `tl.range(..., num_stages=1)`."""
     indent = r" {8,}" if depth == "inner" else r" {4}"
-    return re.sub(rf"(\n{indent}for \w+ in )range\((.*)\):", r"\1tl.range(\2, num_stages=1):", text)
+    return re.sub(rf"(\n{indent}for \w+ in )(?:tl\.)?range\((.*?)(?:, num_stages=\d+)?\):",
+                  r"\1tl.range(\2, num_stages=1):", text)
 
 
 def _load(text: str, tag: str):
@@ -87,13 +91,13 @@ def main(out: Path) -> None:
     import torch
 
     out.mkdir(parents=True, exist_ok=True)
-    split = _chain("grouped-ordering", "causal-block-skip")
-    persistent = _chain("grouped-ordering", "causal-block-skip", "persistent-grid")
+    split = _chain(*SPLIT)
+    persistent = _chain(*SPLIT, "persistent-grid")
     variants = {
         "split": split,
         "split+persistent": persistent,
         "split+persistent+tma": _step(persistent, "tma-descriptors"),
-        "single+persistent": _chain("grouped-ordering", "persistent-grid"),
+        "single+persistent": _chain(*SPLIT[:-1], "persistent-grid"),
         "split+persistent, inner num_stages=1": _unpipelined(persistent, "inner"),
         "split+persistent, outer num_stages=1": _unpipelined(persistent, "outer"),
     }
