@@ -671,7 +671,9 @@ def _configured_as(made: Materialized, state: Any) -> bool:
     """Whether a Triton candidate is its state's kernel with its config lists holding some of
     the state's entries, reordered or repeated (`passes.triton.autotune.configured_alike`):
     its autotuner chooses among the same configurations or fewer, never a faster one."""
-    if made.ir is None or made.ir is state.ir or state.ir is None or str(getattr(made.ir.language, "value", made.ir.language)) != "triton":
+    if made.ir is None or state.ir is None or made.ir is state.ir:
+        return False
+    if str(getattr(made.ir.language, "value", made.ir.language)) != "triton":
         return False
     from passes.triton.autotune import configured_alike  # noqa: PLC0415
 
