@@ -1085,10 +1085,7 @@ class _Runner:
                                        f"{draw + seconds:.2f} s for {out / gib:.2f} GiB of output, "
                                        f"longer than its copy in and out ({rate / 1e9:.1f} GB/s)")
             if self.recomputes[variant] and need > self.work_bytes.get(variant, 0):
-                excess = need - self.work_bytes[variant]
-                self.spare[variant] -= excess
-                self.room[variant] = max(0, min(self.room.get(variant, 0), self.spare[variant]))
-                self.work_bytes[variant] = need
+                self._widen_work(variant, need - self.work_bytes[variant])
             self.lap("references: recompute probe")
         return self.recomputes[variant]
 
@@ -1111,16 +1108,23 @@ class _Runner:
             fits = sources <= self.spare.get(variant, 0)
             self.remakes[variant] = fast and fits
             if fits and fast and sources:
-                self.spare[variant] -= sources
-                self.room[variant] = max(0, min(self.room.get(variant, 0), self.spare[variant]))
-                self.work_bytes[variant] = self.work_bytes.get(variant, 0) + sources
+                self._widen_work(variant, sources)
             elif not self.remakes[variant]:
-                why = (f"making one again and its reference took {make_s + self.compute_s.get(variant, 0.0):.2f} s, "
-                       f"longer than its copy in and out") if not fast else \
+                took = make_s + self.compute_s.get(variant, 0.0)
+                why = (f"making one again and its reference took {took:.2f} s, longer than its copy "
+                       f"in and out") if not fast else \
                     f"the two sets it is made from ({sources / 2**30:.1f} GiB) do not fit beside a comparison"
                 self.chan.send("flag", f"{variant}: its crossovers' held references wait, not "
                                        f"computed again where compared: {why}")
         return self.remakes[variant]
+
+    def _widen_work(self, variant: str, extra: int) -> None:
+        """A comparison of `variant` that computes its reference again needs `extra` device bytes
+        beyond the calls' working memory: taken from the spare bytes beyond the plan, and the room
+        kept for references no larger than what spare is left."""
+        self.spare[variant] -= extra
+        self.room[variant] = max(0, min(self.room.get(variant, 0), self.spare[variant]))
+        self.work_bytes[variant] = self.work_bytes.get(variant, 0) + extra
 
     def _drop_reference(self, key: tuple[str, str, int]) -> None:
         """`key`'s held reference leaves: computed again at each comparison (`_held`)."""
