@@ -532,3 +532,23 @@ def test_dynamic_shared_memory_past_the_launchs_bytes_faults():
         lib.launch("stage", 1, 256, 8192, [x, y, n])
     lib.launch("stage", 1, 256, n * 4, [x, y, n])  # the window is whole again afterwards
     assert torch.equal(y, (x * 2).flip(0))
+
+
+def test_a_kernels_handle_is_one_per_kernel_and_never_reused():
+    """`cuModuleGetFunction` answers one handle per kernel of a loaded module, as a real
+    driver does, and no other kernel gets it after its object is collected (the gate's launch
+    monitor names kernels by handle)."""
+    import gc
+
+    handles: dict[int, str] = {}
+    with host.emulated():
+        from experts import cudahost
+
+        module = cudahost.compile_source(KERNELS.read_text(), name=KERNELS.name)
+        for _ in range(50):  # objects made and dropped: an id-based handle would come back
+            for kernel in ("tree_sum", "softmax_rows"):
+                func = cudahost.get_function(module, kernel)
+                assert handles.setdefault(int(func), kernel) == kernel
+                del func
+            gc.collect()
+    assert sorted(handles.values()) == ["softmax_rows", "tree_sum"]

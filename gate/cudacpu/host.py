@@ -60,13 +60,32 @@ _LOCK = threading.Lock()
 
 @dataclass(frozen=True, slots=True)
 class CpuFunction:
-    """A kernel of an emulated library: what `get_function` / `cuModuleGetFunction` return."""
+    """A kernel of an emulated library: what `get_function` / `cuModuleGetFunction` return
+    (`function_of`). Its handle (`int()`) is that of a loaded module's CUfunction: one per
+    library and kernel for the process's life, never handed to another kernel (an object's
+    `id` is reused once it is collected, and a launch monitor that names kernels by handle
+    would then name one kernel after another)."""
 
     library: Library
     name: str
+    handle: int
 
     def __int__(self) -> int:
-        return id(self)
+        return self.handle
+
+
+_HANDLES: dict[tuple[int, str], CpuFunction] = {}
+
+
+def function_of(library: Library, kernel: str) -> CpuFunction:
+    """The one `CpuFunction` of `kernel` in `library` (libraries live as long as the process:
+    `_LIBRARIES`)."""
+    with _LOCK:
+        key = (id(library), kernel)
+        found = _HANDLES.get(key)
+        if found is None or found.library is not library:
+            found = _HANDLES[key] = CpuFunction(library, kernel, 0x10000 + 16 * len(_HANDLES))
+        return found
 
 
 def nvrtc_check_enabled() -> bool:
@@ -166,7 +185,7 @@ def _cudahost_module(real: types.ModuleType, driver: types.ModuleType,
             raise real.CudaError(f"cuModuleLoadData({compiled.name}) failed: not an emulated image")
         if not lib.has(kernel):
             raise real.CudaError(f"cuModuleGetFunction({kernel}) failed: CUDA_ERROR_NOT_FOUND (500)")
-        return CpuFunction(lib, kernel)
+        return function_of(lib, kernel)
 
     def set_dynamic_shared(func: Any, nbytes: int) -> None:
         if isinstance(func, CpuFunction):
@@ -311,7 +330,7 @@ def _driver_module(real: types.ModuleType | None) -> types.ModuleType:
         kernel = name.decode() if isinstance(name, (bytes, bytearray)) else str(name)
         if not isinstance(module, Library) or not module.has(kernel):
             return (err("CUDA_ERROR_NOT_FOUND"), None)
-        return ok, CpuFunction(module, kernel)
+        return ok, function_of(module, kernel)
 
     def func_set_attribute(func: Any, attrib: Any, value: int) -> Any:
         if isinstance(func, CpuFunction) and "DYNAMIC_SHARED" in getattr(attrib, "name", str(attrib)):
