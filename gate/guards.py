@@ -406,7 +406,6 @@ class LaunchMonitor:
     launch: a Triton launch's grid and scalar arguments), the call's launch signature
     (`launch_signature`)."""
     _owned: dict[str, bool] = field(default_factory=dict)
-    _function_names: dict[int, str] = field(default_factory=dict)
 
     def reset(self, mode: str = "run") -> None:
         self.mode, self.launches = mode, 0
@@ -560,8 +559,7 @@ class LaunchMonitor:
                 kernel, dims = None, ()
                 try:
                     function = function_of(args)
-                    monitor._name_function(driver, function)
-                    kernel = monitor._function_names.get(int(function))
+                    kernel = monitor._name_function(driver, function)
                     dims = tuple(int(v) for v in dims_of(args))  # grid, block, shared bytes
                 except (TypeError, ValueError, IndexError, AttributeError):
                     pass
@@ -665,16 +663,19 @@ class LaunchMonitor:
         self._patch(cupy, "RawKernel", raw_kernel)
         self._patch(cupy, "RawModule", Module)
 
-    def _name_function(self, driver: Any, function: Any) -> None:
-        """Record the (mangled) name of a launched CUfunction, once per handle."""
-        handle = int(function)
-        if handle in self._function_names or not hasattr(driver, "cuFuncGetName"):
-            return
+    def _name_function(self, driver: Any, function: Any) -> str | None:
+        """The (mangled) name of a launched CUfunction, asked of the driver at every launch: a
+        handle is the driver's to hand out again once its module is unloaded, so a name kept
+        by handle could name another kernel (and a kernel told apart by its name pass as
+        another)."""
+        if not hasattr(driver, "cuFuncGetName"):
+            return None
         err, raw = driver.cuFuncGetName(function)
         name = raw.decode() if isinstance(raw, bytes) else str(raw)
-        if err == driver.CUresult.CUDA_SUCCESS and name:
-            self._function_names[handle] = name
-            self.names.add(name)
+        if err != driver.CUresult.CUDA_SUCCESS or not name:
+            return None
+        self.names.add(name)
+        return name
 
 
 class KernelLog:
