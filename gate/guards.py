@@ -866,6 +866,20 @@ class LaunchSignature:
         return cls(frozenset(name for name, _ in sequence), shape, tuple(sequence))
 
 
+def odd_floats(calls: list[tuple[Any, ...]], call: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """`call` (a launch sequence) where a float argument that held one value in every one of
+    `calls` holds another, else None. The sequences launch alike but for floats
+    (`odd_launches` found none odd among their shapes)."""
+    for j, (_, detail) in enumerate(call):
+        for k, value in enumerate(detail):
+            if not (isinstance(value, tuple) and value[:1] == (FLOAT_ARG,)):
+                continue
+            held = {c[j][1][k] for c in calls if j < len(c) and k < len(c[j][1])}
+            if len(held) == 1 and value not in held:
+                return call
+    return None
+
+
 def odd_launches(calls: list[tuple[Any, ...]]) -> tuple[Any, ...] | None:
     """The first of `calls` (launch sequences, in call order) that breaks their likeness, or
     None: every call launches the same kernels in the same order with the same kinds of
@@ -1017,6 +1031,8 @@ class _Sealed:
     is_input: bool
     masked: bool = False  # `real` is masked under the seal's current key
     poisoned: bool = False  # holds the poison the seal wrote (until host code writes into it)
+    made: bool = False  # made during the call (allocated there, a host copy): not the
+    # candidate's state across calls
 
 
 def _seal_off(keep: Any) -> None:
@@ -1216,10 +1232,12 @@ class Seal:
     def _bytes(self, t: torch.Tensor) -> torch.Tensor:
         return self.kept_bytes(self.cap, t)
 
-    def _add(self, t: torch.Tensor, *, is_input: bool, real: torch.Tensor | None = None) -> None:
+    def _add(self, t: torch.Tensor, *, is_input: bool, real: torch.Tensor | None = None,
+             made: bool = False) -> None:
         ptr = self._ptr(t)
         masked = real is not None
-        self.entries.append(_Sealed(t, real if masked else self._bytes(t), ptr, is_input, masked))
+        self.entries.append(_Sealed(t, real if masked else self._bytes(t), ptr, is_input, masked,
+                                    made=made))
         self.ptrs.add(ptr)
 
     def _tracked(self, value: Any) -> bool:
@@ -1232,10 +1250,10 @@ class Seal:
         whole = torch.empty(0, dtype=t.dtype, device=t.device)
         return whole.set_(storage, 0, (storage.nbytes() // t.element_size(),))
 
-    def adopt(self, values: Iterable[Any]) -> None:
+    def adopt(self, values: Iterable[Any], made: bool = False) -> None:
         """The candidate's own tensors among `values` (not sealed yet), of any dtype (a kernel
         may store a float's bits as integers), are sealed from now on, each as its whole
-        storage, with the values they hold now."""
+        storage, with the values they hold now; `made`: allocated during the call."""
         fresh = [v for v in values if type(v) is self.cap.tensor_type and v.numel() > 0
                  and not self._tracked(v) and self._ptr(v) not in self.input_ptrs]
         if not fresh:
@@ -1244,7 +1262,7 @@ class Seal:
         try:
             for v in fresh:
                 if not self._tracked(v):
-                    self._add(self._whole(v), is_input=False)
+                    self._add(self._whole(v), is_input=False, made=made)
         finally:
             self.busy = busy
 
@@ -1252,8 +1270,10 @@ class Seal:
         if self.cap.synchronize is not None:
             self.cap.synchronize()
 
-    def _poison(self) -> None:
+    def _poison(self, spare: Callable[[_Sealed], bool] | None = None) -> None:
         for e in self.entries:
+            if spare is not None and spare(e):
+                continue
             if self.cap.is_floating_point(e.tensor) or self.cap.is_complex(e.tensor):
                 self.cap.fill_(e.tensor, float("nan"))
             elif e.tensor.dtype == torch.bool:
@@ -1283,7 +1303,7 @@ class Seal:
         sealed tensor, or a write into one, is recorded for replay at the next launch; a
         buffer it allocates is sealed (`adopt`)."""
         if name in SEAL_NEW_OPS:
-            self.adopt([out])
+            self.adopt([out], made=True)
             return
         position = SEAL_WRITE_OPS.get(name)
         if position is not None:
@@ -1363,7 +1383,7 @@ class Seal:
                 func(*args, **kwargs)
             self.replayed += 1
             if not any(e.tensor is dest for e in self.entries):
-                self._add(dest, is_input=False)
+                self._add(dest, is_input=False, made=True)
 
     def _mask(self, key: int) -> None:
         """Every entry's kept bytes masked under `key` (in place): an input's as they were (a
@@ -1505,7 +1525,9 @@ class Seal:
     def outputs(self, out: Any) -> Any:
         """After the call: the outputs as the candidate left them, where a sealed tensor is an
         output (or part of one) with its real values (copies recorded since the last launch
-        replayed), cloned; the candidate's tensors hold poison again after."""
+        replayed), cloned. The inputs and what the call made hold poison again after; the
+        candidate's buffers from before the call (a table it keeps from call to call) hold
+        their real values: the call is over, and an honest kernel reads them in the next."""
         cap = self.cap
         items = out if isinstance(out, (tuple, list)) else (out,)
         self.busy = True
@@ -1517,11 +1539,12 @@ class Seal:
             # the last window of the call (nothing is masked again), asked for always: the
             # parent counts one key per launch and this one
             key, _ = self.keys()
-            if self.pending or ptrs & {e.ptr for e in self.entries}:
+            kept_state = any(not (e.is_input or e.made) for e in self.entries)
+            if self.pending or kept_state or ptrs & {e.ptr for e in self.entries}:
                 self._restore(key)
             del key
             kept = [cap.clone(t) if type(t) is cap.tensor_type else t for t in items]
-            self._poison()
+            self._poison(spare=lambda e: not (e.is_input or e.made))
             self._sync()
         finally:
             self.busy = False

@@ -1722,15 +1722,29 @@ class _Runner:
         the same integers (kernels, grids, integer arguments: `guards.odd_launches`), where the
         case's inputs hold no integer tensor: the sealed call, the knockout call (on the first
         seed's set again: one a cache of answers answers). A candidate that tells such a call
-        apart and runs its kernels idle in the others (on 0 elements) launches otherwise."""
+        apart and runs its kernels idle in the others (on 0 elements) launches otherwise. So
+        does one that keeps its launches and flips a float argument (a flag its kernel picks a
+        path by): a float argument that held one value in every such correctness call holds it
+        here too (`guards.odd_floats`), where that says something: two calls or more, or inputs
+        without a float scalar (a float drawn with the inputs, or made from one, differs
+        between sets)."""
         ints = _integers(inputs, self.cap)
         seen = self.seed_launches.get((variant, ints)) if ints is not None else None
-        if not seen or self.guards.odd_launches([*seen, launched.shape]) is None:
+        if not seen:
+            return
+        odd = self.guards.odd_launches([*(s.shape for s in seen), launched.shape])
+        if odd is not None:
+            mine, theirs = launched.shape, seen[0].shape
+        elif len(seen) >= 2 or float not in ints:
+            if self.guards.odd_floats([s.sequence for s in seen], launched.sequence) is None:
+                return
+            mine, theirs = launched.sequence, seen[0].sequence
+        else:
             return
         self.chan.reject(kind, "anti_cheat",
-                         f"on {what} the candidate's launches ({_launches_text(launched.shape)}) "
+                         f"on {what} the candidate's launches ({_launches_text(mine)}) "
                          f"differ from those of its correctness calls on inputs of the same "
-                         f"integers ({_launches_text(seen[0])}): {why}")
+                         f"integers ({_launches_text(theirs)}): {why}")
 
     def check_same_launches(self, calls: list[tuple[Any, ...]], stage: str, what: str) -> None:
         """Calls on one set of buffers refilled with values that differ in floats alone (their
@@ -1839,7 +1853,7 @@ class _Runner:
             else:  # a set-up done once is in the first call alone
                 ints = _integers(original, self.cap)
                 if ints is not None:
-                    self.seed_launches.setdefault((variant, ints), []).append(launched.shape)
+                    self.seed_launches.setdefault((variant, ints), []).append(launched)
             self.check_same_kernels(variant, launched, FailureKind.FALLBACK, "correctness",
                                     f"{variant}/seed {seed}")
             self.send_out(variant, phase, seed, res, ((variant, phase, seed), original))
