@@ -950,9 +950,38 @@ ALLOWED_OPS = ALLOC_OPS | frozenset({
 })
 
 
+# Allowed ops that may copy a device's values into host memory (`host_read`).
+HOST_READ_OPS = frozenset({"_local_scalar_dense", "_to_copy", "copy_", "_copy_from",
+                           "_copy_from_and_resize"})
+
+
+def host_read(name: str, args: Any, out: Any) -> str | None:
+    """What an allowed copy op reads of a device's floating-point values into host memory
+    (`x.cpu()`, `x.item()`, `cpu_buffer.copy_(x)`, `x.tolist()`), as "op: N dtype values", or
+    None where it reads none. A candidate's host code needs the shapes of its tensors, not
+    their values: what it reads of them it can compute an answer from. Integer and bool
+    tensors are left out (indices and lengths size launches)."""
+    src = dst = None
+    if name == "_local_scalar_dense":
+        src = args[0] if args else None
+    elif name == "_to_copy":
+        src, dst = (args[0] if args else None), out
+    elif name == "copy_":
+        dst, src = (args[0], args[1]) if len(args) > 1 else (None, None)
+    elif name in ("_copy_from", "_copy_from_and_resize"):
+        src, dst = (args[0], args[1]) if len(args) > 1 else (None, None)
+    if not isinstance(src, torch.Tensor) or src.device.type == "cpu" or \
+            not (src.is_floating_point() or src.is_complex()):
+        return None
+    if dst is not None and (not isinstance(dst, torch.Tensor) or dst.device.type != "cpu"):
+        return None
+    return f"{name}: {src.numel()} {str(src.dtype).replace('torch.', '')} values"
+
+
 class OpTrace(TorchDispatchMode):
     """Records the torch ops run while active. `violations` holds compute ops (op names);
-    `reference_calls` the ops that ran inside the case's reference function. With `poison`,
+    `reference_calls` the ops that ran inside the case's reference function; `host_reads` the
+    copies of a device's floating-point values into host memory (`host_read`). With `poison`,
     every tensor from an allocation op is filled with NaN (floats) or the dtype's minimum."""
 
     @classmethod
@@ -971,6 +1000,7 @@ class OpTrace(TorchDispatchMode):
         self.seal = seal
         self.violations: list[str] = []
         self.reference_calls: list[str] = []
+        self.host_reads: list[str] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         name = func.overloadpacket.__name__
@@ -987,6 +1017,10 @@ class OpTrace(TorchDispatchMode):
             return out
         if self.poison and name in ALLOC_OPS and isinstance(out, torch.Tensor) and out.numel():
             poison_(out)
+        if name in HOST_READ_OPS:
+            read = host_read(name, args, out)
+            if read is not None:
+                self.host_reads.append(read)
         if seal is not None and not seal.launching:
             seal.observe(name, func, args, kwargs or {}, out)
         return out

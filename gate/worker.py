@@ -1684,6 +1684,12 @@ class _Runner:
         if res["launches"] == 0:
             chan.reject(FailureKind.NO_LAUNCH, "anti_cheat",
                         f"none of the candidate's own kernels launched on {what}")
+        if trace.host_reads:
+            chan.reject(FailureKind.HOST_COMPUTE, "anti_cheat",
+                        f"host code read floating-point values off the device on {what} "
+                        f"({'; '.join(dict.fromkeys(trace.host_reads))}): a candidate's host "
+                        f"code needs its tensors' shapes, not their values; the answer must "
+                        f"come from its kernels")
         if original is not None:
             self.check_inputs(inputs, original, what)
         self.check_output_types(res["out"], what)

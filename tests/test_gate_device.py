@@ -77,12 +77,15 @@ def test_simple_matmul_passes_the_gemm_case_at_real_shapes() -> None:
         ("side_stream.py", FailureKind.SIDE_STREAM),
         ("illegal_address.py", FailureKind.ILLEGAL_ADDRESS),
         ("cuda_no_launch.cu", FailureKind.NO_LAUNCH),       # cuLaunchKernel counted
-        ("cuda_knockout.cu", FailureKind.FALLBACK),         # cuLaunchKernel suppressed
+        # reads its inputs off the device (x.cpu()) in every call: host compute, before the
+        # knockout would find it
+        ("cuda_knockout.cu", FailureKind.HOST_COMPUTE),
         # re-validation after timing; its unwritten output may hold an earlier call's answer
         ("lazy_after_warmup.py", (FailureKind.STALE_OUTPUT, FailureKind.REUSED_OUTPUT)),
         ("tamper_timer.py", FailureKind.TAMPERING),
         ("oom.py", FailureKind.OUT_OF_MEMORY),
-        ("knockout_numpy.py", FailureKind.FALLBACK),
+        ("knockout_numpy.py", FailureKind.HOST_COMPUTE),
+        ("host_read_flag.py", FailureKind.HOST_COMPUTE),  # same launches, path by a flag buffer
     ],
 )
 def test_device_cheat_is_rejected(cheat: str, kind: FailureKind | tuple[FailureKind, ...]) -> None:
@@ -182,12 +185,14 @@ def test_honest_kernels_using_torch_fills_and_copies_are_not_foreign() -> None:
 
 @pytest.mark.parametrize("exploit", ["numpy_host_copy", "python_tolist"])
 def test_an_answer_computed_on_the_host_is_rejected_on_the_device(exploit: str) -> None:
-    # Host code between launches sees poison (the sealed call): its answer is NaN garbage.
+    # Host code that reads the inputs' values off the device is refused in the first call that
+    # does (`guards.host_read`); one that read them otherwise would see poison in the sealed call.
     path = DATA / "exploits" / f"{exploit}.py"
     case = "gemm" if exploit == "numpy_host_copy" else SAXPY
     verdict = _device(path, case)
     assert verdict.failure_kind is FailureKind.HOST_COMPUTE, (verdict.failure_kind, verdict.reason)
-    assert "visible only to the candidate's kernels" in verdict.reason
+    assert "read floating-point values off the device" in verdict.reason or \
+        "visible only to the candidate's kernels" in verdict.reason, verdict.reason
 
 
 def test_a_wrong_configuration_the_autotuner_does_not_pick_is_still_rejected() -> None:
