@@ -14,6 +14,7 @@ from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, dotted, walk_stmts
 from passes.triton.launch import TRITON
+from passes.triton.logdomain import scale_fold
 
 if TYPE_CHECKING:
     from anchors import AnchorIndex
@@ -956,14 +957,37 @@ class Exp2Fold(Pass):
         assign = next((n for k in mod.kernels() for n in ast.walk(k) if isinstance(n, ast.Assign)
                        and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
                        and n.targets[0].id == self.target), None)
-        if assign is None:
-            return Skipped("the recorded scale variable is not assigned", {"target": self.target})
+        if assign is None:  # the kernel names no scale: fold into what scales its scores
+            return self._fold_scores(ir, mod, site)
         x = mod.text(assign.value) if isinstance(assign.value, (ast.Name, ast.Call, ast.Attribute)) \
             else f"({mod.text(assign.value)})"
         value = f"{x} * {self.factor}" if self.side == "right" else f"{self.factor} * {x}"
         edits = [ByteEdit(*mod.span(assign.value), value)]
         for call in self._module_calls(mod, EXP_NAMES):
             edits.append(ByteEdit(*mod.span(call.func), mod.text(call.func) + "2"))
+        return finish(ir, site, sorted(edits, key=lambda e: e.start))
+
+    def _fold_scores(self, ir: KernelIR, mod: PyModule, site: Site) -> PassResult:
+        """The scale-folded form where no variable carries the scale: log2(e) multiplies each
+        scalar the scores are scaled by (`tl.dot(q, k) * sm_scale`), and every exp of the
+        softmax's log domain (`passes.triton.logdomain`) in the kernel of the site's exp
+        becomes exp2."""
+        call = next((c for k in mod.kernels() for c in mod.calls(k, EXP_NAMES)
+                     if list(mod.span(c)) == list(site.detail.get("call_span", ()))), None)
+        kernel = mod.kernel_of(call) if call is not None else None
+        if kernel is None:
+            return Skipped("the recorded scale variable is not assigned and no exp is at the "
+                           "site", {"target": self.target, "site": site.anchor})
+        fold = scale_fold(kernel)
+        if isinstance(fold, str):
+            return Skipped(f"the recorded scale variable is not assigned, and {fold}",
+                           {"target": self.target, "kernel": kernel.name})
+        if call not in fold.exps:
+            return Skipped("the exp at the site does not take the softmax's scaled scores",
+                           {"site": site.anchor})
+        edits = [ByteEdit(*mod.span(s), f"({mod.text(s)} * {self.factor})" if self.side == "right"
+                          else f"({self.factor} * {mod.text(s)})") for s in fold.scales]
+        edits += [ByteEdit(*mod.span(c.func), mod.text(c.func) + "2") for c in fold.exps]
         return finish(ir, site, sorted(edits, key=lambda e: e.start))
 
     def deoptimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:

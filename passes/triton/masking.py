@@ -6,13 +6,15 @@ import ast
 import dataclasses
 import re
 from dataclasses import dataclass
-from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from passes._source import (ByteEdit, finish, indent_of, line_end, line_start, make_site,
                             restore_recorded)
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, fresh_name, literal_int, names_in
+from passes.triton.heavy_first import heavy_first
 from passes.triton.launch import TRITON, comment_above, holders, kernel_tiles
 from passes.triton.roles import ARANGE, PID_CALLS, assignments, pid_names, reached
 
@@ -322,7 +324,7 @@ def _conjunctive(mod: PyModule, node: ast.AST, loop: ast.For, depth: int = 3,
 WHERE = frozenset({"tl.where", "triton.language.where"})
 
 
-def _strong_drop(node: ast.AST) -> bool:
+def strong_drop(node: ast.AST) -> bool:
     """-inf (`float("-inf")`, `-float("inf")`, `-math.inf`) or a literal at or below -1e4: a
     score no softmax weight survives."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
@@ -375,7 +377,7 @@ def _drops(mod: PyModule, where: ast.Call, loop: ast.For, when: bool = False) ->
     kept, dropped = (where.args[2], where.args[1]) if when else (where.args[1], where.args[2])
     zero = isinstance(dropped, ast.Constant) and not isinstance(dropped.value, bool) \
         and dropped.value == 0 and not _feeds_scores(mod, where, loop)
-    return (_strong_drop(dropped) or zero) and not _strong_drop(kept)
+    return (strong_drop(dropped) or zero) and not strong_drop(kept)
 
 
 def _ordered(cmp: ast.Compare) -> tuple[ast.expr, ast.expr, ast.cmpop] | None:
@@ -988,6 +990,10 @@ class CausalBlockSkip(Pass):
     """The exact causal statement(s) to restore (recorded by a de-optimization)."""
     after: str = ""
     """What the de-optimization wrote in their place."""
+    heavy_first: bool = False
+    """With a clamped or split loop, also relabel the programs along the row blocks' axis so
+    the heaviest (latest row blocks, the most key blocks) start first
+    (`passes.triton.heavy_first`); refused where that order cannot be written."""
 
     name: ClassVar[str] = "causal-block-skip"
     category: ClassVar[Category] = Category.ALGORITHMIC
@@ -996,6 +1002,9 @@ class CausalBlockSkip(Pass):
     provides: ClassVar[tuple[str, ...]] = ("causal-skip",)
     languages: ClassVar[tuple[str, ...]] = TRITON
     platforms: ClassVar[tuple[str, ...]] = ("*",)
+    # once the loop stops at the diagonal, a program's work grows with its row block: the
+    # expert launches the latest row blocks first, so the grid's tail is its lightest programs
+    reach: ClassVar[tuple[Mapping[str, Any], ...]] = (MappingProxyType({"heavy_first": True}),)
 
     @staticmethod
     def _call_of(stmt: ast.stmt) -> ast.Call | None:
@@ -1116,6 +1125,17 @@ class CausalBlockSkip(Pass):
                           options={"code": text, "after": after})
         return Skipped("no causal block skipping at the site", {"site": site.anchor})
 
+    @staticmethod
+    def _finish(ir: KernelIR, site: Site, edits: list[ByteEdit], span: tuple[int, int],
+                options: dict[str, Any]) -> PassResult:
+        """The edits applied, the site widened to hold them all."""
+        lo = min(span[0], site.span[0], *(e.start for e in edits))
+        hi = max(span[1], site.span[1], *(e.end for e in edits))
+        edits = sorted(edits, key=lambda e: e.start)
+        if any(a.end > b.start for a, b in zip(edits, edits[1:])):
+            return Skipped("the heavy-first relabeling overlaps the loop's rewrite", {})
+        return finish(ir, dataclasses.replace(site, span=(lo, hi)), edits, options=options)
+
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         if site.detail.get("form") in ("bound", "split"):
             # The loop's keys are compared against the program's rows (`key <= row`): a key
@@ -1137,10 +1157,17 @@ class CausalBlockSkip(Pass):
                     continue
                 kernel = mod.kernel_of(tri.loop)
                 plan = split_plan(mod, kernel, tri) if kernel is not None else None
+                order: list[ByteEdit] = []
+                if self.heavy_first and kernel is not None:
+                    found = heavy_first(mod, kernel, tri.base)
+                    if isinstance(found, str):
+                        return Skipped(f"heavy-first order: {found}", {"base": tri.base})
+                    order = found
+                options = {"limit": tri.limit, **({"heavy_first": True} if order else {})}
                 if plan is not None:
                     lo, hi, edits = split_edits(mod, tri, plan)
-                    return finish(ir, dataclasses.replace(site, span=(min(lo, site.span[0]), max(
-                        hi, site.span[1]))), edits, options={"limit": tri.limit, "split": True})
+                    return self._finish(ir, site, edits + order, (lo, hi),
+                                        {**options, "split": True})
                 if split:
                     break
                 text = tri.text or f"tl.minimum({mod.text(tri.bound)}, {tri.limit})"
@@ -1149,9 +1176,7 @@ class CausalBlockSkip(Pass):
                 if window is not None:  # a banded mask: the loop starts at the band too
                     first = tri.loop.iter.args[0]
                     edits.insert(0, ByteEdit(mod.start(first), mod.end(first), window))
-                    site = dataclasses.replace(site, span=(min(mod.start(first), site.span[0]),
-                                                           site.span[1]))
-                return finish(ir, site, edits, options={"limit": tri.limit})
+                return self._finish(ir, site, edits + order, tuple(site.span), options)
             return Skipped("no key loop masked against the rows at the site", {"site": site.anchor})
         if not self.code:
             return Skipped("restoring causal block skipping needs the recorded bounds "

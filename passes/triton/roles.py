@@ -2662,6 +2662,12 @@ def _pid_axis(node: ast.AST, axis_of: Mapping[str, int]) -> int | None:
         ax = _pid_axis(node.left, axis_of)
         others = {axis_of[n] for n in names_in(node.right) if n in axis_of}
         return ax if ax is not None and others <= {ax} else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub):
+        # `tl.num_programs(a) - 1 - pid`: the ids of the axis relabeled, the last first
+        ax = _pid_axis(node.right, axis_of)
+        ids = names_in(node.left) & set(axis_of) or any(
+            isinstance(c, ast.Call) and callee(c) in PID_CALLS for c in ast.walk(node.left))
+        return ax if ax is not None and not ids else None
     return None
 
 
