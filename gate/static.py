@@ -16,7 +16,9 @@ the way Triton's JIT derives them. Compiles run in parallel in forked processes,
 SASS opcode counts (nvdisasm) are added when `KLINEAGE_GATE_SASS=1` is set.
 
 CUDA: the candidate `.cu` text (its device half: a `load_inline` source's C++ wrappers left
-out, `gate.hostforms.device_source`) is compiled with NVRTC for sm_90a (`experts.cudahost`),
+out and the template kernels they launch instantiated, `gate.hostforms.device_source`; a
+stand-in specialization such as `__half` for `at::Half` that does not compile is flagged and
+left out, `_device_compile`) is compiled with NVRTC for sm_90a (`experts.cudahost`),
 with the `-D` defines the host module's optional `static_defines(shape) -> dict` gives for each
 variant. Then `run` is traced with its launches recorded instead of made, whichever way the
 host makes them (`experts.cudahost`, `cuda.bindings.driver`, CuPy's `RawKernel` /
@@ -426,7 +428,6 @@ def _cuda_facts(chan: Channel, job: Job) -> list[CompileFacts]:
 
     assert job.cu_path is not None
     source = Path(job.cu_path).read_text()
-    text = hostforms.device_source(source)  # a load_inline source's C++ wrappers left out
     options = hostforms.nvrtc_options(source)
     seen = hostview.CudaLaunches()
     with contextlib.ExitStack() as stack:
@@ -435,15 +436,16 @@ def _cuda_facts(chan: Channel, job: Job) -> list[CompileFacts]:
                                                     TARGET, source))
         host = import_candidate(chan, job, stage="compile")
         case = import_case_module(Path(job.case_path))
-        compiles = _cuda_compiles(chan, job, host, case, text, options)
+        compiles = _cuda_compiles(chan, job, host, case, source, options)
         launches, failures = _trace_cuda_launches(chan, host, case, seen)
     return _cuda_compile_facts(chan, compiles, launches, failures)
 
 
-def _cuda_compiles(chan: Channel, job: Job, host: Any, case: Any, text: str,
+def _cuda_compiles(chan: Channel, job: Job, host: Any, case: Any, source: str,
                    options: tuple[str, ...] = ()) -> list[tuple]:
-    """NVRTC compiles of `text` (with `options`) for the target, one per distinct set of
-    `static_defines`: (first variant, defines, variants, Compiled, seconds)."""
+    """NVRTC compiles of the device half of `source` (`_device_compile`, with `options`) for
+    the target, one per distinct set of `static_defines`: (first variant, defines, variants,
+    Compiled, seconds)."""
     from experts import cudahost
 
     assert job.cu_path is not None
@@ -460,13 +462,56 @@ def _cuda_compiles(chan: Channel, job: Job, host: Any, case: Any, text: str,
     for variant, (defines, members) in groups.items():
         t0 = time.perf_counter()
         try:
-            compiled = cudahost.compile_source(text, name=Path(job.cu_path).name, arch=TARGET_NAME,
-                                               defines=defines, options=options)
+            compiled = _device_compile(chan, source, Path(job.cu_path).name, defines, options)
         except cudahost.CompileError as exc:
             chan.reject(FailureKind.COMPILE_ERROR, "compile",
                         f"NVRTC ({TARGET_NAME}): {describe(exc, 2000)}")
         compiled_groups.append((variant, defines, members, compiled, time.perf_counter() - t0))
     return compiled_groups
+
+
+def _device_compile(chan: Channel, source: str, name: str, defines: Mapping[str, Any],
+                    options: tuple[str, ...]) -> Any:
+    """NVRTC's compile of the device half of `source` (`gate.hostforms.device_source`), with
+    the template kernels its C++ wrappers launch instantiated. Where that fails and some of
+    those specializations are stand-ins (`Instance.stand_in`: `__half` for torch's `at::Half`,
+    an integer type of a dispatch macro), the source is compiled again without them and each is
+    kept only if it compiles; those left out are flagged, not failed: torch's own build
+    compiles other types there. Raises `CompileError` where the rest fails too, or where only
+    stand-ins were left to compile (the first error, which names them)."""
+    from experts import cudahost
+    from gate import hostforms
+
+    def compile_with(kept: list[hostforms.Instance]) -> Any:
+        return cudahost.compile_source(hostforms.device_source(source, kept), name=name,
+                                       arch=TARGET_NAME, defines=dict(defines), options=options)
+
+    wanted = hostforms.instances(source) if hostforms.has_host_half(source) else []
+    try:
+        return compile_with(wanted)
+    except cudahost.CompileError as exc:
+        first = exc
+    kept = [i for i in wanted if i.stand_in is None]
+    if len(kept) == len(wanted):
+        raise first
+    compiled = compile_with(kept)
+    left = []
+    for inst in wanted:
+        if inst.stand_in is None:
+            continue
+        try:
+            compiled = compile_with([*kept, inst])
+            kept.append(inst)
+        except cudahost.CompileError:
+            left.append(inst)
+    if not facts.ptx_entries(compiled.ptx):
+        raise first
+    if not left:
+        return compiled
+    named = "; ".join(f"{i.kernel}<{', '.join(i.args)}> ({i.stand_in})" for i in left)
+    chan.send("flag", f"static: not compiled: {named}: stand-ins for types torch's build compiles "
+                      f"with its own headers, which NVRTC does not have ({describe(first, 300)})")
+    return compiled
 
 
 def _cuda_compile_facts(chan: Channel, compiled_groups: list[tuple],
