@@ -90,7 +90,8 @@ def operators(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
                "metrics": _pick(r, ("status", "reference_ms", "start.ms", "best.ms", "control.ms",
                                     "start_vs_ref", "best_vs_ref", "control_vs_ref",
                                     "best_vs_control", "best.gated", "flag_gems.vs_torch",
-                                    "wall_s", *_ablation_metrics(r)))}
+                                    "bandwidth.best_of_copy", "bandwidth.control_of_copy",
+                                    "bandwidth.reference_of_copy", "wall_s", *_ablation_metrics(r)))}
 
 
 def _ablation_metrics(row: Mapping[str, Any]) -> list[str]:

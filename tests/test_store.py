@@ -155,3 +155,16 @@ def test_gathered_gate_verdicts_give_a_row_per_kernel_gated(tmp_path: Path) -> N
                                        "max_rel_err": 0.0, "ok": True}
     assert rows["+broken"]["metrics"] == {"ok": False, "status": "wrong_output: rel err 0.5"}
     assert rows["+tma"]["commit"] == "abc1234" and rows["+tma"]["command"] == "klineage gate ..."
+
+
+def test_a_held_out_row_keeps_its_share_of_the_copy_bandwidth() -> None:
+    """A memory-bound operator is judged against the measured copy bandwidth: the row keeps
+    what `bench/heldout.py` measured of it."""
+    record = {"rows": [{"op": "rowsum", "family": "reduction", "records": "x/h200x2-abcdef1",
+                        "status": "done", "best_vs_ref": 1.2,
+                        "bandwidth": {"bytes": 1e9, "copy_ms": 0.25, "best_of_copy": 0.93,
+                                      "control_of_copy": 0.9, "reference_of_copy": 0.8}}]}
+    (row,) = list(_store().operators(Path("bench/results/heldout/x/heldout.json"), record))
+    assert row["metrics"]["bandwidth.best_of_copy"] == 0.93
+    assert row["metrics"]["bandwidth.control_of_copy"] == 0.9
+    assert row["metrics"]["bandwidth.reference_of_copy"] == 0.8
