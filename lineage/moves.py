@@ -26,8 +26,9 @@ candidates and says why one could not be made. What every move observes:
 - a dot kernel's configurations fit the shared memory its operand tiles need at the case's
   element width (`_over_shared`, `lineage.transfer.shared_fit`);
 - a card without a site on a kernel is asked again on the kernel with its `@triton.jit`
-  helpers inlined and the flags every launch sets read as their value (`_normalized`):
-  what a helper hides is then a site too;
+  helpers inlined, the flags every launch sets read as their value and its counted `while`
+  loops written as `for` loops over a range (`_normalized`): what a helper or a hand-counted
+  loop hides is then a site too;
 - `kernel_shares` (a verdict's per-kernel GPU time) orders sites hottest kernel first, and
   the loop leaves out kernels too cold to pay.
 """
@@ -390,25 +391,28 @@ def _beside_in_list(ir: KernelIR, result: Any) -> KernelIR | None:
 
 
 _NORMALIZED: dict[str, tuple[KernelIR | None, tuple[str, ...]]] = {}
-"""Source text -> its kernels normalized (helpers inlined, flags specialized) and what was done
-(every card without a site asks)."""
+"""Source text -> its kernels normalized (helpers inlined, flags specialized, counted loops as
+ranges) and what was done (every card without a site asks)."""
 
 
 def _normalized(ir: KernelIR) -> tuple[KernelIR | None, tuple[str, ...]]:
-    """(`ir` with its kernels' `@triton.jit` helpers inlined and the constexpr flags every launch
-    sets to one literal read as it (`passes.triton.inline`), what of the two was done), or
-    (None, ()) when neither applies (or it is not Triton)."""
+    """(`ir` with its kernels' `@triton.jit` helpers inlined, the constexpr flags every launch
+    sets to one literal read as it (`passes.triton.inline`) and its counted `while` loops as
+    `for` loops over a range (`passes.triton.loops`), what of the three was done), or (None, ())
+    when none applies (or it is not Triton)."""
     if str(getattr(ir.language, "value", ir.language)) != "triton":
         return None, ()
     source = ir.unparse()
     if source in _NORMALIZED:
         return _NORMALIZED[source]
     from passes.triton.inline import inline_helpers, specialize_flags  # noqa: PLC0415
+    from passes.triton.loops import counted_loops  # noqa: PLC0415
 
     out: KernelIR | None = None
     how: tuple[str, ...] = ()
     for step, label in ((inline_helpers, "helpers inlined"),
-                        (specialize_flags, "flags specialized")):
+                        (specialize_flags, "flags specialized"),
+                        (counted_loops, "while loops counted as ranges")):
         try:
             done = step(out if out is not None else ir)
         except (SyntaxError, ValueError, KLineageError):
