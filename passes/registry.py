@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 # name -> (module, class). Order: Triton, CUDA, algorithmic (the order `klineage passes` lists).
 _TABLE: dict[str, tuple[str, str]] = {
-    # Triton
+    # Triton; first the loads' bounds, which the constructs of the rules after it are written on
+    # (removed last in a lineage)
+    "masked-bounds": ("passes.triton.clamped", "MaskedBounds"),
     "tile-sizes": ("passes.triton.launch", "TileSizes"),
     "num-warps": ("passes.triton.launch", "NumWarps"),
     "software-pipelining": ("passes.triton.launch", "SoftwarePipelining"),

@@ -6,9 +6,6 @@ matches torch in fp32 under the interpreter; at sm_90 the product compiles to wg
 full-fp32 one had none; the search offers the rule on a kernel no lineage holds."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -18,7 +15,7 @@ import kir
 from passes.base import Applied, PassContext, Skipped
 from passes.registry import get_pass
 from passes.roundtrip import roundtrip
-from tests.module_helpers import load_module
+from tests.module_helpers import compiled_output, load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 # sum over the columns of x @ w.T, the product in full fp32 (a two-kernel start kernel)
@@ -135,15 +132,9 @@ print(sys.argv[2], kernel.asm["ptx"].count("wgmma.mma_async"))
 def test_tf32x3_compiles_to_wgmma_at_sm90(tmp_path) -> None:
     """Three tf32 products per K step on the tensor cores; the full-fp32 start has none."""
     pytest.importorskip("triton")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     counts = {}
     for name, text in (("start", START), ("split", _optimized(START).ir.unparse())):
-        path = tmp_path / f"{name}.py"
-        path.write_text(text)
-        done = subprocess.run([sys.executable, "-c", textwrap.dedent(_COMPILE), str(path), name],
-                              capture_output=True, text=True, env=env, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        got = done.stdout.split()
+        got = compiled_output(textwrap.dedent(_COMPILE), text, tmp_path, name).split()
         counts[got[0]] = int(got[1])
     assert counts["start"] == 0 and counts["split"] > 0 and counts["split"] % 3 == 0
 

@@ -299,6 +299,17 @@ def names_in(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
+def bound_names(node: ast.AST) -> set[str]:
+    """The names `node` itself binds: an assignment's targets (augmented and annotated too), a
+    for loop's target, a walrus's name; nothing for any other node (not looked inside)."""
+    targets: list[ast.AST] = []
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr)):
+        targets = [node.target]
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
 def walk_stmts(body: list[ast.stmt]) -> Iterator[list[ast.stmt]]:
     """Every statement list (block) under `body`, `body` first."""
     yield body

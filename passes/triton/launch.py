@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from passes._source import ByteEdit, finish, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, literal_int, names_in
+from passes.triton._py import PyModule, bound_names, callee, literal_int, names_in
 from passes.triton.roles import (
     DEFAULT_WARPS,
     heuristic_constant,
@@ -684,18 +684,7 @@ class _CountedWhile:
 
 def _assigns(node: ast.AST, name: str) -> bool:
     """Whether `node` (re)binds `name` anywhere inside it."""
-    for sub in ast.walk(node):
-        targets: list[ast.AST] = []
-        if isinstance(sub, ast.Assign):
-            targets = list(sub.targets)
-        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign, ast.For)):
-            targets = [sub.target]
-        elif isinstance(sub, ast.NamedExpr):
-            targets = [sub.target]
-        if any(isinstance(t, ast.Name) and t.id == name
-               for target in targets for t in ast.walk(target)):
-            return True
-    return False
+    return any(name in bound_names(sub) for sub in ast.walk(node))
 
 
 def _counted_while(mod: PyModule, loop: ast.While) -> _CountedWhile | None:
@@ -715,9 +704,9 @@ def _counted_while(mod: PyModule, loop: ast.While) -> _CountedWhile | None:
             and isinstance(last.target, ast.Name) and last.target.id == name):
         return None
     step = last.value
-    bound_names = names_in(stop) | names_in(step)
-    if name in bound_names or any(_assigns(stmt, n) for stmt in loop.body[:-1]
-                                  for n in bound_names | {name}):
+    limits = names_in(stop) | names_in(step)
+    if name in limits or any(_assigns(stmt, n) for stmt in loop.body[:-1]
+                             for n in limits | {name}):
         return None
     if any(isinstance(sub, (ast.Break, ast.Continue)) for stmt in loop.body for sub in ast.walk(stmt)):
         return None

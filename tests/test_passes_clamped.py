@@ -1,0 +1,246 @@
+"""masked-bounds: loads kept in bounds by a clamped index become masked loads, and back.
+
+The nw_mm_dispatch style kernel (every index clamped with tl.minimum, the K tail zeroed by a
+where) and kernels written here in other styles (a where-clamp on rows only next to a masked K,
+a clamp written in the pointer, a 1-D elementwise kernel with the bound first): the rewritten
+kernel masks its loads, has no clamp left, and matches torch under the interpreter at odd
+sizes; the de-optimization gives back a clamped kernel that matches too; clamps whose pinned
+lanes could reach a result (read elsewhere, folded by a reduction, stored unmasked) are kept
+with the reason; the search offers the rule on the nw_mm_dispatch kernel without a card; at
+sm_90 the masked GEMM's tiles compile to 16-byte asynchronous copies where the clamped one
+loads element by element.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import kir
+from passes.base import Applied, PassContext, Skipped
+from passes.registry import get_pass
+from passes.roundtrip import normalized, roundtrip
+from tests.module_helpers import compiled_output, load_module
+
+ROOT = Path(__file__).resolve().parent.parent
+DISPATCH = (ROOT / "bench/styles/nw_mm_dispatch/dispatch_mm.py").read_text()
+PASS = get_pass("masked-bounds")()
+
+# rows clamped with a where, columns clamped inside the pointer (in parentheses), K masked
+ROWS_WHERE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rows_kernel(x, w, out, R, C, D, sxr, sxd, swd, swc, sor, soc,
+                TR: tl.constexpr, TC: tl.constexpr, TD: tl.constexpr):
+    rows = tl.program_id(0) * TR + tl.arange(0, TR)
+    cols = tl.program_id(1) * TC + tl.arange(0, TC)
+    depth = tl.arange(0, TD)
+    safe_rows = tl.where(rows < R, rows, R - 1)
+    total = tl.zeros((TR, TC), dtype=tl.float32)
+    for d0 in range(0, D, TD):
+        dd = d0 + depth
+        xt = tl.load(x + safe_rows[:, None] * sxr + dd[None, :] * sxd, mask=dd[None, :] < D,
+                     other=0.0)
+        wt = tl.load(w + dd[:, None] * swd + (tl.minimum(cols, C - 1))[None, :] * swc,
+                     mask=dd[:, None] < D, other=0.0)
+        total = tl.dot(xt, wt, total)
+    tl.store(out + rows[:, None] * sor + cols[None, :] * soc, total,
+             mask=(rows[:, None] < R) & (cols[None, :] < C))
+
+
+def run(x, w):
+    R, D = x.shape
+    C = w.shape[1]
+    out = torch.empty((R, C), dtype=torch.float32)
+    rows_kernel[(triton.cdiv(R, 16), triton.cdiv(C, 16))](
+        x, w, out, R, C, D, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
+        out.stride(0), out.stride(1), TR=16, TC=16, TD=16)
+    return out
+'''
+
+# 1-D, the bound written first, one clamp read by one load
+ELEMENTWISE = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def affine(src, dst, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    idx = tl.minimum(n - 1, offs)
+    v = tl.load(src + idx)
+    tl.store(dst + offs, v * alpha + 1.0, mask=offs < n)
+
+
+def run(x, alpha):
+    out = torch.empty_like(x)
+    n = x.numel()
+    affine[(triton.cdiv(n, 64),)](x, out, n, alpha, BLOCK=64)
+    return out
+'''
+
+
+def _optimized(source: str) -> Applied:
+    ir = kir.parse(source, "triton")
+    sites = [s for s in PASS.sites(ir) if not s.present]
+    assert len(sites) == 1, sites
+    result = PASS.optimize(ir, sites[0])
+    assert isinstance(result, Applied), result
+    return result
+
+
+def _kernel_loads(text: str, kernel: str) -> tuple[ast.FunctionDef, list[ast.Call]]:
+    fn = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef) and n.name == kernel)
+    loads = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and ast.unparse(n.func) == "tl.load"]
+    return fn, loads
+
+
+def _deoptimized(ir: kir.KernelIR, kernel: str) -> Applied:
+    (site,) = [s for s in PASS.sites(ir) if s.present and s.detail["kernel"] == kernel]
+    back = PASS.deoptimize(ir, site)
+    assert isinstance(back, Applied), back
+    return back
+
+
+def _check_masked(text: str, kernel: str) -> None:
+    fn, loads = _kernel_loads(text, kernel)
+    assert loads and all(any(k.arg == "mask" for k in c.keywords) for c in loads)
+    assert "tl.minimum" not in ast.unparse(fn)
+
+
+def test_dispatch_clamps_become_masks_and_back(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    result = _optimized(DISPATCH)
+    text = result.ir.unparse()
+    _check_masked(text, "tiled_mm")
+    fn, _ = _kernel_loads(text, "tiled_mm")
+    assert "tl.where" not in ast.unparse(fn)  # the K tail's zeroing is the mask's `other` now
+    gen = torch.Generator().manual_seed(0)
+    for m, n, k in ((37, 45, 51), (6, 70, 33)):  # the tiled kernel, then the skinny one
+        a = torch.randn(m, k, generator=gen)
+        b = torch.randn(k, n, generator=gen)
+        for source in (text, _deoptimized(result.ir, "tiled_mm").ir.unparse()):
+            got = load_module(source, tmp_path).run(a, b)
+            torch.testing.assert_close(got, a @ b, rtol=1e-4, atol=1e-4)
+    # the clamped form the de-optimization writes is the rule's again
+    back = _deoptimized(result.ir, "tiled_mm").ir
+    assert "tl.minimum(rm, M - 1)" in back.unparse()
+    again = _optimized(back.unparse()).ir
+    assert normalized(again.unparse(), "triton") == normalized(text, "triton")
+
+
+def test_rows_clamped_by_where_and_inline_clamp(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    text = _optimized(ROWS_WHERE).ir.unparse()
+    _check_masked(text, "rows_kernel")
+    assert "safe_rows" not in text and "R - 1" not in text
+    # the rows' term joins the mask the load had; the columns' clamp written in the pointer too
+    assert "mask=(dd[None, :] < D) & (rows[:, None] < R)" in text
+    assert "mask=(dd[:, None] < D) & (cols[None, :] < C)" in text
+    gen = torch.Generator().manual_seed(1)
+    x, w = torch.randn(29, 35, generator=gen), torch.randn(35, 23, generator=gen)
+    for source in (text, _deoptimized(kir.parse(text, "triton"), "rows_kernel").ir.unparse()):
+        torch.testing.assert_close(load_module(source, tmp_path).run(x, w), x @ w,
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_elementwise_clamp(tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    text = _optimized(ELEMENTWISE).ir.unparse()
+    _check_masked(text, "affine")
+    assert "tl.load(src + offs, mask=offs < n, other=0.0)" in text
+    x = torch.randn(203, generator=torch.Generator().manual_seed(2))
+    back = _deoptimized(kir.parse(text, "triton"), "affine").ir.unparse()
+    assert "tl.minimum(offs, n - 1)" in back
+    for source in (text, back):
+        torch.testing.assert_close(load_module(source, tmp_path).run(x, 0.5), x * 0.5 + 1.0)
+
+
+@pytest.mark.parametrize("change, why", [
+    ("tl.store(dst + offs, v * alpha + 1.0, mask=offs < n)",
+     "tl.store(dst + idx, v * alpha + 1.0, mask=offs < n)"),
+    ("v * alpha + 1.0", "v * alpha + idx"),
+], ids=["stored", "arithmetic"])
+def test_a_clamp_read_outside_load_pointers_is_kept(change, why) -> None:
+    assert change in ELEMENTWISE
+    source = ELEMENTWISE.replace(change, why)
+    ir = kir.parse(source, "triton")
+    (site,) = [s for s in PASS.sites(ir) if not s.present]
+    result = PASS.optimize(ir, site)
+    assert isinstance(result, Skipped) and "`idx` is also read outside load pointers" in result.reason
+
+
+@pytest.mark.parametrize("change, new, why", [
+    # a max over the clamped lanes: their duplicates leave it alone, zeros would not
+    ("tl.store(dst + offs, v * alpha + 1.0, mask=offs < n)",
+     "tl.store(dst + tl.program_id(0), tl.max(v, axis=0))", "moves lanes across axes"),
+    ("mask=offs < n)", ")", "does not mask out the clamped lanes"),
+    # the index moves on after the clamp: the load's mask would bound another index
+    ("    v = tl.load(src + idx)\n", "    offs = offs + 1\n    v = tl.load(src + idx)\n",
+     "`offs` is bound again between `idx` and the load"),
+], ids=["reduced", "unmasked-store", "rebound"])
+def test_a_clamp_whose_lanes_reach_a_result_is_kept(change, new, why) -> None:
+    assert change in ELEMENTWISE
+    ir = kir.parse(ELEMENTWISE.replace(change, new), "triton")
+    (site,) = [s for s in PASS.sites(ir) if not s.present]
+    result = PASS.optimize(ir, site)
+    assert isinstance(result, Skipped) and why in result.reason, result
+
+
+def test_the_contracted_axis_of_a_dot_needs_its_zeroing() -> None:
+    """Without A's where, the dot would sum the clamped K tail of A: that clamp is kept (the
+    rows and columns still become masks)."""
+    source = DISPATCH.replace("        a = tl.where(kk[None, :] < K, a, 0.0)\n", "")
+    assert source != DISPATCH
+    fn, _ = _kernel_loads(_optimized(source).ir.unparse(), "tiled_mm")
+    body = ast.unparse(fn)
+    assert "kc = tl.minimum(kk, K - 1)" in body
+    assert "tl.minimum(rm, M - 1)" not in body and "tl.minimum(rn, N - 1)" not in body
+
+
+def test_the_search_offers_the_rule_without_a_card() -> None:
+    from lineage.moves import rule_offers
+
+    ctx = PassContext.for_case(None, extra={"dtype": "bf16"})
+    offered = {card.pass_name: prior for card, prior in rule_offers(kir.parse(DISPATCH, "triton"), ctx)}
+    assert "masked-bounds" in offered and offered["masked-bounds"] > 0
+
+
+_COMPILE = r"""
+import importlib.util, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+spec = importlib.util.spec_from_file_location(sys.argv[2], sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+jit = module.tiled_mm
+# what the launcher specializes at 4096^3: unit strides, sizes and pointers divisible by 16
+consts = {"BM": 64, "BN": 64, "BK": 32, "sak": 1, "sbn": 1, "scn": 1}
+signature = {n: "*bf16" if n.endswith("_ptr") else "constexpr" if n in consts else "i32"
+             for n in jit.arg_names}
+attrs = {(jit.arg_names.index(n),): [["tt.divisibility", 16]] for n in jit.arg_names if n not in consts}
+kernel = triton.compile(ASTSource(fn=jit, signature=signature, constexprs=consts, attrs=attrs),
+                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 3})
+ptx = kernel.asm["ptx"]
+print(sys.argv[2], len(re.findall(r"cp\.async\.cg\.shared\.global[^;]*0x10", ptx)),
+      len(re.findall(r"ld\.global(?:\.\w+)*\.b16 ", ptx)))
+"""
+
+
+def test_masked_tiles_are_copied_16_bytes_at_a_time_at_sm90(tmp_path) -> None:
+    """The mechanism behind the prior: with its indices clamped, the tile's loads are one
+    2-byte load per element; masked, they are 16-byte asynchronous copies into shared memory."""
+    pytest.importorskip("triton")
+    counts = {}
+    for name, text in (("clamped", DISPATCH), ("masked", _optimized(DISPATCH).ir.unparse())):
+        got = compiled_output(_COMPILE, text, tmp_path, name).split()
+        counts[got[0]] = (int(got[1]), int(got[2]))
+    assert counts["clamped"][0] == 0 and counts["clamped"][1] > 0
+    assert counts["masked"][0] > 0 and counts["masked"][1] == 0
