@@ -2,13 +2,16 @@
 
 The nw_mm_dispatch style kernel (every index clamped with tl.minimum, the K tail zeroed by a
 where) and kernels written here in other styles (a where-clamp on rows only next to a masked K,
-a clamp written in the pointer, a 1-D elementwise kernel with the bound first): the rewritten
+a clamp written in the pointer, a 1-D elementwise kernel with the bound first, pointers built
+once from the clamps and advanced in the K loop, one or two variables deep): the rewritten
 kernel masks its loads, has no clamp left, and matches torch under the interpreter at odd
 sizes; the de-optimization gives back a clamped kernel that matches too; clamps whose pinned
 lanes could reach a result (read elsewhere, folded by a reduction, stored unmasked) are kept
-with the reason; the search offers the rule on the nw_mm_dispatch kernel without a card; at
-sm_90 the masked GEMM's tiles compile to 16-byte asynchronous copies where the clamped one
-loads element by element.
+with the reason, and so are clamps reaching a pointer variable that is also stored to,
+reassigned, advanced by the clamp, broadcast above the clamp or itself, or whose index moves
+on before the load, and clamps in a pointer with axes inserted above them; the search offers
+the rule on the nw_mm_dispatch kernel without a card; at sm_90 the masked GEMM's tiles compile
+to 16-byte asynchronous copies where the clamped one loads element by element.
 """
 from __future__ import annotations
 
@@ -244,3 +247,148 @@ def test_masked_tiles_are_copied_16_bytes_at_a_time_at_sm90(tmp_path) -> None:
         counts[got[0]] = (int(got[1]), int(got[2]))
     assert counts["clamped"][0] == 0 and counts["clamped"][1] > 0
     assert counts["masked"][0] > 0 and counts["masked"][1] == 0
+
+
+# the pointers built once from the clamped indices and advanced in the K loop
+POINTER_VARS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def advanced_mm(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    am = tl.minimum(rm, M - 1)
+    bn = tl.minimum(rn, N - 1)
+    a_ptrs = a_ptr + am[:, None] * sam + rk[None, :] * sak
+    b_ptrs = b_ptr + rk[:, None] * sbk + bn[None, :] * sbn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        a = tl.load(a_ptrs, mask=rk[None, :] < K - k0, other=0.0)
+        b = tl.load(b_ptrs, mask=rk[:, None] < K - k0, other=0.0)
+        acc += tl.dot(a, b)
+        a_ptrs += BK * sak
+        b_ptrs += BK * sbk
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc,
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=torch.float32)
+    advanced_mm[(triton.cdiv(M, 16), triton.cdiv(N, 16))](
+        a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+        c.stride(0), c.stride(1), BM=16, BN=16, BK=16)
+    return c
+'''
+
+# two levels: the rows' base pointer, then the tile's pointers built from it
+TWO_LEVELS = POINTER_VARS.replace(
+    "    a_ptrs = a_ptr + am[:, None] * sam + rk[None, :] * sak\n",
+    "    a_rows = a_ptr + am[:, None] * sam\n    a_ptrs = a_rows + rk[None, :] * sak\n").replace(
+    "    b_ptrs = b_ptr + rk[:, None] * sbk + bn[None, :] * sbn\n",
+    "    b_ptrs = b_ptr + rk[:, None] * sbk + tl.minimum(rn, N - 1)[None, :] * sbn\n").replace(
+    "    bn = tl.minimum(rn, N - 1)\n", "")
+
+
+@pytest.mark.parametrize("source", [POINTER_VARS, TWO_LEVELS], ids=["one-level", "two-levels"])
+def test_clamps_reaching_loads_through_pointer_variables(source, tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    assert source.count("tl.minimum") == 2
+    text = _optimized(source).ir.unparse()
+    _check_masked(text, "advanced_mm")
+    # the pointers are built from the indices themselves; each load masks its own axis
+    assert "am" not in text.split() and "M - 1" not in text and "N - 1" not in text
+    assert "mask=(rk[None, :] < K - k0) & (rm[:, None] < M), other=0.0)" in text
+    assert "mask=(rk[:, None] < K - k0) & (rn[None, :] < N), other=0.0)" in text
+    assert "a_ptrs += BK * sak" in text and "b_ptrs += BK * sbk" in text
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn(37, 29, generator=gen), torch.randn(29, 21, generator=gen)
+    torch.testing.assert_close(load_module(text, tmp_path).run(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("change, new, why", [
+    # the pointer also addresses a store: its pinned lanes would write the last row
+    ("    acc = tl.zeros((BM, BN), dtype=tl.float32)\n",
+     "    acc = tl.zeros((BM, BN), dtype=tl.float32)\n    tl.store(a_ptrs, tl.zeros((BM, BK), dtype=tl.float32))\n",
+     "`a_ptrs`, built from the clamp, is also read outside load pointers (line"),
+    ("        a_ptrs += BK * sak\n", "        a_ptrs = a_ptrs + BK * sak\n",
+     "`a_ptrs`, built from the clamp, is assigned 2 times"),
+    ("        a_ptrs += BK * sak\n", "        a_ptrs += am[:, None] * 0 + BK * sak\n",
+     "`a_ptrs`, built from the clamp, is changed on line"),
+    ("    a_ptrs = a_ptr + am[:, None] * sam + rk[None, :] * sak\n",
+     "    a_ptrs = a_ptr + (am * sam)[:, None] + rk[None, :] * sak\n",
+     "`(am * sam)[:, None]` stands between `am` and the load"),
+    ("    a_ptrs = a_ptr + am[:, None] * sam + rk[None, :] * sak\n",
+     "    a_rows = a_ptr + am * sam\n    a_ptrs = a_rows[:, None] + rk[None, :] * sak\n",
+     "`a_rows[:, None]` stands between `a_rows` and the load"),
+], ids=["stored", "reassigned", "advanced-by-the-clamp", "broadcast-above-the-clamp",
+        "broadcast-variable"])
+def test_a_pointer_variable_the_masks_cannot_follow_keeps_its_clamp(change, new, why) -> None:
+    assert change in POINTER_VARS
+    source = POINTER_VARS.replace(change, new)
+    refused = _optimized(source).ir.unparse()  # the columns' clamp is still converted
+    assert "am = tl.minimum(rm, M - 1)" in refused and "tl.minimum(rn, N - 1)" not in refused
+    rows_only = source.replace("    bn = tl.minimum(rn, N - 1)\n", "").replace(
+        "bn[None, :] * sbn", "rn[None, :] * sbn")
+    ir = kir.parse(rows_only, "triton")
+    (site,) = [s for s in PASS.sites(ir) if not s.present]
+    skipped = PASS.optimize(ir, site)
+    assert isinstance(skipped, Skipped) and why in skipped.reason, skipped
+
+
+def test_an_index_bound_again_after_the_pointer_variable_keeps_its_clamp() -> None:
+    """The columns' clamp is written in `b_ptrs`; `rn` moves on in the loop, so a mask at the
+    load would bound another index than the one the pointer was built from."""
+    change = "        acc += tl.dot(a, b)\n"
+    source = TWO_LEVELS.replace(change, change + "        rn = rn + 0\n")
+    assert source != TWO_LEVELS
+    text = _optimized(source).ir.unparse()
+    assert "tl.minimum(rn, N - 1)" in text and "tl.minimum(rm, M - 1)" not in text
+    ir = kir.parse(source.replace("tl.minimum(rm, M - 1)", "rm"), "triton")
+    (site,) = [s for s in PASS.sites(ir) if not s.present]
+    result = PASS.optimize(ir, site)
+    assert isinstance(result, Skipped), result
+    assert "`rn` is bound again between `b_ptrs` and the load" in result.reason
+
+
+
+# rows clamped with their axis inserted above the clamp, columns on it
+SCALE_2D = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale2d(src, dst, R, C, sr, sc, dr, dc, alpha, B: tl.constexpr):
+    r = tl.program_id(0) * B + tl.arange(0, B)
+    c = tl.program_id(1) * B + tl.arange(0, B)
+    v = tl.load(src + (tl.minimum(r, R - 1) * sr)[:, None] + tl.minimum(c, C - 1)[None, :] * sc)
+    tl.store(dst + r[:, None] * dr + c[None, :] * dc, v * alpha,
+             mask=(r[:, None] < R) & (c[None, :] < C))
+
+
+def run(x, alpha):
+    R, C = x.shape
+    out = torch.empty_like(x)
+    scale2d[(triton.cdiv(R, 16), triton.cdiv(C, 16))](
+        x, out, R, C, x.stride(0), x.stride(1), out.stride(0), out.stride(1), alpha, B=16)
+    return out
+'''
+
+
+def test_axes_inserted_above_a_clamp_in_the_pointer_keep_it(tmp_path) -> None:
+    """`(tl.minimum(r, R - 1) * sr)[:, None]`: the term `r < R` would mask the columns (the
+    tile is square), so the rows' clamp is kept; the columns' clamp is converted."""
+    torch = pytest.importorskip("torch")
+    text = _optimized(SCALE_2D).ir.unparse()
+    assert "(tl.minimum(r, R - 1) * sr)[:, None]" in text and "C - 1" not in text
+    assert "mask=c[None, :] < C, other=0.0" in text
+    x = torch.randn(37, 21, generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(load_module(text, tmp_path).run(x, 0.5), x * 0.5)

@@ -18,6 +18,17 @@ rewrite fires only where those lanes cannot reach a result:
 Otherwise the clamp is kept and the reason reported. A clamp whose name is read anywhere but in
 load pointers is kept as well (a store, arithmetic, a mask may rely on the pinned value).
 
+A clamp may reach the pointer through variables (`a_ptrs = a_ptr + am[:, None] * sam` before
+the K loop, `a_ptrs += BK * sak` in it; or `q = p + ...` over `p = base + ...`): the variable's
+value is then written on `x`, and every load that reads the variable gets the term. Each
+variable on the way must be assigned once and changed only by `+=` / `-=` of an amount free of
+the clamp, be read only in load pointers (or in the value of another such variable), and the
+way from the clamp to the load must be element-wise arithmetic (the index's own axes inserted
+right on the clamp, none on a variable; so for a clamp written in the pointer too, where axes
+inserted above it, `(tl.minimum(x, B - 1) * s)[:, None]`, would put the term in the wrong
+broadcast); x and B may not be bound again between the clamp (for a clamp written in a
+variable's value, that assignment) and the load. Otherwise the clamp is kept with the reason.
+
 A site is one jit function. The optimization writes each converted load on `x` with the mask
 term `x<broadcast> < B` (the broadcast the index has in that load), `&`-combined with the load's
 mask and its other converted axes, and `other=0.0` (or the following `where`'s fill; an existing
@@ -27,7 +38,10 @@ bounds (`E < B` with `E` written in the pointer, the load carrying an `other`) w
 `tl.minimum(x, B - 1)` inline, drops those terms from the mask, and fills the lanes with
 `tl.where(terms, load, other)`: the same values in every lane (for B >= 1; a bound of 0 is an
 empty extent, whose grid or loop launches no such load). A site's options (`leads`) keep the
-order of a mask's terms across the round trip.
+order of a mask's terms across the round trip. The de-optimization pins only indices written
+in the load's pointer: a load whose pointer is a variable keeps its mask (a pin there would
+need the variable's value rewritten for every load that reads it), so a kernel optimized
+through pointer variables is not taken back to its clamps.
 """
 from __future__ import annotations
 
@@ -233,6 +247,9 @@ class _Use:
     subscript: ast.Subscript | None
     clamp: str
     """The clamp's name, or "" for a clamp written in the pointer."""
+    via: tuple[ast.Name, ...] = ()
+    """The variables through which the index reaches the load's pointer, as read there first
+    (`a_ptrs` in `tl.load(a_ptrs)`, then `p` in `a_ptrs = p + ...`); empty: written in it."""
 
 
 class _Reader:
@@ -250,6 +267,43 @@ class _Reader:
                 found = _clamp(node.value, self.k)
                 if found is not None:
                     self.clamps[node.targets[0].id] = (node, *found)
+        self.carriers = self._carriers()
+
+    def _carriers(self) -> dict[str, list[ast.Assign | ast.AugAssign]]:
+        """Name -> its bindings, for the names bound only by assignments (plain or augmented)
+        one of whose values reads a clamp or another such name: the variables a clamped index
+        can reach a load's pointer through (`a_ptrs = a_ptr + am[:, None] * sam`)."""
+        binds: dict[str, list[ast.Assign | ast.AugAssign]] = {}
+        for name, nodes in self.k.stores.items():
+            if name in self.clamps or not all(
+                    isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name)
+                    or isinstance(n, ast.Assign) and len(n.targets) == 1
+                    and isinstance(n.targets[0], ast.Name) for n in nodes):
+                continue
+            binds[name] = nodes  # type: ignore[assignment]
+        out: dict[str, list[ast.Assign | ast.AugAssign]] = {}
+        changed = True
+        while changed:
+            changed = False
+            for name, nodes in binds.items():
+                if name not in out and any(self._reads_clamp(n.value, out) for n in nodes):
+                    out[name] = nodes
+                    changed = True
+        return out
+
+    def _reads_clamp(self, value: ast.AST, carriers: dict[str, object]) -> bool:
+        """`value` reads a clamp or a name in `carriers`, other than in a load it holds (a
+        loaded value is no index the masks could follow)."""
+        todo = [value]
+        while todo:
+            n = todo.pop()
+            if isinstance(n, ast.Call) and callee(n) in LOADS:
+                continue
+            if (isinstance(n, ast.Name) and (n.id in self.clamps or n.id in carriers)
+                    or isinstance(n, ast.Call) and _clamp(n, self.k) is not None):
+                return True
+            todo.extend(ast.iter_child_nodes(n))
+        return False
 
     def text(self, node: ast.AST) -> str:
         return self.mod.text(node)
@@ -257,9 +311,11 @@ class _Reader:
     def uses(self) -> list[_Use]:
         out: list[_Use] = []
         for load in self.loads:
-            todo = [_pointer(load)]
+            todo: list[tuple[ast.AST, tuple[ast.Name, ...]]] = [(_pointer(load), ())]
             while todo:
-                node = todo.pop()
+                node, via = todo.pop()
+                if via and isinstance(node, ast.Call) and callee(node) in LOADS:
+                    continue  # another load's own pointer: that load's uses, not this one's
                 found: tuple[ast.AST, ast.AST] | None = None
                 clamp = ""
                 if isinstance(node, ast.Name) and node.id in self.clamps:
@@ -267,15 +323,83 @@ class _Reader:
                     found, clamp = (x, bound), node.id
                 elif isinstance(node, ast.Call):
                     found = _clamp(node, self.k)
+                elif (isinstance(node, ast.Name) and node.id in self.carriers
+                      and isinstance(node.ctx, ast.Load) and all(v.id != node.id for v in via)):
+                    todo.extend((bind.value, (*via, node)) for bind in self.carriers[node.id])
+                    continue
                 if found is None:
-                    todo.extend(ast.iter_child_nodes(node))
+                    todo.extend((child, via) for child in ast.iter_child_nodes(node))
                     continue
                 parent = self.mod.parents.get(node)
                 sub = parent if isinstance(parent, ast.Subscript) and parent.value is node else None
                 axis = _broadcast(sub) if sub is not None else None
                 out.append(_Use(load, node, found[0], found[1], axis,
-                                sub if axis is not None else None, clamp))
+                                sub if axis is not None else None, clamp, via))
         return sorted(out, key=lambda u: self.mod.start(u.node))
+
+    def carried(self, use: _Use) -> str:
+        """Why the index cannot be taken along the way it reaches the load's pointer ("" where
+        it can): each step is element-wise arithmetic (its own broadcast aside), and each
+        variable on the way is assigned once, changed only by `+=` / `-=` of an amount free of
+        the clamp, and read only in load pointers or in such variables' values."""
+        for node in (use.node, *use.via):
+            hidden = self._hidden(node, axes=node is use.node)
+            if hidden is not None:
+                return (f"`{self.text(hidden)[:60]}` stands between `{self.text(node)}` and the load, "
+                        "where only element-wise arithmetic keeps the clamp's broadcast")
+        for name in use.via:
+            var = name.id
+            plain = [b for b in self.carriers[var] if isinstance(b, ast.Assign)]
+            for bind in self.carriers[var]:
+                if isinstance(bind, ast.AugAssign) and (
+                        not isinstance(bind.op, (ast.Add, ast.Sub))
+                        or self._reads_clamp(bind.value, self.carriers)):
+                    return (f"`{var}`, built from the clamp, is changed on line {bind.lineno} other "
+                            "than by `+=` of an amount free of the clamp")
+            if len(plain) != 1:
+                return (f"`{var}`, built from the clamp, is assigned {len(plain)} times "
+                        "(once, then advanced by `+=`, is what the masks can follow)")
+            escape = self._escapes(var, set())
+            if escape is not None:
+                return (f"`{var}`, built from the clamp, is also read outside load pointers (line "
+                        f"{escape.lineno}: `{self.text(self.statement(escape))[:60]}`)")
+        return ""
+
+    def _hidden(self, node: ast.AST, axes: bool) -> ast.AST | None:
+        """The first node above `node` (and, with `axes`, the subscript inserting its axes) that
+        is not element-wise arithmetic, up to the load pointer or the assigned value `node`
+        stands in; None where there is none."""
+        cur = node
+        parent = self.mod.parents.get(cur)
+        if axes and isinstance(parent, ast.Subscript) and parent.value is cur and _broadcast(parent):
+            cur = parent
+        while isinstance(parent := self.mod.parents.get(cur), (ast.BinOp, ast.UnaryOp)):
+            cur = parent
+        if isinstance(parent, (ast.Assign, ast.AugAssign)) and parent.value is cur:
+            return None
+        if isinstance(parent, ast.keyword) and parent.arg == "pointer":
+            return None
+        if isinstance(parent, ast.Call) and callee(parent) in LOADS and parent.args \
+                and parent.args[0] is cur:
+            return None
+        return parent
+
+    def _escapes(self, var: str, seen: set[str]) -> ast.Name | None:
+        """A read of `var` outside load pointers and the values of variables read only there."""
+        seen.add(var)
+        pointers = [_pointer(load) for load in self.loads]
+        for node in ast.walk(self.k.fn):
+            if not (isinstance(node, ast.Name) and node.id == var and isinstance(node.ctx, ast.Load)):
+                continue
+            if any(_within(p, node) for p in pointers):
+                continue
+            stmt = self.statement(node)
+            holder = stmt.targets[0].id if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+                and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id in self.carriers \
+                else None
+            if holder is None or holder not in seen and self._escapes(holder, seen) is not None:
+                return node
+        return None
 
     def term(self, use: _Use) -> str:
         """The mask term that keeps `use`'s lanes in bounds: `x<broadcast> < B`."""
@@ -404,10 +528,14 @@ class _Reader:
         return ast.dump(left) == ast.dump(use.x) and ast.dump(term.comparators[0]) == ast.dump(use.bound)
 
     def stale(self, use: _Use) -> str:
-        """A name of the clamp's x or B bound again between the clamp and the load ("" if none)."""
-        if not use.clamp:
+        """A name of the clamp's x or B bound again between the clamp (or the variable a clamp
+        written in its value reaches the load through) and the load ("" if none)."""
+        if use.clamp:
+            clamp, label = self.clamps[use.clamp][0], use.clamp
+        elif use.via:
+            clamp, label = self.statement(use.node), use.via[-1].id
+        else:
             return ""
-        clamp = self.clamps[use.clamp][0]
         names = names_in(use.x) | names_in(use.bound)
         at, end = self.mod.start(use.load), self.mod.end(clamp)
         for name in sorted(names):
@@ -417,7 +545,7 @@ class _Reader:
                 if end <= self.mod.start(bind) < at or any(
                         _within(loop, use.load) and not _within(loop, clamp)
                         for loop in self._loops(bind)):
-                    return f"`{name}` is bound again between `{use.clamp}` and the load"
+                    return f"`{name}` is bound again between `{label}` and the load"
         return ""
 
     def _loops(self, node: ast.AST) -> list[ast.AST]:
@@ -533,7 +661,7 @@ class MaskedBounds(Pass):
                 refusals.setdefault(key, f"`{mod.text(mod.parents[use.node])}` indexes the clamp "
                                          "other than by inserting axes")
                 continue
-            why = reader.stale(use)
+            why = reader.carried(use) or reader.stale(use)
             if not why and not reader.filled(use):
                 why = reader.discarded(use)
             if why:
@@ -556,11 +684,17 @@ class MaskedBounds(Pass):
         leads = {int(i) for i in self.leads.split(",") if i.strip().isdigit()}
         edits: list[ByteEdit] = []
         by_load: dict[int, list[_Use]] = {}
+        carried: dict[tuple[int, int], ByteEdit] = {}  # in a variable's value, once for its loads
         for use in taken:
             by_load.setdefault(id(use.load), []).append(use)
+            if use.via:
+                span = mod.span(use.node)
+                carried[span] = ByteEdit(*span, _atom(mod.text(use.x), use.x))
+        edits.extend(carried.values())
         for group in by_load.values():
             load = group[0].load
-            inner = [ByteEdit(*mod.span(u.node), _atom(mod.text(u.x), u.x)) for u in group]
+            inner = [ByteEdit(*mod.span(u.node), _atom(mod.text(u.x), u.x)) for u in group
+                     if not u.via]
             new_terms: list[str] = []
             for u in group:
                 term = reader.term(u)
