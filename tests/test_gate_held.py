@@ -156,7 +156,11 @@ def test_with_held_references_a_reused_answer_is_named_with_its_inputs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     verdict = _gate_held(DATA / "cheats" / "reuse_data_ptr.py", monkeypatch)
     assert verdict.failure_kind is FailureKind.REUSED_OUTPUT, verdict.reason
-    assert "answer to other inputs" in verdict.reason
+    # Named by the comparison (an output that is the answer to another set's inputs), or, where
+    # the first seed's set comes back at the address it had (the fork server's allocations
+    # decide), by the knockout call's launches first: the cache answers without its work.
+    assert "answer to other inputs" in verdict.reason or \
+        "it launches otherwise on a set it has seen (a cache of answers)" in verdict.reason, verdict.reason
 
 
 def test_a_held_reference_copied_by_the_candidate_is_noise(monkeypatch: pytest.MonkeyPatch) -> None:
