@@ -169,3 +169,71 @@ def test_the_launch_order_is_left_alone_where_programs_may_wait_on_each_other() 
                            "    tl.atomic_add(O, 0.0)\n    tl.store(O + head")
     out = _made(atomic, "causal-block-skip")
     assert "tl.minimum(" in out and "num_programs" not in out
+
+
+CROSS = ROOT / "bench" / "styles" / "xattn_cross"
+HELPER = ROOT / "bench" / "styles" / "attn_helper_flag"
+
+
+def _function(source: str, pick: str) -> ast.FunctionDef:
+    """The jit function of `source` whose body holds the line `pick`."""
+    return next(n for n in ast.parse(source).body
+                if isinstance(n, ast.FunctionDef) and pick in ast.unparse(n))
+
+
+@pytest.mark.parametrize(("scaled", "folded"), [
+    ("q = (q * sm_scale).to(Q.dtype.element_ty)",
+     f"q = (q * (sm_scale * {LOG2E})).to(Q.dtype.element_ty)"),
+    ("q *= sm_scale", f"q *= (sm_scale * {LOG2E})")])
+def test_a_query_scaled_by_a_second_binding_takes_log2e_where_it_is_scaled(
+        scaled: str, folded: str) -> None:
+    """`q = (q * sm_scale).to(...)` (or `q *= sm_scale`) after the load rebinds q: the read in
+    the key loop's dot sees that binding (the one before it in straight-line code), the dot is
+    linear in q, so the pre-scale takes log2(e) and both exps become exp2; the load's q is no
+    domain value."""
+    text = (CROSS / "xattn.py").read_text()
+    out = _made(text.replace("q = (q * sm_scale).to(Q.dtype.element_ty)", scaled), "exp2-fold")
+    assert folded in out
+    assert "p = tl.exp2(qk - m_new[:, None])" in out and "alpha = tl.exp2(m_i - m_new)" in out
+    assert "tl.exp(" not in out and "qk = tl.dot(q, tl.trans(k))" in out
+    _gated(out, CROSS)
+
+
+def test_a_pre_scaled_query_that_leaves_the_softmax_is_not_folded() -> None:
+    """The scaled q also stored: refused with the store; the loaded q stored before its
+    rescale is another binding's value and leaves the fold alone."""
+    text = (CROSS / "xattn.py").read_text()
+    line = "    q = (q * sm_scale).to(Q.dtype.element_ty)\n"
+    raw = text.replace(line, "    tl.store(O, q)\n" + line)
+    scaled = text.replace(line, line + "    tl.store(O, q)\n")
+    assert not isinstance(scale_fold(_function(raw, "tl.dot(")), str)
+    why = scale_fold(_function(scaled, "tl.dot("))
+    assert isinstance(why, str) and "tl.store(O, q)" in why
+
+
+def test_a_running_max_kept_by_a_helper_folds_once_the_helper_is_inlined() -> None:
+    """The helper's running max is its parameter (no fold there); inlined, the kernel hands it
+    back through `(a, b, m) = (a_h, b_h, m_h)`, whose elements are bindings like any other, so
+    the kernel's scale takes log2(e). Stored after the walk, the max refuses the fold."""
+    from lineage.moves import _normalized
+
+    inlined = _normalized(kir.parse((HELPER / "flag_attn.py").read_text(), "triton"))[0]
+    assert inlined is not None
+    text = inlined.unparse()
+    helper = _function(text, "return (o_acc")
+    assert isinstance(scale_fold(helper), str)
+    kernel = _function(text, "tl.program_id(")
+    fold = scale_fold(kernel)
+    assert not isinstance(fold, str) and len(fold.exps) == 2
+    made = list(materializations(_cards()["exp2-fold"], inlined, DeterministicRewriter(), None,
+                                 sweeps=False, transplants=False))
+    out = next(m.ir.unparse() for m in made if m.ok and "* 1.44" in
+               ast.unparse(_function(m.ir.unparse(), "tl.program_id(")))
+    body = ast.unparse(_function(out, "tl.program_id("))
+    assert f"logits = tl.dot(q_tile, tl.trans(k_tile)) * (softmax_scale * {LOG2E})" in body
+    assert body.count("tl.exp2(") == 2 and "tl.exp(" not in body
+    _gated(out, HELPER)
+    stored = text.replace("    out = o_acc / row_sum", "    tl.store(Out, row_max)\n"
+                          "    out = o_acc / row_sum")
+    why = scale_fold(_function(stored, "tl.program_id("))
+    assert isinstance(why, str) and "tl.store(Out, row_max)" in why

@@ -4,14 +4,19 @@ scores, what masks and maxima make of them, and the exponentials that take them.
 A value is in the log domain when scaling every such value by one positive factor scales it
 too: the scores (a product of an expression and a scalar *scale*, `tl.dot(q, k) * sm_scale`),
 sums and differences of log-domain values, their maxima and minima (`tl.max`, `tl.maximum`),
-their products with values outside the domain, `tl.where` between them (or a drop: -inf, zero,
-a large negative literal) on a condition the factor leaves alone, and the constants a running
-maximum starts from. Where every read of such a value is another of them, an exponential's
-argument or a comparison between them, multiplying each scale by log2(e) and turning each of
-those `exp` into `exp2` computes the same function with one multiply fewer per score:
-`exp2(x * log2(e)) == exp(x)`, and comparisons and maxima commute with a positive factor.
-Names are followed flow-insensitively (a name is in the domain when every binding of it is),
-which a kernel's reassignments (`s = tl.where(mask, s, -inf)`) keep.
+their products with values outside the domain (a `tl.dot` with one operand in the domain: a
+query scaled before the key loop, `q = (q * sm_scale).to(t)`, scales the scores), casts,
+`tl.where` between them (or a drop: -inf, zero, a large negative literal) on a condition the
+factor leaves alone, and the constants a running maximum starts from. Where every read of such
+a value is another of them, an exponential's argument or a comparison between them,
+multiplying each scale by log2(e) and turning each of those `exp` into `exp2` computes the same
+function with one multiply fewer per score: `exp2(x * log2(e)) == exp(x)`, and comparisons and
+maxima commute with a positive factor.
+The domain is a set of bindings (`x = ...`, `x op= ...`, an element of `a, b = x, y`, the form
+an inlined helper hands its results back in). A read sees the one binding before it in its
+block where the statements show it (straight-line code, out of `if` / `with` and out of loops
+that do not bind the name: the `q` a dot reads after `q = q * s`), else every binding of its
+name (a loop-carried maximum), and is in the domain when each binding it may see is.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from passes.triton._py import callee, names_in
+from passes.triton._py import callee
 from passes.triton.masking import WHERE, strong_drop
 
 EXPS = frozenset({"tl.exp", "tl.math.exp", "triton.language.exp"})
@@ -55,21 +60,45 @@ def _params(fn: ast.FunctionDef) -> set[str]:
     return {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}
 
 
-def _bindings(fn: ast.FunctionDef, parents: Mapping[ast.AST, ast.AST]) -> dict[str, list[ast.stmt]]:
-    """Name -> its `x = ...` / `x op= ...` statements, for the names bound in no other way (not a
-    parameter, a loop target, a tuple's element, a `with` target)."""
-    plain: dict[str, list[ast.stmt]] = {}
+def _plain(fn: ast.FunctionDef, parents: Mapping[ast.AST, ast.AST]
+           ) -> tuple[dict[str, list[ast.Name]], dict[ast.Name, ast.expr]]:
+    """Name -> the targets of its `x = ...` / `x op= ...` statements (an element of
+    `a, b = x, y` is one too), and each such target's value (an augmented assignment's
+    operand), for the names bound in no other way (not a parameter, a loop target, a starred
+    or nested element, a `with` target)."""
+    plain: dict[str, list[ast.Name]] = {}
+    values: dict[ast.Name, ast.expr] = {}
     opaque = _params(fn)
     for node in ast.walk(fn):
         if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)):
             continue
         stmt = parents.get(node)
+        value: ast.expr | None = None
         if isinstance(stmt, ast.Assign) and node in stmt.targets \
                 or isinstance(stmt, ast.AugAssign) and node is stmt.target:
-            plain.setdefault(node.id, []).append(stmt)
-        else:
+            value = stmt.value
+        elif isinstance(stmt, ast.Tuple) and isinstance(parents.get(stmt), ast.Assign):
+            assign = parents[stmt]
+            if assign.targets == [stmt] and isinstance(assign.value, ast.Tuple) \
+                    and len(assign.value.elts) == len(stmt.elts) \
+                    and not any(isinstance(e, ast.Starred) for e in assign.value.elts):
+                value = assign.value.elts[stmt.elts.index(node)]
+        if value is None:
             opaque.add(node.id)
-    return {k: v for k, v in plain.items() if k not in opaque}
+        else:
+            plain.setdefault(node.id, []).append(node)
+            values[node] = value
+    return {k: v for k, v in plain.items() if k not in opaque}, values
+
+
+_DOTS = frozenset({"tl.dot", "triton.language.dot"})
+_TRANS = frozenset({"tl.trans", "tl.permute", "triton.language.trans", "triton.language.permute"})
+_DOT_OPTIONS = frozenset({"input_precision", "allow_tf32", "out_dtype", "max_num_imprecise_acc"})
+_BLOCKS = ("body", "orelse")
+
+
+def _loads(node: ast.AST) -> list[ast.Name]:
+    return [n for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
 
 
 class _Domain:
@@ -78,21 +107,73 @@ class _Domain:
     def __init__(self, fn: ast.FunctionDef) -> None:
         self.fn = fn
         self.parents = _parents(fn)
-        self.binds = _bindings(fn, self.parents)
+        self.binds, self.values = _plain(fn, self.parents)
+        self.owner: dict[ast.expr, list[ast.Name]] = {}
+        for target, value in self.values.items():
+            if target.id in self.binds:
+                self.owner.setdefault(value, []).append(target)
         self.params = _params(fn) - _stored(fn)  # parameters never rebound
         self.looped = {n for loop in ast.walk(fn) if isinstance(loop, (ast.For, ast.While))
                        for n in _stored(loop)}
-        # The greatest set of names every binding of which is in the domain. A name that must
-        # stay out of it (a mask, a factor) would fail its readers while it is still assumed in:
-        # the first pass takes such positions on trust, the second checks them.
-        self.names: set[str] = set(self.binds)
+        self.walrus = any(isinstance(n, ast.NamedExpr) for n in ast.walk(fn))
+        self._seen: dict[ast.Name, tuple[ast.Name, ...]] = {}
+        # The greatest set of bindings each in the domain. A name that must stay out of it (a
+        # mask, a factor) would fail its readers while it is still assumed in: the first pass
+        # takes such positions on trust, the second checks them.
+        self.dom: set[ast.Name] = {t for ts in self.binds.values() for t in ts}
         for trusting in (True, False):
             self.trusting = trusting
             while True:
-                bad = {n for n in self.names if not all(self._binding(s) for s in self.binds[n])}
+                bad = {t for t in self.dom if not self._binding(t)}
                 if not bad:
                     break
-                self.names -= bad
+                self.dom -= bad
+
+    # -- which binding a read sees --------------------------------------------------------
+    def _statement(self, node: ast.AST) -> ast.AST | None:
+        while node is not None and not isinstance(node, ast.stmt):
+            node = self.parents.get(node)
+        return node
+
+    def _reaching(self, read: ast.Name) -> ast.Name | None:
+        """The one binding a read of a name sees where the statements show it: the last plain
+        binding before it in its block, or in a block around it, climbing out of `if` / `with`
+        and out of loops that do not bind the name; None where that is not known."""
+        name = read.id
+        pos = self._statement(read)
+        if self.walrus or name not in self.binds or isinstance(pos, ast.While):
+            return None
+        while pos is not None and pos is not self.fn:
+            parent = self.parents.get(pos)
+            block = next((b for f in _BLOCKS if isinstance(b := getattr(parent, f, None), list)
+                          and any(x is pos for x in b)), None)
+            if block is None:
+                return None
+            for prev in reversed(block[:next(i for i, x in enumerate(block) if x is pos)]):
+                stores = [n for n in ast.walk(prev) if isinstance(n, ast.Name)
+                          and isinstance(n.ctx, ast.Store) and n.id == name]
+                if stores:
+                    ok = len(stores) == 1 and isinstance(prev, (ast.Assign, ast.AugAssign)) \
+                        and stores[0] in self.values
+                    return stores[0] if ok else None
+            if parent is self.fn or not isinstance(parent, (ast.If, ast.With, ast.For, ast.While)):
+                return None
+            if isinstance(parent, (ast.For, ast.While)) and name in _stored(parent):
+                return None  # a binding later in the loop reaches the read on the next iteration
+            pos = parent
+        return None
+
+    def sees(self, read: ast.Name) -> tuple[ast.Name, ...]:
+        """The bindings a read may see: the one that reaches it (`_reaching`), else every
+        binding of its name (none for a name bound in another way)."""
+        if read not in self._seen:
+            one = self._reaching(read)
+            self._seen[read] = (one,) if one is not None else tuple(self.binds.get(read.id, ()))
+        return self._seen[read]
+
+    def _in(self, read: ast.Name) -> bool:
+        seen = self.sees(read)
+        return bool(seen) and all(t in self.dom for t in seen)
 
     # -- what a value is ----------------------------------------------------------------
     def _scalar(self, node: ast.AST, depth: int = 4) -> bool:
@@ -104,8 +185,9 @@ class _Domain:
             if node.id in self.params:
                 return True
             binds = self.binds.get(node.id, [])
-            return (depth > 0 and len(binds) == 1 and isinstance(binds[0], ast.Assign)
-                    and node.id not in self.looped and self._scalar(binds[0].value, depth - 1))
+            return (depth > 0 and len(binds) == 1
+                    and not isinstance(self.parents.get(binds[0]), ast.AugAssign)
+                    and node.id not in self.looped and self._scalar(self.values[binds[0]], depth - 1))
         if isinstance(node, ast.BinOp) and isinstance(node.op, _ARITH):
             return self._scalar(node.left, depth) and self._scalar(node.right, depth)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -157,7 +239,7 @@ class _Domain:
         return None
 
     def _free(self, node: ast.AST) -> bool:
-        return not (names_in(node) & self.names)
+        return not any(set(self.sees(n)) & self.dom for n in _loads(node))
 
     def _outside(self, node: ast.AST) -> bool:
         """A position the domain must not reach (a mask, a factor, an axis)."""
@@ -171,11 +253,14 @@ class _Domain:
             if self._fixed(node):
                 return True
             scale = self.scale_of(node)
+            if scale is None and isinstance(node, ast.Call) \
+                    and isinstance(node.func, ast.Attribute) and node.func.attr == "to":
+                return self.log(node.func.value, scales)  # scaled scores cast: `(q * s).to(t)`
             if scale is not None and scales is not None:
                 scales.append(scale)
             return scale is not None
         if isinstance(node, ast.Name):
-            return node.id in self.names
+            return self._in(node)
         if isinstance(node, ast.Subscript):
             index = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
             return all(isinstance(i, ast.Slice) and i.lower is i.upper is i.step is None
@@ -208,6 +293,17 @@ class _Domain:
             if isinstance(node.func, ast.Attribute) and node.func.attr == "to":
                 return all(map(self._outside, [*node.args, *(k.value for k in node.keywords)])) \
                     and self.log(node.func.value, scales)
+            if name in _TRANS and node.args:
+                return all(map(self._outside, rest)) and self.log(node.args[0], scales)
+            if name in _DOTS and len(node.args) == 2 \
+                    and all(k.arg in _DOT_OPTIONS for k in node.keywords):
+                # linear in each operand: one in the domain, the other outside it
+                a, b = node.args
+                if self._free(b):
+                    return self.log(a, scales)
+                if self._free(a):
+                    return self.log(b, scales)
+                return self.trusting and (self.log(a) or self.log(b))
         return False
 
     def _invariant(self, cond: ast.AST) -> bool:
@@ -223,36 +319,61 @@ class _Domain:
             return self._invariant(cond.operand)
         return False
 
-    def _binding(self, stmt: ast.stmt, scales: list[ast.expr] | None = None) -> bool:
-        if isinstance(stmt, ast.Assign):
-            return self.log(stmt.value, scales)
-        if isinstance(stmt, ast.AugAssign):
-            if isinstance(stmt.op, (ast.Add, ast.Sub)):
-                return self.log(stmt.value, scales)
-            return isinstance(stmt.op, (ast.Mult, ast.Div)) and self._outside(stmt.value)
-        return False
+    def _binding(self, target: ast.Name) -> bool:
+        stmt = self.parents.get(target)
+        if not isinstance(stmt, ast.AugAssign):
+            return self.log(self.values[target])
+        if self.aug_scale(target) is not None:
+            return True
+        if not self._in(target):  # the value it updates
+            return False
+        if isinstance(stmt.op, (ast.Add, ast.Sub)):
+            return self.log(stmt.value)
+        return isinstance(stmt.op, (ast.Mult, ast.Div)) and self._outside(stmt.value)
+
+    def aug_scale(self, target: ast.Name) -> ast.expr | None:
+        """The scale of `x *= scale` where the x it updates is outside the domain and no
+        scalar (a query scaled in place after its load): the product starts the domain."""
+        stmt = self.parents.get(target)
+        before = self.sees(target)
+        if not (isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Mult) and before
+                and self._scalar(stmt.value)) or set(before) & self.dom:
+            return None
+        return None if any(self._scalar(self.values[b]) for b in before) else stmt.value
+
+    def _grows(self, target: ast.Name) -> bool:
+        """Whether the target's value is a domain value its scales may start in (not the
+        factor of `x *= f`)."""
+        stmt = self.parents.get(target)
+        return not isinstance(stmt, ast.AugAssign) or isinstance(stmt.op, (ast.Add, ast.Sub))
 
     # -- who reads it -------------------------------------------------------------------
-    def feeding(self) -> tuple[list[ast.Call], set[str]]:
-        """The exponentials of domain values, and the domain names connected to their arguments
-        (what they read, what reads those, transitively): every name a folded scale reaches."""
+    def feeding(self) -> tuple[list[ast.Call], set[ast.Name]]:
+        """The exponentials of domain values, and the domain bindings connected to their
+        arguments (what they read, what reads those, transitively): every binding a folded
+        scale reaches."""
         exps = [c for c in ast.walk(self.fn) if isinstance(c, ast.Call) and callee(c) in EXPS
                 and len(c.args) == 1 and not c.keywords and self.log(c.args[0])]
-        reads = {n: {r for s in self.binds[n] for r in names_in(s.value) & self.names}
-                 for n in self.names}
-        near = {n: set(r) for n, r in reads.items()}
-        for n, rs in reads.items():
-            for r in rs:
-                near[r].add(n)
-        names: set[str] = set()
-        todo = [n for c in exps for n in names_in(c.args[0]) & self.names]
-        while todo:
-            name = todo.pop()
-            if name not in names:
-                names.add(name)
-                todo += near[name]
-        return exps, names
 
+        def read(node: ast.AST) -> set[ast.Name]:
+            return {t for n in _loads(node) for t in self.sees(n) if t in self.dom}
+
+        near: dict[ast.Name, set[ast.Name]] = {t: set() for t in self.dom}
+        for t in self.dom:
+            reads = read(self.values[t])
+            if isinstance(self.parents.get(t), ast.AugAssign):
+                reads |= set(self.sees(t)) & self.dom
+            for r in reads:
+                near[t].add(r)
+                near[r].add(t)
+        found: set[ast.Name] = set()
+        todo = [t for c in exps for t in read(c.args[0])]
+        while todo:
+            t = todo.pop()
+            if t not in found:
+                found.add(t)
+                todo += near[t]
+        return exps, found
     def starts(self, nodes: list[ast.AST]) -> list[ast.expr]:
         """The scales the domain values `nodes` start from (each once)."""
         found: list[ast.expr] = []
@@ -269,11 +390,11 @@ class _Domain:
             parent = self.parents.get(cur)
             if parent is None:
                 return cur
+            if cur in self.owner:  # the value of a binding (an element of a tuple's too)
+                return None if all(t in self.dom for t in self.owner[cur]) \
+                    else self._statement(cur)
             if isinstance(parent, (ast.Assign, ast.AugAssign)):
-                target = parent.targets[0] if isinstance(parent, ast.Assign) else parent.target
-                ok = cur is parent.value and isinstance(target, ast.Name) \
-                    and target.id in self.names
-                return None if ok else parent
+                return parent
             if isinstance(parent, ast.Call) and callee(parent) in EXPS and parent.args == [cur] \
                     and not parent.keywords:
                 return None
@@ -288,18 +409,26 @@ class _Domain:
             return stmt if stmt is not None else parent
 
 
+
+
 def scale_fold(fn: ast.FunctionDef) -> ScaleFold | str:
     """Where log2(e) folds into `fn`'s softmax (`ScaleFold`), or why it does not (a reason)."""
     domain = _Domain(fn)
-    exps, names = domain.feeding()
-    values = [c.args[0] for c in exps] + [s.value for n in names for s in domain.binds[n]]
+    exps, found = domain.feeding()
+    values = [c.args[0] for c in exps] + [domain.values[t] for t in found if domain._grows(t)]
     scales = domain.starts(values)
+    scales += [s for t in found if (s := domain.aug_scale(t)) is not None]
     if not exps or not scales:
         return "no exponential takes scores scaled by a scalar (`tl.dot(q, k) * scale`)"
     for node in ast.walk(fn):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in names:
+        if not isinstance(node, ast.Name) or not set(domain.sees(node)) & found:
+            continue
+        if isinstance(node.ctx, ast.Load):
             where = domain.misread(node)
-            if where is not None:
-                text = ast.unparse(where).splitlines()[0][:120]
-                return f"{node.id} (in the softmax's log domain) is also read by `{text}`"
+        else:  # `x op= y` reads the x it updates
+            stmt = domain.parents.get(node)
+            where = stmt if isinstance(stmt, ast.AugAssign) and node not in domain.dom else None
+        if where is not None:
+            text = ast.unparse(where).splitlines()[0][:120]
+            return f"{node.id} (in the softmax's log domain) is also read by `{text}`"
     return ScaleFold(tuple(scales), tuple(exps))
