@@ -1561,7 +1561,10 @@ class Seal:
         output (or part of one) with its real values (copies recorded since the last launch
         replayed), cloned. The inputs and what the call made hold poison again after; the
         candidate's buffers from before the call (a table it keeps from call to call) hold
-        their real values: the call is over, and an honest kernel reads them in the next."""
+        their real values: the call is over, and an honest kernel reads them in the next.
+        What such a buffer may hold of this call's inputs tells host code nothing new: the
+        sealed call's set is never drawn again, and the configuration calls run on the first
+        seed's set, which the candidate's correctness call saw in the clear."""
         cap = self.cap
         items = out if isinstance(out, (tuple, list)) else (out,)
         self.busy = True
