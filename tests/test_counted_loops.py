@@ -80,10 +80,26 @@ def test_a_loop_whose_reading_is_not_exact_is_left_as_it_is(change: tuple[str, s
     assert counted_loops(kir.parse(text, "triton")) is None, why
 
 
-def test_a_start_read_before_the_loop_stays_in_place() -> None:
+def test_a_counter_read_outside_the_loop_leaves_it_as_it_is() -> None:
+    """A read of the counter before the loop (after its start) is outside the loop as much as
+    one after it: the recognizer software-pipelining shares leaves such a loop alone."""
     text = WHILE_GEMM.replace("    k = 0\n    while k < K:\n", "    k = 0\n    first = k\n    while k < K:\n")
-    out = counted_loops(kir.parse(text, "triton")).unparse()
-    assert "    k = 0\n    first = k\n    for k in range(k, K, BLOCK_K):\n" in out
+    assert counted_loops(kir.parse(text, "triton")) is None
+
+
+def test_software_pipelining_writes_the_same_for_loop_over_tl_range() -> None:
+    """One recognizer and one writer (`counted_while`, `as_for`) serve the normalization and
+    the software-pipelining rule: the same header, over `tl.range` with its depth."""
+    from passes.registry import get_pass
+
+    ir = kir.parse(WHILE_GEMM, "triton")
+    rule = get_pass("software-pipelining")
+    rule = rule() if isinstance(rule, type) else rule
+    site = next(s for s in rule.sites(ir) if s.detail.get("while"))
+    text = rule.optimize(ir, site).ir.unparse()
+    assert "for k in tl.range(0, K, BLOCK_K, num_stages=3):" in text
+    assert counted_loops(ir).unparse() == text.replace("tl.range(0, K, BLOCK_K, num_stages=3)",
+                                                       "range(0, K, BLOCK_K)")
 
 
 @cache

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from passes._source import ByteEdit, finish, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, bound_names, callee, literal_int, names_in
+from passes.triton._py import PyModule, callee, literal_int, names_in
+from passes.triton.loops import CountedWhile, as_for, counted_while
 from passes.triton.roles import (
     DEFAULT_WARPS,
     heuristic_constant,
@@ -670,85 +671,6 @@ def _read_at_compile_time(loop: ast.For, name: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _CountedWhile:
-    """`name = start` ... `while name < stop:` body `name += step`: the `for` loop it is."""
-
-    name: str
-    start: ast.expr
-    stop: ast.expr
-    step: ast.expr
-    increment: ast.AugAssign
-    init: ast.Assign | None
-    """The assignment of `start` (None where it shares a line with the loop)."""
-
-
-def _assigns(node: ast.AST, name: str) -> bool:
-    """Whether `node` (re)binds `name` anywhere inside it."""
-    return any(name in bound_names(sub) for sub in ast.walk(node))
-
-
-def _counted_while(mod: PyModule, loop: ast.While) -> _CountedWhile | None:
-    """The counted form of `loop`, or None when it is not one: the test is `name < stop`, the
-    body's last statement `name += step` is its only change of `name` (and of nothing the
-    bounds read), the body neither breaks nor continues, `name` was last set by a plain
-    assignment in the same block with nothing between changing what that start reads, `name`
-    is read nowhere but in the loop (a `for` leaves it at its last value, the `while` one step
-    past it), and there is no `else:`."""
-    test = loop.test
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Lt)
-            and isinstance(test.left, ast.Name)) or loop.orelse or not loop.body:
-        return None
-    name, stop = test.left.id, test.comparators[0]
-    last = loop.body[-1]
-    if not (isinstance(last, ast.AugAssign) and isinstance(last.op, ast.Add)
-            and isinstance(last.target, ast.Name) and last.target.id == name):
-        return None
-    step = last.value
-    limits = names_in(stop) | names_in(step)
-    if name in limits or any(_assigns(stmt, n) for stmt in loop.body[:-1]
-                             for n in limits | {name}):
-        return None
-    if any(isinstance(sub, (ast.Break, ast.Continue)) for stmt in loop.body for sub in ast.walk(stmt)):
-        return None
-    parent = mod.parents.get(loop)
-    block = next((getattr(parent, f) for f in ("body", "orelse", "finalbody")
-                  if loop in getattr(parent, f, [])), None)
-    if block is None:
-        return None
-    at = block.index(loop)
-    start, init, between = None, None, []
-    for stmt in reversed(block[:at]):
-        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-                and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == name):
-            start, init = stmt.value, stmt
-            break
-        between.append(stmt)
-    if start is None or any(_assigns(stmt, n) for stmt in between for n in names_in(start) | {name}):
-        return None  # the start would be read at the loop with other values than at its assignment
-    kernel = mod.kernel_of(loop)
-    lo, hi = mod.span(loop)
-    if kernel is None or any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
-                             and not lo <= mod.start(n) < hi for n in ast.walk(kernel)):
-        return None  # read outside the loop (after it, or on an enclosing loop's next trip)
-    if len(loop.body) > 1 and loop.body[-2].end_lineno >= last.lineno:
-        return None  # the increment shares a line: it cannot be removed on its own
-    if init is not None and init.end_lineno >= loop.lineno:
-        init = None
-    return _CountedWhile(name, start, stop, step, last, init)
-
-
-def _counted_for(mod: PyModule, loop: ast.While, counted: _CountedWhile, stages: int) -> list[ByteEdit]:
-    """Rewrite a counted `while` loop as the pipelined `for` loop it is."""
-    header = (f"for {counted.name} in tl.range({mod.text(counted.start)}, {mod.text(counted.stop)}, "
-              f"{mod.text(counted.step)}, num_stages={stages})")
-    start, end = mod.stmt_span(counted.increment)
-    edits = [ByteEdit(mod.start(loop), mod.end(loop.test), header), ByteEdit(start, end, "")]
-    if counted.init is not None:  # the loop binds the name now
-        edits.insert(0, ByteEdit(*mod.stmt_span(counted.init), ""))
-    return edits
-
-
-@dataclass(frozen=True, slots=True)
 class SoftwarePipelining(_KeywordPass):
     """Software pipelining depth: de-optimization sets `num_stages=1` (no prefetch) on a
     launch, a config or a `tl.range` loop; optimization restores the recorded depth, or turns
@@ -795,14 +717,14 @@ class SoftwarePipelining(_KeywordPass):
                     out.append(node)
         return out
 
-    def _counted_whiles(self, mod: PyModule) -> list[tuple[ast.While, _CountedWhile]]:
+    def _counted_whiles(self, mod: PyModule) -> list[tuple[ast.While, CountedWhile]]:
         """Kernel `while` loops over loads that count a name up by a fixed step: Triton
         pipelines only counted (`for`) loops, so these cannot be pipelined as written."""
         out = []
         for kernel in mod.kernels():
             for node in ast.walk(kernel):
                 if isinstance(node, ast.While) and _loads(node) and not _inner_loop_loads(node):
-                    counted = _counted_while(mod, node)
+                    counted = counted_while(mod, node)
                     if counted is not None:
                         out.append((node, counted))
         return out
@@ -856,7 +778,7 @@ class SoftwarePipelining(_KeywordPass):
                       if mod.stmt_span(w)[1] == site.span[1]
                       and mod.stmt_span(c.init if c.init is not None else w)[0] == site.span[0]), None)
         if found is not None:
-            return finish(ir, site, _counted_for(mod, *found, self.stages), preconditions=results)
+            return finish(ir, site, as_for(mod, *found, stages=self.stages), preconditions=results)
         call = self._holder_at(mod, site)
         if call is None or not (callee(call) in ("range", *STATIC_RANGES) or _depthless(mod, call)):
             return Skipped("no loop or num_stages at the site", {"site": site.anchor})
