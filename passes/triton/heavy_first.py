@@ -16,17 +16,10 @@ import ast
 
 from passes._source import ByteEdit
 from passes.triton._py import PyModule, callee
-from passes.triton.roles import PID_CALLS, assignments
+from passes.triton.roles import NUM_PROGRAMS, PID_CALLS, assignments, program_axis
 
-NUM_PROGRAMS = frozenset({"tl.num_programs", "triton.language.num_programs"})
 _PASSING = frozenset({"tl.multiple_of", "tl.max_contiguous", "triton.language.multiple_of",
                       "triton.language.max_contiguous"})
-
-
-def _axis(call: ast.Call) -> int | None:
-    arg = call.args[0] if call.args else next(
-        (k.value for k in call.keywords if k.arg == "axis"), None)
-    return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, int) else None
 
 
 def _rising(expr: ast.AST, binds: dict[str, list[ast.AST]], depth: int = 8) -> set[int] | None:
@@ -55,7 +48,7 @@ def _rising(expr: ast.AST, binds: dict[str, list[ast.AST]], depth: int = 8) -> s
     if isinstance(expr, ast.Call):
         name = callee(expr)
         if name in PID_CALLS:
-            axis = _axis(expr)
+            axis = program_axis(expr)
             return {axis} if axis is not None else None
         if name in _PASSING and expr.args:
             return _rising(expr.args[0], binds, depth)
@@ -82,15 +75,15 @@ def heavy_first(mod: PyModule, kernel: ast.FunctionDef, base: str) -> list[ByteE
     calls = [c for c in ast.walk(kernel) if isinstance(c, ast.Call)]
     if any(callee(c).startswith(("tl.atomic", "triton.language.atomic")) for c in calls):
         return "the kernel's programs use atomics: their launch order may matter"
-    if any(callee(c) in NUM_PROGRAMS and _axis(c) in (axis, None) for c in calls):
+    if any(callee(c) in NUM_PROGRAMS and program_axis(c) in (axis, None) for c in calls):
         return f"the kernel reads the size of program axis {axis}: it orders its programs itself"
     helpers = {f.name: f for f in mod.kernels() if f is not kernel}
     called = {callee(c) for c in calls} & set(helpers)
     if any(callee(c) in PID_CALLS for name in called for c in ast.walk(helpers[name])
            if isinstance(c, ast.Call)):
         return "a jit helper the kernel calls reads program ids: the order is not the kernel's"
-    pids = [c for c in calls if callee(c) in PID_CALLS and _axis(c) == axis]
-    if any(_axis(c) is None for c in calls if callee(c) in PID_CALLS):
+    pids = [c for c in calls if callee(c) in PID_CALLS and program_axis(c) == axis]
+    if any(program_axis(c) is None for c in calls if callee(c) in PID_CALLS):
         return "a program id of an axis that is not a literal"
     prefix = callee(pids[0]).rsplit(".", 1)[0]
     return [ByteEdit(*mod.span(c), f"({prefix}.num_programs({axis}) - 1 - {mod.text(c)})")

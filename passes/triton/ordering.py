@@ -29,6 +29,7 @@ from passes.triton.roles import (
     launch_grid,
     param_values,
     pid_names,
+    program_axis,
     tile_roles,
 )
 from passes.triton.untie import _identifiers, shape_roles
@@ -133,20 +134,13 @@ class _GroupShape:
     inner: str
 
 
-def _axis_of(call: ast.Call) -> int | None:
-    """The literal axis of `tl.program_id(axis)` / `tl.num_programs(axis)`, else None."""
-    arg = call.args[0] if call.args else next(
-        (k.value for k in call.keywords if k.arg == "axis"), None)
-    return literal_int(arg)
-
-
 def _pid_axis(node: ast.AST | None) -> int | None:
     """The axis of `tl.program_id(axis)` (a literal; also cast, `.to(tl.int64)`), else None."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to":
         return _pid_axis(node.func.value)
     if not (isinstance(node, ast.Call) and callee(node) in PID_CALLS):
         return None
-    return _axis_of(node)
+    return program_axis(node)
 
 
 def _tiling(mod: PyModule, kernel: ast.FunctionDef) -> _Tiling | str:
@@ -664,7 +658,7 @@ class GroupedOrdering(Pass):
             return Skipped("a jit function the kernel calls reads program ids", detail)
         for c in ast.walk(kernel):
             if isinstance(c, ast.Call) and callee(c).endswith("num_programs") \
-                    and _axis_of(c) in (None, low, high):
+                    and program_axis(c) in (None, low, high):
                 return Skipped("the kernel reads the number of programs along a merged axis",
                                detail)
         params = [a.arg for a in kernel.args.args]

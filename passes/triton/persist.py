@@ -39,11 +39,10 @@ from dataclasses import dataclass
 
 from passes._source import ByteEdit, indent_of, line_end, line_start
 from passes.triton._py import PyModule, callee, fresh_name, names_in
-from passes.triton.roles import dot_loops, launch_arguments, launch_grid
+from passes.triton.roles import NUM_PROGRAMS, dot_loops, launch_arguments, launch_grid, program_axis
 
 PID = frozenset({"tl.program_id", "triton.language.program_id"})
 MAKE_DESCRIPTOR = frozenset({"tl.make_tensor_descriptor", "triton.language.make_tensor_descriptor"})
-NUM_PROGRAMS = frozenset({"tl.num_programs", "triton.language.num_programs"})
 CDIV = frozenset({"triton.cdiv", "cdiv", "tl.cdiv"})
 
 
@@ -82,11 +81,6 @@ def kernel_names(kernel: ast.FunctionDef) -> set[str]:
     """Every name a kernel reads, binds or takes: a name a rewrite adds must be none of them."""
     return {n.id for n in ast.walk(kernel) if isinstance(n, ast.Name)} | {
         a.arg for a in kernel.args.args + kernel.args.kwonlyargs}
-
-
-def _axis(call: ast.Call) -> int | None:
-    arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "axis"), None)
-    return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, int) else None
 
 
 def _grid_tuple(grid: ast.AST | None) -> ast.Tuple | ast.List | str:
@@ -197,7 +191,7 @@ def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
         grids.append(elts)
         hosts.append(tuple(mod.text(e) for e in elts.elts))
     assert axes is not None
-    if any(_axis(c) is None or _axis(c) >= len(axes) for c in pids):
+    if any(program_axis(c) is None or program_axis(c) >= len(axes) for c in pids):
         return "a program id's axis is not a constant within the grid"
     start = next(i for i, s in enumerate(kernel.body)
                  if any(isinstance(n, ast.Call) and callee(n) in PID for n in ast.walk(s)))
@@ -206,7 +200,7 @@ def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
     if any(id(c) in steps for c in counts):
         return "the kernel already walks its tiles: a loop steps by tl.num_programs"
     walked = {id(n) for st in kernel.body[start:] for n in ast.walk(st)}
-    if any(id(c) not in walked or _axis(c) is None or _axis(c) >= len(axes) for c in counts):
+    if any(id(c) not in walked or program_axis(c) is None or program_axis(c) >= len(axes) for c in counts):
         # in the walked body each reads its axis's tile count; before it, the count of
         # programs would change meaning
         return "the kernel reads tl.num_programs before its first program id, or of no grid axis"
@@ -381,7 +375,7 @@ def walk_edits(mod: PyModule, walk: Walk, taken: set[str], keywords: str = "") -
         out, at = [], a
         for c in counts:
             if a <= mod.start(c) and mod.end(c) <= b:
-                out += [src[at:mod.start(c)].decode("utf-8"), f"({walk.axes[_axis(c)]})"]  # type: ignore[index]
+                out += [src[at:mod.start(c)].decode("utf-8"), f"({walk.axes[program_axis(c)]})"]  # type: ignore[index]
                 at = mod.end(c)
         return "".join(out) + src[at:b].decode("utf-8")
 
@@ -415,12 +409,12 @@ def walk_edits(mod: PyModule, walk: Walk, taken: set[str], keywords: str = "") -
         # tensor in the interpreter too, where the loop's variable is a Python int
         methods = {id(n.value) for s in kernel.body[walk.start:] for n in ast.walk(s)
                    if isinstance(n, ast.Attribute)}
-        cast = {_axis(c) for c in calls if id(c) in methods}
+        cast = {program_axis(c) for c in calls if id(c) in methods}
         decoded = "".join(f"{indent}{step}{n} = {f'tl.cast({v}, tl.int32)' if a in cast else v}\n"
                           for a, (n, v) in enumerate(zip(names, _decode(tile, walk.axes))))
         parts, at = [], start
         for c in calls:
-            parts += [text(at, mod.start(c)), names[_axis(c)]]  # type: ignore[index]
+            parts += [text(at, mod.start(c)), names[program_axis(c)]]  # type: ignore[index]
             at = mod.end(c)
         body = "".join(parts) + text(at, end)
     body = "".join(step + line if line.strip() else line for line in body.splitlines(keepends=True))

@@ -68,6 +68,17 @@ RANGE_CALLS = frozenset(
     }
 )
 PID_CALLS = frozenset({"tl.program_id", "triton.language.program_id"})
+NUM_PROGRAMS = frozenset({"tl.num_programs", "triton.language.num_programs"})
+
+
+def program_axis(call: ast.Call) -> int | None:
+    """The literal axis of a `tl.program_id(axis)` / `tl.num_programs(axis)` call (positional
+    or `axis=`), else None."""
+    arg = call.args[0] if call.args else next(
+        (k.value for k in call.keywords if k.arg == "axis"), None)
+    return literal_int(arg)
+
+
 ARANGE = frozenset({"tl.arange", "triton.language.arange"})
 SHAPED = frozenset({"tl.zeros", "tl.full", "triton.language.zeros", "triton.language.full"})
 DOT = frozenset({"tl.dot", "triton.language.dot"})
