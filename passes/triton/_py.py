@@ -295,6 +295,13 @@ def literal_int(node: ast.AST | None) -> int | None:
     return None
 
 
+def argument(call: ast.Call, position: int, name: str) -> ast.AST | None:
+    """The value of `call`'s argument `name`, passed by keyword or at `position`; None when it
+    is not passed."""
+    kw = next((k.value for k in call.keywords if k.arg == name), None)
+    return kw if kw is not None else (call.args[position] if position < len(call.args) else None)
+
+
 def names_in(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 

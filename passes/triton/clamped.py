@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, bound_names, callee, names_in
+from passes.triton._py import PyModule, argument, bound_names, callee, names_in
 from passes.triton.launch import TRITON
 from passes.triton.layout import DOT
 from passes.triton.masking import LOADS, STORES
@@ -124,18 +124,12 @@ def _axes_text(sub: ast.Subscript) -> str:
 
 
 def _pointer(load: ast.Call) -> ast.AST | None:
-    kw = next((k.value for k in load.keywords if k.arg == "pointer"), None)
-    return kw if kw is not None else (load.args[0] if load.args else None)
-
-
-def _arg(call: ast.Call, position: int, name: str) -> ast.AST | None:
-    kw = next((k.value for k in call.keywords if k.arg == name), None)
-    return kw if kw is not None else (call.args[position] if len(call.args) > position else None)
+    return argument(load, 0, "pointer")
 
 
 def _arg_node(call: ast.Call, position: int, name: str) -> ast.AST | None:
     """The argument node as `PyModule.arguments` lists it (the keyword, or the expression)."""
-    kw = next((k for k in call.keywords if k.arg == name), None)
+    kw = PyModule.keyword(call, name)
     return kw if kw is not None else (call.args[position] if len(call.args) > position else None)
 
 
@@ -512,7 +506,7 @@ class _Reader:
         stored = False
         for node in calls:  # a store it reaches by its value, its address (a scatter), its mask
             if callee(node) in STORES and any(map(reaches, [*node.args, *node.keywords])):
-                mask = _arg(node, 2, "mask")
+                mask = argument(node, 2, "mask")
                 terms = _conjuncts(self.k.resolved(mask)) if mask is not None else []
                 if not any(self._bounds(t, use) for t in terms):
                     return f"the store on line {node.lineno} does not mask out the clamped lanes"
@@ -700,7 +694,7 @@ class MaskedBounds(Pass):
                 term = reader.term(u)
                 if _parsed_dump(term) not in {_parsed_dump(t) for t in new_terms}:
                     new_terms.append(term)
-            mask = _arg(load, 1, "mask")
+            mask = argument(load, 1, "mask")
             old = reader.terms(mask)
             where = reader.following_where(load)
             if where is not None:  # in the order the where that fills the lanes writes them
@@ -708,7 +702,7 @@ class MaskedBounds(Pass):
                 new_terms.sort(key=lambda t: order.index(_parsed_dump(t))
                                if _parsed_dump(t) in order else len(order))
             added = [t for t in new_terms if _parsed_dump(t) not in old]
-            other = _arg(load, 2, "other")
+            other = argument(load, 2, "other")
             fill = mod.text(where[0].args[2]) if where is not None else FILL
             if mask is not None:
                 if added:
@@ -751,7 +745,7 @@ class MaskedBounds(Pass):
             terms = _bounded_terms(reader, load)
             if not terms:
                 continue
-            mask, other = _arg(load, 1, "mask"), _arg(load, 2, "other")
+            mask, other = argument(load, 1, "mask"), argument(load, 2, "other")
             pointer = _pointer(load)
             inner: list[ByteEdit] = []
             for term, x, bound in terms:
@@ -790,7 +784,7 @@ def _bounded_terms(reader: _Reader, load: ast.Call) -> list[tuple[ast.Compare, a
     """(term, x, B) for each term `E < B` of the load's written mask whose E (x, or x with
     axes inserted) is written in the pointer and bounds every read of x's names there; only
     for a load with an `other` (the lanes' value the de-optimization keeps with a where)."""
-    mask, other, pointer = _arg(load, 1, "mask"), _arg(load, 2, "other"), _pointer(load)
+    mask, other, pointer = argument(load, 1, "mask"), argument(load, 2, "other"), _pointer(load)
     if mask is None or other is None or pointer is None or isinstance(mask, ast.Name):
         return []
     out = []

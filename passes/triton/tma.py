@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, fresh_name, names_in
+from passes.triton._py import PyModule, argument, callee, fresh_name, names_in
 from passes.triton.affine import Box, Scope, box_of, broadcast
 from passes.triton.launch import TRITON, comment_above
 from passes.triton.host_layout import HostArgs, shape_rank, unit_axis
@@ -30,11 +30,6 @@ if TYPE_CHECKING:
 
 MAKE = frozenset({"tl.make_tensor_descriptor", "triton.language.make_tensor_descriptor"})
 STORE = frozenset({"tl.store", "triton.language.store"})
-
-
-def _arg(call: ast.Call, name: str, pos: int) -> ast.AST | None:
-    kw = next((k.value for k in call.keywords if k.arg == name), None)
-    return kw if kw is not None else (call.args[pos] if pos < len(call.args) else None)
 
 
 def _pair(node: ast.AST | None) -> list[ast.AST] | None:
@@ -92,7 +87,7 @@ class TmaDescriptors(Pass):
                     continue
                 call, name = stmt.value, stmt.targets[0].id
                 base = call.args[0] if call.args else None
-                parts = [_pair(_arg(call, key, i)) for i, key in
+                parts = [_pair(argument(call, i, key)) for i, key in
                          ((1, "shape"), (2, "strides"), (3, "block_shape"))]
                 if base is None or any(p is None for p in parts):
                     continue
