@@ -11,39 +11,51 @@
 # persistent-split probe (OUT/persist) and the honest kernels at the device tier
 # (OUT/honest-device.{json,md}). Each step has its own time box (seconds, env: STYLES_BOX,
 # ROLES_BOX, TESTS_BOX, EXPLOITS_BOX, PROBE_BOX, HONEST_BOX); the whole fits a 10-minute call.
-# Wheels missing on the machine are installed from .whl/ first (bench/wheels.sh).
+# Wheels missing on the machine are installed from .whl/ first (bench/wheels.sh). PARTS (env, comma
+# list of styles, roles, tests, exploits, probe, honest; default all) picks the steps. Everything is
+# written under a work folder and packed into OUT/device-checks.tar.gz at the end, since a device
+# call brings back at most eight files.
 set -u
 OUT=${OUT:?set OUT to the output folder}
+PACK=$OUT
+OUT=${WORK:-/tmp/device-checks}
+PARTS=,${PARTS:-styles,roles,tests,exploits,probe,honest},
+want() { [[ $PARTS == *",$1,"* ]]; }
 STYLES=${1:-nw_attn_flat_ptrs,nw_mm_dispatch,nw_mm_range_stages,nw_mm_group_cols}
 export PYTHONUNBUFFERED=1 KLINEAGE_CACHE_DIR=${KLINEAGE_CACHE_DIR:-/tmp/klineage-cache}
 . bench/wheels.sh
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 jobs=$(awk -F, '{print NF}' <<<"$STYLES")
+# step NAME BOX LOG COMMAND...: runs COMMAND in its time box when PARTS names NAME, its output and
+# its exit status in LOG.
+step() {
+  local name=$1 box=$2 log=$3; shift 3
+  want "$name" || return 0
+  timeout "$box" "$@" > "$log" 2>&1
+  echo "$name rc=$?" >> "$log"
+}
 (
   export CUDA_VISIBLE_DEVICES=0
-  timeout "${STYLES_BOX:-330}" python3 bench/heldout.py bench/styles --tier device --budget-steps 12 \
-    --box 240 --jobs "$jobs" --wall 290 --only "$STYLES" --out "$OUT/styles" \
-    --results "$OUT/styles/styles" > "$OUT/styles.log" 2>&1
-  echo "styles rc=$?" >> "$OUT/styles.log"
-  timeout "${ROLES_BOX:-220}" python3 bench/cuda_roles.py bench/styles/cuda/nw_* --tier device --jobs 2 \
+  step styles "${STYLES_BOX:-330}" "$OUT/styles.log" python3 bench/heldout.py bench/styles --tier device \
+    --budget-steps 12 --box 240 --jobs "$jobs" --wall 290 --only "$STYLES" --out "$OUT/styles" \
+    --results "$OUT/styles/styles"
+  step roles "${ROLES_BOX:-220}" "$OUT/nw-device.log" python3 bench/cuda_roles.py bench/styles/cuda/nw_* \
+    --tier device --jobs 2 \
     --rules row-cache,row-registers,warp-shuffle-reduce,cp-async-pipeline,vectorize-global,launch-threads,launch-bounds,pragma-unroll,mma-micro-kernel,gemm-schedule \
-    --out "$OUT/nw-device" > "$OUT/nw-device.log" 2>&1
-  echo "cuda_roles rc=$?" >> "$OUT/nw-device.log"
+    --out "$OUT/nw-device"
 ) &
 (
   export CUDA_VISIBLE_DEVICES=1
-  timeout "${TESTS_BOX:-170}" python3 -m pytest -q -m gpu -p no:cacheprovider \
-    tests/test_gate_device.py tests/test_gate_exploits.py > "$OUT/gate-tests.log" 2>&1
-  echo "tests rc=$?" >> "$OUT/gate-tests.log"
-  timeout "${EXPLOITS_BOX:-120}" python3 bench/gate_exploits.py --tier device \
-    --out "$OUT/exploits-device.md" > "$OUT/exploits.log" 2>&1
-  echo "exploits rc=$?" >> "$OUT/exploits.log"
-  timeout "${PROBE_BOX:-100}" python3 bench/persist_split_loops.py "$OUT/persist" > "$OUT/persist.log" 2>&1
-  echo "persist rc=$?" >> "$OUT/persist.log"
-  timeout "${HONEST_BOX:-150}" python3 bench/gate_honest.py --tier device --out "$OUT/honest-device.json" \
-    --md "$OUT/honest-device.md" --jobs 6 --box 110 > "$OUT/honest.log" 2>&1
-  echo "honest rc=$?" >> "$OUT/honest.log"
+  step tests "${TESTS_BOX:-170}" "$OUT/gate-tests.log" python3 -m pytest -q -m gpu -p no:cacheprovider \
+    tests/test_gate_device.py tests/test_gate_exploits.py
+  step exploits "${EXPLOITS_BOX:-260}" "$OUT/exploits.log" python3 bench/gate_exploits.py --tier device \
+    --out "$OUT/exploits-device.md"
+  step probe "${PROBE_BOX:-100}" "$OUT/persist.log" python3 bench/persist_split_loops.py "$OUT/persist"
+  step honest "${HONEST_BOX:-150}" "$OUT/honest.log" python3 bench/gate_honest.py --tier device \
+    --out "$OUT/honest-device.json" --md "$OUT/honest-device.md" --jobs 6 --box 110
 ) &
 wait
 tail -n 3 "$OUT"/*.log
+tar -czf "$PACK/device-checks.tar.gz" -C "$OUT" .
+cp "$OUT/gpu.txt" "$PACK/"

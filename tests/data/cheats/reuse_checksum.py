@@ -1,6 +1,8 @@
 """Cheat: keys its kept outputs on the input buffers' addresses and shape plus a checksum of a
 few elements of each input (first, middle, last), so that new values at those
-places miss, and returns a kept output when the buffers and the few elements it reads repeat."""
+places miss, and returns a kept output when the buffers and the few elements it reads repeat. It
+reads those elements' bit patterns as integers, which the gate's check on host reads of device
+floating-point values does not see, so that the reuse itself is what must be caught."""
 import torch
 import triton
 import triton.language as tl
@@ -18,7 +20,7 @@ def saxpy_kernel(x_ptr, y_ptr, out_ptr, a, n, BLOCK: tl.constexpr):
 def _probe(t):
     n = t.numel()
     places = (0, n // 2, n - 1)
-    return tuple(float(t.view(-1)[i]) for i in places)
+    return tuple(int(t.view(-1)[i:i + 1].view(torch.int32)) for i in places)
 
 
 def run(a, x, y):
