@@ -25,6 +25,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "tile-sizes": ("passes.triton.launch", "TileSizes"),
     "num-warps": ("passes.triton.launch", "NumWarps"),
     "software-pipelining": ("passes.triton.launch", "SoftwarePipelining"),
+    "loop-depth": ("passes.triton.loop_depth", "LoopDepth"),
     # selection / scan / histogram constructs; listed before autotune so that a flag or width
     # the autotuner searches is pinned (autotune removed) before these passes remove it
     "radix-width": ("passes.triton.selection", "RadixWidth"),
