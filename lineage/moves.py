@@ -542,12 +542,33 @@ def first_run_s(verdict: Any) -> float:
     return _phases(verdict).get("correctness", 0.0)
 
 
-def kernel_shares(verdict: Any) -> dict[str, float]:
+def kernel_shares(verdict: Any, ir: Any = None) -> dict[str, float]:
     """Each GPU kernel's share of a verdict's profiled time (`Timing.kernel_shares`) when it
-    profiles two or more kernels; {} otherwise (nothing to choose between)."""
+    profiles two or more kernels; {} otherwise (nothing to choose between). With the profiled
+    program's `ir`, a kernel it launches somewhere that the profile does not name (a path the
+    timed shapes never take: a dispatch to a skinny-shape kernel) holds a share of 0, so one
+    profiled kernel beside it is already a choice. A jit function nothing launches (a helper
+    the kernels call) is not a kernel and gets no share."""
     timing = getattr(verdict, "timing", None)
     shares = timing.kernel_shares() if timing is not None else {}
+    if shares and ir is not None:
+        shares = {**{name: 0.0 for name in launched_kernels(ir)}, **shares}
     return shares if len(shares) > 1 else {}
+
+
+def launched_kernels(ir: Any) -> set[str]:
+    """The names of the Triton jit functions `ir` launches (as `kernel[grid](...)`, through a
+    host helper or a partial); empty for other languages or a source that does not parse."""
+    if str(getattr(ir.language, "value", ir.language)) != "triton":
+        return set()
+    from passes.triton._py import PyModule  # noqa: PLC0415
+    from passes.triton.roles import kernel_launches  # noqa: PLC0415
+
+    try:
+        mod = PyModule(ir)
+        return {k.name for k in mod.kernels() if kernel_launches(mod, k)}
+    except (SyntaxError, ValueError):
+        return set()
 
 
 
@@ -616,10 +637,11 @@ def full_kernels(card: SkillCard, state: Any) -> set[str]:
 
 def left_out(card: SkillCard, state: Any) -> set[str]:
     """Kernels of `state` the card does not act on: those it is used up on (`full_kernels`)
-    and those under `COLD_SHARE` of a profile of several GPU kernels (a site in a function the
-    profile does not name, an inlined helper, is neither)."""
+    and those under `COLD_SHARE` of its profile (`kernel_shares`: a kernel the state launches
+    that the profile does not name is cold; a site in a helper function the kernels call is
+    neither)."""
     return full_kernels(card, state) | {name for name, share in
-                                         kernel_shares(state.verdict).items() if share < COLD_SHARE}
+                                         kernel_shares(state.verdict, state.ir).items() if share < COLD_SHARE}
 
 
 def used_up(card: SkillCard, state: Any) -> bool:
@@ -639,7 +661,7 @@ def move_candidates(kind: str, card: SkillCard, state: Any, *, ctx: Any, rewrite
     where the state's profile names several; `heavy`: the kernel is slow to compile; `around`
     (a timed run with sweeps): a card's structural step under a joint list around the
     state's configuration (`around_parent`)."""
-    shares = kernel_shares(state.verdict)
+    shares = kernel_shares(state.verdict, state.ir)
     skipped = left_out(card, state)
 
     def skip(site: Any) -> bool:

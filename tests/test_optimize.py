@@ -1218,3 +1218,56 @@ def test_on_a_row_kernel_the_sweeps_outrank_the_cards_of_dot_loops() -> None:
     dot_cards = [g for (kind, name), g in gains.items() if kind == "card"
                  and name in ("tile-sizes", "software-pipelining", "tma-descriptors")]
     assert dot_cards and max(dot_cards) < sweeps
+
+
+def test_a_launched_kernel_the_profile_never_saw_is_cold_and_a_helper_is_not_a_kernel() -> None:
+    """A dispatch between two kernels whose timed shape takes one of them: the profile names
+    only that one, yet the other is launched too; it holds a share of 0 (its sites are left
+    out), while a jit helper both call gets no share at all."""
+    import kir
+    from gate import Tier, Timing, Verdict
+    from gate.verdict import VariantTiming
+    from lineage.optimize import kernel_shares
+
+    source = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x):
+    return x * 2.0
+
+
+@triton.jit
+def wide(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, _scale(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+
+
+@triton.jit
+def narrow(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, _scale(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+
+
+def run(x):
+    y = torch.empty_like(x)
+    if x.numel() > 4096:
+        wide[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    else:
+        narrow[(triton.cdiv(x.numel(), 64),)](x, y, x.numel(), BLOCK=64)
+    return y
+'''
+    ir = kir.parse(source, "triton")
+    one = Verdict(True, Tier.DEVICE, "timing",
+                  timing=Timing(1.0, 1.0, (VariantTiming("v", 1.0, 1.0, (("wide", 1.0),)),)))
+    assert kernel_shares(one) == {}
+    assert kernel_shares(one, ir) == {"wide": 1.0, "narrow": 0.0}
+    # both ran: the profile's own shares, the helper still without one
+    both = Verdict(True, Tier.DEVICE, "timing", timing=Timing(
+        1.0, 1.0, (VariantTiming("v", 1.0, 1.0, (("wide", 0.9), ("narrow", 0.1))),)))
+    assert kernel_shares(both, ir) == pytest.approx({"wide": 0.9, "narrow": 0.1})
+    # no profile: nothing to choose by
+    assert kernel_shares(Verdict(True, Tier.DEVICE, "timing", timing=Timing(1.0, 1.0)), ir) == {}
