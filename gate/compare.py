@@ -6,13 +6,19 @@ The metric is the relative-norm error ||out - ref|| / ||ref|| in float64 per out
 largest over a call's outputs. NaN or inf where the reference is finite never passes. The
 denominator is floored at the smallest normal float64, so a reference that is tiny but not zero
 still rejects an all-zeros output (error 1.0), and an all-zeros reference accepts only zeros.
+
+A miss of an fp32/fp64 case whose error lies within the lower-precision band reads as a
+precision downgrade only where the error is spread the way rounding spreads it: each element
+off by a small part of its own magnitude. Where most of the squared error sits in elements off
+by more than `WRONG_ELEMENT` of their magnitude (`CONCENTRATED`: an element left unwritten, a
+stray value), a few elements are wrong and the output is `wrong_output`, whatever its norm.
 """
 from __future__ import annotations
 
 import math
 import os
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +34,16 @@ _PER_THREAD = 1 << 22  # elements below which a thread is not worth starting
 _THREADS = min(16, os.cpu_count() or 1)
 LOW_PRECISION = ("fp16", "bf16")
 _DEFAULT_LOW_TOLERANCE = 2e-2
+WRONG_ELEMENT = 0.5
+"""An element whose difference from the reference exceeds this share of the reference's
+magnitude is wrong, not rounded: lower precision moves an element by a few units of its last
+fp16/bf16 place (under 1%), except where the reference is near zero, which carries little of
+the norm."""
+CONCENTRATED = 0.5
+"""The share of an output's squared error beyond which, carried by wrong elements
+(`WRONG_ELEMENT`), an error within the lower-precision band is a wrong output. Rounding noise
+of relative size e puts about 2.5 e of its square there (the elements whose reference is within
+2|d| of zero): under 5% in the band; an element left unwritten puts all of its own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +188,7 @@ def compare(out: Sequence[tuple[Any, ...]], ref: Sequence[tuple[Any, ...]], *, t
     bad = _structure(out, ref)
     if bad is not None:
         return bad
+    errs: list[float] = []  # per tensor output, in output order
     if case_compare is not None:
         decoded = [to_torch(x) for x in out]
         err = float(case_compare(tuple(decoded) if len(decoded) > 1 else decoded[0],
@@ -186,50 +203,106 @@ def compare(out: Sequence[tuple[Any, ...]], ref: Sequence[tuple[Any, ...]], *, t
                                    f"output {i} is {o[1]!r}, the reference's is {r[1]!r}")
                 continue
             e = _relative_error(raw_numpy(o).ravel(), raw_numpy(r).ravel(), bf16=o[1] == "bfloat16")
+            errs.append(e)
             err = e if e != e else max(err, e)
             if err != err:
                 break
-    if allclose is not None and case_compare is None and err == err:
-        atol, rtol = allclose
+    judged = allclose if case_compare is None and err == err else None
+    misses: list[int] = []
+    if judged is not None:
+        atol, rtol = judged
         misses = [allclose_misses(raw_numpy(o).ravel(), raw_numpy(r).ravel(), atol, rtol,
                                   bf16=o[1] == "bfloat16") if o[0] == "tensor" else 0
                   for o, r in zip(out, ref)]
-        return _decide(out, err, tolerance, low_tolerance, allclose, misses)
-    return _decide(out, err, tolerance, low_tolerance, None, [])
+    # (a case's own error leaves `errs` empty: nothing is read per element)
+    failing = _failing(out, errs, misses, tolerance, judged)
+    tensors = [(o, r) for o, r in zip(out, ref) if o[0] == "tensor"]
+
+    def gross() -> float:
+        # asked for only where the error is in the lower-precision band: a second pass, on a miss
+        return max((gross_share(raw_numpy(o).ravel(), raw_numpy(r).ravel(), bf16=o[1] == "bfloat16")
+                    for (o, r), f in zip(tensors, failing) if f), default=0.0)
+
+    return _decide(out, err, tolerance, low_tolerance, judged, misses, gross=gross)
+
+
+def _failing(out: Sequence[tuple[Any, ...]], errs: Sequence[float], misses: Sequence[int],
+             tolerance: float, allclose: tuple[float, float] | None) -> list[bool]:
+    """Per tensor output (in output order), whether it misses: with `allclose`, where it has
+    elements not close (`misses`, per output), else where its error (`errs`, per tensor
+    output) exceeds `tolerance`."""
+    if allclose is not None:
+        return [m > 0 for m, o in zip(misses, out) if o[0] == "tensor"]
+    return [e > tolerance for e in errs]
+
+
+def gross_share(o: np.ndarray, r: np.ndarray, *, bf16: bool = False) -> float:
+    """The share of ||o - r||^2 carried by elements off by more than `WRONG_ELEMENT` of their
+    reference's magnitude (flat arrays; float64, a chunk at a time; places where either side
+    is not finite count for nothing); 0.0 where o equals r."""
+    num = gross = 0.0
+    with np.errstate(all="ignore"):
+        for oc, rc in _float64_chunks(o, r, bf16):
+            np.subtract(oc, rc, out=oc)
+            oc[~np.isfinite(oc)] = 0.0
+            num += float(np.einsum("i,i->", oc, oc))
+            wrong = np.abs(oc) > WRONG_ELEMENT * np.abs(rc)
+            gross += float(np.einsum("i,i->", oc[wrong], oc[wrong]))
+    return gross / num if num > 0 else 0.0
+
+
+def _no_share() -> float:
+    return 0.0
 
 
 def _decide(out: Sequence[tuple[Any, ...]], err: float, tolerance: float,
             low_tolerance: float | None, allclose: tuple[float, float] | None,
-            misses: Sequence[int], where: str = "") -> Outcome:
+            misses: Sequence[int], where: str = "",
+            gross: Callable[[], float] = _no_share) -> Outcome:
     """The outcome of a call whose error is `err` (and, with `allclose`, whose tensor outputs
-    have `misses` elements not close, in output order)."""
+    have `misses` elements not close, in output order). `gross`: the largest `gross_share` of
+    a failing tensor output, asked for only where `err` is in the lower-precision band."""
     if err != err:
         return Outcome(False, err, FailureKind.NAN_OUTPUT,
                        "output holds NaN/inf where the reference is finite (unwritten or "
                        "poisoned)" + where)
     if allclose is not None:
-        return _judge_allclose(out, err, allclose, low_tolerance, misses, where)
+        return _judge_allclose(out, err, allclose, low_tolerance, misses, where, gross)
     if err <= tolerance:
         return Outcome(True, err)
+    wrong = f"relative error {err:.3g} exceeds the tolerance {tolerance:g}{where}"
     if low_tolerance is not None and err <= low_tolerance:
-        return Outcome(False, err, FailureKind.PRECISION_DOWNGRADE,
-                       f"relative error {err:.3g} exceeds the tolerance {tolerance:g} but is typical "
-                       f"of fp16/bf16/tf32 arithmetic: computed in lower precision than the case")
-    return Outcome(False, err, FailureKind.WRONG_OUTPUT,
-                   f"relative error {err:.3g} exceeds the tolerance {tolerance:g}{where}")
+        return _in_band(err, gross(), wrong,
+                        f"relative error {err:.3g} exceeds the tolerance {tolerance:g} but is "
+                        f"typical of fp16/bf16/tf32 arithmetic: computed in lower precision than "
+                        f"the case")
+    return Outcome(False, err, FailureKind.WRONG_OUTPUT, wrong)
+
+
+def _in_band(err: float, share: float, wrong: str, lower: str) -> Outcome:
+    """A miss within the lower-precision band: a precision downgrade (`lower`) where the error
+    is spread over the elements as rounding spreads it, a wrong output (`wrong`) where wrong
+    elements carry it (`share`: their part of the squared error, `gross_share`)."""
+    if share > CONCENTRATED:
+        return Outcome(False, err, FailureKind.WRONG_OUTPUT,
+                       f"{wrong}; {share:.0%} of the squared error is in elements off by more "
+                       f"than {WRONG_ELEMENT:g} of their own magnitude: wrong elements, not "
+                       f"lower precision")
+    return Outcome(False, err, FailureKind.PRECISION_DOWNGRADE, lower)
 
 
 def _judge_allclose(out: Sequence[tuple[Any, ...]], err: float, allclose: tuple[float, float],
-                    low_tolerance: float | None, misses: Sequence[int], where: str = "") -> Outcome:
+                    low_tolerance: float | None, misses: Sequence[int], where: str = "",
+                    gross: Callable[[], float] = _no_share) -> Outcome:
     atol, rtol = allclose
     for i, (o, missed) in enumerate(zip(out, misses)):
         if o[0] == "tensor" and missed:
             what = (f"output {i}: {missed} of {math.prod(o[2])} elements differ by more than "
                     f"atol {atol:g} + rtol {rtol:g} x |out| (relative error {err:.3g}){where}")
             if low_tolerance is not None and err <= low_tolerance:
-                return Outcome(False, err, FailureKind.PRECISION_DOWNGRADE,
-                               f"{what}, typical of fp16/bf16/tf32 arithmetic: computed in lower "
-                               f"precision than the case")
+                return _in_band(err, gross(), what,
+                                f"{what}, typical of fp16/bf16/tf32 arithmetic: computed in lower "
+                                f"precision than the case")
             return Outcome(False, err, FailureKind.WRONG_OUTPUT, what)
     return Outcome(True, err)
 
@@ -240,7 +313,9 @@ def held_outcome(out: Sequence[tuple[Any, ...]], ref: Sequence[tuple[Any, ...]],
                  allclose: tuple[float, float] | None = None) -> Outcome:
     """`compare` for an output the worker compared on its device against a held reference
     (`gate.heldcompare.judge`): `out` and `ref` are headers (items without bytes), `figures`
-    the worker's error, allclose misses per tensor output and the place of the worst element."""
+    the worker's error, allclose misses per tensor output and the place of the worst element,
+    and per tensor output its error (`errs`) and `gross_share` (`gross`): figures without
+    these two read as an error spread over the elements."""
     bad = _structure(out, ref)
     if bad is not None:
         return bad
@@ -256,7 +331,11 @@ def held_outcome(out: Sequence[tuple[Any, ...]], ref: Sequence[tuple[Any, ...]],
     if allclose is not None:
         counts = iter(int(m) for m in figures.get("misses", ()))
         misses = [next(counts, 0) if o[0] == "tensor" else 0 for o in out]
-    return _decide(out, err, tolerance, low_tolerance, allclose, misses, where)
+    failing = _failing(out, [float(e) for e in figures.get("errs", ())], misses, tolerance,
+                       allclose)
+    shares = [float(g) for g in figures.get("gross", ())]
+    return _decide(out, err, tolerance, low_tolerance, allclose, misses, where,
+                   gross=lambda: max((g for g, f in zip(shares, failing) if f), default=0.0))
 
 
 SAMPLE_ASKED = 256
@@ -319,18 +398,25 @@ def allclose_misses(o: np.ndarray, r: np.ndarray, atol: float, rtol: float, *, b
     equal infinities close, NaN never (float64, a chunk at a time; with `bf16` both hold
     bfloat16 bits)."""
     misses = 0
-    od = np.empty(min(o.size, _CHUNK), dtype=np.float64)
-    rd = np.empty_like(od)
     with np.errstate(all="ignore"):
-        for i in range(0, o.size, _CHUNK):
-            m = min(_CHUNK, o.size - i)
-            oc, rc = od[:m], rd[:m]
-            oc[...] = _widen(o[i:i + m], bf16)
-            rc[...] = _widen(r[i:i + m], bf16)
+        for oc, rc in _float64_chunks(o, r, bf16):
             close = np.abs(rc - oc) <= atol + rtol * np.abs(oc)
             close |= oc == rc
-            misses += m - int(np.count_nonzero(close))
+            misses += oc.size - int(np.count_nonzero(close))
     return misses
+
+
+def _float64_chunks(o: np.ndarray, r: np.ndarray, bf16: bool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Flat `o` and `r` a cache-sized chunk at a time, widened to float64 (with `bf16`, from
+    bfloat16 bits), in two buffers the next chunk overwrites (a caller may write into them)."""
+    od = np.empty(min(o.size, _CHUNK), dtype=np.float64)
+    rd = np.empty_like(od)
+    for i in range(0, o.size, _CHUNK):
+        m = min(_CHUNK, o.size - i)
+        oc, rc = od[:m], rd[:m]
+        oc[...] = _widen(o[i:i + m], bf16)
+        rc[...] = _widen(r[i:i + m], bf16)
+        yield oc, rc
 
 
 def same_payload(a: Sequence[tuple[Any, ...]], b: Sequence[tuple[Any, ...]]) -> bool:

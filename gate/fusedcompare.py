@@ -24,7 +24,8 @@ sum of squared differences and of squared reference values where the reference i
 whether the output is NaN / non-finite where the reference is finite, whether the reference's
 non-finite places differ from the output's, allclose misses and the first one (place, both
 values), the largest finite difference (first place, both values), whether the reference
-holds a non-finite value. Partial rows are reduced
+holds a non-finite value, the sum of squared differences of the elements off by more than
+`gate.compare.WRONG_ELEMENT` of their reference's magnitude. Partial rows are reduced
 in a fixed order: the figures do not change from run to run.
 
 All scalars (sizes, offsets, keys, tolerances) travel in one float64 tensor (exact below
@@ -41,15 +42,17 @@ import triton
 import triton.language as tl
 
 from gate import hoststage
+from gate.compare import WRONG_ELEMENT
 
 __all__ = ["BLOCK", "FIELDS", "applies", "count_unlike", "pad_words", "relative_error", "stats", "tf32_rounded", "compile_error",
            "xor_words"]
 
 BLOCK = 2048  # elements of one program (8 per thread at 8 warps: about 110 registers on sm_90)
 NUM_WARPS = 8
-FIELDS = 13  # figures of one block (`klineage_gate_judge`'s partial row)
+FIELDS = 14  # figures of one block (`klineage_gate_judge`'s partial row)
 _NONE: tl.constexpr = tl.constexpr(1 << 62)  # "no place" in a partial row (beyond any index)
 _INF: tl.constexpr = tl.constexpr(float("inf"))
+_WRONG: tl.constexpr = tl.constexpr(WRONG_ELEMENT)
 _TINY = float(torch.finfo(torch.float64).tiny)
 
 
@@ -144,12 +147,14 @@ def klineage_gate_judge(out, ref, part, prm, ALLCLOSE: tl.constexpr, MASKED: tl.
     size = tl.where(inside & (size == size), size, -1.0)  # NaN: not a finite difference
     largest = tl.max(size, axis=0)
     at = tl.min(tl.where(size == largest, offs, _NONE), axis=0)
-    row = part + pid * 13
+    gross = tl.sum(tl.where(size > tl.abs(r) * _WRONG, d * d, 0.0), axis=0)
+    row = part + pid * 14
     tl.store(row + 0, num)
     tl.store(row + 1, den)
     tl.store(row + 2, nan_bad.to(tl.float64))
     tl.store(row + 3, inf_bad.to(tl.float64))
     tl.store(row + 12, tl.max((inside & (r_finite == 0)).to(tl.int32), axis=0).to(tl.float64))
+    tl.store(row + 13, gross)
     tl.store(row + 8, largest)
     tl.store(row + 9, (base + at).to(tl.float64))
     tl.store(row + 10, tl.sum(tl.where(offs == at, o, 0.0), axis=0))
@@ -270,13 +275,15 @@ def _partials(out: torch.Tensor, ref: torch.Tensor, prm: torch.Tensor, *, masked
 
 def _figures(parts: list[torch.Tensor]) -> list[float]:
     """The partial rows reduced in a fixed order, read back in one synchronization: num, den,
-    nan, inf, misses, then the first miss (place, o, r) and the largest difference (size,
-    place, o, r)."""
+    nan, inf, misses, then the first miss (place, o, r), the largest difference (size,
+    place, o, r), whether the reference holds a non-finite value and the wrong elements' sum
+    of squared differences."""
     t = torch.cat(parts) if len(parts) > 1 else parts[0]
     sums = torch.stack([t[:, 0].sum(), t[:, 1].sum(), t[:, 2].max(), t[:, 3].max(), t[:, 4].sum()])
     first = torch.argmin(t[:, 5])
     largest = torch.argmax(t[:, 8])  # the first block of the largest (argmax keeps the first)
-    return torch.cat([sums, t[first, 5:8], t[largest, 8:12], t[:, 12].max().view(1)]).tolist()
+    return torch.cat([sums, t[first, 5:8], t[largest, 8:12], t[:, 12].max().view(1),
+                      t[:, 13].sum().view(1)]).tolist()
 
 
 def stats(flat: torch.Tensor, masked: torch.Tensor, key: int, fresh: int,
@@ -291,7 +298,7 @@ def stats(flat: torch.Tensor, masked: torch.Tensor, key: int, fresh: int,
     atol, rtol = allclose if allclose is not None else (0.0, 0.0)
     n = flat.numel()
     if n == 0:
-        return {"err": 0.0, "misses": 0, "at": None}
+        return {"err": 0.0, "misses": 0, "at": None, "gross": 0.0}
     parts = []
     here, out_here = masked.device == device, flat.device == device
     step = n if here and out_here else max(4, chunk // 4 * 4)  # pads start at multiples of 4 words
@@ -306,8 +313,8 @@ def stats(flat: torch.Tensor, masked: torch.Tensor, key: int, fresh: int,
         if not here:
             hoststage.write_back(words, piece)
         del piece
-    num, den, nan_bad, inf_bad, misses, miss_at, miss_o, miss_r, size, big_at, big_o, big_r, _ = \
-        _figures(parts)
+    num, den, nan_bad, inf_bad, misses, miss_at, miss_o, miss_r, size, big_at, big_o, big_r, _, \
+        gross = _figures(parts)
     at = None
     if misses > 0:
         at = (int(miss_at), miss_o, miss_r)
@@ -319,7 +326,7 @@ def stats(flat: torch.Tensor, masked: torch.Tensor, key: int, fresh: int,
         err = float("inf")
     else:
         err = math.sqrt(num) / max(math.sqrt(den), _TINY)
-    return {"err": err, "misses": int(misses), "at": at}
+    return {"err": err, "misses": int(misses), "at": at, "gross": gross / num if num > 0 else 0.0}
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -17,7 +17,8 @@ figures travel. What the parent-side design guaranteed, and how it still holds:
   (a second request for the same check is a forged message: `gate.runner`).
 - *The figures are the parent's to judge.* The worker computes sums (relative-norm error in
   float64, NaN / inf placement, KernelBench's allclose misses, the place of the worst or first
-  failing element); tolerances and verdicts stay in the parent (`gate.compare.held_outcome`).
+  failing element, the share of the squared error in wrong elements: `gate.compare.gross_share`);
+  tolerances and verdicts stay in the parent (`gate.compare.held_outcome`).
 - *A subverted comparison is caught.* Candidate code could rebind what the comparison computes
   with (a dispatcher override of a torch op escapes `guards.TamperWatch`). So the parent also
   keeps its own sample of each reference, taken at places drawn before candidate code loaded,
@@ -43,7 +44,7 @@ from typing import Any
 
 import torch
 
-from gate.compare import new_key
+from gate.compare import WRONG_ELEMENT, new_key
 
 __all__ = ["Held", "digest_bytes", "fused_applies", "headers", "hold", "judge", "new_key", "xor_pad_"]
 
@@ -348,9 +349,13 @@ def judge(out: Any, held: list[Any], key: int, fresh: int, asked: list[list[int]
     inf / NaN places differ), `misses` (per tensor output, elements not close by KernelBench's
     `allclose`, when asked), `at` (output, flat index, output value, reference value: the first
     element failing allclose, else the largest difference), `values` (the output at the places
-    `asked`, per output)."""
+    `asked`, per output), and per tensor output its error (`errs`) and the share of its squared
+    error carried by elements off by more than `WRONG_ELEMENT` of their magnitude (`gross`,
+    `gate.compare.gross_share`)."""
     items = list(out) if isinstance(out, (tuple, list)) else [out]
     err = 0.0
+    errs: list[float] = []
+    gross: list[float] = []
     misses: list[int] = []
     at: tuple[int, int, float, float] | None = None
     values: list[list[float] | None] = []
@@ -370,6 +375,8 @@ def judge(out: Any, held: list[Any], key: int, fresh: int, asked: list[list[int]
             stats = _tensor_stats(flat, r, key, fresh, allclose)
         e = stats["err"]
         err = e if e != e else max(err, e)
+        errs.append(e)
+        gross.append(stats["gross"])
         if allclose is not None:
             misses.append(stats["misses"])
         if at is None and (stats["misses"] or allclose is None) and stats["at"] is not None:
@@ -380,20 +387,22 @@ def judge(out: Any, held: list[Any], key: int, fresh: int, asked: list[list[int]
             values.append(flat[index].to(torch.float64).tolist())
         else:
             values.append(None)
-    return {"err": err, "misses": misses, "at": at, "values": values}
+    return {"err": err, "misses": misses, "at": at, "values": values, "errs": errs, "gross": gross}
 
 
 def _tensor_stats(flat: torch.Tensor, ref: Held, key: int, fresh: int,
                   allclose: tuple[float, float] | None) -> dict[str, Any]:
     """Float64 sums over one output against its held reference, a chunk at a time (each chunk
-    masked under `fresh` after its sums). Every figure stays on the device until the last
+    masked under `fresh` after its sums): the relative-norm error, the share of the squared
+    error in elements off by more than `WRONG_ELEMENT` of their magnitude, allclose misses.
+    Every figure stays on the device until the last
     chunk is done (one synchronization per output, not a few per chunk): per chunk its misses,
     its first failing element and its largest difference, each with its place and values. An
     output in host memory (a lean plan's sampled output) is compared on the reference's device,
     a chunk at a time."""
     device = torch.device(ref.device) if ref.device is not None else flat.device
     zero = torch.zeros((), dtype=torch.float64, device=device)
-    num, den = zero.clone(), zero.clone()
+    num, den, gross = zero.clone(), zero.clone(), zero.clone()
     nan_bad = torch.zeros((), dtype=torch.bool, device=device)
     inf_bad = nan_bad.clone()
     rows: list[torch.Tensor] = []
@@ -413,6 +422,9 @@ def _tensor_stats(flat: torch.Tensor, ref: Held, key: int, fresh: int,
         if not d.numel():
             continue
         size = d.abs_()  # d is not needed signed any more
+        wrong = size.masked_fill(size.gt(r.abs().mul_(WRONG_ELEMENT)).logical_not_(), 0.0)
+        gross += torch.dot(wrong, wrong)
+        del wrong
         j = torch.argmax(size).view(1)
         worst = [size.index_select(0, j), (j + start).to(torch.float64), o.index_select(0, j),
                  r.index_select(0, j)]
@@ -444,4 +456,6 @@ def _tensor_stats(flat: torch.Tensor, ref: Held, key: int, fresh: int,
         err = float("inf")
     else:
         err = float(num.sqrt() / torch.clamp(den.sqrt(), min=torch.finfo(torch.float64).tiny))
-    return {"err": err, "misses": missed, "at": at}
+    total = float(num)
+    share = float(gross) / total if total > 0 else 0.0
+    return {"err": err, "misses": missed, "at": at, "gross": share}

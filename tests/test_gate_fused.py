@@ -98,6 +98,7 @@ def test_the_fused_figures_are_the_torch_paths_and_agree_with_the_parent(
         for park in (False, True):
             fused, summary = _judge(out, ref, allclose, fused=True, park=park)
             assert fused["misses"] == plain["misses"], (name, park)
+            assert fused["gross"] == pytest.approx(plain["gross"], rel=1e-9, abs=1e-12), name
             if math.isfinite(plain["err"]):
                 assert fused["err"] == pytest.approx(plain["err"], rel=1e-12, abs=1e-300), name
             else:
@@ -273,6 +274,8 @@ def test_on_the_gpu_the_fused_figures_are_the_torch_paths(monkeypatch: pytest.Mo
             plain, _ = _judge(o, ref, allclose, fused=False)
             fused, _ = _judge(o, ref, allclose, fused=True)
             assert fused["misses"] == plain["misses"]
+            assert fused["gross"] == pytest.approx(plain["gross"], rel=1e-9, abs=1e-12) or \
+                fused["err"] != fused["err"]  # NaN: the share is not read
             assert repr(fused["err"]) == repr(plain["err"]) or \
                 fused["err"] == pytest.approx(plain["err"], rel=1e-12)
     raw = ref.view(torch.uint8)

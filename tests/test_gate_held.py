@@ -91,6 +91,51 @@ def test_the_first_failing_element_is_named() -> None:
     assert "element 41: 0.5" in outcome.reason
 
 
+def _misses_in_the_precision_band() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """fp32 outputs whose relative-norm error lies between an fp32 tolerance (1e-5) and the
+    lower-precision band's end (2e-2): one element in 512 left zero in an otherwise exact
+    output (those elements' reference magnitude 0.2 puts the norm at 9e-3), every element
+    rounded to bf16, and an fp16 multiply-add whose sum cancels (elements near zero off by a
+    large part of themselves)."""
+    g = torch.Generator().manual_seed(3)
+    ref = torch.randn(1 << 13, generator=g)
+    ref[511::512] = 0.2 * torch.sign(ref[511::512])
+    holed = ref.clone()
+    holed[511::512] = 0.0
+    x, y = torch.randn(1 << 13, generator=g), torch.randn(1 << 13, generator=g)
+    axpy = 1.7 * x + y
+    return {"unwritten": (holed, ref), "bf16": (ref.to(torch.bfloat16).float(), ref),
+            "fp16": ((1.7 * x).half().float() + y.half().float(), axpy)}
+
+
+@pytest.mark.parametrize("name,want", [("unwritten", FailureKind.WRONG_OUTPUT),
+                                       ("bf16", FailureKind.PRECISION_DOWNGRADE),
+                                       ("fp16", FailureKind.PRECISION_DOWNGRADE)])
+def test_a_few_wrong_elements_are_a_wrong_output_not_a_precision_downgrade(
+        name: str, want: FailureKind) -> None:
+    """Lower precision moves every element by a little of itself; an output with a few
+    elements entirely wrong is wrong, though its norm is as small as rounding's. Judged alike
+    by the parent (numpy), the worker's torch path and its one-pass kernel (on the GPU where
+    there is one, else interpreted)."""
+    out, ref = _misses_in_the_precision_band()[name]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    cap = Captured.take()
+    for allclose in (None, (1e-4, 1e-4)):
+        parent = cmp.compare(encode_all(out, cap), encode_all(ref, cap), tolerance=1e-5,
+                             low_tolerance=2e-2, allclose=allclose)
+        assert 1e-5 < parent.rel_err < 2e-2, (name, parent.rel_err)
+        assert parent.kind is want, (name, allclose, parent.reason)
+        for fused in (False, True):
+            key = cmp.new_key()
+            held, summary = heldcompare.hold(ref.to(device), key, random.Random(1), fused=fused)
+            figures = heldcompare.judge(out.to(device), held, key, cmp.new_key(), [], allclose)
+            got = cmp.held_outcome(heldcompare.headers(out), summary["headers"], figures,
+                                   tolerance=1e-5, low_tolerance=2e-2, allclose=allclose)
+            assert got.kind is want, (name, allclose, fused, got.reason)
+            assert figures["gross"][0] == pytest.approx(cmp.gross_share(out.numpy(), ref.numpy()),
+                                                        rel=1e-9, abs=1e-12), (name, fused)
+
+
 def test_held_bytes_open_only_under_the_current_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(heldcompare, "CHUNK_BYTES", 4096)
     ref = torch.randn(10_000)
