@@ -435,3 +435,93 @@ def test_a_rank_three_descriptor_load_read_as_a_tile_leaves_no_open_site() -> No
     text = ir.unparse()
     assert taken == 1
     assert ".reshape(" in text and text.count("tl.make_tensor_descriptor(") == 2
+
+
+# Pointers walked by a K loop split in two: whole tiles unmasked up to `full` (a multiple of the
+# step), then the tail masked; each half advances both pointers once per iteration.
+SPLIT_WALK = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm_split(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn,
+             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    pa = a_ptr + rm[:, None] * s_am + rk[None, :] * s_ak
+    pb = b_ptr + rk[:, None] * s_bk + rn[None, :] * s_bn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    full = K // BK * BK
+    for k0 in range(0, full, BK):
+        a = tl.load(pa, mask=rm[:, None] < M, other=0.0)
+        b = tl.load(pb, mask=rn[None, :] < N, other=0.0)
+        acc = tl.dot(a, b, acc)
+        pa += BK * s_ak
+        pb += BK * s_bk
+    for k0 in range(full, K, BK):
+        kk = k0 + rk
+        a = tl.load(pa, mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        b = tl.load(pb, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+        pa += BK * s_ak
+        pb += BK * s_bk
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = a.new_empty((M, N))
+    mm_split[(triton.cdiv(M, 16), triton.cdiv(N, 16))](a, b, c, M, N, K, a.stride(0), a.stride(1),
+                                                       b.stride(0), b.stride(1), BM=16, BN=16, BK=16)
+    return c
+'''
+
+
+def test_a_pointer_walked_by_a_loop_split_in_two_is_a_box_in_both_halves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second half's counter starts where the first half stopped (a multiple of the step):
+    in both halves the walked pointer is at the counter, so each load reads the box at `k0`
+    (the first half's unmasked K axis bounded by the walk, the tail's by its mask), and the
+    rewritten kernel matches torch under the interpreter. Where the second half's counter is
+    not where the pointer stands, the loads are refused."""
+    mod = PyModule(kir.parse(SPLIT_WALK, "triton"))
+    boxes = _operand_boxes(mod, mod.kernels()[0])
+    assert len(boxes) == 4 and not any(isinstance(b, str) for _, b, _ in boxes), boxes
+    assert [(b.index[0].offset, b.index[1].offset) for _, b, _ in boxes] == \
+        [("tl.program_id(0) * BM", "k0"), ("k0", "tl.program_id(1) * BN")] * 2
+    assert [b.shape for _, b, _ in boxes] == [("M", "K // BK * BK"), ("K // BK * BK", "N"),
+                                              ("M", "K"), ("K", "N")]
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    text = _rewrite(SPLIT_WALK)
+    assert text.count("tl.make_tensor_descriptor(a_ptr") == 2
+    assert text.count(".load([tl.program_id(0) * BM, k0]) if TMA_OK else tl.load(pa") == 2
+    module = _load(text, tmp_path)
+    g = torch.Generator().manual_seed(0)
+    for m, n, k in ((32, 48, 64), (24, 40, 56), (20, 33, 45)):  # whole tiles, a tail, unaligned
+        a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+        assert torch.allclose(module.run(a, b), a @ b, atol=1e-3, rtol=1e-3), (m, n, k)
+    for old, new in (("full = K // BK * BK", "full = K // 2"),  # may stop inside a step
+                     ("range(full, K, BK)", "range(full + BK, K, BK)"),  # not where it stopped
+                     ("range(0, full, BK)", "range(BK, full, BK)"),  # not walked from 0
+                     ("range(full, K, BK)", "range(full, K, 2 * BK)")):  # another step
+        source = SPLIT_WALK.replace(old, new)
+        assert source != SPLIT_WALK
+        mod = PyModule(kir.parse(source, "triton"))
+        boxes = _operand_boxes(mod, mod.kernels()[0])
+        assert boxes and all(isinstance(b, str) for _, b, _ in boxes), (new, boxes)
+    # counted in tiles (unit steps): the first half stops exactly at its bound, whatever it is,
+    # unless the second half reads that bound after it was rebound
+    tiles = SPLIT_WALK.replace("full = K // BK * BK", "tiles = K // BK").replace(
+        "range(0, full, BK)", "range(0, tiles)").replace(
+        "range(full, K, BK)", "range(tiles, tl.cdiv(K, BK))").replace(
+        "kk = k0 + rk", "kk = k0 * BK + rk")
+    for source, walks in ((tiles, True), (tiles.replace(
+            "    for k0 in range(tiles,", "    tiles = tiles + 1\n    for k0 in range(tiles,"), False)):
+        mod = PyModule(kir.parse(source, "triton"))
+        boxes = _operand_boxes(mod, mod.kernels()[0])
+        assert [isinstance(b, str) for _, b, _ in boxes] == [not walks] * 4, boxes
+        assert not walks or boxes[2][1].index[1].offset == "k0 * BK"

@@ -32,10 +32,10 @@ def _start(folder: str) -> tuple[gate.Case, str]:
     return case, case.start_path().read_text()
 
 
-def _made(folder: str, pass_name: str) -> tuple[str, str]:
+def _made(folder: str, pass_name: str, text: str | None = None) -> tuple[str, str]:
     """(site anchor, rewritten text) of the first shipped card of `pass_name` that acts on the
-    folder's start kernel with its rule alone (no sweep, no transplant)."""
-    _, text = _start(folder)
+    folder's start kernel (or on `text`) with its rule alone (no sweep, no transplant)."""
+    text = _start(folder)[1] if text is None else text
     ir = kir.parse(text, "triton")
     refusals = []
     for card in _cards():
@@ -64,6 +64,22 @@ def test_a_block_index_split_from_a_1d_program_id_owns_the_grids_literal() -> No
     assert site == "triton:flat_causal_attn"
     assert 'grid = lambda meta: (triton.cdiv(S, meta["BQ"]) * B * H,)' in out
     assert "BQ=32" not in out
+    _gated(out, "nw_attn_flat_ptrs")
+
+
+def test_key_pointers_walked_by_a_causal_split_still_read_through_descriptors() -> None:
+    """The causal card splits the key loop at the diagonal, both halves advancing the same
+    key / value pointers: the second half's counter starts where the first one's walk stopped
+    (`below // BKV * BKV`), so both halves' loads are boxes at their counter and one descriptor
+    per tensor serves both (before: "the pointer is built from a name assigned more than
+    once", no site); the kernel passes the interpret gate on the case's small shapes."""
+    _, split = _made("nw_attn_flat_ptrs", "causal-block-skip")
+    assert split.count("k_ptrs += BKV * s_s") == 2
+    site, out = _made("nw_attn_flat_ptrs", "tma-descriptors", split)
+    assert site == "triton:flat_causal_attn/for[0]/call:tl.load[0]"
+    assert out.count("tl.make_tensor_descriptor(k_ptr + base") == 1
+    assert out.count("(tl.trans(k_desc.load([kv0, 0])) if TMA_OK else tl.load(k_ptrs") == 2
+    assert out.count("(v_desc.load([kv0, 0]) if TMA_OK else tl.load(v_ptrs") == 2
     _gated(out, "nw_attn_flat_ptrs")
 
 

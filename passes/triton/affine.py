@@ -24,6 +24,8 @@ SCALAR_CALLS = frozenset({
     "min", "max", "triton.language.program_id", "triton.language.cdiv",
 })
 ARANGE = frozenset({"tl.arange", "triton.language.arange"})
+MIN_MAX = frozenset({"tl.minimum", "tl.maximum", "triton.language.minimum",
+                     "triton.language.maximum", "min", "max"})
 # Loops whose counter counts (the iterations a loop has done are its counter over its step).
 COUNTED = frozenset({"range", "tl.range", "triton.language.range", "tl.static_range",
                      "triton.language.static_range"})
@@ -126,6 +128,16 @@ class Scope:
         # a name assigned once and advanced (`p += step`) once: a pointer walked by a loop
         self.walked = {n for n, c in counts.items() if c == 2 and n in self.values
                        and len(self.advances.get(n, ())) == 1} - self.params
+        self.continued: dict[str, ast.For] = {}
+        """Pointers walked by a loop split in two (advanced once in each half): name -> the
+        second half, whose counter starts where the first half's walk stopped."""
+        for n, c in counts.items():
+            if c == 3 and n in self.values and n not in self.params \
+                    and len(self.advances.get(n, ())) == 2:
+                second = self._second_half(n, counts)
+                if second is not None:
+                    self.walked.add(n)
+                    self.continued[n] = second
         self.loop_vars -= self.params
         rebased = self._rebased(counts)
         self.params -= set(counts)  # a parameter the kernel rebinds (`a_ptr += ...`) is opaque
@@ -146,6 +158,32 @@ class Scope:
                 and isinstance(n.target, ast.Name) and n.target.id in self.params
                 and counts.get(n.target.id) == 1
                 and (first_loop is None or self.mod.start(n) < first_loop)}
+
+    def _second_half(self, name: str, counts: Mapping[str, int]) -> ast.For | None:
+        """The second of two sibling counted loops that each advance `name` once per iteration
+        (a direct statement of its body), after `name`'s assignment, where the second loop's
+        counter starts at the first one's stop and that stop is where the first loop's walk
+        ends (`_split_walk`; the names the stop reads bound once at most, so both ranges read
+        one value): the pointer there has walked as far as the counter says, as in one loop
+        from 0. None for any other pair."""
+        advances = self.advances[name]
+        loops = [self.mod.parents.get(a) for a in advances]
+        if any(not isinstance(lp, ast.For) or a not in lp.body for lp, a in zip(loops, advances)):
+            return None
+        first, second = sorted(loops, key=self.mod.start)
+        holder = self.mod.parents.get(first)
+        if first is second or holder is not self.mod.parents.get(second):
+            return None
+        stmts = next((body for body in (getattr(holder, f, None) for f in ("body", "orelse"))
+                      if isinstance(body, list) and first in body and second in body), None)
+        assign = self.assigned_at.get(name)
+        if stmts is None or assign not in stmts or stmts.index(assign) > stmts.index(first):
+            return None
+        parts = _range_parts(first)
+        if parts is None or any(counts.get(n.id, 0) > 1 for n in ast.walk(parts[1])
+                                if isinstance(n, ast.Name)):
+            return None
+        return second if _split_walk(self, first, second) else None
 
     def _own_bindings(self, region: ast.stmt) -> None:
         """The names `region`'s body assigns once, before their first use in it (class
@@ -282,8 +320,10 @@ def _terms(scope: Scope, node: ast.AST, walked: list[str] | None = None,
     return [node]
 
 
-def _loop_count(scope: Scope, loop: ast.stmt, step: str) -> str | None:
-    """`count * step` as text, `count` the iterations a `for` loop has done, or None."""
+def _loop_count(scope: Scope, loop: ast.stmt, step: str, continued: bool = False) -> str | None:
+    """`count * step` as text, `count` the iterations a `for` loop has done, or None.
+    `continued`: the loop is the second half of a split walk (`Scope.continued`), whose
+    iterations continue the first half's: counted as in one loop from 0."""
     if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)
             and isinstance(loop.iter, ast.Call) and callee(loop.iter) in COUNTED):
         return None
@@ -291,13 +331,64 @@ def _loop_count(scope: Scope, loop: ast.stmt, step: str) -> str | None:
     start = args[0] if len(args) >= 2 else None
     stride = args[2] if len(args) >= 3 else None
     k = loop.target.id
-    if start is not None and not (isinstance(start, ast.Constant) and start.value == 0):
+    if start is not None and not continued and not (isinstance(start, ast.Constant) and start.value == 0):
         return None
     if stride is None or (isinstance(stride, ast.Constant) and stride.value == 1):
         return f"{k} * {step}" if step != "1" else k
     if ast.dump(ast.parse(scope.mod.text(stride), mode="eval")) == ast.dump(ast.parse(step, mode="eval")):
         return k
     return None
+
+
+def _range_parts(loop: ast.For) -> tuple[ast.expr | None, ast.expr, ast.expr | None] | None:
+    """(start, stop, step) of a counted loop's range (None where not written), or None."""
+    if not (isinstance(loop.target, ast.Name) and isinstance(loop.iter, ast.Call)
+            and callee(loop.iter) in COUNTED) or not 1 <= len(loop.iter.args) <= 3:
+        return None
+    args = loop.iter.args
+    if len(args) == 1:
+        return None, args[0], None
+    return args[0], args[1], args[2] if len(args) == 3 else None
+
+
+def _split_walk(scope: Scope, first: ast.For, second: ast.For) -> bool:
+    """`range(0, e, s)` then `range(e, ..., s)`: the second loop's counter starts at the first
+    one's stop, and the first loop stops exactly there (s is 1, or e a multiple of s, `_multiple`),
+    so a pointer advanced once per iteration of both has, at the second loop's counter k, walked
+    k / s steps, as in one loop from 0. The counter indexes a tensor, so e is taken to be >= 0
+    (a first half that runs no iteration stops at 0)."""
+    one, two = _range_parts(first), _range_parts(second)
+    if one is None or two is None or two[0] is None or first.target.id != second.target.id:
+        return False
+    text = scope.mod.text
+    start, stop, step = one
+    if start is not None and not _same(text(start), "0"):
+        return False
+    if not _same(text(two[0]), text(stop)):
+        return False
+    s1, s2 = (text(s) if s is not None else "1" for s in (step, two[2]))
+    return _same(s1, s2) and (_same(s1, "1") or _multiple(scope, stop, s1))
+
+
+def _multiple(scope: Scope, node: ast.AST, step: str, depth: int = 0) -> bool:
+    """Whether the integer `node` is a multiple of `step` as written: a product with `step` as
+    a factor (`E // s * s`), 0, a sum, difference, minimum or maximum of such, through names
+    assigned once."""
+    if depth > 20:
+        return False
+    if isinstance(node, ast.Constant):
+        return node.value == 0
+    if isinstance(node, ast.Name):
+        value = scope.value(node)
+        return value is not None and _multiple(scope, value, step, depth + 1)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return _same(scope.mod.text(node.left), step) or _same(scope.mod.text(node.right), step)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        return _multiple(scope, node.left, step, depth + 1) and \
+            _multiple(scope, node.right, step, depth + 1)
+    if isinstance(node, ast.Call) and callee(node) in MIN_MAX and len(node.args) == 2:
+        return all(_multiple(scope, a, step, depth + 1) for a in node.args)
+    return False
 
 
 def _walked_extent(scope: Scope, loop: ast.stmt | None, idx: Index) -> str | None:
@@ -407,9 +498,8 @@ def box_of(scope: Scope, ptr: ast.AST, mask: ast.AST | None, loop: ast.stmt | No
         return "the pointer is not a base plus one index per axis"
     moved: dict[int, str] = {}  # axis -> how far the loop has walked the pointer along it
     for name in walked:
-        advance = scope.advances[name][0]
-        if loop is None or advance not in getattr(loop, "body", ()) or at is None \
-                or mod.start(at) > mod.start(advance):
+        advance = next((a for a in scope.advances[name] if a in getattr(loop, "body", ())), None)
+        if loop is None or advance is None or at is None or mod.start(at) > mod.start(advance):
             return f"{name} is advanced elsewhere than once per iteration after the access"
         step = None
         for axis, (_, stride, _) in axes.items():
@@ -424,7 +514,7 @@ def box_of(scope: Scope, ptr: ast.AST, mask: ast.AST | None, loop: ast.stmt | No
                 break
         if step is None or step[0] in moved:
             return f"the advance of {name} is not a step along one axis's stride"
-        count = _loop_count(scope, loop, step[1])
+        count = _loop_count(scope, loop, step[1], continued=scope.continued.get(name) is loop)
         if count is None:
             return f"the loop that advances {name} is not a counted range from 0"
         moved[step[0]] = count
