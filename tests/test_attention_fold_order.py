@@ -122,6 +122,30 @@ def test_the_scale_of_a_kernel_with_no_scale_variable_takes_log2e() -> None:
     _gated(out, FLAT)
 
 
+def test_scores_scaled_by_a_folded_product_read_as_the_fold_present() -> None:
+    """The kernel the fold wrote (`tl.dot(q, kt) * (sm_scale * log2e)`, exp2 in the softmax):
+    the rule reads its pass as present there (before: no site at all, so the state listed no
+    exp2-fold and retrieval offered the fold again), undoes it to the start kernel byte for
+    byte and, with the options it recorded, writes the same kernel again. A kernel with an exp
+    the fold would have turned into exp2 left over is not that form."""
+    from passes import Applied, get_pass
+
+    start = (FLAT / "flat_attn.py").read_text()
+    out = _made(start, "exp2-fold")
+    rule = get_pass("exp2-fold")
+    ir = kir.parse(out, "triton")
+    sites = rule().sites(ir)
+    assert [s.detail for s in sites] == [{"kernel": "flat_causal_attn", "scores": True}]
+    back = rule().deoptimize(ir, sites[0])
+    assert isinstance(back, Applied) and back.ir.unparse() == start
+    again = rule(**back.options)
+    open_site = next(s for s in again.sites(back.ir) if not s.present)
+    assert again.optimize(back.ir, open_site).ir.unparse() == out
+    mixed = out.replace("corr = tl.exp2(", "corr = tl.exp(")
+    assert mixed != out
+    assert not [s for s in rule().sites(kir.parse(mixed, "triton")) if s.present]
+
+
 def test_a_diagonal_stopped_flat_grid_launches_its_heaviest_query_blocks_first() -> None:
     """The 1-D grid split by `%` / `//`: the key loop stops at the diagonal and splits off its
     unmasked blocks, and the program ids are relabeled last-first, so the query blocks with the

@@ -870,6 +870,9 @@ class Exp2Fold(Pass):
     target: str = ""
     """Scale-folded form: the variable that carries `scale * log2(e)` (e.g. `qk_scale`) and
     whose every use feeds exp2; empty for the direct `exp2(x * log2(e))` form."""
+    scores: bool = False
+    """Scale-folded form with no such variable: log2(e) multiplies each scalar the scores are
+    scaled by (`tl.dot(q, k) * (sm_scale * log2(e))`) and the softmax's exps are exp2."""
 
     name: ClassVar[str] = "exp2-fold"
     category: ClassVar[Category] = Category.EXPRESSION
@@ -911,6 +914,61 @@ class Exp2Fold(Pass):
                         break
         return out
 
+    def _folded_scores(self, mod: PyModule
+                       ) -> list[tuple[ast.FunctionDef, list[ByteEdit], dict[str, str]]]:
+        """(kernel, the edits that undo it, the factor and side of its first product) of each
+        kernel in the form `_fold_scores` writes:
+        products of a scalar and log2(e) (neither an exp2's argument, `_folded`, nor an
+        assignment's whole value, `_scales`) and exp2 calls, where undoing it (each product
+        back to its scalar, each exp2 back to exp) leaves a softmax whose fold
+        (`logdomain.scale_fold`) is exactly these scalars and these exponentials."""
+        log2e = _log2e_names(mod)
+        direct = {id(x) for _, x, _, _ in self._folded(mod)}
+        direct |= {id(c.args[0]) for c, _, _, _ in self._folded(mod)}
+        out = []
+        for kernel in mod.kernels():
+            exps = [c for c in mod.calls(kernel, EXP2_NAMES) if len(c.args) == 1
+                    and not c.keywords and id(c.args[0]) not in direct]
+            products = []
+            for node in ast.walk(kernel) if exps else ():
+                parent = mod.parents.get(node)
+                if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)) \
+                        or id(node) in direct or (isinstance(parent, ast.Assign) and parent.value is node):
+                    continue
+                found = next(((x, f, side) for x, f, side in ((node.left, node.right, "right"),
+                                                             (node.right, node.left, "left"))
+                              if _is_log2e_literal(f) or (isinstance(f, ast.Name) and f.id in log2e)),
+                             None)
+                if found is not None:
+                    products.append((node, *found))
+            if not products:
+                continue
+            src = mod.source
+            edits = []
+            for node, scale, _, _ in products:
+                lo, hi = mod.span(node)
+                if src[lo - 1:lo] == b"(" and src[hi:hi + 1] == b")" and not (
+                        isinstance(mod.parents.get(node), ast.Call)):
+                    lo, hi = lo - 1, hi + 1  # the parentheses `_fold_scores` put around it
+                edits.append(ByteEdit(lo, hi, mod.text(scale)))
+            edits += [ByteEdit(*mod.span(c.func), mod.text(c.func)[:-1]) for c in exps]
+            edits.sort(key=lambda e: e.start)
+            text = src
+            for e in reversed(edits):
+                text = text[:e.start] + e.text.encode("utf-8") + text[e.end:]
+            try:
+                fn = next(n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)
+                          and n.name == kernel.name)
+            except (SyntaxError, StopIteration):
+                continue
+            fold = scale_fold(fn)
+            if not isinstance(fold, str) and len(fold.exps) == len(exps) \
+                    and sorted(ast.unparse(s) for s in fold.scales) == \
+                    sorted(mod.text(x) for _, x, _, _ in products):
+                _, _, factor, side = products[0]
+                out.append((kernel, edits, {"factor": mod.text(factor), "side": side}))
+        return out
+
     def _module_calls(self, mod: PyModule, names: frozenset[str]) -> list[ast.Call]:
         return [c for k in mod.kernels() for c in mod.calls(k, names)]
 
@@ -927,6 +985,9 @@ class Exp2Fold(Pass):
                 out.append(make_site(self.name, ir, index, self._jit_span(mod), True,
                                      {"factor": mod.text(factor), "side": side,
                                       "target": assign.targets[0].id}, mod.span(assign)))
+        for kernel, _, _ in self._folded_scores(mod):
+            out.append(make_site(self.name, ir, index, mod.span(kernel), True,
+                                 {"kernel": kernel.name, "scores": True}, mod.span(kernel)))
         for kernel in mod.kernels():
             # the scale-folded form rewrites every exp of the kernels: the region is theirs;
             # an exp over a 2-D block (the probabilities of a tile) before one over a row vector
@@ -994,6 +1055,13 @@ class Exp2Fold(Pass):
         mod = PyModule(ir)
         if site.detail.get("target"):
             return self._deoptimize_scale(ir, mod, site)
+        if site.detail.get("scores"):
+            found = next(((e, how) for k, e, how in self._folded_scores(mod)
+                          if k.name == site.detail.get("kernel")), None)
+            if found is None:
+                return Skipped("no log2(e)-folded score scale at the site", {"site": site.anchor})
+            return finish(ir, site, found[0], options={"fn": "", **found[1], "target": "",
+                                                       "scores": True})
         found = next((f for f in self._folded(mod) if mod.span(f[0]) == tuple(site.span)), None)
         if found is None:
             return Skipped("no exp2 with a folded log2(e) at the site", {"site": site.anchor})
@@ -1004,7 +1072,7 @@ class Exp2Fold(Pass):
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
         mod = PyModule(ir)
-        if self.target:
+        if self.target or self.scores:
             return self._optimize_scale(ir, mod, site)
         call = next((c for k in mod.kernels() for c in mod.calls(k, EXP_NAMES)
                      if list(mod.span(c)) == list(site.detail.get("call_span", ()))), None)
