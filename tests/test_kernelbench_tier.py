@@ -448,6 +448,13 @@ def get_init_inputs():
 ''')
     error = TIER.problem_work(gate.load_case(broken))["work_error"]
     assert "meta device" in error and len(error.splitlines()) == 1
+    # the bytes a forward must move count what it writes: softmax's output is its input's size
+    # (the copy-bandwidth share divides a copy of these bytes by the kernel's time)
+    shape = dict(next(iter(gate.load_case(softmax).shapes.values())))
+    assert gate.load_case(softmax).module().bytes_moved(shape) == 2 * 4096 * 65536 * 4
+    # a forward the meta device cannot run: its inputs, still a floor
+    shape = dict(next(iter(gate.load_case(broken).shapes.values())))
+    assert gate.load_case(broken).module().bytes_moved(shape) == 64 * 4
 
 
 def test_tables_count_every_problem_and_the_compute_bound_ones_apart() -> None:
