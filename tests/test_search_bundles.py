@@ -143,3 +143,21 @@ def test_a_member_without_a_site_refuses_the_bundle(tmp_path: Path) -> None:
     assert any(s.stage == "materialize" and "exp2-fold) takes no site" in s.reason
                for s in result.rejected)
     assert result.best_ms == pytest.approx(10.0)
+
+
+def test_a_bundle_leaves_out_a_kernel_the_profile_finds_cold() -> None:
+    """Like the loop's single moves, a bundle takes no site in a kernel under the cold share of
+    its state's profile: here the profile names another kernel only, so the batched product's
+    kernel (launched, never timed) is cold and the bundle is refused at its first member."""
+    from gate import Tier, Timing, Verdict
+    from gate.verdict import VariantTiming
+
+    grouped, persistent = _shipped(GROUPED, case="trmm"), _shipped(PERSISTENT, case="gemm")
+    ir = kir.parse(START.read_text(), "triton")
+    kw = {"ctx": _ctx(), "rewriter": DeterministicRewriter()}
+    timed = Verdict(True, Tier.DEVICE, "timing", timing=Timing(
+        1.0, 1.0, (VariantTiming("v", 1.0, 1.0, (("elsewhere", 1.0),)),)))
+    [whole] = list(bundle_candidates((grouped, persistent), _Kernel(ir), **kw))
+    assert whole.ok
+    [refused] = list(bundle_candidates((grouped, persistent), _Kernel(ir, timed), **kw))
+    assert not refused.ok and refused.refusals == (f"bundle: {grouped.id} ({GROUPED}) takes no site",)
