@@ -525,3 +525,72 @@ def test_a_pointer_walked_by_a_loop_split_in_two_is_a_box_in_both_halves(
         boxes = _operand_boxes(mod, mod.kernels()[0])
         assert [isinstance(b, str) for _, b, _ in boxes] == [not walks] * 4, boxes
         assert not walks or boxes[2][1].index[1].offset == "k0 * BK"
+
+
+WIDE_PIDS = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def wide_mm(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    i = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1).to(tl.int64)
+    row0 = i * BM
+    rm = row0 + tl.arange(0, BM)
+    rn = j * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        kk = k0 + tl.arange(0, BK)
+        a = tl.load(a_ptr + rm[:, None] * sam + kk[None, :] * sak, mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + kk[:, None] * sbk + rn[None, :] * sbn, mask=(kk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(tl.float16), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=torch.float16, device=a.device)
+    wide_mm[(triton.cdiv(M, 64), triton.cdiv(N, 64))](a, b, c, M, N, K, a.stride(0), a.stride(1),
+                                                      b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                                                      BM=64, BN=64, BK=32)
+    return c
+'''
+
+_WIDE_COMPILE = r"""
+import importlib.util, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+spec = importlib.util.spec_from_file_location(sys.argv[2], sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+jit = module.wide_mm
+flag = next(n for n in jit.arg_names if n.startswith("TMA_OK"))
+consts = {"BM": 64, "BN": 64, "BK": 32, flag: True, "sak": 1, "sbn": 1, "scn": 1}
+signature = {n: "*fp16" if n.endswith("_ptr") else "constexpr" if n in consts else "i32"
+             for n in jit.arg_names}
+attrs = {(jit.arg_names.index(n),): [["tt.divisibility", 16]] for n in jit.arg_names if n not in consts}
+triton.compile(ASTSource(fn=jit, signature=signature, constexprs=consts, attrs=attrs),
+               target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 3})
+print("compiled")
+"""
+
+
+def test_descriptor_coordinates_read_from_64_bit_program_ids_are_cast_to_32_bits(tmp_path) -> None:
+    """Program ids widened to int64 in a statement of their own (and a row base computed from
+    one) give 64-bit tile coordinates, which a descriptor refuses at compile time ("Expected a
+    32-bit integer"): each such coordinate is cast back, and the kernel compiles for sm_90."""
+    from module_helpers import compiled_output
+
+    ir = kir.parse(WIDE_PIDS, "triton")
+    tma = get_pass("tma-descriptors")()
+    site = next(s for s in tma.sites(ir) if not s.present)
+    result = tma.optimize(ir, site)
+    assert isinstance(result, Applied), result
+    out = result.ir.unparse()
+    assert "(row0).to(tl.int32)" in out and "(j * BN).to(tl.int32)" in out
+    assert "compiled" in compiled_output(_WIDE_COMPILE, out, tmp_path, "wide")

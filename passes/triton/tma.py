@@ -281,8 +281,10 @@ class TmaDescriptors(Pass):
                 # with the pointer store at 4, where the descriptor store did not fit)
                 continue
             blocks = (box.index[0].block, box.index[1].block)
-            # descriptor coordinates are 32-bit: an index computed in 64 bits is cast back
-            offsets = tuple(f"({o}).to(tl.int32)" if "int64" in o else o
+            # descriptor coordinates are 32-bit: an index computed in 64 bits (written so, or
+            # reading a name bound to a 64-bit value: `i = tl.program_id(0).to(tl.int64)`) is
+            # cast back
+            offsets = tuple(f"({o}).to(tl.int32)" if _wide(kernel, o) else o
                             for o in (box.index[0].offset, box.index[1].offset))
             shape, stride = box.shape, box.stride
             # The contiguous axis first (a transposed operand): the descriptor reads the
@@ -369,6 +371,27 @@ class TmaDescriptors(Pass):
         at = _allocator_at(mod)
         edits.append(ByteEdit(at, at, _host_text(mod, helper, with_allocator=not _has_allocator(mod))))
         return finish(ir, site, sorted(edits, key=lambda e: e.start), preconditions=results)
+
+
+def _wide(kernel: ast.FunctionDef, text: str, depth: int = 0) -> bool:
+    """Whether the expression `text` of `kernel` is computed in 64 bits: it names `int64`
+    itself, or reads a name some assignment of the kernel binds to such a value (a few
+    bindings deep)."""
+    if "int64" in text:
+        return True
+    if depth >= 4:
+        return False
+    try:
+        read = {n.id for n in ast.walk(ast.parse(text, mode="eval")) if isinstance(n, ast.Name)}
+    except SyntaxError:
+        return False
+    for node in ast.walk(kernel):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id in read for t in targets) \
+                    and _wide(kernel, ast.unparse(node.value), depth + 1):
+                return True
+    return False
 
 
 def _hoisted(mod: PyModule, kernel: ast.FunctionDef, loop: ast.stmt, names: frozenset[str]) -> ast.stmt:
