@@ -35,7 +35,6 @@ _TABLE: dict[str, tuple[str, str]] = {
     "autotune": ("passes.triton.autotune", "Autotune"),
     "grouped-ordering": ("passes.triton.ordering", "GroupedOrdering"),
     "persistent-grid": ("passes.triton.ordering", "PersistentGrid"),
-    "tile-loop-flatten": ("passes.triton.flatten", "TileLoopFlatten"),
     "tensor-core-dot": ("passes.triton.compute", "TensorCoreDot"),
     "exp2-fold": ("passes.triton.compute", "Exp2Fold"),
     "even-k-fast-path": ("passes.triton.masking", "EvenKFastPath"),
