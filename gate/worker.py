@@ -113,6 +113,8 @@ def main(conn: Any, job: Job) -> None:
     if job.tier in ("interpret", "emulate"):
         _limit_memory()
         _one_thread()
+    elif job.tier == "device":
+        _limit_memory(device=True)
     chan = Channel(conn)
     try:
         if job.tier == "static":
@@ -236,23 +238,46 @@ def _warm_gate_kernels() -> None:
 
 INTERPRET_MEMORY_FRACTION = 0.5  # of the machine's memory, at most INTERPRET_MEMORY_MAX_GIB
 INTERPRET_MEMORY_MAX_GIB = 16.0
+# Device tier: what the worker may map beyond what it holds when it starts (torch imported), as
+# a share of the machine's memory. Its sets and references live on the GPU, a lean plan's
+# parked ones in host memory (`gate.memplan.host_bytes`): a plan that needed more than this
+# share of the host would take the machine's memory from everything else on it anyway.
+DEVICE_MEMORY_FRACTION = 0.75
 
 
-def _limit_memory() -> None:
-    """Interpret tier: cap the worker's data segment (RLIMIT_DATA, soft and hard, so candidate
-    code cannot lift it), so that a candidate that allocates without end (a huge buffer, a
-    recursion with no bound) meets a MemoryError (`out_of_memory`) instead of taking the
-    machine's memory from everything else on it. The device tier is left alone: the CUDA
-    driver maps large private regions of its own. `KLINEAGE_GATE_MEMORY_GIB` overrides the
-    default (half the machine's memory, at most 16 GiB); 0 switches the cap off."""
+def data_bytes() -> int:
+    """Bytes of this process's data segment as the kernel counts it against RLIMIT_DATA
+    (`VmData`: private writable mappings); 0 where /proc does not say."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _limit_memory(device: bool = False) -> None:
+    """Cap the worker's data segment (RLIMIT_DATA, soft and hard, so candidate code cannot
+    lift it), so that a candidate that allocates without end (a huge buffer, a recursion with
+    no bound) meets a MemoryError (`out_of_memory`) instead of taking the machine's memory from
+    everything else on it. Interpret and emulate tiers: half the machine's memory, at most 16
+    GiB. Device tier: what the process holds now (torch and the CUDA driver map large private
+    regions of their own, counted in the segment) plus `DEVICE_MEMORY_FRACTION` of the
+    machine's memory. On a host that overcommits (vm.overcommit_memory=1, as on the GPU
+    machines here) nothing else stops a 16 TiB `bytearray`: it is granted and zeroed page by
+    page until the kernel's OOM killer picks a process. `KLINEAGE_GATE_MEMORY_GIB` overrides
+    the share (GiB beyond what the process holds on the device tier); 0 switches the cap off."""
     try:
         import resource  # noqa: PLC0415
 
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        gib = float(os.environ.get("KLINEAGE_GATE_MEMORY_GIB", "") or
-                    min(INTERPRET_MEMORY_MAX_GIB, INTERPRET_MEMORY_FRACTION * total / 2**30))
+        default = DEVICE_MEMORY_FRACTION * total / 2**30 if device else \
+            min(INTERPRET_MEMORY_MAX_GIB, INTERPRET_MEMORY_FRACTION * total / 2**30)
+        gib = float(os.environ.get("KLINEAGE_GATE_MEMORY_GIB", "") or default)
         if gib > 0:
-            cap = int(gib * 2**30)
+            cap = int(gib * 2**30) + (data_bytes() if device else 0)
             _, hard = resource.getrlimit(resource.RLIMIT_DATA)
             if hard != resource.RLIM_INFINITY:
                 cap = min(cap, hard)

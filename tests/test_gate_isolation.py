@@ -137,3 +137,36 @@ def test_an_allocation_without_end_meets_the_workers_memory_cap(
     assert verdict.failure_kind is FailureKind.OUT_OF_MEMORY, (verdict.failure_kind, verdict.reason)
     assert "MemoryError" in verdict.reason
     assert time.monotonic() - t0 < 100
+
+
+_DEVICE_CAP = r"""
+import os, resource, sys
+from gate.worker import DEVICE_MEMORY_FRACTION, _limit_memory, data_bytes
+held = data_bytes()
+_limit_memory(device=True)
+soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+share = float(os.environ.get("KLINEAGE_GATE_MEMORY_GIB") or DEVICE_MEMORY_FRACTION * total / 2**30)
+assert soft == hard and abs(soft - (held + share * 2**30)) < 64 * 2**20, (soft, held, share)
+kept = bytearray(64 << 20)  # what the worker may still map
+try:
+    bytearray(1 << 44)
+except MemoryError:
+    print("refused")
+"""
+
+
+@pytest.mark.parametrize("gib", ["", "1"])
+def test_the_device_tier_caps_what_a_worker_maps_beyond_what_it_holds(gib: str) -> None:
+    """On the device tier the worker's cap is what it holds at start plus a share of the
+    machine's memory (or KLINEAGE_GATE_MEMORY_GIB): a 16 TiB buffer, which a host that
+    overcommits would grant and zero until its OOM killer acts, is a MemoryError at once."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KLINEAGE_GATE_MEMORY_GIB": gib}
+    done = subprocess.run([sys.executable, "-c", _DEVICE_CAP], capture_output=True, text=True,
+                          env=env, cwd=Path(__file__).resolve().parent.parent, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["refused"]
