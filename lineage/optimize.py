@@ -10,22 +10,13 @@ state's own tunables (what the no-library control writes: `lineage.control`), or
 around the configuration the state runs with (CUDA: its configuration rules' values).
 
 Every move has an expected gain, its prior (`_prior`: a card's measured effect raised to its
-scope match; `SWEEP_PRIOR` for a sweep) updated by what its candidates measured (`_gain`),
-and an expected cost, the gate seconds of its state times what its kind's candidates cost
-over their states' gates in the run (`_cost`). The policy (`_choose`) gates the start's plain
-sweep first (the control is the floor: a run's best is never worse than it, within timing
-noise), then the move of highest expected log gain over the best kernel plus its upside
-while the budget binds (unmeasured moves before a measured tie is re-measured), per expected
-gate second and without upside while the time box binds (a move without evidence of gain
-waits). Stepping stones, enabling steps, pairs and revisits are outcomes of that rule.
-
-Rules of the space (not policy): a device-tier candidate is the new best when it passes and
-is `MIN_GAIN` faster than the best, any other passing candidate is a state; untimed tiers keep
-a card's candidate when it passes and its pass finds more of its optimization
-(`feature_appears`), have no sweep or rule moves, and at the static tier refuse a Triton
-candidate whose every configuration spills where its state's did not; a card failing
-`MAX_CARD_FAILURES` times is out; a (state, move) makes at most `CANDIDATES_PER_CARD`
-candidates; a text gated before reuses its verdict; where a card acts: `lineage.moves`.
+scope match; `SWEEP_PRIOR` for a sweep) updated by what its candidates and its kin measured
+(`_gain`), and an expected cost in gate seconds (`_cost`). The policy (`_choose`) gates the
+start's plain sweep first (the control is the floor), then the move of highest expected log
+gain over the best plus its upside while the budget binds, per expected gate second without
+upside while the time box binds. Stepping stones, enabling steps, pairs and revisits are
+outcomes of that rule; the rules of the space (what a state is, when a card is out, where a
+card acts) are in docs/SEARCH.md and `lineage.moves`.
 
 The run is recorded as a lineage (saved after every candidate): the start (role `root`), every
 best and every state a move was taken from (role `stone` when not the best), the transitions
@@ -73,8 +64,9 @@ CANDIDATES_PER_CARD = 2
 # MIN_GAIN (worth a gate), below a card measured to pay more whose scope matches the state.
 SWEEP_PRIOR = 1.05
 # How many measurements a move's prior counts as when the run's measurements update it: a
-# measurement on the kernel being optimized weighs twice the effect recorded elsewhere.
-PRIOR_WEIGHT = 0.5
+# measurement on the kernel being optimized weighs twice the effect recorded elsewhere; one of
+# another card of its pass and kind, in its context, weighs KIN_WEIGHT (partial pooling).
+PRIOR_WEIGHT, KIN_WEIGHT = 0.5, 0.5
 # A candidate's gate started before the time box ends may run this long past it.
 BOX_GRACE_S = 30.0
 # Without an explicit gate timeout a candidate's gate may take this many times the start
@@ -330,7 +322,8 @@ def _choose(run: _Run) -> _Option | None:
         behind = (run.best.ms / o.state.ms) if run.best.ms and o.state.ms else 1.0
         floor = _floor(o, run)
         gain, cost = math.log(_gain(o, run) * behind), _cost(o, run) if paced else 1.0
-        seen = len(run.observed.get(_move(o), ()))
+        own, kin = _measured(o, run)
+        seen = len(own) + KIN_WEIGHT * len(kin)
         upside = 0.0 if paced else run.spread / math.sqrt(1 + seen)
         return (floor, (gain / cost if gain > 0 else gain * cost) + upside, -cost, -seen,
                 -beam.index(o.state), -o.rank)
@@ -367,11 +360,20 @@ def _paced(run: _Run) -> bool:
 
 
 def _gain(option: _Option, run: _Run) -> float:
-    """A move's expected gain: the mean log speedup of its prior (weighted `PRIOR_WEIGHT`) and
-    of every candidate it made in the run."""
-    seen = run.observed.get(_move(option), [])
-    prior = option.prior if run.priors else 0.0
-    return math.exp((PRIOR_WEIGHT * prior + sum(seen)) / (PRIOR_WEIGHT + len(seen)))
+    """A move's expected gain: the mean log speedup of its prior (weighted `PRIOR_WEIGHT`), of
+    every candidate it made in the run and of its kin's (`_measured`, each `KIN_WEIGHT`)."""
+    (own, kin), prior = _measured(option, run), option.prior if run.priors else 0.0
+    return math.exp((PRIOR_WEIGHT * prior + sum(own) + KIN_WEIGHT * sum(kin))
+                    / (PRIOR_WEIGHT + len(own) + KIN_WEIGHT * len(kin)))
+
+
+def _measured(option: _Option, run: _Run) -> tuple[list[float], list[float]]:
+    """The log speedups of a move's own candidates, and of its kin's: the other cards of its
+    pass and kind in its context (a pass measured flat here is less likely to pay through
+    another of its cards, and less of a bet: its upside shrinks with them too)."""
+    kin = {_move(o) for o in run.options.values() if (o.card.pass_name, o.kind, o.context) ==
+           (option.card.pass_name, option.kind, option.context)} - {_move(option)}
+    return run.observed.get(_move(option), []), [x for m in kin for x in run.observed.get(m, ())]
 
 
 def _move(option: _Option) -> str:
@@ -590,7 +592,6 @@ def _judge(option: _Option, made: Materialized, run: _Run) -> None:
     record_state(new, run, frozenset())
     run.applied = list(new.path)
     run.say("accepted", {"card": card.id, "anchor": made.site.anchor, "ms": ms})
-
 
 
 __all__ = ["CANDIDATES_PER_CARD", "EFFECT_TIE", "MIN_GAIN", "Materialized", "OptimizeResult",

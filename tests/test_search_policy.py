@@ -80,6 +80,33 @@ def test_while_the_box_binds_a_measured_tie_waits_behind_an_unmeasured_move(
     assert _choose_among(run, [tie, loss], monkeypatch) is tie
 
 
+def test_a_pass_measured_flat_through_one_card_yields_to_an_unmeasured_pass(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Budget binding: two cards of one pass and one of another, the second pass's prior the
+    lower. Before anything is measured the first pass's fresh card leads; once its other card
+    measured even on this kernel, that measurement counts for the fresh card too (at
+    `KIN_WEIGHT`): its expected gain falls and its upside shrinks, and the other pass goes
+    first. A card of another kind of the same pass (a recorded sweep) is not its kin."""
+    from lineage.optimize import KIN_WEIGHT, _gain
+
+    def card(name: str, tag: str) -> SkillCard:
+        return dataclasses.replace(_card(name), id=f"{name}.cuda.{tag}")
+
+    run, start = _run(paced=False)
+    flat = _Option(start, "card", card("pragma-unroll", "a"), 0, 0.1)
+    fresh = _Option(start, "card", card("pragma-unroll", "b"), 1, 0.1)
+    other = _Option(start, "card", card("row-cache", "c"), 2, 0.05)
+    swept = _Option(start, "recorded", card("pragma-unroll", "a"), 3, 0.1)
+    for o in (flat, fresh, other, swept):
+        run.options[(id(start), o.kind, o.card.id)] = o
+    flat.done = True
+    assert _choose_among(run, [fresh, other], monkeypatch) is fresh
+    run.observed[_move(flat)] = [0.0]
+    assert math.log(_gain(fresh, run)) == pytest.approx(0.5 * 0.1 / (0.5 + KIN_WEIGHT))
+    assert math.log(_gain(swept, run)) == pytest.approx(0.1)
+    assert _choose_among(run, [fresh, other], monkeypatch) is other
+
+
 def test_the_upside_is_the_spread_of_the_librarys_measured_effects() -> None:
     from lineage.moves import effect_spread
 
