@@ -34,7 +34,7 @@ def deep_loops(kernel: ast.FunctionDef) -> list[tuple[ast.For, ast.keyword]]:
     for node in ast.walk(kernel):
         if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) \
                 and callee(node.iter) in RANGE_NAMES and _loads(node) and not _inner_loop_loads(node):
-            kw = next((k for k in node.iter.keywords if k.arg == "num_stages"), None)
+            kw = PyModule.keyword(node.iter, "num_stages")
             if kw is not None and literal_int(kw.value) is not None:
                 out.append((node, kw))
     return out
