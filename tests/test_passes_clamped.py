@@ -16,6 +16,7 @@ to 16-byte asynchronous copies where the clamped one loads element by element.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ import kir
 from passes.base import Applied, PassContext, Skipped
 from passes.registry import get_pass
 from passes.roundtrip import normalized, roundtrip
-from tests.module_helpers import compiled_output, load_module
+from tests.module_helpers import compiled_for_sm90, load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 DISPATCH = (ROOT / "bench/styles/nw_mm_dispatch/dispatch_mm.py").read_text()
@@ -215,26 +216,8 @@ def test_the_search_offers_the_rule_without_a_card() -> None:
     assert "masked-bounds" in offered and offered["masked-bounds"] > 0
 
 
-_COMPILE = r"""
-import importlib.util, re, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-spec = importlib.util.spec_from_file_location(sys.argv[2], sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-jit = module.tiled_mm
 # what the launcher specializes at 4096^3: unit strides, sizes and pointers divisible by 16
-consts = {"BM": 64, "BN": 64, "BK": 32, "sak": 1, "sbn": 1, "scn": 1}
-signature = {n: "*bf16" if n.endswith("_ptr") else "constexpr" if n in consts else "i32"
-             for n in jit.arg_names}
-attrs = {(jit.arg_names.index(n),): [["tt.divisibility", 16]] for n in jit.arg_names if n not in consts}
-kernel = triton.compile(ASTSource(fn=jit, signature=signature, constexprs=consts, attrs=attrs),
-                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 3})
-ptx = kernel.asm["ptx"]
-print(sys.argv[2], len(re.findall(r"cp\.async\.cg\.shared\.global[^;]*0x10", ptx)),
-      len(re.findall(r"ld\.global(?:\.\w+)*\.b16 ", ptx)))
-"""
+_TILES = {"BM": 64, "BN": 64, "BK": 32, "sak": 1, "sbn": 1, "scn": 1}
 
 
 def test_masked_tiles_are_copied_16_bytes_at_a_time_at_sm90(tmp_path) -> None:
@@ -243,8 +226,9 @@ def test_masked_tiles_are_copied_16_bytes_at_a_time_at_sm90(tmp_path) -> None:
     pytest.importorskip("triton")
     counts = {}
     for name, text in (("clamped", DISPATCH), ("masked", _optimized(DISPATCH).ir.unparse())):
-        got = compiled_output(_COMPILE, text, tmp_path, name).split()
-        counts[got[0]] = (int(got[1]), int(got[2]))
+        ptx = compiled_for_sm90(text, tmp_path, name, "tiled_mm", _TILES, pointers="*bf16")["ptx"]
+        counts[name] = (len(re.findall(r"cp\.async\.cg\.shared\.global[^;]*0x10", ptx)),
+                        len(re.findall(r"ld\.global(?:\.\w+)*\.b16 ", ptx)))
     assert counts["clamped"][0] == 0 and counts["clamped"][1] > 0
     assert counts["masked"][0] > 0 and counts["masked"][1] == 0
 

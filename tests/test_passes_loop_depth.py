@@ -15,7 +15,7 @@ from pathlib import Path
 import kir
 from passes.base import Applied, PassContext, Skipped
 from passes.registry import get_pass
-from tests.module_helpers import compiled_output
+from tests.module_helpers import compiled_for_sm90
 
 ROOT = Path(__file__).resolve().parent.parent
 RANGED = (ROOT / "bench/styles/nw_mm_range_stages/ranged_mm.py").read_text()
@@ -121,28 +121,12 @@ def test_the_search_offers_the_rule_without_a_card() -> None:
     assert "loop-depth" not in {card.pass_name for card, _ in rule_offers(_ir(same), ctx)}
 
 
-_COMPILE = r"""
-import importlib.util, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-spec = importlib.util.spec_from_file_location(sys.argv[2], sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-jit = module.ranged_matmul
-consts = {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64, "stride_ak": 1, "stride_bn": 1, "stride_cn": 1}
-signature = {n: "*fp16" if n.endswith("_ptr") else "constexpr" if n in consts else "i32"
-             for n in jit.arg_names}
-attrs = {(jit.arg_names.index(n),): [["tt.divisibility", 16]] for n in jit.arg_names if n not in consts}
-kernel = triton.compile(ASTSource(fn=jit, signature=signature, constexprs=consts, attrs=attrs),
-                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": 4})
-print(sys.argv[2], kernel.metadata.shared)
-"""
+_TILES = {"TILE_M": 128, "TILE_N": 128, "TILE_K": 64, "stride_ak": 1, "stride_bn": 1, "stride_cn": 1}
 
 
 def test_at_sm90_the_launch_depth_reaches_the_loop_only_once_lifted(tmp_path) -> None:
-    before = compiled_output(_COMPILE, RANGED, tmp_path, "kept")
-    after = compiled_output(_COMPILE, _lifted(RANGED), tmp_path, "lifted")
-    kept, lifted = int(before.split()[-1]), int(after.split()[-1])
+    kept, lifted = (compiled_for_sm90(text, tmp_path, name, "ranged_matmul", _TILES, num_warps=8,
+                                      num_stages=4)["shared"]
+                    for name, text in (("kept", RANGED), ("lifted", _lifted(RANGED))))
     # a stage of 128x64 + 64x128 fp16 tiles is 32 KiB: two stages in flight against four
     assert lifted >= kept + 32768, (kept, lifted)

@@ -6,7 +6,6 @@ matches torch in fp32 under the interpreter; at sm_90 the product compiles to wg
 full-fp32 one had none; the search offers the rule on a kernel no lineage holds."""
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import kir
 from passes.base import Applied, PassContext, Skipped
 from passes.registry import get_pass
 from passes.roundtrip import roundtrip
-from tests.module_helpers import compiled_output, load_module
+from tests.module_helpers import compiled_for_sm90, load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 # sum over the columns of x @ w.T, the product in full fp32 (a two-kernel start kernel)
@@ -110,23 +109,7 @@ def test_the_rewritten_kernels_match_torch_in_fp32(tmp_path) -> None:
     torch.testing.assert_close(nt.run(a, b), a @ b.T, rtol=1e-5, atol=1e-5)
 
 
-_COMPILE = r"""
-import importlib.util, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-spec = importlib.util.spec_from_file_location(sys.argv[2], sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-jit = module.gemm_nt
-consts = {"BM": 128, "BN": 128, "BK": 32}
-signature = {n: "*fp32" if n.endswith("_ptr") else "constexpr" if n in consts else "i32"
-             for n in jit.arg_names}
-attrs = {(jit.arg_names.index(n),): [["tt.divisibility", 16]] for n in jit.arg_names if n not in consts}
-kernel = triton.compile(ASTSource(fn=jit, signature=signature, constexprs=consts, attrs=attrs),
-                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 3})
-print(sys.argv[2], kernel.asm["ptx"].count("wgmma.mma_async"))
-"""
+_TILES = {"BM": 128, "BN": 128, "BK": 32}
 
 
 def test_tf32x3_compiles_to_wgmma_at_sm90(tmp_path) -> None:
@@ -134,8 +117,8 @@ def test_tf32x3_compiles_to_wgmma_at_sm90(tmp_path) -> None:
     pytest.importorskip("triton")
     counts = {}
     for name, text in (("start", START), ("split", _optimized(START).ir.unparse())):
-        got = compiled_output(textwrap.dedent(_COMPILE), text, tmp_path, name).split()
-        counts[got[0]] = int(got[1])
+        ptx = compiled_for_sm90(text, tmp_path, name, "gemm_nt", _TILES, pointers="*fp32")["ptx"]
+        counts[name] = ptx.count("wgmma.mma_async")
     assert counts["start"] == 0 and counts["split"] > 0 and counts["split"] % 3 == 0
 
 

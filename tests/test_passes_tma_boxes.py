@@ -3,6 +3,7 @@ original loads for tensors a descriptor cannot read, and both paths match torch 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -560,31 +561,12 @@ def run(a, b):
     return c
 '''
 
-_WIDE_COMPILE = r"""
-import importlib.util, sys
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-spec = importlib.util.spec_from_file_location(sys.argv[2], sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-jit = module.wide_mm
-flag = next(n for n in jit.arg_names if n.startswith("TMA_OK"))
-consts = {"BM": 64, "BN": 64, "BK": 32, flag: True, "sak": 1, "sbn": 1, "scn": 1}
-signature = {n: "*fp16" if n.endswith("_ptr") else "constexpr" if n in consts else "i32"
-             for n in jit.arg_names}
-attrs = {(jit.arg_names.index(n),): [["tt.divisibility", 16]] for n in jit.arg_names if n not in consts}
-triton.compile(ASTSource(fn=jit, signature=signature, constexprs=consts, attrs=attrs),
-               target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_stages": 3})
-print("compiled")
-"""
-
 
 def test_descriptor_coordinates_read_from_64_bit_program_ids_are_cast_to_32_bits(tmp_path) -> None:
     """Program ids widened to int64 in a statement of their own (and a row base computed from
     one) give 64-bit tile coordinates, which a descriptor refuses at compile time ("Expected a
     32-bit integer"): each such coordinate is cast back, and the kernel compiles for sm_90."""
-    from module_helpers import compiled_output
+    from module_helpers import compiled_for_sm90
 
     ir = kir.parse(WIDE_PIDS, "triton")
     tma = get_pass("tma-descriptors")()
@@ -593,4 +575,6 @@ def test_descriptor_coordinates_read_from_64_bit_program_ids_are_cast_to_32_bits
     assert isinstance(result, Applied), result
     out = result.ir.unparse()
     assert "(row0).to(tl.int32)" in out and "(j * BN).to(tl.int32)" in out
-    assert "compiled" in compiled_output(_WIDE_COMPILE, out, tmp_path, "wide")
+    flag = re.search(r"\b(TMA_OK\w*): tl\.constexpr", out).group(1)
+    tiles = {"BM": 64, "BN": 64, "BK": 32, flag: True, "sak": 1, "sbn": 1, "scn": 1}
+    assert "cp.async.bulk.tensor" in compiled_for_sm90(out, tmp_path, "wide", "wide_mm", tiles)["ptx"]
