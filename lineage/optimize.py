@@ -49,6 +49,7 @@ from lineage.outcome import (EFFECT_TIE, OptimizeResult, Step, distinct_rejectio
 from lineage.retrieval import (Retriever, Target, kernel_signature, kernel_sites,
                                signature_similarity, similarity)
 from lineage.skills import Library, SkillCard
+from lineage.transfer import HEAVY_FIRST_RUN_S, LAUNCH_PASSES, carrier_fit
 
 if TYPE_CHECKING:
     from passes.rewriter import Rewriter
@@ -96,23 +97,19 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     start's plain sweep, the control, is gated whatever the box.
     `gate_timeout` bounds every gate; without it a candidate's gate may take
     `CANDIDATE_GATE_FACTOR` times the start kernel's own (at least `CANDIDATE_GATE_FLOOR_S`).
-    Ablations: `config_sweeps=False` leaves out every sweep move (cards' recorded
-    configurations and the state's own sweeps: single-parameter rewrites only);
-    `lookahead=False` expands the best state only (a greedy search); `priors=False` gives every move
-    the same prior (measurements still update it); `around=False` gates a structural step at
-    its state's configuration alone (`lineage.moves.around_parent`); `bundles=False` offers no
-    card with the steps its evidence ran with (`lineage.bundles`). An empty library leaves
-    the sweeps alone: the control with the run's budget.
+    Ablations: `config_sweeps=False` leaves out every sweep move (single-parameter rewrites
+    only); `lookahead=False` expands the best state only; `priors=False` gives every move the
+    same prior; `around=False` gates a structural step at its state's configuration alone
+    (`lineage.moves.around_parent`); `bundles=False` offers no card with the steps its
+    evidence ran with (`lineage.bundles`). An empty library leaves the sweeps alone.
     Writes OUT/best.<ext> (CUDA: with its host module), OUT/lineage.json and OUT/result.json.
     Raises BadInputError for a missing target, an unknown case or tier, a missing library,
     or a target that fails the gate (there is nothing correct to start from). `check_fn`
     replaces `gate.check` (same signature; tests use it to script verdicts); `executor` (a
     `gate.executor.Executor`, e.g. a Ray cluster) runs the gates otherwise. `prebuild_fn`
-    (same signature as `gate.prebuild`) starts a candidate's build ahead of its gate where a
-    `check_fn` gates on this machine; without `check_fn` and `executor` it is `gate.prebuild`,
-    with either and without `prebuild_fn` nothing is built ahead (the gates may run elsewhere).
-    `llm_config` (a `passes.llm_rewriter.LLMConfig`) shapes the LLM rewriter's requests; its
-    budget is `budget_usd`."""
+    (`gate.prebuild`'s signature; its default without `check_fn` and `executor`, else none)
+    starts a candidate's build ahead of its gate.
+    `llm_config` (a `passes.llm_rewriter.LLMConfig`) shapes the LLM's requests."""
     import gate  # noqa: PLC0415 — lazy: the gate's workers import torch
     import kir  # noqa: PLC0415
 
@@ -176,7 +173,6 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     if not verdict.ok:
         raise BadInputError(f"{target} fails the gate at the {run_tier} tier "
                             f"({failure_kind(verdict)}: {verdict.reason}); nothing correct to start from")
-    from lineage.transfer import HEAVY_FIRST_RUN_S  # noqa: PLC0415
 
     run = _Run(rewriter=rewriter, ctx=ctx, check=check, lineage=Lineage(), language=language,
                case=the_case.ref, platform=the_case.platform, tier=run_tier, expert=str(path),
@@ -368,12 +364,18 @@ def _gain(option: _Option, run: _Run) -> float:
 
 
 def _measured(option: _Option, run: _Run) -> tuple[list[float], list[float]]:
-    """The log speedups of a move's own candidates, and of its kin's: the other cards of its
-    pass and kind in its context (a pass measured flat here is less likely to pay through
-    another of its cards, and less of a bet: its upside shrinks with them too)."""
-    kin = {_move(o) for o in run.options.values() if (o.card.pass_name, o.kind, o.context) ==
-           (option.card.pass_name, option.kind, option.context)} - {_move(option)}
+    """The log speedups of a move's own candidates, and of its kin's (`_kin`: a pass measured
+    flat here is less likely to pay through another of its cards, and less of a bet: its
+    upside shrinks with them too)."""
+    kin = {_move(o) for o in run.options.values() if _kin(o) == _kin(option)} - {_move(option)}
     return run.observed.get(_move(option), []), [x for m in kin for x in run.observed.get(m, ())]
+
+
+def _kin(o: _Option) -> tuple[Any, ...]:
+    """Moves whose measurements tell about each other: a card's pass, kind and context; every
+    launch-parameter card's (`LAUNCH_PASSES`) rewrites, and their recorded sweeps."""
+    config = o.card.pass_name in LAUNCH_PASSES and o.kind in ("card", "recorded")
+    return ("config", o.kind) if config else (o.card.pass_name, o.kind, o.context)
 
 
 def _move(option: _Option) -> str:
@@ -413,8 +415,6 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
                                           run.seed)]
     moves: list[tuple[str, SkillCard, float]] = []
     if run.sweeps:
-        from lineage.transfer import LAUNCH_PASSES, carrier_fit  # noqa: PLC0415
-
         # a sweep-made state is swept only while it is the best, never by its kind; the own
         made = state.made.options if state.made and state.made.rewriter == "config-sweep" else None
         kinds = ("plain", "own", "recorded") if made is None or state is run.best else ()

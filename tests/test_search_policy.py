@@ -107,6 +107,39 @@ def test_a_pass_measured_flat_through_one_card_yields_to_an_unmeasured_pass(
     assert _choose_among(run, [fresh, other], monkeypatch) is other
 
 
+def test_a_configuration_card_measured_flat_counts_for_every_configuration_card(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Budget binding: rewrites by launch-parameter cards of different passes (tile sizes,
+    warps) each move one value of the configuration, so each one's measurement is kin to the
+    others' (at `KIN_WEIGHT`), while a structural card is not. Before anything is measured the
+    warps card (the higher prior) leads the structural one; once the tile card measured even,
+    the warps card's gain falls and its upside shrinks, and the structural card goes first. A
+    sweep (own or plain: a neighbourhood, not one value) is no card's kin."""
+    from lineage.moves import sweep_card
+    from lineage.optimize import KIN_WEIGHT, _gain
+
+    def card(name: str, tag: str) -> SkillCard:
+        return dataclasses.replace(_card(name), id=f"{name}.cuda.{tag}")
+
+    run, start = _run(paced=False)
+    tiles = _Option(start, "card", card("tile-sizes", "a"), 0, 0.1)
+    warps = _Option(start, "card", card("num-warps", "b"), 1, 0.1)
+    own = _Option(start, "own", sweep_card("own", "cuda"), 2, math.log(SWEEP_PRIOR))
+    plain = _Option(start, "plain", sweep_card("plain", "cuda"), 3, math.log(SWEEP_PRIOR))
+    structural = _Option(start, "card", card("row-cache", "c"), 4, 0.06)
+    for o in (tiles, warps, own, plain, structural):
+        run.options[(id(start), o.kind, o.card.id)] = o
+    tiles.done = own.done = plain.done = True
+    assert _choose_among(run, [warps, structural], monkeypatch) is warps
+    run.observed[_move(plain)] = [1.0]
+    run.observed[_move(own)] = [0.0]
+    assert math.log(_gain(warps, run)) == pytest.approx(0.1)
+    run.observed[_move(tiles)] = [0.0]
+    assert math.log(_gain(warps, run)) == pytest.approx(0.5 * 0.1 / (0.5 + KIN_WEIGHT))
+    assert math.log(_gain(structural, run)) == pytest.approx(0.06)
+    assert _choose_among(run, [warps, structural], monkeypatch) is structural
+
+
 def test_the_upside_is_the_spread_of_the_librarys_measured_effects() -> None:
     from lineage.moves import effect_spread
 
