@@ -26,6 +26,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "num-warps": ("passes.triton.launch", "NumWarps"),
     "software-pipelining": ("passes.triton.launch", "SoftwarePipelining"),
     "loop-depth": ("passes.triton.loop_depth", "LoopDepth"),
+    "loop-unroll": ("passes.triton.loop_unroll", "LoopUnroll"),
     # selection / scan / histogram constructs; listed before autotune so that a flag or width
     # the autotuner searches is pinned (autotune removed) before these passes remove it
     "radix-width": ("passes.triton.selection", "RadixWidth"),

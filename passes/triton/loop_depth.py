@@ -12,6 +12,7 @@ of some configuration the kernel runs; the gate judges the new depth like any ot
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -26,18 +27,20 @@ if TYPE_CHECKING:
     from kir import KernelIR
 
 
+def loading_ranges(kernel: ast.FunctionDef) -> list[ast.For]:
+    """Each `tl.range` loop in `kernel` whose body loads memory and no loop inside it does
+    (that one would be the loop a pipeline overlaps), in source order."""
+    return [node for node in ast.walk(kernel)
+            if isinstance(node, ast.For) and isinstance(node.iter, ast.Call)
+            and callee(node.iter) in RANGE_NAMES and _loads(node) and not _inner_loop_loads(node)]
+
+
 def deep_loops(kernel: ast.FunctionDef) -> list[tuple[ast.For, ast.keyword]]:
-    """(loop, its `num_stages` keyword) of each `tl.range` loop in `kernel` that sets its own
-    literal depth and whose body loads memory (no loop inside it loads: that one would be the
-    loop a pipeline overlaps)."""
-    out = []
-    for node in ast.walk(kernel):
-        if isinstance(node, ast.For) and isinstance(node.iter, ast.Call) \
-                and callee(node.iter) in RANGE_NAMES and _loads(node) and not _inner_loop_loads(node):
-            kw = PyModule.keyword(node.iter, "num_stages")
-            if kw is not None and literal_int(kw.value) is not None:
-                out.append((node, kw))
-    return out
+    """(loop, its `num_stages` keyword) of each loading `tl.range` loop in `kernel`
+    (`loading_ranges`) that sets its own literal depth."""
+    return [(loop, kw) for loop in loading_ranges(kernel)
+            for kw in [PyModule.keyword(loop.iter, "num_stages")]
+            if kw is not None and literal_int(kw.value) is not None]
 
 
 def launch_depths(mod: PyModule, kernel: ast.FunctionDef) -> set[int | None]:
@@ -59,6 +62,25 @@ def launch_depths(mod: PyModule, kernel: ast.FunctionDef) -> set[int | None]:
         value = launch.values().get("num_stages")
         out.add(DEFAULT_STAGES if value is None else literal_int(value))
     return out
+
+
+def drop_loop_keywords(ir: KernelIR, site: Site,
+                       loops_of: Callable[[PyModule, ast.FunctionDef], list[tuple[ast.For, ast.keyword]]],
+                       none: str) -> PassResult:
+    """`ir` with each keyword that `loops_of` finds in the kernel of `site` (a site over a
+    kernel's whole statement, its name in `detail["kernel"]`) taken off its loop's call, the
+    call's other arguments kept; Skipped where the site holds no kernel or `loops_of` finds no
+    keyword there (`none` says why)."""
+    mod = PyModule(ir)
+    kernel = next((k for k in mod.kernels() if k.name == site.detail.get("kernel")
+                   and mod.stmt_span(k) == tuple(site.span)), None)
+    if kernel is None:
+        return Skipped("no kernel at the site", {"site": site.anchor})
+    loops = loops_of(mod, kernel)
+    if not loops:
+        return Skipped(none, {"kernel": kernel.name})
+    edits: list[ByteEdit] = [mod.remove_argument(loop.iter, kw) for loop, kw in loops]
+    return finish(ir, site, sorted(edits, key=lambda e: e.start))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +124,5 @@ class LoopDepth(Pass):
                        {"site": site.anchor})
 
     def optimize(self, ir: KernelIR, site: Site, ctx: PassContext | None = None) -> PassResult:
-        mod = PyModule(ir)
-        kernel = next((k for k in mod.kernels() if k.name == site.detail.get("kernel")
-                       and mod.stmt_span(k) == tuple(site.span)), None)
-        if kernel is None:
-            return Skipped("no kernel at the site", {"site": site.anchor})
-        loops = deep_loops(kernel)
-        if not loops:
-            return Skipped("no loop sets its own depth", {"kernel": kernel.name})
-        edits: list[ByteEdit] = [mod.remove_argument(loop.iter, kw) for loop, kw in loops]
-        return finish(ir, site, sorted(edits, key=lambda e: e.start))
+        return drop_loop_keywords(ir, site, lambda mod, kernel: deep_loops(kernel),
+                                  "no loop sets its own depth")
