@@ -666,14 +666,15 @@ def gate_memory(bytes_in: float, bytes_out: float) -> Any:
 
     pool = Job.__dataclass_fields__["refill_sets"].default
     set_bytes, out_bytes = int(bytes_in), int(bytes_out)
-    least = memplan.least_plan(seeds=GATE_SEEDS, pool=pool, fixed=3)
-    kept = memplan.parked_plan(seeds=GATE_SEEDS, pool=pool, fixed=3)
+    fixed = memplan.fixed_sets(device=True)
+    least = memplan.least_plan(seeds=GATE_SEEDS, pool=pool, fixed=fixed)
+    kept = memplan.parked_plan(seeds=GATE_SEEDS, pool=pool, fixed=fixed)
     return gpuslots.GateMemory(
-        least=float(memplan.least_bytes(set_bytes, out_bytes, pool=pool, fixed=3, held=True)),
-        most=float(memplan.gate_bytes(set_bytes, out_bytes, seeds=GATE_SEEDS, pool=pool, fixed=3,
+        least=float(memplan.least_bytes(set_bytes, out_bytes, pool=pool, fixed=fixed, held=True)),
+        most=float(memplan.gate_bytes(set_bytes, out_bytes, seeds=GATE_SEEDS, pool=pool, fixed=fixed,
                                       held=True)),
         host=float(memplan.host_bytes(least, set_bytes, out_bytes, held=True)),
-        parked=float(memplan.parked_bytes(set_bytes, out_bytes, pool=pool, fixed=3, held=True)),
+        parked=float(memplan.parked_bytes(set_bytes, out_bytes, pool=pool, fixed=fixed, held=True)),
         parked_host=float(memplan.host_bytes(kept, set_bytes, out_bytes, held=True)))
 
 

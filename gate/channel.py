@@ -36,6 +36,7 @@ class Job:
     env: tuple[tuple[str, str], ...] = ()  # the caller's environment when it asked for the run
     variants: tuple[str, ...] = ()  # device tier: the variants run (`Case.variants`); () = SHAPES
     sealed_seed: int = 0  # inputs of the sealed call (`gate.guards.Seal`); 0: reverify_seed + 1
+    config_seed: int = 0  # names the autotune configuration calls' set; 0: reverify_seed + 2
 
 
 class Stop(Exception):

@@ -330,6 +330,7 @@ def _run(source: str, lang: str, case: Case, tier: Tier, stem: str, host_text: s
                   origin_dir=str(src_path.parent) if src_path else None,
                   case_path=str(case.path), seeds=(base, base + 1, base + 2),
                   extra_seed=base + 3, reverify_seed=base + 4, sealed_seed=base + 5,
+                  config_seed=base + 6,
                   refill_seed=rng.randrange(2**30, 2**31), env=tuple(env.items()),
                   variants=case.variants)
         if tier is Tier.DEVICE and gpulock.lock_path("any") is None:

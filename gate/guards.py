@@ -1067,6 +1067,8 @@ class _Sealed:
     poisoned: bool = False  # holds the poison the seal wrote (until host code writes into it)
     made: bool = False  # made during the call (allocated there, a host copy): not the
     # candidate's state across calls
+    before: torch.Tensor | None = None  # a buffer of the candidate's from before the call: its
+    # bytes when first sealed, put back after the call where the call's set comes again (`again`)
 
 
 def _seal_off(keep: Any) -> None:
@@ -1188,7 +1190,9 @@ class Seal:
     between launches too (an integer buffer holds its dtype's minimum, a bool one True); it is
     kept, restored at the next launch and for the outputs. Host code that writes into such a
     buffer between launches, traced or not, keeps what it wrote; host code that reads a
-    kernel's result between launches (a count to size the next grid) reads poison.
+    kernel's result between launches (a count to size the next grid) reads poison. With `again`
+    (a call whose set comes again), the buffers from before the call hold after it what they
+    held when first sealed (`outputs`).
 
     The real values the seal keeps are themselves out of host code's reach: between launches
     each is masked (its bytes XOR a pad drawn from a key, `heldcompare.xor_pad_`); `keys()`
@@ -1214,13 +1218,14 @@ class Seal:
     """
 
     __slots__ = ("cap", "busy", "launching", "launches", "replayed", "entries", "pending", "ptrs",
-                 "breach", "check", "keys", "input_ptrs", "graveyard", "written")
+                 "breach", "check", "keys", "input_ptrs", "graveyard", "written", "again")
 
     def __init__(self, inputs: tuple[Any, ...], cap: Captured,
                  check: Callable[[], tuple[str, str] | None] | None = None,
                  keys: Callable[[], tuple[int, int]] | None = None,
-                 masked: list[torch.Tensor] | None = None) -> None:
+                 masked: list[torch.Tensor] | None = None, again: bool = False) -> None:
         self.cap = cap
+        self.again = again
         self.busy = False
         self.launching = 0
         self.launches = 0
@@ -1270,8 +1275,9 @@ class Seal:
              made: bool = False) -> None:
         ptr = self._ptr(t)
         masked = real is not None
+        before = self._bytes(t) if self.again and not (is_input or made) else None
         self.entries.append(_Sealed(t, real if masked else self._bytes(t), ptr, is_input, masked,
-                                    made=made))
+                                    made=made, before=before))
         self.ptrs.add(ptr)
 
     def _tracked(self, value: Any) -> bool:
@@ -1375,10 +1381,11 @@ class Seal:
             return bool(t.all())
         return bool((t == value).all())
 
-    def _put(self, e: _Sealed) -> None:
-        """`e`'s kept bytes (in the clear) into its tensor."""
+    def _put(self, e: _Sealed, kept: torch.Tensor | None = None) -> None:
+        """`e`'s kept bytes (in the clear; or `kept`, bytes of its size) into its tensor."""
         n = e.tensor.numel() * e.tensor.element_size()
-        self.cap.copy_(e.tensor, self.cap.view(e.real[:n].view(e.tensor.dtype), e.tensor.shape))
+        kept = e.real if kept is None else kept
+        self.cap.copy_(e.tensor, self.cap.view(kept[:n].view(e.tensor.dtype), e.tensor.shape))
 
     def _keep(self, e: _Sealed) -> None:
         """`e`'s tensor as it is now into its kept bytes (in the clear), in place where they
@@ -1562,9 +1569,13 @@ class Seal:
         replayed), cloned. The inputs and what the call made hold poison again after; the
         candidate's buffers from before the call (a table it keeps from call to call) hold
         their real values: the call is over, and an honest kernel reads them in the next.
-        What such a buffer may hold of this call's inputs tells host code nothing new: the
-        sealed call's set is never drawn again, and the configuration calls run on the first
-        seed's set, which the candidate's correctness call saw in the clear."""
+        What such a buffer may hold of this call's inputs tells host code nothing it can use
+        where the call's set never comes again (the sealed call's). Where it does (`again`: the
+        configuration calls, each configuration in turn on one set), each such buffer holds
+        what it held when the call first sealed it instead: what the call's kernels wrote
+        there (its answer, a copy of its inputs) would otherwise be in the clear to host code
+        at the next call on the same set. An honest kernel leaves such a buffer as it found it
+        anyway where it keeps a table (made in the calls before) or resets its own counters."""
         cap = self.cap
         items = out if isinstance(out, (tuple, list)) else (out,)
         self.busy = True
@@ -1582,6 +1593,11 @@ class Seal:
             del key
             kept = [cap.clone(t) if type(t) is cap.tensor_type else t for t in items]
             self._poison(spare=lambda e: not (e.is_input or e.made))
+            for e in self.entries:
+                if e.before is not None:
+                    self._put(e, e.before)
+                    self.graveyard.append(e.before)
+                    e.before = None
             self._sync()
         finally:
             self.busy = False

@@ -1,8 +1,9 @@
 """How many input sets a device gate keeps, from the device memory free when it starts.
 
 A gate draws its input sets and computes their references before candidate code loads: the
-correctness seeds, the timed set, the sealed set, the re-verification set, and the crossovers
-of the refill pool (`gate.refill`). Each set costs its inputs and, where the worker holds the
+correctness seeds, the timed set, the set the autotune configuration calls run on, the sealed
+set, the re-verification set (`fixed_sets` of them beside the seeds), and the crossovers of the
+refill pool (`gate.refill`). Each set costs its inputs and, where the worker holds the
 references (`gate.heldcompare`), its reference's bytes. Beside them the run needs working
 memory: a call's clone of its inputs and the sealed call's copies, the candidate's outputs and
 the sampled ones kept during the timed runs, the reference's own temporaries. A problem of
@@ -45,29 +46,41 @@ SLACK_BYTES = 3 << 30
 the L2 flush buffer, the held comparison's float64 chunks, the candidate's own temporaries."""
 PHASE_WORK = ((1.0, 1 + 2), (2.0, 2), (3.5, 0))
 """(input-set sizes, output sizes) in use beside the kept sets, per kind of phase (phases do not
-overlap, so the largest counts): the timed runs (the rotation's buffers; the current output
-and the two sampled ones: `gate.worker` drops an output before the next call and a sampled
-copy before its replacement is made), the sealed call (its clone and the inputs' hidden
-copies; its output and the output's, which `guards.Seal` keeps as a copy of an input buffer;
-as much as a correctness or knockout call's copy and output while the previous call's are
-still held), a refill crossover (its random mask, its copy and a temporary). The sets are counted as kept
-from the first to the last phase, though the worker lets each go after its last call (the
-seeds after the correctness calls, the first after the knockout calls, the sealed set after
-the sealed call): the later phases have that much more room."""
+overlap, so the largest counts): the timed runs (the rotation's buffers; the current output and
+the two sampled ones: `gate.worker` drops an output before the next call and a sampled copy
+before its replacement is made), the sealed call and each configuration call (its clone, or a
+set brought back for it alone where its set waits off the device, and the inputs' hidden
+copies; its output and the output's, which `guards.Seal` keeps as a copy of an input buffer; as
+much as a correctness or knockout call's copy and output while the previous call's are still
+held; a configuration call's seal also keeps a copy of the candidate's own buffers from before
+it, which `SLACK_BYTES` covers where they are small), a refill crossover (its random mask, its
+copy and a temporary). The sets are counted as kept from the first to the last phase, though
+the worker lets each go after its last call (the seeds after the correctness calls, the
+configuration set after the configuration calls, the first after the knockout calls, the sealed
+set after the sealed call): the later phases have that much more room."""
 LEAN_WORK = ((2.0, 2.0), (3.0, 1.0))
 """(input-set sizes, output sizes) on the device per kind of phase of a lean plan, where no set
 stays between its uses (the largest counts): a call on a set brought back (the set, its clone
-or, in the sealed call, the inputs that hold poison, its output and the seal's kept copy of
-it), a reference step (the set, its clone, the reference's output and its masked copy, or on
-the first set the precision probe's rounded inputs and result, made before the masked copy);
-and the timed runs (the pool's two sets brought back, the rotation's buffers, the current
-output: the sampled outputs wait in host memory), the reference timed on the same buffers, a
-crossover made of the timed set and the first seed's (`gate.refill.crossover` works a chunk at
-a time)."""
+or, in a sealed or configuration call, the seal's kept copy of it while the inputs hold poison,
+its output and the seal's kept copy of it), a reference step (the set, its clone, the
+reference's output and its masked copy, or on the first set the precision probe's rounded
+inputs and result, made before the masked copy); and the timed runs (the pool's two sets
+brought back, the rotation's buffers, the current output: the sampled outputs wait in host
+memory), the reference timed on the same buffers, a crossover made of the timed set and the
+first seed's (`gate.refill.crossover` works a chunk at a time)."""
 CAP_ENV = "KLINEAGE_GATE_MEMORY"
 """Environment variable: the most device memory, in bytes, a gate plans its sets for (a run
 of several gates on one device reserves each its share; `plan_sets` takes the smaller of it
 and the free memory)."""
+
+
+def fixed_sets(device: bool) -> int:
+    """The sets a gate draws beside its correctness seeds and refill crossovers: the timed set,
+    the configuration set (the autotune configuration calls', fresh to them: answers kept from
+    the correctness calls fit none of its values), the sealed set and, on the device, the
+    re-verification set. Drawn whether or not the candidate turns out to have an autotuner: the
+    references are made before its code loads."""
+    return 4 if device else 3
 
 
 def device_cap() -> int | None:
@@ -84,7 +97,8 @@ class SetPlan:
     """What one variant keeps. `seeds`: correctness seeds drawn; `pool`: sets the refilled
     calls rotate through (the timed set included); `parked`: sets that leave the device
     between their uses, drawn again where used or waiting in host memory (counted among those
-    that may: the seeds after the first, the sealed and re-verification sets; `leaving`);
+    that may: the seeds after the first, the configuration, sealed and re-verification sets;
+    `leaving`);
     `sets`: every set drawn; `lean`: every set and held reference waits in host memory between
     its uses (`lean_bytes`; `parked` then counts every set). `reason` says why fewer than asked
     (empty when none)."""
@@ -280,13 +294,13 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
               fixed: int, held: bool, reference_peak: int = 0) -> SetPlan:
     """The sets one variant keeps, given `free_bytes` of device memory before its first set
     was drawn, the bytes of one input set and of one reference output, the seeds and pool
-    asked for, `fixed` further sets (timed, sealed and, on the device, re-verification) and
-    whether references are held on the device. Never fewer than `MIN_POOL` / `MIN_SEEDS` (or
-    the numbers asked, when smaller); what does not fit then is parked (the seeds after the
-    first, the sealed and re-verification sets may be; the first seed, the timed set and the
-    pool's crossovers stay: the refills copy from them); where those still do not fit and a
-    lean plan holds less (`lean_bytes`), the plan is lean. `free_bytes` counts at most
-    `device_cap()`."""
+    asked for, `fixed` further sets (`fixed_sets`: timed, configuration, sealed and, on the
+    device, re-verification) and whether references are held on the device. Never fewer than
+    `MIN_POOL` / `MIN_SEEDS` (or the numbers asked, when smaller); what does not fit then is
+    parked (the seeds after the first, the configuration, sealed and re-verification sets may
+    be; the first seed, the timed set and the pool's crossovers stay: the refills copy from
+    them); where those still do not fit and a lean plan holds less (`lean_bytes`), the plan is
+    lean. `free_bytes` counts at most `device_cap()`."""
     cap = device_cap()
     if cap is not None:
         free_bytes = min(free_bytes, cap)
@@ -303,7 +317,7 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
     while not fits(s, p) and s > min(MIN_SEEDS, want_seeds):
         s -= 1
     total = s + fixed + p - 1
-    parkable = (s - 1) + max(0, fixed - 1)  # seeds after the first; sealed, re-verification
+    parkable = (s - 1) + max(0, fixed - 1)  # seeds after the first; all fixed but the timed set
     parked = 0
     if per_set > 0:
         room = max(0, free_bytes - work)
@@ -331,6 +345,6 @@ def plan_sets(free_bytes: int, set_bytes: int, out_bytes: int, *, seeds: int, po
 
 
 __all__ = ["CAP_ENV", "LEAN_WORK", "MIN_POOL", "MIN_SEEDS", "PHASE_WORK", "SLACK_BYTES", "SetPlan",
-           "device_cap", "gate_bytes", "host_bytes", "kept_bytes", "lean_bytes", "lean_plan",
+           "device_cap", "fixed_sets", "gate_bytes", "host_bytes", "kept_bytes", "lean_bytes", "lean_plan",
            "least_bytes", "least_plan", "leaving", "parked_bytes", "parked_plan", "plan_bytes", "plan_sets",
            "recompute_bytes", "room_beyond", "samples_fit", "with_redraw", "working_bytes"]

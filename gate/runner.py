@@ -460,8 +460,10 @@ class _Judge:
             self._fail(kind, self.stage, f"{variant}/{phase} seed {seed}: {reason}")
 
     def _ref_key(self, variant: str, phase: str, seed: int) -> tuple[str, str, int]:
-        if phase in (PHASE_KNOCKOUT, PHASE_FAULT) or phase.startswith(PHASE_CONFIG + " "):
+        if phase in (PHASE_KNOCKOUT, PHASE_FAULT):
             return (variant, PHASE_SEED, seed)
+        if phase.startswith(PHASE_CONFIG + " "):  # every configuration runs on the set of its own
+            return (variant, PHASE_CONFIG, seed)
         if phase == PHASE_REFILL and (variant, PHASE_REFILL, seed) not in self.refs:
             return (variant, PHASE_TIMED, seed)  # the pool's first set is the timed set
         return (variant, phase, seed)

@@ -83,8 +83,9 @@ __all__ = ["Channel", "Job", "Stop", "classify", "describe", "import_candidate",
 PHASE_SEED, PHASE_KNOCKOUT, PHASE_FAULT, PHASE_TIMED, PHASE_REVERIFY, PHASE_REFILL = (
     "seed", "knockout", "fault", "timed", "reverify", "refill")
 PHASE_SEALED = "sealed"  # inputs visible only while the candidate's kernels run (`guards.Seal`)
-# A seed's inputs run again under one configuration of an autotuner (`_Runner.configs`); the
-# phase reads "config <i> of <kernel> (<its values>)" and is judged against the seed's reference.
+# A set of its own runs under each configuration of an autotuner in turn (`_Runner.configs`):
+# the set is (variant, "config", seed); a call's phase reads "config <i> of <kernel> (<its
+# values>)" and is judged against that set's reference.
 PHASE_CONFIG = "config"
 REFILL_SAMPLE = 2  # outputs of each timed run checked (drawn after the calls ran), besides its last
 # An autotuner in the candidate times each configuration with at most this warm-up and this
@@ -436,6 +437,9 @@ class _Runner:
         self.room_order: dict[str, list[tuple[str, str, int]]] = {}
         self.placed: set[tuple[str, str, int]] = set()
         self.set_plans: dict[str, Any] = {}  # variant -> memplan.SetPlan
+        # the seed a set was drawn with where it is not the job's (`_draw_seed`) and the set
+        # may be drawn again (the configuration sets; the sealed set's is kept nowhere)
+        self.draw_seeds: dict[tuple[str, str, int], int] = {}
         # the sealed sets' (dtype, shape) per input where kept masked (`_mask_sealed`), else None
         self.sealed_meta: dict[tuple[str, str, int], list[Any]] = {}
         self.out_bytes: dict[str, int] = {}  # variant -> bytes of its first reference's tensors
@@ -550,9 +554,10 @@ class _Runner:
     # -- reference phase -----------------------------------------------------------------
     def plan(self, variant: str | None = None) -> list[tuple[str, str, int]]:
         """The input sets of each variant (or of `variant`): its correctness seeds (the job's,
-        or as many as its `memplan.SetPlan` keeps), the timed, sealed and (device) re-verification
-        sets."""
-        extra = [(PHASE_TIMED, self.job.extra_seed), (PHASE_SEALED, self.sealed_seed())]
+        or as many as its `memplan.SetPlan` keeps), the timed, configuration, sealed and
+        (device) re-verification sets (`memplan.fixed_sets` of them beside the seeds)."""
+        extra = [(PHASE_TIMED, self.job.extra_seed), (PHASE_CONFIG, self.config_seed()),
+                 (PHASE_SEALED, self.sealed_seed())]
         if self.device == "cuda":
             extra.append((PHASE_REVERIFY, self.job.reverify_seed))
         return [(v, phase, seed) for v in ([variant] if variant else self.shapes)
@@ -642,9 +647,9 @@ class _Runner:
                            (plan.sets - 1) * per_set + self.work_bytes[variant]) + self.room[variant])
         del inputs
         keys = self.plan(variant)
-        # the seeds after the first, the sealed and the re-verification sets may leave the
-        # device between their uses: those drawn again where used first, then the last of them
-        # first (the re-verification set is used last); lean, all
+        # the seeds after the first, the configuration, sealed and re-verification sets may
+        # leave the device between their uses: those drawn again where used first, then the
+        # last of them first (the re-verification set is used last); lean, all
         parkable = [k for k in keys if k != first and k[1] != PHASE_TIMED]
         to_park = set(memplan.leaving(parkable, plan.parked, self._may_draw_again)) \
             if plan.parked and not plan.lean else set()
@@ -656,7 +661,10 @@ class _Runner:
         if plan.reduced:
             self.chan.send("flag", f"{variant}: input sets sized to the device's memory: {plan.reason}")
         for key in keys[1:]:
-            inputs = self._draw(variant, _draw_seed(key))
+            seed = _draw_seed(key)
+            if key[1] == PHASE_CONFIG:  # drawn again where used: its recipe needs the seed
+                self.draw_seeds[key] = seed
+            inputs = self._draw(variant, seed)
             self.lap("references: draw")
             self._reference(*key, inputs)
             self.originals[key] = self._mask_sealed(key, inputs) if key[1] == PHASE_SEALED else inputs
@@ -762,7 +770,7 @@ class _Runner:
         from gate import memplan, remake  # noqa: PLC0415
 
         seeds, pool = len(self.job.seeds), max(1, self.job.refill_sets)
-        fixed = 3 if self.device == "cuda" else 2
+        fixed = memplan.fixed_sets(self.device == "cuda")
         set_bytes = self._set_bytes(inputs)
         out_bytes = self.out_bytes.get(variant, 0)
         # the peak holds the first set itself (its inputs, its held reference): kept, not work
@@ -877,14 +885,15 @@ class _Runner:
                     crossovers: int) -> list[tuple[str, str, int]]:
         """The sets of `variant` that will wait (`waiting`, and the pool's first `crossovers`
         crossovers), in the order their references have a claim on the room beyond the plan:
-        by how often each is compared. The first seed's (its correctness call, every
-        autotuner configuration, the knockout calls), then the timed set's and the crossovers'
-        (the sampled timed calls), the other seeds', the re-verification set's, the sealed
-        set's."""
-        rank = {PHASE_TIMED: 1, PHASE_REFILL: 2, PHASE_SEED: 3, PHASE_REVERIFY: 4, PHASE_SEALED: 5}
+        by how often each is compared. The first seed's (its correctness call, the knockout
+        calls), then the timed set's and the crossovers' (the sampled timed calls), the
+        configuration set's (each autotuner configuration, where the candidate has an
+        autotuner), the other seeds', the re-verification set's, the sealed set's."""
+        rank = {PHASE_TIMED: 1, PHASE_REFILL: 2, PHASE_CONFIG: 3, PHASE_SEED: 4, PHASE_REVERIFY: 5,
+                PHASE_SEALED: 6}
         first = (variant, PHASE_SEED, self.job.seeds[0])
         pool = [(variant, PHASE_REFILL, self.job.refill_seed + k) for k in range(1, crossovers + 1)]
-        return sorted(list(waiting) + pool, key=lambda k: 0 if k == first else rank.get(k[1], 6))
+        return sorted(list(waiting) + pool, key=lambda k: 0 if k == first else rank.get(k[1], 7))
 
     def _room_beyond(self, variant: str, plan: Any, free: int, per_set: int) -> int:
         """`memplan.room_beyond` of the variant's plan (device tier, references held here);
@@ -962,7 +971,7 @@ class _Runner:
         if base is None and not self._redraws(key, first):
             return None
         self.lap("references: digest")
-        return remake.Recipe(key[2], first, remake.nbytes(inputs), base, donor)
+        return remake.Recipe(self.draw_seeds.get(key, key[2]), first, remake.nbytes(inputs), base, donor)
 
     def _may_draw_again(self, key: tuple[str, str, int]) -> bool:
         """Whether `key`'s set would be dropped and drawn again where used if it left the
@@ -1016,7 +1025,7 @@ class _Runner:
         from gate import remake  # noqa: PLC0415
 
         t0, waited = time.perf_counter(), self.lock.waited_s
-        again = self._draw(key[0], key[2])
+        again = self._draw(key[0], self.draw_seeds.get(key, key[2]))
         same = remake.redraws(first, again)
         seconds = time.perf_counter() - t0 - (self.lock.waited_s - waited)
         return same, seconds, remake.nbytes(again)
@@ -1255,9 +1264,26 @@ class _Runner:
             return inputs
         return self._on_device(inputs)
 
+    def _for_one_call(self, key: tuple[str, str, int]) -> tuple[tuple[Any, ...], tuple[Any, ...] | None]:
+        """`key`'s set for one call that spends its inputs (a sealed call leaves them poison):
+        (the call's inputs, the set itself where it stays whole beside them, else None). A set
+        that waits off the device comes back as a copy of its own (drawn again, or copied in),
+        which the call takes: a clone beside it would hold one set more than the plan's working
+        memory counts (`memplan.PHASE_WORK`, `LEAN_WORK`). A set kept whole is cloned."""
+        inputs = self.original(key)
+        kept = self.originals.get(key, ())
+        if any(type(x) is self.cap.tensor_type and any(x is k for k in kept) for x in inputs):
+            return self.clone_inputs(inputs), inputs
+        return inputs, None
+
     def sealed_seed(self) -> int:
         """Fresh inputs for the sealed call (answers kept from other calls do not fit them)."""
         return self.job.sealed_seed or self.job.reverify_seed + 1
+
+    def config_seed(self) -> int:
+        """The name of the set the configuration calls run on (`configs`), drawn with a seed
+        of its own (`_draw_seed`)."""
+        return self.job.config_seed or self.job.reverify_seed + 2
 
     def _draw(self, variant: str, seed: int) -> tuple[Any, ...]:
         try:
@@ -1898,7 +1924,10 @@ class _Runner:
         it picked: the correctness calls ran the configuration that timed fastest (on the
         device) or the first (the interpreter cannot time), and another shape, GPU or timing
         run picks another. Each configuration is forced in turn (`LaunchMonitor.pin`) on every
-        variant's first seed, and its output goes to the parent like a seed's. A configuration
+        variant's configuration set, and its output goes to the parent like a seed's. That set
+        is drawn for these calls alone, with a seed the job does not name (`_draw_seed`), and
+        the calls are sealed: host code never reads its values, so an answer kept from the
+        calls before (whose inputs it read) fits none of them. A configuration
         the autotuner's pruning drops for a shape is not run on it, and one that does not fit
         the GPU (the errors Triton's autotuner itself skips) is skipped: neither can be picked.
         The autotuners' choices are restored afterwards.
@@ -1915,17 +1944,19 @@ class _Runner:
         # how many configuration outputs may follow: the parent answers no more (each is
         # answered with a key where references are held)
         self.chan.send("configs", len(self.shapes) * sum(len(t.configs) for t in tuners))
+        seed = self.config_seed()
         if not tuners:
+            for variant in self.shapes:
+                self._release((variant, PHASE_CONFIG, seed))
             return
         self.chan.send("stage", "correctness")
-        seed = self.job.seeds[0]
         skipped = 0
         for tuner in tuners:
             kernel = getattr(self.guards.tuner_kernel(tuner), "__name__", None) or "kernel"
             saved = dict(tuner.cache)
             try:
                 for variant in self.shapes:
-                    original = self.original((variant, PHASE_SEED, seed))
+                    key = (variant, PHASE_CONFIG, seed)
                     kept: set[int] | None = None  # what pruning kept on the runs before
                     ran: set[Any] = set()  # `_interpreted_alike` keys checked on this variant
                     if self.job.tier == "interpret":
@@ -1942,13 +1973,13 @@ class _Runner:
                         tuner.best_config = None
                         self.monitor.pin = (tuner, config)
                         self.monitor.kept.pop(id(tuner), None)
-                        inputs = res = seal = None  # the previous call's go first
-                        inputs = self.clone_inputs(original)
+                        inputs = res = seal = whole = None  # the previous call's go first
+                        inputs, whole = self._for_one_call(key)
                         # sealed (`guards.Seal`): host code that tells the configuration calls
-                        # apart by reading its inputs reads poison, as in the sealed call (not
-                        # where a lean plan has no room for the seal's copy of a set)
-                        seal = None if self._lean(variant) else \
-                            self.guards.Seal(inputs, self.cap, check=self.beside_launch)
+                        # apart by reading its inputs reads poison, as in the sealed call; the
+                        # next configuration runs on the same set, so what this call's kernels
+                        # wrote into the candidate's buffers goes (`again`)
+                        seal = self.guards.Seal(inputs, self.cap, check=self.beside_launch, again=True)
                         try:
                             res = self.call(inputs, "run", seal=seal)
                         finally:
@@ -1962,17 +1993,17 @@ class _Runner:
                             continue
                         if res["exc"] is None and getattr(tuner, "best_config", None) is not config:
                             continue  # pruned for this shape: the autotuner never runs it here
-                        what = f"{variant}/seed {seed} under {phase}"
-                        if seal is not None:
-                            self.check_seal(seal, "correctness", what)
-                        self.check_call(res, inputs, None if seal is not None else original,
-                                        "correctness", what)
-                        self.send_out(variant, phase, seed, res, ((variant, PHASE_SEED, seed), original))
+                        what = f"{variant}/configuration inputs under {phase}"
+                        self.check_seal(seal, "correctness", what)
+                        self.check_call(res, inputs, None, "correctness", what)
+                        self.send_out(variant, phase, seed, res, None if whole is None else (key, whole))
                         if alike is not None:
                             ran.add(alike)
             finally:
                 tuner.cache.clear()
                 tuner.cache.update(saved)
+        for variant in self.shapes:
+            self._release((variant, PHASE_CONFIG, seed))
         self.check_kernels("correctness", "configuration calls")
         if skipped:
             self.chan.send("flag", f"{skipped} autotune configuration run(s) did not fit the GPU "
@@ -2287,10 +2318,14 @@ def _launches_text(signature: tuple[Any, ...], shown: int = 4) -> str:
 
 
 def _draw_seed(key: tuple[str, str, int]) -> int:
-    """The seed an input set is drawn with: the job's, except for the sealed set, drawn with a
-    secret one the worker keeps nowhere (the job's seed names the set in messages alone), so
-    that candidate code reading the job cannot draw the sealed inputs again."""
-    if key[1] != PHASE_SEALED:
+    """The seed an input set is drawn with: the job's, except for the sets no call before
+    their own may have seen, the sealed set's and the configuration set's, drawn with a secret
+    one (the job's seed names the set in messages alone), so that candidate code reading the
+    job cannot draw them and compute their answers ahead. The worker keeps the sealed set's
+    nowhere, the configuration set's with its recipe (`_Runner.draw_seeds`: it is drawn again
+    where used, and is no more secret than the set itself, which is in the clear in the
+    worker until its calls)."""
+    if key[1] not in (PHASE_SEALED, PHASE_CONFIG):
         return key[2]
     import secrets  # noqa: PLC0415
 

@@ -234,11 +234,11 @@ def test_input_sets_that_do_not_fit_wait_in_host_memory(redraw: str, monkeypatch
         verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False,
                                   timeout=60)
         assert verdict.ok, (mode, verdict.reason)
-        # of the five sets (three seeds, timed, sealed), the first seed's and the timed stay;
-        # of the other three, the sealed one alone cannot be drawn again
-        wanted = ["2 of 5 input sets are dropped between their uses and drawn again",
-                  "1 of 5 input sets wait in host memory"] if redraw == "1" else \
-            ["3 of 5 input sets wait in host memory"]
+        # of the six sets (three seeds, timed, configuration, sealed), the first seed's and the
+        # timed stay; of the other four, the sealed one alone cannot be drawn again
+        wanted = ["3 of 6 input sets are dropped between their uses and drawn again",
+                  "1 of 6 input sets wait in host memory"] if redraw == "1" else \
+            ["4 of 6 input sets wait in host memory"]
         for text in wanted:
             assert any(text in f for f in verdict.flags), (text, verdict.flags)
         assert redraw == "1" or not any("drawn again" in f for f in verdict.flags), verdict.flags
@@ -266,10 +266,10 @@ def test_a_lean_plan_keeps_the_checks_with_every_set_waiting_between_its_uses(
     verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False, timeout=60)
     assert verdict.ok, verdict.reason
     assert any("leaves the device between its uses" in f for f in verdict.flags), verdict.flags
-    # two seeds, the timed and the sealed sets: every one waits
-    wanted = ["3 of 4 input sets are dropped between their uses and drawn again",
-              "1 of 4 input sets wait in host memory"] if redraw == "1" else \
-        ["4 of 4 input sets wait in host memory"]
+    # two seeds, the timed, configuration and sealed sets: every one waits
+    wanted = ["4 of 5 input sets are dropped between their uses and drawn again",
+              "1 of 5 input sets wait in host memory"] if redraw == "1" else \
+        ["5 of 5 input sets wait in host memory"]
     for text in wanted:
         assert any(text in f for f in verdict.flags), (text, verdict.flags)
     for name, kind in (("reuse_data_ptr", FailureKind.REUSED_OUTPUT), ("reuse_checksum", FailureKind.REUSED_OUTPUT),

@@ -249,22 +249,22 @@ def test_the_worker_keeps_the_sets_its_plan_allows_and_tells_the_parent_its_seed
     run._variant_references(variant)
     assert ("seeds", variant, [11, 12, 13]) in chan.sent and not run.parked
     assert len(run.pools[variant].sets) == 4
-    # room for the working memory and four sets (inputs and held references): the pool
-    # shrinks to two sets, the seeds to two, and one set waits in host memory
+    # room for the working memory and six sets (inputs and held references): the pool
+    # shrinks to two sets, the seeds to two, and one set of seven waits in host memory
     per_set = set_bytes + out_bytes
-    free = working_bytes(set_bytes, out_bytes) + 5 * per_set
+    free = working_bytes(set_bytes, out_bytes) + 6 * per_set
     monkeypatch.setenv("KLINEAGE_GATE_REDRAW", "0")  # sets copied out where they wait
     run, chan = _runner_on_a_made_up_device(free, monkeypatch)
     run._variant_references(variant)
     plan = run.set_plans[variant]
     assert (plan.seeds, plan.pool, plan.parked) == (2, 2, 1)
     assert ("seeds", variant, [11, 12]) in chan.sent
-    assert sorted(k[1] for k in run.originals) == ["reverify", "sealed", "seed", "seed", "timed"]
+    assert sorted(k[1] for k in run.originals) == ["config", "reverify", "sealed", "seed", "seed", "timed"]
     assert run.parked == {(variant, "reverify", 15)}  # the set used last waits
     assert [s for s, _ in run.pools[variant].sets][0] == 14 and len(run.pools[variant].sets) == 2
     assert any("sized to the device's memory" in m[1] for m in chan.sent if m[0] == "flag")
     # sets drawn again where used: the lean plan of the same seeds and pool keeps every held
-    # reference on the device in its room (the plan above: five of six), and nothing waits in
+    # reference on the device in its room (the plan above: six of seven), and nothing waits in
     # host memory but the sealed set, which stays whole in the room as well (references kept,
     # not computed again: KLINEAGE_GATE_RECOMPUTE=0)
     monkeypatch.delenv("KLINEAGE_GATE_REDRAW")
@@ -275,11 +275,11 @@ def test_the_worker_keeps_the_sets_its_plan_allows_and_tells_the_parent_its_seed
     run._park_reference = lambda key: (parked_refs.append(key), park_reference(key))
     run._variant_references(variant)
     plan = run.set_plans[variant]
-    assert plan.lean and (plan.seeds, plan.pool) == (2, 2) and "6 of 6 references stay" in plan.reason
+    assert plan.lean and (plan.seeds, plan.pool) == (2, 2) and "7 of 7 references stay" in plan.reason
     # the pool's crossovers beyond the plan's one (a lean rotation brings one back at a time)
     # claim no room: theirs alone wait
     assert len(parked_refs) == run.job.refill_sets - plan.pool and {k[1] for k in parked_refs} == {"refill"}
-    assert run.stayed[variant].count("reference") == 5
+    assert run.stayed[variant].count("reference") == 6
     assert run.stayed[variant].count("set") == 1 and (variant, "sealed", 16) not in run.parked
     # by default too (references computed again where compared, where that is cheaper than
     # their copies): a reference that stays in the room costs nothing at a comparison, so where
@@ -290,7 +290,7 @@ def test_the_worker_keeps_the_sets_its_plan_allows_and_tells_the_parent_its_seed
     run._variant_references(variant)
     assert run.recomputes[variant] and run.remakes[variant]
     assert sorted(run.recomputed) == sorted(parked_refs)
-    assert run.stayed[variant].count("reference") == 5 and run.stayed[variant].count("set") == 1
+    assert run.stayed[variant].count("reference") == 6 and run.stayed[variant].count("set") == 1
 
 
 def test_a_cap_in_the_environment_bounds_the_free_memory_a_gate_plans_for(monkeypatch) -> None:
@@ -396,7 +396,7 @@ def test_a_lean_worker_keeps_no_set_or_reference_on_the_device_between_uses(
     plan = run.set_plans[variant]
     assert plan.lean and (plan.seeds, plan.pool) == (MIN_SEEDS, MIN_POOL)
     assert ("seeds", variant, [11, 12]) in chan.sent
-    assert sorted(k[1] for k in run.originals) == ["reverify", "sealed", "seed", "seed", "timed"]
+    assert sorted(k[1] for k in run.originals) == ["config", "reverify", "sealed", "seed", "seed", "timed"]
     assert run.parked == set(run.originals)
     assert set(parked_refs) == set(run.vault)  # the pool's crossover's reference too
     assert any(k[1] == "refill" for k in run.vault)
@@ -449,8 +449,14 @@ def test_a_lean_worker_draws_its_sets_again_where_used_instead_of_copying_them_o
     assert len(crossed) == run.job.refill_sets - 1 and all(run.recipes[k].crossed for k in crossed)
     run._send_parked_flags(variant)
     flags = [m[1] for m in chan.sent if m[0] == "flag"]
-    assert any("4 of 5 input sets are dropped between their uses and drawn again" in f for f in flags), flags
-    assert any("1 of 5 input sets wait in host memory" in f for f in flags), flags
+    assert any("5 of 6 input sets are dropped between their uses and drawn again" in f for f in flags), flags
+    assert any("1 of 6 input sets wait in host memory" in f for f in flags), flags
+    # the configuration set is drawn again from the seed it was drawn with, not the job's
+    config = (variant, "config", 17)
+    assert run.recipes[config].seed == run.draw_seeds[config] != 17
+    again = run._redrawn(config)
+    assert torch.equal(again[1], run._draw(variant, run.draw_seeds[config])[1])
+    assert not torch.equal(again[1], run._draw(variant, 17)[1])
     timed = (variant, "timed", 14)
     set_bytes = run.recipes[timed].nbytes
     assert run.work_bytes[variant] == memplan.lean_bytes(set_bytes, set_bytes // 2)
@@ -543,7 +549,7 @@ def test_a_lean_worker_computes_references_again_and_keeps_the_sealed_set_in_the
     run, chan = _runner_on_a_made_up_device(free, monkeypatch)
     run._variant_references(variant)
     assert run.set_plans[variant].lean and run.recomputes[variant]
-    assert {k[1] for k in run.recomputed} == {"seed", "timed", "reverify"}
+    assert {k[1] for k in run.recomputed} == {"seed", "timed", "config", "reverify"}
     # the sealed set's reference and the crossover's stay; the sealed set waits in host memory
     assert run.stayed[variant] == ["reference", "reference"] and (variant, "sealed", 16) in run.parked
     run, chan = _runner_on_a_made_up_device(free + set_bytes, monkeypatch)
@@ -551,10 +557,11 @@ def test_a_lean_worker_computes_references_again_and_keeps_the_sealed_set_in_the
     assert sorted(run.stayed[variant]) == ["reference", "set"] and (variant, "sealed", 16) not in run.parked
     run._send_parked_flags(variant)
     flags = [m[1] for m in chan.sent if m[0] == "flag"]
-    # the seeds', the timed and re-verification sets' and the two crossovers' beyond the plan's
-    assert any("6 held reference(s) are dropped between their uses and computed again" in f
+    # the seeds', the timed, configuration and re-verification sets' and the two crossovers'
+    # beyond the plan's
+    assert any("7 held reference(s) are dropped between their uses and computed again" in f
                for f in flags), flags
-    assert {k[1] for k in run.recomputed} == {"seed", "timed", "reverify", "refill"}
+    assert {k[1] for k in run.recomputed} == {"seed", "timed", "config", "reverify", "refill"}
     # a reference step peaking at ten outputs beyond its set and output, memory for the plan's
     # largest phase alone: a comparison that computes its reference needs an output more
     run, chan = _runner_on_a_made_up_device(lean_bytes(set_bytes, out_bytes, 10 * out_bytes), monkeypatch)
@@ -628,20 +635,20 @@ def test_the_sets_that_leave_the_device_are_those_drawn_again_before_those_that_
 
 def test_a_set_that_cannot_be_drawn_again_keeps_its_place_and_a_seed_set_is_drawn_again_instead(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Room for the working memory, four sets with their references and two references more:
-    the plan keeps two seeds and a pool of two, and two of its six sets leave the device (the
+    """Room for the working memory, five sets with their references and two references more:
+    the plan keeps two seeds and a pool of two, and two of its seven sets leave the device (the
     lean plan keeps no more references there, so it is kept). Where the case draws a set the
     same twice, the sealed set (never drawn again: its seed is kept nowhere) stays on the
-    device and the second seed's set leaves with the re-verification set, both drawn again
-    where used: nothing waits in host memory, and the flags say so. Where the case draws
-    differently each time (KLINEAGE_GATE_REDRAW=0 here), the sets used last leave as before,
-    both to host memory."""
+    device and the configuration set leaves with the re-verification set (the two used last of
+    those drawn again), both drawn again where used: nothing waits in host memory, and the
+    flags say so. Where the case draws differently each time (KLINEAGE_GATE_REDRAW=0 here),
+    the sets used last leave as before, both to host memory."""
     run, _ = _runner_on_a_made_up_device(0, monkeypatch)
     [variant] = list(run.shapes)
     set_bytes = run._set_bytes(run._draw(variant, 1))
     out_bytes = set_bytes // 2  # saxpy: two inputs, one output of their size
-    free = working_bytes(set_bytes, out_bytes) + 4 * (set_bytes + out_bytes) + 2 * out_bytes
-    sealed, second, reverify = (variant, "sealed", 16), (variant, "seed", 12), (variant, "reverify", 15)
+    free = working_bytes(set_bytes, out_bytes) + 5 * (set_bytes + out_bytes) + 2 * out_bytes
+    sealed, config, reverify = (variant, "sealed", 16), (variant, "config", 17), (variant, "reverify", 15)
 
     def flags(chan) -> list[str]:
         return [m[1] for m in chan.sent if m[0] == "flag"]
@@ -650,12 +657,12 @@ def test_a_set_that_cannot_be_drawn_again_keeps_its_place_and_a_seed_set_is_draw
     run._variant_references(variant)
     plan = run.set_plans[variant]
     assert not plan.lean and (plan.seeds, plan.pool, plan.parked) == (2, 2, 2)
-    assert run.parked == {second, reverify} and set(run.recipes) >= {second, reverify}
+    assert run.parked == {config, reverify} and set(run.recipes) >= {config, reverify}
     assert sealed not in run.parked and sealed not in run.recipes and run.originals[sealed]
-    assert run.original(second) is not run.original(second)  # drawn again at each use
+    assert run.original(config) is not run.original(config)  # drawn again at each use
     run._send_parked_flags(variant)
     assert any("2 set(s) leaving the device between their uses" in f for f in flags(chan)), flags(chan)
-    assert any("2 of 5 input sets are dropped between their uses and drawn again" in f
+    assert any("2 of 6 input sets are dropped between their uses and drawn again" in f
                for f in flags(chan)), flags(chan)
     assert not any("wait in host memory" in f for f in flags(chan)), flags(chan)
     monkeypatch.setenv("KLINEAGE_GATE_REDRAW", "0")
@@ -663,5 +670,5 @@ def test_a_set_that_cannot_be_drawn_again_keeps_its_place_and_a_seed_set_is_draw
     run._variant_references(variant)
     assert run.set_plans[variant] == plan and run.parked == {sealed, reverify} and not run.recipes
     run._send_parked_flags(variant)
-    assert any("2 of 5 input sets wait in host memory" in f for f in flags(chan)), flags(chan)
+    assert any("2 of 6 input sets wait in host memory" in f for f in flags(chan)), flags(chan)
     assert not any("drawn again" in f for f in flags(chan)), flags(chan)

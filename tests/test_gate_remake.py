@@ -57,7 +57,7 @@ def test_a_lean_plan_keeps_sets_in_host_memory_where_the_case_draws_differently_
         tmp_path, monkeypatch, lambda text: text.replace(
             seeded, f'g = torch.Generator(device="cpu").manual_seed(seed ^ {entropy})'))
     assert verdict.ok, verdict.reason
-    assert any("4 of 4 input sets wait in host memory" in f for f in verdict.flags), verdict.flags
+    assert any("5 of 5 input sets wait in host memory" in f for f in verdict.flags), verdict.flags
     assert not any("drawn again" in f for f in verdict.flags), verdict.flags
 
 
@@ -158,16 +158,16 @@ def test_the_copy_rate_is_measured_once_per_device() -> None:
 
 def test_a_lean_plan_computes_its_references_again_where_compared(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sets drawn again (the seeds' and the timed one) have their held references dropped
-    and computed again at each comparison (KLINEAGE_GATE_RECOMPUTE=1: the cost test skipped;
-    the probe's same bytes twice still asked), the crossovers' too (each made again from its
-    two sets); the sealed set's waits as before. The correct kernel passes and a reused answer is still named, with whose it is."""
+    """The sets drawn again (the seeds', the timed and the configuration one) have their held
+    references dropped and computed again at each comparison (KLINEAGE_GATE_RECOMPUTE=1: the
+    cost test skipped; the probe's same bytes twice still asked), the crossovers' too (each
+    made again from its two sets); the sealed set's waits as before. The correct kernel passes and a reused answer is still named, with whose it is."""
     monkeypatch.setenv("KLINEAGE_GATE_RECOMPUTE", "1")
     monkeypatch.setenv("KLINEAGE_GATE_SETS", "lean")
     monkeypatch.setenv("KLINEAGE_GATE_COMPARE", "worker")
     verdict = gate.check_file(SAXPY / "saxpy_triton.py", SAXPY, Tier.INTERPRET, cache=False, timeout=60)
     assert verdict.ok, verdict.reason
-    assert any("6 held reference(s) are dropped between their uses and computed again" in f
+    assert any("7 held reference(s) are dropped between their uses and computed again" in f
                for f in verdict.flags), verdict.flags
     reused = gate.check_file(SAXPY.parent.parent / "cheats" / "reuse_data_ptr.py", SAXPY,
                              Tier.INTERPRET, cache=False, timeout=60)
