@@ -365,8 +365,7 @@ def _gain(option: _Option, run: _Run) -> float:
 
 def _measured(option: _Option, run: _Run) -> tuple[list[float], list[float]]:
     """The log speedups of a move's own candidates, and of its kin's (`_kin`: a pass measured
-    flat here is less likely to pay through another of its cards, and less of a bet: its
-    upside shrinks with them too)."""
+    flat here is less likely to pay through another card, and its upside shrinks with them)."""
     kin = {_move(o) for o in run.options.values() if _kin(o) == _kin(option)} - {_move(option)}
     return run.observed.get(_move(option), []), [x for m in kin for x in run.observed.get(m, ())]
 
@@ -524,13 +523,13 @@ def _kept_as(state: _State, made: Materialized) -> _State:
 
 
 def _reject(option: _Option, made: Materialized, run: _Run, stage: str, reason: str,
-            near_miss: bool = False) -> None:
+            near_miss: bool = False, **timed: Any) -> None:  # timed: a slower pass's timing
     card, state = option.card, option.state
     anchor = made.site.anchor if made.site is not None else ""
     run.rejected.append(Step(card.id, card.pass_name, anchor, False, stage, reason,
                              rewriter=made.rewriter, state=state.sid, near_miss=near_miss))
     run.lineage.record_rejection(state.sid, card.pass_name, anchor, stage, None, reason,
-                                 card=card.id, case=run.case, tier=run.tier)
+                                 card=card.id, case=run.case, tier=run.tier, **timed)
     run.say("rejected", {"card": card.id, "stage": stage, "reason": reason})
 
 
@@ -584,7 +583,8 @@ def _judge(option: _Option, made: Materialized, run: _Run) -> None:
     if run.timed and (ms is None or (best_ms is not None and ms * MIN_GAIN > best_ms)):
         run.states.append(new)  # a passing state: expandable while it is near the best
         return _reject(option, made, run, "profile", f"not faster: {best_ms} ms -> {ms} ms",
-                       near_miss=bool(ms and best_ms and ms <= best_ms * MIN_GAIN))
+                       near_miss=bool(ms and best_ms and ms <= best_ms * MIN_GAIN),
+                       timing=verdict_json(verdict).get("timing"), options=made.options)
     if not run.timed:  # untimed, the kept state replaces the one it came from
         run.states.remove(state)
     run.states.append(new)

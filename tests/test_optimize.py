@@ -728,6 +728,12 @@ def test_a_step_slower_alone_is_measured_again_where_its_pair_is(tmp_path: Path)
         slower = [s for s in result.rejected if s.pass_name == "software-pipelining"
                   and "not faster" in s.reason]
         assert slower and not any(s.near_miss for s in slower)
+        # the run's lineage keeps each slower candidate's timing and options (its risk record)
+        risk = [r for r in Lineage.load(result.lineage_path).graph.graph["rejected"]
+                if r["pass"] == "software-pipelining" and r["stage"] == "profile"]
+        assert risk and all(r["reason"].endswith(f"-> {r['timing']['candidate_ms']} ms")
+                            for r in risk)
+        assert all("options" in r for r in risk)
     tie = optimize(_target(tmp_path), "gemm", lib, tier="device", out=tmp_path / "tie",
                    rewriter=DeterministicRewriter(), check_fn=ScriptedGate(ms=lambda s: 10.0),
                    budget_steps=3, config_sweeps=False)
