@@ -22,11 +22,20 @@ CASE = str(ROOT / "bench/heldout/mm1024")
 START = (ROOT / "bench/heldout/mm1024/mm_naive.py").read_text()
 
 
+def _jit(source: str) -> str:
+    """The text of the module's jit function (from its decorator to the next definition)."""
+    start = source.index("@triton.jit")
+    end = source.find("\ndef ", source.index("def ", start) + 4)
+    return source[start:end if end >= 0 else len(source)]
+
+
 def _gated(tmp_path: Path, *, deadline: float | None, card_s: float, control_ms: float = 10.0,
-           budget: int = 8) -> tuple[list[str], float | None]:
+           budget: int = 8, seconds: list[float] | None = None) -> tuple[list[str], float | None]:
     """The moves gated in order (card ids; "(start)" first) and the best time, with a start
-    gate of 1 s, a sweep's (any candidate the start's autotune-free text became a list in) of
-    10 s, and any other candidate's of `card_s`; every candidate times 10 ms but the control."""
+    gate of 1 s, a configuration's (a candidate whose jit function is the start's: only its
+    autotune list or launch differ) of 10 s, and any other candidate's (a structural rewrite:
+    new code to compile) of `card_s`; every candidate times 10 ms but the control. `seconds`
+    receives each gate's seconds, in the same order."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     target = tmp_path / "mm_naive.py"
     target.write_text(START)
@@ -35,8 +44,10 @@ def _gated(tmp_path: Path, *, deadline: float | None, card_s: float, control_ms:
 
     def gate(source: str, language: object, case: object, tier: object, **kw: object):
         verdict = scripted(source, language, case, tier, **kw)
-        seconds = 1.0 if source == START else 10.0 if "triton.autotune" in source else card_s
-        return dataclasses.replace(verdict, phases=(("timing", seconds),))
+        took = 1.0 if source == START else 10.0 if _jit(source) == _jit(START) else card_s
+        if seconds is not None:
+            seconds.append(took)
+        return dataclasses.replace(verdict, phases=(("timing", took),))
 
     events: list[str] = []
     result = optimize(target, CASE, Library.open(packed_library("heldout_all")), tier="device",
@@ -47,19 +58,26 @@ def _gated(tmp_path: Path, *, deadline: float | None, card_s: float, control_ms:
 
 
 def test_costly_card_gates_give_way_to_cheap_sweeps_when_the_box_binds(tmp_path: Path) -> None:
-    """Card candidates whose gates take 200 times a sweep's: bounded by gates alone the run
-    spends its budget on the cards (their priors are higher); bounded by a time box that the
-    measured pace cannot fill, the start's own sweep comes as soon as a card's cost is known.
+    """Card candidates whose gates take 200 times a sweep's (a card's candidate on a kernel
+    without an autotuner): bounded by gates alone the run spends its budget on the cards
+    (their priors are higher); bounded by a time box that the measured pace cannot fill, once
+    a card's gate was measured that dear the start's own sweep comes before another such gate.
     Either way the start's plain sweep (the control) is the first candidate."""
-    unpaced, _ = _gated(tmp_path / "a", deadline=None, card_s=2000.0)
-    paced, _ = _gated(tmp_path / "b", deadline=time.monotonic() + 600.0, card_s=2000.0)
+    unpaced, _ = _gated(tmp_path / "a", deadline=None, card_s=2000.0, budget=12)
+    took: list[float] = []
+    paced, _ = _gated(tmp_path / "b", deadline=time.monotonic() + 600.0, card_s=2000.0,
+                      budget=12, seconds=took)
     assert unpaced[:2] == paced[:2] == ["(start)", "sweep.plain"]
     assert "sweep.own" not in unpaced[:6]
-    assert "sweep.own" in paced[:6]
     # the cards' prior ranks them first until one of them was measured expensive
     assert paced[2].startswith(("software-pipelining.", "tile-sizes."))
+    dear = [i for i, s in enumerate(took) if s == 2000.0]
+    assert dear, took  # the box binds: some card's gate was measured dear
+    assert "sweep.own" in paced[dear[0]:]
+    own = paced.index("sweep.own", dear[0])
+    assert not [i for i in dear if dear[0] < i < own], (paced, took)
     # cheap card gates: a binding box changes nothing
-    same, _ = _gated(tmp_path / "c", deadline=time.monotonic() + 600.0, card_s=10.0)
+    same, _ = _gated(tmp_path / "c", deadline=time.monotonic() + 600.0, card_s=10.0, budget=12)
     assert same == unpaced
 
 
