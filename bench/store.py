@@ -153,7 +153,7 @@ def case_timings(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
         t = t if isinstance(t, Mapping) else {"ms": t}
         yield {"operator": case, "variant": name,
                "metrics": _pick(t, ("ms", "graph_ms", "tflops", "speedup", "fraction_of_floor",
-                                    "correct"))}
+                                    "correct", "rel_err"))}
 
 
 def micro_kernel(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
