@@ -51,7 +51,7 @@ test: $(STAMP) sysdeps
 
 # On the GPU machine: uses the system python (which has torch+triton for CUDA).
 gpu-test:
-	python3 -m pytest -q -m gpu -p no:cacheprovider; rc=$$?; \
+	python3 -m pytest -v -m gpu -p no:cacheprovider tests/; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "no gpu tests collected"; exit 0; fi; exit $$rc
 
 clean:

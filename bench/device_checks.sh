@@ -47,7 +47,7 @@ step() {
 ) &
 (
   export CUDA_VISIBLE_DEVICES=1
-  step tests "${TESTS_BOX:-170}" "$OUT/gate-tests.log" python3 -m pytest -q -m gpu -p no:cacheprovider \
+  step tests "${TESTS_BOX:-170}" "$OUT/gate-tests.log" python3 -m pytest -v -m gpu -p no:cacheprovider \
     tests/test_gate_device.py tests/test_gate_exploits.py
   step exploits "${EXPLOITS_BOX:-260}" "$OUT/exploits.log" python3 bench/gate_exploits.py --tier device \
     --out "$OUT/exploits-device.md"
