@@ -1,8 +1,11 @@
 """A one-tile-per-program kernel turned persistent, read by role: no recorded loop needed.
 
 A kernel launched over a 1-D grid whose body starts its work at `pid = tl.program_id(0)` does
-one tile per program. Made persistent, it launches `min(tiles, programs the GPU holds at once)`
-programs and each walks the tiles `pid, pid + programs, ...`: the body after the program id
+one tile per program. Made persistent, it launches `min(tiles, SMs)` programs (one per SM:
+right for a kernel whose program fills an SM, as a large-tile GEMM's does; a kernel whose
+programs fit several to an SM gives that occupancy up: a causal attention kernel at 64-row
+tiles and 4 warps ran 1.9x slower persistent on an H200) and each walks the tiles
+`pid, pid + programs, ...`: the body after the program id
 becomes the body of `for pid in tl.range(tl.program_id(0), TILES, tl.num_programs(0), ...)`. TILES is the
 host grid's expression read in the kernel's terms: each launch argument becomes the kernel
 parameter it is passed as, `meta["P"]` the constexpr P, `triton.cdiv` `tl.cdiv`. Work the
