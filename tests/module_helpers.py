@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 _count = itertools.count()
 
@@ -71,3 +72,15 @@ def compiled_for_sm90(source: str, where: Path, name: str, kernel: str, constexp
     ask = {"kernel": kernel, "constexprs": constexprs, "pointers": pointers,
            "options": {"num_warps": num_warps, "num_stages": num_stages}}
     return json.loads(compiled_output(_SM90, source, where, name, json.dumps(ask)))
+
+
+def applied_at_its_site(rule: Any, ir: Any) -> Any:
+    """`rule.optimize` at the one site of `ir` it finds not present (the test's kernel has
+    exactly one), asserted to apply; its `Applied` result."""
+    from passes.base import Applied  # noqa: PLC0415
+
+    sites = [s for s in rule.sites(ir) if not s.present]
+    assert len(sites) == 1, sites
+    result = rule.optimize(ir, sites[0])
+    assert isinstance(result, Applied), result
+    return result

@@ -25,7 +25,7 @@ import kir
 from passes.base import Applied, PassContext, Skipped
 from passes.registry import get_pass
 from passes.roundtrip import normalized, roundtrip
-from tests.module_helpers import compiled_for_sm90, load_module
+from tests.module_helpers import applied_at_its_site, compiled_for_sm90, load_module
 
 ROOT = Path(__file__).resolve().parent.parent
 DISPATCH = (ROOT / "bench/styles/nw_mm_dispatch/dispatch_mm.py").read_text()
@@ -91,12 +91,7 @@ def run(x, alpha):
 
 
 def _optimized(source: str) -> Applied:
-    ir = kir.parse(source, "triton")
-    sites = [s for s in PASS.sites(ir) if not s.present]
-    assert len(sites) == 1, sites
-    result = PASS.optimize(ir, sites[0])
-    assert isinstance(result, Applied), result
-    return result
+    return applied_at_its_site(PASS, kir.parse(source, "triton"))
 
 
 def _kernel_loads(text: str, kernel: str) -> tuple[ast.FunctionDef, list[ast.Call]]:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import kir
-from passes.base import Applied, PassContext, Skipped
+from passes.base import PassContext, Skipped
 from passes.registry import get_pass
-from tests.module_helpers import compiled_for_sm90
+from tests.module_helpers import applied_at_its_site, compiled_for_sm90
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests/data/passes"
@@ -41,11 +41,7 @@ def _ir(source: str) -> kir.KernelIR:
 
 
 def _rolled(source: str) -> str:
-    ir = _ir(source)
-    sites = [s for s in PASS.sites(ir) if not s.present]
-    assert len(sites) == 1, sites
-    result = PASS.optimize(ir, sites[0])
-    assert isinstance(result, Applied), result
+    result = applied_at_its_site(PASS, _ir(source))
     assert PASS.sites(result.ir) == []
     out = result.ir.unparse()
     kir.parse(out, "triton")
