@@ -414,11 +414,11 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
                                           run.seed)]
     moves: list[tuple[str, SkillCard, float]] = []
     if run.sweeps:
-        # a sweep-made state is swept only while it is the best, never by its kind; the own
+        # a sweep-made state is swept while it is the best: own climbs pick to pick, a list once
         made = state.made.options if state.made and state.made.rewriter == "config-sweep" else None
         kinds = ("plain", "own", "recorded") if made is None or state is run.best else ()
-        kinds = tuple(k for k in kinds if k != "own" or state is run.best)  # sweep: the best
-        kinds = tuple(k for k in kinds if made is None or k != _sweep_kind(made))
+        kinds = tuple(k for k in kinds if k != "own" or state is run.best)  # own: the best's
+        kinds = tuple(k for k in kinds if made is None or k == "own" or k != _sweep_kind(made))
         moves += [(k, sweep_card(k, run.language), math.log(SWEEP_PRIOR)) for k in kinds
                   if k == "own" or k == "plain" and run.language == "triton"]
         if state is run.best and pin_offered(state.ir, state.verdict):  # its autotuners' picks

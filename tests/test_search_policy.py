@@ -254,3 +254,32 @@ def test_a_tie_made_by_a_card_takes_no_candidate_of_that_card_again(tmp_path: Pa
     assert card.id not in on_tie and on_tie == set(offered) - {card.id}
     run.best = tie
     assert card.id in {o.card.id for o in _frontier(tie, run) if o.kind == "card"}
+
+
+def test_an_own_sweep_made_best_is_swept_around_its_pick_again_a_fixed_list_is_not() -> None:
+    """A state an own sweep made, while it is the best, still has its own sweep as a move: the
+    sweep is around the configuration its autotuner picked, which moved, so the search climbs
+    from pick to pick. A state the plain (fixed) list made is not plain-swept again, and a
+    sweep-made state that is not the best is not swept at all."""
+    from lineage.moves import Materialized, sweep_card
+
+    start_path = ROOT / "bench/heldout/mm1024/mm_naive.py"
+    source = start_path.read_text()
+    ir = kir.parse(source, "triton", path=start_path)
+    run = _Run(None, None, None, Lineage(), "triton", "x", "cuda", "device", "x",
+               lambda e, d: None, 8, None, (), Retriever([]), sweeps=True)
+    start = _State(source, ir, None, 2.0, seconds=5.0, sid="s:0")
+
+    def made_by(kind: str, ms: float) -> _State:
+        made = Materialized(sweep_card(kind, "triton"), ir, None, "config-sweep",
+                            options={kind: True, "sweep": []})
+        return _State(source, ir, None, ms, seconds=5.0, parent=start, made=made)
+
+    by_own, by_plain = made_by("own", 1.0), made_by("plain", 1.5)
+    run.states = [start, by_own, by_plain]
+    sweeps = ("plain", "own", "recorded")
+    for best, offered in ((by_own, {"plain", "own"}), (by_plain, {"own"})):
+        run.best = best
+        assert {o.kind for o in _frontier(best, run) if o.kind in sweeps} == offered
+    run.best = by_own
+    assert not {o.kind for o in _frontier(by_plain, run)} & set(sweeps)
