@@ -26,8 +26,8 @@ import dataclasses
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
-from lineage.moves import (MAX_SITES, COLD_SHARE, Materialized, around_parent, feature_appears, kernel_of,
-                           kernel_shares, left_out, materializations)
+from lineage.moves import (MAX_SITES, Materialized, around_parent, feature_appears, kernel_of,
+                           kernel_order, left_out, materializations)
 from lineage.retrieval import Target
 from lineage.skills import SkillCard
 
@@ -94,24 +94,20 @@ def bundle_candidates(chain: Sequence[SkillCard], state: Any, *, ctx: Any, rewri
     """The bundle `chain` (members, then the card) on `state` (its `ir`, `verdict`): each card
     in turn at every site it takes on the kernel the cards before it made (at most
     `MAX_SITES`; its first materialization that makes its pass appear, `feature_appears`;
-    sites in kernels the card does not act on, `left_out`, left out, the hottest first), as
+    sites in kernels the card does not act on, `left_out`, left out, in `kernel_order`), as
     one candidate of the last card, its site that card's first (its options: `bundle`, the
     cards' ids, and `sites`, each card's first site); `around`: under a list around the
     state's configuration (`lineage.moves.around_parent`). A card that takes no site there
     refuses the bundle: one candidate without IR, its refusals naming that card."""
     card, ir, first, done = chain[-1], state.ir, [], []
-    shares = kernel_shares(state.verdict, state.ir)
-
-    def order(site: Any) -> float:
-        return -shares.get(kernel_of(site.anchor), COLD_SHARE)
-
+    order = kernel_order(state)
     for member in chain:
         skipped = left_out(member, state)
         for _ in range(MAX_SITES):
             made = next((m for m in materializations(
                 member, ir, rewriter, ctx, sweeps=False,
                 skip_site=lambda site: kernel_of(site.anchor) in skipped,  # noqa: B023
-                site_order=order if shares else None)
+                site_order=order)
                          if m.ok and feature_appears(member.pass_name, ir, m.ir)), None)
             if made is None:
                 break

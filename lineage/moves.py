@@ -29,8 +29,9 @@ candidates and says why one could not be made. What every move observes:
   helpers inlined, the flags every launch sets read as their value and its counted `while`
   loops written as `for` loops over a range (`_normalized`): what a helper or a hand-counted
   loop hides is then a site too;
-- `kernel_shares` (a verdict's per-kernel GPU time) orders sites hottest kernel first, and
-  the loop leaves out kernels too cold to pay.
+- `kernel_room` (how far each kernel's variants trail the reference) orders sites, then
+  `kernel_shares` (a verdict's per-kernel GPU time), and the loop leaves out kernels too
+  cold to pay.
 """
 from __future__ import annotations
 
@@ -186,7 +187,7 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                      ctx: PassContext | None = None, *, max_sites: int = MAX_SITES,
                      skip_site: Callable[[Site], bool] | None = None,
                      sweeps: bool = True, transplants: bool = True,
-                     site_order: Callable[[Site], float] | None = None,
+                     site_order: Callable[[Site], Any] | None = None,
                      own_sweeps: bool | None = None,
                      heavy: bool = False,
                      picks: Mapping[str, Mapping[str, int]] | None = None) -> Iterator[Materialized]:
@@ -556,6 +557,22 @@ def kernel_shares(verdict: Any, ir: Any = None) -> dict[str, float]:
     return shares if len(shares) > 1 else {}
 
 
+def kernel_room(verdict: Any) -> dict[str, float]:
+    """Each profiled kernel's part of the time by which the timed variants trail their
+    reference (ms): a variant's lag behind the reference, max(0, candidate - reference), split
+    over its kernels by their GPU time in it. The reference (the vendor library) says what
+    that variant can reach; a kernel already at its speed has little to give, however much
+    of the time it takes (a dispatching module whose big-shape kernel matches the vendor
+    while its small-shape one trails it by its own time). {} where nothing trails."""
+    room: dict[str, float] = {}
+    for v in getattr(getattr(verdict, "timing", None), "variants", None) or ():
+        lag, whole = v.candidate_ms - v.reference_ms, sum(ms for _, ms in v.kernels)
+        if lag > 0 and whole > 0:
+            for name, ms in v.kernels:
+                room[name] = room.get(name, 0.0) + lag * ms / whole
+    return room
+
+
 def launched_kernels(ir: Any) -> set[str]:
     """The names of the Triton jit functions `ir` launches (as `kernel[grid](...)`, through a
     host helper or a partial); empty for other languages or a source that does not parse."""
@@ -644,6 +661,22 @@ def left_out(card: SkillCard, state: Any) -> set[str]:
                                          kernel_shares(state.verdict, state.ir).items() if share < COLD_SHARE}
 
 
+def kernel_order(state: Any) -> Callable[[Site], tuple[float, float]] | None:
+    """The order of sites on `state` (ascending key) where its profile names several kernels:
+    the kernel with the most room first (`kernel_room`), then the hottest (`kernel_shares`);
+    a site in a function the profile does not name ranks as a kernel at `COLD_SHARE`. None
+    (the sites' own order) where the profile names one kernel or none."""
+    shares = kernel_shares(state.verdict, state.ir)
+    if not shares:
+        return None
+    room = kernel_room(state.verdict)
+
+    def order(site: Site) -> tuple[float, float]:
+        kernel = kernel_of(site.anchor)
+        return -room.get(kernel, 0.0), -shares.get(kernel, COLD_SHARE)
+    return order
+
+
 def used_up(card: SkillCard, state: Any) -> bool:
     """Every site `card` has on `state` lies in a kernel it is used up on."""
     if card.id not in state.used_up:
@@ -657,25 +690,21 @@ def move_candidates(kind: str, card: SkillCard, state: Any, *, ctx: Any, rewrite
                     heavy: bool = False, around: bool = False) -> Iterator[Materialized]:
     """The candidates of a move of the optimize loop (`lineage.optimize`) on `state` (its
     `ir`, `verdict`, `path`): `kind` plain | own | recorded | rule | pin | card, acting for `card`;
-    sites in kernels the card does not act on (`left_out`) left out, the hottest kernel first
-    where the state's profile names several; `heavy`: the kernel is slow to compile; `around`
-    (a timed run with sweeps): a card's structural step under a joint list around the
-    state's configuration (`around_parent`)."""
-    shares = kernel_shares(state.verdict, state.ir)
-    skipped = left_out(card, state)
+    sites in kernels the card does not act on (`left_out`) left out; where the state's profile
+    names several kernels, the one with the most room first (`kernel_room`), then the hottest;
+    `heavy`: the kernel is slow to compile; `around` (a timed run with sweeps): a card's
+    structural step under a joint list around the state's configuration (`around_parent`)."""
+    skipped, order = left_out(card, state), kernel_order(state)
 
     def skip(site: Any) -> bool:
         return kernel_of(site.anchor) in skipped
-
-    def order(site: Any) -> float:
-        return -shares.get(kernel_of(site.anchor), COLD_SHARE)
 
     if kind == "plain":
         made: Iterator[Materialized] = iter((plain_sweep(state.ir),))
     elif kind == "own":
         made = own_sweeps(state.ir, ctx=ctx, heavy=heavy,
                           picks=autotune_picks(state.verdict), skip_site=skip,
-                          site_order=order if shares else None)
+                          site_order=order)
     elif kind == "recorded":
         made = recorded_sweeps(card, state.ir, ctx=ctx, skip_site=skip)
     elif kind == "rule":
@@ -684,7 +713,7 @@ def move_candidates(kind: str, card: SkillCard, state: Any, *, ctx: Any, rewrite
         made = iter((pinned_picks(state.ir, state.verdict),))
     else:
         made = materializations(card, state.ir, rewriter, ctx, skip_site=skip,
-                                sweeps=False, site_order=order if shares else None)
+                                sweeps=False, site_order=order)
         if around:
             made = (around_parent(m, state, ctx=ctx, heavy=heavy) for m in made)
     return (dataclasses.replace(m, ir=None, refusals=(*m.refusals, (
@@ -779,7 +808,7 @@ def plain_sweep(ir: KernelIR, keep: Collection[str] = ()) -> Materialized:
 def own_sweeps(ir: KernelIR, *, ctx: Any = None, heavy: bool = False,
                picks: Mapping[str, Mapping[str, int]] | None = None,
                skip_site: Callable[[Site], bool] | None = None,
-               site_order: Callable[[Site], float] | None = None) -> Iterator[Materialized]:
+               site_order: Callable[[Site], Any] | None = None) -> Iterator[Materialized]:
     """A sweep around each kernel's own configuration, the one its autotuner picked where
     `picks` (the state's verdict) names it (`lineage.transfer.sweep_own`): one candidate per
     kernel, in ascending `site_order` of the kernel's site; `heavy`: the kernel is slow to
@@ -1000,7 +1029,7 @@ def verdict_ms(verdict: Any) -> float | None:
 
 __all__ = ["AROUND_POINTS", "COLD_SHARE", "MAX_SITES", "PIN_PRIOR", "Materialized", "around_parent",
            "autotune_picks", "card_sites", "effect_spread", "feature_appears", "first_run_s",
-           "full_kernels", "gate_seconds", "kernel_of", "kernel_shares", "left_out", "materialize",
+           "full_kernels", "gate_seconds", "kernel_of", "kernel_order", "kernel_room", "kernel_shares", "left_out", "materialize",
            "materializations", "move_candidates", "own_sweeps", "pin_offered", "pinned_picks",
            "plain_sweep", "recorded_sweeps", "rule_candidates", "rule_card", "rule_listed", "rule_moves",
            "rule_offers", "sweep_card", "used_up", "variant_picks", "verdict_ms"]
