@@ -14,6 +14,10 @@ What a caller may rely on:
   log) when the source does not compile.
 - `Compiled` carries the PTX text and, when NVRTC made one, the cubin bytes, so a static
   check can look for instructions (`mma.sync`, `cp.async`, `wgmma`) without a GPU.
+- `get_function` finds a kernel by its plain name also when it is not `extern "C"`: the PTX
+  entry whose Itanium-mangled name is that function (`entry_name`).
+- `cuda_headers_for_nvrtc()` gives a host that calls NVRTC itself the CUDA header folders
+  this helper's own compiles get (`include_dirs()`), appended after the host's options.
 - `launch` goes through `driver.cuLaunchKernel`, looked up on the module `cuda.bindings.driver`
   at every call, so a caller that replaces that attribute (the gate counts or suppresses
   launches that way) sees every launch made through this helper.
@@ -28,15 +32,19 @@ is cheap and works on a machine without CUDA.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
+import importlib
+import importlib.util
 import os
 import re
 import sys
 import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence, TypeVar
 
 DEFAULT_ARCH = "sm_90a"
 
@@ -47,9 +55,15 @@ __all__ = [
     "Compiled",
     "default_arch",
     "include_dirs",
+    "with_cuda_headers",
+    "cuda_headers_for_nvrtc",
+    "NVRTC_MODULES",
     "compile_source",
     "clear_cache",
     "ptxas_resources",
+    "mangled_identifier",
+    "entry_names",
+    "entry_name",
     "get_function",
     "set_dynamic_shared",
     "function_attributes",
@@ -173,6 +187,67 @@ def include_dirs() -> list[str]:
     return found
 
 
+T = TypeVar("T", str, bytes)
+
+NVRTC_MODULES = ("cuda.bindings.nvrtc", "cuda.nvrtc")
+"""The cuda-python NVRTC binding modules a host may import: the current one and the older
+name of earlier cuda-python releases (where installed)."""
+
+
+def with_cuda_headers(options: Sequence[T]) -> list[T]:
+    """`options` followed by `-I` of each folder of `include_dirs()` they do not name already,
+    as bytes unless the options are `str`: after them, so that a caller's own `-I` folders are
+    searched first. NVRTC has no default header search path; without these a source that
+    includes `cuda_fp16.h` compiles only where the toolkit sits where NVRTC's build expects."""
+    given = list(options)
+    text = bool(given) and all(isinstance(o, str) for o in given)
+    present = {o.decode(errors="replace") if isinstance(o, (bytes, bytearray)) else str(o)
+               for o in given}
+    extra = [f"-I{d}" for d in include_dirs() if f"-I{d}" not in present]
+    return given + [e if text else e.encode() for e in extra]  # type: ignore[misc]
+
+
+def _compile_with_headers(original: Any) -> Any:
+    def nvrtcCompileProgram(prog: Any, numOptions: int = 0, options: Any = None) -> Any:  # noqa: N802, N803
+        opts = with_cuda_headers(list(options or [])[: int(numOptions)])
+        return original(prog, len(opts), opts)
+
+    nvrtcCompileProgram.__wrapped__ = original  # type: ignore[attr-defined]
+    nvrtcCompileProgram.__doc__ = getattr(original, "__doc__", None)
+    return nvrtcCompileProgram
+
+
+@contextlib.contextmanager
+def cuda_headers_for_nvrtc() -> Iterator[list[str]]:
+    """While active, `nvrtcCompileProgram` of each NVRTC binding module of `NVRTC_MODULES`
+    that is installed compiles with `with_cuda_headers` of the options it is given: a host
+    that calls NVRTC itself finds the CUDA headers as `compile_source` does (the host's other
+    options untouched). Enter it before the host is imported (a host may bind the function at
+    import). Yields the names of the modules wrapped; puts the functions back at the end."""
+    wrapped: list[tuple[Any, Any]] = []
+    names: list[str] = []
+    for name in NVRTC_MODULES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                continue
+            with warnings.catch_warnings():  # the older name warns that it is deprecated
+                warnings.simplefilter("ignore")
+                module = importlib.import_module(name)
+        except ImportError:
+            continue
+        current = getattr(module, "nvrtcCompileProgram", None)
+        if current is None or getattr(current, "__wrapped__", None) is not None:
+            continue  # none to wrap, or wrapped already (an enclosing use)
+        wrapped.append((module, current))
+        names.append(name)
+        module.nvrtcCompileProgram = _compile_with_headers(current)
+    try:
+        yield names
+    finally:
+        for module, original in wrapped:
+            module.nvrtcCompileProgram = original
+
+
 def compile_source(
     source: str,
     *,
@@ -185,9 +260,10 @@ def compile_source(
     """Compile CUDA C++ `source` with NVRTC for `arch` (default: `default_arch()`).
 
     `options` are extra NVRTC options; `defines` become `-DNAME=VALUE`; `include` are extra
-    header folders (the CUDA header folders from `include_dirs()` are always added). Kernels
-    should be `extern "C"` so that `get_function` finds them by their plain name. The result is
-    cached in-process by a hash of all inputs. Raises `CompileError` on a compile error.
+    header folders (the CUDA header folders from `include_dirs()` are always added). A kernel
+    that is not `extern "C"` keeps its C++ (Itanium-mangled) name in the image; `get_function`
+    still finds it by its plain name when that names one kernel. The result is cached
+    in-process by a hash of all inputs. Raises `CompileError` on a compile error.
     """
     arch = arch or default_arch()
     # ptxas -v puts the resource report (registers, stack, spills) into the log: static facts.
@@ -292,9 +368,64 @@ def _ensure_context(drv: Any) -> Any:
     return ctx
 
 
+_ENTRY_DECL = re.compile(r"\.entry\s+([^\s(]+)")
+
+
+def mangled_identifier(name: str) -> str | None:
+    """The function identifier of an Itanium-mangled name: `gemm_kernel` for
+    `_Z11gemm_kernelPfi`, for the internal-linkage `_ZL11gemm_kernelPf` and for the nested
+    `_ZN2ns11gemm_kernelEPf` (the last length-prefixed name before the parameters); None
+    for a name that is not mangled or whose encoding this does not read."""
+    if not name.startswith("_Z"):
+        return None
+    i = 2
+    if name[i:i + 1] == "L":
+        i += 1
+    nested = name[i:i + 1] == "N"
+    if nested:
+        i += 1
+        while name[i:i + 1] in ("K", "V", "r"):
+            i += 1
+    last = None
+    while True:
+        m = re.match(r"\d+", name[i:])
+        if m is None:
+            return last
+        n = int(m.group(0))
+        start = i + m.end()
+        last = name[start:start + n] or None
+        i = start + n
+        if not nested:
+            return last
+
+
+def entry_names(ptx: str) -> list[str]:
+    """The kernel entry names a PTX text declares (`.entry NAME(`), in order."""
+    return _ENTRY_DECL.findall(ptx)
+
+
+def entry_name(ptx: str, kernel: str) -> str:
+    """The entry of `ptx` that `kernel` names: `kernel` itself when an entry has that exact
+    name, else the one entry whose mangled name's function is `kernel` (a kernel that is not
+    `extern "C"`: `_Z7row_sumPKfPfi`, `_ZN2ns7row_sumEPf`, one template instance), else
+    `kernel` unchanged (the driver then reports it missing). Raises `CudaError` naming the
+    entries when several match (overloads, template instances): pass one of those names."""
+    entries = entry_names(ptx)
+    if kernel in entries:
+        return kernel
+    matches = [e for e in entries if mangled_identifier(e) == kernel]
+    if len(matches) > 1:
+        raise CudaError(f"kernel {kernel!r} names {len(matches)} entries: {', '.join(matches)}; "
+                        "pass one of these names")
+    return matches[0] if matches else kernel
+
+
 def get_function(compiled: Compiled, kernel: str) -> Any:
     """The `CUfunction` named `kernel` of `compiled`, loading its module into the current
-    context once. Raises `CudaError` when the image does not load or has no such kernel."""
+    context once. `kernel` is an entry's name, or the plain name of a kernel that is not
+    `extern "C"` (`entry_name` over `compiled.ptx`: the one entry whose mangled name is that
+    function). Raises `CudaError` when the image does not load, has no such kernel, or has
+    several kernels of that plain name (overloads, template instances)."""
     drv = _driver()
     ctx = _ensure_context(drv)
     with _LOCK:
@@ -306,7 +437,8 @@ def get_function(compiled: Compiled, kernel: str) -> Any:
         module, functions = entry
         func = functions.get(kernel)
         if func is None:
-            func = _check(drv.cuModuleGetFunction(module, kernel.encode()), f"cuModuleGetFunction({kernel})")
+            name = entry_name(compiled.ptx, kernel)
+            func = _check(drv.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
             functions[kernel] = func
     return func
 

@@ -37,6 +37,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from experts.cudahost import mangled_identifier
+
 # Top-level modules (or dotted prefixes) of array and GPU libraries other than torch / triton /
 # cuda-python: each computes on the GPU with kernels the gate cannot attribute to the candidate.
 FOREIGN_MODULES = (
@@ -259,38 +261,13 @@ def kernel_allowed(name: str) -> bool:
     return any(p.search(name) for p in _ALLOWED_KERNELS)
 
 
-def _mangled_identifier(text: str) -> str | None:
-    """The function identifier of an Itanium-mangled name (`_Z11gemm_kernelPfi`, nested
-    `_ZN2ns11gemm_kernelEPf`): the last length-prefixed name before the parameters."""
-    i = 2
-    if text[i:i + 1] == "L":
-        i += 1
-    nested = text[i:i + 1] == "N"
-    if nested:
-        i += 1
-        while text[i:i + 1] in ("K", "V", "r"):
-            i += 1
-    last = None
-    while True:
-        m = re.match(r"\d+", text[i:])
-        if m is None:
-            return last
-        n = int(m.group(0))
-        start = i + m.end()
-        last = text[start:start + n]
-        i = start + n
-        if not nested:
-            return last
-
-
 def base_name(name: str) -> str:
     """The function identifier of a kernel name: `gemm_kernel` for `gemm_kernel`,
     `void ns::gemm_kernel<128>(float*, int)` and the Itanium-mangled `_Z11gemm_kernelPfi`."""
     text = name.strip()
-    if text.startswith("_Z"):
-        ident = _mangled_identifier(text)
-        if ident:
-            return ident
+    ident = mangled_identifier(text)
+    if ident:
+        return ident
     cut = len(text)
     for i, ch in enumerate(text):  # the identifier ends where its template / parameters begin
         if ch in "<(":

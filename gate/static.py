@@ -423,6 +423,7 @@ def _check_shared_memory(chan: Channel, by_key: Mapping[str, CompileFacts],
 # CUDA
 
 def _cuda_facts(chan: Channel, job: Job) -> list[CompileFacts]:
+    from experts import cudahost
     from gate import hostforms
     from gate.cases import import_case_module
 
@@ -434,6 +435,7 @@ def _cuda_facts(chan: Channel, job: Job) -> list[CompileFacts]:
         stack.enter_context(hostview.target_device(TARGET))
         stack.enter_context(hostview.host_libraries(seen, Path(job.module_path).read_text(),
                                                     TARGET, source))
+        stack.enter_context(cudahost.cuda_headers_for_nvrtc())  # a host's own NVRTC calls
         host = import_candidate(chan, job, stage="compile")
         case = import_case_module(Path(job.case_path))
         compiles = _cuda_compiles(chan, job, host, case, source, options)

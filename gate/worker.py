@@ -406,7 +406,9 @@ class _Runner:
         self.audit: Any = None  # the process's `guards.AuditGuard`, armed at candidate import
         self.permitted: frozenset[str] = frozenset()  # foreign modules the host may load
         self.reference_warnings: set[str] = set()  # sent as flags, each once
-        self.emulation = contextlib.ExitStack()  # emulate tier: the CPU stand-ins, for good
+        # what a CUDA host runs under, for good: the emulate tier's CPU stand-ins, the device
+        # tier's CUDA header folders for the host's own NVRTC calls
+        self.emulation = contextlib.ExitStack()
         self.held_mode = _held_mode(job.tier, hasattr(self.case, "compare"))
         self.vault: dict[tuple[str, str, int], list[Any]] = {}  # held references (masked)
         self.parked: set[tuple[str, str, int]] = set()  # input sets waiting off the device
@@ -1519,6 +1521,10 @@ class _Runner:
             self.monitor.install_cuda()
             self.monitor.gate_stream = int(self.cap.current_stream().cuda_stream)
         if self.job.language == "cuda":
+            if self.device == "cuda":  # NVRTC the host calls itself finds the CUDA headers
+                from experts import cudahost  # noqa: PLC0415
+
+                self.emulation.enter_context(cudahost.cuda_headers_for_nvrtc())
             self.install_host_paths()
         if self.device == "cuda" and self.job.language == "triton":
             self.install_tuning_bench()

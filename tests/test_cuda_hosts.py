@@ -243,6 +243,7 @@ def test_the_style_tier_has_every_host_convention() -> None:
     ("cu_sum_atomic", 0),        # CuPy RawModule of the module's own source
     ("cu_sum_tree", 0),          # cuda.bindings driver + NVRTC, the start is the host module
     ("cu_layernorm", 0),         # experts.cudahost
+    ("nw_gemm_params", 0),       # its own NVRTC calls, of a source that includes cuda_fp16.h
 ])
 def test_each_host_convention_is_traced_at_the_static_tier(case: str, dynamic: int) -> None:
     import gate
@@ -294,6 +295,7 @@ def test_each_cuda_style_start_is_right_at_a_small_shape(case: str) -> None:
     if not torch.cuda.is_available():
         pytest.skip("no GPU")
     import gate
+    from experts import cudahost
 
     loaded = gate.load_case(STYLES / case / "case.py")
     unit = embedded.cuda_unit(loaded.start_path())
@@ -302,13 +304,14 @@ def test_each_cuda_style_start_is_right_at_a_small_shape(case: str) -> None:
         pytest.skip("load_inline needs nvcc and ninja on PATH")
     if foreign.cupy_own_source(text):
         pytest.importorskip("cupy")
-    module = _import(unit.host_path)
-    run = hostforms.entry(module, str(loaded.path))
     case_module = loaded.module()
     shape = dict(next(iter(case_module.SMALL_SHAPES.values())))
     inputs = case_module.make_inputs(shape, 0, "cuda")
-    out = run(*inputs)
-    torch.cuda.synchronize()
+    with cudahost.cuda_headers_for_nvrtc():  # as the gate's device tier runs a host
+        module = _import(unit.host_path)
+        run = hostforms.entry(module, str(loaded.path))
+        out = run(*inputs)
+        torch.cuda.synchronize()
     ref = case_module.reference(*inputs)
     assert out.shape == ref.shape and out.dtype == ref.dtype, (out.shape, ref.shape, out.dtype)
     assert _rel_err(out, ref) <= loaded.tolerance_for(shape["dtype"]), _rel_err(out, ref)
@@ -316,7 +319,7 @@ def test_each_cuda_style_start_is_right_at_a_small_shape(case: str) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", ["cu_softmax_rows", "cu_sum_atomic", "cu_sum_tree", "cu_rmsnorm",
-                                  "cu_layernorm"])
+                                  "cu_layernorm", "nw_gemm_params"])
 def test_each_host_convention_passes_the_device_gate(case: str) -> None:
     import shutil
 

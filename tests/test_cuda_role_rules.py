@@ -426,6 +426,20 @@ def test_cards_from_the_expert_lineages_take_the_role_rules_on_a_user_kernel() -
         ptx_for_sm90a(made.ir.text)
 
 
+def test_each_rules_output_kernel_is_found_by_its_plain_name() -> None:
+    """The kernels below are not `extern "C"`: their PTX entries carry C++ mangled names, and
+    `cudahost.get_function` (as the GPU test calls it) finds each by the name it is written
+    with."""
+    from experts import cudahost
+
+    for text, kernel in [(_apply_all("warp-shuffle-reduce", S.ROW_SUM + S.SOFTMAX)[0], "row_sum"),
+                         (_apply_all("warp-shuffle-reduce", S.ROW_SUM + S.SOFTMAX)[0], "row_softmax"),
+                         (_apply_all("vectorize-global", S.SAXPY)[0], "axpb")]:
+        ptx = ptx_for_sm90a(text)
+        entry = cudahost.entry_name(ptx, kernel)
+        assert entry in cudahost.entry_names(ptx) and cudahost.mangled_identifier(entry) == kernel
+
+
 # -- on the GPU: each rule's output on one small shape ----------------------------------------
 @pytest.mark.gpu
 def test_the_rules_outputs_on_the_gpu() -> None:

@@ -3,6 +3,9 @@ point, and a real launch on a GPU."""
 from __future__ import annotations
 
 import ctypes
+import importlib.util
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,6 +103,147 @@ def test_launch_raises_on_a_refused_launch(monkeypatch: pytest.MonkeyPatch) -> N
                         lambda *a: (driver.CUresult.CUDA_ERROR_INVALID_VALUE,))
     with pytest.raises(cudahost.CudaError, match="cuLaunchKernel"):
         cudahost.launch("func", 1, 1, 0, [])
+
+
+# -- a kernel that is not extern "C" is found by its plain name ----------------------------------
+_PTX = """
+.version 8.4
+.target sm_90a
+.visible .entry _Z7row_sumPKfPfi(
+    .param .u64 _Z7row_sumPKfPfi_param_0
+)
+{ ret; }
+.visible .entry _ZN2ns4normEPf(.param .u64 p) { ret; }
+.visible .entry _Z5scalePfi(.param .u64 p) { ret; }
+.visible .entry _Z5scalePdi(.param .u64 p) { ret; }
+.visible .entry _Z10row_sum_v2Pf(.param .u64 p) { ret; }
+.visible .entry _Z3rowPf(.param .u64 p) { ret; }
+.visible .entry plain(.param .u64 p) { ret; }
+.visible .entry _Z5plainPf(.param .u64 p) { ret; }
+"""
+
+
+def test_a_plain_name_resolves_to_the_one_mangled_entry_of_that_function() -> None:
+    assert cudahost.entry_names(_PTX)[:2] == ["_Z7row_sumPKfPfi", "_ZN2ns4normEPf"]
+    assert cudahost.entry_name(_PTX, "row_sum") == "_Z7row_sumPKfPfi"  # not row_sum_v2, not row
+    assert cudahost.entry_name(_PTX, "norm") == "_ZN2ns4normEPf"  # nested: its last component
+    assert cudahost.entry_name(_PTX, "plain") == "plain"  # the exact name wins
+    assert cudahost.entry_name(_PTX, "_Z5scalePdi") == "_Z5scalePdi"
+    assert cudahost.entry_name(_PTX, "missing") == "missing"  # left for the driver to refuse
+    with pytest.raises(cudahost.CudaError, match="_Z5scalePfi, _Z5scalePdi"):
+        cudahost.entry_name(_PTX, "scale")  # overloads: the caller picks one
+
+
+_CPP_KERNELS = r"""
+__global__ void row_sum(const float* x, float* out, int n) { if (threadIdx.x == 0) out[0] = x[n - 1]; }
+namespace ops { __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; } }
+"""
+
+
+class _Driver:
+    """The driver calls `get_function` makes, answered on the CPU; records the names asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[bytes] = []
+
+    def cuInit(self, flags: int) -> tuple:  # noqa: N802
+        return (0,)
+
+    def cuCtxGetCurrent(self) -> tuple:  # noqa: N802
+        return (0, 1)
+
+    def cuModuleLoadData(self, image: bytes) -> tuple:  # noqa: N802
+        assert image[:4] == b"\x7fELF"
+        return (0, "module")
+
+    def cuModuleGetFunction(self, module: str, name: bytes) -> tuple:  # noqa: N802
+        self.asked.append(name)
+        return (0, f"function {name.decode()}")
+
+
+def test_get_function_finds_a_kernel_that_is_not_extern_c(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled = cudahost.compile_source(_CPP_KERNELS, name="cpp_kernels.cu", arch="sm_90a")
+    assert ".entry row_sum(" not in compiled.ptx  # C++ linkage: the entry is mangled
+    driver = _Driver()
+    monkeypatch.setattr(cudahost, "_driver", lambda: driver)
+    assert cudahost.get_function(compiled, "row_sum") == "function _Z7row_sumPKfPfi"
+    assert cudahost.get_function(compiled, "twice") == "function _ZN3ops5twiceEPf"
+    assert driver.asked == [b"_Z7row_sumPKfPfi", b"_ZN3ops5twiceEPf"]
+
+
+# -- a host that calls NVRTC itself finds the CUDA headers ---------------------------------------
+_STYLE_HOST = Path(__file__).resolve().parents[1] / "bench/styles/cuda/nw_gemm_params/gemm_params.py"
+
+
+def _host_module(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"nvrtc_host_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _HostDriver:
+    """The driver calls a cuda.bindings host makes before its first launch, answered on the
+    CPU; keeps the images it is asked to load."""
+
+    def __init__(self) -> None:
+        self.images: list[bytes] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "cuModuleLoadData":
+            return lambda image: (self.images.append(bytes(image)), (0, "module"))[1]
+        return lambda *args: (0, "handle")
+
+
+def _nvrtc_log(nvrtc: Any, source: bytes, options: list[bytes]) -> tuple[int, str]:
+    _, prog = nvrtc.nvrtcCreateProgram(source, b"host.cu", 0, [], [])
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        return int(err), log.rstrip(b"\0").decode(errors="replace")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+@pytest.mark.skipif(not cudahost.include_dirs(), reason="no CUDA headers installed")
+def test_a_host_calling_nvrtc_itself_finds_the_cuda_headers_under_the_wrapper() -> None:
+    pytest.importorskip("torch")
+    from cuda.bindings import nvrtc
+
+    source, options = _STYLE_HOST.with_suffix(".cu").read_bytes(), [b"--gpu-architecture=sm_90"]
+    assert b"#include <cuda_fp16.h>" in source
+    err, log = _nvrtc_log(nvrtc, source, options)
+    assert err != 0 and 'could not open source file "cuda_fp16.h"' in log  # NVRTC searches nowhere
+
+    bare = _host_module(_STYLE_HOST)
+    bare.driver = _HostDriver()
+    with pytest.raises(RuntimeError, match="NVRTC_ERROR_COMPILATION"):
+        bare._kernel()
+    with cudahost.cuda_headers_for_nvrtc() as wrapped:
+        assert "cuda.bindings.nvrtc" in wrapped
+        host = _host_module(_STYLE_HOST)  # imported under the wrapper, as the gate imports it
+        host.driver = drv = _HostDriver()
+        host._kernel()  # the host's own NVRTC calls, its own options
+        assert _nvrtc_log(nvrtc, source, options)[0] == 0
+    assert len(drv.images) == 1 and drv.images[0][:4] == b"\x7fELF"  # a cubin
+    assert _nvrtc_log(nvrtc, source, options)[0] != 0  # put back at the end
+
+
+def test_the_header_folders_come_after_the_callers_own_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cudahost, "include_dirs", lambda: ["/cuda/include", "/own/include"])
+    given = [b"-I/own/include", b"-DTILE=64", b"--std=c++17"]
+    assert cudahost.with_cuda_headers(given) == [*given, b"-I/cuda/include"]
+    assert cudahost.with_cuda_headers(["-DX=1"]) == ["-DX=1", "-I/cuda/include", "-I/own/include"]
+    seen: list[tuple] = []
+    from cuda.bindings import nvrtc
+
+    monkeypatch.setattr(nvrtc, "nvrtcCompileProgram", lambda *args: seen.append(args) or (0,))
+    with cudahost.cuda_headers_for_nvrtc(), cudahost.cuda_headers_for_nvrtc():  # wraps once
+        nvrtc.nvrtcCompileProgram("prog", 2, [b"-DX=1", b"-I/mine", b"ignored past the count"])
+    assert seen == [("prog", 4, [b"-DX=1", b"-I/mine", b"-I/cuda/include", b"-I/own/include"])]
 
 
 @pytest.mark.gpu

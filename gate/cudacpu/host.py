@@ -583,7 +583,7 @@ def _nvrtc_compile(nvrtc: types.ModuleType, source: str, name: str, options: Seq
         opts.append(f"--gpu-architecture={cudahost.DEFAULT_ARCH}")
     if not any(o.startswith("-std") for o in opts):
         opts.append("-std=c++17")
-    opts += [f"-I{d}" for d in cudahost.include_dirs()]
+    opts = cudahost.with_cuda_headers(opts)
     key = hashlib.sha256("\0".join([source, name, *opts]).encode()).hexdigest()
     hit = _NVRTC_SEEN.get(key)
     if hit is not None:
