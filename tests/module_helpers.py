@@ -57,16 +57,17 @@ signature = {n: ask["pointers"] if n.endswith("_ptr") else "constexpr" if n in c
 attrs = {(jit.arg_names.index(n),): [["tt.divisibility", 16]] for n in jit.arg_names if n not in consts}
 kernel = triton.compile(ASTSource(fn=jit, signature=signature, constexprs=consts, attrs=attrs),
                         target=GPUTarget("cuda", 90, 32), options=ask["options"])
-print(json.dumps({"ptx": kernel.asm["ptx"], "shared": kernel.metadata.shared}))
+print(json.dumps({"ptx": kernel.asm["ptx"], "shared": kernel.metadata.shared,
+                  "num_warps": kernel.metadata.num_warps, "cubin": kernel.asm["cubin"].hex()}))
 """
 
 
 def compiled_for_sm90(source: str, where: Path, name: str, kernel: str, constexprs: dict,
                       *, pointers: str = "*fp16", num_warps: int = 4, num_stages: int = 3) -> dict:
-    """{"ptx", "shared"} of jit function `kernel` of `source` compiled for sm_90 (in a process
-    of its own, `compiled_output`) as its launcher specializes it at large aligned sizes:
-    `constexprs` (the tiles, unit strides), parameters named `*_ptr` of type `pointers`, every
-    other one a 32-bit integer divisible by 16."""
+    """{"ptx", "shared", "num_warps", "cubin" (hex)} of jit function `kernel` of `source`
+    compiled for sm_90 (in a process of its own, `compiled_output`) as its launcher specializes
+    it at large aligned sizes: `constexprs` (the tiles, unit strides), parameters named `*_ptr`
+    of type `pointers`, every other one a 32-bit integer divisible by 16."""
     import json  # noqa: PLC0415
 
     ask = {"kernel": kernel, "constexprs": constexprs, "pointers": pointers,

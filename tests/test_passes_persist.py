@@ -39,7 +39,7 @@ def test_a_1d_kernel_walks_its_tiles_and_the_grid_is_capped() -> None:
     assert ("for pid in range(tl.program_id(0), (tl.cdiv(M, BLK_M) * tl.cdiv(N, BLK_N)), "
             "tl.num_programs(0)):") in text
     assert ('mm_walk[lambda meta: (min(triton.cdiv(M, meta["BLK_M"]) * triton.cdiv(N, meta["BLK_N"]), '
-            "_resident_programs()),)]") in text
+            "_resident_programs(mm_walk, meta)),)]") in text
     # made persistent, the rule sees its loop as present
     assert not [s for s in get_pass("persistent-grid")().sites(ir) if not s.present]
 
@@ -129,7 +129,7 @@ def test_a_3d_grid_walks_one_linear_index_axis_0_fastest(
     assert "pid_axis0 = tile % (tl.cdiv(M, R))" in out
     assert "pid_axis2 = (tile // ((tl.cdiv(M, R)) * (tl.cdiv(N, C))))" in out
     assert ('(min((triton.cdiv(M, meta["R"])) * (triton.cdiv(N, meta["C"])) * (B), '
-            "_resident_programs()),)") in out
+            "_resident_programs(bmm3, meta)),)") in out
     assert out.index("scale = 1.0") < out.index("for tile in range(")  # work before the ids stays out
     assert "tl.program_id(1)" not in out and "tl.program_id(2)" not in out
     assert not [s for s in get_pass("persistent-grid")().sites(ir) if not s.present]

@@ -856,7 +856,8 @@ class _Persistent:
 
 @dataclass(frozen=True, slots=True)
 class PersistentGrid(Pass):
-    """Persistent grid (a program per SM looping over tiles) <-> one tile per program."""
+    """Persistent grid (programs looping over tiles: as many as the recorded host grid launched,
+    or, written by role, as many as the GPU holds at once) <-> one tile per program."""
 
     header: str = ""
     """The loop header line to restore (recorded by a de-optimization)."""

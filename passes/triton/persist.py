@@ -1,12 +1,11 @@
 """A one-tile-per-program kernel turned persistent, read by role: no recorded loop needed.
 
 A kernel launched over a 1-D grid whose body starts its work at `pid = tl.program_id(0)` does
-one tile per program. Made persistent, it launches `min(tiles, SMs)` programs (one per SM:
-right for a kernel whose program fills an SM, as a large-tile GEMM's does; a kernel whose
-programs fit several to an SM gives that occupancy up: a causal attention kernel at 64-row
-tiles and 4 warps ran 1.9x slower persistent on an H200) and each walks the tiles
-`pid, pid + programs, ...`: the body after the program id
-becomes the body of `for pid in tl.range(tl.program_id(0), TILES, tl.num_programs(0), ...)`. TILES is the
+one tile per program. Made persistent, it launches `min(tiles, resident)` programs, as many as
+the GPU holds at once (below), and each walks the tiles `pid, pid + programs, ...`: the body
+after the program id becomes the body of
+`for pid in tl.range(tl.program_id(0), TILES, tl.num_programs(0), ...)`, right for any number
+of programs. TILES is the
 host grid's expression read in the kernel's terms: each launch argument becomes the kernel
 parameter it is passed as, `meta["P"]` the constexpr P, `triton.cdiv` `tl.cdiv`. Work the
 programs share before the loop (descriptors, constants) is then done once per program, and so
@@ -33,6 +32,28 @@ program id, a `return` in the body (it would end
 the walk), a grid that reads a host value the kernel does not receive, or counts tiles of a
 literal size no tile owns (the kernel's count would go stale when a sweep retunes the tiles:
 the sweep goes first and its grid reads `meta`).
+
+How many programs are resident is read from the compiled kernel, at the launch. One program per
+SM gives up the occupancy of a kernel whose programs fit several to an SM (nw_attn_flat_ptrs's
+persistent step at 64-row tiles and 4 warps: 0.301 ms against 0.161 one tile per program on an
+H200), and an estimate from the source cannot tell how many fit: an sm_90 SM holds 64 warps,
+65,536 registers and 228 KiB of shared memory (1 KiB of it reserved a block), at most 32
+blocks, and for Triton's dot kernels registers bind, which only ptxas knows (Triton lets it use
+up to 255 a thread). Compiled for sm_90 by Triton 3.9, that attention start kernel at 64x32
+tiles and 4 warps takes 200 registers a thread (254 made persistent) and 12 KiB: 2 programs an
+SM, where its warps would allow 16 and its shared memory 17; a 128x128x64 fp16 GEMM tile at 8
+warps takes 166 to 255 registers and 32 to 96 KiB (nw_mm_group_cols's start; a walked GEMM
+pipelined 3 deep): 1, where its warps would allow 8 and its shared memory 2 to 6. Launching more
+programs than fit costs a partial wave, fewer gives up occupancy: neither is free. Nor does a grid see the
+launch's `num_warps` or `num_stages`: Triton (3.6 as 3.9) calls it with the kernel's arguments
+alone, and an autotuner's configurations vary them at the same tiles. So the rewrite makes each
+grid a callable and hands it the launch's options through a pre-run hook on the kernel's jit
+function (Triton calls those hooks with the launch's keywords, a configuration's among them,
+before it calls the grid); the grid asks the jit function's `warmup` with the same arguments
+and options for the kernel this launch compiled (a cache hit), reads its `n_regs`,
+`metadata.shared` and `metadata.num_warps` as Triton's fused-softmax tutorial does, divides the
+device's limits (`torch.cuda`'s properties) by them, and keeps the count per device, argument
+types and options. The interpreter launches 4 programs.
 """
 from __future__ import annotations
 
@@ -47,6 +68,92 @@ from passes.triton.roles import NUM_PROGRAMS, dot_loops, launch_arguments, launc
 PID = frozenset({"tl.program_id", "triton.language.program_id"})
 MAKE_DESCRIPTOR = frozenset({"tl.make_tensor_descriptor", "triton.language.make_tensor_descriptor"})
 CDIV = frozenset({"triton.cdiv", "cdiv", "tl.cdiv"})
+
+# The host half of a persistent launch, put after the module's imports (`str.format` fields:
+# the helpers' fresh names). A launch hands its options to its grid through a pre-run hook:
+# Triton (3.6 as 3.9) calls a grid with the kernel's arguments alone, and a jit function's
+# pre-run hooks with the launch's keywords (an autotuner's configuration among them) before it.
+_HOST = '''
+
+@functools.lru_cache(maxsize=None)
+def {h_on}(index: int) -> tuple[int, int, int, int]:
+    """CUDA device `index`'s SM count and what one SM holds: threads, registers, shared bytes."""
+    p = torch.cuda.get_device_properties(index)
+    return (p.multi_processor_count, getattr(p, "max_threads_per_multi_processor", 2048),
+            getattr(p, "regs_per_multiprocessor", 65536),
+            getattr(p, "shared_memory_per_multiprocessor", 233472))
+
+
+def {h_per_sm}(warps: int, regs: int, shared: int, threads: int = 2048,
+        registers: int = 65536, smem: int = 233472) -> int:
+    """Programs of `warps` warps, `regs` registers a thread and `shared` bytes of shared memory
+    that one SM holds at once, by CUDA's rules since sm_80: registers go 8 a thread at a time,
+    shared memory 128 bytes at a time plus 1 KiB a block, at most 32 blocks."""
+    by_regs = registers // max(1, -(-regs // 8) * 8 * 32 * warps)
+    by_smem = smem // (-(-shared // 128) * 128 + 1024)
+    return max(1, min(32, threads // (32 * warps), by_regs, by_smem))
+
+
+{h_options}: dict = {{}}  # id of a jit function -> the options of its launch in flight
+{h_seen}: dict = {{}}  # (jit function, device, arguments, options) -> programs
+
+
+def {h_jit}(kernel):
+    """The jit function under `kernel`'s autotuner and heuristics."""
+    while not hasattr(kernel, "add_pre_run_hook"):
+        kernel = kernel.fn
+    return kernel
+
+
+def {h_watch}(kernel) -> None:
+    """Each launch of `kernel` keeps its options (`num_warps`, `num_stages`, ...) for its grid."""
+    fn = {h_jit}(kernel)
+    names = set(fn.arg_names)
+    fn.add_pre_run_hook(lambda *args, **kwargs: {h_options}.__setitem__(
+        id(fn), {{k: v for k, v in kwargs.items() if k not in names}}))
+
+
+def {h_key}(fn, meta: dict) -> tuple:
+    """What Triton compiles a launch of `fn` with arguments `meta` for: each constexpr's value,
+    an integer's being 1, a multiple of 16 and 32-bit, a tensor's dtype and 16-byte alignment,
+    the type of anything else (a seed that changes each call is not a new kernel)."""
+    constexprs = {{p.name for p in getattr(fn, "params", ()) if p.is_constexpr}}
+    out = []
+    for k, v in meta.items():
+        if k in constexprs and isinstance(v, (int, float, str)):
+            out.append((k, v))
+        elif isinstance(v, int):
+            out.append((k, v == 1, v % 16 == 0, -2**31 <= v < 2**31))
+        elif hasattr(v, "data_ptr") and hasattr(v, "dtype"):
+            out.append((k, str(v.dtype), v.data_ptr() % 16 == 0))
+        else:
+            out.append((k, type(v).__name__))
+    return tuple(out)
+
+
+def {h}(kernel, meta) -> int:
+    """Programs a persistent grid launches: as many as the GPU holds at once, its SMs times the
+    programs of the compiled kernel (its warps, registers and shared memory) one SM holds; a few
+    on the CPU interpreter. Read once per device, kernel, argument types and options: `run` is
+    on the timed path."""
+    if not torch.cuda.is_available():
+        return 4
+    fn = {h_jit}(kernel)
+    options = {h_options}.get(id(fn), {{}})
+    device = torch.cuda.current_device()
+    key = (id(fn), device, *{h_key}(fn, meta), *((k, repr(v)) for k, v in options.items()))
+    programs = {h_seen}.get(key)
+    if programs is None:
+        compiled = fn.warmup(grid=(1,), **meta, **options)  # compiled for this launch already
+        if compiled is None:  # the interpreter
+            return 4
+        compiled._init_handles()  # loads it, as the launch would: its register count
+        sms, threads, registers, smem = {h_on}(device)
+        per_sm = {h_per_sm}(compiled.metadata.num_warps, compiled.n_regs,
+                compiled.metadata.shared, threads, registers, smem)
+        programs = {h_seen}[key] = max(1, sms * per_sm // getattr(compiled.metadata, "num_ctas", 1))
+    return programs
+'''
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +177,9 @@ class Walk:
     """New kernel parameters the launches pass (name, host expression): grid values the kernel
     did not receive."""
     launches: tuple[ast.Call, ...] = ()
+    metas: tuple[str | None, ...] = ()
+    """Each grid's meta parameter (a lambda's or a grid function's), None for a tuple: the
+    rewrite makes that grid a lambda, so that it is evaluated at the launch."""
 
     @property
     def tile(self) -> str:
@@ -173,13 +283,16 @@ def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
     if not launches:
         return "the kernel is never launched in this module"
     params = {a.arg for a in kernel.args.args + kernel.args.kwonlyargs}
-    grids, hosts, axes = [], [], None
+    grids, hosts, metas, axes = [], [], [], None
     extra: dict[str, str] = {}
     for launch in launches:
         grid = launch_grid(mod, launch)
         elts = _grid_tuple(grid)
         if isinstance(elts, str):
             return elts
+        if isinstance(grid, (ast.Lambda, ast.FunctionDef)) and _meta_name(grid) is None:
+            return "the grid function takes no meta argument"
+        metas.append(_meta_name(grid))
         args = launch_arguments(mod, kernel, launch)
         owned = literal_tiles(mod, kernel, grid, args)
         texts = [_in_kernel_terms(mod, e, args, _meta_name(grid), params, extra, owned)
@@ -221,12 +334,13 @@ def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
             and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
             and isinstance(stmt.value, ast.Call) and callee(stmt.value) in PID:
         return Walk(kernel, stmt, tuple(g.elts[0] for g in grids), axes[0], start, axes,
-                    tuple(hosts), tuple((v, k) for k, v in extra.items()), tuple(launches))
+                    tuple(hosts), tuple((v, k) for k, v in extra.items()), tuple(launches),
+                    tuple(metas))
     # a program id read inline (`tl.program_id(0) * COLS`) or on several axes: each read
     # becomes its axis decoded from one linear tile index
     tiles = " * ".join(f"({a})" for a in axes if a != "1") or "1"
     return Walk(kernel, None, tuple(grids), tiles, start, axes, tuple(hosts),
-                tuple((v, k) for k, v in extra.items()), tuple(launches))
+                tuple((v, k) for k, v in extra.items()), tuple(launches), tuple(metas))
 
 
 def carried_names(body: list[ast.stmt], before: set[str]) -> set[str]:
@@ -357,8 +471,9 @@ def loop_keywords(header: str) -> str:
 
 def walk_edits(mod: PyModule, walk: Walk, taken: set[str], keywords: str = "") -> list[ByteEdit]:
     """The edits that make the kernel persistent: the loop over tiles (a `tl.range` with
-    `keywords`, a plain `range` without), each grid capped by the programs the GPU holds, and
-    the host helper that counts them (after the imports)."""
+    `keywords`, a plain `range` without), each grid a callable capped by the programs the GPU
+    holds at once, the host helpers that count them (`_HOST`, after the imports) and the hook
+    that hands them each launch's options (after the kernel)."""
     src = mod.source
     stmt, kernel = walk.pid_stmt, walk.kernel
     first = kernel.body[walk.start]
@@ -424,30 +539,31 @@ def walk_edits(mod: PyModule, walk: Walk, taken: set[str], keywords: str = "") -
     header = (f"{indent}# persistent: each program walks the tiles pid, pid + programs, ...\n"
               f"{indent}for {tile} in {'tl.range' if keywords else 'range'}(tl.program_id(0), "
               f"{walk.tiles}, tl.num_programs(0){', ' + keywords if keywords else ''}):\n")
-    edits = [ByteEdit(start, end, before + header + decoded + body)]
-    if stmt is not None:
-        edits += [ByteEdit(*mod.span(g), f"min({mod.text(g)}, {helper}())") for g in walk.grids]
-    else:
-        for g, host in zip(walk.grids, walk.hosts):
-            count = " * ".join(f"({h})" for h in host if h != "1") or "1"
-            edits.append(ByteEdit(*mod.span(g), f"(min({count}, {helper}()),)"))
+    fields = {"h": helper} | {f"h_{part}": fresh_name(f"{helper}_{part}", taken | {helper})
+                              for part in ("on", "per_sm", "jit", "watch", "key", "options", "seen")}
+    # the kernel's launches hand their options to its grid (`_HOST`): registered once, where
+    # the kernel is defined
+    watch = f"\n\n{indent_of(src, mod.start(kernel))}{fields['h_watch']}({kernel.name})\n"
+    edits = [ByteEdit(start, end, before + header + decoded + body + watch)]
+    grids: dict[tuple[int, int], str] = {}
+    for g, host, meta, launch in zip(walk.grids, walk.hosts, walk.metas, walk.launches):
+        count = mod.text(g) if stmt is not None else " * ".join(f"({h})" for h in host if h != "1") or "1"
+        if meta is not None:
+            capped = f"min({count}, {helper}({kernel.name}, {meta}))"
+            grids[mod.span(g)] = capped if stmt is not None else f"({capped},)"
+        else:  # a tuple is evaluated before the launch: the launch's grid becomes a lambda
+            node = launch.func.slice  # type: ignore[attr-defined]
+            if isinstance(node, ast.Name):  # the tuple it is bound to, as it was bound
+                count = " * ".join(f"{node.id}[{i}]" for i, h in enumerate(host) if h != "1") or "1"
+            meta = fresh_name("meta", set(names_in(g)) | set(names_in(node)))
+            grids[mod.span(node)] = f"lambda {meta}: (min({count}, {helper}({kernel.name}, {meta})),)"
+    edits += [ByteEdit(a, b, capped) for (a, b), capped in grids.items()]
     edits += _pass_new_parameters(mod, walk)
     imports = [n for n in mod.tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     at = line_end(src, mod.end(imports[-1]) - 1) if imports else 0
     plain = {a.name for n in imports if isinstance(n, ast.Import) for a in n.names if a.asname is None}
-    # The SM count is read once per device: `run` is on the timed path, and a host that takes
-    # longer to issue a call than the GPU takes to run it is what a user's loop waits on.
-    per_device = fresh_name(f"{helper}_on", taken | {helper})
-    edits.append(ByteEdit(at, at, "".join(f"import {m}\n" for m in ("functools", "torch") if m not in plain) + (
-        f"\n\n@functools.lru_cache(maxsize=None)\n"
-        f"def {per_device}(index: int) -> int:\n"
-        '    """The SM count of CUDA device `index`."""\n'
-        "    return torch.cuda.get_device_properties(index).multi_processor_count\n"
-        f"\n\ndef {helper}() -> int:\n"
-        '    """Programs a persistent grid launches: one per SM (a few on the CPU interpreter)."""\n'
-        "    if torch.cuda.is_available():\n"
-        f"        return {per_device}(torch.cuda.current_device())\n"
-        "    return 4\n")))
+    edits.append(ByteEdit(at, at, "".join(f"import {m}\n" for m in ("functools", "torch") if m not in plain)
+                          + _HOST.format(**fields)))
     return edits
 
 
