@@ -41,6 +41,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "even-k-fast-path": ("passes.triton.masking", "EvenKFastPath"),
     "causal-block-skip": ("passes.triton.masking", "CausalBlockSkip"),
     "tma-descriptors": ("passes.triton.tma", "TmaDescriptors"),
+    "host-descriptors": ("passes.triton.host_descriptors", "HostDescriptors"),
     "k-major-operands": ("passes.triton.layout", "KMajorOperands"),
     "tf32x3-dot": ("passes.triton.precision", "Tf32x3Dot"),
     "reduce-before-contract": ("passes.triton.reduce_first", "ReduceBeforeContract"),

@@ -18,7 +18,8 @@ TRITON_RULES = {"autotune", "tile-sizes", "num-warps", "software-pipelining", "g
                 "tensor-core-dot", "even-k-fast-path", "tma-descriptors", "exp2-fold",
                 "causal-block-skip", "persistent-grid", "radix-width", "histogram-primitive",
                 "scan-fusion", "early-exit", "k-major-operands", "tf32x3-dot",
-                "reduce-before-contract", "masked-bounds", "loop-depth", "loop-unroll"}
+                "reduce-before-contract", "masked-bounds", "loop-depth", "loop-unroll",
+                "host-descriptors"}
 CUDA_RULES = {"vectorize-global", "smem-staging", "pragma-unroll", "launch-bounds",
               "warp-shuffle-reduce", "cp-async-pipeline", "restrict-readonly", "wgmma",
               "mma-intrinsics", "tma-bulk-copy", "warp-specialization", "mma-micro-kernel",

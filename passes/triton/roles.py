@@ -1858,6 +1858,9 @@ def _host_descriptors(mod: PyModule, launch: Launch) -> list[tuple[str, ast.List
                 and isinstance(node.targets[0], ast.Name)):
             continue
         value, block = node.value, None
+        if isinstance(value, ast.IfExp) and isinstance(value.orelse, ast.Constant) \
+                and value.orelse.value is None:  # built where the tensors fit, else None
+            value = value.body
         if isinstance(value, ast.Call):
             name = callee(value)
             position = 1 if name.endswith("TensorDescriptor.from_tensor") else (
@@ -1893,17 +1896,33 @@ def _descriptor_hook(mod: PyModule, kernel: ast.FunctionDef, launches: Sequence[
         for param, block in _host_descriptors(mod, launch):
             if not any(isinstance(e, ast.Name) and e.id in host for e in block.elts):
                 continue  # no tuned tile sizes it
-            if not all((isinstance(e, ast.Name) and e.id in host) or literal_int(e) is not None
+            # a name the launch passes for a parameter it keeps (`HD=D`) is read from nargs too
+            kept = {v.id: p for p, v in args.items() if isinstance(v, ast.Name) and p not in tuned}
+            known = {**kept, **host}
+            if not all((isinstance(e, ast.Name) and e.id in known) or literal_int(e) is not None
                        for e in block.elts):
                 return SweepRefusal(
                     f"the block shape of the host descriptor passed as {param} cannot be "
                     f"written per configuration", {"kernel": kernel.name, "param": param})
-            dims = [f'nargs["{host[e.id]}"]' if isinstance(e, ast.Name) and e.id in host
+            dims = [f'nargs["{known[e.id]}"]' if isinstance(e, ast.Name) and e.id in known
                     else mod.text(e) for e in block.elts]
             line = f'nargs["{param}"].block_shape = [{", ".join(dims)}]'
+            if _maybe_none(mod, launch, param):
+                line = f'if nargs["{param}"] is not None: {line}'
             if line not in lines:
                 lines.append(line)
     return lines
+
+
+def _maybe_none(mod: PyModule, launch: Launch, param: str) -> bool:
+    """The host descriptor a launch passes as `param` is built as `TensorDescriptor(...) if
+    fit else None` (`_host_descriptors`)."""
+    value = launch.values().get(param)
+    host = mod.enclosing(launch.site, ast.FunctionDef)
+    return isinstance(value, ast.Name) and host is not None and any(
+        isinstance(n, ast.Assign) and isinstance(n.value, ast.IfExp)
+        and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)
+        for n in ast.walk(host))
 
 
 def _removals(mod: PyModule, holder: ast.AST, nodes: Sequence[ast.AST]) -> list[ByteEdit]:
