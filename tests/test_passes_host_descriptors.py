@@ -69,22 +69,25 @@ def _rel_err(module: ModuleType, case: str, shape: dict, shift: bool = False) ->
     return float((out.float() - ref.float()).norm() / ref.float().norm())
 
 
-ATTN_SHAPE = {"B": 2, "H": 2, "S": 80, "D": 32, "dtype": "fp16"}  # 80: no tile of 32 or 64 divides it
+ATTN_SHAPE = {"B": 2, "H": 3, "S": 80, "D": 32, "dtype": "fp16"}  # 80: no tile of 32 or 64 divides it
 
 
-def test_attention_descriptors_move_to_the_host_with_batch_and_head_axes_leading() -> None:
+def test_attention_descriptors_move_to_the_host_with_batch_and_head_merged_into_one_axis() -> None:
     text = _hosted(_in_kernel("nw_attn_flat_ptrs"))
     kernel = text[text.index("def flat_causal_attn"):text.index("def run")]
     assert "make_tensor_descriptor" not in kernel
     # the pointers stay (the pointer path reads them); each descriptor follows its pointer
     assert "def flat_causal_attn(q_ptr, k_ptr, k_desc, v_ptr, v_desc, o_ptr, o_desc," in kernel
-    assert "k_desc.load([bh // n_heads, bh % n_heads, kv0, 0]).reshape(BKV, HD)" in kernel
-    assert ("o_desc.store([bh // n_heads, bh % n_heads, qb * BQ, 0], "
-            "(o.to(tl.float16)).reshape(1, 1, BQ, HD))") in kernel
+    # `bh // n_heads` and `bh % n_heads` are one axis of B * H indexed by bh: rank 3, not 4
+    assert "k_desc.load([bh, kv0, 0]).reshape(BKV, HD)" in kernel
+    assert "o_desc.store([bh, qb * BQ, 0], (o.to(tl.float16)).reshape(1, BQ, HD))" in kernel
     host = text[text.index("def run"):]
-    # the batch and head sizes are the grid's factors the indices are proven below
-    assert re.search(r"k_desc = TensorDescriptor\(k, \[B, H, S, D\], \[q\.stride\(0\), q\.stride\(1\), "
-                     r"q\.stride\(2\), q\.stride\(3\)\], \[1, 1, bkv, D\]\) if tma_ok else None", host)
+    # the sizes are the grid's factors the indices are proven below; the head stride steps
+    # the merged axis, where the batch stride is H of them (else the pointer path runs)
+    assert ("tma_ok = _descriptors_fit(q, k, v, o, H, S) and q.stride(3) == 1 "
+            "and q.stride(0) == H * q.stride(1)\n") in host
+    assert re.search(r"k_desc = TensorDescriptor\(k, \[B \* H, S, D\], \[q\.stride\(1\), "
+                     r"q\.stride\(2\), q\.stride\(3\)\], \[1, bkv, D\]\) if tma_ok else None", host)
     assert "BQ=bq, BKV=bkv, HD=D, TMA_OK=tma_ok)" in host
     assert "grid = (triton.cdiv(S, bq) * B * H,)" in host
     assert not [s for s in RULE.sites(kir.parse(text, "triton")) if not s.present]
@@ -99,6 +102,29 @@ def test_attention_on_the_host_matches_torch_on_both_paths(tmp_path: Path) -> No
     assert _rel_err(module, "nw_attn_flat_ptrs", ATTN_SHAPE, shift=True) < 5e-3
 
 
+def test_attention_whose_strides_do_not_nest_takes_the_pointer_path(tmp_path: Path) -> None:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the interpreter runs this test")
+    module = load_module(_hosted(_in_kernel("nw_attn_flat_ptrs")), tmp_path, "hd_attn_nest")
+    made = []
+    real = module.TensorDescriptor
+    module.TensorDescriptor = lambda *a: made.append(a) or real(*a)
+    spec = _case("nw_attn_flat_ptrs")
+    b, h, s, d = (ATTN_SHAPE[k] for k in "BHSD")
+    torch.manual_seed(0)
+    contiguous = tuple(torch.randn(b, h, s, d).half() for _ in range(3))
+    # heads inside the rows: a descriptor could read it (rank 4), but the batch stride is not
+    # H head strides, so no axis of B * H steps through it
+    interleaved = tuple(torch.randn(b, s, h, d).half().transpose(1, 2) for _ in range(3))
+    assert interleaved[0].stride(0) != h * interleaved[0].stride(1)
+    for inputs, ranks in ((contiguous, [3, 3, 3]), (interleaved, [])):
+        made.clear()
+        ref = spec.reference(*inputs).float()
+        out = module.run(*inputs).float()
+        assert float((out - ref).norm() / ref.norm()) < 5e-3
+        assert [len(shape) for _, shape, *_ in made] == ranks
+
+
 def test_autotuned_blocks_are_set_by_a_pre_hook_of_every_configuration(tmp_path: Path) -> None:
     from lineage.moves import plain_sweep  # noqa: PLC0415
 
@@ -106,8 +132,8 @@ def test_autotuned_blocks_are_set_by_a_pre_hook_of_every_configuration(tmp_path:
     text = _hosted(tuned)
     configs = re.findall(r"triton\.Config\(.*\)", text)
     assert configs and all(c.endswith("pre_hook=_flat_causal_attn_descriptor_blocks)") for c in configs)
-    assert 'nargs["k_desc"].block_shape = [1, 1, nargs["BKV"], nargs["HD"]]' in text
-    assert "[1, 1, 1, 1]) if tma_ok else None" in text  # a placeholder until a config runs
+    assert 'nargs["k_desc"].block_shape = [1, nargs["BKV"], nargs["HD"]]' in text
+    assert "[1, 1, 1]) if tma_ok else None" in text  # a placeholder until a config runs
     if os.environ.get("TRITON_INTERPRET") != "1":
         return
     module = load_module(text, tmp_path, "hd_attn_tuned")
@@ -124,7 +150,7 @@ def test_a_sweep_after_the_rule_sizes_the_descriptors_per_configuration(tmp_path
     swept = plain_sweep(kir.parse(_hosted(_in_kernel("nw_attn_flat_ptrs")), "triton"))
     assert swept.ir is not None, swept.refusals
     text = swept.ir.unparse()
-    assert 'if nargs["k_desc"] is not None: nargs["k_desc"].block_shape = [1, 1, nargs["BKV"], nargs["HD"]]' \
+    assert 'if nargs["k_desc"] is not None: nargs["k_desc"].block_shape = [1, nargs["BKV"], nargs["HD"]]' \
         in text
     if os.environ.get("TRITON_INTERPRET") != "1":
         return
@@ -196,6 +222,74 @@ def test_a_base_that_does_not_decompose_is_refused(offset: str, strides: str, wh
     assert isinstance(again, Skipped) and why in again.reason, again
 
 
+NESTED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_tiles(x_ptr, y_ptr, n_b, n_c, rows, cols, s0, s1, s2, s3, s4,
+                BR: tl.constexpr, BC: tl.constexpr, TMA_OK: tl.constexpr):
+    pid = tl.program_id(0)
+    ab = pid // n_c
+    base = (ab // n_b) * s0 + (ab % n_b) * s1 + (pid % n_c) * s2
+    r = tl.program_id(1) * BR
+    if TMA_OK:
+        x_desc = tl.make_tensor_descriptor(x_ptr + base, shape=[rows, cols], strides=[s3, s4],
+                                           block_shape=[BR, BC])
+        y_desc = tl.make_tensor_descriptor(y_ptr + base, shape=[rows, cols], strides=[s3, s4],
+                                           block_shape=[BR, BC])
+        tile = x_desc.load([r, 0])
+        y_desc.store([r, 0], tile * 2)
+    else:
+        rr = r + tl.arange(0, BR)
+        cc = tl.arange(0, BC)
+        offs = base + rr[:, None] * s3 + cc[None, :] * s4
+        mask = (rr[:, None] < rows) & (cc[None, :] < cols)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+def run(x):
+    A, B, C, R, N = x.shape
+    y = torch.empty_like(x)
+    scale_tiles[(A * B * C, triton.cdiv(R, 16))](x, y, B, C, R, N, x.stride(0), x.stride(1),
+                                                 x.stride(2), x.stride(3), x.stride(4),
+                                                 BR=16, BC=32, TMA_OK=True)
+    return y
+'''
+
+
+@pytest.mark.parametrize("flagged", [True, False])
+def test_three_leading_axes_merge_into_one_only_under_a_flag(flagged: bool, tmp_path: Path) -> None:
+    source = NESTED
+    if not flagged:  # the descriptors built always, the pointer path gone
+        source = re.sub(r"    if TMA_OK:\n((?:        .*\n)+)    else:\n(?:        .*\n)+",
+                        lambda m: m.group(1).replace("\n        ", "\n    ")
+                        .replace("        ", "    ", 1), source)
+        assert "if TMA_OK" not in source and "tl.store" not in source
+    text = _hosted(kir.parse(source, "triton"))
+    if not flagged:  # no pointer path for a layout the merged axis cannot read: axes kept
+        assert "x_desc.load([ab // n_b, ab % n_b, pid % n_c, r, 0]).reshape(BR, BC)" in text, text
+        assert "TensorDescriptor(x, [A, B, C, R, N], [x.stride(0), x.stride(1), x.stride(2), " \
+            "x.stride(3), x.stride(4)], [1, 1, 1, br, bc])" in text
+        return
+    # (ab // n_b, ab % n_b) -> ab, then (pid // n_c, pid % n_c) -> pid: one axis of A * B * C
+    assert "x_desc.load([pid, r, 0]).reshape(BR, BC)" in text
+    assert "TensorDescriptor(x, [A * B * C, R, N], [x.stride(2), x.stride(3), x.stride(4)], " \
+        "[1, br, bc]) if tma_ok else None" in text
+    assert ("tma_ok = True and x.stride(0) == B * x.stride(1) "
+            "and x.stride(1) == C * x.stride(2)\n") in text
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return
+    module = load_module(text, tmp_path, "hd_nested")
+    torch.manual_seed(0)
+    dense = torch.randn(2, 3, 2, 40, 32)
+    crossed = torch.randn(2, 2, 3, 40, 32).transpose(1, 2)  # B outside C in memory: no nesting
+    for x in (dense, crossed):
+        assert torch.equal(module.run(x), x * 2)
+
+
 def test_the_search_offers_the_rule_where_a_kernel_builds_descriptors() -> None:
     from lineage.moves import rule_offers  # noqa: PLC0415
 
@@ -229,8 +323,9 @@ print(json.dumps({"ptx": kernel.asm["ptx"]}))
 
 def test_the_rewritten_attention_compiles_for_sm90(tmp_path: Path) -> None:
     text = _hosted(_in_kernel("nw_attn_flat_ptrs"))
-    descs = {"k_desc": "tensordesc<fp16[1, 1, 64, 64]>", "v_desc": "tensordesc<fp16[1, 1, 64, 64]>",
-             "o_desc": "tensordesc<fp16[1, 1, 64, 64]>"}
+    # rank 3: the batch and head axes merged into one
+    descs = {"k_desc": "tensordesc<fp16[1, 64, 64]>", "v_desc": "tensordesc<fp16[1, 64, 64]>",
+             "o_desc": "tensordesc<fp16[1, 64, 64]>"}
     ask = {"constexprs": {"BQ": 64, "BKV": 64, "HD": 64, "TMA_OK": True}, "descs": descs}
     ptx = json.loads(compiled_output(_SM90, text, tmp_path, "hd_sm90", json.dumps(ask)))["ptx"]
     # host descriptors: the kernel reads them through TMA and writes no tensormap of its own
