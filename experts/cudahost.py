@@ -57,7 +57,9 @@ __all__ = [
     "include_dirs",
     "with_cuda_headers",
     "cuda_headers_for_nvrtc",
+    "NVRTC_FILLS",
     "NVRTC_MODULES",
+    "shared_byte",
     "compile_source",
     "clear_cache",
     "ptxas_resources",
@@ -217,13 +219,37 @@ def _compile_with_headers(original: Any) -> Any:
     return nvrtcCompileProgram
 
 
+# NVRTC calls that write their result into a buffer the caller made.
+NVRTC_FILLS = ("nvrtcGetProgramLog", "nvrtcGetPTX", "nvrtcGetCUBIN", "nvrtcGetLTOIR")
+
+
+def shared_byte(buf: Any) -> bool:
+    """Whether `buf` is an immutable bytes object of at most one byte: CPython hands out one
+    shared object per byte value (`b" " * 1` is the object every `b" "` in the process is), so
+    a call that writes a result's terminating NUL into it (an empty NVRTC log, sized 1) turns
+    every `b" "` of the process into `b"\\x00"`. Its content is the terminator alone: nothing
+    is lost by not writing it."""
+    return isinstance(buf, bytes) and len(buf) <= 1
+
+
+def _fill_guarded(original: Any, success: Any) -> Any:
+    def fill(prog: Any, buf: Any, *rest: Any) -> Any:
+        return (success,) if shared_byte(buf) else original(prog, buf, *rest)
+
+    fill.__wrapped__ = original  # type: ignore[attr-defined]
+    fill.__name__ = getattr(original, "__name__", "fill")
+    fill.__doc__ = getattr(original, "__doc__", None)
+    return fill
+
+
 @contextlib.contextmanager
 def cuda_headers_for_nvrtc() -> Iterator[list[str]]:
     """While active, `nvrtcCompileProgram` of each NVRTC binding module of `NVRTC_MODULES`
     that is installed compiles with `with_cuda_headers` of the options it is given: a host
     that calls NVRTC itself finds the CUDA headers as `compile_source` does (the host's other
-    options untouched). Enter it before the host is imported (a host may bind the function at
-    import). Yields the names of the modules wrapped; puts the functions back at the end."""
+    options untouched), and a call that fills a buffer (`NVRTC_FILLS`) leaves a `shared_byte`
+    unwritten. Enter it before the host is imported (a host may bind the function at import).
+    Yields the names of the modules wrapped; puts the functions back at the end."""
     wrapped: list[tuple[Any, Any]] = []
     names: list[str] = []
     for name in NVRTC_MODULES:
@@ -238,14 +264,19 @@ def cuda_headers_for_nvrtc() -> Iterator[list[str]]:
         current = getattr(module, "nvrtcCompileProgram", None)
         if current is None or getattr(current, "__wrapped__", None) is not None:
             continue  # none to wrap, or wrapped already (an enclosing use)
-        wrapped.append((module, current))
+        wrapped.append((module, "nvrtcCompileProgram", current))
         names.append(name)
         module.nvrtcCompileProgram = _compile_with_headers(current)
+        success = getattr(getattr(module, "nvrtcResult", None), "NVRTC_SUCCESS", 0)
+        for fill in NVRTC_FILLS:
+            if (got := getattr(module, fill, None)) is not None:
+                wrapped.append((module, fill, got))
+                setattr(module, fill, _fill_guarded(got, success))
     try:
         yield names
     finally:
-        for module, original in wrapped:
-            module.nvrtcCompileProgram = original
+        for module, attr, original in reversed(wrapped):
+            setattr(module, attr, original)
 
 
 def compile_source(

@@ -43,6 +43,10 @@ _SIZEOF = {"char": 1, "int8_t": 1, "uint8_t": 1, "bool": 1, "short": 2, "half": 
            "long": 8, "int64_t": 8, "size_t": 8, "float2": 8, "int2": 8, "float4": 16,
            "int4": 16, "uint4": 16, "double2": 16}
 
+# Every byte to a space, a table made from integers (not from `b" "`, a one-byte object the
+# whole process shares, which a host's NVRTC call may have overwritten: experts.cudahost.shared_byte).
+_SPACES = bytes(32 for _ in range(256))
+
 
 def _top_functions(ir: Any) -> list[tuple[int, int, str, tuple[str, ...]]]:
     """(start, end, name, qualifiers) of each function definition outside any function; a
@@ -203,7 +207,7 @@ def chevron_launches(text: str) -> dict[str, list[Chevron]]:
     data = ir.source
     outside = bytearray(data)
     for s, e, _ in funcs:
-        outside[s:e] = b" " * (e - s)
+        outside[s:e] = bytes(e - s).translate(_SPACES)
     file_names = _constants(outside.decode("utf-8", errors="replace"))
     out: dict[str, list[Chevron]] = {}
     for node in ir.walk():
@@ -474,7 +478,7 @@ def instances(text: str) -> list[Instance]:
     for s, e in [(s, e) for s, e, _, _ in tops] + [
             (n.span.start, n.span.end) for n in ir.walk()
             if n.grammar_type in ("comment", "string_literal", "raw_string_literal")]:
-        outside[s:e] = b" " * (e - s)
+        outside[s:e] = bytes(e - s).translate(_SPACES)
     file_text = _HOST_HEADERS.sub("", outside.decode("utf-8", errors="replace"))
     file_names = frozenset(re.findall(r"[A-Za-z_]\w*", file_text))
     kernels: dict[str, list[Any]] = {}

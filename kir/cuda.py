@@ -69,8 +69,14 @@ _QUALIFIER_MACRO = re.compile(
     rb"\b[A-Z][A-Z0-9_]*_(?:DEVICE|HOST|INLINE|FORCEINLINE|GLOBAL)\b(?=[ \t\n]+[A-Za-z_:])")
 
 
+# Every byte but a newline to a space, a table made from integers: a one-byte bytes value
+# (`b" "`) is one object shared by the whole process, which a host that lets NVRTC write a
+# terminator into `b" " * 1` overwrites (`experts.cudahost.shared_byte`).
+_TO_SPACE = bytes(10 if b == 10 else 32 for b in range(256))
+
+
 def _blank(match: re.Match[bytes]) -> bytes:
-    return re.sub(rb"[^\n]", b" ", match.group(0))
+    return match.group(0).translate(_TO_SPACE)
 
 
 def _blank_qualifier(match: re.Match[bytes]) -> bytes:
@@ -78,7 +84,7 @@ def _blank_qualifier(match: re.Match[bytes]) -> bytes:
     line = src[src.rfind(b"\n", 0, match.start()) + 1 : match.start()]
     if line.lstrip().startswith(b"#"):
         return match.group(0)
-    return b" " * len(match.group(0))
+    return match.group(0).translate(_TO_SPACE)
 
 
 _MACRO_PREFIX = re.compile(

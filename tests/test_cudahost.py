@@ -201,7 +201,9 @@ def _nvrtc_log(nvrtc: Any, source: bytes, options: list[bytes]) -> tuple[int, st
     try:
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(options), options)
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * size
+        if size <= 1:  # an empty log: `b" " * 1` is the process's shared one-byte object
+            return int(err), ""
+        log = bytes(size)
         nvrtc.nvrtcGetProgramLog(prog, log)
         return int(err), log.rstrip(b"\0").decode(errors="replace")
     finally:
@@ -262,3 +264,47 @@ def test_saxpy_runs_on_the_gpu() -> None:
     # so elements near zero differ by an ulp of the product (seen: 9.5e-7).
     torch.testing.assert_close(y, expect, rtol=1e-6, atol=4e-6)
     assert cudahost.function_attributes(func)["registers"] > 0
+
+
+_EMPTY_LOG = r"""
+import sys
+from cuda.bindings import nvrtc
+from experts import cudahost
+
+def empty_log():
+    _, prog = nvrtc.nvrtcCreateProgram(b'extern "C" __global__ void k() {}', b"k.cu", 0, [], [])
+    nvrtc.nvrtcCompileProgram(prog, 1, [b"--gpu-architecture=sm_90"])
+    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+    assert size == 1, size
+    nvrtc.nvrtcGetProgramLog(prog, b" " * size)  # the way hosts commonly size their buffer
+
+if sys.argv[1] == "wrapped":
+    with cudahost.cuda_headers_for_nvrtc():
+        empty_log()
+else:
+    empty_log()
+import kir
+from kir import kinds
+ir = kir.parse("struct __align__(64) pair { int a, b; };\n", "cuda")
+shared = b"x  "[1:2][0]  # a one-byte slice is the shared object: 32 while intact
+sys.stdout.write(f"{shared} {len(list(ir.find(kind=kinds.ERROR)))}\n")
+"""
+
+
+@pytest.mark.skipif(not cudahost.include_dirs(), reason="no CUDA headers installed")
+@pytest.mark.parametrize("mode, shared", [("bare", "0"), ("wrapped", "32")])
+def test_an_empty_nvrtc_log_asked_into_the_shared_byte_leaves_it_alone_under_the_wrapper(
+        mode: str, shared: str) -> None:
+    """`b" " * 1` is the one `b" "` object of the process: NVRTC writing an empty log's
+    terminator into it turns every one-byte `b" "` into a NUL. In a process of its own: bare,
+    the hazard is real; under the wrapper the gate runs hosts in, the byte is left as it is.
+    Either way the CUDA parser's masking (which blanked `__align__(64)` with it) reads the
+    struct without an error."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("cuda.bindings.nvrtc")
+    done = subprocess.run([sys.executable, "-c", _EMPTY_LOG, mode], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [shared, "0"], done.stdout

@@ -496,6 +496,8 @@ def _tensor_map_words(dtype: Any, rank: int, address: Any, dims: Any, strides: A
 
 
 def _nvrtc_module(real: types.ModuleType | None, nvrtc_check: bool) -> types.ModuleType:
+    from experts import cudahost  # noqa: PLC0415  (plain Python: its bindings load lazily)
+
     mod = types.ModuleType("cuda.bindings.nvrtc", "cuda.bindings.nvrtc answered by the CPU emulator")
     result = getattr(real, "nvrtcResult", _NvrtcResult)
     ok = result.NVRTC_SUCCESS
@@ -526,6 +528,8 @@ def _nvrtc_module(real: types.ModuleType | None, nvrtc_check: bool) -> types.Mod
 
     def copy_into(prog: _Program, buf: Any) -> Any:
         data = prog.image
+        if cudahost.shared_byte(buf):  # the process's one-byte object: left as it is
+            return (ok,)
         if isinstance(buf, bytearray):
             buf[: len(data)] = data
         elif isinstance(buf, int):
@@ -541,6 +545,8 @@ def _nvrtc_module(real: types.ModuleType | None, nvrtc_check: bool) -> types.Mod
 
     def log_into(prog: _Program, buf: Any) -> Any:
         data = prog.log.encode() + b"\0"
+        if cudahost.shared_byte(buf):  # an empty log's terminator: nothing to write
+            return (ok,)
         if isinstance(buf, bytes):
             ctypes.memmove(ctypes.c_char_p(buf), data, min(len(buf), len(data)))
         elif isinstance(buf, bytearray):
