@@ -49,11 +49,13 @@ def test_the_shapes_give_three_ragged_tiles_per_axis() -> None:
     assert -(-M // TILE) >= 3 and -(-N // TILE) >= 3 and M % TILE and N % TILE
 
 
+# persistent-grid refuses a kernel whose K loop the tile sets (the split's first loop stops
+# at the diagonal: tiles of unequal work), so the walk comes before the split here
 @pytest.mark.parametrize("chain", [
-    ("causal-block-skip", "persistent-grid"),
-    ("causal-block-skip", "persistent-grid", "tma-descriptors"),
-    ("software-pipelining", "grouped-ordering", "causal-block-skip", "persistent-grid"),
-    ("software-pipelining", "grouped-ordering", "causal-block-skip", "persistent-grid",
+    ("persistent-grid", "causal-block-skip"),
+    ("persistent-grid", "causal-block-skip", "tma-descriptors"),
+    ("software-pipelining", "grouped-ordering", "persistent-grid", "causal-block-skip"),
+    ("software-pipelining", "grouped-ordering", "persistent-grid", "causal-block-skip",
      "tma-descriptors"),
 ], ids=lambda c: "+".join(c))
 def test_a_split_k_loop_walked_persistently_is_right_on_every_tile(tmp_path: Path,

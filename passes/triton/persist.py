@@ -322,6 +322,11 @@ def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
         return "the kernel reads tl.num_programs before its first program id, or of no grid axis"
     if any(isinstance(n, ast.Return) for s in kernel.body[start:] for n in ast.walk(s)):
         return "the body returns early: in a loop over tiles that would end the program's walk"
+    uneven = _tile_dependent_loop(kernel)
+    if uneven is not None:
+        return (f"the work of a tile depends on the tile: `{mod.text(uneven)}` runs a number of "
+                "steps set by the program id, and a walk that deals tiles in turn leaves the "
+                "programs with unequal shares where launched programs are balanced by the GPU")
     before = params | {n.id for st in kernel.body[:start] for n in ast.walk(st)
                        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     carried = carried_names(kernel.body[start:], before)
@@ -341,6 +346,39 @@ def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
     tiles = " * ".join(f"({a})" for a in axes if a != "1") or "1"
     return Walk(kernel, None, tuple(grids), tiles, start, axes, tuple(hosts),
                 tuple((v, k) for k, v in extra.items()), tuple(launches), tuple(metas))
+
+
+def _tile_dependent_loop(kernel: ast.FunctionDef) -> ast.AST | None:
+    """The first `range`/`tl.range` loop whose trip count the tile sets: one of its bounds
+    (start or stop) reads the program id, directly or through names assigned from it, and the
+    other does not (a causal attention's key loop that stops at the query tile's diagonal, a
+    grouped GEMM's per-group depth). A loop whose two bounds both move with the tile (a fixed
+    window) or neither does walks the same number of steps in every tile."""
+    tainted: set[str] = set()
+
+    def reads_pid(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Call) and callee(n) in PID for n in ast.walk(node)) \
+            or bool(names_in(node) & tainted)
+
+    grew = True
+    while grew:
+        grew = False
+        for node in ast.walk(kernel):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None \
+                    and reads_pid(node.value):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                new = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)} - tainted
+                tainted |= new
+                grew = grew or bool(new)
+    for loop in ast.walk(kernel):
+        if not (isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)
+                and callee(loop.iter).split(".")[-1] == "range" and loop.iter.args):
+            continue
+        args = loop.iter.args
+        start, stop = (args[0], args[1]) if len(args) > 1 else (None, args[0])
+        if (start is not None and reads_pid(start)) != reads_pid(stop):
+            return loop.iter
+    return None
 
 
 def carried_names(body: list[ast.stmt], before: set[str]) -> set[str]:
