@@ -38,6 +38,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "persistent-grid": ("passes.triton.ordering", "PersistentGrid"),
     "tensor-core-dot": ("passes.triton.compute", "TensorCoreDot"),
     "exp2-fold": ("passes.triton.compute", "Exp2Fold"),
+    "scale-after-max": ("passes.triton.scale_after_max", "ScaleAfterMax"),
     "even-k-fast-path": ("passes.triton.masking", "EvenKFastPath"),
     "causal-block-skip": ("passes.triton.masking", "CausalBlockSkip"),
     "tma-descriptors": ("passes.triton.tma", "TmaDescriptors"),
