@@ -17,7 +17,7 @@ DATA = Path(__file__).parent / "data" / "passes"
 TRITON_RULES = {"autotune", "tile-sizes", "num-warps", "software-pipelining", "grouped-ordering",
                 "tensor-core-dot", "even-k-fast-path", "tma-descriptors", "exp2-fold",
                 "causal-block-skip", "persistent-grid", "radix-width", "histogram-primitive",
-                "scan-fusion", "early-exit", "k-major-operands", "tf32x3-dot",
+                "scan-fusion", "early-exit", "k-major-operands", "tf32x3-dot", "split-k",
                 "reduce-before-contract", "masked-bounds", "loop-depth", "loop-unroll",
                 "host-descriptors", "scale-after-max"}
 CUDA_RULES = {"vectorize-global", "smem-staging", "pragma-unroll", "launch-bounds",
