@@ -37,7 +37,7 @@ a tuple grid (or, autotuned, a lambda of one) of at most two axes, with an outpu
 allocates with `torch.empty` / `torch.empty_like` in the launching function. Everything else is
 refused with the reason: an epilogue that is not linear in the accumulator (an activation, a
 bias added: each slice would add it), several stores, a loop whose bounds the program derives
-from its own tile (already split: the site is present), a grid over the meta-parameters without
+from its own tile (already split, or a triangle), a grid over the meta-parameters without
 an autotuner, configurations with a `pre_hook` of their own.
 """
 from __future__ import annotations
@@ -366,9 +366,9 @@ class SplitK(Pass):
             loops = dot_loops(kernel)
             if len(loops) != 1:
                 continue
-            found = read_kernel(kernel)
-            present = isinstance(found, str) and "already split" in found
-            out.append(make_site(self.name, ir, index, (0, len(ir.source)), present,
+            # never present: a loop whose bounds read the program's tile may be split over K
+            # or walk a triangle (trmm), which no de-optimization of this rule takes apart
+            out.append(make_site(self.name, ir, index, (0, len(ir.source)), False,
                                  {"kernel": kernel.name}, mod.span(loops[0])))
         return out
 
