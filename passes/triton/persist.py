@@ -31,7 +31,12 @@ descriptor's batch extent). Refused, with the reason: `tl.num_programs` read bef
 program id, a `return` in the body (it would end
 the walk), a grid that reads a host value the kernel does not receive, or counts tiles of a
 literal size no tile owns (the kernel's count would go stale when a sweep retunes the tiles:
-the sweep goes first and its grid reads `meta`).
+the sweep goes first and its grid reads `meta`), or tiles of unequal work: a range loop one of
+whose bounds reads the program id while the other does not (a causal key loop stopping at the
+diagonal, a triangular K loop). The GPU balances launched programs as they finish; a walk deals
+tiles in turn, and its programs end unevenly (the causal attention state at 64x32 tiles on an
+H200: 0.187 ms walked with the resident count, 0.158 launched). A split-K loop, whose start
+alone reads the program id, is refused too, though its trips differ by one at most.
 
 How many programs are resident is read from the compiled kernel, at the launch. One program per
 SM gives up the occupancy of a kernel whose programs fit several to an SM (nw_attn_flat_ptrs's
