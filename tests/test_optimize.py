@@ -1199,7 +1199,7 @@ def test_the_best_is_never_worse_than_the_best_gated_sweep(tmp_path: Path, with_
     assert result.gated <= 6
     if not with_library:
         assert {s.card for s in result.applied} <= {"sweep.plain", "sweep.own"}
-        # and the rules the search offers without a card (split-k takes this kernel)
+        # and the rules the search offers without a card
         assert all(s.card.startswith(("sweep.", "rule.")) for s in result.rejected)
 
 

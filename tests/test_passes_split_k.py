@@ -143,13 +143,14 @@ def test_each_configuration_of_the_autotuned_split_is_right(tmp_path) -> None:
                                    rtol=1e-2, msg=str(config))
 
 
-def test_the_search_offers_the_rule_without_a_card() -> None:
+def test_the_search_does_not_offer_the_rule_on_its_own_after_it_measured_slower() -> None:
+    """Measured slower on an H200 where it was meant to pay (its prior is 1.0): the search
+    offers it only through a card. The rule itself still takes the kernel."""
     from lineage.moves import rule_offers
 
     ctx = PassContext.for_case(None, extra={"dtype": "fp16"})
-    assert "split-k" in {card.pass_name for card, _ in rule_offers(_ir(NAIVE), ctx)}
-    relu = NAIVE.replace("c = acc.to(", "c = tl.maximum(acc, 0.0).to(")
-    assert "split-k" not in {card.pass_name for card, _ in rule_offers(_ir(relu), ctx)}
+    assert "split-k" not in {card.pass_name for card, _ in rule_offers(_ir(NAIVE), ctx)}
+    assert get_pass("split-k")().sites(_ir(NAIVE))
 
 
 def test_the_split_kernel_compiles_for_sm90_with_its_atomic_adds(tmp_path) -> None:
