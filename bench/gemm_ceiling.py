@@ -399,7 +399,8 @@ def build(op: str) -> dict[str, dict]:
         out["control-untied"] = {"source": untied_text, "family": "control", "rules": [], "list": how}
     from lineage.control import DOT_CONFIGS  # noqa: PLC0415
 
-    text, how = swept(kir.parse(start, "triton"), DOT_CONFIGS + HOPPER_ENTRIES)
+    added = tuple(e for e in HOPPER_ENTRIES if e not in DOT_CONFIGS)
+    text, how = swept(kir.parse(start, "triton"), DOT_CONFIGS + added)
     out["control+hopper"] = {"source": text, "family": "control", "rules": [], "list": how}
     for name, names in RECIPES.items():
         ir, log = applied(start, names, ctx)

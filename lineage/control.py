@@ -28,7 +28,15 @@ from passes.triton.roles import (
     unlaunched,
 )
 
-# (m, n, k, warps, stages): the tile list commonly written for a tiled tl.dot kernel on NVIDIA GPUs.
+# (m, n, k, warps, stages): the tile list commonly written for a tiled tl.dot kernel on NVIDIA GPUs,
+# and two entries a Hopper list adds for the problems it misses:
+# - 64x128 with a 64-wide K step at 5 stages: a problem too small to fill the GPU with 128x128
+#   tiles (128-byte rows of 16-bit operands, the widest swizzle);
+# - a 16-row tile with a 128-deep K step at 5 stages: a product whose rows fit one tile (a
+#   matrix-vector-like product, memory-bound on the other operand). Its speed is bytes in
+#   flight: a deep step, many stages and many programs along N. On an H200 (A/B at f21d2d4,
+#   M=8 N=8192 K=4096 bf16) it ran 0.0261 ms against cuBLAS's 0.0267; the list without it
+#   picked 32x64x32 at 0.0391.
 DOT_CONFIGS: tuple[tuple[int, int, int, int, int], ...] = (
     (128, 256, 64, 8, 3),
     (64, 256, 32, 4, 4),
@@ -38,7 +46,11 @@ DOT_CONFIGS: tuple[tuple[int, int, int, int, int], ...] = (
     (128, 32, 32, 4, 4),
     (64, 32, 32, 2, 5),
     (32, 64, 32, 2, 5),
+    (64, 128, 64, 4, 5),
+    (16, 64, 128, 4, 5),
 )
+# The most configurations a generic list holds (the control's and the plain sweep's alike).
+MAX_CONFIGS = 12
 # (block scale, warps) for kernels without a dot loop.
 BLOCK_CONFIGS: tuple[tuple[int, int], ...] = (
     (1, 4),
@@ -57,7 +69,7 @@ WARP_CONFIGS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 HOST_LOOP_STEP = 1024
 
 
-def generic_configs(config: KernelConfig, max_configs: int = 8) -> list[dict[str, int]]:
+def generic_configs(config: KernelConfig, max_configs: int = MAX_CONFIGS) -> list[dict[str, int]]:
     """Role-keyed generic configurations for one kernel (see the module docstring)."""
     tiles = config.by_role()
     # a row walked in 1-D chunks: any step walks the same masked range (`sweep_edit` keeps an
@@ -81,7 +93,7 @@ def generic_configs(config: KernelConfig, max_configs: int = 8) -> list[dict[str
     return first_unique(out, max_configs)
 
 
-def autotune_control(source: str, max_configs: int = 8, keep: Collection[str] = ()) -> str:
+def autotune_control(source: str, max_configs: int = MAX_CONFIGS, keep: Collection[str] = ()) -> str:
     """`source` with every launched kernel autotuned over a generic list, except the kernels
     named in `keep` (their own list, or their launch's values, stay). Kernels whose launch
     cannot take tuned parameters (see `passes.triton.roles.sweep_edit`) are left as they are;

@@ -71,7 +71,7 @@ PRIOR_WEIGHT, KIN_WEIGHT = 0.5, 0.5
 # A candidate's gate started before the time box ends may run this long past it.
 BOX_GRACE_S = 30.0
 # Without an explicit gate timeout a candidate's gate may take this many times the start
-# kernel's own gate, never less than the floor: a sweep compiles up to 8 configurations.
+# kernel's own gate, never less than the floor: a sweep compiles up to 12 configurations.
 CANDIDATE_GATE_FACTOR = 10.0
 CANDIDATE_GATE_FLOOR_S = 120.0
 

@@ -926,15 +926,15 @@ class _AutotunedProduct:
 
 def test_the_own_sweep_starts_from_what_the_autotuner_picked(tmp_path: Path) -> None:
     """A card's recorded sweep is kept on a 1024-cube product; on the device its autotuner
-    picks 64x128 at 4 stages, where 5 stages would be faster still. The round after it keeps
+    picks 64x128 at 5 stages, where 6 stages would be faster still. The round after it keeps
     nothing, so the kernel's own configuration is swept: the one the autotuner picked (the
     verdict's `picks`), not the first of the list (128x256), and its one-stage-deeper point is
     what pays. Without the picks the own sweep starts from the list's first entry and never
-    proposes 64x128 at 5 stages."""
+    proposes 64x128 at 6 stages."""
     lib = _heldout_library(tmp_path, {"tile-sizes.triton.18d8cacb"})
     target = tmp_path / "mm_naive.py"
     target.write_text((ROOT / "bench/heldout/mm1024/mm_naive.py").read_text())
-    device = _AutotunedProduct({(64, 128, 64, 4, 5): 10.5, (64, 128, 64, 4, 4): 11.2,
+    device = _AutotunedProduct({(64, 128, 64, 4, 6): 10.5, (64, 128, 64, 4, 5): 11.2,
                                 (64, 64, 64, 4, 4): 11.6})
 
     def best(with_picks: bool, out: str) -> float:
@@ -950,7 +950,7 @@ def test_the_own_sweep_starts_from_what_the_autotuner_picked(tmp_path: Path) -> 
 
 def test_the_own_sweep_of_the_best_is_reached_besides_a_pair_that_does_not_pay(
         tmp_path: Path) -> None:
-    """A recorded sweep is kept on a 1024-cube product (its autotuner picks 64x128 at 4
+    """A recorded sweep is kept on a 1024-cube product (its autotuner picks 64x128 at 5
     stages); on that state the descriptor step is 1.10x slower and its card's pair (the
     persistent grid, whose evidence ran with descriptors) does not pay here. The state's own
     sweep, one stage deeper around the pick, does, and the budget reaches it."""
@@ -959,7 +959,7 @@ def test_the_own_sweep_of_the_best_is_reached_besides_a_pair_that_does_not_pay(
                                       "persistent-grid.triton.a9560196"})
     target = tmp_path / "mm_naive.py"
     target.write_text((ROOT / "bench/heldout/mm1024/mm_naive.py").read_text())
-    device = _AutotunedProduct({(64, 128, 64, 4, 5): 10.5, (64, 128, 64, 4, 4): 11.2})
+    device = _AutotunedProduct({(64, 128, 64, 4, 6): 10.5, (64, 128, 64, 4, 5): 11.2})
 
     def ms(source: str) -> float:
         tma = "make_tensor_descriptor(" in source

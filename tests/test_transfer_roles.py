@@ -258,7 +258,9 @@ def test_a_sweep_of_nothing_but_a_tile_the_host_reuses_is_refused() -> None:
 
 def test_the_control_uses_a_generic_list_for_each_kind_of_kernel() -> None:
     dot = generic_configs(joint_config(_ir(MM_B))["matmul_tile"])
-    assert len(dot) == 8 and dot[0] == {"m": 128, "n": 256, "k": 64, "num_warps": 8, "num_stages": 3}
+    assert len(dot) == 10 and dot[0] == {"m": 128, "n": 256, "k": 64, "num_warps": 8, "num_stages": 3}
+    # a row tile of 16 with a deep K step: the entry for a product whose rows fit one tile
+    assert {"m": 16, "n": 64, "k": 128, "num_warps": 4, "num_stages": 5} in dot
     rows = generic_configs(joint_config(_ir(ROWSUM))["rowsum"])
     assert [c["num_warps"] for c in rows] == [1, 2, 4, 8, 16, 32]
     out = autotune_control(ROWSUM)
