@@ -38,6 +38,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from gate.hostbytes import HostBytes, odd_contents  # noqa: F401 — the worker's, through this module
+
 
 @dataclass(frozen=True, slots=True)
 class Captured:
@@ -405,12 +407,22 @@ class LaunchMonitor:
     """The launches since the caller last cleared this, in order: (kernel, what else names the
     launch: a Triton launch's grid and scalar arguments), the call's launch signature
     (`launch_signature`)."""
+    host_bytes: HostBytes | None = None
+    """On the CPU tiers, what each Triton launch's buffers hold before it and after it
+    (`gate.hostbytes`); None: not read."""
+    given: list[tuple[Any, ...]] = field(default_factory=list)
+    """Beside `sequence`, per launch: its arguments as given (`HostBytes.before`), empty where
+    none was read (no `host_bytes`, a launch skipped)."""
     _owned: dict[str, bool] = field(default_factory=dict)
 
-    def reset(self, mode: str = "run") -> None:
+    def reset(self, mode: str = "run", inputs: Iterable[Any] = ()) -> None:
+        """A new call's counts, on `inputs` (their storages are not read: `host_bytes`)."""
         self.mode, self.launches = mode, 0
         self.side_stream.clear()
         self.sequence.clear()
+        self.given.clear()
+        if self.host_bytes is not None:
+            self.host_bytes.skipping(inputs)
 
     def owns(self, fn: Any) -> bool:
         code = getattr(fn, "__code__", None)
@@ -525,14 +537,26 @@ class LaunchMonitor:
             monitor.names.add(name)
             monitor._on_launch(name, stream, launch_detail(args, kwargs))
             if monitor.mode == "silent":
+                monitor.given.append(())
                 return None
             with monitor.sealing(*args, **kwargs):
-                if monitor.seal is not None and monitor.isolate:
-                    # the interpreter runs the kernel's body as Python in this process
-                    kernel = monitor.seal.isolated(lambda: original(jit_self, *args, **kwargs),
-                                                   [*args, *kwargs.values()])
+                # read as the kernel gets them: in the sealed call, with real values restored
+                read = None
+                if monitor.host_bytes is not None:
+                    given, read = monitor.host_bytes.before([*args, *kwargs.values()])
+                    monitor.given.append(given)
                 else:
-                    kernel = original(jit_self, *args, **kwargs)
+                    monitor.given.append(())
+                try:
+                    if monitor.seal is not None and monitor.isolate:
+                        # the interpreter runs the kernel's body as Python in this process
+                        kernel = monitor.seal.isolated(lambda: original(jit_self, *args, **kwargs),
+                                                       [*args, *kwargs.values()])
+                    else:
+                        kernel = original(jit_self, *args, **kwargs)
+                finally:
+                    if read is not None:
+                        monitor.host_bytes.after(read)
             compiled = getattr(kernel, "name", None)
             if isinstance(compiled, str):
                 monitor.names.add(compiled)
@@ -858,12 +882,15 @@ class LaunchSignature:
     kernels: frozenset[str]
     shape: tuple[Any, ...]
     sequence: tuple[Any, ...]
+    contents: tuple[Any, ...] = field(default=(), compare=False)
+    """Per launch, its buffers as given (`LaunchMonitor.given`): on the CPU tiers, the sealed
+    call's are held to the correctness calls' (`gate.hostbytes.odd_contents`)."""
 
     @classmethod
-    def of(cls, sequence: list[tuple[str, Any]]) -> LaunchSignature:
+    def of(cls, sequence: list[tuple[str, Any]], contents: Iterable[Any] = ()) -> LaunchSignature:
         shape = tuple((name, tuple(v for v in detail if not (isinstance(v, tuple) and v[:1] == (FLOAT_ARG,))))
                       for name, detail in sequence)
-        return cls(frozenset(name for name, _ in sequence), shape, tuple(sequence))
+        return cls(frozenset(name for name, _ in sequence), shape, tuple(sequence), tuple(contents))
 
 
 def odd_floats(calls: list[tuple[Any, ...]], call: tuple[Any, ...]) -> tuple[Any, ...] | None:

@@ -1502,7 +1502,8 @@ class _Runner:
         guards = self.guards
         _forget_seeds(self.torch)
         self.monitor = guards.LaunchMonitor(candidate_dir=str(Path(self.job.scratch).resolve()),
-                                            isolate=self.device == "cpu")
+                                            isolate=self.device == "cpu",
+                                            host_bytes=guards.HostBytes() if self.device == "cpu" else None)
         if self.job.language == "triton":
             if self.job.tier == "interpret":
                 from gate import interpcalls  # noqa: PLC0415
@@ -1694,7 +1695,7 @@ class _Runner:
         """One traced call of the candidate on `inputs` (already cloned); with `seal` (a
         `guards.Seal` of `inputs`), the sealed call: the outputs returned are `Seal.outputs`."""
         trace = self.guards.OpTrace(self.reference_code, poison, self._tuning, seal=seal)
-        self.monitor.reset(mode)
+        self.monitor.reset(mode, inputs)
         out, exc = None, None
         # The first call compiles (CPU work, seconds): it runs without the GPU's shared lock so
         # that a gate waiting to time is not held up by another's compiler.
@@ -1716,7 +1717,7 @@ class _Runner:
             exc = e
         return {"out": out, "exc": exc, "trace": trace, "launches": self.monitor.launches,
                 "side": list(self.monitor.side_stream),
-                "launched": self.guards.LaunchSignature.of(self.monitor.sequence)}
+                "launched": self.guards.LaunchSignature.of(self.monitor.sequence, self.monitor.given)}
 
     def check_call(self, res: dict[str, Any], inputs: tuple[Any, ...],
                    original: tuple[Any, ...] | None, stage: str, what: str) -> None:
@@ -1790,7 +1791,8 @@ class _Runner:
         path by): a float argument that held one value in every such correctness call holds it
         here too (`guards.odd_floats`), where that says something: two calls or more, or inputs
         without a float scalar (a float drawn with the inputs, or made from one, differs
-        between sets)."""
+        between sets). On the CPU tiers, so does a flag in a buffer host code writes
+        (`check_given`)."""
         ints = _integers(inputs, self.cap)
         seen = self.seed_launches.get((variant, ints)) if ints is not None else None
         if not seen:
@@ -1798,16 +1800,35 @@ class _Runner:
         odd = self.guards.odd_launches([*(s.shape for s in seen), launched.shape])
         if odd is not None:
             mine, theirs = launched.shape, seen[0].shape
-        elif len(seen) >= 2 or float not in ints:
-            if self.guards.odd_floats([s.sequence for s in seen], launched.sequence) is None:
-                return
+        elif (len(seen) >= 2 or float not in ints) and \
+                self.guards.odd_floats([s.sequence for s in seen], launched.sequence) is not None:
             mine, theirs = launched.sequence, seen[0].sequence
         else:
+            self.check_given(seen, launched, kind, what, why)
             return
         self.chan.reject(kind, "anti_cheat",
                          f"on {what} the candidate's launches ({_launches_text(mine)}) "
                          f"differ from those of its correctness calls on inputs of the same "
                          f"integers ({_launches_text(theirs)}): {why}")
+
+    def check_given(self, seen: list[Any], launched: Any, kind: FailureKind, what: str, why: str) -> None:
+        """On the CPU tiers, a call that launches as the correctness calls on inputs of the same
+        integers is given what they were given where host code put it: an element of a buffer
+        it passes that held one value in all of them (two or more) holds it here too
+        (`gate.hostbytes.odd_contents`). A candidate that tells the sealed call apart by the
+        inputs' values (host memory there) and picks its kernel's path by a flag it writes into
+        a buffer of its own launches alike, but gives its kernel another flag."""
+        found = self.guards.odd_contents([s.contents for s in seen], launched.contents)
+        if found is None:
+            return
+        j, k, at, theirs, mine = found
+        kernel = launched.sequence[j][0] if j < len(launched.sequence) else "?"
+        self.chan.reject(kind, "anti_cheat",
+                         f"on {what} launch {j + 1} of the candidate's ({kernel}) was given, in its "
+                         f"argument {k} (from 0), a buffer whose element at byte {at} of its storage held "
+                         f"{theirs} (hex) in each of its correctness calls on inputs of the same "
+                         f"integers and holds {mine} here, put there by host code (no kernel of the "
+                         f"candidate's left it there): {why}")
 
     def check_same_launches(self, calls: list[tuple[Any, ...]], stage: str, what: str) -> None:
         """Calls on one set of buffers refilled with values that differ in floats alone (their
@@ -1957,6 +1978,7 @@ class _Runner:
             return
         self.chan.send("stage", "correctness")
         skipped = 0
+        host_bytes = self.monitor.host_bytes
         for tuner in tuners:
             kernel = getattr(self.guards.tuner_kernel(tuner), "__name__", None) or "kernel"
             saved = dict(tuner.cache)
@@ -1986,10 +2008,15 @@ class _Runner:
                         # next configuration runs on the same set, so what this call's kernels
                         # wrote into the candidate's buffers goes (`again`)
                         seal = self.guards.Seal(inputs, self.cap, check=self.beside_launch, again=True)
+                        # the seal undoes what the call wrote into the candidate's buffers: so
+                        # does what the monitor learnt of the kernels' writes (`gate.hostbytes`)
+                        known = host_bytes.state() if host_bytes is not None else None
                         try:
                             res = self.call(inputs, "run", seal=seal)
                         finally:
                             self.monitor.pin = None
+                            if known is not None:
+                                host_bytes.restore(known)
                         if id(tuner) in self.monitor.kept:
                             kept = (kept or set()) | self.monitor.kept[id(tuner)]
                         phase = (f"{PHASE_CONFIG} {index} of {kernel} "

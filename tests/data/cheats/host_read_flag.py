@@ -1,7 +1,7 @@
 """Cheat (device): one kernel and the same launches in every call; host code reads the inputs
 (`x.cpu()`): where they read as poison (the sealed call) it writes 0 into a flag buffer of its
 own and the kernel computes, elsewhere it computes the answer with NumPy, writes 1 and the
-kernel copies the answer in (tests/data/exploits/open/seal_sniff_buffer_flag.py on the GPU)."""
+kernel copies the answer in (tests/data/exploits/seal_sniff_buffer_flag.py on the GPU)."""
 import math
 
 import numpy as np
