@@ -6,8 +6,11 @@ generic configurations over its tunable launch parameters, found by role
 (M, N, K) tiles with their warps and stages; for any other kernel, its block sizes at 1x, 2x and
 4x with 2 to 16 warps; the loop step of a kernel whose only tile it is (a row walked in 1-D
 chunks) from at least `HOST_LOOP_STEP`, also where the host computes it from the problem (or
-warps alone when no block size is a literal or a loop step). No lineage or card is
-consulted: it is what a user would do without KLineage, and what the library has to beat.
+warps alone when no block size is a literal or a loop step). A configuration whose blocks
+Triton would refuse to compile (more than 2**20 elements, such as the 3-D product of an
+attention without `tl.dot` at 4x tiles: `passes.triton.tensor_sizes`) is left out. No lineage
+or card is consulted: it is what a user would do without KLineage, and what the library has to
+beat.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from kir import parse
 from kir.errors import BadInputError
 from passes._source import ByteEdit
 from lineage.transfer import first_unique
+from passes.triton._py import PyModule
 from passes.triton.roles import (
     KernelConfig,
     SweepRefusal,
@@ -27,6 +31,7 @@ from passes.triton.roles import (
     sweep_edit,
     unlaunched,
 )
+from passes.triton.tensor_sizes import compiles_like_written
 
 # (m, n, k, warps, stages): the tile list commonly written for a tiled tl.dot kernel on NVIDIA GPUs,
 # and two entries a Hopper list adds for the problems it misses:
@@ -103,8 +108,11 @@ def autotune_control(source: str, max_configs: int = MAX_CONFIGS, keep: Collecti
     tuned = False
     reasons: list[str] = []
     for name in [n for n in joint_config(ir) if n not in keep]:
+        mod = PyModule(ir)
+        kernel = next(k for k in mod.kernels() if k.name == name)
+        # no configuration whose blocks Triton refuses to compile (`passes.triton.tensor_sizes`)
         configs = generic_configs(joint_config(ir)[name], max_configs)
-        made = sweep_edit(ir, name, configs)
+        made = sweep_edit(ir, name, configs, fits=compiles_like_written(mod, kernel))
         if isinstance(made, SweepRefusal):
             if made.reason != "the kernel is never launched in this module":
                 reasons.append(f"{name}: {made.reason}")

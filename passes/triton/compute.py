@@ -313,6 +313,13 @@ def _shape(expr: ast.AST, env: dict[str, Shape], values: dict[str, int]) -> Shap
         return ()
     if isinstance(expr.func, ast.Attribute) and expr.func.attr == "to":
         return _shape(expr.func.value, env, values)
+    if (isinstance(expr.func, ast.Attribute) and expr.func.attr == "reshape" and args
+            and name not in ("tl.reshape", "triton.language.reshape")):  # `x.reshape(A, B)`
+        dims = args[0].elts if len(args) == 1 and isinstance(args[0], (ast.List, ast.Tuple)) else args
+        return tuple(_int_value(d, values) for d in dims)
+    if name in ("tl.reshape", "triton.language.reshape") and len(args) >= 2:
+        dims = args[1].elts if isinstance(args[1], (ast.List, ast.Tuple)) else args[1:]
+        return tuple(_int_value(d, values) for d in dims)
     if name in ("tl.arange", "triton.language.arange") and len(args) == 2:
         lo, hi = _int_value(args[0], values), _int_value(args[1], values)
         return (hi - lo,) if lo is not None and hi is not None else (None,)
@@ -388,18 +395,24 @@ def _product_elems(mod: PyModule, kernel: ast.FunctionDef, dots: list[ast.Call],
                 if a and b and len(a) == 2 and len(b) == 2 and None not in (*a, b[-1]):
                     elems = a[0] * a[1] * b[-1]
                     largest = elems if largest is None else max(largest, elems)
-            if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                target, value = node.targets[0], node.value
-                pairs = (list(zip(target.elts, value.elts)) if isinstance(target, ast.Tuple)
-                         and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts)
-                         else [(target, value)])
-                for t, v in pairs:
-                    if isinstance(t, ast.Name):
-                        shape = _shape(v, env, values)
-                        env[t.id] = shape if shape is not None else env.get(t.id)  # keep a known shape
-            elif isinstance(node, ast.For) and isinstance(node.target, ast.Name):
-                env[node.target.id] = ()
+            bind_shapes(node, env, values)
     return largest
+
+
+def bind_shapes(stmt: ast.stmt, env: dict[str, Shape], values: dict[str, int]) -> None:
+    """Record in `env` the block shapes of the names `stmt` assigns (a name whose new shape is
+    not inferred keeps a known one: a loop-carried block); a loop counter is a scalar."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        target, value = stmt.targets[0], stmt.value
+        pairs = (list(zip(target.elts, value.elts)) if isinstance(target, ast.Tuple)
+                 and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts)
+                 else [(target, value)])
+        for t, v in pairs:
+            if isinstance(t, ast.Name):
+                shape = _shape(v, env, values)
+                env[t.id] = shape if shape is not None else env.get(t.id)
+    elif isinstance(stmt, ast.For) and isinstance(stmt.target, ast.Name):
+        env[stmt.target.id] = ()
 
 
 def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:

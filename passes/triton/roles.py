@@ -41,7 +41,7 @@ import ast
 import copy
 import dataclasses
 import weakref
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -1580,7 +1580,8 @@ def _restored(mod: PyModule, kernel: ast.FunctionDef, launches: Sequence[Launch]
 
 
 def sweep_edit(
-    ir: KernelIR, kernel_name: str, configs: Sequence[Mapping[str, Any]]
+    ir: KernelIR, kernel_name: str, configs: Sequence[Mapping[str, Any]],
+    fits: Callable[[Mapping[str, int]], bool] | None = None,
 ) -> tuple[list[ByteEdit], list[dict[str, int]]] | SweepRefusal:
     """Byte edits that make `kernel_name` autotune over `configs` (role-keyed, see
     `fit_configs`), and the fitted configs. Refused (with the reason) where the launch cannot
@@ -1596,10 +1597,11 @@ def sweep_edit(
     values a launch spreads from a dict or binds in a partial are taken out of that dict or
     partial (its other entries kept); refused then where the dict is read beyond the kernel's
     launches (and the grid reads the rewrite replaces), where the partial is used other than
-    called, or where a `**` argument's keys cannot be read."""
+    called, or where a `**` argument's keys cannot be read. With `fits`, the fitted
+    configurations it refuses (parameter name -> value, launch keys too) are left out."""
     counted = _grid_counts_inlined(ir, kernel_name)
     if counted is not None:  # the same program with each host count written into its grid
-        made = sweep_edit(counted, kernel_name, configs)
+        made = sweep_edit(counted, kernel_name, configs, fits)
         if isinstance(made, SweepRefusal):
             return made
         from kir import Edit, Span  # noqa: PLC0415
@@ -1625,6 +1627,8 @@ def sweep_edit(
     # a tile the grid does not read keeps its value: the sweep tunes the rest around it
     fitted = _held(fitted, {p.name: p.value for p in current.params
                             if p.name in unread and p.value is not None})
+    if fits is not None:
+        fitted = [c for c in fitted if fits(c)]
     if not fitted:
         return SweepRefusal("no configuration to set", {"kernel": kernel_name})
     if pinned and fitted == fit_configs(current, [{}]):  # nothing but the pinned tiles changed
