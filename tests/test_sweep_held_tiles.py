@@ -108,3 +108,18 @@ def test_flash_attention_with_its_key_loops_inlined_and_cut_at_the_diagonal_is_s
     kernel.write_text(out)
     verdict = gate.check_file(kernel, gate.load_case("fmha"), "interpret", cache=False)
     assert verdict.ok, verdict.reason
+
+
+def test_a_held_tile_may_take_the_values_its_own_checked_list_gives_it(tmp_path: Path) -> None:
+    """A state already under an autotune list whose entries give the unread tile several
+    values (each entry was gated): a sweep of it keeps every configuration whose value of that
+    tile is one of them, and holds the others at the first entry's value. Without that, a
+    second sweep of a swept kernel held its first entry's value (the list's 128-row tile) and
+    lost the narrow entry it had picked."""
+    swept = autotune_control(ROWS)
+    assert _values(swept, "BR") == {16}
+    listed = swept.replace('{"BR": 16, "BC": 32}', '{"BR": 32, "BC": 32}', 1)
+    assert listed != swept
+    out = autotune_control(listed)
+    assert _values(out, "BR") == {16, 32}  # both values its checked list gave it, and no other
+    _gate(tmp_path, out, "lower_row_sums.py")

@@ -1624,9 +1624,11 @@ def sweep_edit(
     fitted = _within_unchecked(fit_configs(current, configs), unchecked_caps(mod, kernel, current))
     fitted = _host_steps_whole(fitted, current, unchecked_tiles(kernel) | set(pinned))
     unread = _grid_unread(mod, launches, current)
-    # a tile the grid does not read keeps its value: the sweep tunes the rest around it
+    # a tile the grid does not read keeps its value, or one of the values the kernel's own
+    # autotune list gives it (the gate checked every entry): the sweep tunes the rest around it
     fitted = _held(fitted, {p.name: p.value for p in current.params
-                            if p.name in unread and p.value is not None})
+                            if p.name in unread and p.value is not None},
+                   _listed_values(autotune_entries(mod, kernel), unread))
     if fits is not None:
         fitted = [c for c in fitted if fits(c)]
     if not fitted:
@@ -2171,13 +2173,32 @@ def _grid_unread(mod: PyModule, launches: Sequence[Launch],
     return out
 
 
-def _held(fitted: list[dict[str, int]], values: Mapping[str, int]) -> list[dict[str, int]]:
-    """`fitted` with each tile of `values` at its value; duplicates this makes go, first kept."""
+def _held(fitted: list[dict[str, int]], values: Mapping[str, int],
+          listed: Mapping[str, Collection[int]] | None = None) -> list[dict[str, int]]:
+    """`fitted` with each tile of `values` at its value, unless the configuration gives it one
+    of its `listed` values; duplicates this makes go, first kept."""
     out: list[dict[str, int]] = []
     for cfg in fitted:
-        cfg = {k: values.get(k, v) for k, v in cfg.items()}
+        cfg = {k: v if k not in values or v in (listed or {}).get(k, ()) else values[k]
+               for k, v in cfg.items()}
         if cfg not in out:
             out.append(cfg)
+    return out
+
+
+def _listed_values(entries: Sequence[ast.Call], names: Collection[str]) -> dict[str, set[int]]:
+    """The int literals each of `names` takes in a literal autotune list's entries (their
+    first argument, a dict of meta-parameters)."""
+    out: dict[str, set[int]] = {}
+    for entry in entries:
+        meta = entry.args[0] if entry.args else None
+        if not isinstance(meta, ast.Dict):
+            continue
+        for key, value in zip(meta.keys, meta.values):
+            name = key.value if isinstance(key, ast.Constant) else None
+            number = literal_int(value)
+            if name in names and number is not None:
+                out.setdefault(name, set()).add(number)
     return out
 
 
