@@ -2215,7 +2215,8 @@ def _grid_rewrite(
     A grid that is already a function of the meta-parameters (`lambda meta: ...`, a def) is
     kept when it reads every tuned tile that maps programs to output blocks (a tile it does not
     read must not change the program count: `grid`-role and `m`/`n` tiles are refused then,
-    except those `held` at one value in every configuration, `_grid_unread`). A
+    except those `held`, `_grid_unread`: at one value, or at the values the kernel's own
+    checked list gives them, `_held`). A
     grid expression computed on the host (`(triton.cdiv(M, BM), N // 64)`) becomes a lambda:
     each host value of a tuned tile in it (the literal or the variable the launch passes) is
     replaced by `meta["P"]`, and so is a read `NAME["P"]` of the dict the launch spreads P
