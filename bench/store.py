@@ -151,9 +151,12 @@ def case_timings(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
     timings = data.get("timings") or data.get("timings_ms") or data.get("variants") or {}
     for name, t in timings.items():
         t = t if isinstance(t, Mapping) else {"ms": t}
-        yield {"operator": case, "variant": name,
-               "metrics": _pick(t, ("ms", "graph_ms", "tflops", "speedup", "fraction_of_floor",
-                                    "correct", "rel_err"))}
+        metrics = _pick(t, ("ms", "graph_ms", "tflops", "speedup", "fraction_of_floor",
+                            "correct", "rel_err"))
+        if not metrics and t.get("error"):  # a variant that raised (did not compile, say)
+            metrics = {"ran": False}
+        if metrics:
+            yield {"operator": case, "variant": name, "metrics": metrics}
 
 
 def micro_kernel(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:

@@ -168,3 +168,17 @@ def test_a_held_out_row_keeps_its_share_of_the_copy_bandwidth() -> None:
     assert row["metrics"]["bandwidth.best_of_copy"] == 0.93
     assert row["metrics"]["bandwidth.control_of_copy"] == 0.9
     assert row["metrics"]["bandwidth.reference_of_copy"] == 0.8
+
+
+def test_an_ab_variant_that_raised_is_a_row_that_says_it_did_not_run(tmp_path: Path) -> None:
+    """An A/B record (`bench/ab_probe.py`) whose variant raised (a configuration over the shared
+    memory) has no time: its row says it did not run rather than holding no metric at all."""
+    store = _store()
+    record = tmp_path / "ab.json"
+    record.write_text(json.dumps({"case": "op A/B", "gpu": "G", "command": "ab", "timings": {
+        "reference": {"ms": 0.5}, "fast": {"ms": 0.25, "rel_err": 0.0},
+        "over": {"error": "OutOfResources: out of resource: shared memory"}}}))
+    target = tmp_path / "store.jsonl"
+    assert store.ingest([record], target)[0] == 3
+    got = {r["variant"]: r["metrics"] for r in store.load(target)}
+    assert got["over"] == {"ran": False} and got["fast"]["ms"] == 0.25
