@@ -182,6 +182,9 @@ def build_library(name: str, lineages: list[CaseLineage], libraries: Path, tier:
     _write_json(done, record)
     say(f"library {name}: {len(report.admitted)} admitted, {len(report.rejected)} not, "
         f"{len(report.untried)} untried")
+    if report.untried:  # retrieval offers admitted cards only: these are out of every run
+        say(f"library {name}: untried for want of a held-out state with their site (never "
+            f"retrieved; --held-out LINEAGE,... gives them states): {', '.join(report.untried)}")
     return folder
 
 
