@@ -82,6 +82,8 @@ def _paren(src: PyModule, node: ast.AST, text: str | None = None) -> str:
     return text if isinstance(parsed, _ATOMS) else f"({text})"
 
 
+# Triton refuses to compile a block of more than this many elements (TRITON_MAX_TENSOR_NUMEL).
+MAX_NUMEL = 1 << 20
 # The de-optimization's own precondition (the declared ones admit the optimization).
 _FITS = "product_elems <= max_product_elems"
 
@@ -526,9 +528,9 @@ class TensorCoreDot(Pass):
     it became and refuses when the kernel does not hold them all."""
     granularity: str = "kernel"
     """"kernel": one site per jit function covering all its dots; "call": one site per dot."""
-    max_product_elems: int = 1 << 20
+    max_product_elems: int = MAX_NUMEL
     """The largest broadcast product (M x K x N elements) a de-optimization writes: Triton
-    refuses to compile a tensor of more than 2**20 elements."""
+    refuses to compile a tensor of more than `MAX_NUMEL` elements."""
 
     name: ClassVar[str] = "tensor-core-dot"
     category: ClassVar[Category] = Category.COMPUTE

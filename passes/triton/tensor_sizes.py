@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 
 from passes.triton._py import PyModule, callee
 from passes.triton.compute import (
+    MAX_NUMEL,
     Shape,
     _constexpr_bindings,
     _int_value,
@@ -27,7 +28,7 @@ from passes.triton.compute import (
     bind_shapes,
 )
 
-MAX_ELEMS = 1 << 20
+MAX_ELEMS = MAX_NUMEL
 # The elements a block's dims that the source does not fix are taken to span at most: a head dim
 # or a row width the host reads from an input (a head dim is at most 256 where the common
 # attention kernels accept it). Their product is also at most what the kernel's own
