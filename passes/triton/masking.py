@@ -324,25 +324,30 @@ def _conjunctive(mod: PyModule, node: ast.AST, loop: ast.For, depth: int = 3,
 WHERE = frozenset({"tl.where", "triton.language.where"})
 
 
-def strong_drop(node: ast.AST) -> bool:
-    """-inf (`float("-inf")`, `-float("inf")`, `-math.inf`) or a literal at or below -1e4: a
-    score no softmax weight survives."""
+def neg_inf(node: ast.AST) -> bool:
+    """Exactly -inf: `float("-inf")`, `-float("inf")`, `-math.inf`."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         inner = node.operand
-        if isinstance(inner, ast.Constant) and isinstance(inner.value, (int, float)) \
-                and not isinstance(inner.value, bool):
-            return inner.value >= 1e4
-        if isinstance(inner, ast.Call) and callee(inner) == "float" and inner.args \
-                and isinstance(inner.args[0], ast.Constant) \
-                and str(inner.args[0].value).lower() in ("inf", "infinity"):
+        if isinstance(inner, ast.Attribute) and inner.attr == "inf":
             return True
-        return isinstance(inner, ast.Attribute) and inner.attr == "inf"
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
-            and not isinstance(node.value, bool):
-        return node.value <= -1e4
-    return isinstance(node, ast.Call) and callee(node) == "float" and bool(node.args) \
+        return isinstance(inner, ast.Call) and callee(inner) == "float" and len(inner.args) == 1 \
+            and isinstance(inner.args[0], ast.Constant) \
+            and str(inner.args[0].value).lower() in ("inf", "infinity")
+    return isinstance(node, ast.Call) and callee(node) == "float" and len(node.args) == 1 \
         and isinstance(node.args[0], ast.Constant) \
         and str(node.args[0].value).lower() in ("-inf", "-infinity")
+
+
+def strong_drop(node: ast.AST) -> bool:
+    """-inf (`neg_inf`) or a literal at or below -1e4: a score no softmax weight survives."""
+    if neg_inf(node):
+        return True
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = node.operand
+        return isinstance(inner, ast.Constant) and isinstance(inner.value, (int, float)) \
+            and not isinstance(inner.value, bool) and inner.value >= 1e4
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+        and not isinstance(node.value, bool) and node.value <= -1e4
 
 
 SCORE_CALLS = frozenset({"tl.exp", "tl.exp2", "tl.math.exp", "tl.math.exp2", "tl.max",

@@ -61,6 +61,7 @@ from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, dotted
 from passes.triton.compute import EXP2_NAMES
 from passes.triton.logdomain import EXPS
+from passes.triton.masking import neg_inf
 from passes.triton.roles import kernel_launches
 
 if TYPE_CHECKING:
@@ -88,20 +89,6 @@ def _number(node: ast.AST) -> float | None:
         inner = _number(node.operand)
         return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
     return None
-
-
-def _neg_inf(node: ast.AST) -> bool:
-    """`float("-inf")`, `-float("inf")`, `-math.inf`: exactly -inf, which a positive factor keeps."""
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        inner = node.operand
-        if isinstance(inner, ast.Attribute) and inner.attr == "inf":
-            return True
-        return isinstance(inner, ast.Call) and callee(inner) == "float" and len(inner.args) == 1 \
-            and isinstance(inner.args[0], ast.Constant) \
-            and str(inner.args[0].value).lower() in ("inf", "infinity")
-    return isinstance(node, ast.Call) and callee(node) == "float" and len(node.args) == 1 \
-        and isinstance(node.args[0], ast.Constant) \
-        and str(node.args[0].value).lower() in ("-inf", "-infinity")
 
 
 def _combine(op: ast.operator, a: int, b: int) -> int:
@@ -379,7 +366,7 @@ def _follow(fn: ast.FunctionDef, parents: dict[ast.AST, ast.AST], bind: ast.Assi
                 subs.append(up)
             elif isinstance(up, ast.Call) and callee(up) in _WHERE and len(up.args) == 3 \
                     and not up.keywords and read in up.args[1:] \
-                    and _neg_inf(up.args[2] if up.args[1] is read else up.args[1]) \
+                    and neg_inf(up.args[2] if up.args[1] is read else up.args[1]) \
                     and not _reads(up.args[0], read.id) \
                     and isinstance(nxt := parents.get(up), ast.Assign) and nxt.value is up \
                     and len(nxt.targets) == 1 and isinstance(nxt.targets[0], ast.Name):
