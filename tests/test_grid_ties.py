@@ -163,3 +163,42 @@ def test_a_literal_whose_tile_cannot_be_told_keeps_the_tiles_of_its_value() -> N
     [launch] = _launch_lines(out, "add_t")
     assert "meta[" not in launch and "BR=32" in launch and "BC=32" in launch, launch
     compile(out, "flat.py", "exec")
+
+
+# One square tile for rows and columns (`i * TILE`, `j * TILE`) beside a K step of the same
+# value: both grid literals count TILE's blocks, one on each program axis.
+SQUARE = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm_square(A, B, C, M, N, K, TILE: tl.constexpr, TILE_K: tl.constexpr):
+    i = tl.program_id(0)
+    j = tl.program_id(1)
+    rows = i * TILE + tl.arange(0, TILE)
+    cols = j * TILE + tl.arange(0, TILE)
+    acc = tl.zeros((TILE, TILE), tl.float32)
+    for k0 in range(0, K, TILE_K):
+        ks = k0 + tl.arange(0, TILE_K)
+        a = tl.load(A + rows[:, None] * K + ks[None, :], mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+        b = tl.load(B + ks[:, None] * N + cols[None, :], mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(C + rows[:, None] * N + cols[None, :], acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def run(A, B):
+    M, K = A.shape
+    N = B.shape[1]
+    C = torch.empty((M, N), dtype=torch.float32, device=A.device)
+    mm_square[(triton.cdiv(M, 32), triton.cdiv(N, 32))](A, B, C, M, N, K, TILE=32, TILE_K=32)
+    return C
+'''
+
+
+def test_a_tile_that_scales_two_program_axes_is_read_on_both() -> None:
+    out = autotune_control(SQUARE)
+    [launch] = _launch_lines(out, "mm_square")
+    # a grid left at 32 columns per program would launch 4x the programs at TILE=128
+    assert 'triton.cdiv(M, meta["TILE"]), triton.cdiv(N, meta["TILE"])' in launch, launch
+    assert 'meta["TILE_K"]' not in launch, launch

@@ -2299,7 +2299,7 @@ def _grid_rewrite(
             if len(by_size) != 1:  # else by the grid axis whose program id the tile scales
                 axis = _grid_axis(target, nodes[key])
                 axes = _tile_axes(kernel)
-                by_size = {n for n in names if axis is not None and axes.get(n) == axis}
+                by_size = {n for n in names if axis is not None and axis in axes.get(n, ())}
             names = by_size
             if len(names) != 1:
                 return SweepRefusal(
@@ -2361,7 +2361,7 @@ def _literal_owners(
     for t in candidates:
         sizes = {mod.text(args[d]) for d in dims.get(t, ()) if d in args}
         by_size = _tiles_size(mod, dividend, sizes) if sizes and dividend is not None else None
-        by_axis = (axes[t] == axis) if t in axes and axis is not None else None
+        by_axis = (axis in axes[t]) if t in axes and axis is not None else None
         if by_size is None and by_axis is None:
             unknown = True
         elif by_size is not False and by_axis is not False:
@@ -2426,7 +2426,7 @@ def _unpassed_grid_divisors(
         # the divisors of this tile's size or of the grid axis its program id comes from
         shaped = [d for d in divisors
                   if _tiles_size(mod, _dividend(grid, d), sizes)
-                  or (axes.get(name) is not None and _grid_axis(grid, d) == axes[name])]
+                  or _grid_axis(grid, d) in axes.get(name, ())]
         found = [d for d in (shaped if shaped else divisors)
                  if _host_literal(mod, launch.site, d) == value]
         allowed = {id(n) for n in ast.walk(grid)}
@@ -2727,9 +2727,10 @@ def _pid_axis(node: ast.AST, axis_of: Mapping[str, int]) -> int | None:
     return None
 
 
-def _tile_axes(kernel: ast.FunctionDef) -> dict[str, int]:
-    """Tile constexpr -> the grid axis whose program id it scales (`tl.program_id(1) * T`,
-    or through a name assigned from that program id alone: `_pid_axis`)."""
+def _tile_axes(kernel: ast.FunctionDef) -> dict[str, frozenset[int]]:
+    """Tile constexpr -> the grid axes whose program ids it scales (`tl.program_id(1) * T`,
+    or through a name assigned from that program id alone: `_pid_axis`). One tile may scale
+    several (a square tile for both rows and columns: `i * TILE`, `j * TILE`)."""
     axis_of: dict[str, int] = {}
     assigns = sorted((a for a in ast.walk(kernel) if isinstance(a, ast.Assign)),
                      key=lambda a: (a.lineno, a.col_offset))
@@ -2739,7 +2740,7 @@ def _tile_axes(kernel: ast.FunctionDef) -> dict[str, int]:
             if isinstance(t, ast.Name) and ax is not None:
                 axis_of[t.id] = ax
     constexprs = set(constexpr_params(kernel))
-    out: dict[str, int] = {}
+    out: dict[str, set[int]] = {}
     for node in ast.walk(kernel):
         if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
             continue
@@ -2748,8 +2749,8 @@ def _tile_axes(kernel: ast.FunctionDef) -> dict[str, int]:
                 continue
             ax = _pid_axis(other, axis_of)
             if ax is not None:
-                out.setdefault(side.id, ax)
-    return out
+                out.setdefault(side.id, set()).add(ax)
+    return {t: frozenset(a) for t, a in out.items()}
 
 
 def _arange_origins(kernel: ast.FunctionDef) -> dict[str, set[str]]:
