@@ -202,3 +202,13 @@ def test_a_tile_that_scales_two_program_axes_is_read_on_both() -> None:
     # a grid left at 32 columns per program would launch 4x the programs at TILE=128
     assert 'triton.cdiv(M, meta["TILE"]), triton.cdiv(N, meta["TILE"])' in launch, launch
     assert 'meta["TILE_K"]' not in launch, launch
+
+
+def test_an_axis_whose_count_is_not_the_tiles_refuses_the_tile() -> None:
+    # axis 1 counts 32-column blocks as `cdiv(N, 16) // 2`: no literal there is TILE's copy, so
+    # a rewrite of axis 0 alone would leave axis 1 at 32 columns while TILE changes
+    src = SQUARE.replace("triton.cdiv(N, 32))]", "triton.cdiv(N, 16) // 2)]")
+    made = sweep_edit(kir.parse(src, "triton"), "mm_square",
+                      generic_configs(joint_config(kir.parse(src, "triton"))["mm_square"]))
+    assert hasattr(made, "reason"), made
+    assert "axis 1" in made.reason and "TILE" in made.reason, made.reason

@@ -2321,6 +2321,23 @@ def _grid_rewrite(
             )
     if not replace:  # the grid reads none of the tuned tiles: it stays as written
         return []
+    # every program axis a tuned tile scales, where the grid counts blocks on it, must count
+    # that tile's: an axis left at the written count would launch too many programs (all
+    # masked) or too few (rows never written) once the tile changes
+    axes = _tile_axes(kernel)
+    for name in sorted(found):
+        for axis in sorted(axes.get(name, ())):
+            element = target.elts[axis] if (isinstance(target, ast.Tuple)
+                                             and axis < len(target.elts)) else None
+            if (element is not None
+                    and any(_division(n) is not None for n in ast.walk(element))
+                    and not any(n is sub for sub, t in replace if t == name
+                                for n in ast.walk(element))):
+                return SweepRefusal(
+                    f"the grid's axis {axis} counts blocks of something other than {name}, "
+                    f"whose program id it scales (line {element.lineno})",
+                    {"tile": name, "axis": axis, "line": element.lineno},
+                )
     text = mod.text(target)
     base = mod.start(target)
     pieces = sorted(
