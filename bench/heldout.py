@@ -49,12 +49,27 @@ command. A run whose process was killed before its record was written (a call's 
 still has its optimize run's saved lineage: --from-partial records it from there (start = the
 root state's verdict, best = the fastest state the run kept) and gates only the control.
 
+--wall S is a deadline for the whole command, S seconds after it started (a GPU rented with a
+hard time limit); the last WALL_RESERVE_S of it are kept for writing the records and tables.
+Before that point: every gate this module runs (start, fresh gates, control) has its time limit
+cut to end there; each search's box ends `lineage.optimize.BOX_GRACE_S` (how long its last gate
+may run past its box) earlier, and an operator with no such box left does not start; the
+FlagGems and bandwidth columns are measured only while time is left (a rerun measures the
+rest). A fresh gate the deadline leaves undone (not started, or stopped by its cut limit) is
+recorded as not done, not as a verdict: its entry stays `pending` (a best keeps its file), the
+record keeps status "searched" with a `reason` naming what waits, and the tables give that best
+no x/ref (`best ms` "not gated"; the rows under "Not done"). A rerun of the same command gates
+an earlier run's waiting records first, before any new search. Within a search, optimize's own
+gates end near its box, except the start's sweep, which it gates whatever the box: that one has
+only the gate's own time limit.
+
 With `--jobs` above 1 at the device tier, the fresh gates of steps 2, 3 and 5 (each best gated
 again, the control) wait until every operator's searches have ended and then run one at a time
 on a quiet machine: an end-to-end time whose host part is large (a kernel that launches per
 group, a small problem) read 1.7x slower when it was gated beside other operators' searches
-compiling on every core, with its kernel times unchanged. A record cut before that phase says
-"searched" and keeps each best's file for a rerun of the same command to gate.
+compiling on every core, with its kernel times unchanged. A record cut before that phase (or
+whose fresh gates --wall left undone) says "searched" and keeps each best's file for a rerun of
+the same command to gate.
 
 The tables (per operator: times, ratios to the reference, each of one gate's kernel and
 reference times, cards applied; per family: geometric
@@ -71,7 +86,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -87,6 +102,9 @@ ABLATIONS = {"library-off": {"library": None}, "lookahead-off": {"lookahead": Fa
              "priors-off": {"priors": False}, "around-off": {"around": False},
              "bundles-off": {"bundles": False}}
 """Ablation name -> what it changes in the optimize run (library None: an empty library)."""
+WALL_RESERVE_S = 30.0
+"""Seconds at the end of --wall that no gate is given: a gate's worker start-up (its time limit
+starts after it), then writing the records and the tables."""
 _PRINT = threading.Lock()
 
 
@@ -137,15 +155,18 @@ def intensity(case: Any) -> float | None:
     return float(module.flops(shape)) / max(float(module.bytes_moved(shape)), 1.0)
 
 
-def _check(args: argparse.Namespace, source: str, case: Any, path: Path) -> Any:
-    """One fresh gate of a Triton module, through the run's executor when it has one."""
+def _check(args: argparse.Namespace, source: str, case: Any, path: Path,
+           timeout: float | None = None) -> Any:
+    """One fresh gate of a Triton module, through the run's executor when it has one
+    (`timeout`: the gate's time limit, None for its default)."""
     import gate
 
     check = args.gates.check if getattr(args, "gates", None) is not None else gate.check
-    return check(source, "triton", case, args.tier, path=path, cache=False)
+    return check(source, "triton", case, args.tier, path=path, cache=False, timeout=timeout)
 
 
-def _check_file(args: argparse.Namespace, case: Any, path: Path) -> Any:
+def _check_file(args: argparse.Namespace, case: Any, path: Path,
+                timeout: float | None = None) -> Any:
     """One fresh gate of a kernel file: a CUDA kernel (`kir.embedded.cuda_unit`: a `.cu` with
     its host module, that host module, or a host holding its source) as CUDA, else as Triton."""
     import gate
@@ -153,10 +174,41 @@ def _check_file(args: argparse.Namespace, case: Any, path: Path) -> Any:
 
     unit = cuda_unit(path)
     if unit is None:
-        return _check(args, path.read_text(), case, path)
+        return _check(args, path.read_text(), case, path, timeout)
     check = args.gates.check if getattr(args, "gates", None) is not None else gate.check
     return check(unit.source, "cuda", case, args.tier, path=unit.source_path,
-                 host=unit.host_path, cache=False)
+                 host=unit.host_path, cache=False, timeout=timeout)
+
+
+def _left(args: argparse.Namespace) -> float | None:
+    """Seconds a gate may still take under --wall: to its deadline (`wall_deadline`, a
+    `time.monotonic()` value) less WALL_RESERVE_S; None without --wall."""
+    deadline = getattr(args, "wall_deadline", None)
+    return None if deadline is None else deadline - WALL_RESERVE_S - time.monotonic()
+
+
+def _in_time(args: argparse.Namespace) -> bool:
+    """Whether --wall leaves a gate any time (`_left`); True without --wall."""
+    left = _left(args)
+    return left is None or left > 0
+
+
+def _walled(args: argparse.Namespace, gate_fn: Callable[[float | None], Any]) -> Any | None:
+    """`gate_fn(timeout)`: one gate, its time limit cut to what --wall leaves (`_left`). None
+    where the deadline left it no time, or stopped it (a timeout under a limit the wall cut):
+    the gate is not done, which is not a verdict on the kernel."""
+    from gate.check import DEFAULT_TIMEOUT_S
+    from gate.verdict import Tier
+
+    left = _left(args)
+    if left is None:
+        return gate_fn(None)
+    if left <= 0:
+        return None
+    default = DEFAULT_TIMEOUT_S.get(Tier(args.tier), max(DEFAULT_TIMEOUT_S.values()))
+    verdict = gate_fn(min(left, default))
+    kind = getattr(verdict.failure_kind, "value", verdict.failure_kind)
+    return None if kind == "timeout" and left < default else verdict
 
 
 def _verdict_summary(verdict: Any) -> dict[str, Any]:
@@ -187,16 +239,20 @@ def _record(case: Any, args: argparse.Namespace) -> dict[str, Any]:
             else str(start_path), "intensity": intensity(case)}
 
 
-def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def bench_operator(case: Any, args: argparse.Namespace, out: Path) -> dict[str, Any] | None:
     """Gate the start kernel, optimize it (beside each ablation), gate the control (module
-    docstring, steps 1-3 and 5)."""
+    docstring, steps 1-3 and 5). None where --wall's deadline came before the start's gate
+    ended (nothing to record: a rerun starts the operator)."""
     name = case.name
     started = time.monotonic()
     deadline = started + args.box
     start_path = case.start_path()
     rec = _record(case, args)
     say(name, f"gating the start kernel ({start_path.name}) at {args.tier}")
-    start = _check_file(args, case, start_path)
+    start = _walled(args, lambda limit: _check_file(args, case, start_path, limit))
+    if start is None:
+        say(name, "not started: the --wall deadline came before its start gate ended")
+        return None
     rec["start"] = _verdict_summary(start)
     rec["reference_ms"] = rec["start"]["reference_ms"]
     if not start.ok:
@@ -247,19 +303,41 @@ def _deferred(args: argparse.Namespace) -> bool:
 def settle(case: Any, rec: dict[str, Any], args: argparse.Namespace) -> None:
     """The fresh gates `rec` waits for: each best kernel of the search and its ablations
     gated again (its file then removed: the lineage's best state is the record), and the
-    control."""
+    control. Each gate runs within --wall (`_walled`); one the deadline leaves undone keeps
+    its entry pending (a best keeps its file), and the record stays "searched" with a `reason`
+    naming what is not done, for a rerun of the same command to gate."""
+    undone: list[str] = []
     entries = [("best", rec.get("best") or {}), *(rec.get("ablations") or {}).items()]
     for label, entry in entries:
-        path = entry.pop("pending", None)
-        if path and Path(path).is_file():
-            entry["regate"] = _verdict_summary(_check_file(args, case, Path(path)))
-            say(case.name, f"{label} gated again: {entry['regate'].get('ms')} ms "
-                           f"({entry['regate'].get('reason') or 'ok'})")
-            Path(path).unlink(missing_ok=True)
+        path = Path(entry.get("pending") or "")
+        if not (entry.get("pending") and path.is_file()):
+            entry.pop("pending", None)
+            continue
+        verdict = _walled(args, lambda limit, path=path: _check_file(args, case, path, limit))
+        if verdict is None:
+            undone.append(label)
+            continue
+        del entry["pending"]
+        entry["regate"] = _verdict_summary(verdict)
+        say(case.name, f"{label} gated again: {entry['regate'].get('ms')} ms "
+                       f"({entry['regate'].get('reason') or 'ok'})")
+        path.unlink(missing_ok=True)
     if not rec.get("control") or rec["control"].get("pending"):
-        rec["control"] = control(case, case.start_path(), args)
-        say(case.name, f"control: {rec['control'].get('ms')} ms "
-                       f"({rec['control'].get('reason') or 'ok'})")
+        ctrl = control(case, case.start_path(), args)
+        if ctrl is None:
+            undone.append("control")
+            rec["control"] = {"ok": None, "ms": None, "pending": True,
+                              "reason": "not gated: the --wall deadline came first"}
+        else:
+            rec["control"] = ctrl
+            say(case.name, f"control: {ctrl.get('ms')} ms ({ctrl.get('reason') or 'ok'})")
+    if undone:
+        rec["status"] = "searched"
+        rec["reason"] = (f"not gated fresh by the --wall deadline: {', '.join(undone)} "
+                         "(a rerun of the same command gates them)")
+        say(case.name, rec["reason"])
+        return
+    rec.pop("reason", None)
     rec["status"] = "done"
 
 
@@ -313,8 +391,11 @@ def search(case: Any, args: argparse.Namespace, out_dir: Path, deadline: float,
 
 
 def _ablation_ratio(rec: dict[str, Any], ablation: str) -> float | None:
-    """Reference time over the ablated run's best kernel (its fresh gate where it passed)."""
+    """Reference time over the ablated run's best kernel (its fresh gate where it passed);
+    None while its fresh gate is owed (`pending`: --wall came first)."""
     entry = (rec.get("ablations") or {}).get(ablation) or {}
+    if entry.get("pending"):
+        return None
     entry = entry["regate"] if (entry.get("regate") or {}).get("ok") else entry
     ref = entry.get("reference_ms") or rec.get("reference_ms")
     return ref / entry["ms"] if entry.get("ms") and ref else None
@@ -324,7 +405,8 @@ def from_partial(case: Any, args: argparse.Namespace, out: Path) -> dict[str, An
     """The record of an operator whose optimize run was cut before it finished (its process
     killed by a call's time limit): start and best read from the run's saved lineage (the root
     state's verdict, and the fastest state the run kept: stepping stones and rejected
-    candidates are not kept), the control gated now. None when there is no saved lineage."""
+    candidates are not kept), the control gated now (where --wall's deadline left it undone,
+    the status says so and the record is not written). None when there is no saved lineage."""
     import ast
 
     path = out / "ops" / slug(case) / "optimize" / "lineage.json"
@@ -357,6 +439,11 @@ def from_partial(case: Any, args: argparse.Namespace, out: Path) -> dict[str, An
            "cards": cards, "status": "partial"}
     rec["control"] = control(case, start_path, args) if not args.no_control else \
         {"ok": None, "ms": None, "reason": "not measured (--no-control)"}
+    if rec["control"] is None:  # a row of the tables, not a record: a rerun gates the control
+        rec["control"] = {"ok": None, "ms": None, "pending": True,
+                          "reason": "not gated: the --wall deadline came first"}
+        rec["status"] = "partial, control not gated"
+        rec["reason"] = "the --wall deadline came first (a rerun of the same command gates it)"
     say(case.name, f"from the partial lineage: best {best['ms']} ms; control {rec['control'].get('ms')} ms")
     return rec
 
@@ -372,8 +459,9 @@ def _path_to(lin: Any, source: str, target: str) -> list[dict[str, Any]]:
     return [lin.graph.nodes[n] for n in nodes if lin.graph.nodes[n].get("type") == "transition"]
 
 
-def control(case: Any, start_path: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """The start kernel under the generic autotune list, gated once (step 3)."""
+def control(case: Any, start_path: Path, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The start kernel under the generic autotune list, gated once (step 3); None where
+    --wall's deadline left the gate undone (`_walled`)."""
     from kir.embedded import cuda_unit
 
     if cuda_unit(start_path) is not None:
@@ -387,14 +475,21 @@ def control(case: Any, start_path: Path, args: argparse.Namespace) -> dict[str, 
         source = autotune_control(start_path.read_text(), max_configs=args.budget_steps)
     except Exception as exc:  # the control could not be built: say so in the table
         return {"ok": False, "ms": None, "reason": f"no control: {type(exc).__name__}: {exc}"}
-    verdict = _check(args, source, case, start_path)
+    verdict = _walled(args, lambda limit: _check(args, source, case, start_path, limit))
+    if verdict is None:
+        return None
     summary = _verdict_summary(verdict)
     summary["configs"] = source.count("triton.Config(")
     return summary
 
 
-def measure_extras(cases: Sequence[Any], records: dict[str, dict[str, Any]]) -> None:
-    """Device tier, after the gates: FlagGems and bandwidth columns (step 4)."""
+def measure_extras(cases: Sequence[Any], records: dict[str, dict[str, Any]],
+                   in_time: Callable[[], bool] = lambda: True) -> None:
+    """Device tier, after the gates: FlagGems and bandwidth columns (step 4), for each
+    operator while `in_time()` (--wall; one left out has no column and a rerun measures it)."""
+    if not in_time():
+        say("heldout", "FlagGems and bandwidth not measured: --wall reached (a rerun measures them)")
+        return
     import torch
     from triton.testing import do_bench
 
@@ -414,6 +509,9 @@ def measure_extras(cases: Sequence[Any], records: dict[str, dict[str, Any]]) -> 
     for case in cases:
         rec = records.get(slug(case))
         if rec is None or rec.get("status") != "done":
+            continue
+        if not in_time():
+            say(case.name, "FlagGems and bandwidth not measured: --wall reached (a rerun measures them)")
             continue
         module = case.module()
         shape = dict(next(iter(case.shapes.values())))
@@ -534,16 +632,20 @@ def _geomean(values: Sequence[float | None]) -> float | None:
 
 
 def build_tables(records: Sequence[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
-    """The JSON result: per-operator rows and per-family geometric means."""
+    """The JSON result: per-operator rows and per-family geometric means. A best whose fresh
+    gate is owed (`pending`: --wall came first) has no x/ref (`best_from` "not gated"): the
+    search's own figure is biased low, and the record's `status` and `reason` say what waits."""
     rows = []
     for rec in sorted(records, key=lambda r: (r["family"], r["op"])):
-        best_vs_ref, control_vs_ref = _ratio(rec, "best"), _ratio(rec, "control")
+        owed = bool((rec.get("best") or {}).get("pending"))
+        best_vs_ref = None if owed else _ratio(rec, "best")
+        control_vs_ref = _ratio(rec, "control")
         ablated = {f"{a}_vs_ref": _ablation_ratio(rec, a) for a in ABLATIONS}
         rows.append({**rec, "start_vs_ref": _ratio(rec, "start"), "best_vs_ref": best_vs_ref,
                      "control_vs_ref": control_vs_ref, **ablated,
                      **{f"best_vs_{a}": best_vs_ref / v if best_vs_ref and v else None
                         for a, v in ((k[:-7], v) for k, v in ablated.items())},
-                     "best_from": "regate" if _regated(rec) else "search",
+                     "best_from": "not gated" if owed else "regate" if _regated(rec) else "search",
                      "best_vs_control": best_vs_ref / control_vs_ref
                      if best_vs_ref and control_vs_ref else None,
                      "compute_bound": (rec.get("intensity") or 0.0) >= COMPUTE_BOUND})
@@ -592,7 +694,9 @@ def markdown(result: dict[str, Any], title: str = "Held-out tier",
                   "process. `best ms` is the best kernel gated once more, fresh, after the search "
                   "(like the start and the control); `search ms` is the figure the search kept it "
                   "with (the fastest of the candidates it timed, so biased low). A row whose `best "
-                  "ms` is `search` predates the fresh gate: its best x/ref is the search's.", "",
+                  "ms` is `search` predates the fresh gate: its best x/ref is the search's; one "
+                  "whose `best ms` is `not gated` waits for its fresh gate (see below), and has "
+                  "no best x/ref.", "",
                   "| family | operator | start ms | best ms | search ms | control ms | reference ms "
                   "| FlagGems x/ref | start x/ref | best x/ref | control x/ref | best / control "
                   "| of copy BW | cards | run |",
@@ -602,7 +706,7 @@ def markdown(result: dict[str, Any], title: str = "Held-out tier",
             gems = r.get("flag_gems") or {}
             lines.append(
                 f"| {r['family']} | {r['op']} | {_fmt(r['start'].get('ms'), '.4f')} "
-                f"| {_fmt(_measured(r, 'best').get('ms'), '.4f') if r['best_from'] == 'regate' else 'search'} "
+                f"| {_fmt(_measured(r, 'best').get('ms'), '.4f') if r['best_from'] == 'regate' else r['best_from']} "
                 f"| {_fmt((r.get('best') or {}).get('ms'), '.4f')} | {_fmt((r.get('control') or {}).get('ms'), '.4f')} "
                 f"| {_fmt(r.get('reference_ms'), '.4f')} | {_fmt(gems.get('vs_torch'))} "
                 f"| {_fmt(r['start_vs_ref'])} | {_fmt(r['best_vs_ref'])} | {_fmt(r['control_vs_ref'])} "
@@ -642,6 +746,10 @@ def markdown(result: dict[str, Any], title: str = "Held-out tier",
                          f"| {_control_cell(ctrl)} "
                          f"| {', '.join(r.get('cards') or []) or '-'} |"
                          + "".join(f" {_ablation_cell(e)} |" for e in ablated))
+    undone = [r for r in result["rows"] if r.get("status") != "done" and r.get("reason")]
+    if undone:
+        lines += ["", "Not done: " + "; ".join(f"{r['op']} ({r['status']}): {r['reason']}"
+                                              for r in undone)]
     return "\n".join(lines) + "\n"
 
 
@@ -670,7 +778,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--library", default=DEFAULT_LIBRARY)
     ap.add_argument("--budget-steps", type=int, default=12)
     ap.add_argument("--box", type=float, default=300.0, help="seconds per operator")
-    ap.add_argument("--wall", type=float, default=None, help="no operator starts after this many seconds")
+    ap.add_argument("--wall", type=float, default=None,
+                    help="deadline for the whole command, in seconds: gates cut to it, undone "
+                         "fresh gates recorded as not done, tables written before it")
     ap.add_argument("--only", default="", help="comma-separated operator names or refs")
     ap.add_argument("--jobs", type=int, default=1, help="operators at once")
     from gate.executor import add_executor_arguments
@@ -698,6 +808,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "(in order; a later folder's, then OUT's, record of an operator wins); "
                          "each row names the folder its record came from")
     args = ap.parse_args(argv)
+    began = time.monotonic()
+    args.wall_deadline = None if args.wall is None else began + args.wall
     args.ablation = list(dict.fromkeys(a for given in args.ablation for a in given.split(",") if a))
     unknown = [a for a in args.ablation if a not in ABLATIONS]
     if unknown:
@@ -761,23 +873,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             if op in records and not (records[op].get("flag_gems") or {}).get("ms"):
                 records[op]["flag_gems"] = {**entry, "from": Path(folder).name}
     say("heldout", f"{len(cases)} operators, {len(cases) - len(todo)} with a record, {len(todo)} to run")
-    began = time.monotonic()
 
     def one(case: Any) -> None:
+        from lineage.optimize import BOX_GRACE_S
+
+        left = _left(args)
+        # a search's last gate may run BOX_GRACE_S past its box: its box ends that much earlier
+        if left is not None and left <= (0 if args.from_partial else BOX_GRACE_S):
+            say(case.name, "not started: --wall reached (rerun the command to continue)")
+            return
         if args.from_partial:
             rec = from_partial(case, args, out)
             if rec is not None:
                 records[slug(case)] = rec
                 origin[slug(case)] = out.name
-                _write(out / "ops" / f"{slug(case)}.json", rec)
+                if not rec["control"].get("pending"):
+                    _write(out / "ops" / f"{slug(case)}.json", rec)
             else:
                 say(case.name, "no partial lineage to finish from")
             return
-        if args.wall is not None and time.monotonic() - began > args.wall:
-            say(case.name, "not started: --wall reached (rerun the command to continue)")
-            return
-        box = args.box if args.wall is None else min(args.box, args.wall - (time.monotonic() - began))
+        box = args.box if left is None else min(args.box, left - BOX_GRACE_S)
         rec = bench_operator(case, argparse.Namespace(**{**vars(args), "box": max(box, 1.0)}), out)
+        if rec is None:
+            return
         records[slug(case)] = rec
         origin[slug(case)] = out.name
         _write(out / "ops" / f"{slug(case)}.json", rec)
@@ -790,21 +908,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         gates = executor_from_args(args)
     args.gates = gates
-    try:
-        with ThreadPoolExecutor(args.jobs) as pool:
-            list(pool.map(one, todo))
-        # the fresh gates, one at a time, now that no search compiles beside them
-        for case in [*waiting, *todo]:
+
+    def settle_waiting(cases: Sequence[Any]) -> None:
+        """The fresh gates, one at a time, where no search compiles beside them."""
+        for case in cases:
             rec = records.get(slug(case))
             if rec is not None and rec.get("status") == "searched":
                 settle(case, rec, args)
                 _write(out / "ops" / f"{slug(case)}.json", rec)
+
+    try:
+        settle_waiting(waiting)  # an earlier run's first, so that each rerun gets further
+        with ThreadPoolExecutor(args.jobs) as pool:
+            list(pool.map(one, todo))
+        settle_waiting(todo)
     finally:
         if gates is not None:
             gates.close()
     unmeasured = [c for c in cases if slug(c) in records and "flag_gems" not in records[slug(c)]]
     if args.tier == "device" and unmeasured and not args.tables_only:
-        measure_extras(unmeasured, records)
+        measure_extras(unmeasured, records, lambda: _in_time(args))
         for case in unmeasured:
             _write(out / "ops" / f"{slug(case)}.json", records[slug(case)])
     result = build_tables([{**rec, "records": origin.get(key, out.name)} for key, rec in records.items()],

@@ -407,3 +407,118 @@ def test_each_ablation_is_a_column_of_the_device_tables() -> None:
     assert "| operator | best x/ref | library-off x/ref | best / library-off | priors-off x/ref" in text
     assert "| mm | 1.000 | 0.800 | 1.250 | 0.909 | 1.100 |" in text
     assert "| plain |" not in text.split("Ablations")[1]
+
+
+def _heldout_module(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / "heldout.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _verdict(ok: bool, kind: str | None = None):
+    from types import SimpleNamespace
+
+    timing = SimpleNamespace(candidate_ms=1.0, reference_ms=1.0, reference_tf32_ms=None,
+                             reference_compile_ms=None, variants=())
+    return SimpleNamespace(ok=ok, failure_kind=kind, reason=None if ok else f"{kind}",
+                           timing=timing if ok else None, flags=())
+
+
+def test_wall_is_a_deadline_for_the_fresh_gates_and_the_tables(tmp_path: Path, monkeypatch) -> None:
+    """--wall bounds the whole command, the fresh gates after the searches included: each gets
+    the time left before the deadline (less the reserve kept for writing), a gate the deadline
+    stops or leaves unstarted is recorded as not done (status, reason, no best x/ref, its file
+    kept), and the records and tables are written before the deadline; a rerun of the same
+    command gates what waits and searches nothing again."""
+    import time
+
+    import lineage.optimize
+
+    heldout = _heldout_module("heldout_bench_wall")
+    monkeypatch.setattr(heldout, "WALL_RESERVE_S", 0.5)
+    monkeypatch.setattr(lineage.optimize, "BOX_GRACE_S", 0.0)
+    searched: list[str] = []
+
+    def search(case, args, out_dir, deadline, ablation=None, progress=None, start=None):
+        searched.append(case.name)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        best = out_dir / "best.py"
+        best.write_text(f"# best of {case.name}\n")
+        return {"ok": True, "ms": 0.5, "reference_ms": 1.0, "termination": "budget", "gated": 1,
+                "cards": ["card"], "pending": str(best)}
+
+    needs = [0.1, 3.0, 3.0, 3.0]  # seconds each fresh gate takes, in order
+    limits: list[float | None] = []
+
+    def check(source, language, case, tier, *, path=None, host=None, timeout=None, cache=True):
+        if source == case.start_path().read_text():
+            return _verdict(True)  # the start's gate, before the searches
+        need = needs.pop(0)
+        limits.append(timeout)
+        took = need if timeout is None else min(need, timeout)
+        time.sleep(took)
+        return _verdict(True) if took == need else _verdict(False, "timeout")
+
+    monkeypatch.setattr(heldout, "search", search)
+    monkeypatch.setattr(gate, "check", check)
+    out = tmp_path / "run"
+    wall = 3.0
+    argv = [str(HELDOUT / "softmax"), str(HELDOUT / "layernorm"), "--tier", "device",
+            "--jobs", "2", "--wall", str(wall), "--library", str(tmp_path / "lib"),
+            "--out", str(out)]
+    began = time.monotonic()
+    assert heldout.main(argv) == 0
+    assert time.monotonic() - began < wall  # everything, tables included, before the deadline
+    assert len(limits) == 2 and all(t is not None and t < wall for t in limits)
+    rows = {r["op"]: r for r in json.loads((out / "heldout.json").read_text())["rows"]}
+    [first] = [r for r in rows.values() if "regate" in r["best"]]
+    [second] = [r for r in rows.values() if r is not first]
+    assert first["best"]["regate"]["ok"] and first["best_vs_ref"] == pytest.approx(1.0)
+    for row, undone in ((first, "control"), (second, "best, control")):
+        assert row["status"] == "searched" and f"--wall deadline: {undone} " in row["reason"]
+        assert row["control"]["pending"] and "--wall" in row["control"]["reason"]
+        assert row["control_vs_ref"] is None
+    assert second["best_from"] == "not gated" and second["best_vs_ref"] is None
+    assert Path(second["best"]["pending"]).is_file()
+    table = (out / "heldout.md").read_text()
+    assert f"| {second['op']} | 1.0000 | not gated | 0.5000 | - |" in table
+    assert "Not done: " in table and f"{second['op']} (searched): not gated fresh" in table
+    # the rerun gates what waits and starts no search (the FlagGems and bandwidth columns,
+    # device-only, are not this test's)
+    needs[:] = [0.0] * 3
+    limits.clear()
+    monkeypatch.setattr(heldout, "measure_extras", lambda cases, records, in_time: None)
+    assert heldout.main(argv) == 0
+    assert len(searched) == 2 and len(limits) == 3
+    rows = {r["op"]: r for r in json.loads((out / "heldout.json").read_text())["rows"]}
+    assert all(r["status"] == "done" and "reason" not in r for r in rows.values())
+    assert all(r["best"]["regate"]["ok"] and r["best_vs_ref"] for r in rows.values())
+    assert not Path(second["best"]["pending"]).exists()
+
+
+def test_a_gate_that_times_out_on_its_own_limit_is_a_verdict_not_the_walls(monkeypatch) -> None:
+    """Under --wall a gate's limit is cut to what is left; its timeout is the wall's (not done)
+    only where the wall cut the limit: under the gate's own limit it is the kernel's verdict.
+    With no time left the gate does not run."""
+    import argparse
+    import time
+
+    heldout = _heldout_module("heldout_bench_walled")
+    given: list[float | None] = []
+
+    def timing_out(limit):
+        given.append(limit)
+        return _verdict(False, "timeout")
+
+    far = argparse.Namespace(tier="device", wall_deadline=time.monotonic() + 10_000)
+    verdict = heldout._walled(far, timing_out)
+    assert verdict is not None and verdict.failure_kind == "timeout" and given == [300.0]
+    near = argparse.Namespace(tier="device", wall_deadline=time.monotonic() + heldout.WALL_RESERVE_S + 60)
+    assert heldout._walled(near, timing_out) is None and 0 < given[-1] <= 60
+    past = argparse.Namespace(tier="device", wall_deadline=time.monotonic())
+    assert heldout._walled(past, timing_out) is None and len(given) == 2
+    assert heldout._walled(argparse.Namespace(tier="device"), timing_out) is not None
+    assert given[-1] is None

@@ -141,7 +141,8 @@ def test_fresh_gates_wait_until_every_search_ended(tmp_path: Path, monkeypatch) 
                          "priors-off": {"ok": True, "ms": 2.0}},
            "control": {"ok": None, "ms": None, "pending": True}, "status": "searched"}
     calls: list[str] = []
-    monkeypatch.setattr(heldout, "_check_file", lambda args, case, path: calls.append(path.name) or path.name)
+    monkeypatch.setattr(heldout, "_check_file",
+                        lambda args, case, path, timeout=None: calls.append(path.name) or path.name)
     monkeypatch.setattr(heldout, "_verdict_summary", lambda verdict: {"ok": True, "ms": len(verdict) / 10})
     monkeypatch.setattr(heldout, "control",
                         lambda case, path, args: calls.append("control") or {"ok": True, "ms": 0.7})
