@@ -4,7 +4,7 @@
         [--cases gemm,conv2d] [--trials 5] [--budget-steps 24] [--box 240]
         [--case-box gemm=240] [--grace 120] [--wall 560] [--gpus 0,1 | --jobs N]
         [--only roundtrip|loo] [--admit-tier interpret] [--libraries DIR] [--libraries-only]
-        [--tables-only] [--held-out LINEAGE,...] [--loo-from-all] [--admit-jobs N]
+        [--tables-only] [--held-out LINEAGE,...|none] [--loo-from-all] [--admit-jobs N]
         [--executor local|ray] [--ray-address ADDRESS]
 
 LINEAGE: lineage directories or lineage.json files (default:
@@ -14,10 +14,13 @@ bench/results/lineages/device/*/lineage.json); each contributes the lineage of o
    held-out states of those lineages (`lineage.admission.admit` at --admit-tier).
    `loo-<case>`: the same without that case's lineage (lifted and admitted without it; with
    --loo-from-all, made from `all`'s trials on other cases' states, see derive_loo_library).
-   With --held-out, admission also tries cards on the states of those lineages (induced
-   for admission and never lifted: e.g. each expert again with `klineage induce
-   --first-branch 1`), so a pass that occurs in one case's lineage only can still meet a
-   held-out state; `loo-<case>` does not see that case's held-out lineage either.
+   Admission also tries cards on the states of held-out lineages (induced for admission
+   and never lifted: e.g. each expert again with `klineage induce --first-branch 1`), so a
+   pass that occurs in one case's lineage only can still meet a held-out state (a card that
+   meets none stays untried, and retrieval never offers it); `loo-<case>` does not see that
+   case's held-out lineage either. --held-out names them; without it, the repository's
+   (every lineage under DEFAULT_HELD_OUT, where that folder exists); `--held-out none`: none.
+   The log and each library's admission.json (`held_out`, `held_out_from`) say which.
    A library whose admission finished holds `admission.json` and is reused as it is (so a
    library admitted on a CPU and committed can be used for device trials: --libraries).
 2. Roundtrip: per case and trial t (seed t; seed 0 is the deterministic order), start from
@@ -71,6 +74,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 DEFAULT_LINEAGES = "bench/results/lineages/device/*/lineage.json"
+DEFAULT_HELD_OUT = "bench/results/lineages/heldout"
+"""The repository's held-out lineages (a folder each): admission's contexts without --held-out."""
 # A run is killed this long after its box and grace: the optimize loop ends a gate at its box
 # plus its own grace (lineage.optimize.BOX_GRACE_S), measured from after the run's imports, and
 # then writes its record; without the margin the kill and the gate's own end coincided and a
@@ -125,6 +130,21 @@ def naive_root(lin: Any) -> str:
     return max(lin.states(), key=lambda s: (len(lin.path_to_expert(s) or ()), s))
 
 
+def held_out_paths(given: str | None) -> tuple[list[str], str]:
+    """The held-out lineages --held-out asks for (a comma list; "none": none; not given: each
+    lineage under DEFAULT_HELD_OUT, where that folder exists), and how they were chosen, for
+    the log and the libraries' records."""
+    if given is not None and given.strip().lower() == "none":
+        return [], "none (--held-out none)"
+    if given is not None:
+        return [p for p in given.split(",") if p], "--held-out"
+    folder = ROOT / DEFAULT_HELD_OUT
+    if not folder.is_dir():
+        return [], f"none (no --held-out, and no {DEFAULT_HELD_OUT})"
+    found = sorted(str(f.parent) for f in folder.glob("*/lineage.json"))
+    return found, f"the repository's, {DEFAULT_HELD_OUT} (no --held-out; --held-out none for none)"
+
+
 def load_held_out(paths: Sequence[str]) -> list[tuple[str, Path]]:
     """(case, lineage.json) of each held-out lineage (the case of its expert state)."""
     from lineage.graph import Lineage
@@ -143,9 +163,10 @@ def load_held_out(paths: Sequence[str]) -> list[tuple[str, Path]]:
 def build_library(name: str, lineages: list[CaseLineage], libraries: Path, tier: str,
                   max_trials: int, held_out: Sequence[tuple[str, Path]] = (),
                   jobs: int = 1, deadline: float | None = None,
-                  executor: Any = None) -> Path | None:
+                  executor: Any = None, held_out_from: str = "--held-out") -> Path | None:
     """Lift and admit one library (skipped when its admission.json exists); `held_out`
-    lineages give admission contexts and are not lifted. None when `deadline` (a
+    lineages give admission contexts and are not lifted (`held_out_from`: how they were
+    chosen, `held_out_paths`; logged and recorded). None when `deadline` (a
     `time.monotonic()` value) came before every card was tried: a rerun goes on from the
     cards' logs (admission.json is written only when admission is complete)."""
     from lineage.admission import admit
@@ -162,7 +183,8 @@ def build_library(name: str, lineages: list[CaseLineage], libraries: Path, tier:
     for lin in lins:
         lib.add_all(lift(lin))
     say(f"library {name}: {len(lib.ids())} cards from {', '.join(c.case for c in lineages)}; "
-        f"admitting at the {tier} tier")
+        f"admitting at the {tier} tier; held-out lineages: {held_out_from}: "
+        f"{', '.join(str(path.parent.name) for _, path in held_out) or 'none'}")
     # Admission verdicts may be shared (they are not trials of the benchmark): one cache.
     os.environ["KLINEAGE_CACHE_DIR"] = str(libraries / "admission-cache")
     started = time.monotonic()
@@ -177,14 +199,15 @@ def build_library(name: str, lineages: list[CaseLineage], libraries: Path, tier:
             f"rerun to go on")
         return None
     record = {**report.to_json(), "tier": tier, "lineages": [str(c.path) for c in lineages],
-              "held_out": [str(path) for _, path in held_out],
+              "held_out": [str(path) for _, path in held_out], "held_out_from": held_out_from,
               "cards": len(lib.ids()), "wall_s": round(time.monotonic() - started, 1)}
     _write_json(done, record)
     say(f"library {name}: {len(report.admitted)} admitted, {len(report.rejected)} not, "
         f"{len(report.untried)} untried")
     if report.untried:  # retrieval offers admitted cards only: these are out of every run
         say(f"library {name}: untried for want of a held-out state with their site (never "
-            f"retrieved; --held-out LINEAGE,... gives them states): {', '.join(report.untried)}")
+            f"retrieved; held-out lineages: {held_out_from}; --held-out LINEAGE,... gives them "
+            f"states): {', '.join(report.untried)}")
     return folder
 
 
@@ -581,10 +604,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--admit-max-trials", type=int, default=2)
     ap.add_argument("--admit-jobs", type=int, default=1,
                     help="cards tried at once in admission (gates share the GPU, see gate.gpulock)")
-    ap.add_argument("--held-out", default="",
+    ap.add_argument("--held-out", default=None,
                     help="comma-separated held-out lineages (dirs or lineage.json: induced for "
                          "admission, e.g. klineage induce --first-branch 1, and not lifted); "
-                         "loo-<case> leaves out that case's too")
+                         f"loo-<case> leaves out that case's too (default: {DEFAULT_HELD_OUT}/*; "
+                         "none: no held-out lineage)")
     ap.add_argument("--loo-from-all", action="store_true",
                     help="make each loo-<case> library from library all's admission trials on "
                          "other cases' states instead of admitting it afresh")
@@ -637,7 +661,10 @@ def _main(args: argparse.Namespace, gates: Any) -> int:
     runs = out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     all_lineages = [lineages[c] for c in sorted(lineages)]
-    held_out = load_held_out([p for p in args.held_out.split(",") if p])
+    held_paths, held_from = held_out_paths(args.held_out)
+    held_out = load_held_out(held_paths)
+    say(f"held-out lineages for admission: {held_from}: "
+        f"{', '.join(str(path) for _, path in held_out) or 'none'}")
     try:
         boxes = {k: float(v) for k, v in (item.split("=") for item in args.case_box.split(",") if item)}
     except ValueError:
@@ -664,7 +691,7 @@ def _main(args: argparse.Namespace, gates: Any) -> int:
     unfinished: list[str] = []
     if args.only in (None, "roundtrip"):
         full = build_library("all", all_lineages, libraries, args.admit_tier, args.admit_max_trials,
-                             held_out, args.admit_jobs, admit_by, gates)
+                             held_out, args.admit_jobs, admit_by, gates, held_from)
         if full is None:
             unfinished.append("all")
         else:
@@ -678,7 +705,7 @@ def _main(args: argparse.Namespace, gates: Any) -> int:
             else:
                 lib = build_library(f"loo-{case}", rest, libraries, args.admit_tier,
                                     args.admit_max_trials, [h for h in held_out if h[0] != case],
-                                    args.admit_jobs, admit_by, gates)
+                                    args.admit_jobs, admit_by, gates, held_from)
             if lib is None:
                 unfinished.append(f"loo-{case}")
             else:
