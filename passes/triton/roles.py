@@ -1830,6 +1830,14 @@ def _host_pinned(mod: PyModule, launches: Sequence[Launch],
                                                           tiles, blocks | rewritten)
             if reused is not None:
                 out[name] = reused
+        if kernel is not None and not isinstance(target, (ast.Tuple, ast.List, ast.Lambda,
+                                                          ast.FunctionDef)):
+            # a grid some call computes (`grid_of(M, N, 32, 32)`): the sweep cannot make its
+            # count follow a tile that scales a program id, so such a tile keeps its value
+            for name in sorted(set(tiles) & set(_tile_axes(kernel)) - set(out)):
+                out[name] = SweepRefusal(
+                    f"the launch grid {mod.text(target)} is not a tuple the sweep can make "
+                    f"count {name}'s blocks: {name} keeps its value", {"tile": name})
         for sub in ast.walk(target) if kernel is not None else ():
             if literal_int(sub) is None or _dividend(target, sub) is None:
                 continue
@@ -2319,31 +2327,43 @@ def _grid_rewrite(
             return SweepRefusal(
                 "cannot find the tuned tiles in the host-computed grid", {"tiles": ",".join(absent)}
             )
-    if not replace:  # the grid reads none of the tuned tiles: it stays as written
-        return []
     # every program axis a tuned tile scales, where the grid counts blocks on it, must count
     # that tile's: an axis left at the written count would launch too many programs (all
-    # masked) or too few (rows never written) once the tile changes
+    # masked) or too few (rows never written) once the tile changes. A grid that is no tuple
+    # (a helper's result) may count them anywhere.
     axes = _tile_axes(kernel)
-    for name in sorted(found):
+    for name in sorted(set(shaping)):
         for axis in sorted(axes.get(name, ())):
-            element = target.elts[axis] if (isinstance(target, ast.Tuple)
-                                             and axis < len(target.elts)) else None
-            if (element is not None
-                    and any(_division(n) is not None for n in ast.walk(element))
+            tupled = isinstance(target, (ast.Tuple, ast.List))
+            element = target.elts[axis] if tupled and axis < len(target.elts) else None
+            if tupled and element is None:
+                continue
+            counts = element if element is not None else target
+            if ((any(_division(n) is not None for n in ast.walk(counts))
+                 or _host_division(mod, launch.site, counts) is not None
+                 or not tupled and any(isinstance(n, ast.Call) for n in ast.walk(counts)))
                     and not any(n is sub for sub, t in replace if t == name
-                                for n in ast.walk(element))):
+                                for n in ast.walk(counts))):
+                where = f"axis {axis}" if tupled else "count"
                 return SweepRefusal(
-                    f"the grid's axis {axis} counts blocks of something other than {name}, "
-                    f"whose program id it scales (line {element.lineno})",
-                    {"tile": name, "axis": axis, "line": element.lineno},
+                    f"the grid's {where} counts blocks of something other than {name}, "
+                    f"whose program id it scales (line {counts.lineno})",
+                    {"tile": name, "axis": axis, "line": counts.lineno},
                 )
-    text = mod.text(target)
+    if not replace:  # the grid reads none of the tuned tiles: it stays as written
+        return []
     base = mod.start(target)
-    pieces = sorted(
-        ((mod.start(n) - base, mod.end(n) - base, f'meta["{name}"]') for n, name in replace),
-        reverse=True,
-    )
+    shrinking = unchecked_tiles(kernel)
+    pieces: list[tuple[int, int, str]] = []
+    for n, name in replace:
+        pieces.append((mod.start(n) - base, mod.end(n) - base, f'meta["{name}"]'))
+        if literal_int(n) is not None:
+            follows = _count_follows(mod, target, n, name, name in shrinking)
+            if isinstance(follows, SweepRefusal):
+                return follows
+            pieces += [(a - base, b - base, t) for a, b, t in follows]
+    text = mod.text(target)
+    pieces.sort(reverse=True)
     raw = text.encode()
     for a, b, new in pieces:
         raw = raw[:a] + new.encode() + raw[b:]
@@ -2688,16 +2708,72 @@ def _divides_elsewhere(mod: PyModule, call: ast.AST, allowed: set[int], value: i
 
 
 def _division(node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
-    """(dividend, divisor) of a block count: `cdiv(X, d)` or `X // d`; of `(X + 31) // 32`
-    the dividend is the sum's first term."""
+    """(dividend, divisor) of a block count: `cdiv(X, d)`, `X // d` or `ceil(X / d)`. Of a
+    count rounded up by hand the dividend is the size alone: X of `(X + 31) // 32`,
+    `(X + 32 - 1) // 32`, `(X + BM - 1) // BM` and `-(-X // 32)`."""
     if isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
         return node.args[0], node.args[1]
+    if (isinstance(node, ast.Call) and callee(node).split(".")[-1] == "ceil"
+            and len(node.args) == 1 and isinstance(node.args[0], ast.BinOp)
+            and isinstance(node.args[0].op, ast.Div)):
+        return node.args[0].left, node.args[0].right
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):
         left = node.left
-        if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Add):
-            left = left.left
-        return left, node.right
+        if isinstance(left, ast.UnaryOp) and isinstance(left.op, ast.USub):
+            return left.operand, node.right
+        sizes = [(t, sign) for t, sign in _sum_terms(left) if literal_int(t) is None
+                 and ast.dump(t) != ast.dump(node.right)]
+        return (sizes[0][0] if len(sizes) == 1 and sizes[0][1] > 0 else left), node.right
     return None
+
+
+def _sum_terms(node: ast.AST) -> list[tuple[ast.AST, int]]:
+    """The terms of a sum written with `+` and `-`, each with its sign (1 or -1)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        sign = 1 if isinstance(node.op, ast.Add) else -1
+        return _sum_terms(node.left) + [(t, s * sign) for t, s in _sum_terms(node.right)]
+    return [(node, 1)]
+
+
+def _count_follows(mod: PyModule, grid: ast.AST, divisor: ast.AST, tile: str,
+                   shrinks_only: bool) -> list[tuple[int, int, str]] | SweepRefusal:
+    """The edits (byte spans in the module, text) beyond `divisor` -> `meta[tile]` that keep a
+    floor division of a host grid counting the tile's blocks: the round-up term of
+    `(X + 31) // 32` (`meta[tile] - 1`) or `(X + 32 - 1) // 32` (`meta[tile]`); a floor
+    `X // 32` rounded up (`(X + meta[tile] - 1) // meta[tile]`), since a larger tile would
+    leave the rows past its last whole block unwritten, unless the tile only shrinks to a
+    divisor of its value (`unchecked_tiles`: whole blocks stay whole). A count rounded up by
+    negation (`-(-X // 32)`), `cdiv`, `ceil` or `(X - 1) // 32 + 1` needs none. Refused where
+    the sum's constants round by another amount (`(X + 32) // 32`, one block more than whole
+    ones, is no count of a larger tile's blocks) or by the tile's value less one not written
+    as one term (`(X + 15 + 16) // 32`)."""
+    division = next((n for n in ast.walk(grid) if isinstance(n, ast.BinOp)
+                     and isinstance(n.op, ast.FloorDiv) and n.right is divisor), None)
+    value = literal_int(divisor)
+    if division is None or value is None or (
+            isinstance(division.left, ast.UnaryOp) and isinstance(division.left.op, ast.USub)):
+        return []
+    terms = _sum_terms(division.left)
+    consts = [(t, sign, literal_int(t)) for t, sign in terms if literal_int(t) is not None]
+    rounding = sum(sign * v for _, sign, v in consts)
+    meta = f'meta["{tile}"]'
+    if rounding == 0 or len(consts) == len(terms):  # a floor (of a size, or a constant one)
+        if shrinks_only:
+            return []
+        left = division.left
+        return [(mod.start(left), mod.start(left), "("),
+                (mod.end(left), mod.end(left), f" + {meta} - 1)")]
+    if rounding == -1:  # (X - 1) // 32 + 1
+        return []
+    for t, sign, v in consts:
+        if rounding == value - 1 and sign > 0 and v == value:  # (X + 32 - 1) // 32
+            return [(mod.start(t), mod.end(t), meta)]
+    for t, sign, v in consts:
+        if rounding == value - 1 and sign > 0 and len(consts) == 1:  # (X + 31) // 32
+            return [(mod.start(t), mod.end(t), f"({meta} - 1)")]
+    return SweepRefusal(
+        f"the grid rounds its count of {tile}'s blocks up by constants the sweep cannot resize "
+        f"with {tile} (line {division.lineno})", {"tile": tile, "line": division.lineno})
 
 
 def _dividend(grid: ast.AST, node: ast.AST) -> ast.AST | None:
@@ -2710,8 +2786,8 @@ def _dividend(grid: ast.AST, node: ast.AST) -> ast.AST | None:
 
 
 def _grid_axis(grid: ast.AST, node: ast.AST) -> int | None:
-    """The index of the grid tuple's element holding `node` (None: not a tuple)."""
-    if not isinstance(grid, ast.Tuple):
+    """The index of the grid tuple's (or list's) element holding `node` (None: neither)."""
+    if not isinstance(grid, (ast.Tuple, ast.List)):
         return None
     for i, element in enumerate(grid.elts):
         if any(sub is node for sub in ast.walk(element)):

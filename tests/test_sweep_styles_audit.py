@@ -1,0 +1,207 @@
+"""The sweep's launch-grid rewrite on grids written the ways users write a block count: rounded
+up by hand (`(M + 31) // 32`, `(M + 32 - 1) // 32`, `math.ceil(N / 64)`), floored (`n // 256`
+on sizes the author made multiples of the tile), or computed by a helper. Each configuration
+of the list must launch exactly the programs that cover the output: fewer leave rows
+unwritten, more run programs that write nothing."""
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+
+import kir
+import pytest
+
+from lineage.control import autotune_control, generic_configs
+from lineage.transfer import config_candidates
+from passes.triton.roles import joint_config, sweep_edit
+
+
+def _configs(text: str) -> list[dict[str, int]]:
+    """The meta-parameters of each `triton.Config` of the module's autotune list."""
+    return [ast.literal_eval(node.args[0]) for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("Config")]
+
+
+def _grid(text: str, kernel: str) -> str:
+    """The grid text of the module's launch of `kernel` (a name's binding followed once)."""
+    tree = ast.parse(text)
+    site = next(n for n in ast.walk(tree) if isinstance(n, ast.Subscript)
+                and ast.unparse(n.value) == kernel)
+    if isinstance(site.slice, ast.Name):
+        return next(ast.unparse(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                    and ast.unparse(n.targets[0]) == site.slice.id)
+    return ast.unparse(site.slice)
+
+
+def _counts(text: str, kernel: str, sizes: dict[str, int]) -> list[tuple[dict[str, int], tuple]]:
+    """(configuration, program counts) of each configuration at `sizes`."""
+    import triton  # noqa: PLC0415
+
+    grid = eval(_grid(text, kernel), {"triton": triton, "math": math, **sizes})  # noqa: S307
+    return [(cfg, tuple(grid(cfg))) for cfg in _configs(text)]
+
+
+ROUNDED = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def axpy2d(x_ptr, y_ptr, o_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    msk = (rm[:, None] < M) & (rn[None, :] < N)
+    x = tl.load(x_ptr + rm[:, None] * N + rn[None, :], mask=msk)
+    y = tl.load(y_ptr + rm[:, None] * N + rn[None, :], mask=msk)
+    tl.store(o_ptr + rm[:, None] * N + rn[None, :], 2.0 * x + y, mask=msk)
+
+
+def run(x, y):
+    M, N = x.shape
+    o = torch.empty_like(x)
+    axpy2d[((M + 31) // 32, (N + 63) // 64)](x, y, o, M, N, BM=32, BN=64)
+    return o
+'''
+
+PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, y):
+        return 2.0 * x + y
+
+
+def get_inputs():
+    return [torch.randn(97, 150), torch.randn(97, 150)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_count_rounded_up_with_the_tiles_value_less_one_follows_the_tile(tmp_path: Path) -> None:
+    import gate
+
+    out = autotune_control(ROUNDED)
+    # `(M + 31) // meta["BM"]` would launch too few programs at BM=128 (rows never written)
+    # and programs that write nothing at BM=16
+    counts = _counts(out, "axpy2d", {"M": 97, "N": 150})
+    assert {c["BM"] for c, _ in counts} - {32}, counts
+    for cfg, grid in counts:
+        assert grid == (math.ceil(97 / cfg["BM"]), math.ceil(150 / cfg["BN"])), (cfg, grid)
+    problem = tmp_path / "axpy2d.py"
+    problem.write_text(PROBLEM)
+    control = tmp_path / "control.py"
+    control.write_text(out)
+    verdict = gate.check_file(control, gate.load_case(problem), "interpret", cache=False)
+    assert verdict.ok, verdict.reason
+
+
+MM = '''import math
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mm_k(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    om = tl.program_id(0) * BM + tl.arange(0, BM)
+    on = tl.program_id(1) * BN + tl.arange(0, BN)
+    ok = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + om[:, None] * K + (k + ok)[None, :], mask=(om[:, None] < M) & ((k + ok)[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + (k + ok)[:, None] * N + on[None, :], mask=((k + ok)[:, None] < K) & (on[None, :] < N), other=0.0)
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + om[:, None] * N + on[None, :], acc, mask=(om[:, None] < M) & (on[None, :] < N))
+
+
+def run(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=torch.float32)
+    grid = GRID
+    mm_k[grid](a, b, c, M, N, K, BM=32, BN=64, BK=16)
+    return c
+'''
+
+
+def test_counts_rounded_up_by_a_sum_or_by_ceil_follow_the_tiles() -> None:
+    # neither was rewritten before: the tiles were swept under the written counts
+    src = MM.replace("GRID", "((M + 32 - 1) // 32, math.ceil(N / 64))")
+    for text in [autotune_control(src)] + [
+            ir.unparse() for _, ir, _ in config_candidates({}, kir.parse(src, "triton"),
+                                                           own=True, every=True)]:
+        counts = _counts(text, "mm_k", {"M": 70, "N": 90})
+        assert any(c["BM"] != 32 or c["BN"] != 64 for c, _ in counts), counts
+        for cfg, grid in counts:
+            assert grid == (math.ceil(70 / cfg["BM"]), math.ceil(90 / cfg["BN"])), (cfg, grid)
+
+
+@pytest.mark.parametrize("count", ["(M + 15 + 16) // 32", "(M + 32) // 32"])
+def test_a_sum_rounding_by_constants_not_tied_to_the_tile_is_refused(count: str) -> None:
+    # `(M + 32) // meta["BM"]` is no count of BM's blocks once BM is not 32
+    src = MM.replace("GRID", f"({count}, triton.cdiv(N, 64))")
+    made = sweep_edit(kir.parse(src, "triton"), "mm_k",
+                      generic_configs(joint_config(kir.parse(src, "triton"))["mm_k"]))
+    assert hasattr(made, "reason") and "rounds" in made.reason, made
+
+
+def test_a_grid_a_helper_computes_keeps_the_tiles_that_scale_program_ids() -> None:
+    src = MM.replace("GRID", "tiles_grid(M, N, 32, 64)").replace(
+        "def run(", "def tiles_grid(m, n, bm, bn):\n    return (triton.cdiv(m, bm), "
+        "triton.cdiv(n, bn))\n\n\ndef run(")
+    out = autotune_control(src)
+    assert "BM=32, BN=64)" in out, out  # the helper's count stays right at these tiles
+    configs = _configs(out)
+    assert configs and all(set(c) == {"BK"} for c in configs), configs
+    assert {c["BK"] for c in configs} - {16}, configs
+
+
+FLOORED = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def silu_k(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, MASK)
+    tl.store(o_ptr + offs, x * tl.sigmoid(x), MASK)
+
+
+def run(x):
+    o = torch.empty_like(x)
+    n = x.numel()
+    silu_k[(n // 256,)](x, o, n, BLOCK=256)
+    return o
+'''
+
+
+def test_a_floored_count_is_rounded_up_where_the_tile_may_grow() -> None:
+    # sizes are multiples of 256 (the author's floor is exact there), not of 1024
+    out = autotune_control(FLOORED.replace("MASK", "mask=offs < n"))
+    counts = _counts(out, "silu_k", {"n": 1280})
+    assert max(c["BLOCK"] for c, _ in counts) > 256, counts
+    for cfg, grid in counts:
+        assert grid == (math.ceil(1280 / cfg["BLOCK"]),), (cfg, grid)
+
+
+def test_a_floored_count_stays_floored_where_the_tile_only_shrinks() -> None:
+    # no mask: the tile only shrinks to a divisor, whose whole blocks cover what 256's did
+    # (rounding up would run a partial block past the end, unmasked)
+    src = FLOORED.replace(", MASK", "")
+    made = config_candidates({}, kir.parse(src, "triton"), own=True, every=True)
+    assert made
+    for _, ir, _ in made:
+        text = ir.unparse()
+        assert "(n // meta[\"BLOCK\"]" in text, text
+        for cfg, grid in _counts(text, "silu_k", {"n": 1280}):
+            assert cfg["BLOCK"] <= 256 and grid == (1280 // cfg["BLOCK"],), (cfg, grid)
