@@ -205,3 +205,16 @@ def test_a_floored_count_stays_floored_where_the_tile_only_shrinks() -> None:
         assert "(n // meta[\"BLOCK\"]" in text, text
         for cfg, grid in _counts(text, "silu_k", {"n": 1280}):
             assert cfg["BLOCK"] <= 256 and grid == (1280 // cfg["BLOCK"],), (cfg, grid)
+
+
+
+def test_two_tiles_of_one_role_keep_their_ratio_in_the_generic_list() -> None:
+    # both tiles count output blocks (role `grid`): the list scaled one value into both, so
+    # the 32x64 tile the author wrote became 32x32, 64x64, 128x128 and never ran as written
+    lists = [_configs(autotune_control(ROUNDED))] + [
+        cfgs for _, _, cfgs in config_candidates({}, kir.parse(ROUNDED, "triton"), own=True,
+                                                 every=True)]
+    for configs in lists:
+        assert {"BM": 32, "BN": 64} in [{k: c[k] for k in ("BM", "BN")} for c in configs], configs
+        assert all(c["BN"] == 2 * c["BM"] for c in configs), configs
+        assert len({c["BM"] for c in configs}) > 1, configs

@@ -1461,12 +1461,15 @@ class SweepRefusal:
 def fit_configs(target: KernelConfig, configs: Sequence[Mapping[str, Any]]) -> list[dict[str, int]]:
     """Role-keyed configs (`{"m": 128, "n": 256, "k": 64, "num_warps": 8, ...}`) as the target's
     own parameter values: a role the target lacks is dropped, a tunable parameter the configs
-    do not set keeps its current value, duplicates go (first kept). Parameters of a role that
-    several share (two `vec` blocks) all take the role's value. A loop step the host computes
+    do not set keeps its current value, duplicates go (first kept). The role's value goes to
+    its first parameter (`KernelConfig.by_role`); others of the same role keep their ratio to
+    it (a 16x128 tile of two `grid` blocks at a `grid` of 32 is 32x256, not 32x32, which would
+    never run the shape the author wrote). A loop step the host computes
     (no literal value) takes the `loop` a config sets explicitly: any step walks the same
     range (`sweep_edit` keeps it only where every config sets it and the loop is masked)."""
     out: list[dict[str, int]] = []
     seen: set[tuple[tuple[str, int], ...]] = set()
+    first = target.by_role()
     for cfg in configs:
         values: dict[str, int] = {}
         for p in target.params:
@@ -1474,7 +1477,8 @@ def fit_configs(target: KernelConfig, configs: Sequence[Mapping[str, Any]]) -> l
                 if p.role == "loop" and "loop" in cfg:
                     values[p.name] = int(cfg["loop"])
                 continue
-            v = int(cfg.get(p.role, p.value))
+            v = max(1, p.value * int(cfg[p.role]) // first[p.role]) if p.role in cfg \
+                else p.value
             # a `vec` block is all of its masked range a program covers: smaller drops elements
             values[p.name] = max(v, p.value) if p.role == "vec" else v
         values["num_warps"] = int(cfg.get("num_warps", target.num_warps))
