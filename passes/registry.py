@@ -27,6 +27,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "software-pipelining": ("passes.triton.launch", "SoftwarePipelining"),
     "loop-depth": ("passes.triton.loop_depth", "LoopDepth"),
     "loop-unroll": ("passes.triton.loop_unroll", "LoopUnroll"),
+    "loop-interchange": ("passes.triton.loop_interchange", "LoopInterchange"),
     "split-k": ("passes.triton.split_k", "SplitK"),
     # selection / scan / histogram constructs; listed before autotune so that a flag or width
     # the autotuner searches is pinned (autotune removed) before these passes remove it
