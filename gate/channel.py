@@ -100,7 +100,8 @@ def classify(exc: BaseException) -> FailureKind:
     if "illegal memory access" in text or "illegal_address" in text or "misaligned address" in text \
             or "illegal address" in text:
         return FailureKind.ILLEGAL_ADDRESS
-    if "compilationerror" in text or "compiletimeassertion" in text or "ptxas" in text:
+    if "compilationerror" in text or "compiletimeassertion" in text or "ptxas" in text \
+            or any(getattr(e, "compile_refusal", False) is True for e in exception_chain(exc)):
         return FailureKind.COMPILE_ERROR
     return FailureKind.RUNTIME_ERROR
 

@@ -413,7 +413,32 @@ class LaunchMonitor:
     given: list[tuple[Any, ...]] = field(default_factory=list)
     """Beside `sequence`, per launch: its arguments as given (`HostBytes.before`), empty where
     none was read (no `host_bytes`, a launch skipped)."""
+    refused: str | None = None
+    """Why Triton's JIT would not launch a kernel the candidate launched in the interpreter
+    (`gate.interpdeps.refusal`), the first such; None: none was."""
     _owned: dict[str, bool] = field(default_factory=dict)
+    _vetted: dict[int, str | None] = field(default_factory=dict)
+
+    def vet(self, kernel: Any) -> None:
+        """Refuse (`interpdeps.CompileRefusal`) an interpreted kernel the GPU's JIT would not
+        launch, and note it in `refused` (a candidate that catches the refusal is refused
+        still); each kernel object is read once."""
+        from gate import interpdeps  # noqa: PLC0415
+
+        key = id(kernel)
+        if key not in self._vetted:
+            self._vetted[key] = interpdeps.refusal(kernel)
+        reason = self._vetted[key]
+        if reason is not None:
+            name = getattr(kernel, "__name__", "kernel")
+            self.note_refusal(f"{name}: {reason}")
+            raise interpdeps.CompileRefusal(
+                f"Triton's JIT would not launch {name} on a GPU ({reason}); the interpreter "
+                f"runs what it references on the host")
+
+    def note_refusal(self, reason: str) -> None:
+        """Keep the first reason a kernel was refused for (`refused`)."""
+        self.refused = self.refused or reason
 
     def reset(self, mode: str = "run", inputs: Iterable[Any] = ()) -> None:
         """A new call's counts, on `inputs` (their storages are not read: `host_bytes`)."""
@@ -533,6 +558,8 @@ class LaunchMonitor:
             stream = None
             if monitor.gate_stream is not None:
                 stream = int(torch.cuda.current_stream().cuda_stream)
+            if monitor.isolate:
+                monitor.vet(jit_self)
             name = getattr(jit_self.fn, "__name__", "kernel")
             monitor.names.add(name)
             monitor._on_launch(name, stream, launch_detail(args, kwargs))

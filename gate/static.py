@@ -308,9 +308,11 @@ def _compile_one(index: int) -> dict[str, Any] | str:
     ).to_json()
 
 
-def _prewarm(compiles: list[_TritonCompile]) -> None:
+def _prewarm(compiles: list[_TritonCompile]) -> list[str]:
     """Compute once, before forking, the hashes every compile needs (Triton hashes its whole
-    installation for its cache key): otherwise each child pays for it again."""
+    installation for its cache key): otherwise each child pays for it again. The kernels whose
+    own hash the JIT refuses (a reference to a Python function that is not Triton's, which the
+    JIT refuses to launch though `triton.compile` may accept it), each with Triton's words."""
     for where in ("triton.runtime.cache", "triton.compiler.compiler"):
         try:
             module = __import__(where, fromlist=["triton_key"])
@@ -318,8 +320,13 @@ def _prewarm(compiles: list[_TritonCompile]) -> None:
             break
         except (ImportError, AttributeError):
             continue
+    refused: list[str] = []
     for c in compiles:
-        getattr(c.fn, "cache_key", None)
+        try:
+            getattr(c.fn, "cache_key", None)
+        except (RuntimeError, TypeError) as exc:  # DependenciesFinder's refusals
+            refused.append(f"{c.fn.__name__}: {describe(exc, 600)}")
+    return refused
 
 
 def _fork_map(n: int, workers: int) -> list[dict[str, Any] | str]:
@@ -377,7 +384,10 @@ def _triton_facts(chan: Channel, job: Job) -> list[CompileFacts]:
     os.environ.setdefault("TRITON_DUMP_PTXAS_LOG", "1")
     compiles, groups = _record_launches(chan, job)
     _PENDING[:] = compiles
-    _prewarm(compiles)
+    refused = _prewarm(compiles)
+    if refused:
+        chan.reject(FailureKind.COMPILE_ERROR, "compile",
+                    f"Triton's JIT would not launch {refused[0]}")
     workers = max(1, min(len(compiles), os.cpu_count() or 1))
     if workers == 1:
         results = [_compile_one(i) for i in range(len(compiles))]

@@ -1506,9 +1506,10 @@ class _Runner:
                                             host_bytes=guards.HostBytes() if self.device == "cpu" else None)
         if self.job.language == "triton":
             if self.job.tier == "interpret":
-                from gate import interpcalls  # noqa: PLC0415
+                from gate import interpcalls, interpdeps  # noqa: PLC0415
 
                 interpcalls.install()
+                interpdeps.install_constexpr_check(self.monitor.note_refusal)
             self.monitor.install_triton()
         emulating = self.job.tier == "emulate" and self.job.language == "cuda"
         if emulating:
@@ -1726,6 +1727,10 @@ class _Runner:
         if res["exc"] is not None:
             exc = res["exc"]
             chan.reject(classify(exc), stage, f"run raised on {what}: {describe(exc)}")
+        if self.monitor.refused is not None:  # refused, and the refusal caught
+            chan.reject(FailureKind.COMPILE_ERROR, "compile",
+                        f"on {what} the candidate launched a kernel Triton's JIT would not launch "
+                        f"on a GPU: {self.monitor.refused}")
         if trace.reference_calls:
             chan.reject(FailureKind.REFERENCE_CALL, "anti_cheat",
                         f"the candidate called the case's reference on {what} "
@@ -1780,21 +1785,20 @@ class _Runner:
                          f"({', '.join(sorted(first)) or 'none'}): it tells the gate's calls apart "
                          f"(sealed inputs, a set seen before) and computes differently in some")
 
-    def check_sealed_launches(self, variant: str, inputs: tuple[Any, ...], launched: Any,
+    def check_sealed_launches(self, variant: str, ints: tuple[Any, ...], launched: Any,
                               kind: FailureKind, what: str, why: str) -> None:
         """A call launches as the variant's correctness calls after its first did on sets of
-        the same integers (kernels, grids, integer arguments: `guards.odd_launches`), where the
-        case's inputs hold no integer tensor: the sealed call, the knockout call (on the first
-        seed's set again: one a cache of answers answers). A candidate that tells such a call
-        apart and runs its kernels idle in the others (on 0 elements) launches otherwise. So
+        the same integers (`ints`, the call's set's `_integers` as drawn): kernels, grids,
+        integer arguments (`guards.odd_launches`). So the sealed call, and the knockout call (on
+        the first seed's set again: one a cache of answers answers). A candidate that tells such
+        a call apart and runs its kernels idle in the others (on 0 elements) launches otherwise. So
         does one that keeps its launches and flips a float argument (a flag its kernel picks a
         path by): a float argument that held one value in every such correctness call holds it
         here too (`guards.odd_floats`), where that says something: two calls or more, or inputs
         without a float scalar (a float drawn with the inputs, or made from one, differs
         between sets). On the CPU tiers, so does a flag in a buffer host code writes
         (`check_given`)."""
-        ints = _integers(inputs, self.cap)
-        seen = self.seed_launches.get((variant, ints)) if ints is not None else None
+        seen = self.seed_launches.get((variant, ints))
         if not seen:
             return
         odd = self.guards.odd_launches([*(s.shape for s in seen), launched.shape])
@@ -1935,9 +1939,7 @@ class _Runner:
             if seed == self.job.seeds[0]:
                 self.launched[variant] = launched.kernels
             else:  # a set-up done once is in the first call alone
-                ints = _integers(original, self.cap)
-                if ints is not None:
-                    self.seed_launches.setdefault((variant, ints), []).append(launched)
+                self.seed_launches.setdefault((variant, _integers(original, self.cap)), []).append(launched)
             self.check_same_kernels(variant, launched, FailureKind.FALLBACK, "correctness",
                                     f"{variant}/seed {seed}")
             self.send_out(variant, phase, seed, res, ((variant, phase, seed), original))
@@ -2062,7 +2064,8 @@ class _Runner:
                 self.check_inputs(inputs, original, f"the {phase} run")
                 self.check_output_types(res["out"], f"the {phase} run")
                 if mode == "silent":  # the first seed's set again, unsealed
-                    self.check_sealed_launches(variant, inputs, res["launched"], FailureKind.REUSED_OUTPUT,
+                    self.check_sealed_launches(variant, _integers(original, self.cap), res["launched"],
+                                               FailureKind.REUSED_OUTPUT,
                                                f"the {phase} run",
                                                "it launches otherwise on a set it has seen (a "
                                                "cache of answers)")
@@ -2081,6 +2084,7 @@ class _Runner:
         seed = self.sealed_seed()
         for variant in self.shapes:
             inputs, masked = self._sealed_inputs((variant, PHASE_SEALED, seed))
+            ints = _integers(inputs, self.cap)  # as drawn: host code may write its inputs
             seal = self.guards.Seal(inputs, self.cap, check=self.beside_launch,
                                     keys=functools.partial(self._seal_keys, variant), masked=masked)
             res = self.call(inputs, "run", seal=seal)
@@ -2098,7 +2102,7 @@ class _Runner:
                                  f"kernels: {describe(res['exc'])} (host code reads input values)")
             self.check_call(res, inputs, None, "anti_cheat", what)
             self.check_same_kernels(variant, res["launched"], FailureKind.HOST_COMPUTE, "anti_cheat", what)
-            self.check_sealed_launches(variant, inputs, res["launched"], FailureKind.HOST_COMPUTE, what,
+            self.check_sealed_launches(variant, ints, res["launched"], FailureKind.HOST_COMPUTE, what,
                                        "it tells the sealed call apart and computes differently "
                                        "in the others")
             self.send_out(variant, PHASE_SEALED, seed, res)
@@ -2324,16 +2328,24 @@ class _Runner:
                                    f"({self.kernels.reason[:200]})")
 
 
-def _integers(inputs: tuple[Any, ...], cap: Any) -> tuple[Any, ...] | None:
-    """What of an input set is not float values: its scalars other than floats, and each
-    float tensor's dtype and shape; None where it holds an integer, bool or complex tensor (the
-    gate does not compare their values)."""
+def _integers(inputs: tuple[Any, ...], cap: Any) -> tuple[Any, ...]:
+    """What of an input set is not float values: its scalars other than floats, each float
+    (or complex) tensor's dtype and shape, and each integer or bool tensor's dtype, shape and
+    a digest of its values. Sets of a case whose integer tensors are drawn anew (indices) are
+    of different integers; a case's fixed ones (a grouped product's row offsets) make the
+    sealed and knockout calls comparable with the correctness calls as floats alone do."""
     out: list[Any] = []
     for value in inputs:
         if type(value) is cap.tensor_type:
-            if not cap.is_floating_point(value):
-                return None
-            out.append((str(value.dtype), tuple(value.shape)))
+            if cap.is_floating_point(value) or cap.is_complex(value):
+                out.append((str(value.dtype), tuple(value.shape)))
+                continue
+            import hashlib  # noqa: PLC0415
+
+            flat = cap.view(cap.contiguous(cap.cpu(value)), -1)
+            raw = cap.numpy(cap.view(flat, sys.modules["torch"].uint8)).tobytes()
+            digest = hashlib.blake2b(raw, digest_size=16).hexdigest()
+            out.append((str(value.dtype), tuple(value.shape), digest))
         elif isinstance(value, float):
             out.append(float)
         elif isinstance(value, (bool, int, str)) or value is None:

@@ -1,0 +1,131 @@
+"""What Triton's JIT refuses to launch on a GPU, the interpret tier refuses to run.
+
+Before a kernel's first launch the JIT hashes its source and all it references
+(`triton.runtime.jit.DependenciesFinder`, through `JITFunction.cache_key`) and raises on a
+reference to a Python function that is not a Triton one: a plain function, a NumPy or torch
+function, named as a global or reached through a module object. The compiler would call such
+a function once, at compile time, on IR values; Triton's interpreter calls it in every program
+on the blocks' values. A kernel that computes through one (NumPy on its loads) passes on the
+CPU and does not launch on a GPU; one that tells the two apart computes the operator only when
+interpreted. `refusal` runs Triton's own finder over an interpreted kernel and the
+`@triton.jit` functions it reaches (which the interpreter keeps as `InterpretedFunction`, not
+the `JITCallable` the finder knows).
+
+A `triton.constexpr_function` is Triton's way of calling Python from a kernel: at compile time,
+on constants, for a constant. Interpreted, it is called on whatever the kernel passes; its
+result must be a constant still (`constant_result`): a number, a string, a dtype, None, or a
+tuple or list of those, not a block of values.
+
+Imports nothing from the gate: the launch hooks (`gate.guards`) call it on a kernel's first
+launch in the interpreter.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+
+class CompileRefusal(Exception):
+    """A kernel the GPU's JIT would not launch or compile, refused before the interpreter ran
+    it (`gate.channel.classify` reads it as a compile error)."""
+
+    compile_refusal = True
+
+
+def _interpreted_class() -> type | None:
+    try:
+        from triton.runtime.interpreter import InterpretedFunction  # noqa: PLC0415
+    except ImportError:
+        return None
+    return InterpretedFunction
+
+
+def refusal(kernel: Any) -> str | None:
+    """Why Triton's JIT would refuse `kernel` (an interpreted `@triton.jit` function) or a
+    `@triton.jit` function it references, in Triton's words; None where it would not, or where
+    `kernel` is not interpreted or this Triton has no such finder."""
+    interpreted = _interpreted_class()
+    try:
+        from triton.runtime import jit  # noqa: PLC0415
+    except ImportError:
+        return None
+    finder = getattr(jit, "DependenciesFinder", None)
+    if interpreted is None or finder is None or not isinstance(kernel, interpreted):
+        return None
+    seen: set[int] = set()
+
+    class Finder(finder):  # type: ignore[misc, valid-type]
+        def record_reference(self, val: Any, var_dict: Any = None, name: Any = None) -> None:
+            if isinstance(val, interpreted):
+                visit(val.fn)  # a @triton.jit helper: what Triton hashes, and checks, in turn
+                return
+            super().record_reference(val, var_dict, name)
+
+    def visit(fn: Any) -> None:
+        if id(fn) in seen:
+            return
+        seen.add(id(fn))
+        src = textwrap.dedent(inspect.getsource(fn))
+        start = re.search(r"^def\s+\w+\s*\(", src, re.MULTILINE)
+        src = src[start.start():] if start else src
+        nonlocals = inspect.getclosurevars(fn).nonlocals
+        Finder(name=getattr(fn, "__qualname__", "kernel"), globals=fn.__globals__,
+               nonlocals=nonlocals, src=src).visit(ast.parse(src))
+
+    try:
+        visit(kernel.fn)
+    except (RuntimeError, TypeError) as exc:  # the finder's refusals
+        return f"{type(exc).__name__}: {exc}"
+    except (OSError, SyntaxError):  # no source to read: the interpreter cannot run it either
+        return None
+    return None
+
+
+def constant_result(value: Any) -> bool:
+    """Whether `value` is a compile-time constant (what a constexpr function may give a
+    kernel)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (tuple, list)):
+        return all(constant_result(v) for v in value)
+    try:
+        import triton.language as tl  # noqa: PLC0415
+    except ImportError:
+        return False
+    if isinstance(value, tl.constexpr):
+        return constant_result(value.value)
+    return isinstance(value, tl.dtype)
+
+
+def install_constexpr_check(on_refusal: Callable[[str], None] | None = None) -> bool:
+    """From now on in this process, a `triton.constexpr_function` called while interpreting
+    whose result is not a constant raises `CompileRefusal`, after telling `on_refusal` why
+    (the caller's record holds where candidate code catches the exception); whether it is in
+    place (where it already was, `on_refusal` is the first installer's)."""
+    try:
+        from triton import knobs  # noqa: PLC0415
+        from triton.runtime.jit import ConstexprFunction  # noqa: PLC0415
+    except ImportError:
+        return False
+    if getattr(ConstexprFunction, "_klineage_constant_check", False):
+        return True
+    original = ConstexprFunction.__call__
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if knobs.runtime.interpret and not constant_result(result):
+            reason = (f"constexpr function {getattr(self, '__name__', '?')} returned a "
+                      f"{type(result).__name__}, not a constant: a constexpr function runs at "
+                      f"compile time on constants (the interpreter calls it on the kernel's values)")
+            if on_refusal is not None:
+                on_refusal(reason)
+            raise CompileRefusal(reason)
+        return result
+
+    ConstexprFunction.__call__ = call
+    ConstexprFunction._klineage_constant_check = True
+    return True
