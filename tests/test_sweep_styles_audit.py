@@ -146,12 +146,46 @@ def test_counts_rounded_up_by_a_sum_or_by_ceil_follow_the_tiles() -> None:
 
 
 @pytest.mark.parametrize("count", ["(M + 15 + 16) // 32", "(M + 32) // 32"])
-def test_a_sum_rounding_by_constants_not_tied_to_the_tile_is_refused(count: str) -> None:
-    # `(M + 32) // meta["BM"]` is no count of BM's blocks once BM is not 32
+def test_a_count_rounded_by_constants_not_tied_to_the_tile_holds_the_tile(count: str) -> None:
+    # `(M + 32) // meta["BM"]` is no count of BM's blocks once BM is not 32: BM keeps its 32
+    # (the written count is right there) and the rest is swept around it
     src = MM.replace("GRID", f"({count}, triton.cdiv(N, 64))")
     made = sweep_edit(kir.parse(src, "triton"), "mm_k",
                       generic_configs(joint_config(kir.parse(src, "triton"))["mm_k"]))
-    assert hasattr(made, "reason") and "rounds" in made.reason, made
+    assert not hasattr(made, "reason"), made
+    assert all("BM" not in c for c in made[1]) and {c["BN"] for c in made[1]} - {64}, made[1]
+    out = autotune_control(src)
+    assert "BM=32)" in out and f"({count}, triton.cdiv(N, meta[" in out, out
+
+
+UNROLLED = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_sq(x_ptr, o_ptr, n, BLOCK: tl.constexpr, UNROLL: tl.constexpr):
+    base = tl.program_id(0) * BLOCK * UNROLL
+    for u in tl.static_range(UNROLL):
+        offs = base + u * BLOCK + tl.arange(0, BLOCK)
+        r = tl.maximum(tl.load(x_ptr + offs, mask=offs < n), 0.0)
+        tl.store(o_ptr + offs, r * r, mask=offs < n)
+
+
+def run(x):
+    o = torch.empty_like(x)
+    relu_sq[(triton.cdiv(x.numel(), 256 * 4),)](x, o, x.numel(), BLOCK=256, UNROLL=4)
+    return o
+'''
+
+
+def test_a_tile_whose_count_is_a_product_keeps_its_value_and_the_warps_are_swept() -> None:
+    # `cdiv(n, 256 * 4)` counts blocks of BLOCK * UNROLL: no literal there is BLOCK's copy, so
+    # BLOCK keeps its value; the kernel was refused outright before, its warps never swept
+    out = autotune_control(UNROLLED)
+    assert "BLOCK=256, UNROLL=4)" in out and "cdiv(x.numel(), 256 * 4)" in out, out
+    configs = _configs(out)
+    assert configs and all("BLOCK" not in c for c in configs), configs
 
 
 def test_a_grid_a_helper_computes_keeps_the_tiles_that_scale_program_ids() -> None:

@@ -1592,8 +1592,10 @@ def sweep_edit(
     take tuned parameters (a tile the kernel does not bounds-check only shrinks, to a divisor of
     its value: `unchecked_tiles`): a launch a host helper makes for other kernels too
     (`PyModule.shared_launch`), a launch that passes a tile positionally before other arguments, a
-    grid that cannot be rewritten to read the tuned tiles, a host value reused beyond the
-    launch. A tile of a role that shapes the grid which a grid of the meta-parameters does not
+    grid that cannot be rewritten to read the tuned tiles. A tile the host reads beyond the
+    launch (`_host_pinned`), or whose block count a host grid cannot be made to follow
+    (`_grid_unfollowed`), keeps its written value; refused only when nothing else is left to
+    tune. A tile of a role that shapes the grid which a grid of the meta-parameters does not
     read keeps its value in every configuration (`_grid_unread`); refused only when nothing
     else is left to tune. Buffers the autotuner's trial runs would change (atomics, in-place
     updates, a tensor passed as both input and output) are restored between them
@@ -1622,9 +1624,15 @@ def sweep_edit(
     if shared is not None:
         return SweepRefusal(shared, {"kernel": kernel_name})
     pinned = _host_pinned(mod, launches, current)
-    if pinned:  # the host needs these tiles as they are: the sweep tunes the rest around them
+    # the host needs these tiles as they are, or the grid cannot count their blocks: the sweep
+    # tunes the rest around them
+    while True:
         current = dataclasses.replace(current, params=tuple(
             dataclasses.replace(p, value=None) if p.name in pinned else p for p in current.params))
+        unfollowed = _grid_unfollowed(mod, kernel, launches, current)
+        if not unfollowed:
+            break
+        pinned = {**pinned, **unfollowed}
     fitted = _within_unchecked(fit_configs(current, configs), unchecked_caps(mod, kernel, current))
     fitted = _host_steps_whole(fitted, current, unchecked_tiles(kernel) | set(pinned))
     unread = _grid_unread(mod, launches, current)
@@ -1853,6 +1861,22 @@ def _host_pinned(mod: PyModule, launches: Sequence[Launch],
                             f"which tile's block count that is cannot be told: {name} keeps "
                             f"its value", {"tile": name, "line": sub.lineno})
     return out
+
+
+def _grid_unfollowed(mod: PyModule, kernel: ast.FunctionDef, launches: Sequence[Launch],
+                     current: KernelConfig) -> dict[str, SweepRefusal]:
+    """Tunable tiles whose block count a launch's host grid cannot be made to follow
+    (`_grid_rewrite` refuses them: `cdiv(n, 256 * 4)` for BLOCK=256, a literal several tiles
+    share), with the reason: at their written value the grid is right, so they keep it."""
+    tunable = [p.name for p in current.params if p.value is not None]
+    unread = _grid_unread(mod, launches, current)
+    for launch in launches:
+        made = _grid_rewrite(mod, kernel, launch, tunable, launch.values(), held=unread)
+        if isinstance(made, SweepRefusal):
+            named = made.detail.get("tiles", made.detail.get("tile", ""))
+            names = [t for t in str(named).split(",") if t in tunable]
+            return {t: made for t in names}
+    return {}
 
 
 def _grid_nodes(mod: PyModule, kernel: ast.FunctionDef) -> frozenset[int]:
