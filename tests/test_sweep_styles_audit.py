@@ -252,3 +252,22 @@ def test_two_tiles_of_one_role_keep_their_ratio_in_the_generic_list() -> None:
         assert {"BM": 32, "BN": 64} in [{k: c[k] for k in ("BM", "BN")} for c in configs], configs
         assert all(c["BN"] == 2 * c["BM"] for c in configs), configs
         assert len({c["BM"] for c in configs}) > 1, configs
+
+
+def test_a_tile_resize_takes_the_round_up_term_along_and_refuses_a_floor() -> None:
+    from passes import Applied, get_pass  # noqa: PLC0415
+
+    def resized(src: str, tile: str) -> str | None:
+        ir = kir.parse(src, "triton")
+        step = get_pass("tile-sizes")()
+        site = next(s for s in step.sites(ir) if not s.present and s.detail["tile"] == tile)
+        made = step.optimize(ir, site)
+        return made.ir.unparse() if isinstance(made, Applied) else None
+
+    # `(M + 32 - 1) // 64` would leave the rows past the last whole 64-row block unwritten
+    out = resized(MM.replace("GRID", "((M + 32 - 1) // 32, math.ceil(N / 64))"), "BM")
+    assert out is not None and "grid = ((M + 64 - 1) // 64, math.ceil(N / 64))" in out, out
+    out = resized(MM.replace("GRID", "((M + 32 - 1) // 32, math.ceil(N / 64))"), "BN")
+    assert out is not None and "math.ceil(N / 128))" in out, out
+    # a floor count cannot follow a larger tile: the resize is refused
+    assert resized(MM.replace("GRID", "(M // 32, triton.cdiv(N, 64))"), "BM") is None

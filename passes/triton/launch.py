@@ -400,9 +400,11 @@ def _grid_copies(mod: PyModule, holder: ast.AST | None, tile: str,
     `literal` it writes (`kernel[(cdiv(M, 32), ...)](..., BM=32)`), told by data flow
     (`roles._literal_owners`), each with what it is less than the tile (0 for `cdiv(M, 32)`,
     1 for the 31 of `(M + 31) // 32`): resized with the tile, they keep the grid covering the
-    output. Empty where the grid has none, where one of the tile's value cannot be told apart
-    from another tile's, or where the grid is a name read beyond this launch."""
+    output (`roles._count_copies`). Empty where the grid has none, where one of the tile's
+    value cannot be told apart from another tile's, where a count floors (`M // 32`) or rounds
+    in a way the tile cannot take along, or where the grid is a name read beyond this launch."""
     from passes.triton.roles import (  # noqa: PLC0415
+        _count_copies,
         _division,
         _literal_owners,
         kernel_launches,
@@ -435,12 +437,12 @@ def _grid_copies(mod: PyModule, holder: ast.AST | None, tile: str,
             return []
         if tile not in owners:
             continue
-        out.append((found[1], 0))
-        left = division.left if isinstance(division, ast.BinOp) else None
-        if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Add):
-            if literal_int(left.right) != value - 1:
-                return []
-            out.append((left.right, 1))
+        # the round-up term of `(M + 31) // 32` follows the tile; a floor `M // 32` would
+        # leave the rows past a larger tile's last whole block unwritten
+        copies = _count_copies(grid, found[1])
+        if copies is None or copies == "floor":
+            return []
+        out += [(found[1], 0), *copies]
     return out
 
 

@@ -2763,18 +2763,14 @@ def _sum_terms(node: ast.AST) -> list[tuple[ast.AST, int]]:
     return [(node, 1)]
 
 
-def _count_follows(mod: PyModule, grid: ast.AST, divisor: ast.AST, tile: str,
-                   shrinks_only: bool) -> list[tuple[int, int, str]] | SweepRefusal:
-    """The edits (byte spans in the module, text) beyond `divisor` -> `meta[tile]` that keep a
-    floor division of a host grid counting the tile's blocks: the round-up term of
-    `(X + 31) // 32` (`meta[tile] - 1`) or `(X + 32 - 1) // 32` (`meta[tile]`); a floor
-    `X // 32` rounded up (`(X + meta[tile] - 1) // meta[tile]`), since a larger tile would
-    leave the rows past its last whole block unwritten, unless the tile only shrinks to a
-    divisor of its value (`unchecked_tiles`: whole blocks stay whole). A count rounded up by
-    negation (`-(-X // 32)`), `cdiv`, `ceil` or `(X - 1) // 32 + 1` needs none. Refused where
-    the sum's constants round by another amount (`(X + 32) // 32`, one block more than whole
-    ones, is no count of a larger tile's blocks) or by the tile's value less one not written
-    as one term (`(X + 15 + 16) // 32`)."""
+def _count_copies(grid: ast.AST, divisor: ast.AST) -> list[tuple[ast.AST, int]] | str | None:
+    """The literals beyond `divisor` (a literal tile's copy dividing a block count of a host
+    grid) that copy the tile, each with what it is less than the tile: the 32 of `(X + 32 - 1)
+    // 32` (0) and the 31 of `(X + 31) // 32` (1). Empty where none is (a count rounded up by
+    `cdiv`, `ceil`, negation `-(-X // 32)` or `(X - 1) // 32 + 1`); "floor" for a floor `X //
+    32`, whose count a larger tile leaves short; None where the sum's constants round by
+    another amount (`(X + 32) // 32`, one block more than whole ones) or by the tile's value
+    less one not written as one term (`(X + 15 + 16) // 32`)."""
     division = next((n for n in ast.walk(grid) if isinstance(n, ast.BinOp)
                      and isinstance(n.op, ast.FloorDiv) and n.right is divisor), None)
     value = literal_int(divisor)
@@ -2784,24 +2780,43 @@ def _count_follows(mod: PyModule, grid: ast.AST, divisor: ast.AST, tile: str,
     terms = _sum_terms(division.left)
     consts = [(t, sign, literal_int(t)) for t, sign in terms if literal_int(t) is not None]
     rounding = sum(sign * v for _, sign, v in consts)
-    meta = f'meta["{tile}"]'
     if rounding == 0 or len(consts) == len(terms):  # a floor (of a size, or a constant one)
-        if shrinks_only:
-            return []
-        left = division.left
-        return [(mod.start(left), mod.start(left), "("),
-                (mod.end(left), mod.end(left), f" + {meta} - 1)")]
+        return "floor"
     if rounding == -1:  # (X - 1) // 32 + 1
         return []
-    for t, sign, v in consts:
-        if rounding == value - 1 and sign > 0 and v == value:  # (X + 32 - 1) // 32
-            return [(mod.start(t), mod.end(t), meta)]
-    for t, sign, v in consts:
-        if rounding == value - 1 and sign > 0 and len(consts) == 1:  # (X + 31) // 32
-            return [(mod.start(t), mod.end(t), f"({meta} - 1)")]
-    return SweepRefusal(
-        f"the grid rounds its count of {tile}'s blocks up by constants the sweep cannot resize "
-        f"with {tile} (line {division.lineno})", {"tile": tile, "line": division.lineno})
+    if rounding == value - 1:
+        whole = [t for t, sign, v in consts if sign > 0 and v == value]
+        if whole:  # (X + 32 - 1) // 32
+            return [(whole[0], 0)]
+        if len(consts) == 1:  # (X + 31) // 32
+            return [(consts[0][0], 1)]
+    return None
+
+
+def _count_follows(mod: PyModule, grid: ast.AST, divisor: ast.AST, tile: str,
+                   shrinks_only: bool) -> list[tuple[int, int, str]] | SweepRefusal:
+    """The edits (byte spans in the module, text) beyond `divisor` -> `meta[tile]` that keep a
+    block count of a host grid counting the tile's blocks (`_count_copies`): its copies in the
+    sum resized with it (`meta[tile] - 1` for the 31 of `(X + 31) // 32`); a floor `X // 32`
+    rounded up (`(X + meta[tile] - 1) // meta[tile]`), unless the tile only shrinks to a
+    divisor of its value (`unchecked_tiles`: whole blocks stay whole). Refused where the count
+    rounds in a way the tile cannot take along."""
+    copies = _count_copies(grid, divisor)
+    meta = f'meta["{tile}"]'
+    if copies is None:
+        line = getattr(divisor, "lineno", 0)
+        return SweepRefusal(
+            f"the grid rounds its count of {tile}'s blocks up by constants the sweep cannot "
+            f"resize with {tile} (line {line})", {"tile": tile, "line": line})
+    if copies == "floor":
+        if shrinks_only:
+            return []
+        left = next(n.left for n in ast.walk(grid) if isinstance(n, ast.BinOp)
+                    and isinstance(n.op, ast.FloorDiv) and n.right is divisor)
+        return [(mod.start(left), mod.start(left), "("),
+                (mod.end(left), mod.end(left), f" + {meta} - 1)")]
+    return [(mod.start(t), mod.end(t), f"({meta} - {off})" if off else meta)
+            for t, off in copies]
 
 
 def _dividend(grid: ast.AST, node: ast.AST) -> ast.AST | None:
