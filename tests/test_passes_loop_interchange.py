@@ -191,3 +191,15 @@ def test_the_search_offers_the_rule_without_a_card() -> None:
     assert "loop-interchange" in {card.pass_name for card, _ in rule_offers(_ir(NCHW), ctx)}
     done = _ir(_interchanged(NCHW))
     assert "loop-interchange" not in {card.pass_name for card, _ in rule_offers(done, ctx)}
+
+
+def test_the_generic_list_tunes_the_channel_block_of_the_interchanged_kernel() -> None:
+    """The channel block steps the runtime loop either way: the generic list the search writes
+    for the rule's output tunes it as it does the start's (unrolled loops inside the runtime
+    loop do not make another loop the one that walks the reduction)."""
+    from lineage.control import autotune_control
+
+    start = autotune_control(NCHW)
+    out = autotune_control(_interchanged(NCHW))
+    assert '"BLOCK_C": 64' in start
+    assert out == _interchanged(start)

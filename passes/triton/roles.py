@@ -351,8 +351,11 @@ def _read_own_facts(kernel: ast.FunctionDef) -> _Facts:
     trip_scaled: dict[str, bool] = {}  # names scaling a value computed from a loop's trip
     compared = {n for c in ast.walk(kernel) if isinstance(c, ast.Compare) for n in names_in(c)}
     for loop in loops:
+        # a loop Triton unrolls (`tl.static_range`) inside the loop is part of its trip: the
+        # loop it sits in is the one that walks the reduction (channel blocks around taps)
         innermost_dot = _has_dot(loop) and not any(
             inner is not loop and _has_dot(inner)
+            and not (isinstance(inner, ast.For) and callee(inner.iter) in STATIC_RANGE)
             for inner in ast.walk(loop)
             if isinstance(inner, (ast.For, ast.While))
         )
