@@ -2370,6 +2370,8 @@ def _grid_rewrite(
             if tupled and element is None:
                 continue
             counts = element if element is not None else target
+            if element is not None and _constant_count(element) == 1:
+                continue  # one program along the axis whatever the tile (`cdiv(1, 64)`)
             if ((any(_division(n) is not None for n in ast.walk(counts))
                  or _host_division(mod, launch.site, counts) is not None
                  or not tupled and any(isinstance(n, ast.Call) for n in ast.walk(counts)))
@@ -2402,6 +2404,22 @@ def _grid_rewrite(
     if isinstance(grid, ast.Name):
         return [ByteEdit(mod.start(target), mod.end(target), new_text)]
     return [ByteEdit(mod.start(grid), mod.end(grid), new_text)]
+
+
+def _constant_count(node: ast.AST) -> int | None:
+    """The value of a grid element written with integer literals alone (`cdiv(1, 64)`,
+    `(1 + 63) // 64`); None where it reads a name or anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
+        a, b = _constant_count(node.left), _constant_count(node.right)
+        if a is None or b is None or isinstance(node.op, ast.FloorDiv) and b == 0:
+            return None
+        return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}.get(type(node.op), a // b if b else 0)
+    if isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
+        a, b = _constant_count(node.args[0]), _constant_count(node.args[1])
+        return -(-a // b) if a is not None and b else None
+    return None
 
 
 def _literal_owners(
