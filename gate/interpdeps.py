@@ -14,7 +14,11 @@ the `JITCallable` the finder knows).
 A `triton.constexpr_function` is Triton's way of calling Python from a kernel: at compile time,
 on constants, for a constant. Interpreted, it is called on whatever the kernel passes; its
 result must be a constant still (`constant_result`): a number, a string, a dtype, None, or a
-tuple or list of those, not a block of values.
+tuple or list of those, not a block of values. Only where a kernel calls it: the host code of a
+launch (a grid `lambda META: (triton.cdiv(META["n"], META["BLOCK"]),)`) gets the interpreter's
+tensors for the kernel's arguments in META, where a GPU launch gives it ints, and may call
+`triton.cdiv` on them (`in_kernel`: a frame of a kernel the launch hooks vetted is below the
+call).
 
 Imports nothing from the gate: the launch hooks (`gate.guards`) call it on a kernel's first
 launch in the interpreter.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import sys
 import textwrap
 from collections.abc import Callable
 from typing import Any
@@ -44,11 +49,33 @@ def _interpreted_class() -> type | None:
     return InterpretedFunction
 
 
+_KERNEL_FRAMES: set[tuple[str, str]] = set()
+"""(file, function name) of every interpreted kernel `refusal` was asked about: the interpreter
+runs a kernel as a copy of its function compiled again (another code object, the same file and
+name), so its frames are told by these."""
+
+
+def in_kernel(depth: int = 64) -> bool:
+    """Whether a frame of a kernel `refusal` was asked about is among the `depth` frames below
+    the caller's (the interpreter is running that kernel's body, or a function it called)."""
+    frame = sys._getframe(1)
+    while frame is not None and depth > 0:
+        code = frame.f_code
+        if (code.co_filename, code.co_name) in _KERNEL_FRAMES:
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
+
+
 def refusal(kernel: Any) -> str | None:
     """Why Triton's JIT would refuse `kernel` (an interpreted `@triton.jit` function) or a
     `@triton.jit` function it references, in Triton's words; None where it would not, or where
-    `kernel` is not interpreted or this Triton has no such finder."""
+    `kernel` is not interpreted or this Triton has no such finder. Notes the kernel's frames
+    for `in_kernel`."""
     interpreted = _interpreted_class()
+    code = getattr(getattr(kernel, "fn", None), "__code__", None)
+    if interpreted is not None and isinstance(kernel, interpreted) and code is not None:
+        _KERNEL_FRAMES.add((code.co_filename, code.co_name))
     try:
         from triton.runtime import jit  # noqa: PLC0415
     except ImportError:
@@ -102,8 +129,8 @@ def constant_result(value: Any) -> bool:
 
 
 def install_constexpr_check(on_refusal: Callable[[str], None] | None = None) -> bool:
-    """From now on in this process, a `triton.constexpr_function` called while interpreting
-    whose result is not a constant raises `CompileRefusal`, after telling `on_refusal` why
+    """From now on in this process, a `triton.constexpr_function` called by an interpreted
+    kernel (`in_kernel`) whose result is not a constant raises `CompileRefusal`, after telling `on_refusal` why
     (the caller's record holds where candidate code catches the exception); whether it is in
     place (where it already was, `on_refusal` is the first installer's)."""
     try:
@@ -117,7 +144,7 @@ def install_constexpr_check(on_refusal: Callable[[str], None] | None = None) -> 
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
-        if knobs.runtime.interpret and not constant_result(result):
+        if knobs.runtime.interpret and not constant_result(result) and in_kernel():
             reason = (f"constexpr function {getattr(self, '__name__', '?')} returned a "
                       f"{type(result).__name__}, not a constant: a constexpr function runs at "
                       f"compile time on constants (the interpreter calls it on the kernel's values)")
