@@ -2408,18 +2408,14 @@ def _grid_rewrite(
 
 def _constant_count(node: ast.AST) -> int | None:
     """The value of a grid element written with integer literals alone (`cdiv(1, 64)`,
-    `(1 + 63) // 64`); None where it reads a name or anything else."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-        return node.value
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
-        a, b = _constant_count(node.left), _constant_count(node.right)
-        if a is None or b is None or isinstance(node.op, ast.FloorDiv) and b == 0:
-            return None
-        return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}.get(type(node.op), a // b if b else 0)
+    `(1 + 63) // 64`: `compute._int_value` with no names known); None where it reads a name or
+    anything else."""
+    from passes.triton.compute import _int_value  # noqa: PLC0415 (compute imports this module)
+
     if isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
-        a, b = _constant_count(node.args[0]), _constant_count(node.args[1])
+        a, b = _int_value(node.args[0], {}), _int_value(node.args[1], {})
         return -(-a // b) if a is not None and b else None
-    return None
+    return _int_value(node, {})
 
 
 def _literal_owners(
