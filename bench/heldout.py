@@ -193,6 +193,12 @@ def _in_time(args: argparse.Namespace) -> bool:
     return left is None or left > 0
 
 
+def _control_not_gated() -> dict[str, Any]:
+    """The control entry of a record whose control gate --wall's deadline left undone."""
+    return {"ok": None, "ms": None, "pending": True,
+            "reason": "not gated: the --wall deadline came first"}
+
+
 def _walled(args: argparse.Namespace, gate_fn: Callable[[float | None], Any]) -> Any | None:
     """`gate_fn(timeout)`: one gate, its time limit cut to what --wall leaves (`_left`). None
     where the deadline left it no time, or stopped it (a timeout under a limit the wall cut):
@@ -326,8 +332,7 @@ def settle(case: Any, rec: dict[str, Any], args: argparse.Namespace) -> None:
         ctrl = control(case, case.start_path(), args)
         if ctrl is None:
             undone.append("control")
-            rec["control"] = {"ok": None, "ms": None, "pending": True,
-                              "reason": "not gated: the --wall deadline came first"}
+            rec["control"] = _control_not_gated()
         else:
             rec["control"] = ctrl
             say(case.name, f"control: {ctrl.get('ms')} ms ({ctrl.get('reason') or 'ok'})")
@@ -440,8 +445,7 @@ def from_partial(case: Any, args: argparse.Namespace, out: Path) -> dict[str, An
     rec["control"] = control(case, start_path, args) if not args.no_control else \
         {"ok": None, "ms": None, "reason": "not measured (--no-control)"}
     if rec["control"] is None:  # a row of the tables, not a record: a rerun gates the control
-        rec["control"] = {"ok": None, "ms": None, "pending": True,
-                          "reason": "not gated: the --wall deadline came first"}
+        rec["control"] = _control_not_gated()
         rec["status"] = "partial, control not gated"
         rec["reason"] = "the --wall deadline came first (a rerun of the same command gates it)"
     say(case.name, f"from the partial lineage: best {best['ms']} ms; control {rec['control'].get('ms')} ms")
