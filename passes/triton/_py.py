@@ -295,6 +295,28 @@ def literal_int(node: ast.AST | None) -> int | None:
     return None
 
 
+def int_value(expr: ast.AST, values: dict[str, int]) -> int | None:
+    """An integer expression over known names (+ - * // % <<, min, max); None if unknown."""
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+        return expr.value
+    if isinstance(expr, ast.Name):
+        return values.get(expr.id)
+    if isinstance(expr, ast.BinOp):
+        left, right = int_value(expr.left, values), int_value(expr.right, values)
+        if left is None or right is None:
+            return None
+        ops = {ast.Add: lambda: left + right, ast.Sub: lambda: left - right,
+               ast.Mult: lambda: left * right, ast.LShift: lambda: left << right,
+               ast.FloorDiv: lambda: left // right if right else None,
+               ast.Mod: lambda: left % right if right else None}
+        op = ops.get(type(expr.op))
+        return op() if op is not None else None
+    if isinstance(expr, ast.Call) and callee(expr) in ("min", "max") and expr.args and not expr.keywords:
+        args = [int_value(a, values) for a in expr.args]
+        return None if None in args else (min(args) if callee(expr) == "min" else max(args))
+    return None
+
+
 def argument(call: ast.Call, position: int, name: str) -> ast.AST | None:
     """The value of `call`'s argument `name`, passed by keyword or at `position`; None when it
     is not passed."""

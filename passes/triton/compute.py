@@ -13,6 +13,7 @@ from kir.errors import BadInputError
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.triton._py import PyModule, callee, dotted, walk_stmts
+from passes.triton._py import int_value as _int_value
 from passes.triton.launch import TRITON
 from passes.triton.logdomain import scale_fold
 
@@ -243,28 +244,6 @@ _ELEMENTWISE = frozenset({"tl.where", "tl.maximum", "tl.minimum", "tl.exp", "tl.
 _SCALARS = frozenset({"tl.program_id", "tl.num_programs", "tl.cdiv", "triton.cdiv", "min", "max",
                       "triton.language.program_id", "triton.language.num_programs"})
 _REDUCTIONS = frozenset({"tl.sum", "tl.max", "tl.min", "tl.cumsum", "tl.argmax", "tl.argmin"})
-
-
-def _int_value(expr: ast.AST, values: dict[str, int]) -> int | None:
-    """An integer expression over known names (+ - * // % <<, min, max); None if unknown."""
-    if isinstance(expr, ast.Constant) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
-        return expr.value
-    if isinstance(expr, ast.Name):
-        return values.get(expr.id)
-    if isinstance(expr, ast.BinOp):
-        left, right = _int_value(expr.left, values), _int_value(expr.right, values)
-        if left is None or right is None:
-            return None
-        ops = {ast.Add: lambda: left + right, ast.Sub: lambda: left - right,
-               ast.Mult: lambda: left * right, ast.LShift: lambda: left << right,
-               ast.FloorDiv: lambda: left // right if right else None,
-               ast.Mod: lambda: left % right if right else None}
-        op = ops.get(type(expr.op))
-        return op() if op is not None else None
-    if isinstance(expr, ast.Call) and callee(expr) in ("min", "max") and expr.args and not expr.keywords:
-        args = [_int_value(a, values) for a in expr.args]
-        return None if None in args else (min(args) if callee(expr) == "min" else max(args))
-    return None
 
 
 def _broadcast(*shapes: Shape | None) -> Shape | None:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from passes._recent import Recent
 from passes._source import ByteEdit, indent_of, line_start
-from passes.triton._py import PyModule, callee, dotted, literal_int, names_in
+from passes.triton._py import PyModule, callee, dotted, int_value, literal_int, names_in
 
 if TYPE_CHECKING:
     from kir import KernelIR
@@ -2408,14 +2408,12 @@ def _grid_rewrite(
 
 def _constant_count(node: ast.AST) -> int | None:
     """The value of a grid element written with integer literals alone (`cdiv(1, 64)`,
-    `(1 + 63) // 64`: `compute._int_value` with no names known); None where it reads a name or
+    `(1 + 63) // 64`: `_py.int_value` with no names known); None where it reads a name or
     anything else."""
-    from passes.triton.compute import _int_value  # noqa: PLC0415 (compute imports this module)
-
     if isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
-        a, b = _int_value(node.args[0], {}), _int_value(node.args[1], {})
+        a, b = int_value(node.args[0], {}), int_value(node.args[1], {})
         return -(-a // b) if a is not None and b else None
-    return _int_value(node, {})
+    return int_value(node, {})
 
 
 def _literal_owners(
