@@ -14,8 +14,9 @@ Imported only inside a worker (it imports torch). What it provides:
   through torch's Kineto profiler, one CUDA-only session per call), for
   `gate.foreign.attribute_kernels`;
 - `OpTrace`: a torch dispatch mode that records every compute op the candidate runs (allocation,
-  views and copies are allowed), notes calls made from inside the case's reference, and fills
-  each tensor the candidate allocates with poison (NaN for floats);
+  views and copies are allowed; a `torch.library.custom_op` operator is looked into: its Python
+  implementation runs under the trace), notes calls made from inside the case's reference, and
+  fills each tensor the candidate allocates with poison (NaN for floats);
 - `Seal`: the sealed call, in which the float inputs hold poison except while the candidate's
   own kernels run (the launch hooks of `LaunchMonitor` open it around each launch; the op trace
   records the host copies of inputs that it replays then).
@@ -36,6 +37,9 @@ from types import FunctionType, MethodType, ModuleType
 from typing import Any
 
 import torch
+from torch import _compile
+from torch._library import custom_ops as _custom_ops
+from torch.utils import _pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from gate.hostbytes import HostBytes, odd_contents  # noqa: F401 — the worker's, through this module
@@ -1057,6 +1061,13 @@ class OpTrace(TorchDispatchMode):
         self.host_reads: list[str] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kernel = custom_op_kernel(func, args, kwargs or {})
+        if kernel is not None:
+            # Torch hands the mode an operator whole: what runs inside it would be unseen. Its
+            # implementation is Python, so it runs here under this trace (the mode is off inside
+            # this method: entered again), judged as if the candidate had called it itself.
+            with self:
+                return kernel(*args, **(kwargs or {}))
         name = func.overloadpacket.__name__
         out = func(*args, **(kwargs or {}))
         seal = self.seal
@@ -1088,6 +1099,44 @@ class OpTrace(TorchDispatchMode):
                 return True
             frame = frame.f_back
         return False
+
+
+# torch.library.custom_op's records, taken before candidate code loads: an operator's
+# `CustomOpDef` holds the Python functions registered as its kernels.
+_CUSTOM_OP_DEF = _custom_ops.CustomOpDef
+_CUSTOM_OP_DEFS = _custom_ops.OPDEFS
+# The code of torch's `_disable_dynamo` wrapper, which custom_op puts around each kernel: in
+# eager mode it calls the function it wraps, after importing torch._dynamo at its first call
+# (seconds, and a rebinding of `torch.manual_seed` that the tamper watch reports).
+_LAZY_DYNAMO_CODE = _compile._disable_dynamo(lambda: None).__code__
+
+
+def custom_op_kernel(func: Any, args: Any, kwargs: Any) -> Callable[..., Any] | None:
+    """The Python function that `torch.library.custom_op` (or `register_kernel`) made the
+    kernel of the operator `func` for the device its tensor arguments are on, the device-type
+    kernel or else the default one, as the dispatcher picks; None where there is none: an
+    operator defined otherwise (aten's, one of a compiled extension, a `torch.library.Library`
+    registration) is not looked into, and its arguments on more than one accelerator. Whatever
+    is returned is Python that a candidate could call itself: run under the op trace, it is
+    judged as such (the records it is found in may be the candidate's to edit)."""
+    opdef = _CUSTOM_OP_DEFS.get(getattr(func, "_name", None) or "")
+    if type(opdef) is not _CUSTOM_OP_DEF or opdef._opoverload is not func:
+        return None
+    devices = set()
+    for leaf in _pytree.tree_leaves((args, kwargs)):
+        if isinstance(leaf, torch.Tensor):
+            devices.add(leaf.device.type)
+        elif isinstance(leaf, torch.device):
+            devices.add(leaf.type)
+    accelerators = devices - {"cpu"}
+    if len(accelerators) > 1:
+        return None
+    device = next(iter(accelerators)) if accelerators else "cpu" if devices else None
+    kernels = opdef._backend_fns
+    kernel = kernels.get(device) if device in kernels else kernels.get(None)
+    while getattr(kernel, "__code__", None) is _LAZY_DYNAMO_CODE:
+        kernel = getattr(kernel, "__wrapped__", None)
+    return kernel if callable(kernel) else None
 
 
 def poison_(t: torch.Tensor) -> None:

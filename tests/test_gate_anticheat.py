@@ -6,9 +6,12 @@ inputs, re-validation, output types, precision) are the same code the device tie
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 import gate
 from gate import FailureKind, Tier
@@ -108,3 +111,75 @@ def test_another_gpu_library_is_refused_before_anything_runs(cheat: str) -> None
         verdict = gate.check_file(CHEATS / f"{cheat}.py", "gemm", tier, cache=False)
         assert verdict.failure_kind is FailureKind.FOREIGN_LIBRARY, (tier, verdict.reason)
         assert "line " in verdict.reason and verdict.phases == ()  # no worker ran
+
+
+def test_an_honest_kernel_behind_a_custom_op_passes() -> None:
+    # Its launchers are torch.library custom operators (one with register_fake, one without):
+    # the op trace runs their Python implementations under itself and sees allocations and
+    # launches alone. tests/data/exploits/custom_op.py, torch compute behind one, stays refused.
+    verdict = gate.check_file(SAXPY / "saxpy_custom_op.py", SAXPY, Tier.INTERPRET, cache=False)
+    assert verdict.ok, verdict.reason
+    exploit = gate.check_file(DATA / "exploits" / "custom_op.py", SAXPY, Tier.INTERPRET, cache=False)
+    assert exploit.failure_kind is FailureKind.TORCH_COMPUTE, exploit.reason
+    assert "add, mul" in exploit.reason  # the compute inside the operator, named
+
+
+def _traced(fn: Callable[[], object]) -> list[str]:
+    from gate import guards
+
+    trace = guards.OpTrace(("", ""), poison=False)
+    with trace:
+        fn()
+    return sorted(set(trace.violations))
+
+
+@pytest.fixture(scope="module")
+def ops() -> SimpleNamespace:
+    """Operators of a namespace of this test's: custom_op ones (torch compute inside, a copy
+    inside, one writing into its argument, one calling another) and one registered through
+    `torch.library.Library`, whose Python kernel the op trace cannot reach."""
+    @torch.library.custom_op("optrace_test::axpy", mutates_args=())
+    def axpy(a: float, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return a * x + y
+
+    @torch.library.custom_op("optrace_test::copy", mutates_args=())
+    def copy(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        out.copy_(x)
+        return out
+
+    @copy.register_fake
+    def _(x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(x)
+
+    @torch.library.custom_op("optrace_test::copy_into", mutates_args=("out",))
+    def copy_into(x: torch.Tensor, out: torch.Tensor) -> None:
+        out.copy_(x)
+
+    @torch.library.custom_op("optrace_test::outer", mutates_args=())
+    def outer(x: torch.Tensor) -> torch.Tensor:
+        return axpy(2.0, copy(x), x)
+
+    lib = torch.library.Library("optrace_test", "FRAGMENT")
+    lib.define("plain(Tensor x) -> Tensor")
+    lib.impl("plain", lambda x: x.clone(), "CompositeExplicitAutograd")
+    return SimpleNamespace(axpy=axpy, copy=copy, copy_into=copy_into, outer=outer,
+                           plain=torch.ops.optrace_test.plain, lib=lib)
+
+
+def test_the_op_trace_looks_into_a_custom_op(ops: SimpleNamespace) -> None:
+    x, y = torch.randn(8), torch.randn(8)
+    assert _traced(lambda: ops.axpy(2.0, x, y)) == ["add", "mul"]  # its compute, not its name
+    assert _traced(lambda: ops.outer(x)) == ["add", "mul"]  # through an operator inside one
+    got = []
+    assert _traced(lambda: got.append(ops.copy(x))) == []  # allocation and copy alone
+    assert torch.equal(got[0], x)
+    out = torch.empty(8)
+    assert _traced(lambda: ops.copy_into(x, out)) == []
+    assert torch.equal(out, x)
+
+
+def test_the_op_trace_refuses_an_operator_it_cannot_look_into(ops: SimpleNamespace) -> None:
+    # A Library registration keeps no record of its Python kernel that the trace could run.
+    x = torch.randn(8)
+    assert _traced(lambda: ops.plain(x)) == ["plain"]
