@@ -100,13 +100,16 @@ class Rotation:
 
     `refill_next()` copies a different set (chosen at random) into the buffers with `copy_`
     (captured before candidate code loaded). Only tensors are refilled; other inputs are the
-    same in every set of a pool."""
+    same in every set of a pool. Sets `hold_back` names are not chosen until `bring_in`
+    refills one (`gate.visits`: first visits at places of the gate's choosing); while one set
+    alone may be chosen, `refill_next` copies it again (the same work between calls)."""
 
     pool: Pool
     buffers: tuple[Any, ...]
     copy_: Callable[..., Any]
     current: int = 0
     rng: random.Random = field(default_factory=random.SystemRandom)
+    held_back: set[int] = field(default_factory=set)
 
     def refill(self, index: int) -> None:
         for dst, src in zip(self.buffers, self.pool.inputs(index)):
@@ -116,8 +119,20 @@ class Rotation:
 
     def refill_next(self) -> None:
         n = len(self.pool.sets)
-        if n > 1:
+        if self.held_back:
+            choices = [i for i in range(n) if i not in self.held_back and i != self.current]
+            self.refill(self.rng.choice(choices) if choices else self.current)
+        elif n > 1:
             self.refill((self.current + self.rng.randrange(1, n)) % n)
+
+    def hold_back(self, indices: set[int]) -> None:
+        """Keep the sets `indices` out of `refill_next`'s choice (never the current one)."""
+        self.held_back = {i for i in indices if 0 <= i < len(self.pool.sets) and i != self.current}
+
+    def bring_in(self, index: int) -> None:
+        """Refill a held-back set (it is chosen as any other from now on)."""
+        self.held_back.discard(index)
+        self.refill(index)
 
 
 @dataclass(slots=True)
@@ -159,9 +174,12 @@ class SetSample:
     snapshot: Callable[[Any], Any]
     rng: random.Random = field(default_factory=random.SystemRandom)
     parts: dict[int, Reservoir] = field(default_factory=dict)
+    among: tuple[int, ...] = ()
+    """The sets the calls will run on, where not all `sets` of the pool (none: all)."""
 
     def __post_init__(self) -> None:
-        drawn = self.rng.sample(range(max(1, self.sets)), min(self.size, max(1, self.sets)))
+        names = list(self.among) or list(range(max(1, self.sets)))
+        drawn = self.rng.sample(names, min(self.size, len(names)))
         for i, index in enumerate(drawn):
             places = self.size // len(drawn) + (1 if i < self.size % len(drawn) else 0)
             self.parts[index] = Reservoir(places, self.snapshot, rng=self.rng)

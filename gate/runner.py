@@ -556,9 +556,10 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
     """Run `job` in a fresh worker under `timeout` seconds (after start-up) and judge it."""
     judge = _Judge(case, tier, case_compare=case.module().compare if case.has_compare else None,
                    seeds=tuple(job.seeds))
-    # timed runs (two per variant) send their sample and last call; repeated calls one each
-    # (a lean plan's go through each crossover of the pool beside the timed set)
-    judge.refill_budget = 2 * (REFILL_SAMPLE + 1) if tier is Tier.DEVICE else \
+    # timed runs (two per variant) send their sample and last call, and each call on a pool
+    # set met for the first time (`gate.visits`); repeated calls one each (a lean plan's go
+    # through each crossover of the pool beside the timed set)
+    judge.refill_budget = 2 * (REFILL_SAMPLE + 1) + max(1, job.refill_sets) if tier is Tier.DEVICE else \
         max(job.repeat_calls, job.refill_sets, max(job.repeat_calls, 2) * (job.refill_sets - 1))
     spawn_t0 = time.perf_counter()
     proc, parent = STANDBY.take(job)

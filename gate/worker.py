@@ -66,6 +66,7 @@ import contextlib
 import functools
 import os
 import random
+import statistics
 import sys
 import time
 import traceback
@@ -195,7 +196,7 @@ def _warm(tier: str, case_path: str | None = None) -> None:
         return
     import torch  # noqa: PLC0415
 
-    from gate import compare, foreign, gpulock, guards, heldcompare, hostforms, memplan, refill, transport  # noqa: F401, PLC0415
+    from gate import compare, foreign, gpulock, guards, heldcompare, hostforms, memplan, refill, transport, visits  # noqa: F401, PLC0415
     from gate.cases import import_case_module  # noqa: PLC0415
 
     if case_path:
@@ -342,10 +343,11 @@ class _Runner:
         self.lap = _Laps(self.parts)
         import torch
 
-        from gate import gpulock, guards, refill
+        from gate import gpulock, guards, refill, visits
         from gate.cases import import_case_module
 
         self.chan, self.job, self.torch, self.guards, self.refill = chan, job, torch, guards, refill
+        self.visits = visits  # imported before candidate code: the tamper watch holds it
         self.device = "cuda" if job.tier == "device" else "cpu"
         lap("start-up: gate imports")
         if self.device == "cuda" and not torch.cuda.is_available():
@@ -394,6 +396,10 @@ class _Runner:
         self.run_fn: Any = None
         self.tuning_s = 0.0  # seconds the autotuner's configurations were timed (device tier)
         self.pools: dict[str, Any] = {}  # variant -> refill.Pool
+        # variant -> the pool sets (by seed) its timed calls have run on, and whether every set
+        # of its pool has the same integers (scalars, shapes, integer tensors) (`gate.visits`)
+        self.visited: dict[str, set[int]] = {}
+        self.same_work: dict[str, bool] = {}
         self.kernels = guards.KernelLog(self.cap.synchronize)
         if self.device == "cuda":
             self.kernels.warm_up()
@@ -474,16 +480,24 @@ class _Runner:
 
         return encode_all(values, self.cap)
 
-    def bench(self, fn: Any, between: Any = None) -> tuple[float, float]:
+    def bench(self, fn: Any, between: Any = None, *, times: list[float] | None = None,
+              on_reps: Callable[[int], Any] | None = None) -> tuple[float, float]:
         """(median ms by do_bench with L2 flush, mean wall-clock ms of 10 synchronized calls).
         Timed once the parent has judged everything sent so far (`Channel.wait_quiet`) and
         with the GPU to itself (`gate.gpulock`). `between()` runs before each L2 flush, i.e.
-        before every timed call, outside the measured interval (the input refill)."""
+        before every timed call, outside the measured interval (the input refill). With
+        `times`, the measured calls' milliseconds are added to it, one each, in their order
+        (`gate.visits.bench_calls`, do_bench's measurement; `on_reps(n)` is told their number
+        before the first)."""
         self.chan.wait_quiet()
         with self.lock.exclusive():
             start = self.cap.perf_counter()
             with self.gpu_lead(fn, between):
-                ms = float(self.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+                if times is None:
+                    ms = float(self.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+                else:
+                    times.extend(self._bench_calls(fn, on_reps))
+                    ms = float(statistics.median(times))
             self.sync()
             t0 = self.cap.perf_counter()
             for _ in range(10):
@@ -492,6 +506,17 @@ class _Runner:
             end = self.cap.perf_counter()
         self.timed_s += end - start
         return ms, (end - t0) * 100.0
+
+    def _bench_calls(self, fn: Any, on_reps: Callable[[int], Any] | None) -> list[float]:
+        """do_bench's measurement of `fn`, each measured call's milliseconds (`gate.visits`),
+        through Triton's driver as do_bench goes through it (its L2 flush as `gpu_lead` has
+        it now)."""
+        from triton import runtime  # noqa: PLC0415
+
+        driver = runtime.driver.active
+        return self.visits.bench_calls(fn, warmup=25, rep=100, device=driver.get_device_interface(),
+                                  clear_cache=lambda cache: driver.clear_cache(cache),
+                                  make_cache=driver.get_empty_cache_for_benchmark, on_reps=on_reps)
 
     @contextlib.contextmanager
     def gpu_lead(self, fn: Any, between: Any = None) -> Any:
@@ -1410,6 +1435,10 @@ class _Runner:
                 del mixed
                 mixed = self._draw(variant, seed)
                 self._reference(variant, PHASE_REFILL, seed, mixed)
+                # a crossover keeps the timed set's integers; a fresh draw may not (its calls
+                # may then ask another amount of work: `gate.visits`)
+                if self.same_work.get(variant, True):
+                    self.same_work[variant] = _integers(mixed, self.cap) == _integers(sets[0][1], self.cap)
             sets.append((seed, mixed))
             # the pool's inputs stay on the device (refills copy them between timed calls);
             # its references are compared only for the few sampled calls
@@ -2207,23 +2236,54 @@ class _Runner:
 
     def timed_runs(self, variant: str, *, traced: bool, what: str) -> tuple[float, float]:
         """Bench the candidate on input buffers refilled before every timed call; check the
-        calls; send a sample of their outputs; (ms, wall ms)."""
+        calls; send a sample of their outputs; (ms, wall ms). The pool's sets the candidate's
+        timed calls have not run on yet are held back and brought in at random places among
+        the measured calls; every call on a set it meets for the first time is checked, and a
+        run whose calls on sets met before are much quicker than those is refused
+        (`gate.visits`)."""
+        visits = self.visits
         trace = self.guards.OpTrace(self.reference_code, poison=False, paused=self._tuning)
         self.lap.restart()
-        rotation = self._rotation(variant)
+        rotation = self._rotation(variant, self._unmet_crossover(variant))
         self.lap("timing: pool brought back")
         last: list[Any] = [None, 0]  # the last call's outputs, the pool set it ran on
         calls = [0]
+        seen = self.visited.setdefault(variant, set())
+        rotation.hold_back({i for i, (seed, _) in enumerate(rotation.pool.sets) if seed not in seen})
+        # the sets this run brings in: all that are left in the untraced run (whose median is
+        # reported), else the smaller half (each run is judged on its own first visits: the op
+        # trace's Python may show in the traced run's times)
+        held_back = sorted(rotation.held_back)
+        rotation.rng.shuffle(held_back)
+        held_back = held_back[:len(held_back) // 2] if traced else held_back
         host = self._samples_on_host(variant)
-        sample = self.refill.SetSample(REFILL_SAMPLE, len(rotation.pool.sets),
-                                       functools.partial(self._snapshot, host=host))
+        sample = self.refill.SetSample(
+            REFILL_SAMPLE, len(rotation.pool.sets), functools.partial(self._snapshot, host=host),
+            among=tuple(i for i in range(len(rotation.pool.sets))
+                        if i not in rotation.held_back or i in held_back))
         pending = [False]  # the last call's outputs not yet offered to the sample
         cuts: list[int] = []  # where each call's launches end in the monitor's sequence
+        firsts_host = host or self._samples_on_host(variant, REFILL_SAMPLE + len(held_back) + 1)
+        visit_log: list[tuple[int, bool]] = []  # per call: the pool set, whether met first here
+        firsts: list[tuple[int, int, Any]] = []  # first visits (call number from 1, set, outputs)
+        intro: dict[int, int] = {}  # call number -> the held-back set brought in before it
+        reps_from = [0]  # the number of the first measured call
+
+        def keep_first() -> None:
+            # the last call's outputs, where it met its set first and they are not kept yet
+            if pending[0] and visit_log[-1][1] and not (firsts and firsts[-1][0] == len(visit_log)):
+                firsts.append((len(visit_log), last[1],
+                               self._snapshot(last[0], host=firsts_host)))
 
         def fn() -> None:
             # the previous call's outputs go first (offered to the sample already, or a warm-up
-            # call's): one output's memory at a time
+            # call's): one output's memory at a time. A first visit's are kept before (where no
+            # refill came between, as in the warm-up calls: no measured call is one of those)
+            keep_first()
             last[0] = None
+            seed = rotation.pool.seed(rotation.current)
+            visit_log.append((rotation.current, seed not in seen))
+            seen.add(seed)
             if traced:
                 with trace:
                     last[0] = self.run_fn(*rotation.buffers)
@@ -2236,15 +2296,27 @@ class _Runner:
 
         def between() -> None:
             if pending[0]:
+                keep_first()
                 sample.offer(last[1], last[0])
                 pending[0] = False
-            rotation.refill_next()
+            index = intro.pop(calls[0], None)
+            if index is None:
+                rotation.refill_next()
+            else:
+                rotation.bring_in(index)
+
+        def on_reps(n: int) -> None:
+            reps_from[0] = calls[0]
+            places = visits.places(n, len(held_back), rotation.rng)
+            for place, index in zip(places, held_back):
+                intro[calls[0] + place] = index
 
         self.monitor.reset("run")
         self.kernels.time_ns.clear()
+        times: list[float] = []
         try:
             with self.kernels.window():
-                ms, wall = self.bench(fn, between)
+                ms, wall = self.bench(fn, between, times=times, on_reps=on_reps)
         except BaseException as exc:
             self.chan.reject(classify(exc), "timing", f"run raised while timed: {describe(exc)}")
         self.lap("timing: timed calls and samples")
@@ -2259,27 +2331,60 @@ class _Runner:
             self.chan.reject(FailureKind.FALLBACK, "timing",
                              f"{calls[0]} timed calls launched only {res['launches']} kernels: "
                              f"the candidate skips its kernel when timed")
-        checked = [(rotation.pool.seed(index), outputs) for index, outputs in sample.kept + [(last[1], last[0])]]
-        del rotation, sample, last, res  # a lean plan's pool leaves the device before the reports
+        # the last call is checked as the last; every earlier first visit as one
+        checked = [(rotation.pool.seed(index), outputs) for index, outputs in
+                   sample.kept + [(last[1], last[0])] + [(i, out) for n, i, out in firsts
+                                                         if n != len(visit_log)]]
+        # per set first met among the measured calls: its first call's ms, its later calls'
+        measured = list(zip(times, visit_log[reps_from[0]:reps_from[0] + len(times)]))
+        met = {index: (t, [t2 for t2, (i2, _) in measured if i2 == index][1:])
+               for t, (index, first) in measured if first}
+        again = [t for t, (_, first) in measured if not first] \
+            if self.same_work.get(variant, True) else None
+        del rotation, sample, last, res, firsts  # a lean plan's pool leaves the device before the reports
         self.lap("timing: checks")
         for seed, outputs in checked:
             self.report(variant, PHASE_REFILL, seed, outputs, launches)
         self.lap("timing: sampled outputs compared")
+        reason = visits.memo_gain(list(met.values()), again)
+        if os.environ.get("KLINEAGE_GATE_DEBUG") == "1":
+            print(f"klineage gate first visits ({what}): " + "; ".join(
+                f"set {i}: first {first:.4f} ms, later {statistics.median(later) if later else 0.0:.4f} "
+                f"ms of {len(later)}" for i, (first, later) in met.items())
+                + f"; calls on sets met before {statistics.median(again) if again else 0.0:.4f} ms; "
+                f"median {ms:.4f} ms", file=sys.stderr, flush=True)
+        if reason is not None:
+            self.chan.reject(FailureKind.REUSED_OUTPUT, "timing", f"{what}: {reason}")
         return ms, wall
 
-    def _samples_on_host(self, variant: str) -> bool:
+    def _unmet_crossover(self, variant: str) -> int | None:
+        """For a lean plan's timed run (its rotation holds one crossover): a crossover of the
+        pool the candidate's timed calls have not run on, drawn at random, so that the run
+        has a first visit to time (`gate.visits`); None where each was met, or off a lean plan."""
+        if not self._lean(variant):
+            return None
+        pool, seen = self.pools[variant], self.visited.get(variant, set())
+        unmet = [k for k in range(1, len(pool.sets)) if pool.seed(k) not in seen]
+        return random.SystemRandom().choice(unmet) if unmet else None
+
+    def _samples_on_host(self, variant: str, samples: int | None = None) -> bool:
         """Whether the timed runs' sampled outputs of `variant` wait in host memory: a lean
         plan's, unless the device has room for them beside the pool brought back and the calls
-        (`memplan.samples_fit`, from the memory free now)."""
+        (`memplan.samples_fit`, from the memory free now). With `samples`, whether that many
+        outputs kept beside the calls wait there, on any plan (on the device only)."""
         from gate import memplan  # noqa: PLC0415
 
         plan = self.set_plans.get(variant)
-        if plan is None or not plan.lean:
+        if samples is not None:
+            if self.device != "cuda":
+                return False
+        elif plan is None or not plan.lean:
             return False
         if os.environ.get("KLINEAGE_GATE_SAMPLES") == "host":
             return True
         free = self._free_bytes() - self._others_planned()
-        return not memplan.samples_fit(free, self.out_bytes.get(variant, 0), REFILL_SAMPLE)
+        return not memplan.samples_fit(free, self.out_bytes.get(variant, 0),
+                                       REFILL_SAMPLE if samples is None else samples)
 
     def send_kernel_ms(self, variant: str, calls: int) -> None:
         """GPU milliseconds per call of each of the candidate's own kernels in the timed run

@@ -1,0 +1,330 @@
+"""First visits of the timed calls (`gate.visits`, `gate.refill`): the pieces a device-tier run
+puts together, on the CPU. A memo kept on the device copies the answer of a set it has seen;
+the timed calls bring the sets it has not met in among the measured calls, and a run whose
+calls on met sets are much quicker than those first visits is refused."""
+from __future__ import annotations
+
+import random
+import statistics
+
+import torch
+
+from gate import refill, visits
+
+
+def _rotation(sets: int = 4) -> refill.Rotation:
+    pool = refill.Pool([(100 + k, (torch.full((8,), float(k)), 3)) for k in range(sets)])
+    buffers = (pool.inputs(0)[0].clone(), 3)
+    return refill.Rotation(pool, buffers, lambda dst, src: dst.copy_(src), rng=random.Random(1))
+
+
+def test_held_back_sets_come_only_where_brought_in() -> None:
+    rot = _rotation()
+    rot.hold_back({1, 2, 3})
+    chosen = set()
+    for _ in range(50):
+        rot.refill_next()
+        chosen.add(rot.current)
+        assert float(rot.buffers[0][0]) == 0.0  # the one set left, copied again
+    assert chosen == {0}
+    rot.bring_in(2)
+    assert rot.current == 2 and float(rot.buffers[0][0]) == 2.0
+    for _ in range(50):
+        rot.refill_next()
+        chosen.add(rot.current)
+    assert chosen == {0, 2}
+
+
+def test_a_rotation_without_held_sets_moves_to_another_set_each_call() -> None:
+    rot = _rotation()
+    seen = set()
+    for _ in range(100):
+        before = rot.current
+        rot.refill_next()
+        assert rot.current != before
+        seen.add(rot.current)
+    assert seen == {0, 1, 2, 3}
+
+
+def test_the_current_set_is_never_held_back() -> None:
+    rot = _rotation()
+    rot.hold_back({0, 1})
+    assert rot.held_back == {1}
+
+
+def test_a_sample_among_sets_draws_only_those() -> None:
+    for seed in range(30):
+        sample = refill.SetSample(2, 4, lambda x: x, rng=random.Random(seed), among=(0, 3))
+        assert set(sample.parts) == {0, 3}
+    assert len(refill.SetSample(2, 4, lambda x: x, rng=random.Random(0)).parts) == 2
+
+
+def test_places_are_distinct_calls_of_the_first_half() -> None:
+    rng = random.Random(0)
+    for reps in (1, 2, 3, 50, 400):
+        for sets in (0, 1, 3, 5):
+            got = visits.places(reps, sets, rng)
+            assert got == sorted(set(got)) and len(got) == min(max(1, reps // 2), sets)
+            assert all(0 <= p < max(1, reps // 2) for p in got)
+
+
+def test_places_spread_over_the_first_half() -> None:
+    rng = random.Random(0)
+    got = [p for _ in range(2000) for p in visits.places(200, 1, rng)]
+    assert 40 < statistics.mean(got) < 60 and min(got) < 5 and max(got) > 95
+
+
+def _set(first: float, again: list[float]) -> tuple[float, list[float]]:
+    return first, again
+
+
+def test_a_memo_is_refused() -> None:
+    # the GPU's figures for tests/data/exploits/open/device_memo.py: 0.433 ms computing,
+    # 0.071 ms copying the stored answer
+    rng = random.Random(0)
+    met = [_set(0.433 * rng.uniform(0.98, 1.05), [0.071 * rng.uniform(0.98, 1.05) for _ in range(40)])
+           for _ in range(2)]
+    reason = visits.memo_gain(met)
+    assert reason is not None and "first call" in reason
+
+
+def test_a_memo_that_copies_on_most_revisits_is_refused() -> None:
+    rng = random.Random(0)
+    again = [0.3 if rng.random() < 0.4 else 0.1 for _ in range(60)]
+    assert visits.memo_gain([_set(0.3, again)]) is not None
+
+
+def test_honest_noisy_timings_are_not_refused() -> None:
+    rng = random.Random(0)
+    for kernel_ms in (0.004, 0.02, 0.4, 5.0):
+        for _ in range(2000):
+            noise = lambda: kernel_ms * rng.lognormvariate(0.0, 0.08)  # noqa: E731
+            spike = lambda: noise() * (1.4 if rng.random() < 0.05 else 1.0)  # noqa: E731
+            met = [_set(spike(), [spike() for _ in range(rng.randint(1, 100))])
+                   for _ in range(rng.randint(1, 3))]
+            assert visits.memo_gain(met, [spike() for _ in range(rng.randint(5, 300))]) is None
+
+
+def test_sets_of_different_work_are_not_refused() -> None:
+    # drawn integers (lengths, indices) make one set twice the work of another: each set's
+    # later calls are held to its own first call
+    heavy, light = _set(0.8, [0.8] * 30), _set(0.4, [0.4] * 30)
+    assert visits.memo_gain([heavy, light]) is None
+
+
+def test_a_tiny_gap_is_not_refused() -> None:
+    # a kernel of microseconds: one slow first launch is a few microseconds of jitter
+    assert visits.memo_gain([_set(0.008, [0.004] * 50)]) is None
+    assert visits.memo_gain([_set(0.030, [0.004] * 50)]) is not None
+
+
+def test_one_quick_set_is_not_enough_where_two_are_judged() -> None:
+    assert visits.memo_gain([_set(0.4, [0.1] * 20), _set(0.4, [0.4] * 20)]) is None
+    assert visits.memo_gain([_set(0.4, [0.1] * 20), _set(0.4, [0.1] * 20)]) is not None
+
+
+def test_calls_on_sets_met_before_are_held_to_the_first_calls_where_sets_ask_the_same_work() -> None:
+    # the one set brought in is met late: too few later calls to judge it alone
+    assert visits.memo_gain([_set(0.433, [])], [0.071] * 200) is not None
+    assert visits.memo_gain([_set(0.433, [])], [0.433] * 200) is None
+    assert visits.memo_gain([_set(0.433, [])], None) is None
+
+
+def test_nothing_is_refused_without_later_calls() -> None:
+    assert visits.memo_gain([]) is None
+    assert visits.memo_gain([_set(1.0, [])]) is None
+
+
+class _Event:
+    def __init__(self, clock: list[float]) -> None:
+        self.clock, self.at = clock, 0.0
+
+    def record(self) -> None:
+        self.at = self.clock[0]
+
+    def elapsed_time(self, other: _Event) -> float:
+        return other.at - self.at
+
+
+class _Device:
+    """A device interface whose clock advances by what the calls say they took."""
+
+    def __init__(self) -> None:
+        self.clock = [0.0]
+
+    def Event(self, enable_timing: bool = True) -> _Event:  # noqa: N802 — Triton's name
+        return _Event(self.clock)
+
+    def synchronize(self) -> None:
+        pass
+
+
+def test_bench_calls_times_each_measured_call_as_do_bench_does() -> None:
+    device = _Device()
+    log: list[str] = []
+    cost = iter([1.0] * 6 + [2.0] * 1000)  # first call and estimate, then warm-up and reps
+
+    def fn() -> None:
+        log.append("call")
+        device.clock[0] += next(cost)
+
+    def clear(cache: object) -> None:
+        log.append("flush")
+
+    told: list[int] = []
+    times = visits.bench_calls(fn, warmup=4.0, rep=10.0, device=device, clear_cache=clear,
+                               make_cache=lambda: None, on_reps=told.append)
+    # estimate 1 ms: 4 warm-up calls, 10 measured calls of 2 ms each, each after a flush
+    assert told == [10] and times == [2.0] * 10
+    assert log[:11] == ["call"] + ["flush", "call"] * 5
+    assert log[11:15] == ["call"] * 4
+    assert log[15:] == ["flush", "call"] * 10
+
+
+# -- the worker's timed runs, on the CPU ------------------------------------------------------
+# `worker._Runner.timed_runs` run on a stand-in for the worker: the real rotation, sample and
+# bookkeeping of first visits, with a device clock that advances by what each call costs.
+
+class _Rejected(Exception):
+    pass
+
+
+class _Chan:
+    def reject(self, kind: object, stage: str, reason: str) -> None:
+        raise _Rejected(kind, stage, reason)
+
+
+class _Monitor:
+    def __init__(self) -> None:
+        self.sequence: list[object] = []
+        self.launches = 0
+        self.side_stream: list[object] = []
+
+    def reset(self, what: str) -> None:
+        self.launches = 0
+
+
+def _stand_in(cost: object, sets: int = 4,
+              same_work: bool = True) -> tuple[object, list[tuple[int, float]]]:
+    """A worker whose candidate computes each set's sum; `cost(values, seen)` says how long a
+    call takes (ms) on the buffer's values, given the values it was called on before."""
+    import contextlib
+    import types
+
+    from gate import worker
+
+    device, reports, seen_values = _Device(), [], set()
+    pool = refill.Pool([(100 + k, (torch.full((8,), float(k)),)) for k in range(sets)])
+    runner = types.SimpleNamespace(
+        refill=refill, visits=visits, visited={}, same_work={"v": same_work}, chan=_Chan(), monitor=_Monitor(), reference_code=("", ""),
+        _tuning=None, guards=types.SimpleNamespace(OpTrace=lambda *a, **k: contextlib.nullcontext()),
+        lap=types.SimpleNamespace(restart=lambda: None, __call__=None),
+        kernels=types.SimpleNamespace(window=contextlib.nullcontext, time_ns={}),
+        _unmet_crossover=lambda variant: None, _samples_on_host=lambda variant, n=None: False,
+        _snapshot=lambda out, host=False: out.clone(), send_kernel_ms=lambda *a: None,
+        check_call=lambda *a: None, check_timed_launches=lambda *a: None)
+    runner.lap = lambda name: None
+    runner.calls_log, runner.reps = [], []  # each call's set value; (first measured call, count)
+    runner.lap.restart = lambda: None  # type: ignore[attr-defined]
+
+    def make_rotation(variant: str, pick: object = None) -> refill.Rotation:
+        return refill.Rotation(pool, (pool.inputs(0)[0].clone(),), lambda d, s: d.copy_(s))
+
+    def run_fn(x: torch.Tensor) -> torch.Tensor:
+        value = float(x[0])
+        runner.calls_log.append(value)
+        device.clock[0] += cost(value, value in seen_values)
+        seen_values.add(value)
+        runner.monitor.launches += 1
+        return x.sum().reshape(1)
+
+    def bench(fn: object, between: object, *, times: list[float], on_reps: object) -> tuple[float, float]:
+        def told(n: int) -> None:
+            runner.reps.append((len(runner.calls_log), n))
+            on_reps(n)
+
+        times.extend(visits.bench_calls(fn, warmup=25, rep=100, device=device,
+                                        clear_cache=lambda cache: between(), make_cache=lambda: None,
+                                        on_reps=told))
+        return statistics.median(times), 0.0
+
+    def report(variant: str, phase: str, seed: int, outputs: torch.Tensor, launches: int) -> None:
+        reports.append((seed, float(outputs[0])))
+
+    runner._rotation, runner.run_fn, runner.bench, runner.report = make_rotation, run_fn, bench, report
+    runner.timed_runs = types.MethodType(worker._Runner.timed_runs, runner)
+    return runner, reports
+
+
+def _both_runs(runner: object) -> None:
+    runner.timed_runs("v", traced=True, what="v/timed runs")
+    runner.timed_runs("v", traced=False, what="v/untraced timed runs")
+
+
+def test_an_honest_candidate_passes_and_every_first_visit_is_checked() -> None:
+    runner, reports = _stand_in(lambda value, seen: 0.4)
+    _both_runs(runner)
+    assert runner.visited["v"] == {100, 101, 102, 103}
+    # each output is its set's answer (8 x the set's value), every set's first visit among them
+    assert all(out == 8.0 * (seed - 100) for seed, out in reports)
+    assert {seed for seed, _ in reports} == {100, 101, 102, 103}
+
+
+def test_sets_not_met_come_in_the_first_half_of_the_measured_calls() -> None:
+    for _ in range(20):
+        runner, _ = _stand_in(lambda value, seen: 0.4)
+        _both_runs(runner)
+        first_call = {}
+        for i, value in enumerate(runner.calls_log):
+            first_call.setdefault(value, i)
+        assert first_call.pop(0.0) == 0  # the timed set: the first call of all
+        runs = runner.reps
+        assert len(runs) == 2
+        # the traced run brings in one set of the three, the untraced run the other two
+        for (start, n), count in zip(runs, (1, 2)):
+            inside = [i for i in first_call.values() if start <= i < start + max(1, n // 2)]
+            assert len(inside) == count
+
+
+def test_a_candidate_quicker_on_sets_it_met_is_refused() -> None:
+    runner, _ = _stand_in(lambda value, seen: 0.071 if seen else 0.433)
+    try:
+        _both_runs(runner)
+    except _Rejected as exc:
+        kind, stage, reason = exc.args
+        assert kind.value == "reused_output" and stage == "timing" and "first call" in reason
+    else:
+        raise AssertionError("a memo's timed runs passed")
+
+
+def _refused(runner: object) -> bool:
+    try:
+        _both_runs(runner)
+    except _Rejected as exc:
+        return exc.args[0].value == "reused_output"
+    return False
+
+
+def test_sets_of_different_work_pass() -> None:
+    # fresh draws of other integers: set k costs (k + 1) x 0.1 ms whether met before or not
+    for _ in range(10):
+        assert not _refused(_stand_in(lambda value, seen: 0.1 * (value + 1), same_work=False)[0])
+
+
+def test_a_candidate_that_copies_only_on_sets_it_met_often_is_refused() -> None:
+    # computes the first 100 calls on each set, copies after: the sets met before the run are
+    # quick, the ones brought in are not; judged on all calls where the sets ask the same work
+    counts: dict[float, int] = {}
+
+    def cost(value: float, seen: bool) -> float:
+        counts[value] = counts.get(value, 0) + 1
+        return 0.071 if counts[value] > 100 else 0.433
+
+    assert _refused(_stand_in(cost)[0])
+
+
+def test_the_debug_line_gives_each_set_s_figures(monkeypatch: object, capsys: object) -> None:
+    monkeypatch.setenv("KLINEAGE_GATE_DEBUG", "1")
+    _both_runs(_stand_in(lambda value, seen: 0.4)[0])
+    lines = [x for x in capsys.readouterr().err.splitlines() if "first visits" in x]
+    assert len(lines) == 2 and "first 0.4000 ms, later 0.4000 ms" in lines[1]
