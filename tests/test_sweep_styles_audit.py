@@ -24,13 +24,17 @@ def _configs(text: str) -> list[dict[str, int]]:
 
 
 def _grid(text: str, kernel: str) -> str:
-    """The grid text of the module's launch of `kernel` (a name's binding followed once)."""
+    """The grid text of the module's launch of `kernel` (a name's binding followed once; a
+    `def grid(meta)` of one return as a lambda)."""
     tree = ast.parse(text)
     site = next(n for n in ast.walk(tree) if isinstance(n, ast.Subscript)
                 and ast.unparse(n.value) == kernel)
     if isinstance(site.slice, ast.Name):
-        return next(ast.unparse(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
-                    and ast.unparse(n.targets[0]) == site.slice.id)
+        return next(ast.unparse(n.value) if isinstance(n, ast.Assign) else
+                    f"lambda {n.args.args[0].arg}: {ast.unparse(n.body[-1].value)}"
+                    for n in ast.walk(tree)
+                    if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == site.slice.id
+                    or isinstance(n, ast.FunctionDef) and n.name == site.slice.id)
     return ast.unparse(site.slice)
 
 
@@ -271,3 +275,78 @@ def test_a_tile_resize_takes_the_round_up_term_along_and_refuses_a_floor() -> No
     assert out is not None and "math.ceil(N / 128))" in out, out
     # a floor count cannot follow a larger tile: the resize is refused
     assert resized(MM.replace("GRID", "(M // 32, triton.cdiv(N, 64))"), "BM") is None
+
+
+def _cover_in_every_list(src: str, n: int) -> None:
+    """Under the control's list and the own sweep alike, `silu_k` is tuned past its written
+    BLOCK of 256 and every configuration launches exactly the blocks that cover `n`."""
+    for text in [autotune_control(src)] + [
+            ir.unparse() for _, ir, _ in config_candidates({}, kir.parse(src, "triton"),
+                                                           own=True, every=True)]:
+        counts = _counts(text, "silu_k", {"n": n})
+        assert max(c["BLOCK"] for c, _ in counts) > 256, counts
+        for cfg, grid in counts:
+            assert grid == (math.ceil(n / cfg["BLOCK"]),), (cfg, grid)
+
+
+@pytest.mark.parametrize("count", ["n // 256 + (n % 256 > 0)", "n // 256 + int(n % 256 != 0)",
+                                   "n // B + (n % B > 0)"])
+def test_a_floor_with_its_remainder_check_counts_the_partial_block_once(count: str) -> None:
+    # the remainder check is the count's round-up: the floor was rounded up beside it
+    # (`(n + meta["BLOCK"] - 1) // meta["BLOCK"] + (n % 256 > 0)`), one idle program per
+    # launch at every tile, the written one included
+    src = FLOORED.replace("MASK", "mask=offs < n").replace("(n // 256,)", f"({count},)")
+    src = src.replace("    n = x.numel()\n", "    n = x.numel()\n    B = 256\n") \
+        .replace("BLOCK=256)", "BLOCK=B)") if " B " in count else src
+    _cover_in_every_list(src, 1001)
+
+
+def test_a_tile_resize_takes_a_remainder_check_along() -> None:
+    from passes import Applied, get_pass  # noqa: PLC0415
+
+    src = FLOORED.replace("MASK", "mask=offs < n").replace(
+        "(n // 256,)](x, o, n, BLOCK=256)", "(n // 64 + (n % 64 > 0),)](x, o, n, BLOCK=64)")
+    ir = kir.parse(src, "triton")
+    step = get_pass("tile-sizes")()
+    site = next(s for s in step.sites(ir) if not s.present and s.detail["tile"] == "BLOCK")
+    made = step.optimize(ir, site)
+    assert isinstance(made, Applied), made
+    assert "silu_k[(n // 128 + (n % 128 > 0),)](x, o, n, BLOCK=128)" in made.ir.unparse()
+
+
+FLOORED_NAME = FLOORED.replace("MASK", "mask=offs < n").replace(
+    "    silu_k[(n // 256,)](x, o, n, BLOCK=256)",
+    "    block = 256\n    silu_k[(n // block,)](x, o, n, BLOCK=block)")
+
+
+def test_a_floor_by_the_tiles_host_name_is_rounded_up_where_the_tile_may_grow() -> None:
+    # `n // block` was rewritten to `n // meta["BLOCK"]`: at BLOCK=512 the last 256 of 1280
+    # elements were never written
+    _cover_in_every_list(FLOORED_NAME, 1280)
+
+
+def test_a_tile_resize_refuses_a_host_name_the_grid_floors_by() -> None:
+    from passes import Applied, get_pass  # noqa: PLC0415
+
+    ir = kir.parse(FLOORED_NAME.replace("block = 256", "block = 64"), "triton")
+    step = get_pass("tile-sizes")()
+    sites = [s for s in step.sites(ir) if s.detail["tile"] == "BLOCK"]
+    assert sites
+    for site in sites:  # `block = 128` under `n // block` left rows unwritten
+        made = step.optimize(ir, site)
+        assert not isinstance(made, Applied), made.ir.unparse()
+        assert "floors" in made.reason, made.reason
+
+
+@pytest.mark.parametrize("grid", ["grid = lambda META: (n // META['BLOCK'],)",
+                                  "def grid(meta):\n        return (n // meta.get('BLOCK', 256),)"])
+def test_a_floor_in_a_grid_of_the_meta_parameters_is_rounded_up_where_the_tile_may_grow(
+        grid: str) -> None:
+    src = FLOORED.replace("MASK", "mask=offs < n").replace(
+        "    silu_k[(n // 256,)](x, o, n, BLOCK=256)",
+        f"    {grid}\n    silu_k[grid](x, o, n, BLOCK=256)")
+    _cover_in_every_list(src, 1280)
+    # unmasked, the tile only shrinks to a divisor: whole blocks stay whole, the floor stays
+    out = autotune_control(src.replace(", mask=offs < n", ""))
+    assert "(n // meta" in out or "(n // META" in out, out
+

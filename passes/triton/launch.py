@@ -461,11 +461,22 @@ def _grid_refusal(mod: PyModule, holder: ast.AST | None, tile: str,
         return None  # a config entry: the autotuned launch computes its grid from meta
     if kernel is None or tile not in _grid_tiles(kernel):
         return None
+    from passes.triton.roles import _count_copies  # noqa: PLC0415
+
     for launch in launches:
-        if not (_grid_reads(mod, launch, tile) or host and host in names_in(_grid(mod, launch))):
+        grid = _grid(mod, launch)
+        if not (_grid_reads(mod, launch, tile) or host and host in names_in(grid)):
             return Skipped(f"the launch grid does not derive from {tile}: resizing it would "
                            "change which output tiles the programs cover",
                            {"tile": tile, "grid": mod.text(launch.func.slice)})
+        # `n // block`: whole blocks of the written tile are not whole blocks of another
+        floor = next((n for n in ast.walk(grid) if host and isinstance(n, ast.BinOp)
+                      and isinstance(n.op, ast.FloorDiv) and isinstance(n.right, ast.Name)
+                      and n.right.id == host and _count_copies(grid, n.right) == "floor"), None)
+        if floor is not None:
+            return Skipped(f"the launch grid floors its count of {tile}'s blocks "
+                           f"({mod.text(floor)}): another {tile} would leave its last partial "
+                           "block unwritten", {"tile": tile, "grid": mod.text(floor)})
     return None
 
 

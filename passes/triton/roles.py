@@ -2193,6 +2193,30 @@ def _meta_grid_reads(mod: PyModule, target: ast.Lambda | ast.FunctionDef,
     return edits, missing
 
 
+def _meta_floors_rounded(mod: PyModule, target: ast.Lambda | ast.FunctionDef,
+                         shaping: Sequence[str], shrinking: Collection[str]) -> list[ByteEdit]:
+    """The edits that round up a grid of the meta-parameters' floor counts of tuned tiles'
+    blocks (`lambda meta: (n // meta["BLOCK"],)` -> `((n + meta["BLOCK"] - 1) //
+    meta["BLOCK"],)`): the author's sizes are whole blocks of the written tile, not of a larger
+    one, whose last partial block the floor would leave unwritten. A tile that only shrinks to
+    a divisor of its value (`unchecked_tiles`) keeps the floor; a count already rounded up
+    (`cdiv`, `(n + meta["BLOCK"] - 1) // ...`, `n // meta["BLOCK"] + (n % meta["BLOCK"] > 0)`)
+    is not a floor (`_count_copies`)."""
+    edits: list[ByteEdit] = []
+    for node in ast.walk(target):
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv)):
+            continue
+        read = node.right
+        key = (read.slice if isinstance(read, ast.Subscript) else
+               read.args[0] if isinstance(read, ast.Call) and isinstance(read.func, ast.Attribute)
+               and read.func.attr == "get" and read.args else None)
+        tile = key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+        if tile in shaping and tile not in shrinking and _count_copies(target, read) == "floor":
+            edits += [ByteEdit(mod.start(node.left), mod.start(node.left), "("),
+                      ByteEdit(mod.end(node.left), mod.end(node.left), f" + {mod.text(read)} - 1)")]
+    return edits
+
+
 def _grid_unread(mod: PyModule, launches: Sequence[Launch],
                  current: KernelConfig) -> dict[str, SweepRefusal]:
     """Tunable tiles of a role that shapes the grid (`grid`, `m`, `n`) that a launch's grid of
@@ -2281,7 +2305,7 @@ def _grid_rewrite(
                 "the launch grid does not read the tiles that shape it",
                 {"tiles": ",".join(missing)},
             )
-        return edits
+        return edits + _meta_floors_rounded(mod, target, shaping, unchecked_tiles(kernel))
     # a host expression: replace the tuned tiles' host values by meta lookups
     replace: list[tuple[ast.AST, str]] = _spread_reads(launch, target, tuned)
     for name in shaping:
@@ -2390,11 +2414,11 @@ def _grid_rewrite(
     pieces: list[tuple[int, int, str]] = []
     for n, name in replace:
         pieces.append((mod.start(n) - base, mod.end(n) - base, f'meta["{name}"]'))
-        if literal_int(n) is not None:
-            follows = _count_follows(mod, target, n, name, name in shrinking)
-            if isinstance(follows, SweepRefusal):
-                return follows
-            pieces += [(a - base, b - base, t) for a, b, t in follows]
+        # the count around the tile's copy follows it: a name's floor `n // B` too
+        follows = _count_follows(mod, target, n, name, name in shrinking)
+        if isinstance(follows, SweepRefusal):
+            return follows
+        pieces += [(a - base, b - base, t) for a, b, t in follows]
     text = mod.text(target)
     pieces.sort(reverse=True)
     raw = text.encode()
@@ -2779,24 +2803,34 @@ def _sum_terms(node: ast.AST) -> list[tuple[ast.AST, int]]:
 
 
 def _count_copies(grid: ast.AST, divisor: ast.AST) -> list[tuple[ast.AST, int]] | str | None:
-    """The literals beyond `divisor` (a literal tile's copy dividing a block count of a host
-    grid) that copy the tile, each with what it is less than the tile: the 32 of `(X + 32 - 1)
-    // 32` (0) and the 31 of `(X + 31) // 32` (1). Empty where none is (a count rounded up by
-    `cdiv`, `ceil`, negation `-(-X // 32)` or `(X - 1) // 32 + 1`); "floor" for a floor `X //
-    32`, whose count a larger tile leaves short; None where the sum's constants round by
-    another amount (`(X + 32) // 32`, one block more than whole ones) or by the tile's value
-    less one not written as one term (`(X + 15 + 16) // 32`)."""
+    """The literals beyond `divisor` (a tile's copy dividing a block count of a host grid: a
+    literal, or the host name or meta read the tile is passed from) that copy the tile, each
+    with what it is less than the tile: the 32 of `(X + 32 - 1) // 32` (0), the 31 of
+    `(X + 31) // 32` (1) and the 32 of the remainder check of `X // 32 + (X % 32 > 0)` (0).
+    Empty where none is (a count rounded up by `cdiv`, `ceil`, negation `-(-X // 32)` or
+    `(X - 1) // 32 + 1`; a divisor that is no literal, whose copies are its own name); "floor"
+    for a floor `X // 32` or `X // BLOCK`, whose count a larger tile leaves short; None where
+    the sum's constants round by another amount (`(X + 32) // 32`, one block more than whole
+    ones) or by the tile's value less one not written as one term (`(X + 15 + 16) // 32`)."""
     division = next((n for n in ast.walk(grid) if isinstance(n, ast.BinOp)
                      and isinstance(n.op, ast.FloorDiv) and n.right is divisor), None)
     value = literal_int(divisor)
-    if division is None or value is None or (
+    if division is None or (
             isinstance(division.left, ast.UnaryOp) and isinstance(division.left.op, ast.USub)):
         return []
     terms = _sum_terms(division.left)
     consts = [(t, sign, literal_int(t)) for t, sign in terms if literal_int(t) is not None]
     rounding = sum(sign * v for _, sign, v in consts)
-    if rounding == 0 or len(consts) == len(terms):  # a floor (of a size, or a constant one)
+    if value is None:  # a name: its copies are rewritten with it; only a floor is told here
+        shown = ast.dump(divisor)
+        if any(ast.dump(n) == shown for n in ast.walk(division.left)) \
+                or _remainder_checks(grid, division) or rounding != 0:
+            return []
         return "floor"
+    if rounding == 0 or len(consts) == len(terms):  # a floor (of a size, or a constant one)
+        # `X // 32 + (X % 32 > 0)` rounds up by its remainder: that 32 is the tile's copy
+        checks = _remainder_checks(grid, division)
+        return [(c, 0) for c in checks] if checks and len(consts) < len(terms) else "floor"
     if rounding == -1:  # (X - 1) // 32 + 1
         return []
     if rounding == value - 1:
@@ -2806,6 +2840,20 @@ def _count_copies(grid: ast.AST, divisor: ast.AST) -> list[tuple[ast.AST, int]] 
         if len(consts) == 1:  # (X + 31) // 32
             return [(consts[0][0], 1)]
     return None
+
+
+def _remainder_checks(grid: ast.AST, division: ast.BinOp) -> list[ast.AST]:
+    """The divisors of the remainders `X % d` in the grid element that holds the floor
+    `division` (`X // d`), of the same X by a copy of the same d (the literal's value, or the
+    same name): `X // 256 + (X % 256 > 0)` and `X // B + int(X % B != 0)` count the partial
+    block by its remainder, so the floor is a count rounded up."""
+    elements = grid.elts if isinstance(grid, (ast.Tuple, ast.List)) else [grid]
+    element = next((e for e in elements if any(n is division for n in ast.walk(e))), grid)
+    size, value, shown = ast.dump(division.left), literal_int(division.right), ast.dump(division.right)
+    return [n.right for n in ast.walk(element)
+            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
+            and ast.dump(n.left) == size
+            and (literal_int(n.right) == value if value is not None else ast.dump(n.right) == shown)]
 
 
 def _count_follows(mod: PyModule, grid: ast.AST, divisor: ast.AST, tile: str,
