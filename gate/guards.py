@@ -5,7 +5,8 @@ Imported only inside a worker (it imports torch). What it provides:
   before, so a candidate that rebinds `torch.Tensor.cpu` or `torch.equal` cannot change them;
 - `TamperWatch`: identities of the functions a candidate could patch to fool a check or a timer
   (torch, numpy, time, builtins, triton's launch and bench paths, CUDA driver launch calls, the
-  gate's own modules); `changed()` names the ones rebound since the snapshot;
+  gate's own modules); `changed()` names the ones rebound since the snapshot (an entry torch's
+  own `_disable_dynamo` wrapper was put around is put back instead);
 - `LaunchMonitor`: hooks the Triton JIT launch path (`JITFunction.run`, the interpreter's
   `InterpretedFunction.run`), `cuda.bindings.driver.cuLaunchKernel[Ex]`, CuPy's `RawKernel` /
   `RawModule` and the functions of a `load_inline` extension to count launches of the
@@ -86,6 +87,32 @@ class Captured:
 # ---------------------------------------------------------------------------------------------
 # Tampering
 
+# torch's `_disable_dynamo` wrapper (its code and module), taken before candidate code loads.
+# In eager mode it calls the function it wraps, after importing torch._dynamo at its first call.
+# torch puts it around each custom_op kernel, and torch._dynamo's import (which torch.library's
+# triton_op brings) puts it around `torch.manual_seed`.
+_LAZY_DYNAMO = _compile._disable_dynamo(lambda: None)
+_LAZY_DYNAMO_CODE, _LAZY_DYNAMO_GLOBALS = _LAZY_DYNAMO.__code__, _LAZY_DYNAMO.__globals__
+
+
+def lazy_dynamo_wrapped(value: Any) -> list[Any]:
+    """The functions `value` reaches through torch's `_disable_dynamo` wrappers (torch's code
+    and module globals), the one it calls first; empty where it is not such a wrapper; eight at
+    most. The wrapper calls the dynamo-disabled form it reads from an attribute of the wrapped
+    function (`__dynamo_disable`), which any code may set: a caller that must not run code of a
+    candidate's calls the wrapped function itself."""
+    chain: list[Any] = []
+    while len(chain) < 8 and isinstance(value, FunctionType) and \
+            value.__code__ is _LAZY_DYNAMO_CODE and value.__globals__ is _LAZY_DYNAMO_GLOBALS:
+        cells = dict(zip(value.__code__.co_freevars, value.__closure__ or ()))
+        try:
+            value = cells["fn"].cell_contents
+        except (KeyError, ValueError):
+            break
+        chain.append(value)
+    return chain
+
+
 def _watched_modules() -> list[tuple[str, Any]]:
     owners: list[tuple[str, Any]] = [
         ("torch", torch), ("torch.Tensor", torch.Tensor), ("torch._C.TensorBase", torch._C.TensorBase),
@@ -146,16 +173,25 @@ class TamperWatch:
     every class a gate module defines, the code object under each watched function (a
     `__code__` swap keeps the function's identity), and the instance attributes of objects
     added with `watch_instance` (an attribute rebound or added there: a method shadowed, a
-    module of the gate's swapped for a stand-in)."""
+    module of the gate's swapped for a stand-in).
+
+    torch rebinds one watched function itself: importing torch._dynamo (as torch.library's
+    `triton_op` does) wraps `torch.manual_seed` in torch's `_disable_dynamo` wrapper. An entry
+    found so wrapped (torch's code around the very function the snapshot holds, whoever put it
+    there) is put back by `changed()` and not reported: the gate's later calls reach the
+    function itself, never the attribute through which the wrapper calls it
+    (`lazy_dynamo_wrapped`)."""
 
     def __init__(self) -> None:
         self._owners = _watched_modules()
         self._owners += [own for name, mod in list(self._owners)
                          if isinstance(mod, ModuleType) and (name == "gate" or name.startswith("gate."))
                          for own in _own_classes(name, mod)]
+        self._before: dict[str, dict[str, Any]] = {name: dict(_entries(owner))
+                                                   for name, owner in self._owners}
         self._ids: dict[str, dict[str, tuple[int, int]]] = {
-            name: {key: (id(value), id(_code_of(value))) for key, value in _entries(owner)}
-            for name, owner in self._owners}
+            name: {key: (id(value), id(_code_of(value))) for key, value in self._before[name].items()}
+            for name, _ in self._owners}
         self._keep = [(value, _code_of(value)) for _, owner in self._owners
                       for _, value in _entries(owner)]
         self._modules = {name: id(mod) for name, mod in self._owners if isinstance(mod, ModuleType)}
@@ -170,7 +206,8 @@ class TamperWatch:
     def changed(self, gate_only: bool = False) -> list[str]:
         """What was rebound or removed since the snapshot; with `gate_only`, of the gate's own
         modules, classes and watched instances alone (torch's device queries are answered by
-        stand-ins while an emulated host runs)."""
+        stand-ins while an emulated host runs). An entry torch's `_disable_dynamo` wrapper was
+        put around is put back first (the class's docstring)."""
         out = []
         for name, owner in self._owners:
             if gate_only and not _GATE_MODULE.match(name):
@@ -178,6 +215,13 @@ class TamperWatch:
             current = dict(_entries(owner))
             for key, (ident, code) in self._ids[name].items():
                 value = current.get(key)
+                before = self._before[name][key]
+                if value is not before and any(f is before for f in lazy_dynamo_wrapped(value)):
+                    try:
+                        setattr(owner, key, before)
+                        value = before
+                    except (AttributeError, TypeError):  # an owner that refuses it: reported
+                        pass
                 if value is None or id(value) != ident or id(_code_of(value)) != code:
                     out.append(f"{name}.{key}")
         for name, ident in self._modules.items():
@@ -1105,10 +1149,6 @@ class OpTrace(TorchDispatchMode):
 # `CustomOpDef` holds the Python functions registered as its kernels.
 _CUSTOM_OP_DEF = _custom_ops.CustomOpDef
 _CUSTOM_OP_DEFS = _custom_ops.OPDEFS
-# The code of torch's `_disable_dynamo` wrapper, which custom_op puts around each kernel: in
-# eager mode it calls the function it wraps, after importing torch._dynamo at its first call
-# (seconds, and a rebinding of `torch.manual_seed` that the tamper watch reports).
-_LAZY_DYNAMO_CODE = _compile._disable_dynamo(lambda: None).__code__
 
 
 def custom_op_kernel(func: Any, args: Any, kwargs: Any) -> Callable[..., Any] | None:
@@ -1134,8 +1174,7 @@ def custom_op_kernel(func: Any, args: Any, kwargs: Any) -> Callable[..., Any] | 
     device = next(iter(accelerators)) if accelerators else "cpu" if devices else None
     kernels = opdef._backend_fns
     kernel = kernels.get(device) if device in kernels else kernels.get(None)
-    while getattr(kernel, "__code__", None) is _LAZY_DYNAMO_CODE:
-        kernel = getattr(kernel, "__wrapped__", None)
+    kernel = (lazy_dynamo_wrapped(kernel) or [kernel])[-1]  # the wrapper only imports torch._dynamo
     return kernel if callable(kernel) else None
 
 

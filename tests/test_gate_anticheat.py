@@ -124,6 +124,14 @@ def test_an_honest_kernel_behind_a_custom_op_passes() -> None:
     assert "add, mul" in exploit.reason  # the compute inside the operator, named
 
 
+def test_an_honest_kernel_behind_a_triton_op_passes() -> None:
+    # torch.library.triton_op launching through wrap_triton, as PyTorch recommends for Triton
+    # kernels torch.compile can trace: the decorator imports torch._dynamo at the candidate's
+    # import, whose wrapper around torch.manual_seed is torch's own, not the candidate's.
+    verdict = gate.check_file(SAXPY / "saxpy_triton_op.py", SAXPY, Tier.INTERPRET, cache=False)
+    assert verdict.ok, verdict.reason
+
+
 def _traced(fn: Callable[[], object]) -> list[str]:
     from gate import guards
 
