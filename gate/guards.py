@@ -39,7 +39,9 @@ from typing import Any
 
 import torch
 from torch import _compile
+from torch import _ops as _torch_ops
 from torch._library import custom_ops as _custom_ops
+from torch._library import simple_registry as _simple_registry
 from torch.utils import _pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -113,6 +115,73 @@ def lazy_dynamo_wrapped(value: Any) -> list[Any]:
     return chain
 
 
+# torch's tables of per-operator Python dispatch rules, bound before candidate code loads. torch
+# hands an operator called under a dispatch mode (or on a tensor subclass) to the rule its table
+# holds for the mode's class instead of to the mode's `__torch_dispatch__`, the mode off: the
+# rules of `torch.library.register_torch_dispatch` and a custom op's `register_torch_dispatch`
+# (found by torch's `find_torch_dispatch_rule`), and an operator's `python_key_table` (`py_impl`:
+# a higher-order operator's always, an OpOverload's under the Python dispatcher).
+_RULES = _simple_registry.singleton
+_RULE_ENTRY, _RULE_HOLDER = _simple_registry.SimpleOperatorEntry, _simple_registry.GenericTorchDispatchRuleHolder
+_OPS, _HIGHER_ORDER_OPS = torch.ops, _torch_ops._higher_order_ops
+
+
+def _may_be(key: Any, own: dict[int, str]) -> str | None:
+    """The name of the class of `own` (id -> name) that torch's lookup of it in a rule table
+    would find at `key`; a description where `key`'s class defines an equality of its own (the
+    lookup would run it; this check does not); None where it is none of them."""
+    if id(key) in own:
+        return own[id(key)]
+    return None if type(key).__eq__ is object.__eq__ else "a key of its own equality"
+
+
+def _operators() -> list[Any]:
+    """torch's operator objects: the higher-order operators, and every OpOverload of the
+    namespaces of `torch.ops` (those looked up so far: torch dispatches through these)."""
+    found = list(_HIGHER_ORDER_OPS.values())
+    namespace_type, packet_type, op_type = (_torch_ops._OpNamespace, _torch_ops.OpOverloadPacket,
+                                            _torch_ops.OperatorBase)
+    for namespace in list(vars(_OPS).values()):
+        if issubclass(type(namespace), namespace_type):
+            for packet in list(vars(namespace).values()):
+                if issubclass(type(packet), packet_type):
+                    found += [op for op in list(vars(packet).values())
+                              if issubclass(type(op), op_type)]
+    return found
+
+
+def dispatch_rules(own: dict[int, str]) -> list[str]:
+    """Where torch would hand an operator called under one of the classes `own` (id -> name:
+    dispatch modes, tensor subclasses) to a Python rule instead of to the class: one line per
+    operator and class, and one per table not as torch made it (swapped, or of another class)."""
+    out = []
+    registry = vars(_RULES)
+    entries = registry.get("_data")
+    if _simple_registry.singleton is not _RULES or set(registry) != {"_data"} or \
+            type(entries) is not dict:
+        out.append("torch._library.simple_registry.singleton")
+        entries = {}
+    for qualname, entry in list(entries.items()):
+        holder = vars(entry).get("torch_dispatch_rules") if type(entry) is _RULE_ENTRY else None
+        table = vars(holder).get("_data") if type(holder) is _RULE_HOLDER and \
+            "find" not in vars(holder) else None
+        if type(table) is not dict:
+            out.append(f"the torch dispatch rules of {qualname}")
+            continue
+        out += [f"{qualname}'s dispatch under {name} (a torch dispatch rule)"
+                for name in filter(None, (_may_be(key, own) for key in list(table)))]
+    if torch.ops is not _OPS or _torch_ops._higher_order_ops is not _HIGHER_ORDER_OPS:
+        out.append("torch.ops")
+    for op in _operators():
+        table = vars(op).get("python_key_table")
+        if type(table) is not dict:
+            out.append(f"the Python dispatch rules of {op}")
+        elif table:
+            out += [f"{op}'s dispatch under {name} (a Python dispatch rule)"
+                    for name in filter(None, (_may_be(key, own) for key in list(table)))]
+    return out
+
+
 def _watched_modules() -> list[tuple[str, Any]]:
     owners: list[tuple[str, Any]] = [
         ("torch", torch), ("torch.Tensor", torch.Tensor), ("torch._C.TensorBase", torch._C.TensorBase),
@@ -120,6 +189,11 @@ def _watched_modules() -> list[tuple[str, Any]]:
         ("torch.testing", torch.testing), ("torch.cuda", torch.cuda),
         ("torch.cuda.Event", torch.cuda.Event), ("torch.cuda.Stream", torch.cuda.Stream),
         ("time", time), ("builtins", builtins),
+        # the lookup of the dispatch rules above that torch calls, and its classes
+        ("torch._library.simple_registry", _simple_registry),
+        ("torch._library.simple_registry.SimpleLibraryRegistry", _simple_registry.SimpleLibraryRegistry),
+        ("torch._library.simple_registry.SimpleOperatorEntry", _RULE_ENTRY),
+        ("torch._library.simple_registry.GenericTorchDispatchRuleHolder", _RULE_HOLDER),
     ]
     for name in ("numpy", "numpy.linalg", "numpy.testing", "triton", "triton.testing",
                  "triton.runtime.jit", "triton.runtime.autotuner", "triton.runtime.interpreter",
@@ -173,7 +247,9 @@ class TamperWatch:
     every class a gate module defines, the code object under each watched function (a
     `__code__` swap keeps the function's identity), and the instance attributes of objects
     added with `watch_instance` (an attribute rebound or added there: a method shadowed, a
-    module of the gate's swapped for a stand-in).
+    module of the gate's swapped for a stand-in), and torch's per-operator dispatch rules for
+    the gate's dispatch classes (`dispatch_rules`: torch runs such a rule in place of the op
+    trace, which then never sees the operator).
 
     torch rebinds one watched function itself: importing torch._dynamo (as torch.library's
     `triton_op` does) wraps `torch.manual_seed` in torch's `_disable_dynamo` wrapper. An entry
@@ -196,6 +272,12 @@ class TamperWatch:
                       for _, value in _entries(owner)]
         self._modules = {name: id(mod) for name, mod in self._owners if isinstance(mod, ModuleType)}
         self._instances: list[tuple[str, Any, dict[str, int], frozenset[str]]] = []
+        # The gate's dispatch classes (its op trace): a rule torch would run in place of one
+        # (`dispatch_rules`) hides operators from it.
+        self._dispatchers = {id(owner): name for name, owner in self._owners
+                             if isinstance(owner, type) and _GATE_MODULE.match(name)
+                             and hasattr(owner, "__torch_dispatch__")}
+        self._rules = frozenset(dispatch_rules(self._dispatchers))
 
     def watch_instance(self, name: str, obj: Any, mutable: Iterable[str] = ()) -> None:
         """Watch the instance attributes of `obj` from now on (those in `mutable` may change)."""
@@ -233,6 +315,7 @@ class TamperWatch:
             now = vars(obj)
             out += [f"{name}.{key}" for key in set(state) | set(now)
                     if key not in mutable and (key not in now or id(now[key]) != state.get(key))]
+        out += [rule for rule in dispatch_rules(self._dispatchers) if rule not in self._rules]
         return sorted(set(out))
 
 
