@@ -350,3 +350,41 @@ def test_a_floor_in_a_grid_of_the_meta_parameters_is_rounded_up_where_the_tile_m
     out = autotune_control(src.replace(", mask=offs < n", ""))
     assert "(n // meta" in out or "(n // META" in out, out
 
+
+TICKET = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def sum_ticket(x_ptr, part_ptr, count_ptr, out_ptr, n, BLOCK: tl.constexpr, RB: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    tl.store(part_ptr + pid, tl.sum(tl.load(x_ptr + offs, mask=offs < n, other=0.0), axis=0))
+    ticket = tl.atomic_add(count_ptr, 1)
+    if ticket == tl.num_programs(0) - 1:  # the last program to finish adds the partials
+        idx = tl.arange(0, RB)
+        parts = tl.load(part_ptr + idx, mask=idx < tl.num_programs(0), other=0.0)
+        tl.store(out_ptr, tl.sum(parts, axis=0))
+
+
+def run(x):
+    n = x.numel()
+    blocks = triton.cdiv(n, 128)
+    parts = torch.empty(blocks, device=x.device, dtype=torch.float32)
+    count = torch.zeros(1, device=x.device, dtype=torch.int32)
+    out = torch.empty(1, device=x.device, dtype=torch.float32)
+    sum_ticket[(blocks,)](x, parts, count, out, n, BLOCK=128, RB=triton.next_power_of_2(blocks))
+    return out
+'''
+
+
+def test_a_counter_an_atomic_takes_as_its_pointer_is_restored_between_trial_runs() -> None:
+    # `tl.atomic_add(count_ptr, 1)` has no address arithmetic: the counter was not in
+    # `restore_value`, so the autotuner's trial runs left it past the last ticket and the
+    # tuning call on a GPU never wrote `out`
+    out = autotune_control(TICKET)
+    restore = next(ast.literal_eval(kw.value) for node in ast.walk(ast.parse(out))
+                   if isinstance(node, ast.Call) and ast.unparse(node.func) == "triton.autotune"
+                   for kw in node.keywords if kw.arg == "restore_value")
+    assert "count_ptr" in restore, restore

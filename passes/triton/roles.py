@@ -1540,9 +1540,27 @@ def _ptr_like(kernel: ast.FunctionDef) -> set[str]:
     return out - compared
 
 
+def _addressed(kernel: ast.FunctionDef) -> set[str]:
+    """Parameters (not constexprs) a `tl.load`, `tl.store` or atomic takes as its pointer as
+    they are (`tl.atomic_add(count_ptr, 1)`)."""
+    params = {a.arg for a in kernel.args.args} - set(constexpr_params(kernel))
+    out: set[str] = set()
+    for call in ast.walk(kernel):
+        name = callee(call) if isinstance(call, ast.Call) else ""
+        if name.split(".")[-1] in ("load", "store") and name.startswith(("tl.", "triton.")) \
+                or name.startswith(ATOMICS_PREFIX):
+            ptr = call.args[0] if call.args else next(
+                (k.value for k in call.keywords if k.arg in ("pointer", "ptr")), None)
+            if isinstance(ptr, ast.Name) and ptr.id in params:
+                out.add(ptr.id)
+    return out
+
+
 def _pointer_uses(kernel: ast.FunctionDef) -> tuple[set[str], set[str], set[str]]:
-    """(pointer parameters loaded, stored, updated by an atomic) in the kernel."""
-    params = _ptr_like(kernel)
+    """(pointer parameters loaded, stored, updated by an atomic) in the kernel. A parameter
+    given as it is as the pointer of one of these (`tl.atomic_add(count_ptr, 1)`, a scalar
+    `tl.store(out_ptr, total)`) is a pointer too, with no address arithmetic on it."""
+    params = _ptr_like(kernel) | _addressed(kernel)
     loaded: set[str] = set()
     stored: set[str] = set()
     atomic: set[str] = set()
