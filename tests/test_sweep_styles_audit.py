@@ -388,3 +388,56 @@ def test_a_counter_an_atomic_takes_as_its_pointer_is_restored_between_trial_runs
                    if isinstance(node, ast.Call) and ast.unparse(node.func) == "triton.autotune"
                    for kw in node.keywords if kw.arg == "restore_value")
     assert "count_ptr" in restore, restore
+
+
+PARTIALS = (Path(__file__).parent / "data/styles/partials_buffer.py").read_text()
+
+
+@pytest.mark.parametrize("count", ["triton.cdiv(x.numel(), 256)", "triton.cdiv(total, 256)"])
+def test_a_buffer_sized_by_the_launchs_size_written_another_way_holds_the_tile(count: str) -> None:
+    # `n = x.numel()` is passed to the kernel and the partials buffer holds cdiv(x.numel(),
+    # 256) entries: BLOCK was swept, so larger blocks left entries unwritten (summed as they
+    # were) and the own sweep's BLOCK=128 wrote past the buffer's end
+    src = PARTIALS.replace("n_parts = triton.cdiv(n, 256)", f"n_parts = {count}") \
+        .replace("    n = x.numel()\n", "    n = x.numel()\n    total = n\n")
+    assert src.count(count) == 1
+    assert all("BLOCK" not in c for c in _configs(autotune_control(src)))
+    for name, _, configs in config_candidates({}, kir.parse(src, "triton"), own=True, every=True):
+        assert name != "partial_sumsq" or all("BLOCK" not in c for c in configs), configs
+
+
+TRANSPOSE = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def transpose_k(x_ptr, o_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    n = tl.program_id(0) * BN + tl.arange(0, BN)
+    m = tl.program_id(1) * BM + tl.arange(0, BM)
+    mask = (m[:, None] < M) & (n[None, :] < N)
+    v = tl.load(x_ptr + m[:, None] * N + n[None, :], mask=mask)
+    tl.store(o_ptr + n[None, :] * M + m[:, None], v, mask=mask)
+
+
+def run(x):
+    M, N = x.shape
+    out = torch.empty((N, M), device=x.device, dtype=x.dtype)
+    transpose_k[(triton.cdiv(out.shape[0], 64), triton.cdiv(out.size(1), 32))](x, out, M, N, BM=32, BN=64)
+    return out
+'''
+
+
+def test_a_grid_written_with_tensor_shapes_follows_the_tiles_of_the_sizes_they_are() -> None:
+    # `out.shape[0]` is the N of `M, N = x.shape` (out is made (N, M)): the literals were not
+    # tied to BN and BM, so neither tile was swept (warps only)
+    import torch  # noqa: PLC0415
+
+    sizes = {"x": torch.empty(97, 150), "out": torch.empty(150, 97)}
+    for text in [autotune_control(TRANSPOSE)] + [
+            ir.unparse() for _, ir, _ in config_candidates({}, kir.parse(TRANSPOSE, "triton"),
+                                                           own=True, every=True)]:
+        counts = _counts(text, "transpose_k", sizes)
+        assert {c["BN"] for c, _ in counts} - {64}, counts
+        for cfg, grid in counts:
+            assert grid == (math.ceil(150 / cfg["BN"]), math.ceil(97 / cfg["BM"])), (cfg, grid)

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from passes._recent import Recent
 from passes._source import ByteEdit, indent_of, line_start
 from passes.triton._py import PyModule, callee, dotted, int_value, literal_int, names_in
+from passes.triton.host_sizes import host_form
 
 if TYPE_CHECKING:
     from kir import KernelIR
@@ -2370,12 +2371,12 @@ def _grid_rewrite(
     for key, names in names_at.items():
         if len(names) > 1:  # one literal for several tiles: the size it divides tells which
             dividend = _dividend(target, nodes[key])
-            host = mod.text(dividend) if dividend is not None else None
+            host = host_form(mod, dividend) if dividend is not None else None
             by_size = {
                 n
                 for n in names
                 if host is not None
-                and any(d in args and mod.text(args[d]) == host for d in pairs.get(n, ()))
+                and any(d in args and host_form(mod, args[d]) == host for d in pairs.get(n, ()))
             }
             if len(by_size) != 1:  # else by the grid axis whose program id the tile scales
                 axis = _grid_axis(target, nodes[key])
@@ -2481,7 +2482,7 @@ def _literal_owners(
     counted: set[str] = set()  # tied ones that scale the program id of the literal's axis
     unknown = False
     for t in candidates:
-        sizes = {mod.text(args[d]) for d in dims.get(t, ()) if d in args}
+        sizes = {host_form(mod, args[d]) for d in dims.get(t, ()) if d in args}
         by_size = _tiles_size(mod, dividend, sizes) if sizes and dividend is not None else None
         by_axis = (axis in axes[t]) if t in axes and axis is not None else None
         if by_size is None and by_axis is None:
@@ -2502,11 +2503,13 @@ def _literal_owners(
 
 def _tiles_size(mod: PyModule, dividend: ast.AST | None, sizes: set[str]) -> bool:
     """Whether a grid's `dividend` is the host value of a size a tile tiles (`sizes`: the host
-    texts the launch passes for the kernel's size parameters): one of them, or a product of
-    them (`cdiv(oh * ow, 64)` where the kernel compares the tile's offsets with `OH * OW`)."""
+    values the launch passes for the kernel's size parameters, each in its `host_form`): one
+    of them, or a product of them (`cdiv(oh * ow, 64)` where the kernel compares the tile's
+    offsets with `OH * OW`). `cdiv(x.shape[0], 32)` beside a launch that passes `M` from
+    `M, N = x.shape` divides M."""
     if dividend is None:
         return False
-    if mod.text(dividend) in sizes:
+    if host_form(mod, dividend) in sizes:
         return True
     if not (isinstance(dividend, ast.BinOp) and isinstance(dividend.op, ast.Mult)):
         return False
@@ -2518,7 +2521,7 @@ def _tiles_size(mod: PyModule, dividend: ast.AST | None, sizes: set[str]) -> boo
             todo += [node.left, node.right]
         else:
             terms.append(node)
-    return all(mod.text(t) in sizes for t in terms)
+    return all(host_form(mod, t) in sizes for t in terms)
 
 
 def _unpassed_grid_divisors(
@@ -2544,7 +2547,7 @@ def _unpassed_grid_divisors(
         value = literal_int(defaults.get(name)) if name not in args else None
         if value is None:
             continue
-        sizes = {mod.text(args[d]) for d in dims.get(name, ()) if d in args}
+        sizes = {host_form(mod, args[d]) for d in dims.get(name, ()) if d in args}
         # the divisors of this tile's size or of the grid axis its program id comes from
         shaped = [d for d in divisors
                   if _tiles_size(mod, _dividend(grid, d), sizes)
@@ -2729,7 +2732,7 @@ def _host_reuse(
     for name in tuned:
         node = args.get(name)
         value = literal_int(node)
-        sizes = {mod.text(args[d]) for d in dims.get(name, ()) if d in args}
+        sizes = {host_form(mod, args[d]) for d in dims.get(name, ()) if d in args}
         stray_div = _divides_elsewhere(mod, call, allowed, value, sizes) \
             if value is not None and sizes else None
         if stray_div is not None:
@@ -2777,16 +2780,17 @@ def _divides_elsewhere(mod: PyModule, call: ast.AST, allowed: set[int], value: i
     """A division (`cdiv(X, d)`, `X // d`) in the function launching `call` by a host value
     `d` equal to `value` that is not among `allowed` (the grid's and the tile arguments'
     nodes), of one of `sizes` (the host values of the sizes the tile tiles; any size when
-    None): the literal tile also sizes something else (`parts = torch.empty(cdiv(n, 256))`
-    beside a launch with `BLOCK=256`). A chunk count of another size (`cdiv(seq, 64)` beside
-    a 64-wide tile of the value dimension) is not."""
+    None; compared in their `host_form`, so `cdiv(x.numel(), 256)` divides the `n` of
+    `n = x.numel()`): the literal tile also sizes something else (`parts =
+    torch.empty(cdiv(n, 256))` beside a launch with `BLOCK=256`). A chunk count of another
+    size (`cdiv(seq, 64)` beside a 64-wide tile of the value dimension) is not."""
     scope = mod.enclosing(call, ast.FunctionDef) or mod.tree
     for node in ast.walk(scope):
         found = _division(node)
         if found is None:
             continue
         dividend, divisor = found
-        if id(divisor) not in allowed and (sizes is None or mod.text(dividend) in sizes) \
+        if id(divisor) not in allowed and (sizes is None or host_form(mod, dividend) in sizes) \
                 and _host_literal(mod, call, divisor) == value:
             return divisor
     return None
