@@ -7,30 +7,55 @@ only the work differs. Such a memo cannot be fast on a set it has not been calle
 timed calls hold back the pool's sets the candidate has not met yet and bring each of them in
 at a place among the measured calls drawn at random when their number is known (`places`);
 every such first visit is checked, and each measured call is timed alone (`bench_calls`: the
-measurement of `triton.testing.do_bench`, kept per call). A run whose later calls on each set
+measurement of `triton.testing.do_bench`, kept per call). A gate whose later calls on each set
 it met there take less than `FACTOR` of its first call on that set (`memo_gain`) is refused.
 
 An honest kernel takes as long on a set it has met as on one it has not (the L2 cache is
 flushed between timed calls, the buffers are the same): a first visit's time is the kernel's
 on that set (sets may differ in work: drawn integers, lengths), and `FACTOR` leaves room for
-the noise of single calls. A memo that copies on more than half
-of its revisits gains at most 1 / `FACTOR` (1 / `FACTOR_ONE` where a run times one first
-visit) on the reported median before it is refused.
+the noise of single calls. One call alone can still be slow for reasons of its own: a kernel
+whose run() waits for the host (`.tolist()`, `.item()`) has the host's jitter inside its
+timed call, and one such first call took twice its set's later calls on an H200. So the
+worker judges the untraced run's first visits, and those of both timed runs together (each
+against the later calls of its own run), and every one judged must be slow (`MIN_VISITS` at
+least): a memo is slow on each, an honest kernel's spike is one call. Where one first visit
+alone is judged (a lean plan's untraced run, a pool of two sets), it must be slower by
+1 / `FACTOR_ONE`. A memo that copies on more than half of its revisits gains at most
+1 / `FACTOR` (1 / `FACTOR_ONE` with one first visit) on the reported median before it is
+refused.
 """
 from __future__ import annotations
 
 import random
 import statistics
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 FACTOR = 0.6
-"""Later calls' median below this share of the first call on the same set refuses the run,
-where two sets or more are judged (each must show it for an honest kernel to be refused)."""
-FACTOR_ONE = 0.5
-"""The share where one first visit alone is timed (a single call's spike is the whole figure)."""
+"""A first visit is slow where its set's later calls (or the calls on sets met before) take
+less than this share of it."""
+MIN_VISITS = 2
+"""First visits that must all be slow to refuse (`FACTOR`): one slow call may be jitter."""
+FACTOR_ONE = 0.3
+"""The share where one first visit alone is judged (a lean plan's untraced run): a single
+call's spike is the whole figure, so only a gap well beyond jitter refuses (a memo of the
+device copies in a sixth of the time it computes: 0.071 against 0.433 ms on an H200)."""
 FLOOR_MS = 0.005
 """A gap smaller than this (ms) refuses nothing: one launch's jitter on a kernel of microseconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class FirstVisit:
+    """One measured call on a set the candidate had not been called on, and what the same
+    timed run measured after it."""
+
+    first_ms: float
+    later_ms: tuple[float, ...] = ()
+    """The run's later calls on the same set."""
+    again_ms: float | None = None
+    """Where every set of the pool asks the same work (the same integers): the median of the
+    run's calls on sets met before each (None: not compared, or no such call)."""
 
 
 def places(reps: int, sets: int, rng: random.Random) -> list[int]:
@@ -42,40 +67,36 @@ def places(reps: int, sets: int, rng: random.Random) -> list[int]:
     return sorted(rng.sample(range(span), min(max(0, sets), span)))
 
 
-def memo_gain(visits: Sequence[tuple[float, Sequence[float]]],
-              again_ms: Sequence[float] | None = None, *, factor: float | None = None,
-              floor_ms: float = FLOOR_MS) -> str | None:
-    """Why a run is refused, or None. `visits`: per set the candidate met in the measured
-    calls, the milliseconds of its first call on it and of its later calls on the same set.
-    `again_ms`: where every set asks the same work (the same integers), the milliseconds of
-    every measured call on a set met before it. Refused where
+def _slow(pairs: Sequence[tuple[float, float]], floor_ms: float) -> bool:
+    """Whether each (first, later) pair shows a slow first call: `FACTOR`, or `FACTOR_ONE`
+    for one pair alone; by more than `floor_ms` each."""
+    factor = FACTOR if len(pairs) >= MIN_VISITS else FACTOR_ONE
+    return bool(pairs) and all(later < factor * first and first - later > floor_ms
+                               for first, later in pairs)
 
-    - for every set with later calls, their median is below `factor` of its first call, or
-    - the median of `again_ms` is below `factor` of the quickest first call;
 
-    each by more than `floor_ms`. `factor` is `FACTOR`, or `FACTOR_ONE` where one first call
-    alone is compared. The second rule holds a candidate that copies only on sets it has met
-    many times (the calls on the sets met before the run) to the first calls too: a gain on
-    the reported median needs quick calls in more than half of the measured calls."""
-    judged = [(first, statistics.median(again)) for first, again in visits if again]
-    if judged:
-        f = factor if factor is not None else FACTOR if len(judged) > 1 else FACTOR_ONE
-        if all(again < f * first and first - again > floor_ms for first, again in judged):
-            figures = ", ".join(f"{again:.4f} ms against {first:.4f} ms" for first, again in judged)
-            return (f"its timed calls on an input set it had been called on before are much "
-                    f"quicker than its first call on that set ({figures}, median of the later "
-                    f"calls against the first, for each of {len(judged)} set(s) met in the "
-                    f"measured calls): its output follows from an earlier call's work, not "
-                    f"from this call's")
-    firsts = [first for first, _ in visits]
-    if firsts and again_ms:
-        f = factor if factor is not None else FACTOR if len(firsts) > 1 else FACTOR_ONE
-        first, again = min(firsts), statistics.median(again_ms)
-        if again < f * first and first - again > floor_ms:
-            return (f"its timed calls on input sets it had been called on before took "
-                    f"{again:.4f} ms (median of {len(again_ms)}), against {first:.4f} ms for the "
-                    f"quickest of its {len(firsts)} first call(s) on a set of the same integers: "
-                    f"its output follows from an earlier call's work, not from this call's")
+def memo_gain(visits: Sequence[FirstVisit], *, floor_ms: float = FLOOR_MS) -> str | None:
+    """Why a variant's timed runs are refused, or None, from first visits (`FirstVisit`: one
+    run's, or both runs' together, each against its own run's calls). Refused where every first visit that has later calls on its set is
+    slow against their median, or every one compared with the calls on sets met before is slow
+    against that median (`_slow`: all of them, `MIN_VISITS` or one with `FACTOR_ONE`). The
+    second rule holds a candidate that copies only on sets it has met many times (the sets met
+    before the runs) to the first calls too: a gain on the reported median needs quick calls
+    in more than half of the measured calls."""
+    on_set = [(v.first_ms, statistics.median(v.later_ms)) for v in visits if v.later_ms]
+    met_before = [(v.first_ms, v.again_ms) for v in visits if v.again_ms is not None]
+    rules = ((on_set, "an input set it had been called on before are much quicker than its "
+                      "first call on that set", "the later calls on the set"),
+             (met_before, "input sets it had been called on before are much quicker than each "
+                          "first call on a set of the same integers",
+              "the calls on sets met before in the same run"))
+    for pairs, what, against in rules:
+        if _slow(pairs, floor_ms):
+            figures = ", ".join(f"{later:.4f} ms against {first:.4f} ms" for first, later in pairs)
+            return (f"its timed calls on {what} ({figures}: the median of {against} against "
+                    f"the first call, for each of {len(pairs)} first call(s) in the measured "
+                    f"calls): its output follows from an earlier call's work, not from this "
+                    f"call's")
     return None
 
 

@@ -396,10 +396,12 @@ class _Runner:
         self.run_fn: Any = None
         self.tuning_s = 0.0  # seconds the autotuner's configurations were timed (device tier)
         self.pools: dict[str, Any] = {}  # variant -> refill.Pool
-        # variant -> the pool sets (by seed) its timed calls have run on, and whether every set
-        # of its pool has the same integers (scalars, shapes, integer tensors) (`gate.visits`)
+        # variant -> the pool sets (by seed) its timed calls have run on, whether every set
+        # of its pool has the same integers (scalars, shapes, integer tensors), and the first
+        # visits its timed runs measured, judged together after the last run (`gate.visits`)
         self.visited: dict[str, set[int]] = {}
         self.same_work: dict[str, bool] = {}
+        self.first_visits: dict[str, list[Any]] = {}
         self.kernels = guards.KernelLog(self.cap.synchronize)
         if self.device == "cuda":
             self.kernels.warm_up()
@@ -2238,8 +2240,9 @@ class _Runner:
         """Bench the candidate on input buffers refilled before every timed call; check the
         calls; send a sample of their outputs; (ms, wall ms). The pool's sets the candidate's
         timed calls have not run on yet are held back and brought in at random places among
-        the measured calls; every call on a set it meets for the first time is checked, and a
-        run whose calls on sets met before are much quicker than those is refused
+        the measured calls; every call on a set it meets for the first time is checked, and
+        after the untraced run (the last), a variant whose calls on sets met before are much
+        quicker than each of those first calls, in that run or in both, is refused
         (`gate.visits`)."""
         visits = self.visits
         trace = self.guards.OpTrace(self.reference_code, poison=False, paused=self._tuning)
@@ -2251,11 +2254,18 @@ class _Runner:
         seen = self.visited.setdefault(variant, set())
         rotation.hold_back({i for i, (seed, _) in enumerate(rotation.pool.sets) if seed not in seen})
         # the sets this run brings in: all that are left in the untraced run (whose median is
-        # reported), else the smaller half (each run is judged on its own first visits: the op
-        # trace's Python may show in the traced run's times)
+        # reported, and judged on its own first visits: two where the pool has them), else
+        # the smaller half of the pool's crossovers not met, and fewer where the untraced run
+        # would be left less than two (a lean rotation holds one crossover: the untraced run
+        # takes another). Each first visit is compared with its own run's calls: the op
+        # trace's Python may show in the traced run's times
         held_back = sorted(rotation.held_back)
         rotation.rng.shuffle(held_back)
-        held_back = held_back[:len(held_back) // 2] if traced else held_back
+        if traced:
+            pool = self.pools[variant]
+            unmet = sum(pool.seed(k) not in seen for k in range(1, len(pool.sets)))
+            left = 1 if self._lean(variant) else visits.MIN_VISITS
+            held_back = held_back[:max(0, min(unmet // 2, unmet - left))]
         host = self._samples_on_host(variant)
         sample = self.refill.SetSample(
             REFILL_SAMPLE, len(rotation.pool.sets), functools.partial(self._snapshot, host=host),
@@ -2340,21 +2350,30 @@ class _Runner:
         met = {index: (t, [t2 for t2, (i2, _) in measured if i2 == index][1:])
                for t, (index, first) in measured if first}
         again = [t for t, (_, first) in measured if not first] \
-            if self.same_work.get(variant, True) else None
+            if self.same_work.get(variant, True) else []
+        again_ms = statistics.median(again) if again else None
+        run_visits = [visits.FirstVisit(first, tuple(later), again_ms) for first, later in met.values()]
+        judged = self.first_visits.setdefault(variant, [])
+        judged.extend(run_visits)
         del rotation, sample, last, res, firsts  # a lean plan's pool leaves the device before the reports
         self.lap("timing: checks")
         for seed, outputs in checked:
             self.report(variant, PHASE_REFILL, seed, outputs, launches)
         self.lap("timing: sampled outputs compared")
-        reason = visits.memo_gain(list(met.values()), again)
         if os.environ.get("KLINEAGE_GATE_DEBUG") == "1":
             print(f"klineage gate first visits ({what}): " + "; ".join(
                 f"set {i}: first {first:.4f} ms, later {statistics.median(later) if later else 0.0:.4f} "
                 f"ms of {len(later)}" for i, (first, later) in met.items())
-                + f"; calls on sets met before {statistics.median(again) if again else 0.0:.4f} ms; "
+                + f"; calls on sets met before {again_ms or 0.0:.4f} ms; "
                 f"median {ms:.4f} ms", file=sys.stderr, flush=True)
-        if reason is not None:
-            self.chan.reject(FailureKind.REUSED_OUTPUT, "timing", f"{what}: {reason}")
+        # judged after the untraced run (whose median is reported): its own first visits, and
+        # those of both runs together; a traced run's one first visit never decides alone
+        if not traced:
+            for whose, those in ((what, run_visits),
+                                 (f"{variant}/timed runs, traced and untraced", judged)):
+                reason = visits.memo_gain(those)
+                if reason is not None:
+                    self.chan.reject(FailureKind.REUSED_OUTPUT, "timing", f"{whose}: {reason}")
         return ms, wall
 
     def _unmet_crossover(self, variant: str) -> int | None:
