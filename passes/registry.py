@@ -45,6 +45,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "causal-block-skip": ("passes.triton.masking", "CausalBlockSkip"),
     "tma-descriptors": ("passes.triton.tma", "TmaDescriptors"),
     "host-descriptors": ("passes.triton.host_descriptors", "HostDescriptors"),
+    "grid-bound": ("passes.triton.grid_bound", "GridBound"),
     "k-major-operands": ("passes.triton.layout", "KMajorOperands"),
     "tf32x3-dot": ("passes.triton.precision", "Tf32x3Dot"),
     "reduce-before-contract": ("passes.triton.reduce_first", "ReduceBeforeContract"),

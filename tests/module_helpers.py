@@ -85,3 +85,15 @@ def applied_at_its_site(rule: Any, ir: Any) -> Any:
     result = rule.optimize(ir, sites[0])
     assert isinstance(result, Applied), result
     return result
+
+
+def refused_at_its_site(rule: Any, ir: Any) -> str:
+    """Why `rule.optimize` refuses at the one site of `ir` it finds not present (the test's
+    kernel has exactly one), asserted to refuse."""
+    from passes.base import Skipped  # noqa: PLC0415
+
+    sites = [s for s in rule.sites(ir) if not s.present]
+    assert len(sites) == 1, sites
+    result = rule.optimize(ir, sites[0])
+    assert isinstance(result, Skipped), result
+    return result.reason

@@ -19,7 +19,7 @@ TRITON_RULES = {"autotune", "tile-sizes", "num-warps", "software-pipelining", "g
                 "causal-block-skip", "persistent-grid", "radix-width", "histogram-primitive",
                 "scan-fusion", "early-exit", "k-major-operands", "tf32x3-dot", "split-k",
                 "reduce-before-contract", "masked-bounds", "loop-depth", "loop-unroll",
-                "loop-interchange", "host-descriptors", "scale-after-max"}
+                "loop-interchange", "host-descriptors", "scale-after-max", "grid-bound"}
 CUDA_RULES = {"vectorize-global", "smem-staging", "pragma-unroll", "launch-bounds",
               "warp-shuffle-reduce", "cp-async-pipeline", "restrict-readonly", "wgmma",
               "mma-intrinsics", "tma-bulk-copy", "warp-specialization", "mma-micro-kernel",
