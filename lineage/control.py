@@ -3,14 +3,15 @@
 `autotune_control(source)` gives each launched kernel of a module an `@triton.autotune` list of
 generic configurations over its tunable launch parameters, found by role
 (`passes.triton.roles`): for a kernel that reduces with `tl.dot` in a loop, the familiar list of
-(M, N, K) tiles with their warps and stages; for any other kernel, its block sizes at 1x, 2x and
-4x with 2 to 16 warps; the loop step of a kernel whose only tile it is (a row walked in 1-D
-chunks) from at least `HOST_LOOP_STEP`, also where the host computes it from the problem (or
-warps alone when no block size is a literal or a loop step). A configuration whose blocks
-Triton would refuse to compile (more than 2**20 elements, such as the 3-D product of an
-attention without `tl.dot` at 4x tiles: `passes.triton.tensor_sizes`) is left out. No lineage
-or card is consulted: it is what a user would do without KLineage, and what the library has to
-beat.
+(M, N, K) tiles with their warps and stages (for a loop of two chained products over a fixed
+output width, attention's, the query tiles and key steps an attention kernel is written with);
+for any other kernel, its block sizes at 1x, 2x and 4x with 2 to 16 warps; the loop step of a
+kernel whose only tile it is (a row walked in 1-D chunks) from at least `HOST_LOOP_STEP`, also
+where the host computes it from the problem (or warps alone when no block size is a literal or
+a loop step). A configuration whose blocks Triton would refuse to compile (more than 2**20
+elements, such as the 3-D product of an attention without `tl.dot` at 4x tiles:
+`passes.triton.tensor_sizes`) is left out. No lineage or card is consulted: it is what a user
+would do without KLineage, and what the library has to beat.
 """
 
 from __future__ import annotations
@@ -54,6 +55,27 @@ DOT_CONFIGS: tuple[tuple[int, int, int, int, int], ...] = (
     (64, 128, 64, 4, 5),
     (16, 64, 128, 4, 5),
 )
+# (m, step, warps, stages): the tile list commonly written for a loop of two chained products
+# whose output width is the problem's (attention: S = Q K^T, then P V, over a fixed head
+# dimension): ten entries of the grid Triton's fused-attention tutorial sweeps on Hopper (query
+# tiles of 64 or 128 rows, key steps of 32 to 128, 4 warps, 8 at 128 x 128, 2 to 4 stages),
+# none of them 128 x 128 at 4 warps (registers spilled at a head dimension of 128) or at 4
+# stages (more shared memory than a block has there). DOT_CONFIGS does not fit such a loop:
+# with no column tile to set, it collapses to its (m, k) pairs, and its K column is a
+# reduction depth (32 or 64) where this step is also the first product's column count (the
+# fmha expert runs 128 x 128 at 8 warps, a pair that list never writes).
+CHAINED_DOT_CONFIGS: tuple[tuple[int, int, int, int], ...] = (
+    (128, 128, 8, 3),
+    (128, 64, 4, 3),
+    (64, 64, 4, 3),
+    (64, 64, 4, 4),
+    (128, 128, 8, 2),
+    (128, 64, 4, 4),
+    (64, 128, 4, 3),
+    (128, 32, 4, 4),
+    (64, 32, 4, 4),
+    (64, 64, 4, 2),
+)
 # The most configurations a generic list holds (the control's and the plain sweep's alike).
 MAX_CONFIGS = 12
 # (block scale, warps) for kernels without a dot loop.
@@ -81,7 +103,11 @@ def generic_configs(config: KernelConfig, max_configs: int = MAX_CONFIGS) -> lis
     # unmasked one at divisors of its own), so the list reaches the common chunks
     chunks = set(tiles) <= {"loop"} and any(p.role == "loop" for p in config.params)
     out: list[dict[str, int]] = []
-    if config.dot and {"m", "n", "k"} & set(tiles):
+    if config.dot and config.chained and "k" in tiles and "n" not in tiles:
+        for m, step, w, s in CHAINED_DOT_CONFIGS:
+            cfg = {role: v for role, v in (("m", m), ("k", step)) if role in tiles}
+            out.append({**cfg, "num_warps": w, "num_stages": s})
+    elif config.dot and {"m", "n", "k"} & set(tiles):
         for m, n, k, w, s in DOT_CONFIGS:
             cfg = {role: v for role, v in (("m", m), ("n", n), ("k", k)) if role in tiles}
             if "group" in tiles:

@@ -87,8 +87,9 @@ def test_copies_of_a_dot_accumulator_keep_the_dot_roles(tmp_path: Path) -> None:
     assert _roles(COPIES, "attend") == _roles(direct, "attend") \
         == {"BQ": "m", "HD": "n", "BK": "k"}
     out = autotune_control(COPIES)
-    # the dot's tile list: query and key tiles with warps and stages
-    assert _values(out, "BQ") == {16, 32, 64, 128} and _values(out, "BK") == {32, 64, 128}
+    # the chained products' tile list (lineage.control.CHAINED_DOT_CONFIGS): query tiles and
+    # key steps with warps and stages
+    assert _values(out, "BQ") == {64, 128} and _values(out, "BK") == {32, 64, 128}
     assert 'attend[lambda meta: (triton.cdiv(seq, meta["BQ"]), batch * heads)]' in out
     _gate(tmp_path, out, "attention.py")
 

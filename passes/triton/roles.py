@@ -112,6 +112,10 @@ class KernelConfig:
     """The kernel (or a jit function it calls) loads inside a `range` / `tl.range` loop: the
     loop `num_stages` pipelines (an unrolled `tl.static_range` or a `while` is not). Not part of
     `to_json`: recorded configurations do not carry it."""
+    chained: bool = False
+    """The kernel (or a jit function it calls) feeds one `tl.dot`'s product into another's
+    operand (attention's P @ V from S = Q K^T): the loop's step tile is then the first
+    product's column count as well as the second's contraction. Not part of `to_json`."""
 
     def by_role(self) -> dict[str, int]:
         """Tunable values by role (the first parameter of a role when several share it)."""
@@ -1331,28 +1335,42 @@ def kernel_config(mod: PyModule, kernel: ast.FunctionDef) -> KernelConfig:
         autotuned,
         is_dot_kernel(kernel, jit_functions(mod)),
         _pipelined(kernel, jit_functions(mod)),
+        _chains_dots(kernel, jit_functions(mod)),
     )
 
 
-def _pipelined(
-    kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef], depth: int = 0
-) -> bool:
+def _chains_dots(kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef]) -> bool:
+    """A loop of `kernel`, or of a jit function it calls (3 calls deep), chains two products
+    inside its body (`_chained_dots` over the loop: a product computed in an earlier step, or
+    after the loop, does not count); the flash-attention helper that holds the kernel's loop
+    counts."""
+    return _in_calls(kernel, functions, lambda fn: any(
+        _chained_dots(loop) for loop in ast.walk(fn) if isinstance(loop, ast.For)))
+
+
+def _pipelined(kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef]) -> bool:
     """`kernel` or a jit function it calls (3 calls deep) loads inside a loop that
     `num_stages` pipelines: a `for` over `range` / `tl.range` (not `tl.static_range`, nor a
     `tl.range` that sets its own `num_stages`, which the launch's does not change) whose body
     loads, itself or through a jit function it calls."""
-    for loop in ast.walk(kernel):
-        if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) \
-                and callee(loop.iter) in RANGE_CALLS and callee(loop.iter) not in STATIC_RANGE \
-                and not any(k.arg == "num_stages" for k in loop.iter.keywords) \
-                and _loads(loop, functions, kernel.name):
-            return True
+    return _in_calls(kernel, functions, lambda fn: any(
+        isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)
+        and callee(loop.iter) in RANGE_CALLS and callee(loop.iter) not in STATIC_RANGE
+        and not any(k.arg == "num_stages" for k in loop.iter.keywords)
+        and _loads(loop, functions, fn.name) for loop in ast.walk(fn)))
+
+
+def _in_calls(kernel: ast.FunctionDef, functions: Mapping[str, ast.FunctionDef],
+              holds: Callable[[ast.FunctionDef], bool], depth: int = 0) -> bool:
+    """`holds` is true of `kernel` or of a jit function it calls, 3 calls deep."""
+    if holds(kernel):
+        return True
     if depth >= 3:
         return False
     called = {c.func.id for c in ast.walk(kernel) if isinstance(c, ast.Call)
               and isinstance(c.func, ast.Name) and c.func.id in functions
               and c.func.id != kernel.name}
-    return any(_pipelined(functions[n], functions, depth + 1) for n in called)
+    return any(_in_calls(functions[n], functions, holds, depth + 1) for n in called)
 
 
 def _loads(node: ast.AST, functions: Mapping[str, ast.FunctionDef], own: str,
@@ -1430,7 +1448,7 @@ def operator_signature(ir: KernelIR) -> frozenset[str]:
     return frozenset(traits)
 
 
-def _chained_dots(kernel: ast.FunctionDef) -> bool:
+def _chained_dots(kernel: ast.AST) -> bool:
     """Whether an operand of a `tl.dot` is computed (through assignments) from another dot's
     result; two independent products (a K loop split in two, `a @ b + c @ d`) are not."""
     assigns = [n for n in ast.walk(kernel) if isinstance(n, (ast.Assign, ast.AugAssign))]
