@@ -161,6 +161,14 @@ def test_a_result_reused_across_timed_calls_is_rejected(cheat: str) -> None:
     assert verdict.failure_kind is FailureKind.REUSED_OUTPUT, (verdict.failure_kind, verdict.reason)
 
 
+def test_a_memo_kept_on_the_device_is_refused_by_its_first_visits() -> None:
+    # every output right, the same launches in every call: only its first call on a set
+    # multiplies (`gate.visits`)
+    verdict = _device(CHEATS / "device_memo.py", DATA / "cases" / "gemm_small", timeout=300)
+    assert verdict.failure_kind is FailureKind.REUSED_OUTPUT, (verdict.failure_kind, verdict.reason)
+    assert "first call" in verdict.reason
+
+
 def test_cublas_reached_through_hidden_ctypes_is_named_by_its_kernel() -> None:
     verdict = _device(CHEATS / "foreign_hidden_cublas.py", "gemm", timeout=300)
     assert verdict.failure_kind is FailureKind.FOREIGN_KERNEL, (verdict.failure_kind, verdict.reason)

@@ -79,7 +79,7 @@ def _set(first: float, later: list[float], again: float | None = None) -> visits
 
 
 def test_a_memo_is_refused() -> None:
-    # the GPU's figures for tests/data/exploits/open/device_memo.py: 0.433 ms computing,
+    # the GPU's figures for tests/data/cheats/device_memo.py: 0.433 ms computing,
     # 0.071 ms copying the stored answer
     rng = random.Random(0)
     met = [_set(0.433 * rng.uniform(0.98, 1.05), [0.071 * rng.uniform(0.98, 1.05) for _ in range(40)])

@@ -1,10 +1,11 @@
-"""Exploit (open): a memo kept on the device. Every call launches the same kernels with the
+"""Cheat (device tier): a memo kept on the device. Every call launches the same kernels with the
 same grids and arguments: one hashes every input element (integer arithmetic on the bits, so
 the hash does not depend on the order of the atomics), the gemm looks the hash up in a table
 of its own and, where it finds it, copies the answer it stored there on an earlier call
 instead of multiplying; a last one records the hash. Every output is right and host code reads
 nothing: only the work differs, and the timed calls, which come back to the few sets of a
-refill pool, copy."""
+refill pool, copy. Refused as reused_output by the timed calls' first visits (`gate.visits`):
+a set it has not met, brought in among the measured calls, takes it the whole product."""
 # gate-case: tests/data/cases/gemm_small
 import torch
 import triton
