@@ -26,9 +26,11 @@ refused.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import random
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +45,28 @@ call's spike is the whole figure, so only a gap well beyond jitter refuses (a me
 device copies in a sixth of the time it computes: 0.071 against 0.433 ms on an H200)."""
 FLOOR_MS = 0.005
 """A gap smaller than this (ms) refuses nothing: one launch's jitter on a kernel of microseconds."""
+FIRST_LEAD_US = 2000.0
+"""The GPU lead (`worker._Runner.gpu_lead`) before a call that brings in a set, at least (us):
+the usual lead covers a few times the host's time to issue one call (100 us at the least), so
+a host that stalls longer than that inside one call (the scheduler, a driver lock, another
+process's start-up) leaves the GPU idle between the call's events. A later call's stall moves
+the median of its set's calls not at all; a first visit is one call, judged alone. A longer
+lead there costs a few milliseconds per run and holds nothing of the GPU's own work out of
+the interval (the sleep ends before the start event)."""
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off inside (as it was after): a collection that starts
+    inside a timed call (every few hundred calls, as the calls' bookkeeping grows) is host time
+    the GPU may wait through between the call's events, in one call of hundreds, at random."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +124,21 @@ def memo_gain(visits: Sequence[FirstVisit], *, floor_ms: float = FLOOR_MS) -> st
     return None
 
 
+def slow_calls(measured: Sequence[tuple[float, int, bool]]) -> tuple[int, int, float]:
+    """Of a run's measured calls ((ms, set, whether a first visit) each), those that are no
+    first visit: how many took more than their set's median of them over `FACTOR` (as slow as
+    a first visit must be to count as slow), how many there are, and the slowest (ms). A
+    measure of how often one call alone is slow (`KLINEAGE_GATE_DEBUG`): judges nothing."""
+    by_set: dict[int, list[float]] = {}
+    for ms, index, first in measured:
+        if not first:
+            by_set.setdefault(index, []).append(ms)
+    medians = {index: statistics.median(times) for index, times in by_set.items()}
+    later = [(ms, index) for ms, index, first in measured if not first]
+    slow = sum(ms * FACTOR > medians[index] for ms, index in later)
+    return slow, len(later), max((ms for ms, _ in later), default=0.0)
+
+
 def bench_calls(fn: Callable[[], Any], *, warmup: float, rep: float, device: Any,
                 clear_cache: Callable[[Any], Any], make_cache: Callable[[], Any],
                 on_reps: Callable[[int], Any] | None = None) -> list[float]:
@@ -108,7 +147,8 @@ def bench_calls(fn: Callable[[], Any], *, warmup: float, rep: float, device: Any
     for an estimate, `warmup` ms of calls, then `rep` ms of calls, each after `clear_cache` and
     between two events of `device` (Triton's device interface); `make_cache()` gives the
     buffer `clear_cache` clears (made after the first call, as do_bench makes it). `on_reps(n)`
-    is told the number of measured calls before the first of them."""
+    is told the number of measured calls before the first of them. Python's garbage collector
+    is paused from the warm-up calls to the last measured call (`collector_paused`)."""
     fn()
     device.synchronize()
     cache = make_cache()
@@ -124,14 +164,15 @@ def bench_calls(fn: Callable[[], Any], *, warmup: float, rep: float, device: Any
     n_repeat = max(1, int(rep / estimate_ms))
     starts = [device.Event(enable_timing=True) for _ in range(n_repeat)]
     ends = [device.Event(enable_timing=True) for _ in range(n_repeat)]
-    for _ in range(n_warmup):
-        fn()
-    if on_reps is not None:
-        on_reps(n_repeat)
-    for i in range(n_repeat):
-        clear_cache(cache)
-        starts[i].record()
-        fn()
-        ends[i].record()
-    device.synchronize()
+    with collector_paused():
+        for _ in range(n_warmup):
+            fn()
+        if on_reps is not None:
+            on_reps(n_repeat)
+        for i in range(n_repeat):
+            clear_cache(cache)
+            starts[i].record()
+            fn()
+            ends[i].record()
+        device.synchronize()
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]

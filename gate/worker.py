@@ -490,13 +490,15 @@ class _Runner:
         before every timed call, outside the measured interval (the input refill). With
         `times`, the measured calls' milliseconds are added to it, one each, in their order
         (`gate.visits.bench_calls`, do_bench's measurement; `on_reps(n)` is told their number
-        before the first)."""
+        before the first). A call after which `between()` returns True (it brought in a set)
+        gets a longer lead (`gpu_lead`). Python's garbage collector is paused while timing."""
         self.chan.wait_quiet()
         with self.lock.exclusive():
             start = self.cap.perf_counter()
             with self.gpu_lead(fn, between):
                 if times is None:
-                    ms = float(self.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+                    with self.visits.collector_paused():  # as `visits.bench_calls` times
+                        ms = float(self.do_bench(fn, warmup=25, rep=100, return_mode="median"))
                 else:
                     times.extend(self._bench_calls(fn, on_reps))
                     ms = float(statistics.median(times))
@@ -532,7 +534,10 @@ class _Runner:
         kernels of a few microseconds the measured median then flips between the kernel's time
         and the host's (the same expert: 0.015 or 0.05 ms, process to process). With the lead
         the host runs ahead of the GPU and the events enclose the kernels alone; the wait
-        itself lies before the start event, outside the measurement. CPU tier: no effect."""
+        itself lies before the start event, outside the measurement. Where `between()` returns
+        True (a first visit follows, `gate.visits`), the lead is `visits.FIRST_LEAD_US` at the
+        least: one call judged alone, so a stall of the host inside it is not timed. CPU tier:
+        no effect."""
         torch = self.torch
         sleep = getattr(torch.cuda, "_sleep", None)
         if self.device != "cuda" or sleep is None:
@@ -550,12 +555,12 @@ class _Runner:
         self.sync()
         lead_us = min(max(100.0, 3.0 * host_us), 2000.0)
         cycles = max(1, int(lead_us * self._cycles_per_us()))
+        first_cycles = max(cycles, int(self.visits.FIRST_LEAD_US * self._cycles_per_us()))
 
         def clear_cache(cache: Any) -> None:
-            if between is not None:
-                between()
+            longer = between() if between is not None else None
             flush(cache)
-            sleep(cycles)
+            sleep(first_cycles if longer is True else cycles)
 
         had = "clear_cache" in vars(driver)
         driver.clear_cache = clear_cache
@@ -2304,7 +2309,7 @@ class _Runner:
             calls[0] += 1
             cuts.append(len(self.monitor.sequence))
 
-        def between() -> None:
+        def between() -> bool:
             if pending[0]:
                 keep_first()
                 sample.offer(last[1], last[0])
@@ -2312,8 +2317,9 @@ class _Runner:
             index = intro.pop(calls[0], None)
             if index is None:
                 rotation.refill_next()
-            else:
-                rotation.bring_in(index)
+                return False
+            rotation.bring_in(index)
+            return True  # a first visit follows: a longer GPU lead (`gpu_lead`)
 
         def on_reps(n: int) -> None:
             reps_from[0] = calls[0]
@@ -2361,11 +2367,15 @@ class _Runner:
             self.report(variant, PHASE_REFILL, seed, outputs, launches)
         self.lap("timing: sampled outputs compared")
         if os.environ.get("KLINEAGE_GATE_DEBUG") == "1":
+            at = {index: k for k, (_, (index, first)) in enumerate(measured) if first}
+            slow, others, slowest = visits.slow_calls([(t, i, f) for t, (i, f) in measured])
             print(f"klineage gate first visits ({what}): " + "; ".join(
-                f"set {i}: first {first:.4f} ms, later {statistics.median(later) if later else 0.0:.4f} "
-                f"ms of {len(later)}" for i, (first, later) in met.items())
-                + f"; calls on sets met before {again_ms or 0.0:.4f} ms; "
-                f"median {ms:.4f} ms", file=sys.stderr, flush=True)
+                f"set {i}: first {first:.4f} ms (call {at[i]} of {len(measured)}), later "
+                f"{statistics.median(later) if later else 0.0:.4f} ms of {len(later)}"
+                for i, (first, later) in met.items())
+                + f"; calls on sets met before {again_ms or 0.0:.4f} ms; median {ms:.4f} ms; "
+                f"other calls slow as a first visit must be: {slow} of {others} (slowest "
+                f"{slowest:.4f} ms)", file=sys.stderr, flush=True)
         # judged after the untraced run (whose median is reported): its own first visits, and
         # those of both runs together; a traced run's one first visit never decides alone
         if not traced:

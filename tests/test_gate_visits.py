@@ -248,6 +248,7 @@ def _stand_in(cost: object, sets: int = 4, same_work: bool = True,
         check_call=lambda *a: None, check_timed_launches=lambda *a: None)
     runner.lap = lambda name: None
     runner.calls_log, runner.reps = [], []  # each call's set value; (first measured call, count)
+    runner.clock_device = device
     runner.lap.restart = lambda: None  # type: ignore[attr-defined]
 
     def make_rotation(variant: str, pick: object = None) -> refill.Rotation:
@@ -356,7 +357,8 @@ def test_the_debug_line_gives_each_set_s_figures(monkeypatch: object, capsys: ob
     monkeypatch.setenv("KLINEAGE_GATE_DEBUG", "1")
     _both_runs(_stand_in(lambda value, seen: 0.4)[0])
     lines = [x for x in capsys.readouterr().err.splitlines() if "first visits" in x]
-    assert len(lines) == 2 and "first 0.4000 ms, later 0.4000 ms" in lines[1]
+    assert len(lines) == 2 and "first 0.4000 ms (call " in lines[1]
+    assert "later 0.4000 ms" in lines[1] and "slow as a first visit must be: 0 of " in lines[1]
 
 
 def _one_spike(first_ms: float, ms: float, which: int = 0) -> object:
@@ -402,3 +404,84 @@ def test_a_lean_rotation_times_a_first_visit_in_each_run() -> None:
         assert len(runner.first_visits["v"]) == 2 and len(runner.visited["v"]) == 3
         assert not _refused(_stand_in(_one_spike(0.5091, 0.2485), lean=True)[0])
         assert _refused(_stand_in(lambda value, seen: 0.071 if seen else 0.433, lean=True)[0])
+
+
+# -- what else runs while the calls are timed ---------------------------------------------------
+
+def test_the_garbage_collector_is_paused_while_calls_are_timed() -> None:
+    import gc
+
+    device, enabled = _Device(), []
+
+    def fn() -> None:
+        enabled.append(gc.isenabled())
+        device.clock[0] += 1.0
+
+    assert gc.isenabled()
+    visits.bench_calls(fn, warmup=4.0, rep=10.0, device=device, clear_cache=lambda cache: None,
+                       make_cache=lambda: None)
+    # the first call and the estimate's five may collect; no warm-up or measured call does
+    assert enabled[6:] == [False] * 14 and gc.isenabled()
+    gc.disable()
+    try:
+        visits.bench_calls(fn, warmup=4.0, rep=10.0, device=device,
+                           clear_cache=lambda cache: None, make_cache=lambda: None)
+        assert not gc.isenabled()  # left as it was
+    finally:
+        gc.enable()
+
+
+def test_a_call_that_brings_in_a_set_gets_a_longer_gpu_lead(monkeypatch: object) -> None:
+    import types
+
+    from triton import runtime
+
+    from gate import worker
+
+    slept: list[int] = []
+    flushed: list[object] = []
+    driver = types.SimpleNamespace(clear_cache=flushed.append)
+    monkeypatch.setattr(runtime, "driver", types.SimpleNamespace(active=driver))
+    runner = types.SimpleNamespace(
+        torch=types.SimpleNamespace(cuda=types.SimpleNamespace(_sleep=slept.append)),
+        device="cuda", sync=lambda: None, cap=types.SimpleNamespace(perf_counter=lambda: 0.0),
+        _cycles_per_us=lambda: 10.0, visits=visits)
+    lead = types.MethodType(worker._Runner.gpu_lead, runner)
+    brings: list[bool | None] = [False, True, False, None]
+    with lead(lambda: None, lambda: brings.pop(0)):
+        for _ in range(4):
+            driver.clear_cache("cache")
+    # 100 us at the least (the host's 3 calls took no time), FIRST_LEAD_US after a bring-in
+    assert slept == [1000, int(visits.FIRST_LEAD_US * 10), 1000, 1000]
+    assert flushed == ["cache"] * 4 and driver.clear_cache == flushed.append
+
+
+def test_between_says_which_calls_bring_in_a_set() -> None:
+    runner, _ = _stand_in(lambda value, seen: 0.4)
+    said: list[tuple[int, bool]] = []  # (calls so far, what between() returned)
+
+    def bench(fn: object, between: object, *, times: list[float], on_reps: object) -> tuple[float, float]:
+        def clear(cache: object) -> None:
+            said.append((len(runner.calls_log), between()))
+
+        times.extend(visits.bench_calls(fn, warmup=25, rep=100, device=runner.clock_device,
+                                        clear_cache=clear, make_cache=lambda: None,
+                                        on_reps=on_reps))
+        return statistics.median(times), 0.0
+
+    runner.bench = bench
+    _both_runs(runner)
+    firsts, met = set(), set()
+    for i, value in enumerate(runner.calls_log):
+        if value not in met and value != 0.0:
+            firsts.add(i)
+        met.add(value)
+    assert {n for n, brought in said if brought} == firsts and len(firsts) == 3
+    assert all(brought in (True, False) for _, brought in said)
+
+
+def test_slow_calls_counts_calls_other_than_first_visits_slow_against_their_set() -> None:
+    measured = [(1.0, 0, False), (1.0, 0, False), (2.0, 0, False), (5.0, 1, True),
+                (3.0, 1, False), (3.0, 1, False), (5.1, 1, False)]
+    assert visits.slow_calls(measured) == (2, 6, 5.1)
+    assert visits.slow_calls([(1.0, 0, True)]) == (0, 0, 0.0)
