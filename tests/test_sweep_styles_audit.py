@@ -441,3 +441,43 @@ def test_a_grid_written_with_tensor_shapes_follows_the_tiles_of_the_sizes_they_a
         assert {c["BN"] for c, _ in counts} - {64}, counts
         for cfg, grid in counts:
             assert grid == (math.ceil(150 / cfg["BN"]), math.ceil(97 / cfg["BM"])), (cfg, grid)
+
+
+HELPER_BUFFER = PARTIALS.replace(
+    "def run(x):",
+    "def _partials(n, device):\n    return torch.empty(triton.cdiv(n, SIZE), device=device, "
+    "dtype=torch.float32)\n\n\ndef run(x):").replace(
+    "    n_parts = triton.cdiv(n, 256)\n    parts = torch.empty(n_parts, device=x.device, "
+    "dtype=torch.float32)\n", "    parts = _partials(n, x.device)\n    n_parts = parts.numel()\n")
+
+
+@pytest.mark.parametrize("size", ["256", "BLOCK_SIZE"])
+def test_a_buffer_a_helper_sizes_by_the_tile_holds_the_tile(size: str) -> None:
+    # the partials buffer is made in a helper, by the literal or by a module-level name the
+    # launch passes too: only the launching function was searched, so BLOCK was swept
+    src = HELPER_BUFFER.replace("SIZE", size)
+    if size != "256":
+        src = src.replace("def _partials", f"{size} = 256\n\n\ndef _partials").replace(
+            "(triton.cdiv(n, 256),)](x, parts, n, BLOCK=256)",
+            f"(triton.cdiv(n, {size}),)](x, parts, n, BLOCK={size})")
+    assert "cdiv(n, 256)" not in src.split("def run")[1] or size == "256"
+    assert all("BLOCK" not in c for c in _configs(autotune_control(src)))
+    for name, _, configs in config_candidates({}, kir.parse(src, "triton"), own=True, every=True):
+        assert name != "partial_sumsq" or all("BLOCK" not in c for c in configs), configs
+    # a closure's parameter the launching function reads beyond the launch still holds
+    bmm = (Path(__file__).parents[1] / "bench/styles/bmm_static_k/bmm_static.py").read_text()
+    assert "K=K, TK=tk)" in autotune_control(bmm)
+
+
+def test_a_tile_resize_refuses_a_tile_the_host_sizes_a_buffer_by() -> None:
+    from passes import Applied, get_pass  # noqa: PLC0415
+
+    for src in (PARTIALS, HELPER_BUFFER.replace("SIZE", "256")):
+        ir = kir.parse(src.replace("256", "64"), "triton")
+        step = get_pass("tile-sizes")()
+        sites = [s for s in step.sites(ir) if s.detail["tile"] == "BLOCK"]
+        assert sites
+        for site in sites:  # BLOCK=128 beside a buffer of cdiv(n, 64) partials
+            made = step.optimize(ir, site)
+            assert not isinstance(made, Applied), made.ir.unparse()
+            assert "beyond the launch" in made.reason, made.reason

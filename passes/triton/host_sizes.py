@@ -4,7 +4,8 @@ and `x.shape[1]`; `x.size(0)` and `len(x)` are `x.shape[0]`; the shape of a tens
 another (`torch.empty_like(x)`, `x.clone()`) is that tensor's, and of one made from sizes
 (`torch.empty((N, M))`, `torch.zeros(N, M)`, `x.new_empty((N, M))`) those sizes'. Names are
 followed through the functions around the expression, innermost first, where bound exactly
-once; anything else is its own text. Used to tell which size a host block count divides
+once, and a parameter of a host function called once by name to the argument that call gives
+it; anything else is its own text. Used to tell which size a host block count divides
 (`roles._tiles_size`) and whether the host divides a tile's size anywhere else
 (`roles._divides_elsewhere`)."""
 
@@ -46,10 +47,10 @@ class _Former(ast.NodeTransformer):
         for scope in self.scopes:
             stores = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name
                       and isinstance(n.ctx, ast.Store)]
-            params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args,
-                                      *scope.args.kwonlyargs)}
+            params = [a.arg for a in (*scope.args.posonlyargs, *scope.args.args,
+                                      *scope.args.kwonlyargs)]
             if name in params:
-                return None
+                return self._argument(scope, name, params)
             if not stores:
                 continue
             if len(stores) != 1:
@@ -66,6 +67,23 @@ class _Former(ast.NodeTransformer):
                 return statement.value, target.elts.index(stores[0])
             return None
         return None
+
+    def _argument(self, fn: ast.AST, name: str, params: list[str]) -> tuple[ast.AST, None] | None:
+        """The argument the one call of the host function `fn` in the module gives its
+        parameter `name` (`_parts(n, x.device)` gives `_parts(count, device)` its count);
+        None where `fn` is called more or fewer times, or not by name."""
+        if not isinstance(fn, ast.FunctionDef):
+            return None
+        calls = [c for c in ast.walk(self.mod.tree) if isinstance(c, ast.Call)
+                 and isinstance(c.func, ast.Name) and c.func.id == fn.name]
+        named = [n for n in ast.walk(self.mod.tree) if isinstance(n, ast.Name) and n.id == fn.name]
+        if len(calls) != 1 or len(named) != 1 or any(isinstance(a, ast.Starred) for a in calls[0].args):
+            return None
+        position = params.index(name)
+        if position < len(calls[0].args):
+            return calls[0].args[position], None
+        given = next((k.value for k in calls[0].keywords if k.arg == name), None)
+        return (given, None) if given is not None else None
 
     def _form(self, node: ast.AST, at: ast.AST) -> ast.AST:
         """`node` in the one form, its names read where `at` (a node of the module) is."""

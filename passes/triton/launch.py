@@ -293,8 +293,8 @@ class TileSizes(Pass):
                            {"tile": name, "recorded": self.tile})
         holder = next((h for n, lit, h in self._literals(mod) if lit is node), None)
         copies = _grid_copies(mod, holder, name, node)
-        refusal = _shared(mod, holder) or (None if copies else _grid_refusal(
-            mod, holder, name, _host_name(mod, node)))
+        refusal = _shared(mod, holder) or _host_copy(mod, holder, name, node) or (
+            None if copies else _grid_refusal(mod, holder, name, _host_name(mod, node)))
         if refusal is not None:
             return refusal
         current = node.value
@@ -444,6 +444,41 @@ def _grid_copies(mod: PyModule, holder: ast.AST | None, tile: str,
             return []
         out += [(found[1], 0), *copies]
     return out
+
+
+def _host_copy(mod: PyModule, holder: ast.AST | None, tile: str,
+               literal: ast.AST) -> Skipped | None:
+    """A launch's literal tile whose value the host also divides the tile's size by beyond the
+    launch grid (`parts = torch.empty(cdiv(n, 256))` beside `BLOCK=256`, in the launching
+    function or a helper it calls: `roles._divides_elsewhere`) is not resized: the buffer
+    would keep the old tile's count (entries never written at a larger tile, writes past its
+    end at a smaller one)."""
+    from passes.triton.host_sizes import host_form  # noqa: PLC0415
+    from passes.triton.roles import (  # noqa: PLC0415
+        _divides_elsewhere,
+        _grid_nodes,
+        _tile_dims,
+        kernel_launches,
+    )
+
+    value = literal_int(literal)
+    if value is None or not (isinstance(holder, ast.Call) and isinstance(holder.func, ast.Subscript)
+                             and any(kw.value is literal for kw in holder.keywords)):
+        return None
+    kernel = next((h.kernel for h in holders(mod) if h.call is holder), None)
+    launch = next((x for x in kernel_launches(mod, kernel) if x.call is holder), None) \
+        if kernel is not None else None
+    if launch is None:
+        return None
+    args = launch.values()
+    sizes = {host_form(mod, args[d]) for d in _tile_dims(kernel).get(tile, ()) if d in args}
+    allowed = {id(n) for n in ast.walk(holder)} | _grid_nodes(mod, kernel)
+    stray = _divides_elsewhere(mod, launch.site, allowed, value, sizes) if sizes else None
+    if stray is None:
+        return None
+    return Skipped(f"the host divides the size {tile} tiles by {value} beyond the launch "
+                   f"(line {stray.lineno}): resizing {tile} would leave that count behind",
+                   {"tile": tile, "line": stray.lineno})
 
 
 def _grid_refusal(mod: PyModule, holder: ast.AST | None, tile: str,

@@ -2760,11 +2760,15 @@ def _host_reuse(
                 {"tile": name, "line": stray_div.lineno},
             )
         if isinstance(node, ast.Name):
-            scope = mod.enclosing(call, ast.FunctionDef) or mod.tree
+            # read wherever the name the launch passes is read: in the function that binds it
+            # (the launching one, or one around it), or for a module-level name anywhere in the
+            # host, a helper that sizes a buffer by it included
+            binder = _binder(mod, call, node.id)
             uses = [
                 n
-                for n in ast.walk(scope)
+                for n in (_host_nodes(mod) if binder is mod.tree else ast.walk(binder))
                 if isinstance(n, ast.Name) and n.id == node.id and isinstance(n.ctx, ast.Load)
+                and _binder(mod, n, node.id) is binder
             ]
         elif (
             isinstance(node, ast.Attribute)
@@ -2793,17 +2797,34 @@ def _host_reuse(
     return None
 
 
+def _host_nodes(mod: PyModule) -> list[ast.AST]:
+    """Every node of the module outside its `@triton.jit` functions: the host code."""
+    inside = {id(n) for k in mod.kernels() for n in ast.walk(k)}
+    return [n for n in ast.walk(mod.tree) if id(n) not in inside]
+
+
+def _binder(mod: PyModule, at: ast.AST, name: str) -> ast.AST:
+    """The innermost function around `at` that binds `name` (a parameter, an assignment),
+    else the module."""
+    scope = mod.enclosing(at, ast.FunctionDef)
+    while scope is not None:
+        if name in _parameters(scope) or _bindings(ast.walk(scope), name):
+            return scope
+        scope = mod.enclosing(scope, ast.FunctionDef)
+    return mod.tree
+
+
 def _divides_elsewhere(mod: PyModule, call: ast.AST, allowed: set[int], value: int,
                        sizes: set[str] | None = None) -> ast.AST | None:
-    """A division (`cdiv(X, d)`, `X // d`) in the function launching `call` by a host value
-    `d` equal to `value` that is not among `allowed` (the grid's and the tile arguments'
+    """A division (`cdiv(X, d)`, `X // d`) in the host code of the module (the function
+    launching `call`, a helper it calls to size a buffer) by a host value `d` equal to
+    `value` that is not among `allowed` (the grid's and the tile arguments'
     nodes), of one of `sizes` (the host values of the sizes the tile tiles; any size when
     None; compared in their `host_form`, so `cdiv(x.numel(), 256)` divides the `n` of
     `n = x.numel()`): the literal tile also sizes something else (`parts =
     torch.empty(cdiv(n, 256))` beside a launch with `BLOCK=256`). A chunk count of another
     size (`cdiv(seq, 64)` beside a 64-wide tile of the value dimension) is not."""
-    scope = mod.enclosing(call, ast.FunctionDef) or mod.tree
-    for node in ast.walk(scope):
+    for node in _host_nodes(mod):
         found = _division(node)
         if found is None:
             continue
