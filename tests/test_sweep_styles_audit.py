@@ -481,3 +481,37 @@ def test_a_tile_resize_refuses_a_tile_the_host_sizes_a_buffer_by() -> None:
             made = step.optimize(ir, site)
             assert not isinstance(made, Applied), made.ir.unparse()
             assert "beyond the launch" in made.reason, made.reason
+
+
+GROUPS = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def quant_rows(x_ptr, q_ptr, s_ptr, N, n_groups, GROUP: tl.constexpr):
+    row = tl.program_id(0)
+    g = tl.program_id(1)
+    offs = g * GROUP + tl.arange(0, GROUP)
+    x = tl.load(x_ptr + row * N + offs)
+    s = tl.max(tl.abs(x), axis=0) / 127.0
+    tl.store(q_ptr + row * N + offs, tl.floor(x / s + 0.5))
+    tl.store(s_ptr + row * n_groups + g, s)
+
+
+def run(x):
+    M, N = x.shape
+    q = torch.empty_like(x)
+    s = torch.empty((M, N // 64), device=x.device, dtype=torch.float32)
+    quant_rows[(M, N // 64)](x, q, s, N, s.shape[1], GROUP=64)
+    return q, s
+'''
+
+
+def test_an_unmasked_tile_whose_value_the_host_divides_a_buffers_size_by_holds() -> None:
+    # GROUP is compared with no size, so no size was known to check the host's divisions
+    # against: the own sweep halved it to 32 under a scale buffer of N // 64 columns, and
+    # the programs of the second half wrote past the buffer's end
+    assert all("GROUP" not in c for c in _configs(autotune_control(GROUPS)))
+    for _, _, configs in config_candidates({}, kir.parse(GROUPS, "triton"), own=True, every=True):
+        assert all("GROUP" not in c for c in configs), configs

@@ -2747,12 +2747,15 @@ def _host_reuse(
     launched = dotted(call.value) if isinstance(call, ast.Subscript) else None
     kernel = next((k for k in mod.kernels() if k.name == launched), None)
     dims = _tile_dims(kernel) if kernel is not None else {}
+    unchecked = unchecked_tiles(kernel) if kernel is not None else set()
     for name in tuned:
         node = args.get(name)
         value = literal_int(node)
         sizes = {host_form(mod, args[d]) for d in dims.get(name, ()) if d in args}
-        stray_div = _divides_elsewhere(mod, call, allowed, value, sizes) \
-            if value is not None and sizes else None
+        # a tile the kernel never compares with a size (`unchecked_tiles`) tiles no size we
+        # know: any host division by its value beyond the launch is its copy
+        stray_div = _divides_elsewhere(mod, call, allowed, value, sizes or None) \
+            if value is not None and (sizes or name in unchecked) else None
         if stray_div is not None:
             return SweepRefusal(
                 f"the host divides by {value} beyond the launch (line {stray_div.lineno}): "
