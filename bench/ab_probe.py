@@ -1,6 +1,6 @@
 """A/B of kernel variants of one operator, timed in one process against its reference.
 
-    python3 bench/ab_probe.py DIR OP[,OP...] [--cases ROOT] [--out OUTDIR]
+    python3 bench/ab_probe.py DIR OP[,OP...] [--cases ROOT] [--out OUTDIR] [--split]
 
 DIR holds variant files named `<OP>__<variant>.py`, each a module with the case's `run(...)`:
 a run's best state (`lineage.json`'s state of role `best`), the same with one rewrite applied,
@@ -11,6 +11,12 @@ are drawn once at its first shape and every variant is timed with `triton.testin
 other, not across processes. Each row has the variant's ms, its relative error against the
 reference and what each of its autotuners picked. On a machine without a GPU it only checks
 each variant at the case's small shape (Triton's interpreter) and times nothing.
+
+With --split each row (the reference's too) also says where its time goes: `kernel_ms`, the
+GPU time of the kernels one call launches (torch.profiler, summed over the call's kernels,
+averaged over 50 calls), and `graph_ms`, one call replayed from a CUDA graph (the host's issue
+time gone). `ms` well above `kernel_ms` is time the host adds; `graph_ms` near `kernel_ms` says
+the host, not the kernel, makes the difference.
 
 Writes one record per OP (`{"case": "<OP> A/B", "timings": {variant: {...}}}`, the form
 `bench/store.py ingest` reads) to OUTDIR/<OP>.json, and prints each as a line of JSON.
@@ -36,7 +42,49 @@ def _picks(module: Any) -> dict[str, str]:
             if getattr(obj, "best_config", None) is not None}
 
 
-def probe(folder: Path, op: str, cases: Path) -> dict[str, Any]:
+def kernel_ms(fn: Any, calls: int = 50) -> float:
+    """GPU time of the kernels one call of `fn` launches, by torch.profiler (mean over calls)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    total_us = sum(e.device_time for e in prof.events() if e.device_type.name == "CUDA")
+    return total_us / calls / 1000.0
+
+
+def graph_ms(fn: Any, calls: int = 20) -> float:
+    """One call of `fn` replayed from a CUDA graph of `calls` calls (median by do_bench)."""
+    import torch
+    from triton.testing import do_bench
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return do_bench(graph.replay, return_mode="median") / calls
+
+
+def _split(fn: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"kernel_ms": kernel_ms(fn)}
+    try:
+        out["graph_ms"] = graph_ms(fn)
+    except Exception as exc:  # noqa: BLE001 — a call a graph cannot hold (a host read) has none
+        out["graph_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+    return out
+
+
+def probe(folder: Path, op: str, cases: Path, split: bool = False) -> dict[str, Any]:
     """The record of one operator: its reference's ms and each variant's row."""
     import gate
 
@@ -52,6 +100,8 @@ def probe(folder: Path, op: str, cases: Path) -> dict[str, Any]:
         from triton.testing import do_bench as bench
     timings: dict[str, Any] = {"reference": {"ms": bench(lambda: mod.reference(*inputs),
                                                          return_mode="median") if bench else None}}
+    if bench and split:
+        timings["reference"].update(_split(lambda: mod.reference(*inputs)))
     for path in sorted(folder.glob(f"{op}__*.py")):
         variant = path.stem.split("__", 1)[1]
         try:
@@ -62,6 +112,8 @@ def probe(folder: Path, op: str, cases: Path) -> dict[str, Any]:
             err = float((out.float() - ref.float()).norm() / ref.float().norm())
             ms = bench(lambda m=module: m.run(*inputs), return_mode="median") if bench else None
             timings[variant] = {"ms": ms, "rel_err": err, "picks": _picks(module)}
+            if bench and split:
+                timings[variant].update(_split(lambda m=module: m.run(*inputs)))
         except Exception as exc:  # noqa: BLE001 — a variant that fails is a row, not the end
             timings[variant] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
     return {"case": f"{op} A/B", "shape": shape, "timings": timings}
@@ -73,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("ops")
     ap.add_argument("--cases", default=str(ROOT / "bench/styles"))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--split", action="store_true",
+                    help="also time each row's kernels alone (profiler) and from a CUDA graph")
     args = ap.parse_args(argv)
     folder, cases = Path(args.folder), Path(args.cases)
     if not folder.is_dir():
@@ -85,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     for op in ops:
-        record = {**probe(folder, op, cases), "command": " ".join(["python3", *sys.argv])}
+        record = {**probe(folder, op, cases, args.split), "command": " ".join(["python3", *sys.argv])}
         if args.out:
             Path(args.out).mkdir(parents=True, exist_ok=True)
             (Path(args.out) / f"{op}.json").write_text(json.dumps(record, indent=1) + "\n")

@@ -151,7 +151,7 @@ def case_timings(path: Path, data: Mapping[str, Any]) -> Iterator[Row]:
     timings = data.get("timings") or data.get("timings_ms") or data.get("variants") or {}
     for name, t in timings.items():
         t = t if isinstance(t, Mapping) else {"ms": t}
-        metrics = _pick(t, ("ms", "graph_ms", "tflops", "speedup", "fraction_of_floor",
+        metrics = _pick(t, ("ms", "kernel_ms", "graph_ms", "tflops", "speedup", "fraction_of_floor",
                             "correct", "rel_err"))
         if not metrics and t.get("error"):  # a variant that raised (did not compile, say)
             metrics = {"ran": False}
