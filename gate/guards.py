@@ -885,6 +885,11 @@ class KernelLog:
         # GPU nanoseconds per kernel name recorded since the caller last cleared it (what a
         # profile of the candidate's calls says about where its time goes; judges nothing)
         self.time_ns: dict[str, int] = {}
+        # where the caller sets a list: each device activity's (start ns, end ns, name) on the
+        # GPU's timeline, in the order recorded; None again where an activity had no times
+        self.spans: list[tuple[int, int, str]] | None = None
+        # the names of the kernel `learn_marker` issued (the gate's GPU lead: `torch.cuda._sleep`)
+        self.marker: frozenset[str] = frozenset()
         self.reason: str | None = None  # why the profiler is unavailable, when it is
         self.seconds = 0.0  # wall seconds spent starting, stopping and reading the profiler
         self.windows = 0  # windows recorded (sessions run)
@@ -911,6 +916,17 @@ class KernelLog:
             pass
         self.kernels.clear()
         self.windows = 0
+
+    def learn_marker(self, issue: Callable[[], Any]) -> None:
+        """`marker`: the names of the kernels `issue()` launches, recorded in a window of
+        their own (before candidate code loads): the gate's own marks on the GPU's timeline."""
+        before, times = list(self.kernels), dict(self.time_ns)
+        self.kernels.clear()
+        with self.window():
+            issue()
+        self.marker = frozenset(self.kernels)
+        self.kernels[:], self.time_ns = before, times
+        self.windows = max(0, self.windows - 1)
 
     def window(self) -> Any:
         import contextlib  # noqa: PLC0415
@@ -965,6 +981,11 @@ class KernelLog:
                 self.time_ns[name] = self.time_ns.get(name, 0) + max(0, int(ev.duration_ns()))
             except Exception:  # noqa: BLE001 — a Kineto without durations: names still count
                 pass
+            if self.spans is not None:
+                try:
+                    self.spans.append((int(ev.start_ns()), int(ev.end_ns()), name))
+                except Exception:  # noqa: BLE001 — no times on the timeline: none kept
+                    self.spans = None
             if name not in seen:
                 seen.add(name)
                 self.kernels.append(name)

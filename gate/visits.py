@@ -23,6 +23,13 @@ alone is judged (a lean plan's untraced run, a pool of two sets), it must be slo
 1 / `FACTOR_ONE`. A memo that copies on more than half of its revisits gains at most
 1 / `FACTOR` (1 / `FACTOR_ONE` with one first visit) on the reported median before it is
 refused.
+
+Where the kernel log holds the GPU's timeline, the figures judged are each call's GPU time
+(`call_gpu_ms`), not its events': a memo's first visit runs longer work on the GPU, while a
+host stall inside an honest call leaves the GPU idle, with the same kernels; one first visit
+alone is then judged by `FACTOR_ONE_GPU`. A memo that computes a first visit's answer on the
+host, the GPU idle meanwhile, is judged on its GPU work alone there (a copy) and passes this
+judgement, where the events would show its first visits slow.
 """
 from __future__ import annotations
 
@@ -43,6 +50,10 @@ FACTOR_ONE = 0.3
 """The share where one first visit alone is judged (a lean plan's untraced run): a single
 call's spike is the whole figure, so only a gap well beyond jitter refuses (a memo of the
 device copies in a sixth of the time it computes: 0.071 against 0.433 ms on an H200)."""
+FACTOR_ONE_GPU = 0.5
+"""`FACTOR_ONE` where the figures are the GPU time of the calls' own activities
+(`call_gpu_ms`): a stall of the host inside the call leaves the GPU idle and adds nothing there,
+so the single call's spike that `FACTOR_ONE` leaves room for is not in the figure."""
 FLOOR_MS = 0.005
 """A gap smaller than this (ms) refuses nothing: one launch's jitter on a kernel of microseconds."""
 FIRST_LEAD_US = 2000.0
@@ -80,6 +91,9 @@ class FirstVisit:
     again_ms: float | None = None
     """Where every set of the pool asks the same work (the same integers): the median of the
     run's calls on sets met before each (None: not compared, or no such call)."""
+    gpu: bool = False
+    """Whether the figures are the GPU time of each call's activities (`call_gpu_ms`), not the
+    time between the call's events."""
 
 
 def places(reps: int, sets: int, rng: random.Random) -> list[int]:
@@ -91,10 +105,10 @@ def places(reps: int, sets: int, rng: random.Random) -> list[int]:
     return sorted(rng.sample(range(span), min(max(0, sets), span)))
 
 
-def _slow(pairs: Sequence[tuple[float, float]], floor_ms: float) -> bool:
+def _slow(pairs: Sequence[tuple[float, float]], floor_ms: float, gpu: bool) -> bool:
     """Whether each (first, later) pair shows a slow first call: `FACTOR`, or `FACTOR_ONE`
-    for one pair alone; by more than `floor_ms` each."""
-    factor = FACTOR if len(pairs) >= MIN_VISITS else FACTOR_ONE
+    (`FACTOR_ONE_GPU` for figures of GPU time) for one pair alone; by more than `floor_ms` each."""
+    factor = FACTOR if len(pairs) >= MIN_VISITS else (FACTOR_ONE_GPU if gpu else FACTOR_ONE)
     return bool(pairs) and all(later < factor * first and first - later > floor_ms
                                for first, later in pairs)
 
@@ -114,14 +128,49 @@ def memo_gain(visits: Sequence[FirstVisit], *, floor_ms: float = FLOOR_MS) -> st
              (met_before, "input sets it had been called on before are much quicker than each "
                           "first call on a set of the same integers",
               "the calls on sets met before in the same run"))
+    gpu = bool(visits) and all(v.gpu for v in visits)
     for pairs, what, against in rules:
-        if _slow(pairs, floor_ms):
+        if _slow(pairs, floor_ms, gpu):
             figures = ", ".join(f"{later:.4f} ms against {first:.4f} ms" for first, later in pairs)
-            return (f"its timed calls on {what} ({figures}: the median of {against} against "
+            measure = "GPU time of each call's activities" if gpu else "time between each call's events"
+            return (f"its timed calls on {what} ({figures}, {measure}: the median of {against} against "
                     f"the first call, for each of {len(pairs)} first call(s) in the measured "
                     f"calls): its output follows from an earlier call's work, not from this "
                     f"call's")
     return None
+
+
+def call_gpu_ms(spans: Sequence[tuple[int, int, str]] | None, marker: frozenset[str],
+                marks: int, calls: int) -> list[float] | None:
+    """Per measured call (the last `calls` of a timed run), the milliseconds of GPU time of the
+    device activities (kernels, copies, fills: any stream, launched from any thread) that
+    started on the GPU's timeline after the call's lead started and before the mark issued
+    right after the call, from `spans` ((start ns, end ns, name) each, the kernel log's).
+
+    The lead (`worker._Runner.gpu_lead`) marks the timeline around every timed call with a
+    kernel named in `marker`: one (a short one) before each refill and L2 flush, one (the
+    lead) after them, right before the call's start event, and one when the timing ends; so
+    the call's activities lie between its lead and the next mark, the gate's own refills,
+    copies and flushes outside. A host stall inside the call leaves the GPU idle there and
+    adds nothing to the figure; work the call runs on the GPU adds its time, wherever it was
+    launched from. None (judge the events) where a figure cannot be told call by call: no
+    spans, not `marks` marks on the timeline (the candidate launched a kernel of that name,
+    or the profiler dropped one), fewer than two per call, or a call with no activity."""
+    if spans is None or not marker or calls <= 0:
+        return None
+    ordered = sorted(spans)
+    at = [k for k, (_, _, name) in enumerate(ordered) if name in marker]
+    if len(at) != marks or marks < 2 * calls + 1:
+        return None
+    figures: list[float] = []
+    for k in range(calls):
+        lead = at[len(at) - 2 * (calls - k)]
+        close = at[len(at) - 2 * (calls - k) + 1]
+        inside = [end - start for start, end, _ in ordered[lead + 1:close]]
+        if not inside:
+            return None
+        figures.append(sum(inside) / 1e6)
+    return figures
 
 
 def slow_calls(measured: Sequence[tuple[float, int, bool]]) -> tuple[int, int, float]:

@@ -405,6 +405,10 @@ class _Runner:
         self.kernels = guards.KernelLog(self.cap.synchronize)
         if self.device == "cuda":
             self.kernels.warm_up()
+            sleep = getattr(self.torch.cuda, "_sleep", None)
+            if sleep is not None:  # the marks of `gpu_lead` on the GPU's timeline
+                self.kernels.learn_marker(lambda: sleep(1))
+        self.lead_marks = 0  # the marks the last `gpu_lead` issued (`visits.call_gpu_ms`)
         lap("start-up: kernel log")
         if self.device == "cuda" and _held_mode(job.tier, hasattr(self.case, "compare")):
             _warm_gate_kernels()
@@ -536,8 +540,9 @@ class _Runner:
         the host runs ahead of the GPU and the events enclose the kernels alone; the wait
         itself lies before the start event, outside the measurement. Where `between()` returns
         True (a first visit follows, `gate.visits`), the lead is `visits.FIRST_LEAD_US` at the
-        least: one call judged alone, so a stall of the host inside it is not timed. CPU tier:
-        no effect."""
+        least: one call judged alone, so a stall of the host inside it is not timed. Each lead,
+        a short sleep before each refill and one at the end mark the calls on the GPU's
+        timeline (`lead_marks` of them: `visits.call_gpu_ms`). CPU tier: no effect."""
         torch = self.torch
         sleep = getattr(torch.cuda, "_sleep", None)
         if self.device != "cuda" or sleep is None:
@@ -557,15 +562,23 @@ class _Runner:
         cycles = max(1, int(lead_us * self._cycles_per_us()))
         first_cycles = max(cycles, int(self.visits.FIRST_LEAD_US * self._cycles_per_us()))
 
+        self.lead_marks = 0
+
+        def mark(n: int) -> None:
+            sleep(n)
+            self.lead_marks += 1
+
         def clear_cache(cache: Any) -> None:
+            mark(1)  # the previous call's activities end here: the refill and flush follow
             longer = between() if between is not None else None
             flush(cache)
-            sleep(first_cycles if longer is True else cycles)
+            mark(first_cycles if longer is True else cycles)
 
         had = "clear_cache" in vars(driver)
         driver.clear_cache = clear_cache
         try:
             yield
+            mark(1)
         finally:
             if had:
                 driver.clear_cache = flush
@@ -2329,12 +2342,18 @@ class _Runner:
 
         self.monitor.reset("run")
         self.kernels.time_ns.clear()
+        self.kernels.spans = [] if self.kernels.marker else None
         times: list[float] = []
         try:
             with self.kernels.window():
                 ms, wall = self.bench(fn, between, times=times, on_reps=on_reps)
         except BaseException as exc:
             self.chan.reject(classify(exc), "timing", f"run raised while timed: {describe(exc)}")
+        # each measured call's GPU time where the kernel log tells it call by call: first
+        # visits are judged by it (a host stall inside a call adds nothing there), else by
+        # the events; the reported median is the events' either way
+        gpu = visits.call_gpu_ms(self.kernels.spans, self.kernels.marker, self.lead_marks, len(times))
+        self.kernels.spans = None
         self.lap("timing: timed calls and samples")
         if traced and calls[0]:
             self.send_kernel_ms(variant, calls[0])
@@ -2353,12 +2372,19 @@ class _Runner:
                                                          if n != len(visit_log)]]
         # per set first met among the measured calls: its first call's ms, its later calls'
         measured = list(zip(times, visit_log[reps_from[0]:reps_from[0] + len(times)]))
-        met = {index: (t, [t2 for t2, (i2, _) in measured if i2 == index][1:])
-               for t, (index, first) in measured if first}
-        again = [t for t, (_, first) in measured if not first] \
-            if self.same_work.get(variant, True) else []
-        again_ms = statistics.median(again) if again else None
-        run_visits = [visits.FirstVisit(first, tuple(later), again_ms) for first, later in met.values()]
+
+        def first_visits(figures: list[float]) -> tuple[dict[int, Any], float | None]:
+            calls = list(zip(figures, visit_log[reps_from[0]:reps_from[0] + len(figures)]))
+            met = {index: (t, [t2 for t2, (i2, _) in calls if i2 == index][1:])
+                   for t, (index, first) in calls if first}
+            again = [t for t, (_, first) in calls if not first] \
+                if self.same_work.get(variant, True) else []
+            return met, (statistics.median(again) if again else None)
+
+        met, again_ms = first_visits(times)
+        met_gpu, again_gpu = first_visits(gpu) if gpu is not None else (met, again_ms)
+        run_visits = [visits.FirstVisit(first, tuple(later), again_gpu, gpu is not None)
+                      for first, later in met_gpu.values()]
         judged = self.first_visits.setdefault(variant, [])
         judged.extend(run_visits)
         del rotation, sample, last, res, firsts  # a lean plan's pool leaves the device before the reports
@@ -2369,13 +2395,19 @@ class _Runner:
         if os.environ.get("KLINEAGE_GATE_DEBUG") == "1":
             at = {index: k for k, (_, (index, first)) in enumerate(measured) if first}
             slow, others, slowest = visits.slow_calls([(t, i, f) for t, (i, f) in measured])
+            kernel = "" if gpu is None else " (GPU time: first {:.4f} ms, later {:.4f} ms)"
             print(f"klineage gate first visits ({what}): " + "; ".join(
                 f"set {i}: first {first:.4f} ms (call {at[i]} of {len(measured)}), later "
                 f"{statistics.median(later) if later else 0.0:.4f} ms of {len(later)}"
+                + kernel.format(met_gpu[i][0], statistics.median(met_gpu[i][1] or [0.0]))
                 for i, (first, later) in met.items())
                 + f"; calls on sets met before {again_ms or 0.0:.4f} ms; median {ms:.4f} ms; "
                 f"other calls slow as a first visit must be: {slow} of {others} (slowest "
-                f"{slowest:.4f} ms)", file=sys.stderr, flush=True)
+                f"{slowest:.4f} ms); first visits judged by "
+                + ("the GPU time of each call's activities" if gpu is not None else
+                   f"the events (kernel log per call: none; {self.lead_marks} marks, "
+                   f"spans {'kept' if self.kernels.marker else 'not kept: no marker'})"),
+                file=sys.stderr, flush=True)
         # judged after the untraced run (whose median is reported): its own first visits, and
         # those of both runs together; a traced run's one first visit never decides alone
         if not traced:

@@ -237,3 +237,36 @@ def test_the_timed_calls_sample_spreads_over_distinct_pool_sets() -> None:
     for call in range(9):
         one.offer(0, call)
     assert [index for index, _ in one.kept] == [0, 0]  # one set: both places on it
+
+
+class _TimedEvent(_Event):
+    def __init__(self, name: str, start: int, end: int) -> None:
+        super().__init__(name, "cuda")
+        self.start, self.end = start, end
+
+    def start_ns(self) -> int:
+        return self.start
+
+    def end_ns(self) -> int:
+        return self.end
+
+    def duration_ns(self) -> int:
+        return self.end - self.start
+
+
+def test_the_kernel_log_learns_its_marker_and_keeps_the_timeline_where_asked() -> None:
+    log, fake, _ = _kernel_log()
+    log.warm_up()
+    log.learn_marker(lambda: fake.run(_TimedEvent("at::cuda::spin_kernel", 0, 5)))
+    assert log.marker == frozenset({"at::cuda::spin_kernel"}) and log.kernels == []
+    assert log.time_ns == {} and log.windows == 0
+    with log.window():
+        fake.run(_TimedEvent("k", 10, 30))
+    assert log.spans is None  # kept only where the caller asks
+    log.spans = []
+    with log.window():
+        fake.run(_TimedEvent("k", 40, 70), _TimedEvent("at::cuda::spin_kernel", 70, 71))
+    assert log.spans == [(40, 70, "k"), (70, 71, "at::cuda::spin_kernel")]
+    with log.window():
+        fake.run(_Event("untimed", "cuda"))  # no times on the timeline: none kept
+    assert log.spans is None and log.kernels == ["k", "at::cuda::spin_kernel", "untimed"]

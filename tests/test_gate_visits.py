@@ -225,11 +225,14 @@ class _Monitor:
         self.launches = 0
 
 
-def _stand_in(cost: object, sets: int = 4, same_work: bool = True,
-              lean: bool = False) -> tuple[object, list[tuple[int, float]]]:
+def _stand_in(cost: object, sets: int = 4, same_work: bool = True, lean: bool = False,
+              gpu: object = None, stray: bool = False) -> tuple[object, list[tuple[int, float]]]:
     """A worker whose candidate computes each set's sum; `cost(values, seen)` says how long a
     call takes (ms) on the buffer's values, given the values it was called on before. A
-    `lean` one's rotations hold the timed set and one crossover not met (`_unmet_crossover`)."""
+    `lean` one's rotations hold the timed set and one crossover not met (`_unmet_crossover`).
+    With `gpu(values, seen)`, the kernel log holds the GPU's timeline: each call's kernel
+    takes that long (ms), and the lead's marks lie around the calls as `gpu_lead` issues them;
+    a `stray` candidate launches a kernel named as the marks in every 40th call."""
     import contextlib
     import types
 
@@ -242,7 +245,9 @@ def _stand_in(cost: object, sets: int = 4, same_work: bool = True,
         same_work={"v": same_work}, chan=_Chan(), monitor=_Monitor(), reference_code=("", ""),
         _tuning=None, guards=types.SimpleNamespace(OpTrace=lambda *a, **k: contextlib.nullcontext()),
         lap=types.SimpleNamespace(restart=lambda: None, __call__=None),
-        kernels=types.SimpleNamespace(window=contextlib.nullcontext, time_ns={}),
+        kernels=types.SimpleNamespace(window=contextlib.nullcontext, time_ns={}, spans=None,
+                                      marker=frozenset({"spin"} if gpu is not None else ())),
+        lead_marks=0,
         _unmet_crossover=lambda variant: None, _samples_on_host=lambda variant, n=None: False,
         _snapshot=lambda out, host=False: out.clone(), send_kernel_ms=lambda *a: None,
         check_call=lambda *a: None, check_timed_launches=lambda *a: None)
@@ -259,9 +264,24 @@ def _stand_in(cost: object, sets: int = 4, same_work: bool = True,
         unmet = [k for k in range(1, sets) if pool.seed(k) not in runner.visited.get(variant, ())]
         return random.choice(unmet) if lean and unmet else None
 
+    def span(name: str, ms: float) -> None:
+        # an activity on the GPU's timeline from now (ns), where the log keeps them
+        if runner.kernels.spans is not None:
+            at = round(device.clock[0] * 1e6)
+            runner.kernels.spans.append((at, at + round(ms * 1e6), name))
+
+    def mark(ms: float) -> None:
+        span("spin", ms)
+        device.clock[0] += ms
+        runner.lead_marks += 1
+
     def run_fn(x: torch.Tensor) -> torch.Tensor:
         value = float(x[0])
         runner.calls_log.append(value)
+        if gpu is not None:
+            span("kernel", gpu(value, value in seen_values))
+            if stray and len(runner.calls_log) % 40 == 0:
+                span("spin", 0.001)
         device.clock[0] += cost(value, value in seen_values)
         seen_values.add(value)
         runner.monitor.launches += 1
@@ -272,9 +292,16 @@ def _stand_in(cost: object, sets: int = 4, same_work: bool = True,
             runner.reps.append((len(runner.calls_log), n))
             on_reps(n)
 
-        times.extend(visits.bench_calls(fn, warmup=25, rep=100, device=device,
-                                        clear_cache=lambda cache: between(), make_cache=lambda: None,
-                                        on_reps=told))
+        def clear(cache: object) -> None:
+            mark(0.001)
+            between()
+            device.clock[0] += 0.05  # the refill and the flush
+            mark(0.1)
+
+        runner.lead_marks = 0
+        times.extend(visits.bench_calls(fn, warmup=25, rep=100, device=device, clear_cache=clear,
+                                        make_cache=lambda: None, on_reps=told))
+        mark(0.001)
         return statistics.median(times), 0.0
 
     def report(variant: str, phase: str, seed: int, outputs: torch.Tensor, launches: int) -> None:
@@ -451,8 +478,10 @@ def test_a_call_that_brings_in_a_set_gets_a_longer_gpu_lead(monkeypatch: object)
     with lead(lambda: None, lambda: brings.pop(0)):
         for _ in range(4):
             driver.clear_cache("cache")
-    # 100 us at the least (the host's 3 calls took no time), FIRST_LEAD_US after a bring-in
-    assert slept == [1000, int(visits.FIRST_LEAD_US * 10), 1000, 1000]
+    # 100 us at the least (the host's 3 calls took no time), FIRST_LEAD_US after a bring-in;
+    # each after a mark of one cycle (before the refill), and one mark at the end
+    assert slept == [1, 1000, 1, int(visits.FIRST_LEAD_US * 10), 1, 1000, 1, 1000, 1]
+    assert runner.lead_marks == 9
     assert flushed == ["cache"] * 4 and driver.clear_cache == flushed.append
 
 
@@ -485,3 +514,73 @@ def test_slow_calls_counts_calls_other_than_first_visits_slow_against_their_set(
                 (3.0, 1, False), (3.0, 1, False), (5.1, 1, False)]
     assert visits.slow_calls(measured) == (2, 6, 5.1)
     assert visits.slow_calls([(1.0, 0, True)]) == (0, 0, 0.0)
+
+
+# -- first visits judged by the GPU time of each call's activities -----------------------------
+
+def test_call_gpu_ms_sums_each_call_s_activities_between_its_lead_and_the_next_mark() -> None:
+    marker = frozenset({"spin"})
+    # an estimate call, then two measured calls, each after a mark, a refill (copy) and its
+    # lead, and a mark at the end; (start, end, name) in ns, out of order
+    spans = [(0, 1, "spin"), (2, 4, "copy"), (4, 5, "spin"), (5, 8, "k"),
+             (9, 10, "spin"), (10, 12, "copy"), (12, 15, "spin"), (15, 35, "k"),
+             (36, 37, "spin"), (37, 40, "copy"), (40, 50, "spin"), (60, 64, "k"), (64, 66, "k2"),
+             (70, 71, "spin"), (90, 99, "after")]
+    spans.reverse()
+    got = visits.call_gpu_ms(spans, marker, 7, 2)
+    assert got == [20 / 1e6, 6 / 1e6]  # the refills and flushes (copy) and what follows: not
+    assert visits.call_gpu_ms(spans, marker, 8, 2) is None  # a mark more or less than issued
+    assert visits.call_gpu_ms(spans + [(65, 66, "spin")], marker, 7, 2) is None
+    assert visits.call_gpu_ms(None, marker, 7, 2) is None
+    assert visits.call_gpu_ms(spans, frozenset(), 7, 2) is None
+    quiet = [s for s in spans if s[2] not in ("k", "k2")]  # a call with no activity
+    assert visits.call_gpu_ms(quiet, marker, 7, 2) is None
+
+
+def _stalls(first_ms: float, ms: float) -> object:
+    # the host is slow on each first call on a set (its events), the GPU's work is not
+    return lambda value, seen: first_ms if not seen and value != 0.0 else ms
+
+
+def test_host_stalls_in_first_visits_events_are_not_refused_where_the_gpu_time_is_equal() -> None:
+    # a grouped GEMM whose run() waits for the host: 1.3171 ms against 0.6502 ms between the
+    # events on each first visit; its kernels take 0.6 ms on every call
+    for lean in (False, True):
+        for _ in range(5):
+            runner, _ = _stand_in(_stalls(1.3171, 0.6502), lean=lean,
+                                  gpu=lambda value, seen: 0.6)
+            assert not _refused(runner)
+            assert all(v.gpu for v in runner.first_visits["v"])
+
+
+def test_a_memo_slow_on_the_gpu_on_first_visits_is_refused_by_its_gpu_time() -> None:
+    # a lean plan: the untraced run's one first visit is judged alone, by FACTOR_ONE_GPU on
+    # the GPU time (the events' FACTOR_ONE lets this gain through); the memo's multiply 0.30 ms,
+    # its copy 0.14 ms
+    memo = lambda value, seen: 0.14 if seen else 0.30  # noqa: E731
+    for _ in range(5):
+        runner, _ = _stand_in(memo, lean=True, gpu=memo)
+        try:
+            runner.timed_runs("v", traced=True, what="v/timed runs")
+            runner.timed_runs("v", traced=False, what="v/untraced timed runs")
+        except _Rejected as exc:
+            assert exc.args[0].value == "reused_output" and "GPU time" in exc.args[2]
+            assert exc.args[2].startswith("v/untraced timed runs: ")
+        else:
+            raise AssertionError("a memo's timed runs passed")
+    # slow on the GPU while its events hide it behind stalls of other calls: still refused
+    assert _refused(_stand_in(lambda value, seen: 0.5, gpu=lambda value, seen: 0.071 if seen
+                              else 0.433)[0])
+
+
+def test_the_events_judge_where_the_kernel_log_cannot_tell_the_calls_apart() -> None:
+    # a kernel named as the lead's marks now and then: no GPU figure per call, the events judge
+    memo = lambda value, seen: 0.071 if seen else 0.433  # noqa: E731
+    for stray in (True, False):
+        runner, _ = _stand_in(memo, gpu=lambda value, seen: 0.3, stray=stray)
+        try:
+            _both_runs(runner)
+        except _Rejected as exc:
+            assert stray and "events" in exc.args[2]
+        else:
+            assert not stray
