@@ -98,7 +98,7 @@ TUNE_WARMUP_MS = 10
 TUNE_REP_MS = 40
 # Attributes of `_Runner` that change while candidate code runs (counters); the others keep
 # their identity from the candidate's import on (`guards.TamperWatch.watch_instance`).
-RUNNER_MUTABLE = frozenset({"calls", "timed_s", "tuning_s", "sleep_rate"})
+RUNNER_MUTABLE = frozenset({"calls", "timed_s", "tuning_s", "sleep_rate", "lead_marks"})
 
 
 def main(conn: Any, job: Job) -> None:

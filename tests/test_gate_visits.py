@@ -475,9 +475,17 @@ def test_a_call_that_brings_in_a_set_gets_a_longer_gpu_lead(monkeypatch: object)
         _cycles_per_us=lambda: 10.0, visits=visits)
     lead = types.MethodType(worker._Runner.gpu_lead, runner)
     brings: list[bool | None] = [False, True, False, None]
+    runner.lead_marks = 0
+    # the worker's tamper watch holds the runner's attributes from the candidate's import on:
+    # what the lead changes while the candidate's calls are timed must be among the mutable ones
+    from gate import guards
+
+    watch = guards.TamperWatch()
+    watch.watch_instance("worker", runner, mutable=worker.RUNNER_MUTABLE)
     with lead(lambda: None, lambda: brings.pop(0)):
         for _ in range(4):
             driver.clear_cache("cache")
+    assert watch.changed(gate_only=True) == []
     # 100 us at the least (the host's 3 calls took no time), FIRST_LEAD_US after a bring-in;
     # each after a mark of one cycle (before the refill), and one mark at the end
     assert slept == [1, 1000, 1, int(visits.FIRST_LEAD_US * 10), 1, 1000, 1, 1000, 1]
