@@ -14,9 +14,10 @@ each variant at the case's small shape (Triton's interpreter) and times nothing.
 
 With --split each row (the reference's too) also says where its time goes: `kernel_ms`, the
 GPU time of the kernels one call launches (torch.profiler, summed over the call's kernels,
-averaged over 50 calls), and `graph_ms`, one call replayed from a CUDA graph (the host's issue
-time gone). `ms` well above `kernel_ms` is time the host adds; `graph_ms` near `kernel_ms` says
-the host, not the kernel, makes the difference.
+averaged over 50 calls, L2 warm), and `graph_ms`, one call of a CUDA graph of twenty calls
+replayed (the host's issue time gone); both by bench/kernel_time.py. `ms` well above
+`kernel_ms` is time the host adds; `graph_ms` near `kernel_ms` says the host, not the kernel,
+makes the difference.
 
 Writes one record per OP (`{"case": "<OP> A/B", "timings": {variant: {...}}}`, the form
 `bench/store.py ingest` reads) to OUTDIR/<OP>.json, and prints each as a line of JSON.
@@ -42,43 +43,14 @@ def _picks(module: Any) -> dict[str, str]:
             if getattr(obj, "best_config", None) is not None}
 
 
-def kernel_ms(fn: Any, calls: int = 50) -> float:
-    """GPU time of the kernels one call of `fn` launches, by torch.profiler (mean over calls)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    total_us = sum(e.device_time for e in prof.events() if e.device_type.name == "CUDA")
-    return total_us / calls / 1000.0
-
-
-def graph_ms(fn: Any, calls: int = 20) -> float:
-    """One call of `fn` replayed from a CUDA graph of `calls` calls (median by do_bench)."""
-    import torch
-    from triton.testing import do_bench
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    return do_bench(graph.replay, return_mode="median") / calls
-
-
 def _split(fn: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"kernel_ms": kernel_ms(fn)}
+    """`kernel_ms`: the kernels' GPU time, L2 warm, per call of 50; `graph_ms`: one call of a
+    graph of 20 (bench/kernel_time.py)."""
+    from bench import kernel_time  # noqa: PLC0415
+
+    out: dict[str, Any] = {"kernel_ms": (kernel_time.kernel_us(fn, 50) or 0.0) / 1000.0}
     try:
-        out["graph_ms"] = graph_ms(fn)
+        out["graph_ms"] = kernel_time.graph_ms(fn, calls=20)
     except Exception as exc:  # noqa: BLE001 — a call a graph cannot hold (a host read) has none
         out["graph_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
     return out

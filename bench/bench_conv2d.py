@@ -26,6 +26,8 @@ import torch.nn.functional as F
 import triton
 from triton.testing import do_bench
 
+from kernel_time import graph_ms
+
 ROOT = Path(__file__).resolve().parents[1]
 CASE_DIR = ROOT / "experts" / "conv2d"
 
@@ -41,20 +43,6 @@ def median_ms(fn) -> float:
     return float(do_bench(fn, warmup=50, rep=300, return_mode="median"))
 
 
-def graph_ms(fn) -> float | None:
-    """Median time of `fn` replayed from a CUDA graph: the GPU time, with the host's launch
-    work (Python, argument binding) out of the picture. None when `fn` cannot be captured."""
-    try:
-        fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        return median_ms(graph.replay)
-    except Exception:  # noqa: BLE001 - capture is a diagnostic; any failure means "not capturable"
-        return None
-
-
 def back_to_back_us(fn, calls: int = 300) -> float:
     """Wall time per call of `calls` calls issued back to back: the host's launch cost per call
     when it exceeds the GPU time (do_bench hides host time only up to its L2-flush time)."""
@@ -68,7 +56,14 @@ def back_to_back_us(fn, calls: int = 300) -> float:
 
 
 def time_variant(fn) -> dict[str, float | None]:
-    return {"ms": median_ms(fn), "graph_ms": graph_ms(fn), "back_to_back_us": back_to_back_us(fn)}
+    """`graph_ms`: one call captured in a CUDA graph, its replay timed as `median_ms` times
+    (bench/kernel_time.py): the GPU time with the host's launch work out of the picture; None
+    where `fn` cannot be captured."""
+    try:
+        graph = graph_ms(fn, calls=1, warmup=50, rep=300)
+    except Exception:  # noqa: BLE001 - capture is a diagnostic; any failure means "not capturable"
+        graph = None
+    return {"ms": median_ms(fn), "graph_ms": graph, "back_to_back_us": back_to_back_us(fn)}
 
 
 def measure_ceilings() -> dict[str, float]:

@@ -9,8 +9,9 @@ It checks correctness first (3 seeds, against the fp32 PyTorch chunked reference
 and for fla alike), then times with triton.testing.do_bench (median, L2 flushed before every
 repetition) the expert, fla (when importable; otherwise the ratio is against the PyTorch chunked
 reference and is no vendor comparison) and the PyTorch chunked reference in this one process,
-breaks each down into its kernels (torch.profiler), and reports the two floors: FLOPs over the
-measured bf16 matrix rate and bytes over the measured copy bandwidth.
+breaks each down into its kernels (torch.profiler, 10 calls, L2 warm: bench/kernel_time.py),
+and reports the two floors: FLOPs over the measured bf16 matrix rate and bytes over the
+measured copy bandwidth.
 """
 from __future__ import annotations
 
@@ -27,26 +28,7 @@ CASE_DIR = ROOT / "experts" / "gdn"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_fmha import (  # noqa: E402  (the sibling script holds the shared timing helpers)
     config_timings, load_module, measure_ceilings, median_ms, rel_err)
-
-
-def kernel_breakdown(fn, iters: int = 10) -> dict[str, float]:
-    """GPU time per kernel name (ms per call), from torch.profiler."""
-    from torch.profiler import ProfilerActivity, profile
-
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    rows: dict[str, float] = {}
-    for e in prof.key_averages():
-        total = getattr(e, "device_time_total", None)
-        if total is None:
-            total = getattr(e, "cuda_time_total", 0.0)
-        if total:
-            rows[e.key[:80]] = total / iters / 1e3
-    return dict(sorted(rows.items(), key=lambda kv: -kv[1]))
+from kernel_time import kernel_rows_ms  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,9 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         timings["fla_repeat"] = median_ms(lambda: case.reference(*inputs))
     timings["triton_expert_repeat"] = median_ms(lambda: expert.run(*inputs))
     timings["pytorch_chunked_fp32"] = median_ms(lambda: case.chunked_reference(*inputs))
-    breakdown["triton_expert"] = kernel_breakdown(lambda: expert.run(*inputs))
+    breakdown["triton_expert"] = kernel_rows_ms(lambda: expert.run(*inputs), 10)
     if fla is not None:
-        breakdown["fla"] = kernel_breakdown(lambda: case.reference(*inputs))
+        breakdown["fla"] = kernel_rows_ms(lambda: case.reference(*inputs), 10)
         reference_name = "fla chunk_gated_delta_rule"
         reference_ms = min(timings["fla_chunk_gated_delta_rule"], timings["fla_repeat"])
     else:

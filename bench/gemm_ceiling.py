@@ -484,24 +484,11 @@ def runner(kind: str, what: Any) -> Any:
 
 
 def kernel_us(fn: Any, calls: int = 20) -> float | None:
-    """GPU time per call of the kernels `fn` launches, the L2 flushed (a bitwise-not over
-    256 MB, left out of the sum) before each call."""
-    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+    """GPU time (us) per call of the kernels `fn` launches, the L2 flushed before each call
+    (bench/kernel_time.py; the flush's kernel is left out of the sum)."""
+    from bench import kernel_time  # noqa: PLC0415
 
-    flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            flush.bitwise_not_()
-            fn()
-        torch.cuda.synchronize()
-    total = 0.0
-    for e in prof.events():
-        if "CUDA" not in str(getattr(e, "device_type", "")) or "bitwise_not" in e.name:
-            continue
-        total += float(e.time_range.elapsed_us())
-    return total / calls if total else None
+    return kernel_time.kernel_us(fn, calls, flush=True)
 
 
 def child_warm(op: str, variant: str, out_dir: Path) -> int:
