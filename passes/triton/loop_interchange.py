@@ -117,7 +117,9 @@ def _exposed(stmts: list[ast.stmt], tracked: set[str],
     """(the names of `tracked` that `stmts` may read before assigning them, given the names
     `defined` on entry; the names assigned on every path through them). A loop's body may run
     no trip, a branch's arms count where both assign; other compound statements count every
-    name they mention as read."""
+    name they mention as read. `persist.carried_names` asks the same of a tile's body but takes
+    what an inner loop assigns as assigned after it; here nothing a loop assigns is, since an
+    interchange must keep each name's value whatever the loops' trip counts, none included."""
     found: set[str] = set()
     defined = set(defined)
     for stmt in stmts:

@@ -392,7 +392,11 @@ def carried_names(body: list[ast.stmt], before: set[str]) -> set[str]:
     (`a_ptr += pid_b * stride_ab`, `x = x * 2`): run once per tile in a loop, each tile would
     start from what the previous one left. A name an earlier statement of `body` (re)defines
     on every path is not carried, nor are loop variables and the accumulators of loops inside
-    it; a name `body` alone defines has no value from before to carry."""
+    it; a name `body` alone defines has no value from before to carry. Unlike
+    `loop_interchange._exposed` (where a loop may run no trip), what an inner loop assigns
+    counts as assigned after it, as the walk refuses range loops whose trip count the tile
+    sets (`_tile_dependent_loop`): a name read after a `while` loop or a loop of no trip
+    could be missed."""
     exposed: set[str] = set()
     written: set[str] = set()
 
