@@ -31,6 +31,7 @@ import re
 import sys
 import textwrap
 from collections.abc import Callable
+from types import CodeType, FrameType
 from typing import Any
 
 
@@ -55,16 +56,28 @@ runs a kernel as a copy of its function compiled again (another code object, the
 name), so its frames are told by these."""
 
 
+def code_on_stack(frame: FrameType | None, match: Callable[[CodeType], bool],
+                  depth: int | None = None) -> bool:
+    """Whether `frame` or one of its callers (theirs, and so on: `depth` frames in all at the
+    most, every one where None) runs code that `match` accepts."""
+    while frame is not None and (depth is None or depth > 0):
+        if match(frame.f_code):
+            return True
+        frame = frame.f_back
+        if depth is not None:
+            depth -= 1
+    return False
+
+
 def in_kernel(depth: int = 64) -> bool:
     """Whether a frame of a kernel `refusal` was asked about is among the `depth` frames below
-    the caller's (the interpreter is running that kernel's body, or a function it called)."""
-    frame = sys._getframe(1)
-    while frame is not None and depth > 0:
-        code = frame.f_code
-        if (code.co_filename, code.co_name) in _KERNEL_FRAMES:
-            return True
-        frame, depth = frame.f_back, depth - 1
-    return False
+    the caller's (the interpreter is running that kernel's body, or a function it called).
+    Unlike `gate.guards.OpTrace._inside_reference`, the same walk, it stops at `depth` frames
+    and takes each frame's file name as its code names it: the kernel's body is a few frames
+    below a constexpr function's call, and the interpreter compiles it again under the very
+    file name noted from the kernel's code object."""
+    return code_on_stack(sys._getframe(1),
+                         lambda code: (code.co_filename, code.co_name) in _KERNEL_FRAMES, depth)
 
 
 def refusal(kernel: Any) -> str | None:
