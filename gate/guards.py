@@ -1464,13 +1464,19 @@ class Seal:
     """
 
     __slots__ = ("cap", "busy", "launching", "launches", "replayed", "entries", "pending", "ptrs",
-                 "breach", "check", "keys", "input_ptrs", "graveyard", "written", "again")
+                 "breach", "check", "keys", "input_ptrs", "graveyard", "written", "again",
+                 "tensor_types")
 
     def __init__(self, inputs: tuple[Any, ...], cap: Captured,
                  check: Callable[[], tuple[str, str] | None] | None = None,
                  keys: Callable[[], tuple[int, int]] | None = None,
                  masked: list[torch.Tensor] | None = None, again: bool = False) -> None:
         self.cap = cap
+        # torch's tensors, and the gate's own stand-in for a tensor on the emulated GPU
+        # (`hostview.target_tensors`: host code of the emulate tier copies out of and into those)
+        from gate.hostview import target_tensor_type  # noqa: PLC0415
+
+        self.tensor_types = (cap.tensor_type, target_tensor_type())
         self.again = again
         self.busy = False
         self.launching = 0
@@ -1517,8 +1523,20 @@ class Seal:
     def _bytes(self, t: torch.Tensor) -> torch.Tensor:
         return self.kept_bytes(self.cap, t)
 
+    def _plain(self, t: torch.Tensor) -> torch.Tensor:
+        """`t` as torch's own tensor over the same memory (a stand-in for an emulated GPU's
+        tensor says it lives on `cuda`; the seal's own ops run where the memory is)."""
+        return t if type(t) is self.cap.tensor_type else t.as_subclass(self.cap.tensor_type)
+
+    def _same_view(self, a: torch.Tensor, b: torch.Tensor) -> bool:
+        """Whether `a` and `b` are one view of the same memory (the same tensor, or the same
+        view through another Python object: `_plain`)."""
+        return a is b or (a.data_ptr() == b.data_ptr() and a.dtype == b.dtype
+                          and tuple(a.shape) == tuple(b.shape) and a.stride() == b.stride())
+
     def _add(self, t: torch.Tensor, *, is_input: bool, real: torch.Tensor | None = None,
              made: bool = False) -> None:
+        t = self._plain(t)
         ptr = self._ptr(t)
         masked = real is not None
         before = self._bytes(t) if self.again and not (is_input or made) else None
@@ -1527,7 +1545,7 @@ class Seal:
         self.ptrs.add(ptr)
 
     def _tracked(self, value: Any) -> bool:
-        return type(value) is self.cap.tensor_type and value.numel() > 0 and \
+        return type(value) in self.tensor_types and value.numel() > 0 and \
             self._ptr(value) in self.ptrs
 
     def _whole(self, t: torch.Tensor) -> torch.Tensor:
@@ -1540,7 +1558,7 @@ class Seal:
         """The candidate's own tensors among `values` (not sealed yet), of any dtype (a kernel
         may store a float's bits as integers), are sealed from now on, each as its whole
         storage, with the values they hold now; `made`: allocated during the call."""
-        fresh = [v for v in values if type(v) is self.cap.tensor_type and v.numel() > 0
+        fresh = [v for v in values if type(v) in self.tensor_types and v.numel() > 0
                  and not self._tracked(v) and self._ptr(v) not in self.input_ptrs]
         if not fresh:
             return
@@ -1548,7 +1566,7 @@ class Seal:
         try:
             for v in fresh:
                 if not self._tracked(v):
-                    self._add(self._whole(v), is_input=False, made=made)
+                    self._add(self._whole(self._plain(v)), is_input=False, made=made)
         finally:
             self.busy = busy
 
@@ -1594,7 +1612,7 @@ class Seal:
         position = SEAL_WRITE_OPS.get(name)
         if position is not None:
             dest = args[position] if len(args) > position else None
-            if type(dest) is not self.cap.tensor_type or not dest.numel():
+            if type(dest) not in self.tensor_types or not dest.numel():
                 return
             sources = [*args, *kwargs.values()]
             if not any(self._tracked(a) for a in sources):
@@ -1602,7 +1620,7 @@ class Seal:
             self.pending.append((func, args, kwargs, dest, False))
             self.ptrs.add(self._ptr(dest))
         elif name in SEAL_COPY_OPS and args and self._tracked(args[0]) and \
-                type(out) is self.cap.tensor_type and out.numel():
+                type(out) in self.tensor_types and out.numel():
             self.pending.append((func, args, kwargs, out, True))
             self.ptrs.add(self._ptr(out))
 
@@ -1669,7 +1687,7 @@ class Seal:
             else:
                 func(*args, **kwargs)
             self.replayed += 1
-            if not any(e.tensor is dest for e in self.entries):
+            if not any(self._same_view(e.tensor, dest) for e in self.entries):
                 self._add(dest, is_input=False, made=True)
 
     def _mask(self, key: int) -> None:
@@ -1709,8 +1727,8 @@ class Seal:
         cap = self.cap
         targets: dict[int, torch.Tensor] = {e.ptr: e.tensor for e in self.entries}
         for v in args:
-            if type(v) is cap.tensor_type and v.numel() and self._ptr(v) not in targets:
-                targets[self._ptr(v)] = self._whole(v)
+            if type(v) in self.tensor_types and v.numel() and self._ptr(v) not in targets:
+                targets[self._ptr(v)] = self._whole(self._plain(v))
         views = [t for t in targets.values() if t.device.type == "cpu"]
         sizes = [t.numel() * t.element_size() for t in views]
         # each view's bytes start on a 16-byte boundary (a byte slice is viewed as its dtype)

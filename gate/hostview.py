@@ -240,6 +240,11 @@ def _target_types() -> tuple[type, type]:
     return TargetTensor, OnTarget
 
 
+def target_tensor_type() -> type:
+    """The class of the tensors `target_tensors` makes and `on_target` returns."""
+    return _target_types()[0]
+
+
 def on_target(value: Any) -> Any:
     """`value` (a tensor, or a tuple/list/dict of them) with every tensor a `TargetTensor`."""
     from torch.utils._pytree import tree_map

@@ -186,9 +186,26 @@ def _declarators(decl: str) -> tuple[str, list[tuple[str, str, str]]]:
         if m is None or m.group("head").strip("* \t\n"):
             raise Unsupported(f"a __shared__ declarator the emulator cannot read: `{piece}`")
         out.append((m.group("head").strip(), m.group("name"), m.group("dims").strip()))
-    if "=" in decl or "(" in "".join(d for _, _, d in out):
+    # an initializer is an `=` outside the brackets (`T x(...)` or `T x{...}` read as no
+    # declarator above); parentheses inside a dimension are its arithmetic: `[TD * (TD + 1)]`
+    if _assigns_at_top(masked):
         raise Unsupported(f"a __shared__ declaration with an initializer: `{' '.join(decl.split())}`")
     return base, out
+
+
+def _assigns_at_top(masked: str) -> bool:
+    """Whether masked text holds an `=` outside brackets that is no comparison (`==`, `<=`,
+    `>=`, `!=`)."""
+    depth = 0
+    for i, c in enumerate(masked):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif (c == "=" and depth == 0 and masked[i - 1:i] not in ("=", "<", ">", "!")
+              and masked[i + 1:i + 2] != "="):
+            return True
+    return False
 
 
 def _rewrite_shared(text: str, counter: list[int]) -> tuple[str, int]:
