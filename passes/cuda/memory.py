@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, ClassVar
 from passes._source import ByteEdit, finish, make_site, restore_recorded
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
 from passes.cuda._c import CSource, code_view, find_iter, functions
-from passes.cuda._tree import children, escapes, if_parts, loop_body, subtree, text
+from passes.cuda._tree import children, declared_names, escapes, if_parts, loop_body, subtree, text
 from passes.cuda.annotations import CUDA
 from passes.cuda.recognize import (
     StrideLoop,
@@ -350,6 +350,8 @@ class SmemStaging(Pass):
             between = src.code[stmt_end:reads[-1][1]]
             if others and re.search(_ASSIGNED.format(names="|".join(map(re.escape, others))), between):
                 continue
+            if not _locals_reach(src, others, indices, fill.start(), reads):
+                continue
             out.append(_Staging(array, fill.start(), stmt_end, rhs, indices, reads))
         return out
 
@@ -401,6 +403,32 @@ class SmemStaging(Pass):
         if done is None:
             return Skipped("the recorded direct reads are not at the site", {"site": site.anchor})
         return done
+
+
+def _locals_reach(src: CSource, names: set[str], indices: list[str], fill: int,
+                  reads: list[tuple[int, int, list[str]]]) -> bool:
+    """Whether each of `names` that the fill's right side reads and a declaration of the
+    function binds holds, at every read, the value it had at the fill: its declaration
+    before the fill is in a block that also holds the last read (`ar` declared in the fill's
+    own loop body is out of scope there), and a fill index its value is computed from is that
+    same index at every read (`row = base + ty` stands for the fill's row: right where each
+    read's row is `ty` too, not where it is another)."""
+    ir = src.ir
+    fill_b, read_b = src.b(fill), src.b(reads[-1][1])
+    for nid in range(ir.subtree_end(0)):
+        if ir.grammar_type_of(nid) != "declaration" or ir.span_of(nid).start >= fill_b:
+            continue
+        for name, _ident, init in declared_names(ir, nid):
+            if name not in names:
+                continue
+            scope = ir.parent_of(nid)
+            if scope is not None and ir.span_of(scope).end < read_b:
+                return False
+            used = set(re.findall(r"[A-Za-z_]\w*", text(ir, init))) if init is not None else set()
+            if any(index in used and any(idx[at] != index for _s, _e, idx in reads)
+                   for at, index in enumerate(indices)):
+                return False
+    return True
 
 
 def _substitute(expr: str, names: list[str], values: list[str]) -> str:

@@ -5,11 +5,14 @@ a user chose (`As`, `tile`, `sdata`, `acc`, `TILE`) play no part. Each finder re
 it recognized and, for a construct that looks like a role but cannot be told, a `Refusal`
 saying why (`refusals(ir)` collects them).
 
-- `shared_arrays`: `__shared__` arrays with their element type and constant extents.
-- `stagings`: a global -> shared copy (`Staging`): a store into a shared array whose value is a
+- `shared_arrays`: `__shared__` arrays with their element type and constant extents (an
+  extent over a template's parameters has its value where every call of the template agrees).
+- `stagings`: a global -> shared copy (`Staging`) in a kernel or a `__device__` helper every
+  thread of the block calls alike: a store into a shared array whose value is a
   read of a global pointer parameter, written directly (`sh[i] = g[j]`), through a guarded
   register temporary (`T v = 0; if (ok) v = g[j]; sh[i] = v;`), as a ternary
-  (`sh[i] = ok ? g[j] : 0`), or as a vector copy (`*(float4*)&sh[i] = *(const float4*)&g[j]`),
+  (`sh[i] = ok ? g[j] : 0`, or its two branches `if (ok) sh[i] = g[j]; else sh[i] = 0;`),
+  or as a vector copy (`*(float4*)&sh[i] = *(const float4*)&g[j]`),
   a conversion call or a load intrinsic (`__ldg(&g[j])`) around the read allowed, the read
   possibly spelled by a function-like macro that expands to one subscript (`AT(g, r, c)`; the
   expansion is the copy's source). A fill named by a constant bound once (`const T zero =
@@ -546,6 +549,19 @@ class Unit:
                 return _function_name(self.ir, a) or ""
         return ""
 
+    def _extent(self, decl: int, expr: str) -> int | None:
+        """An array extent's value: a constant's, or over the template parameters of the
+        function declaring it where every call of that function agrees on them
+        (`template_value`)."""
+        value = self.value(expr)
+        if value is None and not self.compile_time(expr):
+            return None
+        if value is None:
+            fn = next((a for a in self.ir.ancestors(decl)
+                       if self.ir.grammar_type_of(a) == "function_definition"), None)
+            value = self.template_value(fn, expr) if fn is not None else None
+        return value
+
     def shared_arrays(self, fn: int | None = None) -> dict[str, SharedArray]:
         """The shared arrays declared in function `fn` (all, file scope too, when None): a new
         dict each call, read from the unit once per `fn`."""
@@ -576,7 +592,7 @@ class Unit:
             align = re.search(r"__align__\s*\(\s*(\d+)\s*\)", decl_text)
             for name, ident, _init in declared_names(ir, nid):
                 dims = re.findall(r"\[([^\]]*)\]", _declarator_text(ir, ident, nid))
-                extents = tuple(self.value(d) if d.strip() else None for d in dims)
+                extents = tuple(self._extent(nid, d) if d.strip() else None for d in dims)
                 out[name] = SharedArray(name, element, extents, _span(ir, nid),
                                         dynamic="extern" in decl_text.split("__shared__")[0] or
                                         any(not d.strip() for d in dims),
@@ -954,7 +970,9 @@ def stagings(ir: KernelIR | Unit) -> tuple[list[Staging], list[Refusal]]:
     unit = ir if isinstance(ir, Unit) else Unit(ir)
     out: list[Staging] = []
     refused: list[Refusal] = []
-    for name, fn in unit.kernels.items():
+    # a kernel's, or a `__device__` helper's every thread of the block calls alike (a tiled
+    # body written once as `template <int BM, int BN> __device__ void tile(...)`)
+    for name, fn in unit.block_helpers().items():
         found, why = _kernel_stagings(unit, name, fn)
         out += found
         refused += why
@@ -1009,6 +1027,11 @@ def _kernel_stagings(unit: Unit, kernel: str, fn: int) -> tuple[list[Staging], l
                                        _span(ir, nid), kernel))
             continue
         form, source, src, guard, fill, lanes, parts = staged
+        whole = nid  # the statement the copy ends with: the store, or the `if` holding it
+        branches = _branch_staging(ir, nid, lhs, pointers) if form == "direct" else None
+        if branches is not None:  # `if (ok) s[i] = g[j]; else s[i] = fill;`
+            whole, guard, fill = branches
+            form = "ternary"
         fill = _bound_value(unit, fn, fill, pointers)
         if lanes != lanes_dst:
             refused.append(Refusal("staging", "the shared store and the global read move "
@@ -1019,12 +1042,12 @@ def _kernel_stagings(unit: Unit, kernel: str, fn: int) -> tuple[list[Staging], l
             vector = re.search(r"(\w+)\s*\*", text(ir, lhs)).group(1)  # type: ignore[union-attr]
             form = "vector" if form == "direct" else form
         loop = next((a for a in ir.ancestors(nid) if ir.grammar_type_of(a) in _LOOP_TYPES), None)
-        nodes = (*parts, nid)
+        nodes = (*parts, whole)
         start = min(ir.span_of(n).start for n in nodes)
         converted = any(_converts(ir, n, src) for n in nodes) or \
             _plain_type(pointers[source]) != _plain_type(shared[array].element)
         out.append(Staging(kernel, array, source, form, _span(ir, nid),
-                           (start, ir.span_of(nid).end), dst, src, guard, fill,
+                           (start, ir.span_of(whole).end), dst, src, guard, fill,
                            shared[array].element, lanes, vector,
                            _span(ir, loop) if loop is not None else None, converted,
                            tuple(_span(ir, n) for n in nodes)))
@@ -1208,6 +1231,46 @@ def written_names(ir: KernelIR, nid: int) -> set[str]:
             if ir.grammar_type_of(target) == "identifier":
                 out.add(ir.name_of(target) or "")
     return out
+
+
+def _branch_staging(ir: KernelIR, store: int, lhs: int, pointers: Mapping[str, str]
+                    ) -> tuple[int, str, str] | None:
+    """(the `if` statement, guard, fill) where the store `store` is the one statement of a
+    branch of an `if` whose other branch is one plain store of a value that reads no global
+    memory into the same element (`if (ok) s[i] = g[j]; else s[i] = 0;`, either order): the
+    ternary copy `s[i] = ok ? g[j] : 0;` spelled as two branches. None otherwise."""
+    node = ir.parent_of(store)
+    if node is not None and ir.grammar_type_of(node) == "compound_statement":
+        if len(_statements(ir, node)) != 1:
+            return None
+        node = ir.parent_of(node)
+    if node is not None and ir.grammar_type_of(node) == "else_clause":
+        node = ir.parent_of(node)
+    if node is None or ir.grammar_type_of(node) != "if_statement":
+        return None
+    cond, then, alt = if_parts(ir, node)
+    if alt is None:
+        return None
+    taken = ir.span_of(then).start <= ir.span_of(store).start < ir.span_of(then).end
+    other = _stored_value(ir, alt if taken else then, " ".join(text(ir, lhs).split()))
+    if other is None or _names(ir, other) & set(pointers):
+        return None
+    guard = text(ir, cond)
+    return node, guard if taken else f"!({guard})", text(ir, other)
+
+
+def _stored_value(ir: KernelIR, stmt: int, target: str) -> int | None:
+    """The value of the one plain store `target = value;` that statement `stmt` is (or a block
+    holding only it); `target` compared as text, blanks collapsed."""
+    items = _statements(ir, stmt)
+    if len(items) != 1 or ir.grammar_type_of(items[0]) != "expression_statement":
+        return None
+    kids = [c for c in children(ir, items[0]) if ir.grammar_type_of(c) not in _TRIVIA]
+    if not kids or ir.grammar_type_of(kids[0]) != "assignment_expression" or _op(ir, kids[0]) != "=":
+        return None
+    if " ".join(text(ir, children(ir, kids[0])[0]).split()) != target:
+        return None
+    return children(ir, kids[0])[-1]
 
 
 def _assigned_value(ir: KernelIR, stmt: int, name: str) -> int | None:
