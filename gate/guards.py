@@ -45,6 +45,7 @@ from torch._library import simple_registry as _simple_registry
 from torch.utils import _pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from gate import windowwatch
 from gate.hostbytes import HostBytes, odd_contents  # noqa: F401 — the worker's, through this module
 
 
@@ -397,6 +398,7 @@ class AuditGuard:
     def arm(self, candidate_dirs: Iterable[str] = ()) -> None:
         """Refuse from now on (candidate code is about to load from `candidate_dirs`)."""
         self.candidate_dirs = tuple(str(Path(d).resolve()) for d in candidate_dirs if d)
+        windowwatch.candidate_dirs(self.candidate_dirs)
         self.armed = True
 
     def _started_by_candidate(self) -> bool:
@@ -446,6 +448,8 @@ class AuditGuard:
         return False
 
     def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if event == "sys.setprofile" and windowwatch.own_call(sys._getframe(1)):
+            return  # the gate's watch over a sealed launch's child (`gate.windowwatch`)
         if self.isolating and event in CHILD_AUDITED:
             why = self._child_refusal(event, args)
             if why is not None:
@@ -548,15 +552,17 @@ class LaunchMonitor:
     """Why Triton's JIT would not launch a kernel the candidate launched in the interpreter
     (`gate.interpdeps.refusal`), the first such; None: none was."""
     _owned: dict[str, bool] = field(default_factory=dict)
-    _vetted: dict[int, str | None] = field(default_factory=dict)
+    _vetted: dict[tuple[int, int, int], str | None] = field(default_factory=dict)
 
     def vet(self, kernel: Any) -> None:
         """Refuse (`interpdeps.CompileRefusal`) an interpreted kernel the GPU's JIT would not
         launch, and note it in `refused` (a candidate that catches the refusal is refused
-        still); each kernel object is read once."""
+        still); each kernel object is read once for each code object its function holds (a code
+        swapped under it after a launch is read again)."""
         from gate import interpdeps  # noqa: PLC0415
 
-        key = id(kernel)
+        fn = getattr(kernel, "fn", None)
+        key = (id(kernel), id(fn), id(getattr(fn, "__code__", None)))  # a code swapped: again
         if key not in self._vetted:
             self._vetted[key] = interpdeps.refusal(kernel)
         reason = self._vetted[key]
@@ -623,6 +629,7 @@ class LaunchMonitor:
             import triton.runtime.interpreter as interp
 
             classes.append(interp.InterpretedFunction)
+            windowwatch.install_rewrites(self.owns, self.vet)
         for cls in classes:
             self._patch(cls, "run", self._wrap_triton(cls.run))
         import triton.runtime.autotuner as autotuner
@@ -697,6 +704,8 @@ class LaunchMonitor:
             if monitor.mode == "silent":
                 monitor.given.append(())
                 return None
+            if monitor.isolate:  # the grid read here, not by the interpreter inside the launch
+                kwargs = windowwatch.plain_grid(jit_self, args, kwargs)
             with monitor.sealing(*args, **kwargs):
                 # read as the kernel gets them: in the sealed call, with real values restored
                 read = None
@@ -1735,7 +1744,20 @@ class Seal:
         slots = [-(-n // 16) * 16 for n in sizes]
         shared = mmap.mmap(-1, max(1, sum(slots)) + 4096)
         self._sync()
-        pid = os.fork()
+
+        parent_pid = os.getpid()
+
+        def end(reason: str) -> None:  # in the child: candidate code beside the kernel
+            message = reason[:4000].encode("utf-8", "replace")
+            shared[:4 + len(message)] = len(message).to_bytes(4, "little") + message
+            os._exit(windowwatch.BREACH_EXIT)
+
+        windowwatch.arm(end)
+        try:
+            pid = os.fork()
+        finally:
+            if os.getpid() == parent_pid:
+                windowwatch.disarm()
         if pid == 0:  # the child: the launch, then its memory out, then nothing else
             code = 0
             try:
@@ -1762,6 +1784,12 @@ class Seal:
             os._exit(code)
         _, status = os.waitpid(pid, 0)
         try:
+            if os.waitstatus_to_exitcode(status) == windowwatch.BREACH_EXIT:
+                size = int.from_bytes(shared[:4], "little")
+                what = shared[4:4 + size].decode("utf-8", "replace")
+                if self.breach is None:
+                    self.breach = ("host_compute", what)
+                raise SealBreach(what)
             if os.waitstatus_to_exitcode(status) != 0:
                 size = int.from_bytes(shared[:4], "little")
                 what = shared[4:4 + size].decode("utf-8", "replace") if size else \

@@ -80,6 +80,21 @@ def in_kernel(depth: int = 64) -> bool:
                          lambda code: (code.co_filename, code.co_name) in _KERNEL_FRAMES, depth)
 
 
+VETTED_CODES: set[Any] = set()
+"""The code objects (nested ones included) of every `@triton.jit` function `refusal` found no
+reason to refuse, as it read them: a kernel's body and the helpers it reaches, which the
+interpreter runs (a `tl.reduce` combine function as it is, not rewritten)."""
+
+
+def code_objects(code: Any) -> list[Any]:
+    """`code` and the code objects nested in it (its lambdas, comprehensions, functions)."""
+    found = [code]
+    for const in getattr(code, "co_consts", ()):
+        if type(const) is type(code):
+            found += code_objects(const)
+    return found
+
+
 def refusal(kernel: Any) -> str | None:
     """Why Triton's JIT would refuse `kernel` (an interpreted `@triton.jit` function) or a
     `@triton.jit` function it references, in Triton's words; None where it would not, or where
@@ -105,10 +120,13 @@ def refusal(kernel: Any) -> str | None:
                 return
             super().record_reference(val, var_dict, name)
 
+    visited: list[Any] = []
+
     def visit(fn: Any) -> None:
         if id(fn) in seen:
             return
         seen.add(id(fn))
+        visited.append(fn.__code__)
         src = textwrap.dedent(inspect.getsource(fn))
         start = re.search(r"^def\s+\w+\s*\(", src, re.MULTILINE)
         src = src[start.start():] if start else src
@@ -122,6 +140,8 @@ def refusal(kernel: Any) -> str | None:
         return f"{type(exc).__name__}: {exc}"
     except (OSError, SyntaxError):  # no source to read: the interpreter cannot run it either
         return None
+    for code in visited:
+        VETTED_CODES.update(code_objects(code))
     return None
 
 
@@ -141,6 +161,22 @@ def constant_result(value: Any) -> bool:
     return isinstance(value, tl.dtype)
 
 
+def _memo_key(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The key a constexpr function's result is kept under: the function, the code it holds
+    and its arguments, where all are constants (`constant_result`, the `_semantic` keyword
+    left out); None otherwise (called, not kept)."""
+    given = [*args, *(v for k, v in sorted(kwargs.items()) if k != "_semantic")]
+    if not all(constant_result(v) for v in given):
+        return None
+    inner = getattr(fn, "fn", None)
+    try:
+        key = (id(fn), id(getattr(inner, "__code__", None)), repr(given))
+        hash(key)
+    except Exception:  # noqa: BLE001 — a constant whose repr fails: not kept
+        return None
+    return key
+
+
 def install_constexpr_check(on_refusal: Callable[[str], None] | None = None) -> bool:
     """From now on in this process, a `triton.constexpr_function` called by an interpreted
     kernel (`in_kernel`) whose result is not a constant raises `CompileRefusal`, after telling `on_refusal` why
@@ -154,9 +190,15 @@ def install_constexpr_check(on_refusal: Callable[[str], None] | None = None) -> 
     if getattr(ConstexprFunction, "_klineage_constant_check", False):
         return True
     original = ConstexprFunction.__call__
+    kept: dict[Any, Any] = {}
 
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        key = _memo_key(self, args, kwargs) if knobs.runtime.interpret and in_kernel() else None
+        if key is not None and key in kept:
+            return kept[key]  # as compiled: called once per specialization (`gate.windowwatch`)
         result = original(self, *args, **kwargs)
+        if key is not None and constant_result(result):
+            kept[key] = result
         if knobs.runtime.interpret and not constant_result(result) and in_kernel():
             reason = (f"constexpr function {getattr(self, '__name__', '?')} returned a "
                       f"{type(result).__name__}, not a constant: a constexpr function runs at "

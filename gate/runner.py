@@ -583,10 +583,13 @@ def supervise(job: Job, case: Case, tier: Tier, timeout: float) -> Verdict:
                 break
             try:
                 ready = parent.poll(min(remaining, 0.25))
-                msg = transport.receive(parent, parent.recv()) if ready else None
+                msg = transport.receive(parent, transport.recv(parent)) if ready else None
             except (EOFError, OSError):
                 msg = None
                 ready = True
+            except transport.UnsafeMessage as exc:
+                judge._forged(str(exc))
+                break
             except transport.BadSealed as exc:
                 proc.join(0.5)
                 if proc.is_alive():
@@ -691,9 +694,9 @@ class Standby:
             if found is not None and found[0].pid not in self._warm:
                 proc, parent = found
                 try:
-                    if parent.poll(wait) and parent.recv() == ("warm",):
+                    if parent.poll(wait) and transport.recv(parent) == ("warm",):
                         self._warm.add(proc.pid)
-                except (EOFError, OSError):
+                except (EOFError, OSError, transport.UnsafeMessage):
                     pass
         return time.perf_counter() - t0
 

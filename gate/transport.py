@@ -170,6 +170,54 @@ def send(conn: Any, msg: tuple[Any, ...]) -> None:
             os.close(s.fd)
 
 
+# What a message from the worker may hold: the plain types pickle builds without a global
+# (str, bytes, numbers, None, bool, tuples, lists, dicts) and these few, each rebuilt from data
+# alone. Anything else in a message names a callable for the unpickler to call (a class of the
+# candidate's, `eval`): the parent would run it (`load`).
+SAFE_GLOBALS = frozenset({
+    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "complex"),
+    ("builtins", "bytearray"), ("builtins", "slice"), ("builtins", "range"),
+    ("_codecs", "encode"),
+    ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"),
+})
+
+
+class UnsafeMessage(Exception):
+    """A message from the worker that names a global outside `SAFE_GLOBALS` (forged)."""
+
+
+def load(data: bytes) -> Any:
+    """Unpickle one message from the worker (bytes as `Connection.recv_bytes` gives them).
+    The worker runs candidate code, which can reach the worker's end of the pipe and send
+    any pickle: one whose unpickling calls a global (a `__reduce__` naming `exec`, or a class
+    of the candidate's module) would run that code in the parent, which judges the run. Only
+    the data types of `SAFE_GLOBALS` are rebuilt; any other global raises `UnsafeMessage`
+    before anything is called."""
+    import io  # noqa: PLC0415
+    import pickle  # noqa: PLC0415
+
+    class Restricted(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            if (module, name) not in SAFE_GLOBALS:
+                raise UnsafeMessage(f"a message from the worker names {module}.{name}, which "
+                                    f"the parent does not rebuild (unpickling it would call it)")
+            return super().find_class(module, name)
+
+    try:
+        return Restricted(io.BytesIO(data)).load()
+    except UnsafeMessage:
+        raise
+    except Exception as exc:  # noqa: BLE001 — a malformed pickle is a forged message too
+        raise UnsafeMessage(f"a message from the worker does not unpickle: {type(exc).__name__}") from None
+
+
+def recv(conn: Any) -> Any:
+    """The next message on `conn` from the worker, unpickled by `load`."""
+    return load(conn.recv_bytes())
+
+
 class BadSealed(Exception):
     """A message's sealed tensors did not arrive as announced (a forged message)."""
 

@@ -1746,7 +1746,7 @@ class _Runner:
         `guards.Seal` of `inputs`), the sealed call: the outputs returned are `Seal.outputs`."""
         trace = self.guards.OpTrace(self.reference_code, poison, self._tuning, seal=seal)
         self.monitor.reset(mode, inputs)
-        out, exc = None, None
+        out, exc, odd = None, None, None
         # The first call compiles (CPU work, seconds): it runs without the GPU's shared lock so
         # that a gate waiting to time is not held up by another's compiler.
         first, self.calls = self.calls == 0, self.calls + 1
@@ -1761,11 +1761,14 @@ class _Runner:
                     self.sync()
                 finally:
                     self.monitor.seal = None
-            if seal is not None:
+            odd = odd_output(out, self.cap.tensor_type)
+            if odd is not None:  # read no further: reading it would run candidate code
+                out = None
+            elif seal is not None:
                 out = seal.outputs(out)
         except BaseException as e:  # SystemExit too: a candidate may not end the worker
             exc = e
-        return {"out": out, "exc": exc, "trace": trace, "launches": self.monitor.launches,
+        return {"out": out, "exc": exc, "odd": odd, "trace": trace, "launches": self.monitor.launches,
                 "side": list(self.monitor.side_stream),
                 "launched": self.guards.LaunchSignature.of(self.monitor.sequence, self.monitor.given)}
 
@@ -1802,6 +1805,11 @@ class _Runner:
                         f"({'; '.join(dict.fromkeys(trace.host_reads))}): a candidate's host "
                         f"code needs its tensors' shapes, not their values; the answer must "
                         f"come from its kernels")
+        if res.get("odd") is not None:
+            chan.reject(FailureKind.BAD_OUTPUT, "anti_cheat",
+                        f"{res['odd']} on {what}: run returns torch tensors, Python numbers or "
+                        f"None, alone or in a plain tuple or list (an object of a class of its "
+                        f"own runs its code when the gate reads it, after the call)")
         if original is not None:
             self.check_inputs(inputs, original, what)
         self.check_output_types(res["out"], what)
@@ -2467,6 +2475,8 @@ class _Runner:
     def _snapshot(self, outputs: Any, host: bool = False) -> Any:
         """A copy of a call's outputs (tensors cloned on their device, stream-ordered after
         the call; with `host`, copied to host memory), for checking once the timed run is over."""
+        if odd_output(outputs, self.cap.tensor_type) is not None:
+            return "an output of a class of its own"  # compared as no tensor: a wrong output
         clone = self.cap.clone
         if host:
             from gate import hoststage  # noqa: PLC0415
@@ -2492,6 +2502,41 @@ class _Runner:
         if not self.kernels.available and self.kernels.reason:
             self.chan.send("flag", f"GPU kernels not attributed: the profiler did not start "
                                    f"({self.kernels.reason[:200]})")
+
+
+_PLAIN_VALUES = (bool, int, float, type(None))
+_TYPE_NAME = type.__dict__["__name__"].__get__  # a class's own name: no metaclass of its runs
+_TYPE_MRO = type.__dict__["__mro__"].__get__
+
+
+def odd_output(out: Any, tensor_type: type) -> str | None:
+    """Why what run returned is not plain, or None where it is: a torch tensor of the plain
+    class, a Python bool / int / float or None, alone or in a tuple or list of exactly those
+    classes. Read through `type()` alone, so that no code of the candidate's runs: a tuple of
+    a class of its own (an `__iter__` run when the gate reads the outputs, after the op trace
+    and, in the sealed call, after the real values are restored), a number of a class of its
+    own (unpickled by the parent), an object whose `__class__` is a property (`isinstance`
+    reads it). A tensor subclass is named as one."""
+    def odd(value: Any, where: str) -> str | None:
+        kind = type(value)
+        if kind is tensor_type or kind in _PLAIN_VALUES:
+            return None
+        name = _TYPE_NAME(kind)
+        if tensor_type in _TYPE_MRO(kind):
+            return f"{where} is a {name}, a tensor subclass (lazy or self-modifying)"
+        return f"{where} is a {name}, not a plain tensor or number"
+
+    kind = type(out)
+    if kind is tuple or kind is list:
+        for i, item in enumerate(out):  # a plain tuple or list: no candidate code iterates
+            found = odd(item, f"output {i}")
+            if found is not None:
+                return found
+        return None
+    if kind is not tensor_type and kind not in _PLAIN_VALUES and \
+            (tuple in _TYPE_MRO(kind) or list in _TYPE_MRO(kind)):
+        return f"the outputs are a {_TYPE_NAME(kind)}, not a plain tuple or list"
+    return odd(out, "output 0")
 
 
 def _integers(inputs: tuple[Any, ...], cap: Any) -> tuple[Any, ...]:
