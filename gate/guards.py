@@ -1752,6 +1752,13 @@ class Seal:
             shared[:4 + len(message)] = len(message).to_bytes(4, "little") + message
             os._exit(windowwatch.BREACH_EXIT)
 
+        # what comes back, as it is before the fork: a fork hook of the candidate's (one of C
+        # too, which the window watch's profile function does not see) may not write into it
+        busy, self.busy = self.busy, True
+        try:
+            forked = [self._bytes(t) for t in views]
+        finally:
+            self.busy = busy
         windowwatch.arm(end)
         try:
             pid = os.fork()
@@ -1760,6 +1767,14 @@ class Seal:
                 windowwatch.disarm()
         if pid == 0:  # the child: the launch, then its memory out, then nothing else
             code = 0
+            self.busy = True
+            for t, kept in zip(views, forked):
+                if not cap.equal(self._bytes(t), kept):
+                    end("a fork hook of the candidate's wrote into a tensor of a sealed launch "
+                        "(os.register_at_fork runs it in the launch's process, its inputs' "
+                        "real values in memory)")
+            self.busy = False
+            del forked
             try:
                 # one thread: the parent's OpenMP pool is not in the child (a parallel op
                 # would wait for it forever)
@@ -1782,6 +1797,7 @@ class Seal:
                 shared[:4 + len(message)] = len(message).to_bytes(4, "little") + message
                 code = 1
             os._exit(code)
+        del forked
         _, status = os.waitpid(pid, 0)
         try:
             if os.waitstatus_to_exitcode(status) == windowwatch.BREACH_EXIT:

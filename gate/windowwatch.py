@@ -28,8 +28,10 @@ written): the parent reads that exit (`BREACH_EXIT`) as host code reading the in
   calls it once per specialization: the sealed call, on the shapes of a correctness call,
   calls none.
 
-What it cannot see: a callable of C (`functools.partial` over a NumPy ufunc) registered as a
-fork hook runs without a Python frame.
+A fork hook that is a callable of C (`functools.partial` over a NumPy ufunc) runs without a
+Python frame: `Seal.isolated` compares what the launch brings back with its bytes before the
+fork, in the child before the launch. What it cannot see: such a hook that writes elsewhere
+(memory the kernel then reads through a raw address).
 
 Imports `gate.interpdeps` alone of the gate's: `gate.guards` imports it (its fork hook is
 registered then, before candidate code loads) and names the candidate's folders
