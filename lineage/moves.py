@@ -25,6 +25,8 @@ candidates and says why one could not be made. What every move observes:
   kernel was running with is not lost to a step kept on timing noise;
 - a dot kernel's configurations fit the shared memory its operand tiles need at the case's
   element width (`_over_shared`, `lineage.transfer.shared_fit`);
+- a card's step leaves a tile the kernel never bounds-checks at a divisor of the sizes its
+  author runs it with, whatever value the card recorded (`_past_unchecked`);
 - a card without a site on a kernel is asked again on the kernel with its `@triton.jit`
   helpers inlined, the flags every launch sets read as their value and its counted `while`
   loops written as `for` loops over a range (`_normalized`): what a helper or a hand-counted
@@ -251,12 +253,17 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
         if text in seen:
             return
         seen.add(text)
+        past = _past_unchecked(ir, made.ir, unchecked_before)
+        if past:
+            refusals.append(f"transplant: {past}")
+            return
         if any(ln in old_lines for ln in _inserted_lines(source, text)):
             repeats.append(made)
             return
         yield made
 
     over_before: dict[str, Any] = {}  # `_over_shared`'s answer for `ir`, asked once
+    unchecked_before: dict[str, Any] = {}  # `_past_unchecked`'s caps of `ir`, read once
     for site in sites[:max_sites]:
         for backend in backends:
             if backend.name == "llm" and not (produced or repeats or transplant_tried):
@@ -282,7 +289,8 @@ def materializations(card: SkillCard, ir: KernelIR, rewriter: Rewriter,
                 text = new_ir.unparse()
                 if text in seen:
                     continue
-                too_big = _over_shared(ir, new_ir, ctx, over_before)
+                too_big = _over_shared(ir, new_ir, ctx, over_before) \
+                    or _past_unchecked(ir, new_ir, unchecked_before)
                 if too_big:
                     refusals.append(f"{backend.name} at {site.anchor}: {too_big}")
                     continue
@@ -352,6 +360,49 @@ def _over_shared(ir: KernelIR, new_ir: KernelIR, ctx: Any, memo: dict[str, Any])
     return (f"the configuration it would write ({' '.join(text.split())}) needs "
             f"{need // 1024} KB of shared memory for its operand tiles at {width}-byte elements, "
             f"more than a block's {shared_limit() // 1024} KB")
+
+
+def _past_unchecked(ir: KernelIR, new_ir: KernelIR, memo: dict[str, Any]) -> str:
+    """Why `new_ir` is refused for a tile its kernel never bounds-checks ("" where it is not):
+    a kernel of `ir` whose block offsets of a tile are compared with no size is correct only on
+    sizes its author made multiples of the values they run it with
+    (`passes.triton.roles.unchecked_caps`), so the tile may only shrink to a divisor of such a
+    value; a value a card recorded on another kernel (a launch value or a configuration entry
+    `new_ir` writes) that is not one reads past those sizes. The configuration sweeps keep to
+    this already (`roles._within_unchecked`); a card's step must too. `memo` keeps `ir`'s caps."""
+    if str(getattr(ir.language, "value", ir.language)) != "triton":
+        return ""
+    from passes.triton._py import PyModule, literal_int  # noqa: PLC0415
+    from passes.triton.roles import autotune_entries, kernel_config, unchecked_caps  # noqa: PLC0415
+
+    if "caps" not in memo:
+        try:
+            mod = PyModule(ir)
+            memo["caps"] = {k.name: caps for k in mod.kernels()
+                            if (caps := unchecked_caps(mod, k, kernel_config(mod, k)))}
+        except (SyntaxError, ValueError, KLineageError):
+            memo["caps"] = {}
+    if not memo["caps"]:
+        return ""
+    try:
+        mod = PyModule(new_ir)
+        kernels = [k for k in mod.kernels() if k.name in memo["caps"]]
+        for kernel in kernels:
+            caps = memo["caps"][kernel.name]
+            values = [(p.name, p.value) for p in kernel_config(mod, kernel).params]
+            for entry in autotune_entries(mod, kernel):
+                values += [(key.value, literal_int(val))
+                           for key, val in zip(entry.args[0].keys, entry.args[0].values)
+                           if isinstance(key, ast.Constant)]
+            for name, value in values:
+                cap = caps.get(name)
+                if cap and value and (value > cap or cap % value):
+                    return (f"{kernel.name} never bounds-checks its {name} block: it is correct "
+                            f"only on sizes that are multiples of {cap}, and {name}={value} may "
+                            "read past them")
+    except (SyntaxError, ValueError, KLineageError):
+        return ""
+    return ""
 
 
 def _beside_in_list(ir: KernelIR, result: Any) -> KernelIR | None:

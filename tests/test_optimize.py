@@ -999,10 +999,10 @@ def mm(X, W, Y, M, N, K, TILE_M: tl.constexpr, TILE_N: tl.constexpr, KSTEP: tl.c
     acc = tl.zeros([TILE_M, TILE_N], dtype=tl.float32)
     for k in range(0, K, KSTEP):
         ks = k + tl.arange(0, KSTEP)
-        x = tl.load(X + rows[:, None] * K + ks[None, :])
-        w = tl.load(W + ks[:, None] * N + cols[None, :])
+        x = tl.load(X + rows[:, None] * K + ks[None, :], mask=rows[:, None] < M, other=0.0)
+        w = tl.load(W + ks[:, None] * N + cols[None, :], mask=cols[None, :] < N, other=0.0)
         acc += tl.dot(x, w)
-    tl.store(Y + rows[:, None] * N + cols[None, :], acc)
+    tl.store(Y + rows[:, None] * N + cols[None, :], acc, mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
 def run(x, w):
