@@ -47,6 +47,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from gate import windowwatch
 from gate.hostbytes import HostBytes, odd_contents  # noqa: F401 — the worker's, through this module
+from gate.interpdeps import code_on_stack
 
 
 @dataclass(frozen=True, slots=True)
@@ -1248,14 +1249,13 @@ class OpTrace(TorchDispatchMode):
         return out
 
     def _inside_reference(self) -> bool:
-        frame = sys._getframe(2)
-        while frame is not None:
-            code = frame.f_code
-            if code.co_name == self.reference_code[1] and \
-                    str(Path(code.co_filename).resolve()) == self.reference_code[0]:
-                return True
-            frame = frame.f_back
-        return False
+        """Whether the case's reference function is among the callers of the op being
+        dispatched. Unlike `gate.interpdeps.in_kernel`, the same walk, it goes through every
+        frame and compares each file name resolved: torch's own layers may stand deep between
+        the reference and the op, and `reference_code` holds its file's resolved path."""
+        file, name = self.reference_code
+        return code_on_stack(sys._getframe(2), lambda code: code.co_name == name
+                             and str(Path(code.co_filename).resolve()) == file)
 
 
 # torch.library.custom_op's records, taken before candidate code loads: an operator's
