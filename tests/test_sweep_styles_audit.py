@@ -137,9 +137,11 @@ def run(a, b):
 '''
 
 
-def test_counts_rounded_up_by_a_sum_or_by_ceil_follow_the_tiles() -> None:
-    # neither was rewritten before: the tiles were swept under the written counts
-    src = MM.replace("GRID", "((M + 32 - 1) // 32, math.ceil(N / 64))")
+@pytest.mark.parametrize("count", ["(M + 32 - 1) // 32", "(M + 15 + 16) // 32"])
+def test_counts_rounded_up_by_a_sum_or_by_ceil_follow_the_tiles(count: str) -> None:
+    # neither was rewritten before: the tiles were swept under the written counts; `(M + 15 +
+    # 16) // 32` is ceil(M / 32) too, but was held as rounded by constants not tied to BM
+    src = MM.replace("GRID", f"({count}, math.ceil(N / 64))")
     for text in [autotune_control(src)] + [
             ir.unparse() for _, ir, _ in config_candidates({}, kir.parse(src, "triton"),
                                                            own=True, every=True)]:
@@ -149,7 +151,7 @@ def test_counts_rounded_up_by_a_sum_or_by_ceil_follow_the_tiles() -> None:
             assert grid == (math.ceil(70 / cfg["BM"]), math.ceil(90 / cfg["BN"])), (cfg, grid)
 
 
-@pytest.mark.parametrize("count", ["(M + 15 + 16) // 32", "(M + 32) // 32"])
+@pytest.mark.parametrize("count", ["(M + 32) // 32"])
 def test_a_count_rounded_by_constants_not_tied_to_the_tile_holds_the_tile(count: str) -> None:
     # `(M + 32) // meta["BM"]` is no count of BM's blocks once BM is not 32: BM keeps its 32
     # (the written count is right there) and the rest is swept around it
@@ -515,3 +517,137 @@ def test_an_unmasked_tile_whose_value_the_host_divides_a_buffers_size_by_holds()
     assert all("GROUP" not in c for c in _configs(autotune_control(GROUPS)))
     for _, _, configs in config_candidates({}, kir.parse(GROUPS, "triton"), own=True, every=True):
         assert all("GROUP" not in c for c in configs), configs
+
+
+# -- counts told by what they compute, not how they are written ---------------------------------
+
+def _launched(tmp_path: Path, text: str, kernel: str, n: int) -> list[tuple[dict[str, int], tuple]]:
+    """(configuration, program count) of each configuration of `kernel`'s autotune list when
+    the module's own `run` launches it on `n` elements: the host code runs as written (its
+    bindings, helpers and partials), the kernel replaced by a recorder of its grid."""
+    import importlib.util  # noqa: PLC0415
+
+    import torch  # noqa: PLC0415
+
+    path = tmp_path / f"swept_{next(_MODULES)}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    configs = [dict(c.kwargs) for c in getattr(module, kernel).configs]
+    seen: list[tuple[object, dict]] = []
+
+    class Recorder:
+        def __getitem__(self, grid: object):
+            return lambda *args, **kwargs: seen.append((grid, kwargs))
+
+    setattr(module, kernel, Recorder())
+    module.run(torch.empty(n))
+    assert len(seen) == 1, seen
+    grid, kwargs = seen[0]
+    return [(cfg, tuple(grid({**kwargs, **cfg}) if callable(grid) else grid)) for cfg in configs]
+
+
+_MODULES = iter(range(10**6))
+SILU = FLOORED.replace("MASK", "mask=offs < n")
+
+
+def _swept_texts(src: str) -> list[str]:
+    """The module under the control's list and under the own sweep."""
+    return [autotune_control(src)] + [
+        ir.unparse() for name, ir, _ in config_candidates({}, kir.parse(src, "triton"), own=True,
+                                                          every=True) if name == "silu_k"]
+
+
+def _swept_covering(tmp_path: Path, src: str, sizes: tuple[int, ...] = (1001,)) -> None:
+    """Under the control's list and the own sweep alike, `silu_k` is tuned past its written
+    BLOCK of 256, and its host launches exactly the blocks that cover each of `sizes`."""
+    texts = _swept_texts(src)
+    assert len(texts) == 2
+    for text in texts:
+        for n in sizes:
+            counts = _launched(tmp_path, text, "silu_k", n)
+            assert max(c["BLOCK"] for c, _ in counts) > 256, counts
+            for cfg, grid in counts:
+                assert grid == (math.ceil(n / cfg["BLOCK"]),), (n, cfg, grid)
+
+
+@pytest.mark.parametrize("launch", [
+    "    silu_k[(-(n // -256),)](x, o, n, BLOCK=256)\n",
+    "    silu_k[(len(range(0, n, 256)),)](x, o, n, BLOCK=256)\n",
+    "    silu_k[(triton.cdiv(n, 2 * 128),)](x, o, n, BLOCK=256)\n",
+    "    silu_k[(triton.cdiv(n, 2 * 128),)](x, o, n, BLOCK=2 * 128)\n",
+    "    q, r = divmod(n, 256)\n    silu_k[(q + (r > 0),)](x, o, n, BLOCK=256)\n",
+    "    grid = ((n + 255) >> 8,)\n    silu_k[grid](x, o, n, BLOCK=256)\n",
+    "    block = 256\n    q, r = divmod(n, block)\n    silu_k[(q + (r > 0),)](x, o, n, BLOCK=block)\n",
+    "    whole = n // 256\n    rest = n % 256\n    blocks = whole + (rest > 0)\n"
+    "    silu_k[(blocks,)](x, o, n, BLOCK=256)\n",
+])
+def test_a_block_count_written_any_way_follows_the_tile(tmp_path: Path, launch: str) -> None:
+    # each is ceil(n / 256), written so that no pattern of the rewrite knew it: BLOCK kept
+    # its 256 and warps alone were swept (with `BLOCK=2 * 128`, not even the value was read)
+    src = SILU.replace("    silu_k[(n // 256,)](x, o, n, BLOCK=256)\n", launch)
+    _swept_covering(tmp_path, src, (1001, 1152, 1280))
+
+
+PARTIAL_GRID = SILU.replace("import torch\n", "import functools\n\nimport torch\n").replace(
+    "def run(x):", "def blocks_of(n, meta):\n    return (triton.cdiv(n, meta['BLOCK']),)\n\n\n"
+    "def run(x):").replace("silu_k[(n // 256,)]", "silu_k[functools.partial(blocks_of, n)]")
+
+
+def test_a_grid_functools_partial_makes_of_a_def_of_the_meta_parameters_is_one(
+        tmp_path: Path) -> None:
+    # `functools.partial(blocks_of, n)` is a grid of the meta-parameters: BLOCK was held as
+    # if the grid were a host helper's count
+    _swept_covering(tmp_path, PARTIAL_GRID)
+
+
+def test_a_tile_read_from_a_dict_entry_by_the_launch_and_the_grid_is_swept(tmp_path: Path) -> None:
+    # `BLOCK=cfg["BLOCK"]` beside `cdiv(n, cfg["BLOCK"])`: the tile had no known value, so
+    # it was never swept
+    src = SILU.replace("    silu_k[(n // 256,)](x, o, n, BLOCK=256)\n",
+                       "    cfg = {'BLOCK': 256}\n"
+                       "    silu_k[(triton.cdiv(n, cfg['BLOCK']),)](x, o, n, BLOCK=cfg['BLOCK'])\n")
+    _swept_covering(tmp_path, src)
+    # read beyond the launch (a buffer sized by it), the entry holds the tile
+    held = src.replace("    return o\n", "    parts = torch.empty(cfg['BLOCK'])\n    return o, parts\n")
+    assert all("BLOCK" not in c for c in _configs(autotune_control(held)))
+
+
+@pytest.mark.parametrize("launch", [
+    "    silu_k[(n // 256 + (n % 128 > 0),)](x, o, n, BLOCK=256)\n",
+    "    silu_k[lambda meta: (n // meta['BLOCK'] + (n % 128 > 0),)](x, o, n, BLOCK=256)\n",
+])
+def test_a_count_that_is_no_count_of_the_tiles_blocks_holds_the_tile(
+        tmp_path: Path, launch: str) -> None:
+    # `n // 256 + (n % 128 > 0)` is neither ceil nor floor of n / 256 (one block short where
+    # n % 256 == 128): its floor was rounded up and the check kept, one idle program at every
+    # tile, and more at BLOCK=1024; the tile keeps its value, the warps are swept
+    src = SILU.replace("    silu_k[(n // 256,)](x, o, n, BLOCK=256)\n", launch)
+    for text in _swept_texts(src):
+        for n in (1001, 1152, 1280):
+            counts = _launched(tmp_path, text, "silu_k", n)
+            assert len(counts) > 1 and {c.get("BLOCK", 256) for c, _ in counts} == {256}, counts
+            assert {grid for _, grid in counts} == {(n // 256 + (n % 128 > 0),)}, counts
+
+
+
+@pytest.mark.parametrize("launch", [
+    "    silu_k[(-(n // -64),)](x, o, n, BLOCK=64)\n",
+    "    silu_k[(len(range(0, n, 64)),)](x, o, n, BLOCK=64)\n",
+    "    silu_k[(triton.cdiv(n, 2 * 32),)](x, o, n, BLOCK=64)\n",
+    "    q, r = divmod(n, 64)\n    silu_k[(q + (r > 0),)](x, o, n, BLOCK=64)\n",
+])
+def test_a_tile_resize_rewrites_a_block_count_written_any_way(launch: str) -> None:
+    from passes import Applied, get_pass  # noqa: PLC0415
+
+    # the grid's count of BLOCK's blocks had no literal copy of 64 the resize knew: refused as
+    # a grid that does not derive from BLOCK
+    ir = kir.parse(SILU.replace("    silu_k[(n // 256,)](x, o, n, BLOCK=256)\n", launch), "triton")
+    step = get_pass("tile-sizes")()
+    for site in [s for s in step.sites(ir) if s.detail["tile"] == "BLOCK"]:
+        for resize, size in ((step.optimize, 128), (step.deoptimize, 32)):
+            made = resize(ir, site)
+            assert isinstance(made, Applied), made
+            assert f"silu_k[(triton.cdiv(n, {size}),)](x, o, n, BLOCK={size})" \
+                in made.ir.unparse(), made.ir.unparse()

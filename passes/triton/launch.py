@@ -324,7 +324,8 @@ class TileSizes(Pass):
             options["role"] = role
         edits = [_value_edit(mod, node, target)]
         for copy, less in copies:  # the grid's copies of the tile's value follow it
-            edits.append(_value_edit(mod, copy, target - less))
+            edits.append(ByteEdit(*mod.span(copy), less.format(target)) if isinstance(less, str)
+                         else _value_edit(mod, copy, target - less))
         return finish(ir, site, edits, options=options, preconditions=results)
 
     @classmethod
@@ -395,14 +396,17 @@ def _host_name(mod: PyModule, node: ast.AST) -> str:
 
 
 def _grid_copies(mod: PyModule, holder: ast.AST | None, tile: str,
-                 literal: ast.AST) -> list[tuple[ast.AST, int]]:
+                 literal: ast.AST) -> list[tuple[ast.AST, int | str]]:
     """The literals of a host-computed grid that copy the value a launch passes `tile` as the
     `literal` it writes (`kernel[(cdiv(M, 32), ...)](..., BM=32)`), told by data flow
     (`roles._literal_owners`), each with what it is less than the tile (0 for `cdiv(M, 32)`,
     1 for the 31 of `(M + 31) // 32`): resized with the tile, they keep the grid covering the
     output (`roles._count_copies`). Empty where the grid has none, where one of the tile's
     value cannot be told apart from another tile's, where a count floors (`M // 32`) or rounds
-    in a way the tile cannot take along, or where the grid is a name read beyond this launch."""
+    in a way the tile cannot take along, or where the grid is a name read beyond this launch.
+    Where no literal is such a copy, an element that counts the tile's blocks written
+    otherwise is rewritten whole (`_counted_elements`), its entry's text a template of the
+    new value."""
     from passes.triton.roles import (  # noqa: PLC0415
         _count_copies,
         _division,
@@ -427,7 +431,7 @@ def _grid_copies(mod: PyModule, holder: ast.AST | None, tile: str,
             for n in ast.walk(host)) != 1:
         return []
     value, args = literal_int(literal), launch.values()
-    out: list[tuple[ast.AST, int]] = []
+    out: list[tuple[ast.AST, int | str]] = []
     for division in ast.walk(grid):
         found = _division(division)
         if found is None or literal_int(found[1]) != value:
@@ -443,6 +447,51 @@ def _grid_copies(mod: PyModule, holder: ast.AST | None, tile: str,
         if copies is None or copies == "floor":
             return []
         out += [(found[1], 0), *copies]
+    return out or _counted_elements(mod, kernel, launch, grid, tile, value)
+
+
+def _counted_elements(mod: PyModule, kernel: ast.FunctionDef, launch: Any, grid: ast.AST,
+                      tile: str, value: int | None) -> list[tuple[ast.AST, int | str]]:
+    """The elements of a host grid that count `tile`'s blocks rounded up however written
+    (`-(n // -64)`, `len(range(0, n, 64))`, `q + (r > 0)` of `divmod(n, 64)`:
+    `roles._grid_counts_canonical` tells them by evaluating them), each with its one form
+    for a new value (`triton.cdiv(n, {})`): an element tied to the tile by data flow, the
+    size it counts being one the tile tiles or the axis one whose program id it scales, and
+    no other tile passed the same value. Empty where the grid's counts are told otherwise."""
+    from passes.triton.host_counts import Rounding, counts_blocks  # noqa: PLC0415
+    from passes.triton.host_sizes import host_form  # noqa: PLC0415
+    from passes.triton.roles import (  # noqa: PLC0415
+        _division,
+        _follower,
+        _host_literal,
+        _tile_axes,
+        _tile_dims,
+        _tiles_size,
+    )
+
+    args = launch.values()
+    same = [t for t, a in args.items() if t != tile and _host_literal(mod, launch.site, a) == value]
+    scope = mod.enclosing(launch.site, ast.FunctionDef)
+    if value is None or same or scope is None or not isinstance(grid, (ast.Tuple, ast.List)) \
+            or not any(isinstance(n, ast.Import) and any(a.name == "triton" and a.asname is None
+                                                         for a in n.names) for n in mod.tree.body):
+        return []
+    follow = _follower(mod, scope, grid)
+    sizes = {host_form(mod, args[d]) for d in _tile_dims(kernel).get(tile, ()) if d in args}
+    axes = _tile_axes(kernel)
+    out: list[tuple[ast.AST, int | str]] = []
+    for axis, element in enumerate(grid.elts):
+        division = _division(element)
+        if division is not None and literal_int(division[1]) == value:
+            continue  # a literal copy, told by `_literal_owners`
+        found = counts_blocks(element, {value}, follow)
+        if found is None or found[2] is not Rounding.CEIL:
+            continue
+        # as for a literal copy: a fact for the tie, none against it
+        by_size = _tiles_size(mod, found[0], sizes) if sizes else None
+        by_axis = axis in axes[tile] if tile in axes else None
+        if (by_size or by_axis) and by_size is not False and by_axis is not False:
+            out.append((element, f"triton.cdiv({mod.text(found[0])}, {{}})"))
     return out
 
 

@@ -47,7 +47,16 @@ from typing import TYPE_CHECKING, Any
 
 from passes._recent import Recent
 from passes._source import ByteEdit, indent_of, line_start
-from passes.triton._py import PyModule, callee, dotted, int_value, literal_int, names_in
+from passes.triton._py import (
+    PyModule,
+    bound_names,
+    callee,
+    dotted,
+    int_value,
+    literal_int,
+    names_in,
+)
+from passes.triton.host_counts import Rounding, constant, counts_blocks, rounding, size_of
 from passes.triton.host_sizes import host_form
 
 if TYPE_CHECKING:
@@ -738,10 +747,13 @@ def _positional_params(kernel: ast.FunctionDef) -> list[str]:
 
 
 def _host_literal(mod: PyModule, call: ast.AST, expr: ast.AST) -> int | None:
-    """The int a launch argument evaluates to when it is a literal, a name bound once to a
-    literal in the function enclosing `call` (or the module), or an attribute of `self` bound
-    once in its class (see `_attribute_literal`)."""
+    """The int a launch argument evaluates to when it is a literal (or literals alone: `2 *
+    128`), a name bound once to a literal in the function enclosing `call` (or the module), an
+    entry of a dict bound once to a literal one (`cfg["BLOCK"]`: `_dict_entry`), or an
+    attribute of `self` bound once in its class (see `_attribute_literal`)."""
     value = literal_int(expr)
+    if value is None and not isinstance(expr, ast.Name):
+        value = constant(expr)  # literals alone: `2 * 128`
     if value is not None:
         return value
     if (
@@ -752,6 +764,9 @@ def _host_literal(mod: PyModule, call: ast.AST, expr: ast.AST) -> int | None:
         return _attribute_literal(mod, call, expr.attr)
     if isinstance(expr, ast.Attribute) and expr.attr == "value":  # `BLOCK.value` of a constexpr
         return _module_literal(mod, expr)
+    entry = _dict_entry(mod, call, expr)
+    if entry is not None:  # `cfg["BLOCK"]` of `cfg = {"BLOCK": 256}`
+        return _host_literal(mod, call, entry)
     if not isinstance(expr, ast.Name):
         return None
     scope = mod.enclosing(call, ast.FunctionDef)
@@ -763,6 +778,22 @@ def _host_literal(mod: PyModule, call: ast.AST, expr: ast.AST) -> int | None:
             return _parameter_literal(mod, scope, expr.id)
         scope = mod.enclosing(scope, ast.FunctionDef)
     return _module_literal(mod, expr)
+
+
+def _dict_entry(mod: PyModule, call: ast.AST, expr: ast.AST) -> ast.AST | None:
+    """The value of the entry `expr` reads (`cfg["BLOCK"]`) where its dict is bound once, in the
+    function around `call`, to a dict literal or `dict(...)` of keywords that nothing changes
+    in place; None otherwise."""
+    if not (isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name)
+            and isinstance(expr.slice, ast.Constant) and isinstance(expr.slice.value, str)):
+        return None
+    scope = mod.enclosing(call, ast.FunctionDef)
+    if scope is None:
+        return None
+    bound = _bindings(ast.walk(scope), expr.value.id)
+    if len(bound) != 1 or not _keyed_dict(bound[0]) or _updated(scope, expr.value.id):
+        return None
+    return next((v for k, v, _ in _dict_entries(bound[0]) if k == expr.slice.value), None)
 
 
 def host_binding(mod: PyModule, call: ast.AST, expr: ast.AST) -> ast.Constant | None:
@@ -1645,8 +1676,10 @@ def sweep_edit(
     launches (and the grid reads the rewrite replaces), where the partial is used other than
     called, or where a `**` argument's keys cannot be read. With `fits`, the fitted
     configurations it refuses (parameter name -> value, launch keys too) are left out."""
-    counted = _grid_counts_inlined(ir, kernel_name)
-    if counted is not None:  # the same program with each host count written into its grid
+    inlined = _grid_counts_inlined(ir, kernel_name)
+    # the same program with each host count written into its grid, in one form
+    counted = _grid_counts_canonical(inlined or ir, kernel_name) or inlined
+    if counted is not None:
         made = sweep_edit(counted, kernel_name, configs, fits)
         if isinstance(made, SweepRefusal):
             return made
@@ -1744,7 +1777,7 @@ def sweep_edit(
         grid_edit = _grid_rewrite(mod, kernel, launch, tuned, args, held=unread)
         if isinstance(grid_edit, SweepRefusal):
             return grid_edit
-        target = launch_grid(mod, launch.site)
+        target = sweep_grid(mod, launch.site)
         if target is not None and not isinstance(target, (ast.Lambda, ast.FunctionDef)):
             spread_reads.extend(node for node, _ in _spread_reads(launch, target, tuned))
         edits.extend(grid_edit)
@@ -1870,7 +1903,7 @@ def _host_pinned(mod: PyModule, launches: Sequence[Launch],
     kernel = next((k for k in mod.kernels() if k.name == current.kernel), None)
     rewritten = _grid_nodes(mod, kernel) if kernel is not None else frozenset()
     for launch in launches:
-        target = launch_grid(mod, launch.site)
+        target = sweep_grid(mod, launch.site)
         if target is None:
             continue
         args = launch.values()
@@ -2204,6 +2237,29 @@ def launch_grid(mod: PyModule, call: ast.Call | ast.Subscript) -> ast.AST | None
     return bound[0] if isinstance(bound[0], ast.FunctionDef) else bound[0].value
 
 
+def sweep_grid(mod: PyModule, call: ast.Call | ast.Subscript) -> ast.AST | None:
+    """`launch_grid`, where a grid that `functools.partial` makes of a def by binding all its
+    parameters but the last (`functools.partial(grid_of, n)` of `def grid_of(n, meta)`) is
+    that def: a grid of the meta-parameters like a `def grid(meta)`."""
+    target = launch_grid(mod, call)
+    if not (isinstance(target, ast.Call) and callee(target) in _partial_callees(mod)
+            and target.args and isinstance(target.args[0], ast.Name) and not target.keywords
+            and not any(isinstance(a, ast.Starred) for a in target.args)):
+        return target
+    name = target.args[0].id
+    scope = mod.enclosing(call, ast.FunctionDef)
+    defs = [n for n in ast.walk(scope) if isinstance(n, ast.FunctionDef) and n.name == name] \
+        if scope is not None else []
+    defs = defs or [n for n in mod.tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
+    if len(defs) != 1:
+        return target
+    fn = defs[0]
+    positional = [*fn.args.posonlyargs, *fn.args.args]
+    if fn.args.vararg or fn.args.kwonlyargs or len(positional) != len(target.args):
+        return target  # the def takes something besides the bound values and the meta
+    return fn
+
+
 def _meta_grid_reads(mod: PyModule, target: ast.Lambda | ast.FunctionDef,
                      shaping: Sequence[str], args: Mapping[str, ast.AST]
                      ) -> tuple[list[ByteEdit], list[str]]:
@@ -2264,12 +2320,30 @@ def _grid_unread(mod: PyModule, launches: Sequence[Launch],
                if p.value is not None and p.role in ("grid", "m", "n")]
     out: dict[str, SweepRefusal] = {}
     for launch in launches:
-        target = launch_grid(mod, launch.site)
+        target = sweep_grid(mod, launch.site)
         if not isinstance(target, (ast.Lambda, ast.FunctionDef)):
             continue
         for name in _meta_grid_reads(mod, target, shaping, launch.values())[1]:
             out.setdefault(name, SweepRefusal(
                 "the launch grid does not read the tiles that shape it", {"tiles": name}))
+        for name, read in _meta_reads(target, shaping):
+            if name not in out and _counts_no_blocks(target, read, read):
+                out[name] = SweepRefusal(
+                    f"the launch grid's count over {mod.text(read)} (line {read.lineno}) is "
+                    f"no count of {name}'s blocks: {name} keeps its value", {"tiles": name})
+    return out
+
+
+def _meta_reads(target: ast.AST, names: Collection[str]) -> list[tuple[str, ast.AST]]:
+    """(P, read) of each read `meta["P"]` or `meta.get("P", ...)` of one of `names` in a grid
+    of the meta-parameters."""
+    out: list[tuple[str, ast.AST]] = []
+    for read in ast.walk(target):
+        key = (read.slice if isinstance(read, ast.Subscript) else
+               read.args[0] if isinstance(read, ast.Call) and isinstance(read.func, ast.Attribute)
+               and read.func.attr == "get" and read.args else None)
+        if isinstance(key, ast.Constant) and key.value in names:
+            out.append((str(key.value), read))
     return out
 
 
@@ -2325,7 +2399,7 @@ def _grid_rewrite(
     roles = tile_roles(kernel, jit_functions(mod))
     shaping = [t for t in tuned if roles.get(t) in ("grid", "m", "n") and t not in held]
     grid = launch.site.slice
-    target = launch_grid(mod, launch.site)
+    target = sweep_grid(mod, launch.site)
     if target is None:
         return SweepRefusal(
             "the launch grid is not bound once where the kernel is launched",
@@ -2357,6 +2431,12 @@ def _grid_rewrite(
                 and isinstance(sub, ast.Attribute)
                 and dotted(sub)
                 and dotted(sub) == dotted(node)
+            ):
+                replace.append((sub, name))
+            elif (
+                _dict_entry(mod, launch.site, node) is not None
+                and isinstance(sub, ast.Subscript)
+                and ast.dump(sub) == ast.dump(node)
             ):
                 replace.append((sub, name))
             elif (
@@ -2703,6 +2783,163 @@ def _grid_counts_inlined(ir: KernelIR, kernel_name: str) -> KernelIR | None:
         return None
 
 
+def _grid_counts_canonical(ir: KernelIR, kernel_name: str) -> KernelIR | None:
+    """`ir` with each element of a host grid of `kernel_name` that counts the blocks of a tile
+    the launch passes over one size, however written (`-(n // -256)`, `len(range(0, n,
+    256))`, `q + (r > 0)` after `q, r = divmod(n, 256)`: `host_counts.counts_blocks`, told by
+    evaluating it), written in one form: `triton.cdiv(n, 256)` rounded up, `n // 256` down;
+    a host binding only that element read is removed, and a tile argument the launch computes
+    from literals alone (`BLOCK=2 * 128`) is written as its value. The same program, whose
+    counts the sweep then rewrites to read the tuned tiles. An element already in that form,
+    one that counts no passed tile's blocks, or one of several sizes is left as it is; None
+    when nothing changes."""
+    mod = PyModule(ir)
+    kernel = next((k for k in mod.kernels() if k.name == kernel_name), None)
+    if kernel is None:
+        return None
+    constexprs = set(constexpr_params(kernel))
+    tiles = set(tile_roles(kernel, jit_functions(mod)))
+    cdiv = "triton.cdiv" if any(isinstance(n, ast.Import) and any(
+        a.name == "triton" and a.asname is None for a in n.names) for n in mod.tree.body) else None
+    edits: dict[tuple[int, int], str] = {}
+    followed: list[tuple[ast.FunctionDef, ast.Assign]] = []
+    rewritten: list[ast.AST] = []
+    for launch in kernel_launches(mod, kernel):
+        grid = launch_grid(mod, launch.site)
+        scope = mod.enclosing(launch.site, ast.FunctionDef)
+        if not isinstance(grid, (ast.Tuple, ast.List)) or scope is None:
+            continue
+        args = launch.values()
+        values = {n: _host_literal(mod, launch.site, v) for n, v in args.items() if n in tiles}
+        for name, value in values.items():  # `BLOCK=2 * 128` -> `BLOCK=256`
+            node = args[name]
+            if value is not None and literal_int(node) is None and constant(node) is not None:
+                edits[mod.span(node)] = str(value)
+        defaults = dict(zip([a.arg for a in kernel.args.args][-len(kernel.args.defaults):],
+                            kernel.args.defaults)) if kernel.args.defaults else {}
+        blocks = {v for v in values.values() if v} | {
+            v for n, d in defaults.items() if n in tiles and n in constexprs and n not in args
+            and (v := constant(d))}
+        follow = _follower(mod, scope, grid)
+        # tiles passed from a host value (`BLOCK=block`): counts of them are told with the
+        # tile at several values, and written with that host value
+        named = [(args[n], v) for n, v in values.items() if v and literal_int(args[n]) is None
+                 and constant(args[n]) is None]
+        for element in grid.elts:
+            found = None
+            for node, value in named:
+                shown = ast.dump(node)
+                size = size_of(element, follow, fixed=(shown,))
+                kind = rounding(element, size, node, follow, written=value) if size else None
+                if kind in (Rounding.CEIL, Rounding.FLOOR):
+                    found = size, mod.text(node), kind
+                    break
+            if found is None:
+                counted = counts_blocks(element, blocks, follow)
+                found = counted and (counted[0], str(counted[1]), counted[2])
+            if not found:
+                continue
+            size, block, kind = found
+            division = _division(element)
+            if (division is not None and ast.dump(division[0]) == ast.dump(size)
+                    and mod.text(division[1]) == block
+                    and (kind is Rounding.FLOOR and isinstance(element, ast.BinOp)
+                         or kind is Rounding.CEIL and isinstance(element, ast.Call)
+                         and callee(element).endswith("cdiv"))):
+                continue  # already in the one form
+            text = mod.text(size)
+            wrapped = text if isinstance(size, (ast.Name, ast.Attribute, ast.Call,
+                                                ast.Subscript)) else f"({text})"
+            if kind is Rounding.FLOOR:
+                edits[mod.span(element)] = f"{wrapped} // {block}"
+            elif cdiv is not None:
+                edits[mod.span(element)] = f"{cdiv}({text}, {block})"
+            else:
+                edits[mod.span(element)] = f"({wrapped} + {block} - 1) // {block}"
+            rewritten.append(element)
+            followed += [(scope, st) for st in follow.statements]  # type: ignore[attr-defined]
+    if not any(mod.source[a:b].decode() != text for (a, b), text in edits.items()):
+        return None
+    # a binding followed that only the rewritten counts (and bindings gone) read goes with them
+    inside = {id(n) for e in rewritten for n in ast.walk(e)}
+    gone: set[int] = set()
+    while True:
+        dead = [(scope, st) for scope, st in followed if id(st) not in gone and all(
+            id(n) in inside for n in ast.walk(scope) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Load) and n.id in bound_names(st))]
+        if not dead:
+            break
+        for _, st in dead:
+            gone.add(id(st))
+            inside |= {id(n) for n in ast.walk(st.value)}
+            edits[mod.stmt_span(st)] = ""
+    from kir import Edit, Span  # noqa: PLC0415
+    from kir.errors import KLineageError  # noqa: PLC0415
+
+    try:
+        return ir.apply(Edit(Span(a, b), t) for (a, b), t in edits.items())
+    except KLineageError:
+        return None
+
+
+def _follower(mod: PyModule, scope: ast.FunctionDef, grid: ast.AST
+              ) -> Callable[[ast.Name], ast.AST | None]:
+    """`host_counts.Follow` for a host `grid` in the function `scope`: a name bound once there
+    by a plain assignment (not a parameter) to its value, or to its element `i` of an unpacked
+    value (`value[i]`, the element itself of a tuple written out), where the grid and the
+    values followed to are all that read it: a count the host uses elsewhere too (a buffer of
+    `nt` entries beside a grid of `(nt,)`) is a host value the grid cannot change alone."""
+    params = set(_parameters(scope))
+
+    def binding(name: str) -> tuple[ast.Assign, ast.AST] | None:
+        if name in params:
+            return None
+        stores = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name
+                  and isinstance(n.ctx, ast.Store)]
+        if len(stores) != 1:
+            return None
+        statement = mod.parents.get(stores[0])
+        if isinstance(statement, (ast.Tuple, ast.List)):
+            statement = mod.parents.get(statement)
+        if not isinstance(statement, ast.Assign) or len(statement.targets) != 1:
+            return None
+        target = statement.targets[0]
+        if target is stores[0]:
+            return statement, statement.value
+        if isinstance(target, (ast.Tuple, ast.List)) and stores[0] in target.elts:
+            at = target.elts.index(stores[0])
+            if isinstance(statement.value, (ast.Tuple, ast.List)):
+                elts = statement.value.elts
+                return (statement, elts[at]) if at < len(elts) else None
+            return statement, ast.Subscript(statement.value, ast.Constant(at), ast.Load())
+        return None
+
+    bound: dict[str, tuple[ast.Assign, ast.AST]] = {}
+    todo = sorted(names_in(grid))
+    while todo:  # every name the grid reads through bindings
+        name = todo.pop()
+        found = binding(name) if name not in bound else None
+        if found is not None:
+            bound[name] = found
+            todo += sorted(names_in(found[0].value) - set(bound))
+    reads = {name: [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name
+                    and isinstance(n.ctx, ast.Load)] for name in bound}
+    while True:  # drop those read beyond the grid and what is followed
+        allowed = {id(n) for n in ast.walk(grid)} | {
+            id(n) for st, _ in bound.values() for n in ast.walk(st.value)}
+        stray = [name for name in bound if any(id(n) not in allowed for n in reads[name])]
+        if not stray:
+            break
+        for name in stray:
+            del bound[name]
+
+    def follow(name: ast.Name) -> ast.AST | None:
+        return bound[name.id][1] if name.id in bound else None
+
+    follow.statements = [st for st, _ in bound.values()]  # type: ignore[attr-defined]
+    return follow
+
+
 def _host_division(mod: PyModule, call: ast.AST, grid: ast.AST) -> ast.AST | None:
     """A division (`cdiv`, `//`) in what a host grid's names are bound to in the launching
     function (`n_tiles = cdiv(M, BM) * cdiv(N, BN)` read as `grid = (n_tiles,)`), two bindings
@@ -2773,6 +3010,11 @@ def _host_reuse(
                 if isinstance(n, ast.Name) and n.id == node.id and isinstance(n.ctx, ast.Load)
                 and _binder(mod, n, node.id) is binder
             ]
+        elif _dict_entry(mod, call, node) is not None:
+            # the dict a tile's value is read from: any read of it beyond the launch
+            scope = mod.enclosing(call, ast.FunctionDef)
+            uses = [n for n in ast.walk(scope) if isinstance(n, ast.Name)
+                    and n.id == node.value.id and isinstance(n.ctx, ast.Load)]
         elif (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)
@@ -2875,13 +3117,18 @@ def _count_copies(grid: ast.AST, divisor: ast.AST) -> list[tuple[ast.AST, int]] 
     `(X - 1) // 32 + 1`; a divisor that is no literal, whose copies are its own name); "floor"
     for a floor `X // 32` or `X // BLOCK`, whose count a larger tile leaves short; None where
     the sum's constants round by another amount (`(X + 32) // 32`, one block more than whole
-    ones) or by the tile's value less one not written as one term (`(X + 15 + 16) // 32`)."""
+    ones) or by the tile's value less one not written as one term (`(X + 15 + 16) // 32`; the
+    sweep writes such a count in one form first: `_grid_counts_canonical`), and where the
+    element, evaluated, is no function of the number of the tile's blocks at all
+    (`_counts_no_blocks`: `X // 256 + (X % 128 > 0)`)."""
     division = next((n for n in ast.walk(grid) if isinstance(n, ast.BinOp)
                      and isinstance(n.op, ast.FloorDiv) and n.right is divisor), None)
     value = literal_int(divisor)
     if division is None or (
             isinstance(division.left, ast.UnaryOp) and isinstance(division.left.op, ast.USub)):
         return []
+    if _counts_no_blocks(grid, division, divisor):
+        return None
     terms = _sum_terms(division.left)
     consts = [(t, sign, literal_int(t)) for t, sign in terms if literal_int(t) is not None]
     rounding = sum(sign * v for _, sign, v in consts)
@@ -2904,6 +3151,40 @@ def _count_copies(grid: ast.AST, divisor: ast.AST) -> list[tuple[ast.AST, int]] 
         if len(consts) == 1:  # (X + 31) // 32
             return [(consts[0][0], 1)]
     return None
+
+
+def _grid_element(grid: ast.AST, node: ast.AST) -> ast.AST | None:
+    """The program count of one axis that holds `node` in a grid: the element of the innermost
+    tuple (or list) around it, else the lambda's body or the def's returned value; None where
+    a def computes it in a statement before."""
+    tuples = [t for t in ast.walk(grid) if isinstance(t, (ast.Tuple, ast.List))
+              and any(n is node for n in ast.walk(t))]
+    if tuples:
+        inner = min(tuples, key=lambda t: sum(1 for _ in ast.walk(t)))
+        return next(e for e in inner.elts if any(n is node for n in ast.walk(e)))
+    if isinstance(grid, ast.Lambda):
+        return grid.body
+    returned = [r.value for r in ast.walk(grid) if isinstance(r, ast.Return) and r.value
+                is not None and any(n is node for n in ast.walk(r.value))]
+    return returned[0] if returned else grid if isinstance(grid, ast.expr) else None
+
+
+def _counts_no_blocks(grid: ast.AST, division: ast.BinOp, divisor: ast.AST) -> bool:
+    """Whether the grid element holding `division` (`X // d`), evaluated over its one size with
+    the tile at `divisor` (a literal, or the name or meta read a tile is passed as, at several
+    values), is no function of the number of the tile's blocks over it (`host_counts.rounding`
+    is OTHER): `n // 256 + (n % 128 > 0)` leaves the blocks of a size 128 past a multiple of 256
+    uncounted, `(n + 32) // 32` counts one block more than whole ones. Rewritten to follow the
+    tile, such a count would launch idle programs or too few."""
+    element = _grid_element(grid, division)
+    if element is None:
+        return False
+    value = literal_int(divisor)
+    fixed = () if value is not None else (ast.dump(divisor),)
+    size = size_of(element, fixed=fixed)
+    if size is None:
+        return False
+    return rounding(element, size, value if value is not None else divisor) is Rounding.OTHER
 
 
 def _remainder_checks(grid: ast.AST, division: ast.BinOp) -> list[ast.AST]:
@@ -2934,7 +3215,8 @@ def _count_follows(mod: PyModule, grid: ast.AST, divisor: ast.AST, tile: str,
         line = getattr(divisor, "lineno", 0)
         return SweepRefusal(
             f"the grid rounds its count of {tile}'s blocks up by constants the sweep cannot "
-            f"resize with {tile} (line {line})", {"tile": tile, "line": line})
+            f"resize with {tile}, or counts no blocks of {tile} (line {line})",
+            {"tile": tile, "line": line})
     if copies == "floor":
         if shrinks_only:
             return []
