@@ -716,12 +716,14 @@ class LaunchMonitor:
                 else:
                     monitor.given.append(())
                 try:
-                    if monitor.seal is not None and monitor.isolate:
-                        # the interpreter runs the kernel's body as Python in this process
-                        kernel = monitor.seal.isolated(lambda: original(jit_self, *args, **kwargs),
-                                                       [*args, *kwargs.values()])
-                    else:
-                        kernel = original(jit_self, *args, **kwargs)
+                    # isolated: plain_grid ran the pre-run hooks, the launch runs none
+                    with windowwatch.hooks_off(jit_self) if monitor.isolate else contextlib.nullcontext():
+                        if monitor.seal is not None and monitor.isolate:
+                            # the interpreter runs the kernel's body as Python in this process
+                            kernel = monitor.seal.isolated(
+                                lambda: original(jit_self, *args, **kwargs), [*args, *kwargs.values()])
+                        else:
+                            kernel = original(jit_self, *args, **kwargs)
                 finally:
                     if read is not None:
                         monitor.host_bytes.after(read)

@@ -18,8 +18,11 @@ dependency finder read it (`interpdeps.VETTED_CODES`: a `tl.reduce` combine func
 written): the parent reads that exit (`BREACH_EXIT`) as host code reading the inputs
 (`Seal.breach`). For the launches that stay honest:
 
-- a callable grid is called by the gate before the window opens, on the arguments as the
-  interpreter hands them (`plain_grid`), and every grid entry is read as an integer there;
+- a kernel's pre-run hooks and a callable grid are called by the gate before the window
+  opens, in the interpreter's order (hooks first), on the arguments as the interpreter hands
+  them (`plain_grid`); every grid entry is read as an integer there, and the launch itself
+  runs with no hooks (`hooks_off`): a hook that keeps the launch's options for its grid (the
+  persistent-grid rewrite's) sees what it would inside, the inputs still sealed;
 - a kernel body (and each `@triton.jit` function it calls) runs as the gate rewrote it from
   the code its function holds at that call (`install_rewrites`): the interpreter's own cache,
   which any code can write, is not read, and a code object swapped under a kernel after its
@@ -39,10 +42,11 @@ registered then, before candidate code loads) and names the candidate's folders
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import CodeType
 from typing import Any
@@ -158,19 +162,27 @@ def install_rewrites(owns: Callable[[Any], bool], vet: Callable[[Any], None]) ->
 
 
 def plain_grid(jit_self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """`kwargs` with its grid as integers, read here (before a sealed launch's window opens):
-    a callable grid called on the kernel's arguments as the interpreter hands them (its
-    constexprs as given, the others as the interpreter's tensors), each entry read as an
-    integer (`operator.index`), all under the interpreter's patch of the language (its
-    tensors' operators), as the launch would read them."""
+    """`kwargs` with its grid as integers, read here (before a sealed launch's window opens),
+    after the kernel's pre-run hooks ran here as the interpreter runs them first (on the
+    arguments, keywords the kernel does not take left out; `hooks_off` keeps the launch from
+    running them again): a callable grid called on the kernel's arguments as the interpreter
+    hands them (its constexprs as given, the others as the interpreter's tensors), each entry
+    read as an integer (`operator.index`), all under the interpreter's patch of the language
+    (its tensors' operators), as the launch would read them."""
+    import inspect  # noqa: PLC0415
+
+    fn = jit_self.fn
+    hooks = list(getattr(jit_self, "pre_run_hooks", None) or ())
+    if hooks:
+        spec = inspect.getfullargspec(fn)
+        taken = {k: v for k, v in kwargs.items() if k in spec.args or k in spec.kwonlyargs}
+        for hook in hooks:
+            hook(*args, **taken)
     grid = kwargs.get("grid")
     if grid is None:
         return kwargs
-    import inspect  # noqa: PLC0415
-
     import triton.runtime.interpreter as interp  # noqa: PLC0415
 
-    fn = jit_self.fn
     scope = interp._patch_lang(fn)
     try:
         if callable(grid):
@@ -188,3 +200,18 @@ def plain_grid(jit_self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     finally:
         scope.restore()
     return {**kwargs, "grid": grid}
+
+
+@contextlib.contextmanager
+def hooks_off(jit_self: Any) -> Iterator[None]:
+    """`jit_self` with no pre-run hooks while the launch runs (`plain_grid` ran them before
+    the window opened); its own list put back after."""
+    hooks = getattr(jit_self, "pre_run_hooks", None)
+    if not hooks:
+        yield
+        return
+    jit_self.pre_run_hooks = []
+    try:
+        yield
+    finally:
+        jit_self.pre_run_hooks = hooks
