@@ -25,6 +25,7 @@ Imported only inside a worker (it imports torch). What it provides:
 from __future__ import annotations
 
 import builtins
+import contextlib
 import gc
 import os
 import pickle
@@ -611,8 +612,6 @@ class LaunchMonitor:
         """Around one launch of the candidate's kernel, given the launch's arguments: the sealed
         call's inputs hold their real values, and tensors passed to the kernel are sealed from
         then on (`Seal.launch`); a no-op outside that call."""
-        import contextlib  # noqa: PLC0415
-
         if self.seal is None:
             return contextlib.nullcontext()
         return self.seal.launch([*args, *kwargs.values()])
@@ -941,8 +940,6 @@ class KernelLog:
         self.windows = max(0, self.windows - 1)
 
     def window(self) -> Any:
-        import contextlib  # noqa: PLC0415
-
         if not self.available or self._open:
             return contextlib.nullcontext()
         log = self
@@ -1839,8 +1836,6 @@ class Seal:
     def launch(self, args: Iterable[Any] = ()) -> Any:
         """Context of one launch: real values in before it, poison back after it; tensors
         among the launch's `args` are sealed first (`adopt`)."""
-        import contextlib  # noqa: PLC0415
-
         if self.launching:  # a launch inside a launch (a launcher over the driver's call)
             return contextlib.nullcontext()
         seal = self
