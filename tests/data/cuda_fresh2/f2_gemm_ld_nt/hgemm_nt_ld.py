@@ -1,5 +1,8 @@
 """Host of hgemm_nt_ld.cu with cuda-python (NVRTC to PTX, the driver API): B given as (N, K)."""
 import ctypes
+import glob
+import os
+import sys
 from pathlib import Path
 
 import torch
@@ -14,6 +17,15 @@ def _ok(ret):
     return ret[1] if len(ret) == 2 else None
 
 
+def _cuda_includes():
+    """Where cuda_fp16.h is: the toolkit's folder, or the nvidia-cuda-runtime wheel's."""
+    roots = [os.environ.get("CUDA_HOME", "/usr/local/cuda")]
+    roots += [os.path.join(p, "nvidia", "cuda_runtime") for p in sys.path if p]
+    roots += glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "cu*"))
+    return [os.path.join(r, "include") for r in roots
+            if os.path.isfile(os.path.join(r, "include", "cuda_fp16.h"))][:1]
+
+
 def _function():
     if not _F:
         _ok(driver.cuInit(0))
@@ -21,7 +33,8 @@ def _function():
         _ok(driver.cuCtxSetCurrent(_ok(driver.cuDevicePrimaryCtxRetain(dev))))
         prog = _ok(nvrtc.nvrtcCreateProgram(Path(__file__).with_suffix(".cu").read_bytes(),
                                             b"hgemm_nt_ld.cu", 0, [], []))
-        opts = [b"--gpu-architecture=compute_90", b"--std=c++17"]
+        opts = [b"--gpu-architecture=compute_90", b"--std=c++17"] + [
+            f"--include-path={d}".encode() for d in _cuda_includes()]
         _ok(nvrtc.nvrtcCompileProgram(prog, len(opts), opts))
         ptx = b" " * _ok(nvrtc.nvrtcGetPTXSize(prog))
         _ok(nvrtc.nvrtcGetPTX(prog, ptx))
