@@ -369,26 +369,32 @@ def _past_unchecked(ir: KernelIR, new_ir: KernelIR, memo: dict[str, Any]) -> str
     (`passes.triton.roles.unchecked_caps`), so the tile may only shrink to a divisor of such a
     value; a value a card recorded on another kernel (a launch value or a configuration entry
     `new_ir` writes) that is not one reads past those sizes. The configuration sweeps keep to
-    this already (`roles._within_unchecked`); a card's step must too. `memo` keeps `ir`'s caps."""
+    this already (`roles._within_unchecked`); a card's step must too. A tile stepping a loop
+    whose counter the kernel divides by a group (`roles.grouped_caps`: `k // GROUP`) is refused
+    the same way at a value that does not divide the group. `memo` keeps `ir`'s caps."""
     if str(getattr(ir.language, "value", ir.language)) != "triton":
         return ""
     from passes.triton._py import PyModule, literal_int  # noqa: PLC0415
-    from passes.triton.roles import autotune_entries, kernel_config, unchecked_caps  # noqa: PLC0415
+    from passes.triton.roles import (  # noqa: PLC0415
+        autotune_entries, grouped_caps, kernel_config, unchecked_caps)
 
     if "caps" not in memo:
         try:
             mod = PyModule(ir)
             memo["caps"] = {k.name: caps for k in mod.kernels()
                             if (caps := unchecked_caps(mod, k, kernel_config(mod, k)))}
+            memo["grouped"] = {k.name: caps for k in mod.kernels()
+                               if (caps := grouped_caps(mod, k, kernel_config(mod, k)))}
         except (SyntaxError, ValueError, KLineageError):
-            memo["caps"] = {}
-    if not memo["caps"]:
+            memo["caps"], memo["grouped"] = {}, {}
+    if not memo["caps"] and not memo["grouped"]:
         return ""
     try:
         mod = PyModule(new_ir)
-        kernels = [k for k in mod.kernels() if k.name in memo["caps"]]
+        kernels = [k for k in mod.kernels() if k.name in memo["caps"] or k.name in memo["grouped"]]
         for kernel in kernels:
-            caps = memo["caps"][kernel.name]
+            caps = memo["caps"].get(kernel.name, {})
+            grouped = memo["grouped"].get(kernel.name, {})
             values = [(p.name, p.value) for p in kernel_config(mod, kernel).params]
             for entry in autotune_entries(mod, kernel):
                 values += [(key.value, literal_int(val))
@@ -400,6 +406,11 @@ def _past_unchecked(ir: KernelIR, new_ir: KernelIR, memo: dict[str, Any]) -> str
                     return (f"{kernel.name} never bounds-checks its {name} block: it is correct "
                             f"only on sizes that are multiples of {cap}, and {name}={value} may "
                             "read past them")
+                group = grouped.get(name)
+                if group and value and (value > group or group % value):
+                    return (f"{kernel.name} divides the counter of the loop its {name} block "
+                            f"steps by {group} (one row of a group per step): {name}={value} "
+                            "would span several groups")
     except (SyntaxError, ValueError, KLineageError):
         return ""
     return ""

@@ -67,3 +67,42 @@ def test_a_recorded_tile_size_never_grows_a_block_the_kernel_does_not_bounds_che
     for i, text in enumerate(made[:2]):
         got = _module(text, tmp_path, f"cand{i}").run(*inputs).float()
         assert ((got - want).norm() / want.norm()).item() < 5e-3
+
+
+def test_a_tile_whose_counter_is_divided_by_a_group_stays_a_divisor_of_the_group(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`w8mm_group_masked` masks its K loads, so its K tile is bounds-checked, yet it reads one
+    scale row per K step (`k // GROUP`, GROUP=32): a K tile of 64 or 128 reads one row for a
+    step that spans two or four groups. The plain sweep (`autotune_control`) and the own sweep
+    (`config_candidates`) wrote BK=64 and BK=128 there; every BK they write must divide GROUP,
+    and each configuration must compute the reference on a K that is odd and past GROUP. The
+    shipped tile-sizes cards (rule, then recorded step) keep to the same divisors."""
+    import re
+
+    from lineage.control import autotune_control
+    from lineage.transfer import config_candidates
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    ir = kir.parse_file(DATA / "w8mm_group_masked.py")
+    texts = [autotune_control(ir.source)]
+    texts += [new.unparse() for _, new, _ in config_candidates({}, ir, own=True, every=True)]
+    assert len(texts) == 2 and all("triton.autotune" in t for t in texts)
+    made = _made("w8mm_group_masked", "tile-sizes")
+    assert made and all(re.search(r"BK=(1|2|4|8|16|32)\)", t) for t in made), \
+        [re.findall(r"BK=\d+", t) for t in made]
+    group = 32
+    m, n, k = 19, 40, 75  # three groups, the last one short
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(m, k, generator=g).half()
+    w = torch.randint(-127, 128, (k, n), generator=g).to(torch.int8)
+    s = (torch.rand(-(-k // group), n, generator=g) / 64).half()
+    want = (a.float() @ (w.float() * s.float().repeat_interleave(group, dim=0)[:k]))
+    for i, text in enumerate(texts):
+        bks = sorted({int(v) for v in re.findall(r'"BK": (\d+)', text)})
+        assert bks and all(group % bk == 0 for bk in bks), bks
+        mod = _module(text, tmp_path, f"grouped{i}")
+        for entry in mod.w8_mm.configs:  # each configuration, run alone
+            mod.w8_mm.configs = [entry]
+            mod.w8_mm.cache = {}
+            got = mod.run(a, w, s).float()
+            assert ((got - want).norm() / want.norm()).item() < 5e-3, entry

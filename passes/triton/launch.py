@@ -300,12 +300,17 @@ class TileSizes(Pass):
         current = node.value
         target = self.value or (current * 2 if grow else current // 2)
         # a size the card recorded is its lineage's evidence; a doubling is checked
-        cap = _unchecked(mod, holder).get(name) if name and target > current \
-            and not self.value else None
+        checked = bool(name) and target > current and not self.value
+        cap = _unchecked(mod, holder).get(name) if checked else None
         if cap is not None and (target > cap or cap % target):
             return Skipped(f"the kernel never bounds-checks the {name} block: it is correct only "
                            f"on sizes that are multiples of {cap}, and {target} may read past "
                            f"them", {"tile": name, "size": cap})
+        group = _unchecked(mod, holder, grouped=True).get(name) if checked else None
+        if group is not None and (target > group or group % target):
+            return Skipped(f"the kernel divides the counter of the loop the {name} block steps "
+                           f"by {group} (one row of a group per step): {name}={target} would "
+                           f"span several groups", {"tile": name, "group": group})
         if not grow:
             target = max(target, self.floor)
         elif not self.value and target > self.cap:
@@ -358,11 +363,13 @@ class TileSizes(Pass):
         return self._resize(ir, site, ctx, grow=True)
 
 
-def _unchecked(mod: PyModule, holder: ast.AST | None) -> dict[str, int]:
+def _unchecked(mod: PyModule, holder: ast.AST | None, grouped: bool = False) -> dict[str, int]:
     """The tiles the kernel a launch / config / signature default sizes never bounds-checks,
     each with the largest size its author runs it with (`passes.triton.roles.unchecked_caps`;
-    every kernel's when the holder names none)."""
-    from passes.triton.roles import kernel_config, unchecked_caps  # noqa: PLC0415
+    every kernel's when the holder names none). `grouped`: instead the tiles whose loop
+    counter the kernel divides by a group, each with the value it must divide
+    (`passes.triton.roles.grouped_caps`; the smallest where several kernels have one)."""
+    from passes.triton.roles import grouped_caps, kernel_config, unchecked_caps  # noqa: PLC0415
 
     if isinstance(holder, ast.FunctionDef):
         kernels = [holder]
@@ -374,6 +381,10 @@ def _unchecked(mod: PyModule, holder: ast.AST | None) -> dict[str, int]:
         kernels = [owner] if owner is not None else list(mod.kernels())
     caps: dict[str, int] = {}
     for k in kernels:
+        if grouped:
+            for name, cap in grouped_caps(mod, k, kernel_config(mod, k)).items():
+                caps[name] = min(cap, caps.get(name, cap))
+            continue
         for name, cap in unchecked_caps(mod, k, kernel_config(mod, k)).items():
             caps[name] = max(cap, caps.get(name, cap))
     return caps

@@ -40,6 +40,7 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import math
 import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -1706,7 +1707,9 @@ def sweep_edit(
         if not unfollowed:
             break
         pinned = {**pinned, **unfollowed}
-    fitted = _within_unchecked(fit_configs(current, configs), unchecked_caps(mod, kernel, current))
+    fitted = _within_unchecked(fit_configs(current, configs),
+                               _joined_caps(unchecked_caps(mod, kernel, current),
+                                            grouped_caps(mod, kernel, current)))
     fitted = _host_steps_whole(fitted, current, unchecked_tiles(kernel) | set(pinned))
     unread = _grid_unread(mod, launches, current)
     # a tile the grid does not read keeps its value, or one of the values the kernel's own
@@ -1865,6 +1868,65 @@ def unchecked_caps(mod: PyModule, kernel: ast.FunctionDef, current: KernelConfig
             if name in caps and literal_int(val):
                 caps[name] = max(caps[name], literal_int(val))
     return caps
+
+
+def grouped_caps(mod: PyModule, kernel: ast.FunctionDef, current: KernelConfig) -> dict[str, int]:
+    """Each tile that steps a loop whose counter, or a scalar index built from it, the kernel
+    divides (`//`) or takes modulo (`%`) by another value G (`s_ptr + (k // GROUP) * N`: one
+    row of a group-wise table per trip) -> the value it may only be a divisor of: G, where the
+    kernel is run with a known G, else the tile's own value. A larger tile, or one G is not a
+    multiple of, reads one row for a trip that spans several groups, masked or not. The
+    tile is the loop's step (`range(0, K, BK)`) or a tile the index multiplies the counter by
+    (`(i * BK) // G`); a division by the tile itself (`k // BK`) counts trips and is free, and
+    an index that holds a `tl.arange` is divided element by element and is free too."""
+    values = {p.name: p.value for p in current.params if p.value is not None}
+    tiles = set(values)
+    ranges = _range_derived(kernel)
+    caps: dict[str, int] = {}
+    for loop in ast.walk(kernel):
+        if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)
+                and isinstance(loop.iter, ast.Call)):
+            continue
+        trip = _trip_values(loop, loop.target.id)
+        step = loop.iter.args[2] if len(loop.iter.args) >= 3 else next(
+            (k.value for k in loop.iter.keywords if k.arg == "step"), None)
+        stepped = names_in(step) & tiles if step is not None else set()
+        body = ast.Module(body=loop.body, type_ignores=[])
+        made = {a.targets[0].id: names_in(a.value) for a in ast.walk(body)
+                if isinstance(a, ast.Assign) and len(a.targets) == 1
+                and isinstance(a.targets[0], ast.Name)}
+        for node in ast.walk(body):
+            if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod))):
+                continue
+            left = names_in(node.left)
+            if not left & trip or left & set(ranges) or any(
+                    isinstance(c, ast.Call) and callee(c) in ARANGE for c in ast.walk(node.left)):
+                continue
+            built = set(left)  # the names the index is computed from, through the body's
+            while grown := set().union(*(made.get(n, set()) for n in built & trip)) - built:
+                built |= grown
+            by = names_in(node.right)
+            bounded = (stepped | (built & tiles)) - by
+            if not bounded or by & stepped:
+                continue
+            group = literal_int(node.right)
+            if group is None and isinstance(node.right, ast.Name):
+                group = values.get(node.right.id) or param_values(
+                    mod, kernel, [node.right.id]).get(node.right.id)
+            for tile in bounded:
+                cap = group if group and group > 0 else values[tile]
+                caps[tile] = math.gcd(caps.get(tile, cap), cap)
+    return caps
+
+
+def _joined_caps(*caps: Mapping[str, int]) -> dict[str, int]:
+    """The caps of every mapping together: a tile in several may only be a divisor of each
+    of its caps (their greatest common divisor)."""
+    out: dict[str, int] = {}
+    for one in caps:
+        for name, cap in one.items():
+            out[name] = math.gcd(out.get(name, cap), cap)
+    return out
 
 
 def _within_unchecked(fitted: list[dict[str, int]], caps: Mapping[str, int]) -> list[dict[str, int]]:
