@@ -1892,13 +1892,13 @@ def grouped_caps(mod: PyModule, kernel: ast.FunctionDef, current: KernelConfig) 
             (k.value for k in loop.iter.keywords if k.arg == "step"), None)
         stepped = names_in(step) & tiles if step is not None else set()
         body = ast.Module(body=loop.body, type_ignores=[])
-        made = {a.targets[0].id: names_in(a.value) for a in ast.walk(body)
+        made = {a.targets[0].id: _dividend_names(a.value) for a in ast.walk(body)
                 if isinstance(a, ast.Assign) and len(a.targets) == 1
                 and isinstance(a.targets[0], ast.Name)}
         for node in ast.walk(body):
             if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod))):
                 continue
-            left = names_in(node.left)
+            left = _dividend_names(node.left)
             if not left & trip or left & set(ranges) or any(
                     isinstance(c, ast.Call) and callee(c) in ARANGE for c in ast.walk(node.left)):
                 continue
@@ -1917,6 +1917,26 @@ def grouped_caps(mod: PyModule, kernel: ast.FunctionDef, current: KernelConfig) 
                 cap = group if group and group > 0 else values[tile]
                 caps[tile] = math.gcd(caps.get(tile, cap), cap)
     return caps
+
+
+def _dividend_names(node: ast.AST) -> set[str]:
+    """The names `node` is computed from, a divisor's left out: in `a // b`, `a % b` and
+    `cdiv(a, b)` only `a`'s. An index is built from what it scales with: a count it is divided
+    by (`tile % (cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N))`, a persistent walk's row of tiles) is
+    no tile it spans."""
+    out: set[str] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.FloorDiv, ast.Mod)):
+            todo.append(n.left)
+        elif isinstance(n, ast.Call) and callee(n).rsplit(".", 1)[-1] == "cdiv":
+            todo += n.args[:1]
+        elif isinstance(n, ast.Name):
+            out.add(n.id)
+        else:
+            todo += list(ast.iter_child_nodes(n))
+    return out
 
 
 def _joined_caps(*caps: Mapping[str, int]) -> dict[str, int]:
