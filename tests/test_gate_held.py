@@ -324,7 +324,11 @@ def test_on_the_gpu_both_comparison_modes_give_the_same_verdicts(
     assert verdict.ok, verdict.reason
     assert verdict.correctness.max_rel_err < 1e-6
     phases = [r.phase for r in verdict.correctness.results]
-    assert phases.count("seed") == 3 and "reverify" in phases and "refill" in phases
+    # three seeds, or fewer where the gate's plan says the device's memory left to it cut them
+    # (beside other gates on the GPU: `memplan.plan_sets`)
+    cut = any("sized to the device's memory" in f and "of 3 seeds" in f for f in verdict.flags)
+    assert phases.count("seed") == 3 or (cut and phases.count("seed") >= 2), verdict.flags
+    assert "reverify" in phases and "refill" in phases
     wrong = gate.check_file(DATA / "bugs" / "saxpy_autotune_slow_wrong.py", SAXPY, Tier.DEVICE,
                             cache=False)
     assert wrong.failure_kind is FailureKind.WRONG_OUTPUT, wrong.reason
