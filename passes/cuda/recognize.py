@@ -1259,33 +1259,35 @@ def _branch_staging(ir: KernelIR, store: int, lhs: int, pointers: Mapping[str, s
     return node, guard if taken else f"!({guard})", text(ir, other)
 
 
-def _stored_value(ir: KernelIR, stmt: int, target: str) -> int | None:
-    """The value of the one plain store `target = value;` that statement `stmt` is (or a block
-    holding only it); `target` compared as text, blanks collapsed."""
+def _plain_assignment(ir: KernelIR, stmt: int) -> tuple[int, int] | None:
+    """(target, value) of the one plain assignment `target = value;` that statement `stmt` is
+    (or a block holding only it)."""
     items = _statements(ir, stmt)
     if len(items) != 1 or ir.grammar_type_of(items[0]) != "expression_statement":
         return None
     kids = [c for c in children(ir, items[0]) if ir.grammar_type_of(c) not in _TRIVIA]
     if not kids or ir.grammar_type_of(kids[0]) != "assignment_expression" or _op(ir, kids[0]) != "=":
         return None
-    if " ".join(text(ir, children(ir, kids[0])[0]).split()) != target:
+    parts = children(ir, kids[0])
+    return parts[0], parts[-1]
+
+
+def _stored_value(ir: KernelIR, stmt: int, target: str) -> int | None:
+    """The value of the one plain store `target = value;` that statement `stmt` is (or a block
+    holding only it); `target` compared as text, blanks collapsed."""
+    found = _plain_assignment(ir, stmt)
+    if found is None or " ".join(text(ir, found[0]).split()) != target:
         return None
-    return children(ir, kids[0])[-1]
+    return found[1]
 
 
 def _assigned_value(ir: KernelIR, stmt: int, name: str) -> int | None:
     """The value of the one plain assignment `name = value;` that statement `stmt` is (or a
     block holding only it)."""
-    items = _statements(ir, stmt)
-    if len(items) != 1 or ir.grammar_type_of(items[0]) != "expression_statement":
+    found = _plain_assignment(ir, stmt)
+    if found is None or ir.grammar_type_of(found[0]) != "identifier" or ir.name_of(found[0]) != name:
         return None
-    kids = [c for c in children(ir, items[0]) if ir.grammar_type_of(c) not in _TRIVIA]
-    if not kids or ir.grammar_type_of(kids[0]) != "assignment_expression" or _op(ir, kids[0]) != "=":
-        return None
-    target = children(ir, kids[0])[0]
-    if ir.grammar_type_of(target) != "identifier" or ir.name_of(target) != name:
-        return None
-    return children(ir, kids[0])[-1]
+    return found[1]
 
 
 # ---------------------------------------------------------------------------------------------
