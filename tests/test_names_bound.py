@@ -38,11 +38,13 @@ def _own_nodes(node: ast.AST) -> list[ast.AST]:
 
 
 def _bound(node: ast.AST) -> set[str]:
-    """Names a function (or lambda) binds in its own scope."""
+    """Names a function, lambda or module binds in its own scope (a function's parameters
+    among them)."""
     out: set[str] = set()
-    a = node.args
-    out |= {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
-    out |= {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+    a = getattr(node, "args", None)
+    if isinstance(a, ast.arguments):
+        out |= {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+        out |= {x.arg for x in (a.vararg, a.kwarg) if x is not None}
     for sub in _own_nodes(node):
         if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
             out.add(sub.id)
@@ -57,21 +59,6 @@ def _bound(node: ast.AST) -> set[str]:
     return out
 
 
-def _module_level(tree: ast.Module) -> set[str]:
-    """Names the module binds outside its functions and classes."""
-    out: set[str] = set()
-    for sub in _own_nodes(tree):
-        if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
-            out.add(sub.id)
-        elif isinstance(sub, (ast.Import, ast.ImportFrom)):
-            out |= {(a.asname or a.name).split(".")[0] for a in sub.names}
-        elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(sub.name)
-        elif isinstance(sub, ast.ExceptHandler) and sub.name:
-            out.add(sub.name)
-    return out
-
-
 def unbound_reads(path: Path) -> list[str]:
     """`path:line: name` for each read of a name no scope around it binds."""
     source = path.read_text()
@@ -81,7 +68,7 @@ def unbound_reads(path: Path) -> list[str]:
     if not found:
         return []
     scopes = [n for n in ast.walk(tree) if isinstance(n, _FUNCTIONS)]
-    top = _module_level(tree)
+    top = _bound(tree)
     out = []
     for m in found:
         name = m.message_args[0]
