@@ -2,12 +2,11 @@
 
 `optimize(target, case, library)` starts from any kernel that passes the gate and spends a
 budget of gated candidates. A *state* is a kernel of the run that passed the gate; a *move*
-makes a candidate from a state (`lineage.moves`): a retrieved card's materialization at a
-site (a structural step, timed, under a list around its state's configuration), a card
-with the retrieved steps its evidence ran with that the state lacks (`lineage.bundles`), a
-sweep around a launch card's recorded joint configuration, the generic autotune list of the
-state's own tunables (what the no-library control writes: `lineage.control`), or a sweep
-around the configuration the state runs with (CUDA: its configuration rules' values).
+makes a candidate from a state (`lineage.moves`): a retrieved card at a site (a structural
+step, timed under a list around its state's configuration), a card with the retrieved steps
+its evidence ran with that the state lacks (`lineage.bundles`), a sweep around a launch
+card's recorded configuration, the generic autotune list of the state's own tunables (the
+no-library control's: `lineage.control`), or a sweep around the state's configuration.
 
 Every move has an expected gain, its prior (`_prior`: a card's measured effect raised to its
 scope match; `SWEEP_PRIOR` for a sweep) updated by what its candidates and its kin measured
@@ -15,14 +14,12 @@ scope match; `SWEEP_PRIOR` for a sweep) updated by what its candidates and its k
 start's plain sweep first (the control is the floor), then the move of highest expected log
 gain over the best plus its upside while the budget binds, per expected gate second without
 upside while the time box binds. Stepping stones, enabling steps, pairs and revisits are
-outcomes of that rule; the rules of the space (what a state is, when a card is out, where a
-card acts) are in docs/SEARCH.md and `lineage.moves`.
+outcomes of that rule; the rules of the space are in docs/SEARCH.md and `lineage.moves`.
 
-The run is recorded as a lineage (saved after every candidate): the start (role `root`), every
-best and every state a move was taken from (role `stone` when not the best), the transitions
-between them, every rejected candidate as risk evidence (`lineage.outcome.record_state`).
-`seed` permutes retrieved cards of equal scope similarity, effect within `EFFECT_TIE`.
-"""
+The run is recorded as a lineage (saved after every candidate): the start (role `root`), each
+best and state a move was taken from (role `stone` when not the best), the transitions between
+them, every rejected candidate as risk evidence (`lineage.outcome.record_state`). `seed`
+permutes retrieved cards of equal scope similarity, effect within `EFFECT_TIE`."""
 from __future__ import annotations
 
 import dataclasses
@@ -39,10 +36,10 @@ from kir.errors import BadInputError
 from lineage.ahead import Builds, build_ahead
 from lineage.bundles import bundle_candidates, bundles, joint_prior
 from lineage.graph import Lineage, state_id
-from lineage.moves import (PIN_PRIOR, Materialized, all_configs_spill, card_sites, effect_spread,
-                           feature_appears, first_run_s, gate_seconds, kernel_of, kernel_shares,
-                           materialize, materializations, move_candidates, pin_offered, rule_offers,
-                           sweep_card, used_up, verdict_ms)
+from lineage.moves import (PIN_PRIOR, SWEEP_PASS, Materialized, all_configs_spill, card_sites,
+                           effect_spread, feature_appears, first_run_s, gate_seconds, kernel_of,
+                           kernel_shares, materialize, materializations, move_candidates,
+                           pin_offered, rule_offers, sweep_card, used_up, verdict_ms)
 from lineage.outcome import (EFFECT_TIE, OptimizeResult, Step, distinct_rejections,
                              failure_kind, finish, lineage_state, record_state, resolve_tier,
                              seeded_order, verdict_json)
@@ -388,12 +385,15 @@ def _prior(card: SkillCard, target: Target) -> float:
     """log of a card's expected gain on a state: the log of its measured effect times how well
     its scope matches (operator structure: its own case, else the Jaccard similarity of the
     operator signatures; its language; the share of the optimizations its evidence ran with
-    that the state has)."""
+    that the state has); a launch-parameter card's, on a state an autotuner configures, a
+    sweep's at most (its effect was measured from a configuration nobody swept)."""
     sim = similarity(card, target)
     structure = 1.0 if target.case in (card.scope.get("cases") or ()) else \
         signature_similarity(card.scope.get("signature") or (), target.signature)
-    return math.log(max(card.effect_score, 1e-6)) * structure * sim["language"] \
+    prior = math.log(max(card.effect_score, 1e-6)) * structure * sim["language"] \
         * sim["prior_actions"]
+    return prior if card.pass_name not in LAUNCH_PASSES or SWEEP_PASS not in \
+        target.present_passes else min(prior, math.log(SWEEP_PRIOR))
 
 
 def _frontier(state: _State, run: _Run) -> list[_Option]:

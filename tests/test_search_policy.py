@@ -283,3 +283,25 @@ def test_an_own_sweep_made_best_is_swept_around_its_pick_again_a_fixed_list_is_n
         assert {o.kind for o in _frontier(best, run) if o.kind in sweeps} == offered
     run.best = by_own
     assert not {o.kind for o in _frontier(by_plain, run)} & set(sweeps)
+
+
+def test_a_launch_card_on_a_state_an_autotuner_configures_expects_a_sweeps_gain_at_most() -> None:
+    """A launch-parameter card's recorded effect was measured from a configuration nobody swept
+    (its lineage's de-optimized tile, warps or stages). On a state whose configuration an
+    autotuner already searched, its prior is the sweep's at most; a structural card keeps its
+    own, and on a state no autotuner configures the launch card keeps its own too."""
+    from lineage.optimize import _prior
+    from lineage.retrieval import Target
+
+    def triton_card(name: str, effect: float) -> SkillCard:
+        return dataclasses.replace(_card(name, effect), id=f"{name}.triton.test", language="triton",
+                                   scope={"cases": ["x"], "languages": ["triton"]})
+
+    tiles, structural = triton_card("tile-sizes", 1.6), triton_card("tma-descriptors", 1.6)
+    fixed = Target("triton", "x", features=({"pass": "tile-sizes", "anchor": "k"},))
+    swept = Target("triton", "x", features=({"pass": "tile-sizes", "anchor": "k"},
+                                            {"pass": "autotune", "anchor": "k"}))
+    assert _prior(tiles, fixed) > math.log(1.5)
+    assert _prior(tiles, swept) == pytest.approx(math.log(SWEEP_PRIOR))
+    assert _prior(structural, swept) == pytest.approx(_prior(structural, fixed))
+    assert _prior(structural, swept) > math.log(1.5)
