@@ -49,6 +49,16 @@ def _made(kernel: str, pass_name: str) -> list[str]:
     return out
 
 
+def _grouped_inputs(m: int, n: int, k: int, group: int = 32) -> tuple:
+    """(a, w, s) of an int8 GEMM with one scale row per `group` rows of K, and A @ (W * s)."""
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(m, k, generator=g).half()
+    w = torch.randint(-127, 128, (k, n), generator=g).to(torch.int8)
+    s = (torch.rand(-(-k // group), n, generator=g) / 64).half()
+    want = a.float() @ (w.float() * s.float().repeat_interleave(group, dim=0)[:k])
+    return (a, w, s), want
+
+
 def test_a_recorded_tile_size_never_grows_a_block_the_kernel_does_not_bounds_check(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`w8mm_group` loads its K tiles unmasked (K is a multiple of its 32 in every call) and
@@ -90,19 +100,49 @@ def test_a_tile_whose_counter_is_divided_by_a_group_stays_a_divisor_of_the_group
     made = _made("w8mm_group_masked", "tile-sizes")
     assert made and all(re.search(r"BK=(1|2|4|8|16|32)\)", t) for t in made), \
         [re.findall(r"BK=\d+", t) for t in made]
-    group = 32
-    m, n, k = 19, 40, 75  # three groups, the last one short
-    g = torch.Generator().manual_seed(5)
-    a = torch.randn(m, k, generator=g).half()
-    w = torch.randint(-127, 128, (k, n), generator=g).to(torch.int8)
-    s = (torch.rand(-(-k // group), n, generator=g) / 64).half()
-    want = (a.float() @ (w.float() * s.float().repeat_interleave(group, dim=0)[:k]))
+    inputs, want = _grouped_inputs(19, 40, 75)  # three groups of 32, the last one short
     for i, text in enumerate(texts):
         bks = sorted({int(v) for v in re.findall(r'"BK": (\d+)', text)})
-        assert bks and all(group % bk == 0 for bk in bks), bks
+        assert bks and all(32 % bk == 0 for bk in bks), bks
         mod = _module(text, tmp_path, f"grouped{i}")
         for entry in mod.w8_mm.configs:  # each configuration, run alone
             mod.w8_mm.configs = [entry]
             mod.w8_mm.cache = {}
-            got = mod.run(a, w, s).float()
+            got = mod.run(*inputs).float()
+            assert ((got - want).norm() / want.norm()).item() < 5e-3, entry
+
+
+@pytest.mark.parametrize("kernel,name", [("w8mm_group_while", "w8_while"),
+                                         ("w8mm_group_quotient", "w8_quot")])
+def test_a_group_counter_of_a_while_loop_or_a_tile_quotient_keeps_the_tile_a_divisor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel: str, name: str) -> None:
+    """Two more ways a K tile is tied to a group of GROUP=32 rows of K (`roles.grouped_caps`):
+    a `while k < K` loop advanced by `k += BK` that reads the scale row `k // GROUP`, and a
+    loop over tile steps that reads row `kb // (GROUP // BK)`. Neither was read as a group:
+    the sweeps and the tile-sizes cards wrote BK=64 and BK=128 (one scale row for two or four
+    groups; a quotient of 0 and a division by zero). Every BK written must divide GROUP, and
+    each configuration must compute the reference on a K that is odd and past GROUP."""
+    import re
+
+    from lineage.control import autotune_control
+    from lineage.transfer import config_candidates
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    ir = kir.parse_file(DATA / f"{kernel}.py")
+    texts = [autotune_control(ir.source)]
+    texts += [new.unparse() for _, new, _ in config_candidates({}, ir, own=True, every=True)]
+    assert len(texts) == 2 and all("triton.autotune" in t for t in texts)
+    made = _made(kernel, "tile-sizes")
+    assert made and all(re.search(r"BK=(1|2|4|8|16|32)\)", t) for t in made), \
+        [re.findall(r"BK=\d+", t) for t in made]
+    inputs, want = _grouped_inputs(19, 40, 75)
+    for i, text in enumerate(texts):
+        bks = sorted({int(v) for v in re.findall(r'"BK": (\d+)', text)})
+        assert bks and all(32 % bk == 0 for bk in bks), bks
+        mod = _module(text, tmp_path, f"{kernel}{i}")
+        tuned = getattr(mod, name)
+        for entry in tuned.configs[:3] + tuned.configs[-1:]:  # the first ones and the last
+            tuned.configs = [entry]
+            tuned.cache = {}
+            got = mod.run(*inputs).float()
             assert ((got - want).norm() / want.norm()).item() < 5e-3, entry

@@ -546,7 +546,7 @@ def _trip_count(iterable: ast.Call) -> ast.AST | None:
     return None
 
 
-def _trip_values(loop: ast.For, var: str) -> set[str]:
+def _trip_values(loop: ast.For | ast.While, var: str) -> set[str]:
     """The loop variable and the names the loop body assigns from it (directly or through
     another such name): the values that change with the trip."""
     trip = {var}
@@ -1871,25 +1871,37 @@ def unchecked_caps(mod: PyModule, kernel: ast.FunctionDef, current: KernelConfig
 
 
 def grouped_caps(mod: PyModule, kernel: ast.FunctionDef, current: KernelConfig) -> dict[str, int]:
-    """Each tile that steps a loop whose counter, or a scalar index built from it, the kernel
-    divides (`//`) or takes modulo (`%`) by another value G (`s_ptr + (k // GROUP) * N`: one
-    row of a group-wise table per trip) -> the value it may only be a divisor of: G, where the
-    kernel is run with a known G, else the tile's own value. A larger tile, or one G is not a
-    multiple of, reads one row for a trip that spans several groups, masked or not. The
-    tile is the loop's step (`range(0, K, BK)`) or a tile the index multiplies the counter by
-    (`(i * BK) // G`); a division by the tile itself (`k // BK`) counts trips and is free, and
-    an index that holds a `tl.arange` is divided element by element and is free too."""
+    """Each tile that must stay a divisor of a group -> the value it may only be a divisor of:
+    G, where the kernel is run with a known G, else the tile's own value.
+    - A tile that steps a loop whose counter, or a scalar index built from it, the kernel
+      divides (`//`) or takes modulo (`%`) by another value G (`s_ptr + (k // GROUP) * N`:
+      one row of a group-wise table per trip). A larger tile, or one G is not a multiple of,
+      reads one row for a trip that spans several groups, masked or not. The tile is the
+      loop's step (`range(0, K, BK)`, or what a `while` loop's counter is advanced by:
+      `k += BK`) or a tile the index multiplies the counter by (`(i * BK) // G`); a division
+      by the tile itself (`k // BK`) counts trips and is free, and an index that holds a
+      `tl.arange` is divided element by element and is free too.
+    - A tile that divides a known value (`GROUP // BK`, the K tiles of one group): the
+      quotient is a whole count only where the tile divides G, and 0 where it is larger
+      (`kb // (GROUP // BK)` then divides by zero)."""
     values = {p.name: p.value for p in current.params if p.value is not None}
     tiles = set(values)
     ranges = _range_derived(kernel)
     caps: dict[str, int] = {}
-    for loop in ast.walk(kernel):
-        if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)
-                and isinstance(loop.iter, ast.Call)):
-            continue
-        trip = _trip_values(loop, loop.target.id)
-        step = loop.iter.args[2] if len(loop.iter.args) >= 3 else next(
-            (k.value for k in loop.iter.keywords if k.arg == "step"), None)
+
+    def known(node: ast.AST) -> int | None:
+        """The value of a literal, or of a name the kernel is run with a known value of."""
+        value = literal_int(node)
+        if value is None and isinstance(node, ast.Name):
+            value = values.get(node.id) or param_values(mod, kernel, [node.id]).get(node.id)
+        return value
+
+    def cap(tile: str, group: int | None) -> None:
+        value = group if group and group > 0 else values[tile]
+        caps[tile] = math.gcd(caps.get(tile, value), value)
+
+    for loop, counter, step in _loop_counters(kernel):
+        trip = _trip_values(loop, counter)
         stepped = names_in(step) & tiles if step is not None else set()
         body = ast.Module(body=loop.body, type_ignores=[])
         made = {a.targets[0].id: _dividend_names(a.value) for a in ast.walk(body)
@@ -1909,14 +1921,43 @@ def grouped_caps(mod: PyModule, kernel: ast.FunctionDef, current: KernelConfig) 
             bounded = (stepped | (built & tiles)) - by
             if not bounded or by & stepped:
                 continue
-            group = literal_int(node.right)
-            if group is None and isinstance(node.right, ast.Name):
-                group = values.get(node.right.id) or param_values(
-                    mod, kernel, [node.right.id]).get(node.right.id)
+            group = known(node.right) if isinstance(node.right, (ast.Constant, ast.Name)) else None
             for tile in bounded:
-                cap = group if group and group > 0 else values[tile]
-                caps[tile] = math.gcd(caps.get(tile, cap), cap)
+                cap(tile, group)
+    for node in ast.walk(kernel):
+        if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv)
+                and isinstance(node.right, ast.Name) and node.right.id in tiles
+                and not names_in(node.left) & tiles and (group := known(node.left))):
+            cap(node.right.id, group)
     return caps
+
+
+def _loop_counters(kernel: ast.FunctionDef) -> list[tuple[ast.For | ast.While, str, ast.AST | None]]:
+    """(loop, counter, step) of each loop of `kernel` that counts: a `for` over a range call
+    (its target; the range's step, None where it has none) and a `while` loop whose test reads
+    a name its body advances (`k += BK`, `k = k + BK`: that name; what it is advanced by)."""
+    out: list[tuple[ast.For | ast.While, str, ast.AST | None]] = []
+    for loop in ast.walk(kernel):
+        if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) \
+                and isinstance(loop.iter, ast.Call):
+            step = loop.iter.args[2] if len(loop.iter.args) >= 3 else next(
+                (k.value for k in loop.iter.keywords if k.arg == "step"), None)
+            out.append((loop, loop.target.id, step))
+        elif isinstance(loop, ast.While):
+            tested = names_in(loop.test)
+            for node in ast.walk(ast.Module(body=loop.body, type_ignores=[])):
+                if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) \
+                        and isinstance(node.target, ast.Name) and node.target.id in tested:
+                    out.append((loop, node.target.id, node.value))
+                elif (isinstance(node, ast.Assign) and len(node.targets) == 1
+                      and isinstance(node.targets[0], ast.Name) and node.targets[0].id in tested
+                      and isinstance(node.value, ast.BinOp) and isinstance(node.value.op, ast.Add)):
+                    sides = (node.value.left, node.value.right)
+                    name = node.targets[0].id
+                    other = [s for s in sides if not (isinstance(s, ast.Name) and s.id == name)]
+                    if len(other) == 1:
+                        out.append((loop, name, other[0]))
+    return out
 
 
 def _dividend_names(node: ast.AST) -> set[str]:
