@@ -146,3 +146,21 @@ def test_a_group_counter_of_a_while_loop_or_a_tile_quotient_keeps_the_tile_a_div
             tuned.cache = {}
             got = mod.run(*inputs).float()
             assert ((got - want).norm() / want.norm()).item() < 5e-3, entry
+
+
+def test_a_persistent_walk_counts_the_tiles_a_grid_function_counts_before_its_return(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mm_grid_def_statements` counts its tiles in `def grid(META)` as `nm = cdiv(M,
+    META["BM"])`, `nn = ...`, `return (nm * nn,)`. The persistent-grid card passed the grid's
+    own locals to the kernel as host values (`grid_nm=nm`): NameError at every launch. The
+    walk now reads the count in the kernel's terms, through those bindings."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    made = _made("mm_grid_def_statements", "persistent-grid")
+    assert made
+    case = _module((DATA / "cases" / "mm" / "case.py").read_text(), tmp_path, "case_mm")
+    inputs = case.make_inputs({"M": 70, "N": 37, "K": 45, "dtype": "fp16"}, 3, "cpu")
+    want = case.reference(*inputs).float()
+    for i, text in enumerate(made):
+        assert "for pid in range(tl.program_id(0), " in text, text
+        got = _module(text, tmp_path, f"persist{i}").run(*inputs).float()
+        assert ((got - want).norm() / want.norm()).item() < 5e-3

@@ -220,13 +220,23 @@ def _meta_name(grid: ast.AST | None) -> str | None:
 
 def _in_kernel_terms(mod: PyModule, node: ast.AST, args: dict[str, ast.AST], meta: str | None,
                      params: set[str], extra: dict[str, str] | None = None,
-                     owned: dict[int, str] | None = None) -> str | None:
+                     owned: dict[int, str] | None = None,
+                     local: dict[str, ast.AST | None] | None = None) -> str | None:
     """`node` (a host grid expression) written with the kernel's parameters, or None.
 
     With `extra`, a host value the kernel does not receive (a name, an attribute, a subscript or
     a call that does not read the grid's `meta`) becomes a new parameter: `extra` maps its host
     text to the parameter's name. `owned` maps a literal divisor (by id) to the tile constexpr
-    it is the host's copy of (`literal_tiles`): it is written as that tile."""
+    it is the host's copy of (`literal_tiles`): it is written as that tile. `local` maps a
+    name a grid function binds before its return (`_grid_locals`) to the value it is bound to
+    (read in its place), or to None where that is not one value (the grid cannot be told)."""
+
+    def again(n: ast.AST) -> str | None:
+        return _in_kernel_terms(mod, n, args, meta, params, extra, owned, local)
+
+    if isinstance(node, ast.Name) and node.id in (local or {}):
+        bound = (local or {})[node.id]
+        return None if bound is None else again(bound)
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
         return str(node.value)
     by_text = {mod.text(v): p for p, v in args.items() if not isinstance(v, ast.Constant)}
@@ -236,8 +246,8 @@ def _in_kernel_terms(mod: PyModule, node: ast.AST, args: dict[str, ast.AST], met
             and isinstance(node.slice, ast.Constant) and node.slice.value in params:
         return str(node.slice.value)
     if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
-        left = _in_kernel_terms(mod, node.left, args, meta, params, extra, owned)
-        right = _in_kernel_terms(mod, node.right, args, meta, params, extra, owned)
+        left = again(node.left)
+        right = again(node.right)
         if left is None or right is None:
             return None
         op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//"}[type(node.op)]
@@ -246,9 +256,9 @@ def _in_kernel_terms(mod: PyModule, node: ast.AST, args: dict[str, ast.AST], met
         if isinstance(node.args[1], ast.Constant):
             if id(node.args[1]) not in (owned or {}):
                 return None  # a literal tile size of no known tile: stale once the tiles are swept
-            part = _in_kernel_terms(mod, node.args[0], args, meta, params, extra, owned)
+            part = again(node.args[0])
             return None if part is None else f"tl.cdiv({part}, {owned[id(node.args[1])]})"  # type: ignore[index]
-        parts = [_in_kernel_terms(mod, a, args, meta, params, extra, owned) for a in node.args]
+        parts = [again(a) for a in node.args]
         return None if None in parts else f"tl.cdiv({parts[0]}, {parts[1]})"
     if extra is not None and isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)) \
             and not (meta and any(isinstance(n, ast.Name) and n.id == meta for n in ast.walk(node))):
@@ -258,6 +268,24 @@ def _in_kernel_terms(mod: PyModule, node: ast.AST, args: dict[str, ast.AST], met
             extra[text] = fresh_name(f"grid_{base}", params | set(extra.values()))
         return extra[text]
     return None
+
+
+def _grid_locals(grid: ast.AST | None) -> dict[str, ast.AST | None]:
+    """Name -> value of each name a grid function binds before its return (`nb = cdiv(n,
+    META["BLOCK"])`; None where it is not bound once by a plain assignment at the top of its
+    body): these are no host values the launch can pass, but the grid's own terms."""
+    if not isinstance(grid, ast.FunctionDef):
+        return {}
+    out: dict[str, ast.AST | None] = {}
+    for node in ast.walk(grid):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out[node.id] = None if node.id in out else node
+    for st in grid.body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 \
+                and isinstance(st.targets[0], ast.Name) and out.get(st.targets[0].id) is st.targets[0]:
+            out[st.targets[0].id] = st.value
+    return {k: (None if isinstance(v, ast.Name) and isinstance(v.ctx, ast.Store) else v)
+            for k, v in out.items()}
 
 
 def literal_tiles(mod: PyModule, kernel: ast.FunctionDef, grid: ast.AST | None,
@@ -300,7 +328,8 @@ def walk_of(mod: PyModule, kernel: ast.FunctionDef) -> Walk | str:
         metas.append(_meta_name(grid))
         args = launch_arguments(mod, kernel, launch)
         owned = literal_tiles(mod, kernel, grid, args)
-        texts = [_in_kernel_terms(mod, e, args, _meta_name(grid), params, extra, owned)
+        local = _grid_locals(grid)
+        texts = [_in_kernel_terms(mod, e, args, _meta_name(grid), params, extra, owned, local)
                  for e in elts.elts]
         bad = next((e for e, t in zip(elts.elts, texts) if t is None), None)
         if bad is not None:
