@@ -521,13 +521,11 @@ def test_an_unmasked_tile_whose_value_the_host_divides_a_buffers_size_by_holds()
 
 # -- counts told by what they compute, not how they are written ---------------------------------
 
-def _launched(tmp_path: Path, text: str, kernel: str, n: int) -> list[tuple[dict[str, int], tuple]]:
-    """(configuration, program count) of each configuration of `kernel`'s autotune list when
-    the module's own `run` launches it on `n` elements: the host code runs as written (its
+def _launched(tmp_path: Path, text: str, kernel: str, *inputs: object) -> list[tuple[dict[str, int], tuple]]:
+    """(configuration, program counts) of each configuration of `kernel`'s autotune list when
+    the module's own `run` launches it on `inputs`: the host code runs as written (its
     bindings, helpers and partials), the kernel replaced by a recorder of its grid."""
     import importlib.util  # noqa: PLC0415
-
-    import torch  # noqa: PLC0415
 
     path = tmp_path / f"swept_{next(_MODULES)}.py"
     path.write_text(text)
@@ -542,7 +540,7 @@ def _launched(tmp_path: Path, text: str, kernel: str, n: int) -> list[tuple[dict
             return lambda *args, **kwargs: seen.append((grid, kwargs))
 
     setattr(module, kernel, Recorder())
-    module.run(torch.empty(n))
+    module.run(*inputs)
     assert len(seen) == 1, seen
     grid, kwargs = seen[0]
     return [(cfg, tuple(grid({**kwargs, **cfg}) if callable(grid) else grid)) for cfg in configs]
@@ -562,11 +560,13 @@ def _swept_texts(src: str) -> list[str]:
 def _swept_covering(tmp_path: Path, src: str, sizes: tuple[int, ...] = (1001,)) -> None:
     """Under the control's list and the own sweep alike, `silu_k` is tuned past its written
     BLOCK of 256, and its host launches exactly the blocks that cover each of `sizes`."""
+    import torch  # noqa: PLC0415
+
     texts = _swept_texts(src)
     assert len(texts) == 2
     for text in texts:
         for n in sizes:
-            counts = _launched(tmp_path, text, "silu_k", n)
+            counts = _launched(tmp_path, text, "silu_k", torch.empty(n))
             assert max(c["BLOCK"] for c, _ in counts) > 256, counts
             for cfg, grid in counts:
                 assert grid == (math.ceil(n / cfg["BLOCK"]),), (n, cfg, grid)
@@ -623,10 +623,12 @@ def test_a_count_that_is_no_count_of_the_tiles_blocks_holds_the_tile(
     # `n // 256 + (n % 128 > 0)` is neither ceil nor floor of n / 256 (one block short where
     # n % 256 == 128): its floor was rounded up and the check kept, one idle program at every
     # tile, and more at BLOCK=1024; the tile keeps its value, the warps are swept
+    import torch  # noqa: PLC0415
+
     src = SILU.replace("    silu_k[(n // 256,)](x, o, n, BLOCK=256)\n", launch)
     for text in _swept_texts(src):
         for n in (1001, 1152, 1280):
-            counts = _launched(tmp_path, text, "silu_k", n)
+            counts = _launched(tmp_path, text, "silu_k", torch.empty(n))
             assert len(counts) > 1 and {c.get("BLOCK", 256) for c, _ in counts} == {256}, counts
             assert {grid for _, grid in counts} == {(n // 256 + (n % 128 > 0),)}, counts
 
@@ -651,3 +653,86 @@ def test_a_tile_resize_rewrites_a_block_count_written_any_way(launch: str) -> No
             assert isinstance(made, Applied), made
             assert f"silu_k[(triton.cdiv(n, {size}),)](x, o, n, BLOCK={size})" \
                 in made.ir.unparse(), made.ir.unparse()
+
+
+# -- grids of tests/data/moves_styles: a partial, a lambda over a helper, a def's statements, a
+# dict of tiles ---------------------------------------------------------------------------------
+STYLES = Path(__file__).parent / "data" / "moves_styles"
+
+
+def _every_list(src: str) -> list[str]:
+    """The module under the control's list and under each own sweep."""
+    return [autotune_control(src)] + [
+        ir.unparse() for _, ir, _ in config_candidates({}, kir.parse(src, "triton"), own=True,
+                                                       every=True)]
+
+
+def _cover_1d(tmp_path: Path, src: str, kernel: str, written: int) -> set[int]:
+    """Each list's configurations launch exactly the blocks that cover 1001 elements (a tile
+    a configuration leaves out runs at its `written` value); the block sizes they run."""
+    import torch  # noqa: PLC0415
+
+    blocks: set[int] = set()
+    for text in _every_list(src):
+        for cfg, grid in _launched(tmp_path, text, kernel, torch.randn(1001)):
+            block = cfg.get("BLOCK", written)
+            blocks.add(block)
+            assert grid == (math.ceil(1001 / block),), (cfg, grid)
+    return blocks
+
+
+def _cover_mm(tmp_path: Path, src: str, kernel: str, flat: bool) -> set[tuple[int, int]]:
+    """As `_cover_1d` for an (M, N) output of 70 x 37 tiled BM x BN, on two grid axes or on
+    one (`flat`); the (BM, BN) pairs the lists run."""
+    import torch  # noqa: PLC0415
+
+    tiles: set[tuple[int, int]] = set()
+    for text in _every_list(src):
+        for cfg, grid in _launched(tmp_path, text, kernel, torch.randn(70, 45).half(),
+                                   torch.randn(45, 37).half()):
+            bm, bn = cfg["BM"], cfg["BN"]
+            tiles.add((bm, bn))
+            counts = (math.ceil(70 / bm), math.ceil(37 / bn))
+            assert grid == ((counts[0] * counts[1],) if flat else counts), (cfg, grid)
+    return tiles
+
+
+def test_a_grid_a_partial_binds_the_block_of_holds_it(tmp_path: Path) -> None:
+    # `functools.partial(grid_of, n, 256)`: the count is of 256's blocks whatever BLOCK is
+    src = (STYLES / "stencil_grid_partial.py").read_text()
+    assert _cover_1d(tmp_path, src, "stencil_p", 256) == {256}
+
+
+@pytest.mark.parametrize("kernel,flat", [("mm_grid_lambda_helper", False),
+                                         ("mm_grid_def_statements", True)])
+def test_a_grid_that_reads_the_tiles_through_a_helper_or_statements_follows_them(
+        tmp_path: Path, kernel: str, flat: bool) -> None:
+    # `lambda META: tiles_of(M, N, META["BM"], META["BN"])`, and `def grid(META)` counting
+    # in statements before its return: the tiles are tuned, the counts follow them
+    name = {"mm_grid_lambda_helper": "mm_lh", "mm_grid_def_statements": "mm_flat"}[kernel]
+    tiles = _cover_mm(tmp_path, (STYLES / f"{kernel}.py").read_text(), name, flat)
+    assert len(tiles) > 2, tiles
+
+
+CFG_LAMBDA = (STYLES / "stencil_cfg_dict.py").read_text()
+
+
+def test_a_grid_that_reads_a_module_level_dict_of_tiles_holds_the_tile(tmp_path: Path) -> None:
+    # `CFG = {"BLOCK": 128}` at module level, read by the launch and the grid's lambda: the
+    # value is not followed there, so the tile is left to the launch (warps are swept)
+    assert _cover_1d(tmp_path, CFG_LAMBDA, "stencil_c", 128) == {128}
+
+
+def test_a_lambda_grid_that_reads_the_tile_from_the_launchs_dict_follows_the_tile(
+        tmp_path: Path) -> None:
+    # `CFG = {"BLOCK": 128}` in the launching function, `lambda meta: (triton.cdiv(n,
+    # CFG["BLOCK"]),)`: the key "BLOCK" of CFG was read as the lambda reading meta["BLOCK"],
+    # so BLOCK was swept under a count of 128's blocks (at 256 and 512, idle programs; the own
+    # sweep's 64 left elements unwritten). The lambda now reads meta["BLOCK"] there.
+    src = CFG_LAMBDA.replace('CFG = {"BLOCK": 128}\n\n\n', "").replace(
+        "    n = x.numel()\n", '    n = x.numel()\n    CFG = {"BLOCK": 128}\n')
+    assert len(_cover_1d(tmp_path, src, "stencil_c", 128)) > 2
+    # a lambda that reads another dict's key than the launch's: the tile keeps its value
+    other = src.replace('    CFG = {"BLOCK": 128}\n', '    CFG = {"BLOCK": 128}\n    ALT = dict(CFG)\n') \
+        .replace('cdiv(n, CFG["BLOCK"])', 'cdiv(n, ALT["BLOCK"])')
+    assert _cover_1d(tmp_path, other, "stencil_c", 128) == {128}

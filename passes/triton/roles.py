@@ -2387,22 +2387,26 @@ def _meta_grid_reads(mod: PyModule, target: ast.Lambda | ast.FunctionDef,
                      shaping: Sequence[str], args: Mapping[str, ast.AST]
                      ) -> tuple[list[ByteEdit], list[str]]:
     """How a grid of the meta-parameters (`lambda meta: ...`, a def) reads the tiles of
-    `shaping`: the edits that make it read `meta["P"]` where it reads the host variable the
-    launch passes for P (`lambda meta: (triton.cdiv(M, BLOCK_M), ...)`), and the tiles it
-    does not read at all (neither as a key nor through that variable)."""
-    strings = {
-        n.value
-        for n in ast.walk(target)
-        if isinstance(n, ast.Constant) and isinstance(n.value, str)
-    }
+    `shaping`: the edits that make it read `meta["P"]` where it reads the host value the
+    launch passes for P (a variable: `lambda meta: (triton.cdiv(M, BLOCK_M), ...)`, or an
+    entry of a dict: `cfg["BLOCK"]`), and the tiles it does not read at all (neither as a key
+    of its meta argument nor through that host value). A key of another dict (`lambda meta:
+    (triton.cdiv(n, CFG["BLOCK"]),)`) is no read of the meta-parameters: that count stays at
+    the host's value whatever the autotuner picks."""
+    positional = [*target.args.posonlyargs, *target.args.args]
+    meta = positional[-1].arg if positional else None  # the launcher passes it last
+    strings = {name for name, read in _meta_reads(target, shaping)
+               if isinstance(owner := read.value if isinstance(read, ast.Subscript)
+                             else read.func.value, ast.Name) and owner.id == meta}
     missing = [t for t in shaping if t not in strings]
     edits: list[ByteEdit] = []
-    if isinstance(target, ast.Lambda) and target.args.args:
-        meta = target.args.args[0].arg
+    if isinstance(target, ast.Lambda) and meta is not None:
         for t in list(missing):
             host = args.get(t)
-            reads = [n for n in ast.walk(target.body) if isinstance(host, ast.Name)
-                     and isinstance(n, ast.Name) and n.id == host.id]
+            entry = isinstance(host, ast.Subscript) and _dict_entry(mod, target, host) is not None
+            reads = [n for n in ast.walk(target.body)
+                     if isinstance(host, ast.Name) and isinstance(n, ast.Name) and n.id == host.id
+                     or entry and isinstance(n, ast.Subscript) and ast.dump(n) == ast.dump(host)]
             if reads:
                 edits += [ByteEdit(*mod.span(n), f'{meta}["{t}"]') for n in reads]
                 missing.remove(t)
