@@ -154,6 +154,21 @@ def test_jagged_rows_from_values_shape(tmp_path: Path) -> None:
     assert before[:52].abs().sum() > 0 and torch.equal(after, before)
 
 
+def test_a_count_through_an_alias_of_triton(tmp_path: Path) -> None:
+    # `tr.cdiv` is the same call as `triton.cdiv` (passes.triton._py.is_cdiv)
+    source = _edited(JAGGED, "import triton\n", "import triton\nimport triton as tr\n")
+    source = _edited(source, "triton.cdiv(int(lengths.max()), 16)", "tr.cdiv(int(lengths.max()), 16)")
+    new = _bounded(source)
+    assert "tr.cdiv(x.shape[0], 16)" in new and not _host_reads(new)
+    lengths = torch.tensor([3, 0, 21], dtype=torch.int32)
+    starts = (torch.cumsum(lengths, 0) - lengths).to(torch.int32)
+    x = torch.randn(26, 5, generator=torch.Generator().manual_seed(3))
+    w = torch.tensor([0.5, 2.0, -1.0])
+    before = load_module(source, tmp_path).run(x, w, starts, lengths)
+    after = load_module(new, tmp_path).run(x, w, starts, lengths)
+    assert before[:24].abs().sum() > 0 and torch.equal(after, before)
+
+
 def test_segment_sum_lambda_grid_and_item(tmp_path: Path) -> None:
     new = _bounded(SEGMENT)
     assert 'triton.cdiv(x.shape[0], META["BLOCK"])' in new or \

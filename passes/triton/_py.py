@@ -11,7 +11,7 @@ import functools
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from passes._source import ByteEdit
 
@@ -35,6 +35,15 @@ def dotted(expr: ast.AST) -> str:
 
 def callee(call: ast.AST) -> str:
     return dotted(call.func) if isinstance(call, ast.Call) else ""
+
+
+def is_cdiv(node: ast.AST, arity: int | None = None) -> TypeGuard[ast.Call]:
+    """`node` is a call whose last dotted name is exactly `cdiv`: `triton.cdiv`, `tl.cdiv`,
+    `triton.language.cdiv`, a module under any alias (`tr.cdiv`), a bare or user `cdiv`; not
+    `my_cdiv`. With `arity`, only a call of exactly that many positional arguments."""
+    if not isinstance(node, ast.Call) or callee(node).rpartition(".")[2] != "cdiv":
+        return False
+    return arity is None or len(node.args) == arity
 
 
 class PyModule:

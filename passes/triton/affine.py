@@ -17,11 +17,11 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from passes.triton._py import PyModule, callee
+from passes.triton._py import PyModule, callee, is_cdiv
 
-SCALAR_CALLS = frozenset({
-    "tl.program_id", "tl.num_programs", "tl.cdiv", "triton.cdiv", "tl.minimum", "tl.maximum",
-    "min", "max", "triton.language.program_id", "triton.language.cdiv",
+SCALAR_CALLS = frozenset({  # a cdiv is one too, under any name (`is_cdiv`)
+    "tl.program_id", "tl.num_programs", "tl.minimum", "tl.maximum",
+    "min", "max", "triton.language.program_id",
 })
 ARANGE = frozenset({"tl.arange", "triton.language.arange"})
 MIN_MAX = frozenset({"tl.minimum", "tl.maximum", "triton.language.minimum",
@@ -233,7 +233,7 @@ class Scope:
             return self.scalar(node.left, depth + 1) and self.scalar(node.right, depth + 1)
         if isinstance(node, ast.UnaryOp):
             return self.scalar(node.operand, depth + 1)
-        if isinstance(node, ast.Call) and callee(node) in SCALAR_CALLS:
+        if isinstance(node, ast.Call) and (callee(node) in SCALAR_CALLS or is_cdiv(node)):
             return all(self.scalar(a, depth + 1) for a in node.args)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr == "to":  # a scalar cast (`pid.to(tl.int64)`)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kir.errors import BadInputError
 from passes._source import ByteEdit, finish, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, dotted, walk_stmts
+from passes.triton._py import PyModule, callee, dotted, is_cdiv, walk_stmts
 from passes.triton._py import int_value as _int_value
 from passes.triton.launch import TRITON
 from passes.triton.logdomain import scale_fold
@@ -241,7 +241,8 @@ Shape = tuple[int | None, ...]
 _ELEMENTWISE = frozenset({"tl.where", "tl.maximum", "tl.minimum", "tl.exp", "tl.exp2", "tl.log",
                           "tl.log2", "tl.abs", "tl.sqrt", "tl.sigmoid", "tl.math.exp2",
                           "tl.math.exp", "tl.math.log2", "tl.fma", "tl.math.fma"})
-_SCALARS = frozenset({"tl.program_id", "tl.num_programs", "tl.cdiv", "triton.cdiv", "min", "max",
+# a cdiv is a scalar too, under any name (`is_cdiv`)
+_SCALARS = frozenset({"tl.program_id", "tl.num_programs", "min", "max",
                       "triton.language.program_id", "triton.language.num_programs"})
 _REDUCTIONS = frozenset({"tl.sum", "tl.max", "tl.min", "tl.cumsum", "tl.argmax", "tl.argmin"})
 
@@ -290,7 +291,7 @@ def _shape(expr: ast.AST, env: dict[str, Shape], values: dict[str, int]) -> Shap
         return None
     name = callee(expr)
     args = expr.args
-    if name in _SCALARS:
+    if name in _SCALARS or is_cdiv(expr):
         return ()
     if isinstance(expr.func, ast.Attribute) and expr.func.attr == "to":
         return _shape(expr.func.value, env, values)
@@ -468,7 +469,8 @@ _SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return)
 
 
 def _pure(call: ast.Call) -> bool:
-    return callee(call) in _PURE or (isinstance(call.func, ast.Attribute) and call.func.attr == "to")
+    return (callee(call) in _PURE or is_cdiv(call)
+            or (isinstance(call.func, ast.Attribute) and call.func.attr == "to"))
 
 
 @dataclass(frozen=True, slots=True)

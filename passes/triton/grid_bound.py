@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, fresh_name, literal_int, names_in
+from passes.triton._py import PyModule, callee, fresh_name, is_cdiv, literal_int, names_in
 from passes.triton.launch import TRITON
 from passes.triton.loop_interchange import _effect
 from passes.triton.roles import (NUM_PROGRAMS, PID_CALLS, Launch, kernel_launches, launch_grid,
@@ -66,7 +66,6 @@ READS = frozenset({"tolist", "item", "cpu", "numpy"})
 CASTS = frozenset({"int", "float", "bool"})
 REDUCTIONS = frozenset({"max", "amax", "min", "amin", "sum", "prod", "mean", "count_nonzero",
                         "any", "all", "argmax", "argmin"})
-CDIV = frozenset({"triton.cdiv", "cdiv"})
 LOADS = frozenset({"tl.load", "triton.language.load"})
 ELEMENT, STEP = "T[i]", "T[i + 1] - T[i]"
 
@@ -154,7 +153,7 @@ def _grid_axes(mod: PyModule, launch: Launch) -> tuple[ast.AST | None, list[_Axi
         return grid, []
     out = []
     for i, e in enumerate(body.elts):
-        if isinstance(e, ast.Call) and callee(e) in CDIV and len(e.args) == 2:
+        if is_cdiv(e, 2):
             out.append(_Axis(i, e.args[0], e.args[1], meta))
         elif isinstance(e, ast.BinOp) and isinstance(e.op, ast.FloorDiv) \
                 and isinstance(e.left, ast.BinOp) and isinstance(e.left.op, ast.Sub) \

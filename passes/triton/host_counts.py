@@ -18,7 +18,7 @@ import enum
 import math
 from collections.abc import Callable, Collection, Iterable
 
-from passes.triton._py import callee
+from passes.triton._py import callee, is_cdiv
 
 # `follow(name)`: the expression a host name is bound to (an element of a tuple unpacked from
 # a call as `call[i]`), or None where it is not followed.
@@ -51,7 +51,7 @@ def _known_call(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call) or node.keywords:
         return False
     name = callee(node)
-    return name in _COUNT_CALLS or name.split(".")[-1] == "cdiv"
+    return name in _COUNT_CALLS or is_cdiv(node)
 
 
 def _tuple_read(node: ast.AST) -> bool:

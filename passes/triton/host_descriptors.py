@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, fresh_name, literal_int
+from passes.triton._py import PyModule, callee, fresh_name, is_cdiv, literal_int
 from passes.triton.affine import Scope
 from passes.triton.host_layout import stride_of
 from passes.triton.launch import TRITON, comment_above
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
     from kir import KernelIR
 
 NUM_PROGRAMS = frozenset({"tl.num_programs", "triton.language.num_programs"})
-CDIV = frozenset({"tl.cdiv", "triton.language.cdiv"})
 IMPORT = "from triton.tools.tensor_descriptor import TensorDescriptor\n"
 
 
@@ -157,7 +156,7 @@ class _Host:
                         bad = True
                         return n
                     return ast.parse(f"({' * '.join(size) or '1'})", mode="eval").body
-                if callee(n) in CDIV:
+                if is_cdiv(n):
                     return ast.Call(ast.parse("triton.cdiv", mode="eval").body,
                                     [self.visit(a) for a in n.args], [])
                 bad = True

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from passes._source import ByteEdit, finish, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, literal_int, names_in
+from passes.triton._py import PyModule, callee, is_cdiv, literal_int, names_in
 from passes.triton.loops import CountedWhile, as_for, counted_while
 from passes.triton.roles import (
     DEFAULT_WARPS,
@@ -597,7 +597,7 @@ def _grid_tiles(kernel: ast.FunctionDef) -> set[str]:
     tiles: set[str] = set()
     derived: dict[str, set[str]] = {}  # tile counts: `num_pid_n = tl.cdiv(N, BLOCK_N)`
     for a in assigns:
-        if callee(a.value).endswith("cdiv"):
+        if is_cdiv(a.value):
             for t in a.targets:
                 if isinstance(t, ast.Name):
                     derived[t.id] = {n for n in names_in(a.value) if n in known}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from passes._source import (ByteEdit, finish, indent_of, line_end, line_start, make_site,
                             restore_recorded)
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, fresh_name, literal_int, names_in
+from passes.triton._py import PyModule, callee, fresh_name, is_cdiv, literal_int, names_in
 from passes.triton.heavy_first import heavy_first
 from passes.triton.launch import TRITON, comment_above, holders, kernel_tiles
 from passes.triton.roles import ARANGE, PID_CALLS, assignments, pid_names, reached
@@ -465,8 +465,7 @@ def triangles(mod: PyModule) -> list[Triangle]:
             if isinstance(bound, ast.Name):  # `n_blocks = tl.cdiv(seq, BLOCK)` counted blocks
                 outer = [a.value for a in ast.walk(kernel) if isinstance(a, ast.Assign)
                          and any(isinstance(t, ast.Name) and t.id == bound.id for t in a.targets)]
-                if len(outer) == 1 and isinstance(outer[0], ast.Call) \
-                        and callee(outer[0]).endswith("cdiv") and len(outer[0].args) == 2:
+                if len(outer) == 1 and is_cdiv(outer[0], 2):
                     if not counts_blocks(outer[0].args[1]):
                         continue  # blocks of another size than the count's: no clamp
                     replace_with = (f"tl.cdiv(tl.minimum({mod.text(outer[0].args[0])}, {{limit}}), "
@@ -475,12 +474,12 @@ def triangles(mod: PyModule) -> list[Triangle]:
                     named = outer[0]  # a key bound read from a variable: a clamp wraps the name
                 elif outer or len(args) < 2:
                     continue  # a count computed some other way: no clamp we can write
-            elif isinstance(bound, ast.Call) and callee(bound).endswith("cdiv") and bound.args:
+            elif is_cdiv(bound) and bound.args:
                 if len(bound.args) != 2 or not counts_blocks(bound.args[1]):
                     continue
                 bound = bound.args[0]
             clamped = named if named is not None else bound
-            if isinstance(clamped, ast.Call) and callee(clamped).endswith("cdiv") and clamped.args:
+            if is_cdiv(clamped) and clamped.args:
                 clamped = clamped.args[0]
             minimum = isinstance(clamped, ast.Call) and callee(clamped) in MINIMUM
             present = minimum and any(
@@ -823,8 +822,7 @@ def split_plan(mod: PyModule, kernel: ast.FunctionDef, tri: Triangle) -> Split |
         if isinstance(count, ast.Name):
             value = assignments(kernel).get(count.id, [])
             count = value[0] if len(value) == 1 else None
-        if not (isinstance(count, ast.Call) and callee(count).endswith("cdiv")
-                and len(count.args) == 2) or tri.present and tri.text:
+        if not is_cdiv(count, 2) or tri.present and tri.text:
             return None
         size, step_node = count.args
         sized = (mod.text(size) if tri.present and not tri.text
@@ -834,7 +832,7 @@ def split_plan(mod: PyModule, kernel: ast.FunctionDef, tri: Triangle) -> Split |
         terms = size.args if isinstance(size, ast.Call) and callee(size) in MINIMUM else [size]
         bounds = {ast.unparse(t).replace(" ", "") for t in terms}
     elif len(args) == 3 and literal_int(args[0]) == 0 and not tri.text \
-            and not (isinstance(tri.bound, ast.Call) and callee(tri.bound).endswith("cdiv")):
+            and not is_cdiv(tri.bound):
         step_text = mod.text(args[2])
         bound = sized = (mod.text(tri.bound) if tri.present
                          else f"tl.minimum({mod.text(tri.bound)}, {tri.limit})")

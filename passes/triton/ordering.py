@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_end, line_start, make_site
 from passes.base import Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, fresh_name, literal_int, names_in, walk_stmts
+from passes.triton._py import (PyModule, callee, fresh_name, is_cdiv, literal_int, names_in,
+                               walk_stmts)
 from passes.triton.autotune import _module_names
 from passes.triton.launch import TRITON
 from passes.triton.persist import Walk, feeds_dot, loop_keywords, walk_edits, walk_of
@@ -45,7 +46,7 @@ def _cdivs(mod: PyModule, expr: ast.AST) -> list[ast.Call]:
     todo, calls = [expr], []
     while todo:
         node = todo.pop()
-        calls += [c for c in ast.walk(node) if isinstance(c, ast.Call) and callee(c).endswith("cdiv")]
+        calls += [c for c in ast.walk(node) if is_cdiv(c)]
         for name in names_in(node) - seen:
             seen.add(name)
             for stmt in ast.walk(scope) if scope is not None else []:
@@ -340,7 +341,7 @@ def _block_count(mod: PyModule, kernel: ast.FunctionDef, axis: _Axis, before: as
         if name is None or len(once.get(name, [])) != 1:
             continue
         value = stmt.value
-        if isinstance(value, ast.Call) and callee(value).endswith("cdiv") and len(value.args) == 2:
+        if is_cdiv(value, 2):
             size, tile = value.args
         elif isinstance(value, ast.BinOp) and isinstance(value.op, ast.FloorDiv):
             size, tile = value.left, value.right
@@ -360,8 +361,7 @@ def _size_of(kernel: ast.FunctionDef, axis: _Axis, before: ast.stmt) -> str | No
     above = {t for s in kernel.body if s.lineno < before.lineno and (t := _target(s))}
     bound = [s for s in axis.sizes if s in params or s in above]
     if len(bound) > 1:
-        divided = {n.args[0].id for n in ast.walk(kernel) if isinstance(n, ast.Call)
-                   and callee(n).endswith("cdiv") and len(n.args) == 2
+        divided = {n.args[0].id for n in ast.walk(kernel) if is_cdiv(n, 2)
                    and isinstance(n.args[0], ast.Name) and names_in(n.args[1]) == {axis.tile}}
         bound = [s for s in bound if s in divided]
     return bound[0] if len(bound) == 1 else None

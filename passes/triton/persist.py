@@ -67,12 +67,11 @@ import re
 from dataclasses import dataclass
 
 from passes._source import ByteEdit, indent_of, line_end, line_start
-from passes.triton._py import PyModule, callee, fresh_name, names_in
+from passes.triton._py import PyModule, callee, fresh_name, is_cdiv, names_in
 from passes.triton.roles import NUM_PROGRAMS, dot_loops, launch_arguments, launch_grid, program_axis
 
 PID = frozenset({"tl.program_id", "triton.language.program_id"})
 MAKE_DESCRIPTOR = frozenset({"tl.make_tensor_descriptor", "triton.language.make_tensor_descriptor"})
-CDIV = frozenset({"triton.cdiv", "cdiv", "tl.cdiv"})
 
 # The host half of a persistent launch, put after the module's imports (`str.format` fields:
 # the helpers' fresh names). A launch hands its options to its grid through a pre-run hook:
@@ -252,7 +251,7 @@ def _in_kernel_terms(mod: PyModule, node: ast.AST, args: dict[str, ast.AST], met
             return None
         op = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//"}[type(node.op)]
         return f"({left} {op} {right})"
-    if isinstance(node, ast.Call) and callee(node) in CDIV and len(node.args) == 2:
+    if is_cdiv(node, 2):
         if isinstance(node.args[1], ast.Constant):
             if id(node.args[1]) not in (owned or {}):
                 return None  # a literal tile size of no known tile: stale once the tiles are swept

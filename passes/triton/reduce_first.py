@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from passes._source import ByteEdit, finish, indent_of, line_start, make_site
 from passes.base import Applied, Category, Pass, PassContext, PassResult, Site, Skipped
-from passes.triton._py import PyModule, callee, dotted, fresh_name, names_in, normalized
+from passes.triton._py import PyModule, callee, dotted, fresh_name, is_cdiv, names_in, normalized
 from passes.triton.affine import Scope, broadcast_times_stride
 from passes.triton.host_layout import HostArgs, stride_of
 from passes.triton.launch import TRITON
@@ -87,7 +87,6 @@ OTHER_REDUCE = frozenset({"tl.max", "tl.min", "tl.argmax", "tl.argmin", "tl.redu
 WHERE = frozenset({"tl.where", "triton.language.where"})
 ZEROS = frozenset({"tl.zeros", "triton.language.zeros", "tl.zeros_like", "triton.language.zeros_like"})
 FULL = frozenset({"tl.full", "triton.language.full"})
-CDIV = frozenset({"tl.cdiv", "triton.language.cdiv", "triton.cdiv"})
 BLOCK_PTR = frozenset({"tl.make_block_ptr", "triton.language.make_block_ptr"})
 FACTORIES = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.full"})
 N_TILE = 16
@@ -454,7 +453,7 @@ def _bounds(mod: PyModule, kernel: ast.FunctionDef, node: ast.AST, depth: int) -
     while True:
         parent = mod.parents.get(node)
         if isinstance(parent, ast.Compare) or (isinstance(parent, ast.Call) and (
-                callee(parent) in RANGE_CALLS or callee(parent) in CDIV)):
+                callee(parent) in RANGE_CALLS or is_cdiv(parent))):
             return True
         if isinstance(parent, ast.Call) and (callee(parent) in LOAD or callee(parent) in WRITES) \
                 and parent.args and node is parent.args[0]:
@@ -1131,7 +1130,7 @@ def _extent_reads(scope: Scope, node: ast.AST, extents: set[str], depth: int = 0
     count (`tl.cdiv(N, B)`, `(N + B - 1) // B`): a count of programs the grid agrees with."""
     if depth > 12:
         return set()
-    if (isinstance(node, ast.Call) and callee(node) in CDIV) or (
+    if is_cdiv(node) or (
             isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv)):
         return set()
     if isinstance(node, ast.Name):

@@ -54,6 +54,7 @@ from passes.triton._py import (
     callee,
     dotted,
     int_value,
+    is_cdiv,
     literal_int,
     names_in,
 )
@@ -492,7 +493,7 @@ def _rounds_to(node: ast.AST, name: str) -> bool:
     program's block."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv):
         divisor = node.right
-    elif isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
+    elif is_cdiv(node, 2):
         divisor = node.args[1]
     else:
         return False
@@ -1554,7 +1555,7 @@ def _dimension_keys(kernel: ast.FunctionDef) -> list[str]:
         if isinstance(node, ast.Compare):
             used |= names_in(node)
         elif isinstance(node, ast.Call) and (
-            callee(node).endswith("cdiv") or callee(node) in RANGE_CALLS
+            is_cdiv(node) or callee(node) in RANGE_CALLS
         ):
             used |= names_in(node)
         elif isinstance(node, ast.keyword) and node.arg == "shape":
@@ -1971,7 +1972,7 @@ def _dividend_names(node: ast.AST) -> set[str]:
         n = todo.pop()
         if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.FloorDiv, ast.Mod)):
             todo.append(n.left)
-        elif isinstance(n, ast.Call) and callee(n).rsplit(".", 1)[-1] == "cdiv":
+        elif is_cdiv(n):
             todo += n.args[:1]
         elif isinstance(n, ast.Name):
             out.add(n.id)
@@ -2678,7 +2679,7 @@ def _constant_count(node: ast.AST) -> int | None:
     """The value of a grid element written with integer literals alone (`cdiv(1, 64)`,
     `(1 + 63) // 64`: `_py.int_value` with no names known); None where it reads a name or
     anything else."""
-    if isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
+    if is_cdiv(node, 2):
         a, b = int_value(node.args[0], {}), int_value(node.args[1], {})
         return -(-a // b) if a is not None and b else None
     return int_value(node, {})
@@ -2971,8 +2972,7 @@ def _grid_counts_canonical(ir: KernelIR, kernel_name: str) -> KernelIR | None:
             if (division is not None and ast.dump(division[0]) == ast.dump(size)
                     and mod.text(division[1]) == block
                     and (kind is Rounding.FLOOR and isinstance(element, ast.BinOp)
-                         or kind is Rounding.CEIL and isinstance(element, ast.Call)
-                         and callee(element).endswith("cdiv"))):
+                         or kind is Rounding.CEIL and is_cdiv(element))):
                 continue  # already in the one form
             text = mod.text(size)
             wrapped = text if isinstance(size, (ast.Name, ast.Attribute, ast.Call,
@@ -3211,7 +3211,7 @@ def _division(node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
     """(dividend, divisor) of a block count: `cdiv(X, d)`, `X // d` or `ceil(X / d)`. Of a
     count rounded up by hand the dividend is the size alone: X of `(X + 31) // 32`,
     `(X + 32 - 1) // 32`, `(X + BM - 1) // BM` and `-(-X // 32)`."""
-    if isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
+    if is_cdiv(node, 2):
         return node.args[0], node.args[1]
     if (isinstance(node, ast.Call) and callee(node).split(".")[-1] == "ceil"
             and len(node.args) == 1 and isinstance(node.args[0], ast.BinOp)
@@ -3484,7 +3484,7 @@ def _tile_dims(kernel: ast.FunctionDef) -> dict[str, set[str]]:
     origin = _arange_origins(kernel)
     out: dict[str, set[str]] = {}
     for node in ast.walk(kernel):
-        if isinstance(node, ast.Call) and callee(node).endswith("cdiv") and len(node.args) == 2:
+        if is_cdiv(node, 2):
             for t in names_in(node.args[1]) & constexprs:
                 out.setdefault(t, set()).update(names_in(node.args[0]) & sizes)
         if isinstance(node, ast.Compare) and len(node.comparators) == 1:

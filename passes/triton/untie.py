@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from passes._source import ByteEdit
-from passes.triton._py import PyModule, callee, literal_int, names_in
+from passes.triton._py import PyModule, callee, is_cdiv, literal_int, names_in
 from passes.triton.roles import (
     ARANGE,
     DOT,
@@ -520,7 +520,7 @@ class _Walk:
             for v in vals:
                 shape = self.unify(shape, v.shape)
             return _Val(shape)
-        if short in ("cdiv",) and len(node.args) == 2:
+        if is_cdiv(node, 2):
             self.expr(node.args[0])
             self.expr(node.args[1])
             size = _first_term(node.args[0])
@@ -756,7 +756,7 @@ class _Walk:
                 if isinstance(stop, ast.Name) and stop.id in self.once:
                     stop = self.once[stop.id]
                 divisor = None
-                if isinstance(stop, ast.Call) and callee(stop).endswith("cdiv"):
+                if is_cdiv(stop):
                     divisor = stop.args[1] if len(stop.args) == 2 else None
                 elif isinstance(stop, ast.BinOp) and isinstance(stop.op, ast.FloorDiv):
                     divisor = stop.right
