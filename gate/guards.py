@@ -354,6 +354,7 @@ CHILD_AUDITED = frozenset({"open", "os.rename", "os.remove", "os.rmdir", "os.mkd
                            "os.setxattr", "os.removexattr", "socket.__new__", "os.kill",
                            "os.killpg", "signal.pthread_kill", "mmap.__new__",
                            "ctypes.call_function", "ctypes.dlsym", "ctypes.dlopen"})
+_HOOKED = AUDITED | CHILD_AUDITED  # every event the hook acts on
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _CODE_ATTRS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 _GATE_MODULE = re.compile(r"gate(\.|$)")
@@ -450,6 +451,8 @@ class AuditGuard:
         return False
 
     def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if event not in _HOOKED:  # most events: the window watch's reads of `frame.f_code`
+            return
         if event == "sys.setprofile" and windowwatch.own_call(sys._getframe(1)):
             return  # the gate's watch over a sealed launch's child (`gate.windowwatch`)
         if self.isolating and event in CHILD_AUDITED:
@@ -464,6 +467,12 @@ class AuditGuard:
         self.findings.append(why)
         raise (_Refused if event == "sys.addaudithook" else GateRefusal)(
             f"the gate refuses {why} in candidate code")
+
+    # Python looks this attribute up on every audit hook at every audited event; where it is
+    # missing, each look-up raises and clears an AttributeError: a quarter of the window
+    # watch's cost, which reads `frame.f_code` (an event) at every Python call in a sealed
+    # launch's child. False: no tracing inside the hook, as without it.
+    _hook.__cantrace__ = False  # type: ignore[attr-defined]
 
     def _child_refusal(self, event: str, args: tuple[Any, ...]) -> str | None:
         if event == "open":

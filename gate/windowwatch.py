@@ -31,6 +31,12 @@ written): the parent reads that exit (`BREACH_EXIT`) as host code reading the in
   calls it once per specialization: the sealed call, on the shapes of a correctness call,
   calls none.
 
+The profile function is called at every call, return and C call in the child (the
+interpreter makes millions in a launch), so a call of a file already judged not the
+candidate's costs it one read of the frame's code (`frame.f_code` raises an audit event, which
+the gate's audit hook passes over first) and one look-up of the code's file name: the code
+object itself is not hashed (a hash of its constants) on that path.
+
 A fork hook that is a callable of C (`functools.partial` over a NumPy ufunc) runs without a
 Python frame: `Seal.isolated` compares what the launch brings back with its bytes before the
 fork, in the child before the launch. What it cannot see: such a hook that writes elsewhere
@@ -58,8 +64,7 @@ BREACH_EXIT = 86
 
 _KERNEL_CODES: set[CodeType] = set()
 _ARMED: list[Callable[[str], None]] = []  # set just before a sealed launch forks: how to end it
-_SEEN: dict[CodeType, bool] = {}
-_FILES: dict[str, bool] = {}
+_FILES: dict[str, bool] = {}  # file name -> under a candidate folder (cleared, never rebound)
 _DIRS: list[str] = []
 
 
@@ -85,18 +90,22 @@ def _candidate_file(filename: str) -> bool:
     return found
 
 
-def _profile(frame: Any, event: str, arg: Any) -> None:
-    if event != "call" or not _ARMED:
-        return
-    code = frame.f_code
-    odd = _SEEN.get(code)
-    if odd is None:
-        odd = _SEEN[code] = code not in _KERNEL_CODES and code not in VETTED_CODES and \
-            _candidate_file(code.co_filename)
-    if odd:
+def _judge(frame: Any, code: CodeType) -> None:
+    """Ends the child where `code` (about to run in `frame`) is the candidate's other than a
+    kernel's."""
+    if _ARMED and _candidate_file(code.co_filename) and code not in _KERNEL_CODES and \
+            code not in VETTED_CODES:
         _ARMED[0](f"{code.co_name} ({Path(code.co_filename).name}:{frame.f_lineno}), code of the "
                   f"candidate's other than its kernels, ran inside a sealed launch (its inputs' "
                   f"real values in memory)")
+
+
+def _profile(frame: Any, event: str, arg: Any, _files: dict[str, bool] = _FILES,
+             _judge: Callable[[Any, CodeType], None] = _judge) -> None:
+    if event == "call":
+        code = frame.f_code
+        if _files.get(code.co_filename) is not False:
+            _judge(frame, code)
 
 
 def _after_fork() -> None:
