@@ -260,6 +260,37 @@ def data_bytes() -> int:
     return 0
 
 
+# Triton's interpreter before 3.7 turns NumPy arrays of one element into Python scalars, which
+# NumPy 2.3 and later refuse: honest kernels then raise inside the interpreter (`tl.dot`, a
+# grid's cdiv), and the verdict would blame the candidate.
+INTERPRETER_NUMPY = ((3, 6), (2, 3))  # (last Triton with the old interpreter, first NumPy it fails)
+
+
+def _version(package: str) -> str:
+    from importlib import metadata  # noqa: PLC0415
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def interpreter_unfit(triton_version: str, numpy_version: str) -> str | None:
+    """Why the interpret tier cannot judge kernels with these Triton and NumPy versions (an
+    interpreter that needs an older NumPy), or None."""
+    def major_minor(version: str) -> tuple[int, ...]:
+        parts = version.split(".")[:2]
+        return tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in parts)
+
+    (triton_last, numpy_first), have = INTERPRETER_NUMPY, major_minor(numpy_version)
+    if not triton_version or not numpy_version or major_minor(triton_version) > triton_last \
+            or have < numpy_first:
+        return None
+    return (f"Triton {triton_version}'s interpreter needs NumPy below {numpy_first[0]}.{numpy_first[1]} "
+            f"(this machine has {numpy_version}): install 'numpy<{numpy_first[0]}.{numpy_first[1]}' "
+            "to gate at the interpret tier, or gate at the device tier")
+
+
 def _limit_memory(device: bool = False) -> None:
     """Cap the worker's data segment (RLIMIT_DATA, soft and hard, so candidate code cannot
     lift it), so that a candidate that allocates without end (a huge buffer, a recursion with
@@ -352,6 +383,9 @@ class _Runner:
         lap("start-up: gate imports")
         if self.device == "cuda" and not torch.cuda.is_available():
             chan.reject(FailureKind.UNSUPPORTED, "import", "the device tier needs a CUDA GPU; none is visible")
+        if job.tier == "interpret" and (unfit := interpreter_unfit(_version("triton"),
+                                                                   _version("numpy"))):
+            chan.reject(FailureKind.UNSUPPORTED, "import", unfit)
         lap("start-up: cuda")
         try:
             self.case = import_case_module(Path(job.case_path))
