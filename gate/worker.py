@@ -260,9 +260,10 @@ def data_bytes() -> int:
     return 0
 
 
-# Triton's interpreter before 3.7 turns NumPy arrays of one element into Python scalars, which
-# NumPy 2.3 and later refuse: honest kernels then raise inside the interpreter (`tl.dot`, a
-# grid's cdiv), and the verdict would blame the candidate.
+# Triton 3.6's interpreter (and older ones) turns NumPy arrays of one element into Python
+# scalars, which NumPy 2.3 and later refuse: honest kernels then raise inside the interpreter
+# (`tl.dot`, a grid's cdiv), and the verdict would blame the candidate. Triton 3.9 runs with
+# NumPy 2.4; 3.7 and 3.8 are taken to be fixed as well.
 INTERPRETER_NUMPY = ((3, 6), (2, 3))  # (last Triton with the old interpreter, first NumPy it fails)
 
 
