@@ -368,8 +368,10 @@ def _unchecked(mod: PyModule, holder: ast.AST | None, grouped: bool = False) -> 
     each with the largest size its author runs it with (`passes.triton.roles.unchecked_caps`;
     every kernel's when the holder names none). `grouped`: instead the tiles whose loop
     counter the kernel divides by a group, each with the value it must divide
-    (`passes.triton.roles.grouped_caps`; the smallest where several kernels have one)."""
-    from passes.triton.roles import grouped_caps, kernel_config, unchecked_caps  # noqa: PLC0415
+    (`passes.triton.roles.grouped_caps`; where several kernels have one, a divisor of each:
+    `joined_caps`)."""
+    from passes.triton.roles import (  # noqa: PLC0415
+        grouped_caps, joined_caps, kernel_config, unchecked_caps)
 
     if isinstance(holder, ast.FunctionDef):
         kernels = [holder]
@@ -382,8 +384,7 @@ def _unchecked(mod: PyModule, holder: ast.AST | None, grouped: bool = False) -> 
     caps: dict[str, int] = {}
     for k in kernels:
         if grouped:
-            for name, cap in grouped_caps(mod, k, kernel_config(mod, k)).items():
-                caps[name] = min(cap, caps.get(name, cap))
+            caps = joined_caps(caps, grouped_caps(mod, k, kernel_config(mod, k)))
             continue
         for name, cap in unchecked_caps(mod, k, kernel_config(mod, k)).items():
             caps[name] = max(cap, caps.get(name, cap))

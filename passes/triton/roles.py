@@ -1709,7 +1709,7 @@ def sweep_edit(
             break
         pinned = {**pinned, **unfollowed}
     fitted = _within_unchecked(fit_configs(current, configs),
-                               _joined_caps(unchecked_caps(mod, kernel, current),
+                               joined_caps(unchecked_caps(mod, kernel, current),
                                             grouped_caps(mod, kernel, current)))
     fitted = _host_steps_whole(fitted, current, unchecked_tiles(kernel) | set(pinned))
     unread = _grid_unread(mod, launches, current)
@@ -1981,7 +1981,7 @@ def _dividend_names(node: ast.AST) -> set[str]:
     return out
 
 
-def _joined_caps(*caps: Mapping[str, int]) -> dict[str, int]:
+def joined_caps(*caps: Mapping[str, int]) -> dict[str, int]:
     """The caps of every mapping together: a tile in several may only be a divisor of each
     of its caps (their greatest common divisor)."""
     out: dict[str, int] = {}
