@@ -725,8 +725,16 @@ class _Runner:
             self.room[variant] = self._room_beyond(variant, plan, free, per_set)
             self.spare[variant] = self._spare(plan, free, per_set, self.work_bytes[variant])
             self.set_size[variant] = self._set_bytes(inputs)
+            # The ledger is told the room the sets that may wait can take, not all the room
+            # there is: each of them (lean: every set and the pool's crossovers) holds at most
+            # its set and its reference there. The room itself is free memory, and a gate that
+            # wrote it all left every gate planning beside it a negative free count (a lean
+            # plan: every set drawn again at each use).
+            waiting = len(self.plan(variant)) + plan.pool - 1 if plan.lean else plan.parked
+            claim = waiting * (self.set_size[variant] + self.out_bytes.get(variant, 0))
             self._reserve((self.work_bytes[variant] if plan.lean else
-                           (plan.sets - 1) * per_set + self.work_bytes[variant]) + self.room[variant])
+                           (plan.sets - 1) * per_set + self.work_bytes[variant])
+                          + min(self.room[variant], claim))
         del inputs
         keys = self.plan(variant)
         # the seeds after the first, the configuration, sealed and re-verification sets may

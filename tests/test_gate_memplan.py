@@ -672,3 +672,33 @@ def test_a_set_that_cannot_be_drawn_again_keeps_its_place_and_a_seed_set_is_draw
     run._send_parked_flags(variant)
     assert any("2 of 6 input sets wait in host memory" in f for f in flags(chan)), flags(chan)
     assert not any("drawn again" in f for f in flags(chan)), flags(chan)
+
+
+@pytest.mark.parametrize("lean", [False, True])
+def test_a_gate_tells_the_ledger_the_room_its_waiting_sets_can_take_not_all_free_memory(
+        lean: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a gate writes for the other gates of its GPU while it draws its sets: its plan
+    and the room its waiting sets may take, each a set and its reference at most. It does not
+    grow with the free memory: a gate that wrote all the room there was left the gates planning
+    beside it none (a lean plan for each, every set drawn again at each use)."""
+    from gate.memledger import Ledger
+
+    written: dict[int, int] = {}
+    variant, set_bytes, out_bytes, tight = _saxpy_lean_with_two_references_spare(monkeypatch)
+    roomy = {False: 10**12, True: tight}[lean]
+    for free in (roomy, 10 * roomy):
+        run, _ = _runner_on_a_made_up_device(free, monkeypatch)
+        run.ledger = Ledger(tmp_path / f"gpu{free}.mem")
+        reserve = run.ledger.reserve
+        run.ledger.reserve = lambda nbytes, free=free: (written.setdefault(free, nbytes), reserve(nbytes))
+        run._variant_references(variant)
+        plan = run.set_plans[variant]
+        if free == roomy:
+            assert plan.lean is lean
+    if lean:
+        # the lean plan has the room beyond it for two references at the tight size: all of it
+        # is claimed; ten times the memory claims at most every set and crossover
+        assert written[tight] <= tight
+        assert written[10 * tight] <= lean_bytes(set_bytes, out_bytes) + 16 * (set_bytes + out_bytes)
+    else:
+        assert written[roomy] == written[10 * roomy] < 10**10
