@@ -113,10 +113,8 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     from passes.base import PassContext  # noqa: PLC0415
     from passes.llm_rewriter import LLMConfig, default_rewriter  # noqa: PLC0415
 
-    if budget_steps < 0 or budget_usd < 0:
-        raise BadInputError("--budget-steps and --budget-usd must be >= 0")
-    if seed < 0:
-        raise BadInputError("--seed must be >= 0")
+    if budget_steps < 0 or budget_usd < 0 or seed < 0:
+        raise BadInputError("--budget-steps, --budget-usd and --seed must be >= 0")
     path = Path(target)
     if not path.is_file():
         raise BadInputError(f"{target}: no such kernel file")
@@ -132,7 +130,6 @@ def optimize(target: str | Path, case: str, library: str | Path | Library, *,
     notes: list[str] = []
     if language == "triton":  # a kernel whose launch is not found has no launch-parameter site
         from passes.triton.roles import unlaunched  # noqa: PLC0415
-
         notes.extend(unlaunched(ir))
     admitted = lib.cards(admitted_only=True)
     if not admitted:
@@ -397,9 +394,8 @@ def _prior(card: SkillCard, target: Target) -> float:
 
 
 def _frontier(state: _State, run: _Run) -> list[_Option]:
-    """The moves of `state` not yet spent: its own sweeps (timed Triton runs), its autotuners'
-    picks pinned (the best), the recorded sweep of the retrieved launch card that fits it best,
-    and the retrieved cards."""
+    """The moves of `state` not yet spent: its own sweeps (timed runs), its autotuners' picks
+    pinned (the best), recorded sweeps of retrieved launch cards, rules, the retrieved cards."""
     if state.target is None:  # what retrieval conditions on does not change with the run
         present, open_ = kernel_sites(state.ir)
         state.target = Target(run.language, run.case, run.platform, present,
@@ -413,21 +409,25 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
     found = [r.card for r in seeded_order(run.retriever.retrieve(target, exclude=spent).cards,
                                           run.seed)]
     moves: list[tuple[str, SkillCard, float]] = []
+    swept: set[str] = set()
     if run.sweeps:
         # a sweep-made state is swept while it is the best: own climbs pick to pick, a list once
         made = state.made.options if state.made and state.made.rewriter == "config-sweep" else None
         kinds = ("plain", "own", "recorded") if made is None or state is run.best else ()
         kinds = tuple(k for k in kinds if k != "own" or state is run.best)  # own: the best's
-        kinds = tuple(k for k in kinds if made is None or k == "own" or k != _sweep_kind(made))
+        kinds = tuple(k for k in kinds if made is None or k != "plain" or _sweep_kind(made) != k)
         moves += [(k, sweep_card(k, run.language), math.log(SWEEP_PRIOR)) for k in kinds
                   if k == "own" or k == "plain" and run.language == "triton"]
         if state is run.best and pin_offered(state.ir, state.verdict):  # its autotuners' picks
             moves.append(("pin", sweep_card("pin", run.language), math.log(PIN_PRIOR)))
-        fits = [(carrier_fit(c.carrier, state.ir), c) for c in found
-                if c.pass_name in LAUNCH_PASSES and c.carrier.get("config") and c.language == run.language]
-        fit, card = max(fits, key=lambda f: f[0], default=(0, None))
-        if card is not None and fit > 0 and "recorded" in kinds:
-            moves.append(("recorded", card, _prior(card, target)))
+        fits = sorted(((f, c) for c in found if c.pass_name in LAUNCH_PASSES and c.carrier.get("config")
+                       and c.language == run.language and (f := carrier_fit(c.carrier, state.ir)) > 0),
+                      key=lambda f: -f[0])
+        # where an autotuner configures the state, a launch card's point is one entry of its
+        # recorded sweep: each card that fits is offered as that sweep, none as a point
+        swept = {c.id for _, c in fits} if SWEEP_PASS in target.present_passes else set()
+        moves += [("recorded", c, _prior(c, target)) for _, c in fits[:len(swept) or 1]  # else the best fit's
+                  if "recorded" in kinds and (made is None or c.id != getattr(state.card, "id", None))]
         moves += [("rule", c, p) for c, p in rule_offers(state.ir, run.ctx)]  # no card needed
     # A card with no site here whose evidence ran with a pass the state lacks bets on that
     # pass's step: the step's prior adds the card's (an enabling step, two moves deep).
@@ -440,7 +440,7 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
         return max([0.0] + [_prior(b, target) for b in blocked
                             if card.pass_name in (b.scope.get("prior_actions") or ())])
 
-    moves += [("card", c, _prior(c, target) + enabling(c)) for c in found]
+    moves += [("card", c, _prior(c, target) + enabling(c)) for c in found if c.id not in swept]
     # a bundle's prior: its cards' priors on the states along it (`joint_prior`)
     chains = bundles([r.card for r in run.retriever.retrieve(target, exclude=failed).cards],
                      target.present_passes, run.cards) if run.bundles else {}

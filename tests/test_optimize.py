@@ -1284,3 +1284,43 @@ def run(x):
     assert kernel_shares(both, ir) == pytest.approx({"wide": 0.9, "narrow": 0.1})
     # no profile: nothing to choose by
     assert kernel_shares(Verdict(True, Tier.DEVICE, "timing", timing=Timing(1.0, 1.0)), ir) == {}
+
+
+def test_on_a_swept_state_each_fitting_launch_card_is_offered_as_its_sweep_not_a_point() -> None:
+    """mm1024's start under the plain sweep (its kernel configured by an autotuner): a tile,
+    warps or pipelining card's rewrite of one entry is one point of that card's recorded sweep,
+    so each card that fits is offered as its recorded sweep and none as a point (on the H200,
+    25 such points of tile cards timed 0.99-1.01x, their sweeps up to 1.37x). On the start,
+    which no autotuner configures, the launch cards stay points, beside the recorded sweep of
+    the one that fits best."""
+    import gate
+    from lineage.graph import Lineage
+    from lineage.moves import plain_sweep
+    from lineage.optimize import _frontier, _Run, _State
+    from lineage.retrieval import Retriever
+    from lineage.skills import Library
+    from lineage.transfer import LAUNCH_PASSES
+
+    cards = Library.open(HELDOUT_LIBRARY).cards(admitted_only=True)
+    case = gate.load_case(ROOT / "bench/heldout/mm1024")
+    source = case.start_path().read_text()
+    run = _Run(None, None, None, Lineage(), "triton", case.ref, "cuda", "device", "x",
+               lambda e, d: None, 12, None, tuple(cards), Retriever(cards))
+    start = _State(source, kir.parse(source, "triton"), None, 1.0, sid="s:0")
+    swept_ir = plain_sweep(start.ir).ir
+    swept = _State(swept_ir.unparse(), swept_ir, None, 0.5, parent=start, sid="s:1")
+    run.states = [start, swept]
+
+    def launch_moves(state: _State) -> dict[str, set[str]]:
+        run.best = state
+        out: dict[str, set[str]] = {"card": set(), "recorded": set()}
+        for o in _frontier(state, run):
+            if o.kind in out and o.card.pass_name in LAUNCH_PASSES:
+                out[o.kind].add(o.card.id)
+        return out
+
+    on_start, on_swept = launch_moves(start), launch_moves(swept)
+    assert len(on_start["recorded"]) == 1 and on_start["card"]
+    assert not on_swept["card"]
+    assert len(on_swept["recorded"]) > 1
+    assert on_start["recorded"] <= on_swept["recorded"]
