@@ -406,8 +406,7 @@ def _frontier(state: _State, run: _Run) -> list[_Option]:
     spent = failed | {c.id for c in run.cards  # and a tie's own card (as a sweep's kind)
                       if getattr(run.options.get((id(state), "card", c.id)), "done", False)
                       or state.card is not None and c.id == state.card.id and state is not run.best}
-    found = [r.card for r in seeded_order(run.retriever.retrieve(target, exclude=spent).cards,
-                                          run.seed)]
+    found = [r.card for r in seeded_order(run.retriever.retrieve(target, exclude=spent).cards, run.seed)]
     moves: list[tuple[str, SkillCard, float]] = []
     swept: set[str] = set()
     if run.sweeps:
@@ -581,7 +580,8 @@ def _judge(option: _Option, made: Materialized, run: _Run) -> None:
                                             rewriter=made.rewriter))
     best_ms = run.best.ms
     if run.timed and (ms is None or (best_ms is not None and ms * MIN_GAIN > best_ms)):
-        run.states.append(new)  # a passing state: expandable while it is near the best
+        if card.pass_name not in LAUNCH_PASSES:  # a tie that only reconfigures repeats its state
+            run.states.append(new)  # a passing state: expandable while it is near the best
         return _reject(option, made, run, "profile", f"not faster: {best_ms} ms -> {ms} ms",
                        near_miss=bool(ms and best_ms and ms <= best_ms * MIN_GAIN),
                        timing=verdict_json(verdict).get("timing"), options=made.options)

@@ -305,3 +305,30 @@ def test_a_launch_card_on_a_state_an_autotuner_configures_expects_a_sweeps_gain_
     assert _prior(tiles, swept) == pytest.approx(math.log(SWEEP_PRIOR))
     assert _prior(structural, swept) == pytest.approx(_prior(structural, fixed))
     assert _prior(structural, swept) > math.log(1.5)
+
+
+@pytest.mark.parametrize("kind", ["plain", "rule"])
+def test_a_tie_that_only_reconfigures_its_state_is_not_kept_as_a_state(kind: str) -> None:
+    """A passing candidate within MIN_GAIN of the best is kept as a state (its moves barely
+    discounted), unless it only reconfigures its state: a sweep's list (or a launch card's
+    tiles) leaves the kernel's structure as it was, so every structural move of the tie is one
+    of its state's again (on the H200 a pinned tie gated the persistent grid a second time).
+    A tie that changes the structure (here a rule's rewrite) is kept."""
+    from gate import Tier, Timing, Verdict
+    from lineage.moves import rule_card, sweep_card
+    from lineage.optimize import _pull
+
+    start_path = ROOT / "bench/heldout/mm1024/mm_naive.py"
+    source = start_path.read_text()
+    ir = kir.parse(source, "triton", path=start_path)
+    run = _Run(None, None, lambda src, boxed=True: Verdict(True, Tier.DEVICE, "timing", timing=Timing(2.0, 1.0)),
+               Lineage(), "triton", "x", "cuda", "device", "x", lambda e, d: None, 8, None, (),
+               Retriever([]), sweeps=True)
+    start = _State(source, ir, None, 2.0, seconds=5.0, sid="s:0")
+    run.states, run.best = [start], start
+    card = sweep_card("plain", "triton") if kind == "plain" else rule_card("k-major-operands", "triton")
+    option = next((o for o in _frontier(start, run) if o.card.id == card.id), None)
+    assert option is not None
+    _pull(option, run)
+    assert run.gated == 1 and run.best is start
+    assert len(run.states) == (1 if kind == "plain" else 2)
